@@ -1,0 +1,42 @@
+// sbx profile ls | show NAME
+#include <cstdio>
+
+#include "cli/commands.hpp"
+#include "runtime/profile.hpp"
+
+namespace sbx::cli {
+
+void add_profile_command(CLI::App& app, GlobalOptions&, std::vector<Command>& out) {
+  auto* profile = app.add_subcommand("profile", "List and show profiles (JSON files of run defaults)");
+  profile->require_subcommand(1);
+  auto* ls = profile->add_subcommand("ls", "List the profiles sbx can find, with where each comes from");
+  auto* show = profile->add_subcommand("show", "Print a profile, and the run spec it produces");
+  static std::string name;
+  show->add_option("name", name, "Profile name or file")->required();
+
+  out.push_back({profile, [ls, show]() -> int {
+    if (ls->parsed()) {
+      for (auto& p : list_profiles()) {
+        auto loaded = load_profile(p.origin == "built-in" ? p.name : p.origin);
+        std::string desc = loaded ? loaded->description : "(invalid: " + loaded.error().message + ")";
+        std::printf("%-12s %-40s %s\n", p.name.c_str(), p.origin.c_str(), desc.c_str());
+      }
+      return 0;
+    }
+    if (show->parsed()) {
+      auto loaded = load_profile(name);
+      if (!loaded) return usage_error(loaded.error().message);
+      auto spec = spec_from_layers(*loaded, nullptr, "");
+      if (!spec) return usage_error(spec.error().message);
+      nlohmann::json j = {{"name", loaded->source.name},
+                          {"origin", loaded->source.origin},
+                          {"profile", loaded->patch},
+                          {"spec", spec_to_json(*spec)}};
+      std::printf("%s\n", j.dump(2).c_str());
+      return 0;
+    }
+    return usage_error("profile: expected 'ls' or 'show NAME'");
+  }});
+}
+
+}  // namespace sbx::cli

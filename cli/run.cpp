@@ -1,0 +1,155 @@
+// sbx run [OPTIONS] -- CMD [ARGS...]: parse flags into a RunSpec (defaults < profile < flags),
+// then hand it to the runtime. No logic beyond turning text into data.
+#include <unistd.h>
+
+#include <cstdio>
+
+#include "cli/commands.hpp"
+#include "runtime/profile.hpp"
+#include "runtime/sandbox.hpp"
+#include "runtime/units.hpp"
+
+namespace sbx::cli {
+namespace {
+
+struct RunFlags {
+  std::string profile = kDefaultProfile;
+  std::optional<std::uint32_t> uid, gid;
+  std::vector<std::string> binds, tmpfs, env, env_pass;
+  std::string workdir, timeout, output_limit, memory, pids, cpus, cpu_time, trace_file;
+  bool dry_run = false;
+  bool require_limits = false;
+  std::vector<std::string> command;
+};
+
+// Flags override the merged profile; list-valued flags add to the profile's lists.
+Result<RunSpec> apply_flags(RunSpec spec, const RunFlags& f) {
+  if (f.uid) spec.uid = *f.uid;
+  if (f.gid) spec.gid = *f.gid;
+  for (auto& b : f.binds) {
+    auto r = parse_bind(b);
+    if (!r) return make_error("usage", "--bind: " + r.error().message);
+    spec.binds.push_back(*r);
+  }
+  for (auto& t : f.tmpfs) {
+    auto r = parse_tmpfs(t);
+    if (!r) return make_error("usage", "--tmpfs: " + r.error().message);
+    spec.tmpfs.push_back(*r);
+  }
+  for (auto& e : f.env) {
+    auto eq = e.find('=');
+    if (eq == std::string::npos || eq == 0) return make_error("usage", "--env: expected NAME=VALUE, got '" + e + "'");
+    spec.env[e.substr(0, eq)] = e.substr(eq + 1);
+  }
+  for (auto& k : f.env_pass) spec.env_pass.push_back(k);
+  if (!f.workdir.empty()) spec.workdir = f.workdir;
+  auto duration = [](const std::string& flag, const std::string& v) -> Result<std::int64_t> {
+    auto r = parse_duration_ms(v);
+    if (!r) return make_error("usage", flag + ": " + r.error().message);
+    if (*r <= 0) return make_error("usage", flag + ": must be greater than zero");
+    return r;
+  };
+  auto size = [](const std::string& flag, const std::string& v, bool allow_zero) -> Result<std::int64_t> {
+    auto r = parse_size_bytes(v);
+    if (!r) return make_error("usage", flag + ": " + r.error().message);
+    if (*r == 0 && !allow_zero) return make_error("usage", flag + ": must be greater than zero");
+    return r;
+  };
+  if (!f.timeout.empty()) {
+    auto r = duration("--timeout", f.timeout);
+    if (!r) return r.error();
+    spec.limits.timeout_ms = *r;
+  }
+  if (!f.cpu_time.empty()) {
+    auto r = duration("--cpu-time", f.cpu_time);
+    if (!r) return r.error();
+    spec.limits.cpu_time_ms = *r;
+  }
+  if (!f.output_limit.empty()) {
+    auto r = size("--output-limit", f.output_limit, true);
+    if (!r) return r.error();
+    spec.limits.output_limit_bytes = *r;
+  }
+  if (!f.memory.empty()) {
+    auto r = size("--memory", f.memory, false);
+    if (!r) return r.error();
+    spec.limits.memory_bytes = *r;
+  }
+  if (!f.pids.empty()) {
+    char* end = nullptr;
+    long long n = std::strtoll(f.pids.c_str(), &end, 10);
+    if (f.pids.empty() || *end != '\0' || n <= 0 || n > 4'194'304)
+      return make_error("usage", "--pids: bad process count '" + f.pids + "' (a positive integer)");
+    spec.limits.pids = n;
+  }
+  if (!f.cpus.empty()) {
+    char* end = nullptr;
+    double n = std::strtod(f.cpus.c_str(), &end);
+    if (*end != '\0' || !(n > 0) || n > 4096)
+      return make_error("usage", "--cpus: bad CPU count '" + f.cpus + "' (a positive number, e.g. 0.5)");
+    spec.limits.cpus = n;
+  }
+  if (f.require_limits) spec.require_limits = true;
+  spec.argv = f.command;
+  SBX_TRY(validate_spec(spec));
+  return spec;
+}
+
+}  // namespace
+
+void add_run_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out) {
+  static RunFlags f;
+  auto* run = app.add_subcommand("run", "Run a command in a fresh sandbox");
+  run->add_option("--profile", f.profile, "Profile name or JSON file (default: untrusted)");
+  run->add_option("--uid", f.uid, "User id inside the sandbox (default 0: root of its own user namespace)");
+  run->add_option("--gid", f.gid, "Group id inside the sandbox (default 0)");
+  run->add_option("--bind", f.binds, "Bind a host path: SRC[:DST][:rw], read-only unless rw (repeatable)");
+  run->add_option("--tmpfs", f.tmpfs, "Mount a size-capped tmpfs: DST[:SIZE] (repeatable, default size 64M)");
+  run->add_option("--workdir", f.workdir, "Working directory inside the sandbox (default /tmp)");
+  run->add_option("--env", f.env, "Set an environment variable: NAME=VALUE (repeatable)");
+  run->add_option("--env-pass", f.env_pass, "Pass a variable from sbx's environment (repeatable)");
+  run->add_option("--timeout", f.timeout, "Wall-time limit, e.g. 250ms, 2s, 1m (exit 124 when hit)");
+  run->add_option("--output-limit", f.output_limit, "Bytes of stdout and of stderr passed through (rest dropped)");
+  run->add_option("--memory", f.memory, "Memory limit, e.g. 256M");
+  run->add_option("--pids", f.pids, "Maximum number of processes");
+  run->add_option("--cpus", f.cpus, "CPU share, e.g. 0.5");
+  run->add_option("--cpu-time", f.cpu_time, "CPU-time budget, e.g. 10s");
+  run->add_flag("--require-limits", f.require_limits, "Fail (exit 125) unless every limit can be enforced");
+  run->add_option("--trace-file", f.trace_file, "Also write the trace record to this file");
+  run->add_flag("--dry-run", f.dry_run, "Print the fully merged run spec as JSON and run nothing");
+  // Everything from the first positional on belongs to the command, options included.
+  run->prefix_command();
+  // Falling through to the parent would hand the command's own options to sbx's parser; the
+  // global options are declared on `run` itself instead.
+  run->fallthrough(false);
+  add_global_options(*run, g);
+
+  out.push_back({run, [run, &g]() -> int {
+    // With prefix_command, everything from the first positional on is in remaining(); a "--"
+    // that main() cut off came after it, so it is put back where it was.
+    f.command = run->remaining();
+    if (g.after_dashdash) {
+      if (!f.command.empty()) f.command.push_back("--");
+      f.command.insert(f.command.end(), g.after_dashdash->begin(), g.after_dashdash->end());
+    }
+    auto profile = load_profile(f.profile);
+    if (!profile) return usage_error(profile.error().message);
+    auto merged = spec_from_layers(*profile, nullptr, "");
+    if (!merged) return usage_error(merged.error().message);
+    auto spec = apply_flags(std::move(*merged), f);
+    if (!spec) return usage_error(spec.error().message);
+    if (f.dry_run) {
+      std::printf("%s\n", spec_to_json(*spec).dump(2).c_str());
+      return 0;
+    }
+    RunRequest req;
+    req.spec = std::move(*spec);
+    req.profile = profile->source;
+    req.dirs = resolve_dirs(g.state_dir);
+    req.trace_file = f.trace_file;
+    req.invocation_argv = g.argv;
+    return run_sandbox(req).exit_status;
+  }});
+}
+
+}  // namespace sbx::cli

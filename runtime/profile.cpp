@@ -1,0 +1,124 @@
+#include "runtime/profile.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "runtime/embedded_profiles.hpp"
+
+namespace sbx {
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+std::vector<std::string> search_dirs() {
+  std::vector<std::string> dirs;
+  if (const char* p = std::getenv("SBX_PROFILE_PATH")) {
+    std::string s = p;
+    std::size_t start = 0;
+    while (start <= s.size()) {
+      auto pos = s.find(':', start);
+      std::string d = s.substr(start, pos == std::string::npos ? std::string::npos : pos - start);
+      if (!d.empty()) dirs.push_back(d);
+      if (pos == std::string::npos) break;
+      start = pos + 1;
+    }
+  }
+  if (const char* x = std::getenv("XDG_CONFIG_HOME"); x && *x) dirs.push_back(std::string(x) + "/sbx/profiles");
+  else if (const char* h = std::getenv("HOME"); h && *h) dirs.push_back(std::string(h) + "/.config/sbx/profiles");
+  dirs.push_back("/etc/sbx/profiles");
+  return dirs;
+}
+
+bool looks_like_file(const std::string& s) {
+  return s.find('/') != std::string::npos || (s.size() > 5 && s.ends_with(".json"));
+}
+
+Result<std::string> read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return make_error("profile", "cannot read profile '" + path + "'", errno ? errno : ENOENT);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+Result<LoadedProfile> parse_profile(ProfileSource src) {
+  std::string where = src.origin == "built-in" ? "built-in profile '" + src.name + "'" : "profile " + src.origin;
+  json j = json::parse(src.text, nullptr, false);
+  if (j.is_discarded()) return make_error("profile", where + ": not valid JSON");
+  if (!j.is_object()) return make_error("profile", where + ": must be a JSON object");
+  // Validate as a partial RunSpec layered over the defaults: this names unknown keys and bad values.
+  json probe = spec_to_json(RunSpec{});
+  merge_patch(probe, j);
+  auto spec = spec_from_json(probe, where);
+  if (!spec) return make_error("profile", spec.error().message);
+  LoadedProfile lp;
+  lp.description = j.value("description", "");
+  lp.patch = std::move(j);
+  lp.source = std::move(src);
+  return lp;
+}
+
+}  // namespace
+
+Result<LoadedProfile> load_profile(const std::string& name_or_file) {
+  if (name_or_file.empty()) return make_error("usage", "empty profile name");
+  if (looks_like_file(name_or_file)) {
+    auto text = read_text(name_or_file);
+    if (!text) return text.error();
+    std::string name = fs::path(name_or_file).stem().string();
+    return parse_profile({name, name_or_file, std::move(*text)});
+  }
+  for (auto& dir : search_dirs()) {
+    std::string path = dir + "/" + name_or_file + ".json";
+    if (::access(path.c_str(), F_OK) == 0) {
+      auto text = read_text(path);
+      if (!text) return text.error();
+      return parse_profile({name_or_file, path, std::move(*text)});
+    }
+  }
+  for (auto& e : embedded_profiles())
+    if (e.name == name_or_file) return parse_profile({std::string(e.name), "built-in", std::string(e.json)});
+  std::string known;
+  for (auto& p : list_profiles()) known += (known.empty() ? "" : ", ") + p.name;
+  return make_error("usage", "unknown profile '" + name_or_file + "' (known: " + known + ")");
+}
+
+std::vector<ProfileSource> list_profiles() {
+  std::vector<ProfileSource> out;
+  std::set<std::string> seen;
+  for (auto& dir : search_dirs()) {
+    std::error_code ec;
+    std::vector<fs::path> files;
+    for (auto& ent : fs::directory_iterator(dir, ec))
+      if (ent.path().extension() == ".json") files.push_back(ent.path());
+    std::sort(files.begin(), files.end());
+    for (auto& f : files) {
+      std::string name = f.stem().string();
+      if (!seen.insert(name).second) continue;
+      auto text = read_text(f.string());
+      out.push_back({name, f.string(), text ? *text : std::string()});
+    }
+  }
+  for (auto& e : embedded_profiles())
+    if (seen.insert(std::string(e.name)).second) out.push_back({std::string(e.name), "built-in", std::string(e.json)});
+  return out;
+}
+
+Result<RunSpec> spec_from_layers(const LoadedProfile& profile, const json* manifest_patch,
+                                 const std::string& manifest_source) {
+  json merged = spec_to_json(RunSpec{});
+  merge_patch(merged, profile.patch);
+  merged["profile"] = profile.source.name;
+  std::string where = manifest_patch ? manifest_source : "profile " + profile.source.origin;
+  if (manifest_patch) merge_patch(merged, *manifest_patch);
+  return spec_from_json(merged, where);
+}
+
+}  // namespace sbx

@@ -1,0 +1,41 @@
+#pragma once
+// Profiles: JSON files of RunSpec defaults. A name is looked up in the profile path
+// ($SBX_PROFILE_PATH, $XDG_CONFIG_HOME/sbx/profiles, /etc/sbx/profiles, the installed data dir)
+// and then among the profiles compiled into the binary; anything with a '/' or ending in .json is
+// a file. Merge order (DESIGN.md): built-in defaults < profile < pack manifest < command-line flags.
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/error.hpp"
+#include "runtime/spec.hpp"
+
+namespace sbx {
+
+struct ProfileSource {
+  std::string name;    // "untrusted"
+  std::string origin;  // file path, or "built-in"
+  std::string text;    // raw JSON text (hashed into the trace)
+};
+
+struct LoadedProfile {
+  ProfileSource source;
+  nlohmann::json patch;  // parsed, validated as a partial RunSpec
+  std::string description;
+};
+
+inline constexpr const char* kDefaultProfile = "untrusted";
+
+// Finds and parses a profile; bad JSON, unknown keys and bad values are errors naming the file
+// and the key.
+Result<LoadedProfile> load_profile(const std::string& name_or_file);
+
+// All profiles visible by name (search path first, then built-in), one per name.
+std::vector<ProfileSource> list_profiles();
+
+// defaults < profile < manifest: the merged spec before command-line flags are applied.
+Result<RunSpec> spec_from_layers(const LoadedProfile& profile, const nlohmann::json* manifest_patch,
+                                 const std::string& manifest_source);
+
+}  // namespace sbx

@@ -1,0 +1,360 @@
+#include "runtime/spec.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/units.hpp"
+
+namespace sbx {
+using nlohmann::json;
+
+namespace {
+
+json opt(const std::optional<std::int64_t>& v) { return v ? json(*v) : json(nullptr); }
+
+// Reads one JSON object strictly: each member is consumed by a typed getter, and `finish()` reports
+// the first member nobody asked for. Every error names the source file and the key path.
+class ObjectReader {
+ public:
+  ObjectReader(const json& j, std::string source, std::string path)
+      : j_(j), source_(std::move(source)), path_(std::move(path)) {}
+
+  Status check_object() const {
+    if (!j_.is_object()) return fail(path_.empty() ? "(top level)" : path_, "must be a JSON object");
+    return {};
+  }
+  bool has(const char* key) { return j_.contains(key) && !j_.at(key).is_null(); }
+  const json& at(const char* key) {
+    seen_.push_back(key);
+    return j_.at(key);
+  }
+  std::string key_path(const char* key) const { return path_.empty() ? key : path_ + "." + key; }
+  Error fail(const std::string& key_path, const std::string& what) const {
+    return make_error("spec", source_ + ": " + key_path + ": " + what);
+  }
+  Error fail_key(const char* key, const std::string& what) const { return fail(key_path(key), what); }
+
+  Status finish() const {
+    for (auto& [k, v] : j_.items()) {
+      bool known = false;
+      for (auto& s : seen_) known = known || s == k;
+      if (!known) return make_error("spec", source_ + ": unknown key '" + key_path(k.c_str()) + "'");
+    }
+    return {};
+  }
+  void ignore(const char* key) { seen_.push_back(key); }
+
+  Status get_string(const char* key, std::string& out) {
+    seen_.push_back(key);
+    if (!has(key)) return {};
+    if (!j_.at(key).is_string()) return fail_key(key, "must be a string");
+    out = j_.at(key).get<std::string>();
+    return {};
+  }
+  Status get_bool(const char* key, bool& out) {
+    seen_.push_back(key);
+    if (!has(key)) return {};
+    if (!j_.at(key).is_boolean()) return fail_key(key, "must be true or false");
+    out = j_.at(key).get<bool>();
+    return {};
+  }
+  Status get_u32(const char* key, std::uint32_t& out) {
+    seen_.push_back(key);
+    if (!has(key)) return {};
+    const json& v = j_.at(key);
+    if (!v.is_number_integer() || v.get<std::int64_t>() < 0 || v.get<std::int64_t>() > 4294967294LL)
+      return fail_key(key, "must be an integer between 0 and 4294967294");
+    out = static_cast<std::uint32_t>(v.get<std::int64_t>());
+    return {};
+  }
+  Status get_int(const char* key, int& out, int lo, int hi) {
+    seen_.push_back(key);
+    if (!has(key)) return {};
+    const json& v = j_.at(key);
+    if (!v.is_number_integer() || v.get<std::int64_t>() < lo || v.get<std::int64_t>() > hi)
+      return fail_key(key, "must be an integer between " + std::to_string(lo) + " and " + std::to_string(hi));
+    out = v.get<int>();
+    return {};
+  }
+  // A number in the key's base unit, or a string with a unit parsed by `parse`.
+  template <typename Parse>
+  Status get_quantity(const char* key, std::optional<std::int64_t>& out, Parse parse, bool positive) {
+    seen_.push_back(key);
+    if (!j_.contains(key)) return {};
+    const json& v = j_.at(key);
+    if (v.is_null()) {
+      out.reset();
+      return {};
+    }
+    std::int64_t n;
+    if (v.is_number_integer()) {
+      n = v.get<std::int64_t>();
+    } else if (v.is_string()) {
+      auto r = parse(v.get<std::string>());
+      if (!r) return fail_key(key, r.error().message);
+      n = *r;
+    } else {
+      return fail_key(key, "must be a number or a string with a unit");
+    }
+    if (n < 0 || (positive && n == 0)) return fail_key(key, positive ? "must be greater than zero" : "must not be negative");
+    out = n;
+    return {};
+  }
+  Status get_strings(const char* key, std::vector<std::string>& out) {
+    seen_.push_back(key);
+    if (!has(key)) return {};
+    const json& v = j_.at(key);
+    if (!v.is_array()) return fail_key(key, "must be an array of strings");
+    out.clear();
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      if (!v[i].is_string()) return fail(key_path(key) + "[" + std::to_string(i) + "]", "must be a string");
+      out.push_back(v[i].get<std::string>());
+    }
+    return {};
+  }
+
+  const std::string& source() const { return source_; }
+
+ private:
+  const json& j_;
+  std::string source_;
+  std::string path_;
+  std::vector<std::string> seen_;
+};
+
+Status read_limits(ObjectReader& parent, Limits& l) {
+  if (!parent.has("limits")) {
+    parent.ignore("limits");
+    return {};
+  }
+  ObjectReader r(parent.at("limits"), parent.source(), parent.key_path("limits"));
+  SBX_TRY(r.check_object());
+  SBX_TRY(r.get_quantity("timeout_ms", l.timeout_ms, parse_duration_ms, true));
+  SBX_TRY(r.get_quantity("output_limit_bytes", l.output_limit_bytes, parse_size_bytes, false));
+  SBX_TRY(r.get_quantity("memory_bytes", l.memory_bytes, parse_size_bytes, true));
+  SBX_TRY(r.get_quantity("pids", l.pids, [](const std::string& s) -> Result<std::int64_t> {
+    return make_error("spec", "bad process count '" + s + "'");
+  }, true));
+  SBX_TRY(r.get_quantity("cpu_time_ms", l.cpu_time_ms, parse_duration_ms, true));
+  std::optional<std::int64_t> tmp = l.tmp_size_bytes;
+  SBX_TRY(r.get_quantity("tmp_size_bytes", tmp, parse_size_bytes, true));
+  if (!tmp) return r.fail_key("tmp_size_bytes", "must be set");
+  l.tmp_size_bytes = *tmp;
+  r.ignore("cpus");
+  if (r.has("cpus")) {
+    const json& v = r.at("cpus");
+    if (!v.is_number() || v.get<double>() <= 0 || v.get<double>() > 4096)
+      return r.fail_key("cpus", "must be a number of CPUs greater than 0, e.g. 0.5");
+    l.cpus = v.get<double>();
+  } else if (parent.at("limits").contains("cpus")) {
+    l.cpus.reset();
+  }
+  return r.finish();
+}
+
+}  // namespace
+
+json spec_to_json(const RunSpec& s) {
+  json binds = json::array();
+  for (auto& b : s.binds) binds.push_back({{"src", b.src}, {"dst", b.dst}, {"rw", b.rw}});
+  json tmpfs = json::array();
+  for (auto& t : s.tmpfs) tmpfs.push_back({{"dst", t.dst}, {"size_bytes", t.size_bytes}});
+  return json{
+      {"argv", s.argv},
+      {"profile", s.profile},
+      {"tier", s.tier},
+      {"uid", s.uid},
+      {"gid", s.gid},
+      {"env", s.env},
+      {"env_pass", s.env_pass},
+      {"binds", binds},
+      {"tmpfs", tmpfs},
+      {"workdir", s.workdir},
+      {"hostname", s.hostname},
+      {"image", s.image},
+      {"network", {{"mode", s.network.mode}}},
+      {"limits",
+       {{"timeout_ms", opt(s.limits.timeout_ms)},
+        {"output_limit_bytes", opt(s.limits.output_limit_bytes)},
+        {"memory_bytes", opt(s.limits.memory_bytes)},
+        {"pids", opt(s.limits.pids)},
+        {"cpus", s.limits.cpus ? json(*s.limits.cpus) : json(nullptr)},
+        {"cpu_time_ms", opt(s.limits.cpu_time_ms)},
+        {"tmp_size_bytes", s.limits.tmp_size_bytes}}},
+      {"require_limits", s.require_limits},
+  };
+}
+
+Result<RunSpec> spec_from_json(const json& j, const std::string& source) {
+  RunSpec s;
+  ObjectReader r(j, source, "");
+  SBX_TRY(r.check_object());
+  r.ignore("description");  // free text for humans, shown by `sbx profile ls`
+  if (r.has("description") && !j.at("description").is_string())
+    return r.fail_key("description", "must be a string");
+  SBX_TRY(r.get_strings("argv", s.argv));
+  SBX_TRY(r.get_string("profile", s.profile));
+  SBX_TRY(r.get_int("tier", s.tier, 3, 4));
+  SBX_TRY(r.get_u32("uid", s.uid));
+  SBX_TRY(r.get_u32("gid", s.gid));
+  r.ignore("env");
+  if (r.has("env")) {
+    const json& e = j.at("env");
+    if (!e.is_object()) return r.fail_key("env", "must be an object of NAME: value");
+    for (auto& [k, v] : e.items()) {
+      if (k.empty() || k.find('=') != std::string::npos)
+        return r.fail("env." + k, "variable names must be non-empty and contain no '='");
+      if (!v.is_string()) return r.fail("env." + k, "must be a string");
+      s.env[k] = v.get<std::string>();
+    }
+  }
+  SBX_TRY(r.get_strings("env_pass", s.env_pass));
+  r.ignore("binds");
+  if (r.has("binds")) {
+    const json& a = j.at("binds");
+    if (!a.is_array()) return r.fail_key("binds", "must be an array");
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      std::string p = "binds[" + std::to_string(i) + "]";
+      if (a[i].is_string()) {
+        auto b = parse_bind(a[i].get<std::string>());
+        if (!b) return r.fail(p, b.error().message);
+        s.binds.push_back(*b);
+        continue;
+      }
+      ObjectReader br(a[i], source, p);
+      SBX_TRY(br.check_object());
+      BindMount b;
+      SBX_TRY(br.get_string("src", b.src));
+      SBX_TRY(br.get_string("dst", b.dst));
+      SBX_TRY(br.get_bool("rw", b.rw));
+      SBX_TRY(br.finish());
+      if (b.src.empty()) return br.fail_key("src", "is required");
+      if (b.dst.empty()) b.dst = b.src;
+      s.binds.push_back(b);
+    }
+  }
+  r.ignore("tmpfs");
+  if (r.has("tmpfs")) {
+    const json& a = j.at("tmpfs");
+    if (!a.is_array()) return r.fail_key("tmpfs", "must be an array");
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      std::string p = "tmpfs[" + std::to_string(i) + "]";
+      if (a[i].is_string()) {
+        auto t = parse_tmpfs(a[i].get<std::string>());
+        if (!t) return r.fail(p, t.error().message);
+        s.tmpfs.push_back(*t);
+        continue;
+      }
+      ObjectReader tr(a[i], source, p);
+      SBX_TRY(tr.check_object());
+      TmpfsMount t;
+      std::optional<std::int64_t> size = 64LL << 20;
+      SBX_TRY(tr.get_string("dst", t.dst));
+      SBX_TRY(tr.get_quantity("size_bytes", size, parse_size_bytes, true));
+      SBX_TRY(tr.finish());
+      t.size_bytes = size.value_or(64LL << 20);
+      s.tmpfs.push_back(t);
+    }
+  }
+  SBX_TRY(r.get_string("workdir", s.workdir));
+  SBX_TRY(r.get_string("hostname", s.hostname));
+  SBX_TRY(r.get_string("image", s.image));
+  r.ignore("network");
+  if (r.has("network")) {
+    ObjectReader nr(j.at("network"), source, "network");
+    SBX_TRY(nr.check_object());
+    SBX_TRY(nr.get_string("mode", s.network.mode));
+    SBX_TRY(nr.finish());
+    if (s.network.mode != "none")
+      return nr.fail_key("mode", "unknown network mode '" + s.network.mode + "' (supported: none)");
+  }
+  SBX_TRY(read_limits(r, s.limits));
+  SBX_TRY(r.get_bool("require_limits", s.require_limits));
+  SBX_TRY(r.finish());
+  return s;
+}
+
+void merge_patch(json& base, const json& patch) {
+  if (!patch.is_object()) {
+    base = patch;
+    return;
+  }
+  if (!base.is_object()) base = json::object();
+  for (auto& [k, v] : patch.items()) {
+    if (v.is_null()) base.erase(k);
+    else merge_patch(base[k], v);
+  }
+}
+
+Result<BindMount> parse_bind(const std::string& text) {
+  // SRC[:DST][:rw|:ro]; paths containing ':' are not supported in this short form.
+  std::vector<std::string> parts;
+  std::size_t start = 0;
+  for (;;) {
+    auto pos = text.find(':', start);
+    parts.push_back(text.substr(start, pos == std::string::npos ? std::string::npos : pos - start));
+    if (pos == std::string::npos) break;
+    start = pos + 1;
+  }
+  BindMount b;
+  if (parts.size() > 1 && (parts.back() == "rw" || parts.back() == "ro")) {
+    b.rw = parts.back() == "rw";
+    parts.pop_back();
+  }
+  if (parts.empty() || parts.size() > 2 || parts[0].empty())
+    return make_error("usage", "bad bind '" + text + "' (use SRC[:DST][:rw])");
+  b.src = parts[0];
+  b.dst = parts.size() == 2 && !parts[1].empty() ? parts[1] : parts[0];
+  return b;
+}
+
+Result<TmpfsMount> parse_tmpfs(const std::string& text) {
+  TmpfsMount t;
+  auto pos = text.find(':');
+  t.dst = text.substr(0, pos);
+  t.size_bytes = 64LL << 20;
+  if (t.dst.empty()) return make_error("usage", "bad tmpfs '" + text + "' (use DST[:SIZE])");
+  if (pos != std::string::npos) {
+    auto size = parse_size_bytes(text.substr(pos + 1));
+    if (!size) return make_error("usage", "bad tmpfs '" + text + "': " + size.error().message);
+    if (*size <= 0) return make_error("usage", "bad tmpfs '" + text + "': size must be positive");
+    t.size_bytes = *size;
+  }
+  return t;
+}
+
+namespace {
+// In-sandbox paths are absolute and free of ".." so that a spec cannot aim a mount outside the new root.
+bool clean_abs_path(const std::string& p) {
+  if (p.empty() || p[0] != '/') return false;
+  std::size_t i = 0;
+  while (i < p.size()) {
+    auto j = p.find('/', i);
+    std::string part = p.substr(i, j == std::string::npos ? std::string::npos : j - i);
+    if (part == "..") return false;
+    if (j == std::string::npos) break;
+    i = j + 1;
+  }
+  return true;
+}
+}  // namespace
+
+Status validate_spec(const RunSpec& s) {
+  if (s.argv.empty()) return make_error("usage", "no command given (usage: sbx run [OPTIONS] -- CMD [ARGS...])");
+  for (auto& b : s.binds) {
+    if (!clean_abs_path(b.dst)) return make_error("usage", "bind destination '" + b.dst + "' must be an absolute path without '..'");
+    if (b.dst == "/") return make_error("usage", "bind destination '/' would replace the sandbox root");
+  }
+  for (auto& t : s.tmpfs)
+    if (!clean_abs_path(t.dst) || t.dst == "/")
+      return make_error("usage", "tmpfs destination '" + t.dst + "' must be an absolute path other than '/' without '..'");
+  if (!clean_abs_path(s.workdir)) return make_error("usage", "workdir '" + s.workdir + "' must be an absolute path without '..'");
+  if (s.hostname.empty() || s.hostname.size() > 64) return make_error("usage", "hostname must be 1 to 64 characters");
+  for (auto& [k, v] : s.env)
+    if (k.empty() || k.find('=') != std::string::npos) return make_error("usage", "bad environment variable name '" + k + "'");
+  for (auto& k : s.env_pass)
+    if (k.empty() || k.find('=') != std::string::npos) return make_error("usage", "bad --env-pass name '" + k + "'");
+  if (s.image != "host") return make_error("usage", "unknown image '" + s.image + "' (only 'host' exists in this version)");
+  return {};
+}
+
+}  // namespace sbx

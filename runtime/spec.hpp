@@ -1,0 +1,85 @@
+#pragma once
+// RunSpec: the one description of a run that the runtime reads. CLI flags, profiles and pack
+// manifests are all turned into a RunSpec first (defaults < profile < manifest < flags, see
+// profile.hpp). It is pure data, round-trips through JSON, and is embedded in the trace, so it holds
+// names and sources of secrets and passed-through variables, never their values.
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "runtime/error.hpp"
+
+namespace sbx {
+
+struct BindMount {
+  std::string src;  // host path (absolute after validation)
+  std::string dst;  // path inside the sandbox
+  bool rw = false;
+  bool operator==(const BindMount&) const = default;
+};
+
+struct TmpfsMount {
+  std::string dst;
+  std::int64_t size_bytes = 0;
+  bool operator==(const TmpfsMount&) const = default;
+};
+
+struct Limits {
+  std::optional<std::int64_t> timeout_ms;       // wall time, enforced by the supervisor
+  std::optional<std::int64_t> output_limit_bytes;  // per stream passed through; rest dropped
+  std::optional<std::int64_t> memory_bytes;     // cgroup memory.max (issue: limits)
+  std::optional<std::int64_t> pids;             // cgroup pids.max
+  std::optional<double> cpus;                   // cgroup cpu.max quota/period
+  std::optional<std::int64_t> cpu_time_ms;      // CPU-seconds budget
+  std::int64_t tmp_size_bytes = 64LL << 20;     // size cap of the sandbox's /tmp
+  bool operator==(const Limits&) const = default;
+};
+
+struct NetworkSpec {
+  std::string mode = "none";  // "none": own network namespace with only loopback up
+  bool operator==(const NetworkSpec&) const = default;
+};
+
+struct RunSpec {
+  std::vector<std::string> argv;
+  std::string profile = "untrusted";  // name (or path) of the profile merged in
+  int tier = 4;
+  std::uint32_t uid = 0;  // identity inside the sandbox
+  std::uint32_t gid = 0;
+  std::map<std::string, std::string> env;  // set explicitly (profile or --env)
+  std::vector<std::string> env_pass;       // names passed through from the caller's environment
+  std::vector<BindMount> binds;
+  std::vector<TmpfsMount> tmpfs;
+  std::string workdir = "/tmp";
+  std::string hostname = "sbx";
+  std::string image = "host";
+  NetworkSpec network;
+  Limits limits;
+  bool require_limits = false;
+  bool operator==(const RunSpec&) const = default;
+};
+
+// Serialises every member (so `--dry-run` shows exactly what would be enforced).
+nlohmann::json spec_to_json(const RunSpec& spec);
+
+// Strict parse: unknown keys and bad values are errors naming `source` and the key path
+// ("limits.timeout_ms"). Durations accept a number (ms) or a string with a unit; sizes a number
+// (bytes) or a string with a unit.
+Result<RunSpec> spec_from_json(const nlohmann::json& j, const std::string& source);
+
+// Applies `patch` onto `base` as an RFC 7386 JSON merge patch (objects merge, everything else
+// replaces, null deletes). This is how profiles and manifests layer over defaults.
+void merge_patch(nlohmann::json& base, const nlohmann::json& patch);
+
+// Parsers shared by the CLI and spec_from_json.
+Result<BindMount> parse_bind(const std::string& text);   // SRC[:DST][:rw|:ro]
+Result<TmpfsMount> parse_tmpfs(const std::string& text);  // DST[:SIZE]
+
+// Checks that hold whatever the source: absolute in-sandbox paths, argv present, sane limits.
+Status validate_spec(const RunSpec& spec);
+
+}  // namespace sbx
