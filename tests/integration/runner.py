@@ -1,0 +1,55 @@
+"""Runs every tests/integration/test_*.py with unittest and ends with one plain summary line:
+`N passed, N failed, N skipped`. Exit status 0 only if nothing failed.
+
+Usage: python3 runner.py [PATTERN...]   (PATTERN: substrings of test ids to select, e.g. Network)
+"""
+import os
+import sys
+import time
+import unittest
+
+
+def iter_tests(suite):
+    for t in suite:
+        if isinstance(t, unittest.TestSuite):
+            yield from iter_tests(t)
+        else:
+            yield t
+
+
+def main():
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path.insert(0, here)
+    loader = unittest.TestLoader()
+    suite = loader.discover(here, pattern="test_*.py", top_level_dir=here)
+    patterns = sys.argv[1:]
+    if patterns:
+        suite = unittest.TestSuite(t for t in iter_tests(suite) if any(p in t.id() for p in patterns))
+    total = suite.countTestCases()
+    print(f"sbx integration tests: mode={os.environ.get('SBX_MODE')} uid={os.getuid()} "
+          f"binary={os.environ.get('SBX_BIN')} tests={total}", flush=True)
+    t0 = time.monotonic()
+    runner = unittest.TextTestRunner(stream=sys.stderr, verbosity=2)
+    result = runner.run(suite)
+    failed = len(result.failures) + len(result.errors) + len(result.unexpectedSuccesses)
+    skipped = len(result.skipped)
+    passed = result.testsRun - failed - skipped - len(result.expectedFailures)
+    if result.skipped:
+        print("skipped tests and why:", flush=True)
+        for test, reason in result.skipped:
+            print(f"  {test.id()}: {reason}", flush=True)
+    if failed:
+        print("failed tests:", flush=True)
+        for test, _ in result.failures + result.errors:
+            print(f"  {test.id()}", flush=True)
+    sys.stderr.flush()
+    summary = f"{passed} passed, {failed} failed"
+    if skipped:
+        summary += f", {skipped} skipped"
+    print(f"({time.monotonic() - t0:.1f}s)", flush=True)
+    print(summary, flush=True)
+    return 1 if failed or result.testsRun == 0 else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,236 @@
+"""Shared helpers for sbx's integration tests.
+
+The harness (run.sh) sets:
+  SBX_BIN        the sbx binary under test (readable/executable by the user running the suite)
+  SBX_MODE       "root" or "rootless"
+  SBX_STATE_DIR  a fresh state dir for this suite run (traces land in $SBX_STATE_DIR/traces)
+  SBX_SCHEMA     path of schemas/trace.schema.json ("" or missing file: schema checks are skipped)
+  TMPDIR         a temp dir owned by the user running the suite
+
+Everything here runs sbx the way users do: as a separate process, with a timeout, capturing
+stdout/stderr/exit status and the --trace-file JSON.
+"""
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+import uuid
+
+SBX = os.environ.get("SBX_BIN", "")
+MODE = os.environ.get("SBX_MODE", "root" if os.geteuid() == 0 else "rootless")
+SCHEMA_PATH = os.environ.get("SBX_SCHEMA", "")
+
+ALL_NAMESPACES = ["user", "pid", "mount", "net", "ipc", "uts", "cgroup"]
+TRACE_STATUSES = {"ok", "exit_nonzero", "signaled", "timeout", "oom", "seccomp_violation",
+                  "output_limit", "input_invalid", "output_invalid", "setup_error"}
+
+_schema_validator = None
+_schema_note_printed = False
+
+
+def note(msg):
+    """A remark that shows up in the test log (stderr), e.g. which of two allowed behaviours we saw."""
+    sys.stderr.write(f"\n    note: {msg}\n")
+    sys.stderr.flush()
+
+
+def schema_validator():
+    """A jsonschema validator for schemas/trace.schema.json, or None (with the reason printed once)."""
+    global _schema_validator, _schema_note_printed
+    if _schema_validator is not None:
+        return _schema_validator
+    reason = None
+    if not SCHEMA_PATH or not os.path.exists(SCHEMA_PATH):
+        reason = f"trace schema file not found ({SCHEMA_PATH or 'schemas/trace.schema.json'}): schema validation skipped"
+    else:
+        try:
+            import jsonschema  # noqa: F401
+        except ImportError:
+            reason = "python3-jsonschema is not installed: schema validation skipped"
+    if reason:
+        if not _schema_note_printed:
+            note(reason)
+            _schema_note_printed = True
+        return None
+    import jsonschema
+    with open(SCHEMA_PATH) as f:
+        schema = json.load(f)
+    cls = jsonschema.validators.validator_for(schema)
+    cls.check_schema(schema)
+    _schema_validator = cls(schema, format_checker=getattr(cls, "FORMAT_CHECKER", None))
+    return _schema_validator
+
+
+def schema_missing_reason():
+    if not SCHEMA_PATH or not os.path.exists(SCHEMA_PATH):
+        return f"trace schema file not found ({SCHEMA_PATH or 'schemas/trace.schema.json'})"
+    try:
+        import jsonschema  # noqa: F401
+    except ImportError:
+        return "python3-jsonschema is not installed"
+    return None
+
+
+def validate_trace(tc, trace):
+    """Validates a trace record against the shipped schema (when it exists) and the basics of the contract."""
+    v = schema_validator()
+    if v is not None:
+        errors = sorted(v.iter_errors(trace), key=lambda e: list(e.path))
+        if errors:
+            lines = [f"  at /{'/'.join(str(p) for p in e.path)}: {e.message}" for e in errors[:10]]
+            tc.fail("trace record does not validate against schemas/trace.schema.json:\n" + "\n".join(lines))
+    tc.assertEqual(trace.get("schema"), "sbx.trace/v1", "trace.schema")
+    tc.assertIn("result", trace)
+    tc.assertIn(trace["result"].get("status"), TRACE_STATUSES, "trace.result.status")
+
+
+class Result:
+    def __init__(self, argv, rc, stdout, stderr, wall, trace=None, trace_path=None):
+        self.argv, self.rc, self.stdout, self.stderr, self.wall = argv, rc, stdout, stderr, wall
+        self.trace, self.trace_path = trace, trace_path
+
+    @property
+    def out(self):
+        return self.stdout.decode(errors="replace")
+
+    @property
+    def err(self):
+        return self.stderr.decode(errors="replace")
+
+    def describe(self):
+        return (f"command: {' '.join(self.argv)}\n  exit: {self.rc}  wall: {self.wall * 1000:.0f} ms\n"
+                f"  stdout: {self.stdout[:2000]!r}\n  stderr: {self.stderr[:2000]!r}")
+
+
+def sbx(args, timeout=30, env=None, cwd=None, input=None, pass_fds=(), stdin=subprocess.DEVNULL):
+    """Runs `sbx ARGS...` and returns a Result. A run that exceeds `timeout` is killed and raises."""
+    argv = [SBX] + list(args)
+    start = time.monotonic()
+    p = subprocess.Popen(argv, stdin=subprocess.PIPE if input is not None else stdin,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=cwd,
+                         pass_fds=pass_fds, start_new_session=False)
+    try:
+        out, err = p.communicate(input=input, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        out, err = p.communicate()
+        raise AssertionError(f"sbx did not finish within {timeout}s: {' '.join(argv)}\n"
+                             f"  stdout so far: {out[:500]!r}\n  stderr so far: {err[:500]!r}")
+    return Result(argv, p.returncode, out, err, time.monotonic() - start)
+
+
+class SbxTestCase(unittest.TestCase):
+    """Base class: a scratch dir per test, `self.run_sbx(cmd, opts)` with a trace file."""
+
+    maxDiff = 4000
+
+    def setUp(self):
+        if not SBX or not os.access(SBX, os.X_OK):
+            self.fail(f"SBX_BIN is not an executable file: {SBX!r}")
+        self.tmp = tempfile.mkdtemp(prefix="sbxit-case-")
+        # The sandbox's users may map to an unprivileged host uid (root mode): keep our scratch
+        # dirs traversable so bind sources resolve the way they would for a user's project dir.
+        os.chmod(self.tmp, 0o755)
+        self._n = 0
+
+    def tearDown(self):
+        subprocess.run(["rm", "-rf", "--one-file-system", self.tmp], check=False)
+
+    def path(self, name):
+        return os.path.join(self.tmp, name)
+
+    def run_sbx(self, cmd, opts=(), trace=True, timeout=30, env=None, cwd=None, input=None,
+                pass_fds=(), validate=True):
+        """sbx run [opts] --trace-file T -- cmd...; loads the trace (if written) into result.trace."""
+        self._n += 1
+        tpath = self.path(f"trace-{self._n}.json") if trace else None
+        args = ["run"] + list(opts)
+        if tpath:
+            args += ["--trace-file", tpath]
+        args += ["--"] + list(cmd)
+        r = sbx(args, timeout=timeout, env=env, cwd=cwd, input=input, pass_fds=pass_fds)
+        if tpath:
+            r.trace_path = tpath
+            if os.path.exists(tpath):
+                with open(tpath) as f:
+                    text = f.read()
+                try:
+                    r.trace = json.loads(text)
+                except ValueError as e:
+                    self.fail(f"--trace-file is not valid JSON ({e}): {text[:500]!r}\n" + r.describe())
+                if validate:
+                    validate_trace(self, r.trace)
+        return r
+
+    def need_trace(self, r):
+        if r.trace is None:
+            self.fail("no trace record written to --trace-file\n" + r.describe())
+        return r.trace
+
+    def assertExit(self, r, code, msg=""):
+        self.assertEqual(r.rc, code, f"{msg}\n{r.describe()}")
+
+    def assertOneSbxLine(self, r):
+        """Usage/setup errors: exactly one line on stderr, starting 'sbx: '."""
+        lines = r.err.splitlines()
+        self.assertEqual(len(lines), 1, "expected exactly one line on stderr\n" + r.describe())
+        self.assertTrue(lines[0].startswith("sbx: "), "stderr line must start with 'sbx: '\n" + r.describe())
+        return lines[0]
+
+
+def unique(tag="m"):
+    return f"{tag}{uuid.uuid4().hex[:12]}"
+
+
+def procs():
+    """{pid: (cmdline as list of str, uid)} of every process visible on the host."""
+    out = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/cmdline", "rb") as f:
+                raw = f.read()
+            st = os.stat(f"/proc/{d}")
+        except OSError:
+            continue
+        out[int(d)] = ([a.decode(errors="replace") for a in raw.split(b"\0") if a], st.st_uid)
+    return out
+
+
+def find_procs(needle):
+    """Host processes whose cmdline contains `needle` as one argument (or part of one)."""
+    me = os.getpid()
+    return {pid: cl for pid, (cl, _) in procs().items()
+            if pid != me and any(needle in a for a in cl)}
+
+
+def wait_for(pred, timeout, interval=0.01):
+    deadline = time.monotonic() + timeout
+    while True:
+        v = pred()
+        if v or time.monotonic() >= deadline:
+            return v
+        time.sleep(interval)
+
+
+def mountinfo():
+    with open("/proc/self/mountinfo") as f:
+        # Drop the mount id / parent id fields so that a remount does not look like a new mount.
+        return sorted(" ".join(line.split()[2:]) for line in f)
+
+
+def kill_tree_by_marker(marker):
+    for pid in find_procs(marker):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+HEX64 = re.compile(r"^[0-9a-f]{64}$")

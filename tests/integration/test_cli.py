@@ -1,0 +1,124 @@
+"""--dry-run, profiles and argument handling (issue 2, items 5 and 9)."""
+import json
+import os
+import unittest
+
+from sbxtest import SbxTestCase, sbx
+
+
+class DryRun(SbxTestCase):
+    def test_dry_run_prints_merged_spec_and_runs_nothing(self):
+        state = self.path("state")
+        flag = self.path("ran")
+        r = sbx(["--state-dir", state, "run", "--dry-run", "--timeout", "2s", "--env", "A=B", "--uid", "7",
+                 "--tmpfs", "/scratch:1M", "--", "sh", "-c", f"touch {flag}; echo RAN"])
+        self.assertExit(r, 0, "--dry-run")
+        spec = json.loads(r.out)
+        self.assertEqual(spec["argv"], ["sh", "-c", f"touch {flag}; echo RAN"])
+        self.assertEqual(spec["limits"]["timeout_ms"], 2000)
+        self.assertEqual(spec["env"].get("A"), "B")
+        self.assertEqual(spec["uid"], 7)
+        self.assertEqual(spec["profile"], "untrusted")
+        self.assertEqual(spec["workdir"], "/tmp")
+        self.assertEqual(spec["network"]["mode"], "none")
+        self.assertIn({"dst": "/scratch", "size_bytes": 1 << 20}, spec["tmpfs"])
+        self.assertFalse(os.path.exists(flag), "--dry-run ran the command")
+        traces = os.path.join(state, "traces")
+        self.assertFalse(os.path.isdir(traces) and os.listdir(traces), "--dry-run recorded a run")
+
+    def test_flags_override_profile(self):
+        prof = self.path("mine.json")
+        with open(prof, "w") as f:
+            json.dump({"limits": {"timeout_ms": "1s", "output_limit_bytes": 100}, "env": {"X": "profile"}}, f)
+        r = sbx(["run", "--dry-run", "--profile", prof, "--timeout", "250ms", "--", "true"])
+        self.assertExit(r, 0)
+        spec = json.loads(r.out)
+        self.assertEqual(spec["limits"]["timeout_ms"], 250, "flags win over the profile")
+        self.assertEqual(spec["limits"]["output_limit_bytes"], 100, "the profile wins over defaults")
+        self.assertEqual(spec["env"]["X"], "profile")
+
+    def test_trusted_profile_merges(self):
+        r = sbx(["run", "--dry-run", "--profile", "trusted", "--", "true"])
+        self.assertExit(r, 0)
+        self.assertEqual(json.loads(r.out)["profile"], "trusted")
+
+
+class Profiles(SbxTestCase):
+    def write(self, name, obj):
+        p = self.path(name)
+        with open(p, "w") as f:
+            f.write(obj if isinstance(obj, str) else json.dumps(obj))
+        return p
+
+    def check_bad(self, p, key):
+        for extra in (["--dry-run"], []):
+            r = sbx(["run", "--profile", p] + extra + ["--", "echo", "RAN"])
+            self.assertExit(r, 125, f"bad profile {p}")
+            line = self.assertOneSbxLine(r)
+            self.assertIn(p, line, "the error names the file")
+            self.assertIn(key, line, "the error names the key")
+            self.assertNotIn(b"RAN", r.stdout)
+
+    def test_unknown_top_level_key(self):
+        self.check_bad(self.write("bad1.json", {"limits": {"timeout_ms": "1s"}, "bogus_key": 1}), "bogus_key")
+
+    def test_unknown_nested_key(self):
+        self.check_bad(self.write("bad2.json", {"limits": {"timeout_ms": "1s", "nope_limit": 3}}), "nope_limit")
+
+    def test_bad_value(self):
+        self.check_bad(self.write("bad3.json", {"limits": {"timeout_ms": "soon"}}), "timeout_ms")
+
+    def test_not_json(self):
+        p = self.write("bad4.json", "{ not json")
+        r = sbx(["run", "--profile", p, "--", "echo", "RAN"])
+        self.assertExit(r, 125)
+        self.assertIn(p, self.assertOneSbxLine(r))
+
+    def test_profile_values_apply_to_the_run(self):
+        p = self.write("envprof.json", {"env": {"FROM_PROFILE": "yes"}, "limits": {"timeout_ms": "300ms"}})
+        r = self.run_sbx(["sh", "-c", "echo $FROM_PROFILE; sleep 5"], ["--profile", p])
+        self.assertExit(r, 124, "the profile's timeout applies")
+        self.assertEqual(r.out, "yes\n")
+        t = self.need_trace(r)
+        self.assertEqual(t["invocation"]["profile"]["name"], "envprof")
+        import hashlib
+        with open(p, "rb") as f:
+            self.assertEqual(t["invocation"]["profile"]["sha256"], hashlib.sha256(f.read()).hexdigest(),
+                             "the trace hashes the profile file that was used")
+
+    def test_profile_ls_and_show(self):
+        r = sbx(["profile", "ls"])
+        self.assertExit(r, 0)
+        self.assertIn("untrusted", r.out)
+        self.assertIn("trusted", r.out)
+        r = sbx(["profile", "show", "untrusted"])
+        self.assertExit(r, 0)
+        self.assertIn("untrusted", r.out)
+
+
+class Arguments(SbxTestCase):
+    def test_options_after_double_dash_belong_to_the_program(self):
+        r = self.run_sbx(["echo", "--timeout", "x", "--", "-v"])
+        self.assertExit(r, 0)
+        self.assertEqual(r.out, "--timeout x -- -v\n")
+
+    def test_command_without_double_dash(self):
+        r = sbx(["run", "echo", "no-dashes", "--flag-of-echo"])
+        self.assertExit(r, 0)
+        self.assertEqual(r.out, "no-dashes --flag-of-echo\n")
+
+    def test_quiet_by_default(self):
+        r = self.run_sbx(["echo", "only this"])
+        self.assertExit(r, 0)
+        self.assertEqual(r.out, "only this\n")
+        self.assertEqual(r.err, "", "a successful run prints only the program's output")
+
+    def test_verbose_logs_to_stderr(self):
+        r = sbx(["-v", "-v", "run", "--", "echo", "hi"])
+        self.assertExit(r, 0)
+        self.assertEqual(r.out, "hi\n", "logs never go to stdout")
+        self.assertNotEqual(r.err, "", "-v -v should log something on stderr")
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,191 @@
+"""Every row of the exit-status table (DESIGN.md) plus setup-failure reporting (issue 2, items 9-10)."""
+import os
+import re
+import time
+import unittest
+
+from sbxtest import SbxTestCase, find_procs, note, sbx, unique
+
+
+class ProgramExit(SbxTestCase):
+    def test_zero_exit_is_ok(self):
+        r = self.run_sbx(["/bin/true"])
+        self.assertExit(r, 0)
+        t = self.need_trace(r)
+        self.assertEqual(t["result"]["status"], "ok")
+        self.assertEqual(t["result"]["exit_code"], 0)
+        self.assertIsNone(t["result"]["signal"])
+        self.assertIsNone(t["result"]["error"])
+
+    def test_own_exit_code_passes_through(self):
+        for code in (1, 3, 42, 255):
+            r = self.run_sbx(["sh", "-c", f"exit {code}"])
+            self.assertExit(r, code)
+            t = self.need_trace(r)
+            self.assertEqual(t["result"]["status"], "exit_nonzero")
+            self.assertEqual(t["result"]["exit_code"], code)
+            self.assertIsNone(t["result"]["signal"])
+
+    def test_program_exiting_with_sbx_codes_is_still_the_program(self):
+        # The trace status is authoritative: a program may exit 124-127 itself.
+        for code in (124, 125, 126, 127):
+            r = self.run_sbx(["sh", "-c", f"exit {code}"])
+            self.assertExit(r, code)
+            t = self.need_trace(r)
+            self.assertEqual(t["result"]["status"], "exit_nonzero", f"program exited {code} itself")
+            self.assertEqual(t["result"]["exit_code"], code)
+            self.assertIsNone(t["result"]["error"])
+
+    def test_killed_by_signal_is_128_plus_n(self):
+        for sig, name in ((9, "KILL"), (15, "TERM"), (11, "SEGV")):
+            r = self.run_sbx(["sh", "-c", f"kill -{name} $$"])
+            self.assertExit(r, 128 + sig, f"program killed by SIG{name}")
+            t = self.need_trace(r)
+            self.assertEqual(t["result"]["status"], "signaled")
+            self.assertEqual(t["result"]["signal"], sig)
+            self.assertIsNone(t["result"]["exit_code"])
+
+
+class WallTimeLimit(SbxTestCase):
+    def test_timeout_300ms_returns_124_within_300_to_400ms(self):
+        # Noise on a loaded 2-core machine only ever adds time, so up to three tries may be made to
+        # land inside the window; every try must exit 124 and none may finish before 300 ms.
+        walls = []
+        for _ in range(3):
+            r = self.run_sbx(["sleep", "10"], ["--timeout", "300ms"], timeout=15)
+            self.assertExit(r, 124, "--timeout 300ms -- sleep 10")
+            walls.append(r.wall * 1000)
+            self.assertGreaterEqual(r.wall, 0.300, f"sbx returned before the limit: {walls} ms")
+            t = self.need_trace(r)
+            self.assertEqual(t["result"]["status"], "timeout")
+            if r.wall <= 0.400:
+                break
+        note(f"--timeout 300ms wall times around the sbx process: {', '.join(f'{w:.1f}' for w in walls)} ms")
+        self.assertLessEqual(min(walls), 400.0, f"no run finished within 300-400 ms: {walls}")
+
+    def test_timeout_kills_the_whole_sandbox(self):
+        m = "1234.7"
+        r = self.run_sbx(["sh", "-c", f"sleep {m} & sleep 10"], ["--timeout", "300ms"], timeout=15)
+        self.assertExit(r, 124)
+        left = find_procs(m)
+        self.assertEqual(left, {}, "a process of the timed-out sandbox is still running")
+
+    def test_timeout_with_seconds_unit(self):
+        r = self.run_sbx(["sleep", "10"], ["--timeout", "1s"], timeout=15)
+        self.assertExit(r, 124)
+        self.assertTrue(1.0 <= r.wall < 2.0, f"--timeout 1s took {r.wall:.3f}s")
+
+    def test_fast_program_under_timeout_is_not_a_timeout(self):
+        r = self.run_sbx(["sh", "-c", "exit 4"], ["--timeout", "5s"])
+        self.assertExit(r, 4)
+        self.assertEqual(self.need_trace(r)["result"]["status"], "exit_nonzero")
+
+
+class UsageErrors(SbxTestCase):
+    """Every usage or input error: exit 125, one line on stderr starting 'sbx: ', nothing run."""
+
+    def check_usage(self, args, mention=None):
+        r = sbx(args)
+        self.assertExit(r, 125, f"usage error: sbx {' '.join(args)}")
+        line = self.assertOneSbxLine(r)
+        if mention:
+            self.assertIn(mention, line, "the error line should say what was wrong")
+        self.assertEqual(r.stdout, b"", "nothing may run on a usage error")
+        return line
+
+    def test_unknown_flag(self):
+        self.check_usage(["run", "--no-such-flag", "--", "/bin/true"], "--no-such-flag")
+
+    def test_unknown_flag_before_subcommand(self):
+        self.check_usage(["--no-such-flag", "run", "--", "/bin/true"], "--no-such-flag")
+
+    def test_unknown_subcommand(self):
+        self.check_usage(["frobnicate"])
+
+    def test_bad_duration(self):
+        for bad in ("5parsecs", "abc", "-1s", "0", "1.5.3s"):
+            self.check_usage(["run", "--timeout", bad, "--", "echo", "RAN"], "--timeout")
+
+    def test_empty_duration(self):
+        self.check_usage(["run", "--timeout", "", "--", "echo", "RAN"], "--timeout")
+
+    def test_bad_output_limit(self):
+        self.check_usage(["run", "--output-limit", "lots", "--", "echo", "RAN"], "--output-limit")
+
+    def test_missing_command(self):
+        self.check_usage(["run"])
+        self.check_usage(["run", "--"])
+        self.check_usage(["run", "--timeout", "1s"])
+
+    def test_missing_option_value(self):
+        self.check_usage(["run", "--timeout"])
+
+    def test_unreadable_profile(self):
+        missing = self.path("no-such-profile.json")
+        self.check_usage(["run", "--profile", missing, "--", "echo", "RAN"], missing)
+
+    def test_unknown_profile_name(self):
+        self.check_usage(["run", "--profile", "no-such-profile-xyz", "--", "echo", "RAN"], "no-such-profile-xyz")
+
+    def test_bad_env_flag(self):
+        self.check_usage(["run", "--env", "NOEQUALS", "--", "echo", "RAN"])
+
+    def test_usage_error_writes_no_trace_store_record_of_a_run(self):
+        state = self.path("state")
+        os.mkdir(state)
+        r = sbx(["--state-dir", state, "run", "--no-such-flag", "--", "/bin/true"])
+        self.assertExit(r, 125)
+        traces = os.path.join(state, "traces")
+        left = os.listdir(traces) if os.path.isdir(traces) else []
+        self.assertEqual([f for f in left if f.endswith(".json")], [], "a usage error ran nothing")
+
+
+class EntrypointErrors(SbxTestCase):
+    def check_exec_failure(self, r, code):
+        self.assertExit(r, code)
+        t = self.need_trace(r)
+        self.assertEqual(t["result"]["status"], "setup_error")
+        err = t["result"]["error"]
+        self.assertIsInstance(err, dict, "result.error must describe the failure")
+        self.assertEqual(err.get("stage"), "execve")
+        self.assertIsNone(t["result"]["exit_code"])
+        self.assertTrue(r.err.strip(), "a failed execve should be reported on stderr\n" + r.describe())
+        for line in r.err.splitlines():
+            self.assertTrue(line.startswith("sbx: "), "sbx's own error lines start with 'sbx: '\n" + r.describe())
+
+    def test_not_found_absolute_is_127(self):
+        self.check_exec_failure(self.run_sbx(["/no/such/program"]), 127)
+
+    def test_not_found_in_path_is_127(self):
+        self.check_exec_failure(self.run_sbx(["no-such-program-" + unique()]), 127)
+
+    def test_not_executable_is_126(self):
+        # /dev/null exists in the sandbox's /dev and is not executable.
+        self.check_exec_failure(self.run_sbx(["/dev/null"]), 126)
+
+    def test_directory_is_126(self):
+        self.check_exec_failure(self.run_sbx(["/usr"]), 126)
+
+
+class SetupFailure(SbxTestCase):
+    STAGE_LINE = re.compile(r"^sbx: setup failed at (?P<stage>[a-z_]+): (?P<msg>.+): (?P<strerror>[^:]+)$")
+
+    def test_missing_bind_source_fails_at_mounts(self):
+        r = self.run_sbx(["echo", "RAN"], ["--bind", "/nonexistent/path:/x"])
+        self.assertExit(r, 125, "--bind /nonexistent/path:/x")
+        self.assertNotIn(b"RAN", r.stdout)
+        line = self.assertOneSbxLine(r)
+        m = self.STAGE_LINE.match(line)
+        self.assertIsNotNone(m, f"expected 'sbx: setup failed at <stage>: <message>: <strerror>', got {line!r}")
+        self.assertEqual(m["stage"], "mounts")
+        self.assertIn("No such file or directory", m["strerror"])
+        self.assertIn("/nonexistent/path", line, "the message should name the path that failed")
+        t = self.need_trace(r)
+        self.assertEqual(t["result"]["status"], "setup_error")
+        self.assertIsInstance(t["result"]["error"], dict)
+        self.assertEqual(t["result"]["error"].get("stage"), "mounts")
+        self.assertIsNone(t["result"]["exit_code"])
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,378 @@
+"""What the program can see and touch inside the sandbox (issue 2, items 2-4 and 6)."""
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import unittest
+
+from sbxtest import MODE, SbxTestCase, note, unique
+
+PY = "/usr/bin/python3"
+# find(1) over the sandbox's root without the big read-only system trees and pseudo filesystems.
+PRUNE = ("\\( -path /proc -o -path /sys -o -path /usr -o -path /dev -o -path /lib -o -path /lib64 "
+         "-o -path /lib32 -o -path /libx32 -o -path /bin -o -path /sbin \\) -prune")
+
+
+class Identity(SbxTestCase):
+    def test_root_of_own_user_namespace_by_default(self):
+        r = self.run_sbx(["sh", "-c", "id -u; id -g"])
+        self.assertExit(r, 0)
+        self.assertEqual(r.out.split(), ["0", "0"], r.describe())
+
+    def test_uid_gid_flags(self):
+        r = self.run_sbx(["sh", "-c", "id -u; id -g"], ["--uid", "1000", "--gid", "1001"])
+        self.assertExit(r, 0)
+        self.assertEqual(r.out.split(), ["1000", "1001"], r.describe())
+
+    def test_sandbox_uid_maps_to_an_unprivileged_host_uid(self):
+        r = self.run_sbx(["cat", "/proc/self/uid_map", "/proc/self/gid_map"])
+        self.assertExit(r, 0)
+        rows = [line.split() for line in r.out.strip().splitlines()]
+        self.assertTrue(rows, r.describe())
+        for inside, outside, count in rows:
+            if int(inside) <= 0 < int(inside) + int(count):
+                host = int(outside) - int(inside)
+                if MODE == "root":
+                    self.assertNotEqual(host, 0, "run as host root, sandbox uid/gid 0 must not map to host 0\n" + r.out)
+                else:
+                    self.assertIn(host, (os.getuid(), os.getgid()),
+                                  "rootless: sandbox 0 maps to the caller\n" + r.out)
+        for inside, outside, count in rows:
+            o, c = int(outside), int(count)
+            self.assertFalse(o <= 0 < o + c, f"host uid/gid 0 must not be mapped into the sandbox: {r.out}")
+
+    def test_host_root_file_stays_unwritable_through_rw_bind(self):
+        # A file owned by the caller (host root in root mode), mode 0644, bound rw: the sandbox's
+        # root is not the host's root (root mode) / is the caller (rootless).
+        d = self.path("bindro")
+        os.mkdir(d)
+        os.chmod(d, 0o755)
+        f = os.path.join(d, "owned")
+        with open(f, "w") as fh:
+            fh.write("original\n")
+        os.chmod(f, 0o644)
+        r = self.run_sbx(["sh", "-c", "echo changed > /data/owned"], ["--bind", f"{d}:/data:rw"])
+        with open(f) as fh:
+            content = fh.read()
+        if MODE == "root":
+            self.assertNotEqual(r.rc, 0, "sandbox root wrote a host-root-owned 0644 file\n" + r.describe())
+            self.assertEqual(content, "original\n")
+        else:
+            self.assertExit(r, 0, "rootless: the caller's own file is writable through an rw bind")
+            self.assertEqual(content, "changed\n")
+
+
+class Hostname(SbxTestCase):
+    def test_hostname_is_sbx(self):
+        r = self.run_sbx(["cat", "/proc/sys/kernel/hostname"])
+        self.assertExit(r, 0)
+        self.assertEqual(r.out.strip(), "sbx")
+        r = self.run_sbx(["uname", "-n"])
+        self.assertEqual(r.out.strip(), "sbx")
+
+
+PROC_SCRIPT = r"""
+import json, os
+me = os.getpid()
+ps = {}
+for d in os.listdir('/proc'):
+    if d.isdigit():
+        try:
+            cl = open('/proc/%s/cmdline' % d, 'rb').read().split(b'\0')
+            st = open('/proc/%s/stat' % d).read()
+        except OSError:
+            continue
+        ppid = int(st.rsplit(')', 1)[1].split()[1])
+        ps[int(d)] = {'cmdline': [a.decode(errors='replace') for a in cl if a], 'ppid': ppid}
+print(json.dumps({'me': me, 'ppid': os.getppid(), 'procs': ps}))
+"""
+
+
+class PidIsolation(SbxTestCase):
+    def test_only_the_sandboxs_own_processes_are_visible(self):
+        marker = unique("hostmarker")
+        # A host process with a recognisable cmdline that must not show up inside.
+        host = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", marker])
+        try:
+            r = self.run_sbx([PY, "-c", PROC_SCRIPT])
+        finally:
+            host.kill()
+            host.wait()
+        self.assertExit(r, 0)
+        info = json.loads(r.out)
+        procs = {int(k): v for k, v in info["procs"].items()}
+        self.assertNotEqual(info["me"], 1, "the program must be a child of sbx's init, not pid 1")
+        self.assertIn(1, procs, "pid 1 (sbx's init) must be visible in the sandbox's /proc")
+        self.assertEqual(info["ppid"], 1, "the program's parent is the sandbox's init (pid 1)")
+        for pid, p in procs.items():
+            self.assertNotIn(marker, " ".join(p["cmdline"]), "a host process is visible inside")
+        # Only init and the program itself (no host processes, no leftovers).
+        self.assertEqual(sorted(procs), sorted({1, info["me"]}),
+                         f"unexpected processes visible: {json.dumps(procs, indent=1)}")
+
+    def test_ps_sees_only_sandbox(self):
+        r = self.run_sbx(["ps", "-e", "-o", "pid=,comm="])
+        self.assertExit(r, 0)
+        rows = [line.split(None, 1) for line in r.out.strip().splitlines()]
+        pids = sorted(int(p) for p, _ in rows)
+        self.assertLessEqual(len(rows), 2, "ps shows more than init and itself:\n" + r.out)
+        self.assertIn(1, pids, r.out)
+        self.assertIn("ps", [c.strip() for _, c in rows], r.out)
+
+
+class Filesystem(SbxTestCase):
+    def test_root_filesystem_is_read_only(self):
+        name = unique("sbxit-ro-")
+        for target in (f"/usr/{name}", f"/etc/{name}", f"/{name}", f"/usr/bin/{name}", f"/lib/{name}"):
+            r = self.run_sbx(["sh", "-c", f"touch {target} && echo WROTE"])
+            try:
+                self.assertNotEqual(r.rc, 0, f"touch {target} succeeded inside the sandbox\n" + r.describe())
+                self.assertNotIn("WROTE", r.out)
+                self.assertFalse(os.path.lexists(target), f"{target} appeared on the host")
+            finally:
+                if os.path.lexists(target):
+                    os.unlink(target)
+
+    def test_tmp_is_a_writable_tmpfs_and_default_workdir(self):
+        r = self.run_sbx(["sh", "-c", "pwd; echo hello > /tmp/f && cat /tmp/f; "
+                                      "awk '$5 == \"/tmp\" {print $0}' /proc/self/mountinfo"])
+        self.assertExit(r, 0)
+        lines = r.out.splitlines()
+        self.assertEqual(lines[0], "/tmp", "default workdir is /tmp")
+        self.assertEqual(lines[1], "hello")
+        self.assertTrue(any(" - tmpfs " in line for line in lines[2:]), "/tmp is not a tmpfs:\n" + r.out)
+
+    def test_tmp_is_empty_in_the_next_run(self):
+        m = unique("left-")
+        r = self.run_sbx(["sh", "-c", f"echo x > /tmp/{m} && mkdir /tmp/{m}.d"])
+        self.assertExit(r, 0)
+        r = self.run_sbx(["ls", "-A", "/tmp"])
+        self.assertExit(r, 0)
+        self.assertEqual(r.out, "", "/tmp of the previous run is still there")
+        self.assertFalse(os.path.exists(f"/tmp/{m}"), "the sandbox's /tmp file landed in the host's /tmp")
+
+    def test_tmp_is_size_capped(self):
+        # The default profile caps /tmp (64M); writing 100M must fail.
+        r = self.run_sbx(["sh", "-c", "head -c 100000000 /dev/zero > /tmp/big"], timeout=60)
+        self.assertNotEqual(r.rc, 0, "wrote 100 MB into the sandbox's /tmp\n" + r.describe())
+
+    def test_host_home_cwd_and_private_dirs_are_invisible(self):
+        marker = unique("sbxit-marker-")
+        cwd = self.path("caller-cwd")
+        os.mkdir(cwd)
+        os.chmod(cwd, 0o755)
+        cwd_marker = os.path.join(cwd, marker)
+        home = os.path.expanduser("~")
+        home_marker = os.path.join(home, marker + "-home")
+        open(cwd_marker, "w").close()
+        created_home = False
+        try:
+            try:
+                open(home_marker, "w").close()
+                created_home = True
+            except OSError as e:
+                note(f"cannot create a marker in $HOME={home} ({e}); checking the cwd marker only")
+            script = ("for p in \"$@\"; do [ -e \"$p\" ] && echo \"VISIBLE $p\"; done; "
+                      f"find / {PRUNE} "
+                      f"-o -name '{marker}*' -print 2>/dev/null; true")
+            paths = [cwd_marker, home_marker, cwd, "/var/lib/dpkg/status", "/run/systemd", "/etc/shadow"]
+            r = self.run_sbx(["sh", "-c", script, "sh"] + paths, cwd=cwd, timeout=60)
+            self.assertExit(r, 0)
+            self.assertEqual(r.out, "", "host files visible inside the sandbox:\n" + r.describe())
+            if MODE == "root":
+                r = self.run_sbx(["sh", "-c", "ls -A /root 2>/dev/null"])
+                self.assertEqual(r.out, "", "/root contents are visible:\n" + r.describe())
+        finally:
+            os.unlink(cwd_marker)
+            if created_home:
+                os.unlink(home_marker)
+
+    def test_var_run_home_contents_invisible(self):
+        # Same (st_dev, st_ino) inside as on the host means the host's object itself is visible;
+        # an empty dir that sbx creates with a host-like name (e.g. /run/lock) does not count.
+        dirs = ("/var", "/run", "/home", "/root", "/srv", "/opt", "/mnt", "/media")
+        host = {}
+        for d in dirs:
+            try:
+                names = os.listdir(d)
+            except OSError:
+                continue
+            for n in names:
+                try:
+                    st = os.lstat(os.path.join(d, n))
+                except OSError:
+                    continue
+                host[(st.st_dev, st.st_ino)] = os.path.join(d, n)
+        script = ("import json, os\nout = []\n"
+                  f"for d in {dirs!r}:\n"
+                  "    try: names = os.listdir(d)\n"
+                  "    except OSError: continue\n"
+                  "    for n in names:\n"
+                  "        try: st = os.lstat(os.path.join(d, n))\n"
+                  "        except OSError: continue\n"
+                  "        out.append([os.path.join(d, n), st.st_dev, st.st_ino])\n"
+                  "print(json.dumps(out))\n")
+        r = self.run_sbx([PY, "-c", script])
+        self.assertExit(r, 0)
+        leaked = sorted(p for p, dev, ino in json.loads(r.out) if (dev, ino) in host)
+        self.assertEqual(leaked, [], "host entries visible inside the sandbox")
+
+    def test_no_host_sockets(self):
+        r = self.run_sbx(["sh", "-c", f"find / {PRUNE} -o -type s -print 2>/dev/null; true"],
+                         timeout=60)
+        self.assertExit(r, 0)
+        self.assertEqual(r.out, "", "unix sockets visible inside:\n" + r.out)
+
+    def test_dev_is_minimal(self):
+        r = self.run_sbx(["sh", "-c", "ls -A /dev"])
+        self.assertExit(r, 0)
+        names = set(r.out.split())
+        for need in ("null", "zero", "full", "random", "urandom", "tty", "pts", "ptmx", "shm"):
+            self.assertIn(need, names, f"/dev/{need} missing: {sorted(names)}")
+        for bad in ("sda", "vda", "nvme0", "mem", "kmsg", "kvm"):
+            self.assertNotIn(bad, names, f"/dev/{bad} must not be in the sandbox")
+
+    def test_bind_read_only_and_rw(self):
+        d = self.path("data")
+        os.mkdir(d)
+        # World-writable so that the sandbox's (possibly unprivileged, root mode) uid may write.
+        os.chmod(d, 0o777)
+        with open(os.path.join(d, "in.txt"), "w") as f:
+            f.write("from host\n")
+        r = self.run_sbx(["sh", "-c", "cat /data/in.txt; echo x > /data/new && echo WROTE"],
+                         ["--bind", f"{d}:/data"])
+        self.assertIn("from host", r.out, r.describe())
+        self.assertNotIn("WROTE", r.out, "a read-only bind was writable\n" + r.describe())
+        self.assertFalse(os.path.exists(os.path.join(d, "new")))
+        r = self.run_sbx(["sh", "-c", "echo x > /data/new && echo WROTE"], ["--bind", f"{d}:/data:rw"])
+        self.assertExit(r, 0)
+        self.assertIn("WROTE", r.out)
+        self.assertTrue(os.path.exists(os.path.join(d, "new")), "an rw bind write did not reach the host")
+
+    def test_bind_same_path_when_dst_omitted(self):
+        d = self.path("same")
+        os.mkdir(d)
+        os.chmod(d, 0o755)
+        open(os.path.join(d, "f"), "w").close()
+        r = self.run_sbx(["ls", d], ["--bind", d])
+        self.assertExit(r, 0)
+        self.assertEqual(r.out.split(), ["f"])
+
+    def test_tmpfs_and_workdir(self):
+        r = self.run_sbx(["sh", "-c", "pwd; echo ok > f && cat f; head -c 2000000 /dev/zero > big || echo FULL"],
+                         ["--tmpfs", "/scratch:1M", "--workdir", "/scratch"])
+        self.assertEqual(r.out.split(), ["/scratch", "ok", "FULL"], r.describe())
+
+
+class Network(SbxTestCase):
+    def test_only_loopback_and_it_is_up(self):
+        script = r"""
+import socket, json
+names = [n for _, n in socket.if_nameindex()]
+s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen(1)
+c = socket.create_connection(s.getsockname(), timeout=2)
+a, _ = s.accept(); c.sendall(b'ping'); got = a.recv(4)
+print(json.dumps({'ifaces': names, 'echo': got.decode()}))
+"""
+        r = self.run_sbx([PY, "-c", script])
+        self.assertExit(r, 0)
+        info = json.loads(r.out)
+        self.assertEqual(info["ifaces"], ["lo"], "only lo may exist")
+        self.assertEqual(info["echo"], "ping", "lo must be up")
+        r = self.run_sbx(["cat", "/proc/net/dev"])
+        ifaces = [line.split(":")[0].strip() for line in r.out.splitlines()[2:]]
+        self.assertEqual(ifaces, ["lo"], r.out)
+
+    def test_host_loopback_server_unreachable(self):
+        srv = socket.socket()
+        srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        srv.bind(("127.0.0.1", 0))
+        srv.listen(8)
+        port = srv.getsockname()[1]
+        accepted = []
+        stop = threading.Event()
+
+        def serve():
+            srv.settimeout(0.1)
+            while not stop.is_set():
+                try:
+                    c, addr = srv.accept()
+                except OSError:
+                    continue
+                accepted.append(addr)
+                try:
+                    c.sendall(b"HOST-SECRET\n")
+                finally:
+                    c.close()
+
+        th = threading.Thread(target=serve, daemon=True)
+        th.start()
+        try:
+            # Sanity: the server is reachable from the host, so "unreachable" below means something.
+            with socket.create_connection(("127.0.0.1", port), timeout=2) as c:
+                self.assertEqual(c.recv(64), b"HOST-SECRET\n")
+            host_conns = len(accepted)
+            script = ("import socket, sys\n"
+                      "try:\n"
+                      f"    c = socket.create_connection(('127.0.0.1', {port}), timeout=3)\n"
+                      "    print('CONNECTED', c.recv(64)); sys.exit(0)\n"
+                      "except OSError as e:\n"
+                      "    print('FAILED', type(e).__name__, e.errno); sys.exit(3)\n")
+            r = self.run_sbx([PY, "-c", script])
+            self.assertExit(r, 3, "connecting to the host's 127.0.0.1 server must fail")
+            self.assertIn("FAILED", r.out)
+            self.assertIn(r.out.split()[1], ("ConnectionRefusedError", "OSError", "TimeoutError"), r.out)
+            self.assertEqual(len(accepted), host_conns, "the host server accepted a connection from the sandbox")
+        finally:
+            stop.set()
+            th.join()
+            srv.close()
+
+    def test_no_dns_or_outside_route(self):
+        r = self.run_sbx([PY, "-c", "import socket\ntry:\n socket.create_connection(('10.255.255.1', 80), timeout=2)\n print('CONNECTED')\nexcept OSError as e:\n print('FAILED', e.errno)"])
+        self.assertExit(r, 0)
+        self.assertTrue(r.out.startswith("FAILED"), r.describe())
+
+
+class Environment(SbxTestCase):
+    ALLOWED = {"PATH", "HOME", "TERM", "LANG"}
+
+    def env_inside(self, opts=(), env=None):
+        r = self.run_sbx(["/usr/bin/env"], opts, env=env)
+        self.assertExit(r, 0)
+        out = {}
+        for line in r.out.splitlines():
+            k, _, v = line.partition("=")
+            out[k] = v
+        return out
+
+    def test_cleared_by_default(self):
+        env = dict(os.environ, SBX_IT_SECRET="hunter2", AWS_SECRET_ACCESS_KEY="nope", LD_PRELOAD="")
+        inside = self.env_inside(env=env)
+        extra = set(inside) - self.ALLOWED
+        self.assertEqual(extra, set(), f"unexpected variables inside: {inside}")
+        self.assertIn("PATH", inside)
+        self.assertNotIn("hunter2", json.dumps(inside))
+
+    def test_env_and_env_pass(self):
+        env = dict(os.environ, SBX_IT_PASS="passed-value", SBX_IT_OTHER="no")
+        inside = self.env_inside(["--env", "FOO=bar baz", "--env", "EMPTY=", "--env-pass", "SBX_IT_PASS"], env=env)
+        self.assertEqual(inside.get("FOO"), "bar baz")
+        self.assertEqual(inside.get("EMPTY"), "")
+        self.assertEqual(inside.get("SBX_IT_PASS"), "passed-value")
+        self.assertNotIn("SBX_IT_OTHER", inside)
+        self.assertEqual(set(inside) - self.ALLOWED, {"FOO", "EMPTY", "SBX_IT_PASS"}, str(inside))
+
+    def test_env_values_not_in_trace(self):
+        # The trace embeds the spec: names and sources of passed variables, never a passed value.
+        env = dict(os.environ, SBX_IT_PASS="s3cr3t-" + unique())
+        r = self.run_sbx(["/bin/true"], ["--env-pass", "SBX_IT_PASS"], env=env)
+        self.assertExit(r, 0)
+        with open(r.trace_path) as f:
+            self.assertNotIn(env["SBX_IT_PASS"], f.read(), "a passed-through value leaked into the trace")
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,148 @@
+"""The sbx.trace/v1 record: --trace-file, the trace store, `sbx trace ls|show` (issue 2, item 11)."""
+import hashlib
+import json
+import os
+import time
+import unittest
+
+from sbxtest import ALL_NAMESPACES, HEX64, SbxTestCase, note, sbx, schema_missing_reason, validate_trace
+
+
+class TraceRecord(SbxTestCase):
+    def test_schema_file_validates_a_record(self):
+        reason = schema_missing_reason()
+        if reason:
+            self.skipTest(reason)
+        r = self.run_sbx(["sh", "-c", "echo hi; exit 3"])
+        self.assertExit(r, 3)
+        validate_trace(self, self.need_trace(r))
+        # And the schema is not vacuous: a record without its result must be rejected.
+        from sbxtest import schema_validator
+        broken = dict(self.need_trace(r))
+        del broken["result"]
+        self.assertTrue(list(schema_validator().iter_errors(broken)), "schema accepts a record without 'result'")
+        broken = dict(self.need_trace(r), schema="sbx.trace/v0")
+        self.assertTrue(list(schema_validator().iter_errors(broken)), "schema accepts schema='sbx.trace/v0'")
+
+    def test_record_contents(self):
+        cwd = self.path("cwd")
+        os.mkdir(cwd)
+        r = self.run_sbx(["sh", "-c", "echo hello; echo oops >&2; exit 2"], ["--timeout", "5s"], cwd=cwd)
+        self.assertExit(r, 2)
+        t = self.need_trace(r)
+        self.assertEqual(t["schema"], "sbx.trace/v1")
+        self.assertTrue(isinstance(t["run_id"], str) and t["run_id"], "run_id")
+        for k in ("started_at", "ended_at"):
+            self.assertRegex(t[k], r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)$", k + " RFC 3339")
+        res = t["result"]
+        self.assertEqual(res["status"], "exit_nonzero")
+        self.assertEqual(res["exit_code"], 2)
+        for k in ("status", "exit_code", "signal", "error", "reason"):
+            self.assertIn(k, res, f"result.{k}")
+        self.assertEqual(t["stdout"]["bytes"], 6)
+        self.assertEqual(t["stdout"]["sha256"], hashlib.sha256(b"hello\n").hexdigest())
+        self.assertIs(t["stdout"]["truncated"], False)
+        self.assertEqual(t["stderr"]["bytes"], 5)
+        self.assertEqual(t["stderr"]["sha256"], hashlib.sha256(b"oops\n").hexdigest())
+        self.assertIsInstance(t["usage"]["wall_ms"], (int, float))
+        self.assertGreaterEqual(t["usage"]["wall_ms"], 0)
+        self.assertLess(t["usage"]["wall_ms"], r.wall * 1000 + 50, "wall_ms exceeds the wall time around sbx")
+        enf = t["enforcement"]
+        self.assertEqual(sorted(enf["namespaces"]), sorted(ALL_NAMESPACES), "all seven namespaces")
+        self.assertIn("limits_applied", enf)
+        self.assertIn("limits_not_applied", enf)
+        for item in enf["limits_not_applied"]:
+            self.assertTrue(item.get("limit") and item.get("reason"), f"limits_not_applied entry {item}")
+        applied = json.dumps(enf["limits_applied"])
+        self.assertTrue("timeout" in applied or "wall" in applied,
+                        f"--timeout is enforced by sbx itself and must be listed as applied: {applied}")
+        inv = t["invocation"]
+        self.assertEqual(inv["argv"][-4:], ["--", "sh", "-c", "echo hello; echo oops >&2; exit 2"])
+        self.assertEqual(os.path.realpath(inv["cwd"]), os.path.realpath(cwd))
+        self.assertEqual(inv["profile"]["name"], "untrusted")
+        self.assertRegex(inv["profile"]["sha256"], HEX64)
+        self.assertEqual(inv["spec"]["argv"], ["sh", "-c", "echo hello; echo oops >&2; exit 2"])
+        self.assertEqual(inv["spec"]["limits"]["timeout_ms"], 5000)
+        for k in ("sbx", "host", "image", "inputs", "outputs", "violations"):
+            self.assertIn(k, t, f"trace.{k} must be present (null/empty with a reason if not yet filled)")
+
+    def test_trace_store_has_one_file_per_run(self):
+        state = os.environ["SBX_STATE_DIR"]
+        r = self.run_sbx(["echo", "stored"])
+        self.assertExit(r, 0)
+        t = self.need_trace(r)
+        stored = os.path.join(state, "traces", t["run_id"] + ".json")
+        self.assertTrue(os.path.exists(stored), f"no trace-store record at {stored}")
+        with open(stored) as f:
+            self.assertEqual(json.load(f), t, "--trace-file and the store hold the same record")
+        leftovers = [f for f in os.listdir(os.path.join(state, "traces")) if not f.endswith(".json")]
+        self.assertEqual(leftovers, [], "temp files left in the trace store (writes must be atomic)")
+
+    def test_state_dir_flag_and_env(self):
+        a = self.path("state-a")
+        b = self.path("state-b")
+        r = sbx(["--state-dir", a, "run", "--", "/bin/true"])
+        self.assertExit(r, 0)
+        self.assertEqual(len(os.listdir(os.path.join(a, "traces"))), 1)
+        env = dict(os.environ, SBX_STATE_DIR=b)
+        r = sbx(["run", "--", "/bin/true"], env=env)
+        self.assertExit(r, 0)
+        self.assertEqual(len(os.listdir(os.path.join(b, "traces"))), 1)
+
+    def test_setup_error_and_timeout_are_recorded(self):
+        r = self.run_sbx(["/no/such/binary"])
+        self.assertExit(r, 127)
+        self.assertEqual(self.need_trace(r)["result"]["status"], "setup_error")
+        r = self.run_sbx(["sleep", "5"], ["--timeout", "100ms"])
+        self.assertExit(r, 124)
+        t = self.need_trace(r)
+        self.assertEqual(t["result"]["status"], "timeout")
+        self.assertGreaterEqual(t["usage"]["wall_ms"], 100)
+
+    def test_trace_file_unwritable_is_reported(self):
+        r = self.run_sbx(["echo", "x"], ["--trace-file", "/nonexistent-dir/t.json"], trace=False)
+        note(f"unwritable --trace-file: exit {r.rc}")
+        self.assertTrue(any(line.startswith("sbx: ") for line in r.err.splitlines()), r.describe())
+
+
+class TraceCommands(SbxTestCase):
+    def test_ls_newest_first_and_show(self):
+        state = self.path("state")
+        env = dict(os.environ, SBX_STATE_DIR=state)
+        ids = []
+        for i in range(3):
+            tf = self.path(f"t{i}.json")
+            r = sbx(["run", "--trace-file", tf, "--", "sh", "-c", f"exit {i}"], env=env)
+            self.assertExit(r, i)
+            with open(tf) as f:
+                ids.append(json.load(f)["run_id"])
+            time.sleep(0.02)
+        r = sbx(["trace", "ls"], env=env)
+        self.assertExit(r, 0, "sbx trace ls")
+        lines = [line for line in r.out.splitlines() if line.strip()]
+        found = [next((i for i in ids if i in line), None) for line in lines]
+        found = [x for x in found if x]
+        self.assertEqual(found, list(reversed(ids)), "trace ls lists runs newest first:\n" + r.out)
+        line_of = {i: next(ln for ln in lines if i in ln) for i in ids}
+        self.assertIn("ok", line_of[ids[0]], "the line shows the status")
+        self.assertIn("exit_nonzero", line_of[ids[2]], "the line shows the status")
+        r = sbx(["trace", "show", ids[1]], env=env)
+        self.assertExit(r, 0, "sbx trace show ID")
+        shown = json.loads(r.out)
+        with open(os.path.join(state, "traces", ids[1] + ".json")) as f:
+            self.assertEqual(shown, json.load(f))
+        validate_trace(self, shown)
+
+    def test_show_unknown_id(self):
+        state = self.path("state")
+        r = sbx(["--state-dir", state, "trace", "show", "no-such-run"])
+        self.assertNotEqual(r.rc, 0)
+        self.assertTrue(r.err.startswith("sbx: "), r.describe())
+
+    def test_ls_empty_store(self):
+        r = sbx(["--state-dir", self.path("empty"), "trace", "ls"])
+        self.assertExit(r, 0)
+
+
+if __name__ == "__main__":
+    unittest.main()
