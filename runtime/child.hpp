@@ -1,0 +1,50 @@
+#pragma once
+// The child side of a run: everything that happens inside the new namespaces, as an ordered list
+// of named stages. Any stage that fails sends a structured ChildMsg {stage, errno, message} on a
+// close-on-exec pipe and exits; the supervisor turns it into "setup failed at <stage>: ...".
+//
+// Two processes live inside: sbx's init (pid 1 of the new pid namespace) builds the sandbox, then
+// forks the program (pid 2). Init reaps orphans, forwards signals from the supervisor, and when
+// the program exits it reports the program's wait status and exits itself — at which point the
+// kernel kills everything else left in the pid namespace.
+#include <sys/resource.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "runtime/mounts.hpp"
+#include "runtime/userns.hpp"
+
+namespace sbx {
+
+struct ChildMsg {
+  enum Kind : std::uint32_t { kSetupError = 1, kProgramStatus = 2 };
+  std::uint32_t kind = 0;
+  std::int32_t err = 0;          // errno for kSetupError
+  std::int32_t wait_status = 0;  // for kProgramStatus
+  char stage[32] = {};
+  char message[440] = {};        // fits one atomic pipe write (PIPE_BUF) with the rest
+};
+static_assert(sizeof(ChildMsg) <= 512, "ChildMsg must be written atomically");
+
+struct ChildConfig {
+  IdentityPlan identity;
+  MountPlan mounts;
+  std::string hostname;
+  std::vector<std::string> argv;
+  std::vector<std::string> envp;  // NAME=VALUE, the program's whole environment
+  std::vector<std::pair<int, rlim_t>> rlimits;
+  int sync_fd = -1;  // read end: the supervisor writes one byte once the id maps are in place
+  int msg_fd = -1;   // write end of the ChildMsg pipe (close-on-exec)
+  int out_fd = -1;   // write ends of the stdout/stderr pipes
+  int err_fd = -1;
+};
+
+// Runs in the freshly cloned child; never returns.
+[[noreturn]] void run_init(const ChildConfig& cfg);
+
+// Signals the supervisor blocks before clone (for its signalfd) and init waits for.
+void supervised_signals(sigset_t* set);
+
+}  // namespace sbx

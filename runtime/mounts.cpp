@@ -1,0 +1,239 @@
+#include "runtime/mounts.hpp"
+
+#include <fcntl.h>
+#include <limits.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cstdlib>
+
+#include <nlohmann/json.hpp>
+
+namespace sbx {
+namespace {
+
+constexpr const char* kBase = "/tmp";  // exists on every host; the tmpfs over it is ours alone
+
+const char* const kSystemDirs[] = {"/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32"};
+// What programs need from /etc, without network (no resolv.conf): the loader cache, certificates,
+// Debian's alternatives (awk, editor, ... are symlinks through it), time zone, and a few tables.
+const char* const kEtcEntries[] = {"/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d",
+                                   "/etc/ssl", "/etc/ca-certificates", "/etc/alternatives",
+                                   "/etc/localtime", "/etc/protocols", "/etc/services",
+                                   "/etc/mime.types", "/etc/python3", "/etc/python3.11"};
+
+int pivot_root(const char* new_root, const char* put_old) {
+  return static_cast<int>(::syscall(SYS_pivot_root, new_root, put_old));
+}
+
+Status do_mount(const char* src, const std::string& dst, const char* type, unsigned long flags,
+                const char* data, const std::string& what) {
+  if (::mount(src, dst.c_str(), type, flags, data) != 0) return sys_error("mounts", what);
+  return {};
+}
+
+// A bind remount inside a user namespace must keep the flags the kernel locked on the source
+// mount (nosuid, nodev, noexec, atime flags), or it fails with EPERM. statvfs reports them.
+unsigned long locked_flags(const std::string& path) {
+  struct statvfs sv;
+  if (::statvfs(path.c_str(), &sv) != 0) return 0;
+  unsigned long f = 0;
+  if (sv.f_flag & ST_NOSUID) f |= MS_NOSUID;
+  if (sv.f_flag & ST_NODEV) f |= MS_NODEV;
+  if (sv.f_flag & ST_NOEXEC) f |= MS_NOEXEC;
+  if (sv.f_flag & ST_NOATIME) f |= MS_NOATIME;
+  if (sv.f_flag & ST_NODIRATIME) f |= MS_NODIRATIME;
+  if (sv.f_flag & ST_RELATIME) f |= MS_RELATIME;
+  return f;
+}
+
+Status remount_ro(const std::string& path, unsigned long extra) {
+  unsigned long flags = MS_REMOUNT | MS_BIND | MS_RDONLY | extra | locked_flags(path);
+  return do_mount(nullptr, path, nullptr, flags, nullptr, "remount " + path + " read-only");
+}
+
+Status mkdir_p(const std::string& path, mode_t mode) {
+  std::string cur;
+  std::size_t i = 1;
+  while (i <= path.size()) {
+    auto j = path.find('/', i);
+    if (j == std::string::npos) j = path.size();
+    cur = path.substr(0, j);
+    if (!cur.empty() && ::mkdir(cur.c_str(), mode) != 0 && errno != EEXIST) return sys_error("mounts", "mkdir " + cur);
+    i = j + 1;
+  }
+  return {};
+}
+
+// Creates the mount point for `src` at `dst`: a directory, or an empty file for file sources.
+Status make_mount_point(const std::string& src, const std::string& dst) {
+  struct stat st;
+  if (::stat(src.c_str(), &st) != 0) return sys_error("mounts", "bind source " + src.substr(8));
+  auto slash = dst.rfind('/');
+  SBX_TRY(mkdir_p(dst.substr(0, slash), 0755));
+  if (S_ISDIR(st.st_mode)) {
+    if (::mkdir(dst.c_str(), 0755) != 0 && errno != EEXIST) return sys_error("mounts", "mkdir " + dst);
+  } else {
+    int fd = ::open(dst.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0 && errno != EEXIST) return sys_error("mounts", "create mount point " + dst);
+    if (fd >= 0) ::close(fd);
+  }
+  return {};
+}
+
+enum class BindKind { ro, rw, device };
+
+Status bind_mount(const std::string& host_path, const std::string& dst_in_newroot, BindKind kind) {
+  std::string src = "/oldroot" + host_path;
+  std::string dst = "/newroot" + dst_in_newroot;
+  SBX_TRY(make_mount_point(src, dst));
+  SBX_TRY(do_mount(src.c_str(), dst, nullptr, MS_BIND | MS_REC, nullptr, "bind " + host_path + " to " + dst_in_newroot));
+  if (kind == BindKind::device) return {};  // nodev would make the node useless
+  if (kind == BindKind::ro) return remount_ro(dst, MS_NOSUID | MS_NODEV);
+  unsigned long flags = MS_REMOUNT | MS_BIND | MS_NOSUID | MS_NODEV | locked_flags(dst);
+  return do_mount(nullptr, dst, nullptr, flags, nullptr, "remount " + dst_in_newroot + " nosuid,nodev");
+}
+
+Status write_file(const std::string& path, const std::string& content, mode_t mode) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+  if (fd < 0) return sys_error("mounts", "create " + path);
+  ssize_t n = ::write(fd, content.data(), content.size());
+  ::close(fd);
+  if (n != static_cast<ssize_t>(content.size())) return sys_error("mounts", "write " + path);
+  return {};
+}
+
+Status symlink_at(const std::string& target, const std::string& path) {
+  if (::symlink(target.c_str(), path.c_str()) != 0 && errno != EEXIST) return sys_error("mounts", "symlink " + path);
+  return {};
+}
+
+Status tmpfs_at(const std::string& dst, std::int64_t size, const char* mode, unsigned long flags) {
+  SBX_TRY(mkdir_p(dst, 0755));
+  std::string data = std::string("mode=") + mode + ",size=" + std::to_string(size);
+  return do_mount("tmpfs", dst, "tmpfs", flags, data.c_str(), "tmpfs on " + dst.substr(8));
+}
+
+// A minimal /dev: the harmless character devices bound from the host (device nodes cannot be
+// created in a user namespace, and a tmpfs mounted there is implicitly nodev), a private devpts
+// instance so the sandbox's ptys are its own, and shm.
+Status build_dev(std::int64_t shm_size) {
+  SBX_TRY(tmpfs_at("/newroot/dev", 256 * 1024, "0755", MS_NOSUID | MS_NOEXEC));
+  for (const char* d : {"null", "zero", "full", "random", "urandom", "tty"}) {
+    std::string host = std::string("/dev/") + d;
+    SBX_TRY(bind_mount(host, host, BindKind::device));
+  }
+  SBX_TRY(mkdir_p("/newroot/dev/pts", 0755));
+  SBX_TRY(do_mount("devpts", "/newroot/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC,
+                   "newinstance,ptmxmode=0666,mode=0620", "devpts on /dev/pts"));
+  SBX_TRY(symlink_at("pts/ptmx", "/newroot/dev/ptmx"));
+  SBX_TRY(tmpfs_at("/newroot/dev/shm", shm_size, "1777", MS_NOSUID | MS_NODEV | MS_NOEXEC));
+  SBX_TRY(symlink_at("/proc/self/fd", "/newroot/dev/fd"));
+  SBX_TRY(symlink_at("/proc/self/fd/0", "/newroot/dev/stdin"));
+  SBX_TRY(symlink_at("/proc/self/fd/1", "/newroot/dev/stdout"));
+  SBX_TRY(symlink_at("/proc/self/fd/2", "/newroot/dev/stderr"));
+  return {};
+}
+
+}  // namespace
+
+Result<MountPlan> plan_mounts(const RunSpec& spec, const std::string& caller_cwd) {
+  MountPlan p;
+  for (const char* d : kSystemDirs) {
+    struct stat st;
+    if (::lstat(d, &st) != 0) continue;
+    if (S_ISLNK(st.st_mode)) {
+      char buf[PATH_MAX];
+      ssize_t n = ::readlink(d, buf, sizeof buf - 1);
+      if (n > 0) p.system_links.push_back({d, std::string(buf, static_cast<std::size_t>(n))});
+    } else if (S_ISDIR(st.st_mode)) {
+      p.system_dirs.push_back(d);
+    }
+  }
+  for (const char* e : kEtcEntries) {
+    struct stat st;
+    if (::lstat(e, &st) != 0) continue;
+    if (S_ISLNK(st.st_mode)) {
+      char buf[PATH_MAX];
+      ssize_t n = ::readlink(e, buf, sizeof buf - 1);
+      if (n > 0) p.etc_links.push_back({e, std::string(buf, static_cast<std::size_t>(n))});
+    } else {
+      p.etc_entries.push_back(e);
+    }
+  }
+  std::string uid = std::to_string(spec.uid), gid = std::to_string(spec.gid);
+  std::string passwd = "root:x:0:0:root:/tmp:/bin/sh\n";
+  std::string group = "root:x:0:\n";
+  if (spec.uid != 0) passwd += "sbx:x:" + uid + ":" + gid + ":sandbox user:/tmp:/bin/sh\n";
+  if (spec.gid != 0) group += "sbx:x:" + gid + ":\n";
+  passwd += "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n";
+  group += "nogroup:x:65534:\n";
+  p.generated = {{"/etc/passwd", passwd},
+                 {"/etc/group", group},
+                 {"/etc/hostname", spec.hostname + "\n"},
+                 {"/etc/hosts", "127.0.0.1\tlocalhost " + spec.hostname + "\n::1\tlocalhost ip6-localhost ip6-loopback\n"},
+                 {"/etc/nsswitch.conf", "passwd: files\ngroup: files\nhosts: files\n"}};
+  for (auto b : spec.binds) {
+    // Resolve against the caller's view (relative to their cwd, symlinks followed) so the child
+    // binds exactly what the caller named; a missing source is reported by the child at mount time.
+    if (b.src[0] != '/') b.src = caller_cwd + "/" + b.src;
+    char real[PATH_MAX];
+    if (::realpath(b.src.c_str(), real)) b.src = real;
+    p.binds.push_back(b);
+  }
+  p.tmpfs = spec.tmpfs;
+  p.tmp_size_bytes = spec.limits.tmp_size_bytes;
+  p.workdir = spec.workdir;
+  return p;
+}
+
+Status build_root(const MountPlan& plan) {
+  // Our copy of the host's mounts must not propagate anything back (nor receive host changes).
+  SBX_TRY(do_mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr, "make / private"));
+  SBX_TRY(do_mount("sbx-base", kBase, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=4m", "tmpfs base"));
+  if (::chdir(kBase) != 0) return sys_error("mounts", "chdir base");
+  if (::mkdir("newroot", 0755) != 0 || ::mkdir("oldroot", 0755) != 0) return sys_error("mounts", "mkdir in base");
+  // After this, "/" is the base tmpfs and the host's root is reachable only under /oldroot.
+  if (pivot_root(kBase, "oldroot") != 0) return sys_error("mounts", "pivot_root into base");
+  if (::chdir("/") != 0) return sys_error("mounts", "chdir /");
+  // pivot_root needs the new root to be a mount point: bind /newroot onto itself.
+  SBX_TRY(do_mount("/newroot", "/newroot", nullptr, MS_BIND | MS_REC, nullptr, "bind /newroot"));
+
+  for (auto& d : plan.system_dirs) SBX_TRY(bind_mount(d, d, BindKind::ro));
+  for (auto& [path, target] : plan.system_links) SBX_TRY(symlink_at(target, "/newroot" + path));
+  SBX_TRY(mkdir_p("/newroot/etc", 0755));
+  for (auto& e : plan.etc_entries) SBX_TRY(bind_mount(e, e, BindKind::ro));
+  for (auto& [path, target] : plan.etc_links) SBX_TRY(symlink_at(target, "/newroot" + path));
+  for (auto& [path, content] : plan.generated) SBX_TRY(write_file("/newroot" + path, content, 0644));
+
+  SBX_TRY(mkdir_p("/newroot/proc", 0555));
+  SBX_TRY(do_mount("proc", "/newroot/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr, "proc on /proc"));
+  SBX_TRY(build_dev(plan.tmp_size_bytes));
+  SBX_TRY(tmpfs_at("/newroot/tmp", plan.tmp_size_bytes, "1777", MS_NOSUID | MS_NODEV));
+  for (auto& t : plan.tmpfs) SBX_TRY(tmpfs_at("/newroot" + t.dst, t.size_bytes, "1777", MS_NOSUID | MS_NODEV));
+  for (auto& b : plan.binds) SBX_TRY(bind_mount(b.src, b.dst, b.rw ? BindKind::rw : BindKind::ro));
+
+  // Everything not mounted over stays the base tmpfs, made read-only now that it is complete.
+  SBX_TRY(remount_ro("/newroot", MS_NOSUID | MS_NODEV));
+  if (::umount2("/oldroot", MNT_DETACH) != 0) return sys_error("mounts", "detach old root");
+  if (::chdir("/newroot") != 0) return sys_error("mounts", "chdir /newroot");
+  // pivot_root(".", ".") stacks the old root (the base) on top of the new one; detaching "."
+  // then removes the base and leaves /newroot as "/" (see pivot_root(2), NOTES).
+  if (pivot_root(".", ".") != 0) return sys_error("mounts", "pivot_root into new root");
+  if (::umount2(".", MNT_DETACH) != 0) return sys_error("mounts", "detach base");
+  if (::chdir("/") != 0) return sys_error("mounts", "chdir /");
+  return {};
+}
+
+nlohmann::json mounts_to_json(const MountPlan& plan) {
+  nlohmann::json a = nlohmann::json::array();
+  for (auto& d : plan.system_dirs) a.push_back({{"src", d}, {"dst", d}, {"rw", false}});
+  for (auto& e : plan.etc_entries) a.push_back({{"src", e}, {"dst", e}, {"rw", false}});
+  for (auto& b : plan.binds) a.push_back({{"src", b.src}, {"dst", b.dst}, {"rw", b.rw}});
+  return a;
+}
+
+}  // namespace sbx

@@ -1,0 +1,52 @@
+#pragma once
+// The supervisor: one single-threaded poll loop over the sandbox's init (pidfd), its stdout and
+// stderr pipes (passed through with byte caps and hashed), the child message pipe, a timerfd for
+// the wall-time limit (millisecond precision, no polling) and a signalfd for SIGINT/SIGTERM/
+// SIGHUP/SIGQUIT (forwarded to the program; if it has not exited after a grace period, or on a
+// second signal, the sandbox is killed).
+#include <sys/resource.h>
+#include <sys/types.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "runtime/child.hpp"
+
+namespace sbx {
+
+struct StreamStats {
+  std::uint64_t bytes = 0;          // bytes passed through (what the reader of sbx saw)
+  std::uint64_t dropped_bytes = 0;  // bytes the program wrote past the limit
+  std::string sha256;               // of the bytes passed through
+  bool truncated = false;
+};
+
+struct SuperviseInput {
+  pid_t pid = -1;   // sbx's init in the sandbox
+  int pidfd = -1;
+  int msg_fd = -1;  // read ends
+  int out_fd = -1;
+  int err_fd = -1;
+  std::optional<std::int64_t> timeout_ms;
+  std::optional<std::int64_t> output_limit_bytes;
+  int kill_grace_ms = 2000;
+  int signal_fd = -1;  // signalfd for the forwarded signals
+};
+
+struct SuperviseResult {
+  bool timed_out = false;
+  int forwarded_signal = 0;          // first signal sbx received and forwarded
+  bool killed_after_grace = false;   // the program outlived the grace period (or a 2nd signal came)
+  std::optional<ChildMsg> setup_error;
+  std::optional<int> program_wait_status;
+  int init_wait_status = 0;
+  struct rusage usage {};
+  std::int64_t wall_ms = 0;
+  StreamStats out, err;
+};
+
+// Runs until init has exited and both streams are closed.
+SuperviseResult supervise(const SuperviseInput& in);
+
+}  // namespace sbx

@@ -1,0 +1,98 @@
+#include "runtime/trace.hpp"
+
+#include <fcntl.h>
+#include <sys/random.h>
+#include <time.h>
+
+#include <cstdio>
+
+#include "runtime/sha256.hpp"
+
+namespace sbx {
+namespace {
+
+std::string utc(const char* fmt_date, const char* fmt_tail) {
+  struct timespec ts;
+  ::clock_gettime(CLOCK_REALTIME, &ts);
+  struct tm tm;
+  ::gmtime_r(&ts.tv_sec, &tm);
+  char date[32], out[64];
+  std::strftime(date, sizeof date, fmt_date, &tm);
+  std::snprintf(out, sizeof out, fmt_tail, date, static_cast<int>(ts.tv_nsec / 1'000'000));
+  return out;
+}
+
+nlohmann::json stream_json(const StreamStats* s) {
+  if (!s) return {{"bytes", 0}, {"sha256", sha256_hex("")}, {"truncated", false}, {"dropped_bytes", 0}};
+  return {{"bytes", s->bytes}, {"sha256", s->sha256}, {"truncated", s->truncated}, {"dropped_bytes", s->dropped_bytes}};
+}
+
+std::int64_t tv_ms(const struct timeval& tv) { return tv.tv_sec * 1000LL + tv.tv_usec / 1000; }
+
+}  // namespace
+
+std::string make_run_id() {
+  unsigned char rnd[4] = {};
+  if (::getrandom(rnd, sizeof rnd, 0) != static_cast<ssize_t>(sizeof rnd)) {
+    struct timespec ts;
+    ::clock_gettime(CLOCK_MONOTONIC, &ts);
+    for (int i = 0; i < 4; ++i) rnd[i] = static_cast<unsigned char>(ts.tv_nsec >> (8 * i));
+  }
+  char hex[9];
+  std::snprintf(hex, sizeof hex, "%02x%02x%02x%02x", rnd[0], rnd[1], rnd[2], rnd[3]);
+  return utc("%Y%m%dT%H%M%S", "%s.%03dZ-") + hex;
+}
+
+std::string rfc3339_now() { return utc("%Y-%m-%dT%H:%M:%S", "%s.%03dZ"); }
+
+nlohmann::json trace_record(const TraceParts& p) {
+  using nlohmann::json;
+  json applied = json::object();
+  json not_applied = json::array();
+  for (auto& l : p.limits) {
+    if (l.mechanism.empty()) not_applied.push_back({{"limit", l.limit}, {"value", l.value}, {"reason", l.reason}});
+    else applied[l.limit] = {{"value", l.value}, {"mechanism", l.mechanism}};
+  }
+  json enforcement = p.enforcement;
+  enforcement["limits_applied"] = applied;
+  enforcement["limits_not_applied"] = not_applied;
+
+  const Outcome& o = p.outcome;
+  json error = nullptr;
+  if (o.error) error = {{"stage", o.error->stage}, {"errno", o.error->err}, {"message", o.error->describe()}};
+  json result = {{"status", to_string(o.status)},
+                 {"exit_code", o.exit_code ? json(*o.exit_code) : json(nullptr)},
+                 {"signal", o.signal ? json(*o.signal) : json(nullptr)},
+                 {"error", error},
+                 {"reason", o.reason},
+                 {"sbx_exit_status", exit_status_for(o)}};
+
+  json usage = {{"wall_ms", p.sup ? p.sup->wall_ms : 0},
+                {"cpu_user_ms", p.sup ? json(tv_ms(p.sup->usage.ru_utime)) : json(nullptr)},
+                {"cpu_sys_ms", p.sup ? json(tv_ms(p.sup->usage.ru_stime)) : json(nullptr)},
+                {"memory_peak_bytes", nullptr},
+                {"max_rss_bytes", p.sup ? json(p.sup->usage.ru_maxrss * 1024LL) : json(nullptr)},
+                {"pids_peak", nullptr},
+                {"oom_kills", nullptr}};
+  if (p.usage_extra.is_object())
+    for (auto& [k, v] : p.usage_extra.items()) usage[k] = v;
+
+  return json{{"schema", kTraceSchema},
+              {"run_id", p.run_id},
+              {"started_at", p.started_at},
+              {"ended_at", p.ended_at},
+              {"sbx", {{"version", SBX_VERSION}}},
+              {"host", p.host},
+              {"invocation", p.invocation},
+              {"image", p.image},
+              {"enforcement", enforcement},
+              {"inputs", json::array()},
+              {"outputs", json::array()},
+              {"stdout", stream_json(p.sup ? &p.sup->out : nullptr)},
+              {"stderr", stream_json(p.sup ? &p.sup->err : nullptr)},
+              {"result", result},
+              {"usage", usage},
+              {"violations", p.violations}};
+}
+
+}  // namespace sbx

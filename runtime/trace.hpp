@@ -1,0 +1,44 @@
+#pragma once
+// The trace record, schema sbx.trace/v1 (DESIGN.md; schemas/trace.schema.json): what ran, on which
+// image, under which limits and policy, how it ended and what it used.
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/outcome.hpp"
+#include "runtime/supervisor.hpp"
+
+namespace sbx {
+
+inline constexpr const char* kTraceSchema = "sbx.trace/v1";
+
+// Time-sortable and unique: "20261130T075512.123Z-3fa9c1d2".
+std::string make_run_id();
+// RFC 3339 UTC with milliseconds: "2026-11-30T07:55:12.123Z".
+std::string rfc3339_now();
+
+struct LimitEntry {
+  std::string limit;      // "timeout_ms", "memory_bytes", ...
+  nlohmann::json value;
+  std::string mechanism;  // how it was enforced ("" when not applied)
+  std::string reason;     // why it was not applied ("" when applied)
+};
+
+// Everything the record is made of, gathered by Sandbox::run.
+struct TraceParts {
+  std::string run_id, started_at, ended_at;
+  nlohmann::json invocation;   // {argv, cwd, profile{...}, pack, spec}
+  nlohmann::json image;        // {name, digest, mounts}
+  nlohmann::json host;         // {kernel, cgroup{...}}
+  nlohmann::json enforcement;  // filled except limits_*, which come from `limits`
+  std::vector<LimitEntry> limits;
+  Outcome outcome;
+  const SuperviseResult* sup = nullptr;  // null when the run failed before the sandbox existed
+  nlohmann::json usage_extra;            // cgroup usage, when measured
+  nlohmann::json violations = nlohmann::json::array();
+};
+
+nlohmann::json trace_record(const TraceParts& parts);
+
+}  // namespace sbx
