@@ -67,7 +67,7 @@ std::vector<LimitEntry> plan_limit_entries(const Limits& l, const CgroupInfo& cg
   std::vector<LimitEntry> v;
   if (l.timeout_ms) v.push_back({"timeout_ms", *l.timeout_ms, "supervisor timerfd + pidfd (SIGKILL of the pid namespace)", ""});
   if (l.output_limit_bytes) v.push_back({"output_limit_bytes", *l.output_limit_bytes, "supervisor pipe cap per stream", ""});
-  v.push_back({"tmp_size_bytes", l.tmp_size_bytes, "tmpfs size=", ""});
+  v.push_back({"tmp_size_bytes", l.tmp_size_bytes, "tmpfs size option (/tmp)", ""});
   std::string why = "cgroup v2 " + std::string(cg.layout == "hybrid" ? "is a v1/v2 hybrid here without this controller"
                                                                       : "controllers not available to sbx here");
   if (l.memory_bytes) v.push_back({"memory_bytes", *l.memory_bytes, "", why + " (memory)"});

@@ -1,0 +1,126 @@
+#include <doctest/doctest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/profile.hpp"
+#include "runtime/spec.hpp"
+
+using namespace sbx;
+using nlohmann::json;
+
+TEST_CASE("a RunSpec round-trips through JSON") {
+  RunSpec s;
+  s.argv = {"python3", "-c", "print(1)"};
+  s.uid = 1000;
+  s.gid = 100;
+  s.env = {{"A", "1"}};
+  s.env_pass = {"TERM"};
+  s.binds = {{"/data", "/in", false}, {"/out", "/out", true}};
+  s.tmpfs = {{"/scratch", 1 << 20}};
+  s.limits.timeout_ms = 1500;
+  s.limits.memory_bytes = 256LL << 20;
+  s.limits.cpus = 0.5;
+  auto back = spec_from_json(spec_to_json(s), "test");
+  REQUIRE(back.ok());
+  CHECK(*back == s);
+}
+
+TEST_CASE("strict parsing names the source and the key") {
+  json j = spec_to_json(RunSpec{});
+  j["limits"]["timeout"] = "1s";
+  auto r = spec_from_json(j, "profile /x.json");
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.error().message == "profile /x.json: unknown key 'limits.timeout'");
+
+  json k = spec_to_json(RunSpec{});
+  k["limits"]["timeout_ms"] = "soon";
+  auto r2 = spec_from_json(k, "p.json");
+  REQUIRE_FALSE(r2.ok());
+  CHECK(r2.error().message.find("p.json: limits.timeout_ms: bad duration 'soon'") == 0);
+
+  json u = spec_to_json(RunSpec{});
+  u["uid"] = -1;
+  CHECK_FALSE(spec_from_json(u, "p").ok());
+  json n = spec_to_json(RunSpec{});
+  n["network"]["mode"] = "host";
+  CHECK_FALSE(spec_from_json(n, "p").ok());
+}
+
+TEST_CASE("durations and sizes accept units in JSON") {
+  json j = spec_to_json(RunSpec{});
+  j["limits"]["timeout_ms"] = "2s";
+  j["limits"]["memory_bytes"] = "64M";
+  auto r = spec_from_json(j, "t");
+  REQUIRE(r.ok());
+  CHECK(*r->limits.timeout_ms == 2000);
+  CHECK(*r->limits.memory_bytes == 64LL << 20);
+}
+
+TEST_CASE("merge patch: objects merge, values replace, null deletes") {
+  json base = {{"a", 1}, {"o", {{"x", 1}, {"y", 2}}}, {"l", {1, 2}}};
+  merge_patch(base, {{"o", {{"y", nullptr}, {"z", 3}}}, {"l", {9}}, {"b", true}});
+  CHECK(base == json({{"a", 1}, {"o", {{"x", 1}, {"z", 3}}}, {"l", {9}}, {"b", true}}));
+}
+
+TEST_CASE("bind and tmpfs short forms") {
+  auto b = parse_bind("/src");
+  REQUIRE(b.ok());
+  CHECK(b->dst == "/src");
+  CHECK_FALSE(b->rw);
+  b = parse_bind("/src:/dst:rw");
+  REQUIRE(b.ok());
+  CHECK(b->dst == "/dst");
+  CHECK(b->rw);
+  b = parse_bind("rel:/dst:ro");
+  REQUIRE(b.ok());
+  CHECK_FALSE(b->rw);
+  CHECK_FALSE(parse_bind("").ok());
+  CHECK_FALSE(parse_bind("a:b:c:d").ok());
+  auto t = parse_tmpfs("/scratch:16M");
+  REQUIRE(t.ok());
+  CHECK(t->size_bytes == 16LL << 20);
+  CHECK_FALSE(parse_tmpfs("/x:big").ok());
+}
+
+TEST_CASE("validation rejects paths that could aim outside the new root") {
+  RunSpec s;
+  s.argv = {"true"};
+  CHECK(validate_spec(s).ok());
+  s.binds = {{"/a", "/x/../../etc", false}};
+  CHECK_FALSE(validate_spec(s).ok());
+  s.binds = {{"/a", "relative", false}};
+  CHECK_FALSE(validate_spec(s).ok());
+  s.binds.clear();
+  s.workdir = "tmp";
+  CHECK_FALSE(validate_spec(s).ok());
+  s.workdir = "/tmp";
+  s.argv.clear();
+  CHECK_FALSE(validate_spec(s).ok());
+}
+
+TEST_CASE("profiles: built-ins load, layer in order, and are validated") {
+  auto untrusted = load_profile("untrusted");
+  REQUIRE(untrusted.ok());
+  auto s = spec_from_layers(*untrusted, nullptr, "");
+  REQUIRE(s.ok());
+  CHECK(s->tier == 4);
+  CHECK(s->profile == "untrusted");
+  CHECK(s->limits.timeout_ms.has_value());
+  auto trusted = load_profile("trusted");
+  REQUIRE(trusted.ok());
+  auto t = spec_from_layers(*trusted, nullptr, "");
+  REQUIRE(t.ok());
+  CHECK(t->tier == 3);
+  CHECK(*t->limits.timeout_ms > *s->limits.timeout_ms);
+  // A manifest layer overrides the profile.
+  json manifest = {{"limits", {{"timeout_ms", 1234}}}};
+  auto m = spec_from_layers(*untrusted, &manifest, "pack.json");
+  REQUIRE(m.ok());
+  CHECK(*m->limits.timeout_ms == 1234);
+  CHECK(*m->limits.memory_bytes == *s->limits.memory_bytes);
+  json bad = {{"limits", {{"nope", 1}}}};
+  auto b = spec_from_layers(*untrusted, &bad, "pack.json");
+  REQUIRE_FALSE(b.ok());
+  CHECK(b.error().message.find("pack.json: unknown key 'limits.nope'") == 0);
+  CHECK_FALSE(load_profile("no-such-profile").ok());
+}

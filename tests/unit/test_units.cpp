@@ -1,0 +1,37 @@
+#include <doctest/doctest.h>
+
+#include "runtime/units.hpp"
+
+using namespace sbx;
+
+TEST_CASE("durations") {
+  CHECK(*parse_duration_ms("250ms") == 250);
+  CHECK(*parse_duration_ms("2s") == 2000);
+  CHECK(*parse_duration_ms("2") == 2000);
+  CHECK(*parse_duration_ms("1m") == 60000);
+  CHECK(*parse_duration_ms("1.5m") == 90000);
+  CHECK(*parse_duration_ms("1h") == 3600000);
+  for (const char* bad : {"", "x", "-1s", "1x", "ms", "1.2.3s", "s1"}) {
+    CAPTURE(bad);
+    auto r = parse_duration_ms(bad);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.error().message.find("bad duration") != std::string::npos);
+  }
+}
+
+TEST_CASE("sizes") {
+  CHECK(*parse_size_bytes("4096") == 4096);
+  CHECK(*parse_size_bytes("512K") == 512 * 1024);
+  CHECK(*parse_size_bytes("64M") == 64LL << 20);
+  CHECK(*parse_size_bytes("1G") == 1LL << 30);
+  CHECK(*parse_size_bytes("1.5G") == (3LL << 30) / 2);
+  CHECK(*parse_size_bytes("64MiB") == 64LL << 20);
+  CHECK_FALSE(parse_size_bytes("12Q").ok());
+  CHECK_FALSE(parse_size_bytes("-5").ok());
+  CHECK_FALSE(parse_size_bytes("").ok());
+}
+
+TEST_CASE("formatting round-trips through parsing") {
+  for (std::int64_t ms : {1LL, 250LL, 1000LL, 90000LL, 3600000LL}) CHECK(*parse_duration_ms(format_duration_ms(ms)) == ms);
+  for (std::int64_t b : {1LL, 1000LL, 1024LL, 64LL << 20, 3LL << 30}) CHECK(*parse_size_bytes(format_size(b)) == b);
+}
