@@ -1,9 +1,203 @@
-// PLACEHOLDER: replaced by the trace-store work (sbx trace ls | show RUN_ID).
+// sbx trace ls | show RUN_ID [--format json|text]
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <string>
+
 #include "cli/commands.hpp"
+#include "runtime/paths.hpp"
+#include "runtime/shell_quote.hpp"
+#include "runtime/trace_store.hpp"
 
 namespace sbx::cli {
-void add_trace_command(CLI::App& app, GlobalOptions&, std::vector<Command>& out) {
-  auto* trace = app.add_subcommand("trace", "List and show trace records of past runs");
-  out.push_back({trace, [] { return usage_error("trace: not implemented yet"); }});
+namespace {
+
+using nlohmann::json;
+
+// --- tolerant accessors: `show --format text` must print what a record has, even an odd one ------
+
+const json& at(const json& j, const char* key) {
+  static const json null_value;
+  if (!j.is_object()) return null_value;
+  auto it = j.find(key);
+  return it == j.end() ? null_value : *it;
 }
+
+// A scalar for people: strings without quotes, null as "-", everything else as compact JSON.
+std::string text(const json& v) {
+  if (v.is_null()) return "-";
+  if (v.is_string()) return v.get<std::string>();
+  return v.dump();
+}
+
+void line(const char* label, const std::string& value) {
+  std::printf("%-12s %s\n", label, value.c_str());
+}
+
+std::string command_of(const json& argv) {
+  std::vector<std::string> args;
+  if (argv.is_array())
+    for (auto& a : argv) args.push_back(a.is_string() ? a.get<std::string>() : a.dump());
+  return shell_join(args);
+}
+
+std::string stream_line(const json& s) {
+  if (!s.is_object()) return "-";
+  std::string out = text(at(s, "bytes")) + " bytes, sha256 " + text(at(s, "sha256"));
+  if (at(s, "truncated") == true) out += ", truncated";
+  return out;
+}
+
+void print_files(const char* label, const json& files) {
+  if (!files.is_array() || files.empty()) return line(label, "none");
+  for (auto& f : files) {
+    line(label, text(at(f, "path")) + "  " + text(at(f, "bytes")) + " bytes, sha256 " + text(at(f, "sha256")));
+    label = "";
+  }
+}
+
+void print_text(const json& r) {
+  line("run", text(at(r, "run_id")));
+  line("started", text(at(r, "started_at")));
+  line("ended", text(at(r, "ended_at")));
+
+  const json& inv = at(r, "invocation");
+  const json& spec_argv = at(at(inv, "spec"), "argv");
+  line("command", command_of(spec_argv.is_array() ? spec_argv : at(inv, "argv")));
+  line("sbx argv", command_of(at(inv, "argv")));
+  line("cwd", text(at(inv, "cwd")));
+  const json& prof = at(inv, "profile");
+  line("profile", text(at(prof, "name")) + " (" + text(at(prof, "origin")) + ", sha256 " +
+                      text(at(prof, "sha256")) + ")");
+  const json& pack = at(inv, "pack");
+  if (!pack.is_null())
+    line("pack", text(at(pack, "name")) + " " + text(at(pack, "version")) + " " + text(at(pack, "digest")));
+  const json& image = at(r, "image");
+  line("image", text(at(image, "name")) + " (digest " + text(at(image, "digest")) + ")");
+
+  const json& res = at(r, "result");
+  std::string status = text(at(res, "status"));
+  if (at(res, "exit_code").is_number_integer()) status += ", exit " + text(at(res, "exit_code"));
+  if (at(res, "signal").is_number_integer()) {
+    int sig = at(res, "signal").get<int>();
+    const char* name = sig > 0 && sig < 65 ? ::strsignal(sig) : nullptr;
+    status += ", signal " + std::to_string(sig) + (name ? std::string(" (") + name + ")" : "");
+  }
+  line("status", status);
+  const json& err = at(res, "error");
+  if (err.is_object()) {
+    std::string msg = "at " + text(at(err, "stage")) + ": " + text(at(err, "message"));
+    if (at(err, "errno").is_number_integer() && at(err, "errno").get<int>() != 0) {
+      // The runtime's message may already end with the strerror text (Error::describe()).
+      std::string why = ::strerror(at(err, "errno").get<int>());
+      bool has_why = msg.size() >= why.size() && msg.compare(msg.size() - why.size(), why.size(), why) == 0;
+      msg += (has_why ? "" : ": " + why) + " (errno " + text(at(err, "errno")) + ")";
+    }
+    line("error", msg);
+  }
+  if (at(res, "reason").is_string() && !at(res, "reason").get<std::string>().empty())
+    line("reason", text(at(res, "reason")));
+
+  const json& enf = at(r, "enforcement");
+  const json& applied = at(enf, "limits_applied");
+  if (!applied.is_object() || applied.empty()) line("limits", "none applied");
+  const char* label = "limits";
+  if (applied.is_object()) {
+    for (auto& [name, v] : applied.items()) {
+      line(label, name + " = " + text(at(v, "value")) + " (" + text(at(v, "mechanism")) + ")");
+      label = "";
+    }
+  }
+  const json& not_applied = at(enf, "limits_not_applied");
+  label = "not applied";
+  if (not_applied.is_array()) {
+    for (auto& n : not_applied) {
+      line(label, text(at(n, "limit")) + ": " + text(at(n, "reason")));
+      label = "";
+    }
+  }
+
+  print_files("inputs", at(r, "inputs"));
+  print_files("outputs", at(r, "outputs"));
+  line("stdout", stream_line(at(r, "stdout")));
+  line("stderr", stream_line(at(r, "stderr")));
+
+  const json& u = at(r, "usage");
+  auto ms = [&](const char* k) { return at(u, k).is_null() ? std::string("-") : text(at(u, k)) + " ms"; };
+  line("usage", "wall " + ms("wall_ms") + ", cpu user " + ms("cpu_user_ms") + ", cpu sys " + ms("cpu_sys_ms"));
+  line("", "memory peak " + (at(u, "memory_peak_bytes").is_null() ? std::string("-")
+                                                                  : text(at(u, "memory_peak_bytes")) + " bytes") +
+               ", pids peak " + text(at(u, "pids_peak")) + ", oom kills " + text(at(u, "oom_kills")));
+
+  const json& viol = at(r, "violations");
+  if (!viol.is_array() || viol.empty()) {
+    line("violations", "none");
+  } else {
+    label = "violations";
+    for (auto& v : viol) {
+      line(label, v.dump());
+      label = "";
+    }
+  }
+}
+
+// nlohmann::json keeps members sorted by name; print the record's top level in the schema's order
+// (schema and run_id first, as the runtime writes it) so `show` reads top-down like the record.
+std::string pretty(const json& r) {
+  static const char* const kOrder[] = {"schema",      "run_id",  "started_at", "ended_at", "sbx",
+                                       "host",        "invocation", "image",   "enforcement", "inputs",
+                                       "outputs",     "stdout",  "stderr",     "result",   "usage",
+                                       "violations"};
+  if (!r.is_object()) return r.dump(2);
+  nlohmann::ordered_json out = nlohmann::ordered_json::object();
+  for (const char* k : kOrder)
+    if (auto it = r.find(k); it != r.end()) out[k] = *it;
+  for (auto& [k, v] : r.items())
+    if (!out.contains(k)) out[k] = v;  // members a later schema version added
+  return out.dump(2);
+}
+
+int run_ls(const GlobalOptions& g) {
+  auto traces = list_traces(resolve_dirs(g.state_dir));
+  if (!traces) return usage_error(traces.error().describe());
+  // Run ids are 29 characters and RFC 3339 times with ms 24, so the columns line up for sbx's own
+  // records; longer values just push the line to the right.
+  std::printf("%-29s  %-24s  %-17s  %4s  %8s  %s\n", "RUN ID", "STARTED", "STATUS", "EXIT", "WALL MS", "COMMAND");
+  for (auto& t : *traces) {
+    std::string exit_code = t.exit_code ? std::to_string(*t.exit_code) : "-";
+    std::printf("%-29s  %-24s  %-17s  %4s  %8lld  %s\n", t.run_id.c_str(), t.started_at.c_str(), t.status.c_str(),
+                exit_code.c_str(), static_cast<long long>(t.wall_ms), t.command.c_str());
+  }
+  return 0;
+}
+
+}  // namespace
+
+void add_trace_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out) {
+  auto* trace = app.add_subcommand("trace", "List and show trace records of past runs");
+  trace->require_subcommand(1);
+  auto* ls = trace->add_subcommand("ls", "List stored runs, newest first");
+  auto* show = trace->add_subcommand("show", "Print one run's trace record");
+  struct ShowOptions {
+    std::string run_id;
+    std::string format = "json";
+  };
+  auto opts = std::make_shared<ShowOptions>();
+  show->add_option("run_id", opts->run_id, "Run id, or a unique prefix of one")->required();
+  show->add_option("--format", opts->format, "json (the record, pretty-printed) or text (a summary)")
+      ->check(CLI::IsMember({"json", "text"}));
+
+  out.push_back({trace, [ls, show, opts, &g]() -> int {
+    if (ls->parsed()) return run_ls(g);
+    if (show->parsed()) {
+      auto rec = load_trace(resolve_dirs(g.state_dir), opts->run_id);
+      if (!rec) return usage_error(rec.error().describe());
+      if (opts->format == "text") print_text(*rec);
+      else std::printf("%s\n", pretty(*rec).c_str());
+      return 0;
+    }
+    return usage_error("trace: expected 'ls' or 'show RUN_ID'");
+  }});
+}
+
 }  // namespace sbx::cli

@@ -1,0 +1,158 @@
+#include "runtime/trace_store.hpp"
+
+#include <dirent.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <memory>
+
+#include <spdlog/spdlog.h>
+
+#include "runtime/fsutil.hpp"
+#include "runtime/shell_quote.hpp"
+
+namespace sbx {
+namespace {
+
+constexpr const char* kStage = "trace";
+constexpr std::string_view kSuffix = ".json";
+
+// A run id becomes a file name: it must not climb out of the store or hide as a dot file (dot
+// files are write_file_durable's temporaries, and listings skip them).
+Status check_run_id(const std::string& id) {
+  if (id.empty()) return make_error(kStage, "empty run id");
+  if (id.front() == '.' || id.find('/') != std::string::npos || id.find('\0') != std::string::npos)
+    return make_error(kStage, "invalid run id '" + id + "': must not start with '.' or contain '/'");
+  return {};
+}
+
+std::string trace_path(const Dirs& dirs, const std::string& id) {
+  return dirs.traces + "/" + id + std::string(kSuffix);
+}
+
+// Run ids of the stored records, in name order (which is time order, see trace_store.hpp).
+// A missing store is an empty one: nothing has run yet.
+Result<std::vector<std::string>> stored_ids(const Dirs& dirs) {
+  std::unique_ptr<DIR, int (*)(DIR*)> d(::opendir(dirs.traces.c_str()), ::closedir);
+  if (!d) {
+    if (errno == ENOENT) return std::vector<std::string>{};
+    return sys_error(kStage, "cannot open trace store " + dirs.traces);
+  }
+  std::vector<std::string> ids;
+  errno = 0;
+  while (struct dirent* e = ::readdir(d.get())) {
+    std::string_view name = e->d_name;
+    if (name.empty() || name.front() == '.') continue;
+    if (name.size() <= kSuffix.size() || name.substr(name.size() - kSuffix.size()) != kSuffix) continue;
+    ids.emplace_back(name.substr(0, name.size() - kSuffix.size()));
+  }
+  if (errno != 0) return sys_error(kStage, "cannot read trace store " + dirs.traces);
+  std::sort(ids.begin(), ids.end());
+  return ids;
+}
+
+Result<nlohmann::json> parse_record(const std::string& path) {
+  auto text = read_file(path);
+  if (!text) return make_error(kStage, text.error().message, text.error().err);
+  auto j = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return make_error(kStage, "corrupt trace " + path + ": not valid JSON");
+  if (!j.is_object()) return make_error(kStage, "corrupt trace " + path + ": not a JSON object");
+  // Accept any sbx.trace/ version: readers ignore what they do not know.
+  auto s = j.find("schema");
+  if (s == j.end() || !s->is_string() || s->get<std::string>().rfind("sbx.trace/", 0) != 0)
+    return make_error(kStage, "corrupt trace " + path + ": no \"schema\": \"sbx.trace/...\" member");
+  return j;
+}
+
+// Member lookups that tolerate absence and wrong types: a summary of an odd record is better than
+// no summary (the record itself is still shown whole by `trace show`).
+const nlohmann::json* member(const nlohmann::json& j, const char* key) {
+  if (!j.is_object()) return nullptr;
+  auto it = j.find(key);
+  return it == j.end() ? nullptr : &*it;
+}
+std::string string_member(const nlohmann::json& j, const char* key, std::string fallback = "") {
+  auto* m = member(j, key);
+  return m && m->is_string() ? m->get<std::string>() : fallback;
+}
+const nlohmann::json& object_member(const nlohmann::json& j, const char* key) {
+  static const nlohmann::json empty = nlohmann::json::object();
+  auto* m = member(j, key);
+  return m && m->is_object() ? *m : empty;
+}
+
+std::string join_command(const nlohmann::json& argv) {
+  std::vector<std::string> args;
+  if (argv.is_array())
+    for (auto& a : argv)
+      if (a.is_string()) args.push_back(a.get<std::string>());
+  return shell_join(args);
+}
+
+TraceSummary summarize(const std::string& id, const nlohmann::json& j) {
+  TraceSummary s;
+  s.run_id = id;
+  s.started_at = string_member(j, "started_at");
+  const auto& result = object_member(j, "result");
+  s.status = string_member(result, "status", "?");
+  if (auto* ec = member(result, "exit_code"); ec && ec->is_number_integer()) s.exit_code = ec->get<int>();
+  if (auto* w = member(object_member(j, "usage"), "wall_ms"); w && w->is_number())
+    s.wall_ms = w->get<std::int64_t>();
+  // The program's command (the spec's argv) is what a user recognises a run by; sbx's own argv
+  // (invocation.argv) is the fallback for records without a spec.
+  const auto& inv = object_member(j, "invocation");
+  const nlohmann::json* argv = member(object_member(inv, "spec"), "argv");
+  if (!argv || !argv->is_array()) argv = member(inv, "argv");
+  if (argv) s.command = join_command(*argv);
+  return s;
+}
+
+}  // namespace
+
+Status store_trace(const Dirs& dirs, const std::string& run_id, const std::string& json_text) {
+  SBX_TRY(check_run_id(run_id));
+  // 0700: a trace holds argv, paths and environment names of the caller's runs.
+  if (auto st = ensure_dir(dirs.traces, 0700); !st)
+    return make_error(kStage, "cannot create trace store: " + st.error().message, st.error().err);
+  if (auto st = write_file_durable(trace_path(dirs, run_id), json_text, 0600); !st)
+    return make_error(kStage, "cannot store trace " + run_id + ": " + st.error().message, st.error().err);
+  return {};
+}
+
+Result<std::vector<TraceSummary>> list_traces(const Dirs& dirs) {
+  auto ids = stored_ids(dirs);
+  if (!ids) return ids.error();
+  std::vector<TraceSummary> out;
+  out.reserve(ids->size());
+  for (auto it = ids->rbegin(); it != ids->rend(); ++it) {
+    auto j = parse_record(trace_path(dirs, *it));
+    if (!j) {
+      // One bad file (a crash mid-copy, a hand edit) must not hide every other run.
+      spdlog::warn("skipping trace {}: {}", *it, j.error().describe());
+      continue;
+    }
+    out.push_back(summarize(*it, *j));
+  }
+  return out;
+}
+
+Result<nlohmann::json> load_trace(const Dirs& dirs, const std::string& run_id_or_prefix) {
+  const std::string& want = run_id_or_prefix;
+  SBX_TRY(check_run_id(want));
+  auto ids = stored_ids(dirs);
+  if (!ids) return ids.error();
+  if (std::binary_search(ids->begin(), ids->end(), want)) return parse_record(trace_path(dirs, want));
+
+  std::vector<std::string> matches;
+  for (auto& id : *ids)
+    if (id.rfind(want, 0) == 0) matches.push_back(id);
+  if (matches.empty()) return make_error(kStage, "no trace '" + want + "' in " + dirs.traces);
+  if (matches.size() > 1) {
+    return make_error(kStage, "run id prefix '" + want + "' is ambiguous: " + std::to_string(matches.size()) +
+                                  " traces match (" + matches.front() + ", ..., " + matches.back() +
+                                  "); give more characters");
+  }
+  return parse_record(trace_path(dirs, matches.front()));
+}
+
+}  // namespace sbx

@@ -1,0 +1,187 @@
+#include <doctest/doctest.h>
+
+#include <stdlib.h>
+#include <sys/stat.h>
+
+#include <string>
+
+#include <spdlog/spdlog.h>
+
+#include "runtime/fsutil.hpp"
+#include "runtime/shell_quote.hpp"
+#include "runtime/trace_store.hpp"
+
+namespace {
+
+struct TempStore {
+  std::string root;
+  sbx::Dirs dirs;
+  TempStore() {
+    const char* base = std::getenv("TMPDIR");
+    std::string tmpl = std::string(base && *base ? base : "/tmp") + "/sbx-traces-XXXXXX";
+    REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
+    root = tmpl;
+    dirs.state = root + "/state";
+    dirs.traces = dirs.state + "/traces";  // deliberately missing: store_trace creates it
+    dirs.data = root + "/data";
+    dirs.images = dirs.data + "/images";
+  }
+  ~TempStore() { std::system(("rm -rf '" + root + "'").c_str()); }
+};
+
+// The members list_traces summarises, in the shape of sbx.trace/v1.
+std::string record(const std::string& id, const std::string& status, nlohmann::json exit_code,
+                   std::int64_t wall_ms, nlohmann::json argv) {
+  nlohmann::json j = {
+      {"schema", "sbx.trace/v1"},
+      {"run_id", id},
+      {"started_at", "2026-11-30T07:55:12.123Z"},
+      {"invocation", {{"argv", {"sbx", "run", "--"}}, {"spec", {{"argv", argv}}}}},
+      {"result", {{"status", status}, {"exit_code", exit_code}, {"signal", nullptr}, {"error", nullptr}}},
+      {"usage", {{"wall_ms", wall_ms}}},
+  };
+  return j.dump();
+}
+
+// Silence the "skipping trace" warning for the duration of a test, restoring the level after.
+struct QuietLog {
+  spdlog::level::level_enum was = spdlog::get_level();
+  QuietLog() { spdlog::set_level(spdlog::level::off); }
+  ~QuietLog() { spdlog::set_level(was); }
+};
+
+const char* kOld = "20261130T075512.123Z-3fa9c1d2";
+const char* kMid = "20261130T075513.000Z-00000001";
+const char* kNew = "20261201T000000.001Z-ffffffff";
+
+}  // namespace
+
+TEST_CASE("an empty or missing store lists nothing") {
+  TempStore s;
+  auto l = sbx::list_traces(s.dirs);
+  REQUIRE(l.ok());
+  CHECK(l->empty());
+}
+
+TEST_CASE("store_trace creates a 0700 store and lists newest first with summaries") {
+  TempStore s;
+  REQUIRE(sbx::store_trace(s.dirs, kMid, record(kMid, "exit_nonzero", 3, 42, {"sh", "-c", "exit 3"})).ok());
+  REQUIRE(sbx::store_trace(s.dirs, kNew, record(kNew, "signaled", nullptr, 7, {"sleep", "10"})).ok());
+  REQUIRE(sbx::store_trace(s.dirs, kOld, record(kOld, "ok", 0, 5, {"true"})).ok());
+
+  struct stat st;
+  REQUIRE(::stat(s.dirs.traces.c_str(), &st) == 0);
+  CHECK((st.st_mode & 0777) == 0700);
+
+  auto l = sbx::list_traces(s.dirs);
+  REQUIRE(l.ok());
+  REQUIRE(l->size() == 3);
+  CHECK((*l)[0].run_id == kNew);
+  CHECK((*l)[1].run_id == kMid);
+  CHECK((*l)[2].run_id == kOld);
+
+  CHECK((*l)[0].status == "signaled");
+  CHECK_FALSE((*l)[0].exit_code.has_value());
+  CHECK((*l)[0].wall_ms == 7);
+  CHECK((*l)[1].exit_code == 3);
+  CHECK((*l)[1].command == "sh -c 'exit 3'");
+  CHECK((*l)[2].started_at == "2026-11-30T07:55:12.123Z");
+  CHECK((*l)[2].command == "true");
+}
+
+TEST_CASE("storing the same run id again replaces the record") {
+  TempStore s;
+  REQUIRE(sbx::store_trace(s.dirs, kOld, record(kOld, "ok", 0, 1, {"a"})).ok());
+  REQUIRE(sbx::store_trace(s.dirs, kOld, record(kOld, "timeout", nullptr, 2, {"b"})).ok());
+  auto l = sbx::list_traces(s.dirs);
+  REQUIRE(l->size() == 1);
+  CHECK((*l)[0].status == "timeout");
+}
+
+TEST_CASE("store_trace refuses run ids that are not plain file names") {
+  TempStore s;
+  CHECK_FALSE(sbx::store_trace(s.dirs, "", "{}").ok());
+  CHECK_FALSE(sbx::store_trace(s.dirs, "../escape", "{}").ok());
+  CHECK_FALSE(sbx::store_trace(s.dirs, ".hidden", "{}").ok());
+}
+
+TEST_CASE("load_trace by exact id, by unique prefix, and errors for none and ambiguous") {
+  TempStore s;
+  for (auto* id : {kOld, kMid, kNew}) REQUIRE(sbx::store_trace(s.dirs, id, record(id, "ok", 0, 1, {"x"})).ok());
+
+  auto exact = sbx::load_trace(s.dirs, kMid);
+  REQUIRE(exact.ok());
+  CHECK((*exact)["run_id"] == kMid);
+
+  auto pre = sbx::load_trace(s.dirs, "20261201");
+  REQUIRE(pre.ok());
+  CHECK((*pre)["run_id"] == kNew);
+
+  auto amb = sbx::load_trace(s.dirs, "20261130T");
+  REQUIRE_FALSE(amb.ok());
+  CHECK(amb.error().message.find("ambiguous") != std::string::npos);
+  CHECK(amb.error().message.find("2 traces match") != std::string::npos);
+
+  auto none = sbx::load_trace(s.dirs, "2027");
+  REQUIRE_FALSE(none.ok());
+  CHECK(none.error().message == "no trace '2027' in " + s.dirs.traces);
+  CHECK(none.error().err == 0);
+
+  CHECK_FALSE(sbx::load_trace(s.dirs, "../traces/x").ok());
+  CHECK_FALSE(sbx::load_trace(s.dirs, "").ok());
+}
+
+TEST_CASE("an exact id wins even when it is also a prefix of another id") {
+  TempStore s;
+  REQUIRE(sbx::store_trace(s.dirs, "run1", record("run1", "ok", 0, 1, {"x"})).ok());
+  REQUIRE(sbx::store_trace(s.dirs, "run10", record("run10", "ok", 0, 1, {"x"})).ok());
+  auto r = sbx::load_trace(s.dirs, "run1");
+  REQUIRE(r.ok());
+  CHECK((*r)["run_id"] == "run1");
+}
+
+TEST_CASE("corrupt files are skipped by list_traces but reported by load_trace") {
+  TempStore s;
+  QuietLog quiet;
+  REQUIRE(sbx::store_trace(s.dirs, kOld, record(kOld, "ok", 0, 1, {"x"})).ok());
+  REQUIRE(sbx::write_file_durable(s.dirs.traces + "/" + kMid + ".json", "{\"schema\": \"sbx.tr").ok());
+  REQUIRE(sbx::write_file_durable(s.dirs.traces + "/" + kNew + ".json", "[1, 2]").ok());
+  REQUIRE(sbx::write_file_durable(s.dirs.traces + "/notes.txt", "not a trace").ok());
+  REQUIRE(sbx::write_file_durable(s.dirs.traces + "/20261130T0000.json", "{\"a\": 1}").ok());
+
+  auto l = sbx::list_traces(s.dirs);
+  REQUIRE(l.ok());
+  REQUIRE(l->size() == 1);
+  CHECK((*l)[0].run_id == kOld);
+
+  auto bad = sbx::load_trace(s.dirs, kMid);
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.error().message.find("corrupt trace") != std::string::npos);
+}
+
+TEST_CASE("summary falls back to sbx's own argv and tolerates missing members") {
+  TempStore s;
+  nlohmann::json j = {{"schema", "sbx.trace/v1"}, {"invocation", {{"argv", {"sbx", "run", "--", "echo", "hi there"}}}}};
+  REQUIRE(sbx::store_trace(s.dirs, kOld, j.dump()).ok());
+  auto l = sbx::list_traces(s.dirs);
+  REQUIRE(l->size() == 1);
+  CHECK((*l)[0].command == "sbx run -- echo 'hi there'");
+  CHECK((*l)[0].status == "?");
+  CHECK((*l)[0].wall_ms == 0);
+  CHECK((*l)[0].started_at.empty());
+}
+
+TEST_CASE("shell_quote leaves safe words alone and single-quotes the rest") {
+  using sbx::shell_quote;
+  CHECK(shell_quote("python3") == "python3");
+  CHECK(shell_quote("/usr/bin/x_y-z.py") == "/usr/bin/x_y-z.py");
+  CHECK(shell_quote("--opt=a,b:c@d%e+f") == "--opt=a,b:c@d%e+f");
+  CHECK(shell_quote("") == "''");
+  CHECK(shell_quote("a b") == "'a b'");
+  CHECK(shell_quote("$HOME") == "'$HOME'");
+  CHECK(shell_quote("it's") == "'it'\\''s'");
+  CHECK(shell_quote("*") == "'*'");
+  CHECK(shell_quote("a\nb") == "'a\nb'");
+  CHECK(shell_quote("caf\xc3\xa9") == "'caf\xc3\xa9'");
+  CHECK(sbx::shell_join({"sh", "-c", "echo $1", ""}) == "sh -c 'echo $1' ''");
+}
