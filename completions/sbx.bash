@@ -1,0 +1,132 @@
+# bash completion for sbx                                  -*- shell-script -*-
+# Install as /usr/share/bash-completion/completions/sbx (or source it from ~/.bashrc).
+# Keep in step with the binary: tests/docs/check_docs.sh fails when a subcommand or long option of
+# "sbx ... --help" is missing here.
+
+_sbx_profiles() {
+    # First column of `sbx profile ls`: the names --profile and `profile show` accept.
+    "${COMP_WORDS[0]}" profile ls 2>/dev/null | awk 'NF { print $1 }'
+}
+
+_sbx_profile_files() {
+    # Profile files: *.json, and directories to descend into.
+    compgen -f -X '!*.json' -- "$1"
+    compgen -d -- "$1"
+}
+
+_sbx_run_ids() {
+    # First column of `sbx trace ls`, without its header line.
+    "${COMP_WORDS[0]}" "${_sbx_state_args[@]}" trace ls 2>/dev/null | awk 'NR > 1 && NF { print $1 }'
+}
+
+_sbx() {
+    local cur prev
+    cur=${COMP_WORDS[COMP_CWORD]}
+    prev=${COMP_WORDS[COMP_CWORD-1]}
+    [[ $COMP_CWORD -gt 0 ]] || prev=""
+
+    local global_opts="--state-dir --log-level -v --verbose --version -h --help"
+    local run_opts="--profile --uid --gid --bind --tmpfs --workdir --env --env-pass --timeout
+        --output-limit --memory --pids --cpus --cpu-time --require-limits --trace-file --dry-run"
+    # Options that take a value (the next word is not a subcommand or the command).
+    local takes_arg="--state-dir --log-level --profile --uid --gid --bind --tmpfs --workdir --env
+        --env-pass --timeout --output-limit --memory --pids --cpus --cpu-time --trace-file --format"
+
+    # Find the subcommand path (run | profile ls|show | trace ls|show | doctor) and, for run,
+    # where the sandboxed command starts.
+    local cmd="" sub="" i w skip=0 cmd_start=0 npos=0
+    _sbx_state_args=()
+    for ((i = 1; i < COMP_CWORD; i++)); do
+        w=${COMP_WORDS[i]}
+        if ((skip)); then skip=0; continue; fi
+        if [[ $w == --state-dir ]]; then _sbx_state_args=(--state-dir "${COMP_WORDS[i+1]}"); fi
+        if [[ $w == --state-dir=* ]]; then _sbx_state_args=("$w"); fi
+        if [[ $w == -- ]]; then
+            [[ $cmd == run || -z $cmd ]] && { cmd=run; cmd_start=$((i + 1)); break; }
+            continue
+        fi
+        if [[ $w == -* ]]; then
+            [[ $w != *=* && " ${takes_arg//$'\n'/ } " == *" $w "* ]] && skip=1
+            continue
+        fi
+        if [[ -z $cmd ]]; then
+            cmd=$w
+        elif [[ $cmd == run ]]; then
+            cmd_start=$i; break
+        elif [[ -z $sub && ( $cmd == profile || $cmd == trace ) ]]; then
+            sub=$w
+        else
+            npos=$((npos + 1))
+        fi
+    done
+
+    # Inside the sandboxed command: complete it as a command line of its own.
+    if [[ $cmd == run && $cmd_start -gt 0 && $cmd_start -le $COMP_CWORD ]]; then
+        if declare -F _command_offset >/dev/null; then
+            _command_offset "$cmd_start"
+        elif ((cmd_start == COMP_CWORD)); then
+            COMPREPLY=($(compgen -c -- "$cur"))
+        else
+            COMPREPLY=($(compgen -f -- "$cur"))
+        fi
+        return
+    fi
+
+    # Values of options.
+    case $prev in
+        --state-dir|--workdir)
+            COMPREPLY=($(compgen -d -- "$cur")); return ;;
+        --bind|--trace-file)
+            COMPREPLY=($(compgen -f -- "$cur")); compopt -o filenames 2>/dev/null; return ;;
+        --profile)
+            COMPREPLY=($(compgen -W "$(_sbx_profiles)" -- "$cur") $(_sbx_profile_files "$cur"))
+            compopt -o filenames 2>/dev/null; return ;;
+        --log-level)
+            COMPREPLY=($(compgen -W "trace debug info warn error off" -- "$cur")); return ;;
+        --format)
+            COMPREPLY=($(compgen -W "json text" -- "$cur")); return ;;
+        --env-pass)
+            COMPREPLY=($(compgen -e -- "$cur")); return ;;
+        --tmpfs|--uid|--gid|--env|--timeout|--output-limit|--memory|--pids|--cpus|--cpu-time)
+            return ;;
+    esac
+
+    case $cmd in
+        "")
+            if [[ $cur == -* ]]; then
+                COMPREPLY=($(compgen -W "$global_opts" -- "$cur"))
+            else
+                COMPREPLY=($(compgen -W "run profile trace doctor" -- "$cur"))
+            fi ;;
+        run)
+            COMPREPLY=($(compgen -W "$run_opts $global_opts --" -- "$cur"))
+            if [[ $cur != -* ]]; then COMPREPLY=($(compgen -c -- "$cur")); fi ;;
+        profile)
+            if [[ -z $sub ]]; then
+                [[ $cur == -* ]] && COMPREPLY=($(compgen -W "--help" -- "$cur")) ||
+                    COMPREPLY=($(compgen -W "ls show" -- "$cur"))
+            elif [[ $cur == -* ]]; then
+                COMPREPLY=($(compgen -W "--help" -- "$cur"))
+            elif [[ $sub == show && $npos -eq 0 ]]; then
+                COMPREPLY=($(compgen -W "$(_sbx_profiles)" -- "$cur") $(_sbx_profile_files "$cur"))
+                compopt -o filenames 2>/dev/null
+            fi ;;
+        trace)
+            if [[ -z $sub ]]; then
+                [[ $cur == -* ]] && COMPREPLY=($(compgen -W "--help" -- "$cur")) ||
+                    COMPREPLY=($(compgen -W "ls show" -- "$cur"))
+            elif [[ $sub == show ]]; then
+                if [[ $cur == -* ]]; then
+                    COMPREPLY=($(compgen -W "--format --help" -- "$cur"))
+                elif ((npos == 0)); then
+                    COMPREPLY=($(compgen -W "$(_sbx_run_ids)" -- "$cur"))
+                fi
+            elif [[ $cur == -* ]]; then
+                COMPREPLY=($(compgen -W "--help" -- "$cur"))
+            fi ;;
+        doctor)
+            COMPREPLY=($(compgen -W "--json --help" -- "$cur")) ;;
+    esac
+}
+
+complete -F _sbx sbx

@@ -1,0 +1,145 @@
+# fish completion for sbx. Install as sbx.fish in a completions directory
+# (e.g. /usr/share/fish/vendor_completions.d).
+# Keep in step with the binary: tests/docs/check_docs.sh fails when a subcommand or long option of
+# "sbx ... --help" is missing here.
+
+# The subcommand path so far (e.g. "run", "profile show"), options and their values skipped.
+function __sbx_path
+    set -l tokens (commandline -opc)
+    set -e tokens[1]
+    set -l takes_arg --state-dir --log-level --profile --uid --gid --bind --tmpfs --workdir --env \
+        --env-pass --timeout --output-limit --memory --pids --cpus --cpu-time --trace-file --format
+    set -l path
+    set -l skip 0
+    for t in $tokens
+        if test $skip -eq 1
+            set skip 0
+            continue
+        end
+        switch $t
+            case '--'
+                if test (count $path) -eq 0; or test "$path[1]" = run
+                    set path run CMD
+                    break
+                end
+            case '--*=*'
+            case '-*'
+                if contains -- $t $takes_arg
+                    set skip 1
+                end
+            case '*'
+                if test "$path[1]" = run
+                    set path run CMD
+                    break
+                end
+                set -a path $t
+        end
+    end
+    echo $path
+end
+
+# True when the subcommand path is exactly the arguments (e.g. __sbx_at run; __sbx_at).
+function __sbx_at
+    set -l p (__sbx_path)
+    test "$p" = "$argv"
+end
+
+# True when the subcommand path starts with the arguments.
+function __sbx_in
+    string match -q -- "$argv*" (__sbx_path)
+end
+
+function __sbx_profiles
+    # First column of `sbx profile ls`: the names --profile and `profile show` accept.
+    sbx profile ls 2>/dev/null | string match -r '^\S+'
+end
+
+function __sbx_run_ids
+    # First column of `sbx trace ls`, without its header line.
+    sbx trace ls 2>/dev/null | tail -n +2 | string match -r '^\S+'
+end
+
+complete -c sbx -e
+complete -c sbx -f
+
+# Global options (accepted before the subcommand, and after "run").
+complete -c sbx -n 'not __sbx_in run CMD' -l state-dir -r -F -d 'Directory for traces and images'
+complete -c sbx -n 'not __sbx_in run CMD' -l log-level -x -a 'trace debug info warn error off' -d 'Log level'
+complete -c sbx -n 'not __sbx_in run CMD' -s v -l verbose -d 'More log output (repeat for debug)'
+complete -c sbx -n 'not __sbx_in run CMD' -s h -l help -d 'Print help and exit'
+complete -c sbx -n '__sbx_at' -l version -d 'Print version and exit'
+
+# Subcommands.
+complete -c sbx -n '__sbx_at' -a run -d 'Run a command in a fresh sandbox'
+complete -c sbx -n '__sbx_at' -a profile -d 'List and show profiles'
+complete -c sbx -n '__sbx_at' -a trace -d 'List and show trace records of past runs'
+complete -c sbx -n '__sbx_at' -a doctor -d 'Check what sbx needs on this host'
+
+# sbx run
+complete -c sbx -n '__sbx_at run' -l profile -x -a '(__sbx_profiles; __fish_complete_suffix .json)' -d 'Profile name or JSON file'
+complete -c sbx -n '__sbx_at run' -l uid -x -d 'User id inside the sandbox'
+complete -c sbx -n '__sbx_at run' -l gid -x -d 'Group id inside the sandbox'
+complete -c sbx -n '__sbx_at run' -l bind -r -F -d 'Bind a host path: SRC[:DST][:rw]'
+complete -c sbx -n '__sbx_at run' -l tmpfs -x -d 'Mount a size-capped tmpfs: DST[:SIZE]'
+complete -c sbx -n '__sbx_at run' -l workdir -x -d 'Working directory inside the sandbox'
+complete -c sbx -n '__sbx_at run' -l env -x -d 'Set an environment variable: NAME=VALUE'
+complete -c sbx -n '__sbx_at run' -l env-pass -x -a '(set -n -x)' -d 'Pass a variable from the environment'
+complete -c sbx -n '__sbx_at run' -l timeout -x -d 'Wall-time limit, e.g. 250ms, 2s, 1m'
+complete -c sbx -n '__sbx_at run' -l output-limit -x -d 'Bytes of stdout and of stderr passed through'
+complete -c sbx -n '__sbx_at run' -l memory -x -d 'Memory limit, e.g. 256M'
+complete -c sbx -n '__sbx_at run' -l pids -x -d 'Maximum number of processes'
+complete -c sbx -n '__sbx_at run' -l cpus -x -d 'CPU share, e.g. 0.5'
+complete -c sbx -n '__sbx_at run' -l cpu-time -x -d 'CPU-time budget, e.g. 10s'
+complete -c sbx -n '__sbx_at run' -l require-limits -d 'Fail unless every limit can be enforced'
+complete -c sbx -n '__sbx_at run' -l trace-file -r -F -d 'Also write the trace record to this file'
+complete -c sbx -n '__sbx_at run' -l dry-run -d 'Print the merged run spec as JSON and run nothing'
+complete -c sbx -n '__sbx_at run' -a '(__fish_complete_command)' -d 'Command'
+# After the command starts, complete it as a command line of its own.
+complete -c sbx -n '__sbx_in run CMD' -a '(__sbx_complete_cmd)'
+
+function __sbx_complete_cmd
+    # The sandboxed command starts at the first word after "run" that is not an option of run (or
+    # one of their values), or right after "--".
+    set -l tokens (commandline -opc)
+    set -l takes_arg --state-dir --log-level --profile --uid --gid --bind --tmpfs --workdir --env \
+        --env-pass --timeout --output-limit --memory --pids --cpus --cpu-time --trace-file
+    set -l start 0
+    set -l seen_run 0
+    set -l skip 0
+    for i in (seq 2 (count $tokens))
+        set -l t $tokens[$i]
+        if test $skip -eq 1
+            set skip 0
+        else if test "$t" = --
+            set start (math $i + 1)
+            break
+        else if string match -q -- '-*' $t
+            contains -- $t $takes_arg; and set skip 1
+        else if test $seen_run -eq 0
+            set seen_run 1
+        else
+            set start $i
+            break
+        end
+    end
+    test $start -gt 0; or return
+    set -l words
+    if test $start -le (count $tokens)
+        set words (string escape -- $tokens[$start..-1])
+    end
+    complete -C (string join ' ' -- $words (commandline -ct))
+end
+
+# sbx profile
+complete -c sbx -n '__sbx_at profile' -a ls -d 'List the profiles sbx can find'
+complete -c sbx -n '__sbx_at profile' -a show -d 'Print a profile and the run spec it produces'
+complete -c sbx -n '__sbx_at profile show' -a '(__sbx_profiles; __fish_complete_suffix .json)' -d 'Profile'
+
+# sbx trace
+complete -c sbx -n '__sbx_at trace' -a ls -d 'List stored runs, newest first'
+complete -c sbx -n '__sbx_at trace' -a show -d "Print one run's trace record"
+complete -c sbx -n '__sbx_at trace show' -a '(__sbx_run_ids)' -d 'Run id'
+complete -c sbx -n '__sbx_at trace show' -l format -x -a 'json text' -d 'Output format'
+
+# sbx doctor
+complete -c sbx -n '__sbx_at doctor' -l json -d 'Print the checks as a JSON object'

@@ -1,0 +1,173 @@
+#!/usr/bin/env bash
+# Usage: tests/docs/check_docs.sh SBX_BINARY
+#
+# Checks that the docs keep up with the binary: every subcommand (nested ones too) and every long
+# option that `SBX_BINARY [SUBCOMMAND...] --help` prints appears in man/sbx.1 and in the bash, zsh
+# and fish completions; that the man page renders without warnings; and that the completion files
+# parse. Prints each check, then "N passed, N failed"; exits 1 on any failure, 2 on bad usage.
+set -u
+
+if [[ $# -ne 1 ]]; then
+    echo "usage: $0 SBX_BINARY" >&2
+    exit 2
+fi
+sbx=$1
+if [[ ! -x $sbx ]]; then
+    echo "check_docs: not an executable: $sbx" >&2
+    exit 2
+fi
+
+# The repository root, from this script's own location (tests/docs/check_docs.sh).
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+man_page=$root/man/sbx.1
+bash_comp=$root/completions/sbx.bash
+zsh_comp=$root/completions/_sbx
+fish_comp=$root/completions/sbx.fish
+
+passed=0
+failed=0
+pass() { passed=$((passed + 1)); echo "ok    $*"; }
+fail() { failed=$((failed + 1)); echo "FAIL  $*"; }
+skip() { echo "skip  $*"; }
+
+# Keep the binary away from the caller's state and profiles while asking it for help.
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+export SBX_STATE_DIR=$tmp/state XDG_STATE_HOME=$tmp/state XDG_CONFIG_HOME=$tmp/config
+export SBX_PROFILE_PATH=$tmp/profiles
+
+# --- what the binary offers -------------------------------------------------------------------
+
+# help_of SUBCOMMAND...: the --help text of that (sub)command.
+help_of() {
+    "$sbx" "$@" --help 2>&1
+}
+
+# Lines of one section ("Options:", "Subcommands:") of a help text: from the heading up to the next
+# heading or blank line.
+section() {
+    awk -v want="$1" '
+        /^[^ \t].*:[ \t]*$/ { insec = ($0 == want); next }
+        /^[ \t]*$/ { insec = 0; next }
+        insec { print }'
+}
+
+# Long options of a help text: the option column of "Options:" ("-v,--verbose TEXT  text").
+long_options() {
+    section "Options:" | awk '{ print $1 }' | tr ',' '\n' | grep -E '^--[A-Za-z0-9][A-Za-z0-9-]*$'
+}
+
+subcommands() {
+    section "Subcommands:" | awk '{ print $1 }' | grep -E '^[A-Za-z0-9][A-Za-z0-9-]*$'
+}
+
+# Walk the command tree: "path|option" lines for options, "path" lines for (sub)commands.
+declare -a commands=() options=()
+walk() {
+    local text sub opt
+    text=$(help_of "$@")
+    if [[ -z $text ]]; then
+        fail "'sbx $* --help' printed nothing"
+        return
+    fi
+    while read -r opt; do
+        [[ -n $opt ]] && options+=("$*|$opt")
+    done < <(printf '%s\n' "$text" | long_options)
+    while read -r sub; do
+        [[ -z $sub ]] && continue
+        commands+=("${*:+$* }$sub")
+        walk "$@" "$sub"
+    done < <(printf '%s\n' "$text" | subcommands)
+}
+walk
+
+echo "binary: $sbx"
+echo "found ${#commands[@]} (sub)commands: ${commands[*]}"
+echo "found ${#options[@]} long options (per command)"
+if [[ ${#commands[@]} -eq 0 ]]; then fail "no subcommands found in '$sbx --help'"; fi
+if [[ ${#options[@]} -eq 0 ]]; then fail "no long options found in '$sbx --help'"; fi
+
+# --- where they must appear -------------------------------------------------------------------
+
+for f in "$man_page" "$bash_comp" "$zsh_comp" "$fish_comp"; do
+    if [[ -r $f ]]; then pass "exists: ${f#"$root"/}"; else fail "missing: ${f#"$root"/}"; fi
+done
+
+# The man page as plain words: roff's \- and font escapes removed, so "\fB\-\-bind\fR" reads
+# "--bind" and "\fBprofile ls\fR" reads "profile ls".
+man_text=$(sed -e 's/\\-/-/g' -e 's/\\f[BIRP]//g' -e 's/\\f(..//g' -e 's/\\&//g' "$man_page" 2>/dev/null)
+
+# A word or option, not part of a longer one.
+has_word() {  # has_word TEXT WORD
+    grep -qE -- "(^|[^A-Za-z0-9_-])$(sed 's/[.[\*^$]/\\&/g' <<<"$2")([^A-Za-z0-9_-]|\$)" <<<"$1"
+}
+
+check_in_all() {  # check_in_all WHAT MAN_PATTERN_WORD BASH_WORD ZSH_WORD FISH_PATTERN
+    local what=$1
+    if has_word "$man_text" "$2"; then pass "man page has $what"; else fail "man page lacks $what"; fi
+    if has_word "$(cat "$bash_comp" 2>/dev/null)" "$3"; then pass "bash completion has $what"
+    else fail "bash completion lacks $what"; fi
+    if has_word "$(cat "$zsh_comp" 2>/dev/null)" "$4"; then pass "zsh completion has $what"
+    else fail "zsh completion lacks $what"; fi
+    if grep -qE -- "$5" "$fish_comp" 2>/dev/null; then pass "fish completion has $what"
+    else fail "fish completion lacks $what"; fi
+}
+
+for c in "${commands[@]}"; do
+    leaf=${c##* }
+    # The man page names nested commands in full ("profile ls"); completions list the leaf word.
+    check_in_all "command '$c'" "$c" "$leaf" "$leaf" "(-a[[:space:]]+'?$leaf'?([[:space:]]|\$)|__sbx_at $c)"
+done
+
+declare -A seen=()
+for entry in "${options[@]}"; do
+    cmd=${entry%|*}
+    opt=${entry#*|}
+    [[ -n ${seen[$opt]:-} ]] && continue  # an option shared by several commands is checked once
+    seen[$opt]=1
+    name=${opt#--}
+    check_in_all "option $opt${cmd:+ (sbx $cmd)}" "$opt" "$opt" "$opt" \
+        "(-l|--long-option)[[:space:]]+'?$name'?([[:space:]]|\$)"
+done
+
+# --- the man page renders cleanly -------------------------------------------------------------
+
+if command -v man >/dev/null 2>&1; then
+    for width in default 80; do
+        if [[ $width == default ]]; then
+            warnings=$(man --warnings -l "$man_page" 2>&1 >/dev/null)
+        else
+            warnings=$(MANWIDTH=$width man --warnings -l "$man_page" 2>&1 >/dev/null)
+        fi
+        if [[ -z $warnings ]]; then
+            pass "man --warnings -l man/sbx.1 (width $width): no warnings"
+        else
+            fail "man --warnings -l man/sbx.1 (width $width):"
+            printf '      %s\n' "$warnings"
+        fi
+    done
+else
+    fail "man not installed (apt-get install man-db groff): cannot check man/sbx.1"
+fi
+
+# --- the completion files parse ---------------------------------------------------------------
+
+if bash -n "$bash_comp" 2>"$tmp/err"; then pass "bash -n completions/sbx.bash"
+else fail "bash -n completions/sbx.bash: $(cat "$tmp/err")"; fi
+
+if command -v zsh >/dev/null 2>&1; then
+    if zsh -n "$zsh_comp" 2>"$tmp/err"; then pass "zsh -n completions/_sbx"
+    else fail "zsh -n completions/_sbx: $(cat "$tmp/err")"; fi
+else
+    skip "skipped: zsh not installed"
+fi
+
+if command -v fish >/dev/null 2>&1; then
+    if fish -n "$fish_comp" 2>"$tmp/err"; then pass "fish -n completions/sbx.fish"
+    else fail "fish -n completions/sbx.fish: $(cat "$tmp/err")"; fi
+else
+    skip "skipped: fish not installed"
+fi
+
+echo "$passed passed, $failed failed"
+[[ $failed -eq 0 ]]
