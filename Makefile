@@ -14,7 +14,7 @@ endif
 DEB_PACKAGES = g++ cmake make pkg-config ccache \
   libcli11-dev libseccomp-dev libcap-ng-dev nlohmann-json3-dev libspdlog-dev libfmt-dev doctest-dev \
   python3 python3-jsonschema procps iproute2 util-linux passwd man-db groff-base \
-  bubblewrap hyperfine \
+  bubblewrap hyperfine zsh fish \
   qemu-system-x86 busybox-static cpio
 
 export CCACHE_NOHASHDIR := 1
