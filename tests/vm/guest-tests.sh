@@ -1,0 +1,130 @@
+#!/bin/sh
+# Runs INSIDE the qemu guest (tests/vm/run.sh boots it): real cgroup v2 with memory/pids/cpu.
+# usage: guest-tests.sh BUILD_DIR        (host paths work unchanged: the host's / is the guest's)
+# Prints each test's output to the console and a one-line-per-test summary to /results/summary.
+# Exit status: 0 if every test passed (skips do not fail), else 1.
+BUILD=${1:?usage: guest-tests.sh BUILD_DIR}
+REPO=$(cd "$(dirname "$0")/../.." && pwd)
+SBX=$BUILD/sbx
+SUMMARY=/results/summary
+[ -d /results ] || SUMMARY=/tmp/summary
+: >"$SUMMARY"
+CG=/sys/fs/cgroup
+FAILED=0
+
+pass() { echo "PASS $1" | tee -a "$SUMMARY"; }
+fail() { echo "FAIL $1${2:+: $2}" | tee -a "$SUMMARY"; FAILED=1; }
+skip() { echo "SKIP $1: $2" | tee -a "$SUMMARY"; }
+note() { echo "     $*" | tee -a "$SUMMARY"; }
+# run NAME FUNCTION: one test; its return status decides (77 = skipped, reason on its last line).
+run() {
+  echo "---- $1"
+  out=$("$2" 2>&1); rc=$?
+  [ -n "$out" ] && printf '%s\n' "$out"
+  case $rc in
+    0) pass "$1" ;;
+    77) skip "$1" "$(printf '%s\n' "$out" | tail -1)" ;;
+    *) fail "$1" "exit $rc" ;;
+  esac
+}
+
+echo "guest: kernel $(uname -r), cgroup2 root controllers: $(cat $CG/cgroup.controllers), subtree_control: $(cat $CG/cgroup.subtree_control)" | tee -a "$SUMMARY"
+
+# ---- the RunCgroup unit tests against the real cgroup v2 (tests/unit/test_cgroup.cpp)
+unit_cgroup_from_root() {
+  # sbx in the root cgroup: exempt from the no-internal-processes rule.
+  SBX_CGROUP_TESTS=1 "$BUILD/sbx_unit_tests" -tc='*cgroup*' >/tmp/unit-cgroup.log 2>&1; rc=$?
+  cat /tmp/unit-cgroup.log
+  [ $rc = 0 ] || return 1
+  # Every "cgroup v2 (real)" case must have run here, not skipped.
+  ! grep -q 'skipped:' /tmp/unit-cgroup.log || { echo "real cgroup tests skipped in the guest"; return 1; }
+}
+
+unit_cgroup_from_nonroot_cgroup() {
+  # sbx started in a non-root cgroup that holds it: it must move itself into <own>/sbx-supervisor
+  # before enabling controllers (no-internal-processes rule) and build <own>/sbx there.
+  mkdir -p $CG/guest-session || return 1
+  sh -c "echo \$\$ > $CG/guest-session/cgroup.procs && SBX_CGROUP_TESTS=1 exec '$BUILD/sbx_unit_tests' -tc='*cgroup v2 (real)*limits*'" || return 1
+  [ -d $CG/guest-session/sbx-supervisor ] || { echo "no sbx-supervisor leaf was made"; return 1; }
+  grep -qw memory $CG/guest-session/cgroup.subtree_control || { echo "memory not enabled in guest-session"; return 1; }
+  echo "guest-session/: $(ls -d $CG/guest-session/*/ | xargs -n1 basename | tr '\n' ' ')"
+  rmdir $CG/guest-session/sbx $CG/guest-session/sbx-supervisor $CG/guest-session 2>/dev/null
+  return 0
+}
+
+unit_cgroup_rootless_delegated() {
+  # sbx as an unprivileged user (uid 1001) in a subtree delegated to it the way systemd's
+  # Delegate=yes does: the directory and its cgroup.procs, cgroup.subtree_control, cgroup.threads
+  # chowned. RunCgroup must work there without root, and never write above the delegation point.
+  command -v setpriv >/dev/null || { echo "no setpriv in the guest"; return 77; }
+  D=$CG/deleg-1001
+  mkdir -p $D && chown 1001:1001 $D $D/cgroup.procs $D/cgroup.subtree_control $D/cgroup.threads || return 1
+  sh -c "echo \$\$ > $D/cgroup.procs && SBX_CGROUP_TESTS=1 exec setpriv --reuid=1001 --regid=1001 --clear-groups '$BUILD/sbx_unit_tests' -tc='*cgroup v2 (real)*'" >/tmp/unit-rootless.log 2>&1; rc=$?
+  cat /tmp/unit-rootless.log
+  [ $rc = 0 ] || return 1
+  ! grep -q 'skipped:' /tmp/unit-rootless.log || { echo "real cgroup tests skipped as uid 1001"; return 1; }
+  echo "$D/: $(ls -d $D/*/ | xargs -n1 basename | tr '\n' ' ')owned by $(stat -c %u $D/sbx)"
+  [ -z "$(ls -d $D/sbx/run-* 2>/dev/null)" ] || { echo "run cgroups left in $D/sbx"; return 1; }
+  rmdir $D/sbx $D/sbx-supervisor $D 2>/dev/null
+  return 0
+}
+
+nothing_left_in_subtree() {
+  left=$(ls -d $CG/sbx/run-* 2>/dev/null)
+  [ -z "$left" ] || { echo "left behind: $left"; return 1; }
+  echo "no run-* cgroup under $CG/sbx"
+}
+
+# ---- sbx run with limits: TO BE FILLED IN by the integration of RunCgroup into `sbx run`.
+# Each function returns 0 (pass), 77 with a reason as its last line (skip), anything else (fail).
+# $SBX is the built binary; the guest runs as root, cgroup v2 at /sys/fs/cgroup.
+SBX_RUN_USES_CGROUP=0   # integrator: set to 1 once `sbx run` creates its cgroup with RunCgroup
+sbx_run_ready() {
+  [ "$SBX_RUN_USES_CGROUP" = 1 ] || { echo "sbx run does not use RunCgroup yet"; return 77; }
+  [ -x "$SBX" ] || { echo "no $SBX"; return 1; }
+}
+sbx_run_memory() {   # --memory 32M on a hog → status oom, exit 137, memory.peak near 32M
+  sbx_run_ready || return $?
+  return 77
+}
+sbx_run_pids() {     # --pids 8 on a fork loop → forks fail inside, trace pids_peak 8
+  sbx_run_ready || return $?
+  return 77
+}
+sbx_run_cpus() {     # --cpus 0.2 on a busy loop → cpu ≈ 20% of wall (state the tolerance)
+  sbx_run_ready || return $?
+  return 77
+}
+sbx_run_cpu_time() { # --cpu-time 1s on a busy loop → status timeout, reason cpu
+  sbx_run_ready || return $?
+  return 77
+}
+sbx_run_timeout_cleans() {  # --timeout on sleepers → no process left in the run cgroup
+  sbx_run_ready || return $?
+  return 77
+}
+sbx_run_rootless_delegated() {  # as uid 1001 with a chown'ed (delegated) subtree
+  sbx_run_ready || return $?
+  return 77
+}
+sbx_run_100_runs() {  # nothing left under the sbx subtree after 100 runs
+  sbx_run_ready || return $?
+  return 77
+}
+
+run "unit: RunCgroup from the root cgroup" unit_cgroup_from_root
+run "unit: RunCgroup from a non-root cgroup (sbx-supervisor leaf)" unit_cgroup_from_nonroot_cgroup
+run "unit: RunCgroup rootless (uid 1001) in a delegated subtree" unit_cgroup_rootless_delegated
+run "sbx run --memory" sbx_run_memory
+run "sbx run --pids" sbx_run_pids
+run "sbx run --cpus" sbx_run_cpus
+run "sbx run --cpu-time" sbx_run_cpu_time
+run "sbx run --timeout leaves no process" sbx_run_timeout_cleans
+run "sbx run rootless, delegated subtree" sbx_run_rootless_delegated
+run "sbx run x100 leaves nothing" sbx_run_100_runs
+run "nothing left under the sbx subtree" nothing_left_in_subtree
+
+# The evidence lines the unit tests print (oom_kill, pids, cpu share) go into the summary too.
+grep -E 'memory hog|pids.max=8|cpu.max 0.2|100 create' /tmp/unit-cgroup.log 2>/dev/null | sed 's/^ */     /' >>"$SUMMARY"
+[ $FAILED = 0 ] && echo "guest tests: all passed" | tee -a "$SUMMARY" || echo "guest tests: FAILED" | tee -a "$SUMMARY"
+exit $FAILED
