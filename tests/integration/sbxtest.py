@@ -102,6 +102,13 @@ class Result:
     def err(self):
         return self.stderr.decode(errors="replace")
 
+    @property
+    def program_stderr(self):
+        """stderr without sbx's own warning lines ("sbx: warning: ..."), for tests about the program's
+        stream. Whether sbx may print those at all is checked by test_cli's quiet-by-default test."""
+        return b"".join(line for line in self.stderr.splitlines(keepends=True)
+                        if not line.startswith(b"sbx: warning: "))
+
     def describe(self):
         return (f"command: {' '.join(self.argv)}\n  exit: {self.rc}  wall: {self.wall * 1000:.0f} ms\n"
                 f"  stdout: {self.stdout[:2000]!r}\n  stderr: {self.stderr[:2000]!r}")
@@ -118,7 +125,14 @@ def sbx(args, timeout=30, env=None, cwd=None, input=None, pass_fds=(), stdin=sub
         out, err = p.communicate(input=input, timeout=timeout)
     except subprocess.TimeoutExpired:
         p.kill()
-        out, err = p.communicate()
+        try:
+            out, err = p.communicate(timeout=5)
+        except subprocess.TimeoutExpired:
+            # A leftover process of the sandbox still holds the pipes: stop waiting for EOF.
+            for f in (p.stdout, p.stderr):
+                f.close()
+            p.wait()
+            out, err = b"", b""
         raise AssertionError(f"sbx did not finish within {timeout}s: {' '.join(argv)}\n"
                              f"  stdout so far: {out[:500]!r}\n  stderr so far: {err[:500]!r}")
     return Result(argv, p.returncode, out, err, time.monotonic() - start)
@@ -208,6 +222,11 @@ def find_procs(needle):
     me = os.getpid()
     return {pid: cl for pid, (cl, _) in procs().items()
             if pid != me and any(needle in a for a in cl)}
+
+
+def find_program(needle, prog="sleep"):
+    """Like find_procs, but only processes running `prog` (not sbx itself, whose argv holds the needle too)."""
+    return {pid: cl for pid, cl in find_procs(needle).items() if os.path.basename(cl[0]) == prog}
 
 
 def wait_for(pred, timeout, interval=0.01):

@@ -1,10 +1,9 @@
 """Every row of the exit-status table (DESIGN.md) plus setup-failure reporting (issue 2, items 9-10)."""
 import os
 import re
-import time
 import unittest
 
-from sbxtest import SbxTestCase, find_procs, note, sbx, unique
+from sbxtest import SbxTestCase, find_procs, kill_tree_by_marker, note, sbx, unique
 
 
 class ProgramExit(SbxTestCase):
@@ -65,10 +64,13 @@ class WallTimeLimit(SbxTestCase):
 
     def test_timeout_kills_the_whole_sandbox(self):
         m = "1234.7"
-        r = self.run_sbx(["sh", "-c", f"sleep {m} & sleep 10"], ["--timeout", "300ms"], timeout=15)
-        self.assertExit(r, 124)
-        left = find_procs(m)
-        self.assertEqual(left, {}, "a process of the timed-out sandbox is still running")
+        try:
+            r = self.run_sbx(["sh", "-c", f"sleep {m} & sleep 10"], ["--timeout", "300ms"], timeout=15)
+            self.assertExit(r, 124)
+            left = find_procs(m)
+            self.assertEqual(left, {}, "a process of the timed-out sandbox is still running")
+        finally:
+            kill_tree_by_marker(m)
 
     def test_timeout_with_seconds_unit(self):
         r = self.run_sbx(["sleep", "10"], ["--timeout", "1s"], timeout=15)
@@ -174,7 +176,9 @@ class SetupFailure(SbxTestCase):
         r = self.run_sbx(["echo", "RAN"], ["--bind", "/nonexistent/path:/x"])
         self.assertExit(r, 125, "--bind /nonexistent/path:/x")
         self.assertNotIn(b"RAN", r.stdout)
-        line = self.assertOneSbxLine(r)
+        lines = [ln for ln in r.err.splitlines() if ln.startswith("sbx: setup failed")]
+        self.assertEqual(len(lines), 1, "expected one 'sbx: setup failed at ...' line\n" + r.describe())
+        line = lines[0]
         m = self.STAGE_LINE.match(line)
         self.assertIsNotNone(m, f"expected 'sbx: setup failed at <stage>: <message>: <strerror>', got {line!r}")
         self.assertEqual(m["stage"], "mounts")
@@ -185,6 +189,8 @@ class SetupFailure(SbxTestCase):
         self.assertIsInstance(t["result"]["error"], dict)
         self.assertEqual(t["result"]["error"].get("stage"), "mounts")
         self.assertIsNone(t["result"]["exit_code"])
+        # Last, as it is the least specific: the failure is the only line sbx prints.
+        self.assertOneSbxLine(r)
 
 
 if __name__ == "__main__":

@@ -220,8 +220,18 @@ class Filesystem(SbxTestCase):
         self.assertEqual(leaked, [], "host entries visible inside the sandbox")
 
     def test_no_host_sockets(self):
-        r = self.run_sbx(["sh", "-c", f"find / {PRUNE} -o -type s -print 2>/dev/null; true"],
-                         timeout=60)
+        # A listening unix socket of the caller's (in its temp dir) and whatever the host has.
+        cwd = self.path("sockdir")
+        os.mkdir(cwd)
+        os.chmod(cwd, 0o755)
+        srv = socket.socket(socket.AF_UNIX)
+        srv.bind(os.path.join(cwd, "host.sock"))
+        srv.listen(1)
+        try:
+            r = self.run_sbx(["sh", "-c", f"find / {PRUNE} -o -type s -print 2>/dev/null; true"],
+                             cwd=cwd, timeout=60)
+        finally:
+            srv.close()
         self.assertExit(r, 0)
         self.assertEqual(r.out, "", "unix sockets visible inside:\n" + r.out)
 

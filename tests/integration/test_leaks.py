@@ -8,7 +8,7 @@ import tempfile
 import time
 import unittest
 
-from sbxtest import SBX, SbxTestCase, find_procs, mountinfo, note, procs, sbx, unique, wait_for
+from sbxtest import SBX, SbxTestCase, find_procs, find_program, mountinfo, note, procs, sbx, unique, wait_for
 
 RUNS = 200
 
@@ -131,7 +131,7 @@ class NothingLeftBehind(SbxTestCase):
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, pass_fds=(wfd,))
         os.close(wfd)
         try:
-            self.assertTrue(wait_for(lambda: find_procs(m), 10), "sandbox did not start")
+            self.assertTrue(wait_for(lambda: find_program(m), 10), "sandbox did not start")
             try:
                 fds = {int(fd): os.readlink(f"/proc/{p.pid}/fd/{fd}") for fd in os.listdir(f"/proc/{p.pid}/fd")}
             except OSError as e:

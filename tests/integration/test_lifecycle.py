@@ -5,7 +5,7 @@ import subprocess
 import time
 import unittest
 
-from sbxtest import SBX, SbxTestCase, find_procs, kill_tree_by_marker, wait_for
+from sbxtest import SBX, SbxTestCase, find_procs, find_program, kill_tree_by_marker, wait_for
 
 
 class Leftovers(SbxTestCase):
@@ -46,7 +46,7 @@ class SbxKilled(SbxTestCase):
         p = subprocess.Popen([SBX, "run", "--", "sleep", m], stdin=subprocess.DEVNULL,
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         try:
-            found = wait_for(lambda: find_procs(m), 10)
+            found = wait_for(lambda: find_program(m), 10)
             if not found:
                 p.kill()
                 p.wait()
@@ -69,7 +69,7 @@ class SbxKilled(SbxTestCase):
         p = subprocess.Popen([SBX, "run", "--", "sh", "-c", f"sleep {m} & sleep {m}; wait"],
                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         try:
-            self.assertTrue(wait_for(lambda: len(find_procs(m)) >= 2, 10), "sandbox did not start")
+            self.assertTrue(wait_for(lambda: len(find_program(m)) >= 2, 10), "sandbox did not start")
             p.kill()
             p.wait()
             self.assertTrue(wait_for(lambda: not find_procs(m), 1.0),

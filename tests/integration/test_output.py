@@ -36,7 +36,7 @@ class OutputLimit(SbxTestCase):
                          ["--output-limit", "20"])
         self.assertExit(r, 0)
         self.assertEqual(len(r.stdout), 20)
-        self.assertEqual(r.err, "head=0\ntail-ok\n", "stderr has its own cap; the program ran to the end")
+        self.assertEqual(r.program_stderr, b"head=0\ntail-ok\n", "stderr has its own cap; the program ran to the end")
         t = self.need_trace(r)
         self.assertTrue(t["stdout"]["truncated"])
         self.assertFalse(t["stderr"]["truncated"])
@@ -45,7 +45,7 @@ class OutputLimit(SbxTestCase):
         r = self.run_sbx(["sh", "-c", "head -c 5000 /dev/zero >&2; echo out"], ["--output-limit", "100"])
         self.assertExit(r, 0)
         self.assertEqual(r.stdout, b"out\n")
-        self.assertEqual(len(r.stderr), 100)
+        self.assertEqual(r.program_stderr, b"\0" * 100)
         t = self.need_trace(r)
         self.assertTrue(t["stderr"]["truncated"])
         self.assertFalse(t["stdout"]["truncated"])
@@ -72,7 +72,7 @@ class OutputLimit(SbxTestCase):
                          timeout=60)
         self.assertExit(r, 0)
         self.assertEqual(len(r.stdout), 3000000)
-        self.assertEqual(r.err.split()[0], hashlib.sha256(r.stdout).hexdigest())
+        self.assertEqual(r.program_stderr.split()[0].decode(), hashlib.sha256(r.stdout).hexdigest())
 
     def test_output_streams_live(self):
         p = subprocess.Popen([SBX, "run", "--", "sh", "-c", "echo first; sleep 1.5; echo second"],
