@@ -1,9 +1,24 @@
-// PLACEHOLDER: replaced by the doctor work (sbx doctor [--json]).
+// sbx doctor [--json]: what sbx needs on this host, what is missing, and how to fix it.
+// Exit 0 when sbx can run here (every required check ok), 1 otherwise. The probes live in
+// runtime/hostcheck; this file only prints.
+#include <cstdio>
+
 #include "cli/commands.hpp"
+#include "runtime/hostcheck.hpp"
 
 namespace sbx::cli {
+
 void add_doctor_command(CLI::App& app, GlobalOptions&, std::vector<Command>& out) {
-  auto* doctor = app.add_subcommand("doctor", "Check what sbx needs on this host");
-  out.push_back({doctor, [] { return usage_error("doctor: not implemented yet"); }});
+  auto* doctor = app.add_subcommand("doctor", "Check what sbx needs on this host, with a fix for each missing piece");
+  static bool json = false;
+  doctor->add_flag("--json", json, "Print a JSON object {ok, checks: [{name, status, required, detail, hint}]}");
+  out.push_back({doctor, [] {
+    auto checks = run_host_checks();
+    std::string text = json ? checks_to_json(checks).dump(2) + "\n" : render_table(checks);
+    std::fwrite(text.data(), 1, text.size(), stdout);
+    std::fflush(stdout);
+    return host_can_run(checks) ? 0 : 1;
+  }});
 }
+
 }  // namespace sbx::cli
