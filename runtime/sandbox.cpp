@@ -4,6 +4,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <sys/signalfd.h>
+#include <sys/socket.h>
 #include <sys/utsname.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -18,6 +19,8 @@
 #include "runtime/clone.hpp"
 #include "runtime/environment.hpp"
 #include "runtime/fsutil.hpp"
+#include "runtime/limits_plan.hpp"
+#include "runtime/seccomp_policy.hpp"
 #include "runtime/sha256.hpp"
 #include "runtime/supervisor.hpp"
 #include "runtime/trace.hpp"
@@ -61,20 +64,35 @@ json host_json(const CgroupInfo& cg) {
           {"cgroup", {{"layout", cg.layout}, {"mount", cg.mount}, {"self_path", cg.self_path}, {"controllers", cg.controllers}}}};
 }
 
-// Which limits are enforced and how. Wall time, output and /tmp size are sbx's own; memory,
-// processes and CPU need cgroup v2 controllers, which are wired in by the limits work.
-std::vector<LimitEntry> plan_limit_entries(const Limits& l, const CgroupInfo& cg) {
+// Which limits are enforced and how: wall time, output and /tmp size are sbx's own; memory,
+// processes and CPU come from the limit plan (cgroup v2, or an honest rlimit fallback).
+std::vector<LimitEntry> limit_entries(const Limits& l, const LimitPlan& plan) {
   std::vector<LimitEntry> v;
-  if (l.timeout_ms) v.push_back({"timeout_ms", *l.timeout_ms, "supervisor timerfd + pidfd (SIGKILL of the pid namespace)", ""});
-  if (l.output_limit_bytes) v.push_back({"output_limit_bytes", *l.output_limit_bytes, "supervisor pipe cap per stream", ""});
-  v.push_back({"tmp_size_bytes", l.tmp_size_bytes, "tmpfs size option (/tmp)", ""});
-  std::string why = "cgroup v2 " + std::string(cg.layout == "hybrid" ? "is a v1/v2 hybrid here without this controller"
-                                                                      : "controllers not available to sbx here");
-  if (l.memory_bytes) v.push_back({"memory_bytes", *l.memory_bytes, "", why + " (memory)"});
-  if (l.pids) v.push_back({"pids", *l.pids, "", why + " (pids)"});
-  if (l.cpus) v.push_back({"cpus", *l.cpus, "", why + " (cpu)"});
-  if (l.cpu_time_ms) v.push_back({"cpu_time_ms", *l.cpu_time_ms, "", why + " (cpu)"});
+  for (auto& d : plan.decisions) {
+    json value = d.value;  // numbers in the record, not the plan's strings
+    if (d.limit == "memory") value = *l.memory_bytes;
+    if (d.limit == "pids") value = *l.pids;
+    if (d.limit == "cpus") value = *l.cpus;
+    if (d.limit == "cpu_time") value = *l.cpu_time_ms;
+    if (d.limit == "timeout") value = *l.timeout_ms;
+    if (d.limit == "output") value = *l.output_limit_bytes;
+    v.push_back({d.limit, value, d.applied ? d.mechanism : "", d.reason, d.degraded});
+  }
+  v.push_back({"tmp_size", l.tmp_size_bytes, "tmpfs size option (/tmp)", "", false});
   return v;
+}
+
+json cgroup_usage_json(const CgroupUsage& u) {
+  auto opt = [](const std::optional<std::int64_t>& x) { return x ? json(*x) : json(nullptr); };
+  auto ms = [](const std::optional<std::int64_t>& us) { return us ? json(*us / 1000) : json(nullptr); };
+  return {{"memory_peak_bytes", opt(u.memory_peak_bytes)},
+          {"pids_peak", opt(u.pids_peak)},
+          {"oom_kills", opt(u.oom_kill)},
+          {"cpu_user_ms", ms(u.cpu_user_us)},
+          {"cpu_sys_ms", ms(u.cpu_system_us)},
+          {"cpu_usage_ms", ms(u.cpu_usage_us)},
+          {"cpu_throttled_periods", opt(u.nr_throttled)},
+          {"cpu_throttled_ms", ms(u.throttled_us)}};
 }
 
 Outcome outcome_from(const SuperviseResult& s) {
@@ -85,9 +103,18 @@ Outcome outcome_from(const SuperviseResult& s) {
     o.error = Error{m.stage, m.err, m.message};
     return o;
   }
-  if (s.timed_out) {
+  if (s.seccomp_kill) {
+    // A kill action arrives as a notification: the supervisor named the call, then killed the
+    // sandbox with the call still blocked. Reported like the kernel's SIGSYS kill (exit 159).
+    o.status = RunStatus::seccomp_violation;
+    o.signal = SIGSYS;
+    o.reason = "killed by the seccomp policy: " + s.seccomp_kill->name + " (" + s.seccomp_kill->arch + ", " +
+               s.seccomp_kill->action + ")";
+    return o;
+  }
+  if (s.timed_out || s.cpu_exceeded) {
     o.status = RunStatus::timeout;
-    o.reason = "wall";
+    o.reason = s.timed_out ? "wall" : "cpu";
     o.signal = SIGKILL;
     return o;
   }
@@ -117,13 +144,12 @@ RunReport run_sandbox(const RunRequest& req) {
                       {"spec", spec_to_json(spec)}};
   CgroupInfo cg = detect_cgroup();
   parts.host = host_json(cg);
-  parts.limits = plan_limit_entries(spec.limits, cg);
   json namespaces = json::array();
   for (auto* n : kNamespaceNames) namespaces.push_back(n);
   parts.enforcement = {{"namespaces", namespaces},
                        {"cgroup", "unavailable"},
-                       {"seccomp", {{"profile", nullptr}, {"sha256", nullptr}, {"unresolved", json::array()},
-                                    {"note", "not yet enforced: the seccomp policy is not part of this version"}}},
+                       {"seccomp", {{"profile", spec.seccomp}, {"sha256", nullptr}, {"unresolved", json::array()}, {"mode", nullptr},
+                                    {"note", "not installed: the run ended before the policy was prepared"}}},
                        {"capabilities", {{"kept", json::array()}, {"bounding", json::array()}, {"securebits", "locked"}, {"no_new_privs", true}}},
                        {"network", {{"mode", spec.network.mode}, {"allow", json::array()}, {"interfaces", {"lo"}}}}};
   parts.image = {{"name", spec.image}, {"digest", nullptr}, {"mounts", json::array()}};
@@ -136,24 +162,52 @@ RunReport run_sandbox(const RunRequest& req) {
     outcome.error = e;
   };
 
+  std::optional<RunCgroup> cgroup;
   [&] {
-    // 1 prepare
-    std::vector<std::string> not_enforced;
-    for (auto& l : parts.limits)
-      if (l.mechanism.empty()) not_enforced.push_back(l.limit);
-    if (!not_enforced.empty()) {
-      std::string list;
-      for (auto& n : not_enforced) list += (list.empty() ? "" : ", ") + n;
-      if (spec.require_limits)
-        return fail_setup(make_error("limits", "--require-limits: cannot enforce " + list + " on this host (cgroup v2 " + cg.layout + "; see 'sbx doctor')"));
-      spdlog::warn("limits not enforced on this host: {} (see the trace's enforcement section and 'sbx doctor')", list);
+    // 1 prepare: limits first, so that --require-limits refuses before anything is created.
+    bool rootless = ::geteuid() != 0;
+    LimitPlan plan = plan_limits(spec.limits, cg, rootless, true);
+    if (plan.use_cgroup) {
+      // A killed sbx cannot remove its run cgroup; the next run does.
+      if (auto st = gc_stale_cgroups(cg); !st) spdlog::debug("cgroup gc: {}", st.error().describe());
+      auto created = RunCgroup::create(cg, plan.cgroup_limits, parts.run_id);
+      if (created) {
+        cgroup.emplace(std::move(*created));
+        for (auto& w : cgroup->warnings()) spdlog::warn("{}", w);
+      } else {
+        spdlog::warn("cgroup v2 unusable, falling back to rlimits: {}", created.error().describe());
+        plan = plan_limits(spec.limits, cg, rootless, false);
+      }
     }
+    parts.limits = limit_entries(spec.limits, plan);
+    parts.enforcement["cgroup"] = cgroup ? "v2 " + cgroup->path() : "unavailable (" + cg.layout + ")";
+    std::string missing, degraded;
+    for (auto* d : plan.shortfalls(true)) (d->applied ? degraded : missing) += (std::string(", ") + d->limit);
+    if (!missing.empty() && spec.require_limits)
+      return fail_setup(make_error("limits", "--require-limits: cannot enforce " + missing.substr(2) +
+                                                 " on this host (cgroup v2 layout: " + cg.layout + "; see 'sbx doctor')"));
+    if (!missing.empty() || !degraded.empty())
+      spdlog::warn("limits {}{}{} (details in the trace's enforcement section; see 'sbx doctor')",
+                   missing.empty() ? "" : "not enforced: " + missing.substr(2),
+                   !missing.empty() && !degraded.empty() ? "; " : "",
+                   degraded.empty() ? "" : "enforced only per process by rlimits: " + degraded.substr(2));
     auto identity = plan_identity(spec);
     if (!identity) return fail_setup(identity.error());
     parts.enforcement["identity"] = identity_to_json(*identity);
     auto mounts = plan_mounts(spec, cwd);
     if (!mounts) return fail_setup(mounts.error());
     parts.image["mounts"] = mounts_to_json(*mounts);
+    // Seccomp: parsed, compiled (or loaded from the cache) and patched here in the parent; the
+    // program child only installs the result (seccomp_policy.hpp).
+    auto seccomp = prepare_seccomp(spec.seccomp, req.dirs.state.empty() ? "" : req.dirs.state + "/cache/seccomp");
+    if (!seccomp) return fail_setup(seccomp.error());
+    parts.enforcement["seccomp"] = seccomp_enforcement_json(*seccomp);
+    if (!seccomp->enabled)
+      spdlog::warn("seccomp is UNCONFINED for this run: the program may use every system call the kernel offers");
+    for (auto& n : seccomp->notes) spdlog::info("seccomp policy {}: {}", spec.seccomp, n);
+    if (!seccomp->unresolved.empty())
+      spdlog::info("seccomp policy {}: {} system call name(s) unknown to libseccomp skipped (listed in the trace)",
+                   spec.seccomp, seccomp->unresolved.size());
 
     ChildConfig cfg;
     cfg.identity = *identity;
@@ -162,6 +216,7 @@ RunReport run_sandbox(const RunRequest& req) {
     cfg.argv = spec.argv;
     cfg.envp = build_environment(spec, environ, ::isatty(STDOUT_FILENO) == 1);
     cfg.rlimits = {{RLIMIT_CORE, 0}};
+    for (auto& [res, value] : plan.rlimits) cfg.rlimits.push_back({res, static_cast<rlim_t>(value)});
     Pipe sync, msg, out, err;
     for (Pipe* p : {&sync, &msg, &out, &err})
       if (auto st = p->open(); !st) return fail_setup(st.error());
@@ -169,6 +224,16 @@ RunReport run_sandbox(const RunRequest& req) {
     cfg.msg_fd = msg.w;
     cfg.out_fd = out.w;
     cfg.err_fd = err.w;
+    Pipe handoff;  // a socketpair: r stays with the supervisor, w is the program child's end
+    if (seccomp->enabled) {
+      int sv[2];
+      if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0)
+        return fail_setup(sys_error("seccomp", "socketpair for the listener handoff"));
+      handoff.r = sv[0];
+      handoff.w = sv[1];
+      cfg.seccomp_sock = handoff.w;
+      cfg.seccomp_filter = notify_program(seccomp->reference, handoff.w);
+    }
 
     // The forwarded signals go to a signalfd; they must be blocked before clone so that none is
     // lost in between (and init inherits the mask, which it wants for sigwaitinfo too).
@@ -183,7 +248,7 @@ RunReport run_sandbox(const RunRequest& req) {
 
     // 2 spawn
     bool in_cgroup = false;
-    auto child = clone_sandbox(kNamespaces, -1, in_cgroup);
+    auto child = clone_sandbox(kNamespaces, cgroup ? cgroup->dir_fd() : -1, in_cgroup);
     if (!child) {
       ::close(sigfd);
       return fail_setup(child.error());
@@ -193,7 +258,10 @@ RunReport run_sandbox(const RunRequest& req) {
     msg.close_w();
     out.close_w();
     err.close_w();
-    if (auto st = write_id_maps(child->pid, *identity); !st) {
+    handoff.close_w();
+    Status placed;
+    if (cgroup && !in_cgroup) placed = cgroup->add_pid(child->pid);  // before "go": nothing ran yet
+    if (auto st = placed.ok() ? write_id_maps(child->pid, *identity) : placed; !st) {
       ::kill(child->pid, SIGKILL);
       int ws;
       ::waitpid(child->pid, &ws, 0);
@@ -216,13 +284,36 @@ RunReport run_sandbox(const RunRequest& req) {
     in.timeout_ms = spec.limits.timeout_ms;
     in.output_limit_bytes = spec.limits.output_limit_bytes;
     in.signal_fd = sigfd;
+    in.seccomp_sock = handoff.r;
+    handoff.r = -1;  // the supervisor's notifier owns it
+    in.seccomp_reference = &seccomp->reference;
+    if (cgroup && spec.limits.cpu_time_ms) {
+      in.cpu_budget_ms = spec.limits.cpu_time_ms;
+      in.cpu_used_us = [&] { return cgroup->usage().cpu_usage_us; };
+      in.max_cpus = spec.limits.cpus.value_or(static_cast<double>(::sysconf(_SC_NPROCESSORS_ONLN)));
+    }
     sup = supervise(in);
     ::close(child->pidfd);
     ::close(sigfd);
     ::sigprocmask(SIG_SETMASK, &old, nullptr);
     // 4 collect
     outcome = outcome_from(*sup);
+    parts.violations = violations_json(sup->violations);
+    if (sup->seccomp_kill)
+      spdlog::warn("seccomp: {} is refused by a kill rule of the policy: sandbox killed", sup->seccomp_kill->name);
+    if (cgroup) {
+      CgroupUsage u = cgroup->usage();
+      parts.usage_extra = cgroup_usage_json(u);
+      // The kernel's OOM killer acted: read from memory.events, not guessed from SIGKILL.
+      if (u.oom_kill.value_or(0) > 0 && outcome.signal == SIGKILL && outcome.status == RunStatus::signaled)
+        outcome.status = RunStatus::oom;
+    }
   }();
+  // 6 clean (cgroup part): kill anything left and remove the run cgroup.
+  if (cgroup) {
+    if (auto st = cgroup->kill(); !st) spdlog::warn("cgroup kill: {}", st.error().describe());
+    if (auto st = cgroup->remove(); !st) spdlog::warn("cgroup remove: {}", st.error().describe());
+  }
 
   // 5 record
   parts.ended_at = rfc3339_now();

@@ -14,6 +14,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "runtime/limits_plan.hpp"
 #include "runtime/sha256.hpp"
 
 namespace sbx {
@@ -104,13 +105,17 @@ SuperviseResult supervise(const SuperviseInput& in) {
   int pidfd = in.pidfd;
   int deadline = in.timeout_ms ? arm_timer(*in.timeout_ms) : -1;
   int grace = -1;
+  int cpu_timer = -1;
+  if (in.cpu_budget_ms && in.cpu_used_us)
+    cpu_timer = arm_timer(cpu_time_recheck_ms(*in.cpu_budget_ms, 0, in.max_cpus));
   bool init_done = false;
   std::int64_t init_done_at = 0;
 
   auto kill_all = [&] { pidfd_send_signal(in.pidfd, SIGKILL); };
+  SeccompNotifier seccomp(in.seccomp_sock, in.seccomp_reference, start);
 
   while (!init_done || out.open() || err.open() || msg_fd >= 0) {
-    struct pollfd p[7];
+    struct pollfd p[10];
     int n = 0;
     auto add = [&](int fd) -> int {
       if (fd < 0) return -1;
@@ -120,6 +125,8 @@ SuperviseResult supervise(const SuperviseInput& in) {
     int i_pid = init_done ? -1 : add(pidfd);
     int i_out = add(out.fd()), i_err = add(err.fd()), i_msg = add(msg_fd);
     int i_dl = add(deadline), i_gr = add(grace), i_sig = add(init_done ? -1 : in.signal_fd);
+    int i_cpu = add(init_done ? -1 : cpu_timer);
+    int i_scs = add(init_done ? -1 : seccomp.sock_fd()), i_scl = add(init_done ? -1 : seccomp.listener_fd());
     // Once init is gone every process in its pid namespace is being killed and the pipes close
     // within milliseconds; the bound only guards against a kernel surprise.
     int wait_ms = -1;
@@ -155,6 +162,18 @@ SuperviseResult supervise(const SuperviseInput& in) {
       ::close(deadline);
       deadline = -1;
     }
+    if (ready(i_cpu)) {
+      ::close(cpu_timer);
+      cpu_timer = -1;
+      std::int64_t used = in.cpu_used_us().value_or(0);
+      std::int64_t next = cpu_time_recheck_ms(*in.cpu_budget_ms, used, in.max_cpus);
+      if (next == 0) {
+        r.cpu_exceeded = true;
+        kill_all();
+      } else {
+        cpu_timer = arm_timer(next);
+      }
+    }
     if (ready(i_gr) && !init_done) {
       r.killed_after_grace = true;
       kill_all();
@@ -176,6 +195,11 @@ SuperviseResult supervise(const SuperviseInput& in) {
         }
       }
     }
+    if (ready(i_scs)) seccomp.on_sock_readable();
+    if (ready(i_scl) && seccomp.on_listener_ready(p[i_scl].revents, now_ms()) && !r.seccomp_kill) {
+      r.seccomp_kill = *seccomp.kill();
+      kill_all();
+    }
     if (ready(i_pid)) {
       int ws = 0;
       struct rusage ru {};
@@ -189,7 +213,7 @@ SuperviseResult supervise(const SuperviseInput& in) {
       }
     }
   }
-  for (int fd : {deadline, grace, msg_fd})
+  for (int fd : {deadline, grace, msg_fd, cpu_timer})
     if (fd >= 0) ::close(fd);
   if (!init_done) {
     kill_all();
@@ -198,6 +222,7 @@ SuperviseResult supervise(const SuperviseInput& in) {
     r.init_wait_status = ws;
     r.wall_ms = now_ms() - start;
   }
+  r.violations = seccomp.violations();
   r.out = out.finish();
   r.err = err.finish();
   return r;

@@ -8,10 +8,12 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 
 #include "runtime/child.hpp"
+#include "runtime/seccomp_notify.hpp"
 
 namespace sbx {
 
@@ -32,10 +34,20 @@ struct SuperviseInput {
   std::optional<std::int64_t> output_limit_bytes;
   int kill_grace_ms = 2000;
   int signal_fd = -1;  // signalfd for the forwarded signals
+  // Seccomp: the supervisor's end of the listener handoff socket (-1: unconfined) and the
+  // policy with its real actions, evaluated for each notification (seccomp_notify.hpp).
+  int seccomp_sock = -1;
+  const std::vector<sock_filter>* seccomp_reference = nullptr;
+  // CPU-time budget over the whole run cgroup: a timerfd fires when the budget could at the
+  // earliest be spent (remaining / max CPUs); the supervisor then reads the usage and re-arms.
+  std::optional<std::int64_t> cpu_budget_ms;
+  std::function<std::optional<std::int64_t>()> cpu_used_us;
+  double max_cpus = 1;
 };
 
 struct SuperviseResult {
   bool timed_out = false;
+  bool cpu_exceeded = false;
   int forwarded_signal = 0;          // first signal sbx received and forwarded
   bool killed_after_grace = false;   // the program outlived the grace period (or a 2nd signal came)
   std::optional<ChildMsg> setup_error;
@@ -44,6 +56,8 @@ struct SuperviseResult {
   struct rusage usage {};
   std::int64_t wall_ms = 0;
   StreamStats out, err;
+  std::vector<SeccompViolation> violations;      // refused system calls, aggregated
+  std::optional<SeccompViolation> seccomp_kill;  // the call whose kill action ended the run
 };
 
 // Runs until init has exited and both streams are closed.

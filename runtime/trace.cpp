@@ -51,7 +51,7 @@ nlohmann::json trace_record(const TraceParts& p) {
   json not_applied = json::array();
   for (auto& l : p.limits) {
     if (l.mechanism.empty()) not_applied.push_back({{"limit", l.limit}, {"value", l.value}, {"reason", l.reason}});
-    else applied[l.limit] = {{"value", l.value}, {"mechanism", l.mechanism}};
+    else applied[l.limit] = {{"value", l.value}, {"mechanism", l.mechanism}, {"degraded", l.degraded}, {"note", l.reason}};
   }
   json enforcement = p.enforcement;
   enforcement["limits_applied"] = applied;

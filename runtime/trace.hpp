@@ -22,7 +22,8 @@ struct LimitEntry {
   std::string limit;      // "timeout_ms", "memory_bytes", ...
   nlohmann::json value;
   std::string mechanism;  // how it was enforced ("" when not applied)
-  std::string reason;     // why it was not applied ("" when applied)
+  std::string reason;     // why it was not applied, or how a degraded mechanism differs
+  bool degraded = false;  // enforced, but weaker than asked (per-process rlimit, not cgroup)
 };
 
 // Everything the record is made of, gathered by Sandbox::run.
