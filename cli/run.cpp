@@ -17,6 +17,7 @@ struct RunFlags {
   std::optional<std::uint32_t> uid, gid;
   std::vector<std::string> binds, tmpfs, env, env_pass;
   std::string workdir, timeout, output_limit, memory, pids, cpus, cpu_time, trace_file;
+  std::string seccomp;
   bool dry_run = false;
   bool require_limits = false;
   std::vector<std::string> command;
@@ -90,6 +91,7 @@ Result<RunSpec> apply_flags(RunSpec spec, const RunFlags& f) {
     spec.limits.cpus = n;
   }
   if (f.require_limits) spec.require_limits = true;
+  if (!f.seccomp.empty()) spec.seccomp = f.seccomp;
   spec.argv = f.command;
   SBX_TRY(validate_spec(spec));
   return spec;
@@ -115,6 +117,7 @@ void add_run_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out)
   run->add_option("--cpus", f.cpus, "CPU share, e.g. 0.5");
   run->add_option("--cpu-time", f.cpu_time, "CPU-time budget, e.g. 10s");
   run->add_flag("--require-limits", f.require_limits, "Fail (exit 125) unless every limit can be enforced");
+  run->add_option("--seccomp", f.seccomp, "Seccomp policy: default, unconfined, or an OCI JSON file");
   run->add_option("--trace-file", f.trace_file, "Also write the trace record to this file");
   run->add_flag("--dry-run", f.dry_run, "Print the fully merged run spec as JSON and run nothing");
   // Everything from the first positional on belongs to the command, options included.

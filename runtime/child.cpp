@@ -2,14 +2,18 @@
 
 #include <fcntl.h>
 #include <linux/close_range.h>
+#include <linux/seccomp.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 
 #include "runtime/caps.hpp"
@@ -60,31 +64,76 @@ Status set_rlimits(const std::vector<std::pair<int, rlim_t>>& limits) {
   return {};
 }
 
-// execvpe() would search the *supervisor's* PATH; the program's PATH is the one in its envp.
-[[noreturn]] void exec_program(const ChildConfig& cfg, char* const* argv, char* const* envp) {
+// execvpe() would search the *supervisor's* PATH; the program's PATH is the one in its envp. The
+// search happens before the seccomp filter is installed, so that exactly one execve follows it.
+Result<std::string> resolve_program(const ChildConfig& cfg) {
   const std::string& cmd = cfg.argv[0];
-  int err = ENOENT;
-  if (cmd.find('/') != std::string::npos) {
-    ::execve(cmd.c_str(), argv, envp);
-    err = errno;
-  } else {
-    std::string path = "/usr/local/bin:/usr/bin:/bin";
-    for (auto& e : cfg.envp)
-      if (e.rfind("PATH=", 0) == 0) path = e.substr(5);
-    bool eacces = false;
-    std::size_t start = 0;
-    for (;;) {
-      auto pos = path.find(':', start);
-      std::string dir = path.substr(start, pos == std::string::npos ? std::string::npos : pos - start);
-      std::string full = (dir.empty() ? "." : dir) + "/" + cmd;
-      ::execve(full.c_str(), argv, envp);
-      if (errno == EACCES) eacces = true;
-      else if (errno != ENOENT && errno != ENOTDIR) { err = errno; break; }
-      if (pos == std::string::npos) { err = eacces ? EACCES : ENOENT; break; }
-      start = pos + 1;
+  if (cmd.find('/') != std::string::npos) return cmd;
+  std::string path = "/usr/local/bin:/usr/bin:/bin";
+  for (auto& e : cfg.envp)
+    if (e.rfind("PATH=", 0) == 0) path = e.substr(5);
+  bool eacces = false;
+  std::size_t start = 0;
+  for (;;) {
+    auto pos = path.find(':', start);
+    std::string dir = path.substr(start, pos == std::string::npos ? std::string::npos : pos - start);
+    std::string full = (dir.empty() ? "." : dir) + "/" + cmd;
+    struct stat st;
+    if (::stat(full.c_str(), &st) == 0) {
+      if (S_ISREG(st.st_mode) && ::access(full.c_str(), X_OK) == 0) return full;
+      eacces = true;
+    } else if (errno == EACCES) {
+      eacces = true;
+    } else if (errno != ENOENT && errno != ENOTDIR) {
+      return Error{"execve", errno, "execute '" + cmd + "'"};
     }
+    if (pos == std::string::npos) break;
+    start = pos + 1;
   }
-  fail(cfg, Error{"execve", err, "execute '" + cmd + "'"});
+  return Error{"execve", eacces ? EACCES : ENOENT, "execute '" + cmd + "'"};
+}
+
+// The last step before execve. From here on the child makes only the system calls the policy
+// allows plus the prefix rule (sendmsg on cfg.seccomp_sock): no allocation, no libseccomp, and
+// failure reports use a message built beforehand.
+//
+// Why the listener travels this way: the listener fd exists only once the filter is installed,
+// in this process's fd table, and it is close-on-exec. Sending it to the supervisor over a
+// SOCK_SEQPACKET socketpair that the supervisor created before clone is a single syscall with no
+// waiting: no thread, no ptrace access (pidfd_getfd would need the program dumpable and a
+// pidfd of it in the supervisor), no handshake with init. It is race-free because a
+// notification does not need a reader to exist yet: a refused call blocks in the kernel until
+// the supervisor has received the fd and answers, and the fd in flight keeps the listener open
+// after execve closes this copy. If sbx dies, init dies (PDEATHSIG), and with it the sandbox.
+void install_seccomp(const ChildConfig& cfg, ChildMsg& failed) {
+  struct sock_fprog prog = {static_cast<unsigned short>(cfg.seccomp_filter.size()),
+                            const_cast<struct sock_filter*>(cfg.seccomp_filter.data())};
+  long listener = ::syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_NEW_LISTENER, &prog);
+  if (listener < 0) fail(cfg, sys_error("seccomp", "install the seccomp filter"));  // no filter yet
+  int lfd = static_cast<int>(listener);
+  alignas(struct cmsghdr) char cbuf[CMSG_SPACE(sizeof(int))] = {};
+  char byte = 'L';
+  struct iovec iov = {&byte, 1};
+  struct msghdr mh = {};
+  mh.msg_iov = &iov;
+  mh.msg_iovlen = 1;
+  mh.msg_control = cbuf;
+  mh.msg_controllen = sizeof cbuf;
+  struct cmsghdr* c = CMSG_FIRSTHDR(&mh);
+  c->cmsg_level = SOL_SOCKET;
+  c->cmsg_type = SCM_RIGHTS;
+  c->cmsg_len = CMSG_LEN(sizeof(int));
+  std::memcpy(CMSG_DATA(c), &lfd, sizeof lfd);
+  ssize_t n;
+  do n = ::sendmsg(cfg.seccomp_sock, &mh, MSG_NOSIGNAL);
+  while (n < 0 && errno == EINTR);
+  if (n != 1) {
+    failed.err = errno;
+    std::strncpy(failed.stage, "seccomp", sizeof failed.stage - 1);
+    std::strncpy(failed.message, "hand the seccomp listener to the supervisor", sizeof failed.message - 1);
+    send_msg(cfg.msg_fd, failed);
+    ::_exit(125);
+  }
 }
 
 [[noreturn]] void run_program(const ChildConfig& cfg) {
@@ -107,12 +156,23 @@ Status set_rlimits(const std::vector<std::pair<int, rlim_t>>& limits) {
     fail(cfg, sys_error("workdir", "chdir to " + cfg.mounts.workdir));
   // Only 0, 1, 2 reach the program; the message pipe stays open until execve succeeds.
   ::syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC);
+  auto path = resolve_program(cfg);
+  if (!path) fail(cfg, path.error());
   std::vector<char*> argv, envp;
   for (auto& a : cfg.argv) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
   for (auto& e : cfg.envp) envp.push_back(const_cast<char*>(e.c_str()));
   envp.push_back(nullptr);
-  exec_program(cfg, argv.data(), envp.data());
+  ChildMsg failed;  // built now: nothing may allocate once the filter is in place
+  failed.kind = ChildMsg::kSetupError;
+  std::strncpy(failed.stage, "execve", sizeof failed.stage - 1);
+  std::snprintf(failed.message, sizeof failed.message, "execute '%s'", cfg.argv[0].c_str());
+  // Seccomp last: no_new_privs and the capability drop above, then the filter, then execve.
+  if (!cfg.seccomp_filter.empty()) install_seccomp(cfg, failed);
+  ::execve(path->c_str(), argv.data(), envp.data());
+  failed.err = errno;
+  send_msg(cfg.msg_fd, failed);
+  ::_exit(125);
 }
 
 // Init's loop: reap everything, forward the supervisor's signals to the program, report the
@@ -152,7 +212,7 @@ void run_init(const ChildConfig& cfg) {
   // If sbx dies, so does the sandbox: init gets SIGKILL, and with pid 1 gone the kernel kills the
   // rest of the pid namespace.
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-  close_all_except({0, 1, 2, cfg.sync_fd, cfg.msg_fd, cfg.out_fd, cfg.err_fd});
+  close_all_except({0, 1, 2, cfg.sync_fd, cfg.msg_fd, cfg.out_fd, cfg.err_fd, cfg.seccomp_sock});
   char go;
   if (::read(cfg.sync_fd, &go, 1) != 1) ::_exit(125);  // supervisor gone before the maps were written
   STAGE(cfg, become_namespace_root(cfg.identity));
@@ -173,6 +233,7 @@ void run_init(const ChildConfig& cfg) {
   if (program == 0) run_program(cfg);
   ::close(cfg.out_fd);
   ::close(cfg.err_fd);
+  if (cfg.seccomp_sock >= 0) ::close(cfg.seccomp_sock);  // the supervisor sees EOF once the program has exec'd
   supervise_program(cfg, program);
 }
 

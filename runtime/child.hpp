@@ -7,6 +7,7 @@
 // forks the program (pid 2). Init reaps orphans, forwards signals from the supervisor, and when
 // the program exits it reports the program's wait status and exits itself — at which point the
 // kernel kills everything else left in the pid namespace.
+#include <linux/filter.h>
 #include <sys/resource.h>
 
 #include <cstdint>
@@ -39,6 +40,11 @@ struct ChildConfig {
   int msg_fd = -1;   // write end of the ChildMsg pipe (close-on-exec)
   int out_fd = -1;   // write ends of the stdout/stderr pipes
   int err_fd = -1;
+  // Seccomp (runtime/seccomp_policy.hpp): the program installed as the last step before execve
+  // (empty: unconfined), and the socket on which the program child hands its listener fd to the
+  // supervisor (the filter allows sendmsg on exactly this fd number).
+  std::vector<struct sock_filter> seccomp_filter;
+  int seccomp_sock = -1;
 };
 
 // Runs in the freshly cloned child; never returns.

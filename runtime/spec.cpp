@@ -181,6 +181,7 @@ json spec_to_json(const RunSpec& s) {
         {"cpu_time_ms", opt(s.limits.cpu_time_ms)},
         {"tmp_size_bytes", s.limits.tmp_size_bytes}}},
       {"require_limits", s.require_limits},
+      {"seccomp", s.seccomp},
   };
 }
 
@@ -269,6 +270,8 @@ Result<RunSpec> spec_from_json(const json& j, const std::string& source) {
   }
   SBX_TRY(read_limits(r, s.limits));
   SBX_TRY(r.get_bool("require_limits", s.require_limits));
+  SBX_TRY(r.get_string("seccomp", s.seccomp));
+  if (s.seccomp.empty()) return r.fail_key("seccomp", "must be 'default', 'unconfined' or a policy file");
   SBX_TRY(r.finish());
   return s;
 }

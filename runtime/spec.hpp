@@ -60,6 +60,9 @@ struct RunSpec {
   NetworkSpec network;
   Limits limits;
   bool require_limits = false;
+  // Seccomp policy: "default" (built in, profiles/seccomp/default.json), "unconfined" (no filter,
+  // loud) or the path of an OCI linux.seccomp JSON file.
+  std::string seccomp = "default";
   bool operator==(const RunSpec&) const = default;
 };
 

@@ -1,0 +1,105 @@
+#pragma once
+// Seccomp: OCI `linux.seccomp` policies (and Docker/Podman's superset files) parsed strictly,
+// compiled to classic BPF with libseccomp in the parent, cached by hash, and installed by the
+// program child as the very last step before execve.
+//
+// How refused syscalls are recorded (issue 4): the policy is compiled with its real actions
+// (ERRNO(e), KILL_PROCESS, ...). That program is kept as the *reference*. The program that is
+// installed is a copy in which every refusing return (ERRNO, KILL_*, TRAP, TRACE) is rewritten to
+// SECCOMP_RET_USER_NOTIF, with a 9-instruction prefix that lets the program child hand its
+// listener fd to the supervisor (sendmsg on one fd number). When a notification arrives, the
+// supervisor runs the reference program on the very same seccomp_data (a small BPF interpreter,
+// seccomp_evaluate) and so knows exactly which action libseccomp's filter would have taken —
+// conditional rules, overlapping rules, the default action and the bad-arch action included —
+// replies with -errno, or kills the sandbox for kill actions. The syscall itself never runs.
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "runtime/error.hpp"
+
+namespace sbx {
+
+// One comparison of an OCI `args` entry (SCMP_CMP_*).
+struct SeccompArg {
+  unsigned index = 0;
+  std::uint64_t value = 0;
+  std::uint64_t value_two = 0;
+  int op = 0;  // enum scmp_compare
+};
+
+struct SeccompRule {
+  std::vector<std::string> names;
+  std::uint32_t action = 0;  // libseccomp action value (SCMP_ACT_*)
+  std::vector<SeccompArg> args;
+  std::string pointer;  // JSON pointer of the rule, for error messages ("/syscalls/3")
+};
+
+struct SeccompPolicy {
+  std::string source;  // what errors name: a file path, or "default" (built-in)
+  std::uint32_t default_action = 0;
+  std::string default_action_text;  // "SCMP_ACT_ERRNO(EPERM)"
+  std::vector<std::uint32_t> arches;  // libseccomp arch tokens; the native one first
+  std::vector<SeccompRule> rules;
+  std::vector<std::string> unresolved;  // names libseccomp does not know (skipped, never fatal)
+  std::vector<std::string> notes;       // superset keys resolved or ignored, rules skipped and why
+};
+
+// Strict parse: unknown keys, bad actions/ops/values are errors of the form
+// "<source>: <json pointer>: <what>", e.g. "policy.json: /syscalls/3/action: unknown action 'X'".
+Result<SeccompPolicy> parse_seccomp_policy(std::string_view text, const std::string& source);
+
+// libseccomp -> classic BPF, with the policy's real actions (the reference program).
+Result<std::vector<sock_filter>> compile_seccomp_policy(const SeccompPolicy& policy);
+
+// The built-in default policy (profiles/seccomp/default.json, compiled into the binary).
+std::string_view default_seccomp_policy_text();
+std::string_view default_seccomp_policy_sha256();  // precomputed by tools/embed_seccomp_default.sh
+
+// What the parent prepares for one run.
+struct PreparedSeccomp {
+  bool enabled = false;               // false: unconfined
+  std::string profile;                // "default", "unconfined" or the file path
+  std::string sha256;                 // of the policy text
+  std::string default_action;
+  std::vector<std::string> unresolved, notes;
+  bool cached = false;                // the BPF came from the cache
+  std::int64_t setup_us = 0;          // read + parse + (compile | cache load) + patch
+  std::vector<sock_filter> reference; // real actions, evaluated by the supervisor
+};
+
+// `which` is "default", "unconfined" or a policy file. `cache_dir` ("" for none) holds compiled
+// programs as <sha256>.bpf, keyed by policy text, arch, libseccomp version and sbx version.
+Result<PreparedSeccomp> prepare_seccomp(const std::string& which, const std::string& cache_dir);
+
+// The program that is installed: the handoff prefix (allow sendmsg(handoff_fd, ...) on x86_64)
+// followed by `reference` with every refusing return rewritten to SECCOMP_RET_USER_NOTIF.
+std::vector<sock_filter> notify_program(const std::vector<sock_filter>& reference, int handoff_fd);
+
+// Runs a seccomp classic-BPF program on `data` the way the kernel does; returns the action value
+// (SECCOMP_RET_*). A malformed program yields SECCOMP_RET_KILL_PROCESS.
+std::uint32_t seccomp_evaluate(const std::vector<sock_filter>& prog, const struct seccomp_data& data);
+
+// What the supervisor does for a notification, decoded from the reference program's answer.
+struct SeccompAnswer {
+  enum Kind { kAllow, kErrno, kKill } kind;
+  int err;  // for kErrno
+};
+SeccompAnswer seccomp_answer(std::uint32_t ret);
+
+// "mkdirat", or "#nnn" when unknown; `arch` is an AUDIT_ARCH_* value.
+std::string seccomp_syscall_name(std::uint32_t arch, int nr);
+std::string seccomp_arch_name(std::uint32_t arch);
+// "SCMP_ACT_ERRNO(EPERM)", "SCMP_ACT_KILL_PROCESS", ...
+std::string seccomp_action_text(std::uint32_t action);
+
+// enforcement.seccomp of the trace record.
+nlohmann::json seccomp_enforcement_json(const PreparedSeccomp& p);
+
+}  // namespace sbx

@@ -1,0 +1,313 @@
+#include <doctest/doctest.h>
+
+#include <linux/audit.h>
+#include <seccomp.h>
+#include <linux/seccomp.h>
+#include <stdlib.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/fsutil.hpp"
+#include "runtime/seccomp_policy.hpp"
+#include "runtime/sha256.hpp"
+#include "runtime/spec.hpp"
+
+using namespace sbx;
+using nlohmann::json;
+
+namespace {
+
+seccomp_data call(int nr, std::initializer_list<std::uint64_t> args = {}, std::uint32_t arch = AUDIT_ARCH_X86_64) {
+  seccomp_data d{};
+  d.nr = nr;
+  d.arch = arch;
+  int i = 0;
+  for (auto a : args) d.args[i++] = a;
+  return d;
+}
+
+// What the supervisor would answer: "allow", "kill" or "errno N".
+std::string verdict(const std::vector<sock_filter>& prog, const seccomp_data& d) {
+  SeccompAnswer a = seccomp_answer(seccomp_evaluate(prog, d));
+  if (a.kind == SeccompAnswer::kAllow) return "allow";
+  if (a.kind == SeccompAnswer::kKill) return "kill";
+  return "errno " + std::to_string(a.err);
+}
+
+std::vector<sock_filter> compile(const std::string& text) {
+  auto p = parse_seccomp_policy(text, "test.json");
+  REQUIRE_MESSAGE(p.ok(), (p.ok() ? "" : p.error().message));
+  auto prog = compile_seccomp_policy(*p);
+  REQUIRE_MESSAGE(prog.ok(), (prog.ok() ? "" : prog.error().message));
+  return *prog;
+}
+
+std::string parse_error(const std::string& text) {
+  auto p = parse_seccomp_policy(text, "policy.json");
+  REQUIRE_FALSE(p.ok());
+  return p.error().message;
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+double us_since(const timespec& a) {
+  timespec b;
+  clock_gettime(CLOCK_MONOTONIC, &b);
+  return (b.tv_sec - a.tv_sec) * 1e6 + (b.tv_nsec - a.tv_nsec) / 1e3;
+}
+
+}  // namespace
+
+TEST_CASE("the built-in default policy is profiles/seccomp/default.json, and its hash is right") {
+  std::string file = slurp(SBX_SOURCE_DIR "/profiles/seccomp/default.json");
+  REQUIRE_FALSE(file.empty());
+  CHECK_MESSAGE(std::string(default_seccomp_policy_text()) == file,
+                "runtime/seccomp_default.cpp is stale: run tools/embed_seccomp_default.sh");
+  CHECK(std::string(default_seccomp_policy_sha256()) == sha256_hex(file));
+}
+
+TEST_CASE("the default policy: allowlist, explicit denials, argument conditions, foreign ABIs") {
+  std::string text(default_seccomp_policy_text());
+  auto pol = parse_seccomp_policy(text, "default");
+  REQUIRE(pol.ok());
+  CHECK(pol->default_action_text == "SCMP_ACT_ERRNO(EPERM)");
+  CHECK(pol->arches == std::vector<std::uint32_t>{AUDIT_ARCH_X86_64});
+  auto prog = compile(text);
+
+  // Ordinary calls.
+  for (int nr : {SYS_read, SYS_write, SYS_openat, SYS_mmap, SYS_execve, SYS_exit_group, SYS_getpid, SYS_mkdirat, SYS_sendmsg})
+    CHECK_MESSAGE(verdict(prog, call(nr)) == "allow", nr);
+  // The listed dangerous families are refused with EPERM.
+  for (int nr : {SYS_mount, SYS_umount2, SYS_unshare, SYS_setns, SYS_ptrace, SYS_keyctl, SYS_add_key, SYS_bpf,
+                 SYS_perf_event_open, SYS_kexec_load, SYS_open_by_handle_at, SYS_io_uring_setup, SYS_userfaultfd,
+                 SYS_init_module, SYS_clock_settime, SYS_pivot_root, SYS_process_vm_readv})
+    CHECK_MESSAGE(verdict(prog, call(nr)) == "errno 1", nr);
+  // clone: threads and fork yes, new namespaces no; clone3 answers ENOSYS (libc falls back).
+  CHECK(verdict(prog, call(SYS_clone, {0x3d0f00})) == "allow");               // pthread_create's flags
+  CHECK(verdict(prog, call(SYS_clone, {0x01200011})) == "allow");             // fork
+  CHECK(verdict(prog, call(SYS_clone, {0x10000000 | 0x11})) == "errno 1");    // CLONE_NEWUSER
+  CHECK(verdict(prog, call(SYS_clone, {0x20000000 | 0x11})) == "errno 1");    // CLONE_NEWPID
+  CHECK(verdict(prog, call(SYS_clone3)) == "errno 38");
+  // TIOCSTI and TIOCLINUX are refused, also with junk in the upper 32 bits the kernel ignores.
+  CHECK(verdict(prog, call(SYS_ioctl, {0, 0x5412})) == "errno 1");
+  CHECK(verdict(prog, call(SYS_ioctl, {0, 0x100005412ULL})) == "errno 1");
+  CHECK(verdict(prog, call(SYS_ioctl, {0, 0xffffffff00005412ULL})) == "errno 1");
+  CHECK(verdict(prog, call(SYS_ioctl, {1, 0x541C})) == "errno 1");
+  CHECK(verdict(prog, call(SYS_ioctl, {0, 0x5401})) == "allow");  // TCGETS
+  CHECK(verdict(prog, call(SYS_ioctl, {0, 0x80045430ULL})) == "allow");  // TIOCGPTN
+  // socket: AF_VSOCK no, the rest yes.
+  CHECK(verdict(prog, call(SYS_socket, {40, 1, 0})) == "errno 1");
+  CHECK(verdict(prog, call(SYS_socket, {2, 1, 0})) == "allow");
+  CHECK(verdict(prog, call(SYS_socket, {1, 5, 0})) == "allow");
+  // personality: only the harmless values.
+  CHECK(verdict(prog, call(SYS_personality, {0})) == "allow");
+  CHECK(verdict(prog, call(SYS_personality, {0xffffffff})) == "allow");
+  CHECK(verdict(prog, call(SYS_personality, {0x0040000})) == "errno 1");  // ADDR_NO_RANDOMIZE
+  // Foreign ABIs: i386 (int 0x80) hits the bad-arch action; x32 numbers are never allowed.
+  CHECK(verdict(prog, call(20, {}, AUDIT_ARCH_I386)) == "kill");
+  CHECK(verdict(prog, call(0x40000000 | SYS_getpid)) != "allow");
+  CHECK(verdict(prog, call(0x40000000 | SYS_mount)) != "allow");
+  // Unknown-to-the-policy syscalls (a number past every table).
+  CHECK(verdict(prog, call(1000)) == "errno 1");
+}
+
+TEST_CASE("the installed program: handoff prefix, refusals become notifications") {
+  auto ref = compile(std::string(default_seccomp_policy_text()));
+  auto inst = notify_program(ref, 7);
+  CHECK(inst.size() == ref.size() + 9);
+  CHECK(seccomp_evaluate(inst, call(SYS_getpid)) == SECCOMP_RET_ALLOW);
+  CHECK(seccomp_evaluate(inst, call(SYS_mount)) == SECCOMP_RET_USER_NOTIF);
+  CHECK(seccomp_evaluate(inst, call(SYS_clone3)) == SECCOMP_RET_USER_NOTIF);
+  CHECK(seccomp_evaluate(inst, call(20, {}, AUDIT_ARCH_I386)) == SECCOMP_RET_USER_NOTIF);
+  // A policy that refuses sendmsg still lets the handoff through on exactly fd 7.
+  auto strict = compile(R"({"defaultAction": "SCMP_ACT_KILL_PROCESS",
+                            "syscalls": [{"names": ["write"], "action": "SCMP_ACT_ALLOW"}]})");
+  auto strict_inst = notify_program(strict, 7);
+  CHECK(seccomp_evaluate(strict_inst, call(SYS_sendmsg, {7})) == SECCOMP_RET_ALLOW);
+  CHECK(seccomp_evaluate(strict_inst, call(SYS_sendmsg, {8})) == SECCOMP_RET_USER_NOTIF);
+  CHECK(seccomp_evaluate(strict_inst, call(SYS_sendmsg, {7 | (1ULL << 32)})) == SECCOMP_RET_USER_NOTIF);
+  CHECK(seccomp_evaluate(strict_inst, call(SYS_sendmsg, {7}, AUDIT_ARCH_I386)) == SECCOMP_RET_USER_NOTIF);
+  CHECK(verdict(strict, call(SYS_sendmsg, {8})) == "kill");
+}
+
+TEST_CASE("custom policies: errnoRet, args, and a rule whose action equals the default") {
+  auto prog = compile(R"({
+    "defaultAction": "SCMP_ACT_ALLOW",
+    "syscalls": [
+      {"names": ["mkdirat", "mkdir"], "action": "SCMP_ACT_ERRNO", "errnoRet": 13},
+      {"names": ["kill"], "action": "SCMP_ACT_KILL_PROCESS", "args": [{"index": 1, "value": 9, "op": "SCMP_CMP_EQ"}]},
+      {"names": ["getpid"], "action": "SCMP_ACT_ALLOW"}
+    ]})");
+  CHECK(verdict(prog, call(SYS_mkdirat)) == "errno 13");
+  CHECK(verdict(prog, call(SYS_mkdir)) == "errno 13");
+  CHECK(verdict(prog, call(SYS_kill, {1, 9})) == "kill");
+  CHECK(verdict(prog, call(SYS_kill, {1, 15})) == "allow");
+  CHECK(verdict(prog, call(SYS_getpid)) == "allow");
+
+  // ERRNO(EPERM) conditional rule on an ERRNO(EPERM) default: libseccomp would refuse it; it is
+  // re-encoded and still answers EPERM.
+  auto p2 = compile(R"({
+    "defaultAction": "SCMP_ACT_ERRNO",
+    "syscalls": [
+      {"names": ["fchmod"], "action": "SCMP_ACT_ERRNO", "args": [{"index": 1, "value": 2048, "valueTwo": 2048, "op": "SCMP_CMP_MASKED_EQ"}]},
+      {"names": ["fchmod"], "action": "SCMP_ACT_ALLOW", "args": [{"index": 1, "value": 0, "op": "SCMP_CMP_GE"}]},
+      {"names": ["mount"], "action": "SCMP_ACT_ERRNO"}
+    ]})");
+  CHECK(verdict(p2, call(SYS_fchmod, {3, 04755})) == "errno 1");
+  CHECK(verdict(p2, call(SYS_fchmod, {3, 0755})) == "allow");
+  CHECK(verdict(p2, call(SYS_mount)) == "errno 1");
+  CHECK(seccomp_action_text(seccomp_evaluate(p2, call(SYS_fchmod, {3, 04755}))) == "SCMP_ACT_ERRNO(EPERM)");
+}
+
+TEST_CASE("unknown syscall names are skipped and listed, never fatal") {
+  auto p = parse_seccomp_policy(R"({"defaultAction": "SCMP_ACT_ERRNO",
+      "syscalls": [{"names": ["read", "no_such_call", "write", "frobnicate2"], "action": "SCMP_ACT_ALLOW"},
+                   {"names": ["no_such_call"], "action": "SCMP_ACT_ALLOW"}]})", "p.json");
+  REQUIRE(p.ok());
+  CHECK(p->unresolved == std::vector<std::string>{"no_such_call", "frobnicate2"});
+  REQUIRE(p->rules.size() == 1);
+  CHECK(p->rules[0].names == std::vector<std::string>{"read", "write"});
+  CHECK(compile_seccomp_policy(*p).ok());
+}
+
+TEST_CASE("strict parsing: errors name the file and the JSON path") {
+  CHECK(parse_error(R"({"defaultAction": "SCMP_ACT_ERRNO", "syscalls": [{"names": ["read"], "action": "SCMP_ACT_ALLOW"},
+        {"names": ["a"], "action": "SCMP_ACT_ALLOW"}, {"names": ["b"], "action": "SCMP_ACT_ALLOW"},
+        {"names": ["write"], "action": "SCMP_ACT_FOO"}]})") ==
+        "policy.json: /syscalls/3/action: unknown action 'SCMP_ACT_FOO'");
+  CHECK(parse_error(R"({"defaultAction": "SCMP_ACT_NOPE"})") == "policy.json: /defaultAction: unknown action 'SCMP_ACT_NOPE'");
+  CHECK(parse_error(R"({"syscalls": []})") == "policy.json: /defaultAction: is required");
+  CHECK(parse_error(R"({"defaultAction": "SCMP_ACT_ERRNO", "syscals": []})") == "policy.json: /syscals: unknown key 'syscals'");
+  CHECK(parse_error(R"({"defaultAction": "SCMP_ACT_ERRNO", "syscalls": [{"names": ["read"], "action": "SCMP_ACT_ALLOW",
+        "args": [{"index": 7, "value": 1, "op": "SCMP_CMP_EQ"}]}]})") == "policy.json: /syscalls/0/args/0/index: must be 0 to 5");
+  CHECK(parse_error(R"({"defaultAction": "SCMP_ACT_ERRNO", "syscalls": [{"names": ["read"], "action": "SCMP_ACT_ALLOW",
+        "args": [{"index": 0, "value": 1, "op": "SCMP_CMP_SORTOF"}]}]})") ==
+        "policy.json: /syscalls/0/args/0/op: unknown operator 'SCMP_CMP_SORTOF'");
+  CHECK(parse_error(R"({"defaultAction": "SCMP_ACT_ERRNO", "syscalls": [{"names": ["read"], "action": "SCMP_ACT_ALLOW",
+        "args": [{"index": 0, "value": -1, "op": "SCMP_CMP_EQ"}]}]})") ==
+        "policy.json: /syscalls/0/args/0/value: must be a non-negative integer");
+  CHECK(parse_error(R"({"defaultAction": "SCMP_ACT_ERRNO", "syscalls": [{"names": "read", "action": "SCMP_ACT_ALLOW"}]})") ==
+        "policy.json: /syscalls/0/names: must be an array of strings");
+  CHECK(parse_error(R"({"defaultAction": "SCMP_ACT_ERRNO", "architectures": ["SCMP_ARCH_AARCH64"]})") ==
+        "policy.json: /architectures: does not include this machine's architecture (SCMP_ARCH_X86_64)");
+  CHECK(parse_error(R"({"defaultAction": "SCMP_ACT_ERRNO", "syscalls": [{"names": ["read"], "action": "SCMP_ACT_ALLOW",
+        "args": [{"index": 1, "value": 1, "op": "SCMP_CMP_GT"}, {"index": 1, "value": 9, "op": "SCMP_CMP_LT"}]}]})")
+            .find("policy.json: /syscalls/0/args/1/index: argument 1 compared twice in one rule") == 0);
+  CHECK(parse_error(R"({"defaultAction": "SCMP_ACT_NOTIFY"})").find("policy.json: /defaultAction: SCMP_ACT_NOTIFY is not supported") == 0);
+  CHECK(parse_error("{\"defaultAction\": ").find("policy.json: not valid JSON") == 0);
+}
+
+TEST_CASE("a Docker/Podman superset file loads: archMap, includes and excludes resolved") {
+  std::string text = slurp(SBX_SOURCE_DIR "/tests/fixtures/seccomp/docker-trimmed.json");
+  REQUIRE_FALSE(text.empty());
+  auto p = parse_seccomp_policy(text, "docker-trimmed.json");
+  REQUIRE_MESSAGE(p.ok(), (p.ok() ? "" : p.error().message));
+  // x86_64 plus the sub-architectures Docker lists for it (the policy's choice).
+  CHECK(p->arches == std::vector<std::uint32_t>{AUDIT_ARCH_X86_64, AUDIT_ARCH_I386, SCMP_ARCH_X32});
+  CHECK(p->unresolved == std::vector<std::string>{"landlock_frobnicate"});
+  auto noted = [&](const std::string& what) {
+    return std::any_of(p->notes.begin(), p->notes.end(), [&](auto& n) { return n.find(what) != std::string::npos; });
+  };
+  CHECK(noted("/syscalls/4 (mount, ...) skipped: included only with capability CAP_SYS_ADMIN"));
+  CHECK(noted("/syscalls/5 (sync_file_range2) skipped: included only for other architectures"));
+  CHECK(noted("/syscalls/7 (arm_fadvise64_64) skipped"));
+  CHECK(noted("archMap"));
+  auto prog = compile_seccomp_policy(*p);
+  REQUIRE(prog.ok());
+  CHECK(verdict(*prog, call(SYS_mount)) == "errno 1");              // only with CAP_SYS_ADMIN: skipped
+  CHECK(verdict(*prog, call(SYS_clone, {0x11})) == "allow");         // excluded for CAP_SYS_ADMIN: applies
+  CHECK(verdict(*prog, call(SYS_clone3)) == "errno 38");
+  CHECK(verdict(*prog, call(SYS_ptrace)) == "allow");                // minKernel 4.8 <= this kernel
+  CHECK(verdict(*prog, call(20, {}, AUDIT_ARCH_I386)) == "allow");    // getpid on i386: listed by the policy
+}
+
+TEST_CASE("prepare_seccomp: cache hit skips the compile; unconfined has no filter") {
+  char dir[] = "/tmp/sbx-unit-seccomp-XXXXXX";
+  REQUIRE(::mkdtemp(dir) != nullptr);
+  std::string cache = std::string(dir) + "/cache/seccomp";
+  timespec t0;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  auto first = prepare_seccomp("default", cache);
+  double cold = us_since(t0);
+  REQUIRE(first.ok());
+  CHECK_FALSE(first->cached);
+  CHECK(first->enabled);
+  CHECK(first->sha256 == std::string(default_seccomp_policy_sha256()));
+  std::vector<double> hits, misses;
+  for (int i = 0; i < 20; ++i) {
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    auto again = prepare_seccomp("default", cache);
+    hits.push_back(us_since(t0));
+    REQUIRE(again.ok());
+    CHECK(again->cached);
+    CHECK(again->reference.size() == first->reference.size());
+    CHECK(std::equal(again->reference.begin(), again->reference.end(), first->reference.begin(),
+                     [](const sock_filter& a, const sock_filter& b) { return a.code == b.code && a.k == b.k && a.jt == b.jt && a.jf == b.jf; }));
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    auto nocache = prepare_seccomp("default", "");
+    misses.push_back(us_since(t0));
+    REQUIRE(nocache.ok());
+  }
+  std::sort(hits.begin(), hits.end());
+  std::sort(misses.begin(), misses.end());
+  MESSAGE("seccomp policy setup (default policy, " << first->reference.size() << " BPF instructions): first "
+          << cold << " us; median without cache " << misses[10] << " us; median with cache " << hits[10] << " us");
+  // A torn cache file is a miss, not an error.
+  {
+    std::string cmd = "sh -c 'for f in " + cache + "/*.bpf; do head -c 13 $f > $f.x && mv $f.x $f; done'";
+    REQUIRE(std::system(cmd.c_str()) == 0);
+  }
+  auto torn = prepare_seccomp("default", cache);
+  REQUIRE(torn.ok());
+  CHECK_FALSE(torn->cached);
+  auto un = prepare_seccomp("unconfined", cache);
+  REQUIRE(un.ok());
+  CHECK_FALSE(un->enabled);
+  CHECK(seccomp_enforcement_json(*un)["mode"] == "unconfined");
+  CHECK(seccomp_enforcement_json(*first)["mode"] == "filter");
+  auto missing = prepare_seccomp(std::string(dir) + "/nope.json", cache);
+  REQUIRE_FALSE(missing.ok());
+  CHECK(missing.error().message.find("nope.json") != std::string::npos);
+  CHECK(std::system(("rm -rf " + std::string(dir)).c_str()) == 0);
+}
+
+TEST_CASE("syscall and arch names for the record") {
+  CHECK(seccomp_syscall_name(AUDIT_ARCH_X86_64, SYS_mount) == "mount");
+  CHECK(seccomp_syscall_name(AUDIT_ARCH_I386, 20) == "getpid");
+  CHECK(seccomp_syscall_name(AUDIT_ARCH_X86_64, 0x40000000 | 39) == "getpid");
+  CHECK(seccomp_syscall_name(AUDIT_ARCH_X86_64, 99999) == "#99999");
+  CHECK(seccomp_arch_name(AUDIT_ARCH_I386) == "x86");
+}
+
+TEST_CASE("RunSpec carries the seccomp policy; strict") {
+  RunSpec s;
+  CHECK(s.seccomp == "default");
+  s.argv = {"true"};
+  s.seccomp = "/etc/sbx/p.json";
+  auto back = spec_from_json(spec_to_json(s), "t");
+  REQUIRE(back.ok());
+  CHECK(back->seccomp == "/etc/sbx/p.json");
+  json j = spec_to_json(RunSpec{});
+  j["seccomp"] = "";
+  auto r = spec_from_json(j, "p.json");
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.error().message == "p.json: seccomp: must be 'default', 'unconfined' or a policy file");
+  j["seccomp"] = 3;
+  auto r2 = spec_from_json(j, "p.json");
+  REQUIRE_FALSE(r2.ok());
+  CHECK(r2.error().message == "p.json: seccomp: must be a string");
+}
