@@ -75,41 +75,83 @@ nothing_left_in_subtree() {
   echo "no run-* cgroup under $CG/sbx"
 }
 
-# ---- sbx run with limits: TO BE FILLED IN by the integration of RunCgroup into `sbx run`.
+# ---- sbx run with limits, end to end: the binary users run, its exit status and its trace.
 # Each function returns 0 (pass), 77 with a reason as its last line (skip), anything else (fail).
 # $SBX is the built binary; the guest runs as root, cgroup v2 at /sys/fs/cgroup.
-SBX_RUN_USES_CGROUP=0   # integrator: set to 1 once `sbx run` creates its cgroup with RunCgroup
-sbx_run_ready() {
-  [ "$SBX_RUN_USES_CGROUP" = 1 ] || { echo "sbx run does not use RunCgroup yet"; return 77; }
-  [ -x "$SBX" ] || { echo "no $SBX"; return 1; }
-}
-sbx_run_memory() {   # --memory 32M on a hog → status oom, exit 137, memory.peak near 32M
+export SBX_STATE_DIR=/tmp/sbx-guest-state
+T=/tmp/sbx-guest-trace.json
+# jq-like: field F (python expression over the record `t`) of the last trace.
+tr_get() { python3 -c "import json,sys; t=json.load(open('$T')); print($1)"; }
+HOG="import sys
+b=[]
+while True: b.append(b'x' * (1 << 20))"
+
+sbx_run_ready() { [ -x "$SBX" ] || { echo "no $SBX"; return 1; }; }
+
+sbx_run_memory() {   # --memory 32M on a hog -> status oom, exit 137, memory.peak near 32M
   sbx_run_ready || return $?
-  return 77
+  "$SBX" run --memory 32M --timeout 60s --trace-file $T -- python3 -c "$HOG"; rc=$?
+  status=$(tr_get 't["result"]["status"]'); peak=$(tr_get 't["usage"]["memory_peak_bytes"]')
+  kills=$(tr_get 't["usage"]["oom_kills"]'); mech=$(tr_get 't["enforcement"]["limits_applied"]["memory"]["mechanism"]')
+  echo "memory: exit $rc, status $status, memory_peak_bytes $peak, oom_kills $kills, mechanism '$mech'"
+  [ $rc = 137 ] && [ "$status" = oom ] && [ "$kills" -ge 1 ] || return 1
+  # "near the limit": within 75%..100% (plus one page of slack) of 32 MiB
+  [ "$peak" -ge $((24 * 1048576)) ] && [ "$peak" -le $((32 * 1048576 + 4096)) ] || { echo "peak not near 32M"; return 1; }
 }
-sbx_run_pids() {     # --pids 8 on a fork loop → forks fail inside, trace pids_peak 8
+sbx_run_pids() {     # --pids 8 on a fork loop -> forks fail inside, trace pids_peak 8
   sbx_run_ready || return $?
-  return 77
+  out=$("$SBX" run --pids 8 --timeout 60s --trace-file $T -- sh -c 'n=0; for i in $(seq 30); do sleep 3 & n=$((n+1)); done 2>&1; wait; echo started $n'); rc=$?
+  peak=$(tr_get 't["usage"]["pids_peak"]')
+  echo "pids: exit $rc, pids_peak $peak, program said: $(printf '%s' "$out" | tr '\n' ' ' | cut -c1-160)"
+  [ "$peak" = 8 ] || return 1
+  printf '%s' "$out" | grep -qi "fork" || { echo "no failed fork reported inside"; return 1; }
 }
-sbx_run_cpus() {     # --cpus 0.2 on a busy loop → cpu ≈ 20% of wall (state the tolerance)
+sbx_run_cpus() {     # --cpus 0.2 on a busy loop -> CPU ~ 20% of wall; tolerance 12-28 % (TCG is noisy)
   sbx_run_ready || return $?
-  return 77
+  "$SBX" run --cpus 0.2 --timeout 3s --trace-file $T -- sh -c 'while :; do :; done'; rc=$?
+  cpu=$(tr_get 't["usage"]["cpu_usage_ms"]'); wall=$(tr_get 't["usage"]["wall_ms"]'); thr=$(tr_get 't["usage"]["cpu_throttled_periods"]')
+  pct=$((cpu * 100 / wall))
+  echo "cpus 0.2: exit $rc, cpu ${cpu} ms in ${wall} ms wall = ${pct}% (tolerance 12-28%), throttled periods $thr"
+  [ $rc = 124 ] && [ $pct -ge 12 ] && [ $pct -le 28 ]
 }
-sbx_run_cpu_time() { # --cpu-time 1s on a busy loop → status timeout, reason cpu
+sbx_run_cpu_time() { # --cpu-time 1s on a busy loop -> status timeout, reason cpu, well before --timeout
   sbx_run_ready || return $?
-  return 77
+  "$SBX" run --cpu-time 1s --timeout 30s --trace-file $T -- sh -c 'while :; do :; done'; rc=$?
+  status=$(tr_get 't["result"]["status"]'); reason=$(tr_get 't["result"]["reason"]')
+  cpu=$(tr_get 't["usage"]["cpu_usage_ms"]'); wall=$(tr_get 't["usage"]["wall_ms"]')
+  echo "cpu-time 1s: exit $rc, status $status, reason $reason, cpu ${cpu} ms, wall ${wall} ms"
+  [ $rc = 124 ] && [ "$status" = timeout ] && [ "$reason" = cpu ] && [ "$cpu" -ge 1000 ] && [ "$wall" -lt 30000 ]
 }
-sbx_run_timeout_cleans() {  # --timeout on sleepers → no process left in the run cgroup
+sbx_run_timeout_cleans() {  # --timeout on sleepers -> no process and no run cgroup left
   sbx_run_ready || return $?
-  return 77
+  "$SBX" run --timeout 500ms -- sh -c 'sleep 4321 & sleep 4321 & sleep 4321'; rc=$?
+  left=$(ls -d $CG/sbx/run-* 2>/dev/null); procs=$(pgrep -f 'sleep 4321')
+  echo "timeout: exit $rc, run cgroups left: '${left}', sleepers left: '${procs}'"
+  [ $rc = 124 ] && [ -z "$left" ] && [ -z "$procs" ]
 }
-sbx_run_rootless_delegated() {  # as uid 1001 with a chown'ed (delegated) subtree
+sbx_run_rootless_delegated() {  # as uid 1001 in a subtree delegated to it (chown, as Delegate=yes does)
   sbx_run_ready || return $?
-  return 77
+  command -v setpriv >/dev/null || { echo "no setpriv in the guest"; return 77; }
+  D=$CG/deleg-run-1001
+  mkdir -p $D /tmp/st1001 && chown 1001:1001 $D $D/cgroup.procs $D/cgroup.subtree_control $D/cgroup.threads /tmp/st1001 || return 1
+  sh -c "echo \$\$ > $D/cgroup.procs && exec setpriv --reuid=1001 --regid=1001 --clear-groups env SBX_STATE_DIR=/tmp/st1001 '$SBX' run --memory 32M --pids 16 --timeout 60s --trace-file /tmp/st1001/t.json -- python3 -c \"$HOG\""; rc=$?
+  status=$(python3 -c "import json; print(json.load(open('/tmp/st1001/t.json'))['result']['status'])")
+  mode=$(python3 -c "import json; print(json.load(open('/tmp/st1001/t.json'))['enforcement']['identity']['mode'])")
+  cgp=$(python3 -c "import json; print(json.load(open('/tmp/st1001/t.json'))['enforcement']['cgroup'])")
+  echo "rootless (uid 1001, $mode): exit $rc, status $status, cgroup '$cgp'"
+  left=$(ls -d $D/sbx/run-* 2>/dev/null)
+  [ $rc = 137 ] && [ "$status" = oom ] && [ -z "$left" ] || return 1
 }
 sbx_run_100_runs() {  # nothing left under the sbx subtree after 100 runs
   sbx_run_ready || return $?
-  return 77
+  i=0; bad=0
+  while [ $i -lt 100 ]; do
+    "$SBX" run --memory 64M --pids 16 --timeout 10s -- true || bad=$((bad + 1))
+    i=$((i + 1))
+  done
+  left=$(ls -d $CG/sbx/run-* 2>/dev/null | wc -l)
+  echo "100 runs: $bad failed, run cgroups left: $left"
+  [ $bad = 0 ] && [ "$left" = 0 ]
 }
 
 run "unit: RunCgroup from the root cgroup" unit_cgroup_from_root
