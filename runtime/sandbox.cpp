@@ -163,7 +163,11 @@ RunReport run_sandbox(const RunRequest& req) {
   };
 
   std::optional<RunCgroup> cgroup;
+  auto identity = plan_identity(spec);
+  if (identity) parts.enforcement["identity"] = identity_to_json(*identity);
+  else parts.enforcement["identity"] = {{"mode", ::geteuid() == 0 ? "root" : "rootless"}, {"error", identity.error().message}};
   [&] {
+    if (!identity) return fail_setup(identity.error());
     // 1 prepare: limits first, so that --require-limits refuses before anything is created.
     bool rootless = ::geteuid() != 0;
     LimitPlan plan = plan_limits(spec.limits, cg, rootless, true);
@@ -191,9 +195,6 @@ RunReport run_sandbox(const RunRequest& req) {
                    missing.empty() ? "" : "not enforced: " + missing.substr(2),
                    !missing.empty() && !degraded.empty() ? "; " : "",
                    degraded.empty() ? "" : "enforced only per process by rlimits: " + degraded.substr(2));
-    auto identity = plan_identity(spec);
-    if (!identity) return fail_setup(identity.error());
-    parts.enforcement["identity"] = identity_to_json(*identity);
     auto mounts = plan_mounts(spec, cwd);
     if (!mounts) return fail_setup(mounts.error());
     parts.image["mounts"] = mounts_to_json(*mounts);
@@ -298,6 +299,18 @@ RunReport run_sandbox(const RunRequest& req) {
     ::sigprocmask(SIG_SETMASK, &old, nullptr);
     // 4 collect
     outcome = outcome_from(*sup);
+    // Without a cgroup the CPU budget is RLIMIT_CPU, which the kernel enforces with SIGKILL (hard
+    // limit): a program killed that way having used its budget ran out of CPU time. rusage
+    // undercounts what the kernel's CPU timer saw (it samples ticks), hence the 80% margin.
+    if (!cgroup && spec.limits.cpu_time_ms && outcome.status == RunStatus::signaled &&
+        (outcome.signal == SIGKILL || outcome.signal == SIGXCPU)) {
+      std::int64_t used = sup->usage.ru_utime.tv_sec * 1000LL + sup->usage.ru_utime.tv_usec / 1000 +
+                          sup->usage.ru_stime.tv_sec * 1000LL + sup->usage.ru_stime.tv_usec / 1000;
+      if (used * 10 >= *spec.limits.cpu_time_ms * 8) {
+        outcome.status = RunStatus::timeout;
+        outcome.reason = "cpu";
+      }
+    }
     parts.violations = violations_json(sup->violations);
     if (sup->seccomp_kill)
       spdlog::warn("seccomp: {} is refused by a kill rule of the policy: sandbox killed", sup->seccomp_kill->name);
