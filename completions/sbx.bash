@@ -27,10 +27,10 @@ _sbx() {
 
     local global_opts="--state-dir --log-level -v --verbose --version -h --help"
     local run_opts="--profile --uid --gid --bind --tmpfs --workdir --env --env-pass --timeout
-        --output-limit --memory --pids --cpus --cpu-time --require-limits --trace-file --dry-run"
+        --output-limit --memory --pids --cpus --cpu-time --require-limits --seccomp --trace-file --dry-run"
     # Options that take a value (the next word is not a subcommand or the command).
     local takes_arg="--state-dir --log-level --profile --uid --gid --bind --tmpfs --workdir --env
-        --env-pass --timeout --output-limit --memory --pids --cpus --cpu-time --trace-file --format"
+        --env-pass --timeout --output-limit --memory --pids --cpus --cpu-time --seccomp --trace-file --format"
 
     # Find the subcommand path (run | profile ls|show | trace ls|show | doctor) and, for run,
     # where the sandboxed command starts.
@@ -78,6 +78,9 @@ _sbx() {
             COMPREPLY=($(compgen -d -- "$cur")); return ;;
         --bind|--trace-file)
             COMPREPLY=($(compgen -f -- "$cur")); compopt -o filenames 2>/dev/null; return ;;
+        --seccomp)
+            COMPREPLY=($(compgen -W "default unconfined" -- "$cur") $(compgen -f -- "$cur"))
+            compopt -o filenames 2>/dev/null; return ;;
         --profile)
             COMPREPLY=($(compgen -W "$(_sbx_profiles)" -- "$cur") $(_sbx_profile_files "$cur"))
             compopt -o filenames 2>/dev/null; return ;;

@@ -8,7 +8,7 @@ function __sbx_path
     set -l tokens (commandline -opc)
     set -e tokens[1]
     set -l takes_arg --state-dir --log-level --profile --uid --gid --bind --tmpfs --workdir --env \
-        --env-pass --timeout --output-limit --memory --pids --cpus --cpu-time --trace-file --format
+        --env-pass --timeout --output-limit --memory --pids --cpus --cpu-time --seccomp --trace-file --format
     set -l path
     set -l skip 0
     for t in $tokens
@@ -91,6 +91,7 @@ complete -c sbx -n '__sbx_at run' -l pids -x -d 'Maximum number of processes'
 complete -c sbx -n '__sbx_at run' -l cpus -x -d 'CPU share, e.g. 0.5'
 complete -c sbx -n '__sbx_at run' -l cpu-time -x -d 'CPU-time budget, e.g. 10s'
 complete -c sbx -n '__sbx_at run' -l require-limits -d 'Fail unless every limit can be enforced'
+complete -c sbx -n '__sbx_at run' -l seccomp -r -F -a 'default unconfined' -d 'Seccomp policy: default, unconfined or an OCI JSON file'
 complete -c sbx -n '__sbx_at run' -l trace-file -r -F -d 'Also write the trace record to this file'
 complete -c sbx -n '__sbx_at run' -l dry-run -d 'Print the merged run spec as JSON and run nothing'
 complete -c sbx -n '__sbx_at run' -a '(__fish_complete_command)' -d 'Command'
@@ -102,7 +103,7 @@ function __sbx_complete_cmd
     # one of their values), or right after "--".
     set -l tokens (commandline -opc)
     set -l takes_arg --state-dir --log-level --profile --uid --gid --bind --tmpfs --workdir --env \
-        --env-pass --timeout --output-limit --memory --pids --cpus --cpu-time --trace-file
+        --env-pass --timeout --output-limit --memory --pids --cpus --cpu-time --seccomp --trace-file
     set -l start 0
     set -l seen_run 0
     set -l skip 0
