@@ -16,7 +16,9 @@ struct RunFlags {
   std::string profile = kDefaultProfile;
   std::optional<std::uint32_t> uid, gid;
   std::vector<std::string> binds, tmpfs, env, env_pass;
-  std::string workdir, timeout, output_limit, memory, pids, cpus, cpu_time, trace_file;
+  // Optional, not empty-means-unset: `--timeout ''` is a bad duration, not "no timeout".
+  std::optional<std::string> workdir, timeout, output_limit, memory, pids, cpus, cpu_time;
+  std::string trace_file;
   std::string seccomp;
   bool dry_run = false;
   bool require_limits = false;
@@ -43,7 +45,7 @@ Result<RunSpec> apply_flags(RunSpec spec, const RunFlags& f) {
     spec.env[e.substr(0, eq)] = e.substr(eq + 1);
   }
   for (auto& k : f.env_pass) spec.env_pass.push_back(k);
-  if (!f.workdir.empty()) spec.workdir = f.workdir;
+  if (f.workdir) spec.workdir = *f.workdir;
   auto duration = [](const std::string& flag, const std::string& v) -> Result<std::int64_t> {
     auto r = parse_duration_ms(v);
     if (!r) return make_error("usage", flag + ": " + r.error().message);
@@ -56,38 +58,38 @@ Result<RunSpec> apply_flags(RunSpec spec, const RunFlags& f) {
     if (*r == 0 && !allow_zero) return make_error("usage", flag + ": must be greater than zero");
     return r;
   };
-  if (!f.timeout.empty()) {
-    auto r = duration("--timeout", f.timeout);
+  if (f.timeout) {
+    auto r = duration("--timeout", *f.timeout);
     if (!r) return r.error();
     spec.limits.timeout_ms = *r;
   }
-  if (!f.cpu_time.empty()) {
-    auto r = duration("--cpu-time", f.cpu_time);
+  if (f.cpu_time) {
+    auto r = duration("--cpu-time", *f.cpu_time);
     if (!r) return r.error();
     spec.limits.cpu_time_ms = *r;
   }
-  if (!f.output_limit.empty()) {
-    auto r = size("--output-limit", f.output_limit, true);
+  if (f.output_limit) {
+    auto r = size("--output-limit", *f.output_limit, true);
     if (!r) return r.error();
     spec.limits.output_limit_bytes = *r;
   }
-  if (!f.memory.empty()) {
-    auto r = size("--memory", f.memory, false);
+  if (f.memory) {
+    auto r = size("--memory", *f.memory, false);
     if (!r) return r.error();
     spec.limits.memory_bytes = *r;
   }
-  if (!f.pids.empty()) {
+  if (f.pids) {
     char* end = nullptr;
-    long long n = std::strtoll(f.pids.c_str(), &end, 10);
-    if (f.pids.empty() || *end != '\0' || n <= 0 || n > 4'194'304)
-      return make_error("usage", "--pids: bad process count '" + f.pids + "' (a positive integer)");
+    long long n = std::strtoll(f.pids->c_str(), &end, 10);
+    if (f.pids->empty() || *end != '\0' || n <= 0 || n > 4'194'304)
+      return make_error("usage", "--pids: bad process count '" + *f.pids + "' (a positive integer)");
     spec.limits.pids = n;
   }
-  if (!f.cpus.empty()) {
+  if (f.cpus) {
     char* end = nullptr;
-    double n = std::strtod(f.cpus.c_str(), &end);
-    if (*end != '\0' || !(n > 0) || n > 4096)
-      return make_error("usage", "--cpus: bad CPU count '" + f.cpus + "' (a positive number, e.g. 0.5)");
+    double n = std::strtod(f.cpus->c_str(), &end);
+    if (f.cpus->empty() || *end != '\0' || !(n > 0) || n > 4096)
+      return make_error("usage", "--cpus: bad CPU count '" + *f.cpus + "' (a positive number, e.g. 0.5)");
     spec.limits.cpus = n;
   }
   if (f.require_limits) spec.require_limits = true;
@@ -131,6 +133,10 @@ void add_run_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out)
     // With prefix_command, everything from the first positional on is in remaining(); a "--"
     // that main() cut off came after it, so it is put back where it was.
     f.command = run->remaining();
+    // prefix_command() also hands over an unknown option that precedes the command: it is a
+    // typo of ours, not a program called "--foo".
+    if (!f.command.empty() && f.command[0].size() > 1 && f.command[0][0] == '-')
+      return usage_error("run: unknown option '" + f.command[0] + "' (see 'sbx run --help'; put the command after --)");
     if (g.after_dashdash) {
       if (!f.command.empty()) f.command.push_back("--");
       f.command.insert(f.command.end(), g.after_dashdash->begin(), g.after_dashdash->end());
@@ -150,6 +156,12 @@ void add_run_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out)
     req.profile = profile->source;
     req.dirs = resolve_dirs(g.state_dir);
     req.trace_file = f.trace_file;
+    // Limits the user asked for by flag get a warning when they cannot be enforced as asked;
+    // a profile's defaults only get the trace record (and -v), so runs stay quiet by default.
+    if (f.memory) req.explicit_limits.push_back("memory");
+    if (f.pids) req.explicit_limits.push_back("pids");
+    if (f.cpus) req.explicit_limits.push_back("cpus");
+    if (f.cpu_time) req.explicit_limits.push_back("cpu_time");
     req.invocation_argv = g.argv;
     return run_sandbox(req).exit_status;
   }});

@@ -186,12 +186,16 @@ RunReport run_sandbox(const RunRequest& req) {
     parts.limits = limit_entries(spec.limits, plan);
     parts.enforcement["cgroup"] = cgroup ? "v2 " + cgroup->path() : "unavailable (" + cg.layout + ")";
     std::string missing, degraded;
-    for (auto* d : plan.shortfalls(true)) (d->applied ? degraded : missing) += (std::string(", ") + d->limit);
+    bool asked = false;
+    for (auto* d : plan.shortfalls(true)) {
+      (d->applied ? degraded : missing) += (std::string(", ") + d->limit);
+      for (auto& e : req.explicit_limits) asked = asked || e == d->limit;
+    }
     if (!missing.empty() && spec.require_limits)
       return fail_setup(make_error("limits", "--require-limits: cannot enforce " + missing.substr(2) +
                                                  " on this host (cgroup v2 layout: " + cg.layout + "; see 'sbx doctor')"));
     if (!missing.empty() || !degraded.empty())
-      spdlog::warn("limits {}{}{} (details in the trace's enforcement section; see 'sbx doctor')",
+      spdlog::log(asked ? spdlog::level::warn : spdlog::level::info, "limits {}{}{} (details in the trace's enforcement section; see 'sbx doctor')",
                    missing.empty() ? "" : "not enforced: " + missing.substr(2),
                    !missing.empty() && !degraded.empty() ? "; " : "",
                    degraded.empty() ? "" : "enforced only per process by rlimits: " + degraded.substr(2));

@@ -21,6 +21,9 @@ struct RunRequest {
   std::vector<std::string> invocation_argv;  // sbx's own argv
   Dirs dirs;
   std::string trace_file;  // extra copy of the record ("" for none)
+  // Limits given on the command line ("memory", "pids", "cpus", "cpu_time"): a shortfall in one
+  // of these is a warning; in a profile default it is logged at info level (quiet by default).
+  std::vector<std::string> explicit_limits;
 };
 
 struct RunReport {
