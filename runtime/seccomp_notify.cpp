@@ -85,7 +85,7 @@ bool SeccompNotifier::on_listener_ready(short revents, std::int64_t now_ms) {
   SeccompViolation* v = nullptr;
   for (auto& e : violations_)
     if (e.number == req.data.nr && e.arch == arch && e.action == action) v = &e;
-  if (!v && violations_.size() < kMaxDistinct) {
+  if (!v && (violations_.size() < kMaxDistinct || kill)) {  // the call that kills is always named
     violations_.push_back({seccomp_syscall_name(req.data.arch, req.data.nr), req.data.nr, arch, action, 0,
                            now_ms - start_ms_, kill});
     v = &violations_.back();
