@@ -209,6 +209,9 @@ RunReport run_sandbox(const RunRequest& req) {
     parts.enforcement["seccomp"] = seccomp_enforcement_json(*seccomp);
     if (!seccomp->enabled)
       spdlog::warn("seccomp is UNCONFINED for this run: the program may use every system call the kernel offers");
+    if (seccomp->enabled)
+      spdlog::info("seccomp policy {}: {} BPF instructions, {} in {} us", spec.seccomp, seccomp->reference.size(),
+                   seccomp->cached ? "loaded from the cache" : "compiled", seccomp->setup_us);
     for (auto& n : seccomp->notes) spdlog::info("seccomp policy {}: {}", spec.seccomp, n);
     if (!seccomp->unresolved.empty())
       spdlog::info("seccomp policy {}: {} system call name(s) unknown to libseccomp skipped (listed in the trace)",
