@@ -233,6 +233,9 @@ TEST_CASE("a Docker/Podman superset file loads: archMap, includes and excludes r
   CHECK(verdict(*prog, call(SYS_clone3)) == "errno 38");
   CHECK(verdict(*prog, call(SYS_ptrace)) == "allow");                // minKernel 4.8 <= this kernel
   CHECK(verdict(*prog, call(20, {}, AUDIT_ARCH_I386)) == "allow");    // getpid on i386: listed by the policy
+  CHECK(verdict(*prog, call(SYS_modify_ldt)) == "allow");            // included for amd64
+  CHECK(verdict(*prog, call(SYS_open_by_handle_at)) == "errno 1");   // included only for CAP_DAC_READ_SEARCH
+  CHECK(noted("/syscalls/9 (open_by_handle_at) skipped: included only with capability CAP_DAC_READ_SEARCH"));
 }
 
 TEST_CASE("prepare_seccomp: cache hit skips the compile; unconfined has no filter") {
