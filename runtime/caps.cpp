@@ -2,7 +2,10 @@
 
 #include <cap-ng.h>
 #include <linux/securebits.h>
+#include <linux/capability.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 namespace sbx {
 
@@ -20,10 +23,14 @@ Status drop_all_capabilities() {
     return make_error("capabilities", "drop all capabilities (bounding, ambient, effective, permitted, inheritable)", EPERM);
   if (::prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0)
     return sys_error("capabilities", "clear ambient capabilities");
-  // Verify rather than trust: the program must start with nothing.
-  capng_get_caps_process();
-  if (capng_have_capabilities(CAPNG_SELECT_CAPS) != CAPNG_NONE)
-    return make_error("capabilities", "capabilities still present after drop", EPERM);
+  // Verify rather than trust: the program must start with nothing. capget(2) directly, because
+  // libcap-ng's capng_get_caps_process() parses /proc/self/status (several reads per run).
+  struct __user_cap_header_struct hdr = {_LINUX_CAPABILITY_VERSION_3, 0};
+  struct __user_cap_data_struct data[2] = {};
+  if (::syscall(SYS_capget, &hdr, data) != 0) return sys_error("capabilities", "capget");
+  for (auto& d : data)
+    if (d.effective || d.permitted || d.inheritable)
+      return make_error("capabilities", "capabilities still present after drop", EPERM);
   return {};
 }
 
