@@ -19,7 +19,27 @@
 #include "runtime/caps.hpp"
 #include "runtime/net.hpp"
 
+// sendmsg(fd, msg, flags) through one known syscall instruction (see handoff_syscall_ip). The
+// SysV argument registers are the syscall's; rcx and r11, which `syscall` clobbers, are
+// caller-saved. Returns the raw result (-errno on failure).
+asm(R"(
+    .text
+    .p2align 4
+    .type sbx_handoff_sendmsg, @function
+sbx_handoff_sendmsg:
+    movl $46, %eax
+    syscall
+sbx_handoff_sendmsg_after_syscall:
+    ret
+    .size sbx_handoff_sendmsg, .-sbx_handoff_sendmsg
+)");
+extern "C" long sbx_handoff_sendmsg(int fd, const struct msghdr* msg, int flags);
+extern "C" const char sbx_handoff_sendmsg_after_syscall[];
+
 namespace sbx {
+
+std::uint64_t handoff_syscall_ip() { return reinterpret_cast<std::uintptr_t>(sbx_handoff_sendmsg_after_syscall); }
+
 namespace {
 
 void send_msg(int fd, const ChildMsg& m) {
@@ -94,8 +114,8 @@ Result<std::string> resolve_program(const ChildConfig& cfg) {
 }
 
 // The last step before execve. From here on the child makes only the system calls the policy
-// allows plus the prefix rule (sendmsg on cfg.seccomp_sock): no allocation, no libseccomp, and
-// failure reports use a message built beforehand.
+// allows plus the prefix rule (sendmsg on cfg.seccomp_sock from sbx_handoff_sendmsg's syscall
+// instruction): no allocation, no libseccomp, and failure reports use a message built beforehand.
 //
 // Why the listener travels this way: the listener fd exists only once the filter is installed,
 // in this process's fd table, and it is close-on-exec. Sending it to the supervisor over a
@@ -124,11 +144,12 @@ void install_seccomp(const ChildConfig& cfg, ChildMsg& failed) {
   c->cmsg_type = SCM_RIGHTS;
   c->cmsg_len = CMSG_LEN(sizeof(int));
   std::memcpy(CMSG_DATA(c), &lfd, sizeof lfd);
-  ssize_t n;
-  do n = ::sendmsg(cfg.seccomp_sock, &mh, MSG_NOSIGNAL);
-  while (n < 0 && errno == EINTR);
+  static_assert(__NR_sendmsg == 46, "the handoff stub hard-codes x86_64's sendmsg number");
+  long n;
+  do n = sbx_handoff_sendmsg(cfg.seccomp_sock, &mh, MSG_NOSIGNAL);
+  while (n == -EINTR);
   if (n != 1) {
-    failed.err = errno;
+    failed.err = n < 0 ? static_cast<int>(-n) : EIO;
     std::strncpy(failed.stage, "seccomp", sizeof failed.stage - 1);
     std::strncpy(failed.message, "hand the seccomp listener to the supervisor", sizeof failed.message - 1);
     send_msg(cfg.msg_fd, failed);

@@ -42,10 +42,16 @@ struct ChildConfig {
   int err_fd = -1;
   // Seccomp (runtime/seccomp_policy.hpp): the program installed as the last step before execve
   // (empty: unconfined), and the socket on which the program child hands its listener fd to the
-  // supervisor (the filter allows sendmsg on exactly this fd number).
+  // supervisor (the filter allows sendmsg on exactly this fd number, from handoff_syscall_ip()).
   std::vector<struct sock_filter> seccomp_filter;
   int seccomp_sock = -1;
 };
+
+// Where the program child's listener handoff enters the kernel: the address right after the one
+// `syscall` instruction that issues it (what seccomp_data.instruction_pointer holds). The child is
+// a fork of sbx, so the address is the same there; the seccomp prefix rule allows the handoff's
+// sendmsg only from it.
+std::uint64_t handoff_syscall_ip();
 
 // Runs in the freshly cloned child; never returns.
 [[noreturn]] void run_init(const ChildConfig& cfg);

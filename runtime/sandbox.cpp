@@ -240,7 +240,7 @@ RunReport run_sandbox(const RunRequest& req) {
       handoff.r = sv[0];
       handoff.w = sv[1];
       cfg.seccomp_sock = handoff.w;
-      cfg.seccomp_filter = notify_program(seccomp->reference, handoff.w);
+      cfg.seccomp_filter = notify_program(seccomp->reference, handoff.w, handoff_syscall_ip());
     }
 
     // The forwarded signals go to a signalfd; they must be blocked before clone so that none is

@@ -562,19 +562,29 @@ Result<PreparedSeccomp> prepare_seccomp(const std::string& which, const std::str
   return p;
 }
 
-std::vector<sock_filter> notify_program(const std::vector<sock_filter>& reference, int handoff_fd) {
-  // Prefix: on x86_64, sendmsg(handoff_fd, ...) is allowed, so that the program child can pass
-  // its listener fd to the supervisor after the filter is in place. Jumps are relative to the
-  // next instruction; every "no" jumps to the first instruction of the policy (index 9).
+std::vector<sock_filter> notify_program(const std::vector<sock_filter>& reference, int handoff_fd,
+                                        std::uint64_t handoff_ip) {
+  // Prefix: on x86_64, sendmsg(handoff_fd, ...) issued from sbx's own syscall instruction is
+  // allowed, so that the program child can pass its listener fd to the supervisor after the filter
+  // is in place. After execve that fd is closed and that address is not mapped (and, sbx being
+  // position-independent, not known to the program), so the rule is dead for the program. Jumps
+  // are relative to the next instruction; every "no" jumps to the policy's first instruction.
+  constexpr unsigned char kPrefix = 13;
+  auto lo = [](std::uint64_t v) { return static_cast<std::uint32_t>(v); };
+  auto hi = [](std::uint64_t v) { return static_cast<std::uint32_t>(v >> 32); };
   std::vector<sock_filter> out = {
       BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
-      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_X86_64, 0, 7),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_X86_64, 0, kPrefix - 2),
       BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
-      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_sendmsg, 0, 5),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_sendmsg, 0, kPrefix - 4),
       BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[0])),
-      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, static_cast<std::uint32_t>(handoff_fd), 0, 3),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, static_cast<std::uint32_t>(handoff_fd), 0, kPrefix - 6),
       BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[0]) + 4),
-      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 0, 0, 1),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 0, 0, kPrefix - 8),
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, instruction_pointer)),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, lo(handoff_ip), 0, kPrefix - 10),
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, instruction_pointer) + 4),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, hi(handoff_ip), 0, kPrefix - 12),
       BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
   };
   for (sock_filter ins : reference) {

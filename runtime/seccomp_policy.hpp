@@ -6,8 +6,8 @@
 // How refused syscalls are recorded (issue 4): the policy is compiled with its real actions
 // (ERRNO(e), KILL_PROCESS, ...). That program is kept as the *reference*. The program that is
 // installed is a copy in which every refusing return (ERRNO, KILL_*, TRAP, TRACE) is rewritten to
-// SECCOMP_RET_USER_NOTIF, with a 9-instruction prefix that lets the program child hand its
-// listener fd to the supervisor (sendmsg on one fd number). When a notification arrives, the
+// SECCOMP_RET_USER_NOTIF, with a 13-instruction prefix that lets the program child hand its
+// listener fd to the supervisor (sendmsg on one fd number, from one instruction address of sbx). When a notification arrives, the
 // supervisor runs the reference program on the very same seccomp_data (a small BPF interpreter,
 // seccomp_evaluate) and so knows exactly which action libseccomp's filter would have taken —
 // conditional rules, overlapping rules, the default action and the bad-arch action included —
@@ -78,9 +78,12 @@ struct PreparedSeccomp {
 // programs as <sha256>.bpf, keyed by policy text, arch, libseccomp version and sbx version.
 Result<PreparedSeccomp> prepare_seccomp(const std::string& which, const std::string& cache_dir);
 
-// The program that is installed: the handoff prefix (allow sendmsg(handoff_fd, ...) on x86_64)
-// followed by `reference` with every refusing return rewritten to SECCOMP_RET_USER_NOTIF.
-std::vector<sock_filter> notify_program(const std::vector<sock_filter>& reference, int handoff_fd);
+// The program that is installed: the handoff prefix — allow sendmsg(handoff_fd, ...) on x86_64,
+// and only from the instruction at `handoff_ip` (seccomp_data.instruction_pointer: the address
+// after sbx's own `syscall` instruction, see child.hpp) — followed by `reference` with every
+// refusing return rewritten to SECCOMP_RET_USER_NOTIF.
+std::vector<sock_filter> notify_program(const std::vector<sock_filter>& reference, int handoff_fd,
+                                        std::uint64_t handoff_ip);
 
 // Runs a seccomp classic-BPF program on `data` the way the kernel does; returns the action value
 // (SECCOMP_RET_*). A malformed program yields SECCOMP_RET_KILL_PROCESS.

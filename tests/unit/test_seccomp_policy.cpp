@@ -127,8 +127,9 @@ TEST_CASE("the default policy: allowlist, explicit denials, argument conditions,
 
 TEST_CASE("the installed program: handoff prefix, refusals become notifications") {
   auto ref = compile(std::string(default_seccomp_policy_text()));
-  auto inst = notify_program(ref, 7);
-  CHECK(inst.size() == ref.size() + 9);
+  constexpr std::uint64_t ip = 0x5555deadbeefULL;
+  auto inst = notify_program(ref, 7, ip);
+  CHECK(inst.size() == ref.size() + 13);
   CHECK(seccomp_evaluate(inst, call(SYS_getpid)) == SECCOMP_RET_ALLOW);
   CHECK(seccomp_evaluate(inst, call(SYS_mount)) == SECCOMP_RET_USER_NOTIF);
   CHECK(seccomp_evaluate(inst, call(SYS_clone3)) == SECCOMP_RET_USER_NOTIF);
@@ -136,8 +137,13 @@ TEST_CASE("the installed program: handoff prefix, refusals become notifications"
   // A policy that refuses sendmsg still lets the handoff through on exactly fd 7.
   auto strict = compile(R"({"defaultAction": "SCMP_ACT_KILL_PROCESS",
                             "syscalls": [{"names": ["write"], "action": "SCMP_ACT_ALLOW"}]})");
-  auto strict_inst = notify_program(strict, 7);
-  CHECK(seccomp_evaluate(strict_inst, call(SYS_sendmsg, {7})) == SECCOMP_RET_ALLOW);
+  auto strict_inst = notify_program(strict, 7, ip);
+  seccomp_data from_sbx = call(SYS_sendmsg, {7});
+  from_sbx.instruction_pointer = ip;
+  CHECK(seccomp_evaluate(strict_inst, from_sbx) == SECCOMP_RET_ALLOW);
+  CHECK(seccomp_evaluate(strict_inst, call(SYS_sendmsg, {7})) == SECCOMP_RET_USER_NOTIF);  // elsewhere
+  from_sbx.instruction_pointer = ip + (1ULL << 32);
+  CHECK(seccomp_evaluate(strict_inst, from_sbx) == SECCOMP_RET_USER_NOTIF);
   CHECK(seccomp_evaluate(strict_inst, call(SYS_sendmsg, {8})) == SECCOMP_RET_USER_NOTIF);
   CHECK(seccomp_evaluate(strict_inst, call(SYS_sendmsg, {7 | (1ULL << 32)})) == SECCOMP_RET_USER_NOTIF);
   CHECK(seccomp_evaluate(strict_inst, call(SYS_sendmsg, {7}, AUDIT_ARCH_I386)) == SECCOMP_RET_USER_NOTIF);
