@@ -23,7 +23,7 @@
 // SysV argument registers are the syscall's; rcx and r11, which `syscall` clobbers, are
 // caller-saved. Returns the raw result (-errno on failure).
 asm(R"(
-    .text
+    .pushsection .text
     .p2align 4
     .type sbx_handoff_sendmsg, @function
 sbx_handoff_sendmsg:
@@ -32,6 +32,7 @@ sbx_handoff_sendmsg:
 sbx_handoff_sendmsg_after_syscall:
     ret
     .size sbx_handoff_sendmsg, .-sbx_handoff_sendmsg
+    .popsection
 )");
 extern "C" long sbx_handoff_sendmsg(int fd, const struct msghdr* msg, int flags);
 extern "C" const char sbx_handoff_sendmsg_after_syscall[];
