@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <sys/utsname.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -131,7 +132,18 @@ Outcome outcome_from(const SuperviseResult& s) {
 
 }  // namespace
 
+namespace {
+std::int64_t mono_us() {
+  struct timespec ts;
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1'000'000LL + ts.tv_nsec / 1000;
+}
+}  // namespace
+
 RunReport run_sandbox(const RunRequest& req) {
+  // Where the time of a run goes (-vv): prepare, spawn (clone + id maps), the sandbox's life
+  // (setup inside + the program), record (trace + durable store).
+  std::int64_t t_start = mono_us(), t_spawn = 0, t_go = 0, t_end = 0;
   const RunSpec& spec = req.spec;
   TraceParts parts;
   parts.run_id = make_run_id();
@@ -255,6 +267,7 @@ RunReport run_sandbox(const RunRequest& req) {
     if (sigfd < 0) return fail_setup(sys_error("prepare", "signalfd"));
 
     // 2 spawn
+    t_spawn = mono_us();
     bool in_cgroup = false;
     auto child = clone_sandbox(kNamespaces, cgroup ? cgroup->dir_fd() : -1, in_cgroup);
     if (!child) {
@@ -280,6 +293,7 @@ RunReport run_sandbox(const RunRequest& req) {
     if (::write(sync.w, "g", 1) != 1) spdlog::debug("sync write failed: {}", std::strerror(errno));
 
     // 3 supervise
+    t_go = mono_us();
     SuperviseInput in;
     in.pid = child->pid;
     in.pidfd = child->pidfd;
@@ -336,6 +350,7 @@ RunReport run_sandbox(const RunRequest& req) {
   }
 
   // 5 record
+  t_end = mono_us();
   parts.ended_at = rfc3339_now();
   parts.outcome = outcome;
   parts.sup = sup ? &*sup : nullptr;
@@ -360,6 +375,11 @@ RunReport run_sandbox(const RunRequest& req) {
   spdlog::info("run {} ended: {} (trace in {}/{}.json)", parts.run_id, to_string(outcome.status), req.dirs.traces, parts.run_id);
   // 6 clean: nothing on the host to remove. The root, /tmp and /dev lived in tmpfs mounts of the
   // sandbox's own mount namespace, which died with its last process.
+  if (t_go) {
+    std::int64_t t_done = mono_us();
+    spdlog::debug("timing: prepare {} us, spawn {} us, sandbox {} us, record {} us", t_spawn - t_start,
+                  t_go - t_spawn, t_end - t_go, t_done - t_end);
+  }
   return report;
 }
 
