@@ -1,5 +1,7 @@
 #include "runtime/cgroup.hpp"
 
+#include "runtime/fsutil.hpp"
+
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -38,23 +40,9 @@ std::int64_t now_ms() {
 // cgroup control files are small and read in one go; a missing file is the caller's business
 // (its errno is kept in the Error).
 Result<std::string> read_ctl(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return sys_error(kStage, "cannot open " + path);
-  std::string out;
-  char buf[4096];
-  for (;;) {
-    ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      Error e = sys_error(kStage, "cannot read " + path);
-      ::close(fd);
-      return e;
-    }
-    if (n == 0) break;
-    out.append(buf, static_cast<std::size_t>(n));
-  }
-  ::close(fd);
-  return out;
+  auto r = read_file(path);
+  if (!r) r.error().stage = kStage;
+  return r;
 }
 
 // One write(2) per value: cgroup files parse each write as a whole, so a value must never be
