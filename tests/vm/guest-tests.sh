@@ -142,6 +142,16 @@ sbx_run_rootless_delegated() {  # as uid 1001 in a subtree delegated to it (chow
   left=$(ls -d $D/sbx/run-* 2>/dev/null)
   [ $rc = 137 ] && [ "$status" = oom ] && [ -z "$left" ] || return 1
 }
+sbx_run_int80() {  # a 32-bit int 0x80 syscall (this guest kernel has IA-32 emulation) -> killed, 159
+  sbx_run_ready || return $?
+  mkdir -p /tmp/attack && cc -O1 -o /tmp/attack/attack "$REPO/tests/attacks/attack.c" || { echo "cannot compile attack.c in the guest"; return 1; }
+  /tmp/attack/attack int80 >/tmp/int80-host.txt 2>&1; host_rc=$?
+  "$SBX" run --bind /tmp/attack:/attack --trace-file $T -- /attack/attack int80; rc=$?
+  status=$(tr_get 't["result"]["status"]'); viol=$(tr_get '[(v["name"], v["arch"], v["action"]) for v in t["violations"]]')
+  echo "int 0x80: outside the sandbox exit $host_rc ($(cat /tmp/int80-host.txt)); inside exit $rc, status $status, violations $viol"
+  [ $host_rc = 0 ] || { echo "this guest kernel does not run int 0x80 either: nothing to prove"; return 77; }
+  [ $rc = 159 ] && [ "$status" = seccomp_violation ] && printf '%s' "$viol" | grep -q "x86'"
+}
 sbx_run_100_runs() {  # nothing left under the sbx subtree after 100 runs
   sbx_run_ready || return $?
   i=0; bad=0
@@ -163,6 +173,7 @@ run "sbx run --cpus" sbx_run_cpus
 run "sbx run --cpu-time" sbx_run_cpu_time
 run "sbx run --timeout leaves no process" sbx_run_timeout_cleans
 run "sbx run rootless, delegated subtree" sbx_run_rootless_delegated
+run "sbx run: int 0x80 is refused (seccomp)" sbx_run_int80
 run "sbx run x100 leaves nothing" sbx_run_100_runs
 run "nothing left under the sbx subtree" nothing_left_in_subtree
 
