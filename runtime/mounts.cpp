@@ -20,10 +20,11 @@ constexpr const char* kBase = "/tmp";  // exists on every host; the tmpfs over i
 const char* const kSystemDirs[] = {"/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32"};
 // What programs need from /etc, without network (no resolv.conf): the loader cache, certificates,
 // Debian's alternatives (awk, editor, ... are symlinks through it), time zone, and a few tables.
-const char* const kEtcEntries[] = {"/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d",
-                                   "/etc/ssl", "/etc/ca-certificates", "/etc/alternatives",
-                                   "/etc/localtime", "/etc/protocols", "/etc/services",
-                                   "/etc/mime.types", "/etc/python3", "/etc/python3.11"};
+const char* const kEtcEntries[] = {"/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ssl",
+                                   "/etc/alternatives", "/etc/localtime", "/etc/protocols",
+                                   "/etc/services", "/etc/mime.types", "/etc/python3",
+                                   "/etc/python3.11"};
+constexpr off_t kEtcCopyMax = 256 * 1024;
 
 int pivot_root(const char* new_root, const char* put_old) {
   return static_cast<int>(::syscall(SYS_pivot_root, new_root, put_old));
@@ -106,6 +107,22 @@ Status write_file(const std::string& path, const std::string& content, mode_t mo
   return {};
 }
 
+// Copies a small host file (read through /oldroot) into the new root.
+Status copy_in(const std::string& host_path) {
+  std::string src = "/oldroot" + host_path;
+  int in = ::open(src.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (in < 0) return sys_error("mounts", "open " + host_path);
+  std::string data;
+  char buf[65536];
+  ssize_t n;
+  while ((n = ::read(in, buf, sizeof buf)) > 0 && data.size() <= static_cast<std::size_t>(kEtcCopyMax))
+    data.append(buf, static_cast<std::size_t>(n));
+  int err = errno;
+  ::close(in);
+  if (n < 0) return make_error("mounts", "read " + host_path, err);
+  return write_file("/newroot" + host_path, data, 0644);
+}
+
 Status symlink_at(const std::string& target, const std::string& path) {
   if (::symlink(target.c_str(), path.c_str()) != 0 && errno != EEXIST) return sys_error("mounts", "symlink " + path);
   return {};
@@ -160,6 +177,8 @@ Result<MountPlan> plan_mounts(const RunSpec& spec, const std::string& caller_cwd
       char buf[PATH_MAX];
       ssize_t n = ::readlink(e, buf, sizeof buf - 1);
       if (n > 0) p.etc_links.push_back({e, std::string(buf, static_cast<std::size_t>(n))});
+    } else if (S_ISREG(st.st_mode) && st.st_size <= kEtcCopyMax) {
+      p.etc_files.push_back(e);
     } else {
       p.etc_entries.push_back(e);
     }
@@ -206,6 +225,7 @@ Status build_root(const MountPlan& plan) {
   for (auto& [path, target] : plan.system_links) SBX_TRY(symlink_at(target, "/newroot" + path));
   SBX_TRY(mkdir_p("/newroot/etc", 0755));
   for (auto& e : plan.etc_entries) SBX_TRY(bind_mount(e, e, BindKind::ro));
+  for (auto& f : plan.etc_files) SBX_TRY(copy_in(f));
   for (auto& [path, target] : plan.etc_links) SBX_TRY(symlink_at(target, "/newroot" + path));
   for (auto& [path, content] : plan.generated) SBX_TRY(write_file("/newroot" + path, content, 0644));
 
@@ -232,6 +252,7 @@ nlohmann::json mounts_to_json(const MountPlan& plan) {
   nlohmann::json a = nlohmann::json::array();
   for (auto& d : plan.system_dirs) a.push_back({{"src", d}, {"dst", d}, {"rw", false}});
   for (auto& e : plan.etc_entries) a.push_back({{"src", e}, {"dst", e}, {"rw", false}});
+  for (auto& f : plan.etc_files) a.push_back({{"src", f}, {"dst", f}, {"rw", false}, {"copied", true}});
   for (auto& b : plan.binds) a.push_back({{"src", b.src}, {"dst", b.dst}, {"rw", b.rw}});
   return a;
 }
