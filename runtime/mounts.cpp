@@ -20,10 +20,11 @@ constexpr const char* kBase = "/tmp";  // exists on every host; the tmpfs over i
 const char* const kSystemDirs[] = {"/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32"};
 // What programs need from /etc, without network (no resolv.conf): the loader cache, certificates,
 // Debian's alternatives (awk, editor, ... are symlinks through it), time zone, and a few tables.
+// (Python runs without /etc/python3*: those hold distutils defaults and an apport hook, and each
+// directory would cost a read-only bind.)
 const char* const kEtcEntries[] = {"/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ssl",
                                    "/etc/alternatives", "/etc/localtime", "/etc/protocols",
-                                   "/etc/services", "/etc/mime.types", "/etc/python3",
-                                   "/etc/python3.11"};
+                                   "/etc/services", "/etc/mime.types"};
 constexpr off_t kEtcCopyMax = 256 * 1024;
 
 int pivot_root(const char* new_root, const char* put_old) {
