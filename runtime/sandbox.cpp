@@ -374,7 +374,8 @@ RunReport run_sandbox(const RunRequest& req) {
       spdlog::warn("seccomp: {} is refused by a kill rule of the policy: sandbox killed", sup->seccomp_kill->name);
     if (cgroup) {
       CgroupUsage u = cgroup->usage();
-      for (auto& [k, v] : cgroup_usage_json(u).items()) parts.usage_extra[k] = v;
+      json cg_usage = cgroup_usage_json(u);  // a named object: items() of a temporary would dangle
+      for (auto& [k, v] : cg_usage.items()) parts.usage_extra[k] = v;
       // The kernel's OOM killer acted: read from memory.events, not guessed from SIGKILL.
       if (u.oom_kill.value_or(0) > 0 && outcome.signal == SIGKILL && outcome.status == RunStatus::signaled)
         outcome.status = RunStatus::oom;
