@@ -329,19 +329,20 @@ void EgressProxy::handle_request(Conn& c, std::int64_t now_ms) {
   // What goes upstream first: nothing for CONNECT (the client's bytes follow our 200), the
   // request rewritten to origin-form for plain HTTP.
   if (!c.is_connect) {
-    std::string out = method + " " + path + " " + version + "\r\n";
-    bool has_host = false;
+    // Host is rewritten to the URL's authority: the policy allowed that name, and a different
+    // Host header would reach another virtual host behind the same address (e.g. on a CDN).
+    std::string out = method + " " + path + " " + version + "\r\nHost: " + authority + "\r\n";
     std::size_t pos = eol + 2;
     while (pos < headers.size()) {
       auto e = headers.find("\r\n", pos);
       std::string h = headers.substr(pos, e - pos);
       pos = e + 2;
       std::string name = lower(h.substr(0, h.find(':')));
-      if (name == "proxy-connection" || name == "proxy-authorization" || name == "connection" || name == "keep-alive") continue;
-      if (name == "host") has_host = true;
+      if (name == "proxy-connection" || name == "proxy-authorization" || name == "connection" || name == "keep-alive" ||
+          name == "host")
+        continue;
       out += h + "\r\n";
     }
-    if (!has_host) out += "Host: " + authority + "\r\n";
     out += "Connection: close\r\n\r\n";
     c.c2u.append(out);
     usage_[c.key].bytes_out += static_cast<std::int64_t>(out.size());  // the client's header was

@@ -120,6 +120,13 @@ class Network(SbxTestCase):
         self.assertIn("http://127.0.0.1:3128", r.out)
         self.assertIn("hello from allowed path=/urllib", r.out, r.describe())
 
+    def test_host_header_is_the_allowed_authority(self):
+        # A different Host header must not reach another virtual host behind an allowed address.
+        r = self.run_sbx([CURL, "-sS", "--max-time", "10", "-H", "Host: evil.example", f"http://127.0.0.1:{self.port}/vh"],
+                         self.allow(f"127.0.0.1:{self.port}"))
+        self.assertExit(r, 0)
+        self.assertIn(f"host=127.0.0.1:{self.port}", r.out, r.describe())
+
     def test_connect_tunnel(self):
         # What HTTPS clients do: CONNECT, then their own bytes through the tunnel.
         url = f"http://127.0.0.1:{self.port}/tunnel"
@@ -263,6 +270,7 @@ print('fast ms', int((time.monotonic() - t) * 1000))
     def test_fifty_concurrent_connections(self):
         code = f"""
 import threading, urllib.request
+threading.stack_size(256 * 1024)  # the default 8 MiB stacks x 50 would hit the profile's RLIMIT_AS fallback
 ok = []
 def get(i):
     d = urllib.request.urlopen('http://127.0.0.1:{self.port}/c%d' % i, timeout=20).read()
