@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "cli/commands.hpp"
+#include "runtime/egress_policy.hpp"
 #include "runtime/profile.hpp"
 #include "runtime/sandbox.hpp"
 #include "runtime/units.hpp"
@@ -15,7 +16,7 @@ namespace {
 struct RunFlags {
   std::string profile = kDefaultProfile;
   std::optional<std::uint32_t> uid, gid;
-  std::vector<std::string> binds, tmpfs, env, env_pass;
+  std::vector<std::string> binds, tmpfs, env, env_pass, allow_hosts;
   // Optional, not empty-means-unset: `--timeout ''` is a bad duration, not "no timeout".
   std::optional<std::string> workdir, timeout, output_limit, memory, pids, cpus, cpu_time;
   std::string trace_file;
@@ -92,6 +93,11 @@ Result<RunSpec> apply_flags(RunSpec spec, const RunFlags& f) {
       return make_error("usage", "--cpus: bad CPU count '" + *f.cpus + "' (a positive number, e.g. 0.5)");
     spec.limits.cpus = n;
   }
+  for (auto& h : f.allow_hosts) {
+    if (auto r = parse_allow_rule(h); !r) return r.error();
+    spec.network.allow.push_back(h);
+  }
+  if (!spec.network.allow.empty()) spec.network.mode = "proxy";
   if (f.require_limits) spec.require_limits = true;
   if (!f.seccomp.empty()) spec.seccomp = f.seccomp;
   spec.argv = f.command;
@@ -118,6 +124,9 @@ void add_run_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out)
   run->add_option("--pids", f.pids, "Maximum number of processes");
   run->add_option("--cpus", f.cpus, "CPU share, e.g. 0.5");
   run->add_option("--cpu-time", f.cpu_time, "CPU-time budget, e.g. 10s");
+  run->add_option("--allow-host", f.allow_hosts,
+                  "Allow egress to HOST[:PORT] through sbx's filtering proxy: a name, *.domain, an IP, [IPv6] or a CIDR; "
+                  "ports 80 and 443 unless given (repeatable)");
   run->add_flag("--require-limits", f.require_limits, "Fail (exit 125) unless every limit can be enforced");
   run->add_option("--seccomp", f.seccomp, "Seccomp policy: default, unconfined, or an OCI JSON file");
   run->add_option("--trace-file", f.trace_file, "Also write the trace record to this file");

@@ -27,10 +27,10 @@ _sbx() {
 
     local global_opts="--state-dir --log-level -v --verbose --version -h --help"
     local run_opts="--profile --uid --gid --bind --tmpfs --workdir --env --env-pass --timeout
-        --output-limit --memory --pids --cpus --cpu-time --require-limits --seccomp --trace-file --dry-run"
+        --output-limit --memory --pids --cpus --cpu-time --require-limits --seccomp --allow-host --trace-file --dry-run"
     # Options that take a value (the next word is not a subcommand or the command).
     local takes_arg="--state-dir --log-level --profile --uid --gid --bind --tmpfs --workdir --env
-        --env-pass --timeout --output-limit --memory --pids --cpus --cpu-time --seccomp --trace-file --format"
+        --env-pass --timeout --output-limit --memory --pids --cpus --cpu-time --seccomp --allow-host --trace-file --format"
 
     # Find the subcommand path (run | profile ls|show | trace ls|show | doctor) and, for run,
     # where the sandboxed command starts.

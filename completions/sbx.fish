@@ -8,7 +8,7 @@ function __sbx_path
     set -l tokens (commandline -opc)
     set -e tokens[1]
     set -l takes_arg --state-dir --log-level --profile --uid --gid --bind --tmpfs --workdir --env \
-        --env-pass --timeout --output-limit --memory --pids --cpus --cpu-time --seccomp --trace-file --format
+        --env-pass --timeout --output-limit --memory --pids --cpus --cpu-time --seccomp --allow-host --trace-file --format
     set -l path
     set -l skip 0
     for t in $tokens
@@ -92,6 +92,7 @@ complete -c sbx -n '__sbx_at run' -l cpus -x -d 'CPU share, e.g. 0.5'
 complete -c sbx -n '__sbx_at run' -l cpu-time -x -d 'CPU-time budget, e.g. 10s'
 complete -c sbx -n '__sbx_at run' -l require-limits -d 'Fail unless every limit can be enforced'
 complete -c sbx -n '__sbx_at run' -l seccomp -r -F -a 'default unconfined' -d 'Seccomp policy: default, unconfined or an OCI JSON file'
+complete -c sbx -n '__sbx_at run' -l allow-host -x -a '(__fish_print_hostnames)' -d 'Allow egress to HOST[:PORT] through the filtering proxy'
 complete -c sbx -n '__sbx_at run' -l trace-file -r -F -d 'Also write the trace record to this file'
 complete -c sbx -n '__sbx_at run' -l dry-run -d 'Print the merged run spec as JSON and run nothing'
 complete -c sbx -n '__sbx_at run' -a '(__fish_complete_command)' -d 'Command'
@@ -103,7 +104,7 @@ function __sbx_complete_cmd
     # one of their values), or right after "--".
     set -l tokens (commandline -opc)
     set -l takes_arg --state-dir --log-level --profile --uid --gid --bind --tmpfs --workdir --env \
-        --env-pass --timeout --output-limit --memory --pids --cpus --cpu-time --seccomp --trace-file
+        --env-pass --timeout --output-limit --memory --pids --cpus --cpu-time --seccomp --allow-host --trace-file
     set -l start 0
     set -l seen_run 0
     set -l skip 0

@@ -234,7 +234,7 @@ void run_init(const ChildConfig& cfg) {
   // If sbx dies, so does the sandbox: init gets SIGKILL, and with pid 1 gone the kernel kills the
   // rest of the pid namespace.
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-  close_all_except({0, 1, 2, cfg.sync_fd, cfg.msg_fd, cfg.out_fd, cfg.err_fd, cfg.seccomp_sock});
+  close_all_except({0, 1, 2, cfg.sync_fd, cfg.msg_fd, cfg.out_fd, cfg.err_fd, cfg.seccomp_sock, cfg.proxy_sock});
   char go;
   if (::read(cfg.sync_fd, &go, 1) != 1) ::_exit(125);  // supervisor gone before the maps were written
   STAGE(cfg, become_namespace_root(cfg.identity));
@@ -247,6 +247,8 @@ void run_init(const ChildConfig& cfg) {
   if (::sethostname(cfg.hostname.c_str(), cfg.hostname.size()) != 0)
     fail(cfg, sys_error("hostname", "sethostname"));
   STAGE(cfg, bring_up_loopback());
+  // Fail closed: a run that asked for the proxy does not start without it.
+  if (cfg.proxy_sock >= 0) STAGE(cfg, hand_over_proxy_listener(cfg.proxy_sock, cfg.proxy_port));
   // Init keeps its capabilities (the program has none, so it cannot ptrace init) and is not
   // dumpable, so the program cannot read init's memory through /proc either.
   ::prctl(PR_SET_DUMPABLE, 0);

@@ -45,6 +45,10 @@ struct ChildConfig {
   // supervisor (the filter allows sendmsg on exactly this fd number, from handoff_syscall_ip()).
   std::vector<struct sock_filter> seccomp_filter;
   int seccomp_sock = -1;
+  // Egress proxy (network mode "proxy"): init's end of the socketpair on which it sends the
+  // listening socket it made in the sandbox's netns (net.hpp); -1 in mode "none".
+  int proxy_sock = -1;
+  int proxy_port = 0;
 };
 
 // Where the program child's listener handoff enters the kernel: the address right after the one

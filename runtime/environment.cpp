@@ -18,6 +18,14 @@ std::vector<std::string> build_environment(const RunSpec& spec, char** caller_en
   // A terminal type only makes sense when something terminal-like is at the other end.
   auto term = caller.find("TERM");
   env["TERM"] = stdout_is_tty && term != caller.end() ? term->second : "dumb";
+  // The filtering proxy (proxy.hpp) listens on the sandbox's own loopback. Both spellings are set
+  // because tools disagree on which they read (curl ignores upper-case HTTP_PROXY). NO_PROXY keeps
+  // the sandbox's own loopback direct; --env overrides any of them.
+  if (spec.network.mode == "proxy") {
+    std::string url = "http://127.0.0.1:" + std::to_string(kProxyPort);
+    for (const char* k : {"HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"}) env[k] = url;
+    for (const char* k : {"NO_PROXY", "no_proxy"}) env[k] = "localhost,127.0.0.1,::1";
+  }
   for (auto& name : spec.env_pass) {
     auto it = caller.find(name);
     if (it != caller.end()) env[name] = it->second;

@@ -1,11 +1,16 @@
 #include "runtime/net.hpp"
 
 #include <net/if.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstdint>
 #include <cstring>
+#include <string>
 
 namespace sbx {
 
@@ -24,6 +29,49 @@ Status bring_up_loopback() {
   }
   ::close(fd);
   return st;
+}
+
+Status hand_over_proxy_listener(int sock, int port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return sys_error("network", "socket for the egress proxy");
+  struct sockaddr_in a = {};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<std::uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  int one = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  if (::bind(fd, reinterpret_cast<struct sockaddr*>(&a), sizeof a) != 0) {
+    ::close(fd);
+    return sys_error("network", "bind the egress proxy to 127.0.0.1:" + std::to_string(port));
+  }
+  if (::listen(fd, 1024) != 0) {
+    ::close(fd);
+    return sys_error("network", "listen on the egress proxy socket");
+  }
+  alignas(struct cmsghdr) char cbuf[CMSG_SPACE(sizeof(int))] = {};
+  char byte = 'P';
+  struct iovec iov = {&byte, 1};
+  struct msghdr mh = {};
+  mh.msg_iov = &iov;
+  mh.msg_iovlen = 1;
+  mh.msg_control = cbuf;
+  mh.msg_controllen = sizeof cbuf;
+  struct cmsghdr* c = CMSG_FIRSTHDR(&mh);
+  c->cmsg_level = SOL_SOCKET;
+  c->cmsg_type = SCM_RIGHTS;
+  c->cmsg_len = CMSG_LEN(sizeof(int));
+  std::memcpy(CMSG_DATA(c), &fd, sizeof fd);
+  ssize_t n;
+  do n = ::sendmsg(sock, &mh, MSG_NOSIGNAL);
+  while (n < 0 && errno == EINTR);
+  int saved = errno;
+  ::close(fd);
+  ::close(sock);
+  if (n != 1) {
+    errno = n < 0 ? saved : EIO;
+    return sys_error("network", "hand the egress proxy socket to the supervisor");
+  }
+  return {};
 }
 
 }  // namespace sbx

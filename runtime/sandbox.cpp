@@ -21,6 +21,7 @@
 #include "runtime/environment.hpp"
 #include "runtime/fsutil.hpp"
 #include "runtime/limits_plan.hpp"
+#include "runtime/proxy.hpp"
 #include "runtime/seccomp_policy.hpp"
 #include "runtime/sha256.hpp"
 #include "runtime/supervisor.hpp"
@@ -96,6 +97,24 @@ json cgroup_usage_json(const CgroupUsage& u) {
           {"cpu_throttled_ms", ms(u.throttled_us)}};
 }
 
+json network_enforcement_json(const NetworkSpec& n) {
+  json j = {{"mode", n.mode}, {"allow", n.allow}, {"interfaces", {"lo"}}};
+  if (n.mode == "proxy")
+    j["proxy"] = {{"listen", "127.0.0.1:" + std::to_string(kProxyPort)},
+                  {"where", "sbx supervisor, outside the sandbox; socket bound in the sandbox's network namespace"},
+                  {"protocols", {"CONNECT", "http absolute-URI"}},
+                  {"resolver", "getaddrinfo in the supervisor, for allowed names only"},
+                  {"max_connections", n.max_connections},
+                  {"max_bytes", n.max_bytes ? json(*n.max_bytes) : json(nullptr)}};
+  return j;
+}
+
+std::int64_t monotonic_ms() {
+  struct timespec ts;
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1000LL + ts.tv_nsec / 1'000'000;
+}
+
 Outcome outcome_from(const SuperviseResult& s) {
   Outcome o;
   if (s.setup_error) {
@@ -163,7 +182,7 @@ RunReport run_sandbox(const RunRequest& req) {
                        {"seccomp", {{"profile", spec.seccomp}, {"sha256", nullptr}, {"unresolved", json::array()}, {"mode", nullptr},
                                     {"note", "not installed: the run ended before the policy was prepared"}}},
                        {"capabilities", {{"kept", json::array()}, {"bounding", json::array()}, {"securebits", "locked"}, {"no_new_privs", true}}},
-                       {"network", {{"mode", spec.network.mode}, {"allow", json::array()}, {"interfaces", {"lo"}}}}};
+                       {"network", network_enforcement_json(spec.network)}};
   parts.image = {{"name", spec.image}, {"digest", nullptr}, {"mounts", json::array()}};
 
   Outcome outcome;
@@ -255,6 +274,29 @@ RunReport run_sandbox(const RunRequest& req) {
       cfg.seccomp_filter = notify_program(seccomp->reference, handoff.w, handoff_syscall_ip());
     }
 
+    // Egress proxy: init makes the listening socket inside the sandbox's netns and sends it back
+    // on this socketpair (proxy.hpp explains why this way).
+    Pipe proxy_pair;
+    std::optional<EgressProxy> proxy;
+    if (spec.network.mode == "proxy") {
+      auto rules = parse_allow_rules(spec.network.allow);
+      if (!rules) return fail_setup(rules.error());
+      int sv[2];
+      if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0)
+        return fail_setup(sys_error("network", "socketpair for the egress proxy"));
+      proxy_pair.r = sv[0];
+      proxy_pair.w = sv[1];
+      cfg.proxy_sock = proxy_pair.w;
+      cfg.proxy_port = kProxyPort;
+      ProxyConfig pc;
+      pc.rules = std::move(*rules);
+      pc.max_connections = spec.network.max_connections;
+      pc.max_bytes = spec.network.max_bytes;
+      pc.start_ms = monotonic_ms();
+      proxy.emplace(std::move(pc), proxy_pair.r);
+      proxy_pair.r = -1;  // the proxy owns it
+    }
+
     // The forwarded signals go to a signalfd; they must be blocked before clone so that none is
     // lost in between (and init inherits the mask, which it wants for sigwaitinfo too).
     sigset_t forwarded, all_supervised, old;
@@ -280,6 +322,7 @@ RunReport run_sandbox(const RunRequest& req) {
     out.close_w();
     err.close_w();
     handoff.close_w();
+    proxy_pair.close_w();
     Status placed;
     if (cgroup && !in_cgroup) placed = cgroup->add_pid(child->pid);  // before "go": nothing ran yet
     if (auto st = placed.ok() ? write_id_maps(child->pid, *identity) : placed; !st) {
@@ -314,6 +357,7 @@ RunReport run_sandbox(const RunRequest& req) {
       in.cpu_used_us = [&] { return cgroup->usage().cpu_usage_us; };
       in.max_cpus = spec.limits.cpus.value_or(static_cast<double>(::sysconf(_SC_NPROCESSORS_ONLN)));
     }
+    if (proxy) in.proxy = &*proxy;
     sup = supervise(in);
     ::close(child->pidfd);
     ::close(sigfd);
@@ -333,11 +377,18 @@ RunReport run_sandbox(const RunRequest& req) {
       }
     }
     parts.violations = violations_json(sup->violations);
+    if (proxy) {
+      for (auto& v : proxy->violations_json()) parts.violations.push_back(v);
+      parts.usage_extra["network"] = proxy->usage_json();
+      if (!proxy->listener_received() && outcome.status != RunStatus::setup_error)
+        spdlog::warn("the egress proxy never received its listening socket");
+    }
     if (sup->seccomp_kill)
       spdlog::warn("seccomp: {} is refused by a kill rule of the policy: sandbox killed", sup->seccomp_kill->name);
     if (cgroup) {
       CgroupUsage u = cgroup->usage();
-      parts.usage_extra = cgroup_usage_json(u);
+      json cg_usage = cgroup_usage_json(u);  // a named object: items() of a temporary would dangle
+      for (auto& [k, v] : cg_usage.items()) parts.usage_extra[k] = v;
       // The kernel's OOM killer acted: read from memory.events, not guessed from SIGKILL.
       if (u.oom_kill.value_or(0) > 0 && outcome.signal == SIGKILL && outcome.status == RunStatus::signaled)
         outcome.status = RunStatus::oom;

@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "runtime/egress_policy.hpp"
 #include "runtime/units.hpp"
 
 namespace sbx {
@@ -171,7 +172,11 @@ json spec_to_json(const RunSpec& s) {
       {"workdir", s.workdir},
       {"hostname", s.hostname},
       {"image", s.image},
-      {"network", {{"mode", s.network.mode}}},
+      {"network",
+       {{"mode", s.network.mode},
+        {"allow", s.network.allow},
+        {"max_connections", s.network.max_connections},
+        {"max_bytes", opt(s.network.max_bytes)}}},
       {"limits",
        {{"timeout_ms", opt(s.limits.timeout_ms)},
         {"output_limit_bytes", opt(s.limits.output_limit_bytes)},
@@ -264,9 +269,21 @@ Result<RunSpec> spec_from_json(const json& j, const std::string& source) {
     ObjectReader nr(j.at("network"), source, "network");
     SBX_TRY(nr.check_object());
     SBX_TRY(nr.get_string("mode", s.network.mode));
+    SBX_TRY(nr.get_strings("allow", s.network.allow));
+    std::optional<std::int64_t> conns = s.network.max_connections;
+    SBX_TRY(nr.get_quantity("max_connections", conns, [](const std::string& t) -> Result<std::int64_t> {
+      return make_error("spec", "bad connection count '" + t + "'");
+    }, true));
+    if (conns) s.network.max_connections = *conns;
+    SBX_TRY(nr.get_quantity("max_bytes", s.network.max_bytes, parse_size_bytes, true));
     SBX_TRY(nr.finish());
-    if (s.network.mode != "none")
-      return nr.fail_key("mode", "unknown network mode '" + s.network.mode + "' (supported: none)");
+    if (s.network.mode != "none" && s.network.mode != "proxy")
+      return nr.fail_key("mode", "unknown network mode '" + s.network.mode + "' (supported: none, proxy)");
+    if (s.network.max_connections > 100000) return nr.fail_key("max_connections", "must be at most 100000");
+    for (std::size_t i = 0; i < s.network.allow.size(); ++i)
+      if (auto rule = parse_allow_rule(s.network.allow[i]); !rule)
+        return nr.fail("network.allow[" + std::to_string(i) + "]", rule.error().message);
+    if (!s.network.allow.empty()) s.network.mode = "proxy";
   }
   SBX_TRY(read_limits(r, s.limits));
   SBX_TRY(r.get_bool("require_limits", s.require_limits));

@@ -40,9 +40,20 @@ struct Limits {
 };
 
 struct NetworkSpec {
-  std::string mode = "none";  // "none": own network namespace with only loopback up
+  // "none": own network namespace with only loopback up, no way out.
+  // "proxy": the same, plus sbx's filtering HTTP proxy on 127.0.0.1:kProxyPort inside, which
+  // reaches exactly the hosts in `allow` (egress_policy.hpp) from outside the sandbox (proxy.hpp).
+  // A non-empty `allow` turns "none" into "proxy"; "proxy" with an empty list denies (and records)
+  // every attempt.
+  std::string mode = "none";
+  std::vector<std::string> allow;               // --allow-host rules, as written
+  std::int64_t max_connections = 64;            // concurrent proxied connections
+  std::optional<std::int64_t> max_bytes;        // total bytes relayed (both directions), per run
   bool operator==(const NetworkSpec&) const = default;
 };
+
+// Where the proxy listens inside the sandbox's own network namespace (its loopback, not the host's).
+inline constexpr int kProxyPort = 3128;
 
 struct RunSpec {
   std::vector<std::string> argv;

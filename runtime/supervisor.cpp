@@ -115,18 +115,21 @@ SuperviseResult supervise(const SuperviseInput& in) {
   SeccompNotifier seccomp(in.seccomp_sock, in.seccomp_reference, start);
 
   while (!init_done || out.open() || err.open() || msg_fd >= 0) {
-    struct pollfd p[10];
-    int n = 0;
+    std::vector<struct pollfd> p;
+    p.reserve(16);
     auto add = [&](int fd) -> int {
       if (fd < 0) return -1;
-      p[n] = {fd, POLLIN, 0};
-      return n++;
+      p.push_back({fd, POLLIN, 0});
+      return static_cast<int>(p.size()) - 1;
     };
     int i_pid = init_done ? -1 : add(pidfd);
     int i_out = add(out.fd()), i_err = add(err.fd()), i_msg = add(msg_fd);
     int i_dl = add(deadline), i_gr = add(grace), i_sig = add(init_done ? -1 : in.signal_fd);
     int i_cpu = add(init_done ? -1 : cpu_timer);
     int i_scs = add(init_done ? -1 : seccomp.sock_fd()), i_scl = add(init_done ? -1 : seccomp.listener_fd());
+    std::size_t proxy_first = p.size();
+    if (in.proxy && !init_done) in.proxy->add_pollfds(p);
+    std::size_t proxy_count = p.size() - proxy_first;
     // Once init is gone every process in its pid namespace is being killed and the pipes close
     // within milliseconds; the bound only guards against a kernel surprise.
     int wait_ms = -1;
@@ -135,7 +138,7 @@ SuperviseResult supervise(const SuperviseInput& in) {
       if (left <= 0) break;
       wait_ms = static_cast<int>(left);
     }
-    int rc = ::poll(p, static_cast<nfds_t>(n), wait_ms);
+    int rc = ::poll(p.data(), static_cast<nfds_t>(p.size()), wait_ms);
     if (rc < 0) {
       if (errno == EINTR) continue;
       spdlog::error("poll: {}", std::strerror(errno));
@@ -195,6 +198,7 @@ SuperviseResult supervise(const SuperviseInput& in) {
         }
       }
     }
+    if (proxy_count) in.proxy->on_events(p.data() + proxy_first, proxy_count, now_ms());
     if (ready(i_scs)) seccomp.on_sock_readable();
     if (ready(i_scl) && seccomp.on_listener_ready(p[i_scl].revents, now_ms()) && !r.seccomp_kill) {
       r.seccomp_kill = *seccomp.kill();
@@ -215,6 +219,7 @@ SuperviseResult supervise(const SuperviseInput& in) {
   }
   for (int fd : {deadline, grace, msg_fd, cpu_timer})
     if (fd >= 0) ::close(fd);
+  if (in.proxy) in.proxy->close_all();  // the run has ended: so has every connection
   if (!init_done) {
     kill_all();
     int ws;

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "runtime/child.hpp"
+#include "runtime/proxy.hpp"
 #include "runtime/seccomp_notify.hpp"
 
 namespace sbx {
@@ -43,6 +44,9 @@ struct SuperviseInput {
   std::optional<std::int64_t> cpu_budget_ms;
   std::function<std::optional<std::int64_t>()> cpu_used_us;
   double max_cpus = 1;
+  // The egress proxy (null: network mode "none"). Its sockets join the poll loop while the
+  // sandbox runs; every connection is closed when init has exited.
+  EgressProxy* proxy = nullptr;
 };
 
 struct SuperviseResult {

@@ -124,3 +124,28 @@ TEST_CASE("profiles: built-ins load, layer in order, and are validated") {
   CHECK(b.error().message.find("pack.json: unknown key 'limits.nope'") == 0);
   CHECK_FALSE(load_profile("no-such-profile").ok());
 }
+
+TEST_CASE("network: allow list, limits, and the proxy mode it implies") {
+  json j = spec_to_json(RunSpec{});
+  j["network"]["allow"] = {"example.com", "*.pypi.org:443", "[::1]:8080", "10.0.0.0/8:*"};
+  j["network"]["max_connections"] = 10;
+  j["network"]["max_bytes"] = "100M";
+  auto r = spec_from_json(j, "p.json");
+  REQUIRE(r.ok());
+  CHECK(r->network.mode == "proxy");
+  CHECK(r->network.allow.size() == 4);
+  CHECK(r->network.max_connections == 10);
+  CHECK(r->network.max_bytes == 100LL << 20);
+  auto back = spec_from_json(spec_to_json(*r), "again");
+  REQUIRE(back.ok());
+  CHECK(*back == *r);
+
+  json bad = spec_to_json(RunSpec{});
+  bad["network"]["allow"] = {"ok.example", "bad host"};
+  auto e = spec_from_json(bad, "p.json");
+  REQUIRE_FALSE(e.ok());
+  CHECK(e.error().message.find("p.json: network.allow[1]:") == 0);
+  json bad2 = spec_to_json(RunSpec{});
+  bad2["network"]["max_connections"] = 0;
+  CHECK_FALSE(spec_from_json(bad2, "p.json").ok());
+}

@@ -1,0 +1,64 @@
+#pragma once
+// Egress policy: which HOST:PORT a sandbox may reach through the filtering proxy (proxy.hpp).
+// Pure: parsing and matching only, no sockets, no resolver — unit-tested in tests/unit.
+//
+// Rule forms (`--allow-host`, profile `network.allow`):
+//   example.com[:PORT]        exactly this name (case-insensitive, a trailing dot ignored)
+//   *.example.com[:PORT]      any name below example.com (not example.com itself)
+//   192.0.2.7[:PORT]          an IPv4 literal
+//   [2001:db8::1][:PORT]      an IPv6 literal (brackets needed with a port; a bare literal is fine without)
+//   10.0.0.0/8[:PORT]         an IPv4 CIDR; [2001:db8::/32][:PORT] an IPv6 CIDR
+// PORT is a number or '*' (any port); without one, ports 80 and 443 are allowed.
+//
+// Names match names and address rules match address literals: a request for a *name* is never
+// allowed by an IP/CIDR rule (the proxy would have to resolve a name it has not been allowed to
+// look up), and a request for a literal address needs an address rule.
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "runtime/error.hpp"
+
+namespace sbx {
+
+struct AllowRule {
+  enum class Kind { name, wildcard, address, cidr };
+  Kind kind = Kind::name;
+  std::string text;           // as written (for the trace and messages)
+  std::string name;           // kind name: the name; wildcard: the suffix without "*." (lower case)
+  bool v6 = false;            // address/cidr
+  std::array<std::uint8_t, 16> addr{};  // network byte order; IPv4 uses the first 4 bytes
+  int prefix = 0;             // cidr: prefix length; address: 32 or 128
+  std::optional<std::uint16_t> port;  // nullopt: 80 and 443
+  bool any_port = false;      // PORT was '*'
+};
+
+Result<AllowRule> parse_allow_rule(const std::string& text);
+Result<std::vector<AllowRule>> parse_allow_rules(const std::vector<std::string>& texts);
+
+// A requested destination, as written in a CONNECT authority or an absolute URI.
+struct EgressTarget {
+  std::string host;  // name (lower case, no trailing dot) or literal address (no brackets)
+  std::uint16_t port = 0;
+  bool is_address = false;
+  bool v6 = false;
+  std::array<std::uint8_t, 16> addr{};
+};
+
+// Parses "host:port" / "[v6]:port" (CONNECT) or a host plus a default port (absolute URI).
+Result<EgressTarget> parse_authority(const std::string& authority, std::optional<std::uint16_t> default_port);
+
+struct EgressDecision {
+  bool allowed = false;
+  int rule = -1;       // index of the matching rule when allowed
+  std::string reason;  // why not, when denied
+};
+
+EgressDecision check_egress(const std::vector<AllowRule>& rules, const EgressTarget& target);
+
+// "host:port" with brackets around IPv6 literals: the key of per-host usage and violations.
+std::string target_key(const EgressTarget& t);
+
+}  // namespace sbx

@@ -1,0 +1,507 @@
+#include "runtime/proxy.hpp"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include <spdlog/spdlog.h>
+
+namespace sbx {
+namespace {
+
+constexpr std::size_t kBuf = 64 * 1024;       // per direction
+constexpr std::size_t kMaxHeader = 16 * 1024;  // request line + headers
+constexpr std::size_t kMaxViolations = 1000;   // recorded one by one; the rest only counted
+
+struct Buffer {
+  std::unique_ptr<char[]> data{new char[kBuf]};
+  std::size_t off = 0, len = 0;
+  std::size_t room() const { return kBuf - off - len; }
+  char* tail() { return data.get() + off + len; }
+  void compact() {
+    if (len == 0) off = 0;
+    else if (off > 0 && room() < kBuf / 4) {  // move the data to the front once the tail gets short
+      std::memmove(data.get(), data.get() + off, len);
+      off = 0;
+    }
+  }
+  bool append(const std::string& s) {
+    compact();
+    if (s.size() > room()) return false;
+    std::memcpy(tail(), s.data(), s.size());
+    len += s.size();
+    return true;
+  }
+  void consume(std::size_t n) {
+    off += n;
+    len -= n;
+    if (len == 0) off = 0;
+  }
+};
+
+// One direction of a relay in the kernel: splice(2) moves pages socket -> pipe -> socket, so the
+// bytes are never copied through the supervisor. The pipe is the bounded buffer (256 KiB asked,
+// 64 KiB if the kernel refuses); a full pipe stops reading from the source: backpressure.
+struct SplicePipe {
+  int r = -1, w = -1;
+  std::size_t in = 0, cap = 0;
+  bool open() {
+    int fds[2];
+    if (::pipe2(fds, O_NONBLOCK | O_CLOEXEC) != 0) return false;
+    r = fds[0];
+    w = fds[1];
+    int sz = ::fcntl(w, F_SETPIPE_SZ, 256 * 1024);
+    cap = sz > 0 ? static_cast<std::size_t>(sz) : 65536;
+    return true;
+  }
+  void close() {
+    if (r >= 0) ::close(r), r = -1;
+    if (w >= 0) ::close(w), w = -1;
+  }
+  bool full() const { return r >= 0 ? in >= cap : false; }
+};
+
+std::string lower(std::string s) {
+  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+std::string response(int code, const std::string& status, const std::string& reason) {
+  std::string body = "sbx egress proxy: " + reason + "\n";
+  std::string clean = reason;
+  for (auto& c : clean)
+    if (c == '\r' || c == '\n') c = ' ';
+  return "HTTP/1.1 " + std::to_string(code) + " " + status + "\r\nContent-Type: text/plain\r\nContent-Length: " +
+         std::to_string(body.size()) + "\r\nX-Sbx-Deny-Reason: " + clean + "\r\nConnection: close\r\n\r\n" + body;
+}
+
+}  // namespace
+
+struct EgressProxy::Conn {
+  enum class State { request, connecting, relay, responding, closed };
+  State state = State::request;
+  int cfd = -1, ufd = -1;
+  std::string head;  // request bytes until the end of the headers
+  Buffer c2u, u2c;    // bytes the proxy itself produced or already read (headers, 200, 403)
+  SplicePipe c2p, u2p;  // then the bulk of the relay, socket -> pipe -> socket without a copy
+  bool c_eof = false, u_eof = false, u_shut = false, c_shut = false;
+  std::string key;  // "host:port" of the destination, once known
+  bool is_connect = false;
+  std::vector<struct sockaddr_storage> addrs;
+  std::vector<socklen_t> addr_lens;
+  std::size_t next_addr = 0;
+  std::string connect_error;
+};
+
+EgressProxy::EgressProxy(ProxyConfig cfg, int handoff_sock) : cfg_(std::move(cfg)), handoff_(handoff_sock) {}
+
+EgressProxy::~EgressProxy() { close_all(); }
+
+void EgressProxy::close_all() {
+  for (auto& c : conns_) close_conn(*c);
+  conns_.clear();
+  if (listen_fd_ >= 0) ::close(listen_fd_), listen_fd_ = -1;
+  if (handoff_ >= 0) ::close(handoff_), handoff_ = -1;
+}
+
+bool EgressProxy::budget_left() const { return !cfg_.max_bytes || total_bytes_ < *cfg_.max_bytes; }
+
+void EgressProxy::record_violation(const std::string& host, int port, const std::string& reason, std::int64_t now_ms) {
+  spdlog::info("egress denied: {}:{}: {}", host, port, reason);
+  if (violations_.size() >= kMaxViolations) {
+    ++dropped_violations_;
+    return;
+  }
+  violations_.push_back({{"kind", "network"}, {"host", host}, {"port", port}, {"time_ms", now_ms - cfg_.start_ms}, {"reason", reason}});
+}
+
+void EgressProxy::add_pollfds(std::vector<struct pollfd>& p) {
+  polled_.clear();
+  handoff_polled_ = handoff_ >= 0;
+  listen_polled_ = listen_fd_ >= 0;
+  auto add = [&](int fd, short ev, Conn* owner) {
+    p.push_back({ev ? fd : -1, ev, 0});  // no interest: fd -1, so a hang-up cannot make poll spin
+    polled_.push_back(owner);
+  };
+  if (handoff_ >= 0) add(handoff_, POLLIN, nullptr);
+  if (listen_fd_ >= 0) add(listen_fd_, POLLIN, nullptr);
+  for (auto& cp : conns_) {
+    Conn& c = *cp;
+    short ce = 0, ue = 0;
+    switch (c.state) {
+      case Conn::State::request: ce = POLLIN; break;
+      case Conn::State::connecting: ue = POLLOUT; break;
+      case Conn::State::responding: ce = c.u2c.len ? POLLOUT : 0; break;
+      case Conn::State::relay:
+        if (!c.c_eof && (c.c2p.r >= 0 ? !c.c2p.full() : c.c2u.len < kBuf)) ce |= POLLIN;
+        if (c.u2c.len || c.u2p.in) ce |= POLLOUT;
+        if (!c.u_eof && (c.u2p.r >= 0 ? !c.u2p.full() : c.u2c.len < kBuf)) ue |= POLLIN;
+        if (c.c2u.len || c.c2p.in) ue |= POLLOUT;
+        break;
+      case Conn::State::closed: break;
+    }
+    add(c.cfd, ce, &c);
+    add(c.ufd, ue, &c);
+  }
+}
+
+void EgressProxy::on_events(const struct pollfd* p, std::size_t n, std::int64_t now_ms) {
+  std::size_t i = 0;
+  if (handoff_polled_ && i < n) {
+    if (p[i].revents) {
+      // The listener arrives as one message with one SCM_RIGHTS fd; EOF without it means init
+      // failed before it could send (init reports that failure itself).
+      alignas(struct cmsghdr) char cbuf[CMSG_SPACE(sizeof(int))] = {};
+      char byte;
+      struct iovec iov = {&byte, 1};
+      struct msghdr mh = {};
+      mh.msg_iov = &iov;
+      mh.msg_iovlen = 1;
+      mh.msg_control = cbuf;
+      mh.msg_controllen = sizeof cbuf;
+      ssize_t k = ::recvmsg(handoff_, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+      if (k > 0) {
+        for (struct cmsghdr* c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c))
+          if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
+            std::memcpy(&listen_fd_, CMSG_DATA(c), sizeof(int));
+            ::fcntl(listen_fd_, F_SETFL, ::fcntl(listen_fd_, F_GETFL) | O_NONBLOCK);
+            got_listener_ = true;
+          }
+      }
+      if (k > 0 || k == 0 || (errno != EAGAIN && errno != EINTR)) ::close(handoff_), handoff_ = -1;
+    }
+    ++i;
+  }
+  if (listen_polled_ && i < n) {
+    bool ready = p[i].revents & POLLIN;
+    ++i;
+    if (ready) accept_new(now_ms);  // appends to conns_: the slices below still line up
+  }
+  for (; i + 1 < n; i += 2) {
+    Conn* c = polled_[i];
+    if (!c || c->state == Conn::State::closed) continue;
+    short cr = p[i].revents, ur = p[i + 1].revents;
+    if (!cr && !ur) continue;
+    switch (c->state) {
+      case Conn::State::request: {
+        char buf[4096];
+        ssize_t k = ::read(c->cfd, buf, sizeof buf);
+        if (k < 0 && (errno == EAGAIN || errno == EINTR)) break;
+        if (k <= 0) {
+          close_conn(*c);
+          break;
+        }
+        c->head.append(buf, static_cast<std::size_t>(k));
+        if (c->head.find("\r\n\r\n") != std::string::npos) handle_request(*c, now_ms);
+        else if (c->head.size() > kMaxHeader) deny(*c, 431, "Request Header Fields Too Large", "", 0, "request headers too large", now_ms);
+        break;
+      }
+      case Conn::State::connecting: on_connected(*c); break;
+      case Conn::State::responding: {
+        if (cr & (POLLERR | POLLHUP)) {
+          close_conn(*c);
+          break;
+        }
+        ssize_t w = ::send(c->cfd, c->u2c.data.get() + c->u2c.off, c->u2c.len, MSG_NOSIGNAL);
+        if (w > 0) c->u2c.consume(static_cast<std::size_t>(w));
+        if ((w < 0 && errno != EAGAIN && errno != EINTR) || c->u2c.len == 0) close_conn(*c);
+        break;
+      }
+      case Conn::State::relay: relay(*c, cr, ur, now_ms); break;
+      case Conn::State::closed: break;
+    }
+  }
+  std::erase_if(conns_, [](const std::unique_ptr<Conn>& c) { return c->state == Conn::State::closed; });
+}
+
+void EgressProxy::accept_new(std::int64_t now_ms) {
+  for (int k = 0; k < 64; ++k) {  // bounded per wake-up, so one busy client cannot starve the loop
+    int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) return;
+    auto c = std::make_unique<Conn>();
+    c->cfd = fd;
+    if (static_cast<std::int64_t>(conns_.size()) >= cfg_.max_connections) {
+      conns_.push_back(std::move(c));
+      deny(*conns_.back(), 503, "Service Unavailable", "", 0,
+           "too many concurrent connections (network.max_connections = " + std::to_string(cfg_.max_connections) + ")", now_ms);
+      continue;
+    }
+    conns_.push_back(std::move(c));
+    peak_concurrent_ = std::max<std::int64_t>(peak_concurrent_, static_cast<std::int64_t>(conns_.size()));
+  }
+}
+
+void EgressProxy::deny(Conn& c, int code, const std::string& status, const std::string& host, int port,
+                       const std::string& reason, std::int64_t now_ms) {
+  record_violation(host, port, reason, now_ms);
+  if (!c.key.empty()) usage_[c.key].denied++;
+  if (c.ufd >= 0) ::close(c.ufd), c.ufd = -1;
+  c.u2c = Buffer{};
+  c.u2c.append(response(code, status, reason));
+  c.state = Conn::State::responding;
+}
+
+void EgressProxy::handle_request(Conn& c, std::int64_t now_ms) {
+  auto end = c.head.find("\r\n\r\n");
+  std::string rest = c.head.substr(end + 4);
+  std::string headers = c.head.substr(0, end + 2);
+  auto eol = headers.find("\r\n");
+  std::string line = headers.substr(0, eol);
+  auto sp1 = line.find(' '), sp2 = line.rfind(' ');
+  if (sp1 == std::string::npos || sp2 == sp1) return deny(c, 400, "Bad Request", "", 0, "malformed request line", now_ms);
+  std::string method = line.substr(0, sp1), target = line.substr(sp1 + 1, sp2 - sp1 - 1), version = line.substr(sp2 + 1);
+  std::string authority, path;
+  std::optional<std::uint16_t> default_port;
+  if (method == "CONNECT") {
+    c.is_connect = true;
+    authority = target;
+  } else if (lower(target.substr(0, 7)) == "http://") {
+    auto slash = target.find('/', 7);
+    authority = target.substr(7, slash == std::string::npos ? std::string::npos : slash - 7);
+    path = slash == std::string::npos ? "/" : target.substr(slash);
+    if (authority.find('@') != std::string::npos)
+      return deny(c, 400, "Bad Request", "", 0, "credentials in the URL are not supported", now_ms);
+    default_port = 80;
+  } else {
+    return deny(c, 400, "Bad Request", "", 0,
+                "only CONNECT and absolute http:// URIs are proxied (got '" + method + " " + target.substr(0, 100) + "')", now_ms);
+  }
+  auto t = parse_authority(authority, default_port);
+  if (!t) return deny(c, 400, "Bad Request", authority.substr(0, 255), 0, t.error().message, now_ms);
+  c.key = target_key(*t);
+  if (bytes_exhausted_ || !budget_left())
+    return deny(c, 403, "Forbidden", t->host, t->port,
+                "byte budget of this run spent (network.max_bytes = " + std::to_string(*cfg_.max_bytes) + ")", now_ms);
+  auto d = check_egress(cfg_.rules, *t);
+  if (!d.allowed) return deny(c, 403, "Forbidden", t->host, t->port, d.reason, now_ms);
+  usage_[c.key].connections++;
+  spdlog::info("egress allowed: {} ({})", c.key, cfg_.rules[static_cast<std::size_t>(d.rule)].text);
+
+  // Destination addresses: literals directly, allowed names through the resolver.
+  if (t->is_address) {
+    struct sockaddr_storage ss = {};
+    socklen_t len;
+    if (t->v6) {
+      auto* s6 = reinterpret_cast<struct sockaddr_in6*>(&ss);
+      s6->sin6_family = AF_INET6;
+      s6->sin6_port = htons(t->port);
+      std::memcpy(&s6->sin6_addr, t->addr.data(), 16);
+      len = sizeof *s6;
+    } else {
+      auto* s4 = reinterpret_cast<struct sockaddr_in*>(&ss);
+      s4->sin_family = AF_INET;
+      s4->sin_port = htons(t->port);
+      std::memcpy(&s4->sin_addr, t->addr.data(), 4);
+      len = sizeof *s4;
+    }
+    c.addrs.push_back(ss);
+    c.addr_lens.push_back(len);
+  } else {
+    struct addrinfo hints = {};
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_NUMERICSERV | AI_ADDRCONFIG;
+    struct addrinfo* res = nullptr;
+    std::string port = std::to_string(t->port);
+    int rc = ::getaddrinfo(t->host.c_str(), port.c_str(), &hints, &res);
+    if (rc != 0) {
+      usage_[c.key].failed++;
+      c.u2c.append(response(502, "Bad Gateway", "cannot resolve " + t->host + ": " + ::gai_strerror(rc)));
+      c.state = Conn::State::responding;
+      return;
+    }
+    for (auto* a = res; a && c.addrs.size() < 8; a = a->ai_next) {
+      struct sockaddr_storage ss = {};
+      std::memcpy(&ss, a->ai_addr, a->ai_addrlen);
+      c.addrs.push_back(ss);
+      c.addr_lens.push_back(a->ai_addrlen);
+    }
+    ::freeaddrinfo(res);
+  }
+
+  // What goes upstream first: nothing for CONNECT (the client's bytes follow our 200), the
+  // request rewritten to origin-form for plain HTTP.
+  if (!c.is_connect) {
+    // Host is rewritten to the URL's authority: the policy allowed that name, and a different
+    // Host header would reach another virtual host behind the same address (e.g. on a CDN).
+    std::string out = method + " " + path + " " + version + "\r\nHost: " + authority + "\r\n";
+    std::size_t pos = eol + 2;
+    while (pos < headers.size()) {
+      auto e = headers.find("\r\n", pos);
+      std::string h = headers.substr(pos, e - pos);
+      pos = e + 2;
+      std::string name = lower(h.substr(0, h.find(':')));
+      if (name == "proxy-connection" || name == "proxy-authorization" || name == "connection" || name == "keep-alive" ||
+          name == "host")
+        continue;
+      out += h + "\r\n";
+    }
+    out += "Connection: close\r\n\r\n";
+    c.c2u.append(out);
+    usage_[c.key].bytes_out += static_cast<std::int64_t>(out.size());  // the client's header was
+    total_bytes_ += static_cast<std::int64_t>(out.size());             // not counted as it arrived
+  }
+  usage_[c.key].bytes_out += static_cast<std::int64_t>(rest.size());
+  total_bytes_ += static_cast<std::int64_t>(rest.size());
+  if (!rest.empty() && !c.c2u.append(rest)) return deny(c, 400, "Bad Request", t->host, t->port, "request too large", now_ms);
+  c.head.clear();
+  start_connect(c);
+}
+
+void EgressProxy::start_connect(Conn& c) {
+  while (c.next_addr < c.addrs.size()) {
+    auto& ss = c.addrs[c.next_addr];
+    socklen_t len = c.addr_lens[c.next_addr];
+    ++c.next_addr;
+    int fd = ::socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+      c.connect_error = std::strerror(errno);
+      continue;
+    }
+    if (::connect(fd, reinterpret_cast<struct sockaddr*>(&ss), len) == 0 || errno == EINPROGRESS) {
+      c.ufd = fd;
+      c.state = Conn::State::connecting;
+      return;
+    }
+    c.connect_error = std::strerror(errno);
+    ::close(fd);
+  }
+  usage_[c.key].failed++;
+  c.c2u = Buffer{};
+  c.u2c = Buffer{};
+  c.u2c.append(response(502, "Bad Gateway", "cannot connect to " + c.key + ": " + c.connect_error));
+  c.state = Conn::State::responding;
+}
+
+void EgressProxy::on_connected(Conn& c) {
+  int err = 0;
+  socklen_t len = sizeof err;
+  if (::getsockopt(c.ufd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
+  if (err == EINPROGRESS) return;
+  if (err != 0) {
+    ::close(c.ufd);
+    c.ufd = -1;
+    c.connect_error = std::strerror(err);
+    start_connect(c);
+    return;
+  }
+  int one = 1;
+  ::setsockopt(c.ufd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  if (c.is_connect) c.u2c.append("HTTP/1.1 200 Connection established\r\n\r\n");
+  // Without pipes (descriptor limit) the relay falls back to the 64 KiB user-space buffers.
+  if (!c.c2p.open() || !c.u2p.open()) {
+    c.c2p.close();
+    c.u2p.close();
+  }
+  c.state = Conn::State::relay;
+}
+
+void EgressProxy::relay(Conn& c, short crev, short urev, std::int64_t now_ms) {
+  HostUsage& u = usage_[c.key];
+  auto budget = [&](std::size_t want) -> std::size_t {
+    if (!cfg_.max_bytes) return want;
+    return static_cast<std::size_t>(std::clamp<std::int64_t>(*cfg_.max_bytes - total_bytes_, 0, static_cast<std::int64_t>(want)));
+  };
+  // One direction: first what sits in the user-space buffer, then the pipe, then read more
+  // (reads are capped by what is left of the run's byte budget). False on a fatal error.
+  auto pump = [&](int src, int dst, Buffer& b, SplicePipe& p, bool& eof, std::int64_t& counter, bool can_read) -> bool {
+    if (b.len) {
+      ssize_t w = ::send(dst, b.data.get() + b.off, b.len, MSG_NOSIGNAL);
+      if (w < 0 && errno != EAGAIN && errno != EINTR) return false;
+      if (w > 0) b.consume(static_cast<std::size_t>(w));
+    }
+    if (!b.len && p.in) {
+      ssize_t w = ::splice(p.r, nullptr, dst, nullptr, p.in, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+      if (w < 0 && errno != EAGAIN && errno != EINTR) return false;
+      if (w > 0) p.in -= static_cast<std::size_t>(w);
+    }
+    if (!can_read || eof) return true;
+    ssize_t k;
+    if (p.r >= 0) {
+      std::size_t want = budget(p.cap - std::min(p.in, p.cap));
+      if (want == 0) return true;
+      k = ::splice(src, nullptr, p.w, nullptr, want, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+      if (k > 0) p.in += static_cast<std::size_t>(k);
+    } else {
+      b.compact();
+      std::size_t want = budget(b.room());
+      if (want == 0) return true;
+      k = ::read(src, b.tail(), want);
+      if (k > 0) b.len += static_cast<std::size_t>(k);
+    }
+    if (k < 0) return errno == EAGAIN || errno == EINTR;
+    if (k == 0) {
+      eof = true;
+      return true;
+    }
+    counter += k;
+    total_bytes_ += k;
+    return true;
+  };
+  bool c_read = (crev & POLLIN) || ((crev & (POLLHUP | POLLERR)) && !c.c_eof);
+  bool u_read = (urev & POLLIN) || ((urev & (POLLHUP | POLLERR)) && !c.u_eof);
+  // A few rounds per wake-up while data keeps moving: fewer trips through poll(2) for a bulk
+  // transfer, still bounded so that one busy connection cannot starve the others.
+  for (int round = 0; round < 8; ++round) {
+    std::size_t before = c.c2u.len + c.u2c.len + c.c2p.in + c.u2p.in;
+    std::int64_t total_before = total_bytes_;
+    if (!pump(c.cfd, c.ufd, c.c2u, c.c2p, c.c_eof, u.bytes_out, c_read)) return close_conn(c);
+    if (!pump(c.ufd, c.cfd, c.u2c, c.u2p, c.u_eof, u.bytes_in, u_read)) return close_conn(c);
+    if (c.c2u.len + c.u2c.len + c.c2p.in + c.u2p.in == before && total_bytes_ == total_before) break;
+    c_read = u_read = true;  // later rounds try again; EAGAIN simply ends a read
+  }
+  if (c.c_eof && c.c2u.len == 0 && c.c2p.in == 0 && !c.u_shut) ::shutdown(c.ufd, SHUT_WR), c.u_shut = true;
+  if (c.u_eof && c.u2c.len == 0 && c.u2p.in == 0 && !c.c_shut) ::shutdown(c.cfd, SHUT_WR), c.c_shut = true;
+  if (c.u_shut && c.c_shut) return close_conn(c);
+  if (cfg_.max_bytes && total_bytes_ >= *cfg_.max_bytes && !bytes_exhausted_) {
+    // The budget is spent: every relay ends now (what was read is still only what the budget allowed).
+    bytes_exhausted_ = true;
+    auto colon = c.key.rfind(':');
+    record_violation(c.key.substr(0, colon), std::stoi(c.key.substr(colon + 1)),
+                     "byte budget of this run spent (network.max_bytes = " + std::to_string(*cfg_.max_bytes) + "): connections closed",
+                     now_ms);
+    for (auto& other : conns_)
+      if (other->state == Conn::State::relay) close_conn(*other);
+  }
+}
+
+void EgressProxy::close_conn(Conn& c) {
+  if (c.cfd >= 0) ::close(c.cfd), c.cfd = -1;
+  if (c.ufd >= 0) ::close(c.ufd), c.ufd = -1;
+  c.c2p.close();
+  c.u2p.close();
+  c.state = Conn::State::closed;
+}
+
+nlohmann::json EgressProxy::usage_json() const {
+  nlohmann::json hosts = nlohmann::json::array();
+  std::int64_t conns = 0, denied = 0, in = 0, out = 0;
+  for (auto& [key, u] : usage_) {
+    hosts.push_back({{"host", key}, {"connections", u.connections}, {"denied", u.denied}, {"failed", u.failed},
+                     {"bytes_in", u.bytes_in}, {"bytes_out", u.bytes_out}});
+    conns += u.connections;
+    denied += u.denied;
+    in += u.bytes_in;
+    out += u.bytes_out;
+  }
+  return {{"connections", conns}, {"denied", static_cast<std::int64_t>(violations_.size()) + dropped_violations_},
+          {"bytes_in", in}, {"bytes_out", out}, {"peak_concurrent", peak_concurrent_},
+          {"byte_budget_spent", bytes_exhausted_}, {"hosts", hosts}};
+}
+
+nlohmann::json EgressProxy::violations_json() const {
+  nlohmann::json v = violations_;
+  if (dropped_violations_ > 0)
+    v.push_back({{"kind", "network"}, {"host", ""}, {"port", 0}, {"time_ms", 0},
+                 {"reason", std::to_string(dropped_violations_) + " more denied attempts not listed"}});
+  return v;
+}
+
+}  // namespace sbx

@@ -1,0 +1,89 @@
+#include <doctest/doctest.h>
+
+#include "runtime/egress_policy.hpp"
+
+using namespace sbx;
+
+namespace {
+bool allowed(const std::vector<std::string>& rules, const std::string& authority, std::optional<std::uint16_t> def = std::nullopt) {
+  auto r = parse_allow_rules(rules);
+  REQUIRE(r.ok());
+  auto t = parse_authority(authority, def);
+  REQUIRE_MESSAGE(t.ok(), authority);
+  return check_egress(*r, *t).allowed;
+}
+}  // namespace
+
+TEST_CASE("egress: exact names, case and trailing dot, default ports 80 and 443") {
+  CHECK(allowed({"example.com"}, "example.com:443"));
+  CHECK(allowed({"example.com"}, "EXAMPLE.com.:80"));
+  CHECK(allowed({"Example.COM"}, "example.com", 80));
+  CHECK_FALSE(allowed({"example.com"}, "example.com:8080"));
+  CHECK_FALSE(allowed({"example.com"}, "www.example.com:443"));
+  CHECK_FALSE(allowed({"example.com"}, "example.com.evil.net:443"));
+  CHECK_FALSE(allowed({}, "example.com:443"));
+}
+
+TEST_CASE("egress: wildcards match subdomains only") {
+  CHECK(allowed({"*.example.com"}, "a.example.com:443"));
+  CHECK(allowed({"*.example.com"}, "a.b.example.com:80"));
+  CHECK_FALSE(allowed({"*.example.com"}, "example.com:443"));
+  CHECK_FALSE(allowed({"*.example.com"}, "badexample.com:443"));
+  CHECK_FALSE(allowed({"*.example.com:8443"}, "a.example.com:443"));
+  CHECK(allowed({"*.example.com:8443"}, "a.example.com:8443"));
+  CHECK_FALSE(parse_allow_rule("a*.example.com").ok());
+  CHECK_FALSE(parse_allow_rule("*.").ok());
+}
+
+TEST_CASE("egress: ports, explicit and any") {
+  CHECK(allowed({"127.0.0.1:8080"}, "127.0.0.1:8080"));
+  CHECK_FALSE(allowed({"127.0.0.1:8080"}, "127.0.0.1:8081"));
+  CHECK_FALSE(allowed({"127.0.0.1:8080"}, "127.0.0.1:80"));
+  CHECK(allowed({"api.test:*"}, "api.test:1"));
+  CHECK_FALSE(parse_allow_rule("example.com:0").ok());
+  CHECK_FALSE(parse_allow_rule("example.com:65536").ok());
+  CHECK_FALSE(parse_allow_rule("example.com:").ok());
+  CHECK_FALSE(parse_allow_rule("example.com:http").ok());
+  auto rules = parse_allow_rules({"api.test:8080"});
+  auto t = parse_authority("api.test:9090", std::nullopt);
+  auto d = check_egress(*rules, *t);
+  CHECK_FALSE(d.allowed);
+  CHECK(d.reason == "port 9090 is not allowed for api.test (rule 'api.test:8080' allows 8080)");
+}
+
+TEST_CASE("egress: literal IPv4 addresses never match names and vice versa") {
+  CHECK(allowed({"192.0.2.7"}, "192.0.2.7:443"));
+  CHECK_FALSE(allowed({"192.0.2.7"}, "192.0.2.8:443"));
+  CHECK_FALSE(allowed({"localhost"}, "127.0.0.1:80"));
+  CHECK_FALSE(allowed({"127.0.0.1"}, "localhost:80"));
+  // Resolver-style address spellings are neither names nor literals.
+  CHECK_FALSE(parse_authority("2130706433:80", std::nullopt).ok());
+  CHECK_FALSE(parse_authority("127.1:80", std::nullopt).ok());
+  CHECK_FALSE(parse_allow_rule("127.1").ok());
+}
+
+TEST_CASE("egress: IPv6 literals, bracketed with a port") {
+  CHECK(allowed({"[::1]:8080"}, "[::1]:8080"));
+  CHECK(allowed({"::1"}, "[::1]:443"));
+  CHECK(allowed({"[2001:db8::1]"}, "[2001:DB8:0::1]:80"));
+  CHECK_FALSE(allowed({"[::1]:8080"}, "[::2]:8080"));
+  CHECK_FALSE(allowed({"::1"}, "127.0.0.1:443"));
+  CHECK_FALSE(parse_authority("::1:80", std::nullopt).ok());
+  CHECK_FALSE(parse_allow_rule("[::1").ok());
+  auto t = parse_authority("[::1]:8080", std::nullopt);
+  REQUIRE(t.ok());
+  CHECK(target_key(*t) == "[::1]:8080");
+}
+
+TEST_CASE("egress: CIDRs") {
+  CHECK(allowed({"10.0.0.0/8:*"}, "10.200.3.4:22"));
+  CHECK_FALSE(allowed({"10.0.0.0/8"}, "11.0.0.1:80"));
+  CHECK(allowed({"192.168.4.0/22"}, "192.168.7.255:443"));
+  CHECK_FALSE(allowed({"192.168.4.0/22"}, "192.168.8.0:443"));
+  CHECK(allowed({"[2001:db8::/32]:443"}, "[2001:db8:ffff::9]:443"));
+  CHECK_FALSE(allowed({"[2001:db8::/32]:443"}, "[2001:db9::9]:443"));
+  CHECK(allowed({"0.0.0.0/0"}, "203.0.113.9:80"));
+  CHECK_FALSE(allowed({"0.0.0.0/0"}, "[::1]:80"));
+  CHECK_FALSE(parse_allow_rule("10.0.0.0/33").ok());
+  CHECK_FALSE(parse_allow_rule("example.com/8").ok());
+}
