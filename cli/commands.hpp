@@ -8,6 +8,9 @@
 
 #include <CLI/CLI.hpp>
 
+#include "runtime/profile.hpp"
+#include "runtime/spec.hpp"
+
 namespace sbx::cli {
 
 struct GlobalOptions {
@@ -25,6 +28,31 @@ struct Command {
   std::function<int()> run;
 };
 
+// The flags of `sbx run` that turn into a RunSpec; `sbx pack run` shares the limit ones.
+struct RunFlags {
+  std::string profile = kDefaultProfile;
+  std::optional<std::uint32_t> uid, gid;
+  std::vector<std::string> binds, tmpfs, env, env_pass, allow_hosts;
+  // Optional, not empty-means-unset: `--timeout ''` is a bad duration, not "no timeout".
+  std::optional<std::string> workdir, timeout, output_limit, memory, pids, cpus, cpu_time;
+  std::string trace_file;
+  std::string seccomp;
+  bool dry_run = false;
+  bool require_limits = false;
+  std::vector<std::string> command;
+};
+
+// Flags override the merged spec (last layer of DESIGN.md's order); list flags add to its lists.
+// spec.argv becomes f.command.
+Result<RunSpec> apply_flags(RunSpec spec, const RunFlags& f);
+// --profile, --timeout, --output-limit, --memory, --pids, --cpus, --cpu-time, --require-limits,
+// --seccomp, --trace-file.
+void add_limit_options(CLI::App* app, RunFlags& f);
+// The limits given by flag (warned about when they cannot be enforced as asked).
+std::vector<std::string> explicit_limits(const RunFlags& f);
+
+void add_pack_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out);
+void add_exec_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out);
 void add_run_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out);
 void add_profile_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out);
 void add_trace_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out);

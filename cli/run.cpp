@@ -11,20 +11,6 @@
 #include "runtime/units.hpp"
 
 namespace sbx::cli {
-namespace {
-
-struct RunFlags {
-  std::string profile = kDefaultProfile;
-  std::optional<std::uint32_t> uid, gid;
-  std::vector<std::string> binds, tmpfs, env, env_pass, allow_hosts;
-  // Optional, not empty-means-unset: `--timeout ''` is a bad duration, not "no timeout".
-  std::optional<std::string> workdir, timeout, output_limit, memory, pids, cpus, cpu_time;
-  std::string trace_file;
-  std::string seccomp;
-  bool dry_run = false;
-  bool require_limits = false;
-  std::vector<std::string> command;
-};
 
 // Flags override the merged profile; list-valued flags add to the profile's lists.
 Result<RunSpec> apply_flags(RunSpec spec, const RunFlags& f) {
@@ -105,12 +91,34 @@ Result<RunSpec> apply_flags(RunSpec spec, const RunFlags& f) {
   return spec;
 }
 
-}  // namespace
+void add_limit_options(CLI::App* app, RunFlags& f) {
+  app->add_option("--profile", f.profile, "Profile name or JSON file (default: untrusted)");
+  app->add_option("--timeout", f.timeout, "Wall-time limit, e.g. 250ms, 2s, 1m (exit 124 when hit)");
+  app->add_option("--output-limit", f.output_limit, "Bytes of stdout and of stderr passed through (rest dropped)");
+  app->add_option("--memory", f.memory, "Memory limit, e.g. 256M");
+  app->add_option("--pids", f.pids, "Maximum number of processes");
+  app->add_option("--cpus", f.cpus, "CPU share, e.g. 0.5");
+  app->add_option("--cpu-time", f.cpu_time, "CPU-time budget, e.g. 10s");
+  app->add_flag("--require-limits", f.require_limits, "Fail (exit 125) unless every limit can be enforced");
+  app->add_option("--seccomp", f.seccomp, "Seccomp policy: default, unconfined, or an OCI JSON file");
+  app->add_option("--trace-file", f.trace_file, "Also write the trace record to this file");
+}
+
+std::vector<std::string> explicit_limits(const RunFlags& f) {
+  // Limits the user asked for by flag get a warning when they cannot be enforced as asked;
+  // a profile's defaults only get the trace record (and -v), so runs stay quiet by default.
+  std::vector<std::string> v;
+  if (f.memory) v.push_back("memory");
+  if (f.pids) v.push_back("pids");
+  if (f.cpus) v.push_back("cpus");
+  if (f.cpu_time) v.push_back("cpu_time");
+  return v;
+}
 
 void add_run_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out) {
   static RunFlags f;
   auto* run = app.add_subcommand("run", "Run a command in a fresh sandbox");
-  run->add_option("--profile", f.profile, "Profile name or JSON file (default: untrusted)");
+  add_limit_options(run, f);
   run->add_option("--uid", f.uid, "User id inside the sandbox (default 0: root of its own user namespace)");
   run->add_option("--gid", f.gid, "Group id inside the sandbox (default 0)");
   run->add_option("--bind", f.binds, "Bind a host path: SRC[:DST][:rw], read-only unless rw (repeatable)");
@@ -118,18 +126,9 @@ void add_run_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out)
   run->add_option("--workdir", f.workdir, "Working directory inside the sandbox (default /tmp)");
   run->add_option("--env", f.env, "Set an environment variable: NAME=VALUE (repeatable)");
   run->add_option("--env-pass", f.env_pass, "Pass a variable from sbx's environment (repeatable)");
-  run->add_option("--timeout", f.timeout, "Wall-time limit, e.g. 250ms, 2s, 1m (exit 124 when hit)");
-  run->add_option("--output-limit", f.output_limit, "Bytes of stdout and of stderr passed through (rest dropped)");
-  run->add_option("--memory", f.memory, "Memory limit, e.g. 256M");
-  run->add_option("--pids", f.pids, "Maximum number of processes");
-  run->add_option("--cpus", f.cpus, "CPU share, e.g. 0.5");
-  run->add_option("--cpu-time", f.cpu_time, "CPU-time budget, e.g. 10s");
   run->add_option("--allow-host", f.allow_hosts,
                   "Allow egress to HOST[:PORT] through sbx's filtering proxy: a name, *.domain, an IP, [IPv6] or a CIDR; "
                   "ports 80 and 443 unless given (repeatable)");
-  run->add_flag("--require-limits", f.require_limits, "Fail (exit 125) unless every limit can be enforced");
-  run->add_option("--seccomp", f.seccomp, "Seccomp policy: default, unconfined, or an OCI JSON file");
-  run->add_option("--trace-file", f.trace_file, "Also write the trace record to this file");
   run->add_flag("--dry-run", f.dry_run, "Print the fully merged run spec as JSON and run nothing");
   // Everything from the first positional on belongs to the command, options included.
   run->prefix_command();
@@ -165,12 +164,7 @@ void add_run_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out)
     req.profile = profile->source;
     req.dirs = resolve_dirs(g.state_dir);
     req.trace_file = f.trace_file;
-    // Limits the user asked for by flag get a warning when they cannot be enforced as asked;
-    // a profile's defaults only get the trace record (and -v), so runs stay quiet by default.
-    if (f.memory) req.explicit_limits.push_back("memory");
-    if (f.pids) req.explicit_limits.push_back("pids");
-    if (f.cpus) req.explicit_limits.push_back("cpus");
-    if (f.cpu_time) req.explicit_limits.push_back("cpu_time");
+    req.explicit_limits = explicit_limits(f);
     req.invocation_argv = g.argv;
     return run_sandbox(req).exit_status;
   }});

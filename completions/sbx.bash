@@ -30,7 +30,8 @@ _sbx() {
         --output-limit --memory --pids --cpus --cpu-time --require-limits --seccomp --allow-host --trace-file --dry-run"
     # Options that take a value (the next word is not a subcommand or the command).
     local takes_arg="--state-dir --log-level --profile --uid --gid --bind --tmpfs --workdir --env
-        --env-pass --timeout --output-limit --memory --pids --cpus --cpu-time --seccomp --allow-host --trace-file --format"
+        --env-pass --timeout --output-limit --memory --pids --cpus --cpu-time --seccomp --allow-host --trace-file --format
+        --input --context --secret --result"
 
     # Find the subcommand path (run | profile ls|show | trace ls|show | doctor) and, for run,
     # where the sandboxed command starts.
@@ -53,7 +54,7 @@ _sbx() {
             cmd=$w
         elif [[ $cmd == run ]]; then
             cmd_start=$i; break
-        elif [[ -z $sub && ( $cmd == profile || $cmd == trace ) ]]; then
+        elif [[ -z $sub && ( $cmd == profile || $cmd == trace || $cmd == pack ) ]]; then
             sub=$w
         else
             npos=$((npos + 1))
@@ -76,7 +77,7 @@ _sbx() {
     case $prev in
         --state-dir|--workdir)
             COMPREPLY=($(compgen -d -- "$cur")); return ;;
-        --bind|--trace-file)
+        --bind|--trace-file|--input|--result)
             COMPREPLY=($(compgen -f -- "$cur")); compopt -o filenames 2>/dev/null; return ;;
         --seccomp)
             COMPREPLY=($(compgen -W "default unconfined" -- "$cur") $(compgen -f -- "$cur"))
@@ -90,7 +91,7 @@ _sbx() {
             COMPREPLY=($(compgen -W "json text" -- "$cur")); return ;;
         --env-pass)
             COMPREPLY=($(compgen -e -- "$cur")); return ;;
-        --tmpfs|--uid|--gid|--env|--timeout|--output-limit|--memory|--pids|--cpus|--cpu-time)
+        --context|--secret|--tmpfs|--uid|--gid|--env|--timeout|--output-limit|--memory|--pids|--cpus|--cpu-time)
             return ;;
     esac
 
@@ -99,7 +100,7 @@ _sbx() {
             if [[ $cur == -* ]]; then
                 COMPREPLY=($(compgen -W "$global_opts" -- "$cur"))
             else
-                COMPREPLY=($(compgen -W "run profile trace doctor" -- "$cur"))
+                COMPREPLY=($(compgen -W "run profile trace doctor pack exec" -- "$cur"))
             fi ;;
         run)
             COMPREPLY=($(compgen -W "$run_opts $global_opts --" -- "$cur"))
@@ -129,6 +130,20 @@ _sbx() {
             fi ;;
         doctor)
             COMPREPLY=($(compgen -W "--json --help" -- "$cur")) ;;
+        pack)
+            if [[ -z $sub ]]; then
+                [[ $cur == -* ]] && COMPREPLY=($(compgen -W "--help" -- "$cur")) ||
+                    COMPREPLY=($(compgen -W "validate init run" -- "$cur"))
+            elif [[ $cur == -* && $sub == run ]]; then
+                COMPREPLY=($(compgen -W "--input --context --secret --result --profile --timeout --output-limit
+                    --memory --pids --cpus --cpu-time --require-limits --seccomp --trace-file --help" -- "$cur"))
+            elif [[ $cur == -* ]]; then
+                COMPREPLY=($(compgen -W "--help" -- "$cur"))
+            elif [[ $sub != init ]]; then
+                COMPREPLY=($(compgen -d -- "$cur")); compopt -o filenames 2>/dev/null
+            fi ;;
+        exec)
+            COMPREPLY=($(compgen -W "--trace-file --help" -- "$cur")) ;;
     esac
 }
 

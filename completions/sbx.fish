@@ -8,7 +8,8 @@ function __sbx_path
     set -l tokens (commandline -opc)
     set -e tokens[1]
     set -l takes_arg --state-dir --log-level --profile --uid --gid --bind --tmpfs --workdir --env \
-        --env-pass --timeout --output-limit --memory --pids --cpus --cpu-time --seccomp --allow-host --trace-file --format
+        --env-pass --timeout --output-limit --memory --pids --cpus --cpu-time --seccomp --allow-host --trace-file --format \
+        --input --context --secret --result
     set -l path
     set -l skip 0
     for t in $tokens
@@ -31,6 +32,10 @@ function __sbx_path
                 if test "$path[1]" = run
                     set path run CMD
                     break
+                end
+                # "pack run DIR": the directory is an argument, not part of the path.
+                if test "$path[1]" = pack; and test (count $path) -ge 2
+                    continue
                 end
                 set -a path $t
         end
@@ -74,6 +79,8 @@ complete -c sbx -n '__sbx_at' -a run -d 'Run a command in a fresh sandbox'
 complete -c sbx -n '__sbx_at' -a profile -d 'List and show profiles'
 complete -c sbx -n '__sbx_at' -a trace -d 'List and show trace records of past runs'
 complete -c sbx -n '__sbx_at' -a doctor -d 'Check what sbx needs on this host'
+complete -c sbx -n '__sbx_at' -a pack -d 'Rule packs: validate, init, run'
+complete -c sbx -n '__sbx_at' -a exec -d 'Run generated code from a JSON request on stdin'
 
 # sbx run
 complete -c sbx -n '__sbx_at run' -l profile -x -a '(__sbx_profiles; __fish_complete_suffix .json)' -d 'Profile name or JSON file'
@@ -142,6 +149,28 @@ complete -c sbx -n '__sbx_at trace' -a ls -d 'List stored runs, newest first'
 complete -c sbx -n '__sbx_at trace' -a show -d "Print one run's trace record"
 complete -c sbx -n '__sbx_at trace show' -a '(__sbx_run_ids)' -d 'Run id'
 complete -c sbx -n '__sbx_at trace show' -l format -x -a 'json text' -d 'Output format'
+
+# sbx pack
+complete -c sbx -n '__sbx_at pack' -a validate -d "Check a pack's manifest and schemas"
+complete -c sbx -n '__sbx_at pack' -a init -d 'Create a pack skeleton'
+complete -c sbx -n '__sbx_at pack' -a run -d 'Run a pack on input records'
+complete -c sbx -n '__sbx_at pack run' -l input -r -F -d 'Input records (JSON array)'
+complete -c sbx -n '__sbx_at pack run' -l context -x -d 'Mount a context read-only: NAME=PATH'
+complete -c sbx -n '__sbx_at pack run' -l secret -x -d 'Deliver a secret: NAME=@FILE or NAME=env:VAR'
+complete -c sbx -n '__sbx_at pack run' -l result -r -F -d 'Write the validated result to FILE'
+complete -c sbx -n '__sbx_at pack run' -l profile -x -a '(__sbx_profiles; __fish_complete_suffix .json)' -d 'Profile name or JSON file'
+complete -c sbx -n '__sbx_at pack run' -l timeout -x -d 'Wall-time limit'
+complete -c sbx -n '__sbx_at pack run' -l output-limit -x -d 'Bytes of stdout and of stderr passed through'
+complete -c sbx -n '__sbx_at pack run' -l memory -x -d 'Memory limit'
+complete -c sbx -n '__sbx_at pack run' -l pids -x -d 'Maximum number of processes'
+complete -c sbx -n '__sbx_at pack run' -l cpus -x -d 'CPU share'
+complete -c sbx -n '__sbx_at pack run' -l cpu-time -x -d 'CPU-time budget'
+complete -c sbx -n '__sbx_at pack run' -l require-limits -d 'Fail unless every limit can be enforced'
+complete -c sbx -n '__sbx_at pack run' -l seccomp -r -F -d 'Seccomp policy'
+complete -c sbx -n '__sbx_at pack run' -l trace-file -r -F -d 'Also write the trace record here'
+
+# sbx exec
+complete -c sbx -n '__sbx_at exec' -l trace-file -r -F -d 'Also write the trace record here'
 
 # sbx doctor
 complete -c sbx -n '__sbx_at doctor' -l json -d 'Print the checks as a JSON object'

@@ -1,24 +1,44 @@
 #!/bin/sh
-# The demo behind `make run`: one program in the sandbox, its result, and its trace record.
+# The demo behind `make run`: the corrosion-grade rule pack runs in a fresh sandbox on sample
+# inspection records; sbx validates the records before the run and the result after it, prints the
+# validated result, and says where the run's trace record is.
 set -eu
 SBX=${1:-build/sbx}
+HERE=$(cd "$(dirname "$0")" && pwd)
 STATE=${SBX_STATE_DIR:-$(pwd)/build/demo-state}
 export SBX_STATE_DIR="$STATE"
 TRACE="$STATE/last-trace.json"
 mkdir -p "$STATE"
-echo "== sbx run: a python3 program in a fresh sandbox (no network, read-only root, own pid/user namespaces)"
+PACK="$HERE/packs/corrosion-grade"
+
+# As root, the sandbox's users map to an unprivileged host uid (see sbx(1), IDENTITY), which must be
+# able to reach the pack. A checkout under a private directory (e.g. /root) is not reachable: then
+# the demo runs a copy of the pack from a world-readable temp dir (same files, same digest).
+reachable=yes
+if [ "$(id -u)" = 0 ]; then
+  d=$PACK
+  while [ "$d" != / ]; do
+    case $(stat -c %A "$d") in ?????????[xt]|?????????[xt]*) ;; *) reachable=no ;; esac
+    d=$(dirname "$d")
+  done
+fi
+if [ "$reachable" = no ]; then
+  TMP=$(mktemp -d /tmp/sbx-demo-XXXXXX)
+  trap 'rm -rf "$TMP"' EXIT
+  chmod 755 "$TMP"
+  cp -r "$PACK" "$TMP/" && chmod -R a+rX "$TMP"
+  echo "== (the checkout is not reachable by the sandbox's unprivileged uid: running a copy in $TMP)"
+  PACK="$TMP/corrosion-grade"
+fi
+
+echo "== sbx pack run corrosion-grade: wall-thickness surveys in, one grade per asset out"
+echo "   (records validated against schemas/input.json before the run, the result against"
+echo "   schemas/output.json after it; no network, read-only root, own pid/user namespaces)"
 set +e
-"$SBX" run --timeout 10s --trace-file "$TRACE" -- python3 -c '
-import json, os, socket
-try:
-    socket.create_connection(("1.1.1.1", 80), timeout=1); net = "reachable"
-except OSError as e:
-    net = "unreachable (%s)" % e.strerror
-print(json.dumps({"uid": os.getuid(), "pid": os.getpid(), "hostname": socket.gethostname(),
-                  "visible_pids": sorted(int(p) for p in os.listdir("/proc") if p.isdigit()),
-                  "network": net}, indent=2))'
+"$SBX" pack run "$PACK" --input "$PACK/records.json" --trace-file "$TRACE"
 rc=$?
 set -e
 echo "== exit status: $rc"
-echo "== trace record ($TRACE):"
+echo "== trace record: $TRACE (also in the trace store: $STATE/traces/)"
 "$SBX" trace show "$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["run_id"])' "$TRACE")" --format text
+exit "$rc"

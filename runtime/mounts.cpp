@@ -135,6 +135,30 @@ Status tmpfs_at(const std::string& dst, std::int64_t size, const char* mode, uns
   return do_mount("tmpfs", dst, "tmpfs", flags, data.c_str(), "tmpfs on " + dst.substr(8));
 }
 
+// Secrets live only in this tmpfs, in this mount namespace: nothing reaches the host's disk, and
+// the tmpfs is gone with the namespace when the run ends. noexec, and read-only once written.
+Status write_secrets(const MountPlan& plan) {
+  const std::string dir = "/newroot/run/secrets";
+  std::int64_t size = 64 * 1024;
+  for (auto& [name, value] : plan.secret_files) size += static_cast<std::int64_t>(value.size()) + 4096;
+  SBX_TRY(tmpfs_at(dir, size, "0500", MS_NOSUID | MS_NODEV | MS_NOEXEC));
+  for (auto& [name, value] : plan.secret_files) {
+    std::string path = dir + "/" + name;
+    int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0400);
+    // The messages name the secret, never its value.
+    if (fd < 0) return sys_error("secrets", "create /run/secrets/" + name);
+    ssize_t n = ::write(fd, value.data(), value.size());
+    int werr = errno;
+    bool owned = ::fchown(fd, plan.secrets_uid, plan.secrets_gid) == 0;
+    int oerr = errno;
+    ::close(fd);
+    if (n != static_cast<ssize_t>(value.size())) return make_error("secrets", "write /run/secrets/" + name, werr);
+    if (!owned) return make_error("secrets", "chown /run/secrets/" + name, oerr);
+  }
+  if (::chown(dir.c_str(), plan.secrets_uid, plan.secrets_gid) != 0) return sys_error("secrets", "chown /run/secrets");
+  return remount_ro(dir, MS_NOSUID | MS_NODEV | MS_NOEXEC);
+}
+
 // A minimal /dev: the harmless character devices bound from the host (device nodes cannot be
 // created in a user namespace, and a tmpfs mounted there is implicitly nodev), a private devpts
 // instance so the sandbox's ptys are its own, and shm.
@@ -236,6 +260,7 @@ Status build_root(const MountPlan& plan) {
   SBX_TRY(tmpfs_at("/newroot/tmp", plan.tmp_size_bytes, "1777", MS_NOSUID | MS_NODEV));
   for (auto& t : plan.tmpfs) SBX_TRY(tmpfs_at("/newroot" + t.dst, t.size_bytes, "1777", MS_NOSUID | MS_NODEV));
   for (auto& b : plan.binds) SBX_TRY(bind_mount(b.src, b.dst, b.rw ? BindKind::rw : BindKind::ro));
+  if (!plan.secret_files.empty()) SBX_TRY(write_secrets(plan));
 
   // Everything not mounted over stays the base tmpfs, made read-only now that it is complete.
   SBX_TRY(remount_ro("/newroot", MS_NOSUID | MS_NODEV));

@@ -6,6 +6,7 @@
 // Steps (after bubblewrap): make every mount private; mount a tmpfs over /tmp (the base);
 // pivot_root into it with the old root at /oldroot; assemble /newroot from /oldroot/...; detach
 // /oldroot; pivot_root into /newroot and detach the base. Host paths are then unreachable.
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,10 @@ struct MountPlan {
   std::vector<std::pair<std::string, std::string>> generated;  // path, content
   std::vector<BindMount> binds;  // src already made absolute (and canonical when it exists)
   std::vector<TmpfsMount> tmpfs;
+  // Secret files for /run/secrets (name, value): written by init onto a private tmpfs, mode 0400,
+  // owned by secrets_uid/gid (the program's ids inside). Never in mounts_to_json.
+  std::vector<std::pair<std::string, std::string>> secret_files;
+  std::uint32_t secrets_uid = 0, secrets_gid = 0;
   std::int64_t tmp_size_bytes = 64LL << 20;
   std::string workdir = "/tmp";
 };

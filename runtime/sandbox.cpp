@@ -171,7 +171,7 @@ RunReport run_sandbox(const RunRequest& req) {
   parts.invocation = {{"argv", req.invocation_argv},
                       {"cwd", cwd},
                       {"profile", {{"name", req.profile.name}, {"origin", req.profile.origin}, {"sha256", sha256_hex(req.profile.text)}}},
-                      {"pack", nullptr},
+                      {"pack", req.pack},
                       {"spec", spec_to_json(spec)}};
   CgroupInfo cg = detect_cgroup();
   parts.host = host_json(cg);
@@ -198,6 +198,10 @@ RunReport run_sandbox(const RunRequest& req) {
   if (identity) parts.enforcement["identity"] = identity_to_json(*identity);
   else parts.enforcement["identity"] = {{"mode", ::geteuid() == 0 ? "root" : "rootless"}, {"error", identity.error().message}};
   [&] {
+    if (req.refuse) {  // refused by the caller (input_invalid): nothing is created
+      outcome = *req.refuse;
+      return;
+    }
     if (!identity) return fail_setup(identity.error());
     // 1 prepare: limits first, so that --require-limits refuses before anything is created.
     bool rootless = ::geteuid() != 0;
@@ -251,9 +255,13 @@ RunReport run_sandbox(const RunRequest& req) {
     ChildConfig cfg;
     cfg.identity = *identity;
     cfg.mounts = std::move(*mounts);
+    cfg.mounts.secret_files = req.secret_files;
+    cfg.mounts.secrets_uid = identity->uid;
+    cfg.mounts.secrets_gid = identity->gid;
     cfg.hostname = spec.hostname;
     cfg.argv = spec.argv;
     cfg.envp = build_environment(spec, environ, ::isatty(STDOUT_FILENO) == 1);
+    for (auto& [name, value] : req.secret_env) cfg.envp.push_back(name + "=" + value);
     cfg.rlimits = {{RLIMIT_CORE, 0}};
     for (auto& [res, value] : plan.rlimits) cfg.rlimits.push_back({res, static_cast<rlim_t>(value)});
     Pipe sync, msg, out, err;
@@ -346,6 +354,8 @@ RunReport run_sandbox(const RunRequest& req) {
     out.r = err.r = -1;  // the pumps own and close them
     ::fcntl(in.out_fd, F_SETFL, O_NONBLOCK);
     ::fcntl(in.err_fd, F_SETFL, O_NONBLOCK);
+    in.out_dst = req.stdout_fd;
+    in.err_dst = req.stderr_fd;
     in.timeout_ms = spec.limits.timeout_ms;
     in.output_limit_bytes = spec.limits.output_limit_bytes;
     in.signal_fd = sigfd;
@@ -400,6 +410,10 @@ RunReport run_sandbox(const RunRequest& req) {
     if (auto st = cgroup->remove(); !st) spdlog::warn("cgroup remove: {}", st.error().describe());
   }
 
+  // 4 collect (typed IO): the caller reads and validates what the run produced.
+  nlohmann::json extra = json::object();
+  if (req.after_run) extra = req.after_run(outcome);
+
   // 5 record
   t_end = mono_us();
   parts.ended_at = rfc3339_now();
@@ -409,6 +423,8 @@ RunReport run_sandbox(const RunRequest& req) {
   report.outcome = outcome;
   report.exit_status = exit_status_for(outcome);
   report.trace = trace_record(parts);
+  report.trace["inputs"] = req.inputs;
+  for (auto& [k, v] : extra.items()) report.trace[k] = v;
   std::string text = report.trace.dump(2) + "\n";
   if (outcome.status == RunStatus::setup_error && outcome.error) {
     std::fprintf(stderr, "sbx: %s\n", outcome.error->describe_with_stage().c_str());

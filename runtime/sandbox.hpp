@@ -3,7 +3,10 @@
 //   1 prepare  2 spawn  3 supervise  4 collect  5 record  6 clean
 // It reads only the RunSpec (plus where to write the record) and returns the outcome, the trace
 // record and the exit status for `sbx run`.
+#include <functional>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -24,6 +27,25 @@ struct RunRequest {
   // Limits given on the command line ("memory", "pids", "cpus", "cpu_time"): a shortfall in one
   // of these is a warning; in a profile default it is logged at info level (quiet by default).
   std::vector<std::string> explicit_limits;
+
+  // Typed-IO callers (sbx pack run, sbx exec) fill these; a plain `sbx run` leaves them empty.
+  nlohmann::json pack = nullptr;                  // invocation.pack {name, version, digest}
+  nlohmann::json inputs = nlohmann::json::array();  // inputs [{path, bytes, sha256}]
+  // Set when the caller refused the run before a sandbox was created (input_invalid): nothing is
+  // prepared or spawned, but the record is written with this outcome like for any other run.
+  std::optional<Outcome> refuse;
+  // Called once the program has ended (or setup failed), before the record is written: reads
+  // what the run produced, may override the outcome (output_invalid), and returns members to
+  // add to the record (e.g. {"outputs": [...], "validation": {...}}).
+  std::function<nlohmann::json(Outcome&)> after_run;
+  // Secrets, held only in memory. Files land on a private tmpfs at /run/secrets/NAME (0400, owned
+  // by the program's uid); env ones are added to the program's environment. Neither is part of
+  // the RunSpec, so neither reaches the trace (the caller records the names only).
+  std::vector<std::pair<std::string, std::string>> secret_files;  // name, value
+  std::vector<std::pair<std::string, std::string>> secret_env;    // name, value
+  // Where the program's stdout/stderr go (sbx's own by default; sbx exec captures them).
+  int stdout_fd = 1;
+  int stderr_fd = 2;
 };
 
 struct RunReport {

@@ -99,8 +99,8 @@ int arm_timer(std::int64_t ms) {
 SuperviseResult supervise(const SuperviseInput& in) {
   SuperviseResult r;
   std::int64_t start = now_ms();
-  StreamPump out(in.out_fd, STDOUT_FILENO, in.output_limit_bytes);
-  StreamPump err(in.err_fd, STDERR_FILENO, in.output_limit_bytes);
+  StreamPump out(in.out_fd, in.out_dst, in.output_limit_bytes);
+  StreamPump err(in.err_fd, in.err_dst, in.output_limit_bytes);
   int msg_fd = in.msg_fd;
   int pidfd = in.pidfd;
   int deadline = in.timeout_ms ? arm_timer(*in.timeout_ms) : -1;

@@ -31,6 +31,9 @@ struct SuperviseInput {
   int msg_fd = -1;  // read ends
   int out_fd = -1;
   int err_fd = -1;
+  // Where the program's output is passed through (sbx exec captures it in memfds instead).
+  int out_dst = 1;
+  int err_dst = 2;
   std::optional<std::int64_t> timeout_ms;
   std::optional<std::int64_t> output_limit_bytes;
   int kill_grace_ms = 2000;

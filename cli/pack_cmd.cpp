@@ -1,0 +1,153 @@
+// sbx pack validate DIR | sbx pack init NAME | sbx pack run DIR --input FILE ...: parse and print;
+// the contract itself is runtime/pack_run.cpp (man/sbx-pack.5).
+#include <cstdio>
+#include <set>
+
+#include "cli/commands.hpp"
+#include "runtime/fsutil.hpp"
+#include "runtime/pack.hpp"
+#include "runtime/pack_run.hpp"
+
+namespace sbx::cli {
+namespace {
+
+struct PackFlags {
+  std::string dir;
+  std::string init_name;
+  std::string input;
+  std::vector<std::string> contexts, secrets;
+  std::string result_file;
+  RunFlags run;
+};
+
+int print_problems(const std::string& dir, const std::vector<PackProblem>& problems, const Error& e) {
+  if (problems.empty()) return usage_error(e.message);
+  for (auto& p : problems) std::fprintf(stderr, "sbx: %s/%s\n", dir.c_str(), p.describe().c_str());
+  std::fprintf(stderr, "sbx: pack %s: %zu problem(s)\n", dir.c_str(), problems.size());
+  return 125;
+}
+
+// "NAME=VALUE" split, for --context and --secret.
+bool split_assignment(const std::string& text, std::string& name, std::string& value) {
+  auto eq = text.find('=');
+  if (eq == std::string::npos || eq == 0) return false;
+  name = text.substr(0, eq);
+  value = text.substr(eq + 1);
+  return true;
+}
+
+int run_pack_command(PackFlags& f, GlobalOptions& g) {
+  std::vector<PackProblem> problems;
+  auto pack = load_pack(f.dir, problems);
+  if (!pack) return print_problems(f.dir, problems, pack.error());
+  if (f.input.empty()) return usage_error("pack run: --input FILE is required (a JSON array of records)");
+  auto input = read_file(f.input);
+  if (!input) return usage_error("pack run: --input: " + input.error().describe());
+
+  PackRunRequest req;
+  req.input_path = f.input;
+  req.input_bytes = std::move(*input);
+  std::set<std::string> given;
+  for (auto& c : f.contexts) {
+    std::string name, path;
+    if (!split_assignment(c, name, path) || path.empty())
+      return usage_error("pack run: --context: expected NAME=PATH, got '" + c + "'");
+    bool declared = false;
+    for (auto& d : pack->contexts) declared = declared || d.name == name;
+    if (!declared) return usage_error("pack run: --context " + name + ": the pack declares no such context");
+    if (!given.insert("c:" + name).second) return usage_error("pack run: --context " + name + " given twice");
+    if (::access(path.c_str(), R_OK) != 0)
+      return usage_error("pack run: --context " + name + ": cannot read " + path + ": " + std::strerror(errno));
+    req.contexts.push_back({name, path});
+  }
+  for (auto& d : pack->contexts)
+    if (d.required && !given.count("c:" + d.name))
+      return usage_error("pack run: the pack requires --context " + d.name + "=PATH (mounted read-only at " + d.path + ")");
+  for (auto& s : f.secrets) {
+    std::string name, source;
+    // Only the name is ever echoed: the text after '=' might be the secret itself.
+    if (!split_assignment(s, name, source)) return usage_error("pack run: --secret: expected NAME=@FILE or NAME=env:VAR");
+    bool declared = false;
+    for (auto& d : pack->secrets) declared = declared || d.name == name;
+    if (!declared) return usage_error("pack run: --secret " + name + ": the pack declares no such secret");
+    if (!given.insert("s:" + name).second) return usage_error("pack run: --secret " + name + " given twice");
+    auto value = read_secret_source(source);
+    if (!value) return usage_error("pack run: --secret " + name + ": " + value.error().describe());
+    req.secrets.push_back({name, std::move(*value)});
+  }
+  for (auto& d : pack->secrets)
+    if (d.required && !given.count("s:" + d.name))
+      return usage_error("pack run: the pack requires --secret " + d.name + "=@FILE|env:VAR");
+
+  auto profile = load_profile(f.run.profile);
+  if (!profile) return usage_error(profile.error().message);
+  auto merged = spec_from_layers(*profile, &pack->spec_patch, pack->dir + "/pack.json");
+  if (!merged) return usage_error(merged.error().message);
+  f.run.command = pack->entrypoint;
+  auto spec = apply_flags(std::move(*merged), f.run);
+  if (!spec) return usage_error(spec.error().message);
+
+  req.pack = std::move(*pack);
+  req.run.spec = std::move(*spec);
+  req.run.profile = profile->source;
+  req.run.dirs = resolve_dirs(g.state_dir);
+  req.run.trace_file = f.run.trace_file;
+  req.run.explicit_limits = explicit_limits(f.run);
+  req.run.invocation_argv = g.argv;
+  PackRunResult res = run_pack(req);
+  for (auto& e : res.errors) std::fprintf(stderr, "sbx: %s: %s\n", to_string(res.status), e.c_str());
+  if (res.status == RunStatus::ok) {
+    std::string text = res.result.dump(2) + "\n";
+    if (!f.result_file.empty()) {
+      if (auto st = write_file_durable(f.result_file, text); !st) {
+        std::fprintf(stderr, "sbx: cannot write --result %s: %s\n", f.result_file.c_str(), st.error().describe().c_str());
+        return 125;
+      }
+    } else {
+      std::fwrite(text.data(), 1, text.size(), stdout);
+    }
+  }
+  return res.exit_status;
+}
+
+}  // namespace
+
+void add_pack_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out) {
+  static PackFlags f;
+  auto* pack = app.add_subcommand("pack", "Rule packs: typed input records in, a validated result out (man sbx-pack)");
+  pack->require_subcommand(1);
+
+  auto* validate = pack->add_subcommand("validate", "Check a pack's manifest and schemas; list every problem");
+  validate->add_option("DIR", f.dir, "Pack directory")->required();
+  out.push_back({validate, [&g]() -> int {
+    (void)g;
+    std::vector<PackProblem> problems;
+    auto p = load_pack(f.dir, problems);
+    if (!p) return print_problems(f.dir, problems, p.error());
+    std::printf("%s %s: ok (digest %s)\n", p->name.c_str(), p->version.c_str(), p->digest.c_str());
+    return 0;
+  }});
+
+  auto* init = pack->add_subcommand("init", "Create a working pack skeleton in a new directory NAME");
+  init->add_option("NAME", f.init_name, "Pack name (also the directory created)")->required();
+  out.push_back({init, []() -> int {
+    std::string name = f.init_name;
+    auto slash = name.find_last_of('/');
+    std::string base = slash == std::string::npos ? name : name.substr(slash + 1);
+    if (auto st = init_pack(f.init_name, base); !st) return usage_error("pack init: " + st.error().describe());
+    std::printf("created pack %s in %s; try: sbx pack run %s --input %s/records.json\n", base.c_str(),
+                f.init_name.c_str(), f.init_name.c_str(), f.init_name.c_str());
+    return 0;
+  }});
+
+  auto* run = pack->add_subcommand("run", "Validate input records, run the pack in a sandbox, validate its result");
+  run->add_option("DIR", f.dir, "Pack directory")->required();
+  run->add_option("--input", f.input, "Input records: a JSON array, each checked against the pack's input_schema");
+  run->add_option("--context", f.contexts, "Mount a context file or directory read-only: NAME=PATH (repeatable)");
+  run->add_option("--secret", f.secrets, "Deliver a secret for this run only: NAME=@FILE or NAME=env:VAR (repeatable)");
+  run->add_option("--result", f.result_file, "Write the validated result to FILE instead of stdout");
+  add_limit_options(run, f.run);
+  out.push_back({run, [&g]() -> int { return run_pack_command(f, g); }});
+}
+
+}  // namespace sbx::cli

@@ -1,0 +1,176 @@
+#include "runtime/exec.hpp"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <set>
+
+#include "runtime/pack.hpp"
+#include "runtime/profile.hpp"
+#include "runtime/sandbox.hpp"
+#include "runtime/schema_validate.hpp"
+#include "runtime/sha256.hpp"
+#include "runtime/typed_io.hpp"
+#include "runtime/userns.hpp"
+
+namespace sbx {
+namespace {
+using nlohmann::json;
+
+struct Language {
+  const char* name;
+  const char* ext;
+  std::vector<std::string> argv_prefix;
+};
+
+const Language kLanguages[] = {
+    {"python", "py", {"/usr/bin/python3"}},
+    {"sh", "sh", {"/bin/sh"}},
+};
+
+Error bad(const std::string& what) { return make_error("usage", "exec request: " + what); }
+
+// A memfd capturing one of the program's streams; read back after the run.
+struct Capture {
+  int fd = -1;
+  ~Capture() { if (fd >= 0) ::close(fd); }
+  std::string read_all() const {
+    std::string s;
+    char buf[65536];
+    ::lseek(fd, 0, SEEK_SET);
+    for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;) s.append(buf, static_cast<std::size_t>(n));
+    return s;
+  }
+};
+
+}  // namespace
+
+Result<json> run_exec(const json& rq, const ExecContext& ctx) {
+  if (!rq.is_object()) return bad("must be a JSON object");
+  static const std::set<std::string> known = {"language", "code", "inputs", "files", "limits", "output_schema"};
+  for (auto& [k, v] : rq.items())
+    if (!known.count(k)) return bad("unknown key '" + k + "' (known: language, code, inputs, files, limits, output_schema)");
+  if (!rq.contains("language") || !rq["language"].is_string()) return bad("'language' is required: \"python\" or \"sh\"");
+  const Language* lang = nullptr;
+  for (auto& l : kLanguages)
+    if (rq["language"] == l.name) lang = &l;
+  if (!lang) return bad("language " + rq["language"].dump() + " is not supported (python, sh)");
+  if (!rq.contains("code") || !rq["code"].is_string()) return bad("'code' is required: the program's source as a string");
+  std::vector<std::pair<std::string, std::string>> files;
+  if (rq.contains("files")) {
+    if (!rq["files"].is_object()) return bad("'files' must be an object {relative path: content}");
+    for (auto& [path, content] : rq["files"].items()) {
+      bool ok = !path.empty() && path[0] != '/' && path.find("..") == std::string::npos && path.find("//") == std::string::npos &&
+                path.back() != '/';
+      if (!ok) return bad("files: '" + path + "' must be a relative path without '..'");
+      if (path == std::string("main.") + lang->ext) return bad("files: '" + path + "' would replace the code itself");
+      if (!content.is_string()) return bad("files: '" + path + "' must map to a string");
+      files.push_back({path, content.get<std::string>()});
+    }
+  }
+  json limits_patch = json::object();
+  if (rq.contains("limits")) {
+    std::vector<PackProblem> problems;
+    auto p = limits_to_spec_patch(rq["limits"], "request", problems);
+    if (!p) return bad(problems.empty() ? p.error().message : problems.front().pointer + ": " + problems.front().message);
+    limits_patch = *p;
+  }
+  std::optional<CompiledSchema> schema;
+  if (rq.contains("output_schema")) {
+    auto s = CompiledSchema::compile(rq["output_schema"], "output_schema");
+    if (!s) return bad(s.error().message);
+    schema = std::move(*s);
+  }
+
+  auto profile = load_profile(kDefaultProfile);
+  if (!profile) return profile.error();
+  json patch = {{"limits", limits_patch}};
+  auto spec = spec_from_layers(*profile, &patch, "exec request");
+  if (!spec) return bad(spec.error().message);
+  if (!spec->limits.output_limit_bytes) spec->limits.output_limit_bytes = kExecDefaultOutputCap;
+  spec->argv = lang->argv_prefix;
+  spec->argv.push_back(std::string("/code/main.") + lang->ext);
+  spec->workdir = "/tmp";
+
+  RunRequest run;
+  run.profile = profile->source;
+  run.dirs = ctx.dirs;
+  run.trace_file = ctx.trace_file;
+  run.invocation_argv = ctx.invocation_argv;
+  std::string input_bytes = rq.value("inputs", json(nullptr)).dump();
+  run.inputs = json::array({file_record("/in/input.json", static_cast<std::int64_t>(input_bytes.size()), sha256_hex(input_bytes))});
+
+  auto identity = plan_identity(*spec);
+  if (!identity) return identity.error();
+  auto io = IoDir::create(*identity);
+  if (!io) return io.error();
+  auto code = io->add_file(std::string("code/main.") + lang->ext, rq["code"].get<std::string>());
+  if (!code) return code.error();
+  for (auto& [path, content] : files)
+    if (auto r = io->add_file("code/" + path, content); !r) return r.error();
+  auto input = io->add_input("input.json", input_bytes);
+  if (!input) return input.error();
+  spec->binds.push_back({io->root() + "/code", "/code", false});
+  spec->binds.push_back({*input, "/in/input.json", false});
+  spec->binds.push_back({io->out_dir(), "/out", true});
+  run.spec = std::move(*spec);
+
+  Capture out, err;
+  out.fd = ::memfd_create("sbx-exec-stdout", MFD_CLOEXEC);
+  err.fd = ::memfd_create("sbx-exec-stderr", MFD_CLOEXEC);
+  if (out.fd < 0 || err.fd < 0) return sys_error("exec", "memfd_create for the captured output");
+  run.stdout_fd = out.fd;
+  run.stderr_fd = err.fd;
+
+  json result = nullptr, result_errors = nullptr;
+  run.after_run = [&](Outcome& o) -> json {
+    json extra = json::object();
+    OutputFile f = read_output(*io, "result.json");
+    json outputs = json::array();
+    if (f.present && f.problem.empty()) outputs.push_back(file_record("/out/result.json", f.size, f.sha256));
+    extra["outputs"] = outputs;
+    std::vector<SchemaError> errs;
+    if (f.present) {
+      json parsed = f.problem.empty() ? json::parse(f.bytes, nullptr, false) : json(json::value_t::discarded);
+      if (!f.problem.empty()) errs.push_back({"", "/out/result.json: " + f.problem});
+      else if (parsed.is_discarded()) errs.push_back({"", "/out/result.json is not valid JSON"});
+      else if (schema) errs = schema->validate(parsed);
+      if (errs.empty()) result = std::move(parsed);
+    } else if (schema && o.status == RunStatus::ok) {
+      errs.push_back({"", "the program wrote no /out/result.json"});
+    }
+    if (!errs.empty()) {
+      result_errors = schema_errors_json(errs);
+      // Only a run that otherwise succeeded becomes output_invalid; a failed one keeps its status.
+      if (o.status == RunStatus::ok) {
+        o.status = RunStatus::output_invalid;
+        o.error = make_error("output", std::to_string(errs.size()) + " error(s) in /out/result.json");
+      }
+    }
+    extra["validation"] = {{"input", nullptr},
+                           {"output", schema ? (errs.empty() ? json{{"status", "ok"}} : json{{"status", "invalid"}, {"errors", result_errors}})
+                                             : json(nullptr)}};
+    return extra;
+  };
+  RunReport rep = run_sandbox(run);
+  const json& t = rep.trace;
+  json res = t.value("result", json::object());
+  json resp = {{"run_id", t.value("run_id", "")},
+               {"status", to_string(rep.outcome.status)},
+               {"exit_code", rep.outcome.exit_code ? json(*rep.outcome.exit_code) : json(nullptr)},
+               {"signal", rep.outcome.signal ? json(*rep.outcome.signal) : json(nullptr)},
+               {"error", rep.outcome.error ? json(rep.outcome.error->describe()) : json(nullptr)},
+               {"stdout", out.read_all()},
+               {"stderr", err.read_all()},
+               {"stdout_truncated", t["stdout"].value("truncated", false)},
+               {"stderr_truncated", t["stderr"].value("truncated", false)},
+               {"result", result},
+               {"result_errors", result_errors},
+               {"usage", t.value("usage", json::object())},
+               {"violations", t.value("violations", json::array())},
+               {"trace", ctx.dirs.traces + "/" + t.value("run_id", "") + ".json"}};
+  (void)res;
+  return resp;
+}
+
+}  // namespace sbx

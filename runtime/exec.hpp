@@ -1,0 +1,31 @@
+#pragma once
+// `sbx exec`: the typed call an agent orchestrator makes instead of opening a shell. One JSON
+// request in, one JSON response out:
+//   request  {language: "python"|"sh", code, inputs?, files? {path: content}, limits?, output_schema?}
+//   response {run_id, status, exit_code, signal, stdout, stderr, stdout_truncated, stderr_truncated,
+//             result, result_errors, usage, violations, trace}
+// The code is read-only at /code/main.<ext> (files beside it under /code), the inputs at
+// /in/input.json, /out is writable; the profile is `untrusted`. stdout/stderr are captured
+// (capped by limits.output_limit, default 64K each), not streamed.
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/error.hpp"
+#include "runtime/paths.hpp"
+
+namespace sbx {
+
+inline constexpr std::int64_t kExecDefaultOutputCap = 64 * 1024;
+
+struct ExecContext {
+  Dirs dirs;
+  std::vector<std::string> invocation_argv;
+  std::string trace_file;
+};
+
+// A malformed request is an Error (stage "usage"); anything that ran, or failed to set up, is a
+// response.
+Result<nlohmann::json> run_exec(const nlohmann::json& request, const ExecContext& ctx);
+
+}  // namespace sbx

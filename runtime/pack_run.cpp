@@ -1,0 +1,191 @@
+#include "runtime/pack_run.hpp"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+
+#include "runtime/fsutil.hpp"
+#include "runtime/sha256.hpp"
+#include "runtime/typed_io.hpp"
+#include "runtime/userns.hpp"
+
+namespace sbx {
+namespace {
+using nlohmann::json;
+
+std::vector<std::string> error_lines(const std::string& file, const std::vector<SchemaError>& errs) {
+  std::vector<std::string> v;
+  for (auto& e : errs) v.push_back(file + "#" + e.pointer + ": " + e.message);
+  return v;
+}
+
+}  // namespace
+
+void wipe(std::string& s) {
+  if (!s.empty()) ::explicit_bzero(s.data(), s.size());
+  s.clear();
+  s.shrink_to_fit();
+}
+
+Result<std::string> read_secret_source(const std::string& source) {
+  if (source.starts_with("@")) {
+    std::string path = source.substr(1);
+    auto r = read_file(path);
+    if (!r) return make_error("usage", "cannot read secret file " + path, r.error().err);
+    return r;
+  }
+  if (source.starts_with("env:")) {
+    std::string var = source.substr(4);
+    const char* v = var.empty() ? nullptr : std::getenv(var.c_str());
+    if (!v) return make_error("usage", "environment variable " + (var.empty() ? std::string("''") : var) + " is not set");
+    return std::string(v);
+  }
+  // The source text may be the secret itself, pasted by mistake: do not echo it.
+  return make_error("usage", "a secret's source must be @FILE or env:VAR (the value itself is never given on the command line)");
+}
+
+std::vector<SchemaError> validate_records(const CompiledSchema& schema, const json& records) {
+  std::vector<SchemaError> out;
+  if (!records.is_array()) {
+    out.push_back({"", "the input must be a JSON array of records"});
+    return out;
+  }
+  for (std::size_t i = 0; i < records.size(); ++i)
+    for (auto& e : schema.validate(records[i])) {
+      // Built with append: GCC 12 warns falsely (-Wstringop-overflow) about "/" + to_string(i) here.
+      std::string pointer(1, '/');
+      pointer.append(std::to_string(i)).append(e.pointer);
+      out.push_back({std::move(pointer), e.message});
+    }
+  return out;
+}
+
+PackRunResult run_pack(PackRunRequest& req) {
+  PackRunResult res;
+  RunRequest& run = req.run;
+  // Secrets by name only (which were delivered), contexts by name, mount point and host path.
+  json secret_names = json::array(), contexts = json::array();
+  for (auto& [name, value] : req.secrets) secret_names.push_back(name);
+  for (auto& [name, path] : req.contexts)
+    for (auto& c : req.pack.contexts)
+      if (c.name == name) contexts.push_back({{"name", name}, {"path", c.path}, {"source", path}});
+  run.pack = {{"name", req.pack.name},       {"version", req.pack.version}, {"digest", req.pack.digest},
+              {"secrets", secret_names}, {"contexts", contexts}};
+  run.inputs = json::array({file_record(req.input_path, static_cast<std::int64_t>(req.input_bytes.size()),
+                                        sha256_hex(req.input_bytes))});
+  json validation = {{"input", nullptr}, {"output", nullptr}};
+
+  // 1 the input contract, before anything is created.
+  auto in_schema = CompiledSchema::compile(req.pack.input_schema, req.pack.input_schema_path);
+  auto out_schema = CompiledSchema::compile(req.pack.output_schema, req.pack.output_schema_path);
+  std::vector<SchemaError> in_errors;
+  json records = json::parse(req.input_bytes, nullptr, false);
+  if (!in_schema || !out_schema) {
+    // load_pack compiled both already; this only fails if the pack changed in between.
+    Outcome o;
+    o.error = !in_schema ? in_schema.error() : out_schema.error();
+    run.refuse = o;
+  } else if (records.is_discarded()) {
+    try {
+      json again = json::parse(req.input_bytes);
+      (void)again;
+    } catch (const json::parse_error& e) {
+      in_errors.push_back({"", std::string("not valid JSON: ") + e.what()});
+    }
+  } else {
+    in_errors = validate_records(*in_schema, records);
+  }
+  if (!in_errors.empty()) {
+    Outcome o;
+    o.status = RunStatus::input_invalid;
+    o.error = make_error("input", std::to_string(in_errors.size()) + " error(s) in " + req.input_path + " against " +
+                                      req.pack.input_schema_path);
+    run.refuse = o;
+    validation["input"] = {{"status", "invalid"}, {"errors", schema_errors_json(in_errors)}};
+    res.errors = error_lines(req.input_path, in_errors);
+  } else if (!run.refuse) {
+    validation["input"] = {{"status", "ok"}, {"records", records.size()}};
+  }
+
+  // 2 the mounts of the contract.
+  std::optional<IoDir> io;
+  if (!run.refuse) {
+    auto identity = plan_identity(run.spec);
+    Result<IoDir> d = identity ? IoDir::create(*identity) : Result<IoDir>(identity.error());
+    if (!d) {
+      Outcome o;
+      o.error = d.error();
+      run.refuse = o;
+    } else {
+      io.emplace(std::move(*d));
+      auto copy = io->add_input("records.json", req.input_bytes);
+      if (!copy) {
+        Outcome o;
+        o.error = copy.error();
+        run.refuse = o;
+      } else {
+        run.spec.binds.push_back({req.pack.dir, "/pack", false});
+        run.spec.binds.push_back({*copy, "/in/records.json", false});
+        run.spec.binds.push_back({io->out_dir(), "/out", true});
+        for (auto& [name, path] : req.contexts)
+          for (auto& c : req.pack.contexts)
+            if (c.name == name) run.spec.binds.push_back({path, c.path, false});
+      }
+    }
+  }
+  for (auto& [name, value] : req.secrets)
+    for (auto& s : req.pack.secrets)
+      if (s.name == name) (s.delivery == "env" ? run.secret_env : run.secret_files).push_back({name, value});
+
+  // 3 the output contract, once the program has ended.
+  json valid_result;
+  std::vector<std::string> out_lines;
+  run.after_run = [&](Outcome& o) -> json {
+    json extra = {{"validation", validation}};
+    if (run.refuse || !io) return extra;
+    OutputFile f = read_output(*io, "result.json");
+    json outputs = json::array();
+    if (f.present && f.problem.empty()) outputs.push_back(file_record("/out/result.json", f.size, f.sha256));
+    extra["outputs"] = outputs;
+    if (o.status != RunStatus::ok) {
+      // The program failed on its own terms (exit code, signal, timeout): that status stands, and
+      // its output, if any, is not validated nor handed on.
+      extra["validation"]["output"] = {{"status", "not_checked"}, {"reason", std::string("the run ended ") + to_string(o.status)}};
+      return extra;
+    }
+    std::vector<SchemaError> errs;
+    if (!f.present) errs.push_back({"", "the program wrote no /out/result.json"});
+    else if (!f.problem.empty()) errs.push_back({"", "/out/result.json: " + f.problem});
+    else {
+      json out = json::parse(f.bytes, nullptr, false);
+      if (out.is_discarded()) errs.push_back({"", "/out/result.json is not valid JSON"});
+      else errs = out_schema->validate(out);
+      if (errs.empty()) valid_result = std::move(out);
+    }
+    if (errs.empty()) {
+      extra["validation"]["output"] = {{"status", "ok"}};
+    } else {
+      o.status = RunStatus::output_invalid;
+      o.error = make_error("output", std::to_string(errs.size()) + " error(s) in /out/result.json against " +
+                                         req.pack.output_schema_path);
+      extra["validation"]["output"] = {{"status", "invalid"}, {"errors", schema_errors_json(errs)}};
+      out_lines = error_lines("/out/result.json", errs);
+    }
+    return extra;
+  };
+
+  RunReport report = run_sandbox(run);
+  for (auto& [n, v] : run.secret_files) wipe(v);
+  for (auto& [n, v] : run.secret_env) wipe(v);
+  for (auto& [n, v] : req.secrets) wipe(v);
+  res.exit_status = report.exit_status;
+  res.status = report.outcome.status;
+  res.trace = std::move(report.trace);
+  if (res.status == RunStatus::ok) res.result = std::move(valid_result);
+  res.errors.insert(res.errors.end(), out_lines.begin(), out_lines.end());
+  return res;
+}
+
+}  // namespace sbx

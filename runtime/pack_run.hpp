@@ -1,0 +1,50 @@
+#pragma once
+// `sbx pack run`: the typed IO contract around run_sandbox (man/sbx-pack.5).
+//   1 every input record is validated against input_schema before anything is created
+//     (input_invalid, exit 65: nothing runs, the record is still written);
+//   2 the pack is bound read-only at /pack, a copy of the validated records at /in/records.json,
+//     each context read-only at its declared path, a private host directory at /out, secrets on a
+//     private tmpfs at /run/secrets (or in the environment);
+//   3 /out/result.json is read safely and validated against output_schema: only a valid result is
+//     handed back; otherwise output_invalid (exit 65) and only its size and hash are recorded.
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/pack.hpp"
+#include "runtime/sandbox.hpp"
+
+namespace sbx {
+
+struct PackRunRequest {
+  Pack pack;
+  RunRequest run;          // spec (defaults < profile < manifest < flags), profile, dirs, trace file
+  std::string input_path;  // as given (recorded in the trace)
+  std::string input_bytes;
+  std::vector<std::pair<std::string, std::string>> contexts;  // declared name, host path
+  std::vector<std::pair<std::string, std::string>> secrets;   // declared name, value (memory only)
+};
+
+struct PackRunResult {
+  int exit_status = 125;
+  RunStatus status = RunStatus::setup_error;
+  nlohmann::json result;              // the validated result; null unless status is ok
+  std::vector<std::string> errors;    // contract violations, one line each ("/0/id: ...")
+  nlohmann::json trace;
+};
+
+// Per-record validation of a records file (a JSON array); pointers are into the whole file.
+std::vector<SchemaError> validate_records(const CompiledSchema& schema, const nlohmann::json& records);
+
+PackRunResult run_pack(PackRunRequest& req);
+
+// Reads a secret's value from "@FILE" or "env:VAR". Error messages name the source, never the
+// value.
+Result<std::string> read_secret_source(const std::string& source);
+
+// Overwrites a secret's bytes before the memory is released.
+void wipe(std::string& s);
+
+}  // namespace sbx

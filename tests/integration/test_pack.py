@@ -1,0 +1,364 @@
+"""Rule packs and sbx exec: the typed IO contract (issue 6). Runs as root and rootless."""
+import json
+import os
+import stat
+import subprocess
+import unittest
+
+from sbxtest import SBX, SbxTestCase, note, sbx, validate_trace
+
+RECORD_SCHEMA = {"type": "object", "required": ["id", "mm"], "additionalProperties": False,
+                 "properties": {"id": {"type": "string", "minLength": 1},
+                                "mm": {"type": "number", "minimum": 0}}}
+OUTPUT_SCHEMA = {"type": "object", "required": ["count"], "additionalProperties": False,
+                 "properties": {"count": {"type": "integer", "minimum": 0}}}
+
+
+class PackCase(SbxTestCase):
+    def make_pack(self, script, name="p", secrets=(), context=()):
+        d = self.path(name)
+        os.makedirs(d + "/schemas")
+        os.chmod(d, 0o755)
+        os.chmod(d + "/schemas", 0o755)
+        manifest = {"name": "t-" + name, "version": "1.2.3", "entrypoint": ["/bin/sh", "/pack/run.sh"],
+                    "input_schema": "schemas/in.json", "output_schema": "schemas/out.json",
+                    "limits": {"timeout": "20s"}, "network": {"mode": "none"},
+                    "context": list(context), "secrets": list(secrets)}
+        for rel, content in (("pack.json", json.dumps(manifest)), ("schemas/in.json", json.dumps(RECORD_SCHEMA)),
+                             ("schemas/out.json", json.dumps(OUTPUT_SCHEMA)), ("run.sh", script)):
+            with open(os.path.join(d, rel), "w") as f:
+                f.write(content)
+            os.chmod(os.path.join(d, rel), 0o644)
+        return d
+
+    def records(self, recs, name="records.json"):
+        p = self.path(name)
+        with open(p, "w") as f:
+            json.dump(recs, f)
+        os.chmod(p, 0o644)
+        return p
+
+    def pack_run(self, d, inp, *extra, env=None):
+        self._n += 1
+        tpath = self.path(f"trace-{self._n}.json")
+        r = sbx(["pack", "run", d, "--input", inp, "--trace-file", tpath] + list(extra), timeout=60, env=env)
+        if os.path.exists(tpath):
+            with open(tpath) as f:
+                r.trace = json.load(f)
+            validate_trace(self, r.trace)
+        return r
+
+
+COUNT = "set -eu\nn=$(grep -o '\"id\"' /in/records.json | wc -l)\nprintf '{\"count\": %d}' \"$n\" > /out/result.json\n"
+
+
+class PackRun(PackCase):
+    def test_valid_run_prints_validated_result_and_records_hashes(self):
+        d = self.make_pack(COUNT)
+        inp = self.records([{"id": "a", "mm": 1.5}, {"id": "b", "mm": 2}])
+        r = self.pack_run(d, inp)
+        self.assertExit(r, 0)
+        self.assertEqual(json.loads(r.out), {"count": 2})
+        t = self.need_trace(r)
+        self.assertEqual(t["result"]["status"], "ok")
+        self.assertEqual(t["invocation"]["pack"]["name"], "t-p")
+        self.assertEqual(t["invocation"]["pack"]["version"], "1.2.3")
+        self.assertRegex(t["invocation"]["pack"]["digest"], r"^sha256:[0-9a-f]{64}$")
+        import hashlib
+        with open(inp, "rb") as f:
+            self.assertEqual(t["inputs"][0]["sha256"], hashlib.sha256(f.read()).hexdigest())
+        self.assertEqual(t["outputs"][0]["path"], "/out/result.json")
+        self.assertEqual(t["outputs"][0]["sha256"], hashlib.sha256(b'{"count": 2}').hexdigest())
+        self.assertEqual(t["validation"]["input"]["status"], "ok")
+        self.assertEqual(t["validation"]["output"]["status"], "ok")
+
+    def test_result_file(self):
+        d = self.make_pack(COUNT)
+        out = self.path("res.json")
+        r = self.pack_run(d, self.records([{"id": "a", "mm": 1}]), "--result", out)
+        self.assertExit(r, 0)
+        self.assertEqual(r.stdout, b"")
+        with open(out) as f:
+            self.assertEqual(json.load(f), {"count": 1})
+
+    def test_input_invalid_runs_nothing(self):
+        marker = self.path("ran")
+        d = self.make_pack(COUNT + f"touch {marker}\n")
+        r = self.pack_run(d, self.records([{"id": "a", "mm": 1}, {"id": "", "mm": -1}, {"mm": 2, "x": 1}]))
+        self.assertExit(r, 65)
+        self.assertIn("#/1/id", r.err)
+        self.assertIn("#/1/mm", r.err)
+        self.assertIn("#/2", r.err)
+        self.assertEqual(r.stdout, b"")
+        self.assertFalse(os.path.exists(marker), "nothing ran")
+        t = self.need_trace(r)
+        self.assertEqual(t["result"]["status"], "input_invalid")
+        self.assertEqual(t["validation"]["input"]["status"], "invalid")
+        pointers = {e["pointer"] for e in t["validation"]["input"]["errors"]}
+        self.assertTrue({"/1/id", "/1/mm"} <= pointers, pointers)
+        self.assertEqual(t["outputs"], [])
+        note("input_invalid stderr:\n" + r.err)
+
+    def test_input_not_an_array(self):
+        r = self.pack_run(self.make_pack(COUNT), self.records({"id": "a", "mm": 1}))
+        self.assertExit(r, 65)
+        self.assertIn("array of records", r.err)
+
+    def test_output_invalid_is_not_printed(self):
+        d = self.make_pack("printf '{\"count\": \"SHOULD-NOT-LEAK\"}' > /out/result.json\n")
+        r = self.pack_run(d, self.records([{"id": "a", "mm": 1}]))
+        self.assertExit(r, 65)
+        self.assertNotIn(b"SHOULD-NOT-LEAK", r.stdout + r.stderr)
+        t = self.need_trace(r)
+        self.assertEqual(t["result"]["status"], "output_invalid")
+        self.assertEqual(t["validation"]["output"]["status"], "invalid")
+        self.assertNotIn("SHOULD-NOT-LEAK", json.dumps(t))
+        self.assertEqual(t["outputs"][0]["bytes"], len('{"count": "SHOULD-NOT-LEAK"}'))
+        self.assertIn("/count", r.err)
+        note("output_invalid stderr:\n" + r.err)
+
+    def test_missing_result_and_symlinked_result(self):
+        r = self.pack_run(self.make_pack("true\n", "a"), self.records([{"id": "a", "mm": 1}]))
+        self.assertExit(r, 65)
+        self.assertIn("no /out/result.json", r.err)
+        r = self.pack_run(self.make_pack("ln -s /etc/passwd /out/result.json\n", "b"), self.records([{"id": "a", "mm": 1}]))
+        self.assertExit(r, 65)
+        self.assertNotIn(b"root:", r.stdout + r.stderr)
+
+    def test_program_failure_keeps_its_status(self):
+        r = self.pack_run(self.make_pack("exit 3\n"), self.records([{"id": "a", "mm": 1}]))
+        self.assertExit(r, 3)
+        self.assertEqual(self.need_trace(r)["validation"]["output"]["status"], "not_checked")
+
+    def test_pack_is_read_only(self):
+        d = self.make_pack("touch /pack/x 2>/dev/null && exit 9\n" + COUNT)
+        r = self.pack_run(d, self.records([{"id": "a", "mm": 1}]))
+        self.assertExit(r, 0)
+
+    def test_manifest_limits_and_flags_override(self):
+        d = self.make_pack("sleep 5\n")
+        with open(d + "/pack.json") as f:
+            m = json.load(f)
+        m["limits"]["timeout"] = "300ms"
+        with open(d + "/pack.json", "w") as f:
+            json.dump(m, f)
+        r = self.pack_run(d, self.records([{"id": "a", "mm": 1}]))
+        self.assertExit(r, 124, "manifest timeout applies")
+        self.assertEqual(self.need_trace(r)["invocation"]["spec"]["limits"]["timeout_ms"], 300)
+        r = self.pack_run(d, self.records([{"id": "a", "mm": 1}]), "--timeout", "200ms")
+        self.assertExit(r, 124)
+        self.assertEqual(self.need_trace(r)["invocation"]["spec"]["limits"]["timeout_ms"], 200, "flag beats manifest")
+
+
+class PackContext(PackCase):
+    def test_context_mounted_read_only_and_required(self):
+        ctx = self.path("tol.json")
+        with open(ctx, "w") as f:
+            f.write('{"tol": 7}')
+        os.chmod(ctx, 0o644)
+        script = ("grep -q '\"tol\": 7' /ctx/tol.json || exit 7\n"
+                  "echo x >> /ctx/tol.json 2>/dev/null && exit 8\n" + COUNT)
+        d = self.make_pack(script, context=[{"name": "tol", "path": "/ctx/tol.json", "required": True}])
+        inp = self.records([{"id": "a", "mm": 1}])
+        r = self.pack_run(d, inp)
+        self.assertExit(r, 125)
+        self.assertIn("--context tol", r.err)
+        r = self.pack_run(d, inp, "--context", "tol=" + ctx)
+        self.assertExit(r, 0)
+        r = self.pack_run(d, inp, "--context", "nope=" + ctx)
+        self.assertExit(r, 125)
+
+
+class PackSecrets(PackCase):
+    SECRET = "s3cr3t-VALUE-9f8e7d"
+
+    def secret_file(self):
+        p = self.path("secret.txt")
+        with open(p, "w") as f:
+            f.write(self.SECRET)
+        os.chmod(p, 0o600)
+        return p
+
+    def test_secret_file_delivery_and_no_leaks(self):
+        script = ("stat -c '%a %u' /run/secrets/token >&2\n"
+                  "cat /run/secrets/token; echo; cat /run/secrets/token >&2\n"
+                  "echo \"argv-probe\" >/dev/null\n" + COUNT)
+        d = self.make_pack(script, secrets=[{"name": "token", "required": False, "delivery": "file"}])
+        inp = self.records([{"id": "a", "mm": 1}])
+        r = self.pack_run(d, inp, "--secret", "token=@" + self.secret_file())
+        self.assertExit(r, 0)
+        self.assertIn("400 0", r.err, "mode 0400, owned by the sandbox user (uid 0 inside)")
+        self.assertIn(self.SECRET, r.out, "the program itself may print it")
+        # sbx's own lines on stderr never carry it; the program's stderr does (it printed it).
+        sbx_lines = [l for l in r.err.splitlines() if l.startswith("sbx:")]
+        self.assertFalse(any(self.SECRET in l for l in sbx_lines), sbx_lines)
+        store = os.environ.get("SBX_STATE_DIR", "")
+        hits = []
+        for root, _, files in os.walk(store):
+            for fn in files:
+                with open(os.path.join(root, fn), "rb") as f:
+                    if self.SECRET.encode() in f.read():
+                        hits.append(fn)
+        self.assertEqual(hits, [], "trace store holds the secret")
+        self.assertNotIn(self.SECRET, json.dumps(self.need_trace(r)))
+        self.assertEqual(self.need_trace(r)["invocation"]["pack"]["secrets"], ["token"], "names only")
+        # The next run without the secret cannot find it.
+        r2 = self.pack_run(self.make_pack("ls /run/secrets/token 2>/dev/null && exit 5\n" + COUNT, "q"), inp)
+        self.assertExit(r2, 0)
+        note(f"secret leak check: trace store files scanned under {store}: none contain the value")
+
+    def test_secret_not_in_sbx_environ_or_cmdline(self):
+        d = self.make_pack("sleep 2\n" + COUNT, secrets=[{"name": "token", "required": True, "delivery": "file"}])
+        inp = self.records([{"id": "a", "mm": 1}])
+        tpath = self.path("tr.json")
+        p = subprocess.Popen([SBX, "pack", "run", d, "--input", inp, "--trace-file", tpath,
+                              "--secret", "token=@" + self.secret_file()],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        import time
+        time.sleep(1.0)
+        try:
+            for what in ("environ", "cmdline"):
+                with open(f"/proc/{p.pid}/{what}", "rb") as f:
+                    self.assertNotIn(self.SECRET.encode(), f.read(), what)
+        finally:
+            out, err = p.communicate(timeout=30)
+        self.assertEqual(p.returncode, 0, err)
+        self.assertNotIn(self.SECRET.encode(), err)
+
+    def test_secret_env_delivery_and_required(self):
+        d = self.make_pack("[ \"$TOKEN\" = \"$EXPECT\" ] || exit 4\n" + COUNT,
+                           secrets=[{"name": "TOKEN", "required": True, "delivery": "env"}])
+        inp = self.records([{"id": "a", "mm": 1}])
+        r = self.pack_run(d, inp)
+        self.assertExit(r, 125)
+        self.assertIn("--secret TOKEN", r.err)
+        env = dict(os.environ, MYTOK="tok-123")
+        with open(d + "/run.sh") as f:
+            s = f.read().replace("$EXPECT", "tok-123")
+        with open(d + "/run.sh", "w") as f:
+            f.write(s)
+        r = self.pack_run(d, inp, "--secret", "TOKEN=env:MYTOK", env=env)
+        self.assertExit(r, 0)
+        r = self.pack_run(d, inp, "--secret", "TOKEN=plain-value-here", env=env)
+        self.assertExit(r, 125)
+        self.assertNotIn("plain-value-here", r.err, "a mistyped source is not echoed")
+
+
+class PackTools(PackCase):
+    def test_init_then_validate_then_run(self):
+        r = sbx(["pack", "init", self.path("mypack")])
+        self.assertExit(r, 0)
+        os.chmod(self.path("mypack"), 0o755)
+        r = sbx(["pack", "validate", self.path("mypack")])
+        self.assertExit(r, 0)
+        self.assertIn("sha256:", r.out)
+        r = sbx(["pack", "run", self.path("mypack"), "--input", self.path("mypack/records.json")], timeout=60)
+        self.assertExit(r, 0)
+        self.assertEqual(json.loads(r.out), {"records": 2})
+
+    def test_validate_lists_every_problem(self):
+        d = self.make_pack(COUNT)
+        with open(d + "/pack.json") as f:
+            m = json.load(f)
+        m["limits"] = {"memory": "lots", "bogus": 1}
+        m["image"] = "debian"
+        m["extra"] = True
+        with open(d + "/pack.json", "w") as f:
+            json.dump(m, f)
+        with open(d + "/schemas/out.json", "w") as f:
+            f.write("{not json")
+        r = sbx(["pack", "validate", d])
+        self.assertExit(r, 125)
+        for needle in ("pack.json#/limits/memory", "pack.json#/limits/bogus", "pack.json#/image",
+                       "pack.json#/extra", "schemas/out.json#"):
+            self.assertIn(needle, r.err)
+
+
+class Exec(SbxTestCase):
+    def exec(self, req):
+        return sbx(["exec"], input=json.dumps(req).encode(), timeout=60)
+
+    def test_python_with_schema(self):
+        r = self.exec({"language": "python", "inputs": [1, 2, 3], "files": {"lib/helper.py": "K = 10\n"},
+                       "code": "import json, sys\nsys.path.insert(0, '/code/lib')\nimport helper\n"
+                               "d = json.load(open('/in/input.json'))\nprint('hello')\n"
+                               "json.dump({'sum': sum(d) * helper.K}, open('/out/result.json', 'w'))\n",
+                       "output_schema": {"type": "object", "required": ["sum"]}})
+        self.assertExit(r, 0)
+        resp = json.loads(r.out)
+        self.assertEqual(resp["status"], "ok")
+        self.assertEqual(resp["result"], {"sum": 60})
+        self.assertEqual(resp["stdout"], "hello\n")
+        self.assertIn("run_id", resp)
+
+    def test_failure_is_a_response_and_output_capped(self):
+        r = self.exec({"language": "sh", "code": "head -c 100000 /dev/zero | tr '\\0' x; exit 3",
+                       "limits": {"output_limit": 1000}})
+        self.assertExit(r, 0)
+        resp = json.loads(r.out)
+        self.assertEqual(resp["status"], "exit_nonzero")
+        self.assertEqual(resp["exit_code"], 3)
+        self.assertEqual(len(resp["stdout"]), 1000)
+        self.assertTrue(resp["stdout_truncated"])
+
+    def test_schema_violation(self):
+        r = self.exec({"language": "sh", "code": "echo '{\"a\":1}' > /out/result.json",
+                       "output_schema": {"type": "object", "required": ["b"]}})
+        self.assertExit(r, 0)
+        resp = json.loads(r.out)
+        self.assertEqual(resp["status"], "output_invalid")
+        self.assertIsNone(resp["result"])
+        self.assertTrue(resp["result_errors"])
+
+    def test_malformed_requests(self):
+        for req in (b"{", b"[]", json.dumps({"language": "cobol", "code": ""}).encode(),
+                    json.dumps({"language": "sh"}).encode(),
+                    json.dumps({"language": "sh", "code": "", "files": {"../x": ""}}).encode(),
+                    json.dumps({"language": "sh", "code": "", "limits": {"memory": "x"}}).encode()):
+            r = sbx(["exec"], input=req)
+            self.assertExit(r, 125, req)
+            self.assertIn("error", json.loads(r.out))
+
+
+if __name__ == "__main__":
+    unittest.main()
+
+
+class Examples(SbxTestCase):
+    """The packs and requests shipped in examples/ run as documented."""
+    ROOT = os.environ.get("SBX_REPO") or os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+
+    def example(self, *parts):
+        # The suite runs from a copy; find the repo's examples/ through SBX_REPO or sbx's location.
+        for base in (self.ROOT, os.path.normpath(os.path.join(os.path.dirname(SBX), ".."))):
+            p = os.path.join(base, "examples", *parts)
+            if os.path.exists(p) and os.access(p, os.R_OK | os.X_OK):
+                # Copy so the sandbox's (possibly unprivileged, mapped) uid can reach it.
+                dst = os.path.join(self.tmp, parts[-1])
+                subprocess.run(["cp", "-r", p, dst], check=True)
+                subprocess.run(["chmod", "-R", "a+rX", dst], check=True)
+                return dst
+        self.skipTest("examples/ not found next to the binary (set SBX_REPO)")
+
+    def test_corrosion_grade(self):
+        d = self.example("packs", "corrosion-grade")
+        r = sbx(["pack", "run", d, "--input", d + "/records.json"], timeout=60)
+        self.assertExit(r, 0)
+        grades = {a["asset"]: a["grade"] for a in json.loads(r.out)["assets"]}
+        self.assertEqual(grades, {"P-101": "A", "P-102": "B", "V-201": "C", "V-202": "D", "T-301": "F"})
+
+    def test_tolerance_check(self):
+        d = self.example("packs", "tolerance-check")
+        r = sbx(["pack", "run", d, "--input", d + "/records.json", "--context",
+                 "tolerances=" + d + "/tolerances.json"], timeout=60)
+        self.assertExit(r, 0)
+        res = {f["feature"]: f["result"] for f in json.loads(r.out)["features"]}
+        self.assertEqual(res, {"bore-A": "pass", "bore-B": "fail", "groove-1": "pass", "slot-9": "no_tolerance"})
+
+    def test_requests(self):
+        d = self.example("requests")
+        for name in sorted(os.listdir(d)):
+            with open(os.path.join(d, name), "rb") as f:
+                r = sbx(["exec"], input=f.read(), timeout=60)
+            self.assertExit(r, 0, name)
+            self.assertEqual(json.loads(r.out)["status"], "ok", name + "\n" + r.out)

@@ -1,0 +1,115 @@
+// runtime/pack: manifest parsing (every problem with file + pointer) and the content digest.
+#include <doctest/doctest.h>
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "runtime/pack.hpp"
+
+namespace fs = std::filesystem;
+using sbx::PackProblem;
+
+namespace {
+
+struct TempPack {
+  std::string dir;
+  TempPack() {
+    char t[] = "/tmp/sbx-unit-pack-XXXXXX";
+    dir = ::mkdtemp(t);
+    fs::create_directories(dir + "/schemas");
+    write("schemas/in.json", R"({"type":"object"})");
+    write("schemas/out.json", R"({"type":"object"})");
+    write("run.sh", "echo hi\n");
+  }
+  ~TempPack() { fs::remove_all(dir); }
+  void write(const std::string& rel, const std::string& text) { std::ofstream(dir + "/" + rel) << text; }
+};
+
+const char* kGood = R"({"name":"p","version":"1","entrypoint":["/bin/sh","/pack/run.sh"],
+  "input_schema":"schemas/in.json","output_schema":"schemas/out.json",
+  "limits":{"timeout":"2s","memory":"64M","pids":8,"cpus":0.5,"cpu_time":1000,"output_limit":"1K","tmp_size":"8M"},
+  "network":{"mode":"none"},
+  "context":[{"name":"tol","path":"/ctx/tol.json","required":true}],
+  "secrets":[{"name":"TOKEN","required":false,"delivery":"env"}]})";
+
+bool has(const std::vector<PackProblem>& v, const std::string& file, const std::string& pointer) {
+  for (auto& p : v)
+    if (p.file == file && p.pointer == pointer) return true;
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("a good manifest becomes the manifest layer of the RunSpec") {
+  TempPack t;
+  std::vector<PackProblem> problems;
+  auto p = sbx::parse_pack_manifest(t.dir, kGood, problems);
+  REQUIRE_MESSAGE(p.ok(), (problems.empty() ? "" : problems[0].describe()));
+  CHECK(p->spec_patch["argv"] == nlohmann::json({"/bin/sh", "/pack/run.sh"}));
+  CHECK(p->spec_patch["limits"]["timeout_ms"] == "2s");
+  CHECK(p->spec_patch["limits"]["memory_bytes"] == "64M");
+  CHECK(p->spec_patch["limits"]["cpu_time_ms"] == 1000);
+  CHECK(p->spec_patch["limits"]["tmp_size_bytes"] == "8M");
+  REQUIRE(p->contexts.size() == 1);
+  CHECK(p->contexts[0].required);
+  REQUIRE(p->secrets.size() == 1);
+  CHECK(p->secrets[0].delivery == "env");
+}
+
+TEST_CASE("every problem is reported with its file and pointer") {
+  TempPack t;
+  t.write("schemas/out.json", R"({"type": 12})");
+  std::vector<PackProblem> problems;
+  auto p = sbx::parse_pack_manifest(t.dir, R"({"name":"Bad Name","entrypoint":[],"image":"debian",
+    "input_schema":"../x.json","output_schema":"schemas/out.json","limits":{"memory":"lots","nope":1},
+    "network":{"mode":"host"},"context":[{"name":"c","path":"/pack/x"}],
+    "secrets":[{"name":"a-b","delivery":"mail"}],"extra":1})", problems);
+  CHECK_FALSE(p.ok());
+  for (auto ptr : {"/name", "/version", "/entrypoint", "/image", "/input_schema", "/limits/memory", "/limits/nope",
+                   "/network/mode", "/context/0/path", "/secrets/0/name", "/secrets/0/delivery", "/extra"})
+    CHECK_MESSAGE(has(problems, "pack.json", ptr), ptr);
+  CHECK(has(problems, "schemas/out.json", ""));
+}
+
+TEST_CASE("not JSON, not an object") {
+  TempPack t;
+  std::vector<PackProblem> problems;
+  CHECK_FALSE(sbx::parse_pack_manifest(t.dir, "{", problems).ok());
+  CHECK(has(problems, "pack.json", ""));
+  problems.clear();
+  CHECK_FALSE(sbx::parse_pack_manifest(t.dir, "[]", problems).ok());
+  CHECK(problems.size() == 1);
+}
+
+TEST_CASE("digest: stable, path-independent, sensitive to content, mode and names; refuses links") {
+  TempPack a, b;
+  auto da = sbx::pack_digest(a.dir), db = sbx::pack_digest(b.dir);
+  REQUIRE(da.ok());
+  REQUIRE(db.ok());
+  CHECK(da->starts_with("sha256:"));
+  CHECK(*da == *db);  // same files in different places
+  b.write("run.sh", "echo ho\n");
+  CHECK(*sbx::pack_digest(b.dir) != *da);
+  b.write("run.sh", "echo hi\n");
+  CHECK(*sbx::pack_digest(b.dir) == *da);
+  ::chmod((b.dir + "/run.sh").c_str(), 0755);
+  CHECK(*sbx::pack_digest(b.dir) != *da);
+  ::chmod((b.dir + "/run.sh").c_str(), 0644);
+  fs::rename(b.dir + "/run.sh", b.dir + "/go.sh");
+  CHECK(*sbx::pack_digest(b.dir) != *da);
+  fs::create_symlink("/etc/passwd", b.dir + "/link");
+  CHECK_FALSE(sbx::pack_digest(b.dir).ok());
+}
+
+TEST_CASE("pack names") {
+  CHECK(sbx::valid_pack_name("corrosion-grade"));
+  CHECK(sbx::valid_pack_name("a.b_c-1"));
+  CHECK_FALSE(sbx::valid_pack_name(""));
+  CHECK_FALSE(sbx::valid_pack_name("-x"));
+  CHECK_FALSE(sbx::valid_pack_name("Upper"));
+  CHECK_FALSE(sbx::valid_pack_name("a/b"));
+}
