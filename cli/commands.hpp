@@ -38,6 +38,7 @@ struct RunFlags {
   std::string trace_file;
   std::string seccomp;
   bool dry_run = false;
+  bool systemd_scope = false;  // run: re-exec under a delegated systemd scope when rootless
   bool require_limits = false;
   std::vector<std::string> command;
 };

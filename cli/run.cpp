@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "cli/commands.hpp"
+#include "cli/systemd_scope.hpp"
 #include "runtime/egress_policy.hpp"
 #include "runtime/profile.hpp"
 #include "runtime/sandbox.hpp"
@@ -130,6 +131,8 @@ void add_run_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out)
                   "Allow egress to HOST[:PORT] through sbx's filtering proxy: a name, *.domain, an IP, [IPv6] or a CIDR; "
                   "ports 80 and 443 unless given (repeatable)");
   run->add_flag("--dry-run", f.dry_run, "Print the fully merged run spec as JSON and run nothing");
+  run->add_flag("--systemd-scope", f.systemd_scope,
+                "Rootless without a delegated cgroup: re-run sbx under systemd-run --user --scope -p Delegate=yes");
   // Everything from the first positional on belongs to the command, options included.
   run->prefix_command();
   // Falling through to the parent would hand the command's own options to sbx's parser; the
@@ -159,6 +162,8 @@ void add_run_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out)
       std::printf("%s\n", spec_to_json(*spec).dump(2).c_str());
       return 0;
     }
+    if (f.systemd_scope)
+      if (auto rc = reexec_in_systemd_scope(g.argv, *spec)) return *rc;
     RunRequest req;
     req.spec = std::move(*spec);
     req.profile = profile->source;

@@ -102,6 +102,7 @@ complete -c sbx -n '__sbx_at run' -l seccomp -r -F -a 'default unconfined' -d 'S
 complete -c sbx -n '__sbx_at run' -l allow-host -x -a '(__fish_print_hostnames)' -d 'Allow egress to HOST[:PORT] through the filtering proxy'
 complete -c sbx -n '__sbx_at run' -l trace-file -r -F -d 'Also write the trace record to this file'
 complete -c sbx -n '__sbx_at run' -l dry-run -d 'Print the merged run spec as JSON and run nothing'
+complete -c sbx -n '__sbx_at run' -l systemd-scope -d 'Rootless: re-run under a delegated systemd scope'
 complete -c sbx -n '__sbx_at run' -a '(__fish_complete_command)' -d 'Command'
 # After the command starts, complete it as a command line of its own.
 complete -c sbx -n '__sbx_in run CMD' -a '(__sbx_complete_cmd)'

@@ -37,8 +37,8 @@ std::string cgroup_gap(const CgroupInfo& info, bool rootless, bool cgroup_ok, co
   }
   if (!info.writable)
     return rootless ? "cgroup " + info.self_path +
-                          " is not delegated to this user; run sbx under `systemd-run --user --scope -p "
-                          "Delegate=yes`, or as root"
+                          " is not delegated to this user; use `sbx run --systemd-scope` (systemd-run --user --scope -p "
+                          "Delegate=yes), or run as root"
                     : "cgroup " + info.self_path + " is not writable";
   return "";
 }
