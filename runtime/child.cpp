@@ -17,6 +17,7 @@
 #include <cstring>
 
 #include "runtime/caps.hpp"
+#include "runtime/fdpass.hpp"
 #include "runtime/net.hpp"
 
 // sendmsg(fd, msg, flags) through one known syscall instruction (see handoff_syscall_ip). The
@@ -132,22 +133,10 @@ void install_seccomp(const ChildConfig& cfg, ChildMsg& failed) {
   long listener = ::syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_NEW_LISTENER, &prog);
   if (listener < 0) fail(cfg, sys_error("seccomp", "install the seccomp filter"));  // no filter yet
   int lfd = static_cast<int>(listener);
-  alignas(struct cmsghdr) char cbuf[CMSG_SPACE(sizeof(int))] = {};
-  char byte = 'L';
-  struct iovec iov = {&byte, 1};
-  struct msghdr mh = {};
-  mh.msg_iov = &iov;
-  mh.msg_iovlen = 1;
-  mh.msg_control = cbuf;
-  mh.msg_controllen = sizeof cbuf;
-  struct cmsghdr* c = CMSG_FIRSTHDR(&mh);
-  c->cmsg_level = SOL_SOCKET;
-  c->cmsg_type = SCM_RIGHTS;
-  c->cmsg_len = CMSG_LEN(sizeof(int));
-  std::memcpy(CMSG_DATA(c), &lfd, sizeof lfd);
+  FdMessage mh(lfd, 'L');
   static_assert(__NR_sendmsg == 46, "the handoff stub hard-codes x86_64's sendmsg number");
   long n;
-  do n = sbx_handoff_sendmsg(cfg.seccomp_sock, &mh, MSG_NOSIGNAL);
+  do n = sbx_handoff_sendmsg(cfg.seccomp_sock, &mh.mh, MSG_NOSIGNAL);
   while (n == -EINTR);
   if (n != 1) {
     failed.err = n < 0 ? static_cast<int>(-n) : EIO;

@@ -1,5 +1,7 @@
 #include "runtime/net.hpp"
 
+#include "runtime/fdpass.hpp"
+
 #include <net/if.h>
 #include <netinet/in.h>
 #include <arpa/inet.h>
@@ -48,30 +50,10 @@ Status hand_over_proxy_listener(int sock, int port) {
     ::close(fd);
     return sys_error("network", "listen on the egress proxy socket");
   }
-  alignas(struct cmsghdr) char cbuf[CMSG_SPACE(sizeof(int))] = {};
-  char byte = 'P';
-  struct iovec iov = {&byte, 1};
-  struct msghdr mh = {};
-  mh.msg_iov = &iov;
-  mh.msg_iovlen = 1;
-  mh.msg_control = cbuf;
-  mh.msg_controllen = sizeof cbuf;
-  struct cmsghdr* c = CMSG_FIRSTHDR(&mh);
-  c->cmsg_level = SOL_SOCKET;
-  c->cmsg_type = SCM_RIGHTS;
-  c->cmsg_len = CMSG_LEN(sizeof(int));
-  std::memcpy(CMSG_DATA(c), &fd, sizeof fd);
-  ssize_t n;
-  do n = ::sendmsg(sock, &mh, MSG_NOSIGNAL);
-  while (n < 0 && errno == EINTR);
-  int saved = errno;
+  Status st = send_fd(sock, fd, 'P', "network", "hand the egress proxy socket to the supervisor");
   ::close(fd);
   ::close(sock);
-  if (n != 1) {
-    errno = n < 0 ? saved : EIO;
-    return sys_error("network", "hand the egress proxy socket to the supervisor");
-  }
-  return {};
+  return st;
 }
 
 }  // namespace sbx

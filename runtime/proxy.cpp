@@ -1,5 +1,7 @@
 #include "runtime/proxy.hpp"
 
+#include "runtime/fdpass.hpp"
+
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netdb.h>
@@ -159,22 +161,12 @@ void EgressProxy::on_events(const struct pollfd* p, std::size_t n, std::int64_t 
     if (p[i].revents) {
       // The listener arrives as one message with one SCM_RIGHTS fd; EOF without it means init
       // failed before it could send (init reports that failure itself).
-      alignas(struct cmsghdr) char cbuf[CMSG_SPACE(sizeof(int))] = {};
-      char byte;
-      struct iovec iov = {&byte, 1};
-      struct msghdr mh = {};
-      mh.msg_iov = &iov;
-      mh.msg_iovlen = 1;
-      mh.msg_control = cbuf;
-      mh.msg_controllen = sizeof cbuf;
-      ssize_t k = ::recvmsg(handoff_, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
-      if (k > 0) {
-        for (struct cmsghdr* c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c))
-          if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
-            std::memcpy(&listen_fd_, CMSG_DATA(c), sizeof(int));
-            ::fcntl(listen_fd_, F_SETFL, ::fcntl(listen_fd_, F_GETFL) | O_NONBLOCK);
-            got_listener_ = true;
-          }
+      int fd;
+      ssize_t k = recv_fd(handoff_, &fd);
+      if (k > 0 && fd >= 0) {
+        listen_fd_ = fd;
+        ::fcntl(listen_fd_, F_SETFL, ::fcntl(listen_fd_, F_GETFL) | O_NONBLOCK);
+        got_listener_ = true;
       }
       if (k > 0 || k == 0 || (errno != EAGAIN && errno != EINTR)) ::close(handoff_), handoff_ = -1;
     }

@@ -1,5 +1,7 @@
 #include "runtime/seccomp_notify.hpp"
 
+#include "runtime/fdpass.hpp"
+
 #include <linux/audit.h>
 #include <linux/seccomp.h>
 #include <poll.h>
@@ -30,24 +32,12 @@ SeccompNotifier::~SeccompNotifier() {
 }
 
 void SeccompNotifier::on_sock_readable() {
-  char byte;
-  alignas(struct cmsghdr) char cbuf[CMSG_SPACE(sizeof(int))];
-  struct iovec iov = {&byte, 1};
-  struct msghdr mh = {};
-  mh.msg_iov = &iov;
-  mh.msg_iovlen = 1;
-  mh.msg_control = cbuf;
-  mh.msg_controllen = sizeof cbuf;
-  ssize_t n = ::recvmsg(sock_, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+  int fd;
+  ssize_t n = recv_fd(sock_, &fd);
   if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
   if (n > 0) {
-    for (struct cmsghdr* c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
-      if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
-      int fd;
-      std::memcpy(&fd, CMSG_DATA(c), sizeof fd);
-      if (listener_ < 0) listener_ = fd;
-      else ::close(fd);  // only one program child sends; anything else is dropped
-    }
+    if (fd >= 0 && listener_ < 0) listener_ = fd;
+    else if (fd >= 0) ::close(fd);  // only one program child sends; anything else is dropped
     return;
   }
   // EOF: init closed its copy and the program exec'd (or died); nothing more will come.
