@@ -35,6 +35,9 @@ struct RunFlags {
   std::vector<std::string> binds, tmpfs, env, env_pass, allow_hosts;
   // Optional, not empty-means-unset: `--timeout ''` is a bad duration, not "no timeout".
   std::optional<std::string> workdir, timeout, output_limit, memory, pids, cpus, cpu_time;
+  std::optional<std::string> image, output_max_bytes, output_max_files;
+  std::vector<std::string> inputs;
+  std::string output_dir;  // run --output DIR
   std::string trace_file;
   std::string seccomp;
   bool dry_run = false;
@@ -46,8 +49,8 @@ struct RunFlags {
 // Flags override the merged spec (last layer of DESIGN.md's order); list flags add to its lists.
 // spec.argv becomes f.command.
 Result<RunSpec> apply_flags(RunSpec spec, const RunFlags& f);
-// --profile, --timeout, --output-limit, --memory, --pids, --cpus, --cpu-time, --require-limits,
-// --seccomp, --trace-file.
+// --profile, --image, --timeout, --output-limit, --memory, --pids, --cpus, --cpu-time,
+// --require-limits, --seccomp, --trace-file.
 void add_limit_options(CLI::App* app, RunFlags& f);
 // The limits given by flag (warned about when they cannot be enforced as asked).
 std::vector<std::string> explicit_limits(const RunFlags& f);
@@ -58,6 +61,7 @@ void add_run_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out)
 void add_profile_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out);
 void add_trace_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out);
 void add_doctor_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out);
+void add_image_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out);
 
 // --state-dir, --log-level, -v: on the top level and on subcommands that do not fall through.
 void add_global_options(CLI::App& app, GlobalOptions& g);

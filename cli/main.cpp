@@ -36,6 +36,7 @@ int main(int argc, char** argv) {
   add_doctor_command(app, g, commands);
   add_pack_command(app, g, commands);
   add_exec_command(app, g, commands);
+  add_image_command(app, g, commands);
 
   int parse_argc = argc;
   for (int i = 1; i < argc; ++i) {

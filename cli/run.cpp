@@ -6,6 +6,7 @@
 
 #include "cli/commands.hpp"
 #include "cli/systemd_scope.hpp"
+#include "runtime/artifact_export.hpp"
 #include "runtime/egress_policy.hpp"
 #include "runtime/profile.hpp"
 #include "runtime/sandbox.hpp"
@@ -80,6 +81,24 @@ Result<RunSpec> apply_flags(RunSpec spec, const RunFlags& f) {
       return make_error("usage", "--cpus: bad CPU count '" + *f.cpus + "' (a positive number, e.g. 0.5)");
     spec.limits.cpus = n;
   }
+  if (f.image) spec.image = *f.image;
+  for (auto& i : f.inputs) {
+    auto r = parse_input(i);
+    if (!r) return make_error("usage", "--input: " + r.error().message);
+    spec.inputs.push_back(*r);
+  }
+  if (f.output_max_bytes) {
+    auto r = size("--output-max-bytes", *f.output_max_bytes, true);
+    if (!r) return r.error();
+    spec.limits.output_max_bytes = *r;
+  }
+  if (f.output_max_files) {
+    char* end = nullptr;
+    long long n = std::strtoll(f.output_max_files->c_str(), &end, 10);
+    if (f.output_max_files->empty() || *end != '\0' || n < 0)
+      return make_error("usage", "--output-max-files: bad file count '" + *f.output_max_files + "' (a non-negative integer)");
+    spec.limits.output_max_files = n;
+  }
   for (auto& h : f.allow_hosts) {
     if (auto r = parse_allow_rule(h); !r) return r.error();
     spec.network.allow.push_back(h);
@@ -94,6 +113,7 @@ Result<RunSpec> apply_flags(RunSpec spec, const RunFlags& f) {
 
 void add_limit_options(CLI::App* app, RunFlags& f) {
   app->add_option("--profile", f.profile, "Profile name or JSON file (default: untrusted)");
+  app->add_option("--image", f.image, "Root file system: host (default) or a stored image, NAME[:TAG] or sha256:<hex>");
   app->add_option("--timeout", f.timeout, "Wall-time limit, e.g. 250ms, 2s, 1m (exit 124 when hit)");
   app->add_option("--output-limit", f.output_limit, "Bytes of stdout and of stderr passed through (rest dropped)");
   app->add_option("--memory", f.memory, "Memory limit, e.g. 256M");
@@ -125,6 +145,10 @@ void add_run_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out)
   run->add_option("--bind", f.binds, "Bind a host path: SRC[:DST][:rw], read-only unless rw (repeatable)");
   run->add_option("--tmpfs", f.tmpfs, "Mount a size-capped tmpfs: DST[:SIZE] (repeatable, default size 64M)");
   run->add_option("--workdir", f.workdir, "Working directory inside the sandbox (default /tmp)");
+  run->add_option("--input", f.inputs, "Mount a host file or directory read-only and hash it into the trace: PATH[:DST] (default DST /in/NAME; repeatable)");
+  run->add_option("--output", f.output_dir, "After the run, export /out (regular files and directories only) to DIR: new or empty");
+  run->add_option("--output-max-bytes", f.output_max_bytes, "Most bytes --output exports (default 256M; past it: status output_limit)");
+  run->add_option("--output-max-files", f.output_max_files, "Most files and directories --output exports (default 10000)");
   run->add_option("--env", f.env, "Set an environment variable: NAME=VALUE (repeatable)");
   run->add_option("--env-pass", f.env_pass, "Pass a variable from sbx's environment (repeatable)");
   run->add_option("--allow-host", f.allow_hosts,
@@ -164,7 +188,10 @@ void add_run_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out)
     }
     if (f.systemd_scope)
       if (auto rc = reexec_in_systemd_scope(g.argv, *spec)) return *rc;
+    if (!f.output_dir.empty())
+      if (auto st = prepare_export_dir(f.output_dir); !st) return usage_error(st.error().describe());
     RunRequest req;
+    req.export_dir = f.output_dir;
     req.spec = std::move(*spec);
     req.profile = profile->source;
     req.dirs = resolve_dirs(g.state_dir);

@@ -19,28 +19,67 @@ _sbx_run_ids() {
     "${COMP_WORDS[0]}" "${_sbx_state_args[@]}" trace ls 2>/dev/null | awk 'NR > 1 && NF { print $1 }'
 }
 
+_sbx_images() {
+    # First column of `sbx image ls` (NAME:TAG), without its header line and unnamed images.
+    "${COMP_WORDS[0]}" "${_sbx_state_args[@]}" image ls 2>/dev/null |
+        awk 'NR > 1 && NF && $1 != "<none>" { print $1 }'
+}
+
+_sbx_image_refs() {
+    # Image references matching $1, the whole word being completed (NAME:TAG, colon included).
+    # Bash splits words at ':' (COMP_WORDBREAKS) and replaces only the part after the last colon,
+    # so that part is what each candidate keeps. $2: extra words (e.g. "host").
+    local word=$1 ref
+    local head=""
+    [[ $word == *:* ]] && head=${word%"${word##*:}"}
+    COMPREPLY=()
+    for ref in $(compgen -W "$2 $(_sbx_images)" -- "$word"); do
+        COMPREPLY+=("${ref#"$head"}")
+    done
+}
+
 _sbx() {
-    local cur prev
+    local cur prev word first
     cur=${COMP_WORDS[COMP_CWORD]}
-    prev=${COMP_WORDS[COMP_CWORD-1]}
-    [[ $COMP_CWORD -gt 0 ]] || prev=""
+    # Bash splits words at ':' and '=' (COMP_WORDBREAKS): "busybox:latest" arrives as busybox, :,
+    # latest, and "--state-dir=DIR" as --state-dir, =, DIR. $word is the whole word being
+    # completed (colons included), $first the index where it starts, $prev the word (or option)
+    # before it, and $cur the part after the last break, the part bash replaces.
+    first=$COMP_CWORD
+    word=$cur
+    while ((first > 1)) && [[ ${COMP_WORDS[first]} == : || ${COMP_WORDS[first-1]} == : ]]; do
+        first=$((first - 1))
+        word=${COMP_WORDS[first]}$word
+    done
+    prev=${COMP_WORDS[first-1]}
+    [[ $prev == = ]] && ((first > 1)) && prev=${COMP_WORDS[first-2]}
+    [[ $first -gt 0 ]] || prev=""
+    [[ $cur == [=:] ]] && cur=""
 
     local global_opts="--state-dir --log-level -v --verbose --version -h --help"
-    local run_opts="--profile --uid --gid --bind --tmpfs --workdir --env --env-pass --timeout
-        --output-limit --memory --pids --cpus --cpu-time --require-limits --seccomp --allow-host --trace-file --dry-run --systemd-scope"
+    local run_opts="--profile --image --uid --gid --bind --tmpfs --workdir --input --output --output-max-bytes
+        --output-max-files --env --env-pass --timeout --output-limit --memory --pids --cpus --cpu-time --require-limits
+        --seccomp --allow-host --trace-file --dry-run --systemd-scope"
     # Options that take a value (the next word is not a subcommand or the command).
-    local takes_arg="--state-dir --log-level --profile --uid --gid --bind --tmpfs --workdir --env
+    local takes_arg="--state-dir --log-level --profile --image --uid --gid --bind --tmpfs --workdir --env
         --env-pass --timeout --output-limit --memory --pids --cpus --cpu-time --seccomp --allow-host --trace-file --format
-        --input --context --secret --result"
+        --input --output --output-max-bytes --output-max-files --context --secret --result --name"
 
-    # Find the subcommand path (run | profile ls|show | trace ls|show | doctor) and, for run,
-    # where the sandboxed command starts.
+    # Find the subcommand path (run | profile ls|show | trace ls|show | doctor | pack ... |
+    # image ...) and, for run, where the sandboxed command starts.
     local cmd="" sub="" i w skip=0 cmd_start=0 npos=0
     _sbx_state_args=()
-    for ((i = 1; i < COMP_CWORD; i++)); do
+    for ((i = 1; i < first; i++)); do
         w=${COMP_WORDS[i]}
+        # The rest of a word bash split at ':' or '=' (SRC:DST, NAME:TAG, --opt=VALUE) belongs to
+        # the word before; after --opt=, it is the option's value.
+        [[ $w == [=:] ]] && continue
+        if [[ ${COMP_WORDS[i-1]} == [=:] ]]; then skip=0; continue; fi
         if ((skip)); then skip=0; continue; fi
-        if [[ $w == --state-dir ]]; then _sbx_state_args=(--state-dir "${COMP_WORDS[i+1]}"); fi
+        if [[ $w == --state-dir ]]; then
+            [[ ${COMP_WORDS[i+1]} == = ]] && _sbx_state_args=(--state-dir "${COMP_WORDS[i+2]}") ||
+                _sbx_state_args=(--state-dir "${COMP_WORDS[i+1]}")
+        fi
         if [[ $w == --state-dir=* ]]; then _sbx_state_args=("$w"); fi
         if [[ $w == -- ]]; then
             [[ $cmd == run || -z $cmd ]] && { cmd=run; cmd_start=$((i + 1)); break; }
@@ -54,7 +93,7 @@ _sbx() {
             cmd=$w
         elif [[ $cmd == run ]]; then
             cmd_start=$i; break
-        elif [[ -z $sub && ( $cmd == profile || $cmd == trace || $cmd == pack ) ]]; then
+        elif [[ -z $sub && ( $cmd == profile || $cmd == trace || $cmd == pack || $cmd == image ) ]]; then
             sub=$w
         else
             npos=$((npos + 1))
@@ -75,8 +114,10 @@ _sbx() {
 
     # Values of options.
     case $prev in
-        --state-dir|--workdir)
-            COMPREPLY=($(compgen -d -- "$cur")); return ;;
+        --state-dir|--workdir|--output)
+            COMPREPLY=($(compgen -d -- "$cur")); compopt -o filenames 2>/dev/null; return ;;
+        --image)
+            _sbx_image_refs "$word" host; return ;;
         --bind|--trace-file|--input|--result)
             COMPREPLY=($(compgen -f -- "$cur")); compopt -o filenames 2>/dev/null; return ;;
         --seccomp)
@@ -91,7 +132,8 @@ _sbx() {
             COMPREPLY=($(compgen -W "json text" -- "$cur")); return ;;
         --env-pass)
             COMPREPLY=($(compgen -e -- "$cur")); return ;;
-        --context|--secret|--tmpfs|--uid|--gid|--env|--timeout|--output-limit|--memory|--pids|--cpus|--cpu-time)
+        --context|--secret|--tmpfs|--uid|--gid|--env|--timeout|--output-limit|--memory|--pids|--cpus|--cpu-time|\
+        --output-max-bytes|--output-max-files|--name|--allow-host)
             return ;;
     esac
 
@@ -100,7 +142,7 @@ _sbx() {
             if [[ $cur == -* ]]; then
                 COMPREPLY=($(compgen -W "$global_opts" -- "$cur"))
             else
-                COMPREPLY=($(compgen -W "run profile trace doctor pack exec" -- "$cur"))
+                COMPREPLY=($(compgen -W "run profile trace doctor pack exec image" -- "$cur"))
             fi ;;
         run)
             COMPREPLY=($(compgen -W "$run_opts $global_opts --" -- "$cur"))
@@ -135,8 +177,8 @@ _sbx() {
                 [[ $cur == -* ]] && COMPREPLY=($(compgen -W "--help" -- "$cur")) ||
                     COMPREPLY=($(compgen -W "validate init run" -- "$cur"))
             elif [[ $cur == -* && $sub == run ]]; then
-                COMPREPLY=($(compgen -W "--input --context --secret --result --profile --timeout --output-limit
-                    --memory --pids --cpus --cpu-time --require-limits --seccomp --trace-file --help" -- "$cur"))
+                COMPREPLY=($(compgen -W "--input --context --secret --result --profile --image --timeout
+                    --output-limit --memory --pids --cpus --cpu-time --require-limits --seccomp --trace-file --help" -- "$cur"))
             elif [[ $cur == -* ]]; then
                 COMPREPLY=($(compgen -W "--help" -- "$cur"))
             elif [[ $sub != init ]]; then
@@ -144,6 +186,26 @@ _sbx() {
             fi ;;
         exec)
             COMPREPLY=($(compgen -W "--trace-file --help" -- "$cur")) ;;
+        image)
+            if [[ -z $sub ]]; then
+                [[ $cur == -* ]] && COMPREPLY=($(compgen -W "--help" -- "$cur")) ||
+                    COMPREPLY=($(compgen -W "import ls inspect rm verify" -- "$cur"))
+            elif [[ $cur == -* ]]; then
+                case $sub in
+                    import) COMPREPLY=($(compgen -W "--name -q --quiet --help" -- "$cur")) ;;
+                    verify) COMPREPLY=($(compgen -W "--full --help" -- "$cur")) ;;
+                    *) COMPREPLY=($(compgen -W "--help" -- "$cur")) ;;
+                esac
+            else
+                case $sub in
+                    import)  # SOURCE: a directory or a tarball
+                        ((npos == 0)) && { COMPREPLY=($(compgen -f -- "$cur")); compopt -o filenames 2>/dev/null; } ;;
+                    inspect|verify)
+                        ((npos == 0)) && _sbx_image_refs "$word" ;;
+                    rm)
+                        _sbx_image_refs "$word" ;;
+                esac
+            fi ;;
     esac
 }
 

@@ -7,9 +7,9 @@
 function __sbx_path
     set -l tokens (commandline -opc)
     set -e tokens[1]
-    set -l takes_arg --state-dir --log-level --profile --uid --gid --bind --tmpfs --workdir --env \
+    set -l takes_arg --state-dir --log-level --profile --image --uid --gid --bind --tmpfs --workdir --env \
         --env-pass --timeout --output-limit --memory --pids --cpus --cpu-time --seccomp --allow-host --trace-file --format \
-        --input --context --secret --result
+        --input --output --output-max-bytes --output-max-files --context --secret --result --name
     set -l path
     set -l skip 0
     for t in $tokens
@@ -33,8 +33,8 @@ function __sbx_path
                     set path run CMD
                     break
                 end
-                # "pack run DIR": the directory is an argument, not part of the path.
-                if test "$path[1]" = pack; and test (count $path) -ge 2
+                # "pack run DIR", "image import SOURCE": arguments, not part of the path.
+                if contains -- "$path[1]" pack image; and test (count $path) -ge 2
                     continue
                 end
                 set -a path $t
@@ -64,6 +64,11 @@ function __sbx_run_ids
     sbx trace ls 2>/dev/null | tail -n +2 | string match -r '^\S+'
 end
 
+function __sbx_images
+    # First column of `sbx image ls` (NAME:TAG), without its header line and unnamed images.
+    sbx image ls 2>/dev/null | tail -n +2 | string match -r '^\S+' | string match -v -- '<none>'
+end
+
 complete -c sbx -e
 complete -c sbx -f
 
@@ -81,14 +86,20 @@ complete -c sbx -n '__sbx_at' -a trace -d 'List and show trace records of past r
 complete -c sbx -n '__sbx_at' -a doctor -d 'Check what sbx needs on this host'
 complete -c sbx -n '__sbx_at' -a pack -d 'Rule packs: validate, init, run'
 complete -c sbx -n '__sbx_at' -a exec -d 'Run generated code from a JSON request on stdin'
+complete -c sbx -n '__sbx_at' -a image -d 'Manage the content-addressed image store'
 
 # sbx run
 complete -c sbx -n '__sbx_at run' -l profile -x -a '(__sbx_profiles; __fish_complete_suffix .json)' -d 'Profile name or JSON file'
+complete -c sbx -n '__sbx_at run' -l image -x -a 'host (__sbx_images)' -d 'Root file system: host or a stored image'
 complete -c sbx -n '__sbx_at run' -l uid -x -d 'User id inside the sandbox'
 complete -c sbx -n '__sbx_at run' -l gid -x -d 'Group id inside the sandbox'
 complete -c sbx -n '__sbx_at run' -l bind -r -F -d 'Bind a host path: SRC[:DST][:rw]'
 complete -c sbx -n '__sbx_at run' -l tmpfs -x -d 'Mount a size-capped tmpfs: DST[:SIZE]'
 complete -c sbx -n '__sbx_at run' -l workdir -x -d 'Working directory inside the sandbox'
+complete -c sbx -n '__sbx_at run' -l input -r -F -d 'Mount a host file or directory read-only: PATH[:DST]'
+complete -c sbx -n '__sbx_at run' -l output -x -a '(__fish_complete_directories)' -d 'Export /out to this new or empty directory'
+complete -c sbx -n '__sbx_at run' -l output-max-bytes -x -d 'Most bytes --output exports (default 256M)'
+complete -c sbx -n '__sbx_at run' -l output-max-files -x -d 'Most files and directories --output exports (default 10000)'
 complete -c sbx -n '__sbx_at run' -l env -x -d 'Set an environment variable: NAME=VALUE'
 complete -c sbx -n '__sbx_at run' -l env-pass -x -a '(set -n -x)' -d 'Pass a variable from the environment'
 complete -c sbx -n '__sbx_at run' -l timeout -x -d 'Wall-time limit, e.g. 250ms, 2s, 1m'
@@ -111,8 +122,9 @@ function __sbx_complete_cmd
     # The sandboxed command starts at the first word after "run" that is not an option of run (or
     # one of their values), or right after "--".
     set -l tokens (commandline -opc)
-    set -l takes_arg --state-dir --log-level --profile --uid --gid --bind --tmpfs --workdir --env \
-        --env-pass --timeout --output-limit --memory --pids --cpus --cpu-time --seccomp --allow-host --trace-file
+    set -l takes_arg --state-dir --log-level --profile --image --uid --gid --bind --tmpfs --workdir --env \
+        --env-pass --timeout --output-limit --memory --pids --cpus --cpu-time --seccomp --allow-host --trace-file \
+        --input --output --output-max-bytes --output-max-files
     set -l start 0
     set -l seen_run 0
     set -l skip 0
@@ -160,6 +172,7 @@ complete -c sbx -n '__sbx_at pack run' -l context -x -d 'Mount a context read-on
 complete -c sbx -n '__sbx_at pack run' -l secret -x -d 'Deliver a secret: NAME=@FILE or NAME=env:VAR'
 complete -c sbx -n '__sbx_at pack run' -l result -r -F -d 'Write the validated result to FILE'
 complete -c sbx -n '__sbx_at pack run' -l profile -x -a '(__sbx_profiles; __fish_complete_suffix .json)' -d 'Profile name or JSON file'
+complete -c sbx -n '__sbx_at pack run' -l image -x -a 'host (__sbx_images)' -d 'Root file system: host or a stored image'
 complete -c sbx -n '__sbx_at pack run' -l timeout -x -d 'Wall-time limit'
 complete -c sbx -n '__sbx_at pack run' -l output-limit -x -d 'Bytes of stdout and of stderr passed through'
 complete -c sbx -n '__sbx_at pack run' -l memory -x -d 'Memory limit'
@@ -169,6 +182,18 @@ complete -c sbx -n '__sbx_at pack run' -l cpu-time -x -d 'CPU-time budget'
 complete -c sbx -n '__sbx_at pack run' -l require-limits -d 'Fail unless every limit can be enforced'
 complete -c sbx -n '__sbx_at pack run' -l seccomp -r -F -d 'Seccomp policy'
 complete -c sbx -n '__sbx_at pack run' -l trace-file -r -F -d 'Also write the trace record here'
+
+# sbx image
+complete -c sbx -n '__sbx_at image' -a import -d 'Import a directory or a tarball as an image'
+complete -c sbx -n '__sbx_at image' -a ls -d 'List stored images'
+complete -c sbx -n '__sbx_at image' -a inspect -d "Print an image's record as JSON"
+complete -c sbx -n '__sbx_at image' -a rm -d 'Remove a name, or an image by digest'
+complete -c sbx -n '__sbx_at image' -a verify -d "Check an image's seal"
+complete -c sbx -n '__sbx_at image import' -F -d 'Directory or tarball'
+complete -c sbx -n '__sbx_at image import' -l name -x -d 'NAME[:TAG] to give the image'
+complete -c sbx -n '__sbx_at image import' -s q -l quiet -d 'Print only the digest, no progress'
+complete -c sbx -n '__sbx_at image inspect; or __sbx_at image rm; or __sbx_at image verify' -a '(__sbx_images)' -d 'Image'
+complete -c sbx -n '__sbx_at image verify' -l full -d 'Re-hash every file and compare with the manifest'
 
 # sbx exec
 complete -c sbx -n '__sbx_at exec' -l trace-file -r -F -d 'Also write the trace record here'

@@ -223,16 +223,25 @@ void run_init(const ChildConfig& cfg) {
   // If sbx dies, so does the sandbox: init gets SIGKILL, and with pid 1 gone the kernel kills the
   // rest of the pid namespace.
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-  close_all_except({0, 1, 2, cfg.sync_fd, cfg.msg_fd, cfg.out_fd, cfg.err_fd, cfg.seccomp_sock, cfg.proxy_sock});
+  close_all_except({0, 1, 2, cfg.sync_fd, cfg.msg_fd, cfg.out_fd, cfg.err_fd, cfg.seccomp_sock, cfg.proxy_sock,
+                    cfg.out_sock, cfg.mounts.image_fd});
   char go;
   if (::read(cfg.sync_fd, &go, 1) != 1) ::_exit(125);  // supervisor gone before the maps were written
+  auto image_fd = reopen_image_in_namespace(cfg.mounts);  // before the uid changes (see mounts.hpp)
+  if (!image_fd) fail(cfg, image_fd.error());
   STAGE(cfg, become_namespace_root(cfg.identity));
   // Changing credentials clears the parent-death signal: set it again, then make sure the
   // supervisor did not die in between (its end of the sync pipe would have hung up).
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   struct pollfd pfd = {cfg.sync_fd, POLLIN, 0};
   if (::poll(&pfd, 1, 0) > 0 && (pfd.revents & POLLHUP)) ::_exit(125);
-  STAGE(cfg, build_root(cfg.mounts));
+  auto out_dir = build_root(cfg.mounts, *image_fd);
+  if (!out_dir) fail(cfg, out_dir.error());
+  if (cfg.out_sock >= 0) {
+    STAGE(cfg, send_fd(cfg.out_sock, *out_dir, 'O', "mounts", "hand /out to the supervisor"));
+    ::close(cfg.out_sock);
+  }
+  ::close(*out_dir);
   if (::sethostname(cfg.hostname.c_str(), cfg.hostname.size()) != 0)
     fail(cfg, sys_error("hostname", "sethostname"));
   STAGE(cfg, bring_up_loopback());
@@ -241,6 +250,9 @@ void run_init(const ChildConfig& cfg) {
   // Init keeps its capabilities (the program has none, so it cannot ptrace init) and is not
   // dumpable, so the program cannot read init's memory through /proc either.
   ::prctl(PR_SET_DUMPABLE, 0);
+  // The supervisor's second byte: the image's seal matched (or there is no image). Anything else,
+  // or EOF because the supervisor died or killed us, and the program never starts.
+  if (::read(cfg.sync_fd, &go, 1) != 1 || go != 's') ::_exit(125);
   pid_t program = ::fork();
   if (program < 0) fail(cfg, sys_error("fork", "fork the program"));
   if (program == 0) run_program(cfg);

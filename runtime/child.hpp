@@ -36,7 +36,9 @@ struct ChildConfig {
   std::vector<std::string> argv;
   std::vector<std::string> envp;  // NAME=VALUE, the program's whole environment
   std::vector<std::pair<int, rlim_t>> rlimits;
-  int sync_fd = -1;  // read end: the supervisor writes one byte once the id maps are in place
+  // Read end: the supervisor writes 'g' once the id maps are in place, then 's' once the image's
+  // seal is checked (at once without an image); init builds the sandbox in between.
+  int sync_fd = -1;
   int msg_fd = -1;   // write end of the ChildMsg pipe (close-on-exec)
   int out_fd = -1;   // write ends of the stdout/stderr pipes
   int err_fd = -1;
@@ -49,6 +51,9 @@ struct ChildConfig {
   // listening socket it made in the sandbox's netns (net.hpp); -1 in mode "none".
   int proxy_sock = -1;
   int proxy_port = 0;
+  // Init's end of the socketpair on which it sends the O_PATH fd of /out once the root is built.
+  // The fd waits in the socket until the supervisor reads it after the run (export.hpp).
+  int out_sock = -1;
 };
 
 // Where the program child's listener handoff enters the kernel: the address right after the one

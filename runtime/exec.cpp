@@ -5,6 +5,7 @@
 
 #include <set>
 
+#include "runtime/artifact_export.hpp"
 #include "runtime/pack.hpp"
 #include "runtime/profile.hpp"
 #include "runtime/sandbox.hpp"
@@ -100,19 +101,11 @@ Result<json> run_exec(const json& rq, const ExecContext& ctx) {
   std::string input_bytes = rq.value("inputs", json(nullptr)).dump();
   run.inputs = json::array({file_record("/in/input.json", static_cast<std::int64_t>(input_bytes.size()), sha256_hex(input_bytes))});
 
-  auto identity = plan_identity(*spec);
-  if (!identity) return identity.error();
-  auto io = IoDir::create(*identity);
-  if (!io) return io.error();
-  auto code = io->add_file(std::string("code/main.") + lang->ext, rq["code"].get<std::string>());
-  if (!code) return code.error();
-  for (auto& [path, content] : files)
-    if (auto r = io->add_file("code/" + path, content); !r) return r.error();
-  auto input = io->add_input("input.json", input_bytes);
-  if (!input) return input.error();
-  spec->binds.push_back({io->root() + "/code", "/code", false});
-  spec->binds.push_back({*input, "/in/input.json", false});
-  spec->binds.push_back({io->out_dir(), "/out", true});
+  // Code, extra files and the input reach the sandbox as generated files: written by init on a
+  // tmpfs of the sandbox's own mount namespace and bound read-only, never stored on the host.
+  run.files.push_back({std::string("/code/main.") + lang->ext, rq["code"].get<std::string>(), 0444});
+  for (auto& [path, content] : files) run.files.push_back({"/code/" + path, content, 0444});
+  run.files.push_back({"/in/input.json", input_bytes, 0444});
   run.spec = std::move(*spec);
 
   Capture out, err;
@@ -123,9 +116,9 @@ Result<json> run_exec(const json& rq, const ExecContext& ctx) {
   run.stderr_fd = err.fd;
 
   json result = nullptr, result_errors = nullptr;
-  run.after_run = [&](Outcome& o) -> json {
+  run.after_run = [&](Outcome& o, int out_fd) -> json {
     json extra = json::object();
-    OutputFile f = read_output(*io, "result.json");
+    OutFile f = out_fd >= 0 ? read_out_file(out_fd, "result.json", kMaxResultBytes) : OutFile{};
     json outputs = json::array();
     if (f.present && f.problem.empty()) outputs.push_back(file_record("/out/result.json", f.size, f.sha256));
     extra["outputs"] = outputs;

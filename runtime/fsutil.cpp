@@ -134,3 +134,58 @@ Result<std::string> read_file(const std::string& path) {
 }
 
 }  // namespace sbx
+
+#include <dirent.h>
+
+#include <memory>
+#include <vector>
+
+namespace sbx {
+namespace {
+Status remove_children(int dirfd, const std::string& path) {
+  int dup = ::fcntl(dirfd, F_DUPFD_CLOEXEC, 0);
+  if (dup < 0) return sys_error(kStage, "dup");
+  DIR* d = ::fdopendir(dup);
+  if (!d) {
+    ::close(dup);
+    return sys_error(kStage, "cannot open directory " + path);
+  }
+  std::unique_ptr<DIR, int (*)(DIR*)> guard(d, ::closedir);
+  std::vector<std::pair<std::string, bool>> names;
+  while (auto* de = ::readdir(d)) {
+    std::string n = de->d_name;
+    if (n == "." || n == "..") continue;
+    names.emplace_back(n, de->d_type == DT_DIR);
+  }
+  for (auto& [name, is_dir] : names) {
+    if (::unlinkat(dirfd, name.c_str(), 0) == 0) continue;
+    if (errno != EISDIR && errno != EPERM) return sys_error(kStage, "cannot remove " + path + "/" + name);
+    ::fchmodat(dirfd, name.c_str(), 0700, 0);
+    int sub = ::openat(dirfd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (sub < 0) return sys_error(kStage, "cannot open directory " + path + "/" + name);
+    auto st = remove_children(sub, path + "/" + name);
+    ::close(sub);
+    SBX_TRY(st);
+    if (::unlinkat(dirfd, name.c_str(), AT_REMOVEDIR) != 0) return sys_error(kStage, "cannot remove " + path + "/" + name);
+  }
+  return {};
+}
+}  // namespace
+
+Status remove_tree(const std::string& path) {
+  struct stat st;
+  if (::lstat(path.c_str(), &st) != 0) return errno == ENOENT ? Status{} : sys_error(kStage, "cannot stat " + path);
+  if (!S_ISDIR(st.st_mode)) {
+    if (::unlink(path.c_str()) != 0) return sys_error(kStage, "cannot remove " + path);
+    return {};
+  }
+  ::chmod(path.c_str(), 0700);
+  int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return sys_error(kStage, "cannot open directory " + path);
+  auto r = remove_children(fd, path);
+  ::close(fd);
+  SBX_TRY(r);
+  if (::rmdir(path.c_str()) != 0) return sys_error(kStage, "cannot remove " + path);
+  return {};
+}
+}  // namespace sbx

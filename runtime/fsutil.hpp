@@ -19,3 +19,9 @@ Status write_file_durable(const std::string& path, std::string_view data, mode_t
 Result<std::string> read_file(const std::string& path);
 
 }  // namespace sbx
+
+namespace sbx {
+// rm -rf without following symlinks (unlinkat relative to each directory's fd); directories the
+// caller owns but cannot write are made writable first.
+Status remove_tree(const std::string& path);
+}  // namespace sbx

@@ -132,7 +132,8 @@ Status symlink_at(const std::string& target, const std::string& path) {
 Status tmpfs_at(const std::string& dst, std::int64_t size, const char* mode, unsigned long flags) {
   SBX_TRY(mkdir_p(dst, 0755));
   std::string data = std::string("mode=") + mode + ",size=" + std::to_string(size);
-  return do_mount("tmpfs", dst, "tmpfs", flags, data.c_str(), "tmpfs on " + dst.substr(8));
+  std::string shown = dst.starts_with("/newroot/") ? dst.substr(8) : dst;
+  return do_mount("tmpfs", dst, "tmpfs", flags, data.c_str(), "tmpfs on " + shown);
 }
 
 // Secrets live only in this tmpfs, in this mount namespace: nothing reaches the host's disk, and
@@ -149,13 +150,13 @@ Status write_secrets(const MountPlan& plan) {
     if (fd < 0) return sys_error("secrets", "create /run/secrets/" + name);
     ssize_t n = ::write(fd, value.data(), value.size());
     int werr = errno;
-    bool owned = ::fchown(fd, plan.secrets_uid, plan.secrets_gid) == 0;
+    bool owned = ::fchown(fd, plan.owner_uid, plan.owner_gid) == 0;
     int oerr = errno;
     ::close(fd);
     if (n != static_cast<ssize_t>(value.size())) return make_error("secrets", "write /run/secrets/" + name, werr);
     if (!owned) return make_error("secrets", "chown /run/secrets/" + name, oerr);
   }
-  if (::chown(dir.c_str(), plan.secrets_uid, plan.secrets_gid) != 0) return sys_error("secrets", "chown /run/secrets");
+  if (::chown(dir.c_str(), plan.owner_uid, plan.owner_gid) != 0) return sys_error("secrets", "chown /run/secrets");
   return remount_ro(dir, MS_NOSUID | MS_NODEV | MS_NOEXEC);
 }
 
@@ -180,11 +181,112 @@ Status build_dev(std::int64_t shm_size) {
   return {};
 }
 
+bool under(const std::string& path, const std::string& dir) {
+  return path == dir || (path.size() > dir.size() && path.compare(0, dir.size(), dir) == 0 && path[dir.size()] == '/');
+}
+
+// Creates `dst` (an absolute in-sandbox path) as a directory or an empty file in the overlay's
+// upper directory, with its missing parents. Parents that the image has as directories are
+// created too: the overlay merges them with the image's. A component that the image has as a
+// symlink or a file is refused: the mount would not land where the path says.
+Status precreate_in_upper(int image_fd, const std::string& upper, const std::string& dst, bool dir) {
+  std::size_t i = 1;
+  while (i <= dst.size()) {
+    std::size_t j = dst.find('/', i);
+    if (j == std::string::npos) j = dst.size();
+    std::string rel = dst.substr(1, j - 1);
+    bool last = j == dst.size();
+    bool want_dir = !last || dir;
+    struct stat st;
+    if (::fstatat(image_fd, rel.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) {
+      if (S_ISLNK(st.st_mode))
+        return make_error("mounts", "cannot mount at " + dst + ": /" + rel + " is a symlink in the image", ELOOP);
+      if (want_dir != S_ISDIR(st.st_mode))
+        return make_error("mounts", "cannot mount at " + dst + ": /" + rel + " is " +
+                                        (S_ISDIR(st.st_mode) ? "a directory" : "not a directory") + " in the image",
+                          want_dir ? ENOTDIR : EISDIR);
+    }
+    std::string path = upper + "/" + rel;
+    if (want_dir) {
+      if (::mkdir(path.c_str(), 0755) != 0 && errno != EEXIST) return sys_error("mounts", "create mount point " + dst);
+    } else {
+      int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+      if (fd < 0) return sys_error("mounts", "create mount point " + dst);
+      ::close(fd);
+    }
+    i = j + 1;
+  }
+  return {};
+}
+
+// The image root: an overlay of the stored tree under a tmpfs upper layer (see mounts.hpp).
+Status mount_image_root(const MountPlan& plan, int image_fd) {
+  SBX_TRY(tmpfs_at("/layer", plan.upper_size_bytes, "0755", MS_NOSUID | MS_NODEV));
+  if (::mkdir("/layer/upper", 0755) != 0 || ::mkdir("/layer/work", 0700) != 0) return sys_error("mounts", "mkdir in the upper layer");
+  std::vector<std::string> mount_dsts = {"/proc", "/dev", "/tmp", "/out"};
+  std::vector<std::pair<std::string, bool>> points;  // dst, is_dir
+  for (auto& d : mount_dsts) points.push_back({d, true});
+  for (auto& t : plan.tmpfs) points.push_back({t.dst, true}), mount_dsts.push_back(t.dst);
+  if (!plan.secret_files.empty()) points.push_back({"/run/secrets", true}), mount_dsts.push_back("/run/secrets");
+  for (auto& b : plan.binds) {
+    struct stat st;
+    if (::stat(("/oldroot" + b.src).c_str(), &st) != 0) return sys_error("mounts", "bind source " + b.src);
+    points.push_back({b.dst, S_ISDIR(st.st_mode)});
+    mount_dsts.push_back(b.dst);
+  }
+  for (auto& f : plan.files) points.push_back({f.dst, false}), mount_dsts.push_back(f.dst);
+  bool workdir_mounted = false;
+  for (auto& m : mount_dsts) workdir_mounted = workdir_mounted || under(plan.workdir, m);
+  if (!workdir_mounted) points.push_back({plan.workdir, true});
+  for (auto& [dst, is_dir] : points) SBX_TRY(precreate_in_upper(image_fd, "/layer/upper", dst, is_dir));
+  // The lower layer is named through the fd init opened (reopen_image_in_namespace): a lookup
+  // through /proc/self/fd needs no search permission on the store's parents (as host root,
+  // init's uid is now an unprivileged mapped one) and cannot be redirected by a rename.
+  // userxattr: overlay's own metadata goes to user.* xattrs, the only ones a user namespace may set.
+  std::string opts = "lowerdir=/oldroot/proc/self/fd/" + std::to_string(image_fd) +
+                     ",upperdir=/layer/upper,workdir=/layer/work,userxattr";
+  SBX_TRY(do_mount("sbx-root", "/newroot", "overlay", MS_NOSUID | MS_NODEV, opts.c_str(), "overlay root from the image"));
+  ::close(image_fd);
+  return {};
+}
+
+// Generated files are written to the base tmpfs (this namespace only) and bound read-only.
+Status place_generated_files(const MountPlan& plan) {
+  if (plan.files.empty()) return {};
+  SBX_TRY(mkdir_p("/gen", 0755));
+  for (std::size_t i = 0; i < plan.files.size(); ++i) {
+    const auto& f = plan.files[i];
+    std::string src = "/gen/" + std::to_string(i);
+    SBX_TRY(write_file(src, f.content, f.mode));
+    std::string dst = "/newroot" + f.dst;
+    auto slash = dst.rfind('/');
+    SBX_TRY(mkdir_p(dst.substr(0, slash), 0755));
+    int fd = ::open(dst.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+    if (fd < 0) return sys_error("mounts", "create mount point " + f.dst);
+    ::close(fd);
+    SBX_TRY(do_mount(src.c_str(), dst, nullptr, MS_BIND, nullptr, "bind generated file " + f.dst));
+    SBX_TRY(remount_ro(dst, MS_NOSUID | MS_NODEV));
+  }
+  return {};
+}
+
+// /out: a size-capped tmpfs owned by the program. The supervisor exports from it after the run
+// through the O_PATH fd returned here (export.hpp), so no host directory is ever writable from inside.
+Result<int> make_out(const MountPlan& plan) {
+  SBX_TRY(tmpfs_at("/newroot/out", plan.out_size_bytes, "0755", MS_NOSUID | MS_NODEV));
+  if (::chown("/newroot/out", plan.owner_uid, plan.owner_gid) != 0) return sys_error("mounts", "chown /out");
+  int fd = ::open("/newroot/out", O_PATH | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return sys_error("mounts", "open /out");
+  return fd;
+}
+
 }  // namespace
 
 Result<MountPlan> plan_mounts(const RunSpec& spec, const std::string& caller_cwd) {
   MountPlan p;
+  bool host_root = spec.image == "host";  // an image brings its own /usr, /lib and /etc
   for (const char* d : kSystemDirs) {
+    if (!host_root) break;
     struct stat st;
     if (::lstat(d, &st) != 0) continue;
     if (S_ISLNK(st.st_mode)) {
@@ -196,6 +298,7 @@ Result<MountPlan> plan_mounts(const RunSpec& spec, const std::string& caller_cwd
     }
   }
   for (const char* e : kEtcEntries) {
+    if (!host_root) break;
     struct stat st;
     if (::lstat(e, &st) != 0) continue;
     if (S_ISLNK(st.st_mode)) {
@@ -215,7 +318,8 @@ Result<MountPlan> plan_mounts(const RunSpec& spec, const std::string& caller_cwd
   if (spec.gid != 0) group += "sbx:x:" + gid + ":\n";
   passwd += "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n";
   group += "nogroup:x:65534:\n";
-  p.generated = {{"/etc/passwd", passwd},
+  if (host_root)
+    p.generated = {{"/etc/passwd", passwd},
                  {"/etc/group", group},
                  {"/etc/hostname", spec.hostname + "\n"},
                  {"/etc/hosts", "127.0.0.1\tlocalhost " + spec.hostname + "\n::1\tlocalhost ip6-localhost ip6-loopback\n"},
@@ -228,38 +332,74 @@ Result<MountPlan> plan_mounts(const RunSpec& spec, const std::string& caller_cwd
     if (::realpath(b.src.c_str(), real)) b.src = real;
     p.binds.push_back(b);
   }
+  for (auto in : spec.inputs) {
+    if (in.src[0] != '/') in.src = caller_cwd + "/" + in.src;
+    char real[PATH_MAX];
+    if (::realpath(in.src.c_str(), real)) in.src = real;
+    in.rw = false;
+    p.binds.push_back(in);
+  }
   p.tmpfs = spec.tmpfs;
   p.tmp_size_bytes = spec.limits.tmp_size_bytes;
+  p.out_size_bytes = spec.limits.out_size_bytes;
   p.workdir = spec.workdir;
   return p;
 }
 
-Status build_root(const MountPlan& plan) {
+Result<int> reopen_image_in_namespace(const MountPlan& plan) {
+  if (plan.image_fd < 0) return -1;
+  int fd = ::open(plan.image_path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return sys_error("image", "open " + plan.image_path + " in the sandbox's mount namespace");
+  struct stat a, b;
+  bool same = ::fstat(fd, &a) == 0 && ::fstat(plan.image_fd, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+  ::close(plan.image_fd);
+  if (!same) {
+    ::close(fd);
+    return make_error("image", plan.image_path + " was replaced after its seal was checked");
+  }
+  return fd;
+}
+
+Result<int> build_root(const MountPlan& plan, int image_ns_fd) {
   // Our copy of the host's mounts must not propagate anything back (nor receive host changes).
   SBX_TRY(do_mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr, "make / private"));
-  SBX_TRY(do_mount("sbx-base", kBase, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=4m", "tmpfs base"));
+  std::size_t base_size = 4 << 20;
+  for (auto& f : plan.files) base_size += f.content.size() + 4096;
+  std::string base_opts = "mode=0755,size=" + std::to_string(base_size);
+  SBX_TRY(do_mount("sbx-base", kBase, "tmpfs", MS_NOSUID | MS_NODEV, base_opts.c_str(), "tmpfs base"));
   if (::chdir(kBase) != 0) return sys_error("mounts", "chdir base");
   if (::mkdir("newroot", 0755) != 0 || ::mkdir("oldroot", 0755) != 0) return sys_error("mounts", "mkdir in base");
   // After this, "/" is the base tmpfs and the host's root is reachable only under /oldroot.
   if (pivot_root(kBase, "oldroot") != 0) return sys_error("mounts", "pivot_root into base");
   if (::chdir("/") != 0) return sys_error("mounts", "chdir /");
-  // pivot_root needs the new root to be a mount point: bind /newroot onto itself.
-  SBX_TRY(do_mount("/newroot", "/newroot", nullptr, MS_BIND | MS_REC, nullptr, "bind /newroot"));
-
-  for (auto& d : plan.system_dirs) SBX_TRY(bind_mount(d, d, BindKind::ro));
-  for (auto& [path, target] : plan.system_links) SBX_TRY(symlink_at(target, "/newroot" + path));
-  SBX_TRY(mkdir_p("/newroot/etc", 0755));
-  for (auto& e : plan.etc_entries) SBX_TRY(bind_mount(e, e, BindKind::ro));
-  for (auto& f : plan.etc_files) SBX_TRY(copy_in(f));
-  for (auto& [path, target] : plan.etc_links) SBX_TRY(symlink_at(target, "/newroot" + path));
-  for (auto& [path, content] : plan.generated) SBX_TRY(write_file("/newroot" + path, content, 0644));
+  if (image_ns_fd >= 0) {
+    SBX_TRY(mount_image_root(plan, image_ns_fd));
+  } else {
+    // pivot_root needs the new root to be a mount point: bind /newroot onto itself.
+    SBX_TRY(do_mount("/newroot", "/newroot", nullptr, MS_BIND | MS_REC, nullptr, "bind /newroot"));
+    for (auto& d : plan.system_dirs) SBX_TRY(bind_mount(d, d, BindKind::ro));
+    for (auto& [path, target] : plan.system_links) SBX_TRY(symlink_at(target, "/newroot" + path));
+    SBX_TRY(mkdir_p("/newroot/etc", 0755));
+    for (auto& e : plan.etc_entries) SBX_TRY(bind_mount(e, e, BindKind::ro));
+    for (auto& f : plan.etc_files) SBX_TRY(copy_in(f));
+    for (auto& [path, target] : plan.etc_links) SBX_TRY(symlink_at(target, "/newroot" + path));
+    for (auto& [path, content] : plan.generated) SBX_TRY(write_file("/newroot" + path, content, 0644));
+  }
 
   SBX_TRY(mkdir_p("/newroot/proc", 0555));
   SBX_TRY(do_mount("proc", "/newroot/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr, "proc on /proc"));
   SBX_TRY(build_dev(plan.tmp_size_bytes));
   SBX_TRY(tmpfs_at("/newroot/tmp", plan.tmp_size_bytes, "1777", MS_NOSUID | MS_NODEV));
   for (auto& t : plan.tmpfs) SBX_TRY(tmpfs_at("/newroot" + t.dst, t.size_bytes, "1777", MS_NOSUID | MS_NODEV));
+  auto out = make_out(plan);
+  if (!out) return out.error();
+  struct CloseOnError {
+    int fd;
+    bool keep = false;
+    ~CloseOnError() { if (!keep) ::close(fd); }
+  } out_guard{*out};
   for (auto& b : plan.binds) SBX_TRY(bind_mount(b.src, b.dst, b.rw ? BindKind::rw : BindKind::ro));
+  SBX_TRY(place_generated_files(plan));
   if (!plan.secret_files.empty()) SBX_TRY(write_secrets(plan));
 
   // Everything not mounted over stays the base tmpfs, made read-only now that it is complete.
@@ -271,7 +411,8 @@ Status build_root(const MountPlan& plan) {
   if (pivot_root(".", ".") != 0) return sys_error("mounts", "pivot_root into new root");
   if (::umount2(".", MNT_DETACH) != 0) return sys_error("mounts", "detach base");
   if (::chdir("/") != 0) return sys_error("mounts", "chdir /");
-  return {};
+  out_guard.keep = true;
+  return *out;
 }
 
 nlohmann::json mounts_to_json(const MountPlan& plan) {

@@ -1,5 +1,7 @@
 #include "runtime/pack.hpp"
 
+#include "runtime/image_store.hpp"
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -188,8 +190,8 @@ Result<Pack> parse_pack_manifest(const std::string& dir, const std::string& text
   }
   req_string("image", p.image, false);
   if (p.image.empty()) p.image = "host";
-  if (p.image != "host")
-    c.add("/image", "'" + p.image + "': only \"host\" (the host's /usr, read-only) is supported until base images land");
+  if (p.image != "host" && !p.image.starts_with("sha256:"))
+    if (auto n = canonical_image_name(p.image); !n) c.add("/image", n.error().message + " (or \"host\", or sha256:<hex>)");
   load_schema(dir, m, "input_schema", p.input_schema_path, p.input_schema, c);
   load_schema(dir, m, "output_schema", p.output_schema_path, p.output_schema, c);
 

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "runtime/artifact_export.hpp"
 #include "runtime/fsutil.hpp"
 #include "runtime/sha256.hpp"
 #include "runtime/typed_io.hpp"
@@ -109,31 +110,14 @@ PackRunResult run_pack(PackRunRequest& req) {
     validation["input"] = {{"status", "ok"}, {"records", records.size()}};
   }
 
-  // 2 the mounts of the contract.
-  std::optional<IoDir> io;
+  // 2 the mounts of the contract. The records are the exact bytes validated above, handed to the
+  // sandbox as a generated file (the caller's file may change after validation; this copy cannot).
   if (!run.refuse) {
-    auto identity = plan_identity(run.spec);
-    Result<IoDir> d = identity ? IoDir::create(*identity) : Result<IoDir>(identity.error());
-    if (!d) {
-      Outcome o;
-      o.error = d.error();
-      run.refuse = o;
-    } else {
-      io.emplace(std::move(*d));
-      auto copy = io->add_input("records.json", req.input_bytes);
-      if (!copy) {
-        Outcome o;
-        o.error = copy.error();
-        run.refuse = o;
-      } else {
-        run.spec.binds.push_back({req.pack.dir, "/pack", false});
-        run.spec.binds.push_back({*copy, "/in/records.json", false});
-        run.spec.binds.push_back({io->out_dir(), "/out", true});
-        for (auto& [name, path] : req.contexts)
-          for (auto& c : req.pack.contexts)
-            if (c.name == name) run.spec.binds.push_back({path, c.path, false});
-      }
-    }
+    run.files.push_back({"/in/records.json", req.input_bytes, 0444});
+    run.spec.binds.push_back({req.pack.dir, "/pack", false});
+    for (auto& [name, path] : req.contexts)
+      for (auto& c : req.pack.contexts)
+        if (c.name == name) run.spec.binds.push_back({path, c.path, false});
   }
   for (auto& [name, value] : req.secrets)
     for (auto& s : req.pack.secrets)
@@ -142,10 +126,10 @@ PackRunResult run_pack(PackRunRequest& req) {
   // 3 the output contract, once the program has ended.
   json valid_result;
   std::vector<std::string> out_lines;
-  run.after_run = [&](Outcome& o) -> json {
+  run.after_run = [&](Outcome& o, int out_fd) -> json {
     json extra = {{"validation", validation}};
-    if (run.refuse || !io) return extra;
-    OutputFile f = read_output(*io, "result.json");
+    if (run.refuse || out_fd < 0) return extra;
+    OutFile f = read_out_file(out_fd, "result.json", kMaxResultBytes);
     json outputs = json::array();
     if (f.present && f.problem.empty()) outputs.push_back(file_record("/out/result.json", f.size, f.sha256));
     extra["outputs"] = outputs;

@@ -15,11 +15,16 @@
 
 #include <spdlog/spdlog.h>
 
+#include "runtime/artifact_export.hpp"
 #include "runtime/cgroup.hpp"
 #include "runtime/child.hpp"
 #include "runtime/clone.hpp"
 #include "runtime/environment.hpp"
+#include "runtime/fdpass.hpp"
 #include "runtime/fsutil.hpp"
+#include "runtime/image_manifest.hpp"
+#include "runtime/image_seal.hpp"
+#include "runtime/image_store.hpp"
 #include "runtime/limits_plan.hpp"
 #include "runtime/proxy.hpp"
 #include "runtime/seccomp_policy.hpp"
@@ -149,6 +154,36 @@ Outcome outcome_from(const SuperviseResult& s) {
   return o;
 }
 
+// --input: each host file or directory hashed before the run (what the program was given).
+Result<json> hash_inputs(const std::vector<BindMount>& inputs, const std::string& cwd) {
+  json out = json::array();
+  for (auto& in : inputs) {
+    std::string src = in.src[0] == '/' ? in.src : cwd + "/" + in.src;
+    struct stat st;
+    if (::stat(src.c_str(), &st) != 0) return sys_error("usage", "--input " + in.src);
+    if (S_ISDIR(st.st_mode)) {
+      auto scan = scan_tree(src);
+      if (!scan) return make_error("usage", "--input " + in.src + ": " + scan.error().message, scan.error().err);
+      json entry = {{"path", in.dst}, {"source", src}, {"type", "directory"}, {"bytes", scan->bytes},
+                    {"sha256", sha256_hex(manifest_text(scan->entries))}, {"digest_of", "sbx-manifest v1"},
+                    {"entries", scan->entries.size()}};
+      if (!scan->skipped.empty()) entry["skipped_special_files"] = scan->skipped.size();
+      out.push_back(entry);
+    } else if (S_ISREG(st.st_mode)) {
+      int fd = ::open(src.c_str(), O_RDONLY | O_CLOEXEC);
+      if (fd < 0) return sys_error("usage", "--input " + in.src);
+      std::int64_t bytes = 0;
+      auto h = sha256_fd(fd, &bytes);
+      ::close(fd);
+      if (!h) return make_error("usage", "--input " + in.src + ": read", h.error().err);
+      out.push_back({{"path", in.dst}, {"source", src}, {"type", "file"}, {"bytes", bytes}, {"sha256", *h}});
+    } else {
+      return make_error("usage", "--input " + in.src + " is not a regular file or a directory");
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 namespace {
@@ -184,6 +219,13 @@ RunReport run_sandbox(const RunRequest& req) {
                        {"capabilities", {{"kept", json::array()}, {"bounding", json::array()}, {"securebits", "locked"}, {"no_new_privs", true}}},
                        {"network", network_enforcement_json(spec.network)}};
   parts.image = {{"name", spec.image}, {"digest", nullptr}, {"mounts", json::array()}};
+  json inputs = req.inputs;
+  int image_fd = -1;  // the stored tree, checked against its seal, handed to init
+  std::string seal_want, seal_refusal;
+  Pipe out_pair;      // init sends the O_PATH fd of /out on it (artifact_export.hpp)
+  int out_dir_fd = -1;
+  std::optional<ExportResult> exported;
+  std::string export_error;
 
   Outcome outcome;
   std::optional<SuperviseResult> sup;
@@ -237,6 +279,32 @@ RunReport run_sandbox(const RunRequest& req) {
     auto mounts = plan_mounts(spec, cwd);
     if (!mounts) return fail_setup(mounts.error());
     parts.image["mounts"] = mounts_to_json(*mounts);
+    if (spec.image != "host") {
+      // The tree is opened once here; its seal is taken through this fd while init builds the
+      // sandbox (below, after "go"), and init checks that the tree it mounts is this one.
+      ImageStore store(req.dirs.images);
+      auto image = store.resolve(spec.image);
+      if (!image) return fail_setup(image.error());
+      image_fd = ::open(image->rootfs.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+      if (image_fd < 0) return fail_setup(sys_error("image", "open " + image->rootfs));
+      seal_want = image->meta.value("/seal/digest"_json_pointer, std::string());
+      seal_refusal = "image " + image->digest + " (" + spec.image + ") was modified in the store (" + image->rootfs +
+                     "): its seal no longer matches; see 'sbx image verify --full " + image->digest.substr(0, 19) +
+                     "', then re-import it";
+      parts.image = {{"name", spec.image}, {"digest", image->digest}, {"names", image->names},
+                     {"entries", image->meta.value("entries", 0LL)}, {"seal", "checked"},
+                     {"root", {{"type", "overlay"}, {"lower", image->rootfs}, {"upper", "tmpfs"},
+                               {"upper_size_bytes", mounts->upper_size_bytes}, {"read_only", true}}},
+                     {"mounts", mounts_to_json(*mounts)}};
+      mounts->image_fd = image_fd;
+      mounts->image_path = image->rootfs;
+    }
+    if (!spec.inputs.empty()) {
+      auto hashed = hash_inputs(spec.inputs, cwd);
+      if (!hashed) return fail_setup(hashed.error());
+      for (auto& h : *hashed) inputs.push_back(h);
+    }
+    mounts->files = req.files;
     // Seccomp: parsed, compiled (or loaded from the cache) and patched here in the parent; the
     // program child only installs the result (seccomp_policy.hpp).
     auto seccomp = prepare_seccomp(spec.seccomp, req.dirs.state.empty() ? "" : req.dirs.state + "/cache/seccomp");
@@ -256,8 +324,16 @@ RunReport run_sandbox(const RunRequest& req) {
     cfg.identity = *identity;
     cfg.mounts = std::move(*mounts);
     cfg.mounts.secret_files = req.secret_files;
-    cfg.mounts.secrets_uid = identity->uid;
-    cfg.mounts.secrets_gid = identity->gid;
+    cfg.mounts.owner_uid = identity->uid;
+    cfg.mounts.owner_gid = identity->gid;
+    {
+      int sv[2];
+      if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0)
+        return fail_setup(sys_error("prepare", "socketpair for /out"));
+      out_pair.r = sv[0];
+      out_pair.w = sv[1];
+      cfg.out_sock = out_pair.w;
+    }
     cfg.hostname = spec.hostname;
     cfg.argv = spec.argv;
     cfg.envp = build_environment(spec, environ, ::isatty(STDOUT_FILENO) == 1);
@@ -331,6 +407,7 @@ RunReport run_sandbox(const RunRequest& req) {
     err.close_w();
     handoff.close_w();
     proxy_pair.close_w();
+    out_pair.close_w();
     Status placed;
     if (cgroup && !in_cgroup) placed = cgroup->add_pid(child->pid);  // before "go": nothing ran yet
     if (auto st = placed.ok() ? write_id_maps(child->pid, *identity) : placed; !st) {
@@ -342,6 +419,26 @@ RunReport run_sandbox(const RunRequest& req) {
       return fail_setup(st.error());
     }
     if (::write(sync.w, "g", 1) != 1) spdlog::debug("sync write failed: {}", std::strerror(errno));
+    // The image's seal is taken now, while init builds the sandbox on the other core: init waits
+    // for the second byte before it starts the program, so nothing of the image runs unchecked.
+    // The walk is one fstatat per entry: its cost grows with the image, the overlay's does not.
+    if (image_fd >= 0) {
+      std::int64_t t0 = mono_us();
+      auto seal = compute_seal_fd(image_fd);
+      ::close(image_fd);
+      image_fd = -1;
+      if (!seal || seal->digest != seal_want) {
+        ::kill(child->pid, SIGKILL);
+        int ws;
+        ::waitpid(child->pid, &ws, 0);
+        ::close(child->pidfd);
+        ::close(sigfd);
+        ::sigprocmask(SIG_SETMASK, &old, nullptr);
+        return fail_setup(seal ? make_error("image", seal_refusal) : seal.error());
+      }
+      spdlog::debug("image seal: {} entries checked in {} us, beside the sandbox's setup", seal->entries, mono_us() - t0);
+    }
+    if (::write(sync.w, "s", 1) != 1) spdlog::debug("sync write failed: {}", std::strerror(errno));
 
     // 3 supervise
     t_go = mono_us();
@@ -374,6 +471,25 @@ RunReport run_sandbox(const RunRequest& req) {
     ::sigprocmask(SIG_SETMASK, &old, nullptr);
     // 4 collect
     outcome = outcome_from(*sup);
+    // /out's fd waited in the socket since setup; every process of the sandbox is dead now.
+    if (recv_fd(out_pair.r, &out_dir_fd) <= 0) out_dir_fd = -1;
+    if (out_dir_fd >= 0 && !req.export_dir.empty()) {
+      ExportCaps caps{spec.limits.output_max_bytes, spec.limits.output_max_files};
+      auto r = export_out(out_dir_fd, req.export_dir, caps);
+      if (!r) {
+        spdlog::error("artifact export to {} failed: {}", req.export_dir, r.error().describe());
+        export_error = r.error().describe();
+      } else {
+        exported = std::move(*r);
+        for (auto& s : exported->skipped) spdlog::warn("export: skipped {}: {}", s.path, s.reason);
+        if (exported->skipped_count > static_cast<std::int64_t>(exported->skipped.size()))
+          spdlog::warn("export: {} more skipped (listed up to {} in the trace)", exported->skipped_count - static_cast<std::int64_t>(exported->skipped.size()), kMaxListedSkips);
+        if (exported->limit_hit && outcome.status == RunStatus::ok) {
+          outcome.status = RunStatus::output_limit;
+          outcome.reason = "artifact export caps reached (--output-max-bytes/--output-max-files)";
+        }
+      }
+    }
     // Without a cgroup the CPU budget is RLIMIT_CPU, which the kernel enforces with SIGKILL (hard
     // limit): a program killed that way having used its budget ran out of CPU time. rusage
     // undercounts what the kernel's CPU timer saw (it samples ticks), hence the 80% margin.
@@ -412,7 +528,9 @@ RunReport run_sandbox(const RunRequest& req) {
 
   // 4 collect (typed IO): the caller reads and validates what the run produced.
   nlohmann::json extra = json::object();
-  if (req.after_run) extra = req.after_run(outcome);
+  if (req.after_run) extra = req.after_run(outcome, out_dir_fd);
+  if (out_dir_fd >= 0) ::close(out_dir_fd);  // the last reference: the sandbox's /out is freed
+  if (image_fd >= 0) ::close(image_fd);
 
   // 5 record
   t_end = mono_us();
@@ -423,7 +541,19 @@ RunReport run_sandbox(const RunRequest& req) {
   report.outcome = outcome;
   report.exit_status = exit_status_for(outcome);
   report.trace = trace_record(parts);
-  report.trace["inputs"] = req.inputs;
+  report.trace["inputs"] = inputs;
+  json outputs = json::array();
+  if (exported) {
+    for (auto& f : exported->files) outputs.push_back({{"path", f.path}, {"bytes", f.bytes}, {"sha256", f.sha256}});
+    report.trace["export"] = exported->to_json(req.export_dir, {spec.limits.output_max_bytes, spec.limits.output_max_files});
+  } else if (!req.export_dir.empty()) {
+    report.trace["export"] = {{"dir", req.export_dir}, {"error", export_error.empty() ? json("the run ended before /out existed") : json(export_error)}};
+  }
+  if (extra.contains("outputs")) {
+    for (auto& o : extra["outputs"]) outputs.push_back(o);
+    extra.erase("outputs");
+  }
+  report.trace["outputs"] = outputs;
   for (auto& [k, v] : extra.items()) report.trace[k] = v;
   std::string text = report.trace.dump(2) + "\n";
   if (outcome.status == RunStatus::setup_error && outcome.error) {

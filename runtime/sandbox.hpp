@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "runtime/mounts.hpp"
 #include "runtime/outcome.hpp"
 #include "runtime/paths.hpp"
 #include "runtime/profile.hpp"
@@ -37,7 +38,13 @@ struct RunRequest {
   // Called once the program has ended (or setup failed), before the record is written: reads
   // what the run produced, may override the outcome (output_invalid), and returns members to
   // add to the record (e.g. {"outputs": [...], "validation": {...}}).
-  std::function<nlohmann::json(Outcome&)> after_run;
+  // `out_fd` is an O_PATH fd of the sandbox's /out (-1 if setup never got that far); read it
+  // with read_out_file (artifact_export.hpp).
+  std::function<nlohmann::json(Outcome&, int out_fd)> after_run;
+  // Files sbx generates for the sandbox (records, code): bound read-only, never on the host.
+  std::vector<GeneratedFile> files;
+  // --output DIR: export /out there after the run (prepare_export_dir checked it beforehand).
+  std::string export_dir;
   // Secrets, held only in memory. Files land on a private tmpfs at /run/secrets/NAME (0400, owned
   // by the program's uid); env ones are added to the program's environment. Neither is part of
   // the RunSpec, so neither reaches the trace (the caller records the names only).

@@ -140,6 +140,16 @@ Status read_limits(ObjectReader& parent, Limits& l) {
   SBX_TRY(r.get_quantity("tmp_size_bytes", tmp, parse_size_bytes, true));
   if (!tmp) return r.fail_key("tmp_size_bytes", "must be set");
   l.tmp_size_bytes = *tmp;
+  std::optional<std::int64_t> out = l.out_size_bytes, max_bytes = l.output_max_bytes, max_files = l.output_max_files;
+  SBX_TRY(r.get_quantity("out_size_bytes", out, parse_size_bytes, true));
+  SBX_TRY(r.get_quantity("output_max_bytes", max_bytes, parse_size_bytes, false));
+  SBX_TRY(r.get_quantity("output_max_files", max_files, [](const std::string& t) -> Result<std::int64_t> {
+    return make_error("spec", "bad file count '" + t + "'");
+  }, false));
+  if (!out || !max_bytes || !max_files) return r.fail_key("out_size_bytes", "out_size_bytes, output_max_bytes and output_max_files must be set");
+  l.out_size_bytes = *out;
+  l.output_max_bytes = *max_bytes;
+  l.output_max_files = *max_files;
   r.ignore("cpus");
   if (r.has("cpus")) {
     const json& v = r.at("cpus");
@@ -159,6 +169,8 @@ json spec_to_json(const RunSpec& s) {
   for (auto& b : s.binds) binds.push_back({{"src", b.src}, {"dst", b.dst}, {"rw", b.rw}});
   json tmpfs = json::array();
   for (auto& t : s.tmpfs) tmpfs.push_back({{"dst", t.dst}, {"size_bytes", t.size_bytes}});
+  json inputs = json::array();
+  for (auto& i : s.inputs) inputs.push_back({{"src", i.src}, {"dst", i.dst}});
   return json{
       {"argv", s.argv},
       {"profile", s.profile},
@@ -169,6 +181,7 @@ json spec_to_json(const RunSpec& s) {
       {"env_pass", s.env_pass},
       {"binds", binds},
       {"tmpfs", tmpfs},
+      {"inputs", inputs},
       {"workdir", s.workdir},
       {"hostname", s.hostname},
       {"image", s.image},
@@ -184,7 +197,10 @@ json spec_to_json(const RunSpec& s) {
         {"pids", opt(s.limits.pids)},
         {"cpus", s.limits.cpus ? json(*s.limits.cpus) : json(nullptr)},
         {"cpu_time_ms", opt(s.limits.cpu_time_ms)},
-        {"tmp_size_bytes", s.limits.tmp_size_bytes}}},
+        {"tmp_size_bytes", s.limits.tmp_size_bytes},
+        {"out_size_bytes", s.limits.out_size_bytes},
+        {"output_max_bytes", s.limits.output_max_bytes},
+        {"output_max_files", s.limits.output_max_files}}},
       {"require_limits", s.require_limits},
       {"seccomp", s.seccomp},
   };
@@ -259,6 +275,29 @@ Result<RunSpec> spec_from_json(const json& j, const std::string& source) {
       SBX_TRY(tr.finish());
       t.size_bytes = size.value_or(64LL << 20);
       s.tmpfs.push_back(t);
+    }
+  }
+  r.ignore("inputs");
+  if (r.has("inputs")) {
+    const json& a = j.at("inputs");
+    if (!a.is_array()) return r.fail_key("inputs", "must be an array");
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      std::string p = "inputs[" + std::to_string(i) + "]";
+      if (a[i].is_string()) {
+        auto in = parse_input(a[i].get<std::string>());
+        if (!in) return r.fail(p, in.error().message);
+        s.inputs.push_back(*in);
+        continue;
+      }
+      ObjectReader ir(a[i], source, p);
+      SBX_TRY(ir.check_object());
+      BindMount b;
+      SBX_TRY(ir.get_string("src", b.src));
+      SBX_TRY(ir.get_string("dst", b.dst));
+      SBX_TRY(ir.finish());
+      if (b.src.empty()) return ir.fail_key("src", "is required");
+      if (b.dst.empty()) b.dst = (*parse_input(b.src)).dst;
+      s.inputs.push_back(b);
     }
   }
   SBX_TRY(r.get_string("workdir", s.workdir));
@@ -342,6 +381,25 @@ Result<TmpfsMount> parse_tmpfs(const std::string& text) {
   return t;
 }
 
+Result<BindMount> parse_input(const std::string& text) {
+  // PATH[:DST]; the destination defaults to /in/<last component of PATH>.
+  auto pos = text.find(':');
+  BindMount b;
+  b.src = text.substr(0, pos);
+  if (pos != std::string::npos) b.dst = text.substr(pos + 1);
+  std::string trimmed = b.src;
+  while (trimmed.size() > 1 && trimmed.back() == '/') trimmed.pop_back();
+  std::string base = trimmed.substr(trimmed.rfind('/') + 1);
+  if (b.src.empty() || (pos != std::string::npos && b.dst.empty()))
+    return make_error("usage", "bad input '" + text + "' (use PATH[:DST])");
+  if (b.dst.empty()) {
+    if (base.empty() || base == "." || base == "..")
+      return make_error("usage", "input '" + text + "' needs a destination (PATH:DST): its name gives none");
+    b.dst = "/in/" + base;
+  }
+  return b;
+}
+
 namespace {
 // In-sandbox paths are absolute and free of ".." so that a spec cannot aim a mount outside the new root.
 bool clean_abs_path(const std::string& p) {
@@ -373,7 +431,10 @@ Status validate_spec(const RunSpec& s) {
     if (k.empty() || k.find('=') != std::string::npos) return make_error("usage", "bad environment variable name '" + k + "'");
   for (auto& k : s.env_pass)
     if (k.empty() || k.find('=') != std::string::npos) return make_error("usage", "bad --env-pass name '" + k + "'");
-  if (s.image != "host") return make_error("usage", "unknown image '" + s.image + "' (only 'host' exists in this version)");
+  for (auto& i : s.inputs)
+    if (!clean_abs_path(i.dst) || i.dst == "/")
+      return make_error("usage", "input destination '" + i.dst + "' must be an absolute path other than '/' without '..'");
+  if (s.image.empty()) return make_error("usage", "image must be 'host' or an image reference (NAME[:TAG] or sha256:<hex>)");
   return {};
 }
 

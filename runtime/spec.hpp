@@ -36,6 +36,11 @@ struct Limits {
   std::optional<double> cpus;                   // cgroup cpu.max quota/period
   std::optional<std::int64_t> cpu_time_ms;      // CPU-seconds budget
   std::int64_t tmp_size_bytes = 64LL << 20;     // size cap of the sandbox's /tmp
+  std::int64_t out_size_bytes = 64LL << 20;     // size cap of the sandbox's /out (a tmpfs)
+  // Artifact export (--output DIR): at most this many bytes / entries leave /out; the rest is
+  // skipped, listed in the trace, and the run's status becomes output_limit.
+  std::int64_t output_max_bytes = 256LL << 20;
+  std::int64_t output_max_files = 10000;
   bool operator==(const Limits&) const = default;
 };
 
@@ -65,8 +70,13 @@ struct RunSpec {
   std::vector<std::string> env_pass;       // names passed through from the caller's environment
   std::vector<BindMount> binds;
   std::vector<TmpfsMount> tmpfs;
+  // --input PATH[:DST]: host files or directories bound read-only (DST defaults to
+  // /in/<basename>) and hashed into the trace's inputs.
+  std::vector<BindMount> inputs;
   std::string workdir = "/tmp";
   std::string hostname = "sbx";
+  // "host": the root assembled from the host's /usr, /bin, /lib* and a minimal /etc; otherwise an
+  // image reference (NAME[:TAG] or sha256:<hex prefix>) in the image store (image_store.hpp).
   std::string image = "host";
   NetworkSpec network;
   Limits limits;
@@ -92,6 +102,7 @@ void merge_patch(nlohmann::json& base, const nlohmann::json& patch);
 // Parsers shared by the CLI and spec_from_json.
 Result<BindMount> parse_bind(const std::string& text);   // SRC[:DST][:rw|:ro]
 Result<TmpfsMount> parse_tmpfs(const std::string& text);  // DST[:SIZE]
+Result<BindMount> parse_input(const std::string& text);   // PATH[:DST]
 
 // Checks that hold whatever the source: absolute in-sandbox paths, argv present, sane limits.
 Status validate_spec(const RunSpec& spec);

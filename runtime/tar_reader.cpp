@@ -30,7 +30,7 @@ constexpr std::size_t kTypeflag = 156;
 // A name for messages: quoted, at most 200 bytes, control characters and every byte >= 0x80
 // escaped. Names may hold newlines or invalid UTF-8; a message goes to terminals and into JSON
 // trace records, which must stay valid UTF-8.
-std::string quoted(std::string_view s) {
+std::string quote_for_message(std::string_view s) {
   static const char* hex = "0123456789abcdef";
   std::string out = "'";
   for (std::size_t i = 0; i < s.size(); ++i) {
@@ -155,7 +155,7 @@ Status parse_pax(std::string_view data, Pending& p, const std::string& where) {
       std::optional<std::int64_t> v;
       if (!value.empty()) {
         v = parse_decimal(value, key == "mtime");
-        if (!v || (key == "size" && *v > kMaxSize)) return bad("invalid " + std::string(key) + " " + quoted(value));
+        if (!v || (key == "size" && *v > kMaxSize)) return bad("invalid " + std::string(key) + " " + quote_for_message(value));
       }
       (key == "size" ? p.size : p.mtime) = v;
     } else if (key.substr(0, 11) == "GNU.sparse.") {
@@ -179,7 +179,7 @@ Result<std::string> normalise(std::string_view raw, const std::string& what, con
     i = slash + 1;
     if (comp.empty() || comp == ".") continue;
     if (comp == "..")
-      return make_error(kStage, "tar: " + where + " has a '..' component in its " + what + " " + quoted(raw) +
+      return make_error(kStage, "tar: " + where + " has a '..' component in its " + what + " " + quote_for_message(raw) +
                                     " (refused: it would point outside the image)");
     if (!out.empty()) out += '/';
     out += comp;
@@ -296,15 +296,15 @@ Result<std::optional<TarEntry>> TarReader::next_entry() {
     auto stored_sum = parse_number(h, kChksum, false);
     if (!stored_sum || !checksum_ok(h, *stored_sum, computed))
       return make_error(kStage, "tar: bad header checksum at byte " + std::to_string(at) + " (stored " +
-                                    quoted(field_str(h, kChksum)) + ", computed " + std::to_string(computed) +
+                                    quote_for_message(field_str(h, kChksum)) + ", computed " + std::to_string(computed) +
                                     ")" + (at == 0 ? ": not a tar archive, or an unknown compression" : ""));
 
     const char flag = static_cast<char>(h[kTypeflag]);
     const std::string name_field(field_str(h, kName));
-    const std::string where_raw = "member " + quoted(name_field) + " (" + at_byte(at) + ")";
+    const std::string where_raw = "member " + quote_for_message(name_field) + " (" + at_byte(at) + ")";
     auto size = parse_number(h, kSize, false);
     if (!size || *size > kMaxSize)
-      return make_error(kStage, "tar: invalid size field " + quoted(field_str(h, kSize)) + " in " + where_raw);
+      return make_error(kStage, "tar: invalid size field " + quote_for_message(field_str(h, kSize)) + " in " + where_raw);
     const std::int64_t header_size = *size;
     const std::int64_t header_pad = (kBlock - header_size % kBlock) % kBlock;
 
@@ -350,7 +350,7 @@ Result<std::optional<TarEntry>> TarReader::next_entry() {
       bool posix = std::memcmp(h + kMagic.at, "ustar\0", kMagic.len) == 0;
       raw = posix && !prefix.empty() ? std::string(prefix) + "/" + name_field : name_field;
     }
-    const std::string where = "member " + quoted(raw) + " (" + at_byte(e.offset) + ")";
+    const std::string where = "member " + quote_for_message(raw) + " (" + at_byte(e.offset) + ")";
     current_ = where;
 
     switch (flag) {
@@ -388,10 +388,10 @@ Result<std::optional<TarEntry>> TarReader::next_entry() {
     }
 
     auto mode = parse_number(h, kMode, false);
-    if (!mode) return make_error(kStage, "tar: invalid mode field " + quoted(field_str(h, kMode)) + " in " + where);
+    if (!mode) return make_error(kStage, "tar: invalid mode field " + quote_for_message(field_str(h, kMode)) + " in " + where);
     e.mode = static_cast<std::uint32_t>(*mode & 07777);
     auto mtime = pending.mtime ? pending.mtime : parse_number(h, kMtime, true);
-    if (!mtime) return make_error(kStage, "tar: invalid mtime field " + quoted(field_str(h, kMtime)) + " in " + where);
+    if (!mtime) return make_error(kStage, "tar: invalid mtime field " + quote_for_message(field_str(h, kMtime)) + " in " + where);
     e.mtime = *mtime;
 
     // Links, directories, devices and FIFOs have no data in the archive whatever their size

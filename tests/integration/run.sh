@@ -70,6 +70,7 @@ trap cleanup EXIT
 chmod 755 "$WORK"
 mkdir -p "$WORK/suite" "$WORK/state" "$WORK/tmp" "$WORK/cwd" "$WORK/bin"
 cp "$HERE"/*.py "$WORK/suite/"
+cp "$REPO/rootfs/build-busybox.sh" "$WORK/suite/"
 SCHEMA=""
 if [ -f "$REPO/schemas/trace.schema.json" ]; then
   cp "$REPO/schemas/trace.schema.json" "$WORK/suite/trace.schema.json"
@@ -110,6 +111,7 @@ ENVV=(
   "SBX_STATE_DIR=$WORK/state"
   "SBX_SCHEMA=$SCHEMA"
   "SBX_REPO=$REPO"
+  "SBX_BUILD_BUSYBOX=$WORK/suite/build-busybox.sh"
   "PYTHONDONTWRITEBYTECODE=1"
   "PYTHONUNBUFFERED=1"
 )

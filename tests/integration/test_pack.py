@@ -261,7 +261,7 @@ class PackTools(PackCase):
         with open(d + "/pack.json") as f:
             m = json.load(f)
         m["limits"] = {"memory": "lots", "bogus": 1}
-        m["image"] = "debian"
+        m["image"] = "Debian/12"
         m["extra"] = True
         with open(d + "/pack.json", "w") as f:
             json.dump(m, f)

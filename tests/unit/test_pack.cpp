@@ -64,7 +64,7 @@ TEST_CASE("every problem is reported with its file and pointer") {
   TempPack t;
   t.write("schemas/out.json", R"({"type": 12})");
   std::vector<PackProblem> problems;
-  auto p = sbx::parse_pack_manifest(t.dir, R"({"name":"Bad Name","entrypoint":[],"image":"debian",
+  auto p = sbx::parse_pack_manifest(t.dir, R"({"name":"Bad Name","entrypoint":[],"image":"Debian/12",
     "input_schema":"../x.json","output_schema":"schemas/out.json","limits":{"memory":"lots","nope":1},
     "network":{"mode":"host"},"context":[{"name":"c","path":"/pack/x"}],
     "secrets":[{"name":"a-b","delivery":"mail"}],"extra":1})", problems);

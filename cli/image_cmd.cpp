@@ -1,0 +1,128 @@
+// sbx image import DIR|TARBALL --name NAME[:TAG] | ls | inspect REF | rm REF... | verify REF [--full]
+#include <time.h>
+#include <unistd.h>
+
+#include <cstdio>
+
+#include "cli/commands.hpp"
+#include "runtime/image_store.hpp"
+#include "runtime/paths.hpp"
+
+namespace sbx::cli {
+namespace {
+
+std::string human_bytes(std::int64_t b) {
+  char buf[32];
+  if (b >= (1LL << 30)) std::snprintf(buf, sizeof buf, "%.1f GiB", static_cast<double>(b) / (1LL << 30));
+  else if (b >= (1LL << 20)) std::snprintf(buf, sizeof buf, "%.1f MiB", static_cast<double>(b) / (1LL << 20));
+  else if (b >= 1024) std::snprintf(buf, sizeof buf, "%.1f KiB", static_cast<double>(b) / 1024);
+  else std::snprintf(buf, sizeof buf, "%lld B", static_cast<long long>(b));
+  return buf;
+}
+
+std::int64_t now_ms() {
+  struct timespec ts;
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1000LL + ts.tv_nsec / 1'000'000;
+}
+
+std::string short_digest(const std::string& d) { return d.substr(0, 7 + 12); }
+
+}  // namespace
+
+void add_image_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out) {
+  auto* image = app.add_subcommand("image", "Manage the content-addressed image store (base images for --image)");
+  image->require_subcommand(1);
+  static std::string source, name, ref;
+  static std::vector<std::string> refs;
+  static bool full = false, quiet = false;
+  auto* import = image->add_subcommand("import", "Import a directory or a tarball (plain, gzip, xz, zstd, bzip2) as an image");
+  import->add_option("source", source, "Directory or tarball to import")->required();
+  import->add_option("--name", name, "NAME[:TAG] to give the image (tag defaults to latest)")->required();
+  import->add_flag("-q,--quiet", quiet, "Print only the digest, no progress");
+  auto* ls = image->add_subcommand("ls", "List stored images: names, digest, size, import time");
+  auto* inspect = image->add_subcommand("inspect", "Print an image's record (digest, names, counts, seal) as JSON");
+  inspect->add_option("ref", ref, "NAME[:TAG] or sha256:<hex prefix>")->required();
+  auto* rm = image->add_subcommand("rm", "Remove a name (the image goes with its last name) or, by digest, an image");
+  rm->add_option("refs", refs, "NAME[:TAG] or sha256:<hex prefix>")->required();
+  auto* verify = image->add_subcommand("verify", "Check an image's seal; with --full re-hash its content against the manifest");
+  verify->add_option("ref", ref, "NAME[:TAG] or sha256:<hex prefix>")->required();
+  verify->add_flag("--full", full, "Re-hash every file and compare with the manifest");
+
+  out.push_back({image, [&g, import, ls, inspect, rm, verify]() -> int {
+    ImageStore store(resolve_dirs(g.state_dir).images);
+    if (import->parsed()) {
+      const std::int64_t start = now_ms();
+      std::int64_t last = start;
+      bool tty = ::isatty(STDERR_FILENO) == 1;
+      ImportProgress progress = [&](const ImportStats& s) {
+        if (quiet || now_ms() - last < 1000) return;
+        last = now_ms();
+        std::fprintf(stderr, "%simporting %s: %lld entries, %s%s", tty ? "\r" : "", source.c_str(),
+                     static_cast<long long>(s.entries), human_bytes(s.bytes).c_str(), tty ? "" : "\n");
+      };
+      auto r = store.import(source, name, progress);
+      if (tty && now_ms() - start > 1000 && !quiet) std::fprintf(stderr, "\n");
+      if (!r) return usage_error(r.error().describe());
+      if (quiet) {
+        std::printf("%s\n", r->digest.c_str());
+        return 0;
+      }
+      auto& m = r->meta;
+      std::int64_t dropped = m["normalised"]["dropped"].get<std::int64_t>();
+      std::printf("imported %s %s (%lld entries, %s", (*canonical_image_name(name)).c_str(), r->digest.c_str(),
+                  static_cast<long long>(m["entries"].get<std::int64_t>()), human_bytes(m["bytes"].get<std::int64_t>()).c_str());
+      if (dropped) std::printf("; dropped %lld device node(s)/FIFO(s)/socket(s)", static_cast<long long>(dropped));
+      std::int64_t special = m["normalised"]["special_bits_cleared"].get<std::int64_t>();
+      if (special) std::printf("; cleared setuid/setgid/sticky on %lld", static_cast<long long>(special));
+      std::printf(")\n");
+      return 0;
+    }
+    if (ls->parsed()) {
+      auto all = store.list();
+      if (!all) return usage_error(all.error().describe());
+      std::printf("%-32s %-19s %8s %10s  %s\n", "NAME", "DIGEST", "ENTRIES", "SIZE", "IMPORTED");
+      for (auto& r : *all) {
+        std::vector<std::string> names = r.names.empty() ? std::vector<std::string>{"<none>"} : r.names;
+        for (auto& n : names)
+          std::printf("%-32s %-19s %8lld %10s  %s\n", n.c_str(), short_digest(r.digest).c_str(),
+                      static_cast<long long>(r.meta.value("entries", 0LL)), human_bytes(r.meta.value("bytes", 0LL)).c_str(),
+                      r.meta.value("imported_at", std::string()).c_str());
+      }
+      return 0;
+    }
+    if (inspect->parsed()) {
+      auto r = store.resolve(ref);
+      if (!r) return usage_error(r.error().describe());
+      nlohmann::json j = r->meta;
+      j["names"] = r->names;
+      j["rootfs"] = r->rootfs;
+      j["manifest"] = r->dir + "/manifest";
+      std::printf("%s\n", j.dump(2).c_str());
+      return 0;
+    }
+    if (rm->parsed()) {
+      for (auto& one : refs) {
+        auto r = store.remove(one);
+        if (!r) return usage_error(r.error().describe());
+        for (auto& line : *r) std::printf("%s\n", line.c_str());
+      }
+      return 0;
+    }
+    if (verify->parsed()) {
+      auto r = store.resolve(ref);
+      if (!r) return usage_error(r.error().describe());
+      auto v = store.verify(*r, full);
+      if (!v) return usage_error(v.error().describe());
+      std::printf("%s seal: %s\n", r->digest.c_str(), v->seal_ok ? "ok" : "MISMATCH (the stored tree was modified)");
+      if (v->full) {
+        std::printf("%s content: %s\n", r->digest.c_str(), v->content_ok ? "ok (every file re-hashed)" : "MISMATCH");
+        for (auto& d : v->differences) std::printf("  %s\n", d.c_str());
+      }
+      return v->ok() ? 0 : 1;
+    }
+    return usage_error("image: expected import, ls, inspect, rm or verify");
+  }});
+}
+
+}  // namespace sbx::cli

@@ -1,0 +1,362 @@
+#include "runtime/image_import.hpp"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <linux/openat2.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <map>
+#include <memory>
+
+#include "runtime/tar_reader.hpp"
+#include "runtime/tarball.hpp"
+
+namespace sbx {
+namespace {
+
+constexpr const char* kStage = "image";
+
+struct Fd {
+  int fd = -1;
+  Fd() = default;
+  explicit Fd(int f) : fd(f) {}
+  Fd(Fd&& o) noexcept : fd(o.fd) { o.fd = -1; }
+  Fd& operator=(Fd&& o) noexcept {
+    if (this != &o) {
+      if (fd >= 0) ::close(fd);
+      fd = o.fd;
+      o.fd = -1;
+    }
+    return *this;
+  }
+  ~Fd() { if (fd >= 0) ::close(fd); }
+};
+
+std::string join(const std::string& a, const std::string& b) { return a.empty() ? b : a + "/" + b; }
+
+void count_mode(ImportStats& s, std::uint32_t mode) {
+  if (mode & 07000) ++s.special_bits_cleared;
+  if (mode & 0022) ++s.write_bits_cleared;
+}
+
+Status write_all(int fd, const char* p, std::size_t n, const std::string& what) {
+  while (n > 0) {
+    ssize_t w = ::write(fd, p, n);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return sys_error(kStage, "write " + what);
+    }
+    p += w;
+    n -= static_cast<std::size_t>(w);
+  }
+  return {};
+}
+
+// Kernel-side copy where the file systems allow it, plain read/write otherwise.
+Status copy_data(int in, int out, const std::string& what) {
+  bool kernel_copy = true;
+  for (;;) {
+    if (kernel_copy) {
+      ssize_t n = ::copy_file_range(in, nullptr, out, nullptr, 1 << 30, 0);
+      if (n > 0) continue;
+      if (n == 0) return {};
+      if (errno == EINTR) continue;
+      if (errno != EXDEV && errno != EINVAL && errno != ENOSYS && errno != EOPNOTSUPP)
+        return sys_error(kStage, "copy " + what);
+      kernel_copy = false;
+    }
+    char buf[1 << 16];
+    ssize_t n = ::read(in, buf, sizeof buf);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return sys_error(kStage, "read " + what);
+    }
+    if (n == 0) return {};
+    SBX_TRY(write_all(out, buf, static_cast<std::size_t>(n), what));
+  }
+}
+
+Status set_mtime(int dirfd, const std::string& name, std::int64_t sec, long nsec, const std::string& what) {
+  struct timespec ts[2] = {{0, UTIME_OMIT}, {static_cast<time_t>(sec), nsec}};
+  if (::utimensat(dirfd, name.c_str(), ts, AT_SYMLINK_NOFOLLOW) != 0) return sys_error(kStage, "set mtime of " + what);
+  return {};
+}
+
+// ---- from a directory ----
+
+struct DirCopier {
+  const ImportProgress& progress;
+  int dst_root;
+  ImportStats stats;
+  std::map<std::pair<dev_t, ino_t>, std::string> linked;  // multiply-linked inodes already copied
+
+  void tick() {
+    if (++stats.entries % 4096 == 0 && progress) progress(stats);
+  }
+
+  Status copy_dir(int src, int dst, const std::string& rel) {
+    int dup = ::fcntl(src, F_DUPFD_CLOEXEC, 0);
+    if (dup < 0) return sys_error(kStage, "dup");
+    DIR* d = ::fdopendir(dup);
+    if (!d) {
+      ::close(dup);
+      return sys_error(kStage, "open directory " + rel);
+    }
+    std::unique_ptr<DIR, int (*)(DIR*)> guard(d, ::closedir);
+    std::vector<std::string> names;
+    errno = 0;
+    while (auto* de = ::readdir(d)) {
+      std::string n = de->d_name;
+      if (n != "." && n != "..") names.push_back(std::move(n));
+    }
+    if (errno != 0) return sys_error(kStage, "read directory " + rel);
+    for (auto& name : names) SBX_TRY(copy_entry(src, dst, rel, name));
+    return {};
+  }
+
+  Status copy_entry(int src, int dst, const std::string& rel, const std::string& name) {
+    std::string path = join(rel, name);
+    struct stat st;
+    if (::fstatat(src, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) return sys_error(kStage, "stat " + path);
+    if (S_ISDIR(st.st_mode)) {
+      count_mode(stats, st.st_mode);
+      if (::mkdirat(dst, name.c_str(), 0700) != 0) return sys_error(kStage, "create directory " + path);
+      if (::fchmodat(dst, name.c_str(), normalise_mode(true, st.st_mode), 0) != 0) return sys_error(kStage, "chmod " + path);
+      Fd s(::openat(src, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+      if (s.fd < 0) return sys_error(kStage, "open directory " + path);
+      Fd t(::openat(dst, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+      if (t.fd < 0) return sys_error(kStage, "open directory " + path + " in the store");
+      tick();
+      return copy_dir(s.fd, t.fd, path);
+    }
+    if (S_ISLNK(st.st_mode)) {
+      std::string target(static_cast<std::size_t>(st.st_size) + 1, '\0');
+      ssize_t n = ::readlinkat(src, name.c_str(), target.data(), target.size());
+      if (n < 0) return sys_error(kStage, "readlink " + path);
+      target.resize(static_cast<std::size_t>(n));
+      if (::symlinkat(target.c_str(), dst, name.c_str()) != 0) return sys_error(kStage, "create symlink " + path);
+      tick();
+      return set_mtime(dst, name, st.st_mtim.tv_sec, st.st_mtim.tv_nsec, path);
+    }
+    if (!S_ISREG(st.st_mode)) {
+      stats.dropped.push_back({path, S_ISFIFO(st.st_mode) ? "fifo" : S_ISSOCK(st.st_mode) ? "socket"
+                                                                   : S_ISCHR(st.st_mode) ? "char device" : "block device"});
+      return {};
+    }
+    auto key = std::make_pair(st.st_dev, st.st_ino);
+    if (st.st_nlink > 1) {
+      if (auto it = linked.find(key); it != linked.end()) {
+        if (::linkat(dst_root, it->second.c_str(), dst, name.c_str(), 0) != 0) return sys_error(kStage, "hard link " + path);
+        tick();
+        return {};
+      }
+      linked[key] = path;
+    }
+    count_mode(stats, st.st_mode);
+    Fd in(::openat(src, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY));
+    if (in.fd < 0) return sys_error(kStage, "open " + path);
+    Fd out(::openat(dst, name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
+    if (out.fd < 0) return sys_error(kStage, "create " + path + " in the store");
+    SBX_TRY(copy_data(in.fd, out.fd, path));
+    if (::fchmod(out.fd, normalise_mode(false, st.st_mode)) != 0) return sys_error(kStage, "chmod " + path);
+    struct timespec ts[2] = {{0, UTIME_OMIT}, st.st_mtim};
+    if (::futimens(out.fd, ts) != 0) return sys_error(kStage, "set mtime of " + path);
+    stats.bytes += st.st_size;
+    tick();
+    return {};
+  }
+};
+
+// ---- from a tarball ----
+
+// Opens DIR (relative to root, "" for root itself) beneath root without crossing any symlink,
+// creating missing directories (0755) on the way.
+Result<Fd> open_dir_beneath(int root, const std::string& dir, bool create) {
+  Fd cur(::fcntl(root, F_DUPFD_CLOEXEC, 0));
+  if (cur.fd < 0) return sys_error(kStage, "dup");
+  std::size_t i = 0;
+  while (i < dir.size()) {
+    std::size_t j = dir.find('/', i);
+    if (j == std::string::npos) j = dir.size();
+    std::string comp = dir.substr(i, j - i);
+    struct open_how how = {};
+    how.flags = O_RDONLY | O_DIRECTORY | O_CLOEXEC;
+    how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
+    long fd = ::syscall(SYS_openat2, cur.fd, comp.c_str(), &how, sizeof how);
+    if (fd < 0 && errno == ENOENT && create) {
+      if (::mkdirat(cur.fd, comp.c_str(), 0755) != 0 && errno != EEXIST) return sys_error(kStage, "create directory " + dir.substr(0, j));
+      ::fchmodat(cur.fd, comp.c_str(), 0755, 0);
+      fd = ::syscall(SYS_openat2, cur.fd, comp.c_str(), &how, sizeof how);
+    }
+    if (fd < 0) {
+      int err = errno;
+      std::string where = dir.substr(0, j);
+      // Built with append: GCC 12 warns falsely (-Wstringop-overflow) about "'" + std::string here.
+      if (err == ELOOP || err == ENOTDIR)
+        return make_error(kStage, std::string("'").append(where).append("' is not a directory (a symlink or a file) where the archive puts entries under it"), err);
+      return make_error(kStage, "open directory " + where, err);
+    }
+    cur = Fd(static_cast<int>(fd));
+    i = j + 1;
+  }
+  return cur;
+}
+
+void split(const std::string& path, std::string& dir, std::string& base) {
+  auto slash = path.rfind('/');
+  dir = slash == std::string::npos ? "" : path.substr(0, slash);
+  base = slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+// A later archive member replaces an earlier one of the same name (as tar does); a non-empty
+// directory is never replaced by a non-directory.
+Status clear_slot(int dirfd, const std::string& base, bool want_dir, bool& dir_exists, const std::string& path) {
+  dir_exists = false;
+  struct stat st;
+  if (::fstatat(dirfd, base.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) return {};
+  if (S_ISDIR(st.st_mode)) {
+    if (want_dir) {
+      dir_exists = true;
+      return {};
+    }
+    if (::unlinkat(dirfd, base.c_str(), AT_REMOVEDIR) != 0) return sys_error(kStage, "replace directory " + path);
+    return {};
+  }
+  if (::unlinkat(dirfd, base.c_str(), 0) != 0) return sys_error(kStage, "replace " + path);
+  return {};
+}
+
+const char* tar_special_kind(char flag) {
+  switch (flag) {
+    case '3': return "char device";
+    case '4': return "block device";
+    case '6': return "fifo";
+    default: return "unsupported entry type";
+  }
+}
+
+}  // namespace
+
+std::uint32_t normalise_mode(bool is_dir, std::uint32_t mode) {
+  // No setuid/setgid/sticky, no group/other write. Files are read-only even for their owner
+  // (the store is never written after import); directories stay owner-writable so that the
+  // store can remove them.
+  return is_dir ? ((mode & 0755) | 0700) : ((mode & 0555) | 0400);
+}
+
+Result<ImportStats> populate_from_dir(const std::string& src, const std::string& staging, const ImportProgress& progress) {
+  Fd s(::open(src.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (s.fd < 0) return sys_error(kStage, "open directory " + src);
+  Fd d(::open(staging.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (d.fd < 0) return sys_error(kStage, "open staging directory " + staging);
+  struct stat st;
+  if (::fstat(s.fd, &st) != 0) return sys_error(kStage, "stat " + src);
+  ::fchmod(d.fd, normalise_mode(true, st.st_mode));
+  DirCopier c{progress, d.fd, {}, {}};
+  SBX_TRY(c.copy_dir(s.fd, d.fd, ""));
+  return std::move(c.stats);
+}
+
+Result<ImportStats> populate_from_tar(const std::string& path, const std::string& staging, const ImportProgress& progress) {
+  auto tarball = Tarball::open(path);
+  if (!tarball) return tarball.error();
+  Fd root(::open(staging.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (root.fd < 0) return sys_error(kStage, "open staging directory " + staging);
+  ImportStats stats;
+  TarReader reader(tarball->fd());
+  std::vector<char> buf(1 << 20);
+  Status failed;
+  for (;;) {
+    auto next = reader.next();
+    if (!next) {
+      failed = next.error();
+      break;
+    }
+    if (!*next) break;
+    const TarEntry& e = **next;
+    if (e.path.empty()) {  // the archive's "./" itself: its mode becomes the root's
+      if (e.type == TarEntry::Type::dir) ::fchmod(root.fd, normalise_mode(true, e.mode));
+      continue;
+    }
+    if (e.type == TarEntry::Type::other) {
+      stats.dropped.push_back({e.path, tar_special_kind(e.typeflag)});
+      continue;
+    }
+    std::string dir, base;
+    split(e.path, dir, base);
+    auto parent = open_dir_beneath(root.fd, dir, true);
+    if (!parent) {
+      failed = make_error(kStage, "archive member " + e.path + ": " + parent.error().message, parent.error().err);
+      break;
+    }
+    int pfd = parent->fd;
+    bool dir_exists = false;
+    if (auto st = clear_slot(pfd, base, e.type == TarEntry::Type::dir, dir_exists, e.path); !st) {
+      failed = st.error();
+      break;
+    }
+    Status st;
+    switch (e.type) {
+      case TarEntry::Type::dir:
+        count_mode(stats, e.mode);
+        if (!dir_exists && ::mkdirat(pfd, base.c_str(), 0700) != 0) st = sys_error(kStage, "create directory " + e.path);
+        else if (::fchmodat(pfd, base.c_str(), normalise_mode(true, e.mode), 0) != 0) st = sys_error(kStage, "chmod " + e.path);
+        break;
+      case TarEntry::Type::symlink:
+        if (::symlinkat(e.link.c_str(), pfd, base.c_str()) != 0) st = sys_error(kStage, "create symlink " + e.path);
+        else st = set_mtime(pfd, base, e.mtime, 0, e.path);
+        break;
+      case TarEntry::Type::hardlink: {
+        std::string tdir, tbase;
+        split(e.link, tdir, tbase);
+        auto tparent = open_dir_beneath(root.fd, tdir, false);
+        if (!tparent) st = make_error(kStage, "hard link " + e.path + " to " + e.link + ": " + tparent.error().message, tparent.error().err);
+        else if (::linkat(tparent->fd, tbase.c_str(), pfd, base.c_str(), 0) != 0)
+          st = sys_error(kStage, "hard link " + e.path + " to " + e.link);
+        break;
+      }
+      case TarEntry::Type::file: {
+        count_mode(stats, e.mode);
+        Fd out(::openat(pfd, base.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
+        if (out.fd < 0) {
+          st = sys_error(kStage, "create " + e.path);
+          break;
+        }
+        for (;;) {
+          auto n = reader.read(buf.data(), buf.size());
+          if (!n) {
+            st = n.error();
+            break;
+          }
+          if (*n == 0) break;
+          if (auto w = write_all(out.fd, buf.data(), *n, e.path); !w) {
+            st = w;
+            break;
+          }
+        }
+        if (!st) break;
+        if (::fchmod(out.fd, normalise_mode(false, e.mode)) != 0) st = sys_error(kStage, "chmod " + e.path);
+        struct timespec ts[2] = {{0, UTIME_OMIT}, {static_cast<time_t>(e.mtime), 0}};
+        if (st && ::futimens(out.fd, ts) != 0) st = sys_error(kStage, "set mtime of " + e.path);
+        stats.bytes += e.size;
+        break;
+      }
+      case TarEntry::Type::other:
+        break;
+    }
+    if (!st) {
+      failed = st;
+      break;
+    }
+    if (++stats.entries % 4096 == 0 && progress) progress(stats);
+  }
+  // A decompressor that failed first explains a "truncated archive" better than the reader can.
+  auto finished = tarball->finish();
+  if (!finished) return finished.error();
+  if (!failed) return failed.error();
+  return stats;
+}
+
+}  // namespace sbx

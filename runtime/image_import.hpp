@@ -1,0 +1,41 @@
+#pragma once
+// Populating an image's staging tree from a directory or a tarball, normalised on the way in:
+//   - only directories, regular files (hard links kept as hard links) and symlinks are created;
+//     FIFOs, sockets and device nodes are dropped and listed;
+//   - setuid/setgid/sticky bits and group/other write bits are cleared; files lose their write
+//     bits altogether and stay readable by their owner (0400); directories stay 0700 for their
+//     owner, so the store can be verified and removed without privileges;
+//   - ownership is not carried over: everything belongs to the importing user (host root when
+//     imported as root; the caller otherwise, which is the sandbox's root in a rootless run);
+//   - file and symlink mtimes are kept (interpreters compare them against their byte-code caches).
+// Nothing is ever created through a symlink: every parent is opened with openat2(RESOLVE_BENEATH |
+// RESOLVE_NO_SYMLINKS) relative to the staging root, so a hostile tarball cannot write outside it.
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "runtime/error.hpp"
+#include "runtime/image_manifest.hpp"
+
+namespace sbx {
+
+struct ImportStats {
+  std::int64_t entries = 0;
+  std::int64_t bytes = 0;
+  std::int64_t special_bits_cleared = 0;  // setuid/setgid/sticky
+  std::int64_t write_bits_cleared = 0;    // group/other write
+  std::vector<SkippedEntry> dropped;      // device nodes, FIFOs, sockets
+};
+
+using ImportProgress = std::function<void(const ImportStats&)>;
+
+std::uint32_t normalise_mode(bool is_dir, std::uint32_t mode);
+
+// Copies the tree under `src` into the empty directory `staging` (never following symlinks).
+Result<ImportStats> populate_from_dir(const std::string& src, const std::string& staging, const ImportProgress& progress);
+
+// Extracts the tarball at `path` (plain or compressed) into the empty directory `staging`.
+Result<ImportStats> populate_from_tar(const std::string& path, const std::string& staging, const ImportProgress& progress);
+
+}  // namespace sbx

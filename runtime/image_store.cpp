@@ -1,0 +1,287 @@
+#include "runtime/image_store.hpp"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <map>
+#include <memory>
+
+#include "runtime/fsutil.hpp"
+#include "runtime/image_manifest.hpp"
+#include "runtime/image_seal.hpp"
+#include "runtime/sha256.hpp"
+#include "runtime/trace.hpp"
+
+namespace sbx {
+namespace {
+using nlohmann::json;
+
+constexpr const char* kStage = "image";
+
+bool valid_chars(const std::string& s, bool tag) {
+  if (s.empty() || s.size() > 128) return false;
+  for (unsigned char c : s) {
+    bool ok = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-' ||
+              (tag && c >= 'A' && c <= 'Z');
+    if (!ok) return false;
+  }
+  return s[0] != '.' && s[0] != '-';
+}
+
+bool is_hex(const std::string& s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+}
+
+Result<std::vector<std::string>> list_dir(const std::string& path) {
+  std::vector<std::string> out;
+  DIR* d = ::opendir(path.c_str());
+  if (!d) {
+    if (errno == ENOENT) return out;
+    return sys_error(kStage, "cannot read " + path);
+  }
+  while (auto* de = ::readdir(d)) {
+    std::string n = de->d_name;
+    if (n != "." && n != ".." && n[0] != '.') out.push_back(n);
+  }
+  ::closedir(d);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::string trim(std::string s) {
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+  return s;
+}
+
+json dropped_json(const std::vector<SkippedEntry>& v) {
+  json a = json::array();
+  for (std::size_t i = 0; i < v.size() && i < 100; ++i) a.push_back({{"path", v[i].path}, {"why", v[i].why}});
+  return a;
+}
+
+// Paths of the lines that differ between two manifests.
+std::vector<std::string> manifest_differences(const std::string& want, const std::string& have) {
+  auto index = [](const std::string& text) {
+    std::map<std::string, std::string> m;
+    std::size_t pos = text.find('\n') + 1;  // skip the header
+    while (pos < text.size()) {
+      std::size_t end = text.find('\n', pos);
+      if (end == std::string::npos) end = text.size();
+      std::string line = text.substr(pos, end - pos);
+      m[line.substr(0, line.find('\t'))] = line;
+      pos = end + 1;
+    }
+    return m;
+  };
+  auto a = index(want), b = index(have);
+  std::vector<std::string> out;
+  for (auto& [path, line] : a) {
+    auto it = b.find(path);
+    if (it == b.end()) out.push_back("missing: " + path);
+    else if (it->second != line) out.push_back("changed: " + path);
+  }
+  for (auto& [path, line] : b)
+    if (!a.count(path)) out.push_back("added: " + path);
+  return out;
+}
+
+}  // namespace
+
+Result<std::string> canonical_image_name(const std::string& text) {
+  if (text.starts_with("sha256:")) return make_error("usage", "an image name cannot start with sha256: ('" + text + "')");
+  auto colon = text.find(':');
+  std::string name = text.substr(0, colon);
+  std::string tag = colon == std::string::npos ? "latest" : text.substr(colon + 1);
+  if (!valid_chars(name, false))
+    return make_error("usage", "bad image name '" + name + "': use 1-128 of a-z 0-9 . _ - (not starting with . or -)");
+  if (!valid_chars(tag, true))
+    return make_error("usage", "bad image tag '" + tag + "': use 1-128 of A-Z a-z 0-9 . _ - (not starting with . or -)");
+  return name + ":" + tag;
+}
+
+Result<int> ImageStore::lock() const {
+  SBX_TRY(ensure_dir(root_, 0755));
+  int fd = ::open((root_ + "/.lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return sys_error(kStage, "cannot open " + root_ + "/.lock");
+  if (::flock(fd, LOCK_EX) != 0) {
+    ::close(fd);
+    return sys_error(kStage, "cannot lock the image store");
+  }
+  return fd;
+}
+
+Result<ImageRecord> ImageStore::load(const std::string& hex) const {
+  ImageRecord r;
+  r.digest = "sha256:" + hex;
+  r.dir = root_ + "/sha256/" + hex;
+  r.rootfs = r.dir + "/rootfs";
+  auto meta = read_file(r.dir + "/image.json");
+  if (!meta) return make_error(kStage, "image " + r.digest + " is incomplete in the store (no image.json): remove it with 'sbx image rm'", meta.error().err);
+  r.meta = json::parse(*meta, nullptr, false);
+  if (r.meta.is_discarded()) return make_error(kStage, r.dir + "/image.json is not valid JSON");
+  auto names = list_dir(root_ + "/names");
+  if (!names) return names.error();
+  for (auto& n : *names) {
+    auto d = read_file(root_ + "/names/" + n);
+    if (d && trim(*d) == r.digest) r.names.push_back(n);
+  }
+  return r;
+}
+
+Result<ImageRecord> ImageStore::import(const std::string& source, const std::string& name_text, const ImportProgress& progress) {
+  auto name = canonical_image_name(name_text);
+  if (!name) return name.error();
+  struct stat st;
+  if (::stat(source.c_str(), &st) != 0) return sys_error("usage", "cannot import " + source);
+  if (!S_ISDIR(st.st_mode) && !S_ISREG(st.st_mode))
+    return make_error("usage", "cannot import " + source + ": not a directory or a tarball");
+  // The store must be traversable by the sandbox's root, which as host root is an unprivileged
+  // mapped uid: 0755 directories on the way (the tree itself holds nothing secret).
+  for (auto* sub : {"/tmp", "/sha256", "/names"}) SBX_TRY(ensure_dir(root_ + sub, 0755));
+  std::string tmpl = root_ + "/tmp/import-XXXXXX";
+  if (!::mkdtemp(tmpl.data())) return sys_error(kStage, "cannot create a staging directory in " + root_ + "/tmp");
+  std::string staging = tmpl;
+  struct Cleanup {
+    std::string path;
+    ~Cleanup() { if (!path.empty()) (void)remove_tree(path); }
+  } cleanup{staging};
+  ::chmod(staging.c_str(), 0755);
+  std::string rootfs = staging + "/rootfs";
+  if (::mkdir(rootfs.c_str(), 0755) != 0) return sys_error(kStage, "cannot create " + rootfs);
+
+  auto stats = S_ISDIR(st.st_mode) ? populate_from_dir(source, rootfs, progress) : populate_from_tar(source, rootfs, progress);
+  if (!stats) return stats.error();
+  auto scan = scan_tree(rootfs);
+  if (!scan) return scan.error();
+  std::string manifest = manifest_text(scan->entries);
+  std::string hex = sha256_hex(manifest);
+
+  auto lk = lock();
+  if (!lk) return lk.error();
+  struct Unlock {
+    int fd;
+    ~Unlock() { ::close(fd); }
+  } unlock{*lk};
+  std::string dir = root_ + "/sha256/" + hex;
+  if (::access((dir + "/image.json").c_str(), F_OK) != 0) {
+    (void)remove_tree(dir);  // a leftover of an interrupted import of the same content
+    SBX_TRY(write_file_durable(staging + "/manifest", manifest, 0444));
+    if (::rename(staging.c_str(), dir.c_str()) != 0) return sys_error(kStage, "cannot move the image into " + dir);
+    cleanup.path.clear();
+    // Taken once the tree is in its final place (a rename touches the ctime of what it moves).
+    auto seal = compute_seal(dir + "/rootfs");
+    if (!seal) return seal.error();
+    json meta = {{"digest", "sha256:" + hex},
+                 {"imported_at", rfc3339_now()},
+                 {"source", source},
+                 {"entries", scan->entries.size()},
+                 {"bytes", scan->bytes},
+                 {"normalised", {{"special_bits_cleared", stats->special_bits_cleared},
+                                 {"group_other_write_cleared", stats->write_bits_cleared},
+                                 {"dropped", stats->dropped.size()},
+                                 {"dropped_entries", dropped_json(stats->dropped)}}},
+                 {"seal", {{"entries", seal->entries}, {"digest", seal->digest}}}};
+    SBX_TRY(write_file_durable(dir + "/image.json", meta.dump(2) + "\n", 0644));
+  }
+  SBX_TRY(write_file_durable(root_ + "/names/" + *name, "sha256:" + hex + "\n", 0644));
+  return load(hex);
+}
+
+Result<std::vector<ImageRecord>> ImageStore::list() const {
+  auto hexes = list_dir(root_ + "/sha256");
+  if (!hexes) return hexes.error();
+  std::vector<ImageRecord> out;
+  for (auto& h : *hexes) {
+    auto r = load(h);
+    if (r) out.push_back(std::move(*r));
+  }
+  return out;
+}
+
+Result<ImageRecord> ImageStore::resolve(const std::string& ref) const {
+  if (ref.starts_with("sha256:")) {
+    std::string prefix = ref.substr(7);
+    if (!is_hex(prefix)) return make_error("usage", "bad image digest '" + ref + "': expected sha256:<hex>");
+    auto hexes = list_dir(root_ + "/sha256");
+    if (!hexes) return hexes.error();
+    std::vector<std::string> hits;
+    for (auto& h : *hexes)
+      if (h.starts_with(prefix)) hits.push_back(h);
+    if (hits.empty()) return make_error("usage", "no image " + ref + " in " + root_);
+    if (hits.size() > 1) return make_error("usage", "image reference " + ref + " is ambiguous: matches " + std::to_string(hits.size()) + " images");
+    return load(hits[0]);
+  }
+  auto name = canonical_image_name(ref);
+  if (!name) return name.error();
+  auto d = read_file(root_ + "/names/" + *name);
+  if (!d) return make_error("usage", "no image named " + *name + " in " + root_ + " (see 'sbx image ls')");
+  std::string digest = trim(*d);
+  if (!digest.starts_with("sha256:") || !is_hex(digest.substr(7)))
+    return make_error(kStage, root_ + "/names/" + *name + " does not hold a digest");
+  return load(digest.substr(7));
+}
+
+Result<std::vector<std::string>> ImageStore::remove(const std::string& ref) {
+  auto image = resolve(ref);
+  if (!image) return image.error();
+  auto lk = lock();
+  if (!lk) return lk.error();
+  struct Unlock {
+    int fd;
+    ~Unlock() { ::close(fd); }
+  } unlock{*lk};
+  std::vector<std::string> removed;
+  std::vector<std::string> drop = image->names;
+  if (!ref.starts_with("sha256:")) drop = {*canonical_image_name(ref)};
+  for (auto& n : drop) {
+    if (::unlink((root_ + "/names/" + n).c_str()) != 0 && errno != ENOENT) return sys_error(kStage, "cannot remove name " + n);
+    removed.push_back("untagged " + n);
+  }
+  if (drop.size() == image->names.size()) {
+    // Moved aside first, so a half-removed tree is never found under its digest.
+    std::string aside = root_ + "/tmp/rm-" + image->digest.substr(7);
+    (void)remove_tree(aside);
+    if (::rename(image->dir.c_str(), aside.c_str()) != 0) return sys_error(kStage, "cannot remove " + image->dir);
+    SBX_TRY(remove_tree(aside));
+    removed.push_back("deleted " + image->digest);
+  }
+  return removed;
+}
+
+Status ImageStore::check_seal(const ImageRecord& image) const {
+  std::string want = image.meta.value("/seal/digest"_json_pointer, std::string());
+  auto seal = compute_seal(image.rootfs);
+  if (!seal) return seal.error();
+  if (seal->digest != want)
+    return make_error(kStage, "image " + image.digest + " was modified in the store (" + image.rootfs +
+                                  "): its seal no longer matches; run 'sbx image verify --full " + image.digest.substr(0, 19) +
+                                  "' to see what changed, then re-import it");
+  return {};
+}
+
+Result<VerifyReport> ImageStore::verify(const ImageRecord& image, bool full) const {
+  VerifyReport r;
+  r.seal_expected = image.meta.value("/seal/digest"_json_pointer, std::string());
+  auto seal = compute_seal(image.rootfs);
+  if (!seal) return seal.error();
+  r.seal_actual = seal->digest;
+  r.seal_ok = r.seal_actual == r.seal_expected;
+  if (!full) return r;
+  r.full = true;
+  auto scan = scan_tree(image.rootfs);
+  if (!scan) return scan.error();
+  std::string have = manifest_text(scan->entries);
+  auto want = read_file(image.dir + "/manifest");
+  if (!want) return want.error();
+  bool manifest_intact = sha256_hex(*want) == image.digest.substr(7);
+  r.content_ok = manifest_intact && have == *want;
+  if (!manifest_intact) r.differences.push_back("the stored manifest does not hash to the image digest");
+  for (auto& d : manifest_differences(*want, have)) r.differences.push_back(d);
+  return r;
+}
+
+}  // namespace sbx

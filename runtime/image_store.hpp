@@ -1,0 +1,66 @@
+#pragma once
+// The content-addressed image store (DESIGN.md, directories):
+//
+//   <images>/sha256/<hex>/rootfs/     the normalised tree: the overlay's lower layer, never written
+//   <images>/sha256/<hex>/manifest    its canonical manifest; <hex> = sha256(manifest)
+//   <images>/sha256/<hex>/image.json  source, import time, counts, what was dropped, and the seal
+//   <images>/names/<name>:<tag>       "sha256:<hex>": the names pointing at an image
+//   <images>/tmp/                     staging of imports in progress (same file system: rename)
+//
+// References: NAME[:TAG] (tag "latest" by default) or sha256:<hex> with any unique prefix.
+// Imports and removals hold an exclusive flock on <images>/.lock; readers need none because every
+// file is replaced by rename.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/error.hpp"
+#include "runtime/image_import.hpp"
+
+namespace sbx {
+
+struct ImageRecord {
+  std::string digest;  // "sha256:<hex>"
+  std::string dir;     // <images>/sha256/<hex>
+  std::string rootfs;  // dir + "/rootfs"
+  std::vector<std::string> names;  // "name:tag", sorted
+  nlohmann::json meta;             // image.json
+};
+
+struct VerifyReport {
+  bool seal_ok = false;
+  std::string seal_expected, seal_actual;
+  bool full = false;  // content was re-hashed
+  bool content_ok = false;
+  std::vector<std::string> differences;  // "changed: PATH", "missing: PATH", "added: PATH"
+  bool ok() const { return seal_ok && (!full || content_ok); }
+};
+
+// "name[:tag]" → "name:tag", or an error saying which rule the text breaks.
+Result<std::string> canonical_image_name(const std::string& text);
+
+class ImageStore {
+ public:
+  explicit ImageStore(std::string root) : root_(std::move(root)) {}
+  const std::string& root() const { return root_; }
+
+  // `source` is a directory or a tarball (plain, gzip, xz, zstd, bzip2).
+  Result<ImageRecord> import(const std::string& source, const std::string& name, const ImportProgress& progress);
+  Result<std::vector<ImageRecord>> list() const;
+  Result<ImageRecord> resolve(const std::string& ref) const;
+  // Removes a name (and the image when no name is left), or an image and all its names when
+  // `ref` is a digest. Returns one line per thing removed.
+  Result<std::vector<std::string>> remove(const std::string& ref);
+  // Re-takes the seal (cheap) and compares it with the stored one: the check before every run.
+  Status check_seal(const ImageRecord& image) const;
+  Result<VerifyReport> verify(const ImageRecord& image, bool full) const;
+
+ private:
+  Result<int> lock() const;
+  Result<ImageRecord> load(const std::string& hex) const;
+  std::string root_;
+};
+
+}  // namespace sbx

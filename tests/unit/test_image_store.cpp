@@ -1,0 +1,196 @@
+#include <doctest/doctest.h>
+
+#include <fcntl.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <string>
+
+#include "runtime/artifact_export.hpp"
+#include "runtime/image_manifest.hpp"
+#include "runtime/image_seal.hpp"
+#include "runtime/image_store.hpp"
+
+namespace {
+
+struct TempDir {
+  std::string path;
+  TempDir() {
+    const char* base = std::getenv("TMPDIR");
+    std::string tmpl = std::string(base && *base ? base : "/tmp") + "/sbx-image-XXXXXX";
+    REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
+    path = tmpl;
+  }
+  ~TempDir() { std::system(("chmod -R u+rwX '" + path + "' 2>/dev/null; rm -rf '" + path + "'").c_str()); }
+};
+
+void write(const std::string& path, const std::string& content, mode_t mode = 0644) {
+  std::ofstream(path) << content;
+  ::chmod(path.c_str(), mode);
+}
+
+// A small tree with the kinds of entries an image holds.
+void make_tree(const std::string& root) {
+  ::mkdir((root + "/bin").c_str(), 0755);
+  ::mkdir((root + "/etc").c_str(), 0755);
+  write(root + "/bin/tool", "#!/bin/sh\necho hi\n", 04755);  // setuid: must be cleared
+  write(root + "/etc/passwd", "root:x:0:0::/root:/bin/sh\n", 0666);  // world-writable: must be cleared
+  ::symlink("/bin/tool", (root + "/bin/alias").c_str());
+  ::link((root + "/bin/tool").c_str(), (root + "/bin/hard").c_str());
+  ::mkfifo((root + "/etc/fifo").c_str(), 0644);  // dropped
+}
+
+}  // namespace
+
+TEST_CASE("manifest lines escape names so every entry is one unambiguous line") {
+  sbx::TreeEntry e{"dir/a b\nc\\\xff", sbx::TreeEntry::Type::file, 0644, 3, "abc"};
+  CHECK(sbx::manifest_line(e) == "dir/a\\x20b\\x0ac\\x5c\\xff\tfile\t0644\t3\tabc\n");
+  sbx::TreeEntry l{"link", sbx::TreeEntry::Type::symlink, 0777, 4, "../x"};
+  CHECK(sbx::manifest_line(l) == "link\tsymlink\t0777\t4\t../x\n");
+}
+
+TEST_CASE("scan_tree is independent of mtimes and creation order, and skips special files") {
+  TempDir a, b;
+  ::mkdir((a.path + "/d").c_str(), 0755);
+  write(a.path + "/d/x", "one");
+  write(a.path + "/y", "two");
+  // b: same content, created in the other order, with other mtimes.
+  write(b.path + "/y", "two");
+  ::mkdir((b.path + "/d").c_str(), 0755);
+  write(b.path + "/d/x", "one");
+  struct timespec ts[2] = {{0, UTIME_OMIT}, {1000, 0}};
+  ::utimensat(AT_FDCWD, (b.path + "/d/x").c_str(), ts, 0);
+  ::mkfifo((b.path + "/fifo").c_str(), 0644);
+  auto sa = sbx::scan_tree(a.path), sb = sbx::scan_tree(b.path);
+  REQUIRE(sa);
+  REQUIRE(sb);
+  CHECK(sbx::manifest_text(sa->entries) == sbx::manifest_text(sb->entries));
+  REQUIRE(sb->skipped.size() == 1);
+  CHECK(sb->skipped[0].why == "fifo");
+  CHECK(sa->bytes == 6);
+}
+
+TEST_CASE("import normalises, dedups by digest, and the seal catches a modified file") {
+  TempDir src, store_dir;
+  make_tree(src.path);
+  sbx::ImageStore store(store_dir.path + "/images");
+  auto r = store.import(src.path, "tiny", {});
+  REQUIRE_MESSAGE(r, (r ? "" : r.error().describe()));
+  CHECK(r->names == std::vector<std::string>{"tiny:latest"});
+  CHECK(r->meta["normalised"]["dropped"] == 1);
+  CHECK(r->meta["normalised"]["special_bits_cleared"] == 1);
+  struct stat st;
+  REQUIRE(::lstat((r->rootfs + "/bin/tool").c_str(), &st) == 0);
+  CHECK((st.st_mode & 07777) == 0555);  // setuid and write bits gone, read/exec kept
+  REQUIRE(::lstat((r->rootfs + "/etc/passwd").c_str(), &st) == 0);
+  CHECK((st.st_mode & 07777) == 0444);
+  struct stat hard;
+  REQUIRE(::lstat((r->rootfs + "/bin/hard").c_str(), &hard) == 0);
+  REQUIRE(::lstat((r->rootfs + "/bin/tool").c_str(), &st) == 0);
+  CHECK(hard.st_ino == st.st_ino);  // hard links stay links
+  CHECK(::access((r->rootfs + "/etc/fifo").c_str(), F_OK) != 0);
+
+  // The same content under another name: one image, two names.
+  auto again = store.import(src.path, "tiny:v2", {});
+  REQUIRE(again);
+  CHECK(again->digest == r->digest);
+  CHECK(again->names.size() == 2);
+  auto listed = store.list();
+  REQUIRE(listed);
+  CHECK(listed->size() == 1);
+
+  // References: name, name:tag, digest prefix; bad ones are errors.
+  CHECK(store.resolve("tiny")->digest == r->digest);
+  CHECK(store.resolve(r->digest.substr(0, 15))->digest == r->digest);
+  CHECK_FALSE(store.resolve("nope"));
+  CHECK_FALSE(store.resolve("Bad Name"));
+  CHECK_FALSE(store.resolve("sha256:zz"));
+
+  CHECK(store.check_seal(*r));
+  auto v = store.verify(*r, true);
+  REQUIRE(v);
+  CHECK(v->ok());
+
+  // Tamper: change a file's content in place, then put its mtime back.
+  std::string victim = r->rootfs + "/etc/passwd";
+  REQUIRE(::lstat(victim.c_str(), &st) == 0);
+  ::chmod(victim.c_str(), 0644);
+  write(victim, "root:x:0:0::/root:/bin/evil\n", 0444);
+  struct timespec back[2] = {{0, UTIME_OMIT}, st.st_mtim};
+  ::utimensat(AT_FDCWD, victim.c_str(), back, 0);
+  auto sealed = store.check_seal(*r);
+  CHECK_FALSE(sealed);
+  if (!sealed) CHECK(sealed.error().message.find("was modified in the store") != std::string::npos);
+  auto full = store.verify(*r, true);
+  REQUIRE(full);
+  CHECK_FALSE(full->content_ok);
+  REQUIRE(full->differences.size() == 1);
+  CHECK(full->differences[0] == "changed: etc/passwd");
+
+  // rm by name keeps the image while another name points at it; the last name takes it along.
+  auto rm1 = store.remove("tiny:v2");
+  REQUIRE(rm1);
+  CHECK(::access(r->rootfs.c_str(), F_OK) == 0);
+  auto rm2 = store.remove("tiny");
+  REQUIRE(rm2);
+  CHECK(rm2->back() == "deleted " + r->digest);
+  CHECK(::access(r->dir.c_str(), F_OK) != 0);
+}
+
+TEST_CASE("image names: name[:tag] with a default tag, strict characters") {
+  CHECK(*sbx::canonical_image_name("busybox") == "busybox:latest");
+  CHECK(*sbx::canonical_image_name("debian:bookworm-python3") == "debian:bookworm-python3");
+  CHECK_FALSE(sbx::canonical_image_name("../x"));
+  CHECK_FALSE(sbx::canonical_image_name("a/b"));
+  CHECK_FALSE(sbx::canonical_image_name("x:"));
+  CHECK_FALSE(sbx::canonical_image_name("sha256:abc"));
+}
+
+TEST_CASE("export copies regular files and directories only, under caps, never following links") {
+  TempDir out, dest_parent;
+  ::mkdir((out.path + "/sub").c_str(), 0755);
+  write(out.path + "/a.txt", "alpha");
+  write(out.path + "/sub/b.txt", "bravo");
+  ::symlink("/etc/passwd", (out.path + "/link").c_str());
+  ::symlink("..", (out.path + "/up").c_str());
+  ::mkfifo((out.path + "/fifo").c_str(), 0644);
+  write(out.path + std::string("/bad\nname"), "x");
+  write(out.path + std::string("/bad\xff"), "x");
+  int fd = ::open(out.path.c_str(), O_PATH | O_DIRECTORY);
+  REQUIRE(fd >= 0);
+  std::string dest = dest_parent.path + "/dest";
+  REQUIRE(sbx::prepare_export_dir(dest));
+  auto r = sbx::export_out(fd, dest, {1 << 20, 100});
+  REQUIRE(r);
+  CHECK_FALSE(r->limit_hit);
+  CHECK(r->files.size() == 2);
+  CHECK(r->skipped_count == 5);
+  std::ifstream a(dest + "/a.txt");
+  std::string got((std::istreambuf_iterator<char>(a)), {});
+  CHECK(got == "alpha");
+  CHECK(::access((dest + "/link").c_str(), F_OK) != 0);
+  CHECK(::access((dest + "/sub/b.txt").c_str(), F_OK) == 0);
+
+  // A non-empty destination is refused before the run.
+  CHECK_FALSE(sbx::prepare_export_dir(dest));
+
+  // Caps: one file's worth of bytes.
+  std::string dest2 = dest_parent.path + "/dest2";
+  REQUIRE(sbx::prepare_export_dir(dest2));
+  auto capped = sbx::export_out(fd, dest2, {5, 100});
+  REQUIRE(capped);
+  CHECK(capped->limit_hit);
+  CHECK(capped->bytes == 5);
+  ::close(fd);
+}
+
+TEST_CASE("display_name keeps valid UTF-8 and escapes the rest") {
+  CHECK(sbx::display_name("caf\xc3\xa9") == "caf\xc3\xa9");
+  CHECK(sbx::display_name("a\nb") == "a\\x0ab");
+  CHECK(sbx::display_name("\xff") == "\\xff");
+  CHECK(sbx::safe_name("caf\xc3\xa9"));
+  CHECK_FALSE(sbx::safe_name("\xc0\xaf"));  // overlong '/'
+  CHECK_FALSE(sbx::safe_name("a\tb"));
+}
