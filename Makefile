@@ -43,6 +43,7 @@ unit: build
 
 bench: deps build
 	./bench/startup.sh $(BUILD_DIR)/sbx
+	./bench/image.sh $(BUILD_DIR)/sbx
 
 install: build
 	DESTDIR=$(DESTDIR) cmake --install $(BUILD_DIR) --prefix $(PREFIX)

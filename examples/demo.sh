@@ -31,9 +31,19 @@ if [ "$reachable" = no ]; then
   PACK="$TMP/corrosion-grade"
 fi
 
+# The pack runs on the busybox image (its manifest says so): build and import it once, offline.
+if ! "$SBX" image inspect busybox >/dev/null 2>&1; then
+  echo "== building the busybox image (rootfs/build-busybox.sh, offline) and importing it"
+  BB=$(mktemp -d /tmp/sbx-busybox-XXXXXX)
+  "$HERE/../rootfs/build-busybox.sh" "$BB/tree" >/dev/null
+  "$SBX" image import "$BB/tree" --name busybox
+  rm -rf "$BB"
+fi
+
 echo "== sbx pack run corrosion-grade: wall-thickness surveys in, one grade per asset out"
 echo "   (records validated against schemas/input.json before the run, the result against"
-echo "   schemas/output.json after it; no network, read-only root, own pid/user namespaces)"
+echo "   schemas/output.json after it; sh + awk on the busybox image, read-only overlay root,"
+echo "   no network, own pid/user namespaces)"
 set +e
 "$SBX" pack run "$PACK" --input "$PACK/records.json" --trace-file "$TRACE"
 rc=$?

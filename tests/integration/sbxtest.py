@@ -89,6 +89,30 @@ def validate_trace(tc, trace):
     tc.assertIn(trace["result"].get("status"), TRACE_STATUSES, "trace.result.status")
 
 
+BUILD_BUSYBOX = os.environ.get("SBX_BUILD_BUSYBOX",
+                               os.path.join(os.environ.get("SBX_REPO", ""), "rootfs/build-busybox.sh"))
+_busybox = {}
+
+
+def busybox_tree():
+    """The busybox image tree (rootfs/build-busybox.sh), built once per suite run."""
+    if "tree" not in _busybox:
+        d = tempfile.mkdtemp(prefix="sbxit-bb-")
+        os.chmod(d, 0o755)
+        subprocess.run([BUILD_BUSYBOX, d + "/tree"], check=True, capture_output=True)
+        _busybox["tree"] = d + "/tree"
+    return _busybox["tree"]
+
+
+def busybox_digest(tc):
+    """Imports the busybox image as `busybox` into the suite's store (once); returns its digest."""
+    if "digest" not in _busybox:
+        r = sbx(["image", "import", busybox_tree(), "--name", "busybox", "--quiet"], timeout=120)
+        tc.assertEqual(r.rc, 0, r.describe())
+        _busybox["digest"] = r.out.strip()
+    return _busybox["digest"]
+
+
 class Result:
     def __init__(self, argv, rc, stdout, stderr, wall, trace=None, trace_path=None):
         self.argv, self.rc, self.stdout, self.stderr, self.wall = argv, rc, stdout, stderr, wall

@@ -14,29 +14,7 @@ import threading
 import time
 import unittest
 
-from sbxtest import MODE, SBX, SbxTestCase, note, sbx
-
-BUILD_BUSYBOX = os.environ.get("SBX_BUILD_BUSYBOX", os.path.join(os.environ.get("SBX_REPO", ""), "rootfs/build-busybox.sh"))
-_image = {}
-
-
-def busybox_tree():
-    """The busybox tree, built once (cached for the module)."""
-    if "tree" not in _image:
-        d = tempfile.mkdtemp(prefix="sbxit-bb-")
-        os.chmod(d, 0o755)
-        subprocess.run([BUILD_BUSYBOX, d + "/tree"], check=True, capture_output=True)
-        _image["tree"] = d + "/tree"
-    return _image["tree"]
-
-
-def busybox_digest(tc):
-    if "digest" not in _image:
-        r = sbx(["image", "import", busybox_tree(), "--name", "busybox", "--quiet"], timeout=120)
-        tc.assertEqual(r.rc, 0, r.describe())
-        _image["digest"] = r.out.strip()
-    return _image["digest"]
-
+from sbxtest import MODE, SBX, BUILD_BUSYBOX, SbxTestCase, busybox_digest, busybox_tree, note, sbx
 
 def sha256_file(path):
     h = hashlib.sha256()

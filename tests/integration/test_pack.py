@@ -5,7 +5,7 @@ import stat
 import subprocess
 import unittest
 
-from sbxtest import SBX, SbxTestCase, note, sbx, validate_trace
+from sbxtest import SBX, SbxTestCase, busybox_digest, note, sbx, validate_trace
 
 RECORD_SCHEMA = {"type": "object", "required": ["id", "mm"], "additionalProperties": False,
                  "properties": {"id": {"type": "string", "minLength": 1},
@@ -341,9 +341,14 @@ class Examples(SbxTestCase):
         self.skipTest("examples/ not found next to the binary (set SBX_REPO)")
 
     def test_corrosion_grade(self):
+        # sh + awk on the busybox image (the manifest's image), as `make run` does it.
+        busybox_digest(self)
         d = self.example("packs", "corrosion-grade")
-        r = sbx(["pack", "run", d, "--input", d + "/records.json"], timeout=60)
+        tpath = self.path("t.json")
+        r = sbx(["pack", "run", d, "--input", d + "/records.json", "--trace-file", tpath], timeout=60)
         self.assertExit(r, 0)
+        with open(tpath) as f:
+            self.assertEqual(json.load(f)["image"]["name"], "busybox")
         grades = {a["asset"]: a["grade"] for a in json.loads(r.out)["assets"]}
         self.assertEqual(grades, {"P-101": "A", "P-102": "B", "V-201": "C", "V-202": "D", "T-301": "F"})
 
