@@ -101,6 +101,7 @@ struct EgressProxy::Conn {
   std::vector<socklen_t> addr_lens;
   std::size_t next_addr = 0;
   std::string connect_error;
+  std::int64_t last_active_ms = 0;  // accept, and every wake-up with an event on either side
 };
 
 EgressProxy::EgressProxy(ProxyConfig cfg, int handoff_sock) : cfg_(std::move(cfg)), handoff_(handoff_sock) {}
@@ -182,6 +183,7 @@ void EgressProxy::on_events(const struct pollfd* p, std::size_t n, std::int64_t 
     if (!c || c->state == Conn::State::closed) continue;
     short cr = p[i].revents, ur = p[i + 1].revents;
     if (!cr && !ur) continue;
+    c->last_active_ms = now_ms;
     switch (c->state) {
       case Conn::State::request: {
         char buf[4096];
@@ -220,6 +222,7 @@ void EgressProxy::accept_new(std::int64_t now_ms) {
     if (fd < 0) return;
     auto c = std::make_unique<Conn>();
     c->cfd = fd;
+    c->last_active_ms = now_ms;
     if (static_cast<std::int64_t>(conns_.size()) >= cfg_.max_connections) {
       conns_.push_back(std::move(c));
       deny(*conns_.back(), 503, "Service Unavailable", "", 0,
@@ -477,7 +480,7 @@ nlohmann::json EgressProxy::usage_json() const {
   std::int64_t conns = 0, denied = 0, in = 0, out = 0;
   for (auto& [key, u] : usage_) {
     hosts.push_back({{"host", key}, {"connections", u.connections}, {"denied", u.denied}, {"failed", u.failed},
-                     {"bytes_in", u.bytes_in}, {"bytes_out", u.bytes_out}});
+                     {"idle_closed", u.idle_closed}, {"bytes_in", u.bytes_in}, {"bytes_out", u.bytes_out}});
     conns += u.connections;
     denied += u.denied;
     in += u.bytes_in;
@@ -485,7 +488,39 @@ nlohmann::json EgressProxy::usage_json() const {
   }
   return {{"connections", conns}, {"denied", static_cast<std::int64_t>(violations_.size()) + dropped_violations_},
           {"bytes_in", in}, {"bytes_out", out}, {"peak_concurrent", peak_concurrent_},
-          {"byte_budget_spent", bytes_exhausted_}, {"hosts", hosts}};
+          {"byte_budget_spent", bytes_exhausted_}, {"idle_closed", idle_closed_}, {"hosts", hosts}};
+}
+
+std::int64_t EgressProxy::ms_until_next_expiry(std::int64_t now_ms) const {
+  std::int64_t best = -1;
+  for (auto& c : conns_) {
+    if (c->state == Conn::State::closed) continue;
+    std::int64_t left = std::max<std::int64_t>(0, c->last_active_ms + cfg_.idle_timeout_ms - now_ms);
+    if (best < 0 || left < best) best = left;
+  }
+  return best;
+}
+
+void EgressProxy::expire_idle(std::int64_t now_ms) {
+  for (auto& c : conns_) {
+    if (c->state == Conn::State::closed || now_ms - c->last_active_ms < cfg_.idle_timeout_ms) continue;
+    std::string why = "no traffic for " + std::to_string(cfg_.idle_timeout_ms) + " ms (network.idle_timeout_ms)";
+    if (c->state == Conn::State::request) {
+      // Not a policy decision: a 408 and no violation. It gets one more period to be read.
+      spdlog::info("egress proxy: request never completed, closing: {}", why);
+      c->u2c = Buffer{};
+      c->u2c.append(response(408, "Request Timeout", "the request was not completed: " + why));
+      c->state = Conn::State::responding;
+      c->last_active_ms = now_ms;
+    } else {
+      spdlog::info("egress proxy: closing {} {}: {}", c->key.empty() ? "a connection" : c->key,
+                   c->state == Conn::State::connecting ? "(connect never finished)" : "", why);
+      if (!c->key.empty()) usage_[c->key].idle_closed++;
+      close_conn(*c);
+    }
+    ++idle_closed_;
+  }
+  std::erase_if(conns_, [](const std::unique_ptr<Conn>& c) { return c->state == Conn::State::closed; });
 }
 
 nlohmann::json EgressProxy::violations_json() const {

@@ -23,8 +23,8 @@
 //
 // Relaying: non-blocking sockets, one 64 KiB buffer per direction with backpressure (a side is
 // read only while the buffer towards the other side has room), half-close passed on with
-// shutdown(SHUT_WR). Limits: concurrent connections (503 past it) and total bytes per run (every
-// relay is closed when it is reached).
+// shutdown(SHUT_WR). Limits: concurrent connections (503 past it), total bytes per run (every
+// relay is closed when it is reached) and an idle timeout per connection (network.idle_timeout_ms).
 #include <poll.h>
 
 #include <cstdint>
@@ -44,6 +44,7 @@ struct ProxyConfig {
   std::vector<AllowRule> rules;
   std::int64_t max_connections = 64;
   std::optional<std::int64_t> max_bytes;
+  std::int64_t idle_timeout_ms = 60000;  // a connection with no traffic for this long is closed
   std::int64_t start_ms = 0;  // CLOCK_MONOTONIC ms of the run's start (violations' time_ms)
 };
 
@@ -51,6 +52,7 @@ struct HostUsage {
   std::int64_t connections = 0;  // allowed and attempted
   std::int64_t denied = 0;
   std::int64_t failed = 0;       // allowed but the upstream could not be reached
+  std::int64_t idle_closed = 0;  // closed by the idle timeout
   std::int64_t bytes_in = 0;     // upstream -> sandbox
   std::int64_t bytes_out = 0;    // sandbox -> upstream
 };
@@ -68,6 +70,12 @@ class EgressProxy {
   void on_events(const struct pollfd* p, std::size_t n, std::int64_t now_ms);
   // Closes the listener and every connection (the run has ended).
   void close_all();
+  // Idle connections: how long the poll loop may sleep before the next one expires (-1: none),
+  // and closing those that have (a request never completed gets 408; a silent relay or a connect
+  // that never finishes is closed). Without it a client that connects and stays silent would
+  // hold a connection slot for the whole run.
+  std::int64_t ms_until_next_expiry(std::int64_t now_ms) const;
+  void expire_idle(std::int64_t now_ms);
 
   bool listener_received() const { return listen_fd_ >= 0 || got_listener_; }
   nlohmann::json usage_json() const;
@@ -99,6 +107,7 @@ class EgressProxy {
   std::int64_t dropped_violations_ = 0;
   std::int64_t total_bytes_ = 0;
   std::int64_t peak_concurrent_ = 0;
+  std::int64_t idle_closed_ = 0;
   bool bytes_exhausted_ = false;
 };
 

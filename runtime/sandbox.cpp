@@ -110,7 +110,8 @@ json network_enforcement_json(const NetworkSpec& n) {
                   {"protocols", {"CONNECT", "http absolute-URI"}},
                   {"resolver", "getaddrinfo in the supervisor, for allowed names only"},
                   {"max_connections", n.max_connections},
-                  {"max_bytes", n.max_bytes ? json(*n.max_bytes) : json(nullptr)}};
+                  {"max_bytes", n.max_bytes ? json(*n.max_bytes) : json(nullptr)},
+                  {"idle_timeout_ms", n.idle_timeout_ms}};
   return j;
 }
 
@@ -376,6 +377,7 @@ RunReport run_sandbox(const RunRequest& req) {
       pc.rules = std::move(*rules);
       pc.max_connections = spec.network.max_connections;
       pc.max_bytes = spec.network.max_bytes;
+      pc.idle_timeout_ms = spec.network.idle_timeout_ms;
       pc.start_ms = monotonic_ms();
       proxy.emplace(std::move(pc), proxy_pair.r);
       proxy_pair.r = -1;  // the proxy owns it

@@ -189,7 +189,8 @@ json spec_to_json(const RunSpec& s) {
        {{"mode", s.network.mode},
         {"allow", s.network.allow},
         {"max_connections", s.network.max_connections},
-        {"max_bytes", opt(s.network.max_bytes)}}},
+        {"max_bytes", opt(s.network.max_bytes)},
+        {"idle_timeout_ms", s.network.idle_timeout_ms}}},
       {"limits",
        {{"timeout_ms", opt(s.limits.timeout_ms)},
         {"output_limit_bytes", opt(s.limits.output_limit_bytes)},
@@ -315,6 +316,10 @@ Result<RunSpec> spec_from_json(const json& j, const std::string& source) {
     }, true));
     if (conns) s.network.max_connections = *conns;
     SBX_TRY(nr.get_quantity("max_bytes", s.network.max_bytes, parse_size_bytes, true));
+    std::optional<std::int64_t> idle = s.network.idle_timeout_ms;
+    SBX_TRY(nr.get_quantity("idle_timeout_ms", idle, parse_duration_ms, true));
+    if (!idle) return nr.fail_key("idle_timeout_ms", "must be set");
+    s.network.idle_timeout_ms = *idle;
     SBX_TRY(nr.finish());
     if (s.network.mode != "none" && s.network.mode != "proxy")
       return nr.fail_key("mode", "unknown network mode '" + s.network.mode + "' (supported: none, proxy)");

@@ -54,6 +54,7 @@ struct NetworkSpec {
   std::vector<std::string> allow;               // --allow-host rules, as written
   std::int64_t max_connections = 64;            // concurrent proxied connections
   std::optional<std::int64_t> max_bytes;        // total bytes relayed (both directions), per run
+  std::int64_t idle_timeout_ms = 60000;         // a proxied connection silent this long is closed
   bool operator==(const NetworkSpec&) const = default;
 };
 

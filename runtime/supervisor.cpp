@@ -138,6 +138,10 @@ SuperviseResult supervise(const SuperviseInput& in) {
       if (left <= 0) break;
       wait_ms = static_cast<int>(left);
     }
+    if (proxy_count) {
+      std::int64_t t = in.proxy->ms_until_next_expiry(now_ms());
+      if (t >= 0 && (wait_ms < 0 || t < wait_ms)) wait_ms = static_cast<int>(t);
+    }
     int rc = ::poll(p.data(), static_cast<nfds_t>(p.size()), wait_ms);
     if (rc < 0) {
       if (errno == EINTR) continue;
@@ -198,7 +202,10 @@ SuperviseResult supervise(const SuperviseInput& in) {
         }
       }
     }
-    if (proxy_count) in.proxy->on_events(p.data() + proxy_first, proxy_count, now_ms());
+    if (proxy_count) {
+      in.proxy->on_events(p.data() + proxy_first, proxy_count, now_ms());
+      in.proxy->expire_idle(now_ms());
+    }
     if (ready(i_scs)) seccomp.on_sock_readable();
     if (ready(i_scl) && seccomp.on_listener_ready(p[i_scl].revents, now_ms()) && !r.seccomp_kill) {
       r.seccomp_kill = *seccomp.kill();

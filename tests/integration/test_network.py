@@ -16,7 +16,7 @@ import threading
 import time
 import unittest
 
-from sbxtest import SbxTestCase, note, sbx
+from sbxtest import MODE, SBX, SbxTestCase, note, sbx
 
 PY = "/usr/bin/python3"
 CURL = "/usr/bin/curl"
@@ -324,6 +324,42 @@ print(len(ok))
             json.dump({"network": network, "limits": {"timeout_ms": "30s"}}, f)
         return path
 
+    def test_idle_connections_are_closed(self):
+        # A silent upstream: accepts, never answers.
+        silent = socket.socket()
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        sport = silent.getsockname()[1]
+        prof = self.profile({"allow": [f"127.0.0.1:{sport}"], "idle_timeout_ms": "1s"})
+        code = f"""
+import socket, time
+# 1. a request that never completes: 408 after the idle timeout
+a = socket.create_connection(('127.0.0.1', 3128)); a.sendall(b'GET http://127.0.0.1:{sport}/ HTT')
+t = time.monotonic(); data = a.recv(4096)
+print('partial', data.split(b' ')[1].decode(), round(time.monotonic() - t, 1))
+# 2. a relay where nothing moves: closed after the idle timeout
+b = socket.create_connection(('127.0.0.1', 3128)); b.sendall(b'CONNECT 127.0.0.1:{sport} HTTP/1.1\\r\\n\\r\\n')
+assert b'200' in b.recv(4096)
+t = time.monotonic(); rest = b.recv(4096)
+print('silent', len(rest), round(time.monotonic() - t, 1))
+"""
+        try:
+            r = self.run_sbx([PY, "-c", code], ["--profile", prof] + PROXY_ENV, timeout=30)
+        finally:
+            silent.close()
+        self.assertExit(r, 0)
+        lines = dict(l.split(" ", 1) for l in r.out.strip().splitlines())
+        code408, waited = lines["partial"].split()
+        self.assertEqual(code408, "408")
+        self.assertTrue(0.8 <= float(waited) <= 5, r.out)
+        n, waited = lines["silent"].split()
+        self.assertEqual(n, "0", "the silent relay was closed")
+        self.assertTrue(0.8 <= float(waited) <= 5, r.out)
+        u = self.need_trace(r)["usage"]["network"]
+        self.assertEqual(u["idle_closed"], 2)
+        self.assertEqual(self.need_trace(r)["enforcement"]["network"]["proxy"]["idle_timeout_ms"], 1000)
+        note(f"idle timeout 1 s: {r.out.strip()}")
+
     def test_max_connections(self):
         prof = self.profile({"allow": [f"127.0.0.1:{self.port}"], "max_connections": 2})
         code = """
@@ -386,6 +422,79 @@ subprocess.Popen(['sleep', '30'])  # left behind, holding nothing of ours
         self.assertEqual(result.get("first"), b"ping")
         self.assertEqual(result.get("eof"), b"", "upstream connection closed when the run ended")
         self.assertLess(result["eof_at"] - ended, 2.0)
+
+
+UPSTREAM_SERVER = """
+import http.server, socketserver, sys
+class H(http.server.BaseHTTPRequestHandler):
+    def log_message(self, *a): pass
+    def do_GET(self):
+        body = ('upstream in its own netns: path=%s host=%s\\n' % (self.path, self.headers.get('Host'))).encode()
+        self.send_response(200); self.send_header('Content-Length', str(len(body))); self.end_headers()
+        self.wfile.write(body)
+class S(socketserver.ThreadingMixIn, http.server.HTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+s = S(('0.0.0.0', 8080), H)
+print('ready', flush=True)
+s.serve_forever()
+"""
+
+
+@unittest.skipUnless(MODE == "root", "creating network namespaces joined by a veth pair needs root; "
+                                     "the rootless suite reaches upstreams on the host's loopback (class Network)")
+class UpstreamInTestNamespace(SbxTestCase):
+    """An upstream that is not on loopback: a server in a network namespace this test creates,
+    reached over a veth pair from a second test namespace in which sbx itself runs. Nothing of the
+    host's network is touched: both namespaces and the veth pair vanish with their processes."""
+
+    def test_allowed_denied_and_bypass(self):
+        server = subprocess.Popen(["unshare", "-n", "--", PY, "-c", UPSTREAM_SERVER], stdout=subprocess.PIPE)
+        try:
+            self.assertEqual(server.stdout.readline().strip(), b"ready")
+            hosts = self.path("hosts")
+            with open(hosts, "w") as f:
+                f.write("10.203.0.2 api.upstream.test\n10.203.0.2 other.example\n")
+            out = {n: self.path(n) for n in ("allowed", "literal", "denied", "bypass")}
+            traces = {n: self.path(n + ".json") for n in out}
+            env = " ".join(["--env NO_PROXY=", "--env no_proxy="])
+            script = f"""
+set -eu
+ip link set lo up
+ip link add sbxt-a type veth peer name sbxt-b netns {server.pid}
+ip addr add 10.203.0.1/24 dev sbxt-a
+ip link set sbxt-a up
+nsenter -t {server.pid} -n sh -c 'ip link set lo up; ip addr add 10.203.0.2/24 dev sbxt-b; ip link set sbxt-b up'
+mount --bind {hosts} /etc/hosts
+curl -s --noproxy '*' -m 5 http://10.203.0.2:8080/probe >/dev/null   # the path works outside the sandbox
+{SBX} run --allow-host '*.upstream.test:8080' {env} --trace-file {traces['allowed']} -- \
+  curl -sS -m 10 http://api.upstream.test:8080/by-name > {out['allowed']} 2>&1 || true
+{SBX} run --allow-host 10.203.0.0/24:8080 {env} --trace-file {traces['literal']} -- \
+  curl -sS -m 10 http://10.203.0.2:8080/by-cidr > {out['literal']} 2>&1 || true
+{SBX} run --allow-host '*.upstream.test:8080' {env} --trace-file {traces['denied']} -- \
+  curl -s -m 10 -o /dev/null -w '%{{http_code}}' http://other.example:8080/ > {out['denied']} 2>&1 || true
+{SBX} run --allow-host '*.upstream.test:8080' {env} --trace-file {traces['bypass']} -- \
+  curl -sS -m 5 --noproxy '*' http://10.203.0.2:8080/direct > {out['bypass']} 2>&1 || true
+"""
+            r = subprocess.run(["unshare", "-n", "-m", "--propagation", "private", "--", "sh", "-c", script],
+                               capture_output=True, timeout=120)
+            self.assertEqual(r.returncode, 0, r.stderr.decode())
+            got = {n: open(p).read() for n, p in out.items()}
+            t = {n: json.load(open(p)) for n, p in traces.items()}
+        finally:
+            server.kill()
+            server.wait()
+        self.assertIn("upstream in its own netns: path=/by-name host=api.upstream.test:8080", got["allowed"])
+        self.assertIn("path=/by-cidr", got["literal"])
+        self.assertEqual(got["denied"].strip(), "403")
+        v = [x for x in t["denied"]["violations"] if x.get("kind") == "network"]
+        self.assertEqual(v[0]["host"], "other.example")
+        self.assertNotIn("upstream in its own netns", got["bypass"])
+        self.assertEqual(t["bypass"]["usage"]["network"]["connections"], 0, "nothing reached the proxy")
+        hosts_used = {h["host"] for h in t["allowed"]["usage"]["network"]["hosts"]}
+        self.assertEqual(hosts_used, {"api.upstream.test:8080"})
+        note(f"upstream in a test netns: allowed by name -> {got['allowed'].strip()!r}; "
+             f"denied other.example -> {got['denied'].strip()}; bypass -> {got['bypass'].strip()[:80]!r}")
 
 
 if __name__ == "__main__":
