@@ -12,6 +12,7 @@
 #include <cstring>
 #include <memory>
 
+#include "runtime/fsutil.hpp"
 #include "runtime/sha256.hpp"
 
 namespace sbx {
@@ -19,13 +20,6 @@ namespace {
 
 constexpr const char* kStage = "export";
 constexpr int kMaxDepth = 64;
-
-struct Fd {
-  int fd = -1;
-  explicit Fd(int f) : fd(f) {}
-  Fd(const Fd&) = delete;
-  ~Fd() { if (fd >= 0) ::close(fd); }
-};
 
 int open_beneath(int dirfd, const std::string& name, int flags) {
   struct open_how how = {};
@@ -50,12 +44,7 @@ std::size_t utf8_len(const std::string& s, std::size_t i) {
 }
 
 const char* kind_of(mode_t m) {
-  if (S_ISLNK(m)) return "symlink (never followed)";
-  if (S_ISFIFO(m)) return "fifo";
-  if (S_ISSOCK(m)) return "socket";
-  if (S_ISCHR(m)) return "char device";
-  if (S_ISBLK(m)) return "block device";
-  return "not a regular file or directory";
+  return S_ISLNK(m) ? "symlink (never followed)" : file_kind(m);
 }
 
 struct Exporter {
@@ -98,13 +87,13 @@ struct Exporter {
     }
     if (S_ISDIR(st.st_mode)) {
       if (depth >= kMaxDepth) return skip(rel, "nested deeper than " + std::to_string(kMaxDepth) + " directories"), Status{};
-      Fd sub(open_beneath(src, name, O_RDONLY | O_DIRECTORY));
-      if (sub.fd < 0) return skip(rel, std::string("cannot open: ") + std::strerror(errno)), Status{};
+      UniqueFd sub(open_beneath(src, name, O_RDONLY | O_DIRECTORY));
+      if (sub.get() < 0) return skip(rel, std::string("cannot open: ") + std::strerror(errno)), Status{};
       if (::mkdirat(dst, name.c_str(), 0755) != 0) return sys_error(kStage, "create " + display_name(rel) + " in the output directory");
-      Fd out(::openat(dst, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-      if (out.fd < 0) return sys_error(kStage, "open " + display_name(rel) + " in the output directory");
+      UniqueFd out(::openat(dst, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+      if (out.get() < 0) return sys_error(kStage, "open " + display_name(rel) + " in the output directory");
       ++r.entries;
-      return walk(sub.fd, out.fd, rel, depth + 1);
+      return walk(sub.get(), out.get(), rel, depth + 1);
     }
     if (r.bytes + st.st_size > caps.max_bytes) {
       r.limit_hit = true;
@@ -112,14 +101,14 @@ struct Exporter {
                            std::to_string(caps.max_bytes - r.bytes) + " left of " + std::to_string(caps.max_bytes) + ")"),
              Status{};
     }
-    Fd in(open_beneath(src, name, O_RDONLY | O_NONBLOCK | O_NOCTTY));
-    if (in.fd < 0) return skip(rel, std::string("cannot open: ") + std::strerror(errno)), Status{};
+    UniqueFd in(open_beneath(src, name, O_RDONLY | O_NONBLOCK | O_NOCTTY));
+    if (in.get() < 0) return skip(rel, std::string("cannot open: ") + std::strerror(errno)), Status{};
     struct stat fst;
-    if (::fstat(in.fd, &fst) != 0 || !S_ISREG(fst.st_mode) || fst.st_ino != st.st_ino)
+    if (::fstat(in.get(), &fst) != 0 || !S_ISREG(fst.st_mode) || fst.st_ino != st.st_ino)
       return skip(rel, "changed while exporting"), Status{};
     mode_t mode = (st.st_mode & 0111) ? 0755 : 0644;
-    Fd out(::openat(dst, name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode));
-    if (out.fd < 0) return sys_error(kStage, "create " + display_name(rel) + " in the output directory");
+    UniqueFd out(::openat(dst, name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode));
+    if (out.get() < 0) return sys_error(kStage, "create " + display_name(rel) + " in the output directory");
     Sha256 h;
     std::int64_t copied = 0;
     std::vector<char> buf(1 << 20);
@@ -127,7 +116,7 @@ struct Exporter {
     // the bound holds even if it could.
     while (copied < st.st_size) {
       std::size_t want = static_cast<std::size_t>(std::min<std::int64_t>(st.st_size - copied, static_cast<std::int64_t>(buf.size())));
-      ssize_t n = ::read(in.fd, buf.data(), want);
+      ssize_t n = ::read(in.get(), buf.data(), want);
       if (n < 0) {
         if (errno == EINTR) continue;
         return sys_error(kStage, "read /out/" + display_name(rel));
@@ -135,7 +124,7 @@ struct Exporter {
       if (n == 0) break;
       h.update(buf.data(), static_cast<std::size_t>(n));
       for (ssize_t off = 0; off < n;) {
-        ssize_t w = ::write(out.fd, buf.data() + off, static_cast<std::size_t>(n - off));
+        ssize_t w = ::write(out.get(), buf.data() + off, static_cast<std::size_t>(n - off));
         if (w < 0) {
           if (errno == EINTR) continue;
           return sys_error(kStage, "write " + display_name(rel) + " in the output directory");
@@ -203,12 +192,12 @@ Status prepare_export_dir(const std::string& dir) {
 }
 
 Result<ExportResult> export_out(int out_fd, const std::string& dir, const ExportCaps& caps) {
-  Fd src(::openat(out_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (src.fd < 0) return sys_error(kStage, "open /out");
-  Fd dst(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-  if (dst.fd < 0) return sys_error(kStage, "open the output directory " + dir);
+  UniqueFd src(::openat(out_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (src.get() < 0) return sys_error(kStage, "open /out");
+  UniqueFd dst(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (dst.get() < 0) return sys_error(kStage, "open the output directory " + dir);
   Exporter e{caps, {}};
-  SBX_TRY(e.walk(src.fd, dst.fd, "", 0));
+  SBX_TRY(e.walk(src.get(), dst.get(), "", 0));
   return std::move(e.r);
 }
 
@@ -228,8 +217,8 @@ nlohmann::json ExportResult::to_json(const std::string& dir, const ExportCaps& c
 
 OutFile read_out_file(int out_fd, const std::string& name, std::int64_t cap) {
   OutFile f;
-  Fd fd(open_beneath(out_fd, name, O_RDONLY | O_NONBLOCK | O_NOCTTY));
-  if (fd.fd < 0) {
+  UniqueFd fd(open_beneath(out_fd, name, O_RDONLY | O_NONBLOCK | O_NOCTTY));
+  if (fd.get() < 0) {
     if (errno != ENOENT) {
       f.present = true;
       f.problem = errno == ELOOP ? "is a symlink (not followed)" : std::string("cannot be opened: ") + std::strerror(errno);
@@ -238,7 +227,7 @@ OutFile read_out_file(int out_fd, const std::string& name, std::int64_t cap) {
   }
   f.present = true;
   struct stat st;
-  if (::fstat(fd.fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+  if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) {
     f.problem = "is not a regular file";
     return f;
   }
@@ -252,7 +241,7 @@ OutFile read_out_file(int out_fd, const std::string& name, std::int64_t cap) {
   std::vector<char> buf(1 << 16);
   std::int64_t total = 0;
   for (;;) {
-    ssize_t n = ::read(fd.fd, buf.data(), buf.size());
+    ssize_t n = ::read(fd.get(), buf.data(), buf.size());
     if (n < 0) {
       if (errno == EINTR) continue;
       f.problem = std::string("cannot be read: ") + std::strerror(errno);

@@ -28,19 +28,6 @@ Status mkdir_one(const std::string& path, mode_t mode) {
   return make_error(kStage, "cannot create directory " + path, e);
 }
 
-// Write all of `data`, retrying short writes and EINTR (a signal mid-write must not lose a trace).
-Status write_all(int fd, std::string_view data, const std::string& what) {
-  while (!data.empty()) {
-    ssize_t n = ::write(fd, data.data(), data.size());
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return sys_error(kStage, "cannot write " + what);
-    }
-    data.remove_prefix(static_cast<std::size_t>(n));
-  }
-  return {};
-}
-
 // A name that no concurrent writer (another thread, another sbx process, a leftover from a crash)
 // uses: pid + a process-wide counter + the clock. O_EXCL still guards against the unlikely clash.
 std::string temp_name_beside(const std::string& path) {
@@ -65,6 +52,18 @@ std::string parent_dir(const std::string& path) {
 }
 
 }  // namespace
+
+Status write_all(int fd, std::string_view data, const std::string& what) {
+  while (!data.empty()) {
+    ssize_t n = ::write(fd, data.data(), data.size());
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return sys_error(kStage, "cannot write " + what);
+    }
+    data.remove_prefix(static_cast<std::size_t>(n));
+  }
+  return {};
+}
 
 Status ensure_dir(const std::string& path, mode_t mode) {
   if (path.empty()) return make_error(kStage, "cannot create directory: empty path", EINVAL);
@@ -187,5 +186,23 @@ Status remove_tree(const std::string& path) {
   SBX_TRY(r);
   if (::rmdir(path.c_str()) != 0) return sys_error(kStage, "cannot remove " + path);
   return {};
+}
+}  // namespace sbx
+
+namespace sbx {
+void UniqueFd::reset(int fd) {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = fd;
+}
+
+const char* file_kind(unsigned mode) {
+  if (S_ISREG(mode)) return "regular file";
+  if (S_ISDIR(mode)) return "directory";
+  if (S_ISLNK(mode)) return "symlink";
+  if (S_ISFIFO(mode)) return "fifo";
+  if (S_ISSOCK(mode)) return "socket";
+  if (S_ISCHR(mode)) return "char device";
+  if (S_ISBLK(mode)) return "block device";
+  return "unknown type";
 }
 }  // namespace sbx

@@ -18,10 +18,45 @@ Status write_file_durable(const std::string& path, std::string_view data, mode_t
 
 Result<std::string> read_file(const std::string& path);
 
+// Writes all of `data`, retrying short writes and EINTR (a signal mid-write must not lose a
+// trace); the error names `what`.
+Status write_all(int fd, std::string_view data, const std::string& what);
+
 }  // namespace sbx
 
 namespace sbx {
 // rm -rf without following symlinks (unlinkat relative to each directory's fd); directories the
 // caller owns but cannot write are made writable first.
 Status remove_tree(const std::string& path);
+}  // namespace sbx
+
+namespace sbx {
+// An owned file descriptor, closed on destruction (movable, not copyable).
+class UniqueFd {
+ public:
+  UniqueFd() = default;
+  explicit UniqueFd(int fd) : fd_(fd) {}
+  UniqueFd(UniqueFd&& o) noexcept : fd_(o.release()) {}
+  UniqueFd& operator=(UniqueFd&& o) noexcept {
+    if (this != &o) reset(o.release());
+    return *this;
+  }
+  UniqueFd(const UniqueFd&) = delete;
+  UniqueFd& operator=(const UniqueFd&) = delete;
+  ~UniqueFd() { reset(); }
+  int get() const { return fd_; }
+  bool ok() const { return fd_ >= 0; }
+  int release() {
+    int f = fd_;
+    fd_ = -1;
+    return f;
+  }
+  void reset(int fd = -1);
+
+ private:
+  int fd_ = -1;
+};
+
+// "fifo", "socket", "char device", "block device", "symlink", ... for messages and listings.
+const char* file_kind(unsigned mode);
 }  // namespace sbx

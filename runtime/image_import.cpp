@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 
+#include "runtime/fsutil.hpp"
 #include "runtime/tar_reader.hpp"
 #include "runtime/tarball.hpp"
 
@@ -18,40 +19,12 @@ namespace {
 
 constexpr const char* kStage = "image";
 
-struct Fd {
-  int fd = -1;
-  Fd() = default;
-  explicit Fd(int f) : fd(f) {}
-  Fd(Fd&& o) noexcept : fd(o.fd) { o.fd = -1; }
-  Fd& operator=(Fd&& o) noexcept {
-    if (this != &o) {
-      if (fd >= 0) ::close(fd);
-      fd = o.fd;
-      o.fd = -1;
-    }
-    return *this;
-  }
-  ~Fd() { if (fd >= 0) ::close(fd); }
-};
 
 std::string join(const std::string& a, const std::string& b) { return a.empty() ? b : a + "/" + b; }
 
 void count_mode(ImportStats& s, std::uint32_t mode) {
   if (mode & 07000) ++s.special_bits_cleared;
   if (mode & 0022) ++s.write_bits_cleared;
-}
-
-Status write_all(int fd, const char* p, std::size_t n, const std::string& what) {
-  while (n > 0) {
-    ssize_t w = ::write(fd, p, n);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return sys_error(kStage, "write " + what);
-    }
-    p += w;
-    n -= static_cast<std::size_t>(w);
-  }
-  return {};
 }
 
 // Kernel-side copy where the file systems allow it, plain read/write otherwise.
@@ -74,7 +47,7 @@ Status copy_data(int in, int out, const std::string& what) {
       return sys_error(kStage, "read " + what);
     }
     if (n == 0) return {};
-    SBX_TRY(write_all(out, buf, static_cast<std::size_t>(n), what));
+    SBX_TRY(write_all(out, std::string_view(buf, static_cast<std::size_t>(n)), what));
   }
 }
 
@@ -124,12 +97,12 @@ struct DirCopier {
       count_mode(stats, st.st_mode);
       if (::mkdirat(dst, name.c_str(), 0700) != 0) return sys_error(kStage, "create directory " + path);
       if (::fchmodat(dst, name.c_str(), normalise_mode(true, st.st_mode), 0) != 0) return sys_error(kStage, "chmod " + path);
-      Fd s(::openat(src, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-      if (s.fd < 0) return sys_error(kStage, "open directory " + path);
-      Fd t(::openat(dst, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-      if (t.fd < 0) return sys_error(kStage, "open directory " + path + " in the store");
+      UniqueFd s(::openat(src, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+      if (s.get() < 0) return sys_error(kStage, "open directory " + path);
+      UniqueFd t(::openat(dst, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+      if (t.get() < 0) return sys_error(kStage, "open directory " + path + " in the store");
       tick();
-      return copy_dir(s.fd, t.fd, path);
+      return copy_dir(s.get(), t.get(), path);
     }
     if (S_ISLNK(st.st_mode)) {
       std::string target(static_cast<std::size_t>(st.st_size) + 1, '\0');
@@ -141,8 +114,7 @@ struct DirCopier {
       return set_mtime(dst, name, st.st_mtim.tv_sec, st.st_mtim.tv_nsec, path);
     }
     if (!S_ISREG(st.st_mode)) {
-      stats.dropped.push_back({path, S_ISFIFO(st.st_mode) ? "fifo" : S_ISSOCK(st.st_mode) ? "socket"
-                                                                   : S_ISCHR(st.st_mode) ? "char device" : "block device"});
+      stats.dropped.push_back({path, file_kind(st.st_mode)});
       return {};
     }
     auto key = std::make_pair(st.st_dev, st.st_ino);
@@ -155,14 +127,14 @@ struct DirCopier {
       linked[key] = path;
     }
     count_mode(stats, st.st_mode);
-    Fd in(::openat(src, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY));
-    if (in.fd < 0) return sys_error(kStage, "open " + path);
-    Fd out(::openat(dst, name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
-    if (out.fd < 0) return sys_error(kStage, "create " + path + " in the store");
-    SBX_TRY(copy_data(in.fd, out.fd, path));
-    if (::fchmod(out.fd, normalise_mode(false, st.st_mode)) != 0) return sys_error(kStage, "chmod " + path);
+    UniqueFd in(::openat(src, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY));
+    if (in.get() < 0) return sys_error(kStage, "open " + path);
+    UniqueFd out(::openat(dst, name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
+    if (out.get() < 0) return sys_error(kStage, "create " + path + " in the store");
+    SBX_TRY(copy_data(in.get(), out.get(), path));
+    if (::fchmod(out.get(), normalise_mode(false, st.st_mode)) != 0) return sys_error(kStage, "chmod " + path);
     struct timespec ts[2] = {{0, UTIME_OMIT}, st.st_mtim};
-    if (::futimens(out.fd, ts) != 0) return sys_error(kStage, "set mtime of " + path);
+    if (::futimens(out.get(), ts) != 0) return sys_error(kStage, "set mtime of " + path);
     stats.bytes += st.st_size;
     tick();
     return {};
@@ -173,9 +145,9 @@ struct DirCopier {
 
 // Opens DIR (relative to root, "" for root itself) beneath root without crossing any symlink,
 // creating missing directories (0755) on the way.
-Result<Fd> open_dir_beneath(int root, const std::string& dir, bool create) {
-  Fd cur(::fcntl(root, F_DUPFD_CLOEXEC, 0));
-  if (cur.fd < 0) return sys_error(kStage, "dup");
+Result<UniqueFd> open_dir_beneath(int root, const std::string& dir, bool create) {
+  UniqueFd cur(::fcntl(root, F_DUPFD_CLOEXEC, 0));
+  if (cur.get() < 0) return sys_error(kStage, "dup");
   std::size_t i = 0;
   while (i < dir.size()) {
     std::size_t j = dir.find('/', i);
@@ -184,11 +156,11 @@ Result<Fd> open_dir_beneath(int root, const std::string& dir, bool create) {
     struct open_how how = {};
     how.flags = O_RDONLY | O_DIRECTORY | O_CLOEXEC;
     how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
-    long fd = ::syscall(SYS_openat2, cur.fd, comp.c_str(), &how, sizeof how);
+    long fd = ::syscall(SYS_openat2, cur.get(), comp.c_str(), &how, sizeof how);
     if (fd < 0 && errno == ENOENT && create) {
-      if (::mkdirat(cur.fd, comp.c_str(), 0755) != 0 && errno != EEXIST) return sys_error(kStage, "create directory " + dir.substr(0, j));
-      ::fchmodat(cur.fd, comp.c_str(), 0755, 0);
-      fd = ::syscall(SYS_openat2, cur.fd, comp.c_str(), &how, sizeof how);
+      if (::mkdirat(cur.get(), comp.c_str(), 0755) != 0 && errno != EEXIST) return sys_error(kStage, "create directory " + dir.substr(0, j));
+      ::fchmodat(cur.get(), comp.c_str(), 0755, 0);
+      fd = ::syscall(SYS_openat2, cur.get(), comp.c_str(), &how, sizeof how);
     }
     if (fd < 0) {
       int err = errno;
@@ -198,7 +170,7 @@ Result<Fd> open_dir_beneath(int root, const std::string& dir, bool create) {
         return make_error(kStage, std::string("'").append(where).append("' is not a directory (a symlink or a file) where the archive puts entries under it"), err);
       return make_error(kStage, "open directory " + where, err);
     }
-    cur = Fd(static_cast<int>(fd));
+    cur = UniqueFd(static_cast<int>(fd));
     i = j + 1;
   }
   return cur;
@@ -247,23 +219,23 @@ std::uint32_t normalise_mode(bool is_dir, std::uint32_t mode) {
 }
 
 Result<ImportStats> populate_from_dir(const std::string& src, const std::string& staging, const ImportProgress& progress) {
-  Fd s(::open(src.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (s.fd < 0) return sys_error(kStage, "open directory " + src);
-  Fd d(::open(staging.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-  if (d.fd < 0) return sys_error(kStage, "open staging directory " + staging);
+  UniqueFd s(::open(src.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (s.get() < 0) return sys_error(kStage, "open directory " + src);
+  UniqueFd d(::open(staging.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (d.get() < 0) return sys_error(kStage, "open staging directory " + staging);
   struct stat st;
-  if (::fstat(s.fd, &st) != 0) return sys_error(kStage, "stat " + src);
-  ::fchmod(d.fd, normalise_mode(true, st.st_mode));
-  DirCopier c{progress, d.fd, {}, {}};
-  SBX_TRY(c.copy_dir(s.fd, d.fd, ""));
+  if (::fstat(s.get(), &st) != 0) return sys_error(kStage, "stat " + src);
+  ::fchmod(d.get(), normalise_mode(true, st.st_mode));
+  DirCopier c{progress, d.get(), {}, {}};
+  SBX_TRY(c.copy_dir(s.get(), d.get(), ""));
   return std::move(c.stats);
 }
 
 Result<ImportStats> populate_from_tar(const std::string& path, const std::string& staging, const ImportProgress& progress) {
   auto tarball = Tarball::open(path);
   if (!tarball) return tarball.error();
-  Fd root(::open(staging.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-  if (root.fd < 0) return sys_error(kStage, "open staging directory " + staging);
+  UniqueFd root(::open(staging.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (root.get() < 0) return sys_error(kStage, "open staging directory " + staging);
   ImportStats stats;
   TarReader reader(tarball->fd());
   std::vector<char> buf(1 << 20);
@@ -277,7 +249,7 @@ Result<ImportStats> populate_from_tar(const std::string& path, const std::string
     if (!*next) break;
     const TarEntry& e = **next;
     if (e.path.empty()) {  // the archive's "./" itself: its mode becomes the root's
-      if (e.type == TarEntry::Type::dir) ::fchmod(root.fd, normalise_mode(true, e.mode));
+      if (e.type == TarEntry::Type::dir) ::fchmod(root.get(), normalise_mode(true, e.mode));
       continue;
     }
     if (e.type == TarEntry::Type::other) {
@@ -286,12 +258,12 @@ Result<ImportStats> populate_from_tar(const std::string& path, const std::string
     }
     std::string dir, base;
     split(e.path, dir, base);
-    auto parent = open_dir_beneath(root.fd, dir, true);
+    auto parent = open_dir_beneath(root.get(), dir, true);
     if (!parent) {
       failed = make_error(kStage, "archive member " + e.path + ": " + parent.error().message, parent.error().err);
       break;
     }
-    int pfd = parent->fd;
+    int pfd = parent->get();
     bool dir_exists = false;
     if (auto st = clear_slot(pfd, base, e.type == TarEntry::Type::dir, dir_exists, e.path); !st) {
       failed = st.error();
@@ -311,16 +283,16 @@ Result<ImportStats> populate_from_tar(const std::string& path, const std::string
       case TarEntry::Type::hardlink: {
         std::string tdir, tbase;
         split(e.link, tdir, tbase);
-        auto tparent = open_dir_beneath(root.fd, tdir, false);
+        auto tparent = open_dir_beneath(root.get(), tdir, false);
         if (!tparent) st = make_error(kStage, "hard link " + e.path + " to " + e.link + ": " + tparent.error().message, tparent.error().err);
-        else if (::linkat(tparent->fd, tbase.c_str(), pfd, base.c_str(), 0) != 0)
+        else if (::linkat(tparent->get(), tbase.c_str(), pfd, base.c_str(), 0) != 0)
           st = sys_error(kStage, "hard link " + e.path + " to " + e.link);
         break;
       }
       case TarEntry::Type::file: {
         count_mode(stats, e.mode);
-        Fd out(::openat(pfd, base.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
-        if (out.fd < 0) {
+        UniqueFd out(::openat(pfd, base.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
+        if (out.get() < 0) {
           st = sys_error(kStage, "create " + e.path);
           break;
         }
@@ -331,15 +303,15 @@ Result<ImportStats> populate_from_tar(const std::string& path, const std::string
             break;
           }
           if (*n == 0) break;
-          if (auto w = write_all(out.fd, buf.data(), *n, e.path); !w) {
+          if (auto w = write_all(out.get(), std::string_view(buf.data(), *n), e.path); !w) {
             st = w;
             break;
           }
         }
         if (!st) break;
-        if (::fchmod(out.fd, normalise_mode(false, e.mode)) != 0) st = sys_error(kStage, "chmod " + e.path);
+        if (::fchmod(out.get(), normalise_mode(false, e.mode)) != 0) st = sys_error(kStage, "chmod " + e.path);
         struct timespec ts[2] = {{0, UTIME_OMIT}, {static_cast<time_t>(e.mtime), 0}};
-        if (st && ::futimens(out.fd, ts) != 0) st = sys_error(kStage, "set mtime of " + e.path);
+        if (st && ::futimens(out.get(), ts) != 0) st = sys_error(kStage, "set mtime of " + e.path);
         stats.bytes += e.size;
         break;
       }

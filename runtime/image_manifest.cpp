@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <memory>
 
+#include "runtime/fsutil.hpp"
 #include "runtime/sha256.hpp"
 
 namespace sbx {
@@ -16,22 +17,8 @@ namespace {
 
 constexpr const char* kStage = "image";
 
-struct Fd {
-  int fd = -1;
-  explicit Fd(int f) : fd(f) {}
-  Fd(const Fd&) = delete;
-  ~Fd() { if (fd >= 0) ::close(fd); }
-};
-
 std::string join(const std::string& dir, const std::string& name) { return dir.empty() ? name : dir + "/" + name; }
 
-const char* special_kind(mode_t m) {
-  if (S_ISFIFO(m)) return "fifo";
-  if (S_ISCHR(m)) return "char device";
-  if (S_ISBLK(m)) return "block device";
-  if (S_ISSOCK(m)) return "socket";
-  return "unknown type";
-}
 
 struct Walker {
   const ScanOptions& opts;
@@ -70,9 +57,9 @@ struct Walker {
     if (S_ISDIR(st.st_mode)) {
       e.type = TreeEntry::Type::dir;
       scan.entries.push_back(e);
-      Fd sub(::openat(dirfd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-      if (sub.fd < 0) return sys_error(kStage, "open directory " + path);
-      return walk(sub.fd, path);
+      UniqueFd sub(::openat(dirfd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+      if (sub.get() < 0) return sys_error(kStage, "open directory " + path);
+      return walk(sub.get(), path);
     }
     if (S_ISLNK(st.st_mode)) {
       e.type = TreeEntry::Type::symlink;
@@ -86,19 +73,19 @@ struct Walker {
       return {};
     }
     if (!S_ISREG(st.st_mode)) {
-      scan.skipped.push_back({path, special_kind(st.st_mode)});
+      scan.skipped.push_back({path, file_kind(st.st_mode)});
       return {};
     }
     e.type = TreeEntry::Type::file;
     e.size = st.st_size;
     if (opts.hash) {
       // O_NONBLOCK: should the entry have become a FIFO since fstatat, open must not hang.
-      Fd f(::openat(dirfd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY));
-      if (f.fd < 0) return sys_error(kStage, "open " + path);
+      UniqueFd f(::openat(dirfd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY));
+      if (f.get() < 0) return sys_error(kStage, "open " + path);
       struct stat fst;
-      if (::fstat(f.fd, &fst) != 0 || !S_ISREG(fst.st_mode)) return make_error(kStage, path + " changed during the scan");
+      if (::fstat(f.get(), &fst) != 0 || !S_ISREG(fst.st_mode)) return make_error(kStage, path + " changed during the scan");
       std::int64_t bytes = 0;
-      auto h = sha256_fd(f.fd, &bytes);
+      auto h = sha256_fd(f.get(), &bytes);
       if (!h) return make_error(kStage, "read " + path, h.error().err);
       e.size = bytes;
       e.content = std::move(*h);
@@ -167,10 +154,10 @@ Result<std::string> sha256_fd(int fd, std::int64_t* bytes_out) {
 }
 
 Result<TreeScan> scan_tree(const std::string& root, const ScanOptions& opts) {
-  Fd fd(::open(root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (fd.fd < 0) return sys_error(kStage, "open directory " + root);
+  UniqueFd fd(::open(root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (fd.get() < 0) return sys_error(kStage, "open directory " + root);
   Walker w{opts, {}, 0};
-  SBX_TRY(w.walk(fd.fd, ""));
+  SBX_TRY(w.walk(fd.get(), ""));
   // Byte-wise order of the full path (std::string compares as unsigned char via char_traits).
   std::sort(w.scan.entries.begin(), w.scan.entries.end(),
             [](const TreeEntry& a, const TreeEntry& b) { return a.path < b.path; });

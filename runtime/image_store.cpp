@@ -103,15 +103,12 @@ Result<std::string> canonical_image_name(const std::string& text) {
   return name + ":" + tag;
 }
 
-Result<int> ImageStore::lock() const {
+Result<UniqueFd> ImageStore::lock() const {
   SBX_TRY(ensure_dir(root_, 0755));
-  int fd = ::open((root_ + "/.lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (fd < 0) return sys_error(kStage, "cannot open " + root_ + "/.lock");
-  if (::flock(fd, LOCK_EX) != 0) {
-    ::close(fd);
-    return sys_error(kStage, "cannot lock the image store");
-  }
-  return fd;
+  UniqueFd fd(::open((root_ + "/.lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
+  if (!fd.ok()) return sys_error(kStage, "cannot open " + root_ + "/.lock");
+  if (::flock(fd.get(), LOCK_EX) != 0) return sys_error(kStage, "cannot lock the image store");
+  return fd;  // the lock is held until the fd is closed
 }
 
 Result<ImageRecord> ImageStore::load(const std::string& hex) const {
@@ -162,10 +159,6 @@ Result<ImageRecord> ImageStore::import(const std::string& source, const std::str
 
   auto lk = lock();
   if (!lk) return lk.error();
-  struct Unlock {
-    int fd;
-    ~Unlock() { ::close(fd); }
-  } unlock{*lk};
   std::string dir = root_ + "/sha256/" + hex;
   if (::access((dir + "/image.json").c_str(), F_OK) != 0) {
     (void)remove_tree(dir);  // a leftover of an interrupted import of the same content
@@ -230,10 +223,6 @@ Result<std::vector<std::string>> ImageStore::remove(const std::string& ref) {
   if (!image) return image.error();
   auto lk = lock();
   if (!lk) return lk.error();
-  struct Unlock {
-    int fd;
-    ~Unlock() { ::close(fd); }
-  } unlock{*lk};
   std::vector<std::string> removed;
   std::vector<std::string> drop = image->names;
   if (!ref.starts_with("sha256:")) drop = {*canonical_image_name(ref)};

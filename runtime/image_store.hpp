@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/error.hpp"
+#include "runtime/fsutil.hpp"
 #include "runtime/image_import.hpp"
 
 namespace sbx {
@@ -58,7 +59,7 @@ class ImageStore {
   Result<VerifyReport> verify(const ImageRecord& image, bool full) const;
 
  private:
-  Result<int> lock() const;
+  Result<UniqueFd> lock() const;  // exclusive flock on <images>/.lock
   Result<ImageRecord> load(const std::string& hex) const;
   std::string root_;
 };
