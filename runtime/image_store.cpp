@@ -4,7 +4,10 @@
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <signal.h>
 #include <unistd.h>
+
+#include <cstdlib>
 
 #include <algorithm>
 #include <map>
@@ -89,6 +92,25 @@ std::vector<std::string> manifest_differences(const std::string& want, const std
   return out;
 }
 
+// A killed import leaves its staging directory behind; it carries the importer's pid
+// ("import-<pid>-XXXXXX", "rm-<hex>" for removals): remove those whose process is gone. A pid
+// reused by an unrelated process only delays the cleanup to a later import.
+void remove_abandoned_staging(const std::string& tmp) {
+  auto names = list_dir(tmp);
+  if (!names) return;
+  for (auto& n : *names) {
+    if (n.starts_with("rm-")) {
+      (void)remove_tree(tmp + "/" + n);  // the caller holds the store lock: no removal is running
+      continue;
+    }
+    if (!n.starts_with("import-")) continue;
+    auto dash = n.find('-', 7);
+    if (dash == std::string::npos) continue;
+    pid_t pid = static_cast<pid_t>(std::atoi(n.substr(7, dash - 7).c_str()));
+    if (pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH) (void)remove_tree(tmp + "/" + n);
+  }
+}
+
 }  // namespace
 
 Result<std::string> canonical_image_name(const std::string& text) {
@@ -139,7 +161,7 @@ Result<ImageRecord> ImageStore::import(const std::string& source, const std::str
   // The store must be traversable by the sandbox's root, which as host root is an unprivileged
   // mapped uid: 0755 directories on the way (the tree itself holds nothing secret).
   for (auto* sub : {"/tmp", "/sha256", "/names"}) SBX_TRY(ensure_dir(root_ + sub, 0755));
-  std::string tmpl = root_ + "/tmp/import-XXXXXX";
+  std::string tmpl = root_ + "/tmp/import-" + std::to_string(::getpid()) + "-XXXXXX";
   if (!::mkdtemp(tmpl.data())) return sys_error(kStage, "cannot create a staging directory in " + root_ + "/tmp");
   std::string staging = tmpl;
   struct Cleanup {
@@ -159,6 +181,7 @@ Result<ImageRecord> ImageStore::import(const std::string& source, const std::str
 
   auto lk = lock();
   if (!lk) return lk.error();
+  remove_abandoned_staging(root_ + "/tmp");  // under the lock: no removal is half-way
   std::string dir = root_ + "/sha256/" + hex;
   if (::access((dir + "/image.json").c_str(), F_OK) != 0) {
     (void)remove_tree(dir);  // a leftover of an interrupted import of the same content

@@ -194,3 +194,16 @@ TEST_CASE("display_name keeps valid UTF-8 and escapes the rest") {
   CHECK_FALSE(sbx::safe_name("\xc0\xaf"));  // overlong '/'
   CHECK_FALSE(sbx::safe_name("a\tb"));
 }
+
+TEST_CASE("an import cleans up staging directories that killed imports and removals left") {
+  TempDir src, store_dir;
+  make_tree(src.path);
+  std::string tmp = store_dir.path + "/images/tmp";
+  std::system(("mkdir -p '" + tmp + "/import-999999999-abcdef/rootfs' '" + tmp + "/rm-0123/x' '" + tmp + "/import-" +
+               std::to_string(::getpid()) + "-live'").c_str());
+  sbx::ImageStore store(store_dir.path + "/images");
+  REQUIRE(store.import(src.path, "tiny", {}));
+  CHECK(::access((tmp + "/import-999999999-abcdef").c_str(), F_OK) != 0);  // no such process
+  CHECK(::access((tmp + "/rm-0123").c_str(), F_OK) != 0);
+  CHECK(::access((tmp + "/import-" + std::to_string(::getpid()) + "-live").c_str(), F_OK) == 0);  // alive: kept
+}
