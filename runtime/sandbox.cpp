@@ -430,6 +430,7 @@ RunReport run_sandbox(const RunRequest& req) {
       ::close(image_fd);
       image_fd = -1;
       if (!seal || seal->digest != seal_want) {
+        parts.image["seal"] = seal ? "mismatch" : "error";
         ::kill(child->pid, SIGKILL);
         int ws;
         ::waitpid(child->pid, &ws, 0);

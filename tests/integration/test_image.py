@@ -134,6 +134,7 @@ class ImageStore(SbxTestCase):
         self.assertExit(r, 125)
         self.assertIn("was modified in the store", r.err)
         self.assertEqual(self.need_trace(r)["result"]["status"], "setup_error")
+        self.assertEqual(self.need_trace(r)["image"]["seal"], "mismatch")
         r = sbx(["image", "verify", "tamper", "--full"])
         self.assertExit(r, 1)
         self.assertIn("changed: etc/passwd", r.out)
