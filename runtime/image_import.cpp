@@ -244,6 +244,9 @@ Result<ImportStats> populate_from_tar(const std::string& path, const std::string
     auto next = reader.next();
     if (!next) {
       failed = next.error();
+      // Nothing parsed at all: most likely not a tarball (a stray file given by mistake).
+      if (reader.offset() <= 512 && stats.entries == 0)
+        failed = make_error("usage", path + " is neither a directory nor a tar archive (" + next.error().message + ")");
       break;
     }
     if (!*next) break;

@@ -105,6 +105,7 @@ class ImageStore(SbxTestCase):
     def test_bad_references_and_sources(self):
         for args in (["image", "import", self.path("missing"), "--name", "x"],
                      ["image", "import", "/etc", "--name", "Bad/Name"],
+                     ["image", "import", "/etc/hostname", "--name", "not-a-tarball"],
                      ["image", "inspect", "no-such-image"],
                      ["image", "rm", "sha256:zz"],
                      ["run", "--image", "no-such-image", "--", "/bin/true"]):
