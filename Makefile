@@ -16,7 +16,7 @@ DEB_PACKAGES = g++ cmake make pkg-config ccache \
   libvalijson-dev json-schema-test-suite \
   python3 python3-jsonschema procps iproute2 util-linux passwd man-db groff-base curl \
   bubblewrap hyperfine zsh fish \
-  qemu-system-x86 busybox-static cpio
+  qemu-system-x86 busybox-static cpio xz-utils zstd bzip2
 
 export CCACHE_NOHASHDIR := 1
 
