@@ -55,11 +55,15 @@ void add_image_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& ou
       const std::int64_t start = now_ms();
       std::int64_t last = start;
       bool tty = ::isatty(STDERR_FILENO) == 1;
-      ImportProgress progress = [&](const ImportStats& s) {
-        if (quiet || now_ms() - last < 1000) return;
-        last = now_ms();
-        std::fprintf(stderr, "%simporting %s: %lld entries, %s%s", tty ? "\r" : "", source.c_str(),
-                     static_cast<long long>(s.entries), human_bytes(s.bytes).c_str(), tty ? "" : "\n");
+      // At most one line a second, and only once the import has taken a second: small trees
+      // import silently. On a terminal the line is rewritten in place.
+      ImportProgress progress = [&](const char* phase, std::int64_t entries, std::int64_t bytes) {
+        if (quiet) return;
+        std::int64_t now = now_ms();
+        if (now - last < 1000) return;
+        last = now;
+        std::fprintf(stderr, "%simporting %s: %s, %lld entries, %s%s", tty ? "\r\033[K" : "", source.c_str(), phase,
+                     static_cast<long long>(entries), human_bytes(bytes).c_str(), tty ? "" : "\n");
       };
       auto r = store.import(source, name, progress);
       if (tty && now_ms() - start > 1000 && !quiet) std::fprintf(stderr, "\n");

@@ -27,13 +27,17 @@ void count_mode(ImportStats& s, std::uint32_t mode) {
   if (mode & 0022) ++s.write_bits_cleared;
 }
 
-// Kernel-side copy where the file systems allow it, plain read/write otherwise.
-Status copy_data(int in, int out, const std::string& what) {
+// Kernel-side copy where the file systems allow it, plain read/write otherwise; `copied` is
+// told every chunk (64 MiB at most), so a large file shows progress too.
+Status copy_data(int in, int out, const std::string& what, const std::function<void(std::int64_t)>& copied) {
   bool kernel_copy = true;
   for (;;) {
     if (kernel_copy) {
-      ssize_t n = ::copy_file_range(in, nullptr, out, nullptr, 1 << 30, 0);
-      if (n > 0) continue;
+      ssize_t n = ::copy_file_range(in, nullptr, out, nullptr, 64 << 20, 0);
+      if (n > 0) {
+        copied(n);
+        continue;
+      }
       if (n == 0) return {};
       if (errno == EINTR) continue;
       if (errno != EXDEV && errno != EINVAL && errno != ENOSYS && errno != EOPNOTSUPP)
@@ -48,6 +52,7 @@ Status copy_data(int in, int out, const std::string& what) {
     }
     if (n == 0) return {};
     SBX_TRY(write_all(out, std::string_view(buf, static_cast<std::size_t>(n)), what));
+    copied(n);
   }
 }
 
@@ -66,7 +71,8 @@ struct DirCopier {
   std::map<std::pair<dev_t, ino_t>, std::string> linked;  // multiply-linked inodes already copied
 
   void tick() {
-    if (++stats.entries % 4096 == 0 && progress) progress(stats);
+    ++stats.entries;
+    if (progress) progress("copying", stats.entries, stats.bytes);
   }
 
   Status copy_dir(int src, int dst, const std::string& rel) {
@@ -131,11 +137,13 @@ struct DirCopier {
     if (in.get() < 0) return sys_error(kStage, "open " + path);
     UniqueFd out(::openat(dst, name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
     if (out.get() < 0) return sys_error(kStage, "create " + path + " in the store");
-    SBX_TRY(copy_data(in.get(), out.get(), path));
+    SBX_TRY(copy_data(in.get(), out.get(), path, [&](std::int64_t n) {
+      stats.bytes += n;
+      if (progress) progress("copying", stats.entries, stats.bytes);
+    }));
     if (::fchmod(out.get(), normalise_mode(false, st.st_mode)) != 0) return sys_error(kStage, "chmod " + path);
     struct timespec ts[2] = {{0, UTIME_OMIT}, st.st_mtim};
     if (::futimens(out.get(), ts) != 0) return sys_error(kStage, "set mtime of " + path);
-    stats.bytes += st.st_size;
     tick();
     return {};
   }
@@ -310,12 +318,13 @@ Result<ImportStats> populate_from_tar(const std::string& path, const std::string
             st = w;
             break;
           }
+          stats.bytes += static_cast<std::int64_t>(*n);
+          if (progress) progress("extracting", stats.entries, stats.bytes);
         }
         if (!st) break;
         if (::fchmod(out.get(), normalise_mode(false, e.mode)) != 0) st = sys_error(kStage, "chmod " + e.path);
         struct timespec ts[2] = {{0, UTIME_OMIT}, {static_cast<time_t>(e.mtime), 0}};
         if (st && ::futimens(out.get(), ts) != 0) st = sys_error(kStage, "set mtime of " + e.path);
-        stats.bytes += e.size;
         break;
       }
       case TarEntry::Type::other:
@@ -325,7 +334,8 @@ Result<ImportStats> populate_from_tar(const std::string& path, const std::string
       failed = st;
       break;
     }
-    if (++stats.entries % 4096 == 0 && progress) progress(stats);
+    ++stats.entries;
+    if (progress) progress("extracting", stats.entries, stats.bytes);
   }
   // A decompressor that failed first explains a "truncated archive" better than the reader can.
   auto finished = tarball->finish();

@@ -28,7 +28,9 @@ struct ImportStats {
   std::vector<SkippedEntry> dropped;      // device nodes, FIFOs, sockets
 };
 
-using ImportProgress = std::function<void(const ImportStats&)>;
+// Called often (after every entry and every chunk of a large file) with the phase ("copying",
+// "extracting", "hashing") and the totals so far; the caller throttles what it prints.
+using ImportProgress = std::function<void(const char* phase, std::int64_t entries, std::int64_t bytes)>;
 
 std::uint32_t normalise_mode(bool is_dir, std::uint32_t mode);
 

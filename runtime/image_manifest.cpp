@@ -23,7 +23,7 @@ std::string join(const std::string& dir, const std::string& name) { return dir.e
 struct Walker {
   const ScanOptions& opts;
   TreeScan scan;
-  std::size_t last_progress = 0;
+  std::int64_t bytes_seen = 0;  // files hashed so far, and the part of the current one
 
   Status walk(int dirfd, const std::string& rel) {
     // fdopendir takes ownership of a duplicate, so the caller's fd stays usable.
@@ -85,17 +85,17 @@ struct Walker {
       struct stat fst;
       if (::fstat(f.get(), &fst) != 0 || !S_ISREG(fst.st_mode)) return make_error(kStage, path + " changed during the scan");
       std::int64_t bytes = 0;
-      auto h = sha256_fd(f.get(), &bytes);
+      auto h = sha256_fd(f.get(), &bytes, [&](std::int64_t n) {
+        bytes_seen += n;
+        if (opts.progress) opts.progress(static_cast<std::int64_t>(scan.entries.size()), bytes_seen);
+      });
       if (!h) return make_error(kStage, "read " + path, h.error().err);
       e.size = bytes;
       e.content = std::move(*h);
     }
     scan.bytes += e.size;
     scan.entries.push_back(std::move(e));
-    if (opts.progress && scan.entries.size() - last_progress >= 4096) {
-      last_progress = scan.entries.size();
-      opts.progress(scan);
-    }
+    if (opts.progress) opts.progress(static_cast<std::int64_t>(scan.entries.size()), bytes_seen);
     return {};
   }
 };
@@ -133,7 +133,7 @@ std::string manifest_text(const std::vector<TreeEntry>& entries) {
   return text;
 }
 
-Result<std::string> sha256_fd(int fd, std::int64_t* bytes_out) {
+Result<std::string> sha256_fd(int fd, std::int64_t* bytes_out, const std::function<void(std::int64_t)>& on_chunk) {
   ::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
   constexpr std::size_t kBuf = 1 << 20;
   std::unique_ptr<char[]> buf(new char[kBuf]);
@@ -148,6 +148,7 @@ Result<std::string> sha256_fd(int fd, std::int64_t* bytes_out) {
     if (n == 0) break;
     h.update(buf.get(), static_cast<std::size_t>(n));
     total += n;
+    if (on_chunk) on_chunk(n);
   }
   if (bytes_out) *bytes_out = total;
   return h.final_hex();

@@ -46,7 +46,8 @@ struct TreeScan {
 
 struct ScanOptions {
   bool hash = true;                         // compute file content sha256
-  std::function<void(const TreeScan&)> progress;  // called now and then on large trees
+  // Called after every entry and every chunk of a large file: (entries, bytes) so far.
+  std::function<void(std::int64_t entries, std::int64_t bytes)> progress;
 };
 
 std::string manifest_escape(std::string_view s);
@@ -59,7 +60,9 @@ std::string manifest_text(const std::vector<TreeEntry>& entries);
 // redirect it outside. FIFOs, sockets and device nodes are listed in `skipped`, not entered.
 Result<TreeScan> scan_tree(const std::string& root, const ScanOptions& opts = {});
 
-// Streams an open file through sha256 (large reads; posix_fadvise sequential).
-Result<std::string> sha256_fd(int fd, std::int64_t* bytes_out = nullptr);
+// Streams an open file through sha256 (large reads; posix_fadvise sequential); `on_chunk`, when
+// given, is told the size of every chunk read.
+Result<std::string> sha256_fd(int fd, std::int64_t* bytes_out = nullptr,
+                              const std::function<void(std::int64_t)>& on_chunk = {});
 
 }  // namespace sbx

@@ -174,7 +174,9 @@ Result<ImageRecord> ImageStore::import(const std::string& source, const std::str
 
   auto stats = S_ISDIR(st.st_mode) ? populate_from_dir(source, rootfs, progress) : populate_from_tar(source, rootfs, progress);
   if (!stats) return stats.error();
-  auto scan = scan_tree(rootfs);
+  ScanOptions hashing;
+  if (progress) hashing.progress = [&](std::int64_t entries, std::int64_t bytes) { progress("hashing", entries, bytes); };
+  auto scan = scan_tree(rootfs, hashing);
   if (!scan) return scan.error();
   std::string manifest = manifest_text(scan->entries);
   std::string hex = sha256_hex(manifest);
