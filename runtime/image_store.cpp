@@ -266,15 +266,17 @@ Result<std::vector<std::string>> ImageStore::remove(const std::string& ref) {
   return removed;
 }
 
+Status seal_matches(const ImageRecord& image, const Seal& taken, const std::string& ref) {
+  if (taken.digest == image.meta.value("/seal/digest"_json_pointer, std::string())) return {};
+  return make_error(kStage, "image " + image.digest + (ref.empty() ? "" : " (" + ref + ")") + " was modified in the store (" +
+                                image.rootfs + "): its seal no longer matches; see 'sbx image verify --full " +
+                                image.digest.substr(0, 19) + "', then re-import it");
+}
+
 Status ImageStore::check_seal(const ImageRecord& image) const {
-  std::string want = image.meta.value("/seal/digest"_json_pointer, std::string());
   auto seal = compute_seal(image.rootfs);
   if (!seal) return seal.error();
-  if (seal->digest != want)
-    return make_error(kStage, "image " + image.digest + " was modified in the store (" + image.rootfs +
-                                  "): its seal no longer matches; run 'sbx image verify --full " + image.digest.substr(0, 19) +
-                                  "' to see what changed, then re-import it");
-  return {};
+  return seal_matches(image, *seal, "");
 }
 
 Result<VerifyReport> ImageStore::verify(const ImageRecord& image, bool full) const {

@@ -19,6 +19,7 @@
 #include "runtime/error.hpp"
 #include "runtime/fsutil.hpp"
 #include "runtime/image_import.hpp"
+#include "runtime/image_seal.hpp"
 
 namespace sbx {
 
@@ -39,6 +40,11 @@ struct VerifyReport {
   bool ok() const { return seal_ok && (!full || content_ok); }
 };
 
+// Compares a freshly taken seal with the one stored at import: the check before every run
+// (sandbox.cpp takes the seal through its own fd, beside init's setup). The error names the
+// image, `ref` (how the run named it, "" for none) and how to see what changed.
+Status seal_matches(const ImageRecord& image, const Seal& taken, const std::string& ref);
+
 // "name[:tag]" → "name:tag", or an error saying which rule the text breaks.
 Result<std::string> canonical_image_name(const std::string& text);
 
@@ -54,7 +60,7 @@ class ImageStore {
   // Removes a name (and the image when no name is left), or an image and all its names when
   // `ref` is a digest. Returns one line per thing removed.
   Result<std::vector<std::string>> remove(const std::string& ref);
-  // Re-takes the seal (cheap) and compares it with the stored one: the check before every run.
+  // Re-takes the seal (one stat per entry, no reads) and compares it with the stored one.
   Status check_seal(const ImageRecord& image) const;
   Result<VerifyReport> verify(const ImageRecord& image, bool full) const;
 

@@ -54,6 +54,15 @@ struct Pipe {
     w = fds[1];
     return {};
   }
+  // The same pair of ends as a SOCK_SEQPACKET socketpair, for fd handoffs (fdpass.hpp): r stays
+  // with the supervisor, w goes to the child.
+  Status open_socketpair(const char* stage, const std::string& what) {
+    int fds[2];
+    if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, fds) != 0) return sys_error(stage, "socketpair for " + what);
+    r = fds[0];
+    w = fds[1];
+    return {};
+  }
   void close_r() { if (r >= 0) ::close(r), r = -1; }
   void close_w() { if (w >= 0) ::close(w), w = -1; }
   ~Pipe() { close_r(); close_w(); }
@@ -222,7 +231,7 @@ RunReport run_sandbox(const RunRequest& req) {
   parts.image = {{"name", spec.image}, {"digest", nullptr}, {"mounts", json::array()}};
   json inputs = req.inputs;
   int image_fd = -1;  // the stored tree, checked against its seal, handed to init
-  std::string seal_want, seal_refusal;
+  std::optional<ImageRecord> image;  // the image the run is on (not "host")
   Pipe out_pair;      // init sends the O_PATH fd of /out on it (artifact_export.hpp)
   int out_dir_fd = -1;
   std::optional<ExportResult> exported;
@@ -284,14 +293,11 @@ RunReport run_sandbox(const RunRequest& req) {
       // The tree is opened once here; its seal is taken through this fd while init builds the
       // sandbox (below, after "go"), and init checks that the tree it mounts is this one.
       ImageStore store(req.dirs.images);
-      auto image = store.resolve(spec.image);
-      if (!image) return fail_setup(image.error());
+      auto resolved = store.resolve(spec.image);
+      if (!resolved) return fail_setup(resolved.error());
+      image.emplace(std::move(*resolved));
       image_fd = ::open(image->rootfs.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
       if (image_fd < 0) return fail_setup(sys_error("image", "open " + image->rootfs));
-      seal_want = image->meta.value("/seal/digest"_json_pointer, std::string());
-      seal_refusal = "image " + image->digest + " (" + spec.image + ") was modified in the store (" + image->rootfs +
-                     "): its seal no longer matches; see 'sbx image verify --full " + image->digest.substr(0, 19) +
-                     "', then re-import it";
       parts.image = {{"name", spec.image}, {"digest", image->digest}, {"names", image->names},
                      {"entries", image->meta.value("entries", 0LL)}, {"seal", "checked"},
                      {"root", {{"type", "overlay"}, {"lower", image->rootfs}, {"upper", "tmpfs"},
@@ -327,14 +333,8 @@ RunReport run_sandbox(const RunRequest& req) {
     cfg.mounts.secret_files = req.secret_files;
     cfg.mounts.owner_uid = identity->uid;
     cfg.mounts.owner_gid = identity->gid;
-    {
-      int sv[2];
-      if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0)
-        return fail_setup(sys_error("prepare", "socketpair for /out"));
-      out_pair.r = sv[0];
-      out_pair.w = sv[1];
-      cfg.out_sock = out_pair.w;
-    }
+    if (auto st = out_pair.open_socketpair("prepare", "/out"); !st) return fail_setup(st.error());
+    cfg.out_sock = out_pair.w;
     cfg.hostname = spec.hostname;
     cfg.argv = spec.argv;
     cfg.envp = build_environment(spec, environ, ::isatty(STDOUT_FILENO) == 1);
@@ -350,11 +350,7 @@ RunReport run_sandbox(const RunRequest& req) {
     cfg.err_fd = err.w;
     Pipe handoff;  // a socketpair: r stays with the supervisor, w is the program child's end
     if (seccomp->enabled) {
-      int sv[2];
-      if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0)
-        return fail_setup(sys_error("seccomp", "socketpair for the listener handoff"));
-      handoff.r = sv[0];
-      handoff.w = sv[1];
+      if (auto st = handoff.open_socketpair("seccomp", "the listener handoff"); !st) return fail_setup(st.error());
       cfg.seccomp_sock = handoff.w;
       cfg.seccomp_filter = notify_program(seccomp->reference, handoff.w, handoff_syscall_ip());
     }
@@ -366,11 +362,7 @@ RunReport run_sandbox(const RunRequest& req) {
     if (spec.network.mode == "proxy") {
       auto rules = parse_allow_rules(spec.network.allow);
       if (!rules) return fail_setup(rules.error());
-      int sv[2];
-      if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0)
-        return fail_setup(sys_error("network", "socketpair for the egress proxy"));
-      proxy_pair.r = sv[0];
-      proxy_pair.w = sv[1];
+      if (auto st = proxy_pair.open_socketpair("network", "the egress proxy"); !st) return fail_setup(st.error());
       cfg.proxy_sock = proxy_pair.w;
       cfg.proxy_port = kProxyPort;
       ProxyConfig pc;
@@ -429,7 +421,8 @@ RunReport run_sandbox(const RunRequest& req) {
       auto seal = compute_seal_fd(image_fd);
       ::close(image_fd);
       image_fd = -1;
-      if (!seal || seal->digest != seal_want) {
+      Status sealed = seal ? seal_matches(*image, *seal, spec.image) : Status(seal.error());
+      if (!sealed) {
         parts.image["seal"] = seal ? "mismatch" : "error";
         ::kill(child->pid, SIGKILL);
         int ws;
@@ -437,7 +430,7 @@ RunReport run_sandbox(const RunRequest& req) {
         ::close(child->pidfd);
         ::close(sigfd);
         ::sigprocmask(SIG_SETMASK, &old, nullptr);
-        return fail_setup(seal ? make_error("image", seal_refusal) : seal.error());
+        return fail_setup(sealed.error());
       }
       spdlog::debug("image seal: {} entries checked in {} us, beside the sandbox's setup", seal->entries, mono_us() - t0);
     }
