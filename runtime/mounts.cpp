@@ -3,14 +3,18 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <sys/mount.h>
+#include <sys/sendfile.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 
 #include <nlohmann/json.hpp>
+
+#include "runtime/fsutil.hpp"
 
 namespace sbx {
 namespace {
@@ -108,20 +112,28 @@ Status write_file(const std::string& path, const std::string& content, mode_t mo
   return {};
 }
 
-// Copies a small host file (read through /oldroot) into the new root.
+// Copies a small host file (read through /oldroot) into the new root. sendfile copies page cache
+// to page cache inside the kernel: a user-space buffer would be fresh memory of init's, and each
+// of its pages costs a page fault (~14 us on a nested VM; ld.so.cache alone is 13 pages).
 Status copy_in(const std::string& host_path) {
   std::string src = "/oldroot" + host_path;
-  int in = ::open(src.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-  if (in < 0) return sys_error("mounts", "open " + host_path);
-  std::string data;
-  char buf[65536];
-  ssize_t n;
-  while ((n = ::read(in, buf, sizeof buf)) > 0 && data.size() <= static_cast<std::size_t>(kEtcCopyMax))
-    data.append(buf, static_cast<std::size_t>(n));
-  int err = errno;
-  ::close(in);
-  if (n < 0) return make_error("mounts", "read " + host_path, err);
-  return write_file("/newroot" + host_path, data, 0644);
+  UniqueFd in(::open(src.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+  if (in.get() < 0) return sys_error("mounts", "open " + host_path);
+  struct stat st;
+  if (::fstat(in.get(), &st) != 0) return sys_error("mounts", "stat " + host_path);
+  std::string dst = "/newroot" + host_path;
+  UniqueFd out(::open(dst.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644));
+  if (out.get() < 0) return sys_error("mounts", "create " + dst);
+  // The plan only lists files up to kEtcCopyMax; one that grew since is copied up to that size.
+  off_t left = std::min<off_t>(st.st_size, kEtcCopyMax);
+  while (left > 0) {
+    ssize_t n = ::sendfile(out.get(), in.get(), nullptr, static_cast<std::size_t>(left));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return sys_error("mounts", "copy " + host_path);
+    if (n == 0) break;  // shrank meanwhile
+    left -= n;
+  }
+  return {};
 }
 
 Status symlink_at(const std::string& target, const std::string& path) {

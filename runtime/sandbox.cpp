@@ -213,13 +213,20 @@ RunReport run_sandbox(const RunRequest& req) {
   parts.run_id = make_run_id();
   parts.started_at = rfc3339_now();
   std::string cwd = current_dir();
-  parts.invocation = {{"argv", req.invocation_argv},
-                      {"cwd", cwd},
-                      {"profile", {{"name", req.profile.name}, {"origin", req.profile.origin}, {"sha256", sha256_hex(req.profile.text)}}},
-                      {"pack", req.pack},
-                      {"spec", spec_to_json(spec)}};
   CgroupInfo cg = detect_cgroup();
-  parts.host = host_json(cg);
+  // The parts of the record that describe the request, not its outcome, are built while init
+  // sets the sandbox up on the other core (after "go" below), off the critical path; a run that
+  // fails before that builds them at the end.
+  auto describe_request = [&, described = false]() mutable {
+    if (described) return;
+    described = true;
+    parts.invocation = {{"argv", req.invocation_argv},
+                        {"cwd", cwd},
+                        {"profile", {{"name", req.profile.name}, {"origin", req.profile.origin}, {"sha256", sha256_hex(req.profile.text)}}},
+                        {"pack", req.pack},
+                        {"spec", spec_to_json(spec)}};
+    parts.host = host_json(cg);
+  };
   json namespaces = json::array();
   for (auto* n : kNamespaceNames) namespaces.push_back(n);
   parts.enforcement = {{"namespaces", namespaces},
@@ -413,6 +420,7 @@ RunReport run_sandbox(const RunRequest& req) {
       return fail_setup(st.error());
     }
     if (::write(sync.w, "g", 1) != 1) spdlog::debug("sync write failed: {}", std::strerror(errno));
+    describe_request();
     // The image's seal is taken now, while init builds the sandbox on the other core: init waits
     // for the second byte before it starts the program, so nothing of the image runs unchecked.
     // The walk is one fstatat per entry: its cost grows with the image, the overlay's does not.
@@ -530,13 +538,15 @@ RunReport run_sandbox(const RunRequest& req) {
 
   // 5 record
   t_end = mono_us();
+  describe_request();
   parts.ended_at = rfc3339_now();
   parts.outcome = outcome;
   parts.sup = sup ? &*sup : nullptr;
   RunReport report;
   report.outcome = outcome;
   report.exit_status = exit_status_for(outcome);
-  report.trace = trace_record(parts);
+  const std::string run_id = parts.run_id;
+  report.trace = trace_record(std::move(parts));
   report.trace["inputs"] = inputs;
   json outputs = json::array();
   if (exported) {
@@ -557,7 +567,7 @@ RunReport run_sandbox(const RunRequest& req) {
   } else if (outcome.status == RunStatus::timeout) {
     spdlog::info("wall-time limit of {} reached: sandbox killed", format_duration_ms(*spec.limits.timeout_ms));
   }
-  if (auto st = store_trace(req.dirs, parts.run_id, text); !st)
+  if (auto st = store_trace(req.dirs, run_id, text); !st)
     spdlog::warn("could not store the trace record in {}: {}", req.dirs.traces, st.error().describe());
   if (!req.trace_file.empty()) {
     if (auto st = write_file_durable(req.trace_file, text); !st) {
@@ -565,7 +575,7 @@ RunReport run_sandbox(const RunRequest& req) {
       if (report.exit_status == 0) report.exit_status = 125;
     }
   }
-  spdlog::info("run {} ended: {} (trace in {}/{}.json)", parts.run_id, to_string(outcome.status), req.dirs.traces, parts.run_id);
+  spdlog::info("run {} ended: {} (trace in {}/{}.json)", run_id, to_string(outcome.status), req.dirs.traces, run_id);
   // 6 clean: nothing on the host to remove. The root, /tmp and /dev lived in tmpfs mounts of the
   // sandbox's own mount namespace, which died with its last process.
   if (t_go) {

@@ -45,7 +45,7 @@ std::string make_run_id() {
 
 std::string rfc3339_now() { return utc("%Y-%m-%dT%H:%M:%S", "%s.%03dZ"); }
 
-nlohmann::json trace_record(const TraceParts& p) {
+nlohmann::json trace_record(TraceParts&& p) {
   using nlohmann::json;
   json applied = json::object();
   json not_applied = json::array();
@@ -53,7 +53,7 @@ nlohmann::json trace_record(const TraceParts& p) {
     if (l.mechanism.empty()) not_applied.push_back({{"limit", l.limit}, {"value", l.value}, {"reason", l.reason}});
     else applied[l.limit] = {{"value", l.value}, {"mechanism", l.mechanism}, {"degraded", l.degraded}, {"note", l.reason}};
   }
-  json enforcement = p.enforcement;
+  json enforcement = std::move(p.enforcement);
   enforcement["limits_applied"] = applied;
   enforcement["limits_not_applied"] = not_applied;
 
@@ -82,17 +82,17 @@ nlohmann::json trace_record(const TraceParts& p) {
               {"started_at", p.started_at},
               {"ended_at", p.ended_at},
               {"sbx", {{"version", SBX_VERSION}}},
-              {"host", p.host},
-              {"invocation", p.invocation},
-              {"image", p.image},
-              {"enforcement", enforcement},
+              {"host", std::move(p.host)},
+              {"invocation", std::move(p.invocation)},
+              {"image", std::move(p.image)},
+              {"enforcement", std::move(enforcement)},
               {"inputs", json::array()},
               {"outputs", json::array()},
               {"stdout", stream_json(p.sup ? &p.sup->out : nullptr)},
               {"stderr", stream_json(p.sup ? &p.sup->err : nullptr)},
               {"result", result},
               {"usage", usage},
-              {"violations", p.violations}};
+              {"violations", std::move(p.violations)}};
 }
 
 }  // namespace sbx

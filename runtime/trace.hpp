@@ -40,6 +40,7 @@ struct TraceParts {
   nlohmann::json violations = nlohmann::json::array();
 };
 
-nlohmann::json trace_record(const TraceParts& parts);
+// Consumes the parts: the record is built from them by moves, not copies.
+nlohmann::json trace_record(TraceParts&& parts);
 
 }  // namespace sbx

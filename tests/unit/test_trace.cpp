@@ -23,7 +23,7 @@ TEST_CASE("trace record: members of sbx.trace/v1, limits split into applied and 
   p.limits = {{"timeout_ms", 1000, "supervisor timerfd", ""}, {"memory_bytes", 1024, "", "no controller"}};
   p.outcome.status = RunStatus::timeout;
   p.outcome.signal = SIGKILL;
-  auto j = trace_record(p);
+  auto j = trace_record(std::move(p));
   for (const char* k : {"schema", "run_id", "started_at", "ended_at", "sbx", "host", "invocation", "image",
                         "enforcement", "inputs", "outputs", "stdout", "stderr", "result", "usage", "violations"})
     CHECK_MESSAGE(j.contains(k), k);
