@@ -5,8 +5,8 @@
 //
 // Two processes live inside: sbx's init (pid 1 of the new pid namespace) builds the sandbox, then
 // forks the program (pid 2). Init reaps orphans, forwards signals from the supervisor, and when
-// the program exits it reports the program's wait status and exits itself — at which point the
-// kernel kills everything else left in the pid namespace.
+// the program exits it kills and reaps everything else in the pid namespace, then reports the
+// program's wait status and usage — so the report means "the sandbox is empty" — and exits.
 #include <linux/filter.h>
 #include <sys/resource.h>
 
@@ -25,7 +25,10 @@ struct ChildMsg {
   std::int32_t err = 0;          // errno for kSetupError
   std::int32_t wait_status = 0;  // for kProgramStatus
   char stage[32] = {};
-  char message[440] = {};        // fits one atomic pipe write (PIPE_BUF) with the rest
+  union {
+    char message[440] = {};      // kSetupError; fits one atomic pipe write (PIPE_BUF) with the rest
+    struct rusage usage;         // kProgramStatus: the program's and its descendants' (RUSAGE_CHILDREN)
+  };
 };
 static_assert(sizeof(ChildMsg) <= 512, "ChildMsg must be written atomically");
 

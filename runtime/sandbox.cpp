@@ -253,6 +253,7 @@ RunReport run_sandbox(const RunRequest& req) {
   };
 
   std::optional<RunCgroup> cgroup;
+  pid_t exiting_init = -1;  // init reported an empty sandbox and is still exiting: reaped at the end
   auto identity = plan_identity(spec);
   if (identity) parts.enforcement["identity"] = identity_to_json(*identity);
   else parts.enforcement["identity"] = {{"mode", ::geteuid() == 0 ? "root" : "rootless"}, {"error", identity.error().message}};
@@ -470,6 +471,7 @@ RunReport run_sandbox(const RunRequest& req) {
     }
     if (proxy) in.proxy = &*proxy;
     sup = supervise(in);
+    if (sup->init_pending) exiting_init = child->pid;
     ::close(child->pidfd);
     ::close(sigfd);
     ::sigprocmask(SIG_SETMASK, &old, nullptr);
@@ -524,12 +526,6 @@ RunReport run_sandbox(const RunRequest& req) {
         outcome.status = RunStatus::oom;
     }
   }();
-  // 6 clean (cgroup part): kill anything left and remove the run cgroup.
-  if (cgroup) {
-    if (auto st = cgroup->kill(); !st) spdlog::warn("cgroup kill: {}", st.error().describe());
-    if (auto st = cgroup->remove(); !st) spdlog::warn("cgroup remove: {}", st.error().describe());
-  }
-
   // 4 collect (typed IO): the caller reads and validates what the run produced.
   nlohmann::json extra = json::object();
   if (req.after_run) extra = req.after_run(outcome, out_dir_fd);
@@ -576,6 +572,13 @@ RunReport run_sandbox(const RunRequest& req) {
     }
   }
   spdlog::info("run {} ended: {} (trace in {}/{}.json)", run_id, to_string(outcome.status), req.dirs.traces, run_id);
+  // 6 clean: init's exit has run beside the recording; it is reaped now, so that nothing of the
+  // run outlives sbx. Then anything left in the run cgroup is killed and the cgroup removed.
+  if (exiting_init > 0) reap_init(exiting_init);
+  if (cgroup) {
+    if (auto st = cgroup->kill(); !st) spdlog::warn("cgroup kill: {}", st.error().describe());
+    if (auto st = cgroup->remove(); !st) spdlog::warn("cgroup remove: {}", st.error().describe());
+  }
   // 6 clean: nothing on the host to remove. The root, /tmp and /dev lived in tmpfs mounts of the
   // sandbox's own mount namespace, which died with its last process.
   if (t_go) {

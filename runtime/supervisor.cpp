@@ -157,7 +157,17 @@ SuperviseResult supervise(const SuperviseInput& in) {
       ssize_t k = ::read(msg_fd, &m, sizeof m);
       if (k == static_cast<ssize_t>(sizeof m)) {
         if (m.kind == ChildMsg::kSetupError && !r.setup_error) r.setup_error = m;
-        if (m.kind == ChildMsg::kProgramStatus) r.program_wait_status = m.wait_status;
+        if (m.kind == ChildMsg::kProgramStatus && !init_done) {
+          // Init has killed and reaped everything else: the sandbox is empty, init is exiting.
+          r.program_wait_status = m.wait_status;
+          r.usage = m.usage;
+          init_done = true;
+          init_done_at = now_ms();
+          r.init_pending = true;
+          r.wall_ms = init_done_at - start;
+          ::close(msg_fd);  // nothing follows; its EOF would only come once init's exit is done
+          msg_fd = -1;
+        }
       } else if (k == 0 || (k < 0 && errno != EAGAIN && errno != EINTR)) {
         ::close(msg_fd);
         msg_fd = -1;
@@ -217,6 +227,7 @@ SuperviseResult supervise(const SuperviseInput& in) {
       pid_t w = ::wait4(in.pid, &ws, WNOHANG, &ru);
       if (w == in.pid) {
         init_done = true;
+        r.init_pending = false;
         init_done_at = now_ms();
         r.init_wait_status = ws;
         r.usage = ru;
@@ -238,6 +249,13 @@ SuperviseResult supervise(const SuperviseInput& in) {
   r.out = out.finish();
   r.err = err.finish();
   return r;
+}
+
+int reap_init(pid_t pid) {
+  int ws = 0;
+  while (::waitpid(pid, &ws, 0) < 0 && errno == EINTR) {
+  }
+  return ws;
 }
 
 }  // namespace sbx

@@ -60,6 +60,9 @@ struct SuperviseResult {
   std::optional<ChildMsg> setup_error;
   std::optional<int> program_wait_status;
   int init_wait_status = 0;
+  // Init reported the program's status after emptying the sandbox, and is still exiting (its
+  // teardown overlaps the recording): the caller reaps it with reap_init() before it returns.
+  bool init_pending = false;
   struct rusage usage {};
   std::int64_t wall_ms = 0;
   StreamStats out, err;
@@ -67,7 +70,11 @@ struct SuperviseResult {
   std::optional<SeccompViolation> seccomp_kill;  // the call whose kill action ended the run
 };
 
-// Runs until init has exited and both streams are closed.
+// Runs until init has exited, or has reported that the sandbox is empty, and both streams are
+// closed.
 SuperviseResult supervise(const SuperviseInput& in);
+
+// Waits for init when supervise() left it exiting (init_pending); returns its wait status.
+int reap_init(pid_t pid);
 
 }  // namespace sbx
