@@ -421,7 +421,6 @@ RunReport run_sandbox(const RunRequest& req) {
       return fail_setup(st.error());
     }
     if (::write(sync.w, "g", 1) != 1) spdlog::debug("sync write failed: {}", std::strerror(errno));
-    describe_request();
     // The image's seal is taken now, while init builds the sandbox on the other core: init waits
     // for the second byte before it starts the program, so nothing of the image runs unchecked.
     // The walk is one fstatat per entry: its cost grows with the image, the overlay's does not.
@@ -444,6 +443,7 @@ RunReport run_sandbox(const RunRequest& req) {
       spdlog::debug("image seal: {} entries checked in {} us, beside the sandbox's setup", seal->entries, mono_us() - t0);
     }
     if (::write(sync.w, "s", 1) != 1) spdlog::debug("sync write failed: {}", std::strerror(errno));
+    describe_request();  // after "s": init must not wait for it
 
     // 3 supervise
     t_go = mono_us();
