@@ -21,6 +21,7 @@
 #include "runtime/caps.hpp"
 #include "runtime/fdpass.hpp"
 #include "runtime/net.hpp"
+#include "runtime/raw_syscall.hpp"
 
 // sendmsg(fd, msg, flags) through one known syscall instruction (see handoff_syscall_ip). The
 // SysV argument registers are the syscall's; rcx and r11, which `syscall` clobbers, are
@@ -47,9 +48,9 @@ std::uint64_t handoff_syscall_ip() { return reinterpret_cast<std::uintptr_t>(sbx
 namespace {
 
 void send_msg(int fd, const ChildMsg& m) {
-  ssize_t n;
-  do n = ::write(fd, &m, sizeof m);
-  while (n < 0 && errno == EINTR);
+  long n;
+  do n = raw::write(fd, &m, sizeof m);
+  while (n == -EINTR);
 }
 
 [[noreturn]] void fail(const ChildConfig& cfg, const Error& e) {
@@ -203,9 +204,10 @@ pid_t spawn_program(const ChildConfig& cfg) {
   if (stack == MAP_FAILED) return -1;
   pid_t pid = ::clone(program_entry, static_cast<char*>(stack) + kStack, CLONE_VM | CLONE_VFORK | SIGCHLD,
                       const_cast<ChildConfig*>(&cfg));
-  int err = errno;
-  ::munmap(stack, kStack);  // the child has exec'd or exited: its stack is free
-  errno = err;
+  // The child has exec'd or exited, and its stack is free. Raw calls from here: a child that
+  // failed to start has reported it, which wakes a supervisor that shares init's memory
+  // (clone.hpp). errno still holds clone's error when pid < 0 (no child, nobody woken).
+  raw::munmap(stack, kStack);
   return pid;
 }
 
@@ -218,38 +220,39 @@ pid_t spawn_program(const ChildConfig& cfg) {
 // a dying one forked in between.
 void reap_everything_else() {
   for (;;) {
-    ::kill(-1, SIGKILL);
+    raw::kill(-1, SIGKILL);
     int ws;
-    pid_t p = ::waitpid(-1, &ws, __WALL);
-    if (p > 0 || (p < 0 && errno == EINTR)) continue;
+    long p = raw::wait4(-1, &ws, __WALL, nullptr);
+    if (p > 0 || p == -EINTR) continue;
     return;  // ECHILD
   }
 }
 
 // Init's loop: reap everything, forward the supervisor's signals to the program, report the
-// program's status when it ends.
-[[noreturn]] void supervise_program(const ChildConfig& cfg, pid_t program) {
+// program's status when it ends. Raw system calls only: the supervisor may be running in the
+// same memory by now (raw_syscall.hpp).
+[[noreturn]] void supervise_program(int msg_fd, pid_t program) {
   sigset_t set;
   supervised_signals(&set);
   for (;;) {
     siginfo_t si;
-    int sig = ::sigwaitinfo(&set, &si);
+    long sig = raw::sigtimedwait(&set, &si);
     if (sig < 0) continue;
     if (sig != SIGCHLD) {
-      ::kill(program, sig);
+      raw::kill(program, static_cast<int>(sig));
       continue;
     }
     int ws;
-    pid_t p;
-    while ((p = ::waitpid(-1, &ws, WNOHANG)) > 0) {
+    long p;
+    while ((p = raw::wait4(-1, &ws, WNOHANG | __WALL, nullptr)) > 0) {
       if (p != program) continue;
       reap_everything_else();
       ChildMsg m;
       m.kind = ChildMsg::kProgramStatus;
       m.wait_status = ws;
-      ::getrusage(RUSAGE_CHILDREN, &m.usage);
-      send_msg(cfg.msg_fd, m);
-      ::_exit(0);
+      raw::getrusage(RUSAGE_CHILDREN, &m.usage);
+      send_msg(msg_fd, m);
+      raw::exit_group(0);
     }
   }
 }
@@ -261,14 +264,17 @@ void supervised_signals(sigset_t* set) {
   for (int s : {SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2}) sigaddset(set, s);
 }
 
+int init_entry(void* cfg) { run_init(*static_cast<const ChildConfig*>(cfg)); }
+
 void run_init(const ChildConfig& cfg) {
   // If sbx dies, so does the sandbox: init gets SIGKILL, and with pid 1 gone the kernel kills the
-  // rest of the pid namespace.
-  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  // rest of the pid namespace. Raw calls until "go": a supervisor sharing our memory is still
+  // running (writing the id maps).
+  raw::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  char go;
+  if (raw::read(cfg.sync_fd, &go, 1) != 1) raw::exit_group(125);  // supervisor gone before the maps were written
   close_all_except({0, 1, 2, cfg.sync_fd, cfg.msg_fd, cfg.out_fd, cfg.err_fd, cfg.seccomp_sock, cfg.proxy_sock,
                     cfg.out_sock, cfg.mounts.image_fd});
-  char go;
-  if (::read(cfg.sync_fd, &go, 1) != 1) ::_exit(125);  // supervisor gone before the maps were written
   auto image_fd = reopen_image_in_namespace(cfg.mounts);  // before the uid changes (see mounts.hpp)
   if (!image_fd) fail(cfg, image_fd.error());
   STAGE(cfg, become_namespace_root(cfg.identity));
@@ -289,18 +295,26 @@ void run_init(const ChildConfig& cfg) {
   STAGE(cfg, bring_up_loopback());
   // Fail closed: a run that asked for the proxy does not start without it.
   if (cfg.proxy_sock >= 0) STAGE(cfg, hand_over_proxy_listener(cfg.proxy_sock, cfg.proxy_port));
-  // Init keeps its capabilities (the program has none, so it cannot ptrace init) and is not
-  // dumpable, so the program cannot read init's memory through /proc either.
-  ::prctl(PR_SET_DUMPABLE, 0);
+  // Init keeps its capabilities, and the program has none: ptrace and /proc/1/mem, environ, maps
+  // need a superset of init's capabilities (or CAP_SYS_PTRACE over its namespace), so the
+  // program can neither trace init nor read its memory. A forked init is also made non-dumpable.
+  // A shared init is not: dumpable is a property of the address space, and the supervisor's own
+  // /proc files would turn root-owned for the rest of its run.
+  if (!cfg.shared_memory) ::prctl(PR_SET_DUMPABLE, 0);
   // The supervisor's second byte: the image's seal matched (or there is no image). Anything else,
   // or EOF because the supervisor died or killed us, and the program never starts.
   if (::read(cfg.sync_fd, &go, 1) != 1 || go != 's') ::_exit(125);
   pid_t program = spawn_program(cfg);
   if (program < 0) fail(cfg, sys_error("fork", "start the program"));
-  ::close(cfg.out_fd);
-  ::close(cfg.err_fd);
-  if (cfg.seccomp_sock >= 0) ::close(cfg.seccomp_sock);  // the supervisor sees EOF once the program has exec'd
-  supervise_program(cfg, program);
+  raw::close(cfg.out_fd);
+  raw::close(cfg.err_fd);
+  if (cfg.seccomp_sock >= 0) raw::close(cfg.seccomp_sock);  // the supervisor sees EOF once the program has exec'd
+  // Everything init needs from here on is on its stack: the supervisor may return and free cfg.
+  int msg_fd = cfg.msg_fd;
+  ChildMsg started;
+  started.kind = ChildMsg::kStarted;
+  send_msg(msg_fd, started);
+  supervise_program(msg_fd, program);
 }
 
 }  // namespace sbx

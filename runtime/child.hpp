@@ -20,7 +20,10 @@
 namespace sbx {
 
 struct ChildMsg {
-  enum Kind : std::uint32_t { kSetupError = 1, kProgramStatus = 2 };
+  // kStarted: the program has exec'd (or its start failed, and a kSetupError came first); from
+  // here on init makes raw system calls only (raw_syscall.hpp), so a supervisor that shares its
+  // memory may run again.
+  enum Kind : std::uint32_t { kSetupError = 1, kProgramStatus = 2, kStarted = 3 };
   std::uint32_t kind = 0;
   std::int32_t err = 0;          // errno for kSetupError
   std::int32_t wait_status = 0;  // for kProgramStatus
@@ -57,6 +60,9 @@ struct ChildConfig {
   // Init's end of the socketpair on which it sends the O_PATH fd of /out once the root is built.
   // The fd waits in the socket until the supervisor reads it after the run (export.hpp).
   int out_sock = -1;
+  // Init runs in the supervisor's address space (sandbox.cpp, "shared init"): the supervisor is
+  // blocked from clone until kStarted, and init leaves the shared mm's dumpable flag alone.
+  bool shared_memory = false;
 };
 
 // Where the program child's listener handoff enters the kernel: the address right after the one
@@ -67,6 +73,8 @@ std::uint64_t handoff_syscall_ip();
 
 // Runs in the freshly cloned child; never returns.
 [[noreturn]] void run_init(const ChildConfig& cfg);
+// run_init for clone(2)'s function-and-stack form (arg: the ChildConfig).
+int init_entry(void* cfg);
 
 // Signals the supervisor blocks before clone (for its signalfd) and init waits for.
 void supervised_signals(sigset_t* set);

@@ -1,11 +1,16 @@
 #include "runtime/clone.hpp"
 
 #include <linux/sched.h>
+#include <sched.h>
+#include <poll.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cstring>
+
+#include "runtime/raw_syscall.hpp"
 
 namespace sbx {
 
@@ -37,6 +42,55 @@ Result<CloneResult> clone_sandbox(unsigned long ns_flags, int cgroup_fd, bool& i
   if (pid < 0) return sys_error("clone", "clone into new namespaces");
   r.pid = static_cast<pid_t>(pid);
   r.pidfd = pid == 0 ? -1 : pidfd;
+  return r;
+}
+
+Status SharedInitStack::allocate() {
+  // MAP_NORESERVE: only the pages init touches cost anything. A guard page below catches an
+  // overflow instead of letting init write into our heap.
+  void* p = ::mmap(nullptr, kSize + kGuard, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
+  if (p == MAP_FAILED) return sys_error("clone", "map a stack for init");
+  base_ = p;
+  if (::mprotect(p, kGuard, PROT_NONE) != 0) return sys_error("clone", "guard init's stack");
+  return {};
+}
+
+SharedInitStack::~SharedInitStack() {
+  if (base_) ::munmap(base_, kSize + kGuard);
+}
+
+// Waits, with raw system calls only, until a shared init reports (kStarted or a setup error) or
+// is gone. A wall-time limit that runs out during setup kills init; returns true then (init is
+// dead when this returns).
+bool wait_for_shared_init(int msg_fd, int pidfd, std::optional<std::int64_t> timeout_ms) {
+  struct pollfd p[2] = {{msg_fd, POLLIN, 0}, {pidfd, POLLIN, 0}};
+  struct timespec ts;
+  struct timespec* tp = nullptr;
+  if (timeout_ms) {
+    ts.tv_sec = *timeout_ms / 1000;
+    ts.tv_nsec = (*timeout_ms % 1000) * 1'000'000;
+    tp = &ts;
+  }
+  long n;
+  do n = raw::ppoll(p, 2, tp);  // ppoll writes the time left back into ts
+  while (n == -EINTR);
+  if (n != 0) return false;
+  raw::pidfd_send_signal(pidfd, SIGKILL);
+  struct pollfd gone = {pidfd, POLLIN, 0};
+  while (raw::ppoll(&gone, 1, nullptr) == -EINTR) {
+  }
+  return true;
+}
+
+Result<CloneResult> clone_shared(unsigned long ns_flags, int (*fn)(void*), void* arg, void* stack_top) {
+  CloneResult r;
+  int pidfd = -1;
+  // glibc's clone(): the child starts in fn on the given stack; with CLONE_PIDFD the pidfd comes
+  // back through the parent_tid argument.
+  int pid = ::clone(fn, stack_top, static_cast<int>(ns_flags | CLONE_VM | CLONE_PIDFD | SIGCHLD), arg, &pidfd);
+  if (pid < 0) return sys_error("clone", "clone into new namespaces");
+  r.pid = pid;
+  r.pidfd = pidfd;
   return r;
 }
 

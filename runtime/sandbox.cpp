@@ -27,6 +27,7 @@
 #include "runtime/image_store.hpp"
 #include "runtime/limits_plan.hpp"
 #include "runtime/proxy.hpp"
+#include "runtime/raw_syscall.hpp"
 #include "runtime/seccomp_policy.hpp"
 #include "runtime/sha256.hpp"
 #include "runtime/supervisor.hpp"
@@ -253,6 +254,7 @@ RunReport run_sandbox(const RunRequest& req) {
   };
 
   std::optional<RunCgroup> cgroup;
+  SharedInitStack init_stack;  // declared before anything that may outlive init
   pid_t exiting_init = -1;  // init reported an empty sandbox and is still exiting: reaped at the end
   auto identity = plan_identity(spec);
   if (identity) parts.enforcement["identity"] = identity_to_json(*identity);
@@ -396,8 +398,25 @@ RunReport run_sandbox(const RunRequest& req) {
 
     // 2 spawn
     t_spawn = mono_us();
+    // Shared init (clone.hpp): without an image there is nothing for the supervisor to do while
+    // init builds the sandbox, so init runs in our address space. Init is a fork instead
+    //  - with an image: the supervisor takes the image's seal meanwhile;
+    //  - with a run cgroup: init is in it, and when the cgroup's OOM killer picks a process it
+    //    kills every process that shares the victim's address space — with a shared init that
+    //    would be sbx itself, and the run would end without its record.
+    const bool shared = image_fd < 0 && !cgroup;
+    cfg.shared_memory = shared;
     bool in_cgroup = false;
-    auto child = clone_sandbox(kNamespaces, cgroup ? cgroup->dir_fd() : -1, in_cgroup);
+    Result<CloneResult> child = CloneResult{};
+    if (shared) {
+      if (auto st = init_stack.allocate(); !st) {
+        ::close(sigfd);
+        return fail_setup(st.error());
+      }
+      child = clone_shared(kNamespaces, init_entry, &cfg, init_stack.top());
+    } else {
+      child = clone_sandbox(kNamespaces, cgroup ? cgroup->dir_fd() : -1, in_cgroup);
+    }
     if (!child) {
       ::close(sigfd);
       return fail_setup(child.error());
@@ -420,7 +439,15 @@ RunReport run_sandbox(const RunRequest& req) {
       ::close(sigfd);
       return fail_setup(st.error());
     }
-    if (::write(sync.w, "g", 1) != 1) spdlog::debug("sync write failed: {}", std::strerror(errno));
+    bool timed_out_in_setup = false;
+    if (shared) {
+      // From "go" until init reports kStarted, init runs ordinary code in our memory: nothing
+      // but raw system calls here (raw_syscall.hpp), not even logging.
+      if (raw::write(sync.w, "gs", 2) != 2) { /* init is gone: its pidfd tells supervise() */ }
+      timed_out_in_setup = wait_for_shared_init(msg.r, child->pidfd, spec.limits.timeout_ms);
+    } else if (::write(sync.w, "g", 1) != 1) {
+      spdlog::debug("sync write failed: {}", std::strerror(errno));
+    }
     // The image's seal is taken now, while init builds the sandbox on the other core: init waits
     // for the second byte before it starts the program, so nothing of the image runs unchecked.
     // The walk is one fstatat per entry: its cost grows with the image, the overlay's does not.
@@ -442,7 +469,7 @@ RunReport run_sandbox(const RunRequest& req) {
       }
       spdlog::debug("image seal: {} entries checked in {} us, beside the sandbox's setup", seal->entries, mono_us() - t0);
     }
-    if (::write(sync.w, "s", 1) != 1) spdlog::debug("sync write failed: {}", std::strerror(errno));
+    if (!shared && ::write(sync.w, "s", 1) != 1) spdlog::debug("sync write failed: {}", std::strerror(errno));
     describe_request();  // after "s": init must not wait for it
 
     // 3 supervise
@@ -459,6 +486,14 @@ RunReport run_sandbox(const RunRequest& req) {
     in.out_dst = req.stdout_fd;
     in.err_dst = req.stderr_fd;
     in.timeout_ms = spec.limits.timeout_ms;
+    if (spec.limits.timeout_ms) {
+      // The wall-time limit counts from the sandbox's creation: the setup so far (a shared
+      // init's whole setup, a forked one's start and the image's seal) has used part of it.
+      std::int64_t used = (mono_us() - t_spawn) / 1000;
+      in.timeout_ms = std::max<std::int64_t>(1, *spec.limits.timeout_ms - used);
+    }
+    in.timed_out_before_start = timed_out_in_setup;
+    in.start_ms = t_spawn / 1000;
     in.output_limit_bytes = spec.limits.output_limit_bytes;
     in.signal_fd = sigfd;
     in.seccomp_sock = handoff.r;

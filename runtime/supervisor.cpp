@@ -98,12 +98,13 @@ int arm_timer(std::int64_t ms) {
 
 SuperviseResult supervise(const SuperviseInput& in) {
   SuperviseResult r;
-  std::int64_t start = now_ms();
+  r.timed_out = in.timed_out_before_start;
+  std::int64_t start = in.start_ms ? in.start_ms : now_ms();
   StreamPump out(in.out_fd, in.out_dst, in.output_limit_bytes);
   StreamPump err(in.err_fd, in.err_dst, in.output_limit_bytes);
   int msg_fd = in.msg_fd;
   int pidfd = in.pidfd;
-  int deadline = in.timeout_ms ? arm_timer(*in.timeout_ms) : -1;
+  int deadline = in.timeout_ms && !in.timed_out_before_start ? arm_timer(*in.timeout_ms) : -1;
   int grace = -1;
   int cpu_timer = -1;
   if (in.cpu_budget_ms && in.cpu_used_us)
@@ -157,14 +158,17 @@ SuperviseResult supervise(const SuperviseInput& in) {
       ssize_t k = ::read(msg_fd, &m, sizeof m);
       if (k == static_cast<ssize_t>(sizeof m)) {
         if (m.kind == ChildMsg::kSetupError && !r.setup_error) r.setup_error = m;
-        if (m.kind == ChildMsg::kProgramStatus && !init_done) {
-          // Init has killed and reaped everything else: the sandbox is empty, init is exiting.
+        if (m.kind == ChildMsg::kProgramStatus) {
+          // Init has killed and reaped everything else: the sandbox is empty. The message can be
+          // read after init's exit was already seen (both were ready in one poll).
           r.program_wait_status = m.wait_status;
           r.usage = m.usage;
-          init_done = true;
-          init_done_at = now_ms();
-          r.init_pending = true;
-          r.wall_ms = init_done_at - start;
+          if (!init_done) {  // init is still exiting: it is reaped by the caller, later
+            init_done = true;
+            init_done_at = now_ms();
+            r.init_pending = true;
+            r.wall_ms = init_done_at - start;
+          }
           ::close(msg_fd);  // nothing follows; its EOF would only come once init's exit is done
           msg_fd = -1;
         }
@@ -230,7 +234,7 @@ SuperviseResult supervise(const SuperviseInput& in) {
         r.init_pending = false;
         init_done_at = now_ms();
         r.init_wait_status = ws;
-        r.usage = ru;
+        if (!r.program_wait_status) r.usage = ru;  // the report's usage is the program's own
         r.wall_ms = init_done_at - start;
       }
     }

@@ -35,6 +35,10 @@ struct SuperviseInput {
   int out_dst = 1;
   int err_dst = 2;
   std::optional<std::int64_t> timeout_ms;
+  // CLOCK_MONOTONIC ms when the sandbox was created (0: now): wall time and the seccomp log
+  // count from there, also when init set up before supervise() was called.
+  std::int64_t start_ms = 0;
+  bool timed_out_before_start = false;  // the limit ran out while a shared init set up (init is dead)
   std::optional<std::int64_t> output_limit_bytes;
   int kill_grace_ms = 2000;
   int signal_fd = -1;  // signalfd for the forwarded signals
