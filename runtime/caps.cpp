@@ -1,11 +1,13 @@
 #include "runtime/caps.hpp"
 
-#include <cap-ng.h>
 #include <linux/securebits.h>
 #include <linux/capability.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <string>
 
 namespace sbx {
 
@@ -17,20 +19,31 @@ Status lock_securebits() {
   return {};
 }
 
+// Direct system calls rather than libcap-ng: this runs in the program child, which shares init's
+// memory — with a shared init, the supervisor's (clone.hpp) — and libcap-ng keeps its state in
+// a process-wide structure that the child would rewrite for the supervisor too.
 Status drop_all_capabilities() {
-  capng_clear(CAPNG_SELECT_ALL);
-  if (capng_apply(CAPNG_SELECT_ALL) != 0)
-    return make_error("capabilities", "drop all capabilities (bounding, ambient, effective, permitted, inheritable)", EPERM);
+  // The bounding set first: dropping from it needs CAP_SETPCAP, which the capset below removes.
+  // EINVAL marks the first number past the kernel's last capability.
+  for (int cap = 0;; ++cap) {
+    if (::prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) == 0) continue;
+    if (errno == EINVAL && cap > 0) break;
+    return sys_error("capabilities", "drop capability " + std::to_string(cap) + " from the bounding set");
+  }
   if (::prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0)
     return sys_error("capabilities", "clear ambient capabilities");
-  // Verify rather than trust: the program must start with nothing. capget(2) directly, because
-  // libcap-ng's capng_get_caps_process() parses /proc/self/status (several reads per run).
   struct __user_cap_header_struct hdr = {_LINUX_CAPABILITY_VERSION_3, 0};
+  struct __user_cap_data_struct none[2] = {};
+  if (::syscall(SYS_capset, &hdr, none) != 0)
+    return sys_error("capabilities", "clear effective, permitted and inheritable capabilities");
+  // Verify rather than trust: the program must start with nothing.
   struct __user_cap_data_struct data[2] = {};
   if (::syscall(SYS_capget, &hdr, data) != 0) return sys_error("capabilities", "capget");
   for (auto& d : data)
     if (d.effective || d.permitted || d.inheritable)
       return make_error("capabilities", "capabilities still present after drop", EPERM);
+  if (::prctl(PR_CAPBSET_READ, 0, 0, 0, 0) != 0)
+    return make_error("capabilities", "the bounding set still holds capabilities after drop", EPERM);
   return {};
 }
 

@@ -1,7 +1,8 @@
 #pragma once
-// Capabilities (libcap-ng). The program runs with empty effective, permitted, inheritable and
-// ambient sets and an empty bounding set, with securebits locked so that becoming uid 0 (or
-// executing a setuid/file-capability binary) grants nothing back.
+// Capabilities, dropped by prctl and capset directly (caps.cpp says why not through libcap-ng).
+// The program runs with empty effective, permitted, inheritable and ambient sets and an empty
+// bounding set, with securebits locked so that becoming uid 0 (or executing a
+// setuid/file-capability binary) grants nothing back.
 #include <string>
 #include <vector>
 
