@@ -77,6 +77,20 @@ class WallTimeLimit(SbxTestCase):
         self.assertExit(r, 124)
         self.assertTrue(1.0 <= r.wall < 2.0, f"--timeout 1s took {r.wall:.3f}s")
 
+    def test_timeout_running_out_during_setup(self):
+        # 1 ms is over before the sandbox is built (setup takes several ms): sbx kills init while
+        # it sets up, and the run is a timeout like any other, with a record and nothing left.
+        m = "1234.9"
+        try:
+            r = self.run_sbx(["sh", "-c", f"sleep {m}"], ["--timeout", "1ms"], timeout=15)
+            self.assertExit(r, 124)
+            t = self.need_trace(r)
+            self.assertEqual(t["result"]["status"], "timeout")
+            self.assertEqual(t["result"]["reason"], "wall")
+            self.assertEqual(find_procs(m), {}, "a process of the timed-out sandbox is still running")
+        finally:
+            kill_tree_by_marker(m)
+
     def test_fast_program_under_timeout_is_not_a_timeout(self):
         r = self.run_sbx(["sh", "-c", "exit 4"], ["--timeout", "5s"])
         self.assertExit(r, 4)
