@@ -57,7 +57,7 @@ seal, sandbox = [], []
 for line in sys.stdin:
     m = re.search(r"image seal: (\d+) entries checked in (\d+) us", line)
     if m: seal.append(int(m.group(2)) / 1000); entries = m.group(1)
-    m = re.search(r"sandbox (\d+) us", line)
+    m = re.search(r"run (\d+) us", line)  # forked init (images): its setup + the program
     if m: sandbox.append(int(m.group(1)) / 1000)
 print(f"  {sys.argv[1]:8} seal walk {statistics.median(seal):6.2f} ms for {entries} entries; "
       f"sandbox phase (overlay root, /proc, /dev, ... + the program) {statistics.median(sandbox):6.2f} ms")

@@ -206,8 +206,10 @@ std::int64_t mono_us() {
 }  // namespace
 
 RunReport run_sandbox(const RunRequest& req) {
-  // Where the time of a run goes (-vv): prepare, spawn (clone + id maps), the sandbox's life
-  // (setup inside + the program), record (trace + durable store).
+  // Where the time of a run goes (-vv): prepare; start (clone + id maps, and with a shared init
+  // the sandbox's whole setup up to the program's execve; with a forked init the image's seal);
+  // run (the rest: setup of a forked init, the program, until the sandbox is empty); record
+  // (trace + durable store).
   std::int64_t t_start = mono_us(), t_spawn = 0, t_go = 0, t_end = 0;
   const RunSpec& spec = req.spec;
   TraceParts parts;
@@ -618,7 +620,7 @@ RunReport run_sandbox(const RunRequest& req) {
   // sandbox's own mount namespace, which died with its last process.
   if (t_go) {
     std::int64_t t_done = mono_us();
-    spdlog::debug("timing: prepare {} us, spawn {} us, sandbox {} us, record {} us", t_spawn - t_start,
+    spdlog::debug("timing: prepare {} us, start {} us, run {} us, record {} us", t_spawn - t_start,
                   t_go - t_spawn, t_end - t_go, t_done - t_end);
   }
   return report;
