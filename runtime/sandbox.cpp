@@ -217,9 +217,9 @@ RunReport run_sandbox(const RunRequest& req) {
   parts.started_at = rfc3339_now();
   std::string cwd = current_dir();
   CgroupInfo cg = detect_cgroup();
-  // The parts of the record that describe the request, not its outcome, are built while init
-  // sets the sandbox up on the other core (after "go" below), off the critical path; a run that
-  // fails before that builds them at the end.
+  // The parts of the record that describe the request, not its outcome, are built once the
+  // sandbox is under way (after the second sync byte below), while init sets up or the program
+  // runs, off the critical path; a run that fails before that builds them at the end.
   auto describe_request = [&, described = false]() mutable {
     if (described) return;
     described = true;
@@ -445,7 +445,8 @@ RunReport run_sandbox(const RunRequest& req) {
     if (shared) {
       // From "go" until init reports kStarted, init runs ordinary code in our memory: nothing
       // but raw system calls here (raw_syscall.hpp), not even logging.
-      if (raw::write(sync.w, "gs", 2) != 2) { /* init is gone: its pidfd tells supervise() */ }
+      // A failed write means init is gone: the wait below sees its pidfd, and supervise() why.
+      (void)raw::write(sync.w, "gs", 2);
       timed_out_in_setup = wait_for_shared_init(msg.r, child->pidfd, spec.limits.timeout_ms);
     } else if (::write(sync.w, "g", 1) != 1) {
       spdlog::debug("sync write failed: {}", std::strerror(errno));
