@@ -10,7 +10,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
-#include <memory>
 
 #include "runtime/fsutil.hpp"
 #include "runtime/sha256.hpp"
@@ -57,22 +56,11 @@ struct Exporter {
   }
 
   Status walk(int src, int dst, const std::string& rel, int depth) {
-    int dup = ::fcntl(src, F_DUPFD_CLOEXEC, 0);
-    if (dup < 0) return sys_error(kStage, "dup");
-    DIR* d = ::fdopendir(dup);
-    if (!d) {
-      ::close(dup);
-      return sys_error(kStage, "read /out/" + display_name(rel));
-    }
-    std::unique_ptr<DIR, int (*)(DIR*)> guard(d, ::closedir);
-    std::vector<std::string> names;
-    while (auto* de = ::readdir(d)) {
-      std::string n = de->d_name;
-      if (n != "." && n != "..") names.push_back(std::move(n));
-    }
+    auto names = list_dir(src, kStage, "/out/" + display_name(rel));
+    if (!names) return names.error();
     // Sorted: which entries a cap cuts off does not depend on the file system's order.
-    std::sort(names.begin(), names.end());
-    for (auto& name : names) SBX_TRY(entry(src, dst, rel.empty() ? name : rel + "/" + name, name, depth));
+    std::sort(names->begin(), names->end());
+    for (auto& name : *names) SBX_TRY(entry(src, dst, rel.empty() ? name : rel + "/" + name, name, depth));
     return {};
   }
 

@@ -140,23 +140,32 @@ Result<std::string> read_file(const std::string& path) {
 #include <vector>
 
 namespace sbx {
-namespace {
-Status remove_children(int dirfd, const std::string& path) {
+Result<std::vector<std::string>> list_dir(int dirfd, const char* stage, const std::string& what) {
+  // fdopendir takes ownership of the fd it is given: hand it a duplicate.
   int dup = ::fcntl(dirfd, F_DUPFD_CLOEXEC, 0);
-  if (dup < 0) return sys_error(kStage, "dup");
+  if (dup < 0) return sys_error(stage, "open directory " + what);
   DIR* d = ::fdopendir(dup);
   if (!d) {
+    int e = errno;
     ::close(dup);
-    return sys_error(kStage, "cannot open directory " + path);
+    return make_error(stage, "open directory " + what, e);
   }
   std::unique_ptr<DIR, int (*)(DIR*)> guard(d, ::closedir);
-  std::vector<std::pair<std::string, bool>> names;
+  std::vector<std::string> names;
+  errno = 0;
   while (auto* de = ::readdir(d)) {
-    std::string n = de->d_name;
-    if (n == "." || n == "..") continue;
-    names.emplace_back(n, de->d_type == DT_DIR);
+    std::string_view n = de->d_name;
+    if (n != "." && n != "..") names.emplace_back(n);
   }
-  for (auto& [name, is_dir] : names) {
+  if (errno != 0) return sys_error(stage, "read directory " + what);
+  return names;
+}
+
+namespace {
+Status remove_children(int dirfd, const std::string& path) {
+  auto names = list_dir(dirfd, kStage, path);
+  if (!names) return names.error();
+  for (auto& name : *names) {
     if (::unlinkat(dirfd, name.c_str(), 0) == 0) continue;
     if (errno != EISDIR && errno != EPERM) return sys_error(kStage, "cannot remove " + path + "/" + name);
     ::fchmodat(dirfd, name.c_str(), 0700, 0);

@@ -4,6 +4,7 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "runtime/error.hpp"
 
@@ -25,6 +26,11 @@ Status write_all(int fd, std::string_view data, const std::string& what);
 }  // namespace sbx
 
 namespace sbx {
+// The names in the directory open as `dirfd`, without "." and "..", in the file system's order.
+// Reads through a duplicate, so dirfd stays open and usable; errors are "open directory <what>"
+// and "read directory <what>" in `stage`.
+Result<std::vector<std::string>> list_dir(int dirfd, const char* stage, const std::string& what);
+
 // rm -rf without following symlinks (unlinkat relative to each directory's fd); directories the
 // caller owns but cannot write are made writable first.
 Status remove_tree(const std::string& path);

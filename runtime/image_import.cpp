@@ -1,6 +1,5 @@
 #include "runtime/image_import.hpp"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <linux/openat2.h>
 #include <sys/stat.h>
@@ -8,7 +7,6 @@
 #include <unistd.h>
 
 #include <map>
-#include <memory>
 
 #include "runtime/fsutil.hpp"
 #include "runtime/tar_reader.hpp"
@@ -76,22 +74,9 @@ struct DirCopier {
   }
 
   Status copy_dir(int src, int dst, const std::string& rel) {
-    int dup = ::fcntl(src, F_DUPFD_CLOEXEC, 0);
-    if (dup < 0) return sys_error(kStage, "dup");
-    DIR* d = ::fdopendir(dup);
-    if (!d) {
-      ::close(dup);
-      return sys_error(kStage, "open directory " + rel);
-    }
-    std::unique_ptr<DIR, int (*)(DIR*)> guard(d, ::closedir);
-    std::vector<std::string> names;
-    errno = 0;
-    while (auto* de = ::readdir(d)) {
-      std::string n = de->d_name;
-      if (n != "." && n != "..") names.push_back(std::move(n));
-    }
-    if (errno != 0) return sys_error(kStage, "read directory " + rel);
-    for (auto& name : names) SBX_TRY(copy_entry(src, dst, rel, name));
+    auto names = list_dir(src, kStage, rel);
+    if (!names) return names.error();
+    for (auto& name : *names) SBX_TRY(copy_entry(src, dst, rel, name));
     return {};
   }
 

@@ -1,6 +1,5 @@
 #include "runtime/image_manifest.hpp"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -26,24 +25,9 @@ struct Walker {
   std::int64_t bytes_seen = 0;  // files hashed so far, and the part of the current one
 
   Status walk(int dirfd, const std::string& rel) {
-    // fdopendir takes ownership of a duplicate, so the caller's fd stays usable.
-    int dup = ::fcntl(dirfd, F_DUPFD_CLOEXEC, 0);
-    if (dup < 0) return sys_error(kStage, "dup " + rel);
-    DIR* d = ::fdopendir(dup);
-    if (!d) {
-      ::close(dup);
-      return sys_error(kStage, "open directory " + (rel.empty() ? "." : rel));
-    }
-    std::unique_ptr<DIR, int (*)(DIR*)> guard(d, ::closedir);
-    std::vector<std::string> names;
-    errno = 0;
-    while (auto* de = ::readdir(d)) {
-      std::string_view n = de->d_name;
-      if (n == "." || n == "..") continue;
-      names.emplace_back(n);
-    }
-    if (errno != 0) return sys_error(kStage, "read directory " + (rel.empty() ? "." : rel));
-    for (auto& name : names) SBX_TRY(visit(dirfd, rel, name));
+    auto names = list_dir(dirfd, kStage, rel.empty() ? "." : rel);
+    if (!names) return names.error();
+    for (auto& name : *names) SBX_TRY(visit(dirfd, rel, name));
     return {};
   }
 
