@@ -59,9 +59,6 @@ SharedInitStack::~SharedInitStack() {
   if (base_) ::munmap(base_, kSize + kGuard);
 }
 
-// Waits, with raw system calls only, until a shared init reports (kStarted or a setup error) or
-// is gone. A wall-time limit that runs out during setup kills init; returns true then (init is
-// dead when this returns).
 bool wait_for_shared_init(int msg_fd, int pidfd, std::optional<std::int64_t> timeout_ms) {
   struct pollfd p[2] = {{msg_fd, POLLIN, 0}, {pidfd, POLLIN, 0}};
   struct timespec ts;

@@ -612,13 +612,13 @@ RunReport run_sandbox(const RunRequest& req) {
   spdlog::info("run {} ended: {} (trace in {}/{}.json)", run_id, to_string(outcome.status), req.dirs.traces, run_id);
   // 6 clean: init's exit has run beside the recording; it is reaped now, so that nothing of the
   // run outlives sbx. Then anything left in the run cgroup is killed and the cgroup removed.
+  // Nothing else on the host: the root, /tmp and /dev lived in tmpfs mounts of the sandbox's own
+  // mount namespace, which died with its last process.
   if (exiting_init > 0) reap_init(exiting_init);
   if (cgroup) {
     if (auto st = cgroup->kill(); !st) spdlog::warn("cgroup kill: {}", st.error().describe());
     if (auto st = cgroup->remove(); !st) spdlog::warn("cgroup remove: {}", st.error().describe());
   }
-  // 6 clean: nothing on the host to remove. The root, /tmp and /dev lived in tmpfs mounts of the
-  // sandbox's own mount namespace, which died with its last process.
   if (t_go) {
     std::int64_t t_done = mono_us();
     spdlog::debug("timing: prepare {} us, start {} us, run {} us, record {} us", t_spawn - t_start,
