@@ -41,6 +41,8 @@ struct RunFlags {
   std::string trace_file;
   std::string seccomp;
   bool dry_run = false;
+  bool interactive = false;  // run -i: relay stdin through a pipe even from a terminal
+  bool tty = false;          // run -t: a pty of the sandbox's own (stdin_relay.hpp)
   bool systemd_scope = false;  // run: re-exec under a delegated systemd scope when rootless
   bool require_limits = false;
   std::vector<std::string> command;

@@ -154,6 +154,10 @@ void add_run_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out)
   run->add_option("--allow-host", f.allow_hosts,
                   "Allow egress to HOST[:PORT] through sbx's filtering proxy: a name, *.domain, an IP, [IPv6] or a CIDR; "
                   "ports 80 and 443 unless given (repeatable)");
+  run->add_flag("-i,--interactive", f.interactive,
+                "Relay stdin to the program even when it is a terminal (through a pipe; with -t, to the program's pty)");
+  run->add_flag("-t,--tty", f.tty,
+                "Give the program a pseudo-terminal of its own (stdin must be a terminal; stderr is merged into stdout)");
   run->add_flag("--dry-run", f.dry_run, "Print the fully merged run spec as JSON and run nothing");
   run->add_flag("--systemd-scope", f.systemd_scope,
                 "Rootless without a delegated cgroup: re-run sbx under systemd-run --user --scope -p Delegate=yes");
@@ -186,6 +190,8 @@ void add_run_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out)
       std::printf("%s\n", spec_to_json(*spec).dump(2).c_str());
       return 0;
     }
+    auto stdin_plan = plan_stdin(f.interactive, f.tty);
+    if (!stdin_plan) return usage_error(stdin_plan.error().message);
     if (f.systemd_scope)
       if (auto rc = reexec_in_systemd_scope(g.argv, *spec)) return *rc;
     if (!f.output_dir.empty())
@@ -198,6 +204,7 @@ void add_run_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out)
     req.trace_file = f.trace_file;
     req.explicit_limits = explicit_limits(f);
     req.invocation_argv = g.argv;
+    req.stdin_plan = *stdin_plan;
     return run_sandbox(req).exit_status;
   }});
 }

@@ -114,6 +114,8 @@ complete -c sbx -n '__sbx_at run' -l allow-host -x -a '(__fish_print_hostnames)'
 complete -c sbx -n '__sbx_at run' -l trace-file -r -F -d 'Also write the trace record to this file'
 complete -c sbx -n '__sbx_at run' -l dry-run -d 'Print the merged run spec as JSON and run nothing'
 complete -c sbx -n '__sbx_at run' -l systemd-scope -d 'Rootless: re-run under a delegated systemd scope'
+complete -c sbx -n '__sbx_at run' -s i -l interactive -d 'Relay stdin to the program even from a terminal'
+complete -c sbx -n '__sbx_at run' -s t -l tty -d 'Give the program its own pseudo-terminal (stdin must be a terminal)'
 complete -c sbx -n '__sbx_at run' -a '(__fish_complete_command)' -d 'Command'
 # After the command starts, complete it as a command line of its own.
 complete -c sbx -n '__sbx_in run CMD' -a '(__sbx_complete_cmd)'

@@ -21,6 +21,7 @@
 #include "runtime/caps.hpp"
 #include "runtime/fdpass.hpp"
 #include "runtime/net.hpp"
+#include "runtime/pty.hpp"
 #include "runtime/raw_syscall.hpp"
 
 // sendmsg(fd, msg, flags) through one known syscall instruction (see handoff_syscall_ip). The
@@ -150,7 +151,26 @@ void install_seccomp(const ChildConfig& cfg, ChildMsg& failed) {
   }
 }
 
-[[noreturn]] void run_program(const ChildConfig& cfg) {
+// The program's fds 0, 1, 2, none of them the caller's own (stdin_relay.hpp): the pty slave on
+// all three, or the stdin pipe (else the sandbox's /dev/null) and the stdout/stderr pipes.
+Status program_stdio(const ChildConfig& cfg, int pty_master) {
+  if (pty_master >= 0) return attach_pty_slave(pty_master, cfg.identity.uid, cfg.identity.gid);
+  int in = cfg.in_fd >= 0 ? cfg.in_fd : ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (in < 0) return sys_error("stdio", "open /dev/null in the sandbox");
+  // dup2(fd, fd) leaves close-on-exec set: a pipe end that already sits on its target (sbx was
+  // started with that fd closed) is kept across execve by clearing the flag instead.
+  auto place = [](int fd, int target) { return fd == target ? ::fcntl(fd, F_SETFD, 0) : ::dup2(fd, target); };
+  if (place(in, 0) < 0 || place(cfg.out_fd, 1) < 0 || place(cfg.err_fd, 2) < 0) return sys_error("stdio", "dup2");
+  return {};
+}
+
+// What clone hands the program child: the config, and init's pty master (-1: none).
+struct ProgramArgs {
+  const ChildConfig* cfg;
+  int pty_master;
+};
+
+[[noreturn]] void run_program(const ChildConfig& cfg, int pty_master) {
   // Default dispositions and an empty mask: sbx ignores SIGPIPE and blocks the signals it
   // forwards, and both would otherwise be inherited across execve.
   for (int sig = 1; sig < NSIG; ++sig) ::signal(sig, SIG_DFL);
@@ -160,7 +180,7 @@ void install_seccomp(const ChildConfig& cfg, ChildMsg& failed) {
   // Own session, no controlling terminal: TIOCSTI on an inherited terminal fd then fails with
   // EPERM, so the program cannot push input into the user's shell (CVE-2017-5226).
   if (::setsid() < 0) fail(cfg, sys_error("session", "setsid"));
-  if (::dup2(cfg.out_fd, 1) < 0 || ::dup2(cfg.err_fd, 2) < 0) fail(cfg, sys_error("stdio", "dup2"));
+  STAGE(cfg, program_stdio(cfg, pty_master));
   STAGE(cfg, set_rlimits(cfg.rlimits));
   STAGE(cfg, lock_securebits());
   STAGE(cfg, switch_to_program_identity(cfg.identity));
@@ -189,7 +209,10 @@ void install_seccomp(const ChildConfig& cfg, ChildMsg& failed) {
   ::_exit(125);
 }
 
-int program_entry(void* arg) { run_program(*static_cast<const ChildConfig*>(arg)); }
+int program_entry(void* arg) {
+  auto* a = static_cast<const ProgramArgs*>(arg);
+  run_program(*a->cfg, a->pty_master);
+}
 
 // The program child shares init's memory until its execve (CLONE_VM | CLONE_VFORK, what
 // posix_spawn does): fork() would copy init's page tables, and then every page either process
@@ -198,12 +221,13 @@ int program_entry(void* arg) { run_program(*static_cast<const ChildConfig*>(arg)
 // allocates for error messages) but never returns into init's frames: it runs on its own stack
 // and leaves only by execve or _exit. Signal dispositions, fd table and credentials stay per
 // process (no CLONE_SIGHAND, CLONE_FILES, CLONE_THREAD), so run_program's changes are its own.
-pid_t spawn_program(const ChildConfig& cfg) {
+pid_t spawn_program(const ChildConfig& cfg, int pty_master) {
+  ProgramArgs args{&cfg, pty_master};
   constexpr std::size_t kStack = 1 << 20;
   void* stack = ::mmap(nullptr, kStack, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK | MAP_NORESERVE, -1, 0);
   if (stack == MAP_FAILED) return -1;
   pid_t pid = ::clone(program_entry, static_cast<char*>(stack) + kStack, CLONE_VM | CLONE_VFORK | SIGCHLD,
-                      const_cast<ChildConfig*>(&cfg));
+                      &args);
   // The child has exec'd or exited, and its stack is free. Raw calls from here: a child that
   // failed to start has reported it, which wakes a supervisor that shares init's memory
   // (clone.hpp). errno still holds clone's error when pid < 0 (no child, nobody woken).
@@ -274,7 +298,7 @@ void run_init(const ChildConfig& cfg) {
   char go;
   if (raw::read(cfg.sync_fd, &go, 1) != 1) raw::exit_group(125);  // supervisor gone before the maps were written
   close_all_except({0, 1, 2, cfg.sync_fd, cfg.msg_fd, cfg.out_fd, cfg.err_fd, cfg.seccomp_sock, cfg.proxy_sock,
-                    cfg.out_sock, cfg.mounts.image_fd});
+                    cfg.out_sock, cfg.mounts.image_fd, cfg.in_fd, cfg.pty_sock});
   auto image_fd = reopen_image_in_namespace(cfg.mounts);  // before the uid changes (see mounts.hpp)
   if (!image_fd) fail(cfg, image_fd.error());
   STAGE(cfg, become_namespace_root(cfg.identity));
@@ -304,8 +328,23 @@ void run_init(const ChildConfig& cfg) {
   // The supervisor's second byte: the image's seal matched (or there is no image). Anything else,
   // or EOF because the supervisor died or killed us, and the program never starts.
   if (::read(cfg.sync_fd, &go, 1) != 1 || go != 's') ::_exit(125);
-  pid_t program = spawn_program(cfg);
+  int pty_master = -1;
+  if (cfg.pty_sock >= 0) {
+    auto m = open_sandbox_pty(cfg.pty_size);
+    if (!m) fail(cfg, m.error());
+    pty_master = *m;
+  }
+  pid_t program = spawn_program(cfg, pty_master);
   if (program < 0) fail(cfg, sys_error("fork", "start the program"));
+  if (pty_master >= 0) {
+    // Sent once the program holds the slave, so that a master which reports POLLHUP or EIO in
+    // the supervisor means the program has let go of its terminal, never "not yet opened". Still
+    // ordinary code: a supervisor sharing our memory waits for kStarted below.
+    STAGE(cfg, send_fd(cfg.pty_sock, pty_master, 'T', "tty", "hand the pty master to the supervisor"));
+    ::close(pty_master);
+    ::close(cfg.pty_sock);
+  }
+  if (cfg.in_fd >= 0) raw::close(cfg.in_fd);
   raw::close(cfg.out_fd);
   raw::close(cfg.err_fd);
   if (cfg.seccomp_sock >= 0) raw::close(cfg.seccomp_sock);  // the supervisor sees EOF once the program has exec'd

@@ -8,6 +8,7 @@
 // the program exits it kills and reaps everything else in the pid namespace, then reports the
 // program's wait status and usage — so the report means "the sandbox is empty" — and exits.
 #include <linux/filter.h>
+#include <sys/ioctl.h>
 #include <sys/resource.h>
 
 #include <cstdint>
@@ -48,6 +49,13 @@ struct ChildConfig {
   int msg_fd = -1;   // write end of the ChildMsg pipe (close-on-exec)
   int out_fd = -1;   // write ends of the stdout/stderr pipes
   int err_fd = -1;
+  // The program's stdin (stdin_relay.hpp): the read end of the pipe the supervisor feeds, or -1
+  // for the sandbox's /dev/null. With pty_sock >= 0 the program gets a pty of the sandbox's
+  // devpts on fds 0, 1 and 2 instead (out_fd and err_fd unused), sized pty_size; init sends its
+  // master to the supervisor on pty_sock.
+  int in_fd = -1;
+  int pty_sock = -1;
+  struct winsize pty_size {};
   // Seccomp (runtime/seccomp_policy.hpp): the program installed as the last step before execve
   // (empty: unconfined), and the socket on which the program child hands its listener fd to the
   // supervisor (the filter allows sendmsg on exactly this fd number, from handoff_syscall_ip()).

@@ -240,6 +240,7 @@ RunReport run_sandbox(const RunRequest& req) {
                        {"network", network_enforcement_json(spec.network)}};
   parts.image = {{"name", spec.image}, {"digest", nullptr}, {"mounts", json::array()}};
   json inputs = req.inputs;
+  json stdin_record = CallerStdin(req.stdin_plan).to_json();  // replaced by the relay's own once it ran
   int image_fd = -1;  // the stored tree, checked against its seal, handed to init
   std::optional<ImageRecord> image;  // the image the run is on (not "host")
   Pipe out_pair;      // init sends the O_PATH fd of /out on it (artifact_export.hpp)
@@ -349,13 +350,23 @@ RunReport run_sandbox(const RunRequest& req) {
     cfg.out_sock = out_pair.w;
     cfg.hostname = spec.hostname;
     cfg.argv = spec.argv;
-    cfg.envp = build_environment(spec, environ, ::isatty(STDOUT_FILENO) == 1);
+    // With a pty the program's stdout is a terminal: the caller's TERM describes the terminal
+    // that finally shows it.
+    cfg.envp = build_environment(spec, environ, ::isatty(STDOUT_FILENO) == 1 || req.stdin_plan.mode == StdinMode::pty);
     for (auto& [name, value] : req.secret_env) cfg.envp.push_back(name + "=" + value);
     cfg.rlimits = {{RLIMIT_CORE, 0}};
     for (auto& [res, value] : plan.rlimits) cfg.rlimits.push_back({res, static_cast<rlim_t>(value)});
     Pipe sync, msg, out, err;
     for (Pipe* p : {&sync, &msg, &out, &err})
       if (auto st = p->open(); !st) return fail_setup(st.error());
+    // The caller's stdin: a pipe fed by the supervisor, a pty, or /dev/null (stdin_relay.hpp).
+    // Declared here so that it ends, and the caller's terminal settings are restored, on every
+    // way out of this run, before anything is printed.
+    CallerStdin caller_in(req.stdin_plan);
+    if (auto st = caller_in.prepare(); !st) return fail_setup(st.error());
+    cfg.in_fd = caller_in.child_in_fd();
+    cfg.pty_sock = caller_in.child_pty_sock();
+    cfg.pty_size = caller_in.initial_size();
     cfg.sync_fd = sync.r;
     cfg.msg_fd = msg.w;
     cfg.out_fd = out.w;
@@ -397,6 +408,11 @@ RunReport run_sandbox(const RunRequest& req) {
     ::signal(SIGPIPE, SIG_IGN);
     int sigfd = ::signalfd(-1, &forwarded, SFD_CLOEXEC | SFD_NONBLOCK);
     if (sigfd < 0) return fail_setup(sys_error("prepare", "signalfd"));
+    if (auto st = caller_in.begin_session(); !st) {
+      ::close(sigfd);
+      ::sigprocmask(SIG_SETMASK, &old, nullptr);
+      return fail_setup(st.error());
+    }
 
     // 2 spawn
     t_spawn = mono_us();
@@ -431,6 +447,7 @@ RunReport run_sandbox(const RunRequest& req) {
     handoff.close_w();
     proxy_pair.close_w();
     out_pair.close_w();
+    caller_in.close_child_ends();
     Status placed;
     if (cgroup && !in_cgroup) placed = cgroup->add_pid(child->pid);  // before "go": nothing ran yet
     if (auto st = placed.ok() ? write_id_maps(child->pid, *identity) : placed; !st) {
@@ -484,6 +501,12 @@ RunReport run_sandbox(const RunRequest& req) {
     in.out_fd = out.r;
     in.err_fd = err.r;
     out.r = err.r = -1;  // the pumps own and close them
+    if (req.stdin_plan.mode == StdinMode::pty) {
+      // The pty master is the stdout stream (it arrives in the loop); nothing writes the pipe.
+      ::close(in.out_fd);
+      in.out_fd = -1;
+    }
+    in.input = &caller_in;
     ::fcntl(in.out_fd, F_SETFL, O_NONBLOCK);
     ::fcntl(in.err_fd, F_SETFL, O_NONBLOCK);
     in.out_dst = req.stdout_fd;
@@ -509,6 +532,8 @@ RunReport run_sandbox(const RunRequest& req) {
     }
     if (proxy) in.proxy = &*proxy;
     sup = supervise(in);
+    caller_in.end_session();  // the caller's terminal as it was, before anything is reported
+    stdin_record = caller_in.to_json();
     if (sup->init_pending) exiting_init = child->pid;
     ::close(child->pidfd);
     ::close(sigfd);
@@ -582,6 +607,7 @@ RunReport run_sandbox(const RunRequest& req) {
   const std::string run_id = parts.run_id;
   report.trace = trace_record(std::move(parts));
   report.trace["inputs"] = inputs;
+  report.trace["stdin"] = stdin_record;
   json outputs = json::array();
   if (exported) {
     for (auto& f : exported->files) outputs.push_back({{"path", f.path}, {"bytes", f.bytes}, {"sha256", f.sha256}});

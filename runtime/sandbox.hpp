@@ -16,6 +16,7 @@
 #include "runtime/paths.hpp"
 #include "runtime/profile.hpp"
 #include "runtime/spec.hpp"
+#include "runtime/stdin_relay.hpp"
 
 namespace sbx {
 
@@ -53,6 +54,9 @@ struct RunRequest {
   // Where the program's stdout/stderr go (sbx's own by default; sbx exec captures them).
   int stdout_fd = 1;
   int stderr_fd = 2;
+  // The program's stdin (stdin_relay.hpp): `sbx run` plans it from -i/-t and its own fd 0; the
+  // default, for sbx exec and pack run, is the sandbox's /dev/null.
+  StdinPlan stdin_plan;
 };
 
 struct RunReport {

@@ -36,6 +36,12 @@ class StreamPump {
  public:
   StreamPump(int src, int dst, std::optional<std::int64_t> limit) : src_(src), dst_(dst), limit_(limit) {}
   bool open() const { return src_ >= 0; }
+  // A source that arrives once the run is under way (the pty master, stdin_relay.hpp); a pump
+  // reads one source in its life.
+  void adopt(int fd) {
+    if (src_ < 0 && stats_.bytes == 0) src_ = fd;
+    else ::close(fd);
+  }
   int fd() const { return src_; }
   void on_readable() {
     char buf[65536];
@@ -115,7 +121,8 @@ SuperviseResult supervise(const SuperviseInput& in) {
   auto kill_all = [&] { pidfd_send_signal(in.pidfd, SIGKILL); };
   SeccompNotifier seccomp(in.seccomp_sock, in.seccomp_reference, start);
 
-  while (!init_done || out.open() || err.open() || msg_fd >= 0) {
+  auto input_pending = [&] { return in.input && in.input->output_pending(); };
+  while (!init_done || out.open() || err.open() || msg_fd >= 0 || input_pending()) {
     std::vector<struct pollfd> p;
     p.reserve(16);
     auto add = [&](int fd) -> int {
@@ -131,6 +138,9 @@ SuperviseResult supervise(const SuperviseInput& in) {
     std::size_t proxy_first = p.size();
     if (in.proxy && !init_done) in.proxy->add_pollfds(p);
     std::size_t proxy_count = p.size() - proxy_first;
+    std::size_t input_first = p.size();
+    if (in.input) in.input->add_pollfds(p, !init_done);
+    std::size_t input_count = p.size() - input_first;
     // Once init is gone every process in its pid namespace is being killed and the pipes close
     // within milliseconds; the bound only guards against a kernel surprise.
     int wait_ms = -1;
@@ -219,6 +229,10 @@ SuperviseResult supervise(const SuperviseInput& in) {
     if (proxy_count) {
       in.proxy->on_events(p.data() + proxy_first, proxy_count, now_ms());
       in.proxy->expire_idle(now_ms());
+    }
+    if (input_count) {
+      in.input->on_events(p.data() + input_first, input_count);
+      if (int fd = in.input->take_output_fd(); fd >= 0) out.adopt(fd);
     }
     if (ready(i_scs)) seccomp.on_sock_readable();
     if (ready(i_scl) && seccomp.on_listener_ready(p[i_scl].revents, now_ms()) && !r.seccomp_kill) {

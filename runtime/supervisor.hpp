@@ -15,6 +15,7 @@
 #include "runtime/child.hpp"
 #include "runtime/proxy.hpp"
 #include "runtime/seccomp_notify.hpp"
+#include "runtime/stdin_relay.hpp"
 
 namespace sbx {
 
@@ -54,6 +55,9 @@ struct SuperviseInput {
   // The egress proxy (null: network mode "none"). Its sockets join the poll loop while the
   // sandbox runs; every connection is closed when init has exited.
   EgressProxy* proxy = nullptr;
+  // The program's stdin (stdin_relay.hpp; null: nothing to relay). Its fds join the poll loop;
+  // with a pty, the master becomes the stdout stream's source once init has handed it over.
+  CallerStdin* input = nullptr;
 };
 
 struct SuperviseResult {

@@ -1,0 +1,299 @@
+"""The caller's terminal and stdin: none of the caller's descriptors reaches the program; a pipe or
+file stdin is relayed by sbx; -i/-t give the program a pty of the sandbox's own. Root and rootless."""
+import errno
+import fcntl
+import hashlib
+import json
+import os
+import select
+import signal
+import struct
+import subprocess
+import termios
+import threading
+import time
+import unittest
+
+from sbxtest import SBX, SbxTestCase, note, validate_trace, wait_for
+
+# Every way a program could touch the terminal it was handed on fd 0 (and 1, 2): write past
+# --output-limit, switch echo off, resize the window, read what the user types.
+ATTACK = r"""
+import errno, fcntl, json, os, struct, sys, termios
+res = {}
+def err(e): return errno.errorcode.get(e.errno, str(e.errno))
+for fd in (0, 1, 2):
+    res[f'fd{fd}'] = os.readlink(f'/proc/self/fd/{fd}')
+try:
+    res['write0'] = os.write(0, b'A' * 1000)
+except OSError as e:
+    res['write0'] = err(e)
+try:
+    t = termios.tcgetattr(0)
+    t[3] &= ~termios.ECHO
+    termios.tcsetattr(0, termios.TCSANOW, t)
+    res['echo_off'] = 'ok'
+except (OSError, termios.error) as e:
+    res['echo_off'] = errno.errorcode.get(e.args[0], str(e.args[0]))
+try:
+    fcntl.ioctl(0, termios.TIOCSWINSZ, struct.pack('HHHH', 7, 9, 0, 0))
+    res['winsz'] = 'ok'
+except OSError as e:
+    res['winsz'] = err(e)
+try:
+    res['read0'] = os.read(0, 100).decode(errors='replace')
+except OSError as e:
+    res['read0'] = err(e)
+os.write(1, b'B' * 5000)
+sys.stderr.write(json.dumps(res) + '\n')
+"""
+
+
+def winsize(fd):
+    return struct.unpack("HHHH", fcntl.ioctl(fd, termios.TIOCGWINSZ, b"\0" * 8))[:2]
+
+
+class Pty:
+    """A pty pair with sbx running on its slave as the controlling terminal, like a shell job."""
+
+    def __init__(self, rows=33, cols=101):
+        self.master, self.slave = os.openpty()
+        fcntl.ioctl(self.slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+        self.before = termios.tcgetattr(self.slave)
+        self.output = b""
+        self.proc = None
+        self._lock = threading.Lock()
+        self._stop = False
+        self._reader = threading.Thread(target=self._read, daemon=True)
+
+    def start(self, args, stderr=subprocess.PIPE):
+        def child_setup():
+            os.setsid()
+            fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+        self.proc = subprocess.Popen([SBX] + args, stdin=self.slave, stdout=self.slave, stderr=stderr,
+                                     preexec_fn=child_setup)
+        self._reader.start()
+        return self.proc
+
+    def _read(self):
+        while not self._stop:
+            if not select.select([self.master], [], [], 0.05)[0]:
+                continue
+            try:
+                chunk = os.read(self.master, 65536)
+            except OSError:
+                return
+            with self._lock:
+                self.output += chunk
+
+    def seen(self):
+        with self._lock:
+            return self.output
+
+    def wait(self, timeout=30):
+        try:
+            _, err = self.proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.communicate()
+            raise AssertionError(f"sbx did not finish within {timeout}s; terminal: {self.seen()[-2000:]!r}")
+        time.sleep(0.2)  # let the reader take what is left
+        return self.proc.returncode, (err or b"").decode(errors="replace")
+
+    def raw_now(self):
+        return not (termios.tcgetattr(self.slave)[3] & termios.ECHO)
+
+    def close(self):
+        self._stop = True
+        if self._reader.is_alive():
+            self._reader.join(2)
+        for fd in (self.master, self.slave):
+            os.close(fd)
+
+
+class CallerTerminal(SbxTestCase):
+    def setUp(self):
+        super().setUp()
+        self.pty = Pty()
+
+    def tearDown(self):
+        if self.pty.proc and self.pty.proc.poll() is None:
+            self.pty.proc.kill()
+            self.pty.proc.wait()
+        self.pty.close()
+        super().tearDown()
+
+    def trace_of(self, path):
+        if not os.path.exists(path):
+            self.fail("no trace written")
+        with open(path) as f:
+            t = json.load(f)
+        validate_trace(self, t)
+        return t
+
+    def test_program_cannot_touch_the_callers_terminal(self):
+        tpath = self.path("trace.json")
+        os.write(self.pty.master, b"typed-by-the-user\n")  # waiting on the terminal before sbx starts
+        echo = b""
+        while select.select([self.pty.master], [], [], 0.3)[0]:  # the terminal's own echo of it
+            echo += os.read(self.pty.master, 4096)
+        self.assertEqual(echo, b"typed-by-the-user\r\n")
+        self.pty.start(["run", "--output-limit", "2000", "--trace-file", tpath, "--", "/usr/bin/python3", "-c", ATTACK])
+        rc, err = self.pty.wait()
+        self.assertEqual(rc, 0, err)
+        report = json.loads(err.strip().splitlines()[-1])
+        note(f"attack from inside: {report}")
+        self.assertEqual(termios.tcgetattr(self.pty.slave), self.pty.before, "the caller's termios changed")
+        self.assertEqual(winsize(self.pty.slave), (33, 101), "the caller's window size changed")
+        self.assertNotIn(b"A", self.pty.seen(), "the program wrote to the caller's terminal directly")
+        self.assertEqual(self.pty.seen(), b"B" * 2000, "only the capped stdout relay reaches the terminal")
+        self.assertEqual(report["fd0"], "/dev/null")
+        for fd in ("fd1", "fd2"):
+            self.assertTrue(report[fd].startswith("pipe:"), f"{fd} must be sbx's pipe: {report}")
+        self.assertNotEqual(report["read0"], "typed-by-the-user\n", "the program read the user's typing")
+        t = self.trace_of(tpath)
+        self.assertEqual(t["stdin"]["mode"], "null")
+        self.assertEqual(t["stdin"]["source"], "terminal")
+
+    def test_interactive_shell_on_its_own_pty(self):
+        tpath = self.path("trace.json")
+        self.pty.start(["run", "-it", "--trace-file", tpath, "--", "sh"])
+        self.assertTrue(wait_for(self.pty.raw_now, 20), "the caller's terminal is in raw mode during -it")
+        os.write(self.pty.master, b"tty; stty size; echo hi-$((6*7)); exit 3\n")
+        rc, err = self.pty.wait()
+        out = self.pty.seen()
+        self.assertEqual(rc, 3, f"stderr: {err}\nterminal: {out!r}")
+        self.assertIn(b"hi-42", out)
+        self.assertIn(b"/dev/pts/0", out, "the program's terminal is the sandbox's devpts")
+        self.assertIn(b"33 101", out, "the initial window size reached the pty")
+        self.assertEqual(termios.tcgetattr(self.pty.slave), self.pty.before, "settings restored after the run")
+        t = self.trace_of(tpath)
+        self.assertEqual(t["stdin"]["mode"], "pty")
+        self.assertGreater(t["stdin"]["bytes"], 0)
+        self.assertGreater(t["stdout"]["bytes"], 0, "the pty's output is the stdout stream")
+
+    def test_window_size_forwarded(self):
+        self.pty.start(["run", "-it", "--", "sh", "-c", "stty size; read x; stty size"])
+        self.assertTrue(wait_for(lambda: b"33 101" in self.pty.seen(), 20), self.pty.seen())
+        fcntl.ioctl(self.pty.slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))  # SIGWINCH to sbx
+        time.sleep(0.5)
+        os.write(self.pty.master, b"\n")
+        rc, err = self.pty.wait()
+        self.assertEqual(rc, 0, err)
+        self.assertIn(b"40 120", self.pty.seen(), "SIGWINCH forwarded as the pty's new size")
+
+    def test_output_cap_applies_to_the_pty(self):
+        self.pty.start(["run", "-it", "--output-limit", "100", "--", "sh", "-c", "head -c 100000 /dev/zero | tr '\\0' Q"])
+        rc, err = self.pty.wait()
+        self.assertEqual(rc, 0, err)
+        self.assertEqual(self.pty.seen().count(b"Q"), 100)
+
+    def settings_restored_after(self, opts, end):
+        self.pty.start(["run", "-it"] + opts + ["--", "sleep", "30"])
+        self.assertTrue(wait_for(self.pty.raw_now, 20), "raw mode during the run")
+        end()
+        rc, err = self.pty.wait()
+        self.assertEqual(termios.tcgetattr(self.pty.slave), self.pty.before, f"settings restored (exit {rc})")
+        return rc, err
+
+    def test_settings_restored_after_timeout(self):
+        rc, err = self.settings_restored_after(["--timeout", "1500ms"], lambda: None)
+        self.assertEqual(rc, 124, err)
+
+    def test_settings_restored_after_sigterm(self):
+        rc, err = self.settings_restored_after([], lambda: self.pty.proc.send_signal(signal.SIGTERM))
+        self.assertIn(rc, (143, 137), err)
+
+    def test_tty_without_a_terminal_is_a_usage_error(self):
+        r = subprocess.run([SBX, "run", "-t", "--", "true"], stdin=subprocess.DEVNULL, capture_output=True, timeout=30)
+        self.assertEqual(r.returncode, 125, r.stderr)
+        lines = r.stderr.decode().splitlines()
+        self.assertEqual(len(lines), 1, r.stderr)
+        self.assertIn("-t/--tty needs a terminal on stdin", lines[0])
+
+    def test_interactive_without_tty_relays_the_terminal_through_a_pipe(self):
+        self.pty.start(["run", "-i", "--", "sh", "-c", "readlink /proc/self/fd/0; read x; echo got-$x"])
+        self.assertTrue(wait_for(lambda: b"pipe:" in self.pty.seen(), 20), self.pty.seen())
+        os.write(self.pty.master, b"word\n")
+        rc, err = self.pty.wait()
+        self.assertEqual(rc, 0, err)
+        self.assertIn(b"got-word", self.pty.seen())
+        self.assertEqual(termios.tcgetattr(self.pty.slave), self.pty.before)
+
+
+class PipeStdin(SbxTestCase):
+    def test_ten_megabytes_intact(self):
+        data = os.urandom(10 * 1024 * 1024)
+        r = self.run_sbx(["sha256sum"], input=data, timeout=60)
+        self.assertExit(r, 0)
+        self.assertEqual(r.out.split()[0], hashlib.sha256(data).hexdigest())
+        t = self.need_trace(r)
+        self.assertEqual(t["stdin"]["mode"], "pipe")
+        self.assertEqual(t["stdin"]["bytes"], len(data))
+        self.assertIs(t["stdin"]["eof"], True)
+
+    def test_writable_stdin_file_is_not_the_programs(self):
+        # `sbx run ... <> file`: the caller's fd 0 is open read-write.
+        victim = self.path("victim")
+        with open(victim, "wb") as f:
+            f.write(b"original\n")
+        fd = os.open(victim, os.O_RDWR)
+        try:
+            tpath = self.path("trace.json")
+            p = subprocess.run([SBX, "run", "--trace-file", tpath, "--", "sh", "-c", "cat; echo PWNED >&0"],
+                               stdin=fd, capture_output=True, timeout=30)
+        finally:
+            os.close(fd)
+        with open(victim, "rb") as f:
+            self.assertEqual(f.read(), b"original\n", "the program wrote into the caller's stdin file")
+        self.assertEqual(p.stdout, b"original\n", p.stderr)
+
+    def test_exec_program_gets_no_caller_stdin(self):
+        req = self.path("req.json")
+        with open(req, "w") as f:
+            json.dump({"language": "sh", "code": "x=PW; echo ${x}NED >&0; readlink /proc/self/fd/0"}, f)
+        fd = os.open(req, os.O_RDWR)
+        try:
+            p = subprocess.run([SBX, "exec"], stdin=fd, capture_output=True, timeout=60)
+        finally:
+            os.close(fd)
+        with open(req) as f:
+            self.assertNotIn("PWNED", f.read(), "the exec'd program wrote into the caller's request file")
+        resp = json.loads(p.stdout)
+        self.assertEqual(resp["stdout"], "/dev/null\n", resp)
+
+    def test_stalled_reader_does_not_block_sbx(self):
+        # The program never reads; the caller keeps writing. The wall-time limit holds and sbx
+        # does not wait for the caller's pipe either.
+        start = time.monotonic()
+        p = subprocess.Popen([SBX, "run", "--timeout", "2s", "--", "sleep", "60"], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+        def feed():
+            try:
+                while True:
+                    p.stdin.write(b"x" * 65536)
+            except (BrokenPipeError, ValueError, OSError):
+                pass
+        threading.Thread(target=feed, daemon=True).start()
+        try:
+            p.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            self.fail("sbx blocked on a program that never reads its stdin")
+        wall = time.monotonic() - start
+        self.assertEqual(p.returncode, 124)
+        self.assertLess(wall, 15, "the wall-time limit held")
+
+    def test_program_closing_stdin_stops_the_relay(self):
+        data = b"y" * (4 * 1024 * 1024)
+        r = self.run_sbx(["sh", "-c", "exec 0<&-; echo closed; sleep 0.5"], input=data, timeout=60)
+        self.assertExit(r, 0)
+        self.assertEqual(r.out, "closed\n")
+        t = self.need_trace(r)
+        self.assertLess(t["stdin"]["bytes"], len(data))
+        self.assertIs(t["stdin"]["closed_by_program"], True)
+
+
+if __name__ == "__main__":
+    unittest.main()
