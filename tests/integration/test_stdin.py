@@ -251,7 +251,7 @@ class PipeStdin(SbxTestCase):
     def test_exec_program_gets_no_caller_stdin(self):
         req = self.path("req.json")
         with open(req, "w") as f:
-            json.dump({"language": "sh", "code": "x=PW; echo ${x}NED >&0; readlink /proc/self/fd/0"}, f)
+            json.dump({"language": "sh", "code": "x=PW; echo ${x}NED >&0; readlink /proc/self/fd/0 /proc/self/fd/1 /proc/self/fd/2"}, f)
         fd = os.open(req, os.O_RDWR)
         try:
             p = subprocess.run([SBX, "exec"], stdin=fd, capture_output=True, timeout=60)
@@ -260,7 +260,11 @@ class PipeStdin(SbxTestCase):
         with open(req) as f:
             self.assertNotIn("PWNED", f.read(), "the exec'd program wrote into the caller's request file")
         resp = json.loads(p.stdout)
-        self.assertEqual(resp["stdout"], "/dev/null\n", resp)
+        fds = resp["stdout"].splitlines()
+        self.assertEqual(fds[0], "/dev/null", resp)
+        for fd in fds[1:]:
+            self.assertTrue(fd.startswith("pipe:"), f"fds 1 and 2 are sbx's pipes: {resp}")
+        self.assertEqual(len(fds), 3, resp)
 
     def test_stalled_reader_does_not_block_sbx(self):
         # The program never reads; the caller keeps writing. The wall-time limit holds and sbx
