@@ -48,6 +48,22 @@ std::string stream_line(const json& s) {
   return out;
 }
 
+// "pipe from a pipe: 10485760 bytes, eof" (records of older versions have no stdin member).
+std::string stdin_line(const json& s) {
+  if (!s.is_object()) return "-";
+  std::string out = text(at(s, "mode")) + " (sbx's stdin: " + text(at(s, "source")) + ")";
+  if (at(s, "relayed") == true) {
+    out += ", " + text(at(s, "bytes")) + " bytes relayed";
+    if (at(s, "undelivered_bytes").is_number_integer() && at(s, "undelivered_bytes") != 0)
+      out += ", " + text(at(s, "undelivered_bytes")) + " read but undelivered";
+    if (at(s, "eof") == true) out += ", eof";
+    if (at(s, "closed_by_program") == true) out += ", closed by the program";
+  }
+  if (at(s, "tty").is_object())
+    out += ", pty " + text(at(at(s, "tty"), "rows")) + "x" + text(at(at(s, "tty"), "cols")) + ", stderr merged into stdout";
+  return out;
+}
+
 void print_files(const char* label, const json& files) {
   if (!files.is_array() || files.empty()) return line(label, "none");
   for (auto& f : files) {
@@ -119,6 +135,7 @@ void print_text(const json& r) {
 
   print_files("inputs", at(r, "inputs"));
   print_files("outputs", at(r, "outputs"));
+  line("stdin", stdin_line(at(r, "stdin")));
   line("stdout", stream_line(at(r, "stdout")));
   line("stderr", stream_line(at(r, "stderr")));
 
@@ -146,7 +163,7 @@ void print_text(const json& r) {
 std::string pretty(const json& r) {
   static const char* const kOrder[] = {"schema",      "run_id",  "started_at", "ended_at", "sbx",
                                        "host",        "invocation", "image",   "enforcement", "inputs",
-                                       "outputs",     "stdout",  "stderr",     "result",   "usage",
+                                       "outputs",     "stdin",   "stdout",  "stderr",     "result",   "usage",
                                        "violations"};
   if (!r.is_object()) return r.dump(2);
   nlohmann::ordered_json out = nlohmann::ordered_json::object();
