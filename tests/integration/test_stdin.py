@@ -172,6 +172,28 @@ class CallerTerminal(SbxTestCase):
         self.assertGreater(t["stdin"]["bytes"], 0)
         self.assertGreater(t["stdout"]["bytes"], 0, "the pty's output is the stdout stream")
 
+    def test_ctrl_c_reaches_the_program_through_its_pty(self):
+        # In raw mode ^C is a byte for the sandbox's pty, whose line discipline signals the
+        # program's foreground process group; sbx itself is not interrupted.
+        self.pty.start(["run", "-it", "--", "sh", "-c", "echo ready; exec sleep 30"])
+        self.assertTrue(wait_for(lambda: b"ready" in self.pty.seen(), 20), self.pty.seen())
+        os.write(self.pty.master, b"\x03")
+        rc, err = self.pty.wait()
+        self.assertEqual(rc, 128 + signal.SIGINT, err)
+        self.assertEqual(termios.tcgetattr(self.pty.slave), self.pty.before)
+
+    def test_tty_without_interactive_gets_a_pty_but_no_input(self):
+        tpath = self.path("trace.json")
+        self.pty.start(["run", "-t", "--trace-file", tpath, "--", "sh", "-c", "tty; echo err >&2"])
+        rc, err = self.pty.wait()
+        self.assertEqual(rc, 0, err)
+        self.assertIn(b"/dev/pts/0", self.pty.seen())
+        self.assertIn(b"err", self.pty.seen(), "stderr is merged onto the pty")
+        self.assertEqual(termios.tcgetattr(self.pty.slave), self.pty.before, "no raw mode without -i")
+        t = self.trace_of(tpath)
+        self.assertEqual((t["stdin"]["mode"], t["stdin"]["relayed"]), ("pty", False))
+        self.assertEqual(t["stderr"]["bytes"], 0)
+
     def test_window_size_forwarded(self):
         self.pty.start(["run", "-it", "--", "sh", "-c", "stty size; read x; stty size"])
         self.assertTrue(wait_for(lambda: b"33 101" in self.pty.seen(), 20), self.pty.seen())
