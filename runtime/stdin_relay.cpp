@@ -46,9 +46,10 @@ Result<StdinPlan> plan_stdin(bool interactive, bool tty, int fd) {
   plan.source = describe_fd(fd);
   bool empty = plan.source == "null" || plan.source == "closed";
   if (tty) {
-    if (plan.source != "terminal")
-      return make_error("usage", "-t/--tty needs a terminal on stdin (stdin is " +
-                                     std::string(plan.source == "closed" ? "closed" : "a " + plan.source) + ")");
+    if (plan.source != "terminal") {
+      std::string is = plan.source == "closed" ? "closed" : plan.source == "null" ? "/dev/null" : "a " + plan.source;
+      return make_error("usage", "-t/--tty needs a terminal on stdin (stdin is " + is + ")");
+    }
     plan.mode = StdinMode::pty;
     plan.relay = interactive;
   } else if (!empty && (interactive || plan.source != "terminal")) {
