@@ -14,7 +14,7 @@ import threading
 import time
 import unittest
 
-from sbxtest import SBX, SbxTestCase, note, validate_trace, wait_for
+from sbxtest import SBX, SbxTestCase, busybox_digest, note, validate_trace, wait_for
 
 # Every way a program could touch the terminal it was handed on fd 0 (and 1, 2): write past
 # --output-limit, switch echo off, resize the window, read what the user types.
@@ -193,6 +193,18 @@ class CallerTerminal(SbxTestCase):
         t = self.trace_of(tpath)
         self.assertEqual((t["stdin"]["mode"], t["stdin"]["relayed"]), ("pty", False))
         self.assertEqual(t["stderr"]["bytes"], 0)
+
+    def test_interactive_shell_on_an_image(self):
+        # An image root (init forked, not shared) has the same private devpts.
+        digest = busybox_digest(self)
+        self.pty.start(["run", "-it", "--image", digest, "--", "sh"])
+        self.assertTrue(wait_for(self.pty.raw_now, 30), "raw mode during the run")
+        os.write(self.pty.master, b"tty; echo bb-$((2+3)); exit 4\n")
+        rc, err = self.pty.wait()
+        self.assertEqual(rc, 4, f"{err}\n{self.pty.seen()!r}")
+        self.assertIn(b"/dev/pts/0", self.pty.seen())
+        self.assertIn(b"bb-5", self.pty.seen())
+        self.assertEqual(termios.tcgetattr(self.pty.slave), self.pty.before)
 
     def test_window_size_forwarded(self):
         self.pty.start(["run", "-it", "--", "sh", "-c", "stty size; read x; stty size"])
