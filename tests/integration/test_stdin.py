@@ -238,6 +238,14 @@ class CallerTerminal(SbxTestCase):
         rc, err = self.settings_restored_after([], lambda: self.pty.proc.send_signal(signal.SIGTERM))
         self.assertIn(rc, (143, 137), err)
 
+    def test_settings_restored_after_a_setup_error(self):
+        # The program child fails at execve, after the terminal went raw.
+        self.pty.start(["run", "-it", "--", "/nonexistent/program"])
+        rc, err = self.pty.wait()
+        self.assertEqual(rc, 127, err)
+        self.assertIn("/nonexistent/program", err)
+        self.assertEqual(termios.tcgetattr(self.pty.slave), self.pty.before)
+
     def test_tty_without_a_terminal_is_a_usage_error(self):
         r = subprocess.run([SBX, "run", "-t", "--", "true"], stdin=subprocess.DEVNULL, capture_output=True, timeout=30)
         self.assertEqual(r.returncode, 125, r.stderr)
