@@ -502,6 +502,7 @@ RunReport run_sandbox(const RunRequest& req) {
     in.seccomp_sock = handoff.r;
     handoff.r = -1;  // the supervisor's notifier owns it
     in.seccomp_reference = &seccomp->reference;
+    in.seccomp_named = &seccomp->named;
     if (cgroup && spec.limits.cpu_time_ms) {
       in.cpu_budget_ms = spec.limits.cpu_time_ms;
       in.cpu_used_us = [&] { return cgroup->usage().cpu_usage_us; };
@@ -547,6 +548,12 @@ RunReport run_sandbox(const RunRequest& req) {
       }
     }
     parts.violations = violations_json(sup->violations);
+    if (seccomp && seccomp->enabled) {
+      parts.violations_summary["seccomp"] = violation_totals_json(sup->seccomp_totals, sup->violations.size());
+      if (sup->seccomp_totals.truncated())
+        spdlog::warn("seccomp: {} refused calls of {} distinct kinds are counted but not listed in the trace (list capped at {} entries)",
+                     sup->seccomp_totals.unlisted_calls, sup->seccomp_totals.unlisted_distinct, SeccompNotifier::kMaxListed);
+    }
     if (proxy) {
       for (auto& v : proxy->violations_json()) parts.violations.push_back(v);
       parts.usage_extra["network"] = proxy->usage_json();

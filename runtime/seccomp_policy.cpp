@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -497,6 +498,20 @@ Result<std::vector<sock_filter>> compile_seccomp_policy(const SeccompPolicy& pol
   return prog;
 }
 
+namespace {
+// The names of the policy's non-allow rules, sorted and unique (a cache entry written before this
+// list existed has no "named" member and is treated as a miss).
+std::vector<std::string> refused_names(const SeccompPolicy& pol) {
+  std::vector<std::string> v;
+  for (auto& r : pol.rules)
+    if (r.action != SCMP_ACT_ALLOW)
+      for (auto& n : r.names) v.push_back(n);
+  std::sort(v.begin(), v.end());
+  v.erase(std::unique(v.begin(), v.end()), v.end());
+  return v;
+}
+}  // namespace
+
 Result<PreparedSeccomp> prepare_seccomp(const std::string& which, const std::string& cache_dir) {
   PreparedSeccomp p;
   std::int64_t t0 = now_us();
@@ -533,8 +548,9 @@ Result<PreparedSeccomp> prepare_seccomp(const std::string& which, const std::str
     if (meta_text && prog) {
       json m = json::parse(*meta_text, nullptr, false);
       if (m.is_object() && m.value("default_action", json()).is_string() && m.value("unresolved", json()).is_array() &&
-          m.value("notes", json()).is_array()) {
+          m.value("notes", json()).is_array() && m.value("named", json()).is_array()) {
         p.default_action = m["default_action"].get<std::string>();
+        for (auto& n : m["named"]) if (n.is_string()) p.named.push_back(n.get<std::string>());
         for (auto& n : m["unresolved"]) if (n.is_string()) p.unresolved.push_back(n.get<std::string>());
         for (auto& n : m["notes"]) if (n.is_string()) p.notes.push_back(n.get<std::string>());
         p.reference = std::move(*prog);
@@ -549,11 +565,12 @@ Result<PreparedSeccomp> prepare_seccomp(const std::string& which, const std::str
   p.default_action = pol->default_action_text;
   p.unresolved = pol->unresolved;
   p.notes = pol->notes;
+  p.named = refused_names(*pol);
   auto prog = compile_seccomp_policy(*pol);
   if (!prog) return prog.error();
   p.reference = std::move(*prog);
   if (!cache_dir.empty()) {
-    json m = {{"default_action", p.default_action}, {"unresolved", p.unresolved}, {"notes", p.notes}};
+    json m = {{"default_action", p.default_action}, {"unresolved", p.unresolved}, {"notes", p.notes}, {"named", p.named}};
     std::string mt = m.dump();
     write_cache(cache_dir, meta_path, mt.data(), mt.size());
     write_cache(cache_dir, bpf_path, p.reference.data(), p.reference.size() * sizeof(sock_filter));

@@ -113,7 +113,7 @@ SuperviseResult supervise(const SuperviseInput& in) {
   std::int64_t init_done_at = 0;
 
   auto kill_all = [&] { pidfd_send_signal(in.pidfd, SIGKILL); };
-  SeccompNotifier seccomp(in.seccomp_sock, in.seccomp_reference, start);
+  SeccompNotifier seccomp(in.seccomp_sock, in.seccomp_reference, start, in.seccomp_named);
 
   while (!init_done || out.open() || err.open() || msg_fd >= 0) {
     std::vector<struct pollfd> p;
@@ -250,6 +250,7 @@ SuperviseResult supervise(const SuperviseInput& in) {
     r.wall_ms = now_ms() - start;
   }
   r.violations = seccomp.violations();
+  r.seccomp_totals = seccomp.totals();
   r.out = out.finish();
   r.err = err.finish();
   return r;

@@ -46,6 +46,7 @@ struct SuperviseInput {
   // policy with its real actions, evaluated for each notification (seccomp_notify.hpp).
   int seccomp_sock = -1;
   const std::vector<sock_filter>* seccomp_reference = nullptr;
+  const std::vector<std::string>* seccomp_named = nullptr;  // always listed in violations
   // CPU-time budget over the whole run cgroup: a timerfd fires when the budget could at the
   // earliest be spent (remaining / max CPUs); the supervisor then reads the usage and re-arms.
   std::optional<std::int64_t> cpu_budget_ms;
@@ -71,6 +72,7 @@ struct SuperviseResult {
   std::int64_t wall_ms = 0;
   StreamStats out, err;
   std::vector<SeccompViolation> violations;      // refused system calls, aggregated
+  SeccompViolationTotals seccomp_totals;         // what the list of violations left out
   std::optional<SeccompViolation> seccomp_kill;  // the call whose kill action ended the run
 };
 

@@ -92,7 +92,8 @@ nlohmann::json trace_record(TraceParts&& p) {
               {"stderr", stream_json(p.sup ? &p.sup->err : nullptr)},
               {"result", result},
               {"usage", usage},
-              {"violations", std::move(p.violations)}};
+              {"violations", std::move(p.violations)},
+              {"violations_summary", std::move(p.violations_summary)}};
 }
 
 }  // namespace sbx

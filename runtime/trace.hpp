@@ -38,6 +38,7 @@ struct TraceParts {
   const SuperviseResult* sup = nullptr;  // null when the run failed before the sandbox existed
   nlohmann::json usage_extra;            // cgroup usage, when measured
   nlohmann::json violations = nlohmann::json::array();
+  nlohmann::json violations_summary = nlohmann::json::object();  // per kind: totals, what was cut
 };
 
 // Consumes the parts: the record is built from them by moves, not copies.

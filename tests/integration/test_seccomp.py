@@ -119,6 +119,26 @@ class Attacks(SeccompCase):
                 self.assertEqual(self.need_trace(r)["result"]["status"], "ok")
                 self.assertViolation(r, syscall, "SCMP_ACT_ERRNO(EPERM)")
 
+    def test_flood_of_junk_calls_does_not_hide_the_real_attempts(self):
+        """1,100 distinct junk calls first, then mount, ptrace and bpf: the list stays bounded, the
+        policy's named calls are listed anyway, and the totals say how much was left out."""
+        r = self.attack("flood-then-escape")
+        self.assertExit(r, 0, "the attempts must be refused")
+        self.assertIn("flood-then-escape: blocked", r.out, r.describe())
+        for name in ("mount", "ptrace", "bpf"):
+            self.assertViolation(r, name, "SCMP_ACT_ERRNO(EPERM)")
+        t = self.need_trace(r)
+        listed = [v for v in t["violations"] if v.get("kind") == "seccomp"]
+        summary = t.get("violations_summary", {}).get("seccomp")
+        self.assertIsNotNone(summary, "trace.violations_summary.seccomp must say what the list left out\n" + r.describe())
+        self.assertLessEqual(len(listed), summary["listed_cap"] + 3, "the list must stay bounded")
+        self.assertEqual(summary["listed"], len(listed))
+        self.assertTrue(summary["truncated"], json.dumps(summary))
+        self.assertGreaterEqual(summary["calls"], 1103, json.dumps(summary))
+        self.assertEqual(summary["calls"], sum(v["count"] for v in listed) + summary["unlisted_calls"], json.dumps(summary))
+        self.assertGreaterEqual(summary["unlisted_distinct"], 1100 + 3 - len(listed), json.dumps(summary))
+        self.assertIn("not listed", r.err, "a truncated list is said on stderr too")
+
     def test_x32_syscall_kills_the_sandbox_and_is_named(self):
         r = self.attack("x32")
         self.assertExit(r, 159, "a foreign-ABI (x32) system call must kill the sandbox (SIGSYS semantics)")
