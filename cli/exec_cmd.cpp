@@ -9,6 +9,7 @@
 
 #include "cli/commands.hpp"
 #include "runtime/exec.hpp"
+#include "runtime/text_escape.hpp"
 
 namespace sbx::cli {
 namespace {
@@ -19,7 +20,7 @@ struct ExecFlags {
 int json_error(const std::string& stage, const std::string& message) {
   nlohmann::json e = {{"error", {{"stage", stage}, {"message", message}}}};
   std::printf("%s\n", e.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
-  std::fprintf(stderr, "sbx: exec: %s\n", message.c_str());
+  std::fprintf(stderr, "sbx: exec: %s\n", printable(message).c_str());
   return 125;
 }
 }  // namespace

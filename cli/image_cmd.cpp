@@ -7,6 +7,7 @@
 #include "cli/commands.hpp"
 #include "runtime/image_store.hpp"
 #include "runtime/paths.hpp"
+#include "runtime/text_escape.hpp"
 
 namespace sbx::cli {
 namespace {
@@ -62,7 +63,7 @@ void add_image_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& ou
         std::int64_t now = now_ms();
         if (now - last < 1000) return;
         last = now;
-        std::fprintf(stderr, "%simporting %s: %s, %lld entries, %s%s", tty ? "\r\033[K" : "", source.c_str(), phase,
+        std::fprintf(stderr, "%simporting %s: %s, %lld entries, %s%s", tty ? "\r\033[K" : "", printable(source).c_str(), phase,
                      static_cast<long long>(entries), human_bytes(bytes).c_str(), tty ? "" : "\n");
       };
       auto r = store.import(source, name, progress);
@@ -89,9 +90,9 @@ void add_image_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& ou
       for (auto& r : *all) {
         std::vector<std::string> names = r.names.empty() ? std::vector<std::string>{"<none>"} : r.names;
         for (auto& n : names)
-          std::printf("%-32s %-19s %8lld %10s  %s\n", n.c_str(), short_digest(r.digest).c_str(),
+          std::printf("%-32s %-19s %8lld %10s  %s\n", printable(n).c_str(), printable(short_digest(r.digest)).c_str(),
                       static_cast<long long>(r.meta.value("entries", 0LL)), human_bytes(r.meta.value("bytes", 0LL)).c_str(),
-                      r.meta.value("imported_at", std::string()).c_str());
+                      printable(r.meta.value("imported_at", std::string())).c_str());
       }
       return 0;
     }
@@ -102,14 +103,14 @@ void add_image_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& ou
       j["names"] = r->names;
       j["rootfs"] = r->rootfs;
       j["manifest"] = r->dir + "/manifest";
-      std::printf("%s\n", j.dump(2).c_str());
+      std::printf("%s\n", j.dump(2, ' ', true, nlohmann::json::error_handler_t::replace).c_str());
       return 0;
     }
     if (rm->parsed()) {
       for (auto& one : refs) {
         auto r = store.remove(one);
         if (!r) return usage_error(r.error().describe());
-        for (auto& line : *r) std::printf("%s\n", line.c_str());
+        for (auto& line : *r) std::printf("%s\n", printable(line).c_str());
       }
       return 0;
     }
@@ -121,7 +122,7 @@ void add_image_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& ou
       std::printf("%s seal: %s\n", r->digest.c_str(), v->seal_ok ? "ok" : "MISMATCH (the stored tree was modified)");
       if (v->full) {
         std::printf("%s content: %s\n", r->digest.c_str(), v->content_ok ? "ok (every file re-hashed)" : "MISMATCH");
-        for (auto& d : v->differences) std::printf("  %s\n", d.c_str());
+        for (auto& d : v->differences) std::printf("  %s\n", printable(d).c_str());
       }
       return v->ok() ? 0 : 1;
     }

@@ -8,6 +8,7 @@
 
 #include "cli/commands.hpp"
 #include "runtime/log.hpp"
+#include "runtime/text_escape.hpp"
 
 namespace sbx::cli {
 void add_global_options(CLI::App& app, GlobalOptions& g) {
@@ -34,7 +35,7 @@ std::string_view command_word(int argc, char** argv) {
 }
 
 int usage_error(const std::string& message) {
-  std::fprintf(stderr, "sbx: %s\n", message.c_str());
+  std::fprintf(stderr, "sbx: %s\n", printable(message).c_str());
   return 125;
 }
 }  // namespace sbx::cli

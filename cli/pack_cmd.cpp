@@ -7,6 +7,7 @@
 #include "runtime/fsutil.hpp"
 #include "runtime/pack.hpp"
 #include "runtime/pack_run.hpp"
+#include "runtime/text_escape.hpp"
 
 namespace sbx::cli {
 namespace {
@@ -22,8 +23,8 @@ struct PackFlags {
 
 int print_problems(const std::string& dir, const std::vector<PackProblem>& problems, const Error& e) {
   if (problems.empty()) return usage_error(e.message);
-  for (auto& p : problems) std::fprintf(stderr, "sbx: %s/%s\n", dir.c_str(), p.describe().c_str());
-  std::fprintf(stderr, "sbx: pack %s: %zu problem(s)\n", dir.c_str(), problems.size());
+  for (auto& p : problems) std::fprintf(stderr, "sbx: %s/%s\n", printable(dir).c_str(), printable(p.describe()).c_str());
+  std::fprintf(stderr, "sbx: pack %s: %zu problem(s)\n", printable(dir).c_str(), problems.size());
   return 125;
 }
 
@@ -95,12 +96,12 @@ int run_pack_command(PackFlags& f, GlobalOptions& g) {
   req.run.explicit_limits = explicit_limits(f.run);
   req.run.invocation_argv = g.argv;
   PackRunResult res = run_pack(req);
-  for (auto& e : res.errors) std::fprintf(stderr, "sbx: %s: %s\n", to_string(res.status), e.c_str());
+  for (auto& e : res.errors) std::fprintf(stderr, "sbx: %s: %s\n", to_string(res.status), printable(e).c_str());
   if (res.status == RunStatus::ok) {
     std::string text = res.result.dump(2) + "\n";
     if (!f.result_file.empty()) {
       if (auto st = write_file_durable(f.result_file, text); !st) {
-        std::fprintf(stderr, "sbx: cannot write --result %s: %s\n", f.result_file.c_str(), st.error().describe().c_str());
+        std::fprintf(stderr, "sbx: cannot write --result %s: %s\n", printable(f.result_file).c_str(), printable(st.error().describe()).c_str());
         return 125;
       }
     } else {
@@ -124,7 +125,7 @@ void add_pack_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out
     std::vector<PackProblem> problems;
     auto p = load_pack(f.dir, problems);
     if (!p) return print_problems(f.dir, problems, p.error());
-    std::printf("%s %s: ok (digest %s)\n", p->name.c_str(), p->version.c_str(), p->digest.c_str());
+    std::printf("%s %s: ok (digest %s)\n", printable(p->name).c_str(), printable(p->version).c_str(), p->digest.c_str());
     return 0;
   }});
 

@@ -13,6 +13,7 @@
 
 #include "runtime/fsutil.hpp"
 #include "runtime/sha256.hpp"
+#include "runtime/text_escape.hpp"
 
 namespace sbx {
 namespace {
@@ -25,21 +26,6 @@ int open_beneath(int dirfd, const std::string& name, int flags) {
   how.flags = static_cast<std::uint64_t>(flags | O_NOFOLLOW | O_CLOEXEC);
   how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV;
   return static_cast<int>(::syscall(SYS_openat2, dirfd, name.c_str(), &how, sizeof how));
-}
-
-// Length of the valid UTF-8 sequence at s[i], or 0.
-std::size_t utf8_len(const std::string& s, std::size_t i) {
-  auto b = [&](std::size_t k) { return static_cast<unsigned char>(s[k]); };
-  unsigned char c = b(i);
-  if (c < 0x80) return 1;
-  std::size_t n = c >= 0xf0 && c <= 0xf4 ? 4 : c >= 0xe0 ? 3 : c >= 0xc2 && c < 0xe0 ? 2 : 0;
-  if (n == 0 || i + n > s.size()) return 0;
-  for (std::size_t k = 1; k < n; ++k)
-    if ((b(i + k) & 0xc0) != 0x80) return 0;
-  std::uint32_t cp = c & (0xff >> (n + 1));
-  for (std::size_t k = 1; k < n; ++k) cp = (cp << 6) | (b(i + k) & 0x3f);
-  if ((n == 3 && cp < 0x800) || (n == 4 && (cp < 0x10000 || cp > 0x10ffff)) || (cp >= 0xd800 && cp <= 0xdfff)) return 0;
-  return n;
 }
 
 const char* kind_of(mode_t m) {

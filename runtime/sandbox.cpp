@@ -34,6 +34,7 @@
 #include "runtime/trace.hpp"
 #include "runtime/trace_store.hpp"
 #include "runtime/units.hpp"
+#include "runtime/text_escape.hpp"
 
 extern char** environ;
 
@@ -604,7 +605,7 @@ RunReport run_sandbox(const RunRequest& req) {
   for (auto& [k, v] : extra.items()) report.trace[k] = v;
   std::string text = report.trace.dump(2) + "\n";
   if (outcome.status == RunStatus::setup_error && outcome.error) {
-    std::fprintf(stderr, "sbx: %s\n", outcome.error->describe_with_stage().c_str());
+    std::fprintf(stderr, "sbx: %s\n", printable(outcome.error->describe_with_stage()).c_str());
   } else if (outcome.status == RunStatus::timeout) {
     spdlog::info("wall-time limit of {} reached: sandbox killed", format_duration_ms(*spec.limits.timeout_ms));
   }
@@ -612,7 +613,7 @@ RunReport run_sandbox(const RunRequest& req) {
     spdlog::warn("could not store the trace record in {}: {}", req.dirs.traces, st.error().describe());
   if (!req.trace_file.empty()) {
     if (auto st = write_file_durable(req.trace_file, text); !st) {
-      std::fprintf(stderr, "sbx: cannot write --trace-file %s: %s\n", req.trace_file.c_str(), st.error().describe().c_str());
+      std::fprintf(stderr, "sbx: cannot write --trace-file %s: %s\n", printable(req.trace_file).c_str(), printable(st.error().describe()).c_str());
       if (report.exit_status == 0) report.exit_status = 125;
     }
   }

@@ -181,7 +181,7 @@ TEST_CASE("shell_quote leaves safe words alone and single-quotes the rest") {
   CHECK(shell_quote("$HOME") == "'$HOME'");
   CHECK(shell_quote("it's") == "'it'\\''s'");
   CHECK(shell_quote("*") == "'*'");
-  CHECK(shell_quote("a\nb") == "'a\nb'");
+  CHECK(shell_quote("a\nb") == "$'a\\nb'");  // never a raw newline: see test_text_escape.cpp
   CHECK(shell_quote("caf\xc3\xa9") == "'caf\xc3\xa9'");
   CHECK(sbx::shell_join({"sh", "-c", "echo $1", ""}) == "sh -c 'echo $1' ''");
 }
