@@ -91,6 +91,36 @@ class Reader {
 };
 
 // "SCMP_ACT_ERRNO" + errnoRet -> libseccomp action value.
+// The errno an action returns: the OCI number (`num_key`: errnoRet, defaultErrnoRet) and/or the
+// name Podman's files give beside it (`name_key`: errno, defaultErrno, e.g. "ENOSYS"); when both
+// are present they must agree. Names are glibc's (strerrorname_np), so every E* constant works.
+Result<std::optional<std::uint64_t>> errno_member(const Reader& rd, const json& obj, const char* num_key,
+                                                  const char* name_key, const std::string& pointer) {
+  std::optional<std::uint64_t> num, named;
+  if (obj.contains(num_key) && !obj.at(num_key).is_null()) {
+    auto e = rd.u64(obj.at(num_key), pointer + "/" + num_key);
+    if (!e) return e.error();
+    if (*e > 4095) return rd.fail(pointer + "/" + num_key, "must be an errno value (0-4095)");
+    num = *e;
+  }
+  if (obj.contains(name_key) && !obj.at(name_key).is_null()) {
+    const json& n = obj.at(name_key);
+    if (!n.is_string()) return rd.fail(pointer + "/" + name_key, "must be an errno name such as \"EPERM\"");
+    static constexpr NamedErrno kAliases[] = {{"EWOULDBLOCK", EWOULDBLOCK}, {"EDEADLOCK", EDEADLOCK}, {"ENOTSUP", ENOTSUP}};
+    for (auto& a : kAliases)
+      if (n.get<std::string>() == a.name) named = static_cast<std::uint64_t>(a.value);
+    for (int e = 1; e < 4096 && !named; ++e) {
+      const char* known = ::strerrorname_np(e);
+      if (known && n.get<std::string>() == known) named = static_cast<std::uint64_t>(e);
+    }
+    if (!named) return rd.fail(pointer + "/" + name_key, "unknown errno name '" + n.get<std::string>() + "'");
+    if (num && *num != *named)
+      return rd.fail(pointer + "/" + name_key, "'" + n.get<std::string>() + "' is " + std::to_string(*named) + " but " +
+                                                   num_key + " says " + std::to_string(*num));
+  }
+  return num ? num : named;
+}
+
 Result<std::uint32_t> parse_action(const Reader& rd, const json& v, const std::string& pointer,
                                    std::optional<std::uint64_t> errno_ret, std::string& text) {
   if (!v.is_string()) return rd.fail(pointer, "must be a string (SCMP_ACT_...)");
@@ -272,17 +302,12 @@ Result<SeccompPolicy> parse_seccomp_policy(std::string_view text, const std::str
     return make_error(kStage, source + ": not valid JSON");
   }
   if (!j.is_object()) return rd.fail("", "must be a JSON object (OCI linux.seccomp)");
-  SBX_TRY(rd.only(j, "", {"defaultAction", "defaultErrnoRet", "architectures", "archMap", "syscalls", "flags",
-                          "listenerPath", "listenerMetadata"}));
+  SBX_TRY(rd.only(j, "", {"defaultAction", "defaultErrnoRet", "defaultErrno", "architectures", "archMap", "syscalls",
+                          "flags", "listenerPath", "listenerMetadata"}));
   if (!j.contains("defaultAction")) return rd.fail("/defaultAction", "is required");
-  std::optional<std::uint64_t> default_errno;
-  if (j.contains("defaultErrnoRet") && !j.at("defaultErrnoRet").is_null()) {
-    auto e = rd.u64(j.at("defaultErrnoRet"), "/defaultErrnoRet");
-    if (!e) return e.error();
-    if (*e > 4095) return rd.fail("/defaultErrnoRet", "must be an errno value (0-4095)");
-    default_errno = *e;
-  }
-  auto da = parse_action(rd, j.at("defaultAction"), "/defaultAction", default_errno, pol.default_action_text);
+  auto default_errno = errno_member(rd, j, "defaultErrnoRet", "defaultErrno", "");
+  if (!default_errno) return default_errno.error();
+  auto da = parse_action(rd, j.at("defaultAction"), "/defaultAction", *default_errno, pol.default_action_text);
   if (!da) return da.error();
   pol.default_action = *da;
 
@@ -343,7 +368,7 @@ Result<SeccompPolicy> parse_seccomp_policy(std::string_view text, const std::str
       std::string p = "/syscalls/" + std::to_string(i);
       const json& r = sc[i];
       if (!r.is_object()) return rd.fail(p, "must be an object");
-      SBX_TRY(rd.only(r, p, {"names", "name", "action", "errnoRet", "args", "comment", "includes", "excludes"}));
+      SBX_TRY(rd.only(r, p, {"names", "name", "action", "errnoRet", "errno", "args", "comment", "includes", "excludes"}));
       SeccompRule rule;
       rule.pointer = p;
       if (r.contains("names")) {
@@ -357,15 +382,10 @@ Result<SeccompPolicy> parse_seccomp_policy(std::string_view text, const std::str
       }
       if (rule.names.empty()) return rd.fail(p + "/names", "must list at least one system call");
       if (!r.contains("action")) return rd.fail(p + "/action", "is required");
-      std::optional<std::uint64_t> eret;
-      if (r.contains("errnoRet") && !r.at("errnoRet").is_null()) {
-        auto e = rd.u64(r.at("errnoRet"), p + "/errnoRet");
-        if (!e) return e.error();
-        if (*e > 4095) return rd.fail(p + "/errnoRet", "must be an errno value (0-4095)");
-        eret = *e;
-      }
+      auto eret = errno_member(rd, r, "errnoRet", "errno", p);
+      if (!eret) return eret.error();
       std::string atext;
-      auto act = parse_action(rd, r.at("action"), p + "/action", eret, atext);
+      auto act = parse_action(rd, r.at("action"), p + "/action", *eret, atext);
       if (!act) return act.error();
       rule.action = *act;
       if (r.contains("comment") && !r.at("comment").is_null() && !r.at("comment").is_string())
