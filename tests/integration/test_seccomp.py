@@ -329,19 +329,23 @@ class Policies(SeccompCase):
         self.assertTrue(any("archMap" in n for n in s["notes"]), s["notes"])
         self.assertViolation(r, "mount", "SCMP_ACT_ERRNO(EPERM)")
 
-    def test_podmans_debian_policy_loads_unchanged(self):
-        """/usr/share/containers/seccomp.json of Debian 12's golang-github-containers-common, as shipped."""
+    def test_podman_and_docker_policies_as_debian_ships_them_load_unchanged(self):
+        """Podman's /usr/share/containers/seccomp.json (golang-github-containers-common 0.50.1) and
+        Docker's default profile (golang-github-docker-docker-dev 20.10.24), as Debian 12 ships them."""
         if not REPO:
-            self.fail("tests/fixtures/seccomp/podman-debian12.json not found (set SBX_SOURCE_DIR)")
-        with open(os.path.join(REPO, "tests", "fixtures", "seccomp", "podman-debian12.json")) as f:
-            p = self.policy(f.read(), "seccomp.json")
-        r = self.run_sbx(["sh", "-c", "echo hello"], ["--seccomp", p])
-        self.assertExit(r, 0, "a run under Podman's policy")
-        self.assertEqual(r.out, "hello\n")
-        r = self.attack("bpf", ["--seccomp", p])
-        self.assertExit(r, 0, "bpf is refused by Podman's policy (EPERM without CAP_SYS_ADMIN)")
-        self.assertViolation(r, "bpf", "SCMP_ACT_ERRNO(EPERM)")
-        self.assertEqual(self.need_trace(r)["enforcement"]["seccomp"]["default_action"], "SCMP_ACT_ERRNO(ENOSYS)")
+            self.fail("tests/fixtures/seccomp/ not found (set SBX_SOURCE_DIR)")
+        for fixture in ("podman-debian12.json", "docker-debian12.json"):
+            with self.subTest(policy=fixture):
+                with open(os.path.join(REPO, "tests", "fixtures", "seccomp", fixture)) as f:
+                    p = self.policy(f.read(), fixture)
+                r = self.run_sbx(["sh", "-c", "echo hello"], ["--seccomp", p])
+                self.assertExit(r, 0, f"a run under {fixture}")
+                self.assertEqual(r.out, "hello\n")
+                r = self.attack("bpf", ["--seccomp", p])
+                self.assertExit(r, 0, "bpf is refused (EPERM without CAP_SYS_ADMIN)")
+                self.assertViolation(r, "bpf", "SCMP_ACT_ERRNO(EPERM)")
+                want = "SCMP_ACT_ERRNO(ENOSYS)" if fixture.startswith("podman") else "SCMP_ACT_ERRNO(EPERM)"
+                self.assertEqual(self.need_trace(r)["enforcement"]["seccomp"]["default_action"], want)
 
     def test_unconfined_is_loud(self):
         r = self.attack("mount", ["--seccomp", "unconfined"])
