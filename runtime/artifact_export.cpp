@@ -84,33 +84,56 @@ struct Exporter {
     UniqueFd out(::openat(dst, name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode));
     if (out.get() < 0) return sys_error(kStage, "create " + display_name(rel) + " in the output directory");
     Sha256 h;
-    std::int64_t copied = 0;
+    auto copied = copy_sparse(in.get(), out.get(), st.st_size, h, rel);
+    if (!copied) return copied.error();
+    ++r.entries;
+    r.bytes += *copied;
+    r.files.push_back({"/out/" + display_name(rel), *copied, h.final_hex()});
+    return {};
+  }
+
+  // Copies `size` bytes at most (the size checked against the cap: the file cannot grow, every
+  // writer is dead, and the bound holds even if it could), hashing all of them. Holes stay holes:
+  // a sparse file of gigabytes in the 64 MiB /out costs the host only its data (SEEK_DATA /
+  // SEEK_HOLE; where the file system lacks them the whole file counts as data). The hash covers
+  // the holes' zeros, so it is the hash of the content the program saw.
+  Result<std::int64_t> copy_sparse(int in, int out, std::int64_t size, Sha256& h, const std::string& rel) {
     std::vector<char> buf(1 << 20);
-    // At most the size checked against the cap: the file cannot grow (every writer is dead), and
-    // the bound holds even if it could.
-    while (copied < st.st_size) {
-      std::size_t want = static_cast<std::size_t>(std::min<std::int64_t>(st.st_size - copied, static_cast<std::int64_t>(buf.size())));
-      ssize_t n = ::read(in.get(), buf.data(), want);
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        return sys_error(kStage, "read /out/" + display_name(rel));
+    std::int64_t at = 0;
+    while (at < size) {
+      off_t data = ::lseek(in, at, SEEK_DATA);
+      if (data < 0) data = errno == ENXIO ? size : at;  // ENXIO: only a hole is left
+      data = std::min<off_t>(data, size);
+      if (data > at) {  // a hole: the zeros are hashed, nothing is written
+        std::fill(buf.begin(), buf.end(), 0);
+        for (std::int64_t z = at; z < data;) {
+          std::size_t n = static_cast<std::size_t>(std::min<std::int64_t>(data - z, static_cast<std::int64_t>(buf.size())));
+          h.update(buf.data(), n);
+          z += static_cast<std::int64_t>(n);
+        }
+        at = data;
+        continue;
       }
-      if (n == 0) break;
+      off_t hole = ::lseek(in, at, SEEK_HOLE);
+      if (hole < 0 || hole <= at) hole = size;
+      std::size_t want = static_cast<std::size_t>(std::min<std::int64_t>(std::min<std::int64_t>(hole, size) - at,
+                                                                         static_cast<std::int64_t>(buf.size())));
+      ssize_t n = ::pread(in, buf.data(), want, at);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) return sys_error(kStage, "read /out/" + display_name(rel));
+      if (n == 0) break;  // shrank meanwhile
       h.update(buf.data(), static_cast<std::size_t>(n));
       for (ssize_t off = 0; off < n;) {
-        ssize_t w = ::write(out.get(), buf.data() + off, static_cast<std::size_t>(n - off));
-        if (w < 0) {
-          if (errno == EINTR) continue;
-          return sys_error(kStage, "write " + display_name(rel) + " in the output directory");
-        }
+        ssize_t w = ::pwrite(out, buf.data() + off, static_cast<std::size_t>(n - off), at + off);
+        if (w < 0 && errno == EINTR) continue;
+        if (w < 0) return sys_error(kStage, "write " + display_name(rel) + " in the output directory");
         off += w;
       }
-      copied += n;
+      at += n;
     }
-    ++r.entries;
-    r.bytes += copied;
-    r.files.push_back({"/out/" + display_name(rel), copied, h.final_hex()});
-    return {};
+    // A trailing hole: the size without the blocks.
+    if (::ftruncate(out, at) != 0) return sys_error(kStage, "size " + display_name(rel) + " in the output directory");
+    return at;
   }
 };
 

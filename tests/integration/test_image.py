@@ -302,6 +302,25 @@ class Export(SbxTestCase):
         self.assertIn("--output-max-bytes", skipped["/out/sparse"])
         note("hostile export skipped: " + json.dumps(t["export"]["skipped"]))
 
+    def test_sparse_file_exports_as_holes(self):
+        """A 200 MB sparse file in the 64 MiB /out: under --output-max-bytes (256 MiB), exported with
+        its holes, so the host gets its apparent size but not 200 MB of zeros on disk."""
+        r, dest = self.export("printf head > /out/sparse; truncate -s 200M /out/sparse;"
+                              " printf tail >> /out/sparse; echo ok", image="host")
+        self.assertExit(r, 0)
+        st = os.stat(dest + "/sparse")
+        size = 200 * 1024 * 1024 + 4
+        self.assertEqual(st.st_size, size)
+        self.assertLess(st.st_blocks * 512, 8 * 1024 * 1024, f"the export wrote the holes as data: {st.st_blocks * 512} bytes on disk")
+        h = hashlib.sha256()
+        with open(dest + "/sparse", "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+        t = self.need_trace(r)
+        outs = {o["path"]: o for o in t["outputs"]}
+        self.assertEqual(outs["/out/sparse"]["bytes"], size)
+        self.assertEqual(outs["/out/sparse"]["sha256"], h.hexdigest(), "the hash is of the content, holes included")
+
     def test_many_tiny_files_hit_the_file_cap(self):
         script = "cd /out && seq 1 100000 | xargs touch && ls | wc -l"
         r, dest = self.export(script)
