@@ -612,7 +612,8 @@ RunReport run_sandbox(const RunRequest& req) {
   if (auto st = store_trace(req.dirs, run_id, text); !st)
     spdlog::warn("could not store the trace record in {}: {}", req.dirs.traces, st.error().describe());
   if (!req.trace_file.empty()) {
-    if (auto st = write_file_durable(req.trace_file, text); !st) {
+    // 0600 like the store's records: a record holds the run's argv and --env values.
+    if (auto st = write_file_durable(req.trace_file, text, 0600); !st) {
       std::fprintf(stderr, "sbx: cannot write --trace-file %s: %s\n", printable(req.trace_file).c_str(), printable(st.error().describe()).c_str());
       if (report.exit_status == 0) report.exit_status = 125;
     }
