@@ -3,11 +3,13 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 
 #include "cli/commands.hpp"
 #include "runtime/image_store.hpp"
 #include "runtime/paths.hpp"
 #include "runtime/text_escape.hpp"
+#include "runtime/units.hpp"
 
 namespace sbx::cli {
 namespace {
@@ -41,6 +43,9 @@ void add_image_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& ou
   import->add_option("source", source, "Directory or tarball to import")->required();
   import->add_option("--name", name, "NAME[:TAG] to give the image (tag defaults to latest)")->required();
   import->add_flag("-q,--quiet", quiet, "Print only the digest, no progress");
+  static std::string max_bytes_text, max_entries_text;
+  import->add_option("--max-bytes", max_bytes_text, "Stop and store nothing past this much file data (default 4G)");
+  import->add_option("--max-entries", max_entries_text, "Stop and store nothing past this many entries (default 1000000)");
   auto* ls = image->add_subcommand("ls", "List stored images: names, digest, size, import time");
   auto* inspect = image->add_subcommand("inspect", "Print an image's record (digest, names, counts, seal) as JSON");
   inspect->add_option("ref", ref, "NAME[:TAG] or sha256:<hex prefix>")->required();
@@ -66,7 +71,19 @@ void add_image_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& ou
         std::fprintf(stderr, "%simporting %s: %s, %lld entries, %s%s", tty ? "\r\033[K" : "", printable(source).c_str(), phase,
                      static_cast<long long>(entries), human_bytes(bytes).c_str(), tty ? "" : "\n");
       };
-      auto r = store.import(source, name, progress);
+      ImportLimits limits;
+      if (!max_bytes_text.empty()) {
+        auto b = parse_size_bytes(max_bytes_text);
+        if (!b || *b <= 0) return usage_error("image import: --max-bytes: expected a size such as 512M or 8G, got '" + max_bytes_text + "'");
+        limits.max_bytes = *b;
+      }
+      if (!max_entries_text.empty()) {
+        char* end = nullptr;
+        long long n = std::strtoll(max_entries_text.c_str(), &end, 10);
+        if (!end || *end || n <= 0) return usage_error("image import: --max-entries: expected a positive count, got '" + max_entries_text + "'");
+        limits.max_entries = n;
+      }
+      auto r = store.import(source, name, progress, limits);
       if (tty && now_ms() - start > 1000 && !quiet) std::fprintf(stderr, "\n");
       if (!r) return usage_error(r.error().describe());
       if (quiet) {

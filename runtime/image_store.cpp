@@ -151,7 +151,8 @@ Result<ImageRecord> ImageStore::load(const std::string& hex) const {
   return r;
 }
 
-Result<ImageRecord> ImageStore::import(const std::string& source, const std::string& name_text, const ImportProgress& progress) {
+Result<ImageRecord> ImageStore::import(const std::string& source, const std::string& name_text, const ImportProgress& progress,
+                                       const ImportLimits& limits) {
   auto name = canonical_image_name(name_text);
   if (!name) return name.error();
   struct stat st;
@@ -172,7 +173,8 @@ Result<ImageRecord> ImageStore::import(const std::string& source, const std::str
   std::string rootfs = staging + "/rootfs";
   if (::mkdir(rootfs.c_str(), 0755) != 0) return sys_error(kStage, "cannot create " + rootfs);
 
-  auto stats = S_ISDIR(st.st_mode) ? populate_from_dir(source, rootfs, progress) : populate_from_tar(source, rootfs, progress);
+  auto stats = S_ISDIR(st.st_mode) ? populate_from_dir(source, rootfs, progress, limits)
+                                   : populate_from_tar(source, rootfs, progress, limits);
   if (!stats) return stats.error();
   ScanOptions hashing;
   if (progress) hashing.progress = [&](std::int64_t entries, std::int64_t bytes) { progress("hashing", entries, bytes); };

@@ -113,6 +113,46 @@ class ImageStore(SbxTestCase):
             self.assertExit(r, 125, " ".join(args))
             self.assertOneSbxLine(r)
 
+    def test_archive_bombs_are_refused_and_nothing_is_stored(self):
+        """A 100 KB tar.gz that expands to 100 MB, and a tar of 3,000 empty files, against
+        --max-bytes/--max-entries: exit 125 with the limit named, no image, no staging left."""
+        src = self.path("bomb")
+        os.makedirs(src + "/d")
+        with open(src + "/d/zeros", "wb") as f:
+            f.write(bytes(100 * 1024 * 1024))
+        bomb = self.path("bomb.tar.gz")
+        subprocess.run(["tar", "-C", src, "-czf", bomb, "d"], check=True)
+        self.assertLess(os.path.getsize(bomb), 1024 * 1024)
+        many = self.path("many")
+        os.makedirs(many)
+        for i in range(3000):
+            open(os.path.join(many, f"f{i}"), "w").close()
+        many_tar = self.path("many.tar")
+        subprocess.run(["tar", "-C", many, "-cf", many_tar, "."], check=True)
+        images = os.path.join(os.environ["SBX_STATE_DIR"], "images")
+        before = sbx(["image", "ls"]).out
+        cases = ((["image", "import", bomb, "--name", "bomb", "--max-bytes", "10M"], "--max-bytes"),
+                 (["image", "import", src, "--name", "bomb-dir", "--max-bytes", "10M"], "--max-bytes"),
+                 (["image", "import", many_tar, "--name", "many", "--max-entries", "1000"], "--max-entries"),
+                 (["image", "import", many, "--name", "many-dir", "--max-entries", "1000"], "--max-entries"))
+        for args, limit in cases:
+            with self.subTest(args=args[2]):
+                r = sbx(args, timeout=120)
+                self.assertExit(r, 125, "a bomb over the limit must be refused")
+                errors = [l for l in r.err.splitlines() if l.startswith("sbx:")]
+                self.assertEqual(len(errors), 1, "one error line (progress lines may precede it)\n" + r.describe())
+                self.assertIn(limit, r.err)
+                self.assertIn("nothing was stored", r.err)
+                self.assertEqual(sbx(["image", "ls"]).out, before, "the store lists the same images")
+                staging = os.path.join(images, "tmp")
+                self.assertEqual(os.listdir(staging) if os.path.isdir(staging) else [], [], "no staging left")
+        r = sbx(["image", "import", many_tar, "--name", "many", "--max-entries", "5000", "-q"], timeout=120)
+        self.assertExit(r, 0, "under the limit the same archive imports")
+        for bad in (["--max-bytes", "lots"], ["--max-entries", "0"]):
+            r = sbx(["image", "import", many_tar, "--name", "x"] + bad)
+            self.assertExit(r, 125)
+            self.assertOneSbxLine(r)
+
     def test_tampered_store_refuses_the_run(self):
         busybox_digest(self)
         # Its own content (the same content would share busybox's stored tree).
