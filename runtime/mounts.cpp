@@ -243,7 +243,9 @@ Status build_dev(std::int64_t shm_size) {
   SBX_TRY(symlink_at("/proc/self/fd/0", "/newroot/dev/stdin"));
   SBX_TRY(symlink_at("/proc/self/fd/1", "/newroot/dev/stdout"));
   SBX_TRY(symlink_at("/proc/self/fd/2", "/newroot/dev/stderr"));
-  return {};
+  // Complete: the tmpfs itself becomes read-only (the program may not add files or replace the
+  // nodes' names); devpts and /dev/shm below it are mounts of their own and stay writable.
+  return remount_ro("/newroot/dev", MS_NOSUID | MS_NOEXEC);
 }
 
 bool under(const std::string& path, const std::string& dir) {

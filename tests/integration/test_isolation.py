@@ -298,6 +298,16 @@ class Filesystem(SbxTestCase):
         for bad in ("sda", "vda", "nvme0", "mem", "kmsg", "kvm"):
             self.assertNotIn(bad, names, f"/dev/{bad} must not be in the sandbox")
 
+    def test_dev_is_read_only_but_shm_and_pts_are_not(self):
+        r = self.run_sbx(["sh", "-c", "echo x > /dev/new 2>/dev/null && echo DEV-WRITABLE;"
+                          " rm -f /dev/null 2>/dev/null; test -c /dev/null || echo NULL-GONE;"
+                          " echo x > /dev/shm/ok && echo SHM-OK; echo x > /dev/null && echo NULL-OK"])
+        self.assertExit(r, 0)
+        self.assertNotIn("DEV-WRITABLE", r.out, "/dev is read-only once set up")
+        self.assertNotIn("NULL-GONE", r.out, "/dev/null cannot be removed or replaced")
+        self.assertIn("SHM-OK", r.out)
+        self.assertIn("NULL-OK", r.out)
+
     def test_bind_read_only_and_rw(self):
         d = self.path("data")
         os.mkdir(d)
