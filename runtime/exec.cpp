@@ -124,11 +124,11 @@ Result<json> run_exec(const json& rq, const ExecContext& ctx) {
     extra["outputs"] = outputs;
     std::vector<SchemaError> errs;
     if (f.present) {
-      json parsed = f.problem.empty() ? json::parse(f.bytes, nullptr, false) : json(json::value_t::discarded);
+      ParsedJson parsed;
       if (!f.problem.empty()) errs.push_back({"", "/out/result.json: " + f.problem});
-      else if (parsed.is_discarded()) errs.push_back({"", "/out/result.json is not valid JSON"});
-      else if (schema) errs = schema->validate(parsed);
-      if (errs.empty()) result = std::move(parsed);
+      else if (parsed = parse_json(f.bytes, result_bounds()); !parsed.ok()) errs.push_back({parsed.pointer, parsed.problem});
+      else if (schema) errs = schema->validate(parsed.value);
+      if (errs.empty()) result = std::move(parsed.value);
     } else if (schema && o.status == RunStatus::ok) {
       errs.push_back({"", "the program wrote no /out/result.json"});
     }
@@ -140,9 +140,10 @@ Result<json> run_exec(const json& rq, const ExecContext& ctx) {
         o.error = make_error("output", std::to_string(errs.size()) + " error(s) in /out/result.json");
       }
     }
-    extra["validation"] = {{"input", nullptr},
-                           {"output", schema ? (errs.empty() ? json{{"status", "ok"}} : json{{"status", "invalid"}, {"errors", result_errors}})
-                                             : json(nullptr)}};
+    json output_check = nullptr;
+    if (!errs.empty()) output_check = {{"status", "invalid"}, {"errors", result_errors}, {"bounds", result_bounds_json()}};
+    else if (schema) output_check = {{"status", "ok"}};
+    extra["validation"] = {{"input", nullptr}, {"output", output_check}};
     return extra;
   };
   RunReport rep = run_sandbox(run);
@@ -155,8 +156,8 @@ Result<json> run_exec(const json& rq, const ExecContext& ctx) {
                {"error", rep.outcome.error ? json(rep.outcome.error->describe()) : json(nullptr)},
                {"stdout", out.read_all()},
                {"stderr", err.read_all()},
-               {"stdout_truncated", t["stdout"].value("truncated", false)},
-               {"stderr_truncated", t["stderr"].value("truncated", false)},
+               {"stdout_truncated", t.value("stdout", json::object()).value("truncated", false)},
+               {"stderr_truncated", t.value("stderr", json::object()).value("truncated", false)},
                {"result", result},
                {"result_errors", result_errors},
                {"usage", t.value("usage", json::object())},

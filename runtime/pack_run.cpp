@@ -8,6 +8,7 @@
 
 #include "runtime/artifact_export.hpp"
 #include "runtime/fsutil.hpp"
+#include "runtime/json_io.hpp"
 #include "runtime/sha256.hpp"
 #include "runtime/typed_io.hpp"
 #include "runtime/userns.hpp"
@@ -82,19 +83,15 @@ PackRunResult run_pack(PackRunRequest& req) {
   auto in_schema = CompiledSchema::compile(req.pack.input_schema, req.pack.input_schema_path);
   auto out_schema = CompiledSchema::compile(req.pack.output_schema, req.pack.output_schema_path);
   std::vector<SchemaError> in_errors;
-  json records = json::parse(req.input_bytes, nullptr, false);
+  ParsedJson parsed = parse_json(req.input_bytes, {kMaxRecordsBytes});
+  json records = std::move(parsed.value);
   if (!in_schema || !out_schema) {
     // load_pack compiled both already; this only fails if the pack changed in between.
     Outcome o;
     o.error = !in_schema ? in_schema.error() : out_schema.error();
     run.refuse = o;
-  } else if (records.is_discarded()) {
-    try {
-      json again = json::parse(req.input_bytes);
-      (void)again;
-    } catch (const json::parse_error& e) {
-      in_errors.push_back({"", std::string("not valid JSON: ") + e.what()});
-    }
+  } else if (!parsed.ok()) {
+    in_errors.push_back({parsed.pointer, parsed.problem});
   } else {
     in_errors = validate_records(*in_schema, records);
   }
@@ -143,10 +140,10 @@ PackRunResult run_pack(PackRunRequest& req) {
     if (!f.present) errs.push_back({"", "the program wrote no /out/result.json"});
     else if (!f.problem.empty()) errs.push_back({"", "/out/result.json: " + f.problem});
     else {
-      json out = json::parse(f.bytes, nullptr, false);
-      if (out.is_discarded()) errs.push_back({"", "/out/result.json is not valid JSON"});
-      else errs = out_schema->validate(out);
-      if (errs.empty()) valid_result = std::move(out);
+      ParsedJson out = parse_json(f.bytes, result_bounds());
+      if (!out.ok()) errs.push_back({out.pointer, out.problem});
+      else errs = out_schema->validate(out.value);
+      if (errs.empty()) valid_result = std::move(out.value);
     }
     if (errs.empty()) {
       extra["validation"]["output"] = {{"status", "ok"}};
@@ -154,7 +151,8 @@ PackRunResult run_pack(PackRunRequest& req) {
       o.status = RunStatus::output_invalid;
       o.error = make_error("output", std::to_string(errs.size()) + " error(s) in /out/result.json against " +
                                          req.pack.output_schema_path);
-      extra["validation"]["output"] = {{"status", "invalid"}, {"errors", schema_errors_json(errs)}};
+      extra["validation"]["output"] = {{"status", "invalid"}, {"errors", schema_errors_json(errs)},
+                                       {"bounds", result_bounds_json()}};
       out_lines = error_lines("/out/result.json", errs);
     }
     return extra;
