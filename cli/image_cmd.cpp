@@ -6,6 +6,7 @@
 
 #include "cli/commands.hpp"
 #include "runtime/image_store.hpp"
+#include "runtime/json_io.hpp"
 #include "runtime/paths.hpp"
 
 namespace sbx::cli {
@@ -102,7 +103,7 @@ void add_image_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& ou
       j["names"] = r->names;
       j["rootfs"] = r->rootfs;
       j["manifest"] = r->dir + "/manifest";
-      std::printf("%s\n", j.dump(2).c_str());
+      std::printf("%s\n", dump_json(j, 2).c_str());  // store paths may be any bytes (json_io.hpp)
       return 0;
     }
     if (rm->parsed()) {

@@ -55,7 +55,7 @@ Result<json> run_exec(const json& rq, const ExecContext& ctx) {
   const Language* lang = nullptr;
   for (auto& l : kLanguages)
     if (rq["language"] == l.name) lang = &l;
-  if (!lang) return bad("language " + rq["language"].dump() + " is not supported (python, sh)");
+  if (!lang) return bad("language " + json_excerpt(rq["language"]) + " is not supported (python, sh)");
   if (!rq.contains("code") || !rq["code"].is_string()) return bad("'code' is required: the program's source as a string");
   std::vector<std::pair<std::string, std::string>> files;
   if (rq.contains("files")) {

@@ -284,6 +284,16 @@ std::string dump_json(json& j, int indent, const std::function<json(const std::s
   }
 }
 
+std::string json_excerpt(const json& v, std::size_t max) {
+  json copy = v;
+  std::string s = dump_json(copy, -1);
+  if (s.size() <= max) return s;
+  // Cut on a character boundary, so the message stays valid UTF-8.
+  std::size_t cut = max;
+  while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xC0) == 0x80) --cut;
+  return s.substr(0, cut) + "...";
+}
+
 std::string pointer_token(std::string_view key) {
   std::string t;
   for (char c : key) {

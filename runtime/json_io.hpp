@@ -93,6 +93,9 @@ std::size_t json_depth(const nlohmann::json& j);
 std::string dump_json(nlohmann::json& j, int indent,
                       const std::function<nlohmann::json(const std::string& reason)>& fallback = {});
 
+// `v` as compact JSON for an error message, cut to about `max` bytes ("..." marks the cut).
+std::string json_excerpt(const nlohmann::json& v, std::size_t max = 80);
+
 // A JSON pointer token: '~' as "~0", '/' as "~1" (RFC 6901).
 std::string pointer_token(std::string_view key);
 

@@ -111,7 +111,7 @@ Result<json> limits_to_spec_patch(const json& in, const std::string& file, std::
       json probe = defaults;
       probe["limits"][it->second] = v;
       if (auto r = spec_from_json(probe, "limits"); !r)
-        problems.push_back({file, "/limits/" + k, "bad value " + v.dump() + ": " + r.error().message});
+        problems.push_back({file, "/limits/" + k, "bad value " + json_excerpt(v) + ": " + r.error().message});
       else limits[it->second] = v;
     }
   }
@@ -200,7 +200,7 @@ Result<Pack> parse_pack_manifest(const std::string& dir, const std::string& text
       for (auto& [k, v] : n.items())
         if (k != "mode") c.add("/network/" + k, "unknown key (known: mode)");
       if (n.contains("mode") && n["mode"] != "none")
-        c.add("/network/mode", n["mode"].dump() + ": only \"none\" (loopback only) is supported for packs");
+        c.add("/network/mode", json_excerpt(n["mode"]) + ": only \"none\" (loopback only) is supported for packs");
     }
   }
   std::set<std::string> names;

@@ -218,3 +218,34 @@ class ContractOwnsStdout(HostileCase):
         self.assertNotIn(b"999", r.stdout)
         self.assertIn(b'{"count": 999}', r.stderr)
         self.assertIn(b"free text", r.stderr)
+
+
+class InvalidUtf8Documents(HostileCase):
+    """Every JSON document sbx prints or stores, not just the trace, survives bytes that are not UTF-8."""
+
+    def test_dry_run_prints_the_spec_escaped(self):
+        r = sbx(["run", "--dry-run", "--", "/bin/echo", os.fsdecode(b"\xff")])
+        self.assertExit(r, 0)
+        spec = json.loads(r.out)
+        self.assertEqual(spec["argv"], ["/bin/echo", "\\xff"])
+        self.assertEqual(spec["escaped_strings"], ["/argv/1"])
+
+    def test_profile_show_of_a_file_at_a_non_utf8_path(self):
+        p = write(os.fsdecode(os.fsencode(self.tmp) + b"/prof\xe9.json"), '{"limits": {"timeout_ms": 1000}}')
+        r = sbx(["profile", "show", p])
+        self.assertExit(r, 0)
+        doc = json.loads(r.out)
+        self.assertTrue(doc["origin"].endswith("/prof\\xe9.json"), doc["origin"])
+        self.assertIn("/origin", doc["escaped_strings"])
+
+    def test_image_import_from_a_non_utf8_path(self):
+        src = os.fsencode(self.tmp) + b"/tree\xff"
+        os.makedirs(src + b"/bin")
+        write(os.fsdecode(src + b"/bin/x"), "hi\n")
+        state = self.path("state")
+        r = sbx(["--state-dir", state, "image", "import", os.fsdecode(src), "--name", "t"], timeout=120)
+        self.assertExit(r, 0)
+        r = sbx(["--state-dir", state, "image", "inspect", "t"])
+        self.assertExit(r, 0)
+        meta = json.loads(r.out)
+        self.assertTrue(meta["source"].endswith("/tree\\xff"), meta["source"])
