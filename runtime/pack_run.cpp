@@ -17,9 +17,12 @@ namespace sbx {
 namespace {
 using nlohmann::json;
 
-std::vector<std::string> error_lines(const std::string& file, const std::vector<SchemaError>& errs) {
+std::vector<std::string> error_lines(const std::string& file, const std::vector<SchemaError>& errs, std::size_t omitted) {
   std::vector<std::string> v;
   for (auto& e : errs) v.push_back(file + "#" + e.pointer + ": " + e.message);
+  if (omitted > 0)
+    v.push_back(file + ": " + std::to_string(omitted) + " more error(s) not listed (the first " +
+                std::to_string(errs.size()) + " are)");
   return v;
 }
 
@@ -48,7 +51,8 @@ Result<std::string> read_secret_source(const std::string& source) {
   return make_error("usage", "a secret's source must be @FILE or env:VAR (the value itself is never given on the command line)");
 }
 
-std::vector<SchemaError> validate_records(const CompiledSchema& schema, const json& records) {
+std::vector<SchemaError> validate_records(const CompiledSchema& schema, const json& records, std::size_t* omitted,
+                                          std::size_t max_kept) {
   std::vector<SchemaError> out;
   if (!records.is_array()) {
     out.push_back({"", "the input must be a JSON array of records"});
@@ -56,6 +60,10 @@ std::vector<SchemaError> validate_records(const CompiledSchema& schema, const js
   }
   for (std::size_t i = 0; i < records.size(); ++i)
     for (auto& e : schema.validate(records[i])) {
+      if (out.size() >= max_kept) {
+        if (omitted) ++*omitted;
+        continue;
+      }
       // Built with append: GCC 12 warns falsely (-Wstringop-overflow) about "/" + to_string(i) here.
       std::string pointer(1, '/');
       pointer.append(std::to_string(i)).append(e.pointer);
@@ -83,6 +91,7 @@ PackRunResult run_pack(PackRunRequest& req) {
   auto in_schema = CompiledSchema::compile(req.pack.input_schema, req.pack.input_schema_path);
   auto out_schema = CompiledSchema::compile(req.pack.output_schema, req.pack.output_schema_path);
   std::vector<SchemaError> in_errors;
+  std::size_t in_omitted = 0;
   ParsedJson parsed = parse_json(req.input_bytes, {kMaxRecordsBytes});
   json records = std::move(parsed.value);
   if (!in_schema || !out_schema) {
@@ -93,16 +102,16 @@ PackRunResult run_pack(PackRunRequest& req) {
   } else if (!parsed.ok()) {
     in_errors.push_back({parsed.pointer, parsed.problem});
   } else {
-    in_errors = validate_records(*in_schema, records);
+    in_errors = validate_records(*in_schema, records, &in_omitted, kMaxContractErrors);
   }
   if (!in_errors.empty()) {
     Outcome o;
     o.status = RunStatus::input_invalid;
-    o.error = make_error("input", std::to_string(in_errors.size()) + " error(s) in " + req.input_path + " against " +
-                                      req.pack.input_schema_path);
+    o.error = make_error("input", std::to_string(in_errors.size() + in_omitted) + " error(s) in " + req.input_path +
+                                      " against " + req.pack.input_schema_path);
     run.refuse = o;
-    validation["input"] = {{"status", "invalid"}, {"errors", schema_errors_json(in_errors)}};
-    res.errors = error_lines(req.input_path, in_errors);
+    validation["input"] = invalid_check(in_errors, in_omitted, {kMaxRecordsBytes});
+    res.errors = error_lines(req.input_path, in_errors, in_omitted);
   } else if (!run.refuse) {
     validation["input"] = {{"status", "ok"}, {"records", records.size()}};
   }
@@ -151,9 +160,9 @@ PackRunResult run_pack(PackRunRequest& req) {
       o.status = RunStatus::output_invalid;
       o.error = make_error("output", std::to_string(errs.size()) + " error(s) in /out/result.json against " +
                                          req.pack.output_schema_path);
-      extra["validation"]["output"] = {{"status", "invalid"}, {"errors", schema_errors_json(errs)},
-                                       {"bounds", result_bounds_json()}};
-      out_lines = error_lines("/out/result.json", errs);
+      extra["validation"]["output"] = invalid_check(errs, 0, result_bounds());  // keeps the first kMaxContractErrors
+      std::size_t omitted = extra["validation"]["output"].value("errors_omitted", std::size_t{0});
+      out_lines = error_lines("/out/result.json", errs, omitted);
     }
     return extra;
   };

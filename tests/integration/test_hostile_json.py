@@ -249,3 +249,21 @@ class InvalidUtf8Documents(HostileCase):
         self.assertExit(r, 0)
         meta = json.loads(r.out)
         self.assertTrue(meta["source"].endswith("/tree\\xff"), meta["source"])
+
+
+class ContractErrorsAreCapped(HostileCase):
+    def test_ten_thousand_bad_records_list_100_errors_and_count_the_rest(self):
+        d = self.make_pack("true\n")
+        with open(self.path("s.json"), "w") as f:
+            json.dump({"type": "object", "required": ["id"]}, f)
+        os.replace(self.path("s.json"), os.path.join(d, "schemas/in.json"))
+        os.chmod(os.path.join(d, "schemas/in.json"), 0o644)
+        r = self.pack_run(d, json.dumps([{}] * 10000))
+        self.assertExit(r, 65)
+        lines = [l for l in r.err.splitlines() if l.startswith("sbx: input_invalid:")]
+        self.assertEqual(len(lines), 101, r.err[-500:])
+        self.assertIn("9900 more error(s) not listed", lines[-1])
+        check = r.trace["validation"]["input"]
+        self.assertEqual(len(check["errors"]), 100)
+        self.assertEqual(check["errors_omitted"], 9900)
+        self.assertIn("10000 error(s)", r.trace["result"]["error"]["message"])
