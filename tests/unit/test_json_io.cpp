@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -357,4 +358,67 @@ TEST_CASE("seccomp policies: deep and malformed documents are errors with pointe
   }
   auto slash = parse_seccomp_policy(R"({"defaultAction": "SCMP_ACT_ALLOW", "a/b": 1})", "p.json");
   CHECK(slash.error().message.find("p.json: /a~1b:") == 0);
+}
+
+// Every member of a RunSpec profile (and of one element of each array), set to each hostile value:
+// the load either succeeds or fails cleanly, naming the file and the member (or one above it).
+TEST_CASE("profiles: every member times every hostile value is accepted or a clean error") {
+  json base = spec_to_json(RunSpec{});
+  base["binds"] = json::array({{{"src", "/a"}, {"dst", "/b"}, {"rw", false}}});
+  base["tmpfs"] = json::array({{{"dst", "/t"}, {"size_bytes", 1024}}});
+  base["inputs"] = json::array({{{"src", "/a"}, {"dst", "/in/a"}}});
+  base["env"] = {{"A", "1"}};
+  base["argv"] = {"sh"};
+  base["network"]["allow"] = {"example.com"};
+  // Leaf pointers, found without recursion.
+  std::vector<std::string> leaves;
+  std::vector<std::pair<const json*, std::string>> todo{{&base, ""}};
+  while (!todo.empty()) {
+    auto [v, p] = todo.back();
+    todo.pop_back();
+    if (!p.empty()) leaves.push_back(p);
+    if (v->is_object())
+      for (auto& [k, c] : v->items()) todo.push_back({&c, p + "/" + pointer_token(k)});
+    else if (v->is_array())
+      for (std::size_t i = 0; i < v->size(); ++i) todo.push_back({&(*v)[i], p + "/" + std::to_string(i)});
+  }
+  REQUIRE(leaves.size() > 40);
+  const std::vector<json> hostile = {
+      nullptr, true, -1, 0, 1.5, -1e308, 1e308, std::numeric_limits<std::int64_t>::min(),
+      std::numeric_limits<std::uint64_t>::max(), "", "x", std::string("\0z", 2), "/../..", std::string(5000, 'a'),
+      json::array(), json::array({1, "a", nullptr}), json::object(), json({{"k", json::array()}}),
+      json::parse(nested(100)),
+  };
+  TempDir t;
+  std::size_t n = 0, rejected = 0;
+  for (auto& leaf : leaves) {
+    for (auto& h : hostile) {
+      json doc = base;
+      doc[json::json_pointer(leaf)] = h;
+      std::string name = std::to_string(n++);
+      name.append(".json");
+      std::string path = t.write(name, doc.dump());
+      auto r = load_profile(path);
+      if (r.ok()) {
+        // Accepted: the layered spec must parse too.
+        CHECK(spec_from_layers(*r, nullptr, "").ok());
+        continue;
+      }
+      ++rejected;
+      const std::string& m = r.error().message;
+      CAPTURE(leaf);
+      CAPTURE(h.dump().substr(0, 80));
+      CAPTURE(m);
+      CHECK(m.find("profile " + path + ": ") == 0);
+      CHECK(m.find('\n') == std::string::npos);
+      // The message names the member, one of its parents (a whole array or object refused) or
+      // one of its own members (the hostile value was an object or nested too deep).
+      std::string named = m.substr(("profile " + path + ": ").size());
+      std::string key = named[0] == '/' ? named.substr(0, named.find(": ")) : "";
+      bool related = leaf == key || leaf.rfind(key + "/", 0) == 0 || key.rfind(leaf + "/", 0) == 0;
+      CHECK_MESSAGE((!key.empty() && related), named);
+    }
+  }
+  MESSAGE(n << " hostile profiles, " << rejected << " rejected cleanly");
+  CHECK(rejected > n / 2);
 }
