@@ -35,7 +35,8 @@ class BoundedSax {
     return dom_.key(k);
   }
   bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& ex) {
-    return fail(std::string("not valid JSON: ") + ex.what());
+    // nlohmann quotes the offending token raw: escaped, the message is safe in any document.
+    return fail("not valid JSON: " + escape_utf8(ex.what()));
   }
 
   std::string pointer() const {

@@ -117,6 +117,29 @@ class DeepJsonFromTheCaller(HostileCase):
         self.assertIn("larger than 64 MiB", self.assertOneSbxLine(r))
 
 
+class MalformedExecRequests(HostileCase):
+    def test_every_malformed_request_is_a_json_error_and_one_line(self):
+        sh = {"language": "sh", "code": "true"}
+        shapes = [b"", b"x", b'"x"', b"null", b"[1]", b'{"language": "sh", "code": "true"', b"\xff",
+                  b'{"language": "sh", "code": "\xff"}', b'{"language": "sh", "code": "true"} 1']
+        for extra in ({"language": 5}, {"language": "\u0000"}, {"code": []}, {"code": None}, {"files": []},
+                      {"files": {"a": 5}}, {"files": {"/etc/x": ""}}, {"files": {"a/../../b": ""}},
+                      {"files": {"main.sh": ""}}, {"limits": []}, {"limits": {"timeout": {}}},
+                      {"limits": {"memory": -1}}, {"limits": {"timeout": 1e308}},
+                      {"limits": {"pids": 18446744073709551615}}, {"limits": {"nope": 1}},
+                      # Out of range for what sbx computes with (deadlines, cgroup files):
+                      {"limits": {"timeout": 9223372036854775807}}, {"limits": {"pids": 99999999999}},
+                      {"output_schema": 5}, {"output_schema": {"type": 5}}, {"nope": 1}):
+            shapes.append(json.dumps(dict(sh, **extra)).encode())
+        for req in shapes:
+            r = self.exec(req)
+            self.assertExit(r, 125, req[:100])
+            resp = json.loads(r.out)
+            self.assertEqual(set(resp), {"error"}, req[:100])
+            self.assertIn("message", resp["error"])
+            self.assertEqual(len(r.err.splitlines()), 1, r.describe())
+
+
 class DeepJsonFromTheSandbox(HostileCase):
     def test_pack_result_of_200000_nested_arrays_is_output_invalid(self):
         d = self.make_pack(DEEP_RESULT_SH)

@@ -422,3 +422,51 @@ TEST_CASE("profiles: every member times every hostile value is accepted or a cle
   MESSAGE(n << " hostile profiles, " << rejected << " rejected cleanly");
   CHECK(rejected > n / 2);
 }
+
+// The same sweep over a pack manifest: each member (and each member of its array elements) set to
+// each hostile value is accepted or reported as problems with pointers into pack.json.
+TEST_CASE("pack manifests: every member times every hostile value is accepted or a clean problem") {
+  TempDir t;
+  t.write("in.json", "{}");
+  json base = json::parse(R"({"name":"p","version":"1","description":"d","entrypoint":["/bin/sh","/pack/run.sh"],
+    "image":"host","input_schema":"in.json","output_schema":"in.json",
+    "limits":{"timeout":"2s","memory":"64M","pids":10,"cpus":0.5,"cpu_time":"1s","output_limit":"1K","tmp_size":"8M"},
+    "network":{"mode":"none"},"context":[{"name":"c","path":"/ctx/c","required":true}],
+    "secrets":[{"name":"S","required":false,"delivery":"env"}]})");
+  std::vector<std::string> leaves;
+  std::vector<std::pair<const json*, std::string>> todo{{&base, ""}};
+  while (!todo.empty()) {
+    auto [v, p] = todo.back();
+    todo.pop_back();
+    if (!p.empty()) leaves.push_back(p);
+    if (v->is_object())
+      for (auto& [k, c] : v->items()) todo.push_back({&c, p + "/" + pointer_token(k)});
+    else if (v->is_array())
+      for (std::size_t i = 0; i < v->size(); ++i) todo.push_back({&(*v)[i], p + "/" + std::to_string(i)});
+  }
+  const std::vector<json> hostile = {nullptr, true, -1, 1.5, 1e308, std::numeric_limits<std::uint64_t>::max(), "",
+                                     "../x", std::string(300, 'a'), json::array(), json::array({1}), json::object(),
+                                     json::parse(nested(100))};
+  std::size_t n = 0, rejected = 0;
+  for (auto& leaf : leaves) {
+    for (auto& h : hostile) {
+      json doc = base;
+      doc[json::json_pointer(leaf)] = h;
+      std::vector<PackProblem> problems;
+      auto p = parse_pack_manifest(t.dir, doc.dump(), problems);
+      ++n;
+      if (p.ok()) continue;
+      ++rejected;
+      CAPTURE(leaf);
+      CAPTURE(h.dump().substr(0, 80));
+      REQUIRE_FALSE(problems.empty());
+      for (auto& pr : problems) {
+        CAPTURE(pr.describe());
+        CHECK((pr.file == "pack.json" || pr.file == "in.json"));
+        CHECK((pr.pointer.empty() || pr.pointer[0] == '/'));
+      }
+    }
+  }
+  MESSAGE(n << " hostile manifests, " << rejected << " rejected cleanly");
+  CHECK(rejected > n / 2);
+}
