@@ -31,7 +31,10 @@ class BoundedSax {
   bool end_object() { return close() && dom_.end_object(); }
   bool end_array() { return close() && dom_.end_array(); }
   bool key(json::string_t& k) {
-    if (!frames_.empty()) frames_.back().key = k, frames_.back().has_key = true;
+    if (!frames_.empty()) {
+      frames_.back().key = k;
+      frames_.back().has_key = true;
+    }
     return dom_.key(k);
   }
   bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& ex) {
