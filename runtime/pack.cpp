@@ -46,9 +46,10 @@ bool ident_ok(const std::string& s, bool allow_dot_dash) {
   return true;
 }
 
-// A path inside the pack: relative, no "..", no empty or "." components.
+// A path inside the pack: relative, no "..", no empty or "." components, no NUL (which would cut
+// the C string the kernel sees).
 bool pack_relative_ok(const std::string& p) {
-  if (p.empty() || p[0] == '/') return false;
+  if (p.empty() || p[0] == '/' || p.find('\0') != std::string::npos) return false;
   std::size_t i = 0;
   while (i <= p.size()) {
     auto j = p.find('/', i);

@@ -20,6 +20,11 @@ constexpr std::int64_t kMaxSizeBytes = 1LL << 62;
 constexpr std::int64_t kMaxCount = 1LL << 31;
 constexpr std::int64_t kMaxPids = 1LL << 22;  // the kernel's PID_MAX_LIMIT
 
+// Every string of a spec ends up as a C string (argv, environment, mount paths, hostname): a NUL
+// inside would silently cut it there, so that "/data\0/../etc" named "/data". Refused instead.
+bool has_nul(const std::string& s) { return s.find('\0') != std::string::npos; }
+constexpr const char* kNulMessage = "must not contain a NUL byte";
+
 // An integer of JSON within [lo, hi]: floats, huge unsigned values and anything not a number fail.
 std::optional<std::int64_t> integer_in(const json& v, std::int64_t lo, std::int64_t hi) {
   if (v.is_number_unsigned()) {
@@ -71,6 +76,7 @@ class ObjectReader {
     if (!has(key)) return {};
     if (!j_.at(key).is_string()) return fail_key(key, "must be a string");
     out = j_.at(key).get<std::string>();
+    if (has_nul(out)) return fail_key(key, kNulMessage);
     return {};
   }
   Status get_bool(const char* key, bool& out) {
@@ -135,6 +141,7 @@ class ObjectReader {
     for (std::size_t i = 0; i < v.size(); ++i) {
       if (!v[i].is_string()) return fail(index_path(key, i), "must be a string");
       out.push_back(v[i].get<std::string>());
+      if (has_nul(out.back())) return fail(index_path(key, i), kNulMessage);
     }
     return {};
   }
@@ -253,6 +260,8 @@ Result<RunSpec> spec_from_json(const json& j, const std::string& source) {
       if (k.empty() || k.find('=') != std::string::npos)
         return r.fail(r.key_path("env") + "/" + pointer_token(k), "variable names must be non-empty and contain no '='");
       if (!v.is_string()) return r.fail(r.key_path("env") + "/" + pointer_token(k), "must be a string");
+      if (has_nul(k) || has_nul(v.get_ref<const std::string&>()))
+        return r.fail(r.key_path("env") + "/" + pointer_token(k), kNulMessage);
       s.env[k] = v.get<std::string>();
     }
   }
@@ -264,6 +273,7 @@ Result<RunSpec> spec_from_json(const json& j, const std::string& source) {
     for (std::size_t i = 0; i < a.size(); ++i) {
       std::string p = r.index_path("binds", i);
       if (a[i].is_string()) {
+        if (has_nul(a[i].get_ref<const std::string&>())) return r.fail(p, kNulMessage);
         auto b = parse_bind(a[i].get<std::string>());
         if (!b) return r.fail(p, b.error().message);
         s.binds.push_back(*b);
@@ -288,6 +298,7 @@ Result<RunSpec> spec_from_json(const json& j, const std::string& source) {
     for (std::size_t i = 0; i < a.size(); ++i) {
       std::string p = r.index_path("tmpfs", i);
       if (a[i].is_string()) {
+        if (has_nul(a[i].get_ref<const std::string&>())) return r.fail(p, kNulMessage);
         auto t = parse_tmpfs(a[i].get<std::string>());
         if (!t) return r.fail(p, t.error().message);
         s.tmpfs.push_back(*t);
@@ -311,6 +322,7 @@ Result<RunSpec> spec_from_json(const json& j, const std::string& source) {
     for (std::size_t i = 0; i < a.size(); ++i) {
       std::string p = r.index_path("inputs", i);
       if (a[i].is_string()) {
+        if (has_nul(a[i].get_ref<const std::string&>())) return r.fail(p, kNulMessage);
         auto in = parse_input(a[i].get<std::string>());
         if (!in) return r.fail(p, in.error().message);
         s.inputs.push_back(*in);
