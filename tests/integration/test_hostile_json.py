@@ -225,7 +225,9 @@ class MalformedProfiles(HostileCase):
         for text, pointer in (('{"limits": {"timeout_ms": 9223372036854775807}}', "/limits/timeout_ms"),
                               ('{"uid": 18446744073709551615}', "/uid"),
                               ('{"env_pass": [1]}', "/env_pass/0"),
-                              ('{"tmpfs": [{"dst": "/t", "size_bytes": -1}]}', "/tmpfs/0/size_bytes")):
+                              ('{"tmpfs": [{"dst": "/t", "size_bytes": -1}]}', "/tmpfs/0/size_bytes"),
+                              # A NUL would cut the path the kernel sees to "/tmp".
+                              ('{"binds": [{"src": "/tmp\\u0000/../etc", "dst": "/d"}]}', "/binds/0/src")):
             p = write(self.path("q.json"), text)
             r = sbx(["run", "--profile", p, "--", "/bin/true"])
             self.assertExit(r, 125, text)
