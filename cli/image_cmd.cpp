@@ -7,6 +7,7 @@
 
 #include "cli/commands.hpp"
 #include "runtime/image_store.hpp"
+#include "runtime/json_io.hpp"
 #include "runtime/paths.hpp"
 #include "runtime/text_escape.hpp"
 #include "runtime/units.hpp"
@@ -120,7 +121,7 @@ void add_image_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& ou
       j["names"] = r->names;
       j["rootfs"] = r->rootfs;
       j["manifest"] = r->dir + "/manifest";
-      std::printf("%s\n", j.dump(2, ' ', true, nlohmann::json::error_handler_t::replace).c_str());
+      std::printf("%s\n", dump_json(j, 2, {}, true).c_str());  // for a terminal: ASCII (json_io.hpp)
       return 0;
     }
     if (rm->parsed()) {

@@ -1,10 +1,13 @@
 // sbx pack validate DIR | sbx pack init NAME | sbx pack run DIR --input FILE ...: parse and print;
 // the contract itself is runtime/pack_run.cpp (man/sbx-pack.5).
+#include <unistd.h>
+
 #include <cstdio>
 #include <set>
 
 #include "cli/commands.hpp"
 #include "runtime/fsutil.hpp"
+#include "runtime/json_io.hpp"
 #include "runtime/pack.hpp"
 #include "runtime/pack_run.hpp"
 #include "runtime/text_escape.hpp"
@@ -42,7 +45,7 @@ int run_pack_command(PackFlags& f, GlobalOptions& g) {
   auto pack = load_pack(f.dir, problems);
   if (!pack) return print_problems(f.dir, problems, pack.error());
   if (f.input.empty()) return usage_error("pack run: --input FILE is required (a JSON array of records)");
-  auto input = read_file(f.input);
+  auto input = read_bounded(f.input, kMaxRecordsBytes, "usage", f.input);
   if (!input) return usage_error("pack run: --input: " + input.error().describe());
 
   PackRunRequest req;
@@ -95,10 +98,14 @@ int run_pack_command(PackFlags& f, GlobalOptions& g) {
   req.run.trace_file = f.run.trace_file;
   req.run.explicit_limits = explicit_limits(f.run);
   req.run.invocation_argv = g.argv;
+  // stdout is the contract's: it carries the validated result and nothing else. The program's
+  // own stdout goes to sbx's stderr (capped by --output-limit like any run's), so a pack cannot
+  // print a result of its own where the caller reads the validated one.
+  req.run.stdout_fd = STDERR_FILENO;
   PackRunResult res = run_pack(req);
   for (auto& e : res.errors) std::fprintf(stderr, "sbx: %s: %s\n", to_string(res.status), printable(e).c_str());
   if (res.status == RunStatus::ok) {
-    std::string text = res.result.dump(2) + "\n";
+    std::string text = dump_json(res.result, 2) + "\n";
     if (!f.result_file.empty()) {
       if (auto st = write_file_durable(f.result_file, text); !st) {
         std::fprintf(stderr, "sbx: cannot write --result %s: %s\n", printable(f.result_file).c_str(), printable(st.error().describe()).c_str());

@@ -2,6 +2,7 @@
 #include <cstdio>
 
 #include "cli/commands.hpp"
+#include "runtime/json_io.hpp"
 #include "runtime/profile.hpp"
 #include "runtime/text_escape.hpp"
 
@@ -33,7 +34,7 @@ void add_profile_command(CLI::App& app, GlobalOptions&, std::vector<Command>& ou
                           {"origin", loaded->source.origin},
                           {"profile", loaded->patch},
                           {"spec", spec_to_json(*spec)}};
-      std::printf("%s\n", j.dump(2, ' ', true, nlohmann::json::error_handler_t::replace).c_str());
+      std::printf("%s\n", dump_json(j, 2, {}, true).c_str());  // for a terminal: ASCII (json_io.hpp)
       return 0;
     }
     return usage_error("profile: expected 'ls' or 'show NAME'");

@@ -603,7 +603,7 @@ RunReport run_sandbox(const RunRequest& req) {
   }
   report.trace["outputs"] = outputs;
   for (auto& [k, v] : extra.items()) report.trace[k] = v;
-  std::string text = report.trace.dump(2) + "\n";
+  std::string text = trace_text(report.trace);  // never throws (trace.hpp)
   if (outcome.status == RunStatus::setup_error && outcome.error) {
     std::fprintf(stderr, "sbx: %s\n", printable(outcome.error->describe_with_stage()).c_str());
   } else if (outcome.status == RunStatus::timeout) {

@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/fsutil.hpp"
+#include "runtime/json_io.hpp"
 #include "runtime/sha256.hpp"
 
 namespace sbx {
@@ -66,7 +67,7 @@ class Reader {
     for (auto& [k, v] : obj.items()) {
       bool ok = false;
       for (auto* n : known) ok = ok || k == n;
-      if (!ok) return fail(pointer + "/" + k, "unknown key '" + k + "'");
+      if (!ok) return fail(pointer + "/" + pointer_token(k), "unknown key '" + k + "'");
     }
     return {};
   }
@@ -290,17 +291,10 @@ Result<SeccompPolicy> parse_seccomp_policy(std::string_view text, const std::str
   SeccompPolicy pol;
   pol.source = source;
   Reader rd(pol.source);
-  json j = json::parse(text, nullptr, false);
-  if (j.is_discarded()) {
-    // Re-parse with exceptions for the position of the error.
-    try {
-      json again = json::parse(text);
-      (void)again;
-    } catch (const json::parse_error& e) {
-      return make_error(kStage, source + ": not valid JSON: " + e.what());
-    }
-    return make_error(kStage, source + ": not valid JSON");
-  }
+  // Bounded in size and depth (json_io.hpp), like every document sbx reads.
+  auto parsed = parse_json_doc(text, {kMaxPolicyBytes}, kStage, source);
+  if (!parsed) return parsed.error();
+  json j = std::move(*parsed);
   if (!j.is_object()) return rd.fail("", "must be a JSON object (OCI linux.seccomp)");
   SBX_TRY(rd.only(j, "", {"defaultAction", "defaultErrnoRet", "defaultErrno", "architectures", "archMap", "syscalls",
                           "flags", "listenerPath", "listenerMetadata"}));
@@ -545,8 +539,8 @@ Result<PreparedSeccomp> prepare_seccomp(const std::string& which, const std::str
   if (which == "default") {
     text = std::string(default_seccomp_policy_text());
   } else {
-    auto t = read_file(which);
-    if (!t) return make_error(kStage, "cannot read seccomp policy " + which, t.error().err);
+    auto t = read_bounded(which, kMaxPolicyBytes, kStage, "seccomp policy " + which);
+    if (!t) return t.error();
     text = std::move(*t);
   }
   p.enabled = true;
@@ -566,7 +560,7 @@ Result<PreparedSeccomp> prepare_seccomp(const std::string& which, const std::str
     auto meta_text = read_file(meta_path);
     auto prog = meta_text ? read_bpf_file(bpf_path) : Result<std::vector<sock_filter>>(make_error(kStage, "miss"));
     if (meta_text && prog) {
-      json m = json::parse(*meta_text, nullptr, false);
+      json m = parse_json(*meta_text, {kMaxPolicyBytes}).value;  // null when refused: a miss
       if (m.is_object() && m.value("default_action", json()).is_string() && m.value("unresolved", json()).is_array() &&
           m.value("notes", json()).is_array() && m.value("named", json()).is_array()) {
         p.default_action = m["default_action"].get<std::string>();

@@ -6,6 +6,7 @@
 
 #include <cstdio>
 
+#include "runtime/json_io.hpp"
 #include "runtime/sha256.hpp"
 
 namespace sbx {
@@ -94,6 +95,22 @@ nlohmann::json trace_record(TraceParts&& p) {
               {"usage", usage},
               {"violations", std::move(p.violations)},
               {"violations_summary", std::move(p.violations_summary)}};
+}
+
+std::string trace_text(nlohmann::json& record) {
+  using nlohmann::json;
+  // Copied before dump_json touches the record: the fallback must not depend on what failed.
+  json keep = json::object();
+  if (record.is_object())
+    for (const char* k : {"schema", "run_id", "started_at", "ended_at", "result"})
+      if (auto it = record.find(k); it != record.end() && (it->is_string() || k == std::string("result")))
+        keep[k] = *it;
+  auto fallback = [&keep](const std::string& reason) {
+    json f = keep;
+    f["record_error"] = reason;
+    return f;
+  };
+  return dump_json(record, 2, fallback) + "\n";
 }
 
 }  // namespace sbx

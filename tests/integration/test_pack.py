@@ -188,7 +188,9 @@ class PackSecrets(PackCase):
         r = self.pack_run(d, inp, "--secret", "token=@" + self.secret_file())
         self.assertExit(r, 0)
         self.assertIn("400 0", r.err, "mode 0400, owned by the sandbox user (uid 0 inside)")
-        self.assertIn(self.SECRET, r.out, "the program itself may print it")
+        # The program itself may print it; its stdout goes to sbx's stderr (stdout is the result's).
+        self.assertIn(self.SECRET, r.err, "the program itself may print it")
+        self.assertNotIn(self.SECRET, r.out, "sbx's stdout carries only the validated result")
         # sbx's own lines on stderr never carry it; the program's stderr does (it printed it).
         sbx_lines = [l for l in r.err.splitlines() if l.startswith("sbx:")]
         self.assertFalse(any(self.SECRET in l for l in sbx_lines), sbx_lines)

@@ -309,7 +309,7 @@ class Policies(SeccompCase):
         bad = self.policy("{\"defaultAction\": ", "broken.json")
         r2 = self.run_sbx(["true"], ["--seccomp", bad])
         self.assertExit(r2, 125)
-        self.assertIn("broken.json: not valid JSON", r2.err)
+        self.assertIn("broken.json: /defaultAction: not valid JSON", r2.err)
         r3 = self.run_sbx(["true"], ["--seccomp", self.path("missing.json")])
         self.assertExit(r3, 125)
         self.assertIn("missing.json", r3.err)

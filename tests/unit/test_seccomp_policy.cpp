@@ -214,7 +214,7 @@ TEST_CASE("strict parsing: errors name the file and the JSON path") {
         "args": [{"index": 1, "value": 1, "op": "SCMP_CMP_GT"}, {"index": 1, "value": 9, "op": "SCMP_CMP_LT"}]}]})")
             .find("policy.json: /syscalls/0/args/1/index: argument 1 compared twice in one rule") == 0);
   CHECK(parse_error(R"({"defaultAction": "SCMP_ACT_NOTIFY"})").find("policy.json: /defaultAction: SCMP_ACT_NOTIFY is not supported") == 0);
-  CHECK(parse_error("{\"defaultAction\": ").find("policy.json: not valid JSON") == 0);
+  CHECK(parse_error("{\"defaultAction\": ").find("policy.json: /defaultAction: not valid JSON") == 0);
 }
 
 TEST_CASE("a Docker/Podman superset file loads: archMap, includes and excludes resolved") {
@@ -349,9 +349,9 @@ TEST_CASE("RunSpec carries the seccomp policy; strict") {
   j["seccomp"] = "";
   auto r = spec_from_json(j, "p.json");
   REQUIRE_FALSE(r.ok());
-  CHECK(r.error().message == "p.json: seccomp: must be 'default', 'unconfined' or a policy file");
+  CHECK(r.error().message == "p.json: /seccomp: must be 'default', 'unconfined' or a policy file");
   j["seccomp"] = 3;
   auto r2 = spec_from_json(j, "p.json");
   REQUIRE_FALSE(r2.ok());
-  CHECK(r2.error().message == "p.json: seccomp: must be a string");
+  CHECK(r2.error().message == "p.json: /seccomp: must be a string");
 }
