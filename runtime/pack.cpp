@@ -90,9 +90,10 @@ void load_schema(const std::string& dir, const json& m, const char* key, std::st
     }
     return;
   }
-  auto compiled = CompiledSchema::compile(schema, rel);
+  SchemaError where;
+  auto compiled = CompiledSchema::compile(schema, rel, &where);
   if (!compiled) {
-    c.problems.push_back({rel, "", compiled.error().message});
+    c.problems.push_back({rel, where.pointer, where.message});
     return;
   }
   schema_out = std::move(schema);
