@@ -379,6 +379,16 @@ class SchemaContract(PackCase):
         # The valid ones run.
         self.assertExit(self.pack_run(d, self.records([{"a": "a" * 30, "b": "ab cd", "c": "a" * 300000}], "ok.json")), 0)
 
+    def test_validation_budget(self):
+        # 20,000 items each checked against a 20,000-value enum: 4e8 comparisons (the previous
+        # validator took ~24 s and accepted). Stopped by the step budget, with the reason.
+        d = self.with_schema("schemas/in.json", {"type": "object", "properties": {
+            "v": {"items": {"enum": ["v%d" % i for i in range(20000)]}}}})
+        r = self.pack_run(d, self.records([{"v": ["v19999"] * 20000}]))
+        self.assertExit(r, 65)
+        self.assertIn("validation stopped after", r.err)
+        self.assertLess(r.wall, 15, "the budget is about a second of work")
+
     def test_patterns_re2_cannot_run_are_refused(self):
         d = self.with_schema("schemas/in.json", {"properties": {"id": {"pattern": "^(?!admin)\\w+$"}}})
         r = sbx(["pack", "validate", d], timeout=20)
