@@ -3,6 +3,8 @@
 #include <cmath>
 #include <unordered_set>
 
+#include <sys/resource.h>
+
 #include "runtime/schema_impl.hpp"
 
 using nlohmann::json;
@@ -60,10 +62,18 @@ struct Stop {
   SchemaError error;
 };
 
-// Calls of Validator::node() in progress. The value's depth is bounded before validation starts
-// and same-value cycles are refused when compiling, so this only bounds long acyclic chains of
-// "$ref"/allOf/...; each level costs a few hundred bytes of stack.
-constexpr std::size_t kMaxFrames = 4096;
+// The stack one validation may use. The value's depth is bounded before validation starts and
+// same-value cycles are refused when compiling, so this only stops long acyclic chains of
+// "$ref"/allOf/... (each costs a few hundred bytes; several times that under AddressSanitizer,
+// which is why it is measured in bytes, not calls): a quarter of the soft limit, at most 4 MiB.
+std::size_t stack_allowance() {
+  constexpr std::size_t kMax = std::size_t{4} << 20;
+  rlimit r{};
+  if (::getrlimit(RLIMIT_STACK, &r) != 0 || r.rlim_cur == RLIM_INFINITY) return kMax;
+  return std::min<std::size_t>(kMax, r.rlim_cur / 4);
+}
+
+std::uintptr_t stack_here() { return reinterpret_cast<std::uintptr_t>(__builtin_frame_address(0)); }
 
 struct Errors {
   std::vector<SchemaError> list;
@@ -169,7 +179,8 @@ bool format_ok(const std::string& format, const std::string& s) {
 
 class Validator {
  public:
-  Validator(const CompiledSchema::Impl& s, const SchemaLimits& limits) : s_(s), lim_(limits) {}
+  Validator(const CompiledSchema::Impl& s, const SchemaLimits& limits)
+      : s_(s), lim_(limits), stack_base_(stack_here()), stack_allowance_(stack_allowance()) {}
 
   // errs == nullptr: only the verdict is wanted (anyOf, oneOf, not, if, contains probe with it).
   bool node(int n, const json& v, Errors* errs);
@@ -179,7 +190,8 @@ class Validator {
   const CompiledSchema::Impl& s_;
   const SchemaLimits& lim_;
   std::uint64_t steps_ = 0;
-  std::size_t frames_ = 0;
+  std::uintptr_t stack_base_;  // the stack grows down (x86-64, aarch64)
+  std::size_t stack_allowance_;
 
   void charge(std::uint64_t n) {
     steps_ += n;
@@ -220,8 +232,9 @@ bool Validator::node(int index, const json& v, Errors* errs) {
     if (errs) errs->add(ptr, "the schema at #" + n.pointer + " (false) allows no value here");
     return false;
   }
-  if (++frames_ > kMaxFrames) throw Stop{{ptr, "subschemas applied more than " + std::to_string(kMaxFrames) +
-                                                   " levels deep; the document is treated as invalid"}};
+  if (stack_base_ - stack_here() > stack_allowance_)
+    throw Stop{{ptr, "subschemas applied too deeply here (past " + std::to_string(stack_allowance_ >> 10) +
+                         " KiB of stack); the document is treated as invalid"}};
   bool ok = true;
   if (n.ref != kNone) {
     ok = node(n.ref, v, errs);  // draft-07: the keywords beside "$ref" are ignored
@@ -237,7 +250,6 @@ bool Validator::node(int index, const json& v, Errors* errs) {
     }
     if (ok || errs) ok = combinators(n, v, errs) && ok;
   }
-  --frames_;
   return ok;
 }
 

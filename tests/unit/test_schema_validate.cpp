@@ -205,14 +205,15 @@ TEST_CASE("a recursive schema validates deep trees within the depth bound and re
 
 TEST_CASE("a long acyclic $ref chain stops validation instead of exhausting the stack") {
   json defs = json::object();
-  const int n = 20'000;
-  for (int i = 0; i < n; ++i) defs["d" + std::to_string(i)] = {{"$ref", "#/definitions/d" + std::to_string(i + 1)}};
+  const int n = 50'000;
+  for (int i = 0; i < n; ++i)
+    defs["d" + std::to_string(i)] = {{"allOf", {{{"$ref", "#/definitions/d" + std::to_string(i + 1)}}}}};
   defs["d" + std::to_string(n)] = {{"type", "integer"}};
   auto s = CompiledSchema::compile(json{{"$ref", "#/definitions/d0"}, {"definitions", defs}}, "chain.json");
   REQUIRE(s.ok());
   auto errs = s->validate(1);
   REQUIRE(errs.size() == 1);
-  CHECK(errs[0].message.find("levels deep; the document is treated as invalid") != std::string::npos);
+  CHECK_MESSAGE(errs[0].message.find("applied too deeply here") != std::string::npos, errs[0].message);
 }
 
 TEST_CASE("patterns run in linear time: the backtracking bombs finish fast with the right verdict") {
