@@ -65,12 +65,13 @@ struct Stop {
 // The stack one validation may use. The value's depth is bounded before validation starts and
 // same-value cycles are refused when compiling, so this only stops long acyclic chains of
 // "$ref"/allOf/... (each costs a few hundred bytes; several times that under AddressSanitizer,
-// which is why it is measured in bytes, not calls): a quarter of the soft limit, at most 4 MiB.
+// which is why it is measured in bytes, not calls): half the soft limit, at most 4 MiB. (A
+// tree 256 levels deep takes under 0.25 MiB in a release build, several MiB under ASan.)
 std::size_t stack_allowance() {
   constexpr std::size_t kMax = std::size_t{4} << 20;
   rlimit r{};
   if (::getrlimit(RLIMIT_STACK, &r) != 0 || r.rlim_cur == RLIM_INFINITY) return kMax;
-  return std::min<std::size_t>(kMax, r.rlim_cur / 4);
+  return std::min<std::size_t>(kMax, r.rlim_cur / 2);
 }
 
 std::uintptr_t stack_here() { return reinterpret_cast<std::uintptr_t>(__builtin_frame_address(0)); }
