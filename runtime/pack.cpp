@@ -84,9 +84,10 @@ void load_schema(const std::string& dir, const json& m, const char* key, std::st
   ParsedJson parsed = parse_json(*text, {kMaxSchemaFileBytes});
   if (!parsed.ok()) return c.problems.push_back({rel, parsed.pointer, parsed.problem});
   json schema = std::move(parsed.value);
-  auto compiled = CompiledSchema::compile(schema, rel);
+  SchemaError where;
+  auto compiled = CompiledSchema::compile(schema, rel, &where);
   if (!compiled) {
-    c.problems.push_back({rel, "", compiled.error().message});
+    c.problems.push_back({rel, where.pointer, where.message});
     return;
   }
   schema_out = std::move(schema);
