@@ -4,7 +4,6 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
-#include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
@@ -22,6 +21,8 @@ namespace {
 constexpr std::size_t kBuf = 64 * 1024;       // per direction
 constexpr std::size_t kMaxHeader = 16 * 1024;  // request line + headers
 constexpr std::size_t kMaxViolations = 1000;   // recorded one by one; the rest only counted
+constexpr std::size_t kMaxLookups = 16;        // name lookups in flight at once (resolver.hpp)
+constexpr std::int64_t kMaxLookupMs = 5000;    // one lookup's time, unless the idle timeout is shorter
 
 struct Buffer {
   std::unique_ptr<char[]> data{new char[kBuf]};
@@ -88,7 +89,7 @@ std::string response(int code, const std::string& status, const std::string& rea
 }  // namespace
 
 struct EgressProxy::Conn {
-  enum class State { request, connecting, relay, responding, closed };
+  enum class State { request, resolving, connecting, relay, responding, closed };
   State state = State::request;
   int cfd = -1, ufd = -1;
   std::string head;  // request bytes until the end of the headers
@@ -96,6 +97,10 @@ struct EgressProxy::Conn {
   SplicePipe c2p, u2p;  // then the bulk of the relay, socket -> pipe -> socket without a copy
   bool c_eof = false, u_eof = false, u_shut = false, c_shut = false;
   std::string key;  // "host:port" of the destination, once known
+  std::string host;  // the destination's name or literal, once known
+  std::uint16_t port = 0;
+  std::uint64_t lookup_id = 0;  // resolving: 0 until a lookup slot was free
+  std::int64_t lookup_deadline_ms = 0;  // resolving: 504 after this (queued time included)
   bool is_connect = false;
   std::vector<struct sockaddr_storage> addrs;
   std::vector<socklen_t> addr_lens;
@@ -104,13 +109,18 @@ struct EgressProxy::Conn {
   std::int64_t last_active_ms = 0;  // accept, and every wake-up with an event on either side
 };
 
-EgressProxy::EgressProxy(ProxyConfig cfg, int handoff_sock) : cfg_(std::move(cfg)), handoff_(handoff_sock) {}
+EgressProxy::EgressProxy(ProxyConfig cfg, int handoff_sock)
+    : cfg_(std::move(cfg)),
+      handoff_(handoff_sock),
+      resolver_(kMaxLookups, std::min(kMaxLookupMs, cfg_.idle_timeout_ms)),
+      lookup_timeout_ms_(std::min(kMaxLookupMs, cfg_.idle_timeout_ms)) {}
 
 EgressProxy::~EgressProxy() { close_all(); }
 
 void EgressProxy::close_all() {
   for (auto& c : conns_) close_conn(*c);
   conns_.clear();
+  resolver_.shutdown();
   if (listen_fd_ >= 0) ::close(listen_fd_), listen_fd_ = -1;
   if (handoff_ >= 0) ::close(handoff_), handoff_ = -1;
 }
@@ -136,11 +146,16 @@ void EgressProxy::add_pollfds(std::vector<struct pollfd>& p) {
   };
   if (handoff_ >= 0) add(handoff_, POLLIN, nullptr);
   if (listen_fd_ >= 0) add(listen_fd_, POLLIN, nullptr);
+  std::size_t before = p.size();
+  resolver_.add_pollfds(p);
+  resolver_polled_ = p.size() - before;
+  polled_.resize(polled_.size() + resolver_polled_, nullptr);  // the slices below stay in line
   for (auto& cp : conns_) {
     Conn& c = *cp;
     short ce = 0, ue = 0;
     switch (c.state) {
       case Conn::State::request: ce = POLLIN; break;
+      case Conn::State::resolving: break;  // the client's next bytes wait in the kernel meanwhile
       case Conn::State::connecting: ue = POLLOUT; break;
       case Conn::State::responding: ce = c.u2c.len ? POLLOUT : 0; break;
       case Conn::State::relay:
@@ -178,6 +193,10 @@ void EgressProxy::on_events(const struct pollfd* p, std::size_t n, std::int64_t 
     ++i;
     if (ready) accept_new(now_ms);  // appends to conns_: the slices below still line up
   }
+  std::size_t nres = std::min(resolver_polled_, n - i);
+  resolver_.on_events(p + i, nres);  // also with nres == 0: c-ares' timeouts
+  i += nres;
+  on_answers(now_ms);
   for (; i + 1 < n; i += 2) {
     Conn* c = polled_[i];
     if (!c || c->state == Conn::State::closed) continue;
@@ -198,6 +217,7 @@ void EgressProxy::on_events(const struct pollfd* p, std::size_t n, std::int64_t 
         else if (c->head.size() > kMaxHeader) deny(*c, 431, "Request Header Fields Too Large", "", 0, "request headers too large", now_ms);
         break;
       }
+      case Conn::State::resolving: break;
       case Conn::State::connecting: on_connected(*c); break;
       case Conn::State::responding: {
         if (cr & (POLLERR | POLLHUP)) {
@@ -213,6 +233,7 @@ void EgressProxy::on_events(const struct pollfd* p, std::size_t n, std::int64_t 
       case Conn::State::closed: break;
     }
   }
+  start_lookups(now_ms);
   std::erase_if(conns_, [](const std::unique_ptr<Conn>& c) { return c->state == Conn::State::closed; });
 }
 
@@ -280,47 +301,6 @@ void EgressProxy::handle_request(Conn& c, std::int64_t now_ms) {
   usage_[c.key].connections++;
   spdlog::info("egress allowed: {} ({})", c.key, cfg_.rules[static_cast<std::size_t>(d.rule)].text);
 
-  // Destination addresses: literals directly, allowed names through the resolver.
-  if (t->is_address) {
-    struct sockaddr_storage ss = {};
-    socklen_t len;
-    if (t->v6) {
-      auto* s6 = reinterpret_cast<struct sockaddr_in6*>(&ss);
-      s6->sin6_family = AF_INET6;
-      s6->sin6_port = htons(t->port);
-      std::memcpy(&s6->sin6_addr, t->addr.data(), 16);
-      len = sizeof *s6;
-    } else {
-      auto* s4 = reinterpret_cast<struct sockaddr_in*>(&ss);
-      s4->sin_family = AF_INET;
-      s4->sin_port = htons(t->port);
-      std::memcpy(&s4->sin_addr, t->addr.data(), 4);
-      len = sizeof *s4;
-    }
-    c.addrs.push_back(ss);
-    c.addr_lens.push_back(len);
-  } else {
-    struct addrinfo hints = {};
-    hints.ai_socktype = SOCK_STREAM;
-    hints.ai_flags = AI_NUMERICSERV | AI_ADDRCONFIG;
-    struct addrinfo* res = nullptr;
-    std::string port = std::to_string(t->port);
-    int rc = ::getaddrinfo(t->host.c_str(), port.c_str(), &hints, &res);
-    if (rc != 0) {
-      usage_[c.key].failed++;
-      c.u2c.append(response(502, "Bad Gateway", "cannot resolve " + t->host + ": " + ::gai_strerror(rc)));
-      c.state = Conn::State::responding;
-      return;
-    }
-    for (auto* a = res; a && c.addrs.size() < 8; a = a->ai_next) {
-      struct sockaddr_storage ss = {};
-      std::memcpy(&ss, a->ai_addr, a->ai_addrlen);
-      c.addrs.push_back(ss);
-      c.addr_lens.push_back(a->ai_addrlen);
-    }
-    ::freeaddrinfo(res);
-  }
-
   // What goes upstream first: nothing for CONNECT (the client's bytes follow our 200), the
   // request rewritten to origin-form for plain HTTP.
   if (!c.is_connect) {
@@ -347,7 +327,80 @@ void EgressProxy::handle_request(Conn& c, std::int64_t now_ms) {
   total_bytes_ += static_cast<std::int64_t>(rest.size());
   if (!rest.empty() && !c.c2u.append(rest)) return deny(c, 400, "Bad Request", t->host, t->port, "request too large", now_ms);
   c.head.clear();
+  c.host = t->host;
+  c.port = t->port;
+  // Destination addresses: literals directly, allowed names through the resolver (on_answers).
+  if (!t->is_address) {
+    c.state = Conn::State::resolving;
+    c.lookup_deadline_ms = now_ms + lookup_timeout_ms_;
+    return start_lookups(now_ms);
+  }
+  struct sockaddr_storage ss = {};
+  socklen_t len;
+  if (t->v6) {
+    auto* s6 = reinterpret_cast<struct sockaddr_in6*>(&ss);
+    s6->sin6_family = AF_INET6;
+    s6->sin6_port = htons(t->port);
+    std::memcpy(&s6->sin6_addr, t->addr.data(), 16);
+    len = sizeof *s6;
+  } else {
+    auto* s4 = reinterpret_cast<struct sockaddr_in*>(&ss);
+    s4->sin_family = AF_INET;
+    s4->sin_port = htons(t->port);
+    std::memcpy(&s4->sin_addr, t->addr.data(), 4);
+    len = sizeof *s4;
+  }
+  c.addrs.push_back(ss);
+  c.addr_lens.push_back(len);
   start_connect(c);
+}
+
+// Connections waiting for a lookup slot get one in the order they came (conns_ keeps it).
+void EgressProxy::start_lookups(std::int64_t now_ms) {
+  for (auto& cp : conns_) {
+    Conn& c = *cp;
+    if (c.state != Conn::State::resolving || c.lookup_id != 0) continue;
+    if (!resolver_.init_error().empty()) {
+      fail(c, 502, "Bad Gateway", "cannot resolve " + c.host + ": " + resolver_.init_error());
+      continue;
+    }
+    if (!resolver_.can_start()) break;
+    c.lookup_id = resolver_.start(c.host, c.port);
+  }
+  on_answers(now_ms);  // an /etc/hosts answer comes back at once
+}
+
+void EgressProxy::on_answers(std::int64_t now_ms) {
+  for (auto& a : resolver_.take_answers()) {
+    auto it = std::find_if(conns_.begin(), conns_.end(), [&](const std::unique_ptr<Conn>& c) {
+      return c->state == Conn::State::resolving && c->lookup_id == a.id;
+    });
+    if (it == conns_.end()) continue;  // the connection timed out or went away meanwhile
+    Conn& c = **it;
+    if (a.timed_out) {
+      lookup_timed_out(c);
+      continue;
+    }
+    if (!a.ok) {
+      fail(c, 502, "Bad Gateway", "cannot resolve " + c.host + ": " + a.error);
+      continue;
+    }
+    c.addrs = std::move(a.addrs);
+    c.addr_lens = std::move(a.addr_lens);
+    c.last_active_ms = now_ms;  // the connect gets its own idle period
+    start_connect(c);
+  }
+}
+
+// The policy allowed the destination but it could not be reached: a gateway error, no violation.
+void EgressProxy::fail(Conn& c, int code, const std::string& status, const std::string& reason) {
+  spdlog::info("egress proxy: {}", reason);
+  usage_[c.key].failed++;
+  if (c.ufd >= 0) ::close(c.ufd), c.ufd = -1;
+  c.c2u = Buffer{};
+  c.u2c = Buffer{};
+  c.u2c.append(response(code, status, reason));
+  c.state = Conn::State::responding;
 }
 
 void EgressProxy::start_connect(Conn& c) {
@@ -368,11 +421,7 @@ void EgressProxy::start_connect(Conn& c) {
     c.connect_error = std::strerror(errno);
     ::close(fd);
   }
-  usage_[c.key].failed++;
-  c.c2u = Buffer{};
-  c.u2c = Buffer{};
-  c.u2c.append(response(502, "Bad Gateway", "cannot connect to " + c.key + ": " + c.connect_error));
-  c.state = Conn::State::responding;
+  fail(c, 502, "Bad Gateway", "cannot connect to " + c.key + ": " + c.connect_error);
 }
 
 void EgressProxy::on_connected(Conn& c) {
@@ -480,7 +529,7 @@ nlohmann::json EgressProxy::usage_json() const {
   std::int64_t conns = 0, denied = 0, in = 0, out = 0;
   for (auto& [key, u] : usage_) {
     hosts.push_back({{"host", key}, {"connections", u.connections}, {"denied", u.denied}, {"failed", u.failed},
-                     {"idle_closed", u.idle_closed}, {"bytes_in", u.bytes_in}, {"bytes_out", u.bytes_out}});
+                     {"idle_closed", u.idle_closed}, {"lookups_timed_out", u.lookups_timed_out}, {"bytes_in", u.bytes_in}, {"bytes_out", u.bytes_out}});
     conns += u.connections;
     denied += u.denied;
     in += u.bytes_in;
@@ -488,14 +537,16 @@ nlohmann::json EgressProxy::usage_json() const {
   }
   return {{"connections", conns}, {"denied", static_cast<std::int64_t>(violations_.size()) + dropped_violations_},
           {"bytes_in", in}, {"bytes_out", out}, {"peak_concurrent", peak_concurrent_},
-          {"byte_budget_spent", bytes_exhausted_}, {"idle_closed", idle_closed_}, {"hosts", hosts}};
+          {"byte_budget_spent", bytes_exhausted_}, {"idle_closed", idle_closed_},
+          {"lookups_timed_out", lookups_timed_out_}, {"hosts", hosts}};
 }
 
 std::int64_t EgressProxy::ms_until_next_expiry(std::int64_t now_ms) const {
-  std::int64_t best = -1;
+  std::int64_t best = resolver_.ms_until_timeout();
   for (auto& c : conns_) {
     if (c->state == Conn::State::closed) continue;
-    std::int64_t left = std::max<std::int64_t>(0, c->last_active_ms + cfg_.idle_timeout_ms - now_ms);
+    std::int64_t until = c->state == Conn::State::resolving ? c->lookup_deadline_ms : c->last_active_ms + cfg_.idle_timeout_ms;
+    std::int64_t left = std::max<std::int64_t>(0, until - now_ms);
     if (best < 0 || left < best) best = left;
   }
   return best;
@@ -503,6 +554,10 @@ std::int64_t EgressProxy::ms_until_next_expiry(std::int64_t now_ms) const {
 
 void EgressProxy::expire_idle(std::int64_t now_ms) {
   for (auto& c : conns_) {
+    if (c->state == Conn::State::resolving) {
+      if (now_ms >= c->lookup_deadline_ms) lookup_timed_out(*c);
+      continue;
+    }
     if (c->state == Conn::State::closed || now_ms - c->last_active_ms < cfg_.idle_timeout_ms) continue;
     std::string why = "no traffic for " + std::to_string(cfg_.idle_timeout_ms) + " ms (network.idle_timeout_ms)";
     if (c->state == Conn::State::request) {
@@ -521,6 +576,16 @@ void EgressProxy::expire_idle(std::int64_t now_ms) {
     ++idle_closed_;
   }
   std::erase_if(conns_, [](const std::unique_ptr<Conn>& c) { return c->state == Conn::State::closed; });
+}
+
+// The lookup (or the wait for a slot) took longer than the lookup timeout: 504. The query itself
+// may still be in c-ares until its own tries run out; its answer then finds no connection.
+void EgressProxy::lookup_timed_out(Conn& c) {
+  ++lookups_timed_out_;
+  usage_[c.key].lookups_timed_out++;
+  fail(c, 504, "Gateway Timeout",
+       "cannot resolve " + c.host + ": no answer within " + std::to_string(lookup_timeout_ms_) +
+           " ms (the lookup timeout: min(5 s, network.idle_timeout_ms))");
 }
 
 nlohmann::json EgressProxy::violations_json() const {

@@ -16,7 +16,7 @@ import threading
 import time
 import unittest
 
-from sbxtest import MODE, SBX, SbxTestCase, note, sbx
+from sbxtest import MODE, SBX, Result, SbxTestCase, note, sbx
 
 PY = "/usr/bin/python3"
 CURL = "/usr/bin/curl"
@@ -422,6 +422,129 @@ subprocess.Popen(['sleep', '30'])  # left behind, holding nothing of ours
         self.assertEqual(result.get("first"), b"ping")
         self.assertEqual(result.get("eof"), b"", "upstream connection closed when the run ended")
         self.assertLess(result["eof_at"] - ended, 2.0)
+
+
+# Runs a command in a mount namespace (and with --net a network namespace) that this helper
+# creates, with files bound over host paths (SRC=DST): the test's own /etc/resolv.conf and
+# /etc/hosts, seen by sbx's supervisor and nobody else. Rootless, a user namespace that maps only
+# the caller's own uid and gid comes first: the mounts need CAP_SYS_ADMIN, which the creator of a
+# user namespace holds in it until its next execve, so they are made here, in this process, before
+# the command is executed; the command keeps the caller's uid (sbx stays rootless). With --net,
+# lo is brought up and a UDP socket is bound on 127.0.0.1:53 and never read: a name server that
+# never answers (its queries queue in the socket instead of getting ICMP port unreachable). The
+# helper forks so that the parent can keep that socket open while the command runs.
+NS_HELPER = r"""
+import ctypes, fcntl, os, socket, struct, sys
+CLONE_NEWNS, CLONE_NEWNET, CLONE_NEWUSER = 0x00020000, 0x40000000, 0x10000000
+MS_BIND, MS_REC, MS_PRIVATE = 4096, 16384, 1 << 18
+libc = ctypes.CDLL(None, use_errno=True)
+def check(rc, what):
+    if rc != 0:
+        e = ctypes.get_errno()
+        sys.exit(f"ns helper: {what}: {os.strerror(e)}")
+args = sys.argv[1:]
+net = args[0] == "--net"
+if net:
+    args = args[1:]
+uid, gid = os.geteuid(), os.getegid()
+check(libc.unshare(CLONE_NEWNS | (CLONE_NEWNET if net else 0) | (CLONE_NEWUSER if uid else 0)), "unshare")
+if uid:
+    open("/proc/self/uid_map", "w").write(f"{uid} {uid} 1")
+    open("/proc/self/setgroups", "w").write("deny")
+    open("/proc/self/gid_map", "w").write(f"{gid} {gid} 1")
+check(libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None), "make / private")
+while args[0] != "--":
+    src, dst = args.pop(0).split("=", 1)
+    check(libc.mount(src.encode(), dst.encode(), None, MS_BIND, None), f"bind {src} over {dst}")
+args = args[1:]
+silent = None
+if net:
+    s = socket.socket()
+    fcntl.ioctl(s, 0x8914, struct.pack("16sh", b"lo", 1))  # SIOCSIFFLAGS: IFF_UP
+    s.close()
+    silent = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    silent.bind(("127.0.0.1", 53))
+pid = os.fork()
+if pid == 0:
+    if silent:
+        silent.close()
+    os.execvp(args[0], args)
+_, status = os.waitpid(pid, 0)
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+
+
+class Resolution(SbxTestCase):
+    """Name resolution in the proxy, against a resolv.conf and /etc/hosts that the test binds over
+    the host's in namespaces it creates (NS_HELPER): the host's own files are never touched."""
+
+    def run_in_ns(self, files, sbx_opts, cmd, net=False, timeout=30):
+        binds = []
+        for dst, text in files.items():
+            src = self.path(os.path.basename(dst))
+            with open(src, "w") as f:
+                f.write(text)
+            os.chmod(src, 0o644)
+            binds.append(f"{src}={dst}")
+        trace = self.path("ns-trace.json")
+        argv = [PY, "-c", NS_HELPER] + (["--net"] if net else []) + binds + \
+            ["--", SBX, "run", "--trace-file", trace] + list(sbx_opts) + PROXY_ENV + ["--"] + list(cmd)
+        start = time.monotonic()
+        try:
+            p = subprocess.run(argv, capture_output=True, timeout=timeout)
+        except subprocess.TimeoutExpired as e:
+            self.fail(f"sbx did not finish within {timeout} s (wall-time limit not held): {e}")
+        wall = time.monotonic() - start
+        r = Result(argv, p.returncode, p.stdout, p.stderr, wall)
+        self.assertNotIn(b"ns helper:", p.stderr, r.describe())
+        if os.path.exists(trace):
+            with open(trace) as f:
+                r.trace = json.load(f)
+        return r
+
+    SILENT_DNS = "nameserver 127.0.0.1\noptions timeout:5 attempts:2\n"
+
+    def test_a_resolver_that_never_answers_does_not_stall_the_wall_time_limit(self):
+        # Four concurrent requests for allowed names; the name server never answers. The run's
+        # wall-time limit is 1 s and must hold (a lookup that blocked the supervisor would hold
+        # it for timeout x attempts per name: about 40 s here).
+        script = " ".join(f"{CURL} -s -m 60 -o /dev/null http://n{i}.example.com/ &" for i in range(4)) + " wait"
+        r = self.run_in_ns({"/etc/resolv.conf": self.SILENT_DNS}, ["--timeout", "1s", "--allow-host", "*.example.com"],
+                           ["sh", "-c", script], net=True, timeout=90)
+        note(f"4 lookups against a silent name server, --timeout 1s: sbx ended after {r.wall:.2f} s")
+        self.assertIsNotNone(r.trace, r.describe())
+        self.assertEqual(r.trace["result"]["status"], "timeout", r.describe())
+        self.assertLess(r.wall, 4.0, r.describe())
+
+    def test_a_lookup_that_times_out_answers_504_and_is_recorded(self):
+        prof = self.path("prof.json")
+        with open(prof, "w") as f:
+            json.dump({"network": {"allow": ["*.example.com"], "idle_timeout_ms": "1s"}, "limits": {"timeout_ms": "30s"}}, f)
+        cmd = [CURL, "-s", "-m", "20", "-o", "/dev/null", "-w", "%{http_code} %{time_total}\n", "http://slow.example.com/"]
+        r = self.run_in_ns({"/etc/resolv.conf": self.SILENT_DNS}, ["--profile", prof], cmd, net=True, timeout=60)
+        code, secs = r.out.split()
+        note(f"lookup against a silent name server, idle_timeout_ms 1s: HTTP {code} after {float(secs):.2f} s")
+        self.assertEqual(code, "504", r.describe())
+        self.assertLess(float(secs), 4.0, r.describe())
+        u = r.trace["usage"]["network"]
+        self.assertEqual(u["lookups_timed_out"], 1, u)
+        host = {h["host"]: h for h in u["hosts"]}["slow.example.com:80"]
+        self.assertEqual((host["failed"], host["lookups_timed_out"]), (1, 1), host)
+
+    def test_names_from_the_hosts_file(self):
+        srv = start_server(tag="hosts")
+        try:
+            port = srv.server_address[1]
+            files = {"/etc/hosts": "127.0.0.1 api.hosts-file.test\n",
+                     "/etc/resolv.conf": "nameserver 127.0.0.1\noptions timeout:1 attempts:1\n"}
+            # The explicit address rule: a name rule alone never reaches loopback.
+            opts = ["--allow-host", f"api.hosts-file.test:{port}", "--allow-host", f"127.0.0.1:{port}"]
+            r = self.run_in_ns(files, opts, [CURL, "-sS", "-m", "10", f"http://api.hosts-file.test:{port}/h"])
+        finally:
+            srv.shutdown()
+            srv.server_close()
+        self.assertEqual(r.rc, 0, r.describe())
+        self.assertIn(f"hello from hosts path=/h host=api.hosts-file.test:{port}", r.out, r.describe())
 
 
 UPSTREAM_SERVER = """
