@@ -1,6 +1,7 @@
 #include "runtime/proxy.hpp"
 
 #include "runtime/fdpass.hpp"
+#include "runtime/http_request.hpp"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -99,6 +100,9 @@ struct EgressProxy::Conn {
   std::string key;  // "host:port" of the destination, once known
   std::string host;  // the destination's name or literal, once known
   std::uint16_t port = 0;
+  EgressTarget target;  // once the request was parsed
+  std::int64_t body_left = -1;  // plain HTTP: request body bytes still to pass on; -1: a tunnel
+  std::string refused;  // why the last resolved address was refused (check_resolved)
   std::uint64_t lookup_id = 0;  // resolving: 0 until a lookup slot was free
   std::int64_t lookup_deadline_ms = 0;  // resolving: 504 after this (queued time included)
   bool is_connect = false;
@@ -127,13 +131,16 @@ void EgressProxy::close_all() {
 
 bool EgressProxy::budget_left() const { return !cfg_.max_bytes || total_bytes_ < *cfg_.max_bytes; }
 
-void EgressProxy::record_violation(const std::string& host, int port, const std::string& reason, std::int64_t now_ms) {
+void EgressProxy::record_violation(const std::string& host, int port, const std::string& reason, std::int64_t now_ms,
+                                   const std::string& address) {
   spdlog::info("egress denied: {}:{}: {}", host, port, reason);
   if (violations_.size() >= kMaxViolations) {
     ++dropped_violations_;
     return;
   }
-  violations_.push_back({{"kind", "network"}, {"host", host}, {"port", port}, {"time_ms", now_ms - cfg_.start_ms}, {"reason", reason}});
+  nlohmann::json v = {{"kind", "network"}, {"host", host}, {"port", port}, {"time_ms", now_ms - cfg_.start_ms}, {"reason", reason}};
+  if (!address.empty()) v["address"] = address;
+  violations_.push_back(std::move(v));
 }
 
 void EgressProxy::add_pollfds(std::vector<struct pollfd>& p) {
@@ -159,7 +166,7 @@ void EgressProxy::add_pollfds(std::vector<struct pollfd>& p) {
       case Conn::State::connecting: ue = POLLOUT; break;
       case Conn::State::responding: ce = c.u2c.len ? POLLOUT : 0; break;
       case Conn::State::relay:
-        if (!c.c_eof && (c.c2p.r >= 0 ? !c.c2p.full() : c.c2u.len < kBuf)) ce |= POLLIN;
+        if (!c.c_eof && c.body_left != 0 && (c.c2p.r >= 0 ? !c.c2p.full() : c.c2u.len < kBuf)) ce |= POLLIN;
         if (c.u2c.len || c.u2p.in) ce |= POLLOUT;
         if (!c.u_eof && (c.u2p.r >= 0 ? !c.u2p.full() : c.u2c.len < kBuf)) ue |= POLLIN;
         if (c.c2u.len || c.c2p.in) ue |= POLLOUT;
@@ -213,12 +220,16 @@ void EgressProxy::on_events(const struct pollfd* p, std::size_t n, std::int64_t 
           break;
         }
         c->head.append(buf, static_cast<std::size_t>(k));
-        if (c->head.find("\r\n\r\n") != std::string::npos) handle_request(*c, now_ms);
+        // Checked as the bytes arrive: a bare LF or a control byte is refused now, not after
+        // the idle timeout (http_request.hpp).
+        HeadScan scan = scan_request_head(c->head);
+        if (scan.state == HeadScan::State::complete) handle_request(*c, scan.head_len, now_ms);
+        else if (scan.state == HeadScan::State::bad) deny(*c, 400, "Bad Request", "", 0, scan.error, now_ms);
         else if (c->head.size() > kMaxHeader) deny(*c, 431, "Request Header Fields Too Large", "", 0, "request headers too large", now_ms);
         break;
       }
       case Conn::State::resolving: break;
-      case Conn::State::connecting: on_connected(*c); break;
+      case Conn::State::connecting: on_connected(*c, now_ms); break;
       case Conn::State::responding: {
         if (cr & (POLLERR | POLLHUP)) {
           close_conn(*c);
@@ -265,15 +276,11 @@ void EgressProxy::deny(Conn& c, int code, const std::string& status, const std::
   c.state = Conn::State::responding;
 }
 
-void EgressProxy::handle_request(Conn& c, std::int64_t now_ms) {
-  auto end = c.head.find("\r\n\r\n");
-  std::string rest = c.head.substr(end + 4);
-  std::string headers = c.head.substr(0, end + 2);
-  auto eol = headers.find("\r\n");
-  std::string line = headers.substr(0, eol);
-  auto sp1 = line.find(' '), sp2 = line.rfind(' ');
-  if (sp1 == std::string::npos || sp2 == sp1) return deny(c, 400, "Bad Request", "", 0, "malformed request line", now_ms);
-  std::string method = line.substr(0, sp1), target = line.substr(sp1 + 1, sp2 - sp1 - 1), version = line.substr(sp2 + 1);
+void EgressProxy::handle_request(Conn& c, std::size_t head_len, std::int64_t now_ms) {
+  auto req = parse_request_head(std::string_view(c.head).substr(0, head_len));
+  if (!req) return deny(c, 400, "Bad Request", "", 0, req.error().message, now_ms);
+  std::string rest = c.head.substr(head_len);
+  const std::string &method = req->method, &target = req->target, &version = req->version;
   std::string authority, path;
   std::optional<std::uint16_t> default_port;
   if (method == "CONNECT") {
@@ -286,6 +293,18 @@ void EgressProxy::handle_request(Conn& c, std::int64_t now_ms) {
     if (authority.find('@') != std::string::npos)
       return deny(c, 400, "Bad Request", "", 0, "credentials in the URL are not supported", now_ms);
     default_port = 80;
+    // One request per connection, framed by Content-Length alone: the proxy passes on exactly
+    // that many body bytes and nothing after them, so a second, pipelined request (with another
+    // Host) never reaches the upstream. A chunked body would need the proxy to parse chunks to
+    // find its end: refused instead.
+    if (req->transfer_encoding)
+      return deny(c, 501, "Not Implemented", "", 0,
+                  "Transfer-Encoding is not supported for plain HTTP through the proxy (send Content-Length, or use CONNECT)", now_ms);
+    std::int64_t body = req->content_length.value_or(0);
+    if (static_cast<std::int64_t>(rest.size()) > body)
+      return deny(c, 400, "Bad Request", "", 0,
+                  "bytes after the request (pipelining is not supported: one request per connection)", now_ms);
+    c.body_left = body - static_cast<std::int64_t>(rest.size());
   } else {
     return deny(c, 400, "Bad Request", "", 0,
                 "only CONNECT and absolute http:// URIs are proxied (got '" + method + " " + target.substr(0, 100) + "')", now_ms);
@@ -307,16 +326,11 @@ void EgressProxy::handle_request(Conn& c, std::int64_t now_ms) {
     // Host is rewritten to the URL's authority: the policy allowed that name, and a different
     // Host header would reach another virtual host behind the same address (e.g. on a CDN).
     std::string out = method + " " + path + " " + version + "\r\nHost: " + authority + "\r\n";
-    std::size_t pos = eol + 2;
-    while (pos < headers.size()) {
-      auto e = headers.find("\r\n", pos);
-      std::string h = headers.substr(pos, e - pos);
-      pos = e + 2;
-      std::string name = lower(h.substr(0, h.find(':')));
-      if (name == "proxy-connection" || name == "proxy-authorization" || name == "connection" || name == "keep-alive" ||
-          name == "host")
+    for (auto& [name, value] : req->headers) {
+      std::string l = lower(name);
+      if (l == "proxy-connection" || l == "proxy-authorization" || l == "connection" || l == "keep-alive" || l == "host")
         continue;
-      out += h + "\r\n";
+      out += name + ": " + value + "\r\n";
     }
     out += "Connection: close\r\n\r\n";
     c.c2u.append(out);
@@ -329,6 +343,7 @@ void EgressProxy::handle_request(Conn& c, std::int64_t now_ms) {
   c.head.clear();
   c.host = t->host;
   c.port = t->port;
+  c.target = *t;
   // Destination addresses: literals directly, allowed names through the resolver (on_answers).
   if (!t->is_address) {
     c.state = Conn::State::resolving;
@@ -352,7 +367,7 @@ void EgressProxy::handle_request(Conn& c, std::int64_t now_ms) {
   }
   c.addrs.push_back(ss);
   c.addr_lens.push_back(len);
-  start_connect(c);
+  start_connect(c, now_ms);
 }
 
 // Connections waiting for a lookup slot get one in the order they came (conns_ keeps it).
@@ -388,7 +403,7 @@ void EgressProxy::on_answers(std::int64_t now_ms) {
     c.addrs = std::move(a.addrs);
     c.addr_lens = std::move(a.addr_lens);
     c.last_active_ms = now_ms;  // the connect gets its own idle period
-    start_connect(c);
+    start_connect(c, now_ms);
   }
 }
 
@@ -403,11 +418,28 @@ void EgressProxy::fail(Conn& c, int code, const std::string& status, const std::
   c.state = Conn::State::responding;
 }
 
-void EgressProxy::start_connect(Conn& c) {
+// A resolved address is checked here, where it is connected to, not when the name was allowed
+// (egress_policy.hpp, check_resolved): what the name resolved to is what the socket reaches.
+bool EgressProxy::address_allowed(Conn& c, const struct sockaddr_storage& ss, std::int64_t now_ms) {
+  if (c.target.is_address) return true;  // a literal: its address rule already decided
+  bool v6 = ss.ss_family == AF_INET6;
+  std::array<std::uint8_t, 16> a{};
+  if (v6) std::memcpy(a.data(), &reinterpret_cast<const struct sockaddr_in6*>(&ss)->sin6_addr, 16);
+  else std::memcpy(a.data(), &reinterpret_cast<const struct sockaddr_in*>(&ss)->sin_addr, 4);
+  normalise_address(v6, a);
+  auto d = check_resolved(cfg_.rules, c.target, v6, a);
+  if (d.allowed) return true;
+  record_violation(c.host, c.port, d.reason, now_ms, address_text(v6, a));
+  c.refused = d.reason;
+  return false;
+}
+
+void EgressProxy::start_connect(Conn& c, std::int64_t now_ms) {
   while (c.next_addr < c.addrs.size()) {
     auto& ss = c.addrs[c.next_addr];
     socklen_t len = c.addr_lens[c.next_addr];
     ++c.next_addr;
+    if (!address_allowed(c, ss, now_ms)) continue;
     int fd = ::socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) {
       c.connect_error = std::strerror(errno);
@@ -421,10 +453,18 @@ void EgressProxy::start_connect(Conn& c) {
     c.connect_error = std::strerror(errno);
     ::close(fd);
   }
+  if (!c.refused.empty() && c.connect_error.empty()) {  // every address was refused: a denial
+    usage_[c.key].denied++;
+    c.c2u = Buffer{};
+    c.u2c = Buffer{};
+    c.u2c.append(response(403, "Forbidden", c.refused));
+    c.state = Conn::State::responding;
+    return;
+  }
   fail(c, 502, "Bad Gateway", "cannot connect to " + c.key + ": " + c.connect_error);
 }
 
-void EgressProxy::on_connected(Conn& c) {
+void EgressProxy::on_connected(Conn& c, std::int64_t now_ms) {
   int err = 0;
   socklen_t len = sizeof err;
   if (::getsockopt(c.ufd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
@@ -433,7 +473,7 @@ void EgressProxy::on_connected(Conn& c) {
     ::close(c.ufd);
     c.ufd = -1;
     c.connect_error = std::strerror(err);
-    start_connect(c);
+    start_connect(c, now_ms);
     return;
   }
   int one = 1;
@@ -455,7 +495,9 @@ void EgressProxy::relay(Conn& c, short crev, short urev, std::int64_t now_ms) {
   };
   // One direction: first what sits in the user-space buffer, then the pipe, then read more
   // (reads are capped by what is left of the run's byte budget). False on a fatal error.
-  auto pump = [&](int src, int dst, Buffer& b, SplicePipe& p, bool& eof, std::int64_t& counter, bool can_read) -> bool {
+  // `limit`: bytes this direction may still read (-1: no limit; plain HTTP's request body).
+  auto pump = [&](int src, int dst, Buffer& b, SplicePipe& p, bool& eof, std::int64_t& counter, bool can_read,
+                  std::int64_t& limit) -> bool {
     if (b.len) {
       ssize_t w = ::send(dst, b.data.get() + b.off, b.len, MSG_NOSIGNAL);
       if (w < 0 && errno != EAGAIN && errno != EINTR) return false;
@@ -466,16 +508,19 @@ void EgressProxy::relay(Conn& c, short crev, short urev, std::int64_t now_ms) {
       if (w < 0 && errno != EAGAIN && errno != EINTR) return false;
       if (w > 0) p.in -= static_cast<std::size_t>(w);
     }
-    if (!can_read || eof) return true;
+    if (!can_read || eof || limit == 0) return true;
+    auto cap = [&](std::size_t want) {
+      return limit < 0 ? want : std::min(want, static_cast<std::size_t>(limit));
+    };
     ssize_t k;
     if (p.r >= 0) {
-      std::size_t want = budget(p.cap - std::min(p.in, p.cap));
+      std::size_t want = cap(budget(p.cap - std::min(p.in, p.cap)));
       if (want == 0) return true;
       k = ::splice(src, nullptr, p.w, nullptr, want, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
       if (k > 0) p.in += static_cast<std::size_t>(k);
     } else {
       b.compact();
-      std::size_t want = budget(b.room());
+      std::size_t want = cap(budget(b.room()));
       if (want == 0) return true;
       k = ::read(src, b.tail(), want);
       if (k > 0) b.len += static_cast<std::size_t>(k);
@@ -487,8 +532,10 @@ void EgressProxy::relay(Conn& c, short crev, short urev, std::int64_t now_ms) {
     }
     counter += k;
     total_bytes_ += k;
+    if (limit > 0) limit -= k;
     return true;
   };
+  std::int64_t no_limit = -1;
   bool c_read = (crev & POLLIN) || ((crev & (POLLHUP | POLLERR)) && !c.c_eof);
   bool u_read = (urev & POLLIN) || ((urev & (POLLHUP | POLLERR)) && !c.u_eof);
   // A few rounds per wake-up while data keeps moving: fewer trips through poll(2) for a bulk
@@ -496,14 +543,17 @@ void EgressProxy::relay(Conn& c, short crev, short urev, std::int64_t now_ms) {
   for (int round = 0; round < 8; ++round) {
     std::size_t before = c.c2u.len + c.u2c.len + c.c2p.in + c.u2p.in;
     std::int64_t total_before = total_bytes_;
-    if (!pump(c.cfd, c.ufd, c.c2u, c.c2p, c.c_eof, u.bytes_out, c_read)) return close_conn(c);
-    if (!pump(c.ufd, c.cfd, c.u2c, c.u2p, c.u_eof, u.bytes_in, u_read)) return close_conn(c);
+    if (!pump(c.cfd, c.ufd, c.c2u, c.c2p, c.c_eof, u.bytes_out, c_read, c.body_left)) return close_conn(c);
+    if (!pump(c.ufd, c.cfd, c.u2c, c.u2p, c.u_eof, u.bytes_in, u_read, no_limit)) return close_conn(c);
     if (c.c2u.len + c.u2c.len + c.c2p.in + c.u2p.in == before && total_bytes_ == total_before) break;
     c_read = u_read = true;  // later rounds try again; EAGAIN simply ends a read
   }
   if (c.c_eof && c.c2u.len == 0 && c.c2p.in == 0 && !c.u_shut) ::shutdown(c.ufd, SHUT_WR), c.u_shut = true;
   if (c.u_eof && c.u2c.len == 0 && c.u2p.in == 0 && !c.c_shut) ::shutdown(c.cfd, SHUT_WR), c.c_shut = true;
   if (c.u_shut && c.c_shut) return close_conn(c);
+  // Plain HTTP: the response has been passed on in full; the exchange is over (the client's
+  // side is no longer read once its request body is through, so its EOF would never be seen).
+  if (!c.is_connect && c.c_shut) return close_conn(c);
   if (cfg_.max_bytes && total_bytes_ >= *cfg_.max_bytes && !bytes_exhausted_) {
     // The budget is spent: every relay ends now (what was read is still only what the budget allowed).
     bytes_exhausted_ = true;

@@ -14,7 +14,10 @@
 //
 // Requests: `CONNECT host:port` (TLS and anything else, relayed as bytes) and absolute-URI plain
 // HTTP (`GET http://host[:port]/path`, forwarded as origin-form with `Connection: close`, one
-// request per connection so that a keep-alive connection cannot switch hosts). Denied requests get
+// request per connection so that a keep-alive connection cannot switch hosts: exactly the
+// Content-Length body bytes are passed on, nothing after them). Requests are parsed strictly
+// (http_request.hpp). A name's resolved addresses are checked again at connect time
+// (egress_policy.hpp, check_resolved): internal addresses need an explicit address rule. Denied requests get
 // `403 Forbidden` with the reason in the body and an `X-Sbx-Deny-Reason` header, and are recorded.
 //
 // Names are resolved by the proxy with c-ares on the same poll loop (resolver.hpp): a resolver
@@ -90,18 +93,20 @@ class EgressProxy {
 
  private:
   void accept_new(std::int64_t now_ms);
-  void handle_request(Conn& c, std::int64_t now_ms);
+  void handle_request(Conn& c, std::size_t head_len, std::int64_t now_ms);
   void deny(Conn& c, int code, const std::string& status, const std::string& host, int port, const std::string& reason,
             std::int64_t now_ms);
   void start_lookups(std::int64_t now_ms);
   void on_answers(std::int64_t now_ms);
   void lookup_timed_out(Conn& c);
   void fail(Conn& c, int code, const std::string& status, const std::string& reason);
-  void start_connect(Conn& c);
-  void on_connected(Conn& c);
+  bool address_allowed(Conn& c, const struct sockaddr_storage& ss, std::int64_t now_ms);
+  void start_connect(Conn& c, std::int64_t now_ms);
+  void on_connected(Conn& c, std::int64_t now_ms);
   void relay(Conn& c, short crev, short urev, std::int64_t now_ms);
   void close_conn(Conn& c);
-  void record_violation(const std::string& host, int port, const std::string& reason, std::int64_t now_ms);
+  void record_violation(const std::string& host, int port, const std::string& reason, std::int64_t now_ms,
+                        const std::string& address = "");
   bool budget_left() const;
 
   ProxyConfig cfg_;
