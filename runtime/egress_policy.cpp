@@ -25,6 +25,8 @@ Result<std::uint16_t> parse_port(const std::string& s, const std::string& contex
 
 bool parse_address(const std::string& s, bool& v6, std::array<std::uint8_t, 16>& out) {
   out.fill(0);
+  // inet_pton reads a C string: "127.0.0.1\0.evil" would pass as 127.0.0.1.
+  if (s.find('\0') != std::string::npos) return false;
   if (::inet_pton(AF_INET, s.c_str(), out.data()) == 1) {
     v6 = false;
     return true;

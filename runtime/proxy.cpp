@@ -87,6 +87,37 @@ std::string response(int code, const std::string& status, const std::string& rea
          std::to_string(body.size()) + "\r\nX-Sbx-Deny-Reason: " + clean + "\r\nConnection: close\r\n\r\n" + body;
 }
 
+// A plain HTTP request as it goes upstream: origin-form, hop-by-hop and proxy headers dropped,
+// Host set to the URL's authority (the policy allowed that name, and a different Host header would
+// reach another virtual host behind the same address, e.g. on a CDN), one request per connection.
+std::string origin_form(const ProxyRequest& req, const std::string& path, const std::string& authority) {
+  std::string out = req.method + " " + path + " " + req.version + "\r\nHost: " + authority + "\r\n";
+  for (auto& [name, value] : req.headers) {
+    std::string l = lower(name);
+    if (l == "proxy-connection" || l == "proxy-authorization" || l == "connection" || l == "keep-alive" || l == "host")
+      continue;
+    out += name + ": " + value + "\r\n";
+  }
+  return out + "Connection: close\r\n\r\n";
+}
+
+// The socket address of a literal destination; returns its length.
+socklen_t sockaddr_of(const EgressTarget& t, struct sockaddr_storage& ss) {
+  ss = {};
+  if (t.v6) {
+    auto* s6 = reinterpret_cast<struct sockaddr_in6*>(&ss);
+    s6->sin6_family = AF_INET6;
+    s6->sin6_port = htons(t.port);
+    std::memcpy(&s6->sin6_addr, t.addr.data(), 16);
+    return sizeof *s6;
+  }
+  auto* s4 = reinterpret_cast<struct sockaddr_in*>(&ss);
+  s4->sin_family = AF_INET;
+  s4->sin_port = htons(t.port);
+  std::memcpy(&s4->sin_addr, t.addr.data(), 4);
+  return sizeof *s4;
+}
+
 }  // namespace
 
 struct EgressProxy::Conn {
@@ -280,7 +311,7 @@ void EgressProxy::handle_request(Conn& c, std::size_t head_len, std::int64_t now
   auto req = parse_request_head(std::string_view(c.head).substr(0, head_len));
   if (!req) return deny(c, 400, "Bad Request", "", 0, req.error().message, now_ms);
   std::string rest = c.head.substr(head_len);
-  const std::string &method = req->method, &target = req->target, &version = req->version;
+  const std::string &method = req->method, &target = req->target;
   std::string authority, path;
   std::optional<std::uint16_t> default_port;
   if (method == "CONNECT") {
@@ -323,16 +354,7 @@ void EgressProxy::handle_request(Conn& c, std::size_t head_len, std::int64_t now
   // What goes upstream first: nothing for CONNECT (the client's bytes follow our 200), the
   // request rewritten to origin-form for plain HTTP.
   if (!c.is_connect) {
-    // Host is rewritten to the URL's authority: the policy allowed that name, and a different
-    // Host header would reach another virtual host behind the same address (e.g. on a CDN).
-    std::string out = method + " " + path + " " + version + "\r\nHost: " + authority + "\r\n";
-    for (auto& [name, value] : req->headers) {
-      std::string l = lower(name);
-      if (l == "proxy-connection" || l == "proxy-authorization" || l == "connection" || l == "keep-alive" || l == "host")
-        continue;
-      out += name + ": " + value + "\r\n";
-    }
-    out += "Connection: close\r\n\r\n";
+    std::string out = origin_form(*req, path, authority);
     c.c2u.append(out);
     usage_[c.key].bytes_out += static_cast<std::int64_t>(out.size());  // the client's header was
     total_bytes_ += static_cast<std::int64_t>(out.size());             // not counted as it arrived
@@ -351,22 +373,8 @@ void EgressProxy::handle_request(Conn& c, std::size_t head_len, std::int64_t now
     return start_lookups(now_ms);
   }
   struct sockaddr_storage ss = {};
-  socklen_t len;
-  if (t->v6) {
-    auto* s6 = reinterpret_cast<struct sockaddr_in6*>(&ss);
-    s6->sin6_family = AF_INET6;
-    s6->sin6_port = htons(t->port);
-    std::memcpy(&s6->sin6_addr, t->addr.data(), 16);
-    len = sizeof *s6;
-  } else {
-    auto* s4 = reinterpret_cast<struct sockaddr_in*>(&ss);
-    s4->sin_family = AF_INET;
-    s4->sin_port = htons(t->port);
-    std::memcpy(&s4->sin_addr, t->addr.data(), 4);
-    len = sizeof *s4;
-  }
+  c.addr_lens.push_back(sockaddr_of(*t, ss));
   c.addrs.push_back(ss);
-  c.addr_lens.push_back(len);
   start_connect(c, now_ms);
 }
 

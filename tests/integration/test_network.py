@@ -527,15 +527,25 @@ class Resolution(SbxTestCase):
         self.assertLess(r.wall, 4.0, r.describe())
 
     def test_a_lookup_that_times_out_answers_504_and_is_recorded(self):
+        # While the lookup hangs, a request to an allowed literal (a server beside sbx in the
+        # test's network namespace) is served at once: the hung lookup holds up nobody else.
+        port, log = 18081, self.path("upstream.log")
+        beside = f"{PY} -m http.server {port} --bind 127.0.0.1 --directory {self.tmp} >/dev/null 2>{log}"
         prof = self.path("prof.json")
         with open(prof, "w") as f:
-            json.dump({"network": {"allow": ["*.example.com"], "idle_timeout_ms": "1s"}, "limits": {"timeout_ms": "30s"}}, f)
-        cmd = [CURL, "-s", "-m", "20", "-o", "/dev/null", "-w", "%{http_code} %{time_total}\n", "http://slow.example.com/"]
-        r = self.run_in_ns({"/etc/resolv.conf": self.SILENT_DNS}, ["--profile", prof], cmd, net=True, timeout=60)
-        code, secs = r.out.split()
-        note(f"lookup against a silent name server, idle_timeout_ms 1s: HTTP {code} after {float(secs):.2f} s")
-        self.assertEqual(code, "504", r.describe())
-        self.assertLess(float(secs), 4.0, r.describe())
+            json.dump({"network": {"allow": ["*.example.com", f"127.0.0.1:{port}"], "idle_timeout_ms": "1s"},
+                       "limits": {"timeout_ms": "30s"}}, f)
+        script = (f"{CURL} -s -m 20 -o /dev/null -w 'slow %{{http_code}} %{{time_total}}\\n' http://slow.example.com/ & "
+                  f"sleep 0.2; {CURL} -s -m 20 -o /dev/null -w 'fast %{{http_code}} %{{time_total}}\\n' "
+                  f"http://127.0.0.1:{port}/; wait")
+        r = self.run_in_ns({"/etc/resolv.conf": self.SILENT_DNS}, ["--profile", prof], ["sh", "-c", script],
+                           net=True, timeout=60, beside=beside)
+        got = {line.split()[0]: line.split()[1:] for line in r.out.strip().splitlines()}
+        note(f"lookup against a silent name server, idle_timeout_ms 1s: {got}")
+        self.assertEqual(got["slow"][0], "504", r.describe())
+        self.assertLess(float(got["slow"][1]), 4.0, r.describe())
+        self.assertEqual(got["fast"][0], "200", r.describe())
+        self.assertLess(float(got["fast"][1]), 0.7, "served while the lookup hung\n" + r.describe())
         u = r.trace["usage"]["network"]
         self.assertEqual(u["lookups_timed_out"], 1, u)
         host = {h["host"]: h for h in u["hosts"]}["slow.example.com:80"]
@@ -717,6 +727,8 @@ class Egress(SbxTestCase):
             ("nul-in-host", [b"CONNECT 127.0.0.1\x00.evil:PORT HTTP/1.1\r\n\r\n"]),
             ("cl-and-te", [b"POST http://127.0.0.1:PORT/clte HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n"
                            b"Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n"]),
+            ("te-plain", [b"POST http://127.0.0.1:PORT/te HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+                          b"0\r\n\r\n"]),
             ("ok", [base + b"fine HTTP/1.1\r\nHost: x\r\n\r\n"]),
         ]
         r, got, received = self.strict_cases(cases)
@@ -724,8 +736,9 @@ class Egress(SbxTestCase):
         for name in ("bare-lf", "no-colon", "ctl-in-header", "nul-in-host", "cl-and-te"):
             self.assertEqual(got[name][:2], ("400", "proxy"), f"{name}: {got[name]}\n{r.describe()}")
             self.assertLess(got[name][2], 2.0, f"{name}: answered at once, not after a timeout")
+        self.assertEqual(got["te-plain"][:2], ("501", "proxy"), r.describe())
         self.assertEqual(got["ok"][:2], ("200", "upstream"), r.describe())
-        for marker in (b"/lf", b"/nocolon", b"/ctl", b"/clte"):
+        for marker in (b"/lf", b"/nocolon", b"/ctl", b"/clte", b"/te "):
             self.assertNotIn(marker, received, f"{marker} reached the upstream: {received!r}")
 
     def test_a_pipelined_second_request_never_reaches_the_upstream(self):

@@ -60,6 +60,10 @@ TEST_CASE("egress: literal IPv4 addresses never match names and vice versa") {
   CHECK_FALSE(parse_authority("2130706433:80", std::nullopt).ok());
   CHECK_FALSE(parse_authority("127.1:80", std::nullopt).ok());
   CHECK_FALSE(parse_allow_rule("127.1").ok());
+  // A NUL must not cut the host short (inet_pton reads a C string).
+  CHECK_FALSE(parse_authority(std::string("127.0.0.1\0.evil:80", 19), std::nullopt).ok());
+  CHECK_FALSE(parse_authority(std::string("a.test\0x:80", 11), std::nullopt).ok());
+  CHECK_FALSE(parse_allow_rule(std::string("10.0.0.1\0", 9)).ok());
 }
 
 TEST_CASE("egress: IPv6 literals, bracketed with a port") {
