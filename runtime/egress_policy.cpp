@@ -259,6 +259,15 @@ std::optional<std::string> internal_address_kind(bool v6, const std::array<std::
       {"::", 128, "unspecified"}, {"::1", 128, "loopback"},    {"fe80::", 10, "link-local"},
       {"fec0::", 10, "site-local"}, {"fc00::", 7, "unique-local"}, {"ff00::", 8, "multicast"},
   };
+  // NAT64's well-known prefix (RFC 6052) reaches the IPv4 address in its last 32 bits, through
+  // the network's translator: it is internal when that address is.
+  static const std::array<std::uint8_t, 12> nat64 = {0x00, 0x64, 0xff, 0x9b};
+  if (v6 && std::equal(nat64.begin(), nat64.end(), a.begin())) {
+    std::array<std::uint8_t, 16> v4{};
+    std::memcpy(v4.data(), a.data() + 12, 4);
+    if (auto k = internal_address_kind(false, v4)) return *k + " (through NAT64)";
+    return std::nullopt;
+  }
   for (const Net& n : v6 ? std::span<const Net>(v6nets) : std::span<const Net>(v4nets)) {
     std::array<std::uint8_t, 16> net{};
     ::inet_pton(v6 ? AF_INET6 : AF_INET, n.net, net.data());

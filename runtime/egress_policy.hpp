@@ -72,7 +72,8 @@ EgressDecision check_egress(const std::vector<AllowRule>& rules, const EgressTar
 bool normalise_address(bool& v6, std::array<std::uint8_t, 16>& addr);
 
 // Why an address is internal ("loopback", "link-local", "private", "shared (CGNAT)",
-// "unique-local", "unspecified", "multicast", "broadcast/reserved"), nullopt for a public one.
+// "unique-local", "site-local", "unspecified", "multicast", "broadcast/reserved", or one of those
+// "(through NAT64)" for 64:ff9b::/96), nullopt for a public one.
 // Expects a normalised address.
 std::optional<std::string> internal_address_kind(bool v6, const std::array<std::uint8_t, 16>& addr);
 

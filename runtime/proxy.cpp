@@ -400,8 +400,9 @@ void EgressProxy::on_answers(std::int64_t now_ms) {
     });
     if (it == conns_.end()) continue;  // the connection timed out or went away meanwhile
     Conn& c = **it;
+    c.last_active_ms = now_ms;  // what follows (a connect, or an error to send) gets its own idle period
     if (a.timed_out) {
-      lookup_timed_out(c);
+      lookup_timed_out(c, now_ms);
       continue;
     }
     if (!a.ok) {
@@ -410,7 +411,6 @@ void EgressProxy::on_answers(std::int64_t now_ms) {
     }
     c.addrs = std::move(a.addrs);
     c.addr_lens = std::move(a.addr_lens);
-    c.last_active_ms = now_ms;  // the connect gets its own idle period
     start_connect(c, now_ms);
   }
 }
@@ -613,7 +613,7 @@ std::int64_t EgressProxy::ms_until_next_expiry(std::int64_t now_ms) const {
 void EgressProxy::expire_idle(std::int64_t now_ms) {
   for (auto& c : conns_) {
     if (c->state == Conn::State::resolving) {
-      if (now_ms >= c->lookup_deadline_ms) lookup_timed_out(*c);
+      if (now_ms >= c->lookup_deadline_ms) lookup_timed_out(*c, now_ms);
       continue;
     }
     if (c->state == Conn::State::closed || now_ms - c->last_active_ms < cfg_.idle_timeout_ms) continue;
@@ -638,8 +638,9 @@ void EgressProxy::expire_idle(std::int64_t now_ms) {
 
 // The lookup (or the wait for a slot) took longer than the lookup timeout: 504. The query itself
 // may still be in c-ares until its own tries run out; its answer then finds no connection.
-void EgressProxy::lookup_timed_out(Conn& c) {
+void EgressProxy::lookup_timed_out(Conn& c, std::int64_t now_ms) {
   ++lookups_timed_out_;
+  c.last_active_ms = now_ms;  // the 504 gets its own idle period to be read
   usage_[c.key].lookups_timed_out++;
   fail(c, 504, "Gateway Timeout",
        "cannot resolve " + c.host + ": no answer within " + std::to_string(lookup_timeout_ms_) +

@@ -98,7 +98,7 @@ class EgressProxy {
             std::int64_t now_ms);
   void start_lookups(std::int64_t now_ms);
   void on_answers(std::int64_t now_ms);
-  void lookup_timed_out(Conn& c);
+  void lookup_timed_out(Conn& c, std::int64_t now_ms);
   void fail(Conn& c, int code, const std::string& status, const std::string& reason);
   bool address_allowed(Conn& c, const struct sockaddr_storage& ss, std::int64_t now_ms);
   void start_connect(Conn& c, std::int64_t now_ms);

@@ -140,6 +140,9 @@ TEST_CASE("egress: internal address classes, IPv4 and IPv6") {
   CHECK(kind_of("::ffff:7f00:1") == "loopback");
   CHECK(kind_of("::127.0.0.1") == "loopback");
   CHECK(kind_of("::ffff:8.8.8.8") == "");
+  CHECK(kind_of("64:ff9b::7f00:1") == "loopback (through NAT64)");
+  CHECK(kind_of("64:ff9b::a9fe:a9fe") == "link-local (through NAT64)");
+  CHECK(kind_of("64:ff9b::808:808") == "");
 }
 
 TEST_CASE("egress: IPv4-mapped IPv6 is normalised before any match") {
