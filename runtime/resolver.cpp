@@ -30,7 +30,8 @@ int set_cloexec(ares_socket_t fd, int /*type*/, void* /*data*/) {
 
 }  // namespace
 
-Resolver::Resolver(std::size_t max_in_flight, std::int64_t timeout_ms) : max_in_flight_(max_in_flight) {
+Resolver::Resolver(std::size_t max_in_flight, std::int64_t timeout_ms, const std::string& servers)
+    : max_in_flight_(max_in_flight) {
   static std::once_flag lib_once;
   static int lib_rc = ARES_SUCCESS;
   std::call_once(lib_once, [] { lib_rc = ::ares_library_init(ARES_LIB_INIT_ALL); });
@@ -50,6 +51,8 @@ Resolver::Resolver(std::size_t max_in_flight, std::int64_t timeout_ms) : max_in_
     return;
   }
   ::ares_set_socket_callback(ch_, set_cloexec, nullptr);
+  if (!servers.empty() && (rc = ::ares_set_servers_ports_csv(ch_, servers.c_str())) != ARES_SUCCESS)
+    init_error_ = std::string("c-ares: bad server list '") + servers + "': " + ::ares_strerror(rc);
 }
 
 Resolver::~Resolver() { shutdown(); }

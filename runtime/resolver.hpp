@@ -38,7 +38,8 @@ class Resolver {
   };
 
   // `timeout_ms`: the time a caller gives one lookup (c-ares' tries are fitted into it).
-  Resolver(std::size_t max_in_flight, std::int64_t timeout_ms);
+  // `servers` ("ip:port,..."): instead of resolv.conf's name servers (tests only).
+  Resolver(std::size_t max_in_flight, std::int64_t timeout_ms, const std::string& servers = "");
   ~Resolver();
   Resolver(const Resolver&) = delete;
   Resolver& operator=(const Resolver&) = delete;

@@ -2,6 +2,8 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <chrono>
 
@@ -56,4 +58,47 @@ TEST_CASE("resolver: shut down, it refuses new lookups and drops pending answers
   CHECK_FALSE(r.can_start());
   CHECK_FALSE(r.init_error().empty());
   CHECK(r.take_answers().empty());
+}
+
+TEST_CASE("resolver: lookups in flight are bounded, and a silent server times out without blocking") {
+  // A name server that never answers: a bound UDP socket nobody reads (queries queue in it
+  // instead of drawing ICMP port unreachable).
+  int silent = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  REQUIRE(silent >= 0);
+  struct sockaddr_in a = {};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  REQUIRE(::bind(silent, reinterpret_cast<struct sockaddr*>(&a), sizeof a) == 0);
+  REQUIRE(::getsockname(silent, reinterpret_cast<struct sockaddr*>(&a), &len) == 0);
+  std::string server = "127.0.0.1:" + std::to_string(ntohs(a.sin_port));
+
+  Resolver r(3, 600, server);
+  REQUIRE(r.init_error().empty());
+  int started = 0;
+  for (int i = 0; i < 10 && r.can_start(); ++i, ++started) {
+    std::string name = std::to_string(i);
+    name.append(".silent.test");  // (built in steps: GCC 12's -Wrestrict misfires on "n" + ... + "...")
+    r.start(name, 80);
+  }
+  CHECK(started == 3);
+  CHECK(r.in_flight() == 3);
+  CHECK_FALSE(r.can_start());
+  // c-ares gives up after its tries (1.5 x the 600 ms): every lookup answers, timed out.
+  auto t0 = std::chrono::steady_clock::now();
+  std::vector<Resolver::Answer> all;
+  while (all.size() < 3 && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5)) {
+    auto got = drive(r, 5000);
+    all.insert(all.end(), got.begin(), got.end());
+  }
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
+  REQUIRE(all.size() == 3);
+  for (auto& ans : all) {
+    CHECK_FALSE(ans.ok);
+    CHECK(ans.timed_out);
+  }
+  CHECK(ms < 3000);
+  CHECK(r.in_flight() == 0);
+  CHECK(r.can_start());
+  ::close(silent);
 }
