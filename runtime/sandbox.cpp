@@ -119,7 +119,13 @@ json network_enforcement_json(const NetworkSpec& n) {
     j["proxy"] = {{"listen", "127.0.0.1:" + std::to_string(kProxyPort)},
                   {"where", "sbx supervisor, outside the sandbox; socket bound in the sandbox's network namespace"},
                   {"protocols", {"CONNECT", "http absolute-URI"}},
-                  {"resolver", "getaddrinfo in the supervisor, for allowed names only"},
+                  {"resolver", "c-ares on the supervisor's poll loop (/etc/hosts, then resolv.conf's servers), for "
+                                "allowed names only; 16 lookups in flight, 504 after min(5 s, idle_timeout_ms)"},
+                  {"resolved_addresses", "checked at connect time: loopback, link-local, private, CGNAT, unique-local, "
+                                         "unspecified, multicast and broadcast addresses only through an address/CIDR rule; "
+                                         "IPv4-mapped IPv6 matched as IPv4"},
+                  {"requests", "strict HTTP/1.x parsing (CRLF only, no control bytes, no CL+TE); plain HTTP: one "
+                               "Content-Length-framed request per connection"},
                   {"max_connections", n.max_connections},
                   {"max_bytes", n.max_bytes ? json(*n.max_bytes) : json(nullptr)},
                   {"idle_timeout_ms", n.idle_timeout_ms}};
