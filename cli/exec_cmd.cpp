@@ -9,6 +9,7 @@
 
 #include "cli/commands.hpp"
 #include "runtime/exec.hpp"
+#include "runtime/signals.hpp"
 
 namespace sbx::cli {
 namespace {
@@ -32,10 +33,14 @@ void add_exec_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out
     // Bounded: a request is code plus inputs, not a data set.
     constexpr std::size_t kMaxRequest = 64u << 20;
     std::string text;
-    char buf[65536];
-    for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, stdin)) > 0;) {
-      text.append(buf, n);
-      if (text.size() > kMaxRequest) return json_error("usage", "request larger than 64 MiB");
+    {
+      // Waiting for the caller's request, before any sandbox exists: Ctrl-C ends sbx as usual.
+      CallerSignalMaskScope interruptible;
+      char buf[65536];
+      for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, stdin)) > 0;) {
+        text.append(buf, n);
+        if (text.size() > kMaxRequest) return json_error("usage", "request larger than 64 MiB");
+      }
     }
     nlohmann::json rq;
     try {
@@ -52,7 +57,7 @@ void add_exec_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out
     // Program output is arbitrary bytes: invalid UTF-8 is replaced rather than failing the dump.
     std::printf("%s\n", resp->dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     return 0;
-  }});
+  }, true});
 }
 
 }  // namespace sbx::cli

@@ -30,6 +30,7 @@
 #include "runtime/raw_syscall.hpp"
 #include "runtime/seccomp_policy.hpp"
 #include "runtime/sha256.hpp"
+#include "runtime/signals.hpp"
 #include "runtime/supervisor.hpp"
 #include "runtime/trace.hpp"
 #include "runtime/trace_store.hpp"
@@ -129,40 +130,6 @@ std::int64_t monotonic_ms() {
   struct timespec ts;
   ::clock_gettime(CLOCK_MONOTONIC, &ts);
   return ts.tv_sec * 1000LL + ts.tv_nsec / 1'000'000;
-}
-
-Outcome outcome_from(const SuperviseResult& s) {
-  Outcome o;
-  if (s.setup_error) {
-    const ChildMsg& m = *s.setup_error;
-    o.status = RunStatus::setup_error;
-    o.error = Error{m.stage, m.err, m.message};
-    return o;
-  }
-  if (s.seccomp_kill) {
-    // A kill action arrives as a notification: the supervisor named the call, then killed the
-    // sandbox with the call still blocked. Reported like the kernel's SIGSYS kill (exit 159).
-    o.status = RunStatus::seccomp_violation;
-    o.signal = SIGSYS;
-    o.reason = "killed by the seccomp policy: " + s.seccomp_kill->name + " (" + s.seccomp_kill->arch + ", " +
-               s.seccomp_kill->action + ")";
-    return o;
-  }
-  if (s.timed_out || s.cpu_exceeded) {
-    o.status = RunStatus::timeout;
-    o.reason = s.timed_out ? "wall" : "cpu";
-    o.signal = SIGKILL;
-    return o;
-  }
-  if (s.program_wait_status) {
-    o = outcome_from_wait_status(*s.program_wait_status);
-    return o;
-  }
-  // Init died without reporting: killed by sbx after a forwarded signal, or by something else.
-  o.status = RunStatus::signaled;
-  o.signal = WIFSIGNALED(s.init_wait_status) ? WTERMSIG(s.init_wait_status) : SIGKILL;
-  if (s.killed_after_grace) o.reason = "killed after signal " + std::to_string(s.forwarded_signal);
-  return o;
 }
 
 // --input: each host file or directory hashed before the run (what the program was given).
@@ -388,15 +355,28 @@ RunReport run_sandbox(const RunRequest& req) {
     }
 
     // The forwarded signals go to a signalfd; they must be blocked before clone so that none is
-    // lost in between (and init inherits the mask, which it wants for sigwaitinfo too).
-    sigset_t forwarded, all_supervised, old;
-    sigemptyset(&forwarded);
-    for (int s : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) sigaddset(&forwarded, s);
+    // lost in between (and init inherits the mask, which it wants for sigwaitinfo too). main()
+    // blocked them already (signals.hpp); the guards put the mask and SIGPIPE's disposition
+    // back on every return path of this step. SIGPIPE is ignored so that a reader gone away is
+    // an EPIPE for the relays (output_relay.hpp), not the end of sbx and its record.
+    sigset_t forwarded, all_supervised;
+    forwarded_signals(&forwarded);
     supervised_signals(&all_supervised);
-    ::sigprocmask(SIG_BLOCK, &all_supervised, &old);
-    ::signal(SIGPIPE, SIG_IGN);
+    SignalMaskGuard mask_guard(SIG_BLOCK, all_supervised);
+    SignalDispositionGuard sigpipe_guard(SIGPIPE, SIG_IGN);
     int sigfd = ::signalfd(-1, &forwarded, SFD_CLOEXEC | SFD_NONBLOCK);
     if (sigfd < 0) return fail_setup(sys_error("prepare", "signalfd"));
+    // A signal that came before the sandbox exists (while sbx prepared, or in its first
+    // milliseconds, main.cpp) ends the run here: the program is not started, and the record
+    // says why, as a terminal's Ctrl-C before a command starts means it never runs.
+    if (int sig = take_pending_forwarded_signal()) {
+      ::close(sigfd);
+      outcome = Outcome{};
+      outcome.status = RunStatus::signaled;
+      outcome.signal = sig;
+      outcome.reason = signal_name(sig) + " received by sbx before the program started: it was not started";
+      return;
+    }
 
     // 2 spawn
     t_spawn = mono_us();
@@ -467,7 +447,6 @@ RunReport run_sandbox(const RunRequest& req) {
         ::waitpid(child->pid, &ws, 0);
         ::close(child->pidfd);
         ::close(sigfd);
-        ::sigprocmask(SIG_SETMASK, &old, nullptr);
         return fail_setup(sealed.error());
       }
       spdlog::debug("image seal: {} entries checked in {} us, beside the sandbox's setup", seal->entries, mono_us() - t0);
@@ -504,7 +483,7 @@ RunReport run_sandbox(const RunRequest& req) {
     in.seccomp_reference = &seccomp->reference;
     if (cgroup && spec.limits.cpu_time_ms) {
       in.cpu_budget_ms = spec.limits.cpu_time_ms;
-      in.cpu_used_us = [&] { return cgroup->usage().cpu_usage_us; };
+      in.cpu_used_us = [&] { return cgroup->cpu_usage_us(); };
       in.max_cpus = spec.limits.cpus.value_or(static_cast<double>(::sysconf(_SC_NPROCESSORS_ONLN)));
     }
     if (proxy) in.proxy = &*proxy;
@@ -512,9 +491,8 @@ RunReport run_sandbox(const RunRequest& req) {
     if (sup->init_pending) exiting_init = child->pid;
     ::close(child->pidfd);
     ::close(sigfd);
-    ::sigprocmask(SIG_SETMASK, &old, nullptr);
     // 4 collect
-    outcome = outcome_from(*sup);
+    outcome = outcome_from_supervision(*sup, in.kill_grace_ms);
     // /out's fd waited in the socket since setup; every process of the sandbox is dead now.
     if (recv_fd(out_pair.r, &out_dir_fd) <= 0) out_dir_fd = -1;
     if (out_dir_fd >= 0 && !req.export_dir.empty()) {
