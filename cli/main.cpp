@@ -40,6 +40,17 @@ int usage_error(const std::string& message) {
 }
 }  // namespace sbx::cli
 
+namespace {
+// A static executable calls .preinit_array before any static constructor (C++ globals of the
+// libraries linked in, stdio, CLI11, spdlog): blocking the forwarded signals there leaves only
+// the kernel's exec and the C library's own start-up as the window in which a signal ends sbx
+// without a record. main() does it again (once is enough: the second call keeps the first's
+// saved mask), for a build where this entry would not run.
+void block_signals_before_constructors(int, char**, char**) { sbx::block_forwarded_signals_at_start(); }
+[[gnu::section(".preinit_array"), gnu::used]] void (*const kBlockSignalsEarly)(int, char**, char**) =
+    block_signals_before_constructors;
+}  // namespace
+
 int main(int argc, char** argv) {
   // First of all: a SIGINT/SIGTERM/SIGHUP/SIGQUIT from here on waits for the supervisor to
   // forward it, or for the run to record it, instead of ending sbx with no record

@@ -16,6 +16,7 @@ void forwarded_signals(sigset_t* set) {
 }
 
 void block_forwarded_signals_at_start() {
+  if (g_caller_mask_saved) return;  // already done (.preinit_array, main.cpp): keep the caller's mask
   sigset_t fwd;
   forwarded_signals(&fwd);
   ::sigprocmask(SIG_BLOCK, &fwd, &g_caller_mask);
