@@ -26,6 +26,7 @@
 #include "runtime/image_seal.hpp"
 #include "runtime/image_store.hpp"
 #include "runtime/limits_plan.hpp"
+#include "runtime/log.hpp"
 #include "runtime/proxy.hpp"
 #include "runtime/raw_syscall.hpp"
 #include "runtime/seccomp_policy.hpp"
@@ -178,6 +179,7 @@ RunReport run_sandbox(const RunRequest& req) {
   // run (the rest: setup of a forked init, the program, until the sandbox is empty); record
   // (trace + durable store).
   std::int64_t t_start = mono_us(), t_spawn = 0, t_go = 0, t_end = 0;
+  NonBlockingLogScope log_never_blocks;
   const RunSpec& spec = req.spec;
   TraceParts parts;
   parts.run_id = make_run_id();
@@ -574,18 +576,22 @@ RunReport run_sandbox(const RunRequest& req) {
   report.trace["outputs"] = outputs;
   for (auto& [k, v] : extra.items()) report.trace[k] = v;
   std::string text = report.trace.dump(2) + "\n";
+  // The record is stored before anything is written to stderr: a write to stderr blocks while
+  // its reader is stalled, and sbx must not die there (SIGKILL from an impatient caller) with
+  // the run unrecorded.
+  auto stored = store_trace(req.dirs, run_id, text);
+  Status trace_file_written;
+  if (!req.trace_file.empty()) trace_file_written = write_file_durable(req.trace_file, text);
   if (outcome.status == RunStatus::setup_error && outcome.error) {
     std::fprintf(stderr, "sbx: %s\n", outcome.error->describe_with_stage().c_str());
   } else if (outcome.status == RunStatus::timeout) {
     spdlog::info("wall-time limit of {} reached: sandbox killed", format_duration_ms(*spec.limits.timeout_ms));
   }
-  if (auto st = store_trace(req.dirs, run_id, text); !st)
-    spdlog::warn("could not store the trace record in {}: {}", req.dirs.traces, st.error().describe());
-  if (!req.trace_file.empty()) {
-    if (auto st = write_file_durable(req.trace_file, text); !st) {
-      std::fprintf(stderr, "sbx: cannot write --trace-file %s: %s\n", req.trace_file.c_str(), st.error().describe().c_str());
-      if (report.exit_status == 0) report.exit_status = 125;
-    }
+  if (!stored) spdlog::warn("could not store the trace record in {}: {}", req.dirs.traces, stored.error().describe());
+  if (!trace_file_written) {
+    std::fprintf(stderr, "sbx: cannot write --trace-file %s: %s\n", req.trace_file.c_str(),
+                 trace_file_written.error().describe().c_str());
+    if (report.exit_status == 0) report.exit_status = 125;
   }
   spdlog::info("run {} ended: {} (trace in {}/{}.json)", run_id, to_string(outcome.status), req.dirs.traces, run_id);
   // 6 clean: init's exit has run beside the recording; it is reaped now, so that nothing of the

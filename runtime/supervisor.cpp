@@ -17,6 +17,7 @@
 #include <spdlog/spdlog.h>
 
 #include "runtime/limits_plan.hpp"
+#include "runtime/log.hpp"
 #include "runtime/signals.hpp"
 
 namespace sbx {
@@ -344,7 +345,10 @@ Result<int> arm_timerfd(std::int64_t ms) {
   return fd;
 }
 
-SuperviseResult supervise(const SuperviseInput& in) { return Supervisor(in).run(); }
+SuperviseResult supervise(const SuperviseInput& in) {
+  NonBlockingLogScope log_never_blocks;
+  return Supervisor(in).run();
+}
 
 int reap_init(pid_t pid) {
   int ws = 0;

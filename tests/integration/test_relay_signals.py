@@ -116,6 +116,19 @@ class StalledReader(SbxTestCase):
         self.assertEqual(run.p.returncode, 3)
         self.assertTrue([v for v in trace["violations"] if v.get("name") == "unshare"], trace["violations"])
 
+    def test_verbose_logging_does_not_block_on_a_stalled_stderr(self):
+        # With -vv every refused system call is a log line on sbx's stderr, which nobody reads.
+        argv = [SBX, "-vv", "run", "--timeout", "1s", "--", "sh", "-c",
+                "yes >&2 & while :; do unshare -U true 2>/dev/null; done"]
+        p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        t0 = time.monotonic()
+        while p.poll() is None and time.monotonic() - t0 < 10:
+            time.sleep(0.02)
+        took = time.monotonic() - t0
+        p.communicate()
+        self.assertLess(took, 4.0, f"sbx blocked writing its own log lines: ended after {took:.1f}s")
+        self.assertEqual(p.returncode, 124)
+
     def test_sbx_leaves_its_stdout_description_blocking(self):
         # O_NONBLOCK on sbx's stdout would be set for the caller and everyone sharing it.
         r, w = os.pipe()
