@@ -188,10 +188,15 @@ int OutputRelay::src_poll_fd() const {
 
 short OutputRelay::sink_events() const { return pending() ? POLLOUT : 0; }
 
+// A few rounds per wake-up while the reader keeps up: each round saves a pass of the poll loop,
+// and the bound keeps a fast writer from starving the loop's other fds.
 void OutputRelay::on_src_ready() {
-  if (src_ < 0) return;
-  read_into_buffer();
-  flush();
+  for (int round = 0; round < 4 && src_ >= 0; ++round) {
+    std::uint64_t seen = accepted_ + stats_.dropped_bytes;
+    read_into_buffer();
+    flush();
+    if (accepted_ + stats_.dropped_bytes == seen || pending()) break;  // drained, or the reader is full
+  }
 }
 
 void OutputRelay::read_into_buffer() {

@@ -254,6 +254,24 @@ class EarlySignals(SbxTestCase):
             seen[trace["result"]["status"]] = seen.get(trace["result"]["status"], 0) + 1
         self.assertEqual(missing, [], f"signalled runs without a record (run, exit, stderr); recorded: {seen}")
 
+    def test_commands_that_wait_on_the_caller_still_end_on_ctrl_c(self):
+        # sbx blocks the forwarded signals from its start; what runs no sandbox yet (sbx exec
+        # waiting for its request on stdin) must still end on SIGINT as any command does.
+        p = subprocess.Popen([SBX, "exec"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            time.sleep(0.3)
+            p.send_signal(signal.SIGINT)
+            p.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+            self.fail("sbx exec ignored SIGINT while waiting for its request")
+        finally:
+            p.stdin.close()
+            p.stdout.close()
+            p.stderr.close()
+        self.assertEqual(p.returncode, -signal.SIGINT)
+
     def test_program_starts_with_an_empty_mask_and_default_dispositions(self):
         r = self.run_sbx(["grep", "-E", "^Sig(Blk|Ign):", "/proc/self/status"])
         self.assertExit(r, 0)
