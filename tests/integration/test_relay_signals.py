@@ -116,6 +116,25 @@ class StalledReader(SbxTestCase):
         self.assertEqual(run.p.returncode, 3)
         self.assertTrue([v for v in trace["violations"] if v.get("name") == "unshare"], trace["violations"])
 
+    def test_egress_proxy_is_served_while_the_reader_is_stalled(self):
+        from test_network import CURL, PROXY_ENV, start_server
+        srv = start_server(tag="stalled")
+        try:
+            port = srv.server_address[1]
+            url = f"http://127.0.0.1:{port}/during-stall"
+            run = Run(self, ["sh", "-c", "yes & sleep 0.5; "
+                                         f"{CURL} -sS --max-time 5 -o /dev/null -w 'curl=%{{http_code}}\\n' {url} >&2; "
+                                         "kill $!; exit 3"],
+                      ["--timeout", "20s", *PROXY_ENV, "--allow-host", f"127.0.0.1:{port}"])
+            got = run.stderr_until(b"curl=", 8)
+            out, trace = run.finish()
+            self.assertTrue(got, f"curl never finished: {run.err[-300:]!r}")
+            self.assertIn(b"curl=200", run.err, "the proxy was not served while sbx's stdout was stalled")
+            self.assertEqual(run.p.returncode, 3)
+        finally:
+            srv.shutdown()
+            srv.server_close()
+
     def test_verbose_logging_does_not_block_on_a_stalled_stderr(self):
         # With -vv every refused system call is a log line on sbx's stderr, which nobody reads.
         argv = [SBX, "-vv", "run", "--timeout", "1s", "--", "sh", "-c",
