@@ -13,6 +13,7 @@
 #include "runtime/exec.hpp"
 #include "runtime/text_escape.hpp"
 #include "runtime/json_io.hpp"
+#include "runtime/signals.hpp"
 
 namespace sbx::cli {
 namespace {
@@ -34,7 +35,12 @@ void add_exec_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out
   exec->add_option("--trace-file", f.trace_file, "Also write the trace record to this file");
   out.push_back({exec, [&g]() -> int {
     // Bounded in size and depth (json_io.hpp): a request is code plus inputs, not a data set.
-    auto text = read_bounded_fd(STDIN_FILENO, kMaxRequestBytes, "usage", "the exec request");
+    Result<std::string> text = std::string();
+    {
+      // Waiting for the caller's request, before any sandbox exists: Ctrl-C ends sbx as usual.
+      CallerSignalMaskScope interruptible;
+      text = read_bounded_fd(STDIN_FILENO, kMaxRequestBytes, "usage", "the exec request");
+    }
     if (!text) return json_error("usage", text.error().describe());
     auto rq = parse_json_doc(*text, {kMaxRequestBytes}, "usage", "exec request");
     if (!rq) return json_error("usage", rq.error().message);
@@ -48,7 +54,7 @@ void add_exec_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out
     // strings listed under "escaped_strings" (json_io.hpp), never replaced or fatal.
     std::printf("%s\n", dump_json(*resp, 2).c_str());
     return 0;
-  }});
+  }, true});
 }
 
 }  // namespace sbx::cli

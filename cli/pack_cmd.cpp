@@ -155,7 +155,7 @@ void add_pack_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out
   run->add_option("--secret", f.secrets, "Deliver a secret for this run only: NAME=@FILE or NAME=env:VAR (repeatable)");
   run->add_option("--result", f.result_file, "Write the validated result to FILE instead of stdout");
   add_limit_options(run, f.run);
-  out.push_back({run, [&g]() -> int { return run_pack_command(f, g); }});
+  out.push_back({run, [&g]() -> int { return run_pack_command(f, g); }, true});
 }
 
 }  // namespace sbx::cli

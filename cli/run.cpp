@@ -201,7 +201,7 @@ void add_run_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out)
     req.explicit_limits = explicit_limits(f);
     req.invocation_argv = g.argv;
     return run_sandbox(req).exit_status;
-  }});
+  }, true});
 }
 
 }  // namespace sbx::cli

@@ -24,8 +24,18 @@ std::string utc(const char* fmt_date, const char* fmt_tail) {
 }
 
 nlohmann::json stream_json(const StreamStats* s) {
-  if (!s) return {{"bytes", 0}, {"sha256", sha256_hex("")}, {"truncated", false}, {"dropped_bytes", 0}};
-  return {{"bytes", s->bytes}, {"sha256", s->sha256}, {"truncated", s->truncated}, {"dropped_bytes", s->dropped_bytes}};
+  StreamStats none;
+  if (!s) {
+    none.sha256 = sha256_hex("");
+    s = &none;
+  }
+  return {{"bytes", s->bytes},
+          {"sha256", s->sha256},
+          {"truncated", s->truncated},
+          {"dropped_bytes", s->dropped_bytes},
+          {"undelivered_bytes", s->undelivered_bytes},
+          {"reader_closed", s->reader_closed},
+          {"write_error", s->write_error.empty() ? nlohmann::json(nullptr) : nlohmann::json(s->write_error)}};
 }
 
 std::int64_t tv_ms(const struct timeval& tv) { return tv.tv_sec * 1000LL + tv.tv_usec / 1000; }
