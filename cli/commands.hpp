@@ -26,6 +26,10 @@ struct GlobalOptions {
 struct Command {
   CLI::App* app;
   std::function<int()> run;
+  // Runs a sandbox (run, exec, pack run): the forwarded signals stay blocked from main()'s first
+  // line on, so that a signal at any moment is forwarded or recorded (runtime/signals.hpp).
+  // Every other command gets the caller's signal mask back before it runs.
+  bool supervises = false;
 };
 
 // The flags of `sbx run` that turn into a RunSpec; `sbx pack run` shares the limit ones.

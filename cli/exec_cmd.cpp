@@ -1,6 +1,8 @@
 // sbx exec: one JSON request on stdin, one JSON response on stdout (runtime/exec.hpp). Exit 0
 // whenever a response was produced, whatever the program did; 125 with {"error": ...} on stdout
 // for a malformed request or when sbx itself could not set up.
+#include <unistd.h>
+
 #include <cstdio>
 #include <iostream>
 #include <iterator>
@@ -9,6 +11,9 @@
 
 #include "cli/commands.hpp"
 #include "runtime/exec.hpp"
+#include "runtime/text_escape.hpp"
+#include "runtime/json_io.hpp"
+#include "runtime/signals.hpp"
 
 namespace sbx::cli {
 namespace {
@@ -18,8 +23,8 @@ struct ExecFlags {
 
 int json_error(const std::string& stage, const std::string& message) {
   nlohmann::json e = {{"error", {{"stage", stage}, {"message", message}}}};
-  std::printf("%s\n", e.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
-  std::fprintf(stderr, "sbx: exec: %s\n", message.c_str());
+  std::printf("%s\n", dump_json(e, -1).c_str());
+  std::fprintf(stderr, "sbx: exec: %s\n", printable(message).c_str());
   return 125;
 }
 }  // namespace
@@ -29,30 +34,27 @@ void add_exec_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out
   auto* exec = app.add_subcommand("exec", "Run generated code from a JSON request on stdin; JSON response on stdout");
   exec->add_option("--trace-file", f.trace_file, "Also write the trace record to this file");
   out.push_back({exec, [&g]() -> int {
-    // Bounded: a request is code plus inputs, not a data set.
-    constexpr std::size_t kMaxRequest = 64u << 20;
-    std::string text;
-    char buf[65536];
-    for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, stdin)) > 0;) {
-      text.append(buf, n);
-      if (text.size() > kMaxRequest) return json_error("usage", "request larger than 64 MiB");
+    // Bounded in size and depth (json_io.hpp): a request is code plus inputs, not a data set.
+    Result<std::string> text = std::string();
+    {
+      // Waiting for the caller's request, before any sandbox exists: Ctrl-C ends sbx as usual.
+      CallerSignalMaskScope interruptible;
+      text = read_bounded_fd(STDIN_FILENO, kMaxRequestBytes, "usage", "the exec request");
     }
-    nlohmann::json rq;
-    try {
-      rq = nlohmann::json::parse(text);
-    } catch (const nlohmann::json::parse_error& e) {
-      return json_error("usage", std::string("exec request is not valid JSON: ") + e.what());
-    }
+    if (!text) return json_error("usage", text.error().describe());
+    auto rq = parse_json_doc(*text, {kMaxRequestBytes}, "usage", "exec request");
+    if (!rq) return json_error("usage", rq.error().message);
     ExecContext ctx;
     ctx.dirs = resolve_dirs(g.state_dir);
     ctx.invocation_argv = g.argv;
     ctx.trace_file = f.trace_file;
-    auto resp = run_exec(rq, ctx);
+    auto resp = run_exec(*rq, ctx);
     if (!resp) return json_error(resp.error().stage, resp.error().describe());
-    // Program output is arbitrary bytes: invalid UTF-8 is replaced rather than failing the dump.
-    std::printf("%s\n", resp->dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+    // Program output is arbitrary bytes: invalid UTF-8 is escaped losslessly and the escaped
+    // strings listed under "escaped_strings" (json_io.hpp), never replaced or fatal.
+    std::printf("%s\n", dump_json(*resp, 2).c_str());
     return 0;
-  }});
+  }, true});
 }
 
 }  // namespace sbx::cli

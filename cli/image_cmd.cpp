@@ -3,10 +3,14 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 
 #include "cli/commands.hpp"
 #include "runtime/image_store.hpp"
+#include "runtime/json_io.hpp"
 #include "runtime/paths.hpp"
+#include "runtime/text_escape.hpp"
+#include "runtime/units.hpp"
 
 namespace sbx::cli {
 namespace {
@@ -40,6 +44,9 @@ void add_image_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& ou
   import->add_option("source", source, "Directory or tarball to import")->required();
   import->add_option("--name", name, "NAME[:TAG] to give the image (tag defaults to latest)")->required();
   import->add_flag("-q,--quiet", quiet, "Print only the digest, no progress");
+  static std::string max_bytes_text, max_entries_text;
+  import->add_option("--max-bytes", max_bytes_text, "Stop and store nothing past this much file data (default 4G)");
+  import->add_option("--max-entries", max_entries_text, "Stop and store nothing past this many entries (default 1000000)");
   auto* ls = image->add_subcommand("ls", "List stored images: names, digest, size, import time");
   auto* inspect = image->add_subcommand("inspect", "Print an image's record (digest, names, counts, seal) as JSON");
   inspect->add_option("ref", ref, "NAME[:TAG] or sha256:<hex prefix>")->required();
@@ -62,10 +69,22 @@ void add_image_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& ou
         std::int64_t now = now_ms();
         if (now - last < 1000) return;
         last = now;
-        std::fprintf(stderr, "%simporting %s: %s, %lld entries, %s%s", tty ? "\r\033[K" : "", source.c_str(), phase,
+        std::fprintf(stderr, "%simporting %s: %s, %lld entries, %s%s", tty ? "\r\033[K" : "", printable(source).c_str(), phase,
                      static_cast<long long>(entries), human_bytes(bytes).c_str(), tty ? "" : "\n");
       };
-      auto r = store.import(source, name, progress);
+      ImportLimits limits;
+      if (!max_bytes_text.empty()) {
+        auto b = parse_size_bytes(max_bytes_text);
+        if (!b || *b <= 0) return usage_error("image import: --max-bytes: expected a size such as 512M or 8G, got '" + max_bytes_text + "'");
+        limits.max_bytes = *b;
+      }
+      if (!max_entries_text.empty()) {
+        char* end = nullptr;
+        long long n = std::strtoll(max_entries_text.c_str(), &end, 10);
+        if (!end || *end || n <= 0) return usage_error("image import: --max-entries: expected a positive count, got '" + max_entries_text + "'");
+        limits.max_entries = n;
+      }
+      auto r = store.import(source, name, progress, limits);
       if (tty && now_ms() - start > 1000 && !quiet) std::fprintf(stderr, "\n");
       if (!r) return usage_error(r.error().describe());
       if (quiet) {
@@ -89,9 +108,9 @@ void add_image_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& ou
       for (auto& r : *all) {
         std::vector<std::string> names = r.names.empty() ? std::vector<std::string>{"<none>"} : r.names;
         for (auto& n : names)
-          std::printf("%-32s %-19s %8lld %10s  %s\n", n.c_str(), short_digest(r.digest).c_str(),
+          std::printf("%-32s %-19s %8lld %10s  %s\n", printable(n).c_str(), printable(short_digest(r.digest)).c_str(),
                       static_cast<long long>(r.meta.value("entries", 0LL)), human_bytes(r.meta.value("bytes", 0LL)).c_str(),
-                      r.meta.value("imported_at", std::string()).c_str());
+                      printable(r.meta.value("imported_at", std::string())).c_str());
       }
       return 0;
     }
@@ -102,14 +121,14 @@ void add_image_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& ou
       j["names"] = r->names;
       j["rootfs"] = r->rootfs;
       j["manifest"] = r->dir + "/manifest";
-      std::printf("%s\n", j.dump(2).c_str());
+      std::printf("%s\n", dump_json(j, 2, {}, true).c_str());  // for a terminal: ASCII (json_io.hpp)
       return 0;
     }
     if (rm->parsed()) {
       for (auto& one : refs) {
         auto r = store.remove(one);
         if (!r) return usage_error(r.error().describe());
-        for (auto& line : *r) std::printf("%s\n", line.c_str());
+        for (auto& line : *r) std::printf("%s\n", printable(line).c_str());
       }
       return 0;
     }
@@ -121,7 +140,7 @@ void add_image_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& ou
       std::printf("%s seal: %s\n", r->digest.c_str(), v->seal_ok ? "ok" : "MISMATCH (the stored tree was modified)");
       if (v->full) {
         std::printf("%s content: %s\n", r->digest.c_str(), v->content_ok ? "ok (every file re-hashed)" : "MISMATCH");
-        for (auto& d : v->differences) std::printf("  %s\n", d.c_str());
+        for (auto& d : v->differences) std::printf("  %s\n", printable(d).c_str());
       }
       return v->ok() ? 0 : 1;
     }

@@ -8,6 +8,8 @@
 
 #include "cli/commands.hpp"
 #include "runtime/log.hpp"
+#include "runtime/text_escape.hpp"
+#include "runtime/signals.hpp"
 
 namespace sbx::cli {
 void add_global_options(CLI::App& app, GlobalOptions& g) {
@@ -34,12 +36,27 @@ std::string_view command_word(int argc, char** argv) {
 }
 
 int usage_error(const std::string& message) {
-  std::fprintf(stderr, "sbx: %s\n", message.c_str());
+  std::fprintf(stderr, "sbx: %s\n", printable(message).c_str());
   return 125;
 }
 }  // namespace sbx::cli
 
+namespace {
+// A static executable calls .preinit_array before any static constructor (C++ globals of the
+// libraries linked in, stdio, CLI11, spdlog): blocking the forwarded signals there leaves only
+// the kernel's exec and the C library's own start-up as the window in which a signal ends sbx
+// without a record. main() does it again (once is enough: the second call keeps the first's
+// saved mask), for a build where this entry would not run.
+void block_signals_before_constructors(int, char**, char**) { sbx::block_forwarded_signals_at_start(); }
+[[gnu::section(".preinit_array"), gnu::used]] void (*const kBlockSignalsEarly)(int, char**, char**) =
+    block_signals_before_constructors;
+}  // namespace
+
 int main(int argc, char** argv) {
+  // First of all: a SIGINT/SIGTERM/SIGHUP/SIGQUIT from here on waits for the supervisor to
+  // forward it, or for the run to record it, instead of ending sbx with no record
+  // (runtime/signals.hpp). Commands that run no sandbox get the caller's mask back below.
+  sbx::block_forwarded_signals_at_start();
   using namespace sbx::cli;
   if (argc == 2 && std::string_view(argv[1]) == "--version") {
     // Answered before CLI11 is built: its CallForVersion is an exception, and a static binary's
@@ -99,6 +116,7 @@ int main(int argc, char** argv) {
   if (auto st = sbx::init_logging(g.log_level, g.verbose); !st) return usage_error(st.error().message);
   for (auto& c : commands)
     if (c.app->parsed()) {
+      if (!c.supervises) sbx::restore_caller_signal_mask();
       int rc = c.run();
       // Everything is written and closed; what is left is freeing memory the kernel is about to
       // take back anyway. Skipping the destructors skips their work and the page faults it would

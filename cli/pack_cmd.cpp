@@ -1,12 +1,16 @@
 // sbx pack validate DIR | sbx pack init NAME | sbx pack run DIR --input FILE ...: parse and print;
 // the contract itself is runtime/pack_run.cpp (man/sbx-pack.5).
+#include <unistd.h>
+
 #include <cstdio>
 #include <set>
 
 #include "cli/commands.hpp"
 #include "runtime/fsutil.hpp"
+#include "runtime/json_io.hpp"
 #include "runtime/pack.hpp"
 #include "runtime/pack_run.hpp"
+#include "runtime/text_escape.hpp"
 
 namespace sbx::cli {
 namespace {
@@ -22,8 +26,8 @@ struct PackFlags {
 
 int print_problems(const std::string& dir, const std::vector<PackProblem>& problems, const Error& e) {
   if (problems.empty()) return usage_error(e.message);
-  for (auto& p : problems) std::fprintf(stderr, "sbx: %s/%s\n", dir.c_str(), p.describe().c_str());
-  std::fprintf(stderr, "sbx: pack %s: %zu problem(s)\n", dir.c_str(), problems.size());
+  for (auto& p : problems) std::fprintf(stderr, "sbx: %s/%s\n", printable(dir).c_str(), printable(p.describe()).c_str());
+  std::fprintf(stderr, "sbx: pack %s: %zu problem(s)\n", printable(dir).c_str(), problems.size());
   return 125;
 }
 
@@ -41,7 +45,7 @@ int run_pack_command(PackFlags& f, GlobalOptions& g) {
   auto pack = load_pack(f.dir, problems);
   if (!pack) return print_problems(f.dir, problems, pack.error());
   if (f.input.empty()) return usage_error("pack run: --input FILE is required (a JSON array of records)");
-  auto input = read_file(f.input);
+  auto input = read_bounded(f.input, kMaxRecordsBytes, "usage", f.input);
   if (!input) return usage_error("pack run: --input: " + input.error().describe());
 
   PackRunRequest req;
@@ -94,13 +98,17 @@ int run_pack_command(PackFlags& f, GlobalOptions& g) {
   req.run.trace_file = f.run.trace_file;
   req.run.explicit_limits = explicit_limits(f.run);
   req.run.invocation_argv = g.argv;
+  // stdout is the contract's: it carries the validated result and nothing else. The program's
+  // own stdout goes to sbx's stderr (capped by --output-limit like any run's), so a pack cannot
+  // print a result of its own where the caller reads the validated one.
+  req.run.stdout_fd = STDERR_FILENO;
   PackRunResult res = run_pack(req);
-  for (auto& e : res.errors) std::fprintf(stderr, "sbx: %s: %s\n", to_string(res.status), e.c_str());
+  for (auto& e : res.errors) std::fprintf(stderr, "sbx: %s: %s\n", to_string(res.status), printable(e).c_str());
   if (res.status == RunStatus::ok) {
-    std::string text = res.result.dump(2) + "\n";
+    std::string text = dump_json(res.result, 2) + "\n";
     if (!f.result_file.empty()) {
       if (auto st = write_file_durable(f.result_file, text); !st) {
-        std::fprintf(stderr, "sbx: cannot write --result %s: %s\n", f.result_file.c_str(), st.error().describe().c_str());
+        std::fprintf(stderr, "sbx: cannot write --result %s: %s\n", printable(f.result_file).c_str(), printable(st.error().describe()).c_str());
         return 125;
       }
     } else {
@@ -124,7 +132,7 @@ void add_pack_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out
     std::vector<PackProblem> problems;
     auto p = load_pack(f.dir, problems);
     if (!p) return print_problems(f.dir, problems, p.error());
-    std::printf("%s %s: ok (digest %s)\n", p->name.c_str(), p->version.c_str(), p->digest.c_str());
+    std::printf("%s %s: ok (digest %s)\n", printable(p->name).c_str(), printable(p->version).c_str(), p->digest.c_str());
     return 0;
   }});
 
@@ -147,7 +155,7 @@ void add_pack_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out
   run->add_option("--secret", f.secrets, "Deliver a secret for this run only: NAME=@FILE or NAME=env:VAR (repeatable)");
   run->add_option("--result", f.result_file, "Write the validated result to FILE instead of stdout");
   add_limit_options(run, f.run);
-  out.push_back({run, [&g]() -> int { return run_pack_command(f, g); }});
+  out.push_back({run, [&g]() -> int { return run_pack_command(f, g); }, true});
 }
 
 }  // namespace sbx::cli

@@ -2,7 +2,9 @@
 #include <cstdio>
 
 #include "cli/commands.hpp"
+#include "runtime/json_io.hpp"
 #include "runtime/profile.hpp"
+#include "runtime/text_escape.hpp"
 
 namespace sbx::cli {
 
@@ -19,7 +21,7 @@ void add_profile_command(CLI::App& app, GlobalOptions&, std::vector<Command>& ou
       for (auto& p : list_profiles()) {
         auto loaded = load_profile(p.origin == "built-in" ? p.name : p.origin);
         std::string desc = loaded ? loaded->description : "(invalid: " + loaded.error().message + ")";
-        std::printf("%-12s %-40s %s\n", p.name.c_str(), p.origin.c_str(), desc.c_str());
+        std::printf("%-12s %-40s %s\n", printable(p.name).c_str(), printable(p.origin).c_str(), printable(desc).c_str());
       }
       return 0;
     }
@@ -32,7 +34,7 @@ void add_profile_command(CLI::App& app, GlobalOptions&, std::vector<Command>& ou
                           {"origin", loaded->source.origin},
                           {"profile", loaded->patch},
                           {"spec", spec_to_json(*spec)}};
-      std::printf("%s\n", j.dump(2).c_str());
+      std::printf("%s\n", dump_json(j, 2, {}, true).c_str());  // for a terminal: ASCII (json_io.hpp)
       return 0;
     }
     return usage_error("profile: expected 'ls' or 'show NAME'");

@@ -8,6 +8,7 @@
 #include "cli/systemd_scope.hpp"
 #include "runtime/artifact_export.hpp"
 #include "runtime/egress_policy.hpp"
+#include "runtime/json_io.hpp"
 #include "runtime/profile.hpp"
 #include "runtime/sandbox.hpp"
 #include "runtime/units.hpp"
@@ -187,7 +188,8 @@ void add_run_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out)
     auto spec = apply_flags(std::move(*merged), f);
     if (!spec) return usage_error(spec.error().message);
     if (f.dry_run) {
-      std::printf("%s\n", spec_to_json(*spec).dump(2).c_str());
+      nlohmann::json j = spec_to_json(*spec);
+      std::printf("%s\n", dump_json(j, 2).c_str());  // argv and env may be any bytes (json_io.hpp)
       return 0;
     }
     auto stdin_plan = plan_stdin(f.interactive, f.tty);
@@ -206,7 +208,7 @@ void add_run_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out)
     req.invocation_argv = g.argv;
     req.stdin_plan = *stdin_plan;
     return run_sandbox(req).exit_status;
-  }});
+  }, true});
 }
 
 }  // namespace sbx::cli

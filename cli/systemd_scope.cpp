@@ -11,6 +11,7 @@
 #include "cli/commands.hpp"
 #include "runtime/cgroup.hpp"
 #include "runtime/limits_plan.hpp"
+#include "runtime/signals.hpp"
 
 namespace sbx::cli {
 
@@ -55,8 +56,13 @@ std::optional<int> reexec_in_systemd_scope(const std::vector<std::string>& argv,
   cargs.push_back(nullptr);
   ::setenv(kInScopeEnv, "1", 1);
   spdlog::info("--systemd-scope: re-executing under systemd-run --user --scope -p Delegate=yes");
-  ::execvp("systemd-run", cargs.data());
-  int err = errno;
+  int err;
+  {
+    // systemd-run gets the mask sbx was started with; the re-executed sbx blocks again (main).
+    CallerSignalMaskScope callers_mask;
+    ::execvp("systemd-run", cargs.data());
+    err = errno;
+  }
   ::unsetenv(kInScopeEnv);
   return usage_error(std::string("--systemd-scope: cannot run systemd-run: ") + std::strerror(err) +
                      (err == ENOENT ? " (install systemd, or drop --systemd-scope)" : ""));

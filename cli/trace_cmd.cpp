@@ -7,6 +7,7 @@
 #include "cli/commands.hpp"
 #include "runtime/paths.hpp"
 #include "runtime/shell_quote.hpp"
+#include "runtime/text_escape.hpp"
 #include "runtime/trace_store.hpp"
 
 namespace sbx::cli {
@@ -23,11 +24,20 @@ const json& at(const json& j, const char* key) {
   return it == j.end() ? null_value : *it;
 }
 
-// A scalar for people: strings without quotes, null as "-", everything else as compact JSON.
+// Records hold text of outside origin (argv, a pack's manifest, what the program named), and a
+// stored record may have been edited: everything printed from one is escaped for the terminal.
+// ASCII-only JSON: control characters, DEL, C1 and every other non-ASCII character as \uXXXX, and
+// bytes that are not UTF-8 replaced instead of aborting the listing.
+std::string dump_safe(const json& v, int indent = -1) {
+  return v.dump(indent, ' ', true, json::error_handler_t::replace);
+}
+
+// A scalar for people: strings without quotes (made printable), null as "-", everything else as
+// compact JSON.
 std::string text(const json& v) {
   if (v.is_null()) return "-";
-  if (v.is_string()) return v.get<std::string>();
-  return v.dump();
+  if (v.is_string()) return printable(v.get<std::string>());
+  return dump_safe(v);
 }
 
 void line(const char* label, const std::string& value) {
@@ -37,7 +47,7 @@ void line(const char* label, const std::string& value) {
 std::string command_of(const json& argv) {
   std::vector<std::string> args;
   if (argv.is_array())
-    for (auto& a : argv) args.push_back(a.is_string() ? a.get<std::string>() : a.dump());
+    for (auto& a : argv) args.push_back(a.is_string() ? a.get<std::string>() : dump_safe(a));
   return shell_join(args);
 }
 
@@ -120,7 +130,7 @@ void print_text(const json& r) {
   const char* label = "limits";
   if (applied.is_object()) {
     for (auto& [name, v] : applied.items()) {
-      line(label, name + " = " + text(at(v, "value")) + " (" + text(at(v, "mechanism")) + ")");
+      line(label, printable(name) + " = " + text(at(v, "value")) + " (" + text(at(v, "mechanism")) + ")");
       label = "";
     }
   }
@@ -152,10 +162,14 @@ void print_text(const json& r) {
   } else {
     label = "violations";
     for (auto& v : viol) {
-      line(label, v.dump());
+      line(label, dump_safe(v));
       label = "";
     }
   }
+  const json& cut = at(at(r, "violations_summary"), "seccomp");
+  if (at(cut, "truncated") == true)
+    line("", "... and " + text(at(cut, "unlisted_calls")) + " refused system calls not listed (" +
+                 text(at(cut, "unlisted_distinct")) + " distinct kinds; " + text(at(cut, "calls")) + " in all)");
 }
 
 // nlohmann::json keeps members sorted by name; print the record's top level in the schema's order
@@ -165,13 +179,13 @@ std::string pretty(const json& r) {
                                        "host",        "invocation", "image",   "enforcement", "inputs",
                                        "outputs",     "stdin",   "stdout",  "stderr",     "result",   "usage",
                                        "violations"};
-  if (!r.is_object()) return r.dump(2);
+  if (!r.is_object()) return dump_safe(r, 2);
   nlohmann::ordered_json out = nlohmann::ordered_json::object();
   for (const char* k : kOrder)
     if (auto it = r.find(k); it != r.end()) out[k] = *it;
   for (auto& [k, v] : r.items())
     if (!out.contains(k)) out[k] = v;  // members a later schema version added
-  return out.dump(2);
+  return out.dump(2, ' ', true, nlohmann::ordered_json::error_handler_t::replace);
 }
 
 int run_ls(const GlobalOptions& g) {
@@ -182,8 +196,8 @@ int run_ls(const GlobalOptions& g) {
   std::printf("%-29s  %-24s  %-17s  %4s  %8s  %s\n", "RUN ID", "STARTED", "STATUS", "EXIT", "WALL MS", "COMMAND");
   for (auto& t : *traces) {
     std::string exit_code = t.exit_code ? std::to_string(*t.exit_code) : "-";
-    std::printf("%-29s  %-24s  %-17s  %4s  %8lld  %s\n", t.run_id.c_str(), t.started_at.c_str(), t.status.c_str(),
-                exit_code.c_str(), static_cast<long long>(t.wall_ms), t.command.c_str());
+    std::printf("%-29s  %-24s  %-17s  %4s  %8lld  %s\n", printable(t.run_id).c_str(), printable(t.started_at).c_str(),
+                printable(t.status).c_str(), exit_code.c_str(), static_cast<long long>(t.wall_ms), printable(t.command).c_str());
   }
   return 0;
 }

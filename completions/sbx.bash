@@ -192,7 +192,7 @@ _sbx() {
                     COMPREPLY=($(compgen -W "import ls inspect rm verify" -- "$cur"))
             elif [[ $cur == -* ]]; then
                 case $sub in
-                    import) COMPREPLY=($(compgen -W "--name -q --quiet --help" -- "$cur")) ;;
+                    import) COMPREPLY=($(compgen -W "--name -q --quiet --max-bytes --max-entries --help" -- "$cur")) ;;
                     verify) COMPREPLY=($(compgen -W "--full --help" -- "$cur")) ;;
                     *) COMPREPLY=($(compgen -W "--help" -- "$cur")) ;;
                 esac

@@ -13,6 +13,7 @@
 
 #include "runtime/fsutil.hpp"
 #include "runtime/sha256.hpp"
+#include "runtime/text_escape.hpp"
 
 namespace sbx {
 namespace {
@@ -25,21 +26,6 @@ int open_beneath(int dirfd, const std::string& name, int flags) {
   how.flags = static_cast<std::uint64_t>(flags | O_NOFOLLOW | O_CLOEXEC);
   how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV;
   return static_cast<int>(::syscall(SYS_openat2, dirfd, name.c_str(), &how, sizeof how));
-}
-
-// Length of the valid UTF-8 sequence at s[i], or 0.
-std::size_t utf8_len(const std::string& s, std::size_t i) {
-  auto b = [&](std::size_t k) { return static_cast<unsigned char>(s[k]); };
-  unsigned char c = b(i);
-  if (c < 0x80) return 1;
-  std::size_t n = c >= 0xf0 && c <= 0xf4 ? 4 : c >= 0xe0 ? 3 : c >= 0xc2 && c < 0xe0 ? 2 : 0;
-  if (n == 0 || i + n > s.size()) return 0;
-  for (std::size_t k = 1; k < n; ++k)
-    if ((b(i + k) & 0xc0) != 0x80) return 0;
-  std::uint32_t cp = c & (0xff >> (n + 1));
-  for (std::size_t k = 1; k < n; ++k) cp = (cp << 6) | (b(i + k) & 0x3f);
-  if ((n == 3 && cp < 0x800) || (n == 4 && (cp < 0x10000 || cp > 0x10ffff)) || (cp >= 0xd800 && cp <= 0xdfff)) return 0;
-  return n;
 }
 
 const char* kind_of(mode_t m) {
@@ -98,33 +84,56 @@ struct Exporter {
     UniqueFd out(::openat(dst, name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode));
     if (out.get() < 0) return sys_error(kStage, "create " + display_name(rel) + " in the output directory");
     Sha256 h;
-    std::int64_t copied = 0;
+    auto copied = copy_sparse(in.get(), out.get(), st.st_size, h, rel);
+    if (!copied) return copied.error();
+    ++r.entries;
+    r.bytes += *copied;
+    r.files.push_back({"/out/" + display_name(rel), *copied, h.final_hex()});
+    return {};
+  }
+
+  // Copies `size` bytes at most (the size checked against the cap: the file cannot grow, every
+  // writer is dead, and the bound holds even if it could), hashing all of them. Holes stay holes:
+  // a sparse file of gigabytes in the 64 MiB /out costs the host only its data (SEEK_DATA /
+  // SEEK_HOLE; where the file system lacks them the whole file counts as data). The hash covers
+  // the holes' zeros, so it is the hash of the content the program saw.
+  Result<std::int64_t> copy_sparse(int in, int out, std::int64_t size, Sha256& h, const std::string& rel) {
     std::vector<char> buf(1 << 20);
-    // At most the size checked against the cap: the file cannot grow (every writer is dead), and
-    // the bound holds even if it could.
-    while (copied < st.st_size) {
-      std::size_t want = static_cast<std::size_t>(std::min<std::int64_t>(st.st_size - copied, static_cast<std::int64_t>(buf.size())));
-      ssize_t n = ::read(in.get(), buf.data(), want);
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        return sys_error(kStage, "read /out/" + display_name(rel));
+    std::int64_t at = 0;
+    while (at < size) {
+      off_t data = ::lseek(in, at, SEEK_DATA);
+      if (data < 0) data = errno == ENXIO ? size : at;  // ENXIO: only a hole is left
+      data = std::min<off_t>(data, size);
+      if (data > at) {  // a hole: the zeros are hashed, nothing is written
+        std::fill(buf.begin(), buf.end(), 0);
+        for (std::int64_t z = at; z < data;) {
+          std::size_t n = static_cast<std::size_t>(std::min<std::int64_t>(data - z, static_cast<std::int64_t>(buf.size())));
+          h.update(buf.data(), n);
+          z += static_cast<std::int64_t>(n);
+        }
+        at = data;
+        continue;
       }
-      if (n == 0) break;
+      off_t hole = ::lseek(in, at, SEEK_HOLE);
+      if (hole < 0 || hole <= at) hole = size;
+      std::size_t want = static_cast<std::size_t>(std::min<std::int64_t>(std::min<std::int64_t>(hole, size) - at,
+                                                                         static_cast<std::int64_t>(buf.size())));
+      ssize_t n = ::pread(in, buf.data(), want, at);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) return sys_error(kStage, "read /out/" + display_name(rel));
+      if (n == 0) break;  // shrank meanwhile
       h.update(buf.data(), static_cast<std::size_t>(n));
       for (ssize_t off = 0; off < n;) {
-        ssize_t w = ::write(out.get(), buf.data() + off, static_cast<std::size_t>(n - off));
-        if (w < 0) {
-          if (errno == EINTR) continue;
-          return sys_error(kStage, "write " + display_name(rel) + " in the output directory");
-        }
+        ssize_t w = ::pwrite(out, buf.data() + off, static_cast<std::size_t>(n - off), at + off);
+        if (w < 0 && errno == EINTR) continue;
+        if (w < 0) return sys_error(kStage, "write " + display_name(rel) + " in the output directory");
         off += w;
       }
-      copied += n;
+      at += n;
     }
-    ++r.entries;
-    r.bytes += copied;
-    r.files.push_back({"/out/" + display_name(rel), copied, h.final_hex()});
-    return {};
+    // A trailing hole: the size without the blocks.
+    if (::ftruncate(out, at) != 0) return sys_error(kStage, "size " + display_name(rel) + " in the output directory");
+    return at;
   }
 };
 

@@ -496,6 +496,16 @@ CgroupUsage RunCgroup::usage() const {
   return u;
 }
 
+Result<std::int64_t> RunCgroup::cpu_usage_us() const {
+  if (path_.empty()) return make_error(kStage, "no run cgroup", ENOENT);
+  auto text = read_ctl(path_ + "/cpu.stat");
+  if (!text) return text.error();
+  auto m = parse_keyed_counters(*text);
+  auto it = m.find("usage_usec");
+  if (it == m.end()) return make_error(kStage, path_ + "/cpu.stat has no usage_usec", ENODATA);
+  return it->second;
+}
+
 Status RunCgroup::remove() {
   if (path_.empty()) return {};
   if (dir_fd_ >= 0) ::close(dir_fd_);

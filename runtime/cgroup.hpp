@@ -99,6 +99,9 @@ class RunCgroup {
   Status kill();
   // Reads the usage files; call before remove().
   CgroupUsage usage() const;
+  // cpu.stat's usage_usec alone, for the supervisor's CPU-time budget: an error (with errno)
+  // when it cannot be read, so that the budget fails closed instead of reading as 0.
+  Result<std::int64_t> cpu_usage_us() const;
   // rmdir, retrying for up to ~2 s while the last processes exit (a dying task keeps the cgroup
   // busy briefly). Fails with EBUSY if something is still alive: kill() first.
   Status remove();

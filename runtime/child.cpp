@@ -252,9 +252,18 @@ void reap_everything_else() {
   }
 }
 
-// Init's loop: reap everything, forward the supervisor's signals to the program, report the
-// program's status when it ends. Raw system calls only: the supervisor may be running in the
-// same memory by now (raw_syscall.hpp).
+// Init's loop: reap everything, forward the supervisor's signals to the program's process group,
+// report the program's status when it ends. Raw system calls only: the supervisor may be
+// running in the same memory by now (raw_syscall.hpp).
+//
+// Why the process group, as a terminal does with Ctrl-C: the program is the leader of its own
+// session and group (setsid in run_program; a session leader cannot leave its group, so the
+// group's id stays the program's pid while it lives), and what it runs in the foreground is in
+// that group: `sh -c 'sleep 30'` ends at once on SIGINT only if the sleep gets it too (a shell
+// waits for its foreground child, then exits 130 because the child died of SIGINT). Processes
+// the program put in a session or group of their own are left alone, as a terminal leaves them:
+// they are killed with the rest of the sandbox when the program has ended (reap_everything_else).
+// kill(-1) would reach those too, and take from the program the choice of how its workers stop.
 [[noreturn]] void supervise_program(int msg_fd, pid_t program) {
   sigset_t set;
   supervised_signals(&set);
@@ -263,7 +272,9 @@ void reap_everything_else() {
     long sig = raw::sigtimedwait(&set, &si);
     if (sig < 0) continue;
     if (sig != SIGCHLD) {
-      raw::kill(program, static_cast<int>(sig));
+      // The group is gone once the program is a zombie and its group empty: then to the
+      // program itself, which is harmless (its status is already decided).
+      if (raw::kill(-program, static_cast<int>(sig)) < 0) raw::kill(program, static_cast<int>(sig));
       continue;
     }
     int ws;

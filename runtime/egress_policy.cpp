@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstring>
+#include <span>
 
 namespace sbx {
 namespace {
@@ -24,15 +25,27 @@ Result<std::uint16_t> parse_port(const std::string& s, const std::string& contex
 
 bool parse_address(const std::string& s, bool& v6, std::array<std::uint8_t, 16>& out) {
   out.fill(0);
+  // inet_pton reads a C string: "127.0.0.1\0.evil" would pass as 127.0.0.1.
+  if (s.find('\0') != std::string::npos) return false;
   if (::inet_pton(AF_INET, s.c_str(), out.data()) == 1) {
     v6 = false;
     return true;
   }
   if (::inet_pton(AF_INET6, s.c_str(), out.data()) == 1) {
     v6 = true;
+    normalise_address(v6, out);
     return true;
   }
   return false;
+}
+
+// ::ffff:0:0/96 (mapped) or ::/96 (compatible, but not :: and ::1, which are IPv6's own).
+bool embeds_ipv4(const std::array<std::uint8_t, 16>& a) {
+  for (int i = 0; i < 10; ++i)
+    if (a[static_cast<std::size_t>(i)] != 0) return false;
+  if (a[10] == 0xff && a[11] == 0xff) return true;
+  if (a[10] != 0 || a[11] != 0) return false;
+  return !(a[12] == 0 && a[13] == 0 && a[14] == 0 && a[15] <= 1);
 }
 
 // DNS names: letters, digits, '-' and '.', at most 253 characters, and not all digits and dots
@@ -126,12 +139,18 @@ Result<AllowRule> parse_allow_rule(const std::string& text) {
     std::string bits = host.substr(slash + 1);
     if (!parse_address(host.substr(0, slash), r.v6, r.addr))
       return make_error("usage", ctx + ": '" + host.substr(0, slash) + "' is not an IPv4 or IPv6 address");
-    int max = r.v6 ? 128 : 32;
+    bool written_v6 = host.substr(0, slash).find(':') != std::string::npos;  // before normalisation
+    int max = written_v6 ? 128 : 32;
     if (bits.empty() || bits.size() > 3 || !std::all_of(bits.begin(), bits.end(), [](char c) { return c >= '0' && c <= '9'; }) ||
         std::stoi(bits) > max)
       return make_error("usage", ctx + ": bad prefix length '/" + bits + "' (0-" + std::to_string(max) + ")");
     r.kind = AllowRule::Kind::cidr;
     r.prefix = std::stoi(bits);
+    // parse_address made an IPv4-mapped network IPv4; its prefix shrinks by the 96 bits before it.
+    if (!r.v6 && written_v6) {
+      if (r.prefix < 96) return make_error("usage", ctx + ": an IPv4-mapped network needs a prefix of at least /96");
+      r.prefix -= 96;
+    }
     return r;
   }
   if (parse_address(host, r.v6, r.addr)) {
@@ -186,6 +205,7 @@ Result<EgressTarget> parse_authority(const std::string& authority, std::optional
   if (!host.empty() && host.back() == '.') host.pop_back();
   if (parse_address(host, t.v6, t.addr)) {
     t.is_address = true;
+    host = address_text(t.v6, t.addr);  // one spelling (and IPv4 for a mapped address)
   } else if (authority[0] == '[' || !valid_name(host)) {
     return make_error("request", ctx + ": not a valid host name or address");
   }
@@ -213,6 +233,79 @@ EgressDecision check_egress(const std::vector<AllowRule>& rules, const EgressTar
   else
     d.reason = t.host + " is not in the allowlist";
   return d;
+}
+
+bool normalise_address(bool& v6, std::array<std::uint8_t, 16>& addr) {
+  if (!v6 || !embeds_ipv4(addr)) return false;
+  std::array<std::uint8_t, 16> v4{};
+  std::memcpy(v4.data(), addr.data() + 12, 4);
+  addr = v4;
+  v6 = false;
+  return true;
+}
+
+std::optional<std::string> internal_address_kind(bool v6, const std::array<std::uint8_t, 16>& a) {
+  struct Net {
+    const char* net;
+    int prefix;
+    const char* kind;
+  };
+  static const Net v4nets[] = {
+      {"0.0.0.0", 8, "unspecified"},   {"127.0.0.0", 8, "loopback"},       {"169.254.0.0", 16, "link-local"},
+      {"10.0.0.0", 8, "private"},      {"172.16.0.0", 12, "private"},      {"192.168.0.0", 16, "private"},
+      {"100.64.0.0", 10, "shared (CGNAT)"}, {"224.0.0.0", 4, "multicast"}, {"240.0.0.0", 4, "broadcast/reserved"},
+  };
+  static const Net v6nets[] = {
+      {"::", 128, "unspecified"}, {"::1", 128, "loopback"},    {"fe80::", 10, "link-local"},
+      {"fec0::", 10, "site-local"}, {"fc00::", 7, "unique-local"}, {"ff00::", 8, "multicast"},
+  };
+  // NAT64's well-known prefix (RFC 6052) reaches the IPv4 address in its last 32 bits, through
+  // the network's translator: it is internal when that address is.
+  static const std::array<std::uint8_t, 12> nat64 = {0x00, 0x64, 0xff, 0x9b};
+  if (v6 && std::equal(nat64.begin(), nat64.end(), a.begin())) {
+    std::array<std::uint8_t, 16> v4{};
+    std::memcpy(v4.data(), a.data() + 12, 4);
+    if (auto k = internal_address_kind(false, v4)) return *k + " (through NAT64)";
+    return std::nullopt;
+  }
+  for (const Net& n : v6 ? std::span<const Net>(v6nets) : std::span<const Net>(v4nets)) {
+    std::array<std::uint8_t, 16> net{};
+    ::inet_pton(v6 ? AF_INET6 : AF_INET, n.net, net.data());
+    if (in_prefix(a, net, n.prefix)) return std::string(n.kind);
+  }
+  return std::nullopt;
+}
+
+EgressDecision check_resolved(const std::vector<AllowRule>& rules, const EgressTarget& name, bool v6,
+                              const std::array<std::uint8_t, 16>& addr) {
+  EgressDecision d;
+  auto kind = internal_address_kind(v6, addr);
+  if (!kind) {
+    d.allowed = true;
+    return d;
+  }
+  EgressTarget literal = name;
+  literal.is_address = true;
+  literal.v6 = v6;
+  literal.addr = addr;
+  literal.host = address_text(v6, addr);
+  for (std::size_t i = 0; i < rules.size(); ++i) {
+    if (rules[i].kind != AllowRule::Kind::address && rules[i].kind != AllowRule::Kind::cidr) continue;
+    if (host_matches(rules[i], literal) && port_matches(rules[i], name.port)) {
+      d.allowed = true;
+      d.rule = static_cast<int>(i);
+      return d;
+    }
+  }
+  d.reason = name.host + " resolved to " + literal.host + ", a " + *kind +
+             " address: a name rule does not reach internal addresses (allow the address or its range explicitly)";
+  return d;
+}
+
+std::string address_text(bool v6, const std::array<std::uint8_t, 16>& addr) {
+  char buf[INET6_ADDRSTRLEN];
+  ::inet_ntop(v6 ? AF_INET6 : AF_INET, addr.data(), buf, sizeof buf);
+  return buf;
 }
 
 std::string target_key(const EgressTarget& t) {

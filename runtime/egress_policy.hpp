@@ -13,6 +13,16 @@
 // Names match names and address rules match address literals: a request for a *name* is never
 // allowed by an IP/CIDR rule (the proxy would have to resolve a name it has not been allowed to
 // look up), and a request for a literal address needs an address rule.
+//
+// What a name resolves to is checked again when the proxy connects (check_resolved): a name rule
+// allows the name, not whatever its DNS answers say — a name the sandbox controls (or a rebinding
+// DNS server) could otherwise point an allowed name at the host's loopback, a cloud metadata
+// service (169.254.169.254) or the LAN. Internal addresses (internal_address_kind) are reached
+// through a name only if an address or CIDR rule names them explicitly.
+//
+// IPv4-mapped (::ffff:a.b.c.d) and IPv4-compatible (::a.b.c.d) IPv6 addresses are the IPv4
+// address they carry — the kernel connects them to it — so they are turned into IPv4 before any
+// match, in rules and requests alike: '[::/0]:PORT' does not reach [::ffff:127.0.0.1].
 #include <array>
 #include <cstdint>
 #include <optional>
@@ -57,6 +67,23 @@ struct EgressDecision {
 };
 
 EgressDecision check_egress(const std::vector<AllowRule>& rules, const EgressTarget& target);
+
+// IPv4-mapped / IPv4-compatible IPv6 -> IPv4, in place (false: left as it was).
+bool normalise_address(bool& v6, std::array<std::uint8_t, 16>& addr);
+
+// Why an address is internal ("loopback", "link-local", "private", "shared (CGNAT)",
+// "unique-local", "site-local", "unspecified", "multicast", "broadcast/reserved", or one of those
+// "(through NAT64)" for 64:ff9b::/96), nullopt for a public one.
+// Expects a normalised address.
+std::optional<std::string> internal_address_kind(bool v6, const std::array<std::uint8_t, 16>& addr);
+
+// A name the policy allowed resolved to `addr` (normalised): may the proxy connect to it? Public
+// addresses: yes; internal ones only when an address/CIDR rule covers the address and the port.
+EgressDecision check_resolved(const std::vector<AllowRule>& rules, const EgressTarget& name, bool v6,
+                              const std::array<std::uint8_t, 16>& addr);
+
+// An address as text (no brackets).
+std::string address_text(bool v6, const std::array<std::uint8_t, 16>& addr);
 
 // "host:port" with brackets around IPv6 literals: the key of per-host usage and violations.
 std::string target_key(const EgressTarget& t);

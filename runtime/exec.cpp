@@ -55,7 +55,7 @@ Result<json> run_exec(const json& rq, const ExecContext& ctx) {
   const Language* lang = nullptr;
   for (auto& l : kLanguages)
     if (rq["language"] == l.name) lang = &l;
-  if (!lang) return bad("language " + rq["language"].dump() + " is not supported (python, sh)");
+  if (!lang) return bad("language " + json_excerpt(rq["language"]) + " is not supported (python, sh)");
   if (!rq.contains("code") || !rq["code"].is_string()) return bad("'code' is required: the program's source as a string");
   std::vector<std::pair<std::string, std::string>> files;
   if (rq.contains("files")) {
@@ -116,6 +116,7 @@ Result<json> run_exec(const json& rq, const ExecContext& ctx) {
   run.stderr_fd = err.fd;
 
   json result = nullptr, result_errors = nullptr;
+  std::size_t result_errors_omitted = 0;
   run.after_run = [&](Outcome& o, int out_fd) -> json {
     json extra = json::object();
     OutFile f = out_fd >= 0 ? read_out_file(out_fd, "result.json", kMaxResultBytes) : OutFile{};
@@ -124,25 +125,27 @@ Result<json> run_exec(const json& rq, const ExecContext& ctx) {
     extra["outputs"] = outputs;
     std::vector<SchemaError> errs;
     if (f.present) {
-      json parsed = f.problem.empty() ? json::parse(f.bytes, nullptr, false) : json(json::value_t::discarded);
+      ParsedJson parsed;
       if (!f.problem.empty()) errs.push_back({"", "/out/result.json: " + f.problem});
-      else if (parsed.is_discarded()) errs.push_back({"", "/out/result.json is not valid JSON"});
-      else if (schema) errs = schema->validate(parsed);
-      if (errs.empty()) result = std::move(parsed);
+      else if (parsed = parse_json(f.bytes, result_bounds()); !parsed.ok()) errs.push_back({parsed.pointer, parsed.problem});
+      else if (schema) errs = schema->validate(parsed.value);
+      if (errs.empty()) result = std::move(parsed.value);
     } else if (schema && o.status == RunStatus::ok) {
       errs.push_back({"", "the program wrote no /out/result.json"});
     }
+    json output_check = nullptr;
     if (!errs.empty()) {
-      result_errors = schema_errors_json(errs);
+      output_check = invalid_check(errs, 0, result_bounds());
+      result_errors = output_check["errors"];
+      result_errors_omitted = output_check.value("errors_omitted", std::size_t{0});
       // Only a run that otherwise succeeded becomes output_invalid; a failed one keeps its status.
       if (o.status == RunStatus::ok) {
         o.status = RunStatus::output_invalid;
-        o.error = make_error("output", std::to_string(errs.size()) + " error(s) in /out/result.json");
+        o.error = make_error("output", std::to_string(errs.size() + result_errors_omitted) + " error(s) in /out/result.json");
       }
     }
-    extra["validation"] = {{"input", nullptr},
-                           {"output", schema ? (errs.empty() ? json{{"status", "ok"}} : json{{"status", "invalid"}, {"errors", result_errors}})
-                                             : json(nullptr)}};
+    if (errs.empty() && schema) output_check = {{"status", "ok"}};
+    extra["validation"] = {{"input", nullptr}, {"output", output_check}};
     return extra;
   };
   RunReport rep = run_sandbox(run);
@@ -155,14 +158,15 @@ Result<json> run_exec(const json& rq, const ExecContext& ctx) {
                {"error", rep.outcome.error ? json(rep.outcome.error->describe()) : json(nullptr)},
                {"stdout", out.read_all()},
                {"stderr", err.read_all()},
-               {"stdout_truncated", t["stdout"].value("truncated", false)},
-               {"stderr_truncated", t["stderr"].value("truncated", false)},
+               {"stdout_truncated", t.value("stdout", json::object()).value("truncated", false)},
+               {"stderr_truncated", t.value("stderr", json::object()).value("truncated", false)},
                {"result", result},
                {"result_errors", result_errors},
                {"usage", t.value("usage", json::object())},
                {"violations", t.value("violations", json::array())},
                {"trace", ctx.dirs.traces + "/" + t.value("run_id", "") + ".json"}};
   (void)res;
+  if (result_errors_omitted > 0) resp["result_errors_omitted"] = result_errors_omitted;
   return resp;
 }
 

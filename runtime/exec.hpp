@@ -3,7 +3,9 @@
 // request in, one JSON response out:
 //   request  {language: "python"|"sh", code, inputs?, files? {path: content}, limits?, output_schema?}
 //   response {run_id, status, exit_code, signal, stdout, stderr, stdout_truncated, stderr_truncated,
-//             result, result_errors, usage, violations, trace}
+//             result, result_errors, usage, violations, trace}, plus result_errors_omitted when more
+//             than kMaxContractErrors were found, and escaped_strings (json_io.hpp) when the program's
+//             output or another string was not valid UTF-8 and is escaped.
 // The code is read-only at /code/main.<ext> (files beside it under /code), the inputs at
 // /in/input.json, /out is writable; the profile is `untrusted`. stdout/stderr are captured
 // (capped by limits.output_limit, default 64K each), not streamed.

@@ -20,6 +20,19 @@ constexpr const char* kStage = "image";
 
 std::string join(const std::string& a, const std::string& b) { return a.empty() ? b : a + "/" + b; }
 
+// Refuses the member that would take the import past a limit; `adding` bytes are about to be
+// written (a tar header's size, a chunk just copied).
+Status check_limits(const ImportLimits& l, const ImportStats& s, std::int64_t adding, const std::string& member) {
+  std::int64_t dropped = static_cast<std::int64_t>(s.dropped.size());
+  if (s.entries + dropped + 1 > l.max_entries)
+    return make_error("usage", "the import stopped at " + member + ": more than " + std::to_string(l.max_entries) +
+                                   " entries (--max-entries); nothing was stored");
+  if (adding > l.max_bytes - s.bytes)
+    return make_error("usage", "the import stopped at " + member + ": more than " + std::to_string(l.max_bytes) +
+                                   " bytes of file data (--max-bytes); nothing was stored");
+  return {};
+}
+
 void count_mode(ImportStats& s, std::uint32_t mode) {
   if (mode & 07000) ++s.special_bits_cleared;
   if (mode & 0022) ++s.write_bits_cleared;
@@ -64,6 +77,7 @@ Status set_mtime(int dirfd, const std::string& name, std::int64_t sec, long nsec
 
 struct DirCopier {
   const ImportProgress& progress;
+  const ImportLimits& limits;
   int dst_root;
   ImportStats stats;
   std::map<std::pair<dev_t, ino_t>, std::string> linked;  // multiply-linked inodes already copied
@@ -84,6 +98,7 @@ struct DirCopier {
     std::string path = join(rel, name);
     struct stat st;
     if (::fstatat(src, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) return sys_error(kStage, "stat " + path);
+    SBX_TRY(check_limits(limits, stats, S_ISREG(st.st_mode) ? st.st_size : 0, path));
     if (S_ISDIR(st.st_mode)) {
       count_mode(stats, st.st_mode);
       if (::mkdirat(dst, name.c_str(), 0700) != 0) return sys_error(kStage, "create directory " + path);
@@ -122,10 +137,14 @@ struct DirCopier {
     if (in.get() < 0) return sys_error(kStage, "open " + path);
     UniqueFd out(::openat(dst, name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
     if (out.get() < 0) return sys_error(kStage, "create " + path + " in the store");
+    // A file that grows while it is copied is held to the limit too.
+    Status over;
     SBX_TRY(copy_data(in.get(), out.get(), path, [&](std::int64_t n) {
       stats.bytes += n;
+      if (stats.bytes > limits.max_bytes && over) over = check_limits(limits, stats, 0, path);
       if (progress) progress("copying", stats.entries, stats.bytes);
     }));
+    SBX_TRY(over);
     if (::fchmod(out.get(), normalise_mode(false, st.st_mode)) != 0) return sys_error(kStage, "chmod " + path);
     struct timespec ts[2] = {{0, UTIME_OMIT}, st.st_mtim};
     if (::futimens(out.get(), ts) != 0) return sys_error(kStage, "set mtime of " + path);
@@ -211,7 +230,8 @@ std::uint32_t normalise_mode(bool is_dir, std::uint32_t mode) {
   return is_dir ? ((mode & 0755) | 0700) : ((mode & 0555) | 0400);
 }
 
-Result<ImportStats> populate_from_dir(const std::string& src, const std::string& staging, const ImportProgress& progress) {
+Result<ImportStats> populate_from_dir(const std::string& src, const std::string& staging, const ImportProgress& progress,
+                                      const ImportLimits& limits) {
   UniqueFd s(::open(src.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (s.get() < 0) return sys_error(kStage, "open directory " + src);
   UniqueFd d(::open(staging.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
@@ -219,12 +239,13 @@ Result<ImportStats> populate_from_dir(const std::string& src, const std::string&
   struct stat st;
   if (::fstat(s.get(), &st) != 0) return sys_error(kStage, "stat " + src);
   ::fchmod(d.get(), normalise_mode(true, st.st_mode));
-  DirCopier c{progress, d.get(), {}, {}};
+  DirCopier c{progress, limits, d.get(), {}, {}};
   SBX_TRY(c.copy_dir(s.get(), d.get(), ""));
   return std::move(c.stats);
 }
 
-Result<ImportStats> populate_from_tar(const std::string& path, const std::string& staging, const ImportProgress& progress) {
+Result<ImportStats> populate_from_tar(const std::string& path, const std::string& staging, const ImportProgress& progress,
+                                      const ImportLimits& limits) {
   auto tarball = Tarball::open(path);
   if (!tarball) return tarball.error();
   UniqueFd root(::open(staging.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
@@ -233,6 +254,7 @@ Result<ImportStats> populate_from_tar(const std::string& path, const std::string
   TarReader reader(tarball->fd());
   std::vector<char> buf(1 << 20);
   Status failed;
+  bool stopped_at_limit = false;
   for (;;) {
     auto next = reader.next();
     if (!next) {
@@ -247,6 +269,11 @@ Result<ImportStats> populate_from_tar(const std::string& path, const std::string
     if (e.path.empty()) {  // the archive's "./" itself: its mode becomes the root's
       if (e.type == TarEntry::Type::dir) ::fchmod(root.get(), normalise_mode(true, e.mode));
       continue;
+    }
+    if (auto st = check_limits(limits, stats, e.type == TarEntry::Type::file ? static_cast<std::int64_t>(e.size) : 0, e.path); !st) {
+      failed = st;
+      stopped_at_limit = true;
+      break;
     }
     if (e.type == TarEntry::Type::other) {
       stats.dropped.push_back({e.path, tar_special_kind(e.typeflag)});
@@ -322,8 +349,10 @@ Result<ImportStats> populate_from_tar(const std::string& path, const std::string
     ++stats.entries;
     if (progress) progress("extracting", stats.entries, stats.bytes);
   }
-  // A decompressor that failed first explains a "truncated archive" better than the reader can.
+  // A decompressor that failed first explains a "truncated archive" better than the reader can
+  // (but one that was stopped by a limit only failed because its reader went away).
   auto finished = tarball->finish();
+  if (stopped_at_limit) return failed.error();
   if (!finished) return finished.error();
   if (!failed) return failed.error();
   return stats;

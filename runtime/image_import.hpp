@@ -28,6 +28,17 @@ struct ImportStats {
   std::vector<SkippedEntry> dropped;      // device nodes, FIFOs, sockets
 };
 
+// An archive is a promise about its size that it need not keep: a few MB of gzip expand to GBs,
+// a tar of headers alone to millions of entries. Import stops at these bounds (what the archive
+// says is checked before anything is written, what is written as it is written) and the store
+// keeps nothing of it. Directories count the same way.
+struct ImportLimits {
+  static constexpr std::int64_t kDefaultMaxBytes = 4LL << 30;  // 4 GiB of file data
+  static constexpr std::int64_t kDefaultMaxEntries = 1'000'000;
+  std::int64_t max_bytes = kDefaultMaxBytes;
+  std::int64_t max_entries = kDefaultMaxEntries;  // every member, dropped ones included
+};
+
 // Called often (after every entry and every chunk of a large file) with the phase ("copying",
 // "extracting", "hashing") and the totals so far; the caller throttles what it prints.
 using ImportProgress = std::function<void(const char* phase, std::int64_t entries, std::int64_t bytes)>;
@@ -35,9 +46,11 @@ using ImportProgress = std::function<void(const char* phase, std::int64_t entrie
 std::uint32_t normalise_mode(bool is_dir, std::uint32_t mode);
 
 // Copies the tree under `src` into the empty directory `staging` (never following symlinks).
-Result<ImportStats> populate_from_dir(const std::string& src, const std::string& staging, const ImportProgress& progress);
+Result<ImportStats> populate_from_dir(const std::string& src, const std::string& staging, const ImportProgress& progress,
+                                      const ImportLimits& limits = {});
 
 // Extracts the tarball at `path` (plain or compressed) into the empty directory `staging`.
-Result<ImportStats> populate_from_tar(const std::string& path, const std::string& staging, const ImportProgress& progress);
+Result<ImportStats> populate_from_tar(const std::string& path, const std::string& staging, const ImportProgress& progress,
+                                      const ImportLimits& limits = {});
 
 }  // namespace sbx

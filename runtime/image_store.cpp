@@ -16,6 +16,7 @@
 #include "runtime/fsutil.hpp"
 #include "runtime/image_manifest.hpp"
 #include "runtime/image_seal.hpp"
+#include "runtime/json_io.hpp"
 #include "runtime/sha256.hpp"
 #include "runtime/trace.hpp"
 
@@ -138,10 +139,11 @@ Result<ImageRecord> ImageStore::load(const std::string& hex) const {
   r.digest = "sha256:" + hex;
   r.dir = root_ + "/sha256/" + hex;
   r.rootfs = r.dir + "/rootfs";
-  auto meta = read_file(r.dir + "/image.json");
+  auto meta = read_bounded(r.dir + "/image.json", kMaxManifestBytes, kStage, r.dir + "/image.json");
   if (!meta) return make_error(kStage, "image " + r.digest + " is incomplete in the store (no image.json): remove it with 'sbx image rm'", meta.error().err);
-  r.meta = json::parse(*meta, nullptr, false);
-  if (r.meta.is_discarded()) return make_error(kStage, r.dir + "/image.json is not valid JSON");
+  auto parsed = parse_json_doc(*meta, {kMaxManifestBytes}, kStage, r.dir + "/image.json");
+  if (!parsed) return parsed.error();
+  r.meta = std::move(*parsed);
   auto names = list_dir(root_ + "/names");
   if (!names) return names.error();
   for (auto& n : *names) {
@@ -151,7 +153,8 @@ Result<ImageRecord> ImageStore::load(const std::string& hex) const {
   return r;
 }
 
-Result<ImageRecord> ImageStore::import(const std::string& source, const std::string& name_text, const ImportProgress& progress) {
+Result<ImageRecord> ImageStore::import(const std::string& source, const std::string& name_text, const ImportProgress& progress,
+                                       const ImportLimits& limits) {
   auto name = canonical_image_name(name_text);
   if (!name) return name.error();
   struct stat st;
@@ -172,7 +175,8 @@ Result<ImageRecord> ImageStore::import(const std::string& source, const std::str
   std::string rootfs = staging + "/rootfs";
   if (::mkdir(rootfs.c_str(), 0755) != 0) return sys_error(kStage, "cannot create " + rootfs);
 
-  auto stats = S_ISDIR(st.st_mode) ? populate_from_dir(source, rootfs, progress) : populate_from_tar(source, rootfs, progress);
+  auto stats = S_ISDIR(st.st_mode) ? populate_from_dir(source, rootfs, progress, limits)
+                                   : populate_from_tar(source, rootfs, progress, limits);
   if (!stats) return stats.error();
   ScanOptions hashing;
   if (progress) hashing.progress = [&](std::int64_t entries, std::int64_t bytes) { progress("hashing", entries, bytes); };
@@ -203,7 +207,8 @@ Result<ImageRecord> ImageStore::import(const std::string& source, const std::str
                                  {"dropped", stats->dropped.size()},
                                  {"dropped_entries", dropped_json(stats->dropped)}}},
                  {"seal", {{"entries", seal->entries}, {"digest", seal->digest}}}};
-    SBX_TRY(write_file_durable(dir + "/image.json", meta.dump(2) + "\n", 0644));
+    // The source path is the caller's bytes: dump_json escapes it if it is not UTF-8 (json_io.hpp).
+    SBX_TRY(write_file_durable(dir + "/image.json", dump_json(meta, 2) + "\n", 0644));
   }
   SBX_TRY(write_file_durable(root_ + "/names/" + *name, "sha256:" + hex + "\n", 0644));
   return load(hex);

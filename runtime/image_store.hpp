@@ -54,7 +54,8 @@ class ImageStore {
   const std::string& root() const { return root_; }
 
   // `source` is a directory or a tarball (plain, gzip, xz, zstd, bzip2).
-  Result<ImageRecord> import(const std::string& source, const std::string& name, const ImportProgress& progress);
+  Result<ImageRecord> import(const std::string& source, const std::string& name, const ImportProgress& progress,
+                             const ImportLimits& limits = {});
   Result<std::vector<ImageRecord>> list() const;
   Result<ImageRecord> resolve(const std::string& ref) const;
   // Removes a name (and the image when no name is left), or an image and all its names when

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 
 #include <nlohmann/json.hpp>
@@ -61,6 +62,54 @@ Status remount_ro(const std::string& path, unsigned long extra) {
   return do_mount(nullptr, path, nullptr, flags, nullptr, "remount " + path + " read-only");
 }
 
+// Mount points strictly below `path`, from mountinfo (field 5, octal escapes undone), deepest last.
+std::vector<std::string> submounts(const std::string& path) {
+  std::vector<std::string> out;
+  FILE* f = std::fopen("/oldroot/proc/self/mountinfo", "re");
+  if (!f) return out;
+  char* line = nullptr;
+  std::size_t cap = 0;
+  while (::getline(&line, &cap, f) > 0) {
+    std::string l(line), field;
+    std::size_t pos = 0;
+    for (int i = 0; i < 5 && pos != std::string::npos; ++i) {
+      std::size_t end = l.find(' ', pos);
+      field = l.substr(pos, end == std::string::npos ? std::string::npos : end - pos);
+      pos = end == std::string::npos ? end : end + 1;
+    }
+    std::string mp;
+    for (std::size_t i = 0; i < field.size(); ++i) {
+      if (field[i] == '\\' && i + 3 < field.size()) {
+        mp += static_cast<char>(std::strtol(field.substr(i + 1, 3).c_str(), nullptr, 8));
+        i += 3;
+      } else {
+        mp += field[i];
+      }
+    }
+    if (mp.size() > path.size() && mp.compare(0, path.size(), path) == 0 && mp[path.size()] == '/') out.push_back(mp);
+  }
+  std::free(line);
+  std::fclose(f);
+  return out;
+}
+
+// MS_REC binds every submount, but a bind remount (MS_REMOUNT | MS_BIND) changes the flags of the
+// one mount it names: a tmpfs or a bind below a read-only bind would stay writable inside (and be
+// the host's). mount_setattr(AT_RECURSIVE) sets the attributes on the whole subtree at once
+// (Linux 5.12); on older kernels each submount is remounted, as bubblewrap does. Attributes are
+// only added, never cleared, so the kernel's locked flags are no obstacle.
+Status restrict_subtree(const std::string& path, bool rdonly) {
+  struct mount_attr attr = {};
+  attr.attr_set = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | (rdonly ? MOUNT_ATTR_RDONLY : 0);
+  if (::mount_setattr(AT_FDCWD, path.c_str(), AT_RECURSIVE | AT_SYMLINK_NOFOLLOW, &attr, sizeof attr) == 0) return {};
+  if (errno != ENOSYS) return sys_error("mounts", "make " + path.substr(8) + " and its submounts " + (rdonly ? "read-only" : "nosuid,nodev"));
+  for (auto& m : submounts(path)) {
+    unsigned long flags = MS_REMOUNT | MS_BIND | MS_NOSUID | MS_NODEV | (rdonly ? MS_RDONLY : 0) | locked_flags(m);
+    SBX_TRY(do_mount(nullptr, m, nullptr, flags, nullptr, "remount submount " + m.substr(8)));
+  }
+  return {};
+}
+
 Status mkdir_p(const std::string& path, mode_t mode) {
   std::string cur;
   std::size_t i = 1;
@@ -98,9 +147,13 @@ Status bind_mount(const std::string& host_path, const std::string& dst_in_newroo
   SBX_TRY(make_mount_point(src, dst));
   SBX_TRY(do_mount(src.c_str(), dst, nullptr, MS_BIND | MS_REC, nullptr, "bind " + host_path + " to " + dst_in_newroot));
   if (kind == BindKind::device) return {};  // nodev would make the node useless
-  if (kind == BindKind::ro) return remount_ro(dst, MS_NOSUID | MS_NODEV);
-  unsigned long flags = MS_REMOUNT | MS_BIND | MS_NOSUID | MS_NODEV | locked_flags(dst);
-  return do_mount(nullptr, dst, nullptr, flags, nullptr, "remount " + dst_in_newroot + " nosuid,nodev");
+  if (kind == BindKind::ro) {
+    SBX_TRY(remount_ro(dst, MS_NOSUID | MS_NODEV));
+  } else {
+    unsigned long flags = MS_REMOUNT | MS_BIND | MS_NOSUID | MS_NODEV | locked_flags(dst);
+    SBX_TRY(do_mount(nullptr, dst, nullptr, flags, nullptr, "remount " + dst_in_newroot + " nosuid,nodev"));
+  }
+  return restrict_subtree(dst, kind == BindKind::ro);
 }
 
 Status write_file(const std::string& path, const std::string& content, mode_t mode) {
@@ -190,7 +243,9 @@ Status build_dev(std::int64_t shm_size) {
   SBX_TRY(symlink_at("/proc/self/fd/0", "/newroot/dev/stdin"));
   SBX_TRY(symlink_at("/proc/self/fd/1", "/newroot/dev/stdout"));
   SBX_TRY(symlink_at("/proc/self/fd/2", "/newroot/dev/stderr"));
-  return {};
+  // Complete: the tmpfs itself becomes read-only (the program may not add files or replace the
+  // nodes' names); devpts and /dev/shm below it are mounts of their own and stay writable.
+  return remount_ro("/newroot/dev", MS_NOSUID | MS_NOEXEC);
 }
 
 bool under(const std::string& path, const std::string& dir) {

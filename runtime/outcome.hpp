@@ -35,6 +35,14 @@ struct Outcome {
 // Builds the outcome from a wait status (WIFEXITED/WIFSIGNALED) of the program.
 Outcome outcome_from_wait_status(int wait_status);
 
+// The outcome of a supervised run (supervisor.hpp), in this order: sbx's own failure or the
+// sandbox's setup error, a seccomp kill, a time limit, the program's own status, and a sandbox
+// killed without a report (by sbx after a forwarded signal, or by something else). The reason
+// says who ended the run when it was not the program itself: a forwarded signal, sbx's SIGKILL
+// after the grace period of `kill_grace_ms` or at a second signal, a reader that went away.
+struct SuperviseResult;
+Outcome outcome_from_supervision(const SuperviseResult& s, int kill_grace_ms);
+
 // The exit status of `sbx run` for this outcome.
 int exit_status_for(const Outcome& o);
 

@@ -12,6 +12,7 @@
 #include <set>
 
 #include "runtime/fsutil.hpp"
+#include "runtime/json_io.hpp"
 #include "runtime/sha256.hpp"
 #include "runtime/spec.hpp"
 
@@ -45,9 +46,10 @@ bool ident_ok(const std::string& s, bool allow_dot_dash) {
   return true;
 }
 
-// A path inside the pack: relative, no "..", no empty or "." components.
+// A path inside the pack: relative, no "..", no empty or "." components, no NUL (which would cut
+// the C string the kernel sees).
 bool pack_relative_ok(const std::string& p) {
-  if (p.empty() || p[0] == '/') return false;
+  if (p.empty() || p[0] == '/' || p.find('\0') != std::string::npos) return false;
   std::size_t i = 0;
   while (i <= p.size()) {
     auto j = p.find('/', i);
@@ -76,23 +78,16 @@ void load_schema(const std::string& dir, const json& m, const char* key, std::st
   std::string full = dir + "/" + rel;
   if (::lstat(full.c_str(), &st) != 0) return c.add(std::string("/") + key, "'" + rel + "': " + std::strerror(errno));
   if (!S_ISREG(st.st_mode)) return c.add(std::string("/") + key, "'" + rel + "' is not a regular file");
-  auto text = read_file(full);
+  auto text = read_bounded(full, kMaxSchemaFileBytes, "pack", rel);
   if (!text) return c.add(std::string("/") + key, text.error().describe());
   path_out = rel;
-  json schema = json::parse(*text, nullptr, false);
-  if (schema.is_discarded()) {
-    // Parse again with exceptions for the position of the error.
-    try {
-      json again = json::parse(*text);
-      (void)again;
-    } catch (const json::parse_error& e) {
-      c.problems.push_back({rel, "", std::string("not valid JSON: ") + e.what()});
-    }
-    return;
-  }
-  auto compiled = CompiledSchema::compile(schema, rel);
+  ParsedJson parsed = parse_json(*text, {kMaxSchemaFileBytes});
+  if (!parsed.ok()) return c.problems.push_back({rel, parsed.pointer, parsed.problem});
+  json schema = std::move(parsed.value);
+  SchemaError where;
+  auto compiled = CompiledSchema::compile(schema, rel, &where);
   if (!compiled) {
-    c.problems.push_back({rel, "", compiled.error().message});
+    c.problems.push_back({rel, where.pointer, where.message});
     return;
   }
   schema_out = std::move(schema);
@@ -118,7 +113,7 @@ Result<json> limits_to_spec_patch(const json& in, const std::string& file, std::
       json probe = defaults;
       probe["limits"][it->second] = v;
       if (auto r = spec_from_json(probe, "limits"); !r)
-        problems.push_back({file, "/limits/" + k, "bad value " + v.dump() + ": " + r.error().message});
+        problems.push_back({file, "/limits/" + k, "bad value " + json_excerpt(v) + ": " + r.error().message});
       else limits[it->second] = v;
     }
   }
@@ -145,13 +140,12 @@ Result<Pack> parse_pack_manifest(const std::string& dir, const std::string& text
     return make_error("pack", dir + ": " + std::to_string(problems.size() - before) + " problem(s) in the pack, first: " +
                                   problems[before].describe());
   };
-  json m;
-  try {
-    m = json::parse(text);
-  } catch (const json::parse_error& e) {
-    c.add("", std::string("not valid JSON: ") + e.what());
+  ParsedJson parsed = parse_json(text, {kMaxManifestBytes});
+  if (!parsed.ok()) {
+    c.add(parsed.pointer, parsed.problem);
     return failed();
   }
+  json m = std::move(parsed.value);
   if (!m.is_object()) {
     c.add("", "must be a JSON object, not " + json_type(m));
     return failed();
@@ -208,7 +202,7 @@ Result<Pack> parse_pack_manifest(const std::string& dir, const std::string& text
       for (auto& [k, v] : n.items())
         if (k != "mode") c.add("/network/" + k, "unknown key (known: mode)");
       if (n.contains("mode") && n["mode"] != "none")
-        c.add("/network/mode", n["mode"].dump() + ": only \"none\" (loopback only) is supported for packs");
+        c.add("/network/mode", json_excerpt(n["mode"]) + ": only \"none\" (loopback only) is supported for packs");
     }
   }
   std::set<std::string> names;
@@ -278,7 +272,7 @@ Result<Pack> load_pack(const std::string& dir_in, std::vector<PackProblem>& prob
   if (ec) return make_error("pack", "pack directory " + dir_in + ": " + ec.message(), ec.value());
   if (!fs::is_directory(canon)) return make_error("pack", dir_in + " is not a directory", ENOTDIR);
   std::string dir = canon.string();
-  auto text = read_file(dir + "/" + kPackManifest);
+  auto text = read_bounded(dir + "/" + kPackManifest, kMaxManifestBytes, "pack", kPackManifest);
   if (!text) {
     problems.push_back({kPackManifest, "", text.error().describe()});
     return make_error("pack", dir + ": " + problems.back().describe());

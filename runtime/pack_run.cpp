@@ -8,6 +8,7 @@
 
 #include "runtime/artifact_export.hpp"
 #include "runtime/fsutil.hpp"
+#include "runtime/json_io.hpp"
 #include "runtime/sha256.hpp"
 #include "runtime/typed_io.hpp"
 #include "runtime/userns.hpp"
@@ -16,9 +17,12 @@ namespace sbx {
 namespace {
 using nlohmann::json;
 
-std::vector<std::string> error_lines(const std::string& file, const std::vector<SchemaError>& errs) {
+std::vector<std::string> error_lines(const std::string& file, const std::vector<SchemaError>& errs, std::size_t omitted) {
   std::vector<std::string> v;
   for (auto& e : errs) v.push_back(file + "#" + e.pointer + ": " + e.message);
+  if (omitted > 0)
+    v.push_back(file + ": " + std::to_string(omitted) + " more error(s) not listed (the first " +
+                std::to_string(errs.size()) + " are)");
   return v;
 }
 
@@ -47,7 +51,8 @@ Result<std::string> read_secret_source(const std::string& source) {
   return make_error("usage", "a secret's source must be @FILE or env:VAR (the value itself is never given on the command line)");
 }
 
-std::vector<SchemaError> validate_records(const CompiledSchema& schema, const json& records) {
+std::vector<SchemaError> validate_records(const CompiledSchema& schema, const json& records, std::size_t* omitted,
+                                          std::size_t max_kept) {
   std::vector<SchemaError> out;
   if (!records.is_array()) {
     out.push_back({"", "the input must be a JSON array of records"});
@@ -55,6 +60,10 @@ std::vector<SchemaError> validate_records(const CompiledSchema& schema, const js
   }
   for (std::size_t i = 0; i < records.size(); ++i)
     for (auto& e : schema.validate(records[i])) {
+      if (out.size() >= max_kept) {
+        if (omitted) ++*omitted;
+        continue;
+      }
       // Built with append: GCC 12 warns falsely (-Wstringop-overflow) about "/" + to_string(i) here.
       std::string pointer(1, '/');
       pointer.append(std::to_string(i)).append(e.pointer);
@@ -82,30 +91,27 @@ PackRunResult run_pack(PackRunRequest& req) {
   auto in_schema = CompiledSchema::compile(req.pack.input_schema, req.pack.input_schema_path);
   auto out_schema = CompiledSchema::compile(req.pack.output_schema, req.pack.output_schema_path);
   std::vector<SchemaError> in_errors;
-  json records = json::parse(req.input_bytes, nullptr, false);
+  std::size_t in_omitted = 0;
+  ParsedJson parsed = parse_json(req.input_bytes, {kMaxRecordsBytes});
+  json records = std::move(parsed.value);
   if (!in_schema || !out_schema) {
     // load_pack compiled both already; this only fails if the pack changed in between.
     Outcome o;
     o.error = !in_schema ? in_schema.error() : out_schema.error();
     run.refuse = o;
-  } else if (records.is_discarded()) {
-    try {
-      json again = json::parse(req.input_bytes);
-      (void)again;
-    } catch (const json::parse_error& e) {
-      in_errors.push_back({"", std::string("not valid JSON: ") + e.what()});
-    }
+  } else if (!parsed.ok()) {
+    in_errors.push_back({parsed.pointer, parsed.problem});
   } else {
-    in_errors = validate_records(*in_schema, records);
+    in_errors = validate_records(*in_schema, records, &in_omitted, kMaxContractErrors);
   }
   if (!in_errors.empty()) {
     Outcome o;
     o.status = RunStatus::input_invalid;
-    o.error = make_error("input", std::to_string(in_errors.size()) + " error(s) in " + req.input_path + " against " +
-                                      req.pack.input_schema_path);
+    o.error = make_error("input", std::to_string(in_errors.size() + in_omitted) + " error(s) in " + req.input_path +
+                                      " against " + req.pack.input_schema_path);
     run.refuse = o;
-    validation["input"] = {{"status", "invalid"}, {"errors", schema_errors_json(in_errors)}};
-    res.errors = error_lines(req.input_path, in_errors);
+    validation["input"] = invalid_check(in_errors, in_omitted, {kMaxRecordsBytes});
+    res.errors = error_lines(req.input_path, in_errors, in_omitted);
   } else if (!run.refuse) {
     validation["input"] = {{"status", "ok"}, {"records", records.size()}};
   }
@@ -143,10 +149,10 @@ PackRunResult run_pack(PackRunRequest& req) {
     if (!f.present) errs.push_back({"", "the program wrote no /out/result.json"});
     else if (!f.problem.empty()) errs.push_back({"", "/out/result.json: " + f.problem});
     else {
-      json out = json::parse(f.bytes, nullptr, false);
-      if (out.is_discarded()) errs.push_back({"", "/out/result.json is not valid JSON"});
-      else errs = out_schema->validate(out);
-      if (errs.empty()) valid_result = std::move(out);
+      ParsedJson out = parse_json(f.bytes, result_bounds());
+      if (!out.ok()) errs.push_back({out.pointer, out.problem});
+      else errs = out_schema->validate(out.value);
+      if (errs.empty()) valid_result = std::move(out.value);
     }
     if (errs.empty()) {
       extra["validation"]["output"] = {{"status", "ok"}};
@@ -154,8 +160,9 @@ PackRunResult run_pack(PackRunRequest& req) {
       o.status = RunStatus::output_invalid;
       o.error = make_error("output", std::to_string(errs.size()) + " error(s) in /out/result.json against " +
                                          req.pack.output_schema_path);
-      extra["validation"]["output"] = {{"status", "invalid"}, {"errors", schema_errors_json(errs)}};
-      out_lines = error_lines("/out/result.json", errs);
+      extra["validation"]["output"] = invalid_check(errs, 0, result_bounds());  // keeps the first kMaxContractErrors
+      std::size_t omitted = extra["validation"]["output"].value("errors_omitted", std::size_t{0});
+      out_lines = error_lines("/out/result.json", errs, omitted);
     }
     return extra;
   };

@@ -35,8 +35,10 @@ struct PackRunResult {
   nlohmann::json trace;
 };
 
-// Per-record validation of a records file (a JSON array); pointers are into the whole file.
-std::vector<SchemaError> validate_records(const CompiledSchema& schema, const nlohmann::json& records);
+// Per-record validation of a records file (a JSON array); pointers are into the whole file. At
+// most `max_kept` errors are returned; `omitted` (if given) counts the rest.
+std::vector<SchemaError> validate_records(const CompiledSchema& schema, const nlohmann::json& records,
+                                          std::size_t* omitted = nullptr, std::size_t max_kept = SIZE_MAX);
 
 PackRunResult run_pack(PackRunRequest& req);
 

@@ -5,11 +5,10 @@
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <set>
-#include <sstream>
 
 #include "runtime/embedded_profiles.hpp"
+#include "runtime/json_io.hpp"
 
 namespace sbx {
 namespace fs = std::filesystem;
@@ -30,9 +29,12 @@ std::vector<std::string> search_dirs() {
       start = pos + 1;
     }
   }
-  if (const char* x = std::getenv("XDG_CONFIG_HOME"); x && *x) dirs.push_back(std::string(x) + "/sbx/profiles");
-  else if (const char* h = std::getenv("HOME"); h && *h) dirs.push_back(std::string(h) + "/.config/sbx/profiles");
-  dirs.push_back("/etc/sbx/profiles");
+  // Appended in place: GCC 12 misreports `std::string(x) + "..."` here as out of bounds (-Warray-bounds).
+  std::string user;
+  if (const char* x = std::getenv("XDG_CONFIG_HOME"); x && *x) user.append(x).append("/sbx/profiles");
+  else if (const char* h = std::getenv("HOME"); h && *h) user.append(h).append("/.config/sbx/profiles");
+  if (!user.empty()) dirs.push_back(std::move(user));
+  dirs.emplace_back("/etc/sbx/profiles");
   return dirs;
 }
 
@@ -40,18 +42,16 @@ bool looks_like_file(const std::string& s) {
   return s.find('/') != std::string::npos || (s.size() > 5 && s.ends_with(".json"));
 }
 
+// Bounded (json_io.hpp): a profile path may name a device or a huge file by mistake or by design.
 Result<std::string> read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return make_error("profile", "cannot read profile '" + path + "'", errno ? errno : ENOENT);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  return read_bounded(path, kMaxProfileBytes, "profile", "profile " + path);
 }
 
 Result<LoadedProfile> parse_profile(ProfileSource src) {
   std::string where = src.origin == "built-in" ? "built-in profile '" + src.name + "'" : "profile " + src.origin;
-  json j = json::parse(src.text, nullptr, false);
-  if (j.is_discarded()) return make_error("profile", where + ": not valid JSON");
+  auto parsed = parse_json_doc(src.text, {kMaxProfileBytes}, "profile", where);
+  if (!parsed) return parsed.error();
+  json j = std::move(*parsed);
   if (!j.is_object()) return make_error("profile", where + ": must be a JSON object");
   // Validate as a partial RunSpec layered over the defaults: this names unknown keys and bad values.
   json probe = spec_to_json(RunSpec{});
@@ -59,7 +59,7 @@ Result<LoadedProfile> parse_profile(ProfileSource src) {
   auto spec = spec_from_json(probe, where);
   if (!spec) return make_error("profile", spec.error().message);
   LoadedProfile lp;
-  lp.description = j.value("description", "");
+  lp.description = j.contains("description") && j["description"].is_string() ? j["description"].get<std::string>() : "";
   lp.patch = std::move(j);
   lp.source = std::move(src);
   return lp;

@@ -1,10 +1,10 @@
 #include "runtime/proxy.hpp"
 
 #include "runtime/fdpass.hpp"
+#include "runtime/http_request.hpp"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
-#include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
@@ -22,6 +22,8 @@ namespace {
 constexpr std::size_t kBuf = 64 * 1024;       // per direction
 constexpr std::size_t kMaxHeader = 16 * 1024;  // request line + headers
 constexpr std::size_t kMaxViolations = 1000;   // recorded one by one; the rest only counted
+constexpr std::size_t kMaxLookups = 16;        // name lookups in flight at once (resolver.hpp)
+constexpr std::int64_t kMaxLookupMs = 5000;    // one lookup's time, unless the idle timeout is shorter
 
 struct Buffer {
   std::unique_ptr<char[]> data{new char[kBuf]};
@@ -85,10 +87,41 @@ std::string response(int code, const std::string& status, const std::string& rea
          std::to_string(body.size()) + "\r\nX-Sbx-Deny-Reason: " + clean + "\r\nConnection: close\r\n\r\n" + body;
 }
 
+// A plain HTTP request as it goes upstream: origin-form, hop-by-hop and proxy headers dropped,
+// Host set to the URL's authority (the policy allowed that name, and a different Host header would
+// reach another virtual host behind the same address, e.g. on a CDN), one request per connection.
+std::string origin_form(const ProxyRequest& req, const std::string& path, const std::string& authority) {
+  std::string out = req.method + " " + path + " " + req.version + "\r\nHost: " + authority + "\r\n";
+  for (auto& [name, value] : req.headers) {
+    std::string l = lower(name);
+    if (l == "proxy-connection" || l == "proxy-authorization" || l == "connection" || l == "keep-alive" || l == "host")
+      continue;
+    out += name + ": " + value + "\r\n";
+  }
+  return out + "Connection: close\r\n\r\n";
+}
+
+// The socket address of a literal destination; returns its length.
+socklen_t sockaddr_of(const EgressTarget& t, struct sockaddr_storage& ss) {
+  ss = {};
+  if (t.v6) {
+    auto* s6 = reinterpret_cast<struct sockaddr_in6*>(&ss);
+    s6->sin6_family = AF_INET6;
+    s6->sin6_port = htons(t.port);
+    std::memcpy(&s6->sin6_addr, t.addr.data(), 16);
+    return sizeof *s6;
+  }
+  auto* s4 = reinterpret_cast<struct sockaddr_in*>(&ss);
+  s4->sin_family = AF_INET;
+  s4->sin_port = htons(t.port);
+  std::memcpy(&s4->sin_addr, t.addr.data(), 4);
+  return sizeof *s4;
+}
+
 }  // namespace
 
 struct EgressProxy::Conn {
-  enum class State { request, connecting, relay, responding, closed };
+  enum class State { request, resolving, connecting, relay, responding, closed };
   State state = State::request;
   int cfd = -1, ufd = -1;
   std::string head;  // request bytes until the end of the headers
@@ -96,6 +129,13 @@ struct EgressProxy::Conn {
   SplicePipe c2p, u2p;  // then the bulk of the relay, socket -> pipe -> socket without a copy
   bool c_eof = false, u_eof = false, u_shut = false, c_shut = false;
   std::string key;  // "host:port" of the destination, once known
+  std::string host;  // the destination's name or literal, once known
+  std::uint16_t port = 0;
+  EgressTarget target;  // once the request was parsed
+  std::int64_t body_left = -1;  // plain HTTP: request body bytes still to pass on; -1: a tunnel
+  std::string refused;  // why the last resolved address was refused (check_resolved)
+  std::uint64_t lookup_id = 0;  // resolving: 0 until a lookup slot was free
+  std::int64_t lookup_deadline_ms = 0;  // resolving: 504 after this (queued time included)
   bool is_connect = false;
   std::vector<struct sockaddr_storage> addrs;
   std::vector<socklen_t> addr_lens;
@@ -104,26 +144,34 @@ struct EgressProxy::Conn {
   std::int64_t last_active_ms = 0;  // accept, and every wake-up with an event on either side
 };
 
-EgressProxy::EgressProxy(ProxyConfig cfg, int handoff_sock) : cfg_(std::move(cfg)), handoff_(handoff_sock) {}
+EgressProxy::EgressProxy(ProxyConfig cfg, int handoff_sock)
+    : cfg_(std::move(cfg)),
+      handoff_(handoff_sock),
+      resolver_(kMaxLookups, std::min(kMaxLookupMs, cfg_.idle_timeout_ms)),
+      lookup_timeout_ms_(std::min(kMaxLookupMs, cfg_.idle_timeout_ms)) {}
 
 EgressProxy::~EgressProxy() { close_all(); }
 
 void EgressProxy::close_all() {
   for (auto& c : conns_) close_conn(*c);
   conns_.clear();
+  resolver_.shutdown();
   if (listen_fd_ >= 0) ::close(listen_fd_), listen_fd_ = -1;
   if (handoff_ >= 0) ::close(handoff_), handoff_ = -1;
 }
 
 bool EgressProxy::budget_left() const { return !cfg_.max_bytes || total_bytes_ < *cfg_.max_bytes; }
 
-void EgressProxy::record_violation(const std::string& host, int port, const std::string& reason, std::int64_t now_ms) {
+void EgressProxy::record_violation(const std::string& host, int port, const std::string& reason, std::int64_t now_ms,
+                                   const std::string& address) {
   spdlog::info("egress denied: {}:{}: {}", host, port, reason);
   if (violations_.size() >= kMaxViolations) {
     ++dropped_violations_;
     return;
   }
-  violations_.push_back({{"kind", "network"}, {"host", host}, {"port", port}, {"time_ms", now_ms - cfg_.start_ms}, {"reason", reason}});
+  nlohmann::json v = {{"kind", "network"}, {"host", host}, {"port", port}, {"time_ms", now_ms - cfg_.start_ms}, {"reason", reason}};
+  if (!address.empty()) v["address"] = address;
+  violations_.push_back(std::move(v));
 }
 
 void EgressProxy::add_pollfds(std::vector<struct pollfd>& p) {
@@ -136,15 +184,20 @@ void EgressProxy::add_pollfds(std::vector<struct pollfd>& p) {
   };
   if (handoff_ >= 0) add(handoff_, POLLIN, nullptr);
   if (listen_fd_ >= 0) add(listen_fd_, POLLIN, nullptr);
+  std::size_t before = p.size();
+  resolver_.add_pollfds(p);
+  resolver_polled_ = p.size() - before;
+  polled_.resize(polled_.size() + resolver_polled_, nullptr);  // the slices below stay in line
   for (auto& cp : conns_) {
     Conn& c = *cp;
     short ce = 0, ue = 0;
     switch (c.state) {
       case Conn::State::request: ce = POLLIN; break;
+      case Conn::State::resolving: break;  // the client's next bytes wait in the kernel meanwhile
       case Conn::State::connecting: ue = POLLOUT; break;
       case Conn::State::responding: ce = c.u2c.len ? POLLOUT : 0; break;
       case Conn::State::relay:
-        if (!c.c_eof && (c.c2p.r >= 0 ? !c.c2p.full() : c.c2u.len < kBuf)) ce |= POLLIN;
+        if (!c.c_eof && c.body_left != 0 && (c.c2p.r >= 0 ? !c.c2p.full() : c.c2u.len < kBuf)) ce |= POLLIN;
         if (c.u2c.len || c.u2p.in) ce |= POLLOUT;
         if (!c.u_eof && (c.u2p.r >= 0 ? !c.u2p.full() : c.u2c.len < kBuf)) ue |= POLLIN;
         if (c.c2u.len || c.c2p.in) ue |= POLLOUT;
@@ -178,6 +231,10 @@ void EgressProxy::on_events(const struct pollfd* p, std::size_t n, std::int64_t 
     ++i;
     if (ready) accept_new(now_ms);  // appends to conns_: the slices below still line up
   }
+  std::size_t nres = std::min(resolver_polled_, n - i);
+  resolver_.on_events(p + i, nres);  // also with nres == 0: c-ares' timeouts
+  i += nres;
+  on_answers(now_ms);
   for (; i + 1 < n; i += 2) {
     Conn* c = polled_[i];
     if (!c || c->state == Conn::State::closed) continue;
@@ -194,11 +251,16 @@ void EgressProxy::on_events(const struct pollfd* p, std::size_t n, std::int64_t 
           break;
         }
         c->head.append(buf, static_cast<std::size_t>(k));
-        if (c->head.find("\r\n\r\n") != std::string::npos) handle_request(*c, now_ms);
+        // Checked as the bytes arrive: a bare LF or a control byte is refused now, not after
+        // the idle timeout (http_request.hpp).
+        HeadScan scan = scan_request_head(c->head);
+        if (scan.state == HeadScan::State::complete) handle_request(*c, scan.head_len, now_ms);
+        else if (scan.state == HeadScan::State::bad) deny(*c, 400, "Bad Request", "", 0, scan.error, now_ms);
         else if (c->head.size() > kMaxHeader) deny(*c, 431, "Request Header Fields Too Large", "", 0, "request headers too large", now_ms);
         break;
       }
-      case Conn::State::connecting: on_connected(*c); break;
+      case Conn::State::resolving: break;
+      case Conn::State::connecting: on_connected(*c, now_ms); break;
       case Conn::State::responding: {
         if (cr & (POLLERR | POLLHUP)) {
           close_conn(*c);
@@ -213,6 +275,7 @@ void EgressProxy::on_events(const struct pollfd* p, std::size_t n, std::int64_t 
       case Conn::State::closed: break;
     }
   }
+  start_lookups(now_ms);
   std::erase_if(conns_, [](const std::unique_ptr<Conn>& c) { return c->state == Conn::State::closed; });
 }
 
@@ -244,15 +307,11 @@ void EgressProxy::deny(Conn& c, int code, const std::string& status, const std::
   c.state = Conn::State::responding;
 }
 
-void EgressProxy::handle_request(Conn& c, std::int64_t now_ms) {
-  auto end = c.head.find("\r\n\r\n");
-  std::string rest = c.head.substr(end + 4);
-  std::string headers = c.head.substr(0, end + 2);
-  auto eol = headers.find("\r\n");
-  std::string line = headers.substr(0, eol);
-  auto sp1 = line.find(' '), sp2 = line.rfind(' ');
-  if (sp1 == std::string::npos || sp2 == sp1) return deny(c, 400, "Bad Request", "", 0, "malformed request line", now_ms);
-  std::string method = line.substr(0, sp1), target = line.substr(sp1 + 1, sp2 - sp1 - 1), version = line.substr(sp2 + 1);
+void EgressProxy::handle_request(Conn& c, std::size_t head_len, std::int64_t now_ms) {
+  auto req = parse_request_head(std::string_view(c.head).substr(0, head_len));
+  if (!req) return deny(c, 400, "Bad Request", "", 0, req.error().message, now_ms);
+  std::string rest = c.head.substr(head_len);
+  const std::string &method = req->method, &target = req->target;
   std::string authority, path;
   std::optional<std::uint16_t> default_port;
   if (method == "CONNECT") {
@@ -265,6 +324,18 @@ void EgressProxy::handle_request(Conn& c, std::int64_t now_ms) {
     if (authority.find('@') != std::string::npos)
       return deny(c, 400, "Bad Request", "", 0, "credentials in the URL are not supported", now_ms);
     default_port = 80;
+    // One request per connection, framed by Content-Length alone: the proxy passes on exactly
+    // that many body bytes and nothing after them, so a second, pipelined request (with another
+    // Host) never reaches the upstream. A chunked body would need the proxy to parse chunks to
+    // find its end: refused instead.
+    if (req->transfer_encoding)
+      return deny(c, 501, "Not Implemented", "", 0,
+                  "Transfer-Encoding is not supported for plain HTTP through the proxy (send Content-Length, or use CONNECT)", now_ms);
+    std::int64_t body = req->content_length.value_or(0);
+    if (static_cast<std::int64_t>(rest.size()) > body)
+      return deny(c, 400, "Bad Request", "", 0,
+                  "bytes after the request (pipelining is not supported: one request per connection)", now_ms);
+    c.body_left = body - static_cast<std::int64_t>(rest.size());
   } else {
     return deny(c, 400, "Bad Request", "", 0,
                 "only CONNECT and absolute http:// URIs are proxied (got '" + method + " " + target.substr(0, 100) + "')", now_ms);
@@ -280,65 +351,10 @@ void EgressProxy::handle_request(Conn& c, std::int64_t now_ms) {
   usage_[c.key].connections++;
   spdlog::info("egress allowed: {} ({})", c.key, cfg_.rules[static_cast<std::size_t>(d.rule)].text);
 
-  // Destination addresses: literals directly, allowed names through the resolver.
-  if (t->is_address) {
-    struct sockaddr_storage ss = {};
-    socklen_t len;
-    if (t->v6) {
-      auto* s6 = reinterpret_cast<struct sockaddr_in6*>(&ss);
-      s6->sin6_family = AF_INET6;
-      s6->sin6_port = htons(t->port);
-      std::memcpy(&s6->sin6_addr, t->addr.data(), 16);
-      len = sizeof *s6;
-    } else {
-      auto* s4 = reinterpret_cast<struct sockaddr_in*>(&ss);
-      s4->sin_family = AF_INET;
-      s4->sin_port = htons(t->port);
-      std::memcpy(&s4->sin_addr, t->addr.data(), 4);
-      len = sizeof *s4;
-    }
-    c.addrs.push_back(ss);
-    c.addr_lens.push_back(len);
-  } else {
-    struct addrinfo hints = {};
-    hints.ai_socktype = SOCK_STREAM;
-    hints.ai_flags = AI_NUMERICSERV | AI_ADDRCONFIG;
-    struct addrinfo* res = nullptr;
-    std::string port = std::to_string(t->port);
-    int rc = ::getaddrinfo(t->host.c_str(), port.c_str(), &hints, &res);
-    if (rc != 0) {
-      usage_[c.key].failed++;
-      c.u2c.append(response(502, "Bad Gateway", "cannot resolve " + t->host + ": " + ::gai_strerror(rc)));
-      c.state = Conn::State::responding;
-      return;
-    }
-    for (auto* a = res; a && c.addrs.size() < 8; a = a->ai_next) {
-      struct sockaddr_storage ss = {};
-      std::memcpy(&ss, a->ai_addr, a->ai_addrlen);
-      c.addrs.push_back(ss);
-      c.addr_lens.push_back(a->ai_addrlen);
-    }
-    ::freeaddrinfo(res);
-  }
-
   // What goes upstream first: nothing for CONNECT (the client's bytes follow our 200), the
   // request rewritten to origin-form for plain HTTP.
   if (!c.is_connect) {
-    // Host is rewritten to the URL's authority: the policy allowed that name, and a different
-    // Host header would reach another virtual host behind the same address (e.g. on a CDN).
-    std::string out = method + " " + path + " " + version + "\r\nHost: " + authority + "\r\n";
-    std::size_t pos = eol + 2;
-    while (pos < headers.size()) {
-      auto e = headers.find("\r\n", pos);
-      std::string h = headers.substr(pos, e - pos);
-      pos = e + 2;
-      std::string name = lower(h.substr(0, h.find(':')));
-      if (name == "proxy-connection" || name == "proxy-authorization" || name == "connection" || name == "keep-alive" ||
-          name == "host")
-        continue;
-      out += h + "\r\n";
-    }
-    out += "Connection: close\r\n\r\n";
+    std::string out = origin_form(*req, path, authority);
     c.c2u.append(out);
     usage_[c.key].bytes_out += static_cast<std::int64_t>(out.size());  // the client's header was
     total_bytes_ += static_cast<std::int64_t>(out.size());             // not counted as it arrived
@@ -347,14 +363,91 @@ void EgressProxy::handle_request(Conn& c, std::int64_t now_ms) {
   total_bytes_ += static_cast<std::int64_t>(rest.size());
   if (!rest.empty() && !c.c2u.append(rest)) return deny(c, 400, "Bad Request", t->host, t->port, "request too large", now_ms);
   c.head.clear();
-  start_connect(c);
+  c.host = t->host;
+  c.port = t->port;
+  c.target = *t;
+  // Destination addresses: literals directly, allowed names through the resolver (on_answers).
+  if (!t->is_address) {
+    c.state = Conn::State::resolving;
+    c.lookup_deadline_ms = now_ms + lookup_timeout_ms_;
+    return start_lookups(now_ms);
+  }
+  struct sockaddr_storage ss = {};
+  c.addr_lens.push_back(sockaddr_of(*t, ss));
+  c.addrs.push_back(ss);
+  start_connect(c, now_ms);
 }
 
-void EgressProxy::start_connect(Conn& c) {
+// Connections waiting for a lookup slot get one in the order they came (conns_ keeps it).
+void EgressProxy::start_lookups(std::int64_t now_ms) {
+  for (auto& cp : conns_) {
+    Conn& c = *cp;
+    if (c.state != Conn::State::resolving || c.lookup_id != 0) continue;
+    if (!resolver_.init_error().empty()) {
+      fail(c, 502, "Bad Gateway", "cannot resolve " + c.host + ": " + resolver_.init_error());
+      continue;
+    }
+    if (!resolver_.can_start()) break;
+    c.lookup_id = resolver_.start(c.host, c.port);
+  }
+  on_answers(now_ms);  // an /etc/hosts answer comes back at once
+}
+
+void EgressProxy::on_answers(std::int64_t now_ms) {
+  for (auto& a : resolver_.take_answers()) {
+    auto it = std::find_if(conns_.begin(), conns_.end(), [&](const std::unique_ptr<Conn>& c) {
+      return c->state == Conn::State::resolving && c->lookup_id == a.id;
+    });
+    if (it == conns_.end()) continue;  // the connection timed out or went away meanwhile
+    Conn& c = **it;
+    c.last_active_ms = now_ms;  // what follows (a connect, or an error to send) gets its own idle period
+    if (a.timed_out) {
+      lookup_timed_out(c, now_ms);
+      continue;
+    }
+    if (!a.ok) {
+      fail(c, 502, "Bad Gateway", "cannot resolve " + c.host + ": " + a.error);
+      continue;
+    }
+    c.addrs = std::move(a.addrs);
+    c.addr_lens = std::move(a.addr_lens);
+    start_connect(c, now_ms);
+  }
+}
+
+// The policy allowed the destination but it could not be reached: a gateway error, no violation.
+void EgressProxy::fail(Conn& c, int code, const std::string& status, const std::string& reason) {
+  spdlog::info("egress proxy: {}", reason);
+  usage_[c.key].failed++;
+  if (c.ufd >= 0) ::close(c.ufd), c.ufd = -1;
+  c.c2u = Buffer{};
+  c.u2c = Buffer{};
+  c.u2c.append(response(code, status, reason));
+  c.state = Conn::State::responding;
+}
+
+// A resolved address is checked here, where it is connected to, not when the name was allowed
+// (egress_policy.hpp, check_resolved): what the name resolved to is what the socket reaches.
+bool EgressProxy::address_allowed(Conn& c, const struct sockaddr_storage& ss, std::int64_t now_ms) {
+  if (c.target.is_address) return true;  // a literal: its address rule already decided
+  bool v6 = ss.ss_family == AF_INET6;
+  std::array<std::uint8_t, 16> a{};
+  if (v6) std::memcpy(a.data(), &reinterpret_cast<const struct sockaddr_in6*>(&ss)->sin6_addr, 16);
+  else std::memcpy(a.data(), &reinterpret_cast<const struct sockaddr_in*>(&ss)->sin_addr, 4);
+  normalise_address(v6, a);
+  auto d = check_resolved(cfg_.rules, c.target, v6, a);
+  if (d.allowed) return true;
+  record_violation(c.host, c.port, d.reason, now_ms, address_text(v6, a));
+  c.refused = d.reason;
+  return false;
+}
+
+void EgressProxy::start_connect(Conn& c, std::int64_t now_ms) {
   while (c.next_addr < c.addrs.size()) {
     auto& ss = c.addrs[c.next_addr];
     socklen_t len = c.addr_lens[c.next_addr];
     ++c.next_addr;
+    if (!address_allowed(c, ss, now_ms)) continue;
     int fd = ::socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) {
       c.connect_error = std::strerror(errno);
@@ -368,14 +461,18 @@ void EgressProxy::start_connect(Conn& c) {
     c.connect_error = std::strerror(errno);
     ::close(fd);
   }
-  usage_[c.key].failed++;
-  c.c2u = Buffer{};
-  c.u2c = Buffer{};
-  c.u2c.append(response(502, "Bad Gateway", "cannot connect to " + c.key + ": " + c.connect_error));
-  c.state = Conn::State::responding;
+  if (!c.refused.empty() && c.connect_error.empty()) {  // every address was refused: a denial
+    usage_[c.key].denied++;
+    c.c2u = Buffer{};
+    c.u2c = Buffer{};
+    c.u2c.append(response(403, "Forbidden", c.refused));
+    c.state = Conn::State::responding;
+    return;
+  }
+  fail(c, 502, "Bad Gateway", "cannot connect to " + c.key + ": " + c.connect_error);
 }
 
-void EgressProxy::on_connected(Conn& c) {
+void EgressProxy::on_connected(Conn& c, std::int64_t now_ms) {
   int err = 0;
   socklen_t len = sizeof err;
   if (::getsockopt(c.ufd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
@@ -384,7 +481,7 @@ void EgressProxy::on_connected(Conn& c) {
     ::close(c.ufd);
     c.ufd = -1;
     c.connect_error = std::strerror(err);
-    start_connect(c);
+    start_connect(c, now_ms);
     return;
   }
   int one = 1;
@@ -406,7 +503,9 @@ void EgressProxy::relay(Conn& c, short crev, short urev, std::int64_t now_ms) {
   };
   // One direction: first what sits in the user-space buffer, then the pipe, then read more
   // (reads are capped by what is left of the run's byte budget). False on a fatal error.
-  auto pump = [&](int src, int dst, Buffer& b, SplicePipe& p, bool& eof, std::int64_t& counter, bool can_read) -> bool {
+  // `limit`: bytes this direction may still read (-1: no limit; plain HTTP's request body).
+  auto pump = [&](int src, int dst, Buffer& b, SplicePipe& p, bool& eof, std::int64_t& counter, bool can_read,
+                  std::int64_t& limit) -> bool {
     if (b.len) {
       ssize_t w = ::send(dst, b.data.get() + b.off, b.len, MSG_NOSIGNAL);
       if (w < 0 && errno != EAGAIN && errno != EINTR) return false;
@@ -417,16 +516,19 @@ void EgressProxy::relay(Conn& c, short crev, short urev, std::int64_t now_ms) {
       if (w < 0 && errno != EAGAIN && errno != EINTR) return false;
       if (w > 0) p.in -= static_cast<std::size_t>(w);
     }
-    if (!can_read || eof) return true;
+    if (!can_read || eof || limit == 0) return true;
+    auto cap = [&](std::size_t want) {
+      return limit < 0 ? want : std::min(want, static_cast<std::size_t>(limit));
+    };
     ssize_t k;
     if (p.r >= 0) {
-      std::size_t want = budget(p.cap - std::min(p.in, p.cap));
+      std::size_t want = cap(budget(p.cap - std::min(p.in, p.cap)));
       if (want == 0) return true;
       k = ::splice(src, nullptr, p.w, nullptr, want, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
       if (k > 0) p.in += static_cast<std::size_t>(k);
     } else {
       b.compact();
-      std::size_t want = budget(b.room());
+      std::size_t want = cap(budget(b.room()));
       if (want == 0) return true;
       k = ::read(src, b.tail(), want);
       if (k > 0) b.len += static_cast<std::size_t>(k);
@@ -438,8 +540,10 @@ void EgressProxy::relay(Conn& c, short crev, short urev, std::int64_t now_ms) {
     }
     counter += k;
     total_bytes_ += k;
+    if (limit > 0) limit -= k;
     return true;
   };
+  std::int64_t no_limit = -1;
   bool c_read = (crev & POLLIN) || ((crev & (POLLHUP | POLLERR)) && !c.c_eof);
   bool u_read = (urev & POLLIN) || ((urev & (POLLHUP | POLLERR)) && !c.u_eof);
   // A few rounds per wake-up while data keeps moving: fewer trips through poll(2) for a bulk
@@ -447,14 +551,17 @@ void EgressProxy::relay(Conn& c, short crev, short urev, std::int64_t now_ms) {
   for (int round = 0; round < 8; ++round) {
     std::size_t before = c.c2u.len + c.u2c.len + c.c2p.in + c.u2p.in;
     std::int64_t total_before = total_bytes_;
-    if (!pump(c.cfd, c.ufd, c.c2u, c.c2p, c.c_eof, u.bytes_out, c_read)) return close_conn(c);
-    if (!pump(c.ufd, c.cfd, c.u2c, c.u2p, c.u_eof, u.bytes_in, u_read)) return close_conn(c);
+    if (!pump(c.cfd, c.ufd, c.c2u, c.c2p, c.c_eof, u.bytes_out, c_read, c.body_left)) return close_conn(c);
+    if (!pump(c.ufd, c.cfd, c.u2c, c.u2p, c.u_eof, u.bytes_in, u_read, no_limit)) return close_conn(c);
     if (c.c2u.len + c.u2c.len + c.c2p.in + c.u2p.in == before && total_bytes_ == total_before) break;
     c_read = u_read = true;  // later rounds try again; EAGAIN simply ends a read
   }
   if (c.c_eof && c.c2u.len == 0 && c.c2p.in == 0 && !c.u_shut) ::shutdown(c.ufd, SHUT_WR), c.u_shut = true;
   if (c.u_eof && c.u2c.len == 0 && c.u2p.in == 0 && !c.c_shut) ::shutdown(c.cfd, SHUT_WR), c.c_shut = true;
   if (c.u_shut && c.c_shut) return close_conn(c);
+  // Plain HTTP: the response has been passed on in full; the exchange is over (the client's
+  // side is no longer read once its request body is through, so its EOF would never be seen).
+  if (!c.is_connect && c.c_shut) return close_conn(c);
   if (cfg_.max_bytes && total_bytes_ >= *cfg_.max_bytes && !bytes_exhausted_) {
     // The budget is spent: every relay ends now (what was read is still only what the budget allowed).
     bytes_exhausted_ = true;
@@ -480,7 +587,7 @@ nlohmann::json EgressProxy::usage_json() const {
   std::int64_t conns = 0, denied = 0, in = 0, out = 0;
   for (auto& [key, u] : usage_) {
     hosts.push_back({{"host", key}, {"connections", u.connections}, {"denied", u.denied}, {"failed", u.failed},
-                     {"idle_closed", u.idle_closed}, {"bytes_in", u.bytes_in}, {"bytes_out", u.bytes_out}});
+                     {"idle_closed", u.idle_closed}, {"lookups_timed_out", u.lookups_timed_out}, {"bytes_in", u.bytes_in}, {"bytes_out", u.bytes_out}});
     conns += u.connections;
     denied += u.denied;
     in += u.bytes_in;
@@ -488,14 +595,16 @@ nlohmann::json EgressProxy::usage_json() const {
   }
   return {{"connections", conns}, {"denied", static_cast<std::int64_t>(violations_.size()) + dropped_violations_},
           {"bytes_in", in}, {"bytes_out", out}, {"peak_concurrent", peak_concurrent_},
-          {"byte_budget_spent", bytes_exhausted_}, {"idle_closed", idle_closed_}, {"hosts", hosts}};
+          {"byte_budget_spent", bytes_exhausted_}, {"idle_closed", idle_closed_},
+          {"lookups_timed_out", lookups_timed_out_}, {"hosts", hosts}};
 }
 
 std::int64_t EgressProxy::ms_until_next_expiry(std::int64_t now_ms) const {
-  std::int64_t best = -1;
+  std::int64_t best = resolver_.ms_until_timeout();
   for (auto& c : conns_) {
     if (c->state == Conn::State::closed) continue;
-    std::int64_t left = std::max<std::int64_t>(0, c->last_active_ms + cfg_.idle_timeout_ms - now_ms);
+    std::int64_t until = c->state == Conn::State::resolving ? c->lookup_deadline_ms : c->last_active_ms + cfg_.idle_timeout_ms;
+    std::int64_t left = std::max<std::int64_t>(0, until - now_ms);
     if (best < 0 || left < best) best = left;
   }
   return best;
@@ -503,6 +612,10 @@ std::int64_t EgressProxy::ms_until_next_expiry(std::int64_t now_ms) const {
 
 void EgressProxy::expire_idle(std::int64_t now_ms) {
   for (auto& c : conns_) {
+    if (c->state == Conn::State::resolving) {
+      if (now_ms >= c->lookup_deadline_ms) lookup_timed_out(*c, now_ms);
+      continue;
+    }
     if (c->state == Conn::State::closed || now_ms - c->last_active_ms < cfg_.idle_timeout_ms) continue;
     std::string why = "no traffic for " + std::to_string(cfg_.idle_timeout_ms) + " ms (network.idle_timeout_ms)";
     if (c->state == Conn::State::request) {
@@ -521,6 +634,17 @@ void EgressProxy::expire_idle(std::int64_t now_ms) {
     ++idle_closed_;
   }
   std::erase_if(conns_, [](const std::unique_ptr<Conn>& c) { return c->state == Conn::State::closed; });
+}
+
+// The lookup (or the wait for a slot) took longer than the lookup timeout: 504. The query itself
+// may still be in c-ares until its own tries run out; its answer then finds no connection.
+void EgressProxy::lookup_timed_out(Conn& c, std::int64_t now_ms) {
+  ++lookups_timed_out_;
+  c.last_active_ms = now_ms;  // the 504 gets its own idle period to be read
+  usage_[c.key].lookups_timed_out++;
+  fail(c, 504, "Gateway Timeout",
+       "cannot resolve " + c.host + ": no answer within " + std::to_string(lookup_timeout_ms_) +
+           " ms (the lookup timeout: min(5 s, network.idle_timeout_ms))");
 }
 
 nlohmann::json EgressProxy::violations_json() const {

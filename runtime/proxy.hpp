@@ -14,12 +14,18 @@
 //
 // Requests: `CONNECT host:port` (TLS and anything else, relayed as bytes) and absolute-URI plain
 // HTTP (`GET http://host[:port]/path`, forwarded as origin-form with `Connection: close`, one
-// request per connection so that a keep-alive connection cannot switch hosts). Denied requests get
+// request per connection so that a keep-alive connection cannot switch hosts: exactly the
+// Content-Length body bytes are passed on, nothing after them). Requests are parsed strictly
+// (http_request.hpp). A name's resolved addresses are checked again at connect time
+// (egress_policy.hpp, check_resolved): internal addresses need an explicit address rule. Denied requests get
 // `403 Forbidden` with the reason in the body and an `X-Sbx-Deny-Reason` header, and are recorded.
 //
-// Names are resolved by the proxy with getaddrinfo(3), which blocks the supervisor for as long as
-// the resolver takes (bounded by resolv.conf's timeout/attempts): accepted for this first version.
-// Only names the policy allowed are ever looked up; literals need no lookup.
+// Names are resolved by the proxy with c-ares on the same poll loop (resolver.hpp): a resolver
+// that never answers holds up only the connections waiting for it, never the supervisor. At most
+// kMaxLookups lookups are in flight (the other connections wait their turn in state resolving);
+// each connection gives its lookup min(5 s, network.idle_timeout_ms), then answers 504 and counts
+// it (usage: failed, lookups_timed_out). Only names the policy allowed are ever looked up;
+// literals need no lookup.
 //
 // Relaying: non-blocking sockets, one 64 KiB buffer per direction with backpressure (a side is
 // read only while the buffer towards the other side has room), half-close passed on with
@@ -37,6 +43,7 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/egress_policy.hpp"
+#include "runtime/resolver.hpp"
 
 namespace sbx {
 
@@ -53,6 +60,7 @@ struct HostUsage {
   std::int64_t denied = 0;
   std::int64_t failed = 0;       // allowed but the upstream could not be reached
   std::int64_t idle_closed = 0;  // closed by the idle timeout
+  std::int64_t lookups_timed_out = 0;  // the name did not resolve within the lookup timeout
   std::int64_t bytes_in = 0;     // upstream -> sandbox
   std::int64_t bytes_out = 0;    // sandbox -> upstream
 };
@@ -85,14 +93,20 @@ class EgressProxy {
 
  private:
   void accept_new(std::int64_t now_ms);
-  void handle_request(Conn& c, std::int64_t now_ms);
+  void handle_request(Conn& c, std::size_t head_len, std::int64_t now_ms);
   void deny(Conn& c, int code, const std::string& status, const std::string& host, int port, const std::string& reason,
             std::int64_t now_ms);
-  void start_connect(Conn& c);
-  void on_connected(Conn& c);
+  void start_lookups(std::int64_t now_ms);
+  void on_answers(std::int64_t now_ms);
+  void lookup_timed_out(Conn& c, std::int64_t now_ms);
+  void fail(Conn& c, int code, const std::string& status, const std::string& reason);
+  bool address_allowed(Conn& c, const struct sockaddr_storage& ss, std::int64_t now_ms);
+  void start_connect(Conn& c, std::int64_t now_ms);
+  void on_connected(Conn& c, std::int64_t now_ms);
   void relay(Conn& c, short crev, short urev, std::int64_t now_ms);
   void close_conn(Conn& c);
-  void record_violation(const std::string& host, int port, const std::string& reason, std::int64_t now_ms);
+  void record_violation(const std::string& host, int port, const std::string& reason, std::int64_t now_ms,
+                        const std::string& address = "");
   bool budget_left() const;
 
   ProxyConfig cfg_;
@@ -102,12 +116,16 @@ class EgressProxy {
   bool handoff_polled_ = false, listen_polled_ = false;
   std::vector<std::unique_ptr<Conn>> conns_;
   std::vector<Conn*> polled_;  // owner of each pollfd pair handed out by add_pollfds
+  Resolver resolver_;
+  std::int64_t lookup_timeout_ms_;
+  std::size_t resolver_polled_ = 0;  // c-ares' sockets in the slice, after the listener
   std::map<std::string, HostUsage> usage_;
   nlohmann::json violations_ = nlohmann::json::array();
   std::int64_t dropped_violations_ = 0;
   std::int64_t total_bytes_ = 0;
   std::int64_t peak_concurrent_ = 0;
   std::int64_t idle_closed_ = 0;
+  std::int64_t lookups_timed_out_ = 0;
   bool bytes_exhausted_ = false;
 };
 

@@ -26,14 +26,17 @@
 #include "runtime/image_seal.hpp"
 #include "runtime/image_store.hpp"
 #include "runtime/limits_plan.hpp"
+#include "runtime/log.hpp"
 #include "runtime/proxy.hpp"
 #include "runtime/raw_syscall.hpp"
 #include "runtime/seccomp_policy.hpp"
 #include "runtime/sha256.hpp"
+#include "runtime/signals.hpp"
 #include "runtime/supervisor.hpp"
 #include "runtime/trace.hpp"
 #include "runtime/trace_store.hpp"
 #include "runtime/units.hpp"
+#include "runtime/text_escape.hpp"
 
 extern char** environ;
 
@@ -118,7 +121,13 @@ json network_enforcement_json(const NetworkSpec& n) {
     j["proxy"] = {{"listen", "127.0.0.1:" + std::to_string(kProxyPort)},
                   {"where", "sbx supervisor, outside the sandbox; socket bound in the sandbox's network namespace"},
                   {"protocols", {"CONNECT", "http absolute-URI"}},
-                  {"resolver", "getaddrinfo in the supervisor, for allowed names only"},
+                  {"resolver", "c-ares on the supervisor's poll loop (/etc/hosts, then resolv.conf's servers), for "
+                                "allowed names only; 16 lookups in flight, 504 after min(5 s, idle_timeout_ms)"},
+                  {"resolved_addresses", "checked at connect time: loopback, link-local, private, CGNAT, unique-local, "
+                                         "unspecified, multicast and broadcast addresses only through an address/CIDR rule; "
+                                         "IPv4-mapped IPv6 matched as IPv4"},
+                  {"requests", "strict HTTP/1.x parsing (CRLF only, no control bytes, no CL+TE); plain HTTP: one "
+                               "Content-Length-framed request per connection"},
                   {"max_connections", n.max_connections},
                   {"max_bytes", n.max_bytes ? json(*n.max_bytes) : json(nullptr)},
                   {"idle_timeout_ms", n.idle_timeout_ms}};
@@ -129,40 +138,6 @@ std::int64_t monotonic_ms() {
   struct timespec ts;
   ::clock_gettime(CLOCK_MONOTONIC, &ts);
   return ts.tv_sec * 1000LL + ts.tv_nsec / 1'000'000;
-}
-
-Outcome outcome_from(const SuperviseResult& s) {
-  Outcome o;
-  if (s.setup_error) {
-    const ChildMsg& m = *s.setup_error;
-    o.status = RunStatus::setup_error;
-    o.error = Error{m.stage, m.err, m.message};
-    return o;
-  }
-  if (s.seccomp_kill) {
-    // A kill action arrives as a notification: the supervisor named the call, then killed the
-    // sandbox with the call still blocked. Reported like the kernel's SIGSYS kill (exit 159).
-    o.status = RunStatus::seccomp_violation;
-    o.signal = SIGSYS;
-    o.reason = "killed by the seccomp policy: " + s.seccomp_kill->name + " (" + s.seccomp_kill->arch + ", " +
-               s.seccomp_kill->action + ")";
-    return o;
-  }
-  if (s.timed_out || s.cpu_exceeded) {
-    o.status = RunStatus::timeout;
-    o.reason = s.timed_out ? "wall" : "cpu";
-    o.signal = SIGKILL;
-    return o;
-  }
-  if (s.program_wait_status) {
-    o = outcome_from_wait_status(*s.program_wait_status);
-    return o;
-  }
-  // Init died without reporting: killed by sbx after a forwarded signal, or by something else.
-  o.status = RunStatus::signaled;
-  o.signal = WIFSIGNALED(s.init_wait_status) ? WTERMSIG(s.init_wait_status) : SIGKILL;
-  if (s.killed_after_grace) o.reason = "killed after signal " + std::to_string(s.forwarded_signal);
-  return o;
 }
 
 // --input: each host file or directory hashed before the run (what the program was given).
@@ -211,6 +186,7 @@ RunReport run_sandbox(const RunRequest& req) {
   // run (the rest: setup of a forked init, the program, until the sandbox is empty); record
   // (trace + durable store).
   std::int64_t t_start = mono_us(), t_spawn = 0, t_go = 0, t_end = 0;
+  NonBlockingLogScope log_never_blocks;
   const RunSpec& spec = req.spec;
   TraceParts parts;
   parts.run_id = make_run_id();
@@ -399,18 +375,30 @@ RunReport run_sandbox(const RunRequest& req) {
     }
 
     // The forwarded signals go to a signalfd; they must be blocked before clone so that none is
-    // lost in between (and init inherits the mask, which it wants for sigwaitinfo too).
-    sigset_t forwarded, all_supervised, old;
-    sigemptyset(&forwarded);
-    for (int s : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) sigaddset(&forwarded, s);
+    // lost in between (and init inherits the mask, which it wants for sigwaitinfo too). main()
+    // blocked them already (signals.hpp); the guards put the mask and SIGPIPE's disposition
+    // back on every return path of this step. SIGPIPE is ignored so that a reader gone away is
+    // an EPIPE for the relays (output_relay.hpp), not the end of sbx and its record.
+    sigset_t forwarded, all_supervised;
+    forwarded_signals(&forwarded);
     supervised_signals(&all_supervised);
-    ::sigprocmask(SIG_BLOCK, &all_supervised, &old);
-    ::signal(SIGPIPE, SIG_IGN);
+    SignalMaskGuard mask_guard(SIG_BLOCK, all_supervised);
+    SignalDispositionGuard sigpipe_guard(SIGPIPE, SIG_IGN);
     int sigfd = ::signalfd(-1, &forwarded, SFD_CLOEXEC | SFD_NONBLOCK);
     if (sigfd < 0) return fail_setup(sys_error("prepare", "signalfd"));
+    // A signal that came before the sandbox exists (while sbx prepared, or in its first
+    // milliseconds, main.cpp) ends the run here: the program is not started, and the record
+    // says why, as a terminal's Ctrl-C before a command starts means it never runs.
+    if (int sig = take_pending_forwarded_signal()) {
+      ::close(sigfd);
+      outcome = Outcome{};
+      outcome.status = RunStatus::signaled;
+      outcome.signal = sig;
+      outcome.reason = signal_name(sig) + " received by sbx before the program started: it was not started";
+      return;
+    }
     if (auto st = caller_in.begin_session(); !st) {
       ::close(sigfd);
-      ::sigprocmask(SIG_SETMASK, &old, nullptr);
       return fail_setup(st.error());
     }
 
@@ -484,7 +472,6 @@ RunReport run_sandbox(const RunRequest& req) {
         ::waitpid(child->pid, &ws, 0);
         ::close(child->pidfd);
         ::close(sigfd);
-        ::sigprocmask(SIG_SETMASK, &old, nullptr);
         return fail_setup(sealed.error());
       }
       spdlog::debug("image seal: {} entries checked in {} us, beside the sandbox's setup", seal->entries, mono_us() - t0);
@@ -500,14 +487,14 @@ RunReport run_sandbox(const RunRequest& req) {
     in.msg_fd = msg.r;
     in.out_fd = out.r;
     in.err_fd = err.r;
-    out.r = err.r = -1;  // the pumps own and close them
+    out.r = err.r = -1;  // the relays own and close them
     if (req.stdin_plan.mode == StdinMode::pty) {
       // The pty master is the stdout stream (it arrives in the loop); nothing writes the pipe.
       ::close(in.out_fd);
       in.out_fd = -1;
     }
     in.input = &caller_in;
-    ::fcntl(in.out_fd, F_SETFL, O_NONBLOCK);
+    if (in.out_fd >= 0) ::fcntl(in.out_fd, F_SETFL, O_NONBLOCK);
     ::fcntl(in.err_fd, F_SETFL, O_NONBLOCK);
     in.out_dst = req.stdout_fd;
     in.err_dst = req.stderr_fd;
@@ -525,9 +512,10 @@ RunReport run_sandbox(const RunRequest& req) {
     in.seccomp_sock = handoff.r;
     handoff.r = -1;  // the supervisor's notifier owns it
     in.seccomp_reference = &seccomp->reference;
+    in.seccomp_named = &seccomp->named;
     if (cgroup && spec.limits.cpu_time_ms) {
       in.cpu_budget_ms = spec.limits.cpu_time_ms;
-      in.cpu_used_us = [&] { return cgroup->usage().cpu_usage_us; };
+      in.cpu_used_us = [&] { return cgroup->cpu_usage_us(); };
       in.max_cpus = spec.limits.cpus.value_or(static_cast<double>(::sysconf(_SC_NPROCESSORS_ONLN)));
     }
     if (proxy) in.proxy = &*proxy;
@@ -537,9 +525,8 @@ RunReport run_sandbox(const RunRequest& req) {
     if (sup->init_pending) exiting_init = child->pid;
     ::close(child->pidfd);
     ::close(sigfd);
-    ::sigprocmask(SIG_SETMASK, &old, nullptr);
     // 4 collect
-    outcome = outcome_from(*sup);
+    outcome = outcome_from_supervision(*sup, in.kill_grace_ms);
     // /out's fd waited in the socket since setup; every process of the sandbox is dead now.
     if (recv_fd(out_pair.r, &out_dir_fd) <= 0) out_dir_fd = -1;
     if (out_dir_fd >= 0 && !req.export_dir.empty()) {
@@ -572,6 +559,12 @@ RunReport run_sandbox(const RunRequest& req) {
       }
     }
     parts.violations = violations_json(sup->violations);
+    if (seccomp && seccomp->enabled) {
+      parts.violations_summary["seccomp"] = violation_totals_json(sup->seccomp_totals, sup->violations.size());
+      if (sup->seccomp_totals.truncated())
+        spdlog::warn("seccomp: {} refused calls of {} distinct kinds are counted but not listed in the trace (list capped at {} entries)",
+                     sup->seccomp_totals.unlisted_calls, sup->seccomp_totals.unlisted_distinct, SeccompNotifier::kMaxListed);
+    }
     if (proxy) {
       for (auto& v : proxy->violations_json()) parts.violations.push_back(v);
       parts.usage_extra["network"] = proxy->usage_json();
@@ -621,19 +614,24 @@ RunReport run_sandbox(const RunRequest& req) {
   }
   report.trace["outputs"] = outputs;
   for (auto& [k, v] : extra.items()) report.trace[k] = v;
-  std::string text = report.trace.dump(2) + "\n";
+  std::string text = trace_text(report.trace);  // never throws (trace.hpp)
+  // The record is stored before anything is written to stderr: a write to stderr blocks while
+  // its reader is stalled, and sbx must not die there (SIGKILL from an impatient caller) with
+  // the run unrecorded. --trace-file is 0600 like the store's records: a record holds the run's
+  // argv and --env values.
+  auto stored = store_trace(req.dirs, run_id, text);
+  Status trace_file_written;
+  if (!req.trace_file.empty()) trace_file_written = write_file_durable(req.trace_file, text, 0600);
   if (outcome.status == RunStatus::setup_error && outcome.error) {
-    std::fprintf(stderr, "sbx: %s\n", outcome.error->describe_with_stage().c_str());
+    std::fprintf(stderr, "sbx: %s\n", printable(outcome.error->describe_with_stage()).c_str());
   } else if (outcome.status == RunStatus::timeout) {
     spdlog::info("wall-time limit of {} reached: sandbox killed", format_duration_ms(*spec.limits.timeout_ms));
   }
-  if (auto st = store_trace(req.dirs, run_id, text); !st)
-    spdlog::warn("could not store the trace record in {}: {}", req.dirs.traces, st.error().describe());
-  if (!req.trace_file.empty()) {
-    if (auto st = write_file_durable(req.trace_file, text); !st) {
-      std::fprintf(stderr, "sbx: cannot write --trace-file %s: %s\n", req.trace_file.c_str(), st.error().describe().c_str());
-      if (report.exit_status == 0) report.exit_status = 125;
-    }
+  if (!stored) spdlog::warn("could not store the trace record in {}: {}", req.dirs.traces, stored.error().describe());
+  if (!trace_file_written) {
+    std::fprintf(stderr, "sbx: cannot write --trace-file %s: %s\n", printable(req.trace_file).c_str(),
+                 printable(trace_file_written.error().describe()).c_str());
+    if (report.exit_status == 0) report.exit_status = 125;
   }
   spdlog::info("run {} ended: {} (trace in {}/{}.json)", run_id, to_string(outcome.status), req.dirs.traces, run_id);
   // 6 clean: init's exit has run beside the recording; it is reaped now, so that nothing of the

@@ -19,12 +19,11 @@
 
 namespace sbx {
 
-namespace {
-constexpr std::size_t kMaxDistinct = 1024;  // distinct (arch, nr, action) entries kept in the record
+SeccompNotifier::SeccompNotifier(int sock, const std::vector<sock_filter>* reference, std::int64_t start_ms,
+                                 const std::vector<std::string>* named)
+    : sock_(sock), reference_(reference), start_ms_(start_ms) {
+  if (named) named_.insert(named->begin(), named->end());
 }
-
-SeccompNotifier::SeccompNotifier(int sock, const std::vector<sock_filter>* reference, std::int64_t start_ms)
-    : sock_(sock), reference_(reference), start_ms_(start_ms) {}
 
 SeccompNotifier::~SeccompNotifier() {
   if (sock_ >= 0) ::close(sock_);
@@ -68,24 +67,8 @@ bool SeccompNotifier::on_listener_ready(short revents, std::int64_t now_ms) {
     ::ioctl(listener_, SECCOMP_IOCTL_NOTIF_SEND, &cont);
     return false;
   }
-  std::string arch = seccomp_arch_name(req.data.arch);
-  if (req.data.arch == AUDIT_ARCH_X86_64 && (req.data.nr & 0x40000000)) arch = "x32";
-  std::string action = seccomp_action_text(ret);
-  // Aggregate per (arch, nr, action).
-  SeccompViolation* v = nullptr;
-  for (auto& e : violations_)
-    if (e.number == req.data.nr && e.arch == arch && e.action == action) v = &e;
-  if (!v && (violations_.size() < kMaxDistinct || kill)) {  // the call that kills is always named
-    violations_.push_back({seccomp_syscall_name(req.data.arch, req.data.nr), req.data.nr, arch, action, 0,
-                           now_ms - start_ms_, kill});
-    v = &violations_.back();
-    spdlog::info("seccomp: refused {} ({}, {}) with {}", v->name, v->number, arch, action);
-  }
-  if (v) ++v->count;
-  if (kill) {
-    if (kill_ < 0 && v) kill_ = v - violations_.data();
-    return true;  // no answer: the sandbox is killed with the call still blocked
-  }
+  record(req.data.arch, req.data.nr, ret, kill, now_ms);
+  if (kill) return true;  // no answer: the sandbox is killed with the call still blocked
   struct seccomp_notif_resp resp;
   std::memset(&resp, 0, sizeof resp);
   resp.id = req.id;
@@ -94,6 +77,46 @@ bool SeccompNotifier::on_listener_ready(short revents, std::int64_t now_ms) {
   if (::ioctl(listener_, SECCOMP_IOCTL_NOTIF_SEND, &resp) != 0 && errno != ENOENT)
     spdlog::debug("seccomp: answer failed: {}", std::strerror(errno));
   return false;
+}
+
+// Aggregates one refused call per (arch, number, action). Past kMaxListed entries only the call
+// that kills and the calls the policy names are listed; every other call is counted.
+void SeccompNotifier::record(std::uint32_t arch_token, int nr, std::uint32_t ret, bool kill, std::int64_t now_ms) {
+  ++totals_.calls;
+  Key key{arch_token, nr, ret};
+  auto it = index_.find(key);
+  if (it == index_.end()) {
+    std::string name = seccomp_syscall_name(arch_token, nr);
+    if (violations_.size() >= kMaxListed && !kill && !named_.count(name)) {
+      ++totals_.unlisted_calls;
+      if (unlisted_.size() < kMaxUnlistedKeys) {
+        if (unlisted_.insert(key).second) ++totals_.unlisted_distinct;
+      } else if (!unlisted_.count(key)) {
+        totals_.unlisted_distinct_exact = false;
+      }
+      return;
+    }
+    std::string arch = seccomp_arch_name(arch_token);
+    if (arch_token == AUDIT_ARCH_X86_64 && (nr & 0x40000000)) arch = "x32";
+    violations_.push_back({std::move(name), nr, arch, seccomp_action_text(ret), 0, now_ms - start_ms_, kill});
+    it = index_.emplace(key, violations_.size() - 1).first;
+    auto& v = violations_.back();
+    spdlog::info("seccomp: refused {} ({}, {}) with {}", v.name, v.number, v.arch, v.action);
+  }
+  SeccompViolation& v = violations_[it->second];
+  ++v.count;
+  if (kill && kill_ < 0) kill_ = static_cast<long>(it->second);
+}
+
+nlohmann::json violation_totals_json(const SeccompViolationTotals& t, std::size_t listed) {
+  return {{"calls", t.calls},
+          {"listed", listed},
+          {"listed_cap", SeccompNotifier::kMaxListed},
+          {"truncated", t.truncated()},
+          {"unlisted_calls", t.unlisted_calls},
+          {"unlisted_distinct", t.unlisted_distinct},
+          {"unlisted_distinct_exact", t.unlisted_distinct_exact},
+          {"always_listed", "calls named by a refusing rule of the policy, and the call that killed the sandbox"}};
 }
 
 nlohmann::json violations_json(const std::vector<SeccompViolation>& vs) {

@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -17,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/fsutil.hpp"
+#include "runtime/json_io.hpp"
 #include "runtime/sha256.hpp"
 
 namespace sbx {
@@ -65,7 +67,7 @@ class Reader {
     for (auto& [k, v] : obj.items()) {
       bool ok = false;
       for (auto* n : known) ok = ok || k == n;
-      if (!ok) return fail(pointer + "/" + k, "unknown key '" + k + "'");
+      if (!ok) return fail(pointer + "/" + pointer_token(k), "unknown key '" + k + "'");
     }
     return {};
   }
@@ -90,6 +92,36 @@ class Reader {
 };
 
 // "SCMP_ACT_ERRNO" + errnoRet -> libseccomp action value.
+// The errno an action returns: the OCI number (`num_key`: errnoRet, defaultErrnoRet) and/or the
+// name Podman's files give beside it (`name_key`: errno, defaultErrno, e.g. "ENOSYS"); when both
+// are present they must agree. Names are glibc's (strerrorname_np), so every E* constant works.
+Result<std::optional<std::uint64_t>> errno_member(const Reader& rd, const json& obj, const char* num_key,
+                                                  const char* name_key, const std::string& pointer) {
+  std::optional<std::uint64_t> num, named;
+  if (obj.contains(num_key) && !obj.at(num_key).is_null()) {
+    auto e = rd.u64(obj.at(num_key), pointer + "/" + num_key);
+    if (!e) return e.error();
+    if (*e > 4095) return rd.fail(pointer + "/" + num_key, "must be an errno value (0-4095)");
+    num = *e;
+  }
+  if (obj.contains(name_key) && !obj.at(name_key).is_null()) {
+    const json& n = obj.at(name_key);
+    if (!n.is_string()) return rd.fail(pointer + "/" + name_key, "must be an errno name such as \"EPERM\"");
+    static constexpr NamedErrno kAliases[] = {{"EWOULDBLOCK", EWOULDBLOCK}, {"EDEADLOCK", EDEADLOCK}, {"ENOTSUP", ENOTSUP}};
+    for (auto& a : kAliases)
+      if (n.get<std::string>() == a.name) named = static_cast<std::uint64_t>(a.value);
+    for (int e = 1; e < 4096 && !named; ++e) {
+      const char* known = ::strerrorname_np(e);
+      if (known && n.get<std::string>() == known) named = static_cast<std::uint64_t>(e);
+    }
+    if (!named) return rd.fail(pointer + "/" + name_key, "unknown errno name '" + n.get<std::string>() + "'");
+    if (num && *num != *named)
+      return rd.fail(pointer + "/" + name_key, "'" + n.get<std::string>() + "' is " + std::to_string(*named) + " but " +
+                                                   num_key + " says " + std::to_string(*num));
+  }
+  return num ? num : named;
+}
+
 Result<std::uint32_t> parse_action(const Reader& rd, const json& v, const std::string& pointer,
                                    std::optional<std::uint64_t> errno_ret, std::string& text) {
   if (!v.is_string()) return rd.fail(pointer, "must be a string (SCMP_ACT_...)");
@@ -259,29 +291,17 @@ Result<SeccompPolicy> parse_seccomp_policy(std::string_view text, const std::str
   SeccompPolicy pol;
   pol.source = source;
   Reader rd(pol.source);
-  json j = json::parse(text, nullptr, false);
-  if (j.is_discarded()) {
-    // Re-parse with exceptions for the position of the error.
-    try {
-      json again = json::parse(text);
-      (void)again;
-    } catch (const json::parse_error& e) {
-      return make_error(kStage, source + ": not valid JSON: " + e.what());
-    }
-    return make_error(kStage, source + ": not valid JSON");
-  }
+  // Bounded in size and depth (json_io.hpp), like every document sbx reads.
+  auto parsed = parse_json_doc(text, {kMaxPolicyBytes}, kStage, source);
+  if (!parsed) return parsed.error();
+  json j = std::move(*parsed);
   if (!j.is_object()) return rd.fail("", "must be a JSON object (OCI linux.seccomp)");
-  SBX_TRY(rd.only(j, "", {"defaultAction", "defaultErrnoRet", "architectures", "archMap", "syscalls", "flags",
-                          "listenerPath", "listenerMetadata"}));
+  SBX_TRY(rd.only(j, "", {"defaultAction", "defaultErrnoRet", "defaultErrno", "architectures", "archMap", "syscalls",
+                          "flags", "listenerPath", "listenerMetadata"}));
   if (!j.contains("defaultAction")) return rd.fail("/defaultAction", "is required");
-  std::optional<std::uint64_t> default_errno;
-  if (j.contains("defaultErrnoRet") && !j.at("defaultErrnoRet").is_null()) {
-    auto e = rd.u64(j.at("defaultErrnoRet"), "/defaultErrnoRet");
-    if (!e) return e.error();
-    if (*e > 4095) return rd.fail("/defaultErrnoRet", "must be an errno value (0-4095)");
-    default_errno = *e;
-  }
-  auto da = parse_action(rd, j.at("defaultAction"), "/defaultAction", default_errno, pol.default_action_text);
+  auto default_errno = errno_member(rd, j, "defaultErrnoRet", "defaultErrno", "");
+  if (!default_errno) return default_errno.error();
+  auto da = parse_action(rd, j.at("defaultAction"), "/defaultAction", *default_errno, pol.default_action_text);
   if (!da) return da.error();
   pol.default_action = *da;
 
@@ -342,7 +362,7 @@ Result<SeccompPolicy> parse_seccomp_policy(std::string_view text, const std::str
       std::string p = "/syscalls/" + std::to_string(i);
       const json& r = sc[i];
       if (!r.is_object()) return rd.fail(p, "must be an object");
-      SBX_TRY(rd.only(r, p, {"names", "name", "action", "errnoRet", "args", "comment", "includes", "excludes"}));
+      SBX_TRY(rd.only(r, p, {"names", "name", "action", "errnoRet", "errno", "args", "comment", "includes", "excludes"}));
       SeccompRule rule;
       rule.pointer = p;
       if (r.contains("names")) {
@@ -356,15 +376,10 @@ Result<SeccompPolicy> parse_seccomp_policy(std::string_view text, const std::str
       }
       if (rule.names.empty()) return rd.fail(p + "/names", "must list at least one system call");
       if (!r.contains("action")) return rd.fail(p + "/action", "is required");
-      std::optional<std::uint64_t> eret;
-      if (r.contains("errnoRet") && !r.at("errnoRet").is_null()) {
-        auto e = rd.u64(r.at("errnoRet"), p + "/errnoRet");
-        if (!e) return e.error();
-        if (*e > 4095) return rd.fail(p + "/errnoRet", "must be an errno value (0-4095)");
-        eret = *e;
-      }
+      auto eret = errno_member(rd, r, "errnoRet", "errno", p);
+      if (!eret) return eret.error();
       std::string atext;
-      auto act = parse_action(rd, r.at("action"), p + "/action", eret, atext);
+      auto act = parse_action(rd, r.at("action"), p + "/action", *eret, atext);
       if (!act) return act.error();
       rule.action = *act;
       if (r.contains("comment") && !r.at("comment").is_null() && !r.at("comment").is_string())
@@ -497,6 +512,20 @@ Result<std::vector<sock_filter>> compile_seccomp_policy(const SeccompPolicy& pol
   return prog;
 }
 
+namespace {
+// The names of the policy's non-allow rules, sorted and unique (a cache entry written before this
+// list existed has no "named" member and is treated as a miss).
+std::vector<std::string> refused_names(const SeccompPolicy& pol) {
+  std::vector<std::string> v;
+  for (auto& r : pol.rules)
+    if (r.action != SCMP_ACT_ALLOW)
+      for (auto& n : r.names) v.push_back(n);
+  std::sort(v.begin(), v.end());
+  v.erase(std::unique(v.begin(), v.end()), v.end());
+  return v;
+}
+}  // namespace
+
 Result<PreparedSeccomp> prepare_seccomp(const std::string& which, const std::string& cache_dir) {
   PreparedSeccomp p;
   std::int64_t t0 = now_us();
@@ -510,8 +539,8 @@ Result<PreparedSeccomp> prepare_seccomp(const std::string& which, const std::str
   if (which == "default") {
     text = std::string(default_seccomp_policy_text());
   } else {
-    auto t = read_file(which);
-    if (!t) return make_error(kStage, "cannot read seccomp policy " + which, t.error().err);
+    auto t = read_bounded(which, kMaxPolicyBytes, kStage, "seccomp policy " + which);
+    if (!t) return t.error();
     text = std::move(*t);
   }
   p.enabled = true;
@@ -531,10 +560,11 @@ Result<PreparedSeccomp> prepare_seccomp(const std::string& which, const std::str
     auto meta_text = read_file(meta_path);
     auto prog = meta_text ? read_bpf_file(bpf_path) : Result<std::vector<sock_filter>>(make_error(kStage, "miss"));
     if (meta_text && prog) {
-      json m = json::parse(*meta_text, nullptr, false);
+      json m = parse_json(*meta_text, {kMaxPolicyBytes}).value;  // null when refused: a miss
       if (m.is_object() && m.value("default_action", json()).is_string() && m.value("unresolved", json()).is_array() &&
-          m.value("notes", json()).is_array()) {
+          m.value("notes", json()).is_array() && m.value("named", json()).is_array()) {
         p.default_action = m["default_action"].get<std::string>();
+        for (auto& n : m["named"]) if (n.is_string()) p.named.push_back(n.get<std::string>());
         for (auto& n : m["unresolved"]) if (n.is_string()) p.unresolved.push_back(n.get<std::string>());
         for (auto& n : m["notes"]) if (n.is_string()) p.notes.push_back(n.get<std::string>());
         p.reference = std::move(*prog);
@@ -549,11 +579,12 @@ Result<PreparedSeccomp> prepare_seccomp(const std::string& which, const std::str
   p.default_action = pol->default_action_text;
   p.unresolved = pol->unresolved;
   p.notes = pol->notes;
+  p.named = refused_names(*pol);
   auto prog = compile_seccomp_policy(*pol);
   if (!prog) return prog.error();
   p.reference = std::move(*prog);
   if (!cache_dir.empty()) {
-    json m = {{"default_action", p.default_action}, {"unresolved", p.unresolved}, {"notes", p.notes}};
+    json m = {{"default_action", p.default_action}, {"unresolved", p.unresolved}, {"notes", p.notes}, {"named", p.named}};
     std::string mt = m.dump();
     write_cache(cache_dir, meta_path, mt.data(), mt.size());
     write_cache(cache_dir, bpf_path, p.reference.data(), p.reference.size() * sizeof(sock_filter));

@@ -69,6 +69,9 @@ struct PreparedSeccomp {
   std::string sha256;                 // of the policy text
   std::string default_action;
   std::vector<std::string> unresolved, notes;
+  // Syscall names that a non-allow rule of the policy names (mount, ptrace, bpf, ...): refusals of
+  // these are always kept in the trace's violations, past the cap on distinct entries.
+  std::vector<std::string> named;
   bool cached = false;                // the BPF came from the cache
   std::int64_t setup_us = 0;          // read + parse + (compile | cache load) + patch
   std::vector<sock_filter> reference; // real actions, evaluated by the supervisor

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <string_view>
 
+#include "runtime/text_escape.hpp"
+
 namespace sbx {
 namespace {
 // Characters no POSIX shell treats specially in a word (not at the start of one either: '=' only
@@ -16,6 +18,19 @@ bool is_safe(unsigned char c) {
 std::string shell_quote(const std::string& arg) {
   if (!arg.empty() && std::all_of(arg.begin(), arg.end(), [](unsigned char c) { return is_safe(c); }))
     return arg;
+  // A control byte, invalid UTF-8 or a format character inside '...' would reach the terminal as
+  // it is: such an argument is written in ANSI-C quoting ($'...', bash/zsh/ksh and POSIX 2024),
+  // whose escapes are printable()'s, with ' escaped too.
+  if (printable(arg) != arg) {
+    std::string doubled;
+    for (char c : arg) doubled += c == '\\' ? std::string("\\\\") : std::string(1, c);
+    std::string out = "$'";
+    for (char c : printable(doubled)) {
+      if (c == '\'') out += "\\'";
+      else out += c;
+    }
+    return out + "'";
+  }
   std::string out = "'";
   for (char c : arg) {
     if (c == '\'') out += "'\\''";  // close the quote, an escaped quote, reopen

@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/egress_policy.hpp"
+#include "runtime/json_io.hpp"
 #include "runtime/units.hpp"
 
 namespace sbx {
@@ -12,6 +13,30 @@ namespace {
 
 json opt(const std::optional<std::int64_t>& v) { return v ? json(*v) : json(nullptr); }
 
+// Upper bounds of the quantities a spec holds (ObjectReader::get_quantity); the string forms are
+// bounded alike by parse_duration_ms and parse_size_bytes.
+constexpr std::int64_t kMaxDurationMs = 1'000'000'000'000'000;  // ~31,700 years
+constexpr std::int64_t kMaxSizeBytes = 1LL << 62;
+constexpr std::int64_t kMaxCount = 1LL << 31;
+constexpr std::int64_t kMaxPids = 1LL << 22;  // the kernel's PID_MAX_LIMIT
+
+// Every string of a spec ends up as a C string (argv, environment, mount paths, hostname): a NUL
+// inside would silently cut it there, so that "/data\0/../etc" named "/data". Refused instead.
+bool has_nul(const std::string& s) { return s.find('\0') != std::string::npos; }
+constexpr const char* kNulMessage = "must not contain a NUL byte";
+
+// An integer of JSON within [lo, hi]: floats, huge unsigned values and anything not a number fail.
+std::optional<std::int64_t> integer_in(const json& v, std::int64_t lo, std::int64_t hi) {
+  if (v.is_number_unsigned()) {
+    if (v.get<std::uint64_t>() > static_cast<std::uint64_t>(hi)) return std::nullopt;
+    return static_cast<std::int64_t>(v.get<std::uint64_t>());
+  }
+  if (!v.is_number_integer()) return std::nullopt;
+  std::int64_t n = v.get<std::int64_t>();
+  if (n < lo || n > hi) return std::nullopt;
+  return n;
+}
+
 // Reads one JSON object strictly: each member is consumed by a typed getter, and `finish()` reports
 // the first member nobody asked for. Every error names the source file and the key path.
 class ObjectReader {
@@ -20,7 +45,7 @@ class ObjectReader {
       : j_(j), source_(std::move(source)), path_(std::move(path)) {}
 
   Status check_object() const {
-    if (!j_.is_object()) return fail(path_.empty() ? "(top level)" : path_, "must be a JSON object");
+    if (!j_.is_object()) return fail(path_, "must be a JSON object");
     return {};
   }
   bool has(const char* key) { return j_.contains(key) && !j_.at(key).is_null(); }
@@ -28,9 +53,11 @@ class ObjectReader {
     seen_.push_back(key);
     return j_.at(key);
   }
-  std::string key_path(const char* key) const { return path_.empty() ? key : path_ + "." + key; }
-  Error fail(const std::string& key_path, const std::string& what) const {
-    return make_error("spec", source_ + ": " + key_path + ": " + what);
+  // Key paths are JSON pointers into the document ("/limits/timeout_ms").
+  std::string key_path(const std::string& key) const { return path_ + "/" + pointer_token(key); }
+  std::string index_path(const char* key, std::size_t i) const { return key_path(key) + "/" + std::to_string(i); }
+  Error fail(const std::string& pointer, const std::string& what) const {
+    return make_error("spec", source_ + ": " + (pointer.empty() ? "" : pointer + ": ") + what);
   }
   Error fail_key(const char* key, const std::string& what) const { return fail(key_path(key), what); }
 
@@ -38,7 +65,7 @@ class ObjectReader {
     for (auto& [k, v] : j_.items()) {
       bool known = false;
       for (auto& s : seen_) known = known || s == k;
-      if (!known) return make_error("spec", source_ + ": unknown key '" + key_path(k.c_str()) + "'");
+      if (!known) return fail(key_path(k), "unknown key");
     }
     return {};
   }
@@ -49,6 +76,7 @@ class ObjectReader {
     if (!has(key)) return {};
     if (!j_.at(key).is_string()) return fail_key(key, "must be a string");
     out = j_.at(key).get<std::string>();
+    if (has_nul(out)) return fail_key(key, kNulMessage);
     return {};
   }
   Status get_bool(const char* key, bool& out) {
@@ -61,24 +89,25 @@ class ObjectReader {
   Status get_u32(const char* key, std::uint32_t& out) {
     seen_.push_back(key);
     if (!has(key)) return {};
-    const json& v = j_.at(key);
-    if (!v.is_number_integer() || v.get<std::int64_t>() < 0 || v.get<std::int64_t>() > 4294967294LL)
-      return fail_key(key, "must be an integer between 0 and 4294967294");
-    out = static_cast<std::uint32_t>(v.get<std::int64_t>());
+    auto n = integer_in(j_.at(key), 0, 4294967294LL);
+    if (!n) return fail_key(key, "must be an integer between 0 and 4294967294");
+    out = static_cast<std::uint32_t>(*n);
     return {};
   }
   Status get_int(const char* key, int& out, int lo, int hi) {
     seen_.push_back(key);
     if (!has(key)) return {};
-    const json& v = j_.at(key);
-    if (!v.is_number_integer() || v.get<std::int64_t>() < lo || v.get<std::int64_t>() > hi)
-      return fail_key(key, "must be an integer between " + std::to_string(lo) + " and " + std::to_string(hi));
-    out = v.get<int>();
+    auto n = integer_in(j_.at(key), lo, hi);
+    if (!n) return fail_key(key, "must be an integer between " + std::to_string(lo) + " and " + std::to_string(hi));
+    out = static_cast<int>(*n);
     return {};
   }
   // A number in the key's base unit, or a string with a unit parsed by `parse`.
+  // `max` bounds what the rest of sbx computes with (deadlines, mount options, cgroup files): a
+  // value past it is an error here, not an overflow there.
   template <typename Parse>
-  Status get_quantity(const char* key, std::optional<std::int64_t>& out, Parse parse, bool positive) {
+  Status get_quantity(const char* key, std::optional<std::int64_t>& out, Parse parse, bool positive,
+                      std::int64_t max) {
     seen_.push_back(key);
     if (!j_.contains(key)) return {};
     const json& v = j_.at(key);
@@ -87,7 +116,9 @@ class ObjectReader {
       return {};
     }
     std::int64_t n;
-    if (v.is_number_integer()) {
+    if (v.is_number_unsigned() && v.get<std::uint64_t>() > static_cast<std::uint64_t>(max)) {
+      return fail_key(key, "must be at most " + std::to_string(max));
+    } else if (v.is_number_integer()) {
       n = v.get<std::int64_t>();
     } else if (v.is_string()) {
       auto r = parse(v.get<std::string>());
@@ -97,6 +128,7 @@ class ObjectReader {
       return fail_key(key, "must be a number or a string with a unit");
     }
     if (n < 0 || (positive && n == 0)) return fail_key(key, positive ? "must be greater than zero" : "must not be negative");
+    if (n > max) return fail_key(key, "must be at most " + std::to_string(max));
     out = n;
     return {};
   }
@@ -107,8 +139,9 @@ class ObjectReader {
     if (!v.is_array()) return fail_key(key, "must be an array of strings");
     out.clear();
     for (std::size_t i = 0; i < v.size(); ++i) {
-      if (!v[i].is_string()) return fail(key_path(key) + "[" + std::to_string(i) + "]", "must be a string");
+      if (!v[i].is_string()) return fail(index_path(key, i), "must be a string");
       out.push_back(v[i].get<std::string>());
+      if (has_nul(out.back())) return fail(index_path(key, i), kNulMessage);
     }
     return {};
   }
@@ -129,23 +162,23 @@ Status read_limits(ObjectReader& parent, Limits& l) {
   }
   ObjectReader r(parent.at("limits"), parent.source(), parent.key_path("limits"));
   SBX_TRY(r.check_object());
-  SBX_TRY(r.get_quantity("timeout_ms", l.timeout_ms, parse_duration_ms, true));
-  SBX_TRY(r.get_quantity("output_limit_bytes", l.output_limit_bytes, parse_size_bytes, false));
-  SBX_TRY(r.get_quantity("memory_bytes", l.memory_bytes, parse_size_bytes, true));
+  SBX_TRY(r.get_quantity("timeout_ms", l.timeout_ms, parse_duration_ms, true, kMaxDurationMs));
+  SBX_TRY(r.get_quantity("output_limit_bytes", l.output_limit_bytes, parse_size_bytes, false, kMaxSizeBytes));
+  SBX_TRY(r.get_quantity("memory_bytes", l.memory_bytes, parse_size_bytes, true, kMaxSizeBytes));
   SBX_TRY(r.get_quantity("pids", l.pids, [](const std::string& s) -> Result<std::int64_t> {
     return make_error("spec", "bad process count '" + s + "'");
-  }, true));
-  SBX_TRY(r.get_quantity("cpu_time_ms", l.cpu_time_ms, parse_duration_ms, true));
+  }, true, kMaxPids));
+  SBX_TRY(r.get_quantity("cpu_time_ms", l.cpu_time_ms, parse_duration_ms, true, kMaxDurationMs));
   std::optional<std::int64_t> tmp = l.tmp_size_bytes;
-  SBX_TRY(r.get_quantity("tmp_size_bytes", tmp, parse_size_bytes, true));
+  SBX_TRY(r.get_quantity("tmp_size_bytes", tmp, parse_size_bytes, true, kMaxSizeBytes));
   if (!tmp) return r.fail_key("tmp_size_bytes", "must be set");
   l.tmp_size_bytes = *tmp;
   std::optional<std::int64_t> out = l.out_size_bytes, max_bytes = l.output_max_bytes, max_files = l.output_max_files;
-  SBX_TRY(r.get_quantity("out_size_bytes", out, parse_size_bytes, true));
-  SBX_TRY(r.get_quantity("output_max_bytes", max_bytes, parse_size_bytes, false));
+  SBX_TRY(r.get_quantity("out_size_bytes", out, parse_size_bytes, true, kMaxSizeBytes));
+  SBX_TRY(r.get_quantity("output_max_bytes", max_bytes, parse_size_bytes, false, kMaxSizeBytes));
   SBX_TRY(r.get_quantity("output_max_files", max_files, [](const std::string& t) -> Result<std::int64_t> {
     return make_error("spec", "bad file count '" + t + "'");
-  }, false));
+  }, false, kMaxCount));
   if (!out || !max_bytes || !max_files) return r.fail_key("out_size_bytes", "out_size_bytes, output_max_bytes and output_max_files must be set");
   l.out_size_bytes = *out;
   l.output_max_bytes = *max_bytes;
@@ -225,8 +258,10 @@ Result<RunSpec> spec_from_json(const json& j, const std::string& source) {
     if (!e.is_object()) return r.fail_key("env", "must be an object of NAME: value");
     for (auto& [k, v] : e.items()) {
       if (k.empty() || k.find('=') != std::string::npos)
-        return r.fail("env." + k, "variable names must be non-empty and contain no '='");
-      if (!v.is_string()) return r.fail("env." + k, "must be a string");
+        return r.fail(r.key_path("env") + "/" + pointer_token(k), "variable names must be non-empty and contain no '='");
+      if (!v.is_string()) return r.fail(r.key_path("env") + "/" + pointer_token(k), "must be a string");
+      if (has_nul(k) || has_nul(v.get_ref<const std::string&>()))
+        return r.fail(r.key_path("env") + "/" + pointer_token(k), kNulMessage);
       s.env[k] = v.get<std::string>();
     }
   }
@@ -236,8 +271,9 @@ Result<RunSpec> spec_from_json(const json& j, const std::string& source) {
     const json& a = j.at("binds");
     if (!a.is_array()) return r.fail_key("binds", "must be an array");
     for (std::size_t i = 0; i < a.size(); ++i) {
-      std::string p = "binds[" + std::to_string(i) + "]";
+      std::string p = r.index_path("binds", i);
       if (a[i].is_string()) {
+        if (has_nul(a[i].get_ref<const std::string&>())) return r.fail(p, kNulMessage);
         auto b = parse_bind(a[i].get<std::string>());
         if (!b) return r.fail(p, b.error().message);
         s.binds.push_back(*b);
@@ -260,8 +296,9 @@ Result<RunSpec> spec_from_json(const json& j, const std::string& source) {
     const json& a = j.at("tmpfs");
     if (!a.is_array()) return r.fail_key("tmpfs", "must be an array");
     for (std::size_t i = 0; i < a.size(); ++i) {
-      std::string p = "tmpfs[" + std::to_string(i) + "]";
+      std::string p = r.index_path("tmpfs", i);
       if (a[i].is_string()) {
+        if (has_nul(a[i].get_ref<const std::string&>())) return r.fail(p, kNulMessage);
         auto t = parse_tmpfs(a[i].get<std::string>());
         if (!t) return r.fail(p, t.error().message);
         s.tmpfs.push_back(*t);
@@ -272,7 +309,7 @@ Result<RunSpec> spec_from_json(const json& j, const std::string& source) {
       TmpfsMount t;
       std::optional<std::int64_t> size = 64LL << 20;
       SBX_TRY(tr.get_string("dst", t.dst));
-      SBX_TRY(tr.get_quantity("size_bytes", size, parse_size_bytes, true));
+      SBX_TRY(tr.get_quantity("size_bytes", size, parse_size_bytes, true, kMaxSizeBytes));
       SBX_TRY(tr.finish());
       t.size_bytes = size.value_or(64LL << 20);
       s.tmpfs.push_back(t);
@@ -283,8 +320,9 @@ Result<RunSpec> spec_from_json(const json& j, const std::string& source) {
     const json& a = j.at("inputs");
     if (!a.is_array()) return r.fail_key("inputs", "must be an array");
     for (std::size_t i = 0; i < a.size(); ++i) {
-      std::string p = "inputs[" + std::to_string(i) + "]";
+      std::string p = r.index_path("inputs", i);
       if (a[i].is_string()) {
+        if (has_nul(a[i].get_ref<const std::string&>())) return r.fail(p, kNulMessage);
         auto in = parse_input(a[i].get<std::string>());
         if (!in) return r.fail(p, in.error().message);
         s.inputs.push_back(*in);
@@ -297,7 +335,13 @@ Result<RunSpec> spec_from_json(const json& j, const std::string& source) {
       SBX_TRY(ir.get_string("dst", b.dst));
       SBX_TRY(ir.finish());
       if (b.src.empty()) return ir.fail_key("src", "is required");
-      if (b.dst.empty()) b.dst = (*parse_input(b.src)).dst;
+      if (b.dst.empty()) {
+        // The short form's default (/in/<basename>); a source without a usable name ("/", "..")
+        // has none, and that is this entry's error, not a crash.
+        auto in = parse_input(b.src);
+        if (!in) return ir.fail_key("dst", "is required: " + in.error().message);
+        b.dst = in->dst;
+      }
       s.inputs.push_back(b);
     }
   }
@@ -306,18 +350,18 @@ Result<RunSpec> spec_from_json(const json& j, const std::string& source) {
   SBX_TRY(r.get_string("image", s.image));
   r.ignore("network");
   if (r.has("network")) {
-    ObjectReader nr(j.at("network"), source, "network");
+    ObjectReader nr(j.at("network"), source, "/network");
     SBX_TRY(nr.check_object());
     SBX_TRY(nr.get_string("mode", s.network.mode));
     SBX_TRY(nr.get_strings("allow", s.network.allow));
     std::optional<std::int64_t> conns = s.network.max_connections;
     SBX_TRY(nr.get_quantity("max_connections", conns, [](const std::string& t) -> Result<std::int64_t> {
       return make_error("spec", "bad connection count '" + t + "'");
-    }, true));
+    }, true, kMaxCount));
     if (conns) s.network.max_connections = *conns;
-    SBX_TRY(nr.get_quantity("max_bytes", s.network.max_bytes, parse_size_bytes, true));
+    SBX_TRY(nr.get_quantity("max_bytes", s.network.max_bytes, parse_size_bytes, true, kMaxSizeBytes));
     std::optional<std::int64_t> idle = s.network.idle_timeout_ms;
-    SBX_TRY(nr.get_quantity("idle_timeout_ms", idle, parse_duration_ms, true));
+    SBX_TRY(nr.get_quantity("idle_timeout_ms", idle, parse_duration_ms, true, kMaxDurationMs));
     if (!idle) return nr.fail_key("idle_timeout_ms", "must be set");
     s.network.idle_timeout_ms = *idle;
     SBX_TRY(nr.finish());
@@ -326,7 +370,7 @@ Result<RunSpec> spec_from_json(const json& j, const std::string& source) {
     if (s.network.max_connections > 100000) return nr.fail_key("max_connections", "must be at most 100000");
     for (std::size_t i = 0; i < s.network.allow.size(); ++i)
       if (auto rule = parse_allow_rule(s.network.allow[i]); !rule)
-        return nr.fail("network.allow[" + std::to_string(i) + "]", rule.error().message);
+        return nr.fail(nr.index_path("allow", i), rule.error().message);
     if (!s.network.allow.empty()) s.network.mode = "proxy";
   }
   SBX_TRY(read_limits(r, s.limits));

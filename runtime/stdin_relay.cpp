@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <utility>
 
 #include "runtime/fdpass.hpp"
 
@@ -61,62 +62,45 @@ Result<StdinPlan> plan_stdin(bool interactive, bool tty, int fd) {
 
 // ---- CallerSource ----
 
-CallerSource::~CallerSource() { close(); }
-
-Status CallerSource::open(int fd) {
+Result<int> CallerSource::open(int fd) {
   struct stat st;
   if (::fstat(fd, &st) != 0) return sys_error("stdin", "fstat stdin");
-  if (S_ISSOCK(st.st_mode)) {  // recv(MSG_DONTWAIT) does not wait, whatever the socket's flags
-    fd_ = fd;
-    socket_ = true;
-    return {};
-  }
-  if (S_ISREG(st.st_mode) || S_ISBLK(st.st_mode)) {  // reading a file never waits for another party
-    fd_ = fd;
-    return {};
+  // A socket is read with recv(MSG_DONTWAIT), which does not wait whatever its flags; reading a
+  // file never waits for another party. Both are read through a duplicate (same description).
+  if (S_ISSOCK(st.st_mode) || S_ISREG(st.st_mode) || S_ISBLK(st.st_mode)) {
+    int d = ::fcntl(fd, F_DUPFD_CLOEXEC, 3);
+    if (d < 0) return sys_error("stdin", "dup stdin");
+    return d;
   }
   // A pipe, terminal or device: O_NONBLOCK belongs to the open file description, which the
-  // caller's shell shares, so it is set on a description of our own. Reopening through
-  // /proc/self/fd makes one (a pipe's as well: fifo_open); O_NOCTTY so that a terminal never
-  // becomes sbx's controlling one.
-  std::string path = "/proc/self/fd/" + std::to_string(fd);
-  int own = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
-  if (own >= 0) {
-    fd_ = own;
-    owned_ = true;
-    return {};
-  }
+  // caller's shell shares, so it is set on a description of our own (reopen_private: a pipe's
+  // as well, fifo_open; O_NOCTTY, so that a terminal never becomes sbx's controlling one).
+  int own = reopen_private(fd, O_RDONLY | O_NONBLOCK);
+  if (own >= 0) return own;
   // No /proc, or the pipe belongs to another user: the caller's description it is, with its
-  // flags put back by close() on every way out of the run.
+  // flags put back by restore() on every way out of the run.
   int flags = ::fcntl(fd, F_GETFL);
   if (flags < 0 || ::fcntl(fd, F_SETFL, flags | O_NONBLOCK) != 0) return sys_error("stdin", "make stdin non-blocking");
   fd_ = fd;
   restore_flags_ = flags;
-  return {};
+  int d = ::fcntl(fd, F_DUPFD_CLOEXEC, 3);
+  if (d < 0) return sys_error("stdin", "dup stdin");
+  return d;
 }
 
-ssize_t CallerSource::read(char* buf, std::size_t len) {
-  if (socket_) return ::recv(fd_, buf, len, MSG_DONTWAIT);
-  return ::read(fd_, buf, len);
-}
-
-void CallerSource::close() {
-  if (fd_ < 0) return;
-  if (owned_) ::close(fd_);
-  if (restore_flags_ >= 0) ::fcntl(fd_, F_SETFL, restore_flags_);
-  fd_ = -1;
-  owned_ = socket_ = false;
-  restore_flags_ = -1;
+void CallerSource::restore() {
+  if (fd_ >= 0 && restore_flags_ >= 0) ::fcntl(fd_, F_SETFL, restore_flags_);
+  fd_ = restore_flags_ = -1;
 }
 
 // ---- CallerStdin ----
 
 CallerStdin::~CallerStdin() {
   end_session();
-  close_sink();
   close_child_ends();
+  close_fd(pipe_w_);
   close_fd(sock_);
-  close_fd(output_fd_);
+  close_fd(master_);
 }
 
 Status CallerStdin::prepare() {
@@ -124,8 +108,7 @@ Status CallerStdin::prepare() {
   if (plan_.mode == StdinMode::pipe) {
     if (::pipe2(fds, O_CLOEXEC) != 0) return sys_error("stdin", "pipe for the program's stdin");
     child_in_ = fds[0];
-    sink_ = fds[1];
-    ::fcntl(sink_, F_SETFL, O_NONBLOCK);
+    pipe_w_ = fds[1];
   } else if (plan_.mode == StdinMode::pty) {
     if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, fds) != 0)
       return sys_error("tty", "socketpair for the pty handoff");
@@ -143,9 +126,15 @@ void CallerStdin::close_child_ends() {
 
 Status CallerStdin::begin_session() {
   if (plan_.relay) {
-    SBX_TRY(src_.open(STDIN_FILENO));
-    src_open_ = true;
-    buf_.resize(kBufferBytes);
+    auto fd = caller_.open(STDIN_FILENO);
+    if (!fd) return fd.error();
+    src_ = *fd;
+    // No output limit toward the program: the caller chose what to send. What is left in the
+    // caller's stdin when the program closes its own is the caller's, never counted as lost.
+    if (plan_.mode == StdinMode::pipe) {
+      relay_.emplace(std::exchange(src_, -1), OutputSink::owned_nonblocking(std::exchange(pipe_w_, -1)), std::nullopt,
+                     OutputRelay::Unread::not_taken);
+    }
   }
   if (plan_.mode != StdinMode::pty) return {};
   if (plan_.relay) SBX_TRY(raw_.enter(STDIN_FILENO));
@@ -163,8 +152,10 @@ Status CallerStdin::begin_session() {
 
 void CallerStdin::end_session() {
   raw_.restore();
-  src_.close();
-  src_open_ = false;
+  if (relay_ && !stats_) stats_ = relay_->finish();  // closes the caller's stdin and the program's end
+  relay_.reset();
+  close_fd(src_);
+  caller_.restore();
   close_fd(winch_fd_);
   if (mask_changed_ && !sigismember(&old_mask_, SIGWINCH)) {
     sigset_t winch;
@@ -175,127 +166,63 @@ void CallerStdin::end_session() {
   mask_changed_ = false;
 }
 
-void CallerStdin::add_pollfds(std::vector<struct pollfd>& p, bool program_running) {
-  roles_.clear();
-  auto add = [&](int fd, short events, Role role) {
-    p.push_back({fd, events, 0});
-    roles_.push_back(role);
-  };
-  if (sock_ >= 0) add(sock_, POLLIN, kHandoff);
-  if (!program_running) return;
-  bool pending = head_ < tail_;
-  if (src_open_ && !src_eof_ && sink_ >= 0 && tail_ < buf_.size()) add(src_.poll_fd(), POLLIN, kSource);
-  // A pipe's write end is watched even with nothing to write: POLLERR says the program closed
-  // its stdin. A pty master is watched only to write, since it reports POLLHUP for as long as
-  // the slave is closed.
-  if (sink_ >= 0 && (pending || plan_.mode == StdinMode::pipe)) add(sink_, pending ? POLLOUT : 0, kSink);
-  if (winch_fd_ >= 0) add(winch_fd_, POLLIN, kWinch);
+// A pipe's write end is watched even with nothing to write: POLLERR says the program closed its
+// stdin. A pty master only while bytes wait, since it reports POLLHUP for as long as the slave
+// is closed (the program has ended; init's report follows).
+int CallerStdin::relay_sink_poll_fd() const {
+  if (!relay_) return -1;
+  if (plan_.mode == StdinMode::pty && !relay_->pending()) return -1;
+  return relay_->sink_poll_fd();
 }
 
-void CallerStdin::on_events(const struct pollfd* p, std::size_t n) {
-  for (std::size_t i = 0; i < n && i < roles_.size(); ++i) {
-    short rev = p[i].revents;
-    if (!rev) continue;
-    switch (roles_[i]) {
-      case kHandoff: receive_master(); break;
-      case kSource: read_source(); break;
-      case kSink: flush_sink(rev); break;
-      case kWinch: forward_window_size(); break;
-    }
-  }
-}
-
-void CallerStdin::read_source() {
-  if (head_ > 0 && tail_ == buf_.size()) {  // room only at the front: move the rest there
-    std::memmove(buf_.data(), buf_.data() + head_, tail_ - head_);
-    tail_ -= head_;
-    head_ = 0;
-  }
-  ssize_t n = src_.read(buf_.data() + tail_, buf_.size() - tail_);
-  if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
-  if (n > 0) {
-    tail_ += static_cast<std::size_t>(n);
-    read_bytes_ += static_cast<std::uint64_t>(n);
-  } else {
-    src_eof_ = true;  // EOF, or an error such as EIO from a terminal that hung up
-    src_.close();
-  }
-  flush_sink(POLLOUT);
-}
-
-void CallerStdin::flush_sink(short revents) {
-  if (sink_ < 0) return;
-  bool gone = plan_.mode == StdinMode::pipe ? (revents & POLLERR) : (revents & (POLLERR | POLLHUP)) && head_ < tail_;
-  while (!gone && head_ < tail_) {
-    ssize_t w = ::write(sink_, buf_.data() + head_, tail_ - head_);
-    if (w > 0) {
-      head_ += static_cast<std::size_t>(w);
-      delivered_bytes_ += static_cast<std::uint64_t>(w);
-    } else if (w < 0 && errno == EINTR) {
-      continue;
-    } else {
-      gone = w < 0 && errno != EAGAIN;  // EPIPE (SIGPIPE is ignored) or EIO: nobody reads any more
-      break;
-    }
-  }
-  if (head_ == tail_) head_ = tail_ = 0;
-  if (gone) {
-    closed_by_program_ = true;
-    src_.close();  // the program will not read: neither does sbx
-    src_open_ = false;
-    close_sink();
-  } else if (src_eof_ && head_ == tail_ && plan_.mode == StdinMode::pipe) {
-    close_sink();  // the caller's EOF, passed on
-  }
-}
-
-void CallerStdin::receive_master() {
+int CallerStdin::on_handoff_ready() {
   int fd = -1;
   ssize_t k = recv_fd(sock_, &fd);
-  if (k < 0 && (errno == EAGAIN || errno == EINTR)) return;
+  if (k < 0 && (errno == EAGAIN || errno == EINTR)) return -1;
   close_fd(sock_);  // one message, or EOF: init failed before the pty existed, and says why
-  if (k <= 0 || fd < 0) return;
+  if (k <= 0 || fd < 0) return -1;
+  master_ = fd;
   int flags = ::fcntl(fd, F_GETFL);
-  ::fcntl(fd, F_SETFL, flags | O_NONBLOCK);  // shared with the duplicate: the pump reads it non-blocking too
-  sink_ = fd;
-  output_fd_ = ::fcntl(fd, F_DUPFD_CLOEXEC, 3);
+  ::fcntl(fd, F_SETFL, flags | O_NONBLOCK);  // shared by the duplicates: both relays use it non-blocking
+  if (src_ >= 0) {
+    int sink = ::fcntl(fd, F_DUPFD_CLOEXEC, 3);
+    if (sink >= 0)
+      relay_.emplace(std::exchange(src_, -1), OutputSink::owned_nonblocking(sink), std::nullopt,
+                     OutputRelay::Unread::not_taken);
+  }
   forward_window_size();  // the terminal may have been resized since prepare()
+  return ::fcntl(fd, F_DUPFD_CLOEXEC, 3);
+}
+
+void CallerStdin::abandon_handoff() { close_fd(sock_); }
+
+void CallerStdin::on_winch() {
+  struct signalfd_siginfo si;
+  while (::read(winch_fd_, &si, sizeof si) == static_cast<ssize_t>(sizeof si)) {
+  }
+  forward_window_size();
 }
 
 void CallerStdin::forward_window_size() {
-  if (winch_fd_ >= 0) {
-    struct signalfd_siginfo si;
-    while (::read(winch_fd_, &si, sizeof si) == static_cast<ssize_t>(sizeof si)) {
-    }
-  }
-  if (sink_ < 0 || plan_.mode != StdinMode::pty) return;
+  if (master_ < 0) return;
   struct winsize ws = window_size(STDIN_FILENO);
   if (ws.ws_row == size_.ws_row && ws.ws_col == size_.ws_col) return;
   // The pty sends SIGWINCH to its foreground process group itself.
-  if (::ioctl(sink_, TIOCSWINSZ, &ws) == 0) {
+  if (::ioctl(master_, TIOCSWINSZ, &ws) == 0) {
     size_ = ws;
     ++window_changes_;
   }
 }
 
-int CallerStdin::take_output_fd() {
-  int fd = output_fd_;
-  output_fd_ = -1;
-  return fd;
-}
-
-void CallerStdin::close_sink() {
-  close_fd(sink_);
-}
-
 nlohmann::json CallerStdin::to_json() const {
   nlohmann::json j = {{"mode", mode_name(plan_.mode)}, {"source", plan_.source}, {"relayed", plan_.relay}};
   if (plan_.relay) {
-    j["bytes"] = delivered_bytes_;
-    j["read_bytes"] = read_bytes_;
-    j["undelivered_bytes"] = read_bytes_ - delivered_bytes_;  // read from the caller, never taken by the program
-    j["eof"] = src_eof_;
-    j["closed_by_program"] = closed_by_program_;
+    StreamStats s = stats_.value_or(StreamStats{});
+    j["bytes"] = s.bytes;
+    j["read_bytes"] = s.bytes + s.undelivered_bytes;
+    j["undelivered_bytes"] = s.undelivered_bytes;  // read from the caller, never taken by the program
+    j["eof"] = s.source_eof;
+    j["closed_by_program"] = s.reader_closed;
   }
   if (plan_.mode == StdinMode::pty)
     j["tty"] = {{"rows", size_.ws_row}, {"cols", size_.ws_col}, {"resizes", window_changes_}, {"stderr", "merged into stdout"}};

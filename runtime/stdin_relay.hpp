@@ -13,19 +13,22 @@
 //         the caller's keystrokes are relayed to its master, and its output is the program's
 //         stdout stream (capped and hashed like any other: stderr is merged into it).
 //
-// Supervisor side: the poll loop asks add_pollfds() for the fds to watch and hands the results
-// back to on_events(); nothing here blocks.
+// Supervisor side (supervisor.cpp): the bytes are moved by an OutputRelay (output_relay.hpp),
+// the same bounded, non-blocking relay as the program's stdout and stderr, from the caller's
+// stdin to the program's pipe or pty master; this unit adds what a terminal needs (raw mode,
+// window size, the pty's handoff) and what the trace records. Nothing here blocks.
 #include <poll.h>
 #include <signal.h>
 #include <sys/ioctl.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
-#include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "runtime/error.hpp"
+#include "runtime/output_relay.hpp"
 #include "runtime/pty.hpp"
 
 namespace sbx {
@@ -42,31 +45,26 @@ struct StdinPlan {
 // -t without a terminal on fd 0 is the caller's error (stage "usage").
 Result<StdinPlan> plan_stdin(bool interactive, bool tty, int fd = 0);
 
-// The caller's stdin, read without blocking and without changing the caller's open file
-// description where that can be helped (see open()).
+// The caller's stdin as a relay source: an fd of sbx's own, readable without blocking and without
+// changing the caller's open file description where that can be helped (see open()).
 class CallerSource {
  public:
   CallerSource() = default;
   CallerSource(const CallerSource&) = delete;
   CallerSource& operator=(const CallerSource&) = delete;
-  ~CallerSource();
-  Status open(int fd);
-  int poll_fd() const { return fd_; }
-  // read(2)'s contract: > 0 bytes, 0 at EOF, -1 with errno (EAGAIN: nothing yet).
-  ssize_t read(char* buf, std::size_t len);
-  void close();
+  ~CallerSource() { restore(); }
+  // A new fd for `fd`'s file, owned by the caller of open() (the relay closes it).
+  Result<int> open(int fd);
+  // Puts back the caller's file status flags if open() had to change them.
+  void restore();
 
  private:
-  int fd_ = -1;
-  bool owned_ = false;     // fd_ is our own reopened description
-  bool socket_ = false;    // recv(MSG_DONTWAIT) instead of read
-  int restore_flags_ = -1; // fallback: O_NONBLOCK set on the caller's description, undone on close
+  int fd_ = -1;             // the caller's fd whose flags were changed
+  int restore_flags_ = -1;  // fallback: O_NONBLOCK set on the caller's description, undone here
 };
 
 class CallerStdin {
  public:
-  static constexpr std::size_t kBufferBytes = 64 * 1024;
-
   explicit CallerStdin(StdinPlan plan) : plan_(std::move(plan)) {}
   CallerStdin(const CallerStdin&) = delete;
   CallerStdin& operator=(const CallerStdin&) = delete;
@@ -81,47 +79,47 @@ class CallerStdin {
   void close_child_ends();
 
   // Just before the poll loop starts, and ended by end_session() or the destructor: raw mode on
-  // the caller's terminal and SIGWINCH watched (pty mode with -i), the caller's stdin opened.
+  // the caller's terminal and SIGWINCH watched (pty mode with -i), the caller's stdin opened and
+  // (pipe mode) its relay to the program started.
   Status begin_session();
+  // The relay's statistics are final from here on; the caller's terminal is as it was.
   void end_session();
 
-  // The poll loop's part. `program_running`: false once init has exited or reported; the relay
-  // then stops, and only a pty handoff still in flight is watched.
-  void add_pollfds(std::vector<struct pollfd>& p, bool program_running);
-  void on_events(const struct pollfd* p, std::size_t n);
-  // Pty mode: a duplicate of the master once it has arrived (the stdout pump reads and closes
-  // it), handed out once; -1 otherwise.
-  int take_output_fd();
-  bool output_pending() const { return sock_ >= 0; }
+  // The poll loop's part (supervisor.cpp). The relay toward the program (null: none, or the pty
+  // has not arrived yet) is polled like the output relays, except that an idle pty master is
+  // not watched: it reports POLLHUP for as long as its slave is closed.
+  OutputRelay* relay() { return relay_ ? &*relay_ : nullptr; }
+  int relay_sink_poll_fd() const;
+  // Pty mode: init's handoff of the master, until it has come (or init ended without one).
+  int handoff_fd() const { return sock_; }
+  // The master has come (or the handoff ended): a duplicate of it for the stdout relay to read,
+  // or -1.
+  int on_handoff_ready();
+  void abandon_handoff();
+  // SIGWINCH: the caller's terminal was resized; the pty follows.
+  int winch_fd() const { return winch_fd_; }
+  void on_winch();
 
   nlohmann::json to_json() const;
 
  private:
-  enum Role : std::uint8_t { kSource, kSink, kHandoff, kWinch };
-  void read_source();
-  void flush_sink(short revents);
-  void receive_master();
   void forward_window_size();
-  void close_sink();
 
   StdinPlan plan_;
-  CallerSource src_;
-  bool src_open_ = false;
-  bool src_eof_ = false;
-  int sink_ = -1;          // pipe mode: write end; pty mode: the master
+  CallerSource caller_;
+  int src_ = -1;           // sbx's own fd of the caller's stdin, until the relay owns it
+  int pipe_w_ = -1;        // pipe mode: the write end, until the relay owns it
+  int master_ = -1;        // pty mode: the master (window size), once it has come
   int child_in_ = -1, child_sock_ = -1;
   int sock_ = -1;          // supervisor's end of the pty handoff
-  int output_fd_ = -1;
   int winch_fd_ = -1;
   sigset_t old_mask_ {};
   bool mask_changed_ = false;
-  bool closed_by_program_ = false;
   struct winsize size_ {};
+  std::uint64_t window_changes_ = 0;
   RawTerminal raw_;
-  std::vector<char> buf_;
-  std::size_t head_ = 0, tail_ = 0;
-  std::uint64_t read_bytes_ = 0, delivered_bytes_ = 0, window_changes_ = 0;
-  std::vector<Role> roles_;
+  std::optional<OutputRelay> relay_;
+  std::optional<StreamStats> stats_;  // the relay's, once end_session() finished it
 };
 
 }  // namespace sbx

@@ -11,11 +11,14 @@
 
 #include <cstring>
 #include <unistd.h>
+#include <utility>
+#include <vector>
 
 #include <spdlog/spdlog.h>
 
 #include "runtime/limits_plan.hpp"
-#include "runtime/sha256.hpp"
+#include "runtime/log.hpp"
+#include "runtime/signals.hpp"
 
 namespace sbx {
 namespace {
@@ -30,243 +33,358 @@ int pidfd_send_signal(int pidfd, int sig) {
   return static_cast<int>(::syscall(SYS_pidfd_send_signal, pidfd, sig, nullptr, 0));
 }
 
-// Copies one pipe to sbx's own stdout/stderr, up to a byte cap; the rest is read and dropped so
-// the program keeps running instead of blocking on a full pipe.
-class StreamPump {
+// An armed timer's fd, closed when it has fired or the run is over.
+class TimerFd {
  public:
-  StreamPump(int src, int dst, std::optional<std::int64_t> limit) : src_(src), dst_(dst), limit_(limit) {}
-  bool open() const { return src_ >= 0; }
-  // A source that arrives once the run is under way (the pty master, stdin_relay.hpp); a pump
-  // reads one source in its life.
-  void adopt(int fd) {
-    if (src_ < 0 && stats_.bytes == 0) src_ = fd;
-    else ::close(fd);
+  TimerFd() = default;
+  TimerFd(const TimerFd&) = delete;
+  TimerFd& operator=(const TimerFd&) = delete;
+  ~TimerFd() { reset(); }
+  void reset(int fd = -1) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = fd;
   }
-  int fd() const { return src_; }
-  void on_readable() {
-    char buf[65536];
-    ssize_t n = ::read(src_, buf, sizeof buf);
-    if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
-    if (n <= 0) {
-      ::close(src_);
-      src_ = -1;
-      return;
-    }
-    std::uint64_t pass = static_cast<std::uint64_t>(n);
-    if (limit_) {
-      std::uint64_t room = static_cast<std::uint64_t>(*limit_) > stats_.bytes ? static_cast<std::uint64_t>(*limit_) - stats_.bytes : 0;
-      if (pass > room) {
-        pass = room;
-        stats_.truncated = true;
-      }
-    }
-    stats_.dropped_bytes += static_cast<std::uint64_t>(n) - pass;
-    hash_.update(buf, pass);
-    stats_.bytes += pass;
-    write_all(buf, pass);
-  }
-  StreamStats finish() {
-    stats_.sha256 = hash_.final_hex();
-    return stats_;
-  }
+  int fd() const { return fd_; }
 
  private:
-  void write_all(const char* p, std::uint64_t len) {
-    while (len > 0 && dst_ >= 0) {
-      ssize_t w = ::write(dst_, p, len);
-      if (w < 0 && errno == EINTR) continue;
-      if (w <= 0) {
-        dst_ = -1;  // reader gone (EPIPE): keep draining and hashing, stop writing
-        return;
-      }
-      p += w;
-      len -= static_cast<std::uint64_t>(w);
-    }
-  }
-  int src_, dst_;
-  std::optional<std::int64_t> limit_;
-  Sha256 hash_;
-  StreamStats stats_;
+  int fd_ = -1;
 };
 
-int arm_timer(std::int64_t ms) {
-  int fd = ::timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
-  if (fd < 0) return -1;
-  struct itimerspec its = {};
-  its.it_value.tv_sec = ms / 1000;
-  its.it_value.tv_nsec = (ms % 1000) * 1'000'000;
-  if (its.it_value.tv_sec == 0 && its.it_value.tv_nsec == 0) its.it_value.tv_nsec = 1;
-  ::timerfd_settime(fd, 0, &its, nullptr);
-  return fd;
+// One pass of the loop's pollfd array, and where each participant's entries are in it.
+struct PollSet {
+  std::vector<struct pollfd> fds;
+  int add(int fd, short events = POLLIN) {
+    if (fd < 0) return -1;
+    fds.push_back({fd, events, 0});
+    return static_cast<int>(fds.size()) - 1;
+  }
+  short revents(int i) const { return i >= 0 ? fds[static_cast<std::size_t>(i)].revents : 0; }
+  bool ready(int i) const { return revents(i) & (POLLIN | POLLHUP | POLLERR); }
+};
+
+// The poll entries of the program's stdin (stdin_relay.hpp); -1: not polled this pass.
+struct StdinSlots {
+  int src = -1, sink = -1, handoff = -1, winch = -1;
+};
+
+class Supervisor {
+ public:
+  explicit Supervisor(const SuperviseInput& in)
+      : in_(in),
+        start_(in.start_ms ? in.start_ms : now_ms()),
+        out_(in.out_fd, OutputSink::open(in.out_dst), in.output_limit_bytes),
+        err_(in.err_fd, OutputSink::open(in.err_dst), in.output_limit_bytes),
+        msg_fd_(in.msg_fd),
+        seccomp_(in.seccomp_sock, in.seccomp_reference, start_, in.seccomp_named) {}
+  ~Supervisor() {
+    if (msg_fd_ >= 0) ::close(msg_fd_);
+  }
+  SuperviseResult run();
+
+ private:
+  bool running(std::int64_t now);
+  int poll_timeout(std::int64_t now, bool proxy_polled) const;
+  StdinSlots poll_stdin(PollSet& p, bool live);
+  void on_stdin(const PollSet& p, const StdinSlots& s);
+  bool handoff_pending() const { return in_.input && in_.input->handoff_fd() >= 0; }
+  void dispatch(const PollSet& p, int i_msg, int i_dl, int i_cpu, int i_gr, int i_sig, int i_scs, int i_scl, int i_pid);
+  void on_message();
+  void on_deadline();
+  void on_cpu_timer();
+  void on_grace_expired();
+  void on_signals();
+  void on_init_exit();
+  void arm(TimerFd& t, std::int64_t ms, const char* stage, const char* what);
+  void fail(Error e);
+  void kill_all() { pidfd_send_signal(in_.pidfd, SIGKILL); }
+  void wind_up();
+
+  const SuperviseInput& in_;
+  SuperviseResult r_;
+  std::int64_t start_;
+  OutputRelay out_, err_;
+  int msg_fd_;
+  TimerFd deadline_, grace_, cpu_timer_;
+  bool init_done_ = false;
+  std::int64_t init_done_at_ = 0;
+  SeccompNotifier seccomp_;
+};
+
+Result<int> arm_with(const SuperviseInput& in, std::int64_t ms) {
+  return in.arm_timer ? in.arm_timer(ms) : arm_timerfd(ms);
+}
+
+// Fail closed: a run is never left without a limit it was given.
+void Supervisor::arm(TimerFd& t, std::int64_t ms, const char* stage, const char* what) {
+  auto fd = arm_with(in_, ms);
+  if (!fd) return fail(make_error(stage, std::string("cannot arm the timer of ") + what + ": " + fd.error().message,
+                                  fd.error().err));
+  t.reset(*fd);
+}
+
+void Supervisor::fail(Error e) {
+  if (!r_.error) {
+    spdlog::debug("supervisor: {}: killing the sandbox", e.describe());
+    r_.error = std::move(e);
+  }
+  kill_all();
+}
+
+// While init lives, and until its report and both streams are done. Once init is gone every
+// process of its pid namespace is being killed and the pipes close within milliseconds; after
+// 5 s of that (a kernel surprise) the sources are given up. Output that only waits for a slow
+// reader keeps the loop going: the wall-time limit bounds it (on_deadline).
+bool Supervisor::running(std::int64_t now) {
+  if (!init_done_) return true;
+  // A pty master still on its way from init (stdin_relay.hpp) is a source of stdout too.
+  bool sources = out_.source_open() || err_.source_open() || msg_fd_ >= 0 || handoff_pending();
+  if (sources && now - init_done_at_ >= 5000) {
+    out_.abandon();
+    err_.abandon();
+    if (in_.input) in_.input->abandon_handoff();
+    if (msg_fd_ >= 0) ::close(msg_fd_);
+    msg_fd_ = -1;
+    return false;
+  }
+  return sources || out_.pending() || err_.pending();
+}
+
+int Supervisor::poll_timeout(std::int64_t now, bool proxy_polled) const {
+  int wait_ms = -1;
+  if (init_done_ && (out_.source_open() || err_.source_open() || msg_fd_ >= 0 || handoff_pending()))
+    wait_ms = static_cast<int>(std::max<std::int64_t>(0, init_done_at_ + 5000 - now));
+  if (proxy_polled) {
+    std::int64_t t = in_.proxy->ms_until_next_expiry(now);
+    if (t >= 0 && (wait_ms < 0 || t < wait_ms)) wait_ms = static_cast<int>(t);
+  }
+  return wait_ms;
+}
+
+SuperviseResult Supervisor::run() {
+  r_.timed_out = in_.timed_out_before_start;
+  if (msg_fd_ >= 0) ::fcntl(msg_fd_, F_SETFL, ::fcntl(msg_fd_, F_GETFL) | O_NONBLOCK);
+  if (in_.timeout_ms && !in_.timed_out_before_start) arm(deadline_, *in_.timeout_ms, "timeout", "the wall-time limit");
+  if (in_.cpu_budget_ms && in_.cpu_used_us)
+    arm(cpu_timer_, cpu_time_recheck_ms(*in_.cpu_budget_ms, 0, in_.max_cpus), "cpu_time", "the CPU-time budget");
+  for (std::int64_t now = now_ms(); running(now); now = now_ms()) {
+    PollSet p;
+    p.fds.reserve(16);
+    bool live = !init_done_;
+    int i_pid = p.add(live ? in_.pidfd : -1);
+    int i_out = p.add(out_.src_poll_fd()), i_err = p.add(err_.src_poll_fd());
+    int o_out = p.add(out_.sink_poll_fd(), out_.sink_events()), o_err = p.add(err_.sink_poll_fd(), err_.sink_events());
+    int i_msg = p.add(msg_fd_);
+    // After init, signals are still read while output waits for its reader: one ends that wait.
+    bool delivering = out_.pending() || err_.pending();
+    int i_dl = p.add(deadline_.fd()), i_gr = p.add(live ? grace_.fd() : -1);
+    int i_sig = p.add(live || delivering ? in_.signal_fd : -1);
+    int i_cpu = p.add(live ? cpu_timer_.fd() : -1);
+    int i_scs = p.add(live ? seccomp_.sock_fd() : -1), i_scl = p.add(live ? seccomp_.listener_fd() : -1);
+    StdinSlots in_slots = poll_stdin(p, live);
+    std::size_t proxy_first = p.fds.size();
+    if (in_.proxy && live) in_.proxy->add_pollfds(p.fds);
+    std::size_t proxy_count = p.fds.size() - proxy_first;
+    int rc = ::poll(p.fds.data(), static_cast<nfds_t>(p.fds.size()), poll_timeout(now, proxy_count > 0));
+    if (rc < 0) {
+      if (errno == EINTR) continue;
+      fail(sys_error("supervise", "poll"));
+      break;
+    }
+    if (p.ready(i_out)) out_.on_src_ready();
+    if (p.ready(i_err)) err_.on_src_ready();
+    if (p.revents(o_out)) out_.on_sink_ready(p.revents(o_out));
+    if (p.revents(o_err)) err_.on_sink_ready(p.revents(o_err));
+    on_stdin(p, in_slots);
+    if (proxy_count) {
+      in_.proxy->on_events(p.fds.data() + proxy_first, proxy_count, now_ms());
+      in_.proxy->expire_idle(now_ms());
+    }
+    dispatch(p, i_msg, i_dl, i_cpu, i_gr, i_sig, i_scs, i_scl, i_pid);
+  }
+  wind_up();
+  return std::move(r_);
+}
+
+// The stdin relay runs while the program may read; the pty's handoff is watched until it has
+// come, also after init has ended (the program's output may wait in the pty).
+StdinSlots Supervisor::poll_stdin(PollSet& p, bool live) {
+  StdinSlots s;
+  if (!in_.input) return s;
+  if (OutputRelay* relay = live ? in_.input->relay() : nullptr) {
+    s.src = p.add(relay->src_poll_fd());
+    s.sink = p.add(in_.input->relay_sink_poll_fd(), relay->sink_events());
+  }
+  s.handoff = p.add(in_.input->handoff_fd());
+  s.winch = p.add(live ? in_.input->winch_fd() : -1);
+  return s;
+}
+
+void Supervisor::on_stdin(const PollSet& p, const StdinSlots& s) {
+  if (!in_.input) return;
+  OutputRelay* relay = in_.input->relay();
+  if (relay && p.ready(s.src)) relay->on_src_ready();
+  if (relay && p.revents(s.sink)) relay->on_sink_ready(p.revents(s.sink));
+  if (p.ready(s.handoff)) out_.adopt_source(in_.input->on_handoff_ready());
+  if (p.ready(s.winch)) in_.input->on_winch();
+}
+
+void Supervisor::dispatch(const PollSet& p, int i_msg, int i_dl, int i_cpu, int i_gr, int i_sig, int i_scs,
+                          int i_scl, int i_pid) {
+  if (p.ready(i_msg)) on_message();
+  if (p.ready(i_dl)) on_deadline();
+  if (p.ready(i_cpu)) on_cpu_timer();
+  if (p.ready(i_gr) && !init_done_) on_grace_expired();
+  if (p.ready(i_sig)) on_signals();
+  if (p.ready(i_scs)) seccomp_.on_sock_readable();
+  if (p.ready(i_scl) && seccomp_.on_listener_ready(p.revents(i_scl), now_ms()) && !r_.seccomp_kill) {
+    r_.seccomp_kill = *seccomp_.kill();
+    kill_all();
+  }
+  if (p.ready(i_pid)) on_init_exit();
+}
+
+void Supervisor::on_message() {
+  ChildMsg m;
+  ssize_t k = ::read(msg_fd_, &m, sizeof m);
+  if (k == static_cast<ssize_t>(sizeof m)) {
+    if (m.kind == ChildMsg::kSetupError && !r_.setup_error) r_.setup_error = m;
+    if (m.kind == ChildMsg::kProgramStatus) {
+      // Init has killed and reaped everything else: the sandbox is empty. The message can be
+      // read after init's exit was already seen (both were ready in one poll).
+      r_.program_wait_status = m.wait_status;
+      r_.usage = m.usage;
+      if (!init_done_) {  // init is still exiting: it is reaped by the caller, later
+        init_done_ = true;
+        init_done_at_ = now_ms();
+        r_.init_pending = true;
+        r_.wall_ms = init_done_at_ - start_;
+      }
+      ::close(msg_fd_);  // nothing follows; its EOF would only come once init's exit is done
+      msg_fd_ = -1;
+    }
+  } else if (k >= 0 || (errno != EAGAIN && errno != EINTR)) {
+    // EOF, or a short message (init writes whole messages atomically: it died mid-way).
+    ::close(msg_fd_);
+    msg_fd_ = -1;
+  }
+}
+
+// The wall-time limit: while the program runs, the sandbox is killed. Once it has ended, the
+// limit still bounds the delivery of its output to a reader that does not take it: what is
+// left is dropped (counted as undelivered), and the run is recorded as timed out.
+void Supervisor::on_deadline() {
+  deadline_.reset();
+  if (!init_done_) {
+    r_.timed_out = true;
+    kill_all();
+  } else if (out_.pending() || err_.pending()) {
+    r_.timed_out = true;
+    r_.delivery_timed_out = true;
+  }
+  out_.abandon();
+  err_.abandon();
+  if (in_.input && in_.input->relay()) in_.input->relay()->abandon();
+}
+
+void Supervisor::on_cpu_timer() {
+  cpu_timer_.reset();
+  auto used = in_.cpu_used_us();
+  if (!used) {
+    return fail(make_error("cpu_time", "cannot read the CPU time used against the CPU-time budget: " + used.error().message,
+                           used.error().err));
+  }
+  std::int64_t next = cpu_time_recheck_ms(*in_.cpu_budget_ms, *used, in_.max_cpus);
+  if (next == 0) {
+    r_.cpu_exceeded = true;
+    kill_all();
+  } else {
+    arm(cpu_timer_, next, "cpu_time", "the CPU-time budget");
+  }
+}
+
+void Supervisor::on_grace_expired() {
+  grace_.reset();
+  r_.killed_after_grace = true;
+  kill_all();
+}
+
+// The first signal is forwarded to init, which passes it on to the program's process group
+// (child.cpp); the sandbox is killed when the grace period is over, or at a second signal.
+void Supervisor::on_signals() {
+  struct signalfd_siginfo si;
+  while (::read(in_.signal_fd, &si, sizeof si) == static_cast<ssize_t>(sizeof si)) {
+    int sig = static_cast<int>(si.ssi_signo);
+    if (init_done_) {  // nothing left to forward to: the caller wants sbx to stop delivering
+      if (!r_.signal_after_end) r_.signal_after_end = sig;
+      out_.abandon();
+      err_.abandon();
+    } else if (r_.forwarded_signal == 0) {
+      r_.forwarded_signal = sig;
+      spdlog::info("forwarding {} to the sandbox; killing it in {} ms unless it exits", signal_name(sig), in_.kill_grace_ms);
+      pidfd_send_signal(in_.pidfd, sig);
+      arm(grace_, in_.kill_grace_ms, "signal", "the grace period after a forwarded signal");
+    } else if (!r_.killed_after_grace) {
+      r_.killed_after_grace = true;
+      r_.second_signal = sig;
+      kill_all();
+    }
+  }
+}
+
+void Supervisor::on_init_exit() {
+  int ws = 0;
+  struct rusage ru {};
+  pid_t w = ::wait4(in_.pid, &ws, WNOHANG, &ru);
+  if (w != in_.pid) return;
+  init_done_ = true;
+  r_.init_pending = false;
+  init_done_at_ = now_ms();
+  r_.init_wait_status = ws;
+  if (!r_.program_wait_status) r_.usage = ru;  // the report's usage is the program's own
+  r_.wall_ms = init_done_at_ - start_;
+}
+
+// The loop has ended. If init still lives (poll failed), it is killed; its death is waited for
+// a bounded time (a process of the sandbox stuck in the kernel can hold up the pid namespace's
+// teardown), and past that it is left for reap_init(), after the record is written.
+void Supervisor::wind_up() {
+  if (in_.proxy) in_.proxy->close_all();  // the run has ended: so has every connection
+  if (!init_done_) {
+    kill_all();
+    struct pollfd pfd = {in_.pidfd, POLLIN, 0};
+    while (::poll(&pfd, 1, 5000) < 0 && errno == EINTR) {
+    }
+    int ws = 0;
+    if (::wait4(in_.pid, &ws, WNOHANG, &r_.usage) == in_.pid) r_.init_wait_status = ws;
+    else r_.init_pending = true;
+    r_.wall_ms = now_ms() - start_;
+  }
+  r_.violations = seccomp_.violations();
+  r_.seccomp_totals = seccomp_.totals();
+  r_.out = out_.finish();
+  r_.err = err_.finish();
 }
 
 }  // namespace
 
+Result<int> arm_timerfd(std::int64_t ms) {
+  int fd = ::timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+  if (fd < 0) return sys_error("timer", "timerfd_create");
+  struct itimerspec its = {};
+  its.it_value.tv_sec = ms / 1000;
+  its.it_value.tv_nsec = (ms % 1000) * 1'000'000;
+  if (its.it_value.tv_sec == 0 && its.it_value.tv_nsec == 0) its.it_value.tv_nsec = 1;
+  if (::timerfd_settime(fd, 0, &its, nullptr) != 0) {
+    Error e = sys_error("timer", "timerfd_settime");
+    ::close(fd);
+    return e;
+  }
+  return fd;
+}
+
 SuperviseResult supervise(const SuperviseInput& in) {
-  SuperviseResult r;
-  r.timed_out = in.timed_out_before_start;
-  std::int64_t start = in.start_ms ? in.start_ms : now_ms();
-  StreamPump out(in.out_fd, in.out_dst, in.output_limit_bytes);
-  StreamPump err(in.err_fd, in.err_dst, in.output_limit_bytes);
-  int msg_fd = in.msg_fd;
-  int pidfd = in.pidfd;
-  int deadline = in.timeout_ms && !in.timed_out_before_start ? arm_timer(*in.timeout_ms) : -1;
-  int grace = -1;
-  int cpu_timer = -1;
-  if (in.cpu_budget_ms && in.cpu_used_us)
-    cpu_timer = arm_timer(cpu_time_recheck_ms(*in.cpu_budget_ms, 0, in.max_cpus));
-  bool init_done = false;
-  std::int64_t init_done_at = 0;
-
-  auto kill_all = [&] { pidfd_send_signal(in.pidfd, SIGKILL); };
-  SeccompNotifier seccomp(in.seccomp_sock, in.seccomp_reference, start);
-
-  auto input_pending = [&] { return in.input && in.input->output_pending(); };
-  while (!init_done || out.open() || err.open() || msg_fd >= 0 || input_pending()) {
-    std::vector<struct pollfd> p;
-    p.reserve(16);
-    auto add = [&](int fd) -> int {
-      if (fd < 0) return -1;
-      p.push_back({fd, POLLIN, 0});
-      return static_cast<int>(p.size()) - 1;
-    };
-    int i_pid = init_done ? -1 : add(pidfd);
-    int i_out = add(out.fd()), i_err = add(err.fd()), i_msg = add(msg_fd);
-    int i_dl = add(deadline), i_gr = add(grace), i_sig = add(init_done ? -1 : in.signal_fd);
-    int i_cpu = add(init_done ? -1 : cpu_timer);
-    int i_scs = add(init_done ? -1 : seccomp.sock_fd()), i_scl = add(init_done ? -1 : seccomp.listener_fd());
-    std::size_t proxy_first = p.size();
-    if (in.proxy && !init_done) in.proxy->add_pollfds(p);
-    std::size_t proxy_count = p.size() - proxy_first;
-    std::size_t input_first = p.size();
-    if (in.input) in.input->add_pollfds(p, !init_done);
-    std::size_t input_count = p.size() - input_first;
-    // Once init is gone every process in its pid namespace is being killed and the pipes close
-    // within milliseconds; the bound only guards against a kernel surprise.
-    int wait_ms = -1;
-    if (init_done) {
-      std::int64_t left = init_done_at + 5000 - now_ms();
-      if (left <= 0) break;
-      wait_ms = static_cast<int>(left);
-    }
-    if (proxy_count) {
-      std::int64_t t = in.proxy->ms_until_next_expiry(now_ms());
-      if (t >= 0 && (wait_ms < 0 || t < wait_ms)) wait_ms = static_cast<int>(t);
-    }
-    int rc = ::poll(p.data(), static_cast<nfds_t>(p.size()), wait_ms);
-    if (rc < 0) {
-      if (errno == EINTR) continue;
-      spdlog::error("poll: {}", std::strerror(errno));
-      kill_all();
-      break;
-    }
-    auto ready = [&](int i) { return i >= 0 && (p[i].revents & (POLLIN | POLLHUP | POLLERR)); };
-    if (ready(i_out)) out.on_readable();
-    if (ready(i_err)) err.on_readable();
-    if (ready(i_msg)) {
-      ChildMsg m;
-      ssize_t k = ::read(msg_fd, &m, sizeof m);
-      if (k == static_cast<ssize_t>(sizeof m)) {
-        if (m.kind == ChildMsg::kSetupError && !r.setup_error) r.setup_error = m;
-        if (m.kind == ChildMsg::kProgramStatus) {
-          // Init has killed and reaped everything else: the sandbox is empty. The message can be
-          // read after init's exit was already seen (both were ready in one poll).
-          r.program_wait_status = m.wait_status;
-          r.usage = m.usage;
-          if (!init_done) {  // init is still exiting: it is reaped by the caller, later
-            init_done = true;
-            init_done_at = now_ms();
-            r.init_pending = true;
-            r.wall_ms = init_done_at - start;
-          }
-          ::close(msg_fd);  // nothing follows; its EOF would only come once init's exit is done
-          msg_fd = -1;
-        }
-      } else if (k == 0 || (k < 0 && errno != EAGAIN && errno != EINTR)) {
-        ::close(msg_fd);
-        msg_fd = -1;
-      }
-    }
-    if (ready(i_dl) && !init_done) {
-      r.timed_out = true;
-      kill_all();
-      ::close(deadline);
-      deadline = -1;
-    }
-    if (ready(i_cpu)) {
-      ::close(cpu_timer);
-      cpu_timer = -1;
-      std::int64_t used = in.cpu_used_us().value_or(0);
-      std::int64_t next = cpu_time_recheck_ms(*in.cpu_budget_ms, used, in.max_cpus);
-      if (next == 0) {
-        r.cpu_exceeded = true;
-        kill_all();
-      } else {
-        cpu_timer = arm_timer(next);
-      }
-    }
-    if (ready(i_gr) && !init_done) {
-      r.killed_after_grace = true;
-      kill_all();
-      ::close(grace);
-      grace = -1;
-    }
-    if (ready(i_sig)) {
-      struct signalfd_siginfo si;
-      while (::read(in.signal_fd, &si, sizeof si) == static_cast<ssize_t>(sizeof si)) {
-        int sig = static_cast<int>(si.ssi_signo);
-        if (r.forwarded_signal == 0) {
-          r.forwarded_signal = sig;
-          spdlog::info("forwarding signal {} to the sandbox; killing it in {} ms unless it exits", sig, in.kill_grace_ms);
-          pidfd_send_signal(in.pidfd, sig);
-          grace = arm_timer(in.kill_grace_ms);
-        } else {
-          r.killed_after_grace = true;
-          kill_all();
-        }
-      }
-    }
-    if (proxy_count) {
-      in.proxy->on_events(p.data() + proxy_first, proxy_count, now_ms());
-      in.proxy->expire_idle(now_ms());
-    }
-    if (input_count) {
-      in.input->on_events(p.data() + input_first, input_count);
-      if (int fd = in.input->take_output_fd(); fd >= 0) out.adopt(fd);
-    }
-    if (ready(i_scs)) seccomp.on_sock_readable();
-    if (ready(i_scl) && seccomp.on_listener_ready(p[i_scl].revents, now_ms()) && !r.seccomp_kill) {
-      r.seccomp_kill = *seccomp.kill();
-      kill_all();
-    }
-    if (ready(i_pid)) {
-      int ws = 0;
-      struct rusage ru {};
-      pid_t w = ::wait4(in.pid, &ws, WNOHANG, &ru);
-      if (w == in.pid) {
-        init_done = true;
-        r.init_pending = false;
-        init_done_at = now_ms();
-        r.init_wait_status = ws;
-        if (!r.program_wait_status) r.usage = ru;  // the report's usage is the program's own
-        r.wall_ms = init_done_at - start;
-      }
-    }
-  }
-  for (int fd : {deadline, grace, msg_fd, cpu_timer})
-    if (fd >= 0) ::close(fd);
-  if (in.proxy) in.proxy->close_all();  // the run has ended: so has every connection
-  if (!init_done) {
-    kill_all();
-    int ws;
-    ::wait4(in.pid, &ws, 0, &r.usage);
-    r.init_wait_status = ws;
-    r.wall_ms = now_ms() - start;
-  }
-  r.violations = seccomp.violations();
-  r.out = out.finish();
-  r.err = err.finish();
-  return r;
+  NonBlockingLogScope log_never_blocks;
+  return Supervisor(in).run();
 }
 
 int reap_init(pid_t pid) {

@@ -6,6 +6,7 @@
 
 #include <cstdio>
 
+#include "runtime/json_io.hpp"
 #include "runtime/sha256.hpp"
 
 namespace sbx {
@@ -23,8 +24,18 @@ std::string utc(const char* fmt_date, const char* fmt_tail) {
 }
 
 nlohmann::json stream_json(const StreamStats* s) {
-  if (!s) return {{"bytes", 0}, {"sha256", sha256_hex("")}, {"truncated", false}, {"dropped_bytes", 0}};
-  return {{"bytes", s->bytes}, {"sha256", s->sha256}, {"truncated", s->truncated}, {"dropped_bytes", s->dropped_bytes}};
+  StreamStats none;
+  if (!s) {
+    none.sha256 = sha256_hex("");
+    s = &none;
+  }
+  return {{"bytes", s->bytes},
+          {"sha256", s->sha256},
+          {"truncated", s->truncated},
+          {"dropped_bytes", s->dropped_bytes},
+          {"undelivered_bytes", s->undelivered_bytes},
+          {"reader_closed", s->reader_closed},
+          {"write_error", s->write_error.empty() ? nlohmann::json(nullptr) : nlohmann::json(s->write_error)}};
 }
 
 std::int64_t tv_ms(const struct timeval& tv) { return tv.tv_sec * 1000LL + tv.tv_usec / 1000; }
@@ -92,7 +103,24 @@ nlohmann::json trace_record(TraceParts&& p) {
               {"stderr", stream_json(p.sup ? &p.sup->err : nullptr)},
               {"result", result},
               {"usage", usage},
-              {"violations", std::move(p.violations)}};
+              {"violations", std::move(p.violations)},
+              {"violations_summary", std::move(p.violations_summary)}};
+}
+
+std::string trace_text(nlohmann::json& record) {
+  using nlohmann::json;
+  // Copied before dump_json touches the record: the fallback must not depend on what failed.
+  json keep = json::object();
+  if (record.is_object())
+    for (const char* k : {"schema", "run_id", "started_at", "ended_at", "result"})
+      if (auto it = record.find(k); it != record.end() && (it->is_string() || k == std::string("result")))
+        keep[k] = *it;
+  auto fallback = [&keep](const std::string& reason) {
+    json f = keep;
+    f["record_error"] = reason;
+    return f;
+  };
+  return dump_json(record, 2, fallback) + "\n";
 }
 
 }  // namespace sbx

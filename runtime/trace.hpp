@@ -38,9 +38,16 @@ struct TraceParts {
   const SuperviseResult* sup = nullptr;  // null when the run failed before the sandbox existed
   nlohmann::json usage_extra;            // cgroup usage, when measured
   nlohmann::json violations = nlohmann::json::array();
+  nlohmann::json violations_summary = nlohmann::json::object();  // per kind: totals, what was cut
 };
 
 // Consumes the parts: the record is built from them by moves, not copies.
 nlohmann::json trace_record(TraceParts&& parts);
+
+// The record as the text stored and written to --trace-file; never throws. Strings of outside
+// origin that are not valid UTF-8 (argv, environment, paths...) are escaped in `record` itself
+// and listed under "escaped_strings" (json_io.hpp: dump_json). Should the record still not
+// serialise, the text is a minimal record (schema, run_id, times, result) with "record_error".
+std::string trace_text(nlohmann::json& record);
 
 }  // namespace sbx

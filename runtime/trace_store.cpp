@@ -9,6 +9,7 @@
 #include <spdlog/spdlog.h>
 
 #include "runtime/fsutil.hpp"
+#include "runtime/json_io.hpp"
 #include "runtime/shell_quote.hpp"
 
 namespace sbx {
@@ -52,10 +53,13 @@ Result<std::vector<std::string>> stored_ids(const Dirs& dirs) {
 }
 
 Result<nlohmann::json> parse_record(const std::string& path) {
-  auto text = read_file(path);
-  if (!text) return make_error(kStage, text.error().message, text.error().err);
-  auto j = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return make_error(kStage, "corrupt trace " + path + ": not valid JSON");
+  // Bounded (json_io.hpp): a record in the store may have been replaced by anything, and one
+  // nested 100,000 deep must be a skipped file in `trace ls`, not a crash.
+  auto text = read_bounded(path, kMaxTraceBytes, kStage, "trace " + path);
+  if (!text) return text.error();
+  auto parsed = parse_json_doc(*text, {kMaxTraceBytes}, kStage, "corrupt trace " + path);
+  if (!parsed) return parsed.error();
+  nlohmann::json j = std::move(*parsed);
   if (!j.is_object()) return make_error(kStage, "corrupt trace " + path + ": not a JSON object");
   // Accept any sbx.trace/ version: readers ignore what they do not know.
   auto s = j.find("schema");
@@ -96,7 +100,7 @@ TraceSummary summarize(const std::string& id, const nlohmann::json& j) {
   const auto& result = object_member(j, "result");
   s.status = string_member(result, "status", "?");
   if (auto* ec = member(result, "exit_code"); ec && ec->is_number_integer()) s.exit_code = ec->get<int>();
-  if (auto* w = member(object_member(j, "usage"), "wall_ms"); w && w->is_number())
+  if (auto* w = member(object_member(j, "usage"), "wall_ms"); w && w->is_number_integer())
     s.wall_ms = w->get<std::int64_t>();
   // The program's command (the spec's argv) is what a user recognises a run by; sbx's own argv
   // (invocation.argv) is the fallback for records without a spec.

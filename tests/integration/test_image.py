@@ -113,6 +113,46 @@ class ImageStore(SbxTestCase):
             self.assertExit(r, 125, " ".join(args))
             self.assertOneSbxLine(r)
 
+    def test_archive_bombs_are_refused_and_nothing_is_stored(self):
+        """A 100 KB tar.gz that expands to 100 MB, and a tar of 3,000 empty files, against
+        --max-bytes/--max-entries: exit 125 with the limit named, no image, no staging left."""
+        src = self.path("bomb")
+        os.makedirs(src + "/d")
+        with open(src + "/d/zeros", "wb") as f:
+            f.write(bytes(100 * 1024 * 1024))
+        bomb = self.path("bomb.tar.gz")
+        subprocess.run(["tar", "-C", src, "-czf", bomb, "d"], check=True)
+        self.assertLess(os.path.getsize(bomb), 1024 * 1024)
+        many = self.path("many")
+        os.makedirs(many)
+        for i in range(3000):
+            open(os.path.join(many, f"f{i}"), "w").close()
+        many_tar = self.path("many.tar")
+        subprocess.run(["tar", "-C", many, "-cf", many_tar, "."], check=True)
+        images = os.path.join(os.environ["SBX_STATE_DIR"], "images")
+        before = sbx(["image", "ls"]).out
+        cases = ((["image", "import", bomb, "--name", "bomb", "--max-bytes", "10M"], "--max-bytes"),
+                 (["image", "import", src, "--name", "bomb-dir", "--max-bytes", "10M"], "--max-bytes"),
+                 (["image", "import", many_tar, "--name", "many", "--max-entries", "1000"], "--max-entries"),
+                 (["image", "import", many, "--name", "many-dir", "--max-entries", "1000"], "--max-entries"))
+        for args, limit in cases:
+            with self.subTest(args=args[2]):
+                r = sbx(args, timeout=120)
+                self.assertExit(r, 125, "a bomb over the limit must be refused")
+                errors = [l for l in r.err.splitlines() if l.startswith("sbx:")]
+                self.assertEqual(len(errors), 1, "one error line (progress lines may precede it)\n" + r.describe())
+                self.assertIn(limit, r.err)
+                self.assertIn("nothing was stored", r.err)
+                self.assertEqual(sbx(["image", "ls"]).out, before, "the store lists the same images")
+                staging = os.path.join(images, "tmp")
+                self.assertEqual(os.listdir(staging) if os.path.isdir(staging) else [], [], "no staging left")
+        r = sbx(["image", "import", many_tar, "--name", "many", "--max-entries", "5000", "-q"], timeout=120)
+        self.assertExit(r, 0, "under the limit the same archive imports")
+        for bad in (["--max-bytes", "lots"], ["--max-entries", "0"]):
+            r = sbx(["image", "import", many_tar, "--name", "x"] + bad)
+            self.assertExit(r, 125)
+            self.assertOneSbxLine(r)
+
     def test_tampered_store_refuses_the_run(self):
         busybox_digest(self)
         # Its own content (the same content would share busybox's stored tree).
@@ -301,6 +341,25 @@ class Export(SbxTestCase):
         self.assertIn("unsafe name", skipped["/out/bad\\xff"])
         self.assertIn("--output-max-bytes", skipped["/out/sparse"])
         note("hostile export skipped: " + json.dumps(t["export"]["skipped"]))
+
+    def test_sparse_file_exports_as_holes(self):
+        """A 200 MB sparse file in the 64 MiB /out: under --output-max-bytes (256 MiB), exported with
+        its holes, so the host gets its apparent size but not 200 MB of zeros on disk."""
+        r, dest = self.export("printf head > /out/sparse; truncate -s 200M /out/sparse;"
+                              " printf tail >> /out/sparse; echo ok", image="host")
+        self.assertExit(r, 0)
+        st = os.stat(dest + "/sparse")
+        size = 200 * 1024 * 1024 + 4
+        self.assertEqual(st.st_size, size)
+        self.assertLess(st.st_blocks * 512, 8 * 1024 * 1024, f"the export wrote the holes as data: {st.st_blocks * 512} bytes on disk")
+        h = hashlib.sha256()
+        with open(dest + "/sparse", "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+        t = self.need_trace(r)
+        outs = {o["path"]: o for o in t["outputs"]}
+        self.assertEqual(outs["/out/sparse"]["bytes"], size)
+        self.assertEqual(outs["/out/sparse"]["sha256"], h.hexdigest(), "the hash is of the content, holes included")
 
     def test_many_tiny_files_hit_the_file_cap(self):
         script = "cd /out && seq 1 100000 | xargs touch && ls | wc -l"

@@ -298,6 +298,16 @@ class Filesystem(SbxTestCase):
         for bad in ("sda", "vda", "nvme0", "mem", "kmsg", "kvm"):
             self.assertNotIn(bad, names, f"/dev/{bad} must not be in the sandbox")
 
+    def test_dev_is_read_only_but_shm_and_pts_are_not(self):
+        r = self.run_sbx(["sh", "-c", "echo x > /dev/new 2>/dev/null && echo DEV-WRITABLE;"
+                          " rm -f /dev/null 2>/dev/null; test -c /dev/null || echo NULL-GONE;"
+                          " echo x > /dev/shm/ok && echo SHM-OK; echo x > /dev/null && echo NULL-OK"])
+        self.assertExit(r, 0)
+        self.assertNotIn("DEV-WRITABLE", r.out, "/dev is read-only once set up")
+        self.assertNotIn("NULL-GONE", r.out, "/dev/null cannot be removed or replaced")
+        self.assertIn("SHM-OK", r.out)
+        self.assertIn("NULL-OK", r.out)
+
     def test_bind_read_only_and_rw(self):
         d = self.path("data")
         os.mkdir(d)
@@ -314,6 +324,52 @@ class Filesystem(SbxTestCase):
         self.assertExit(r, 0)
         self.assertIn("WROTE", r.out)
         self.assertTrue(os.path.exists(os.path.join(d, "new")), "an rw bind write did not reach the host")
+
+    @unittest.skipIf(MODE != "root", "needs host mounts below the bound directory: the rootless suite cannot make "
+                     "mounts on the host, and a user namespace of its own would not be sbx's host")
+    def test_read_only_bind_is_read_only_through_its_submounts(self):
+        """A read-only bind of a directory with a tmpfs, a bind and a nested tmpfs below it: every
+        level refuses writes, every mount under it is ro,nosuid,nodev, and the host is unchanged.
+        The host mounts live in a private mount namespace this test creates (unshare -m)."""
+        d, side, inp = self.path("tree"), self.path("side"), self.path("input")
+        for x in (d, side, inp):
+            os.mkdir(x)
+            os.chmod(x, 0o777)
+        for sub in ("sub", "bsub", "nested"):
+            os.mkdir(os.path.join(d, sub))
+        os.mkdir(os.path.join(inp, "sub"))
+        targets = ["/d/top", "/d/sub/x", "/d/bsub/x", "/d/nested/deeper/x", "/i/sub/x"]
+        prog = ("for p in " + " ".join(targets) + "; do if echo x > $p 2>/dev/null; then echo WROTE $p; "
+                "else echo refused $p; fi; done; grep -E ' /(d|i)[ /]' /proc/self/mountinfo")
+        tpath = self.path("trace.json")
+        script = f"""set -e
+mount -t tmpfs -o mode=1777 t {d}/sub
+mount --bind {side} {d}/bsub
+mount -t tmpfs -o mode=1777 t {d}/nested; mkdir -m 1777 {d}/nested/deeper
+mount -t tmpfs -o mode=1777 t {d}/nested/deeper
+mount -t tmpfs -o mode=1777 t {inp}/sub
+set +e
+"$SBX" run --trace-file {tpath} --bind {d}:/d --input {inp}:/i -- sh -c "$PROG"
+echo "sbx exit $?"
+echo "host sub: $(ls -A {d}/sub {d}/nested/deeper {inp}/sub | tr '\n' ' ')"
+"""
+        env = dict(os.environ, SBX=os.environ["SBX_BIN"], PROG=prog)
+        p = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", script],
+                           capture_output=True, text=True, timeout=60, env=env)
+        out = p.stdout
+        self.assertIn("sbx exit 0", out, out + p.stderr)
+        for t in targets:
+            self.assertIn(f"refused {t}", out, f"a write to {t} went through a read-only bind\n{out}{p.stderr}")
+        self.assertNotIn("WROTE", out)
+        mounts = [l for l in out.splitlines() if l[:1].isdigit()]  # the mountinfo lines
+        self.assertGreaterEqual(len(mounts), 6, out)
+        for m in mounts:
+            opts = m.split()[5].split(",")
+            for flag in ("ro", "nosuid", "nodev"):
+                self.assertIn(flag, opts, f"mount without {flag}: {m}")
+        self.assertEqual(os.listdir(side), [], "the host directory bound below was written")
+        host_line = [l for l in out.splitlines() if l.startswith("host sub:")]
+        self.assertTrue(host_line and "x" not in host_line[0].split(":", 1)[1].split(), out)
 
     def test_bind_same_path_when_dst_omitted(self):
         d = self.path("same")

@@ -16,7 +16,7 @@ import threading
 import time
 import unittest
 
-from sbxtest import MODE, SBX, SbxTestCase, note, sbx
+from sbxtest import MODE, SBX, Result, SbxTestCase, note, sbx
 
 PY = "/usr/bin/python3"
 CURL = "/usr/bin/curl"
@@ -211,12 +211,20 @@ class Network(SbxTestCase):
 
     def test_names_wildcards_literals_and_cidrs(self):
         p = self.port
-        # An exact name is resolved by the proxy, outside (localhost -> the host's loopback).
+        # An exact name is resolved by the proxy, outside (localhost -> the host's loopback), and
+        # a name rule alone does not reach loopback: that takes the address rule as well.
         r, codes = self.fetch_codes([f"http://localhost:{p}/", f"http://127.0.0.1:{p}/"], [f"localhost:{p}"])
-        self.assertEqual(codes, ["200", "403"], "a name rule does not allow the literal address\n" + r.describe())
+        self.assertEqual(codes, ["403", "403"], "a name rule does not allow the literal address\n" + r.describe())
+        v = self.violations(r)
+        self.assertEqual((v[0]["host"], v[0]["address"]), ("localhost", "127.0.0.1"), v)
+        self.assertIn("loopback", v[0]["reason"])
+        self.assertIn("not in the allowlist", v[1]["reason"])
+        r, codes = self.fetch_codes([f"http://localhost:{p}/"], [f"localhost:{p}", f"127.0.0.1:{p}"])
+        self.assertEqual(codes, ["200"], r.describe())
         # *.localhost covers names below it, not localhost itself. (a.localhost need not resolve:
         # 502 from the resolver still shows the policy let it through.)
-        r, codes = self.fetch_codes([f"http://localhost:{p}/", f"http://a.localhost:{p}/"], [f"*.localhost:{p}"])
+        r, codes = self.fetch_codes([f"http://localhost:{p}/", f"http://a.localhost:{p}/"],
+                                    [f"*.localhost:{p}", f"127.0.0.1:{p}"])
         self.assertEqual(codes[0], "403")
         self.assertIn(codes[1], ("200", "502"))
         self.assertEqual([v["host"] for v in self.violations(r)], ["localhost"])
@@ -424,6 +432,332 @@ subprocess.Popen(['sleep', '30'])  # left behind, holding nothing of ours
         self.assertLess(result["eof_at"] - ended, 2.0)
 
 
+# Runs a command in a mount namespace (and with --net a network namespace) that this helper
+# creates, with files bound over host paths (SRC=DST): the test's own /etc/resolv.conf and
+# /etc/hosts, seen by sbx's supervisor and nobody else. Rootless, a user namespace that maps only
+# the caller's own uid and gid comes first: the mounts need CAP_SYS_ADMIN, which the creator of a
+# user namespace holds in it until its next execve, so they are made here, in this process, before
+# the command is executed; the command keeps the caller's uid (sbx stays rootless). With --net,
+# lo is brought up and a UDP socket is bound on 127.0.0.1:53 and never read: a name server that
+# never answers (its queries queue in the socket instead of getting ICMP port unreachable). The
+# helper forks so that the parent can keep that socket open while the command runs.
+NS_HELPER = r"""
+import ctypes, fcntl, os, socket, struct, sys
+CLONE_NEWNS, CLONE_NEWNET, CLONE_NEWUSER = 0x00020000, 0x40000000, 0x10000000
+MS_BIND, MS_REC, MS_PRIVATE = 4096, 16384, 1 << 18
+libc = ctypes.CDLL(None, use_errno=True)
+def check(rc, what):
+    if rc != 0:
+        e = ctypes.get_errno()
+        sys.exit(f"ns helper: {what}: {os.strerror(e)}")
+args = sys.argv[1:]
+net = args[0] == "--net"
+if net:
+    args = args[1:]
+uid, gid = os.geteuid(), os.getegid()
+check(libc.unshare(CLONE_NEWNS | (CLONE_NEWNET if net else 0) | (CLONE_NEWUSER if uid else 0)), "unshare")
+if uid:
+    open("/proc/self/uid_map", "w").write(f"{uid} {uid} 1")
+    open("/proc/self/setgroups", "w").write("deny")
+    open("/proc/self/gid_map", "w").write(f"{gid} {gid} 1")
+check(libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None), "make / private")
+while args[0] != "--":
+    src, dst = args.pop(0).split("=", 1)
+    check(libc.mount(src.encode(), dst.encode(), None, MS_BIND, None), f"bind {src} over {dst}")
+args = args[1:]
+silent = None
+if net:
+    s = socket.socket()
+    fcntl.ioctl(s, 0x8914, struct.pack("16sh", b"lo", 1))  # SIOCSIFFLAGS: IFF_UP
+    s.close()
+    silent = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    silent.bind(("127.0.0.1", 53))
+pid = os.fork()
+if pid == 0:
+    if silent:
+        silent.close()
+    os.execvp(args[0], args)
+_, status = os.waitpid(pid, 0)
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+
+
+class Resolution(SbxTestCase):
+    """Name resolution in the proxy, against a resolv.conf and /etc/hosts that the test binds over
+    the host's in namespaces it creates (NS_HELPER): the host's own files are never touched."""
+
+    def run_in_ns(self, files, sbx_opts, cmd, net=False, timeout=30, beside=None):
+        """`beside`: a shell command run in the background in the same namespaces while sbx runs."""
+        binds = []
+        for dst, text in files.items():
+            src = self.path(os.path.basename(dst))
+            with open(src, "w") as f:
+                f.write(text)
+            os.chmod(src, 0o644)
+            binds.append(f"{src}={dst}")
+        trace = self.path("ns-trace.json")
+        argv = [PY, "-c", NS_HELPER] + (["--net"] if net else []) + binds + \
+            ["--"] + (["sh", "-c", f"{beside} & b=$!; sleep 0.5; \"$@\"; rc=$?; kill $b; exit $rc", "sh"] if beside else []) + \
+            [SBX, "run", "--trace-file", trace] + list(sbx_opts) + PROXY_ENV + ["--"] + list(cmd)
+        start = time.monotonic()
+        try:
+            p = subprocess.run(argv, capture_output=True, timeout=timeout)
+        except subprocess.TimeoutExpired as e:
+            self.fail(f"sbx did not finish within {timeout} s (wall-time limit not held): {e}")
+        wall = time.monotonic() - start
+        r = Result(argv, p.returncode, p.stdout, p.stderr, wall)
+        self.assertNotIn(b"ns helper:", p.stderr, r.describe())
+        if os.path.exists(trace):
+            with open(trace) as f:
+                r.trace = json.load(f)
+        return r
+
+    SILENT_DNS = "nameserver 127.0.0.1\noptions timeout:5 attempts:2\n"
+
+    def test_a_resolver_that_never_answers_does_not_stall_the_wall_time_limit(self):
+        # Four concurrent requests for allowed names; the name server never answers. The run's
+        # wall-time limit is 1 s and must hold (a lookup that blocked the supervisor would hold
+        # it for timeout x attempts per name: about 40 s here).
+        script = " ".join(f"{CURL} -s -m 60 -o /dev/null http://n{i}.example.com/ &" for i in range(4)) + " wait"
+        r = self.run_in_ns({"/etc/resolv.conf": self.SILENT_DNS}, ["--timeout", "1s", "--allow-host", "*.example.com"],
+                           ["sh", "-c", script], net=True, timeout=90)
+        note(f"4 lookups against a silent name server, --timeout 1s: sbx ended after {r.wall:.2f} s")
+        self.assertIsNotNone(r.trace, r.describe())
+        self.assertEqual(r.trace["result"]["status"], "timeout", r.describe())
+        self.assertLess(r.wall, 4.0, r.describe())
+
+    def test_a_lookup_that_times_out_answers_504_and_is_recorded(self):
+        # While the lookup hangs, a request to an allowed literal (a server beside sbx in the
+        # test's network namespace) is served at once: the hung lookup holds up nobody else.
+        port, log = 18081, self.path("upstream.log")
+        beside = f"{PY} -m http.server {port} --bind 127.0.0.1 --directory {self.tmp} >/dev/null 2>{log}"
+        prof = self.path("prof.json")
+        with open(prof, "w") as f:
+            json.dump({"network": {"allow": ["*.example.com", f"127.0.0.1:{port}"], "idle_timeout_ms": "1s"},
+                       "limits": {"timeout_ms": "30s"}}, f)
+        script = (f"{CURL} -s -m 20 -o /dev/null -w 'slow %{{http_code}} %{{time_total}}\\n' http://slow.example.com/ & "
+                  f"sleep 0.2; {CURL} -s -m 20 -o /dev/null -w 'fast %{{http_code}} %{{time_total}}\\n' "
+                  f"http://127.0.0.1:{port}/; wait")
+        r = self.run_in_ns({"/etc/resolv.conf": self.SILENT_DNS}, ["--profile", prof], ["sh", "-c", script],
+                           net=True, timeout=60, beside=beside)
+        got = {line.split()[0]: line.split()[1:] for line in r.out.strip().splitlines()}
+        note(f"lookup against a silent name server, idle_timeout_ms 1s: {got}")
+        self.assertEqual(got["slow"][0], "504", r.describe())
+        self.assertLess(float(got["slow"][1]), 4.0, r.describe())
+        self.assertEqual(got["fast"][0], "200", r.describe())
+        self.assertLess(float(got["fast"][1]), 0.7, "served while the lookup hung\n" + r.describe())
+        u = r.trace["usage"]["network"]
+        self.assertEqual(u["lookups_timed_out"], 1, u)
+        host = {h["host"]: h for h in u["hosts"]}["slow.example.com:80"]
+        self.assertEqual((host["failed"], host["lookups_timed_out"]), (1, 1), host)
+
+    def test_names_from_the_hosts_file(self):
+        srv = start_server(tag="hosts")
+        try:
+            port = srv.server_address[1]
+            files = {"/etc/hosts": "127.0.0.1 api.hosts-file.test\n",
+                     "/etc/resolv.conf": "nameserver 127.0.0.1\noptions timeout:1 attempts:1\n"}
+            # The explicit address rule: a name rule alone never reaches loopback.
+            opts = ["--allow-host", f"api.hosts-file.test:{port}", "--allow-host", f"127.0.0.1:{port}"]
+            r = self.run_in_ns(files, opts, [CURL, "-sS", "-m", "10", f"http://api.hosts-file.test:{port}/h"])
+        finally:
+            srv.shutdown()
+            srv.server_close()
+        self.assertEqual(r.rc, 0, r.describe())
+        self.assertIn(f"hello from hosts path=/h host=api.hosts-file.test:{port}", r.out, r.describe())
+
+
+class RawUpstream:
+    """An upstream that records every byte each connection sent it (for 2 s, or until EOF) and
+    answers the first request head with a short 200: what reached it is exactly what the proxy
+    passed on, pipelined leftovers included."""
+
+    def __init__(self):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.port = self.sock.getsockname()[1]
+        self.received = []
+        self.closed = False
+        threading.Thread(target=self.serve, daemon=True).start()
+
+    def serve(self):
+        while True:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            if self.closed:  # the descriptor number may already belong to another test's server
+                c.close()
+                return
+            threading.Thread(target=self.handle, args=(c,), daemon=True).start()
+
+    def handle(self, c):
+        data, answered, end = b"", False, time.monotonic() + 2
+        c.settimeout(0.2)
+        while time.monotonic() < end:
+            try:
+                k = c.recv(65536)
+            except socket.timeout:
+                continue
+            except OSError:
+                break
+            if not k:
+                break
+            data += k
+            if not answered and b"\r\n\r\n" in data:
+                c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+                answered = True
+        self.received.append(data)
+        c.close()
+
+    def close(self):
+        # shutdown first: it wakes the accept() above, which would otherwise go on accepting on
+        # whatever socket reuses the descriptor number after close().
+        self.closed = True
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.sock.close()
+
+
+# Each case: raw bytes sent to the proxy (in one or two writes), then what came back within 5 s.
+STRICT_CLIENT = r"""
+import socket, sys, time
+cases = eval(sys.argv[1])
+for name, parts in cases:
+    s = socket.create_connection(('127.0.0.1', 3128))
+    s.settimeout(5)
+    t = time.monotonic()
+    try:
+        for i, part in enumerate(parts):
+            if i:
+                time.sleep(0.3)
+            s.sendall(part)
+        resp = b''
+        while True:
+            k = s.recv(4096)
+            if not k:
+                break
+            resp += k
+        head = resp.split(b'\r\n')[0].decode(errors='replace') or 'EOF'
+    except socket.timeout:
+        head = 'TIMEOUT'
+    except OSError as e:
+        head = 'ERROR ' + str(e.errno)
+    denied = b'X-Sbx-Deny-Reason' in resp if head not in ('TIMEOUT',) else False
+    print(name, '|', head, '|', 'proxy' if denied else 'upstream', '|', round(time.monotonic() - t, 1), flush=True)
+"""
+
+
+class Egress(SbxTestCase):
+    """The egress rules reach what was meant: not what a name resolves to, not an address spelt
+    another way, not a second request hidden in the first."""
+
+    def test_a_name_never_rebinds_to_loopback_or_link_local(self):
+        # In a network namespace of the test's own (only lo): the upstream on its loopback is the
+        # "internal service"; 169.254.169.254 (cloud metadata) is unreachable there whatever sbx
+        # does, so even a broken proxy never touches the host's real one.
+        port, log = 18080, self.path("upstream.log")
+        beside = f"{PY} -m http.server {port} --bind 127.0.0.1 --directory {self.tmp} >/dev/null 2>{log}"
+        files = {"/etc/hosts": "127.0.0.1 loop.rebind.test\n169.254.169.254 meta.rebind.test\n",
+                 "/etc/resolv.conf": "nameserver 127.0.0.1\noptions timeout:1 attempts:1\n"}
+        script = "; ".join(f"{CURL} -s -m 5 -o /dev/null -w '%{{http_code}}\\n' {u}" for u in
+                           (f"http://loop.rebind.test:{port}/loop", "http://meta.rebind.test/latest/meta-data/"))
+        r = Resolution.run_in_ns(self, files, ["--allow-host", "*.rebind.test:*"], ["sh", "-c", script], net=True, beside=beside)
+        hits = open(log).read()
+        # The same name with the address allowed explicitly: reached.
+        r2 = Resolution.run_in_ns(self, files, ["--allow-host", "*.rebind.test:*", "--allow-host", f"127.0.0.0/8:{port}"],
+                            [CURL, "-s", "-m", "5", "-o", "/dev/null", "-w", "%{http_code}", f"http://loop.rebind.test:{port}/explicit"],
+                            net=True, beside=beside)
+        hits2 = open(log).read()
+        note(f"names resolving to internal addresses: HTTP {r.out.split()}; with the address rule: HTTP {r2.out}")
+        self.assertEqual(r.out.split(), ["403", "403"], r.describe())
+        self.assertNotIn("/loop", hits)
+        v = [x for x in r.trace["violations"] if x.get("kind") == "network"]
+        self.assertEqual([(x["host"], x.get("address")) for x in v],
+                         [("loop.rebind.test", "127.0.0.1"), ("meta.rebind.test", "169.254.169.254")], v)
+        self.assertIn("loopback", v[0]["reason"])
+        self.assertIn("link-local", v[1]["reason"])
+        self.assertIn("/explicit", hits2, r2.describe())
+
+    def test_ipv4_mapped_ipv6_does_not_escape_an_ipv6_rule(self):
+        srv = start_server(tag="v4-behind-mapped")
+        try:
+            port = srv.server_address[1]
+            script = "; ".join([
+                f"{CURL} -s -g -m 5 -o /dev/null -w '%{{http_code}}\\n' 'http://[::ffff:127.0.0.1]:{port}/mapped'",
+                f"{CURL} -s -g -m 5 -o /dev/null -w '%{{http_code}}\\n' 'http://[::ffff:7f00:1]:{port}/hex'",
+                f"{CURL} -s -g -m 5 -o /dev/null -w '%{{http_code}}\\n' -p 'http://[::ffff:127.0.0.1]:{port}/tunnel'"])
+            r = self.run_sbx(["sh", "-c", script], PROXY_ENV + ["--allow-host", f"[::/0]:{port}"])
+            hits = list(srv.hits)
+        finally:
+            srv.shutdown()
+            srv.server_close()
+        note(f"[::/0]:{port} against ::ffff:127.0.0.1: HTTP {r.out.split()}; upstream saw {hits}")
+        self.assertEqual(hits, [], r.describe())
+        self.assertEqual(r.out.split()[:2], ["403", "403"], r.describe())
+        v = [x for x in r.trace["violations"] if x.get("kind") == "network"]
+        self.assertEqual({x["host"] for x in v}, {"127.0.0.1"}, v)
+
+    def strict_cases(self, cases):
+        up = RawUpstream()
+        try:
+            cases = [(n, [p.replace(b"PORT", str(up.port).encode()) for p in parts]) for n, parts in cases]
+            r = self.run_sbx([PY, "-c", STRICT_CLIENT, repr(cases)], PROXY_ENV + ["--allow-host", f"127.0.0.1:{up.port}"],
+                             timeout=60)
+            time.sleep(0.3)
+            received = b"\n".join(up.received)
+        finally:
+            up.close()
+        self.assertExit(r, 0)
+        got = {}
+        for line in r.out.strip().splitlines():
+            name, head, who, secs = [x.strip() for x in line.split("|")]
+            got[name] = (head.split(" ")[1] if head.startswith("HTTP/") else head, who, float(secs))
+        return r, got, received
+
+    def test_requests_are_parsed_strictly(self):
+        base = b"GET http://127.0.0.1:PORT/"
+        cases = [
+            ("bare-lf", [base + b"lf HTTP/1.1\nHost: x\n\n"]),
+            ("no-colon", [base + b"nocolon HTTP/1.1\r\nHost: x\r\nNoColonHere\r\n\r\n"]),
+            ("ctl-in-header", [base + b"ctl HTTP/1.1\r\nHost: x\r\nX-A: a\x01b\r\n\r\n"]),
+            ("nul-in-host", [b"CONNECT 127.0.0.1\x00.evil:PORT HTTP/1.1\r\n\r\n"]),
+            ("cl-and-te", [b"POST http://127.0.0.1:PORT/clte HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n"
+                           b"Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n"]),
+            ("te-plain", [b"POST http://127.0.0.1:PORT/te HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+                          b"0\r\n\r\n"]),
+            ("ok", [base + b"fine HTTP/1.1\r\nHost: x\r\n\r\n"]),
+        ]
+        r, got, received = self.strict_cases(cases)
+        note("strict parsing: " + "; ".join(f"{n} -> {c} from {w} in {s} s" for n, (c, w, s) in got.items()))
+        for name in ("bare-lf", "no-colon", "ctl-in-header", "nul-in-host", "cl-and-te"):
+            self.assertEqual(got[name][:2], ("400", "proxy"), f"{name}: {got[name]}\n{r.describe()}")
+            self.assertLess(got[name][2], 2.0, f"{name}: answered at once, not after a timeout")
+        self.assertEqual(got["te-plain"][:2], ("501", "proxy"), r.describe())
+        self.assertEqual(got["ok"][:2], ("200", "upstream"), r.describe())
+        for marker in (b"/lf", b"/nocolon", b"/ctl", b"/clte", b"/te "):
+            self.assertNotIn(marker, received, f"{marker} reached the upstream: {received!r}")
+
+    def test_a_pipelined_second_request_never_reaches_the_upstream(self):
+        first = b"GET http://127.0.0.1:PORT/first HTTP/1.1\r\nHost: x\r\n\r\n"
+        second = b"GET /second HTTP/1.1\r\nHost: evil.example\r\n\r\n"
+        body = b"POST http://127.0.0.1:PORT/post HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello"
+        cases = [("together", [first + second]), ("later", [first, second]), ("after-body", [body, second])]
+        r, got, received = self.strict_cases(cases)
+        note("pipelining: " + "; ".join(f"{n} -> {c} from {w}" for n, (c, w, s) in got.items()) +
+             f"; upstream received {received!r}")
+        self.assertEqual(got["together"][:2], ("400", "proxy"), r.describe())
+        self.assertEqual(got["later"][:2], ("200", "upstream"), r.describe())
+        self.assertEqual(got["after-body"][:2], ("200", "upstream"), r.describe())
+        self.assertIn(b"/first", received)
+        self.assertIn(b"hello", received)
+        self.assertNotIn(b"evil.example", received, received)
+        self.assertNotIn(b"/second", received, received)
+
+
 UPSTREAM_SERVER = """
 import http.server, socketserver, sys
 class H(http.server.BaseHTTPRequestHandler):
@@ -467,7 +801,7 @@ ip link set sbxt-a up
 nsenter -t {server.pid} -n sh -c 'ip link set lo up; ip addr add 10.203.0.2/24 dev sbxt-b; ip link set sbxt-b up'
 mount --bind {hosts} /etc/hosts
 curl -s --noproxy '*' -m 5 http://10.203.0.2:8080/probe >/dev/null   # the path works outside the sandbox
-{SBX} run --allow-host '*.upstream.test:8080' {env} --trace-file {traces['allowed']} -- \
+{SBX} run --allow-host '*.upstream.test:8080' --allow-host 10.203.0.0/24:8080 {env} --trace-file {traces['allowed']} -- \
   curl -sS -m 10 http://api.upstream.test:8080/by-name > {out['allowed']} 2>&1 || true
 {SBX} run --allow-host 10.203.0.0/24:8080 {env} --trace-file {traces['literal']} -- \
   curl -sS -m 10 http://10.203.0.2:8080/by-cidr > {out['literal']} 2>&1 || true

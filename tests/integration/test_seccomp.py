@@ -119,6 +119,26 @@ class Attacks(SeccompCase):
                 self.assertEqual(self.need_trace(r)["result"]["status"], "ok")
                 self.assertViolation(r, syscall, "SCMP_ACT_ERRNO(EPERM)")
 
+    def test_flood_of_junk_calls_does_not_hide_the_real_attempts(self):
+        """1,100 distinct junk calls first, then mount, ptrace and bpf: the list stays bounded, the
+        policy's named calls are listed anyway, and the totals say how much was left out."""
+        r = self.attack("flood-then-escape")
+        self.assertExit(r, 0, "the attempts must be refused")
+        self.assertIn("flood-then-escape: blocked", r.out, r.describe())
+        for name in ("mount", "ptrace", "bpf"):
+            self.assertViolation(r, name, "SCMP_ACT_ERRNO(EPERM)")
+        t = self.need_trace(r)
+        listed = [v for v in t["violations"] if v.get("kind") == "seccomp"]
+        summary = t.get("violations_summary", {}).get("seccomp")
+        self.assertIsNotNone(summary, "trace.violations_summary.seccomp must say what the list left out\n" + r.describe())
+        self.assertLessEqual(len(listed), summary["listed_cap"] + 3, "the list must stay bounded")
+        self.assertEqual(summary["listed"], len(listed))
+        self.assertTrue(summary["truncated"], json.dumps(summary))
+        self.assertGreaterEqual(summary["calls"], 1103, json.dumps(summary))
+        self.assertEqual(summary["calls"], sum(v["count"] for v in listed) + summary["unlisted_calls"], json.dumps(summary))
+        self.assertGreaterEqual(summary["unlisted_distinct"], 1100 + 3 - len(listed), json.dumps(summary))
+        self.assertIn("not listed", r.err, "a truncated list is said on stderr too")
+
     def test_x32_syscall_kills_the_sandbox_and_is_named(self):
         r = self.attack("x32")
         self.assertExit(r, 159, "a foreign-ABI (x32) system call must kill the sandbox (SIGSYS semantics)")
@@ -289,7 +309,7 @@ class Policies(SeccompCase):
         bad = self.policy("{\"defaultAction\": ", "broken.json")
         r2 = self.run_sbx(["true"], ["--seccomp", bad])
         self.assertExit(r2, 125)
-        self.assertIn("broken.json: not valid JSON", r2.err)
+        self.assertIn("broken.json: /defaultAction: not valid JSON", r2.err)
         r3 = self.run_sbx(["true"], ["--seccomp", self.path("missing.json")])
         self.assertExit(r3, 125)
         self.assertIn("missing.json", r3.err)
@@ -308,6 +328,24 @@ class Policies(SeccompCase):
         self.assertTrue(any("CAP_SYS_ADMIN" in n for n in s["notes"]), s["notes"])
         self.assertTrue(any("archMap" in n for n in s["notes"]), s["notes"])
         self.assertViolation(r, "mount", "SCMP_ACT_ERRNO(EPERM)")
+
+    def test_podman_and_docker_policies_as_debian_ships_them_load_unchanged(self):
+        """Podman's /usr/share/containers/seccomp.json (golang-github-containers-common 0.50.1) and
+        Docker's default profile (golang-github-docker-docker-dev 20.10.24), as Debian 12 ships them."""
+        if not REPO:
+            self.fail("tests/fixtures/seccomp/ not found (set SBX_SOURCE_DIR)")
+        for fixture in ("podman-debian12.json", "docker-debian12.json"):
+            with self.subTest(policy=fixture):
+                with open(os.path.join(REPO, "tests", "fixtures", "seccomp", fixture)) as f:
+                    p = self.policy(f.read(), fixture)
+                r = self.run_sbx(["sh", "-c", "echo hello"], ["--seccomp", p])
+                self.assertExit(r, 0, f"a run under {fixture}")
+                self.assertEqual(r.out, "hello\n")
+                r = self.attack("bpf", ["--seccomp", p])
+                self.assertExit(r, 0, "bpf is refused (EPERM without CAP_SYS_ADMIN)")
+                self.assertViolation(r, "bpf", "SCMP_ACT_ERRNO(EPERM)")
+                want = "SCMP_ACT_ERRNO(ENOSYS)" if fixture.startswith("podman") else "SCMP_ACT_ERRNO(EPERM)"
+                self.assertEqual(self.need_trace(r)["enforcement"]["seccomp"]["default_action"], want)
 
     def test_unconfined_is_loud(self):
         r = self.attack("mount", ["--seccomp", "unconfined"])

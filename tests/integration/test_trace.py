@@ -24,6 +24,16 @@ class TraceRecord(SbxTestCase):
         broken = dict(self.need_trace(r), schema="sbx.trace/v0")
         self.assertTrue(list(schema_validator().iter_errors(broken)), "schema accepts schema='sbx.trace/v0'")
 
+    def test_trace_file_is_private_like_the_store(self):
+        r = self.run_sbx(["/bin/true"], ["--env", "TOKEN=not-for-others"])
+        self.assertExit(r, 0)
+        self.assertEqual(os.stat(r.trace_path).st_mode & 0o777, 0o600, "--trace-file holds --env values: 0600")
+        store = os.path.join(os.environ["SBX_STATE_DIR"], "traces")
+        for root, _, files in os.walk(store):
+            for n in files:
+                if n.endswith(".json"):
+                    self.assertEqual(os.stat(os.path.join(root, n)).st_mode & 0o777, 0o600, n)
+
     def test_record_contents(self):
         cwd = self.path("cwd")
         os.mkdir(cwd)

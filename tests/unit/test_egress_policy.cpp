@@ -60,6 +60,10 @@ TEST_CASE("egress: literal IPv4 addresses never match names and vice versa") {
   CHECK_FALSE(parse_authority("2130706433:80", std::nullopt).ok());
   CHECK_FALSE(parse_authority("127.1:80", std::nullopt).ok());
   CHECK_FALSE(parse_allow_rule("127.1").ok());
+  // A NUL must not cut the host short (inet_pton reads a C string).
+  CHECK_FALSE(parse_authority(std::string("127.0.0.1\0.evil:80", 19), std::nullopt).ok());
+  CHECK_FALSE(parse_authority(std::string("a.test\0x:80", 11), std::nullopt).ok());
+  CHECK_FALSE(parse_allow_rule(std::string("10.0.0.1\0", 9)).ok());
 }
 
 TEST_CASE("egress: IPv6 literals, bracketed with a port") {
@@ -86,4 +90,87 @@ TEST_CASE("egress: CIDRs") {
   CHECK_FALSE(allowed({"0.0.0.0/0"}, "[::1]:80"));
   CHECK_FALSE(parse_allow_rule("10.0.0.0/33").ok());
   CHECK_FALSE(parse_allow_rule("example.com/8").ok());
+}
+
+namespace {
+// The internal kind of an address literal, after normalisation ("" for a public address).
+std::string kind_of(const std::string& text) {
+  auto t = parse_authority(text.find(':') != std::string::npos ? "[" + text + "]:80" : text + ":80", std::nullopt);
+  REQUIRE_MESSAGE(t.ok(), text);
+  auto k = internal_address_kind(t->v6, t->addr);
+  return k ? *k : "";
+}
+EgressDecision resolved(const std::vector<std::string>& rules, const std::string& name, const std::string& addr) {
+  auto r = parse_allow_rules(rules);
+  REQUIRE(r.ok());
+  auto t = parse_authority(name, std::nullopt);
+  REQUIRE(t.ok());
+  auto a = parse_authority(addr.find(':') != std::string::npos ? "[" + addr + "]:1" : addr + ":1", std::nullopt);
+  REQUIRE(a.ok());
+  return check_resolved(*r, *t, a->v6, a->addr);
+}
+}  // namespace
+
+TEST_CASE("egress: internal address classes, IPv4 and IPv6") {
+  CHECK(kind_of("127.0.0.1") == "loopback");
+  CHECK(kind_of("127.255.0.9") == "loopback");
+  CHECK(kind_of("0.0.0.0") == "unspecified");
+  CHECK(kind_of("169.254.169.254") == "link-local");
+  CHECK(kind_of("10.1.2.3") == "private");
+  CHECK(kind_of("172.16.0.1") == "private");
+  CHECK(kind_of("172.31.255.255") == "private");
+  CHECK(kind_of("172.32.0.1") == "");
+  CHECK(kind_of("192.168.1.1") == "private");
+  CHECK(kind_of("100.64.0.1") == "shared (CGNAT)");
+  CHECK(kind_of("100.127.255.255") == "shared (CGNAT)");
+  CHECK(kind_of("100.128.0.1") == "");
+  CHECK(kind_of("224.0.0.1") == "multicast");
+  CHECK(kind_of("255.255.255.255") == "broadcast/reserved");
+  CHECK(kind_of("93.184.216.34") == "");
+  CHECK(kind_of("::1") == "loopback");
+  CHECK(kind_of("::") == "unspecified");
+  CHECK(kind_of("fe80::1") == "link-local");
+  CHECK(kind_of("fd00::1") == "unique-local");
+  CHECK(kind_of("fc00::1") == "unique-local");
+  CHECK(kind_of("ff02::1") == "multicast");
+  CHECK(kind_of("2606:4700::1111") == "");
+  // IPv4 carried in IPv6 is the IPv4 address it carries.
+  CHECK(kind_of("::ffff:127.0.0.1") == "loopback");
+  CHECK(kind_of("::ffff:169.254.169.254") == "link-local");
+  CHECK(kind_of("::ffff:7f00:1") == "loopback");
+  CHECK(kind_of("::127.0.0.1") == "loopback");
+  CHECK(kind_of("::ffff:8.8.8.8") == "");
+  CHECK(kind_of("64:ff9b::7f00:1") == "loopback (through NAT64)");
+  CHECK(kind_of("64:ff9b::a9fe:a9fe") == "link-local (through NAT64)");
+  CHECK(kind_of("64:ff9b::808:808") == "");
+}
+
+TEST_CASE("egress: IPv4-mapped IPv6 is normalised before any match") {
+  CHECK_FALSE(allowed({"[::/0]:8080"}, "[::ffff:127.0.0.1]:8080"));
+  CHECK_FALSE(allowed({"[::/0]:8080"}, "[::127.0.0.1]:8080"));
+  CHECK(allowed({"[::/0]:8080"}, "[2001:db8::1]:8080"));
+  CHECK(allowed({"127.0.0.1:8080"}, "[::ffff:127.0.0.1]:8080"));
+  CHECK(allowed({"[::ffff:10.0.0.0/104]:*"}, "10.9.9.9:22"));
+  CHECK(allowed({"[::ffff:10.0.0.1]:*"}, "10.0.0.1:22"));
+  CHECK_FALSE(parse_allow_rule("[::ffff:0:0/80]").ok());
+  auto t = parse_authority("[::ffff:127.0.0.1]:8080", std::nullopt);
+  REQUIRE(t.ok());
+  CHECK(target_key(*t) == "127.0.0.1:8080");
+}
+
+TEST_CASE("egress: a name's resolved address reaches internal ranges only through an address rule") {
+  CHECK(resolved({"api.test"}, "api.test:443", "93.184.216.34").allowed);
+  CHECK(resolved({"api.test"}, "api.test:443", "2606:4700::1111").allowed);
+  auto d = resolved({"api.test"}, "api.test:443", "127.0.0.1");
+  CHECK_FALSE(d.allowed);
+  CHECK(d.reason.find("api.test resolved to 127.0.0.1, a loopback address") == 0);
+  CHECK_FALSE(resolved({"api.test"}, "api.test:80", "169.254.169.254").allowed);
+  CHECK_FALSE(resolved({"api.test"}, "api.test:80", "::ffff:169.254.169.254").allowed);
+  CHECK_FALSE(resolved({"api.test"}, "api.test:80", "fd12::1").allowed);
+  CHECK_FALSE(resolved({"api.test"}, "api.test:80", "10.0.0.5").allowed);
+  // An explicit address or range, with the port, opens it.
+  CHECK(resolved({"api.test", "10.0.0.0/8"}, "api.test:80", "10.0.0.5").allowed);
+  CHECK(resolved({"api.test:8080", "127.0.0.1:8080"}, "api.test:8080", "127.0.0.1").allowed);
+  CHECK_FALSE(resolved({"api.test:8080", "127.0.0.1:9090"}, "api.test:8080", "127.0.0.1").allowed);
+  CHECK_FALSE(resolved({"api.test", "10.0.0.0/8"}, "api.test:80", "127.0.0.1").allowed);
 }

@@ -214,7 +214,7 @@ TEST_CASE("strict parsing: errors name the file and the JSON path") {
         "args": [{"index": 1, "value": 1, "op": "SCMP_CMP_GT"}, {"index": 1, "value": 9, "op": "SCMP_CMP_LT"}]}]})")
             .find("policy.json: /syscalls/0/args/1/index: argument 1 compared twice in one rule") == 0);
   CHECK(parse_error(R"({"defaultAction": "SCMP_ACT_NOTIFY"})").find("policy.json: /defaultAction: SCMP_ACT_NOTIFY is not supported") == 0);
-  CHECK(parse_error("{\"defaultAction\": ").find("policy.json: not valid JSON") == 0);
+  CHECK(parse_error("{\"defaultAction\": ").find("policy.json: /defaultAction: not valid JSON") == 0);
 }
 
 TEST_CASE("a Docker/Podman superset file loads: archMap, includes and excludes resolved") {
@@ -242,6 +242,41 @@ TEST_CASE("a Docker/Podman superset file loads: archMap, includes and excludes r
   CHECK(verdict(*prog, call(SYS_modify_ldt)) == "allow");            // included for amd64
   CHECK(verdict(*prog, call(SYS_open_by_handle_at)) == "errno 1");   // included only for CAP_DAC_READ_SEARCH
   CHECK(noted("/syscalls/9 (open_by_handle_at) skipped: included only with capability CAP_DAC_READ_SEARCH"));
+}
+
+TEST_CASE("Podman's seccomp.json as Debian 12 ships it loads unchanged (defaultErrno, errno names)") {
+  std::string text = slurp(SBX_SOURCE_DIR "/tests/fixtures/seccomp/podman-debian12.json");
+  REQUIRE_FALSE(text.empty());
+  auto p = parse_seccomp_policy(text, "seccomp.json");
+  REQUIRE_MESSAGE(p.ok(), (p.ok() ? "" : p.error().message));
+  CHECK(p->default_action_text == "SCMP_ACT_ERRNO(ENOSYS)");
+  auto prog = compile_seccomp_policy(*p);
+  REQUIRE(prog.ok());
+  CHECK(verdict(*prog, call(SYS_getpid)) == "allow");
+  CHECK(verdict(*prog, call(SYS_bpf)) == "errno 1");        // errno "EPERM" with errnoRet 1, no CAP_SYS_ADMIN
+  CHECK(verdict(*prog, call(SYS_kexec_file_load)) == "errno 1");
+  CHECK(verdict(*prog, call(1000)) == "errno 38");           // the default: ENOSYS
+}
+
+TEST_CASE("errno names: alone, with a matching number, and refused when they disagree or are unknown") {
+  auto action_of = [](const std::string& rule_extra, const std::string& top_extra = "") {
+    std::string text = R"({"defaultAction": "SCMP_ACT_ALLOW")" + top_extra + R"(, "syscalls": [{"names": ["getpid"],
+                          "action": "SCMP_ACT_ERRNO")" + rule_extra + "}]}";
+    auto p = parse_seccomp_policy(text, "policy.json");
+    if (!p.ok()) return p.error().message;
+    auto prog = compile_seccomp_policy(*p);
+    return prog.ok() ? verdict(*prog, call(SYS_getpid)) : prog.error().message;
+  };
+  CHECK(action_of(R"(, "errno": "ENOSYS")") == "errno 38");
+  CHECK(action_of(R"(, "errno": "EWOULDBLOCK")") == "errno 11");
+  CHECK(action_of(R"(, "errno": "EACCES", "errnoRet": 13)") == "errno 13");
+  CHECK(action_of(R"(, "errno": "EACCES", "errnoRet": 1)") ==
+        "policy.json: /syscalls/0/errno: 'EACCES' is 13 but errnoRet says 1");
+  CHECK(action_of(R"(, "errno": "ENOPE")") == "policy.json: /syscalls/0/errno: unknown errno name 'ENOPE'");
+  CHECK(action_of(R"(, "errno": 5)") == "policy.json: /syscalls/0/errno: must be an errno name such as \"EPERM\"");
+  auto top = parse_seccomp_policy(R"({"defaultAction": "SCMP_ACT_ERRNO", "defaultErrno": "EROFS"})", "policy.json");
+  REQUIRE(top.ok());
+  CHECK(top->default_action_text == "SCMP_ACT_ERRNO(EROFS)");
 }
 
 TEST_CASE("prepare_seccomp: cache hit skips the compile; unconfined has no filter") {
@@ -314,9 +349,9 @@ TEST_CASE("RunSpec carries the seccomp policy; strict") {
   j["seccomp"] = "";
   auto r = spec_from_json(j, "p.json");
   REQUIRE_FALSE(r.ok());
-  CHECK(r.error().message == "p.json: seccomp: must be 'default', 'unconfined' or a policy file");
+  CHECK(r.error().message == "p.json: /seccomp: must be 'default', 'unconfined' or a policy file");
   j["seccomp"] = 3;
   auto r2 = spec_from_json(j, "p.json");
   REQUIRE_FALSE(r2.ok());
-  CHECK(r2.error().message == "p.json: seccomp: must be a string");
+  CHECK(r2.error().message == "p.json: /seccomp: must be a string");
 }

@@ -30,13 +30,13 @@ TEST_CASE("strict parsing names the source and the key") {
   j["limits"]["timeout"] = "1s";
   auto r = spec_from_json(j, "profile /x.json");
   REQUIRE_FALSE(r.ok());
-  CHECK(r.error().message == "profile /x.json: unknown key 'limits.timeout'");
+  CHECK(r.error().message == "profile /x.json: /limits/timeout: unknown key");
 
   json k = spec_to_json(RunSpec{});
   k["limits"]["timeout_ms"] = "soon";
   auto r2 = spec_from_json(k, "p.json");
   REQUIRE_FALSE(r2.ok());
-  CHECK(r2.error().message.find("p.json: limits.timeout_ms: bad duration 'soon'") == 0);
+  CHECK(r2.error().message.find("p.json: /limits/timeout_ms: bad duration 'soon'") == 0);
 
   json u = spec_to_json(RunSpec{});
   u["uid"] = -1;
@@ -121,7 +121,7 @@ TEST_CASE("profiles: built-ins load, layer in order, and are validated") {
   json bad = {{"limits", {{"nope", 1}}}};
   auto b = spec_from_layers(*untrusted, &bad, "pack.json");
   REQUIRE_FALSE(b.ok());
-  CHECK(b.error().message.find("pack.json: unknown key 'limits.nope'") == 0);
+  CHECK(b.error().message.find("pack.json: /limits/nope: unknown key") == 0);
   CHECK_FALSE(load_profile("no-such-profile").ok());
 }
 
@@ -144,7 +144,7 @@ TEST_CASE("network: allow list, limits, and the proxy mode it implies") {
   bad["network"]["allow"] = {"ok.example", "bad host"};
   auto e = spec_from_json(bad, "p.json");
   REQUIRE_FALSE(e.ok());
-  CHECK(e.error().message.find("p.json: network.allow[1]:") == 0);
+  CHECK(e.error().message.find("p.json: /network/allow/1:") == 0);
   json bad2 = spec_to_json(RunSpec{});
   bad2["network"]["max_connections"] = 0;
   CHECK_FALSE(spec_from_json(bad2, "p.json").ok());

@@ -181,7 +181,34 @@ TEST_CASE("shell_quote leaves safe words alone and single-quotes the rest") {
   CHECK(shell_quote("$HOME") == "'$HOME'");
   CHECK(shell_quote("it's") == "'it'\\''s'");
   CHECK(shell_quote("*") == "'*'");
-  CHECK(shell_quote("a\nb") == "'a\nb'");
+  CHECK(shell_quote("a\nb") == "$'a\\nb'");  // never a raw newline: see test_text_escape.cpp
   CHECK(shell_quote("caf\xc3\xa9") == "'caf\xc3\xa9'");
   CHECK(sbx::shell_join({"sh", "-c", "echo $1", ""}) == "sh -c 'echo $1' ''");
+}
+
+TEST_CASE("a deep or odd record in the store is skipped by list and refused by load, never a crash") {
+  TempStore s;
+  REQUIRE(sbx::store_trace(s.dirs, "20261130T000000.000Z-00000001",
+                           record("20261130T000000.000Z-00000001", "ok", 0, 5, {"true"}))
+              .ok());
+  std::string deep = "{\"schema\": \"sbx.trace/v1\", \"result\": " + std::string(200000, '[') + std::string(200000, ']') + "}";
+  REQUIRE(sbx::store_trace(s.dirs, "20261130T000000.000Z-00000002", deep).ok());
+  // Wrong types everywhere a summary looks: still summarised.
+  REQUIRE(sbx::store_trace(s.dirs, "20261130T000000.000Z-00000003",
+                           R"({"schema": "sbx.trace/v1", "started_at": 5, "result": {"status": [], "exit_code": 1e300},
+                               "usage": {"wall_ms": 1e300}, "invocation": {"argv": {}, "spec": []}})")
+              .ok());
+  auto level = spdlog::get_level();
+  spdlog::set_level(spdlog::level::off);
+  auto list = sbx::list_traces(s.dirs);
+  spdlog::set_level(level);
+  REQUIRE(list.ok());
+  REQUIRE(list->size() == 2);
+  CHECK((*list)[0].run_id == "20261130T000000.000Z-00000003");
+  CHECK((*list)[0].wall_ms == 0);
+  CHECK_FALSE((*list)[0].exit_code.has_value());
+  auto bad = sbx::load_trace(s.dirs, "20261130T000000.000Z-00000002");
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.error().message.find("/result/0/0/0") != std::string::npos);
+  CHECK(bad.error().message.find("nested deeper than 128 levels") != std::string::npos);
 }
