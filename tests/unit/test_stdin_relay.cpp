@@ -1,8 +1,10 @@
 #include <doctest/doctest.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "runtime/output_relay.hpp"
 #include "runtime/stdin_relay.hpp"
 
 using namespace sbx;
@@ -75,4 +77,85 @@ TEST_CASE("plan_stdin: a terminal is never passed, relayed only with -i") {
   auto it = plan_stdin(true, true, slave.fd);
   CHECK(it->mode == StdinMode::pty);
   CHECK(it->relay);
+}
+
+// The stdin relay is an OutputRelay toward a pipe sbx made (stdin_relay.hpp): the program must
+// see EOF once the caller's input has ended and all of it is delivered, and what the caller
+// still holds when the program stops reading is the caller's, not a loss.
+namespace {
+struct PipeFds {
+  int r = -1, w = -1;
+  PipeFds() {
+    int p[2];
+    REQUIRE(::pipe2(p, O_CLOEXEC) == 0);
+    r = p[0];
+    w = p[1];
+  }
+  ~PipeFds() {
+    if (r >= 0) ::close(r);
+    if (w >= 0) ::close(w);
+  }
+};
+}  // namespace
+
+TEST_CASE("stdin relay: the caller's EOF reaches the program once everything is delivered") {
+  PipeFds caller, program;
+  ::fcntl(caller.r, F_SETFL, O_NONBLOCK);
+  OutputRelay relay(caller.r, OutputSink::owned_nonblocking(program.w), std::nullopt, OutputRelay::Unread::not_taken);
+  caller.r = program.w = -1;  // the relay owns both
+  REQUIRE(::write(caller.w, "hello", 5) == 5);
+  ::close(caller.w);
+  caller.w = -1;
+  for (int i = 0; i < 4 && relay.source_open(); ++i) relay.on_src_ready();
+  CHECK_FALSE(relay.active());
+  CHECK(relay.sink_poll_fd() == -1);  // the write end is closed: the program reads EOF
+  char buf[16];
+  CHECK(::read(program.r, buf, sizeof buf) == 5);
+  CHECK(::read(program.r, buf, sizeof buf) == 0);
+  StreamStats st = relay.finish();
+  CHECK(st.source_eof);
+  CHECK(st.bytes == 5);
+  CHECK(st.undelivered_bytes == 0);
+}
+
+TEST_CASE("stdin relay: a program that closes its stdin stops the relay; the caller's unread bytes are not counted") {
+  PipeFds caller, program;
+  ::fcntl(caller.r, F_SETFL, O_NONBLOCK);
+  OutputRelay relay(caller.r, OutputSink::owned_nonblocking(program.w), std::nullopt, OutputRelay::Unread::not_taken);
+  caller.r = program.w = -1;
+  ::close(program.r);  // the program closes its stdin
+  program.r = -1;
+  REQUIRE(::write(caller.w, "0123456789", 10) == 10);
+  struct pollfd pfd = {relay.sink_poll_fd(), 0, 0};
+  REQUIRE(::poll(&pfd, 1, 0) == 1);
+  relay.on_sink_ready(pfd.revents);  // POLLERR: no reader
+  CHECK_FALSE(relay.source_open());
+  StreamStats st = relay.finish();
+  CHECK(st.reader_closed);
+  CHECK_FALSE(st.source_eof);
+  CHECK(st.undelivered_bytes == 0);  // the ten bytes were never taken from the caller
+}
+
+TEST_CASE("relay: a socket source is read with MSG_DONTWAIT; a source adopted late is read once") {
+  int s[2];
+  REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, s) == 0);  // blocking, as a caller's may be
+  PipeFds program;
+  OutputRelay relay(-1, OutputSink::owned_nonblocking(program.w), std::nullopt, OutputRelay::Unread::not_taken);
+  program.w = -1;
+  CHECK_FALSE(relay.source_open());
+  relay.adopt_source(s[0]);
+  CHECK(relay.source_open());
+  int extra = ::dup(s[1]);
+  relay.adopt_source(extra);  // a second source is closed, not read
+  CHECK(::fcntl(extra, F_GETFD) == -1);
+  relay.on_src_ready();  // nothing there: returns at once instead of waiting in read()
+  CHECK(relay.source_open());
+  REQUIRE(::write(s[1], "abc", 3) == 3);
+  ::close(s[1]);
+  for (int i = 0; i < 4 && relay.source_open(); ++i) relay.on_src_ready();
+  char buf[8];
+  CHECK(::read(program.r, buf, sizeof buf) == 3);
+  StreamStats st = relay.finish();
+  CHECK(st.source_eof);
+  CHECK(st.bytes == 3);
 }
