@@ -264,7 +264,20 @@ void reap_everything_else() {
 // the program put in a session or group of their own are left alone, as a terminal leaves them:
 // they are killed with the rest of the sandbox when the program has ended (reap_everything_else).
 // kill(-1) would reach those too, and take from the program the choice of how its workers stop.
-[[noreturn]] void supervise_program(int msg_fd, pid_t program) {
+//
+// With a pty (-t) the keyboard's signals, SIGINT and SIGQUIT, go where the pty's own ^C and ^\ keys
+// would send them: to its foreground process group (TIOCGPGRP on the master, which init keeps
+// for this), which a shell with job control moves to the job it runs while it ignores SIGINT
+// itself. Without a foreground group, to the program's.
+pid_t signal_target(int sig, pid_t program, int pty_master) {
+  if (pty_master >= 0 && (sig == SIGINT || sig == SIGQUIT)) {
+    pid_t fg = 0;
+    if (raw::ioctl(pty_master, TIOCGPGRP, &fg) == 0 && fg > 0) return fg;
+  }
+  return program;
+}
+
+[[noreturn]] void supervise_program(int msg_fd, pid_t program, int pty_master) {
   sigset_t set;
   supervised_signals(&set);
   for (;;) {
@@ -274,7 +287,8 @@ void reap_everything_else() {
     if (sig != SIGCHLD) {
       // The group is gone once the program is a zombie and its group empty: then to the
       // program itself, which is harmless (its status is already decided).
-      if (raw::kill(-program, static_cast<int>(sig)) < 0) raw::kill(program, static_cast<int>(sig));
+      pid_t group = signal_target(static_cast<int>(sig), program, pty_master);
+      if (raw::kill(-group, static_cast<int>(sig)) < 0) raw::kill(program, static_cast<int>(sig));
       continue;
     }
     int ws;
@@ -352,8 +366,7 @@ void run_init(const ChildConfig& cfg) {
     // the supervisor means the program has let go of its terminal, never "not yet opened". Still
     // ordinary code: a supervisor sharing our memory waits for kStarted below.
     STAGE(cfg, send_fd(cfg.pty_sock, pty_master, 'T', "tty", "hand the pty master to the supervisor"));
-    ::close(pty_master);
-    ::close(cfg.pty_sock);
+    ::close(cfg.pty_sock);  // the master stays: it says where a forwarded ^C goes (supervise_program)
   }
   if (cfg.in_fd >= 0) raw::close(cfg.in_fd);
   raw::close(cfg.out_fd);
@@ -364,7 +377,7 @@ void run_init(const ChildConfig& cfg) {
   ChildMsg started;
   started.kind = ChildMsg::kStarted;
   send_msg(msg_fd, started);
-  supervise_program(msg_fd, program);
+  supervise_program(msg_fd, program, pty_master);
 }
 
 }  // namespace sbx

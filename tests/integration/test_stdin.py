@@ -182,6 +182,33 @@ class CallerTerminal(SbxTestCase):
         self.assertEqual(rc, 128 + signal.SIGINT, err)
         self.assertEqual(termios.tcgetattr(self.pty.slave), self.pty.before)
 
+    def test_forwarded_ctrl_c_reaches_the_ptys_foreground_job(self):
+        # -t without -i: the caller's terminal is cooked, so its ^C signals sbx, which forwards it.
+        # Inside, a "shell" with job control ignores SIGINT and has made its job the pty's
+        # foreground group, as an interactive shell does: the ^C must reach that job, as the
+        # pty's own ^C would, not the shell's group (where it would be ignored until sbx's grace
+        # period ran out and the sandbox was killed).
+        job_control = (
+            "import os, signal, time\n"
+            "pid = os.fork()\n"
+            "if pid == 0:\n"
+            "    os.setpgid(0, 0)\n"
+            "    time.sleep(30)\n"
+            "    os._exit(0)\n"
+            "os.setpgid(pid, pid)\n"
+            "signal.signal(signal.SIGTTOU, signal.SIG_IGN)\n"
+            "signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+            "os.tcsetpgrp(0, pid)\n"
+            "print('ready', flush=True)\n"
+            "_, st = os.waitpid(pid, 0)\n"
+            "print('job-ended', 'by-SIGINT' if os.WIFSIGNALED(st) and os.WTERMSIG(st) == signal.SIGINT else st, flush=True)\n"
+        )
+        self.pty.start(["run", "-t", "--", "python3", "-c", job_control])
+        self.assertTrue(wait_for(lambda: b"ready" in self.pty.seen(), 20), self.pty.seen())
+        os.write(self.pty.master, b"\x03")  # the caller's terminal signals sbx's group
+        rc, err = self.pty.wait()
+        self.assertIn(b"job-ended by-SIGINT", self.pty.seen(), f"exit {rc}; stderr: {err}")
+
     def test_tty_without_interactive_gets_a_pty_but_no_input(self):
         tpath = self.path("trace.json")
         self.pty.start(["run", "-t", "--trace-file", tpath, "--", "sh", "-c", "tty; echo err >&2"])
