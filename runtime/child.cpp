@@ -266,18 +266,49 @@ void reap_everything_else() {
 // kill(-1) would reach those too, and take from the program the choice of how its workers stop.
 //
 // With a pty (-t) the keyboard's signals, SIGINT and SIGQUIT, go where the pty's own ^C and ^\ keys
-// would send them: to its foreground process group (TIOCGPGRP on the master, which init keeps
-// for this), which a shell with job control moves to the job it runs while it ignores SIGINT
-// itself. Without a foreground group, to the program's.
-pid_t signal_target(int sig, pid_t program, int pty_master) {
-  if (pty_master >= 0 && (sig == SIGINT || sig == SIGQUIT)) {
-    pid_t fg = 0;
-    if (raw::ioctl(pty_master, TIOCGPGRP, &fg) == 0 && fg > 0) return fg;
+// would send them: to its foreground process group, which a shell with job control moves to the
+// job it runs while it ignores SIGINT itself. Init learns it from the program's
+// /proc/PID/stat (tpgid, in the sandbox's pid namespace) rather than by keeping the master: the
+// supervisor's closing its copies of the master must hang the pty up (stdin_relay.hpp).
+// Without a foreground group, to the program's.
+pid_t foreground_group(pid_t program) {
+  char path[32] = "/proc/";
+  char digits[12];
+  int n = 0;
+  for (long v = program; v > 0 && n < 11; v /= 10) digits[n++] = static_cast<char>('0' + v % 10);
+  int k = 6;
+  while (n > 0) path[k++] = digits[--n];
+  for (const char* t = "/stat"; *t;) path[k++] = *t++;
+  path[k] = '\0';
+  long fd = raw::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  char buf[512];
+  long len = raw::read(static_cast<int>(fd), buf, sizeof buf - 1);
+  raw::close(static_cast<int>(fd));
+  if (len <= 0) return -1;
+  buf[len] = '\0';
+  // "pid (comm) state ppid pgrp session tty_nr tpgid ...": comm may hold anything, so the
+  // fields are counted from its last ')'.
+  const char* q = nullptr;
+  for (const char* c = buf; *c; ++c)
+    if (*c == ')') q = c;
+  if (!q) return -1;
+  for (int field = 0; field < 6 && *q; ++q)
+    if (*q == ' ') ++field;
+  long pg = 0;
+  for (; *q >= '0' && *q <= '9'; ++q) pg = pg * 10 + (*q - '0');
+  return pg > 0 ? static_cast<pid_t>(pg) : -1;
+}
+
+pid_t signal_target(int sig, pid_t program, bool tty) {
+  if (tty && (sig == SIGINT || sig == SIGQUIT)) {
+    pid_t fg = foreground_group(program);
+    if (fg > 0) return fg;
   }
   return program;
 }
 
-[[noreturn]] void supervise_program(int msg_fd, pid_t program, int pty_master) {
+[[noreturn]] void supervise_program(int msg_fd, pid_t program, bool tty) {
   sigset_t set;
   supervised_signals(&set);
   for (;;) {
@@ -287,7 +318,7 @@ pid_t signal_target(int sig, pid_t program, int pty_master) {
     if (sig != SIGCHLD) {
       // The group is gone once the program is a zombie and its group empty: then to the
       // program itself, which is harmless (its status is already decided).
-      pid_t group = signal_target(static_cast<int>(sig), program, pty_master);
+      pid_t group = signal_target(static_cast<int>(sig), program, tty);
       if (raw::kill(-group, static_cast<int>(sig)) < 0) raw::kill(program, static_cast<int>(sig));
       continue;
     }
@@ -366,7 +397,8 @@ void run_init(const ChildConfig& cfg) {
     // the supervisor means the program has let go of its terminal, never "not yet opened". Still
     // ordinary code: a supervisor sharing our memory waits for kStarted below.
     STAGE(cfg, send_fd(cfg.pty_sock, pty_master, 'T', "tty", "hand the pty master to the supervisor"));
-    ::close(cfg.pty_sock);  // the master stays: it says where a forwarded ^C goes (supervise_program)
+    ::close(pty_master);
+    ::close(cfg.pty_sock);
   }
   if (cfg.in_fd >= 0) raw::close(cfg.in_fd);
   raw::close(cfg.out_fd);
@@ -377,7 +409,7 @@ void run_init(const ChildConfig& cfg) {
   ChildMsg started;
   started.kind = ChildMsg::kStarted;
   send_msg(msg_fd, started);
-  supervise_program(msg_fd, program, pty_master);
+  supervise_program(msg_fd, program, pty_master >= 0);
 }
 
 }  // namespace sbx

@@ -196,6 +196,13 @@ int CallerStdin::on_handoff_ready() {
 
 void CallerStdin::abandon_handoff() { close_fd(sock_); }
 
+void CallerStdin::hang_up() {
+  if (master_ < 0) return;
+  if (relay_ && !stats_) stats_ = relay_->finish();
+  relay_.reset();
+  close_fd(master_);
+}
+
 void CallerStdin::on_winch() {
   struct signalfd_siginfo si;
   while (::read(winch_fd_, &si, sizeof si) == static_cast<ssize_t>(sizeof si)) {

@@ -96,6 +96,11 @@ class CallerStdin {
   // or -1.
   int on_handoff_ready();
   void abandon_handoff();
+  // The reader of sbx's stdout has gone: with a pty, sbx's copies of the master are closed, the
+  // last ones (init keeps none), so the kernel hangs the pty up: SIGHUP for the program's
+  // session, EIO for its writes, as when a terminal goes away. Without a pipe between them
+  // this is the program's EPIPE (output_relay.hpp).
+  void hang_up();
   // SIGWINCH: the caller's terminal was resized; the pty follows.
   int winch_fd() const { return winch_fd_; }
   void on_winch();

@@ -226,6 +226,7 @@ void Supervisor::on_stdin(const PollSet& p, const StdinSlots& s) {
   if (relay && p.revents(s.sink)) relay->on_sink_ready(p.revents(s.sink));
   if (p.ready(s.handoff)) out_.adopt_source(in_.input->on_handoff_ready());
   if (p.ready(s.winch)) in_.input->on_winch();
+  if (out_.reader_closed()) in_.input->hang_up();  // a pty's stdout has no pipe to close
 }
 
 void Supervisor::dispatch(const PollSet& p, int i_msg, int i_dl, int i_cpu, int i_gr, int i_sig, int i_scs,

@@ -209,6 +209,33 @@ class CallerTerminal(SbxTestCase):
         rc, err = self.pty.wait()
         self.assertIn(b"job-ended by-SIGINT", self.pty.seen(), f"exit {rc}; stderr: {err}")
 
+    def test_reader_gone_hangs_up_the_pty(self):
+        # `sbx run -t -- yes | head -1`: with a pty there is no pipe whose closing gives the
+        # program EPIPE; sbx hangs the pty up instead (SIGHUP, as a terminal that goes away),
+        # instead of leaving the program blocked on a full pty until the wall-time limit.
+        tpath = self.path("trace.json")
+        def child_setup():
+            os.setsid()
+            fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+        p = subprocess.Popen([SBX, "run", "-t", "--timeout", "20s", "--trace-file", tpath, "--", "yes"],
+                             stdin=self.pty.slave, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             preexec_fn=child_setup)
+        t0 = time.monotonic()
+        self.assertEqual(p.stdout.read(4), b"y\r\ny")
+        p.stdout.close()
+        try:
+            p.wait(timeout=15)
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+            p.stderr.close()
+        self.assertLess(time.monotonic() - t0, 10, "the program ran on until the wall-time limit")
+        self.assertEqual(p.returncode, 128 + signal.SIGHUP)
+        t = self.trace_of(tpath)
+        self.assertTrue(t["stdout"]["reader_closed"])
+        self.assertEqual(t["result"]["signal"], signal.SIGHUP)
+
     def test_tty_without_interactive_gets_a_pty_but_no_input(self):
         tpath = self.path("trace.json")
         self.pty.start(["run", "-t", "--trace-file", tpath, "--", "sh", "-c", "tty; echo err >&2"])
