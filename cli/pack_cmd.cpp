@@ -85,7 +85,16 @@ int run_pack_command(PackFlags& f, GlobalOptions& g) {
 
   auto profile = load_profile(f.run.profile);
   if (!profile) return usage_error(profile.error().message);
-  auto merged = spec_from_layers(*profile, &pack->spec_patch, pack->dir + "/pack.json");
+  // A limit the operator sets by flag replaces the manifest's: the profile's ceiling binds only
+  // what the manifest decides.
+  std::set<std::string> by_flag;
+  for (auto [given, key] : {std::pair{f.run.timeout.has_value(), "timeout"}, {f.run.memory.has_value(), "memory"},
+                            {f.run.pids.has_value(), "pids"}, {f.run.cpus.has_value(), "cpus"},
+                            {f.run.cpu_time.has_value(), "cpu_time"}, {f.run.output_limit.has_value(), "output_limit"},
+                            {f.run.output_max_bytes.has_value(), "output_max_bytes"},
+                            {f.run.output_max_files.has_value(), "output_max_files"}})
+    if (given) by_flag.insert(key);
+  auto merged = spec_from_layers(*profile, &pack->spec_patch, pack->dir + "/pack.json", by_flag);
   if (!merged) return usage_error(merged.error().message);
   f.run.command = pack->entrypoint;
   auto spec = apply_flags(std::move(*merged), f.run);
@@ -132,6 +141,11 @@ void add_pack_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out
     std::vector<PackProblem> problems;
     auto p = load_pack(f.dir, problems);
     if (!p) return print_problems(f.dir, problems, p.error());
+    // The manifest's limits against the profile a plain `pack run` uses: above it, that run fails.
+    auto profile = load_profile(kDefaultProfile);
+    if (!profile) return usage_error(profile.error().message);
+    if (auto merged = spec_from_layers(*profile, &p->spec_patch, f.dir + "/pack.json"); !merged)
+      return usage_error(merged.error().message + " (checked against the default profile)");
     std::printf("%s %s: ok (digest %s)\n", printable(p->name).c_str(), printable(p->version).c_str(), p->digest.c_str());
     return 0;
   }});

@@ -6,9 +6,11 @@
 #include <cstdlib>
 #include <filesystem>
 #include <set>
+#include <type_traits>
 
 #include "runtime/embedded_profiles.hpp"
 #include "runtime/json_io.hpp"
+#include "runtime/units.hpp"
 
 namespace sbx {
 namespace fs = std::filesystem;
@@ -112,13 +114,70 @@ std::vector<ProfileSource> list_profiles() {
 }
 
 Result<RunSpec> spec_from_layers(const LoadedProfile& profile, const json* manifest_patch,
-                                 const std::string& manifest_source) {
+                                 const std::string& manifest_source, const std::set<std::string>& set_by_operator) {
   json merged = spec_to_json(RunSpec{});
   merge_patch(merged, profile.patch);
   merged["profile"] = profile.source.name;
-  std::string where = manifest_patch ? manifest_source : "profile " + profile.source.origin;
-  if (manifest_patch) merge_patch(merged, *manifest_patch);
-  return spec_from_json(merged, where);
+  auto ceiling = spec_from_json(merged, "profile " + profile.source.origin);
+  if (!ceiling || !manifest_patch) return ceiling;
+  merge_patch(merged, *manifest_patch);
+  auto asked = spec_from_json(merged, manifest_source);
+  if (!asked) return asked;
+  SBX_TRY(check_ceilings(*ceiling, *asked, manifest_source, profile.source.name, set_by_operator));
+  return asked;
+}
+
+namespace {
+// A manifest's name for each limit (pack.hpp's limit keys) and the flag that raises it.
+struct CeilingKey {
+  const char* key;
+  const char* flag;
+};
+
+template <typename T>
+std::string shown(const std::optional<T>& v, std::string (*fmt)(std::int64_t)) {
+  if (!v) return "unlimited";
+  if constexpr (std::is_same_v<T, double>) {
+    std::string s = std::to_string(*v);
+    s.erase(s.find_last_not_of('0') + 1);
+    if (!s.empty() && s.back() == '.') s.pop_back();
+    return s;
+  } else {
+    return fmt ? fmt(*v) : std::to_string(*v);
+  }
+}
+
+template <typename T>
+Status at_most(const std::optional<T>& ceiling, const std::optional<T>& asked, CeilingKey k, const std::string& source,
+               const std::string& profile, const std::set<std::string>& by_operator,
+               std::string (*fmt)(std::int64_t) = nullptr) {
+  if (!ceiling || (asked && *asked <= *ceiling) || by_operator.count(k.key)) return {};
+  std::string raise = k.flag[0] ? std::string("; the operator may raise it with ") + k.flag : std::string();
+  return make_error("usage", source + ": /limits/" + k.key + ": " + shown(asked, fmt) + " is above the ceiling of profile '" +
+                                 profile + "' (" + shown(ceiling, fmt) +
+                                 "): a manifest or request may lower a limit, never raise it" + raise);
+}
+}  // namespace
+
+Status check_ceilings(const RunSpec& ceiling, const RunSpec& asked, const std::string& source,
+                      const std::string& profile, const std::set<std::string>& op) {
+  const Limits& c = ceiling.limits;
+  const Limits& a = asked.limits;
+  SBX_TRY(at_most(c.timeout_ms, a.timeout_ms, {"timeout", "--timeout"}, source, profile, op, format_duration_ms));
+  SBX_TRY(at_most(c.cpu_time_ms, a.cpu_time_ms, {"cpu_time", "--cpu-time"}, source, profile, op, format_duration_ms));
+  SBX_TRY(at_most(c.memory_bytes, a.memory_bytes, {"memory", "--memory"}, source, profile, op, format_size));
+  SBX_TRY(at_most(c.pids, a.pids, {"pids", "--pids"}, source, profile, op));
+  SBX_TRY(at_most(c.cpus, a.cpus, {"cpus", "--cpus"}, source, profile, op));
+  SBX_TRY(at_most(c.output_limit_bytes, a.output_limit_bytes, {"output_limit", "--output-limit"}, source, profile, op,
+                  format_size));
+  using O = std::optional<std::int64_t>;
+  SBX_TRY(at_most(O(c.tmp_size_bytes), O(a.tmp_size_bytes), {"tmp_size", ""}, source, profile, op, format_size));
+  SBX_TRY(at_most(O(c.out_size_bytes), O(a.out_size_bytes), {"out_size", ""}, source, profile, op, format_size));
+  SBX_TRY(at_most(O(c.output_max_bytes), O(a.output_max_bytes), {"output_max_bytes", "--output-max-bytes"}, source,
+                  profile, op, format_size));
+  SBX_TRY(at_most(O(c.output_max_files), O(a.output_max_files), {"output_max_files", "--output-max-files"}, source,
+                  profile, op));
+  return {};
 }
 
 }  // namespace sbx

@@ -3,6 +3,7 @@
 // ($SBX_PROFILE_PATH, $XDG_CONFIG_HOME/sbx/profiles, /etc/sbx/profiles, the installed data dir)
 // and then among the profiles compiled into the binary; anything with a '/' or ending in .json is
 // a file. Merge order (DESIGN.md): built-in defaults < profile < pack manifest < command-line flags.
+#include <set>
 #include <string>
 #include <vector>
 
@@ -34,8 +35,19 @@ Result<LoadedProfile> load_profile(const std::string& name_or_file);
 // All profiles visible by name (search path first, then built-in), one per name.
 std::vector<ProfileSource> list_profiles();
 
-// defaults < profile < manifest: the merged spec before command-line flags are applied.
+// defaults < profile < manifest: the merged spec before command-line flags are applied. The
+// profile is a ceiling for the manifest (a pack's pack.json, an exec request): its limits may be
+// lowered there, never raised or removed; an attempt is an error naming the manifest's key
+// (check_ceilings). Command-line flags come later and are the operator's to raise: the limits in
+// `set_by_operator` (manifest key names: "timeout", "memory", ...) are decided by a flag, so the
+// manifest's value for them is not checked (the flag replaces it).
 Result<RunSpec> spec_from_layers(const LoadedProfile& profile, const nlohmann::json* manifest_patch,
-                                 const std::string& manifest_source);
+                                 const std::string& manifest_source,
+                                 const std::set<std::string>& set_by_operator = {});
+
+// Every limit of `asked` that is above `ceiling`'s (or unlimited where the ceiling has one):
+// "SOURCE: /limits/timeout: 100h is above the ceiling of profile 'untrusted' (30s) ...".
+Status check_ceilings(const RunSpec& ceiling, const RunSpec& asked, const std::string& source,
+                      const std::string& profile_name, const std::set<std::string>& set_by_operator = {});
 
 }  // namespace sbx

@@ -149,6 +149,45 @@ class PackRun(PackCase):
         self.assertExit(r, 124)
         self.assertEqual(self.need_trace(r)["invocation"]["spec"]["limits"]["timeout_ms"], 200, "flag beats manifest")
 
+    def test_profile_is_a_ceiling_for_the_manifest(self):
+        """pack.json may lower the profile's limits, never raise them; the operator's flags may."""
+        recs = self.records([{"id": "a", "mm": 1}])
+        for key, value in (("timeout", "100h"), ("tmp_size", "100G"), ("memory", "64G"), ("pids", 100000)):
+            with self.subTest(key=key):
+                d = self.make_pack("echo '{\"count\": 1}' > /out/result.json\n", name="ceil-" + key)
+                with open(d + "/pack.json") as f:
+                    m = json.load(f)
+                m["limits"] = {key: value}
+                with open(d + "/pack.json", "w") as f:
+                    json.dump(m, f)
+                r = self.pack_run(d, recs)
+                self.assertExit(r, 125, f"a manifest asking for {key}={value} over the untrusted profile")
+                self.assertOneSbxLine(r)
+                self.assertIn(f"/limits/{key}", r.err)
+                self.assertIn("above the ceiling of profile 'untrusted'", r.err)
+                v = sbx(["pack", "validate", d])
+                self.assertExit(v, 125, "pack validate reports it against the default profile")
+                self.assertIn(f"/limits/{key}", v.err)
+        d = self.make_pack("echo '{\"count\": 1}' > /out/result.json\n", name="ceil-flag")
+        with open(d + "/pack.json") as f:
+            m = json.load(f)
+        m["limits"] = {"timeout": "1h"}
+        with open(d + "/pack.json", "w") as f:
+            json.dump(m, f)
+        r = self.pack_run(d, recs, "--timeout", "2h")
+        self.assertExit(r, 0, "the operator's flag decides the timeout: the manifest's value is replaced")
+        self.assertEqual(self.need_trace(r)["invocation"]["spec"]["limits"]["timeout_ms"], 7200000)
+        r = self.pack_run(d, recs, "--profile", self.profile_file({"limits": {"timeout_ms": "2h"}}))
+        self.assertExit(r, 0, "under a profile whose ceiling is higher the manifest's 1h is a lowering")
+        self.assertEqual(self.need_trace(r)["invocation"]["spec"]["limits"]["timeout_ms"], 3600000)
+
+    def profile_file(self, obj):
+        p = self.path("profile-%d.json" % self._n)
+        with open(p, "w") as f:
+            json.dump(obj, f)
+        os.chmod(p, 0o644)
+        return p
+
 
 class PackContext(PackCase):
     def test_context_mounted_read_only_and_required(self):
@@ -302,6 +341,19 @@ class Exec(SbxTestCase):
         self.assertEqual(resp["exit_code"], 3)
         self.assertEqual(len(resp["stdout"]), 1000)
         self.assertTrue(resp["stdout_truncated"])
+
+    def test_request_cannot_raise_the_profile(self):
+        """A request asked for 100 GB of RAM-backed /tmp and 100 hours: refused, naming the key."""
+        for limits, key in (({"tmp_size": "100G"}, "tmp_size"), ({"timeout": "100h"}, "timeout"),
+                            ({"memory": "64G"}, "memory")):
+            r = self.exec({"language": "sh", "code": "true", "limits": limits})
+            self.assertExit(r, 125, json.dumps(limits))
+            err = json.loads(r.out)["error"]["message"]
+            self.assertIn(f"/limits/{key}", err)
+            self.assertIn("above the ceiling", err)
+        r = self.exec({"language": "sh", "code": "echo ok", "limits": {"timeout": "5s", "memory": "128M"}})
+        self.assertExit(r, 0, "lowering is fine")
+        self.assertEqual(json.loads(r.out)["status"], "ok")
 
     def test_schema_violation(self):
         r = self.exec({"language": "sh", "code": "echo '{\"a\":1}' > /out/result.json",

@@ -1,0 +1,41 @@
+#include <doctest/doctest.h>
+
+#include "runtime/profile.hpp"
+
+using sbx::check_ceilings;
+using sbx::RunSpec;
+
+namespace {
+std::string why(const RunSpec& ceiling, const RunSpec& asked, const std::set<std::string>& op = {}) {
+  auto st = check_ceilings(ceiling, asked, "pack.json", "untrusted", op);
+  return st ? "" : st.error().message;
+}
+}  // namespace
+
+TEST_CASE("profile ceilings: lowering is fine, raising or removing a limit is refused by name") {
+  RunSpec c;
+  c.limits.timeout_ms = 30000;
+  c.limits.memory_bytes = 512LL << 20;
+  c.limits.cpus = 1;
+  RunSpec a = c;
+  CHECK(why(c, a) == "");
+  a.limits.timeout_ms = 1000;
+  a.limits.cpus = 0.5;
+  CHECK(why(c, a) == "");
+  a.limits.timeout_ms = 360000000;
+  CHECK(why(c, a) == "pack.json: /limits/timeout: 100h is above the ceiling of profile 'untrusted' (30s): a manifest or "
+                     "request may lower a limit, never raise it; the operator may raise it with --timeout");
+  CHECK(why(c, a, {"timeout"}) == "");  // the operator's flag decides it
+  a = c;
+  a.limits.memory_bytes.reset();  // unlimited is above any limit
+  CHECK(why(c, a).find("/limits/memory: unlimited is above the ceiling") != std::string::npos);
+  a = c;
+  a.limits.cpus = 2;
+  CHECK(why(c, a).find("/limits/cpus: 2 is above the ceiling of profile 'untrusted' (1)") != std::string::npos);
+  a = c;
+  a.limits.tmp_size_bytes = 100LL << 30;
+  CHECK(why(c, a).find("/limits/tmp_size: 100G is above") != std::string::npos);
+  a = c;
+  a.limits.pids = 5;  // the profile has none: anything goes
+  CHECK(why(c, a) == "");
+}
