@@ -244,32 +244,55 @@ void EgressProxy::deny(Conn& c, int code, const std::string& status, const std::
   c.state = Conn::State::responding;
 }
 
-void EgressProxy::handle_request(Conn& c, std::int64_t now_ms) {
-  auto end = c.head.find("\r\n\r\n");
-  std::string rest = c.head.substr(end + 4);
-  std::string headers = c.head.substr(0, end + 2);
+Result<ProxyRequestHead> parse_request_head(const std::string& head) {
+  auto end = head.find("\r\n\r\n");
+  if (end == std::string::npos) return make_error("proxy", "incomplete request head");
+  std::string headers = head.substr(0, end + 2);
   auto eol = headers.find("\r\n");
   std::string line = headers.substr(0, eol);
   auto sp1 = line.find(' '), sp2 = line.rfind(' ');
-  if (sp1 == std::string::npos || sp2 == sp1) return deny(c, 400, "Bad Request", "", 0, "malformed request line", now_ms);
+  if (sp1 == std::string::npos || sp2 == sp1) return make_error("proxy", "malformed request line");
   std::string method = line.substr(0, sp1), target = line.substr(sp1 + 1, sp2 - sp1 - 1), version = line.substr(sp2 + 1);
-  std::string authority, path;
-  std::optional<std::uint16_t> default_port;
+  ProxyRequestHead r;
+  std::string path;
   if (method == "CONNECT") {
-    c.is_connect = true;
-    authority = target;
-  } else if (lower(target.substr(0, 7)) == "http://") {
-    auto slash = target.find('/', 7);
-    authority = target.substr(7, slash == std::string::npos ? std::string::npos : slash - 7);
-    path = slash == std::string::npos ? "/" : target.substr(slash);
-    if (authority.find('@') != std::string::npos)
-      return deny(c, 400, "Bad Request", "", 0, "credentials in the URL are not supported", now_ms);
-    default_port = 80;
-  } else {
-    return deny(c, 400, "Bad Request", "", 0,
-                "only CONNECT and absolute http:// URIs are proxied (got '" + method + " " + target.substr(0, 100) + "')", now_ms);
+    r.is_connect = true;
+    r.authority = target;
+    return r;
   }
-  auto t = parse_authority(authority, default_port);
+  if (lower(target.substr(0, 7)) != "http://")
+    return make_error("proxy", "only CONNECT and absolute http:// URIs are proxied (got '" + method + " " + target.substr(0, 100) + "')");
+  auto slash = target.find('/', 7);
+  r.authority = target.substr(7, slash == std::string::npos ? std::string::npos : slash - 7);
+  path = slash == std::string::npos ? "/" : target.substr(slash);
+  if (r.authority.find('@') != std::string::npos) return make_error("proxy", "credentials in the URL are not supported");
+  r.default_port = 80;
+  // Host is rewritten to the URL's authority: the policy allowed that name, and a different
+  // Host header would reach another virtual host behind the same address (e.g. on a CDN).
+  std::string out = method + " " + path + " " + version + "\r\nHost: " + r.authority + "\r\n";
+  std::size_t pos = eol + 2;
+  while (pos < headers.size()) {
+    auto e = headers.find("\r\n", pos);
+    std::string h = headers.substr(pos, e - pos);
+    pos = e + 2;
+    std::string name = lower(h.substr(0, h.find(':')));
+    if (name == "proxy-connection" || name == "proxy-authorization" || name == "connection" || name == "keep-alive" ||
+        name == "host")
+      continue;
+    out += h + "\r\n";
+  }
+  r.upstream_head = out + "Connection: close\r\n\r\n";
+  return r;
+}
+
+void EgressProxy::handle_request(Conn& c, std::int64_t now_ms) {
+  auto end = c.head.find("\r\n\r\n");
+  std::string rest = c.head.substr(end + 4);
+  auto req = parse_request_head(c.head.substr(0, end + 4));
+  if (!req) return deny(c, 400, "Bad Request", "", 0, req.error().message, now_ms);
+  c.is_connect = req->is_connect;
+  const std::string& authority = req->authority;
+  auto t = parse_authority(authority, req->default_port);
   if (!t) return deny(c, 400, "Bad Request", authority.substr(0, 255), 0, t.error().message, now_ms);
   c.key = target_key(*t);
   if (bytes_exhausted_ || !budget_left())
@@ -324,21 +347,7 @@ void EgressProxy::handle_request(Conn& c, std::int64_t now_ms) {
   // What goes upstream first: nothing for CONNECT (the client's bytes follow our 200), the
   // request rewritten to origin-form for plain HTTP.
   if (!c.is_connect) {
-    // Host is rewritten to the URL's authority: the policy allowed that name, and a different
-    // Host header would reach another virtual host behind the same address (e.g. on a CDN).
-    std::string out = method + " " + path + " " + version + "\r\nHost: " + authority + "\r\n";
-    std::size_t pos = eol + 2;
-    while (pos < headers.size()) {
-      auto e = headers.find("\r\n", pos);
-      std::string h = headers.substr(pos, e - pos);
-      pos = e + 2;
-      std::string name = lower(h.substr(0, h.find(':')));
-      if (name == "proxy-connection" || name == "proxy-authorization" || name == "connection" || name == "keep-alive" ||
-          name == "host")
-        continue;
-      out += h + "\r\n";
-    }
-    out += "Connection: close\r\n\r\n";
+    const std::string& out = req->upstream_head;
     c.c2u.append(out);
     usage_[c.key].bytes_out += static_cast<std::int64_t>(out.size());  // the client's header was
     total_bytes_ += static_cast<std::int64_t>(out.size());             // not counted as it arrived
@@ -477,12 +486,11 @@ void EgressProxy::close_conn(Conn& c) {
 
 nlohmann::json EgressProxy::usage_json() const {
   nlohmann::json hosts = nlohmann::json::array();
-  std::int64_t conns = 0, denied = 0, in = 0, out = 0;
+  std::int64_t conns = 0, in = 0, out = 0;
   for (auto& [key, u] : usage_) {
     hosts.push_back({{"host", key}, {"connections", u.connections}, {"denied", u.denied}, {"failed", u.failed},
                      {"idle_closed", u.idle_closed}, {"bytes_in", u.bytes_in}, {"bytes_out", u.bytes_out}});
     conns += u.connections;
-    denied += u.denied;
     in += u.bytes_in;
     out += u.bytes_out;
   }

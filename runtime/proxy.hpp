@@ -40,6 +40,17 @@
 
 namespace sbx {
 
+// A client's request head (request line and headers, up to and including the blank line) as the
+// proxy reads it. Pure (no sockets), so it can be fuzzed on its own (tests/fuzz). An error's
+// message is the reason of the 400 answer.
+struct ProxyRequestHead {
+  bool is_connect = false;
+  std::string authority;                      // CONNECT's target, or the absolute URI's host[:port]
+  std::optional<std::uint16_t> default_port;  // 80 for http://, none for CONNECT
+  std::string upstream_head;                  // plain HTTP: origin-form, Host rewritten, Connection: close
+};
+Result<ProxyRequestHead> parse_request_head(const std::string& head);
+
 struct ProxyConfig {
   std::vector<AllowRule> rules;
   std::int64_t max_connections = 64;
