@@ -22,6 +22,7 @@
 #include "runtime/fdpass.hpp"
 #include "runtime/net.hpp"
 #include "runtime/raw_syscall.hpp"
+#include "runtime/sanitizer_stack.hpp"
 
 // sendmsg(fd, msg, flags) through one known syscall instruction (see handoff_syscall_ip). The
 // SysV argument registers are the syscall's; rcx and r11, which `syscall` clobbers, are
@@ -198,16 +199,25 @@ int program_entry(void* arg) { run_program(*static_cast<const ChildConfig*>(arg)
 // allocates for error messages) but never returns into init's frames: it runs on its own stack
 // and leaves only by execve or _exit. Signal dispositions, fd table and credentials stay per
 // process (no CLONE_SIGHAND, CLONE_FILES, CLONE_THREAD), so run_program's changes are its own.
+// The stack: a shared init's comes with init's own (clone.hpp); a forked init maps one and, its
+// memory being its own, declares it to AddressSanitizer itself (sanitizer_stack.hpp).
 pid_t spawn_program(const ChildConfig& cfg) {
   constexpr std::size_t kStack = 1 << 20;
-  void* stack = ::mmap(nullptr, kStack, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK | MAP_NORESERVE, -1, 0);
-  if (stack == MAP_FAILED) return -1;
-  pid_t pid = ::clone(program_entry, static_cast<char*>(stack) + kStack, CLONE_VM | CLONE_VFORK | SIGCHLD,
-                      const_cast<ChildConfig*>(&cfg));
+  void* mapped = nullptr;
+  char* top = static_cast<char*>(cfg.program_stack_top);
+  SanitizerExtraStack asan;
+  if (!top) {
+    mapped = ::mmap(nullptr, kStack, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK | MAP_NORESERVE, -1, 0);
+    if (mapped == MAP_FAILED) return -1;
+    top = static_cast<char*>(mapped) + kStack;
+    asan.begin(mapped, kStack);
+  }
+  pid_t pid = ::clone(program_entry, top, CLONE_VM | CLONE_VFORK | SIGCHLD, const_cast<ChildConfig*>(&cfg));
   // The child has exec'd or exited, and its stack is free. Raw calls from here: a child that
   // failed to start has reported it, which wakes a supervisor that shares init's memory
   // (clone.hpp). errno still holds clone's error when pid < 0 (no child, nobody woken).
-  raw::munmap(stack, kStack);
+  asan.end();
+  if (mapped) raw::munmap(mapped, kStack);
   return pid;
 }
 
