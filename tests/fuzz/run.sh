@@ -5,8 +5,9 @@
 # -DSBX_FUZZ=ON (see `make fuzz` and README.md here).
 #
 # Per target, under BUILD_DIR: fuzz-corpus/TARGET grows with what libFuzzer finds (kept between
-# runs), fuzz-seeds/TARGET holds the seeds made from the repository's own fixtures, and a crash,
-# leak, timeout or out-of-memory input lands in fuzz-crashes/TARGET/ with the log beside it.
+# runs), fuzz-seeds/TARGET holds the seeds made from the repository's own fixtures, libFuzzer's
+# output goes to fuzz-logs/TARGET.txt, and a crash, leak, timeout or out-of-memory input lands in
+# fuzz-crashes/TARGET/.
 # Exits 1 if any target failed, naming each.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -53,18 +54,18 @@ for t in "${targets[@]}"; do
   bin=$build/tests/fuzz/fuzz_$t
   [ -x "$bin" ] || { echo "fuzz: $bin is missing (build the fuzz_targets target)" >&2; failed+=("$t (not built)"); continue; }
   make_seeds "$t"
-  corpus=$build/fuzz-corpus/$t crashes=$build/fuzz-crashes/$t
-  mkdir -p "$corpus" "$crashes"
+  corpus=$build/fuzz-corpus/$t crashes=$build/fuzz-crashes/$t log=$build/fuzz-logs/$t.txt
+  mkdir -p "$corpus" "$crashes" "$build/fuzz-logs"
   opts=(-timeout=10 -rss_limit_mb=2048 -max_len=65536 -print_final_stats=1 -artifact_prefix="$crashes/")
   if [ "$seconds" -gt 0 ]; then opts+=(-max_total_time="$seconds"); else opts+=(-runs=0); fi
   echo "fuzz: $t for ${seconds}s"
   # The first directory receives new inputs; the committed corpus and the seeds are only read.
-  if "$bin" "${opts[@]}" "$corpus" "tests/fuzz/corpus/$t" "$build/fuzz-seeds/$t" >"$crashes/log.txt" 2>&1; then
-    grep -E '^(#[0-9]+ *DONE|stat::number_of_executed_units|stat::peak_rss_mb)' "$crashes/log.txt" | tr '\n' ' '
+  if "$bin" "${opts[@]}" "$corpus" "tests/fuzz/corpus/$t" "$build/fuzz-seeds/$t" >"$log" 2>&1; then
+    grep -E '^stat::(number_of_executed_units|peak_rss_mb)' "$log" | tr -s ' \n' ' '
     echo
   else
-    echo "fuzz: $t FAILED; the input and log are in $crashes/:" >&2
-    grep -E 'ERROR|SUMMARY|runtime error|Test unit written' "$crashes/log.txt" | head -20 >&2
+    echo "fuzz: $t FAILED; the input is in $crashes/, the log in $log:" >&2
+    grep -E 'ERROR|SUMMARY|runtime error|Test unit written' "$log" | head -20 >&2
     failed+=("$t")
   fi
 done
