@@ -82,8 +82,17 @@ void close_all_except(std::vector<int> keep) {
   ::syscall(SYS_close_range, next, ~0U, 0);
 }
 
-Status set_rlimits(const std::vector<std::pair<int, rlim_t>>& limits) {
+// RLIMIT_AS (address_space) apart from the others: the program child shares init's memory (and a
+// shared init the supervisor's) until execve, so the limit counts all of that address space and
+// any allocation that needs a new mapping fails once it is set. It is therefore set last, after
+// the child's last allocation, to bind the program after execve rather than sbx's own code before
+// it. (An ASan build reserves terabytes of shadow: its allocator died holding a lock in the shared
+// memory, and the supervisor then spun on it.) Lowering a limit needs no privilege, and raising
+// one needs CAP_SYS_RESOURCE in the initial user namespace, which the child never has, so the
+// later point allows exactly what the earlier one did.
+Status set_rlimits(const std::vector<std::pair<int, rlim_t>>& limits, bool address_space) {
   for (auto& [res, value] : limits) {
+    if ((res == RLIMIT_AS) != address_space) continue;
     struct rlimit rl = {value, value};
     if (::setrlimit(res, &rl) != 0) return sys_error("rlimits", "setrlimit(" + std::to_string(res) + ")");
   }
@@ -162,7 +171,7 @@ void install_seccomp(const ChildConfig& cfg, ChildMsg& failed) {
   // EPERM, so the program cannot push input into the user's shell (CVE-2017-5226).
   if (::setsid() < 0) fail(cfg, sys_error("session", "setsid"));
   if (::dup2(cfg.out_fd, 1) < 0 || ::dup2(cfg.err_fd, 2) < 0) fail(cfg, sys_error("stdio", "dup2"));
-  STAGE(cfg, set_rlimits(cfg.rlimits));
+  STAGE(cfg, set_rlimits(cfg.rlimits, false));
   STAGE(cfg, lock_securebits());
   STAGE(cfg, switch_to_program_identity(cfg.identity));
   STAGE(cfg, drop_all_capabilities());
@@ -182,6 +191,7 @@ void install_seccomp(const ChildConfig& cfg, ChildMsg& failed) {
   failed.kind = ChildMsg::kSetupError;
   std::strncpy(failed.stage, "execve", sizeof failed.stage - 1);
   std::snprintf(failed.message, sizeof failed.message, "execute '%s'", cfg.argv[0].c_str());
+  STAGE(cfg, set_rlimits(cfg.rlimits, true));  // nothing allocates from here on
   // Seccomp last: no_new_privs and the capability drop above, then the filter, then execve.
   if (!cfg.seccomp_filter.empty()) install_seccomp(cfg, failed);
   ::execve(path->c_str(), argv.data(), envp.data());
