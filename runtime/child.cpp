@@ -64,6 +64,15 @@ void send_msg(int fd, const ChildMsg& m) {
   ::_exit(125);
 }
 
+// The program child's exit once RLIMIT_AS is set (set_rlimits): a loop around the raw system
+// call rather than a call of a noreturn function such as _exit, because before such a call ASan
+// clears the shadow of the stack being left, for a large range with mmap, which RLIMIT_AS refuses
+// (the child then died inside ASan, printing two lines, instead of exiting 125).
+#define SBX_EXIT_AFTER_RLIMITS(code) \
+  do {                               \
+    for (;;) raw::syscall6(SYS_exit_group, (code)); \
+  } while (0)
+
 #define STAGE(cfg, expr)                 \
   do {                                   \
     auto st_ = (expr);                   \
@@ -156,7 +165,7 @@ void install_seccomp(const ChildConfig& cfg, ChildMsg& failed) {
     std::strncpy(failed.stage, "seccomp", sizeof failed.stage - 1);
     std::strncpy(failed.message, "hand the seccomp listener to the supervisor", sizeof failed.message - 1);
     send_msg(cfg.msg_fd, failed);
-    ::_exit(125);
+    SBX_EXIT_AFTER_RLIMITS(125);
   }
 }
 
@@ -197,7 +206,7 @@ void install_seccomp(const ChildConfig& cfg, ChildMsg& failed) {
   ::execve(path->c_str(), argv.data(), envp.data());
   failed.err = errno;
   send_msg(cfg.msg_fd, failed);
-  ::_exit(125);
+  SBX_EXIT_AFTER_RLIMITS(125);
 }
 
 int program_entry(void* arg) { run_program(*static_cast<const ChildConfig*>(arg)); }
