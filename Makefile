@@ -1,6 +1,9 @@
 # Thin wrapper for people and CI. The real build is CMake (CMakeLists.txt).
 #   make run    set up, build, and run the demo in the sandbox (prints its result and trace)
 #   make test   set up, build, and run every test (unit, integration as root and rootless, docs, VM)
+#   make test-asan  the unit and integration suites once more, built with ASan and UBSan (build-asan)
+#   make fuzz   build the libFuzzer targets with clang (build-fuzz) and fuzz each for FUZZ_SECONDS
+#               (default 60); a crash fails it and is kept in build-fuzz/fuzz-crashes/TARGET/
 BUILD_DIR ?= build
 PREFIX    ?= /usr/local
 DESTDIR   ?=
@@ -18,9 +21,16 @@ DEB_PACKAGES = g++ cmake make pkg-config ccache \
   bubblewrap hyperfine zsh fish \
   qemu-system-x86 busybox-static cpio xz-utils zstd bzip2
 
+# Only for `make fuzz`, on top of DEB_PACKAGES: clang and its libFuzzer and sanitizer runtimes.
+FUZZ_DEB_PACKAGES = clang-14 libclang-rt-14-dev
+FUZZ_DIR     ?= build-fuzz
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS ?=
+ASAN_DIR     ?= build-asan
+
 export CCACHE_NOHASHDIR := 1
 
-.PHONY: all deps build run test unit bench install clean
+.PHONY: all deps build run test unit bench install clean fuzz fuzz-deps test-asan
 all: build
 
 deps:
@@ -38,6 +48,21 @@ run: deps build
 test: deps build
 	cd $(BUILD_DIR) && ctest --output-on-failure --timeout 2400
 
+# The sanitizer pass: GCC, ASan + UBSan (dynamically linked), every report fatal (tests/sanitize.sh);
+# -O1, the level ASan is tuned for, compiles much faster than -O2 on a 2-core CI machine.
+test-asan: deps
+	cmake -S . -B $(ASAN_DIR) -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE=-O1 -DSBX_SANITIZE=ON $(CMAKE_FLAGS)
+	cmake --build $(ASAN_DIR) -j$(JOBS)
+	./tests/sanitize.sh $(ASAN_DIR)
+
+fuzz-deps: deps
+	@./tools/install-deps.sh $(FUZZ_DEB_PACKAGES)
+
+fuzz: fuzz-deps
+	cmake -S . -B $(FUZZ_DIR) -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_COMPILER=clang++-14 -DSBX_FUZZ=ON -DBUILD_TESTING=OFF $(CMAKE_FLAGS)
+	cmake --build $(FUZZ_DIR) --target fuzz_targets -j$(JOBS)
+	FUZZ_SECONDS=$(FUZZ_SECONDS) ./tests/fuzz/run.sh $(FUZZ_DIR) $(FUZZ_TARGETS)
+
 unit: build
 	$(BUILD_DIR)/sbx_unit_tests
 
@@ -49,4 +74,4 @@ install: build
 	DESTDIR=$(DESTDIR) cmake --install $(BUILD_DIR) --prefix $(PREFIX)
 
 clean:
-	rm -rf $(BUILD_DIR)
+	rm -rf $(BUILD_DIR) $(FUZZ_DIR) $(ASAN_DIR)

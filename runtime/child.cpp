@@ -23,6 +23,7 @@
 #include "runtime/net.hpp"
 #include "runtime/pty.hpp"
 #include "runtime/raw_syscall.hpp"
+#include "runtime/sanitizer_stack.hpp"
 
 // sendmsg(fd, msg, flags) through one known syscall instruction (see handoff_syscall_ip). The
 // SysV argument registers are the syscall's; rcx and r11, which `syscall` clobbers, are
@@ -64,6 +65,15 @@ void send_msg(int fd, const ChildMsg& m) {
   ::_exit(125);
 }
 
+// The program child's exit once RLIMIT_AS is set (set_rlimits): a loop around the raw system
+// call rather than a call of a noreturn function such as _exit, because before such a call ASan
+// clears the shadow of the stack being left, for a large range with mmap, which RLIMIT_AS refuses
+// (the child then died inside ASan, printing two lines, instead of exiting 125).
+#define SBX_EXIT_AFTER_RLIMITS(code) \
+  do {                               \
+    for (;;) raw::syscall6(SYS_exit_group, (code)); \
+  } while (0)
+
 #define STAGE(cfg, expr)                 \
   do {                                   \
     auto st_ = (expr);                   \
@@ -82,8 +92,17 @@ void close_all_except(std::vector<int> keep) {
   ::syscall(SYS_close_range, next, ~0U, 0);
 }
 
-Status set_rlimits(const std::vector<std::pair<int, rlim_t>>& limits) {
+// RLIMIT_AS (address_space) apart from the others: the program child shares init's memory (and a
+// shared init the supervisor's) until execve, so the limit counts all of that address space and
+// any allocation that needs a new mapping fails once it is set. It is therefore set last, after
+// the child's last allocation, to bind the program after execve rather than sbx's own code before
+// it. (An ASan build reserves terabytes of shadow: its allocator died holding a lock in the shared
+// memory, and the supervisor then spun on it.) Lowering a limit needs no privilege, and raising
+// one needs CAP_SYS_RESOURCE in the initial user namespace, which the child never has, so the
+// later point allows exactly what the earlier one did.
+Status set_rlimits(const std::vector<std::pair<int, rlim_t>>& limits, bool address_space) {
   for (auto& [res, value] : limits) {
+    if ((res == RLIMIT_AS) != address_space) continue;
     struct rlimit rl = {value, value};
     if (::setrlimit(res, &rl) != 0) return sys_error("rlimits", "setrlimit(" + std::to_string(res) + ")");
   }
@@ -147,7 +166,7 @@ void install_seccomp(const ChildConfig& cfg, ChildMsg& failed) {
     std::strncpy(failed.stage, "seccomp", sizeof failed.stage - 1);
     std::strncpy(failed.message, "hand the seccomp listener to the supervisor", sizeof failed.message - 1);
     send_msg(cfg.msg_fd, failed);
-    ::_exit(125);
+    SBX_EXIT_AFTER_RLIMITS(125);
   }
 }
 
@@ -181,7 +200,7 @@ struct ProgramArgs {
   // EPERM, so the program cannot push input into the user's shell (CVE-2017-5226).
   if (::setsid() < 0) fail(cfg, sys_error("session", "setsid"));
   STAGE(cfg, program_stdio(cfg, pty_master));
-  STAGE(cfg, set_rlimits(cfg.rlimits));
+  STAGE(cfg, set_rlimits(cfg.rlimits, false));
   STAGE(cfg, lock_securebits());
   STAGE(cfg, switch_to_program_identity(cfg.identity));
   STAGE(cfg, drop_all_capabilities());
@@ -201,12 +220,13 @@ struct ProgramArgs {
   failed.kind = ChildMsg::kSetupError;
   std::strncpy(failed.stage, "execve", sizeof failed.stage - 1);
   std::snprintf(failed.message, sizeof failed.message, "execute '%s'", cfg.argv[0].c_str());
+  STAGE(cfg, set_rlimits(cfg.rlimits, true));  // nothing allocates from here on
   // Seccomp last: no_new_privs and the capability drop above, then the filter, then execve.
   if (!cfg.seccomp_filter.empty()) install_seccomp(cfg, failed);
   ::execve(path->c_str(), argv.data(), envp.data());
   failed.err = errno;
   send_msg(cfg.msg_fd, failed);
-  ::_exit(125);
+  SBX_EXIT_AFTER_RLIMITS(125);
 }
 
 int program_entry(void* arg) {
@@ -221,17 +241,26 @@ int program_entry(void* arg) {
 // allocates for error messages) but never returns into init's frames: it runs on its own stack
 // and leaves only by execve or _exit. Signal dispositions, fd table and credentials stay per
 // process (no CLONE_SIGHAND, CLONE_FILES, CLONE_THREAD), so run_program's changes are its own.
+// The stack: a shared init's comes with init's own (clone.hpp); a forked init maps one and, its
+// memory being its own, declares it to AddressSanitizer itself (sanitizer_stack.hpp).
 pid_t spawn_program(const ChildConfig& cfg, int pty_master) {
   ProgramArgs args{&cfg, pty_master};
   constexpr std::size_t kStack = 1 << 20;
-  void* stack = ::mmap(nullptr, kStack, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK | MAP_NORESERVE, -1, 0);
-  if (stack == MAP_FAILED) return -1;
-  pid_t pid = ::clone(program_entry, static_cast<char*>(stack) + kStack, CLONE_VM | CLONE_VFORK | SIGCHLD,
-                      &args);
+  void* mapped = nullptr;
+  char* top = static_cast<char*>(cfg.program_stack_top);
+  SanitizerExtraStack asan;
+  if (!top) {
+    mapped = ::mmap(nullptr, kStack, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK | MAP_NORESERVE, -1, 0);
+    if (mapped == MAP_FAILED) return -1;
+    top = static_cast<char*>(mapped) + kStack;
+    asan.begin(mapped, kStack);
+  }
+  pid_t pid = ::clone(program_entry, top, CLONE_VM | CLONE_VFORK | SIGCHLD, &args);
   // The child has exec'd or exited, and its stack is free. Raw calls from here: a child that
   // failed to start has reported it, which wakes a supervisor that shares init's memory
   // (clone.hpp). errno still holds clone's error when pid < 0 (no child, nobody woken).
-  raw::munmap(stack, kStack);
+  asan.end();
+  if (mapped) raw::munmap(mapped, kStack);
   return pid;
 }
 

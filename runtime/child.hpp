@@ -71,6 +71,9 @@ struct ChildConfig {
   // Init runs in the supervisor's address space (sandbox.cpp, "shared init"): the supervisor is
   // blocked from clone until kStarted, and init leaves the shared mm's dumpable flag alone.
   bool shared_memory = false;
+  // A shared init's program child runs on this stack (clone.hpp, SharedInitStack); a forked init
+  // maps one itself.
+  void* program_stack_top = nullptr;
 };
 
 // Where the program child's listener handoff enters the kernel: the address right after the one

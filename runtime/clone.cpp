@@ -46,17 +46,21 @@ Result<CloneResult> clone_sandbox(unsigned long ns_flags, int cgroup_fd, bool& i
 }
 
 Status SharedInitStack::allocate() {
-  // MAP_NORESERVE: only the pages init touches cost anything. A guard page below catches an
-  // overflow instead of letting init write into our heap.
-  void* p = ::mmap(nullptr, kSize + kGuard, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
+  // MAP_NORESERVE: only the pages init and the program child touch cost anything. A guard page
+  // below each stack catches an overflow instead of letting it write into other memory.
+  void* p = ::mmap(nullptr, kMapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
   if (p == MAP_FAILED) return sys_error("clone", "map a stack for init");
   base_ = p;
-  if (::mprotect(p, kGuard, PROT_NONE) != 0) return sys_error("clone", "guard init's stack");
+  char* b = static_cast<char*>(p);
+  if (::mprotect(b, kGuard, PROT_NONE) != 0 || ::mprotect(b + kGuard + kSize, kGuard, PROT_NONE) != 0)
+    return sys_error("clone", "guard init's stack");
+  asan_.begin(b, kMapped);
   return {};
 }
 
 SharedInitStack::~SharedInitStack() {
-  if (base_) ::munmap(base_, kSize + kGuard);
+  asan_.end();
+  if (base_) ::munmap(base_, kMapped);
 }
 
 bool wait_for_shared_init(int msg_fd, int pidfd, std::optional<std::int64_t> timeout_ms) {

@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "runtime/error.hpp"
+#include "runtime/sanitizer_stack.hpp"
 
 namespace sbx {
 
@@ -41,8 +42,11 @@ Result<CloneResult> clone_sandbox(unsigned long ns_flags, int cgroup_fd, bool& i
 // runs fn(arg) on `stack_top`. The caller places the child in its cgroup before letting it run (no CLONE_INTO_CGROUP here).
 Result<CloneResult> clone_shared(unsigned long ns_flags, int (*fn)(void*), void* arg, void* stack_top);
 
-// A shared init's stack: mapped by the supervisor, unmapped only after init is reaped (declare
-// it before anything whose scope init may outlive).
+// A shared init's stack, and below it, behind a guard page, the stack of the program child that
+// init clones (child.cpp, spawn_program): mapped by the supervisor, unmapped only after init is
+// reaped (declare it before anything whose scope init may outlive). Both stacks are in one
+// mapping that the supervisor declares to AddressSanitizer before clone (sanitizer_stack.hpp):
+// init, sharing the supervisor's memory, could not declare the program's stack itself.
 class SharedInitStack {
  public:
   SharedInitStack() = default;
@@ -50,11 +54,14 @@ class SharedInitStack {
   SharedInitStack& operator=(const SharedInitStack&) = delete;
   ~SharedInitStack();
   Status allocate();
-  void* top() const { return static_cast<char*>(base_) + kGuard + kSize; }
+  void* top() const { return static_cast<char*>(base_) + kMapped; }
+  void* program_top() const { return static_cast<char*>(base_) + kGuard + kSize; }
 
  private:
   static constexpr std::size_t kSize = 1 << 20, kGuard = 4096;
+  static constexpr std::size_t kMapped = 2 * (kGuard + kSize);  // guard, program's, guard, init's
   void* base_ = nullptr;
+  SanitizerExtraStack asan_;
 };
 
 // Waits, with raw system calls only, until a shared init reports (kStarted or a setup error) or

@@ -46,7 +46,7 @@ struct Capture {
 
 }  // namespace
 
-Result<json> run_exec(const json& rq, const ExecContext& ctx) {
+Result<ExecRequest> parse_exec_request(const json& rq) {
   if (!rq.is_object()) return bad("must be a JSON object");
   static const std::set<std::string> known = {"language", "code", "inputs", "files", "limits", "output_schema"};
   for (auto& [k, v] : rq.items())
@@ -82,15 +82,24 @@ Result<json> run_exec(const json& rq, const ExecContext& ctx) {
     if (!s) return bad(s.error().message);
     schema = std::move(*s);
   }
+  ExecRequest out{lang->ext, lang->argv_prefix, rq["code"].get<std::string>(), std::move(files), std::move(limits_patch),
+                  std::move(schema), rq.value("inputs", json(nullptr)).dump()};
+  return out;
+}
 
+Result<json> run_exec(const json& request, const ExecContext& ctx) {
+  auto parsed = parse_exec_request(request);
+  if (!parsed) return parsed.error();
+  ExecRequest& rq = *parsed;
+  const std::optional<CompiledSchema>& schema = rq.schema;
   auto profile = load_profile(kDefaultProfile);
   if (!profile) return profile.error();
-  json patch = {{"limits", limits_patch}};
+  json patch = {{"limits", rq.limits_patch}};
   auto spec = spec_from_layers(*profile, &patch, "exec request");
   if (!spec) return bad(spec.error().message);
   if (!spec->limits.output_limit_bytes) spec->limits.output_limit_bytes = kExecDefaultOutputCap;
-  spec->argv = lang->argv_prefix;
-  spec->argv.push_back(std::string("/code/main.") + lang->ext);
+  spec->argv = rq.argv_prefix;
+  spec->argv.push_back("/code/main." + rq.ext);
   spec->workdir = "/tmp";
 
   RunRequest run;
@@ -98,13 +107,13 @@ Result<json> run_exec(const json& rq, const ExecContext& ctx) {
   run.dirs = ctx.dirs;
   run.trace_file = ctx.trace_file;
   run.invocation_argv = ctx.invocation_argv;
-  std::string input_bytes = rq.value("inputs", json(nullptr)).dump();
+  const std::string& input_bytes = rq.input_bytes;
   run.inputs = json::array({file_record("/in/input.json", static_cast<std::int64_t>(input_bytes.size()), sha256_hex(input_bytes))});
 
   // Code, extra files and the input reach the sandbox as generated files: written by init on a
   // tmpfs of the sandbox's own mount namespace and bound read-only, never stored on the host.
-  run.files.push_back({std::string("/code/main.") + lang->ext, rq["code"].get<std::string>(), 0444});
-  for (auto& [path, content] : files) run.files.push_back({"/code/" + path, content, 0444});
+  run.files.push_back({"/code/main." + rq.ext, rq.code, 0444});
+  for (auto& [path, content] : rq.files) run.files.push_back({"/code/" + path, content, 0444});
   run.files.push_back({"/in/input.json", input_bytes, 0444});
   run.spec = std::move(*spec);
 

@@ -9,12 +9,16 @@
 // The code is read-only at /code/main.<ext> (files beside it under /code), the inputs at
 // /in/input.json, /out is writable; the profile is `untrusted`. stdout/stderr are captured
 // (capped by limits.output_limit, default 64K each), not streamed.
+#include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "runtime/error.hpp"
 #include "runtime/paths.hpp"
+#include "runtime/schema_validate.hpp"
 
 namespace sbx {
 
@@ -25,6 +29,19 @@ struct ExecContext {
   std::vector<std::string> invocation_argv;
   std::string trace_file;
 };
+
+// A request checked and taken apart; reading it touches no file and starts nothing (so it can be
+// fuzzed on its own, tests/fuzz/fuzz_exec.cpp).
+struct ExecRequest {
+  std::string ext;                       // "py", "sh": the code is /code/main.<ext>
+  std::vector<std::string> argv_prefix;  // the interpreter
+  std::string code;
+  std::vector<std::pair<std::string, std::string>> files;  // relative path under /code, content
+  nlohmann::json limits_patch;           // the RunSpec `limits` layer
+  std::optional<CompiledSchema> schema;  // output_schema, compiled
+  std::string input_bytes;               // /in/input.json
+};
+Result<ExecRequest> parse_exec_request(const nlohmann::json& request);
 
 // A malformed request is an Error (stage "usage"); anything that ran, or failed to set up, is a
 // response.

@@ -42,4 +42,10 @@ struct ProxyRequest {
 // `head`: a complete head as scan_request_head found it (ending in CRLFCRLF).
 Result<ProxyRequest> parse_request_head(std::string_view head);
 
+// A plain HTTP request as it goes upstream: origin-form (`path`), hop-by-hop and proxy headers
+// dropped, Host set to `authority` (the URL's: the policy allowed that name, and a different Host
+// header would reach another virtual host behind the same address, e.g. on a CDN), and
+// Connection: close (one request per connection).
+std::string origin_form(const ProxyRequest& req, const std::string& path, const std::string& authority);
+
 }  // namespace sbx

@@ -104,7 +104,8 @@ Result<json> limits_to_spec_patch(const json& in, const std::string& file, std::
     problems.push_back({file, "/limits", "must be an object, not " + json_type(in)});
   } else {
     for (auto& [k, v] : in.items()) {
-      auto it = std::find_if(std::begin(kLimitKeys), std::end(kLimitKeys), [&](auto& kv) { return k == kv.first; });
+      const std::string& key = k;  // clang before 16 cannot capture a structured binding
+      auto it = std::find_if(std::begin(kLimitKeys), std::end(kLimitKeys), [&](auto& kv) { return key == kv.first; });
       if (it == std::end(kLimitKeys)) {
         problems.push_back({file, "/limits/" + k, "unknown limit (known: timeout, memory, pids, cpus, cpu_time, output_limit, tmp_size)"});
         continue;

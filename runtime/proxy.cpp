@@ -87,20 +87,6 @@ std::string response(int code, const std::string& status, const std::string& rea
          std::to_string(body.size()) + "\r\nX-Sbx-Deny-Reason: " + clean + "\r\nConnection: close\r\n\r\n" + body;
 }
 
-// A plain HTTP request as it goes upstream: origin-form, hop-by-hop and proxy headers dropped,
-// Host set to the URL's authority (the policy allowed that name, and a different Host header would
-// reach another virtual host behind the same address, e.g. on a CDN), one request per connection.
-std::string origin_form(const ProxyRequest& req, const std::string& path, const std::string& authority) {
-  std::string out = req.method + " " + path + " " + req.version + "\r\nHost: " + authority + "\r\n";
-  for (auto& [name, value] : req.headers) {
-    std::string l = lower(name);
-    if (l == "proxy-connection" || l == "proxy-authorization" || l == "connection" || l == "keep-alive" || l == "host")
-      continue;
-    out += name + ": " + value + "\r\n";
-  }
-  return out + "Connection: close\r\n\r\n";
-}
-
 // The socket address of a literal destination; returns its length.
 socklen_t sockaddr_of(const EgressTarget& t, struct sockaddr_storage& ss) {
   ss = {};
@@ -584,12 +570,11 @@ void EgressProxy::close_conn(Conn& c) {
 
 nlohmann::json EgressProxy::usage_json() const {
   nlohmann::json hosts = nlohmann::json::array();
-  std::int64_t conns = 0, denied = 0, in = 0, out = 0;
+  std::int64_t conns = 0, in = 0, out = 0;
   for (auto& [key, u] : usage_) {
     hosts.push_back({{"host", key}, {"connections", u.connections}, {"denied", u.denied}, {"failed", u.failed},
                      {"idle_closed", u.idle_closed}, {"lookups_timed_out", u.lookups_timed_out}, {"bytes_in", u.bytes_in}, {"bytes_out", u.bytes_out}});
     conns += u.connections;
-    denied += u.denied;
     in += u.bytes_in;
     out += u.bytes_out;
   }

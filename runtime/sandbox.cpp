@@ -419,6 +419,7 @@ RunReport run_sandbox(const RunRequest& req) {
         ::close(sigfd);
         return fail_setup(st.error());
       }
+      cfg.program_stack_top = init_stack.program_top();
       child = clone_shared(kNamespaces, init_entry, &cfg, init_stack.top());
     } else {
       child = clone_sandbox(kNamespaces, cgroup ? cgroup->dir_fd() : -1, in_cgroup);

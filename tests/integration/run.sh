@@ -115,6 +115,10 @@ ENVV=(
   "PYTHONDONTWRITEBYTECODE=1"
   "PYTHONUNBUFFERED=1"
 )
+# A sanitizer run (tests/sanitize.sh): its options, and the factor that widens timed tests' bounds.
+for v in ASAN_OPTIONS UBSAN_OPTIONS SBX_TEST_TIME_SCALE; do
+  [ -n "${!v:-}" ] && ENVV+=("$v=${!v}")
+done
 # The egress throughput test's floor (test_network.py): raise it on a quiet machine.
 [ -n "${SBX_NET_MIN_RATIO:-}" ] && ENVV+=("SBX_NET_MIN_RATIO=$SBX_NET_MIN_RATIO")
 if [ "$MODE" = root ] && [ -n "${XDG_RUNTIME_DIR:-}" ]; then

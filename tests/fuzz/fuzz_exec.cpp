@@ -1,0 +1,33 @@
+// The `sbx exec` request (runtime/exec.cpp): the request text parsed the way cli/exec_cmd.cpp does,
+// then checked by parse_exec_request, and its limits layered over the built-in `untrusted` profile
+// the way run_exec does. Nothing is run. Checked besides "no crash": the files a request names
+// stay below /code (relative, no "..").
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/exec.hpp"
+#include "runtime/profile.hpp"
+
+using nlohmann::json;
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  json rq;
+  try {
+    rq = json::parse(reinterpret_cast<const char*>(data), reinterpret_cast<const char*>(data) + size);
+  } catch (const json::parse_error&) {
+    return 0;
+  }
+  auto parsed = sbx::parse_exec_request(rq);
+  if (!parsed) return 0;
+  for (auto& [path, content] : parsed->files)
+    if (path.empty() || path[0] == '/' || path.find("..") != std::string::npos) std::abort();
+  static const auto profile = sbx::load_profile(sbx::kDefaultProfile);
+  if (!profile) std::abort();
+  json patch = {{"limits", parsed->limits_patch}};
+  (void)sbx::spec_from_layers(*profile, &patch, "exec request");
+  return 0;
+}

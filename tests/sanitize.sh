@@ -1,0 +1,33 @@
+#!/bin/bash
+# The unit suite and the integration suites (root and rootless) once more, against a build with
+# AddressSanitizer and UndefinedBehaviorSanitizer (cmake -DSBX_SANITIZE=ON; `make test-asan` and
+# CI use build-asan). Every report is fatal: the build has -fno-sanitize-recover=all, and ASan
+# halts and aborts on its first error, so the binary dies (SIGABRT) and its test fails.
+#
+# The sanitized binary is several times slower: SBX_TEST_TIME_SCALE (default 3 here, 1 in a
+# normal run) widens the upper bounds of the tests that time sbx (sbxtest.py, TIME_SCALE), never
+# their lower bounds.
+#
+#   tests/sanitize.sh BUILD_DIR [TEST_ID_SUBSTRING...]   (substrings filter the integration tests)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+build=${1:?usage: tests/sanitize.sh BUILD_DIR [TEST_ID_SUBSTRING...]}
+shift
+export ASAN_OPTIONS=${ASAN_OPTIONS:-halt_on_error=1:abort_on_error=1:detect_leaks=1:print_summary=1}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:abort_on_error=1:print_stacktrace=1}
+export SBX_TEST_TIME_SCALE=${SBX_TEST_TIME_SCALE:-3}
+failed=()
+step() {
+  local name=$1 t0=$SECONDS
+  shift
+  echo "sanitize: $name"
+  if "$@"; then echo "sanitize: $name passed ($((SECONDS - t0)) s)"; else failed+=("$name"); echo "sanitize: $name FAILED ($((SECONDS - t0)) s)"; fi
+}
+[ $# -gt 0 ] || step unit "$build/sbx_unit_tests"
+step integration_root tests/integration/run.sh "$build/sbx" root "$@"
+step integration_rootless tests/integration/run.sh "$build/sbx" rootless "$@"
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "sanitize: failed: ${failed[*]}" >&2
+  exit 1
+fi
+echo "sanitize: all passed"

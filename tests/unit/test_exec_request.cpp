@@ -1,0 +1,40 @@
+// Reading an `sbx exec` request without running it (runtime/exec.cpp, parse_exec_request), the
+// part tests/fuzz/fuzz_exec.cpp fuzzes.
+#include <doctest/doctest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/exec.hpp"
+
+using nlohmann::json;
+using sbx::parse_exec_request;
+
+TEST_CASE("exec request: a full request is taken apart") {
+  auto r = parse_exec_request(json::parse(R"({"language": "sh", "code": "echo hi", "files": {"lib/a.sh": "x=1"},
+      "inputs": {"n": 2}, "limits": {"timeout": "2s"}, "output_schema": {"type": "object"}})"));
+  REQUIRE(r.ok());
+  CHECK(r->ext == "sh");
+  CHECK(r->argv_prefix == std::vector<std::string>{"/bin/sh"});
+  CHECK(r->code == "echo hi");
+  REQUIRE(r->files.size() == 1);
+  CHECK(r->files[0] == std::pair<std::string, std::string>{"lib/a.sh", "x=1"});
+  CHECK(r->input_bytes == R"({"n":2})");
+  CHECK(r->limits_patch == json{{"timeout_ms", "2s"}});
+  CHECK(r->schema.has_value());
+}
+
+TEST_CASE("exec request: malformed requests are usage errors naming what is wrong") {
+  auto msg = [](const char* text) {
+    auto r = parse_exec_request(json::parse(text));
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.error().stage == "usage");
+    return r.error().message;
+  };
+  CHECK(msg("[]").find("must be a JSON object") != std::string::npos);
+  CHECK(msg(R"({"language": "ruby", "code": ""})").find("not supported") != std::string::npos);
+  CHECK(msg(R"({"language": "sh"})").find("'code' is required") != std::string::npos);
+  CHECK(msg(R"({"language": "sh", "code": "", "files": {"../x": ""}})").find("without '..'") != std::string::npos);
+  CHECK(msg(R"({"language": "sh", "code": "", "files": {"main.sh": ""}})").find("replace the code") != std::string::npos);
+  CHECK(msg(R"({"language": "sh", "code": "", "limits": {"bogus": 1}})").find("/limits/bogus") != std::string::npos);
+  CHECK(msg(R"({"language": "sh", "code": "", "extra": 1})").find("unknown key 'extra'") != std::string::npos);
+}
