@@ -191,8 +191,17 @@ struct ProgramArgs {
 
 [[noreturn]] void run_program(const ChildConfig& cfg, int pty_master) {
   // Default dispositions and an empty mask: sbx ignores SIGPIPE and blocks the signals it
-  // forwards, and both would otherwise be inherited across execve.
-  for (int sig = 1; sig < NSIG; ++sig) ::signal(sig, SIG_DFL);
+  // forwards, and both would otherwise be inherited across execve — as would any signal the
+  // caller ignored, real-time ones included. glibc's signal() refuses its internal signals (32 and
+  // 33, EINVAL), so the kernel's rt_sigaction is called directly, for every signal there is.
+  struct KernelSigaction {
+    void (*handler)(int);
+    unsigned long flags;
+    void (*restorer)();
+    unsigned long mask;
+  } dfl{SIG_DFL, 0, nullptr, 0};
+  for (int sig = 1; sig <= 64; ++sig)
+    if (sig != SIGKILL && sig != SIGSTOP) ::syscall(SYS_rt_sigaction, sig, &dfl, nullptr, sizeof dfl.mask);
   sigset_t none;
   sigemptyset(&none);
   ::sigprocmask(SIG_SETMASK, &none, nullptr);

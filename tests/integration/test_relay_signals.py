@@ -298,6 +298,22 @@ class EarlySignals(SbxTestCase):
             name, value = line.split(":")
             self.assertEqual(int(value.strip(), 16), 0, f"the program started with {line.strip()}")
 
+    def test_signals_the_caller_ignored_are_not_inherited(self):
+        """A caller that ignores signals (SIGUSR1, glibc's internal 32, a real-time one): ignored
+        dispositions survive execve, so sbx must reset every one, not only those glibc lets it."""
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+
+        def ignore():
+            act = (ctypes.c_ulong * 4)(1, 0, 0, 0)  # SIG_IGN, no flags, no restorer, empty mask
+            for sig in (10, 32, 40):
+                libc.syscall(13, sig, act, None, 8)  # rt_sigaction
+
+        p = subprocess.run([os.environ["SBX_BIN"], "run", "--", "grep", "^SigIgn:", "/proc/self/status"],
+                           capture_output=True, text=True, timeout=30, preexec_fn=ignore)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(int(p.stdout.split(":")[1].strip(), 16), 0, f"the program started with {p.stdout.strip()}")
+
 
 if __name__ == "__main__":
     unittest.main()
