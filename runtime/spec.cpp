@@ -27,9 +27,10 @@ constexpr const char* kNulMessage = "must not contain a NUL byte";
 
 // An integer of JSON within [lo, hi]: floats, huge unsigned values and anything not a number fail.
 std::optional<std::int64_t> integer_in(const json& v, std::int64_t lo, std::int64_t hi) {
-  if (v.is_number_unsigned()) {
-    if (v.get<std::uint64_t>() > static_cast<std::uint64_t>(hi)) return std::nullopt;
-    return static_cast<std::int64_t>(v.get<std::uint64_t>());
+  if (v.is_number_unsigned()) {  // nlohmann keeps every non-negative integer as unsigned
+    std::uint64_t u = v.get<std::uint64_t>();
+    if (u > static_cast<std::uint64_t>(hi) || (lo > 0 && u < static_cast<std::uint64_t>(lo))) return std::nullopt;
+    return static_cast<std::int64_t>(u);
   }
   if (!v.is_number_integer()) return std::nullopt;
   std::int64_t n = v.get<std::int64_t>();

@@ -60,7 +60,11 @@ for t in "${targets[@]}"; do
   if [ "$seconds" -gt 0 ]; then opts+=(-max_total_time="$seconds"); else opts+=(-runs=0); fi
   echo "fuzz: $t for ${seconds}s"
   # The first directory receives new inputs; the committed corpus and the seeds are only read.
-  if "$bin" "${opts[@]}" "$corpus" "tests/fuzz/corpus/$t" "$build/fuzz-seeds/$t" >"$log" 2>&1; then
+  # A target may have no committed inputs yet (git keeps no empty directory): only existing
+  # directories are named, since libFuzzer stops at a missing one.
+  dirs=("$corpus")
+  for d in "tests/fuzz/corpus/$t" "$build/fuzz-seeds/$t"; do [ -d "$d" ] && dirs+=("$d"); done
+  if "$bin" "${opts[@]}" "${dirs[@]}" >"$log" 2>&1; then
     grep -E '^stat::(number_of_executed_units|peak_rss_mb)' "$log" | tr -s ' \n' ' '
     echo
   else

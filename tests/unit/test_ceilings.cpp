@@ -1,6 +1,7 @@
 #include <doctest/doctest.h>
 
 #include "runtime/profile.hpp"
+#include "runtime/spec.hpp"
 
 using sbx::check_ceilings;
 using sbx::RunSpec;
@@ -38,4 +39,14 @@ TEST_CASE("profile ceilings: lowering is fine, raising or removing a limit is re
   a = c;
   a.limits.pids = 5;  // the profile has none: anything goes
   CHECK(why(c, a) == "");
+}
+
+TEST_CASE("integers below a key's range are refused too (nlohmann keeps them unsigned)") {
+  nlohmann::json j = sbx::spec_to_json(RunSpec{});
+  j["tier"] = 2;
+  auto s = sbx::spec_from_json(j, "p.json");
+  REQUIRE_FALSE(s.ok());
+  CHECK(s.error().message == "p.json: /tier: must be an integer between 3 and 4");
+  j["tier"] = 3;
+  CHECK(sbx::spec_from_json(j, "p.json").ok());
 }
