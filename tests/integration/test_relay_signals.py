@@ -247,6 +247,10 @@ class ProcessGroupSignals(SbxTestCase):
 
 
 class EarlySignals(SbxTestCase):
+    @unittest.skipIf(os.environ.get("ASAN_OPTIONS"),
+                     "an ASan build is dynamically linked and initialises the sanitizer runtime (shadow "
+                     "memory) in the loader, tens of milliseconds before .preinit_array, where sbx blocks "
+                     "signals: a signal in that window ends it; the release (static) binary is what this proves")
     def test_every_signalled_run_leaves_a_record(self):
         # A signal at any moment, the first milliseconds included and the recording at the end:
         # a record every time. Not at 0: Popen returns once the exec has passed its point of no
