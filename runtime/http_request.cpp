@@ -121,11 +121,6 @@ Result<ProxyRequest> parse_request_head(std::string_view head) {
 }
 
 std::string origin_form(const ProxyRequest& req, const std::string& path, const std::string& authority) {
-  auto lower = [](std::string v) {
-    for (auto& c : v)
-      if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
-    return v;
-  };
   std::string out = req.method + " " + path + " " + req.version + "\r\nHost: " + authority + "\r\n";
   for (auto& [name, value] : req.headers) {
     std::string l = lower(name);

@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <utility>
 
+#include "runtime/text_escape.hpp"
+
 namespace sbx {
 using nlohmann::json;
 
@@ -97,23 +99,6 @@ std::string size_text(std::size_t n) {
   return std::to_string(n) + " bytes";
 }
 
-// Length of the well-formed UTF-8 sequence at s[i] (Unicode 15, table 3-7: no overlong forms,
-// no surrogates, nothing above U+10FFFF), or 0 if there is none.
-std::size_t utf8_seq(std::string_view s, std::size_t i) {
-  auto at = [&](std::size_t k) { return i + k < s.size() ? static_cast<unsigned char>(s[i + k]) : 0x100u; };
-  unsigned c = at(0);
-  auto cont = [&](std::size_t k, unsigned lo = 0x80, unsigned hi = 0xBF) { return at(k) >= lo && at(k) <= hi; };
-  if (c < 0x80) return 1;
-  if (c >= 0xC2 && c <= 0xDF) return cont(1) ? 2 : 0;
-  if (c == 0xE0) return cont(1, 0xA0) && cont(2) ? 3 : 0;
-  if ((c >= 0xE1 && c <= 0xEC) || c == 0xEE || c == 0xEF) return cont(1) && cont(2) ? 3 : 0;
-  if (c == 0xED) return cont(1, 0x80, 0x9F) && cont(2) ? 3 : 0;
-  if (c == 0xF0) return cont(1, 0x90) && cont(2) && cont(3) ? 4 : 0;
-  if (c >= 0xF1 && c <= 0xF3) return cont(1) && cont(2) && cont(3) ? 4 : 0;
-  if (c == 0xF4) return cont(1, 0x80, 0x8F) && cont(2) && cont(3) ? 4 : 0;
-  return 0;
-}
-
 void append_hex_byte(std::string& out, unsigned char b) {
   char buf[5];
   std::snprintf(buf, sizeof buf, "\\x%02x", b);
@@ -200,7 +185,7 @@ Result<json> read_json_file(const std::string& path, const JsonBounds& bounds, c
 
 bool valid_utf8(std::string_view s) {
   for (std::size_t i = 0; i < s.size();) {
-    std::size_t n = utf8_seq(s, i);
+    std::size_t n = utf8_len(s, i);
     if (n == 0) return false;
     i += n;
   }
@@ -214,7 +199,7 @@ std::string escape_utf8(std::string_view raw, bool* changed) {
   std::string out;
   out.reserve(raw.size() + 16);
   for (std::size_t i = 0; i < raw.size();) {
-    std::size_t n = utf8_seq(raw, i);
+    std::size_t n = utf8_len(raw, i);
     if (n == 0 || raw[i] == '\\') {
       append_hex_byte(out, static_cast<unsigned char>(raw[i]));
       ++i;
