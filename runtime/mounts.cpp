@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/fsutil.hpp"
+#include "runtime/mount_target.hpp"
 
 namespace sbx {
 namespace {
@@ -31,6 +32,11 @@ const char* const kEtcEntries[] = {"/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/
                                    "/etc/alternatives", "/etc/localtime", "/etc/protocols",
                                    "/etc/services", "/etc/mime.types"};
 constexpr off_t kEtcCopyMax = 256 * 1024;
+
+// The path that names an open fd for mount(2) while the host's /proc is still at /oldroot. The
+// kernel follows the magic link to the file itself: no component of the mount target's own path
+// is looked up again (mount_target.hpp).
+std::string fd_path(int fd) { return "/oldroot/proc/self/fd/" + std::to_string(fd); }
 
 int pivot_root(const char* new_root, const char* put_old) {
   return static_cast<int>(::syscall(SYS_pivot_root, new_root, put_old));
@@ -98,12 +104,17 @@ std::vector<std::string> submounts(const std::string& path) {
 // the host's). mount_setattr(AT_RECURSIVE) sets the attributes on the whole subtree at once
 // (Linux 5.12); on older kernels each submount is remounted, as bubblewrap does. Attributes are
 // only added, never cleared, so the kernel's locked flags are no obstacle.
-Status restrict_subtree(const std::string& path, bool rdonly) {
+// `mnt` is an fd of the mount's root (mount_target.hpp); `shown` names it in messages.
+Status restrict_subtree(int mnt, const std::string& shown, bool rdonly) {
   struct mount_attr attr = {};
   attr.attr_set = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | (rdonly ? MOUNT_ATTR_RDONLY : 0);
-  if (::mount_setattr(AT_FDCWD, path.c_str(), AT_RECURSIVE | AT_SYMLINK_NOFOLLOW, &attr, sizeof attr) == 0) return {};
-  if (errno != ENOSYS) return sys_error("mounts", "make " + path.substr(8) + " and its submounts " + (rdonly ? "read-only" : "nosuid,nodev"));
-  for (auto& m : submounts(path)) {
+  if (::mount_setattr(mnt, "", AT_EMPTY_PATH | AT_RECURSIVE, &attr, sizeof attr) == 0) return {};
+  if (errno != ENOSYS) return sys_error("mounts", "make " + shown + " and its submounts " + (rdonly ? "read-only" : "nosuid,nodev"));
+  // mountinfo names mount points by path (from init's root, as readlink of the fd does).
+  char buf[PATH_MAX];
+  ssize_t n = ::readlink(fd_path(mnt).c_str(), buf, sizeof buf - 1);
+  if (n <= 0) return sys_error("mounts", "find the path of " + shown);
+  for (auto& m : submounts(std::string(buf, static_cast<std::size_t>(n)))) {
     unsigned long flags = MS_REMOUNT | MS_BIND | MS_NOSUID | MS_NODEV | (rdonly ? MS_RDONLY : 0) | locked_flags(m);
     SBX_TRY(do_mount(nullptr, m, nullptr, flags, nullptr, "remount submount " + m.substr(8)));
   }
@@ -123,37 +134,29 @@ Status mkdir_p(const std::string& path, mode_t mode) {
   return {};
 }
 
-// Creates the mount point for `src` at `dst`: a directory, or an empty file for file sources.
-Status make_mount_point(const std::string& src, const std::string& dst) {
-  struct stat st;
-  if (::stat(src.c_str(), &st) != 0) return sys_error("mounts", "bind source " + src.substr(8));
-  auto slash = dst.rfind('/');
-  SBX_TRY(mkdir_p(dst.substr(0, slash), 0755));
-  if (S_ISDIR(st.st_mode)) {
-    if (::mkdir(dst.c_str(), 0755) != 0 && errno != EEXIST) return sys_error("mounts", "mkdir " + dst);
-  } else {
-    int fd = ::open(dst.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
-    if (fd < 0 && errno != EEXIST) return sys_error("mounts", "create mount point " + dst);
-    if (fd >= 0) ::close(fd);
-  }
-  return {};
-}
-
 enum class BindKind { ro, rw, device };
 
-Status bind_mount(const std::string& host_path, const std::string& dst_in_newroot, BindKind kind) {
+// Binds `host_path` at `dst` (in-sandbox) inside the new root `root`. The mount point (a directory,
+// or an empty file for file sources) is found and made by open_mount_target, the bind lands on its
+// fd, and the flags are set through an fd of the new mount: no path is walked twice.
+Status bind_mount(int root, const std::string& host_path, const std::string& dst, BindKind kind) {
   std::string src = "/oldroot" + host_path;
-  std::string dst = "/newroot" + dst_in_newroot;
-  SBX_TRY(make_mount_point(src, dst));
-  SBX_TRY(do_mount(src.c_str(), dst, nullptr, MS_BIND | MS_REC, nullptr, "bind " + host_path + " to " + dst_in_newroot));
+  struct stat st;
+  if (::stat(src.c_str(), &st) != 0) return sys_error("mounts", "bind source " + host_path);
+  auto target = open_mount_target(root, dst, S_ISDIR(st.st_mode));
+  if (!target) return target.error();
+  SBX_TRY(do_mount(src.c_str(), fd_path(target->node.get()), nullptr, MS_BIND | MS_REC, nullptr, "bind " + host_path + " to " + dst));
+  auto mnt = open_mounted(*target, dst);
+  if (!mnt) return mnt.error();
+  std::string at = fd_path(mnt->get());
   if (kind == BindKind::device) return {};  // nodev would make the node useless
   if (kind == BindKind::ro) {
-    SBX_TRY(remount_ro(dst, MS_NOSUID | MS_NODEV));
+    SBX_TRY(remount_ro(at, MS_NOSUID | MS_NODEV));
   } else {
-    unsigned long flags = MS_REMOUNT | MS_BIND | MS_NOSUID | MS_NODEV | locked_flags(dst);
-    SBX_TRY(do_mount(nullptr, dst, nullptr, flags, nullptr, "remount " + dst_in_newroot + " nosuid,nodev"));
+    unsigned long flags = MS_REMOUNT | MS_BIND | MS_NOSUID | MS_NODEV | locked_flags(at);
+    SBX_TRY(do_mount(nullptr, at, nullptr, flags, nullptr, "remount " + dst + " nosuid,nodev"));
   }
-  return restrict_subtree(dst, kind == BindKind::ro);
+  return restrict_subtree(mnt->get(), dst, kind == BindKind::ro);
 }
 
 Status write_file(const std::string& path, const std::string& content, mode_t mode) {
@@ -201,16 +204,25 @@ Status tmpfs_at(const std::string& dst, std::int64_t size, const char* mode, uns
   return do_mount("tmpfs", dst, "tmpfs", flags, data.c_str(), "tmpfs on " + shown);
 }
 
+// A tmpfs at `dst` (in-sandbox) inside the new root, its mount point made by open_mount_target.
+// Returns an O_PATH fd of the new mount's root.
+Result<UniqueFd> tmpfs_in_root(int root, const std::string& dst, std::int64_t size, const char* mode, unsigned long flags) {
+  auto target = open_mount_target(root, dst, true);
+  if (!target) return target.error();
+  std::string data = std::string("mode=") + mode + ",size=" + std::to_string(size);
+  SBX_TRY(do_mount("tmpfs", fd_path(target->node.get()), "tmpfs", flags, data.c_str(), "tmpfs on " + dst));
+  return open_mounted(*target, dst);
+}
+
 // Secrets live only in this tmpfs, in this mount namespace: nothing reaches the host's disk, and
 // the tmpfs is gone with the namespace when the run ends. noexec, and read-only once written.
-Status write_secrets(const MountPlan& plan) {
-  const std::string dir = "/newroot/run/secrets";
+Status write_secrets(int root, const MountPlan& plan) {
   std::int64_t size = 64 * 1024;
   for (auto& [name, value] : plan.secret_files) size += static_cast<std::int64_t>(value.size()) + 4096;
-  SBX_TRY(tmpfs_at(dir, size, "0500", MS_NOSUID | MS_NODEV | MS_NOEXEC));
+  auto dir = tmpfs_in_root(root, "/run/secrets", size, "0500", MS_NOSUID | MS_NODEV | MS_NOEXEC);
+  if (!dir) return dir.error();
   for (auto& [name, value] : plan.secret_files) {
-    std::string path = dir + "/" + name;
-    int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0400);
+    int fd = ::openat(dir->get(), name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0400);
     // The messages name the secret, never its value.
     if (fd < 0) return sys_error("secrets", "create /run/secrets/" + name);
     ssize_t n = ::write(fd, value.data(), value.size());
@@ -221,18 +233,18 @@ Status write_secrets(const MountPlan& plan) {
     if (n != static_cast<ssize_t>(value.size())) return make_error("secrets", "write /run/secrets/" + name, werr);
     if (!owned) return make_error("secrets", "chown /run/secrets/" + name, oerr);
   }
-  if (::chown(dir.c_str(), plan.owner_uid, plan.owner_gid) != 0) return sys_error("secrets", "chown /run/secrets");
-  return remount_ro(dir, MS_NOSUID | MS_NODEV | MS_NOEXEC);
+  if (::fchownat(dir->get(), "", plan.owner_uid, plan.owner_gid, AT_EMPTY_PATH) != 0) return sys_error("secrets", "chown /run/secrets");
+  return remount_ro(fd_path(dir->get()), MS_NOSUID | MS_NODEV | MS_NOEXEC);
 }
 
 // A minimal /dev: the harmless character devices bound from the host (device nodes cannot be
 // created in a user namespace, and a tmpfs mounted there is implicitly nodev), a private devpts
 // instance so the sandbox's ptys are its own, and shm.
-Status build_dev(std::int64_t shm_size) {
+Status build_dev(int root, std::int64_t shm_size) {
   SBX_TRY(tmpfs_at("/newroot/dev", 256 * 1024, "0755", MS_NOSUID | MS_NOEXEC));
   for (const char* d : {"null", "zero", "full", "random", "urandom", "tty"}) {
     std::string host = std::string("/dev/") + d;
-    SBX_TRY(bind_mount(host, host, BindKind::device));
+    SBX_TRY(bind_mount(root, host, host, BindKind::device));
   }
   SBX_TRY(mkdir_p("/newroot/dev/pts", 0755));
   SBX_TRY(do_mount("devpts", "/newroot/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC,
@@ -318,21 +330,19 @@ Status mount_image_root(const MountPlan& plan, int image_fd) {
 }
 
 // Generated files are written to the base tmpfs (this namespace only) and bound read-only.
-Status place_generated_files(const MountPlan& plan) {
+Status place_generated_files(int root, const MountPlan& plan) {
   if (plan.files.empty()) return {};
   SBX_TRY(mkdir_p("/gen", 0755));
   for (std::size_t i = 0; i < plan.files.size(); ++i) {
     const auto& f = plan.files[i];
     std::string src = "/gen/" + std::to_string(i);
     SBX_TRY(write_file(src, f.content, f.mode));
-    std::string dst = "/newroot" + f.dst;
-    auto slash = dst.rfind('/');
-    SBX_TRY(mkdir_p(dst.substr(0, slash), 0755));
-    int fd = ::open(dst.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
-    if (fd < 0) return sys_error("mounts", "create mount point " + f.dst);
-    ::close(fd);
-    SBX_TRY(do_mount(src.c_str(), dst, nullptr, MS_BIND, nullptr, "bind generated file " + f.dst));
-    SBX_TRY(remount_ro(dst, MS_NOSUID | MS_NODEV));
+    auto target = open_mount_target(root, f.dst, false);
+    if (!target) return target.error();
+    SBX_TRY(do_mount(src.c_str(), fd_path(target->node.get()), nullptr, MS_BIND, nullptr, "bind generated file " + f.dst));
+    auto mnt = open_mounted(*target, f.dst);
+    if (!mnt) return mnt.error();
+    SBX_TRY(remount_ro(fd_path(mnt->get()), MS_NOSUID | MS_NODEV));
   }
   return {};
 }
@@ -439,15 +449,24 @@ Result<int> build_root(const MountPlan& plan, int image_ns_fd) {
   // After this, "/" is the base tmpfs and the host's root is reachable only under /oldroot.
   if (pivot_root(kBase, "oldroot") != 0) return sys_error("mounts", "pivot_root into base");
   if (::chdir("/") != 0) return sys_error("mounts", "chdir /");
+  // Every mount point below is resolved inside the new root through this fd (mount_target.hpp).
+  UniqueFd root;
+  auto open_root = [&root]() -> Status {
+    root = UniqueFd(::open("/newroot", O_PATH | O_DIRECTORY | O_CLOEXEC));
+    if (!root.ok()) return sys_error("mounts", "open /newroot");
+    return {};
+  };
   if (image_ns_fd >= 0) {
     SBX_TRY(mount_image_root(plan, image_ns_fd));
+    SBX_TRY(open_root());
   } else {
     // pivot_root needs the new root to be a mount point: bind /newroot onto itself.
     SBX_TRY(do_mount("/newroot", "/newroot", nullptr, MS_BIND | MS_REC, nullptr, "bind /newroot"));
-    for (auto& d : plan.system_dirs) SBX_TRY(bind_mount(d, d, BindKind::ro));
+    SBX_TRY(open_root());
+    for (auto& d : plan.system_dirs) SBX_TRY(bind_mount(root.get(), d, d, BindKind::ro));
     for (auto& [path, target] : plan.system_links) SBX_TRY(symlink_at(target, "/newroot" + path));
     SBX_TRY(mkdir_p("/newroot/etc", 0755));
-    for (auto& e : plan.etc_entries) SBX_TRY(bind_mount(e, e, BindKind::ro));
+    for (auto& e : plan.etc_entries) SBX_TRY(bind_mount(root.get(), e, e, BindKind::ro));
     for (auto& f : plan.etc_files) SBX_TRY(copy_in(f));
     for (auto& [path, target] : plan.etc_links) SBX_TRY(symlink_at(target, "/newroot" + path));
     for (auto& [path, content] : plan.generated) SBX_TRY(write_file("/newroot" + path, content, 0644));
@@ -455,9 +474,9 @@ Result<int> build_root(const MountPlan& plan, int image_ns_fd) {
 
   SBX_TRY(mkdir_p("/newroot/proc", 0555));
   SBX_TRY(do_mount("proc", "/newroot/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr, "proc on /proc"));
-  SBX_TRY(build_dev(plan.tmp_size_bytes));
+  SBX_TRY(build_dev(root.get(), plan.tmp_size_bytes));
   SBX_TRY(tmpfs_at("/newroot/tmp", plan.tmp_size_bytes, "1777", MS_NOSUID | MS_NODEV));
-  for (auto& t : plan.tmpfs) SBX_TRY(tmpfs_at("/newroot" + t.dst, t.size_bytes, "1777", MS_NOSUID | MS_NODEV));
+  for (auto& t : plan.tmpfs) SBX_TRY(tmpfs_in_root(root.get(), t.dst, t.size_bytes, "1777", MS_NOSUID | MS_NODEV));
   auto out = make_out(plan);
   if (!out) return out.error();
   struct CloseOnError {
@@ -465,9 +484,9 @@ Result<int> build_root(const MountPlan& plan, int image_ns_fd) {
     bool keep = false;
     ~CloseOnError() { if (!keep) ::close(fd); }
   } out_guard{*out};
-  for (auto& b : plan.binds) SBX_TRY(bind_mount(b.src, b.dst, b.rw ? BindKind::rw : BindKind::ro));
-  SBX_TRY(place_generated_files(plan));
-  if (!plan.secret_files.empty()) SBX_TRY(write_secrets(plan));
+  for (auto& b : plan.binds) SBX_TRY(bind_mount(root.get(), b.src, b.dst, b.rw ? BindKind::rw : BindKind::ro));
+  SBX_TRY(place_generated_files(root.get(), plan));
+  if (!plan.secret_files.empty()) SBX_TRY(write_secrets(root.get(), plan));
 
   // Everything not mounted over stays the base tmpfs, made read-only now that it is complete.
   SBX_TRY(remount_ro("/newroot", MS_NOSUID | MS_NODEV));

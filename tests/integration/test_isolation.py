@@ -386,6 +386,53 @@ echo "host sub: $(ls -A {d}/sub {d}/nested/deeper {inp}/sub | tr '\n' ' ')"
         self.assertEqual(r.out.split(), ["/scratch", "ok", "FULL"], r.describe())
 
 
+class MountTargets(SbxTestCase):
+    """A mount point is resolved inside the new root: a symlink on its way (here in a host
+    directory bound earlier in the same run, which a program of another run could have written
+    with an rw bind) never leads the mount, or the directories and files made for it, out of the
+    sandbox. sbx builds the root with the host's tree at /oldroot (runtime/mounts.cpp), so the
+    symlinks aim there: absolute, and relative with enough '..' to climb out of the new root."""
+
+    def setUp(self):
+        super().setUp()
+        self.host = self.path("hostdir")  # what the symlinks aim at: must stay empty
+        self.tree, self.other = self.path("tree"), self.path("other")
+        for d in (self.host, self.tree, self.other, self.tree + "/real"):
+            os.mkdir(d)
+            os.chmod(d, 0o777)  # root mode: the sandbox's uids map to an unprivileged host uid
+        with open(self.other + "/f", "w") as f:
+            f.write("payload\n")
+        os.symlink("/oldroot" + self.host, self.tree + "/abs")
+        os.symlink("../" * 12 + "oldroot" + self.host, self.tree + "/rel")
+        os.symlink("/src/real", self.tree + "/inside")  # resolved in the sandbox: stays inside
+
+    def attack(self, image_opts):
+        for link in ("abs", "rel"):
+            for src, dst in ((self.other, f"/src/{link}/x"), (self.other + "/f", f"/src/{link}/f"),
+                             (self.other + "/f", f"/src/{link}")):
+                for rw in ("", ":rw"):
+                    r = self.run_sbx(["true"], image_opts + ["--bind", f"{self.tree}:/src{rw}",
+                                                             "--bind", f"{src}:{dst}"])
+                    self.assertEqual(os.listdir(self.host), [],
+                                     f"mount point for {dst} made on the host through /src/{link}\n" + r.describe())
+                    self.assertExit(r, 125, f"{dst} through the symlink /src/{link}")
+                    self.assertIn("symlink", self.assertOneSbxLine(r))
+        # A symlink that resolves inside the new root is followed there, as a container runtime does.
+        r = self.run_sbx(["sh", "-c", "cat /src/real/x/f; test -L /src/inside && echo via-link"],
+                         image_opts + ["--bind", f"{self.tree}:/src:rw", "--bind", f"{self.other}:/src/inside/x"])
+        self.assertExit(r, 0)
+        self.assertEqual(r.out.split(), ["payload", "via-link"])
+        self.assertEqual(os.listdir(self.host), [])
+
+    def test_symlink_in_a_bound_directory_cannot_aim_a_mount_at_the_host(self):
+        self.attack([])
+
+    def test_same_on_an_image_root(self):
+        from sbxtest import busybox_digest
+        busybox_digest(self)
+        self.attack(["--image", "busybox"])
+
+
 class Network(SbxTestCase):
     def test_only_loopback_and_it_is_up(self):
         script = r"""
