@@ -8,6 +8,7 @@
 
 #include "cli/commands.hpp"
 #include "runtime/log.hpp"
+#include "runtime/proc_title.hpp"
 #include "runtime/text_escape.hpp"
 #include "runtime/signals.hpp"
 
@@ -51,6 +52,21 @@ void block_signals_before_constructors(int, char**, char**) { sbx::block_forward
 [[gnu::section(".preinit_array"), gnu::used]] void (*const kBlockSignalsEarly)(int, char**, char**) =
     block_signals_before_constructors;
 }  // namespace
+
+// "sbx pack run", "sbx run -- CMD ARGS...": the parsed command words, never an option or its value.
+static std::string process_title(const CLI::App& app, const sbx::cli::GlobalOptions& g) {
+  std::string title = "sbx";
+  for (const CLI::App* a = &app; a != nullptr;) {
+    auto subs = a->get_subcommands();
+    a = subs.empty() ? nullptr : subs.front();
+    if (a) title += " " + a->get_name();
+  }
+  if (g.after_dashdash) {
+    title += " --";
+    for (auto& w : *g.after_dashdash) title += " " + w;
+  }
+  return title;
+}
 
 int main(int argc, char** argv) {
   // First of all: a SIGINT/SIGTERM/SIGHUP/SIGQUIT from here on waits for the supervisor to
@@ -114,6 +130,9 @@ int main(int argc, char** argv) {
     return usage_error(msg + " (see 'sbx --help')");
   }
   if (auto st = sbx::init_logging(g.log_level, g.verbose); !st) return usage_error(st.error().message);
+  // argv is copied (g.argv, CLI11's results): from here on, what /proc shows is only the command
+  // words and the program's argv (runtime/proc_title.hpp).
+  sbx::set_proc_title(argc, argv, process_title(app, g));
   for (auto& c : commands)
     if (c.app->parsed()) {
       if (!c.supervises) sbx::restore_caller_signal_mask();

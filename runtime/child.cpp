@@ -415,9 +415,10 @@ void run_init(const ChildConfig& cfg) {
   if (cfg.proxy_sock >= 0) STAGE(cfg, hand_over_proxy_listener(cfg.proxy_sock, cfg.proxy_port));
   // Init keeps its capabilities, and the program has none: ptrace and /proc/1/mem, environ, maps
   // need a superset of init's capabilities (or CAP_SYS_PTRACE over its namespace), so the
-  // program can neither trace init nor read its memory. A forked init is also made non-dumpable.
-  // A shared init is not: dumpable is a property of the address space, and the supervisor's own
-  // /proc files would turn root-owned for the rest of its run.
+  // program can neither trace init nor read its memory. Init's address space is also made
+  // non-dumpable, so that /proc/1 belongs to the host's root and not to the uid the program may
+  // share with init (rootless): a forked init does it here, for a shared one the supervisor did
+  // it once the id maps were written (clone.hpp, NonDumpableWhileShared).
   if (!cfg.shared_memory) ::prctl(PR_SET_DUMPABLE, 0);
   // The supervisor's second byte: the image's seal matched (or there is no image). Anything else,
   // or EOF because the supervisor died or killed us, and the program never starts.

@@ -69,7 +69,8 @@ struct ChildConfig {
   // The fd waits in the socket until the supervisor reads it after the run (export.hpp).
   int out_sock = -1;
   // Init runs in the supervisor's address space (sandbox.cpp, "shared init"): the supervisor is
-  // blocked from clone until kStarted, and init leaves the shared mm's dumpable flag alone.
+  // blocked from clone until kStarted, and the supervisor, not init, makes the shared address
+  // space non-dumpable (clone.hpp, NonDumpableWhileShared).
   bool shared_memory = false;
   // A shared init's program child runs on this stack (clone.hpp, SharedInitStack); a forked init
   // maps one itself.

@@ -5,6 +5,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -93,6 +94,15 @@ Result<CloneResult> clone_shared(unsigned long ns_flags, int (*fn)(void*), void*
   r.pid = pid;
   r.pidfd = pidfd;
   return r;
+}
+
+NonDumpableWhileShared::NonDumpableWhileShared() {
+  old_ = ::prctl(PR_GET_DUMPABLE);
+  ::prctl(PR_SET_DUMPABLE, 0);
+}
+
+NonDumpableWhileShared::~NonDumpableWhileShared() {
+  if (old_ > 0) ::prctl(PR_SET_DUMPABLE, 1);  // 1 is the only other value prctl accepts
 }
 
 }  // namespace sbx

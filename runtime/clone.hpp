@@ -42,6 +42,26 @@ Result<CloneResult> clone_sandbox(unsigned long ns_flags, int cgroup_fd, bool& i
 // runs fn(arg) on `stack_top`. The caller places the child in its cgroup before letting it run (no CLONE_INTO_CGROUP here).
 Result<CloneResult> clone_shared(unsigned long ns_flags, int (*fn)(void*), void* arg, void* stack_top);
 
+// A shared init's address space is the supervisor's, and "dumpable" belongs to the address space:
+// while it is set, /proc/1 inside is owned by init's uid, which rootless is the program's own one
+// mapped uid, so the program could list init's fds and raise its oom_score_adj (what /proc lets a
+// file's owner do without ptrace access). Once the supervisor has written the id maps (the one
+// thing that needs its /proc/<init> files owned by its own uid, rootless), this makes the shared
+// address space non-dumpable: /proc/1 is then owned by the host's root, unmapped inside, and the
+// program's execve gives it an address space of its own with the usual flag. The destructor puts
+// the old value back once the sandbox is gone, for what the supervisor does after it. A forked
+// init makes its own copy non-dumpable itself (child.cpp, run_init).
+class NonDumpableWhileShared {
+ public:
+  NonDumpableWhileShared();
+  NonDumpableWhileShared(const NonDumpableWhileShared&) = delete;
+  NonDumpableWhileShared& operator=(const NonDumpableWhileShared&) = delete;
+  ~NonDumpableWhileShared();
+
+ private:
+  int old_ = -1;
+};
+
 // A shared init's stack, and below it, behind a guard page, the stack of the program child that
 // init clones (child.cpp, spawn_program): mapped by the supervisor, unmapped only after init is
 // reaped (declare it before anything whose scope init may outlive). Both stacks are in one

@@ -448,7 +448,9 @@ RunReport run_sandbox(const RunRequest& req) {
       return fail_setup(st.error());
     }
     bool timed_out_in_setup = false;
+    std::optional<NonDumpableWhileShared> non_dumpable;  // until this step ends: init is reaped by then
     if (shared) {
+      non_dumpable.emplace();  // the maps are written: /proc/1 turns root-owned before init goes on
       // From "go" until init reports kStarted, init runs ordinary code in our memory: nothing
       // but raw system calls here (raw_syscall.hpp), not even logging.
       // A failed write means init is gone: the wait below sees its pidfd, and supervise() why.

@@ -289,3 +289,53 @@ def kill_tree_by_marker(marker):
 
 
 HEX64 = re.compile(r"^[0-9a-f]{64}$")
+
+
+# What the program can see of, and do to, sbx's init (pid 1) through /proc. Prints one line:
+# "INITVIEW " + JSON {what: text or "ERR <errno name>"}. check_init_view judges it.
+INIT_VIEW_PROBE = r"""
+import errno, json, os
+res = {}
+def attempt(name, fn):
+    try:
+        res[name] = fn()
+    except OSError as e:
+        res[name] = "ERR " + errno.errorcode.get(e.errno, str(e.errno))
+def read(name):
+    with open("/proc/1/" + name, "rb") as f:
+        return f.read().decode(errors="replace")
+# (mountinfo is left out: it is the sandbox's one mount table, the same as /proc/self/mountinfo.)
+for n in ("cmdline", "environ", "maps", "status", "stat"):
+    attempt(n, lambda: read(n))
+for n in ("cwd", "root", "exe"):
+    attempt(n, lambda: os.readlink("/proc/1/" + n))
+attempt("fd", lambda: " ".join(sorted(os.listdir("/proc/1/fd"))))
+attempt("fdinfo", lambda: " ".join(sorted(os.listdir("/proc/1/fdinfo"))))
+attempt("oom_before", lambda: read("oom_score_adj").strip())
+def raise_oom():
+    with open("/proc/1/oom_score_adj", "w") as f:
+        f.write("777")
+    return "WROTE"
+attempt("oom_write", raise_oom)
+attempt("oom_after", lambda: read("oom_score_adj").strip())
+print("INITVIEW " + json.dumps(res), flush=True)
+"""
+
+
+def check_init_view(tc, output, host_paths):
+    """Asserts on INIT_VIEW_PROBE's line in `output`: none of `host_paths` appears in anything
+    read from /proc/1, init's fd numbers cannot be listed, and its oom_score_adj cannot be raised."""
+    lines = [l for l in output.splitlines() if l.startswith("INITVIEW ")]
+    tc.assertEqual(len(lines), 1, output)
+    res = json.loads(lines[0][len("INITVIEW "):])
+    note(f"/proc/1 seen from inside: { {k: v[:60] for k, v in res.items()} }")
+    problems = [f"/proc/1/{what} shows the host path {p!r}: {text[:300]!r}"
+                for what, text in res.items() for p in host_paths if p in text]
+    for what in ("fd", "fdinfo"):
+        if not res[what].startswith("ERR "):
+            problems.append(f"init's fd numbers are listed in /proc/1/{what}: {res[what]}")
+    if not res["oom_write"].startswith("ERR ") or res["oom_after"] != res["oom_before"]:
+        problems.append(f"init's oom_score_adj was raised: {res['oom_before']} -> {res['oom_after']}")
+    tc.assertEqual(problems, [], "\n".join(problems))
+    tc.assertIn("sbx", res["cmdline"], "init's title")
+    return res

@@ -7,7 +7,7 @@ import sys
 import threading
 import unittest
 
-from sbxtest import MODE, SbxTestCase, note, unique
+from sbxtest import INIT_VIEW_PROBE, MODE, SBX, SbxTestCase, check_init_view, note, sbx, unique
 
 PY = "/usr/bin/python3"
 # find(1) over the sandbox's root without the big read-only system trees and pseudo filesystems.
@@ -174,6 +174,50 @@ class InitProtection(SbxTestCase):
 
     def test_program_as_other_uid_cannot_read_or_trace_init(self):
         self.peek(["--uid", "1000", "--gid", "1000"])
+
+
+class InitView(SbxTestCase):
+    """Init's /proc entries show nothing of the host: sbx's argv (the binary, the state dir, the
+    bind and input sources) is replaced by a title (runtime/proc_title.hpp), and init's address
+    space is non-dumpable (clone.hpp), so its /proc files belong to the host's root: the program
+    can neither list init's fd numbers nor raise its oom_score_adj, even rootless where it shares
+    init's one mapped uid. Seccomp off: the kernel's checks are what is proven."""
+
+    def view(self, extra_opts):
+        state, src, inp = self.path("statedir"), self.path("bindsrc"), self.path("inputsrc")
+        for d in (state, src, inp):
+            os.mkdir(d)
+            os.chmod(d, 0o755)
+        tpath = self.path("t.json")
+        r = sbx(["run", "--state-dir", state, "--seccomp", "unconfined", "--trace-file", tpath,
+                 "--bind", f"{src}:/b", "--input", f"{inp}:/i"] + extra_opts + ["--", PY, "-c", INIT_VIEW_PROBE])
+        self.assertExit(r, 0)
+        paths = [self.tmp, state, src, inp, SBX, os.path.realpath(SBX), os.path.dirname(os.path.realpath(SBX))]
+        check_init_view(self, r.out, paths)
+        with open(tpath) as f:
+            argv = json.load(f)["invocation"]["argv"]
+        self.assertIn(src + ":/b", argv, "the record keeps the full command line")
+
+    def test_init_shows_no_host_path_and_resists_the_program(self):
+        self.view([])
+
+    def test_same_for_a_program_with_another_uid(self):
+        self.view(["--uid", "1000", "--gid", "1000"])
+
+    def test_same_for_a_forked_init(self):
+        from sbxtest import busybox_digest
+        # An image run keeps a forked init (sandbox.cpp): its own copy of the address space.
+        busybox_digest(self)
+        r = sbx(["run", "--image", "busybox", "--seccomp", "unconfined", "--", "/bin/sh", "-c",
+                 "cat /proc/1/cmdline; echo; ls /proc/1/fd && echo LISTED;"
+                 " echo 777 > /proc/1/oom_score_adj && echo RAISED; cat /proc/1/oom_score_adj"])
+        self.assertExit(r, 0)
+        self.assertNotIn(SBX, r.out)
+        lines = r.out.splitlines()  # the first is the title, which holds the words too
+        self.assertTrue(lines[0].startswith("sbx run -- /bin/sh"), r.out)
+        self.assertNotIn("LISTED", lines[1:], r.out)
+        self.assertNotIn("RAISED", lines[1:], r.out)
+        self.assertEqual(lines[-1], "0", r.out)
 
 
 class Filesystem(SbxTestCase):

@@ -5,7 +5,7 @@ import stat
 import subprocess
 import unittest
 
-from sbxtest import SBX, SbxTestCase, busybox_digest, note, sbx, validate_trace
+from sbxtest import INIT_VIEW_PROBE, SBX, SbxTestCase, busybox_digest, check_init_view, note, sbx, validate_trace
 
 RECORD_SCHEMA = {"type": "object", "required": ["id", "mm"], "additionalProperties": False,
                  "properties": {"id": {"type": "string", "minLength": 1},
@@ -247,6 +247,19 @@ class PackSecrets(PackCase):
         r2 = self.pack_run(self.make_pack("ls /run/secrets/token 2>/dev/null && exit 5\n" + COUNT, "q"), inp)
         self.assertExit(r2, 0)
         note(f"secret leak check: trace store files scanned under {store}: none contain the value")
+
+    def test_secret_file_path_and_pack_dir_not_visible_in_init(self):
+        """/proc/1 inside names neither the file given to --secret NAME=@FILE nor the pack's or the
+        input's host paths (test_isolation.InitView has the rest)."""
+        d = self.make_pack("/usr/bin/python3 /pack/probe.py >&2\n" + COUNT,
+                           secrets=[{"name": "token", "required": True, "delivery": "file"}])
+        with open(d + "/probe.py", "w") as f:
+            f.write(INIT_VIEW_PROBE)
+        inp = self.records([{"id": "a", "mm": 1}])
+        secret = self.secret_file()
+        r = self.pack_run(d, inp, "--secret", "token=@" + secret)
+        self.assertExit(r, 0)
+        check_init_view(self, r.err, [secret, d, inp, self.tmp, SBX])
 
     def test_secret_not_in_sbx_environ_or_cmdline(self):
         d = self.make_pack("sleep 2\n" + COUNT, secrets=[{"name": "token", "required": True, "delivery": "file"}])
