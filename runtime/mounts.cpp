@@ -63,9 +63,10 @@ unsigned long locked_flags(const std::string& path) {
   return f;
 }
 
-Status remount_ro(const std::string& path, unsigned long extra) {
+// `shown` names the mount in messages when `path` is an fd's (fd_path).
+Status remount_ro(const std::string& path, unsigned long extra, const std::string& shown = "") {
   unsigned long flags = MS_REMOUNT | MS_BIND | MS_RDONLY | extra | locked_flags(path);
-  return do_mount(nullptr, path, nullptr, flags, nullptr, "remount " + path + " read-only");
+  return do_mount(nullptr, path, nullptr, flags, nullptr, "remount " + (shown.empty() ? path : shown) + " read-only");
 }
 
 // Mount points strictly below `path`, from mountinfo (field 5, octal escapes undone), deepest last.
@@ -151,7 +152,7 @@ Status bind_mount(int root, const std::string& host_path, const std::string& dst
   std::string at = fd_path(mnt->get());
   if (kind == BindKind::device) return {};  // nodev would make the node useless
   if (kind == BindKind::ro) {
-    SBX_TRY(remount_ro(at, MS_NOSUID | MS_NODEV));
+    SBX_TRY(remount_ro(at, MS_NOSUID | MS_NODEV, dst));
   } else {
     unsigned long flags = MS_REMOUNT | MS_BIND | MS_NOSUID | MS_NODEV | locked_flags(at);
     SBX_TRY(do_mount(nullptr, at, nullptr, flags, nullptr, "remount " + dst + " nosuid,nodev"));
@@ -234,7 +235,7 @@ Status write_secrets(int root, const MountPlan& plan) {
     if (!owned) return make_error("secrets", "chown /run/secrets/" + name, oerr);
   }
   if (::fchownat(dir->get(), "", plan.owner_uid, plan.owner_gid, AT_EMPTY_PATH) != 0) return sys_error("secrets", "chown /run/secrets");
-  return remount_ro(fd_path(dir->get()), MS_NOSUID | MS_NODEV | MS_NOEXEC);
+  return remount_ro(fd_path(dir->get()), MS_NOSUID | MS_NODEV | MS_NOEXEC, "/run/secrets");
 }
 
 // A minimal /dev: the harmless character devices bound from the host (device nodes cannot be
@@ -342,7 +343,7 @@ Status place_generated_files(int root, const MountPlan& plan) {
     SBX_TRY(do_mount(src.c_str(), fd_path(target->node.get()), nullptr, MS_BIND, nullptr, "bind generated file " + f.dst));
     auto mnt = open_mounted(*target, f.dst);
     if (!mnt) return mnt.error();
-    SBX_TRY(remount_ro(fd_path(mnt->get()), MS_NOSUID | MS_NODEV));
+    SBX_TRY(remount_ro(fd_path(mnt->get()), MS_NOSUID | MS_NODEV, f.dst));
   }
   return {};
 }

@@ -235,6 +235,7 @@ RunReport run_sandbox(const RunRequest& req) {
   std::optional<RunCgroup> cgroup;
   SharedInitStack init_stack;  // declared before anything that may outlive init
   pid_t exiting_init = -1;  // init reported an empty sandbox and is still exiting: reaped at the end
+  std::optional<NonDumpableWhileShared> non_dumpable;  // a shared init's: until it is reaped (clone.hpp)
   auto identity = plan_identity(spec);
   if (identity) parts.enforcement["identity"] = identity_to_json(*identity);
   else parts.enforcement["identity"] = {{"mode", ::geteuid() == 0 ? "root" : "rootless"}, {"error", identity.error().message}};
@@ -448,7 +449,6 @@ RunReport run_sandbox(const RunRequest& req) {
       return fail_setup(st.error());
     }
     bool timed_out_in_setup = false;
-    std::optional<NonDumpableWhileShared> non_dumpable;  // until this step ends: init is reaped by then
     if (shared) {
       non_dumpable.emplace();  // the maps are written: /proc/1 turns root-owned before init goes on
       // From "go" until init reports kStarted, init runs ordinary code in our memory: nothing
