@@ -461,6 +461,12 @@ class MountTargets(SbxTestCase):
                                      f"mount point for {dst} made on the host through /src/{link}\n" + r.describe())
                     self.assertExit(r, 125, f"{dst} through the symlink /src/{link}")
                     self.assertIn("symlink", self.assertOneSbxLine(r))
+        # --input, --tmpfs are mounts too (packs' /pack and contexts are binds like --bind).
+        for opt in (["--input", f"{self.other}:/src/abs/in"], ["--tmpfs", "/src/rel/t"]):
+            r = self.run_sbx(["true"], image_opts + ["--bind", f"{self.tree}:/src:rw"] + opt)
+            self.assertEqual(os.listdir(self.host), [], r.describe())
+            if opt[0] == "--input":
+                self.assertExit(r, 125)
         # A symlink that resolves inside the new root is followed there, as a container runtime does.
         r = self.run_sbx(["sh", "-c", "cat /src/real/x/f; test -L /src/inside && echo via-link"],
                          image_opts + ["--bind", f"{self.tree}:/src:rw", "--bind", f"{self.other}:/src/inside/x"])
@@ -470,6 +476,26 @@ class MountTargets(SbxTestCase):
 
     def test_symlink_in_a_bound_directory_cannot_aim_a_mount_at_the_host(self):
         self.attack([])
+
+    def test_symlink_in_the_image_itself(self):
+        """The image's own layer: refused before the overlay is mounted (mounts.cpp,
+        precreate_in_upper), and resolved inside the root after it."""
+        tree = self.path("img")
+        os.makedirs(tree + "/etc")
+        os.makedirs(tree + "/bin")
+        os.symlink("/oldroot" + self.host, tree + "/etc/evil")
+        os.symlink("../../../../../oldroot" + self.host, tree + "/etc/evil2")
+        name = unique("evilimg")
+        r = sbx(["image", "import", tree, "--name", name, "--quiet"], timeout=60)
+        self.assertExit(r, 0)
+        try:
+            for link in ("evil", "evil2"):
+                r = self.run_sbx(["/bin/true"], ["--image", name, "--bind", f"{self.other}:/etc/{link}/x"])
+                self.assertEqual(os.listdir(self.host), [], r.describe())
+                self.assertExit(r, 125)
+                self.assertIn("symlink", self.assertOneSbxLine(r))
+        finally:
+            sbx(["image", "rm", name])
 
     def test_same_on_an_image_root(self):
         from sbxtest import busybox_digest
