@@ -431,6 +431,10 @@ void run_init(const ChildConfig& cfg) {
   }
   pid_t program = spawn_program(cfg, pty_master);
   if (program < 0) fail(cfg, sys_error("fork", "start the program"));
+  // The program child ran in this address space until its execve, and its change of uid set the
+  // address space's dumpable flag to fs.suid_dumpable (commit_creds): 0 or 2 keep /proc/1 root's,
+  // 1 would give it back to init's uid. Said again, for that setting.
+  ::prctl(PR_SET_DUMPABLE, 0);
   if (pty_master >= 0) {
     // Sent once the program holds the slave, so that a master which reports POLLHUP or EIO in
     // the supervisor means the program has let go of its terminal, never "not yet opened". Still
