@@ -22,6 +22,9 @@ struct LimitDecision {
   std::string reason;     // why this mechanism, and its caveats; why not, when not applied
   bool applied = false;
   bool degraded = false;  // applied, but by a weaker mechanism than cgroup v2 (per process, ...)
+  // false: some of what the limit is about stays unbounded even in sum (the rlimit fallback's
+  // memory: see plan_limits); --require-limits refuses such a limit like one not applied.
+  bool bounded_in_total = true;
 };
 
 struct LimitPlan {
@@ -33,15 +36,19 @@ struct LimitPlan {
   std::vector<std::pair<int, std::uint64_t>> rlimits;
 
   const LimitDecision* find(const std::string& limit) const;
-  // Decisions not applied, or (if count_degraded) applied only in a weaker form: what
-  // --require-limits refuses.
+  // Decisions not applied, or (if count_degraded) applied only in a weaker form.
   std::vector<const LimitDecision*> shortfalls(bool count_degraded) const;
+  // What --require-limits refuses: not applied, or applied without bounding the total.
+  std::vector<const LimitDecision*> unbounded() const;
 };
 
 // rootless: sbx runs without host root (only a delegated subtree is writable).
 // cgroup_ok: false once RunCgroup::create failed on this host (plan again with false and record
 //   the failure), or when the user disabled cgroups; true otherwise.
-LimitPlan plan_limits(const Limits& limits, const CgroupInfo& info, bool rootless, bool cgroup_ok);
+// largest_file: the rlimit fallback's RLIMIT_FSIZE for a memory limit, the largest tmpfs of the
+//   run (memory_fallback.hpp); 0 = the memory limit itself.
+LimitPlan plan_limits(const Limits& limits, const CgroupInfo& info, bool rootless, bool cgroup_ok,
+                      std::int64_t largest_file = 0);
 
 // For the supervisor's cpu_time limit on the cgroup path: how long (ms) until the budget could
 // first run out, given the CPU time used so far and the most CPUs the sandbox can burn at once

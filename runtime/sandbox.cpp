@@ -26,6 +26,7 @@
 #include "runtime/image_seal.hpp"
 #include "runtime/image_store.hpp"
 #include "runtime/limits_plan.hpp"
+#include "runtime/memory_fallback.hpp"
 #include "runtime/log.hpp"
 #include "runtime/proxy.hpp"
 #include "runtime/raw_syscall.hpp"
@@ -246,7 +247,10 @@ RunReport run_sandbox(const RunRequest& req) {
     if (!identity) return fail_setup(identity.error());
     // 1 prepare: limits first, so that --require-limits refuses before anything is created.
     bool rootless = ::geteuid() != 0;
-    LimitPlan plan = plan_limits(spec.limits, cg, rootless, true);
+    // The tmpfs mounts against the memory limit: needed only where no cgroup charges their pages.
+    auto tmpfs_fit = fit_tmpfs(tmpfs_shares(spec, req.explicit_limits), spec.limits.memory_bytes.value_or(0));
+    std::int64_t largest_file = tmpfs_fit ? tmpfs_fit->largest() : 0;
+    LimitPlan plan = plan_limits(spec.limits, cg, rootless, true, largest_file);
     if (plan.use_cgroup) {
       // A killed sbx cannot remove its run cgroup; the next run does.
       if (auto st = gc_stale_cgroups(cg); !st) spdlog::debug("cgroup gc: {}", st.error().describe());
@@ -256,7 +260,7 @@ RunReport run_sandbox(const RunRequest& req) {
         for (auto& w : cgroup->warnings()) spdlog::warn("{}", w);
       } else {
         spdlog::warn("cgroup v2 unusable, falling back to rlimits: {}", created.error().describe());
-        plan = plan_limits(spec.limits, cg, rootless, false);
+        plan = plan_limits(spec.limits, cg, rootless, false, largest_file);
       }
     }
     parts.limits = limit_entries(spec.limits, plan);
@@ -267,9 +271,16 @@ RunReport run_sandbox(const RunRequest& req) {
       (d->applied ? degraded : missing) += (std::string(", ") + d->limit);
       for (auto& e : req.explicit_limits) asked = asked || e == d->limit;
     }
-    if (!missing.empty() && spec.require_limits)
-      return fail_setup(make_error("limits", "--require-limits: cannot enforce " + missing.substr(2) +
-                                                 " on this host (cgroup v2 layout: " + cg.layout + "; see 'sbx doctor')"));
+    if (spec.require_limits) {
+      std::string unbounded;
+      for (auto* d : plan.unbounded()) unbounded += ", " + d->limit + (d->applied ? " (in total)" : "");
+      if (!unbounded.empty())
+        return fail_setup(make_error("limits", "--require-limits: cannot enforce " + unbounded.substr(2) +
+                                                   " on this host (cgroup v2 layout: " + cg.layout + "; see 'sbx doctor')"));
+    }
+    const LimitDecision* mem = plan.find("memory");
+    bool memory_fallback = mem && mem->applied && !plan.cgroup_limits.memory_bytes;
+    if (memory_fallback && !tmpfs_fit) return fail_setup(tmpfs_fit.error());
     if (!missing.empty() || !degraded.empty())
       spdlog::log(asked ? spdlog::level::warn : spdlog::level::info, "limits {}{}{} (details in the trace's enforcement section; see 'sbx doctor')",
                    missing.empty() ? "" : "not enforced: " + missing.substr(2),
@@ -277,6 +288,13 @@ RunReport run_sandbox(const RunRequest& req) {
                    degraded.empty() ? "" : "enforced only per process by rlimits: " + degraded.substr(2));
     auto mounts = plan_mounts(spec, cwd);
     if (!mounts) return fail_setup(mounts.error());
+    if (memory_fallback) {
+      apply_tmpfs_budget(*tmpfs_fit, *mounts);
+      parts.enforcement["memory_fallback"] = memory_fallback_json(*tmpfs_fit, *spec.limits.memory_bytes, largest_file);
+      if (tmpfs_fit->scaled)
+        spdlog::info("tmpfs sizes scaled down to fit the memory limit {} (no cgroup v2 counts their pages): {}",
+                     format_size(*spec.limits.memory_bytes), describe_shares(tmpfs_fit->shares));
+    }
     parts.image["mounts"] = mounts_to_json(*mounts);
     if (spec.image != "host") {
       // The tree is opened once here; its seal is taken through this fd while init builds the
@@ -331,6 +349,7 @@ RunReport run_sandbox(const RunRequest& req) {
     cfg.envp = build_environment(spec, environ, ::isatty(STDOUT_FILENO) == 1 || req.stdin_plan.mode == StdinMode::pty);
     for (auto& [name, value] : req.secret_env) cfg.envp.push_back(name + "=" + value);
     cfg.rlimits = {{RLIMIT_CORE, 0}};
+    if (memory_fallback) cfg.sysv_shm_bytes = *spec.limits.memory_bytes;
     for (auto& [res, value] : plan.rlimits) cfg.rlimits.push_back({res, static_cast<rlim_t>(value)});
     Pipe sync, msg, out, err;
     for (Pipe* p : {&sync, &msg, &out, &err})
