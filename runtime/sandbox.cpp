@@ -578,6 +578,12 @@ RunReport run_sandbox(const RunRequest& req) {
         outcome.reason = "cpu";
       }
     }
+    // SIGXFSZ comes only from RLIMIT_FSIZE, which sbx sets only for the memory fallback: a program
+    // killed by it wrote a file (a memfd, a /tmp or /out file) past that cap. Said in the reason,
+    // since "signaled 25" alone does not tell a user which limit bit.
+    if (memory_fallback && outcome.status == RunStatus::signaled && outcome.signal == SIGXFSZ)
+      outcome.reason = "SIGXFSZ: a file grew past RLIMIT_FSIZE (" + format_size(largest_file) +
+                       ", the memory fallback's cap on each file and memfd; see enforcement.memory_fallback)";
     parts.violations = violations_json(sup->violations);
     if (seccomp && seccomp->enabled) {
       parts.violations_summary["seccomp"] = violation_totals_json(sup->seccomp_totals, sup->violations.size());

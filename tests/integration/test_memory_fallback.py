@@ -94,10 +94,22 @@ class MemoryFallback(SbxTestCase):
         fsize = [m for m in mf["mechanisms"] if m["mechanism"] == "rlimit RLIMIT_FSIZE"][0]
         self.assertEqual(got["written"], fsize["value"], "the last write is cut short exactly at the cap")
 
+    def test_a_program_killed_by_sigxfsz_is_told_apart(self):
+        # Python ignores SIGXFSZ by default; with the default disposition the kernel kills the
+        # program at the cap, and the trace says which limit did it.
+        r = self.run_sbx(["python3", "-c", "import os, signal; signal.signal(signal.SIGXFSZ, signal.SIG_DFL); "
+                                            "fd = os.memfd_create('m'); os.ftruncate(fd, 1 << 30)"], ["--memory", "128M"])
+        t = self.need_trace(r)
+        self.assertEqual(t["result"]["status"], "signaled", r.describe())
+        self.assertEqual(t["result"]["signal"], 25)
+        self.assertIn("RLIMIT_FSIZE", t["result"]["reason"])
+
     def test_many_memfds_each_capped_and_the_rest_named(self):
         r = self.run_sbx(["python3", "-c", MEMFD_MANY], ["--memory", "128M"], timeout=120)
         self.assertExit(r, 0)
         sizes = last_json(r)["sizes"]
+        for s in sizes:
+            self.assertLessEqual(s, 128 * MiB, f"no memfd grows past the memory limit: {sizes}")
         t = self.need_trace(r)
         mf = t["enforcement"]["memory_fallback"]
         fsize = [m for m in mf["mechanisms"] if m["mechanism"] == "rlimit RLIMIT_FSIZE"][0]["value"]
