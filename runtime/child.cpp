@@ -65,10 +65,10 @@ void send_msg(int fd, const ChildMsg& m) {
   ::_exit(125);
 }
 
-// The program child's exit once RLIMIT_AS is set (set_rlimits): a loop around the raw system
-// call rather than a call of a noreturn function such as _exit, because before such a call ASan
-// clears the shadow of the stack being left, for a large range with mmap, which RLIMIT_AS refuses
-// (the child then died inside ASan, printing two lines, instead of exiting 125).
+// The program child's exit once RLIMIT_AS or RLIMIT_DATA is set (set_rlimits): a loop around the
+// raw system call rather than a call of a noreturn function such as _exit, because before such a
+// call ASan clears the shadow of the stack being left, for a large range with mmap, which either
+// limit refuses (the child then died inside ASan, printing two lines, instead of exiting 125).
 #define SBX_EXIT_AFTER_RLIMITS(code) \
   do {                               \
     for (;;) raw::syscall6(SYS_exit_group, (code)); \

@@ -17,7 +17,7 @@ namespace sbx {
 struct LimitDecision {
   std::string limit;      // "memory", "pids", "cpus", "cpu_time", "timeout", "output"
   std::string value;      // as asked: bytes, count, CPUs, milliseconds
-  std::string mechanism;  // "cgroup v2 memory.max", "rlimit RLIMIT_AS", "supervisor timerfd", ...
+  std::string mechanism;  // "cgroup v2 memory.max", "rlimit RLIMIT_NPROC", "supervisor timerfd", ...
                           // ("" when not applied)
   std::string reason;     // why this mechanism, and its caveats; why not, when not applied
   bool applied = false;
