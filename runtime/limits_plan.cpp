@@ -61,20 +61,21 @@ std::string fmt_double(double v) {
 // MAP_SHARED|MAP_ANONYMOUS. The tmpfs mounts are sized to fit the limit together
 // (memory_fallback.hpp); every file write, memfds included, is capped by RLIMIT_FSIZE
 // (shmem_write_begin and shmem_fallocate go through inode_newsize_ok / generic_write_check_limits,
-// as ftruncate does), set to the largest tmpfs, since no legitimate file on a tmpfs can be larger;
+// as ftruncate does), set to the memory limit: no file may hold more than the whole limit. (Not
+// the largest tmpfs: a sparse file larger than its tmpfs costs no RAM and is legitimate, and with
+// the cap at the tmpfs size a full /out ended in SIGXFSZ instead of ENOSPC);
 // SysV shm is capped in total by the ipc namespace's shmall/shmmax, set by init
 // (child.cpp bound_sysv_shm). What stays unbounded is named in the note, and makes
 // --require-limits refuse: the total is not bounded, only its parts.
-void fallback_memory(LimitDecision& d, LimitPlan& plan, const std::string& gap, std::int64_t memory,
-                     std::int64_t largest_file) {
-  std::int64_t fsize = largest_file > 0 ? std::min(largest_file, memory) : memory;
+void fallback_memory(LimitDecision& d, LimitPlan& plan, const std::string& gap, std::int64_t memory) {
+  std::int64_t fsize = memory;
   d.mechanism = "rlimit RLIMIT_DATA + RLIMIT_FSIZE, tmpfs sizes, ipc namespace shmall";
   d.degraded = true;
   d.bounded_in_total = false;
   d.reason = gap + "; bounded: each process's private writable memory (RLIMIT_DATA " + std::to_string(memory) +
              " bytes; address-space reservations are not counted, so JVMs, Go, V8 and sanitizers run; exceeding "
              "it fails the allocation with ENOMEM, no OOM kill), every file written, memfds and shm files included "
-             "(RLIMIT_FSIZE " + std::to_string(fsize) + " bytes, the largest tmpfs: a bigger write or ftruncate "
+             "(RLIMIT_FSIZE " + std::to_string(fsize) + " bytes: a bigger write or ftruncate "
              "raises SIGXFSZ, which kills a program that does not handle it, status signaled 25), all tmpfs mounts "
              "together (their sizes sum to at most the limit), SysV shared memory in total (kernel.shmall and "
              "shmmax of the run's ipc namespace); NOT bounded: the sum over processes (each has its own "
@@ -106,8 +107,7 @@ std::vector<const LimitDecision*> LimitPlan::unbounded() const {
   return out;
 }
 
-LimitPlan plan_limits(const Limits& limits, const CgroupInfo& info, bool rootless, bool cgroup_ok,
-                      std::int64_t largest_file) {
+LimitPlan plan_limits(const Limits& limits, const CgroupInfo& info, bool rootless, bool cgroup_ok) {
   LimitPlan plan;
   plan.use_cgroup = cgroup_gap(info, rootless, cgroup_ok, "").empty();
 
@@ -120,7 +120,7 @@ LimitPlan plan_limits(const Limits& limits, const CgroupInfo& info, bool rootles
                  "memory.oom.group=1; an OOM kill is read from memory.events";
       plan.cgroup_limits.memory_bytes = limits.memory_bytes;
     } else {
-      fallback_memory(d, plan, gap, *limits.memory_bytes, largest_file);
+      fallback_memory(d, plan, gap, *limits.memory_bytes);
     }
     d.applied = true;
     plan.decisions.push_back(d);

@@ -45,10 +45,7 @@ struct LimitPlan {
 // rootless: sbx runs without host root (only a delegated subtree is writable).
 // cgroup_ok: false once RunCgroup::create failed on this host (plan again with false and record
 //   the failure), or when the user disabled cgroups; true otherwise.
-// largest_file: the rlimit fallback's RLIMIT_FSIZE for a memory limit, the largest tmpfs of the
-//   run (memory_fallback.hpp); 0 = the memory limit itself.
-LimitPlan plan_limits(const Limits& limits, const CgroupInfo& info, bool rootless, bool cgroup_ok,
-                      std::int64_t largest_file = 0);
+LimitPlan plan_limits(const Limits& limits, const CgroupInfo& info, bool rootless, bool cgroup_ok);
 
 // For the supervisor's cpu_time limit on the cgroup path: how long (ms) until the budget could
 // first run out, given the CPU time used so far and the most CPUs the sandbox can burn at once

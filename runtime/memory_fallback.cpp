@@ -9,12 +9,6 @@
 
 namespace sbx {
 
-std::int64_t TmpfsBudget::largest() const {
-  std::int64_t m = 0;
-  for (auto& s : shares) m = std::max(m, s.bytes);
-  return m;
-}
-
 std::vector<TmpfsShare> tmpfs_shares(const RunSpec& spec, const std::vector<std::string>& explicit_limits) {
   auto asked = [&](const char* k) { return std::find(explicit_limits.begin(), explicit_limits.end(), k) != explicit_limits.end(); };
   std::vector<TmpfsShare> v;
@@ -74,11 +68,10 @@ void apply_tmpfs_budget(const TmpfsBudget& budget, MountPlan& plan) {
   }
 }
 
-nlohmann::json memory_fallback_json(const TmpfsBudget& budget, std::int64_t memory_bytes, std::int64_t largest_file) {
+nlohmann::json memory_fallback_json(const TmpfsBudget& budget, std::int64_t memory_bytes) {
   using nlohmann::json;
   json tmpfs = json::array();
   for (auto& s : budget.shares) tmpfs.push_back({{"path", s.path}, {"key", s.key}, {"size_bytes", s.bytes}});
-  std::int64_t fsize = largest_file > 0 ? std::min(largest_file, memory_bytes) : memory_bytes;
   return {
       {"bounded_in_total", false},
       {"mechanisms",
@@ -86,7 +79,7 @@ nlohmann::json memory_fallback_json(const TmpfsBudget& budget, std::int64_t memo
            {{"mechanism", "rlimit RLIMIT_DATA"}, {"value", memory_bytes},
             {"bounds", "private writable memory of each process: heap, anonymous and writable private file mappings"},
             {"not", "address-space reservations (PROT_NONE), shared mappings, stacks; the sum over processes"}},
-           {{"mechanism", "rlimit RLIMIT_FSIZE"}, {"value", fsize},
+           {{"mechanism", "rlimit RLIMIT_FSIZE"}, {"value", memory_bytes},
             {"bounds", "each file written or truncated: memfds, /dev/shm and /tmp files, /out, rw binds (beyond it: SIGXFSZ)"},
             {"not", "the number of memfds: open ones only by RLIMIT_NOFILE, and a mapped memfd outlives its fd"}},
            {{"mechanism", "tmpfs size options"}, {"value", budget.total}, {"asked_bytes", budget.asked_total},

@@ -31,7 +31,6 @@ struct TmpfsBudget {
   std::int64_t asked_total = 0;    // before scaling
   std::int64_t total = 0;          // after scaling: <= the memory limit
   bool scaled = false;
-  std::int64_t largest() const;
 };
 
 // The image upper layer's size (mounts.hpp MountPlan::upper_size_bytes).
@@ -55,6 +54,6 @@ void apply_tmpfs_budget(const TmpfsBudget& budget, MountPlan& plan);
 std::string describe_shares(const std::vector<TmpfsShare>& shares);
 
 // The trace's enforcement.memory_fallback: per mechanism what it bounds and what it does not.
-nlohmann::json memory_fallback_json(const TmpfsBudget& budget, std::int64_t memory_bytes, std::int64_t largest_file);
+nlohmann::json memory_fallback_json(const TmpfsBudget& budget, std::int64_t memory_bytes);
 
 }  // namespace sbx

@@ -249,8 +249,7 @@ RunReport run_sandbox(const RunRequest& req) {
     bool rootless = ::geteuid() != 0;
     // The tmpfs mounts against the memory limit: needed only where no cgroup charges their pages.
     auto tmpfs_fit = fit_tmpfs(tmpfs_shares(spec, req.explicit_limits), spec.limits.memory_bytes.value_or(0));
-    std::int64_t largest_file = tmpfs_fit ? tmpfs_fit->largest() : 0;
-    LimitPlan plan = plan_limits(spec.limits, cg, rootless, true, largest_file);
+    LimitPlan plan = plan_limits(spec.limits, cg, rootless, true);
     if (plan.use_cgroup) {
       // A killed sbx cannot remove its run cgroup; the next run does.
       if (auto st = gc_stale_cgroups(cg); !st) spdlog::debug("cgroup gc: {}", st.error().describe());
@@ -260,7 +259,7 @@ RunReport run_sandbox(const RunRequest& req) {
         for (auto& w : cgroup->warnings()) spdlog::warn("{}", w);
       } else {
         spdlog::warn("cgroup v2 unusable, falling back to rlimits: {}", created.error().describe());
-        plan = plan_limits(spec.limits, cg, rootless, false, largest_file);
+        plan = plan_limits(spec.limits, cg, rootless, false);
       }
     }
     parts.limits = limit_entries(spec.limits, plan);
@@ -290,7 +289,7 @@ RunReport run_sandbox(const RunRequest& req) {
     if (!mounts) return fail_setup(mounts.error());
     if (memory_fallback) {
       apply_tmpfs_budget(*tmpfs_fit, *mounts);
-      parts.enforcement["memory_fallback"] = memory_fallback_json(*tmpfs_fit, *spec.limits.memory_bytes, largest_file);
+      parts.enforcement["memory_fallback"] = memory_fallback_json(*tmpfs_fit, *spec.limits.memory_bytes);
       if (tmpfs_fit->scaled)
         spdlog::info("tmpfs sizes scaled down to fit the memory limit {} (no cgroup v2 counts their pages): {}",
                      format_size(*spec.limits.memory_bytes), describe_shares(tmpfs_fit->shares));
@@ -582,7 +581,7 @@ RunReport run_sandbox(const RunRequest& req) {
     // killed by it wrote a file (a memfd, a /tmp or /out file) past that cap. Said in the reason,
     // since "signaled 25" alone does not tell a user which limit bit.
     if (memory_fallback && outcome.status == RunStatus::signaled && outcome.signal == SIGXFSZ)
-      outcome.reason = "SIGXFSZ: a file grew past RLIMIT_FSIZE (" + format_size(largest_file) +
+      outcome.reason = "SIGXFSZ: a file grew past RLIMIT_FSIZE (" + format_size(*spec.limits.memory_bytes) +
                        ", the memory fallback's cap on each file and memfd; see enforcement.memory_fallback)";
     parts.violations = violations_json(sup->violations);
     if (seccomp && seccomp->enabled) {

@@ -249,7 +249,7 @@ TEST_CASE("cgroup: plan_limits on a full cgroup v2 uses cgroup for everything") 
 }
 
 TEST_CASE("cgroup: plan_limits on this host's hybrid layout degrades to rlimits, honestly") {
-  auto p = plan_limits(all_limits(), this_hosts_hybrid(), false, true, 64LL << 20);
+  auto p = plan_limits(all_limits(), this_hosts_hybrid(), false, true);
   CHECK_FALSE(p.use_cgroup);
   CHECK_FALSE(p.cgroup_limits.memory_bytes.has_value());
   auto* mem = p.find("memory");
@@ -269,7 +269,7 @@ TEST_CASE("cgroup: plan_limits on this host's hybrid layout degrades to rlimits,
   CHECK(cpus->mechanism.empty());
   CHECK(cpus->reason.find("no rlimit") != std::string::npos);
   CHECK(has_rlimit(p, RLIMIT_DATA, 512ULL << 20));
-  CHECK(has_rlimit(p, RLIMIT_FSIZE, 64ULL << 20));  // the largest tmpfs
+  CHECK(has_rlimit(p, RLIMIT_FSIZE, 512ULL << 20));  // no file larger than the whole limit
   CHECK_FALSE(has_rlimit(p, RLIMIT_AS, 512ULL << 20));
   CHECK(has_rlimit(p, RLIMIT_NPROC, 64));
   CHECK(has_rlimit(p, RLIMIT_CPU, 2));
@@ -284,7 +284,6 @@ TEST_CASE("cgroup: plan_limits rootless without delegation points at systemd-run
   auto p = plan_limits(all_limits(), unified({"memory", "pids", "cpu"}, false), true, true);
   CHECK_FALSE(p.use_cgroup);
   CHECK(p.find("memory")->mechanism.rfind("rlimit RLIMIT_DATA", 0) == 0);
-  CHECK(has_rlimit(p, RLIMIT_FSIZE, 512ULL << 20));  // no tmpfs size given: the memory limit
   CHECK(p.find("memory")->reason.find("Delegate=yes") != std::string::npos);
   CHECK_FALSE(p.find("cpus")->applied);
 }
