@@ -122,7 +122,8 @@ Status bound_sysv_shm(std::int64_t bytes) {
   const std::pair<const char*, std::int64_t> knobs[] = {{"/proc/sys/kernel/shmmax", bytes}, {"/proc/sys/kernel/shmall", pages}};
   for (auto& [path, value] : knobs) {
     int fd = ::open(path, O_WRONLY | O_CLOEXEC);
-    if (fd < 0) return sys_error("sysv_shm", std::string("open ") + path);
+    // Before Linux 5.17 these files belong to the initial user namespace: refused here.
+    if (fd < 0) return sys_error("sysv_shm", std::string("open ") + path + " (the run's SysV shm cap; needs Linux 5.17+)");
     std::string text = std::to_string(value) + "\n";
     ssize_t n = ::write(fd, text.data(), text.size());
     int werr = errno;
