@@ -78,7 +78,8 @@ void fallback_memory(LimitDecision& d, LimitPlan& plan, const std::string& gap, 
              "(RLIMIT_FSIZE " + std::to_string(fsize) + " bytes: a bigger write or ftruncate "
              "raises SIGXFSZ, which kills a program that does not handle it, status signaled 25), all tmpfs mounts "
              "together (their sizes sum to at most the limit), SysV shared memory in total (kernel.shmall and "
-             "shmmax of the run's ipc namespace); NOT bounded: the sum over processes (each has its own "
+             "shmmax of the run's ipc namespace, where its user namespace maps uid 0: see "
+             "enforcement.memory_fallback); NOT bounded: the sum over processes (each has its own "
              "RLIMIT_DATA), stacks (RLIMIT_STACK each), MAP_SHARED|MAP_ANONYMOUS mappings, and the number of "
              "memfds (open ones only by RLIMIT_NOFILE; a mapped one outlives its fd)";
   plan.rlimits.emplace_back(RLIMIT_DATA, static_cast<std::uint64_t>(memory));

@@ -68,10 +68,20 @@ void apply_tmpfs_budget(const TmpfsBudget& budget, MountPlan& plan) {
   }
 }
 
-nlohmann::json memory_fallback_json(const TmpfsBudget& budget, std::int64_t memory_bytes) {
+nlohmann::json memory_fallback_json(const TmpfsBudget& budget, std::int64_t memory_bytes, bool sysv_capped) {
   using nlohmann::json;
   json tmpfs = json::array();
   for (auto& s : budget.shares) tmpfs.push_back({{"path", s.path}, {"key", s.key}, {"size_bytes", s.bytes}});
+  json unbounded = json::array({"the sum of RLIMIT_DATA over processes", "stacks (RLIMIT_STACK per process)",
+                                 "MAP_SHARED|MAP_ANONYMOUS mappings", "memfds kept alive by a mapping after close"});
+  json sysv = {{"mechanism", "ipc namespace kernel.shmall, kernel.shmmax"}, {"value", memory_bytes},
+               {"bounds", "all SysV shared memory segments of the run together"}, {"not", ""}};
+  if (!sysv_capped) {
+    sysv["value"] = 0;
+    sysv["bounds"] = "";
+    sysv["not"] = "SysV shared memory: the run's user namespace maps no uid 0 (rootless --uid), and only its uid 0 may set shmall";
+    unbounded.push_back("SysV shared memory (no uid 0 in the user namespace)");
+  }
   return {
       {"bounded_in_total", false},
       {"mechanisms",
@@ -85,11 +95,9 @@ nlohmann::json memory_fallback_json(const TmpfsBudget& budget, std::int64_t memo
            {{"mechanism", "tmpfs size options"}, {"value", budget.total}, {"asked_bytes", budget.asked_total},
             {"scaled", budget.scaled}, {"mounts", tmpfs},
             {"bounds", "every RAM-backed mount together, at most the memory limit"}, {"not", ""}},
-           {{"mechanism", "ipc namespace kernel.shmall, kernel.shmmax"}, {"value", memory_bytes},
-            {"bounds", "all SysV shared memory segments of the run together"}, {"not", ""}},
+           sysv,
        })},
-      {"unbounded", json::array({"the sum of RLIMIT_DATA over processes", "stacks (RLIMIT_STACK per process)",
-                                 "MAP_SHARED|MAP_ANONYMOUS mappings", "memfds kept alive by a mapping after close"})}};
+      {"unbounded", unbounded}};
 }
 
 }  // namespace sbx

@@ -54,6 +54,7 @@ void apply_tmpfs_budget(const TmpfsBudget& budget, MountPlan& plan);
 std::string describe_shares(const std::vector<TmpfsShare>& shares);
 
 // The trace's enforcement.memory_fallback: per mechanism what it bounds and what it does not.
-nlohmann::json memory_fallback_json(const TmpfsBudget& budget, std::int64_t memory_bytes);
+// sysv_capped: init sets the ipc namespace's shmall/shmmax (its user namespace maps uid 0).
+nlohmann::json memory_fallback_json(const TmpfsBudget& budget, std::int64_t memory_bytes, bool sysv_capped);
 
 }  // namespace sbx

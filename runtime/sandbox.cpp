@@ -287,9 +287,14 @@ RunReport run_sandbox(const RunRequest& req) {
                    degraded.empty() ? "" : "enforced only per process by rlimits: " + degraded.substr(2));
     auto mounts = plan_mounts(spec, cwd);
     if (!mounts) return fail_setup(mounts.error());
+    // The ipc namespace's shm sysctls are writable only by its user namespace's uid 0 (mode bits,
+    // no capability override: ipc/ipc_sysctl.c ipc_permissions); rootless with --uid N maps no
+    // uid 0, so there SysV shm stays unbounded, and the trace says so.
+    bool sysv_capped = memory_fallback && std::any_of(identity->uid_map.begin(), identity->uid_map.end(),
+                                                      [](const IdMapping& m) { return m.inside == 0; });
     if (memory_fallback) {
       apply_tmpfs_budget(*tmpfs_fit, *mounts);
-      parts.enforcement["memory_fallback"] = memory_fallback_json(*tmpfs_fit, *spec.limits.memory_bytes);
+      parts.enforcement["memory_fallback"] = memory_fallback_json(*tmpfs_fit, *spec.limits.memory_bytes, sysv_capped);
       if (tmpfs_fit->scaled)
         spdlog::info("tmpfs sizes scaled down to fit the memory limit {} (no cgroup v2 counts their pages): {}",
                      format_size(*spec.limits.memory_bytes), describe_shares(tmpfs_fit->shares));
@@ -348,7 +353,7 @@ RunReport run_sandbox(const RunRequest& req) {
     cfg.envp = build_environment(spec, environ, ::isatty(STDOUT_FILENO) == 1 || req.stdin_plan.mode == StdinMode::pty);
     for (auto& [name, value] : req.secret_env) cfg.envp.push_back(name + "=" + value);
     cfg.rlimits = {{RLIMIT_CORE, 0}};
-    if (memory_fallback) cfg.sysv_shm_bytes = *spec.limits.memory_bytes;
+    if (sysv_capped) cfg.sysv_shm_bytes = *spec.limits.memory_bytes;
     for (auto& [res, value] : plan.rlimits) cfg.rlimits.push_back({res, static_cast<rlim_t>(value)});
     Pipe sync, msg, out, err;
     for (Pipe* p : {&sync, &msg, &out, &err})

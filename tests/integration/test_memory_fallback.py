@@ -8,7 +8,7 @@ import os
 import shutil
 import unittest
 
-from sbxtest import SbxTestCase
+from sbxtest import MODE, SbxTestCase
 from test_limits_host import cgroup_v2_has_controllers
 
 MiB = 1 << 20
@@ -129,6 +129,21 @@ class MemoryFallback(SbxTestCase):
         self.assertGreaterEqual(got[1], 0)
         self.assertGreaterEqual(got[2], 0)
         self.assertEqual(got[3], -28, f"the third 48M segment exceeds shmall (128M in total): {got}")
+
+    def test_a_program_uid_without_namespace_root_still_runs_and_the_gap_is_named(self):
+        # Rootless --uid N maps no uid 0, and only that uid may set the ipc namespace's shmall: the
+        # run goes on, and the trace names SysV shm as unbounded. As root, uid 0 is mapped: capped.
+        r = self.run_sbx(["python3", "-c", SYSV], ["--memory", "128M", "--uid", "1000", "--gid", "1000"])
+        self.assertExit(r, 0)
+        mf = self.need_trace(r)["enforcement"]["memory_fallback"]
+        sysv = [m for m in mf["mechanisms"] if "shmall" in m["mechanism"]][0]
+        got = last_json(r)
+        if MODE == "rootless":
+            self.assertEqual(sysv["bounds"], "")
+            self.assertTrue(any("SysV" in u for u in mf["unbounded"]), mf["unbounded"])
+        else:
+            self.assertEqual(sysv["value"], 128 * MiB)
+            self.assertEqual(got[0], -22, f"capped as for uid 0: {got}")
 
     def test_tmpfs_sizes_are_scaled_into_the_limit(self):
         r = self.run_sbx(["python3", "-c", TMPFS_SIZES], ["--memory", "128M"])
