@@ -13,13 +13,15 @@ ifeq ($(CI),true)
 CMAKE_FLAGS += -DSBX_WERROR=ON
 endif
 
-# Debian packages sbx needs to build, test and benchmark (see `make deps`).
+# Debian packages sbx needs to build, test and benchmark (see `make deps`). chromium: the browser
+# workload of tests/integration/test_memory_fallback.py (headless, under the `browser` profile).
 DEB_PACKAGES = g++ cmake make pkg-config ccache \
   libcli11-dev libseccomp-dev libcap-ng-dev libc-ares-dev nlohmann-json3-dev libspdlog-dev libfmt-dev doctest-dev \
   libre2-dev json-schema-test-suite \
   python3 python3-jsonschema procps iproute2 util-linux passwd man-db groff-base curl \
   bubblewrap hyperfine zsh fish \
-  qemu-system-x86 busybox-static cpio xz-utils zstd bzip2
+  qemu-system-x86 busybox-static cpio xz-utils zstd bzip2 \
+  chromium
 
 # Only for `make fuzz`, on top of DEB_PACKAGES: clang and its libFuzzer and sanitizer runtimes.
 FUZZ_DEB_PACKAGES = clang-14 libclang-rt-14-dev

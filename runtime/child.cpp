@@ -65,10 +65,10 @@ void send_msg(int fd, const ChildMsg& m) {
   ::_exit(125);
 }
 
-// The program child's exit once RLIMIT_AS is set (set_rlimits): a loop around the raw system
-// call rather than a call of a noreturn function such as _exit, because before such a call ASan
-// clears the shadow of the stack being left, for a large range with mmap, which RLIMIT_AS refuses
-// (the child then died inside ASan, printing two lines, instead of exiting 125).
+// The program child's exit once RLIMIT_AS or RLIMIT_DATA is set (set_rlimits): a loop around the
+// raw system call rather than a call of a noreturn function such as _exit, because before such a
+// call ASan clears the shadow of the stack being left, for a large range with mmap, which either
+// limit refuses (the child then died inside ASan, printing two lines, instead of exiting 125).
 #define SBX_EXIT_AFTER_RLIMITS(code) \
   do {                               \
     for (;;) raw::syscall6(SYS_exit_group, (code)); \
@@ -92,9 +92,10 @@ void close_all_except(std::vector<int> keep) {
   ::syscall(SYS_close_range, next, ~0U, 0);
 }
 
-// RLIMIT_AS (address_space) apart from the others: the program child shares init's memory (and a
-// shared init the supervisor's) until execve, so the limit counts all of that address space and
-// any allocation that needs a new mapping fails once it is set. It is therefore set last, after
+// RLIMIT_AS and RLIMIT_DATA (address_space) apart from the others: the program child shares
+// init's memory (and a
+// shared init the supervisor's) until execve, so either limit counts all of that memory and any
+// allocation that needs a new mapping fails once it is set. It is therefore set last, after
 // the child's last allocation, to bind the program after execve rather than sbx's own code before
 // it. (An ASan build reserves terabytes of shadow: its allocator died holding a lock in the shared
 // memory, and the supervisor then spun on it.) Lowering a limit needs no privilege, and raising
@@ -102,9 +103,32 @@ void close_all_except(std::vector<int> keep) {
 // later point allows exactly what the earlier one did.
 Status set_rlimits(const std::vector<std::pair<int, rlim_t>>& limits, bool address_space) {
   for (auto& [res, value] : limits) {
-    if ((res == RLIMIT_AS) != address_space) continue;
+    if ((res == RLIMIT_AS || res == RLIMIT_DATA) != address_space) continue;
     struct rlimit rl = {value, value};
     if (::setrlimit(res, &rl) != 0) return sys_error("rlimits", "setrlimit(" + std::to_string(res) + ")");
+  }
+  return {};
+}
+
+// SysV shared memory is RAM that no rlimit counts (shmget needs no fd, and a segment outlives its
+// creator until IPC_RMID or the ipc namespace's end). The run has its own ipc namespace, whose
+// shm sysctls are per namespace (ipc/ipc_sysctl.c) and owned by its user namespace's root since
+// Linux 5.17, i.e. writable by init here. shmall caps all segments together (in pages), shmmax
+// one segment. The /proc here is the sandbox's own (build_root has pivoted). On a kernel that
+// refuses the write the run fails closed: a memory limit promised must not silently lose a part.
+Status bound_sysv_shm(std::int64_t bytes) {
+  long page = ::sysconf(_SC_PAGESIZE);
+  std::int64_t pages = std::max<std::int64_t>(1, bytes / (page > 0 ? page : 4096));
+  const std::pair<const char*, std::int64_t> knobs[] = {{"/proc/sys/kernel/shmmax", bytes}, {"/proc/sys/kernel/shmall", pages}};
+  for (auto& [path, value] : knobs) {
+    int fd = ::open(path, O_WRONLY | O_CLOEXEC);
+    // Before Linux 5.17 these files belong to the initial user namespace: refused here.
+    if (fd < 0) return sys_error("sysv_shm", std::string("open ") + path + " (the run's SysV shm cap; needs Linux 5.17+)");
+    std::string text = std::to_string(value) + "\n";
+    ssize_t n = ::write(fd, text.data(), text.size());
+    int werr = errno;
+    ::close(fd);
+    if (n != static_cast<ssize_t>(text.size())) return make_error("sysv_shm", std::string("write ") + path, werr);
   }
   return {};
 }
@@ -410,6 +434,7 @@ void run_init(const ChildConfig& cfg) {
   ::close(*out_dir);
   if (::sethostname(cfg.hostname.c_str(), cfg.hostname.size()) != 0)
     fail(cfg, sys_error("hostname", "sethostname"));
+  if (cfg.sysv_shm_bytes > 0) STAGE(cfg, bound_sysv_shm(cfg.sysv_shm_bytes));
   STAGE(cfg, bring_up_loopback());
   // Fail closed: a run that asked for the proxy does not start without it.
   if (cfg.proxy_sock >= 0) STAGE(cfg, hand_over_proxy_listener(cfg.proxy_sock, cfg.proxy_port));

@@ -43,6 +43,9 @@ struct ChildConfig {
   std::vector<std::string> argv;
   std::vector<std::string> envp;  // NAME=VALUE, the program's whole environment
   std::vector<std::pair<int, rlim_t>> rlimits;
+  // > 0: init caps the ipc namespace's SysV shared memory at this many bytes (kernel.shmmax and
+  // shmall), so a memory limit also bounds it where no cgroup charges it.
+  std::int64_t sysv_shm_bytes = 0;
   // Read end: the supervisor writes 'g' once the id maps are in place, then 's' once the image's
   // seal is checked (at once without an image); init builds the sandbox in between.
   int sync_fd = -1;

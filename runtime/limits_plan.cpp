@@ -49,6 +49,43 @@ std::string fmt_double(double v) {
   return buf;
 }
 
+// The memory limit without cgroup v2. Measured on a hybrid host (Debian 12, Linux 6.x):
+//  - RLIMIT_AS counts address space that modern runtimes only reserve. Headless Chromium dies
+//    under RLIMIT_AS 64G ("Oilpan: Out of memory (CagedHeap reservation)"); Go, JVMs, V8, CUDA and
+//    sanitizers reserve the same way. A limit they survive bounds nothing.
+//  - RLIMIT_DATA counts private writable mappings (heap, anonymous memory, writable private file
+//    mappings; mm/mmap.c may_expand_vm: VM_WRITE & ~VM_SHARED & ~VM_STACK), not PROT_NONE
+//    reservations: Chromium renders a page under 512M (not under 256M), and a 512 MB Python
+//    allocation fails under 64M. So RLIMIT_DATA, and RLIMIT_AS is left alone.
+// What RLIMIT_DATA does not count is shared memory (shmem): memfds, tmpfs files, SysV shm, and
+// MAP_SHARED|MAP_ANONYMOUS. The tmpfs mounts are sized to fit the limit together
+// (memory_fallback.hpp); every file write, memfds included, is capped by RLIMIT_FSIZE
+// (shmem_write_begin and shmem_fallocate go through inode_newsize_ok / generic_write_check_limits,
+// as ftruncate does), set to the memory limit: no file may hold more than the whole limit. (Not
+// the largest tmpfs: a sparse file larger than its tmpfs costs no RAM and is legitimate, and with
+// the cap at the tmpfs size a full /out ended in SIGXFSZ instead of ENOSPC);
+// SysV shm is capped in total by the ipc namespace's shmall/shmmax, set by init
+// (child.cpp bound_sysv_shm). What stays unbounded is named in the note, and makes
+// --require-limits refuse: the total is not bounded, only its parts.
+void fallback_memory(LimitDecision& d, LimitPlan& plan, const std::string& gap, std::int64_t memory) {
+  std::int64_t fsize = memory;
+  d.mechanism = "rlimit RLIMIT_DATA + RLIMIT_FSIZE, tmpfs sizes, ipc namespace shmall";
+  d.degraded = true;
+  d.bounded_in_total = false;
+  d.reason = gap + "; bounded: each process's private writable memory (RLIMIT_DATA " + std::to_string(memory) +
+             " bytes; address-space reservations are not counted, so JVMs, Go, V8 and sanitizers run; exceeding "
+             "it fails the allocation with ENOMEM, no OOM kill), every file written, memfds and shm files included "
+             "(RLIMIT_FSIZE " + std::to_string(fsize) + " bytes: a bigger write or ftruncate "
+             "raises SIGXFSZ, which kills a program that does not handle it, status signaled 25), all tmpfs mounts "
+             "together (their sizes sum to at most the limit), SysV shared memory in total (kernel.shmall and "
+             "shmmax of the run's ipc namespace, where its user namespace maps uid 0: see "
+             "enforcement.memory_fallback); NOT bounded: the sum over processes (each has its own "
+             "RLIMIT_DATA), stacks (RLIMIT_STACK each), MAP_SHARED|MAP_ANONYMOUS mappings, and the number of "
+             "memfds (open ones only by RLIMIT_NOFILE; a mapped one outlives its fd)";
+  plan.rlimits.emplace_back(RLIMIT_DATA, static_cast<std::uint64_t>(memory));
+  plan.rlimits.emplace_back(RLIMIT_FSIZE, static_cast<std::uint64_t>(fsize));
+}
+
 }  // namespace
 
 const LimitDecision* LimitPlan::find(const std::string& limit) const {
@@ -61,6 +98,13 @@ std::vector<const LimitDecision*> LimitPlan::shortfalls(bool count_degraded) con
   std::vector<const LimitDecision*> out;
   for (const auto& d : decisions)
     if (!d.applied || (count_degraded && d.degraded)) out.push_back(&d);
+  return out;
+}
+
+std::vector<const LimitDecision*> LimitPlan::unbounded() const {
+  std::vector<const LimitDecision*> out;
+  for (const auto& d : decisions)
+    if (!d.applied || !d.bounded_in_total) out.push_back(&d);
   return out;
 }
 
@@ -77,14 +121,7 @@ LimitPlan plan_limits(const Limits& limits, const CgroupInfo& info, bool rootles
                  "memory.oom.group=1; an OOM kill is read from memory.events";
       plan.cgroup_limits.memory_bytes = limits.memory_bytes;
     } else {
-      d.mechanism = "rlimit RLIMIT_AS";
-      d.degraded = true;
-      d.reason = gap +
-                 "; RLIMIT_AS caps each process's virtual address space, not its resident memory: every "
-                 "process gets its own allowance, programs that reserve large address ranges (JVMs, Go, "
-                 "sanitizers) may fail well below the limit, and exceeding it fails the allocation "
-                 "(ENOMEM) instead of an OOM kill";
-      plan.rlimits.emplace_back(RLIMIT_AS, static_cast<std::uint64_t>(*limits.memory_bytes));
+      fallback_memory(d, plan, gap, *limits.memory_bytes);
     }
     d.applied = true;
     plan.decisions.push_back(d);

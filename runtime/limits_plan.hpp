@@ -17,11 +17,14 @@ namespace sbx {
 struct LimitDecision {
   std::string limit;      // "memory", "pids", "cpus", "cpu_time", "timeout", "output"
   std::string value;      // as asked: bytes, count, CPUs, milliseconds
-  std::string mechanism;  // "cgroup v2 memory.max", "rlimit RLIMIT_AS", "supervisor timerfd", ...
+  std::string mechanism;  // "cgroup v2 memory.max", "rlimit RLIMIT_NPROC", "supervisor timerfd", ...
                           // ("" when not applied)
   std::string reason;     // why this mechanism, and its caveats; why not, when not applied
   bool applied = false;
   bool degraded = false;  // applied, but by a weaker mechanism than cgroup v2 (per process, ...)
+  // false: some of what the limit is about stays unbounded even in sum (the rlimit fallback's
+  // memory: see plan_limits); --require-limits refuses such a limit like one not applied.
+  bool bounded_in_total = true;
 };
 
 struct LimitPlan {
@@ -33,9 +36,10 @@ struct LimitPlan {
   std::vector<std::pair<int, std::uint64_t>> rlimits;
 
   const LimitDecision* find(const std::string& limit) const;
-  // Decisions not applied, or (if count_degraded) applied only in a weaker form: what
-  // --require-limits refuses.
+  // Decisions not applied, or (if count_degraded) applied only in a weaker form.
   std::vector<const LimitDecision*> shortfalls(bool count_degraded) const;
+  // What --require-limits refuses: not applied, or applied without bounding the total.
+  std::vector<const LimitDecision*> unbounded() const;
 };
 
 // rootless: sbx runs without host root (only a delegated subtree is writable).

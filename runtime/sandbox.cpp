@@ -26,6 +26,7 @@
 #include "runtime/image_seal.hpp"
 #include "runtime/image_store.hpp"
 #include "runtime/limits_plan.hpp"
+#include "runtime/memory_fallback.hpp"
 #include "runtime/log.hpp"
 #include "runtime/proxy.hpp"
 #include "runtime/raw_syscall.hpp"
@@ -247,6 +248,8 @@ RunReport run_sandbox(const RunRequest& req) {
     if (!identity) return fail_setup(identity.error());
     // 1 prepare: limits first, so that --require-limits refuses before anything is created.
     bool rootless = ::geteuid() != 0;
+    // The tmpfs mounts against the memory limit: needed only where no cgroup charges their pages.
+    auto tmpfs_fit = fit_tmpfs(tmpfs_shares(spec, req.explicit_limits), spec.limits.memory_bytes.value_or(0));
     LimitPlan plan = plan_limits(spec.limits, cg, rootless, true);
     if (plan.use_cgroup) {
       // A killed sbx cannot remove its run cgroup; the next run does.
@@ -268,9 +271,16 @@ RunReport run_sandbox(const RunRequest& req) {
       (d->applied ? degraded : missing) += (std::string(", ") + d->limit);
       for (auto& e : req.explicit_limits) asked = asked || e == d->limit;
     }
-    if (!missing.empty() && spec.require_limits)
-      return fail_setup(make_error("limits", "--require-limits: cannot enforce " + missing.substr(2) +
-                                                 " on this host (cgroup v2 layout: " + cg.layout + "; see 'sbx doctor')"));
+    if (spec.require_limits) {
+      std::string unbounded;
+      for (auto* d : plan.unbounded()) unbounded += ", " + d->limit + (d->applied ? " (in total)" : "");
+      if (!unbounded.empty())
+        return fail_setup(make_error("limits", "--require-limits: cannot enforce " + unbounded.substr(2) +
+                                                   " on this host (cgroup v2 layout: " + cg.layout + "; see 'sbx doctor')"));
+    }
+    const LimitDecision* mem = plan.find("memory");
+    bool memory_fallback = mem && mem->applied && !plan.cgroup_limits.memory_bytes;
+    if (memory_fallback && !tmpfs_fit) return fail_setup(tmpfs_fit.error());
     if (!missing.empty() || !degraded.empty())
       spdlog::log(asked ? spdlog::level::warn : spdlog::level::info, "limits {}{}{} (details in the trace's enforcement section; see 'sbx doctor')",
                    missing.empty() ? "" : "not enforced: " + missing.substr(2),
@@ -278,6 +288,18 @@ RunReport run_sandbox(const RunRequest& req) {
                    degraded.empty() ? "" : "enforced only per process by rlimits: " + degraded.substr(2));
     auto mounts = plan_mounts(spec, cwd);
     if (!mounts) return fail_setup(mounts.error());
+    // The ipc namespace's shm sysctls are writable only by its user namespace's uid 0 (mode bits,
+    // no capability override: ipc/ipc_sysctl.c ipc_permissions); rootless with --uid N maps no
+    // uid 0, so there SysV shm stays unbounded, and the trace says so.
+    bool sysv_capped = memory_fallback && std::any_of(identity->uid_map.begin(), identity->uid_map.end(),
+                                                      [](const IdMapping& m) { return m.inside == 0; });
+    if (memory_fallback) {
+      apply_tmpfs_budget(*tmpfs_fit, *mounts);
+      parts.enforcement["memory_fallback"] = memory_fallback_json(*tmpfs_fit, *spec.limits.memory_bytes, sysv_capped);
+      if (tmpfs_fit->scaled)
+        spdlog::info("tmpfs sizes scaled down to fit the memory limit {} (no cgroup v2 counts their pages): {}",
+                     format_size(*spec.limits.memory_bytes), describe_shares(tmpfs_fit->shares));
+    }
     parts.image["mounts"] = mounts_to_json(*mounts);
     if (spec.image != "host") {
       // The tree is opened once here; its seal is taken through this fd while init builds the
@@ -332,6 +354,7 @@ RunReport run_sandbox(const RunRequest& req) {
     cfg.envp = build_environment(spec, environ, ::isatty(STDOUT_FILENO) == 1 || req.stdin_plan.mode == StdinMode::pty);
     for (auto& [name, value] : req.secret_env) cfg.envp.push_back(name + "=" + value);
     cfg.rlimits = {{RLIMIT_CORE, 0}};
+    if (sysv_capped) cfg.sysv_shm_bytes = *spec.limits.memory_bytes;
     for (auto& [res, value] : plan.rlimits) cfg.rlimits.push_back({res, static_cast<rlim_t>(value)});
     Pipe sync, msg, out, err;
     for (Pipe* p : {&sync, &msg, &out, &err})
@@ -561,6 +584,12 @@ RunReport run_sandbox(const RunRequest& req) {
         outcome.reason = "cpu";
       }
     }
+    // SIGXFSZ comes only from RLIMIT_FSIZE, which sbx sets only for the memory fallback: a program
+    // killed by it wrote a file (a memfd, a /tmp or /out file) past that cap. Said in the reason,
+    // since "signaled 25" alone does not tell a user which limit bit.
+    if (memory_fallback && outcome.status == RunStatus::signaled && outcome.signal == SIGXFSZ)
+      outcome.reason = "SIGXFSZ: a file grew past RLIMIT_FSIZE (" + format_size(*spec.limits.memory_bytes) +
+                       ", the memory fallback's cap on each file and memfd; see enforcement.memory_fallback)";
     parts.violations = violations_json(sup->violations);
     if (seccomp && seccomp->enabled) {
       parts.violations_summary["seccomp"] = violation_totals_json(sup->seccomp_totals, sup->violations.size());

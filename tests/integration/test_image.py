@@ -320,12 +320,14 @@ class Export(SbxTestCase):
                   " printf nl > \"/out/new$(printf '\\nline')\";"
                   " printf bad > \"/out/bad$(printf '\\377')\";"
                   " mkdir -p /out/x/../y; printf dots > /out/...; printf dd > '/out/..dots';"
-                  " truncate -s 10G /out/sparse; echo ok")
-        r, dest = self.export(script)
+                  # Without cgroup v2, RLIMIT_FSIZE (the largest tmpfs) kills the 10G truncate
+                  # (SIGXFSZ): a sparse file just under it is over the export cap all the same.
+                  " truncate -s 10G /out/sparse 2>/dev/null || truncate -s 48M /out/sparse; echo ok")
+        r, dest = self.export(script, "--output-max-bytes", "32M")
         self.assertNotIn("MKNOD-OK", r.out)
         self.assertNotIn("HARDLINK-OK", r.out)
         t = self.need_trace(r)
-        self.assertEqual(t["result"]["status"], "output_limit", "the 10 GB sparse file is over --output-max-bytes")
+        self.assertEqual(t["result"]["status"], "output_limit", "the sparse file is over --output-max-bytes")
         self.assertEqual(r.rc, 0, "the program's own exit status is kept\n" + r.describe())
         exported = sorted(os.listdir(dest))
         self.assertEqual(exported, sorted(["...", "..dots", "d", "x", "y"]), exported)

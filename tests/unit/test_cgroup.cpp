@@ -253,11 +253,13 @@ TEST_CASE("cgroup: plan_limits on this host's hybrid layout degrades to rlimits,
   CHECK_FALSE(p.use_cgroup);
   CHECK_FALSE(p.cgroup_limits.memory_bytes.has_value());
   auto* mem = p.find("memory");
-  CHECK(mem->mechanism == "rlimit RLIMIT_AS");
+  CHECK(mem->mechanism == "rlimit RLIMIT_DATA + RLIMIT_FSIZE, tmpfs sizes, ipc namespace shmall");
   CHECK(mem->applied);
   CHECK(mem->degraded);
+  CHECK_FALSE(mem->bounded_in_total);
   CHECK(mem->reason.find("hybrid") != std::string::npos);
-  CHECK(mem->reason.find("virtual address space") != std::string::npos);
+  CHECK(mem->reason.find("NOT bounded") != std::string::npos);
+  CHECK(mem->reason.find("memfds") != std::string::npos);
   CHECK(p.find("pids")->mechanism == "rlimit RLIMIT_NPROC");
   CHECK(p.find("pids")->reason.find("user namespace") != std::string::npos);
   CHECK(p.find("cpu_time")->mechanism == "rlimit RLIMIT_CPU");
@@ -266,19 +268,22 @@ TEST_CASE("cgroup: plan_limits on this host's hybrid layout degrades to rlimits,
   CHECK_FALSE(cpus->applied);
   CHECK(cpus->mechanism.empty());
   CHECK(cpus->reason.find("no rlimit") != std::string::npos);
-  CHECK(has_rlimit(p, RLIMIT_AS, 512ULL << 20));
+  CHECK(has_rlimit(p, RLIMIT_DATA, 512ULL << 20));
+  CHECK(has_rlimit(p, RLIMIT_FSIZE, 512ULL << 20));  // no file larger than the whole limit
+  CHECK_FALSE(has_rlimit(p, RLIMIT_AS, 512ULL << 20));
   CHECK(has_rlimit(p, RLIMIT_NPROC, 64));
   CHECK(has_rlimit(p, RLIMIT_CPU, 2));
-  CHECK(p.rlimits.size() == 3);
+  CHECK(p.rlimits.size() == 4);
   CHECK(p.find("timeout")->applied);
   CHECK(p.shortfalls(false).size() == 1);  // cpus
   CHECK(p.shortfalls(true).size() == 4);   // + the three rlimit ones
+  CHECK(p.unbounded().size() == 2);        // cpus, and memory (not in total)
 }
 
 TEST_CASE("cgroup: plan_limits rootless without delegation points at systemd-run") {
   auto p = plan_limits(all_limits(), unified({"memory", "pids", "cpu"}, false), true, true);
   CHECK_FALSE(p.use_cgroup);
-  CHECK(p.find("memory")->mechanism == "rlimit RLIMIT_AS");
+  CHECK(p.find("memory")->mechanism.rfind("rlimit RLIMIT_DATA", 0) == 0);
   CHECK(p.find("memory")->reason.find("Delegate=yes") != std::string::npos);
   CHECK_FALSE(p.find("cpus")->applied);
 }
@@ -300,7 +305,7 @@ TEST_CASE("cgroup: plan_limits after a failed cgroup setup, and with no limits")
   auto p = plan_limits(all_limits(), unified({"memory", "pids", "cpu"}), false, false);
   CHECK_FALSE(p.use_cgroup);
   CHECK(p.find("memory")->reason.find("setup failed") != std::string::npos);
-  CHECK(p.rlimits.size() == 3);
+  CHECK(p.rlimits.size() == 4);
 
   auto q = plan_limits(Limits{}, this_hosts_hybrid(), false, true);
   CHECK(q.decisions.empty());
