@@ -68,8 +68,9 @@ struct Checker {
 };
 
 // Reads and compiles one of the pack's schema files; problems name the schema file itself.
+// Unknown keywords are warnings, or problems when `strict`.
 void load_schema(const std::string& dir, const json& m, const char* key, std::string& path_out, json& schema_out,
-                 Checker& c) {
+                 Checker& c, std::vector<PackProblem>& warnings, bool strict) {
   if (!m.contains(key)) return c.add(std::string("/") + key, "required: the path of a draft-07 JSON Schema file in the pack");
   if (!m[key].is_string()) return c.add(std::string("/") + key, "must be a string (a path inside the pack), not " + json_type(m[key]));
   std::string rel = m[key].get<std::string>();
@@ -84,10 +85,11 @@ void load_schema(const std::string& dir, const json& m, const char* key, std::st
   ParsedJson parsed = parse_json(*text, {kMaxSchemaFileBytes});
   if (!parsed.ok()) return c.problems.push_back({rel, parsed.pointer, parsed.problem});
   json schema = std::move(parsed.value);
-  SchemaError where;
-  auto compiled = CompiledSchema::compile(schema, rel, &where);
+  SchemaReport report;
+  auto compiled = CompiledSchema::compile(schema, rel, &report, strict);
+  for (auto& w : report.warnings) warnings.push_back({rel, w.pointer, w.message});
   if (!compiled) {
-    c.problems.push_back({rel, where.pointer, where.message});
+    for (auto& e : report.errors) c.problems.push_back({rel, e.pointer, e.message});
     return;
   }
   schema_out = std::move(schema);
@@ -134,7 +136,8 @@ bool valid_pack_name(const std::string& name) {
   return true;
 }
 
-Result<Pack> parse_pack_manifest(const std::string& dir, const std::string& text, std::vector<PackProblem>& problems) {
+Result<Pack> parse_pack_manifest(const std::string& dir, const std::string& text, std::vector<PackProblem>& problems,
+                                 bool strict) {
   Checker c{problems};
   std::size_t before = problems.size();
   auto failed = [&]() -> Error {
@@ -187,8 +190,8 @@ Result<Pack> parse_pack_manifest(const std::string& dir, const std::string& text
   if (p.image.empty()) p.image = "host";
   if (p.image != "host" && !p.image.starts_with("sha256:"))
     if (auto n = canonical_image_name(p.image); !n) c.add("/image", n.error().message + " (or \"host\", or sha256:<hex>)");
-  load_schema(dir, m, "input_schema", p.input_schema_path, p.input_schema, c);
-  load_schema(dir, m, "output_schema", p.output_schema_path, p.output_schema, c);
+  load_schema(dir, m, "input_schema", p.input_schema_path, p.input_schema, c, p.warnings, strict);
+  load_schema(dir, m, "output_schema", p.output_schema_path, p.output_schema, c, p.warnings, strict);
 
   json limits = json::object();
   if (m.contains("limits")) {
@@ -267,7 +270,7 @@ Result<Pack> parse_pack_manifest(const std::string& dir, const std::string& text
   return p;
 }
 
-Result<Pack> load_pack(const std::string& dir_in, std::vector<PackProblem>& problems) {
+Result<Pack> load_pack(const std::string& dir_in, std::vector<PackProblem>& problems, bool strict) {
   std::error_code ec;
   fs::path canon = fs::canonical(dir_in, ec);
   if (ec) return make_error("pack", "pack directory " + dir_in + ": " + ec.message(), ec.value());
@@ -278,7 +281,7 @@ Result<Pack> load_pack(const std::string& dir_in, std::vector<PackProblem>& prob
     problems.push_back({kPackManifest, "", text.error().describe()});
     return make_error("pack", dir + ": " + problems.back().describe());
   }
-  auto pack = parse_pack_manifest(dir, *text, problems);
+  auto pack = parse_pack_manifest(dir, *text, problems, strict);
   if (!pack) return pack;
   auto digest = pack_digest(dir);
   if (!digest) {
