@@ -21,13 +21,6 @@ namespace {
 using nlohmann::json;
 namespace fs = std::filesystem;
 
-// Pack limit keys (the spelling of the `sbx run` flags) and the RunSpec keys they become.
-const std::pair<const char*, const char*> kLimitKeys[] = {
-    {"timeout", "timeout_ms"},           {"memory", "memory_bytes"},     {"pids", "pids"},
-    {"cpus", "cpus"},                    {"cpu_time", "cpu_time_ms"},    {"output_limit", "output_limit_bytes"},
-    {"tmp_size", "tmp_size_bytes"},
-};
-
 // Mount points sbx itself owns inside a pack run; a context declared there would shadow them.
 const char* const kReservedPaths[] = {"/pack", "/in", "/out", "/run/secrets", "/proc", "/dev", "/tmp",
                                       "/usr", "/bin", "/sbin", "/lib", "/lib64", "/etc"};
@@ -105,19 +98,29 @@ Result<json> limits_to_spec_patch(const json& in, const std::string& file, std::
   if (!in.is_object()) {
     problems.push_back({file, "/limits", "must be an object, not " + json_type(in)});
   } else {
+    const auto& keys = limit_keys();
     for (auto& [k, v] : in.items()) {
       const std::string& key = k;  // clang before 16 cannot capture a structured binding
-      auto it = std::find_if(std::begin(kLimitKeys), std::end(kLimitKeys), [&](auto& kv) { return key == kv.first; });
-      if (it == std::end(kLimitKeys)) {
+      // The public spelling (timeout) or the RunSpec's (timeout_ms): spec.hpp, limit_keys.
+      auto it = std::find_if(keys.begin(), keys.end(), [&](auto& lk) { return key == lk.name || key == lk.spec_key; });
+      if (it == keys.end()) {
         problems.push_back({file, "/limits/" + k, "unknown limit (known: timeout, memory, pids, cpus, cpu_time, output_limit, tmp_size)"});
         continue;
       }
-      // Checked on its own through the RunSpec parser, so a bad value is reported at its key.
+      if (limits.contains(it->spec_key)) {
+        problems.push_back({file, "/limits/" + k, std::string("a second spelling of '") + it->name + "'; keep one"});
+        continue;
+      }
+      // Checked on its own through the RunSpec parser, so a bad value is reported at its key,
+      // with the RunSpec's own name for it replaced by the key as written.
       json probe = defaults;
-      probe["limits"][it->second] = v;
-      if (auto r = spec_from_json(probe, "limits"); !r)
-        problems.push_back({file, "/limits/" + k, "bad value " + json_excerpt(v) + ": " + r.error().message});
-      else limits[it->second] = v;
+      probe["limits"][it->spec_key] = v;
+      if (auto r = spec_from_json(probe, "limits"); !r) {
+        std::string why = r.error().message, prefix = std::string("limits: /limits/") + it->spec_key + ": ";
+        if (why.starts_with(prefix)) why = why.substr(prefix.size());  // the place is named already
+        problems.push_back({file, "/limits/" + k, "bad value " + json_excerpt(v) + ": " + as_written(why, {{it->spec_key, k}})});
+      }
+      else limits[it->spec_key] = v;
     }
   }
   if (problems.size() > before) return make_error("pack", problems[before].describe());
