@@ -148,6 +148,17 @@ if command -v man >/dev/null 2>&1; then
             printf '      %s\n' "$warnings"
         fi
     done
+    # Both pages render without warnings, and without a doubled quote: roff's "" is a literal quote
+    # only inside a quoted argument, so an unquoted .B {""mode"": ""none""} shows the doubled marks.
+    for page in "$man_page" "$root/man/sbx-pack.5"; do
+        rel=${page#"$root"/}
+        warnings=$(man --warnings -l "$page" 2>&1 >/dev/null)
+        if [[ -z $warnings ]]; then pass "man --warnings -l $rel: no warnings"
+        else fail "man --warnings -l $rel:"; printf '      %s\n' "$warnings"; fi
+        doubled=$(MANWIDTH=100 man -l "$page" 2>/dev/null | grep -n '""')
+        if [[ -z $doubled ]]; then pass "$rel renders no doubled quotes"
+        else fail "$rel renders doubled quotes (quote the whole roff argument):"; printf '      %s\n' "$doubled"; fi
+    done
 else
     fail "man not installed (apt-get install man-db groff): cannot check man/sbx.1"
 fi
