@@ -33,8 +33,12 @@ void print_warnings(const std::string& dir, const Pack& p) {
 
 int print_problems(const std::string& dir, const std::vector<PackProblem>& problems, const Error& e) {
   if (problems.empty()) return usage_error(e.message);
-  for (auto& p : problems) std::fprintf(stderr, "sbx: %s/%s\n", printable(dir).c_str(), printable(p.describe()).c_str());
-  std::fprintf(stderr, "sbx: pack %s: %zu problem(s)\n", printable(dir).c_str(), problems.size());
+  std::size_t count = 0;
+  for (auto& p : problems) {
+    std::fprintf(stderr, "sbx: %s%s/%s\n", p.warning ? "warning: " : "", printable(dir).c_str(), printable(p.describe()).c_str());
+    count += !p.warning;
+  }
+  std::fprintf(stderr, "sbx: pack %s: %zu problem(s)\n", printable(dir).c_str(), count);
   return 125;
 }
 

@@ -268,7 +268,13 @@ Result<Pack> parse_pack_manifest(const std::string& dir, const std::string& text
         p.secrets.push_back(s);
       }
   }
-  if (problems.size() > before) return failed();
+  if (problems.size() > before) {
+    // The warnings too, after the problems (failed() names the first problem): every finding in
+    // the pack is listed at once.
+    Error e = failed();
+    for (auto& w : p.warnings) problems.push_back({w.file, w.pointer, w.message, true});
+    return e;
+  }
   p.spec_patch = {{"argv", p.entrypoint}, {"image", p.image}, {"network", {{"mode", net_mode}}}, {"limits", limits}};
   return p;
 }

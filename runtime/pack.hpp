@@ -19,6 +19,7 @@ struct PackProblem {
   std::string file;     // relative to the pack directory ("pack.json", "schemas/input.json")
   std::string pointer;  // JSON pointer into that file ("" for the whole file)
   std::string message;
+  bool warning = false;  // listed with the problems of a pack that failed, but not one of them
   std::string describe() const;  // "pack.json#/limits/memory: ..."
 };
 

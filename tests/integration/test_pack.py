@@ -486,6 +486,20 @@ class SchemaContract(PackCase):
         self.assertExit(r, 0)
         self.assertIn("sbx: warning: ", r.err)
         self.assertIn("#/requried", r.err)
+        # Beside a real problem, the warnings are still listed (and not counted as problems).
+        with open(d + "/pack.json") as f:
+            m = json.load(f)
+        m["bogus"] = 1
+        with open(d + "/pack.json", "w") as f:
+            json.dump(m, f)
+        r = sbx(["pack", "validate", "--no-strict", d], timeout=20)
+        self.assertExit(r, 125)
+        self.assertIn("pack.json#/bogus", r.err)
+        self.assertRegex(r.err, r"sbx: warning: .*schemas/in.json#/requried")
+        self.assertIn("1 problem(s)", r.err)
+        m.pop("bogus")
+        with open(d + "/pack.json", "w") as f:
+            json.dump(m, f)
         r = self.pack_run(d, self.records([{"id": "zz", "mm": 1}]))
         self.assertExit(r, 0)
         self.assertIn("#/properties/id/patern", r.err)
