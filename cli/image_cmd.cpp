@@ -99,6 +99,9 @@ void add_image_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& ou
       std::int64_t special = m["normalised"]["special_bits_cleared"].get<std::int64_t>();
       if (special) std::printf("; cleared setuid/setgid/sticky on %lld", static_cast<long long>(special));
       std::printf(")\n");
+      if (r->repaired)
+        std::printf("repaired %s: the stored copy had been modified (its seal did not match) and was replaced\n",
+                    r->digest.c_str());
       return 0;
     }
     if (ls->parsed()) {

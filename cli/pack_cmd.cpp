@@ -21,13 +21,24 @@ struct PackFlags {
   std::string input;
   std::vector<std::string> contexts, secrets;
   std::string result_file;
+  bool strict = true;  // pack validate: unknown schema keywords are problems
   RunFlags run;
 };
 
+// Unknown schema keywords check nothing: said on stderr on every load that does not refuse them.
+void print_warnings(const std::string& dir, const Pack& p) {
+  for (auto& w : p.warnings)
+    std::fprintf(stderr, "sbx: warning: %s/%s\n", printable(dir).c_str(), printable(w.describe()).c_str());
+}
+
 int print_problems(const std::string& dir, const std::vector<PackProblem>& problems, const Error& e) {
   if (problems.empty()) return usage_error(e.message);
-  for (auto& p : problems) std::fprintf(stderr, "sbx: %s/%s\n", printable(dir).c_str(), printable(p.describe()).c_str());
-  std::fprintf(stderr, "sbx: pack %s: %zu problem(s)\n", printable(dir).c_str(), problems.size());
+  std::size_t count = 0;
+  for (auto& p : problems) {
+    std::fprintf(stderr, "sbx: %s%s/%s\n", p.warning ? "warning: " : "", printable(dir).c_str(), printable(p.describe()).c_str());
+    count += !p.warning;
+  }
+  std::fprintf(stderr, "sbx: pack %s: %zu problem(s)\n", printable(dir).c_str(), count);
   return 125;
 }
 
@@ -44,6 +55,7 @@ int run_pack_command(PackFlags& f, GlobalOptions& g) {
   std::vector<PackProblem> problems;
   auto pack = load_pack(f.dir, problems);
   if (!pack) return print_problems(f.dir, problems, pack.error());
+  print_warnings(f.dir, *pack);
   if (f.input.empty()) return usage_error("pack run: --input FILE is required (a JSON array of records)");
   auto input = read_bounded(f.input, kMaxRecordsBytes, "usage", f.input);
   if (!input) return usage_error("pack run: --input: " + input.error().describe());
@@ -136,11 +148,15 @@ void add_pack_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out
 
   auto* validate = pack->add_subcommand("validate", "Check a pack's manifest and schemas; list every problem");
   validate->add_option("DIR", f.dir, "Pack directory")->required();
+  validate->add_flag("--strict,!--no-strict", f.strict,
+                     "Unknown JSON Schema keywords (a misspelled \"requried\") are errors (the default); "
+                     "--no-strict: warnings");
   out.push_back({validate, [&g]() -> int {
     (void)g;
     std::vector<PackProblem> problems;
-    auto p = load_pack(f.dir, problems);
+    auto p = load_pack(f.dir, problems, f.strict);
     if (!p) return print_problems(f.dir, problems, p.error());
+    print_warnings(f.dir, *p);
     // The manifest's limits against the profile a plain `pack run` uses: above it, that run fails.
     auto profile = load_profile(kDefaultProfile);
     if (!profile) return usage_error(profile.error().message);

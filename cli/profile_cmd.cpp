@@ -32,7 +32,7 @@ void add_profile_command(CLI::App& app, GlobalOptions&, std::vector<Command>& ou
       if (!spec) return usage_error(spec.error().message);
       nlohmann::json j = {{"name", loaded->source.name},
                           {"origin", loaded->source.origin},
-                          {"profile", loaded->patch},
+                          {"profile", loaded->as_written},
                           {"spec", spec_to_json(*spec)}};
       std::printf("%s\n", dump_json(j, 2, {}, true).c_str());  // for a terminal: ASCII (json_io.hpp)
       return 0;

@@ -1,4 +1,4 @@
-// sbx trace ls | show RUN_ID [--format json|text]
+// sbx trace ls [-n N] [--json] | show RUN_ID|last|-N [--format json|text] [--json]
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -82,6 +82,32 @@ void print_files(const char* label, const json& files) {
   }
 }
 
+// The network mode, and for proxied runs what went through the proxy, host by host, with the
+// reason the latest failed connection failed (denials are listed under violations).
+void print_network(const json& enf, const json& usage) {
+  std::string mode = text(at(enf, "mode"));
+  const json& allow = at(enf, "allow");
+  if (allow.is_array() && !allow.empty()) {
+    std::string list;
+    for (auto& a : allow) list += (list.empty() ? "" : ", ") + text(a);
+    mode += " (allow " + list + ")";
+  }
+  line("network", mode);
+  if (!usage.is_object()) return;
+  line("", text(at(usage, "connections")) + " connection(s), " + text(at(usage, "denied")) + " denied, " +
+               text(at(usage, "bytes_out")) + " bytes out, " + text(at(usage, "bytes_in")) + " bytes in");
+  const json& hosts = at(usage, "hosts");
+  if (!hosts.is_array()) return;
+  for (auto& h : hosts) {
+    std::string out = text(at(h, "host")) + ": " + text(at(h, "connections")) + " connection(s)";
+    for (const char* k : {"denied", "failed", "idle_closed", "lookups_timed_out"})
+      if (at(h, k).is_number_integer() && at(h, k) != 0) out += ", " + text(at(h, k)) + " " + k;
+    out += ", " + text(at(h, "bytes_out")) + " bytes out, " + text(at(h, "bytes_in")) + " bytes in";
+    if (at(h, "last_failure").is_string()) out += "; last failure: " + text(at(h, "last_failure"));
+    line("", out);
+  }
+}
+
 void print_text(const json& r) {
   line("run", text(at(r, "run_id")));
   line("started", text(at(r, "started_at")));
@@ -156,13 +182,20 @@ void print_text(const json& r) {
                                                                   : text(at(u, "memory_peak_bytes")) + " bytes") +
                ", pids peak " + text(at(u, "pids_peak")) + ", oom kills " + text(at(u, "oom_kills")));
 
+  print_network(at(at(r, "enforcement"), "network"), at(u, "network"));
+
   const json& viol = at(r, "violations");
   if (!viol.is_array() || viol.empty()) {
     line("violations", "none");
   } else {
     label = "violations";
     for (auto& v : viol) {
-      line(label, dump_safe(v));
+      // A refused connection reads as a sentence; other kinds as their JSON.
+      if (at(v, "kind") == "network")
+        line(label, "network: denied " + text(at(v, "host")) + ":" + text(at(v, "port")) + " at " +
+                        text(at(v, "time_ms")) + " ms: " + text(at(v, "reason")));
+      else
+        line(label, dump_safe(v));
       label = "";
     }
   }
@@ -188,9 +221,24 @@ std::string pretty(const json& r) {
   return out.dump(2, ' ', true, nlohmann::ordered_json::error_handler_t::replace);
 }
 
-int run_ls(const GlobalOptions& g) {
-  auto traces = list_traces(resolve_dirs(g.state_dir));
+struct LsOptions {
+  std::size_t newest = 0;  // -n: at most this many runs, newest first (0: all)
+  bool as_json = false;
+};
+
+int run_ls(const GlobalOptions& g, const LsOptions& o) {
+  auto traces = list_traces(resolve_dirs(g.state_dir), o.newest);
   if (!traces) return usage_error(traces.error().describe());
+  if (o.as_json) {
+    // For scripts: one array, newest first; text of outside origin stays JSON-escaped (ASCII).
+    json a = json::array();
+    for (auto& t : *traces)
+      a.push_back({{"run_id", t.run_id}, {"started_at", t.started_at}, {"status", t.status},
+                   {"exit_code", t.exit_code ? json(*t.exit_code) : json(nullptr)}, {"wall_ms", t.wall_ms},
+                   {"command", t.command}});
+    std::printf("%s\n", dump_safe(a, 2).c_str());
+    return 0;
+  }
   // Run ids are 29 characters and RFC 3339 times with ms 24, so the columns line up for sbx's own
   // records; longer values just push the line to the right.
   std::printf("%-29s  %-24s  %-17s  %4s  %8s  %s\n", "RUN ID", "STARTED", "STATUS", "EXIT", "WALL MS", "COMMAND");
@@ -208,22 +256,41 @@ void add_trace_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& ou
   auto* trace = app.add_subcommand("trace", "List and show trace records of past runs");
   trace->require_subcommand(1);
   auto* ls = trace->add_subcommand("ls", "List stored runs, newest first");
+  auto ls_opts = std::make_shared<LsOptions>();
+  ls->add_option("-n,--newest", ls_opts->newest, "List only the N newest runs")->check(CLI::PositiveNumber);
+  ls->add_flag("--json", ls_opts->as_json, "Print a JSON array (run_id, started_at, status, exit_code, wall_ms, command)");
   auto* show = trace->add_subcommand("show", "Print one run's trace record");
   struct ShowOptions {
     std::string run_id;
     std::string format = "json";
+    bool as_json = false;
   };
   auto opts = std::make_shared<ShowOptions>();
-  show->add_option("run_id", opts->run_id, "Run id, or a unique prefix of one")->required();
+  show->add_option("run_id", opts->run_id,
+                   "Run id, a unique prefix of one, 'last' (the newest run) or -N (the Nth newest: -1 is 'last')");
+  // CLI11 reads "-1" as an unknown short option: extras are collected and the selector is taken
+  // from them below; anything else left over is still an error.
+  show->allow_extras();
   show->add_option("--format", opts->format, "json (the record, pretty-printed) or text (a summary)")
       ->check(CLI::IsMember({"json", "text"}));
+  show->add_flag("--json", opts->as_json, "The same as --format json");
 
-  out.push_back({trace, [ls, show, opts, &g]() -> int {
-    if (ls->parsed()) return run_ls(g);
+  out.push_back({trace, [ls, show, opts, ls_opts, &g]() -> int {
+    if (ls->parsed()) return run_ls(g, *ls_opts);
     if (show->parsed()) {
+      for (auto& extra : show->remaining()) {
+        bool selector = extra.size() > 1 && extra[0] == '-' &&
+                        extra.find_first_not_of("0123456789", 1) == std::string::npos;
+        if (!selector || !opts->run_id.empty())
+          return usage_error("trace show: unexpected argument '" + extra + "' (see 'sbx trace show --help')");
+        opts->run_id = extra;
+      }
+      if (opts->run_id.empty()) return usage_error("trace show: RUN_ID is required (a run id, a prefix, 'last' or -N)");
+      if (opts->as_json && show->count("--format") && opts->format != "json")
+        return usage_error("trace show: --json and --format " + opts->format + " contradict each other");
       auto rec = load_trace(resolve_dirs(g.state_dir), opts->run_id);
       if (!rec) return usage_error(rec.error().describe());
-      if (opts->format == "text") print_text(*rec);
+      if (opts->format == "text" && !opts->as_json) print_text(*rec);
       else std::printf("%s\n", pretty(*rec).c_str());
       return 0;
     }

@@ -163,10 +163,12 @@ _sbx() {
                     COMPREPLY=($(compgen -W "ls show" -- "$cur"))
             elif [[ $sub == show ]]; then
                 if [[ $cur == -* ]]; then
-                    COMPREPLY=($(compgen -W "--format --help" -- "$cur"))
+                    COMPREPLY=($(compgen -W "--format --json --help" -- "$cur"))
                 elif ((npos == 0)); then
-                    COMPREPLY=($(compgen -W "$(_sbx_run_ids)" -- "$cur"))
+                    COMPREPLY=($(compgen -W "last $(_sbx_run_ids)" -- "$cur"))
                 fi
+            elif [[ $cur == -* && $sub == ls ]]; then
+                COMPREPLY=($(compgen -W "-n --newest --json --help" -- "$cur"))
             elif [[ $cur == -* ]]; then
                 COMPREPLY=($(compgen -W "--help" -- "$cur"))
             fi ;;
@@ -176,6 +178,8 @@ _sbx() {
             if [[ -z $sub ]]; then
                 [[ $cur == -* ]] && COMPREPLY=($(compgen -W "--help" -- "$cur")) ||
                     COMPREPLY=($(compgen -W "validate init run" -- "$cur"))
+            elif [[ $cur == -* && $sub == validate ]]; then
+                COMPREPLY=($(compgen -W "--strict --no-strict --help" -- "$cur"))
             elif [[ $cur == -* && $sub == run ]]; then
                 COMPREPLY=($(compgen -W "--input --context --secret --result --profile --image --timeout
                     --output-limit --memory --pids --cpus --cpu-time --require-limits --seccomp --trace-file --help" -- "$cur"))

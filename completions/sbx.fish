@@ -164,9 +164,15 @@ complete -c sbx -n '__sbx_at trace' -a ls -d 'List stored runs, newest first'
 complete -c sbx -n '__sbx_at trace' -a show -d "Print one run's trace record"
 complete -c sbx -n '__sbx_at trace show' -a '(__sbx_run_ids)' -d 'Run id'
 complete -c sbx -n '__sbx_at trace show' -l format -x -a 'json text' -d 'Output format'
+complete -c sbx -n '__sbx_at trace show' -l json -d 'The same as --format json'
+complete -c sbx -n '__sbx_at trace show' -a last -d 'The newest run'
+complete -c sbx -n '__sbx_at trace ls' -s n -l newest -x -d 'List only the N newest runs'
+complete -c sbx -n '__sbx_at trace ls' -l json -d 'Print a JSON array'
 
 # sbx pack
 complete -c sbx -n '__sbx_at pack' -a validate -d "Check a pack's manifest and schemas"
+complete -c sbx -n '__sbx_at pack validate' -l strict -d 'Unknown schema keywords are errors (the default)'
+complete -c sbx -n '__sbx_at pack validate' -l no-strict -d 'Unknown schema keywords are warnings'
 complete -c sbx -n '__sbx_at pack' -a init -d 'Create a pack skeleton'
 complete -c sbx -n '__sbx_at pack' -a run -d 'Run a pack on input records'
 complete -c sbx -n '__sbx_at pack run' -l input -r -F -d 'Input records (JSON array)'

@@ -78,7 +78,10 @@ Result<ExecRequest> parse_exec_request(const json& rq) {
   }
   std::optional<CompiledSchema> schema;
   if (rq.contains("output_schema")) {
-    auto s = CompiledSchema::compile(rq["output_schema"], "output_schema");
+    // Strict: a request has no channel for warnings, and an unknown keyword (a misspelled
+    // "requried") would let results through that the caller meant to refuse.
+    SchemaReport report;
+    auto s = CompiledSchema::compile(rq["output_schema"], "output_schema", &report, true);
     if (!s) return bad(s.error().message);
     schema = std::move(*s);
   }
@@ -137,7 +140,7 @@ Result<json> run_exec(const json& request, const ExecContext& ctx) {
       ParsedJson parsed;
       if (!f.problem.empty()) errs.push_back({"", "/out/result.json: " + f.problem});
       else if (parsed = parse_json(f.bytes, result_bounds()); !parsed.ok()) errs.push_back({parsed.pointer, parsed.problem});
-      else if (schema) errs = schema->validate(parsed.value);
+      else if (schema) errs = schema->validate(parsed.value, kProducedValues);
       if (errs.empty()) result = std::move(parsed.value);
     } else if (schema && o.status == RunStatus::ok) {
       errs.push_back({"", "the program wrote no /out/result.json"});

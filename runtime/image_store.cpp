@@ -189,6 +189,21 @@ Result<ImageRecord> ImageStore::import(const std::string& source, const std::str
   if (!lk) return lk.error();
   remove_abandoned_staging(root_ + "/tmp");  // under the lock: no removal is half-way
   std::string dir = root_ + "/sha256/" + hex;
+  bool repaired = false;
+  if (::access((dir + "/image.json").c_str(), F_OK) == 0) {
+    // The same content is stored already. If that tree was modified since (its seal no longer
+    // matches, which is what `sbx image verify` and every run check), the fresh tree replaces
+    // it: re-importing is the repair seal_matches() tells the operator to make.
+    auto stored = load(hex);
+    if (!stored || !check_seal(*stored)) {
+      std::string aside = root_ + "/tmp/rm-" + hex;
+      (void)remove_tree(aside);
+      // Moved aside first (as `image rm` does), so no run finds a half-removed tree.
+      if (::rename(dir.c_str(), aside.c_str()) != 0) return sys_error(kStage, "cannot move the modified " + dir + " aside");
+      SBX_TRY(remove_tree(aside));
+      repaired = true;
+    }
+  }
   if (::access((dir + "/image.json").c_str(), F_OK) != 0) {
     (void)remove_tree(dir);  // a leftover of an interrupted import of the same content
     SBX_TRY(write_file_durable(staging + "/manifest", manifest, 0444));
@@ -211,7 +226,9 @@ Result<ImageRecord> ImageStore::import(const std::string& source, const std::str
     SBX_TRY(write_file_durable(dir + "/image.json", dump_json(meta, 2) + "\n", 0644));
   }
   SBX_TRY(write_file_durable(root_ + "/names/" + *name, "sha256:" + hex + "\n", 0644));
-  return load(hex);
+  auto record = load(hex);
+  if (record) record->repaired = repaired;
+  return record;
 }
 
 Result<std::vector<ImageRecord>> ImageStore::list() const {

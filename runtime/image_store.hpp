@@ -29,6 +29,7 @@ struct ImageRecord {
   std::string rootfs;  // dir + "/rootfs"
   std::vector<std::string> names;  // "name:tag", sorted
   nlohmann::json meta;             // image.json
+  bool repaired = false;           // import: a modified stored copy of this content was replaced
 };
 
 struct VerifyReport {

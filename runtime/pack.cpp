@@ -21,13 +21,6 @@ namespace {
 using nlohmann::json;
 namespace fs = std::filesystem;
 
-// Pack limit keys (the spelling of the `sbx run` flags) and the RunSpec keys they become.
-const std::pair<const char*, const char*> kLimitKeys[] = {
-    {"timeout", "timeout_ms"},           {"memory", "memory_bytes"},     {"pids", "pids"},
-    {"cpus", "cpus"},                    {"cpu_time", "cpu_time_ms"},    {"output_limit", "output_limit_bytes"},
-    {"tmp_size", "tmp_size_bytes"},
-};
-
 // Mount points sbx itself owns inside a pack run; a context declared there would shadow them.
 const char* const kReservedPaths[] = {"/pack", "/in", "/out", "/run/secrets", "/proc", "/dev", "/tmp",
                                       "/usr", "/bin", "/sbin", "/lib", "/lib64", "/etc"};
@@ -68,8 +61,9 @@ struct Checker {
 };
 
 // Reads and compiles one of the pack's schema files; problems name the schema file itself.
+// Unknown keywords are warnings, or problems when `strict`.
 void load_schema(const std::string& dir, const json& m, const char* key, std::string& path_out, json& schema_out,
-                 Checker& c) {
+                 Checker& c, std::vector<PackProblem>& warnings, bool strict) {
   if (!m.contains(key)) return c.add(std::string("/") + key, "required: the path of a draft-07 JSON Schema file in the pack");
   if (!m[key].is_string()) return c.add(std::string("/") + key, "must be a string (a path inside the pack), not " + json_type(m[key]));
   std::string rel = m[key].get<std::string>();
@@ -84,10 +78,11 @@ void load_schema(const std::string& dir, const json& m, const char* key, std::st
   ParsedJson parsed = parse_json(*text, {kMaxSchemaFileBytes});
   if (!parsed.ok()) return c.problems.push_back({rel, parsed.pointer, parsed.problem});
   json schema = std::move(parsed.value);
-  SchemaError where;
-  auto compiled = CompiledSchema::compile(schema, rel, &where);
+  SchemaReport report;
+  auto compiled = CompiledSchema::compile(schema, rel, &report, strict);
+  for (auto& w : report.warnings) warnings.push_back({rel, w.pointer, w.message});
   if (!compiled) {
-    c.problems.push_back({rel, where.pointer, where.message});
+    for (auto& e : report.errors) c.problems.push_back({rel, e.pointer, e.message});
     return;
   }
   schema_out = std::move(schema);
@@ -103,19 +98,29 @@ Result<json> limits_to_spec_patch(const json& in, const std::string& file, std::
   if (!in.is_object()) {
     problems.push_back({file, "/limits", "must be an object, not " + json_type(in)});
   } else {
+    const auto& keys = limit_keys();
     for (auto& [k, v] : in.items()) {
       const std::string& key = k;  // clang before 16 cannot capture a structured binding
-      auto it = std::find_if(std::begin(kLimitKeys), std::end(kLimitKeys), [&](auto& kv) { return key == kv.first; });
-      if (it == std::end(kLimitKeys)) {
+      // The public spelling (timeout) or the RunSpec's (timeout_ms): spec.hpp, limit_keys.
+      auto it = std::find_if(keys.begin(), keys.end(), [&](auto& lk) { return key == lk.name || key == lk.spec_key; });
+      if (it == keys.end()) {
         problems.push_back({file, "/limits/" + k, "unknown limit (known: timeout, memory, pids, cpus, cpu_time, output_limit, tmp_size)"});
         continue;
       }
-      // Checked on its own through the RunSpec parser, so a bad value is reported at its key.
+      if (limits.contains(it->spec_key)) {
+        problems.push_back({file, "/limits/" + k, std::string("a second spelling of '") + it->name + "'; keep one"});
+        continue;
+      }
+      // Checked on its own through the RunSpec parser, so a bad value is reported at its key,
+      // with the RunSpec's own name for it replaced by the key as written.
       json probe = defaults;
-      probe["limits"][it->second] = v;
-      if (auto r = spec_from_json(probe, "limits"); !r)
-        problems.push_back({file, "/limits/" + k, "bad value " + json_excerpt(v) + ": " + r.error().message});
-      else limits[it->second] = v;
+      probe["limits"][it->spec_key] = v;
+      if (auto r = spec_from_json(probe, "limits"); !r) {
+        std::string why = r.error().message, prefix = std::string("limits: /limits/") + it->spec_key + ": ";
+        if (why.starts_with(prefix)) why = why.substr(prefix.size());  // the place is named already
+        problems.push_back({file, "/limits/" + k, "bad value " + json_excerpt(v) + ": " + as_written(why, {{it->spec_key, k}})});
+      }
+      else limits[it->spec_key] = v;
     }
   }
   if (problems.size() > before) return make_error("pack", problems[before].describe());
@@ -134,7 +139,8 @@ bool valid_pack_name(const std::string& name) {
   return true;
 }
 
-Result<Pack> parse_pack_manifest(const std::string& dir, const std::string& text, std::vector<PackProblem>& problems) {
+Result<Pack> parse_pack_manifest(const std::string& dir, const std::string& text, std::vector<PackProblem>& problems,
+                                 bool strict) {
   Checker c{problems};
   std::size_t before = problems.size();
   auto failed = [&]() -> Error {
@@ -187,8 +193,8 @@ Result<Pack> parse_pack_manifest(const std::string& dir, const std::string& text
   if (p.image.empty()) p.image = "host";
   if (p.image != "host" && !p.image.starts_with("sha256:"))
     if (auto n = canonical_image_name(p.image); !n) c.add("/image", n.error().message + " (or \"host\", or sha256:<hex>)");
-  load_schema(dir, m, "input_schema", p.input_schema_path, p.input_schema, c);
-  load_schema(dir, m, "output_schema", p.output_schema_path, p.output_schema, c);
+  load_schema(dir, m, "input_schema", p.input_schema_path, p.input_schema, c, p.warnings, strict);
+  load_schema(dir, m, "output_schema", p.output_schema_path, p.output_schema, c, p.warnings, strict);
 
   json limits = json::object();
   if (m.contains("limits")) {
@@ -262,12 +268,18 @@ Result<Pack> parse_pack_manifest(const std::string& dir, const std::string& text
         p.secrets.push_back(s);
       }
   }
-  if (problems.size() > before) return failed();
+  if (problems.size() > before) {
+    // The warnings too, after the problems (failed() names the first problem): every finding in
+    // the pack is listed at once.
+    Error e = failed();
+    for (auto& w : p.warnings) problems.push_back({w.file, w.pointer, w.message, true});
+    return e;
+  }
   p.spec_patch = {{"argv", p.entrypoint}, {"image", p.image}, {"network", {{"mode", net_mode}}}, {"limits", limits}};
   return p;
 }
 
-Result<Pack> load_pack(const std::string& dir_in, std::vector<PackProblem>& problems) {
+Result<Pack> load_pack(const std::string& dir_in, std::vector<PackProblem>& problems, bool strict) {
   std::error_code ec;
   fs::path canon = fs::canonical(dir_in, ec);
   if (ec) return make_error("pack", "pack directory " + dir_in + ": " + ec.message(), ec.value());
@@ -278,7 +290,7 @@ Result<Pack> load_pack(const std::string& dir_in, std::vector<PackProblem>& prob
     problems.push_back({kPackManifest, "", text.error().describe()});
     return make_error("pack", dir + ": " + problems.back().describe());
   }
-  auto pack = parse_pack_manifest(dir, *text, problems);
+  auto pack = parse_pack_manifest(dir, *text, problems, strict);
   if (!pack) return pack;
   auto digest = pack_digest(dir);
   if (!digest) {

@@ -19,6 +19,7 @@ struct PackProblem {
   std::string file;     // relative to the pack directory ("pack.json", "schemas/input.json")
   std::string pointer;  // JSON pointer into that file ("" for the whole file)
   std::string message;
+  bool warning = false;  // listed with the problems of a pack that failed, but not one of them
   std::string describe() const;  // "pack.json#/limits/memory: ..."
 };
 
@@ -47,15 +48,18 @@ struct Pack {
   std::vector<PackContext> contexts;
   std::vector<PackSecret> secrets;
   std::string digest;  // "sha256:<hex>" over the sorted file manifest (pack_digest)
+  std::vector<PackProblem> warnings;  // unknown schema keywords, when not loaded strictly
 };
 
 // Parses and checks a manifest already read as text; schema files are read relative to `dir`.
 // Exposed separately for unit tests.
-Result<Pack> parse_pack_manifest(const std::string& dir, const std::string& text, std::vector<PackProblem>& problems);
+// `strict`: an unknown JSON Schema keyword in a schema file is a problem, not a warning.
+Result<Pack> parse_pack_manifest(const std::string& dir, const std::string& text, std::vector<PackProblem>& problems,
+                                 bool strict = false);
 
 // Loads DIR/pack.json, its schemas (compiled, to catch bad schemas now) and the digest. On any
 // problem the Result is an error and `problems` holds each one.
-Result<Pack> load_pack(const std::string& dir, std::vector<PackProblem>& problems);
+Result<Pack> load_pack(const std::string& dir, std::vector<PackProblem>& problems, bool strict = false);
 
 // The pack's digest: sha256 over a manifest of every regular file and directory under `dir`,
 // sorted by path, one line each: "<path>\t<mode octal>\t<size>\t<sha256>\n" (directories with

@@ -151,7 +151,7 @@ PackRunResult run_pack(PackRunRequest& req) {
     else {
       ParsedJson out = parse_json(f.bytes, result_bounds());
       if (!out.ok()) errs.push_back({out.pointer, out.problem});
-      else errs = out_schema->validate(out.value);
+      else errs = out_schema->validate(out.value, kProducedValues);
       if (errs.empty()) valid_result = std::move(out.value);
     }
     if (errs.empty()) {

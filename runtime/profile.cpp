@@ -55,14 +55,21 @@ Result<LoadedProfile> parse_profile(ProfileSource src) {
   if (!parsed) return parsed.error();
   json j = std::move(*parsed);
   if (!j.is_object()) return make_error("profile", where + ": must be a JSON object");
+  // "timeout" and "timeout_ms" are one limit (spec.hpp, limit_keys): layered as RunSpec keys,
+  // reported as written.
+  std::map<std::string, std::string> written;
+  json as_written_doc = j;
+  if (j.contains("limits"))
+    if (auto st = canonical_limit_keys(j["limits"], where, &written); !st) return make_error("profile", st.error().message);
   // Validate as a partial RunSpec layered over the defaults: this names unknown keys and bad values.
   json probe = spec_to_json(RunSpec{});
   merge_patch(probe, j);
   auto spec = spec_from_json(probe, where);
-  if (!spec) return make_error("profile", spec.error().message);
+  if (!spec) return make_error("profile", as_written(spec.error().message, written));
   LoadedProfile lp;
   lp.description = j.contains("description") && j["description"].is_string() ? j["description"].get<std::string>() : "";
   lp.patch = std::move(j);
+  lp.as_written = std::move(as_written_doc);
   lp.source = std::move(src);
   return lp;
 }

@@ -22,7 +22,8 @@ struct ProfileSource {
 
 struct LoadedProfile {
   ProfileSource source;
-  nlohmann::json patch;  // parsed, validated as a partial RunSpec
+  nlohmann::json patch;  // parsed, validated as a partial RunSpec (limits under RunSpec keys)
+  nlohmann::json as_written;  // the profile's own content, keys spelled as in the file
   std::string description;
 };
 

@@ -405,6 +405,7 @@ void EgressProxy::on_answers(std::int64_t now_ms) {
 void EgressProxy::fail(Conn& c, int code, const std::string& status, const std::string& reason) {
   spdlog::info("egress proxy: {}", reason);
   usage_[c.key].failed++;
+  usage_[c.key].last_failure = reason;
   if (c.ufd >= 0) ::close(c.ufd), c.ufd = -1;
   c.c2u = Buffer{};
   c.u2c = Buffer{};
@@ -574,6 +575,7 @@ nlohmann::json EgressProxy::usage_json() const {
   for (auto& [key, u] : usage_) {
     hosts.push_back({{"host", key}, {"connections", u.connections}, {"denied", u.denied}, {"failed", u.failed},
                      {"idle_closed", u.idle_closed}, {"lookups_timed_out", u.lookups_timed_out}, {"bytes_in", u.bytes_in}, {"bytes_out", u.bytes_out}});
+    if (!u.last_failure.empty()) hosts.back()["last_failure"] = u.last_failure;
     conns += u.connections;
     in += u.bytes_in;
     out += u.bytes_out;

@@ -63,6 +63,7 @@ struct HostUsage {
   std::int64_t lookups_timed_out = 0;  // the name did not resolve within the lookup timeout
   std::int64_t bytes_in = 0;     // upstream -> sandbox
   std::int64_t bytes_out = 0;    // sandbox -> upstream
+  std::string last_failure;      // why the latest failed connection failed (the 502/504 text)
 };
 
 class EgressProxy {

@@ -22,6 +22,43 @@ const std::set<std::string> kLaterDraftKeywords = {
     "minContains", "maxContains", "$anchor", "$dynamicRef", "$dynamicAnchor", "$recursiveRef",
     "$recursiveAnchor", "$vocabulary"};
 
+// Every draft-07 keyword (validation, applicator, core and annotation vocabularies), and "$defs",
+// which sbx accepts beside "definitions". Anything else in a schema object is unknown: draft-07
+// says to ignore it, which turns a misspelled "requried" or "patern" into an assertion that never
+// runs, so it is reported (a warning, an error under --strict).
+const std::set<std::string> kDraft7Keywords = {
+    "$schema", "$id", "$ref", "$comment", "$defs", "title", "description", "default", "readOnly", "writeOnly",
+    "examples", "multipleOf", "maximum", "exclusiveMaximum", "minimum", "exclusiveMinimum", "maxLength",
+    "minLength", "pattern", "additionalItems", "items", "maxItems", "minItems", "uniqueItems", "contains",
+    "maxProperties", "minProperties", "required", "additionalProperties", "definitions", "properties",
+    "patternProperties", "dependencies", "propertyNames", "const", "enum", "type", "format", "contentMediaType",
+    "contentEncoding", "if", "then", "else", "allOf", "anyOf", "oneOf", "not"};
+
+// Edit distance (insertions, deletions, substitutions, adjacent swaps), for "did you mean".
+std::size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<std::vector<std::size_t>> d(a.size() + 1, std::vector<std::size_t>(b.size() + 1));
+  for (std::size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+  for (std::size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i)
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      std::size_t sub = d[i - 1][j - 1] + (std::tolower(a[i - 1]) != std::tolower(b[j - 1]));
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, sub});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+    }
+  return d[a.size()][b.size()];
+}
+
+std::string unknown_keyword_message(const std::string& k) {
+  std::string msg = json(k).dump() + " is not a draft-07 keyword, so it checks nothing";
+  if (k.size() > 64) return msg;  // a long name is no typo of a keyword; spare the quadratic distance
+  std::string best;
+  std::size_t best_d = 3;  // up to two edits: "requried", "patern", "minimun"
+  for (auto& kw : kDraft7Keywords)
+    if (std::size_t dist = edit_distance(k, kw); dist < best_d) best = kw, best_d = dist;
+  if (!best.empty()) msg += " (did you mean " + json(best).dump() + "?)";
+  return msg;
+}
+
 const std::set<std::string> kTypeNames = {"null", "boolean", "object", "array", "number", "string", "integer"};
 
 bool is_draft7_uri(const std::string& s) {
@@ -48,12 +85,11 @@ struct Compiler {
   std::map<std::string, std::string> anchors;  // "$id": "#name" -> pointer
   std::vector<int> work;
   std::vector<std::pair<int, std::string>> refs;  // node, "$ref" value
-  SchemaError err;
-  bool failed = false;
+  std::vector<SchemaError> errors, warnings;  // every problem found, not only the first
+  bool strict = false;                        // unknown keywords are errors, not warnings
 
   bool fail(std::string pointer, std::string message) {
-    if (!failed) err = {std::move(pointer), std::move(message)};
-    failed = true;
+    errors.push_back({std::move(pointer), std::move(message)});
     return false;
   }
 
@@ -91,11 +127,15 @@ struct Compiler {
     for (std::size_t i = 0; i < it->size(); ++i) {
       const json& e = (*it)[i];
       std::string ea = at + "/" + std::to_string(i);
-      if (!is_schema(e)) return fail(ea, "must be a schema (an object or a boolean)");
+      if (!is_schema(e)) {
+        fail(ea, "must be a schema (an object or a boolean)");
+        continue;
+      }
       out.push_back(node_at(ea, e));
     }
+    bool ok = out.size() == it->size();
     s.nodes[n].*field = std::move(out);
-    return true;
+    return ok;
   }
 
   // properties, patternProperties, definitions: an object whose members are schemas.
@@ -105,29 +145,45 @@ struct Compiler {
     if (it == j.end()) return true;
     std::string at = s.nodes[n].pointer + "/" + kw;
     if (!it->is_object()) return fail(at, std::string(kw) + " must be an object of schemas");
+    bool ok = true;
     for (auto& [k, v] : it->items()) {
       std::string ma = at + "/" + pointer_token(k);
-      if (!is_schema(v)) return fail(ma, "must be a schema (an object or a boolean)");
+      if (!is_schema(v)) {
+        ok = fail(ma, "must be a schema (an object or a boolean)");
+        continue;
+      }
       int c = node_at(ma, v);
       if (out) out->emplace_back(k, c);
     }
-    return true;
+    return ok;
   }
 
   bool assertions(int n);
+  bool keyword(int n, const std::string& k, const json& v);
   bool applicators(int n);
   bool compile_node(int n);
   bool resolve_refs();
   bool find_cycles();
 };
 
-// The keywords whose operands are not schemas: their shapes, so that a typo'd value is an error
-// rather than an assertion that never fails.
+// Every keyword of one schema object is checked, so that all of its problems are listed at once.
 bool Compiler::assertions(int n) {
-  const json& j = *s.nodes[n].json;
+  bool ok = true;
+  for (auto& [k, v] : s.nodes[n].json->items()) ok = keyword(n, k, v) && ok;
+  return ok;
+}
+
+// The keywords whose operands are not schemas: their shapes, so that a typo'd value is an error
+// rather than an assertion that never fails. Unknown keywords ("x-" extensions aside) likewise.
+bool Compiler::keyword(int n, const std::string& k, const json& v) {
   const std::string& p = s.nodes[n].pointer;
-  for (auto& [k, v] : j.items()) {
+  {
     std::string at = p + "/" + pointer_token(k);
+    if (!kDraft7Keywords.count(k) && !kLaterDraftKeywords.count(k) && !k.starts_with("x-")) {
+      if (strict) return fail(at, unknown_keyword_message(k));
+      warnings.push_back({at, unknown_keyword_message(k)});
+      return true;
+    }
     if (kLaterDraftKeywords.count(k))
       return fail(at, k + " is a keyword of a later JSON Schema draft (2019-09/2020-12); sbx implements draft-07");
     if (k == "$schema" && !(v.is_string() && is_draft7_uri(v.get<std::string>())))
@@ -167,24 +223,31 @@ bool Compiler::assertions(int n) {
 bool Compiler::applicators(int n) {
   const json& j = *s.nodes[n].json;
   const std::string p = s.nodes[n].pointer;
-  if (!one(n, "not", &Node::not_) || !one(n, "if", &Node::if_) || !one(n, "then", &Node::then_) ||
-      !one(n, "else", &Node::else_) || !one(n, "additionalProperties", &Node::additional_properties) ||
-      !one(n, "propertyNames", &Node::property_names) || !one(n, "additionalItems", &Node::additional_items) ||
-      !one(n, "contains", &Node::contains) || !list(n, "allOf", &Node::all_of, false) ||
-      !list(n, "anyOf", &Node::any_of, false) || !list(n, "oneOf", &Node::one_of, false))
-    return false;
+  // Not short-circuited: each keyword's problems are listed, not only the first keyword's.
+  bool ok = true;
+  for (auto [kw, field] : {std::pair{"not", &Node::not_}, {"if", &Node::if_}, {"then", &Node::then_},
+                           {"else", &Node::else_}, {"additionalProperties", &Node::additional_properties},
+                           {"propertyNames", &Node::property_names}, {"additionalItems", &Node::additional_items},
+                           {"contains", &Node::contains}})
+    ok = one(n, kw, field) && ok;
+  for (auto [kw, field] : {std::pair{"allOf", &Node::all_of}, {"anyOf", &Node::any_of}, {"oneOf", &Node::one_of}})
+    ok = list(n, kw, field, false) && ok;
   std::vector<std::pair<std::string, int>> props, pats;
-  if (!members(n, "properties", &props) || !members(n, "patternProperties", &pats) ||
-      !members(n, "definitions", nullptr) || !members(n, "$defs", nullptr))
-    return false;
+  ok = members(n, "properties", &props) && ok;
+  ok = members(n, "patternProperties", &pats) && ok;
+  ok = members(n, "definitions", nullptr) && ok;
+  ok = members(n, "$defs", nullptr) && ok;
   std::sort(props.begin(), props.end());
   s.nodes[n].properties = std::move(props);
   for (auto& [pat, c] : pats) {
     auto re = EcmaRegex::compile(pat);
-    if (!re) return fail(p + "/patternProperties/" + pointer_token(pat), "pattern " + json(pat).dump() + ": " +
-                                                                             re.error().message);
+    if (!re) {
+      ok = fail(p + "/patternProperties/" + pointer_token(pat), "pattern " + json(pat).dump() + ": " + re.error().message);
+      continue;
+    }
     s.nodes[n].pattern_properties.emplace_back(std::move(*re), c);
   }
+  if (!ok) return false;
   if (auto it = j.find("items"); it != j.end()) {
     if (it->is_array()) {
       s.nodes[n].items_is_tuple = true;
@@ -216,7 +279,8 @@ bool Compiler::compile_node(int n) {
   const json& j = *s.nodes[n].json;
   if (j.is_boolean()) return true;
   if (auto it = j.find("$ref"); it != j.end() && it->is_string()) refs.emplace_back(n, it->get<std::string>());
-  return assertions(n) && applicators(n);
+  bool ok = assertions(n);
+  return applicators(n) && ok;
 }
 
 std::string percent_decode(const std::string& s) {
@@ -294,18 +358,19 @@ bool resolve_one(Compiler& c, int n, const std::string& ref) {
 }
 
 // Compiles what the work list holds, then resolves references; a reference may name a location
-// no keyword reached (a "#/x/y" outside definitions), which is compiled in turn.
+// no keyword reached (a "#/x/y" outside definitions), which is compiled in turn. A node with a
+// problem does not stop the others: every problem in the schema is listed at once.
 bool compile_all(Compiler& c) {
   std::size_t resolved = 0;
   for (;;) {
     while (!c.work.empty()) {
       int n = c.work.back();
       c.work.pop_back();
-      if (!c.compile_node(n)) return false;
+      c.compile_node(n);
     }
-    if (resolved == c.refs.size()) return true;
+    if (resolved == c.refs.size()) return c.errors.empty();
     auto [n, ref] = c.refs[resolved++];
-    if (!resolve_one(c, n, ref)) return false;
+    resolve_one(c, n, ref);
   }
 }
 
@@ -375,20 +440,41 @@ bool Compiler::find_cycles() {
 }  // namespace
 
 Result<CompiledSchema> CompiledSchema::compile(const json& schema, const std::string& source, SchemaError* where) {
-  auto error = [&](SchemaError e) -> Error {
-    if (where) *where = e;
-    return make_error("schema", source + "#" + e.pointer + ": " + e.message);
+  SchemaReport report;
+  auto r = compile(schema, source, &report, false);
+  if (!r && where && !report.errors.empty()) *where = report.errors.front();
+  return r;
+}
+
+Result<CompiledSchema> CompiledSchema::compile(const json& schema, const std::string& source, SchemaReport* report,
+                                               bool strict) {
+  SchemaReport local;
+  SchemaReport& rep = report ? *report : local;
+  auto error = [&](std::vector<SchemaError> all) -> Error {
+    const SchemaError& e = all.front();
+    std::string more = all.size() > 1 ? " (and " + std::to_string(all.size() - 1) + " more problem(s))" : "";
+    rep.errors = std::move(all);
+    return make_error("schema", source + "#" + e.pointer + ": " + e.message + more);
   };
-  if (!is_schema(schema)) return error({"", "a JSON Schema must be an object or a boolean"});
+  if (!is_schema(schema)) return error({{"", "a JSON Schema must be an object or a boolean"}});
   auto deep = find_too_deep(schema, SchemaLimits{}.max_depth);
   if (deep.found)
-    return error({deep.pointer, "the schema nests deeper than " + std::to_string(SchemaLimits{}.max_depth) +
-                                    " levels"});
+    return error({{deep.pointer, "the schema nests deeper than " + std::to_string(SchemaLimits{}.max_depth) +
+                                     " levels"}});
   auto impl = std::make_shared<Impl>();
   impl->doc = schema;
   Compiler c(*impl);
+  c.strict = strict;
   c.node_at("", impl->doc);
-  if (!compile_all(c) || !c.find_cycles()) return error(c.err);
+  bool ok = compile_all(c) && c.find_cycles();
+  // Sorted by place, so the listing reads in the schema's order whatever order nodes compiled in.
+  auto by_pointer = [](const SchemaError& a, const SchemaError& b) { return a.pointer < b.pointer; };
+  std::stable_sort(c.warnings.begin(), c.warnings.end(), by_pointer);
+  rep.warnings = std::move(c.warnings);
+  if (!ok) {
+    std::stable_sort(c.errors.begin(), c.errors.end(), by_pointer);
+    return error(std::move(c.errors));
+  }
   CompiledSchema out;
   out.impl_ = std::move(impl);
   return out;

@@ -5,6 +5,7 @@
 
 #include <sys/resource.h>
 
+#include "runtime/json_io.hpp"
 #include "runtime/schema_impl.hpp"
 
 using nlohmann::json;
@@ -155,7 +156,12 @@ void canonical(const json& v, std::string& out) {
   }
 }
 
+// A schema's number as the schema spells it: integers as integers ("0", not "0.000000").
 std::string str(const json& v) { return v.dump(); }
+
+// The offending value, for the end of a message: compact JSON, cut at 40 bytes and escaped by
+// json_excerpt, so that a hostile value can neither flood the message nor reach a terminal raw.
+std::string got_value(const json& v) { return " (got " + json_excerpt(v, 40) + ")"; }
 
 // The formats Debian's valijson checked (date, time, date-time), kept so that schemas relying on
 // them keep their meaning; other formats are annotations, as draft-07 allows.
@@ -214,6 +220,7 @@ class Validator {
   bool object(const Node& n, const json& v, Errors* errs);
   bool members(const Node& n, const json& v, Errors* errs);
   bool combinators(const Node& n, const json& v, Errors* errs);
+  std::string got(const json& v) const { return lim_.show_values ? got_value(v) : std::string(); }
 };
 
 // A failed assertion: recorded when errors are wanted; `return` it to stop at the first one
@@ -263,18 +270,20 @@ bool Validator::generic(const Node& n, const json& v, Errors* errs) {
                                 : std::any_of(t->begin(), t->end(),
                                               [&](const json& e) { return has_type(v, e.get<std::string>()); });
     if (!match) SBX_FAIL("must be of type " + (t->is_string() ? t->get<std::string>() : t->dump()) + ", not " +
-                         (is_integral(v) && v.is_number_integer() ? "integer" : v.type_name()));
+                         (is_integral(v) && v.is_number_integer() ? "integer" : v.type_name()) + got(v));
   }
   if (auto e = j.find("enum"); e != j.end()) {
     charge(e->size());
     if (std::none_of(e->begin(), e->end(), [&](const json& c) { return c == v; }))
-      SBX_FAIL("must be one of the " + std::to_string(e->size()) + " values listed in enum");
+      SBX_FAIL((e->size() <= 8 && e->dump().size() <= 120 ? "must be one of " + e->dump()
+                                                          : "must be one of the " + std::to_string(e->size()) +
+                                                                " values listed in enum") + got(v));
   }
-  if (auto c = j.find("const"); c != j.end() && *c != v) SBX_FAIL("must equal the const value");
+  if (auto c = j.find("const"); c != j.end() && *c != v) SBX_FAIL("must equal " + json_excerpt(*c, 40) + got(v));
   if (auto f = j.find("format"); f != j.end() && v.is_string()) {
     charge(1 + v.get_ref<const std::string&>().size() / 64);
     if (!format_ok(f->get<std::string>(), v.get_ref<const std::string&>()))
-      SBX_FAIL("must be a valid " + f->get<std::string>());
+      SBX_FAIL("must be a valid " + f->get<std::string>() + got(v));
   }
   return ok;
 }
@@ -283,11 +292,11 @@ bool Validator::number(const Node& n, const json& v, Errors* errs) {
   const json& j = *n.json;
   bool ok = true;
   long double x = num(v);
-  if (auto m = j.find("multipleOf"); m != j.end() && !multiple_of(v, *m)) SBX_FAIL("must be a multiple of " + str(*m));
-  if (auto m = j.find("minimum"); m != j.end() && x < num(*m)) SBX_FAIL("must be at least " + str(*m));
-  if (auto m = j.find("maximum"); m != j.end() && x > num(*m)) SBX_FAIL("must be at most " + str(*m));
-  if (auto m = j.find("exclusiveMinimum"); m != j.end() && x <= num(*m)) SBX_FAIL("must be greater than " + str(*m));
-  if (auto m = j.find("exclusiveMaximum"); m != j.end() && x >= num(*m)) SBX_FAIL("must be less than " + str(*m));
+  if (auto m = j.find("multipleOf"); m != j.end() && !multiple_of(v, *m)) SBX_FAIL("must be a multiple of " + str(*m) + got(v));
+  if (auto m = j.find("minimum"); m != j.end() && x < num(*m)) SBX_FAIL("must be at least " + str(*m) + got(v));
+  if (auto m = j.find("maximum"); m != j.end() && x > num(*m)) SBX_FAIL("must be at most " + str(*m) + got(v));
+  if (auto m = j.find("exclusiveMinimum"); m != j.end() && x <= num(*m)) SBX_FAIL("must be greater than " + str(*m) + got(v));
+  if (auto m = j.find("exclusiveMaximum"); m != j.end() && x >= num(*m)) SBX_FAIL("must be less than " + str(*m) + got(v));
   return ok;
 }
 
@@ -302,12 +311,12 @@ bool Validator::string(const Node& n, const json& v, Errors* errs) {
     len = code_points(sv);
   }
   if (has("minLength") && len < j.at("minLength").get<double>())
-    SBX_FAIL("must be at least " + str(j.at("minLength")) + " characters long");
+    SBX_FAIL("must be at least " + str(j.at("minLength")) + " characters long, not " + std::to_string(len) + got(v));
   if (has("maxLength") && len > j.at("maxLength").get<double>())
-    SBX_FAIL("must be at most " + str(j.at("maxLength")) + " characters long");
+    SBX_FAIL("must be at most " + str(j.at("maxLength")) + " characters long, not " + std::to_string(len) + got(v));
   for (auto& re : n.pattern) {
     charge(1 + sv.size() / 64);
-    if (!re.search(sv)) SBX_FAIL("must match the pattern " + j.at("pattern").dump());
+    if (!re.search(sv)) SBX_FAIL("must match the pattern " + j.at("pattern").dump() + got(v));
   }
   return ok;
 }
@@ -316,9 +325,9 @@ bool Validator::array(const Node& n, const json& v, Errors* errs) {
   const json& j = *n.json;
   bool ok = true;
   if (auto m = j.find("minItems"); m != j.end() && v.size() < m->get<double>())
-    SBX_FAIL("must have at least " + str(*m) + " items");
+    SBX_FAIL("must have at least " + str(*m) + " items, not " + std::to_string(v.size()));
   if (auto m = j.find("maxItems"); m != j.end() && v.size() > m->get<double>())
-    SBX_FAIL("must have at most " + str(*m) + " items");
+    SBX_FAIL("must have at most " + str(*m) + " items, not " + std::to_string(v.size()));
   if (auto u = j.find("uniqueItems"); u != j.end() && u->get<bool>()) {
     // Canonical forms in a hash set: linear, where comparing every pair would be quadratic.
     std::unordered_set<std::string> seen;
@@ -353,9 +362,9 @@ bool Validator::object(const Node& n, const json& v, Errors* errs) {
   const json& j = *n.json;
   bool ok = true;
   if (auto m = j.find("minProperties"); m != j.end() && v.size() < m->get<double>())
-    SBX_FAIL("must have at least " + str(*m) + " properties");
+    SBX_FAIL("must have at least " + str(*m) + " properties, not " + std::to_string(v.size()));
   if (auto m = j.find("maxProperties"); m != j.end() && v.size() > m->get<double>())
-    SBX_FAIL("must have at most " + str(*m) + " properties");
+    SBX_FAIL("must have at most " + str(*m) + " properties, not " + std::to_string(v.size()));
   if (auto r = j.find("required"); r != j.end()) {
     charge(r->size());
     for (auto& name : *r)

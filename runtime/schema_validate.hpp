@@ -33,7 +33,23 @@ struct SchemaLimits {
   std::size_t max_depth = 256;           // arrays/objects nested in the value (and the schema)
   std::uint64_t max_steps = 20'000'000;  // about a second of work; past it the value is invalid
   std::size_t max_errors = 100;          // listed; the rest are counted in one last entry
+  // Messages end with the offending value, cut to 40 bytes ("(got \"AB1\")"). Off for what the
+  // sandbox produced: an invalid result is withheld from the caller, excerpts included.
+  bool show_values = true;
 };
+
+// Everything compiling found: errors make the schema unusable; warnings (unknown keywords, which
+// draft-07 ignores) do not, unless compiled strictly.
+struct SchemaReport {
+  std::vector<SchemaError> errors, warnings;
+};
+
+// Limits for validating what a sandbox produced (a result): no values quoted in messages.
+inline const SchemaLimits kProducedValues = [] {
+  SchemaLimits l;
+  l.show_values = false;
+  return l;
+}();
 
 class CompiledSchema {
  public:
@@ -41,6 +57,10 @@ class CompiledSchema {
   // given) receives the pointer into the schema and the bare message.
   static Result<CompiledSchema> compile(const nlohmann::json& schema, const std::string& source,
                                         SchemaError* where = nullptr);
+  // The same, listing every problem in `report` (errors sorted by pointer); `strict` makes an
+  // unknown keyword an error instead of a warning.
+  static Result<CompiledSchema> compile(const nlohmann::json& schema, const std::string& source,
+                                        SchemaReport* report, bool strict);
   // Every violation found (empty: valid).
   std::vector<SchemaError> validate(const nlohmann::json& value, const SchemaLimits& limits = {}) const;
 

@@ -1,5 +1,7 @@
 #include "runtime/spec.hpp"
 
+#include <cctype>
+
 #include <nlohmann/json.hpp>
 
 #include "runtime/egress_policy.hpp"
@@ -380,6 +382,47 @@ Result<RunSpec> spec_from_json(const json& j, const std::string& source) {
   if (s.seccomp.empty()) return r.fail_key("seccomp", "must be 'default', 'unconfined' or a policy file");
   SBX_TRY(r.finish());
   return s;
+}
+
+const std::vector<LimitKey>& limit_keys() {
+  static const std::vector<LimitKey> keys = {
+      {"timeout", "timeout_ms"},          {"memory", "memory_bytes"}, {"pids", "pids"},
+      {"cpus", "cpus"},                   {"cpu_time", "cpu_time_ms"}, {"output_limit", "output_limit_bytes"},
+      {"tmp_size", "tmp_size_bytes"}};
+  return keys;
+}
+
+std::string public_limit_name(const std::string& spec_key) {
+  for (auto& k : limit_keys())
+    if (spec_key == k.spec_key) return k.name;
+  return spec_key;
+}
+
+Status canonical_limit_keys(json& limits, const std::string& source, std::map<std::string, std::string>* written) {
+  if (!limits.is_object()) return {};
+  for (auto& k : limit_keys()) {
+    if (std::string(k.name) == k.spec_key || !limits.contains(k.name)) continue;
+    if (limits.contains(k.spec_key))
+      return make_error("spec", source + ": /limits: '" + k.name + "' and '" + k.spec_key +
+                                    "' are two spellings of one limit; keep one ('" + k.name + "')");
+    limits[k.spec_key] = std::move(limits[k.name]);
+    limits.erase(k.name);
+    if (written) (*written)[k.spec_key] = k.name;
+  }
+  return {};
+}
+
+std::string as_written(std::string message, const std::map<std::string, std::string>& written) {
+  for (auto& [spec_key, name] : written) {
+    const std::string from = "/limits/" + spec_key, to = "/limits/" + name;
+    for (auto at = message.find(from); at != std::string::npos; at = message.find(from, at + to.size())) {
+      // Only the whole key: "/limits/timeout_ms" must not touch "/limits/timeout_msx".
+      char next = at + from.size() < message.size() ? message[at + from.size()] : '\0';
+      if (std::isalnum(static_cast<unsigned char>(next)) || next == '_') continue;
+      message.replace(at, from.size(), to);
+    }
+  }
+  return message;
 }
 
 void merge_patch(json& base, const json& patch) {

@@ -100,6 +100,26 @@ Result<RunSpec> spec_from_json(const nlohmann::json& j, const std::string& sourc
 // replaces, null deletes). This is how profiles and manifests layer over defaults.
 void merge_patch(nlohmann::json& base, const nlohmann::json& patch);
 
+// The limits' public names (the `sbx run` flags: timeout, memory, cpu_time, output_limit,
+// tmp_size, pids, cpus) and the RunSpec keys they become (timeout_ms, memory_bytes, ...). Profiles,
+// pack manifests and exec requests accept both spellings; docs and error messages use the public
+// one. Keys without a flag spelling (out_size_bytes, output_max_bytes, ...) are the same in both.
+struct LimitKey {
+  const char* name;      // public
+  const char* spec_key;  // RunSpec / trace record
+};
+const std::vector<LimitKey>& limit_keys();
+// The public name of a RunSpec limit key (the key itself when it has no other spelling).
+std::string public_limit_name(const std::string& spec_key);
+
+// Renames the public keys of a `limits` object to their RunSpec keys, in place. Both spellings of
+// one limit is an error ("<source>: /limits: ..."). `written` receives spec key -> key as written,
+// for as_written().
+Status canonical_limit_keys(nlohmann::json& limits, const std::string& source,
+                            std::map<std::string, std::string>* written = nullptr);
+// `message` with each "/limits/<spec key>" replaced by the key as the caller wrote it.
+std::string as_written(std::string message, const std::map<std::string, std::string>& written);
+
 // Parsers shared by the CLI and spec_from_json.
 Result<BindMount> parse_bind(const std::string& text);   // SRC[:DST][:rw|:ro]
 Result<TmpfsMount> parse_tmpfs(const std::string& text);  // DST[:SIZE]

@@ -123,12 +123,12 @@ Status store_trace(const Dirs& dirs, const std::string& run_id, const std::strin
   return {};
 }
 
-Result<std::vector<TraceSummary>> list_traces(const Dirs& dirs) {
+Result<std::vector<TraceSummary>> list_traces(const Dirs& dirs, std::size_t newest) {
   auto ids = stored_ids(dirs);
   if (!ids) return ids.error();
   std::vector<TraceSummary> out;
   out.reserve(ids->size());
-  for (auto it = ids->rbegin(); it != ids->rend(); ++it) {
+  for (auto it = ids->rbegin(); it != ids->rend() && (newest == 0 || out.size() < newest); ++it) {
     auto j = parse_record(trace_path(dirs, *it));
     if (!j) {
       // One bad file (a crash mid-copy, a hand edit) must not hide every other run.
@@ -142,6 +142,19 @@ Result<std::vector<TraceSummary>> list_traces(const Dirs& dirs) {
 
 Result<nlohmann::json> load_trace(const Dirs& dirs, const std::string& run_id_or_prefix) {
   const std::string& want = run_id_or_prefix;
+  // "last" and "-N" count back from the newest run (run ids sort by time).
+  bool back = want == "last" || (want.size() > 1 && want.size() < 10 && want[0] == '-' &&
+                                 want.find_first_not_of("0123456789", 1) == std::string::npos);
+  if (back) {
+    std::size_t n = want == "last" ? 1 : std::stoul(want.substr(1));
+    if (n == 0) return make_error("usage", "'-0' names no run: -1 is the newest run, -2 the one before");
+    auto ids = stored_ids(dirs);
+    if (!ids) return ids.error();
+    if (ids->size() < n)
+      return make_error(kStage, "no trace '" + want + "' in " + dirs.traces + ": it holds " +
+                                    std::to_string(ids->size()) + " run(s)");
+    return parse_record(trace_path(dirs, (*ids)[ids->size() - n]));
+  }
   SBX_TRY(check_run_id(want));
   auto ids = stored_ids(dirs);
   if (!ids) return ids.error();
@@ -154,7 +167,7 @@ Result<nlohmann::json> load_trace(const Dirs& dirs, const std::string& run_id_or
   if (matches.size() > 1) {
     return make_error(kStage, "run id prefix '" + want + "' is ambiguous: " + std::to_string(matches.size()) +
                                   " traces match (" + matches.front() + ", ..., " + matches.back() +
-                                  "); give more characters");
+                                  "); give more characters, or 'last' for the newest run");
   }
   return parse_record(trace_path(dirs, matches.front()));
 }

@@ -23,8 +23,9 @@ struct TraceSummary {
 };
 
 Status store_trace(const Dirs& dirs, const std::string& run_id, const std::string& json_text);
-Result<std::vector<TraceSummary>> list_traces(const Dirs& dirs);  // newest first
-// Exact run id or a unique prefix of one.
+// Newest first; at most `newest` of them when not 0 (only those records are read).
+Result<std::vector<TraceSummary>> list_traces(const Dirs& dirs, std::size_t newest = 0);
+// Exact run id, a unique prefix of one, "last" (the newest run) or "-N" (the Nth newest).
 Result<nlohmann::json> load_trace(const Dirs& dirs, const std::string& run_id_or_prefix);
 
 }  // namespace sbx

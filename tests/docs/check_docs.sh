@@ -4,7 +4,9 @@
 # Checks that the docs keep up with the binary: every subcommand (nested ones too) and every long
 # option that `SBX_BINARY [SUBCOMMAND...] --help` prints appears in man/sbx.1 and in the bash, zsh
 # and fish completions; that the man page renders without warnings; and that the completion files
-# parse. Prints each check, then "N passed, N failed"; exits 1 on any failure, 2 on bad usage.
+# parse; and that every example of README.md and the man pages runs as written, printing what the
+# docs show (tests/docs/run_examples.py), as root and rootless. Prints each check, then
+# "N passed, N failed"; exits 1 on any failure, 2 on bad usage.
 set -u
 
 if [[ $# -ne 1 ]]; then
@@ -146,6 +148,17 @@ if command -v man >/dev/null 2>&1; then
             printf '      %s\n' "$warnings"
         fi
     done
+    # Both pages render without warnings, and without a doubled quote: roff's "" is a literal quote
+    # only inside a quoted argument, so an unquoted .B {""mode"": ""none""} shows the doubled marks.
+    for page in "$man_page" "$root/man/sbx-pack.5"; do
+        rel=${page#"$root"/}
+        warnings=$(man --warnings -l "$page" 2>&1 >/dev/null)
+        if [[ -z $warnings ]]; then pass "man --warnings -l $rel: no warnings"
+        else fail "man --warnings -l $rel:"; printf '      %s\n' "$warnings"; fi
+        doubled=$(MANWIDTH=100 man -l "$page" 2>/dev/null | grep -n '""')
+        if [[ -z $doubled ]]; then pass "$rel renders no doubled quotes"
+        else fail "$rel renders doubled quotes (quote the whole roff argument):"; printf '      %s\n' "$doubled"; fi
+    done
 else
     fail "man not installed (apt-get install man-db groff): cannot check man/sbx.1"
 fi
@@ -167,6 +180,43 @@ if command -v fish >/dev/null 2>&1; then
     else fail "fish -n completions/sbx.fish: $(cat "$tmp/err")"; fi
 else
     skip "skipped: fish not installed"
+fi
+
+# --- every example runs as written -------------------------------------------------------------
+# tests/docs/run_examples.py runs the README's and the man pages' examples and compares what they
+# print where the docs show it: as root and as the unprivileged user `sbxtest` (created like
+# tests/integration/run.sh does) when this runs as root, else rootless as the caller. It runs from
+# a copy that the unprivileged user can read (the checkout may sit under a root-only directory).
+examples() {  # examples MODE [RUNUSER...]
+    local mode=$1 out rc
+    shift
+    out=$("$@" /usr/bin/python3 "$copy/tests/docs/run_examples.py" "$copy/sbx" "$mode" 2>&1)
+    rc=$?
+    printf '%s\n' "$out" | sed 's/^/      /'
+    if [[ $rc -eq 0 ]]; then pass "examples run as written ($mode): $(tail -n 1 <<<"$out")"
+    else fail "examples run as written ($mode): $(tail -n 1 <<<"$out")"; fi
+}
+if [[ ! -x /usr/bin/python3 ]]; then
+    fail "examples: /usr/bin/python3 is required to run them"
+else
+    copy=$tmp/examples-copy
+    mkdir -p "$copy/tests/docs" "$copy/man"
+    cp "$root/tests/docs/run_examples.py" "$copy/tests/docs/"
+    cp "$root/README.md" "$copy/"
+    cp "$root/man/sbx.1" "$root/man/sbx-pack.5" "$copy/man/"
+    cp -r "$root/examples" "$root/rootfs" "$copy/"
+    cp "$sbx" "$copy/sbx"
+    chmod 755 "$tmp"
+    chmod -R a+rX "$copy"
+    # The examples keep their own state; the help walk's variables above point into $tmp.
+    unset SBX_STATE_DIR XDG_STATE_HOME XDG_CONFIG_HOME SBX_PROFILE_PATH
+    if [[ $(id -u) -eq 0 ]]; then
+        examples root
+        if ! id sbxtest >/dev/null 2>&1; then useradd -m -s /bin/bash sbxtest; fi
+        examples rootless runuser -u sbxtest -- env HOME="$(getent passwd sbxtest | cut -d: -f6)" TMPDIR=/tmp
+    else
+        examples rootless
+    fi
 fi
 
 echo "$passed passed, $failed failed"

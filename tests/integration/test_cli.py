@@ -86,6 +86,38 @@ class Profiles(SbxTestCase):
             self.assertEqual(t["invocation"]["profile"]["sha256"], hashlib.sha256(f.read()).hexdigest(),
                              "the trace hashes the profile file that was used")
 
+    def test_limits_have_one_spelling_everywhere(self):
+        """Profiles, pack manifests and exec requests take the flag spelling (timeout, memory,
+        cpu_time, ...) and the run spec's (timeout_ms, ...) as an alias; errors name the key as
+        written, never the other spelling."""
+        p = self.write("public.json", {"limits": {"timeout": "300ms", "memory": "256M", "cpu_time": "2s",
+                                                  "output_limit": "1M", "tmp_size": "8M"}})
+        r = sbx(["run", "--profile", p, "--dry-run", "--", "true"])
+        self.assertExit(r, 0)
+        lim = json.loads(r.out)["limits"]
+        self.assertEqual((lim["timeout_ms"], lim["memory_bytes"], lim["cpu_time_ms"], lim["output_limit_bytes"],
+                          lim["tmp_size_bytes"]), (300, 256 << 20, 2000, 1 << 20, 8 << 20))
+        self.assertExit(self.run_sbx(["sleep", "5"], ["--profile", p]), 124, "the profile's timeout applies")
+        r = sbx(["profile", "show", p])
+        self.assertIn('"timeout": "300ms"', r.out, "the profile is shown as written")
+        self.check_bad(self.write("both.json", {"limits": {"timeout": "1s", "timeout_ms": 5}}), "'timeout' and 'timeout_ms'")
+        bad = self.write("badpublic.json", {"limits": {"timeout": "soon"}})
+        self.check_bad(bad, "/limits/timeout:")
+        self.assertNotIn("timeout_ms", sbx(["run", "--profile", bad, "--", "true"]).err)
+        # An exec request: the alias works, and a bad value is reported under the key as written.
+        r = sbx(["exec"], input=json.dumps({"language": "sh", "code": "echo ok",
+                                            "limits": {"timeout_ms": 5000, "memory_bytes": "128M"}}).encode(), timeout=60)
+        self.assertExit(r, 0)
+        self.assertEqual(json.loads(r.out)["status"], "ok")
+        r = sbx(["exec"], input=json.dumps({"language": "sh", "code": "true", "limits": {"timeout": "soon"}}).encode())
+        self.assertExit(r, 125)
+        msg = json.loads(r.out)["error"]["message"]
+        self.assertIn("/limits/timeout: bad value", msg)
+        self.assertNotIn("timeout_ms", msg)
+        for name in ("untrusted", "trusted"):
+            shown = json.loads(sbx(["profile", "show", name]).out)["profile"]["limits"]
+            self.assertIn("timeout", shown, "the shipped profiles use the public spelling")
+
     def test_profile_ls_and_show(self):
         r = sbx(["profile", "ls"])
         self.assertExit(r, 0)

@@ -182,6 +182,21 @@ class ImageStore(SbxTestCase):
         note("tamper: " + r.out.strip().replace("\n", " | "))
         # Another image's tree is untouched.
         self.assertEqual(sbx(["image", "verify", "busybox"]).rc, 0)
+        # What the error says to do repairs it: the same content imported again replaces the
+        # modified tree (it used to report success and leave the mismatch in place).
+        r = sbx(["image", "import", tree, "--name", "tamper"])
+        self.assertExit(r, 0)
+        self.assertIn("repaired " + meta["digest"], r.out)
+        r = sbx(["image", "verify", "tamper", "--full"])
+        self.assertExit(r, 0, "verify after the re-import")
+        self.assertNotIn("MISMATCH", r.out)
+        self.assertEqual(self.run_sbx(["/bin/true"], ["--image", "tamper"]).rc, 0)
+        with open(json.loads(sbx(["image", "inspect", "tamper"]).out)["rootfs"] + "/etc/passwd") as f:
+            self.assertNotIn("evil", f.read())
+        # An intact image imported again is left as it is.
+        r = sbx(["image", "import", tree, "--name", "tamper"])
+        self.assertExit(r, 0)
+        self.assertNotIn("repaired", r.out)
         sbx(["image", "rm", meta["digest"]])
 
 

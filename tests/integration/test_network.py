@@ -143,6 +143,36 @@ class Network(SbxTestCase):
         self.assertEqual(r.out.strip(), "unset", "no proxy variables without --allow-host")
 
     # -- denied ------------------------------------------------------------------------------
+    def test_text_record_shows_usage_and_why_connections_failed(self):
+        """trace show --format text: the network mode, connections and bytes per host, and why a
+        connection to an allowed host failed (the record keeps the reason as last_failure)."""
+        closed = socket.socket()
+        closed.bind(("127.0.0.1", 0))
+        dead_port = closed.getsockname()[1]
+        closed.close()  # bound then closed: nothing listens there
+        script = (f"{CURL} -sS --max-time 10 -o /dev/null http://127.0.0.1:{self.port}/a; "
+                  f"{CURL} -sS --max-time 10 -o /dev/null http://127.0.0.1:{dead_port}/b; "
+                  f"{CURL} -sS --max-time 10 -o /dev/null http://127.0.0.1:{self.other_port}/c; true")
+        state = self.path("state")
+        r = sbx(["--state-dir", state, "run"] + self.allow(f"127.0.0.1:{self.port}", f"127.0.0.1:{dead_port}")
+                + ["--", "sh", "-c", script], timeout=60)
+        self.assertExit(r, 0)
+        r = sbx(["--state-dir", state, "trace", "show", "last", "--format", "text"])
+        self.assertExit(r, 0)
+        note(r.out)
+        lines = r.out.splitlines()
+        net = [l for l in lines if l.startswith("network ")]
+        self.assertEqual(len(net), 1, r.out)
+        self.assertIn(f"proxy (allow 127.0.0.1:{self.port}, 127.0.0.1:{dead_port})", net[0])
+        self.assertTrue(any(f"127.0.0.1:{self.port}: 1 connection(s)" in l and "bytes in" in l for l in lines), r.out)
+        dead = [l for l in lines if f"127.0.0.1:{dead_port}: " in l]
+        self.assertEqual(len(dead), 1, r.out)
+        self.assertIn("1 failed", dead[0])
+        self.assertIn(f"last failure: cannot connect to 127.0.0.1:{dead_port}: Connection refused", dead[0])
+        denied = [l for l in lines if f"denied 127.0.0.1:{self.other_port} at " in l]
+        self.assertEqual(len(denied), 1, "the denial is listed with its reason: " + r.out)
+        self.assertIn("is not allowed", denied[0])
+
     def test_denied_host_gets_403_and_is_recorded(self):
         before = len(self.other.hits)
         url = f"http://127.0.0.1:{self.other_port}/secret"

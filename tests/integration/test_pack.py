@@ -486,6 +486,73 @@ class SchemaContract(PackCase):
         self.assertIn("output_schema#/", err)
         self.assertIn("later JSON Schema draft", err)
 
+    def test_misspelled_keywords_are_reported(self):
+        """"requried" and "patern" check nothing (draft-07 ignores unknown keywords): pack validate
+        refuses them by default, naming each with its pointer and the keyword meant; --no-strict
+        and pack run warn; an exec request's output_schema refuses them."""
+        d = self.with_schema("schemas/in.json", {"type": "object", "requried": ["id"],
+                                                 "properties": {"id": {"type": "string", "patern": "^a"},
+                                                                "mm": {"x-unit": "mm"}}})
+        r = sbx(["pack", "validate", d], timeout=20)
+        self.assertExit(r, 125)
+        self.assertIn('schemas/in.json#/requried: "requried" is not a draft-07 keyword', r.err)
+        self.assertIn('(did you mean "required"?)', r.err)
+        self.assertIn('schemas/in.json#/properties/id/patern: "patern" is not a draft-07 keyword', r.err)
+        self.assertIn('(did you mean "pattern"?)', r.err)
+        self.assertNotIn("x-unit", r.err, "x- extensions are allowed")
+        self.assertIn("2 problem(s)", r.err)
+        r = sbx(["pack", "validate", "--no-strict", d], timeout=20)
+        self.assertExit(r, 0)
+        self.assertIn("sbx: warning: ", r.err)
+        self.assertIn("#/requried", r.err)
+        # Beside a real problem, the warnings are still listed (and not counted as problems).
+        with open(d + "/pack.json") as f:
+            m = json.load(f)
+        m["bogus"] = 1
+        with open(d + "/pack.json", "w") as f:
+            json.dump(m, f)
+        r = sbx(["pack", "validate", "--no-strict", d], timeout=20)
+        self.assertExit(r, 125)
+        self.assertIn("pack.json#/bogus", r.err)
+        self.assertRegex(r.err, r"sbx: warning: .*schemas/in.json#/requried")
+        self.assertIn("1 problem(s)", r.err)
+        m.pop("bogus")
+        with open(d + "/pack.json", "w") as f:
+            json.dump(m, f)
+        r = self.pack_run(d, self.records([{"id": "zz", "mm": 1}]))
+        self.assertExit(r, 0)
+        self.assertIn("#/properties/id/patern", r.err)
+        r = sbx(["exec"], input=json.dumps({"language": "sh", "code": "true",
+                                            "output_schema": {"type": "object", "requried": ["a"]}}).encode(),
+                timeout=60)
+        self.assertExit(r, 125)
+        self.assertIn('output_schema#/requried: "requried" is not a draft-07 keyword', json.loads(r.out)["error"]["message"])
+
+    def test_every_schema_error_is_listed_with_its_pointer(self):
+        d = self.with_schema("schemas/in.json", {"type": "object", "properties": {
+            "a": {"type": "strng"}, "b": {"minimum": "zero"}, "c": {"pattern": "^(?=x)"}, "d": {"minLength": -1}}})
+        r = sbx(["pack", "validate", d], timeout=20)
+        self.assertExit(r, 125)
+        for pointer in ("#/properties/a/type:", "#/properties/b/minimum:", "#/properties/c/pattern:",
+                        "#/properties/d/minLength:"):
+            self.assertIn("schemas/in.json" + pointer, r.err)
+        self.assertIn("4 problem(s)", r.err)
+
+    def test_validation_messages_show_what_was_expected_and_found(self):
+        d = self.with_schema("schemas/in.json", {"type": "object", "properties": {
+            "id": {"type": "string", "pattern": "^[a-z]+$"}, "mm": {"type": "integer", "minimum": 0},
+            "k": {"enum": ["x", "y"]}, "s": {"maxLength": 3}}})
+        r = self.pack_run(d, self.records([{"id": "AB1", "mm": -2, "k": "z", "s": "q" * 500}, {"id": 7}]))
+        self.assertExit(r, 65)
+        self.assertIn('#/0/id: must match the pattern "^[a-z]+$" (got "AB1")', r.err)
+        self.assertIn("#/0/mm: must be at least 0 (got -2)", r.err)
+        self.assertIn('#/0/k: must be one of ["x","y"] (got "z")', r.err)
+        self.assertIn("#/0/s: must be at most 3 characters long, not 500 (got \"qqq", r.err)
+        self.assertIn('qqq...)', r.err, "the offending value is cut")
+        self.assertLess(max(len(l) for l in r.err.splitlines()), 200)
+        self.assertIn("#/1/id: must be of type string, not integer (got 7)", r.err)
+        self.assertNotIn("0.000000", r.err)
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -143,6 +143,49 @@ class TraceCommands(SbxTestCase):
             self.assertEqual(shown, json.load(f))
         validate_trace(self, shown)
 
+    def test_last_and_counting_back_and_listing_for_scripts(self):
+        """show last / -N, ls -n N and --json; a year prefix that matches two runs is ambiguous
+        (the README used to suggest `trace show 2026`)."""
+        state = self.path("state")
+        env = dict(os.environ, SBX_STATE_DIR=state)
+        ids = []
+        for i in range(3):
+            tf = self.path(f"t{i}.json")
+            self.assertExit(sbx(["run", "--trace-file", tf, "--", "sh", "-c", f"exit {i}"], env=env), i)
+            with open(tf) as f:
+                ids.append(json.load(f)["run_id"])
+            time.sleep(0.02)
+        for sel, want in (("last", ids[2]), ("-1", ids[2]), ("-2", ids[1]), ("-3", ids[0])):
+            r = sbx(["trace", "show", sel], env=env)
+            self.assertExit(r, 0, sel)
+            self.assertEqual(json.loads(r.out)["run_id"], want, sel)
+        r = sbx(["trace", "show", "-1", "--format", "text"], env=env)
+        self.assertExit(r, 0)
+        self.assertIn(ids[2], r.out.splitlines()[0])
+        r = sbx(["trace", "show", "last", "--json"], env=env)
+        self.assertEqual(json.loads(r.out)["run_id"], ids[2])
+        r = sbx(["trace", "show", "-4"], env=env)
+        self.assertExit(r, 125)
+        self.assertIn("holds 3 run(s)", r.err)
+        r = sbx(["trace", "show", ids[0][:4]], env=env)
+        self.assertExit(r, 125)
+        self.assertIn("ambiguous", r.err)
+        self.assertIn("'last'", r.err)
+        r = sbx(["trace", "ls", "-n", "2"], env=env)
+        self.assertExit(r, 0)
+        rows = r.out.splitlines()[1:]
+        self.assertEqual([row.split()[0] for row in rows], [ids[2], ids[1]])
+        r = sbx(["trace", "ls", "--json"], env=env)
+        self.assertExit(r, 0)
+        listed = json.loads(r.out)
+        self.assertEqual([e["run_id"] for e in listed], list(reversed(ids)))
+        self.assertEqual(listed[0]["exit_code"], 2)
+        self.assertEqual(listed[0]["status"], "exit_nonzero")
+        self.assertEqual(listed[2]["command"], "sh -c 'exit 0'")
+        r = sbx(["trace", "ls", "--json", "--newest", "1"], env=env)
+        self.assertEqual([e["run_id"] for e in json.loads(r.out)], [ids[2]])
+        self.assertExit(sbx(["trace", "ls", "-n", "0"], env=env), 125)
+
     def test_show_unknown_id(self):
         state = self.path("state")
         r = sbx(["--state-dir", state, "trace", "show", "no-such-run"])

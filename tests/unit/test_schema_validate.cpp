@@ -344,3 +344,41 @@ TEST_CASE("drafts other than draft-07 are refused, naming the draft") {
   REQUIRE(s.ok());
   CHECK_FALSE(s->validate(json::parse(R"([1, "x"])")).empty());
 }
+
+TEST_CASE("compile lists every problem, sorted by pointer; unknown keywords warn, or fail when strict") {
+  auto schema = json::parse(R"({"requried": ["a"], "properties": {"a": {"type": "strng", "patern": "^x"},
+                                "b": {"minimum": "0"}, "c": {"x-doc": 1, "title": "t"}}})");
+  sbx::SchemaReport report;
+  auto r = CompiledSchema::compile(schema, "s.json", &report, false);
+  REQUIRE_FALSE(r.ok());
+  REQUIRE(report.errors.size() == 2);
+  CHECK(report.errors[0].pointer == "/properties/a/type");
+  CHECK(report.errors[1].pointer == "/properties/b/minimum");
+  CHECK(r.error().message.find("(and 1 more problem(s))") != std::string::npos);
+  REQUIRE(report.warnings.size() == 2);
+  CHECK(report.warnings[0].pointer == "/properties/a/patern");
+  CHECK(report.warnings[0].message.find("did you mean \"pattern\"") != std::string::npos);
+  CHECK(report.warnings[1].pointer == "/requried");
+
+  sbx::SchemaReport ok_report;
+  auto typo_only = json::parse(R"({"requried": ["a"]})");
+  CHECK(CompiledSchema::compile(typo_only, "s.json", &ok_report, false).ok());
+  CHECK(ok_report.warnings.size() == 1);
+  sbx::SchemaReport strict_report;
+  CHECK_FALSE(CompiledSchema::compile(typo_only, "s.json", &strict_report, true).ok());
+  REQUIRE(strict_report.errors.size() == 1);
+  CHECK(strict_report.errors[0].message.find("did you mean \"required\"") != std::string::npos);
+}
+
+TEST_CASE("validation messages quote the offending value, cut, unless it is the sandbox's") {
+  auto s = CompiledSchema::compile(json::parse(R"({"properties": {"n": {"minimum": 0}, "s": {"pattern": "^a$"}}})"), "s");
+  REQUIRE(s.ok());
+  auto errs = s->validate(json::parse(R"({"n": -1.5, "s": "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"})"));
+  REQUIRE(errs.size() == 2);
+  CHECK(errs[0].message == "must be at least 0 (got -1.5)");
+  CHECK(errs[1].message.starts_with("must match the pattern \"^a$\" (got \"bbbb"));
+  CHECK(errs[1].message.size() < 80);
+  auto hidden = s->validate(json::parse(R"({"n": -1})"), sbx::kProducedValues);
+  REQUIRE(hidden.size() == 1);
+  CHECK(hidden[0].message == "must be at least 0");
+}

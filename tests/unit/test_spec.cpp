@@ -149,3 +149,19 @@ TEST_CASE("network: allow list, limits, and the proxy mode it implies") {
   bad2["network"]["max_connections"] = 0;
   CHECK_FALSE(spec_from_json(bad2, "p.json").ok());
 }
+
+TEST_CASE("limit keys: the public spelling becomes the RunSpec key; both spellings of one limit are refused") {
+  nlohmann::json limits = {{"timeout", "2s"}, {"memory_bytes", "1G"}, {"pids", 3}};
+  std::map<std::string, std::string> written;
+  REQUIRE(sbx::canonical_limit_keys(limits, "p.json", &written).ok());
+  CHECK(limits == nlohmann::json({{"timeout_ms", "2s"}, {"memory_bytes", "1G"}, {"pids", 3}}));
+  CHECK(written == std::map<std::string, std::string>{{"timeout_ms", "timeout"}});
+  CHECK(sbx::as_written("p.json: /limits/timeout_ms: bad duration", written) == "p.json: /limits/timeout: bad duration");
+  CHECK(sbx::as_written("/limits/timeout_msx: other", written) == "/limits/timeout_msx: other");
+  nlohmann::json both = {{"memory", "1G"}, {"memory_bytes", 5}};
+  auto st = sbx::canonical_limit_keys(both, "p.json");
+  REQUIRE_FALSE(st.ok());
+  CHECK(st.error().message.find("'memory' and 'memory_bytes'") != std::string::npos);
+  CHECK(sbx::public_limit_name("cpu_time_ms") == "cpu_time");
+  CHECK(sbx::public_limit_name("out_size_bytes") == "out_size_bytes");
+}
