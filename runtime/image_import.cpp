@@ -251,7 +251,16 @@ Result<ImportStats> populate_from_tar(const std::string& path, const std::string
   UniqueFd root(::open(staging.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   if (root.get() < 0) return sys_error(kStage, "open staging directory " + staging);
   ImportStats stats;
-  TarReader reader(tarball->fd());
+  // What a tar holding at most max_bytes of file data in max_entries members can decompress to:
+  // the data, plus a header and up to a block of padding per member, plus room for long names
+  // (GNU 'L' and pax records of 1 KiB per member on average). Saturating: the limits may be huge.
+  const std::int64_t headroom = limits.max_entries > (INT64_MAX - limits.max_bytes) / 3072
+                                    ? INT64_MAX - limits.max_bytes
+                                    : limits.max_entries * 3072;
+  tarball->limit_output(limits.max_bytes + headroom,
+                        "more than --max-bytes of file data and tar headers for --max-entries members could take; "
+                        "nothing was stored");
+  TarReader reader(*tarball);
   std::vector<char> buf(1 << 20);
   Status failed;
   bool stopped_at_limit = false;
