@@ -48,6 +48,8 @@ void add_image_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& ou
   import->add_option("--max-bytes", max_bytes_text, "Stop and store nothing past this much file data (default 4G)");
   import->add_option("--max-entries", max_entries_text, "Stop and store nothing past this many entries (default 1000000)");
   auto* ls = image->add_subcommand("ls", "List stored images: names, digest, size, import time");
+  static bool ls_json = false;
+  ls->add_flag("--json", ls_json, "Print a JSON array (one object per image) for scripts");
   auto* inspect = image->add_subcommand("inspect", "Print an image's record (digest, names, counts, seal) as JSON");
   inspect->add_option("ref", ref, "NAME[:TAG] or sha256:<hex prefix>")->required();
   auto* rm = image->add_subcommand("rm", "Remove a name (the image goes with its last name) or, by digest, an image");
@@ -104,6 +106,17 @@ void add_image_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& ou
     if (ls->parsed()) {
       auto all = store.list();
       if (!all) return usage_error(all.error().describe());
+      if (ls_json) {
+        nlohmann::json arr = nlohmann::json::array();
+        for (auto& r : *all)
+          arr.push_back({{"digest", r.digest},
+                         {"names", r.names},
+                         {"entries", r.meta.value("entries", 0LL)},
+                         {"bytes", r.meta.value("bytes", 0LL)},
+                         {"imported_at", r.meta.value("imported_at", std::string())}});
+        std::printf("%s\n", dump_json(arr, 2, {}, true).c_str());  // ASCII: safe on a terminal (json_io.hpp)
+        return 0;
+      }
       std::printf("%-32s %-19s %8s %10s  %s\n", "NAME", "DIGEST", "ENTRIES", "SIZE", "IMPORTED");
       for (auto& r : *all) {
         std::vector<std::string> names = r.names.empty() ? std::vector<std::string>{"<none>"} : r.names;

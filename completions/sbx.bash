@@ -152,7 +152,8 @@ _sbx() {
                 [[ $cur == -* ]] && COMPREPLY=($(compgen -W "--help" -- "$cur")) ||
                     COMPREPLY=($(compgen -W "ls show" -- "$cur"))
             elif [[ $cur == -* ]]; then
-                COMPREPLY=($(compgen -W "--help" -- "$cur"))
+                [[ $sub == ls ]] && COMPREPLY=($(compgen -W "--json --help" -- "$cur")) ||
+                    COMPREPLY=($(compgen -W "--help" -- "$cur"))
             elif [[ $sub == show && $npos -eq 0 ]]; then
                 COMPREPLY=($(compgen -W "$(_sbx_profiles)" -- "$cur") $(_sbx_profile_files "$cur"))
                 compopt -o filenames 2>/dev/null
@@ -194,6 +195,7 @@ _sbx() {
                 case $sub in
                     import) COMPREPLY=($(compgen -W "--name -q --quiet --max-bytes --max-entries --help" -- "$cur")) ;;
                     verify) COMPREPLY=($(compgen -W "--full --help" -- "$cur")) ;;
+                    ls) COMPREPLY=($(compgen -W "--json --help" -- "$cur")) ;;
                     *) COMPREPLY=($(compgen -W "--help" -- "$cur")) ;;
                 esac
             else
