@@ -193,7 +193,7 @@ _sbx() {
                     COMPREPLY=($(compgen -W "import ls inspect rm verify" -- "$cur"))
             elif [[ $cur == -* ]]; then
                 case $sub in
-                    import) COMPREPLY=($(compgen -W "--name -q --quiet --max-bytes --max-entries --help" -- "$cur")) ;;
+                    import) COMPREPLY=($(compgen -W "--name -q --quiet --max-bytes --max-entries --format --platform --help" -- "$cur")) ;;
                     verify) COMPREPLY=($(compgen -W "--full --help" -- "$cur")) ;;
                     ls) COMPREPLY=($(compgen -W "--json --help" -- "$cur")) ;;
                     *) COMPREPLY=($(compgen -W "--help" -- "$cur")) ;;

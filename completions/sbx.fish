@@ -198,6 +198,8 @@ complete -c sbx -n '__sbx_at image import' -l name -x -d 'NAME[:TAG] to give the
 complete -c sbx -n '__sbx_at image import' -s q -l quiet -d 'Print only the digest, no progress'
 complete -c sbx -n '__sbx_at image import' -l max-bytes -r -d 'Stop and store nothing past this much file data (default 4G)'
 complete -c sbx -n '__sbx_at image import' -l max-entries -r -d 'Stop and store nothing past this many entries (default 1000000)'
+complete -c sbx -n '__sbx_at image import' -l format -x -a 'auto rootfs oci-layout docker-archive' -d 'What SOURCE is'
+complete -c sbx -n '__sbx_at image import' -l platform -x -a 'linux/amd64 linux/arm64 linux/arm/v7' -d 'OS/ARCH[/VARIANT] of a multi-platform image'
 complete -c sbx -n '__sbx_at image inspect; or __sbx_at image rm; or __sbx_at image verify' -a '(__sbx_images)' -d 'Image'
 complete -c sbx -n '__sbx_at image verify' -l full -d 'Re-hash every file and compare with the manifest'
 

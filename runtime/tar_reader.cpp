@@ -390,6 +390,7 @@ Result<std::optional<TarEntry>> TarReader::next_entry() {
     auto path = normalise(raw, "name", where);
     if (!path) return path.error();
     e.path = std::move(*path);
+    e.absolute = !raw.empty() && raw[0] == '/';
     if (e.path == "." && e.type != TarEntry::Type::dir)
       return make_error(kStage, "tar: " + where + " names the archive's root but is not a directory");
 

@@ -37,6 +37,7 @@ struct TarEntry {
   std::int64_t size = 0;  // data bytes; 0 for everything but files
   std::int64_t mtime = 0; // seconds since the epoch (pax fractions rounded down)
   std::int64_t offset = 0;  // byte offset of the member's (first) header, for the importer's messages
+  bool absolute = false;    // the name began with "/" (removed in `path`; a container layer refuses it)
 };
 
 // Where the archive's bytes come from: a file descriptor, or a decompressor (runtime/tarball.hpp).
