@@ -40,14 +40,22 @@ void add_image_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& ou
   static std::string source, name, ref;
   static std::vector<std::string> refs;
   static bool full = false, quiet = false;
-  auto* import = image->add_subcommand("import", "Import a directory or a tarball (plain, gzip, xz, zstd, bzip2) as an image");
+  auto* import = image->add_subcommand(
+      "import", "Import a directory or a tarball (plain, gzip, xz, zstd, bzip2): a root file system, an OCI image layout or a docker save archive");
   import->add_option("source", source, "Directory or tarball to import")->required();
   import->add_option("--name", name, "NAME[:TAG] to give the image (tag defaults to latest)")->required();
   import->add_flag("-q,--quiet", quiet, "Print only the digest, no progress");
   static std::string max_bytes_text, max_entries_text;
+  static ImportOptions import_options;
+  import->add_option("--format", import_options.format,
+                     "auto (default), rootfs, oci-layout or docker-archive: what SOURCE is");
+  import->add_option("--platform", import_options.platform,
+                     "OS/ARCH[/VARIANT] to take from a multi-platform image (default linux/amd64)");
   import->add_option("--max-bytes", max_bytes_text, "Stop and store nothing past this much file data (default 4G)");
   import->add_option("--max-entries", max_entries_text, "Stop and store nothing past this many entries (default 1000000)");
   auto* ls = image->add_subcommand("ls", "List stored images: names, digest, size, import time");
+  static bool ls_json = false;
+  ls->add_flag("--json", ls_json, "Print a JSON array (one object per image) for scripts");
   auto* inspect = image->add_subcommand("inspect", "Print an image's record (digest, names, counts, seal) as JSON");
   inspect->add_option("ref", ref, "NAME[:TAG] or sha256:<hex prefix>")->required();
   auto* rm = image->add_subcommand("rm", "Remove a name (the image goes with its last name) or, by digest, an image");
@@ -84,7 +92,7 @@ void add_image_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& ou
         if (!end || *end || n <= 0) return usage_error("image import: --max-entries: expected a positive count, got '" + max_entries_text + "'");
         limits.max_entries = n;
       }
-      auto r = store.import(source, name, progress, limits);
+      auto r = store.import(source, name, progress, limits, import_options);
       if (tty && now_ms() - start > 1000 && !quiet) std::fprintf(stderr, "\n");
       if (!r) return usage_error(r.error().describe());
       if (quiet) {
@@ -98,6 +106,9 @@ void add_image_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& ou
       if (dropped) std::printf("; dropped %lld device node(s)/FIFO(s)/socket(s)", static_cast<long long>(dropped));
       std::int64_t special = m["normalised"]["special_bits_cleared"].get<std::int64_t>();
       if (special) std::printf("; cleared setuid/setgid/sticky on %lld", static_cast<long long>(special));
+      if (m.contains("container"))
+        std::printf("; %s %s, %zu layer(s)", m["format"].get<std::string>().c_str(),
+                    printable(m["container"]["platform"].get<std::string>()).c_str(), m["container"]["layers"].size());
       std::printf(")\n");
       if (r->repaired)
         std::printf("repaired %s: the stored copy had been modified (its seal did not match) and was replaced\n",
@@ -107,6 +118,17 @@ void add_image_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& ou
     if (ls->parsed()) {
       auto all = store.list();
       if (!all) return usage_error(all.error().describe());
+      if (ls_json) {
+        nlohmann::json arr = nlohmann::json::array();
+        for (auto& r : *all)
+          arr.push_back({{"digest", r.digest},
+                         {"names", r.names},
+                         {"entries", r.meta.value("entries", 0LL)},
+                         {"bytes", r.meta.value("bytes", 0LL)},
+                         {"imported_at", r.meta.value("imported_at", std::string())}});
+        std::printf("%s\n", dump_json(arr, 2, {}, true).c_str());  // ASCII: safe on a terminal (json_io.hpp)
+        return 0;
+      }
       std::printf("%-32s %-19s %8s %10s  %s\n", "NAME", "DIGEST", "ENTRIES", "SIZE", "IMPORTED");
       for (auto& r : *all) {
         std::vector<std::string> names = r.names.empty() ? std::vector<std::string>{"<none>"} : r.names;

@@ -12,17 +12,28 @@ void add_profile_command(CLI::App& app, GlobalOptions&, std::vector<Command>& ou
   auto* profile = app.add_subcommand("profile", "List and show profiles (JSON files of run defaults)");
   profile->require_subcommand(1);
   auto* ls = profile->add_subcommand("ls", "List the profiles sbx can find, with where each comes from");
+  static bool ls_json = false;
+  ls->add_flag("--json", ls_json, "Print a JSON array (one object per profile) for scripts");
   auto* show = profile->add_subcommand("show", "Print a profile, and the run spec it produces");
   static std::string name;
   show->add_option("name", name, "Profile name or file")->required();
 
   out.push_back({profile, [ls, show]() -> int {
     if (ls->parsed()) {
+      nlohmann::json arr = nlohmann::json::array();
       for (auto& p : list_profiles()) {
         auto loaded = load_profile(p.origin == "built-in" ? p.name : p.origin);
+        if (ls_json) {
+          nlohmann::json o = {{"name", p.name}, {"origin", p.origin}, {"valid", loaded.ok()}};
+          if (loaded) o["description"] = loaded->description;
+          else o["error"] = loaded.error().message;
+          arr.push_back(std::move(o));
+          continue;
+        }
         std::string desc = loaded ? loaded->description : "(invalid: " + loaded.error().message + ")";
         std::printf("%-12s %-40s %s\n", printable(p.name).c_str(), printable(p.origin).c_str(), printable(desc).c_str());
       }
+      if (ls_json) std::printf("%s\n", dump_json(arr, 2, {}, true).c_str());  // ASCII (json_io.hpp)
       return 0;
     }
     if (show->parsed()) {

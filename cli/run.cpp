@@ -8,12 +8,28 @@
 #include "cli/systemd_scope.hpp"
 #include "runtime/artifact_export.hpp"
 #include "runtime/egress_policy.hpp"
+#include "runtime/image_defaults.hpp"
+#include "runtime/image_store.hpp"
 #include "runtime/json_io.hpp"
 #include "runtime/profile.hpp"
 #include "runtime/sandbox.hpp"
 #include "runtime/units.hpp"
 
 namespace sbx::cli {
+
+// A container image's Entrypoint/Cmd, Env, WorkingDir and User (image_defaults.hpp) sit between
+// the profile and the flags. An image that does not resolve is left for the run to report.
+Status apply_image_config(RunSpec& spec, RunFlags& f, const GlobalOptions& g) {
+  const std::string ref = f.image ? *f.image : spec.image;
+  if (ref == "host") return {};
+  ImageStore store(resolve_dirs(g.state_dir).images);
+  auto image = store.resolve(ref);
+  if (!image || !image->meta.contains("config")) return {};
+  CallerChoices caller{f.command, f.workdir.has_value(), f.uid.has_value(), f.gid.has_value()};
+  SBX_TRY(apply_image_defaults(spec, image->meta["config"], image->rootfs, caller, ref));
+  f.command = spec.argv;
+  return {};
+}
 
 // Flags override the merged profile; list-valued flags add to the profile's lists.
 Result<RunSpec> apply_flags(RunSpec spec, const RunFlags& f) {
@@ -185,6 +201,7 @@ void add_run_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out)
     if (!profile) return usage_error(profile.error().message);
     auto merged = spec_from_layers(*profile, nullptr, "");
     if (!merged) return usage_error(merged.error().message);
+    if (auto st = apply_image_config(*merged, f, g); !st) return usage_error(st.error().message);
     auto spec = apply_flags(std::move(*merged), f);
     if (!spec) return usage_error(spec.error().message);
     if (f.dry_run) {

@@ -152,7 +152,8 @@ _sbx() {
                 [[ $cur == -* ]] && COMPREPLY=($(compgen -W "--help" -- "$cur")) ||
                     COMPREPLY=($(compgen -W "ls show" -- "$cur"))
             elif [[ $cur == -* ]]; then
-                COMPREPLY=($(compgen -W "--help" -- "$cur"))
+                [[ $sub == ls ]] && COMPREPLY=($(compgen -W "--json --help" -- "$cur")) ||
+                    COMPREPLY=($(compgen -W "--help" -- "$cur"))
             elif [[ $sub == show && $npos -eq 0 ]]; then
                 COMPREPLY=($(compgen -W "$(_sbx_profiles)" -- "$cur") $(_sbx_profile_files "$cur"))
                 compopt -o filenames 2>/dev/null
@@ -196,8 +197,9 @@ _sbx() {
                     COMPREPLY=($(compgen -W "import ls inspect rm verify" -- "$cur"))
             elif [[ $cur == -* ]]; then
                 case $sub in
-                    import) COMPREPLY=($(compgen -W "--name -q --quiet --max-bytes --max-entries --help" -- "$cur")) ;;
+                    import) COMPREPLY=($(compgen -W "--name -q --quiet --max-bytes --max-entries --format --platform --help" -- "$cur")) ;;
                     verify) COMPREPLY=($(compgen -W "--full --help" -- "$cur")) ;;
+                    ls) COMPREPLY=($(compgen -W "--json --help" -- "$cur")) ;;
                     *) COMPREPLY=($(compgen -W "--help" -- "$cur")) ;;
                 esac
             else

@@ -157,6 +157,7 @@ end
 # sbx profile
 complete -c sbx -n '__sbx_at profile' -a ls -d 'List the profiles sbx can find'
 complete -c sbx -n '__sbx_at profile' -a show -d 'Print a profile and the run spec it produces'
+complete -c sbx -n '__sbx_at profile ls' -l json -d 'Print a JSON array for scripts'
 complete -c sbx -n '__sbx_at profile show' -a '(__sbx_profiles; __fish_complete_suffix .json)' -d 'Profile'
 
 # sbx trace
@@ -197,11 +198,14 @@ complete -c sbx -n '__sbx_at image' -a ls -d 'List stored images'
 complete -c sbx -n '__sbx_at image' -a inspect -d "Print an image's record as JSON"
 complete -c sbx -n '__sbx_at image' -a rm -d 'Remove a name, or an image by digest'
 complete -c sbx -n '__sbx_at image' -a verify -d "Check an image's seal"
+complete -c sbx -n '__sbx_at image ls' -l json -d 'Print a JSON array for scripts'
 complete -c sbx -n '__sbx_at image import' -F -d 'Directory or tarball'
 complete -c sbx -n '__sbx_at image import' -l name -x -d 'NAME[:TAG] to give the image'
 complete -c sbx -n '__sbx_at image import' -s q -l quiet -d 'Print only the digest, no progress'
 complete -c sbx -n '__sbx_at image import' -l max-bytes -r -d 'Stop and store nothing past this much file data (default 4G)'
 complete -c sbx -n '__sbx_at image import' -l max-entries -r -d 'Stop and store nothing past this many entries (default 1000000)'
+complete -c sbx -n '__sbx_at image import' -l format -x -a 'auto rootfs oci-layout docker-archive' -d 'What SOURCE is'
+complete -c sbx -n '__sbx_at image import' -l platform -x -a 'linux/amd64 linux/arm64 linux/arm/v7' -d 'OS/ARCH[/VARIANT] of a multi-platform image'
 complete -c sbx -n '__sbx_at image inspect; or __sbx_at image rm; or __sbx_at image verify' -a '(__sbx_images)' -d 'Image'
 complete -c sbx -n '__sbx_at image verify' -l full -d 'Re-hash every file and compare with the manifest'
 

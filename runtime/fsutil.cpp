@@ -180,6 +180,19 @@ Status remove_children(int dirfd, const std::string& path) {
 }
 }  // namespace
 
+Status remove_at(int dirfd, const std::string& name, const std::string& path) {
+  if (::unlinkat(dirfd, name.c_str(), 0) == 0 || errno == ENOENT) return {};
+  if (errno != EISDIR && errno != EPERM) return sys_error(kStage, "cannot remove " + path);
+  ::fchmodat(dirfd, name.c_str(), 0700, 0);
+  int sub = ::openat(dirfd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (sub < 0) return sys_error(kStage, "cannot open directory " + path);
+  auto st = remove_children(sub, path);
+  ::close(sub);
+  SBX_TRY(st);
+  if (::unlinkat(dirfd, name.c_str(), AT_REMOVEDIR) != 0) return sys_error(kStage, "cannot remove " + path);
+  return {};
+}
+
 Status remove_tree(const std::string& path) {
   struct stat st;
   if (::lstat(path.c_str(), &st) != 0) return errno == ENOENT ? Status{} : sys_error(kStage, "cannot stat " + path);

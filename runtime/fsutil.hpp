@@ -34,6 +34,9 @@ Result<std::vector<std::string>> list_dir(int dirfd, const char* stage, const st
 // rm -rf without following symlinks (unlinkat relative to each directory's fd); directories the
 // caller owns but cannot write are made writable first.
 Status remove_tree(const std::string& path);
+// Removes `name` in the directory dirfd, a whole tree if it is a directory, never following a
+// symlink (a symlink is removed itself); a missing name is no error. `path` names it in messages.
+Status remove_at(int dirfd, const std::string& name, const std::string& path);
 }  // namespace sbx
 
 namespace sbx {

@@ -7,6 +7,8 @@
 #include <unistd.h>
 
 #include <map>
+#include <set>
+#include <string_view>
 
 #include "runtime/fsutil.hpp"
 #include "runtime/tar_reader.hpp"
@@ -194,9 +196,11 @@ void split(const std::string& path, std::string& dir, std::string& base) {
   base = slash == std::string::npos ? path : path.substr(slash + 1);
 }
 
-// A later archive member replaces an earlier one of the same name (as tar does); a non-empty
-// directory is never replaced by a non-directory.
-Status clear_slot(int dirfd, const std::string& base, bool want_dir, bool& dir_exists, const std::string& path) {
+// A later archive member replaces an earlier one of the same name (as tar does); within one
+// archive a non-empty directory is never replaced by a non-directory, but a layer replaces a
+// lower layer's directory tree whole (`replace_trees`).
+Status clear_slot(int dirfd, const std::string& base, bool want_dir, bool& dir_exists, const std::string& path,
+                  bool replace_trees) {
   dir_exists = false;
   struct stat st;
   if (::fstatat(dirfd, base.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) return {};
@@ -205,6 +209,7 @@ Status clear_slot(int dirfd, const std::string& base, bool want_dir, bool& dir_e
       dir_exists = true;
       return {};
     }
+    if (replace_trees) return remove_at(dirfd, base, path);
     if (::unlinkat(dirfd, base.c_str(), AT_REMOVEDIR) != 0) return sys_error(kStage, "replace directory " + path);
     return {};
   }
@@ -244,14 +249,58 @@ Result<ImportStats> populate_from_dir(const std::string& src, const std::string&
   return std::move(c.stats);
 }
 
-Result<ImportStats> populate_from_tar(const std::string& path, const std::string& staging, const ImportProgress& progress,
-                                      const ImportLimits& limits) {
+namespace {
+
+// A container image's layer is a change set (OCI image spec, layer.md): a member ".wh.NAME"
+// deletes NAME of the layers below, ".wh..wh..opq" empties its directory of what the layers below
+// put there (the members of this layer stay), and any member replaces what was at its path, a
+// whole directory tree included.
+struct LayerRules {
+  std::set<std::string> created;  // paths this layer has made so far
+};
+
+constexpr std::string_view kWhiteout = ".wh.";
+constexpr std::string_view kOpaque = ".wh..wh..opq";
+
+Status apply_whiteout(int root, const std::string& path, LayerRules& layer) {
+  std::string dir, base;
+  split(path, dir, base);
+  if (base == kOpaque) {
+    auto parent = open_dir_beneath(root, dir, true);
+    if (!parent) return make_error(kStage, "opaque whiteout " + path + ": " + parent.error().message, parent.error().err);
+    auto names = list_dir(parent->get(), kStage, dir);
+    if (!names) return names.error();
+    for (auto& name : *names) {
+      std::string child = dir.empty() ? name : dir + "/" + name;
+      if (!layer.created.count(child)) SBX_TRY(remove_at(parent->get(), name, child));
+    }
+    return {};
+  }
+  std::string victim = base.substr(kWhiteout.size());
+  if (victim.empty() || victim == "." || victim == "..")
+    return make_error(kStage, "whiteout " + path + " names no entry");
+  auto parent = open_dir_beneath(root, dir, false);
+  if (!parent) {
+    if (parent.error().err == ENOENT) return {};  // nothing below to delete
+    return make_error(kStage, "whiteout " + path + ": " + parent.error().message, parent.error().err);
+  }
+  return remove_at(parent->get(), victim, dir.empty() ? victim : dir + "/" + victim);
+}
+
+Status extract_tar(const std::string& path, int root, ImportStats& stats, const ImportProgress& progress,
+                   const ImportLimits& limits, LayerRules* layer) {
   auto tarball = Tarball::open(path);
   if (!tarball) return tarball.error();
-  UniqueFd root(::open(staging.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-  if (root.get() < 0) return sys_error(kStage, "open staging directory " + staging);
-  ImportStats stats;
-  TarReader reader(tarball->fd());
+  // What a tar holding at most max_bytes of file data in max_entries members can decompress to:
+  // the data, plus a header and up to a block of padding per member, plus room for long names
+  // (GNU 'L' and pax records of 1 KiB per member on average). Saturating: the limits may be huge.
+  const std::int64_t headroom = limits.max_entries > (INT64_MAX - limits.max_bytes) / 3072
+                                    ? INT64_MAX - limits.max_bytes
+                                    : limits.max_entries * 3072;
+  tarball->limit_output(limits.max_bytes + headroom,
+                        "more than --max-bytes of file data and tar headers for --max-entries members could take; "
+                        "nothing was stored");
+  TarReader reader(*tarball);
   std::vector<char> buf(1 << 20);
   Status failed;
   bool stopped_at_limit = false;
@@ -267,7 +316,7 @@ Result<ImportStats> populate_from_tar(const std::string& path, const std::string
     if (!*next) break;
     const TarEntry& e = **next;
     if (e.path.empty()) {  // the archive's "./" itself: its mode becomes the root's
-      if (e.type == TarEntry::Type::dir) ::fchmod(root.get(), normalise_mode(true, e.mode));
+      if (e.type == TarEntry::Type::dir) ::fchmod(root, normalise_mode(true, e.mode));
       continue;
     }
     if (auto st = check_limits(limits, stats, e.type == TarEntry::Type::file ? static_cast<std::int64_t>(e.size) : 0, e.path); !st) {
@@ -275,20 +324,35 @@ Result<ImportStats> populate_from_tar(const std::string& path, const std::string
       stopped_at_limit = true;
       break;
     }
+    // A root file system tarball made with `tar -P` is common and its leading "/" harmless; a
+    // container layer with one is malformed (the image spec's paths are relative), so refuse it.
+    if (layer && e.absolute) {
+      failed = make_error(kStage, "member " + e.path + " has an absolute name, which a container layer may not have");
+      break;
+    }
+    if (layer && e.path.substr(e.path.rfind('/') + 1).starts_with(kWhiteout)) {
+      if (auto st = apply_whiteout(root, e.path, *layer); !st) {
+        failed = st;
+        break;
+      }
+      ++stats.whiteouts;
+      ++stats.entries;
+      continue;
+    }
     if (e.type == TarEntry::Type::other) {
       stats.dropped.push_back({e.path, tar_special_kind(e.typeflag)});
       continue;
     }
     std::string dir, base;
     split(e.path, dir, base);
-    auto parent = open_dir_beneath(root.get(), dir, true);
+    auto parent = open_dir_beneath(root, dir, true);
     if (!parent) {
       failed = make_error(kStage, "archive member " + e.path + ": " + parent.error().message, parent.error().err);
       break;
     }
     int pfd = parent->get();
     bool dir_exists = false;
-    if (auto st = clear_slot(pfd, base, e.type == TarEntry::Type::dir, dir_exists, e.path); !st) {
+    if (auto st = clear_slot(pfd, base, e.type == TarEntry::Type::dir, dir_exists, e.path, layer != nullptr); !st) {
       failed = st.error();
       break;
     }
@@ -306,7 +370,7 @@ Result<ImportStats> populate_from_tar(const std::string& path, const std::string
       case TarEntry::Type::hardlink: {
         std::string tdir, tbase;
         split(e.link, tdir, tbase);
-        auto tparent = open_dir_beneath(root.get(), tdir, false);
+        auto tparent = open_dir_beneath(root, tdir, false);
         if (!tparent) st = make_error(kStage, "hard link " + e.path + " to " + e.link + ": " + tparent.error().message, tparent.error().err);
         else if (::linkat(tparent->get(), tbase.c_str(), pfd, base.c_str(), 0) != 0)
           st = sys_error(kStage, "hard link " + e.path + " to " + e.link);
@@ -347,6 +411,7 @@ Result<ImportStats> populate_from_tar(const std::string& path, const std::string
       break;
     }
     ++stats.entries;
+    if (layer) layer->created.insert(e.path);
     if (progress) progress("extracting", stats.entries, stats.bytes);
   }
   // A decompressor that failed first explains a "truncated archive" better than the reader can
@@ -354,7 +419,39 @@ Result<ImportStats> populate_from_tar(const std::string& path, const std::string
   auto finished = tarball->finish();
   if (stopped_at_limit) return failed.error();
   if (!finished) return finished.error();
-  if (!failed) return failed.error();
+  return failed;
+}
+
+Result<UniqueFd> open_staging(const std::string& staging) {
+  UniqueFd root(::open(staging.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (root.get() < 0) return sys_error(kStage, "open staging directory " + staging);
+  return root;
+}
+
+}  // namespace
+
+Result<ImportStats> populate_from_tar(const std::string& path, const std::string& staging, const ImportProgress& progress,
+                                      const ImportLimits& limits) {
+  auto root = open_staging(staging);
+  if (!root) return root.error();
+  ImportStats stats;
+  SBX_TRY(extract_tar(path, root->get(), stats, progress, limits, nullptr));
+  return stats;
+}
+
+Result<ImportStats> apply_layers(const std::vector<std::string>& layers, const std::string& staging,
+                                 const ImportProgress& progress, const ImportLimits& limits) {
+  auto root = open_staging(staging);
+  if (!root) return root.error();
+  ImportStats stats;
+  for (std::size_t i = 0; i < layers.size(); ++i) {
+    LayerRules rules;
+    if (auto st = extract_tar(layers[i], root->get(), stats, progress, limits, &rules); !st) {
+      Error e = st.error();
+      e.message = "layer " + std::to_string(i + 1) + " of " + std::to_string(layers.size()) + ": " + e.message;
+      return e;
+    }
+  }
   return stats;
 }
 

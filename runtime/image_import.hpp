@@ -26,6 +26,7 @@ struct ImportStats {
   std::int64_t special_bits_cleared = 0;  // setuid/setgid/sticky
   std::int64_t write_bits_cleared = 0;    // group/other write
   std::vector<SkippedEntry> dropped;      // device nodes, FIFOs, sockets
+  std::int64_t whiteouts = 0;             // layer members that deleted what a lower layer made
 };
 
 // An archive is a promise about its size that it need not keep: a few MB of gzip expand to GBs,
@@ -52,5 +53,12 @@ Result<ImportStats> populate_from_dir(const std::string& src, const std::string&
 // Extracts the tarball at `path` (plain or compressed) into the empty directory `staging`.
 Result<ImportStats> populate_from_tar(const std::string& path, const std::string& staging, const ImportProgress& progress,
                                       const ImportLimits& limits = {});
+
+// Applies a container image's layer tarballs, lowest first, to the empty directory `staging`:
+// whiteouts (".wh.NAME") and opaque directories (".wh..wh..opq") delete what lower layers made,
+// and a member replaces a lower layer's entry at its path, a whole tree included. The limits
+// count every layer's entries and data together.
+Result<ImportStats> apply_layers(const std::vector<std::string>& layers, const std::string& staging,
+                                 const ImportProgress& progress, const ImportLimits& limits = {});
 
 }  // namespace sbx

@@ -1,3 +1,4 @@
+#include "runtime/oci_image.hpp"
 #include "runtime/image_store.hpp"
 
 #include <dirent.h>
@@ -153,8 +154,85 @@ Result<ImageRecord> ImageStore::load(const std::string& hex) const {
   return r;
 }
 
+namespace {
+
+struct Unpacked {
+  ImportStats stats;  // of the root file system, when the source was one
+  std::string dir;    // an OCI layout or docker archive to resolve; "" when the source was a rootfs
+};
+
+// A directory that is a container image is resolved where it is; a tarball is extracted (with
+// every rule of a root file system import) into staging/rootfs first, and if what came out is a
+// container image it moves to staging/archive to be resolved, leaving rootfs empty for its layers.
+Result<Unpacked> unpack_source(const std::string& source, bool is_dir, const std::string& staging,
+                               const ImportProgress& progress, const ImportLimits& limits, const ImportOptions& options) {
+  const std::string rootfs = staging + "/rootfs";
+  const bool may_be_container = options.format != "rootfs";
+  Unpacked out;
+  std::optional<std::string> format;
+  if (is_dir && may_be_container) format = container_format(source);
+  if (format) {
+    out.dir = source;
+  } else {
+    auto stats = is_dir ? populate_from_dir(source, rootfs, progress, limits) : populate_from_tar(source, rootfs, progress, limits);
+    if (!stats) return stats.error();
+    out.stats = std::move(*stats);
+    if (!is_dir && may_be_container) format = container_format(rootfs);
+    if (format) {
+      out.dir = staging + "/archive";
+      if (::rename(rootfs.c_str(), out.dir.c_str()) != 0) return sys_error(kStage, "cannot move the unpacked archive aside");
+      if (::mkdir(rootfs.c_str(), 0755) != 0) return sys_error(kStage, "cannot create " + rootfs);
+      out.stats = ImportStats{};
+    }
+  }
+  if (options.format != "auto" && options.format != "rootfs" && format != options.format)
+    return make_error("usage", source + " is not " + (options.format == "oci-layout" ? "an OCI image layout" : "a docker save archive") +
+                                   (format ? " (it is " + *format + ")" : ""));
+  return out;
+}
+
+}  // namespace
+
+// Two imports can store the same tree (the digest is the content's) from different origins: an
+// OCI image and a rootfs tarball of it, or two container images that differ only in their Cmd.
+// So the origin — format, container digests and run defaults — is recorded per name in
+// image.json's "by_name" (and at the top level for the latest import, which is what a reference
+// by digest sees); resolve() puts a name's own entry on top. Entries of names that no longer
+// point here are dropped, so the file stays small.
+Status ImageStore::record_origin(const std::string& dir, const std::string& digest, const std::string& name,
+                                 const ContainerImage* container) const {
+  auto text = read_bounded(dir + "/image.json", kMaxManifestBytes, kStage, dir + "/image.json");
+  if (!text) return text.error();
+  auto meta = parse_json_doc(*text, {kMaxManifestBytes}, kStage, dir + "/image.json");
+  if (!meta) return meta.error();
+  json entry = {{"format", container ? container->format : "rootfs"}};
+  if (container) {
+    entry["container"] = {{"manifest_digest", container->manifest_digest.empty() ? json(nullptr) : json(container->manifest_digest)},
+                          {"config_digest", container->config_digest},
+                          {"platform", container->platform},
+                          {"layers", container->layer_digests}};
+    entry["config"] = container->run_defaults;
+  }
+  json by_name = meta->contains("by_name") && (*meta)["by_name"].is_object() ? (*meta)["by_name"] : json::object();
+  json kept = json::object();
+  for (auto& [n, e] : by_name.items()) {
+    auto d = read_file(root_ + "/names/" + n);
+    if (n != name && d && trim(*d) == digest) kept[n] = e;
+  }
+  kept[name] = entry;
+  (*meta)["by_name"] = std::move(kept);
+  for (const char* key : {"format", "container", "config"}) {
+    if (entry.contains(key)) (*meta)[key] = entry[key];
+    else meta->erase(key);
+  }
+  return write_file_durable(dir + "/image.json", dump_json(*meta, 2) + "\n", 0644);
+}
+
 Result<ImageRecord> ImageStore::import(const std::string& source, const std::string& name_text, const ImportProgress& progress,
-                                       const ImportLimits& limits) {
+                                       const ImportLimits& limits, const ImportOptions& options) {
+  if (options.format != "auto" && options.format != "rootfs" && options.format != "oci-layout" &&
+      options.format != "docker-archive")
+    return make_error("usage", "--format: expected auto, rootfs, oci-layout or docker-archive, got '" + options.format + "'");
   auto name = canonical_image_name(name_text);
   if (!name) return name.error();
   struct stat st;
@@ -175,9 +253,18 @@ Result<ImageRecord> ImageStore::import(const std::string& source, const std::str
   std::string rootfs = staging + "/rootfs";
   if (::mkdir(rootfs.c_str(), 0755) != 0) return sys_error(kStage, "cannot create " + rootfs);
 
-  auto stats = S_ISDIR(st.st_mode) ? populate_from_dir(source, rootfs, progress, limits)
-                                   : populate_from_tar(source, rootfs, progress, limits);
-  if (!stats) return stats.error();
+  auto layout = unpack_source(source, S_ISDIR(st.st_mode), staging, progress, limits, options);
+  if (!layout) return layout.error();
+  std::optional<ContainerImage> container;
+  Result<ImportStats> stats = std::move(layout->stats);
+  if (!layout->dir.empty()) {
+    auto img = resolve_container_image(layout->dir, options.platform);
+    if (!img) return img.error();
+    stats = apply_layers(img->layers, rootfs, progress, limits);
+    if (!stats) return stats.error();
+    if (layout->dir != source) SBX_TRY(remove_tree(layout->dir));  // the unpacked archive
+    container.emplace(std::move(*img));
+  }
   ScanOptions hashing;
   if (progress) hashing.progress = [&](std::int64_t entries, std::int64_t bytes) { progress("hashing", entries, bytes); };
   auto scan = scan_tree(rootfs, hashing);
@@ -221,12 +308,15 @@ Result<ImageRecord> ImageStore::import(const std::string& source, const std::str
                                  {"group_other_write_cleared", stats->write_bits_cleared},
                                  {"dropped", stats->dropped.size()},
                                  {"dropped_entries", dropped_json(stats->dropped)}}},
-                 {"seal", {{"entries", seal->entries}, {"digest", seal->digest}}}};
+                 {"seal", {{"entries", seal->entries}, {"digest", seal->digest}}},
+                 {"format", "rootfs"}};
+    if (container) meta["normalised"]["whiteouts"] = stats->whiteouts;
     // The source path is the caller's bytes: dump_json escapes it if it is not UTF-8 (json_io.hpp).
     SBX_TRY(write_file_durable(dir + "/image.json", dump_json(meta, 2) + "\n", 0644));
   }
   SBX_TRY(write_file_durable(root_ + "/names/" + *name, "sha256:" + hex + "\n", 0644));
-  auto record = load(hex);
+  SBX_TRY(record_origin(dir, "sha256:" + hex, *name, container ? &*container : nullptr));
+  auto record = resolve(*name);
   if (record) record->repaired = repaired;
   return record;
 }
@@ -262,7 +352,18 @@ Result<ImageRecord> ImageStore::resolve(const std::string& ref) const {
   std::string digest = trim(*d);
   if (!digest.starts_with("sha256:") || !is_hex(digest.substr(7)))
     return make_error(kStage, root_ + "/names/" + *name + " does not hold a digest");
-  return load(digest.substr(7));
+  auto image = load(digest.substr(7));
+  if (!image) return image.error();
+  // The name's own origin (record_origin) over the latest import's.
+  json& meta = image->meta;
+  if (meta.contains("by_name") && meta["by_name"].is_object() && meta["by_name"].contains(*name)) {
+    const json entry = meta["by_name"][*name];
+    for (const char* key : {"format", "container", "config"}) {
+      if (entry.contains(key)) meta[key] = entry[key];
+      else meta.erase(key);
+    }
+  }
+  return image;
 }
 
 Result<std::vector<std::string>> ImageStore::remove(const std::string& ref) {

@@ -20,6 +20,7 @@
 #include "runtime/fsutil.hpp"
 #include "runtime/image_import.hpp"
 #include "runtime/image_seal.hpp"
+#include "runtime/oci_image.hpp"
 
 namespace sbx {
 
@@ -49,14 +50,23 @@ Status seal_matches(const ImageRecord& image, const Seal& taken, const std::stri
 // "name[:tag]" → "name:tag", or an error saying which rule the text breaks.
 Result<std::string> canonical_image_name(const std::string& text);
 
+// How `source` is read: "auto" (an OCI image layout or a docker save archive is recognised by its
+// index.json / manifest.json, anything else is a root file system), or one of "rootfs",
+// "oci-layout", "docker-archive" to insist. `platform` picks the manifest of a multi-platform image.
+struct ImportOptions {
+  std::string format = "auto";
+  std::string platform = "linux/amd64";
+};
+
 class ImageStore {
  public:
   explicit ImageStore(std::string root) : root_(std::move(root)) {}
   const std::string& root() const { return root_; }
 
-  // `source` is a directory or a tarball (plain, gzip, xz, zstd, bzip2).
+  // `source` is a directory or a tarball (plain, gzip, xz, zstd, bzip2): a root file system, an
+  // OCI image layout, or a docker save archive (ImportOptions).
   Result<ImageRecord> import(const std::string& source, const std::string& name, const ImportProgress& progress,
-                             const ImportLimits& limits = {});
+                             const ImportLimits& limits = {}, const ImportOptions& options = {});
   Result<std::vector<ImageRecord>> list() const;
   Result<ImageRecord> resolve(const std::string& ref) const;
   // Removes a name (and the image when no name is left), or an image and all its names when
@@ -68,6 +78,8 @@ class ImageStore {
 
  private:
   Result<UniqueFd> lock() const;  // exclusive flock on <images>/.lock
+  Status record_origin(const std::string& dir, const std::string& digest, const std::string& name,
+                       const ContainerImage* container) const;
   Result<ImageRecord> load(const std::string& hex) const;
   std::string root_;
 };

@@ -60,7 +60,7 @@ Result<std::vector<sock_filter>> compile_seccomp_policy(const SeccompPolicy& pol
 
 // The built-in default policy (profiles/seccomp/default.json, compiled into the binary).
 std::string_view default_seccomp_policy_text();
-std::string_view default_seccomp_policy_sha256();  // precomputed by tools/embed_seccomp_default.sh
+std::string_view default_seccomp_policy_sha256();  // computed at build time (cmake/embed_seccomp_default.cmake)
 
 // What the parent prepares for one run.
 struct PreparedSeccomp {

@@ -1,36 +1,37 @@
 #pragma once
-// SHA-256 (FIPS 180-4), streaming. Used for trace hashes of streams, inputs, outputs, profiles
-// and policies, and for image layers. Self-contained so that hashing adds no shared library to
-// sbx's start-up; on x86 CPUs with the SHA extensions the blocks are compressed with them.
+// SHA-256, streaming, from OpenSSL's libcrypto (linked statically, like every library of sbx).
+// Used for trace hashes of streams, inputs, outputs, profiles and policies, and for image layers.
+// libcrypto picks its fastest block function for the CPU itself (the x86 SHA extensions where
+// present), so one call path serves every machine.
 #include <cstddef>
-#include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
+
+struct evp_md_ctx_st;
 
 namespace sbx {
 
 class Sha256 {
  public:
   Sha256();
+  Sha256(Sha256&&) noexcept = default;
+  Sha256& operator=(Sha256&&) noexcept = default;
+  ~Sha256();
   void update(const void* data, std::size_t len);
   void update(std::string_view s) { update(s.data(), s.size()); }
   std::string final_hex();  // lower-case hex; the object must not be updated afterwards
 
  private:
-  void blocks(const unsigned char* p, std::size_t n);  // compresses n whole 64-byte blocks
-  std::uint32_t h_[8];
-  unsigned char buf_[64];
-  std::size_t buf_len_ = 0;
-  std::uint64_t total_ = 0;
+  struct Free {
+    void operator()(evp_md_ctx_st* ctx) const;
+  };
+  std::unique_ptr<evp_md_ctx_st, Free> ctx_;
 };
 
 std::string sha256_hex(std::string_view data);
 
-// The block function in use: "sha-ni" (x86 SHA extensions, chosen once per process when the CPU
-// has them) or "portable".
+// Where the digests come from, for `sbx doctor` and the benchmark: "libcrypto <version>".
 const char* sha256_backend();
-// For tests and benchmarks, which compare the two paths: true forces the portable code, false
-// returns to the CPU's best. Not to be called while other threads hash.
-void sha256_force_portable(bool on);
 
 }  // namespace sbx

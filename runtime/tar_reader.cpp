@@ -189,7 +189,28 @@ Result<std::string> normalise(std::string_view raw, const std::string& what, con
 
 }  // namespace
 
-TarReader::TarReader(int fd) : fd_(fd), buf_(64 * 1024) {}
+namespace {
+
+class FdSource : public ByteSource {
+ public:
+  explicit FdSource(int fd) : fd_(fd) {}
+  Result<std::size_t> read(void* buf, std::size_t n) override {
+    ssize_t got;
+    do got = ::read(fd_, buf, n);
+    while (got < 0 && errno == EINTR);
+    if (got < 0) return sys_error(kStage, "tar: reading the archive");
+    return static_cast<std::size_t>(got);
+  }
+
+ private:
+  int fd_;
+};
+
+}  // namespace
+
+TarReader::TarReader(int fd) : owned_(std::make_unique<FdSource>(fd)), src_(owned_.get()), buf_(64 * 1024) {}
+
+TarReader::TarReader(ByteSource& src) : src_(&src), buf_(64 * 1024) {}
 
 Error TarReader::truncated(const std::string& what) const {
   return make_error(kStage, "tar: archive truncated at byte " + std::to_string(offset_) + ": " + what);
@@ -200,14 +221,16 @@ Result<std::size_t> TarReader::read_some(void* dst, std::size_t n) {
   if (buf_pos_ == buf_len_) {
     // Big reads go straight to the caller's buffer; small ones refill the read-ahead.
     bool direct = n >= buf_.size();
-    ssize_t got;
-    do got = ::read(fd_, direct ? dst : buf_.data(), direct ? n : buf_.size());
-    while (got < 0 && errno == EINTR);
-    if (got < 0) return sys_error(kStage, "tar: reading the archive at byte " + std::to_string(offset_));
-    offset_ += direct ? got : 0;
-    if (direct || got == 0) return static_cast<std::size_t>(got);
+    auto got = src_->read(direct ? dst : buf_.data(), direct ? n : buf_.size());
+    if (!got) {
+      Error e = got.error();
+      e.message += " (at byte " + std::to_string(offset_) + " of the archive)";
+      return e;
+    }
+    offset_ += direct ? static_cast<std::int64_t>(*got) : 0;
+    if (direct || *got == 0) return *got;
     buf_pos_ = 0;
-    buf_len_ = static_cast<std::size_t>(got);
+    buf_len_ = *got;
   }
   std::size_t take = std::min(n, buf_len_ - buf_pos_);
   std::memcpy(dst, buf_.data() + buf_pos_, take);
@@ -367,6 +390,7 @@ Result<std::optional<TarEntry>> TarReader::next_entry() {
     auto path = normalise(raw, "name", where);
     if (!path) return path.error();
     e.path = std::move(*path);
+    e.absolute = !raw.empty() && raw[0] == '/';
     if (e.path == "." && e.type != TarEntry::Type::dir)
       return make_error(kStage, "tar: " + where + " names the archive's root but is not a directory");
 

@@ -16,6 +16,7 @@
 // the uncompressed stream). After an error the reader returns that same error from every call.
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -36,12 +37,23 @@ struct TarEntry {
   std::int64_t size = 0;  // data bytes; 0 for everything but files
   std::int64_t mtime = 0; // seconds since the epoch (pax fractions rounded down)
   std::int64_t offset = 0;  // byte offset of the member's (first) header, for the importer's messages
+  bool absolute = false;    // the name began with "/" (removed in `path`; a container layer refuses it)
+};
+
+// Where the archive's bytes come from: a file descriptor, or a decompressor (runtime/tarball.hpp).
+class ByteSource {
+ public:
+  virtual ~ByteSource() = default;
+  // Up to n bytes; 0 only at the end of the stream.
+  virtual Result<std::size_t> read(void* buf, std::size_t n) = 0;
 };
 
 class TarReader {
  public:
-  // Reads from fd, which it does not own, only sequentially: a pipe from a decompressor is fine.
+  // Reads from fd, which it does not own, only sequentially: a pipe or memfd is fine.
   explicit TarReader(int fd);
+  // Reads from src, which must outlive the reader.
+  explicit TarReader(ByteSource& src);
 
   // The next member's header, with pax 'x' records and GNU 'L'/'K' long names applied. Unread
   // data of the previous member is skipped first. std::nullopt at the end of the archive: the
@@ -63,7 +75,8 @@ class TarReader {
   Status skip(std::int64_t n);
   Error truncated(const std::string& what) const;
 
-  int fd_;
+  std::unique_ptr<ByteSource> owned_;  // the fd's source, for TarReader(int)
+  ByteSource* src_;
   std::int64_t offset_ = 0;
   std::int64_t data_left_ = 0;   // unread data bytes of the current member
   std::int64_t pad_left_ = 0;    // zero padding after them, up to the next 512-byte block

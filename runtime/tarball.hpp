@@ -1,48 +1,61 @@
 #pragma once
 // Opening an image tarball for TarReader: a plain tar is read as it is; a gzip, xz, zstd or bzip2
 // one (recognised by its magic bytes, not its name: "image.tar" is often compressed and ".tgz"
-// sometimes not) is piped through the system's decompressor, started with fork + exec (no shell,
-// so no quoting of the path can go wrong: the decompressor reads the already-open file on stdin).
-// Using the tools rather than linking the libraries keeps sbx's start-up free of four more shared
-// objects for a command that is rarely run.
-#include <sys/types.h>
-
+// sometimes not) is decompressed in process with zlib, liblzma, libzstd or libbz2 (runtime/
+// decompress.hpp). No helper process, so nothing depends on $PATH, no exit statuses to interpret,
+// and a corrupt stream is reported with the library's own reason and the byte where it failed.
+#include <cstdint>
+#include <memory>
 #include <string>
 
+#include "runtime/decompress.hpp"
 #include "runtime/error.hpp"
+#include "runtime/fsutil.hpp"
+#include "runtime/tar_reader.hpp"
 
 namespace sbx {
 
-class Tarball {
+class Tarball : public ByteSource {
  public:
   static Result<Tarball> open(const std::string& path);
 
-  Tarball(Tarball&& o) noexcept;
-  Tarball& operator=(Tarball&&) = delete;
-  // Closes the fd; a decompressor not yet finished is killed and reaped (the error paths).
-  ~Tarball();
-
   // The uncompressed tar stream, for TarReader; sequential reads only.
-  int fd() const { return fd_; }
-  // The decompressor's pid, or -1 for a plain tar.
-  pid_t pid() const { return pid_; }
-  // "gzip", "xz", "zstd", "bzip2", or "" for a plain tar.
-  const std::string& compression() const { return tool_; }
+  Result<std::size_t> read(void* buf, std::size_t n) override;
 
-  // Call after reading the archive: reads the stream to its end (so that the decompressor gets to
-  // check its trailer: gzip's CRC comes after the data, and the tar reader stops at the
-  // end-of-archive block before it), closes it, waits for the decompressor and turns a failure
-  // into an Error. After a TarReader error, finish() tells whether the decompressor failed first
-  // (a corrupt .gz reads as a truncated tar). Later calls return the same answer.
+  // A compressed stream that decompresses to more than `bytes` fails with `why` (a bomb: a few
+  // KiB of zstd or bzip2 can expand to terabytes, and the tar reader skips the data of members
+  // it does not extract, so the importer's own limits never see those bytes).
+  void limit_output(std::int64_t bytes, std::string why) {
+    out_limit_ = bytes;
+    out_limit_why_ = std::move(why);
+  }
+
+  // "gzip", "xz", "zstd", "bzip2", or "" for a plain tar.
+  std::string compression() const { return decoder_ ? decoder_->name() : ""; }
+
+  // Call after reading the archive: decompresses the stream to its end (so that its trailer is
+  // checked: gzip's CRC comes after the data, and the tar reader stops at the end-of-archive
+  // block before it). After a TarReader error, finish() tells whether the decompression failed
+  // first (a corrupt .gz reads as a truncated tar). Later calls return the same answer.
   Status finish();
 
  private:
-  Tarball(std::string path, int fd, pid_t pid, std::string tool)
-      : path_(std::move(path)), fd_(fd), pid_(pid), tool_(std::move(tool)) {}
+  Tarball(std::string path, UniqueFd fd, std::unique_ptr<Decoder> decoder)
+      : path_(std::move(path)), fd_(std::move(fd)), decoder_(std::move(decoder)) {}
+  Status fill();  // reads more compressed input; sets input_done_ at EOF
+  Result<std::size_t> decode(unsigned char* out, std::size_t n);
+
   std::string path_;
-  int fd_ = -1;
-  pid_t pid_ = -1;
-  std::string tool_;
+  UniqueFd fd_;
+  std::unique_ptr<Decoder> decoder_;  // null: a plain tar
+  std::unique_ptr<unsigned char[]> in_;  // compressed input not yet consumed: in_[in_pos_, in_len_)
+  std::size_t in_pos_ = 0, in_len_ = 0;
+  std::int64_t in_offset_ = 0;  // compressed bytes consumed, for messages
+  bool input_done_ = false;
+  bool output_done_ = false;
+  std::int64_t out_total_ = 0;
+  std::int64_t out_limit_ = INT64_MAX;
+  std::string out_limit_why_;
   Status result_;
 };
 

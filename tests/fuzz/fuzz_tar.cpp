@@ -1,5 +1,6 @@
-// The tar reader of `sbx image import` (runtime/tar_reader.cpp). The archive bytes are served
-// from a memfd (TarReader reads sequentially from an fd); every member's data is read in small
+// The tar reader of `sbx image import` (runtime/tar_reader.cpp) behind its decompressors
+// (runtime/tarball.cpp, runtime/decompress.cpp). The archive bytes are served from a memfd opened
+// as the importer opens a file; every member's data is read in small
 // odd-sized chunks. Checked besides "no crash": names the reader hands out are relative and hold
 // no ".." component (the importer relies on that), and a file yields exactly its size in data.
 #include <sys/mman.h>
@@ -11,6 +12,7 @@
 #include <string>
 
 #include "runtime/tar_reader.hpp"
+#include "runtime/tarball.hpp"
 
 namespace {
 
@@ -35,7 +37,15 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     done += static_cast<std::size_t>(n);
   }
   ::lseek(fd, 0, SEEK_SET);
-  sbx::TarReader r(fd);
+  // Through Tarball, as `sbx image import` reads: compressed inputs exercise the decoders too.
+  auto tb = sbx::Tarball::open("/proc/self/fd/" + std::to_string(fd));
+  if (!tb) {
+    ::close(fd);
+    return 0;
+  }
+  // A few KiB of zstd or bzip2 can expand to gigabytes; the importer bounds it the same way.
+  tb->limit_output(64 << 20, "fuzz bound");
+  sbx::TarReader r(*tb);
   char buf[333];
   for (int members = 0; members < 10000; ++members) {
     auto e = r.next();

@@ -123,6 +123,12 @@ class Profiles(SbxTestCase):
         self.assertExit(r, 0)
         self.assertIn("untrusted", r.out)
         self.assertIn("trusted", r.out)
+        r = sbx(["profile", "ls", "--json"])
+        self.assertExit(r, 0)
+        listed = {p["name"]: p for p in json.loads(r.out)}
+        self.assertEqual(listed["untrusted"]["origin"], "built-in")
+        self.assertTrue(listed["untrusted"]["valid"])
+        self.assertTrue(listed["trusted"]["description"])
         r = sbx(["profile", "show", "untrusted"])
         self.assertExit(r, 0)
         self.assertIn("untrusted", r.out)

@@ -69,6 +69,14 @@ class ImageStore(SbxTestCase):
         self.assertExit(r, 0)
         for n in ("busybox:latest", "bb-again:v1", "bb-tar:latest"):
             self.assertIn(n, r.out)
+        # The same listing for scripts: one object per image, all names on it.
+        r = sbx(["image", "ls", "--json"])
+        self.assertExit(r, 0)
+        listed = {i["digest"]: i for i in json.loads(r.out)}
+        self.assertEqual(sorted(listed[digest]["names"]), ["bb-again:v1", "bb-tar:latest", "busybox:latest"])
+        self.assertGreater(listed[digest]["entries"], 100)
+        self.assertGreater(listed[digest]["bytes"], 0)
+        self.assertRegex(listed[digest]["imported_at"], r"^\d{4}-\d\d-\d\dT")
         r = sbx(["image", "inspect", digest[:15]])
         self.assertExit(r, 0)
         meta = json.loads(r.out)

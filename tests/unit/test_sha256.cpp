@@ -1,7 +1,7 @@
 #include <doctest/doctest.h>
 
-#include <fstream>
-#include <sstream>
+#include <cstdint>
+#include <string>
 
 #include "runtime/sha256.hpp"
 
@@ -30,19 +30,6 @@ TEST_CASE("sha256 streaming equals one-shot at every split point") {
 
 namespace {
 
-// Hashes `data` with the portable block function forced (restored afterwards, also on failure).
-std::string portable_hex(std::string_view data, std::size_t chunk = 0) {
-  struct Force {
-    Force() { sbx::sha256_force_portable(true); }
-    ~Force() { sbx::sha256_force_portable(false); }
-  } force;
-  REQUIRE(std::string(sbx::sha256_backend()) == "portable");
-  sbx::Sha256 h;
-  if (chunk == 0) chunk = data.size() + 1;
-  for (std::size_t i = 0; i < data.size(); i += chunk) h.update(data.substr(i, chunk));
-  return h.final_hex();
-}
-
 std::string random_bytes(std::size_t n, std::uint64_t seed) {
   std::string s(n, '\0');
   for (auto& c : s) {  // xorshift64: reproducible, no <random> distribution differences
@@ -54,40 +41,28 @@ std::string random_bytes(std::size_t n, std::uint64_t seed) {
 
 }  // namespace
 
-// On a CPU with the SHA extensions the default path is SHA-NI and this compares it with the
-// portable code; elsewhere both sides are portable and the test still checks streaming.
-TEST_CASE("sha256 portable and accelerated block functions agree") {
-  INFO("backend: " << sbx::sha256_backend());
-  CHECK(portable_hex("abc") == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
-
-  // Every length around the padding boundaries (55/56/64 bytes) and several whole blocks.
+// Runs of whole blocks, partial blocks carried across calls and the padding boundaries (55/56/64
+// bytes) must give the one-shot digest whatever the chunking; the one-shot digests themselves are
+// pinned by the known answers above and by this one, computed with coreutils' sha256sum.
+TEST_CASE("sha256 chunking never changes the digest") {
   std::string data = random_bytes(300, 1);
   for (std::size_t len = 0; len <= data.size(); ++len) {
     std::string_view v = std::string_view(data).substr(0, len);
-    INFO("length " << len);
-    CHECK(sha256_hex(v) == portable_hex(v));
-  }
-
-  // Large buffers, fed in one piece and in odd-sized chunks (partial blocks carried across calls,
-  // runs of whole blocks handed to the block function in one call).
-  for (std::size_t len : {std::size_t(1) << 20, std::size_t(3 << 20) + 37, std::size_t(999999)}) {
-    std::string big = random_bytes(len, len);
-    std::string expect = portable_hex(big);
-    INFO("length " << len);
-    CHECK(sha256_hex(big) == expect);
-    CHECK(portable_hex(big, 4099) == expect);
     sbx::Sha256 h;
-    for (std::size_t i = 0; i < big.size(); i += 65537) h.update(std::string_view(big).substr(i, 65537));
+    for (char c : v) h.update(&c, 1);
+    INFO("length " << len);
+    CHECK(h.final_hex() == sha256_hex(v));
+  }
+  std::string big = random_bytes((std::size_t(3) << 20) + 37, 42);
+  std::string expect = sha256_hex(big);
+  CHECK(expect == "4de93490ae18e9e1a012d25b825aa4bf9b20b8ae6298962e4f8770c53ec52df4");
+  for (std::size_t chunk : {std::size_t(4099), std::size_t(65537)}) {
+    sbx::Sha256 h;
+    for (std::size_t i = 0; i < big.size(); i += chunk) h.update(std::string_view(big).substr(i, chunk));
     CHECK(h.final_hex() == expect);
   }
-  CHECK(sha256_hex(std::string(1000000, 'a')) == portable_hex(std::string(1000000, 'a')));
 }
 
-// The runtime selection must pick the SHA extensions where the kernel reports them.
-TEST_CASE("sha256 uses SHA-NI where /proc/cpuinfo lists sha_ni") {
-  std::ifstream in("/proc/cpuinfo");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  if (ss.str().find(" sha_ni") == std::string::npos) return;  // nothing to check on this CPU
-  CHECK(std::string(sbx::sha256_backend()) == "sha-ni");
+TEST_CASE("sha256 names its implementation") {
+  CHECK(std::string(sbx::sha256_backend()).rfind("libcrypto ", 0) == 0);
 }

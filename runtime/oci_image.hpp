@@ -1,0 +1,45 @@
+#pragma once
+// Container images as users have them: an OCI image layout (what `skopeo copy ... oci:DIR` and
+// `docker save` since Docker 25 write) or a classic `docker save` archive, already unpacked into a
+// directory (image_store.cpp unpacks an archive with the ordinary, normalising tar import first).
+//
+// Resolution: index.json (or manifest.json) → the manifest for the platform asked for (nested
+// indexes followed, at most 4 deep) → its config and layer blobs. Every blob is opened beneath the
+// layout's directory without following a symlink, and its SHA-256 checked against its digest (an
+// OCI descriptor's, or for a classic archive the layer's diff_id in the config) before anything of
+// it is used. JSON documents are read with the bounds of runtime/json_io.hpp.
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/error.hpp"
+
+namespace sbx {
+
+struct ContainerImage {
+  std::string format;           // "oci-layout" or "docker-archive"
+  std::string manifest_digest;  // OCI: the manifest's "sha256:..."; classic archive: ""
+  std::string config_digest;    // "sha256:..." of the config blob
+  std::string platform;         // "os/arch[/variant]" of the config
+  std::vector<std::string> layers;         // layer files (absolute /proc/self/fd paths kept open)
+  std::vector<std::string> layer_digests;  // what each was checked against
+  // The config's run defaults: Env, Entrypoint, Cmd, WorkingDir, User (absent ones omitted).
+  nlohmann::json run_defaults = nlohmann::json::object();
+  std::vector<int> fds;  // the open layer files behind `layers`; closed by the destructor
+  ContainerImage() = default;
+  ContainerImage(ContainerImage&&) noexcept;
+  ContainerImage& operator=(ContainerImage&&) = delete;
+  ~ContainerImage();
+};
+
+// Whether `dir` holds an OCI layout ("oci-layout" and "index.json") or a classic docker archive
+// ("manifest.json" and no "oci-layout"): "oci-layout", "docker-archive", or nullopt.
+std::optional<std::string> container_format(const std::string& dir);
+
+// Resolves the image in `dir` for `platform` ("linux/amd64", "linux/arm64/v8", ...), checking
+// every digest. Errors have stage "image" and name the file and what is wrong.
+Result<ContainerImage> resolve_container_image(const std::string& dir, const std::string& platform);
+
+}  // namespace sbx

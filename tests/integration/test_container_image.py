@@ -1,0 +1,236 @@
+"""Container images: OCI image layouts and docker save archives imported and run. Root and rootless.
+
+Every layout here is built by the test itself (no registry, no skopeo): two layers over the busybox
+tree, the second deleting a file with a whiteout and emptying a directory with an opaque marker, and
+a config whose Env, Entrypoint, Cmd, WorkingDir and User become the run's defaults.
+"""
+import gzip
+import hashlib
+import io
+import json
+import os
+import tarfile
+import unittest
+
+from sbxtest import SbxTestCase, busybox_tree, note, sbx
+
+PASSWD = b"root:x:0:0:root:/root:/bin/sh\napp:x:1234:2345::/app:/bin/sh\n"
+SCRIPT = ("echo $GREETING; id -u; id -g; pwd; ls /data; "
+          "cat /app/secret.txt 2>/dev/null || echo secret-gone; cat /app/keep.txt")
+
+
+def sha(b):
+    return "sha256:" + hashlib.sha256(b).hexdigest()
+
+
+def add_bytes(tf, name, data, mode=0o644):
+    info = tarfile.TarInfo(name)
+    info.size, info.mode, info.mtime = len(data), mode, 1700000000
+    tf.addfile(info, io.BytesIO(data))
+
+
+def add_dir(tf, name):
+    info = tarfile.TarInfo(name)
+    info.type, info.mode, info.mtime = tarfile.DIRTYPE, 0o755, 1700000000
+    tf.addfile(info)
+
+
+def layer_tar(build):
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tf:
+        build(tf)
+    return buf.getvalue()
+
+
+def lower_layer():
+    def build(tf):
+        tf.add(busybox_tree(), arcname=".", filter=lambda i: None if i.name in ("./etc/passwd",) else i)
+        add_bytes(tf, "etc/passwd", PASSWD)
+        add_dir(tf, "app")
+        add_bytes(tf, "app/secret.txt", b"lower-layer secret\n")
+        add_bytes(tf, "app/keep.txt", b"kept\n")
+        add_dir(tf, "data")
+        add_dir(tf, "data/old")
+        add_bytes(tf, "data/old/a.txt", b"old\n")
+    return layer_tar(build)
+
+
+def upper_layer(extra=None):
+    def build(tf):
+        add_bytes(tf, "app/.wh.secret.txt", b"")
+        add_dir(tf, "data")
+        add_bytes(tf, "data/.wh..wh..opq", b"")
+        add_bytes(tf, "data/new.txt", b"new\n")
+        if extra:
+            extra(tf)
+    return layer_tar(build)
+
+
+def config(arch, diff_ids):
+    return json.dumps({
+        "architecture": arch, "os": "linux",
+        "config": {"Env": ["PATH=/bin:/usr/bin:/sbin", "GREETING=hello from the image"],
+                   "Entrypoint": ["/bin/sh", "-c"], "Cmd": [SCRIPT],
+                   "WorkingDir": "/app", "User": "app"},
+        "rootfs": {"type": "layers", "diff_ids": diff_ids},
+    }).encode()
+
+
+def write_oci_layout(d, layers=None, platforms=("amd64", "arm64")):
+    """An OCI layout: index → one manifest per platform → config + (gzip, plain) layers."""
+    os.makedirs(f"{d}/blobs/sha256", exist_ok=True)
+
+    def blob(data):
+        digest = sha(data)
+        with open(f"{d}/blobs/sha256/{digest[7:]}", "wb") as f:
+            f.write(data)
+        return digest
+
+    lower, upper = layers or (lower_layer(), upper_layer())
+    gz = gzip.compress(lower, mtime=0)
+    descs = [
+        {"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip", "digest": blob(gz), "size": len(gz)},
+        {"mediaType": "application/vnd.oci.image.layer.v1.tar", "digest": blob(upper), "size": len(upper)},
+    ]
+    manifests = []
+    for arch in platforms:
+        cfg = config(arch, [sha(lower), sha(upper)])
+        manifest = json.dumps({
+            "schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": blob(cfg), "size": len(cfg)},
+            "layers": descs}).encode()
+        manifests.append({"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": blob(manifest),
+                          "size": len(manifest), "platform": {"architecture": arch, "os": "linux"}})
+    with open(f"{d}/index.json", "w") as f:
+        json.dump({"schemaVersion": 2, "manifests": manifests}, f)
+    with open(f"{d}/oci-layout", "w") as f:
+        json.dump({"imageLayoutVersion": "1.0.0"}, f)
+    return manifests[0]["digest"], descs
+
+
+def write_docker_archive(path):
+    """A classic `docker save` tarball: manifest.json, <hex>.json config, <id>/layer.tar."""
+    lower, upper = lower_layer(), upper_layer()
+    cfg = config("amd64", [sha(lower), sha(upper)])
+    with tarfile.open(path, "w") as tf:
+        add_bytes(tf, f"{sha(cfg)[7:]}.json", cfg)
+        add_bytes(tf, "aaaa/layer.tar", lower)
+        add_bytes(tf, "bbbb/layer.tar", upper)
+        add_bytes(tf, "manifest.json", json.dumps([{"Config": f"{sha(cfg)[7:]}.json", "RepoTags": ["demo:1"],
+                                                    "Layers": ["aaaa/layer.tar", "bbbb/layer.tar"]}]).encode())
+    return sha(cfg)
+
+
+class ContainerImages(SbxTestCase):
+    def import_ok(self, source, name, *extra):
+        r = sbx(["image", "import", source, "--name", name, *extra], timeout=120)
+        self.assertExit(r, 0)
+        r = sbx(["image", "inspect", name])
+        self.assertExit(r, 0)
+        return json.loads(r.out)
+
+    def check_default_run(self, name):
+        r = sbx(["run", "--image", name], timeout=60)
+        self.assertExit(r, 0)
+        self.assertEqual(r.out.splitlines(),
+                         ["hello from the image", "1234", "2345", "/app", "new.txt", "secret-gone", "kept"],
+                         "Env, User (from the image's passwd), WorkingDir, the opaque directory and the whiteout")
+        return r
+
+    def test_oci_layout_directory_and_tarball(self):
+        layout = self.path("layout")
+        manifest_digest, layers = write_oci_layout(layout)
+        meta = self.import_ok(layout, "oci-demo")
+        self.assertEqual(meta["format"], "oci-layout")
+        self.assertEqual(meta["container"]["manifest_digest"], manifest_digest)
+        self.assertEqual(meta["container"]["platform"], "linux/amd64")
+        self.assertEqual(meta["container"]["layers"], [d["digest"] for d in layers])
+        self.assertEqual(meta["normalised"]["whiteouts"], 2)
+        self.assertEqual(meta["config"]["User"], "app")
+        r = self.check_default_run("oci-demo")
+        note(f"OCI layout imported as {meta['digest']} (manifest {manifest_digest}); default run printed "
+             f"{r.out.splitlines()}")
+        # The layout as a tarball (what `docker save` writes since Docker 25): the same image.
+        tarball = self.path("layout.tar")
+        with tarfile.open(tarball, "w") as tf:
+            tf.add(layout, arcname=".")
+        meta2 = self.import_ok(tarball, "oci-demo-tar")
+        self.assertEqual(meta2["digest"], meta["digest"])
+
+    def test_docker_save_archive(self):
+        archive = self.path("saved.tar")
+        config_digest = write_docker_archive(archive)
+        meta = self.import_ok(archive, "docker-demo")
+        self.assertEqual(meta["format"], "docker-archive")
+        self.assertEqual(meta["container"]["config_digest"], config_digest)
+        self.assertIsNone(meta["container"]["manifest_digest"])
+        self.check_default_run("docker-demo")
+        # The same content as the OCI layout gives the same sbx digest.
+        layout = self.path("layout")
+        write_oci_layout(layout)
+        self.assertEqual(self.import_ok(layout, "oci-same")["digest"], meta["digest"])
+        note(f"docker save archive imported as {meta['digest']} (config {config_digest})")
+
+    def test_flags_override_the_image_config(self):
+        layout = self.path("layout")
+        write_oci_layout(layout)
+        self.import_ok(layout, "oci-flags")
+        # A command replaces Cmd and keeps the Entrypoint (sh -c); --workdir and --uid/--gid win.
+        r = sbx(["run", "--image", "oci-flags", "--workdir", "/data", "--uid", "0", "--gid", "0",
+                 "--env", "GREETING=from the flag", "--", "echo $GREETING; id -u; pwd"], timeout=60)
+        self.assertExit(r, 0)
+        self.assertEqual(r.out.splitlines(), ["from the flag", "0", "/data"])
+
+    def test_platform_is_chosen_and_a_missing_one_is_named(self):
+        layout = self.path("layout")
+        write_oci_layout(layout)
+        meta = self.import_ok(layout, "oci-arm", "--platform", "linux/arm64")
+        self.assertEqual(meta["container"]["platform"], "linux/arm64")
+        r = sbx(["image", "import", layout, "--name", "oci-s390x", "--platform", "linux/s390x"])
+        self.assertExit(r, 125)
+        self.assertOneSbxLine(r)
+        self.assertIn("no image for linux/s390x", r.err)
+        self.assertIn("linux/amd64, linux/arm64", r.err)
+
+    def test_a_blob_that_does_not_match_its_digest_is_refused(self):
+        layout = self.path("layout")
+        _, layers = write_oci_layout(layout)
+        before = sbx(["image", "ls", "--json"]).out
+        victim = f"{layout}/blobs/sha256/{layers[1]['digest'][7:]}"
+        with open(victim, "r+b") as f:
+            data = bytearray(f.read())
+            data[600] ^= 1
+            f.seek(0)
+            f.write(data)
+        r = sbx(["image", "import", layout, "--name", "tampered"])
+        self.assertExit(r, 125)
+        self.assertOneSbxLine(r)
+        self.assertIn("does not match its digest", r.err)
+        self.assertEqual(sbx(["image", "ls", "--json"]).out, before, "nothing was stored")
+
+    def test_layers_with_dotdot_or_absolute_names_are_refused(self):
+        for bad, why in (("../escape.txt", "'..' component"), ("/etc/abs.txt", "absolute name")):
+            with self.subTest(member=bad):
+                def extra(tf, bad=bad):
+                    add_bytes(tf, bad, b"x\n")
+                layout = self.path("layout-" + why.split()[0].strip("'."))
+                write_oci_layout(layout, layers=(lower_layer(), upper_layer(extra)))
+                r = sbx(["image", "import", layout, "--name", "bad-layer"])
+                self.assertExit(r, 125)
+                self.assertOneSbxLine(r)
+                self.assertIn(why, r.err)
+                self.assertIn("layer 2 of 2", r.err)
+
+    def test_format_rootfs_imports_a_layout_literally(self):
+        layout = self.path("layout")
+        write_oci_layout(layout, platforms=("amd64",))
+        meta = self.import_ok(layout, "literal", "--format", "rootfs")
+        self.assertEqual(meta["format"], "rootfs")
+        self.assertNotIn("config", meta)
+        r = sbx(["image", "import", busybox_tree(), "--name", "nope", "--format", "oci-layout"])
+        self.assertExit(r, 125)
+        self.assertIn("is not an OCI image layout", r.err)
+
+
+if __name__ == "__main__":
+    unittest.main()
