@@ -20,14 +20,14 @@ void add_profile_command(CLI::App& app, GlobalOptions&, std::vector<Command>& ou
     if (ls->parsed()) {
       for (auto& p : list_profiles()) {
         auto loaded = load_profile(p.origin == "built-in" ? p.name : p.origin);
-        std::string desc = loaded ? loaded->description : "(invalid: " + loaded.error().message + ")";
+        std::string desc = loaded ? loaded->description : "(invalid: " + loaded.error().describe() + ")";
         std::printf("%-12s %-40s %s\n", printable(p.name).c_str(), printable(p.origin).c_str(), printable(desc).c_str());
       }
       return 0;
     }
     if (show->parsed()) {
       auto loaded = load_profile(name);
-      if (!loaded) return usage_error(loaded.error().message);
+      if (!loaded) return usage_error(loaded.error().describe());
       auto spec = spec_from_layers(*loaded, nullptr, "");
       if (!spec) return usage_error(spec.error().message);
       nlohmann::json j = {{"name", loaded->source.name},
