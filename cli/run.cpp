@@ -18,8 +18,10 @@
 namespace sbx::cli {
 
 namespace {
-// "none" and "unlimited" (and "0" where zero is no limit at all) clear a limit that the profile
-// or the manifest set: the operator's flags may raise a limit, so they may remove it too.
+// "none" and "unlimited" clear a limit that the profile or the manifest set: the operator's flags
+// may raise a limit, so they may remove it too. "0" clears only --cpus (as for docker run); for a
+// duration, a size or a count, 0 is more likely a slip than a wish for no limit, and stays an
+// error (--output-limit 0 is a limit: nothing passes).
 bool clears(const std::string& v, bool zero_clears) {
   return v == "none" || v == "unlimited" || (zero_clears && v == "0");
 }
@@ -55,38 +57,38 @@ Result<RunSpec> apply_flags(RunSpec spec, const RunFlags& f) {
   auto size = [](const std::string& flag, const std::string& v, bool allow_zero) -> Result<std::int64_t> {
     auto r = parse_size_bytes(v);
     if (!r) return make_error("usage", flag + ": " + r.error().message);
-    if (*r == 0 && !allow_zero) return make_error("usage", flag + ": must be greater than zero");
+    if (*r == 0 && !allow_zero) return make_error("usage", flag + ": must be greater than zero (or none for no limit)");
     return r;
   };
-  if (f.timeout && clears(*f.timeout, true)) {
+  if (f.timeout && clears(*f.timeout, false)) {
     spec.limits.timeout_ms.reset();
   } else if (f.timeout) {
     auto r = duration("--timeout", *f.timeout);
     if (!r) return r.error();
     spec.limits.timeout_ms = *r;
   }
-  if (f.cpu_time && clears(*f.cpu_time, true)) {
+  if (f.cpu_time && clears(*f.cpu_time, false)) {
     spec.limits.cpu_time_ms.reset();
   } else if (f.cpu_time) {
     auto r = duration("--cpu-time", *f.cpu_time);
     if (!r) return r.error();
     spec.limits.cpu_time_ms = *r;
   }
-  if (f.output_limit && clears(*f.output_limit, false)) {  // 0 is a limit here: nothing passes
+  if (f.output_limit && clears(*f.output_limit, false)) {
     spec.limits.output_limit_bytes.reset();
   } else if (f.output_limit) {
     auto r = size("--output-limit", *f.output_limit, true);
     if (!r) return r.error();
     spec.limits.output_limit_bytes = *r;
   }
-  if (f.memory && clears(*f.memory, true)) {
+  if (f.memory && clears(*f.memory, false)) {
     spec.limits.memory_bytes.reset();
   } else if (f.memory) {
     auto r = size("--memory", *f.memory, false);
     if (!r) return r.error();
     spec.limits.memory_bytes = *r;
   }
-  if (f.pids && clears(*f.pids, true)) {
+  if (f.pids && clears(*f.pids, false)) {
     spec.limits.pids.reset();
   } else if (f.pids) {
     char* end = nullptr;

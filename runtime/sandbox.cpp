@@ -632,20 +632,18 @@ RunReport run_sandbox(const RunRequest& req) {
     // --dry-run prints the same line (print_dry_run).
     std::fprintf(stderr, "sbx: %s\n", printable(outcome.error->describe_setup()).c_str());
   } else if (outcome.status == RunStatus::timeout) {
-    // One line: a 124 that says nothing looks like the program's own exit status.
+    // One line: a 124 that says nothing looks like the program's own exit status. Warnings, so
+    // that --log-level error silences them, and never blocking (NonBlockingLogScope).
     if (outcome.reason == "cpu" && spec.limits.cpu_time_ms)
-      std::fprintf(stderr, "sbx: CPU-time budget of %s spent: sandbox killed (exit 124)\n",
-                   format_duration_ms(*spec.limits.cpu_time_ms).c_str());
+      spdlog::warn("CPU-time budget of {} spent: sandbox killed (exit 124)", format_duration_ms(*spec.limits.cpu_time_ms));
     else if (spec.limits.timeout_ms)
-      std::fprintf(stderr, "sbx: wall-time limit of %s reached: sandbox killed (exit 124)\n",
-                   format_duration_ms(*spec.limits.timeout_ms).c_str());
+      spdlog::warn("wall-time limit of {} reached: sandbox killed (exit 124)", format_duration_ms(*spec.limits.timeout_ms));
   }
   if (sup && spec.limits.output_limit_bytes)
     for (auto [name, st] : {std::pair{"stdout", &sup->out}, std::pair{"stderr", &sup->err}})
       if (st->truncated)
-        std::fprintf(stderr, "sbx: %s truncated at the output limit of %s: %llu more bytes dropped (--output-limit)\n",
-                     name, format_size(*spec.limits.output_limit_bytes).c_str(),
-                     static_cast<unsigned long long>(st->dropped_bytes));
+        spdlog::warn("{} truncated at the output limit of {}: {} more bytes dropped (--output-limit)", name,
+                     format_size(*spec.limits.output_limit_bytes), st->dropped_bytes);
   if (!stored) spdlog::warn("could not store the trace record in {}: {}", req.dirs.traces, stored.error().describe());
   if (!trace_file_written) {
     std::fprintf(stderr, "sbx: cannot write --trace-file %s: %s\n", printable(req.trace_file).c_str(),
