@@ -242,7 +242,11 @@ void add_run_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out)
     req.limit_layers = limit_layers(*profile, nullptr, "", limits_given(f));
     req.invocation_argv = g.argv;
     req.stdin_plan = *stdin_plan;
-    if (f.dry_run) return print_dry_run(req);
+    if (f.dry_run) {
+      if (!f.output_dir.empty())
+        if (auto st = prepare_export_dir(f.output_dir, false); !st) return usage_error(st.error().describe());
+      return print_dry_run(req);
+    }
     if (auto st = check_trace_file(f.trace_file); !st) return usage_error(st.error().describe());
     if (f.systemd_scope)
       if (auto rc = reexec_in_systemd_scope(g.argv, req.spec)) return *rc;

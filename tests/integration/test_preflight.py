@@ -74,6 +74,16 @@ class DryRunEnforcement(SbxTestCase):
         err = self.same_failure(["--trace-file", "/nonexistent-sbx-dir/t.json"], "--trace-file")
         self.assertIn("/nonexistent-sbx-dir", err)
 
+    def test_output_directory(self):
+        full = self.path("full")
+        os.mkdir(full)
+        open(os.path.join(full, "x"), "w").close()
+        self.assertIn("not empty", self.same_failure(["--output", full], "--output a non-empty directory"))
+        r = sbx(["run", "--dry-run", "--output", self.path("new"), "--", "true"])
+        self.assertExit(r, 0)
+        self.assertFalse(os.path.exists(self.path("new")), "a dry run creates nothing")
+        self.same_failure(["--output", "/nonexistent-sbx-dir/out"], "--output in a missing directory")
+
     def test_require_limits_gives_the_runs_answer(self):
         dry = sbx(["run", "--dry-run", "--require-limits", "--", "true"])
         real = sbx(["run", "--require-limits", "--", "true"])
