@@ -76,11 +76,22 @@ std::string parse_error_text(CLI::App& app, const CLI::ParseError& e, int argc, 
     std::vector<std::string> names;
     for (auto* sub : cur->get_subcommands(std::function<bool(CLI::App*)>{})) names.push_back(sub->get_name());
     std::string word = word_after(argc, argv, words);
-    if (word.empty()) return (words.empty() ? std::string("a command is required") : "'" + chain + "' needs a command") + "; " + see;
+    if (word.empty()) {
+      // No command word: an option CLI11 did not know stood where the command should be.
+      for (int i = 1; i < argc; ++i)
+        if (std::string_view a = argv[i]; a == "--") break;
+        else if (a.size() > 1 && a[0] == '-' && !cur->get_option_no_throw(std::string(a.substr(0, a.find('=')))) &&
+                 !app.get_option_no_throw(std::string(a.substr(0, a.find('=')))))
+          return "unknown option '" + std::string(a) + "'; " + see;
+      return (words.empty() ? std::string("a command is required") : "'" + chain + "' needs a command") + "; " + see;
+    }
     return "unknown command '" + word + "'" + sbx::did_you_mean(word, names) + "; " + see;
   }
   std::string msg = e.what();
   if (msg.empty()) msg = e.get_name();
+  // CLI11's "--timeout: 1 required TEXT missing": an option given without its value.
+  if (auto at = msg.find(": 1 required "); at != std::string::npos && msg.ends_with(" missing"))
+    msg = msg.substr(0, at) + " needs a value";
   return (words.empty() ? "" : chain.substr(4) + ": ") + msg + " (" + see + ")";
 }
 

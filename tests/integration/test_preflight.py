@@ -218,7 +218,10 @@ class CliErrors(SbxTestCase):
     def test_errors_point_to_the_subcommands_help(self):
         r = sbx(["run", "--timeout"])
         self.assertExit(r, 125)
-        self.assertIn("see 'sbx run --help'", self.assertOneSbxLine(r))
+        self.assertEqual(self.assertOneSbxLine(r), "sbx: run: --timeout needs a value (see 'sbx run --help')")
+        r = sbx(["--bogus"])
+        self.assertExit(r, 125)
+        self.assertEqual(self.assertOneSbxLine(r), "sbx: unknown option '--bogus'; see 'sbx --help'")
         r = sbx(["image", "import"])
         self.assertExit(r, 125)
         self.assertIn("see 'sbx image import --help'", self.assertOneSbxLine(r))
