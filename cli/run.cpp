@@ -25,6 +25,71 @@ namespace {
 bool clears(const std::string& v, bool zero_clears) {
   return v == "none" || v == "unlimited" || (zero_clears && v == "0");
 }
+
+Result<std::int64_t> size(const std::string& flag, const std::string& v, bool allow_zero) {
+  auto r = parse_size_bytes(v);
+  if (!r) return make_error("usage", flag + ": " + r.error().message);
+  if (*r == 0 && !allow_zero) return make_error("usage", flag + ": must be greater than zero (or none for no limit)");
+  return r;
+}
+
+// The limit flags onto the merged limits: a value replaces the profile's or manifest's, none
+// clears it (clears() above).
+Status apply_limit_flags(Limits& limits, const RunFlags& f) {
+  auto duration = [](const std::string& flag, const std::string& v) -> Result<std::int64_t> {
+    auto r = parse_duration_ms(v);
+    if (!r) return make_error("usage", flag + ": " + r.error().message);
+    if (*r <= 0) return make_error("usage", flag + ": must be greater than zero (or none for no limit)");
+    return r;
+  };
+  if (f.timeout && clears(*f.timeout, false)) {
+    limits.timeout_ms.reset();
+  } else if (f.timeout) {
+    auto r = duration("--timeout", *f.timeout);
+    if (!r) return r.error();
+    limits.timeout_ms = *r;
+  }
+  if (f.cpu_time && clears(*f.cpu_time, false)) {
+    limits.cpu_time_ms.reset();
+  } else if (f.cpu_time) {
+    auto r = duration("--cpu-time", *f.cpu_time);
+    if (!r) return r.error();
+    limits.cpu_time_ms = *r;
+  }
+  if (f.output_limit && clears(*f.output_limit, false)) {
+    limits.output_limit_bytes.reset();
+  } else if (f.output_limit) {
+    auto r = size("--output-limit", *f.output_limit, true);
+    if (!r) return r.error();
+    limits.output_limit_bytes = *r;
+  }
+  if (f.memory && clears(*f.memory, false)) {
+    limits.memory_bytes.reset();
+  } else if (f.memory) {
+    auto r = size("--memory", *f.memory, false);
+    if (!r) return r.error();
+    limits.memory_bytes = *r;
+  }
+  if (f.pids && clears(*f.pids, false)) {
+    limits.pids.reset();
+  } else if (f.pids) {
+    char* end = nullptr;
+    long long n = std::strtoll(f.pids->c_str(), &end, 10);
+    if (f.pids->empty() || *end != '\0' || n <= 0 || n > 4'194'304)
+      return make_error("usage", "--pids: bad process count '" + *f.pids + "' (a positive integer, or none)");
+    limits.pids = n;
+  }
+  if (f.cpus && clears(*f.cpus, true)) {
+    limits.cpus.reset();
+  } else if (f.cpus) {
+    char* end = nullptr;
+    double n = std::strtod(f.cpus->c_str(), &end);
+    if (f.cpus->empty() || *end != '\0' || !(n > 0) || n > 4096)
+      return make_error("usage", "--cpus: bad CPU count '" + *f.cpus + "' (a positive number, e.g. 0.5, or none)");
+    limits.cpus = n;
+  }
+  return {};
+}
 }  // namespace
 
 // Flags override the merged profile; list-valued flags add to the profile's lists.
@@ -48,64 +113,7 @@ Result<RunSpec> apply_flags(RunSpec spec, const RunFlags& f) {
   }
   for (auto& k : f.env_pass) spec.env_pass.push_back(k);
   if (f.workdir) spec.workdir = *f.workdir;
-  auto duration = [](const std::string& flag, const std::string& v) -> Result<std::int64_t> {
-    auto r = parse_duration_ms(v);
-    if (!r) return make_error("usage", flag + ": " + r.error().message);
-    if (*r <= 0) return make_error("usage", flag + ": must be greater than zero (or none for no limit)");
-    return r;
-  };
-  auto size = [](const std::string& flag, const std::string& v, bool allow_zero) -> Result<std::int64_t> {
-    auto r = parse_size_bytes(v);
-    if (!r) return make_error("usage", flag + ": " + r.error().message);
-    if (*r == 0 && !allow_zero) return make_error("usage", flag + ": must be greater than zero (or none for no limit)");
-    return r;
-  };
-  if (f.timeout && clears(*f.timeout, false)) {
-    spec.limits.timeout_ms.reset();
-  } else if (f.timeout) {
-    auto r = duration("--timeout", *f.timeout);
-    if (!r) return r.error();
-    spec.limits.timeout_ms = *r;
-  }
-  if (f.cpu_time && clears(*f.cpu_time, false)) {
-    spec.limits.cpu_time_ms.reset();
-  } else if (f.cpu_time) {
-    auto r = duration("--cpu-time", *f.cpu_time);
-    if (!r) return r.error();
-    spec.limits.cpu_time_ms = *r;
-  }
-  if (f.output_limit && clears(*f.output_limit, false)) {
-    spec.limits.output_limit_bytes.reset();
-  } else if (f.output_limit) {
-    auto r = size("--output-limit", *f.output_limit, true);
-    if (!r) return r.error();
-    spec.limits.output_limit_bytes = *r;
-  }
-  if (f.memory && clears(*f.memory, false)) {
-    spec.limits.memory_bytes.reset();
-  } else if (f.memory) {
-    auto r = size("--memory", *f.memory, false);
-    if (!r) return r.error();
-    spec.limits.memory_bytes = *r;
-  }
-  if (f.pids && clears(*f.pids, false)) {
-    spec.limits.pids.reset();
-  } else if (f.pids) {
-    char* end = nullptr;
-    long long n = std::strtoll(f.pids->c_str(), &end, 10);
-    if (f.pids->empty() || *end != '\0' || n <= 0 || n > 4'194'304)
-      return make_error("usage", "--pids: bad process count '" + *f.pids + "' (a positive integer, or none)");
-    spec.limits.pids = n;
-  }
-  if (f.cpus && clears(*f.cpus, true)) {
-    spec.limits.cpus.reset();
-  } else if (f.cpus) {
-    char* end = nullptr;
-    double n = std::strtod(f.cpus->c_str(), &end);
-    if (f.cpus->empty() || *end != '\0' || !(n > 0) || n > 4096)
-      return make_error("usage", "--cpus: bad CPU count '" + *f.cpus + "' (a positive number, e.g. 0.5, or none)");
-    spec.limits.cpus = n;
-  }
+  SBX_TRY(apply_limit_flags(spec.limits, f));
   if (f.image) spec.image = *f.image;
   for (auto& i : f.inputs) {
     auto r = parse_input(i);
