@@ -1,7 +1,10 @@
 #include "runtime/preflight.hpp"
 
 #include <fcntl.h>
+#include <grp.h>
+#include <limits.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "runtime/egress_policy.hpp"
@@ -84,6 +87,31 @@ json network_json(const RunSpec& spec) {
   return j;
 }
 
+// As root, init looks a bind source up as the sandbox's root: the host uid and gid that inside 0
+// maps to, with no supplementary groups (userns.cpp's become_namespace_root). A child process with
+// exactly those credentials takes the same look now, before anything is created, so that a path
+// that uid cannot search fails here with the hint instead of inside a half-built sandbox. It
+// makes only system calls (fork of a single-threaded sbx). 0 when it can; else the errno.
+int stat_as_sandbox_root(const char* path, const IdentityPlan& identity) {
+  uid_t uid = identity.uid_map.empty() ? 0 : identity.uid_map.front().outside;
+  gid_t gid = identity.gid_map.empty() ? 0 : identity.gid_map.front().outside;
+  for (auto& m : identity.uid_map)
+    if (m.inside == 0) uid = m.outside;
+  for (auto& m : identity.gid_map)
+    if (m.inside == 0) gid = m.outside;
+  pid_t pid = ::fork();
+  if (pid < 0) return 0;  // cannot tell: the run finds out as before
+  if (pid == 0) {
+    struct stat st;
+    if (::setgroups(0, nullptr) != 0 || ::setresgid(gid, gid, gid) != 0 || ::setresuid(uid, uid, uid) != 0) ::_exit(0);
+    ::_exit(::stat(path, &st) == 0 ? 0 : (errno & 0xff));
+  }
+  int ws = 0;
+  while (::waitpid(pid, &ws, 0) < 0 && errno == EINTR) {
+  }
+  return WIFEXITED(ws) ? WEXITSTATUS(ws) : 0;
+}
+
 }  // namespace
 
 Status check_trace_file(const std::string& path) {
@@ -99,11 +127,19 @@ Status check_trace_file(const std::string& path) {
   return {};
 }
 
-Status check_sources(const RunSpec& spec, const std::string& cwd) {
+Status check_sources(const RunSpec& spec, const std::string& cwd, const IdentityPlan* identity) {
   auto check = [&](const BindMount& b, const char* flag) -> Status {
     std::string src = b.src[0] == '/' ? b.src : cwd + "/" + b.src;
     struct stat st;
     if (::stat(src.c_str(), &st) != 0) return sys_error("mounts", std::string(flag) + " " + b.src + ": source " + src);
+    if (!identity || identity->rootless) return {};
+    char real[PATH_MAX];
+    if (!::realpath(src.c_str(), real)) return sys_error("mounts", std::string(flag) + " " + b.src + ": source " + src);
+    if (int err = stat_as_sandbox_root(real, *identity)) {
+      Error e = make_error("mounts", "bind source " + std::string(real), err);
+      add_setup_hint(e, spec, *identity, cwd);
+      return e;
+    }
     return {};
   };
   for (auto& b : spec.binds) SBX_TRY(check(b, "--bind"));
@@ -161,11 +197,11 @@ Result<json> dry_run(const RunRequest& req) {
   SBX_TRY(check_trace_file(req.trace_file));
   auto identity = plan_identity(spec);
   if (!identity) return identity.error();
+  SBX_TRY(check_sources(spec, cwd, &*identity));  // in run_sandbox's order: the same first error
   CgroupInfo cg = detect_cgroup();
   LimitPlan plan = plan_limits(spec.limits, cg, ::geteuid() != 0, true);
   if (spec.require_limits)
     if (auto e = require_limits_shortfall(plan, cg, req.limit_layers)) return *e;
-  SBX_TRY(check_sources(spec, cwd));
   auto mounts = plan_mounts(spec, cwd);
   if (!mounts) return mounts.error();
   auto image = image_json(spec, req.dirs);

@@ -22,8 +22,9 @@ namespace sbx {
 // record that cannot be written is otherwise discovered after the run).
 Status check_trace_file(const std::string& path);
 
-// Every --bind and --input source exists (as the caller sees it, relative to `cwd`).
-Status check_sources(const RunSpec& spec, const std::string& cwd);
+// Every --bind and --input source exists (as the caller sees it, relative to `cwd`); as root
+// (`identity` not rootless), the sandbox's root can reach it too (else EACCES with the hint).
+Status check_sources(const RunSpec& spec, const std::string& cwd, const IdentityPlan* identity);
 
 // --require-limits against a limit plan: the error the run fails with, naming each limit that
 // cannot be enforced, the layer that set it (`layers`: limit -> "profile 'untrusted'", "flag

@@ -247,7 +247,7 @@ RunReport run_sandbox(const RunRequest& req) {
     if (!identity) return fail_setup(identity.error());
     // 1 prepare: the caller's sources and limits first, so that a missing --bind source or
     // --require-limits refuses before anything is created (the checks --dry-run makes too).
-    if (auto st = check_sources(spec, cwd); !st) return fail_setup(st.error());
+    if (auto st = check_sources(spec, cwd, &*identity); !st) return fail_setup(st.error());
     bool rootless = ::geteuid() != 0;
     LimitPlan plan = plan_limits(spec.limits, cg, rootless, true);
     if (spec.require_limits)
