@@ -3,12 +3,14 @@
 // only, the work is done by runtime/. A command's run function returns the process exit status.
 #include <functional>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
 #include <CLI/CLI.hpp>
 
 #include "runtime/profile.hpp"
+#include "runtime/sandbox.hpp"
 #include "runtime/spec.hpp"
 
 namespace sbx::cli {
@@ -60,6 +62,12 @@ Result<RunSpec> apply_flags(RunSpec spec, const RunFlags& f);
 void add_limit_options(CLI::App* app, RunFlags& f);
 // The limits given by flag (warned about when they cannot be enforced as asked).
 std::vector<std::string> explicit_limits(const RunFlags& f);
+// The same, as a set (limits_plan.hpp's names: "memory", ..., "timeout", "output"), for
+// limit_layers (profile.hpp).
+std::set<std::string> limits_given(const RunFlags& f);
+// --dry-run: the checks and plan of preflight.hpp's dry_run, printed as JSON (0), or its error as
+// one line (125).
+int print_dry_run(const sbx::RunRequest& req);
 
 void add_pack_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out);
 void add_exec_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out);

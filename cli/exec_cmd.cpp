@@ -13,12 +13,14 @@
 #include "runtime/exec.hpp"
 #include "runtime/text_escape.hpp"
 #include "runtime/json_io.hpp"
+#include "runtime/preflight.hpp"
 #include "runtime/signals.hpp"
 
 namespace sbx::cli {
 namespace {
 struct ExecFlags {
   std::string trace_file;
+  bool dry_run = false;
 };
 
 int json_error(const std::string& stage, const std::string& message) {
@@ -33,6 +35,9 @@ void add_exec_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out
   static ExecFlags f;
   auto* exec = app.add_subcommand("exec", "Run generated code from a JSON request on stdin; JSON response on stdout");
   exec->add_option("--trace-file", f.trace_file, "Also write the trace record to this file");
+  exec->add_flag("--dry-run", f.dry_run,
+                 "Check the request and every check of a run; print the merged spec and what would enforce each limit "
+                 "as JSON; run nothing");
   out.push_back({exec, [&g]() -> int {
     // Bounded in size and depth (json_io.hpp): a request is code plus inputs, not a data set.
     Result<std::string> text = std::string();
@@ -44,7 +49,10 @@ void add_exec_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out
     if (!text) return json_error("usage", text.error().describe());
     auto rq = parse_json_doc(*text, {kMaxRequestBytes}, "usage", "exec request");
     if (!rq) return json_error("usage", rq.error().message);
+    if (!f.dry_run)
+      if (auto st = check_trace_file(f.trace_file); !st) return json_error("usage", st.error().describe());
     ExecContext ctx;
+    ctx.dry_run = f.dry_run;
     ctx.dirs = resolve_dirs(g.state_dir);
     ctx.invocation_argv = g.argv;
     ctx.trace_file = f.trace_file;

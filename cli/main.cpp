@@ -2,13 +2,16 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <string>
 #include <string_view>
+#include <vector>
 
 #include <spdlog/spdlog.h>
 
 #include "cli/commands.hpp"
 #include "runtime/log.hpp"
 #include "runtime/proc_title.hpp"
+#include "runtime/suggest.hpp"
 #include "runtime/text_escape.hpp"
 #include "runtime/signals.hpp"
 
@@ -22,6 +25,27 @@ void add_global_options(CLI::App& app, GlobalOptions& g) {
 
 // The first word of argv that is not a global option or its value: the subcommand's name when
 // the command line is well formed ("" if there is none).
+// The first word after the subcommands `path` (in order), skipping options: the word CLI11 did
+// not take as a subcommand.
+std::string word_after(int argc, char** argv, const std::vector<std::string>& path) {
+  std::size_t matched = 0;
+  for (int i = 1; i < argc; ++i) {
+    std::string_view a = argv[i];
+    if (a == "--") break;
+    if (a == "--state-dir" || a == "--log-level") {
+      ++i;
+      continue;
+    }
+    if (!a.empty() && a[0] == '-') continue;
+    if (matched < path.size() && a == path[matched]) {
+      ++matched;
+      continue;
+    }
+    if (matched == path.size()) return std::string(a);
+  }
+  return {};
+}
+
 std::string_view command_word(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     std::string_view a = argv[i];
@@ -34,6 +58,42 @@ std::string_view command_word(int argc, char** argv) {
     return a;
   }
   return {};
+}
+
+// A parse error as one line that names the subcommand whose help to read: "sbx pack rn" is an
+// unknown command of `sbx pack` (with the closest one), "sbx run --timeout" a missing value of
+// `sbx run`. The chain is the subcommands CLI11 had parsed when it gave up.
+std::string parse_error_text(CLI::App& app, const CLI::ParseError& e, int argc, char** argv) {
+  std::string chain = "sbx";
+  std::vector<std::string> words;
+  CLI::App* cur = &app;
+  for (auto subs = cur->get_subcommands(); !subs.empty(); subs = cur->get_subcommands()) {
+    cur = subs.front();
+    words.push_back(cur->get_name());
+    chain += " " + cur->get_name();
+  }
+  std::string see = "see '" + chain + " --help'";
+  if (cur->get_require_subcommand_min() > 0 && cur->get_subcommands().empty()) {
+    std::vector<std::string> names;
+    for (auto* sub : cur->get_subcommands(std::function<bool(CLI::App*)>{})) names.push_back(sub->get_name());
+    std::string word = word_after(argc, argv, words);
+    if (word.empty()) {
+      // No command word: an option CLI11 did not know stood where the command should be.
+      for (int i = 1; i < argc; ++i)
+        if (std::string_view a = argv[i]; a == "--") break;
+        else if (a.size() > 1 && a[0] == '-' && !cur->get_option_no_throw(std::string(a.substr(0, a.find('=')))) &&
+                 !app.get_option_no_throw(std::string(a.substr(0, a.find('=')))))
+          return "unknown option '" + std::string(a) + "'; " + see;
+      return (words.empty() ? std::string("a command is required") : "'" + chain + "' needs a command") + "; " + see;
+    }
+    return "unknown command '" + word + "'" + sbx::did_you_mean(word, names) + "; " + see;
+  }
+  std::string msg = e.what();
+  if (msg.empty()) msg = e.get_name();
+  // CLI11's "--timeout: 1 required TEXT missing": an option given without its value.
+  if (auto at = msg.find(": 1 required "); at != std::string::npos && msg.ends_with(" missing"))
+    msg = msg.substr(0, at) + " needs a value";
+  return (words.empty() ? "" : chain.substr(4) + ": ") + msg + " (" + see + ")";
 }
 
 int usage_error(const std::string& message) {
@@ -125,9 +185,7 @@ int main(int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     // Never CLI11's own 100-114 codes: every usage error is 125 with one line.
-    std::string msg = e.what();
-    if (msg.empty()) msg = e.get_name();
-    return usage_error(msg + " (see 'sbx --help')");
+    return usage_error(parse_error_text(app, e, argc, argv));
   }
   if (auto st = sbx::init_logging(g.log_level, g.verbose); !st) return usage_error(st.error().message);
   // argv is copied (g.argv, CLI11's results): from here on, what /proc shows is only the command

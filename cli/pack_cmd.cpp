@@ -10,6 +10,7 @@
 #include "runtime/json_io.hpp"
 #include "runtime/pack.hpp"
 #include "runtime/pack_run.hpp"
+#include "runtime/preflight.hpp"
 #include "runtime/text_escape.hpp"
 
 namespace sbx::cli {
@@ -96,7 +97,7 @@ int run_pack_command(PackFlags& f, GlobalOptions& g) {
       return usage_error("pack run: the pack requires --secret " + d.name + "=@FILE|env:VAR");
 
   auto profile = load_profile(f.run.profile);
-  if (!profile) return usage_error(profile.error().message);
+  if (!profile) return usage_error(profile.error().describe());
   // A limit the operator sets by flag replaces the manifest's: the profile's ceiling binds only
   // what the manifest decides.
   std::set<std::string> by_flag;
@@ -118,6 +119,10 @@ int run_pack_command(PackFlags& f, GlobalOptions& g) {
   req.run.dirs = resolve_dirs(g.state_dir);
   req.run.trace_file = f.run.trace_file;
   req.run.explicit_limits = explicit_limits(f.run);
+  req.run.limit_layers = limit_layers(*profile, &req.pack.spec_patch, req.pack.dir + "/pack.json", limits_given(f.run));
+  req.dry_run = f.run.dry_run;
+  if (!req.dry_run)
+    if (auto st = check_trace_file(f.run.trace_file); !st) return usage_error(st.error().describe());
   req.run.invocation_argv = g.argv;
   // stdout is the contract's: it carries the validated result and nothing else. The program's
   // own stdout goes to sbx's stderr (capped by --output-limit like any run's), so a pack cannot
@@ -125,7 +130,9 @@ int run_pack_command(PackFlags& f, GlobalOptions& g) {
   req.run.stdout_fd = STDERR_FILENO;
   PackRunResult res = run_pack(req);
   for (auto& e : res.errors) std::fprintf(stderr, "sbx: %s: %s\n", to_string(res.status), printable(e).c_str());
-  if (res.status == RunStatus::ok) {
+  if (res.status == RunStatus::ok && req.dry_run) {
+    std::printf("%s\n", dump_json(res.result, 2).c_str());  // --result is for a run's result only
+  } else if (res.status == RunStatus::ok) {
     std::string text = dump_json(res.result, 2) + "\n";
     if (!f.result_file.empty()) {
       if (auto st = write_file_durable(f.result_file, text); !st) {
@@ -159,7 +166,7 @@ void add_pack_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out
     print_warnings(f.dir, *p);
     // The manifest's limits against the profile a plain `pack run` uses: above it, that run fails.
     auto profile = load_profile(kDefaultProfile);
-    if (!profile) return usage_error(profile.error().message);
+    if (!profile) return usage_error(profile.error().describe());
     if (auto merged = spec_from_layers(*profile, &p->spec_patch, f.dir + "/pack.json"); !merged)
       return usage_error(merged.error().message + " (checked against the default profile)");
     std::printf("%s %s: ok (digest %s)\n", printable(p->name).c_str(), printable(p->version).c_str(), p->digest.c_str());
@@ -185,6 +192,9 @@ void add_pack_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out
   run->add_option("--secret", f.secrets, "Deliver a secret for this run only: NAME=@FILE or NAME=env:VAR (repeatable)");
   run->add_option("--result", f.result_file, "Write the validated result to FILE instead of stdout");
   add_limit_options(run, f.run);
+  run->add_flag("--dry-run", f.run.dry_run,
+                "Check the input records and every check of a run; print the merged spec and what would enforce each "
+                "limit as JSON; run nothing");
   out.push_back({run, [&g]() -> int { return run_pack_command(f, g); }, true});
 }
 

@@ -30,7 +30,7 @@ void add_profile_command(CLI::App& app, GlobalOptions&, std::vector<Command>& ou
           arr.push_back(std::move(o));
           continue;
         }
-        std::string desc = loaded ? loaded->description : "(invalid: " + loaded.error().message + ")";
+        std::string desc = loaded ? loaded->description : "(invalid: " + loaded.error().describe() + ")";
         std::printf("%-12s %-40s %s\n", printable(p.name).c_str(), printable(p.origin).c_str(), printable(desc).c_str());
       }
       if (ls_json) std::printf("%s\n", dump_json(arr, 2, {}, true).c_str());  // ASCII (json_io.hpp)
@@ -38,7 +38,7 @@ void add_profile_command(CLI::App& app, GlobalOptions&, std::vector<Command>& ou
     }
     if (show->parsed()) {
       auto loaded = load_profile(name);
-      if (!loaded) return usage_error(loaded.error().message);
+      if (!loaded) return usage_error(loaded.error().describe());
       auto spec = spec_from_layers(*loaded, nullptr, "");
       if (!spec) return usage_error(spec.error().message);
       nlohmann::json j = {{"name", loaded->source.name},

@@ -11,8 +11,10 @@
 #include "runtime/image_defaults.hpp"
 #include "runtime/image_store.hpp"
 #include "runtime/json_io.hpp"
+#include "runtime/preflight.hpp"
 #include "runtime/profile.hpp"
 #include "runtime/sandbox.hpp"
+#include "runtime/text_escape.hpp"
 #include "runtime/units.hpp"
 
 namespace sbx::cli {
@@ -30,6 +32,81 @@ Status apply_image_config(RunSpec& spec, RunFlags& f, const GlobalOptions& g) {
   f.command = spec.argv;
   return {};
 }
+
+namespace {
+// "none" and "unlimited" clear a limit that the profile or the manifest set: the operator's flags
+// may raise a limit, so they may remove it too. "0" clears only --cpus (as for docker run); for a
+// duration, a size or a count, 0 is more likely a slip than a wish for no limit, and stays an
+// error (--output-limit 0 is a limit: nothing passes).
+bool clears(const std::string& v, bool zero_clears) {
+  return v == "none" || v == "unlimited" || (zero_clears && v == "0");
+}
+
+Result<std::int64_t> size(const std::string& flag, const std::string& v, bool allow_zero) {
+  auto r = parse_size_bytes(v);
+  if (!r) return make_error("usage", flag + ": " + r.error().message);
+  if (*r == 0 && !allow_zero) return make_error("usage", flag + ": must be greater than zero (or none for no limit)");
+  return r;
+}
+
+// The limit flags onto the merged limits: a value replaces the profile's or manifest's, none
+// clears it (clears() above).
+Status apply_limit_flags(Limits& limits, const RunFlags& f) {
+  auto duration = [](const std::string& flag, const std::string& v) -> Result<std::int64_t> {
+    auto r = parse_duration_ms(v);
+    if (!r) return make_error("usage", flag + ": " + r.error().message);
+    if (*r <= 0) return make_error("usage", flag + ": must be greater than zero (or none for no limit)");
+    return r;
+  };
+  if (f.timeout && clears(*f.timeout, false)) {
+    limits.timeout_ms.reset();
+  } else if (f.timeout) {
+    auto r = duration("--timeout", *f.timeout);
+    if (!r) return r.error();
+    limits.timeout_ms = *r;
+  }
+  if (f.cpu_time && clears(*f.cpu_time, false)) {
+    limits.cpu_time_ms.reset();
+  } else if (f.cpu_time) {
+    auto r = duration("--cpu-time", *f.cpu_time);
+    if (!r) return r.error();
+    limits.cpu_time_ms = *r;
+  }
+  if (f.output_limit && clears(*f.output_limit, false)) {
+    limits.output_limit_bytes.reset();
+  } else if (f.output_limit) {
+    auto r = size("--output-limit", *f.output_limit, true);
+    if (!r) return r.error();
+    limits.output_limit_bytes = *r;
+  }
+  if (f.memory && clears(*f.memory, false)) {
+    limits.memory_bytes.reset();
+  } else if (f.memory) {
+    auto r = size("--memory", *f.memory, false);
+    if (!r) return r.error();
+    limits.memory_bytes = *r;
+  }
+  if (f.pids && clears(*f.pids, false)) {
+    limits.pids.reset();
+  } else if (f.pids) {
+    char* end = nullptr;
+    long long n = std::strtoll(f.pids->c_str(), &end, 10);
+    if (f.pids->empty() || *end != '\0' || n <= 0 || n > 4'194'304)
+      return make_error("usage", "--pids: bad process count '" + *f.pids + "' (a positive integer, or none)");
+    limits.pids = n;
+  }
+  if (f.cpus && clears(*f.cpus, true)) {
+    limits.cpus.reset();
+  } else if (f.cpus) {
+    char* end = nullptr;
+    double n = std::strtod(f.cpus->c_str(), &end);
+    if (f.cpus->empty() || *end != '\0' || !(n > 0) || n > 4096)
+      return make_error("usage", "--cpus: bad CPU count '" + *f.cpus + "' (a positive number, e.g. 0.5, or none)");
+    limits.cpus = n;
+  }
+  return {};
+}
+}  // namespace
 
 // Flags override the merged profile; list-valued flags add to the profile's lists.
 Result<RunSpec> apply_flags(RunSpec spec, const RunFlags& f) {
@@ -52,52 +129,7 @@ Result<RunSpec> apply_flags(RunSpec spec, const RunFlags& f) {
   }
   for (auto& k : f.env_pass) spec.env_pass.push_back(k);
   if (f.workdir) spec.workdir = *f.workdir;
-  auto duration = [](const std::string& flag, const std::string& v) -> Result<std::int64_t> {
-    auto r = parse_duration_ms(v);
-    if (!r) return make_error("usage", flag + ": " + r.error().message);
-    if (*r <= 0) return make_error("usage", flag + ": must be greater than zero");
-    return r;
-  };
-  auto size = [](const std::string& flag, const std::string& v, bool allow_zero) -> Result<std::int64_t> {
-    auto r = parse_size_bytes(v);
-    if (!r) return make_error("usage", flag + ": " + r.error().message);
-    if (*r == 0 && !allow_zero) return make_error("usage", flag + ": must be greater than zero");
-    return r;
-  };
-  if (f.timeout) {
-    auto r = duration("--timeout", *f.timeout);
-    if (!r) return r.error();
-    spec.limits.timeout_ms = *r;
-  }
-  if (f.cpu_time) {
-    auto r = duration("--cpu-time", *f.cpu_time);
-    if (!r) return r.error();
-    spec.limits.cpu_time_ms = *r;
-  }
-  if (f.output_limit) {
-    auto r = size("--output-limit", *f.output_limit, true);
-    if (!r) return r.error();
-    spec.limits.output_limit_bytes = *r;
-  }
-  if (f.memory) {
-    auto r = size("--memory", *f.memory, false);
-    if (!r) return r.error();
-    spec.limits.memory_bytes = *r;
-  }
-  if (f.pids) {
-    char* end = nullptr;
-    long long n = std::strtoll(f.pids->c_str(), &end, 10);
-    if (f.pids->empty() || *end != '\0' || n <= 0 || n > 4'194'304)
-      return make_error("usage", "--pids: bad process count '" + *f.pids + "' (a positive integer)");
-    spec.limits.pids = n;
-  }
-  if (f.cpus) {
-    char* end = nullptr;
-    double n = std::strtod(f.cpus->c_str(), &end);
-    if (f.cpus->empty() || *end != '\0' || !(n > 0) || n > 4096)
-      return make_error("usage", "--cpus: bad CPU count '" + *f.cpus + "' (a positive number, e.g. 0.5)");
-    spec.limits.cpus = n;
-  }
+  SBX_TRY(apply_limit_flags(spec.limits, f));
   if (f.image) spec.image = *f.image;
   for (auto& i : f.inputs) {
     auto r = parse_input(i);
@@ -153,6 +185,25 @@ std::vector<std::string> explicit_limits(const RunFlags& f) {
   return v;
 }
 
+std::set<std::string> limits_given(const RunFlags& f) {
+  std::set<std::string> v;
+  for (auto [given, name] : {std::pair{f.memory.has_value(), "memory"}, {f.pids.has_value(), "pids"},
+                             {f.cpus.has_value(), "cpus"}, {f.cpu_time.has_value(), "cpu_time"},
+                             {f.timeout.has_value(), "timeout"}, {f.output_limit.has_value(), "output"}})
+    if (given) v.insert(name);
+  return v;
+}
+
+int print_dry_run(const RunRequest& req) {
+  auto plan = dry_run(req);
+  if (!plan) {
+    std::fprintf(stderr, "sbx: %s\n", printable(plan.error().describe_setup()).c_str());
+    return 125;
+  }
+  std::printf("%s\n", dump_json(*plan, 2).c_str());  // argv and env may be any bytes (json_io.hpp)
+  return 0;
+}
+
 void add_run_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out) {
   static RunFlags f;
   auto* run = app.add_subcommand("run", "Run a command in a fresh sandbox");
@@ -175,7 +226,8 @@ void add_run_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out)
                 "Relay stdin to the program even when it is a terminal (through a pipe; with -t, to the program's pty)");
   run->add_flag("-t,--tty", f.tty,
                 "Give the program a pseudo-terminal of its own (stdin must be a terminal; stderr is merged into stdout)");
-  run->add_flag("--dry-run", f.dry_run, "Print the fully merged run spec as JSON and run nothing");
+  run->add_flag("--dry-run", f.dry_run,
+                "Make every check of a run and print the merged spec and what would enforce each limit as JSON; run nothing");
   run->add_flag("--systemd-scope", f.systemd_scope,
                 "Rootless without a delegated cgroup: re-run sbx under systemd-run --user --scope -p Delegate=yes");
   // Everything from the first positional on belongs to the command, options included.
@@ -198,32 +250,34 @@ void add_run_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out)
       f.command.insert(f.command.end(), g.after_dashdash->begin(), g.after_dashdash->end());
     }
     auto profile = load_profile(f.profile);
-    if (!profile) return usage_error(profile.error().message);
+    if (!profile) return usage_error(profile.error().describe());
     auto merged = spec_from_layers(*profile, nullptr, "");
     if (!merged) return usage_error(merged.error().message);
     if (auto st = apply_image_config(*merged, f, g); !st) return usage_error(st.error().message);
     auto spec = apply_flags(std::move(*merged), f);
     if (!spec) return usage_error(spec.error().message);
-    if (f.dry_run) {
-      nlohmann::json j = spec_to_json(*spec);
-      std::printf("%s\n", dump_json(j, 2).c_str());  // argv and env may be any bytes (json_io.hpp)
-      return 0;
-    }
     auto stdin_plan = plan_stdin(f.interactive, f.tty);
     if (!stdin_plan) return usage_error(stdin_plan.error().message);
-    if (f.systemd_scope)
-      if (auto rc = reexec_in_systemd_scope(g.argv, *spec)) return *rc;
-    if (!f.output_dir.empty())
-      if (auto st = prepare_export_dir(f.output_dir); !st) return usage_error(st.error().describe());
     RunRequest req;
-    req.export_dir = f.output_dir;
     req.spec = std::move(*spec);
     req.profile = profile->source;
     req.dirs = resolve_dirs(g.state_dir);
     req.trace_file = f.trace_file;
     req.explicit_limits = explicit_limits(f);
+    req.limit_layers = limit_layers(*profile, nullptr, "", limits_given(f));
     req.invocation_argv = g.argv;
     req.stdin_plan = *stdin_plan;
+    if (f.dry_run) {
+      if (!f.output_dir.empty())
+        if (auto st = prepare_export_dir(f.output_dir, false); !st) return usage_error(st.error().describe());
+      return print_dry_run(req);
+    }
+    if (auto st = check_trace_file(f.trace_file); !st) return usage_error(st.error().describe());
+    if (f.systemd_scope)
+      if (auto rc = reexec_in_systemd_scope(g.argv, req.spec)) return *rc;
+    if (!f.output_dir.empty())
+      if (auto st = prepare_export_dir(f.output_dir); !st) return usage_error(st.error().describe());
+    req.export_dir = f.output_dir;
     return run_sandbox(req).exit_status;
   }, true});
 }

@@ -132,7 +132,10 @@ _sbx() {
             COMPREPLY=($(compgen -W "json text" -- "$cur")); return ;;
         --env-pass)
             COMPREPLY=($(compgen -e -- "$cur")); return ;;
-        --context|--secret|--tmpfs|--uid|--gid|--env|--timeout|--output-limit|--memory|--pids|--cpus|--cpu-time|\
+        --timeout|--memory|--pids|--cpus|--cpu-time|--output-limit)
+            # A number with a unit is typed; "none" (or "unlimited") clears the profile's limit.
+            COMPREPLY=($(compgen -W "none unlimited" -- "$cur")); return ;;
+        --context|--secret|--tmpfs|--uid|--gid|--env|\
         --output-max-bytes|--output-max-files|--name|--allow-host)
             return ;;
     esac
@@ -183,14 +186,15 @@ _sbx() {
                 COMPREPLY=($(compgen -W "--strict --no-strict --help" -- "$cur"))
             elif [[ $cur == -* && $sub == run ]]; then
                 COMPREPLY=($(compgen -W "--input --context --secret --result --profile --image --timeout
-                    --output-limit --memory --pids --cpus --cpu-time --require-limits --seccomp --trace-file --help" -- "$cur"))
+                    --output-limit --memory --pids --cpus --cpu-time --require-limits --seccomp --trace-file --dry-run
+                    --help" -- "$cur"))
             elif [[ $cur == -* ]]; then
                 COMPREPLY=($(compgen -W "--help" -- "$cur"))
             elif [[ $sub != init ]]; then
                 COMPREPLY=($(compgen -d -- "$cur")); compopt -o filenames 2>/dev/null
             fi ;;
         exec)
-            COMPREPLY=($(compgen -W "--trace-file --help" -- "$cur")) ;;
+            COMPREPLY=($(compgen -W "--trace-file --dry-run --help" -- "$cur")) ;;
         image)
             if [[ -z $sub ]]; then
                 [[ $cur == -* ]] && COMPREPLY=($(compgen -W "--help" -- "$cur")) ||

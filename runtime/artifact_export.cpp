@@ -168,10 +168,16 @@ std::string display_name(const std::string& raw) {
   return out;
 }
 
-Status prepare_export_dir(const std::string& dir) {
+Status prepare_export_dir(const std::string& dir, bool create) {
   struct stat st;
   if (::lstat(dir.c_str(), &st) != 0) {
     if (errno != ENOENT) return sys_error("usage", "--output " + dir);
+    if (!create) {
+      auto slash = dir.find_last_of('/', dir.find_last_not_of('/'));
+      std::string parent = slash == std::string::npos ? "." : slash == 0 ? "/" : dir.substr(0, slash);
+      if (::access(parent.c_str(), W_OK | X_OK) != 0) return sys_error("usage", "--output: cannot create " + dir);
+      return {};
+    }
     if (::mkdir(dir.c_str(), 0755) != 0) return sys_error("usage", "--output: cannot create " + dir);
     return {};
   }

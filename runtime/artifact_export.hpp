@@ -48,8 +48,9 @@ struct ExportResult {
 inline constexpr std::size_t kMaxListedSkips = 1000;
 
 // Before the run: DIR must not exist (it is created, 0755) or be an empty directory. Not a
-// symlink. Errors are usage errors (exit 125) naming DIR.
-Status prepare_export_dir(const std::string& dir);
+// symlink. Errors are usage errors (exit 125) naming DIR. With `create` false (--dry-run) a
+// missing DIR is not created: its parent must be a writable directory.
+Status prepare_export_dir(const std::string& dir, bool create = true);
 
 // After the run: copies the tree under `out_fd` (O_PATH of /out) into `dir`.
 Result<ExportResult> export_out(int out_fd, const std::string& dir, const ExportCaps& caps);

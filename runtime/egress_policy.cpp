@@ -120,6 +120,13 @@ std::string ports_of(const AllowRule& r) {
 Result<AllowRule> parse_allow_rule(const std::string& text) {
   std::string ctx = "--allow-host '" + text + "'";
   if (text.empty()) return make_error("usage", ctx + ": empty rule");
+  if (auto scheme = text.find("://"); scheme != std::string::npos) {
+    // A URL where a host was meant: say which host rule it would be.
+    std::string host = text.substr(scheme + 3);
+    host = host.substr(0, host.find_first_of("/?#"));
+    return make_error("usage", ctx + ": expected HOST[:PORT] (a name, *.domain, an IP address, [IPv6] or a CIDR), not a URL" +
+                                   (host.empty() ? std::string() : "; e.g. --allow-host " + host));
+  }
   auto hp = split_host_port(text, ctx);
   if (!hp) return hp.error();
   auto [host, port] = *hp;
@@ -181,6 +188,25 @@ Result<std::vector<AllowRule>> parse_allow_rules(const std::vector<std::string>&
     v.push_back(*r);
   }
   return v;
+}
+
+std::vector<std::string> loopback_reached(const std::vector<AllowRule>& rules) {
+  std::array<std::uint8_t, 16> v4{127, 0, 0, 1}, v6{};
+  v6[15] = 1;
+  bool lo4 = false, lo6 = false, name = false;
+  for (auto& r : rules) {
+    bool addr = r.kind == AllowRule::Kind::address || r.kind == AllowRule::Kind::cidr;
+    if (addr && !r.v6) lo4 = lo4 || in_prefix(v4, r.addr, r.prefix);
+    if (addr && r.v6) lo6 = lo6 || in_prefix(v6, r.addr, r.prefix);
+    name = name || (r.kind == AllowRule::Kind::name && r.name == "localhost");
+  }
+  std::vector<std::string> out;
+  // "localhost" resolves to both inside the sandbox (mounts.cpp's /etc/hosts): a client that
+  // bypasses the proxy for it would miss an allowed host on either family.
+  if (name || lo4 || lo6) out.emplace_back("localhost");
+  if (lo4) out.emplace_back("127.0.0.1");
+  if (lo6) out.emplace_back("::1");
+  return out;
 }
 
 Result<EgressTarget> parse_authority(const std::string& authority, std::optional<std::uint16_t> default_port) {

@@ -82,6 +82,12 @@ std::optional<std::string> internal_address_kind(bool v6, const std::array<std::
 EgressDecision check_resolved(const std::vector<AllowRule>& rules, const EgressTarget& name, bool v6,
                               const std::array<std::uint8_t, 16>& addr);
 
+// Which of the sandbox's loopback spellings ("localhost", "127.0.0.1", "::1") a rule set sends
+// through the proxy to the HOST's loopback: an address or CIDR rule covering 127.0.0.1 or ::1,
+// or a name rule for "localhost". The program's NO_PROXY must leave these out, or its HTTP
+// clients would connect to the sandbox's own (empty) loopback instead (environment.cpp).
+std::vector<std::string> loopback_reached(const std::vector<AllowRule>& rules);
+
 // An address as text (no brackets).
 std::string address_text(bool v6, const std::array<std::uint8_t, 16>& addr);
 

@@ -1,7 +1,10 @@
 #include "runtime/environment.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <map>
+
+#include "runtime/egress_policy.hpp"
 
 namespace sbx {
 
@@ -20,11 +23,19 @@ std::vector<std::string> build_environment(const RunSpec& spec, char** caller_en
   env["TERM"] = stdout_is_tty && term != caller.end() ? term->second : "dumb";
   // The filtering proxy (proxy.hpp) listens on the sandbox's own loopback. Both spellings are set
   // because tools disagree on which they read (curl ignores upper-case HTTP_PROXY). NO_PROXY keeps
-  // the sandbox's own loopback direct; --env overrides any of them.
+  // the sandbox's own loopback direct, except the spellings an allow rule sends to the host's
+  // loopback (egress_policy.hpp's loopback_reached): a client that skipped the proxy for those
+  // would get ECONNREFUSED from the sandbox's empty loopback. --env overrides any of them.
   if (spec.network.mode == "proxy") {
     std::string url = "http://127.0.0.1:" + std::to_string(kProxyPort);
     for (const char* k : {"HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"}) env[k] = url;
-    for (const char* k : {"NO_PROXY", "no_proxy"}) env[k] = "localhost,127.0.0.1,::1";
+    std::vector<std::string> through_proxy;
+    if (auto rules = parse_allow_rules(spec.network.allow)) through_proxy = loopback_reached(*rules);
+    std::string direct;
+    for (const char* h : {"localhost", "127.0.0.1", "::1"})
+      if (std::find(through_proxy.begin(), through_proxy.end(), h) == through_proxy.end())
+        direct += (direct.empty() ? "" : ",") + std::string(h);
+    for (const char* k : {"NO_PROXY", "no_proxy"}) env[k] = direct;
   }
   for (auto& name : spec.env_pass) {
     auto it = caller.find(name);

@@ -5,13 +5,15 @@
 namespace sbx {
 
 std::string Error::describe() const {
-  if (err == 0) return message;
-  return message + ": " + std::strerror(err);
+  std::string text = err == 0 ? message : message + ": " + std::strerror(err);
+  return hint.empty() ? text : text + " (" + hint + ")";
 }
 
 std::string Error::describe_with_stage() const {
   return "setup failed at " + stage + ": " + describe();
 }
+
+std::string Error::describe_setup() const { return stage == "usage" ? describe() : describe_with_stage(); }
 
 Error sys_error(std::string stage, std::string message) {
   return Error{std::move(stage), errno, std::move(message)};

@@ -13,11 +13,15 @@ struct Error {
   std::string stage;    // e.g. "mounts", "profile", "usage"
   int err = 0;          // errno, 0 when the failure is not a syscall's
   std::string message;  // what and where, without the strerror text
+  std::string hint;     // what the caller can do about it ("" for none), after the cause
 
-  // "<message>: <strerror>" (or just the message when err == 0)
+  // "<message>: <strerror> (<hint>)" (without the parts that are empty)
   std::string describe() const;
   // "setup failed at <stage>: <message>: <strerror>"
   std::string describe_with_stage() const;
+  // The line sbx prints for a run that did not start: describe() for the caller's own mistake
+  // (stage "usage"), said like a bad flag; describe_with_stage() for the rest.
+  std::string describe_setup() const;
 };
 
 // An Error from the current errno.

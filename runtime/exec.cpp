@@ -7,6 +7,7 @@
 
 #include "runtime/artifact_export.hpp"
 #include "runtime/pack.hpp"
+#include "runtime/preflight.hpp"
 #include "runtime/profile.hpp"
 #include "runtime/sandbox.hpp"
 #include "runtime/schema_validate.hpp"
@@ -119,6 +120,8 @@ Result<json> run_exec(const json& request, const ExecContext& ctx) {
   for (auto& [path, content] : rq.files) run.files.push_back({"/code/" + path, content, 0444});
   run.files.push_back({"/in/input.json", input_bytes, 0444});
   run.spec = std::move(*spec);
+  run.limit_layers = limit_layers(*profile, &patch, "exec request", {});
+  if (ctx.dry_run) return dry_run(run);  // the same checks and plan as `sbx run --dry-run`
 
   Capture out, err;
   out.fd = ::memfd_create("sbx-exec-stdout", MFD_CLOEXEC);

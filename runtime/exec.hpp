@@ -28,6 +28,9 @@ struct ExecContext {
   Dirs dirs;
   std::vector<std::string> invocation_argv;
   std::string trace_file;
+  // --dry-run: the request is checked and the run planned (preflight.hpp), nothing runs; the
+  // response is the dry run's JSON.
+  bool dry_run = false;
 };
 
 // A request checked and taken apart; reading it touches no file and starts nothing (so it can be

@@ -40,8 +40,15 @@ class BoundedSax {
     return dom_.key(k);
   }
   bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& ex) {
-    // nlohmann quotes the offending token raw: escaped, the message is safe in any document.
-    return fail("not valid JSON: " + escape_utf8(ex.what()));
+    // nlohmann quotes the offending token raw: escaped, the message is safe in any document. Its
+    // "[json.exception.parse_error.101] parse error at line L, column C: why" loses the prefix:
+    // "not valid JSON at line L, column C: why".
+    std::string what = ex.what();
+    static constexpr std::string_view kAt = "parse error at ";
+    if (auto at = what.find(kAt); at != std::string::npos) return fail("not valid JSON at " + escape_utf8(what.substr(at + kAt.size())));
+    if (auto close = what.find("] "); what.rfind("[json.exception.", 0) == 0 && close != std::string::npos)
+      what = what.substr(close + 2);
+    return fail("not valid JSON: " + escape_utf8(what));
   }
 
   std::string pointer() const {

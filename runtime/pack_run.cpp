@@ -9,6 +9,7 @@
 #include "runtime/artifact_export.hpp"
 #include "runtime/fsutil.hpp"
 #include "runtime/json_io.hpp"
+#include "runtime/preflight.hpp"
 #include "runtime/sha256.hpp"
 #include "runtime/typed_io.hpp"
 #include "runtime/userns.hpp"
@@ -72,6 +73,29 @@ std::vector<SchemaError> validate_records(const CompiledSchema& schema, const js
   return out;
 }
 
+namespace {
+PackRunResult dry_run_pack(PackRunRequest& req, PackRunResult& res) {
+  for (auto& [n, v] : req.secrets) wipe(v);
+  for (auto& [n, v] : req.run.secret_files) wipe(v);
+  for (auto& [n, v] : req.run.secret_env) wipe(v);
+  if (req.run.refuse) {
+    res.status = req.run.refuse->status;
+    res.exit_status = exit_status_for(*req.run.refuse);
+    if (res.errors.empty() && req.run.refuse->error) res.errors.push_back(req.run.refuse->error->describe());
+    return res;
+  }
+  auto plan = dry_run(req.run);
+  if (!plan) {
+    res.errors.push_back(plan.error().describe_setup());
+    return res;  // setup_error, 125
+  }
+  res.status = RunStatus::ok;
+  res.exit_status = 0;
+  res.result = std::move(*plan);
+  return res;
+}
+}  // namespace
+
 PackRunResult run_pack(PackRunRequest& req) {
   PackRunResult res;
   RunRequest& run = req.run;
@@ -128,6 +152,10 @@ PackRunResult run_pack(PackRunRequest& req) {
   for (auto& [name, value] : req.secrets)
     for (auto& s : req.pack.secrets)
       if (s.name == name) (s.delivery == "env" ? run.secret_env : run.secret_files).push_back({name, value});
+
+  // A dry run stops here: the input contract is checked and the mounts are planned; the rest is
+  // the same dry run as `sbx run --dry-run` (preflight.hpp), nothing created.
+  if (req.dry_run) return dry_run_pack(req, res);
 
   // 3 the output contract, once the program has ended.
   json valid_result;

@@ -10,6 +10,7 @@
 
 #include "runtime/embedded_profiles.hpp"
 #include "runtime/json_io.hpp"
+#include "runtime/suggest.hpp"
 #include "runtime/units.hpp"
 
 namespace sbx {
@@ -49,6 +50,22 @@ Result<std::string> read_text(const std::string& path) {
   return read_bounded(path, kMaxProfileBytes, "profile", "profile " + path);
 }
 
+// Every key of `patch` that the RunSpec does not have (`known`: its JSON with the defaults), each
+// with the closest known key of its object: a profile with two typos has both named at once.
+void unknown_keys(const json& patch, const json& known, const std::string& path, std::vector<std::string>& out) {
+  std::vector<std::string> names;
+  for (auto& [k, v] : known.items()) names.push_back(k);
+  if (path.empty()) names.emplace_back("description");
+  for (auto& [k, v] : patch.items()) {
+    std::string at = path + "/" + pointer_token(k);
+    auto it = known.find(k);
+    if (it == known.end() && !(path.empty() && k == "description"))
+      out.push_back(at + ": unknown key" + did_you_mean(k, names));
+    else if (it != known.end() && it->is_object() && !it->empty() && v.is_object())  // env is a free map
+      unknown_keys(v, *it, at, out);
+  }
+}
+
 Result<LoadedProfile> parse_profile(ProfileSource src) {
   std::string where = src.origin == "built-in" ? "built-in profile '" + src.name + "'" : "profile " + src.origin;
   auto parsed = parse_json_doc(src.text, {kMaxProfileBytes}, "profile", where);
@@ -61,8 +78,16 @@ Result<LoadedProfile> parse_profile(ProfileSource src) {
   json as_written_doc = j;
   if (j.contains("limits"))
     if (auto st = canonical_limit_keys(j["limits"], where, &written); !st) return make_error("profile", st.error().message);
-  // Validate as a partial RunSpec layered over the defaults: this names unknown keys and bad values.
   json probe = spec_to_json(RunSpec{});
+  std::vector<std::string> unknown;
+  unknown_keys(j, probe, "", unknown);
+  if (!unknown.empty()) {
+    std::string list;
+    for (std::size_t i = 0; i < unknown.size() && i < 10; ++i) list += (i ? "; " : "") + unknown[i];
+    if (unknown.size() > 10) list += "; and " + std::to_string(unknown.size() - 10) + " more unknown keys";
+    return make_error("profile", where + ": " + list);
+  }
+  // Validate as a partial RunSpec layered over the defaults: this names bad values.
   merge_patch(probe, j);
   auto spec = spec_from_json(probe, where);
   if (!spec) return make_error("profile", as_written(spec.error().message, written));
@@ -132,6 +157,30 @@ Result<RunSpec> spec_from_layers(const LoadedProfile& profile, const json* manif
   if (!asked) return asked;
   SBX_TRY(check_ceilings(*ceiling, *asked, manifest_source, profile.source.name, set_by_operator));
   return asked;
+}
+
+std::map<std::string, std::string> limit_layers(const LoadedProfile& profile, const json* manifest_patch,
+                                                const std::string& manifest_source,
+                                                const std::set<std::string>& by_flag) {
+  static constexpr std::pair<const char*, const char*> kKeys[] = {
+      {"memory", "memory_bytes"}, {"pids", "pids"},     {"cpus", "cpus"},
+      {"cpu_time", "cpu_time_ms"}, {"timeout", "timeout_ms"}, {"output", "output_limit_bytes"}};
+  static constexpr std::pair<const char*, const char*> kFlags[] = {
+      {"memory", "--memory"},     {"pids", "--pids"},       {"cpus", "--cpus"},
+      {"cpu_time", "--cpu-time"}, {"timeout", "--timeout"}, {"output", "--output-limit"}};
+  auto sets = [](const json* patch, const char* key) {
+    return patch && patch->is_object() && patch->contains("limits") && (*patch)["limits"].is_object() &&
+           (*patch)["limits"].contains(key) && !(*patch)["limits"][key].is_null();
+  };
+  std::map<std::string, std::string> out;
+  for (std::size_t i = 0; i < std::size(kKeys); ++i) {
+    auto [limit, key] = kKeys[i];
+    if (by_flag.count(limit)) out[limit] = std::string("flag ") + kFlags[i].second;
+    else if (sets(manifest_patch, key)) out[limit] = manifest_source;
+    else if (sets(&profile.patch, key)) out[limit] = "profile '" + profile.source.name + "'";
+    else out[limit] = "sbx's defaults";
+  }
+  return out;
 }
 
 namespace {

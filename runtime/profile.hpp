@@ -3,6 +3,7 @@
 // ($SBX_PROFILE_PATH, $XDG_CONFIG_HOME/sbx/profiles, /etc/sbx/profiles, the installed data dir)
 // and then among the profiles compiled into the binary; anything with a '/' or ending in .json is
 // a file. Merge order (DESIGN.md): built-in defaults < profile < pack manifest < command-line flags.
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -45,6 +46,14 @@ std::vector<ProfileSource> list_profiles();
 Result<RunSpec> spec_from_layers(const LoadedProfile& profile, const nlohmann::json* manifest_patch,
                                  const std::string& manifest_source,
                                  const std::set<std::string>& set_by_operator = {});
+
+// Which layer set each limit of the merged spec, by limits_plan.hpp's names ("memory", "pids",
+// "cpus", "cpu_time", "timeout", "output"): "flag --cpus" for those in `by_flag` (same names),
+// else `manifest_source` when the manifest's patch sets it, else "profile 'NAME'" when the
+// profile does, else "sbx's defaults". --require-limits names it (preflight.hpp).
+std::map<std::string, std::string> limit_layers(const LoadedProfile& profile, const nlohmann::json* manifest_patch,
+                                                const std::string& manifest_source,
+                                                const std::set<std::string>& by_flag);
 
 // Every limit of `asked` that is above `ceiling`'s (or unlimited where the ceiling has one):
 // "SOURCE: /limits/timeout: 100h is above the ceiling of profile 'untrusted' (30s) ...".

@@ -28,6 +28,7 @@
 #include "runtime/limits_plan.hpp"
 #include "runtime/memory_fallback.hpp"
 #include "runtime/log.hpp"
+#include "runtime/preflight.hpp"
 #include "runtime/proxy.hpp"
 #include "runtime/raw_syscall.hpp"
 #include "runtime/seccomp_policy.hpp"
@@ -246,11 +247,15 @@ RunReport run_sandbox(const RunRequest& req) {
       return;
     }
     if (!identity) return fail_setup(identity.error());
-    // 1 prepare: limits first, so that --require-limits refuses before anything is created.
+    // 1 prepare: the caller's sources and limits first, so that a missing --bind source or
+    // --require-limits refuses before anything is created (the checks --dry-run makes too).
+    if (auto st = check_sources(spec, cwd, &*identity); !st) return fail_setup(st.error());
     bool rootless = ::geteuid() != 0;
     // The tmpfs mounts against the memory limit: needed only where no cgroup charges their pages.
     auto tmpfs_fit = fit_tmpfs(tmpfs_shares(spec, req.explicit_limits), spec.limits.memory_bytes.value_or(0));
     LimitPlan plan = plan_limits(spec.limits, cg, rootless, true);
+    if (spec.require_limits)
+      if (auto e = require_limits_shortfall(plan, cg, req.limit_layers)) return fail_setup(*e);
     if (plan.use_cgroup) {
       // A killed sbx cannot remove its run cgroup; the next run does.
       if (auto st = gc_stale_cgroups(cg); !st) spdlog::debug("cgroup gc: {}", st.error().describe());
@@ -271,13 +276,8 @@ RunReport run_sandbox(const RunRequest& req) {
       (d->applied ? degraded : missing) += (std::string(", ") + d->limit);
       for (auto& e : req.explicit_limits) asked = asked || e == d->limit;
     }
-    if (spec.require_limits) {
-      std::string unbounded;
-      for (auto* d : plan.unbounded()) unbounded += ", " + d->limit + (d->applied ? " (in total)" : "");
-      if (!unbounded.empty())
-        return fail_setup(make_error("limits", "--require-limits: cannot enforce " + unbounded.substr(2) +
-                                                   " on this host (cgroup v2 layout: " + cg.layout + "; see 'sbx doctor')"));
-    }
+    if (spec.require_limits)  // again: a cgroup that could not be created weakened the plan
+      if (auto e = require_limits_shortfall(plan, cg, req.limit_layers)) return fail_setup(*e);
     const LimitDecision* mem = plan.find("memory");
     bool memory_fallback = mem && mem->applied && !plan.cgroup_limits.memory_bytes;
     if (memory_fallback && !tmpfs_fit) return fail_setup(tmpfs_fit.error());
@@ -553,6 +553,7 @@ RunReport run_sandbox(const RunRequest& req) {
     ::close(sigfd);
     // 4 collect
     outcome = outcome_from_supervision(*sup, in.kill_grace_ms);
+    if (outcome.error) add_setup_hint(*outcome.error, spec, *identity, cwd);
     // /out's fd waited in the socket since setup; every process of the sandbox is dead now.
     if (recv_fd(out_pair.r, &out_dir_fd) <= 0) out_dir_fd = -1;
     if (out_dir_fd >= 0 && !req.export_dir.empty()) {
@@ -655,10 +656,21 @@ RunReport run_sandbox(const RunRequest& req) {
   Status trace_file_written;
   if (!req.trace_file.empty()) trace_file_written = write_file_durable(req.trace_file, text, 0600);
   if (outcome.status == RunStatus::setup_error && outcome.error) {
-    std::fprintf(stderr, "sbx: %s\n", printable(outcome.error->describe_with_stage()).c_str());
+    // --dry-run prints the same line (print_dry_run).
+    std::fprintf(stderr, "sbx: %s\n", printable(outcome.error->describe_setup()).c_str());
   } else if (outcome.status == RunStatus::timeout) {
-    spdlog::info("wall-time limit of {} reached: sandbox killed", format_duration_ms(*spec.limits.timeout_ms));
+    // One line: a 124 that says nothing looks like the program's own exit status. Warnings, so
+    // that --log-level error silences them, and never blocking (NonBlockingLogScope).
+    if (outcome.reason == "cpu" && spec.limits.cpu_time_ms)
+      spdlog::warn("CPU-time budget of {} spent: sandbox killed (exit 124)", format_duration_ms(*spec.limits.cpu_time_ms));
+    else if (spec.limits.timeout_ms)
+      spdlog::warn("wall-time limit of {} reached: sandbox killed (exit 124)", format_duration_ms(*spec.limits.timeout_ms));
   }
+  if (sup && spec.limits.output_limit_bytes)
+    for (auto [name, st] : {std::pair{"stdout", &sup->out}, std::pair{"stderr", &sup->err}})
+      if (st->truncated)
+        spdlog::warn("{} truncated at the output limit of {}: {} more bytes dropped (--output-limit)", name,
+                     format_size(*spec.limits.output_limit_bytes), st->dropped_bytes);
   if (!stored) spdlog::warn("could not store the trace record in {}: {}", req.dirs.traces, stored.error().describe());
   if (!trace_file_written) {
     std::fprintf(stderr, "sbx: cannot write --trace-file %s: %s\n", printable(req.trace_file).c_str(),

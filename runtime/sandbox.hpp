@@ -4,6 +4,7 @@
 // It reads only the RunSpec (plus where to write the record) and returns the outcome, the trace
 // record and the exit status for `sbx run`.
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <utility>
@@ -29,6 +30,9 @@ struct RunRequest {
   // Limits given on the command line ("memory", "pids", "cpus", "cpu_time"): a shortfall in one
   // of these is a warning; in a profile default it is logged at info level (quiet by default).
   std::vector<std::string> explicit_limits;
+  // Which layer set each limit ("memory" -> "profile 'untrusted'", "flag --memory", a manifest's
+  // path): named by --require-limits when the limit cannot be enforced (preflight.hpp).
+  std::map<std::string, std::string> limit_layers;
 
   // Typed-IO callers (sbx pack run, sbx exec) fill these; a plain `sbx run` leaves them empty.
   nlohmann::json pack = nullptr;                  // invocation.pack {name, version, digest}

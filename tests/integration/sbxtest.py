@@ -140,9 +140,13 @@ class Result:
     @property
     def program_stderr(self):
         """stderr without sbx's own warning lines ("sbx: warning: ..."), for tests about the program's
-        stream. Whether sbx may print those at all is checked by test_cli's quiet-by-default test."""
-        return b"".join(line for line in self.stderr.splitlines(keepends=True)
-                        if not line.startswith(b"sbx: warning: "))
+        stream. Whether sbx may print those at all is checked by test_cli's quiet-by-default test.
+        A warning after the run (a stream truncated at --output-limit) follows the program's last
+        byte, which need not end a line: it is cut off the end too."""
+        lines = self.stderr.splitlines(keepends=True)
+        if lines:
+            lines[-1] = re.sub(rb"sbx: warning: [^\n]*\n\Z", b"", lines[-1])
+        return b"".join(line for line in lines if not line.startswith(b"sbx: warning: "))
 
     def describe(self):
         return (f"command: {' '.join(self.argv)}\n  exit: {self.rc}  wall: {self.wall * 1000:.0f} ms\n"

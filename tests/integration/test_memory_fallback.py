@@ -173,7 +173,7 @@ class MemoryFallback(SbxTestCase):
         self.assertExit(r, 125)
         line = [l for l in r.err.splitlines() if not l.startswith("sbx: warning:")]
         self.assertEqual(len(line), 1, r.describe())
-        self.assertIn("memory (in total)", line[0])
+        self.assertIn("cannot enforce memory in total", line[0])
         self.assertNotIn(b"ran", r.stdout)
 
     def test_reservations_run_and_private_memory_is_bounded(self):

@@ -861,5 +861,55 @@ curl -s --noproxy '*' -m 5 http://10.203.0.2:8080/probe >/dev/null   # the path 
              f"denied other.example -> {got['denied'].strip()}; bypass -> {got['bypass'].strip()[:80]!r}")
 
 
+class AllowedLoopback(SbxTestCase):
+    """An allowed loopback host is reached the documented way: no --env NO_PROXY= needed. The
+    default NO_PROXY keeps the sandbox's own loopback direct, which would send a client for an
+    allowed host:port to the sandbox's empty loopback (ECONNREFUSED) instead of the proxy."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.v4 = start_server(socket.AF_INET, tag="v4")
+        cls.v6 = start_server(socket.AF_INET6, tag="v6")
+
+    @classmethod
+    def tearDownClass(cls):
+        for s in (cls.v4, cls.v6):
+            s.shutdown()
+            s.server_close()
+
+    def fetch(self, rule, url, client):
+        if client == "curl":
+            cmd = [CURL, "-sS", "--max-time", "10", url]
+        else:
+            cmd = [PY, "-c", f"import urllib.request; print(urllib.request.urlopen({url!r}, timeout=10).read().decode())"]
+        return self.run_sbx(cmd, ["--allow-host", rule])
+
+    def check(self, rule, url, tag, client):
+        r = self.fetch(rule, url, client)
+        self.assertExit(r, 0, f"{client} {url} with --allow-host {rule} and the default NO_PROXY")
+        self.assertIn(f"hello from {tag}", r.out, r.describe())
+        hosts = [h["host"] for h in self.need_trace(r)["usage"]["network"]["hosts"]]
+        self.assertEqual(len(hosts), 1, f"went through the proxy: {hosts}")
+        note(f"--allow-host {rule}: {client} {url} -> {r.out.strip()!r}")
+
+    def test_ipv4_loopback_with_python(self):
+        port = self.v4.server_address[1]
+        self.check(f"127.0.0.1:{port}", f"http://127.0.0.1:{port}/py", "v4", "python")
+
+    def test_ipv6_loopback_as_in_the_readme(self):
+        port = self.v6.server_address[1]
+        self.check(f"[::1]:{port}", f"http://[::1]:{port}/py", "v6", "python")
+        if os.access(CURL, os.X_OK):
+            self.check(f"[::1]:{port}", f"http://[::1]:{port}/curl", "v6", "curl")
+
+    def test_localhost_goes_through_the_proxy_when_its_address_is_allowed(self):
+        port = self.v4.server_address[1]
+        r = self.run_sbx(["sh", "-c", "echo NO_PROXY=$NO_PROXY"], ["--allow-host", f"127.0.0.1:{port}"])
+        self.assertExit(r, 0)
+        self.assertIn("NO_PROXY=::1\n", r.out)
+        r = self.run_sbx(["sh", "-c", "echo NO_PROXY=$NO_PROXY"], ["--allow-host", "example.com"])
+        self.assertIn("NO_PROXY=localhost,127.0.0.1,::1\n", r.out, "other rules keep the loopback direct")
+
+
 if __name__ == "__main__":
     unittest.main()
