@@ -33,7 +33,7 @@ TEST_CASE("require-limits: the error names the limit, the layer that set it and 
   REQUIRE(profile.ok());
   Limits l;
   l.cpus = 1;
-  l.memory_bytes = 1 << 20;
+  l.pids = 64;
   auto plan = plan_limits(l, hybrid_without_cpu(), false, true);
   auto layers = limit_layers(*profile, nullptr, "", {});
   CHECK(layers["cpus"] == "profile 'untrusted'");
@@ -41,7 +41,14 @@ TEST_CASE("require-limits: the error names the limit, the layer that set it and 
   REQUIRE(e.has_value());
   CHECK(e->message.find("cannot enforce cpus (1, set by profile 'untrusted': clear it with --cpus none)") !=
         std::string::npos);
-  CHECK(e->message.find("memory") == std::string::npos);  // degraded (RLIMIT_AS) is enforced
+  CHECK(e->message.find("pids") == std::string::npos);  // degraded (RLIMIT_NPROC) is enforced
+
+  // Memory in the rlimit fallback is bounded per process only: a shortfall "in total".
+  Limits mem;
+  mem.memory_bytes = 1 << 20;
+  auto m = require_limits_shortfall(plan_limits(mem, hybrid_without_cpu(), false, true), hybrid_without_cpu(), layers);
+  REQUIRE(m.has_value());
+  CHECK(m->message.find("cannot enforce memory in total (") != std::string::npos);
 
   auto by_flag = limit_layers(*profile, nullptr, "", {"cpus"});
   CHECK(by_flag["cpus"] == "flag --cpus");
