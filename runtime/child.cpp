@@ -245,7 +245,9 @@ Status program_stdio(const ChildConfig& cfg, int pty_master) {
   failed.kind = ChildMsg::kSetupError;
   // A policy that refuses both exit calls (a program under it could never exit by itself either)
   // leaves a fault, the one way out that makes no system call: SIGILL, whose default action ends
-  // the child (its dispositions were reset above). Init reports the failure either way.
+  // the child (its dispositions were reset above). RLIMIT_CORE is 0, so no core file is written
+  // (a core_pattern pipe ignores the limit, but a forked init's address space is not dumpable).
+  // Init reports the failure either way.
   // Otherwise a loop around the raw call rather than a call of a noreturn function such as _exit:
   // before such a call ASan clears the shadow of the stack being left, for a large range with
   // mmap, which RLIMIT_AS refuses (the child then died inside ASan instead of exiting 125).
