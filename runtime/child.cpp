@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sched.h>
+#include <linux/audit.h>
 #include <linux/close_range.h>
 #include <linux/seccomp.h>
 #include <poll.h>
@@ -24,28 +25,9 @@
 #include "runtime/pty.hpp"
 #include "runtime/raw_syscall.hpp"
 #include "runtime/sanitizer_stack.hpp"
-
-// sendmsg(fd, msg, flags) through one known syscall instruction (see handoff_syscall_ip). The
-// SysV argument registers are the syscall's; rcx and r11, which `syscall` clobbers, are
-// caller-saved. Returns the raw result (-errno on failure).
-asm(R"(
-    .pushsection .text
-    .p2align 4
-    .type sbx_handoff_sendmsg, @function
-sbx_handoff_sendmsg:
-    movl $46, %eax
-    syscall
-sbx_handoff_sendmsg_after_syscall:
-    ret
-    .size sbx_handoff_sendmsg, .-sbx_handoff_sendmsg
-    .popsection
-)");
-extern "C" long sbx_handoff_sendmsg(int fd, const struct msghdr* msg, int flags);
-extern "C" const char sbx_handoff_sendmsg_after_syscall[];
+#include "runtime/seccomp_policy.hpp"
 
 namespace sbx {
-
-std::uint64_t handoff_syscall_ip() { return reinterpret_cast<std::uintptr_t>(sbx_handoff_sendmsg_after_syscall); }
 
 namespace {
 
@@ -64,15 +46,6 @@ void send_msg(int fd, const ChildMsg& m) {
   send_msg(cfg.msg_fd, m);
   ::_exit(125);
 }
-
-// The program child's exit once RLIMIT_AS or RLIMIT_DATA is set (set_rlimits): a loop around the
-// raw system call rather than a call of a noreturn function such as _exit, because before such a
-// call ASan clears the shadow of the stack being left, for a large range with mmap, which either
-// limit refuses (the child then died inside ASan, printing two lines, instead of exiting 125).
-#define SBX_EXIT_AFTER_RLIMITS(code) \
-  do {                               \
-    for (;;) raw::syscall6(SYS_exit_group, (code)); \
-  } while (0)
 
 #define STAGE(cfg, expr)                 \
   do {                                   \
@@ -162,36 +135,73 @@ Result<std::string> resolve_program(const ChildConfig& cfg) {
   return Error{"execve", eacces ? EACCES : ENOENT, "execute '" + cmd + "'"};
 }
 
-// The last step before execve. From here on the child makes only the system calls the policy
-// allows plus the prefix rule (sendmsg on cfg.seccomp_sock from sbx_handoff_sendmsg's syscall
-// instruction): no allocation, no libseccomp, and failure reports use a message built beforehand.
+// What clone hands the program child, and what the child leaves for init in the memory they
+// share (CLONE_VM): init reads `listener` and `exec_failed` once clone has returned, when the
+// child has exec'd or exited.
+struct ProgramArgs {
+  const ChildConfig* cfg;
+  int pty_master;                // init's pty master, -1: none
+  int listener = -1;             // the seccomp listener's number in the fd table shared with init
+  ChildMsg exec_failed;          // kind 0, or kSetupError: execve failed once the filter was in place
+};
+
+// seccomp_data as the kernel builds it for a call from this x86_64 process through
+// raw::syscall6, which passes all six argument registers (the unused ones as 0).
+struct seccomp_data call_data(int nr, long a0 = 0, long a1 = 0, long a2 = 0) {
+  struct seccomp_data d;
+  std::memset(&d, 0, sizeof d);
+  d.nr = nr;
+  d.arch = AUDIT_ARCH_X86_64;
+  d.args[0] = static_cast<std::uint64_t>(a0);
+  d.args[1] = static_cast<std::uint64_t>(a1);
+  d.args[2] = static_cast<std::uint64_t>(a2);
+  return d;
+}
+
+// The program child's last system calls, checked against the policy before the filter exists.
+// Once it is installed the child makes at most two: execve, and if that fails, an exit. Neither
+// may be refused: a refusal is a notification, which waits for the supervisor, which gets the
+// listener only from init, which clone(CLONE_VFORK) holds until this child has exec'd or exited —
+// a deadlock. So the child asks first, with the seccomp_data the kernel will build (call_data).
+// The instruction pointer is the one field not known here, and it does not matter: the reference
+// program is always libseccomp's (compile_seccomp_policy, or the cache of its output), and
+// libseccomp has no comparison on the instruction pointer, so its programs never load it.
+// Returns the exit call to use: exit_group, else exit, else -1 (neither is allowed: the child
+// then leaves by a fault, which needs no system call; see run_program).
+long check_last_calls(const ChildConfig& cfg, const char* path, char* const* argv, char* const* envp) {
+  if (cfg.seccomp_filter.empty()) return SYS_exit_group;
+  auto exec = call_data(SYS_execve, reinterpret_cast<long>(path), reinterpret_cast<long>(argv),
+                        reinterpret_cast<long>(envp));
+  if (!seccomp_allows(cfg.seccomp_filter, exec)) {
+    std::uint32_t ret = seccomp_evaluate(*cfg.seccomp_reference, exec);
+    SeccompAnswer answer = seccomp_answer(ret);
+    fail(cfg, Error{"seccomp", answer.kind == SeccompAnswer::kErrno ? answer.err : EPERM,
+                    "the seccomp policy refuses execve (" + seccomp_action_text(ret) +
+                        "), which starts the program: nothing can run under it"});
+  }
+  for (long nr : {static_cast<long>(SYS_exit_group), static_cast<long>(SYS_exit)})
+    if (seccomp_allows(cfg.seccomp_filter, call_data(static_cast<int>(nr), 125))) return nr;
+  return -1;
+}
+
+// Installs the filter with a listener, and leaves the listener's number where init finds it.
 //
-// Why the listener travels this way: the listener fd exists only once the filter is installed,
-// in this process's fd table, and it is close-on-exec. Sending it to the supervisor over a
-// SOCK_SEQPACKET socketpair that the supervisor created before clone is a single syscall with no
-// waiting: no thread, no ptrace access (pidfd_getfd would need the program dumpable and a
-// pidfd of it in the supervisor), no handshake with init. It is race-free because a
-// notification does not need a reader to exist yet: a refused call blocks in the kernel until
-// the supervisor has received the fd and answers, and the fd in flight keeps the listener open
-// after execve closes this copy. If sbx dies, init dies (PDEATHSIG), and with it the sandbox.
-void install_seccomp(const ChildConfig& cfg, ChildMsg& failed) {
+// Why the listener travels this way: it exists only once the filter is installed, in this
+// process's fd table, and it is close-on-exec (the kernel opens it with O_CLOEXEC). The program
+// child shares that table with init (CLONE_FILES, spawn_program) until execve, which gives the
+// program a copy of its own (unshare_files, before the old address space is released and init
+// resumes) and closes the close-on-exec fds in that copy only. Init, which no filter binds, then
+// still holds the listener under the same number and sends it to the supervisor (run_init). So
+// the filter needs no rule for the hand-off: it allows exactly what the policy allows, and no
+// ptrace-like access to the program is needed (pidfd_getfd would need it, over a non-dumpable
+// address space: refused to a rootless supervisor). Nothing is lost meanwhile: a refused call
+// waits in the kernel until the supervisor reads it, and the listener stays open throughout.
+void install_seccomp(const ChildConfig& cfg, ProgramArgs& a) {
   struct sock_fprog prog = {static_cast<unsigned short>(cfg.seccomp_filter.size()),
                             const_cast<struct sock_filter*>(cfg.seccomp_filter.data())};
   long listener = ::syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_NEW_LISTENER, &prog);
   if (listener < 0) fail(cfg, sys_error("seccomp", "install the seccomp filter"));  // no filter yet
-  int lfd = static_cast<int>(listener);
-  FdMessage mh(lfd, 'L');
-  static_assert(__NR_sendmsg == 46, "the handoff stub hard-codes x86_64's sendmsg number");
-  long n;
-  do n = sbx_handoff_sendmsg(cfg.seccomp_sock, &mh.mh, MSG_NOSIGNAL);
-  while (n == -EINTR);
-  if (n != 1) {
-    failed.err = n < 0 ? static_cast<int>(-n) : EIO;
-    std::strncpy(failed.stage, "seccomp", sizeof failed.stage - 1);
-    std::strncpy(failed.message, "hand the seccomp listener to the supervisor", sizeof failed.message - 1);
-    send_msg(cfg.msg_fd, failed);
-    SBX_EXIT_AFTER_RLIMITS(125);
-  }
+  a.listener = static_cast<int>(listener);
 }
 
 // The program's fds 0, 1, 2, none of them the caller's own (stdin_relay.hpp): the pty slave on
@@ -207,13 +217,8 @@ Status program_stdio(const ChildConfig& cfg, int pty_master) {
   return {};
 }
 
-// What clone hands the program child: the config, and init's pty master (-1: none).
-struct ProgramArgs {
-  const ChildConfig* cfg;
-  int pty_master;
-};
-
-[[noreturn]] void run_program(const ChildConfig& cfg, int pty_master) {
+[[noreturn]] void run_program(ProgramArgs& a) {
+  const ChildConfig& cfg = *a.cfg;
   // Default dispositions and an empty mask: sbx ignores SIGPIPE and blocks the signals it
   // forwards, and both would otherwise be inherited across execve — as would any signal the
   // caller ignored, real-time ones included. glibc's signal() refuses its internal signals (32 and
@@ -232,7 +237,7 @@ struct ProgramArgs {
   // Own session, no controlling terminal: TIOCSTI on an inherited terminal fd then fails with
   // EPERM, so the program cannot push input into the user's shell (CVE-2017-5226).
   if (::setsid() < 0) fail(cfg, sys_error("session", "setsid"));
-  STAGE(cfg, program_stdio(cfg, pty_master));
+  STAGE(cfg, program_stdio(cfg, a.pty_master));
   STAGE(cfg, set_rlimits(cfg.rlimits, false));
   STAGE(cfg, lock_securebits());
   STAGE(cfg, switch_to_program_identity(cfg.identity));
@@ -249,22 +254,34 @@ struct ProgramArgs {
   argv.push_back(nullptr);
   for (auto& e : cfg.envp) envp.push_back(const_cast<char*>(e.c_str()));
   envp.push_back(nullptr);
-  ChildMsg failed;  // built now: nothing may allocate once the filter is in place
-  failed.kind = ChildMsg::kSetupError;
+  // Built now, in init's memory: nothing may allocate once the filter is in place, and a failed
+  // execve is reported by init (no write that the policy might refuse, see check_last_calls).
+  ChildMsg& failed = a.exec_failed;
   std::strncpy(failed.stage, "execve", sizeof failed.stage - 1);
   std::snprintf(failed.message, sizeof failed.message, "execute '%s'", cfg.argv[0].c_str());
+  long exit_nr = check_last_calls(cfg, path->c_str(), argv.data(), envp.data());
   STAGE(cfg, set_rlimits(cfg.rlimits, true));  // nothing allocates from here on
   // Seccomp last: no_new_privs and the capability drop above, then the filter, then execve.
-  if (!cfg.seccomp_filter.empty()) install_seccomp(cfg, failed);
-  ::execve(path->c_str(), argv.data(), envp.data());
-  failed.err = errno;
-  send_msg(cfg.msg_fd, failed);
-  SBX_EXIT_AFTER_RLIMITS(125);
+  if (!cfg.seccomp_filter.empty()) install_seccomp(cfg, a);
+  long rc = raw::syscall6(SYS_execve, reinterpret_cast<long>(path->c_str()), reinterpret_cast<long>(argv.data()),
+                          reinterpret_cast<long>(envp.data()));
+  failed.err = static_cast<std::int32_t>(-rc);
+  failed.kind = ChildMsg::kSetupError;
+  // A policy that refuses both exit calls (a program under it could never exit by itself either)
+  // leaves a fault, the one way out that makes no system call: SIGILL, whose default action ends
+  // the child (its dispositions were reset above). RLIMIT_CORE is 0, so no core file is written
+  // (a core_pattern pipe ignores the limit, but a forked init's address space is not dumpable).
+  // Init reports the failure either way.
+  // Otherwise a loop around the raw call rather than a call of a noreturn function such as _exit:
+  // before such a call ASan clears the shadow of the stack being left, for a large range with
+  // mmap, which RLIMIT_DATA (or RLIMIT_AS) refuses (the child then died inside ASan instead of
+  // exiting 125).
+  if (exit_nr < 0) __builtin_trap();
+  for (;;) raw::syscall6(exit_nr, 125);
 }
 
 int program_entry(void* arg) {
-  auto* a = static_cast<const ProgramArgs*>(arg);
-  run_program(*a->cfg, a->pty_master);
+  run_program(*static_cast<ProgramArgs*>(arg));
 }
 
 // The program child shares init's memory until its execve (CLONE_VM | CLONE_VFORK, what
@@ -272,12 +289,15 @@ int program_entry(void* arg) {
 // touches costs a copy-on-write fault — on this kind of nested VM that was ~3 ms per run between
 // fork and execve. Init is suspended meanwhile, so the child may use init's heap (it only
 // allocates for error messages) but never returns into init's frames: it runs on its own stack
-// and leaves only by execve or _exit. Signal dispositions, fd table and credentials stay per
-// process (no CLONE_SIGHAND, CLONE_FILES, CLONE_THREAD), so run_program's changes are its own.
+// and leaves only by execve or _exit. Signal dispositions and credentials stay per process (no
+// CLONE_SIGHAND, CLONE_THREAD), so run_program's changes to them are its own. The fd table is
+// shared (CLONE_FILES) until execve gives the program a copy of its own: that is how the seccomp
+// listener reaches init (install_seccomp). The child's changes to the table (its stdio on 0, 1
+// and 2, everything else close-on-exec) are init's too, so init closes all but its report pipe
+// once the child is gone (run_init).
 // The stack: a shared init's comes with init's own (clone.hpp); a forked init maps one and, its
 // memory being its own, declares it to AddressSanitizer itself (sanitizer_stack.hpp).
-pid_t spawn_program(const ChildConfig& cfg, int pty_master) {
-  ProgramArgs args{&cfg, pty_master};
+pid_t spawn_program(const ChildConfig& cfg, ProgramArgs& args) {
   constexpr std::size_t kStack = 1 << 20;
   void* mapped = nullptr;
   char* top = static_cast<char*>(cfg.program_stack_top);
@@ -288,7 +308,7 @@ pid_t spawn_program(const ChildConfig& cfg, int pty_master) {
     top = static_cast<char*>(mapped) + kStack;
     asan.begin(mapped, kStack);
   }
-  pid_t pid = ::clone(program_entry, top, CLONE_VM | CLONE_VFORK | SIGCHLD, &args);
+  pid_t pid = ::clone(program_entry, top, CLONE_VM | CLONE_VFORK | CLONE_FILES | SIGCHLD, &args);
   // The child has exec'd or exited, and its stack is free. Raw calls from here: a child that
   // failed to start has reported it, which wakes a supervisor that shares init's memory
   // (clone.hpp). errno still holds clone's error when pid < 0 (no child, nobody woken).
@@ -399,6 +419,31 @@ pid_t signal_target(int sig, pid_t program, bool tty) {
   }
 }
 
+// Init sends the program child's seccomp listener to the supervisor (install_seccomp says why
+// this way). Raw calls and a message built in place: the same discipline as init's loop.
+void hand_over_listener(const ChildConfig& cfg, int listener) {
+  FdMessage mh(listener, 'L');
+  long n;
+  do n = raw::syscall6(SYS_sendmsg, cfg.seccomp_sock, reinterpret_cast<long>(&mh.mh), MSG_NOSIGNAL);
+  while (n == -EINTR);
+  raw::close(listener);
+  if (n == 1) return;
+  // The program has exec'd under a filter whose refusals nobody would answer: it must not run.
+  ChildMsg m;
+  m.kind = ChildMsg::kSetupError;
+  m.err = n < 0 ? static_cast<std::int32_t>(-n) : EIO;
+  std::strncpy(m.stage, "seccomp", sizeof m.stage - 1);
+  std::strncpy(m.message, "hand the seccomp listener to the supervisor", sizeof m.message - 1);
+  send_msg(cfg.msg_fd, m);
+  raw::exit_group(125);  // pid 1 gone: the kernel kills the rest of the sandbox
+}
+
+// Closes every fd but `fd`, with raw calls (nothing allocated).
+void keep_only(int fd) {
+  if (fd > 0) raw::syscall6(SYS_close_range, 0, fd - 1, 0);
+  raw::syscall6(SYS_close_range, fd + 1, static_cast<long>(~0U), 0);
+}
+
 }  // namespace
 
 void supervised_signals(sigset_t* set) {
@@ -454,8 +499,10 @@ void run_init(const ChildConfig& cfg) {
     if (!m) fail(cfg, m.error());
     pty_master = *m;
   }
-  pid_t program = spawn_program(cfg, pty_master);
+  ProgramArgs args{&cfg, pty_master};
+  pid_t program = spawn_program(cfg, args);
   if (program < 0) fail(cfg, sys_error("fork", "start the program"));
+  if (args.listener >= 0) hand_over_listener(cfg, args.listener);
   // The program child ran in this address space until its execve, and its change of uid set the
   // address space's dumpable flag to fs.suid_dumpable (commit_creds): 0 or 2 keep /proc/1 root's,
   // 1 would give it back to init's uid. Said again, for that setting.
@@ -465,13 +512,13 @@ void run_init(const ChildConfig& cfg) {
     // the supervisor means the program has let go of its terminal, never "not yet opened". Still
     // ordinary code: a supervisor sharing our memory waits for kStarted below.
     STAGE(cfg, send_fd(cfg.pty_sock, pty_master, 'T', "tty", "hand the pty master to the supervisor"));
-    ::close(pty_master);
-    ::close(cfg.pty_sock);
   }
-  if (cfg.in_fd >= 0) raw::close(cfg.in_fd);
-  raw::close(cfg.out_fd);
-  raw::close(cfg.err_fd);
-  if (cfg.seccomp_sock >= 0) raw::close(cfg.seccomp_sock);  // the supervisor sees EOF once the program has exec'd
+  // The fd table was the program child's too: the program's stdio (the pipes, the pty slave) is
+  // on 0, 1 and 2 here as well, and init must not hold it, nor anything else: the supervisor
+  // sees the end of the output, the pty's hang-up and the listener socket's EOF only when no
+  // process of the sandbox but the program's own has them open.
+  keep_only(cfg.msg_fd);
+  if (args.exec_failed.kind == ChildMsg::kSetupError) send_msg(cfg.msg_fd, args.exec_failed);
   // Everything init needs from here on is on its stack: the supervisor may return and free cfg.
   int msg_fd = cfg.msg_fd;
   ChildMsg started;

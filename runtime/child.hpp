@@ -60,9 +60,11 @@ struct ChildConfig {
   int pty_sock = -1;
   struct winsize pty_size {};
   // Seccomp (runtime/seccomp_policy.hpp): the program installed as the last step before execve
-  // (empty: unconfined), and the socket on which the program child hands its listener fd to the
-  // supervisor (the filter allows sendmsg on exactly this fd number, from handoff_syscall_ip()).
+  // (empty: unconfined), the policy's reference program (what the program child checks its own
+  // last calls against, see child.cpp), and init's socket on which it hands the program child's
+  // listener fd to the supervisor.
   std::vector<struct sock_filter> seccomp_filter;
+  const std::vector<struct sock_filter>* seccomp_reference = nullptr;
   int seccomp_sock = -1;
   // Egress proxy (network mode "proxy"): init's end of the socketpair on which it sends the
   // listening socket it made in the sandbox's netns (net.hpp); -1 in mode "none".
@@ -79,12 +81,6 @@ struct ChildConfig {
   // maps one itself.
   void* program_stack_top = nullptr;
 };
-
-// Where the program child's listener handoff enters the kernel: the address right after the one
-// `syscall` instruction that issues it (what seccomp_data.instruction_pointer holds). The child is
-// a fork of sbx, so the address is the same there; the seccomp prefix rule allows the handoff's
-// sendmsg only from it.
-std::uint64_t handoff_syscall_ip();
 
 // Runs in the freshly cloned child; never returns.
 [[noreturn]] void run_init(const ChildConfig& cfg);

@@ -5,7 +5,8 @@
 // Why: sbx's init can share the supervisor's memory (sandbox.cpp, "shared init"). While init
 // builds the sandbox the supervisor is blocked in one of these calls; once the program runs,
 // both run at once, and init's loop may then use only these (errno and malloc's thread cache
-// live in memory they would share). x86_64 only, like the seccomp handoff stub in child.cpp.
+// live in memory they would share). x86_64 only, like sbx's seccomp support (child.cpp checks
+// the program child's last calls against the policy with the registers these pass).
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>

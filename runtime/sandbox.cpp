@@ -371,11 +371,12 @@ RunReport run_sandbox(const RunRequest& req) {
     cfg.msg_fd = msg.w;
     cfg.out_fd = out.w;
     cfg.err_fd = err.w;
-    Pipe handoff;  // a socketpair: r stays with the supervisor, w is the program child's end
+    Pipe handoff;  // a socketpair: r stays with the supervisor, w is init's end (child.cpp, install_seccomp)
     if (seccomp->enabled) {
-      if (auto st = handoff.open_socketpair("seccomp", "the listener handoff"); !st) return fail_setup(st.error());
+      if (auto st = handoff.open_socketpair("seccomp", "the listener hand-off"); !st) return fail_setup(st.error());
       cfg.seccomp_sock = handoff.w;
-      cfg.seccomp_filter = notify_program(seccomp->reference, handoff.w, handoff_syscall_ip());
+      cfg.seccomp_filter = notify_program(seccomp->reference);
+      cfg.seccomp_reference = &seccomp->reference;
     }
 
     // Egress proxy: init makes the listening socket inside the sandbox's netns and sends it back

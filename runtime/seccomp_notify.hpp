@@ -1,7 +1,7 @@
 #pragma once
-// The supervisor's side of seccomp: receives the program's listener fd (SCM_RIGHTS on the
-// handoff socket, see child.cpp install_seccomp), answers every notification from the poll loop
-// — -errno for the policy's errno actions, or "kill the sandbox" for kill actions — and keeps
+// The supervisor's side of seccomp: receives the program's listener fd (SCM_RIGHTS from init on
+// the hand-off socket, see child.cpp install_seccomp), answers every notification from the poll
+// loop — -errno for the policy's errno actions, or "kill the sandbox" for kill actions — and keeps
 // the record of refused calls for the trace's `violations`. Single-threaded: both fds are polled
 // by supervise().
 #include <linux/filter.h>

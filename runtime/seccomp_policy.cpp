@@ -593,31 +593,12 @@ Result<PreparedSeccomp> prepare_seccomp(const std::string& which, const std::str
   return p;
 }
 
-std::vector<sock_filter> notify_program(const std::vector<sock_filter>& reference, int handoff_fd,
-                                        std::uint64_t handoff_ip) {
-  // Prefix: on x86_64, sendmsg(handoff_fd, ...) issued from sbx's own syscall instruction is
-  // allowed, so that the program child can pass its listener fd to the supervisor after the filter
-  // is in place. After execve that fd is closed and that address is not mapped (and, sbx being
-  // position-independent, not known to the program), so the rule is dead for the program. Jumps
-  // are relative to the next instruction; every "no" jumps to the policy's first instruction.
-  constexpr unsigned char kPrefix = 13;
-  auto lo = [](std::uint64_t v) { return static_cast<std::uint32_t>(v); };
-  auto hi = [](std::uint64_t v) { return static_cast<std::uint32_t>(v >> 32); };
-  std::vector<sock_filter> out = {
-      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
-      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_X86_64, 0, kPrefix - 2),
-      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
-      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_sendmsg, 0, kPrefix - 4),
-      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[0])),
-      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, static_cast<std::uint32_t>(handoff_fd), 0, kPrefix - 6),
-      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[0]) + 4),
-      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 0, 0, kPrefix - 8),
-      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, instruction_pointer)),
-      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, lo(handoff_ip), 0, kPrefix - 10),
-      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, instruction_pointer) + 4),
-      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, hi(handoff_ip), 0, kPrefix - 12),
-      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-  };
+std::vector<sock_filter> notify_program(const std::vector<sock_filter>& reference) {
+  // The policy itself, with no rule added: every refusing return becomes a notification, every
+  // allowing one stays. The listener reaches the supervisor through init (child.cpp,
+  // hand_over_listener), which no filter binds, so the program child needs no exception either.
+  std::vector<sock_filter> out;
+  out.reserve(reference.size());
   for (sock_filter ins : reference) {
     if (ins.code == (BPF_RET | BPF_K)) {
       std::uint32_t act = ins.k & SECCOMP_RET_ACTION_FULL;
@@ -628,6 +609,11 @@ std::vector<sock_filter> notify_program(const std::vector<sock_filter>& referenc
     out.push_back(ins);
   }
   return out;
+}
+
+bool seccomp_allows(const std::vector<sock_filter>& prog, const struct seccomp_data& data) {
+  std::uint32_t act = seccomp_evaluate(prog, data) & SECCOMP_RET_ACTION_FULL;
+  return act == SECCOMP_RET_ALLOW || act == SECCOMP_RET_LOG;
 }
 
 std::uint32_t seccomp_evaluate(const std::vector<sock_filter>& prog, const struct seccomp_data& data) {

@@ -6,11 +6,11 @@
 // How refused syscalls are recorded (issue 4): the policy is compiled with its real actions
 // (ERRNO(e), KILL_PROCESS, ...). That program is kept as the *reference*. The program that is
 // installed is a copy in which every refusing return (ERRNO, KILL_*, TRAP, TRACE) is rewritten to
-// SECCOMP_RET_USER_NOTIF, with a 13-instruction prefix that lets the program child hand its
-// listener fd to the supervisor (sendmsg on one fd number, from one instruction address of sbx). When a notification arrives, the
-// supervisor runs the reference program on the very same seccomp_data (a small BPF interpreter,
-// seccomp_evaluate) and so knows exactly which action libseccomp's filter would have taken —
-// conditional rules, overlapping rules, the default action and the bad-arch action included —
+// SECCOMP_RET_USER_NOTIF, and nothing added: no rule lets anything through that the policy
+// refuses (init, which no filter binds, hands the listener to the supervisor). When a
+// notification arrives, the supervisor runs the reference program on the very same seccomp_data
+// (a small BPF interpreter, seccomp_evaluate) and so knows exactly which action libseccomp's
+// filter would have taken — conditional rules, overlapping rules, the default action and the bad-arch action included —
 // replies with -errno, or kills the sandbox for kill actions. The syscall itself never runs.
 #include <linux/filter.h>
 #include <linux/seccomp.h>
@@ -81,16 +81,17 @@ struct PreparedSeccomp {
 // programs as <sha256>.bpf, keyed by policy text, arch, libseccomp version and sbx version.
 Result<PreparedSeccomp> prepare_seccomp(const std::string& which, const std::string& cache_dir);
 
-// The program that is installed: the handoff prefix — allow sendmsg(handoff_fd, ...) on x86_64,
-// and only from the instruction at `handoff_ip` (seccomp_data.instruction_pointer: the address
-// after sbx's own `syscall` instruction, see child.hpp) — followed by `reference` with every
-// refusing return rewritten to SECCOMP_RET_USER_NOTIF.
-std::vector<sock_filter> notify_program(const std::vector<sock_filter>& reference, int handoff_fd,
-                                        std::uint64_t handoff_ip);
+// The program that is installed: `reference` with every refusing return (ERRNO, KILL_*, TRAP,
+// TRACE) rewritten to SECCOMP_RET_USER_NOTIF, and nothing else: it allows exactly the calls the
+// policy allows (the listener's way to the supervisor needs no rule, see child.cpp).
+std::vector<sock_filter> notify_program(const std::vector<sock_filter>& reference);
 
 // Runs a seccomp classic-BPF program on `data` the way the kernel does; returns the action value
-// (SECCOMP_RET_*). A malformed program yields SECCOMP_RET_KILL_PROCESS.
+// (SECCOMP_RET_*). A malformed program yields SECCOMP_RET_KILL_PROCESS. Allocates nothing (the
+// program child calls it after its last allocation).
 std::uint32_t seccomp_evaluate(const std::vector<sock_filter>& prog, const struct seccomp_data& data);
+// The kernel would let this call through `prog` without a notification (ALLOW or LOG).
+bool seccomp_allows(const std::vector<sock_filter>& prog, const struct seccomp_data& data);
 
 // What the supervisor does for a notification, decoded from the reference program's answer.
 struct SeccompAnswer {

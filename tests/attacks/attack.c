@@ -1,6 +1,10 @@
 /* Attacks that a sandboxed program must not get away with (issue 4, item 7).
  *
  *   attack NAME      runs one attack, prints "NAME: blocked (...)" or "NAME: SUCCEEDED (...)"
+ *   attack handoff-forge ADDR
+ *                    sendmsg from code mapped at ADDR (hex: the address right after the `syscall`
+ *                    instruction), on fds 0-1023; blocked when the policy refused every call
+ *                    with EACCES (the test's policy: sendmsg -> SCMP_ACT_ERRNO, errnoRet 13)
  *
  * Exit status: 0 when the attack was blocked, 1 when it succeeded, 2 on bad usage. An attack the
  * seccomp policy answers with a kill never returns: sbx then reports seccomp_violation (159).
@@ -17,8 +21,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/ptrace.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <termios.h>
@@ -44,13 +50,57 @@ static long status_field(const char* key) {
   return v;
 }
 
+/* sbx's seccomp filter once allowed sendmsg on its hand-off fd from the one `syscall` instruction
+ * of its own hand-off stub (seccomp_data.instruction_pointer), and sbx is linked without PIE, so
+ * that address is the same in every run. A program maps "mov $46, %eax; syscall; ret" so that the
+ * `syscall` ends exactly there, and calls sendmsg through it on every fd the hand-off fd could be. */
+static int handoff_forge(const char* addr_text) {
+  uintptr_t after = (uintptr_t)strtoull(addr_text, NULL, 16);
+  static const unsigned char code[] = {0xb8, 46, 0, 0, 0, 0x0f, 0x05, 0xc3};  /* mov; syscall; ret */
+  uintptr_t start = after - 7;
+  uintptr_t page = start & ~(uintptr_t)4095;
+  void* m = mmap((void*)page, 8192, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+  if (m != (void*)page) {
+    printf("handoff-forge: cannot map 0x%lx (errno %d: %s)\n", (unsigned long)page, errno, strerror(errno));
+    return 3;
+  }
+  memcpy((void*)start, code, sizeof code);
+  if (mprotect(m, 8192, PROT_READ | PROT_EXEC) != 0) {
+    printf("handoff-forge: mprotect (errno %d: %s)\n", errno, strerror(errno));
+    return 3;
+  }
+  long (*forged)(long, const struct msghdr*, long) = (long (*)(long, const struct msghdr*, long))start;
+  char byte = 'x';
+  struct iovec iov = {&byte, 1};
+  struct msghdr mh = {0};
+  mh.msg_iov = &iov;
+  mh.msg_iovlen = 1;
+  int refused = 0, through = 0;
+  for (long fd = 0; fd < 1024; fd++) {
+    long rc = forged(fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (rc == -EACCES) {
+      refused++;
+    } else {
+      if (!through) printf("handoff-forge: fd %ld: sendmsg got past the policy (returned %ld)\n", fd, rc);
+      through++;
+    }
+  }
+  if (through) {
+    printf("handoff-forge: SUCCEEDED (%d of 1024 calls not refused by the policy)\n", through);
+    return 1;
+  }
+  printf("handoff-forge: blocked (%d of 1024 calls refused by the policy)\n", refused);
+  return 0;
+}
+
 int main(int argc, char** argv) {
+  setvbuf(stdout, NULL, _IONBF, 0);
+  if (argc == 3 && !strcmp(argv[1], "handoff-forge")) return handoff_forge(argv[2]);
   if (argc != 2) {
     fprintf(stderr, "usage: attack NAME\n");
     return 2;
   }
   const char* a = argv[1];
-  setvbuf(stdout, NULL, _IONBF, 0);
   if (!strcmp(a, "flood-then-escape")) {
     /* Hide the real attempts behind 1,100 distinct junk calls (numbers no kernel has, each a new
      * (arch, number, action) entry), then try mount, ptrace and bpf: the trace must still name
