@@ -23,10 +23,9 @@ void add_global_options(CLI::App& app, GlobalOptions& g) {
   app.add_flag("-v,--verbose", g.verbose, "More log output (repeat for debug)");
 }
 
-// The first word of argv that is not a global option or its value: the subcommand's name when
-// the command line is well formed ("" if there is none).
-// The first word after the subcommands `path` (in order), skipping options: the word CLI11 did
-// not take as a subcommand.
+// The first word after the subcommands `path` (in order), skipping global options and their
+// values: the word CLI11 did not take as a subcommand. With an empty path, the subcommand's name
+// when the command line is well formed ("" if there is none).
 std::string word_after(int argc, char** argv, const std::vector<std::string>& path) {
   std::size_t matched = 0;
   for (int i = 1; i < argc; ++i) {
@@ -46,19 +45,6 @@ std::string word_after(int argc, char** argv, const std::vector<std::string>& pa
   return {};
 }
 
-std::string_view command_word(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i) {
-    std::string_view a = argv[i];
-    if (a == "--") break;
-    if (a == "--state-dir" || a == "--log-level") {
-      ++i;
-      continue;
-    }
-    if (!a.empty() && a[0] == '-') continue;
-    return a;
-  }
-  return {};
-}
 
 // A parse error as one line that names the subcommand whose help to read: "sbx pack rn" is an
 // unknown command of `sbx pack` (with the closest one), "sbx run --timeout" a missing value of
@@ -157,7 +143,7 @@ int main(int argc, char** argv) {
       {"doctor", add_doctor_command}, {"pack", add_pack_command},       {"exec", add_exec_command},
       {"image", add_image_command}};
   std::vector<Command> commands;
-  std::string_view named = command_word(argc, argv);
+  const std::string named = word_after(argc, argv, {});
   bool known = false;
   for (auto& [name, add] : kCommands)
     if (name == named) {

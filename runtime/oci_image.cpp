@@ -86,6 +86,16 @@ Result<UniqueFd> open_blob(int dirfd, const std::string& dir, const json& desc, 
   return fd;
 }
 
+// A JSON document at `rel` beneath the layout (index.json, manifest.json, a classic config).
+Result<json> read_doc_at(int dirfd, const std::string& rel, const std::string& dir, std::string* text_out = nullptr) {
+  auto fd = open_beneath(dirfd, rel, dir);
+  if (!fd) return fd.error();
+  auto text = read_bounded_fd(fd->get(), kMaxDocBytes, kStage, rel + " in " + dir);
+  if (!text) return text.error();
+  if (text_out) *text_out = *text;
+  return parse_doc(*text, rel + " in " + dir);
+}
+
 Result<json> read_doc_blob(int dirfd, const std::string& dir, const json& desc, const std::string& what) {
   auto fd = open_blob(dirfd, dir, desc, what);
   if (!fd) return fd.error();
@@ -213,11 +223,7 @@ Status keep_layer(ContainerImage& img, UniqueFd fd, std::string digest) {
 }
 
 Result<ContainerImage> resolve_oci(int dirfd, const std::string& dir, const Platform& want) {
-  auto index_fd = open_beneath(dirfd, "index.json", dir);
-  if (!index_fd) return index_fd.error();
-  auto text = read_bounded_fd(index_fd->get(), kMaxDocBytes, kStage, "index.json in " + dir);
-  if (!text) return text.error();
-  auto index = parse_doc(*text, "index.json in " + dir);
+  auto index = read_doc_at(dirfd, "index.json", dir);
   if (!index) return index.error();
   std::optional<json> desc;
   std::vector<std::string> seen;
@@ -255,11 +261,7 @@ Result<ContainerImage> resolve_oci(int dirfd, const std::string& dir, const Plat
 // checked against the config's rootfs.diff_ids (the SHA-256 of the uncompressed layer), or
 // against its own name when it is stored as blobs/sha256/<hex>.
 Result<ContainerImage> resolve_docker(int dirfd, const std::string& dir, const Platform& want) {
-  auto mfd = open_beneath(dirfd, "manifest.json", dir);
-  if (!mfd) return mfd.error();
-  auto text = read_bounded_fd(mfd->get(), kMaxDocBytes, kStage, "manifest.json in " + dir);
-  if (!text) return text.error();
-  auto list = parse_doc(*text, "manifest.json in " + dir);
+  auto list = read_doc_at(dirfd, "manifest.json", dir);
   if (!list) return list.error();
   if (!list->is_array() || list->empty()) return make_error(kStage, "manifest.json in " + dir + " lists no image");
   if (list->size() > 1)
@@ -269,18 +271,15 @@ Result<ContainerImage> resolve_docker(int dirfd, const std::string& dir, const P
   const std::string config_path = str_of(entry, "Config");
   if (config_path.empty() || !entry.contains("Layers") || !entry["Layers"].is_array())
     return make_error(kStage, "manifest.json in " + dir + " has no Config or Layers");
-  auto cfd = open_beneath(dirfd, config_path, dir);
-  if (!cfd) return cfd.error();
-  auto ctext = read_bounded_fd(cfd->get(), kMaxDocBytes, kStage, config_path + " in " + dir);
-  if (!ctext) return ctext.error();
-  const std::string config_hex = sha256_hex(*ctext);
+  std::string ctext;
+  auto config = read_doc_at(dirfd, config_path, dir, &ctext);
+  if (!config) return config.error();
+  const std::string config_hex = sha256_hex(ctext);
   // The config's file is named by its digest ("<hex>.json", or blobs/sha256/<hex>).
   std::string base = config_path.substr(config_path.rfind('/') + 1);
   if (base.ends_with(".json")) base.resize(base.size() - 5);
   if (is_hex64(base) && base != config_hex)
     return make_error(kStage, config_path + " in " + dir + " does not match its name (content sha256:" + config_hex + ")");
-  auto config = parse_doc(*ctext, config_path + " in " + dir);
-  if (!config) return config.error();
   const json* diff_ids = nullptr;
   if (config->contains("rootfs") && (*config)["rootfs"].is_object() && (*config)["rootfs"].contains("diff_ids") &&
       (*config)["rootfs"]["diff_ids"].is_array())
