@@ -100,7 +100,7 @@ Result<json> run_exec(const json& request, const ExecContext& ctx) {
   if (!profile) return profile.error();
   json patch = {{"limits", rq.limits_patch}};
   auto spec = spec_from_layers(*profile, &patch, "exec request");
-  if (!spec) return bad(spec.error().message);
+  if (!spec) return make_error("usage", spec.error().message);  // already names the "exec request"
   if (!spec->limits.output_limit_bytes) spec->limits.output_limit_bytes = kExecDefaultOutputCap;
   spec->argv = rq.argv_prefix;
   spec->argv.push_back("/code/main." + rq.ext);

@@ -1,0 +1,232 @@
+"""A typed Python client for sbx: model-written code and rule packs run in a fresh sandbox each.
+
+Standard library only. It drives the `sbx` binary (`sbx exec` and `sbx pack run`) as a
+subprocess, so it is as safe as sbx itself and needs nothing else installed:
+
+    from sbx_client import Sbx, ContractError
+
+    sbx = Sbx()                                   # "sbx" from PATH; Sbx("/path/to/sbx") otherwise
+    r = sbx.exec(code="print(sum(x['v'] for x in __import__('json').load(open('/in/input.json'))))",
+                 inputs=[{"v": 1}, {"v": 2}], limits={"timeout": "5s"})
+    r.status, r.exit_code, r.stdout               # "ok", 0, "3\\n"
+
+What maps to what:
+  - the program's own failure (a non-zero exit, a timeout, an OOM kill, a seccomp kill) is a
+    result whose `status` says so (`result.ok` is False; `result.raise_for_status()` raises);
+  - a contract failure (records or the result do not match their schema: sbx exit 65) raises
+    ContractError, carrying sbx's message and, for exec, the whole result;
+  - anything sbx refuses before running (a malformed request, limits above the profile, a missing
+    pack: exit 125) raises SbxError with sbx's one-line message.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Mapping, Optional, Sequence
+
+__all__ = ["Sbx", "ExecResult", "PackResult", "Usage", "SbxError", "ContractError", "RunFailed"]
+
+# sbx's exit statuses (man sbx, EXIT STATUS).
+EXIT_CONTRACT = 65
+EXIT_TIMEOUT = 124
+EXIT_SBX_ERROR = 125
+
+
+class SbxError(Exception):
+    """sbx refused or failed before a result existed (exit 125, or sbx could not be started)."""
+
+    def __init__(self, message: str, exit_status: Optional[int] = None):
+        super().__init__(message)
+        self.message = message
+        self.exit_status = exit_status
+
+
+class ContractError(SbxError):
+    """The input records or the program's result broke the schema (sbx exit 65)."""
+
+    def __init__(self, message: str, exit_status: Optional[int] = None, result: Any = None):
+        super().__init__(message, exit_status)
+        self.result = result
+
+
+class RunFailed(SbxError):
+    """Raised by raise_for_status(): the program ran but did not succeed."""
+
+    def __init__(self, message: str, result: Any):
+        super().__init__(message)
+        self.result = result
+
+
+@dataclass
+class Usage:
+    wall_ms: Optional[int] = None
+    cpu_user_ms: Optional[int] = None
+    cpu_sys_ms: Optional[int] = None
+    max_rss_bytes: Optional[int] = None
+    memory_peak_bytes: Optional[int] = None
+    oom_kills: Optional[int] = None
+    pids_peak: Optional[int] = None
+
+    @classmethod
+    def from_json(cls, j: Optional[Mapping[str, Any]]) -> "Usage":
+        j = j or {}
+        return cls(**{k: j.get(k) for k in cls.__dataclass_fields__})
+
+
+@dataclass
+class _Outcome:
+    run_id: Optional[str]
+    status: str
+    exit_code: Optional[int]
+    signal: Optional[int]
+    usage: Usage
+    violations: List[Dict[str, Any]]
+    trace_path: Optional[str]
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    def raise_for_status(self) -> "_Outcome":
+        if not self.ok:
+            raise RunFailed(f"run {self.run_id}: status {self.status}, exit code {self.exit_code}", self)
+        return self
+
+
+@dataclass
+class ExecResult(_Outcome):
+    stdout: str = ""
+    stderr: str = ""
+    stdout_truncated: bool = False
+    stderr_truncated: bool = False
+    result: Any = None  # the validated /out/result.json, when there is one
+    result_errors: Optional[List[Any]] = None
+
+
+@dataclass
+class PackResult(_Outcome):
+    result: Any = None  # the validated result (what `sbx pack run` prints)
+    stderr: str = ""    # the program's stderr as sbx relayed it, and sbx's own warnings
+    trace: Dict[str, Any] = field(default_factory=dict)
+
+
+def _one_line(text: str) -> str:
+    lines = [l for l in text.strip().splitlines() if l.strip()]
+    return lines[-1] if lines else text.strip()
+
+
+class Sbx:
+    """One sbx binary and its options, shared by every call (each call is its own sandbox)."""
+
+    def __init__(self, binary: str = "sbx", *, state_dir: Optional[str] = None, profile: Optional[str] = None,
+                 image: Optional[str] = None, timeout: Optional[float] = None):
+        """`timeout` (seconds) bounds the whole sbx process from the client's side, as a last resort;
+        the run's own wall-time limit (`limits={"timeout": ...}`) is what ends a slow program."""
+        self.binary = binary
+        self.state_dir = state_dir
+        self.profile = profile
+        self.image = image
+        self.timeout = timeout
+
+    def _global_args(self) -> List[str]:
+        return ["--state-dir", self.state_dir] if self.state_dir else []
+
+    def _run(self, args: Sequence[str], stdin: Optional[str] = None,
+             env: Optional[Mapping[str, str]] = None) -> subprocess.CompletedProcess:
+        try:
+            return subprocess.run([self.binary, *self._global_args(), *args], input=stdin, capture_output=True,
+                                  text=True, errors="replace", timeout=self.timeout,
+                                  env=dict(env) if env is not None else None)
+        except FileNotFoundError as e:
+            raise SbxError(f"cannot start {self.binary}: {e.strerror}") from e
+        except subprocess.TimeoutExpired as e:
+            raise SbxError(f"sbx did not finish within {self.timeout} s (the client's timeout)") from e
+
+    def exec(self, code: str, language: str = "python", *, inputs: Any = None,
+             files: Optional[Mapping[str, str]] = None, limits: Optional[Mapping[str, Any]] = None,
+             output_schema: Optional[Mapping[str, Any]] = None) -> ExecResult:
+        """Runs `code` through `sbx exec`: inputs at /in/input.json, files under /code, the result
+        read from /out/result.json and checked against `output_schema` when one is given."""
+        request: Dict[str, Any] = {"language": language, "code": code}
+        if inputs is not None:
+            request["inputs"] = inputs
+        if files:
+            request["files"] = dict(files)
+        if limits:
+            request["limits"] = dict(limits)
+        if output_schema is not None:
+            request["output_schema"] = output_schema
+        p = self._run(["exec"], stdin=json.dumps(request))
+        try:
+            resp = json.loads(p.stdout) if p.stdout.strip() else {}
+        except json.JSONDecodeError:
+            resp = {}
+        if p.returncode == EXIT_SBX_ERROR or (p.returncode != 0 and not resp.get("status")):
+            error = resp.get("error")
+            message = error.get("message") if isinstance(error, dict) else error
+            raise SbxError(message or _one_line(p.stderr) or f"sbx exec exited {p.returncode}", p.returncode)
+        result = ExecResult(
+            run_id=resp.get("run_id"), status=resp.get("status", "error"), exit_code=resp.get("exit_code"),
+            signal=resp.get("signal"), usage=Usage.from_json(resp.get("usage")),
+            violations=list(resp.get("violations") or []), trace_path=resp.get("trace"),
+            stdout=resp.get("stdout") or "", stderr=resp.get("stderr") or "",
+            stdout_truncated=bool(resp.get("stdout_truncated")), stderr_truncated=bool(resp.get("stderr_truncated")),
+            result=resp.get("result"), result_errors=resp.get("result_errors"))
+        if result.status in ("output_invalid", "input_invalid"):
+            errors = result.result_errors or []
+            shown = [f"{e.get('pointer') or '/'}: {e.get('message')}" if isinstance(e, dict) else str(e) for e in errors[:3]]
+            more = f" (and {len(errors) - 3} more)" if len(errors) > 3 else ""
+            raise ContractError(f"run {result.run_id}: {result.status}: {'; '.join(shown) or result.status}{more}",
+                                EXIT_CONTRACT, result)
+        return result
+
+    def run_pack(self, path: str, records: Sequence[Any], *, contexts: Optional[Mapping[str, str]] = None,
+                 secrets: Optional[Mapping[str, str]] = None, limits: Optional[Mapping[str, str]] = None) -> PackResult:
+        """Runs the pack at `path` on `records` through `sbx pack run`. `contexts` maps a context
+        name to a host path; `secrets` maps a secret name to its value, which reaches sbx through
+        its environment only (never argv, never a file) and the sandbox as /run/secrets/NAME.
+        `limits` are flags such as {"timeout": "5s", "memory": "256M"} (they may lower the pack's)."""
+        env = dict(os.environ)
+        args = ["pack", "run", path]
+        for name, host_path in (contexts or {}).items():
+            args += ["--context", f"{name}={host_path}"]
+        for i, (name, value) in enumerate((secrets or {}).items()):
+            var = f"SBX_CLIENT_SECRET_{i}"
+            env[var] = value
+            args += ["--secret", f"{name}=env:{var}"]
+        for flag, value in (limits or {}).items():
+            args += [f"--{flag.replace('_', '-')}", str(value)]
+        if self.profile:
+            args += ["--profile", self.profile]
+        if self.image:
+            args += ["--image", self.image]
+        with tempfile.TemporaryDirectory(prefix="sbx-client-") as tmp:
+            records_path = os.path.join(tmp, "records.json")
+            trace_path = os.path.join(tmp, "trace.json")
+            with open(records_path, "w") as f:
+                json.dump(list(records), f)
+            p = self._run(args + ["--input", records_path, "--trace-file", trace_path], env=env)
+            trace: Dict[str, Any] = {}
+            if os.path.exists(trace_path):
+                with open(trace_path) as f:
+                    trace = json.load(f)
+        if not trace:  # refused before a run: bad records (65) or the caller's input (125)
+            message = _one_line(p.stderr) or f"sbx pack run exited {p.returncode}"
+            if p.returncode == EXIT_CONTRACT:
+                raise ContractError(message, EXIT_CONTRACT)
+            raise SbxError(message, p.returncode)
+        outcome = trace.get("result") or {}
+        result = PackResult(
+            run_id=trace.get("run_id"), status=outcome.get("status", "error"), exit_code=outcome.get("exit_code"),
+            signal=outcome.get("signal"), usage=Usage.from_json(trace.get("usage")),
+            violations=list(trace.get("violations") or []), trace_path=None, stderr=p.stderr, trace=trace)
+        if p.returncode == EXIT_CONTRACT:
+            raise ContractError(_one_line(p.stderr), EXIT_CONTRACT, result)
+        if p.returncode == EXIT_SBX_ERROR and result.status in ("setup_error", "error"):
+            raise SbxError(_one_line(p.stderr), EXIT_SBX_ERROR)
+        if result.ok:
+            result.result = json.loads(p.stdout) if p.stdout.strip() else None
+        return result

@@ -1,0 +1,119 @@
+"""Tests of the Python client against the real sbx binary ($SBX, default build/sbx).
+
+Run by ctest ("python_client") in `make test`; by hand:
+    SBX=build/sbx python3 -m unittest discover -s clients/python/tests -v
+"""
+import os
+import shutil
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
+sys.path.insert(0, os.path.join(HERE, ".."))
+
+from sbx_client import ContractError, ExecResult, PackResult, RunFailed, Sbx, SbxError  # noqa: E402
+
+SBX = os.path.abspath(os.environ.get("SBX", os.path.join(ROOT, "build", "sbx")))
+PACK = os.path.join(ROOT, "examples", "packs", "tolerance-check")
+
+
+class ClientTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.state = tempfile.mkdtemp(prefix="sbx-client-test-")
+        os.chmod(cls.state, 0o755)
+        cls.sbx = Sbx(SBX, state_dir=cls.state, timeout=120)
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.state, ignore_errors=True)
+
+    def test_exec_returns_a_typed_result(self):
+        r = self.sbx.exec(
+            code="import json\nv = json.load(open('/in/input.json'))\nprint(sum(x['v'] for x in v))\n"
+                 "json.dump({'total': sum(x['v'] for x in v)}, open('/out/result.json', 'w'))\n",
+            inputs=[{"v": 1}, {"v": 41}], limits={"timeout": "10s"},
+            output_schema={"type": "object", "required": ["total"], "properties": {"total": {"type": "integer"}}})
+        self.assertIsInstance(r, ExecResult)
+        self.assertTrue(r.ok, r)
+        self.assertEqual(r.exit_code, 0)
+        self.assertEqual(r.stdout, "42\n")
+        self.assertEqual(r.result, {"total": 42})
+        self.assertRegex(r.run_id, r"^\d{8}T")
+        self.assertGreaterEqual(r.usage.wall_ms, 0)
+        self.assertTrue(os.path.exists(r.trace_path), "the trace path names the stored record")
+
+    def test_the_programs_failure_is_a_status_not_an_exception(self):
+        r = self.sbx.exec(code="import sys; print('oops', file=sys.stderr); sys.exit(3)")
+        self.assertFalse(r.ok)
+        self.assertEqual(r.exit_code, 3)
+        self.assertEqual(r.stderr, "oops\n")
+        with self.assertRaises(RunFailed) as cm:
+            r.raise_for_status()
+        self.assertIs(cm.exception.result, r)
+        t = self.sbx.exec(code="import time; time.sleep(30)", limits={"timeout": "300ms"})
+        self.assertEqual(t.status, "timeout")
+
+    def test_a_result_that_breaks_the_schema_raises_with_sbxs_message(self):
+        with self.assertRaises(ContractError) as cm:
+            self.sbx.exec(code="import json; json.dump({'total': 'many'}, open('/out/result.json', 'w'))",
+                          output_schema={"type": "object", "properties": {"total": {"type": "integer"}}})
+        self.assertEqual(cm.exception.result.status, "output_invalid")
+        self.assertIn("total", cm.exception.message)
+
+    def test_a_request_sbx_refuses_raises_sbx_error(self):
+        with self.assertRaises(SbxError) as cm:
+            self.sbx.exec(code="print(1)", limits={"timeout": "100h"})  # above the profile's ceiling
+        self.assertEqual(cm.exception.exit_status, 125)
+        self.assertIn("timeout", cm.exception.message)
+        with self.assertRaises(SbxError):
+            Sbx("/nonexistent/sbx").exec(code="print(1)")
+
+    def test_run_pack(self):
+        import json
+        with open(os.path.join(PACK, "records.json")) as f:
+            records = json.load(f)
+        r = self.sbx.run_pack(PACK, records, contexts={"tolerances": os.path.join(PACK, "tolerances.json")})
+        self.assertIsInstance(r, PackResult)
+        self.assertTrue(r.ok, r.stderr)
+        self.assertIn("features", r.result)
+        self.assertEqual(r.trace["run_id"], r.run_id)
+        with self.assertRaises(ContractError):
+            self.sbx.run_pack(PACK, [{"not": "a record"}], contexts={"tolerances": os.path.join(PACK, "tolerances.json")})
+        with self.assertRaises(SbxError) as cm:
+            self.sbx.run_pack(os.path.join(ROOT, "nonexistent-pack"), [])
+        self.assertEqual(cm.exception.exit_status, 125)
+
+    def test_secrets_reach_the_pack_but_not_argv(self):
+        pack = tempfile.mkdtemp(prefix="sbx-client-pack-")
+        os.chmod(pack, 0o755)
+        os.makedirs(os.path.join(pack, "schemas"))
+        import json
+        schema = {"type": "object"}
+        for n in ("input", "output"):
+            with open(os.path.join(pack, "schemas", n + ".json"), "w") as f:
+                json.dump(schema, f)
+        with open(os.path.join(pack, "pack.json"), "w") as f:
+            json.dump({"name": "secret-echo", "version": "1.0.0", "description": "reports a secret's length",
+                       "entrypoint": ["/bin/sh", "-c",
+                                      "printf '{\"len\": %s}' $(wc -c < /run/secrets/token) > /out/result.json"],
+                       "input_schema": "schemas/input.json", "output_schema": "schemas/output.json",
+                       "secrets": [{"name": "token", "required": True}]}, f)
+        for root, dirs, files in os.walk(pack):
+            for n in dirs:
+                os.chmod(os.path.join(root, n), 0o755)
+            for n in files:
+                os.chmod(os.path.join(root, n), 0o644)
+        try:
+            r = self.sbx.run_pack(pack, [{}], secrets={"token": "s3cret-value"})
+            self.assertTrue(r.ok, r.stderr)
+            self.assertEqual(r.result, {"len": 12})
+            self.assertNotIn("s3cret-value", json.dumps(r.trace), "the record never holds the value")
+        finally:
+            shutil.rmtree(pack, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    unittest.main()
