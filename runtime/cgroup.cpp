@@ -182,6 +182,7 @@ bool valid_run_id(const std::string& id) {
 }
 
 std::string own_dir(const CgroupInfo& info) {
+  if (info.root_subtree) return info.mount;
   std::string rel = own_cgroup_path(info.self_path);
   return info.mount + (rel == "/" ? "" : rel);
 }
@@ -254,7 +255,12 @@ CgroupInfo detect_cgroup() {
   while (std::getline(self, line))
     if (line.rfind("0::", 0) == 0) info.self_path = line.substr(3);
   if (!info.mount.empty()) {
-    std::string dirpath = info.mount + (info.self_path == "/" ? "" : info.self_path);
+    // The real root has no cgroup.type; a cgroup namespace's root (a container's) has one.
+    struct stat st;
+    bool real_root = ::stat((info.mount + "/cgroup.type").c_str(), &st) != 0 && errno == ENOENT &&
+                     ::stat((info.mount + "/cgroup.procs").c_str(), &st) == 0;
+    info.root_subtree = ::geteuid() == 0 && real_root && ::access(info.mount.c_str(), W_OK) == 0;
+    std::string dirpath = info.root_subtree ? info.mount : info.mount + (info.self_path == "/" ? "" : info.self_path);
     std::ifstream c(dirpath + "/cgroup.controllers");
     std::string ctl;
     while (c >> ctl) info.controllers.push_back(ctl);

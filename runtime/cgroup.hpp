@@ -5,7 +5,8 @@
 //
 // Where run cgroups live (the "sbx subtree"):
 //
-//   <own>/                    the cgroup sbx was started in (from /proc/self/cgroup)
+//   <own>/                    the cgroup sbx was started in (from /proc/self/cgroup); as root in
+//                             the hierarchy's real root, the root itself (see below)
 //   <own>/sbx-supervisor/     sbx moves itself here if <own> holds processes (see below)
 //   <own>/sbx/                the subtree; +memory +pids +cpu enabled in its subtree_control
 //   <own>/sbx/run-<id>@<pid>.<start>/   one leaf per run; <pid>/<start> identify the owning sbx
@@ -17,6 +18,17 @@
 // not move them — they are not its to move — and reports the error; run sbx in a cgroup of its own,
 // e.g. `systemd-run --user --scope -p Delegate=yes sbx ...`. A later RunCgroup in the same process
 // sees /proc/self/cgroup end in /sbx-supervisor and uses the parent as <own> again.
+//
+// As root with the real root of the hierarchy in view (not a cgroup namespace's), <own> is the
+// root cgroup whatever cgroup sbx was started in: run cgroups go to /sys/fs/cgroup/sbx/, as
+// Docker's cgroupfs driver puts containers under /sys/fs/cgroup/docker/. The root cgroup is exempt
+// from the no-internal-processes rule, so nothing needs to move — a login shell's, a CI job's or a
+// service's cgroup holding other processes no longer matters — and sbx itself stays where it was
+// started (the program enters its run cgroup by CLONE_INTO_CGROUP; root may write the root's
+// cgroup.procs, the common ancestor). Concurrent runs share only /sys/fs/cgroup/sbx, whose
+// subtree_control they write with "+memory" and the like: idempotent, and each write is atomic in
+// the kernel (cgroup_mutex), so no run can undo another's. The real root is the one cgroup without
+// a cgroup.type file (cgroup-v2.rst); a cgroup namespace's root has one.
 //
 // Delegation (rootless): creating and writing cgroups needs write access to <own> and its
 // control files, and moving a process (cgroup.procs or CLONE_INTO_CGROUP) needs write access to
@@ -45,6 +57,9 @@ struct CgroupInfo {
   std::string self_path;     // our cgroup v2 path from /proc/self/cgroup ("0::/..."), "" if none
   std::vector<std::string> controllers;  // cgroup.controllers of our cgroup v2
   bool writable = false;     // we may create child cgroups under our cgroup v2
+  // Root, and the hierarchy's real root is writable: run cgroups go under <mount>/sbx whatever
+  // sbx's own cgroup (see above); `controllers` are then the root's.
+  bool root_subtree = false;
 };
 
 CgroupInfo detect_cgroup();

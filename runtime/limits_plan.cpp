@@ -32,7 +32,8 @@ std::string cgroup_gap(const CgroupInfo& info, bool rootless, bool cgroup_ok, co
       return "this is a cgroup v1/v2 hybrid host: " + what +
              " bound to cgroup v1, which sbx does not use, and cgroup v2 offers only '" +
              joined_controllers(info) + "'";
-    return "cgroup v2 " + what + " not delegated to " + info.self_path + " (cgroup.controllers: '" +
+    return "cgroup v2 " + what + " not delegated to " + (info.root_subtree ? "/" : info.self_path) +
+           " (cgroup.controllers: '" +
            joined_controllers(info) + "')";
   }
   if (!info.writable)

@@ -214,7 +214,7 @@ Result<json> dry_run(const RunRequest& req) {
   if (auto rules = parse_allow_rules(spec.network.allow); !rules) return rules.error();
   json enforcement = {
       {"limits", limits_json(spec.limits, plan, req.limit_layers)},
-      {"cgroup", plan.use_cgroup ? "v2: a run cgroup under " + cg.mount + cg.self_path
+      {"cgroup", plan.use_cgroup ? "v2: a run cgroup under " + (cg.root_subtree ? cg.mount + "/sbx" : cg.mount + cg.self_path)
                                  : "unavailable (" + cg.layout + "): limits fall back to rlimits where one exists"},
       {"identity", identity_to_json(*identity)},
       {"seccomp", seccomp_enforcement_json(*seccomp)},

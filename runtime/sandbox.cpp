@@ -83,7 +83,8 @@ json host_json(const CgroupInfo& cg) {
   struct utsname u;
   ::uname(&u);
   return {{"kernel", u.release},
-          {"cgroup", {{"layout", cg.layout}, {"mount", cg.mount}, {"self_path", cg.self_path}, {"controllers", cg.controllers}}}};
+          {"cgroup", {{"layout", cg.layout}, {"mount", cg.mount}, {"self_path", cg.self_path}, {"controllers", cg.controllers},
+                      {"run_cgroups_under", cg.root_subtree ? cg.mount + "/sbx" : std::string()}}}};
 }
 
 // Which limits are enforced and how: wall time, output and /tmp size are sbx's own; memory,

@@ -41,15 +41,35 @@ unit_cgroup_from_root() {
 }
 
 unit_cgroup_from_nonroot_cgroup() {
-  # sbx started in a non-root cgroup that holds it: it must move itself into <own>/sbx-supervisor
-  # before enabling controllers (no-internal-processes rule) and build <own>/sbx there.
+  # As root, started in a non-root cgroup that holds other processes too (a login shell's, a CI
+  # job's, a service's): run cgroups go under the root's sbx subtree ($CG/sbx), nothing moves, and
+  # the session's cgroup is left as it was (no sbx-supervisor leaf, no controllers enabled there).
   mkdir -p $CG/guest-session || return 1
-  sh -c "echo \$\$ > $CG/guest-session/cgroup.procs && SBX_CGROUP_TESTS=1 exec '$BUILD/sbx_unit_tests' -tc='*cgroup v2 (real)*limits*'" || return 1
-  [ -d $CG/guest-session/sbx-supervisor ] || { echo "no sbx-supervisor leaf was made"; return 1; }
-  grep -qw memory $CG/guest-session/cgroup.subtree_control || { echo "memory not enabled in guest-session"; return 1; }
-  echo "guest-session/: $(ls -d $CG/guest-session/*/ | xargs -n1 basename | tr '\n' ' ')"
-  rmdir $CG/guest-session/sbx $CG/guest-session/sbx-supervisor $CG/guest-session 2>/dev/null
+  sh -c "echo \$\$ > $CG/guest-session/cgroup.procs && exec sleep 300" & other=$!
+  sleep 0.2
+  sh -c "echo \$\$ > $CG/guest-session/cgroup.procs && SBX_CGROUP_TESTS=1 exec '$BUILD/sbx_unit_tests' -tc='*cgroup v2 (real)*limits*'"; rc=$?
+  procs=$(cat $CG/guest-session/cgroup.procs | tr '\n' ' '); ctl=$(cat $CG/guest-session/cgroup.subtree_control)
+  kill $other; wait $other 2>/dev/null
+  echo "guest-session/: children '$(ls -d $CG/guest-session/*/ 2>/dev/null | xargs -n1 basename 2>/dev/null | tr '\n' ' ')', procs while sbx ran: $procs, subtree_control '$ctl'"
+  rmdir $CG/guest-session 2>/dev/null
+  [ $rc = 0 ] || return 1
+  [ -z "$ctl" ] || { echo "sbx enabled controllers in the caller's cgroup"; return 1; }
+  [ -d $CG/sbx ] || { echo "no $CG/sbx subtree"; return 1; }
   return 0
+}
+
+sbx_run_from_busy_cgroup() {  # sbx run as root from a cgroup with other processes: cgroup v2, not rlimits
+  sbx_run_ready || return $?
+  mkdir -p $CG/guest-login || return 1
+  sh -c "echo \$\$ > $CG/guest-login/cgroup.procs && exec sleep 300" & other=$!
+  sleep 0.2
+  sh -c 'echo $$ > "$0" && exec "$@"' $CG/guest-login/cgroup.procs \
+    "$SBX" run --memory 32M --timeout 60s --trace-file $T -- python3 -c "$HOG"; rc=$?
+  kill $other; wait $other 2>/dev/null; rmdir $CG/guest-login 2>/dev/null
+  status=$(tr_get 't["result"]["status"]'); mech=$(tr_get 't["enforcement"]["limits_applied"]["memory"]["mechanism"]')
+  under=$(tr_get 't["host"]["cgroup"]["run_cgroups_under"]'); self=$(tr_get 't["host"]["cgroup"]["self_path"]')
+  echo "from /guest-login (with a sleep beside sbx): exit $rc, status $status, mechanism '$mech', self_path $self, run cgroups under $under"
+  [ $rc = 137 ] && [ "$status" = oom ] && [ "$under" = "$CG/sbx" ] && echo "$mech" | grep -q "memory.max"
 }
 
 unit_cgroup_rootless_delegated() {
@@ -166,9 +186,10 @@ sbx_run_100_runs() {  # nothing left under the sbx subtree after 100 runs
 }
 
 run "unit: RunCgroup from the root cgroup" unit_cgroup_from_root
-run "unit: RunCgroup from a non-root cgroup (sbx-supervisor leaf)" unit_cgroup_from_nonroot_cgroup
+run "unit: RunCgroup as root from a busy non-root cgroup (root's sbx subtree)" unit_cgroup_from_nonroot_cgroup
 run "unit: RunCgroup rootless (uid 1001) in a delegated subtree" unit_cgroup_rootless_delegated
 run "sbx run --memory" sbx_run_memory
+run "sbx run as root from a cgroup holding other processes" sbx_run_from_busy_cgroup
 run "sbx run --pids" sbx_run_pids
 run "sbx run --cpus" sbx_run_cpus
 run "sbx run --cpu-time" sbx_run_cpu_time
