@@ -79,12 +79,18 @@ std::string current_dir() {
   return ::getcwd(buf, sizeof buf) ? std::string(buf) : std::string();
 }
 
+bool offers_limits(const CgroupInfo& cg) {
+  for (const auto& c : cg.controllers)
+    if (c == "memory" || c == "pids" || c == "cpu") return true;
+  return false;
+}
+
 json host_json(const CgroupInfo& cg) {
   struct utsname u;
   ::uname(&u);
   return {{"kernel", u.release},
           {"cgroup", {{"layout", cg.layout}, {"mount", cg.mount}, {"self_path", cg.self_path}, {"controllers", cg.controllers},
-                      {"run_cgroups_under", cg.root_subtree ? cg.mount + "/sbx" : std::string()}}}};
+                      {"run_cgroups_under", cg.root_subtree && offers_limits(cg) ? cg.mount + "/sbx" : std::string()}}}};
 }
 
 // Which limits are enforced and how: wall time, output and /tmp size are sbx's own; memory,
