@@ -1,6 +1,8 @@
 // sbx: run untrusted work in a fresh, ephemeral sandbox and leave a record of exactly what ran.
+#include <fcntl.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <string>
 #include <string_view>
@@ -115,6 +117,11 @@ static std::string process_title(const CLI::App& app, const sbx::cli::GlobalOpti
 }
 
 int main(int argc, char** argv) {
+  // fds 0, 1 and 2 open before anything else: a caller that closed one would otherwise hand its
+  // number to the first file sbx opens (a pipe to init, the seccomp listener's socket), and the
+  // program's stdio, placed on 0-2 in init's shared fd table (child.cpp), would replace it.
+  for (int fd = 0; fd <= 2; ++fd)
+    if (::fcntl(fd, F_GETFD) < 0 && errno == EBADF && ::open("/dev/null", O_RDWR) != fd) return 125;
   // First of all: a SIGINT/SIGTERM/SIGHUP/SIGQUIT from here on waits for the supervisor to
   // forward it, or for the run to record it, instead of ending sbx with no record
   // (runtime/signals.hpp). Commands that run no sandbox get the caller's mask back below.

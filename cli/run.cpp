@@ -23,11 +23,13 @@ namespace sbx::cli {
 // the profile and the flags. An image that does not resolve is left for the run to report.
 Status apply_image_config(RunSpec& spec, RunFlags& f, const GlobalOptions& g) {
   const std::string ref = f.image ? *f.image : spec.image;
-  if (ref == "host") return {};
+  // A digest names a tree, not an import: several names (and origins) may share one, so a run by
+  // digest gets no image's defaults, only what the caller says.
+  if (ref == "host" || ref.starts_with("sha256:")) return {};
   ImageStore store(resolve_dirs(g.state_dir).images);
   auto image = store.resolve(ref);
   if (!image || !image->meta.contains("config")) return {};
-  CallerChoices caller{f.command, f.workdir.has_value(), f.uid.has_value(), f.gid.has_value()};
+  CallerChoices caller{f.command, f.workdir.has_value(), f.uid.has_value(), f.gid.has_value(), f.env_pass};
   SBX_TRY(apply_image_defaults(spec, image->meta["config"], image->rootfs, caller, ref));
   f.command = spec.argv;
   return {};

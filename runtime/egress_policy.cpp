@@ -193,17 +193,19 @@ Result<std::vector<AllowRule>> parse_allow_rules(const std::vector<std::string>&
 std::vector<std::string> loopback_reached(const std::vector<AllowRule>& rules) {
   std::array<std::uint8_t, 16> v4{127, 0, 0, 1}, v6{};
   v6[15] = 1;
-  bool lo4 = false, lo6 = false, name = false;
+  bool lo4 = false, lo6 = false;
   for (auto& r : rules) {
     bool addr = r.kind == AllowRule::Kind::address || r.kind == AllowRule::Kind::cidr;
     if (addr && !r.v6) lo4 = lo4 || in_prefix(v4, r.addr, r.prefix);
     if (addr && r.v6) lo6 = lo6 || in_prefix(v6, r.addr, r.prefix);
-    name = name || (r.kind == AllowRule::Kind::name && r.name == "localhost");
   }
   std::vector<std::string> out;
   // "localhost" resolves to both inside the sandbox (mounts.cpp's /etc/hosts): a client that
-  // bypasses the proxy for it would miss an allowed host on either family.
-  if (name || lo4 || lo6) out.emplace_back("localhost");
+  // bypasses the proxy for it would miss an allowed host on either family. A *name* rule for
+  // localhost does not count: the proxy never connects a name rule to an internal address
+  // (check_resolved), so sending localhost through it would only turn the sandbox's own loopback
+  // into 403s; an address rule (127.0.0.1:P, [::1]:P) is how the host's loopback is allowed.
+  if (lo4 || lo6) out.emplace_back("localhost");
   if (lo4) out.emplace_back("127.0.0.1");
   if (lo6) out.emplace_back("::1");
   return out;

@@ -5,6 +5,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <charconv>
 
 #include "runtime/fsutil.hpp"
@@ -117,7 +118,10 @@ Status apply_image_defaults(RunSpec& spec, const nlohmann::json& defaults, const
   for (auto& kv : strings(defaults, "Env")) {
     auto eq = kv.find('=');
     if (eq == std::string::npos || eq == 0) continue;
-    spec.env.emplace(kv.substr(0, eq), kv.substr(eq + 1));  // the profile's and --env's win
+    const std::string name = kv.substr(0, eq);
+    // --env-pass NAME is the caller's word too (build_environment applies spec.env after it).
+    if (std::find(caller.env_pass.begin(), caller.env_pass.end(), name) != caller.env_pass.end()) continue;
+    spec.env.emplace(name, kv.substr(eq + 1));  // the profile's and --env's win
   }
   if (!caller.workdir && defaults.contains("WorkingDir") && defaults["WorkingDir"].is_string())
     spec.workdir = defaults["WorkingDir"].get<std::string>();

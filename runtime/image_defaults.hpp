@@ -18,6 +18,7 @@ namespace sbx {
 struct CallerChoices {
   std::vector<std::string> command;  // empty: none given
   bool workdir = false, uid = false, gid = false;
+  std::vector<std::string> env_pass;  // names the caller passes through: the image's Env yields
 };
 
 // `defaults`: image.json's "config" object; `rootfs`: the image's tree, where a user or group

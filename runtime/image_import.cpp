@@ -159,7 +159,7 @@ struct DirCopier {
 
 // Opens DIR (relative to root, "" for root itself) beneath root without crossing any symlink,
 // creating missing directories (0755) on the way.
-Result<UniqueFd> open_dir_beneath(int root, const std::string& dir, bool create) {
+Result<UniqueFd> open_dir_beneath(int root, const std::string& dir, bool create, std::int64_t* created = nullptr) {
   UniqueFd cur(::fcntl(root, F_DUPFD_CLOEXEC, 0));
   if (cur.get() < 0) return sys_error(kStage, "dup");
   std::size_t i = 0;
@@ -172,7 +172,11 @@ Result<UniqueFd> open_dir_beneath(int root, const std::string& dir, bool create)
     how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
     long fd = ::syscall(SYS_openat2, cur.get(), comp.c_str(), &how, sizeof how);
     if (fd < 0 && errno == ENOENT && create) {
-      if (::mkdirat(cur.get(), comp.c_str(), 0755) != 0 && errno != EEXIST) return sys_error(kStage, "create directory " + dir.substr(0, j));
+      if (::mkdirat(cur.get(), comp.c_str(), 0755) == 0) {
+        if (created) ++*created;
+      } else if (errno != EEXIST) {
+        return sys_error(kStage, "create directory " + dir.substr(0, j));
+      }
       ::fchmodat(cur.get(), comp.c_str(), 0755, 0);
       fd = ::syscall(SYS_openat2, cur.get(), comp.c_str(), &how, sizeof how);
     }
@@ -287,19 +291,42 @@ Status apply_whiteout(int root, const std::string& path, LayerRules& layer) {
   return remove_at(parent->get(), victim, dir.empty() ? victim : dir + "/" + victim);
 }
 
-Status extract_tar(const std::string& path, int root, ImportStats& stats, const ImportProgress& progress,
-                   const ImportLimits& limits, LayerRules* layer) {
-  auto tarball = Tarball::open(path);
-  if (!tarball) return tarball.error();
-  // What a tar holding at most max_bytes of file data in max_entries members can decompress to:
-  // the data, plus a header and up to a block of padding per member, plus room for long names
-  // (GNU 'L' and pax records of 1 KiB per member on average). Saturating: the limits may be huge.
+// How one tarball is extracted: as a root file system (no layer), or as a container layer with its
+// digest checked on the bytes read; `output_budget` is what the decompressed stream may still
+// come to, shared by all the layers of an image (output_budget() below).
+struct ExtractOptions {
+  LayerRules* layer = nullptr;
+  std::string expect_sha256;  // hex, "" for none
+  std::int64_t* output_budget = nullptr;
+};
+
+// What a tar holding at most max_bytes of file data in max_entries members can decompress to: the
+// data, plus a header and up to a block of padding per member, plus room for long names (GNU 'L'
+// and pax records of 1 KiB per member on average). Saturating: the limits may be huge.
+std::int64_t output_budget(const ImportLimits& limits) {
   const std::int64_t headroom = limits.max_entries > (INT64_MAX - limits.max_bytes) / 3072
                                     ? INT64_MAX - limits.max_bytes
                                     : limits.max_entries * 3072;
-  tarball->limit_output(limits.max_bytes + headroom,
-                        "more than --max-bytes of file data and tar headers for --max-entries members could take; "
-                        "nothing was stored");
+  return limits.max_bytes + headroom;
+}
+
+// Every ancestor of `path` and `path` itself: what a layer's member makes exist in this layer.
+void mark_created(LayerRules& layer, const std::string& path) {
+  for (std::size_t slash = path.find('/'); slash != std::string::npos; slash = path.find('/', slash + 1))
+    layer.created.insert(path.substr(0, slash));
+  layer.created.insert(path);
+}
+
+Status extract_tar(const std::string& path, int root, ImportStats& stats, const ImportProgress& progress,
+                   const ImportLimits& limits, const ExtractOptions& opt) {
+  LayerRules* layer = opt.layer;
+  auto tarball = Tarball::open(path);
+  if (!tarball) return tarball.error();
+  if (!opt.expect_sha256.empty()) tarball->expect_sha256(opt.expect_sha256, "layer " + path);
+  std::int64_t own_budget = output_budget(limits);
+  std::int64_t& budget = opt.output_budget ? *opt.output_budget : own_budget;
+  tarball->limit_output(budget, "more than --max-bytes of file data and tar headers for --max-entries members could take; "
+                                "nothing was stored");
   TarReader reader(*tarball);
   std::vector<char> buf(1 << 20);
   Status failed;
@@ -345,10 +372,21 @@ Status extract_tar(const std::string& path, int root, ImportStats& stats, const 
     }
     std::string dir, base;
     split(e.path, dir, base);
-    auto parent = open_dir_beneath(root, dir, true);
+    std::int64_t made = 0;
+    auto parent = open_dir_beneath(root, dir, true, &made);
     if (!parent) {
       failed = make_error(kStage, "archive member " + e.path + ": " + parent.error().message, parent.error().err);
       break;
+    }
+    // Directories made implicitly (a member "a/b/c/f" with no "a/" before it) are entries too:
+    // one member with a long name must not become a million directories past --max-entries.
+    stats.entries += made;
+    if (made > 0) {
+      if (auto st = check_limits(limits, stats, 0, e.path); !st) {
+        failed = st;
+        stopped_at_limit = true;
+        break;
+      }
     }
     int pfd = parent->get();
     bool dir_exists = false;
@@ -411,12 +449,13 @@ Status extract_tar(const std::string& path, int root, ImportStats& stats, const 
       break;
     }
     ++stats.entries;
-    if (layer) layer->created.insert(e.path);
+    if (layer) mark_created(*layer, e.path);
     if (progress) progress("extracting", stats.entries, stats.bytes);
   }
   // A decompressor that failed first explains a "truncated archive" better than the reader can
   // (but one that was stopped by a limit only failed because its reader went away).
   auto finished = tarball->finish();
+  budget -= tarball->output_bytes();
   if (stopped_at_limit) return failed.error();
   if (!finished) return finished.error();
   return failed;
@@ -435,18 +474,25 @@ Result<ImportStats> populate_from_tar(const std::string& path, const std::string
   auto root = open_staging(staging);
   if (!root) return root.error();
   ImportStats stats;
-  SBX_TRY(extract_tar(path, root->get(), stats, progress, limits, nullptr));
+  SBX_TRY(extract_tar(path, root->get(), stats, progress, limits, ExtractOptions{}));
   return stats;
 }
 
-Result<ImportStats> apply_layers(const std::vector<std::string>& layers, const std::string& staging,
-                                 const ImportProgress& progress, const ImportLimits& limits) {
+Result<ImportStats> apply_layers(const std::vector<std::string>& layers, const std::vector<std::string>& digests,
+                                 const std::string& staging, const ImportProgress& progress, const ImportLimits& limits) {
   auto root = open_staging(staging);
   if (!root) return root.error();
   ImportStats stats;
+  // One decompression budget for the whole image: a small bomb listed as many layers must not get
+  // a fresh one each time.
+  std::int64_t budget = output_budget(limits);
   for (std::size_t i = 0; i < layers.size(); ++i) {
     LayerRules rules;
-    if (auto st = extract_tar(layers[i], root->get(), stats, progress, limits, &rules); !st) {
+    ExtractOptions opt;
+    opt.layer = &rules;
+    opt.output_budget = &budget;
+    if (i < digests.size() && digests[i].starts_with("sha256:")) opt.expect_sha256 = digests[i].substr(7);
+    if (auto st = extract_tar(layers[i], root->get(), stats, progress, limits, opt); !st) {
       Error e = st.error();
       e.message = "layer " + std::to_string(i + 1) + " of " + std::to_string(layers.size()) + ": " + e.message;
       return e;

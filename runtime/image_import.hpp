@@ -56,9 +56,11 @@ Result<ImportStats> populate_from_tar(const std::string& path, const std::string
 
 // Applies a container image's layer tarballs, lowest first, to the empty directory `staging`:
 // whiteouts (".wh.NAME") and opaque directories (".wh..wh..opq") delete what lower layers made,
-// and a member replaces a lower layer's entry at its path, a whole tree included. The limits
-// count every layer's entries and data together.
-Result<ImportStats> apply_layers(const std::vector<std::string>& layers, const std::string& staging,
-                                 const ImportProgress& progress, const ImportLimits& limits = {});
+// and a member replaces a lower layer's entry at its path, a whole tree included. Each layer's
+// file must match its digest in `digests` ("sha256:<hex>"), checked on the bytes extracted. The
+// limits (and the decompression budget they imply) count every layer together.
+Result<ImportStats> apply_layers(const std::vector<std::string>& layers, const std::vector<std::string>& digests,
+                                 const std::string& staging, const ImportProgress& progress,
+                                 const ImportLimits& limits = {});
 
 }  // namespace sbx

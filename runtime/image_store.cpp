@@ -159,6 +159,7 @@ namespace {
 struct Unpacked {
   ImportStats stats;  // of the root file system, when the source was one
   std::string dir;    // an OCI layout or docker archive to resolve; "" when the source was a rootfs
+  std::int64_t archive_bytes = 0, archive_entries = 0;  // what unpacking an archive took
 };
 
 // A directory that is a container image is resolved where it is; a tarball is extracted (with
@@ -182,6 +183,8 @@ Result<Unpacked> unpack_source(const std::string& source, bool is_dir, const std
       out.dir = staging + "/archive";
       if (::rename(rootfs.c_str(), out.dir.c_str()) != 0) return sys_error(kStage, "cannot move the unpacked archive aside");
       if (::mkdir(rootfs.c_str(), 0755) != 0) return sys_error(kStage, "cannot create " + rootfs);
+      out.archive_bytes = out.stats.bytes;
+      out.archive_entries = out.stats.entries;
       out.stats = ImportStats{};
     }
   }
@@ -214,10 +217,18 @@ Status ImageStore::record_origin(const std::string& dir, const std::string& dige
     entry["config"] = container->run_defaults;
   }
   json by_name = meta->contains("by_name") && (*meta)["by_name"].is_object() ? (*meta)["by_name"] : json::object();
+  // The origin every other name of this tree had so far: its own entry, or for a name imported
+  // before per-name origins existed, the top level as it stands (before this import changes it).
+  json current = {{"format", meta->value("format", std::string("rootfs"))}};
+  for (const char* key : {"container", "config"})
+    if (meta->contains(key)) current[key] = (*meta)[key];
   json kept = json::object();
-  for (auto& [n, e] : by_name.items()) {
+  auto names = list_dir(root_ + "/names");
+  if (!names) return names.error();
+  for (auto& n : *names) {
     auto d = read_file(root_ + "/names/" + n);
-    if (n != name && d && trim(*d) == digest) kept[n] = e;
+    if (n == name || !d || trim(*d) != digest) continue;
+    kept[n] = by_name.contains(n) ? by_name[n] : current;
   }
   kept[name] = entry;
   (*meta)["by_name"] = std::move(kept);
@@ -260,7 +271,14 @@ Result<ImageRecord> ImageStore::import(const std::string& source, const std::str
   if (!layout->dir.empty()) {
     auto img = resolve_container_image(layout->dir, options.platform);
     if (!img) return img.error();
-    stats = apply_layers(img->layers, rootfs, progress, limits);
+    // What extracting the archive itself took counts too (a docker save tarball is unpacked
+    // before its layers are applied): the layers get what remains of the limits.
+    ImportLimits left = limits;
+    left.max_bytes -= layout->archive_bytes;
+    left.max_entries -= layout->archive_entries;
+    if (left.max_bytes <= 0 || left.max_entries <= 0)
+      return make_error("usage", "the import stopped: unpacking " + source + " took the whole --max-bytes/--max-entries; nothing was stored");
+    stats = apply_layers(img->layers, img->layer_digests, rootfs, progress, left);
     if (!stats) return stats.error();
     if (layout->dir != source) SBX_TRY(remove_tree(layout->dir));  // the unpacked archive
     container.emplace(std::move(*img));

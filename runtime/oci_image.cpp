@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <set>
 #include <utility>
 
 #include "runtime/fsutil.hpp"
@@ -20,6 +21,7 @@ using nlohmann::json;
 constexpr const char* kStage = "image";
 constexpr std::size_t kMaxDocBytes = 4u << 20;  // an index, manifest or config
 constexpr int kMaxIndexDepth = 4;
+constexpr std::size_t kMaxLayers = 256;  // Docker's own limit is 125 (overlayfs lower layers)
 
 bool is_hex64(const std::string& s) {
   if (s.size() != 64) return false;
@@ -28,12 +30,14 @@ bool is_hex64(const std::string& s) {
   return true;
 }
 
-// `rel` beneath dirfd, crossing no symlink (the layout may come from a hostile archive, whose
-// "blobs" could point anywhere), and only a regular file.
+// `rel` beneath dirfd and only a regular file. RESOLVE_BENEATH keeps every step, symlinks
+// included, inside the layout (the layout may come from a hostile archive, whose "blobs" could
+// point anywhere; an absolute or escaping symlink is refused), while the relative symlinks a
+// classic `docker save` writes for a layer shared by two images still resolve.
 Result<UniqueFd> open_beneath(int dirfd, const std::string& rel, const std::string& dir) {
   struct open_how how = {};
   how.flags = O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK;
-  how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
+  how.resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS;
   long fd = ::syscall(SYS_openat2, dirfd, rel.c_str(), &how, sizeof how);
   if (fd < 0) return sys_error(kStage, "cannot open " + rel + " in " + dir);
   UniqueFd f(static_cast<int>(fd));
@@ -43,32 +47,22 @@ Result<UniqueFd> open_beneath(int dirfd, const std::string& rel, const std::stri
   return f;
 }
 
-Result<std::string> hash_fd(int fd, const std::string& what) {
-  Sha256 h;
-  std::vector<char> buf(1 << 20);
-  for (off_t off = 0;;) {
-    ssize_t n = ::pread(fd, buf.data(), buf.size(), off);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return sys_error(kStage, "cannot read " + what);
-    if (n == 0) break;
-    h.update(buf.data(), static_cast<std::size_t>(n));
-    off += n;
-  }
-  return h.final_hex();
-}
 
 Result<json> parse_doc(const std::string& text, const std::string& what) {
   return parse_json_doc(text, JsonBounds{kMaxDocBytes}, kStage, what);
 }
 
-// A blob named by an OCI descriptor: opened beneath the layout, its size and SHA-256 checked.
-Result<UniqueFd> open_blob(int dirfd, const std::string& dir, const json& desc, const std::string& what) {
+// A blob named by an OCI descriptor, opened beneath the layout, its size checked; `hex` gets its
+// digest. Its content is checked against the digest by whoever reads it, on the very bytes used
+// (read_doc_blob hashes the text it parses, the importer each layer as it extracts it): hashing
+// first and reading again later would trust a layout on FUSE, or one being written, twice.
+Result<UniqueFd> open_blob(int dirfd, const std::string& dir, const json& desc, const std::string& what, std::string& hex) {
   if (!desc.is_object() || !desc.contains("digest") || !desc["digest"].is_string())
     return make_error(kStage, what + " in " + dir + " has no digest");
   const std::string digest = desc["digest"].get<std::string>();
   if (!digest.starts_with("sha256:"))
     return make_error(kStage, what + " in " + dir + ": unsupported digest '" + json_excerpt(digest) + "' (sbx checks sha256)");
-  const std::string hex = digest.substr(7);
+  hex = digest.substr(7);
   if (!is_hex64(hex)) return make_error(kStage, what + " in " + dir + ": malformed digest " + json_excerpt(digest));
   auto fd = open_beneath(dirfd, "blobs/sha256/" + hex, dir);
   if (!fd) return fd.error();
@@ -78,12 +72,12 @@ Result<UniqueFd> open_blob(int dirfd, const std::string& dir, const json& desc, 
       return make_error(kStage, what + " " + digest + " in " + dir + " is " + std::to_string(st.st_size) +
                                     " bytes, its descriptor says " + std::to_string(desc["size"].get<std::int64_t>()));
   }
-  auto got = hash_fd(fd->get(), what + " " + digest);
-  if (!got) return got.error();
-  if (*got != hex)
-    return make_error(kStage, what + " " + digest + " in " + dir + " does not match its digest (its content is sha256:" +
-                                  *got + "); the layout is corrupt or was tampered with");
   return fd;
+}
+
+Error digest_mismatch(const std::string& what, const std::string& dir, const std::string& expected, const std::string& got) {
+  return make_error(kStage, what + " " + expected + " in " + dir + " does not match its digest (its content is sha256:" +
+                                got + "); the layout is corrupt or was tampered with");
 }
 
 // A JSON document at `rel` beneath the layout (index.json, manifest.json, a classic config).
@@ -97,10 +91,13 @@ Result<json> read_doc_at(int dirfd, const std::string& rel, const std::string& d
 }
 
 Result<json> read_doc_blob(int dirfd, const std::string& dir, const json& desc, const std::string& what) {
-  auto fd = open_blob(dirfd, dir, desc, what);
+  std::string hex;
+  auto fd = open_blob(dirfd, dir, desc, what, hex);
   if (!fd) return fd.error();
   auto text = read_bounded_fd(fd->get(), kMaxDocBytes, kStage, what + " in " + dir);
   if (!text) return text.error();
+  // The text that is parsed is the text that is hashed.
+  if (std::string got = sha256_hex(*text); got != hex) return digest_mismatch(what, dir, "sha256:" + hex, got);
   return parse_doc(*text, what + " in " + dir);
 }
 
@@ -159,24 +156,36 @@ bool is_layer_type(const std::string& mt) {
 
 // Finds the manifest for `want` under an index: nested indexes are followed; a descriptor
 // without a platform matches only when nothing with one does.
+// Each nested index is read once (a hostile index may name one thousands of times, at every level)
+// and at most kMaxDescriptors descriptors are looked at in all.
+struct IndexWalk {
+  std::set<std::string> visited;  // digests of the nested indexes read
+  std::vector<std::string> seen;  // platforms offered, for the error when none matches
+  std::size_t descriptors = 0;
+};
+constexpr std::size_t kMaxDescriptors = 4096;
+
 Status find_manifest(int dirfd, const std::string& dir, const json& index, const Platform& want, int depth,
-                     std::optional<json>& found, std::vector<std::string>& seen) {
+                     std::optional<json>& found, IndexWalk& walk) {
   if (!index.is_object() || !index.contains("manifests") || !index["manifests"].is_array())
     return make_error(kStage, "the index in " + dir + " has no \"manifests\" array");
   std::optional<json> untagged;
   for (const json& d : index["manifests"]) {
+    if (++walk.descriptors > kMaxDescriptors)
+      return make_error(kStage, "the indexes in " + dir + " list more than " + std::to_string(kMaxDescriptors) + " descriptors");
     const std::string mt = str_of(d, "mediaType");
     if (is_index_type(mt)) {
       if (depth >= kMaxIndexDepth) return make_error(kStage, "indexes in " + dir + " nest deeper than " + std::to_string(kMaxIndexDepth));
+      if (!walk.visited.insert(str_of(d, "digest")).second) continue;
       auto nested = read_doc_blob(dirfd, dir, d, "index");
       if (!nested) return nested.error();
-      SBX_TRY(find_manifest(dirfd, dir, *nested, want, depth + 1, found, seen));
+      SBX_TRY(find_manifest(dirfd, dir, *nested, want, depth + 1, found, walk));
       if (found) return {};
       continue;
     }
     if (!is_manifest_type(mt)) continue;  // attestations, signatures, artifacts
     if (d.contains("platform")) {
-      seen.push_back(platform_of(d["platform"]));
+      if (walk.seen.size() < 32) walk.seen.push_back(platform_of(d["platform"]));
       if (platform_matches(d["platform"], want)) {
         found = d;
         return {};
@@ -226,11 +235,11 @@ Result<ContainerImage> resolve_oci(int dirfd, const std::string& dir, const Plat
   auto index = read_doc_at(dirfd, "index.json", dir);
   if (!index) return index.error();
   std::optional<json> desc;
-  std::vector<std::string> seen;
-  SBX_TRY(find_manifest(dirfd, dir, *index, want, 0, desc, seen));
+  IndexWalk walk;
+  SBX_TRY(find_manifest(dirfd, dir, *index, want, 0, desc, walk));
   if (!desc) {
     std::string has;
-    for (auto& p : seen) has += (has.empty() ? "" : ", ") + p;
+    for (auto& p : walk.seen) has += (has.empty() ? "" : ", ") + p;
     return make_error(kStage, "no image for " + want.text() + " in " + dir + (has.empty() ? "" : " (it has " + has + ")"));
   }
   auto manifest = read_doc_blob(dirfd, dir, *desc, "manifest");
@@ -245,14 +254,18 @@ Result<ContainerImage> resolve_oci(int dirfd, const std::string& dir, const Plat
   img.config_digest = str_of((*manifest)["config"], "digest");
   SBX_TRY(check_config_platform(*config, want, dir, img.platform));
   img.run_defaults = run_defaults_of(*config);
+  if ((*manifest)["layers"].size() > kMaxLayers)
+    return make_error(kStage, "the manifest in " + dir + " lists " + std::to_string((*manifest)["layers"].size()) +
+                                  " layers; sbx applies at most " + std::to_string(kMaxLayers));
   for (const json& layer : (*manifest)["layers"]) {
     const std::string mt = str_of(layer, "mediaType");
     if (!is_layer_type(mt))
       return make_error(kStage, "layer " + str_of(layer, "digest") + " in " + dir + " has media type '" + json_excerpt(mt) +
                                     "', which sbx cannot apply (encrypted or not a tar)");
-    auto fd = open_blob(dirfd, dir, layer, "layer");
+    std::string hex;
+    auto fd = open_blob(dirfd, dir, layer, "layer", hex);
     if (!fd) return fd.error();
-    SBX_TRY(keep_layer(img, std::move(*fd), str_of(layer, "digest")));
+    SBX_TRY(keep_layer(img, std::move(*fd), "sha256:" + hex));
   }
   return img;
 }
@@ -291,17 +304,20 @@ Result<ContainerImage> resolve_docker(int dirfd, const std::string& dir, const P
   img.config_digest = "sha256:" + config_hex;
   SBX_TRY(check_config_platform(*config, want, dir, img.platform));
   img.run_defaults = run_defaults_of(*config);
+  if (entry["Layers"].size() > kMaxLayers)
+    return make_error(kStage, "manifest.json in " + dir + " lists " + std::to_string(entry["Layers"].size()) +
+                                  " layers; sbx applies at most " + std::to_string(kMaxLayers));
   for (std::size_t i = 0; i < entry["Layers"].size(); ++i) {
     const std::string path = entry["Layers"][i].is_string() ? entry["Layers"][i].get<std::string>() : "";
     auto fd = open_beneath(dirfd, path, dir);
     if (!fd) return fd.error();
-    auto got = hash_fd(fd->get(), path);
-    if (!got) return got.error();
+    // Checked while it is extracted (see open_blob): the uncompressed layer's diff_id, or its
+    // own name when it is stored as blobs/sha256/<hex>.
     std::string expect = (*diff_ids)[i].is_string() ? (*diff_ids)[i].get<std::string>() : "";
     if (path.starts_with("blobs/sha256/")) expect = "sha256:" + path.substr(13);
-    if ("sha256:" + *got != expect)
-      return make_error(kStage, "layer " + path + " in " + dir + " does not match " + json_excerpt(expect) +
-                                    " (its content is sha256:" + *got + ")");
+    if (!expect.starts_with("sha256:") || !is_hex64(expect.substr(7)))
+      return make_error(kStage, "layer " + path + " in " + dir + ": no sha256 digest to check it against (" +
+                                    json_excerpt(expect) + ")");
     SBX_TRY(keep_layer(img, std::move(*fd), expect));
   }
   return img;

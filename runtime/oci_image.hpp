@@ -4,10 +4,11 @@
 // directory (image_store.cpp unpacks an archive with the ordinary, normalising tar import first).
 //
 // Resolution: index.json (or manifest.json) → the manifest for the platform asked for (nested
-// indexes followed, at most 4 deep) → its config and layer blobs. Every blob is opened beneath the
-// layout's directory without following a symlink, and its SHA-256 checked against its digest (an
-// OCI descriptor's, or for a classic archive the layer's diff_id in the config) before anything of
-// it is used. JSON documents are read with the bounds of runtime/json_io.hpp.
+// indexes followed once each, at most 4 deep) → its config and layer blobs. Every blob is opened
+// beneath the layout's directory (no step of the path leaves it), and its SHA-256 is checked on the
+// very bytes that are used: a JSON document's text as it is parsed, a layer as it is extracted (an
+// OCI descriptor's digest, or for a classic archive the layer's diff_id in the config). JSON
+// documents are read with the bounds of runtime/json_io.hpp.
 #include <optional>
 #include <string>
 #include <vector>
@@ -24,7 +25,8 @@ struct ContainerImage {
   std::string config_digest;    // "sha256:..." of the config blob
   std::string platform;         // "os/arch[/variant]" of the config
   std::vector<std::string> layers;         // layer files (absolute /proc/self/fd paths kept open)
-  std::vector<std::string> layer_digests;  // what each was checked against
+  std::vector<std::string> layer_digests;  // "sha256:..." each must match: apply_layers checks it on
+                                           // the bytes it extracts
   // The config's run defaults: Env, Entrypoint, Cmd, WorkingDir, User (absent ones omitted).
   nlohmann::json run_defaults = nlohmann::json::object();
   std::vector<int> fds;  // the open layer files behind `layers`; closed by the destructor

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 namespace sbx {
 namespace {
@@ -51,6 +52,7 @@ Status Tarball::fill() {
   while (n < 0 && errno == EINTR);
   if (n < 0) return sys_error(kStage, "read tarball " + path_);
   if (n == 0) input_done_ = true;
+  if (hasher_) hasher_->update(in_.get() + in_len_, static_cast<std::size_t>(n));
   in_len_ += static_cast<std::size_t>(n);
   return {};
 }
@@ -97,6 +99,7 @@ Result<std::size_t> Tarball::read(void* buf, std::size_t n) {
     do got = ::read(fd_.get(), buf, n);
     while (got < 0 && errno == EINTR);
     if (got < 0) return sys_error(kStage, "read tarball " + path_);
+    if (hasher_) hasher_->update(buf, static_cast<std::size_t>(got));
     return static_cast<std::size_t>(got);
   }
   auto got = decode(static_cast<unsigned char*>(buf), n);
@@ -120,6 +123,28 @@ Status Tarball::finish() {
       auto got = read(scratch, sizeof scratch);
       if (!got || *got == 0) break;
     }
+  }
+  if (result_ && hasher_) {
+    // The rest of the file, past the tar's end (or the compressed stream's): the digest covers
+    // every byte of it.
+    std::vector<char> rest(1 << 16);
+    for (;;) {
+      ssize_t n = ::read(fd_.get(), rest.data(), rest.size());
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) {
+        result_ = sys_error(kStage, "read tarball " + path_);
+        break;
+      }
+      if (n == 0) break;
+      hasher_->update(rest.data(), static_cast<std::size_t>(n));
+    }
+    if (result_) {
+      std::string got = hasher_->final_hex();
+      if (got != expect_hex_)
+        result_ = make_error(kStage, expect_what_ + " does not match its digest sha256:" + expect_hex_ +
+                                         " (its content is sha256:" + got + "); the image is corrupt or was tampered with");
+    }
+    hasher_.reset();
   }
   return result_;
 }

@@ -11,6 +11,7 @@
 #include "runtime/decompress.hpp"
 #include "runtime/error.hpp"
 #include "runtime/fsutil.hpp"
+#include "runtime/sha256.hpp"
 #include "runtime/tar_reader.hpp"
 
 namespace sbx {
@@ -29,6 +30,17 @@ class Tarball : public ByteSource {
     out_limit_ = bytes;
     out_limit_why_ = std::move(why);
   }
+
+  // Checks the file's bytes, all of them and exactly as they are read for the tar reader, against
+  // the SHA-256 `hex`: finish() reads on to the end of the file and fails on a mismatch. (A
+  // container layer's digest is checked this way, on what is extracted, not on an earlier read.)
+  void expect_sha256(std::string hex, std::string what) {
+    expect_hex_ = std::move(hex);
+    expect_what_ = std::move(what);
+    hasher_ = std::make_unique<Sha256>();
+  }
+  // Uncompressed bytes handed out so far (for a budget shared by several tarballs).
+  std::int64_t output_bytes() const { return out_total_; }
 
   // "gzip", "xz", "zstd", "bzip2", or "" for a plain tar.
   std::string compression() const { return decoder_ ? decoder_->name() : ""; }
@@ -56,6 +68,8 @@ class Tarball : public ByteSource {
   std::int64_t out_total_ = 0;
   std::int64_t out_limit_ = INT64_MAX;
   std::string out_limit_why_;
+  std::unique_ptr<Sha256> hasher_;  // set by expect_sha256
+  std::string expect_hex_, expect_what_;
   Status result_;
 };
 

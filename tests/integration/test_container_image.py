@@ -76,8 +76,9 @@ def config(arch, diff_ids):
     }).encode()
 
 
-def write_oci_layout(d, layers=None, platforms=("amd64", "arm64")):
-    """An OCI layout: index → one manifest per platform → config + (gzip, plain) layers."""
+def write_oci_layout(d, layers=None, platforms=("amd64", "arm64"), gzip_all=False):
+    """An OCI layout: index → one manifest per platform → config + (gzip, plain) layers, or with
+    gzip_all every layer gzip-compressed (any number of them)."""
     os.makedirs(f"{d}/blobs/sha256", exist_ok=True)
 
     def blob(data):
@@ -86,12 +87,17 @@ def write_oci_layout(d, layers=None, platforms=("amd64", "arm64")):
             f.write(data)
         return digest
 
-    lower, upper = layers or (lower_layer(), upper_layer())
+    lower, upper = (layers or (lower_layer(), upper_layer()))[:2]
     gz = gzip.compress(lower, mtime=0)
     descs = [
         {"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip", "digest": blob(gz), "size": len(gz)},
         {"mediaType": "application/vnd.oci.image.layer.v1.tar", "digest": blob(upper), "size": len(upper)},
     ]
+    if gzip_all:
+        descs = []
+        for raw in layers:
+            z = gzip.compress(raw, mtime=0)
+            descs.append({"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip", "digest": blob(z), "size": len(z)})
     manifests = []
     for arch in platforms:
         cfg = config(arch, [sha(lower), sha(upper)])
@@ -108,16 +114,23 @@ def write_oci_layout(d, layers=None, platforms=("amd64", "arm64")):
     return manifests[0]["digest"], descs
 
 
-def write_docker_archive(path):
-    """A classic `docker save` tarball: manifest.json, <hex>.json config, <id>/layer.tar."""
+def write_docker_archive(path, shared_layer=False):
+    """A classic `docker save` tarball: manifest.json, <hex>.json config, <id>/layer.tar. With
+    shared_layer, the upper layer is listed twice, the second time through the relative symlink
+    docker writes for a layer two images share."""
     lower, upper = lower_layer(), upper_layer()
-    cfg = config("amd64", [sha(lower), sha(upper)])
+    layers = ["aaaa/layer.tar", "bbbb/layer.tar"] + (["cccc/layer.tar"] if shared_layer else [])
+    cfg = config("amd64", [sha(lower), sha(upper)] + ([sha(upper)] if shared_layer else []))
     with tarfile.open(path, "w") as tf:
         add_bytes(tf, f"{sha(cfg)[7:]}.json", cfg)
         add_bytes(tf, "aaaa/layer.tar", lower)
         add_bytes(tf, "bbbb/layer.tar", upper)
+        if shared_layer:
+            link = tarfile.TarInfo("cccc/layer.tar")
+            link.type, link.linkname = tarfile.SYMTYPE, "../bbbb/layer.tar"
+            tf.addfile(link)
         add_bytes(tf, "manifest.json", json.dumps([{"Config": f"{sha(cfg)[7:]}.json", "RepoTags": ["demo:1"],
-                                                    "Layers": ["aaaa/layer.tar", "bbbb/layer.tar"]}]).encode())
+                                                    "Layers": layers}]).encode())
     return sha(cfg)
 
 
@@ -170,6 +183,37 @@ class ContainerImages(SbxTestCase):
         write_oci_layout(layout)
         self.assertEqual(self.import_ok(layout, "oci-same")["digest"], meta["digest"])
         note(f"docker save archive imported as {meta['digest']} (config {config_digest})")
+
+    def test_docker_save_with_a_shared_layer_symlink(self):
+        archive = self.path("shared.tar")
+        write_docker_archive(archive, shared_layer=True)
+        meta = self.import_ok(archive, "docker-shared")
+        self.assertEqual(len(meta["container"]["layers"]), 3)
+        self.check_default_run("docker-shared")
+
+    def test_a_digest_reference_gets_no_image_defaults(self):
+        layout = self.path("layout")
+        write_oci_layout(layout)
+        digest = self.import_ok(layout, "oci-bydigest")["digest"]
+        # By name the Entrypoint (sh -c) is in front; by digest the command runs as given.
+        r = sbx(["run", "--image", digest, "--", "/bin/echo", "as given"], timeout=60)
+        self.assertExit(r, 0)
+        self.assertEqual(r.out, "as given\n")
+
+    def test_one_decompression_budget_for_all_layers(self):
+        # A layer that decompresses to ~0.9 MiB of data nobody extracts (an unknown member type),
+        # listed three times: each would fit a per-layer budget, together they do not.
+        def bomb(tf):
+            info = tarfile.TarInfo("skipped")
+            info.type, info.size = b"Z", 900 * 1024
+            tf.addfile(info, io.BytesIO(b"\0" * info.size))
+        lower = layer_tar(bomb)
+        layout = self.path("bombs")
+        write_oci_layout(layout, layers=(lower, lower, lower), platforms=("amd64",), gzip_all=True)
+        r = sbx(["image", "import", layout, "--name", "bombs", "--max-bytes", "1M", "--max-entries", "50"])
+        self.assertExit(r, 125)
+        self.assertOneSbxLine(r)
+        self.assertIn("decompresses to more than", r.err)
 
     def test_flags_override_the_image_config(self):
         layout = self.path("layout")

@@ -208,5 +208,25 @@ class SetupFailure(SbxTestCase):
         self.assertOneSbxLine(r)
 
 
+class ClosedStdio(SbxTestCase):
+    def test_a_caller_with_fds_0_1_2_closed(self):
+        # sbx reopens them on /dev/null first: otherwise its own pipes and sockets would take those
+        # numbers, and the program's stdio, placed on 0-2 in init's shared fd table, would replace
+        # them (the run then failed or wrote init's messages into the program's output).
+        import json
+        import subprocess
+        from sbxtest import SBX
+        trace = self.path("t.json")
+        for closed in ("0<&-", "0<&- 2>&-", "0<&- 1>&- 2>&-"):
+            with self.subTest(closed=closed):
+                p = subprocess.run(["sh", "-c", f'exec "$0" run --trace-file "$1" -- sh -c "echo out; exit 7" {closed}',
+                                    SBX, trace], capture_output=True, timeout=30)
+                self.assertEqual(p.returncode, 7, p.stderr)
+                if "1>&-" not in closed:
+                    self.assertEqual(p.stdout, b"out\n")
+                with open(trace) as f:
+                    self.assertEqual(json.load(f)["result"]["exit_code"], 7)
+
+
 if __name__ == "__main__":
     unittest.main()
