@@ -82,6 +82,32 @@ class KeptCapabilities(SbxTestCase):
         self.assertNotEqual(r.rc, 0, "untrusted: setgroups needs CAP_SETGID\n" + r.describe())
         self.assertIn("PermissionError", r.err)
 
+    def test_kept_capabilities_do_not_reach_host_owned_files(self):
+        """DAC_OVERRIDE, FOWNER and CHOWN act only on ids the namespace maps: a file of host root
+        (unmapped: it shows as 65534) stays unreadable and its mode and owner unchangeable, even
+        where the bind is writable."""
+        if MODE == "root":
+            d = self.path("hostroot")
+            os.mkdir(d, 0o755)
+            secret = os.path.join(d, "secret")
+            with open(secret, "w") as f:
+                f.write("host secret\n")
+            os.chmod(secret, 0o600)
+            bind = [f"{d}:/data:rw"]
+        elif os.path.exists("/etc/shadow") and not os.access("/etc/shadow", os.R_OK):
+            bind = ["/etc/shadow:/data/secret"]
+        else:
+            self.skipTest("rootless: no host-root file this user cannot read (/etc/shadow) to try")
+        script = ("ls -ln /data/secret; cat /data/secret && echo READ; chmod 666 /data/secret && echo CHMOD; "
+                  "chown 0:0 /data/secret && echo CHOWN; exit 0")
+        r = self.run_sbx(["/bin/sh", "-c", script], ["--profile", "trusted", "--bind", bind[0]])
+        self.assertExit(r, 0)
+        self.assertIn(" 65534 65534 ", r.out, "host root is not mapped")
+        for done in ("READ", "CHMOD", "CHOWN"):
+            self.assertNotIn(done, r.out, r.describe())
+        self.assertIn("cat: /data/secret: Permission denied", r.err)
+        self.assertEqual(self.program_sets(r)["program"]["effective"], FIVE)
+
     def test_unknown_name_is_refused_with_a_suggestion(self):
         r = sbx(["run", "--cap-add", "chwon", "--", "/bin/true"])
         self.assertExit(r, 125)
