@@ -523,8 +523,13 @@ void run_init(const ChildConfig& cfg) {
   int msg_fd = cfg.msg_fd;
   ChildMsg started;
   started.kind = ChildMsg::kStarted;
-  // What the program actually holds, for the record: read once, now that its execve is done
-  // (the vfork-style spawn returns only then), before anything of it could be reaped.
+  // What the program actually holds, for the record: read once, before it can be reaped (a
+  // zombie's status still shows its sets). The vfork-style spawn returns once execve has released
+  // the old memory (exec_mmap), which is before execve commits the new credentials
+  // (begin_new_exec), so the read may land on either side of that commit. Both show the same
+  // sets: restrict_capabilities made every set `keep` before execve, and with no_new_privs
+  // execve can only lower them (a file-capability or setuid binary), never raise them; the
+  // record is what the program holds at most.
   ProcessCaps pc;
   if (args.exec_failed.kind != ChildMsg::kSetupError && read_process_caps_raw(program, pc)) {
     CapMask sets[5] = {pc.inheritable, pc.permitted, pc.effective, pc.bounding, pc.ambient};
