@@ -39,6 +39,7 @@ struct RunFlags {
   std::string profile = kDefaultProfile;
   std::optional<std::uint32_t> uid, gid;
   std::vector<std::string> binds, tmpfs, env, env_pass, allow_hosts;
+  std::vector<std::string> cap_add;  // --cap-add NAME: capabilities kept beyond the profile's
   // Optional, not empty-means-unset: `--timeout ''` is a bad duration, not "no timeout".
   std::optional<std::string> workdir, timeout, output_limit, memory, pids, cpus, cpu_time;
   std::optional<std::string> image, output_max_bytes, output_max_files;

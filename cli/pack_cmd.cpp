@@ -6,6 +6,7 @@
 #include <set>
 
 #include "cli/commands.hpp"
+#include "runtime/caps.hpp"
 #include "runtime/fsutil.hpp"
 #include "runtime/json_io.hpp"
 #include "runtime/pack.hpp"
@@ -107,6 +108,8 @@ int run_pack_command(PackFlags& f, GlobalOptions& g) {
                             {f.run.output_max_bytes.has_value(), "output_max_bytes"},
                             {f.run.output_max_files.has_value(), "output_max_files"}})
     if (given) by_flag.insert(key);
+  for (auto& c : f.run.cap_add)
+    if (auto canon = canonical_capability(c)) by_flag.insert(kCapabilityByOperator + *canon);
   auto merged = spec_from_layers(*profile, &pack->spec_patch, pack->dir + "/pack.json", by_flag);
   if (!merged) return usage_error(merged.error().message);
   f.run.command = pack->entrypoint;

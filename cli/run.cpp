@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "cli/commands.hpp"
+#include "runtime/caps.hpp"
 #include "cli/systemd_scope.hpp"
 #include "runtime/artifact_export.hpp"
 #include "runtime/egress_policy.hpp"
@@ -157,6 +158,15 @@ Result<RunSpec> apply_flags(RunSpec spec, const RunFlags& f) {
   if (!spec.network.allow.empty()) spec.network.mode = "proxy";
   if (f.require_limits) spec.require_limits = true;
   if (!f.seccomp.empty()) spec.seccomp = f.seccomp;
+  if (!f.cap_add.empty()) {
+    std::vector<std::string> keep = spec.capabilities.keep;
+    for (auto& c : f.cap_add) {
+      auto canon = canonical_capability(c);
+      if (!canon) return make_error("usage", "--cap-add: " + canon.error().message);
+      keep.push_back(*canon);
+    }
+    spec.capabilities.keep = capability_names(capability_mask(keep));
+  }
   spec.argv = f.command;
   SBX_TRY(validate_spec(spec));
   return spec;
@@ -173,6 +183,8 @@ void add_limit_options(CLI::App* app, RunFlags& f) {
   app->add_option("--cpu-time", f.cpu_time, "CPU-time budget, e.g. 10s");
   app->add_flag("--require-limits", f.require_limits, "Fail (exit 125) unless every limit can be enforced");
   app->add_option("--seccomp", f.seccomp, "Seccomp policy: default, unconfined, or an OCI JSON file");
+  app->add_option("--cap-add", f.cap_add,
+                  "Keep this capability (CAP_CHOWN or chown) inside the sandbox's user namespace too; repeatable");
   app->add_option("--trace-file", f.trace_file, "Also write the trace record to this file");
 }
 

@@ -3,6 +3,11 @@
 # Keep in step with the binary: tests/docs/check_docs.sh fails when a subcommand or long option of
 # "sbx ... --help" is missing here.
 
+# Capability names for --cap-add (capabilities(7); sbx also accepts them without CAP_, any case).
+_sbx_capabilities() {
+    echo "CAP_CHOWN CAP_DAC_OVERRIDE CAP_DAC_READ_SEARCH CAP_FOWNER CAP_FSETID CAP_KILL CAP_SETGID CAP_SETUID CAP_SETPCAP CAP_LINUX_IMMUTABLE CAP_NET_BIND_SERVICE CAP_NET_BROADCAST CAP_NET_ADMIN CAP_NET_RAW CAP_IPC_LOCK CAP_IPC_OWNER CAP_SYS_MODULE CAP_SYS_RAWIO CAP_SYS_CHROOT CAP_SYS_PTRACE CAP_SYS_PACCT CAP_SYS_ADMIN CAP_SYS_BOOT CAP_SYS_NICE CAP_SYS_RESOURCE CAP_SYS_TIME CAP_SYS_TTY_CONFIG CAP_MKNOD CAP_LEASE CAP_AUDIT_WRITE CAP_AUDIT_CONTROL CAP_SETFCAP CAP_MAC_OVERRIDE CAP_MAC_ADMIN CAP_SYSLOG CAP_WAKE_ALARM CAP_BLOCK_SUSPEND CAP_AUDIT_READ CAP_PERFMON CAP_BPF CAP_CHECKPOINT_RESTORE"
+}
+
 _sbx_profiles() {
     # First column of `sbx profile ls`: the names --profile and `profile show` accept.
     "${COMP_WORDS[0]}" profile ls 2>/dev/null | awk 'NF { print $1 }'
@@ -59,10 +64,10 @@ _sbx() {
     local global_opts="--state-dir --log-level -v --verbose --version -h --help"
     local run_opts="--profile --image --uid --gid --bind --tmpfs --workdir --input --output --output-max-bytes
         --output-max-files --env --env-pass --timeout --output-limit --memory --pids --cpus --cpu-time --require-limits
-        --seccomp --allow-host --trace-file --dry-run --systemd-scope -i --interactive -t --tty"
+        --seccomp --cap-add --allow-host --trace-file --dry-run --systemd-scope -i --interactive -t --tty"
     # Options that take a value (the next word is not a subcommand or the command).
     local takes_arg="--state-dir --log-level --profile --image --uid --gid --bind --tmpfs --workdir --env
-        --env-pass --timeout --output-limit --memory --pids --cpus --cpu-time --seccomp --allow-host --trace-file --format
+        --env-pass --timeout --output-limit --memory --pids --cpus --cpu-time --seccomp --cap-add --allow-host --trace-file --format
         --input --output --output-max-bytes --output-max-files --context --secret --result --name"
 
     # Find the subcommand path (run | profile ls|show | trace ls|show | doctor | pack ... |
@@ -120,6 +125,8 @@ _sbx() {
             _sbx_image_refs "$word" host; return ;;
         --bind|--trace-file|--input|--result)
             COMPREPLY=($(compgen -f -- "$cur")); compopt -o filenames 2>/dev/null; return ;;
+        --cap-add)
+            COMPREPLY=($(compgen -W "$(_sbx_capabilities)" -- "$cur")); return ;;
         --seccomp)
             COMPREPLY=($(compgen -W "default unconfined" -- "$cur") $(compgen -f -- "$cur"))
             compopt -o filenames 2>/dev/null; return ;;
@@ -186,8 +193,8 @@ _sbx() {
                 COMPREPLY=($(compgen -W "--strict --no-strict --help" -- "$cur"))
             elif [[ $cur == -* && $sub == run ]]; then
                 COMPREPLY=($(compgen -W "--input --context --secret --result --profile --image --timeout
-                    --output-limit --memory --pids --cpus --cpu-time --require-limits --seccomp --trace-file --dry-run
-                    --help" -- "$cur"))
+                    --output-limit --memory --pids --cpus --cpu-time --require-limits --seccomp --cap-add --trace-file
+                    --dry-run --help" -- "$cur"))
             elif [[ $cur == -* ]]; then
                 COMPREPLY=($(compgen -W "--help" -- "$cur"))
             elif [[ $sub != init ]]; then

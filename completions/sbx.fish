@@ -3,12 +3,15 @@
 # Keep in step with the binary: tests/docs/check_docs.sh fails when a subcommand or long option of
 # "sbx ... --help" is missing here.
 
+# Capability names for --cap-add (capabilities(7); sbx also accepts them without CAP_, any case).
+set -g __sbx_capabilities CAP_CHOWN CAP_DAC_OVERRIDE CAP_DAC_READ_SEARCH CAP_FOWNER CAP_FSETID CAP_KILL CAP_SETGID CAP_SETUID CAP_SETPCAP CAP_LINUX_IMMUTABLE CAP_NET_BIND_SERVICE CAP_NET_BROADCAST CAP_NET_ADMIN CAP_NET_RAW CAP_IPC_LOCK CAP_IPC_OWNER CAP_SYS_MODULE CAP_SYS_RAWIO CAP_SYS_CHROOT CAP_SYS_PTRACE CAP_SYS_PACCT CAP_SYS_ADMIN CAP_SYS_BOOT CAP_SYS_NICE CAP_SYS_RESOURCE CAP_SYS_TIME CAP_SYS_TTY_CONFIG CAP_MKNOD CAP_LEASE CAP_AUDIT_WRITE CAP_AUDIT_CONTROL CAP_SETFCAP CAP_MAC_OVERRIDE CAP_MAC_ADMIN CAP_SYSLOG CAP_WAKE_ALARM CAP_BLOCK_SUSPEND CAP_AUDIT_READ CAP_PERFMON CAP_BPF CAP_CHECKPOINT_RESTORE
+
 # The subcommand path so far (e.g. "run", "profile show"), options and their values skipped.
 function __sbx_path
     set -l tokens (commandline -opc)
     set -e tokens[1]
     set -l takes_arg --state-dir --log-level --profile --image --uid --gid --bind --tmpfs --workdir --env \
-        --env-pass --timeout --output-limit --memory --pids --cpus --cpu-time --seccomp --allow-host --trace-file --format \
+        --env-pass --timeout --output-limit --memory --pids --cpus --cpu-time --seccomp --cap-add --allow-host --trace-file --format \
         --input --output --output-max-bytes --output-max-files --context --secret --result --name
     set -l path
     set -l skip 0
@@ -110,6 +113,7 @@ complete -c sbx -n '__sbx_at run' -l cpus -x -a 'none unlimited' -d 'CPU share, 
 complete -c sbx -n '__sbx_at run' -l cpu-time -x -a 'none unlimited' -d 'CPU-time budget, e.g. 10s'
 complete -c sbx -n '__sbx_at run' -l require-limits -d 'Fail unless every limit can be enforced'
 complete -c sbx -n '__sbx_at run' -l seccomp -r -F -a 'default unconfined' -d 'Seccomp policy: default, unconfined or an OCI JSON file'
+complete -c sbx -n '__sbx_at run' -l cap-add -x -a "$__sbx_capabilities" -d 'Keep this capability inside the user namespace (repeatable)'
 complete -c sbx -n '__sbx_at run' -l allow-host -x -a '(__fish_print_hostnames)' -d 'Allow egress to HOST[:PORT] through the filtering proxy'
 complete -c sbx -n '__sbx_at run' -l trace-file -r -F -d 'Also write the trace record to this file'
 complete -c sbx -n '__sbx_at run' -l dry-run -d 'Check everything, print the plan as JSON, run nothing'
@@ -125,7 +129,7 @@ function __sbx_complete_cmd
     # one of their values), or right after "--".
     set -l tokens (commandline -opc)
     set -l takes_arg --state-dir --log-level --profile --image --uid --gid --bind --tmpfs --workdir --env \
-        --env-pass --timeout --output-limit --memory --pids --cpus --cpu-time --seccomp --allow-host --trace-file \
+        --env-pass --timeout --output-limit --memory --pids --cpus --cpu-time --seccomp --cap-add --allow-host --trace-file \
         --input --output --output-max-bytes --output-max-files
     set -l start 0
     set -l seen_run 0
@@ -190,6 +194,7 @@ complete -c sbx -n '__sbx_at pack run' -l cpus -x -a 'none unlimited' -d 'CPU sh
 complete -c sbx -n '__sbx_at pack run' -l cpu-time -x -a 'none unlimited' -d 'CPU-time budget'
 complete -c sbx -n '__sbx_at pack run' -l require-limits -d 'Fail unless every limit can be enforced'
 complete -c sbx -n '__sbx_at pack run' -l seccomp -r -F -d 'Seccomp policy'
+complete -c sbx -n '__sbx_at pack run' -l cap-add -x -a "$__sbx_capabilities" -d 'Keep this capability inside the user namespace (repeatable)'
 complete -c sbx -n '__sbx_at pack run' -l trace-file -r -F -d 'Also write the trace record here'
 complete -c sbx -n '__sbx_at pack run' -l dry-run -d 'Check everything, print the plan as JSON, run nothing'
 

@@ -241,7 +241,7 @@ Status program_stdio(const ChildConfig& cfg, int pty_master) {
   STAGE(cfg, set_rlimits(cfg.rlimits, false));
   STAGE(cfg, lock_securebits());
   STAGE(cfg, switch_to_program_identity(cfg.identity));
-  STAGE(cfg, drop_all_capabilities());
+  STAGE(cfg, restrict_capabilities(cfg.keep_caps));
   if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) fail(cfg, sys_error("no_new_privs", "prctl"));
   if (::chdir(cfg.mounts.workdir.c_str()) != 0)
     fail(cfg, sys_error("workdir", "chdir to " + cfg.mounts.workdir));
@@ -523,6 +523,19 @@ void run_init(const ChildConfig& cfg) {
   int msg_fd = cfg.msg_fd;
   ChildMsg started;
   started.kind = ChildMsg::kStarted;
+  // What the program actually holds, for the record: read once, before it can be reaped (a
+  // zombie's status still shows its sets). The vfork-style spawn returns once execve has released
+  // the old memory (exec_mmap), which is before execve commits the new credentials
+  // (begin_new_exec), so the read may land on either side of that commit. Both show the same
+  // sets: restrict_capabilities made every set `keep` before execve, and with no_new_privs
+  // execve can only lower them (a file-capability or setuid binary), never raise them; the
+  // record is what the program holds at most.
+  ProcessCaps pc;
+  if (args.exec_failed.kind != ChildMsg::kSetupError && read_process_caps_raw(program, pc)) {
+    CapMask sets[5] = {pc.inheritable, pc.permitted, pc.effective, pc.bounding, pc.ambient};
+    for (int i = 0; i < 5; ++i) started.caps.sets[i] = sets[i];
+    started.caps.read = 1;
+  }
   send_msg(msg_fd, started);
   supervise_program(msg_fd, program, pty_master >= 0);
 }

@@ -32,6 +32,12 @@ struct ChildMsg {
   union {
     char message[440] = {};      // kSetupError; fits one atomic pipe write (PIPE_BUF) with the rest
     struct rusage usage;         // kProgramStatus: the program's and its descendants' (RUSAGE_CHILDREN)
+    // kStarted: the program's capability sets right after its execve (caps.hpp ProcessCaps order:
+    // inheritable, permitted, effective, bounding, ambient); read == 0 when they could not be read.
+    struct {
+      std::uint64_t sets[5];
+      std::uint32_t read;
+    } caps;
   };
 };
 static_assert(sizeof(ChildMsg) <= 512, "ChildMsg must be written atomically");
@@ -43,6 +49,8 @@ struct ChildConfig {
   std::vector<std::string> argv;
   std::vector<std::string> envp;  // NAME=VALUE, the program's whole environment
   std::vector<std::pair<int, rlim_t>> rlimits;
+  // The capabilities the program keeps (caps.hpp CapMask: bit N is capability N); 0: none.
+  std::uint64_t keep_caps = 0;
   // > 0: init caps the ipc namespace's SysV shared memory at this many bytes (kernel.shmmax and
   // shmall), so a memory limit also bounds it where no cgroup charges it.
   std::int64_t sysv_shm_bytes = 0;

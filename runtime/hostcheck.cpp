@@ -1,6 +1,8 @@
 #include "runtime/hostcheck.hpp"
 
+#include <cap-ng.h>
 #include <fcntl.h>
+#include <linux/capability.h>
 #include <grp.h>
 #include <linux/landlock.h>
 #include <linux/seccomp.h>
@@ -21,6 +23,9 @@
 #include <fstream>
 #include <sstream>
 #include <utility>
+
+#include "runtime/caps.hpp"
+#include "runtime/profile.hpp"
 
 namespace sbx {
 
@@ -606,6 +611,60 @@ CheckResult check_identity() {
   return r;
 }
 
+namespace {
+
+// The capabilities sbx itself holds, by libcap-ng (this process is sbx, single-threaded here).
+std::string own_capabilities() {
+  capng_clear(CAPNG_SELECT_BOTH);
+  if (capng_get_caps_process() != 0) return "unknown (capng_get_caps_process failed)";
+  switch (capng_have_capabilities(CAPNG_SELECT_CAPS)) {
+    case CAPNG_FULL: return "all";
+    case CAPNG_NONE: return "none";
+    default: break;
+  }
+  // The shorter list: a container's root usually lacks a few.
+  std::vector<std::string> held, lacked;
+  for (int cap = 0; cap <= CAP_LAST_CAP; ++cap)
+    (capng_have_capability(CAPNG_EFFECTIVE, static_cast<unsigned>(cap)) ? held : lacked).push_back(capability_name(cap));
+  if (held.empty()) return "none effective";
+  return held.size() > lacked.size() ? "all but " + join(lacked, ", ") : join(held, ", ");
+}
+
+// What the program child does with a profile's kept set (child.cpp run_program), in a user
+// namespace of our own: lock securebits, keep exactly `keep` in every set, ambient included.
+Status keep_probe_body(CapMask keep) {
+  uid_t uid = ::geteuid();
+  gid_t gid = ::getegid();
+  if (::unshare(CLONE_NEWUSER) < 0) return sys_error(kStage, "unshare(CLONE_NEWUSER)");
+  SBX_TRY(map_self(uid, gid));
+  SBX_TRY(lock_securebits());
+  return restrict_capabilities(keep);
+}
+
+}  // namespace
+
+CheckResult check_capabilities() {
+  CheckResult r{"capabilities", CheckStatus::ok, false, "", ""};
+  std::string own = "sbx holds " + own_capabilities() + (::geteuid() == 0 ? "" : " (rootless: the user namespace grants them)");
+  auto trusted = load_profile("trusted");
+  auto spec = trusted ? spec_from_layers(*trusted, nullptr, "") : Result<RunSpec>(trusted.error());
+  std::vector<std::string> keep = spec ? spec->capabilities.keep : std::vector<std::string>{};
+  if (keep.empty()) {
+    r.detail = own + "; the trusted profile keeps none";
+    return r;
+  }
+  auto probe = ChildProbe::start("capabilities", [&] { return keep_probe_body(capability_mask(keep)); });
+  Status st = probe.finish();
+  if (st) {
+    r.detail = own + "; a user namespace lets the program keep " + join(keep, ", ") + " (profile trusted)";
+  } else {
+    r.status = CheckStatus::degraded;
+    r.detail = own + "; keeping " + join(keep, ", ") + " in a user namespace failed: " + st.error().describe();
+    r.hint = "runs under profile trusted fail at setup; untrusted keeps no capability and is unaffected";
+  }
+  return r;
+}
+
 std::vector<CheckResult> run_host_checks() {
   // Children first, so they run while the in-process checks do; then collect in table order.
   auto userns = start_userns();
@@ -623,6 +682,7 @@ std::vector<CheckResult> run_host_checks() {
   out.push_back(check_cgroup());
   out.push_back(finish_overlayfs(overlay));
   out.push_back(check_landlock());
+  out.push_back(check_capabilities());
   return out;
 }
 

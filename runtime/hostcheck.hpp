@@ -77,7 +77,8 @@ CheckResult check_userns_rootless();   // info: as root, the same from an unpriv
 CheckResult check_namespaces();        // required: all seven namespaces sbx creates
 CheckResult check_clone3();            // info: clone3 exists (sbx falls back to clone)
 CheckResult check_cgroup();            // optional: cgroup v2 controllers, delegation
-CheckResult check_overlayfs();         // optional: overlay mount inside a user namespace
+CheckResult check_overlayfs();
+CheckResult check_capabilities();      // info: what sbx holds (libcap-ng); the trusted set is keepable         // optional: overlay mount inside a user namespace
 CheckResult check_seccomp();           // required: filter mode, KILL_PROCESS (USER_NOTIF noted)
 CheckResult check_pidfd();             // required: pidfd_open
 CheckResult check_landlock();          // info: Landlock ABI version

@@ -158,10 +158,11 @@ Result<Pack> parse_pack_manifest(const std::string& dir, const std::string& text
     return failed();
   }
   static const std::set<std::string> known = {"name",   "version", "description", "entrypoint", "image",  "input_schema",
-                                              "output_schema", "limits", "network", "context", "secrets"};
+                                              "output_schema", "limits", "network", "context", "secrets",
+                                              "capabilities"};
   for (auto& [k, v] : m.items())
     if (!known.count(k)) c.add("/" + k, "unknown key (known: name, version, description, entrypoint, image, input_schema, "
-                                        "output_schema, limits, network, context, secrets)");
+                                        "output_schema, limits, network, context, secrets, capabilities)");
   Pack p;
   p.dir = dir;
   auto req_string = [&](const char* key, std::string& out, bool required) {
@@ -210,6 +211,30 @@ Result<Pack> parse_pack_manifest(const std::string& dir, const std::string& text
         if (k != "mode") c.add("/network/" + k, "unknown key (known: mode)");
       if (n.contains("mode") && n["mode"] != "none")
         c.add("/network/mode", json_excerpt(n["mode"]) + ": only \"none\" (loopback only) is supported for packs");
+    }
+  }
+  // {"keep": ["CAP_CHOWN", ...]}: names are checked with the rest of the spec, and the profile's
+  // ceiling when the pack runs (profile.hpp keeps_at_most).
+  json caps;
+  if (m.contains("capabilities")) {
+    const json& cp = m["capabilities"];
+    if (!cp.is_object()) c.add("/capabilities", "must be an object like {\"keep\": [\"CAP_CHOWN\"]}");
+    else {
+      for (auto& [k, v] : cp.items())
+        if (k != "keep") c.add("/capabilities/" + k, "unknown key (known: keep)");
+      if (cp.contains("keep")) {
+        json probe = spec_to_json(RunSpec{});
+        probe["capabilities"] = {{"keep", cp["keep"]}};
+        if (auto r = spec_from_json(probe, ""); !r) {
+          std::string msg = r.error().message;
+          auto at = msg.find("/capabilities");
+          auto colon = at == std::string::npos ? at : msg.find(": ", at);
+          if (colon == std::string::npos) c.add("/capabilities/keep", msg);
+          else c.add(msg.substr(at, colon - at), msg.substr(colon + 2));
+        } else {
+          caps = {{"keep", r->capabilities.keep}};
+        }
+      }
     }
   }
   std::set<std::string> names;
@@ -276,6 +301,7 @@ Result<Pack> parse_pack_manifest(const std::string& dir, const std::string& text
     return e;
   }
   p.spec_patch = {{"argv", p.entrypoint}, {"image", p.image}, {"network", {{"mode", net_mode}}}, {"limits", limits}};
+  if (!caps.is_null()) p.spec_patch["capabilities"] = caps;
   return p;
 }
 

@@ -233,6 +233,21 @@ Status check_ceilings(const RunSpec& ceiling, const RunSpec& asked, const std::s
                   profile, op, format_size));
   SBX_TRY(at_most(O(c.output_max_files), O(a.output_max_files), {"output_max_files", "--output-max-files"}, source,
                   profile, op));
+  return keeps_at_most(ceiling.capabilities.keep, asked.capabilities.keep, source, profile, op);
+}
+
+Status keeps_at_most(const std::vector<std::string>& ceiling, const std::vector<std::string>& asked,
+                     const std::string& source, const std::string& profile, const std::set<std::string>& op) {
+  for (std::size_t i = 0; i < asked.size(); ++i) {
+    const std::string& cap = asked[i];
+    if (std::find(ceiling.begin(), ceiling.end(), cap) != ceiling.end() || op.count(kCapabilityByOperator + cap)) continue;
+    std::string has;
+    for (auto& c : ceiling) has += (has.empty() ? "" : ", ") + c;
+    return make_error("usage", source + ": /capabilities/keep: " + cap + " is not kept by profile '" + profile + "' (" +
+                                   (has.empty() ? "it keeps none" : "it keeps " + has) +
+                                   "): a manifest or request may keep fewer capabilities, never more; the operator "
+                                   "may add it with --cap-add " + cap);
+  }
   return {};
 }
 

@@ -60,4 +60,10 @@ std::map<std::string, std::string> limit_layers(const LoadedProfile& profile, co
 Status check_ceilings(const RunSpec& ceiling, const RunSpec& asked, const std::string& source,
                       const std::string& profile_name, const std::set<std::string>& set_by_operator = {});
 
+// Capabilities: `asked` keeps no capability that `ceiling` does not, except those the operator
+// added by flag, which `set_by_operator` holds as kCapabilityByOperator + "CAP_NAME".
+inline constexpr const char* kCapabilityByOperator = "capability ";
+Status keeps_at_most(const std::vector<std::string>& ceiling, const std::vector<std::string>& asked,
+                     const std::string& source, const std::string& profile, const std::set<std::string>& set_by_operator);
+
 }  // namespace sbx

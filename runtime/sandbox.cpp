@@ -16,6 +16,7 @@
 #include <spdlog/spdlog.h>
 
 #include "runtime/artifact_export.hpp"
+#include "runtime/caps.hpp"
 #include "runtime/cgroup.hpp"
 #include "runtime/child.hpp"
 #include "runtime/clone.hpp"
@@ -221,7 +222,7 @@ RunReport run_sandbox(const RunRequest& req) {
                        {"cgroup", "unavailable"},
                        {"seccomp", {{"profile", spec.seccomp}, {"sha256", nullptr}, {"unresolved", json::array()}, {"mode", nullptr},
                                     {"note", "not installed: the run ended before the policy was prepared"}}},
-                       {"capabilities", {{"kept", json::array()}, {"bounding", json::array()}, {"securebits", "locked"}, {"no_new_privs", true}}},
+                       {"capabilities", {{"kept", spec.capabilities.keep}, {"bounding", spec.capabilities.keep}, {"securebits", "locked"}, {"no_new_privs", true}}},
                        {"network", network_enforcement_json(spec.network)}};
   parts.image = {{"name", spec.image}, {"digest", nullptr}, {"mounts", json::array()}};
   json inputs = req.inputs;
@@ -361,6 +362,7 @@ RunReport run_sandbox(const RunRequest& req) {
     cfg.envp = build_environment(spec, environ, ::isatty(STDOUT_FILENO) == 1 || req.stdin_plan.mode == StdinMode::pty);
     for (auto& [name, value] : req.secret_env) cfg.envp.push_back(name + "=" + value);
     cfg.rlimits = {{RLIMIT_CORE, 0}};
+    cfg.keep_caps = capability_mask(spec.capabilities.keep);
     if (sysv_capped) cfg.sysv_shm_bytes = *spec.limits.memory_bytes;
     for (auto& [res, value] : plan.rlimits) cfg.rlimits.push_back({res, static_cast<rlim_t>(value)});
     Pipe sync, msg, out, err;
@@ -561,6 +563,9 @@ RunReport run_sandbox(const RunRequest& req) {
     ::close(sigfd);
     // 4 collect
     outcome = outcome_from_supervision(*sup, in.kill_grace_ms);
+    // What the program held once started (init read /proc/PID/status right after its execve);
+    // null when it never started or its status could not be read.
+    parts.enforcement["capabilities"]["program"] = sup->program_caps ? process_caps_json(*sup->program_caps) : json(nullptr);
     if (outcome.error) add_setup_hint(*outcome.error, spec, *identity, cwd);
     // /out's fd waited in the socket since setup; every process of the sandbox is dead now.
     if (recv_fd(out_pair.r, &out_dir_fd) <= 0) out_dir_fd = -1;

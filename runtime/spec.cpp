@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "runtime/caps.hpp"
 #include "runtime/egress_policy.hpp"
 #include "runtime/json_io.hpp"
 #include "runtime/units.hpp"
@@ -198,6 +199,28 @@ Status read_limits(ObjectReader& parent, Limits& l) {
   return r.finish();
 }
 
+// capabilities.keep: names in either spelling ("CAP_CHOWN", "chown"), kept canonical and in
+// kernel order, so that two layers naming one capability differently compare equal.
+Status read_capabilities(ObjectReader& parent, CapabilitiesSpec& c) {
+  if (!parent.has("capabilities")) {
+    parent.ignore("capabilities");
+    return {};
+  }
+  ObjectReader r(parent.at("capabilities"), parent.source(), parent.key_path("capabilities"));
+  SBX_TRY(r.check_object());
+  std::vector<std::string> names;
+  SBX_TRY(r.get_strings("keep", names));
+  if (names.size() > 64) return r.fail_key("keep", "at most 64 names");
+  CapMask mask = 0;
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    auto canon = canonical_capability(names[i]);
+    if (!canon) return r.fail(r.index_path("keep", i), canon.error().message);
+    mask |= capability_mask({*canon});
+  }
+  c.keep = capability_names(mask);
+  return r.finish();
+}
+
 }  // namespace
 
 json spec_to_json(const RunSpec& s) {
@@ -240,6 +263,7 @@ json spec_to_json(const RunSpec& s) {
         {"output_max_files", s.limits.output_max_files}}},
       {"require_limits", s.require_limits},
       {"seccomp", s.seccomp},
+      {"capabilities", {{"keep", s.capabilities.keep}}},
   };
 }
 
@@ -380,6 +404,7 @@ Result<RunSpec> spec_from_json(const json& j, const std::string& source) {
   SBX_TRY(r.get_bool("require_limits", s.require_limits));
   SBX_TRY(r.get_string("seccomp", s.seccomp));
   if (s.seccomp.empty()) return r.fail_key("seccomp", "must be 'default', 'unconfined' or a policy file");
+  SBX_TRY(read_capabilities(r, s.capabilities));
   SBX_TRY(r.finish());
   return s;
 }

@@ -61,6 +61,13 @@ struct NetworkSpec {
 // Where the proxy listens inside the sandbox's own network namespace (its loopback, not the host's).
 inline constexpr int kProxyPort = 3128;
 
+struct CapabilitiesSpec {
+  // Capabilities the program keeps inside its user namespace (they act only on what the namespace
+  // owns and maps), canonical names ("CAP_CHOWN"), in kernel order; empty: none (caps.hpp).
+  std::vector<std::string> keep;
+  bool operator==(const CapabilitiesSpec&) const = default;
+};
+
 struct RunSpec {
   std::vector<std::string> argv;
   std::string profile = "untrusted";  // name (or path) of the profile merged in
@@ -85,6 +92,7 @@ struct RunSpec {
   // Seccomp policy: "default" (built in, profiles/seccomp/default.json), "unconfined" (no filter,
   // loud) or the path of an OCI linux.seccomp JSON file.
   std::string seccomp = "default";
+  CapabilitiesSpec capabilities;
   bool operator==(const RunSpec&) const = default;
 };
 

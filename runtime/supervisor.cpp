@@ -249,6 +249,8 @@ void Supervisor::on_message() {
   ssize_t k = ::read(msg_fd_, &m, sizeof m);
   if (k == static_cast<ssize_t>(sizeof m)) {
     if (m.kind == ChildMsg::kSetupError && !r_.setup_error) r_.setup_error = m;
+    if (m.kind == ChildMsg::kStarted && m.caps.read == 1)
+      r_.program_caps = ProcessCaps{m.caps.sets[0], m.caps.sets[1], m.caps.sets[2], m.caps.sets[3], m.caps.sets[4]};
     if (m.kind == ChildMsg::kProgramStatus) {
       // Init has killed and reaped everything else: the sandbox is empty. The message can be
       // read after init's exit was already seen (both were ready in one poll).

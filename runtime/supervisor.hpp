@@ -18,6 +18,7 @@
 #include <optional>
 #include <string>
 
+#include "runtime/caps.hpp"
 #include "runtime/child.hpp"
 #include "runtime/error.hpp"
 #include "runtime/output_relay.hpp"
@@ -96,6 +97,8 @@ struct SuperviseResult {
   std::vector<SeccompViolation> violations;      // refused system calls, aggregated
   SeccompViolationTotals seccomp_totals;         // what the list of violations left out
   std::optional<SeccompViolation> seccomp_kill;  // the call whose kill action ended the run
+  // The program's capability sets right after its execve, as init read them (child.hpp kStarted).
+  std::optional<ProcessCaps> program_caps;
 };
 
 // Runs until init has exited, or has reported that the sandbox is empty, and both streams are
