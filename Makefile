@@ -1,6 +1,7 @@
 # Thin wrapper for people and CI. The real build is CMake (CMakeLists.txt).
 #   make run    set up, build, and run the demo in the sandbox (prints its result and trace)
 #   make test   set up, build, and run every test (unit, integration as root and rootless, docs, VM)
+#   make deb    build a Debian package (CPack) in $(BUILD_DIR): sbx_VERSION_ARCH.deb
 #   make test-asan  the unit and integration suites once more, built with ASan and UBSan (build-asan)
 #   make fuzz   build the libFuzzer targets with clang (build-fuzz) and fuzz each for FUZZ_SECONDS
 #               (default 60); a crash fails it and is kept in build-fuzz/fuzz-crashes/TARGET/
@@ -13,17 +14,27 @@ ifeq ($(CI),true)
 CMAKE_FLAGS += -DSBX_WERROR=ON
 endif
 
-# Debian packages sbx needs to build, test and benchmark (see `make deps`). chromium: the browser
-# workload of tests/integration/test_memory_fallback.py (headless, under the `browser` profile).
-DEB_PACKAGES = g++ cmake make pkg-config ccache \
+# Debian packages, in two sets (see `make deps`, `make deps-test`; README.md, "Set-up").
+# RUN_DEB_PACKAGES: what building sbx and running `make run`'s demo need -- the compiler and the
+# -dev libraries sbx links statically, doctest (the unit-test binary is part of `make build`), and
+# busybox-static (the demo's rule pack runs on the busybox image, rootfs/build-busybox.sh).
+RUN_DEB_PACKAGES = g++ cmake make pkg-config ccache \
   libcli11-dev libseccomp-dev libcap-ng-dev libc-ares-dev nlohmann-json3-dev libspdlog-dev libfmt-dev doctest-dev \
-  libre2-dev libssl-dev zlib1g-dev liblzma-dev libzstd-dev libbz2-dev json-schema-test-suite \
-  python3 python3-jsonschema procps iproute2 util-linux passwd man-db groff-base curl jq \
-  bubblewrap hyperfine zsh fish \
-  qemu-system-x86 busybox-static cpio xz-utils zstd bzip2 \
+  libre2-dev libssl-dev zlib1g-dev liblzma-dev libzstd-dev libbz2-dev \
+  busybox-static
+# TEST_DEB_PACKAGES: only the tests use these, on top of the run set: the JSON Schema test suite and
+# python3 (unit and integration harness, trace validation), the test user (passwd), network and
+# process tools, man/groff (docs checks), curl (egress proxy tests), jq (the docs' examples),
+# zsh/fish (completion checks), compressors and cpio (image and VM tests), qemu (the cgroup v2
+# guest, tests/vm), chromium (the browser workload of tests/integration/test_memory_fallback.py).
+TEST_DEB_PACKAGES = json-schema-test-suite python3 python3-jsonschema procps iproute2 util-linux passwd \
+  man-db groff-base curl jq zsh fish \
+  qemu-system-x86 cpio xz-utils zstd bzip2 \
   chromium
+# BENCH_DEB_PACKAGES: only `make bench` (bench/README.md): hyperfine, and bubblewrap to compare with.
+BENCH_DEB_PACKAGES = hyperfine bubblewrap
 
-# Only for `make fuzz`, on top of DEB_PACKAGES: clang and its libFuzzer and sanitizer runtimes.
+# Only for `make fuzz`, on top of the run and test sets: clang and its libFuzzer and sanitizer runtimes.
 FUZZ_DEB_PACKAGES = clang-14 libclang-rt-14-dev
 FUZZ_DIR     ?= build-fuzz
 FUZZ_SECONDS ?= 60
@@ -32,11 +43,17 @@ ASAN_DIR     ?= build-asan
 
 export CCACHE_NOHASHDIR := 1
 
-.PHONY: all deps build run test unit bench install clean fuzz fuzz-deps test-asan
+.PHONY: all deps deps-test deps-bench build run test unit bench install deb clean fuzz fuzz-deps test-asan
 all: build
 
 deps:
-	@./tools/install-deps.sh $(DEB_PACKAGES)
+	@./tools/install-deps.sh $(RUN_DEB_PACKAGES)
+
+deps-test: deps
+	@./tools/install-deps.sh $(TEST_DEB_PACKAGES)
+
+deps-bench: deps-test
+	@./tools/install-deps.sh $(BENCH_DEB_PACKAGES)
 
 $(BUILD_DIR)/CMakeCache.txt:
 	cmake -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX=$(PREFIX) $(CMAKE_FLAGS)
@@ -47,12 +64,12 @@ build: $(BUILD_DIR)/CMakeCache.txt
 run: deps build
 	@./examples/demo.sh $(BUILD_DIR)/sbx
 
-test: deps build
+test: deps-test build
 	cd $(BUILD_DIR) && ctest --output-on-failure --timeout 2400
 
 # The sanitizer pass: GCC, ASan + UBSan (dynamically linked), every report fatal (tests/sanitize.sh);
 # -O1, the level ASan is tuned for, compiles much faster than -O2 on a 2-core CI machine.
-test-asan: deps
+test-asan: deps-test
 	cmake -S . -B $(ASAN_DIR) -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE=-O1 -DSBX_SANITIZE=ON $(CMAKE_FLAGS)
 	cmake --build $(ASAN_DIR) -j$(JOBS)
 	./tests/sanitize.sh $(ASAN_DIR)
@@ -68,12 +85,16 @@ fuzz: fuzz-deps
 unit: build
 	$(BUILD_DIR)/sbx_unit_tests
 
-bench: deps build
+bench: deps-bench build
 	./bench/startup.sh $(BUILD_DIR)/sbx
 	./bench/image.sh $(BUILD_DIR)/sbx
 
 install: build
 	DESTDIR=$(DESTDIR) cmake --install $(BUILD_DIR) --prefix $(PREFIX)
+
+# A Debian package of the build (CPack, see the end of CMakeLists.txt): $(BUILD_DIR)/sbx_VERSION_ARCH.deb.
+deb: build
+	cd $(BUILD_DIR) && cpack -G DEB
 
 clean:
 	rm -rf $(BUILD_DIR) $(FUZZ_DIR) $(ASAN_DIR)

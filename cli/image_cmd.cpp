@@ -1,5 +1,4 @@
 // sbx image import DIR|TARBALL --name NAME[:TAG] | ls | inspect REF | rm REF... | verify REF [--full]
-#include <time.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -9,26 +8,12 @@
 #include "runtime/image_store.hpp"
 #include "runtime/json_io.hpp"
 #include "runtime/paths.hpp"
+#include "runtime/progress_line.hpp"
 #include "runtime/text_escape.hpp"
 #include "runtime/units.hpp"
 
 namespace sbx::cli {
 namespace {
-
-std::string human_bytes(std::int64_t b) {
-  char buf[32];
-  if (b >= (1LL << 30)) std::snprintf(buf, sizeof buf, "%.1f GiB", static_cast<double>(b) / (1LL << 30));
-  else if (b >= (1LL << 20)) std::snprintf(buf, sizeof buf, "%.1f MiB", static_cast<double>(b) / (1LL << 20));
-  else if (b >= 1024) std::snprintf(buf, sizeof buf, "%.1f KiB", static_cast<double>(b) / 1024);
-  else std::snprintf(buf, sizeof buf, "%lld B", static_cast<long long>(b));
-  return buf;
-}
-
-std::int64_t now_ms() {
-  struct timespec ts;
-  ::clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1000LL + ts.tv_nsec / 1'000'000;
-}
 
 std::string short_digest(const std::string& d) { return d.substr(0, 7 + 12); }
 
@@ -67,18 +52,10 @@ void add_image_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& ou
   out.push_back({image, [&g, import, ls, inspect, rm, verify]() -> int {
     ImageStore store(resolve_dirs(g.state_dir).images);
     if (import->parsed()) {
-      const std::int64_t start = now_ms();
-      std::int64_t last = start;
-      bool tty = ::isatty(STDERR_FILENO) == 1;
-      // At most one line a second, and only once the import has taken a second: small trees
-      // import silently. On a terminal the line is rewritten in place.
+      const bool tty = ::isatty(STDERR_FILENO) == 1;
+      ProgressLine line("importing " + printable(source), stderr, tty);
       ImportProgress progress = [&](const char* phase, std::int64_t entries, std::int64_t bytes) {
-        if (quiet) return;
-        std::int64_t now = now_ms();
-        if (now - last < 1000) return;
-        last = now;
-        std::fprintf(stderr, "%simporting %s: %s, %lld entries, %s%s", tty ? "\r\033[K" : "", printable(source).c_str(), phase,
-                     static_cast<long long>(entries), human_bytes(bytes).c_str(), tty ? "" : "\n");
+        if (!quiet) line.update(phase, entries, bytes);
       };
       ImportLimits limits;
       if (!max_bytes_text.empty()) {
@@ -93,7 +70,7 @@ void add_image_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& ou
         limits.max_entries = n;
       }
       auto r = store.import(source, name, progress, limits, import_options);
-      if (tty && now_ms() - start > 1000 && !quiet) std::fprintf(stderr, "\n");
+      line.finish();
       if (!r) return usage_error(r.error().describe());
       if (quiet) {
         std::printf("%s\n", r->digest.c_str());
@@ -160,7 +137,12 @@ void add_image_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& ou
     if (verify->parsed()) {
       auto r = store.resolve(ref);
       if (!r) return usage_error(r.error().describe());
-      auto v = store.verify(*r, full);
+      // Re-hashing a large image takes a while: the same progress line as import (hashing phase).
+      ProgressLine line("verifying " + printable(ref), stderr, ::isatty(STDERR_FILENO) == 1);
+      auto v = store.verify(*r, full, [&](const char* phase, std::int64_t entries, std::int64_t bytes) {
+        line.update(phase, entries, bytes);
+      });
+      line.finish();
       if (!v) return usage_error(v.error().describe());
       std::printf("%s seal: %s\n", r->digest.c_str(), v->seal_ok ? "ok" : "MISMATCH (the stored tree was modified)");
       if (v->full) {

@@ -50,5 +50,8 @@ rc=$?
 set -e
 echo "== exit status: $rc"
 echo "== trace record: $TRACE (also in the trace store: $STATE/traces/)"
-"$SBX" trace show "$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["run_id"])' "$TRACE")" --format text
+# The run id, read without a JSON tool (make run installs none): the record's top-level "run_id"
+# is the only key of that name, on a line of its own (two-space indent).
+id=$(sed -n 's/^  "run_id": "\([0-9A-Za-z.:-]*\)",\{0,1\}$/\1/p' "$TRACE" | head -n 1)
+if [ -n "$id" ]; then "$SBX" trace show "$id" --format text; else "$SBX" trace show last --format text; fi
 exit "$rc"

@@ -420,7 +420,7 @@ Status ImageStore::check_seal(const ImageRecord& image) const {
   return seal_matches(image, *seal, "");
 }
 
-Result<VerifyReport> ImageStore::verify(const ImageRecord& image, bool full) const {
+Result<VerifyReport> ImageStore::verify(const ImageRecord& image, bool full, const ImportProgress& progress) const {
   VerifyReport r;
   r.seal_expected = image.meta.value("/seal/digest"_json_pointer, std::string());
   auto seal = compute_seal(image.rootfs);
@@ -429,7 +429,9 @@ Result<VerifyReport> ImageStore::verify(const ImageRecord& image, bool full) con
   r.seal_ok = r.seal_actual == r.seal_expected;
   if (!full) return r;
   r.full = true;
-  auto scan = scan_tree(image.rootfs);
+  ScanOptions opts;
+  if (progress) opts.progress = [&](std::int64_t entries, std::int64_t bytes) { progress("hashing", entries, bytes); };
+  auto scan = scan_tree(image.rootfs, opts);
   if (!scan) return scan.error();
   std::string have = manifest_text(scan->entries);
   auto want = read_file(image.dir + "/manifest");

@@ -74,7 +74,8 @@ class ImageStore {
   Result<std::vector<std::string>> remove(const std::string& ref);
   // Re-takes the seal (one stat per entry, no reads) and compares it with the stored one.
   Status check_seal(const ImageRecord& image) const;
-  Result<VerifyReport> verify(const ImageRecord& image, bool full) const;
+  // With `full`, re-hashes every file; `progress` is told ("hashing", entries, bytes) as it goes.
+  Result<VerifyReport> verify(const ImageRecord& image, bool full, const ImportProgress& progress = {}) const;
 
  private:
   Result<UniqueFd> lock() const;  // exclusive flock on <images>/.lock

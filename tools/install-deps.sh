@@ -1,6 +1,6 @@
 #!/bin/sh
 # Installs the Debian packages named as arguments that are not installed yet (idempotent), and
-# says what it does. Used by `make deps`.
+# says what it does. Used by `make deps`, `deps-test`, `deps-bench` and `fuzz-deps`.
 set -eu
 missing=""
 for p in "$@"; do

@@ -82,9 +82,17 @@ class ImageStore(SbxTestCase):
         meta = json.loads(r.out)
         self.assertEqual(meta["digest"], digest)
         self.assertIn("busybox:latest", meta["names"])
+        started = time.monotonic()
         r = sbx(["image", "verify", "busybox", "--full"])
+        took = time.monotonic() - started
         self.assertExit(r, 0)
         self.assertIn("content: ok", r.out)
+        # Progress goes to stderr, one line a second, only after a second: a small image verifies
+        # silently (stderr here is a pipe: whole lines, no terminal control).
+        for line in r.err.splitlines():
+            self.assertRegex(line, r"^verifying busybox: hashing, \d+ entries, [0-9.]+ (B|KiB|MiB|GiB)$")
+        if took < 0.9:
+            self.assertEqual(r.err, "", "a verify under a second prints no progress")
         # rm of one name keeps the image; the digest of a missing image is an error.
         r = sbx(["image", "rm", "bb-again:v1", "bb-tar"])
         self.assertExit(r, 0)

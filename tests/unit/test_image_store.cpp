@@ -7,6 +7,8 @@
 
 #include <fstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "runtime/artifact_export.hpp"
 #include "runtime/image_manifest.hpp"
@@ -206,4 +208,31 @@ TEST_CASE("an import cleans up staging directories that killed imports and remov
   CHECK(::access((tmp + "/import-999999999-abcdef").c_str(), F_OK) != 0);  // no such process
   CHECK(::access((tmp + "/rm-0123").c_str(), F_OK) != 0);
   CHECK(::access((tmp + "/import-" + std::to_string(::getpid()) + "-live").c_str(), F_OK) == 0);  // alive: kept
+}
+
+TEST_CASE("verify --full reports its hashing progress: every entry and all the bytes, in order") {
+  TempDir src, store_dir;
+  make_tree(src.path);
+  write(src.path + "/big", std::string(3 << 20, 'x'));  // several hash chunks
+  sbx::ImageStore store(store_dir.path + "/images");
+  auto r = store.import(src.path, "tiny", {});
+  REQUIRE_MESSAGE(r, (r ? "" : r.error().describe()));
+  std::vector<std::pair<std::int64_t, std::int64_t>> calls;
+  auto v = store.verify(*r, true, [&](const char* phase, std::int64_t entries, std::int64_t bytes) {
+    CHECK(std::string(phase) == "hashing");
+    calls.emplace_back(entries, bytes);
+  });
+  REQUIRE(v);
+  CHECK(v->ok());
+  REQUIRE(calls.size() > 2);
+  for (std::size_t i = 1; i < calls.size(); ++i) {
+    CHECK(calls[i].first >= calls[i - 1].first);
+    CHECK(calls[i].second >= calls[i - 1].second);
+  }
+  CHECK(calls.back().first == r->meta["entries"].get<std::int64_t>());
+  CHECK(calls.back().second == r->meta["bytes"].get<std::int64_t>());
+  // Without --full nothing is hashed and nothing reported.
+  calls.clear();
+  REQUIRE(store.verify(*r, false, [&](const char*, std::int64_t e, std::int64_t b) { calls.emplace_back(e, b); }));
+  CHECK(calls.empty());
 }
