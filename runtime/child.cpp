@@ -480,6 +480,7 @@ void run_init(const ChildConfig& cfg) {
   if (::sethostname(cfg.hostname.c_str(), cfg.hostname.size()) != 0)
     fail(cfg, sys_error("hostname", "sethostname"));
   if (cfg.sysv_shm_bytes > 0) STAGE(cfg, bound_sysv_shm(cfg.sysv_shm_bytes));
+  STAGE(cfg, make_proc_sys_readonly());  // after the last write there: the cap above
   STAGE(cfg, bring_up_loopback());
   // Fail closed: a run that asked for the proxy does not start without it.
   if (cfg.proxy_sock >= 0) STAGE(cfg, hand_over_proxy_listener(cfg.proxy_sock, cfg.proxy_port));

@@ -511,4 +511,14 @@ nlohmann::json mounts_to_json(const MountPlan& plan) {
   return a;
 }
 
+// The sandbox's /proc/sys, read-only (as Docker and Podman make it): the sysctls of the run's own
+// namespaces are writable by their root, which the program may be (uid 0 in the sandbox). The
+// SysV shm cap that init writes there (child.cpp, bound_sysv_shm) would otherwise be undone by
+// the program (ipc_permissions in ipc/ipc_sysctl.c checks the euid, not a capability), and so
+// would the uts/net ones. Called by init after its own writes, once the root is pivoted.
+Status make_proc_sys_readonly() {
+  SBX_TRY(do_mount("/proc/sys", "/proc/sys", nullptr, MS_BIND | MS_REC, nullptr, "bind /proc/sys"));
+  return remount_ro("/proc/sys", MS_NOSUID | MS_NODEV | MS_NOEXEC);
+}
+
 }  // namespace sbx

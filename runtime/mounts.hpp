@@ -84,4 +84,7 @@ Result<int> reopen_image_in_namespace(const MountPlan& plan);
 // What the trace records about the host-derived root: what was mounted from where.
 nlohmann::json mounts_to_json(const MountPlan& plan);
 
+// After pivot_root, in init: /proc/sys bound onto itself read-only (see mounts.cpp).
+Status make_proc_sys_readonly();
+
 }  // namespace sbx

@@ -46,9 +46,14 @@ print(json.dumps({'sizes': sizes}))
 """
 
 SYSV = r"""
-import ctypes, json
+import ctypes, json, sys
 libc = ctypes.CDLL(None, use_errno=True)
 out = []
+if "--raise-first" in sys.argv:  # the program, uid 0 in the sandbox, tries to lift the cap first
+    for knob in ("shmmax", "shmall"):
+        try:
+            with open("/proc/sys/kernel/" + knob, "w") as f: f.write("18446744073692774399")
+        except OSError as e: out.append("refused " + knob + ": " + e.strerror)
 for size in (256 << 20, 48 << 20, 48 << 20, 48 << 20):
     r = libc.shmget(0, ctypes.c_size_t(size), 0o1600)
     out.append(r if r >= 0 else -ctypes.get_errno())
@@ -129,6 +134,16 @@ class MemoryFallback(SbxTestCase):
         self.assertGreaterEqual(got[1], 0)
         self.assertGreaterEqual(got[2], 0)
         self.assertEqual(got[3], -28, f"the third 48M segment exceeds shmall (128M in total): {got}")
+
+    def test_the_program_cannot_lift_the_sysv_cap(self):
+        # /proc/sys is read-only in the sandbox: the namespace's root (which the program is) could
+        # otherwise write shmall/shmmax back up, the kernel checking its euid, not a capability.
+        r = self.run_sbx(["python3", "-c", SYSV, "--raise-first"], ["--memory", "128M"])
+        self.assertExit(r, 0)
+        got = last_json(r)
+        self.assertEqual(got[:2], ["refused shmmax: Read-only file system", "refused shmall: Read-only file system"])
+        self.assertEqual(got[2], -22, f"the 256M segment still exceeds shmmax: {got}")
+        self.assertEqual(got[5], -28, f"the third 48M segment still exceeds shmall: {got}")
 
     def test_a_program_uid_without_namespace_root_still_runs_and_the_gap_is_named(self):
         # Rootless --uid N maps no uid 0, and only that uid may set the ipc namespace's shmall: the
