@@ -16,6 +16,7 @@ constexpr std::size_t kBlock = 512;
 // Extended headers (pax records, GNU long names) are read into memory; a real one is a few KiB
 // at most, so a bigger one is a broken or hostile archive, not something to allocate for.
 constexpr std::int64_t kMaxExtendedHeader = 1 << 20;
+constexpr std::size_t kMaxDepth = 256;  // path components of a member name
 // Sizes beyond any real file (2^62 bytes) are refused, so that size + padding cannot overflow.
 constexpr std::int64_t kMaxSize = std::int64_t{1} << 62;
 
@@ -172,7 +173,7 @@ Result<std::string> normalise(std::string_view raw, const std::string& what, con
   if (raw.find('\0') != std::string_view::npos)
     return make_error(kStage, "tar: " + where + " has a NUL byte in its " + what);
   std::string out;
-  std::size_t i = 0;
+  std::size_t i = 0, depth = 0;
   while (i <= raw.size()) {
     std::size_t slash = std::min(raw.find('/', i), raw.size());
     std::string_view comp = raw.substr(i, slash - i);
@@ -183,6 +184,11 @@ Result<std::string> normalise(std::string_view raw, const std::string& what, con
                                     " (refused: it would point outside the image)");
     if (!out.empty()) out += '/';
     out += comp;
+    // Deeper trees than any real image has would outrun the per-level fds of the importer's own
+    // walks (scan, removal of a failed import: one fd per level under RLIMIT_NOFILE).
+    if (++depth > kMaxDepth)
+      return make_error(kStage, "tar: " + where + " has more than " + std::to_string(kMaxDepth) + " components in its " +
+                                    what + " (refused: no image nests that deep)");
   }
   return out.empty() ? std::string(".") : out;
 }

@@ -744,3 +744,32 @@ TEST_CASE("tar reader: reads from a pipe") {
   CHECK(a.members[2].e.typeflag == '3');
   CHECK(a.members[3].data == std::string(700, 'b'));
 }
+
+TEST_CASE("tar reader: a member nested deeper than 256 directories is refused") {
+  std::string deep;
+  for (int i = 0; i < 300; ++i) deep += "d/";
+  deep += "f";
+  // A pax 'x' record carries the long name (over the 100 + 155 bytes of a ustar header).
+  std::string rec = "path=" + deep + "\n";
+  std::string len = std::to_string(rec.size() + 4);
+  rec = std::to_string(rec.size() + len.size() + 1) + " " + rec;
+  auto header = [](const std::string& name, char type, std::size_t size) {
+    std::string h(512, '\0');
+    std::memcpy(&h[0], name.data(), std::min<std::size_t>(name.size(), 99));
+    std::snprintf(&h[100], 8, "%07o", 0644);
+    std::snprintf(&h[124], 12, "%011llo", static_cast<unsigned long long>(size));
+    std::snprintf(&h[136], 12, "%011o", 0);
+    h[156] = type;
+    std::memcpy(&h[257], "ustar\0" "00", 8);
+    std::memset(&h[148], ' ', 8);
+    unsigned sum = 0;
+    for (unsigned char c : h) sum += c;
+    std::snprintf(&h[148], 8, "%06o", sum);
+    return h;
+  };
+  std::string tar = header("pax", 'x', rec.size()) + rec + std::string((512 - rec.size() % 512) % 512, '\0') +
+                    header("f", '0', 0) + std::string(1024, '\0');
+  Archive a = read_bytes(tar);
+  REQUIRE(a.error);
+  CHECK(a.error->message.find("more than 256 components") != std::string::npos);
+}
