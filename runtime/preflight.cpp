@@ -3,7 +3,10 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <limits.h>
+#include <poll.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -106,7 +109,19 @@ int stat_as_sandbox_root(const char* path, const IdentityPlan& identity) {
     if (::setgroups(0, nullptr) != 0 || ::setresgid(gid, gid, gid) != 0 || ::setresuid(uid, uid, uid) != 0) ::_exit(0);
     ::_exit(::stat(path, &st) == 0 ? 0 : (errno & 0xff));
   }
+  // A source on a hung network or FUSE file system must not hang sbx before its run even starts:
+  // the answer is awaited for at most 5 s, then the child is killed and the question left to the
+  // run (whose mount would meet the same file system).
   int ws = 0;
+  int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+  if (pidfd >= 0) {
+    struct pollfd p = {pidfd, POLLIN, 0};
+    int n;
+    do n = ::poll(&p, 1, 5000);
+    while (n < 0 && errno == EINTR);
+    ::close(pidfd);
+    if (n == 0) ::kill(pid, SIGKILL);
+  }
   while (::waitpid(pid, &ws, 0) < 0 && errno == EINTR) {
   }
   return WIFEXITED(ws) ? WEXITSTATUS(ws) : 0;
