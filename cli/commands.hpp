@@ -51,6 +51,7 @@ struct RunFlags {
   bool tty = false;          // run -t: a pty of the sandbox's own (stdin_relay.hpp)
   bool systemd_scope = false;  // run: re-exec under a delegated systemd scope when rootless
   bool require_limits = false;
+  bool require_record = false;
   std::vector<std::string> command;
 };
 

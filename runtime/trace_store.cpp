@@ -11,6 +11,7 @@
 #include "runtime/fsutil.hpp"
 #include "runtime/json_io.hpp"
 #include "runtime/shell_quote.hpp"
+#include "runtime/trace_ledger.hpp"
 
 namespace sbx {
 namespace {
@@ -111,31 +112,81 @@ TraceSummary summarize(const std::string& id, const nlohmann::json& j) {
   return s;
 }
 
+// Where a run's record lies: a ledger line (offset into ledger.jsonl) or, for records of the
+// previous store format, its own <run_id>.json file.
+struct Stored {
+  std::string id;
+  std::int64_t ledger_offset = -1;  // -1: a legacy file
+};
+
+// Every stored run, sorted by id (time order). A run id found in the ledger more than once (the
+// ledger is append-only: a run id recorded again) is its last line; one found both in the ledger
+// and as a legacy file (imported) is the ledger's.
+Result<std::vector<Stored>> stored_runs(const Dirs& dirs) {
+  std::vector<Stored> all;
+  auto st = scan_ledger(dirs, [&](const LedgerLine& l) {
+    auto e = parse_ledger_line(l.text);
+    if (!e) spdlog::warn("skipping trace ledger line {}: {}", l.line_no, e.error().describe());
+    else all.push_back({e->run_id, static_cast<std::int64_t>(l.offset)});
+    return true;
+  });
+  if (!st) return st.error();
+  auto legacy = stored_ids(dirs);
+  if (!legacy) return legacy.error();
+  for (auto& id : *legacy) all.push_back({id, -1});
+  // Stable: among equal ids the ledger's lines come first, in file order; keep the last of those.
+  std::stable_sort(all.begin(), all.end(), [](const Stored& a, const Stored& b) { return a.id < b.id; });
+  std::vector<Stored> out;
+  for (auto& s : all) {
+    if (!out.empty() && out.back().id == s.id) {
+      if (s.ledger_offset >= 0) out.back() = s;  // a later ledger line of the same run id
+      continue;
+    }
+    out.push_back(s);
+  }
+  return out;
+}
+
+Result<nlohmann::json> load_stored(const Dirs& dirs, const Stored& s) {
+  if (s.ledger_offset < 0) return parse_record(trace_path(dirs, s.id));
+  auto line = read_ledger_line(dirs, static_cast<std::uint64_t>(s.ledger_offset));
+  if (!line) return line.error();
+  auto e = parse_ledger_line(*line);
+  if (!e) return e.error();
+  const std::string what = "ledger record of run " + s.id;
+  auto parsed = parse_json_doc(std::string(e->record), {kMaxTraceBytes}, kStage, "corrupt trace " + what);
+  if (!parsed) return parsed.error();
+  if (!parsed->is_object()) return make_error(kStage, "corrupt trace " + what + ": not a JSON object");
+  return std::move(*parsed);
+}
+
 }  // namespace
 
-Status store_trace(const Dirs& dirs, const std::string& run_id, const std::string& json_text) {
+Result<AppendInfo> store_trace(const Dirs& dirs, const std::string& run_id, std::string_view json_text) {
   SBX_TRY(check_run_id(run_id));
-  // 0700: a trace holds argv, paths and environment names of the caller's runs.
-  if (auto st = ensure_dir(dirs.traces, 0700); !st)
-    return make_error(kStage, "cannot create trace store: " + st.error().message, st.error().err);
-  if (auto st = write_file_durable(trace_path(dirs, run_id), json_text, 0600); !st)
-    return make_error(kStage, "cannot store trace " + run_id + ": " + st.error().message, st.error().err);
-  return {};
+  // A ledger record is one line. A raw newline in valid JSON is whitespace between tokens (inside
+  // strings it is escaped), so a pretty-printed record becomes one line without changing meaning.
+  std::string one_line(json_text);
+  std::replace(one_line.begin(), one_line.end(), '\n', ' ');
+  while (!one_line.empty() && one_line.back() == ' ') one_line.pop_back();
+  auto r = ledger_append(dirs, run_id, one_line);
+  if (!r) return make_error(kStage, "cannot store trace " + run_id + ": " + r.error().message, r.error().err);
+  return r;
 }
 
 Result<std::vector<TraceSummary>> list_traces(const Dirs& dirs, std::size_t newest) {
-  auto ids = stored_ids(dirs);
-  if (!ids) return ids.error();
+  auto runs = stored_runs(dirs);
+  if (!runs) return runs.error();
   std::vector<TraceSummary> out;
-  out.reserve(ids->size());
-  for (auto it = ids->rbegin(); it != ids->rend() && (newest == 0 || out.size() < newest); ++it) {
-    auto j = parse_record(trace_path(dirs, *it));
+  out.reserve(runs->size());
+  for (auto it = runs->rbegin(); it != runs->rend() && (newest == 0 || out.size() < newest); ++it) {
+    auto j = load_stored(dirs, *it);
     if (!j) {
-      // One bad file (a crash mid-copy, a hand edit) must not hide every other run.
-      spdlog::warn("skipping trace {}: {}", *it, j.error().describe());
+      // One bad record (a crash mid-copy, a hand edit) must not hide every other run.
+      spdlog::warn("skipping trace {}: {}", it->id, j.error().describe());
       continue;
     }
-    out.push_back(summarize(*it, *j));
+    out.push_back(summarize(it->id, *j));
   }
   return out;
 }
@@ -145,31 +196,31 @@ Result<nlohmann::json> load_trace(const Dirs& dirs, const std::string& run_id_or
   // "last" and "-N" count back from the newest run (run ids sort by time).
   bool back = want == "last" || (want.size() > 1 && want.size() < 10 && want[0] == '-' &&
                                  want.find_first_not_of("0123456789", 1) == std::string::npos);
+  if (!back) SBX_TRY(check_run_id(want));
+  auto runs = stored_runs(dirs);
+  if (!runs) return runs.error();
   if (back) {
     std::size_t n = want == "last" ? 1 : std::stoul(want.substr(1));
     if (n == 0) return make_error("usage", "'-0' names no run: -1 is the newest run, -2 the one before");
-    auto ids = stored_ids(dirs);
-    if (!ids) return ids.error();
-    if (ids->size() < n)
+    if (runs->size() < n)
       return make_error(kStage, "no trace '" + want + "' in " + dirs.traces + ": it holds " +
-                                    std::to_string(ids->size()) + " run(s)");
-    return parse_record(trace_path(dirs, (*ids)[ids->size() - n]));
+                                    std::to_string(runs->size()) + " run(s)");
+    return load_stored(dirs, (*runs)[runs->size() - n]);
   }
-  SBX_TRY(check_run_id(want));
-  auto ids = stored_ids(dirs);
-  if (!ids) return ids.error();
-  if (std::binary_search(ids->begin(), ids->end(), want)) return parse_record(trace_path(dirs, want));
+  auto by_id = [](const Stored& s, const std::string& id) { return s.id < id; };
+  auto exact = std::lower_bound(runs->begin(), runs->end(), want, by_id);
+  if (exact != runs->end() && exact->id == want) return load_stored(dirs, *exact);
 
-  std::vector<std::string> matches;
-  for (auto& id : *ids)
-    if (id.rfind(want, 0) == 0) matches.push_back(id);
+  std::vector<const Stored*> matches;
+  for (auto& s : *runs)
+    if (s.id.rfind(want, 0) == 0) matches.push_back(&s);
   if (matches.empty()) return make_error(kStage, "no trace '" + want + "' in " + dirs.traces);
   if (matches.size() > 1) {
     return make_error(kStage, "run id prefix '" + want + "' is ambiguous: " + std::to_string(matches.size()) +
-                                  " traces match (" + matches.front() + ", ..., " + matches.back() +
+                                  " traces match (" + matches.front()->id + ", ..., " + matches.back()->id +
                                   "); give more characters, or 'last' for the newest run");
   }
-  return parse_record(trace_path(dirs, matches.front()));
+  return load_stored(dirs, *matches.front());
 }
 
 }  // namespace sbx

@@ -1,6 +1,7 @@
 #pragma once
-// The trace store: one durable JSON file per run under <state>/traces/<run_id>.json. Run ids sort
-// by time, so "newest first" is a reverse sort of names.
+// The trace store: every run's record is a line of the hash-chained ledger <state>/traces/ledger.jsonl
+// (trace_ledger.hpp). Records of the previous store format, one <state>/traces/<run_id>.json file
+// per run, are still listed and shown. Run ids sort by time, so "newest first" is a reverse sort.
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -10,6 +11,7 @@
 
 #include "runtime/error.hpp"
 #include "runtime/paths.hpp"
+#include "runtime/trace_ledger.hpp"
 
 namespace sbx {
 
@@ -22,7 +24,8 @@ struct TraceSummary {
   std::string command;  // argv joined with spaces, shell-quoted where needed
 };
 
-Status store_trace(const Dirs& dirs, const std::string& run_id, const std::string& json_text);
+// Appends the record (JSON text of one object) to the ledger: durable when this returns.
+Result<AppendInfo> store_trace(const Dirs& dirs, const std::string& run_id, std::string_view json_text);
 // Newest first; at most `newest` of them when not 0 (only those records are read).
 Result<std::vector<TraceSummary>> list_traces(const Dirs& dirs, std::size_t newest = 0);
 // Exact run id, a unique prefix of one, "last" (the newest run) or "-N" (the Nth newest).
