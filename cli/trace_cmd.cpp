@@ -279,6 +279,15 @@ int run_verify(const GlobalOptions& g, const std::string& anchor_text) {
   return 0;
 }
 
+int run_import(const GlobalOptions& g) {
+  auto rep = import_legacy_traces(resolve_dirs(g.state_dir));
+  if (!rep) return usage_error(rep.error().describe());
+  for (auto& s : rep->skipped) std::fprintf(stderr, "sbx: trace import: skipped %s\n", printable(s).c_str());
+  std::printf("imported %zu record(s) into the ledger; %zu already there; %zu skipped\n", rep->imported, rep->already,
+              rep->skipped.size());
+  return rep->skipped.empty() ? 0 : 1;
+}
+
 // "SEQ HASH RUN_ID": what another system stores to anchor the chain (a later ledger that does not
 // reach this head with this hash has been rewritten or cut).
 int run_head(const GlobalOptions& g, bool as_json) {
@@ -309,6 +318,8 @@ void add_trace_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& ou
   ls->add_option("-n,--newest", ls_opts->newest, "List only the N newest runs")->check(CLI::PositiveNumber);
   ls->add_flag("--json", ls_opts->as_json, "Print a JSON array (run_id, started_at, status, exit_code, wall_ms, command)");
   auto* verify = trace->add_subcommand("verify", "Check the trace ledger's hash chain; name the first break");
+  auto* import = trace->add_subcommand(
+      "import", "Append records of the previous store format (one <run_id>.json per run) to the ledger");
   auto anchor = std::make_shared<std::string>();
   verify->add_option("--anchor", *anchor, "SEQ:HASH of a head printed earlier by 'trace head': the chain must still reach it");
   auto* head = trace->add_subcommand("head", "Print the ledger's head (seq, hash, run id) for anchoring elsewhere");
@@ -330,9 +341,10 @@ void add_trace_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& ou
       ->check(CLI::IsMember({"json", "text"}));
   show->add_flag("--json", opts->as_json, "The same as --format json");
 
-  out.push_back({trace, [ls, show, verify, anchor, head, head_json, opts, ls_opts, &g]() -> int {
+  out.push_back({trace, [ls, show, verify, anchor, import, head, head_json, opts, ls_opts, &g]() -> int {
     if (ls->parsed()) return run_ls(g, *ls_opts);
     if (verify->parsed()) return run_verify(g, *anchor);
+    if (import->parsed()) return run_import(g);
     if (head->parsed()) return run_head(g, *head_json);
     if (show->parsed()) {
       for (auto& extra : show->remaining()) {
@@ -351,7 +363,7 @@ void add_trace_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& ou
       else std::printf("%s\n", pretty(*rec).c_str());
       return 0;
     }
-    return usage_error("trace: expected 'ls', 'show RUN_ID', 'verify' or 'head'");
+    return usage_error("trace: expected 'ls', 'show RUN_ID', 'verify', 'head' or 'import'");
   }});
 }
 

@@ -36,6 +36,7 @@
 #include "runtime/signals.hpp"
 #include "runtime/supervisor.hpp"
 #include "runtime/trace.hpp"
+#include "runtime/self_digest.hpp"
 #include "runtime/trace_store.hpp"
 #include "runtime/units.hpp"
 #include "runtime/text_escape.hpp"
@@ -648,6 +649,9 @@ RunReport run_sandbox(const RunRequest& req) {
   }
   report.trace["outputs"] = outputs;
   for (auto& [k, v] : extra.items()) report.trace[k] = v;
+  // Which build made the record (cached by the binary's identity: self_digest.hpp).
+  if (auto digest = self_binary_sha256(req.dirs); digest) report.trace["sbx"]["binary_sha256"] = *digest;
+  else report.trace["sbx"]["binary_sha256_error"] = digest.error().describe();
   // The ledger's line: compact JSON; never throws (trace.hpp).
   std::string line = trace_text(report.trace, -1);
   // The record is stored before anything is written to stderr: a write to stderr blocks while

@@ -5,11 +5,13 @@
 #include <algorithm>
 #include <cerrno>
 #include <memory>
+#include <set>
 
 #include <spdlog/spdlog.h>
 
 #include "runtime/fsutil.hpp"
 #include "runtime/json_io.hpp"
+#include "runtime/sha256.hpp"
 #include "runtime/shell_quote.hpp"
 #include "runtime/trace_ledger.hpp"
 
@@ -172,6 +174,67 @@ Result<AppendInfo> store_trace(const Dirs& dirs, const std::string& run_id, std:
   auto r = ledger_append(dirs, run_id, one_line);
   if (!r) return make_error(kStage, "cannot store trace " + run_id + ": " + r.error().message, r.error().err);
   return r;
+}
+
+namespace {
+
+// The legacy record as one compact line with "ledger_import" as its first member.
+Result<std::string> import_line(const Dirs& dirs, const std::string& id) {
+  const std::string path = trace_path(dirs, id);
+  auto bytes = read_bounded(path, kMaxTraceBytes, kStage, "trace " + path);
+  if (!bytes) return bytes.error();
+  auto j = parse_record(path);
+  if (!j) return j.error();
+  auto run_id = j->find("run_id");
+  if (run_id == j->end() || !run_id->is_string() || run_id->get<std::string>() != id)
+    return make_error(kStage, "its run_id is not its file name's");
+  nlohmann::ordered_json out = nlohmann::ordered_json::object();
+  out["ledger_import"] = {{"file", id + std::string(kSuffix)}, {"bytes", bytes->size()}, {"sha256", sha256_hex(*bytes)}};
+  for (auto& [k, v] : j->items())
+    if (k != "ledger_import") out[k] = v;
+  return out.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+}
+
+Status move_imported(const Dirs& dirs, const std::string& id) {
+  const std::string dir = dirs.traces + "/imported";
+  SBX_TRY(ensure_dir(dir, 0700));
+  const std::string name = id + std::string(kSuffix);
+  if (::rename(trace_path(dirs, id).c_str(), (dir + "/" + name).c_str()) != 0)
+    return sys_error(kStage, "cannot move " + name + " into " + dir);
+  return {};
+}
+
+}  // namespace
+
+Result<ImportReport> import_legacy_traces(const Dirs& dirs) {
+  ImportReport rep;
+  auto legacy = stored_ids(dirs);
+  if (!legacy) return legacy.error();
+  std::set<std::string> in_ledger;
+  SBX_TRY(scan_ledger(dirs, [&](const LedgerLine& l) {
+    if (auto e = parse_ledger_line(l.text)) in_ledger.insert(e->run_id);
+    return true;
+  }));
+  for (auto& id : *legacy) {  // name order: oldest first
+    if (in_ledger.count(id)) {
+      ++rep.already;
+    } else {
+      if (!ledger_run_id_ok(id)) {
+        rep.skipped.push_back(id + std::string(kSuffix) + ": the name is not a run id the ledger accepts");
+        continue;
+      }
+      auto line = import_line(dirs, id);
+      if (!line) {
+        rep.skipped.push_back(id + std::string(kSuffix) + ": " + line.error().describe());
+        continue;
+      }
+      auto appended = ledger_append(dirs, id, *line);
+      if (!appended) return appended.error();  // the ledger itself failed: stop here
+      ++rep.imported;
+    }
+    SBX_TRY(move_imported(dirs, id));
+  }
+  return rep;
 }
 
 Result<std::vector<TraceSummary>> list_traces(const Dirs& dirs, std::size_t newest) {

@@ -28,6 +28,16 @@ struct TraceSummary {
 Result<AppendInfo> store_trace(const Dirs& dirs, const std::string& run_id, std::string_view json_text);
 // Newest first; at most `newest` of them when not 0 (only those records are read).
 Result<std::vector<TraceSummary>> list_traces(const Dirs& dirs, std::size_t newest = 0);
+struct ImportReport {
+  std::size_t imported = 0, already = 0;
+  std::vector<std::string> skipped;  // "<file>: why", for files that are not importable records
+};
+// Appends every record of the previous store format (<traces>/<run_id>.json), oldest first, to
+// the ledger, noting the file and the sha256 of its bytes in the record ("ledger_import"), then
+// moves the file into <traces>/imported/. A run id already in the ledger is not appended twice
+// (its file is moved all the same); a file that is not a record is left where it is and listed.
+Result<ImportReport> import_legacy_traces(const Dirs& dirs);
+
 // Exact run id, a unique prefix of one, "last" (the newest run) or "-N" (the Nth newest).
 Result<nlohmann::json> load_trace(const Dirs& dirs, const std::string& run_id_or_prefix);
 

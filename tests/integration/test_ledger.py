@@ -248,6 +248,69 @@ class Concurrency(LedgerCase):
         self.assertEqual(len({e["run_id"] for e in entries}), 50)
 
 
+class OldRecords(LedgerCase):
+    """Records of the previous store (one pretty-printed <run_id>.json per run) stay listed and
+    shown, and `trace import` moves them into the chain with the sha256 of the original file."""
+
+    def legacy_store(self):
+        tf = self.path("t.json")
+        r = sbx(["run", "--trace-file", tf, "--", "sh", "-c", "exit 7"], env=dict(os.environ, SBX_STATE_DIR=self.path("other")))
+        self.assertExit(r, 7)
+        with open(tf, "rb") as f:
+            data = f.read()
+        rec = json.loads(data)
+        os.makedirs(os.path.join(self.state, "traces"), mode=0o700)
+        legacy = os.path.join(self.state, "traces", rec["run_id"] + ".json")
+        with open(legacy, "wb") as f:
+            f.write(data)
+        os.chmod(legacy, 0o600)
+        return rec, data
+
+    def test_old_records_listed_shown_and_imported(self):
+        old, data = self.legacy_store()
+        new = self.runs(1)  # a ledger record beside the old file
+        ls = json.loads(sbx(["trace", "ls", "--json"], env=self.env).out)
+        self.assertEqual({e["run_id"] for e in ls}, {old["run_id"], new[0]})
+        r = sbx(["trace", "show", old["run_id"]], env=self.env)
+        self.assertExit(r, 0)
+        self.assertEqual(json.loads(r.out), old)
+        r = sbx(["trace", "import"], env=self.env)
+        self.assertExit(r, 0)
+        self.assertIn("imported 1 record(s)", r.out)
+        self.assertExit(self.verify(), 0)
+        entries = ledger_lines(self.state)
+        self.assertEqual([e["run_id"] for e in entries], [new[0], old["run_id"]])
+        imported = entries[1]["record"]
+        self.assertEqual(imported["ledger_import"], {"file": old["run_id"] + ".json", "bytes": len(data),
+                                                     "sha256": hashlib.sha256(data).hexdigest()})
+        self.assertEqual({k: v for k, v in imported.items() if k != "ledger_import"}, old)
+        self.assertEqual(sorted(os.listdir(os.path.join(self.state, "traces"))), ["imported", "ledger.jsonl"])
+        self.assertTrue(os.path.exists(os.path.join(self.state, "traces", "imported", old["run_id"] + ".json")))
+        r = sbx(["trace", "show", old["run_id"]], env=self.env)
+        self.assertEqual(json.loads(r.out)["ledger_import"]["sha256"], hashlib.sha256(data).hexdigest())
+        r = sbx(["trace", "import"], env=self.env)
+        self.assertIn("imported 0 record(s)", r.out)
+
+    def test_a_file_that_is_no_record_is_not_imported(self):
+        os.makedirs(os.path.join(self.state, "traces"), mode=0o700)
+        with open(os.path.join(self.state, "traces", "20000101T000000.000Z-00000000.json"), "w") as f:
+            f.write('{"schema": "sbx.trace/v1", "run_id": "someone-else"}')
+        r = sbx(["trace", "import"], env=self.env)
+        self.assertExit(r, 1)
+        self.assertIn("skipped 20000101T000000.000Z-00000000.json: its run_id is not its file name's", r.err)
+        self.assertEqual(ledger_lines(self.state), [])
+
+    def test_record_names_the_binary_by_sha256(self):
+        self.runs(1)
+        with open(SBX, "rb") as f:
+            want = hashlib.sha256(f.read()).hexdigest()
+        rec = ledger_lines(self.state)[0]["record"]
+        self.assertEqual(rec["sbx"]["binary_sha256"], want)
+        # The second run reads the cached digest, keyed by the binary's identity: still right.
+        self.runs_more = sbx(["run", "--", "/bin/true"], env=self.env)
+        self.assertEqual(ledger_lines(self.state)[1]["record"]["sbx"]["binary_sha256"], want)
+
+
 class NoResultWithoutRecord(LedgerCase):
     """The state dir's trace store cannot be created (a file where the directory should be): the
     record cannot be stored, so the validated result must not be released."""
