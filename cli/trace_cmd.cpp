@@ -5,6 +5,7 @@
 #include <string>
 
 #include "cli/commands.hpp"
+#include "runtime/ledger_key.hpp"
 #include "runtime/paths.hpp"
 #include "runtime/shell_quote.hpp"
 #include "runtime/text_escape.hpp"
@@ -253,7 +254,13 @@ int run_ls(const GlobalOptions& g, const LsOptions& o) {
 
 // Exit 0 when the chain is intact, 1 when broken (the first break on stderr, one line), 125
 // when the ledger cannot be read at all.
-int run_verify(const GlobalOptions& g, const std::string& anchor_text) {
+int run_verify(const GlobalOptions& g, const std::string& anchor_text, const std::string& pubkey) {
+  std::optional<LedgerVerifier> verifier;
+  if (!pubkey.empty()) {
+    auto v = LedgerVerifier::load(pubkey);
+    if (!v) return usage_error("trace verify: --pubkey: " + v.error().describe());
+    verifier = std::move(*v);
+  }
   std::optional<LedgerAnchor> anchor;
   if (!anchor_text.empty()) {
     // "SEQ:HASH" or "SEQ HASH ..." (what `trace head` prints).
@@ -265,17 +272,20 @@ int run_verify(const GlobalOptions& g, const std::string& anchor_text) {
       return usage_error("trace verify: --anchor wants SEQ:HASH (as 'sbx trace head' prints it), got '" + anchor_text + "'");
     anchor = LedgerAnchor{std::stoull(seq), hash};
   }
-  auto r = verify_ledger(resolve_dirs(g.state_dir), anchor);
+  auto r = verify_ledger(resolve_dirs(g.state_dir), anchor, verifier ? &*verifier : nullptr);
   if (!r) return usage_error(r.error().describe());
   if (!r->intact) {
     std::fprintf(stderr, "sbx: trace ledger broken: %s\n", printable(r->problem).c_str());
     std::printf("broken after %llu intact record(s)\n", static_cast<unsigned long long>(r->records));
     return 1;
   }
-  if (r->records == 0) std::printf("intact: the ledger holds no records\n");
-  else
-    std::printf("intact: %llu record(s); head seq %llu %s (run %s)\n", static_cast<unsigned long long>(r->records),
-                static_cast<unsigned long long>(r->head_seq), r->head_hash.c_str(), r->head_run_id.c_str());
+  if (r->records == 0) {
+    std::printf("intact: the ledger holds no records\n");
+    return 0;
+  }
+  if (verifier) std::printf("signatures: every record signed by the key in %s\n", printable(pubkey).c_str());
+  std::printf("intact: %llu record(s); head seq %llu %s (run %s)\n", static_cast<unsigned long long>(r->records),
+              static_cast<unsigned long long>(r->head_seq), r->head_hash.c_str(), r->head_run_id.c_str());
   return 0;
 }
 
@@ -321,6 +331,8 @@ void add_trace_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& ou
   auto* import = trace->add_subcommand(
       "import", "Append records of the previous store format (one <run_id>.json per run) to the ledger");
   auto anchor = std::make_shared<std::string>();
+  auto pubkey = std::make_shared<std::string>();
+  verify->add_option("--pubkey", *pubkey, "Ed25519 public key (PEM, from 'sbx key init'): every record must carry a valid signature");
   verify->add_option("--anchor", *anchor, "SEQ:HASH of a head printed earlier by 'trace head': the chain must still reach it");
   auto* head = trace->add_subcommand("head", "Print the ledger's head (seq, hash, run id) for anchoring elsewhere");
   auto head_json = std::make_shared<bool>(false);
@@ -341,9 +353,9 @@ void add_trace_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& ou
       ->check(CLI::IsMember({"json", "text"}));
   show->add_flag("--json", opts->as_json, "The same as --format json");
 
-  out.push_back({trace, [ls, show, verify, anchor, import, head, head_json, opts, ls_opts, &g]() -> int {
+  out.push_back({trace, [ls, show, verify, anchor, pubkey, import, head, head_json, opts, ls_opts, &g]() -> int {
     if (ls->parsed()) return run_ls(g, *ls_opts);
-    if (verify->parsed()) return run_verify(g, *anchor);
+    if (verify->parsed()) return run_verify(g, *anchor, *pubkey);
     if (import->parsed()) return run_import(g);
     if (head->parsed()) return run_head(g, *head_json);
     if (show->parsed()) {

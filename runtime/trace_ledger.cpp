@@ -14,6 +14,7 @@
 
 #include "runtime/fsutil.hpp"
 #include "runtime/json_io.hpp"
+#include "runtime/ledger_key.hpp"
 #include "runtime/sha256.hpp"
 
 namespace sbx {
@@ -234,7 +235,8 @@ Result<LedgerEntry> parse_ledger_line(std::string_view line) {
   return e;
 }
 
-Result<AppendInfo> ledger_append(const Dirs& dirs, const std::string& run_id, std::string_view record) {
+Result<AppendInfo> ledger_append(const Dirs& dirs, const std::string& run_id, std::string_view record,
+                                 const LedgerSigner* signer) {
   if (!ledger_run_id_ok(run_id)) return make_error(kStage, "run id '" + run_id + "' cannot name a ledger record");
   if (record.empty() || record.front() != '{' || record.find('\n') != std::string_view::npos)
     return make_error(kStage, "a ledger record must be one line of JSON object");
@@ -275,7 +277,9 @@ Result<AppendInfo> ledger_append(const Dirs& dirs, const std::string& run_id, st
   line.reserve(rec.size() + 256);
   line.append(kHead).append(rec).append(kSeqKey).append(std::to_string(seq));
   line.append(",\"run_id\":\"").append(run_id).append("\",\"prev\":\"").append(prev);
-  line.append("\",\"hash\":\"").append(info.hash).append("\"}\n");
+  line.append("\",\"hash\":\"").append(info.hash).append("\"");
+  if (signer) line.append(",\"sig\":\"").append(signer->sign(info.hash)).append("\"");
+  line.append("}\n");
   if (auto w = write_all(fd->get(), line, "the trace ledger " + path); !w) {
     // A short write leaves a torn line; cut it now rather than leave it to the next append.
     if (::ftruncate(fd->get(), static_cast<off_t>(size)) != 0) { /* the next append cuts it */ }

@@ -60,7 +60,11 @@ struct AppendInfo {
 // and the ledger (0600) when missing. A torn tail is cut and reported in the appended record as
 // "ledger_repair"; a last line that is complete but not a ledger line is refused (the ledger is
 // broken, and an append must not bury that).
-Result<AppendInfo> ledger_append(const Dirs& dirs, const std::string& run_id, std::string_view record);
+// With a signer, the line carries "sig": the Ed25519 signature of its hash (ledger_key.hpp).
+class LedgerSigner;
+class LedgerVerifier;
+Result<AppendInfo> ledger_append(const Dirs& dirs, const std::string& run_id, std::string_view record,
+                                 const LedgerSigner* signer = nullptr);
 
 // Every complete line in file order; `fn` returns false to stop. `offset` is the line's start in
 // the file. A line longer than the record bound, or an I/O error, ends the scan with an error; a
@@ -91,7 +95,9 @@ struct LedgerAnchor {
 // Walks the chain from the first line: hashes, sequence, links, record ids; with an anchor, also
 // that the line of the anchor's seq carries its hash (a chain rewritten from some record on, hashes
 // recomputed, or cut at its end, is found only this way or by signatures).
-Result<LedgerVerifyReport> verify_ledger(const Dirs& dirs, const std::optional<LedgerAnchor>& anchor = std::nullopt);
+// With a verifier, every line must carry a signature of its hash that the public key accepts.
+Result<LedgerVerifyReport> verify_ledger(const Dirs& dirs, const std::optional<LedgerAnchor>& anchor = std::nullopt,
+                                         const LedgerVerifier* verifier = nullptr);
 
 struct LedgerHead {
   std::uint64_t seq = 0;  // 0: the ledger is empty or missing

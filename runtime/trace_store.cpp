@@ -11,6 +11,7 @@
 
 #include "runtime/fsutil.hpp"
 #include "runtime/json_io.hpp"
+#include "runtime/ledger_key.hpp"
 #include "runtime/sha256.hpp"
 #include "runtime/shell_quote.hpp"
 #include "runtime/trace_ledger.hpp"
@@ -171,7 +172,11 @@ Result<AppendInfo> store_trace(const Dirs& dirs, const std::string& run_id, std:
   std::string one_line(json_text);
   std::replace(one_line.begin(), one_line.end(), '\n', ' ');
   while (!one_line.empty() && one_line.back() == ' ') one_line.pop_back();
-  auto r = ledger_append(dirs, run_id, one_line);
+  // Signed while `sbx key init` has made a key (ledger_key.hpp); a key that exists but cannot be
+  // used fails the store rather than leave the run quietly unsigned.
+  auto signer = LedgerSigner::load_default();
+  if (!signer) return make_error(kStage, "cannot store trace " + run_id + ": " + signer.error().describe());
+  auto r = ledger_append(dirs, run_id, one_line, *signer ? &**signer : nullptr);
   if (!r) return make_error(kStage, "cannot store trace " + run_id + ": " + r.error().message, r.error().err);
   return r;
 }
@@ -215,6 +220,8 @@ Result<ImportReport> import_legacy_traces(const Dirs& dirs) {
     if (auto e = parse_ledger_line(l.text)) in_ledger.insert(e->run_id);
     return true;
   }));
+  auto signer = LedgerSigner::load_default();
+  if (!signer) return signer.error();
   for (auto& id : *legacy) {  // name order: oldest first
     if (in_ledger.count(id)) {
       ++rep.already;
@@ -228,7 +235,7 @@ Result<ImportReport> import_legacy_traces(const Dirs& dirs) {
         rep.skipped.push_back(id + std::string(kSuffix) + ": " + line.error().describe());
         continue;
       }
-      auto appended = ledger_append(dirs, id, *line);
+      auto appended = ledger_append(dirs, id, *line, *signer ? &**signer : nullptr);
       if (!appended) return appended.error();  // the ledger itself failed: stop here
       ++rep.imported;
     }

@@ -2,6 +2,7 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/json_io.hpp"
+#include "runtime/ledger_key.hpp"
 #include "runtime/trace_ledger.hpp"
 
 namespace sbx {
@@ -20,6 +21,7 @@ std::string run_id_hint(std::string_view line) {
 struct Walker {
   LedgerVerifyReport& r;
   const std::optional<LedgerAnchor>& anchor;
+  const LedgerVerifier* verifier;
   std::string prev_hash = std::string(64, '0');
   std::string prev_run;
 
@@ -51,6 +53,11 @@ struct Walker {
     if (e->seq < want)
       return fail(at + ": seq " + std::to_string(e->seq) + " where " + std::to_string(want) + " was expected" + after() +
                   ": a record was inserted here, or the records were reordered");
+    if (verifier && e->sig.empty())
+      return fail(at + ", seq " + std::to_string(e->seq) + ": not signed (the line has no \"sig\"), but --pubkey asks for signatures");
+    if (verifier && !verifier->verify(e->hash, e->sig))
+      return fail(at + ", seq " + std::to_string(e->seq) +
+                  ": the signature does not verify with the public key: forged, or signed by another key");
     if (anchor && anchor->seq == e->seq && anchor->hash != e->hash)
       return fail(at + ", seq " + std::to_string(e->seq) + ": hashes to " + e->hash.substr(0, 16) + "..., not to the anchored head's " +
                   anchor->hash.substr(0, 16) + "...: the ledger was rewritten from this record or before");
@@ -75,9 +82,10 @@ struct Walker {
 
 }  // namespace
 
-Result<LedgerVerifyReport> verify_ledger(const Dirs& dirs, const std::optional<LedgerAnchor>& anchor) {
+Result<LedgerVerifyReport> verify_ledger(const Dirs& dirs, const std::optional<LedgerAnchor>& anchor,
+                                         const LedgerVerifier* verifier) {
   LedgerVerifyReport r;
-  Walker w{r, anchor};
+  Walker w{r, anchor, verifier};
   std::uint64_t torn = 0, end = 0;
   auto st = scan_ledger(
       dirs,

@@ -311,6 +311,76 @@ class OldRecords(LedgerCase):
         self.assertEqual(ledger_lines(self.state)[1]["record"]["sbx"]["binary_sha256"], want)
 
 
+class Signing(LedgerCase):
+    def setUp(self):
+        super().setUp()
+        self.cfg = self.path("config")
+        self.env["XDG_CONFIG_HOME"] = self.cfg
+        self.pub = os.path.join(self.cfg, "sbx", "ledger-key.pub.pem")
+
+    def key_init(self, env=None):
+        r = sbx(["key", "init"], env=env or self.env)
+        self.assertExit(r, 0)
+        return r
+
+    def test_signed_records_verify_and_forgeries_do_not(self):
+        r = self.key_init()
+        self.assertRegex(r.out, r"fingerprint sha256:[0-9a-f]{64}")
+        priv = os.path.join(self.cfg, "sbx", "ledger-key.pem")
+        self.assertEqual(os.stat(priv).st_mode & 0o777, 0o600)
+        self.assertEqual(os.stat(os.path.dirname(priv)).st_mode & 0o777, 0o700)
+        again = sbx(["key", "init"], env=self.env)
+        self.assertExit(again, 125)
+        self.assertIn("exists already", again.err)
+        self.runs(3)
+        r = self.verify("--pubkey", self.pub)
+        self.assertExit(r, 0)
+        self.assertIn("every record signed", r.out)
+        entries = ledger_lines(self.state)
+        # Independently of sbx: each signature is Ed25519 over the line's hash, under the public key.
+        try:
+            import base64
+            from cryptography.hazmat.primitives.serialization import load_pem_public_key
+            with open(self.pub, "rb") as f:
+                key = load_pem_public_key(f.read())
+            for e in entries:
+                key.verify(base64.b64decode(e["sig"]), e["hash"].encode())
+        except ImportError:
+            note("python3-cryptography missing: signatures checked by sbx only")
+        # A forger without the private key rewrites the last record and recomputes its hash: the
+        # chain still links (nothing follows it), only the signature tells.
+        lines = self.lines()
+        rec, env = split_line(lines[2])
+        forged, _ = make_line(rec.replace(b'"exit_code":2', b'"exit_code":0', 1), 3, env["run_id"], env["prev"])
+        lines[2] = forged[:-1] + f',"sig":"{env["sig"]}"}}'.encode()
+        self.write_lines(lines)
+        self.assertExit(self.verify(), 0, "without --pubkey a recomputed last record goes unnoticed")
+        r = self.verify("--pubkey", self.pub)
+        self.assertExit(r, 1)
+        self.assertIn("signature does not verify", self.assertOneSbxLine(r))
+        # Another key's public half accepts nothing of this ledger.
+        other = dict(self.env, XDG_CONFIG_HOME=self.path("config2"))
+        self.key_init(other)
+        r = self.verify("--pubkey", os.path.join(self.path("config2"), "sbx", "ledger-key.pub.pem"))
+        self.assertExit(r, 1)
+        self.assertIn("line 1", self.assertOneSbxLine(r))
+
+    def test_unsigned_records_and_an_unusable_key(self):
+        self.runs(1)
+        self.key_init()
+        self.assertExit(sbx(["run", "--", "/bin/true"], env=self.env), 0)
+        r = self.verify("--pubkey", self.pub)
+        self.assertExit(r, 1)
+        self.assertIn("line 1", r.err)
+        self.assertIn("not signed", r.err)
+        self.assertExit(self.verify("--pubkey", self.path("no-such.pem")), 125)
+        with open(os.path.join(self.cfg, "sbx", "ledger-key.pem"), "w") as f:
+            f.write("-----BEGIN PRIVATE KEY-----\nbm90IGEga2V5\n-----END PRIVATE KEY-----\n")
+        r = sbx(["run", "--require-record", "--", "/bin/true"], env=self.env)
+        self.assertExit(r, 125)
+        self.assertIn("not an Ed25519 private key", r.err)
+
+
 class NoResultWithoutRecord(LedgerCase):
     """The state dir's trace store cannot be created (a file where the directory should be): the
     record cannot be stored, so the validated result must not be released."""
