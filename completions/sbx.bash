@@ -59,11 +59,11 @@ _sbx() {
     local global_opts="--state-dir --log-level -v --verbose --version -h --help"
     local run_opts="--profile --image --uid --gid --bind --tmpfs --workdir --input --output --output-max-bytes
         --output-max-files --env --env-pass --timeout --output-limit --memory --pids --cpus --cpu-time --require-limits
-        --seccomp --allow-host --trace-file --dry-run --systemd-scope -i --interactive -t --tty"
+        --require-record --seccomp --allow-host --trace-file --dry-run --systemd-scope -i --interactive -t --tty"
     # Options that take a value (the next word is not a subcommand or the command).
     local takes_arg="--state-dir --log-level --profile --image --uid --gid --bind --tmpfs --workdir --env
         --env-pass --timeout --output-limit --memory --pids --cpus --cpu-time --seccomp --allow-host --trace-file --format
-        --input --output --output-max-bytes --output-max-files --context --secret --result --name"
+        --pubkey --anchor --input --output --output-max-bytes --output-max-files --context --secret --result --name"
 
     # Find the subcommand path (run | profile ls|show | trace ls|show | doctor | pack ... |
     # image ...) and, for run, where the sandboxed command starts.
@@ -93,7 +93,7 @@ _sbx() {
             cmd=$w
         elif [[ $cmd == run ]]; then
             cmd_start=$i; break
-        elif [[ -z $sub && ( $cmd == profile || $cmd == trace || $cmd == pack || $cmd == image ) ]]; then
+        elif [[ -z $sub && ( $cmd == profile || $cmd == trace || $cmd == pack || $cmd == image || $cmd == key ) ]]; then
             sub=$w
         else
             npos=$((npos + 1))
@@ -145,7 +145,7 @@ _sbx() {
             if [[ $cur == -* ]]; then
                 COMPREPLY=($(compgen -W "$global_opts" -- "$cur"))
             else
-                COMPREPLY=($(compgen -W "run profile trace doctor pack exec image" -- "$cur"))
+                COMPREPLY=($(compgen -W "run profile trace doctor pack exec image key" -- "$cur"))
             fi ;;
         run)
             COMPREPLY=($(compgen -W "$run_opts $global_opts --" -- "$cur"))
@@ -164,7 +164,11 @@ _sbx() {
         trace)
             if [[ -z $sub ]]; then
                 [[ $cur == -* ]] && COMPREPLY=($(compgen -W "--help" -- "$cur")) ||
-                    COMPREPLY=($(compgen -W "ls show" -- "$cur"))
+                    COMPREPLY=($(compgen -W "ls show verify head import" -- "$cur"))
+            elif [[ $cur == -* && $sub == verify ]]; then
+                COMPREPLY=($(compgen -W "--pubkey --anchor --help" -- "$cur"))
+            elif [[ $cur == -* && $sub == head ]]; then
+                COMPREPLY=($(compgen -W "--json --help" -- "$cur"))
             elif [[ $sub == show ]]; then
                 if [[ $cur == -* ]]; then
                     COMPREPLY=($(compgen -W "--format --json --help" -- "$cur"))
@@ -186,8 +190,8 @@ _sbx() {
                 COMPREPLY=($(compgen -W "--strict --no-strict --help" -- "$cur"))
             elif [[ $cur == -* && $sub == run ]]; then
                 COMPREPLY=($(compgen -W "--input --context --secret --result --profile --image --timeout
-                    --output-limit --memory --pids --cpus --cpu-time --require-limits --seccomp --trace-file --dry-run
-                    --help" -- "$cur"))
+                    --output-limit --memory --pids --cpus --cpu-time --require-limits --require-record --seccomp --trace-file
+                    --dry-run --help" -- "$cur"))
             elif [[ $cur == -* ]]; then
                 COMPREPLY=($(compgen -W "--help" -- "$cur"))
             elif [[ $sub != init ]]; then
@@ -195,6 +199,13 @@ _sbx() {
             fi ;;
         exec)
             COMPREPLY=($(compgen -W "--trace-file --dry-run --help" -- "$cur")) ;;
+        key)
+            if [[ -z $sub ]]; then
+                [[ $cur == -* ]] && COMPREPLY=($(compgen -W "--help" -- "$cur")) ||
+                    COMPREPLY=($(compgen -W "init" -- "$cur"))
+            else
+                COMPREPLY=($(compgen -W "--help" -- "$cur"))
+            fi ;;
         image)
             if [[ -z $sub ]]; then
                 [[ $cur == -* ]] && COMPREPLY=($(compgen -W "--help" -- "$cur")) ||
