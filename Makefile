@@ -17,7 +17,7 @@ endif
 # workload of tests/integration/test_memory_fallback.py (headless, under the `browser` profile).
 DEB_PACKAGES = g++ cmake make pkg-config ccache \
   libcli11-dev libseccomp-dev libcap-ng-dev libc-ares-dev nlohmann-json3-dev libspdlog-dev libfmt-dev doctest-dev \
-  libre2-dev libssl-dev zlib1g-dev liblzma-dev libzstd-dev libbz2-dev json-schema-test-suite \
+  libre2-dev libssl-dev zlib1g-dev liblzma-dev libzstd-dev libbz2-dev libsqlite3-dev json-schema-test-suite \
   python3 python3-jsonschema procps iproute2 util-linux passwd man-db groff-base curl jq \
   bubblewrap hyperfine zsh fish \
   qemu-system-x86 busybox-static cpio xz-utils zstd bzip2 \

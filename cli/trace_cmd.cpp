@@ -9,6 +9,7 @@
 #include "runtime/paths.hpp"
 #include "runtime/shell_quote.hpp"
 #include "runtime/text_escape.hpp"
+#include "runtime/trace_index.hpp"
 #include "runtime/trace_ledger.hpp"
 #include "runtime/trace_store.hpp"
 
@@ -226,10 +227,15 @@ std::string pretty(const json& r) {
 struct LsOptions {
   std::size_t newest = 0;  // -n: at most this many runs, newest first (0: all)
   bool as_json = false;
+  std::string status, since;  // filters (trace_store.hpp: TraceFilter)
 };
 
 int run_ls(const GlobalOptions& g, const LsOptions& o) {
-  auto traces = list_traces(resolve_dirs(g.state_dir), o.newest);
+  TraceFilter f;
+  f.newest = o.newest;
+  f.status = o.status;
+  f.since = o.since;
+  auto traces = list_traces(resolve_dirs(g.state_dir), f);
   if (!traces) return usage_error(traces.error().describe());
   if (o.as_json) {
     // For scripts: one array, newest first; text of outside origin stays JSON-escaped (ASCII).
@@ -327,6 +333,9 @@ void add_trace_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& ou
   auto ls_opts = std::make_shared<LsOptions>();
   ls->add_option("-n,--newest", ls_opts->newest, "List only the N newest runs")->check(CLI::PositiveNumber);
   ls->add_flag("--json", ls_opts->as_json, "Print a JSON array (run_id, started_at, status, exit_code, wall_ms, command)");
+  ls->add_option("--status", ls_opts->status, "Only runs with this status (ok, exit_nonzero, timeout, signaled, ...)");
+  ls->add_option("--since", ls_opts->since, "Only runs started at or after this RFC 3339 time or date prefix (2026-12-01)");
+  auto* reindex = trace->add_subcommand("reindex", "Rebuild the query index (traces/index.sqlite) from the ledger");
   auto* verify = trace->add_subcommand("verify", "Check the trace ledger's hash chain; name the first break");
   auto* import = trace->add_subcommand(
       "import", "Append records of the previous store format (one <run_id>.json per run) to the ledger");
@@ -353,10 +362,16 @@ void add_trace_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& ou
       ->check(CLI::IsMember({"json", "text"}));
   show->add_flag("--json", opts->as_json, "The same as --format json");
 
-  out.push_back({trace, [ls, show, verify, anchor, pubkey, import, head, head_json, opts, ls_opts, &g]() -> int {
+  out.push_back({trace, [ls, show, verify, anchor, pubkey, import, reindex, head, head_json, opts, ls_opts, &g]() -> int {
     if (ls->parsed()) return run_ls(g, *ls_opts);
     if (verify->parsed()) return run_verify(g, *anchor, *pubkey);
     if (import->parsed()) return run_import(g);
+    if (reindex->parsed()) {
+      auto n = rebuild_index(resolve_dirs(g.state_dir));
+      if (!n) return usage_error(n.error().describe());
+      std::printf("indexed %llu ledger line(s)\n", static_cast<unsigned long long>(*n));
+      return 0;
+    }
     if (head->parsed()) return run_head(g, *head_json);
     if (show->parsed()) {
       for (auto& extra : show->remaining()) {
@@ -375,7 +390,7 @@ void add_trace_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& ou
       else std::printf("%s\n", pretty(*rec).c_str());
       return 0;
     }
-    return usage_error("trace: expected 'ls', 'show RUN_ID', 'verify', 'head' or 'import'");
+    return usage_error("trace: expected 'ls', 'show RUN_ID', 'verify', 'head', 'import' or 'reindex'");
   }});
 }
 

@@ -63,7 +63,7 @@ _sbx() {
     # Options that take a value (the next word is not a subcommand or the command).
     local takes_arg="--state-dir --log-level --profile --image --uid --gid --bind --tmpfs --workdir --env
         --env-pass --timeout --output-limit --memory --pids --cpus --cpu-time --seccomp --allow-host --trace-file --format
-        --pubkey --anchor --input --output --output-max-bytes --output-max-files --context --secret --result --name"
+        --pubkey --anchor --status --since --input --output --output-max-bytes --output-max-files --context --secret --result --name"
 
     # Find the subcommand path (run | profile ls|show | trace ls|show | doctor | pack ... |
     # image ...) and, for run, where the sandboxed command starts.
@@ -164,7 +164,7 @@ _sbx() {
         trace)
             if [[ -z $sub ]]; then
                 [[ $cur == -* ]] && COMPREPLY=($(compgen -W "--help" -- "$cur")) ||
-                    COMPREPLY=($(compgen -W "ls show verify head import" -- "$cur"))
+                    COMPREPLY=($(compgen -W "ls show verify head import reindex" -- "$cur"))
             elif [[ $cur == -* && $sub == verify ]]; then
                 COMPREPLY=($(compgen -W "--pubkey --anchor --help" -- "$cur"))
             elif [[ $cur == -* && $sub == head ]]; then
@@ -176,7 +176,7 @@ _sbx() {
                     COMPREPLY=($(compgen -W "last $(_sbx_run_ids)" -- "$cur"))
                 fi
             elif [[ $cur == -* && $sub == ls ]]; then
-                COMPREPLY=($(compgen -W "-n --newest --json --help" -- "$cur"))
+                COMPREPLY=($(compgen -W "-n --newest --json --status --since --help" -- "$cur"))
             elif [[ $cur == -* ]]; then
                 COMPREPLY=($(compgen -W "--help" -- "$cur"))
             fi ;;

@@ -8,7 +8,7 @@ function __sbx_path
     set -l tokens (commandline -opc)
     set -e tokens[1]
     set -l takes_arg --state-dir --log-level --profile --image --uid --gid --bind --tmpfs --workdir --env \
-        --env-pass --timeout --output-limit --memory --pids --cpus --cpu-time --seccomp --allow-host --trace-file --format --pubkey --anchor \
+        --env-pass --timeout --output-limit --memory --pids --cpus --cpu-time --seccomp --allow-host --trace-file --format --pubkey --anchor --status --since \
         --input --output --output-max-bytes --output-max-files --context --secret --result --name
     set -l path
     set -l skip 0
@@ -171,6 +171,9 @@ complete -c sbx -n '__sbx_at trace show' -l json -d 'The same as --format json'
 complete -c sbx -n '__sbx_at trace show' -a last -d 'The newest run'
 complete -c sbx -n '__sbx_at trace ls' -s n -l newest -x -d 'List only the N newest runs'
 complete -c sbx -n '__sbx_at trace ls' -l json -d 'Print a JSON array'
+complete -c sbx -n '__sbx_at trace ls' -l status -x -a 'ok exit_nonzero timeout signaled oom seccomp_violation output_limit output_invalid input_invalid setup_error' -d 'Only runs with this status'
+complete -c sbx -n '__sbx_at trace ls' -l since -x -d 'Only runs started at or after this time'
+complete -c sbx -n '__sbx_at trace' -a reindex -d 'Rebuild the query index from the ledger'
 complete -c sbx -n '__sbx_at trace' -a verify -d "Check the ledger's hash chain; name the first break"
 complete -c sbx -n '__sbx_at trace' -a head -d "Print the ledger's head for anchoring elsewhere"
 complete -c sbx -n '__sbx_at trace' -a import -d 'Append records of the previous store format to the ledger'

@@ -290,7 +290,8 @@ Result<AppendInfo> ledger_append(const Dirs& dirs, const std::string& run_id, st
   return info;
 }
 
-Status scan_ledger(const Dirs& dirs, const std::function<bool(const LedgerLine&)>& fn, std::uint64_t* torn) {
+Status scan_ledger(const Dirs& dirs, const std::function<bool(const LedgerLine&)>& fn, std::uint64_t* torn,
+                   std::uint64_t from, std::uint64_t first_line_no) {
   if (torn) *torn = 0;
   const std::string path = ledger_path(dirs);
   UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
@@ -298,9 +299,11 @@ Status scan_ledger(const Dirs& dirs, const std::function<bool(const LedgerLine&)
     if (errno == ENOENT) return {};  // nothing recorded yet
     return sys_error(kStage, "cannot open the trace ledger " + path);
   }
+  if (from > 0 && ::lseek(fd.get(), static_cast<off_t>(from), SEEK_SET) < 0)
+    return sys_error(kStage, "cannot seek in the trace ledger " + path);
   std::string buf;
-  std::uint64_t buf_offset = 0;  // file offset of buf[0]
-  std::uint64_t line_no = 0;
+  std::uint64_t buf_offset = from;  // file offset of buf[0]
+  std::uint64_t line_no = first_line_no - 1;
   std::string chunk(1 << 20, '\0');
   for (;;) {
     ssize_t n = ::read(fd.get(), chunk.data(), chunk.size());

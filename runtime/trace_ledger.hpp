@@ -74,8 +74,9 @@ struct LedgerLine {
   std::uint64_t offset = 0;
   std::string_view text;  // without '\n'
 };
+// `from` (a line's start offset) and `first_line_no` let a reader resume where it stopped.
 Status scan_ledger(const Dirs& dirs, const std::function<bool(const LedgerLine&)>& fn,
-                   std::uint64_t* torn = nullptr);
+                   std::uint64_t* torn = nullptr, std::uint64_t from = 0, std::uint64_t first_line_no = 1);
 
 // Reads the line starting at `offset` (as scan_ledger reported it).
 Result<std::string> read_ledger_line(const Dirs& dirs, std::uint64_t offset);

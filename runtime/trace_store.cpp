@@ -1,6 +1,7 @@
 #include "runtime/trace_store.hpp"
 
 #include <dirent.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -14,6 +15,7 @@
 #include "runtime/ledger_key.hpp"
 #include "runtime/sha256.hpp"
 #include "runtime/shell_quote.hpp"
+#include "runtime/trace_index.hpp"
 #include "runtime/trace_ledger.hpp"
 
 namespace sbx {
@@ -97,7 +99,9 @@ std::string join_command(const nlohmann::json& argv) {
   return shell_join(args);
 }
 
-TraceSummary summarize(const std::string& id, const nlohmann::json& j) {
+}  // namespace
+
+TraceSummary summarize_record(const std::string& id, const nlohmann::json& j) {
   TraceSummary s;
   s.run_id = id;
   s.started_at = string_member(j, "started_at");
@@ -115,6 +119,8 @@ TraceSummary summarize(const std::string& id, const nlohmann::json& j) {
   return s;
 }
 
+namespace {
+
 // Where a run's record lies: a ledger line (offset into ledger.jsonl) or, for records of the
 // previous store format, its own <run_id>.json file.
 struct Stored {
@@ -125,15 +131,28 @@ struct Stored {
 // Every stored run, sorted by id (time order). A run id found in the ledger more than once (the
 // ledger is append-only: a run id recorded again) is its last line; one found both in the ledger
 // and as a legacy file (imported) is the ledger's.
-Result<std::vector<Stored>> stored_runs(const Dirs& dirs) {
-  std::vector<Stored> all;
-  auto st = scan_ledger(dirs, [&](const LedgerLine& l) {
+bool ledger_exists(const Dirs& dirs) { return ::access(ledger_path(dirs).c_str(), F_OK) == 0; }
+
+Status scan_runs(const Dirs& dirs, std::vector<Stored>& all) {
+  return scan_ledger(dirs, [&](const LedgerLine& l) {
     auto e = parse_ledger_line(l.text);
     if (!e) spdlog::warn("skipping trace ledger line {}: {}", l.line_no, e.error().describe());
     else all.push_back({e->run_id, static_cast<std::int64_t>(l.offset)});
     return true;
   });
-  if (!st) return st.error();
+}
+
+Result<std::vector<Stored>> stored_runs(const Dirs& dirs) {
+  std::vector<Stored> all;
+  // The index when it can be used (a read-only state dir cannot hold one): else the ledger, read
+  // line by line.
+  auto indexed = ledger_exists(dirs) ? index_run_ids(dirs) : decltype(index_run_ids(dirs))(std::vector<std::pair<std::string, std::uint64_t>>{});
+  if (indexed) {
+    for (auto& [id, off] : *indexed) all.push_back({id, static_cast<std::int64_t>(off)});
+  } else {
+    spdlog::debug("trace index unusable ({}): reading the ledger", indexed.error().describe());
+    SBX_TRY(scan_runs(dirs, all));
+  }
   auto legacy = stored_ids(dirs);
   if (!legacy) return legacy.error();
   for (auto& id : *legacy) all.push_back({id, -1});
@@ -245,19 +264,65 @@ Result<ImportReport> import_legacy_traces(const Dirs& dirs) {
 }
 
 Result<std::vector<TraceSummary>> list_traces(const Dirs& dirs, std::size_t newest) {
+  TraceFilter f;
+  f.newest = newest;
+  return list_traces(dirs, f);
+}
+
+namespace {
+
+// Without the index: every record read (the ledger's, then the legacy files), filtered here.
+Result<std::vector<TraceSummary>> list_by_reading(const Dirs& dirs, const TraceFilter& f) {
   auto runs = stored_runs(dirs);
   if (!runs) return runs.error();
   std::vector<TraceSummary> out;
-  out.reserve(runs->size());
-  for (auto it = runs->rbegin(); it != runs->rend() && (newest == 0 || out.size() < newest); ++it) {
+  for (auto it = runs->rbegin(); it != runs->rend() && (f.newest == 0 || out.size() < f.newest); ++it) {
     auto j = load_stored(dirs, *it);
     if (!j) {
       // One bad record (a crash mid-copy, a hand edit) must not hide every other run.
       spdlog::warn("skipping trace {}: {}", it->id, j.error().describe());
       continue;
     }
-    out.push_back(summarize(it->id, *j));
+    TraceSummary s = summarize_record(it->id, *j);
+    if (f.matches(s)) out.push_back(std::move(s));
   }
+  return out;
+}
+
+}  // namespace
+
+Result<std::vector<TraceSummary>> list_traces(const Dirs& dirs, const TraceFilter& f) {
+  if (!ledger_exists(dirs)) return list_by_reading(dirs, f);
+  auto indexed = query_index(dirs, f);
+  if (!indexed) {
+    // A damaged index file (a crash while it was written unsynced, a stray edit) is rebuilt once.
+    spdlog::info("trace index unusable ({}): rebuilding it", indexed.error().describe());
+    if (rebuild_index(dirs)) indexed = query_index(dirs, f);
+  }
+  if (!indexed) {
+    spdlog::debug("trace index unusable ({}): reading the ledger", indexed.error().describe());
+    return list_by_reading(dirs, f);
+  }
+  std::vector<TraceSummary> out;
+  for (auto& r : *indexed) out.push_back(std::move(r.summary));
+  // Records of the previous store format (few, and gone once imported) are read and merged in.
+  auto legacy = stored_ids(dirs);
+  if (!legacy) return legacy.error();
+  if (legacy->empty()) return out;
+  std::set<std::string> seen;
+  for (auto& s : out) seen.insert(s.run_id);
+  for (auto& id : *legacy) {
+    if (seen.count(id)) continue;
+    auto j = parse_record(trace_path(dirs, id));
+    if (!j) {
+      spdlog::warn("skipping trace {}: {}", id, j.error().describe());
+      continue;
+    }
+    TraceSummary s = summarize_record(id, *j);
+    if (f.matches(s)) out.push_back(std::move(s));
+  }
+  std::sort(out.begin(), out.end(), [](const TraceSummary& a, const TraceSummary& b) { return a.run_id > b.run_id; });
+  if (f.newest && out.size() > f.newest) out.resize(f.newest);
   return out;
 }
 

@@ -25,9 +25,24 @@ struct TraceSummary {
 };
 
 // Appends the record (JSON text of one object) to the ledger: durable when this returns.
+// What `trace ls` filters on ("" / 0: no filter).
+struct TraceFilter {
+  std::string status;  // result.status, exactly
+  std::string since;   // started_at >= this (RFC 3339 text compares in time order)
+  std::size_t newest = 0;
+  bool matches(const TraceSummary& s) const {
+    return (status.empty() || s.status == status) && (since.empty() || s.started_at >= since);
+  }
+};
+
+// The summary `trace ls` shows of one record (tolerant of odd records).
+TraceSummary summarize_record(const std::string& id, const nlohmann::json& j);
+
 Result<AppendInfo> store_trace(const Dirs& dirs, const std::string& run_id, std::string_view json_text);
 // Newest first; at most `newest` of them when not 0 (only those records are read).
 Result<std::vector<TraceSummary>> list_traces(const Dirs& dirs, std::size_t newest = 0);
+// Filtered, from the query index (trace_index.hpp) when it can be used, else by reading the ledger.
+Result<std::vector<TraceSummary>> list_traces(const Dirs& dirs, const TraceFilter& filter);
 struct ImportReport {
   std::size_t imported = 0, already = 0;
   std::vector<std::string> skipped;  // "<file>: why", for files that are not importable records
