@@ -235,6 +235,32 @@ class Crashes(LedgerCase):
 
 
 class Concurrency(LedgerCase):
+    def test_a_held_lock_neither_hangs_sbx_nor_delays_the_limits(self):
+        """Another process holds the ledger's lock for good: the run's wall-time limit still holds
+        (the store comes after supervision), and the append gives up after its bounded wait with
+        one line instead of hanging."""
+        import fcntl
+        self.runs(1)
+        fd = os.open(self.ledger, os.O_RDWR)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            tf = self.path("t.json")
+            t0 = time.monotonic()
+            r = sbx(["run", "--require-record", "--timeout", "200ms", "--trace-file", tf, "--", "sleep", "30"],
+                    env=self.env, timeout=60)
+            took = time.monotonic() - t0
+        finally:
+            os.close(fd)
+        self.assertExit(r, 125)
+        self.assertIn("locked by another process for over 10 s", r.err)
+        with open(tf) as f:
+            t = json.load(f)
+        self.assertEqual(t["result"]["status"], "timeout")
+        self.assertLess(t["usage"]["wall_ms"], 5000, "the wall-time limit waited for the store")
+        self.assertLess(took, 30, "sbx hung on the lock")
+        note(f"held lock: sbx gave up after {took:.1f} s; the run was killed at {t['usage']['wall_ms']} ms")
+        self.assertEqual(len(ledger_lines(self.state)), 1)
+
     def test_fifty_concurrent_runs_leave_an_intact_chain(self):
         procs = [subprocess.Popen([SBX, "run", "--", "/bin/true"], env=self.env, stdout=subprocess.DEVNULL,
                                   stderr=subprocess.PIPE) for _ in range(50)]
