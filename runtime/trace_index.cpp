@@ -21,7 +21,9 @@ constexpr const char* kSchema =
     " status TEXT NOT NULL, exit_code INTEGER, wall_ms INTEGER NOT NULL, command TEXT NOT NULL,"
     " off INTEGER NOT NULL, len INTEGER NOT NULL, hash TEXT NOT NULL, error TEXT);"
     "CREATE INDEX IF NOT EXISTS runs_by_id ON runs(run_id);"
-    "CREATE INDEX IF NOT EXISTS runs_by_status ON runs(status, run_id);";
+    "CREATE INDEX IF NOT EXISTS runs_by_status ON runs(status, run_id);"
+    // Partial: the rows whose record did not parse, looked up on every listing, are few.
+    "CREATE INDEX IF NOT EXISTS runs_unreadable ON runs(line) WHERE error IS NOT NULL;";
 
 std::string index_path(const Dirs& dirs) { return dirs.traces + "/index.sqlite"; }
 
