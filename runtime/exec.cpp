@@ -165,7 +165,7 @@ Result<json> run_exec(const json& request, const ExecContext& ctx) {
     return extra;
   };
   // No result without a record: a run whose record is not durable in the ledger answers with an
-  // error, not with its output (exit 125; run_sandbox said why on stderr).
+  // error, not with its output (exit 125; cli/exec_cmd.cpp prints the one line).
   run.require_record = true;
   RunReport rep = run_sandbox(run);
   if (!rep.recorded)

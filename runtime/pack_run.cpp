@@ -200,6 +200,7 @@ PackRunResult run_pack(PackRunRequest& req) {
   run.require_record = true;
   RunReport report = run_sandbox(run);
   res.recorded = report.recorded;
+  res.record_error = report.record_error;
   for (auto& [n, v] : run.secret_files) wipe(v);
   for (auto& [n, v] : run.secret_env) wipe(v);
   for (auto& [n, v] : req.secrets) wipe(v);

@@ -680,7 +680,9 @@ RunReport run_sandbox(const RunRequest& req) {
       if (st->truncated)
         spdlog::warn("{} truncated at the output limit of {}: {} more bytes dropped (--output-limit)", name,
                      format_size(*spec.limits.output_limit_bytes), st->dropped_bytes);
-  if (!stored && (req.require_record || spec.require_record)) {
+  if (!stored && req.require_record) {
+    report.exit_status = 125;  // the caller (pack run, exec) says why, in its own one line
+  } else if (!stored && spec.require_record) {
     std::fprintf(stderr, "sbx: the run's trace record could not be stored durably in %s: %s; exit 125 (a run without its record is a failure here)\n",
                  printable(req.dirs.traces).c_str(), printable(stored.error().describe()).c_str());
     report.exit_status = 125;

@@ -27,8 +27,9 @@ struct RunRequest {
   std::vector<std::string> invocation_argv;  // sbx's own argv
   Dirs dirs;
   std::string trace_file;  // extra copy of the record ("" for none)
-  // A record that cannot be stored durably fails the run: exit 125 with one line saying why
-  // (pack run and exec always; `sbx run --require-record` or the profile's require_record).
+  // A record that cannot be stored durably fails the run with exit 125; the caller reports it
+  // (pack run and exec, from RunReport::record_error). `sbx run --require-record` and the
+  // profile's require_record set RunSpec::require_record instead, and run_sandbox says why.
   bool require_record = false;
   // Limits given on the command line ("memory", "pids", "cpus", "cpu_time"): a shortfall in one
   // of these is a warning; in a profile default it is logged at info level (quiet by default).
