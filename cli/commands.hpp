@@ -52,6 +52,7 @@ struct RunFlags {
   bool tty = false;          // run -t: a pty of the sandbox's own (stdin_relay.hpp)
   bool systemd_scope = false;  // run: re-exec under a delegated systemd scope when rootless
   bool require_limits = false;
+  bool require_record = false;
   std::vector<std::string> command;
 };
 
@@ -77,6 +78,7 @@ void add_profile_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& 
 void add_trace_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out);
 void add_doctor_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out);
 void add_image_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out);
+void add_key_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out);
 
 // --state-dir, --log-level, -v: on the top level and on subcommands that do not fall through.
 void add_global_options(CLI::App& app, GlobalOptions& g);

@@ -135,6 +135,10 @@ int run_pack_command(PackFlags& f, GlobalOptions& g) {
   for (auto& e : res.errors) std::fprintf(stderr, "sbx: %s: %s\n", to_string(res.status), printable(e).c_str());
   if (res.status == RunStatus::ok && req.dry_run) {
     std::printf("%s\n", dump_json(res.result, 2).c_str());  // --result is for a run's result only
+  } else if (!req.dry_run && !res.recorded) {
+    std::fprintf(stderr, "sbx: pack run: the run's trace record could not be stored durably (%s): the validated result is withheld\n",
+                 printable(res.record_error).c_str());
+    return 125;
   } else if (res.status == RunStatus::ok) {
     std::string text = dump_json(res.result, 2) + "\n";
     if (!f.result_file.empty()) {

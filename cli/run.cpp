@@ -157,6 +157,7 @@ Result<RunSpec> apply_flags(RunSpec spec, const RunFlags& f) {
   }
   if (!spec.network.allow.empty()) spec.network.mode = "proxy";
   if (f.require_limits) spec.require_limits = true;
+  if (f.require_record) spec.require_record = true;
   if (!f.seccomp.empty()) spec.seccomp = f.seccomp;
   if (!f.cap_add.empty()) {
     std::vector<std::string> keep = spec.capabilities.keep;
@@ -182,6 +183,8 @@ void add_limit_options(CLI::App* app, RunFlags& f) {
   app->add_option("--cpus", f.cpus, "CPU share, e.g. 0.5");
   app->add_option("--cpu-time", f.cpu_time, "CPU-time budget, e.g. 10s");
   app->add_flag("--require-limits", f.require_limits, "Fail (exit 125) unless every limit can be enforced");
+  app->add_flag("--require-record", f.require_record,
+                "Fail (exit 125) when the run's trace record cannot be stored durably (always on for pack run and exec)");
   app->add_option("--seccomp", f.seccomp, "Seccomp policy: default, unconfined, or an OCI JSON file");
   app->add_option("--cap-add", f.cap_add,
                   "Keep this capability (CAP_CHOWN or chown) inside the sandbox's user namespace too; repeatable");

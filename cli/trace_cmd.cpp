@@ -1,13 +1,16 @@
-// sbx trace ls [-n N] [--json] | show RUN_ID|last|-N [--format json|text] [--json]
+// sbx trace ls [-n N] [--json] | show RUN_ID|last|-N [--format json|text] [--json] | verify | head [--json]
 #include <cstdio>
 #include <cstring>
 #include <memory>
 #include <string>
 
 #include "cli/commands.hpp"
+#include "runtime/ledger_key.hpp"
 #include "runtime/paths.hpp"
 #include "runtime/shell_quote.hpp"
 #include "runtime/text_escape.hpp"
+#include "runtime/trace_index.hpp"
+#include "runtime/trace_ledger.hpp"
 #include "runtime/trace_store.hpp"
 
 namespace sbx::cli {
@@ -224,10 +227,15 @@ std::string pretty(const json& r) {
 struct LsOptions {
   std::size_t newest = 0;  // -n: at most this many runs, newest first (0: all)
   bool as_json = false;
+  std::string status, since;  // filters (trace_store.hpp: TraceFilter)
 };
 
 int run_ls(const GlobalOptions& g, const LsOptions& o) {
-  auto traces = list_traces(resolve_dirs(g.state_dir), o.newest);
+  TraceFilter f;
+  f.newest = o.newest;
+  f.status = o.status;
+  f.since = o.since;
+  auto traces = list_traces(resolve_dirs(g.state_dir), f);
   if (!traces) return usage_error(traces.error().describe());
   if (o.as_json) {
     // For scripts: one array, newest first; text of outside origin stays JSON-escaped (ASCII).
@@ -250,6 +258,72 @@ int run_ls(const GlobalOptions& g, const LsOptions& o) {
   return 0;
 }
 
+// Exit 0 when the chain is intact, 1 when broken (the first break on stderr, one line), 125
+// when the ledger cannot be read at all.
+int run_verify(const GlobalOptions& g, const std::string& anchor_text, const std::string& pubkey) {
+  std::optional<LedgerVerifier> verifier;
+  if (!pubkey.empty()) {
+    auto v = LedgerVerifier::load(pubkey);
+    if (!v) return usage_error("trace verify: --pubkey: " + v.error().describe());
+    verifier = std::move(*v);
+  }
+  std::optional<LedgerAnchor> anchor;
+  if (!anchor_text.empty()) {
+    // "SEQ:HASH" or "SEQ HASH ..." (what `trace head` prints).
+    auto sep = anchor_text.find_first_of(": ");
+    std::string seq = anchor_text.substr(0, sep);
+    std::string hash = sep == std::string::npos ? "" : anchor_text.substr(sep + 1, 64);
+    if (seq.empty() || seq.size() > 19 || seq.find_first_not_of("0123456789") != std::string::npos || hash.size() != 64 ||
+        hash.find_first_not_of("0123456789abcdef") != std::string::npos || std::stoull(seq) == 0)
+      return usage_error("trace verify: --anchor wants SEQ:HASH (as 'sbx trace head' prints it), got '" + anchor_text + "'");
+    anchor = LedgerAnchor{std::stoull(seq), hash};
+  }
+  auto r = verify_ledger(resolve_dirs(g.state_dir), anchor, verifier ? &*verifier : nullptr);
+  if (!r) return usage_error(r.error().describe());
+  if (!r->intact) {
+    std::fprintf(stderr, "sbx: trace ledger broken: %s\n", printable(r->problem).c_str());
+    std::printf("broken after %llu intact record(s)\n", static_cast<unsigned long long>(r->records));
+    return 1;
+  }
+  if (r->records == 0) {
+    std::printf("intact: the ledger holds no records\n");
+    return 0;
+  }
+  if (verifier) std::printf("signatures: every record signed by the key in %s\n", printable(pubkey).c_str());
+  std::printf("intact: %llu record(s); head seq %llu %s (run %s)\n", static_cast<unsigned long long>(r->records),
+              static_cast<unsigned long long>(r->head_seq), r->head_hash.c_str(), r->head_run_id.c_str());
+  return 0;
+}
+
+int run_import(const GlobalOptions& g) {
+  auto rep = import_legacy_traces(resolve_dirs(g.state_dir));
+  if (!rep) return usage_error(rep.error().describe());
+  for (auto& s : rep->skipped) std::fprintf(stderr, "sbx: trace import: skipped %s\n", printable(s).c_str());
+  std::printf("imported %zu record(s) into the ledger; %zu already there; %zu skipped\n", rep->imported, rep->already,
+              rep->skipped.size());
+  return rep->skipped.empty() ? 0 : 1;
+}
+
+// "SEQ HASH RUN_ID": what another system stores to anchor the chain (a later ledger that does not
+// reach this head with this hash has been rewritten or cut).
+int run_head(const GlobalOptions& g, bool as_json) {
+  auto h = ledger_head(resolve_dirs(g.state_dir));
+  if (!h) return usage_error(h.error().describe());
+  if (h->torn_bytes)
+    std::fprintf(stderr, "sbx: warning: the ledger ends in %llu bytes of an interrupted append (sbx trace verify)\n",
+                 static_cast<unsigned long long>(h->torn_bytes));
+  if (as_json) {
+    json j = {{"seq", h->seq}, {"hash", h->seq ? json(h->hash) : json(nullptr)},
+              {"run_id", h->seq ? json(h->run_id) : json(nullptr)}};
+    std::printf("%s\n", j.dump().c_str());
+  } else if (h->seq == 0) {
+    std::printf("0 - -\n");
+  } else {
+    std::printf("%llu %s %s\n", static_cast<unsigned long long>(h->seq), h->hash.c_str(), h->run_id.c_str());
+  }
+  return 0;
+}
+
 }  // namespace
 
 void add_trace_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out) {
@@ -259,6 +333,19 @@ void add_trace_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& ou
   auto ls_opts = std::make_shared<LsOptions>();
   ls->add_option("-n,--newest", ls_opts->newest, "List only the N newest runs")->check(CLI::PositiveNumber);
   ls->add_flag("--json", ls_opts->as_json, "Print a JSON array (run_id, started_at, status, exit_code, wall_ms, command)");
+  ls->add_option("--status", ls_opts->status, "Only runs with this status (ok, exit_nonzero, timeout, signaled, ...)");
+  ls->add_option("--since", ls_opts->since, "Only runs started at or after this RFC 3339 time or date prefix (2026-12-01)");
+  auto* reindex = trace->add_subcommand("reindex", "Rebuild the query index (traces/index.sqlite) from the ledger");
+  auto* verify = trace->add_subcommand("verify", "Check the trace ledger's hash chain; name the first break");
+  auto* import = trace->add_subcommand(
+      "import", "Append records of the previous store format (one <run_id>.json per run) to the ledger");
+  auto anchor = std::make_shared<std::string>();
+  auto pubkey = std::make_shared<std::string>();
+  verify->add_option("--pubkey", *pubkey, "Ed25519 public key (PEM, from 'sbx key init'): every record must carry a valid signature");
+  verify->add_option("--anchor", *anchor, "SEQ:HASH of a head printed earlier by 'trace head': the chain must still reach it");
+  auto* head = trace->add_subcommand("head", "Print the ledger's head (seq, hash, run id) for anchoring elsewhere");
+  auto head_json = std::make_shared<bool>(false);
+  head->add_flag("--json", *head_json, "Print {\"seq\", \"hash\", \"run_id\"}");
   auto* show = trace->add_subcommand("show", "Print one run's trace record");
   struct ShowOptions {
     std::string run_id;
@@ -275,8 +362,17 @@ void add_trace_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& ou
       ->check(CLI::IsMember({"json", "text"}));
   show->add_flag("--json", opts->as_json, "The same as --format json");
 
-  out.push_back({trace, [ls, show, opts, ls_opts, &g]() -> int {
+  out.push_back({trace, [ls, show, verify, anchor, pubkey, import, reindex, head, head_json, opts, ls_opts, &g]() -> int {
     if (ls->parsed()) return run_ls(g, *ls_opts);
+    if (verify->parsed()) return run_verify(g, *anchor, *pubkey);
+    if (import->parsed()) return run_import(g);
+    if (reindex->parsed()) {
+      auto n = rebuild_index(resolve_dirs(g.state_dir));
+      if (!n) return usage_error(n.error().describe());
+      std::printf("indexed %llu ledger line(s)\n", static_cast<unsigned long long>(*n));
+      return 0;
+    }
+    if (head->parsed()) return run_head(g, *head_json);
     if (show->parsed()) {
       for (auto& extra : show->remaining()) {
         bool selector = extra.size() > 1 && extra[0] == '-' &&
@@ -294,7 +390,7 @@ void add_trace_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& ou
       else std::printf("%s\n", pretty(*rec).c_str());
       return 0;
     }
-    return usage_error("trace: expected 'ls' or 'show RUN_ID'");
+    return usage_error("trace: expected 'ls', 'show RUN_ID', 'verify', 'head', 'import' or 'reindex'");
   }});
 }
 

@@ -64,11 +64,11 @@ _sbx() {
     local global_opts="--state-dir --log-level -v --verbose --version -h --help"
     local run_opts="--profile --image --uid --gid --bind --tmpfs --workdir --input --output --output-max-bytes
         --output-max-files --env --env-pass --timeout --output-limit --memory --pids --cpus --cpu-time --require-limits
-        --seccomp --cap-add --allow-host --trace-file --dry-run --systemd-scope -i --interactive -t --tty"
+        --require-record --seccomp --cap-add --allow-host --trace-file --dry-run --systemd-scope -i --interactive -t --tty"
     # Options that take a value (the next word is not a subcommand or the command).
     local takes_arg="--state-dir --log-level --profile --image --uid --gid --bind --tmpfs --workdir --env
         --env-pass --timeout --output-limit --memory --pids --cpus --cpu-time --seccomp --cap-add --allow-host --trace-file --format
-        --input --output --output-max-bytes --output-max-files --context --secret --result --name"
+        --pubkey --anchor --status --since --input --output --output-max-bytes --output-max-files --context --secret --result --name"
 
     # Find the subcommand path (run | profile ls|show | trace ls|show | doctor | pack ... |
     # image ...) and, for run, where the sandboxed command starts.
@@ -98,7 +98,7 @@ _sbx() {
             cmd=$w
         elif [[ $cmd == run ]]; then
             cmd_start=$i; break
-        elif [[ -z $sub && ( $cmd == profile || $cmd == trace || $cmd == pack || $cmd == image ) ]]; then
+        elif [[ -z $sub && ( $cmd == profile || $cmd == trace || $cmd == pack || $cmd == image || $cmd == key ) ]]; then
             sub=$w
         else
             npos=$((npos + 1))
@@ -152,7 +152,7 @@ _sbx() {
             if [[ $cur == -* ]]; then
                 COMPREPLY=($(compgen -W "$global_opts" -- "$cur"))
             else
-                COMPREPLY=($(compgen -W "run profile trace doctor pack exec image" -- "$cur"))
+                COMPREPLY=($(compgen -W "run profile trace doctor pack exec image key" -- "$cur"))
             fi ;;
         run)
             COMPREPLY=($(compgen -W "$run_opts $global_opts --" -- "$cur"))
@@ -171,7 +171,11 @@ _sbx() {
         trace)
             if [[ -z $sub ]]; then
                 [[ $cur == -* ]] && COMPREPLY=($(compgen -W "--help" -- "$cur")) ||
-                    COMPREPLY=($(compgen -W "ls show" -- "$cur"))
+                    COMPREPLY=($(compgen -W "ls show verify head import reindex" -- "$cur"))
+            elif [[ $cur == -* && $sub == verify ]]; then
+                COMPREPLY=($(compgen -W "--pubkey --anchor --help" -- "$cur"))
+            elif [[ $cur == -* && $sub == head ]]; then
+                COMPREPLY=($(compgen -W "--json --help" -- "$cur"))
             elif [[ $sub == show ]]; then
                 if [[ $cur == -* ]]; then
                     COMPREPLY=($(compgen -W "--format --json --help" -- "$cur"))
@@ -179,7 +183,7 @@ _sbx() {
                     COMPREPLY=($(compgen -W "last $(_sbx_run_ids)" -- "$cur"))
                 fi
             elif [[ $cur == -* && $sub == ls ]]; then
-                COMPREPLY=($(compgen -W "-n --newest --json --help" -- "$cur"))
+                COMPREPLY=($(compgen -W "-n --newest --json --status --since --help" -- "$cur"))
             elif [[ $cur == -* ]]; then
                 COMPREPLY=($(compgen -W "--help" -- "$cur"))
             fi ;;
@@ -193,7 +197,7 @@ _sbx() {
                 COMPREPLY=($(compgen -W "--strict --no-strict --help" -- "$cur"))
             elif [[ $cur == -* && $sub == run ]]; then
                 COMPREPLY=($(compgen -W "--input --context --secret --result --profile --image --timeout
-                    --output-limit --memory --pids --cpus --cpu-time --require-limits --seccomp --cap-add --trace-file
+                    --output-limit --memory --pids --cpus --cpu-time --require-limits --require-record --seccomp --cap-add --trace-file
                     --dry-run --help" -- "$cur"))
             elif [[ $cur == -* ]]; then
                 COMPREPLY=($(compgen -W "--help" -- "$cur"))
@@ -202,6 +206,13 @@ _sbx() {
             fi ;;
         exec)
             COMPREPLY=($(compgen -W "--trace-file --dry-run --help" -- "$cur")) ;;
+        key)
+            if [[ -z $sub ]]; then
+                [[ $cur == -* ]] && COMPREPLY=($(compgen -W "--help" -- "$cur")) ||
+                    COMPREPLY=($(compgen -W "init" -- "$cur"))
+            else
+                COMPREPLY=($(compgen -W "--help" -- "$cur"))
+            fi ;;
         image)
             if [[ -z $sub ]]; then
                 [[ $cur == -* ]] && COMPREPLY=($(compgen -W "--help" -- "$cur")) ||

@@ -11,7 +11,7 @@ function __sbx_path
     set -l tokens (commandline -opc)
     set -e tokens[1]
     set -l takes_arg --state-dir --log-level --profile --image --uid --gid --bind --tmpfs --workdir --env \
-        --env-pass --timeout --output-limit --memory --pids --cpus --cpu-time --seccomp --cap-add --allow-host --trace-file --format \
+        --env-pass --timeout --output-limit --memory --pids --cpus --cpu-time --seccomp --cap-add --allow-host --trace-file --format --pubkey --anchor --status --since \
         --input --output --output-max-bytes --output-max-files --context --secret --result --name
     set -l path
     set -l skip 0
@@ -90,6 +90,7 @@ complete -c sbx -n '__sbx_at' -a doctor -d 'Check what sbx needs on this host'
 complete -c sbx -n '__sbx_at' -a pack -d 'Rule packs: validate, init, run'
 complete -c sbx -n '__sbx_at' -a exec -d 'Run generated code from a JSON request on stdin'
 complete -c sbx -n '__sbx_at' -a image -d 'Manage the content-addressed image store'
+complete -c sbx -n '__sbx_at' -a key -d 'Manage the key that signs the trace ledger'
 
 # sbx run
 complete -c sbx -n '__sbx_at run' -l profile -x -a '(__sbx_profiles; __fish_complete_suffix .json)' -d 'Profile name or JSON file'
@@ -112,6 +113,7 @@ complete -c sbx -n '__sbx_at run' -l pids -x -a 'none unlimited' -d 'Maximum num
 complete -c sbx -n '__sbx_at run' -l cpus -x -a 'none unlimited' -d 'CPU share, e.g. 0.5'
 complete -c sbx -n '__sbx_at run' -l cpu-time -x -a 'none unlimited' -d 'CPU-time budget, e.g. 10s'
 complete -c sbx -n '__sbx_at run' -l require-limits -d 'Fail unless every limit can be enforced'
+complete -c sbx -n '__sbx_at run' -l require-record -d 'Fail when the trace record cannot be stored durably'
 complete -c sbx -n '__sbx_at run' -l seccomp -r -F -a 'default unconfined' -d 'Seccomp policy: default, unconfined or an OCI JSON file'
 complete -c sbx -n '__sbx_at run' -l cap-add -x -a "$__sbx_capabilities" -d 'Keep this capability inside the user namespace (repeatable)'
 complete -c sbx -n '__sbx_at run' -l allow-host -x -a '(__fish_print_hostnames)' -d 'Allow egress to HOST[:PORT] through the filtering proxy'
@@ -173,6 +175,18 @@ complete -c sbx -n '__sbx_at trace show' -l json -d 'The same as --format json'
 complete -c sbx -n '__sbx_at trace show' -a last -d 'The newest run'
 complete -c sbx -n '__sbx_at trace ls' -s n -l newest -x -d 'List only the N newest runs'
 complete -c sbx -n '__sbx_at trace ls' -l json -d 'Print a JSON array'
+complete -c sbx -n '__sbx_at trace ls' -l status -x -a 'ok exit_nonzero timeout signaled oom seccomp_violation output_limit output_invalid input_invalid setup_error' -d 'Only runs with this status'
+complete -c sbx -n '__sbx_at trace ls' -l since -x -d 'Only runs started at or after this time'
+complete -c sbx -n '__sbx_at trace' -a reindex -d 'Rebuild the query index from the ledger'
+complete -c sbx -n '__sbx_at trace' -a verify -d "Check the ledger's hash chain; name the first break"
+complete -c sbx -n '__sbx_at trace' -a head -d "Print the ledger's head for anchoring elsewhere"
+complete -c sbx -n '__sbx_at trace' -a import -d 'Append records of the previous store format to the ledger'
+complete -c sbx -n '__sbx_at trace verify' -l pubkey -r -F -d 'Ed25519 public key: every record must be signed'
+complete -c sbx -n '__sbx_at trace verify' -l anchor -x -d 'SEQ:HASH printed earlier by trace head'
+complete -c sbx -n '__sbx_at trace head' -l json -d 'Print a JSON object'
+
+# sbx key
+complete -c sbx -n '__sbx_at key' -a init -d 'Make the Ed25519 key pair that signs the trace ledger'
 
 # sbx pack
 complete -c sbx -n '__sbx_at pack' -a validate -d "Check a pack's manifest and schemas"
@@ -193,6 +207,7 @@ complete -c sbx -n '__sbx_at pack run' -l pids -x -a 'none unlimited' -d 'Maximu
 complete -c sbx -n '__sbx_at pack run' -l cpus -x -a 'none unlimited' -d 'CPU share'
 complete -c sbx -n '__sbx_at pack run' -l cpu-time -x -a 'none unlimited' -d 'CPU-time budget'
 complete -c sbx -n '__sbx_at pack run' -l require-limits -d 'Fail unless every limit can be enforced'
+complete -c sbx -n '__sbx_at pack run' -l require-record -d 'Always on for pack run'
 complete -c sbx -n '__sbx_at pack run' -l seccomp -r -F -d 'Seccomp policy'
 complete -c sbx -n '__sbx_at pack run' -l cap-add -x -a "$__sbx_capabilities" -d 'Keep this capability inside the user namespace (repeatable)'
 complete -c sbx -n '__sbx_at pack run' -l trace-file -r -F -d 'Also write the trace record here'

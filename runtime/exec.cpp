@@ -12,6 +12,7 @@
 #include "runtime/sandbox.hpp"
 #include "runtime/schema_validate.hpp"
 #include "runtime/sha256.hpp"
+#include "runtime/trace_ledger.hpp"
 #include "runtime/typed_io.hpp"
 #include "runtime/userns.hpp"
 
@@ -163,7 +164,13 @@ Result<json> run_exec(const json& request, const ExecContext& ctx) {
     extra["validation"] = {{"input", nullptr}, {"output", output_check}};
     return extra;
   };
+  // No result without a record: a run whose record is not durable in the ledger answers with an
+  // error, not with its output (exit 125; cli/exec_cmd.cpp prints the one line).
+  run.require_record = true;
   RunReport rep = run_sandbox(run);
+  if (!rep.recorded)
+    return make_error("record", "the run's trace record could not be stored (" + rep.record_error +
+                                    "): its result is withheld");
   const json& t = rep.trace;
   json res = t.value("result", json::object());
   json resp = {{"run_id", t.value("run_id", "")},
@@ -179,7 +186,7 @@ Result<json> run_exec(const json& request, const ExecContext& ctx) {
                {"result_errors", result_errors},
                {"usage", t.value("usage", json::object())},
                {"violations", t.value("violations", json::array())},
-               {"trace", ctx.dirs.traces + "/" + t.value("run_id", "") + ".json"}};
+               {"trace", ctx.dirs.traces + "/" + kLedgerName}};
   (void)res;
   if (result_errors_omitted > 0) resp["result_errors_omitted"] = result_errors_omitted;
   return resp;

@@ -195,14 +195,19 @@ PackRunResult run_pack(PackRunRequest& req) {
     return extra;
   };
 
+  // No result without a record: the caller gets the validated result only once the run's record
+  // is durable in the ledger (cli/pack_cmd.cpp withholds it otherwise).
+  run.require_record = true;
   RunReport report = run_sandbox(run);
+  res.recorded = report.recorded;
+  res.record_error = report.record_error;
   for (auto& [n, v] : run.secret_files) wipe(v);
   for (auto& [n, v] : run.secret_env) wipe(v);
   for (auto& [n, v] : req.secrets) wipe(v);
   res.exit_status = report.exit_status;
   res.status = report.outcome.status;
   res.trace = std::move(report.trace);
-  if (res.status == RunStatus::ok) res.result = std::move(valid_result);
+  if (res.status == RunStatus::ok && res.recorded) res.result = std::move(valid_result);
   res.errors.insert(res.errors.end(), out_lines.begin(), out_lines.end());
   return res;
 }

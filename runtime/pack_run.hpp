@@ -37,6 +37,8 @@ struct PackRunResult {
   nlohmann::json result;              // the validated result; null unless status is ok
   std::vector<std::string> errors;    // contract violations, one line each ("/0/id: ...")
   nlohmann::json trace;
+  bool recorded = false;  // the record is in the ledger: only then may the result be released
+  std::string record_error;  // why not, when not
 };
 
 // Per-record validation of a records file (a JSON array); pointers are into the whole file. At

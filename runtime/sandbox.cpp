@@ -37,6 +37,7 @@
 #include "runtime/signals.hpp"
 #include "runtime/supervisor.hpp"
 #include "runtime/trace.hpp"
+#include "runtime/self_digest.hpp"
 #include "runtime/trace_store.hpp"
 #include "runtime/units.hpp"
 #include "runtime/text_escape.hpp"
@@ -660,14 +661,21 @@ RunReport run_sandbox(const RunRequest& req) {
   }
   report.trace["outputs"] = outputs;
   for (auto& [k, v] : extra.items()) report.trace[k] = v;
-  std::string text = trace_text(report.trace);  // never throws (trace.hpp)
+  // Which build made the record (cached by the binary's identity: self_digest.hpp).
+  if (auto digest = self_binary_sha256(req.dirs); digest) report.trace["sbx"]["binary_sha256"] = *digest;
+  else report.trace["sbx"]["binary_sha256_error"] = digest.error().describe();
+  // The ledger's line: compact JSON; never throws (trace.hpp).
+  std::string line = trace_text(report.trace, -1);
   // The record is stored before anything is written to stderr: a write to stderr blocks while
   // its reader is stalled, and sbx must not die there (SIGKILL from an impatient caller) with
-  // the run unrecorded. --trace-file is 0600 like the store's records: a record holds the run's
-  // argv and --env values.
-  auto stored = store_trace(req.dirs, run_id, text);
+  // the run unrecorded. The supervisor's loop is over: the append (an flock wait bounded at
+  // seconds, one write, one fdatasync) cannot stall the run's limits. --trace-file is 0600 like
+  // the ledger: a record holds the run's argv and --env values.
+  auto stored = store_trace(req.dirs, run_id, line);
+  report.recorded = stored.ok();
+  if (!stored) report.record_error = stored.error().describe();
   Status trace_file_written;
-  if (!req.trace_file.empty()) trace_file_written = write_file_durable(req.trace_file, text, 0600);
+  if (!req.trace_file.empty()) trace_file_written = write_file_durable(req.trace_file, trace_text(report.trace), 0600);
   if (outcome.status == RunStatus::setup_error && outcome.error) {
     // --dry-run prints the same line (print_dry_run).
     std::fprintf(stderr, "sbx: %s\n", printable(outcome.error->describe_setup()).c_str());
@@ -684,13 +692,24 @@ RunReport run_sandbox(const RunRequest& req) {
       if (st->truncated)
         spdlog::warn("{} truncated at the output limit of {}: {} more bytes dropped (--output-limit)", name,
                      format_size(*spec.limits.output_limit_bytes), st->dropped_bytes);
-  if (!stored) spdlog::warn("could not store the trace record in {}: {}", req.dirs.traces, stored.error().describe());
+  if (!stored && req.require_record) {
+    report.exit_status = 125;  // the caller (pack run, exec) says why, in its own one line
+  } else if (!stored && spec.require_record) {
+    std::fprintf(stderr, "sbx: the run's trace record could not be stored durably in %s: %s; exit 125 (a run without its record is a failure here)\n",
+                 printable(req.dirs.traces).c_str(), printable(stored.error().describe()).c_str());
+    report.exit_status = 125;
+  } else if (!stored) {
+    spdlog::warn("could not store the trace record in {}: {}", req.dirs.traces, stored.error().describe());
+  } else if (stored->torn_bytes) {
+    spdlog::warn("trace ledger: cut {} bytes of an interrupted append off its end (noted as ledger_repair in run {}'s record)",
+                 stored->torn_bytes, run_id);
+  }
   if (!trace_file_written) {
     std::fprintf(stderr, "sbx: cannot write --trace-file %s: %s\n", printable(req.trace_file).c_str(),
                  printable(trace_file_written.error().describe()).c_str());
     if (report.exit_status == 0) report.exit_status = 125;
   }
-  spdlog::info("run {} ended: {} (trace in {}/{}.json)", run_id, to_string(outcome.status), req.dirs.traces, run_id);
+  spdlog::info("run {} ended: {} (trace: sbx trace show {})", run_id, to_string(outcome.status), run_id);
   // 6 clean: init's exit has run beside the recording; it is reaped now, so that nothing of the
   // run outlives sbx. Then anything left in the run cgroup is killed and the cgroup removed.
   // Nothing else on the host: the root, /tmp and /dev lived in tmpfs mounts of the sandbox's own

@@ -27,6 +27,10 @@ struct RunRequest {
   std::vector<std::string> invocation_argv;  // sbx's own argv
   Dirs dirs;
   std::string trace_file;  // extra copy of the record ("" for none)
+  // A record that cannot be stored durably fails the run with exit 125; the caller reports it
+  // (pack run and exec, from RunReport::record_error). `sbx run --require-record` and the
+  // profile's require_record set RunSpec::require_record instead, and run_sandbox says why.
+  bool require_record = false;
   // Limits given on the command line ("memory", "pids", "cpus", "cpu_time"): a shortfall in one
   // of these is a warning; in a profile default it is logged at info level (quiet by default).
   std::vector<std::string> explicit_limits;
@@ -67,6 +71,10 @@ struct RunReport {
   Outcome outcome;
   nlohmann::json trace;
   int exit_status = 125;
+  // Whether the record reached the ledger durably; when not, why (a caller that releases a
+  // result only with its record, pack run and exec, withholds it: no result without a record).
+  bool recorded = false;
+  std::string record_error;
 };
 
 RunReport run_sandbox(const RunRequest& req);

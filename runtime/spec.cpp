@@ -262,6 +262,7 @@ json spec_to_json(const RunSpec& s) {
         {"output_max_bytes", s.limits.output_max_bytes},
         {"output_max_files", s.limits.output_max_files}}},
       {"require_limits", s.require_limits},
+      {"require_record", s.require_record},
       {"seccomp", s.seccomp},
       {"capabilities", {{"keep", s.capabilities.keep}}},
   };
@@ -402,6 +403,7 @@ Result<RunSpec> spec_from_json(const json& j, const std::string& source) {
   }
   SBX_TRY(read_limits(r, s.limits));
   SBX_TRY(r.get_bool("require_limits", s.require_limits));
+  SBX_TRY(r.get_bool("require_record", s.require_record));
   SBX_TRY(r.get_string("seccomp", s.seccomp));
   if (s.seccomp.empty()) return r.fail_key("seccomp", "must be 'default', 'unconfined' or a policy file");
   SBX_TRY(read_capabilities(r, s.capabilities));

@@ -89,6 +89,9 @@ struct RunSpec {
   NetworkSpec network;
   Limits limits;
   bool require_limits = false;
+  // A run whose trace record cannot be stored durably fails (exit 125) instead of warning. Off by
+  // default for `sbx run` (its output has already streamed); pack run and exec always require it.
+  bool require_record = false;
   // Seccomp policy: "default" (built in, profiles/seccomp/default.json), "unconfined" (no filter,
   // loud) or the path of an OCI linux.seccomp JSON file.
   std::string seccomp = "default";

@@ -107,7 +107,7 @@ nlohmann::json trace_record(TraceParts&& p) {
               {"violations_summary", std::move(p.violations_summary)}};
 }
 
-std::string trace_text(nlohmann::json& record) {
+std::string trace_text(nlohmann::json& record, int indent) {
   using nlohmann::json;
   // Copied before dump_json touches the record: the fallback must not depend on what failed.
   json keep = json::object();
@@ -120,7 +120,9 @@ std::string trace_text(nlohmann::json& record) {
     f["record_error"] = reason;
     return f;
   };
-  return dump_json(record, 2, fallback) + "\n";
+  std::string text = dump_json(record, indent, fallback);
+  if (indent >= 0) text += "\n";
+  return text;
 }
 
 }  // namespace sbx

@@ -48,6 +48,7 @@ nlohmann::json trace_record(TraceParts&& parts);
 // origin that are not valid UTF-8 (argv, environment, paths...) are escaped in `record` itself
 // and listed under "escaped_strings" (json_io.hpp: dump_json). Should the record still not
 // serialise, the text is a minimal record (schema, run_id, times, result) with "record_error".
-std::string trace_text(nlohmann::json& record);
+// `indent` -1 gives one line (the ledger's form, trace_ledger.hpp), without the final newline.
+std::string trace_text(nlohmann::json& record, int indent = 2);
 
 }  // namespace sbx

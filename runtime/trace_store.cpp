@@ -1,16 +1,22 @@
 #include "runtime/trace_store.hpp"
 
 #include <dirent.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <memory>
+#include <set>
 
 #include <spdlog/spdlog.h>
 
 #include "runtime/fsutil.hpp"
 #include "runtime/json_io.hpp"
+#include "runtime/ledger_key.hpp"
+#include "runtime/sha256.hpp"
 #include "runtime/shell_quote.hpp"
+#include "runtime/trace_index.hpp"
+#include "runtime/trace_ledger.hpp"
 
 namespace sbx {
 namespace {
@@ -93,7 +99,9 @@ std::string join_command(const nlohmann::json& argv) {
   return shell_join(args);
 }
 
-TraceSummary summarize(const std::string& id, const nlohmann::json& j) {
+}  // namespace
+
+TraceSummary summarize_record(const std::string& id, const nlohmann::json& j) {
   TraceSummary s;
   s.run_id = id;
   s.started_at = string_member(j, "started_at");
@@ -111,32 +119,210 @@ TraceSummary summarize(const std::string& id, const nlohmann::json& j) {
   return s;
 }
 
+namespace {
+
+// Where a run's record lies: a ledger line (offset into ledger.jsonl) or, for records of the
+// previous store format, its own <run_id>.json file.
+struct Stored {
+  std::string id;
+  std::int64_t ledger_offset = -1;  // -1: a legacy file
+};
+
+// Every stored run, sorted by id (time order). A run id found in the ledger more than once (the
+// ledger is append-only: a run id recorded again) is its last line; one found both in the ledger
+// and as a legacy file (imported) is the ledger's.
+bool ledger_exists(const Dirs& dirs) { return ::access(ledger_path(dirs).c_str(), F_OK) == 0; }
+
+Status scan_runs(const Dirs& dirs, std::vector<Stored>& all) {
+  return scan_ledger(dirs, [&](const LedgerLine& l) {
+    auto e = parse_ledger_line(l.text);
+    if (!e) spdlog::warn("skipping trace ledger line {}: {}", l.line_no, e.error().describe());
+    else all.push_back({e->run_id, static_cast<std::int64_t>(l.offset)});
+    return true;
+  });
+}
+
+Result<std::vector<Stored>> stored_runs(const Dirs& dirs) {
+  std::vector<Stored> all;
+  // The index when it can be used (a read-only state dir cannot hold one): else the ledger, read
+  // line by line.
+  auto indexed = ledger_exists(dirs) ? index_run_ids(dirs) : decltype(index_run_ids(dirs))(std::vector<std::pair<std::string, std::uint64_t>>{});
+  if (indexed) {
+    for (auto& [id, off] : *indexed) all.push_back({id, static_cast<std::int64_t>(off)});
+  } else {
+    spdlog::debug("trace index unusable ({}): reading the ledger", indexed.error().describe());
+    SBX_TRY(scan_runs(dirs, all));
+  }
+  auto legacy = stored_ids(dirs);
+  if (!legacy) return legacy.error();
+  for (auto& id : *legacy) all.push_back({id, -1});
+  // Stable: among equal ids the ledger's lines come first, in file order; keep the last of those.
+  std::stable_sort(all.begin(), all.end(), [](const Stored& a, const Stored& b) { return a.id < b.id; });
+  std::vector<Stored> out;
+  for (auto& s : all) {
+    if (!out.empty() && out.back().id == s.id) {
+      if (s.ledger_offset >= 0) out.back() = s;  // a later ledger line of the same run id
+      continue;
+    }
+    out.push_back(s);
+  }
+  return out;
+}
+
+Result<nlohmann::json> load_stored(const Dirs& dirs, const Stored& s) {
+  if (s.ledger_offset < 0) return parse_record(trace_path(dirs, s.id));
+  auto line = read_ledger_line(dirs, static_cast<std::uint64_t>(s.ledger_offset));
+  if (!line) return line.error();
+  auto e = parse_ledger_line(*line);
+  if (!e) return e.error();
+  const std::string what = "ledger record of run " + s.id;
+  auto parsed = parse_json_doc(std::string(e->record), {kMaxTraceBytes}, kStage, "corrupt trace " + what);
+  if (!parsed) return parsed.error();
+  if (!parsed->is_object()) return make_error(kStage, "corrupt trace " + what + ": not a JSON object");
+  return std::move(*parsed);
+}
+
 }  // namespace
 
-Status store_trace(const Dirs& dirs, const std::string& run_id, const std::string& json_text) {
+Result<AppendInfo> store_trace(const Dirs& dirs, const std::string& run_id, std::string_view json_text) {
   SBX_TRY(check_run_id(run_id));
-  // 0700: a trace holds argv, paths and environment names of the caller's runs.
-  if (auto st = ensure_dir(dirs.traces, 0700); !st)
-    return make_error(kStage, "cannot create trace store: " + st.error().message, st.error().err);
-  if (auto st = write_file_durable(trace_path(dirs, run_id), json_text, 0600); !st)
-    return make_error(kStage, "cannot store trace " + run_id + ": " + st.error().message, st.error().err);
+  // A ledger record is one line. A raw newline in valid JSON is whitespace between tokens (inside
+  // strings it is escaped), so a pretty-printed record becomes one line without changing meaning.
+  std::string one_line(json_text);
+  std::replace(one_line.begin(), one_line.end(), '\n', ' ');
+  while (!one_line.empty() && one_line.back() == ' ') one_line.pop_back();
+  // Signed while `sbx key init` has made a key (ledger_key.hpp); a key that exists but cannot be
+  // used fails the store rather than leave the run quietly unsigned.
+  auto signer = LedgerSigner::load_default();
+  if (!signer) return make_error(kStage, "cannot store trace " + run_id + ": " + signer.error().describe());
+  auto r = ledger_append(dirs, run_id, one_line, *signer ? &**signer : nullptr);
+  if (!r) return make_error(kStage, "cannot store trace " + run_id + ": " + r.error().message, r.error().err);
+  return r;
+}
+
+namespace {
+
+// The legacy record as one compact line with "ledger_import" as its first member.
+Result<std::string> import_line(const Dirs& dirs, const std::string& id) {
+  const std::string path = trace_path(dirs, id);
+  auto bytes = read_bounded(path, kMaxTraceBytes, kStage, "trace " + path);
+  if (!bytes) return bytes.error();
+  auto j = parse_record(path);
+  if (!j) return j.error();
+  auto run_id = j->find("run_id");
+  if (run_id == j->end() || !run_id->is_string() || run_id->get<std::string>() != id)
+    return make_error(kStage, "its run_id is not its file name's");
+  nlohmann::ordered_json out = nlohmann::ordered_json::object();
+  out["ledger_import"] = {{"file", id + std::string(kSuffix)}, {"bytes", bytes->size()}, {"sha256", sha256_hex(*bytes)}};
+  for (auto& [k, v] : j->items())
+    if (k != "ledger_import") out[k] = v;
+  return out.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+}
+
+Status move_imported(const Dirs& dirs, const std::string& id) {
+  const std::string dir = dirs.traces + "/imported";
+  SBX_TRY(ensure_dir(dir, 0700));
+  const std::string name = id + std::string(kSuffix);
+  if (::rename(trace_path(dirs, id).c_str(), (dir + "/" + name).c_str()) != 0)
+    return sys_error(kStage, "cannot move " + name + " into " + dir);
   return {};
 }
 
+}  // namespace
+
+Result<ImportReport> import_legacy_traces(const Dirs& dirs) {
+  ImportReport rep;
+  auto legacy = stored_ids(dirs);
+  if (!legacy) return legacy.error();
+  std::set<std::string> in_ledger;
+  SBX_TRY(scan_ledger(dirs, [&](const LedgerLine& l) {
+    if (auto e = parse_ledger_line(l.text)) in_ledger.insert(e->run_id);
+    return true;
+  }));
+  auto signer = LedgerSigner::load_default();
+  if (!signer) return signer.error();
+  for (auto& id : *legacy) {  // name order: oldest first
+    if (in_ledger.count(id)) {
+      ++rep.already;
+    } else {
+      if (!ledger_run_id_ok(id)) {
+        rep.skipped.push_back(id + std::string(kSuffix) + ": the name is not a run id the ledger accepts");
+        continue;
+      }
+      auto line = import_line(dirs, id);
+      if (!line) {
+        rep.skipped.push_back(id + std::string(kSuffix) + ": " + line.error().describe());
+        continue;
+      }
+      auto appended = ledger_append(dirs, id, *line, *signer ? &**signer : nullptr);
+      if (!appended) return appended.error();  // the ledger itself failed: stop here
+      ++rep.imported;
+    }
+    SBX_TRY(move_imported(dirs, id));
+  }
+  return rep;
+}
+
 Result<std::vector<TraceSummary>> list_traces(const Dirs& dirs, std::size_t newest) {
-  auto ids = stored_ids(dirs);
-  if (!ids) return ids.error();
+  TraceFilter f;
+  f.newest = newest;
+  return list_traces(dirs, f);
+}
+
+namespace {
+
+// Without the index: every record read (the ledger's, then the legacy files), filtered here.
+Result<std::vector<TraceSummary>> list_by_reading(const Dirs& dirs, const TraceFilter& f) {
+  auto runs = stored_runs(dirs);
+  if (!runs) return runs.error();
   std::vector<TraceSummary> out;
-  out.reserve(ids->size());
-  for (auto it = ids->rbegin(); it != ids->rend() && (newest == 0 || out.size() < newest); ++it) {
-    auto j = parse_record(trace_path(dirs, *it));
+  for (auto it = runs->rbegin(); it != runs->rend() && (f.newest == 0 || out.size() < f.newest); ++it) {
+    auto j = load_stored(dirs, *it);
     if (!j) {
-      // One bad file (a crash mid-copy, a hand edit) must not hide every other run.
-      spdlog::warn("skipping trace {}: {}", *it, j.error().describe());
+      // One bad record (a crash mid-copy, a hand edit) must not hide every other run.
+      spdlog::warn("skipping trace {}: {}", it->id, j.error().describe());
       continue;
     }
-    out.push_back(summarize(*it, *j));
+    TraceSummary s = summarize_record(it->id, *j);
+    if (f.matches(s)) out.push_back(std::move(s));
   }
+  return out;
+}
+
+}  // namespace
+
+Result<std::vector<TraceSummary>> list_traces(const Dirs& dirs, const TraceFilter& f) {
+  if (!ledger_exists(dirs)) return list_by_reading(dirs, f);
+  auto indexed = query_index(dirs, f);
+  if (!indexed) {
+    // A damaged index file (a crash while it was written unsynced, a stray edit) is rebuilt once.
+    spdlog::info("trace index unusable ({}): rebuilding it", indexed.error().describe());
+    if (rebuild_index(dirs)) indexed = query_index(dirs, f);
+  }
+  if (!indexed) {
+    spdlog::debug("trace index unusable ({}): reading the ledger", indexed.error().describe());
+    return list_by_reading(dirs, f);
+  }
+  std::vector<TraceSummary> out;
+  for (auto& r : *indexed) out.push_back(std::move(r.summary));
+  // Records of the previous store format (few, and gone once imported) are read and merged in.
+  auto legacy = stored_ids(dirs);
+  if (!legacy) return legacy.error();
+  if (legacy->empty()) return out;
+  std::set<std::string> seen;
+  for (auto& s : out) seen.insert(s.run_id);
+  for (auto& id : *legacy) {
+    if (seen.count(id)) continue;
+    auto j = parse_record(trace_path(dirs, id));
+    if (!j) {
+      spdlog::warn("skipping trace {}: {}", id, j.error().describe());
+      continue;
+    }
+    TraceSummary s = summarize_record(id, *j);
+    if (f.matches(s)) out.push_back(std::move(s));
+  }
+  std::sort(out.begin(), out.end(), [](const TraceSummary& a, const TraceSummary& b) { return a.run_id > b.run_id; });
+  if (f.newest && out.size() > f.newest) out.resize(f.newest);
   return out;
 }
 
@@ -145,31 +331,31 @@ Result<nlohmann::json> load_trace(const Dirs& dirs, const std::string& run_id_or
   // "last" and "-N" count back from the newest run (run ids sort by time).
   bool back = want == "last" || (want.size() > 1 && want.size() < 10 && want[0] == '-' &&
                                  want.find_first_not_of("0123456789", 1) == std::string::npos);
+  if (!back) SBX_TRY(check_run_id(want));
+  auto runs = stored_runs(dirs);
+  if (!runs) return runs.error();
   if (back) {
     std::size_t n = want == "last" ? 1 : std::stoul(want.substr(1));
     if (n == 0) return make_error("usage", "'-0' names no run: -1 is the newest run, -2 the one before");
-    auto ids = stored_ids(dirs);
-    if (!ids) return ids.error();
-    if (ids->size() < n)
+    if (runs->size() < n)
       return make_error(kStage, "no trace '" + want + "' in " + dirs.traces + ": it holds " +
-                                    std::to_string(ids->size()) + " run(s)");
-    return parse_record(trace_path(dirs, (*ids)[ids->size() - n]));
+                                    std::to_string(runs->size()) + " run(s)");
+    return load_stored(dirs, (*runs)[runs->size() - n]);
   }
-  SBX_TRY(check_run_id(want));
-  auto ids = stored_ids(dirs);
-  if (!ids) return ids.error();
-  if (std::binary_search(ids->begin(), ids->end(), want)) return parse_record(trace_path(dirs, want));
+  auto by_id = [](const Stored& s, const std::string& id) { return s.id < id; };
+  auto exact = std::lower_bound(runs->begin(), runs->end(), want, by_id);
+  if (exact != runs->end() && exact->id == want) return load_stored(dirs, *exact);
 
-  std::vector<std::string> matches;
-  for (auto& id : *ids)
-    if (id.rfind(want, 0) == 0) matches.push_back(id);
+  std::vector<const Stored*> matches;
+  for (auto& s : *runs)
+    if (s.id.rfind(want, 0) == 0) matches.push_back(&s);
   if (matches.empty()) return make_error(kStage, "no trace '" + want + "' in " + dirs.traces);
   if (matches.size() > 1) {
     return make_error(kStage, "run id prefix '" + want + "' is ambiguous: " + std::to_string(matches.size()) +
-                                  " traces match (" + matches.front() + ", ..., " + matches.back() +
+                                  " traces match (" + matches.front()->id + ", ..., " + matches.back()->id +
                                   "); give more characters, or 'last' for the newest run");
   }
-  return parse_record(trace_path(dirs, matches.front()));
+  return load_stored(dirs, *matches.front());
 }
 
 }  // namespace sbx

@@ -1,6 +1,7 @@
 #pragma once
-// The trace store: one durable JSON file per run under <state>/traces/<run_id>.json. Run ids sort
-// by time, so "newest first" is a reverse sort of names.
+// The trace store: every run's record is a line of the hash-chained ledger <state>/traces/ledger.jsonl
+// (trace_ledger.hpp). Records of the previous store format, one <state>/traces/<run_id>.json file
+// per run, are still listed and shown. Run ids sort by time, so "newest first" is a reverse sort.
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -10,6 +11,7 @@
 
 #include "runtime/error.hpp"
 #include "runtime/paths.hpp"
+#include "runtime/trace_ledger.hpp"
 
 namespace sbx {
 
@@ -22,9 +24,35 @@ struct TraceSummary {
   std::string command;  // argv joined with spaces, shell-quoted where needed
 };
 
-Status store_trace(const Dirs& dirs, const std::string& run_id, const std::string& json_text);
+// Appends the record (JSON text of one object) to the ledger: durable when this returns.
+// What `trace ls` filters on ("" / 0: no filter).
+struct TraceFilter {
+  std::string status;  // result.status, exactly
+  std::string since;   // started_at >= this (RFC 3339 text compares in time order)
+  std::size_t newest = 0;
+  bool matches(const TraceSummary& s) const {
+    return (status.empty() || s.status == status) && (since.empty() || s.started_at >= since);
+  }
+};
+
+// The summary `trace ls` shows of one record (tolerant of odd records).
+TraceSummary summarize_record(const std::string& id, const nlohmann::json& j);
+
+Result<AppendInfo> store_trace(const Dirs& dirs, const std::string& run_id, std::string_view json_text);
 // Newest first; at most `newest` of them when not 0 (only those records are read).
 Result<std::vector<TraceSummary>> list_traces(const Dirs& dirs, std::size_t newest = 0);
+// Filtered, from the query index (trace_index.hpp) when it can be used, else by reading the ledger.
+Result<std::vector<TraceSummary>> list_traces(const Dirs& dirs, const TraceFilter& filter);
+struct ImportReport {
+  std::size_t imported = 0, already = 0;
+  std::vector<std::string> skipped;  // "<file>: why", for files that are not importable records
+};
+// Appends every record of the previous store format (<traces>/<run_id>.json), oldest first, to
+// the ledger, noting the file and the sha256 of its bytes in the record ("ledger_import"), then
+// moves the file into <traces>/imported/. A run id already in the ledger is not appended twice
+// (its file is moved all the same); a file that is not a record is left where it is and listed.
+Result<ImportReport> import_legacy_traces(const Dirs& dirs);
+
 // Exact run id, a unique prefix of one, "last" (the newest run) or "-N" (the Nth newest).
 Result<nlohmann::json> load_trace(const Dirs& dirs, const std::string& run_id_or_prefix);
 

@@ -100,6 +100,20 @@ def validate_trace(tc, trace):
     tc.assertIn(trace["result"].get("status"), TRACE_STATUSES, "trace.result.status")
 
 
+def ledger_lines(state):
+    """The trace ledger's lines (<state>/traces/ledger.jsonl) as parsed JSON: {record, seq, run_id, prev, hash}."""
+    path = os.path.join(state, "traces", "ledger.jsonl")
+    if not os.path.exists(path):
+        return []
+    with open(path, "rb") as f:
+        return [json.loads(line) for line in f.read().split(b"\n") if line]
+
+
+def stored_records(state):
+    """The records in the trace ledger, by run id."""
+    return {e["run_id"]: e["record"] for e in ledger_lines(state)}
+
+
 BUILD_BUSYBOX = os.environ.get("SBX_BUILD_BUSYBOX",
                                os.path.join(os.environ.get("SBX_REPO", ""), "rootfs/build-busybox.sh"))
 _busybox = {}

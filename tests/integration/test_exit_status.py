@@ -154,7 +154,7 @@ class UsageErrors(SbxTestCase):
         self.assertExit(r, 125)
         traces = os.path.join(state, "traces")
         left = os.listdir(traces) if os.path.isdir(traces) else []
-        self.assertEqual([f for f in left if f.endswith(".json")], [], "a usage error ran nothing")
+        self.assertEqual([f for f in left if f.endswith(".json") or f == "ledger.jsonl"], [], "a usage error ran nothing")
 
 
 class EntrypointErrors(SbxTestCase):

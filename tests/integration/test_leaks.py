@@ -8,7 +8,7 @@ import tempfile
 import time
 import unittest
 
-from sbxtest import MODE, SBX, SbxTestCase, find_procs, find_program, mountinfo, note, procs, sbx, unique, wait_for
+from sbxtest import MODE, SBX, SbxTestCase, find_procs, find_program, ledger_lines, mountinfo, note, procs, sbx, unique, wait_for
 
 RUNS = 200
 
@@ -60,7 +60,7 @@ class NothingLeftBehind(SbxTestCase):
         note(f"{RUNS} runs of /bin/true took {took:.1f}s ({took / RUNS * 1000:.1f} ms per run around sbx)")
         self.assertEqual(failures, [], "runs of /bin/true failed")
 
-        run_ids = [f[:-5] for f in os.listdir(os.path.join(state, "traces")) if f.endswith(".json")]
+        run_ids = [e["run_id"] for e in ledger_lines(state)]
         self.assertEqual(len(run_ids), RUNS, "one trace record per run")
 
         # Mounts: the host's mount table is unchanged.

@@ -5,7 +5,8 @@ import os
 import time
 import unittest
 
-from sbxtest import ALL_NAMESPACES, HEX64, SbxTestCase, note, sbx, schema_missing_reason, validate_trace
+from sbxtest import (ALL_NAMESPACES, HEX64, SbxTestCase, ledger_lines, note, sbx, schema_missing_reason, stored_records,
+                     validate_trace)
 
 
 class TraceRecord(SbxTestCase):
@@ -29,10 +30,10 @@ class TraceRecord(SbxTestCase):
         self.assertExit(r, 0)
         self.assertEqual(os.stat(r.trace_path).st_mode & 0o777, 0o600, "--trace-file holds --env values: 0600")
         store = os.path.join(os.environ["SBX_STATE_DIR"], "traces")
+        self.assertEqual(os.stat(store).st_mode & 0o777, 0o700)
         for root, _, files in os.walk(store):
             for n in files:
-                if n.endswith(".json"):
-                    self.assertEqual(os.stat(os.path.join(root, n)).st_mode & 0o777, 0o600, n)
+                self.assertEqual(os.stat(os.path.join(root, n)).st_mode & 0o777, 0o600, n)
 
     def test_record_contents(self):
         cwd = self.path("cwd")
@@ -81,23 +82,21 @@ class TraceRecord(SbxTestCase):
         r = self.run_sbx(["echo", "stored"])
         self.assertExit(r, 0)
         t = self.need_trace(r)
-        stored = os.path.join(state, "traces", t["run_id"] + ".json")
-        self.assertTrue(os.path.exists(stored), f"no trace-store record at {stored}")
-        with open(stored) as f:
-            self.assertEqual(json.load(f), t, "--trace-file and the store hold the same record")
-        leftovers = [f for f in os.listdir(os.path.join(state, "traces")) if not f.endswith(".json")]
-        self.assertEqual(leftovers, [], "temp files left in the trace store (writes must be atomic)")
+        stored = stored_records(state)
+        self.assertIn(t["run_id"], stored, "no record of the run in the trace ledger")
+        self.assertEqual(stored[t["run_id"]], t, "--trace-file and the ledger hold the same record")
+        self.assertEqual(os.listdir(os.path.join(state, "traces")), ["ledger.jsonl"], "temp files left in the trace store")
 
     def test_state_dir_flag_and_env(self):
         a = self.path("state-a")
         b = self.path("state-b")
         r = sbx(["--state-dir", a, "run", "--", "/bin/true"])
         self.assertExit(r, 0)
-        self.assertEqual(len(os.listdir(os.path.join(a, "traces"))), 1)
+        self.assertEqual(len(ledger_lines(a)), 1)
         env = dict(os.environ, SBX_STATE_DIR=b)
         r = sbx(["run", "--", "/bin/true"], env=env)
         self.assertExit(r, 0)
-        self.assertEqual(len(os.listdir(os.path.join(b, "traces"))), 1)
+        self.assertEqual(len(ledger_lines(b)), 1)
 
     def test_setup_error_and_timeout_are_recorded(self):
         r = self.run_sbx(["/no/such/binary"])
@@ -139,8 +138,7 @@ class TraceCommands(SbxTestCase):
         r = sbx(["trace", "show", ids[1]], env=env)
         self.assertExit(r, 0, "sbx trace show ID")
         shown = json.loads(r.out)
-        with open(os.path.join(state, "traces", ids[1] + ".json")) as f:
-            self.assertEqual(shown, json.load(f))
+        self.assertEqual(shown, stored_records(state)[ids[1]])
         validate_trace(self, shown)
 
     def test_last_and_counting_back_and_listing_for_scripts(self):
