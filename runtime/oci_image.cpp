@@ -23,13 +23,6 @@ constexpr std::size_t kMaxDocBytes = 4u << 20;  // an index, manifest or config
 constexpr int kMaxIndexDepth = 4;
 constexpr std::size_t kMaxLayers = 256;  // Docker's own limit is 125 (overlayfs lower layers)
 
-bool is_hex64(const std::string& s) {
-  if (s.size() != 64) return false;
-  for (char c : s)
-    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
-  return true;
-}
-
 // `rel` beneath dirfd and only a regular file. RESOLVE_BENEATH keeps every step, symlinks
 // included, inside the layout (the layout may come from a hostile archive, whose "blobs" could
 // point anywhere; an absolute or escaping symlink is refused), while the relative symlinks a
@@ -63,7 +56,7 @@ Result<UniqueFd> open_blob(int dirfd, const std::string& dir, const json& desc, 
   if (!digest.starts_with("sha256:"))
     return make_error(kStage, what + " in " + dir + ": unsupported digest '" + json_excerpt(digest) + "' (sbx checks sha256)");
   hex = digest.substr(7);
-  if (!is_hex64(hex)) return make_error(kStage, what + " in " + dir + ": malformed digest " + json_excerpt(digest));
+  if (!is_sha256_hex(hex)) return make_error(kStage, what + " in " + dir + ": malformed digest " + json_excerpt(digest));
   auto fd = open_beneath(dirfd, "blobs/sha256/" + hex, dir);
   if (!fd) return fd.error();
   if (desc.contains("size") && desc["size"].is_number_integer()) {
@@ -291,7 +284,7 @@ Result<ContainerImage> resolve_docker(int dirfd, const std::string& dir, const P
   // The config's file is named by its digest ("<hex>.json", or blobs/sha256/<hex>).
   std::string base = config_path.substr(config_path.rfind('/') + 1);
   if (base.ends_with(".json")) base.resize(base.size() - 5);
-  if (is_hex64(base) && base != config_hex)
+  if (is_sha256_hex(base) && base != config_hex)
     return make_error(kStage, config_path + " in " + dir + " does not match its name (content sha256:" + config_hex + ")");
   const json* diff_ids = nullptr;
   if (config->contains("rootfs") && (*config)["rootfs"].is_object() && (*config)["rootfs"].contains("diff_ids") &&
@@ -315,7 +308,7 @@ Result<ContainerImage> resolve_docker(int dirfd, const std::string& dir, const P
     // own name when it is stored as blobs/sha256/<hex>.
     std::string expect = (*diff_ids)[i].is_string() ? (*diff_ids)[i].get<std::string>() : "";
     if (path.starts_with("blobs/sha256/")) expect = "sha256:" + path.substr(13);
-    if (!expect.starts_with("sha256:") || !is_hex64(expect.substr(7)))
+    if (!expect.starts_with("sha256:") || !is_sha256_hex(expect.substr(7)))
       return make_error(kStage, "layer " + path + " in " + dir + ": no sha256 digest to check it against (" +
                                     json_excerpt(expect) + ")");
     SBX_TRY(keep_layer(img, std::move(*fd), expect));

@@ -63,6 +63,13 @@ std::string sha256_hex(std::string_view data) {
   return h.final_hex();
 }
 
+bool is_sha256_hex(std::string_view s) {
+  if (s.size() != 64) return false;
+  for (char c : s)
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  return true;
+}
+
 const char* sha256_backend() {
   static const std::string name = std::string("libcrypto ") + OpenSSL_version(OPENSSL_VERSION_STRING);
   return name.c_str();

@@ -31,6 +31,9 @@ class Sha256 {
 
 std::string sha256_hex(std::string_view data);
 
+// Whether `s` is a digest as sha256_hex writes it: 64 lower-case hex digits.
+bool is_sha256_hex(std::string_view s);
+
 // Where the digests come from, for `sbx doctor` and the benchmark: "libcrypto <version>".
 const char* sha256_backend();
 

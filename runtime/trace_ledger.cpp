@@ -32,12 +32,6 @@ constexpr std::size_t kMaxLine = kMaxTraceBytes + 4096;
 // a lock held for seconds is a stuck or hostile holder, and the run must not hang behind it.
 constexpr long kLockWaitMs = 10'000;
 
-bool is_hex64(std::string_view s) {
-  return s.size() == 64 && std::all_of(s.begin(), s.end(), [](char c) {
-           return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
-         });
-}
-
 // A cursor over the envelope: each step consumes an exact literal or a token of a known form.
 struct Cursor {
   std::string_view s;
@@ -73,11 +67,11 @@ Status parse_envelope(std::string_view env, LedgerEntry& e) {
   e.run_id = *id;
   if (!c.lit(",\"prev\":\"")) return envelope_error("no \"prev\" after \"run_id\"");
   auto prev = c.str();
-  if (!prev || !is_hex64(*prev)) return envelope_error("\"prev\" is not a sha256");
+  if (!prev || !is_sha256_hex(*prev)) return envelope_error("\"prev\" is not a sha256");
   e.prev = *prev;
   if (!c.lit(",\"hash\":\"")) return envelope_error("no \"hash\" after \"prev\"");
   auto hash = c.str();
-  if (!hash || !is_hex64(*hash)) return envelope_error("\"hash\" is not a sha256");
+  if (!hash || !is_sha256_hex(*hash)) return envelope_error("\"hash\" is not a sha256");
   e.hash = *hash;
   if (c.lit(",\"sig\":\"")) {
     auto sig = c.str();

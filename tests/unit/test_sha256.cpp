@@ -66,3 +66,11 @@ TEST_CASE("sha256 chunking never changes the digest") {
 TEST_CASE("sha256 names its implementation") {
   CHECK(std::string(sbx::sha256_backend()).rfind("libcrypto ", 0) == 0);
 }
+
+TEST_CASE("is_sha256_hex: 64 lower-case hex digits, as sha256_hex writes them") {
+  CHECK(sbx::is_sha256_hex(sha256_hex("abc")));
+  CHECK_FALSE(sbx::is_sha256_hex(std::string(63, 'a')));
+  CHECK_FALSE(sbx::is_sha256_hex(std::string(65, 'a')));
+  CHECK_FALSE(sbx::is_sha256_hex(std::string(64, 'A')));
+  CHECK_FALSE(sbx::is_sha256_hex(std::string(63, 'a') + "g"));
+}
