@@ -41,14 +41,15 @@ void count_mode(ImportStats& s, std::uint32_t mode) {
 }
 
 // Kernel-side copy where the file systems allow it, plain read/write otherwise; `copied` is
-// told every chunk (64 MiB at most), so a large file shows progress too.
-Status copy_data(int in, int out, const std::string& what, const std::function<void(std::int64_t)>& copied) {
+// told every chunk (64 MiB at most), so a large file shows progress too, and an error from it
+// stops the copy there (a file that grows while it is copied would otherwise be copied whole).
+Status copy_data(int in, int out, const std::string& what, const std::function<Status(std::int64_t)>& copied) {
   bool kernel_copy = true;
   for (;;) {
     if (kernel_copy) {
       ssize_t n = ::copy_file_range(in, nullptr, out, nullptr, 64 << 20, 0);
       if (n > 0) {
-        copied(n);
+        SBX_TRY(copied(n));
         continue;
       }
       if (n == 0) return {};
@@ -65,7 +66,7 @@ Status copy_data(int in, int out, const std::string& what, const std::function<v
     }
     if (n == 0) return {};
     SBX_TRY(write_all(out, std::string_view(buf, static_cast<std::size_t>(n)), what));
-    copied(n);
+    SBX_TRY(copied(n));
   }
 }
 
@@ -139,14 +140,14 @@ struct DirCopier {
     if (in.get() < 0) return sys_error(kStage, "open " + path);
     UniqueFd out(::openat(dst, name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
     if (out.get() < 0) return sys_error(kStage, "create " + path + " in the store");
-    // A file that grows while it is copied is held to the limit too.
-    Status over;
-    SBX_TRY(copy_data(in.get(), out.get(), path, [&](std::int64_t n) {
+    // A file that grows while it is copied is held to the limit too: the copy stops at the
+    // first chunk that passes it.
+    SBX_TRY(copy_data(in.get(), out.get(), path, [&](std::int64_t n) -> Status {
       stats.bytes += n;
-      if (stats.bytes > limits.max_bytes && over) over = check_limits(limits, stats, 0, path);
+      if (stats.bytes > limits.max_bytes) return check_limits(limits, stats, 1, path);
       if (progress) progress("copying", stats.entries, stats.bytes);
+      return {};
     }));
-    SBX_TRY(over);
     if (::fchmod(out.get(), normalise_mode(false, st.st_mode)) != 0) return sys_error(kStage, "chmod " + path);
     struct timespec ts[2] = {{0, UTIME_OMIT}, st.st_mtim};
     if (::futimens(out.get(), ts) != 0) return sys_error(kStage, "set mtime of " + path);

@@ -236,3 +236,33 @@ TEST_CASE("verify --full reports its hashing progress: every entry and all the b
   REQUIRE(store.verify(*r, false, [&](const char*, std::int64_t e, std::int64_t b) { calls.emplace_back(e, b); }));
   CHECK(calls.empty());
 }
+
+TEST_CASE("a file that grows while a directory is imported stops the copy at the byte limit") {
+  // The size checked before the copy (stat) is under the limit; the file grows by 200 MiB once
+  // the copy has started (appended from the progress callback, which the copy calls after each
+  // chunk: deterministic, no racing writer). The copy must stop at the first chunk past the
+  // limit, not copy whatever the file became and complain afterwards.
+  TempDir src, dst;
+  const std::string file = src.path + "/growing";
+  write(file, std::string(1 << 20, 'a'));
+  bool grown = false;
+  auto grow = [&](const char*, std::int64_t, std::int64_t bytes) {
+    if (grown || bytes == 0) return;
+    grown = true;
+    int fd = ::open(file.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
+    REQUIRE(fd >= 0);
+    std::string chunk(1 << 20, 'b');
+    for (int i = 0; i < 200; ++i) REQUIRE(::write(fd, chunk.data(), chunk.size()) == static_cast<ssize_t>(chunk.size()));
+    ::close(fd);
+  };
+  sbx::ImportLimits limits;
+  limits.max_bytes = 8 << 20;
+  auto r = sbx::populate_from_dir(src.path, dst.path, grow, limits);
+  CHECK(grown);
+  REQUIRE_FALSE(r);
+  CHECK(r.error().message.find("--max-bytes") != std::string::npos);
+  struct stat copied;
+  REQUIRE(::stat((dst.path + "/growing").c_str(), &copied) == 0);
+  // At most one chunk (64 MiB, copy_file_range's request) past the limit, not the 201 MiB.
+  CHECK(copied.st_size <= limits.max_bytes + (std::int64_t{64} << 20));
+}
