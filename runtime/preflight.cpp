@@ -15,6 +15,7 @@
 #include "runtime/image_store.hpp"
 #include "runtime/mounts.hpp"
 #include "runtime/seccomp_policy.hpp"
+#include "runtime/units.hpp"
 #include "runtime/userns.hpp"
 
 namespace sbx {
@@ -162,6 +163,19 @@ Status check_sources(const RunSpec& spec, const std::string& cwd, const Identity
   return {};
 }
 
+namespace {
+// The decision keeps the raw value (bytes, milliseconds) for the trace; a message says it the
+// way the flag takes it ("64M", "2s"), so a user can match it against the command line.
+std::string value_as_flag_spells_it(const LimitDecision& d) {
+  try {
+    if (d.limit == "memory" || d.limit == "output") return format_size(std::stoll(d.value));
+    if (d.limit == "cpu_time" || d.limit == "timeout") return format_duration_ms(std::stoll(d.value));
+  } catch (const std::exception&) {
+  }
+  return d.value;
+}
+}  // namespace
+
 std::optional<Error> require_limits_shortfall(const LimitPlan& plan, const CgroupInfo& cg,
                                               const std::map<std::string, std::string>& layers) {
   std::string missing;
@@ -169,7 +183,7 @@ std::optional<Error> require_limits_shortfall(const LimitPlan& plan, const Cgrou
   // the rlimit fallback: LimitPlan::unbounded).
   for (auto* d : plan.unbounded()) {
     auto layer = layers.find(d->limit);
-    std::string what = d->limit + (d->applied ? " in total" : "") + " (" + d->value;
+    std::string what = d->limit + (d->applied ? " in total" : "") + " (" + value_as_flag_spells_it(*d);
     if (layer != layers.end() && layer->second.rfind("flag", 0) == 0)
       what += ", set by " + layer->second + ": leave it out to run without it)";
     else if (layer != layers.end())
