@@ -238,7 +238,7 @@ Result<json> dry_run(const RunRequest& req) {
   auto image = image_json(spec, req.dirs);
   if (!image) return image.error();
   // No cache directory: a dry run writes nothing, not even a compiled policy.
-  auto seccomp = prepare_seccomp(spec.seccomp, "");
+  auto seccomp = prepare_seccomp(spec.seccomp, "", spec.capabilities.keep);
   if (!seccomp) return seccomp.error();
   if (auto rules = parse_allow_rules(spec.network.allow); !rules) return rules.error();
   json enforcement = {

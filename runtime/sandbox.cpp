@@ -335,7 +335,8 @@ RunReport run_sandbox(const RunRequest& req) {
     mounts->files = req.files;
     // Seccomp: parsed, compiled (or loaded from the cache) and patched here in the parent; the
     // program child only installs the result (seccomp_policy.hpp).
-    auto seccomp = prepare_seccomp(spec.seccomp, req.dirs.state.empty() ? "" : req.dirs.state + "/cache/seccomp");
+    auto seccomp = prepare_seccomp(spec.seccomp, req.dirs.state.empty() ? "" : req.dirs.state + "/cache/seccomp",
+                                   spec.capabilities.keep);
     if (!seccomp) return fail_setup(seccomp.error());
     parts.enforcement["seccomp"] = seccomp_enforcement_json(*seccomp);
     if (!seccomp->enabled)

@@ -181,9 +181,14 @@ bool kernel_at_least(const std::string& want) {
   return x > a || (x == a && y >= b);
 }
 
-// Docker's includes/excludes: does this rule apply to sbx on this machine? sbx grants no
-// capabilities, so rules that need one are skipped and rules excluded for one apply.
-Result<bool> rule_applies(const Reader& rd, const json& rule, const std::string& pointer, std::string& why) {
+// Docker's includes/excludes: does this rule apply to this run on this machine? As Docker
+// decides it: a rule that includes capabilities applies only when the program keeps every one of
+// them (capabilities.keep, --cap-add: caps.hpp), and one that excludes capabilities is dropped
+// when the program keeps any of them. Without kept capabilities (the default) no rule that needs
+// one applies.
+Result<bool> rule_applies(const Reader& rd, const json& rule, const std::string& pointer,
+                          const std::vector<std::string>& kept_caps, std::string& why) {
+  auto kept = [&](const std::string& cap) { return std::find(kept_caps.begin(), kept_caps.end(), cap) != kept_caps.end(); };
   if (rule.contains("includes") && !rule.at("includes").is_null()) {
     const json& inc = rule.at("includes");
     std::string p = pointer + "/includes";
@@ -200,10 +205,11 @@ Result<bool> rule_applies(const Reader& rd, const json& rule, const std::string&
     if (inc.contains("caps")) {
       auto c = rd.strings(inc.at("caps"), p + "/caps");
       if (!c) return c.error();
-      if (!c->empty()) {
-        why = "included only with capability " + (*c)[0] + " (sbx grants none)";
-        return false;
-      }
+      for (auto& cap : *c)
+        if (!kept(cap)) {
+          why = "included only with capability " + cap + (kept_caps.empty() ? " (the run keeps none)" : " (not kept)");
+          return false;
+        }
     }
     if (inc.contains("minKernel") && !inc.at("minKernel").is_null()) {
       if (!inc.at("minKernel").is_string()) return rd.fail(p + "/minKernel", "must be a string");
@@ -228,7 +234,12 @@ Result<bool> rule_applies(const Reader& rd, const json& rule, const std::string&
     }
     if (exc.contains("caps")) {
       auto c = rd.strings(exc.at("caps"), p + "/caps");
-      if (!c) return c.error();  // excluded for a granted capability: sbx grants none, so it applies
+      if (!c) return c.error();
+      for (auto& cap : *c)
+        if (kept(cap)) {
+          why = "excluded with capability " + cap + " (kept)";
+          return false;
+        }
     }
     if (exc.contains("minKernel") && !exc.at("minKernel").is_null()) {
       if (!exc.at("minKernel").is_string()) return rd.fail(p + "/minKernel", "must be a string");
@@ -287,7 +298,8 @@ std::string libseccomp_version() {
 
 }  // namespace
 
-Result<SeccompPolicy> parse_seccomp_policy(std::string_view text, const std::string& source) {
+Result<SeccompPolicy> parse_seccomp_policy(std::string_view text, const std::string& source,
+                                           const std::vector<std::string>& kept_caps) {
   SeccompPolicy pol;
   pol.source = source;
   Reader rd(pol.source);
@@ -420,7 +432,7 @@ Result<SeccompPolicy> parse_seccomp_policy(std::string_view text, const std::str
         }
       }
       std::string why;
-      auto applies = rule_applies(rd, r, p, why);
+      auto applies = rule_applies(rd, r, p, kept_caps, why);
       if (!applies) return applies.error();
       if (!*applies) {
         pol.notes.push_back(p + " (" + rule.names[0] + (rule.names.size() > 1 ? ", ..." : "") + ") skipped: " + why);
@@ -526,7 +538,20 @@ std::vector<std::string> refused_names(const SeccompPolicy& pol) {
 }
 }  // namespace
 
-Result<PreparedSeccomp> prepare_seccomp(const std::string& which, const std::string& cache_dir) {
+namespace {
+// Kept capabilities decide which includes/excludes rules apply, so they are part of what was
+// compiled; without any the key is as it was before capabilities counted (the cache stays warm).
+std::string kept_caps_key(std::vector<std::string> caps) {
+  if (caps.empty()) return "";
+  std::sort(caps.begin(), caps.end());
+  std::string k = "\ncaps";
+  for (auto& c : caps) k += " " + c;
+  return k;
+}
+}  // namespace
+
+Result<PreparedSeccomp> prepare_seccomp(const std::string& which, const std::string& cache_dir,
+                                        const std::vector<std::string>& kept_caps) {
   PreparedSeccomp p;
   std::int64_t t0 = now_us();
   p.profile = which;
@@ -554,7 +579,8 @@ Result<PreparedSeccomp> prepare_seccomp(const std::string& which, const std::str
     struct utsname u;
     std::string release = ::uname(&u) == 0 ? u.release : "";
     std::string key = sha256_hex(p.sha256 + "\n" + seccomp_arch_name(AUDIT_ARCH_X86_64) + "\nlibseccomp " +
-                                 libseccomp_version() + "\nsbx " SBX_VERSION "\nkernel " + release + "\n" + kCacheFormat);
+                                 libseccomp_version() + "\nsbx " SBX_VERSION "\nkernel " + release + "\n" + kCacheFormat +
+                                 kept_caps_key(kept_caps));
     bpf_path = cache_dir + "/" + key + ".bpf";
     meta_path = cache_dir + "/" + key + ".meta.json";
     auto meta_text = read_file(meta_path);
@@ -574,7 +600,7 @@ Result<PreparedSeccomp> prepare_seccomp(const std::string& which, const std::str
       }
     }
   }
-  auto pol = parse_seccomp_policy(text, which);
+  auto pol = parse_seccomp_policy(text, which, kept_caps);
   if (!pol) return pol.error();
   p.default_action = pol->default_action_text;
   p.unresolved = pol->unresolved;

@@ -53,7 +53,10 @@ struct SeccompPolicy {
 
 // Strict parse: unknown keys, bad actions/ops/values are errors of the form
 // "<source>: <json pointer>: <what>", e.g. "policy.json: /syscalls/3/action: unknown action 'X'".
-Result<SeccompPolicy> parse_seccomp_policy(std::string_view text, const std::string& source);
+// `kept_caps`: the capabilities the program keeps (canonical "CAP_X" names), which decide
+// Docker's includes.caps / excludes.caps rules.
+Result<SeccompPolicy> parse_seccomp_policy(std::string_view text, const std::string& source,
+                                           const std::vector<std::string>& kept_caps = {});
 
 // libseccomp -> classic BPF, with the policy's real actions (the reference program).
 Result<std::vector<sock_filter>> compile_seccomp_policy(const SeccompPolicy& policy);
@@ -78,8 +81,10 @@ struct PreparedSeccomp {
 };
 
 // `which` is "default", "unconfined" or a policy file. `cache_dir` ("" for none) holds compiled
-// programs as <sha256>.bpf, keyed by policy text, arch, libseccomp version and sbx version.
-Result<PreparedSeccomp> prepare_seccomp(const std::string& which, const std::string& cache_dir);
+// programs as <sha256>.bpf, keyed by policy text, arch, libseccomp version, sbx version and the
+// kept capabilities.
+Result<PreparedSeccomp> prepare_seccomp(const std::string& which, const std::string& cache_dir,
+                                        const std::vector<std::string>& kept_caps = {});
 
 // The program that is installed: `reference` with every refusing return (ERRNO, KILL_*, TRAP,
 // TRACE) rewritten to SECCOMP_RET_USER_NOTIF, and nothing else: it allows exactly the calls the

@@ -273,6 +273,54 @@ TEST_CASE("a Docker/Podman superset file loads: archMap, includes and excludes r
   CHECK(noted("/syscalls/9 (open_by_handle_at) skipped: included only with capability CAP_DAC_READ_SEARCH"));
 }
 
+TEST_CASE("includes.caps and excludes.caps follow the capabilities the run keeps, as Docker decides them") {
+  std::string text = slurp(SBX_SOURCE_DIR "/tests/fixtures/seccomp/docker-trimmed.json");
+  REQUIRE_FALSE(text.empty());
+  // --cap-add SYS_ADMIN: the rule that needs it applies, the rules excluded for it do not.
+  auto admin = parse_seccomp_policy(text, "docker-trimmed.json", {"CAP_SYS_ADMIN"});
+  REQUIRE_MESSAGE(admin.ok(), (admin.ok() ? "" : admin.error().message));
+  auto prog = compile_seccomp_policy(*admin);
+  REQUIRE(prog.ok());
+  CHECK(verdict(*prog, call(SYS_mount)) == "allow");
+  CHECK(verdict(*prog, call(SYS_clone3)) == "errno 1");             // its ENOSYS rule is excluded: the default
+  CHECK(verdict(*prog, call(SYS_open_by_handle_at)) == "errno 1");  // needs CAP_DAC_READ_SEARCH, not kept
+  auto noted = [&](const std::string& what) {
+    return std::any_of(admin->notes.begin(), admin->notes.end(), [&](auto& n) { return n.find(what) != std::string::npos; });
+  };
+  CHECK(noted("/syscalls/3 (clone3) skipped: excluded with capability CAP_SYS_ADMIN (kept)"));
+  CHECK(noted("/syscalls/9 (open_by_handle_at) skipped: included only with capability CAP_DAC_READ_SEARCH (not kept)"));
+  // A rule that includes two capabilities needs both.
+  std::string two = R"({"defaultAction": "SCMP_ACT_ERRNO", "syscalls": [{"names": ["getpid"], "action": "SCMP_ACT_ALLOW",
+                        "includes": {"caps": ["CAP_SYS_ADMIN", "CAP_SYS_PTRACE"]}}]})";
+  auto one_of_two = compile_seccomp_policy(*parse_seccomp_policy(two, "p.json", {"CAP_SYS_ADMIN"}));
+  auto both = compile_seccomp_policy(*parse_seccomp_policy(two, "p.json", {"CAP_SYS_ADMIN", "CAP_SYS_PTRACE"}));
+  REQUIRE((one_of_two.ok() && both.ok()));
+  CHECK(verdict(*one_of_two, call(SYS_getpid)) == "errno 1");
+  CHECK(verdict(*both, call(SYS_getpid)) == "allow");
+}
+
+TEST_CASE("the compiled-program cache keys on the kept capabilities") {
+  char dir[] = "/tmp/sbx-seccomp-caps-XXXXXX";
+  REQUIRE(::mkdtemp(dir) != nullptr);
+  std::string policy = std::string(dir) + "/docker.json";
+  {
+    std::ofstream(policy) << slurp(SBX_SOURCE_DIR "/tests/fixtures/seccomp/docker-trimmed.json");
+  }
+  std::string cache = std::string(dir) + "/cache";
+  auto none = prepare_seccomp(policy, cache);
+  REQUIRE(none.ok());
+  auto admin = prepare_seccomp(policy, cache, {"CAP_SYS_ADMIN"});
+  REQUIRE(admin.ok());
+  CHECK_FALSE(admin->cached);  // not the program compiled without the capability
+  CHECK(verdict(none->reference, call(SYS_mount)) == "errno 1");
+  CHECK(verdict(admin->reference, call(SYS_mount)) == "allow");
+  auto again = prepare_seccomp(policy, cache, {"CAP_SYS_ADMIN"});
+  REQUIRE(again.ok());
+  CHECK(again->cached);
+  CHECK(verdict(again->reference, call(SYS_mount)) == "allow");
+  std::system(("rm -rf '" + std::string(dir) + "'").c_str());
+}
+
 TEST_CASE("Podman's seccomp.json as Debian 12 ships it loads unchanged (defaultErrno, errno names)") {
   std::string text = slurp(SBX_SOURCE_DIR "/tests/fixtures/seccomp/podman-debian12.json");
   REQUIRE_FALSE(text.empty());
