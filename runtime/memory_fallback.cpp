@@ -4,8 +4,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "runtime/limits_plan.hpp"
 #include "runtime/mounts.hpp"
 #include "runtime/units.hpp"
+#include "runtime/userns.hpp"
 
 namespace sbx {
 
@@ -98,6 +100,25 @@ nlohmann::json memory_fallback_json(const TmpfsBudget& budget, std::int64_t memo
            sysv,
        })},
       {"unbounded", unbounded}};
+}
+
+Result<nlohmann::json> apply_memory_fallback(const RunSpec& spec, const LimitPlan& plan,
+                                             const std::vector<std::string>& explicit_limits,
+                                             const IdentityPlan& identity, MountPlan& mounts, TmpfsBudget* scaled) {
+  const LimitDecision* mem = plan.find("memory");
+  if (!mem || !mem->applied || plan.cgroup_limits.memory_bytes || !spec.limits.memory_bytes) return nlohmann::json();
+  auto fit = fit_tmpfs(tmpfs_shares(spec, explicit_limits), *spec.limits.memory_bytes);
+  if (!fit) return fit.error();
+  apply_tmpfs_budget(*fit, mounts);
+  if (fit->scaled && scaled) *scaled = *fit;
+  return memory_fallback_json(*fit, *spec.limits.memory_bytes, sysv_shm_capped(identity));
+}
+
+bool sysv_shm_capped(const IdentityPlan& identity) {
+  // The ipc namespace's shm sysctls are writable only by its user namespace's uid 0 (mode bits,
+  // no capability override: ipc/ipc_sysctl.c ipc_permissions); rootless with --uid N maps no
+  // uid 0, so there SysV shm stays unbounded, and the trace says so.
+  return std::any_of(identity.uid_map.begin(), identity.uid_map.end(), [](const IdMapping& m) { return m.inside == 0; });
 }
 
 }  // namespace sbx

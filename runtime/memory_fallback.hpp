@@ -18,6 +18,8 @@
 namespace sbx {
 
 struct MountPlan;
+struct LimitPlan;
+struct IdentityPlan;
 
 struct TmpfsShare {
   std::string key;    // the RunSpec key that sets it: "tmp_size" (/tmp and /dev/shm), "out_size", "tmpfs", "upper"
@@ -56,5 +58,19 @@ std::string describe_shares(const std::vector<TmpfsShare>& shares);
 // The trace's enforcement.memory_fallback: per mechanism what it bounds and what it does not.
 // sysv_capped: init sets the ipc namespace's shmall/shmmax (its user namespace maps uid 0).
 nlohmann::json memory_fallback_json(const TmpfsBudget& budget, std::int64_t memory_bytes, bool sysv_capped);
+
+// The whole step, shared by run_sandbox and --dry-run (so a dry run refuses what the run would):
+// when the final limit plan bounds memory by rlimits only, fits the tmpfs mounts under the limit,
+// writes their sizes into `mounts` and returns the trace's enforcement.memory_fallback; null when
+// a cgroup charges the memory (or there is no memory limit); an error when they cannot fit.
+// `scaled` (optional) is told the budget when sizes were scaled down, for the run's log line.
+Result<nlohmann::json> apply_memory_fallback(const RunSpec& spec, const LimitPlan& plan,
+                                             const std::vector<std::string>& explicit_limits,
+                                             const IdentityPlan& identity, MountPlan& mounts,
+                                             TmpfsBudget* scaled = nullptr);
+
+// Whether init can cap SysV shared memory (shmall/shmmax) in the run's ipc namespace: only when
+// the user namespace maps a uid 0.
+bool sysv_shm_capped(const IdentityPlan& identity);
 
 }  // namespace sbx

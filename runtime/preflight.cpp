@@ -13,6 +13,7 @@
 #include "runtime/egress_policy.hpp"
 #include "runtime/image_seal.hpp"
 #include "runtime/image_store.hpp"
+#include "runtime/memory_fallback.hpp"
 #include "runtime/mounts.hpp"
 #include "runtime/seccomp_policy.hpp"
 #include "runtime/units.hpp"
@@ -235,6 +236,8 @@ Result<json> dry_run(const RunRequest& req) {
     if (auto e = require_limits_shortfall(plan, cg, req.limit_layers)) return *e;
   auto mounts = plan_mounts(spec, cwd);
   if (!mounts) return mounts.error();
+  auto fallback = apply_memory_fallback(spec, plan, req.explicit_limits, *identity, *mounts);
+  if (!fallback) return fallback.error();
   auto image = image_json(spec, req.dirs);
   if (!image) return image.error();
   // No cache directory: a dry run writes nothing, not even a compiled policy.
@@ -250,6 +253,7 @@ Result<json> dry_run(const RunRequest& req) {
       {"network", network_json(spec)},
       {"image", *image},
       {"mounts", mounts_to_json(*mounts)}};
+  if (!fallback->is_null()) enforcement["memory_fallback"] = std::move(*fallback);
   json out = spec_to_json(spec);
   out["enforcement"] = std::move(enforcement);
   return out;

@@ -260,8 +260,6 @@ RunReport run_sandbox(const RunRequest& req) {
     // --require-limits refuses before anything is created (the checks --dry-run makes too).
     if (auto st = check_sources(spec, cwd, &*identity); !st) return fail_setup(st.error());
     bool rootless = ::geteuid() != 0;
-    // The tmpfs mounts against the memory limit: needed only where no cgroup charges their pages.
-    auto tmpfs_fit = fit_tmpfs(tmpfs_shares(spec, req.explicit_limits), spec.limits.memory_bytes.value_or(0));
     LimitPlan plan = plan_limits(spec.limits, cg, rootless, true);
     if (spec.require_limits)
       if (auto e = require_limits_shortfall(plan, cg, req.limit_layers)) return fail_setup(*e);
@@ -287,28 +285,22 @@ RunReport run_sandbox(const RunRequest& req) {
     }
     if (spec.require_limits)  // again: a cgroup that could not be created weakened the plan
       if (auto e = require_limits_shortfall(plan, cg, req.limit_layers)) return fail_setup(*e);
-    const LimitDecision* mem = plan.find("memory");
-    bool memory_fallback = mem && mem->applied && !plan.cgroup_limits.memory_bytes;
-    if (memory_fallback && !tmpfs_fit) return fail_setup(tmpfs_fit.error());
+    auto mounts = plan_mounts(spec, cwd);
+    if (!mounts) return fail_setup(mounts.error());
+    // The tmpfs mounts against the memory limit: needed only where no cgroup charges their pages.
+    TmpfsBudget scaled;
+    auto fallback = apply_memory_fallback(spec, plan, req.explicit_limits, *identity, *mounts, &scaled);
+    if (!fallback) return fail_setup(fallback.error());
+    const bool memory_fallback = !fallback->is_null();
+    if (memory_fallback) parts.enforcement["memory_fallback"] = std::move(*fallback);
     if (!missing.empty() || !degraded.empty())
       spdlog::log(asked ? spdlog::level::warn : spdlog::level::info, "limits {}{}{} (details in the trace's enforcement section; see 'sbx doctor')",
                    missing.empty() ? "" : "not enforced: " + missing.substr(2),
                    !missing.empty() && !degraded.empty() ? "; " : "",
                    degraded.empty() ? "" : "enforced only per process by rlimits: " + degraded.substr(2));
-    auto mounts = plan_mounts(spec, cwd);
-    if (!mounts) return fail_setup(mounts.error());
-    // The ipc namespace's shm sysctls are writable only by its user namespace's uid 0 (mode bits,
-    // no capability override: ipc/ipc_sysctl.c ipc_permissions); rootless with --uid N maps no
-    // uid 0, so there SysV shm stays unbounded, and the trace says so.
-    bool sysv_capped = memory_fallback && std::any_of(identity->uid_map.begin(), identity->uid_map.end(),
-                                                      [](const IdMapping& m) { return m.inside == 0; });
-    if (memory_fallback) {
-      apply_tmpfs_budget(*tmpfs_fit, *mounts);
-      parts.enforcement["memory_fallback"] = memory_fallback_json(*tmpfs_fit, *spec.limits.memory_bytes, sysv_capped);
-      if (tmpfs_fit->scaled)
-        spdlog::info("tmpfs sizes scaled down to fit the memory limit {} (no cgroup v2 counts their pages): {}",
-                     format_size(*spec.limits.memory_bytes), describe_shares(tmpfs_fit->shares));
-    }
+    if (scaled.scaled)
+      spdlog::info("tmpfs sizes scaled down to fit the memory limit {} (no cgroup v2 counts their pages): {}",
+                   format_size(*spec.limits.memory_bytes), describe_shares(scaled.shares));
     parts.image["mounts"] = mounts_to_json(*mounts);
     if (spec.image != "host") {
       // The tree is opened once here; its seal is taken through this fd while init builds the
@@ -365,7 +357,7 @@ RunReport run_sandbox(const RunRequest& req) {
     for (auto& [name, value] : req.secret_env) cfg.envp.push_back(name + "=" + value);
     cfg.rlimits = {{RLIMIT_CORE, 0}};
     cfg.keep_caps = capability_mask(spec.capabilities.keep);
-    if (sysv_capped) cfg.sysv_shm_bytes = *spec.limits.memory_bytes;
+    if (memory_fallback && sysv_shm_capped(*identity)) cfg.sysv_shm_bytes = *spec.limits.memory_bytes;
     for (auto& [res, value] : plan.rlimits) cfg.rlimits.push_back({res, static_cast<rlim_t>(value)});
     Pipe sync, msg, out, err;
     for (Pipe* p : {&sync, &msg, &out, &err})

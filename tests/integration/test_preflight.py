@@ -84,6 +84,28 @@ class DryRunEnforcement(SbxTestCase):
         self.assertFalse(os.path.exists(self.path("new")), "a dry run creates nothing")
         self.same_failure(["--output", "/nonexistent-sbx-dir/out"], "--output in a missing directory")
 
+    def test_tmpfs_mounts_that_do_not_fit_the_memory_limit(self):
+        # Without a cgroup charging tmpfs pages (this host's cgroup v2 has no memory controller,
+        # and rootless has none either), the tmpfs sizes must fit under --memory: the caller's own
+        # --tmpfs size is never scaled, so the run refuses, and the dry run must say the same.
+        probe = self.run_sbx(["true"], ["--memory", "64M"])
+        self.assertExit(probe, 0)
+        if "memory_fallback" not in self.need_trace(probe)["enforcement"]:
+            self.skipTest("memory is bounded by a cgroup here: tmpfs pages are charged to it, nothing to refuse")
+        err = self.same_failure(["--memory", "16M", "--tmpfs", "/x:64M"], "--tmpfs larger than --memory")
+        self.assertIn("the tmpfs mounts need", err)
+        # What fits is scaled, and the dry run shows the sizes the run will mount.
+        plan = json.loads(sbx(["run", "--dry-run", "--memory", "32M", "--", "true"]).out)
+        def tmpfs_sizes(enforcement):
+            mech = [m for m in enforcement["memory_fallback"]["mechanisms"] if m["mechanism"] == "tmpfs size options"]
+            self.assertEqual(len(mech), 1, enforcement["memory_fallback"])
+            return {t["path"]: t["size_bytes"] for t in mech[0]["mounts"]}
+        sizes = tmpfs_sizes(plan["enforcement"])
+        self.assertLessEqual(sum(sizes.values()), 32 << 20, sizes)
+        real = self.run_sbx(["true"], ["--memory", "32M"])
+        self.assertExit(real, 0)
+        self.assertEqual(tmpfs_sizes(self.need_trace(real)["enforcement"]), sizes)
+
     def test_require_limits_gives_the_runs_answer(self):
         dry = sbx(["run", "--dry-run", "--require-limits", "--", "true"])
         real = sbx(["run", "--require-limits", "--", "true"])
