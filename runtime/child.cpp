@@ -421,21 +421,31 @@ pid_t signal_target(int sig, pid_t program, bool tty) {
 
 // Init sends the program child's seccomp listener to the supervisor (install_seccomp says why
 // this way). Raw calls and a message built in place: the same discipline as init's loop.
-void hand_over_listener(const ChildConfig& cfg, int listener) {
-  FdMessage mh(listener, 'L');
+// Sends `fd` to the supervisor over `sock` and closes init's copy, with raw calls only: these run
+// after the program child was spawned, and a child that failed to start has already woken a
+// supervisor that shares init's memory (spawn_program), so nothing here may allocate or touch
+// errno, not even on failure (an Error's strings would be malloc'd beside the supervisor's own).
+// Failure ends init: a run whose listener or terminal the supervisor never got must not go on.
+void hand_over_fd(const ChildConfig& cfg, int sock, int fd, char tag, const char* stage, const char* what) {
+  FdMessage mh(fd, tag);
   long n;
-  do n = raw::syscall6(SYS_sendmsg, cfg.seccomp_sock, reinterpret_cast<long>(&mh.mh), MSG_NOSIGNAL);
+  do n = raw::syscall6(SYS_sendmsg, sock, reinterpret_cast<long>(&mh.mh), MSG_NOSIGNAL);
   while (n == -EINTR);
-  raw::close(listener);
+  raw::close(fd);
   if (n == 1) return;
-  // The program has exec'd under a filter whose refusals nobody would answer: it must not run.
   ChildMsg m;
   m.kind = ChildMsg::kSetupError;
   m.err = n < 0 ? static_cast<std::int32_t>(-n) : EIO;
-  std::strncpy(m.stage, "seccomp", sizeof m.stage - 1);
-  std::strncpy(m.message, "hand the seccomp listener to the supervisor", sizeof m.message - 1);
+  std::strncpy(m.stage, stage, sizeof m.stage - 1);
+  std::strncpy(m.message, what, sizeof m.message - 1);
   send_msg(cfg.msg_fd, m);
   raw::exit_group(125);  // pid 1 gone: the kernel kills the rest of the sandbox
+}
+
+// The program has exec'd under a filter whose refusals nobody would answer unless the supervisor
+// holds the listener: it must not run otherwise.
+void hand_over_listener(const ChildConfig& cfg, int listener) {
+  hand_over_fd(cfg, cfg.seccomp_sock, listener, 'L', "seccomp", "hand the seccomp listener to the supervisor");
 }
 
 // Closes every fd but `fd`, with raw calls (nothing allocated).
@@ -510,9 +520,10 @@ void run_init(const ChildConfig& cfg) {
   ::prctl(PR_SET_DUMPABLE, 0);
   if (pty_master >= 0) {
     // Sent once the program holds the slave, so that a master which reports POLLHUP or EIO in
-    // the supervisor means the program has let go of its terminal, never "not yet opened". Still
-    // ordinary code: a supervisor sharing our memory waits for kStarted below.
-    STAGE(cfg, send_fd(cfg.pty_sock, pty_master, 'T', "tty", "hand the pty master to the supervisor"));
+    // the supervisor means the program has let go of its terminal, never "not yet opened". Raw
+    // (hand_over_fd): a program child that failed before its execve has woken the supervisor.
+    // Init keeps no copy of the master: the supervisor's copy is the only one from here on.
+    hand_over_fd(cfg, cfg.pty_sock, pty_master, 'T', "tty", "hand the pty master to the supervisor");
   }
   // The fd table was the program child's too: the program's stdio (the pipes, the pty slave) is
   // on 0, 1 and 2 here as well, and init must not hold it, nor anything else: the supervisor
