@@ -56,7 +56,7 @@ struct RunFlags {
   std::vector<std::string> command;
 };
 
-// Flags override the merged spec (last layer of DESIGN.md's order); list flags add to its lists.
+// Flags override the merged spec (the last layer of profile.hpp's merge order); list flags add to its lists.
 // spec.argv becomes f.command.
 Result<RunSpec> apply_flags(RunSpec spec, const RunFlags& f);
 // --profile, --image, --timeout, --output-limit, --memory, --pids, --cpus, --cpu-time,

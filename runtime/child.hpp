@@ -79,7 +79,7 @@ struct ChildConfig {
   int proxy_sock = -1;
   int proxy_port = 0;
   // Init's end of the socketpair on which it sends the O_PATH fd of /out once the root is built.
-  // The fd waits in the socket until the supervisor reads it after the run (export.hpp).
+  // The fd waits in the socket until the supervisor reads it after the run (artifact_export.hpp).
   int out_sock = -1;
   // Init runs in the supervisor's address space (sandbox.cpp, "shared init"): the supervisor is
   // blocked from clone until kStarted, and the supervisor, not init, makes the shared address

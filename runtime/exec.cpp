@@ -172,7 +172,6 @@ Result<json> run_exec(const json& request, const ExecContext& ctx) {
     return make_error("record", "the run's trace record could not be stored (" + rep.record_error +
                                     "): its result is withheld");
   const json& t = rep.trace;
-  json res = t.value("result", json::object());
   json resp = {{"run_id", t.value("run_id", "")},
                {"status", to_string(rep.outcome.status)},
                {"exit_code", rep.outcome.exit_code ? json(*rep.outcome.exit_code) : json(nullptr)},
@@ -187,7 +186,6 @@ Result<json> run_exec(const json& request, const ExecContext& ctx) {
                {"usage", t.value("usage", json::object())},
                {"violations", t.value("violations", json::array())},
                {"trace", ctx.dirs.traces + "/" + kLedgerName}};
-  (void)res;
   if (result_errors_omitted > 0) resp["result_errors_omitted"] = result_errors_omitted;
   return resp;
 }

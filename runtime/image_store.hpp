@@ -1,5 +1,5 @@
 #pragma once
-// The content-addressed image store (DESIGN.md, directories):
+// The content-addressed image store (man/sbx.1, FILES):
 //
 //   <images>/sha256/<hex>/rootfs/     the normalised tree: the overlay's lower layer, never written
 //   <images>/sha256/<hex>/manifest    its canonical manifest; <hex> = sha256(manifest)

@@ -349,7 +349,7 @@ Status place_generated_files(int root, const MountPlan& plan) {
 }
 
 // /out: a size-capped tmpfs owned by the program. The supervisor exports from it after the run
-// through the O_PATH fd returned here (export.hpp), so no host directory is ever writable from inside.
+// through the O_PATH fd returned here (artifact_export.hpp), so no host directory is ever writable from inside.
 Result<int> make_out(const MountPlan& plan) {
   SBX_TRY(tmpfs_at("/newroot/out", plan.out_size_bytes, "0755", MS_NOSUID | MS_NODEV));
   if (::chown("/newroot/out", plan.owner_uid, plan.owner_gid) != 0) return sys_error("mounts", "chown /out");

@@ -1,5 +1,5 @@
 #pragma once
-// How a run ended, and the exit status sbx returns for it (DESIGN.md, exit status table):
+// How a run ended, and the exit status sbx returns for it (docs/ARCHITECTURE.md, "Exit status"; man/sbx.1, EXIT STATUS):
 //   child's own code | 128+N killed by signal N | 124 wall-time limit | 125 sbx failed |
 //   126/127 entrypoint not executable / not found | 65 typed IO contract broken.
 #include <optional>

@@ -42,7 +42,7 @@ struct Pack {
   std::string image = "host";
   std::string input_schema_path, output_schema_path;  // relative to dir
   nlohmann::json input_schema, output_schema;
-  // The manifest layer of the RunSpec (DESIGN.md: defaults < profile < manifest < flags): the
+  // The manifest layer of the RunSpec (defaults < profile < manifest < flags: profile.hpp): the
   // pack's limits under RunSpec key names, argv, network and image.
   nlohmann::json spec_patch;
   std::vector<PackContext> contexts;

@@ -3,8 +3,8 @@
 //   1 every input record is validated against input_schema before anything is created
 //     (input_invalid, exit 65: nothing runs, the record is still written);
 //   2 the pack is bound read-only at /pack, a copy of the validated records at /in/records.json,
-//     each context read-only at its declared path, a private host directory at /out, secrets on a
-//     private tmpfs at /run/secrets (or in the environment);
+//     each context read-only at its declared path, a tmpfs at /out (exported after the run:
+//     artifact_export.hpp), secrets on a private tmpfs at /run/secrets (or in the environment);
 //   3 /out/result.json is read safely and validated against output_schema: only a valid result is
 //     handed back; otherwise output_invalid (exit 65) and only its size and hash are recorded.
 #include <string>

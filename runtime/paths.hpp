@@ -1,5 +1,5 @@
 #pragma once
-// Where sbx keeps things (DESIGN.md, directories). XDG for users; /var/lib/sbx and /run/sbx as root.
+// Where sbx keeps things (man/sbx.1, FILES). XDG for users; /var/lib/sbx and /run/sbx as root.
 // --state-dir / SBX_STATE_DIR move the state (traces) and data (images) dirs under one root so
 // tests never touch $HOME.
 #include <string>

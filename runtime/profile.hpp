@@ -1,8 +1,9 @@
 #pragma once
 // Profiles: JSON files of RunSpec defaults. A name is looked up in the profile path
-// ($SBX_PROFILE_PATH, $XDG_CONFIG_HOME/sbx/profiles, /etc/sbx/profiles, the installed data dir)
-// and then among the profiles compiled into the binary; anything with a '/' or ending in .json is
-// a file. Merge order (DESIGN.md): built-in defaults < profile < pack manifest < command-line flags.
+// ($SBX_PROFILE_PATH, $XDG_CONFIG_HOME/sbx/profiles, /etc/sbx/profiles) and then among the
+// profiles compiled into the binary (share/sbx/profiles holds installed copies to read, not a
+// search directory: the binary needs no data files); anything with a '/' or ending in .json is
+// a file. Merge order: built-in defaults < profile < pack manifest < command-line flags.
 #include <map>
 #include <set>
 #include <string>

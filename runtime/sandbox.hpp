@@ -1,5 +1,5 @@
 #pragma once
-// Sandbox::run: the whole pipeline of one invocation (DESIGN.md):
+// run_sandbox: the whole pipeline of one invocation (docs/ARCHITECTURE.md, "A run, phase by phase"):
 //   1 prepare  2 spawn  3 supervise  4 collect  5 record  6 clean
 // It reads only the RunSpec (plus where to write the record) and returns the outcome, the trace
 // record and the exit status for `sbx run`.

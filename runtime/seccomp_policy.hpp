@@ -3,7 +3,7 @@
 // compiled to classic BPF with libseccomp in the parent, cached by hash, and installed by the
 // program child as the very last step before execve.
 //
-// How refused syscalls are recorded (issue 4): the policy is compiled with its real actions
+// How refused syscalls are recorded: the policy is compiled with its real actions
 // (ERRNO(e), KILL_PROCESS, ...). That program is kept as the *reference*. The program that is
 // installed is a copy in which every refusing return (ERRNO, KILL_*, TRAP, TRACE) is rewritten to
 // SECCOMP_RET_USER_NOTIF, and nothing added: no rule lets anything through that the policy

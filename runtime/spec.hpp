@@ -31,7 +31,7 @@ struct TmpfsMount {
 struct Limits {
   std::optional<std::int64_t> timeout_ms;       // wall time, enforced by the supervisor
   std::optional<std::int64_t> output_limit_bytes;  // per stream passed through; rest dropped
-  std::optional<std::int64_t> memory_bytes;     // cgroup memory.max (issue: limits)
+  std::optional<std::int64_t> memory_bytes;     // cgroup memory.max, or the rlimit fallback (limits_plan.hpp)
   std::optional<std::int64_t> pids;             // cgroup pids.max
   std::optional<double> cpus;                   // cgroup cpu.max quota/period
   std::optional<std::int64_t> cpu_time_ms;      // CPU-seconds budget

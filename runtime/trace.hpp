@@ -1,5 +1,5 @@
 #pragma once
-// The trace record, schema sbx.trace/v1 (DESIGN.md; schemas/trace.schema.json): what ran, on which
+// The trace record, schema sbx.trace/v1 (schemas/trace.schema.json; docs/ARCHITECTURE.md, "What is recorded where"): what ran, on which
 // image, under which limits and policy, how it ended and what it used.
 #include <string>
 #include <vector>
@@ -26,7 +26,7 @@ struct LimitEntry {
   bool degraded = false;  // enforced, but weaker than asked (per-process rlimit, not cgroup)
 };
 
-// Everything the record is made of, gathered by Sandbox::run.
+// Everything the record is made of, gathered by run_sandbox (sandbox.hpp).
 struct TraceParts {
   std::string run_id, started_at, ended_at;
   nlohmann::json invocation;   // {argv, cwd, profile{...}, pack, spec}

@@ -36,7 +36,7 @@ std::string ledger_path(const Dirs& dirs);
 struct LedgerEntry {
   std::uint64_t seq = 0;
   std::string run_id, prev, hash;
-  std::string sig;          // base64 Ed25519 signature of `hash` (trace_sign.hpp), or ""
+  std::string sig;          // base64 Ed25519 signature of `hash` (ledger_key.hpp), or ""
   std::string_view record;  // the raw record bytes (a view into the line)
 };
 

@@ -1,5 +1,5 @@
 #pragma once
-// Identity (DESIGN.md, "Identity"). Rootless: the caller's uid/gid map to the sandbox's uid/gid (a
+// Identity. Rootless: the caller's uid/gid map to the sandbox's uid/gid (a
 // single-id map, the only one an unprivileged process may write; setgroups is denied first).
 // As host root: the sandbox's ids 0-65535 map to an unprivileged host range (an `sbx` entry in
 // /etc/subuid and /etc/subgid, else a built-in default), never to host uid 0. A breakout then

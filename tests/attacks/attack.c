@@ -1,4 +1,4 @@
-/* Attacks that a sandboxed program must not get away with (issue 4, item 7).
+/* Attacks that a sandboxed program must not get away with.
  *
  *   attack NAME      runs one attack, prints "NAME: blocked (...)" or "NAME: SUCCEEDED (...)"
  *   attack handoff-forge ADDR

@@ -1,4 +1,4 @@
-"""--dry-run, profiles and argument handling (issue 2, items 5 and 9)."""
+"""--dry-run, profiles and argument handling."""
 import json
 import os
 import unittest

@@ -1,4 +1,4 @@
-"""Every row of the exit-status table (DESIGN.md) plus setup-failure reporting (issue 2, items 9-10)."""
+"""Every row of the exit-status table (man/sbx.1, EXIT STATUS; runtime/outcome.hpp) plus setup-failure reporting."""
 import os
 import re
 import unittest

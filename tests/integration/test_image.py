@@ -1,4 +1,4 @@
-"""Images, the overlay root, --input and --output (issue 5). Runs as root and rootless.
+"""Images, the overlay root, --input and --output. Runs as root and rootless.
 
 The busybox image is built once per suite run with rootfs/build-busybox.sh (offline, from
 busybox-static) and imported into the suite's state dir, the way a user would.

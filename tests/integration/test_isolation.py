@@ -1,4 +1,4 @@
-"""What the program can see and touch inside the sandbox (issue 2, items 2-4 and 6)."""
+"""What the program can see and touch inside the sandbox."""
 import json
 import os
 import socket

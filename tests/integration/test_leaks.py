@@ -1,5 +1,5 @@
 """Nothing is left behind: after 200 runs no mounts, scratch dirs or processes remain; sbx passes the
-program only fds 0, 1, 2 and does not hold a growing set of its own (issue 2, item 14)."""
+program only fds 0, 1, 2 and does not hold a growing set of its own."""
 import glob
 import json
 import os

@@ -1,5 +1,4 @@
-"""Process lifetime: leftovers are killed, sbx's death kills the sandbox, signals are forwarded
-(issue 2, item 2)."""
+"""Process lifetime: leftovers are killed, sbx's death kills the sandbox, signals are forwarded."""
 import signal
 import subprocess
 import time

@@ -1,4 +1,4 @@
-"""Limits on a host without usable cgroup v2 controllers (issue 3, item 8): the degradation is
+"""Limits on a host without usable cgroup v2 controllers: the degradation is
 reported honestly in the trace, the rlimit stand-ins actually bite, and --require-limits refuses.
 Real cgroup v2 enforcement is proven in the qemu guest (tests/vm)."""
 import json

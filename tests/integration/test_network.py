@@ -1,4 +1,4 @@
-"""Network egress through sbx's filtering proxy (issue 7).
+"""Network egress through sbx's filtering proxy.
 
 Every server here listens on the host's loopback (127.0.0.1 or ::1), inside this test process;
 nothing talks to any other address. Inside the sandbox "127.0.0.1" is the sandbox's *own*

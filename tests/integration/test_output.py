@@ -1,4 +1,4 @@
-"""Output streaming, --output-limit, and terminal-injection protection (issue 2, item 8)."""
+"""Output streaming, --output-limit, and terminal-injection protection."""
 import errno
 import fcntl
 import hashlib

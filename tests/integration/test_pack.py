@@ -1,4 +1,4 @@
-"""Rule packs and sbx exec: the typed IO contract (issue 6). Runs as root and rootless."""
+"""Rule packs and sbx exec: the typed IO contract. Runs as root and rootless."""
 import json
 import os
 import stat

@@ -1,4 +1,4 @@
-"""Seccomp and capabilities (issue 4): attacks that must fail, each asserted to fail AND to appear
+"""Seccomp and capabilities: attacks that must fail, each asserted to fail AND to appear
 in the trace, and the policy loader's behaviour as users see it.
 
 The attacks are tests/attacks/attack.c, compiled here with the host's cc (gcc comes with

@@ -1,4 +1,4 @@
-"""--systemd-scope (issue 3, item 3): rootless without a delegated cgroup, sbx re-executes itself
+"""--systemd-scope: rootless without a delegated cgroup, sbx re-executes itself
 under `systemd-run --user --scope -p Delegate=yes`. This host has no systemd user session, so a
 stand-in systemd-run on PATH records its arguments and runs the command, the way --scope does."""
 import os

@@ -1,4 +1,4 @@
-"""The sbx.trace/v1 record: --trace-file, the trace store, `sbx trace ls|show` (issue 2, item 11)."""
+"""The sbx.trace/v1 record: --trace-file, the trace store, `sbx trace ls|show`."""
 import hashlib
 import json
 import os

@@ -12,7 +12,7 @@ int exited(int code) { return (code & 0xff) << 8; }
 int killed(int sig) { return sig & 0x7f; }
 }  // namespace
 
-TEST_CASE("exit status table of DESIGN.md") {
+TEST_CASE("the exit status table (man/sbx.1, EXIT STATUS)") {
   CHECK(exit_status_for(outcome_from_wait_status(exited(0))) == 0);
   CHECK(outcome_from_wait_status(exited(0)).status == RunStatus::ok);
   CHECK(exit_status_for(outcome_from_wait_status(exited(3))) == 3);
