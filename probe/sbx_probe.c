@@ -314,6 +314,40 @@ static int try_connect(const char *ip, int port, int ms, int *fd_out) {
   return err;
 }
 
+/* CONNECT through sbx's proxy (127.0.0.1:3128 inside): the status code (0 if none), the status
+ * line in `reply`. */
+static int proxy_connect(const char *target, char *reply, size_t cap) {
+  int fd = -1;
+  snprintf(reply, cap, "(no answer)");
+  int err = try_connect("127.0.0.1", 3128, 1500, &fd);
+  if (err != 0) {
+    snprintf(reply, cap, "proxy not reachable: %s", strerror(err));
+    return 0;
+  }
+  int flags = fcntl(fd, F_GETFL);
+  fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+  struct timeval tv = {.tv_sec = 5};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  char req[300];
+  int n = snprintf(req, sizeof req, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", target, target);
+  if (write(fd, req, (size_t)n) != n) {
+    close(fd);
+    return 0;
+  }
+  char buf[512];
+  ssize_t r = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (r <= 0) return 0;
+  buf[r] = 0;
+  char *eol = strpbrk(buf, "\r\n");
+  if (eol) *eol = 0;
+  buf[cap > 1 && cap - 1 < sizeof buf ? cap - 1 : sizeof buf - 1] = 0;
+  memcpy(reply, buf, strlen(buf) + 1);
+  int code = 0;
+  if (sscanf(buf, "HTTP/1.%*d %d", &code) != 1) code = 0;
+  return code;
+}
+
 static void probe_network(int loopback_port) {
   char ifs[4096], names[300] = "";
   read_file("/proc/net/dev", ifs, sizeof ifs);
@@ -361,28 +395,23 @@ static void probe_network(int loopback_port) {
     result("net.proxy_internal", "skipped", "no proxy in this configuration (network none)");
     return;
   }
-  char reply[512] = "";
-  fd = -1;
-  err = try_connect("127.0.0.1", 3128, 1500, &fd);
-  if (err != 0) {
-    result("net.proxy_internal", "held", "proxy 127.0.0.1:3128 not reachable: %s", strerror(err));
-    return;
-  }
-  int flags = fcntl(fd, F_GETFL);
-  fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
-  struct timeval tv = {.tv_sec = 5};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  const char *req = "CONNECT 169.254.169.254:80 HTTP/1.1\r\nHost: 169.254.169.254:80\r\n\r\n";
-  if (write(fd, req, strlen(req)) < 0) {}
-  ssize_t n = read(fd, reply, sizeof reply - 1);
-  close(fd);
-  if (n > 0) reply[n] = 0;
-  char *eol = strpbrk(reply, "\r\n");
-  if (eol) *eol = 0;
-  if (strncmp(reply, "HTTP/1.1 2", 10) == 0 || strncmp(reply, "HTTP/1.0 2", 10) == 0)
+  char target[64], reply[300];
+  /* The metadata address: never, whatever the allowlist says about names. */
+  int code = proxy_connect("169.254.169.254:80", reply, sizeof reply);
+  if (code >= 200 && code < 300)
     result("net.proxy_internal", "breached", "proxy CONNECT 169.254.169.254:80 answered: %s", reply);
   else
-    result("net.proxy_internal", "held", "proxy CONNECT 169.254.169.254:80 answered: %s", n > 0 ? reply : "(nothing)");
+    result("net.proxy_internal", "held", "proxy CONNECT 169.254.169.254:80 answered: %s", reply);
+  /* The host's loopback through the proxy (which runs on the host): only an allowlist that names
+   * a loopback address or range opens it, e.g. --allow-host 127.0.0.0/8:*. */
+  snprintf(target, sizeof target, "127.0.0.1:%d", loopback_port);
+  code = proxy_connect(target, reply, sizeof reply);
+  if (code >= 200 && code < 300)
+    result("net.proxy_host_loopback", "breached", "proxy CONNECT %s (sbx probe's listener on the host) answered: %s",
+           target, reply);
+  else
+    result("net.proxy_host_loopback", "held", "proxy CONNECT %s (sbx probe's listener on the host) answered: %s",
+           target, reply);
 }
 
 /* ---- secrets ---- */

@@ -55,6 +55,17 @@ class Probe(SbxTestCase):
         self.assertExit(r, 0, json.dumps(report, indent=1))
         self.assertEqual(probes["net.proxy_internal"]["result"], "held")
         self.assertIn("403", probes["net.proxy_internal"]["evidence"])
+        self.assertEqual(probes["net.proxy_host_loopback"]["result"], "held")
+        self.assertIn("403", probes["net.proxy_host_loopback"]["evidence"])
+
+    def test_allowlist_naming_loopback_is_breached_on_that_line(self):
+        # An allowlist range that covers loopback lets the proxy (on the host) reach the host's own
+        # services: reported on exactly that line.
+        r, report, probes = self.probe(["--allow-host", "127.0.0.0/8:*"])
+        self.assertExit(r, 1, json.dumps(report, indent=1))
+        breached = {n for n, p in probes.items() if p["result"] == "breached"}
+        self.assertEqual(breached, {"net.proxy_host_loopback"}, json.dumps(report, indent=1))
+        self.assertIn("200", probes["net.proxy_host_loopback"]["evidence"])
 
     def test_limits_follow_the_options(self):
         r, report, probes = self.probe(["--pids", "20", "--memory", "200M"])
