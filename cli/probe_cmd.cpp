@@ -258,6 +258,15 @@ int probe_main(const GlobalOptions& g, const RunFlags& f, bool as_json) {
   args.insert(args.end(), extra.begin(), extra.end());
   Captured run = run_self(args, {{"SBX_PROBE_CANARY", canary}}, std::chrono::seconds(600), true);
   ::close(lfd);
+  // sbx run's own warnings (an unconfined seccomp policy, a limit it cannot enforce here) belong
+  // to the probe's caller too; its other lines are the program's, i.e. the helper's.
+  for (std::size_t at = 0; at < run.err.size();) {
+    std::size_t nl = run.err.find('\n', at);
+    std::string line = run.err.substr(at, nl == std::string::npos ? std::string::npos : nl - at);
+    if (line.starts_with("sbx: warning: ")) std::fprintf(stderr, "%s\n", printable(line).c_str());
+    if (nl == std::string::npos) break;
+    at = nl + 1;
+  }
   ProbeOutput po = parse_probe_output(run.out);
   json record;
   if (auto t = read_json_file(trace, {64u << 20}, "probe", "trace")) record = std::move(*t);

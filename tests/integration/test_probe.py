@@ -49,6 +49,8 @@ class Probe(SbxTestCase):
         lines = {line.split()[0]: line.split()[1] for line in t.out.splitlines()[1:-1]}
         self.assertEqual({n for n, s in lines.items() if s == "breached"}, {"fs.writable", "sys.seccomp", "sys.userns"})
         self.assertRegex(t.out.splitlines()[-1], r"^\d+ held, 3 breached, \d+ skipped$")
+        # sbx run's warning about the unconfined policy reaches the probe's caller.
+        self.assertIn("sbx: warning: seccomp is UNCONFINED", t.err)
 
     def test_allowlist_probes_the_proxy(self):
         r, report, probes = self.probe(["--allow-host", "example.com"])
