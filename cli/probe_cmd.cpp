@@ -20,6 +20,7 @@
 #include <dirent.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -251,8 +252,9 @@ int probe_main(const GlobalOptions& g, const RunFlags& f, bool as_json) {
 
   // 3. The probe run.
   std::vector<std::string> args = base;
+  const std::string exported = dir.path + "/out";
   const std::vector<std::string> extra = {"--bind", helper + ":/sbx-probe", "--env-pass", "SBX_PROBE_CANARY",
-                                         "--trace-file", trace, "--", "/sbx-probe", token, marker,
+                                         "--trace-file", trace, "--output", exported, "--", "/sbx-probe", token, marker,
                                          std::to_string(ntohs(sa.sin_port)), "@HOSTPID@", std::to_string(limit("pids")),
                                          std::to_string(limit("memory_bytes"))};
   args.insert(args.end(), extra.begin(), extra.end());
@@ -263,7 +265,9 @@ int probe_main(const GlobalOptions& g, const RunFlags& f, bool as_json) {
   for (std::size_t at = 0; at < run.err.size();) {
     std::size_t nl = run.err.find('\n', at);
     std::string line = run.err.substr(at, nl == std::string::npos ? std::string::npos : nl - at);
-    if (line.starts_with("sbx: warning: ")) std::fprintf(stderr, "%s\n", printable(line).c_str());
+    // (Not the export's notes on the helper's own hostile /out entries: those are the probe.)
+    if (line.starts_with("sbx: warning: ") && !line.starts_with("sbx: warning: export: skipped /out/probe-"))
+      std::fprintf(stderr, "%s\n", printable(line).c_str());
     if (nl == std::string::npos) break;
     at = nl + 1;
   }
@@ -308,6 +312,30 @@ int probe_main(const GlobalOptions& g, const RunFlags& f, bool as_json) {
     }
     results.push_back({"term.survivor", "breached", "still running on the host after the run: pid " + list + " (killed now)"});
   }
+  // Artifact export: what --output made of the helper's hostile /out on the host.
+  if (std::any_of(results.begin(), results.end(), [](auto& r) {
+        return r.name == "export.prepared" && r.evidence.starts_with("/out holds");
+      })) {
+    struct stat file {}, hard {}, st {};
+    bool have_file = ::lstat((exported + "/probe-file").c_str(), &file) == 0 && S_ISREG(file.st_mode);
+    std::vector<std::string> bad;
+    if (::lstat((exported + "/probe-link").c_str(), &st) == 0 && S_ISLNK(st.st_mode)) bad.push_back("a symlink was exported");
+    if (::lstat((exported + "/probe-fifo").c_str(), &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode))
+      bad.push_back("a FIFO was exported");
+    bool have_hard = ::lstat((exported + "/probe-hard").c_str(), &hard) == 0;
+    if (have_hard && (!S_ISREG(hard.st_mode) || hard.st_nlink != 1 || (have_file && hard.st_ino == file.st_ino)))
+      bad.push_back("the hard link was exported as a link, not a copy");
+    if (!have_file) bad.push_back("the regular file was not exported");
+    std::string b;
+    for (auto& x : bad) b += (b.empty() ? "" : "; ") + x;
+    if (bad.empty())
+      results.push_back({"export.entries", "held", "--output exported the regular file; the symlink and the FIFO were "
+                                                    "skipped; the hard link " +
+                                                        std::string(have_hard ? "became an independent copy" : "was skipped")});
+    else
+      results.push_back({"export.entries", "breached", b});
+  }
+  std::erase_if(results, [](auto& r) { return r.name == "export.prepared"; });
   std::size_t mounts_after = mounts_mentioning(dir.path);
   if (mounts_after > mounts_before)
     results.push_back({"cleanup.mounts", "breached",

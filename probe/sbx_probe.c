@@ -490,6 +490,23 @@ static void probe_memory(long long limit) {
            WIFSIGNALED(st) ? "killed by a signal" : "mmap refused");
 }
 
+/* ---- artifact export ---- */
+
+/* Hostile entries in /out for `--output` (which sbx probe asks for): a symlink to a host path, a
+ * FIFO and a hard link. sbx probe checks on the host what the export made of them. */
+static void prepare_export(void) {
+  int fd = open("/out/probe-file", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  int ok = fd >= 0 && write(fd, "probe\n", 6) == 6;
+  if (fd >= 0) close(fd);
+  ok = ok && symlink("/etc/passwd", "/out/probe-link") == 0;
+  ok = ok && mkfifo("/out/probe-fifo", 0644) == 0;
+  ok = ok && link("/out/probe-file", "/out/probe-hard") == 0;
+  if (ok)
+    result("export.prepared", "skipped", "/out holds a file, a symlink to /etc/passwd, a FIFO and a hard link");
+  else
+    result("export.prepared", "skipped", "could not prepare /out: %s", strerror(errno));
+}
+
 /* ---- termination ---- */
 
 static void start_survivor(const char *self) {
@@ -533,6 +550,7 @@ int main(int argc, char **argv) {
   probe_network(atoi(argv[3]));
   probe_secret();
   probe_pids(atol(argv[5]));
+  prepare_export();
   start_survivor(argv[0]);
   /* Last: with cgroup v2 and memory.oom.group the kernel may end the whole run here; sbx probe
    * then reads the run's status (oom) as the limit holding. */

@@ -23,13 +23,15 @@ class Probe(SbxTestCase):
         for name in ["fs.host_files", "fs.writable", "fs.mount_flags", "fs.devices", "proc.host_visible",
                      "proc.signal_host", "sys.seccomp", "sys.userns", "sys.capabilities", "net.interfaces",
                      "net.direct_egress", "net.metadata", "net.private", "net.host_loopback", "secret.present",
-                     "secret.record", "limit.pids", "limit.memory", "term.survivor", "cleanup.mounts",
+                     "secret.record", "limit.pids", "limit.memory", "term.survivor", "export.entries", "cleanup.mounts",
                      "record.names"]:
             self.assertIn(name, probes, f"probe {name} missing: {sorted(probes)}")
             self.assertEqual(probes[name]["result"], "held", probes[name])
         self.assertIn("Seccomp: 2", probes["sys.seccomp"]["evidence"])
         self.assertIn("limit 64 processes", probes["limit.pids"]["evidence"])
         self.assertEqual(report["run"]["status"], "ok")
+        self.assertIn("symlink and the FIFO were skipped", probes["export.entries"]["evidence"])
+        self.assertEqual(r.err, "", "a probe that held prints nothing on stderr")
         self.assertEqual(find_procs("sbx-probe-survivor"), {}, "a survivor is left on the host")
 
     def test_weak_configuration_is_breached_on_exactly_those_lines(self):
