@@ -62,6 +62,8 @@ Result<RunSpec> apply_flags(RunSpec spec, const RunFlags& f);
 // --profile, --image, --timeout, --output-limit, --memory, --pids, --cpus, --cpu-time,
 // --require-limits, --seccomp, --trace-file.
 void add_limit_options(CLI::App* app, RunFlags& f);
+// Every option of `sbx run` (add_limit_options and the rest); `sbx probe` takes the same.
+void add_run_options(CLI::App* app, RunFlags& f);
 // The limits given by flag (warned about when they cannot be enforced as asked).
 std::vector<std::string> explicit_limits(const RunFlags& f);
 // The same, as a set (limits_plan.hpp's names: "memory", ..., "timeout", "output"), for
@@ -79,6 +81,8 @@ void add_trace_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& ou
 void add_doctor_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out);
 void add_image_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out);
 void add_key_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out);
+void add_probe_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out);
+void add_classify_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out);
 
 // --state-dir, --log-level, -v: on the top level and on subcommands that do not fall through.
 void add_global_options(CLI::App& app, GlobalOptions& g);

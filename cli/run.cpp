@@ -221,9 +221,7 @@ int print_dry_run(const RunRequest& req) {
   return 0;
 }
 
-void add_run_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out) {
-  static RunFlags f;
-  auto* run = app.add_subcommand("run", "Run a command in a fresh sandbox");
+void add_run_options(CLI::App* run, RunFlags& f) {
   add_limit_options(run, f);
   run->add_option("--uid", f.uid, "User id inside the sandbox (default 0: root of its own user namespace)");
   run->add_option("--gid", f.gid, "Group id inside the sandbox (default 0)");
@@ -247,6 +245,12 @@ void add_run_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out)
                 "Make every check of a run and print the merged spec and what would enforce each limit as JSON; run nothing");
   run->add_flag("--systemd-scope", f.systemd_scope,
                 "Rootless without a delegated cgroup: re-run sbx under systemd-run --user --scope -p Delegate=yes");
+}
+
+void add_run_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out) {
+  static RunFlags f;
+  auto* run = app.add_subcommand("run", "Run a command in a fresh sandbox");
+  add_run_options(run, f);
   // Everything from the first positional on belongs to the command, options included.
   run->prefix_command();
   // Falling through to the parent would hand the command's own options to sbx's parser; the

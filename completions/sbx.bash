@@ -152,7 +152,7 @@ _sbx() {
             if [[ $cur == -* ]]; then
                 COMPREPLY=($(compgen -W "$global_opts" -- "$cur"))
             else
-                COMPREPLY=($(compgen -W "run profile trace doctor pack exec image key" -- "$cur"))
+                COMPREPLY=($(compgen -W "run probe classify profile trace doctor pack exec image key" -- "$cur"))
             fi ;;
         run)
             COMPREPLY=($(compgen -W "$run_opts $global_opts --" -- "$cur"))
@@ -189,6 +189,15 @@ _sbx() {
             fi ;;
         doctor)
             COMPREPLY=($(compgen -W "--json --help" -- "$cur")) ;;
+        probe)
+            # The options of run (the probe run is configured by them), and --json.
+            COMPREPLY=($(compgen -W "$run_opts $global_opts --json" -- "$cur")) ;;
+        classify)
+            if [[ $cur == -* ]]; then
+                COMPREPLY=($(compgen -W "--json --help" -- "$cur"))
+            elif ((npos == 0)); then
+                COMPREPLY=($(compgen -f -X '!*.json' -- "$cur") $(compgen -d -- "$cur")); compopt -o filenames 2>/dev/null
+            fi ;;
         pack)
             if [[ -z $sub ]]; then
                 [[ $cur == -* ]] && COMPREPLY=($(compgen -W "--help" -- "$cur")) ||

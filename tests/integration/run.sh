@@ -71,6 +71,8 @@ chmod 755 "$WORK"
 mkdir -p "$WORK/suite" "$WORK/state" "$WORK/tmp" "$WORK/cwd" "$WORK/bin"
 cp "$HERE"/*.py "$WORK/suite/"
 cp "$REPO/rootfs/build-busybox.sh" "$WORK/suite/"
+# test_classify.py reads the workload examples (readable by the rootless user from here).
+cp -r "$REPO/examples/classify" "$WORK/suite/examples-classify"
 SCHEMA=""
 if [ -f "$REPO/schemas/trace.schema.json" ]; then
   cp "$REPO/schemas/trace.schema.json" "$WORK/suite/trace.schema.json"

@@ -1,0 +1,37 @@
+#pragma once
+// sbx probe's results: what the helper inside the sandbox (probe/sbx_probe.c) printed, read as
+// untrusted text (a breached sandbox may print anything on that stream), plus the checks made on
+// the host after the run (cli/probe_cmd.cpp), as a table for people and JSON for CI.
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace sbx {
+
+struct ProbeResult {
+  std::string name;      // "fs.writable": area.probe, [a-z0-9_.] only
+  std::string status;    // held | breached | skipped
+  std::string evidence;  // printable (escaped) text
+};
+
+struct ProbeOutput {
+  std::vector<ProbeResult> results;
+  bool reached_memory = false;  // "MEM": every probe before the memory probe ran
+  bool finished = false;        // "END": every probe ran
+  std::size_t bad_lines = 0;    // lines that were none of the above (ignored, counted)
+};
+
+// Lines "P\tNAME\tSTATUS\tEVIDENCE", "MEM" and "END"; anything else is counted in bad_lines. At
+// most kMaxProbeResults results are kept and evidence is cut at 1000 bytes.
+inline constexpr std::size_t kMaxProbeResults = 100;
+ProbeOutput parse_probe_output(std::string_view text);
+
+// 0 when nothing was breached, 1 when something was.
+int probe_exit_status(const std::vector<ProbeResult>& results);
+
+std::string probe_table(const std::vector<ProbeResult>& results);
+nlohmann::json probe_json(const std::vector<ProbeResult>& results);
+
+}  // namespace sbx
