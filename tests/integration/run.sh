@@ -71,6 +71,8 @@ chmod 755 "$WORK"
 mkdir -p "$WORK/suite" "$WORK/state" "$WORK/tmp" "$WORK/cwd" "$WORK/bin"
 cp "$HERE"/*.py "$WORK/suite/"
 cp "$REPO/rootfs/build-busybox.sh" "$WORK/suite/"
+# The example packs (test_mcp.py serves one), readable by the rootless user like the suite.
+cp -r "$REPO/examples/packs" "$WORK/suite/packs"
 SCHEMA=""
 if [ -f "$REPO/schemas/trace.schema.json" ]; then
   cp "$REPO/schemas/trace.schema.json" "$WORK/suite/trace.schema.json"

@@ -11,8 +11,8 @@ import uuid
 
 from sbxtest import SBX, SbxTestCase, ledger_lines, note, procs, scaled, sbx
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-TOLERANCE_PACK = os.path.join(ROOT, "examples", "packs", "tolerance-check")
+# run.sh copies examples/packs beside the suite, where the rootless user can read it.
+TOLERANCE_PACK = os.path.join(os.path.dirname(os.path.abspath(__file__)), "packs", "tolerance-check")
 MODERN = "2026-07-28"
 MODERN_META = {"io.modelcontextprotocol/protocolVersion": MODERN,
                "io.modelcontextprotocol/clientCapabilities": {}}

@@ -16,4 +16,4 @@ cp "$here/package.json" "$here/package-lock.json" "$dir/"
 # --ignore-scripts: no package's install script runs; --no-audit/--no-fund: no other request.
 (cd "$dir" && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error)
 cp "$here/package-lock.json" "$dir/node_modules/.sbx-lock"
-echo "mcp-test-deps: installed $(cd "$dir" && node -p 'require("@modelcontextprotocol/sdk/package.json").version' 2>/dev/null || echo '?') of @modelcontextprotocol/sdk in $dir"
+echo "mcp-test-deps: installed $(cd "$dir" && node -p 'JSON.parse(require("fs").readFileSync("node_modules/@modelcontextprotocol/sdk/package.json", "utf8")).version' 2>/dev/null || echo '?') of @modelcontextprotocol/sdk in $dir"

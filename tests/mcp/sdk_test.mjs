@@ -13,13 +13,15 @@ const scale = Number(process.env.SBX_TEST_TIME_SCALE || "1") || 1;
 const toleranceDir = `${root}/examples/packs/tolerance-check`;
 const serverArgs = ["mcp", "--packs", toleranceDir, "--context", `tolerance-check/tolerances=${toleranceDir}/tolerances.json`];
 
-// Every process whose command line contains `text` (the markers below are unique per run).
+// Every `sleep` process whose command line contains `text` (the markers below are unique per run;
+// only sleep counts: the child client below has the marker in its own argv).
 function procsWith(text) {
   const out = [];
   for (const d of readdirSync("/proc")) {
     if (!/^\d+$/.test(d)) continue;
     try {
-      if (readFileSync(`/proc/${d}/cmdline`, "utf8").includes(text)) out.push(Number(d));
+      const argv = readFileSync(`/proc/${d}/cmdline`, "utf8").split("\0");
+      if (argv[0].split("/").pop() === "sleep" && argv.some((a) => a.includes(text))) out.push(Number(d));
     } catch {}
   }
   return out;
