@@ -424,8 +424,9 @@ class McpCase(SbxTestCase):
     def test_bad_server_flags_are_usage_errors(self):
         r = sbx(["mcp", "--packs", self.path("nope")])
         self.assertExit(r, 125)
-        self.assertOneSbxLine(r)
+        self.assertIn("mcp: --packs", self.assertOneSbxLine(r))
         r = sbx(["mcp", "--context", "x"])
         self.assertExit(r, 125)
+        self.assertIn("PACK/NAME=PATH", r.err)
         r = sbx(["mcp", "--profile", "no-such-profile"])
         self.assertExit(r, 125)
