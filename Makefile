@@ -26,11 +26,13 @@ RUN_DEB_PACKAGES = g++ cmake make pkg-config ccache \
 # python3 (unit and integration harness, trace validation), the test user (passwd), network and
 # process tools, man/groff (docs checks), curl (egress proxy tests), jq (the docs' examples),
 # zsh/fish (completion checks), compressors and cpio (image and VM tests), qemu (the cgroup v2
-# guest, tests/vm), chromium (the browser workload of tests/integration/test_memory_fallback.py).
+# guest, tests/vm), chromium (the browser workload of tests/integration/test_memory_fallback.py),
+# nodejs (the MCP SDK client of tests/mcp; npm is added by `make mcp-test-deps` only where no npm
+# exists: a nodejs package that bundles its own npm conflicts with Debian's).
 TEST_DEB_PACKAGES = json-schema-test-suite python3 python3-jsonschema procps iproute2 util-linux passwd \
   man-db groff-base curl jq zsh fish \
   qemu-system-x86 cpio xz-utils zstd bzip2 \
-  chromium
+  chromium nodejs
 # BENCH_DEB_PACKAGES: only `make bench` (bench/README.md): hyperfine, and bubblewrap to compare with.
 BENCH_DEB_PACKAGES = hyperfine bubblewrap
 
@@ -43,7 +45,7 @@ ASAN_DIR     ?= build-asan
 
 export CCACHE_NOHASHDIR := 1
 
-.PHONY: all deps deps-test deps-bench build run test unit bench install deb clean fuzz fuzz-deps test-asan
+.PHONY: all deps deps-test deps-bench build run test unit bench install deb clean fuzz fuzz-deps test-asan mcp-test-deps
 all: build
 
 deps:
@@ -51,6 +53,12 @@ deps:
 
 deps-test: deps
 	@./tools/install-deps.sh $(TEST_DEB_PACKAGES)
+
+# The official MCP TypeScript SDK (@modelcontextprotocol/sdk, the exact version and its dependencies
+# pinned in tests/mcp/package-lock.json) in $(BUILD_DIR)/mcp-node, for the ctest `mcp` (tests/mcp).
+mcp-test-deps: deps-test
+	@command -v npm >/dev/null 2>&1 || ./tools/install-deps.sh npm
+	@./tests/mcp/install.sh $(BUILD_DIR)/mcp-node
 
 deps-bench: deps-test
 	@./tools/install-deps.sh $(BENCH_DEB_PACKAGES)
@@ -64,7 +72,7 @@ build: $(BUILD_DIR)/CMakeCache.txt
 run: deps build
 	@./examples/demo.sh $(BUILD_DIR)/sbx
 
-test: deps-test build
+test: deps-test mcp-test-deps build
 	cd $(BUILD_DIR) && ctest --output-on-failure --timeout 2400
 
 # The sanitizer pass: GCC, ASan + UBSan (dynamically linked), every report fatal (tests/sanitize.sh);

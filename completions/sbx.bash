@@ -119,7 +119,7 @@ _sbx() {
 
     # Values of options.
     case $prev in
-        --state-dir|--workdir|--output)
+        --state-dir|--workdir|--output|--packs)
             COMPREPLY=($(compgen -d -- "$cur")); compopt -o filenames 2>/dev/null; return ;;
         --image)
             _sbx_image_refs "$word" host; return ;;
@@ -143,7 +143,7 @@ _sbx() {
             # A number with a unit is typed; "none" (or "unlimited") clears the profile's limit.
             COMPREPLY=($(compgen -W "none unlimited" -- "$cur")); return ;;
         --context|--secret|--tmpfs|--uid|--gid|--env|\
-        --output-max-bytes|--output-max-files|--name|--allow-host)
+        --output-max-bytes|--output-max-files|--name|--allow-host|--max-concurrent|--max-queued)
             return ;;
     esac
 
@@ -152,7 +152,7 @@ _sbx() {
             if [[ $cur == -* ]]; then
                 COMPREPLY=($(compgen -W "$global_opts" -- "$cur"))
             else
-                COMPREPLY=($(compgen -W "run probe classify profile trace doctor pack exec image key" -- "$cur"))
+                COMPREPLY=($(compgen -W "run probe classify profile trace doctor pack exec image key mcp" -- "$cur"))
             fi ;;
         run)
             COMPREPLY=($(compgen -W "$run_opts $global_opts --" -- "$cur"))
@@ -215,6 +215,8 @@ _sbx() {
             fi ;;
         exec)
             COMPREPLY=($(compgen -W "--trace-file --dry-run --help" -- "$cur")) ;;
+        mcp)
+            COMPREPLY=($(compgen -W "--packs --context --profile --max-concurrent --max-queued --help" -- "$cur")) ;;
         key)
             if [[ -z $sub ]]; then
                 [[ $cur == -* ]] && COMPREPLY=($(compgen -W "--help" -- "$cur")) ||

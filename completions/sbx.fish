@@ -12,7 +12,8 @@ function __sbx_path
     set -e tokens[1]
     set -l takes_arg --state-dir --log-level --profile --image --uid --gid --bind --tmpfs --workdir --env \
         --env-pass --timeout --output-limit --memory --pids --cpus --cpu-time --seccomp --cap-add --allow-host --trace-file --format --pubkey --anchor --status --since \
-        --input --output --output-max-bytes --output-max-files --context --secret --result --name
+        --input --output --output-max-bytes --output-max-files --context --secret --result --name \
+        --packs --max-concurrent --max-queued
     set -l path
     set -l skip 0
     for t in $tokens
@@ -93,6 +94,7 @@ complete -c sbx -n '__sbx_at' -a pack -d 'Rule packs: validate, init, run'
 complete -c sbx -n '__sbx_at' -a exec -d 'Run generated code from a JSON request on stdin'
 complete -c sbx -n '__sbx_at' -a image -d 'Manage the content-addressed image store'
 complete -c sbx -n '__sbx_at' -a key -d 'Manage the key that signs the trace ledger'
+complete -c sbx -n '__sbx_at' -a mcp -d 'Serve rule packs and run_code as MCP tools over stdio'
 
 # sbx run
 complete -c sbx -n '__sbx_at run; or __sbx_at probe' -l profile -x -a '(__sbx_profiles; __fish_complete_suffix .json)' -d 'Profile name or JSON file'
@@ -235,6 +237,13 @@ complete -c sbx -n '__sbx_at image verify' -l full -d 'Re-hash every file and co
 # sbx exec
 complete -c sbx -n '__sbx_at exec' -l trace-file -r -F -d 'Also write the trace record here'
 complete -c sbx -n '__sbx_at exec' -l dry-run -d 'Check everything, print the plan as JSON, run nothing'
+
+# sbx mcp
+complete -c sbx -n '__sbx_at mcp' -l packs -r -a '(__fish_complete_directories)' -d 'A pack directory, or a directory of packs (repeatable)'
+complete -c sbx -n '__sbx_at mcp' -l context -r -d 'Mount a context for every call of a pack: PACK/NAME=PATH'
+complete -c sbx -n '__sbx_at mcp' -l profile -x -a '(__sbx_profiles; __fish_complete_suffix .json)' -d 'Profile every call runs under; its limits are ceilings'
+complete -c sbx -n '__sbx_at mcp' -l max-concurrent -r -d 'Calls running at once (default 4)'
+complete -c sbx -n '__sbx_at mcp' -l max-queued -r -d 'Calls waiting beyond those (default 256)'
 
 # sbx doctor
 complete -c sbx -n '__sbx_at doctor' -l json -d 'Print the checks as a JSON object'

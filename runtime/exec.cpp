@@ -97,7 +97,7 @@ Result<json> run_exec(const json& request, const ExecContext& ctx) {
   if (!parsed) return parsed.error();
   ExecRequest& rq = *parsed;
   const std::optional<CompiledSchema>& schema = rq.schema;
-  auto profile = load_profile(kDefaultProfile);
+  auto profile = load_profile(ctx.profile.empty() ? std::string(kDefaultProfile) : ctx.profile);
   if (!profile) return profile.error();
   json patch = {{"limits", rq.limits_patch}};
   auto spec = spec_from_layers(*profile, &patch, "exec request");

@@ -28,6 +28,9 @@ struct ExecContext {
   Dirs dirs;
   std::vector<std::string> invocation_argv;
   std::string trace_file;
+  // The profile the run is under (its limits are the request's ceilings); `sbx mcp --profile`
+  // passes its own through the worker (cli/mcp_cmd.cpp).
+  std::string profile = "untrusted";
   // --dry-run: the request is checked and the run planned (preflight.hpp), nothing runs; the
   // response is the dry run's JSON.
   bool dry_run = false;

@@ -73,6 +73,8 @@ cp "$HERE"/*.py "$WORK/suite/"
 cp "$REPO/rootfs/build-busybox.sh" "$WORK/suite/"
 # test_classify.py reads the workload examples (readable by the rootless user from here).
 cp -r "$REPO/examples/classify" "$WORK/suite/examples-classify"
+# The example packs (test_mcp.py serves one), readable by the rootless user like the suite.
+cp -r "$REPO/examples/packs" "$WORK/suite/packs"
 SCHEMA=""
 if [ -f "$REPO/schemas/trace.schema.json" ]; then
   cp "$REPO/schemas/trace.schema.json" "$WORK/suite/trace.schema.json"

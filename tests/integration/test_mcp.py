@@ -1,0 +1,432 @@
+"""sbx mcp at the wire: JSON-RPC framing and errors, version negotiation in both eras, isolation of
+sbx's own stdin/stdout from every process it starts, cancellation, progress, queueing, and a client
+that goes away. The official SDK's client drives the same server in tests/mcp/sdk_test.mjs.
+Runs as root and rootless."""
+import json
+import os
+import select
+import subprocess
+import time
+import uuid
+
+from sbxtest import SBX, SbxTestCase, ledger_lines, note, procs, scaled, sbx
+
+# run.sh copies examples/packs beside the suite, where the rootless user can read it.
+TOLERANCE_PACK = os.path.join(os.path.dirname(os.path.abspath(__file__)), "packs", "tolerance-check")
+MODERN = "2026-07-28"
+MODERN_META = {"io.modelcontextprotocol/protocolVersion": MODERN,
+               "io.modelcontextprotocol/clientCapabilities": {}}
+
+
+def cmdline(pid):
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
+
+
+def descendants(pid):
+    """Every process below `pid`, from the parent pids in /proc/*/stat (readable whatever the
+    process's dumpable flag, unlike /proc/PID/task/*/children)."""
+    parent = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        parent[int(d)] = int(stat[stat.rindex(b")") + 2:].split()[1])
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        kids = [c for c, pp in parent.items() if pp == p]
+        out += kids
+        todo += kids
+    return out
+
+
+class Server:
+    """One `sbx mcp` process and a line-oriented JSON-RPC client to it."""
+
+    def __init__(self, tc, args=(), initialize="2025-11-25"):
+        self.tc = tc
+        self.err_path = tc.path(f"mcp-stderr-{uuid.uuid4().hex[:6]}")
+        self.err = open(self.err_path, "wb")
+        self.state = tc.path(f"state-{uuid.uuid4().hex[:6]}")
+        self.p = subprocess.Popen([SBX, "--state-dir", self.state, "mcp"] + list(args), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                  stderr=self.err)
+        self.buf = b""
+        self.lines = []  # every line the server wrote, for the "only MCP on stdout" check
+        self.next_id = 1
+        if initialize:
+            r = self.request("initialize", {"protocolVersion": initialize, "capabilities": {},
+                                            "clientInfo": {"name": "test_mcp.py", "version": "1"}})
+            tc.assertEqual(r["result"]["protocolVersion"], initialize if initialize != "2024-11-05" else "2025-11-25")
+            self.notify("notifications/initialized")
+
+    def close(self):
+        if self.p.poll() is None:
+            try:
+                self.p.stdin.close()
+            except OSError:
+                pass
+            try:
+                self.p.wait(timeout=scaled(20))
+            except subprocess.TimeoutExpired:
+                self.p.kill()
+                self.p.wait()
+        self.err.close()
+        for line in self.lines:  # nothing but JSON-RPC 2.0 messages ever reached stdout
+            msg = json.loads(line)
+            for m in msg if isinstance(msg, list) else [msg]:
+                self.tc.assertEqual(m.get("jsonrpc"), "2.0", line)
+
+    def stderr(self):
+        with open(self.err_path, "rb") as f:
+            return f.read().decode(errors="replace")
+
+    def send_raw(self, data):
+        self.p.stdin.write(data)
+        self.p.stdin.flush()
+
+    def send(self, msg):
+        self.send_raw(json.dumps(msg).encode() + b"\n")
+
+    def notify(self, method, params=None):
+        m = {"jsonrpc": "2.0", "method": method}
+        if params is not None:
+            m["params"] = params
+        self.send(m)
+
+    def start(self, method, params=None, id=None):
+        if id is None:
+            id = self.next_id
+            self.next_id += 1
+        m = {"jsonrpc": "2.0", "id": id, "method": method}
+        if params is not None:
+            m["params"] = params
+        self.send(m)
+        return id
+
+    def read(self, timeout=30):
+        """The next message, or None at EOF; fails on a timeout."""
+        deadline = time.monotonic() + scaled(timeout)
+        while b"\n" not in self.buf:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                self.tc.fail(f"no message from sbx mcp within {timeout}s; stderr:\n{self.stderr()}")
+            r, _, _ = select.select([self.p.stdout], [], [], left)
+            if r:
+                chunk = os.read(self.p.stdout.fileno(), 1 << 20)
+                if not chunk:
+                    return None
+                self.buf += chunk
+        line, self.buf = self.buf.split(b"\n", 1)
+        self.lines.append(line)
+        return json.loads(line)
+
+    def wait_for(self, id, timeout=30, others=None):
+        while True:
+            m = self.read(timeout)
+            self.tc.assertIsNotNone(m, f"EOF while waiting for id {id}; stderr:\n{self.stderr()}")
+            if isinstance(m, dict) and m.get("id") == id and "method" not in m:
+                return m
+            if others is not None:
+                others.append(m)
+
+    def request(self, method, params=None, id=None, timeout=30):
+        return self.wait_for(self.start(method, params, id), timeout)
+
+
+class McpCase(SbxTestCase):
+    def server(self, *a, **kw):
+        s = Server(self, *a, **kw)
+        self.addCleanup(s.close)
+        return s
+
+    def call(self, s, name, arguments, meta=None, timeout=60):
+        params = {"name": name, "arguments": arguments}
+        if meta:
+            params["_meta"] = meta
+        return s.request("tools/call", params, timeout=timeout)
+
+    # --- framing and protocol errors ---------------------------------------------------------
+
+    def test_protocol_errors_are_jsonrpc_errors_and_the_server_survives_them(self):
+        s = self.server()
+        s.send_raw(b"{this is not json\n")
+        m = s.read()
+        self.assertEqual((m["error"]["code"], m["id"]), (-32700, None))
+        s.send_raw(b"[" * 5000 + b"\n")  # past the depth bound: refused before any DOM exists
+        self.assertEqual(s.read()["error"]["code"], -32700)
+        s.send({"jsonrpc": "1.0", "id": 7, "method": "ping"})
+        m = s.read()
+        self.assertEqual((m["error"]["code"], m["id"]), (-32600, 7))
+        s.send({"jsonrpc": "2.0", "id": {"obj": 1}, "method": "ping"})
+        self.assertEqual(s.read()["error"]["code"], -32600)
+        self.assertEqual(s.request("no/such/method")["error"]["code"], -32601)
+        self.assertEqual(s.request("tools/call", {"arguments": {}})["error"]["code"], -32602)
+        r = s.request("tools/call", {"name": "no_such_tool", "arguments": {}})
+        self.assertEqual(r["error"]["code"], -32602)
+        self.assertEqual(s.request("tools/call", {"name": "run_code", "arguments": [1]})["error"]["code"], -32602)
+        # Batches belong to 2025-03-26 only.
+        s.send([{"jsonrpc": "2.0", "id": 90, "method": "ping"}])
+        self.assertEqual(s.read()["error"]["code"], -32600)
+        self.assertEqual(s.request("initialize", {"protocolVersion": "2025-11-25", "capabilities": {},
+                                                  "clientInfo": {"name": "x", "version": "1"}})["error"]["code"], -32600)
+        # A notification, even a malformed or unknown one, is never answered.
+        s.notify("notifications/whatever", {"x": 1})
+        s.send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": [1]})
+        r = s.request("ping")
+        self.assertEqual(r["result"], {})
+        self.assertEqual(r["id"], s.next_id - 1)
+
+    def test_an_oversized_message_is_refused_without_holding_it(self):
+        s = self.server()
+        big = b'{"jsonrpc":"2.0","id":1,"method":"ping","params":{"x":"' + b"a" * (66 << 20) + b'"}}\n'
+        s.send_raw(big)
+        m = s.read()
+        self.assertEqual((m["error"]["code"], m["id"]), (-32600, None))
+        self.assertIn("longer than", m["error"]["message"])
+        self.assertEqual(s.request("ping")["result"], {})
+
+    def test_requests_before_initialize_are_refused_but_ping_is_answered(self):
+        s = self.server(initialize=None)
+        self.assertEqual(s.request("ping")["result"], {})
+        self.assertEqual(s.request("tools/list")["error"]["code"], -32600)
+
+    # --- versions ------------------------------------------------------------------------------
+
+    def test_initialize_negotiates_each_supported_legacy_version_and_falls_back_to_the_latest(self):
+        for v in ("2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"):
+            s = self.server(initialize=v)  # the constructor checks the answer
+            r = s.request("tools/list")
+            self.assertNotIn("resultType", r["result"])
+            s.close()
+
+    def test_modern_requests_are_served_statelessly_and_unknown_versions_refused(self):
+        s = self.server(initialize=None)
+        r = s.request("server/discover", {"_meta": MODERN_META})["result"]
+        self.assertEqual(r["resultType"], "complete")
+        self.assertEqual(r["supportedVersions"], [MODERN, "2025-11-25", "2025-06-18", "2025-03-26"])
+        self.assertIn("tools", r["capabilities"])
+        self.assertEqual(r["_meta"]["io.modelcontextprotocol/serverInfo"]["name"], "sbx")
+        self.assertIn("ttlMs", r)
+        r = s.request("tools/list", {"_meta": MODERN_META})["result"]
+        self.assertEqual(r["resultType"], "complete")
+        self.assertIn("run_code", [t["name"] for t in r["tools"]])
+        e = s.request("tools/list", {"_meta": {"io.modelcontextprotocol/protocolVersion": "1900-01-01"}})["error"]
+        self.assertEqual(e["code"], -32022)
+        self.assertEqual(e["data"]["requested"], "1900-01-01")
+        self.assertIn(MODERN, e["data"]["supported"])
+        e = s.request("server/discover", {"_meta": {"io.modelcontextprotocol/protocolVersion": MODERN}})["error"]
+        self.assertEqual(e["code"], -32602)  # clientCapabilities is required
+        # server/discover without the modern _meta: an error, which a dual-era client reads as "legacy".
+        self.assertLess(s.request("server/discover")["error"]["code"], 0)
+        r = self.call(s, "run_code", {"language": "sh", "code": "echo modern"}, meta=MODERN_META)["result"]
+        self.assertEqual(r["resultType"], "complete")
+        self.assertEqual(r["structuredContent"]["stdout"], "modern\n")
+
+    def test_a_2025_03_26_batch_is_answered_as_one_array(self):
+        s = self.server(initialize="2025-03-26")
+        s.send([{"jsonrpc": "2.0", "id": "a", "method": "ping"},
+                {"jsonrpc": "2.0", "method": "notifications/initialized"},
+                {"jsonrpc": "2.0", "id": "b", "method": "tools/call",
+                 "params": {"name": "run_code", "arguments": {"language": "sh", "code": "echo in-batch"}}},
+                {"jsonrpc": "2.0", "id": "c", "method": "nope"}])
+        m = s.read(60)
+        self.assertIsInstance(m, list)
+        by_id = {x["id"]: x for x in m}
+        self.assertEqual(sorted(by_id), ["a", "b", "c"])
+        self.assertEqual(by_id["b"]["result"]["structuredContent"]["stdout"], "in-batch\n")
+        self.assertEqual(by_id["c"]["error"]["code"], -32601)
+
+    # --- tools -----------------------------------------------------------------------------------
+
+    def test_pack_tool_returns_the_validated_result_and_refuses_invalid_input_as_a_tool_error(self):
+        s = self.server(["--packs", TOLERANCE_PACK,
+                         "--context", "tolerance-check/tolerances=" + TOLERANCE_PACK + "/tolerances.json"])
+        tools = {t["name"]: t for t in s.request("tools/list")["result"]["tools"]}
+        t = tools["tolerance-check"]
+        self.assertEqual(t["inputSchema"]["type"], "object")
+        self.assertEqual(t["inputSchema"]["properties"]["records"]["items"]["required"],
+                         ["feature", "measured_depth_mm"])
+        self.assertEqual(t["outputSchema"]["required"], ["drawing", "features"])
+        r = self.call(s, "tolerance-check", {"records": [{"feature": "bore-A", "measured_depth_mm": 12.03}]})["result"]
+        self.assertFalse(r["isError"], r)
+        self.assertEqual(r["structuredContent"]["features"][0]["feature"], "bore-A")
+        self.assertEqual(json.loads(r["content"][0]["text"]), r["structuredContent"])
+        self.assertTrue(r["_meta"]["sbx/run_id"])
+        self.assertTrue(r["_meta"]["sbx/trace"].endswith("ledger.jsonl"))
+        r = self.call(s, "tolerance-check", {"records": [{"feature": "", "measured_depth_mm": -1}]})["result"]
+        self.assertTrue(r["isError"])
+        self.assertIn("input_invalid", r["content"][0]["text"])
+        self.assertTrue(r["_meta"]["sbx/run_id"])  # refused input is still a recorded run
+        r = self.call(s, "tolerance-check", {"rows": []})["result"]
+        self.assertTrue(r["isError"])
+
+    def test_a_pack_that_needs_a_context_is_not_offered_without_one(self):
+        s = self.server(["--packs", TOLERANCE_PACK])
+        names = [t["name"] for t in s.request("tools/list")["result"]["tools"]]
+        self.assertEqual(names, ["run_code"])
+        self.assertIn("not offered", s.stderr())
+
+    def test_run_code_errors_are_tool_results_and_limits_cannot_pass_the_profile(self):
+        s = self.server()
+        r = self.call(s, "run_code", {"language": "cobol", "code": "x"})["result"]
+        self.assertTrue(r["isError"])
+        self.assertIn("not supported", r["content"][0]["text"])
+        r = self.call(s, "run_code", {"language": "sh", "code": "sleep 5", "limits": {"timeout": "1s"}})["result"]
+        self.assertTrue(r["isError"])
+        self.assertEqual(r["structuredContent"]["status"], "timeout")
+        r = self.call(s, "run_code", {"language": "sh", "code": "true", "limits": {"timeout": "100000h"}})["result"]
+        self.assertTrue(r["isError"], r)
+        r = self.call(s, "run_code", {"language": "python", "code": "import json; json.dump({'n': 41 + 1}, open('/out/result.json', 'w'))",
+                                      "output_schema": {"type": "object", "required": ["n"]}})["result"]
+        self.assertFalse(r["isError"], r)
+        self.assertEqual(r["structuredContent"]["result"], {"n": 42})
+
+    # --- isolation of sbx's own stdio ----------------------------------------------------------
+
+    def test_no_process_sbx_starts_holds_its_stdin_or_stdout(self):
+        s = self.server()
+        stdin_pipe = "pipe:[%d]" % os.fstat(s.p.stdin.fileno()).st_ino
+        stdout_pipe = "pipe:[%d]" % os.fstat(s.p.stdout.fileno()).st_ino
+        # The program reads its stdin to the end and writes to every stdio fd: were it sbx's, it
+        # would eat the next request or corrupt the JSON-RPC stream.
+        code = "cat >/dev/null; readlink /proc/self/fd/0 /proc/self/fd/1; echo NOT-JSON >&1; echo NOT-JSON >&2; sleep 3"
+        id = s.start("tools/call", {"name": "run_code", "arguments": {"language": "sh", "code": code}})
+        seen = []
+        deadline = time.monotonic() + scaled(15)
+        while time.monotonic() < deadline:
+            kids = descendants(s.p.pid)
+            if any(cmdline(k).startswith(b"sleep") for k in kids):
+                seen = kids
+                break
+            time.sleep(0.05)
+        self.assertTrue(seen, "the call's sandbox never started")
+        checked = 0
+        for pid in seen:
+            try:
+                fds = os.listdir(f"/proc/{pid}/fd")
+            except OSError:
+                continue
+            for fd in fds:
+                try:
+                    target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                except OSError:
+                    continue
+                checked += 1
+                self.assertNotIn(target, (stdin_pipe, stdout_pipe), f"pid {pid} fd {fd} is sbx's own stdio")
+        self.assertGreater(checked, 0)
+        self.assertEqual(s.request("ping")["result"], {})  # the next request was not eaten
+        r = s.wait_for(id)["result"]
+        self.assertFalse(r["isError"], r)
+        self.assertIn("NOT-JSON", r["structuredContent"]["stdout"])
+        self.assertNotIn(stdin_pipe, r["structuredContent"]["stdout"])
+
+    # --- cancellation, progress, queueing, disconnect ---------------------------------------------
+
+    def marker_procs(self, marker):
+        return [pid for pid, (cmd, _) in procs().items() if any(marker in a for a in cmd)]
+
+    def wait_marker(self, marker, present, timeout):
+        deadline = time.monotonic() + scaled(timeout)
+        while time.monotonic() < deadline:
+            if bool(self.marker_procs(marker)) == present:
+                return time.monotonic()
+            time.sleep(0.02)
+        self.fail(f"processes with marker {marker}: expected {'some' if present else 'none'} within {timeout}s")
+
+    def test_cancelled_call_has_its_sandbox_killed_and_no_response(self):
+        s = self.server()
+        marker = "1%d.5" % (uuid.uuid4().int % 10**8)
+        id = s.start("tools/call", {"name": "run_code", "arguments": {"language": "sh", "code": f"trap '' TERM INT; sleep {marker}"}})
+        self.wait_marker(marker, True, 20)
+        t0 = time.monotonic()
+        s.notify("notifications/cancelled", {"requestId": id, "reason": "test"})
+        gone = self.wait_marker(marker, False, 10)
+        note(f"mcp: cancelled sandbox gone {1000 * (gone - t0):.0f} ms after notifications/cancelled")
+        self.assertLess(gone - t0, scaled(3))
+        # No response for the cancelled request: the next message is the ping's.
+        pid = s.start("ping")
+        m = s.read()
+        self.assertEqual(m.get("id"), pid, m)
+        deadline = time.monotonic() + scaled(10)
+        while "cancelled: no response" not in s.stderr() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.assertIn("cancelled: no response", s.stderr())
+        # The cancelled run is still recorded: killed by sbx after the forwarded signal.
+        recs = [e["record"] for e in ledger_lines(s.state)]
+        self.assertEqual(len(recs), 1, recs)
+        self.assertIn("mcp-worker", recs[0]["invocation"]["argv"] if "invocation" in recs[0] else json.dumps(recs[0]))
+        note("mcp: cancelled run's record: status %s" % recs[0].get("result", {}).get("status"))
+        self.assertIn(recs[0].get("result", {}).get("status"), ("signaled", "setup_error"), recs[0].get("result"))
+
+    def test_progress_notifications_for_a_long_call_with_a_progress_token(self):
+        s = self.server()
+        others = []
+        id = s.start("tools/call", {"name": "run_code", "arguments": {"language": "sh", "code": "sleep 2.5"},
+                                    "_meta": {"progressToken": "tok-1"}})
+        r = s.wait_for(id, others=others)
+        self.assertFalse(r["result"]["isError"])
+        prog = [m["params"] for m in others if m.get("method") == "notifications/progress"]
+        self.assertGreaterEqual(len(prog), 1, others)
+        self.assertTrue(all(p["progressToken"] == "tok-1" for p in prog))
+        self.assertEqual([p["progress"] for p in prog], sorted({p["progress"] for p in prog}))  # increasing
+
+    def test_calls_beyond_max_concurrent_wait_in_order(self):
+        s = self.server(["--max-concurrent", "2"])
+        t0 = time.monotonic()
+        ids = [s.start("tools/call", {"name": "run_code", "arguments": {"language": "sh", "code": "sleep 1; echo %d" % i}})
+               for i in range(4)]
+        peak = 0
+        results = {}
+        while len(results) < 4:
+            peak = max(peak, sum(1 for k in descendants(s.p.pid) if cmdline(k).startswith(b"sleep\x001\x00")))
+            r, _, _ = select.select([s.p.stdout], [], [], 0.05)
+            if r or b"\n" in s.buf:
+                m = s.read()
+                results[m["id"]] = m
+        wall = time.monotonic() - t0
+        for i, id in enumerate(ids):
+            self.assertEqual(results[id]["result"]["structuredContent"]["stdout"], f"{i}\n")
+        self.assertLessEqual(peak, 2)
+        self.assertGreaterEqual(wall, 2.0)  # two rounds of two one-second calls
+
+    def test_a_client_that_disappears_leaves_nothing_running(self):
+        s = self.server()
+        marker = "2%d.5" % (uuid.uuid4().int % 10**8)
+        for _ in range(2):
+            s.start("tools/call", {"name": "run_code", "arguments": {"language": "sh", "code": f"trap '' TERM INT; sleep {marker}"}})
+        self.wait_marker(marker, True, 20)
+        t0 = time.monotonic()
+        s.p.stdin.close()
+        s.p.stdout.close()  # the client is gone: EOF on stdin, EPIPE on stdout
+        rc = s.p.wait(timeout=scaled(20))
+        self.assertEqual(rc, 0, s.stderr())
+        self.assertEqual(self.marker_procs(marker), [])
+        note(f"mcp: server exited {1000 * (time.monotonic() - t0):.0f} ms after its client went away, nothing left")
+        self.assertIn("shutting down: stdin closed", s.stderr())
+
+    def test_sigterm_to_the_server_cancels_and_waits(self):
+        s = self.server()
+        marker = "3%d.5" % (uuid.uuid4().int % 10**8)
+        s.start("tools/call", {"name": "run_code", "arguments": {"language": "sh", "code": f"sleep {marker}"}})
+        self.wait_marker(marker, True, 20)
+        s.p.terminate()
+        self.assertEqual(s.p.wait(timeout=scaled(20)), 0, s.stderr())
+        self.assertEqual(self.marker_procs(marker), [])
+
+    def test_bad_server_flags_are_usage_errors(self):
+        r = sbx(["mcp", "--packs", self.path("nope")])
+        self.assertExit(r, 125)
+        self.assertIn("mcp: --packs", self.assertOneSbxLine(r))
+        r = sbx(["mcp", "--context", "x"])
+        self.assertExit(r, 125)
+        self.assertIn("PACK/NAME=PATH", r.err)
+        r = sbx(["mcp", "--profile", "no-such-profile"])
+        self.assertExit(r, 125)

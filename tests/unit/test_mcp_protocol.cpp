@@ -1,0 +1,140 @@
+// `sbx mcp`'s message rules without any process (runtime/mcp_protocol.cpp).
+#include <doctest/doctest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/mcp_protocol.hpp"
+#include "runtime/schema_validate.hpp"
+
+using nlohmann::json;
+namespace mcp = sbx::mcp;
+
+TEST_CASE("mcp: initialize answers with the client's version when supported, else the newest legacy one") {
+  CHECK(mcp::negotiate_legacy_version("2025-03-26") == "2025-03-26");
+  CHECK(mcp::negotiate_legacy_version("2025-06-18") == "2025-06-18");
+  CHECK(mcp::negotiate_legacy_version("2025-11-25") == "2025-11-25");
+  CHECK(mcp::negotiate_legacy_version("2024-11-05") == "2025-11-25");
+  CHECK(mcp::negotiate_legacy_version("2026-07-28") == "2025-11-25");  // modern is never a handshake version
+  CHECK(mcp::negotiate_legacy_version(json(7)) == "2025-11-25");
+  CHECK(mcp::supported_versions() == std::vector<std::string>{"2026-07-28", "2025-11-25", "2025-06-18", "2025-03-26"});
+}
+
+TEST_CASE("mcp: JSON-RPC framing errors are the spec's codes, with the id when it is usable") {
+  auto in = mcp::classify("{not json");
+  CHECK(in.kind == mcp::Incoming::bad);
+  CHECK(in.reply["error"]["code"] == -32700);
+  CHECK(in.reply["id"].is_null());
+
+  in = mcp::classify(R"({"jsonrpc":"1.0","id":3,"method":"ping"})");
+  CHECK(in.reply["error"]["code"] == -32600);
+  CHECK(in.reply["id"] == 3);
+  in = mcp::classify(R"({"jsonrpc":"2.0","id":3})");
+  CHECK(in.reply["error"]["code"] == -32600);
+  in = mcp::classify(R"({"jsonrpc":"2.0","id":null,"method":"ping"})");
+  CHECK(in.reply["error"]["code"] == -32600);
+  in = mcp::classify(R"({"jsonrpc":"2.0","id":1.5,"method":"ping"})");
+  CHECK(in.reply["error"]["code"] == -32600);
+  in = mcp::classify(R"({"jsonrpc":"2.0","id":1,"method":7})");
+  CHECK(in.reply["error"]["code"] == -32600);
+  in = mcp::classify(R"("just a string")");
+  CHECK(in.reply["error"]["code"] == -32600);
+  in = mcp::classify(R"({"jsonrpc":"2.0","id":"a","method":"tools/list","params":[1]})");
+  CHECK(in.reply["error"]["code"] == -32602);
+  CHECK(in.reply["id"] == "a");
+  // A notification is never answered, even when malformed.
+  in = mcp::classify(R"({"jsonrpc":"2.0","method":"notifications/x","params":[1]})");
+  CHECK(in.kind == mcp::Incoming::bad);
+  CHECK(in.reply.is_null());
+}
+
+TEST_CASE("mcp: nesting past the bound is a parse error, not a stack overflow") {
+  std::string deep(100000, '[');
+  auto in = mcp::classify(deep);
+  CHECK(in.reply["error"]["code"] == -32700);
+}
+
+TEST_CASE("mcp: requests, notifications and stray responses are told apart") {
+  auto in = mcp::classify(R"({"jsonrpc":"2.0","id":"x","method":"tools/call","params":{"name":"n"}})");
+  CHECK(in.kind == mcp::Incoming::request);
+  CHECK(in.id == "x");
+  CHECK(in.params["name"] == "n");
+  in = mcp::classify(R"({"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1}})");
+  CHECK(in.kind == mcp::Incoming::notification);
+  in = mcp::classify(R"({"jsonrpc":"2.0","id":1,"result":{}})");
+  CHECK(in.kind == mcp::Incoming::response);
+}
+
+TEST_CASE("mcp: the modern era is per request, from _meta") {
+  CHECK_FALSE(mcp::request_era(json::object()).modern);
+  auto e = mcp::request_era(json::parse(R"({"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28",
+      "io.modelcontextprotocol/clientCapabilities":{}}})"));
+  CHECK(e.modern);
+  CHECK_FALSE(e.error);
+  e = mcp::request_era(json::parse(R"({"_meta":{"io.modelcontextprotocol/protocolVersion":"1900-01-01"}})"));
+  REQUIRE(e.error);
+  CHECK((*e.error)["code"] == -32022);
+  CHECK((*e.error)["data"]["requested"] == "1900-01-01");
+  CHECK((*e.error)["data"]["supported"][0] == "2026-07-28");
+  e = mcp::request_era(json::parse(R"({"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}})"));
+  REQUIRE(e.error);
+  CHECK((*e.error)["code"] == -32602);  // clientCapabilities is required
+}
+
+TEST_CASE("mcp: a pack schema's local refs still resolve once placed under the tool's inputSchema") {
+  json s = json::parse(R"({"$schema":"http://json-schema.org/draft-07/schema#","type":"object",
+      "properties":{"a":{"$ref":"#/definitions/x"},"b":{"enum":[{"$ref":"#/keep"}]},"c":{"$ref":"#"}},
+      "definitions":{"x":{"type":"integer"}}})");
+  json r = mcp::reroot_schema(s, "/properties/records/items");
+  CHECK(r["properties"]["a"]["$ref"] == "#/properties/records/items/definitions/x");
+  CHECK(r["properties"]["b"]["enum"][0]["$ref"] == "#/keep");  // data, not a schema
+  CHECK(r["properties"]["c"]["$ref"] == "#/properties/records/items");
+
+  sbx::Pack p;
+  p.name = "demo";
+  p.version = "1.0.0";
+  p.input_schema = s;
+  p.output_schema = json::parse(R"({"type":"array","items":{"$ref":"#/definitions/x"},"definitions":{"x":{"type":"integer"}}})");
+  auto t = mcp::pack_tool(p);
+  CHECK(t.name == "demo");
+  CHECK(t.wrapped_output);
+  const json& in = t.definition["inputSchema"];
+  CHECK(in["type"] == "object");
+  CHECK(in["$schema"] == "http://json-schema.org/draft-07/schema#");
+  CHECK_FALSE(in["properties"]["records"]["items"].contains("$schema"));
+  // The tool's schemas accept and refuse what the pack's do (compiled by sbx's own validator).
+  auto cin = sbx::CompiledSchema::compile(in, "inputSchema");
+  REQUIRE(cin.ok());
+  CHECK(cin->validate(json::parse(R"({"records":[{"a":1}]})")).empty());
+  CHECK_FALSE(cin->validate(json::parse(R"({"records":[{"a":"no"}]})")).empty());
+  CHECK_FALSE(cin->validate(json::parse(R"({"rows":[]})")).empty());
+  auto cout = sbx::CompiledSchema::compile(t.definition["outputSchema"], "outputSchema");
+  REQUIRE(cout.ok());
+  CHECK(t.definition["outputSchema"]["type"] == "object");
+  CHECK(cout->validate(json::parse(R"({"result":[1,2]})")).empty());
+  CHECK_FALSE(cout->validate(json::parse(R"({"result":["x"]})")).empty());
+}
+
+TEST_CASE("mcp: tool results: ok is structuredContent plus its text; failures are isError with run id in _meta") {
+  json ok = {{"run_id", "r1"}, {"status", "ok"}, {"result", {{"n", 1}}}, {"trace", "/t/ledger.jsonl"}};
+  json r = mcp::pack_result(ok, false);
+  CHECK(r["isError"] == false);
+  CHECK(r["structuredContent"] == json{{"n", 1}});
+  CHECK(json::parse(r["content"][0]["text"].get<std::string>()) == json{{"n", 1}});
+  CHECK(r["_meta"]["sbx/run_id"] == "r1");
+  CHECK(r["_meta"]["sbx/trace"] == "/t/ledger.jsonl");
+  CHECK(mcp::pack_result(ok, true)["structuredContent"] == json{{"result", {{"n", 1}}}});
+
+  json bad = {{"run_id", "r2"}, {"status", "input_invalid"}, {"errors", {"/0/a: must be integer"}}, {"trace", "t"}};
+  r = mcp::pack_result(bad, false);
+  CHECK(r["isError"] == true);
+  CHECK_FALSE(r.contains("structuredContent"));
+  CHECK(r["content"][0]["text"].get<std::string>().find("/0/a: must be integer") != std::string::npos);
+  CHECK(r["_meta"]["sbx/run_id"] == "r2");
+
+  r = mcp::run_code_result({{"run_id", "r3"}, {"status", "timeout"}, {"stdout", ""}});
+  CHECK(r["isError"] == true);
+  CHECK(r["structuredContent"]["status"] == "timeout");
+  r = mcp::run_code_result({{"error", {{"stage", "usage"}, {"message", "limit above the profile"}}}});
+  CHECK(r["isError"] == true);
+  CHECK(r["content"][0]["text"] == "usage: limit above the profile");
+}
