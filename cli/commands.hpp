@@ -79,6 +79,7 @@ void add_trace_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& ou
 void add_doctor_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out);
 void add_image_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out);
 void add_key_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out);
+void add_cgroup_init_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out);
 
 // --state-dir, --log-level, -v: on the top level and on subcommands that do not fall through.
 void add_global_options(CLI::App& app, GlobalOptions& g);
