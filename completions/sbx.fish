@@ -91,6 +91,7 @@ complete -c sbx -n '__sbx_at' -a pack -d 'Rule packs: validate, init, run'
 complete -c sbx -n '__sbx_at' -a exec -d 'Run generated code from a JSON request on stdin'
 complete -c sbx -n '__sbx_at' -a image -d 'Manage the content-addressed image store'
 complete -c sbx -n '__sbx_at' -a key -d 'Manage the key that signs the trace ledger'
+complete -c sbx -n '__sbx_at' -a cgroup-init -d 'In a container: move its processes into a leaf, enable controllers'
 
 # sbx run
 complete -c sbx -n '__sbx_at run' -l profile -x -a '(__sbx_profiles; __fish_complete_suffix .json)' -d 'Profile name or JSON file'
@@ -236,3 +237,7 @@ complete -c sbx -n '__sbx_at exec' -l dry-run -d 'Check everything, print the pl
 
 # sbx doctor
 complete -c sbx -n '__sbx_at doctor' -l json -d 'Print the checks as a JSON object'
+
+# sbx cgroup-init
+complete -c sbx -n '__sbx_at cgroup-init' -l leaf -x -d 'Leaf cgroup for the container processes (default init)'
+complete -c sbx -n '__sbx_at cgroup-init' -l json -d 'Print what was done as JSON'
