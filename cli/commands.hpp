@@ -85,6 +85,7 @@ void add_probe_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& ou
 void add_classify_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out);
 void add_mcp_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out);
 void add_mcp_worker_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out);
+void add_cgroup_init_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out);
 
 // --state-dir, --log-level, -v: on the top level and on subcommands that do not fall through.
 void add_global_options(CLI::App& app, GlobalOptions& g);

@@ -1,13 +1,26 @@
 // sbx doctor [--json]: what sbx needs on this host, what is missing, and how to fix it.
 // Exit 0 when sbx can run here (every required check ok), 1 otherwise. The probes live in
 // runtime/hostcheck; this file only prints.
+#include <algorithm>
 #include <cstdio>
 
 #include "cli/commands.hpp"
+#include "runtime/cgroup_ns.hpp"
 #include "runtime/hostcheck.hpp"
 #include "runtime/json_io.hpp"
 
 namespace sbx::cli {
+namespace {
+
+// The "cgroupns" row, right after "cgroup": inside a container whose cgroup namespace root holds
+// its processes, the exact fix (runtime/cgroup_ns.hpp).
+void add_cgroup_namespace_check(std::vector<CheckResult>& checks) {
+  auto row = assess_cgroup_namespace(probe_cgroup_ns_root(detect_cgroup()));
+  auto at = std::find_if(checks.begin(), checks.end(), [](const CheckResult& c) { return c.name == "cgroup"; });
+  checks.insert(at == checks.end() ? at : at + 1, std::move(row));
+}
+
+}  // namespace
 
 void add_doctor_command(CLI::App& app, GlobalOptions&, std::vector<Command>& out) {
   auto* doctor = app.add_subcommand("doctor", "Check what sbx needs on this host, with a fix for each missing piece");
@@ -15,6 +28,7 @@ void add_doctor_command(CLI::App& app, GlobalOptions&, std::vector<Command>& out
   doctor->add_flag("--json", json, "Print a JSON object {ok, checks: [{name, status, required, detail, hint}]}");
   out.push_back({doctor, [] {
     auto checks = run_host_checks();
+    add_cgroup_namespace_check(checks);
     nlohmann::json doc = json ? checks_to_json(checks) : nlohmann::json();
     // Host paths and messages may be any bytes: dump_json escapes them (json_io.hpp).
     std::string text = json ? dump_json(doc, 2) + "\n" : render_table(checks);

@@ -68,7 +68,7 @@ _sbx() {
     # Options that take a value (the next word is not a subcommand or the command).
     local takes_arg="--state-dir --log-level --profile --image --uid --gid --bind --tmpfs --workdir --env
         --env-pass --timeout --output-limit --memory --pids --cpus --cpu-time --seccomp --cap-add --allow-host --trace-file --format
-        --pubkey --anchor --status --since --input --output --output-max-bytes --output-max-files --context --secret --result --name"
+        --pubkey --anchor --status --since --input --output --output-max-bytes --output-max-files --context --secret --result --name --leaf"
 
     # Find the subcommand path (run | profile ls|show | trace ls|show | doctor | pack ... |
     # image ...) and, for run, where the sandboxed command starts.
@@ -152,7 +152,7 @@ _sbx() {
             if [[ $cur == -* ]]; then
                 COMPREPLY=($(compgen -W "$global_opts" -- "$cur"))
             else
-                COMPREPLY=($(compgen -W "run probe classify profile trace doctor pack exec image key mcp" -- "$cur"))
+                COMPREPLY=($(compgen -W "run probe classify profile trace doctor pack exec image key mcp cgroup-init" -- "$cur"))
             fi ;;
         run)
             COMPREPLY=($(compgen -W "$run_opts $global_opts --" -- "$cur"))
@@ -198,6 +198,8 @@ _sbx() {
             elif ((npos == 0)); then
                 COMPREPLY=($(compgen -f -X '!*.json' -- "$cur") $(compgen -d -- "$cur")); compopt -o filenames 2>/dev/null
             fi ;;
+        cgroup-init)
+            [[ $cur == -* ]] && COMPREPLY=($(compgen -W "--leaf --json --help" -- "$cur")) ;;
         pack)
             if [[ -z $sub ]]; then
                 [[ $cur == -* ]] && COMPREPLY=($(compgen -W "--help" -- "$cur")) ||

@@ -95,6 +95,7 @@ complete -c sbx -n '__sbx_at' -a exec -d 'Run generated code from a JSON request
 complete -c sbx -n '__sbx_at' -a image -d 'Manage the content-addressed image store'
 complete -c sbx -n '__sbx_at' -a key -d 'Manage the key that signs the trace ledger'
 complete -c sbx -n '__sbx_at' -a mcp -d 'Serve rule packs and run_code as MCP tools over stdio'
+complete -c sbx -n '__sbx_at' -a cgroup-init -d 'In a container: move its processes into a leaf, enable controllers'
 
 # sbx run
 complete -c sbx -n '__sbx_at run; or __sbx_at probe' -l profile -x -a '(__sbx_profiles; __fish_complete_suffix .json)' -d 'Profile name or JSON file'
@@ -254,3 +255,6 @@ complete -c sbx -n '__sbx_at probe' -l json -d 'Print the results as JSON'
 # sbx classify
 complete -c sbx -n '__sbx_at classify' -l json -d 'Print the answer as JSON'
 complete -c sbx -n '__sbx_at classify' -r -F -a '(__fish_complete_suffix .json)' -d 'Workload description (JSON)'
+# sbx cgroup-init
+complete -c sbx -n '__sbx_at cgroup-init' -l leaf -x -d 'Leaf cgroup for the container processes (default init)'
+complete -c sbx -n '__sbx_at cgroup-init' -l json -d 'Print what was done as JSON'

@@ -257,9 +257,21 @@ CgroupInfo detect_cgroup() {
   if (!info.mount.empty()) {
     // The real root has no cgroup.type; a cgroup namespace's root (a container's) has one.
     struct stat st;
-    bool real_root = ::stat((info.mount + "/cgroup.type").c_str(), &st) != 0 && errno == ENOENT &&
-                     ::stat((info.mount + "/cgroup.procs").c_str(), &st) == 0;
-    info.root_subtree = ::geteuid() == 0 && real_root && ::access(info.mount.c_str(), W_OK) == 0;
+    bool real_root = is_real_cgroup_root(info.mount);
+    // /proc/self/cgroup paths are relative to our cgroup namespace's root; a mount showing that
+    // root is what a container sees at /sys/fs/cgroup. (A mount of some other cgroup, or of a
+    // hierarchy without cgroup.procs, is neither.)
+    info.namespace_root = !real_root && ::stat((info.mount + "/cgroup.procs").c_str(), &st) == 0 &&
+                          ::stat((info.mount + info.self_path).c_str(), &st) == 0;
+    if (info.namespace_root) {
+      auto procs = read_ctl(info.mount + "/cgroup.procs");
+      info.namespace_root_procs = procs ? count_procs(*procs) : -1;
+    }
+    // A namespace root that holds no process (`sbx cgroup-init` ran, or an init inside the
+    // container keeps its root empty as systemd does) may enable controllers for its children
+    // like the real root: see the header.
+    bool empty_ns_root = info.namespace_root && info.namespace_root_procs == 0;
+    info.root_subtree = ::geteuid() == 0 && (real_root || empty_ns_root) && ::access(info.mount.c_str(), W_OK) == 0;
     std::string dirpath = info.root_subtree ? info.mount : info.mount + (info.self_path == "/" ? "" : info.self_path);
     std::ifstream c(dirpath + "/cgroup.controllers");
     std::string ctl;
@@ -350,6 +362,21 @@ std::optional<RunCgroupOwner> parse_run_cgroup_name(std::string_view name) {
   return o;
 }
 
+bool is_real_cgroup_root(const std::string& dir) {
+  struct stat st;
+  return ::stat((dir + "/cgroup.type").c_str(), &st) != 0 && errno == ENOENT &&
+         ::stat((dir + "/cgroup.procs").c_str(), &st) == 0;
+}
+
+long count_procs(std::string_view text) {
+  long n = 0;
+  for (const auto& w : split_words(text)) {
+    (void)w;
+    ++n;
+  }
+  return n;
+}
+
 std::string own_cgroup_path(const std::string& self_path) {
   std::string leaf = std::string("/") + kSupervisorLeaf;
   if (self_path.size() >= leaf.size() && self_path.compare(self_path.size() - leaf.size(), leaf.size(), leaf) == 0) {
@@ -397,7 +424,17 @@ Result<RunCgroup> RunCgroup::create(const CgroupInfo& info, const Limits& limits
   // The real root cgroup is exempt from the no-internal-processes rule; any other cgroup of ours
   // that holds processes (sbx itself, at least) answers EBUSY, and sbx moves itself into a leaf
   // first. (A cgroup namespace's root shows as "/" but is not exempt: hence no is-root shortcut.)
-  SBX_TRY(enable_controllers(own, wanted, required, enabled_own, cg.warnings_, &move_self_to_leaf));
+  Status own_ok = enable_controllers(own, wanted, required, enabled_own, cg.warnings_, &move_self_to_leaf);
+  if (!own_ok.ok()) {
+    Error e = own_ok.error();
+    // A container's cgroup namespace root holding the container's own processes: sbx does not
+    // move those (they are not its to move) unless asked to, once, by `sbx cgroup-init`.
+    if (e.err == EBUSY && info.namespace_root && own == info.mount)
+      e.message = "the cgroup namespace root " + own + " holds the container's processes, so cgroup v2 forbids "
+                  "controllers for its children; run `sbx cgroup-init` once in the container's entrypoint "
+                  "(see `sbx doctor`)";
+    return e;
+  }
 
   std::string subtree = own + "/" + kSubtree;
   if (::mkdir(subtree.c_str(), 0755) != 0 && errno != EEXIST)

@@ -30,6 +30,15 @@
 // the kernel (cgroup_mutex), so no run can undo another's. The real root is the one cgroup without
 // a cgroup.type file (cgroup-v2.rst); a cgroup namespace's root has one.
 //
+// Inside a container (a cgroup namespace, /sys/fs/cgroup showing the namespace's root as "/"), the
+// root in view is an ordinary cgroup to the kernel: NOT exempt from the no-internal-processes
+// rule, and it holds the container's own processes (its entrypoint, a shell). sbx never moves
+// those on its own. `sbx cgroup-init` (runtime/cgroup_ns.hpp), run once by the entrypoint, moves
+// them into a leaf, as docker-in-docker entrypoints do, and enables the controllers there; from
+// then on the namespace root holds no process and, as root in the container, sbx treats it like
+// the real root: run cgroups go under <mount>/sbx whatever cgroup sbx was started in (the
+// entrypoint's leaf holds processes, so <own> could not be used).
+//
 // Delegation (rootless): creating and writing cgroups needs write access to <own> and its
 // control files, and moving a process (cgroup.procs or CLONE_INTO_CGROUP) needs write access to
 // cgroup.procs of the common ancestor of the source and destination cgroups — which a delegated
@@ -60,6 +69,11 @@ struct CgroupInfo {
   // Root, and the hierarchy's real root is writable: run cgroups go under <mount>/sbx whatever
   // sbx's own cgroup (see above); `controllers` are then the root's.
   bool root_subtree = false;
+  // The root in view is a cgroup namespace's (a container's), not the hierarchy's real root.
+  bool namespace_root = false;
+  // Processes directly in that namespace root (cgroup.procs entries, those of pid namespaces we
+  // cannot see included); -1 when not a namespace root or unreadable.
+  long namespace_root_procs = -1;
 };
 
 CgroupInfo detect_cgroup();
@@ -161,6 +175,12 @@ struct RunCgroupOwner {
   std::uint64_t start = 0;
 };
 std::optional<RunCgroupOwner> parse_run_cgroup_name(std::string_view name);
+// The real root of a cgroup v2 hierarchy is the one cgroup without cgroup.type; a namespace root
+// or any other cgroup has one. `dir` is where the hierarchy is mounted.
+bool is_real_cgroup_root(const std::string& dir);
+// Number of entries in a cgroup.procs text (one pid a line; "0" for processes in pid namespaces we
+// cannot see counts too).
+long count_procs(std::string_view text);
 // <own> from a cgroup v2 path: the path itself, or its parent when it is .../sbx-supervisor.
 std::string own_cgroup_path(const std::string& self_path);
 

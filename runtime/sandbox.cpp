@@ -87,12 +87,24 @@ bool offers_limits(const CgroupInfo& cg) {
   return false;
 }
 
+// Inside a container's cgroup namespace: how many processes its root held when the run started
+// (0 after `sbx cgroup-init`; more, and run cgroups cannot get controllers) and which controllers
+// it enabled for its children. null outside one.
+json namespace_root_json(const CgroupInfo& cg) {
+  if (!cg.namespace_root) return nullptr;
+  std::string ctl;
+  if (auto t = read_file(cg.mount + "/cgroup.subtree_control")) ctl = *t;
+  while (!ctl.empty() && ctl.back() == '\n') ctl.pop_back();
+  return {{"procs", cg.namespace_root_procs}, {"subtree_control", ctl}};
+}
+
 json host_json(const CgroupInfo& cg) {
   struct utsname u;
   ::uname(&u);
   return {{"kernel", u.release},
           {"cgroup", {{"layout", cg.layout}, {"mount", cg.mount}, {"self_path", cg.self_path}, {"controllers", cg.controllers},
-                      {"run_cgroups_under", cg.root_subtree && offers_limits(cg) ? cg.mount + "/sbx" : std::string()}}}};
+                      {"run_cgroups_under", cg.root_subtree && offers_limits(cg) ? cg.mount + "/sbx" : std::string()},
+                      {"namespace_root", namespace_root_json(cg)}}}};
 }
 
 // Which limits are enforced and how: wall time, output and /tmp size are sbx's own; memory,

@@ -185,6 +185,66 @@ sbx_run_100_runs() {  # nothing left under the sbx subtree after 100 runs
   [ $bad = 0 ] && [ "$left" = 0 ]
 }
 
+# A container's view: a cgroup namespace rooted at $CG/guest-ctr, cgroup2 mounted afresh at
+# /sys/fs/cgroup in a mount namespace of its own (so the namespace root shows as "/"), and the
+# "container's" processes — the shell below and a sleep — at that root. Without `sbx cgroup-init`
+# a run degrades to rlimits with the fix named; after it, --memory gives oom with cgroup v2 under
+# the namespace root's sbx subtree. (The container recipe in deploy/ relies on exactly this.)
+cgroupns_procs_at_root() {
+  sbx_run_ready || return $?
+  command -v unshare >/dev/null || { echo "no unshare in the guest"; return 77; }
+  echo "+memory +pids +cpu" > $CG/cgroup.subtree_control || return 1
+  C=$CG/guest-ctr; mkdir -p $C || return 1
+  cat >/tmp/ctr.sh <<'CTR'
+set -u
+# A fresh mount, as a container runtime makes one (mount(8) refuses a second "none" on the same
+# target, hence the unmount first: this is our own mount namespace).
+umount /sys/fs/cgroup 2>/dev/null; mount -t cgroup2 cgroup2 /sys/fs/cgroup || { echo "cannot mount cgroup2 in the namespace"; exit 1; }
+echo "in the container: /proc/self/cgroup $(cat /proc/self/cgroup | tr '\n' ' '), root procs: $(cat /sys/fs/cgroup/cgroup.procs | wc -l)"
+sleep 300 & other=$!
+"$SBX" run --memory 32M --timeout 60s --trace-file /tmp/ctr-t1.json -- python3 -c "$HOG" 2>/tmp/ctr-e1.txt; rc1=$?
+echo "without the mode: exit $rc1, stderr ($(wc -l </tmp/ctr-e1.txt) lines):"; sed 's/^/  | /' /tmp/ctr-e1.txt
+"$SBX" doctor | grep -A1 '^cgroupns' | sed 's/^/  doctor: /'
+"$SBX" cgroup-init; rci=$?
+echo "cgroup-init: exit $rci; root procs now $(cat /sys/fs/cgroup/cgroup.procs | wc -l), subtree_control '$(cat /sys/fs/cgroup/cgroup.subtree_control)'"
+"$SBX" doctor | grep -A1 '^cgroupns' | sed 's/^/  doctor: /'
+"$SBX" run --memory 32M --timeout 60s --trace-file /tmp/ctr-t2.json -- python3 -c "$HOG" 2>/tmp/ctr-e2.txt; rc2=$?
+echo "with the mode: exit $rc2, stderr ($(wc -l </tmp/ctr-e2.txt) lines)"; sed 's/^/  | /' /tmp/ctr-e2.txt
+"$SBX" cgroup-init --json >/tmp/ctr-again.json; rca=$?
+kill $other; wait $other 2>/dev/null
+echo "$rc1 $rci $rc2 $rca" > /tmp/ctr-rcs
+CTR
+  export SBX HOG  # (the hog has quotes of its own: through the environment, not a command line)
+  sh -c "echo \$\$ > $C/cgroup.procs && exec unshare --cgroup --mount --propagation private sh /tmp/ctr.sh"; rc=$?
+  set -- $(cat /tmp/ctr-rcs 2>/dev/null); rc1=${1:-x}; rci=${2:-x}; rc2=${3:-x}; rca=${4:-x}
+  t1() { python3 -c "import json; t=json.load(open('/tmp/ctr-t1.json')); print($1)"; }
+  t2() { python3 -c "import json; t=json.load(open('/tmp/ctr-t2.json')); print($1)"; }
+  echo "run 1 trace: status $(t1 't["result"]["status"]'), enforcement.cgroup '$(t1 't["enforcement"]["cgroup"]')', memory mechanism '$(t1 't["enforcement"]["limits_applied"]["memory"]["mechanism"]')', host.cgroup.namespace_root $(t1 't["host"]["cgroup"]["namespace_root"]')"
+  echo "run 2 trace: status $(t2 't["result"]["status"]'), enforcement.cgroup '$(t2 't["enforcement"]["cgroup"]')', memory mechanism '$(t2 't["enforcement"]["limits_applied"]["memory"]["mechanism"]')', host.cgroup.namespace_root $(t2 't["host"]["cgroup"]["namespace_root"]'), run_cgroups_under '$(t2 't["host"]["cgroup"]["run_cgroups_under"]')', memory_peak_bytes $(t2 't["usage"]["memory_peak_bytes"]')"
+  echo "cgroup-init again: $(tr -d '\n ' </tmp/ctr-again.json)"
+  echo "on the host side: $C/ holds $(ls -d $C/*/ 2>/dev/null | xargs -n1 basename 2>/dev/null | tr '\n' ' ')"
+  for d in init sbx sbx-supervisor; do rmdir $C/$d 2>/dev/null; done; rmdir $C 2>/dev/null
+  [ $rc = 0 ] || return 1
+  # Without the mode: the run still runs, on rlimits, and says so in one warning naming the fix.
+  t1 't["enforcement"]["cgroup"]' | grep -q '^unavailable' || { echo "run 1 used a cgroup"; return 1; }
+  grep -q 'sbx cgroup-init' /tmp/ctr-e1.txt || { echo "run 1's warning does not name the fix"; return 1; }
+  [ "$(t1 't["host"]["cgroup"]["namespace_root"]["procs"] > 0')" = True ] || return 1
+  # With it: oom under memory.max, in the namespace root's sbx subtree, the root empty.
+  [ "$rci" = 0 ] && [ "$rc2" = 137 ] && [ "$rca" = 0 ] || return 1
+  [ "$(t2 't["result"]["status"]')" = oom ] || return 1
+  t2 't["enforcement"]["cgroup"]' | grep -q '^v2 /sys/fs/cgroup/sbx/run-' || return 1
+  t2 't["enforcement"]["limits_applied"]["memory"]["mechanism"]' | grep -q 'memory.max' || return 1
+  [ "$(t2 't["host"]["cgroup"]["namespace_root"]["procs"]')" = 0 ] || return 1
+  grep -q '"moved":\[\]' /tmp/ctr-again.json 2>/dev/null || tr -d '\n ' </tmp/ctr-again.json | grep -q '"moved":\[\]' || { echo "cgroup-init is not idempotent"; return 1; }
+}
+
+bench_cgroup_placement() {  # per-run cost of run cgroup placement (bench/cgroup_placement.sh); TCG numbers
+  sbx_run_ready || return $?
+  "$REPO/bench/cgroup_placement.sh" "$SBX" 10 >/tmp/bench-placement.txt 2>&1; rc=$?
+  cat /tmp/bench-placement.txt
+  return $rc
+}
+
 run "unit: RunCgroup from the root cgroup" unit_cgroup_from_root
 run "unit: RunCgroup as root from a busy non-root cgroup (root's sbx subtree)" unit_cgroup_from_nonroot_cgroup
 run "unit: RunCgroup rootless (uid 1001) in a delegated subtree" unit_cgroup_rootless_delegated
@@ -195,11 +255,14 @@ run "sbx run --cpus" sbx_run_cpus
 run "sbx run --cpu-time" sbx_run_cpu_time
 run "sbx run --timeout leaves no process" sbx_run_timeout_cleans
 run "sbx run rootless, delegated subtree" sbx_run_rootless_delegated
+run "cgroup namespace with processes at its root (sbx cgroup-init)" cgroupns_procs_at_root
 run "sbx run: int 0x80 is refused (seccomp)" sbx_run_int80
 run "sbx run x100 leaves nothing" sbx_run_100_runs
+run "bench: cgroup placement per-run cost" bench_cgroup_placement
 run "nothing left under the sbx subtree" nothing_left_in_subtree
 
 # The evidence lines the unit tests print (oom_kill, pids, cpu share) go into the summary too.
 grep -E 'memory hog|pids.max=8|cpu.max 0.2|100 create' /tmp/unit-cgroup.log 2>/dev/null | sed 's/^ */     /' >>"$SUMMARY"
+sed 's/^/     /' /tmp/bench-placement.txt >>"$SUMMARY" 2>/dev/null
 [ $FAILED = 0 ] && echo "guest tests: all passed" | tee -a "$SUMMARY" || echo "guest tests: FAILED" | tee -a "$SUMMARY"
 exit $FAILED

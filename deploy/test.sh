@@ -1,0 +1,119 @@
+#!/bin/sh
+# Tests deploy/ without a registry or a cluster (run as root):
+#  1. the manifests parse and carry the settings deploy/README.md explains (k8s/*.yaml with
+#     python3-yaml; seccomp-sbx.json as JSON; the Nomad job's HCL by a structural check — no HCL
+#     parser or Nomad is packaged here);
+#  2. a root is assembled from deploy/Containerfile's steps (its COPY lines as written; its apt
+#     packages cannot be installed without a Debian mirror, so busybox-static stands in for the
+#     userland and the workload is a shell command) and sbx runs in it, container-like: new mount,
+#     pid, uts, ipc and cgroup namespaces, cgroup2 mounted afresh at /sys/fs/cgroup, through the
+#     image's entrypoint with SBX_CGROUP_INIT=1.
+# Limits being enforced in such a container needs cgroup v2 controllers, which this project's
+# hosts do not have: that is the qemu guest's test "cgroup namespace with processes at its root"
+# (tests/vm/guest-tests.sh).
+# usage: deploy/test.sh SBX_BINARY        exit 0 pass, 1 fail, 77 skipped (reason on the last line)
+set -u
+SBX=$(readlink -f "${1:?usage: deploy/test.sh SBX_BINARY}")
+HERE=$(cd "$(dirname "$0")" && pwd)
+REPO=$(cd "$HERE/.." && pwd)
+[ "$(id -u)" = 0 ] || { echo "skipped: needs root (unshare of mount/pid/cgroup namespaces, pivot_root)"; exit 77; }
+for t in python3 unshare pivot_root; do command -v $t >/dev/null || { echo "skipped: no $t"; exit 77; }; done
+BUSYBOX=$(command -v busybox) || { echo "skipped: no busybox (apt-get install busybox-static)"; exit 77; }
+file -L "$BUSYBOX" 2>/dev/null | grep -q 'statically linked' || ldd "$BUSYBOX" 2>&1 | grep -q 'not a dynamic' ||
+  { echo "skipped: $BUSYBOX is not static (apt-get install busybox-static)"; exit 77; }
+
+echo "== manifests"
+python3 - "$HERE" <<'PY' || exit 1
+import json, re, sys, yaml
+d = sys.argv[1]
+def need(cond, what):
+    if not cond:
+        print("FAIL:", what); sys.exit(1)
+    print("ok:", what)
+for name, kind in (("k8s/job.yaml", "Job"), ("k8s/worker-daemonset.yaml", "DaemonSet")):
+    docs = [x for x in yaml.safe_load_all(open(f"{d}/{name}")) if x is not None]
+    need(len(docs) == 1 and docs[0]["kind"] == kind, f"{name}: one {kind}")
+    m = docs[0]
+    need(m["apiVersion"] in ("batch/v1", "apps/v1") and m["metadata"]["name"], f"{name}: apiVersion and name")
+    pod = m["spec"]["template"]["spec"]
+    if kind == "DaemonSet":
+        need(m["spec"]["selector"]["matchLabels"].items() <= m["spec"]["template"]["metadata"]["labels"].items(),
+             f"{name}: selector matches the template's labels")
+    else:
+        need(pod["restartPolicy"] in ("Never", "OnFailure"), f"{name}: a Job's restartPolicy")
+    need(pod.get("hostUsers") is False, f"{name}: user namespaces (hostUsers: false)")
+    c = pod["containers"][0]
+    sc = c["securityContext"]
+    need(sc["seccompProfile"] == {"type": "Localhost", "localhostProfile": "profiles/sbx.json"}, f"{name}: seccomp profile")
+    need(sc["appArmorProfile"]["type"] == "Unconfined" and sc["procMount"] == "Unmasked", f"{name}: AppArmor, procMount")
+    need(sc.get("privileged") is True, f"{name}: writable cgroup v2 (privileged)")
+    need({"name": "SBX_CGROUP_INIT", "value": "1"} in c["env"] and c["command"] == ["/usr/local/bin/sbx-entrypoint"],
+         f"{name}: entrypoint with SBX_CGROUP_INIT=1")
+    vols = {v["name"] for v in pod["volumes"]}
+    need(all(v["name"] in vols for v in c["volumeMounts"]), f"{name}: every volumeMount has a volume")
+sec = json.load(open(f"{d}/seccomp-sbx.json"))
+denied = {n for r in sec["syscalls"] if r["action"] != "SCMP_ACT_ALLOW" for n in r["names"]}
+need(sec["defaultAction"] == "SCMP_ACT_ALLOW", "seccomp-sbx.json: default allow")
+for s in ("clone", "clone3", "unshare", "mount", "umount2", "setns", "pivot_root", "mount_setattr", "open_tree", "move_mount"):
+    need(s not in denied, f"seccomp-sbx.json: {s} permitted")
+hcl = open(f"{d}/nomad/sbx.nomad.hcl").read()
+body = re.sub(r'"(?:[^"\\]|\\.)*"', '""', re.sub(r"(?m)^\s*#.*$", "", hcl))
+need(body.count("{") == body.count("}") and body.count("[") == body.count("]"), "nomad: braces and brackets balance")
+need(re.search(r'driver\s*=\s*"raw_exec"', hcl) and re.search(r'command\s*=\s*"/usr/local/bin/sbx"', hcl), "nomad: raw_exec running sbx")
+PY
+
+echo "== root from deploy/Containerfile"
+ROOT=$(mktemp -d /tmp/sbx-deploy-root.XXXXXX) || exit 1
+chmod 755 "$ROOT"
+trap 'rm -rf "$ROOT"' EXIT
+CF=$HERE/Containerfile
+grep -q '^FROM debian:12' "$CF" || { echo "FAIL: the recipe is not on Debian 12"; exit 1; }
+pkgs=$(sed -n 's/.*apt-get install -y --no-install-recommends \([a-z0-9. +-]*\).*/\1/p' "$CF")
+echo "recipe packages: $pkgs (not installable here without a Debian mirror: busybox stands in)"
+mkdir -p "$ROOT/bin" "$ROOT/etc" "$ROOT/proc" "$ROOT/dev" "$ROOT/sys" "$ROOT/tmp" "$ROOT/root" "$ROOT/var/lib/sbx"
+cp "$BUSYBOX" "$ROOT/bin/busybox"
+for a in sh echo cat ls id env sleep true umount rmdir; do ln -s busybox "$ROOT/bin/$a"; done
+printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n' >"$ROOT/etc/passwd"
+printf 'root:x:0:\nnogroup:x:65534:\n' >"$ROOT/etc/group"
+# The recipe's COPY steps, as written (paths relative to the repository root; build/sbx is the
+# binary under test).
+grep '^COPY ' "$CF" | while read -r _ src dst; do
+  [ "$src" = build/sbx ] && src=$SBX || src=$REPO/$src
+  mkdir -p "$ROOT$(dirname "$dst")" && cp -a "$src" "$ROOT$dst" || exit 1
+  echo "COPY $src -> $dst"
+done || exit 1
+entry=$(sed -n 's/^ENTRYPOINT \["\([^"]*\)"\]/\1/p' "$CF")
+statedir=$(sed -n 's/^ENV SBX_STATE_DIR=//p' "$CF")
+[ -x "$ROOT$entry" ] && [ -x "$ROOT/usr/local/bin/sbx" ] || { echo "FAIL: entrypoint $entry or sbx missing in the root"; exit 1; }
+
+echo "== sbx in the container-like setup"
+OUT=$ROOT/out; mkdir -p "$OUT"
+unshare --mount --pid --fork --uts --ipc --cgroup --propagation private sh -c '
+  R=$1; E=$2; S=$3
+  mount --bind "$R" "$R" || exit 1
+  mount --rbind /dev "$R/dev" && mount -t proc proc "$R/proc" && mount -t tmpfs -o mode=1777 tmpfs "$R/tmp" || exit 1
+  mount -t sysfs sysfs "$R/sys" 2>/dev/null
+  # cgroup2 mounted afresh shows this cgroup namespace'"'"'s root, as a container runtime does.
+  if grep -q " cgroup2 " /proc/self/mounts && [ -d "$R/sys/fs/cgroup" ]; then mount -t cgroup2 none "$R/sys/fs/cgroup"; fi
+  # pivot_root, as container runtimes do: a user namespace cannot be created from a chroot
+  # (the kernel requires the caller'"'"'s root to be its mount namespace'"'"'s root).
+  cd "$R" && mkdir -p .oldroot && pivot_root . .oldroot || exit 1
+  exec /bin/busybox sh -c "umount -l /.oldroot && rmdir /.oldroot && exec \"\$@\"" sh env -i PATH=/usr/local/bin:/bin SBX_STATE_DIR="$S" SBX_CGROUP_INIT=1 "$E" \
+    sbx run --timeout 20s --trace-file /out/trace.json -- sh -c "echo hello from the sandbox; id -u"
+' sh "$ROOT" "$entry" "$statedir" >"$ROOT/stdout.txt" 2>"$ROOT/stderr.txt"; rc=$?
+echo "exit $rc; stdout: $(tr '\n' ' ' <"$ROOT/stdout.txt")"
+sed 's/^/  stderr| /' "$ROOT/stderr.txt"
+[ -f "$OUT/trace.json" ] || { echo "FAIL: no trace written"; exit 1; }
+python3 - "$OUT/trace.json" "$rc" "$ROOT/stdout.txt" <<'PY' || exit 1
+import json, sys
+t = json.load(open(sys.argv[1])); rc = int(sys.argv[2]); out = open(sys.argv[3]).read().splitlines()
+cg = t["host"]["cgroup"]
+print(f"trace: status {t['result']['status']}, exit_code {t['result'].get('exit_code')}, enforcement.cgroup "
+      f"'{t['enforcement']['cgroup']}', host.cgroup mount {cg['mount']} self_path {cg['self_path']} "
+      f"namespace_root {cg.get('namespace_root')}, identity {t['enforcement']['identity']['mode']}")
+# stdout: the entrypoint's cgroup-init ("nothing to do" here), then the sandboxed program's lines.
+ok = rc == 0 and out[-2:] == ["hello from the sandbox", "0"] and t["result"]["status"] == "ok" \
+     and cg["mount"] == "/sys/fs/cgroup" and "namespace_root" in cg
+print("PASS" if ok else "FAIL: expected exit 0, the greeting, status ok, cgroup2 at /sys/fs/cgroup in the trace")
+sys.exit(0 if ok else 1)
+PY
