@@ -53,6 +53,7 @@ struct RunFlags {
   bool systemd_scope = false;  // run: re-exec under a delegated systemd scope when rootless
   bool require_limits = false;
   bool require_record = false;
+  bool keep_inputs = false;  // run --keep-inputs: --input files and the profile into the blob store
   std::vector<std::string> command;
 };
 
@@ -79,6 +80,8 @@ void add_trace_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& ou
 void add_doctor_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out);
 void add_image_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out);
 void add_key_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out);
+void add_replay_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out);
+void add_gc_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out);
 
 // --state-dir, --log-level, -v: on the top level and on subcommands that do not fall through.
 void add_global_options(CLI::App& app, GlobalOptions& g);

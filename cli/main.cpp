@@ -148,7 +148,8 @@ int main(int argc, char** argv) {
   static constexpr std::pair<std::string_view, Adder> kCommands[] = {
       {"run", add_run_command},       {"profile", add_profile_command}, {"trace", add_trace_command},
       {"doctor", add_doctor_command}, {"pack", add_pack_command},       {"exec", add_exec_command},
-      {"image", add_image_command},   {"key", add_key_command}};
+      {"image", add_image_command},   {"key", add_key_command},
+      {"replay", add_replay_command}, {"gc", add_gc_command}};
   std::vector<Command> commands;
   const std::string named = word_after(argc, argv, {});
   bool known = false;

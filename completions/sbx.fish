@@ -12,7 +12,7 @@ function __sbx_path
     set -e tokens[1]
     set -l takes_arg --state-dir --log-level --profile --image --uid --gid --bind --tmpfs --workdir --env \
         --env-pass --timeout --output-limit --memory --pids --cpus --cpu-time --seccomp --cap-add --allow-host --trace-file --format --pubkey --anchor --status --since \
-        --input --output --output-max-bytes --output-max-files --context --secret --result --name
+        --input --output --output-max-bytes --output-max-files --context --secret --result --name --keep-days --max-bytes
     set -l path
     set -l skip 0
     for t in $tokens
@@ -91,6 +91,8 @@ complete -c sbx -n '__sbx_at' -a pack -d 'Rule packs: validate, init, run'
 complete -c sbx -n '__sbx_at' -a exec -d 'Run generated code from a JSON request on stdin'
 complete -c sbx -n '__sbx_at' -a image -d 'Manage the content-addressed image store'
 complete -c sbx -n '__sbx_at' -a key -d 'Manage the key that signs the trace ledger'
+complete -c sbx -n '__sbx_at' -a replay -d 'Re-run a recorded run from its record and kept inputs; compare'
+complete -c sbx -n '__sbx_at' -a gc -d 'Delete kept blobs no kept record needs'
 
 # sbx run
 complete -c sbx -n '__sbx_at run' -l profile -x -a '(__sbx_profiles; __fish_complete_suffix .json)' -d 'Profile name or JSON file'
@@ -114,6 +116,7 @@ complete -c sbx -n '__sbx_at run' -l cpus -x -a 'none unlimited' -d 'CPU share, 
 complete -c sbx -n '__sbx_at run' -l cpu-time -x -a 'none unlimited' -d 'CPU-time budget, e.g. 10s'
 complete -c sbx -n '__sbx_at run' -l require-limits -d 'Fail unless every limit can be enforced'
 complete -c sbx -n '__sbx_at run' -l require-record -d 'Fail when the trace record cannot be stored durably'
+complete -c sbx -n '__sbx_at run' -l keep-inputs -d 'Keep the --input files and the profile for sbx replay'
 complete -c sbx -n '__sbx_at run' -l seccomp -r -F -a 'default unconfined' -d 'Seccomp policy: default, unconfined or an OCI JSON file'
 complete -c sbx -n '__sbx_at run' -l cap-add -x -a "$__sbx_capabilities" -d 'Keep this capability inside the user namespace (repeatable)'
 complete -c sbx -n '__sbx_at run' -l allow-host -x -a '(__fish_print_hostnames)' -d 'Allow egress to HOST[:PORT] through the filtering proxy'
@@ -236,3 +239,13 @@ complete -c sbx -n '__sbx_at exec' -l dry-run -d 'Check everything, print the pl
 
 # sbx doctor
 complete -c sbx -n '__sbx_at doctor' -l json -d 'Print the checks as a JSON object'
+
+# sbx replay
+complete -c sbx -n '__sbx_at replay' -a '(__sbx_run_ids)' -d 'Run id'
+complete -c sbx -n '__sbx_at replay' -a last -d 'The newest run'
+complete -c sbx -n '__sbx_at replay' -l json -d 'Print the comparison as a JSON object'
+
+# sbx gc
+complete -c sbx -n '__sbx_at gc' -l keep-days -x -d 'Keep the blobs of records from the last N days'
+complete -c sbx -n '__sbx_at gc' -l max-bytes -x -d 'Keep the blob store under this size, oldest runs first'
+complete -c sbx -n '__sbx_at gc' -l dry-run -d 'Say what would be deleted; delete nothing'
