@@ -299,12 +299,19 @@ std::string describe_difference(const ReplayDifference& d, std::size_t max_value
   auto val = [&](const json& v) {
     if (v.is_null()) return std::string("(none)");
     std::string s = v.dump(-1, ' ', false, json::error_handler_t::replace);
-    if (s.size() > max_value) s = s.substr(0, max_value) + "...(" + std::to_string(s.size()) + " bytes)";
+    if (s.size() > max_value) {
+      std::string n = std::to_string(s.size());
+      s.resize(max_value);
+      s.append("...(").append(n).append(" bytes)");
+    }
     return printable(s);
   };
-  std::string where = d.where;
-  if (d.what == "result") where = "#" + (d.where.empty() ? std::string("") : d.where);
-  return d.what + (where.empty() ? "" : " " + printable(where)) + ": original " + val(d.original) + ", replay " + val(d.replay);
+  // Built with append: GCC 12 warns falsely (-Wstringop-overflow) about operator+ chains here.
+  std::string line = d.what;
+  if (d.what == "result") line.append(" #").append(printable(d.where));
+  else if (!d.where.empty()) line.append(" ").append(printable(d.where));
+  line.append(": original ").append(val(d.original)).append(", replay ").append(val(d.replay));
+  return line;
 }
 
 Result<json> keep_run_inputs(const Dirs& dirs, const RunSpec& spec, const ProfileSource& profile) {

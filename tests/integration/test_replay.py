@@ -294,10 +294,10 @@ class Gc(ReplayCase):
         self.assertExit(rp, 125)
 
     def test_gc_bad_arguments(self):
-        for args in (["gc", "--max-bytes", "lots"], ["gc", "--keep-days", "-3"]):
+        for args, what in ((["gc", "--max-bytes", "lots"], "--max-bytes"), (["gc", "--keep-days", "-3"], "--keep-days")):
             r = self.sbx(args)
             self.assertExit(r, 125)
-            self.assertOneSbxLine(r)
+            self.assertIn("gc: " + what, self.assertOneSbxLine(r))
 
 
 if __name__ == "__main__":
