@@ -53,6 +53,7 @@ struct RunFlags {
   bool systemd_scope = false;  // run: re-exec under a delegated systemd scope when rootless
   bool require_limits = false;
   bool require_record = false;
+  bool keep_inputs = false;  // run --keep-inputs: --input files and the profile into the blob store
   std::vector<std::string> command;
 };
 
@@ -86,6 +87,8 @@ void add_classify_command(CLI::App& app, GlobalOptions& g, std::vector<Command>&
 void add_mcp_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out);
 void add_mcp_worker_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out);
 void add_cgroup_init_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out);
+void add_replay_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out);
+void add_gc_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out);
 
 // --state-dir, --log-level, -v: on the top level and on subcommands that do not fall through.
 void add_global_options(CLI::App& app, GlobalOptions& g);

@@ -14,6 +14,7 @@
 #include "runtime/json_io.hpp"
 #include "runtime/preflight.hpp"
 #include "runtime/profile.hpp"
+#include "runtime/replay.hpp"
 #include "runtime/sandbox.hpp"
 #include "runtime/text_escape.hpp"
 #include "runtime/units.hpp"
@@ -229,6 +230,8 @@ void add_run_options(CLI::App* run, RunFlags& f) {
   run->add_option("--tmpfs", f.tmpfs, "Mount a size-capped tmpfs: DST[:SIZE] (repeatable, default size 64M)");
   run->add_option("--workdir", f.workdir, "Working directory inside the sandbox (default /tmp)");
   run->add_option("--input", f.inputs, "Mount a host file or directory read-only and hash it into the trace: PATH[:DST] (default DST /in/NAME; repeatable)");
+  run->add_flag("--keep-inputs", f.keep_inputs,
+                "Keep the --input files and the profile's text in the blob store, so that 'sbx replay' can re-run this run");
   run->add_option("--output", f.output_dir, "After the run, export /out (regular files and directories only) to DIR: new or empty");
   run->add_option("--output-max-bytes", f.output_max_bytes, "Most bytes --output exports (default 256M; past it: status output_limit)");
   run->add_option("--output-max-files", f.output_max_files, "Most files and directories --output exports (default 10000)");
@@ -299,6 +302,12 @@ void add_run_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out)
     if (!f.output_dir.empty())
       if (auto st = prepare_export_dir(f.output_dir); !st) return usage_error(st.error().describe());
     req.export_dir = f.output_dir;
+    if (f.keep_inputs) {
+      // Before the run: the supervisor's loop never waits on the blob store.
+      auto kept = keep_run_inputs(req.dirs, req.spec, req.profile);
+      if (!kept) return usage_error(kept.error().describe());
+      req.record_extra["blobs"] = std::move(*kept);
+    }
     return run_sandbox(req).exit_status;
   }, true});
 }

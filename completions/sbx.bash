@@ -64,11 +64,13 @@ _sbx() {
     local global_opts="--state-dir --log-level -v --verbose --version -h --help"
     local run_opts="--profile --image --uid --gid --bind --tmpfs --workdir --input --output --output-max-bytes
         --output-max-files --env --env-pass --timeout --output-limit --memory --pids --cpus --cpu-time --require-limits
-        --require-record --seccomp --cap-add --allow-host --trace-file --dry-run --systemd-scope -i --interactive -t --tty"
+        --require-record --seccomp --cap-add --allow-host --trace-file --dry-run --systemd-scope -i --interactive -t --tty
+        --keep-inputs"
     # Options that take a value (the next word is not a subcommand or the command).
     local takes_arg="--state-dir --log-level --profile --image --uid --gid --bind --tmpfs --workdir --env
         --env-pass --timeout --output-limit --memory --pids --cpus --cpu-time --seccomp --cap-add --allow-host --trace-file --format
-        --pubkey --anchor --status --since --input --output --output-max-bytes --output-max-files --context --secret --result --name --leaf"
+        --pubkey --anchor --status --since --input --output --output-max-bytes --output-max-files --context --secret --result --name --leaf
+        --keep-days --max-bytes"
 
     # Find the subcommand path (run | profile ls|show | trace ls|show | doctor | pack ... |
     # image ...) and, for run, where the sandboxed command starts.
@@ -143,7 +145,7 @@ _sbx() {
             # A number with a unit is typed; "none" (or "unlimited") clears the profile's limit.
             COMPREPLY=($(compgen -W "none unlimited" -- "$cur")); return ;;
         --context|--secret|--tmpfs|--uid|--gid|--env|\
-        --output-max-bytes|--output-max-files|--name|--allow-host|--max-concurrent|--max-queued)
+        --output-max-bytes|--output-max-files|--name|--allow-host|--max-concurrent|--max-queued|--keep-days|--max-bytes)
             return ;;
     esac
 
@@ -152,7 +154,7 @@ _sbx() {
             if [[ $cur == -* ]]; then
                 COMPREPLY=($(compgen -W "$global_opts" -- "$cur"))
             else
-                COMPREPLY=($(compgen -W "run probe classify profile trace doctor pack exec image key mcp cgroup-init" -- "$cur"))
+                COMPREPLY=($(compgen -W "run probe classify profile trace doctor pack exec image key mcp cgroup-init replay gc" -- "$cur"))
             fi ;;
         run)
             COMPREPLY=($(compgen -W "$run_opts $global_opts --" -- "$cur"))
@@ -219,6 +221,14 @@ _sbx() {
             COMPREPLY=($(compgen -W "--trace-file --dry-run --help" -- "$cur")) ;;
         mcp)
             COMPREPLY=($(compgen -W "--packs --context --profile --max-concurrent --max-queued --help" -- "$cur")) ;;
+        replay)
+            if [[ $cur == -* ]]; then
+                COMPREPLY=($(compgen -W "--json --help" -- "$cur"))
+            elif ((npos == 0)); then
+                COMPREPLY=($(compgen -W "last $(_sbx_run_ids)" -- "$cur"))
+            fi ;;
+        gc)
+            COMPREPLY=($(compgen -W "--keep-days --max-bytes --dry-run --help" -- "$cur")) ;;
         key)
             if [[ -z $sub ]]; then
                 [[ $cur == -* ]] && COMPREPLY=($(compgen -W "--help" -- "$cur")) ||

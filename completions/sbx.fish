@@ -14,6 +14,7 @@ function __sbx_path
         --env-pass --timeout --output-limit --memory --pids --cpus --cpu-time --seccomp --cap-add --allow-host --trace-file --format --pubkey --anchor --status --since \
         --input --output --output-max-bytes --output-max-files --context --secret --result --name \
         --packs --max-concurrent --max-queued
+        --input --output --output-max-bytes --output-max-files --context --secret --result --name --keep-days --max-bytes
     set -l path
     set -l skip 0
     for t in $tokens
@@ -127,6 +128,40 @@ complete -c sbx -n '__sbx_at run; or __sbx_at probe' -l dry-run -d 'Check everyt
 complete -c sbx -n '__sbx_at run; or __sbx_at probe' -l systemd-scope -d 'Rootless: re-run under a delegated systemd scope'
 complete -c sbx -n '__sbx_at run; or __sbx_at probe' -s i -l interactive -d 'Relay stdin to the program even from a terminal'
 complete -c sbx -n '__sbx_at run; or __sbx_at probe' -s t -l tty -d 'Give the program its own pseudo-terminal (stdin must be a terminal)'
+complete -c sbx -n '__sbx_at' -a replay -d 'Re-run a recorded run from its record and kept inputs; compare'
+complete -c sbx -n '__sbx_at' -a gc -d 'Delete kept blobs no kept record needs'
+
+# sbx run
+complete -c sbx -n '__sbx_at run' -l profile -x -a '(__sbx_profiles; __fish_complete_suffix .json)' -d 'Profile name or JSON file'
+complete -c sbx -n '__sbx_at run' -l image -x -a 'host (__sbx_images)' -d 'Root file system: host or a stored image'
+complete -c sbx -n '__sbx_at run' -l uid -x -d 'User id inside the sandbox'
+complete -c sbx -n '__sbx_at run' -l gid -x -d 'Group id inside the sandbox'
+complete -c sbx -n '__sbx_at run' -l bind -r -F -d 'Bind a host path: SRC[:DST][:rw]'
+complete -c sbx -n '__sbx_at run' -l tmpfs -x -d 'Mount a size-capped tmpfs: DST[:SIZE]'
+complete -c sbx -n '__sbx_at run' -l workdir -x -d 'Working directory inside the sandbox'
+complete -c sbx -n '__sbx_at run' -l input -r -F -d 'Mount a host file or directory read-only: PATH[:DST]'
+complete -c sbx -n '__sbx_at run' -l output -x -a '(__fish_complete_directories)' -d 'Export /out to this new or empty directory'
+complete -c sbx -n '__sbx_at run' -l output-max-bytes -x -d 'Most bytes --output exports (default 256M)'
+complete -c sbx -n '__sbx_at run' -l output-max-files -x -d 'Most files and directories --output exports (default 10000)'
+complete -c sbx -n '__sbx_at run' -l env -x -d 'Set an environment variable: NAME=VALUE'
+complete -c sbx -n '__sbx_at run' -l env-pass -x -a '(set -n -x)' -d 'Pass a variable from the environment'
+complete -c sbx -n '__sbx_at run' -l timeout -x -a 'none unlimited' -d 'Wall-time limit, e.g. 250ms, 2s, 1m'
+complete -c sbx -n '__sbx_at run' -l output-limit -x -a 'none unlimited' -d 'Bytes of stdout and of stderr passed through'
+complete -c sbx -n '__sbx_at run' -l memory -x -a 'none unlimited' -d 'Memory limit, e.g. 256M'
+complete -c sbx -n '__sbx_at run' -l pids -x -a 'none unlimited' -d 'Maximum number of processes'
+complete -c sbx -n '__sbx_at run' -l cpus -x -a 'none unlimited' -d 'CPU share, e.g. 0.5'
+complete -c sbx -n '__sbx_at run' -l cpu-time -x -a 'none unlimited' -d 'CPU-time budget, e.g. 10s'
+complete -c sbx -n '__sbx_at run' -l require-limits -d 'Fail unless every limit can be enforced'
+complete -c sbx -n '__sbx_at run' -l require-record -d 'Fail when the trace record cannot be stored durably'
+complete -c sbx -n '__sbx_at run' -l keep-inputs -d 'Keep the --input files and the profile for sbx replay'
+complete -c sbx -n '__sbx_at run' -l seccomp -r -F -a 'default unconfined' -d 'Seccomp policy: default, unconfined or an OCI JSON file'
+complete -c sbx -n '__sbx_at run' -l cap-add -x -a "$__sbx_capabilities" -d 'Keep this capability inside the user namespace (repeatable)'
+complete -c sbx -n '__sbx_at run' -l allow-host -x -a '(__fish_print_hostnames)' -d 'Allow egress to HOST[:PORT] through the filtering proxy'
+complete -c sbx -n '__sbx_at run' -l trace-file -r -F -d 'Also write the trace record to this file'
+complete -c sbx -n '__sbx_at run' -l dry-run -d 'Check everything, print the plan as JSON, run nothing'
+complete -c sbx -n '__sbx_at run' -l systemd-scope -d 'Rootless: re-run under a delegated systemd scope'
+complete -c sbx -n '__sbx_at run' -s i -l interactive -d 'Relay stdin to the program even from a terminal'
+complete -c sbx -n '__sbx_at run' -s t -l tty -d 'Give the program its own pseudo-terminal (stdin must be a terminal)'
 complete -c sbx -n '__sbx_at run' -a '(__fish_complete_command)' -d 'Command'
 # After the command starts, complete it as a command line of its own.
 complete -c sbx -n '__sbx_in run CMD' -a '(__sbx_complete_cmd)'
@@ -258,3 +293,12 @@ complete -c sbx -n '__sbx_at classify' -r -F -a '(__fish_complete_suffix .json)'
 # sbx cgroup-init
 complete -c sbx -n '__sbx_at cgroup-init' -l leaf -x -d 'Leaf cgroup for the container processes (default init)'
 complete -c sbx -n '__sbx_at cgroup-init' -l json -d 'Print what was done as JSON'
+# sbx replay
+complete -c sbx -n '__sbx_at replay' -a '(__sbx_run_ids)' -d 'Run id'
+complete -c sbx -n '__sbx_at replay' -a last -d 'The newest run'
+complete -c sbx -n '__sbx_at replay' -l json -d 'Print the comparison as a JSON object'
+
+# sbx gc
+complete -c sbx -n '__sbx_at gc' -l keep-days -x -d 'Keep the blobs of records from the last N days'
+complete -c sbx -n '__sbx_at gc' -l max-bytes -x -d 'Keep the blob store under this size, oldest runs first'
+complete -c sbx -n '__sbx_at gc' -l dry-run -d 'Say what would be deleted; delete nothing'

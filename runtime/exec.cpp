@@ -1,5 +1,7 @@
 #include "runtime/exec.hpp"
 
+#include "runtime/blob_store.hpp"
+
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -123,6 +125,18 @@ Result<json> run_exec(const json& request, const ExecContext& ctx) {
   run.spec = std::move(*spec);
   run.limit_layers = limit_layers(*profile, &patch, "exec request", {});
   if (ctx.dry_run) return dry_run(run);  // the same checks and plan as `sbx run --dry-run`
+  // What a replay needs (blob_store.hpp), kept before the run: the request (code, files, inputs
+  // and limits in one document) and the profile's text.
+  auto ceiling = keep_ceiling();
+  if (!ceiling) return ceiling.error();
+  BlobKeeper keeper(ctx.dirs, *ceiling);
+  {
+    json copy = request;  // dump_json escapes invalid UTF-8 in place
+    keeper.add_bytes("exec_request", "request.json", dump_json(copy, -1));
+  }
+  keeper.add_bytes("profile", run.profile.origin, run.profile.text);
+  run.record_extra = ctx.record_extra;
+  run.record_extra["blobs"] = keeper.take();
 
   Capture out, err;
   out.fd = ::memfd_create("sbx-exec-stdout", MFD_CLOEXEC);
@@ -145,7 +159,13 @@ Result<json> run_exec(const json& request, const ExecContext& ctx) {
       if (!f.problem.empty()) errs.push_back({"", "/out/result.json: " + f.problem});
       else if (parsed = parse_json(f.bytes, result_bounds()); !parsed.ok()) errs.push_back({parsed.pointer, parsed.problem});
       else if (schema) errs = schema->validate(parsed.value, kProducedValues);
-      if (errs.empty()) result = std::move(parsed.value);
+      if (errs.empty()) {
+        result = std::move(parsed.value);
+        // The result as the program wrote it, kept after the run (the supervisor is done).
+        BlobKeeper kept(ctx.dirs, *ceiling);
+        kept.add_bytes("result", "/out/result.json", f.bytes);
+        extra["blobs"] = kept.take();
+      }
     } else if (schema && o.status == RunStatus::ok) {
       errs.push_back({"", "the program wrote no /out/result.json"});
     }

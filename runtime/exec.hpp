@@ -34,6 +34,8 @@ struct ExecContext {
   // --dry-run: the request is checked and the run planned (preflight.hpp), nothing runs; the
   // response is the dry run's JSON.
   bool dry_run = false;
+  // Added to the record (RunRequest::record_extra): a replay's "replay_of".
+  nlohmann::json record_extra = nlohmann::json::object();
 };
 
 // A request checked and taken apart; reading it touches no file and starts nothing (so it can be

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "runtime/artifact_export.hpp"
+#include "runtime/blob_store.hpp"
 #include "runtime/fsutil.hpp"
 #include "runtime/json_io.hpp"
 #include "runtime/preflight.hpp"
@@ -157,6 +158,21 @@ PackRunResult run_pack(PackRunRequest& req) {
   // the same dry run as `sbx run --dry-run` (preflight.hpp), nothing created.
   if (req.dry_run) return dry_run_pack(req, res);
 
+  // What a replay needs (blob_store.hpp), kept before the run: the pack's tree, the records as
+  // validated and the profile's text.
+  auto ceiling = keep_ceiling();
+  if (!ceiling) {
+    res.errors.push_back(ceiling.error().describe());
+    return res;  // setup_error, 125
+  }
+  {
+    BlobKeeper keeper(run.dirs, *ceiling);
+    keeper.add_tree("pack_file", "pack_dir", "pack_link", "", req.pack.dir);
+    keeper.add_bytes("records", req.input_path, req.input_bytes);
+    keeper.add_bytes("profile", run.profile.origin, run.profile.text);
+    run.record_extra["blobs"] = keeper.take();
+  }
+
   // 3 the output contract, once the program has ended.
   json valid_result;
   std::vector<std::string> out_lines;
@@ -181,6 +197,11 @@ PackRunResult run_pack(PackRunRequest& req) {
       if (!out.ok()) errs.push_back({out.pointer, out.problem});
       else errs = out_schema->validate(out.value, kProducedValues);
       if (errs.empty()) valid_result = std::move(out.value);
+    }
+    if (errs.empty()) {
+      BlobKeeper kept(run.dirs, *ceiling);  // after the run: the supervisor is done
+      kept.add_bytes("result", "/out/result.json", f.bytes);
+      extra["blobs"] = kept.take();
     }
     if (errs.empty()) {
       extra["validation"]["output"] = {{"status", "ok"}};

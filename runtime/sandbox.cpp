@@ -665,6 +665,11 @@ RunReport run_sandbox(const RunRequest& req) {
     extra.erase("outputs");
   }
   report.trace["outputs"] = outputs;
+  for (auto& [k, v] : req.record_extra.items()) report.trace[k] = v;
+  if (extra.contains("blobs") && report.trace.contains("blobs") && report.trace["blobs"].is_array()) {
+    for (auto& b : extra["blobs"]) report.trace["blobs"].push_back(b);
+    extra.erase("blobs");
+  }
   for (auto& [k, v] : extra.items()) report.trace[k] = v;
   // Which build made the record (cached by the binary's identity: self_digest.hpp).
   if (auto digest = self_binary_sha256(req.dirs); digest) report.trace["sbx"]["binary_sha256"] = *digest;

@@ -50,6 +50,9 @@ struct RunRequest {
   // `out_fd` is an O_PATH fd of the sandbox's /out (-1 if setup never got that far); read it
   // with read_out_file (artifact_export.hpp).
   std::function<nlohmann::json(Outcome&, int out_fd)> after_run;
+  // Members added to the record as they are: "blobs" (what was kept for a replay, blob_store.hpp;
+  // a "blobs" list from after_run is appended to it) and "replay_of" (replay.hpp).
+  nlohmann::json record_extra = nlohmann::json::object();
   // Files sbx generates for the sandbox (records, code): bound read-only, never on the host.
   std::vector<GeneratedFile> files;
   // --output DIR: export /out there after the run (prepare_export_dir checked it beforehand).

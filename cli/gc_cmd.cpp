@@ -1,0 +1,44 @@
+// sbx gc: retention of the blob store (runtime/blob_store.hpp). Says what it kept and why, and
+// what it deleted; a blob a kept record needs goes only over --max-bytes, and is said to.
+#include <cstdio>
+
+#include "cli/commands.hpp"
+#include "runtime/blob_store.hpp"
+#include "runtime/text_escape.hpp"
+#include "runtime/units.hpp"
+
+namespace sbx::cli {
+
+void add_gc_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out) {
+  static int keep_days = -1;
+  static std::string max_bytes;
+  static bool dry_run = false;
+  auto* gc = app.add_subcommand("gc", "Delete kept blobs no kept record needs (and, over --max-bytes, the oldest)");
+  gc->add_option("--keep-days", keep_days, "Keep the blobs of records from the last N days (default: every record)");
+  gc->add_option("--max-bytes", max_bytes, "Keep the blob store under SIZE, deleting the oldest runs' blobs first (and saying so)");
+  gc->add_flag("--dry-run", dry_run, "Say what would be deleted; delete nothing");
+  out.push_back({gc, [gc, &g]() -> int {
+    if (keep_days < -1 || (keep_days == -1 && gc->count("--keep-days"))) return usage_error("gc: --keep-days must be 0 or more");
+    std::int64_t max = -1;
+    if (!max_bytes.empty()) {
+      auto n = parse_size_bytes(max_bytes);
+      if (!n) return usage_error("gc: --max-bytes: " + n.error().message);
+      max = *n;
+    }
+    auto rep = gc_blobs(resolve_dirs(g.state_dir), keep_days, max, dry_run);
+    if (!rep) return usage_error("gc: " + rep.error().describe());
+    const char* verb = dry_run ? "would delete" : "deleted";
+    for (auto& d : rep->deleted)
+      std::printf("%s%s sha256:%s (%s): %s\n", d.needed_by_kept ? "WARNING " : "", verb, d.sha256.c_str(),
+                  format_size(d.bytes).c_str(), printable(d.why).c_str());
+    for (auto& k : rep->kept)
+      std::printf("kept sha256:%s (%s): %s\n", k.sha256.c_str(), format_size(k.bytes).c_str(), printable(k.why).c_str());
+    for (auto& w : rep->warnings) std::fprintf(stderr, "sbx: gc: %s\n", printable(w).c_str());
+    std::printf("%s %zu blob(s), %s; kept %zu blob(s), %s; %zu of %zu record(s) kept\n", verb, rep->deleted.size(),
+                format_size(rep->deleted_bytes).c_str(), rep->kept.size(), format_size(rep->kept_bytes).c_str(),
+                rep->kept_records, rep->records);
+    return 0;
+  }});
+}
+
+}  // namespace sbx::cli

@@ -1,0 +1,304 @@
+"""What a replay needs is kept (the blob store beside the ledger), `sbx replay RUN` and `sbx gc`.
+Runs as root and rootless.
+
+On the previous binary none of this exists: `sbx replay` and `sbx gc` are unknown commands (exit
+125), `run --keep-inputs` is an unknown option, and no record names any blob."""
+import glob
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import time
+import unittest
+
+from sbxtest import SbxTestCase, busybox_tree, ledger_lines, note, sbx, validate_trace
+
+RECORD_SCHEMA = {"type": "object", "required": ["id"], "properties": {"id": {"type": "string"}}}
+OUTPUT_SCHEMA = {"type": "object", "required": ["count"], "additionalProperties": False,
+                 "properties": {"count": {"type": "integer", "minimum": 0}, "when": {"type": "string"}}}
+COUNT = "set -eu\nn=$(grep -o '\"id\"' /in/records.json | wc -l)\nprintf '{\"count\": %d}' \"$n\" > /out/result.json\n"
+# Differs on every run: the time in nanoseconds, as a string under /when.
+CLOCK = ("set -eu\nn=$(grep -o '\"id\"' /in/records.json | wc -l)\n"
+         "printf '{\"count\": %d, \"when\": \"%s\"}' \"$n\" \"$(date +%s%N)\" > /out/result.json\n")
+
+
+class ReplayCase(SbxTestCase):
+    def setUp(self):
+        super().setUp()
+        self.state = self.path("state")
+        self.env = dict(os.environ, SBX_STATE_DIR=self.state)
+
+    def sbx(self, args, **kw):
+        kw.setdefault("env", self.env)
+        kw.setdefault("timeout", 60)
+        return sbx(args, **kw)
+
+    def make_pack(self, script, name="p"):
+        d = self.path(name)
+        os.makedirs(d + "/schemas")
+        for p in (d, d + "/schemas"):
+            os.chmod(p, 0o755)
+        manifest = {"name": "t-" + name, "version": "1.0.0", "entrypoint": ["/bin/sh", "/pack/run.sh"],
+                    "input_schema": "schemas/in.json", "output_schema": "schemas/out.json",
+                    "limits": {"timeout": "20s"}}
+        for rel, content in (("pack.json", json.dumps(manifest)), ("schemas/in.json", json.dumps(RECORD_SCHEMA)),
+                             ("schemas/out.json", json.dumps(OUTPUT_SCHEMA)), ("run.sh", script)):
+            with open(os.path.join(d, rel), "w") as f:
+                f.write(content)
+            os.chmod(os.path.join(d, rel), 0o644)
+        inp = self.path(name + "-records.json")
+        with open(inp, "w") as f:
+            json.dump([{"id": "a"}, {"id": "b"}], f)
+        os.chmod(inp, 0o644)
+        return d, inp
+
+    def records(self):
+        return [e["record"] for e in ledger_lines(self.state)]
+
+    def blob_file(self, sha):
+        return os.path.join(self.state, "blobs", "sha256", sha[:2], sha)
+
+    def blobs(self, record, role):
+        return [b for b in record.get("blobs", []) if b["role"] == role]
+
+
+class KeepAndReplay(ReplayCase):
+    def test_pack_keeps_what_it_consumed_and_replays_identically(self):
+        d, inp = self.make_pack(COUNT)
+        r = self.sbx(["pack", "run", d, "--input", inp])
+        self.assertExit(r, 0)
+        rec = self.records()[-1]
+        validate_trace(self, rec)
+        files = sorted(b["path"] for b in self.blobs(rec, "pack_file"))
+        self.assertEqual(files, ["pack.json", "run.sh", "schemas/in.json", "schemas/out.json"])
+        self.assertEqual([b["path"] for b in self.blobs(rec, "pack_dir")], ["schemas"])
+        for role in ("records", "profile", "result"):
+            self.assertEqual(len(self.blobs(rec, role)), 1, role)
+        # Every blob is there, under its own sha256, with its recorded size.
+        for b in rec["blobs"]:
+            if "sha256" not in b or b["role"] == "pack_dir":
+                continue
+            with open(self.blob_file(b["sha256"]), "rb") as f:
+                data = f.read()
+            self.assertEqual(hashlib.sha256(data).hexdigest(), b["sha256"], b)
+            self.assertEqual(len(data), b["bytes"], b)
+        with open(inp, "rb") as f:
+            self.assertEqual(self.blobs(rec, "records")[0]["sha256"], hashlib.sha256(f.read()).hexdigest())
+        self.assertEqual(self.blobs(rec, "result")[0]["sha256"], rec["outputs"][0]["sha256"])
+
+        rp = self.sbx(["replay", rec["run_id"]])
+        note(f"replay of a deterministic pack: rc {rp.rc}, stdout {rp.out!r}, stderr {rp.err.strip()!r}")
+        self.assertExit(rp, 0)
+        self.assertEqual(rp.out, "identical\n")
+        lines = ledger_lines(self.state)
+        orig = next(e for e in lines if e["run_id"] == rec["run_id"])
+        new = lines[-1]["record"]
+        validate_trace(self, new)
+        self.assertEqual(new["replay_of"], {"run_id": rec["run_id"], "seq": orig["seq"], "record_hash": orig["hash"]})
+        self.assertEqual(new["invocation"]["pack"]["digest"], rec["invocation"]["pack"]["digest"])
+        self.assertEqual(new["invocation"]["profile"]["sha256"], rec["invocation"]["profile"]["sha256"])
+        self.assertEqual(new["invocation"]["spec"]["limits"], rec["invocation"]["spec"]["limits"])
+        # The pack's own directory may change or go: the replay runs from the blobs.
+        shutil.rmtree(d)
+        rp2 = self.sbx(["replay", rec["run_id"], "--json"])
+        self.assertExit(rp2, 0)
+        self.assertTrue(json.loads(rp2.out)["identical"])
+
+    def test_pack_that_prints_the_time_differs_and_names_the_pointer(self):
+        d, inp = self.make_pack(CLOCK)
+        self.assertExit(self.sbx(["pack", "run", d, "--input", inp]), 0)
+        rp = self.sbx(["replay", "last"])
+        note(f"replay of a pack that prints the time: rc {rp.rc}, stdout:\n{rp.out}")
+        self.assertExit(rp, 1)
+        lines = rp.out.splitlines()
+        self.assertTrue(lines[0].startswith("different: "), rp.out)
+        self.assertTrue(any(l.startswith("  output /out/result.json: original {\"sha256\":") for l in lines), rp.out)
+        self.assertTrue(any(l.startswith("  result #/when: original \"") and ", replay \"" in l for l in lines), rp.out)
+        self.assertFalse(any("#/count" in l for l in lines), rp.out)
+        j = self.sbx(["replay", "-2", "--json"])  # the same original again (the replay is now last)
+        self.assertExit(j, 1)
+        doc = json.loads(j.out)
+        self.assertFalse(doc["identical"])
+        whens = [x for x in doc["differences"] if x["what"] == "result"]
+        self.assertEqual([x["where"] for x in whens], ["/when"])
+        self.assertNotEqual(whens[0]["original"], whens[0]["replay"])
+
+    def test_missing_blob_is_125_and_named(self):
+        d, inp = self.make_pack(COUNT)
+        self.assertExit(self.sbx(["pack", "run", d, "--input", inp]), 0)
+        rec = self.records()[-1]
+        sha = self.blobs(rec, "records")[0]["sha256"]
+        os.unlink(self.blob_file(sha))
+        rp = self.sbx(["replay", rec["run_id"]])
+        note(f"replay with a deleted blob: rc {rp.rc}, stderr {rp.err.strip()!r}")
+        self.assertExit(rp, 125)
+        line = self.assertOneSbxLine(rp)
+        self.assertIn("blob sha256:" + sha, line)
+        self.assertIn("records", line)
+        self.assertIn("missing", line)
+        self.assertEqual(len(self.records()), 1, "nothing ran, nothing was recorded")
+
+    def test_changed_blob_is_refused(self):
+        d, inp = self.make_pack(COUNT)
+        self.assertExit(self.sbx(["pack", "run", d, "--input", inp]), 0)
+        sha = next(b for b in self.blobs(self.records()[-1], "pack_file") if b["path"] == "run.sh")["sha256"]
+        p = self.blob_file(sha)
+        os.chmod(p, 0o600)
+        with open(p, "a") as f:
+            f.write("echo tampered\n")
+        rp = self.sbx(["replay", "last"])
+        self.assertExit(rp, 125)
+        self.assertIn("does not hold the bytes of its name", self.assertOneSbxLine(rp))
+
+    def test_keep_ceiling_skips_and_says_why(self):
+        d, inp = self.make_pack(COUNT)
+        env = dict(self.env, SBX_KEEP_MAX_BYTES="20")
+        self.assertExit(self.sbx(["pack", "run", d, "--input", inp], env=env), 0)
+        rec = self.records()[-1]
+        skipped = self.blobs(rec, "records")[0]
+        self.assertIn("keep ceiling", skipped["skipped"])
+        # The hash is recorded (what was consumed), the bytes are not kept.
+        self.assertFalse(os.path.exists(self.blob_file(skipped["sha256"])))
+        rp = self.sbx(["replay", "last"])
+        self.assertExit(rp, 125)
+        self.assertIn("was not kept", self.assertOneSbxLine(rp))
+
+    def test_run_keep_inputs_never_follows_a_symlink_and_replays(self):
+        secret = self.path("outside-secret")
+        with open(secret, "w") as f:
+            f.write("host secret\n")
+        tree = self.path("tree")
+        os.makedirs(tree + "/sub")
+        for p in (tree, tree + "/sub"):
+            os.chmod(p, 0o755)
+        with open(tree + "/sub/a.txt", "w") as f:
+            f.write("alpha\n")
+        os.chmod(tree + "/sub/a.txt", 0o644)
+        os.symlink(secret, tree + "/link")
+        single = self.path("one.txt")
+        with open(single, "w") as f:
+            f.write("one\n")
+        os.chmod(single, 0o644)
+        cmd = ["run", "--keep-inputs", "--input", tree + ":/in/tree", "--input", single, "--",
+               "sh", "-c", "cat /in/tree/sub/a.txt /in/one.txt"]
+        r = self.sbx(cmd)
+        self.assertExit(r, 0)
+        rec = self.records()[-1]
+        validate_trace(self, rec)
+        by_path = {b["path"]: b for b in rec["blobs"]}
+        self.assertIn("sha256", by_path["/in/tree/sub/a.txt"])
+        self.assertIn("sha256", by_path["/in/one.txt"])
+        self.assertEqual(by_path["/in/tree/link"]["role"], "input_link")
+        self.assertEqual(by_path["/in/tree/link"]["target"], secret)
+        self.assertNotIn("sha256", by_path["/in/tree/link"])
+        for b in rec["blobs"]:
+            if "sha256" in b and "skipped" not in b:
+                with open(self.blob_file(b["sha256"]), "rb") as f:
+                    self.assertNotIn(b"host secret", f.read())
+        rp = self.sbx(["replay", "last"])
+        note(f"replay of a run with --keep-inputs: rc {rp.rc}, stdout {rp.out!r}")
+        self.assertExit(rp, 0)
+        self.assertEqual(rp.out, "identical\n")
+        self.assertIn(b"alpha\none\n", rp.stderr, "the program's output goes to stderr")
+        # A plain run without --keep-inputs kept nothing: say so.
+        self.assertExit(self.sbx(["run", "--", "true"]), 0)
+        rp = self.sbx(["replay", "last"])
+        self.assertExit(rp, 125)
+        self.assertIn("--keep-inputs", self.assertOneSbxLine(rp))
+
+    def test_plain_run_that_prints_the_time_differs_on_stdout(self):
+        self.assertExit(self.sbx(["run", "--keep-inputs", "--", "sh", "-c", "date +%s%N"]), 0)
+        rp = self.sbx(["replay", "last"])
+        self.assertExit(rp, 1)
+        self.assertIn("  output stdout: original {", rp.out)
+
+    def test_exec_replays(self):
+        req = {"language": "sh", "code": "printf '{\"n\": 3}' > /out/result.json; echo done",
+               "output_schema": {"type": "object"}}
+        r = self.sbx(["exec"], input=json.dumps(req).encode())
+        self.assertExit(r, 0)
+        rec = self.records()[-1]
+        self.assertEqual(len(self.blobs(rec, "exec_request")), 1)
+        self.assertEqual(len(self.blobs(rec, "result")), 1)
+        rp = self.sbx(["replay", "last"])
+        self.assertExit(rp, 0)
+        self.assertEqual(rp.out, "identical\n")
+        self.assertEqual(self.records()[-1]["replay_of"]["run_id"], rec["run_id"])
+
+    def test_image_gone_or_changed_is_125(self):
+        r = self.sbx(["image", "import", busybox_tree(), "--name", "bbreplay", "--quiet"], timeout=120)
+        self.assertExit(r, 0)
+        digest = r.out.strip()
+        self.assertExit(self.sbx(["run", "--keep-inputs", "--image", "bbreplay", "--", "sh", "-c", "echo hi"]), 0)
+        rid = self.records()[-1]["run_id"]
+        rp = self.sbx(["replay", rid])
+        self.assertExit(rp, 0)
+        self.assertEqual(rp.out, "identical\n")
+        self.assertEqual(self.records()[-1]["image"]["digest"], digest)
+        # A file of the stored tree changed: its seal fails.
+        rootfs = glob.glob(os.path.join(self.state, "data", "images", "sha256", digest[7:], "rootfs"))
+        self.assertEqual(len(rootfs), 1, rootfs)
+        os.utime(os.path.join(rootfs[0], "bin"), None, follow_symlinks=False)
+        rp = self.sbx(["replay", rid])
+        self.assertExit(rp, 125)
+        self.assertIn("fails its seal", self.assertOneSbxLine(rp))
+        self.assertExit(self.sbx(["image", "rm", "bbreplay"]), 0)
+        rp = self.sbx(["replay", rid])
+        note(f"replay after the image was deleted: rc {rp.rc}, stderr {rp.err.strip()!r}")
+        self.assertExit(rp, 125)
+        line = self.assertOneSbxLine(rp)
+        self.assertIn(digest, line)
+        self.assertIn("no longer in the image store", line)
+
+
+class Gc(ReplayCase):
+    def test_gc_keeps_what_kept_records_need_and_says_so(self):
+        d, inp = self.make_pack(COUNT)
+        self.assertExit(self.sbx(["pack", "run", d, "--input", inp]), 0)
+        rec = self.records()[-1]
+        needed = {b["sha256"] for b in rec["blobs"] if "sha256" in b and "skipped" not in b}
+        # A blob of no record, older than an hour: goes.
+        orphan = hashlib.sha256(b"orphan").hexdigest()
+        os.makedirs(os.path.dirname(self.blob_file(orphan)), exist_ok=True)
+        with open(self.blob_file(orphan), "wb") as f:
+            f.write(b"orphan")
+        old = time.time() - 7200
+        os.utime(self.blob_file(orphan), (old, old))
+
+        g = self.sbx(["gc"])
+        note(f"sbx gc:\n{g.out}")
+        self.assertExit(g, 0)
+        self.assertIn(f"deleted sha256:{orphan} (6): named by no record", g.out)
+        for sha in needed:
+            self.assertIn(f"kept sha256:{sha} ", g.out)
+            self.assertTrue(os.path.exists(self.blob_file(sha)))
+        self.assertIn("needed by kept run " + rec["run_id"], g.out)
+        self.assertFalse(os.path.exists(self.blob_file(orphan)))
+
+        # --dry-run deletes nothing; --keep-days 0 keeps no record.
+        g = self.sbx(["gc", "--keep-days", "0", "--dry-run"])
+        self.assertExit(g, 0)
+        self.assertIn("would delete", g.out)
+        for sha in needed:
+            self.assertTrue(os.path.exists(self.blob_file(sha)))
+        # Over --max-bytes, a kept record's blobs go, and each is said to.
+        g = self.sbx(["gc", "--max-bytes", "0"])
+        note(f"sbx gc --max-bytes 0:\n{g.out}")
+        self.assertExit(g, 0)
+        self.assertIn("WARNING deleted sha256:", g.out)
+        self.assertIn("needs it: that run can no longer be replayed", g.out)
+        for sha in needed:
+            self.assertFalse(os.path.exists(self.blob_file(sha)))
+        rp = self.sbx(["replay", rec["run_id"]])
+        self.assertExit(rp, 125)
+
+    def test_gc_bad_arguments(self):
+        for args, what in ((["gc", "--max-bytes", "lots"], "--max-bytes"), (["gc", "--keep-days", "-3"], "--keep-days")):
+            r = self.sbx(args)
+            self.assertExit(r, 125)
+            self.assertIn("gc: " + what, self.assertOneSbxLine(r))
+
+
+if __name__ == "__main__":
+    unittest.main()
