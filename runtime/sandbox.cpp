@@ -23,6 +23,7 @@
 #include "runtime/environment.hpp"
 #include "runtime/fdpass.hpp"
 #include "runtime/fsutil.hpp"
+#include "runtime/gpu.hpp"
 #include "runtime/image_manifest.hpp"
 #include "runtime/image_seal.hpp"
 #include "runtime/image_store.hpp"
@@ -145,6 +146,22 @@ json network_enforcement_json(const NetworkSpec& n) {
   return j;
 }
 
+// The GPU plan's environment (gpu.hpp) over the built one: LD_LIBRARY_PATH goes after one the
+// caller set; PATH and the CDI spec's variables do not replace what --env or the profile set.
+void add_gpu_environment(std::vector<std::string>& envp, const GpuPlan& gpu, const RunSpec& spec) {
+  for (auto& [k, v] : gpu.env) {
+    std::string prefix = k + "=";
+    auto it = std::find_if(envp.begin(), envp.end(), [&](const std::string& e) { return e.rfind(prefix, 0) == 0; });
+    if (it == envp.end()) {
+      envp.push_back(prefix + v);
+    } else if (k == "LD_LIBRARY_PATH") {
+      *it += ":" + v;
+    } else if (!spec.env.count(k)) {
+      *it = prefix + v;
+    }
+  }
+}
+
 std::int64_t monotonic_ms() {
   struct timespec ts;
   ::clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -262,7 +279,17 @@ RunReport run_sandbox(const RunRequest& req) {
     bool rootless = ::geteuid() != 0;
     // The tmpfs mounts against the memory limit: needed only where no cgroup charges their pages.
     auto tmpfs_fit = fit_tmpfs(tmpfs_shares(spec, req.explicit_limits), spec.limits.memory_bytes.value_or(0));
-    LimitPlan plan = plan_limits(spec.limits, cg, rootless, true);
+    // GPUs first: a request past the profile's ceiling, or for a GPU the host lacks, refuses
+    // before anything is created (gpu.hpp).
+    GpuPlan gpu;
+    if (!spec.gpu.devices.empty()) {
+      auto planned = plan_gpu_for_run(spec, *identity, req.limit_layers);
+      if (!planned) return fail_setup(planned.error());
+      gpu = std::move(*planned);
+    }
+    parts.enforcement["gpu"] = gpu_enforcement_json(gpu);
+    if (gpu.enabled) parts.usage_extra["gpu"] = gpu_usage_json(gpu);
+    LimitPlan plan = plan_limits(spec.limits, cg, rootless, true, gpu.enabled);
     if (spec.require_limits)
       if (auto e = require_limits_shortfall(plan, cg, req.limit_layers)) return fail_setup(*e);
     if (plan.use_cgroup) {
@@ -274,7 +301,7 @@ RunReport run_sandbox(const RunRequest& req) {
         for (auto& w : cgroup->warnings()) spdlog::warn("{}", w);
       } else {
         spdlog::warn("cgroup v2 unusable, falling back to rlimits: {}", created.error().describe());
-        plan = plan_limits(spec.limits, cg, rootless, false);
+        plan = plan_limits(spec.limits, cg, rootless, false, gpu.enabled);
       }
     }
     parts.limits = limit_entries(spec.limits, plan);
@@ -295,8 +322,14 @@ RunReport run_sandbox(const RunRequest& req) {
                    missing.empty() ? "" : "not enforced: " + missing.substr(2),
                    !missing.empty() && !degraded.empty() ? "; " : "",
                    degraded.empty() ? "" : "enforced only per process by rlimits: " + degraded.substr(2));
+    if (gpu.enabled && spec.limits.memory_bytes && !plan.cgroup_limits.memory_bytes)
+      spdlog::warn("--gpu without a cgroup v2 memory controller: the memory limit of {} is NOT applied (rlimits break "
+                   "CUDA); host memory is unbounded for this run (enforcement.limits_not_applied; --require-limits refuses)",
+                   format_size(*spec.limits.memory_bytes));
     auto mounts = plan_mounts(spec, cwd);
     if (!mounts) return fail_setup(mounts.error());
+    for (auto& n : gpu.nodes) mounts->device_nodes.push_back({n.host_path, n.path});
+    for (auto& f : gpu.driver_files) mounts->binds.push_back(f);
     // The ipc namespace's shm sysctls are writable only by its user namespace's uid 0 (mode bits,
     // no capability override: ipc/ipc_sysctl.c ipc_permissions); rootless with --uid N maps no
     // uid 0, so there SysV shm stays unbounded, and the trace says so.
@@ -361,6 +394,7 @@ RunReport run_sandbox(const RunRequest& req) {
     // With a pty the program's stdout is a terminal: the caller's TERM describes the terminal
     // that finally shows it.
     cfg.envp = build_environment(spec, environ, ::isatty(STDOUT_FILENO) == 1 || req.stdin_plan.mode == StdinMode::pty);
+    if (gpu.enabled) add_gpu_environment(cfg.envp, gpu, spec);
     for (auto& [name, value] : req.secret_env) cfg.envp.push_back(name + "=" + value);
     cfg.rlimits = {{RLIMIT_CORE, 0}};
     cfg.keep_caps = capability_mask(spec.capabilities.keep);
