@@ -295,9 +295,10 @@ Status apply_cdi_edits(GpuPlan& plan, const GpuHostPaths& p, const json& edits, 
   return {};
 }
 
-// The first JSON CDI spec of kind nvidia.com/gpu, in the CDI directories' order (YAML specs are
-// skipped, with a note). Returns the path, or "" when there is none.
+// The first JSON CDI spec of kind nvidia.com/gpu, in the CDI directories' order; every YAML spec
+// is noted as skipped (a YAML one may be what the host meant). Returns the path, or "" for none.
 Result<std::pair<std::string, json>> find_cdi_spec(const GpuHostPaths& p, std::vector<std::string>& notes) {
+  std::pair<std::string, json> found;
   for (auto& dir : p.cdi_dirs) {
     for (auto& n : list_names(p.host(dir))) {
       std::string path = p.host(dir) + "/" + n;
@@ -305,17 +306,17 @@ Result<std::pair<std::string, json>> find_cdi_spec(const GpuHostPaths& p, std::v
         notes.push_back("CDI spec " + dir + "/" + n + " skipped: sbx reads JSON CDI specs only (nvidia-ctk cdi generate --format=json)");
         continue;
       }
-      if (!n.ends_with(".json")) continue;
+      if (!n.ends_with(".json") || !found.first.empty()) continue;
       JsonBounds b{kMaxCdiBytes, kMaxCdiDepth, 1u << 16};
       auto spec = read_json_file(path, b, "gpu", "CDI spec " + path);
       if (!spec) return spec.error();
       if (!spec->is_object() || !spec->contains("kind") || !(*spec)["kind"].is_string())
         return make_error("gpu", "CDI spec " + path + ": no string 'kind'");
       if ((*spec)["kind"] != "nvidia.com/gpu") continue;
-      return std::pair{path, *spec};
+      found = {path, std::move(*spec)};
     }
   }
-  return std::pair{std::string(), json()};
+  return found;
 }
 
 Status plan_from_cdi(GpuPlan& plan, const GpuHostPaths& p, const GpuRequest& req, const std::string& path,
