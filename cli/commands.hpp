@@ -47,6 +47,7 @@ struct RunFlags {
   std::string output_dir;  // run --output DIR
   std::string trace_file;
   std::string seccomp;
+  std::optional<std::string> gpu;  // --gpu all|N[,N]|UUID (gpu.hpp)
   bool dry_run = false;
   bool interactive = false;  // run -i: relay stdin through a pipe even from a terminal
   bool tty = false;          // run -t: a pty of the sandbox's own (stdin_relay.hpp)

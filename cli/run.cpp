@@ -9,6 +9,7 @@
 #include "cli/systemd_scope.hpp"
 #include "runtime/artifact_export.hpp"
 #include "runtime/egress_policy.hpp"
+#include "runtime/gpu.hpp"
 #include "runtime/image_defaults.hpp"
 #include "runtime/image_store.hpp"
 #include "runtime/json_io.hpp"
@@ -160,6 +161,10 @@ Result<RunSpec> apply_flags(RunSpec spec, const RunFlags& f) {
   if (f.require_limits) spec.require_limits = true;
   if (f.require_record) spec.require_record = true;
   if (!f.seccomp.empty()) spec.seccomp = f.seccomp;
+  if (f.gpu) {
+    if (auto r = parse_gpu_request(*f.gpu); !r) return r.error();
+    spec.gpu.devices = *f.gpu == "none" ? "" : *f.gpu;
+  }
   if (!f.cap_add.empty()) {
     std::vector<std::string> keep = spec.capabilities.keep;
     for (auto& c : f.cap_add) {
@@ -189,6 +194,8 @@ void add_limit_options(CLI::App* app, RunFlags& f) {
   app->add_option("--seccomp", f.seccomp, "Seccomp policy: default, unconfined, or an OCI JSON file");
   app->add_option("--cap-add", f.cap_add,
                   "Keep this capability (CAP_CHOWN or chown) inside the sandbox's user namespace too; repeatable");
+  app->add_option("--gpu", f.gpu,
+                  "Give the sandbox GPUs: all, indices (0 or 0,1) or a UUID; at most the profile's gpu.max (untrusted: 1)");
   app->add_option("--trace-file", f.trace_file, "Also write the trace record to this file");
 }
 
@@ -207,7 +214,8 @@ std::set<std::string> limits_given(const RunFlags& f) {
   std::set<std::string> v;
   for (auto [given, name] : {std::pair{f.memory.has_value(), "memory"}, {f.pids.has_value(), "pids"},
                              {f.cpus.has_value(), "cpus"}, {f.cpu_time.has_value(), "cpu_time"},
-                             {f.timeout.has_value(), "timeout"}, {f.output_limit.has_value(), "output"}})
+                             {f.timeout.has_value(), "timeout"}, {f.output_limit.has_value(), "output"},
+                             {f.gpu.has_value(), "gpu"}})
     if (given) v.insert(name);
   return v;
 }

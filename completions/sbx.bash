@@ -64,13 +64,13 @@ _sbx() {
     local global_opts="--state-dir --log-level -v --verbose --version -h --help"
     local run_opts="--profile --image --uid --gid --bind --tmpfs --workdir --input --output --output-max-bytes
         --output-max-files --env --env-pass --timeout --output-limit --memory --pids --cpus --cpu-time --require-limits
-        --require-record --seccomp --cap-add --allow-host --trace-file --dry-run --systemd-scope -i --interactive -t --tty
+        --require-record --seccomp --cap-add --gpu --allow-host --trace-file --dry-run --systemd-scope -i --interactive -t --tty
         --keep-inputs"
     # Options that take a value (the next word is not a subcommand or the command).
     local takes_arg="--state-dir --log-level --profile --image --uid --gid --bind --tmpfs --workdir --env
-        --env-pass --timeout --output-limit --memory --pids --cpus --cpu-time --seccomp --cap-add --allow-host --trace-file --format
+        --env-pass --timeout --output-limit --memory --pids --cpus --cpu-time --seccomp --cap-add --gpu --allow-host --trace-file --format
         --pubkey --anchor --status --since --input --output --output-max-bytes --output-max-files --context --secret --result --name --leaf
-        --keep-days --max-bytes"
+        --keep-days --max-bytes --packs --max-concurrent --max-queued"
 
     # Find the subcommand path (run | profile ls|show | trace ls|show | doctor | pack ... |
     # image ...) and, for run, where the sandboxed command starts.
@@ -129,6 +129,8 @@ _sbx() {
             COMPREPLY=($(compgen -f -- "$cur")); compopt -o filenames 2>/dev/null; return ;;
         --cap-add)
             COMPREPLY=($(compgen -W "$(_sbx_capabilities)" -- "$cur")); return ;;
+        --gpu)
+            COMPREPLY=($(compgen -W "all 0 1 2 3 4 5 6 7" -- "$cur")); return ;;
         --seccomp)
             COMPREPLY=($(compgen -W "default unconfined" -- "$cur") $(compgen -f -- "$cur"))
             compopt -o filenames 2>/dev/null; return ;;
@@ -210,7 +212,7 @@ _sbx() {
                 COMPREPLY=($(compgen -W "--strict --no-strict --help" -- "$cur"))
             elif [[ $cur == -* && $sub == run ]]; then
                 COMPREPLY=($(compgen -W "--input --context --secret --result --profile --image --timeout
-                    --output-limit --memory --pids --cpus --cpu-time --require-limits --require-record --seccomp --cap-add --trace-file
+                    --output-limit --memory --pids --cpus --cpu-time --require-limits --require-record --seccomp --cap-add --gpu --trace-file
                     --dry-run --help" -- "$cur"))
             elif [[ $cur == -* ]]; then
                 COMPREPLY=($(compgen -W "--help" -- "$cur"))

@@ -11,10 +11,9 @@ function __sbx_path
     set -l tokens (commandline -opc)
     set -e tokens[1]
     set -l takes_arg --state-dir --log-level --profile --image --uid --gid --bind --tmpfs --workdir --env \
-        --env-pass --timeout --output-limit --memory --pids --cpus --cpu-time --seccomp --cap-add --allow-host --trace-file --format --pubkey --anchor --status --since \
+        --env-pass --timeout --output-limit --memory --pids --cpus --cpu-time --seccomp --cap-add --gpu --allow-host --trace-file --format --pubkey --anchor --status --since \
         --input --output --output-max-bytes --output-max-files --context --secret --result --name \
-        --packs --max-concurrent --max-queued
-        --input --output --output-max-bytes --output-max-files --context --secret --result --name --keep-days --max-bytes
+        --packs --max-concurrent --max-queued --keep-days --max-bytes --leaf
     set -l path
     set -l skip 0
     for t in $tokens
@@ -156,6 +155,7 @@ complete -c sbx -n '__sbx_at run' -l require-record -d 'Fail when the trace reco
 complete -c sbx -n '__sbx_at run' -l keep-inputs -d 'Keep the --input files and the profile for sbx replay'
 complete -c sbx -n '__sbx_at run' -l seccomp -r -F -a 'default unconfined' -d 'Seccomp policy: default, unconfined or an OCI JSON file'
 complete -c sbx -n '__sbx_at run' -l cap-add -x -a "$__sbx_capabilities" -d 'Keep this capability inside the user namespace (repeatable)'
+complete -c sbx -n '__sbx_at run' -l gpu -x -a 'all 0 1 2 3' -d 'Give the sandbox GPUs: all, indices (0,1) or a UUID'
 complete -c sbx -n '__sbx_at run' -l allow-host -x -a '(__fish_print_hostnames)' -d 'Allow egress to HOST[:PORT] through the filtering proxy'
 complete -c sbx -n '__sbx_at run' -l trace-file -r -F -d 'Also write the trace record to this file'
 complete -c sbx -n '__sbx_at run' -l dry-run -d 'Check everything, print the plan as JSON, run nothing'
@@ -171,7 +171,7 @@ function __sbx_complete_cmd
     # one of their values), or right after "--".
     set -l tokens (commandline -opc)
     set -l takes_arg --state-dir --log-level --profile --image --uid --gid --bind --tmpfs --workdir --env \
-        --env-pass --timeout --output-limit --memory --pids --cpus --cpu-time --seccomp --cap-add --allow-host --trace-file \
+        --env-pass --timeout --output-limit --memory --pids --cpus --cpu-time --seccomp --cap-add --gpu --allow-host --trace-file \
         --input --output --output-max-bytes --output-max-files
     set -l start 0
     set -l seen_run 0
@@ -250,6 +250,7 @@ complete -c sbx -n '__sbx_at pack run' -l require-limits -d 'Fail unless every l
 complete -c sbx -n '__sbx_at pack run' -l require-record -d 'Always on for pack run'
 complete -c sbx -n '__sbx_at pack run' -l seccomp -r -F -d 'Seccomp policy'
 complete -c sbx -n '__sbx_at pack run' -l cap-add -x -a "$__sbx_capabilities" -d 'Keep this capability inside the user namespace (repeatable)'
+complete -c sbx -n '__sbx_at pack run' -l gpu -x -a 'all 0 1 2 3' -d 'Give the sandbox GPUs'
 complete -c sbx -n '__sbx_at pack run' -l trace-file -r -F -d 'Also write the trace record here'
 complete -c sbx -n '__sbx_at pack run' -l dry-run -d 'Check everything, print the plan as JSON, run nothing'
 

@@ -109,7 +109,7 @@ std::vector<const LimitDecision*> LimitPlan::unbounded() const {
   return out;
 }
 
-LimitPlan plan_limits(const Limits& limits, const CgroupInfo& info, bool rootless, bool cgroup_ok) {
+LimitPlan plan_limits(const Limits& limits, const CgroupInfo& info, bool rootless, bool cgroup_ok, bool gpu) {
   LimitPlan plan;
   plan.use_cgroup = cgroup_gap(info, rootless, cgroup_ok, "").empty();
 
@@ -121,10 +121,15 @@ LimitPlan plan_limits(const Limits& limits, const CgroupInfo& info, bool rootles
       d.reason = "memory.max on the run cgroup bounds all its processes together; memory.swap.max=0, "
                  "memory.oom.group=1; an OOM kill is read from memory.events";
       plan.cgroup_limits.memory_bytes = limits.memory_bytes;
+      d.applied = true;
+    } else if (gpu) {
+      d.reason = gap + "; with --gpu the rlimit fallback (RLIMIT_DATA, RLIMIT_FSIZE; never RLIMIT_AS) is not applied: "
+                 "CUDA's driver and libraries map far more than a program uses, and per-process caps break them. "
+                 "Host memory is NOT bounded for this run; GPU memory never is (no MIG)";
     } else {
       fallback_memory(d, plan, gap, *limits.memory_bytes);
+      d.applied = true;
     }
-    d.applied = true;
     plan.decisions.push_back(d);
   }
 

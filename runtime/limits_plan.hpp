@@ -45,7 +45,11 @@ struct LimitPlan {
 // rootless: sbx runs without host root (only a delegated subtree is writable).
 // cgroup_ok: false once RunCgroup::create failed on this host (plan again with false and record
 //   the failure), or when the user disabled cgroups; true otherwise.
-LimitPlan plan_limits(const Limits& limits, const CgroupInfo& info, bool rootless, bool cgroup_ok);
+// gpu: the run has GPUs (gpu.hpp). Without cgroup v2 its memory limit is then not applied at all:
+//   the rlimit fallback's per-process caps on private writable memory and file size are what a
+//   CUDA process trips over (the driver maps its pinned and managed memory, and libtorch_cuda.so
+//   alone is ~1 GB of mappings), so the decision says "not applied", and --require-limits refuses.
+LimitPlan plan_limits(const Limits& limits, const CgroupInfo& info, bool rootless, bool cgroup_ok, bool gpu = false);
 
 // For the supervisor's cpu_time limit on the cgroup path: how long (ms) until the budget could
 // first run out, given the CPU time used so far and the most CPUs the sandbox can burn at once

@@ -241,12 +241,16 @@ Status write_secrets(int root, const MountPlan& plan) {
 // A minimal /dev: the harmless character devices bound from the host (device nodes cannot be
 // created in a user namespace, and a tmpfs mounted there is implicitly nodev), a private devpts
 // instance so the sandbox's ptys are its own, and shm.
-Status build_dev(int root, std::int64_t shm_size) {
+Status build_dev(int root, std::int64_t shm_size, const MountPlan& plan) {
   SBX_TRY(tmpfs_at("/newroot/dev", 256 * 1024, "0755", MS_NOSUID | MS_NOEXEC));
   for (const char* d : {"null", "zero", "full", "random", "urandom", "tty"}) {
     std::string host = std::string("/dev/") + d;
     SBX_TRY(bind_mount(root, host, host, BindKind::device));
   }
+  // The granted GPUs' nodes (gpu.hpp), only with --gpu: each a bind of the host's node, which
+  // keeps the source mount's flags (the host's /dev allows devices); the tmpfs around them is
+  // nodev by the kernel's rule for user namespaces, so no other node made here could be opened.
+  for (auto& [host, inside] : plan.device_nodes) SBX_TRY(bind_mount(root, host, inside, BindKind::device));
   SBX_TRY(mkdir_p("/newroot/dev/pts", 0755));
   SBX_TRY(do_mount("devpts", "/newroot/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC,
                    "newinstance,ptmxmode=0666,mode=0620", "devpts on /dev/pts"));
@@ -475,7 +479,7 @@ Result<int> build_root(const MountPlan& plan, int image_ns_fd) {
 
   SBX_TRY(mkdir_p("/newroot/proc", 0555));
   SBX_TRY(do_mount("proc", "/newroot/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr, "proc on /proc"));
-  SBX_TRY(build_dev(root.get(), plan.tmp_size_bytes));
+  SBX_TRY(build_dev(root.get(), plan.tmp_size_bytes, plan));
   SBX_TRY(tmpfs_at("/newroot/tmp", plan.tmp_size_bytes, "1777", MS_NOSUID | MS_NODEV));
   for (auto& t : plan.tmpfs) SBX_TRY(tmpfs_in_root(root.get(), t.dst, t.size_bytes, "1777", MS_NOSUID | MS_NODEV));
   auto out = make_out(plan);

@@ -57,6 +57,9 @@ struct MountPlan {
   std::vector<BindMount> binds;  // src already made absolute (and canonical when it exists); inputs too
   std::vector<GeneratedFile> files;
   std::vector<TmpfsMount> tmpfs;
+  // GPU device nodes (gpu.hpp): host path, in-sandbox path under /dev. Bound into the sandbox's
+  // /dev like /dev/null is, without nodev (build_dev), before /dev turns read-only.
+  std::vector<std::pair<std::string, std::string>> device_nodes;
   // Secret files for /run/secrets (name, value): written by init onto a private tmpfs, mode 0400,
   // owned by owner_uid/gid (the program's ids inside). Never in mounts_to_json.
   std::vector<std::pair<std::string, std::string>> secret_files;

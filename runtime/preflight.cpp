@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "runtime/egress_policy.hpp"
+#include "runtime/gpu.hpp"
 #include "runtime/image_seal.hpp"
 #include "runtime/image_store.hpp"
 #include "runtime/memory_fallback.hpp"
@@ -231,11 +232,19 @@ Result<json> dry_run(const RunRequest& req) {
   if (!identity) return identity.error();
   SBX_TRY(check_sources(spec, cwd, &*identity));  // in run_sandbox's order: the same first error
   CgroupInfo cg = detect_cgroup();
-  LimitPlan plan = plan_limits(spec.limits, cg, ::geteuid() != 0, true);
+  GpuPlan gpu;
+  if (!spec.gpu.devices.empty()) {
+    auto planned = plan_gpu_for_run(spec, *identity, req.limit_layers);
+    if (!planned) return planned.error();
+    gpu = std::move(*planned);
+  }
+  LimitPlan plan = plan_limits(spec.limits, cg, ::geteuid() != 0, true, gpu.enabled);
   if (spec.require_limits)
     if (auto e = require_limits_shortfall(plan, cg, req.limit_layers)) return *e;
   auto mounts = plan_mounts(spec, cwd);
   if (!mounts) return mounts.error();
+  for (auto& n : gpu.nodes) mounts->device_nodes.push_back({n.host_path, n.path});  // as run_sandbox
+  for (auto& f : gpu.driver_files) mounts->binds.push_back(f);
   auto fallback = apply_memory_fallback(spec, plan, req.explicit_limits, *identity, *mounts);
   if (!fallback) return fallback.error();
   auto image = image_json(spec, req.dirs);
@@ -252,7 +261,8 @@ Result<json> dry_run(const RunRequest& req) {
       {"seccomp", seccomp_enforcement_json(*seccomp)},
       {"network", network_json(spec)},
       {"image", *image},
-      {"mounts", mounts_to_json(*mounts)}};
+      {"mounts", mounts_to_json(*mounts)},
+      {"gpu", gpu_enforcement_json(gpu)}};
   if (!fallback->is_null()) enforcement["memory_fallback"] = std::move(*fallback);
   json out = spec_to_json(spec);
   out["enforcement"] = std::move(enforcement);

@@ -9,6 +9,7 @@
 #include <type_traits>
 
 #include "runtime/embedded_profiles.hpp"
+#include "runtime/gpu.hpp"
 #include "runtime/json_io.hpp"
 #include "runtime/suggest.hpp"
 #include "runtime/units.hpp"
@@ -180,6 +181,19 @@ std::map<std::string, std::string> limit_layers(const LoadedProfile& profile, co
     else if (sets(&profile.patch, key)) out[limit] = "profile '" + profile.source.name + "'";
     else out[limit] = "sbx's defaults";
   }
+  // GPUs (gpu.hpp): who asked for them, and who set the ceiling.
+  auto sets_gpu = [](const json* patch, const char* key) {
+    return patch && patch->is_object() && patch->contains("gpu") && (*patch)["gpu"].is_object() &&
+           (*patch)["gpu"].contains(key) && !(*patch)["gpu"][key].is_null();
+  };
+  std::string profile_layer = "profile '" + profile.source.name + "'";
+  out["gpu"] = by_flag.count("gpu")                   ? std::string("flag --gpu")
+               : sets_gpu(manifest_patch, "devices")  ? manifest_source
+               : sets_gpu(&profile.patch, "devices") ? profile_layer
+                                                      : std::string("sbx's defaults");
+  out["gpu.max"] = sets_gpu(manifest_patch, "max") ? manifest_source
+                   : sets_gpu(&profile.patch, "max") ? profile_layer
+                                                     : std::string("sbx's defaults (profile '" + profile.source.name + "' sets no gpu.max)");
   return out;
 }
 
@@ -233,6 +247,12 @@ Status check_ceilings(const RunSpec& ceiling, const RunSpec& asked, const std::s
                   profile, op, format_size));
   SBX_TRY(at_most(O(c.output_max_files), O(a.output_max_files), {"output_max_files", "--output-max-files"}, source,
                   profile, op));
+  // gpu.max: a ceiling of the profile's that no layer raises (--gpu included: plan_gpu checks the
+  // request against the merged max, gpu.hpp).
+  if (ceiling.gpu.max != kGpuMaxAll && (asked.gpu.max == kGpuMaxAll || asked.gpu.max > ceiling.gpu.max))
+    return make_error("usage", source + ": /gpu/max: " + (asked.gpu.max == kGpuMaxAll ? std::string("all") : std::to_string(asked.gpu.max)) +
+                                   " is above the ceiling of profile '" + profile + "' (" + std::to_string(ceiling.gpu.max) +
+                                   "): a manifest or request may lower it, never raise it");
   return keeps_at_most(ceiling.capabilities.keep, asked.capabilities.keep, source, profile, op);
 }
 

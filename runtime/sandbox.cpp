@@ -23,6 +23,7 @@
 #include "runtime/environment.hpp"
 #include "runtime/fdpass.hpp"
 #include "runtime/fsutil.hpp"
+#include "runtime/gpu.hpp"
 #include "runtime/image_manifest.hpp"
 #include "runtime/image_seal.hpp"
 #include "runtime/image_store.hpp"
@@ -157,6 +158,22 @@ json network_enforcement_json(const NetworkSpec& n) {
   return j;
 }
 
+// The GPU plan's environment (gpu.hpp) over the built one: LD_LIBRARY_PATH goes after one the
+// caller set; PATH and the CDI spec's variables do not replace what --env or the profile set.
+void add_gpu_environment(std::vector<std::string>& envp, const GpuPlan& gpu, const RunSpec& spec) {
+  for (auto& [k, v] : gpu.env) {
+    std::string prefix = k + "=";
+    auto it = std::find_if(envp.begin(), envp.end(), [&](const std::string& e) { return e.rfind(prefix, 0) == 0; });
+    if (it == envp.end()) {
+      envp.push_back(prefix + v);
+    } else if (k == "LD_LIBRARY_PATH") {
+      *it += ":" + v;
+    } else if (!spec.env.count(k)) {
+      *it = prefix + v;
+    }
+  }
+}
+
 std::int64_t monotonic_ms() {
   struct timespec ts;
   ::clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -272,7 +289,17 @@ RunReport run_sandbox(const RunRequest& req) {
     // --require-limits refuses before anything is created (the checks --dry-run makes too).
     if (auto st = check_sources(spec, cwd, &*identity); !st) return fail_setup(st.error());
     bool rootless = ::geteuid() != 0;
-    LimitPlan plan = plan_limits(spec.limits, cg, rootless, true);
+    // GPUs first: a request past the profile's ceiling, or for a GPU the host lacks, refuses
+    // before anything is created (gpu.hpp).
+    GpuPlan gpu;
+    if (!spec.gpu.devices.empty()) {
+      auto planned = plan_gpu_for_run(spec, *identity, req.limit_layers);
+      if (!planned) return fail_setup(planned.error());
+      gpu = std::move(*planned);
+    }
+    parts.enforcement["gpu"] = gpu_enforcement_json(gpu);
+    if (gpu.enabled) parts.usage_extra["gpu"] = gpu_usage_json(gpu);
+    LimitPlan plan = plan_limits(spec.limits, cg, rootless, true, gpu.enabled);
     if (spec.require_limits)
       if (auto e = require_limits_shortfall(plan, cg, req.limit_layers)) return fail_setup(*e);
     if (plan.use_cgroup) {
@@ -284,7 +311,7 @@ RunReport run_sandbox(const RunRequest& req) {
         for (auto& w : cgroup->warnings()) spdlog::warn("{}", w);
       } else {
         spdlog::warn("cgroup v2 unusable, falling back to rlimits: {}", created.error().describe());
-        plan = plan_limits(spec.limits, cg, rootless, false);
+        plan = plan_limits(spec.limits, cg, rootless, false, gpu.enabled);
       }
     }
     parts.limits = limit_entries(spec.limits, plan);
@@ -299,6 +326,8 @@ RunReport run_sandbox(const RunRequest& req) {
       if (auto e = require_limits_shortfall(plan, cg, req.limit_layers)) return fail_setup(*e);
     auto mounts = plan_mounts(spec, cwd);
     if (!mounts) return fail_setup(mounts.error());
+    for (auto& n : gpu.nodes) mounts->device_nodes.push_back({n.host_path, n.path});
+    for (auto& f : gpu.driver_files) mounts->binds.push_back(f);
     // The tmpfs mounts against the memory limit: needed only where no cgroup charges their pages.
     TmpfsBudget scaled;
     auto fallback = apply_memory_fallback(spec, plan, req.explicit_limits, *identity, *mounts, &scaled);
@@ -313,6 +342,10 @@ RunReport run_sandbox(const RunRequest& req) {
     if (scaled.scaled)
       spdlog::info("tmpfs sizes scaled down to fit the memory limit {} (no cgroup v2 counts their pages): {}",
                    format_size(*spec.limits.memory_bytes), describe_shares(scaled.shares));
+    if (gpu.enabled && spec.limits.memory_bytes && !plan.cgroup_limits.memory_bytes)
+      spdlog::warn("--gpu without a cgroup v2 memory controller: the memory limit of {} is NOT applied (rlimits break "
+                   "CUDA); host memory is unbounded for this run (enforcement.limits_not_applied; --require-limits refuses)",
+                   format_size(*spec.limits.memory_bytes));
     parts.image["mounts"] = mounts_to_json(*mounts);
     if (spec.image != "host") {
       // The tree is opened once here; its seal is taken through this fd while init builds the
@@ -366,6 +399,7 @@ RunReport run_sandbox(const RunRequest& req) {
     // With a pty the program's stdout is a terminal: the caller's TERM describes the terminal
     // that finally shows it.
     cfg.envp = build_environment(spec, environ, ::isatty(STDOUT_FILENO) == 1 || req.stdin_plan.mode == StdinMode::pty);
+    if (gpu.enabled) add_gpu_environment(cfg.envp, gpu, spec);
     for (auto& [name, value] : req.secret_env) cfg.envp.push_back(name + "=" + value);
     cfg.rlimits = {{RLIMIT_CORE, 0}};
     cfg.keep_caps = capability_mask(spec.capabilities.keep);

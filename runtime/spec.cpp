@@ -6,6 +6,7 @@
 
 #include "runtime/caps.hpp"
 #include "runtime/egress_policy.hpp"
+#include "runtime/gpu.hpp"
 #include "runtime/json_io.hpp"
 #include "runtime/units.hpp"
 
@@ -221,6 +222,25 @@ Status read_capabilities(ObjectReader& parent, CapabilitiesSpec& c) {
   return r.finish();
 }
 
+// gpu: {"devices": "0,1" | "all" | "GPU-<uuid>" | "" | null, "max": N | "all"} (gpu.hpp).
+Status read_gpu(ObjectReader& parent, GpuSpec& g) {
+  if (!parent.has("gpu")) {
+    parent.ignore("gpu");
+    return {};
+  }
+  ObjectReader r(parent.at("gpu"), parent.source(), parent.key_path("gpu"));
+  SBX_TRY(r.check_object());
+  SBX_TRY(r.get_string("devices", g.devices));
+  if (auto req = parse_gpu_request(g.devices); !req) return r.fail_key("devices", req.error().message);
+  if (r.has("max") && r.at("max").is_string()) {
+    if (r.at("max") != "all") return r.fail_key("max", "must be a count of GPUs (0-64) or \"all\"");
+    g.max = kGpuMaxAll;
+  } else {
+    SBX_TRY(r.get_int("max", g.max, 0, 64));
+  }
+  return r.finish();
+}
+
 }  // namespace
 
 json spec_to_json(const RunSpec& s) {
@@ -265,6 +285,7 @@ json spec_to_json(const RunSpec& s) {
       {"require_record", s.require_record},
       {"seccomp", s.seccomp},
       {"capabilities", {{"keep", s.capabilities.keep}}},
+      {"gpu", {{"devices", s.gpu.devices}, {"max", s.gpu.max == kGpuMaxAll ? json("all") : json(s.gpu.max)}}},
   };
 }
 
@@ -407,6 +428,7 @@ Result<RunSpec> spec_from_json(const json& j, const std::string& source) {
   SBX_TRY(r.get_string("seccomp", s.seccomp));
   if (s.seccomp.empty()) return r.fail_key("seccomp", "must be 'default', 'unconfined' or a policy file");
   SBX_TRY(read_capabilities(r, s.capabilities));
+  SBX_TRY(read_gpu(r, s.gpu));
   SBX_TRY(r.finish());
   return s;
 }

@@ -68,6 +68,15 @@ struct CapabilitiesSpec {
   bool operator==(const CapabilitiesSpec&) const = default;
 };
 
+// GPUs (gpu.hpp): `devices` is the request ("" none, "all", "0,1", "GPU-<uuid>"); `max` the most
+// GPUs a run may get (kGpuMaxAll, -1, for any number): a profile's ceiling, which a manifest or
+// request may lower and never raise, and which --gpu cannot pass either.
+struct GpuSpec {
+  std::string devices;
+  int max = 0;
+  bool operator==(const GpuSpec&) const = default;
+};
+
 struct RunSpec {
   std::vector<std::string> argv;
   std::string profile = "untrusted";  // name (or path) of the profile merged in
@@ -96,6 +105,7 @@ struct RunSpec {
   // loud) or the path of an OCI linux.seccomp JSON file.
   std::string seccomp = "default";
   CapabilitiesSpec capabilities;
+  GpuSpec gpu;
   bool operator==(const RunSpec&) const = default;
 };
 

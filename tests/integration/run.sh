@@ -82,6 +82,13 @@ if [ -f "$REPO/schemas/trace.schema.json" ]; then
 fi
 chmod -R a+rX "$WORK/suite"
 
+# Stand-in GPU hosts (test_gpu.py): device nodes need mknod, so only root builds them, before
+# the rootless mode drops to its user; without them the GPU tests skip and say why.
+GPU_HOST=""
+if [ "$(id -u)" -eq 0 ] && "$HERE/gpu_fixture.sh" "$WORK/gpu" 2>/dev/null; then
+  GPU_HOST=$WORK/gpu
+fi
+
 SBX_BIN=$SBX_IN
 RUN_AS=()
 RUN_HOME=${HOME:-/root}
@@ -116,6 +123,7 @@ ENVV=(
   "SBX_SCHEMA=$SCHEMA"
   "SBX_REPO=$REPO"
   "SBX_BUILD_BUSYBOX=$WORK/suite/build-busybox.sh"
+  "SBX_IT_GPU_HOST=$GPU_HOST"
   "PYTHONDONTWRITEBYTECODE=1"
   "PYTHONUNBUFFERED=1"
 )

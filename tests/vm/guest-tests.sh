@@ -173,6 +173,19 @@ sbx_run_int80() {  # a 32-bit int 0x80 syscall (this guest kernel has IA-32 emul
   grep -q SUCCEEDED /tmp/int80-host.txt || { echo "this guest kernel does not run int 0x80 either: nothing to prove"; return 77; }
   [ $rc = 159 ] && [ "$status" = seccomp_violation ] && printf '%s' "$viol" | grep -q "x86'"
 }
+sbx_run_gpu_memory() {  # --gpu on stand-in nodes with a real cgroup: memory from memory.max, node usable
+  sbx_run_ready || return $?
+  G=/tmp/sbx-guest-gpu
+  rm -rf $G
+  "$REPO/tests/integration/gpu_fixture.sh" $G || return 1
+  SBX_TEST_GPU_HOST=$G/discovery "$SBX" run --gpu 0 --memory 32M --timeout 60s --trace-file $T -- \
+    sh -c 'echo x > /dev/nvidia0 && echo NODE_OK; python3 -c "$0"' "$HOG"; rc=$?
+  status=$(tr_get 't["result"]["status"]'); mech=$(tr_get 't["enforcement"]["limits_applied"]["memory"]["mechanism"]')
+  gpus=$(tr_get '[d["uuid"] for d in t["enforcement"]["gpu"]["devices"]]')
+  echo "gpu + memory: exit $rc, status $status, memory mechanism '$mech', gpus $gpus"
+  rm -rf $G
+  [ $rc = 137 ] && [ "$status" = oom ] && [ "$mech" = "cgroup v2 memory.max" ]
+}
 sbx_run_100_runs() {  # nothing left under the sbx subtree after 100 runs
   sbx_run_ready || return $?
   i=0; bad=0
@@ -257,6 +270,7 @@ run "sbx run --timeout leaves no process" sbx_run_timeout_cleans
 run "sbx run rootless, delegated subtree" sbx_run_rootless_delegated
 run "cgroup namespace with processes at its root (sbx cgroup-init)" cgroupns_procs_at_root
 run "sbx run: int 0x80 is refused (seccomp)" sbx_run_int80
+run "sbx run --gpu (stand-in) keeps the cgroup v2 memory limit" sbx_run_gpu_memory
 run "sbx run x100 leaves nothing" sbx_run_100_runs
 run "bench: cgroup placement per-run cost" bench_cgroup_placement
 run "nothing left under the sbx subtree" nothing_left_in_subtree
