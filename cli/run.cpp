@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "cli/commands.hpp"
+#include "runtime/events.hpp"
 #include "runtime/caps.hpp"
 #include "cli/systemd_scope.hpp"
 #include "runtime/artifact_export.hpp"
@@ -158,6 +159,10 @@ Result<RunSpec> apply_flags(RunSpec spec, const RunFlags& f) {
   if (!spec.network.allow.empty()) spec.network.mode = "proxy";
   if (f.require_limits) spec.require_limits = true;
   if (f.require_record) spec.require_record = true;
+  if (!f.events.empty()) {
+    if (auto st = EventStream::check_syntax(f.events); !st) return st.error();
+    spec.events = f.events;
+  }
   if (!f.seccomp.empty()) spec.seccomp = f.seccomp;
   if (!f.cap_add.empty()) {
     std::vector<std::string> keep = spec.capabilities.keep;
@@ -189,6 +194,8 @@ void add_limit_options(CLI::App* app, RunFlags& f) {
   app->add_option("--cap-add", f.cap_add,
                   "Keep this capability (CAP_CHOWN or chown) inside the sandbox's user namespace too; repeatable");
   app->add_option("--trace-file", f.trace_file, "Also write the trace record to this file");
+  app->add_option("--events", f.events,
+                  "Stream live events as JSON lines to FILE, a FIFO or fd:N (never blocks the run; drops are counted)");
 }
 
 std::vector<std::string> explicit_limits(const RunFlags& f) {

@@ -28,6 +28,7 @@ struct ExecContext {
   Dirs dirs;
   std::vector<std::string> invocation_argv;
   std::string trace_file;
+  std::string events;  // --events FILE|fd:N (events.hpp): the operator's, never the request's
   // --dry-run: the request is checked and the run planned (preflight.hpp), nothing runs; the
   // response is the dry run's JSON.
   bool dry_run = false;
