@@ -38,13 +38,13 @@ def parse_events(data):
 
 
 def make_pack(tc, name, script, version="1.0.0"):
-    """A minimal rule pack (array in, object out) under tc's scratch dir; returns (dir, input)."""
+    """A minimal rule pack (integer records in, an object out) under tc's scratch dir; returns (dir, input)."""
     d = tc.path("pack-" + name)
     os.makedirs(d + "/schemas")
     manifest = {"name": name, "version": version, "entrypoint": ["/bin/sh", "/pack/run.sh"],
                 "input_schema": "schemas/in.json", "output_schema": "schemas/out.json",
                 "limits": {"timeout": "20s"}, "network": {"mode": "none"}}
-    files = {"pack.json": json.dumps(manifest), "schemas/in.json": json.dumps({"type": "array"}),
+    files = {"pack.json": json.dumps(manifest), "schemas/in.json": json.dumps({"type": "integer"}),
              "schemas/out.json": json.dumps({"type": "object"}), "run.sh": script}
     for rel, content in files.items():
         with open(os.path.join(d, rel), "w") as f:
