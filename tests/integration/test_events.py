@@ -214,6 +214,13 @@ class Export(SbxTestCase):
     spec/v1 (statement.md, resource_descriptor.md, digest_set.md, field_types.md) and SLSA
     provenance v1 (docs/spec/v1.0/provenance.md)."""
 
+    def setUp(self):
+        super().setUp()
+        # A state dir of its own: `trace export` reads the index, which must not appear in the
+        # suite's shared store (test_trace checks that runs leave only the ledger there).
+        self.state = self.path("state")
+        os.makedirs(self.state)
+
     RFC3339_UTC = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?Z$")
     URI = re.compile(r"^[a-z][a-z0-9+.-]*:\S+$")
 
@@ -257,12 +264,12 @@ class Export(SbxTestCase):
     def test_pack_run_exports_its_result_as_subject(self):
         d, inp = make_pack(self, "prov", "printf '{\"n\": 7}' > /out/result.json\n", "2.0.0")
         tpath = self.path("t.json")
-        r = sbx(["pack", "run", d, "--input", inp, "--trace-file", tpath], timeout=60)
+        r = sbx(["--state-dir", self.state, "pack", "run", d, "--input", inp, "--trace-file", tpath], timeout=60)
         self.assertEqual(r.rc, 0, r.describe())
         with open(tpath) as f:
             t = json.load(f)
         out = self.path("statement.json")
-        r = sbx(["trace", "export", t["run_id"][:22], "--format", "in-toto", "-o", out])
+        r = sbx(["--state-dir", self.state, "trace", "export", t["run_id"][:22], "--format", "in-toto", "-o", out])
         self.assertEqual(r.rc, 0, r.describe())
         with open(out) as f:
             s = json.load(f)
@@ -282,22 +289,22 @@ class Export(SbxTestCase):
         self.assertEqual(rd["metadata"]["invocationId"], t["run_id"])
         self.assertEqual(rd["builder"]["id"], f"pkg:generic/sbx@{t['sbx']['version']}?checksum=sha256:{t['sbx']['binary_sha256']}")
         # stdout instead of -o: the same document.
-        r2 = sbx(["trace", "export", t["run_id"], "--format", "in-toto"])
+        r2 = sbx(["--state-dir", self.state, "trace", "export", t["run_id"], "--format", "in-toto"])
         self.assertEqual(r2.rc, 0, r2.describe())
         self.assertEqual(json.loads(r2.out), s)
 
     def test_plain_run_attests_stdout_and_bad_selectors_are_usage_errors(self):
-        r = self.run_sbx(["echo", "hello"])
+        r = self.run_sbx(["echo", "hello"], env=dict(os.environ, SBX_STATE_DIR=self.state))
         self.assertExit(r, 0)
         t = self.need_trace(r)
-        r2 = sbx(["trace", "export", t["run_id"]])
+        r2 = sbx(["--state-dir", self.state, "trace", "export", t["run_id"]])
         self.assertEqual(r2.rc, 0, r2.describe())
         s = json.loads(r2.out)
         self.check_statement(s)
         self.assertEqual(s["subject"][0]["name"], "stdout")
         self.assertEqual(s["subject"][0]["digest"]["sha256"], t["stdout"]["sha256"])
         for args in (["trace", "export", "no-such-run"], ["trace", "export", t["run_id"], "--format", "spdx"]):
-            r3 = sbx(args)
+            r3 = sbx(["--state-dir", self.state] + args)
             self.assertEqual(r3.rc, 125, r3.describe())
 
 
