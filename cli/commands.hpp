@@ -46,6 +46,7 @@ struct RunFlags {
   std::vector<std::string> inputs;
   std::string output_dir;  // run --output DIR
   std::string trace_file;
+  std::string events;  // --events FILE|fd:N (runtime/events.hpp)
   std::string seccomp;
   std::optional<std::string> gpu;  // --gpu all|N[,N]|UUID (gpu.hpp)
   bool dry_run = false;
@@ -90,6 +91,13 @@ void add_mcp_worker_command(CLI::App& app, GlobalOptions& g, std::vector<Command
 void add_cgroup_init_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out);
 void add_replay_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out);
 void add_gc_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out);
+
+// A subcommand of `trace` kept in its own file: its app and what runs it when it was parsed.
+struct TraceSubcommand {
+  CLI::App* app;
+  std::function<int()> run;
+};
+TraceSubcommand add_trace_export_command(CLI::App* trace, GlobalOptions& g);  // trace_export_cmd.cpp
 
 // --state-dir, --log-level, -v: on the top level and on subcommands that do not fall through.
 void add_global_options(CLI::App& app, GlobalOptions& g);

@@ -20,6 +20,7 @@ namespace sbx::cli {
 namespace {
 struct ExecFlags {
   std::string trace_file;
+  std::string events;
   bool dry_run = false;
 };
 
@@ -35,6 +36,8 @@ void add_exec_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out
   static ExecFlags f;
   auto* exec = app.add_subcommand("exec", "Run generated code from a JSON request on stdin; JSON response on stdout");
   exec->add_option("--trace-file", f.trace_file, "Also write the trace record to this file");
+  exec->add_option("--events", f.events,
+                   "Stream live events as JSON lines to FILE, a FIFO or fd:N (never blocks the run; drops are counted)");
   exec->add_flag("--dry-run", f.dry_run,
                  "Check the request and every check of a run; print the merged spec and what would enforce each limit "
                  "as JSON; run nothing");
@@ -56,6 +59,7 @@ void add_exec_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out
     ctx.dirs = resolve_dirs(g.state_dir);
     ctx.invocation_argv = g.argv;
     ctx.trace_file = f.trace_file;
+    ctx.events = f.events;
     auto resp = run_exec(*rq, ctx);
     if (!resp) return json_error(resp.error().stage, resp.error().describe());
     // Program output is arbitrary bytes: invalid UTF-8 is escaped losslessly and the escaped

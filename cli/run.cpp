@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "cli/commands.hpp"
+#include "runtime/events.hpp"
 #include "runtime/caps.hpp"
 #include "cli/systemd_scope.hpp"
 #include "runtime/artifact_export.hpp"
@@ -160,6 +161,10 @@ Result<RunSpec> apply_flags(RunSpec spec, const RunFlags& f) {
   if (!spec.network.allow.empty()) spec.network.mode = "proxy";
   if (f.require_limits) spec.require_limits = true;
   if (f.require_record) spec.require_record = true;
+  if (!f.events.empty()) {
+    if (auto st = EventStream::check_syntax(f.events); !st) return st.error();
+    spec.events = f.events;
+  }
   if (!f.seccomp.empty()) spec.seccomp = f.seccomp;
   if (f.gpu) {
     if (auto r = parse_gpu_request(*f.gpu); !r) return r.error();
@@ -197,6 +202,8 @@ void add_limit_options(CLI::App* app, RunFlags& f) {
   app->add_option("--gpu", f.gpu,
                   "Give the sandbox GPUs: all, indices (0 or 0,1) or a UUID; at most the profile's gpu.max (untrusted: 1)");
   app->add_option("--trace-file", f.trace_file, "Also write the trace record to this file");
+  app->add_option("--events", f.events,
+                  "Stream live events as JSON lines to FILE, a FIFO or fd:N (never blocks the run; drops are counted)");
 }
 
 std::vector<std::string> explicit_limits(const RunFlags& f) {

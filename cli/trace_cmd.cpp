@@ -1,4 +1,4 @@
-// sbx trace ls [-n N] [--json] | show RUN_ID|last|-N [--format json|text] [--json] | verify | head [--json]
+// sbx trace ls [-n|--limit N] [--status S] [--since T] [--pack P] [--image I] [--json] | export RUN (trace_export_cmd.cpp) | show RUN_ID|last|-N [--format json|text] [--json] | verify | head [--json]
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -227,7 +227,7 @@ std::string pretty(const json& r) {
 struct LsOptions {
   std::size_t newest = 0;  // -n: at most this many runs, newest first (0: all)
   bool as_json = false;
-  std::string status, since;  // filters (trace_store.hpp: TraceFilter)
+  std::string status, since, pack, image;  // filters (trace_store.hpp: TraceFilter)
 };
 
 int run_ls(const GlobalOptions& g, const LsOptions& o) {
@@ -235,6 +235,8 @@ int run_ls(const GlobalOptions& g, const LsOptions& o) {
   f.newest = o.newest;
   f.status = o.status;
   f.since = o.since;
+  f.pack = o.pack;
+  f.image = o.image;
   auto traces = list_traces(resolve_dirs(g.state_dir), f);
   if (!traces) return usage_error(traces.error().describe());
   if (o.as_json) {
@@ -243,7 +245,9 @@ int run_ls(const GlobalOptions& g, const LsOptions& o) {
     for (auto& t : *traces)
       a.push_back({{"run_id", t.run_id}, {"started_at", t.started_at}, {"status", t.status},
                    {"exit_code", t.exit_code ? json(*t.exit_code) : json(nullptr)}, {"wall_ms", t.wall_ms},
-                   {"command", t.command}});
+                   {"command", t.command},
+                   {"pack", t.pack.empty() ? json(nullptr) : json{{"name", t.pack}, {"version", t.pack_version}, {"digest", t.pack_digest}}},
+                   {"image", {{"name", t.image}, {"digest", t.image_digest.empty() ? json(nullptr) : json(t.image_digest)}}}});
     std::printf("%s\n", dump_safe(a, 2).c_str());
     return 0;
   }
@@ -331,8 +335,10 @@ void add_trace_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& ou
   trace->require_subcommand(1);
   auto* ls = trace->add_subcommand("ls", "List stored runs, newest first");
   auto ls_opts = std::make_shared<LsOptions>();
-  ls->add_option("-n,--newest", ls_opts->newest, "List only the N newest runs")->check(CLI::PositiveNumber);
-  ls->add_flag("--json", ls_opts->as_json, "Print a JSON array (run_id, started_at, status, exit_code, wall_ms, command)");
+  ls->add_option("-n,--newest,--limit", ls_opts->newest, "List only the N newest (matching) runs")->check(CLI::PositiveNumber);
+  ls->add_flag("--json", ls_opts->as_json, "Print a JSON array (run_id, started_at, status, exit_code, wall_ms, command, pack, image)");
+  ls->add_option("--pack", ls_opts->pack, "Only runs of this pack: NAME, NAME@VERSION or its digest");
+  ls->add_option("--image", ls_opts->image, "Only runs on this image: the name the run gave (host, NAME[:TAG]) or its digest");
   ls->add_option("--status", ls_opts->status, "Only runs with this status (ok, exit_nonzero, timeout, signaled, ...)");
   ls->add_option("--since", ls_opts->since, "Only runs started at or after this RFC 3339 time or date prefix (2026-12-01)");
   auto* reindex = trace->add_subcommand("reindex", "Rebuild the query index (traces/index.sqlite) from the ledger");
@@ -346,6 +352,7 @@ void add_trace_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& ou
   auto* head = trace->add_subcommand("head", "Print the ledger's head (seq, hash, run id) for anchoring elsewhere");
   auto head_json = std::make_shared<bool>(false);
   head->add_flag("--json", *head_json, "Print {\"seq\", \"hash\", \"run_id\"}");
+  auto exported = add_trace_export_command(trace, g);
   auto* show = trace->add_subcommand("show", "Print one run's trace record");
   struct ShowOptions {
     std::string run_id;
@@ -362,8 +369,9 @@ void add_trace_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& ou
       ->check(CLI::IsMember({"json", "text"}));
   show->add_flag("--json", opts->as_json, "The same as --format json");
 
-  out.push_back({trace, [ls, show, verify, anchor, pubkey, import, reindex, head, head_json, opts, ls_opts, &g]() -> int {
+  out.push_back({trace, [ls, show, verify, anchor, pubkey, import, reindex, head, head_json, opts, ls_opts, exported, &g]() -> int {
     if (ls->parsed()) return run_ls(g, *ls_opts);
+    if (exported.app->parsed()) return exported.run();
     if (verify->parsed()) return run_verify(g, *anchor, *pubkey);
     if (import->parsed()) return run_import(g);
     if (reindex->parsed()) {
@@ -390,7 +398,7 @@ void add_trace_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& ou
       else std::printf("%s\n", pretty(*rec).c_str());
       return 0;
     }
-    return usage_error("trace: expected 'ls', 'show RUN_ID', 'verify', 'head', 'import' or 'reindex'");
+    return usage_error("trace: expected 'ls', 'show RUN_ID', 'export RUN_ID', 'verify', 'head', 'import' or 'reindex'");
   }});
 }
 

@@ -64,13 +64,13 @@ _sbx() {
     local global_opts="--state-dir --log-level -v --verbose --version -h --help"
     local run_opts="--profile --image --uid --gid --bind --tmpfs --workdir --input --output --output-max-bytes
         --output-max-files --env --env-pass --timeout --output-limit --memory --pids --cpus --cpu-time --require-limits
-        --require-record --seccomp --cap-add --gpu --allow-host --trace-file --dry-run --systemd-scope -i --interactive -t --tty
+        --require-record --seccomp --cap-add --gpu --allow-host --trace-file --events --dry-run --systemd-scope -i --interactive -t --tty
         --keep-inputs"
     # Options that take a value (the next word is not a subcommand or the command).
     local takes_arg="--state-dir --log-level --profile --image --uid --gid --bind --tmpfs --workdir --env
         --env-pass --timeout --output-limit --memory --pids --cpus --cpu-time --seccomp --cap-add --gpu --allow-host --trace-file --format
         --pubkey --anchor --status --since --input --output --output-max-bytes --output-max-files --context --secret --result --name --leaf
-        --keep-days --max-bytes --packs --max-concurrent --max-queued"
+        --keep-days --max-bytes --packs --max-concurrent --max-queued --events --limit --newest -n --pack -o"
 
     # Find the subcommand path (run | profile ls|show | trace ls|show | doctor | pack ... |
     # image ...) and, for run, where the sandboxed command starts.
@@ -125,7 +125,7 @@ _sbx() {
             COMPREPLY=($(compgen -d -- "$cur")); compopt -o filenames 2>/dev/null; return ;;
         --image)
             _sbx_image_refs "$word" host; return ;;
-        --bind|--trace-file|--input|--result)
+        --bind|--trace-file|--input|--result|--events|-o)
             COMPREPLY=($(compgen -f -- "$cur")); compopt -o filenames 2>/dev/null; return ;;
         --cap-add)
             COMPREPLY=($(compgen -W "$(_sbx_capabilities)" -- "$cur")); return ;;
@@ -140,7 +140,8 @@ _sbx() {
         --log-level)
             COMPREPLY=($(compgen -W "trace debug info warn error off" -- "$cur")); return ;;
         --format)
-            COMPREPLY=($(compgen -W "json text" -- "$cur")); return ;;
+            [[ $COMP_LINE == *" export "* ]] && COMPREPLY=($(compgen -W "in-toto" -- "$cur")) ||
+                COMPREPLY=($(compgen -W "json text" -- "$cur")); return ;;
         --env-pass)
             COMPREPLY=($(compgen -e -- "$cur")); return ;;
         --timeout|--memory|--pids|--cpus|--cpu-time|--output-limit)
@@ -175,11 +176,19 @@ _sbx() {
         trace)
             if [[ -z $sub ]]; then
                 [[ $cur == -* ]] && COMPREPLY=($(compgen -W "--help" -- "$cur")) ||
-                    COMPREPLY=($(compgen -W "ls show verify head import reindex" -- "$cur"))
+                    COMPREPLY=($(compgen -W "ls show export verify head import reindex" -- "$cur"))
             elif [[ $cur == -* && $sub == verify ]]; then
                 COMPREPLY=($(compgen -W "--pubkey --anchor --help" -- "$cur"))
             elif [[ $cur == -* && $sub == head ]]; then
                 COMPREPLY=($(compgen -W "--json --help" -- "$cur"))
+            elif [[ $sub == export ]]; then
+                if [[ $cur == -* ]]; then
+                    COMPREPLY=($(compgen -W "--format -o --output --help" -- "$cur"))
+                elif [[ $prev == --format ]]; then
+                    COMPREPLY=($(compgen -W "in-toto" -- "$cur"))
+                elif ((npos == 0)); then
+                    COMPREPLY=($(compgen -W "last $(_sbx_run_ids)" -- "$cur"))
+                fi
             elif [[ $sub == show ]]; then
                 if [[ $cur == -* ]]; then
                     COMPREPLY=($(compgen -W "--format --json --help" -- "$cur"))
@@ -187,7 +196,7 @@ _sbx() {
                     COMPREPLY=($(compgen -W "last $(_sbx_run_ids)" -- "$cur"))
                 fi
             elif [[ $cur == -* && $sub == ls ]]; then
-                COMPREPLY=($(compgen -W "-n --newest --json --status --since --help" -- "$cur"))
+                COMPREPLY=($(compgen -W "-n --newest --limit --json --status --since --pack --image --help" -- "$cur"))
             elif [[ $cur == -* ]]; then
                 COMPREPLY=($(compgen -W "--help" -- "$cur"))
             fi ;;
@@ -213,14 +222,14 @@ _sbx() {
             elif [[ $cur == -* && $sub == run ]]; then
                 COMPREPLY=($(compgen -W "--input --context --secret --result --profile --image --timeout
                     --output-limit --memory --pids --cpus --cpu-time --require-limits --require-record --seccomp --cap-add --gpu --trace-file
-                    --dry-run --help" -- "$cur"))
+                    --events --dry-run --help" -- "$cur"))
             elif [[ $cur == -* ]]; then
                 COMPREPLY=($(compgen -W "--help" -- "$cur"))
             elif [[ $sub != init ]]; then
                 COMPREPLY=($(compgen -d -- "$cur")); compopt -o filenames 2>/dev/null
             fi ;;
         exec)
-            COMPREPLY=($(compgen -W "--trace-file --dry-run --help" -- "$cur")) ;;
+            COMPREPLY=($(compgen -W "--trace-file --events --dry-run --help" -- "$cur")) ;;
         mcp)
             COMPREPLY=($(compgen -W "--packs --context --profile --max-concurrent --max-queued --help" -- "$cur")) ;;
         replay)

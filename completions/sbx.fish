@@ -13,7 +13,7 @@ function __sbx_path
     set -l takes_arg --state-dir --log-level --profile --image --uid --gid --bind --tmpfs --workdir --env \
         --env-pass --timeout --output-limit --memory --pids --cpus --cpu-time --seccomp --cap-add --gpu --allow-host --trace-file --format --pubkey --anchor --status --since \
         --input --output --output-max-bytes --output-max-files --context --secret --result --name \
-        --packs --max-concurrent --max-queued --keep-days --max-bytes --leaf
+        --packs --max-concurrent --max-queued --keep-days --max-bytes --leaf --events --limit --newest -n --pack -o
     set -l path
     set -l skip 0
     for t in $tokens
@@ -158,6 +158,7 @@ complete -c sbx -n '__sbx_at run' -l cap-add -x -a "$__sbx_capabilities" -d 'Kee
 complete -c sbx -n '__sbx_at run' -l gpu -x -a 'all 0 1 2 3' -d 'Give the sandbox GPUs: all, indices (0,1) or a UUID'
 complete -c sbx -n '__sbx_at run' -l allow-host -x -a '(__fish_print_hostnames)' -d 'Allow egress to HOST[:PORT] through the filtering proxy'
 complete -c sbx -n '__sbx_at run' -l trace-file -r -F -d 'Also write the trace record to this file'
+complete -c sbx -n '__sbx_at run' -l events -r -F -d 'Stream live events as JSON lines to FILE, a FIFO or fd:N'
 complete -c sbx -n '__sbx_at run' -l dry-run -d 'Check everything, print the plan as JSON, run nothing'
 complete -c sbx -n '__sbx_at run' -l systemd-scope -d 'Rootless: re-run under a delegated systemd scope'
 complete -c sbx -n '__sbx_at run' -s i -l interactive -d 'Relay stdin to the program even from a terminal'
@@ -172,7 +173,7 @@ function __sbx_complete_cmd
     set -l tokens (commandline -opc)
     set -l takes_arg --state-dir --log-level --profile --image --uid --gid --bind --tmpfs --workdir --env \
         --env-pass --timeout --output-limit --memory --pids --cpus --cpu-time --seccomp --cap-add --gpu --allow-host --trace-file \
-        --input --output --output-max-bytes --output-max-files
+        --input --output --output-max-bytes --output-max-files --events
     set -l start 0
     set -l seen_run 0
     set -l skip 0
@@ -209,11 +210,18 @@ complete -c sbx -n '__sbx_at profile show' -a '(__sbx_profiles; __fish_complete_
 # sbx trace
 complete -c sbx -n '__sbx_at trace' -a ls -d 'List stored runs, newest first'
 complete -c sbx -n '__sbx_at trace' -a show -d "Print one run's trace record"
+complete -c sbx -n '__sbx_at trace' -a export -d "Export a run's record as provenance (in-toto, SLSA)"
+complete -c sbx -n '__sbx_at trace export' -a '(__sbx_run_ids)' -d 'Run id'
+complete -c sbx -n '__sbx_at trace export' -l format -x -a 'in-toto' -d 'Document format'
+complete -c sbx -n '__sbx_at trace export' -s o -l output -r -F -d 'Write to this file instead of stdout'
 complete -c sbx -n '__sbx_at trace show' -a '(__sbx_run_ids)' -d 'Run id'
 complete -c sbx -n '__sbx_at trace show' -l format -x -a 'json text' -d 'Output format'
 complete -c sbx -n '__sbx_at trace show' -l json -d 'The same as --format json'
 complete -c sbx -n '__sbx_at trace show' -a last -d 'The newest run'
 complete -c sbx -n '__sbx_at trace ls' -s n -l newest -x -d 'List only the N newest runs'
+complete -c sbx -n '__sbx_at trace ls' -l limit -x -d 'List only the N newest runs'
+complete -c sbx -n '__sbx_at trace ls' -l pack -x -d 'Only runs of this pack: NAME, NAME@VERSION or digest'
+complete -c sbx -n '__sbx_at trace ls' -l image -x -d 'Only runs on this image: name or digest'
 complete -c sbx -n '__sbx_at trace ls' -l json -d 'Print a JSON array'
 complete -c sbx -n '__sbx_at trace ls' -l status -x -a 'ok exit_nonzero timeout signaled oom seccomp_violation output_limit output_invalid input_invalid setup_error' -d 'Only runs with this status'
 complete -c sbx -n '__sbx_at trace ls' -l since -x -d 'Only runs started at or after this time'
@@ -252,6 +260,7 @@ complete -c sbx -n '__sbx_at pack run' -l seccomp -r -F -d 'Seccomp policy'
 complete -c sbx -n '__sbx_at pack run' -l cap-add -x -a "$__sbx_capabilities" -d 'Keep this capability inside the user namespace (repeatable)'
 complete -c sbx -n '__sbx_at pack run' -l gpu -x -a 'all 0 1 2 3' -d 'Give the sandbox GPUs'
 complete -c sbx -n '__sbx_at pack run' -l trace-file -r -F -d 'Also write the trace record here'
+complete -c sbx -n '__sbx_at pack run' -l events -r -F -d 'Stream live events as JSON lines to FILE, a FIFO or fd:N'
 complete -c sbx -n '__sbx_at pack run' -l dry-run -d 'Check everything, print the plan as JSON, run nothing'
 
 # sbx image
@@ -273,6 +282,7 @@ complete -c sbx -n '__sbx_at image verify' -l full -d 'Re-hash every file and co
 
 # sbx exec
 complete -c sbx -n '__sbx_at exec' -l trace-file -r -F -d 'Also write the trace record here'
+complete -c sbx -n '__sbx_at exec' -l events -r -F -d 'Stream live events as JSON lines to FILE, a FIFO or fd:N'
 complete -c sbx -n '__sbx_at exec' -l dry-run -d 'Check everything, print the plan as JSON, run nothing'
 
 # sbx mcp

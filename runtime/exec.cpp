@@ -10,6 +10,7 @@
 #include "runtime/artifact_export.hpp"
 #include "runtime/pack.hpp"
 #include "runtime/preflight.hpp"
+#include "runtime/events.hpp"
 #include "runtime/profile.hpp"
 #include "runtime/sandbox.hpp"
 #include "runtime/schema_validate.hpp"
@@ -108,6 +109,10 @@ Result<json> run_exec(const json& request, const ExecContext& ctx) {
   spec->argv = rq.argv_prefix;
   spec->argv.push_back("/code/main." + rq.ext);
   spec->workdir = "/tmp";
+  if (!ctx.events.empty()) {
+    if (auto st = EventStream::check_syntax(ctx.events); !st) return st.error();
+    spec->events = ctx.events;
+  }
 
   RunRequest run;
   run.profile = profile->source;

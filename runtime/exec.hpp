@@ -31,6 +31,7 @@ struct ExecContext {
   // The profile the run is under (its limits are the request's ceilings); `sbx mcp --profile`
   // passes its own through the worker (cli/mcp_cmd.cpp).
   std::string profile = "untrusted";
+  std::string events;  // --events FILE|fd:N (events.hpp): the operator's, never the request's
   // --dry-run: the request is checked and the run planned (preflight.hpp), nothing runs; the
   // response is the dry run's JSON.
   bool dry_run = false;

@@ -107,6 +107,7 @@ class OutputRelay {
   void adopt_source(int fd);
   bool source_open() const { return src_ >= 0; }
   bool reader_closed() const { return stats_.reader_closed; }
+  bool truncated() const { return stats_.truncated; }
   bool pending() const { return tail_ > head_; }
   bool active() const { return source_open() || pending(); }
   // Nothing more will be delivered (the run's time is up, or it is over): what waits in the

@@ -151,12 +151,13 @@ bool EgressProxy::budget_left() const { return !cfg_.max_bytes || total_bytes_ <
 void EgressProxy::record_violation(const std::string& host, int port, const std::string& reason, std::int64_t now_ms,
                                    const std::string& address) {
   spdlog::info("egress denied: {}:{}: {}", host, port, reason);
+  nlohmann::json v = {{"kind", "network"}, {"host", host}, {"port", port}, {"time_ms", now_ms - cfg_.start_ms}, {"reason", reason}};
+  if (!address.empty()) v["address"] = address;
+  if (cfg_.on_violation) cfg_.on_violation(v);
   if (violations_.size() >= kMaxViolations) {
     ++dropped_violations_;
     return;
   }
-  nlohmann::json v = {{"kind", "network"}, {"host", host}, {"port", port}, {"time_ms", now_ms - cfg_.start_ms}, {"reason", reason}};
-  if (!address.empty()) v["address"] = address;
   violations_.push_back(std::move(v));
 }
 

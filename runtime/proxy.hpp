@@ -34,6 +34,7 @@
 #include <poll.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -53,6 +54,8 @@ struct ProxyConfig {
   std::optional<std::int64_t> max_bytes;
   std::int64_t idle_timeout_ms = 60000;  // a connection with no traffic for this long is closed
   std::int64_t start_ms = 0;  // CLOCK_MONOTONIC ms of the run's start (violations' time_ms)
+  // Called for every denied attempt, listed in the record or not (live events: events.hpp).
+  std::function<void(const nlohmann::json&)> on_violation;
 };
 
 struct HostUsage {

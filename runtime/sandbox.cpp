@@ -21,6 +21,7 @@
 #include "runtime/child.hpp"
 #include "runtime/clone.hpp"
 #include "runtime/environment.hpp"
+#include "runtime/events.hpp"
 #include "runtime/fdpass.hpp"
 #include "runtime/fsutil.hpp"
 #include "runtime/gpu.hpp"
@@ -272,7 +273,16 @@ RunReport run_sandbox(const RunRequest& req) {
     outcome.error = e;
   };
 
+  // Live events (events.hpp): opened first, so that a run that fails in setup still says so.
+  std::optional<EventStream> events;
+  std::optional<Error> events_error;
+  if (!spec.events.empty()) {
+    auto ev = EventStream::open(spec.events);
+    if (ev) events.emplace(std::move(*ev));
+    else events_error = ev.error();
+  }
   std::optional<RunCgroup> cgroup;
+  std::optional<CgroupEvents> cgroup_events;  // the run cgroup's limit events, while it exists
   SharedInitStack init_stack;  // declared before anything that may outlive init
   pid_t exiting_init = -1;  // init reported an empty sandbox and is still exiting: reaped at the end
   std::optional<NonDumpableWhileShared> non_dumpable;  // a shared init's: until it is reaped (clone.hpp)
@@ -284,6 +294,7 @@ RunReport run_sandbox(const RunRequest& req) {
       outcome = *req.refuse;
       return;
     }
+    if (events_error) return fail_setup(*events_error);
     if (!identity) return fail_setup(identity.error());
     // 1 prepare: the caller's sources and limits first, so that a missing --bind source or
     // --require-limits refuses before anything is created (the checks --dry-run makes too).
@@ -309,6 +320,8 @@ RunReport run_sandbox(const RunRequest& req) {
       if (created) {
         cgroup.emplace(std::move(*created));
         for (auto& w : cgroup->warnings()) spdlog::warn("{}", w);
+        // Before anything runs in it: the counters' baseline is the empty cgroup's.
+        if (events) cgroup_events.emplace(cgroup->dir_fd(), plan.cgroup_limits.cpus.has_value(), &*events);
       } else {
         spdlog::warn("cgroup v2 unusable, falling back to rlimits: {}", created.error().describe());
         plan = plan_limits(spec.limits, cg, rootless, false, gpu.enabled);
@@ -439,6 +452,12 @@ RunReport run_sandbox(const RunRequest& req) {
       cfg.proxy_sock = proxy_pair.w;
       cfg.proxy_port = kProxyPort;
       ProxyConfig pc;
+      if (events)
+        pc.on_violation = [ev = &*events](const json& v) {
+          json fields = v;
+          fields.erase("time_ms");  // the event's own time_ms says when
+          ev->emit("violation", std::move(fields));
+        };
       pc.rules = std::move(*rules);
       pc.max_connections = spec.network.max_connections;
       pc.max_bytes = spec.network.max_bytes;
@@ -595,7 +614,15 @@ RunReport run_sandbox(const RunRequest& req) {
       in.max_cpus = spec.limits.cpus.value_or(static_cast<double>(::sysconf(_SC_NPROCESSORS_ONLN)));
     }
     if (proxy) in.proxy = &*proxy;
+    if (events) {
+      events->emit("started", {{"run_id", parts.run_id}, {"pid", child->pid}, {"image", spec.image},
+                               {"pack", req.pack.is_object() ? req.pack.value("name", json(nullptr)) : json(nullptr)},
+                               {"cgroup", cgroup ? json(cgroup->path()) : json(nullptr)}});
+      in.events = &*events;
+      if (cgroup_events) in.cgroup_events = &*cgroup_events;
+    }
     sup = supervise(in);
+    if (cgroup_events) cgroup_events->read_all();  // what came with the end: the OOM kill is counted by now
     caller_in.end_session();  // the caller's terminal as it was, before anything is reported
     stdin_record = caller_in.to_json();
     if (sup->init_pending) exiting_init = child->pid;
@@ -615,8 +642,12 @@ RunReport run_sandbox(const RunRequest& req) {
       if (!r) {
         spdlog::error("artifact export to {} failed: {}", req.export_dir, r.error().describe());
         export_error = r.error().describe();
+        if (events) events->emit("artifact_export", {{"dir", req.export_dir}, {"error", export_error}});
       } else {
         exported = std::move(*r);
+        if (events)
+          events->emit("artifact_export", {{"dir", req.export_dir}, {"files", exported->files.size()}, {"bytes", exported->bytes},
+                                           {"skipped", exported->skipped_count}, {"limit_hit", exported->limit_hit}});
         for (auto& s : exported->skipped) spdlog::warn("export: skipped {}: {}", s.path, s.reason);
         if (exported->skipped_count > static_cast<std::int64_t>(exported->skipped.size()))
           spdlog::warn("export: {} more skipped (listed up to {} in the trace)", exported->skipped_count - static_cast<std::int64_t>(exported->skipped.size()), kMaxListedSkips);
@@ -705,6 +736,19 @@ RunReport run_sandbox(const RunRequest& req) {
     extra.erase("blobs");
   }
   for (auto& [k, v] : extra.items()) report.trace[k] = v;
+  if (events) {
+    // The last event, then one last non-blocking write: what the destination did not take by now
+    // is dropped, and the record counts it.
+    const json& res = report.trace["result"];
+    const json& use = report.trace["usage"];
+    json fields = {{"status", res.value("status", json(nullptr))}, {"exit_code", res.value("exit_code", json(nullptr))},
+                   {"signal", res.value("signal", json(nullptr))}, {"exit_status", report.exit_status}};
+    for (const char* k : {"wall_ms", "cpu_user_ms", "cpu_sys_ms", "memory_peak_bytes", "pids_peak", "oom_kills"})
+      if (use.contains(k)) fields[k] = use[k];
+    events->emit("exited", std::move(fields));
+    events->finish();
+    report.trace["events"] = events->record_json();
+  }
   // Which build made the record (cached by the binary's identity: self_digest.hpp).
   if (auto digest = self_binary_sha256(req.dirs); digest) report.trace["sbx"]["binary_sha256"] = *digest;
   else report.trace["sbx"]["binary_sha256_error"] = digest.error().describe();

@@ -94,6 +94,11 @@ void SeccompNotifier::record(std::uint32_t arch_token, int nr, std::uint32_t ret
       } else if (!unlisted_.count(key)) {
         totals_.unlisted_distinct_exact = false;
       }
+      if (on_refused) {
+        std::string arch = seccomp_arch_name(arch_token);
+        if (arch_token == AUDIT_ARCH_X86_64 && (nr & 0x40000000)) arch = "x32";
+        on_refused({std::move(name), nr, std::move(arch), seccomp_action_text(ret), 0, now_ms - start_ms_, kill});
+      }
       return;
     }
     std::string arch = seccomp_arch_name(arch_token);
@@ -106,6 +111,7 @@ void SeccompNotifier::record(std::uint32_t arch_token, int nr, std::uint32_t ret
   SeccompViolation& v = violations_[it->second];
   ++v.count;
   if (kill && kill_ < 0) kill_ = static_cast<long>(it->second);
+  if (on_refused) on_refused(v);
 }
 
 nlohmann::json violation_totals_json(const SeccompViolationTotals& t, std::size_t listed) {

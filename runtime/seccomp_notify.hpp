@@ -7,6 +7,7 @@
 #include <linux/filter.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <set>
 #include <string>
@@ -59,6 +60,10 @@ class SeccompNotifier {
   // Handles one notification. Returns true when the policy's action is a kill: the caller kills
   // the sandbox (the refused call stays blocked in the kernel until then, so it never runs).
   bool on_listener_ready(short revents, std::int64_t now_ms);
+
+  // Called for every refused call, listed or not (live events: events.hpp), with the call and
+  // its kind's count so far (0 for a call the list leaves out).
+  std::function<void(const SeccompViolation&)> on_refused;
 
   const std::vector<SeccompViolation>& violations() const { return violations_; }
   const SeccompViolationTotals& totals() const { return totals_; }

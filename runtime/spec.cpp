@@ -1,5 +1,7 @@
 #include "runtime/spec.hpp"
 
+#include "runtime/events.hpp"
+
 #include <cctype>
 
 #include <nlohmann/json.hpp>
@@ -283,6 +285,7 @@ json spec_to_json(const RunSpec& s) {
         {"output_max_files", s.limits.output_max_files}}},
       {"require_limits", s.require_limits},
       {"require_record", s.require_record},
+      {"events", s.events.empty() ? json(nullptr) : json(s.events)},
       {"seccomp", s.seccomp},
       {"capabilities", {{"keep", s.capabilities.keep}}},
       {"gpu", {{"devices", s.gpu.devices}, {"max", s.gpu.max == kGpuMaxAll ? json("all") : json(s.gpu.max)}}},
@@ -425,6 +428,9 @@ Result<RunSpec> spec_from_json(const json& j, const std::string& source) {
   SBX_TRY(read_limits(r, s.limits));
   SBX_TRY(r.get_bool("require_limits", s.require_limits));
   SBX_TRY(r.get_bool("require_record", s.require_record));
+  SBX_TRY(r.get_string("events", s.events));
+  if (!s.events.empty())
+    if (auto st = EventStream::check_syntax(s.events); !st) return r.fail_key("events", st.error().message);
   SBX_TRY(r.get_string("seccomp", s.seccomp));
   if (s.seccomp.empty()) return r.fail_key("seccomp", "must be 'default', 'unconfined' or a policy file");
   SBX_TRY(read_capabilities(r, s.capabilities));

@@ -101,6 +101,9 @@ struct RunSpec {
   // A run whose trace record cannot be stored durably fails (exit 125) instead of warning. Off by
   // default for `sbx run` (its output has already streamed); pack run and exec always require it.
   bool require_record = false;
+  // Live events (events.hpp): "" for none, "fd:N" or a path (a file or a FIFO). Set by the
+  // profile or --events; never by a pack's manifest or an exec request (they name no host paths).
+  std::string events;
   // Seccomp policy: "default" (built in, profiles/seccomp/default.json), "unconfined" (no filter,
   // loud) or the path of an OCI linux.seccomp JSON file.
   std::string seccomp = "default";

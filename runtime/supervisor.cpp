@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include <cstring>
+#include <tuple>
 #include <unistd.h>
 #include <utility>
 #include <vector>
@@ -75,7 +76,13 @@ class Supervisor {
         out_(in.out_fd, OutputSink::open(in.out_dst), in.output_limit_bytes),
         err_(in.err_fd, OutputSink::open(in.err_dst), in.output_limit_bytes),
         msg_fd_(in.msg_fd),
-        seccomp_(in.seccomp_sock, in.seccomp_reference, start_, in.seccomp_named) {}
+        seccomp_(in.seccomp_sock, in.seccomp_reference, start_, in.seccomp_named) {
+    if (in_.events)
+      seccomp_.on_refused = [ev = in_.events](const SeccompViolation& v) {
+        ev->emit("violation", {{"kind", "seccomp"}, {"name", v.name}, {"number", v.number}, {"arch", v.arch},
+                               {"action", v.action}, {"count", v.count}});
+      };
+  }
   ~Supervisor() {
     if (msg_fd_ >= 0) ::close(msg_fd_);
   }
@@ -98,6 +105,7 @@ class Supervisor {
   void fail(Error e);
   void kill_all() { pidfd_send_signal(in_.pidfd, SIGKILL); }
   void wind_up();
+  void note_truncation();
 
   const SuperviseInput& in_;
   SuperviseResult r_;
@@ -107,6 +115,7 @@ class Supervisor {
   TimerFd deadline_, grace_, cpu_timer_;
   bool init_done_ = false;
   std::int64_t init_done_at_ = 0;
+  bool out_truncated_ = false, err_truncated_ = false;  // already told as events
   SeccompNotifier seccomp_;
 };
 
@@ -184,6 +193,10 @@ SuperviseResult Supervisor::run() {
     std::size_t proxy_first = p.fds.size();
     if (in_.proxy && live) in_.proxy->add_pollfds(p.fds);
     std::size_t proxy_count = p.fds.size() - proxy_first;
+    std::size_t cg_first = p.fds.size();
+    if (in_.cgroup_events && live) in_.cgroup_events->add_pollfds(p.fds);
+    std::size_t cg_count = p.fds.size() - cg_first;
+    int i_ev = p.add(in_.events ? in_.events->poll_fd() : -1, POLLOUT);
     int rc = ::poll(p.fds.data(), static_cast<nfds_t>(p.fds.size()), poll_timeout(now, proxy_count > 0));
     if (rc < 0) {
       if (errno == EINTR) continue;
@@ -200,9 +213,23 @@ SuperviseResult Supervisor::run() {
       in_.proxy->expire_idle(now_ms());
     }
     dispatch(p, i_msg, i_dl, i_cpu, i_gr, i_sig, i_scs, i_scl, i_pid);
+    if (cg_count) in_.cgroup_events->on_events(p.fds.data() + cg_first, cg_count);
+    if (in_.events) {
+      note_truncation();
+      if (p.revents(i_ev)) in_.events->on_writable(p.revents(i_ev));
+    }
   }
   wind_up();
   return std::move(r_);
+}
+
+// The output limit was reached on a stream: said once per stream, as it happens.
+void Supervisor::note_truncation() {
+  for (auto [name, relay, told] : {std::tuple{"stdout", &out_, &out_truncated_}, std::tuple{"stderr", &err_, &err_truncated_}}) {
+    if (*told || !relay->truncated()) continue;
+    *told = true;
+    in_.events->emit("output_truncated", {{"stream", name}, {"limit_bytes", in_.output_limit_bytes ? nlohmann::json(*in_.output_limit_bytes) : nlohmann::json(nullptr)}});
+  }
 }
 
 // The stdin relay runs while the program may read; the pty's handoff is watched until it has
@@ -279,6 +306,7 @@ void Supervisor::on_deadline() {
   deadline_.reset();
   if (!init_done_) {
     r_.timed_out = true;
+    if (in_.events) in_.events->emit("limit", {{"source", "sbx"}, {"counter", "wall_time"}});
     kill_all();
   } else if (out_.pending() || err_.pending()) {
     r_.timed_out = true;
@@ -299,6 +327,7 @@ void Supervisor::on_cpu_timer() {
   std::int64_t next = cpu_time_recheck_ms(*in_.cpu_budget_ms, *used, in_.max_cpus);
   if (next == 0) {
     r_.cpu_exceeded = true;
+    if (in_.events) in_.events->emit("limit", {{"source", "sbx"}, {"counter", "cpu_time"}, {"budget_ms", *in_.cpu_budget_ms}});
     kill_all();
   } else {
     arm(cpu_timer_, next, "cpu_time", "the CPU-time budget");
@@ -366,6 +395,7 @@ void Supervisor::wind_up() {
   r_.seccomp_totals = seccomp_.totals();
   r_.out = out_.finish();
   r_.err = err_.finish();
+  if (in_.events) note_truncation();
 }
 
 }  // namespace

@@ -21,6 +21,7 @@
 #include "runtime/caps.hpp"
 #include "runtime/child.hpp"
 #include "runtime/error.hpp"
+#include "runtime/events.hpp"
 #include "runtime/output_relay.hpp"
 #include "runtime/proxy.hpp"
 #include "runtime/seccomp_notify.hpp"
@@ -66,6 +67,11 @@ struct SuperviseInput {
   // The program's stdin (stdin_relay.hpp; null: /dev/null). Its relay is polled like the output
   // relays while init lives; with a pty, the master init hands over becomes stdout's source.
   CallerStdin* input = nullptr;
+  // Live events (events.hpp; null: none). The stream is drained by this loop with non-blocking
+  // writes when poll() says its destination has room; the run cgroup's limit events are read
+  // when the kernel signals them. Neither keeps the loop going once the run is over.
+  EventStream* events = nullptr;
+  CgroupEvents* cgroup_events = nullptr;
   // How timers are armed (null: arm_timerfd). A seam for the tests of the fail-closed paths.
   std::function<Result<int>(std::int64_t ms)> arm_timer;
 };

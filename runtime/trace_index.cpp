@@ -16,10 +16,15 @@ namespace sbx {
 namespace {
 
 constexpr const char* kStage = "trace index";
+// PRAGMA user_version of the layout below; an index of another layout is dropped and rebuilt
+// from the ledger (it is derived data). 2: pack and image columns (`trace ls --pack/--image`).
+constexpr int kLayout = 2;
 constexpr const char* kSchema =
     "CREATE TABLE IF NOT EXISTS runs(line INTEGER PRIMARY KEY, run_id TEXT NOT NULL, started_at TEXT NOT NULL,"
     " status TEXT NOT NULL, exit_code INTEGER, wall_ms INTEGER NOT NULL, command TEXT NOT NULL,"
-    " off INTEGER NOT NULL, len INTEGER NOT NULL, hash TEXT NOT NULL, error TEXT);"
+    " off INTEGER NOT NULL, len INTEGER NOT NULL, hash TEXT NOT NULL, error TEXT,"
+    " pack TEXT NOT NULL DEFAULT '', pack_version TEXT NOT NULL DEFAULT '', pack_digest TEXT NOT NULL DEFAULT '',"
+    " image TEXT NOT NULL DEFAULT '', image_digest TEXT NOT NULL DEFAULT '');"
     "CREATE INDEX IF NOT EXISTS runs_by_id ON runs(run_id);"
     "CREATE INDEX IF NOT EXISTS runs_by_status ON runs(status, run_id);"
     // Partial: the rows whose record did not parse, looked up on every listing, are few.
@@ -75,7 +80,28 @@ Result<Db> open_index(const Dirs& dirs) {
   // Derived data, rebuilt on any doubt: no syncs (a crash may lose or corrupt it; the next
   // reader that finds it unusable rebuilds it).
   SBX_TRY(exec(db.get(), "PRAGMA synchronous=OFF"));
-  SBX_TRY(exec(db.get(), kSchema));
+  auto layout = [&]() -> int {
+    auto q = prepare(db.get(), "PRAGMA user_version");
+    return q && sqlite3_step(q->get()) == SQLITE_ROW ? sqlite3_column_int(q->get(), 0) : -1;
+  };
+  if (layout() != kLayout) {
+    SBX_TRY(exec(db.get(), "BEGIN IMMEDIATE"));  // another sbx may be migrating it too
+    if (layout() != kLayout) {
+      spdlog::info("trace index: layout {} is not {}: rebuilding it from the ledger", layout(), kLayout);
+      if (auto st = exec(db.get(), "DROP TABLE IF EXISTS runs"); !st) {
+        (void)exec(db.get(), "ROLLBACK");
+        return st.error();
+      }
+      if (auto st = exec(db.get(), ("PRAGMA user_version = " + std::to_string(kLayout)).c_str()); !st) {
+        (void)exec(db.get(), "ROLLBACK");
+        return st.error();
+      }
+    }
+    SBX_TRY(exec(db.get(), kSchema));
+    SBX_TRY(exec(db.get(), "COMMIT"));
+  } else {
+    SBX_TRY(exec(db.get(), kSchema));
+  }
   return db;
 }
 
@@ -106,7 +132,7 @@ Status catch_up(sqlite3* db, const Dirs& dirs) {
   auto body = [&]() -> Status {
     auto from = resume_point(db, dirs);
     if (!from) return from.error();
-    auto ins = prepare(db, "INSERT OR REPLACE INTO runs VALUES(?,?,?,?,?,?,?,?,?,?,?)");
+    auto ins = prepare(db, "INSERT OR REPLACE INTO runs VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
     if (!ins) return ins.error();
     sqlite3_stmt* s = ins->get();
     Status failed;
@@ -134,6 +160,9 @@ Status catch_up(sqlite3* db, const Dirs& dirs) {
           // say so each time, as they do for a bad file of the previous store.
           if (error.empty()) sqlite3_bind_null(s, 11);
           else sqlite3_bind_text(s, 11, error.c_str(), -1, SQLITE_TRANSIENT);
+          int col = 12;
+          for (const std::string* v : {&sum.pack, &sum.pack_version, &sum.pack_digest, &sum.image, &sum.image_digest})
+            sqlite3_bind_text(s, col++, v->c_str(), -1, SQLITE_TRANSIENT);
           if (sqlite3_step(s) != SQLITE_DONE) {
             failed = db_error(db, "cannot insert into the trace index");
             return false;
@@ -164,14 +193,22 @@ Result<std::vector<IndexedRun>> query_index(const Dirs& dirs, const TraceFilter&
   auto db = ready_index(dirs);
   if (!db) return db.error();
   auto q = prepare(db->get(),
-                   "SELECT run_id, started_at, status, exit_code, wall_ms, command, off FROM runs"
+                   "SELECT run_id, started_at, status, exit_code, wall_ms, command, off,"
+                   " pack, pack_version, pack_digest, image, image_digest FROM runs"
                    " WHERE error IS NULL AND (?1 = '' OR status = ?1) AND (?2 = '' OR started_at >= ?2)"
+                   " AND (?4 = '' OR pack = ?4 OR (pack != '' AND pack || '@' || pack_version = ?4) OR (pack_digest != '' AND pack_digest = ?5))"
+                   " AND (?6 = '' OR image = ?6 OR (image_digest != '' AND image_digest = ?7))"
                    " ORDER BY run_id DESC, line DESC LIMIT ?3");
   if (!q) return q.error();
   sqlite3_stmt* s = q->get();
   sqlite3_bind_text(s, 1, f.status.c_str(), -1, SQLITE_TRANSIENT);
   sqlite3_bind_text(s, 2, f.since.c_str(), -1, SQLITE_TRANSIENT);
   sqlite3_bind_int64(s, 3, f.newest ? static_cast<sqlite3_int64>(f.newest) : -1);
+  const std::string pack_digest = TraceFilter::digest_form(f.pack), image_digest = TraceFilter::digest_form(f.image);
+  sqlite3_bind_text(s, 4, f.pack.c_str(), -1, SQLITE_TRANSIENT);
+  sqlite3_bind_text(s, 5, pack_digest.c_str(), -1, SQLITE_TRANSIENT);
+  sqlite3_bind_text(s, 6, f.image.c_str(), -1, SQLITE_TRANSIENT);
+  sqlite3_bind_text(s, 7, image_digest.c_str(), -1, SQLITE_TRANSIENT);
   std::vector<IndexedRun> out;
   int rc;
   while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
@@ -184,6 +221,11 @@ Result<std::vector<IndexedRun>> query_index(const Dirs& dirs, const TraceFilter&
     r.summary.wall_ms = sqlite3_column_int64(s, 4);
     r.summary.command = column_text(s, 5);
     r.offset = static_cast<std::uint64_t>(sqlite3_column_int64(s, 6));
+    r.summary.pack = column_text(s, 7);
+    r.summary.pack_version = column_text(s, 8);
+    r.summary.pack_digest = column_text(s, 9);
+    r.summary.image = column_text(s, 10);
+    r.summary.image_digest = column_text(s, 11);
     out.push_back(std::move(r));
   }
   if (rc != SQLITE_DONE) return db_error(db->get(), "cannot query the trace index");

@@ -116,8 +116,17 @@ TraceSummary summarize_record(const std::string& id, const nlohmann::json& j) {
   const nlohmann::json* argv = member(object_member(inv, "spec"), "argv");
   if (!argv || !argv->is_array()) argv = member(inv, "argv");
   if (argv) s.command = join_command(*argv);
+  const auto& pack = object_member(inv, "pack");
+  s.pack = string_member(pack, "name");
+  s.pack_version = string_member(pack, "version");
+  s.pack_digest = string_member(pack, "digest");
+  const auto& image = object_member(j, "image");
+  s.image = string_member(image, "name");
+  s.image_digest = string_member(image, "digest");
   return s;
 }
+
+std::string TraceFilter::digest_form(const std::string& s) { return is_sha256_hex(s) ? "sha256:" + s : s; }
 
 namespace {
 

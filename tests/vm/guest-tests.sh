@@ -118,6 +118,28 @@ sbx_run_memory() {   # --memory 32M on a hog -> status oom, exit 137, memory.pea
   # "near the limit": within 75%..100% (plus one page of slack) of 32 MiB
   [ "$peak" -ge $((24 * 1048576)) ] && [ "$peak" -le $((32 * 1048576 + 4096)) ] || { echo "peak not near 32M"; return 1; }
 }
+sbx_run_events_oom() {  # --events of a run that hits a violation, then its memory limit: limit events from memory.events
+  sbx_run_ready || return $?
+  EV=/tmp/sbx-guest-events.jsonl
+  # mount(2) is refused by the default policy (a violation), then the hog meets --memory.
+  "$SBX" run --memory 32M --timeout 60s --events $EV --trace-file $T -- python3 -c "import ctypes
+ctypes.CDLL(None).syscall(165, 0, 0, 0, 0, 0)
+$HOG"; rc=$?
+  echo "events stream (exit $rc):"; sed 's/^/     /' $EV | tee -a "$SUMMARY"
+  python3 - "$EV" "$T" <<'EOF' || return 1
+import json, sys
+ev = [json.loads(l) for l in open(sys.argv[1])]
+t = json.load(open(sys.argv[2]))
+kinds = [e["event"] for e in ev]
+assert kinds[0] == "started" and kinds[-1] == "exited", kinds
+assert any(e["event"] == "violation" and e.get("name") == "mount" for e in ev), "no mount violation"
+lim = [e for e in ev if e["event"] == "limit" and e.get("source") == "memory.events"]
+assert any(e["counter"] in ("oom", "oom_kill") for e in lim), ("no oom limit event", lim)
+assert ev[-1]["status"] == "oom", ev[-1]
+assert t["events"]["dropped"] == 0 and t["events"]["written"] == len(ev), t["events"]
+print("events: %d lines, limit events %s, record events %s" % (len(ev), [e["counter"] for e in lim], t["events"]))
+EOF
+}
 sbx_run_pids() {     # --pids 8 on a fork loop -> forks fail inside, trace pids_peak 8
   sbx_run_ready || return $?
   out=$("$SBX" run --pids 8 --timeout 60s --trace-file $T -- sh -c 'n=0; for i in $(seq 30); do sleep 3 & n=$((n+1)); done 2>&1; wait; echo started $n'); rc=$?
@@ -262,6 +284,7 @@ run "unit: RunCgroup from the root cgroup" unit_cgroup_from_root
 run "unit: RunCgroup as root from a busy non-root cgroup (root's sbx subtree)" unit_cgroup_from_nonroot_cgroup
 run "unit: RunCgroup rootless (uid 1001) in a delegated subtree" unit_cgroup_rootless_delegated
 run "sbx run --memory" sbx_run_memory
+run "sbx run --events: violation and oom limit events" sbx_run_events_oom
 run "sbx run as root from a cgroup holding other processes" sbx_run_from_busy_cgroup
 run "sbx run --pids" sbx_run_pids
 run "sbx run --cpus" sbx_run_cpus

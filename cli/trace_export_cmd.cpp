@@ -1,0 +1,48 @@
+// sbx trace export RUN --format in-toto [-o FILE]: a run's record as an in-toto Statement v1 with
+// a SLSA Provenance v1 predicate (runtime/provenance.hpp says what goes where).
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include <spdlog/spdlog.h>
+
+#include "cli/commands.hpp"
+#include "runtime/fsutil.hpp"
+#include "runtime/paths.hpp"
+#include "runtime/provenance.hpp"
+#include "runtime/text_escape.hpp"
+#include "runtime/trace_store.hpp"
+
+namespace sbx::cli {
+
+TraceSubcommand add_trace_export_command(CLI::App* trace, GlobalOptions& g) {
+  struct Options {
+    std::string run_id;
+    std::string format = "in-toto";
+    std::string output;
+  };
+  auto o = std::make_shared<Options>();
+  auto* exp = trace->add_subcommand("export", "Export a run's record as provenance (in-toto Statement v1, SLSA Provenance v1)");
+  exp->add_option("run_id", o->run_id, "Run id, a unique prefix of one, or 'last'")->required();
+  exp->add_option("--format", o->format, "in-toto (the only format: a Statement v1 with a SLSA Provenance v1 predicate)")
+      ->check(CLI::IsMember({"in-toto"}));
+  exp->add_option("-o,--output", o->output, "Write the statement to FILE instead of stdout");
+  return {exp, [o, &g]() -> int {
+    auto rec = load_trace(resolve_dirs(g.state_dir), o->run_id);
+    if (!rec) return usage_error(rec.error().describe());
+    auto doc = intoto_statement(*rec);
+    if (!doc) return usage_error(doc.error().describe());
+    for (auto& s : doc->skipped) spdlog::warn("trace export: left out {}", printable(s));
+    // ASCII JSON: text of outside origin in the record stays escaped.
+    std::string text = doc->statement.dump(2, ' ', true, nlohmann::json::error_handler_t::replace) + "\n";
+    if (o->output.empty()) {
+      std::fwrite(text.data(), 1, text.size(), stdout);
+      return std::fflush(stdout) == 0 ? 0 : usage_error("trace export: cannot write to stdout");
+    }
+    if (auto st = write_file_durable(o->output, text, 0644); !st)
+      return usage_error("trace export: -o " + o->output + ": " + st.error().describe());
+    return 0;
+  }};
+}
+
+}  // namespace sbx::cli
