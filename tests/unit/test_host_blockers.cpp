@@ -15,7 +15,7 @@ namespace {
 
 const std::string kRoots = SBX_SOURCE_DIR "/tests/fixtures/hostroot/";
 
-const CheckResult& find(const std::vector<CheckResult>& v, const std::string& name) {
+CheckResult find(const std::vector<CheckResult>& v, const std::string& name) {
   for (auto& c : v)
     if (c.name == name) return c;
   FAIL("no check " << name);
@@ -49,18 +49,18 @@ TEST_CASE("doctor blockers: a healthy host reports every check ok") {
 
 TEST_CASE("doctor blockers: Ubuntu's apparmor_restrict_unprivileged_userns=1") {
   auto rootless = assess("ubuntu-apparmor", 1000, /*probe_ok=*/false);
-  auto& a = find(rootless, "apparmor-userns");
+  auto a = find(rootless, "apparmor-userns");
   CHECK(a.status == CheckStatus::missing);
   CHECK(a.detail.find("apparmor_restrict_unprivileged_userns=1") != std::string::npos);
   CHECK(a.hint.find("userns,") != std::string::npos);
   CHECK(a.hint.find("/usr/local/bin/sbx") != std::string::npos);  // the profile names this binary
   CHECK(a.hint.find("sysctl -w kernel.apparmor_restrict_unprivileged_userns=0") != std::string::npos);
   // As root sbx itself runs; other users are the ones blocked.
-  auto& r = find(assess("ubuntu-apparmor", 0), "apparmor-userns");
+  auto r = find(assess("ubuntu-apparmor", 0), "apparmor-userns");
   CHECK(r.status == CheckStatus::degraded);
   CHECK(r.detail.find("other users") != std::string::npos);
   // A profile that allows sbx: the knob is set, the probe worked, nothing to fix.
-  auto& ok = find(assess("ubuntu-apparmor", 1000, true), "apparmor-userns");
+  auto ok = find(assess("ubuntu-apparmor", 1000, true), "apparmor-userns");
   CHECK(ok.status == CheckStatus::ok);
   CHECK(ok.hint.empty());
   // Elsewhere the knob is absent.
@@ -69,7 +69,7 @@ TEST_CASE("doctor blockers: Ubuntu's apparmor_restrict_unprivileged_userns=1") {
 
 TEST_CASE("doctor blockers: user.max_user_namespaces=0") {
   for (uid_t uid : {0u, 1000u}) {
-    auto& c = find(assess("maxuserns-zero", uid, false), "max-user-namespaces");
+    auto c = find(assess("maxuserns-zero", uid, false), "max-user-namespaces");
     CHECK(c.status == CheckStatus::missing);
     CHECK(c.detail.find("root included") != std::string::npos);
     CHECK(c.hint.rfind("sysctl -w user.max_user_namespaces=15000", 0) == 0);
@@ -78,7 +78,7 @@ TEST_CASE("doctor blockers: user.max_user_namespaces=0") {
 }
 
 TEST_CASE("doctor blockers: Debian's kernel.unprivileged_userns_clone=0") {
-  auto& c = find(assess("debian-clone-off", 1000, false), "userns-clone");
+  auto c = find(assess("debian-clone-off", 1000, false), "userns-clone");
   CHECK(c.status == CheckStatus::missing);
   CHECK(c.hint.rfind("sysctl -w kernel.unprivileged_userns_clone=1", 0) == 0);
   CHECK(find(assess("debian-clone-off", 0), "userns-clone").status == CheckStatus::degraded);
@@ -86,7 +86,7 @@ TEST_CASE("doctor blockers: Debian's kernel.unprivileged_userns_clone=0") {
 }
 
 TEST_CASE("doctor blockers: no cgroup2 mounted") {
-  auto& c = find(assess("no-cgroup2", 0), "cgroup2");
+  auto c = find(assess("no-cgroup2", 0), "cgroup2");
   CHECK(c.status == CheckStatus::missing);
   CHECK(c.detail.find("cgroup v1 only") != std::string::npos);
   CHECK(c.hint.find("systemd.unified_cgroup_hierarchy=1") != std::string::npos);
@@ -95,18 +95,18 @@ TEST_CASE("doctor blockers: no cgroup2 mounted") {
   CHECK_FALSE(v1);
   CHECK(cgroup2_mount_point("garbage\n\n cgroup\n", v1).empty());
   // No mounts file at all: nothing is claimed.
-  auto& unk = find(assess("nonexistent-root", 0), "cgroup2");
+  auto unk = find(assess("nonexistent-root", 0), "cgroup2");
   CHECK(unk.status == CheckStatus::degraded);
 }
 
 TEST_CASE("doctor blockers: sbx range in only one of /etc/subuid and /etc/subgid") {
-  auto& c = find(assess("subid-half", 0), "subid");
+  auto c = find(assess("subid-half", 0), "subid");
   CHECK(c.status == CheckStatus::degraded);
   CHECK(c.detail.find("only in /etc/subuid") != std::string::npos);
   CHECK(c.hint.find("/etc/subgid") != std::string::npos);
   CHECK(c.detail.find("newuidmap absent") != std::string::npos);
   // Rootless, neither matters: sbx maps only the caller's ids.
-  auto& r = find(assess("subid-half", 1000), "subid");
+  auto r = find(assess("subid-half", 1000), "subid");
   CHECK(r.status == CheckStatus::ok);
   CHECK(r.detail.rfind("not needed", 0) == 0);
 }
@@ -115,12 +115,12 @@ TEST_CASE("doctor blockers: the user manager for rootless limits") {
   BlockerFacts f = read_blocker_facts(kRoots + "healthy", 1000, "", "/run/user/1000");
   f.cgroup_layout = "v2";
   CHECK_FALSE(f.user_manager);  // a fixture root is never connect()ed to
-  auto& none = find(assess_blockers(f), "user-manager");
+  auto none = find(assess_blockers(f), "user-manager");
   CHECK(none.status == CheckStatus::degraded);
   CHECK(none.hint.find("loginctl enable-linger") != std::string::npos);
   f.user_manager = true;
   f.have_systemd_run = true;
-  auto& yes = find(assess_blockers(f), "user-manager");
+  auto yes = find(assess_blockers(f), "user-manager");
   CHECK(yes.status == CheckStatus::ok);
   CHECK(yes.detail.find("re-executes itself in a delegated scope") != std::string::npos);
   f.cgroup_layout = "hybrid";

@@ -287,7 +287,7 @@ sbx_run_rootless_user_manager_pids() {  # the same, --pids 8 on a fork loop: sto
 bench_systemd_scope() {  # the per-run cost of the automatic scope (bench/systemd_scope.sh), TCG timings
   sbx_run_ready || return $?
   start_user_manager || return $?
-  as_user sh "$REPO/bench/systemd_scope.sh" "$SBX" 5 >/tmp/bench-scope.txt 2>&1; rc=$?
+  as_user sh "$REPO/bench/systemd_scope.sh" "$SBX" 3 >/tmp/bench-scope.txt 2>&1; rc=$?
   cat /tmp/bench-scope.txt
   grep 'ratio' /tmp/bench-scope.txt | sed 's/^/     /' >>"$SUMMARY"
   return $rc
