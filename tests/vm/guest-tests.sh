@@ -229,11 +229,27 @@ UHOG="b=[b'x'*(1<<20) for _ in range(10**6)]"  # the memory hog on one line, for
 # As uid 1001 with the user manager's environment (what pam_systemd gives a login).
 as_user() { setpriv --reuid=$U --regid=$U --clear-groups env -i PATH=/usr/bin:/bin HOME=/tmp/home$U XDG_RUNTIME_DIR=$URT SBX_STATE_DIR=/tmp/home$U/sbx "$@"; }
 
+# in_user_session NAME 'COMMAND': runs COMMAND with sh in a service of uid 1001's manager (as a
+# desktop terminal runs: its processes are in user@1001.service/app.slice/NAME.service, started
+# by the manager itself); stderr to /tmp/home1001/NAME.err; returns COMMAND's exit status.
+# (systemd-run --scope from the guest's root cgroup would need PID 1's help to move the caller in,
+# AttachProcessesToUnit over D-Bus, and the guest has no system manager.)
+in_user_session() {
+  rm -f /tmp/home$U/$1.rc
+  as_user systemd-run --user --quiet --unit="$1" -p StandardError=file:/tmp/home$U/$1.err sh -c "$2; echo \$? > /tmp/home$U/$1.rc" || return 1
+  i=0; while [ ! -s /tmp/home$U/$1.rc ] && [ $i -lt 600 ]; do sleep 0.2; i=$((i + 1)); done
+  [ -s /tmp/home$U/$1.rc ] || { echo "$1 did not finish"; tail -20 /tmp/systemd-user.log; return 1; }
+  return "$(cat /tmp/home$U/$1.rc)"
+}
+
 start_user_manager() {  # the host's systemd --user as uid 1001 in user@1001.service; 0 once it answers
   [ -S $URT/systemd/private ] && return 0
+  [ -f /tmp/systemd-user.failed ] && { cat /tmp/systemd-user.failed; return 1; }
   command -v setpriv >/dev/null || { echo "no setpriv in the guest"; return 77; }
   [ -x /lib/systemd/systemd ] && command -v systemd-run >/dev/null || { echo "no systemd on the host"; return 77; }
-  mkdir -p $UM /tmp/home$U $URT || return 1
+  # systemd --user refuses to start unless the system "booted with systemd" (sd_booted(): the
+  # directory /run/systemd/system exists). The guest's init is busybox: say so, as PID 1 would.
+  mkdir -p $UM /tmp/home$U $URT /run/systemd/system || return 1
   echo "+memory +pids +cpu" > $CG/user.slice/cgroup.subtree_control || return 1
   echo "+memory +pids +cpu" > $CG/user.slice/user-$U.slice/cgroup.subtree_control || return 1
   chown $U:$U $UM $UM/cgroup.procs $UM/cgroup.subtree_control $UM/cgroup.threads /tmp/home$U $URT && chmod 700 $URT || return 1
@@ -241,7 +257,7 @@ start_user_manager() {  # the host's systemd --user as uid 1001 in user@1001.ser
   sh -c "echo \$\$ > $UM/cgroup.procs && exec setpriv --reuid=$U --regid=$U --clear-groups env -i PATH=/usr/bin:/bin HOME=/tmp/home$U XDG_RUNTIME_DIR=$URT /lib/systemd/systemd --user" >/tmp/systemd-user.log 2>&1 &
   echo $! >/tmp/systemd-user.pid
   i=0; while [ ! -S $URT/systemd/private ] && [ $i -lt 1200 ]; do sleep 0.1; i=$((i + 1)); done
-  [ -S $URT/systemd/private ] || { tail -20 /tmp/systemd-user.log; echo "systemd --user did not come up in 120 s"; return 1; }
+  [ -S $URT/systemd/private ] || { tail -20 /tmp/systemd-user.log; echo "systemd --user did not come up in 120 s" | tee /tmp/systemd-user.failed; return 1; }
   echo "systemd --user (uid $U) answers on $URT/systemd/private after $(( $(date +%s) - t0 )) s; its cgroup: $(ls $UM | grep -E 'scope|slice' | tr '\n' ' ')"
 }
 
@@ -252,7 +268,8 @@ sbx_run_rootless_user_manager() {  # uid 1001, no flag: from a busy scope of its
   # The "terminal": a scope of the user manager (as a desktop session's terminal has), holding a
   # shell's other process beside sbx. Its cgroup is the user's but has processes, so cgroup v2
   # gives no controllers below it: before, sbx fell back to rlimits here.
-  as_user systemd-run --user --scope --quiet --unit=term-$$ sh -c "sleep 300 & exec '$SBX' run --memory 32M --pids 16 --timeout 60s --trace-file /tmp/home$U/t.json -- python3 -c \"$UHOG\"" 2>/tmp/um-err.txt; rc=$?
+  in_user_session term1 "sleep 300 & '$SBX' run --memory 32M --pids 16 --timeout 60s --trace-file /tmp/home$U/t.json -- python3 -c \"$UHOG\""; rc=$?
+  cp /tmp/home$U/term1.err /tmp/um-err.txt 2>/dev/null
   TT=/tmp/home$U/t.json
   status=$(python3 -c "import json; print(json.load(open('$TT'))['result']['status'])")
   how=$(python3 -c "import json; print(json.load(open('$TT'))['host']['cgroup']['obtained_by'])")
@@ -265,7 +282,8 @@ sbx_run_rootless_user_manager() {  # uid 1001, no flag: from a busy scope of its
   ok=1; [ $rc = 137 ] && [ "$status" = oom ] && [ "$how" = "systemd user scope (automatic)" ] && echo "$mech" | grep -q "memory.max" \
     && case $cgp in "v2 $UM/"*) true ;; *) false ;; esac && ok=0
   # The opt-out: same place, --no-systemd-scope -> rlimits, and at most one short warning line.
-  as_user systemd-run --user --scope --quiet --unit=term2-$$ sh -c "sleep 300 & exec '$SBX' run --no-systemd-scope --memory 32M --timeout 60s --trace-file /tmp/home$U/t0.json -- true" 2>/tmp/um-err0.txt; rc0=$?
+  in_user_session term2 "sleep 300 & '$SBX' run --no-systemd-scope --memory 32M --timeout 60s --trace-file /tmp/home$U/t0.json -- true"; rc0=$?
+  cp /tmp/home$U/term2.err /tmp/um-err0.txt 2>/dev/null
   mech0=$(python3 -c "import json; print(json.load(open('/tmp/home$U/t0.json'))['enforcement']['limits_applied']['memory']['mechanism'])")
   lines=$(grep -c . /tmp/um-err0.txt); longest=$(awk '{ if (length($0) > m) m = length($0) } END { print m + 0 }' /tmp/um-err0.txt)
   echo "--no-systemd-scope: exit $rc0, mechanism '$mech0', stderr $lines line(s), longest $longest chars: $(cat /tmp/um-err0.txt)"
@@ -275,7 +293,7 @@ sbx_run_rootless_user_manager() {  # uid 1001, no flag: from a busy scope of its
 sbx_run_rootless_user_manager_pids() {  # the same, --pids 8 on a fork loop: stops at 8 through pids.max
   sbx_run_ready || return $?
   start_user_manager || return $?
-  out=$(as_user systemd-run --user --scope --quiet --unit=term3-$$ sh -c "sleep 300 & exec '$SBX' run --pids 8 --timeout 60s --trace-file /tmp/home$U/tp.json -- sh -c 'for i in \$(seq 30); do sleep 3 & done 2>&1; wait'"); rc=$?
+  in_user_session term3 "sleep 300 & '$SBX' run --pids 8 --timeout 60s --trace-file /tmp/home$U/tp.json -- sh -c 'for i in \$(seq 30); do sleep 3 & done 2>&1; wait'"; rc=$?
   TT=/tmp/home$U/tp.json
   peak=$(python3 -c "import json; print(json.load(open('$TT'))['usage']['pids_peak'])")
   how=$(python3 -c "import json; print(json.load(open('$TT'))['host']['cgroup']['obtained_by'])")
@@ -287,7 +305,8 @@ sbx_run_rootless_user_manager_pids() {  # the same, --pids 8 on a fork loop: sto
 bench_systemd_scope() {  # the per-run cost of the automatic scope (bench/systemd_scope.sh), TCG timings
   sbx_run_ready || return $?
   start_user_manager || return $?
-  as_user sh "$REPO/bench/systemd_scope.sh" "$SBX" 3 >/tmp/bench-scope.txt 2>&1; rc=$?
+  in_user_session bench "sh '$REPO/bench/systemd_scope.sh' '$SBX' 3 >/tmp/home$U/bench.txt 2>&1"; rc=$?
+  cp /tmp/home$U/bench.txt /tmp/bench-scope.txt
   cat /tmp/bench-scope.txt
   grep 'ratio' /tmp/bench-scope.txt | sed 's/^/     /' >>"$SUMMARY"
   return $rc
