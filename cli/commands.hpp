@@ -52,7 +52,8 @@ struct RunFlags {
   bool dry_run = false;
   bool interactive = false;  // run -i: relay stdin through a pipe even from a terminal
   bool tty = false;          // run -t: a pty of the sandbox's own (stdin_relay.hpp)
-  bool systemd_scope = false;  // run: re-exec under a delegated systemd scope when rootless
+  bool systemd_scope = false;     // run: re-exec under a delegated systemd scope, or fail (125)
+  bool no_systemd_scope = false;  // run: never re-exec (the default does where it helps)
   bool require_limits = false;
   bool require_record = false;
   bool keep_inputs = false;  // run --keep-inputs: --input files and the profile into the blob store

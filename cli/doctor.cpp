@@ -2,10 +2,15 @@
 // Exit 0 when sbx can run here (every required check ok), 1 otherwise. The probes live in
 // runtime/hostcheck; this file only prints.
 #include <algorithm>
+#include <limits.h>
+#include <unistd.h>
+
 #include <cstdio>
+#include <cstdlib>
 
 #include "cli/commands.hpp"
 #include "runtime/cgroup_ns.hpp"
+#include "runtime/host_blockers.hpp"
 #include "runtime/hostcheck.hpp"
 #include "runtime/json_io.hpp"
 
@@ -22,6 +27,28 @@ void add_cgroup_namespace_check(std::vector<CheckResult>& checks) {
 
 }  // namespace
 
+namespace {
+
+// The host settings that commonly block or weaken sbx (runtime/host_blockers.hpp), read from this
+// host, judged with what the userns probe found.
+void append_blocker_checks(std::vector<CheckResult>& checks) {
+  char exe[PATH_MAX];
+  ssize_t n = ::readlink("/proc/self/exe", exe, sizeof exe - 1);
+  std::string self = n > 0 ? std::string(exe, static_cast<std::size_t>(n)) : "";
+  const char* rt = std::getenv("XDG_RUNTIME_DIR");
+  std::string runtime_dir = rt && *rt ? rt : "/run/user/" + std::to_string(::geteuid());
+  BlockerFacts f = read_blocker_facts("", ::geteuid(), self, runtime_dir);
+  for (auto& c : checks)
+    if (c.name == "userns") f.userns_probe_ok = c.status == CheckStatus::ok;
+  CgroupInfo cg = detect_cgroup();
+  f.cgroup_layout = cg.layout;
+  for (auto& c : checks)
+    if (c.name == "cgroup") f.cgroup_usable = c.status == CheckStatus::ok;
+  for (auto& c : assess_blockers(f)) checks.push_back(std::move(c));
+}
+
+}  // namespace
+
 void add_doctor_command(CLI::App& app, GlobalOptions&, std::vector<Command>& out) {
   auto* doctor = app.add_subcommand("doctor", "Check what sbx needs on this host, with a fix for each missing piece");
   static bool json = false;
@@ -29,6 +56,7 @@ void add_doctor_command(CLI::App& app, GlobalOptions&, std::vector<Command>& out
   out.push_back({doctor, [] {
     auto checks = run_host_checks();
     add_cgroup_namespace_check(checks);
+    append_blocker_checks(checks);
     nlohmann::json doc = json ? checks_to_json(checks) : nlohmann::json();
     // Host paths and messages may be any bytes: dump_json escapes them (json_io.hpp).
     std::string text = json ? dump_json(doc, 2) + "\n" : render_table(checks);

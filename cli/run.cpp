@@ -262,7 +262,11 @@ void add_run_options(CLI::App* run, RunFlags& f) {
   run->add_flag("--dry-run", f.dry_run,
                 "Make every check of a run and print the merged spec and what would enforce each limit as JSON; run nothing");
   run->add_flag("--systemd-scope", f.systemd_scope,
-                "Rootless without a delegated cgroup: re-run sbx under systemd-run --user --scope -p Delegate=yes");
+                "Rootless without a delegated cgroup: re-run sbx under systemd-run --user --scope -p Delegate=yes, "
+                "or fail (125) when no user manager answers (the default does it only where it helps)");
+  run->add_flag("--no-systemd-scope", f.no_systemd_scope,
+                "Never re-run sbx under a systemd user scope (limits may then fall back to rlimits)")
+      ->excludes("--systemd-scope");
 }
 
 void add_run_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out) {
@@ -312,8 +316,11 @@ void add_run_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out)
       return print_dry_run(req);
     }
     if (auto st = check_trace_file(f.trace_file); !st) return usage_error(st.error().describe());
-    if (f.systemd_scope)
-      if (auto rc = reexec_in_systemd_scope(g.argv, req.spec)) return *rc;
+    {
+      ScopeMode mode = f.systemd_scope ? ScopeMode::always : f.no_systemd_scope ? ScopeMode::never : ScopeMode::automatic;
+      if (auto rc = maybe_reexec_in_systemd_scope(g.argv, req.spec, mode, req.systemd_scope)) return *rc;
+      req.cgroup_via_scope = scope_origin();
+    }
     if (!f.output_dir.empty())
       if (auto st = prepare_export_dir(f.output_dir); !st) return usage_error(st.error().describe());
     req.export_dir = f.output_dir;

@@ -1,19 +1,66 @@
 #include "cli/systemd_scope.hpp"
 
 #include <limits.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <sstream>
 
 #include <spdlog/spdlog.h>
 
 #include "cli/commands.hpp"
-#include "runtime/cgroup.hpp"
+#include "runtime/fsutil.hpp"
 #include "runtime/limits_plan.hpp"
 #include "runtime/signals.hpp"
 
 namespace sbx::cli {
+
+namespace {
+
+// A unix stream socket someone listens on. connect() on a unix socket completes at once (the
+// listener's backlog takes it; no handshake), so this never blocks; a socket file left by a
+// manager that exited answers ECONNREFUSED.
+bool answers(const std::string& path) {
+  struct sockaddr_un sa{};
+  if (path.size() >= sizeof sa.sun_path) return false;
+  sa.sun_family = AF_UNIX;
+  std::memcpy(sa.sun_path, path.c_str(), path.size() + 1);
+  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) return false;
+  int rc = ::connect(fd, reinterpret_cast<struct sockaddr*>(&sa), sizeof sa);
+  bool ok = rc == 0 || errno == EAGAIN;  // EAGAIN: a full backlog, but someone is there
+  ::close(fd);
+  return ok;
+}
+
+bool on_path(const char* prog) {
+  const char* p = std::getenv("PATH");
+  std::string path = p && *p ? p : "/usr/local/bin:/usr/bin:/bin";
+  std::size_t i = 0;
+  while (i <= path.size()) {
+    std::size_t j = path.find(':', i);
+    if (j == std::string::npos) j = path.size();
+    std::string dir = path.substr(i, j - i);
+    if (!dir.empty() && ::access((dir + "/" + prog).c_str(), X_OK) == 0) return true;
+    i = j + 1;
+  }
+  return false;
+}
+
+// The runtime directory systemd-run will look in: $XDG_RUNTIME_DIR, else pam_systemd's
+// /run/user/<uid> (a cron job or `su -` often lacks the variable while the manager runs).
+std::string runtime_dir() {
+  const char* rt = std::getenv("XDG_RUNTIME_DIR");
+  if (rt && *rt) return rt;
+  return "/run/user/" + std::to_string(::geteuid());
+}
+
+}  // namespace
 
 std::vector<std::string> systemd_scope_argv(const std::string& self_exe, const std::vector<std::string>& argv) {
   // --scope runs the command in this process (stdio, signals and exit status stay ours);
@@ -22,40 +69,87 @@ std::vector<std::string> systemd_scope_argv(const std::string& self_exe, const s
                                   self_exe};
   bool after_dashdash = false;
   for (std::size_t i = 1; i < argv.size(); ++i) {
-    if (!after_dashdash && argv[i] == "--systemd-scope") continue;
+    if (!after_dashdash && (argv[i] == "--systemd-scope" || argv[i] == "--no-systemd-scope")) continue;
     if (argv[i] == "--") after_dashdash = true;
     out.push_back(argv[i]);
   }
   return out;
 }
 
-std::optional<int> reexec_in_systemd_scope(const std::vector<std::string>& argv, const RunSpec& spec) {
-  if (::geteuid() == 0) {
-    spdlog::info("--systemd-scope: not needed as root");
+ScopeFacts gather_scope_facts(const RunSpec& spec, const CgroupInfo& info) {
+  ScopeFacts f;
+  f.rootless = ::geteuid() != 0;
+  const char* in = std::getenv(kInScopeEnv);
+  f.in_scope = in && *in;
+  f.cgroup_usable = plan_limits(spec.limits, info, f.rootless, true).use_cgroup;
+  // A cgroup of the user's that holds other processes (a desktop terminal's scope, with its
+  // shell) is writable, but cgroup v2 gives no controllers below it (no internal processes):
+  // RunCgroup would fail with EBUSY. A fresh scope is the fix there too.
+  if (f.rootless && f.cgroup_usable && !info.mount.empty()) {
+    std::string own = own_cgroup_path(info.self_path);
+    if (own != "/") {
+      auto procs = read_file(info.mount + own + "/cgroup.procs");
+      std::istringstream in(procs ? *procs : std::string());
+      long pid;
+      while (in >> pid)
+        if (pid != ::getpid()) {
+          f.cgroup_usable = false;
+          f.own_cgroup_busy = true;
+          break;
+        }
+    }
+  }
+  f.layout = info.layout;
+  const Limits& l = spec.limits;
+  f.wants_cgroup = l.memory_bytes || l.pids || l.cpus || l.cpu_time_ms;
+  if (f.rootless && !f.in_scope && !f.cgroup_usable) {  // only then is it worth a connect()
+    std::string rt = runtime_dir();
+    for (const char* s : {"/systemd/private", "/bus"}) {
+      if (answers(rt + s)) {
+        f.user_manager = rt + s;
+        break;
+      }
+    }
+    f.user_manager_probe = rt + "/systemd/private, " + rt + "/bus";
+    f.have_systemd_run = on_path("systemd-run");
+  }
+  return f;
+}
+
+std::string scope_origin() {
+  const char* in = std::getenv(kInScopeEnv);
+  std::string v = in ? in : "";
+  ::unsetenv(kInScopeEnv);
+  if (v != "auto" && v != "flag") return "";
+  std::string self = detect_cgroup().self_path;
+  // The scope itself, or its sbx-supervisor leaf once a RunCgroup moved sbx there.
+  std::string own = own_cgroup_path(self);
+  const std::string suffix = ".scope";
+  bool scope = own.size() > suffix.size() && own.compare(own.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return scope ? v : "";
+}
+
+std::optional<int> maybe_reexec_in_systemd_scope(const std::vector<std::string>& argv, const RunSpec& spec,
+                                                 ScopeMode mode, std::string& why) {
+  ScopeDecision d = decide_systemd_scope(mode, gather_scope_facts(spec, detect_cgroup()));
+  why = d.why;
+  if (d.error) return usage_error(d.why);
+  if (!d.reexec) {
+    if (mode == ScopeMode::always) spdlog::info("--systemd-scope: not re-executing: {}", d.why);
     return std::nullopt;
   }
-  if (const char* in = std::getenv(kInScopeEnv); in && *in) return std::nullopt;  // we are the re-exec
-  if (plan_limits(spec.limits, detect_cgroup(), true, true).use_cgroup) {
-    spdlog::info("--systemd-scope: a delegated cgroup v2 is already usable here");
-    return std::nullopt;
-  }
-  // systemd-run itself exits 1 when it cannot reach the user's systemd, which a caller could not
-  // tell from the program's own exit 1: check for the user bus first and fail as sbx (125).
-  const char* rt = std::getenv("XDG_RUNTIME_DIR");
-  const char* bus = std::getenv("DBUS_SESSION_BUS_ADDRESS");
-  std::string bus_path = rt && *rt ? std::string(rt) + "/bus" : "";
-  if (!(bus && *bus) && (bus_path.empty() || ::access(bus_path.c_str(), F_OK) != 0))
-    return usage_error("--systemd-scope: no systemd user session to delegate a cgroup (no $XDG_RUNTIME_DIR/bus or "
-                       "$DBUS_SESSION_BUS_ADDRESS); log in through systemd, or drop --systemd-scope");
   char exe[PATH_MAX];
   ssize_t n = ::readlink("/proc/self/exe", exe, sizeof exe - 1);
-  if (n <= 0) return usage_error(std::string("--systemd-scope: cannot find sbx's own binary: ") + std::strerror(errno));
+  if (n <= 0) return usage_error(std::string("systemd scope: cannot find sbx's own binary: ") + std::strerror(errno));
   auto args = systemd_scope_argv(std::string(exe, static_cast<std::size_t>(n)), argv);
   std::vector<char*> cargs;
   for (auto& a : args) cargs.push_back(a.data());
   cargs.push_back(nullptr);
-  ::setenv(kInScopeEnv, "1", 1);
-  spdlog::info("--systemd-scope: re-executing under systemd-run --user --scope -p Delegate=yes");
+  ::setenv(kInScopeEnv, mode == ScopeMode::always ? "flag" : "auto", 1);
+  // systemd-run finds the manager through $XDG_RUNTIME_DIR only (runtime_dir() above).
+  bool set_rt = !std::getenv("XDG_RUNTIME_DIR");
+  if (set_rt) ::setenv("XDG_RUNTIME_DIR", runtime_dir().c_str(), 1);
+  spdlog::info("re-executing under systemd-run --user --scope -p Delegate=yes ({})", d.why);
   int err;
   {
     // systemd-run gets the mask sbx was started with; the re-executed sbx blocks again (main).
@@ -64,8 +158,12 @@ std::optional<int> reexec_in_systemd_scope(const std::vector<std::string>& argv,
     err = errno;
   }
   ::unsetenv(kInScopeEnv);
-  return usage_error(std::string("--systemd-scope: cannot run systemd-run: ") + std::strerror(err) +
-                     (err == ENOENT ? " (install systemd, or drop --systemd-scope)" : ""));
+  if (set_rt) ::unsetenv("XDG_RUNTIME_DIR");
+  if (mode == ScopeMode::always)
+    return usage_error(std::string("--systemd-scope: cannot run systemd-run: ") + std::strerror(err) +
+                       (err == ENOENT ? " (install systemd, or drop --systemd-scope)" : ""));
+  why = std::string("cannot run systemd-run: ") + std::strerror(err);
+  return std::nullopt;  // automatic: carry on without the scope, as if there were no manager
 }
 
 }  // namespace sbx::cli

@@ -1,21 +1,41 @@
 #pragma once
-// --systemd-scope: rootless, without a delegated cgroup v2 subtree, sbx cannot apply memory, pids
-// or cpu limits through cgroups. systemd can delegate one: sbx re-executes itself under
+// Rootless, without a delegated cgroup v2 subtree, sbx cannot apply memory, pids or cpu limits
+// through cgroups. A systemd user manager can delegate one: sbx re-executes itself under
 // `systemd-run --user --scope -p Delegate=yes`, whose scope is a cgroup the user owns.
+//
+// Automatic by default: a rootless `sbx run` on a pure cgroup v2 host whose own cgroup is not
+// usable (a login session's scope is root's, not the user's) re-executes itself so when a user
+// manager answers on $XDG_RUNTIME_DIR/systemd/private (the socket systemd-run --scope uses first)
+// or the user bus. --systemd-scope insists (exit 125 when it cannot), --no-systemd-scope never
+// re-executes. The re-executed sbx learns how its cgroup was obtained from kInScopeEnv and says
+// so in the trace (host.cgroup.obtained_by).
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "runtime/cgroup.hpp"
+#include "runtime/scope_decision.hpp"
 #include "runtime/spec.hpp"
 
 namespace sbx::cli {
 
+// Set for the re-executed sbx: "auto" or "flag" (how the scope came about).
 inline constexpr const char* kInScopeEnv = "SBX_IN_SYSTEMD_SCOPE";
 
-// Re-executes sbx (argv without --systemd-scope) inside a delegated systemd scope when that is
-// what the run needs: rootless, not already in such a scope, and no usable cgroup v2 here. Returns
-// nullopt when no re-exec is needed; otherwise it only returns on failure, with the exit status.
-std::optional<int> reexec_in_systemd_scope(const std::vector<std::string>& argv, const RunSpec& spec);
+// Reads the facts: euid, kInScopeEnv, $XDG_RUNTIME_DIR/systemd/private and .../bus (connect()ed,
+// so that a stale socket file of a manager that is gone does not count), systemd-run on PATH.
+ScopeFacts gather_scope_facts(const RunSpec& spec, const CgroupInfo& info);
+
+// Re-executes sbx (argv without --systemd-scope/--no-systemd-scope) inside a delegated systemd
+// scope when `decide_systemd_scope` says so. Returns nullopt when no re-exec is needed (with
+// `why` filled for the trace); otherwise it only returns on failure, with the exit status (125).
+std::optional<int> maybe_reexec_in_systemd_scope(const std::vector<std::string>& argv, const RunSpec& spec,
+                                                 ScopeMode mode, std::string& why);
+
+// In the re-executed sbx: "auto" or "flag" when kInScopeEnv is set and sbx's cgroup is indeed a
+// systemd scope (a variable alone proves nothing), else "". Clears kInScopeEnv either way, so
+// that nothing sbx starts inherits it.
+std::string scope_origin();
 
 // The systemd-run command line for `self_exe` and sbx's own arguments (exposed for tests).
 std::vector<std::string> systemd_scope_argv(const std::string& self_exe, const std::vector<std::string>& argv);

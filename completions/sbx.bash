@@ -64,7 +64,7 @@ _sbx() {
     local global_opts="--state-dir --log-level -v --verbose --version -h --help"
     local run_opts="--profile --image --uid --gid --bind --tmpfs --workdir --input --output --output-max-bytes
         --output-max-files --env --env-pass --timeout --output-limit --memory --pids --cpus --cpu-time --require-limits
-        --require-record --seccomp --cap-add --gpu --allow-host --trace-file --events --dry-run --systemd-scope -i --interactive -t --tty
+        --require-record --seccomp --cap-add --gpu --allow-host --trace-file --events --dry-run --systemd-scope --no-systemd-scope -i --interactive -t --tty
         --keep-inputs"
     # Options that take a value (the next word is not a subcommand or the command).
     local takes_arg="--state-dir --log-level --profile --image --uid --gid --bind --tmpfs --workdir --env

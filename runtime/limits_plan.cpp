@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 
 namespace sbx {
 namespace {
@@ -38,8 +40,8 @@ std::string cgroup_gap(const CgroupInfo& info, bool rootless, bool cgroup_ok, co
   }
   if (!info.writable)
     return rootless ? "cgroup " + info.self_path +
-                          " is not delegated to this user; use `sbx run --systemd-scope` (systemd-run --user --scope -p "
-                          "Delegate=yes), or run as root"
+                          " is not delegated to this user, and sbx got no delegated systemd user scope (see "
+                          "host.cgroup.systemd_scope; systemd-run --user --scope -p Delegate=yes does it), or run as root"
                     : "cgroup " + info.self_path + " is not writable";
   return "";
 }
@@ -88,6 +90,22 @@ void fallback_memory(LimitDecision& d, LimitPlan& plan, const std::string& gap, 
 }
 
 }  // namespace
+
+std::string cgroup_gap_short(const CgroupInfo& info, bool rootless, const Error* failed) {
+  if (failed) {
+    std::string why = failed->err == EBUSY ? "its cgroup holds other processes"
+                       : failed->err      ? std::strerror(failed->err)
+                                          : "see the trace";
+    return "cgroup v2 setup failed: " + why;
+  }
+  if (info.mount.empty()) return "no cgroup v2 mounted";
+  if (info.self_path.empty()) return "no cgroup v2 path for sbx";
+  bool any = has(info, "memory") || has(info, "pids") || has(info, "cpu");
+  if (info.layout == "hybrid" && !any) return "cgroup v1/v2 hybrid host";
+  if (!any) return "no cgroup v2 controllers delegated";
+  if (!info.writable) return rootless ? "cgroup not delegated to you" : "cgroup not writable";
+  return "controller missing in cgroup v2";
+}
 
 const LimitDecision* LimitPlan::find(const std::string& limit) const {
   for (const auto& d : decisions)

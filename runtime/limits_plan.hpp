@@ -51,6 +51,12 @@ struct LimitPlan {
 //   alone is ~1 GB of mappings), so the decision says "not applied", and --require-limits refuses.
 LimitPlan plan_limits(const Limits& limits, const CgroupInfo& info, bool rootless, bool cgroup_ok, bool gpu = false);
 
+// Why cgroup v2 does not enforce this run's limits, in a few words for the one warning line of a
+// run (the trace's reasons say it at length): "cgroup v1/v2 hybrid host", "cgroup not delegated
+// to you", "cgroup v2 setup failed: Device or resource busy", ... `failed`: RunCgroup::create's
+// error, when that is the cause.
+std::string cgroup_gap_short(const CgroupInfo& info, bool rootless, const Error* failed);
+
 // For the supervisor's cpu_time limit on the cgroup path: how long (ms) until the budget could
 // first run out, given the CPU time used so far and the most CPUs the sandbox can burn at once
 // (cpus limit, else the number of online CPUs). Arm a timerfd for that, read cpu.stat usage_usec

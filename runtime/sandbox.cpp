@@ -100,13 +100,25 @@ json namespace_root_json(const CgroupInfo& cg) {
   return {{"procs", cg.namespace_root_procs}, {"subtree_control", ctl}};
 }
 
-json host_json(const CgroupInfo& cg) {
+// How the run cgroup's parent was obtained: sbx's own cgroup as root on the real root (the root
+// subtree), a systemd user scope sbx re-executed itself in (cli/systemd_scope.hpp), or the cgroup
+// sbx was started in (delegated to it); "none" when the run has no cgroup.
+std::string cgroup_obtained_by(const CgroupInfo& cg, bool have_cgroup, const std::string& via_scope) {
+  if (!have_cgroup) return "none";
+  if (cg.root_subtree) return "root subtree";
+  if (via_scope == "auto") return "systemd user scope (automatic)";
+  if (via_scope == "flag") return "systemd user scope (--systemd-scope)";
+  return "own cgroup";
+}
+
+json host_json(const CgroupInfo& cg, const std::string& obtained_by, const std::string& systemd_scope) {
   struct utsname u;
   ::uname(&u);
-  return {{"kernel", u.release},
-          {"cgroup", {{"layout", cg.layout}, {"mount", cg.mount}, {"self_path", cg.self_path}, {"controllers", cg.controllers},
-                      {"run_cgroups_under", cg.root_subtree && offers_limits(cg) ? cg.mount + "/sbx" : std::string()},
-                      {"namespace_root", namespace_root_json(cg)}}}};
+  json c = {{"layout", cg.layout}, {"mount", cg.mount}, {"self_path", cg.self_path}, {"controllers", cg.controllers},
+            {"run_cgroups_under", cg.root_subtree && offers_limits(cg) ? cg.mount + "/sbx" : std::string()},
+            {"obtained_by", obtained_by}, {"namespace_root", namespace_root_json(cg)}};
+  if (!systemd_scope.empty()) c["systemd_scope"] = systemd_scope;
+  return {{"kernel", u.release}, {"cgroup", std::move(c)}};
 }
 
 // Which limits are enforced and how: wall time, output and /tmp size are sbx's own; memory,
@@ -237,6 +249,7 @@ RunReport run_sandbox(const RunRequest& req) {
   // The parts of the record that describe the request, not its outcome, are built once the
   // sandbox is under way (after the second sync byte below), while init sets up or the program
   // runs, off the critical path; a run that fails before that builds them at the end.
+  bool have_cgroup = false;  // a RunCgroup was created (declared here for describe_request)
   auto describe_request = [&, described = false]() mutable {
     if (described) return;
     described = true;
@@ -245,7 +258,7 @@ RunReport run_sandbox(const RunRequest& req) {
                         {"profile", {{"name", req.profile.name}, {"origin", req.profile.origin}, {"sha256", sha256_hex(req.profile.text)}}},
                         {"pack", req.pack},
                         {"spec", spec_to_json(spec)}};
-    parts.host = host_json(cg);
+    parts.host = host_json(cg, cgroup_obtained_by(cg, have_cgroup, req.cgroup_via_scope), req.systemd_scope);
   };
   json namespaces = json::array();
   for (auto* n : kNamespaceNames) namespaces.push_back(n);
@@ -311,6 +324,7 @@ RunReport run_sandbox(const RunRequest& req) {
     parts.enforcement["gpu"] = gpu_enforcement_json(gpu);
     if (gpu.enabled) parts.usage_extra["gpu"] = gpu_usage_json(gpu);
     LimitPlan plan = plan_limits(spec.limits, cg, rootless, true, gpu.enabled);
+    std::optional<Error> cgroup_error;  // RunCgroup::create failed
     if (spec.require_limits)
       if (auto e = require_limits_shortfall(plan, cg, req.limit_layers)) return fail_setup(*e);
     if (plan.use_cgroup) {
@@ -319,11 +333,19 @@ RunReport run_sandbox(const RunRequest& req) {
       auto created = RunCgroup::create(cg, plan.cgroup_limits, parts.run_id);
       if (created) {
         cgroup.emplace(std::move(*created));
-        for (auto& w : cgroup->warnings()) spdlog::warn("{}", w);
+        have_cgroup = true;
+        // Weaker than asked but not worth a warning line of its own (one per run at most): the
+        // trace keeps them, -v shows them.
+        if (!cgroup->warnings().empty()) parts.enforcement["cgroup_notes"] = cgroup->warnings();
+        for (auto& w : cgroup->warnings()) spdlog::info("cgroup: {}", w);
         // Before anything runs in it: the counters' baseline is the empty cgroup's.
         if (events) cgroup_events.emplace(cgroup->dir_fd(), plan.cgroup_limits.cpus.has_value(), &*events);
       } else {
-        spdlog::warn("cgroup v2 unusable, falling back to rlimits: {}", created.error().describe());
+        // The whole story (paths, the pids in the way, errno) goes to the trace; the one line
+        // below names only the cause.
+        cgroup_error = created.error();
+        parts.enforcement["cgroup_error"] = created.error().describe();
+        spdlog::debug("cgroup v2 unusable, falling back to rlimits: {}", created.error().describe());
         plan = plan_limits(spec.limits, cg, rootless, false, gpu.enabled);
       }
     }
@@ -347,11 +369,15 @@ RunReport run_sandbox(const RunRequest& req) {
     if (!fallback) return fail_setup(fallback.error());
     const bool memory_fallback = !fallback->is_null();
     if (memory_fallback) parts.enforcement["memory_fallback"] = std::move(*fallback);
+    // At most this one line per run about limits: what is weaker and the cause in a few words;
+    // the details are in the trace (enforcement) and `sbx doctor`. A warning when the caller
+    // asked for the limit or a cgroup setup failed unexpectedly; otherwise info (-v).
     if (!missing.empty() || !degraded.empty())
-      spdlog::log(asked ? spdlog::level::warn : spdlog::level::info, "limits {}{}{} (details in the trace's enforcement section; see 'sbx doctor')",
+      spdlog::log(asked || cgroup_error ? spdlog::level::warn : spdlog::level::info, "limits {}{}{} ({}; see the trace, 'sbx doctor')",
                    missing.empty() ? "" : "not enforced: " + missing.substr(2),
                    !missing.empty() && !degraded.empty() ? "; " : "",
-                   degraded.empty() ? "" : "enforced only per process by rlimits: " + degraded.substr(2));
+                   degraded.empty() ? "" : "only per process (rlimits): " + degraded.substr(2),
+                   cgroup_gap_short(cg, rootless, cgroup_error ? &*cgroup_error : nullptr));
     if (scaled.scaled)
       spdlog::info("tmpfs sizes scaled down to fit the memory limit {} (no cgroup v2 counts their pages): {}",
                    format_size(*spec.limits.memory_bytes), describe_shares(scaled.shares));

@@ -38,6 +38,12 @@ struct RunRequest {
   // path): named by --require-limits when the limit cannot be enforced (preflight.hpp).
   std::map<std::string, std::string> limit_layers;
 
+  // How sbx's cgroup came about, for host.cgroup in the record (cli/systemd_scope.hpp):
+  // "auto" or "flag" when sbx re-executed itself in a delegated systemd user scope; and the
+  // reason sbx did (or did not) re-execute itself so ("" when nobody asked: pack run, exec).
+  std::string cgroup_via_scope;
+  std::string systemd_scope;
+
   // Typed-IO callers (sbx pack run, sbx exec) fill these; a plain `sbx run` leaves them empty.
   nlohmann::json pack = nullptr;                  // invocation.pack {name, version, digest}
   nlohmann::json inputs = nlohmann::json::array();  // inputs [{path, bytes, sha256}]

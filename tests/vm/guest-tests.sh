@@ -1,6 +1,7 @@
 #!/bin/sh
 # Runs INSIDE the qemu guest (tests/vm/run.sh boots it): real cgroup v2 with memory/pids/cpu.
-# usage: guest-tests.sh BUILD_DIR        (host paths work unchanged: the host's / is the guest's)
+# usage: guest-tests.sh BUILD_DIR [ONLY]  (host paths work unchanged: the host's / is the guest's)
+#   ONLY: run only the tests whose function name contains one of these comma-separated words
 # Prints each test's output to the console and a one-line-per-test summary to /results/summary.
 # Exit status: 0 if every test passed (skips do not fail), else 1.
 BUILD=${1:?usage: guest-tests.sh BUILD_DIR}
@@ -16,8 +17,13 @@ pass() { echo "PASS $1" | tee -a "$SUMMARY"; }
 fail() { echo "FAIL $1${2:+: $2}" | tee -a "$SUMMARY"; FAILED=1; }
 skip() { echo "SKIP $1: $2" | tee -a "$SUMMARY"; }
 note() { echo "     $*" | tee -a "$SUMMARY"; }
+ONLY=${2:-}
 # run NAME FUNCTION: one test; its return status decides (77 = skipped, reason on its last line).
 run() {
+  if [ -n "$ONLY" ]; then
+    hit=0; for o in $(echo "$ONLY" | tr ',' ' '); do case $2 in *"$o"*) hit=1 ;; esac; done
+    [ $hit = 1 ] || return 0
+  fi
   echo "---- $1"
   out=$("$2" 2>&1); rc=$?
   [ -n "$out" ] && printf '%s\n' "$out"
@@ -280,12 +286,145 @@ bench_cgroup_placement() {  # per-run cost of run cgroup placement (bench/cgroup
   return $rc
 }
 
+
+
+# ---- callers' cgroups as systemd makes them. The guest's init is busybox, not systemd: the tree
+# above a service or a user manager is built here the way systemd (PID 1) and logind would build
+# it (system.slice/NAME.service; user.slice/user-UID.slice/user@UID.service with memory, pids and
+# cpu enabled down to it and the service's directory and cgroup.procs/subtree_control/threads
+# chowned to the user, which is what Delegate=yes does). What runs inside is real: the host's
+# own `systemd --user` binary as uid 1001, and the host's systemd-run talking to it.
+
+sbx_run_from_service_cgroup() {  # root from system.slice/x.service holding the service's own process
+  sbx_run_ready || return $?
+  S=$CG/system.slice/x.service
+  mkdir -p $S || return 1
+  sh -c "echo \$\$ > $S/cgroup.procs && exec sleep 300" & daemon=$!
+  sleep 0.2
+  sh -c 'echo $$ > "$0" && exec "$@"' $S/cgroup.procs \
+    "$SBX" run --memory 32M --pids 16 --timeout 60s --trace-file $T -- python3 -c "$HOG" 2>/tmp/svc-err.txt; rc=$?
+  status=$(tr_get 't["result"]["status"]'); mech=$(tr_get 't["enforcement"]["limits_applied"]["memory"]["mechanism"]')
+  how=$(tr_get 't["host"]["cgroup"]["obtained_by"]'); cgp=$(tr_get 't["enforcement"]["cgroup"]'); self=$(tr_get 't["host"]["cgroup"]["self_path"]')
+  echo "from $self (a sleep beside sbx): exit $rc, status $status, mechanism '$mech', obtained_by '$how', cgroup '$cgp'"
+  ok=1; [ $rc = 137 ] && [ "$status" = oom ] && [ "$how" = "root subtree" ] && echo "$mech" | grep -q "memory.max" && ok=0
+  # pids: a fork loop from the same service cgroup stops at the limit.
+  out=$(sh -c 'echo $$ > "$0" && exec "$@"' $S/cgroup.procs \
+    "$SBX" run --pids 8 --timeout 60s --trace-file $T -- sh -c 'for i in $(seq 30); do sleep 3 & done 2>&1; wait'); prc=$?
+  peak=$(tr_get 't["usage"]["pids_peak"]'); pm=$(tr_get 't["enforcement"]["limits_applied"]["pids"]["mechanism"]')
+  echo "pids 8 from $self: exit $prc, pids_peak $peak, mechanism '$pm'"
+  procs=$(cat $S/cgroup.procs | wc -l); ctl=$(cat $S/cgroup.subtree_control)
+  kill $daemon; wait $daemon 2>/dev/null; rmdir $S $CG/system.slice 2>/dev/null
+  echo "x.service while sbx ran: $procs process(es) after, subtree_control '$ctl' (left as it was)"
+  [ $ok = 0 ] && [ "$peak" = 8 ] && echo "$pm" | grep -q "pids.max" && [ -z "$ctl" ]
+}
+
+U=1001
+UM=$CG/user.slice/user-$U.slice/user@$U.service
+URT=/run/user/$U
+UHOG="b=[b'x'*(1<<20) for _ in range(10**6)]"  # the memory hog on one line, for sh -c in sh -c
+# As uid 1001 with the user manager's environment (what pam_systemd gives a login).
+as_user() { setpriv --reuid=$U --regid=$U --clear-groups env -i PATH=/usr/bin:/bin HOME=/tmp/home$U XDG_RUNTIME_DIR=$URT SBX_STATE_DIR=/tmp/home$U/sbx "$@"; }
+
+# in_user_session NAME 'COMMAND': runs COMMAND with sh in a service of uid 1001's manager (as a
+# desktop terminal runs: its processes are in user@1001.service/app.slice/NAME.service, started
+# by the manager itself); stderr to /tmp/home1001/NAME.err; returns COMMAND's exit status.
+# (systemd-run --scope from the guest's root cgroup would need PID 1's help to move the caller in,
+# AttachProcessesToUnit over D-Bus, and the guest has no system manager.)
+in_user_session() {
+  rm -f /tmp/home$U/$1.rc
+  as_user systemd-run --user --quiet --unit="$1" -p StandardError=file:/tmp/home$U/$1.err sh -c "$2; echo \$? > /tmp/home$U/$1.rc" || return 1
+  i=0; while [ ! -s /tmp/home$U/$1.rc ] && [ $i -lt 600 ]; do sleep 0.2; i=$((i + 1)); done
+  [ -s /tmp/home$U/$1.rc ] || { echo "$1 did not finish"; tail -20 /tmp/systemd-user.log; return 1; }
+  return "$(cat /tmp/home$U/$1.rc)"
+}
+
+start_user_manager() {  # the host's systemd --user as uid 1001 in user@1001.service; 0 once it answers
+  [ -S $URT/systemd/private ] && return 0
+  [ -f /tmp/systemd-user.failed ] && { cat /tmp/systemd-user.failed; return 1; }
+  command -v setpriv >/dev/null || { echo "no setpriv in the guest"; return 77; }
+  [ -x /lib/systemd/systemd ] && command -v systemd-run >/dev/null || { echo "no systemd on the host"; return 77; }
+  # systemd --user refuses to start unless the system "booted with systemd" (sd_booted(): the
+  # directory /run/systemd/system exists). The guest's init is busybox: say so, as PID 1 would.
+  mkdir -p $UM /tmp/home$U $URT /run/systemd/system || return 1
+  echo "+memory +pids +cpu" > $CG/user.slice/cgroup.subtree_control || return 1
+  echo "+memory +pids +cpu" > $CG/user.slice/user-$U.slice/cgroup.subtree_control || return 1
+  chown $U:$U $UM $UM/cgroup.procs $UM/cgroup.subtree_control $UM/cgroup.threads /tmp/home$U $URT && chmod 700 $URT || return 1
+  t0=$(date +%s)
+  sh -c "echo \$\$ > $UM/cgroup.procs && exec setpriv --reuid=$U --regid=$U --clear-groups env -i PATH=/usr/bin:/bin HOME=/tmp/home$U XDG_RUNTIME_DIR=$URT /lib/systemd/systemd --user" >/tmp/systemd-user.log 2>&1 &
+  echo $! >/tmp/systemd-user.pid
+  i=0; while [ ! -S $URT/systemd/private ] && [ $i -lt 1200 ]; do sleep 0.1; i=$((i + 1)); done
+  [ -S $URT/systemd/private ] || { tail -20 /tmp/systemd-user.log; echo "systemd --user did not come up in 120 s" | tee /tmp/systemd-user.failed; return 1; }
+  echo "systemd --user (uid $U) answers on $URT/systemd/private after $(( $(date +%s) - t0 )) s; its cgroup: $(ls $UM | grep -E 'scope|slice' | tr '\n' ' ')"
+}
+
+sbx_run_rootless_user_manager() {  # uid 1001, no flag: from a busy scope of its own session -> automatic delegated scope
+  sbx_run_ready || return $?
+  start_user_manager || return $?
+  rm -rf /tmp/home$U/sbx; rm -f /tmp/home$U/t.json /tmp/home$U/t0.json
+  # The "terminal": a scope of the user manager (as a desktop session's terminal has), holding a
+  # shell's other process beside sbx. Its cgroup is the user's but has processes, so cgroup v2
+  # gives no controllers below it: before, sbx fell back to rlimits here.
+  in_user_session term1 "sleep 300 & '$SBX' run --memory 32M --pids 16 --timeout 60s --trace-file /tmp/home$U/t.json -- python3 -c \"$UHOG\""; rc=$?
+  cp /tmp/home$U/term1.err /tmp/um-err.txt 2>/dev/null
+  TT=/tmp/home$U/t.json
+  status=$(python3 -c "import json; print(json.load(open('$TT'))['result']['status'])")
+  how=$(python3 -c "import json; print(json.load(open('$TT'))['host']['cgroup']['obtained_by'])")
+  why=$(python3 -c "import json; print(json.load(open('$TT'))['host']['cgroup'].get('systemd_scope'))")
+  cgp=$(python3 -c "import json; print(json.load(open('$TT'))['enforcement']['cgroup'])")
+  mech=$(python3 -c "import json; print(json.load(open('$TT'))['enforcement']['limits_applied']['memory']['mechanism'])")
+  mode=$(python3 -c "import json; print(json.load(open('$TT'))['enforcement']['identity']['mode'])")
+  echo "rootless (uid $U, $mode) under a user manager, no flag: exit $rc, status $status, obtained_by '$how', cgroup '$cgp', mechanism '$mech'"
+  echo "stderr: $(cat /tmp/um-err.txt)"
+  ok=1; [ $rc = 137 ] && [ "$status" = oom ] && [ "$how" = "systemd user scope (automatic)" ] && echo "$mech" | grep -q "memory.max" \
+    && case $cgp in "v2 $UM/"*) true ;; *) false ;; esac && ok=0
+  # The opt-out: same place, --no-systemd-scope -> rlimits, and at most one short warning line.
+  in_user_session term2 "sleep 300 & '$SBX' run --no-systemd-scope --memory 32M --timeout 60s --trace-file /tmp/home$U/t0.json -- true"; rc0=$?
+  cp /tmp/home$U/term2.err /tmp/um-err0.txt 2>/dev/null
+  mech0=$(python3 -c "import json; print(json.load(open('/tmp/home$U/t0.json'))['enforcement']['limits_applied']['memory']['mechanism'])")
+  lines=$(grep -c . /tmp/um-err0.txt); longest=$(awk '{ if (length($0) > m) m = length($0) } END { print m + 0 }' /tmp/um-err0.txt)
+  echo "--no-systemd-scope: exit $rc0, mechanism '$mech0', stderr $lines line(s), longest $longest chars: $(cat /tmp/um-err0.txt)"
+  [ $ok = 0 ] && [ $rc0 = 0 ] && echo "$mech0" | grep -q rlimit && [ "$lines" -le 1 ] && [ "$longest" -le 200 ]
+}
+
+sbx_run_rootless_user_manager_pids() {  # the same, --pids 8 on a fork loop: stops at 8 through pids.max
+  sbx_run_ready || return $?
+  start_user_manager || return $?
+  in_user_session term3 "sleep 300 & '$SBX' run --pids 8 --timeout 60s --trace-file /tmp/home$U/tp.json -- sh -c 'for i in \$(seq 30); do sleep 3 & done 2>&1; wait'"; rc=$?
+  TT=/tmp/home$U/tp.json
+  peak=$(python3 -c "import json; print(json.load(open('$TT'))['usage']['pids_peak'])")
+  how=$(python3 -c "import json; print(json.load(open('$TT'))['host']['cgroup']['obtained_by'])")
+  pm=$(python3 -c "import json; print(json.load(open('$TT'))['enforcement']['limits_applied']['pids']['mechanism'])")
+  echo "rootless --pids 8 under a user manager: exit $rc, pids_peak $peak, obtained_by '$how', mechanism '$pm'"
+  [ "$peak" = 8 ] && [ "$how" = "systemd user scope (automatic)" ] && echo "$pm" | grep -q "pids.max"
+}
+
+bench_systemd_scope() {  # the per-run cost of the automatic scope (bench/systemd_scope.sh), TCG timings
+  sbx_run_ready || return $?
+  start_user_manager || return $?
+  in_user_session bench "sh '$REPO/bench/systemd_scope.sh' '$SBX' 3 >/tmp/home$U/bench.txt 2>&1"; rc=$?
+  cp /tmp/home$U/bench.txt /tmp/bench-scope.txt
+  cat /tmp/bench-scope.txt
+  grep 'ratio' /tmp/bench-scope.txt | sed 's/^/     /' >>"$SUMMARY"
+  return $rc
+}
+
+stop_user_manager() {
+  [ -f /tmp/systemd-user.pid ] || return 0
+  kill "$(cat /tmp/systemd-user.pid)" 2>/dev/null; sleep 1
+  echo "systemd --user stopped"
+}
+
 run "unit: RunCgroup from the root cgroup" unit_cgroup_from_root
 run "unit: RunCgroup as root from a busy non-root cgroup (root's sbx subtree)" unit_cgroup_from_nonroot_cgroup
 run "unit: RunCgroup rootless (uid 1001) in a delegated subtree" unit_cgroup_rootless_delegated
 run "sbx run --memory" sbx_run_memory
 run "sbx run --events: violation and oom limit events" sbx_run_events_oom
 run "sbx run as root from a cgroup holding other processes" sbx_run_from_busy_cgroup
+run "sbx run as root from a service cgroup (system.slice/x.service)" sbx_run_from_service_cgroup
+run "sbx run rootless under systemd --user, no flag (automatic scope)" sbx_run_rootless_user_manager
+run "sbx run rootless under systemd --user, --pids" sbx_run_rootless_user_manager_pids
+run "bench: cost of the automatic systemd scope" bench_systemd_scope
+stop_user_manager >/dev/null
 run "sbx run --pids" sbx_run_pids
 run "sbx run --cpus" sbx_run_cpus
 run "sbx run --cpu-time" sbx_run_cpu_time
