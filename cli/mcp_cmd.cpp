@@ -196,8 +196,11 @@ void add_mcp_worker_command(CLI::App& app, GlobalOptions& g, std::vector<Command
   auto* worker = app.add_subcommand("mcp-worker", "")->group("");
   out.push_back({worker, [&g]() -> int {
     json resp;
-    auto text = read_bounded_fd(STDIN_FILENO, mcp::kMaxMessageBytes, "usage", "the mcp worker's job");
-    auto job = text ? parse_json_doc(*text, {mcp::kMaxMessageBytes}, "usage", "mcp worker job") : Result<json>(text.error());
+    // The job wraps one message's arguments with the tool's and the profile's names: one
+    // message's bound plus room for those.
+    constexpr std::size_t kMaxJobBytes = mcp::kMaxMessageBytes + (1u << 20);
+    auto text = read_bounded_fd(STDIN_FILENO, kMaxJobBytes, "usage", "the mcp worker's job");
+    auto job = text ? parse_json_doc(*text, {kMaxJobBytes}, "usage", "mcp worker job") : Result<json>(text.error());
     if (!job || !job->is_object()) {
       resp = worker_error("usage", job ? "the job is not an object" : job.error().message);
     } else if (job->value("tool", "") == "run_code") {

@@ -80,7 +80,13 @@ Result<std::string> put_blob(const Dirs& dirs, std::string_view bytes) {
   struct stat st;
   // Already there (same name, same content by construction): nothing to write. A file of the
   // wrong size under that name is a damaged blob, replaced below.
-  if (::lstat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && st.st_size == static_cast<off_t>(bytes.size())) return hex;
+  // Its mtime is brought to now: `sbx gc` spares every blob written or reused in the last hour
+  // (a run may keep a blob, then be recorded only after gc has read the ledger), and a reused one
+  // (the same profile text in every run) would otherwise look as old as its first write.
+  if (::lstat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && st.st_size == static_cast<off_t>(bytes.size())) {
+    ::utimensat(AT_FDCWD, path.c_str(), nullptr, AT_SYMLINK_NOFOLLOW);
+    return hex;
+  }
   std::string tmpdir = blobs_dir(dirs) + "/tmp";
   SBX_TRY(ensure_dir(tmpdir, 0700));
   std::string dir = path.substr(0, path.rfind('/'));
@@ -350,6 +356,13 @@ Result<GcReport> gc_blobs(const Dirs& dirs, int keep_days, std::int64_t max_byte
     const Need* newest_kept = nullptr;
     for (auto& n : it->second)
       if (n.kept && (!newest_kept || n.started_at > newest_kept->started_at)) newest_kept = &n;
+    if (!newest_kept && now - b.mtime < 3600) {
+      // Only old records name it, but a run kept it within the hour (put_blob): one that may be
+      // recorded after this scan of the ledger.
+      rep.kept.push_back({b.hex, b.bytes, "kept by a run in the last hour (it may not be recorded yet)", false});
+      rep.kept_bytes += b.bytes;
+      continue;
+    }
     if (!newest_kept) {
       remove(b, "needed only by runs older than " + std::to_string(keep_days) + " day(s) (newest: " + it->second.back().run_id + ")", false);
       continue;

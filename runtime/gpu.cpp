@@ -158,11 +158,48 @@ Status check_openable(const GpuNode& n, const GpuPlanInput& in) {
                     EACCES);
 }
 
+// The character-device majors the NVIDIA driver registers: 195 (nvidia0.., nvidiactl) and the
+// dynamic ones it names in the host's /proc/devices (nvidia-uvm, nvidia-caps, ...). Read from the
+// real /proc, never from SBX_TEST_GPU_HOST's tree: what decides which devices a sandbox may open
+// must not come from a directory the caller points at.
+std::set<unsigned> nvidia_majors() {
+  std::set<unsigned> m = {195};
+  auto text = read_bounded("/proc/devices", 1 << 16, "gpu", "/proc/devices");
+  if (!text) return m;
+  bool chr = false;
+  std::size_t i = 0;
+  while (i < text->size()) {
+    std::size_t j = text->find('\n', i);
+    if (j == std::string::npos) j = text->size();
+    std::string line = text->substr(i, j - i);
+    i = j + 1;
+    if (line.starts_with("Character devices:")) chr = true;
+    else if (line.starts_with("Block devices:")) chr = false;
+    else if (chr) {
+      unsigned major = 0;
+      char name[64] = {};
+      if (std::sscanf(line.c_str(), "%u %63s", &major, name) == 2 && std::string_view(name).starts_with("nvidia"))
+        m.insert(major);
+    }
+  }
+  return m;
+}
+
 Result<GpuNode> node_at(const GpuHostPaths& p, const std::string& inside, const std::string& host_path) {
   struct stat st;
   if (::lstat(host_path.c_str(), &st) != 0) return sys_error("gpu", "device node " + host_path);
   if (!S_ISCHR(st.st_mode))
     return make_error("gpu", host_path + " is not a character device (" + file_kind(st.st_mode) + ")", ENODEV);
+  // Only the driver's own devices are ever bound usable (not nodev): a CDI spec or a test tree
+  // that names /dev/fuse, /dev/kvm or /dev/net/tun as a GPU node is refused. /dev/null's numbers
+  // (1,3) are allowed as the tests' stand-in: the sandbox has /dev/null anyway.
+  static const std::set<unsigned> majors = nvidia_majors();
+  bool null_stand_in = major(st.st_rdev) == 1 && minor(st.st_rdev) == 3;
+  if (!majors.contains(major(st.st_rdev)) && !null_stand_in)
+    return make_error("gpu", host_path + " is character device " + std::to_string(major(st.st_rdev)) + ":" +
+                                 std::to_string(minor(st.st_rdev)) + ", not one of the NVIDIA driver's (major 195 or a "
+                                 "major /proc/devices names nvidia*): refused",
+                      EPERM);
   (void)p;
   GpuNode n;
   n.path = inside;

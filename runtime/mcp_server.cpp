@@ -101,6 +101,7 @@ class Server {
   std::map<std::string, Call> calls_;  // by json id text: queued and running
   std::deque<std::string> queue_;
   std::string inbuf_, outbuf_;
+  static constexpr std::size_t kOutHighWater = 64u << 20;
   bool discarding_ = false;  // inside a line that passed kMaxMessageBytes: dropped up to its newline
   bool in_open_ = true, out_ok_ = true, stopping_ = false;
 };
@@ -437,7 +438,9 @@ int Server::run() {
     if (stopping_ && calls_.empty()) break;
     std::vector<pollfd> fds;
     fds.push_back({sfd.get(), POLLIN, 0});
-    fds.push_back({in_open_ ? in_ : -1, POLLIN, 0});
+    // A client that sends and never reads would grow the unsent responses without bound: past
+    // kOutHighWater its requests wait in the pipe (back-pressure) until it reads.
+    fds.push_back({in_open_ && outbuf_.size() < kOutHighWater ? in_ : -1, POLLIN, 0});
     fds.push_back({out_ok_ && !outbuf_.empty() ? out_ : -1, POLLOUT, 0});
     std::vector<std::string> keys;
     for (auto& [k, c] : calls_)

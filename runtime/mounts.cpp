@@ -1,6 +1,7 @@
 #include "runtime/mounts.hpp"
 
 #include <fcntl.h>
+#include <linux/openat2.h>
 #include <limits.h>
 #include <sys/mount.h>
 #include <sys/sendfile.h>
@@ -143,10 +144,28 @@ enum class BindKind { ro, rw, device };
 Status bind_mount(int root, const std::string& host_path, const std::string& dst, BindKind kind) {
   std::string src = "/oldroot" + host_path;
   struct stat st;
-  if (::stat(src.c_str(), &st) != 0) return sys_error("mounts", "bind source " + host_path);
+  UniqueFd device;
+  if (kind == BindKind::device) {
+    // A node bound without nodev must be the character device that was planned, not whatever a
+    // path names by now: opened once (O_PATH, no symlink anywhere on the way), checked through
+    // that fd, and bound from it, so no directory or other file swapped in can take its place.
+    struct open_how how = {};
+    how.flags = O_PATH | O_NOFOLLOW | O_CLOEXEC;
+    how.resolve = RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
+    device = UniqueFd(static_cast<int>(::syscall(SYS_openat2, AT_FDCWD, src.c_str(), &how, sizeof how)));
+    if (device.get() < 0) return sys_error("mounts", "device node " + host_path);
+    if (::fstat(device.get(), &st) != 0) return sys_error("mounts", "device node " + host_path);
+    if (!S_ISCHR(st.st_mode))
+      return make_error("mounts", "device node " + host_path + " is not a character device (" + file_kind(st.st_mode) + ")", ENODEV);
+    src = fd_path(device.get());
+  } else if (::stat(src.c_str(), &st) != 0) {
+    return sys_error("mounts", "bind source " + host_path);
+  }
   auto target = open_mount_target(root, dst, S_ISDIR(st.st_mode));
   if (!target) return target.error();
-  SBX_TRY(do_mount(src.c_str(), fd_path(target->node.get()), nullptr, MS_BIND | MS_REC, nullptr, "bind " + host_path + " to " + dst));
+  // A device node has no submounts: a plain bind (and with MS_REC, an fd path's mount would too).
+  unsigned long bind = kind == BindKind::device ? MS_BIND : MS_BIND | MS_REC;
+  SBX_TRY(do_mount(src.c_str(), fd_path(target->node.get()), nullptr, bind, nullptr, "bind " + host_path + " to " + dst));
   auto mnt = open_mounted(*target, dst);
   if (!mnt) return mnt.error();
   std::string at = fd_path(mnt->get());

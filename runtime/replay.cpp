@@ -1,6 +1,8 @@
 #include "runtime/replay.hpp"
 
 #include <fcntl.h>
+#include <linux/openat2.h>
+#include <sys/syscall.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -90,11 +92,54 @@ unsigned parse_mode(const json& b, unsigned dflt) {
   return static_cast<unsigned>(std::stoul(m, nullptr, 8)) & 0777;
 }
 
+// Opens (creating with mode 0700 where missing) the directory `rel` ("" for the root itself)
+// beneath `root` without crossing any symlink or leaving it: the record is data anyone with write
+// access to the ledger could have edited, so a recorded link "x" -> /etc followed by an entry
+// "x/f" must fail here, not create /etc/f (openat2 RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS).
+Result<UniqueFd> open_dir_beneath(int root, const std::string& rel, const std::string& shown) {
+  UniqueFd cur(::fcntl(root, F_DUPFD_CLOEXEC, 0));
+  if (cur.get() < 0) return sys_error(kStage, "dup");
+  std::size_t i = 0;
+  while (i < rel.size()) {
+    std::size_t j = rel.find('/', i);
+    if (j == std::string::npos) j = rel.size();
+    std::string comp = rel.substr(i, j - i);
+    struct open_how how = {};
+    how.flags = O_RDONLY | O_DIRECTORY | O_CLOEXEC;
+    how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
+    long fd = ::syscall(SYS_openat2, cur.get(), comp.c_str(), &how, sizeof how);
+    if (fd < 0 && errno == ENOENT) {
+      if (::mkdirat(cur.get(), comp.c_str(), 0700) != 0 && errno != EEXIST)
+        return sys_error(kStage, "create directory " + shown + "/" + rel.substr(0, j));
+      fd = ::syscall(SYS_openat2, cur.get(), comp.c_str(), &how, sizeof how);
+    }
+    if (fd < 0) {
+      int err = errno;
+      if (err == ELOOP || err == ENOTDIR || err == EXDEV)
+        return cannot("the record puts an entry under '" + printable(rel.substr(0, j)) +
+                      "', which it also records as a link or a file: refused (a rebuilt tree never follows a link)");
+      return make_error(kStage, "open directory " + shown + "/" + rel.substr(0, j), err);
+    }
+    cur = UniqueFd(static_cast<int>(fd));
+    i = j + 1;
+  }
+  return cur;
+}
+
+void split_rel(const std::string& rel, std::string& dir, std::string& base) {
+  auto slash = rel.rfind('/');
+  dir = slash == std::string::npos ? "" : rel.substr(0, slash);
+  base = slash == std::string::npos ? rel : rel.substr(slash + 1);
+}
+
 // Rebuilds the tree whose entries (file_role, dir_role) have paths under `prefix` into `dest`.
+// Everything is made relative to a descriptor of `dest`, beneath it, never through a symlink.
 Status rebuild_tree(const Blobs& blobs, const std::string& file_role, const std::string& dir_role,
                     const std::string& link_role, const std::string& prefix, const std::string& dest) {
   SBX_TRY(ensure_dir(dest, 0755));
   if (::chmod(dest.c_str(), 0755) != 0) return sys_error(kStage, "chmod " + dest);  // whatever the umask
+  UniqueFd root(::open(dest.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (root.get() < 0) return sys_error(kStage, "open " + dest);
   auto rel_of = [&](const json& b) -> std::optional<std::string> {
     std::string p = str(b, "path");
     if (prefix.empty()) return p;
@@ -111,16 +156,22 @@ Status rebuild_tree(const Blobs& blobs, const std::string& file_role, const std:
     dirs.push_back({*rel, parse_mode(*b, 0755)});
   }
   std::sort(dirs.begin(), dirs.end());
-  for (auto& [rel, mode] : dirs) SBX_TRY(ensure_dir(dest + "/" + rel, 0700));
+  for (auto& [rel, mode] : dirs) {
+    auto d = open_dir_beneath(root.get(), rel, dest);
+    if (!d) return d.error();
+  }
+  std::string dir, base;
   for (auto* b : blobs.role(file_role)) {
     auto rel = rel_of(*b);
     if (!rel) continue;
     if (!safe_relative(*rel)) return cannot("the record's " + file_role + " path '" + printable(*rel) + "' leaves its tree");
     auto data = blobs.read(*b);
     if (!data) return data.error();
+    split_rel(*rel, dir, base);
+    auto parent = open_dir_beneath(root.get(), dir, dest);
+    if (!parent) return parent.error();
     std::string path = dest + "/" + *rel;
-    SBX_TRY(ensure_dir(path.substr(0, path.rfind('/')), 0700));
-    int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    int fd = ::openat(parent->get(), base.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd < 0) return sys_error(kStage, "create " + path);
     UniqueFd guard(fd);
     SBX_TRY(write_all(fd, *data, path));
@@ -132,12 +183,17 @@ Status rebuild_tree(const Blobs& blobs, const std::string& file_role, const std:
     if (b->contains("skipped")) return cannot(link_role + " " + printable(str(*b, "path")) + " was not kept (" + printable(str(*b, "skipped")) + ")");
     if (!safe_relative(*rel)) return cannot("the record's " + link_role + " path '" + printable(*rel) + "' leaves its tree");
     // The link itself, as it was: a symlink's target is text, and sbx never follows it here.
-    std::string path = dest + "/" + *rel;
-    SBX_TRY(ensure_dir(path.substr(0, path.rfind('/')), 0700));
-    if (::symlink(str(*b, "target").c_str(), path.c_str()) != 0) return sys_error(kStage, "symlink " + path);
+    split_rel(*rel, dir, base);
+    auto parent = open_dir_beneath(root.get(), dir, dest);
+    if (!parent) return parent.error();
+    if (::symlinkat(str(*b, "target").c_str(), parent->get(), base.c_str()) != 0)
+      return sys_error(kStage, "symlink " + dest + "/" + *rel);
   }
-  for (auto it = dirs.rbegin(); it != dirs.rend(); ++it)
-    if (::chmod((dest + "/" + it->first).c_str(), it->second) != 0) return sys_error(kStage, "chmod " + dest + "/" + it->first);
+  for (auto it = dirs.rbegin(); it != dirs.rend(); ++it) {
+    auto d = open_dir_beneath(root.get(), it->first, dest);
+    if (!d) return d.error();
+    if (::fchmod(d->get(), it->second) != 0) return sys_error(kStage, "chmod " + dest + "/" + it->first);
+  }
   return {};
 }
 
@@ -340,6 +396,15 @@ Result<ReplayReport> replay_run(const ReplayRequest& req) {
   if (!loaded) return cannot(loaded.error().describe());
   const json orig = std::move(*loaded);
   r.original_run = str(orig, "run_id");
+  // The record decides what the replay mounts, which policy it runs under and where its output
+  // goes, so it must be the record the run wrote: the whole chain is checked first (an edited,
+  // inserted or reordered line breaks it; a chain rewritten from its start is caught only by an
+  // anchor or signatures: 'sbx trace verify --anchor/--pubkey').
+  auto chain = verify_ledger(req.dirs);
+  if (!chain) return chain.error();
+  if (!chain->intact)
+    return cannot("the ledger's chain is broken (" + printable(chain->problem) +
+                  "): a record that may have been edited is not replayed (see 'sbx trace verify')");
   auto entry = ledger_entry_of(req.dirs, r.original_run);
   if (!entry) return entry.error();
   r.original_seq = entry->first;
@@ -392,6 +457,9 @@ Result<ReplayReport> replay_run(const ReplayRequest& req) {
 
   auto spec = spec_from_json(inv.value("spec", json::object()), "the record's invocation.spec");
   if (!spec) return cannot(spec.error().message);
+  // Where the original streamed its live events was that operator's choice for that run; a
+  // replay opens no file the record names (--events is not replayed).
+  spec->events.clear();
 
   // The same image, by digest: gone, or changed on disk (its seal), and there is nothing to replay on.
   json img = orig.value("image", json::object());

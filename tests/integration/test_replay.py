@@ -207,6 +207,48 @@ class KeepAndReplay(ReplayCase):
         self.assertExit(rp, 125)
         self.assertIn("--keep-inputs", self.assertOneSbxLine(rp))
 
+    def test_an_edited_record_is_not_replayed_and_a_recorded_link_is_never_followed(self):
+        """The record decides what replay mounts and writes, and anyone who can write the ledger
+        can edit it: an edit that breaks the chain is refused outright, and one whose hashes were
+        recomputed still cannot make the rebuilt tree reach outside its directory through a
+        recorded link ("x" -> a host directory, then an entry "x/zz")."""
+        from test_ledger import make_line, split_line
+        outside = self.path("outside")
+        os.makedirs(outside)
+        tree = self.path("tree")
+        os.makedirs(tree)
+        os.chmod(tree, 0o755)
+        with open(tree + "/a.txt", "w") as f:
+            f.write("alpha\n")
+        os.chmod(tree + "/a.txt", 0o644)
+        os.symlink(outside, tree + "/x")
+        r = self.sbx(["run", "--keep-inputs", "--input", tree + ":/in/tree", "--", "cat", "/in/tree/a.txt"])
+        self.assertExit(r, 0)
+        ledger = os.path.join(self.state, "traces", "ledger.jsonl")
+        with open(ledger, "rb") as f:
+            lines = [l for l in f.read().split(b"\n") if l]
+        record_bytes, env = split_line(lines[-1])
+        record = json.loads(record_bytes)
+        self.assertIn("/in/tree/x", {b["path"] for b in record["blobs"] if b["role"] == "input_link"})
+        record["blobs"].append({"role": "input_link", "path": "/in/tree/x/zz", "target": "/etc/passwd"})
+        edited = json.dumps(record, separators=(",", ":")).encode()
+        # 1. Edited in place: the line's hash no longer matches.
+        with open(ledger, "wb") as f:
+            f.write(b"\n".join(lines[:-1] + [lines[-1].replace(record_bytes, edited)]) + b"\n")
+        rp = self.sbx(["replay", "last"])
+        self.assertExit(rp, 125)
+        self.assertIn("chain is broken", self.assertOneSbxLine(rp))
+        # 2. Edited with its hash recomputed (no anchor, no key: the chain holds).
+        line, _ = make_line(edited, env["seq"], env["run_id"], env["prev"])
+        with open(ledger, "wb") as f:
+            f.write(b"\n".join(lines[:-1] + [line]) + b"\n")
+        self.assertExit(self.sbx(["trace", "verify"]), 0)
+        rp = self.sbx(["replay", "last"])
+        note(f"replay of a rechained record with a link escape: rc {rp.rc}, {rp.err.strip()[:200]!r}")
+        self.assertExit(rp, 125)
+        self.assertIn("never follows a link", self.assertOneSbxLine(rp))
+        self.assertEqual(os.listdir(outside), [], "replay created something outside its tree")
+
     def test_plain_run_that_prints_the_time_differs_on_stdout(self):
         self.assertExit(self.sbx(["run", "--keep-inputs", "--", "sh", "-c", "date +%s%N"]), 0)
         rp = self.sbx(["replay", "last"])

@@ -252,4 +252,15 @@ TEST_CASE("gpu: plan on a stand-in host: discovery, ceilings, access, CDI") {
   // A malformed spec is an error naming it; a deep one is refused by the parser's bound.
   f.write("/etc/cdi/nvidia.json", std::string(40, '[') + std::string(40, ']'));
   CHECK(plan_gpu(in, p).error().message.find("CDI spec " + f.dir + "/etc/cdi/nvidia.json") != std::string::npos);
+  // A spec (or a test tree) that names another character device as a GPU node: /dev/fuse's
+  // numbers (10,229) would be bound usable, not nodev. Only the driver's majors pass.
+  REQUIRE(::mknod((f.dir + "/dev/fuse-like").c_str(), S_IFCHR | 0666, makedev(10, 229)) == 0);
+  REQUIRE(::chmod((f.dir + "/dev/fuse-like").c_str(), 0666) == 0);
+  f.write("/etc/cdi/nvidia.json", R"({"cdiVersion":"0.6.0","kind":"nvidia.com/gpu",
+    "devices":[{"name":"0","containerEdits":{"deviceNodes":[{"path":"/dev/nvidia0","hostPath":"/dev/fuse-like"}]}}]})");
+  in.request = "0";
+  auto smuggled = plan_gpu(in, p);
+  REQUIRE_FALSE(smuggled);
+  INFO(smuggled.error().message);
+  CHECK(smuggled.error().message.find("is character device 10:229, not one of the NVIDIA driver's") != std::string::npos);
 }
