@@ -92,6 +92,11 @@ void fallback_memory(LimitDecision& d, LimitPlan& plan, const std::string& gap, 
 }  // namespace
 
 std::string cgroup_gap_short(const CgroupInfo& info, bool rootless, const Error* failed) {
+  // In a container whose cgroup namespace root holds its processes the fix is one command; the
+  // one line names it (cgroup_ns.hpp).
+  if (info.namespace_root && info.namespace_root_procs > 0 && (failed ? failed->err == EBUSY : true) &&
+      (has(info, "memory") || has(info, "pids") || has(info, "cpu")))
+    return "the container's cgroup namespace root holds its processes: run 'sbx cgroup-init' once";
   if (failed) {
     std::string why = failed->err == EBUSY ? "its cgroup holds other processes"
                        : failed->err      ? std::strerror(failed->err)

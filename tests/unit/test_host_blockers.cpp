@@ -193,4 +193,13 @@ TEST_CASE("limits warning: the cause in a few words") {
   CHECK(s == "cgroup v2 setup failed: its cgroup holds other processes");
   CgroupInfo none{"v1", "", "", {}, false, false};
   CHECK(cgroup_gap_short(none, false, nullptr) == "no cgroup v2 mounted");
+  // In a container whose cgroup namespace root holds its processes: the one line names the fix.
+  CgroupInfo ctr = v2;
+  ctr.self_path.assign(1, '/');  // not = "/": GCC 12 -Wrestrict false positive
+  ctr.namespace_root = true;
+  ctr.namespace_root_procs = 3;
+  CHECK(cgroup_gap_short(ctr, false, &busy) ==
+        "the container's cgroup namespace root holds its processes: run 'sbx cgroup-init' once");
+  ctr.namespace_root_procs = 0;  // after cgroup-init: whatever failed is not that
+  CHECK(cgroup_gap_short(ctr, false, &busy) == "cgroup v2 setup failed: its cgroup holds other processes");
 }
