@@ -62,6 +62,12 @@ need(body.count("{") == body.count("}") and body.count("[") == body.count("]"), 
 need(re.search(r'driver\s*=\s*"raw_exec"', hcl) and re.search(r'command\s*=\s*"/usr/local/bin/sbx"', hcl), "nomad: raw_exec running sbx")
 PY
 
+# The image carries the static release binary (Containerfile: COPY build/sbx); a sanitizer build
+# is dynamically linked and would find no loader or libraries in this root.
+if ! ldd "$SBX" 2>&1 | grep -q 'not a dynamic'; then
+  echo "skipped: $SBX is dynamically linked (a sanitizer build?); the recipe's root holds only the static release binary"
+  exit 77
+fi
 echo "== root from deploy/Containerfile"
 ROOT=$(mktemp -d /tmp/sbx-deploy-root.XXXXXX) || exit 1
 chmod 755 "$ROOT"
