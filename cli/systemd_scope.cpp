@@ -15,28 +15,13 @@
 
 #include "cli/commands.hpp"
 #include "runtime/fsutil.hpp"
+#include "runtime/host_blockers.hpp"
 #include "runtime/limits_plan.hpp"
 #include "runtime/signals.hpp"
 
 namespace sbx::cli {
 
 namespace {
-
-// A unix stream socket someone listens on. connect() on a unix socket completes at once (the
-// listener's backlog takes it; no handshake), so this never blocks; a socket file left by a
-// manager that exited answers ECONNREFUSED.
-bool answers(const std::string& path) {
-  struct sockaddr_un sa{};
-  if (path.size() >= sizeof sa.sun_path) return false;
-  sa.sun_family = AF_UNIX;
-  std::memcpy(sa.sun_path, path.c_str(), path.size() + 1);
-  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-  if (fd < 0) return false;
-  int rc = ::connect(fd, reinterpret_cast<struct sockaddr*>(&sa), sizeof sa);
-  bool ok = rc == 0 || errno == EAGAIN;  // EAGAIN: a full backlog, but someone is there
-  ::close(fd);
-  return ok;
-}
 
 bool on_path(const char* prog) {
   const char* p = std::getenv("PATH");
@@ -105,7 +90,7 @@ ScopeFacts gather_scope_facts(const RunSpec& spec, const CgroupInfo& info) {
   if (f.rootless && !f.in_scope && !f.cgroup_usable) {  // only then is it worth a connect()
     std::string rt = runtime_dir();
     for (const char* s : {"/systemd/private", "/bus"}) {
-      if (answers(rt + s)) {
+      if (unix_socket_answers(rt + s)) {
         f.user_manager = rt + s;
         break;
       }

@@ -47,20 +47,6 @@ bool executable(const std::string& root, const char* name) {
   return false;
 }
 
-// Someone listens on the unix socket `path` (connect() on a unix socket never blocks: the
-// listener's backlog takes it, or ECONNREFUSED for a socket file whose owner is gone).
-bool answers(const std::string& path) {
-  struct sockaddr_un sa{};
-  if (path.size() >= sizeof sa.sun_path) return false;
-  sa.sun_family = AF_UNIX;
-  std::memcpy(sa.sun_path, path.c_str(), path.size() + 1);
-  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-  if (fd < 0) return false;
-  bool ok = ::connect(fd, reinterpret_cast<struct sockaddr*>(&sa), sizeof sa) == 0 || errno == EAGAIN;
-  ::close(fd);
-  return ok;
-}
-
 bool has_line_for(const std::string& subid, const char* user) {
   return find_subid_range(subid, user).has_value();
 }
@@ -95,7 +81,7 @@ BlockerFacts read_blocker_facts(const std::string& root, uid_t uid, const std::s
   f.self_exe = self_exe;
   f.runtime_dir = runtime_dir;
   if (root.empty() && f.rootless && !runtime_dir.empty())
-    f.user_manager = answers(runtime_dir + "/systemd/private") || answers(runtime_dir + "/bus");
+    f.user_manager = unix_socket_answers(runtime_dir + "/systemd/private") || unix_socket_answers(runtime_dir + "/bus");
   return f;
 }
 
@@ -226,6 +212,18 @@ std::vector<CheckResult> assess_blockers(const BlockerFacts& f) {
     out.push_back(std::move(r));
   }
   return out;
+}
+
+bool unix_socket_answers(const std::string& path) {
+  struct sockaddr_un sa{};
+  if (path.size() >= sizeof sa.sun_path) return false;
+  sa.sun_family = AF_UNIX;
+  std::memcpy(sa.sun_path, path.c_str(), path.size() + 1);
+  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) return false;
+  bool ok = ::connect(fd, reinterpret_cast<struct sockaddr*>(&sa), sizeof sa) == 0 || errno == EAGAIN;  // EAGAIN: a full backlog, but someone is there
+  ::close(fd);
+  return ok;
 }
 
 }  // namespace sbx

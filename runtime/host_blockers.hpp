@@ -46,4 +46,10 @@ std::vector<CheckResult> assess_blockers(const BlockerFacts& facts);
 // hierarchy is mounted too.
 std::string cgroup2_mount_point(const std::string& mounts, bool& v1);
 
+// Someone listens on the unix stream socket `path`: connect() on a unix socket completes at once
+// (the listener's backlog takes it; no handshake), so this never blocks, and a socket file left by
+// a manager that exited answers ECONNREFUSED. Doctor's user-manager row and sbx run's automatic
+// systemd scope (cli/systemd_scope.cpp) ask the same question.
+bool unix_socket_answers(const std::string& path);
+
 }  // namespace sbx
