@@ -5,6 +5,7 @@
 #include <string>
 
 #include "cli/commands.hpp"
+#include "runtime/json_io.hpp"
 #include "runtime/ledger_key.hpp"
 #include "runtime/paths.hpp"
 #include "runtime/shell_quote.hpp"
@@ -20,12 +21,8 @@ using nlohmann::json;
 
 // --- tolerant accessors: `show --format text` must print what a record has, even an odd one ------
 
-const json& at(const json& j, const char* key) {
-  static const json null_value;
-  if (!j.is_object()) return null_value;
-  auto it = j.find(key);
-  return it == j.end() ? null_value : *it;
-}
+// The tolerant member read (json_io.hpp), by this file's short name.
+constexpr auto at = json_member;
 
 // Records hold text of outside origin (argv, a pack's manifest, what the program named), and a
 // stored record may have been edited: everything printed from one is escaped for the terminal.

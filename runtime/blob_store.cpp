@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -12,6 +13,7 @@
 #include <cstring>
 #include <ctime>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "runtime/fsutil.hpp"
@@ -24,6 +26,8 @@ namespace sbx {
 namespace {
 using nlohmann::json;
 constexpr const char* kStage = "blobs";
+// How long a put or a gc waits for the store's lock (StoreLock below) before it says so.
+constexpr long kStoreLockWaitMs = 60'000;
 
 std::string mode_text(unsigned mode) {
   char buf[16];
@@ -33,21 +37,40 @@ std::string mode_text(unsigned mode) {
 
 // Reads all of fd, at most `max` bytes (more is an error: the caller checked the size first, so
 // a file that grew since is refused rather than kept truncated).
-Result<std::string> read_fd_bounded(int fd, std::int64_t max, const std::string& what) {
-  std::string out;
-  char buf[65536];
-  for (;;) {
-    ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return sys_error(kStage, "read " + what);
+// The store's lock, <blobs>/lock (flock, as the ledger's appends; trace_ledger.cpp): a keeper
+// holds it shared for one put_blob, `sbx gc` exclusively from its first look at the blobs to its
+// last delete. Without it a gc could read a reused blob's old mtime, the put then refresh it
+// (a run keeping the same profile text again) and the gc delete it all the same: the run's record
+// would name a blob that is gone. Two gc's run one after the other. A put waits out a gc (which
+// reads the ledger once and deletes), never the other way round for long: a put is short.
+class StoreLock {
+ public:
+  static Result<StoreLock> acquire(const Dirs& dirs, int how) {
+    std::string dir = blobs_dir(dirs);
+    SBX_TRY(ensure_dir(dir, 0700));
+    std::string path = dir + "/lock";
+    UniqueFd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600));
+    if (!fd.ok()) return sys_error(kStage, "open the blob store's lock " + path);
+    struct timespec start, now;
+    ::clock_gettime(CLOCK_MONOTONIC, &start);
+    long pause_us = 200;
+    for (;;) {
+      if (::flock(fd.get(), how | LOCK_NB) == 0) return StoreLock(std::move(fd));
+      if (errno != EWOULDBLOCK && errno != EINTR) return sys_error(kStage, "lock the blob store " + path);
+      ::clock_gettime(CLOCK_MONOTONIC, &now);
+      long waited_ms = (now.tv_sec - start.tv_sec) * 1000 + (now.tv_nsec - start.tv_nsec) / 1'000'000;
+      if (waited_ms > kStoreLockWaitMs)
+        return make_error(kStage, "the blob store " + dir + " is locked by another process for over " +
+                                      std::to_string(kStoreLockWaitMs / 1000) + " s (a stuck sbx gc?)", EWOULDBLOCK);
+      ::usleep(static_cast<useconds_t>(pause_us));
+      pause_us = std::min(pause_us * 2, 20'000L);
     }
-    if (n == 0) break;
-    if (static_cast<std::int64_t>(out.size()) + n > max) return make_error(kStage, what + " grew past the keep ceiling while being read");
-    out.append(buf, static_cast<std::size_t>(n));
   }
-  return out;
-}
+
+ private:
+  explicit StoreLock(UniqueFd fd) : fd_(std::move(fd)) {}
+  UniqueFd fd_;  // closing it releases the flock
+};
 
 // RFC 3339 UTC with milliseconds, the form of a record's started_at (string order is time order).
 std::string rfc3339_at(std::time_t t) {
@@ -75,6 +98,8 @@ Result<std::int64_t> keep_ceiling() {
 }
 
 Result<std::string> put_blob(const Dirs& dirs, std::string_view bytes) {
+  auto lock = StoreLock::acquire(dirs, LOCK_SH);
+  if (!lock) return lock.error();
   std::string hex = sha256_hex(bytes);
   std::string path = blob_path(dirs, hex);
   struct stat st;
@@ -119,7 +144,7 @@ Result<std::string> get_blob(const Dirs& dirs, std::string_view hex, std::int64_
   int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0) return sys_error(kStage, "blob sha256:" + std::string(hex) + " (" + path + ")");
   UniqueFd guard(fd);
-  auto data = read_fd_bounded(fd, max_bytes, path);
+  auto data = read_bounded_fd(fd, static_cast<std::size_t>(std::max<std::int64_t>(max_bytes, 0)), kStage, path);
   if (!data) return data.error();
   if (sha256_hex(*data) != hex)
     return make_error(kStage, "blob sha256:" + std::string(hex) + " (" + path + ") does not hold the bytes of its name: it was changed");
@@ -163,7 +188,8 @@ void BlobKeeper::add_fd(const std::string& role, const std::string& path, int fd
     return;
   }
   if (over_total(role, path, st.st_size)) return;
-  auto data = read_fd_bounded(fd, max_, path);
+  // Bounded again: a file that grew past the ceiling after the fstat above is refused whole.
+  auto data = read_bounded_fd(fd, static_cast<std::size_t>(max_), kStage, path);
   if (!data) {
     e["skipped"] = data.error().describe();
     entries_.push_back(e);
@@ -273,6 +299,14 @@ void BlobKeeper::add_tree(const std::string& file_role, const std::string& dir_r
 
 Result<GcReport> gc_blobs(const Dirs& dirs, int keep_days, std::int64_t max_bytes, bool dry_run) {
   GcReport rep;
+  // Held before the ledger is read: a blob put after this point is either seen with its fresh
+  // mtime (spared for the hour) or put after every delete. A dry run deletes nothing and shares it.
+  std::optional<StoreLock> lock;
+  if (struct stat st; ::stat(blobs_dir(dirs).c_str(), &st) == 0) {  // no store: nothing to delete, nothing made
+    auto l = StoreLock::acquire(dirs, dry_run ? LOCK_SH : LOCK_EX);
+    if (!l) return l.error();
+    lock.emplace(std::move(*l));
+  }
   std::string cutoff = keep_days < 0 ? "" : rfc3339_at(std::time(nullptr) - static_cast<std::time_t>(keep_days) * 86400);
   // Which records need each blob: run id and start, newest last (ledger order).
   struct Need {

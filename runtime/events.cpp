@@ -12,16 +12,14 @@
 #include <utility>
 
 #include "runtime/cgroup.hpp"
+#include "runtime/progress_line.hpp"
 #include "runtime/signals.hpp"
 
 namespace sbx {
 namespace {
 
-std::int64_t now_ms() {
-  struct timespec ts;
-  ::clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1000LL + ts.tv_nsec / 1'000'000;
-}
+// Milliseconds on the monotonic clock: the one helper (progress_line.hpp), by this file's name.
+constexpr auto now_ms = monotonic_ms;
 
 // Strings are cut (on a byte boundary: the dump below replaces a UTF-8 sequence cut in half),
 // recursively; depth is the caller's (sbx builds every event, two levels at most).

@@ -174,6 +174,13 @@ Result<std::string> read_bounded_fd(int fd, std::size_t max_bytes, const std::st
   }
 }
 
+const json& json_member(const json& j, const char* key) {
+  static const json null_value;
+  if (!j.is_object()) return null_value;
+  auto it = j.find(key);
+  return it == j.end() ? null_value : *it;
+}
+
 Result<std::string> read_bounded(const std::string& path, std::size_t max_bytes, const std::string& stage,
                                  const std::string& what) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY);

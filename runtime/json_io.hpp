@@ -72,6 +72,10 @@ Result<std::string> read_bounded(const std::string& path, std::size_t max_bytes,
                                  const std::string& what);
 Result<std::string> read_bounded_fd(int fd, std::size_t max_bytes, const std::string& stage, const std::string& what);
 
+// The member `key` of `j`, or a null value when `j` is not an object or lacks it: the tolerant
+// read of a stored record, which may be odd or edited (trace show, provenance).
+const nlohmann::json& json_member(const nlohmann::json& j, const char* key);
+
 // The lossless escape of a byte string that is not valid UTF-8: each byte of an invalid sequence
 // becomes "\xHH", and each backslash "\x5c" (so that "\x" in the escaped text always starts an
 // escape). Valid UTF-8 is returned unchanged; `changed` says which happened.

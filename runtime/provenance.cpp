@@ -3,18 +3,15 @@
 #include <cctype>
 #include <cstdio>
 
+#include "runtime/json_io.hpp"
 #include "runtime/sha256.hpp"
 
 namespace sbx {
 namespace {
 using nlohmann::json;
 
-const json& at(const json& j, const char* key) {
-  static const json null_value;
-  if (!j.is_object()) return null_value;
-  auto it = j.find(key);
-  return it == j.end() ? null_value : *it;
-}
+// The tolerant member read (json_io.hpp), by this file's short name.
+constexpr auto at = json_member;
 
 std::string str(const json& v, const std::string& fallback = "") { return v.is_string() ? v.get<std::string>() : fallback; }
 

@@ -345,6 +345,11 @@ void diff_into(const json& a, const json& b, const std::string& ptr, std::vector
 
 }  // namespace
 
+Status rebuild_recorded_tree(const Dirs& dirs, const json& record, const std::string& file_role, const std::string& dir_role,
+                             const std::string& link_role, const std::string& prefix, const std::string& dest) {
+  return rebuild_tree(Blobs(dirs, record), file_role, dir_role, link_role, prefix, dest);
+}
+
 std::vector<ReplayDifference> json_differences(const json& a, const json& b, std::size_t max, std::size_t* omitted) {
   std::vector<ReplayDifference> out;
   diff_into(a, b, "", out, max, omitted, 0);

@@ -29,6 +29,14 @@ namespace sbx {
 // Relative --input paths are taken from the current directory, as the run takes them.
 Result<nlohmann::json> keep_run_inputs(const Dirs& dirs, const RunSpec& spec, const ProfileSource& profile);
 
+// Rebuilds into `dest` the tree that the record's "blobs" list holds under the roles file_role,
+// dir_role and link_role with paths under `prefix` ("" for every path): what a replay does for a
+// pack's tree and for an --input directory. Every entry is data (the record may have been
+// edited): nothing is made outside `dest`, no link is followed, no set-id bit is set.
+Status rebuild_recorded_tree(const Dirs& dirs, const nlohmann::json& record, const std::string& file_role,
+                             const std::string& dir_role, const std::string& link_role, const std::string& prefix,
+                             const std::string& dest);
+
 struct ReplayRequest {
   Dirs dirs;
   std::string run;  // run id, unique prefix, "last" or "-N" (trace_store.hpp: load_trace)

@@ -19,16 +19,14 @@
 
 #include "runtime/limits_plan.hpp"
 #include "runtime/log.hpp"
+#include "runtime/progress_line.hpp"
 #include "runtime/signals.hpp"
 
 namespace sbx {
 namespace {
 
-std::int64_t now_ms() {
-  struct timespec ts;
-  ::clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1000LL + ts.tv_nsec / 1'000'000;
-}
+// Milliseconds on the monotonic clock: the one helper (progress_line.hpp), by this file's name.
+constexpr auto now_ms = monotonic_ms;
 
 int pidfd_send_signal(int pidfd, int sig) {
   return static_cast<int>(::syscall(SYS_pidfd_send_signal, pidfd, sig, nullptr, 0));

@@ -16,10 +16,13 @@ shift
 build=$(cd "$build" && pwd)
 seconds=${FUZZ_SECONDS:-60}
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(spec pack exec seccomp tar proxy_request egress_rule)
+[ ${#targets[@]} -gt 0 ] || targets=(spec pack exec seccomp tar proxy_request egress_rule mcp classify cdi probe_report ledger
+  replay)
 
 # Seeds from what the repository already holds: shipped profiles, example packs and requests,
-# seccomp policies, and tar archives in every format GNU tar writes.
+# seccomp policies, tar archives in every format GNU tar writes, MCP sessions calling run_code
+# with each example request, the example workloads, and a ledger chained from the trace fixtures
+# (the hand-written seeds of the other new targets are in tests/fuzz/corpus/).
 make_seeds() {
   local t=$1 d=$build/fuzz-seeds/$1 f
   rm -rf "$d" && mkdir -p "$d"
@@ -46,6 +49,41 @@ make_seeds() {
         tar -C "$src" --format=$fmt -b 1 -cf "$d/$fmt.tar" dir
       done
       rm -rf "$src" ;;
+    mcp)  # one session per example request: handshake, then the request as run_code's arguments
+      for f in examples/requests/*.json; do
+        python3 - "$f" >"$d/$(basename "$f")" <<'PY'
+import json, sys
+req = json.load(open(sys.argv[1]))
+init = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "seed", "version": "1"}}
+for m in ({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": init},
+          {"jsonrpc": "2.0", "method": "notifications/initialized"},
+          {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
+          {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "run_code", "arguments": req}},
+          {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 3}}):
+    print(json.dumps(m))
+PY
+      done ;;
+    classify) cp examples/classify/*.json "$d"/ ;;
+    ledger)  # the trace fixtures as one chained ledger (trace_ledger.hpp's line and hash), and each alone
+      python3 - "$d" tests/fixtures/traces/*.json <<'PY'
+import hashlib, json, os, sys
+out, files = sys.argv[1], sys.argv[2:]
+def line(seq, run_id, prev, rec):
+    h = hashlib.sha256(f"sbx.ledger/v1\n{seq}\n{run_id}\n{prev}\n".encode() + rec).hexdigest()
+    return b'{"record":' + rec + f',"seq":{seq},"run_id":"{run_id}","prev":"{prev}","hash":"{h}"}}\n'.encode(), h
+chain, prev = b"", "0" * 64
+for seq, f in enumerate(files, 1):
+    doc = json.load(open(f))
+    rec = json.dumps(doc, separators=(",", ":")).encode()
+    run_id = doc.get("run_id") or f"run-{seq}"
+    l, prev = line(seq, run_id, prev, rec)
+    chain += l
+    open(os.path.join(out, os.path.basename(f)), "wb").write(line(1, run_id, "0" * 64, rec)[0])
+open(os.path.join(out, "chain"), "wb").write(chain)
+open(os.path.join(out, "torn"), "wb").write(chain[:-40])
+PY
+      ;;
+    replay) cp tests/fixtures/traces/*.json "$d"/ ;;  # real records (no blobs); corpus/replay has blob lists
   esac
 }
 
@@ -57,6 +95,9 @@ for t in "${targets[@]}"; do
   corpus=$build/fuzz-corpus/$t crashes=$build/fuzz-crashes/$t log=$build/fuzz-logs/$t.txt
   mkdir -p "$corpus" "$crashes" "$build/fuzz-logs"
   opts=(-timeout=10 -rss_limit_mb=2048 -max_len=65536 -print_final_stats=1 -artifact_prefix="$crashes/")
+  # The MCP server logs each message to stderr (its operator's log): libFuzzer closes the
+  # target's stderr and keeps its own and the sanitizers' reports.
+  [ "$t" = mcp ] && opts+=(-close_fd_mask=2)
   if [ "$seconds" -gt 0 ]; then opts+=(-max_total_time="$seconds"); else opts+=(-runs=0); fi
   echo "fuzz: $t for ${seconds}s"
   # The first directory receives new inputs; the committed corpus and the seeds are only read.
