@@ -16,7 +16,7 @@ shift
 build=$(cd "$build" && pwd)
 seconds=${FUZZ_SECONDS:-60}
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(spec pack exec seccomp tar proxy_request egress_rule)
+[ ${#targets[@]} -gt 0 ] || targets=(spec pack exec seccomp tar proxy_request egress_rule dbus_reply)
 
 # Seeds from what the repository already holds: shipped profiles, example packs and requests,
 # seccomp policies, and tar archives in every format GNU tar writes.
