@@ -123,12 +123,6 @@ Result<dbus::Message> attach(const std::string& socket, bool bus, const std::str
                 "org.freedesktop.systemd1", "ssau", b.bytes(), deadline);
 }
 
-// An error reply that means "the scope is not there (yet, or any more)": start it.
-bool unit_missing(const dbus::Message& m) {
-  return m.error_name == "org.freedesktop.systemd1.NoSuchUnit" || m.error_name == "org.freedesktop.systemd1.UnitInactive" ||
-         m.error_name == "org.freedesktop.systemd1.NoUnitForPID";
-}
-
 // Removes an empty cgroup tree bottom-up (rmdir only: a cgroup's files go with its directory).
 // Depth-bounded; a populated cgroup stays (EBUSY).
 void remove_cgroup_tree(const std::string& dir, int depth = 0) {
@@ -174,20 +168,29 @@ Result<JoinedScope> join_reused_scope(const std::string& runtime_dir, const std:
   j.manager = socket;
   // Each call gets a short bound of its own (a manager that hangs costs ~1 s, not the budget).
   auto step = [&] { return std::min<std::int64_t>(deadline, dbus::now_ms() + 1000); };
+  // systemd (252) attaches into an existing subcgroup only: sbx makes run-<pid> itself (the scope
+  // is the user's through Delegate=yes) where the keeper says the scope is. That file is only a
+  // hint: /proc/self/cgroup is checked after the move.
+  const std::string hint = runtime_dir + "/" + j.unit + ".cgroup";
+  const std::string mount = detect_cgroup().mount;
   bool started = false;
+  std::string last;
   for (;;) {
+    if (auto path = read_file(hint); path && !mount.empty()) ::mkdir((mount + trim(*path) + sub).c_str(), 0755);
     auto r = attach(socket, bus, j.unit, sub, pid, step());
     if (!r) return r.error();
     if (r->type == dbus::kMethodReturn) break;
-    if (!unit_missing(*r))
-      return make_error("systemd-scope", "AttachProcessesToUnit(" + j.unit + ", " + sub + "): " + r->error_name + ": " +
-                                             dbus::first_string(*r), EPERM);
+    // "Unit ... not loaded" (NoSuchUnit), "Unit is not active" (InvalidArgs) or, while the keeper
+    // starts, "No such file or directory": start the scope once, then ask again until the budget
+    // is spent (a concurrent sbx may have started it: systemd refuses the second systemd-run).
+    last = r->error_name + ": " + dbus::first_string(*r);
     if (!started) {
       SBX_TRY(start_keeper(runtime_dir, self_exe, j.unit, keeper_idle_s));
       started = j.started = true;
     }
     if (dbus::now_ms() + 50 >= deadline)
-      return make_error("systemd-scope", j.unit + " did not come up within " + std::to_string(budget_ms) + " ms", ETIMEDOUT);
+      return make_error("systemd-scope", "AttachProcessesToUnit(" + j.unit + ", " + sub + ") within " +
+                                             std::to_string(budget_ms) + " ms: " + last, ETIMEDOUT);
     sleep_ms(50);
   }
   // Proof, not trust: the kernel's word on where this process now is.
@@ -244,6 +247,14 @@ int run_scope_keeper(int idle_s) {
       (void)!::write(2, line.data(), line.size());
       return 1;
     }
+  // Where the scope is, for runs to make their run-<pid> in (join_reused_scope); written whole
+  // (rename) so that a run never reads half of it.
+  std::string hint;
+  if (const char* rt = std::getenv("XDG_RUNTIME_DIR"); rt && *rt) {
+    hint = std::string(rt) + "/" + unit + ".cgroup";
+    std::string tmp = hint + ".tmp";
+    if (write_file_durable(tmp, self).ok()) ::rename(tmp.c_str(), hint.c_str());
+  }
   std::int64_t last_busy = dbus::now_ms();
   for (;;) {
     sleep_ms(1000);
@@ -271,7 +282,10 @@ int run_scope_keeper(int idle_s) {
       }
     }
     if (busy) last_busy = dbus::now_ms();
-    else if (dbus::now_ms() - last_busy >= std::int64_t{idle_s} * 1000) return 0;
+    else if (dbus::now_ms() - last_busy >= std::int64_t{idle_s} * 1000) {
+      if (!hint.empty()) ::unlink(hint.c_str());
+      return 0;
+    }
   }
 }
 
