@@ -3,8 +3,10 @@
 # cgroup that is not delegated (or holds other processes), `sbx run` re-executes itself under
 # `systemd-run --user --scope -p Delegate=yes`. Three ways to run the same command, N times each,
 # in one process so that the ratios compare like with like:
-#   auto:       sbx run --memory 64M -- true, from a fresh non-delegated scope with another process
-#               (the re-exec happens on every run)
+#   auto:       sbx run --memory 64M -- true, from a fresh non-delegated scope with another process,
+#               with SBX_SCOPE_REUSE=0 (the re-exec under systemd-run happens on every run)
+#   reuse:      the same with the default: each run joins the long-lived sbx-runs-UID.scope over
+#               D-Bus (runtime/scope_reuse.hpp); the scope is started before the timed runs
 #   in-scope:   the same from a scope already delegated (no re-exec; what a long-lived scope would
 #               cost per run)
 #   no-scope:   --no-systemd-scope from the same place as auto (no cgroup: rlimits)
@@ -18,7 +20,7 @@ command -v systemd-run >/dev/null || { echo "skipped: no systemd-run"; exit 77; 
 # Each way runs inside a scope made once for it (its setup is not timed); a sleep beside the
 # timing loop makes the auto and no-scope scopes "busy", as a terminal's scope is.
 exec python3 - "$SBX" "$N" <<'PY'
-import statistics, subprocess, sys
+import os, statistics, subprocess, sys
 sbx, n = sys.argv[1], int(sys.argv[2])
 run = [sbx, "run", "--memory", "64M", "--timeout", "30s", "--", "true"]
 # The loop that runs in each scope: prints each run's wall time in ms. With LEAF set, the scope is
@@ -48,9 +50,14 @@ def timed(props, args, leaf):
     v = [float(x) for x in subprocess.run(cmd, stdout=subprocess.PIPE, text=True, check=True).stdout.split()]
     if any(x < 0 for x in v): sys.exit(f"a run failed: {v}")
     return statistics.median(v)
+os.environ["SBX_SCOPE_REUSE"] = "0"
 auto = timed([], run, False)
+os.environ.pop("SBX_SCOPE_REUSE")
+subprocess.run(run, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # starts the long-lived scope (untimed)
+reuse = timed([], run, False)
 in_scope = timed(["-p", "Delegate=yes"], run, True)
 no_scope = timed([], [sbx, "run", "--no-systemd-scope"] + run[2:], False)
-print(f"sbx run --memory 64M -- true, median of {n} runs each (ms): auto {auto:.1f}, in-scope {in_scope:.1f}, no-scope {no_scope:.1f}")
+print(f"sbx run --memory 64M -- true, median of {n} runs each (ms): auto {auto:.1f}, reuse {reuse:.1f}, in-scope {in_scope:.1f}, no-scope {no_scope:.1f}")
 print(f"ratio auto/in-scope {auto / in_scope:.2f}, auto/no-scope {auto / no_scope:.2f}; the re-exec costs {auto - in_scope:.1f} ms per run")
+print(f"ratio auto/reuse {auto / reuse:.2f}, reuse/in-scope {reuse / in_scope:.2f}; joining the long-lived scope costs {reuse - in_scope:.1f} ms per run")
 PY

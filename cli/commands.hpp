@@ -90,6 +90,7 @@ void add_classify_command(CLI::App& app, GlobalOptions& g, std::vector<Command>&
 void add_mcp_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out);
 void add_mcp_worker_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out);
 void add_cgroup_init_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out);
+void add_scope_keeper_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out);
 void add_replay_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out);
 void add_gc_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out);
 

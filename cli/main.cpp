@@ -150,7 +150,8 @@ int main(int argc, char** argv) {
       {"doctor", add_doctor_command}, {"pack", add_pack_command},       {"exec", add_exec_command},
       {"image", add_image_command},   {"key", add_key_command},         {"classify", add_classify_command},
       {"probe", add_probe_command},   {"mcp", add_mcp_command},         {"mcp-worker", add_mcp_worker_command},
-      {"cgroup-init", add_cgroup_init_command}, {"replay", add_replay_command}, {"gc", add_gc_command}};
+      {"cgroup-init", add_cgroup_init_command}, {"replay", add_replay_command}, {"gc", add_gc_command},
+      {"scope-keeper", add_scope_keeper_command}};
   std::vector<Command> commands;
   const std::string named = word_after(argc, argv, {});
   bool known = false;

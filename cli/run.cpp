@@ -318,8 +318,13 @@ void add_run_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out)
     if (auto st = check_trace_file(f.trace_file); !st) return usage_error(st.error().describe());
     {
       ScopeMode mode = f.systemd_scope ? ScopeMode::always : f.no_systemd_scope ? ScopeMode::never : ScopeMode::automatic;
-      if (auto rc = maybe_reexec_in_systemd_scope(g.argv, req.spec, mode, req.systemd_scope)) return *rc;
-      req.cgroup_via_scope = scope_origin();
+      std::string reused_unit;
+      if (auto rc = maybe_reexec_in_systemd_scope(g.argv, req.spec, mode, req.systemd_scope, &reused_unit)) return *rc;
+      req.cgroup_via_scope = scope_origin(&req.scope_unit);
+      if (!reused_unit.empty()) {
+        req.cgroup_via_scope = "reused";
+        req.scope_unit = reused_unit;
+      }
     }
     if (!f.output_dir.empty())
       if (auto st = prepare_export_dir(f.output_dir); !st) return usage_error(st.error().describe());

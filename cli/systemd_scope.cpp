@@ -17,6 +17,7 @@
 #include "runtime/fsutil.hpp"
 #include "runtime/host_blockers.hpp"
 #include "runtime/limits_plan.hpp"
+#include "runtime/scope_reuse.hpp"
 #include "runtime/signals.hpp"
 
 namespace sbx::cli {
@@ -101,7 +102,7 @@ ScopeFacts gather_scope_facts(const RunSpec& spec, const CgroupInfo& info) {
   return f;
 }
 
-std::string scope_origin() {
+std::string scope_origin(std::string* unit) {
   const char* in = std::getenv(kInScopeEnv);
   std::string v = in ? in : "";
   ::unsetenv(kInScopeEnv);
@@ -111,11 +112,12 @@ std::string scope_origin() {
   std::string own = own_cgroup_path(self);
   const std::string suffix = ".scope";
   bool scope = own.size() > suffix.size() && own.compare(own.size() - suffix.size(), suffix.size(), suffix) == 0;
+  if (scope && unit) *unit = own.substr(own.rfind('/') + 1);
   return scope ? v : "";
 }
 
 std::optional<int> maybe_reexec_in_systemd_scope(const std::vector<std::string>& argv, const RunSpec& spec,
-                                                 ScopeMode mode, std::string& why) {
+                                                 ScopeMode mode, std::string& why, std::string* reused_unit) {
   ScopeDecision d = decide_systemd_scope(mode, gather_scope_facts(spec, detect_cgroup()));
   why = d.why;
   if (d.error) return usage_error(d.why);
@@ -126,7 +128,28 @@ std::optional<int> maybe_reexec_in_systemd_scope(const std::vector<std::string>&
   char exe[PATH_MAX];
   ssize_t n = ::readlink("/proc/self/exe", exe, sizeof exe - 1);
   if (n <= 0) return usage_error(std::string("systemd scope: cannot find sbx's own binary: ") + std::strerror(errno));
-  auto args = systemd_scope_argv(std::string(exe, static_cast<std::size_t>(n)), argv);
+  const std::string self_exe(exe, static_cast<std::size_t>(n));
+  const char* reuse = std::getenv(kScopeReuseEnv);
+  if (mode == ScopeMode::automatic && reused_unit && !(reuse && std::string(reuse) == "0")) {
+    int idle = kDefaultKeeperIdle;
+    if (const char* e = std::getenv(kKeeperIdleEnv); e && *e) {
+      auto p = parse_keeper_idle(e, kKeeperIdleEnv);
+      if (!p) return usage_error(p.error().message);
+      idle = *p;
+    }
+    // 5 s covers starting the scope and its keeper on a slow (emulated) machine; joining an
+    // existing one takes one round trip to the user manager.
+    auto j = join_reused_scope(runtime_dir(), self_exe, idle, 5000);
+    if (j) {
+      *reused_unit = j->unit;
+      why = d.why + "; joined " + j->cgroup.substr(j->cgroup.rfind('/' + j->unit) + 1) +
+            (j->started ? " (started the scope)" : " (reused)") + " via " + j->manager;
+      return std::nullopt;
+    }
+    spdlog::info("cannot join {}: {}; re-executing under systemd-run instead", reused_scope_unit(::geteuid()),
+                 j.error().describe());
+  }
+  auto args = systemd_scope_argv(self_exe, argv);
   std::vector<char*> cargs;
   for (auto& a : args) cargs.push_back(a.data());
   cargs.push_back(nullptr);

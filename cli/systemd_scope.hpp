@@ -29,13 +29,18 @@ ScopeFacts gather_scope_facts(const RunSpec& spec, const CgroupInfo& info);
 // Re-executes sbx (argv without --systemd-scope/--no-systemd-scope) inside a delegated systemd
 // scope when `decide_systemd_scope` says so. Returns nullopt when no re-exec is needed (with
 // `why` filled for the trace); otherwise it only returns on failure, with the exit status (125).
+//
+// Automatic mode first tries to join the long-lived scope sbx-runs-<uid>.scope over D-Bus
+// (runtime/scope_reuse.hpp): no re-exec, no systemd-run per run. When that works it returns
+// nullopt with `reused_unit` set to the unit's name; when it fails it re-executes as before.
 std::optional<int> maybe_reexec_in_systemd_scope(const std::vector<std::string>& argv, const RunSpec& spec,
-                                                 ScopeMode mode, std::string& why);
+                                                 ScopeMode mode, std::string& why, std::string* reused_unit = nullptr);
 
 // In the re-executed sbx: "auto" or "flag" when kInScopeEnv is set and sbx's cgroup is indeed a
 // systemd scope (a variable alone proves nothing), else "". Clears kInScopeEnv either way, so
 // that nothing sbx starts inherits it.
-std::string scope_origin();
+// `unit` (optional) gets the scope's unit name (the own cgroup's last component) when it is one.
+std::string scope_origin(std::string* unit = nullptr);
 
 // The systemd-run command line for `self_exe` and sbx's own arguments (exposed for tests).
 std::vector<std::string> systemd_scope_argv(const std::string& self_exe, const std::vector<std::string>& argv);

@@ -108,16 +108,19 @@ std::string cgroup_obtained_by(const CgroupInfo& cg, bool have_cgroup, const std
   if (cg.root_subtree) return "root subtree";
   if (via_scope == "auto") return "systemd user scope (automatic)";
   if (via_scope == "flag") return "systemd user scope (--systemd-scope)";
+  if (via_scope == "reused") return "systemd user scope (reused)";
   return "own cgroup";
 }
 
-json host_json(const CgroupInfo& cg, const std::string& obtained_by, const std::string& systemd_scope) {
+json host_json(const CgroupInfo& cg, const std::string& obtained_by, const std::string& systemd_scope,
+               const std::string& scope_unit) {
   struct utsname u;
   ::uname(&u);
   json c = {{"layout", cg.layout}, {"mount", cg.mount}, {"self_path", cg.self_path}, {"controllers", cg.controllers},
             {"run_cgroups_under", cg.root_subtree && offers_limits(cg) ? cg.mount + "/sbx" : std::string()},
             {"obtained_by", obtained_by}, {"namespace_root", namespace_root_json(cg)}};
   if (!systemd_scope.empty()) c["systemd_scope"] = systemd_scope;
+  if (!scope_unit.empty()) c["scope_unit"] = scope_unit;
   return {{"kernel", u.release}, {"cgroup", std::move(c)}};
 }
 
@@ -258,7 +261,8 @@ RunReport run_sandbox(const RunRequest& req) {
                         {"profile", {{"name", req.profile.name}, {"origin", req.profile.origin}, {"sha256", sha256_hex(req.profile.text)}}},
                         {"pack", req.pack},
                         {"spec", spec_to_json(spec)}};
-    parts.host = host_json(cg, cgroup_obtained_by(cg, have_cgroup, req.cgroup_via_scope), req.systemd_scope);
+    parts.host = host_json(cg, cgroup_obtained_by(cg, have_cgroup, req.cgroup_via_scope), req.systemd_scope,
+                           req.scope_unit);
   };
   json namespaces = json::array();
   for (auto* n : kNamespaceNames) namespaces.push_back(n);

@@ -39,10 +39,14 @@ struct RunRequest {
   std::map<std::string, std::string> limit_layers;
 
   // How sbx's cgroup came about, for host.cgroup in the record (cli/systemd_scope.hpp):
-  // "auto" or "flag" when sbx re-executed itself in a delegated systemd user scope; and the
+  // "auto" or "flag" when sbx re-executed itself in a delegated systemd user scope, "reused" when
+  // it joined the long-lived one (runtime/scope_reuse.hpp); and the
   // reason sbx did (or did not) re-execute itself so ("" when nobody asked: pack run, exec).
   std::string cgroup_via_scope;
   std::string systemd_scope;
+  // The scope's unit name when sbx's cgroup is (in) one: the re-exec's run-*.scope, or the
+  // long-lived sbx-runs-<uid>.scope it joined ("reused", runtime/scope_reuse.hpp).
+  std::string scope_unit;
 
   // Typed-IO callers (sbx pack run, sbx exec) fill these; a plain `sbx run` leaves them empty.
   nlohmann::json pack = nullptr;                  // invocation.pack {name, version, digest}

@@ -17,7 +17,7 @@ build=$(cd "$build" && pwd)
 seconds=${FUZZ_SECONDS:-60}
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(spec pack exec seccomp tar proxy_request egress_rule mcp classify cdi probe_report ledger
-  replay)
+  replay dbus_reply)
 
 # Seeds from what the repository already holds: shipped profiles, example packs and requests,
 # seccomp policies, tar archives in every format GNU tar writes, MCP sessions calling run_code

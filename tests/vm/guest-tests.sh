@@ -364,7 +364,7 @@ sbx_run_rootless_user_manager() {  # uid 1001, no flag: from a busy scope of its
   # The "terminal": a scope of the user manager (as a desktop session's terminal has), holding a
   # shell's other process beside sbx. Its cgroup is the user's but has processes, so cgroup v2
   # gives no controllers below it: before, sbx fell back to rlimits here.
-  in_user_session term1 "sleep 300 & '$SBX' run --memory 32M --pids 16 --timeout 60s --trace-file /tmp/home$U/t.json -- python3 -c \"$UHOG\""; rc=$?
+  in_user_session term1 "sleep 300 & SBX_SCOPE_REUSE=0 '$SBX' run --memory 32M --pids 16 --timeout 60s --trace-file /tmp/home$U/t.json -- python3 -c \"$UHOG\""; rc=$?
   cp /tmp/home$U/term1.err /tmp/um-err.txt 2>/dev/null
   TT=/tmp/home$U/t.json
   status=$(python3 -c "import json; print(json.load(open('$TT'))['result']['status'])")
@@ -389,13 +389,51 @@ sbx_run_rootless_user_manager() {  # uid 1001, no flag: from a busy scope of its
 sbx_run_rootless_user_manager_pids() {  # the same, --pids 8 on a fork loop: stops at 8 through pids.max
   sbx_run_ready || return $?
   start_user_manager || return $?
-  in_user_session term3 "sleep 300 & '$SBX' run --pids 8 --timeout 60s --trace-file /tmp/home$U/tp.json -- sh -c 'for i in \$(seq 30); do sleep 3 & done 2>&1; wait'"; rc=$?
+  in_user_session term3 "sleep 300 & SBX_SCOPE_REUSE=0 '$SBX' run --pids 8 --timeout 60s --trace-file /tmp/home$U/tp.json -- sh -c 'for i in \$(seq 30); do sleep 3 & done 2>&1; wait'"; rc=$?
   TT=/tmp/home$U/tp.json
   peak=$(python3 -c "import json; print(json.load(open('$TT'))['usage']['pids_peak'])")
   how=$(python3 -c "import json; print(json.load(open('$TT'))['host']['cgroup']['obtained_by'])")
   pm=$(python3 -c "import json; print(json.load(open('$TT'))['enforcement']['limits_applied']['pids']['mechanism'])")
   echo "rootless --pids 8 under a user manager: exit $rc, pids_peak $peak, obtained_by '$how', mechanism '$pm'"
   [ "$peak" = 8 ] && [ "$how" = "systemd user scope (automatic)" ] && echo "$pm" | grep -q "pids.max"
+}
+
+# The long-lived scope (runtime/scope_reuse.hpp): the first run starts sbx-runs-1001.scope with
+# its keeper and joins it over D-Bus; the second joins the same scope (no systemd-run); killing
+# the keeper ends the scope and the next run starts it again; with nothing to do the keeper
+# leaves after its idle period (SBX_SCOPE_KEEPER_IDLE: 300 s, then 5 s for the keeper run 3 starts;
+# a run takes tens of seconds on TCG) and the scope goes with it.
+reuse_field() { python3 -c "import json,sys; t=json.load(open('$1')); print($2)"; }
+reuse_run() {  # NAME IDLE: one oom run from a busy service cgroup; prints "rc status obtained_by|unit|why|mech"
+  in_user_session $1 "sleep 300 & SBX_SCOPE_KEEPER_IDLE=$2 '$SBX' -v run --memory 32M --timeout 60s --trace-file /tmp/home$U/$1.json -- python3 -c \"$UHOG\""
+  rc=$?; J=/tmp/home$U/$1.json
+  grep -iE "scope|join|d-bus" /tmp/home$U/$1.err | head -5 >&2
+  echo "$rc|$(reuse_field $J 't["result"]["status"]')|$(reuse_field $J 't["host"]["cgroup"]["obtained_by"]')|$(reuse_field $J 't["host"]["cgroup"].get("scope_unit")')|$(reuse_field $J 't["enforcement"]["limits_applied"]["memory"]["mechanism"]')|$(reuse_field $J 't["host"]["cgroup"].get("systemd_scope")')|$(reuse_field $J 't["enforcement"]["cgroup"]')"
+}
+reuse_ok() {  # LINE WORD: exit 137, oom, reused, unit, memory.max, and the reason names WORD
+  echo "$1" | python3 -c "import sys; f=sys.stdin.read().strip().split('|'); sys.exit(0 if f[0]=='137' and f[1]=='oom' and f[2]=='systemd user scope (reused)' and f[3]=='sbx-runs-$U.scope' and 'memory.max' in f[4] and '$2' in f[5] and '/sbx-runs-$U.scope/run-' in f[6] else 1)"
+}
+scope_dir() { find $UM -maxdepth 3 -type d -name "sbx-runs-$U.scope" 2>/dev/null | head -1; }
+sbx_run_rootless_reused_scope() {
+  sbx_run_ready || return $?
+  start_user_manager || return $?
+  ok=0
+  r1=$(reuse_run reuse1 300); echo "run 1: $r1"; reuse_ok "$r1" "started the scope" || ok=1
+  SC=$(scope_dir); kp=$(cat "$SC/keeper/cgroup.procs" 2>/dev/null)
+  echo "scope $SC, keeper pid '$kp' ($(cat /proc/$kp/cmdline 2>/dev/null | tr '\0' ' ')), subtree_control '$(cat $SC/cgroup.subtree_control)'"
+  r2=$(reuse_run reuse2 300); echo "run 2: $r2"; reuse_ok "$r2" "(reused)" || ok=1
+  [ "$(cat "$SC/keeper/cgroup.procs" 2>/dev/null)" = "$kp" ] || { echo "the keeper changed"; ok=1; }
+  i=0; while ls -d $SC/run-* >/dev/null 2>&1 && [ $i -lt 40 ]; do sleep 0.25; i=$((i + 1)); done
+  left=$(ls -d $SC/run-* 2>/dev/null | wc -l); echo "empty run-* cgroups left after the runs: $left"; [ "$left" = 0 ] || ok=1
+  [ -n "$kp" ] && kill "$kp"; i=0; while [ -d "$SC" ] && [ $i -lt 40 ]; do sleep 0.25; i=$((i + 1)); done
+  [ -d "$SC" ] && { echo "scope still there after its keeper was killed"; ok=1; } || echo "keeper killed: scope gone"
+  r3=$(reuse_run reuse3 5); echo "run 3 (after kill): $r3"; reuse_ok "$r3" "started the scope" || ok=1
+  SC=$(scope_dir); i=0; while [ -n "$SC" ] && [ -d "$SC" ] && [ $i -lt 80 ]; do sleep 0.25; i=$((i + 1)); done
+  [ -n "$SC" ] && [ -d "$SC" ] && { echo "scope still there 20 s after the last run (idle 5 s)"; ok=1; } || echo "keeper idle: scope gone after ~$((i / 4)) s"
+  r4=$(reuse_run reuse4 300); echo "run 4 (after idle): $r4"; reuse_ok "$r4" "started the scope" || ok=1
+  [ $ok = 0 ] || grep -iE "sbx-runs|scope-keeper|attach" /tmp/systemd-user.log | tail -8
+  echo "$r2" | cut -d'|' -f3,4 | sed 's/^/     second run: /' >>"$SUMMARY"
+  return $ok
 }
 
 bench_systemd_scope() {  # the per-run cost of the automatic scope (bench/systemd_scope.sh), TCG timings
@@ -423,6 +461,7 @@ run "sbx run as root from a cgroup holding other processes" sbx_run_from_busy_cg
 run "sbx run as root from a service cgroup (system.slice/x.service)" sbx_run_from_service_cgroup
 run "sbx run rootless under systemd --user, no flag (automatic scope)" sbx_run_rootless_user_manager
 run "sbx run rootless under systemd --user, --pids" sbx_run_rootless_user_manager_pids
+run "sbx run rootless under systemd --user: long-lived scope reused, keeper idle/kill" sbx_run_rootless_reused_scope
 run "bench: cost of the automatic systemd scope" bench_systemd_scope
 stop_user_manager >/dev/null
 run "sbx run --pids" sbx_run_pids
