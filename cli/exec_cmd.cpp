@@ -22,7 +22,7 @@ namespace {
 struct ExecFlags {
   std::string trace_file;
   std::string events;
-  std::string tenant;
+  std::optional<std::string> tenant;  // --tenant '' is a bad name, not "none"
   bool dry_run = false;
 };
 
@@ -41,7 +41,8 @@ void add_exec_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out
   exec->add_option("--events", f.events,
                    "Stream live events as JSON lines to FILE, a FIFO or fd:N (never blocks the run; drops are counted)");
   exec->add_option("--tenant", f.tenant,
-                   "Run as tenant NAME: its ceilings bind the request (and the profile); its own host ids and store");
+                   "Run as tenant NAME: its ceilings bind the request (and the profile); its own host ids and store")
+      ->check(tenant_option_check, "NAME");
   exec->add_flag("--dry-run", f.dry_run,
                  "Check the request and every check of a run; print the merged spec and what would enforce each limit "
                  "as JSON; run nothing");
@@ -64,8 +65,8 @@ void add_exec_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out
     ctx.invocation_argv = g.argv;
     ctx.trace_file = f.trace_file;
     ctx.events = f.events;
-    if (!f.tenant.empty()) {
-      if (auto st = check_tenant_name(f.tenant); !st) return json_error("usage", st.error().message);
+    if (f.tenant) {
+      if (auto st = check_tenant_name(*f.tenant); !st) return json_error("usage", st.error().message);
       ctx.before_run = [](RunRequest& run) { return apply_tenant_flag(f.tenant, run); };
     }
     auto resp = run_exec(*rq, ctx);

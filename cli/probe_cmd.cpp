@@ -310,8 +310,8 @@ int probe_main(const GlobalOptions& g, const RunFlags& f, bool as_json) {
                                          std::to_string(ntohs(sa.sin_port)), "@HOSTPID@", std::to_string(limit("pids")),
                                          std::to_string(limit("memory_bytes"))};
   args.insert(args.end(), extra.begin(), extra.end());
-  if (!f.tenant.empty()) {
-    auto foreign = foreign_probes(f.tenant, g, *spec);
+  if (f.tenant) {
+    auto foreign = foreign_probes(*f.tenant, g, *spec);
     args.insert(args.end(), foreign.begin(), foreign.end());
   }
   Captured run = run_self(args, {{"SBX_PROBE_CANARY", canary}}, std::chrono::seconds(600), true);

@@ -26,11 +26,16 @@ namespace sbx::cli {
 
 // A container image's Entrypoint/Cmd, Env, WorkingDir and User (image_defaults.hpp) sit between
 // the profile and the flags. An image that does not resolve is left for the run to report.
-Status apply_tenant_flag(const std::string& name, RunRequest& req, const nlohmann::json& pack) {
-  if (name.empty()) return {};
-  auto t = load_tenant(name);
+Status apply_tenant_flag(const std::optional<std::string>& name, RunRequest& req, const nlohmann::json& pack) {
+  if (!name) return {};
+  auto t = load_tenant(*name);
   if (!t) return t.error();
   return apply_tenant(*t, req, pack);
+}
+
+std::string tenant_option_check(const std::string& value) {
+  auto st = check_tenant_name(value);
+  return st ? std::string() : st.error().message;
 }
 
 Status apply_image_config(RunSpec& spec, RunFlags& f, const GlobalOptions& g) {
@@ -196,7 +201,8 @@ void add_limit_options(CLI::App* app, RunFlags& f) {
   app->add_option("--profile", f.profile, "Profile name or JSON file (default: untrusted)");
   app->add_option("--tenant", f.tenant,
                   "Run as tenant NAME (SBX_TENANTS_DIR, ~/.config/sbx/tenants or /etc/sbx/tenants/NAME.json): its "
-                  "ceilings bind every layer, flags included; its own host ids and store");
+                  "ceilings bind every layer, flags included; its own host ids and store")
+      ->check(tenant_option_check, "NAME");
   app->add_option("--image", f.image, "Root file system: host (default) or a stored image, NAME[:TAG] or sha256:<hex>");
   app->add_option("--timeout", f.timeout, "Wall-time limit, e.g. 250ms, 2s, 1m (exit 124 when hit)");
   app->add_option("--output-limit", f.output_limit, "Bytes of stdout and of stderr passed through (rest dropped)");

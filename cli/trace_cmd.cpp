@@ -347,7 +347,7 @@ void add_trace_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& ou
   ls->add_option("--image", ls_opts->image, "Only runs on this image: the name the run gave (host, NAME[:TAG]) or its digest");
   ls->add_option("--status", ls_opts->status, "Only runs with this status (ok, exit_nonzero, timeout, signaled, ...)");
   ls->add_option("--since", ls_opts->since, "Only runs started at or after this RFC 3339 time or date prefix (2026-12-01)");
-  auto tenant = std::make_shared<std::string>();
+  auto tenant = std::make_shared<std::optional<std::string>>();
   auto* reindex = trace->add_subcommand("reindex", "Rebuild the query index (traces/index.sqlite) from the ledger");
   auto* verify = trace->add_subcommand("verify", "Check the trace ledger's hash chain; name the first break");
   auto* import = trace->add_subcommand(
@@ -376,11 +376,12 @@ void add_trace_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& ou
       ->check(CLI::IsMember({"json", "text"}));
   show->add_flag("--json", opts->as_json, "The same as --format json");
   for (auto* sub : {ls, show, verify, head, reindex})
-    sub->add_option("--tenant", *tenant, "The records of tenant NAME (its own store, see --tenant of sbx run)");
+    sub->add_option("--tenant", *tenant, "The records of tenant NAME (its own store, see --tenant of sbx run)")
+        ->check(tenant_option_check, "NAME");
 
   out.push_back({trace, [ls, show, verify, anchor, pubkey, import, reindex, head, head_json, opts, ls_opts, exported, tenant, &g]() -> int {
-    if (!tenant->empty()) {
-      auto t = load_tenant(*tenant);
+    if (*tenant) {
+      auto t = load_tenant(**tenant);
       if (!t) return usage_error(t.error().message);
       g_tenant_dirs = tenant_store(*t, resolve_dirs(g.state_dir));
     }

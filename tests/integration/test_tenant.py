@@ -73,16 +73,19 @@ class Tenant(SbxTestCase):
         self.assertExit(sbx(["pack", "init", pk]), 0)
         records = self.path("records.json")
         with open(records, "w") as f:
-            f.write("[{\"id\": 1}]")
+            f.write("[{\"id\": \"r1\"}]")
         with open(os.path.join(pk, "pack.json")) as f:
             manifest = json.load(f)
         manifest["limits"]["timeout"] = "10s"
+        manifest["limits"]["memory"] = "64M"
+        manifest["limits"]["pids"] = 16
         with open(os.path.join(pk, "pack.json"), "w") as f:
             json.dump(manifest, f)
         r = self.sbx(["pack", "run", pk, "--tenant", "A", "--input", records], timeout=60)
         self.assertExit(r, 0)
-        # The manifest asks for 256M of memory: under tenant A's 128M ceiling it is refused...
-        manifest["limits"]["memory"] = "1G"
+        # The manifest asks for 200M of memory (within the profile's ceiling): above tenant A's
+        # 128M it is refused...
+        manifest["limits"]["memory"] = "200M"
         with open(os.path.join(pk, "pack.json"), "w") as f:
             json.dump(manifest, f)
         self.refused(self.sbx(["pack", "run", pk, "--tenant", "A", "--input", records]),
@@ -95,7 +98,8 @@ class Tenant(SbxTestCase):
                      "tenant 'B'", "pack 'pk'", "not among the tenant's packs")
 
     def test_exec_request_above_ceiling_is_refused(self):
-        req = {"language": "sh", "code": "echo ok", "limits": {"timeout": "1h"}}
+        # 25s: within the profile's ceiling (30s), above tenant A's (20s).
+        req = {"language": "sh", "code": "echo ok", "limits": {"timeout": "25s"}}
         r = self.sbx(["exec", "--tenant", "A"], input=json.dumps(req).encode())
         self.assertExit(r, 125)
         err = json.loads(r.out)["error"]
@@ -226,6 +230,48 @@ class Tenant(SbxTestCase):
         self.assertEqual(os.stat(os.path.join(shared, "p.txt")).st_mode & 0o044, 0o044)
         print(f"\n  A wrote /shared/a.txt: mode {oct(st.st_mode & 0o777)} uid {st.st_uid}; "
               f"B: {rb.stderr.decode().strip()}")
+
+    # -- probe --------------------------------------------------------------------------------------
+
+    def probe(self, tenant, opts):
+        r = self.sbx(["probe", "--json", "--tenant", tenant] + list(opts), timeout=180)
+        try:
+            report = json.loads(r.out)
+        except ValueError:
+            self.fail("sbx probe --json printed no JSON\n" + r.describe())
+        return {p["probe"]: p for p in report["probes"] if p["probe"].startswith("tenant.")}
+
+    def test_probe_reports_the_other_tenants_resources_unreachable(self):
+        shared = self.path("shared")
+        os.mkdir(shared)
+        os.chmod(shared, 0o777)
+        # B's store under this test's (traversable) directory, so that the weak setup below can
+        # bind it into A's sandbox as root; sbx still makes it 0700.
+        self.write_tenant("B", {"id_slot": 2, "separate_ids": "required" if ROOT else "preferred",
+                                "store": self.path("store-B")})
+        # B runs first: its store exists, and (as root) it leaves a file in the shared directory.
+        rb = self.run_sbx(["sh", "-c", "echo secret-of-B > /shared/b.txt"],
+                          ["--tenant", "B", "--bind", f"{shared}:/shared:rw"], env=self.env)
+        self.assertExit(rb, 0)
+        store_b = self.path("store-B")
+        self.assertTrue(os.path.exists(store_b + "/traces/ledger.jsonl"))
+        held = self.probe("A", ["--bind", f"{shared}:/shared"])
+        want = {"tenant.b.store", "tenant.b.ledger"} | ({"tenant.b.file1"} if ROOT else set())
+        self.assertEqual(set(held) & want, want, held)
+        for name in want:
+            self.assertEqual(held[name]["result"], "held", held[name])
+        if ROOT:
+            self.assertIn("/shared/b.txt: Permission denied", held["tenant.b.file1"]["evidence"])
+        # A deliberately weak setup: B's store bound into A's sandbox and made readable, B's file
+        # made world-readable. The same probes now report breached: they are not vacuous.
+        subprocess.run(["chmod", "-R", "go+rX", store_b], check=True)
+        os.chmod(os.path.join(shared, "b.txt"), 0o644)
+        weak = self.probe("A", ["--bind", f"{shared}:/shared", "--bind", f"{store_b}:/mnt/b"])
+        for name in want:
+            self.assertEqual(weak[name]["result"], "breached", weak)
+        self.assertIn("/mnt/b", weak["tenant.b.store"]["evidence"])
+        print("\n  held:     " + "; ".join(f"{n} {p['result']} ({p['evidence']})" for n, p in sorted(held.items())))
+        print("  weak:     " + "; ".join(f"{n} {p['result']} ({p['evidence']})" for n, p in sorted(weak.items())))
 
 
 if __name__ == "__main__":
