@@ -37,6 +37,9 @@ struct Command {
 // The flags of `sbx run` that turn into a RunSpec; `sbx pack run` shares the limit ones.
 struct RunFlags {
   std::string profile = kDefaultProfile;
+  // --tenant NAME (runtime/tenant.hpp): a ceiling over every other layer. Optional, not
+  // empty-means-unset: `--tenant ''` is a bad name, never "no tenant".
+  std::optional<std::string> tenant;
   std::optional<std::uint32_t> uid, gid;
   std::vector<std::string> binds, tmpfs, env, env_pass, allow_hosts;
   std::vector<std::string> cap_add;  // --cap-add NAME: capabilities kept beyond the profile's
@@ -100,6 +103,12 @@ struct TraceSubcommand {
   std::function<int()> run;
 };
 TraceSubcommand add_trace_export_command(CLI::App* trace, GlobalOptions& g);  // trace_export_cmd.cpp
+
+// --tenant NAME: loads the tenant and applies it to a fully built request (tenant.hpp); an
+// error is the one line of a usage error. No-op when `name` is not given.
+Status apply_tenant_flag(const std::optional<std::string>& name, RunRequest& req, const nlohmann::json& pack = nullptr);
+// The check every --tenant option carries: an empty value is an error, never "no tenant".
+std::string tenant_option_check(const std::string& value);
 
 // --state-dir, --log-level, -v: on the top level and on subcommands that do not fall through.
 void add_global_options(CLI::App& app, GlobalOptions& g);

@@ -15,12 +15,14 @@
 #include "runtime/json_io.hpp"
 #include "runtime/preflight.hpp"
 #include "runtime/signals.hpp"
+#include "runtime/tenant.hpp"
 
 namespace sbx::cli {
 namespace {
 struct ExecFlags {
   std::string trace_file;
   std::string events;
+  std::optional<std::string> tenant;  // --tenant '' is a bad name, not "none"
   bool dry_run = false;
 };
 
@@ -38,6 +40,9 @@ void add_exec_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out
   exec->add_option("--trace-file", f.trace_file, "Also write the trace record to this file");
   exec->add_option("--events", f.events,
                    "Stream live events as JSON lines to FILE, a FIFO or fd:N (never blocks the run; drops are counted)");
+  exec->add_option("--tenant", f.tenant,
+                   "Run as tenant NAME: its ceilings bind the request (and the profile); its own host ids and store")
+      ->check(tenant_option_check, "NAME");
   exec->add_flag("--dry-run", f.dry_run,
                  "Check the request and every check of a run; print the merged spec and what would enforce each limit "
                  "as JSON; run nothing");
@@ -60,6 +65,10 @@ void add_exec_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out
     ctx.invocation_argv = g.argv;
     ctx.trace_file = f.trace_file;
     ctx.events = f.events;
+    if (f.tenant) {
+      if (auto st = check_tenant_name(*f.tenant); !st) return json_error("usage", st.error().message);
+      ctx.before_run = [](RunRequest& run) { return apply_tenant_flag(f.tenant, run); };
+    }
     auto resp = run_exec(*rq, ctx);
     if (!resp) return json_error(resp.error().stage, resp.error().describe());
     // Program output is arbitrary bytes: invalid UTF-8 is escaped losslessly and the escaped

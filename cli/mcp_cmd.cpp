@@ -18,17 +18,26 @@
 #include "runtime/pack.hpp"
 #include "runtime/pack_run.hpp"
 #include "runtime/profile.hpp"
+#include "runtime/tenant.hpp"
 #include "runtime/text_escape.hpp"
 #include "runtime/trace_ledger.hpp"
 
 namespace sbx::cli {
 namespace {
+// The tenant of `sbx mcp --tenant`, as its workers (children of the server) inherit it.
+constexpr const char* kMcpTenantEnv = "SBX_MCP_WORKER_TENANT";
+std::optional<std::string> worker_tenant() {
+  const char* t = std::getenv(kMcpTenantEnv);
+  return t ? std::optional<std::string>(t) : std::nullopt;
+}
+
 using nlohmann::json;
 
 struct McpFlags {
   std::vector<std::string> packs;
   std::vector<std::string> contexts;  // PACK/NAME=PATH
   std::string profile = kDefaultProfile;
+  std::optional<std::string> tenant;  // --tenant NAME (runtime/tenant.hpp), applied by every worker
   std::size_t max_concurrent = 4;
   std::size_t max_queued = 256;
 };
@@ -50,6 +59,15 @@ int run_server(McpFlags& f, GlobalOptions& g) {
   auto profile = load_profile(f.profile);
   if (!profile) return usage_error("mcp: --profile: " + profile.error().describe());
   if (f.max_concurrent < 1 || f.max_concurrent > 256) return usage_error("mcp: --max-concurrent must be 1..256");
+  if (f.tenant) {
+    // Checked once here, so that a bad tenant fails the server, not each call; every worker then
+    // applies it to its call (add_mcp_worker_command) through the environment it inherits.
+    auto t = load_tenant(*f.tenant);
+    if (!t) return usage_error("mcp: " + t.error().message);
+    ::setenv(kMcpTenantEnv, f.tenant->c_str(), 1);
+  } else {
+    ::unsetenv(kMcpTenantEnv);
+  }
   mcp::ServerConfig cfg;
   cfg.profile = f.profile;
   cfg.max_concurrent = f.max_concurrent;
@@ -153,6 +171,8 @@ json run_pack_job(const json& job, GlobalOptions& g) {
   req.run.dirs = resolve_dirs(g.state_dir);
   req.run.limit_layers = limit_layers(*profile, &req.pack.spec_patch, req.pack.dir + "/pack.json", {});
   req.run.invocation_argv = g.argv;
+  if (auto st = apply_tenant_flag(worker_tenant(), req.run, json{{"name", req.pack.name}, {"digest", req.pack.digest}}); !st)
+    return worker_error("usage", st.error().message);
   req.input_path = "mcp:tools/call";
   json records = job.value("records", json::array());
   req.input_bytes = dump_json(records, -1);
@@ -184,6 +204,9 @@ void add_mcp_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out)
   mcp->add_option("--packs", f.packs, "A pack directory, or a directory of pack directories: one tool each (repeatable)");
   mcp->add_option("--context", f.contexts, "Mount a context for every call of a pack: PACK/NAME=PATH (repeatable)");
   mcp->add_option("--profile", f.profile, "Profile every call runs under; its limits are the calls' ceilings (default untrusted)");
+  mcp->add_option("--tenant", f.tenant,
+                  "Serve as tenant NAME: its ceilings bind every call (and the profile); its own host ids and store")
+      ->check(tenant_option_check, "NAME");
   mcp->add_option("--max-concurrent", f.max_concurrent, "Calls running at once; the rest wait in order (default 4)");
   mcp->add_option("--max-queued", f.max_queued, "Calls waiting beyond those; more are refused (default 256)");
   // Supervises: the forwarded signals stay blocked, and the server reads them from a signalfd
@@ -208,6 +231,8 @@ void add_mcp_worker_command(CLI::App& app, GlobalOptions& g, std::vector<Command
       ctx.dirs = resolve_dirs(g.state_dir);
       ctx.invocation_argv = g.argv;
       ctx.profile = job->value("profile", kDefaultProfile);
+      if (auto tenant = worker_tenant())
+        ctx.before_run = [tenant](RunRequest& run) { return apply_tenant_flag(tenant, run); };
       auto r = run_exec(job->value("request", json::object()), ctx);
       resp = r ? *r : worker_error(r.error().stage, r.error().describe());
     } else if (job->value("tool", "") == "pack") {

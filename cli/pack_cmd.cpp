@@ -123,6 +123,8 @@ int run_pack_command(PackFlags& f, GlobalOptions& g) {
   req.run.trace_file = f.run.trace_file;
   req.run.explicit_limits = explicit_limits(f.run);
   req.run.limit_layers = limit_layers(*profile, &req.pack.spec_patch, req.pack.dir + "/pack.json", limits_given(f.run));
+  if (auto st = apply_tenant_flag(f.run.tenant, req.run, nlohmann::json{{"name", req.pack.name}, {"digest", req.pack.digest}}); !st)
+    return usage_error(st.error().message);
   req.dry_run = f.run.dry_run;
   if (!req.dry_run)
     if (auto st = check_trace_file(f.run.trace_file); !st) return usage_error(st.error().describe());

@@ -31,7 +31,9 @@
 #include "cli/commands.hpp"
 #include "runtime/json_io.hpp"
 #include "runtime/probe_report.hpp"
+#include "runtime/tenant.hpp"
 #include "runtime/text_escape.hpp"
+#include "runtime/userns.hpp"
 
 // The helper's bytes, placed in sbx's read-only data by cli/probe_blob.cpp.
 extern "C" const unsigned char sbx_probe_helper_begin[];
@@ -174,6 +176,56 @@ struct TempDir {
   }
 };
 
+// --tenant NAME: LABEL PATH pairs for the helper, one per resource of every other tenant that a
+// sandbox of NAME must not reach: its store directory and ledger, and (as root, where tenants'
+// ids differ) the files in this run's bind sources owned by its host id slice. Host paths are
+// mapped through the run's binds to where they would appear inside; a path no bind covers is
+// probed as it is (absent, unless the root itself holds it).
+std::vector<std::string> foreign_probes(const std::string& tenant, const GlobalOptions& g, const json& plan) {
+  std::vector<std::string> out;
+  auto t = load_tenant(tenant);
+  if (!t) return out;  // the dry run accepted it; a file changed since is the run's to refuse
+  std::vector<std::pair<std::string, std::string>> binds;  // src, dst
+  if (plan.contains("binds") && plan["binds"].is_array())
+    for (auto& b : plan["binds"])
+      if (b.is_object() && b["src"].is_string() && b["dst"].is_string())
+        binds.emplace_back(b["src"].get<std::string>(), b["dst"].get<std::string>());
+  auto inside = [&](const std::string& host) {
+    for (auto& [src, dst] : binds)
+      if (host == src || host.starts_with(src + "/")) return dst + host.substr(src.size());
+    return host;
+  };
+  for (auto& o : other_tenants(*t, resolve_dirs(g.state_dir))) {
+    // probe names are [a-z0-9_.] (probe_report.cpp): the tenant's name folded to fit.
+    std::string label;
+    for (char c : o.name.substr(0, 40))
+      label += (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : (c == '-' ? '_' : c);
+    out.insert(out.end(), {label + ".store", inside(o.store)});
+    out.insert(out.end(), {label + ".ledger", inside(o.store + "/traces/ledger.jsonl")});
+    if (::geteuid() != 0) continue;
+    static const RunSpec kDefaults;
+    auto plan_o = plan_identity(kDefaults, o.id_slot);
+    if (!plan_o) continue;
+    const std::uint64_t lo = plan_o->uid_map.at(0).outside, hi = lo + plan_o->uid_map.at(0).count;
+    int files = 0;
+    for (auto& [src, dst] : binds) {
+      DIR* d = ::opendir(src.c_str());
+      if (!d) continue;
+      int seen = 0;
+      while (dirent* e = ::readdir(d)) {
+        if (++seen > 4096 || files >= 8) break;
+        struct stat st {};
+        std::string name = e->d_name;
+        if (::fstatat(::dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode)) continue;
+        if (st.st_uid < lo || st.st_uid >= hi) continue;
+        out.insert(out.end(), {label + ".file" + std::to_string(++files), dst + "/" + name});
+      }
+      ::closedir(d);
+    }
+  }
+  return out;
+}
+
 int probe_main(const GlobalOptions& g, const RunFlags& f, bool as_json) {
   if (g.after_dashdash) return usage_error("probe: takes run options only, no command (it runs its own probes)");
   if (auto what = refused(f)) return usage_error("probe: " + *what + " is not taken by probe (its output is the report)");
@@ -258,6 +310,10 @@ int probe_main(const GlobalOptions& g, const RunFlags& f, bool as_json) {
                                          std::to_string(ntohs(sa.sin_port)), "@HOSTPID@", std::to_string(limit("pids")),
                                          std::to_string(limit("memory_bytes"))};
   args.insert(args.end(), extra.begin(), extra.end());
+  if (f.tenant) {
+    auto foreign = foreign_probes(*f.tenant, g, *spec);
+    args.insert(args.end(), foreign.begin(), foreign.end());
+  }
   Captured run = run_self(args, {{"SBX_PROBE_CANARY", canary}}, std::chrono::seconds(600), true);
   ::close(lfd);
   // sbx run's own warnings (an unconfined seccomp policy, a limit it cannot enforce here) belong

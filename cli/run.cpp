@@ -18,6 +18,7 @@
 #include "runtime/profile.hpp"
 #include "runtime/replay.hpp"
 #include "runtime/sandbox.hpp"
+#include "runtime/tenant.hpp"
 #include "runtime/text_escape.hpp"
 #include "runtime/units.hpp"
 
@@ -25,6 +26,18 @@ namespace sbx::cli {
 
 // A container image's Entrypoint/Cmd, Env, WorkingDir and User (image_defaults.hpp) sit between
 // the profile and the flags. An image that does not resolve is left for the run to report.
+Status apply_tenant_flag(const std::optional<std::string>& name, RunRequest& req, const nlohmann::json& pack) {
+  if (!name) return {};
+  auto t = load_tenant(*name);
+  if (!t) return t.error();
+  return apply_tenant(*t, req, pack);
+}
+
+std::string tenant_option_check(const std::string& value) {
+  auto st = check_tenant_name(value);
+  return st ? std::string() : st.error().message;
+}
+
 Status apply_image_config(RunSpec& spec, RunFlags& f, const GlobalOptions& g) {
   const std::string ref = f.image ? *f.image : spec.image;
   // A digest names a tree, not an import: several names (and origins) may share one, so a run by
@@ -186,6 +199,10 @@ Result<RunSpec> apply_flags(RunSpec spec, const RunFlags& f) {
 
 void add_limit_options(CLI::App* app, RunFlags& f) {
   app->add_option("--profile", f.profile, "Profile name or JSON file (default: untrusted)");
+  app->add_option("--tenant", f.tenant,
+                  "Run as tenant NAME (SBX_TENANTS_DIR, ~/.config/sbx/tenants or /etc/sbx/tenants/NAME.json): its "
+                  "ceilings bind every layer, flags included; its own host ids and store")
+      ->check(tenant_option_check, "NAME");
   app->add_option("--image", f.image, "Root file system: host (default) or a stored image, NAME[:TAG] or sha256:<hex>");
   app->add_option("--timeout", f.timeout, "Wall-time limit, e.g. 250ms, 2s, 1m (exit 124 when hit)");
   app->add_option("--output-limit", f.output_limit, "Bytes of stdout and of stderr passed through (rest dropped)");
@@ -310,6 +327,7 @@ void add_run_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out)
     req.limit_layers = limit_layers(*profile, nullptr, "", limits_given(f));
     req.invocation_argv = g.argv;
     req.stdin_plan = *stdin_plan;
+    if (auto st = apply_tenant_flag(f.tenant, req); !st) return usage_error(st.error().message);
     if (f.dry_run) {
       if (!f.output_dir.empty())
         if (auto st = prepare_export_dir(f.output_dir, false); !st) return usage_error(st.error().describe());

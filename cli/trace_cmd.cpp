@@ -6,6 +6,7 @@
 
 #include "cli/commands.hpp"
 #include "runtime/json_io.hpp"
+#include "runtime/tenant.hpp"
 #include "runtime/ledger_key.hpp"
 #include "runtime/paths.hpp"
 #include "runtime/shell_quote.hpp"
@@ -16,6 +17,11 @@
 
 namespace sbx::cli {
 namespace {
+// --tenant NAME on ls, show, verify, head and reindex: the tenant's own store (tenant.hpp), set
+// once by the dispatcher below before any subcommand runs.
+std::optional<Dirs> g_tenant_dirs;
+Dirs store_dirs(const GlobalOptions& g) { return g_tenant_dirs ? *g_tenant_dirs : resolve_dirs(g.state_dir); }
+
 
 using nlohmann::json;
 
@@ -234,7 +240,7 @@ int run_ls(const GlobalOptions& g, const LsOptions& o) {
   f.since = o.since;
   f.pack = o.pack;
   f.image = o.image;
-  auto traces = list_traces(resolve_dirs(g.state_dir), f);
+  auto traces = list_traces(store_dirs(g), f);
   if (!traces) return usage_error(traces.error().describe());
   if (o.as_json) {
     // For scripts: one array, newest first; text of outside origin stays JSON-escaped (ASCII).
@@ -279,7 +285,7 @@ int run_verify(const GlobalOptions& g, const std::string& anchor_text, const std
       return usage_error("trace verify: --anchor wants SEQ:HASH (as 'sbx trace head' prints it), got '" + anchor_text + "'");
     anchor = LedgerAnchor{std::stoull(seq), hash};
   }
-  auto r = verify_ledger(resolve_dirs(g.state_dir), anchor, verifier ? &*verifier : nullptr);
+  auto r = verify_ledger(store_dirs(g), anchor, verifier ? &*verifier : nullptr);
   if (!r) return usage_error(r.error().describe());
   if (!r->intact) {
     std::fprintf(stderr, "sbx: trace ledger broken: %s\n", printable(r->problem).c_str());
@@ -297,7 +303,7 @@ int run_verify(const GlobalOptions& g, const std::string& anchor_text, const std
 }
 
 int run_import(const GlobalOptions& g) {
-  auto rep = import_legacy_traces(resolve_dirs(g.state_dir));
+  auto rep = import_legacy_traces(store_dirs(g));
   if (!rep) return usage_error(rep.error().describe());
   for (auto& s : rep->skipped) std::fprintf(stderr, "sbx: trace import: skipped %s\n", printable(s).c_str());
   std::printf("imported %zu record(s) into the ledger; %zu already there; %zu skipped\n", rep->imported, rep->already,
@@ -308,7 +314,7 @@ int run_import(const GlobalOptions& g) {
 // "SEQ HASH RUN_ID": what another system stores to anchor the chain (a later ledger that does not
 // reach this head with this hash has been rewritten or cut).
 int run_head(const GlobalOptions& g, bool as_json) {
-  auto h = ledger_head(resolve_dirs(g.state_dir));
+  auto h = ledger_head(store_dirs(g));
   if (!h) return usage_error(h.error().describe());
   if (h->torn_bytes)
     std::fprintf(stderr, "sbx: warning: the ledger ends in %llu bytes of an interrupted append (sbx trace verify)\n",
@@ -338,6 +344,7 @@ void add_trace_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& ou
   ls->add_option("--image", ls_opts->image, "Only runs on this image: the name the run gave (host, NAME[:TAG]) or its digest");
   ls->add_option("--status", ls_opts->status, "Only runs with this status (ok, exit_nonzero, timeout, signaled, ...)");
   ls->add_option("--since", ls_opts->since, "Only runs started at or after this RFC 3339 time or date prefix (2026-12-01)");
+  auto tenant = std::make_shared<std::optional<std::string>>();
   auto* reindex = trace->add_subcommand("reindex", "Rebuild the query index (traces/index.sqlite) from the ledger");
   auto* verify = trace->add_subcommand("verify", "Check the trace ledger's hash chain; name the first break");
   auto* import = trace->add_subcommand(
@@ -365,14 +372,22 @@ void add_trace_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& ou
   show->add_option("--format", opts->format, "json (the record, pretty-printed) or text (a summary)")
       ->check(CLI::IsMember({"json", "text"}));
   show->add_flag("--json", opts->as_json, "The same as --format json");
+  for (auto* sub : {ls, show, verify, head, reindex})
+    sub->add_option("--tenant", *tenant, "The records of tenant NAME (its own store, see --tenant of sbx run)")
+        ->check(tenant_option_check, "NAME");
 
-  out.push_back({trace, [ls, show, verify, anchor, pubkey, import, reindex, head, head_json, opts, ls_opts, exported, &g]() -> int {
+  out.push_back({trace, [ls, show, verify, anchor, pubkey, import, reindex, head, head_json, opts, ls_opts, exported, tenant, &g]() -> int {
+    if (*tenant) {
+      auto t = load_tenant(**tenant);
+      if (!t) return usage_error(t.error().message);
+      g_tenant_dirs = tenant_store(*t, resolve_dirs(g.state_dir));
+    }
     if (ls->parsed()) return run_ls(g, *ls_opts);
     if (exported.app->parsed()) return exported.run();
     if (verify->parsed()) return run_verify(g, *anchor, *pubkey);
     if (import->parsed()) return run_import(g);
     if (reindex->parsed()) {
-      auto n = rebuild_index(resolve_dirs(g.state_dir));
+      auto n = rebuild_index(store_dirs(g));
       if (!n) return usage_error(n.error().describe());
       std::printf("indexed %llu ledger line(s)\n", static_cast<unsigned long long>(*n));
       return 0;
@@ -389,7 +404,7 @@ void add_trace_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& ou
       if (opts->run_id.empty()) return usage_error("trace show: RUN_ID is required (a run id, a prefix, 'last' or -N)");
       if (opts->as_json && show->count("--format") && opts->format != "json")
         return usage_error("trace show: --json and --format " + opts->format + " contradict each other");
-      auto rec = load_trace(resolve_dirs(g.state_dir), opts->run_id);
+      auto rec = load_trace(store_dirs(g), opts->run_id);
       if (!rec) return usage_error(rec.error().describe());
       if (opts->format == "text" && !opts->as_json) print_text(*rec);
       else std::printf("%s\n", pretty(*rec).c_str());

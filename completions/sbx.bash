@@ -8,6 +8,14 @@ _sbx_capabilities() {
     echo "CAP_CHOWN CAP_DAC_OVERRIDE CAP_DAC_READ_SEARCH CAP_FOWNER CAP_FSETID CAP_KILL CAP_SETGID CAP_SETUID CAP_SETPCAP CAP_LINUX_IMMUTABLE CAP_NET_BIND_SERVICE CAP_NET_BROADCAST CAP_NET_ADMIN CAP_NET_RAW CAP_IPC_LOCK CAP_IPC_OWNER CAP_SYS_MODULE CAP_SYS_RAWIO CAP_SYS_CHROOT CAP_SYS_PTRACE CAP_SYS_PACCT CAP_SYS_ADMIN CAP_SYS_BOOT CAP_SYS_NICE CAP_SYS_RESOURCE CAP_SYS_TIME CAP_SYS_TTY_CONFIG CAP_MKNOD CAP_LEASE CAP_AUDIT_WRITE CAP_AUDIT_CONTROL CAP_SETFCAP CAP_MAC_OVERRIDE CAP_MAC_ADMIN CAP_SYSLOG CAP_WAKE_ALARM CAP_BLOCK_SUSPEND CAP_AUDIT_READ CAP_PERFMON CAP_BPF CAP_CHECKPOINT_RESTORE"
 }
 
+_sbx_tenants() {
+    # NAME of each NAME.json in the tenants directory (man sbx, TENANTS).
+    local d
+    for d in ${SBX_TENANTS_DIR:-${XDG_CONFIG_HOME:-$HOME/.config}/sbx/tenants /etc/sbx/tenants}; do
+        [[ -d $d ]] && (cd "$d" && ls -1 -- *.json 2>/dev/null) | sed 's/\.json$//'
+    done
+}
+
 _sbx_profiles() {
     # First column of `sbx profile ls`: the names --profile and `profile show` accept.
     "${COMP_WORDS[0]}" profile ls 2>/dev/null | awk 'NF { print $1 }'
@@ -62,12 +70,12 @@ _sbx() {
     [[ $cur == [=:] ]] && cur=""
 
     local global_opts="--state-dir --log-level -v --verbose --version -h --help"
-    local run_opts="--profile --image --uid --gid --bind --tmpfs --workdir --input --output --output-max-bytes
+    local run_opts="--profile --tenant --image --uid --gid --bind --tmpfs --workdir --input --output --output-max-bytes
         --output-max-files --env --env-pass --timeout --output-limit --memory --pids --cpus --cpu-time --require-limits
         --require-record --seccomp --cap-add --gpu --allow-host --trace-file --events --dry-run --systemd-scope --no-systemd-scope -i --interactive -t --tty
         --keep-inputs"
     # Options that take a value (the next word is not a subcommand or the command).
-    local takes_arg="--state-dir --log-level --profile --image --uid --gid --bind --tmpfs --workdir --env
+    local takes_arg="--state-dir --log-level --profile --tenant --image --uid --gid --bind --tmpfs --workdir --env
         --env-pass --timeout --output-limit --memory --pids --cpus --cpu-time --seccomp --cap-add --gpu --allow-host --trace-file --format
         --pubkey --anchor --status --since --input --output --output-max-bytes --output-max-files --context --secret --result --name --leaf
         --keep-days --max-bytes --packs --max-concurrent --max-queued --events --limit --newest -n --pack -o"
@@ -129,6 +137,8 @@ _sbx() {
             COMPREPLY=($(compgen -f -- "$cur")); compopt -o filenames 2>/dev/null; return ;;
         --cap-add)
             COMPREPLY=($(compgen -W "$(_sbx_capabilities)" -- "$cur")); return ;;
+        --tenant)
+            COMPREPLY=($(compgen -W "$(_sbx_tenants)" -- "$cur")); return ;;
         --gpu)
             COMPREPLY=($(compgen -W "all 0 1 2 3 4 5 6 7" -- "$cur")); return ;;
         --seccomp)
@@ -220,7 +230,7 @@ _sbx() {
             elif [[ $cur == -* && $sub == validate ]]; then
                 COMPREPLY=($(compgen -W "--strict --no-strict --help" -- "$cur"))
             elif [[ $cur == -* && $sub == run ]]; then
-                COMPREPLY=($(compgen -W "--input --context --secret --result --profile --image --timeout
+                COMPREPLY=($(compgen -W "--input --context --secret --result --profile --tenant --image --timeout
                     --output-limit --memory --pids --cpus --cpu-time --require-limits --require-record --seccomp --cap-add --gpu --trace-file
                     --events --dry-run --help" -- "$cur"))
             elif [[ $cur == -* ]]; then
@@ -229,9 +239,9 @@ _sbx() {
                 COMPREPLY=($(compgen -d -- "$cur")); compopt -o filenames 2>/dev/null
             fi ;;
         exec)
-            COMPREPLY=($(compgen -W "--trace-file --events --dry-run --help" -- "$cur")) ;;
+            COMPREPLY=($(compgen -W "--trace-file --tenant --events --dry-run --help" -- "$cur")) ;;
         mcp)
-            COMPREPLY=($(compgen -W "--packs --context --profile --max-concurrent --max-queued --help" -- "$cur")) ;;
+            COMPREPLY=($(compgen -W "--packs --context --profile --tenant --max-concurrent --max-queued --help" -- "$cur")) ;;
         replay)
             if [[ $cur == -* ]]; then
                 COMPREPLY=($(compgen -W "--json --help" -- "$cur"))
@@ -255,7 +265,7 @@ _sbx() {
                 case $sub in
                     import) COMPREPLY=($(compgen -W "--name -q --quiet --max-bytes --max-entries --format --platform --help" -- "$cur")) ;;
                     verify) COMPREPLY=($(compgen -W "--full --help" -- "$cur")) ;;
-                    ls) COMPREPLY=($(compgen -W "--json --help" -- "$cur")) ;;
+                    ls) COMPREPLY=($(compgen -W "--json --tenant --help" -- "$cur")) ;;
                     *) COMPREPLY=($(compgen -W "--help" -- "$cur")) ;;
                 esac
             else

@@ -10,7 +10,7 @@ set -g __sbx_capabilities CAP_CHOWN CAP_DAC_OVERRIDE CAP_DAC_READ_SEARCH CAP_FOW
 function __sbx_path
     set -l tokens (commandline -opc)
     set -e tokens[1]
-    set -l takes_arg --state-dir --log-level --profile --image --uid --gid --bind --tmpfs --workdir --env \
+    set -l takes_arg --state-dir --log-level --profile --tenant --image --uid --gid --bind --tmpfs --workdir --env \
         --env-pass --timeout --output-limit --memory --pids --cpus --cpu-time --seccomp --cap-add --gpu --allow-host --trace-file --format --pubkey --anchor --status --since \
         --input --output --output-max-bytes --output-max-files --context --secret --result --name \
         --packs --max-concurrent --max-queued --keep-days --max-bytes --leaf --events --limit --newest -n --pack -o
@@ -172,7 +172,7 @@ function __sbx_complete_cmd
     # The sandboxed command starts at the first word after "run" that is not an option of run (or
     # one of their values), or right after "--".
     set -l tokens (commandline -opc)
-    set -l takes_arg --state-dir --log-level --profile --image --uid --gid --bind --tmpfs --workdir --env \
+    set -l takes_arg --state-dir --log-level --profile --tenant --image --uid --gid --bind --tmpfs --workdir --env \
         --env-pass --timeout --output-limit --memory --pids --cpus --cpu-time --seccomp --cap-add --gpu --allow-host --trace-file \
         --input --output --output-max-bytes --output-max-files --events
     set -l start 0
@@ -314,3 +314,14 @@ complete -c sbx -n '__sbx_at replay' -l json -d 'Print the comparison as a JSON 
 complete -c sbx -n '__sbx_at gc' -l keep-days -x -d 'Keep the blobs of records from the last N days'
 complete -c sbx -n '__sbx_at gc' -l max-bytes -x -d 'Keep the blob store under this size, oldest runs first'
 complete -c sbx -n '__sbx_at gc' -l dry-run -d 'Say what would be deleted; delete nothing'
+
+# --tenant NAME (man sbx, TENANTS): the NAME.json files of the tenants directory.
+function __sbx_tenants
+    for d in $SBX_TENANTS_DIR (set -q XDG_CONFIG_HOME; and echo $XDG_CONFIG_HOME/sbx/tenants; or echo $HOME/.config/sbx/tenants) /etc/sbx/tenants
+        test -d $d; and for f in $d/*.json
+            basename $f .json
+        end
+    end
+end
+complete -c sbx -n '__sbx_at run; or __sbx_at probe; or __sbx_at pack run; or __sbx_at exec; or __sbx_at mcp' -l tenant -x -a '(__sbx_tenants)' -d 'Run as this tenant: its ceilings, own host ids and store'
+complete -c sbx -n '__sbx_at trace ls; or __sbx_at trace show; or __sbx_at trace verify; or __sbx_at trace head; or __sbx_at trace reindex' -l tenant -x -a '(__sbx_tenants)' -d 'The records of this tenant'

@@ -533,12 +533,46 @@ static void start_survivor(const char *self) {
   for (;;) pause();
 }
 
+/* ---- tenants ---- */
+
+/* Another tenant's resource, at the path it has inside this sandbox (sbx probe --tenant maps the
+ * host path through the run's binds): held when it is absent or refused, breached when this
+ * sandbox can read it (a directory it can list, a file it can read a byte of). */
+static void probe_foreign(const char *label, const char *path) {
+  char name[128];
+  snprintf(name, sizeof name, "tenant.%s", label);
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) {
+    result(name, "held", "%s: %s", path, strerror(errno));
+    return;
+  }
+  struct stat st;
+  if (fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
+    DIR *d = fdopendir(fd);
+    int n = 0;
+    struct dirent *e;
+    while (d && (e = readdir(d)))
+      if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) ++n;
+    if (d) closedir(d);
+    else close(fd);
+    if (n > 0) result(name, "breached", "%s: listed %d entries from inside", path, n);
+    else result(name, "held", "%s: opened but holds nothing this sandbox can see", path);
+    return;
+  }
+  char b[16];
+  ssize_t r = read(fd, b, sizeof b);
+  int err = errno;
+  close(fd);
+  if (r > 0) result(name, "breached", "%s: read %zd bytes from inside", path, r);
+  else result(name, "held", "%s: %s", path, r < 0 ? strerror(err) : "empty");
+}
+
 int main(int argc, char **argv) {
   if (argc == 3 && !strcmp(argv[1], "survive")) {
     for (;;) pause();
   }
-  if (argc != 7) {
-    fprintf(stderr, "usage: sbx-probe TOKEN HOST_MARKER LOOPBACK_PORT HOST_PID PIDS_LIMIT MEMORY_LIMIT\n");
+  if (argc < 7 || (argc - 7) % 2 != 0) {
+    fprintf(stderr, "usage: sbx-probe TOKEN HOST_MARKER LOOPBACK_PORT HOST_PID PIDS_LIMIT MEMORY_LIMIT [LABEL PATH]...\n");
     return 2;
   }
   token = argv[1];
@@ -549,6 +583,7 @@ int main(int argc, char **argv) {
   probe_kernel();
   probe_network(atoi(argv[3]));
   probe_secret();
+  for (int i = 7; i + 1 < argc; i += 2) probe_foreign(argv[i], argv[i + 1]);
   probe_pids(atol(argv[5]));
   prepare_export();
   start_survivor(argv[0]);

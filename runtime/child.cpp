@@ -241,6 +241,7 @@ Status program_stdio(const ChildConfig& cfg, int pty_master) {
   STAGE(cfg, set_rlimits(cfg.rlimits, false));
   STAGE(cfg, lock_securebits());
   STAGE(cfg, switch_to_program_identity(cfg.identity));
+  if (cfg.umask >= 0) ::umask(static_cast<mode_t>(cfg.umask));
   STAGE(cfg, restrict_capabilities(cfg.keep_caps));
   if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) fail(cfg, sys_error("no_new_privs", "prctl"));
   if (::chdir(cfg.mounts.workdir.c_str()) != 0)

@@ -51,6 +51,9 @@ struct ChildConfig {
   std::vector<std::pair<int, rlim_t>> rlimits;
   // The capabilities the program keeps (caps.hpp CapMask: bit N is capability N); 0: none.
   std::uint64_t keep_caps = 0;
+  // >= 0: the program's umask (a tenant's runs get 077: what it writes into a shared bind is its
+  // host uid's alone, tenant.hpp); -1: inherited from the caller.
+  int umask = -1;
   // > 0: init caps the ipc namespace's SysV shared memory at this many bytes (kernel.shmmax and
   // shmall), so a memory limit also bounds it where no cgroup charges it.
   std::int64_t sysv_shm_bytes = 0;

@@ -129,18 +129,20 @@ Result<json> run_exec(const json& request, const ExecContext& ctx) {
   run.files.push_back({"/in/input.json", input_bytes, 0444});
   run.spec = std::move(*spec);
   run.limit_layers = limit_layers(*profile, &patch, "exec request", {});
+  if (ctx.before_run)
+    if (auto st = ctx.before_run(run); !st) return make_error("usage", st.error().message);
   if (ctx.dry_run) return dry_run(run);  // the same checks and plan as `sbx run --dry-run`
   // What a replay needs (blob_store.hpp), kept before the run: the request (code, files, inputs
   // and limits in one document) and the profile's text.
   auto ceiling = keep_ceiling();
   if (!ceiling) return ceiling.error();
-  BlobKeeper keeper(ctx.dirs, *ceiling);
+  BlobKeeper keeper(run.dirs, *ceiling);
   {
     json copy = request;  // dump_json escapes invalid UTF-8 in place
     keeper.add_bytes("exec_request", "request.json", dump_json(copy, -1));
   }
   keeper.add_bytes("profile", run.profile.origin, run.profile.text);
-  run.record_extra = ctx.record_extra;
+  for (auto& [k, v] : ctx.record_extra.items()) run.record_extra[k] = v;
   run.record_extra["blobs"] = keeper.take();
 
   Capture out, err;
@@ -167,7 +169,7 @@ Result<json> run_exec(const json& request, const ExecContext& ctx) {
       if (errs.empty()) {
         result = std::move(parsed.value);
         // The result as the program wrote it, kept after the run (the supervisor is done).
-        BlobKeeper kept(ctx.dirs, *ceiling);
+        BlobKeeper kept(run.dirs, *ceiling);
         kept.add_bytes("result", "/out/result.json", f.bytes);
         extra["blobs"] = kept.take();
       }
@@ -210,7 +212,7 @@ Result<json> run_exec(const json& request, const ExecContext& ctx) {
                {"result_errors", result_errors},
                {"usage", t.value("usage", json::object())},
                {"violations", t.value("violations", json::array())},
-               {"trace", ctx.dirs.traces + "/" + kLedgerName}};
+               {"trace", run.dirs.traces + "/" + kLedgerName}};
   if (result_errors_omitted > 0) resp["result_errors_omitted"] = result_errors_omitted;
   return resp;
 }

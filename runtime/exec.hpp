@@ -9,6 +9,7 @@
 // The code is read-only at /code/main.<ext> (files beside it under /code), the inputs at
 // /in/input.json, /out is writable; the profile is `untrusted`. stdout/stderr are captured
 // (capped by limits.output_limit, default 64K each), not streamed.
+#include <functional>
 #include <optional>
 #include <string>
 #include <utility>
@@ -21,6 +22,8 @@
 #include "runtime/schema_validate.hpp"
 
 namespace sbx {
+
+struct RunRequest;  // sandbox.hpp
 
 inline constexpr std::int64_t kExecDefaultOutputCap = 64 * 1024;
 
@@ -37,6 +40,9 @@ struct ExecContext {
   bool dry_run = false;
   // Added to the record (RunRequest::record_extra): a replay's "replay_of".
   nlohmann::json record_extra = nlohmann::json::object();
+  // Called on the fully built run before anything is kept or run (--tenant: tenant.hpp applies
+  // the tenant's ceilings and moves the store); an error is the request's (stage "usage").
+  std::function<Status(RunRequest&)> before_run;
 };
 
 // A request checked and taken apart; reading it touches no file and starts nothing (so it can be

@@ -228,7 +228,7 @@ Result<json> dry_run(const RunRequest& req) {
   const RunSpec& spec = req.spec;
   std::string cwd = current_dir();
   SBX_TRY(check_trace_file(req.trace_file));
-  auto identity = plan_identity(spec);
+  auto identity = plan_identity(spec, req.id_slot);
   if (!identity) return identity.error();
   SBX_TRY(check_sources(spec, cwd, &*identity));  // in run_sandbox's order: the same first error
   CgroupInfo cg = detect_cgroup();

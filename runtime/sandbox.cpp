@@ -303,7 +303,7 @@ RunReport run_sandbox(const RunRequest& req) {
   SharedInitStack init_stack;  // declared before anything that may outlive init
   pid_t exiting_init = -1;  // init reported an empty sandbox and is still exiting: reaped at the end
   std::optional<NonDumpableWhileShared> non_dumpable;  // a shared init's: until it is reaped (clone.hpp)
-  auto identity = plan_identity(spec);
+  auto identity = plan_identity(spec, req.id_slot);
   if (identity) parts.enforcement["identity"] = identity_to_json(*identity);
   else parts.enforcement["identity"] = {{"mode", ::geteuid() == 0 ? "root" : "rootless"}, {"error", identity.error().message}};
   [&] {
@@ -446,6 +446,7 @@ RunReport run_sandbox(const RunRequest& req) {
     for (auto& [name, value] : req.secret_env) cfg.envp.push_back(name + "=" + value);
     cfg.rlimits = {{RLIMIT_CORE, 0}};
     cfg.keep_caps = capability_mask(spec.capabilities.keep);
+    cfg.umask = req.umask;
     if (memory_fallback && sysv_shm_capped(*identity)) cfg.sysv_shm_bytes = *spec.limits.memory_bytes;
     for (auto& [res, value] : plan.rlimits) cfg.rlimits.push_back({res, static_cast<rlim_t>(value)});
     Pipe sync, msg, out, err;

@@ -78,6 +78,11 @@ struct RunRequest {
   // The program's stdin (stdin_relay.hpp): `sbx run` plans it from -i/-t and its own fd 0; the
   // default, for sbx exec and pack run, is the sandbox's /dev/null.
   StdinPlan stdin_plan;
+  // Which slice of sbx's subordinate id range the sandbox maps to (userns.hpp plan_identity):
+  // 0 for untenanted runs, a tenant's id_slot under --tenant (tenant.hpp).
+  std::uint32_t id_slot = 0;
+  // >= 0: the program's umask (tenant runs: 077); -1 leaves the caller's.
+  int umask = -1;
 };
 
 struct RunReport {

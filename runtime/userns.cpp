@@ -37,7 +37,8 @@ bool find_subid_range(const std::string& text, const std::string& name, std::uin
 }
 
 Result<IdentityPlan> plan_identity(const RunSpec& spec, uid_t caller_uid, gid_t caller_gid,
-                                   const std::string& subuid_text, const std::string& subgid_text) {
+                                   const std::string& subuid_text, const std::string& subgid_text,
+                                   std::uint32_t slot) {
   IdentityPlan p;
   p.uid = spec.uid;
   p.gid = spec.gid;
@@ -52,6 +53,10 @@ Result<IdentityPlan> plan_identity(const RunSpec& spec, uid_t caller_uid, gid_t 
   if (spec.uid >= kMappedRange || spec.gid >= kMappedRange)
     return make_error("usage", "--uid/--gid must be below " + std::to_string(kMappedRange) +
                                    " when sbx runs as root (the sandbox's mapped range)");
+  if (slot >= kDefaultSlices) return make_error("identity", "id slot " + std::to_string(slot) + " is past the last (" +
+                                                               std::to_string(kDefaultSlices - 1) + ")");
+  // A tenant's slice must lie wholly inside the range: ask for a range that holds slot + 1 slices.
+  const std::uint64_t need = static_cast<std::uint64_t>(slot + 1) * kMappedRange;
   std::uint32_t ustart = kDefaultHostBase, ucount = kMappedRange, gstart = kDefaultHostBase, gcount = kMappedRange;
   bool have_u = find_subid_range(subuid_text, "sbx", kMappedRange, ustart, ucount);
   bool have_g = find_subid_range(subgid_text, "sbx", kMappedRange, gstart, gcount);
@@ -59,12 +64,20 @@ Result<IdentityPlan> plan_identity(const RunSpec& spec, uid_t caller_uid, gid_t 
     ustart = gstart = kDefaultHostBase;
   }
   p.range_source = have_u && have_g ? "/etc/subuid and /etc/subgid (sbx)" : "built-in default";
-  p.uid_map = {{0, ustart, kMappedRange}};
-  p.gid_map = {{0, gstart, kMappedRange}};
+  if (have_u && have_g) {
+    if (ucount < need || gcount < need)
+      return make_error("identity", "id slot " + std::to_string(slot) + " needs " + std::to_string(need) +
+                                        " subordinate ids, and the 'sbx' range of /etc/subuid or /etc/subgid holds " +
+                                        std::to_string(std::min(ucount, gcount)) + ": widen it (each tenant slot is " +
+                                        std::to_string(kMappedRange) + " ids)");
+  }
+  std::uint32_t offset = slot * kMappedRange;
+  p.uid_map = {{0, ustart + offset, kMappedRange}};
+  p.gid_map = {{0, gstart + offset, kMappedRange}};
   return p;
 }
 
-Result<IdentityPlan> plan_identity(const RunSpec& spec) {
+Result<IdentityPlan> plan_identity(const RunSpec& spec, std::uint32_t slot) {
   std::string su, sg;
   if (::geteuid() == 0) {
     auto a = read_file("/etc/subuid");
@@ -72,7 +85,7 @@ Result<IdentityPlan> plan_identity(const RunSpec& spec) {
     if (a) su = *a;
     if (b) sg = *b;
   }
-  return plan_identity(spec, ::geteuid(), ::getegid(), su, sg);
+  return plan_identity(spec, ::geteuid(), ::getegid(), su, sg, slot);
 }
 
 namespace {

@@ -33,11 +33,16 @@ inline constexpr std::uint32_t kDefaultHostBase = 1879048192;  // 0x70000000, fa
 inline constexpr std::uint32_t kMappedRange = 65536;
 
 // Parent side, before clone: decides the maps. `subid_text` is the content of /etc/subuid-like
-// files (empty when absent); exposed for tests.
+// files (empty when absent); exposed for tests. `slot` (tenant.hpp) picks slice N of sbx's range:
+// host ids start + N*65536 .. start + (N+1)*65536 - 1, disjoint from every other slot's; 0 is the
+// untenanted runs' slice. A range too small for the slot is an error (never an overlap).
+// The built-in default range holds kDefaultSlices slices. Rootless, the slot changes nothing.
+inline constexpr std::uint32_t kDefaultSlices = 4096;
 Result<IdentityPlan> plan_identity(const RunSpec& spec, uid_t caller_uid, gid_t caller_gid,
-                                   const std::string& subuid_text, const std::string& subgid_text);
+                                   const std::string& subuid_text, const std::string& subgid_text,
+                                   std::uint32_t slot = 0);
 // Reads /etc/subuid and /etc/subgid and the caller's ids.
-Result<IdentityPlan> plan_identity(const RunSpec& spec);
+Result<IdentityPlan> plan_identity(const RunSpec& spec, std::uint32_t slot = 0);
 
 // Parent side, after clone and before "go": writes /proc/PID/{setgroups,uid_map,gid_map}.
 Status write_id_maps(pid_t child, const IdentityPlan& plan);

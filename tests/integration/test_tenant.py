@@ -1,0 +1,278 @@
+"""Tenants (--tenant NAME, runtime/tenant.hpp): a ceiling no layer raises (flag, manifest, exec
+request), image and pack allowlists, a host id slice of each tenant's own (disjoint while two run),
+files one tenant writes into a shared bind unreadable by the other, records in each tenant's own
+store, and `sbx probe --tenant A` reporting B's resources unreachable (and breached when a weak
+setup makes them reachable, so the probe cannot pass vacuously)."""
+import json
+import os
+import shutil
+import subprocess
+import time
+import unittest
+
+from sbxtest import MODE, SbxTestCase, busybox_digest, find_program, ledger_lines, sbx, wait_for
+
+ROOT = MODE == "root"
+ROOTLESS_IDS = ("rootless sbx has no subordinate range to slice: every sandbox runs as the caller's uid, "
+                "so tenants' host ids cannot differ (man sbx TENANTS says what holds rootless)")
+
+
+class Tenant(SbxTestCase):
+    def setUp(self):
+        super().setUp()
+        self.tenants = self.path("tenants")
+        os.mkdir(self.tenants)
+        self.state = os.environ["SBX_STATE_DIR"]
+        self.env = dict(os.environ, SBX_TENANTS_DIR=self.tenants)
+        # Rootless, a tenant that requires separate ids is refused (test_rootless_requires_ids):
+        # the other rootless tests use "preferred", which keeps ceilings and stores.
+        ids = "required" if ROOT else "preferred"
+        self.write_tenant("A", {"id_slot": 1, "separate_ids": ids, "images": ["host"], "packs": ["pk"],
+                                "limits": {"memory": "128M", "timeout": "20s", "pids": 32},
+                                "network": {"allow": ["*.example.com"]}, "gpu": {"max": 0}})
+        self.write_tenant("B", {"id_slot": 2, "separate_ids": ids, "limits": {"timeout": "20s"}})
+
+    def write_tenant(self, name, doc):
+        with open(os.path.join(self.tenants, name + ".json"), "w") as f:
+            json.dump(doc, f)
+
+    def sbx(self, args, **kw):
+        return sbx(args, env=self.env, **kw)
+
+    def refused(self, r, *words):
+        self.assertExit(r, 125)
+        line = self.assertOneSbxLine(r)
+        for w in words:
+            self.assertIn(w, line)
+        return line
+
+    def store(self, name):
+        return os.path.join(self.state, "tenants", name)
+
+    # -- ceilings ---------------------------------------------------------------------------------
+
+    def test_flag_above_ceiling_is_refused(self):
+        line = self.refused(self.sbx(["run", "--tenant", "A", "--memory", "1G", "--", "true"]),
+                            "tenant 'A'", "memory", "1G", "flag --memory", "128M")
+        print(f"\n  refused: {line}")
+        self.refused(self.sbx(["run", "--tenant", "A", "--timeout", "none", "--", "true"]), "tenant 'A'", "timeout")
+        self.refused(self.sbx(["run", "--tenant", "A", "--allow-host", "evil.org", "--", "true"]),
+                     "tenant 'A'", "evil.org", "*.example.com")
+        self.refused(self.sbx(["run", "--tenant", "A", "--gpu", "0", "--", "true"]), "tenant 'A'", "quota")
+        # Below the ceiling: runs; the profile's larger defaults are lowered to the tenant's.
+        r = self.sbx(["run", "--tenant", "A", "--pids", "16", "--allow-host", "api.example.com", "--dry-run", "--", "true"])
+        self.assertExit(r, 0)
+        plan = json.loads(r.out)
+        spec = plan.get("spec", plan)
+        self.assertLessEqual(spec["limits"]["memory_bytes"], 128 << 20)
+        self.assertLessEqual(spec["limits"]["timeout_ms"], 20000)
+        self.assertEqual(spec["limits"]["pids"], 16)
+
+    def test_manifest_above_ceiling_and_pack_not_allowed(self):
+        pk = self.path("pk")
+        self.assertExit(sbx(["pack", "init", pk]), 0)
+        records = self.path("records.json")
+        with open(records, "w") as f:
+            f.write("[{\"id\": \"r1\"}]")
+        with open(os.path.join(pk, "pack.json")) as f:
+            manifest = json.load(f)
+        manifest["limits"]["timeout"] = "10s"
+        manifest["limits"]["memory"] = "64M"
+        manifest["limits"]["pids"] = 16
+        with open(os.path.join(pk, "pack.json"), "w") as f:
+            json.dump(manifest, f)
+        r = self.sbx(["pack", "run", pk, "--tenant", "A", "--input", records], timeout=60)
+        self.assertExit(r, 0)
+        # The manifest asks for 200M of memory (within the profile's ceiling): above tenant A's
+        # 128M it is refused...
+        manifest["limits"]["memory"] = "200M"
+        with open(os.path.join(pk, "pack.json"), "w") as f:
+            json.dump(manifest, f)
+        self.refused(self.sbx(["pack", "run", pk, "--tenant", "A", "--input", records]),
+                     "tenant 'A'", "memory", "pack.json")
+        # ...and B may run no pack at all.
+        manifest["limits"]["memory"] = "64M"
+        with open(os.path.join(pk, "pack.json"), "w") as f:
+            json.dump(manifest, f)
+        self.refused(self.sbx(["pack", "run", pk, "--tenant", "B", "--input", records]),
+                     "tenant 'B'", "pack 'pk'", "not among the tenant's packs")
+
+    def test_exec_request_above_ceiling_is_refused(self):
+        # 25s: within the profile's ceiling (30s), above tenant A's (20s).
+        req = {"language": "sh", "code": "echo ok", "limits": {"timeout": "25s"}}
+        r = self.sbx(["exec", "--tenant", "A"], input=json.dumps(req).encode())
+        self.assertExit(r, 125)
+        err = json.loads(r.out)["error"]
+        self.assertIn("tenant 'A'", err["message"])
+        self.assertIn("exec request", err["message"])
+        req["limits"] = {"timeout": "5s"}
+        r = self.sbx(["exec", "--tenant", "A"], input=json.dumps(req).encode(), timeout=60)
+        self.assertExit(r, 0)
+        resp = json.loads(r.out)
+        self.assertEqual(resp["stdout"], "ok\n", resp)
+        self.assertTrue(resp["trace"].startswith(self.store("A") + "/"), resp["trace"])
+
+    def test_image_not_allowed_is_refused(self):
+        digest = busybox_digest(self)
+        self.refused(self.sbx(["run", "--tenant", "A", "--image", "busybox", "--", "true"]),
+                     "tenant 'A'", "image 'busybox'", "not among the tenant's images")
+        self.refused(self.sbx(["run", "--tenant", "A", "--image", digest[:19], "--", "true"]), "tenant 'A'", "image")
+        self.write_tenant("C", {"id_slot": 3, "separate_ids": "required" if ROOT else "preferred", "images": [digest]})
+        r = self.sbx(["run", "--tenant", "C", "--image", "busybox", "--", "true"], timeout=60)
+        self.assertExit(r, 0)
+
+    def test_bad_names_and_files(self):
+        for bad in ["../x", "a/b", "", ".hidden", "x" * 65, "a\x01b"]:
+            self.refused(self.sbx(["run", "--tenant", bad, "--", "true"]), "tenant")
+        self.refused(self.sbx(["run", "--tenant", "nobody", "--", "true"]), "no tenant file nobody.json")
+        self.write_tenant("D", {"id_slot": 4, "limts": {}})
+        self.refused(self.sbx(["run", "--tenant", "D", "--", "true"]), "/limts: unknown key", "did you mean 'limits'")
+        self.write_tenant("E", {"id_slot": 1})
+        self.refused(self.sbx(["run", "--tenant", "E", "--", "true"]), "id_slot 1", "tenant 'A'")
+        self.write_tenant("F", {"images": ["host"]})
+        self.refused(self.sbx(["run", "--tenant", "F", "--", "true"]), "/id_slot: required")
+        with open(os.path.join(self.tenants, "G.json"), "w") as f:
+            f.write("[" * 100000)
+        self.refused(self.sbx(["run", "--tenant", "G", "--", "true"]), "G.json")
+
+    # -- stores -----------------------------------------------------------------------------------
+
+    def test_records_land_in_each_tenants_own_store(self):
+        ra = self.run_sbx(["true"], ["--tenant", "A"], env=self.env)
+        rb = self.run_sbx(["true"], ["--tenant", "B"], env=self.env)
+        self.assertExit(ra, 0)
+        self.assertExit(rb, 0)
+        ta, tb = self.need_trace(ra), self.need_trace(rb)
+        self.assertEqual(ta["tenant"]["name"], "A")
+        self.assertEqual(ta["tenant"]["store"], self.store("A"))
+        a_ids = {e["run_id"] for e in ledger_lines(self.store("A"))}
+        b_ids = {e["run_id"] for e in ledger_lines(self.store("B"))}
+        main_ids = {e["run_id"] for e in ledger_lines(self.state)}
+        self.assertIn(ta["run_id"], a_ids)
+        self.assertNotIn(ta["run_id"], b_ids | main_ids)
+        self.assertIn(tb["run_id"], b_ids)
+        self.assertNotIn(tb["run_id"], a_ids | main_ids)
+        ls = self.sbx(["trace", "ls", "--tenant", "A", "--json"])
+        self.assertExit(ls, 0)
+        self.assertEqual({x["run_id"] for x in json.loads(ls.out)}, a_ids)
+        self.assertExit(self.sbx(["trace", "show", "--tenant", "A", ta["run_id"]]), 0)
+        self.refused(self.sbx(["trace", "show", "--tenant", "B", ta["run_id"]]), "no trace")
+        self.assertExit(self.sbx(["trace", "verify", "--tenant", "B"]), 0)
+        st = os.stat(self.store("A") + "/traces")
+        self.assertEqual(st.st_mode & 0o077, 0, "a tenant's store is its owner's alone")
+        print(f"\n  A: {json.dumps(ta['tenant'])}\n  B: {json.dumps(tb['tenant'])}")
+
+    # -- identity ---------------------------------------------------------------------------------
+
+    def test_rootless_requires_ids(self):
+        if ROOT:
+            self.skipTest("rootless only: as root every tenant gets its own slice")
+        self.write_tenant("R", {"id_slot": 5})
+        self.refused(self.sbx(["run", "--tenant", "R", "--", "true"]), "tenant 'R'", "separate host ids", "rootless")
+        r = self.run_sbx(["true"], ["--tenant", "A"], env=self.env)
+        self.assertExit(r, 0)
+        self.assertEqual(r.trace["tenant"]["uid_range"], None)
+        self.assertFalse(r.trace["tenant"]["separation"]["ids"])
+
+    def test_concurrent_tenants_map_to_disjoint_host_ids(self):
+        if not ROOT:
+            self.skipTest(ROOTLESS_IDS)
+        tag = "29.%06d" % (os.getpid() % 1000000)  # a sleep length no other test uses: finds ours
+        procs = {}
+        for name in ["A", "B"]:
+            tpath = self.path(f"trace-{name}.json")
+            procs[name] = (subprocess.Popen([os.environ["SBX_BIN"], "run", "--tenant", name, "--trace-file", tpath, "--",
+                                             "sleep", tag],
+                                            env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE), tpath)
+        try:
+            pids = wait_for(lambda: len(find_program(tag, "sleep")) >= 2 and find_program(tag, "sleep"), 20)
+            self.assertTrue(pids, "both sleepers never showed up")
+            maps = {}
+            for pid in pids:
+                with open(f"/proc/{pid}/uid_map") as f:
+                    um = [tuple(map(int, l.split())) for l in f.read().splitlines()]
+                with open(f"/proc/{pid}/gid_map") as f:
+                    gm = [tuple(map(int, l.split())) for l in f.read().splitlines()]
+                with open(f"/proc/{pid}/status") as f:
+                    uid_line = next(l for l in f.read().splitlines() if l.startswith("Uid:"))
+                maps[pid] = (um, gm, uid_line)
+        finally:
+            for p, _ in procs.values():
+                p.kill()
+                p.wait()
+        ranges = sorted((m[0][0][1], m[0][0][1] + m[0][0][2]) for m in maps.values())
+        self.assertGreaterEqual(len(ranges), 2)
+        for (s1, e1), (s2, e2) in zip(ranges, ranges[1:]):
+            self.assertLessEqual(e1, s2, f"overlapping host uid ranges: {maps}")
+        for pid, m in maps.items():
+            print(f"\n  pid {pid}: uid_map {m[0]} gid_map {m[1]} ({m[2]})")
+
+    def test_file_written_into_a_shared_bind_is_unreadable_to_the_other_tenant(self):
+        if not ROOT:
+            self.skipTest(ROOTLESS_IDS)
+        shared = self.path("shared")
+        os.mkdir(shared)
+        os.chmod(shared, 0o777)  # a shared rw directory both tenants' sandboxes may write
+        bind = ["--bind", f"{shared}:/shared:rw"]
+        ra = self.run_sbx(["sh", "-c", "echo secret-of-A > /shared/a.txt"], ["--tenant", "A"] + bind, env=self.env)
+        self.assertExit(ra, 0)
+        st = os.stat(os.path.join(shared, "a.txt"))
+        self.assertEqual(st.st_mode & 0o777, 0o600, "a tenant's files are 0600 (umask 077), whatever the caller's umask")
+        self.assertEqual(st.st_uid, ra.trace["tenant"]["uid_range"][0])
+        rb = self.run_sbx(["cat", "/shared/a.txt"], ["--tenant", "B"] + bind, env=self.env)
+        self.assertExit(rb, 1)
+        self.assertIn(b"Permission denied", rb.stderr)
+        self.assertNotIn(b"secret-of-A", rb.stdout)
+        # Without tenants (the caller's umask 022 applies) the same file would be readable: the
+        # 0600 above is the tenant's doing, not an accident of the test.
+        r0 = self.run_sbx(["sh", "-c", "echo plain > /shared/p.txt"], bind, env=self.env)
+        self.assertExit(r0, 0)
+        self.assertEqual(os.stat(os.path.join(shared, "p.txt")).st_mode & 0o044, 0o044)
+        print(f"\n  A wrote /shared/a.txt: mode {oct(st.st_mode & 0o777)} uid {st.st_uid}; "
+              f"B: {rb.stderr.decode().strip()}")
+
+    # -- probe --------------------------------------------------------------------------------------
+
+    def probe(self, tenant, opts):
+        r = self.sbx(["probe", "--json", "--tenant", tenant] + list(opts), timeout=180)
+        try:
+            report = json.loads(r.out)
+        except ValueError:
+            self.fail("sbx probe --json printed no JSON\n" + r.describe())
+        return {p["probe"]: p for p in report["probes"] if p["probe"].startswith("tenant.")}
+
+    def test_probe_reports_the_other_tenants_resources_unreachable(self):
+        shared = self.path("shared")
+        os.mkdir(shared)
+        os.chmod(shared, 0o777)
+        # B's store under this test's (traversable) directory, so that the weak setup below can
+        # bind it into A's sandbox as root; sbx still makes it 0700.
+        self.write_tenant("B", {"id_slot": 2, "separate_ids": "required" if ROOT else "preferred",
+                                "store": self.path("store-B")})
+        # B runs first: its store exists, and (as root) it leaves a file in the shared directory.
+        rb = self.run_sbx(["sh", "-c", "echo secret-of-B > /shared/b.txt"],
+                          ["--tenant", "B", "--bind", f"{shared}:/shared:rw"], env=self.env)
+        self.assertExit(rb, 0)
+        store_b = self.path("store-B")
+        self.assertTrue(os.path.exists(store_b + "/traces/ledger.jsonl"))
+        held = self.probe("A", ["--bind", f"{shared}:/shared"])
+        want = {"tenant.b.store", "tenant.b.ledger"} | ({"tenant.b.file1"} if ROOT else set())
+        self.assertEqual(set(held) & want, want, held)
+        for name in want:
+            self.assertEqual(held[name]["result"], "held", held[name])
+        if ROOT:
+            self.assertIn("/shared/b.txt: Permission denied", held["tenant.b.file1"]["evidence"])
+        # A deliberately weak setup: B's store bound into A's sandbox and made readable, B's file
+        # made world-readable. The same probes now report breached: they are not vacuous.
+        subprocess.run(["chmod", "-R", "go+rX", store_b], check=True)
+        os.chmod(os.path.join(shared, "b.txt"), 0o644)
+        weak = self.probe("A", ["--bind", f"{shared}:/shared", "--bind", f"{store_b}:/mnt/b"])
+        for name in want:
+            self.assertEqual(weak[name]["result"], "breached", weak)
+        self.assertIn("/mnt/b", weak["tenant.b.store"]["evidence"])
+        print("\n  held:     " + "; ".join(f"{n} {p['result']} ({p['evidence']})" for n, p in sorted(held.items())))
+        print("  weak:     " + "; ".join(f"{n} {p['result']} ({p['evidence']})" for n, p in sorted(weak.items())))
+
+
+if __name__ == "__main__":
+    unittest.main()

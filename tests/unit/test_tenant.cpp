@@ -1,0 +1,114 @@
+#include <doctest/doctest.h>
+
+#include "runtime/tenant.hpp"
+#include "runtime/userns.hpp"
+
+using namespace sbx;
+
+namespace {
+Tenant parsed(const std::string& text) {
+  auto t = parse_tenant(text, "acme", "acme.json");
+  if (!t.ok()) FAIL(t.error().message);
+  return *t;
+}
+std::string refusal(const std::string& text) {
+  auto t = parse_tenant(text, "acme", "acme.json");
+  REQUIRE_FALSE(t.ok());
+  return t.error().message;
+}
+}  // namespace
+
+TEST_CASE("tenant names: no '/', no '..', no control bytes, bounded") {
+  CHECK(check_tenant_name("acme").ok());
+  CHECK(check_tenant_name("team-a_2.prod").ok());
+  for (const std::string& bad : std::vector<std::string>{"", "../x", "a/b", ".x", "-x", "a..b", "a\x01" "b",
+                                                          std::string(65, 'a'), "a b"})
+    CHECK_FALSE(check_tenant_name(bad).ok());
+}
+
+TEST_CASE("tenant files: strict keys with did-you-mean, both limit spellings, id_slot required") {
+  Tenant t = parsed(R"({"id_slot": 3, "images": ["busybox"], "limits": {"memory": "128M", "timeout_ms": 5000},
+                        "network": {"allow": ["*.example.com"]}, "gpu": {"max": 1}, "separate_ids": "preferred"})");
+  CHECK(t.id_slot == 3);
+  CHECK(t.limits.memory_bytes == 128LL << 20);
+  CHECK(t.limits.timeout_ms == 5000);
+  CHECK(t.gpu_max == 1);
+  CHECK_FALSE(t.require_separate_ids);
+  CHECK(parsed(R"({"id_slot": 1})").images == std::vector<std::string>{"host"});
+  CHECK(parsed(R"({"id_slot": 1})").require_separate_ids);
+  CHECK(refusal(R"({"id_slot": 1, "imgaes": []})").find("did you mean 'images'") != std::string::npos);
+  CHECK(refusal(R"({"id_slot": 1, "limits": {"memroy": "1M"}})").find("did you mean") != std::string::npos);
+  CHECK(refusal(R"({"id_slot": 1, "limits": {"memory": "lots"}})").find("memory") != std::string::npos);
+  CHECK(refusal(R"({"images": []})").find("/id_slot: required") != std::string::npos);
+  CHECK(refusal(R"({"id_slot": 0})").find("/id_slot") != std::string::npos);
+  CHECK(refusal(R"({"id_slot": 1, "network": {"allow": ["bad host!"]}})").find("/network/allow/0") != std::string::npos);
+  CHECK(refusal(R"({"id_slot": 1, "store": "relative"})").find("/store") != std::string::npos);
+  CHECK(refusal(std::string(100, '[')).find("acme.json") != std::string::npos);
+}
+
+TEST_CASE("tenant ceilings: what a caller asked for above them is refused, defaults are lowered") {
+  Tenant t = parsed(R"({"id_slot": 1, "limits": {"memory": "128M", "timeout": "10s"}, "network": {"allow": ["*.example.com", "10.0.0.0/8:*"]}, "gpu": {"max": 1}})");
+  std::map<std::string, std::string> layers = {{"memory", "profile 'untrusted'"}, {"timeout", "sbx's defaults"}};
+  RunSpec s;
+  s.limits.memory_bytes = 512LL << 20;
+  REQUIRE(check_tenant_ceilings(t, s, layers).ok());
+  CHECK(s.limits.memory_bytes == 128LL << 20);  // the profile's default, lowered
+  CHECK(s.limits.timeout_ms == 10000);          // unlimited by default: the ceiling
+  layers["memory"] = "flag --memory";
+  s.limits.memory_bytes = 1LL << 30;
+  auto e = check_tenant_ceilings(t, s, layers);
+  REQUIRE_FALSE(e.ok());
+  CHECK(e.error().message.find("tenant 'acme': memory: 1G (flag --memory) is above the tenant's ceiling (128M)") != std::string::npos);
+  s.limits.memory_bytes.reset();  // --memory none
+  CHECK_FALSE(check_tenant_ceilings(t, s, layers).ok());
+  layers["memory"] = "pack/pack.json";
+  s.limits.memory_bytes = 64LL << 20;
+  CHECK(check_tenant_ceilings(t, s, layers).ok());
+  // Network: inside a tenant rule, or refused.
+  s.network.allow = {"api.example.com", "10.1.2.3:8080"};
+  CHECK(check_tenant_ceilings(t, s, layers).ok());
+  s.network.allow = {"example.com.evil.org"};
+  CHECK_FALSE(check_tenant_ceilings(t, s, layers).ok());
+  s.network.allow = {"*.com"};
+  CHECK_FALSE(check_tenant_ceilings(t, s, layers).ok());
+  s.network.allow = {"11.0.0.1"};
+  CHECK_FALSE(check_tenant_ceilings(t, s, layers).ok());
+  // GPUs: a quota of 1.
+  s.network.allow.clear();
+  s.gpu.max = -1;
+  s.gpu.devices = "0,1";
+  CHECK_FALSE(check_tenant_ceilings(t, s, layers).ok());
+  s.gpu.devices.erase(1);  // "0" (assigning the literal trips GCC 12 -Wrestrict)
+  CHECK(check_tenant_ceilings(t, s, layers).ok());
+  CHECK(s.gpu.max == 1);
+}
+
+TEST_CASE("tenant images by name or digest") {
+  Tenant t = parsed(R"({"id_slot": 1, "images": ["busybox", "sha256:0123456789abcdef"]})");
+  CHECK(tenant_allows_image(t, "busybox", ""));
+  CHECK(tenant_allows_image(t, "busybox:latest", ""));
+  CHECK(tenant_allows_image(t, "other", "sha256:0123456789abcdef0000"));
+  CHECK_FALSE(tenant_allows_image(t, "host", ""));
+  CHECK_FALSE(tenant_allows_image(t, "other", "sha256:ffff"));
+}
+
+TEST_CASE("id slots are disjoint slices of sbx's range; a range too small refuses") {
+  RunSpec s;
+  auto a = plan_identity(s, 0, 0, "sbx:1000000:327680\n", "sbx:2000000:327680\n", 1);
+  auto b = plan_identity(s, 0, 0, "sbx:1000000:327680\n", "sbx:2000000:327680\n", 2);
+  REQUIRE(a.ok());
+  REQUIRE(b.ok());
+  CHECK(a->uid_map[0].outside == 1000000 + 65536);
+  CHECK(b->uid_map[0].outside == 1000000 + 2 * 65536);
+  CHECK(a->uid_map[0].outside + a->uid_map[0].count <= b->uid_map[0].outside);
+  CHECK(b->gid_map[0].outside == 2000000 + 2 * 65536);
+  auto too_far = plan_identity(s, 0, 0, "sbx:1000000:327680\n", "sbx:2000000:327680\n", 5);
+  REQUIRE_FALSE(too_far.ok());
+  CHECK(too_far.error().message.find("widen it") != std::string::npos);
+  auto builtin = plan_identity(s, 0, 0, "", "", 7);
+  REQUIRE(builtin.ok());
+  CHECK(builtin->uid_map[0].outside == kDefaultHostBase + 7 * kMappedRange);
+  auto rootless = plan_identity(s, 1000, 1000, "", "", 7);
+  REQUIRE(rootless.ok());
+  CHECK(rootless->uid_map[0].outside == 1000);
+}
