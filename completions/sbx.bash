@@ -231,7 +231,7 @@ _sbx() {
         exec)
             COMPREPLY=($(compgen -W "--trace-file --events --dry-run --help" -- "$cur")) ;;
         mcp)
-            COMPREPLY=($(compgen -W "--packs --context --profile --max-concurrent --max-queued --help" -- "$cur")) ;;
+            COMPREPLY=($(compgen -W "--packs --context --profile --max-concurrent --max-queued --pool --help" -- "$cur")) ;;
         replay)
             if [[ $cur == -* ]]; then
                 COMPREPLY=($(compgen -W "--json --help" -- "$cur"))
