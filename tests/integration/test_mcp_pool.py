@@ -55,11 +55,11 @@ class McpPoolCase(SbxTestCase):
         marker = "4%d.5" % (uuid.uuid4().int % 10**8)
         first = self.run_code(s, (
             "echo secret > /tmp/left-behind; echo secret > /out/left-behind; export LEAK=1; "
-            f"(sleep {marker} &) ; readlink /proc/self/ns/pid; stat -f -c %i /tmp; stat -c %d /tmp; "
+            f"(sleep {marker} >/dev/null 2>&1 &) ; readlink /proc/self/ns/pid; stat -f -c %i /tmp; stat -c %d /tmp; "
             "ls /code /in; touch /code/x 2>/dev/null && echo CODE-WRITABLE; true"))
         second = self.run_code(s, (
             "ls -A /tmp /out; echo LEAK=${LEAK:-unset}; ps -o pid= 2>/dev/null | wc -l; "
-            "for p in /proc/[0-9]*; do cat $p/cmdline 2>/dev/null | tr '\\0' ' '; echo; done | grep -c sleep; "
+            "for p in /proc/[0-9]*; do cat $p/cmdline 2>/dev/null | tr '\\0' ' '; echo; done | grep -c '^sleep'; "
             "readlink /proc/self/ns/pid; stat -f -c %i /tmp; stat -c %d /tmp; true"))
         a, b = first["stdout"].split("\n"), second["stdout"].split("\n")
         note("pool isolation: first call %r, second %r" % (first["stdout"], second["stdout"]))
