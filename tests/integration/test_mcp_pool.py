@@ -13,8 +13,19 @@ from sbxtest import SbxTestCase, ledger_lines, note, procs, scaled, validate_tra
 from test_mcp import Server, cmdline, descendants
 
 
+def parent(pid):
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return 0
+    return int(stat[stat.rindex(b")") + 2:].split()[1])
+
+
 def pooled_workers(server_pid):
-    return [k for k in descendants(server_pid) if b"--pooled" in cmdline(k)]
+    """The server's worker children (sbx sets its process title to "sbx mcp-worker", so --pooled is
+    not visible): with no call running, every one of them is a pooled sandbox's."""
+    return [k for k in descendants(server_pid) if parent(k) == server_pid and cmdline(k).startswith(b"sbx mcp-worker")]
 
 
 class McpPoolCase(SbxTestCase):
@@ -110,6 +121,18 @@ class McpPoolCase(SbxTestCase):
         ws = self.wait_pool(s, 2)
         victim_init = descendants(ws[0])[0]
         os.kill(victim_init, signal.SIGKILL)
+
+        def gone(pid):
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    return f.read().split(") ")[1].startswith("Z")
+            except OSError:
+                return True
+        # Died before hand-out: its worker sees the death and ends (no record).
+        deadline = time.monotonic() + scaled(10)
+        while not (gone(victim_init) and gone(ws[0])) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        self.assertTrue(gone(ws[0]), "the worker of a dead pooled sandbox did not end")
         # Its worker notices and ends without a record; the calls are served anyway.
         for i in range(3):
             self.assertEqual(self.run_code(s, f"echo {i}")["stdout"], f"{i}\n")
