@@ -107,7 +107,8 @@ struct ExecState {
 // The request checked and turned into a RunRequest (everything but the captured streams); a
 // malformed request is an Error. Shared by a cold run (run_exec) and a warm pool's hand-out
 // (run_exec_pooled), so that both run, record and answer the same call the same way.
-Result<std::shared_ptr<ExecState>> plan_exec(const json& request, const ExecContext& ctx, RunRequest& run) {
+Result<std::shared_ptr<ExecState>> plan_exec(const json& request, const ExecContext& ctx, RunRequest& run,
+                                             bool defer_blobs = false) {
   auto parsed = parse_exec_request(request);
   if (!parsed) return parsed.error();
   auto state = std::make_shared<ExecState>();
@@ -146,21 +147,39 @@ Result<std::shared_ptr<ExecState>> plan_exec(const json& request, const ExecCont
   // and limits in one document) and the profile's text.
   auto ceiling = keep_ceiling();
   if (!ceiling) return ceiling.error();
-  BlobKeeper keeper(ctx.dirs, *ceiling);
+  std::string request_text;
   {
     json copy = request;  // dump_json escapes invalid UTF-8 in place
-    keeper.add_bytes("exec_request", "request.json", dump_json(copy, -1));
+    request_text = dump_json(copy, -1);
   }
-  keeper.add_bytes("profile", run.profile.origin, run.profile.text);
   run.record_extra = ctx.record_extra;
-  run.record_extra["blobs"] = keeper.take();
+  if (defer_blobs) {
+    run.record_extra["blobs"] = json::array();
+  } else {
+    BlobKeeper keeper(ctx.dirs, *ceiling);
+    keeper.add_bytes("exec_request", "request.json", request_text);
+    keeper.add_bytes("profile", run.profile.origin, run.profile.text);
+    run.record_extra["blobs"] = keeper.take();
+  }
 
   Dirs dirs = ctx.dirs;
   std::int64_t keep_max = *ceiling;
   ExecState* st = state.get();  // the RunRequest, which holds this function, lives within state's owner
-  run.after_run = [st, dirs, keep_max](Outcome& o, int out_fd) -> json {
+  // A pooled call keeps them once the program has ended, still before its record (each blob is
+  // a durable write, fsync included: time the program would otherwise wait for).
+  std::string deferred_origin = defer_blobs ? run.profile.origin : "", deferred_profile = defer_blobs ? run.profile.text : "";
+  if (!defer_blobs) request_text.clear();
+  run.after_run = [st, dirs, keep_max, request_text, deferred_origin, deferred_profile](Outcome& o, int out_fd) -> json {
     const std::optional<CompiledSchema>& schema = st->rq.schema;
     json extra = json::object();
+    json early_blobs = json::array();
+    if (!request_text.empty()) {
+      BlobKeeper keeper(dirs, keep_max);
+      keeper.add_bytes("exec_request", "request.json", request_text);
+      keeper.add_bytes("profile", deferred_origin, deferred_profile);
+      early_blobs = keeper.take();
+      extra["blobs"] = early_blobs;
+    }
     OutFile f = out_fd >= 0 ? read_out_file(out_fd, "result.json", kMaxResultBytes) : OutFile{};
     json outputs = json::array();
     if (f.present && f.problem.empty()) outputs.push_back(file_record("/out/result.json", f.size, f.sha256));
@@ -176,7 +195,9 @@ Result<std::shared_ptr<ExecState>> plan_exec(const json& request, const ExecCont
         // The result as the program wrote it, kept after the run (the supervisor is done).
         BlobKeeper kept(dirs, keep_max);
         kept.add_bytes("result", "/out/result.json", f.bytes);
-        extra["blobs"] = kept.take();
+        json more = kept.take();
+        for (auto& b : more) early_blobs.push_back(b);
+        extra["blobs"] = early_blobs;
       }
     } else if (schema && o.status == RunStatus::ok) {
       errs.push_back({"", "the program wrote no /out/result.json"});
@@ -272,7 +293,7 @@ Result<PooledExec> run_exec_pooled(const ExecContext& ctx, const AwaitExecCall& 
       res.cold_reason = pool_meta["discard"].get<std::string>();
       return std::nullopt;
     }
-    auto planned = plan_exec(*request, ctx, call);
+    auto planned = plan_exec(*request, ctx, call, true);
     if (!planned) {
       res.error = planned.error();
       return std::nullopt;
