@@ -100,7 +100,7 @@ Result<PoolJob> decode_pool_job(const std::string& frame) {
     if (!r.str(&f.dst) || !r.u64(&mode) || !r.str(&f.content)) return bad_job("a file entry is truncated");
     std::string dir, rel;
     // The same shape the exec request allows (exec.cpp): relative, no "..", no "//", no NUL.
-    if (!split_pool_path(f.dst, &dir, &rel) || rel.back() == '/' || rel.find("..") != std::string::npos ||
+    if (!split_pool_path(f.dst, &dir, &rel) || rel.front() == '/' || rel.back() == '/' || rel.find("..") != std::string::npos ||
         rel.find("//") != std::string::npos || rel.find('\0') != std::string::npos)
       return bad_job("file path outside /code and /in, or not plain");
     f.mode = static_cast<mode_t>(mode & 0555);  // never writable, never setuid

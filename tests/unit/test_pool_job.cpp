@@ -28,7 +28,7 @@ TEST_CASE("a job that is cut, padded, or names a path outside /code and /in is r
   for (const char* bad : {"/etc/passwd", "/code/../etc/x", "/code//x", "/code/", "/code", "/codex/y", "/in/a/"}) {
     PoolJob b = job;
     b.files = {{bad, "x", 0444}};
-    CHECK_MESSAGE(!decode_pool_job(encode_pool_job(b)), bad);
+    CHECK_MESSAGE(!decode_pool_job(encode_pool_job(b)), std::string(bad));
   }
   PoolJob noargv;
   CHECK_FALSE(decode_pool_job(encode_pool_job(noargv)));
