@@ -1,7 +1,10 @@
 // sbx mcp: a stdio MCP server whose tools are rule packs and run_code (runtime/mcp_server.hpp),
 // and sbx mcp-worker, the hidden subcommand each of its calls runs as: one job on stdin (a memfd
 // the server wrote), one JSON response on stdout (a memfd the server reads once it exits).
+#include <poll.h>
+#include <signal.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -12,14 +15,18 @@
 
 #include "cli/commands.hpp"
 #include "runtime/exec.hpp"
+#include "runtime/fdpass.hpp"
 #include "runtime/json_io.hpp"
 #include "runtime/mcp_protocol.hpp"
+#include "runtime/mcp_pool.hpp"
 #include "runtime/mcp_server.hpp"
 #include "runtime/pack.hpp"
 #include "runtime/pack_run.hpp"
 #include "runtime/profile.hpp"
+#include "runtime/sandbox.hpp"
 #include "runtime/tenant.hpp"
 #include "runtime/text_escape.hpp"
+#include "runtime/trace.hpp"
 #include "runtime/trace_ledger.hpp"
 
 namespace sbx::cli {
@@ -40,6 +47,12 @@ struct McpFlags {
   std::optional<std::string> tenant;  // --tenant NAME (runtime/tenant.hpp), applied by every worker
   std::size_t max_concurrent = 4;
   std::size_t max_queued = 256;
+  std::size_t pool = 2;  // --pool N: idle pooled sandboxes for run_code (0: off)
+};
+
+struct WorkerFlags {
+  bool pooled = false;     // --pooled: build the sandbox first, then wait for the job (mcp_pool.hpp)
+  std::string profile = kDefaultProfile;
 };
 
 // --packs DIR: a pack directory itself, or a directory whose subdirectories with a pack.json are
@@ -68,6 +81,7 @@ int run_server(McpFlags& f, GlobalOptions& g) {
   } else {
     ::unsetenv(kMcpTenantEnv);
   }
+  if (f.pool > 64) return usage_error("mcp: --pool must be 0..64");
   mcp::ServerConfig cfg;
   cfg.profile = f.profile;
   cfg.max_concurrent = f.max_concurrent;
@@ -133,9 +147,15 @@ int run_server(McpFlags& f, GlobalOptions& g) {
   mcp::ReexecLauncher launcher(argv);
   std::string tools;
   for (auto& p : cfg.packs) tools += p.name + ", ";
-  std::fprintf(stderr, "sbx: mcp: serving %srun_code on stdio (profile %s, at most %zu calls at once)\n",
-               printable(tools).c_str(), printable(f.profile).c_str(), f.max_concurrent);
-  return mcp::serve(cfg, launcher);
+  std::fprintf(stderr, "sbx: mcp: serving %srun_code on stdio (profile %s, at most %zu calls at once, pool %zu)\n",
+               printable(tools).c_str(), printable(f.profile).c_str(), f.max_concurrent, f.pool);
+  if (f.pool == 0) return mcp::serve(cfg, launcher);
+  // One pool key: run_code runs under the server's profile and that profile's image (a request
+  // names neither), so every pooled sandbox is made for (profile, image) alike.
+  auto pooled_argv = argv;
+  pooled_argv.insert(pooled_argv.end(), {"--pooled", "--profile", f.profile});
+  mcp::PoolLauncher pool(pooled_argv, f.pool, launcher);
+  return mcp::serve(cfg, pool);
 }
 
 // A memfd holding one of the program's streams, read back after the run.
@@ -174,6 +194,7 @@ json run_pack_job(const json& job, GlobalOptions& g) {
   if (auto st = apply_tenant_flag(worker_tenant(), req.run, json{{"name", req.pack.name}, {"digest", req.pack.digest}}); !st)
     return worker_error("usage", st.error().message);
   req.input_path = "mcp:tools/call";
+  if (job.contains("pool")) req.run.record_extra["pool"] = job["pool"];
   json records = job.value("records", json::array());
   req.input_bytes = dump_json(records, -1);
   for (auto& c : job.value("contexts", json::array()))
@@ -196,6 +217,52 @@ json run_pack_job(const json& job, GlobalOptions& g) {
   return resp;
 }
 
+// A pooled worker (mcp_pool.hpp): its sandbox is built, init paused before the program's execve;
+// it waits for the job (an fd on its stdin, a unix socket), the sandbox's death or a signal.
+// Returns the job, or nullopt when none is coming (EOF: the server discards it) or the sandbox
+// is unusable with no job waiting.
+std::optional<json> await_pooled_job(const PoolPause& pause, json& meta, std::int64_t t_created_us) {
+  auto mono_us = [] {
+    struct timespec ts;
+    ::clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1'000'000LL + ts.tv_nsec / 1000;
+  };
+  std::int64_t ready_us = mono_us();
+  meta["ready_ms"] = (ready_us - t_created_us) / 1000;
+  pollfd fds[4] = {{STDIN_FILENO, POLLIN, 0}, {pause.init_pidfd, POLLIN, 0}, {pause.init_msg_fd, POLLIN, 0}, {pause.signal_fd, POLLIN, 0}};
+  for (;;) {
+    int n = ::poll(fds, 4, -1);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return std::nullopt;
+    // Init gone, or it said something (only a failure can come before "s"), or a signal: the
+    // sandbox is not handed out. A job already waiting is still taken, and run cold.
+    std::string unusable;
+    if (fds[1].revents) unusable = "the pooled sandbox's init died before hand-out";
+    else if (fds[2].revents) unusable = "the pooled sandbox's init reported before hand-out";
+    else if (fds[3].revents) unusable = "a signal reached the pooled worker before hand-out";
+    if (!fds[0].revents && !unusable.empty()) return std::nullopt;
+    if (!fds[0].revents) continue;
+    int jfd = -1;
+    ssize_t r = recv_fd(STDIN_FILENO, &jfd);
+    if (r < 0 && (errno == EAGAIN || errno == EINTR)) continue;
+    if (r <= 0 || jfd < 0) return std::nullopt;  // EOF: the server is done with this sandbox
+    UniqueFd owned(jfd);
+    // From here this worker holds a call: if the server dies now, the run ends with its record.
+    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+    constexpr std::size_t kMaxJobBytes = mcp::kMaxMessageBytes + (1u << 20);
+    auto text = read_bounded_fd(jfd, kMaxJobBytes, "usage", "the mcp worker's job");
+    auto job = text ? parse_json_doc(*text, {kMaxJobBytes}, "usage", "mcp worker job") : Result<json>(text.error());
+    if (!job || !job->is_object()) return json{{"invalid", job ? "the job is not an object" : job.error().message}};
+    std::int64_t now = mono_us();
+    std::int64_t sent = job->value("pool_sent_us", now);
+    meta["hit"] = unusable.empty();
+    // How long the call waited for this sandbox to be ready (0 when it was ready first).
+    meta["waited_ms"] = std::max<std::int64_t>(0, (ready_us - sent) / 1000);
+    if (!unusable.empty()) meta["discard"] = unusable;
+    return std::move(*job);
+  }
+}
+
 }  // namespace
 
 void add_mcp_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out) {
@@ -209,21 +276,77 @@ void add_mcp_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out)
       ->check(tenant_option_check, "NAME");
   mcp->add_option("--max-concurrent", f.max_concurrent, "Calls running at once; the rest wait in order (default 4)");
   mcp->add_option("--max-queued", f.max_queued, "Calls waiting beyond those; more are refused (default 256)");
+  mcp->add_option("--pool", f.pool, "Sandboxes kept built ahead for run_code calls, each used once (default 2; 0: off)");
   // Supervises: the forwarded signals stay blocked, and the server reads them from a signalfd
   // (shutdown in order: cancel, wait, exit).
   out.push_back({mcp, [&g]() -> int { return run_server(f, g); }, true});
 }
 
+
 void add_mcp_worker_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out) {
   // Hidden (no group): started by `sbx mcp` only, never by a person.
+  static WorkerFlags wf;
   auto* worker = app.add_subcommand("mcp-worker", "")->group("");
+  worker->add_flag("--pooled", wf.pooled, "");
+  worker->add_option("--profile", wf.profile, "");
   out.push_back({worker, [&g]() -> int {
     json resp;
     // The job wraps one message's arguments with the tool's and the profile's names: one
     // message's bound plus room for those.
     constexpr std::size_t kMaxJobBytes = mcp::kMaxMessageBytes + (1u << 20);
-    auto text = read_bounded_fd(STDIN_FILENO, kMaxJobBytes, "usage", "the mcp worker's job");
-    auto job = text ? parse_json_doc(*text, {kMaxJobBytes}, "usage", "mcp worker job") : Result<json>(text.error());
+    Result<json> job = json(nullptr);
+    json pool_note;  // a pooled worker's call that ran cold: why, for its record
+    if (wf.pooled) {
+      struct timespec ts;
+      ::clock_gettime(CLOCK_MONOTONIC, &ts);
+      std::int64_t t0 = ts.tv_sec * 1'000'000LL + ts.tv_nsec / 1000;
+      std::string created_at = rfc3339_now();
+      ExecContext ctx;
+      ctx.dirs = resolve_dirs(g.state_dir);
+      ctx.invocation_argv = g.argv;
+      ctx.profile = wf.profile;
+      // Under --tenant the pooled sandbox is planned with the tenant applied too: its id slice,
+      // umask and store are fixed when it is built, before any call exists.
+      if (auto tenant = worker_tenant())
+        ctx.before_run = [tenant](RunRequest& run) { return apply_tenant_flag(tenant, run); };
+      json invalid;
+      auto res = run_exec_pooled(ctx, [&](const PoolPause& p, json& meta) -> std::optional<json> {
+        meta = {{"hit", true}, {"created_at", created_at}, {"key", {{"profile", wf.profile}}}};
+        auto j = await_pooled_job(p, meta, t0);
+        if (!j) return std::nullopt;
+        if (j->contains("invalid")) {
+          invalid = *j;
+          return std::nullopt;
+        }
+        if (j->value("tool", "") != "run_code" || j->value("profile", "") != wf.profile) {
+          meta["discard"] = "the job is not a run_code call under profile " + wf.profile;
+        }
+        return j->value("request", json::object());
+      });
+      if (!invalid.is_null()) {
+        resp = worker_error("usage", invalid.value("invalid", "bad job"));
+      } else if (!res) {
+        resp = worker_error(res.error().stage, res.error().describe());
+      } else if (res->request.is_null()) {
+        return 0;  // discarded before any call: nothing to answer, nothing recorded
+      } else if (!res->response.is_null()) {
+        resp = res->response;
+      } else {
+        // Served cold here: the pooled sandbox was unusable or not made for this call.
+        json request = res->request;
+        pool_note = {{"hit", false}, {"reason", res->pool_meta.value("discard", res->cold_reason)},
+                     {"created_at", created_at}};
+        job = json{{"tool", "run_code"}, {"profile", wf.profile}, {"request", request}, {"pool", pool_note}};
+      }
+      if (!resp.is_null()) {
+        std::string s = dump_json(resp, -1) + "\n";
+        std::fwrite(s.data(), 1, s.size(), stdout);
+        return resp.contains("error") && !resp.contains("status") ? 125 : 0;
+      }
+    } else {
+      auto text = read_bounded_fd(STDIN_FILENO, kMaxJobBytes, "usage", "the mcp worker's job");
+      job = text ? parse_json_doc(*text, {kMaxJobBytes}, "usage", "mcp worker job") : Result<json>(text.error());
+    }
     if (!job || !job->is_object()) {
       resp = worker_error("usage", job ? "the job is not an object" : job.error().message);
     } else if (job->value("tool", "") == "run_code") {
@@ -233,6 +356,7 @@ void add_mcp_worker_command(CLI::App& app, GlobalOptions& g, std::vector<Command
       ctx.profile = job->value("profile", kDefaultProfile);
       if (auto tenant = worker_tenant())
         ctx.before_run = [tenant](RunRequest& run) { return apply_tenant_flag(tenant, run); };
+      if (job->contains("pool")) ctx.record_extra["pool"] = (*job)["pool"];
       auto r = run_exec(job->value("request", json::object()), ctx);
       resp = r ? *r : worker_error(r.error().stage, r.error().describe());
     } else if (job->value("tool", "") == "pack") {

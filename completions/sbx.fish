@@ -292,6 +292,7 @@ complete -c sbx -n '__sbx_at mcp' -l context -r -d 'Mount a context for every ca
 complete -c sbx -n '__sbx_at mcp' -l profile -x -a '(__sbx_profiles; __fish_complete_suffix .json)' -d 'Profile every call runs under; its limits are ceilings'
 complete -c sbx -n '__sbx_at mcp' -l max-concurrent -r -d 'Calls running at once (default 4)'
 complete -c sbx -n '__sbx_at mcp' -l max-queued -r -d 'Calls waiting beyond those (default 256)'
+complete -c sbx -n '__sbx_at mcp' -l pool -r -d 'Sandboxes kept built ahead for run_code calls (default 2; 0: off)'
 
 # sbx doctor
 complete -c sbx -n '__sbx_at doctor' -l json -d 'Print the checks as a JSON object'

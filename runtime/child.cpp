@@ -22,6 +22,7 @@
 #include "runtime/caps.hpp"
 #include "runtime/fdpass.hpp"
 #include "runtime/net.hpp"
+#include "runtime/pool_job.hpp"
 #include "runtime/pty.hpp"
 #include "runtime/raw_syscall.hpp"
 #include "runtime/sanitizer_stack.hpp"
@@ -464,6 +465,8 @@ void supervised_signals(sigset_t* set) {
 
 int init_entry(void* cfg) { run_init(*static_cast<const ChildConfig*>(cfg)); }
 
+[[noreturn]] static void start_program(const ChildConfig& cfg);
+
 void run_init(const ChildConfig& cfg) {
   // If sbx dies, so does the sandbox: init gets SIGKILL, and with pid 1 gone the kernel kills the
   // rest of the pid namespace. Raw calls until "go": a supervisor sharing our memory is still
@@ -505,6 +508,23 @@ void run_init(const ChildConfig& cfg) {
   // The supervisor's second byte: the image's seal matched (or there is no image). Anything else,
   // or EOF because the supervisor died or killed us, and the program never starts.
   if (::read(cfg.sync_fd, &go, 1) != 1 || go != 's') ::_exit(125);
+  if (cfg.pool_job) {
+    // A warm pool's sandbox waited here, built, until its call was handed to it: the call's
+    // files are written from inside (nothing but init has run in the sandbox), the pool's
+    // directories turn read-only, and the program is the call's. A forked init (sandbox.cpp):
+    // cfg is init's own copy, so a changed copy of it serves the rest.
+    auto job = read_pool_job(cfg.sync_fd);
+    if (!job) fail(cfg, job.error());
+    STAGE(cfg, write_pool_files(*job));
+    ChildConfig call = cfg;
+    call.argv = std::move(job->argv);
+    start_program(call);
+  }
+  start_program(cfg);
+}
+
+// The rest of init once the supervisor said "s": the program, then init's watch over it.
+[[noreturn]] static void start_program(const ChildConfig& cfg) {
   int pty_master = -1;
   if (cfg.pty_sock >= 0) {
     auto m = open_sandbox_pty(cfg.pty_size);

@@ -91,6 +91,9 @@ struct ChildConfig {
   // A shared init's program child runs on this stack (clone.hpp, SharedInitStack); a forked init
   // maps one itself.
   void* program_stack_top = nullptr;
+  // A warm pool's sandbox (pool_job.hpp): after "s" the sync pipe brings the call's argv and files,
+  // which init writes under kPoolDirs itself before it starts the program. Never a shared init.
+  bool pool_job = false;
 };
 
 // Runs in the freshly cloned child; never returns.

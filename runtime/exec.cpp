@@ -95,11 +95,26 @@ Result<ExecRequest> parse_exec_request(const json& rq) {
   return out;
 }
 
-Result<json> run_exec(const json& request, const ExecContext& ctx) {
+namespace {
+
+// One exec call, planned: what its RunRequest's after_run fills in, kept beside the request.
+struct ExecState {
+  ExecRequest rq;
+  json result = nullptr, result_errors = nullptr;
+  std::size_t result_errors_omitted = 0;
+  std::string traces_dir;  // where the run's record goes (the tenant's store under --tenant)
+};
+
+// The request checked and turned into a RunRequest (everything but the captured streams); a
+// malformed request is an Error. Shared by a cold run (run_exec) and a warm pool's hand-out
+// (run_exec_pooled), so that both run, record and answer the same call the same way.
+Result<std::shared_ptr<ExecState>> plan_exec(const json& request, const ExecContext& ctx, RunRequest& run,
+                                             bool defer_blobs = false) {
   auto parsed = parse_exec_request(request);
   if (!parsed) return parsed.error();
-  ExecRequest& rq = *parsed;
-  const std::optional<CompiledSchema>& schema = rq.schema;
+  auto state = std::make_shared<ExecState>();
+  state->rq = std::move(*parsed);
+  ExecRequest& rq = state->rq;
   auto profile = load_profile(ctx.profile.empty() ? std::string(kDefaultProfile) : ctx.profile);
   if (!profile) return profile.error();
   json patch = {{"limits", rq.limits_patch}};
@@ -114,7 +129,6 @@ Result<json> run_exec(const json& request, const ExecContext& ctx) {
     spec->events = ctx.events;
   }
 
-  RunRequest run;
   run.profile = profile->source;
   run.dirs = ctx.dirs;
   run.trace_file = ctx.trace_file;
@@ -131,31 +145,45 @@ Result<json> run_exec(const json& request, const ExecContext& ctx) {
   run.limit_layers = limit_layers(*profile, &patch, "exec request", {});
   if (ctx.before_run)
     if (auto st = ctx.before_run(run); !st) return make_error("usage", st.error().message);
-  if (ctx.dry_run) return dry_run(run);  // the same checks and plan as `sbx run --dry-run`
+  state->traces_dir = run.dirs.traces;  // a tenant's run records to the tenant's store
+  if (ctx.dry_run) return state;
   // What a replay needs (blob_store.hpp), kept before the run: the request (code, files, inputs
   // and limits in one document) and the profile's text.
   auto ceiling = keep_ceiling();
   if (!ceiling) return ceiling.error();
-  BlobKeeper keeper(run.dirs, *ceiling);
+  std::string request_text;
   {
     json copy = request;  // dump_json escapes invalid UTF-8 in place
-    keeper.add_bytes("exec_request", "request.json", dump_json(copy, -1));
+    request_text = dump_json(copy, -1);
   }
-  keeper.add_bytes("profile", run.profile.origin, run.profile.text);
-  for (auto& [k, v] : ctx.record_extra.items()) run.record_extra[k] = v;
-  run.record_extra["blobs"] = keeper.take();
+  for (auto& [k, v] : ctx.record_extra.items()) run.record_extra[k] = v;  // before_run's (a tenant) stay
+  if (defer_blobs) {
+    run.record_extra["blobs"] = json::array();
+  } else {
+    BlobKeeper keeper(run.dirs, *ceiling);
+    keeper.add_bytes("exec_request", "request.json", request_text);
+    keeper.add_bytes("profile", run.profile.origin, run.profile.text);
+    run.record_extra["blobs"] = keeper.take();
+  }
 
-  Capture out, err;
-  out.fd = ::memfd_create("sbx-exec-stdout", MFD_CLOEXEC);
-  err.fd = ::memfd_create("sbx-exec-stderr", MFD_CLOEXEC);
-  if (out.fd < 0 || err.fd < 0) return sys_error("exec", "memfd_create for the captured output");
-  run.stdout_fd = out.fd;
-  run.stderr_fd = err.fd;
-
-  json result = nullptr, result_errors = nullptr;
-  std::size_t result_errors_omitted = 0;
-  run.after_run = [&](Outcome& o, int out_fd) -> json {
+  Dirs dirs = run.dirs;
+  std::int64_t keep_max = *ceiling;
+  ExecState* st = state.get();  // the RunRequest, which holds this function, lives within state's owner
+  // A pooled call keeps them once the program has ended, still before its record (each blob is
+  // a durable write, fsync included: time the program would otherwise wait for).
+  std::string deferred_origin = defer_blobs ? run.profile.origin : "", deferred_profile = defer_blobs ? run.profile.text : "";
+  if (!defer_blobs) request_text.clear();
+  run.after_run = [st, dirs, keep_max, request_text, deferred_origin, deferred_profile](Outcome& o, int out_fd) -> json {
+    const std::optional<CompiledSchema>& schema = st->rq.schema;
     json extra = json::object();
+    json early_blobs = json::array();
+    if (!request_text.empty()) {
+      BlobKeeper keeper(dirs, keep_max);
+      keeper.add_bytes("exec_request", "request.json", request_text);
+      keeper.add_bytes("profile", deferred_origin, deferred_profile);
+      early_blobs = keeper.take();
+      extra["blobs"] = early_blobs;
+    }
     OutFile f = out_fd >= 0 ? read_out_file(out_fd, "result.json", kMaxResultBytes) : OutFile{};
     json outputs = json::array();
     if (f.present && f.problem.empty()) outputs.push_back(file_record("/out/result.json", f.size, f.sha256));
@@ -167,11 +195,13 @@ Result<json> run_exec(const json& request, const ExecContext& ctx) {
       else if (parsed = parse_json(f.bytes, result_bounds()); !parsed.ok()) errs.push_back({parsed.pointer, parsed.problem});
       else if (schema) errs = schema->validate(parsed.value, kProducedValues);
       if (errs.empty()) {
-        result = std::move(parsed.value);
+        st->result = std::move(parsed.value);
         // The result as the program wrote it, kept after the run (the supervisor is done).
-        BlobKeeper kept(run.dirs, *ceiling);
+        BlobKeeper kept(dirs, keep_max);
         kept.add_bytes("result", "/out/result.json", f.bytes);
-        extra["blobs"] = kept.take();
+        json more = kept.take();
+        for (auto& b : more) early_blobs.push_back(b);
+        extra["blobs"] = early_blobs;
       }
     } else if (schema && o.status == RunStatus::ok) {
       errs.push_back({"", "the program wrote no /out/result.json"});
@@ -179,12 +209,12 @@ Result<json> run_exec(const json& request, const ExecContext& ctx) {
     json output_check = nullptr;
     if (!errs.empty()) {
       output_check = invalid_check(errs, 0, result_bounds());
-      result_errors = output_check["errors"];
-      result_errors_omitted = output_check.value("errors_omitted", std::size_t{0});
+      st->result_errors = output_check["errors"];
+      st->result_errors_omitted = output_check.value("errors_omitted", std::size_t{0});
       // Only a run that otherwise succeeded becomes output_invalid; a failed one keeps its status.
       if (o.status == RunStatus::ok) {
         o.status = RunStatus::output_invalid;
-        o.error = make_error("output", std::to_string(errs.size() + result_errors_omitted) + " error(s) in /out/result.json");
+        o.error = make_error("output", std::to_string(errs.size() + st->result_errors_omitted) + " error(s) in /out/result.json");
       }
     }
     if (errs.empty() && schema) output_check = {{"status", "ok"}};
@@ -194,7 +224,10 @@ Result<json> run_exec(const json& request, const ExecContext& ctx) {
   // No result without a record: a run whose record is not durable in the ledger answers with an
   // error, not with its output (exit 125; cli/exec_cmd.cpp prints the one line).
   run.require_record = true;
-  RunReport rep = run_sandbox(run);
+  return state;
+}
+
+Result<json> exec_response(const ExecState& st, const RunReport& rep, const Capture& out, const Capture& err) {
   if (!rep.recorded)
     return make_error("record", "the run's trace record could not be stored (" + rep.record_error +
                                     "): its result is withheld");
@@ -208,13 +241,91 @@ Result<json> run_exec(const json& request, const ExecContext& ctx) {
                {"stderr", err.read_all()},
                {"stdout_truncated", t.value("stdout", json::object()).value("truncated", false)},
                {"stderr_truncated", t.value("stderr", json::object()).value("truncated", false)},
-               {"result", result},
-               {"result_errors", result_errors},
+               {"result", st.result},
+               {"result_errors", st.result_errors},
                {"usage", t.value("usage", json::object())},
                {"violations", t.value("violations", json::array())},
-               {"trace", run.dirs.traces + "/" + kLedgerName}};
-  if (result_errors_omitted > 0) resp["result_errors_omitted"] = result_errors_omitted;
+               {"trace", st.traces_dir + "/" + kLedgerName}};
+  if (st.result_errors_omitted > 0) resp["result_errors_omitted"] = st.result_errors_omitted;
   return resp;
+}
+
+}  // namespace
+
+Result<json> run_exec(const json& request, const ExecContext& ctx) {
+  RunRequest run;
+  auto state = plan_exec(request, ctx, run);
+  if (!state) return state.error();
+  if (ctx.dry_run) return dry_run(run);  // the same checks and plan as `sbx run --dry-run`
+  Capture out, err;
+  out.fd = ::memfd_create("sbx-exec-stdout", MFD_CLOEXEC);
+  err.fd = ::memfd_create("sbx-exec-stderr", MFD_CLOEXEC);
+  if (out.fd < 0 || err.fd < 0) return sys_error("exec", "memfd_create for the captured output");
+  run.stdout_fd = out.fd;
+  run.stderr_fd = err.fd;
+  RunReport rep = run_sandbox(run);
+  return exec_response(**state, rep, out, err);
+}
+
+Result<PooledExec> run_exec_pooled(const ExecContext& ctx, const AwaitExecCall& await_request) {
+  // The sandbox is made for the profile as a call without limits of its own would run under it:
+  // a placeholder request plans it (its program and files are replaced at hand-out).
+  RunRequest pool;
+  auto placeholder = plan_exec({{"language", "sh"}, {"code", ""}}, ctx, pool);
+  if (!placeholder) return placeholder.error();
+  pool.files.clear();
+  pool.record_extra = json::object();
+  pool.after_run = nullptr;
+  Capture out, err;
+  out.fd = ::memfd_create("sbx-exec-stdout", MFD_CLOEXEC);
+  err.fd = ::memfd_create("sbx-exec-stderr", MFD_CLOEXEC);
+  if (out.fd < 0 || err.fd < 0) return sys_error("exec", "memfd_create for the captured output");
+  pool.stdout_fd = out.fd;
+  pool.stderr_fd = err.fd;
+  PooledExec res;
+  std::shared_ptr<ExecState> state;
+  RunRequest call;  // the call's own plan; its after_run is handed to the pooled run
+  const RunSpec pooled_spec = pool.spec;
+  pool.await_call = [&](const PoolPause& pause) -> std::optional<PooledCall> {
+    json pool_meta = json::object();
+    auto request = await_request(pause, pool_meta);
+    if (!request) return std::nullopt;  // discarded: no call came
+    res.request = *request;
+    res.pool_meta = pool_meta;
+    if (pool_meta.contains("discard")) {  // the sandbox is unusable: the call runs cold
+      res.cold_reason = pool_meta["discard"].get<std::string>();
+      return std::nullopt;
+    }
+    auto planned = plan_exec(*request, ctx, call, true);
+    if (!planned) {
+      res.error = planned.error();
+      return std::nullopt;
+    }
+    if (std::string why = pool_refusal(pooled_spec, call.spec); !why.empty()) {
+      res.cold_reason = why;
+      return std::nullopt;
+    }
+    state = std::move(*planned);
+    PooledCall c;
+    c.spec = call.spec;
+    c.job.argv = call.spec.argv;
+    c.job.files = call.files;
+    c.inputs = call.inputs;
+    c.record_extra = call.record_extra;
+    c.record_extra["pool"] = pool_meta;
+    c.after_run = call.after_run;
+    return c;
+  };
+  RunReport rep = run_sandbox(pool);
+  if (rep.discarded) {
+    if (res.error) return *res.error;
+    return res;  // res.request null: nothing came; otherwise res.cold_reason says why it runs cold
+  }
+  if (!state) return make_error("pool", "the pooled run ended before its call was handed over");
+  auto resp = exec_response(*state, rep, out, err);
+  if (!resp) return resp.error();
+  res.response = std::move(*resp);
+  return res;
 }
 
 }  // namespace sbx

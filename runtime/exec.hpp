@@ -62,4 +62,21 @@ Result<ExecRequest> parse_exec_request(const nlohmann::json& request);
 // response.
 Result<nlohmann::json> run_exec(const nlohmann::json& request, const ExecContext& ctx);
 
+// A warm pool's exec (`sbx mcp --pool`, runtime/mcp_pool.hpp): builds a sandbox for ctx.profile
+// before any call exists (init paused before the program's execve, sandbox.hpp await_call), then
+// calls await_request, which blocks until the call's request arrives (nullopt: the sandbox is
+// discarded) and may fill pool_meta (recorded as the run's "pool"). A call the sandbox can serve
+// (pool_refusal, pool_job.hpp) runs in it at once; one it cannot is left to the caller to run
+// cold, with the reason.
+struct PoolPause;  // sandbox.hpp
+using AwaitExecCall = std::function<std::optional<nlohmann::json>(const PoolPause&, nlohmann::json& pool_meta)>;
+struct PooledExec {
+  nlohmann::json request;    // the call's request; null when none came (discarded)
+  nlohmann::json pool_meta;  // what await_request recorded
+  nlohmann::json response;   // the call's response when it ran in the pooled sandbox; else null
+  std::string cold_reason;   // why the pooled sandbox could not serve it ("" when it did)
+  std::optional<Error> error;  // the request did not plan (a response as run_exec's error)
+};
+Result<PooledExec> run_exec_pooled(const ExecContext& ctx, const AwaitExecCall& await_request);
+
 }  // namespace sbx

@@ -243,7 +243,12 @@ RunReport run_sandbox(const RunRequest& req) {
   // (trace + durable store).
   std::int64_t t_start = mono_us(), t_spawn = 0, t_go = 0, t_end = 0;
   NonBlockingLogScope log_never_blocks;
-  const RunSpec& spec = req.spec;
+  // A copy: a pooled sandbox takes its call's spec at hand-out (await_call, below).
+  RunSpec call_spec = req.spec;
+  const RunSpec& spec = call_spec;
+  nlohmann::json record_extra = req.record_extra;
+  auto after_run = req.after_run;
+  bool discarded = false;  // a pooled sandbox no call was handed to
   TraceParts parts;
   parts.run_id = make_run_id();
   parts.started_at = rfc3339_now();
@@ -390,6 +395,11 @@ RunReport run_sandbox(const RunRequest& req) {
                    "CUDA); host memory is unbounded for this run (enforcement.limits_not_applied; --require-limits refuses)",
                    format_size(*spec.limits.memory_bytes));
     parts.image["mounts"] = mounts_to_json(*mounts);
+    // A pooled sandbox's /code and /in: tmpfs mounts only init writes, at hand-out (pool_job.hpp).
+    // Added after the memory fallback's scaling: they hold the call's own bytes, bounded by the
+    // job's size, and are read-only before the program starts.
+    if (req.await_call)
+      for (auto& d : kPoolDirs) mounts->tmpfs.push_back({d, kPoolDirBytes});
     if (spec.image != "host") {
       // The tree is opened once here; its seal is taken through this fd while init builds the
       // sandbox (below, after "go"), and init checks that the tree it mounts is this one.
@@ -534,7 +544,9 @@ RunReport run_sandbox(const RunRequest& req) {
     //  - with a run cgroup: init is in it, and when the cgroup's OOM killer picks a process it
     //    kills every process that shares the victim's address space — with a shared init that
     //    would be sbx itself, and the run would end without its record.
-    const bool shared = image_fd < 0 && !cgroup;
+    //  - in a warm pool: the supervisor waits for the call while init waits before the execve.
+    const bool shared = image_fd < 0 && !cgroup && !req.await_call;
+    cfg.pool_job = static_cast<bool>(req.await_call);
     cfg.shared_memory = shared;
     bool in_cgroup = false;
     Result<CloneResult> child = CloneResult{};
@@ -602,7 +614,35 @@ RunReport run_sandbox(const RunRequest& req) {
       }
       spdlog::debug("image seal: {} entries checked in {} us, beside the sandbox's setup", seal->entries, mono_us() - t0);
     }
-    if (!shared && ::write(sync.w, "s", 1) != 1) spdlog::debug("sync write failed: {}", std::strerror(errno));
+    if (req.await_call) {
+      // The pool's pause: the sandbox is built and init waits for "s". The call arrives now (or
+      // never: the sandbox is discarded); it may only lower what is still open (pool_refusal).
+      auto call = req.await_call(PoolPause{child->pidfd, msg.r, sigfd});
+      std::string refused = call ? pool_refusal(spec, call->spec) : "";
+      if (!call || !refused.empty()) {
+        if (!refused.empty()) spdlog::warn("pooled sandbox refused its call: {}", refused);
+        ::kill(child->pid, SIGKILL);
+        int ws;
+        ::waitpid(child->pid, &ws, 0);
+        ::close(child->pidfd);
+        ::close(sigfd);
+        discarded = true;
+        return;
+      }
+      call_spec = std::move(call->spec);
+      inputs = std::move(call->inputs);
+      record_extra = std::move(call->record_extra);
+      after_run = std::move(call->after_run);
+      // The call's time starts at hand-out: its wall-time limit and its record's started_at.
+      parts.started_at = rfc3339_now();
+      t_spawn = mono_us();
+      // "s", then the job: init reads it at once (child.cpp), so the pipe drains as it fills. A
+      // failed write means init is gone, which supervise() sees and reports.
+      if (auto st = write_all(sync.w, "s" + encode_pool_job(call->job), "the pooled sandbox's job"); !st)
+        spdlog::debug("{}", st.error().describe());
+    } else if (!shared && ::write(sync.w, "s", 1) != 1) {
+      spdlog::debug("sync write failed: {}", std::strerror(errno));
+    }
     describe_request();  // after "s": init must not wait for it
 
     // 3 supervise
@@ -730,9 +770,19 @@ RunReport run_sandbox(const RunRequest& req) {
         outcome.status = RunStatus::oom;
     }
   }();
+  if (discarded) {
+    if (image_fd >= 0) ::close(image_fd);
+    if (cgroup) {
+      if (auto st = cgroup->kill(); !st) spdlog::warn("cgroup kill: {}", st.error().describe());
+      if (auto st = cgroup->remove(); !st) spdlog::warn("cgroup remove: {}", st.error().describe());
+    }
+    RunReport report;
+    report.discarded = true;
+    return report;
+  }
   // 4 collect (typed IO): the caller reads and validates what the run produced.
   nlohmann::json extra = json::object();
-  if (req.after_run) extra = req.after_run(outcome, out_dir_fd);
+  if (after_run) extra = after_run(outcome, out_dir_fd);
   if (out_dir_fd >= 0) ::close(out_dir_fd);  // the last reference: the sandbox's /out is freed
   if (image_fd >= 0) ::close(image_fd);
 
@@ -761,7 +811,7 @@ RunReport run_sandbox(const RunRequest& req) {
     extra.erase("outputs");
   }
   report.trace["outputs"] = outputs;
-  for (auto& [k, v] : req.record_extra.items()) report.trace[k] = v;
+  for (auto& [k, v] : record_extra.items()) report.trace[k] = v;
   if (extra.contains("blobs") && report.trace.contains("blobs") && report.trace["blobs"].is_array()) {
     for (auto& b : extra["blobs"]) report.trace["blobs"].push_back(b);
     extra.erase("blobs");

@@ -14,12 +14,31 @@
 
 #include "runtime/mounts.hpp"
 #include "runtime/outcome.hpp"
+#include "runtime/pool_job.hpp"
 #include "runtime/paths.hpp"
 #include "runtime/profile.hpp"
 #include "runtime/spec.hpp"
 #include "runtime/stdin_relay.hpp"
 
 namespace sbx {
+
+// A warm pool's sandbox (pool_job.hpp; `sbx mcp --pool`, mcp_pool.hpp): what the call brings
+// once the sandbox it is handed was built.
+struct PooledCall {
+  RunSpec spec;  // the call's effective spec: one that pool_refusal() accepts for the pooled one
+  PoolJob job;   // its argv and the files written under kPoolDirs before the program starts
+  nlohmann::json inputs = nlohmann::json::array();
+  nlohmann::json record_extra = nlohmann::json::object();  // replaces RunRequest::record_extra
+  std::function<nlohmann::json(Outcome&, int out_fd)> after_run;  // replaces RunRequest's
+};
+// What await_call may watch while it waits: init's pidfd (it died: the sandbox is unusable),
+// init's report pipe (readable before hand-out: it failed or was disturbed), and the supervisor's
+// signalfd of forwarded signals (the server discards its idle sandboxes with SIGTERM).
+struct PoolPause {
+  int init_pidfd = -1;
+  int init_msg_fd = -1;
+  int signal_fd = -1;
+};
 
 struct RunRequest {
   RunSpec spec;
@@ -83,6 +102,12 @@ struct RunRequest {
   std::uint32_t id_slot = 0;
   // >= 0: the program's umask (tenant runs: 077); -1 leaves the caller's.
   int umask = -1;
+  // Set for a warm pool's sandbox: it is built in full (namespaces, root, /dev, /proc, tmpfs
+  // mounts, cgroup, seccomp prepared) with tmpfs mounts at kPoolDirs that only init writes, and
+  // init paused before the program's execve; then await_call blocks until the call arrives.
+  // nullopt discards the sandbox: it is killed, and no record is written (nothing ran). The
+  // wall-time limit and the record's started_at count from the hand-out.
+  std::function<std::optional<PooledCall>(const PoolPause&)> await_call;
 };
 
 struct RunReport {
@@ -93,6 +118,8 @@ struct RunReport {
   // result only with its record, pack run and exec, withholds it: no result without a record).
   bool recorded = false;
   std::string record_error;
+  // A pooled sandbox discarded before any call was handed to it (RunRequest::await_call): no record.
+  bool discarded = false;
 };
 
 RunReport run_sandbox(const RunRequest& req);

@@ -1,0 +1,185 @@
+"""sbx mcp --pool: run_code calls served by sandboxes built ahead of them. Nothing of one call is
+seen by the next (files in /tmp and /out, background processes, environment: distinct pid
+namespaces and tmpfs mounts); a call the pool cannot serve runs cold and its record says why; a
+pooled sandbox that died before hand-out is discarded; idle sandboxes end with the server (EOF,
+SIGTERM, SIGKILL), and none of them leaves a record. Runs as root and rootless."""
+import json
+import os
+import signal
+import time
+import uuid
+
+from sbxtest import SbxTestCase, ledger_lines, note, procs, scaled, validate_trace
+from test_mcp import Server, cmdline, descendants
+
+
+def parent(pid):
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return 0
+    return int(stat[stat.rindex(b")") + 2:].split()[1])
+
+
+def pooled_workers(server_pid):
+    """The server's worker children (sbx sets its process title to "sbx mcp-worker", so --pooled is
+    not visible): with no call running, every one of them is a pooled sandbox's."""
+    return [k for k in descendants(server_pid) if parent(k) == server_pid and cmdline(k).startswith(b"sbx mcp-worker")]
+
+
+class McpPoolCase(SbxTestCase):
+    def server(self, *a, **kw):
+        s = Server(self, *a, **kw)
+        self.addCleanup(s.close)
+        return s
+
+    def call(self, s, name, arguments, timeout=60):
+        return s.request("tools/call", {"name": name, "arguments": arguments}, timeout=timeout)
+
+    def wait_pool(self, s, n, timeout=30):
+        """Until n pooled workers each have their sandbox's init (a child process)."""
+        deadline = time.monotonic() + scaled(timeout)
+        while time.monotonic() < deadline:
+            ws = pooled_workers(s.p.pid)
+            ready = [w for w in ws if descendants(w)]
+            if len(ready) >= n:
+                time.sleep(0.3)  # the init's setup up to its pause
+                return ready
+            time.sleep(0.05)
+        self.fail(f"{n} pooled sandboxes not made within {timeout}s; stderr:\n{s.stderr()}")
+
+    def records(self, s):
+        return [e["record"] for e in ledger_lines(s.state)]
+
+    def run_code(self, s, code, limits=None):
+        args = {"language": "sh", "code": code}
+        if limits:
+            args["limits"] = limits
+        r = self.call(s, "run_code", args)["result"]
+        self.assertFalse(r["isError"], r)
+        return r["structuredContent"]
+
+    def test_nothing_of_one_pooled_call_is_seen_by_the_next(self):
+        s = self.server(["--pool", "2", "--max-concurrent", "1"])
+        self.wait_pool(s, 2)
+        marker = "4%d.5" % (uuid.uuid4().int % 10**8)
+        first = self.run_code(s, (
+            "echo secret > /tmp/left-behind; echo secret > /out/left-behind; export LEAK=1; "
+            f"(sleep {marker} >/dev/null 2>&1 &) ; readlink /proc/self/ns/pid; stat -f -c %i /tmp; stat -c %d /tmp; "
+            "ls /code /in; touch /code/x 2>/dev/null && echo CODE-WRITABLE; true"))
+        second = self.run_code(s, (
+            "ls -A /tmp /out; echo LEAK=${LEAK:-unset}; ps -o pid= 2>/dev/null | wc -l; "
+            "for p in /proc/[0-9]*; do cat $p/cmdline 2>/dev/null | tr '\\0' ' '; echo; done | grep -c '^sleep'; "
+            "readlink /proc/self/ns/pid; stat -f -c %i /tmp; stat -c %d /tmp; true"))
+        a, b = first["stdout"].split("\n"), second["stdout"].split("\n")
+        note("pool isolation: first call %r, second %r" % (first["stdout"], second["stdout"]))
+        self.assertIn("main.sh", first["stdout"])
+        self.assertIn("input.json", first["stdout"])
+        self.assertNotIn("CODE-WRITABLE", first["stdout"])  # /code is read-only before the program starts
+        self.assertNotIn("left-behind", second["stdout"])
+        self.assertIn("LEAK=unset", second["stdout"])
+        self.assertEqual(b[b.index("LEAK=unset") + 2], "0", second["stdout"])  # no sleep process visible
+        self.assertNotEqual(a[0], b[b.index("LEAK=unset") + 3])  # pid namespaces differ
+        # The first call's background process died with its sandbox.
+        self.assertEqual([p for p, (cl, _) in procs().items() if any(marker in x for x in cl)], [])
+        recs = self.records(s)
+        self.assertEqual(len(recs), 2, recs)
+        for rec in recs:
+            validate_trace(self, rec)
+            self.assertTrue(rec["pool"]["hit"], rec.get("pool"))
+            self.assertIn("created_at", rec["pool"])
+            self.assertIn("waited_ms", rec["pool"])
+            self.assertEqual(rec["result"]["status"], "ok")
+        note("pool record: " + json.dumps(recs[1]["pool"]))
+
+    def test_a_call_the_pool_cannot_serve_runs_cold_and_its_record_says_why(self):
+        s = self.server(["--pool", "1", "--max-concurrent", "1"])
+        self.wait_pool(s, 1)
+        time.sleep(1.5)  # the wall-time limit counts from hand-out, not from the sandbox's creation
+        out = self.run_code(s, "sleep 0.3; echo lowered", {"timeout": "1s", "output_limit": 1000})
+        self.assertEqual(out["stdout"], "lowered\n")
+        self.wait_pool(s, 1)
+        out = self.run_code(s, "echo cold", {"pids": 50})
+        self.assertEqual(out["stdout"], "cold\n")
+        out = self.call(s, "run_code", {"language": "sh", "code": "true", "limits": {"timeout": "10h"}})["result"]
+        self.assertTrue(out["isError"], out)  # past the profile: refused as ever, pooled or not
+        recs = self.records(s)
+        self.assertEqual(len(recs), 2, recs)
+        validate_trace(self, recs[0])
+        validate_trace(self, recs[1])
+        self.assertTrue(recs[0]["pool"]["hit"], recs[0]["pool"])
+        self.assertEqual(recs[0]["invocation"]["spec"]["limits"]["timeout_ms"], 1000)
+        self.assertEqual(recs[0]["result"]["status"], "ok")
+        self.assertFalse(recs[1]["pool"]["hit"], recs[1]["pool"])
+        self.assertIn("limit other than timeout", recs[1]["pool"]["reason"])
+        self.assertEqual(recs[1]["invocation"]["spec"]["limits"]["pids"], 50)
+        note("pool miss record: " + json.dumps(recs[1]["pool"]))
+
+    def test_a_pooled_sandbox_that_died_before_hand_out_is_discarded(self):
+        s = self.server(["--pool", "2", "--max-concurrent", "1"])
+        ws = self.wait_pool(s, 2)
+        victim_init = descendants(ws[0])[0]
+        os.kill(victim_init, signal.SIGKILL)
+
+        def gone(pid):
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    return f.read().split(") ")[1].startswith("Z")
+            except OSError:
+                return True
+        # Died before hand-out: its worker sees the death and ends (no record).
+        deadline = time.monotonic() + scaled(10)
+        while not (gone(victim_init) and gone(ws[0])) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        self.assertTrue(gone(ws[0]), "the worker of a dead pooled sandbox did not end")
+        # Its worker notices and ends without a record; the calls are served anyway.
+        for i in range(3):
+            self.assertEqual(self.run_code(s, f"echo {i}")["stdout"], f"{i}\n")
+        recs = self.records(s)
+        self.assertEqual(len(recs), 3, recs)
+        self.assertTrue(all(r["result"]["status"] == "ok" for r in recs))
+        deadline = time.monotonic() + scaled(10)
+        while "discarded pooled sandbox" not in s.stderr() and time.monotonic() < deadline:
+            self.run_code(s, "true")
+        self.assertIn("discarded pooled sandbox", s.stderr())
+        note("pool: " + [l for l in s.stderr().splitlines() if "discarded" in l][0])
+
+    def check_idle_gone(self, how):
+        s = self.server(["--pool", "3"])
+        self.wait_pool(s, 3)
+        pids = descendants(s.p.pid)
+        self.assertGreaterEqual(len(pids), 6)
+        if how == "eof":
+            s.p.stdin.close()
+        else:
+            s.p.send_signal(signal.SIGTERM if how == "sigterm" else signal.SIGKILL)
+        s.p.wait(timeout=scaled(20))
+        deadline = time.monotonic() + scaled(10)
+        left = pids
+        while left and time.monotonic() < deadline:
+            left = [p for p in pids if os.path.exists(f"/proc/{p}") and not open(f"/proc/{p}/stat").read().split(") ")[1].startswith("Z")]
+            time.sleep(0.05)
+        self.assertEqual(left, [], f"{how}: pooled processes left: {[cmdline(p) for p in left]}")
+        self.assertEqual(self.records(s), [])  # idle sandboxes ran nothing and record nothing
+        note(f"pool: {len(pids)} idle pool processes gone after the server's {how}")
+
+    def test_idle_sandboxes_end_with_the_server_on_eof(self):
+        self.check_idle_gone("eof")
+
+    def test_idle_sandboxes_end_with_the_server_on_sigterm(self):
+        self.check_idle_gone("sigterm")
+
+    def test_idle_sandboxes_end_with_the_server_on_sigkill(self):
+        self.check_idle_gone("sigkill")
+
+    def test_pool_zero_is_off_and_bad_sizes_are_usage_errors(self):
+        s = self.server(["--pool", "0"])
+        self.assertEqual(self.run_code(s, "echo x")["stdout"], "x\n")
+        self.assertEqual(pooled_workers(s.p.pid), [])
+        self.assertNotIn("pool", self.records(s)[0])
+        from sbxtest import sbx
+        r = sbx(["mcp", "--pool", "65"])
+        self.assertExit(r, 125)
+        self.assertIn("--pool", self.assertOneSbxLine(r))
+

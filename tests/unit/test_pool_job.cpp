@@ -1,0 +1,68 @@
+#include <doctest/doctest.h>
+
+#include "runtime/pool_job.hpp"
+
+using namespace sbx;
+
+TEST_CASE("a pooled sandbox's job round-trips and keeps its files unwritable") {
+  PoolJob job;
+  job.argv = {"/bin/sh", "/code/main.sh"};
+  job.files = {{"/code/main.sh", "echo hi\n", 0444}, {"/code/lib/x.py", std::string("a\0b", 3), 0755},
+               {"/in/input.json", "null", 04666}};
+  auto back = decode_pool_job(encode_pool_job(job));
+  REQUIRE(back);
+  CHECK(back->argv == job.argv);
+  REQUIRE(back->files.size() == 3);
+  CHECK(back->files[1].content == std::string("a\0b", 3));
+  CHECK(back->files[1].mode == 0555);
+  CHECK(back->files[2].mode == 0444);  // no setuid, no write bits survive
+}
+
+TEST_CASE("a job that is cut, padded, or names a path outside /code and /in is refused") {
+  PoolJob job;
+  job.argv = {"/bin/sh"};
+  job.files = {{"/code/main.sh", "x", 0444}};
+  std::string frame = encode_pool_job(job);
+  CHECK_FALSE(decode_pool_job(frame.substr(0, frame.size() - 1)));
+  CHECK_FALSE(decode_pool_job(frame + "x"));
+  for (const char* bad : {"/etc/passwd", "/code/../etc/x", "/code//x", "/code/", "/code", "/codex/y", "/in/a/"}) {
+    PoolJob b = job;
+    b.files = {{bad, "x", 0444}};
+    CHECK_MESSAGE(!decode_pool_job(encode_pool_job(b)), std::string(bad));
+  }
+  PoolJob noargv;
+  CHECK_FALSE(decode_pool_job(encode_pool_job(noargv)));
+  // A length prefix past the bound is refused before anything is held.
+  std::string huge(8, '\xff');
+  CHECK_FALSE(decode_pool_job(huge));
+}
+
+TEST_CASE("a pooled sandbox serves only calls that lower timeout or output_limit") {
+  RunSpec pooled;
+  pooled.argv = {"/bin/sh", "/code/main.sh"};
+  pooled.limits.timeout_ms = 30000;
+  pooled.limits.output_limit_bytes = 65536;
+  pooled.limits.memory_bytes = 512 << 20;
+  RunSpec call = pooled;
+  call.argv = {"/usr/bin/python3", "/code/main.py"};
+  CHECK(pool_refusal(pooled, call) == "");
+  call.limits.timeout_ms = 1000;
+  call.limits.output_limit_bytes = 100;
+  CHECK(pool_refusal(pooled, call) == "");
+  call.limits.timeout_ms = 30001;
+  CHECK(pool_refusal(pooled, call).find("timeout") != std::string::npos);
+  call.limits.timeout_ms.reset();  // none at all is more than the pool's
+  CHECK(pool_refusal(pooled, call) != "");
+  call = pooled;
+  call.limits.memory_bytes = 256 << 20;  // lower, but fixed when the sandbox was made
+  CHECK(pool_refusal(pooled, call).find("limit other than") != std::string::npos);
+  call = pooled;
+  call.image = "busybox";
+  CHECK(pool_refusal(pooled, call).find("image") != std::string::npos);
+  call = pooled;
+  call.network.allow = {"example.com"};
+  CHECK(pool_refusal(pooled, call).find("network") != std::string::npos);
+  call = pooled;
+  call.binds.push_back({"/srv", "/srv", false});
+  CHECK(pool_refusal(pooled, call).find("mounts") != std::string::npos);
+}
