@@ -145,8 +145,14 @@ std::string default_store(const Dirs& base, const std::string& name) { return ba
 }  // namespace
 
 Status check_tenant_name(const std::string& name) {
-  if (name.empty() || name.size() > kMaxTenantNameLength)
-    return make_error("usage", "--tenant: a tenant name is 1 to " + std::to_string(kMaxTenantNameLength) + " bytes");
+  if (name.empty() || name.size() > kMaxTenantNameLength) {
+    // Appended, not `"literal" + std::to_string(n) + ...`: GCC 12 warns falsely (-Warray-bounds)
+    // on that rvalue chain, and the build treats warnings as errors.
+    std::string msg = "--tenant: a tenant name is 1 to ";
+    msg += std::to_string(kMaxTenantNameLength);
+    msg += " bytes";
+    return make_error("usage", msg);
+  }
   if (name[0] == '.' || name[0] == '-')
     return make_error("usage", "--tenant: a tenant name may not start with '.' or '-'");
   for (unsigned char c : name)
