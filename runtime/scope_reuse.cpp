@@ -74,6 +74,25 @@ std::string trim(std::string s) {
 // detached from this process (a new session, stdio on /dev/null, reparented away by a double
 // fork, so that sbx neither waits for it nor leaves a zombie). Whether it took (or another sbx's
 // did) is seen by the next AttachProcessesToUnit.
+// The keeper's note of where its scope is: read without following a link or waiting on a FIFO,
+// bounded, and used only when it has the one shape it can have (an absolute cgroup path without
+// '..' ending in the scope's own name), so that a planted file makes no directory elsewhere.
+std::optional<std::string> read_hint(const std::string& file, const std::string& unit) {
+  int fd = ::open(file.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return std::nullopt;
+  struct stat st;
+  char buf[4096];
+  ssize_t n = -1;
+  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == ::geteuid()) n = ::read(fd, buf, sizeof buf);
+  ::close(fd);
+  if (n <= 0 || n == static_cast<ssize_t>(sizeof buf)) return std::nullopt;
+  std::string p = trim(std::string(buf, static_cast<std::size_t>(n)));
+  if (p.empty() || p[0] != '/' || p.find("/..") != std::string::npos || p.find('\0') != std::string::npos ||
+      !ends_with(p, "/" + unit))
+    return std::nullopt;
+  return p;
+}
+
 Status start_keeper(const std::string& runtime_dir, const std::string& self_exe, const std::string& unit, int idle_s) {
   std::string unit_arg = "--unit=" + unit.substr(0, unit.size() - std::string(".scope").size());
   std::string idle = std::to_string(idle_s);
@@ -100,8 +119,14 @@ Status start_keeper(const std::string& runtime_dir, const std::string& self_exe,
       ::dup2(null, 1);
       ::dup2(null, 2);
     }
-    ::putenv(rt.data());
-    ::execvp("systemd-run", argv.data());
+    // The keeper lives for minutes: it must hold nothing of the run that started it — no pipe a
+    // caller waits on for EOF (a make jobserver, pass_fds), no working directory, no environment
+    // (secrets passed as env:VAR live there). Only what systemd-run needs to reach the manager.
+    ::close_range(3, ~0U, 0);
+    if (::chdir("/") != 0) ::_exit(127);
+    static char path_env[] = "PATH=/usr/local/bin:/usr/bin:/bin";
+    char* envp[] = {rt.data(), path_env, nullptr};
+    ::execvpe("systemd-run", argv.data(), envp);
     ::_exit(127);
   }
   int st;
@@ -176,7 +201,7 @@ Result<JoinedScope> join_reused_scope(const std::string& runtime_dir, const std:
   bool started = false;
   std::string last;
   for (;;) {
-    if (auto path = read_file(hint); path && !mount.empty()) ::mkdir((mount + trim(*path) + sub).c_str(), 0755);
+    if (auto path = read_hint(hint, j.unit); path && !mount.empty()) ::mkdir((mount + *path + sub).c_str(), 0755);
     auto r = attach(socket, bus, j.unit, sub, pid, step());
     if (!r) return r.error();
     if (r->type == dbus::kMethodReturn) break;

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
 #include <memory>
 #include <set>
@@ -162,11 +163,24 @@ Status check_tenant_name(const std::string& name) {
   return {};
 }
 
+bool is_full_digest(const std::string& s) {
+  if (s.size() != 7 + 64 || !s.starts_with("sha256:")) return false;
+  for (std::size_t i = 7; i < s.size(); ++i)
+    if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f'))) return false;
+  return true;
+}
+
 std::vector<std::string> tenant_dirs() {
   std::vector<std::string> dirs;
   if (const char* p = std::getenv("SBX_TENANTS_DIR"); p && *p) {
     dirs.emplace_back(p);
     return dirs;  // an explicit directory is the only one (tests, and operators who want one place)
+  }
+  // As root only the operator's directory: a per-user directory searched first would let whoever
+  // controls HOME or XDG_CONFIG_HOME (a service's environment, `sudo -E`) replace a tenant's policy.
+  if (::geteuid() == 0) {
+    dirs.emplace_back("/etc/sbx/tenants");
+    return dirs;
   }
   std::string user;
   if (const char* x = std::getenv("XDG_CONFIG_HOME"); x && *x) user.append(x).append("/sbx/tenants");
@@ -194,10 +208,23 @@ Result<Tenant> parse_tenant(const std::string& text, const std::string& name, co
     if (k == "images") {
       auto l = string_list(v, where, k, 1024);
       if (!l) return l.error();
+      // A digest is whole: a prefix is only 48 bits or so, which a tenant supplying its own
+      // image could search for a collision.
+      for (std::size_t i = 0; i < l->size(); ++i)
+        if ((*l)[i].starts_with("sha256:") && !is_full_digest((*l)[i]))
+          return make_error("usage", where + ": /images/" + std::to_string(i) +
+                                         ": a digest is sha256: and all 64 lowercase hex digits (no prefixes)");
       t.images = std::move(*l);
     } else if (k == "packs") {
       auto l = string_list(v, where, k, 1024);
       if (!l) return l.error();
+      // By digest only: a pack's name is what its own pack.json claims, and a tenant hands in
+      // its packs, so a name would admit any pack that calls itself that.
+      for (std::size_t i = 0; i < l->size(); ++i)
+        if (!is_full_digest((*l)[i]))
+          return make_error("usage", where + ": /packs/" + std::to_string(i) +
+                                         ": a pack is allowed by its full digest (sha256: and 64 hex digits, as "
+                                         "'sbx pack validate' prints it), not by the name its manifest claims");
       t.packs = std::move(*l);
     } else if (k == "id_slot") {
       if (!v.is_number_integer() || v.get<std::int64_t>() < 1 || v.get<std::int64_t>() > kMaxTenantSlot)
@@ -271,22 +298,32 @@ Result<Tenant> load_tenant(const std::string& name) {
     if (!text) return text.error();
     auto t = parse_tenant(*text, name, path);
     if (!t) return t.error();
-    // One slice per tenant: another file of this directory on the same slot would share host ids.
-    std::unique_ptr<DIR, int (*)(DIR*)> dir(::opendir(d.c_str()), ::closedir);
-    if (!dir) return sys_error("usage", "cannot list the tenants directory " + d);
+    // One slice and one store per tenant: another tenant file (in any directory searched) on the
+    // same slot would share host ids, and one naming the same store would read this one's records.
     std::size_t seen = 0;
-    while (auto* e = ::readdir(dir.get())) {
-      std::string f = e->d_name;
-      if (!f.ends_with(".json") || f == name + ".json") continue;
-      std::string other = f.substr(0, f.size() - 5);
-      if (!check_tenant_name(other)) continue;
-      if (++seen > 4096) return make_error("usage", "tenants directory " + d + ": more than 4096 tenant files");
-      auto ot = read_bounded(d + "/" + f, kMaxTenantBytes, "usage", "tenant file " + d + "/" + f);
-      if (!ot) continue;
-      auto o = parse_tenant(*ot, other, d + "/" + f);
-      if (o && o->id_slot == t->id_slot)
-        return make_error("usage", "tenant '" + name + "': id_slot " + std::to_string(t->id_slot) + " is also tenant '" + other +
-                                       "''s (" + d + "/" + f + "): two tenants on one slice would share host ids");
+    for (auto& od : dirs) {
+      std::unique_ptr<DIR, int (*)(DIR*)> dir(::opendir(od.c_str()), ::closedir);
+      if (!dir) {
+        if (errno == ENOENT) continue;
+        return sys_error("usage", "cannot list the tenants directory " + od);
+      }
+      while (auto* e = ::readdir(dir.get())) {
+        std::string f = e->d_name;
+        if (!f.ends_with(".json") || (od == d && f == name + ".json")) continue;
+        std::string other = f.substr(0, f.size() - 5);
+        if (!check_tenant_name(other)) continue;
+        if (++seen > 4096) return make_error("usage", "tenants directory " + od + ": more than 4096 tenant files");
+        auto ot = read_bounded(od + "/" + f, kMaxTenantBytes, "usage", "tenant file " + od + "/" + f);
+        if (!ot) continue;
+        auto o = parse_tenant(*ot, other, od + "/" + f);
+        if (!o) continue;
+        if (o->id_slot == t->id_slot)
+          return make_error("usage", "tenant '" + name + "': id_slot " + std::to_string(t->id_slot) + " is also tenant '" +
+                                         other + "''s (" + od + "/" + f + "): two tenants on one slice would share host ids");
+        if (!t->store.empty() && (t->store == o->store || t->store.ends_with("/tenants/" + other)))
+          return make_error("usage", "tenant '" + name + "': /store " + t->store + " is also tenant '" + other +
+                                         "''s store: two tenants on one store would read each other's records");
+      }
     }
     return t;
   }
@@ -306,7 +343,7 @@ Dirs tenant_store(const Tenant& t, const Dirs& base) {
 bool tenant_allows_image(const Tenant& t, const std::string& image, const std::string& digest) {
   for (auto& a : t.images) {
     if (a == image) return true;
-    if (!digest.empty() && a.starts_with("sha256:") && digest.starts_with(a) && a.size() >= 7 + 12) return true;
+    if (!digest.empty() && a.starts_with("sha256:") && digest == a) return true;
     // NAME without a tag means NAME:latest, as image references do.
     if (a.find(':') == std::string::npos && image == a + ":latest") return true;
     if (image.find(':') == std::string::npos && a == image + ":latest") return true;
@@ -382,7 +419,7 @@ Status apply_tenant(const Tenant& t, RunRequest& req, const json& pack) {
     std::string pname = pack.value("name", ""), pdigest = pack.value("digest", "");
     bool ok = false;
     for (auto& p : t.packs)
-      ok = ok || p == pname || (p.starts_with("sha256:") && p.size() >= 19 && pdigest.starts_with(p));
+      ok = ok || (!pdigest.empty() && p == pdigest);
     if (!ok) {
       std::string list;
       for (auto& x : t.packs) list += (list.empty() ? "" : ", ") + x;

@@ -27,7 +27,7 @@ class Tenant(SbxTestCase):
         # Rootless, a tenant that requires separate ids is refused (test_rootless_requires_ids):
         # the other rootless tests use "preferred", which keeps ceilings and stores.
         ids = "required" if ROOT else "preferred"
-        self.write_tenant("A", {"id_slot": 1, "separate_ids": ids, "images": ["host"], "packs": ["pk"],
+        self.write_tenant("A", {"id_slot": 1, "separate_ids": ids, "images": ["host"], "packs": [],
                                 "limits": {"memory": "128M", "timeout": "20s", "pids": 32},
                                 "network": {"allow": ["*.example.com"]}, "gpu": {"max": 0}})
         self.write_tenant("B", {"id_slot": 2, "separate_ids": ids, "limits": {"timeout": "20s"}})
@@ -81,6 +81,15 @@ class Tenant(SbxTestCase):
         manifest["limits"]["pids"] = 16
         with open(os.path.join(pk, "pack.json"), "w") as f:
             json.dump(manifest, f)
+        # A pack is allowed by its full digest, never by the name its own manifest claims.
+        v = sbx(["pack", "validate", pk])
+        self.assertExit(v, 0)
+        digest = v.out.split("(digest ")[1].split(")")[0]
+        r = self.sbx(["pack", "run", pk, "--tenant", "A", "--input", records], timeout=60)
+        self.refused(r, "tenant 'A'", "pack 'pk'", "not among the tenant's packs")
+        tenant_a = {"id_slot": 1, "separate_ids": "required" if ROOT else "preferred", "images": ["host"], "packs": [digest],
+                    "limits": {"memory": "128M", "timeout": "20s", "pids": 32}}
+        self.write_tenant("A", tenant_a)
         r = self.sbx(["pack", "run", pk, "--tenant", "A", "--input", records], timeout=60)
         self.assertExit(r, 0)
         # The manifest asks for 200M of memory (within the profile's ceiling): above tenant A's
@@ -120,6 +129,16 @@ class Tenant(SbxTestCase):
         self.write_tenant("C", {"id_slot": 3, "separate_ids": "required" if ROOT else "preferred", "images": [digest]})
         r = self.sbx(["run", "--tenant", "C", "--image", "busybox", "--", "true"], timeout=60)
         self.assertExit(r, 0)
+
+    def test_packs_by_full_digest_and_images_by_whole_digests_only(self):
+        # A pack's name is its own manifest's claim, and a digest prefix can be searched for.
+        self.write_tenant("N", {"id_slot": 9, "packs": ["pk"]})
+        self.refused(self.sbx(["run", "--tenant", "N", "--", "true"]), "/packs/0", "full digest")
+        self.write_tenant("N", {"id_slot": 9, "images": ["sha256:" + "ab" * 6]})
+        self.refused(self.sbx(["run", "--tenant", "N", "--", "true"]), "/images/0", "64")
+        # Another tenant file naming A's store is refused before anything runs.
+        self.write_tenant("N", {"id_slot": 9, "store": os.path.join(self.state, "tenants", "A")})
+        self.refused(self.sbx(["run", "--tenant", "N", "--", "true"]), "store", "tenant 'A'")
 
     def test_bad_names_and_files(self):
         for bad in ["../x", "a/b", "", ".hidden", "x" * 65, "a\x01b"]:
