@@ -18,6 +18,8 @@
 #include <netinet/in.h>
 #include <arpa/inet.h>
 #include <dirent.h>
+#include <limits.h>
+#include <stdlib.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -190,9 +192,20 @@ std::vector<std::string> foreign_probes(const std::string& tenant, const GlobalO
     for (auto& b : plan["binds"])
       if (b.is_object() && b["src"].is_string() && b["dst"].is_string())
         binds.emplace_back(b["src"].get<std::string>(), b["dst"].get<std::string>());
-  auto inside = [&](const std::string& host) {
-    for (auto& [src, dst] : binds)
+  // Compared as real paths: a bind given as "/", with a trailing slash or through a symlink must
+  // still map the other tenant's store to where the sandbox sees it, or the probe would look at a
+  // path that does not exist inside and call the store unreachable.
+  auto real = [](const std::string& p) {
+    char buf[PATH_MAX];
+    return ::realpath(p.c_str(), buf) ? std::string(buf) : p;
+  };
+  auto inside = [&](const std::string& host_path) {
+    const std::string host = real(host_path);
+    for (auto& [src_path, dst] : binds) {
+      const std::string src = real(src_path);
+      if (src == "/") return (dst == "/" ? std::string() : dst) + host;
       if (host == src || host.starts_with(src + "/")) return dst + host.substr(src.size());
+    }
     return host;
   };
   for (auto& o : other_tenants(*t, resolve_dirs(g.state_dir))) {
