@@ -83,13 +83,20 @@ TEST_CASE("tenant ceilings: what a caller asked for above them is refused, defau
   CHECK(s.gpu.max == 1);
 }
 
-TEST_CASE("tenant images by name or digest") {
-  Tenant t = parsed(R"({"id_slot": 1, "images": ["busybox", "sha256:0123456789abcdef"]})");
+TEST_CASE("tenant images by name or whole digest; packs by whole digest only") {
+  const std::string d = "sha256:" + std::string(64, 'a');
+  Tenant t = parsed(R"({"id_slot": 1, "images": ["busybox", ")" + d + R"("]})");
   CHECK(tenant_allows_image(t, "busybox", ""));
   CHECK(tenant_allows_image(t, "busybox:latest", ""));
-  CHECK(tenant_allows_image(t, "other", "sha256:0123456789abcdef0000"));
+  CHECK(tenant_allows_image(t, "other", d));
   CHECK_FALSE(tenant_allows_image(t, "host", ""));
-  CHECK_FALSE(tenant_allows_image(t, "other", "sha256:ffff"));
+  CHECK_FALSE(tenant_allows_image(t, "other", "sha256:" + std::string(64, 'b')));
+  // A prefix is only so many bits, which a tenant supplying its own image could search for.
+  CHECK(refusal(R"({"id_slot": 1, "images": ["sha256:0123456789abcdef"]})").find("/images/0") != std::string::npos);
+  // A pack's name is its own manifest's claim: packs are allowed by whole digests only.
+  CHECK(refusal(R"({"id_slot": 1, "packs": ["acme-rules"]})").find("/packs/0: a pack is allowed by its full digest") !=
+        std::string::npos);
+  CHECK(parsed(R"({"id_slot": 1, "packs": [")" + d + R"("]})").packs == std::vector<std::string>{d});
 }
 
 TEST_CASE("id slots are disjoint slices of sbx's range; a range too small refuses") {
