@@ -24,7 +24,6 @@ namespace sbx {
 using json = nlohmann::json;
 
 namespace {
-constexpr const char* kStage = "tenant";
 
 std::string lower(std::string s) {
   for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
