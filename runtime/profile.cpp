@@ -205,26 +205,13 @@ struct CeilingKey {
 };
 
 template <typename T>
-std::string shown(const std::optional<T>& v, std::string (*fmt)(std::int64_t)) {
-  if (!v) return "unlimited";
-  if constexpr (std::is_same_v<T, double>) {
-    std::string s = std::to_string(*v);
-    s.erase(s.find_last_not_of('0') + 1);
-    if (!s.empty() && s.back() == '.') s.pop_back();
-    return s;
-  } else {
-    return fmt ? fmt(*v) : std::to_string(*v);
-  }
-}
-
-template <typename T>
 Status at_most(const std::optional<T>& ceiling, const std::optional<T>& asked, CeilingKey k, const std::string& source,
                const std::string& profile, const std::set<std::string>& by_operator,
                std::string (*fmt)(std::int64_t) = nullptr) {
   if (!ceiling || (asked && *asked <= *ceiling) || by_operator.count(k.key)) return {};
   std::string raise = k.flag[0] ? std::string("; the operator may raise it with ") + k.flag : std::string();
-  return make_error("usage", source + ": /limits/" + k.key + ": " + shown(asked, fmt) + " is above the ceiling of profile '" +
-                                 profile + "' (" + shown(ceiling, fmt) +
+  return make_error("usage", source + ": /limits/" + k.key + ": " + shown_limit(asked, fmt) + " is above the ceiling of profile '" +
+                                 profile + "' (" + shown_limit(ceiling, fmt) +
                                  "): a manifest or request may lower a limit, never raise it" + raise);
 }
 }  // namespace

@@ -82,19 +82,6 @@ bool rule_covers(const AllowRule& t, const AllowRule& r) {
   return false;
 }
 
-template <typename T>
-std::string shown(const std::optional<T>& v, std::string (*fmt)(std::int64_t)) {
-  if (!v) return "unlimited";
-  if constexpr (std::is_same_v<T, double>) {
-    std::string s = std::to_string(*v);
-    s.erase(s.find_last_not_of('0') + 1);
-    if (!s.empty() && s.back() == '.') s.pop_back();
-    return s;
-  } else {
-    return fmt ? fmt(*v) : std::to_string(*v);
-  }
-}
-
 std::string layer_of(const std::map<std::string, std::string>& layers, const std::string& name) {
   auto it = layers.find(name);
   return it == layers.end() ? std::string("the run") : it->second;
@@ -118,14 +105,14 @@ Status cap(const Tenant& t, const char* spec_key, const char* name, const char* 
   if (!asked) {
     if (layer.starts_with("flag "))
       return make_error("usage", std::string("tenant '") + t.name + "': " + name + ": unlimited (" + layer +
-                                     ") is above the tenant's ceiling (" + shown(ceiling, fmt) +
+                                     ") is above the tenant's ceiling (" + shown_limit(ceiling, fmt) +
                                      "): a tenant's ceiling binds the operator's flags too");
     asked = ceiling;
     return {};
   }
   if (*asked > *ceiling)
-    return make_error("usage", std::string("tenant '") + t.name + "': " + name + ": " + shown(asked, fmt) + " (" + layer +
-                                   ") is above the tenant's ceiling (" + shown(ceiling, fmt) +
+    return make_error("usage", std::string("tenant '") + t.name + "': " + name + ": " + shown_limit(asked, fmt) + " (" + layer +
+                                   ") is above the tenant's ceiling (" + shown_limit(ceiling, fmt) +
                                    "): nothing below a tenant may raise its limits, the operator's flags included");
   return {};
 }
