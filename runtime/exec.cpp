@@ -250,6 +250,17 @@ Result<json> exec_response(const ExecState& st, const RunReport& rep, const Capt
   return resp;
 }
 
+// The program's stdout and stderr go to memfds that the response reads back (capped by the run's
+// output limit): a cold call and a pooled one capture alike.
+Status capture_streams(Capture& out, Capture& err, RunRequest& run) {
+  out.fd = ::memfd_create("sbx-exec-stdout", MFD_CLOEXEC);
+  err.fd = ::memfd_create("sbx-exec-stderr", MFD_CLOEXEC);
+  if (out.fd < 0 || err.fd < 0) return sys_error("exec", "memfd_create for the captured output");
+  run.stdout_fd = out.fd;
+  run.stderr_fd = err.fd;
+  return {};
+}
+
 }  // namespace
 
 Result<json> run_exec(const json& request, const ExecContext& ctx) {
@@ -258,11 +269,7 @@ Result<json> run_exec(const json& request, const ExecContext& ctx) {
   if (!state) return state.error();
   if (ctx.dry_run) return dry_run(run);  // the same checks and plan as `sbx run --dry-run`
   Capture out, err;
-  out.fd = ::memfd_create("sbx-exec-stdout", MFD_CLOEXEC);
-  err.fd = ::memfd_create("sbx-exec-stderr", MFD_CLOEXEC);
-  if (out.fd < 0 || err.fd < 0) return sys_error("exec", "memfd_create for the captured output");
-  run.stdout_fd = out.fd;
-  run.stderr_fd = err.fd;
+  if (auto st = capture_streams(out, err, run); !st) return st.error();
   RunReport rep = run_sandbox(run);
   return exec_response(**state, rep, out, err);
 }
@@ -277,11 +284,7 @@ Result<PooledExec> run_exec_pooled(const ExecContext& ctx, const AwaitExecCall& 
   pool.record_extra = json::object();
   pool.after_run = nullptr;
   Capture out, err;
-  out.fd = ::memfd_create("sbx-exec-stdout", MFD_CLOEXEC);
-  err.fd = ::memfd_create("sbx-exec-stderr", MFD_CLOEXEC);
-  if (out.fd < 0 || err.fd < 0) return sys_error("exec", "memfd_create for the captured output");
-  pool.stdout_fd = out.fd;
-  pool.stderr_fd = err.fd;
+  if (auto st = capture_streams(out, err, pool); !st) return st.error();
   PooledExec res;
   std::shared_ptr<ExecState> state;
   RunRequest call;  // the call's own plan; its after_run is handed to the pooled run
