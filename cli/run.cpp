@@ -175,7 +175,7 @@ Result<RunSpec> apply_flags(RunSpec spec, const RunFlags& f) {
   if (f.require_limits) spec.require_limits = true;
   if (f.require_record) spec.require_record = true;
   if (!f.events.empty()) {
-    if (auto st = EventStream::check_syntax(f.events); !st) return st.error();
+    if (auto st = check_events_destination(f.events); !st) return st.error();
     spec.events = f.events;
   }
   if (!f.seccomp.empty()) spec.seccomp = f.seccomp;

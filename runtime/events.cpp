@@ -13,6 +13,7 @@
 
 #include "runtime/cgroup.hpp"
 #include "runtime/progress_line.hpp"
+#include "runtime/spec.hpp"
 #include "runtime/signals.hpp"
 
 namespace sbx {
@@ -32,31 +33,16 @@ void clip_strings(nlohmann::ordered_json& j) {
   }
 }
 
-Result<int> parse_fd(const std::string& where) {
-  std::string n = where.substr(3);
-  if (n.empty() || n.size() > 9 || n.find_first_not_of("0123456789") != std::string::npos)
-    return make_error("usage", "--events " + where + ": 'fd:' wants a file descriptor number (fd:3)");
-  return std::stoi(n);
-}
 
 }  // namespace
 
-Status EventStream::check_syntax(const std::string& where) {
-  if (where.empty()) return make_error("usage", "--events: an empty destination (a file, a FIFO or fd:N)");
-  if (where.rfind("fd:", 0) == 0) {
-    auto fd = parse_fd(where);
-    if (!fd) return fd.error();
-  }
-  return {};
-}
-
 Result<EventStream> EventStream::open(const std::string& where) {
-  SBX_TRY(check_syntax(where));
+  SBX_TRY(check_events_destination(where));
   EventStream s;
   s.where_ = where;
   s.start_ms_ = now_ms();
   if (where.rfind("fd:", 0) == 0) {
-    int fd = *parse_fd(where);
+    int fd = *parse_events_fd(where);
     if (fd == 0) return make_error("usage", "--events fd:0: fd 0 is sbx's stdin, not a place to write events");
     if (::fcntl(fd, F_GETFD) < 0) return make_error("usage", "--events " + where + ": fd " + std::to_string(fd) + " is not open", errno);
     int acc = ::fcntl(fd, F_GETFL) & O_ACCMODE;

@@ -42,8 +42,6 @@ class EventStream {
   // holds), anything else is created or truncated, mode 0600 (events name the run's command).
   // A bad destination is the caller's error (stage "usage").
   static Result<EventStream> open(const std::string& where);
-  // Checks `where` without opening it: "fd:N" must be a number; a path must not be empty.
-  static Status check_syntax(const std::string& where);
 
   EventStream() = default;
   EventStream(EventStream&&) = default;

@@ -125,7 +125,7 @@ Result<std::shared_ptr<ExecState>> plan_exec(const json& request, const ExecCont
   spec->argv.push_back("/code/main." + rq.ext);
   spec->workdir = "/tmp";
   if (!ctx.events.empty()) {
-    if (auto st = EventStream::check_syntax(ctx.events); !st) return st.error();
+    if (auto st = check_events_destination(ctx.events); !st) return st.error();
     spec->events = ctx.events;
   }
 

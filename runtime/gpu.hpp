@@ -24,22 +24,11 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "runtime/error.hpp"
+#include "runtime/gpu_request.hpp"
 #include "runtime/spec.hpp"
 #include "runtime/userns.hpp"
 
 namespace sbx {
-
-// The request as written: "" (none), "all", or a comma list of indices and UUIDs ("0,1",
-// "GPU-4f3e...", "0,GPU-..."). At most 64 items; each a decimal index < 1024 or a UUID-like token.
-struct GpuRequest {
-  bool all = false;
-  std::vector<std::string> items;  // indices and UUIDs, in the order asked, duplicates removed
-  bool empty() const { return !all && items.empty(); }
-};
-Result<GpuRequest> parse_gpu_request(const std::string& text);
-
-// gpu.max as written in a profile: a count >= 0, or "all" (-1).
-inline constexpr int kGpuMaxAll = -1;
 
 // Where the host's GPU facts are read. The real paths, unless SBX_TEST_GPU_HOST=DIR is set: then
 // every path is DIR + the real path (DIR/dev/nvidia0, DIR/proc/driver/nvidia, DIR/etc/cdi, ...),

@@ -19,7 +19,7 @@
 #include "runtime/image_seal.hpp"
 #include "runtime/json_io.hpp"
 #include "runtime/sha256.hpp"
-#include "runtime/trace.hpp"
+#include "runtime/clock.hpp"
 
 namespace sbx {
 namespace {

@@ -9,7 +9,7 @@
 #include <type_traits>
 
 #include "runtime/embedded_profiles.hpp"
-#include "runtime/gpu.hpp"
+#include "runtime/gpu_request.hpp"
 #include "runtime/json_io.hpp"
 #include "runtime/suggest.hpp"
 #include "runtime/units.hpp"

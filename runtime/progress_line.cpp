@@ -15,11 +15,6 @@ std::string human_bytes(std::int64_t b) {
   return buf;
 }
 
-std::int64_t monotonic_ms() {
-  struct timespec ts;
-  ::clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1000LL + ts.tv_nsec / 1'000'000;
-}
 
 ProgressLine::ProgressLine(std::string what, std::FILE* out, bool tty, Clock clock)
     : what_(std::move(what)), out_(out), tty_(tty), clock_(std::move(clock)), last_(clock_()) {}

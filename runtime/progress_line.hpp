@@ -8,11 +8,12 @@
 #include <functional>
 #include <string>
 
+#include "runtime/clock.hpp"
+
 namespace sbx {
 
 // "12.3 MiB", "512 B".
 std::string human_bytes(std::int64_t bytes);
-std::int64_t monotonic_ms();
 
 class ProgressLine {
  public:

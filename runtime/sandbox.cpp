@@ -190,12 +190,6 @@ void add_gpu_environment(std::vector<std::string>& envp, const GpuPlan& gpu, con
   }
 }
 
-std::int64_t monotonic_ms() {
-  struct timespec ts;
-  ::clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1000LL + ts.tv_nsec / 1'000'000;
-}
-
 // --input: each host file or directory hashed before the run (what the program was given).
 Result<json> hash_inputs(const std::vector<BindMount>& inputs, const std::string& cwd) {
   json out = json::array();

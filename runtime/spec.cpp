@@ -1,6 +1,5 @@
 #include "runtime/spec.hpp"
 
-#include "runtime/events.hpp"
 
 #include <cctype>
 
@@ -8,7 +7,7 @@
 
 #include "runtime/caps.hpp"
 #include "runtime/egress_policy.hpp"
-#include "runtime/gpu.hpp"
+#include "runtime/gpu_request.hpp"
 #include "runtime/json_io.hpp"
 #include "runtime/units.hpp"
 
@@ -430,7 +429,7 @@ Result<RunSpec> spec_from_json(const json& j, const std::string& source) {
   SBX_TRY(r.get_bool("require_record", s.require_record));
   SBX_TRY(r.get_string("events", s.events));
   if (!s.events.empty())
-    if (auto st = EventStream::check_syntax(s.events); !st) return r.fail_key("events", st.error().message);
+    if (auto st = check_events_destination(s.events); !st) return r.fail_key("events", st.error().message);
   SBX_TRY(r.get_string("seccomp", s.seccomp));
   if (s.seccomp.empty()) return r.fail_key("seccomp", "must be 'default', 'unconfined' or a policy file");
   SBX_TRY(read_capabilities(r, s.capabilities));
@@ -583,6 +582,22 @@ Status validate_spec(const RunSpec& s) {
     if (!clean_abs_path(i.dst) || i.dst == "/")
       return make_error("usage", "input destination '" + i.dst + "' must be an absolute path other than '/' without '..'");
   if (s.image.empty()) return make_error("usage", "image must be 'host' or an image reference (NAME[:TAG] or sha256:<hex>)");
+  return {};
+}
+
+Result<int> parse_events_fd(const std::string& where) {
+  std::string n = where.substr(3);
+  if (n.empty() || n.size() > 9 || n.find_first_not_of("0123456789") != std::string::npos)
+    return make_error("usage", "--events " + where + ": 'fd:' wants a file descriptor number (fd:3)");
+  return std::stoi(n);
+}
+
+Status check_events_destination(const std::string& where) {
+  if (where.empty()) return make_error("usage", "--events: an empty destination (a file, a FIFO or fd:N)");
+  if (where.rfind("fd:", 0) == 0) {
+    auto fd = parse_events_fd(where);
+    if (!fd) return fd.error();
+  }
   return {};
 }
 

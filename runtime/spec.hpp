@@ -152,4 +152,9 @@ Result<BindMount> parse_input(const std::string& text);   // PATH[:DST]
 // Checks that hold whatever the source: absolute in-sandbox paths, argv present, sane limits.
 Status validate_spec(const RunSpec& spec);
 
+// The `events` destination (events.hpp opens it): "fd:N" with N a number, or a non-empty path.
+// Checked when a RunSpec is read, without opening anything.
+Status check_events_destination(const std::string& where);
+Result<int> parse_events_fd(const std::string& where);  // N of "fd:N"
+
 }  // namespace sbx

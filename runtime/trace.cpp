@@ -12,17 +12,6 @@
 namespace sbx {
 namespace {
 
-std::string utc(const char* fmt_date, const char* fmt_tail) {
-  struct timespec ts;
-  ::clock_gettime(CLOCK_REALTIME, &ts);
-  struct tm tm;
-  ::gmtime_r(&ts.tv_sec, &tm);
-  char date[32], out[64];
-  std::strftime(date, sizeof date, fmt_date, &tm);
-  std::snprintf(out, sizeof out, fmt_tail, date, static_cast<int>(ts.tv_nsec / 1'000'000));
-  return out;
-}
-
 nlohmann::json stream_json(const StreamStats* s) {
   StreamStats none;
   if (!s) {
@@ -42,19 +31,6 @@ std::int64_t tv_ms(const struct timeval& tv) { return tv.tv_sec * 1000LL + tv.tv
 
 }  // namespace
 
-std::string make_run_id() {
-  unsigned char rnd[4] = {};
-  if (::getrandom(rnd, sizeof rnd, 0) != static_cast<ssize_t>(sizeof rnd)) {
-    struct timespec ts;
-    ::clock_gettime(CLOCK_MONOTONIC, &ts);
-    for (int i = 0; i < 4; ++i) rnd[i] = static_cast<unsigned char>(ts.tv_nsec >> (8 * i));
-  }
-  char hex[9];
-  std::snprintf(hex, sizeof hex, "%02x%02x%02x%02x", rnd[0], rnd[1], rnd[2], rnd[3]);
-  return utc("%Y%m%dT%H%M%S", "%s.%03dZ-") + hex;
-}
-
-std::string rfc3339_now() { return utc("%Y-%m-%dT%H:%M:%S", "%s.%03dZ"); }
 
 nlohmann::json trace_record(TraceParts&& p) {
   using nlohmann::json;

@@ -6,17 +6,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include "runtime/clock.hpp"
 #include "runtime/outcome.hpp"
 #include "runtime/supervisor.hpp"
 
 namespace sbx {
 
 inline constexpr const char* kTraceSchema = "sbx.trace/v1";
-
-// Time-sortable and unique: "20261130T075512.123Z-3fa9c1d2".
-std::string make_run_id();
-// RFC 3339 UTC with milliseconds: "2026-11-30T07:55:12.123Z".
-std::string rfc3339_now();
 
 struct LimitEntry {
   std::string limit;      // "timeout_ms", "memory_bytes", ...

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "runtime/events.hpp"
+#include "runtime/spec.hpp"
 
 using namespace sbx;
 using nlohmann::json;
@@ -30,12 +31,12 @@ std::int64_t mono_ms() {
 }  // namespace
 
 TEST_CASE("events: destinations are checked (fd:N, paths)") {
-  CHECK(EventStream::check_syntax("fd:3"));
-  CHECK_FALSE(EventStream::check_syntax("fd:"));
-  CHECK_FALSE(EventStream::check_syntax("fd:x3"));
-  CHECK_FALSE(EventStream::check_syntax("fd:12345678901"));
-  CHECK_FALSE(EventStream::check_syntax(""));
-  CHECK(EventStream::check_syntax("/tmp/events.jsonl"));
+  CHECK(check_events_destination("fd:3"));
+  CHECK_FALSE(check_events_destination("fd:"));
+  CHECK_FALSE(check_events_destination("fd:x3"));
+  CHECK_FALSE(check_events_destination("fd:12345678901"));
+  CHECK_FALSE(check_events_destination(""));
+  CHECK(check_events_destination("/tmp/events.jsonl"));
   auto zero = EventStream::open("fd:0");
   REQUIRE_FALSE(zero);
   CHECK(zero.error().stage == "usage");
