@@ -1,5 +1,5 @@
 #!/bin/sh
-# Per-run cost of where a run's cgroup goes (runtime/cgroup.hpp), on a host with real cgroup v2
+# Per-run cost of where a run's cgroup goes (runtime/linux/cgroup.hpp), on a host with real cgroup v2
 # controllers — the qemu guest runs it (tests/vm/guest-tests.sh), since this project's build hosts
 # have none. As root, with cgroup v2 at /sys/fs/cgroup.
 # usage: bench/cgroup_placement.sh [SBX] [RUNS]      (defaults: build/sbx, 20)

@@ -1,7 +1,7 @@
 // Throughput of sbx's SHA-256 (libcrypto) on one large buffer. Not part of the build; compile it
 // by hand:
 //
-//   g++ -std=c++20 -O2 -I. runtime/sha256.cpp bench/sha256_speed.cpp -o /tmp/sha256_speed -lcrypto
+//   g++ -std=c++20 -O2 -I. runtime/base/sha256.cpp bench/sha256_speed.cpp -o /tmp/sha256_speed -lcrypto
 //   /tmp/sha256_speed [MiB]          (default 512)
 //
 // Compare with `sha256sum` on a file of the same size in /dev/shm (page cache, no disk).
@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/sha256.hpp"
+#include "runtime/base/sha256.hpp"
 
 int main(int argc, char** argv) {
   std::size_t mib = argc > 1 ? std::strtoul(argv[1], nullptr, 10) : 512;

@@ -6,7 +6,7 @@
 #   auto:       sbx run --memory 64M -- true, from a fresh non-delegated scope with another process,
 #               with SBX_SCOPE_REUSE=0 (the re-exec under systemd-run happens on every run)
 #   reuse:      the same with the default: each run joins the long-lived sbx-runs-UID.scope over
-#               D-Bus (runtime/scope_reuse.hpp); the scope is started before the timed runs
+#               D-Bus (runtime/linux/scope_reuse.hpp); the scope is started before the timed runs
 #   in-scope:   the same from a scope already delegated (no re-exec; what a long-lived scope would
 #               cost per run)
 #   no-scope:   --no-systemd-scope from the same place as auto (no cgroup: rlimits)

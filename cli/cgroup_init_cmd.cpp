@@ -1,13 +1,13 @@
 // sbx cgroup-init [--leaf NAME] [--json]: inside a container, once, from its entrypoint: move the
 // container's processes out of its cgroup namespace root into a leaf and enable memory/pids/cpu
-// there, so that sbx's run cgroups get real limits (runtime/cgroup_ns.hpp says why this is needed
+// there, so that sbx's run cgroups get real limits (runtime/linux/cgroup_ns.hpp says why this is needed
 // and why a run never does it by itself).
 #include <cstdio>
 
 #include "cli/commands.hpp"
-#include "runtime/cgroup_ns.hpp"
-#include "runtime/json_io.hpp"
-#include "runtime/text_escape.hpp"
+#include "runtime/linux/cgroup_ns.hpp"
+#include "runtime/base/json_io.hpp"
+#include "runtime/base/text_escape.hpp"
 
 namespace sbx::cli {
 

@@ -1,14 +1,14 @@
 // sbx classify [FILE|-] [--json]: a workload's six answers -> the lowest tier that serves it
-// (runtime/classify.hpp). With no FILE on a terminal, the six questions are asked one by one.
+// (runtime/model/classify.hpp). With no FILE on a terminal, the six questions are asked one by one.
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstring>
 
 #include "cli/commands.hpp"
-#include "runtime/classify.hpp"
-#include "runtime/json_io.hpp"
-#include "runtime/text_escape.hpp"
+#include "runtime/model/classify.hpp"
+#include "runtime/base/json_io.hpp"
+#include "runtime/base/text_escape.hpp"
 
 namespace sbx::cli {
 namespace {

@@ -9,9 +9,9 @@
 
 #include <CLI/CLI.hpp>
 
-#include "runtime/profile.hpp"
-#include "runtime/sandbox.hpp"
-#include "runtime/spec.hpp"
+#include "runtime/model/profile.hpp"
+#include "runtime/launch/sandbox.hpp"
+#include "runtime/model/spec.hpp"
 
 namespace sbx::cli {
 
@@ -29,7 +29,7 @@ struct Command {
   CLI::App* app;
   std::function<int()> run;
   // Runs a sandbox (run, exec, pack run): the forwarded signals stay blocked from main()'s first
-  // line on, so that a signal at any moment is forwarded or recorded (runtime/signals.hpp).
+  // line on, so that a signal at any moment is forwarded or recorded (runtime/base/signals.hpp).
   // Every other command gets the caller's signal mask back before it runs.
   bool supervises = false;
 };
@@ -37,7 +37,7 @@ struct Command {
 // The flags of `sbx run` that turn into a RunSpec; `sbx pack run` shares the limit ones.
 struct RunFlags {
   std::string profile = kDefaultProfile;
-  // --tenant NAME (runtime/tenant.hpp): a ceiling over every other layer. Optional, not
+  // --tenant NAME (runtime/launch/tenant.hpp): a ceiling over every other layer. Optional, not
   // empty-means-unset: `--tenant ''` is a bad name, never "no tenant".
   std::optional<std::string> tenant;
   std::optional<std::uint32_t> uid, gid;
@@ -49,7 +49,7 @@ struct RunFlags {
   std::vector<std::string> inputs;
   std::string output_dir;  // run --output DIR
   std::string trace_file;
-  std::string events;  // --events FILE|fd:N (runtime/events.hpp)
+  std::string events;  // --events FILE|fd:N (runtime/linux/events.hpp)
   std::string seccomp;
   std::optional<std::string> gpu;  // --gpu all|N[,N]|UUID (gpu.hpp)
   bool dry_run = false;

@@ -9,16 +9,16 @@
 #include <cstdlib>
 
 #include "cli/commands.hpp"
-#include "runtime/cgroup_ns.hpp"
-#include "runtime/host_blockers.hpp"
-#include "runtime/hostcheck.hpp"
-#include "runtime/json_io.hpp"
+#include "runtime/linux/cgroup_ns.hpp"
+#include "runtime/linux/host_blockers.hpp"
+#include "runtime/linux/hostcheck.hpp"
+#include "runtime/base/json_io.hpp"
 
 namespace sbx::cli {
 namespace {
 
 // The "cgroupns" row, right after "cgroup": inside a container whose cgroup namespace root holds
-// its processes, the exact fix (runtime/cgroup_ns.hpp).
+// its processes, the exact fix (runtime/linux/cgroup_ns.hpp).
 void add_cgroup_namespace_check(std::vector<CheckResult>& checks) {
   auto row = assess_cgroup_namespace(probe_cgroup_ns_root(detect_cgroup()));
   auto at = std::find_if(checks.begin(), checks.end(), [](const CheckResult& c) { return c.name == "cgroup"; });
@@ -29,7 +29,7 @@ void add_cgroup_namespace_check(std::vector<CheckResult>& checks) {
 
 namespace {
 
-// The host settings that commonly block or weaken sbx (runtime/host_blockers.hpp), read from this
+// The host settings that commonly block or weaken sbx (runtime/linux/host_blockers.hpp), read from this
 // host, judged with what the userns probe found.
 void append_blocker_checks(std::vector<CheckResult>& checks) {
   char exe[PATH_MAX];

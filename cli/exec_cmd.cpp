@@ -1,4 +1,4 @@
-// sbx exec: one JSON request on stdin, one JSON response on stdout (runtime/exec.hpp). Exit 0
+// sbx exec: one JSON request on stdin, one JSON response on stdout (runtime/typed/exec.hpp). Exit 0
 // whenever a response was produced, whatever the program did; 125 with {"error": ...} on stdout
 // for a malformed request or when sbx itself could not set up.
 #include <unistd.h>
@@ -10,12 +10,12 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.hpp"
-#include "runtime/exec.hpp"
-#include "runtime/text_escape.hpp"
-#include "runtime/json_io.hpp"
-#include "runtime/preflight.hpp"
-#include "runtime/signals.hpp"
-#include "runtime/tenant.hpp"
+#include "runtime/typed/exec.hpp"
+#include "runtime/base/text_escape.hpp"
+#include "runtime/base/json_io.hpp"
+#include "runtime/launch/preflight.hpp"
+#include "runtime/base/signals.hpp"
+#include "runtime/launch/tenant.hpp"
 
 namespace sbx::cli {
 namespace {

@@ -1,11 +1,11 @@
-// sbx gc: retention of the blob store (runtime/blob_store.hpp). Says what it kept and why, and
+// sbx gc: retention of the blob store (runtime/image/blob_store.hpp). Says what it kept and why, and
 // what it deleted; a blob a kept record needs goes only over --max-bytes, and is said to.
 #include <cstdio>
 
 #include "cli/commands.hpp"
-#include "runtime/blob_store.hpp"
-#include "runtime/text_escape.hpp"
-#include "runtime/units.hpp"
+#include "runtime/image/blob_store.hpp"
+#include "runtime/base/text_escape.hpp"
+#include "runtime/base/units.hpp"
 
 namespace sbx::cli {
 

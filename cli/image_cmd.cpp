@@ -5,12 +5,12 @@
 #include <cstdlib>
 
 #include "cli/commands.hpp"
-#include "runtime/image_store.hpp"
-#include "runtime/json_io.hpp"
-#include "runtime/paths.hpp"
-#include "runtime/progress_line.hpp"
-#include "runtime/text_escape.hpp"
-#include "runtime/units.hpp"
+#include "runtime/image/image_store.hpp"
+#include "runtime/base/json_io.hpp"
+#include "runtime/base/paths.hpp"
+#include "runtime/base/progress_line.hpp"
+#include "runtime/base/text_escape.hpp"
+#include "runtime/base/units.hpp"
 
 namespace sbx::cli {
 namespace {

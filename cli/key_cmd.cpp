@@ -1,9 +1,9 @@
-// sbx key init: the Ed25519 key pair that signs the trace ledger (runtime/ledger_key.hpp).
+// sbx key init: the Ed25519 key pair that signs the trace ledger (runtime/record/ledger_key.hpp).
 #include <cstdio>
 
 #include "cli/commands.hpp"
-#include "runtime/ledger_key.hpp"
-#include "runtime/text_escape.hpp"
+#include "runtime/record/ledger_key.hpp"
+#include "runtime/base/text_escape.hpp"
 
 namespace sbx::cli {
 

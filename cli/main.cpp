@@ -11,11 +11,11 @@
 #include <spdlog/spdlog.h>
 
 #include "cli/commands.hpp"
-#include "runtime/log.hpp"
-#include "runtime/proc_title.hpp"
-#include "runtime/suggest.hpp"
-#include "runtime/text_escape.hpp"
-#include "runtime/signals.hpp"
+#include "runtime/base/log.hpp"
+#include "runtime/base/proc_title.hpp"
+#include "runtime/base/suggest.hpp"
+#include "runtime/base/text_escape.hpp"
+#include "runtime/base/signals.hpp"
 
 namespace sbx::cli {
 void add_global_options(CLI::App& app, GlobalOptions& g) {
@@ -124,7 +124,7 @@ int main(int argc, char** argv) {
     if (::fcntl(fd, F_GETFD) < 0 && errno == EBADF && ::open("/dev/null", O_RDWR) != fd) return 125;
   // First of all: a SIGINT/SIGTERM/SIGHUP/SIGQUIT from here on waits for the supervisor to
   // forward it, or for the run to record it, instead of ending sbx with no record
-  // (runtime/signals.hpp). Commands that run no sandbox get the caller's mask back below.
+  // (runtime/base/signals.hpp). Commands that run no sandbox get the caller's mask back below.
   sbx::block_forwarded_signals_at_start();
   using namespace sbx::cli;
   if (argc == 2 && std::string_view(argv[1]) == "--version") {
@@ -185,7 +185,7 @@ int main(int argc, char** argv) {
   }
   if (auto st = sbx::init_logging(g.log_level, g.verbose); !st) return usage_error(st.error().message);
   // argv is copied (g.argv, CLI11's results): from here on, what /proc shows is only the command
-  // words and the program's argv (runtime/proc_title.hpp).
+  // words and the program's argv (runtime/base/proc_title.hpp).
   sbx::set_proc_title(argc, argv, process_title(app, g));
   for (auto& c : commands)
     if (c.app->parsed()) {

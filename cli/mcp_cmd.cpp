@@ -1,4 +1,4 @@
-// sbx mcp: a stdio MCP server whose tools are rule packs and run_code (runtime/mcp_server.hpp),
+// sbx mcp: a stdio MCP server whose tools are rule packs and run_code (runtime/server/mcp_server.hpp),
 // and sbx mcp-worker, the hidden subcommand each of its calls runs as: one job on stdin (a memfd
 // the server wrote), one JSON response on stdout (a memfd the server reads once it exits).
 #include <poll.h>
@@ -14,20 +14,20 @@
 #include <set>
 
 #include "cli/commands.hpp"
-#include "runtime/exec.hpp"
-#include "runtime/fdpass.hpp"
-#include "runtime/json_io.hpp"
-#include "runtime/mcp_protocol.hpp"
-#include "runtime/mcp_pool.hpp"
-#include "runtime/mcp_server.hpp"
-#include "runtime/pack.hpp"
-#include "runtime/pack_run.hpp"
-#include "runtime/profile.hpp"
-#include "runtime/sandbox.hpp"
-#include "runtime/tenant.hpp"
-#include "runtime/text_escape.hpp"
-#include "runtime/trace.hpp"
-#include "runtime/trace_ledger.hpp"
+#include "runtime/typed/exec.hpp"
+#include "runtime/base/fdpass.hpp"
+#include "runtime/base/json_io.hpp"
+#include "runtime/server/mcp_protocol.hpp"
+#include "runtime/server/mcp_pool.hpp"
+#include "runtime/server/mcp_server.hpp"
+#include "runtime/typed/pack.hpp"
+#include "runtime/typed/pack_run.hpp"
+#include "runtime/model/profile.hpp"
+#include "runtime/launch/sandbox.hpp"
+#include "runtime/launch/tenant.hpp"
+#include "runtime/base/text_escape.hpp"
+#include "runtime/launch/trace.hpp"
+#include "runtime/record/trace_ledger.hpp"
 
 namespace sbx::cli {
 namespace {
@@ -44,7 +44,7 @@ struct McpFlags {
   std::vector<std::string> packs;
   std::vector<std::string> contexts;  // PACK/NAME=PATH
   std::string profile = kDefaultProfile;
-  std::optional<std::string> tenant;  // --tenant NAME (runtime/tenant.hpp), applied by every worker
+  std::optional<std::string> tenant;  // --tenant NAME (runtime/launch/tenant.hpp), applied by every worker
   std::size_t max_concurrent = 4;
   std::size_t max_queued = 256;
   std::size_t pool = 2;  // --pool N: idle pooled sandboxes for run_code (0: off)

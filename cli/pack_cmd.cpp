@@ -1,18 +1,18 @@
 // sbx pack validate DIR | sbx pack init NAME | sbx pack run DIR --input FILE ...: parse and print;
-// the contract itself is runtime/pack_run.cpp (man/sbx-pack.5).
+// the contract itself is runtime/typed/pack_run.cpp (man/sbx-pack.5).
 #include <unistd.h>
 
 #include <cstdio>
 #include <set>
 
 #include "cli/commands.hpp"
-#include "runtime/caps.hpp"
-#include "runtime/fsutil.hpp"
-#include "runtime/json_io.hpp"
-#include "runtime/pack.hpp"
-#include "runtime/pack_run.hpp"
-#include "runtime/preflight.hpp"
-#include "runtime/text_escape.hpp"
+#include "runtime/model/caps.hpp"
+#include "runtime/base/fsutil.hpp"
+#include "runtime/base/json_io.hpp"
+#include "runtime/typed/pack.hpp"
+#include "runtime/typed/pack_run.hpp"
+#include "runtime/launch/preflight.hpp"
+#include "runtime/base/text_escape.hpp"
 
 namespace sbx::cli {
 namespace {

@@ -31,11 +31,11 @@
 #include <thread>
 
 #include "cli/commands.hpp"
-#include "runtime/json_io.hpp"
-#include "runtime/probe_report.hpp"
-#include "runtime/tenant.hpp"
-#include "runtime/text_escape.hpp"
-#include "runtime/userns.hpp"
+#include "runtime/base/json_io.hpp"
+#include "runtime/record/probe_report.hpp"
+#include "runtime/launch/tenant.hpp"
+#include "runtime/base/text_escape.hpp"
+#include "runtime/linux/userns.hpp"
 
 // The helper's bytes, placed in sbx's read-only data by cli/probe_blob.cpp.
 extern "C" const unsigned char sbx_probe_helper_begin[];

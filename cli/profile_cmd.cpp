@@ -2,9 +2,9 @@
 #include <cstdio>
 
 #include "cli/commands.hpp"
-#include "runtime/json_io.hpp"
-#include "runtime/profile.hpp"
-#include "runtime/text_escape.hpp"
+#include "runtime/base/json_io.hpp"
+#include "runtime/model/profile.hpp"
+#include "runtime/base/text_escape.hpp"
 
 namespace sbx::cli {
 

@@ -1,13 +1,13 @@
 // sbx replay RUN: rebuild a recorded run from its record and the blob store, run it again and
-// compare (runtime/replay.hpp). Exit 0 identical, 1 different, 125 cannot replay.
+// compare (runtime/typed/replay.hpp). Exit 0 identical, 1 different, 125 cannot replay.
 #include <cstdio>
 
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.hpp"
-#include "runtime/json_io.hpp"
-#include "runtime/replay.hpp"
-#include "runtime/text_escape.hpp"
+#include "runtime/base/json_io.hpp"
+#include "runtime/typed/replay.hpp"
+#include "runtime/base/text_escape.hpp"
 
 namespace sbx::cli {
 

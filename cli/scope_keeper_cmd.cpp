@@ -1,9 +1,9 @@
 // sbx scope-keeper --idle N (hidden): the process that keeps the long-lived delegated scope
-// sbx-runs-<uid>.scope alive for rootless runs to join (runtime/scope_reuse.hpp); `sbx run`
+// sbx-runs-<uid>.scope alive for rootless runs to join (runtime/linux/scope_reuse.hpp); `sbx run`
 // starts it with systemd-run when the scope is missing. Not for people to run by hand: outside
 // that scope it refuses (125).
 #include "cli/commands.hpp"
-#include "runtime/scope_reuse.hpp"
+#include "runtime/linux/scope_reuse.hpp"
 
 namespace sbx::cli {
 

@@ -14,11 +14,11 @@
 #include <spdlog/spdlog.h>
 
 #include "cli/commands.hpp"
-#include "runtime/fsutil.hpp"
-#include "runtime/host_blockers.hpp"
-#include "runtime/limits_plan.hpp"
-#include "runtime/scope_reuse.hpp"
-#include "runtime/signals.hpp"
+#include "runtime/base/fsutil.hpp"
+#include "runtime/linux/host_blockers.hpp"
+#include "runtime/linux/limits_plan.hpp"
+#include "runtime/linux/scope_reuse.hpp"
+#include "runtime/base/signals.hpp"
 
 namespace sbx::cli {
 

@@ -13,9 +13,9 @@
 #include <string>
 #include <vector>
 
-#include "runtime/cgroup.hpp"
-#include "runtime/scope_decision.hpp"
-#include "runtime/spec.hpp"
+#include "runtime/linux/cgroup.hpp"
+#include "runtime/model/scope_decision.hpp"
+#include "runtime/model/spec.hpp"
 
 namespace sbx::cli {
 
@@ -31,7 +31,7 @@ ScopeFacts gather_scope_facts(const RunSpec& spec, const CgroupInfo& info);
 // `why` filled for the trace); otherwise it only returns on failure, with the exit status (125).
 //
 // Automatic mode first tries to join the long-lived scope sbx-runs-<uid>.scope over D-Bus
-// (runtime/scope_reuse.hpp): no re-exec, no systemd-run per run. When that works it returns
+// (runtime/linux/scope_reuse.hpp): no re-exec, no systemd-run per run. When that works it returns
 // nullopt with `reused_unit` set to the unit's name; when it fails it re-executes as before.
 std::optional<int> maybe_reexec_in_systemd_scope(const std::vector<std::string>& argv, const RunSpec& spec,
                                                  ScopeMode mode, std::string& why, std::string* reused_unit = nullptr);

@@ -5,15 +5,15 @@
 #include <string>
 
 #include "cli/commands.hpp"
-#include "runtime/json_io.hpp"
-#include "runtime/tenant.hpp"
-#include "runtime/ledger_key.hpp"
-#include "runtime/paths.hpp"
-#include "runtime/shell_quote.hpp"
-#include "runtime/text_escape.hpp"
-#include "runtime/trace_index.hpp"
-#include "runtime/trace_ledger.hpp"
-#include "runtime/trace_store.hpp"
+#include "runtime/base/json_io.hpp"
+#include "runtime/launch/tenant.hpp"
+#include "runtime/record/ledger_key.hpp"
+#include "runtime/base/paths.hpp"
+#include "runtime/base/shell_quote.hpp"
+#include "runtime/base/text_escape.hpp"
+#include "runtime/record/trace_index.hpp"
+#include "runtime/record/trace_ledger.hpp"
+#include "runtime/record/trace_store.hpp"
 
 namespace sbx::cli {
 namespace {

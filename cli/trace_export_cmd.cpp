@@ -1,5 +1,5 @@
 // sbx trace export RUN --format in-toto [-o FILE]: a run's record as an in-toto Statement v1 with
-// a SLSA Provenance v1 predicate (runtime/provenance.hpp says what goes where).
+// a SLSA Provenance v1 predicate (runtime/record/provenance.hpp says what goes where).
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -7,11 +7,11 @@
 #include <spdlog/spdlog.h>
 
 #include "cli/commands.hpp"
-#include "runtime/fsutil.hpp"
-#include "runtime/paths.hpp"
-#include "runtime/provenance.hpp"
-#include "runtime/text_escape.hpp"
-#include "runtime/trace_store.hpp"
+#include "runtime/base/fsutil.hpp"
+#include "runtime/base/paths.hpp"
+#include "runtime/record/provenance.hpp"
+#include "runtime/base/text_escape.hpp"
+#include "runtime/record/trace_store.hpp"
 
 namespace sbx::cli {
 

@@ -1,4 +1,4 @@
-// The GPU grant's CDI reader (runtime/gpu.cpp: find_cdi_spec, plan_from_cdi, apply_cdi_edits):
+// The GPU grant's CDI reader (runtime/linux/gpu.cpp: find_cdi_spec, plan_from_cdi, apply_cdi_edits):
 // the input is a JSON CDI spec, written as <tree>/etc/cdi/nvidia.json of a stand-in host tree
 // (GpuHostPaths::prefix, what SBX_TEST_GPU_HOST sets) and planned with plan_gpu. The first byte
 // picks the request (all, 0, 0,1, a UUID); the rest is the spec. As root the tree holds stand-in
@@ -19,8 +19,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "runtime/fsutil.hpp"
-#include "runtime/gpu.hpp"
+#include "runtime/base/fsutil.hpp"
+#include "runtime/linux/gpu.hpp"
 
 namespace {
 

@@ -1,4 +1,4 @@
-// `sbx classify`'s workload description (runtime/classify.hpp): the JSON read the way
+// `sbx classify`'s workload description (runtime/model/classify.hpp): the JSON read the way
 // cli/classify_cmd.cpp reads it (parse_json_doc with the same bounds), then workload_from_json,
 // classify, and both renderings. Checked besides "no crash": a workload that parsed classifies
 // to a tier 0-5 with at least one reason; the text for people holds no control character but
@@ -10,8 +10,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "runtime/classify.hpp"
-#include "runtime/json_io.hpp"
+#include "runtime/model/classify.hpp"
+#include "runtime/base/json_io.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   std::string_view text(reinterpret_cast<const char*>(data), size);

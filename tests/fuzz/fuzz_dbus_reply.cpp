@@ -1,4 +1,4 @@
-// The D-Bus message parser of runtime/dbus_wire.cpp, which reads what a user manager (or
+// The D-Bus message parser of runtime/base/dbus_wire.cpp, which reads what a user manager (or
 // anything listening on its socket) sends back. Input: a byte stream; messages are parsed off
 // its front until one is incomplete or malformed. Checked besides "no crash": a parsed message
 // never claims more bytes than it was given, nor more than the bound, and a reply's first string
@@ -8,7 +8,7 @@
 #include <cstdlib>
 #include <string_view>
 
-#include "runtime/dbus_wire.hpp"
+#include "runtime/base/dbus_wire.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   std::string_view in(reinterpret_cast<const char*>(data), size);

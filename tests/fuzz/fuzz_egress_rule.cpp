@@ -1,4 +1,4 @@
-// The egress rule parser and matcher (runtime/egress_policy.cpp). Input: lines; every line but
+// The egress rule parser and matcher (runtime/egress/egress_policy.cpp). Input: lines; every line but
 // the last is an --allow-host rule, the last is a requested authority (CONNECT form, or with a
 // default port when the input's first byte is odd). Checked besides "no crash": a target that
 // parsed has a key, and an allowed decision names a rule that exists.
@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/egress_policy.hpp"
+#include "runtime/egress/egress_policy.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   std::string text(reinterpret_cast<const char*>(data), size);

@@ -1,4 +1,4 @@
-// The `sbx exec` request (runtime/exec.cpp): the request text parsed the way cli/exec_cmd.cpp does,
+// The `sbx exec` request (runtime/typed/exec.cpp): the request text parsed the way cli/exec_cmd.cpp does,
 // then checked by parse_exec_request, and its limits layered over the built-in `untrusted` profile
 // the way run_exec does. Nothing is run. Checked besides "no crash": the files a request names
 // stay below /code (relative, no "..").
@@ -9,8 +9,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "runtime/exec.hpp"
-#include "runtime/profile.hpp"
+#include "runtime/typed/exec.hpp"
+#include "runtime/model/profile.hpp"
 
 using nlohmann::json;
 

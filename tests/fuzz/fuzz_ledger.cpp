@@ -1,4 +1,4 @@
-// The trace store's reading of its ledger (runtime/trace_ledger.hpp, runtime/trace_store.hpp):
+// The trace store's reading of its ledger (runtime/record/trace_ledger.hpp, runtime/record/trace_store.hpp):
 // the input is the whole of <state>/traces/ledger.jsonl — anyone with write access to the state
 // directory can edit it, and a torn append leaves half a line — read by every reader sbx has:
 // scan_ledger with parse_ledger_line on each line (the envelope parser), verify_ledger (the
@@ -18,9 +18,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "runtime/fsutil.hpp"
-#include "runtime/trace_ledger.hpp"
-#include "runtime/trace_store.hpp"
+#include "runtime/base/fsutil.hpp"
+#include "runtime/record/trace_ledger.hpp"
+#include "runtime/record/trace_store.hpp"
 
 namespace {
 

@@ -1,4 +1,4 @@
-// `sbx mcp`'s server loop (runtime/mcp_server.cpp, runtime/mcp_protocol.cpp): the input is what a
+// `sbx mcp`'s server loop (runtime/server/mcp_server.cpp, runtime/server/mcp_protocol.cpp): the input is what a
 // client writes to the server's stdin — any lines, requests, notifications, 2025-03-26 batches,
 // overlong or broken JSON — served by the real loop from a memfd to a memfd. No sandbox is
 // started: the launcher refuses every call (the answer is then the call's tool error), so what is
@@ -18,9 +18,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "runtime/json_io.hpp"
-#include "runtime/mcp_server.hpp"
-#include "runtime/signals.hpp"
+#include "runtime/base/json_io.hpp"
+#include "runtime/server/mcp_server.hpp"
+#include "runtime/base/signals.hpp"
 
 using nlohmann::json;
 

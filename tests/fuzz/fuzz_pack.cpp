@@ -1,4 +1,4 @@
-// pack.json (runtime/pack.cpp, parse_pack_manifest): the manifest text of a rule pack, with the
+// pack.json (runtime/typed/pack.cpp, parse_pack_manifest): the manifest text of a rule pack, with the
 // schema files it names read relative to a scratch pack directory that holds a valid input and
 // output schema (made once, removed at exit). Every problem found must come with a message.
 #include <unistd.h>
@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/pack.hpp"
+#include "runtime/typed/pack.hpp"
 
 namespace fs = std::filesystem;
 

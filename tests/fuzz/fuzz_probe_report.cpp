@@ -1,4 +1,4 @@
-// `sbx probe`'s reading of what its helper printed inside the sandbox (runtime/probe_report.hpp:
+// `sbx probe`'s reading of what its helper printed inside the sandbox (runtime/record/probe_report.hpp:
 // parse_probe_output): untrusted text — a breached sandbox may print anything on that stream.
 // Checked besides "no crash": at most kMaxProbeResults results; every name is [a-z0-9_.] and every
 // status held|breached|skipped; the table for people has no control character but newlines and
@@ -11,7 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "runtime/probe_report.hpp"
+#include "runtime/record/probe_report.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   std::string_view text(reinterpret_cast<const char*>(data), size);

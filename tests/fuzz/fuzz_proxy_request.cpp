@@ -1,4 +1,4 @@
-// The egress proxy's request-head reader (runtime/http_request.hpp: scan_request_head, then
+// The egress proxy's request-head reader (runtime/egress/http_request.hpp: scan_request_head, then
 // parse_request_head) and, for a head that parses, the authority parser it hands the target to
 // and the origin-form head it sends upstream. Input: the bytes a sandboxed client sends (at most
 // 16 KiB, the proxy's head limit). Checked besides "no crash": the head sent upstream for plain
@@ -10,8 +10,8 @@
 #include <string>
 #include <string_view>
 
-#include "runtime/egress_policy.hpp"
-#include "runtime/http_request.hpp"
+#include "runtime/egress/egress_policy.hpp"
+#include "runtime/egress/http_request.hpp"
 
 namespace {
 

@@ -1,5 +1,5 @@
-// `sbx replay`'s reading of a stored record and its blob manifest (runtime/replay.hpp,
-// runtime/blob_store.hpp): the input is a record (JSON; the ledger is data anyone with write
+// `sbx replay`'s reading of a stored record and its blob manifest (runtime/typed/replay.hpp,
+// runtime/image/blob_store.hpp): the input is a record (JSON; the ledger is data anyone with write
 // access to the state directory can edit) whose "blobs" list names files, directories and links
 // by role, path, mode and sha256. The target's blob store holds a few blobs (tests/fuzz/corpus/
 // replay names them by hash), and the record's pack tree (pack_file/pack_dir/pack_link, every
@@ -20,10 +20,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "runtime/blob_store.hpp"
-#include "runtime/fsutil.hpp"
-#include "runtime/json_io.hpp"
-#include "runtime/replay.hpp"
+#include "runtime/image/blob_store.hpp"
+#include "runtime/base/fsutil.hpp"
+#include "runtime/base/json_io.hpp"
+#include "runtime/typed/replay.hpp"
 
 using nlohmann::json;
 

@@ -1,4 +1,4 @@
-// The OCI seccomp policy reader and the supervisor's BPF interpreter (runtime/seccomp_policy.cpp).
+// The OCI seccomp policy reader and the supervisor's BPF interpreter (runtime/linux/seccomp_policy.cpp).
 // First byte even: the rest is a policy file's text, parsed; a policy that parses is compiled with
 // libseccomp and its program run on a seccomp_data taken from the input's last bytes. First byte odd: the rest is a raw classic-BPF program plus a seccomp_data,
 // run through seccomp_evaluate, which must stay in bounds whatever the program.
@@ -12,7 +12,7 @@
 #include <string_view>
 #include <vector>
 
-#include "runtime/seccomp_policy.hpp"
+#include "runtime/linux/seccomp_policy.hpp"
 
 namespace {
 

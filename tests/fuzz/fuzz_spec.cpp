@@ -1,5 +1,5 @@
 // The profile / RunSpec reader: a profile's JSON text, layered over the defaults the way
-// runtime/profile.cpp (parse_profile) does, then through spec_from_json and validate_spec.
+// runtime/model/profile.cpp (parse_profile) does, then through spec_from_json and validate_spec.
 // Property checked besides "no crash, no sanitizer report": a spec that parsed survives the round
 // trip through spec_to_json unchanged (the trace embeds that JSON as the record of what ran).
 #include <cstddef>
@@ -9,7 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "runtime/spec.hpp"
+#include "runtime/model/spec.hpp"
 
 using nlohmann::json;
 

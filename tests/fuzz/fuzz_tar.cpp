@@ -1,5 +1,5 @@
-// The tar reader of `sbx image import` (runtime/tar_reader.cpp) behind its decompressors
-// (runtime/tarball.cpp, runtime/decompress.cpp). The archive bytes are served from a memfd opened
+// The tar reader of `sbx image import` (runtime/image/tar_reader.cpp) behind its decompressors
+// (runtime/image/tarball.cpp, runtime/base/decompress.cpp). The archive bytes are served from a memfd opened
 // as the importer opens a file; every member's data is read in small
 // odd-sized chunks. Checked besides "no crash": names the reader hands out are relative and hold
 // no ".." component (the importer relies on that), and a file yields exactly its size in data.
@@ -11,8 +11,8 @@
 #include <cstdlib>
 #include <string>
 
-#include "runtime/tar_reader.hpp"
-#include "runtime/tarball.hpp"
+#include "runtime/image/tar_reader.hpp"
+#include "runtime/image/tarball.hpp"
 
 namespace {
 

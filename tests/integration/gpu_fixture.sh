@@ -1,6 +1,6 @@
 #!/bin/bash
 # Stand-in GPU hosts for test_gpu.py (CI has no GPU): DIR/discovery and DIR/cdi, each a tree that
-# SBX_TEST_GPU_HOST points sbx's GPU discovery at (runtime/gpu.hpp). Device nodes are /dev/null's
+# SBX_TEST_GPU_HOST points sbx's GPU discovery at (runtime/linux/gpu.hpp). Device nodes are /dev/null's
 # (character 1:3) made with mknod, so only root can build this: run.sh calls it before it drops to
 # the rootless test user. Everything is world-readable; the nodes are 0666, like the driver's.
 #

@@ -245,7 +245,7 @@ class SbxTestCase(unittest.TestCase):
 
     def assertOneSbxLine(self, r):
         """Usage/setup errors: exactly one line on stderr, starting 'sbx: '. Progress lines of a
-        store operation that took over a second (runtime/progress_line.hpp: "importing SRC:
+        store operation that took over a second (runtime/base/progress_line.hpp: "importing SRC:
         extracting, 12 entries, 3.0 MiB"; slow on a loaded machine) come before it and are not
         errors: they are left out."""
         lines = [l for l in r.err.splitlines() if not PROGRESS_LINE.match(l)]
@@ -254,7 +254,7 @@ class SbxTestCase(unittest.TestCase):
         return lines[0]
 
 
-# A store operation's progress line (runtime/progress_line.cpp, not on a terminal).
+# A store operation's progress line (runtime/base/progress_line.cpp, not on a terminal).
 PROGRESS_LINE = re.compile(r"^(importing|verifying) .*: [a-z ]+, [0-9]+ entries, [0-9.]+ (B|KiB|MiB|GiB|TiB)$")
 
 

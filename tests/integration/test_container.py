@@ -1,4 +1,4 @@
-"""sbx in a container (runtime/cgroup_ns.hpp, deploy/): `sbx cgroup-init`'s refusals where it has
+"""sbx in a container (runtime/linux/cgroup_ns.hpp, deploy/): `sbx cgroup-init`'s refusals where it has
 no business, the doctor's cgroupns row, the trace's host.cgroup.namespace_root, and deploy/test.sh
 (the container recipe's root assembled without a registry, sbx run in it in new namespaces).
 That cgroup-init makes limits real in a cgroup namespace whose root holds processes needs cgroup v2

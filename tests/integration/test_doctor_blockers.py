@@ -1,5 +1,5 @@
 """sbx doctor names the common host blockers, each in a row of its own with the live value
-(runtime/host_blockers.hpp; each detection is unit-tested on fixture trees in
+(runtime/linux/host_blockers.hpp; each detection is unit-tested on fixture trees in
 tests/unit/test_host_blockers.cpp). Here: the rows exist on this host, agree with /proc/sys, and
 doctor changes nothing."""
 import json

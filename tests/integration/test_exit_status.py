@@ -1,4 +1,4 @@
-"""Every row of the exit-status table (man/sbx.1, EXIT STATUS; runtime/outcome.hpp) plus setup-failure reporting."""
+"""Every row of the exit-status table (man/sbx.1, EXIT STATUS; runtime/launch/outcome.hpp) plus setup-failure reporting."""
 import os
 import re
 import unittest

@@ -3,7 +3,7 @@
 run.sh builds two trees as root (gpu_fixture.sh): `discovery` (/dev/nvidia0, nvidia1, nvidiactl,
 nvidia-uvm, nvidia-uvm-tools as mknod'ed copies of /dev/null, /proc/driver/nvidia/gpus/*/information,
 a driver under /usr/local/nvidia) and `cdi` (the same plus /etc/cdi/nvidia.json). SBX_TEST_GPU_HOST
-points sbx's discovery at one of them (runtime/gpu.hpp); inside, the nodes appear at /dev/nvidia*.
+points sbx's discovery at one of them (runtime/linux/gpu.hpp); inside, the nodes appear at /dev/nvidia*.
 A stand-in node is /dev/null: writing to it succeeds only when its mount allows devices (no nodev),
 which is what makes a real GPU node usable.
 """

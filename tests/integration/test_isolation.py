@@ -162,7 +162,7 @@ attempt("ptrace_seize", lambda: libc.ptrace(0x4206, 1, 0, 0) == 0)  # PTRACE_SEI
 
 
 class InitProtection(SbxTestCase):
-    """Init (pid 1) runs in the supervisor's address space (runtime/clone.hpp, shared init), so
+    """Init (pid 1) runs in the supervisor's address space (runtime/linux/clone.hpp, shared init), so
     reading init would read sbx itself. The kernel refuses because init holds capabilities the
     program lacks; proven here with seccomp off, so the filter is not what stops it. (Rootless,
     init and the program share the one mapped uid, so the program may list the fd *numbers* in
@@ -187,7 +187,7 @@ class InitProtection(SbxTestCase):
 
 class InitView(SbxTestCase):
     """Init's /proc entries show nothing of the host: sbx's argv (the binary, the state dir, the
-    bind and input sources) is replaced by a title (runtime/proc_title.hpp), and init's address
+    bind and input sources) is replaced by a title (runtime/base/proc_title.hpp), and init's address
     space is non-dumpable (clone.hpp), so its /proc files belong to the host's root: the program
     can neither list init's fd numbers nor raise its oom_score_adj, even rootless where it shares
     init's one mapped uid. Seccomp off: the kernel's checks are what is proven."""
@@ -443,7 +443,7 @@ class MountTargets(SbxTestCase):
     """A mount point is resolved inside the new root: a symlink on its way (here in a host
     directory bound earlier in the same run, which a program of another run could have written
     with an rw bind) never leads the mount, or the directories and files made for it, out of the
-    sandbox. sbx builds the root with the host's tree at /oldroot (runtime/mounts.cpp), so the
+    sandbox. sbx builds the root with the host's tree at /oldroot (runtime/linux/mounts.cpp), so the
     symlinks aim there: absolute, and relative with enough '..' to climb out of the new root."""
 
     def setUp(self):

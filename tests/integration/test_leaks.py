@@ -129,7 +129,7 @@ class NothingLeftBehind(SbxTestCase):
         os.set_inheritable(wfd, True)
         opts = []
         if MODE == "rootless":
-            # A shared init makes sbx non-dumpable while it runs (runtime/clone.hpp): its /proc/PID/fd
+            # A shared init makes sbx non-dumpable while it runs (runtime/linux/clone.hpp): its /proc/PID/fd
             # is root's. An image run keeps a forked init, and sbx's /proc stays its user's.
             from sbxtest import busybox_digest
             busybox_digest(self)

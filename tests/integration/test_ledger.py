@@ -22,7 +22,7 @@ SEQ_KEY = b',"seq":'
 
 
 def ledger_hash(seq, run_id, prev, record_bytes):
-    """The hash a ledger line must carry (runtime/trace_ledger.hpp)."""
+    """The hash a ledger line must carry (runtime/record/trace_ledger.hpp)."""
     h = hashlib.sha256(f"sbx.ledger/v1\n{seq}\n{run_id}\n{prev}\n".encode())
     h.update(record_bytes)
     return h.hexdigest()

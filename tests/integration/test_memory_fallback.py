@@ -2,7 +2,7 @@
 memory, RLIMIT_FSIZE for every file (memfds included), the tmpfs sizes summed against the limit,
 SysV shm capped in the run's ipc namespace; the trace says what stays unbounded and
 --require-limits refuses memory. And the runtimes people run still run: a 64 GiB PROT_NONE
-reservation and headless Chromium (runtime/limits_plan.cpp fallback_memory, memory_fallback.hpp)."""
+reservation and headless Chromium (runtime/linux/limits_plan.cpp fallback_memory, memory_fallback.hpp)."""
 import json
 import os
 import shutil

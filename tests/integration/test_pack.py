@@ -276,7 +276,7 @@ class PackSecrets(PackCase):
                     with open(f"/proc/{p.pid}/{what}", "rb") as f:
                         self.assertNotIn(self.SECRET.encode(), f.read(), what)
                 except PermissionError:
-                    # environ, rootless: sbx is non-dumpable while its sandbox runs (runtime/clone.hpp),
+                    # environ, rootless: sbx is non-dumpable while its sandbox runs (runtime/linux/clone.hpp),
                     # so not even its own uid may read it; cmdline is world-readable and always checked.
                     self.assertEqual(what, "environ")
                     note(f"/proc/{p.pid}/environ of sbx is not readable while it runs (non-dumpable)")

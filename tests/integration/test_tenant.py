@@ -1,4 +1,4 @@
-"""Tenants (--tenant NAME, runtime/tenant.hpp): a ceiling no layer raises (flag, manifest, exec
+"""Tenants (--tenant NAME, runtime/launch/tenant.hpp): a ceiling no layer raises (flag, manifest, exec
 request), image and pack allowlists, a host id slice of each tenant's own (disjoint while two run),
 files one tenant writes into a shared bind unreadable by the other, records in each tenant's own
 store, and `sbx probe --tenant A` reporting B's resources unreachable (and breached when a weak

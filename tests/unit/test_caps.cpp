@@ -6,9 +6,9 @@
 
 #include <cstring>
 
-#include "runtime/caps.hpp"
-#include "runtime/profile.hpp"
-#include "runtime/spec.hpp"
+#include "runtime/model/caps.hpp"
+#include "runtime/model/profile.hpp"
+#include "runtime/model/spec.hpp"
 
 using nlohmann::json;
 using namespace sbx;

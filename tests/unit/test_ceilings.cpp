@@ -1,7 +1,7 @@
 #include <doctest/doctest.h>
 
-#include "runtime/profile.hpp"
-#include "runtime/spec.hpp"
+#include "runtime/model/profile.hpp"
+#include "runtime/model/spec.hpp"
 
 using sbx::check_ceilings;
 using sbx::RunSpec;

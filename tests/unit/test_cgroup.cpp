@@ -32,8 +32,8 @@
 #include <sstream>
 #include <string>
 
-#include "runtime/cgroup.hpp"
-#include "runtime/limits_plan.hpp"
+#include "runtime/linux/cgroup.hpp"
+#include "runtime/linux/limits_plan.hpp"
 
 using namespace sbx;
 namespace fs = std::filesystem;

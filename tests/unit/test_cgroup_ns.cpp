@@ -1,4 +1,4 @@
-// The cgroup namespace root inside a container (runtime/cgroup_ns.hpp): the doctor's judgement
+// The cgroup namespace root inside a container (runtime/linux/cgroup_ns.hpp): the doctor's judgement
 // and cgroup-init's refusals, on fake cgroupfs trees. Moving processes for real is proven in the
 // qemu guest (tests/vm/guest-tests.sh, "cgroup namespace with processes at its root").
 #include <doctest/doctest.h>
@@ -9,7 +9,7 @@
 #include <fstream>
 #include <string>
 
-#include "runtime/cgroup_ns.hpp"
+#include "runtime/linux/cgroup_ns.hpp"
 
 using namespace sbx;
 

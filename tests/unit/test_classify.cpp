@@ -2,7 +2,7 @@
 
 #include <set>
 
-#include "runtime/classify.hpp"
+#include "runtime/model/classify.hpp"
 
 using namespace sbx;
 using nlohmann::json;

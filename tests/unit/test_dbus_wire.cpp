@@ -1,4 +1,4 @@
-// The minimal D-Bus client of runtime/dbus_wire.hpp: what it marshals, what it accepts and
+// The minimal D-Bus client of runtime/base/dbus_wire.hpp: what it marshals, what it accepts and
 // refuses from a server, and that a server that does not answer costs a bounded wait.
 #include <doctest/doctest.h>
 
@@ -10,8 +10,8 @@
 #include <string>
 #include <thread>
 
-#include "runtime/dbus_wire.hpp"
-#include "runtime/scope_reuse.hpp"
+#include "runtime/base/dbus_wire.hpp"
+#include "runtime/linux/scope_reuse.hpp"
 
 using namespace sbx;
 using namespace sbx::dbus;

@@ -1,6 +1,6 @@
 #include <doctest/doctest.h>
 
-#include "runtime/egress_policy.hpp"
+#include "runtime/egress/egress_policy.hpp"
 
 using namespace sbx;
 

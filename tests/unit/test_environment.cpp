@@ -2,8 +2,8 @@
 
 #include <algorithm>
 
-#include "runtime/environment.hpp"
-#include "runtime/userns.hpp"
+#include "runtime/model/environment.hpp"
+#include "runtime/linux/userns.hpp"
 
 using namespace sbx;
 

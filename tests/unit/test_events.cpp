@@ -9,8 +9,8 @@
 #include <cstdlib>
 #include <string>
 
-#include "runtime/events.hpp"
-#include "runtime/spec.hpp"
+#include "runtime/linux/events.hpp"
+#include "runtime/model/spec.hpp"
 
 using namespace sbx;
 using nlohmann::json;

@@ -1,10 +1,10 @@
-// Reading an `sbx exec` request without running it (runtime/exec.cpp, parse_exec_request), the
+// Reading an `sbx exec` request without running it (runtime/typed/exec.cpp, parse_exec_request), the
 // part tests/fuzz/fuzz_exec.cpp fuzzes.
 #include <doctest/doctest.h>
 
 #include <nlohmann/json.hpp>
 
-#include "runtime/exec.hpp"
+#include "runtime/typed/exec.hpp"
 
 using nlohmann::json;
 using sbx::parse_exec_request;

@@ -7,7 +7,7 @@
 
 #include <string>
 
-#include "runtime/fsutil.hpp"
+#include "runtime/base/fsutil.hpp"
 
 namespace {
 

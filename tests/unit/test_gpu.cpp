@@ -11,11 +11,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include "runtime/fsutil.hpp"
-#include "runtime/gpu.hpp"
-#include "runtime/limits_plan.hpp"
-#include "runtime/profile.hpp"
-#include "runtime/spec.hpp"
+#include "runtime/base/fsutil.hpp"
+#include "runtime/linux/gpu.hpp"
+#include "runtime/linux/limits_plan.hpp"
+#include "runtime/model/profile.hpp"
+#include "runtime/model/spec.hpp"
 
 using namespace sbx;
 

@@ -5,9 +5,9 @@
 #include <cerrno>
 #include <string>
 
-#include "runtime/host_blockers.hpp"
-#include "runtime/limits_plan.hpp"
-#include "runtime/scope_decision.hpp"
+#include "runtime/linux/host_blockers.hpp"
+#include "runtime/linux/limits_plan.hpp"
+#include "runtime/model/scope_decision.hpp"
 
 using namespace sbx;
 

@@ -9,7 +9,7 @@
 #include <set>
 #include <string>
 
-#include "runtime/hostcheck.hpp"
+#include "runtime/linux/hostcheck.hpp"
 
 using namespace sbx;
 

@@ -1,6 +1,6 @@
 #include <doctest/doctest.h>
 
-#include "runtime/http_request.hpp"
+#include "runtime/egress/http_request.hpp"
 
 using namespace sbx;
 

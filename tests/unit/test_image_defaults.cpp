@@ -1,4 +1,4 @@
-// Container run defaults over a run spec (runtime/image_defaults.hpp).
+// Container run defaults over a run spec (runtime/model/image_defaults.hpp).
 #include <doctest/doctest.h>
 
 #include <unistd.h>
@@ -6,7 +6,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "runtime/image_defaults.hpp"
+#include "runtime/model/image_defaults.hpp"
 
 namespace fs = std::filesystem;
 using nlohmann::json;

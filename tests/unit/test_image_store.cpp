@@ -10,10 +10,10 @@
 #include <utility>
 #include <vector>
 
-#include "runtime/artifact_export.hpp"
-#include "runtime/image_manifest.hpp"
-#include "runtime/image_seal.hpp"
-#include "runtime/image_store.hpp"
+#include "runtime/image/artifact_export.hpp"
+#include "runtime/image/image_manifest.hpp"
+#include "runtime/image/image_seal.hpp"
+#include "runtime/image/image_store.hpp"
 
 namespace {
 

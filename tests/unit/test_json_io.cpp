@@ -14,12 +14,12 @@
 
 #include <nlohmann/json.hpp>
 
-#include "runtime/fsutil.hpp"
-#include "runtime/json_io.hpp"
-#include "runtime/pack.hpp"
-#include "runtime/profile.hpp"
-#include "runtime/seccomp_policy.hpp"
-#include "runtime/trace.hpp"
+#include "runtime/base/fsutil.hpp"
+#include "runtime/base/json_io.hpp"
+#include "runtime/typed/pack.hpp"
+#include "runtime/model/profile.hpp"
+#include "runtime/linux/seccomp_policy.hpp"
+#include "runtime/launch/trace.hpp"
 
 using namespace sbx;
 using nlohmann::json;

@@ -1,10 +1,10 @@
-// `sbx mcp`'s message rules without any process (runtime/mcp_protocol.cpp).
+// `sbx mcp`'s message rules without any process (runtime/server/mcp_protocol.cpp).
 #include <doctest/doctest.h>
 
 #include <nlohmann/json.hpp>
 
-#include "runtime/mcp_protocol.hpp"
-#include "runtime/schema_validate.hpp"
+#include "runtime/server/mcp_protocol.hpp"
+#include "runtime/typed/schema_validate.hpp"
 
 using nlohmann::json;
 namespace mcp = sbx::mcp;

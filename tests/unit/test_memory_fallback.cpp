@@ -1,7 +1,7 @@
 #include <doctest/doctest.h>
 
-#include "runtime/memory_fallback.hpp"
-#include "runtime/mounts.hpp"
+#include "runtime/linux/memory_fallback.hpp"
+#include "runtime/linux/mounts.hpp"
 
 using namespace sbx;
 

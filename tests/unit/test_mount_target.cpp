@@ -7,7 +7,7 @@
 
 #include <string>
 
-#include "runtime/mount_target.hpp"
+#include "runtime/linux/mount_target.hpp"
 
 namespace {
 

@@ -3,7 +3,7 @@
 #include <signal.h>
 #include <sys/wait.h>
 
-#include "runtime/outcome.hpp"
+#include "runtime/launch/outcome.hpp"
 
 using namespace sbx;
 

@@ -8,7 +8,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "runtime/pack.hpp"
+#include "runtime/typed/pack.hpp"
 
 namespace fs = std::filesystem;
 using sbx::PackProblem;

@@ -1,6 +1,6 @@
 #include <doctest/doctest.h>
 
-#include "runtime/pool_job.hpp"
+#include "runtime/launch/pool_job.hpp"
 
 using namespace sbx;
 

@@ -2,11 +2,11 @@
 
 #include <algorithm>
 
-#include "runtime/egress_policy.hpp"
-#include "runtime/environment.hpp"
-#include "runtime/preflight.hpp"
-#include "runtime/profile.hpp"
-#include "runtime/suggest.hpp"
+#include "runtime/egress/egress_policy.hpp"
+#include "runtime/model/environment.hpp"
+#include "runtime/launch/preflight.hpp"
+#include "runtime/model/profile.hpp"
+#include "runtime/base/suggest.hpp"
 
 using namespace sbx;
 

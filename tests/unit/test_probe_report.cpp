@@ -1,6 +1,6 @@
 #include <doctest/doctest.h>
 
-#include "runtime/probe_report.hpp"
+#include "runtime/record/probe_report.hpp"
 
 using namespace sbx;
 

@@ -1,4 +1,4 @@
-// The progress line of `sbx image import` and `sbx image verify --full` (runtime/progress_line.hpp):
+// The progress line of `sbx image import` and `sbx image verify --full` (runtime/base/progress_line.hpp):
 // silent for a second, then at most one line a second; in place on a terminal, lines elsewhere.
 #include <doctest/doctest.h>
 
@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "runtime/progress_line.hpp"
+#include "runtime/base/progress_line.hpp"
 
 namespace {
 

@@ -3,8 +3,8 @@
 #include <regex>
 #include <string>
 
-#include "runtime/provenance.hpp"
-#include "runtime/sha256.hpp"
+#include "runtime/record/provenance.hpp"
+#include "runtime/base/sha256.hpp"
 
 using namespace sbx;
 using nlohmann::json;

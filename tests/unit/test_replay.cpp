@@ -11,11 +11,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include "runtime/blob_store.hpp"
-#include "runtime/fsutil.hpp"
-#include "runtime/replay.hpp"
-#include "runtime/sha256.hpp"
-#include "runtime/trace_store.hpp"
+#include "runtime/image/blob_store.hpp"
+#include "runtime/base/fsutil.hpp"
+#include "runtime/typed/replay.hpp"
+#include "runtime/base/sha256.hpp"
+#include "runtime/record/trace_store.hpp"
 
 namespace {
 using nlohmann::json;

@@ -7,7 +7,7 @@
 
 #include <chrono>
 
-#include "runtime/resolver.hpp"
+#include "runtime/egress/resolver.hpp"
 
 using namespace sbx;
 

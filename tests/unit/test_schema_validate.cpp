@@ -15,7 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "runtime/schema_validate.hpp"
+#include "runtime/typed/schema_validate.hpp"
 
 using nlohmann::json;
 using sbx::CompiledSchema;

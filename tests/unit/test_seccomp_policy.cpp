@@ -16,10 +16,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "runtime/fsutil.hpp"
-#include "runtime/seccomp_policy.hpp"
-#include "runtime/sha256.hpp"
-#include "runtime/spec.hpp"
+#include "runtime/base/fsutil.hpp"
+#include "runtime/linux/seccomp_policy.hpp"
+#include "runtime/base/sha256.hpp"
+#include "runtime/model/spec.hpp"
 
 using namespace sbx;
 using nlohmann::json;

@@ -3,7 +3,7 @@
 #include <cstdint>
 #include <string>
 
-#include "runtime/sha256.hpp"
+#include "runtime/base/sha256.hpp"
 
 using sbx::sha256_hex;
 

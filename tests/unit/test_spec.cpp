@@ -2,8 +2,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "runtime/profile.hpp"
-#include "runtime/spec.hpp"
+#include "runtime/model/profile.hpp"
+#include "runtime/model/spec.hpp"
 
 using namespace sbx;
 using nlohmann::json;

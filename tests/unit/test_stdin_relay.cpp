@@ -4,8 +4,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "runtime/output_relay.hpp"
-#include "runtime/stdin_relay.hpp"
+#include "runtime/base/output_relay.hpp"
+#include "runtime/linux/stdin_relay.hpp"
 
 using namespace sbx;
 

@@ -13,11 +13,11 @@
 #include <string>
 #include <vector>
 
-#include "runtime/outcome.hpp"
-#include "runtime/output_relay.hpp"
-#include "runtime/sha256.hpp"
-#include "runtime/signals.hpp"
-#include "runtime/supervisor.hpp"
+#include "runtime/launch/outcome.hpp"
+#include "runtime/base/output_relay.hpp"
+#include "runtime/base/sha256.hpp"
+#include "runtime/base/signals.hpp"
+#include "runtime/launch/supervisor.hpp"
 
 using namespace sbx;
 

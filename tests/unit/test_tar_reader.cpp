@@ -17,8 +17,8 @@
 #include <string>
 #include <vector>
 
-#include "runtime/tar_reader.hpp"
-#include "runtime/tarball.hpp"
+#include "runtime/image/tar_reader.hpp"
+#include "runtime/image/tarball.hpp"
 
 namespace fs = std::filesystem;
 using sbx::TarEntry;

@@ -1,7 +1,7 @@
 #include <doctest/doctest.h>
 
-#include "runtime/tenant.hpp"
-#include "runtime/userns.hpp"
+#include "runtime/launch/tenant.hpp"
+#include "runtime/linux/userns.hpp"
 
 using namespace sbx;
 

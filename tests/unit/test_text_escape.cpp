@@ -1,7 +1,7 @@
 #include <doctest/doctest.h>
 
-#include "runtime/shell_quote.hpp"
-#include "runtime/text_escape.hpp"
+#include "runtime/base/shell_quote.hpp"
+#include "runtime/base/text_escape.hpp"
 
 using sbx::printable;
 using sbx::shell_quote;

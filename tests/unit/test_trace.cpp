@@ -2,8 +2,8 @@
 
 #include <signal.h>
 
-#include "runtime/sha256.hpp"
-#include "runtime/trace.hpp"
+#include "runtime/base/sha256.hpp"
+#include "runtime/launch/trace.hpp"
 
 using namespace sbx;
 

@@ -8,7 +8,7 @@
 #include <sstream>
 #include <string>
 
-#include "runtime/trace_ledger.hpp"
+#include "runtime/record/trace_ledger.hpp"
 
 namespace {
 

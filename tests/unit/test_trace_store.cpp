@@ -7,9 +7,9 @@
 
 #include <spdlog/spdlog.h>
 
-#include "runtime/fsutil.hpp"
-#include "runtime/shell_quote.hpp"
-#include "runtime/trace_store.hpp"
+#include "runtime/base/fsutil.hpp"
+#include "runtime/base/shell_quote.hpp"
+#include "runtime/record/trace_store.hpp"
 
 namespace {
 

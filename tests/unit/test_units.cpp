@@ -1,6 +1,6 @@
 #include <doctest/doctest.h>
 
-#include "runtime/units.hpp"
+#include "runtime/base/units.hpp"
 
 using namespace sbx;
 

@@ -398,7 +398,7 @@ sbx_run_rootless_user_manager_pids() {  # the same, --pids 8 on a fork loop: sto
   [ "$peak" = 8 ] && [ "$how" = "systemd user scope (automatic)" ] && echo "$pm" | grep -q "pids.max"
 }
 
-# The long-lived scope (runtime/scope_reuse.hpp): the first run starts sbx-runs-1001.scope with
+# The long-lived scope (runtime/linux/scope_reuse.hpp): the first run starts sbx-runs-1001.scope with
 # its keeper and joins it over D-Bus; the second joins the same scope (no systemd-run); killing
 # the keeper ends the scope and the next run starts it again; with nothing to do the keeper
 # leaves after its idle period (SBX_SCOPE_KEEPER_IDLE: 300 s, then 5 s for the keeper run 3 starts;

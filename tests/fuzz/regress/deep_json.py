@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """Writes the deeply nested JSON inputs that crashed sbx (stack overflow, exit 139) before every
-reader bounded its depth (runtime/json_io.hpp), one per reader, into the directory given
+reader bounded its depth (runtime/base/json_io.hpp), one per reader, into the directory given
 (default: .):
 
-  spec-merge-patch.json  a profile: sbx::merge_patch recursed per level (runtime/spec.cpp)
-  exec-inputs.json       an exec request: nlohmann's recursive copy of "inputs" (runtime/exec.cpp)
-  pack-limits.json       pack.json: the recursive copy of a limits value (runtime/pack.cpp)
+  spec-merge-patch.json  a profile: sbx::merge_patch recursed per level (runtime/model/spec.cpp)
+  exec-inputs.json       an exec request: nlohmann's recursive copy of "inputs" (runtime/typed/exec.cpp)
+  pack-limits.json       pack.json: the recursive copy of a limits value (runtime/typed/pack.cpp)
   exec-schema.json       an exec request's output_schema: schema compilation recursion
 
 Now each is a clean error (125, or a problem of pack validate) naming the JSON pointer; the

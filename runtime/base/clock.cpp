@@ -1,0 +1,45 @@
+#include "runtime/base/clock.hpp"
+
+#include <sys/random.h>
+#include <time.h>
+
+#include <cstdio>
+#include <ctime>
+
+namespace sbx {
+namespace {
+
+std::string utc(const char* fmt_date, const char* fmt_tail) {
+  struct timespec ts;
+  ::clock_gettime(CLOCK_REALTIME, &ts);
+  struct tm tm;
+  ::gmtime_r(&ts.tv_sec, &tm);
+  char date[32], out[64];
+  std::strftime(date, sizeof date, fmt_date, &tm);
+  std::snprintf(out, sizeof out, fmt_tail, date, static_cast<int>(ts.tv_nsec / 1'000'000));
+  return out;
+}
+
+}  // namespace
+
+std::int64_t monotonic_ms() {
+  struct timespec ts;
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1000LL + ts.tv_nsec / 1'000'000;
+}
+
+std::string make_run_id() {
+  unsigned char rnd[4] = {};
+  if (::getrandom(rnd, sizeof rnd, 0) != static_cast<ssize_t>(sizeof rnd)) {
+    struct timespec ts;
+    ::clock_gettime(CLOCK_MONOTONIC, &ts);
+    for (int i = 0; i < 4; ++i) rnd[i] = static_cast<unsigned char>(ts.tv_nsec >> (8 * i));
+  }
+  char hex[9];
+  std::snprintf(hex, sizeof hex, "%02x%02x%02x%02x", rnd[0], rnd[1], rnd[2], rnd[3]);
+  return utc("%Y%m%dT%H%M%S", "%s.%03dZ-") + hex;
+}
+
+std::string rfc3339_now() { return utc("%Y-%m-%dT%H:%M:%S", "%s.%03dZ"); }
+
+}  // namespace sbx

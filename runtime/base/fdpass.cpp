@@ -1,0 +1,52 @@
+#include "runtime/base/fdpass.hpp"
+
+#include <unistd.h>
+
+#include <cstring>
+
+namespace sbx {
+
+FdMessage::FdMessage(int fd, char tag) : mh{}, iov{&byte, 1}, byte(tag), cbuf{} {
+  mh.msg_iov = &iov;
+  mh.msg_iovlen = 1;
+  mh.msg_control = cbuf;
+  mh.msg_controllen = sizeof cbuf;
+  struct cmsghdr* c = CMSG_FIRSTHDR(&mh);
+  c->cmsg_level = SOL_SOCKET;
+  c->cmsg_type = SCM_RIGHTS;
+  c->cmsg_len = CMSG_LEN(sizeof(int));
+  std::memcpy(CMSG_DATA(c), &fd, sizeof fd);
+}
+
+Status send_fd(int sock, int fd, char tag, const char* stage, const char* what) {
+  FdMessage m(fd, tag);
+  ssize_t n;
+  do n = ::sendmsg(sock, &m.mh, MSG_NOSIGNAL);
+  while (n < 0 && errno == EINTR);
+  if (n == 1) return {};
+  return make_error(stage, what, n < 0 ? errno : EIO);
+}
+
+ssize_t recv_fd(int sock, int* fd) {
+  *fd = -1;
+  char byte;
+  alignas(struct cmsghdr) char cbuf[CMSG_SPACE(sizeof(int))] = {};
+  struct iovec iov = {&byte, 1};
+  struct msghdr mh = {};
+  mh.msg_iov = &iov;
+  mh.msg_iovlen = 1;
+  mh.msg_control = cbuf;
+  mh.msg_controllen = sizeof cbuf;
+  ssize_t n = ::recvmsg(sock, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+  if (n <= 0) return n;
+  for (struct cmsghdr* c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
+    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+    int got;
+    std::memcpy(&got, CMSG_DATA(c), sizeof got);
+    if (*fd < 0) *fd = got;
+    else ::close(got);  // one fd per message; anything more is dropped
+  }
+  return n;
+}
+
+}  // namespace sbx

@@ -1,0 +1,310 @@
+#include "runtime/base/json_io.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <utility>
+
+#include "runtime/base/text_escape.hpp"
+
+namespace sbx {
+using nlohmann::json;
+
+namespace {
+
+// Forwards every event to nlohmann's own DOM builder once it has passed the bounds; the first
+// event past one returns false, which stops the parser there, so the DOM never holds more than
+// max_depth levels or max_values values. It also tracks where it is, for a JSON pointer.
+class BoundedSax {
+ public:
+  BoundedSax(json& root, const JsonBounds& b) : dom_(root, /*allow_exceptions=*/false), b_(b) {}
+
+  bool null() { return value() && dom_.null(); }
+  bool boolean(bool v) { return value() && dom_.boolean(v); }
+  bool number_integer(json::number_integer_t v) { return value() && dom_.number_integer(v); }
+  bool number_unsigned(json::number_unsigned_t v) { return value() && dom_.number_unsigned(v); }
+  bool number_float(json::number_float_t v, const json::string_t& s) { return value() && dom_.number_float(v, s); }
+  bool string(json::string_t& v) { return value() && dom_.string(v); }
+  bool binary(json::binary_t& v) { return value() && dom_.binary(v); }
+  bool start_object(std::size_t n) { return open(false) && dom_.start_object(n); }
+  bool start_array(std::size_t n) { return open(true) && dom_.start_array(n); }
+  bool end_object() { return close() && dom_.end_object(); }
+  bool end_array() { return close() && dom_.end_array(); }
+  bool key(json::string_t& k) {
+    if (!frames_.empty()) {
+      frames_.back().key = k;
+      frames_.back().has_key = true;
+    }
+    return dom_.key(k);
+  }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& ex) {
+    // nlohmann quotes the offending token raw: escaped, the message is safe in any document. Its
+    // "[json.exception.parse_error.101] parse error at line L, column C: why" loses the prefix:
+    // "not valid JSON at line L, column C: why".
+    std::string what = ex.what();
+    static constexpr std::string_view kAt = "parse error at ";
+    if (auto at = what.find(kAt); at != std::string::npos) return fail("not valid JSON at " + escape_utf8(what.substr(at + kAt.size())));
+    if (auto close = what.find("] "); what.rfind("[json.exception.", 0) == 0 && close != std::string::npos)
+      what = what.substr(close + 2);
+    return fail("not valid JSON: " + escape_utf8(what));
+  }
+
+  std::string pointer() const {
+    std::string p;
+    for (auto& f : frames_) {
+      // Inside a container, before its first element or member.
+      if (f.array ? f.next_index == 0 : !f.has_key) break;
+      p += '/';
+      p += f.array ? std::to_string(f.next_index - 1) : pointer_token(f.key);
+    }
+    return p;
+  }
+  const std::string& problem() const { return problem_; }
+
+ private:
+  struct Frame {
+    bool array;
+    std::size_t next_index = 0;
+    std::string key;
+    bool has_key = false;
+  };
+
+  bool fail(std::string why) {
+    if (problem_.empty()) problem_ = std::move(why);
+    return false;
+  }
+  // A value starts: counted, and its index in the enclosing array advanced.
+  bool value() {
+    if (!frames_.empty() && frames_.back().array) ++frames_.back().next_index;
+    if (++values_ > b_.max_values) return fail("more than " + std::to_string(b_.max_values) + " values");
+    return true;
+  }
+  bool open(bool array) {
+    if (!value()) return false;
+    if (frames_.size() >= b_.max_depth)
+      return fail("nested deeper than " + std::to_string(b_.max_depth) + " levels");
+    frames_.push_back({array});
+    return true;
+  }
+  bool close() {
+    if (!frames_.empty()) frames_.pop_back();
+    return true;
+  }
+
+  nlohmann::detail::json_sax_dom_parser<json> dom_;
+  const JsonBounds& b_;
+  std::vector<Frame> frames_;
+  std::size_t values_ = 0;
+  std::string problem_;
+};
+
+std::string size_text(std::size_t n) {
+  if (n >= (1u << 20) && n % (1u << 20) == 0) return std::to_string(n >> 20) + " MiB";
+  if (n >= 1024 && n % 1024 == 0) return std::to_string(n >> 10) + " KiB";
+  return std::to_string(n) + " bytes";
+}
+
+void append_hex_byte(std::string& out, unsigned char b) {
+  char buf[5];
+  std::snprintf(buf, sizeof buf, "\\x%02x", b);
+  out += buf;
+}
+
+// Renames the members of object `o` whose names are not valid UTF-8 and returns the new names.
+std::vector<std::string> escape_keys(json& o) {
+  auto& obj = o.get_ref<json::object_t&>();
+  std::vector<std::string> bad, renamed;
+  for (auto& [k, v] : obj)
+    if (!valid_utf8(k)) bad.push_back(k);
+  for (auto& k : bad) {
+    auto node = obj.extract(k);
+    std::string name = escape_utf8(k);
+    if (obj.count(name)) {
+      // A valid name already reads like the escape: spell every byte out instead.
+      name.clear();
+      for (unsigned char b : k) append_hex_byte(name, b);
+    }
+    node.key() = name;
+    obj.insert(std::move(node));
+    renamed.push_back(std::move(name));
+  }
+  return renamed;
+}
+
+}  // namespace
+
+std::string ParsedJson::describe() const { return pointer.empty() ? problem : pointer + ": " + problem; }
+
+ParsedJson parse_json(std::string_view text, const JsonBounds& bounds) {
+  ParsedJson r;
+  if (text.size() > bounds.max_bytes) {
+    r.problem = "larger than " + size_text(bounds.max_bytes) + " (" + std::to_string(text.size()) + " bytes)";
+    return r;
+  }
+  BoundedSax sax(r.value, bounds);
+  bool ok = json::sax_parse(text, &sax, json::input_format_t::json, /*strict=*/true, /*ignore_comments=*/false);
+  if (!ok) {
+    r.problem = sax.problem().empty() ? "not valid JSON" : sax.problem();
+    r.pointer = sax.pointer();
+    r.value = nullptr;  // the partial DOM is within the bounds; release it now
+  }
+  return r;
+}
+
+Result<json> parse_json_doc(std::string_view text, const JsonBounds& bounds, const std::string& stage,
+                            const std::string& what) {
+  ParsedJson p = parse_json(text, bounds);
+  if (!p.ok()) return make_error(stage, what + ": " + p.describe());
+  return std::move(p.value);
+}
+
+Result<std::string> read_bounded_fd(int fd, std::size_t max_bytes, const std::string& stage, const std::string& what) {
+  std::string s;
+  char buf[65536];
+  for (;;) {
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return sys_error(stage, "cannot read " + what);
+    if (n == 0) return s;
+    if (s.size() + static_cast<std::size_t>(n) > max_bytes)
+      return make_error(stage, what + ": larger than " + size_text(max_bytes));
+    s.append(buf, static_cast<std::size_t>(n));
+  }
+}
+
+const json& json_member(const json& j, const char* key) {
+  static const json null_value;
+  if (!j.is_object()) return null_value;
+  auto it = j.find(key);
+  return it == j.end() ? null_value : *it;
+}
+
+Result<std::string> read_bounded(const std::string& path, std::size_t max_bytes, const std::string& stage,
+                                 const std::string& what) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY);
+  if (fd < 0) return sys_error(stage, "cannot read " + what);
+  auto r = read_bounded_fd(fd, max_bytes, stage, what);
+  ::close(fd);
+  return r;
+}
+
+Result<json> read_json_file(const std::string& path, const JsonBounds& bounds, const std::string& stage,
+                            const std::string& what) {
+  auto text = read_bounded(path, bounds.max_bytes, stage, what);
+  if (!text) return text.error();
+  return parse_json_doc(*text, bounds, stage, what);
+}
+
+bool valid_utf8(std::string_view s) {
+  for (std::size_t i = 0; i < s.size();) {
+    std::size_t n = utf8_len(s, i);
+    if (n == 0) return false;
+    i += n;
+  }
+  return true;
+}
+
+std::string escape_utf8(std::string_view raw, bool* changed) {
+  bool bad = !valid_utf8(raw);
+  if (changed) *changed = bad;
+  if (!bad) return std::string(raw);
+  std::string out;
+  out.reserve(raw.size() + 16);
+  for (std::size_t i = 0; i < raw.size();) {
+    std::size_t n = utf8_len(raw, i);
+    if (n == 0 || raw[i] == '\\') {
+      append_hex_byte(out, static_cast<unsigned char>(raw[i]));
+      ++i;
+    } else {
+      out.append(raw.substr(i, n));
+      i += n;
+    }
+  }
+  return out;
+}
+
+std::vector<std::string> escape_json_strings(json& j) {
+  std::vector<std::string> escaped;
+  std::vector<std::pair<json*, std::string>> todo{{&j, ""}};
+  while (!todo.empty()) {
+    auto [v, ptr] = std::move(todo.back());
+    todo.pop_back();
+    if (v->is_string()) {
+      auto& s = v->get_ref<std::string&>();
+      bool changed = false;
+      std::string e = escape_utf8(s, &changed);
+      if (changed) s = std::move(e), escaped.push_back(ptr);
+    } else if (v->is_array()) {
+      for (std::size_t i = 0; i < v->size(); ++i) todo.push_back({&(*v)[i], ptr + "/" + std::to_string(i)});
+    } else if (v->is_object()) {
+      for (auto& name : escape_keys(*v)) escaped.push_back(ptr + "/" + pointer_token(name));
+      for (auto& [k, val] : v->get_ref<json::object_t&>()) todo.push_back({&val, ptr + "/" + pointer_token(k)});
+    }
+  }
+  std::sort(escaped.begin(), escaped.end());
+  return escaped;
+}
+
+std::size_t json_depth(const json& j) {
+  std::size_t deepest = 0;
+  std::vector<std::pair<const json*, std::size_t>> todo{{&j, 0}};
+  while (!todo.empty()) {
+    auto [v, d] = todo.back();
+    todo.pop_back();
+    if (!v->is_structured()) continue;
+    deepest = std::max(deepest, d + 1);
+    for (auto& child : *v) todo.push_back({&child, d + 1});
+  }
+  return deepest;
+}
+
+std::string dump_json(json& j, int indent, const std::function<json(const std::string& reason)>& fallback, bool ascii) {
+  auto last_resort = [&](const std::string& why) -> std::string {
+    try {
+      json f = fallback ? fallback(why) : json{{"error", {{"stage", "record"}, {"message", why}}}};
+      escape_json_strings(f);
+      return f.dump(indent, ' ', false, json::error_handler_t::replace);
+    } catch (...) {
+      return "{\"error\": {\"stage\": \"record\", \"message\": \"the document could not be serialised\"}}";
+    }
+  };
+  try {
+    // dump() recurses once per level; sbx's documents are shallow and what they embed was parsed
+    // within kMaxJsonDepth, so this only trips on a bug, and then without a crash.
+    if (json_depth(j) > kMaxJsonDepth + 16)
+      return last_resort("nested deeper than " + std::to_string(kMaxJsonDepth + 16) + " levels");
+    std::vector<std::string> escaped = escape_json_strings(j);
+    if (!escaped.empty() && j.is_object()) {
+      json& list = j["escaped_strings"];
+      if (!list.is_array()) list = json::array();
+      for (auto& p : escaped) list.push_back(p);
+    }
+    return j.dump(indent, ' ', ascii, json::error_handler_t::replace);
+  } catch (const std::exception& e) {
+    return last_resort(std::string("the document could not be serialised: ") + e.what());
+  }
+}
+
+std::string json_excerpt(const json& v, std::size_t max) {
+  json copy = v;
+  std::string s = dump_json(copy, -1);
+  if (s.size() <= max) return s;
+  // Cut on a character boundary, so the message stays valid UTF-8.
+  std::size_t cut = max;
+  while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xC0) == 0x80) --cut;
+  return s.substr(0, cut) + "...";
+}
+
+std::string pointer_token(std::string_view key) {
+  std::string t;
+  for (char c : key) {
+    if (c == '~') t += "~0";
+    else if (c == '/') t += "~1";
+    else t += c;
+  }
+  return t;
+}
+
+}  // namespace sbx

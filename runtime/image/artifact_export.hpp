@@ -1,0 +1,73 @@
+#pragma once
+// Artifact export: what the program left in /out leaves the sandbox only through here, after the
+// program and everything else in the sandbox are dead (the supervisor exports once init's pidfd
+// reported its exit, and init's exit waits for every other process of the pid namespace). /out is
+// a tmpfs of the sandbox's mount namespace; init handed the supervisor an O_PATH fd of it, which
+// keeps it alive after the namespace is gone.
+//
+// Only regular files and directories are copied; nothing is ever followed: every open is
+// openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV) relative
+// to its directory, and the destination is created with O_EXCL | O_NOFOLLOW in a directory sbx
+// created or found empty. Symlinks, FIFOs, sockets, device nodes, names with control characters
+// or invalid UTF-8, and anything past --output-max-bytes / --output-max-files are skipped and
+// listed. Hard links inside /out are copied as separate files (a hard link to a file outside /out
+// cannot exist: /out is its own file system).
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/base/error.hpp"
+
+namespace sbx {
+
+struct ExportCaps {
+  std::int64_t max_bytes = 256LL << 20;
+  std::int64_t max_files = 10000;  // entries created on the host: files and directories
+};
+
+struct ExportResult {
+  struct File {
+    std::string path;  // "/out/..." (display-escaped)
+    std::int64_t bytes = 0;
+    std::string sha256;
+  };
+  struct Skip {
+    std::string path;
+    std::string reason;
+  };
+  std::vector<File> files;
+  std::vector<Skip> skipped;      // the first kMaxListedSkips
+  std::int64_t skipped_count = 0;  // all of them
+  std::int64_t bytes = 0, entries = 0;
+  bool limit_hit = false;  // a cap was reached: the run's status becomes output_limit
+  nlohmann::json to_json(const std::string& dir, const ExportCaps& caps) const;
+};
+
+inline constexpr std::size_t kMaxListedSkips = 1000;
+
+// Before the run: DIR must not exist (it is created, 0755) or be an empty directory. Not a
+// symlink. Errors are usage errors (exit 125) naming DIR. With `create` false (--dry-run) a
+// missing DIR is not created: its parent must be a writable directory.
+Status prepare_export_dir(const std::string& dir, bool create = true);
+
+// After the run: copies the tree under `out_fd` (O_PATH of /out) into `dir`.
+Result<ExportResult> export_out(int out_fd, const std::string& dir, const ExportCaps& caps);
+
+// Reads /out/NAME for the typed-IO contract (result.json): a regular file only, at most `cap` bytes.
+struct OutFile {
+  bool present = false;
+  bool too_big = false;
+  std::int64_t size = 0;
+  std::string bytes;
+  std::string sha256;
+  std::string problem;  // why it could not be read ("" when fine)
+};
+OutFile read_out_file(int out_fd, const std::string& name, std::int64_t cap);
+
+// Escapes control bytes, backslash and invalid UTF-8 as \xHH, so any name fits a JSON string.
+std::string display_name(const std::string& raw);
+bool safe_name(const std::string& raw);  // no control bytes, valid UTF-8
+
+}  // namespace sbx

@@ -1,0 +1,435 @@
+#include "runtime/image/blob_store.hpp"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <map>
+#include <optional>
+#include <set>
+
+#include "runtime/base/fsutil.hpp"
+#include "runtime/base/json_io.hpp"
+#include "runtime/base/sha256.hpp"
+#include "runtime/record/trace_ledger.hpp"
+#include "runtime/base/units.hpp"
+
+namespace sbx {
+namespace {
+using nlohmann::json;
+constexpr const char* kStage = "blobs";
+// How long a put or a gc waits for the store's lock (StoreLock below) before it says so.
+constexpr long kStoreLockWaitMs = 60'000;
+
+std::string mode_text(unsigned mode) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "%04o", mode & 07777);
+  return buf;
+}
+
+// Reads all of fd, at most `max` bytes (more is an error: the caller checked the size first, so
+// a file that grew since is refused rather than kept truncated).
+// The store's lock, <blobs>/lock (flock, as the ledger's appends; trace_ledger.cpp): a keeper
+// holds it shared for one put_blob, `sbx gc` exclusively from its first look at the blobs to its
+// last delete. Without it a gc could read a reused blob's old mtime, the put then refresh it
+// (a run keeping the same profile text again) and the gc delete it all the same: the run's record
+// would name a blob that is gone. Two gc's run one after the other. A put waits out a gc (which
+// reads the ledger once and deletes), never the other way round for long: a put is short.
+class StoreLock {
+ public:
+  static Result<StoreLock> acquire(const Dirs& dirs, int how) {
+    std::string dir = blobs_dir(dirs);
+    SBX_TRY(ensure_dir(dir, 0700));
+    std::string path = dir + "/lock";
+    UniqueFd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600));
+    if (!fd.ok()) return sys_error(kStage, "open the blob store's lock " + path);
+    struct timespec start, now;
+    ::clock_gettime(CLOCK_MONOTONIC, &start);
+    long pause_us = 200;
+    for (;;) {
+      if (::flock(fd.get(), how | LOCK_NB) == 0) return StoreLock(std::move(fd));
+      if (errno != EWOULDBLOCK && errno != EINTR) return sys_error(kStage, "lock the blob store " + path);
+      ::clock_gettime(CLOCK_MONOTONIC, &now);
+      long waited_ms = (now.tv_sec - start.tv_sec) * 1000 + (now.tv_nsec - start.tv_nsec) / 1'000'000;
+      if (waited_ms > kStoreLockWaitMs)
+        return make_error(kStage, "the blob store " + dir + " is locked by another process for over " +
+                                      std::to_string(kStoreLockWaitMs / 1000) + " s (a stuck sbx gc?)", EWOULDBLOCK);
+      ::usleep(static_cast<useconds_t>(pause_us));
+      pause_us = std::min(pause_us * 2, 20'000L);
+    }
+  }
+
+ private:
+  explicit StoreLock(UniqueFd fd) : fd_(std::move(fd)) {}
+  UniqueFd fd_;  // closing it releases the flock
+};
+
+// RFC 3339 UTC with milliseconds, the form of a record's started_at (string order is time order).
+std::string rfc3339_at(std::time_t t) {
+  struct tm tm {};
+  ::gmtime_r(&t, &tm);
+  char buf[40];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S.000Z", &tm);
+  return buf;
+}
+}  // namespace
+
+std::string blobs_dir(const Dirs& dirs) { return dirs.state + "/blobs"; }
+
+std::string blob_path(const Dirs& dirs, std::string_view hex) {
+  std::string h(hex);
+  return blobs_dir(dirs) + "/sha256/" + h.substr(0, 2) + "/" + h;
+}
+
+Result<std::int64_t> keep_ceiling() {
+  const char* v = std::getenv("SBX_KEEP_MAX_BYTES");
+  if (!v || !*v) return kDefaultKeepMax;
+  auto n = parse_size_bytes(v);
+  if (!n) return make_error("usage", std::string("SBX_KEEP_MAX_BYTES: ") + n.error().message);
+  return *n;
+}
+
+Result<std::string> put_blob(const Dirs& dirs, std::string_view bytes) {
+  auto lock = StoreLock::acquire(dirs, LOCK_SH);
+  if (!lock) return lock.error();
+  std::string hex = sha256_hex(bytes);
+  std::string path = blob_path(dirs, hex);
+  struct stat st;
+  // Already there (same name, same content by construction): nothing to write. A file of the
+  // wrong size under that name is a damaged blob, replaced below.
+  // Its mtime is brought to now: `sbx gc` spares every blob written or reused in the last hour
+  // (a run may keep a blob, then be recorded only after gc has read the ledger), and a reused one
+  // (the same profile text in every run) would otherwise look as old as its first write.
+  if (::lstat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && st.st_size == static_cast<off_t>(bytes.size())) {
+    ::utimensat(AT_FDCWD, path.c_str(), nullptr, AT_SYMLINK_NOFOLLOW);
+    return hex;
+  }
+  std::string tmpdir = blobs_dir(dirs) + "/tmp";
+  SBX_TRY(ensure_dir(tmpdir, 0700));
+  std::string dir = path.substr(0, path.rfind('/'));
+  SBX_TRY(ensure_dir(dir, 0700));
+  std::string tmpl = tmpdir + "/blob.XXXXXX";
+  int fd = ::mkostemp(tmpl.data(), O_CLOEXEC);
+  if (fd < 0) return sys_error(kStage, "create a temporary file in " + tmpdir);
+  UniqueFd guard(fd);
+  auto fail = [&](Error e) -> Result<std::string> {
+    ::unlink(tmpl.c_str());
+    return e;
+  };
+  if (::fchmod(fd, 0400) != 0) return fail(sys_error(kStage, "chmod " + tmpl));
+  if (auto st2 = write_all(fd, bytes, tmpl); !st2) return fail(st2.error());
+  if (::fsync(fd) != 0) return fail(sys_error(kStage, "fsync " + tmpl));
+  // Same file system (both under <blobs>): the rename is atomic, and a concurrent writer of the
+  // same blob wrote the same bytes.
+  if (::rename(tmpl.c_str(), path.c_str()) != 0) return fail(sys_error(kStage, "rename to " + path));
+  int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    ::fsync(dfd);
+    ::close(dfd);
+  }
+  return hex;
+}
+
+Result<std::string> get_blob(const Dirs& dirs, std::string_view hex, std::int64_t max_bytes) {
+  if (!is_sha256_hex(hex)) return make_error(kStage, "'" + std::string(hex) + "' is not a sha256 digest");
+  std::string path = blob_path(dirs, hex);
+  int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return sys_error(kStage, "blob sha256:" + std::string(hex) + " (" + path + ")");
+  UniqueFd guard(fd);
+  auto data = read_bounded_fd(fd, static_cast<std::size_t>(std::max<std::int64_t>(max_bytes, 0)), kStage, path);
+  if (!data) return data.error();
+  if (sha256_hex(*data) != hex)
+    return make_error(kStage, "blob sha256:" + std::string(hex) + " (" + path + ") does not hold the bytes of its name: it was changed");
+  return data;
+}
+
+bool BlobKeeper::over_total(const std::string& role, const std::string& path, std::int64_t bytes) {
+  if (total_ + bytes <= max_total_) return false;
+  entries_.push_back({{"role", role}, {"path", path}, {"bytes", bytes},
+                      {"skipped", "the run's kept blobs would pass " + format_size(max_total_) + " in all"}});
+  return true;
+}
+
+void BlobKeeper::add_bytes(const std::string& role, const std::string& path, std::string_view bytes) {
+  auto n = static_cast<std::int64_t>(bytes.size());
+  if (n > max_) {
+    entries_.push_back({{"role", role}, {"path", path}, {"bytes", n}, {"sha256", sha256_hex(bytes)},
+                        {"skipped", "larger than the keep ceiling of " + format_size(max_) + " (SBX_KEEP_MAX_BYTES)"}});
+    return;
+  }
+  if (over_total(role, path, n)) return;
+  auto hex = put_blob(dirs_, bytes);
+  if (!hex) {
+    entries_.push_back({{"role", role}, {"path", path}, {"bytes", n}, {"skipped", hex.error().describe()}});
+    return;
+  }
+  total_ += n;
+  entries_.push_back({{"role", role}, {"path", path}, {"sha256", *hex}, {"bytes", n}});
+}
+
+void BlobKeeper::add_fd(const std::string& role, const std::string& path, int fd, unsigned mode) {
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    entries_.push_back({{"role", role}, {"path", path}, {"skipped", "fstat failed"}});
+    return;
+  }
+  json e = {{"role", role}, {"path", path}, {"bytes", static_cast<std::int64_t>(st.st_size)}, {"mode", mode_text(mode)}};
+  if (st.st_size > max_) {
+    e["skipped"] = "larger than the keep ceiling of " + format_size(max_) + " (SBX_KEEP_MAX_BYTES)";
+    entries_.push_back(e);
+    return;
+  }
+  if (over_total(role, path, st.st_size)) return;
+  // Bounded again: a file that grew past the ceiling after the fstat above is refused whole.
+  auto data = read_bounded_fd(fd, static_cast<std::size_t>(max_), kStage, path);
+  if (!data) {
+    e["skipped"] = data.error().describe();
+    entries_.push_back(e);
+    return;
+  }
+  auto hex = put_blob(dirs_, *data);
+  if (!hex) {
+    e["skipped"] = hex.error().describe();
+    entries_.push_back(e);
+    return;
+  }
+  total_ += static_cast<std::int64_t>(data->size());
+  e["sha256"] = *hex;
+  e["bytes"] = static_cast<std::int64_t>(data->size());
+  entries_.push_back(e);
+}
+
+void BlobKeeper::add_file(const std::string& role, const std::string& path, const std::string& host_path) {
+  // O_NOFOLLOW: a symlink given as an input is refused here rather than kept as whatever it
+  // points to (the sandbox's bind would resolve it, but the record keeps what was named).
+  int fd = ::open(host_path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
+    entries_.push_back({{"role", role}, {"path", path}, {"skipped", std::string("open: ") + std::strerror(errno)}});
+    return;
+  }
+  UniqueFd guard(fd);
+  struct stat st;
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    entries_.push_back({{"role", role}, {"path", path}, {"skipped", std::string("not a regular file: ") + file_kind(st.st_mode)}});
+    return;
+  }
+  add_fd(role, path, fd, st.st_mode);
+}
+
+void BlobKeeper::add_tree(const std::string& file_role, const std::string& dir_role, const std::string& link_role,
+                          const std::string& prefix, const std::string& host_dir) {
+  int root = ::open(host_dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (root < 0) {
+    entries_.push_back({{"role", dir_role}, {"path", prefix}, {"skipped", std::string("open: ") + std::strerror(errno)}});
+    return;
+  }
+  // Depth-first through directory fds (openat with O_NOFOLLOW): a symlink anywhere in the tree
+  // is listed, never followed, so nothing outside the tree is read.
+  struct Dir {
+    UniqueFd fd;
+    std::string rel;
+    int depth;
+  };
+  std::vector<Dir> stack;
+  stack.push_back({UniqueFd(root), "", 0});
+  std::size_t seen = 0;
+  while (!stack.empty()) {
+    Dir d = std::move(stack.back());
+    stack.pop_back();
+    auto names = list_dir(d.fd.get(), kStage, host_dir + (d.rel.empty() ? "" : "/" + d.rel));
+    if (!names) {
+      entries_.push_back({{"role", dir_role}, {"path", prefix + d.rel}, {"skipped", names.error().describe()}});
+      continue;
+    }
+    std::sort(names->begin(), names->end());
+    for (auto& name : *names) {
+      std::string rel = d.rel.empty() ? name : d.rel + "/" + name;
+      std::string path = prefix.empty() ? rel : prefix + "/" + rel;
+      if (++seen > 100000) {
+        entries_.push_back({{"role", dir_role}, {"path", prefix}, {"skipped", "more than 100000 entries: the rest is not kept"}});
+        return;
+      }
+      struct stat st;
+      if (::fstatat(d.fd.get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+        entries_.push_back({{"role", file_role}, {"path", path}, {"skipped", std::string("stat: ") + std::strerror(errno)}});
+        continue;
+      }
+      if (S_ISDIR(st.st_mode)) {
+        entries_.push_back({{"role", dir_role}, {"path", path}, {"mode", mode_text(st.st_mode)}});
+        if (d.depth >= 64) {
+          entries_.push_back({{"role", dir_role}, {"path", path}, {"skipped", "deeper than 64 levels"}});
+          continue;
+        }
+        int sub = ::openat(d.fd.get(), name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (sub < 0) {
+          entries_.push_back({{"role", dir_role}, {"path", path}, {"skipped", std::string("open: ") + std::strerror(errno)}});
+          continue;
+        }
+        stack.push_back({UniqueFd(sub), rel, d.depth + 1});
+      } else if (S_ISREG(st.st_mode)) {
+        int fd = ::openat(d.fd.get(), name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+        if (fd < 0) {
+          entries_.push_back({{"role", file_role}, {"path", path}, {"skipped", std::string("open: ") + std::strerror(errno)}});
+          continue;
+        }
+        UniqueFd guard(fd);
+        add_fd(file_role, path, fd, st.st_mode);
+      } else if (S_ISLNK(st.st_mode)) {
+        char target[4097];
+        ssize_t n = ::readlinkat(d.fd.get(), name.c_str(), target, sizeof target - 1);
+        if (n < 0 || n >= static_cast<ssize_t>(sizeof target - 1))
+          entries_.push_back({{"role", link_role}, {"path", path}, {"skipped", "unreadable or overlong symlink"}});
+        else
+          entries_.push_back({{"role", link_role}, {"path", path}, {"target", std::string(target, static_cast<std::size_t>(n))}});
+      } else {
+        entries_.push_back({{"role", file_role}, {"path", path},
+                            {"skipped", std::string("a ") + file_kind(st.st_mode) + " is never followed nor kept"}});
+      }
+    }
+  }
+}
+
+Result<GcReport> gc_blobs(const Dirs& dirs, int keep_days, std::int64_t max_bytes, bool dry_run) {
+  GcReport rep;
+  // Held before the ledger is read: a blob put after this point is either seen with its fresh
+  // mtime (spared for the hour) or put after every delete. A dry run deletes nothing and shares it.
+  std::optional<StoreLock> lock;
+  if (struct stat st; ::stat(blobs_dir(dirs).c_str(), &st) == 0) {  // no store: nothing to delete, nothing made
+    auto l = StoreLock::acquire(dirs, dry_run ? LOCK_SH : LOCK_EX);
+    if (!l) return l.error();
+    lock.emplace(std::move(*l));
+  }
+  std::string cutoff = keep_days < 0 ? "" : rfc3339_at(std::time(nullptr) - static_cast<std::time_t>(keep_days) * 86400);
+  // Which records need each blob: run id and start, newest last (ledger order).
+  struct Need {
+    std::string run_id, started_at;
+    bool kept = false;
+  };
+  std::map<std::string, std::vector<Need>> needs;
+  std::uint64_t torn = 0;
+  auto scanned = scan_ledger(dirs, [&](const LedgerLine& line) {
+    auto entry = parse_ledger_line(line.text);
+    if (!entry) {
+      rep.warnings.push_back("ledger line " + std::to_string(line.line_no) + ": " + entry.error().message);
+      return true;
+    }
+    ++rep.records;
+    ParsedJson p = parse_json(entry->record, {kMaxTraceBytes});
+    if (!p.ok() || !p.value.is_object()) return true;
+    std::string started = p.value.value("started_at", std::string());
+    bool kept = cutoff.empty() || started >= cutoff;
+    if (kept) ++rep.kept_records;
+    auto it = p.value.find("blobs");
+    if (it == p.value.end() || !it->is_array()) return true;
+    for (auto& b : *it) {
+      if (!b.is_object() || !b.contains("sha256") || b.contains("skipped") || !b["sha256"].is_string()) continue;
+      needs[b["sha256"].get<std::string>()].push_back({entry->run_id, started, kept});
+    }
+    return true;
+  }, &torn);
+  if (!scanned) {
+    // Without the whole ledger it cannot be known which blobs are needed: delete nothing.
+    return make_error(kStage, "cannot read the ledger, so nothing is deleted: " + scanned.error().describe());
+  }
+  std::string root = blobs_dir(dirs) + "/sha256";
+  struct Blob {
+    std::string hex, path;
+    std::int64_t bytes = 0;
+    std::time_t mtime = 0;
+  };
+  std::vector<Blob> present;
+  if (DIR* top = ::opendir(root.c_str())) {
+    while (auto* e = ::readdir(top)) {
+      std::string sub = e->d_name;
+      if (sub.size() != 2) continue;
+      std::string subdir = root + "/" + sub;
+      if (DIR* d = ::opendir(subdir.c_str())) {
+        while (auto* f = ::readdir(d)) {
+          std::string name = f->d_name;
+          if (!is_sha256_hex(name) || name.compare(0, 2, sub) != 0) continue;
+          struct stat st;
+          if (::lstat((subdir + "/" + name).c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
+          present.push_back({name, subdir + "/" + name, static_cast<std::int64_t>(st.st_size), st.st_mtime});
+        }
+        ::closedir(d);
+      }
+    }
+    ::closedir(top);
+  }
+  std::time_t now = std::time(nullptr);
+  std::vector<std::pair<Blob, std::string>> candidates;  // kept so far, with the newest kept run needing it
+  auto remove = [&](const Blob& b, std::string why, bool needed) {
+    if (!dry_run && ::unlink(b.path.c_str()) != 0 && errno != ENOENT) {
+      rep.warnings.push_back("cannot delete " + b.path + ": " + std::strerror(errno));
+      rep.kept.push_back({b.hex, b.bytes, "could not be deleted", needed});
+      rep.kept_bytes += b.bytes;
+      return;
+    }
+    rep.deleted.push_back({b.hex, b.bytes, std::move(why), needed});
+    rep.deleted_bytes += b.bytes;
+  };
+  for (auto& b : present) {
+    auto it = needs.find(b.hex);
+    if (it == needs.end()) {
+      if (now - b.mtime < 3600) {
+        rep.kept.push_back({b.hex, b.bytes, "named by no record yet, written in the last hour (a run may still record it)", false});
+        rep.kept_bytes += b.bytes;
+      } else {
+        remove(b, "named by no record", false);
+      }
+      continue;
+    }
+    const Need* newest_kept = nullptr;
+    for (auto& n : it->second)
+      if (n.kept && (!newest_kept || n.started_at > newest_kept->started_at)) newest_kept = &n;
+    if (!newest_kept && now - b.mtime < 3600) {
+      // Only old records name it, but a run kept it within the hour (put_blob): one that may be
+      // recorded after this scan of the ledger.
+      rep.kept.push_back({b.hex, b.bytes, "kept by a run in the last hour (it may not be recorded yet)", false});
+      rep.kept_bytes += b.bytes;
+      continue;
+    }
+    if (!newest_kept) {
+      remove(b, "needed only by runs older than " + std::to_string(keep_days) + " day(s) (newest: " + it->second.back().run_id + ")", false);
+      continue;
+    }
+    std::string why = "needed by kept run " + newest_kept->run_id;
+    if (it->second.size() > 1) why += " (and " + std::to_string(it->second.size() - 1) + " other record(s))";
+    candidates.push_back({b, why});
+    rep.kept_bytes += b.bytes;
+  }
+  // Over --max-bytes: the blobs whose newest kept run is oldest go first, and say whose replay
+  // they take away.
+  std::sort(candidates.begin(), candidates.end(), [&](auto& a, auto& b) {
+    auto na = needs[a.first.hex], nb = needs[b.first.hex];
+    auto newest = [](const std::vector<Need>& v) {
+      std::string s;
+      for (auto& n : v)
+        if (n.kept) s = std::max(s, n.started_at);
+      return s;
+    };
+    return newest(na) < newest(nb);
+  });
+  for (auto& [b, why] : candidates) {
+    if (max_bytes >= 0 && rep.kept_bytes > max_bytes) {
+      rep.kept_bytes -= b.bytes;
+      remove(b, "over --max-bytes " + format_size(max_bytes) + ", although " + why.substr(std::string("needed by ").size()) +
+                    " needs it: that run can no longer be replayed",
+             true);
+    } else {
+      rep.kept.push_back({b.hex, b.bytes, why, true});
+    }
+  }
+  if (torn) rep.warnings.push_back("the ledger ends in a torn append of " + std::to_string(torn) + " bytes (see sbx trace verify)");
+  return rep;
+}
+
+}  // namespace sbx

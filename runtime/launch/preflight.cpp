@@ -1,0 +1,272 @@
+#include "runtime/launch/preflight.hpp"
+
+#include <fcntl.h>
+#include <grp.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "runtime/egress/egress_policy.hpp"
+#include "runtime/linux/gpu.hpp"
+#include "runtime/image/image_seal.hpp"
+#include "runtime/image/image_store.hpp"
+#include "runtime/linux/memory_fallback.hpp"
+#include "runtime/linux/mounts.hpp"
+#include "runtime/linux/seccomp_policy.hpp"
+#include "runtime/base/units.hpp"
+#include "runtime/linux/userns.hpp"
+
+namespace sbx {
+namespace {
+using nlohmann::json;
+
+std::string current_dir() {
+  char buf[4096];
+  return ::getcwd(buf, sizeof buf) ? std::string(buf) : std::string();
+}
+
+// The flag that sets each limit of the plan (limits_plan.hpp's names).
+const char* flag_of(const std::string& limit) {
+  if (limit == "cpu_time") return "--cpu-time";
+  if (limit == "output") return "--output-limit";
+  if (limit == "memory") return "--memory";
+  if (limit == "pids") return "--pids";
+  if (limit == "cpus") return "--cpus";
+  return "--timeout";
+}
+
+json limit_value(const Limits& l, const std::string& limit) {
+  if (limit == "memory") return *l.memory_bytes;
+  if (limit == "pids") return *l.pids;
+  if (limit == "cpus") return *l.cpus;
+  if (limit == "cpu_time") return *l.cpu_time_ms;
+  if (limit == "timeout") return *l.timeout_ms;
+  if (limit == "output") return *l.output_limit_bytes;
+  return nullptr;
+}
+
+json limits_json(const Limits& l, const LimitPlan& plan, const std::map<std::string, std::string>& layers) {
+  json out = json::array();
+  for (auto& d : plan.decisions) {
+    auto layer = layers.find(d.limit);
+    out.push_back({{"limit", d.limit},
+                   {"value", limit_value(l, d.limit)},
+                   {"set_by", layer == layers.end() ? json(nullptr) : json(layer->second)},
+                   {"enforced", d.applied},
+                   {"degraded", d.degraded},
+                   {"mechanism", d.applied ? json(d.mechanism) : json(nullptr)},
+                   {"reason", d.reason}});
+  }
+  out.push_back({{"limit", "tmp_size"}, {"value", l.tmp_size_bytes}, {"set_by", nullptr}, {"enforced", true},
+                 {"degraded", false}, {"mechanism", "tmpfs size option (/tmp)"}, {"reason", ""}});
+  return out;
+}
+
+// The image the run would be on, resolved and its seal taken now (the real run takes it while
+// init builds the sandbox; a dry run has no sandbox to overlap with).
+Result<json> image_json(const RunSpec& spec, const Dirs& dirs) {
+  if (spec.image == "host") return json{{"name", "host"}, {"digest", nullptr}};
+  ImageStore store(dirs.images);
+  auto image = store.resolve(spec.image);
+  if (!image) return image.error();
+  int fd = ::open(image->rootfs.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return sys_error("image", "open " + image->rootfs);
+  auto seal = compute_seal_fd(fd);
+  ::close(fd);
+  if (!seal) return seal.error();
+  SBX_TRY(seal_matches(*image, *seal, spec.image));
+  return json{{"name", spec.image}, {"digest", image->digest}, {"names", image->names}, {"seal", "checked"}};
+}
+
+json network_json(const RunSpec& spec) {
+  json j = {{"mode", spec.network.mode}, {"allow", spec.network.allow}};
+  if (spec.network.mode != "proxy") return j;
+  auto rules = parse_allow_rules(spec.network.allow);
+  std::vector<std::string> via_proxy;
+  if (rules) via_proxy = loopback_reached(*rules);
+  j["proxy"] = "127.0.0.1:" + std::to_string(kProxyPort) + " inside the sandbox, served by the supervisor outside";
+  j["loopback_through_proxy"] = via_proxy;
+  return j;
+}
+
+// As root, init looks a bind source up as the sandbox's root: the host uid and gid that inside 0
+// maps to, with no supplementary groups (userns.cpp's become_namespace_root). A child process with
+// exactly those credentials takes the same look now, before anything is created, so that a path
+// that uid cannot search fails here with the hint instead of inside a half-built sandbox. It
+// makes only system calls (fork of a single-threaded sbx). 0 when it can; else the errno.
+int stat_as_sandbox_root(const char* path, const IdentityPlan& identity) {
+  uid_t uid = identity.uid_map.empty() ? 0 : identity.uid_map.front().outside;
+  gid_t gid = identity.gid_map.empty() ? 0 : identity.gid_map.front().outside;
+  for (auto& m : identity.uid_map)
+    if (m.inside == 0) uid = m.outside;
+  for (auto& m : identity.gid_map)
+    if (m.inside == 0) gid = m.outside;
+  pid_t pid = ::fork();
+  if (pid < 0) return 0;  // cannot tell: the run finds out as before
+  if (pid == 0) {
+    struct stat st;
+    if (::setgroups(0, nullptr) != 0 || ::setresgid(gid, gid, gid) != 0 || ::setresuid(uid, uid, uid) != 0) ::_exit(0);
+    ::_exit(::stat(path, &st) == 0 ? 0 : (errno & 0xff));
+  }
+  // A source on a hung network or FUSE file system must not hang sbx before its run even starts:
+  // the answer is awaited for at most 5 s, then the child is killed and the question left to the
+  // run (whose mount would meet the same file system).
+  int ws = 0;
+  int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+  if (pidfd >= 0) {
+    struct pollfd p = {pidfd, POLLIN, 0};
+    int n;
+    do n = ::poll(&p, 1, 5000);
+    while (n < 0 && errno == EINTR);
+    ::close(pidfd);
+    if (n == 0) ::kill(pid, SIGKILL);
+  }
+  while (::waitpid(pid, &ws, 0) < 0 && errno == EINTR) {
+  }
+  return WIFEXITED(ws) ? WEXITSTATUS(ws) : 0;
+}
+
+}  // namespace
+
+Status check_trace_file(const std::string& path) {
+  if (path.empty()) return {};
+  auto slash = path.rfind('/');
+  std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  struct stat st;
+  if (::stat(dir.c_str(), &st) != 0) return sys_error("usage", "--trace-file " + path + ": directory " + dir);
+  if (!S_ISDIR(st.st_mode)) return make_error("usage", "--trace-file " + path + ": " + dir + " is not a directory");
+  if (::access(dir.c_str(), W_OK | X_OK) != 0) return sys_error("usage", "--trace-file " + path + ": directory " + dir);
+  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
+    return make_error("usage", "--trace-file " + path + " is a directory");
+  return {};
+}
+
+Status check_sources(const RunSpec& spec, const std::string& cwd, const IdentityPlan* identity) {
+  auto check = [&](const BindMount& b, const char* flag) -> Status {
+    std::string src = b.src[0] == '/' ? b.src : cwd + "/" + b.src;
+    struct stat st;
+    if (::stat(src.c_str(), &st) != 0) return sys_error("mounts", std::string(flag) + " " + b.src + ": source " + src);
+    if (!identity || identity->rootless) return {};
+    char real[PATH_MAX];
+    if (!::realpath(src.c_str(), real)) return sys_error("mounts", std::string(flag) + " " + b.src + ": source " + src);
+    if (int err = stat_as_sandbox_root(real, *identity)) {
+      Error e = make_error("mounts", "bind source " + std::string(real), err);
+      add_setup_hint(e, spec, *identity, cwd);
+      return e;
+    }
+    return {};
+  };
+  for (auto& b : spec.binds) SBX_TRY(check(b, "--bind"));
+  for (auto& in : spec.inputs) SBX_TRY(check(in, "--input"));
+  return {};
+}
+
+namespace {
+// The decision keeps the raw value (bytes, milliseconds) for the trace; a message says it the
+// way the flag takes it ("64M", "2s"), so a user can match it against the command line.
+std::string value_as_flag_spells_it(const LimitDecision& d) {
+  try {
+    if (d.limit == "memory" || d.limit == "output") return format_size(std::stoll(d.value));
+    if (d.limit == "cpu_time" || d.limit == "timeout") return format_duration_ms(std::stoll(d.value));
+  } catch (const std::exception&) {
+  }
+  return d.value;
+}
+}  // namespace
+
+std::optional<Error> require_limits_shortfall(const LimitPlan& plan, const CgroupInfo& cg,
+                                              const std::map<std::string, std::string>& layers) {
+  std::string missing;
+  // Not applied at all, or applied per process only where the limit is on the total (memory in
+  // the rlimit fallback: LimitPlan::unbounded).
+  for (auto* d : plan.unbounded()) {
+    auto layer = layers.find(d->limit);
+    std::string what = d->limit + (d->applied ? " in total" : "") + " (" + value_as_flag_spells_it(*d);
+    if (layer != layers.end() && layer->second.rfind("flag", 0) == 0)
+      what += ", set by " + layer->second + ": leave it out to run without it)";
+    else if (layer != layers.end())
+      what += ", set by " + layer->second + ": clear it with " + flag_of(d->limit) + " none)";
+    else
+      what += ")";
+    missing += (missing.empty() ? "" : ", ") + what;
+  }
+  if (missing.empty()) return std::nullopt;
+  return make_error("limits", "--require-limits: cannot enforce " + missing + " on this host (cgroup v2 layout: " +
+                                  cg.layout + "; see 'sbx doctor')");
+}
+
+void add_setup_hint(Error& e, const RunSpec& spec, const IdentityPlan& identity, const std::string& cwd) {
+  if (!e.hint.empty()) return;
+  if (e.stage == "execve" && (e.err == ENOENT || e.err == ENOTDIR) && !spec.argv.empty() && !spec.argv[0].empty() &&
+      spec.argv[0][0] != '/') {
+    const std::string& cmd = spec.argv[0];
+    bool relative = cmd.find('/') != std::string::npos;
+    struct stat st;
+    bool in_cwd = ::stat((cwd + "/" + cmd).c_str(), &st) == 0;
+    if (relative || in_cwd)
+      e.hint = "the sandbox's working directory is " + spec.workdir +
+               " and the current directory is not mounted; bind it with --bind .:/work --workdir /work, or pass "
+               "the file with --input, read-only at /in/NAME";
+    return;
+  }
+  bool bind = e.stage == "mounts" && e.message.rfind("bind source ", 0) == 0;
+  if (bind && e.err == EACCES && !identity.rootless && !identity.uid_map.empty()) {
+    std::uint32_t host_uid = identity.uid_map.front().outside;
+    for (auto& m : identity.uid_map)
+      if (m.inside == 0) host_uid = m.outside;
+    e.hint = "as root, the sandbox runs as host uid " + std::to_string(host_uid) +
+             ", which cannot reach this path: make every directory above it searchable for that uid "
+             "(e.g. chmod o+x), or run sbx as an ordinary user (rootless), whose own files the sandbox can read";
+  }
+}
+
+Result<json> dry_run(const RunRequest& req) {
+  const RunSpec& spec = req.spec;
+  std::string cwd = current_dir();
+  SBX_TRY(check_trace_file(req.trace_file));
+  auto identity = plan_identity(spec, req.id_slot);
+  if (!identity) return identity.error();
+  SBX_TRY(check_sources(spec, cwd, &*identity));  // in run_sandbox's order: the same first error
+  CgroupInfo cg = detect_cgroup();
+  GpuPlan gpu;
+  if (!spec.gpu.devices.empty()) {
+    auto planned = plan_gpu_for_run(spec, *identity, req.limit_layers);
+    if (!planned) return planned.error();
+    gpu = std::move(*planned);
+  }
+  LimitPlan plan = plan_limits(spec.limits, cg, ::geteuid() != 0, true, gpu.enabled);
+  if (spec.require_limits)
+    if (auto e = require_limits_shortfall(plan, cg, req.limit_layers)) return *e;
+  auto mounts = plan_mounts(spec, cwd);
+  if (!mounts) return mounts.error();
+  for (auto& n : gpu.nodes) mounts->device_nodes.push_back({n.host_path, n.path});  // as run_sandbox
+  for (auto& f : gpu.driver_files) mounts->binds.push_back(f);
+  auto fallback = apply_memory_fallback(spec, plan, req.explicit_limits, *identity, *mounts);
+  if (!fallback) return fallback.error();
+  auto image = image_json(spec, req.dirs);
+  if (!image) return image.error();
+  // No cache directory: a dry run writes nothing, not even a compiled policy.
+  auto seccomp = prepare_seccomp(spec.seccomp, "", spec.capabilities.keep);
+  if (!seccomp) return seccomp.error();
+  if (auto rules = parse_allow_rules(spec.network.allow); !rules) return rules.error();
+  json enforcement = {
+      {"limits", limits_json(spec.limits, plan, req.limit_layers)},
+      {"cgroup", plan.use_cgroup ? "v2: a run cgroup under " + (cg.root_subtree ? cg.mount + "/sbx" : cg.mount + cg.self_path)
+                                 : "unavailable (" + cg.layout + "): limits fall back to rlimits where one exists"},
+      {"identity", identity_to_json(*identity)},
+      {"seccomp", seccomp_enforcement_json(*seccomp)},
+      {"network", network_json(spec)},
+      {"image", *image},
+      {"mounts", mounts_to_json(*mounts)},
+      {"gpu", gpu_enforcement_json(gpu)}};
+  if (!fallback->is_null()) enforcement["memory_fallback"] = std::move(*fallback);
+  json out = spec_to_json(spec);
+  out["enforcement"] = std::move(enforcement);
+  return out;
+}
+
+}  // namespace sbx

@@ -1,0 +1,46 @@
+#pragma once
+// The checks a run makes before it creates anything, shared by the real run (sandbox.cpp, the
+// CLI) and `--dry-run`, which makes every one of them and prints what would be enforced, by
+// which mechanism, instead of running (man sbx, DRY RUN). A dry run that exits 0 is a run that
+// would get past its setup checks on this host; one that exits 125 says the same line the run
+// would.
+#include <map>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/linux/cgroup.hpp"
+#include "runtime/base/error.hpp"
+#include "runtime/linux/limits_plan.hpp"
+#include "runtime/launch/sandbox.hpp"
+#include "runtime/linux/userns.hpp"
+
+namespace sbx {
+
+// --trace-file PATH: its directory exists and is writable, checked before the program runs (a
+// record that cannot be written is otherwise discovered after the run).
+Status check_trace_file(const std::string& path);
+
+// Every --bind and --input source exists (as the caller sees it, relative to `cwd`); as root
+// (`identity` not rootless), the sandbox's root can reach it too (else EACCES with the hint).
+Status check_sources(const RunSpec& spec, const std::string& cwd, const IdentityPlan* identity);
+
+// --require-limits against a limit plan: the error the run fails with, naming each limit that
+// cannot be enforced, the layer that set it (`layers`: limit -> "profile 'untrusted'", "flag
+// --cpus", "pack.json", ...) and how to clear it; nullopt when the plan is enough.
+std::optional<Error> require_limits_shortfall(const LimitPlan& plan, const CgroupInfo& cg,
+                                              const std::map<std::string, std::string>& layers);
+
+// A setup failure the caller can fix gets its hint (Error::hint): a program not found by a path
+// relative to the sandbox's working directory (the caller's current directory is not mounted),
+// a bind source that the sandbox's host uid cannot reach as root.
+void add_setup_hint(Error& e, const RunSpec& spec, const IdentityPlan& identity, const std::string& cwd);
+
+// The dry run: every check above and those of run_sandbox's prepare step (identity, limits,
+// mounts, image and its seal, seccomp policy, allow rules), without creating a cgroup, a process
+// or a file. The JSON: the merged spec's members, plus "dry_run": {"enforcement": ...} (the
+// layout is documented in man/sbx.1, DRY RUN).
+Result<nlohmann::json> dry_run(const RunRequest& req);
+
+}  // namespace sbx

@@ -1,0 +1,428 @@
+#include "runtime/launch/supervisor.hpp"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/signalfd.h>
+#include <sys/syscall.h>
+#include <sys/timerfd.h>
+#include <sys/wait.h>
+#include <time.h>
+
+#include <cstring>
+#include <tuple>
+#include <unistd.h>
+#include <utility>
+#include <vector>
+
+#include <spdlog/spdlog.h>
+
+#include "runtime/linux/limits_plan.hpp"
+#include "runtime/base/log.hpp"
+#include "runtime/base/progress_line.hpp"
+#include "runtime/base/signals.hpp"
+
+namespace sbx {
+namespace {
+
+// Milliseconds on the monotonic clock: the one helper (progress_line.hpp), by this file's name.
+constexpr auto now_ms = monotonic_ms;
+
+int pidfd_send_signal(int pidfd, int sig) {
+  return static_cast<int>(::syscall(SYS_pidfd_send_signal, pidfd, sig, nullptr, 0));
+}
+
+// An armed timer's fd, closed when it has fired or the run is over.
+class TimerFd {
+ public:
+  TimerFd() = default;
+  TimerFd(const TimerFd&) = delete;
+  TimerFd& operator=(const TimerFd&) = delete;
+  ~TimerFd() { reset(); }
+  void reset(int fd = -1) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = fd;
+  }
+  int fd() const { return fd_; }
+
+ private:
+  int fd_ = -1;
+};
+
+// One pass of the loop's pollfd array, and where each participant's entries are in it.
+struct PollSet {
+  std::vector<struct pollfd> fds;
+  int add(int fd, short events = POLLIN) {
+    if (fd < 0) return -1;
+    fds.push_back({fd, events, 0});
+    return static_cast<int>(fds.size()) - 1;
+  }
+  short revents(int i) const { return i >= 0 ? fds[static_cast<std::size_t>(i)].revents : 0; }
+  bool ready(int i) const { return revents(i) & (POLLIN | POLLHUP | POLLERR); }
+};
+
+// The poll entries of the program's stdin (stdin_relay.hpp); -1: not polled this pass.
+struct StdinSlots {
+  int src = -1, sink = -1, handoff = -1, winch = -1;
+};
+
+class Supervisor {
+ public:
+  explicit Supervisor(const SuperviseInput& in)
+      : in_(in),
+        start_(in.start_ms ? in.start_ms : now_ms()),
+        out_(in.out_fd, OutputSink::open(in.out_dst), in.output_limit_bytes),
+        err_(in.err_fd, OutputSink::open(in.err_dst), in.output_limit_bytes),
+        msg_fd_(in.msg_fd),
+        seccomp_(in.seccomp_sock, in.seccomp_reference, start_, in.seccomp_named) {
+    if (in_.events)
+      seccomp_.on_refused = [ev = in_.events](const SeccompViolation& v) {
+        ev->emit("violation", {{"kind", "seccomp"}, {"name", v.name}, {"number", v.number}, {"arch", v.arch},
+                               {"action", v.action}, {"count", v.count}});
+      };
+  }
+  ~Supervisor() {
+    if (msg_fd_ >= 0) ::close(msg_fd_);
+  }
+  SuperviseResult run();
+
+ private:
+  bool running(std::int64_t now);
+  int poll_timeout(std::int64_t now, bool proxy_polled) const;
+  StdinSlots poll_stdin(PollSet& p, bool live);
+  void on_stdin(const PollSet& p, const StdinSlots& s);
+  bool handoff_pending() const { return in_.input && in_.input->handoff_fd() >= 0; }
+  void dispatch(const PollSet& p, int i_msg, int i_dl, int i_cpu, int i_gr, int i_sig, int i_scs, int i_scl, int i_pid);
+  void on_message();
+  void on_deadline();
+  void on_cpu_timer();
+  void on_grace_expired();
+  void on_signals();
+  void on_init_exit();
+  void arm(TimerFd& t, std::int64_t ms, const char* stage, const char* what);
+  void fail(Error e);
+  void kill_all() { pidfd_send_signal(in_.pidfd, SIGKILL); }
+  void wind_up();
+  void note_truncation();
+
+  const SuperviseInput& in_;
+  SuperviseResult r_;
+  std::int64_t start_;
+  OutputRelay out_, err_;
+  int msg_fd_;
+  TimerFd deadline_, grace_, cpu_timer_;
+  bool init_done_ = false;
+  std::int64_t init_done_at_ = 0;
+  bool out_truncated_ = false, err_truncated_ = false;  // already told as events
+  SeccompNotifier seccomp_;
+};
+
+Result<int> arm_with(const SuperviseInput& in, std::int64_t ms) {
+  return in.arm_timer ? in.arm_timer(ms) : arm_timerfd(ms);
+}
+
+// Fail closed: a run is never left without a limit it was given.
+void Supervisor::arm(TimerFd& t, std::int64_t ms, const char* stage, const char* what) {
+  auto fd = arm_with(in_, ms);
+  if (!fd) return fail(make_error(stage, std::string("cannot arm the timer of ") + what + ": " + fd.error().message,
+                                  fd.error().err));
+  t.reset(*fd);
+}
+
+void Supervisor::fail(Error e) {
+  if (!r_.error) {
+    spdlog::debug("supervisor: {}: killing the sandbox", e.describe());
+    r_.error = std::move(e);
+  }
+  kill_all();
+}
+
+// While init lives, and until its report and both streams are done. Once init is gone every
+// process of its pid namespace is being killed and the pipes close within milliseconds; after
+// 5 s of that (a kernel surprise) the sources are given up. Output that only waits for a slow
+// reader keeps the loop going: the wall-time limit bounds it (on_deadline).
+bool Supervisor::running(std::int64_t now) {
+  if (!init_done_) return true;
+  // A pty master still on its way from init (stdin_relay.hpp) is a source of stdout too.
+  bool sources = out_.source_open() || err_.source_open() || msg_fd_ >= 0 || handoff_pending();
+  if (sources && now - init_done_at_ >= 5000) {
+    out_.abandon();
+    err_.abandon();
+    if (in_.input) in_.input->abandon_handoff();
+    if (msg_fd_ >= 0) ::close(msg_fd_);
+    msg_fd_ = -1;
+    return false;
+  }
+  return sources || out_.pending() || err_.pending();
+}
+
+int Supervisor::poll_timeout(std::int64_t now, bool proxy_polled) const {
+  int wait_ms = -1;
+  if (init_done_ && (out_.source_open() || err_.source_open() || msg_fd_ >= 0 || handoff_pending()))
+    wait_ms = static_cast<int>(std::max<std::int64_t>(0, init_done_at_ + 5000 - now));
+  if (proxy_polled) {
+    std::int64_t t = in_.proxy->ms_until_next_expiry(now);
+    if (t >= 0 && (wait_ms < 0 || t < wait_ms)) wait_ms = static_cast<int>(t);
+  }
+  return wait_ms;
+}
+
+SuperviseResult Supervisor::run() {
+  r_.timed_out = in_.timed_out_before_start;
+  if (msg_fd_ >= 0) ::fcntl(msg_fd_, F_SETFL, ::fcntl(msg_fd_, F_GETFL) | O_NONBLOCK);
+  if (in_.timeout_ms && !in_.timed_out_before_start) arm(deadline_, *in_.timeout_ms, "timeout", "the wall-time limit");
+  if (in_.cpu_budget_ms && in_.cpu_used_us)
+    arm(cpu_timer_, cpu_time_recheck_ms(*in_.cpu_budget_ms, 0, in_.max_cpus), "cpu_time", "the CPU-time budget");
+  for (std::int64_t now = now_ms(); running(now); now = now_ms()) {
+    PollSet p;
+    p.fds.reserve(16);
+    bool live = !init_done_;
+    int i_pid = p.add(live ? in_.pidfd : -1);
+    int i_out = p.add(out_.src_poll_fd()), i_err = p.add(err_.src_poll_fd());
+    int o_out = p.add(out_.sink_poll_fd(), out_.sink_events()), o_err = p.add(err_.sink_poll_fd(), err_.sink_events());
+    int i_msg = p.add(msg_fd_);
+    // After init, signals are still read while output waits for its reader: one ends that wait.
+    bool delivering = out_.pending() || err_.pending();
+    int i_dl = p.add(deadline_.fd()), i_gr = p.add(live ? grace_.fd() : -1);
+    int i_sig = p.add(live || delivering ? in_.signal_fd : -1);
+    int i_cpu = p.add(live ? cpu_timer_.fd() : -1);
+    int i_scs = p.add(live ? seccomp_.sock_fd() : -1), i_scl = p.add(live ? seccomp_.listener_fd() : -1);
+    StdinSlots in_slots = poll_stdin(p, live);
+    std::size_t proxy_first = p.fds.size();
+    if (in_.proxy && live) in_.proxy->add_pollfds(p.fds);
+    std::size_t proxy_count = p.fds.size() - proxy_first;
+    std::size_t cg_first = p.fds.size();
+    if (in_.cgroup_events && live) in_.cgroup_events->add_pollfds(p.fds);
+    std::size_t cg_count = p.fds.size() - cg_first;
+    int i_ev = p.add(in_.events ? in_.events->poll_fd() : -1, POLLOUT);
+    int rc = ::poll(p.fds.data(), static_cast<nfds_t>(p.fds.size()), poll_timeout(now, proxy_count > 0));
+    if (rc < 0) {
+      if (errno == EINTR) continue;
+      fail(sys_error("supervise", "poll"));
+      break;
+    }
+    if (p.ready(i_out)) out_.on_src_ready();
+    if (p.ready(i_err)) err_.on_src_ready();
+    if (p.revents(o_out)) out_.on_sink_ready(p.revents(o_out));
+    if (p.revents(o_err)) err_.on_sink_ready(p.revents(o_err));
+    on_stdin(p, in_slots);
+    if (proxy_count) {
+      in_.proxy->on_events(p.fds.data() + proxy_first, proxy_count, now_ms());
+      in_.proxy->expire_idle(now_ms());
+    }
+    dispatch(p, i_msg, i_dl, i_cpu, i_gr, i_sig, i_scs, i_scl, i_pid);
+    if (cg_count) in_.cgroup_events->on_events(p.fds.data() + cg_first, cg_count);
+    if (in_.events) {
+      note_truncation();
+      if (p.revents(i_ev)) in_.events->on_writable(p.revents(i_ev));
+    }
+  }
+  wind_up();
+  return std::move(r_);
+}
+
+// The output limit was reached on a stream: said once per stream, as it happens.
+void Supervisor::note_truncation() {
+  for (auto [name, relay, told] : {std::tuple{"stdout", &out_, &out_truncated_}, std::tuple{"stderr", &err_, &err_truncated_}}) {
+    if (*told || !relay->truncated()) continue;
+    *told = true;
+    in_.events->emit("output_truncated", {{"stream", name}, {"limit_bytes", in_.output_limit_bytes ? nlohmann::json(*in_.output_limit_bytes) : nlohmann::json(nullptr)}});
+  }
+}
+
+// The stdin relay runs while the program may read; the pty's handoff is watched until it has
+// come, also after init has ended (the program's output may wait in the pty).
+StdinSlots Supervisor::poll_stdin(PollSet& p, bool live) {
+  StdinSlots s;
+  if (!in_.input) return s;
+  if (OutputRelay* relay = live ? in_.input->relay() : nullptr) {
+    s.src = p.add(relay->src_poll_fd());
+    s.sink = p.add(in_.input->relay_sink_poll_fd(), relay->sink_events());
+  }
+  s.handoff = p.add(in_.input->handoff_fd());
+  s.winch = p.add(live ? in_.input->winch_fd() : -1);
+  return s;
+}
+
+void Supervisor::on_stdin(const PollSet& p, const StdinSlots& s) {
+  if (!in_.input) return;
+  OutputRelay* relay = in_.input->relay();
+  if (relay && p.ready(s.src)) relay->on_src_ready();
+  if (relay && p.revents(s.sink)) relay->on_sink_ready(p.revents(s.sink));
+  if (p.ready(s.handoff)) out_.adopt_source(in_.input->on_handoff_ready());
+  if (p.ready(s.winch)) in_.input->on_winch();
+  if (out_.reader_closed()) in_.input->hang_up();  // a pty's stdout has no pipe to close
+}
+
+void Supervisor::dispatch(const PollSet& p, int i_msg, int i_dl, int i_cpu, int i_gr, int i_sig, int i_scs,
+                          int i_scl, int i_pid) {
+  if (p.ready(i_msg)) on_message();
+  if (p.ready(i_dl)) on_deadline();
+  if (p.ready(i_cpu)) on_cpu_timer();
+  if (p.ready(i_gr) && !init_done_) on_grace_expired();
+  if (p.ready(i_sig)) on_signals();
+  if (p.ready(i_scs)) seccomp_.on_sock_readable();
+  if (p.ready(i_scl) && seccomp_.on_listener_ready(p.revents(i_scl), now_ms()) && !r_.seccomp_kill) {
+    r_.seccomp_kill = *seccomp_.kill();
+    kill_all();
+  }
+  if (p.ready(i_pid)) on_init_exit();
+}
+
+void Supervisor::on_message() {
+  ChildMsg m;
+  ssize_t k = ::read(msg_fd_, &m, sizeof m);
+  if (k == static_cast<ssize_t>(sizeof m)) {
+    if (m.kind == ChildMsg::kSetupError && !r_.setup_error) r_.setup_error = m;
+    if (m.kind == ChildMsg::kStarted && m.caps.read == 1)
+      r_.program_caps = ProcessCaps{m.caps.sets[0], m.caps.sets[1], m.caps.sets[2], m.caps.sets[3], m.caps.sets[4]};
+    if (m.kind == ChildMsg::kProgramStatus) {
+      // Init has killed and reaped everything else: the sandbox is empty. The message can be
+      // read after init's exit was already seen (both were ready in one poll).
+      r_.program_wait_status = m.wait_status;
+      r_.usage = m.usage;
+      if (!init_done_) {  // init is still exiting: it is reaped by the caller, later
+        init_done_ = true;
+        init_done_at_ = now_ms();
+        r_.init_pending = true;
+        r_.wall_ms = init_done_at_ - start_;
+      }
+      ::close(msg_fd_);  // nothing follows; its EOF would only come once init's exit is done
+      msg_fd_ = -1;
+    }
+  } else if (k >= 0 || (errno != EAGAIN && errno != EINTR)) {
+    // EOF, or a short message (init writes whole messages atomically: it died mid-way).
+    ::close(msg_fd_);
+    msg_fd_ = -1;
+  }
+}
+
+// The wall-time limit: while the program runs, the sandbox is killed. Once it has ended, the
+// limit still bounds the delivery of its output to a reader that does not take it: what is
+// left is dropped (counted as undelivered), and the run is recorded as timed out.
+void Supervisor::on_deadline() {
+  deadline_.reset();
+  if (!init_done_) {
+    r_.timed_out = true;
+    if (in_.events) in_.events->emit("limit", {{"source", "sbx"}, {"counter", "wall_time"}});
+    kill_all();
+  } else if (out_.pending() || err_.pending()) {
+    r_.timed_out = true;
+    r_.delivery_timed_out = true;
+  }
+  out_.abandon();
+  err_.abandon();
+  if (in_.input && in_.input->relay()) in_.input->relay()->abandon();
+}
+
+void Supervisor::on_cpu_timer() {
+  cpu_timer_.reset();
+  auto used = in_.cpu_used_us();
+  if (!used) {
+    return fail(make_error("cpu_time", "cannot read the CPU time used against the CPU-time budget: " + used.error().message,
+                           used.error().err));
+  }
+  std::int64_t next = cpu_time_recheck_ms(*in_.cpu_budget_ms, *used, in_.max_cpus);
+  if (next == 0) {
+    r_.cpu_exceeded = true;
+    if (in_.events) in_.events->emit("limit", {{"source", "sbx"}, {"counter", "cpu_time"}, {"budget_ms", *in_.cpu_budget_ms}});
+    kill_all();
+  } else {
+    arm(cpu_timer_, next, "cpu_time", "the CPU-time budget");
+  }
+}
+
+void Supervisor::on_grace_expired() {
+  grace_.reset();
+  r_.killed_after_grace = true;
+  kill_all();
+}
+
+// The first signal is forwarded to init, which passes it on to the program's process group
+// (child.cpp); the sandbox is killed when the grace period is over, or at a second signal.
+void Supervisor::on_signals() {
+  struct signalfd_siginfo si;
+  while (::read(in_.signal_fd, &si, sizeof si) == static_cast<ssize_t>(sizeof si)) {
+    int sig = static_cast<int>(si.ssi_signo);
+    if (init_done_) {  // nothing left to forward to: the caller wants sbx to stop delivering
+      if (!r_.signal_after_end) r_.signal_after_end = sig;
+      out_.abandon();
+      err_.abandon();
+    } else if (r_.forwarded_signal == 0) {
+      r_.forwarded_signal = sig;
+      spdlog::info("forwarding {} to the sandbox; killing it in {} ms unless it exits", signal_name(sig), in_.kill_grace_ms);
+      pidfd_send_signal(in_.pidfd, sig);
+      arm(grace_, in_.kill_grace_ms, "signal", "the grace period after a forwarded signal");
+    } else if (!r_.killed_after_grace) {
+      r_.killed_after_grace = true;
+      r_.second_signal = sig;
+      kill_all();
+    }
+  }
+}
+
+void Supervisor::on_init_exit() {
+  int ws = 0;
+  struct rusage ru {};
+  pid_t w = ::wait4(in_.pid, &ws, WNOHANG, &ru);
+  if (w != in_.pid) return;
+  init_done_ = true;
+  r_.init_pending = false;
+  init_done_at_ = now_ms();
+  r_.init_wait_status = ws;
+  if (!r_.program_wait_status) r_.usage = ru;  // the report's usage is the program's own
+  r_.wall_ms = init_done_at_ - start_;
+}
+
+// The loop has ended. If init still lives (poll failed), it is killed; its death is waited for
+// a bounded time (a process of the sandbox stuck in the kernel can hold up the pid namespace's
+// teardown), and past that it is left for reap_init(), after the record is written.
+void Supervisor::wind_up() {
+  if (in_.proxy) in_.proxy->close_all();  // the run has ended: so has every connection
+  if (!init_done_) {
+    kill_all();
+    struct pollfd pfd = {in_.pidfd, POLLIN, 0};
+    while (::poll(&pfd, 1, 5000) < 0 && errno == EINTR) {
+    }
+    int ws = 0;
+    if (::wait4(in_.pid, &ws, WNOHANG, &r_.usage) == in_.pid) r_.init_wait_status = ws;
+    else r_.init_pending = true;
+    r_.wall_ms = now_ms() - start_;
+  }
+  r_.violations = seccomp_.violations();
+  r_.seccomp_totals = seccomp_.totals();
+  r_.out = out_.finish();
+  r_.err = err_.finish();
+  if (in_.events) note_truncation();
+}
+
+}  // namespace
+
+Result<int> arm_timerfd(std::int64_t ms) {
+  int fd = ::timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+  if (fd < 0) return sys_error("timer", "timerfd_create");
+  struct itimerspec its = {};
+  its.it_value.tv_sec = ms / 1000;
+  its.it_value.tv_nsec = (ms % 1000) * 1'000'000;
+  if (its.it_value.tv_sec == 0 && its.it_value.tv_nsec == 0) its.it_value.tv_nsec = 1;
+  if (::timerfd_settime(fd, 0, &its, nullptr) != 0) {
+    Error e = sys_error("timer", "timerfd_settime");
+    ::close(fd);
+    return e;
+  }
+  return fd;
+}
+
+SuperviseResult supervise(const SuperviseInput& in) {
+  NonBlockingLogScope log_never_blocks;
+  return Supervisor(in).run();
+}
+
+int reap_init(pid_t pid) {
+  int ws = 0;
+  while (::waitpid(pid, &ws, 0) < 0 && errno == EINTR) {
+  }
+  return ws;
+}
+
+}  // namespace sbx

@@ -1,0 +1,469 @@
+#include "runtime/launch/tenant.hpp"
+
+#include <dirent.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <memory>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/egress/egress_policy.hpp"
+#include "runtime/linux/gpu.hpp"
+#include "runtime/image/image_store.hpp"
+#include "runtime/base/json_io.hpp"
+#include "runtime/launch/sandbox.hpp"
+#include "runtime/base/suggest.hpp"
+#include "runtime/base/units.hpp"
+#include "runtime/linux/userns.hpp"
+
+namespace sbx {
+using json = nlohmann::json;
+
+namespace {
+
+std::string lower(std::string s) {
+  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+Result<std::vector<std::string>> string_list(const json& v, const std::string& where, const std::string& key,
+                                             std::size_t max_items) {
+  if (!v.is_array()) return make_error("usage", where + ": /" + key + ": must be an array of strings");
+  if (v.size() > max_items)
+    return make_error("usage", where + ": /" + key + ": at most " + std::to_string(max_items) + " entries");
+  std::vector<std::string> out;
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    if (!v[i].is_string() || v[i].get<std::string>().empty() || v[i].get<std::string>().size() > 512)
+      return make_error("usage", where + ": /" + key + "/" + std::to_string(i) + ": must be a non-empty string (at most 512 bytes)");
+    out.push_back(v[i].get<std::string>());
+  }
+  return out;
+}
+
+// Whether the tenant's rule `t` admits every destination the run's rule `r` admits.
+bool port_covers(const AllowRule& t, const AllowRule& r) {
+  if (t.any_port) return true;
+  if (r.any_port) return false;
+  if (t.port == r.port) return true;
+  if (!t.port && r.port) return *r.port == 80 || *r.port == 443;  // t: 80 and 443
+  return false;
+}
+
+bool addr_in(const AllowRule& net, const AllowRule& r) {
+  if (net.v6 != r.v6 || r.prefix < net.prefix) return false;
+  int bits = net.prefix;
+  for (int i = 0; i < 16 && bits > 0; ++i, bits -= 8) {
+    std::uint8_t mask = bits >= 8 ? 0xff : static_cast<std::uint8_t>(0xff << (8 - bits));
+    if ((net.addr[i] & mask) != (r.addr[i] & mask)) return false;
+  }
+  return true;
+}
+
+bool rule_covers(const AllowRule& t, const AllowRule& r) {
+  if (!port_covers(t, r)) return false;
+  using K = AllowRule::Kind;
+  switch (t.kind) {
+    case K::name:
+      return r.kind == K::name && lower(r.name) == lower(t.name);
+    case K::wildcard: {
+      if (r.kind != K::name && r.kind != K::wildcard) return false;
+      std::string n = lower(r.name), s = lower(t.name);
+      if (r.kind == K::wildcard && n == s) return true;
+      return n.size() > s.size() + 1 && n.ends_with("." + s);
+    }
+    case K::address:
+    case K::cidr:
+      return (r.kind == K::address || r.kind == K::cidr) && addr_in(t, r);
+  }
+  return false;
+}
+
+std::string layer_of(const std::map<std::string, std::string>& layers, const std::string& name) {
+  auto it = layers.find(name);
+  return it == layers.end() ? std::string("the run") : it->second;
+}
+
+// One limit. A value the caller asked for (a flag, a pack's manifest, an exec request) above the
+// ceiling is refused: the tenant is the operator's own higher policy, so a flag passes it no more
+// than a manifest does. A value that only the profile or sbx's defaults set (nobody asked for it
+// in this run) is lowered to the ceiling, as is "unlimited" from those layers: a tenant whose
+// ceiling is below the profile's default can still run with the default profile.
+template <typename T>
+Status cap(const Tenant& t, const char* spec_key, const char* name, const char* layer_name, const std::optional<T>& ceiling,
+           std::optional<T>& asked, const std::map<std::string, std::string>& layers, std::string (*fmt)(std::int64_t)) {
+  if (std::find(t.limit_keys_set.begin(), t.limit_keys_set.end(), spec_key) == t.limit_keys_set.end()) return {};
+  std::string layer = layer_of(layers, layer_name);
+  const bool from_below = layer.starts_with("profile ") || layer.starts_with("sbx's defaults") || layer == "the run";
+  if (from_below) {
+    if (!asked || *asked > *ceiling) asked = ceiling;
+    return {};
+  }
+  if (!asked) {
+    if (layer.starts_with("flag "))
+      return make_error("usage", std::string("tenant '") + t.name + "': " + name + ": unlimited (" + layer +
+                                     ") is above the tenant's ceiling (" + shown_limit(ceiling, fmt) +
+                                     "): a tenant's ceiling binds the operator's flags too");
+    asked = ceiling;
+    return {};
+  }
+  if (*asked > *ceiling)
+    return make_error("usage", std::string("tenant '") + t.name + "': " + name + ": " + shown_limit(asked, fmt) + " (" + layer +
+                                   ") is above the tenant's ceiling (" + shown_limit(ceiling, fmt) +
+                                   "): nothing below a tenant may raise its limits, the operator's flags included");
+  return {};
+}
+
+Status cap_plain(const Tenant& t, const char* spec_key, const char* name, std::int64_t ceiling, std::int64_t& asked,
+                 std::string (*fmt)(std::int64_t)) {
+  if (std::find(t.limit_keys_set.begin(), t.limit_keys_set.end(), spec_key) == t.limit_keys_set.end()) return {};
+  // These have no layer record (limit_layers names the six enforced limits): lowered, never
+  // raised, whoever set them.
+  (void)name;
+  (void)fmt;
+  if (asked > ceiling) asked = ceiling;
+  return {};
+}
+
+std::string default_store(const Dirs& base, const std::string& name) { return base.state + "/tenants/" + name; }
+}  // namespace
+
+Status check_tenant_name(const std::string& name) {
+  if (name.empty() || name.size() > kMaxTenantNameLength) {
+    // Appended, not `"literal" + std::to_string(n) + ...`: GCC 12 warns falsely (-Warray-bounds)
+    // on that rvalue chain, and the build treats warnings as errors.
+    std::string msg = "--tenant: a tenant name is 1 to ";
+    msg += std::to_string(kMaxTenantNameLength);
+    msg += " bytes";
+    return make_error("usage", msg);
+  }
+  if (name[0] == '.' || name[0] == '-')
+    return make_error("usage", "--tenant: a tenant name may not start with '.' or '-'");
+  for (unsigned char c : name)
+    if (!(std::isalnum(c) || c == '.' || c == '_' || c == '-'))
+      return make_error("usage", "--tenant: a tenant name holds only letters, digits, '.', '_' and '-' (no '/', no control bytes)");
+  if (name.find("..") != std::string::npos) return make_error("usage", "--tenant: a tenant name may not contain '..'");
+  return {};
+}
+
+bool is_full_digest(const std::string& s) {
+  if (s.size() != 7 + 64 || !s.starts_with("sha256:")) return false;
+  for (std::size_t i = 7; i < s.size(); ++i)
+    if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f'))) return false;
+  return true;
+}
+
+std::vector<std::string> tenant_dirs() {
+  std::vector<std::string> dirs;
+  if (const char* p = std::getenv("SBX_TENANTS_DIR"); p && *p) {
+    dirs.emplace_back(p);
+    return dirs;  // an explicit directory is the only one (tests, and operators who want one place)
+  }
+  // As root only the operator's directory: a per-user directory searched first would let whoever
+  // controls HOME or XDG_CONFIG_HOME (a service's environment, `sudo -E`) replace a tenant's policy.
+  if (::geteuid() == 0) {
+    dirs.emplace_back("/etc/sbx/tenants");
+    return dirs;
+  }
+  std::string user;
+  if (const char* x = std::getenv("XDG_CONFIG_HOME"); x && *x) user.append(x).append("/sbx/tenants");
+  else if (const char* h = std::getenv("HOME"); h && *h) user.append(h).append("/.config/sbx/tenants");
+  if (!user.empty()) dirs.push_back(std::move(user));
+  dirs.emplace_back("/etc/sbx/tenants");
+  return dirs;
+}
+
+Result<Tenant> parse_tenant(const std::string& text, const std::string& name, const std::string& where) {
+  auto parsed = parse_json_doc(text, {kMaxTenantBytes, 16, 1u << 14}, "usage", where);
+  if (!parsed) return parsed.error();
+  json& j = *parsed;
+  if (!j.is_object()) return make_error("usage", where + ": must be a JSON object");
+  static const std::vector<std::string> kKeys = {"description", "images", "packs", "limits", "network",
+                                                 "gpu", "id_slot", "separate_ids", "store"};
+  Tenant t;
+  t.name = name;
+  t.file = where;
+  t.images = {"host"};
+  for (auto& [k, v] : j.items()) {
+    if (std::find(kKeys.begin(), kKeys.end(), k) == kKeys.end())
+      return make_error("usage", where + ": /" + pointer_token(k) + ": unknown key" + did_you_mean(k, kKeys));
+    if (k == "description" && !v.is_string()) return make_error("usage", where + ": /description: must be a string");
+    if (k == "images") {
+      auto l = string_list(v, where, k, 1024);
+      if (!l) return l.error();
+      // A digest is whole: a prefix is only 48 bits or so, which a tenant supplying its own
+      // image could search for a collision.
+      for (std::size_t i = 0; i < l->size(); ++i)
+        if ((*l)[i].starts_with("sha256:") && !is_full_digest((*l)[i]))
+          return make_error("usage", where + ": /images/" + std::to_string(i) +
+                                         ": a digest is sha256: and all 64 lowercase hex digits (no prefixes)");
+      t.images = std::move(*l);
+    } else if (k == "packs") {
+      auto l = string_list(v, where, k, 1024);
+      if (!l) return l.error();
+      // By digest only: a pack's name is what its own pack.json claims, and a tenant hands in
+      // its packs, so a name would admit any pack that calls itself that.
+      for (std::size_t i = 0; i < l->size(); ++i)
+        if (!is_full_digest((*l)[i]))
+          return make_error("usage", where + ": /packs/" + std::to_string(i) +
+                                         ": a pack is allowed by its full digest (sha256: and 64 hex digits, as "
+                                         "'sbx pack validate' prints it), not by the name its manifest claims");
+      t.packs = std::move(*l);
+    } else if (k == "id_slot") {
+      if (!v.is_number_integer() || v.get<std::int64_t>() < 1 || v.get<std::int64_t>() > kMaxTenantSlot)
+        return make_error("usage", where + ": /id_slot: must be an integer from 1 to " + std::to_string(kMaxTenantSlot) +
+                                       " (slice N of sbx's subordinate id range; 0 is untenanted runs')");
+      t.id_slot = static_cast<std::uint32_t>(v.get<std::int64_t>());
+    } else if (k == "separate_ids") {
+      if (!v.is_string() || (v != "required" && v != "preferred"))
+        return make_error("usage", where + ": /separate_ids: must be \"required\" or \"preferred\"");
+      t.require_separate_ids = v == "required";
+    } else if (k == "store") {
+      if (!v.is_string() || v.get<std::string>().empty() || v.get<std::string>()[0] != '/' ||
+          v.get<std::string>().find("/../") != std::string::npos || v.get<std::string>().ends_with("/.."))
+        return make_error("usage", where + ": /store: must be an absolute path without '..'");
+      t.store = v.get<std::string>();
+    } else if (k == "gpu") {
+      if (!v.is_object()) return make_error("usage", where + ": /gpu: must be an object {\"max\": N}");
+      for (auto& [gk, gv] : v.items()) {
+        if (gk != "max") return make_error("usage", where + ": /gpu/" + pointer_token(gk) + ": unknown key" + did_you_mean(gk, {"max"}));
+        if (!gv.is_number_integer() || gv.get<std::int64_t>() < 0 || gv.get<std::int64_t>() > 1024)
+          return make_error("usage", where + ": /gpu/max: must be an integer from 0 to 1024");
+        t.gpu_max = static_cast<int>(gv.get<std::int64_t>());
+      }
+    } else if (k == "network") {
+      if (!v.is_object()) return make_error("usage", where + ": /network: must be an object {\"allow\": [...]}");
+      for (auto& [nk, nv] : v.items()) {
+        if (nk != "allow") return make_error("usage", where + ": /network/" + pointer_token(nk) + ": unknown key" + did_you_mean(nk, {"allow"}));
+        auto l = string_list(nv, where, "network/allow", 1024);
+        if (!l) return l.error();
+        for (std::size_t i = 0; i < l->size(); ++i)
+          if (auto r = parse_allow_rule((*l)[i]); !r)
+            return make_error("usage", where + ": /network/allow/" + std::to_string(i) + ": " + r.error().message);
+        t.allow = std::move(*l);
+      }
+    } else if (k == "limits") {
+      if (!v.is_object()) return make_error("usage", where + ": /limits: must be an object");
+      json limits = v;
+      std::map<std::string, std::string> written;
+      if (auto st = canonical_limit_keys(limits, where, &written); !st) return st.error();
+      static const RunSpec kDefaults;  // named: GCC 12 misreports a temporary here (-Wmaybe-uninitialized)
+      json probe = spec_to_json(kDefaults);
+      std::vector<std::string> known;
+      for (auto& [lk, lv] : probe["limits"].items()) known.push_back(lk);
+      for (auto& l : limit_keys()) known.push_back(l.name);
+      for (auto& [lk, lv] : limits.items()) {
+        if (!probe["limits"].contains(lk))
+          return make_error("usage", where + ": /limits/" + pointer_token(written.count(lk) ? written[lk] : lk) + ": unknown key" +
+                                         did_you_mean(lk, known));
+        if (lv.is_null()) return make_error("usage", where + ": /limits/" + written[lk] + ": a tenant's ceiling cannot be null (leave the key out)");
+        t.limit_keys_set.push_back(lk);
+      }
+      merge_patch(probe, json{{"limits", limits}});
+      auto spec = spec_from_json(probe, where);
+      if (!spec) return make_error("usage", as_written(spec.error().message, written));
+      t.limits = spec->limits;
+    }
+  }
+  if (t.id_slot == 0)
+    return make_error("usage", where + ": /id_slot: required (1 to " + std::to_string(kMaxTenantSlot) +
+                                   "): the slice of sbx's subordinate id range this tenant's sandboxes run under");
+  return t;
+}
+
+Result<Tenant> load_tenant(const std::string& name) {
+  SBX_TRY(check_tenant_name(name));
+  auto dirs = tenant_dirs();
+  for (auto& d : dirs) {
+    std::string path = d + "/" + name + ".json";
+    if (::access(path.c_str(), F_OK) != 0) continue;
+    auto text = read_bounded(path, kMaxTenantBytes, "usage", "tenant file " + path);
+    if (!text) return text.error();
+    auto t = parse_tenant(*text, name, path);
+    if (!t) return t.error();
+    // One slice and one store per tenant: another tenant file (in any directory searched) on the
+    // same slot would share host ids, and one naming the same store would read this one's records.
+    std::size_t seen = 0;
+    for (auto& od : dirs) {
+      std::unique_ptr<DIR, int (*)(DIR*)> dir(::opendir(od.c_str()), ::closedir);
+      if (!dir) {
+        if (errno == ENOENT) continue;
+        return sys_error("usage", "cannot list the tenants directory " + od);
+      }
+      while (auto* e = ::readdir(dir.get())) {
+        std::string f = e->d_name;
+        if (!f.ends_with(".json") || (od == d && f == name + ".json")) continue;
+        std::string other = f.substr(0, f.size() - 5);
+        if (!check_tenant_name(other)) continue;
+        if (++seen > 4096) return make_error("usage", "tenants directory " + od + ": more than 4096 tenant files");
+        auto ot = read_bounded(od + "/" + f, kMaxTenantBytes, "usage", "tenant file " + od + "/" + f);
+        if (!ot) continue;
+        auto o = parse_tenant(*ot, other, od + "/" + f);
+        if (!o) continue;
+        if (o->id_slot == t->id_slot)
+          return make_error("usage", "tenant '" + name + "': id_slot " + std::to_string(t->id_slot) + " is also tenant '" +
+                                         other + "''s (" + od + "/" + f + "): two tenants on one slice would share host ids");
+        if (!t->store.empty() && (t->store == o->store || t->store.ends_with("/tenants/" + other)))
+          return make_error("usage", "tenant '" + name + "': /store " + t->store + " is also tenant '" + other +
+                                         "''s store: two tenants on one store would read each other's records");
+      }
+    }
+    return t;
+  }
+  std::string where;
+  for (auto& d : dirs) where += (where.empty() ? "" : ", ") + d;
+  return make_error("usage", "--tenant " + name + ": no tenant file " + name + ".json in " + where +
+                                 " (SBX_TENANTS_DIR names another directory)");
+}
+
+Dirs tenant_store(const Tenant& t, const Dirs& base) {
+  Dirs d = base;
+  d.state = t.store.empty() ? default_store(base, t.name) : t.store;
+  d.traces = d.state + "/traces";
+  return d;
+}
+
+bool tenant_allows_image(const Tenant& t, const std::string& image, const std::string& digest) {
+  for (auto& a : t.images) {
+    if (a == image) return true;
+    if (!digest.empty() && a.starts_with("sha256:") && digest == a) return true;
+    // NAME without a tag means NAME:latest, as image references do.
+    if (a.find(':') == std::string::npos && image == a + ":latest") return true;
+    if (image.find(':') == std::string::npos && a == image + ":latest") return true;
+  }
+  return false;
+}
+
+Status check_tenant_ceilings(const Tenant& t, RunSpec& spec, const std::map<std::string, std::string>& layers) {
+  const Limits& c = t.limits;
+  Limits& a = spec.limits;
+  SBX_TRY(cap(t, "timeout_ms", "timeout", "timeout", c.timeout_ms, a.timeout_ms, layers, format_duration_ms));
+  SBX_TRY(cap(t, "cpu_time_ms", "cpu_time", "cpu_time", c.cpu_time_ms, a.cpu_time_ms, layers, format_duration_ms));
+  SBX_TRY(cap(t, "memory_bytes", "memory", "memory", c.memory_bytes, a.memory_bytes, layers, format_size));
+  SBX_TRY(cap(t, "pids", "pids", "pids", c.pids, a.pids, layers, nullptr));
+  SBX_TRY(cap(t, "cpus", "cpus", "cpus", c.cpus, a.cpus, layers, nullptr));
+  SBX_TRY(cap(t, "output_limit_bytes", "output_limit", "output", c.output_limit_bytes, a.output_limit_bytes, layers, format_size));
+  SBX_TRY(cap_plain(t, "tmp_size_bytes", "tmp_size", c.tmp_size_bytes, a.tmp_size_bytes, format_size));
+  SBX_TRY(cap_plain(t, "out_size_bytes", "out_size", c.out_size_bytes, a.out_size_bytes, format_size));
+  SBX_TRY(cap_plain(t, "output_max_bytes", "output_max_bytes", c.output_max_bytes, a.output_max_bytes, format_size));
+  SBX_TRY(cap_plain(t, "output_max_files", "output_max_files", c.output_max_files, a.output_max_files, nullptr));
+
+  // Network: every rule of the run must fall inside one of the tenant's.
+  std::vector<AllowRule> ceiling;
+  for (auto& s : t.allow)
+    if (auto r = parse_allow_rule(s)) ceiling.push_back(*r);
+  for (auto& s : spec.network.allow) {
+    auto r = parse_allow_rule(s);
+    if (!r) return r.error();
+    bool ok = std::any_of(ceiling.begin(), ceiling.end(), [&](const AllowRule& c) { return rule_covers(c, *r); });
+    if (!ok) {
+      std::string list;
+      for (auto& x : t.allow) list += (list.empty() ? "" : ", ") + x;
+      return make_error("usage", "tenant '" + t.name + "': network.allow: '" + s + "' is outside the tenant's allowlist (" +
+                                     (list.empty() ? std::string("none: no egress") : list) + ")");
+    }
+  }
+
+  // GPUs: the tenant's quota lowers gpu.max, and a request past it is refused here, naming the tenant.
+  if (t.gpu_max) {
+    if (spec.gpu.max == kGpuMaxAll || spec.gpu.max > *t.gpu_max) spec.gpu.max = *t.gpu_max;
+    if (!spec.gpu.devices.empty()) {
+      auto g = parse_gpu_request(spec.gpu.devices);
+      if (!g) return g.error();
+      if (g->all && *t.gpu_max > 0)
+        return make_error("usage", "tenant '" + t.name + "': gpu: 'all' is above the tenant's quota of " + std::to_string(*t.gpu_max) +
+                                       " GPU(s): name them (--gpu 0 or --gpu 0,1)");
+      std::size_t n = g->all ? 1 : g->items.size();
+      if (static_cast<int>(n) > *t.gpu_max)
+        return make_error("usage", "tenant '" + t.name + "': gpu: " + std::to_string(n) + " GPU(s) (" + layer_of(layers, "gpu") +
+                                       ") is above the tenant's quota (" + std::to_string(*t.gpu_max) + ")");
+    }
+  }
+  return {};
+}
+
+Status apply_tenant(const Tenant& t, RunRequest& req, const json& pack) {
+  SBX_TRY(check_tenant_ceilings(t, req.spec, req.limit_layers));
+  // Images: by the name the run gives, or by the digest that name resolves to now.
+  const std::string& image = req.spec.image;
+  std::string digest;
+  if (image != "host") {
+    ImageStore store(req.dirs.images);
+    if (auto rec = store.resolve(image)) digest = rec->digest;
+    else if (image.starts_with("sha256:")) digest = image;
+  }
+  if (!tenant_allows_image(t, image, digest)) {
+    std::string list;
+    for (auto& x : t.images) list += (list.empty() ? "" : ", ") + x;
+    return make_error("usage", "tenant '" + t.name + "': image '" + image + "'" + (digest.empty() ? "" : " (" + digest.substr(0, 19) + ")") +
+                                   " is not among the tenant's images (" + list + ")");
+  }
+  if (pack.is_object()) {
+    std::string pname = pack.value("name", ""), pdigest = pack.value("digest", "");
+    bool ok = false;
+    for (auto& p : t.packs)
+      ok = ok || (!pdigest.empty() && p == pdigest);
+    if (!ok) {
+      std::string list;
+      for (auto& x : t.packs) list += (list.empty() ? "" : ", ") + x;
+      return make_error("usage", "tenant '" + t.name + "': pack '" + pname + "' (" + pdigest.substr(0, 19) +
+                                     ") is not among the tenant's packs (" + (list.empty() ? std::string("none") : list) + ")");
+    }
+  }
+
+  // Identity: the tenant's slice of sbx's range (userns.hpp). Rootless there is none to slice.
+  bool rootless = ::geteuid() != 0;
+  json tenant = {{"name", t.name}, {"file", t.file}, {"id_slot", t.id_slot}};
+  if (rootless) {
+    if (t.require_separate_ids)
+      return make_error("usage", "tenant '" + t.name + "': its file requires separate host ids (\"separate_ids\": \"required\"), "
+                                     "and rootless sbx has none to give: every sandbox runs as the caller's uid. Run sbx as root "
+                                     "(with an 'sbx' range in /etc/subuid and /etc/subgid), or set \"separate_ids\": \"preferred\"");
+    tenant["uid_range"] = nullptr;
+    tenant["gid_range"] = nullptr;
+    tenant["separation"] = {{"ids", false},
+                            {"why", "rootless: every sandbox runs as the caller's uid; ceilings and the store are the tenant's, host ids are not"}};
+  } else {
+    req.id_slot = t.id_slot;
+    auto plan = plan_identity(req.spec, req.id_slot);
+    if (!plan) return make_error("usage", "tenant '" + t.name + "': " + plan.error().message);
+    tenant["uid_range"] = {plan->uid_map.at(0).outside, plan->uid_map.at(0).count};
+    tenant["gid_range"] = {plan->gid_map.at(0).outside, plan->gid_map.at(0).count};
+    tenant["separation"] = {{"ids", true}};
+  }
+  // What the program writes into a shared bind is its own host uid's and nobody else's: 0600 and
+  // 0700 whatever the caller's umask (a tenant's program may still chmod its files wider).
+  req.umask = 077;
+  tenant["umask"] = "0077";
+  req.dirs = tenant_store(t, req.dirs);
+  tenant["store"] = req.dirs.state;
+  req.record_extra["tenant"] = std::move(tenant);
+  return {};
+}
+
+std::vector<OtherTenant> other_tenants(const Tenant& t, const Dirs& base) {
+  std::vector<OtherTenant> out;
+  auto slash = t.file.find_last_of('/');
+  if (slash == std::string::npos) return out;
+  std::string d = t.file.substr(0, slash);
+  std::unique_ptr<DIR, int (*)(DIR*)> dir(::opendir(d.c_str()), ::closedir);
+  if (!dir) return out;
+  while (auto* e = ::readdir(dir.get())) {
+    std::string f = e->d_name;
+    if (!f.ends_with(".json") || f == t.name + ".json" || out.size() >= 64) continue;
+    std::string other = f.substr(0, f.size() - 5);
+    if (!check_tenant_name(other)) continue;
+    auto text = read_bounded(d + "/" + f, kMaxTenantBytes, "usage", f);
+    if (!text) continue;
+    auto o = parse_tenant(*text, other, d + "/" + f);
+    if (!o) continue;
+    out.push_back({other, tenant_store(*o, base).state, o->id_slot});
+  }
+  std::sort(out.begin(), out.end(), [](auto& a, auto& b) { return a.name < b.name; });
+  return out;
+}
+
+}  // namespace sbx

@@ -1,0 +1,50 @@
+#pragma once
+// The trace record, schema sbx.trace/v1 (schemas/trace.schema.json; docs/ARCHITECTURE.md, "What is recorded where"): what ran, on which
+// image, under which limits and policy, how it ended and what it used.
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/base/clock.hpp"
+#include "runtime/launch/outcome.hpp"
+#include "runtime/launch/supervisor.hpp"
+
+namespace sbx {
+
+inline constexpr const char* kTraceSchema = "sbx.trace/v1";
+
+struct LimitEntry {
+  std::string limit;      // "timeout_ms", "memory_bytes", ...
+  nlohmann::json value;
+  std::string mechanism;  // how it was enforced ("" when not applied)
+  std::string reason;     // why it was not applied, or how a degraded mechanism differs
+  bool degraded = false;  // enforced, but weaker than asked (per-process rlimit, not cgroup)
+};
+
+// Everything the record is made of, gathered by run_sandbox (sandbox.hpp).
+struct TraceParts {
+  std::string run_id, started_at, ended_at;
+  nlohmann::json invocation;   // {argv, cwd, profile{...}, pack, spec}
+  nlohmann::json image;        // {name, digest, mounts}
+  nlohmann::json host;         // {kernel, cgroup{...}}
+  nlohmann::json enforcement;  // filled except limits_*, which come from `limits`
+  std::vector<LimitEntry> limits;
+  Outcome outcome;
+  const SuperviseResult* sup = nullptr;  // null when the run failed before the sandbox existed
+  nlohmann::json usage_extra;            // cgroup usage, when measured
+  nlohmann::json violations = nlohmann::json::array();
+  nlohmann::json violations_summary = nlohmann::json::object();  // per kind: totals, what was cut
+};
+
+// Consumes the parts: the record is built from them by moves, not copies.
+nlohmann::json trace_record(TraceParts&& parts);
+
+// The record as the text stored and written to --trace-file; never throws. Strings of outside
+// origin that are not valid UTF-8 (argv, environment, paths...) are escaped in `record` itself
+// and listed under "escaped_strings" (json_io.hpp: dump_json). Should the record still not
+// serialise, the text is a minimal record (schema, run_id, times, result) with "record_error".
+// `indent` -1 gives one line (the ledger's form, trace_ledger.hpp), without the final newline.
+std::string trace_text(nlohmann::json& record, int indent = 2);
+
+}  // namespace sbx

@@ -1,0 +1,240 @@
+#include "runtime/linux/limits_plan.hpp"
+
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+namespace sbx {
+namespace {
+
+bool has(const CgroupInfo& info, const std::string& c) {
+  return std::find(info.controllers.begin(), info.controllers.end(), c) != info.controllers.end();
+}
+
+std::string joined_controllers(const CgroupInfo& info) {
+  std::string out;
+  for (const auto& c : info.controllers) out += (out.empty() ? "" : " ") + c;
+  return out;
+}
+
+// Why cgroup v2 cannot enforce something needing controller `ctl` ("" = any cgroup of ours will
+// do); "" when it can.
+std::string cgroup_gap(const CgroupInfo& info, bool rootless, bool cgroup_ok, const std::string& ctl) {
+  if (!cgroup_ok) return "cgroup v2 setup failed on this host (see the warning)";
+  if (info.mount.empty()) return "no cgroup v2 hierarchy is mounted";
+  if (info.self_path.empty()) return "sbx has no cgroup v2 path in /proc/self/cgroup";
+  bool any = has(info, "memory") || has(info, "pids") || has(info, "cpu");
+  if ((!ctl.empty() && !has(info, ctl)) || (ctl.empty() && !any)) {
+    std::string what = ctl.empty() ? "memory/pids/cpu controllers are" : "the " + ctl + " controller is";
+    if (info.layout == "hybrid")
+      return "this is a cgroup v1/v2 hybrid host: " + what +
+             " bound to cgroup v1, which sbx does not use, and cgroup v2 offers only '" +
+             joined_controllers(info) + "'";
+    return "cgroup v2 " + what + " not delegated to " + (info.root_subtree ? "/" : info.self_path) +
+           " (cgroup.controllers: '" +
+           joined_controllers(info) + "')";
+  }
+  if (!info.writable)
+    return rootless ? "cgroup " + info.self_path +
+                          " is not delegated to this user, and sbx got no delegated systemd user scope (see "
+                          "host.cgroup.systemd_scope; systemd-run --user --scope -p Delegate=yes does it), or run as root"
+                    : "cgroup " + info.self_path + " is not writable";
+  return "";
+}
+
+std::string fmt_double(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+
+// The memory limit without cgroup v2. Measured on a hybrid host (Debian 12, Linux 6.x):
+//  - RLIMIT_AS counts address space that modern runtimes only reserve. Headless Chromium dies
+//    under RLIMIT_AS 64G ("Oilpan: Out of memory (CagedHeap reservation)"); Go, JVMs, V8, CUDA and
+//    sanitizers reserve the same way. A limit they survive bounds nothing.
+//  - RLIMIT_DATA counts private writable mappings (heap, anonymous memory, writable private file
+//    mappings; mm/mmap.c may_expand_vm: VM_WRITE & ~VM_SHARED & ~VM_STACK), not PROT_NONE
+//    reservations: Chromium renders a page under 512M (not under 256M), and a 512 MB Python
+//    allocation fails under 64M. So RLIMIT_DATA, and RLIMIT_AS is left alone.
+// What RLIMIT_DATA does not count is shared memory (shmem): memfds, tmpfs files, SysV shm, and
+// MAP_SHARED|MAP_ANONYMOUS. The tmpfs mounts are sized to fit the limit together
+// (memory_fallback.hpp); every file write, memfds included, is capped by RLIMIT_FSIZE
+// (shmem_write_begin and shmem_fallocate go through inode_newsize_ok / generic_write_check_limits,
+// as ftruncate does), set to the memory limit: no file may hold more than the whole limit. (Not
+// the largest tmpfs: a sparse file larger than its tmpfs costs no RAM and is legitimate, and with
+// the cap at the tmpfs size a full /out ended in SIGXFSZ instead of ENOSPC);
+// SysV shm is capped in total by the ipc namespace's shmall/shmmax, set by init
+// (child.cpp bound_sysv_shm). What stays unbounded is named in the note, and makes
+// --require-limits refuse: the total is not bounded, only its parts.
+void fallback_memory(LimitDecision& d, LimitPlan& plan, const std::string& gap, std::int64_t memory) {
+  std::int64_t fsize = memory;
+  d.mechanism = "rlimit RLIMIT_DATA + RLIMIT_FSIZE, tmpfs sizes, ipc namespace shmall";
+  d.degraded = true;
+  d.bounded_in_total = false;
+  d.reason = gap + "; bounded: each process's private writable memory (RLIMIT_DATA " + std::to_string(memory) +
+             " bytes; address-space reservations are not counted, so JVMs, Go, V8 and sanitizers run; exceeding "
+             "it fails the allocation with ENOMEM, no OOM kill), every file written, memfds and shm files included "
+             "(RLIMIT_FSIZE " + std::to_string(fsize) + " bytes: a bigger write or ftruncate "
+             "raises SIGXFSZ, which kills a program that does not handle it, status signaled 25), all tmpfs mounts "
+             "together (their sizes sum to at most the limit), SysV shared memory in total (kernel.shmall and "
+             "shmmax of the run's ipc namespace, where its user namespace maps uid 0: see "
+             "enforcement.memory_fallback); NOT bounded: the sum over processes (each has its own "
+             "RLIMIT_DATA), stacks (RLIMIT_STACK each), MAP_SHARED|MAP_ANONYMOUS mappings, and the number of "
+             "memfds (open ones only by RLIMIT_NOFILE; a mapped one outlives its fd)";
+  plan.rlimits.emplace_back(RLIMIT_DATA, static_cast<std::uint64_t>(memory));
+  plan.rlimits.emplace_back(RLIMIT_FSIZE, static_cast<std::uint64_t>(fsize));
+}
+
+}  // namespace
+
+std::string cgroup_gap_short(const CgroupInfo& info, bool rootless, const Error* failed) {
+  // In a container whose cgroup namespace root holds its processes the fix is one command; the
+  // one line names it (cgroup_ns.hpp).
+  if (info.namespace_root && info.namespace_root_procs > 0 && (failed ? failed->err == EBUSY : true) &&
+      (has(info, "memory") || has(info, "pids") || has(info, "cpu")))
+    return "the container's cgroup namespace root holds its processes: run 'sbx cgroup-init' once";
+  if (failed) {
+    std::string why = failed->err == EBUSY ? "its cgroup holds other processes"
+                       : failed->err      ? std::strerror(failed->err)
+                                          : "see the trace";
+    return "cgroup v2 setup failed: " + why;
+  }
+  if (info.mount.empty()) return "no cgroup v2 mounted";
+  if (info.self_path.empty()) return "no cgroup v2 path for sbx";
+  bool any = has(info, "memory") || has(info, "pids") || has(info, "cpu");
+  if (info.layout == "hybrid" && !any) return "cgroup v1/v2 hybrid host";
+  if (!any) return "no cgroup v2 controllers delegated";
+  if (!info.writable) return rootless ? "cgroup not delegated to you" : "cgroup not writable";
+  return "controller missing in cgroup v2";
+}
+
+const LimitDecision* LimitPlan::find(const std::string& limit) const {
+  for (const auto& d : decisions)
+    if (d.limit == limit) return &d;
+  return nullptr;
+}
+
+std::vector<const LimitDecision*> LimitPlan::shortfalls(bool count_degraded) const {
+  std::vector<const LimitDecision*> out;
+  for (const auto& d : decisions)
+    if (!d.applied || (count_degraded && d.degraded)) out.push_back(&d);
+  return out;
+}
+
+std::vector<const LimitDecision*> LimitPlan::unbounded() const {
+  std::vector<const LimitDecision*> out;
+  for (const auto& d : decisions)
+    if (!d.applied || !d.bounded_in_total) out.push_back(&d);
+  return out;
+}
+
+LimitPlan plan_limits(const Limits& limits, const CgroupInfo& info, bool rootless, bool cgroup_ok, bool gpu) {
+  LimitPlan plan;
+  plan.use_cgroup = cgroup_gap(info, rootless, cgroup_ok, "").empty();
+
+  if (limits.memory_bytes) {
+    LimitDecision d{"memory", std::to_string(*limits.memory_bytes)};
+    std::string gap = cgroup_gap(info, rootless, cgroup_ok, "memory");
+    if (gap.empty()) {
+      d.mechanism = "cgroup v2 memory.max";
+      d.reason = "memory.max on the run cgroup bounds all its processes together; memory.swap.max=0, "
+                 "memory.oom.group=1; an OOM kill is read from memory.events";
+      plan.cgroup_limits.memory_bytes = limits.memory_bytes;
+      d.applied = true;
+    } else if (gpu) {
+      d.reason = gap + "; with --gpu the rlimit fallback (RLIMIT_DATA, RLIMIT_FSIZE; never RLIMIT_AS) is not applied: "
+                 "CUDA's driver and libraries map far more than a program uses, and per-process caps break them. "
+                 "Host memory is NOT bounded for this run; GPU memory never is (no MIG)";
+    } else {
+      fallback_memory(d, plan, gap, *limits.memory_bytes);
+      d.applied = true;
+    }
+    plan.decisions.push_back(d);
+  }
+
+  if (limits.pids) {
+    LimitDecision d{"pids", std::to_string(*limits.pids)};
+    std::string gap = cgroup_gap(info, rootless, cgroup_ok, "pids");
+    if (gap.empty()) {
+      d.mechanism = "cgroup v2 pids.max";
+      d.reason = "pids.max counts every task (thread) of the run cgroup; fork/clone beyond it fails with EAGAIN";
+      plan.cgroup_limits.pids = limits.pids;
+    } else {
+      d.mechanism = "rlimit RLIMIT_NPROC";
+      d.degraded = true;
+      // Since 5.14 the count lives in ucounts keyed by (user namespace, uid): in sbx's fresh user
+      // namespace only the sandbox's own tasks are counted. Before that it was the host user's
+      // global task count. __task_cred(p)->user == INIT_USER is exempt in copy_process().
+      d.reason = gap +
+                 "; RLIMIT_NPROC is checked only at fork/clone and counts the tasks (threads too) of the "
+                 "sandbox's real uid: since Linux 5.14 per user namespace, so in sbx's own user namespace "
+                 "only the sandbox's tasks count (older kernels count every process of that host uid, the "
+                 "caller's included); it never binds a task whose host uid is 0";
+      plan.rlimits.emplace_back(RLIMIT_NPROC, static_cast<std::uint64_t>(*limits.pids));
+    }
+    d.applied = true;
+    plan.decisions.push_back(d);
+  }
+
+  if (limits.cpus) {
+    LimitDecision d{"cpus", fmt_double(*limits.cpus)};
+    std::string gap = cgroup_gap(info, rootless, cgroup_ok, "cpu");
+    if (gap.empty()) {
+      d.mechanism = "cgroup v2 cpu.max";
+      d.reason = "cpu.max " + format_cpu_max(*limits.cpus) +
+                 ": the run cgroup's quota per 100 ms period; it is throttled beyond it";
+      d.applied = true;
+      plan.cgroup_limits.cpus = limits.cpus;
+    } else {
+      d.reason = gap + "; no rlimit caps a CPU share (nice and CPU affinity only shift or pin it)";
+    }
+    plan.decisions.push_back(d);
+  }
+
+  if (limits.cpu_time_ms) {
+    LimitDecision d{"cpu_time", std::to_string(*limits.cpu_time_ms)};
+    std::string gap = cgroup_gap(info, rootless, cgroup_ok, "");
+    if (gap.empty()) {
+      // cpu.stat's usage_usec is a core cgroup file: it needs no controller.
+      d.mechanism = "supervisor timerfd against cgroup v2 cpu.stat usage_usec";
+      d.reason = "the budget counts the CPU time of all processes of the run together; when it is spent "
+                 "the supervisor kills the cgroup (status timeout, reason cpu)";
+    } else {
+      std::uint64_t secs = static_cast<std::uint64_t>((*limits.cpu_time_ms + 999) / 1000);
+      d.mechanism = "rlimit RLIMIT_CPU";
+      d.degraded = true;
+      d.reason = gap + "; RLIMIT_CPU is per process and in whole seconds (" + std::to_string(secs) +
+                 " s): each forked process has its own budget, and the kernel SIGKILLs a process when it "
+                 "reaches it (soft = hard, so no SIGXCPU warning first)";
+      plan.rlimits.emplace_back(RLIMIT_CPU, secs);
+    }
+    d.applied = true;
+    plan.decisions.push_back(d);
+  }
+
+  if (limits.timeout_ms) {
+    LimitDecision d{"timeout", std::to_string(*limits.timeout_ms), "supervisor timerfd",
+                    "wall time from start, to the millisecond; then the whole sandbox is killed", true};
+    plan.decisions.push_back(d);
+  }
+  if (limits.output_limit_bytes) {
+    LimitDecision d{"output", std::to_string(*limits.output_limit_bytes), "supervisor byte cap",
+                    "per stream passed through; the rest is dropped and marked truncated", true};
+    plan.decisions.push_back(d);
+  }
+  return plan;
+}
+
+std::int64_t cpu_time_recheck_ms(std::int64_t budget_ms, std::int64_t used_us, double max_cpus) {
+  std::int64_t remaining_us = budget_ms * 1000 - used_us;
+  if (remaining_us <= 0) return 0;
+  if (!(max_cpus > 0)) max_cpus = 1;
+  auto ms = static_cast<std::int64_t>(std::ceil(static_cast<double>(remaining_us) / max_cpus / 1000.0));
+  return std::max<std::int64_t>(ms, 1);
+}
+
+}  // namespace sbx

@@ -1,0 +1,124 @@
+#include "runtime/linux/memory_fallback.hpp"
+
+#include <algorithm>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/linux/limits_plan.hpp"
+#include "runtime/linux/mounts.hpp"
+#include "runtime/base/units.hpp"
+#include "runtime/linux/userns.hpp"
+
+namespace sbx {
+
+std::vector<TmpfsShare> tmpfs_shares(const RunSpec& spec, const std::vector<std::string>& explicit_limits) {
+  auto asked = [&](const char* k) { return std::find(explicit_limits.begin(), explicit_limits.end(), k) != explicit_limits.end(); };
+  std::vector<TmpfsShare> v;
+  // /dev/shm is mounted with /tmp's size (mounts.cpp build_dev): two mounts, each that big.
+  v.push_back({"tmp_size", "/tmp", spec.limits.tmp_size_bytes, asked("tmp_size")});
+  v.push_back({"tmp_size", "/dev/shm", spec.limits.tmp_size_bytes, asked("tmp_size")});
+  v.push_back({"out_size", "/out", spec.limits.out_size_bytes, asked("out_size")});
+  // --tmpfs mounts are named per run, never by a profile default: always the caller's.
+  for (auto& t : spec.tmpfs) v.push_back({"tmpfs", t.dst, t.size_bytes, true});
+  if (spec.image != "host") v.push_back({"upper", "/ (overlay upper layer)", kUpperSizeBytes, false});
+  return v;
+}
+
+std::string describe_shares(const std::vector<TmpfsShare>& shares) {
+  std::string out;
+  for (auto& s : shares) out += (out.empty() ? "" : ", ") + s.path + " " + format_size(s.bytes) + " (" + s.key + ")";
+  return out;
+}
+
+Result<TmpfsBudget> fit_tmpfs(std::vector<TmpfsShare> shares, std::int64_t memory_bytes) {
+  TmpfsBudget b;
+  std::int64_t fixed = 0, scalable = 0;
+  for (auto& s : shares) (s.caller_set ? fixed : scalable) += s.bytes;
+  b.asked_total = fixed + scalable;
+  if (b.asked_total > memory_bytes) {
+    // One factor for every size the caller did not set, rounded down to whole pages, never below
+    // kMinScaledTmpfs: what is left of the limit after the caller's own sizes, shared pro rata.
+    std::int64_t room = memory_bytes - fixed;
+    std::size_t n = 0;
+    for (auto& s : shares) n += s.caller_set ? 0 : 1;
+    if (room < static_cast<std::int64_t>(n) * kMinScaledTmpfs)
+      return make_error("limits", "the tmpfs mounts need " + format_size(b.asked_total) + " of RAM (" + describe_shares(shares) +
+                                      "), more than the memory limit " + format_size(memory_bytes) +
+                                      " that must also bound them without cgroup v2: lower those sizes or raise --memory");
+    for (auto& s : shares) {
+      if (s.caller_set) continue;
+      auto scaled = static_cast<std::int64_t>(static_cast<long double>(s.bytes) * room / scalable);
+      s.bytes = std::max(kMinScaledTmpfs, scaled / 4096 * 4096);
+    }
+    b.scaled = true;
+  }
+  b.shares = std::move(shares);
+  for (auto& s : b.shares) b.total += s.bytes;
+  if (b.total > memory_bytes)  // only the kMinScaledTmpfs floor can get here
+    return make_error("limits", "the tmpfs mounts need " + format_size(b.total) + " of RAM (" + describe_shares(b.shares) +
+                                    "), more than the memory limit " + format_size(memory_bytes));
+  return b;
+}
+
+void apply_tmpfs_budget(const TmpfsBudget& budget, MountPlan& plan) {
+  std::size_t extra = 0;
+  for (auto& s : budget.shares) {
+    if (s.path == "/tmp") plan.tmp_size_bytes = s.bytes;
+    else if (s.key == "out_size") plan.out_size_bytes = s.bytes;
+    else if (s.key == "upper") plan.upper_size_bytes = s.bytes;
+    else if (s.key == "tmpfs" && extra < plan.tmpfs.size()) plan.tmpfs[extra++].size_bytes = s.bytes;
+  }
+}
+
+nlohmann::json memory_fallback_json(const TmpfsBudget& budget, std::int64_t memory_bytes, bool sysv_capped) {
+  using nlohmann::json;
+  json tmpfs = json::array();
+  for (auto& s : budget.shares) tmpfs.push_back({{"path", s.path}, {"key", s.key}, {"size_bytes", s.bytes}});
+  json unbounded = json::array({"the sum of RLIMIT_DATA over processes", "stacks (RLIMIT_STACK per process)",
+                                 "MAP_SHARED|MAP_ANONYMOUS mappings", "memfds kept alive by a mapping after close"});
+  json sysv = {{"mechanism", "ipc namespace kernel.shmall, kernel.shmmax"}, {"value", memory_bytes},
+               {"bounds", "all SysV shared memory segments of the run together"}, {"not", ""}};
+  if (!sysv_capped) {
+    sysv["value"] = 0;
+    sysv["bounds"] = "";
+    sysv["not"] = "SysV shared memory: the run's user namespace maps no uid 0 (rootless --uid), and only its uid 0 may set shmall";
+    unbounded.push_back("SysV shared memory (no uid 0 in the user namespace)");
+  }
+  return {
+      {"bounded_in_total", false},
+      {"mechanisms",
+       json::array({
+           {{"mechanism", "rlimit RLIMIT_DATA"}, {"value", memory_bytes},
+            {"bounds", "private writable memory of each process: heap, anonymous and writable private file mappings"},
+            {"not", "address-space reservations (PROT_NONE), shared mappings, stacks; the sum over processes"}},
+           {{"mechanism", "rlimit RLIMIT_FSIZE"}, {"value", memory_bytes},
+            {"bounds", "each file written or truncated: memfds, /dev/shm and /tmp files, /out, rw binds (beyond it: SIGXFSZ)"},
+            {"not", "the number of memfds: open ones only by RLIMIT_NOFILE, and a mapped memfd outlives its fd"}},
+           {{"mechanism", "tmpfs size options"}, {"value", budget.total}, {"asked_bytes", budget.asked_total},
+            {"scaled", budget.scaled}, {"mounts", tmpfs},
+            {"bounds", "every RAM-backed mount together, at most the memory limit"}, {"not", ""}},
+           sysv,
+       })},
+      {"unbounded", unbounded}};
+}
+
+Result<nlohmann::json> apply_memory_fallback(const RunSpec& spec, const LimitPlan& plan,
+                                             const std::vector<std::string>& explicit_limits,
+                                             const IdentityPlan& identity, MountPlan& mounts, TmpfsBudget* scaled) {
+  const LimitDecision* mem = plan.find("memory");
+  if (!mem || !mem->applied || plan.cgroup_limits.memory_bytes || !spec.limits.memory_bytes) return nlohmann::json();
+  auto fit = fit_tmpfs(tmpfs_shares(spec, explicit_limits), *spec.limits.memory_bytes);
+  if (!fit) return fit.error();
+  apply_tmpfs_budget(*fit, mounts);
+  if (fit->scaled && scaled) *scaled = *fit;
+  return memory_fallback_json(*fit, *spec.limits.memory_bytes, sysv_shm_capped(identity));
+}
+
+bool sysv_shm_capped(const IdentityPlan& identity) {
+  // The ipc namespace's shm sysctls are writable only by its user namespace's uid 0 (mode bits,
+  // no capability override: ipc/ipc_sysctl.c ipc_permissions); rootless with --uid N maps no
+  // uid 0, so there SysV shm stays unbounded, and the trace says so.
+  return std::any_of(identity.uid_map.begin(), identity.uid_map.end(), [](const IdMapping& m) { return m.inside == 0; });
+}
+
+}  // namespace sbx

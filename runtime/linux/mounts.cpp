@@ -1,0 +1,547 @@
+#include "runtime/linux/mounts.hpp"
+
+#include <fcntl.h>
+#include <linux/openat2.h>
+#include <limits.h>
+#include <sys/mount.h>
+#include <sys/sendfile.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/base/fsutil.hpp"
+#include "runtime/linux/mount_target.hpp"
+
+namespace sbx {
+namespace {
+
+constexpr const char* kBase = "/tmp";  // exists on every host; the tmpfs over it is ours alone
+
+const char* const kSystemDirs[] = {"/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32"};
+// What programs need from /etc, without network (no resolv.conf): the loader cache, certificates,
+// Debian's alternatives (awk, editor, ... are symlinks through it), time zone, and a few tables.
+// (Python runs without /etc/python3*: those hold distutils defaults and an apport hook, and each
+// directory would cost a read-only bind.)
+const char* const kEtcEntries[] = {"/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ssl",
+                                   "/etc/alternatives", "/etc/localtime", "/etc/protocols",
+                                   "/etc/services", "/etc/mime.types"};
+constexpr off_t kEtcCopyMax = 256 * 1024;
+
+// The path that names an open fd for mount(2) while the host's /proc is still at /oldroot. The
+// kernel follows the magic link to the file itself: no component of the mount target's own path
+// is looked up again (mount_target.hpp).
+std::string fd_path(int fd) { return "/oldroot/proc/self/fd/" + std::to_string(fd); }
+
+int pivot_root(const char* new_root, const char* put_old) {
+  return static_cast<int>(::syscall(SYS_pivot_root, new_root, put_old));
+}
+
+Status do_mount(const char* src, const std::string& dst, const char* type, unsigned long flags,
+                const char* data, const std::string& what) {
+  if (::mount(src, dst.c_str(), type, flags, data) != 0) return sys_error("mounts", what);
+  return {};
+}
+
+// A bind remount inside a user namespace must keep the flags the kernel locked on the source
+// mount (nosuid, nodev, noexec, atime flags), or it fails with EPERM. statvfs reports them.
+unsigned long locked_flags(const std::string& path) {
+  struct statvfs sv;
+  if (::statvfs(path.c_str(), &sv) != 0) return 0;
+  unsigned long f = 0;
+  if (sv.f_flag & ST_NOSUID) f |= MS_NOSUID;
+  if (sv.f_flag & ST_NODEV) f |= MS_NODEV;
+  if (sv.f_flag & ST_NOEXEC) f |= MS_NOEXEC;
+  if (sv.f_flag & ST_NOATIME) f |= MS_NOATIME;
+  if (sv.f_flag & ST_NODIRATIME) f |= MS_NODIRATIME;
+  if (sv.f_flag & ST_RELATIME) f |= MS_RELATIME;
+  return f;
+}
+
+// `shown` names the mount in messages when `path` is an fd's (fd_path).
+Status remount_ro(const std::string& path, unsigned long extra, const std::string& shown = "") {
+  unsigned long flags = MS_REMOUNT | MS_BIND | MS_RDONLY | extra | locked_flags(path);
+  return do_mount(nullptr, path, nullptr, flags, nullptr, "remount " + (shown.empty() ? path : shown) + " read-only");
+}
+
+// Mount points strictly below `path`, from mountinfo (field 5, octal escapes undone), deepest last.
+std::vector<std::string> submounts(const std::string& path) {
+  std::vector<std::string> out;
+  FILE* f = std::fopen("/oldroot/proc/self/mountinfo", "re");
+  if (!f) return out;
+  char* line = nullptr;
+  std::size_t cap = 0;
+  while (::getline(&line, &cap, f) > 0) {
+    std::string l(line), field;
+    std::size_t pos = 0;
+    for (int i = 0; i < 5 && pos != std::string::npos; ++i) {
+      std::size_t end = l.find(' ', pos);
+      field = l.substr(pos, end == std::string::npos ? std::string::npos : end - pos);
+      pos = end == std::string::npos ? end : end + 1;
+    }
+    std::string mp;
+    for (std::size_t i = 0; i < field.size(); ++i) {
+      if (field[i] == '\\' && i + 3 < field.size()) {
+        mp += static_cast<char>(std::strtol(field.substr(i + 1, 3).c_str(), nullptr, 8));
+        i += 3;
+      } else {
+        mp += field[i];
+      }
+    }
+    if (mp.size() > path.size() && mp.compare(0, path.size(), path) == 0 && mp[path.size()] == '/') out.push_back(mp);
+  }
+  std::free(line);
+  std::fclose(f);
+  return out;
+}
+
+// MS_REC binds every submount, but a bind remount (MS_REMOUNT | MS_BIND) changes the flags of the
+// one mount it names: a tmpfs or a bind below a read-only bind would stay writable inside (and be
+// the host's). mount_setattr(AT_RECURSIVE) sets the attributes on the whole subtree at once
+// (Linux 5.12); on older kernels each submount is remounted, as bubblewrap does. Attributes are
+// only added, never cleared, so the kernel's locked flags are no obstacle.
+// `mnt` is an fd of the mount's root (mount_target.hpp); `shown` names it in messages.
+Status restrict_subtree(int mnt, const std::string& shown, bool rdonly) {
+  struct mount_attr attr = {};
+  attr.attr_set = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | (rdonly ? MOUNT_ATTR_RDONLY : 0);
+  if (::mount_setattr(mnt, "", AT_EMPTY_PATH | AT_RECURSIVE, &attr, sizeof attr) == 0) return {};
+  if (errno != ENOSYS) return sys_error("mounts", "make " + shown + " and its submounts " + (rdonly ? "read-only" : "nosuid,nodev"));
+  // mountinfo names mount points by path (from init's root, as readlink of the fd does).
+  char buf[PATH_MAX];
+  ssize_t n = ::readlink(fd_path(mnt).c_str(), buf, sizeof buf - 1);
+  if (n <= 0) return sys_error("mounts", "find the path of " + shown);
+  for (auto& m : submounts(std::string(buf, static_cast<std::size_t>(n)))) {
+    unsigned long flags = MS_REMOUNT | MS_BIND | MS_NOSUID | MS_NODEV | (rdonly ? MS_RDONLY : 0) | locked_flags(m);
+    SBX_TRY(do_mount(nullptr, m, nullptr, flags, nullptr, "remount submount " + m.substr(8)));
+  }
+  return {};
+}
+
+Status mkdir_p(const std::string& path, mode_t mode) {
+  std::string cur;
+  std::size_t i = 1;
+  while (i <= path.size()) {
+    auto j = path.find('/', i);
+    if (j == std::string::npos) j = path.size();
+    cur = path.substr(0, j);
+    if (!cur.empty() && ::mkdir(cur.c_str(), mode) != 0 && errno != EEXIST) return sys_error("mounts", "mkdir " + cur);
+    i = j + 1;
+  }
+  return {};
+}
+
+enum class BindKind { ro, rw, device };
+
+// Binds `host_path` at `dst` (in-sandbox) inside the new root `root`. The mount point (a directory,
+// or an empty file for file sources) is found and made by open_mount_target, the bind lands on its
+// fd, and the flags are set through an fd of the new mount: no path is walked twice.
+Status bind_mount(int root, const std::string& host_path, const std::string& dst, BindKind kind) {
+  std::string src = "/oldroot" + host_path;
+  struct stat st;
+  UniqueFd device;
+  if (kind == BindKind::device) {
+    // A node bound without nodev must be the character device that was planned, not whatever a
+    // path names by now: opened once (O_PATH, no symlink anywhere on the way), checked through
+    // that fd, and bound from it, so no directory or other file swapped in can take its place.
+    struct open_how how = {};
+    how.flags = O_PATH | O_NOFOLLOW | O_CLOEXEC;
+    how.resolve = RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
+    device = UniqueFd(static_cast<int>(::syscall(SYS_openat2, AT_FDCWD, src.c_str(), &how, sizeof how)));
+    if (device.get() < 0) return sys_error("mounts", "device node " + host_path);
+    if (::fstat(device.get(), &st) != 0) return sys_error("mounts", "device node " + host_path);
+    if (!S_ISCHR(st.st_mode))
+      return make_error("mounts", "device node " + host_path + " is not a character device (" + file_kind(st.st_mode) + ")", ENODEV);
+    src = fd_path(device.get());
+  } else if (::stat(src.c_str(), &st) != 0) {
+    return sys_error("mounts", "bind source " + host_path);
+  }
+  auto target = open_mount_target(root, dst, S_ISDIR(st.st_mode));
+  if (!target) return target.error();
+  // A device node has no submounts: a plain bind (and with MS_REC, an fd path's mount would too).
+  unsigned long bind = kind == BindKind::device ? MS_BIND : MS_BIND | MS_REC;
+  SBX_TRY(do_mount(src.c_str(), fd_path(target->node.get()), nullptr, bind, nullptr, "bind " + host_path + " to " + dst));
+  auto mnt = open_mounted(*target, dst);
+  if (!mnt) return mnt.error();
+  std::string at = fd_path(mnt->get());
+  if (kind == BindKind::device) return {};  // nodev would make the node useless
+  if (kind == BindKind::ro) {
+    SBX_TRY(remount_ro(at, MS_NOSUID | MS_NODEV, dst));
+  } else {
+    unsigned long flags = MS_REMOUNT | MS_BIND | MS_NOSUID | MS_NODEV | locked_flags(at);
+    SBX_TRY(do_mount(nullptr, at, nullptr, flags, nullptr, "remount " + dst + " nosuid,nodev"));
+  }
+  return restrict_subtree(mnt->get(), dst, kind == BindKind::ro);
+}
+
+Status write_file(const std::string& path, const std::string& content, mode_t mode) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+  if (fd < 0) return sys_error("mounts", "create " + path);
+  ssize_t n = ::write(fd, content.data(), content.size());
+  ::close(fd);
+  if (n != static_cast<ssize_t>(content.size())) return sys_error("mounts", "write " + path);
+  return {};
+}
+
+// Copies a small host file (read through /oldroot) into the new root. sendfile copies page cache
+// to page cache inside the kernel: a user-space buffer would be fresh memory of init's, and each
+// of its pages costs a page fault (~14 us on a nested VM; ld.so.cache alone is 13 pages).
+Status copy_in(const std::string& host_path) {
+  std::string src = "/oldroot" + host_path;
+  UniqueFd in(::open(src.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+  if (in.get() < 0) return sys_error("mounts", "open " + host_path);
+  struct stat st;
+  if (::fstat(in.get(), &st) != 0) return sys_error("mounts", "stat " + host_path);
+  std::string dst = "/newroot" + host_path;
+  UniqueFd out(::open(dst.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644));
+  if (out.get() < 0) return sys_error("mounts", "create " + dst);
+  // The plan only lists files up to kEtcCopyMax; one that grew since is copied up to that size.
+  off_t left = std::min<off_t>(st.st_size, kEtcCopyMax);
+  while (left > 0) {
+    ssize_t n = ::sendfile(out.get(), in.get(), nullptr, static_cast<std::size_t>(left));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return sys_error("mounts", "copy " + host_path);
+    if (n == 0) break;  // shrank meanwhile
+    left -= n;
+  }
+  return {};
+}
+
+Status symlink_at(const std::string& target, const std::string& path) {
+  if (::symlink(target.c_str(), path.c_str()) != 0 && errno != EEXIST) return sys_error("mounts", "symlink " + path);
+  return {};
+}
+
+Status tmpfs_at(const std::string& dst, std::int64_t size, const char* mode, unsigned long flags) {
+  SBX_TRY(mkdir_p(dst, 0755));
+  std::string data = std::string("mode=") + mode + ",size=" + std::to_string(size);
+  std::string shown = dst.starts_with("/newroot/") ? dst.substr(8) : dst;
+  return do_mount("tmpfs", dst, "tmpfs", flags, data.c_str(), "tmpfs on " + shown);
+}
+
+// A tmpfs at `dst` (in-sandbox) inside the new root, its mount point made by open_mount_target.
+// Returns an O_PATH fd of the new mount's root.
+Result<UniqueFd> tmpfs_in_root(int root, const std::string& dst, std::int64_t size, const char* mode, unsigned long flags) {
+  auto target = open_mount_target(root, dst, true);
+  if (!target) return target.error();
+  std::string data = std::string("mode=") + mode + ",size=" + std::to_string(size);
+  SBX_TRY(do_mount("tmpfs", fd_path(target->node.get()), "tmpfs", flags, data.c_str(), "tmpfs on " + dst));
+  return open_mounted(*target, dst);
+}
+
+// Secrets live only in this tmpfs, in this mount namespace: nothing reaches the host's disk, and
+// the tmpfs is gone with the namespace when the run ends. noexec, and read-only once written.
+Status write_secrets(int root, const MountPlan& plan) {
+  std::int64_t size = 64 * 1024;
+  for (auto& [name, value] : plan.secret_files) size += static_cast<std::int64_t>(value.size()) + 4096;
+  auto dir = tmpfs_in_root(root, "/run/secrets", size, "0500", MS_NOSUID | MS_NODEV | MS_NOEXEC);
+  if (!dir) return dir.error();
+  for (auto& [name, value] : plan.secret_files) {
+    int fd = ::openat(dir->get(), name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0400);
+    // The messages name the secret, never its value.
+    if (fd < 0) return sys_error("secrets", "create /run/secrets/" + name);
+    ssize_t n = ::write(fd, value.data(), value.size());
+    int werr = errno;
+    bool owned = ::fchown(fd, plan.owner_uid, plan.owner_gid) == 0;
+    int oerr = errno;
+    ::close(fd);
+    if (n != static_cast<ssize_t>(value.size())) return make_error("secrets", "write /run/secrets/" + name, werr);
+    if (!owned) return make_error("secrets", "chown /run/secrets/" + name, oerr);
+  }
+  if (::fchownat(dir->get(), "", plan.owner_uid, plan.owner_gid, AT_EMPTY_PATH) != 0) return sys_error("secrets", "chown /run/secrets");
+  return remount_ro(fd_path(dir->get()), MS_NOSUID | MS_NODEV | MS_NOEXEC, "/run/secrets");
+}
+
+// A minimal /dev: the harmless character devices bound from the host (device nodes cannot be
+// created in a user namespace, and a tmpfs mounted there is implicitly nodev), a private devpts
+// instance so the sandbox's ptys are its own, and shm.
+Status build_dev(int root, std::int64_t shm_size, const MountPlan& plan) {
+  SBX_TRY(tmpfs_at("/newroot/dev", 256 * 1024, "0755", MS_NOSUID | MS_NOEXEC));
+  for (const char* d : {"null", "zero", "full", "random", "urandom", "tty"}) {
+    std::string host = std::string("/dev/") + d;
+    SBX_TRY(bind_mount(root, host, host, BindKind::device));
+  }
+  // The granted GPUs' nodes (gpu.hpp), only with --gpu: each a bind of the host's node, which
+  // keeps the source mount's flags (the host's /dev allows devices); the tmpfs around them is
+  // nodev by the kernel's rule for user namespaces, so no other node made here could be opened.
+  for (auto& [host, inside] : plan.device_nodes) SBX_TRY(bind_mount(root, host, inside, BindKind::device));
+  SBX_TRY(mkdir_p("/newroot/dev/pts", 0755));
+  SBX_TRY(do_mount("devpts", "/newroot/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC,
+                   "newinstance,ptmxmode=0666,mode=0620", "devpts on /dev/pts"));
+  SBX_TRY(symlink_at("pts/ptmx", "/newroot/dev/ptmx"));
+  SBX_TRY(tmpfs_at("/newroot/dev/shm", shm_size, "1777", MS_NOSUID | MS_NODEV | MS_NOEXEC));
+  SBX_TRY(symlink_at("/proc/self/fd", "/newroot/dev/fd"));
+  SBX_TRY(symlink_at("/proc/self/fd/0", "/newroot/dev/stdin"));
+  SBX_TRY(symlink_at("/proc/self/fd/1", "/newroot/dev/stdout"));
+  SBX_TRY(symlink_at("/proc/self/fd/2", "/newroot/dev/stderr"));
+  // Complete: the tmpfs itself becomes read-only (the program may not add files or replace the
+  // nodes' names); devpts and /dev/shm below it are mounts of their own and stay writable.
+  return remount_ro("/newroot/dev", MS_NOSUID | MS_NOEXEC);
+}
+
+bool under(const std::string& path, const std::string& dir) {
+  return path == dir || (path.size() > dir.size() && path.compare(0, dir.size(), dir) == 0 && path[dir.size()] == '/');
+}
+
+// Creates `dst` (an absolute in-sandbox path) as a directory or an empty file in the overlay's
+// upper directory, with its missing parents. Parents that the image has as directories are
+// created too: the overlay merges them with the image's. A component that the image has as a
+// symlink or a file is refused: the mount would not land where the path says.
+Status precreate_in_upper(int image_fd, const std::string& upper, const std::string& dst, bool dir) {
+  std::size_t i = 1;
+  while (i <= dst.size()) {
+    std::size_t j = dst.find('/', i);
+    if (j == std::string::npos) j = dst.size();
+    std::string rel = dst.substr(1, j - 1);
+    bool last = j == dst.size();
+    bool want_dir = !last || dir;
+    struct stat st;
+    if (::fstatat(image_fd, rel.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) {
+      if (S_ISLNK(st.st_mode))
+        return make_error("mounts", "cannot mount at " + dst + ": /" + rel + " is a symlink in the image", ELOOP);
+      if (want_dir != S_ISDIR(st.st_mode))
+        return make_error("mounts", "cannot mount at " + dst + ": /" + rel + " is " +
+                                        (S_ISDIR(st.st_mode) ? "a directory" : "not a directory") + " in the image",
+                          want_dir ? ENOTDIR : EISDIR);
+    }
+    std::string path = upper + "/" + rel;
+    if (want_dir) {
+      if (::mkdir(path.c_str(), 0755) != 0 && errno != EEXIST) return sys_error("mounts", "create mount point " + dst);
+    } else {
+      int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+      if (fd < 0) return sys_error("mounts", "create mount point " + dst);
+      ::close(fd);
+    }
+    i = j + 1;
+  }
+  return {};
+}
+
+// The image root: an overlay of the stored tree under a tmpfs upper layer (see mounts.hpp).
+Status mount_image_root(const MountPlan& plan, int image_fd) {
+  SBX_TRY(tmpfs_at("/layer", plan.upper_size_bytes, "0755", MS_NOSUID | MS_NODEV));
+  if (::mkdir("/layer/upper", 0755) != 0 || ::mkdir("/layer/work", 0700) != 0) return sys_error("mounts", "mkdir in the upper layer");
+  std::vector<std::string> mount_dsts = {"/proc", "/dev", "/tmp", "/out"};
+  std::vector<std::pair<std::string, bool>> points;  // dst, is_dir
+  for (auto& d : mount_dsts) points.push_back({d, true});
+  for (auto& t : plan.tmpfs) points.push_back({t.dst, true}), mount_dsts.push_back(t.dst);
+  if (!plan.secret_files.empty()) points.push_back({"/run/secrets", true}), mount_dsts.push_back("/run/secrets");
+  for (auto& b : plan.binds) {
+    struct stat st;
+    if (::stat(("/oldroot" + b.src).c_str(), &st) != 0) return sys_error("mounts", "bind source " + b.src);
+    points.push_back({b.dst, S_ISDIR(st.st_mode)});
+    mount_dsts.push_back(b.dst);
+  }
+  for (auto& f : plan.files) points.push_back({f.dst, false}), mount_dsts.push_back(f.dst);
+  bool workdir_mounted = false;
+  for (auto& m : mount_dsts) workdir_mounted = workdir_mounted || under(plan.workdir, m);
+  if (!workdir_mounted) points.push_back({plan.workdir, true});
+  for (auto& [dst, is_dir] : points) SBX_TRY(precreate_in_upper(image_fd, "/layer/upper", dst, is_dir));
+  // The lower layer is named through the fd init opened (reopen_image_in_namespace): a lookup
+  // through /proc/self/fd needs no search permission on the store's parents (as host root,
+  // init's uid is now an unprivileged mapped one) and cannot be redirected by a rename.
+  // userxattr: overlay's own metadata goes to user.* xattrs, the only ones a user namespace may set.
+  std::string opts = "lowerdir=/oldroot/proc/self/fd/" + std::to_string(image_fd) +
+                     ",upperdir=/layer/upper,workdir=/layer/work,userxattr";
+  SBX_TRY(do_mount("sbx-root", "/newroot", "overlay", MS_NOSUID | MS_NODEV, opts.c_str(), "overlay root from the image"));
+  ::close(image_fd);
+  return {};
+}
+
+// Generated files are written to the base tmpfs (this namespace only) and bound read-only.
+Status place_generated_files(int root, const MountPlan& plan) {
+  if (plan.files.empty()) return {};
+  SBX_TRY(mkdir_p("/gen", 0755));
+  for (std::size_t i = 0; i < plan.files.size(); ++i) {
+    const auto& f = plan.files[i];
+    std::string src = "/gen/" + std::to_string(i);
+    SBX_TRY(write_file(src, f.content, f.mode));
+    auto target = open_mount_target(root, f.dst, false);
+    if (!target) return target.error();
+    SBX_TRY(do_mount(src.c_str(), fd_path(target->node.get()), nullptr, MS_BIND, nullptr, "bind generated file " + f.dst));
+    auto mnt = open_mounted(*target, f.dst);
+    if (!mnt) return mnt.error();
+    SBX_TRY(remount_ro(fd_path(mnt->get()), MS_NOSUID | MS_NODEV, f.dst));
+  }
+  return {};
+}
+
+// /out: a size-capped tmpfs owned by the program. The supervisor exports from it after the run
+// through the O_PATH fd returned here (artifact_export.hpp), so no host directory is ever writable from inside.
+Result<int> make_out(const MountPlan& plan) {
+  SBX_TRY(tmpfs_at("/newroot/out", plan.out_size_bytes, "0755", MS_NOSUID | MS_NODEV));
+  if (::chown("/newroot/out", plan.owner_uid, plan.owner_gid) != 0) return sys_error("mounts", "chown /out");
+  int fd = ::open("/newroot/out", O_PATH | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return sys_error("mounts", "open /out");
+  return fd;
+}
+
+}  // namespace
+
+Result<MountPlan> plan_mounts(const RunSpec& spec, const std::string& caller_cwd) {
+  MountPlan p;
+  bool host_root = spec.image == "host";  // an image brings its own /usr, /lib and /etc
+  for (const char* d : kSystemDirs) {
+    if (!host_root) break;
+    struct stat st;
+    if (::lstat(d, &st) != 0) continue;
+    if (S_ISLNK(st.st_mode)) {
+      char buf[PATH_MAX];
+      ssize_t n = ::readlink(d, buf, sizeof buf - 1);
+      if (n > 0) p.system_links.push_back({d, std::string(buf, static_cast<std::size_t>(n))});
+    } else if (S_ISDIR(st.st_mode)) {
+      p.system_dirs.push_back(d);
+    }
+  }
+  for (const char* e : kEtcEntries) {
+    if (!host_root) break;
+    struct stat st;
+    if (::lstat(e, &st) != 0) continue;
+    if (S_ISLNK(st.st_mode)) {
+      char buf[PATH_MAX];
+      ssize_t n = ::readlink(e, buf, sizeof buf - 1);
+      if (n > 0) p.etc_links.push_back({e, std::string(buf, static_cast<std::size_t>(n))});
+    } else if (S_ISREG(st.st_mode) && st.st_size <= kEtcCopyMax) {
+      p.etc_files.push_back(e);
+    } else {
+      p.etc_entries.push_back(e);
+    }
+  }
+  std::string uid = std::to_string(spec.uid), gid = std::to_string(spec.gid);
+  std::string passwd = "root:x:0:0:root:/tmp:/bin/sh\n";
+  std::string group = "root:x:0:\n";
+  if (spec.uid != 0) passwd += "sbx:x:" + uid + ":" + gid + ":sandbox user:/tmp:/bin/sh\n";
+  if (spec.gid != 0) group += "sbx:x:" + gid + ":\n";
+  passwd += "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n";
+  group += "nogroup:x:65534:\n";
+  if (host_root)
+    p.generated = {{"/etc/passwd", passwd},
+                 {"/etc/group", group},
+                 {"/etc/hostname", spec.hostname + "\n"},
+                 {"/etc/hosts", "127.0.0.1\tlocalhost " + spec.hostname + "\n::1\tlocalhost ip6-localhost ip6-loopback\n"},
+                 {"/etc/nsswitch.conf", "passwd: files\ngroup: files\nhosts: files\n"}};
+  for (auto b : spec.binds) {
+    // Resolve against the caller's view (relative to their cwd, symlinks followed) so the child
+    // binds exactly what the caller named; a missing source is reported by the child at mount time.
+    if (b.src[0] != '/') b.src = caller_cwd + "/" + b.src;
+    char real[PATH_MAX];
+    if (::realpath(b.src.c_str(), real)) b.src = real;
+    p.binds.push_back(b);
+  }
+  for (auto in : spec.inputs) {
+    if (in.src[0] != '/') in.src = caller_cwd + "/" + in.src;
+    char real[PATH_MAX];
+    if (::realpath(in.src.c_str(), real)) in.src = real;
+    in.rw = false;
+    p.binds.push_back(in);
+  }
+  p.tmpfs = spec.tmpfs;
+  p.tmp_size_bytes = spec.limits.tmp_size_bytes;
+  p.out_size_bytes = spec.limits.out_size_bytes;
+  p.workdir = spec.workdir;
+  return p;
+}
+
+Result<int> reopen_image_in_namespace(const MountPlan& plan) {
+  if (plan.image_fd < 0) return -1;
+  int fd = ::open(plan.image_path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return sys_error("image", "open " + plan.image_path + " in the sandbox's mount namespace");
+  struct stat a, b;
+  bool same = ::fstat(fd, &a) == 0 && ::fstat(plan.image_fd, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+  ::close(plan.image_fd);
+  if (!same) {
+    ::close(fd);
+    return make_error("image", plan.image_path + " was replaced after its seal was checked");
+  }
+  return fd;
+}
+
+Result<int> build_root(const MountPlan& plan, int image_ns_fd) {
+  // Our copy of the host's mounts must not propagate anything back (nor receive host changes).
+  SBX_TRY(do_mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr, "make / private"));
+  std::size_t base_size = 4 << 20;
+  for (auto& f : plan.files) base_size += f.content.size() + 4096;
+  std::string base_opts = "mode=0755,size=" + std::to_string(base_size);
+  SBX_TRY(do_mount("sbx-base", kBase, "tmpfs", MS_NOSUID | MS_NODEV, base_opts.c_str(), "tmpfs base"));
+  if (::chdir(kBase) != 0) return sys_error("mounts", "chdir base");
+  if (::mkdir("newroot", 0755) != 0 || ::mkdir("oldroot", 0755) != 0) return sys_error("mounts", "mkdir in base");
+  // After this, "/" is the base tmpfs and the host's root is reachable only under /oldroot.
+  if (pivot_root(kBase, "oldroot") != 0) return sys_error("mounts", "pivot_root into base");
+  if (::chdir("/") != 0) return sys_error("mounts", "chdir /");
+  // Every mount point below is resolved inside the new root through this fd (mount_target.hpp).
+  UniqueFd root;
+  auto open_root = [&root]() -> Status {
+    root = UniqueFd(::open("/newroot", O_PATH | O_DIRECTORY | O_CLOEXEC));
+    if (!root.ok()) return sys_error("mounts", "open /newroot");
+    return {};
+  };
+  if (image_ns_fd >= 0) {
+    SBX_TRY(mount_image_root(plan, image_ns_fd));
+    SBX_TRY(open_root());
+  } else {
+    // pivot_root needs the new root to be a mount point: bind /newroot onto itself.
+    SBX_TRY(do_mount("/newroot", "/newroot", nullptr, MS_BIND | MS_REC, nullptr, "bind /newroot"));
+    SBX_TRY(open_root());
+    for (auto& d : plan.system_dirs) SBX_TRY(bind_mount(root.get(), d, d, BindKind::ro));
+    for (auto& [path, target] : plan.system_links) SBX_TRY(symlink_at(target, "/newroot" + path));
+    SBX_TRY(mkdir_p("/newroot/etc", 0755));
+    for (auto& e : plan.etc_entries) SBX_TRY(bind_mount(root.get(), e, e, BindKind::ro));
+    for (auto& f : plan.etc_files) SBX_TRY(copy_in(f));
+    for (auto& [path, target] : plan.etc_links) SBX_TRY(symlink_at(target, "/newroot" + path));
+    for (auto& [path, content] : plan.generated) SBX_TRY(write_file("/newroot" + path, content, 0644));
+  }
+
+  SBX_TRY(mkdir_p("/newroot/proc", 0555));
+  SBX_TRY(do_mount("proc", "/newroot/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr, "proc on /proc"));
+  SBX_TRY(build_dev(root.get(), plan.tmp_size_bytes, plan));
+  SBX_TRY(tmpfs_at("/newroot/tmp", plan.tmp_size_bytes, "1777", MS_NOSUID | MS_NODEV));
+  for (auto& t : plan.tmpfs) SBX_TRY(tmpfs_in_root(root.get(), t.dst, t.size_bytes, "1777", MS_NOSUID | MS_NODEV));
+  auto out = make_out(plan);
+  if (!out) return out.error();
+  struct CloseOnError {
+    int fd;
+    bool keep = false;
+    ~CloseOnError() { if (!keep) ::close(fd); }
+  } out_guard{*out};
+  for (auto& b : plan.binds) SBX_TRY(bind_mount(root.get(), b.src, b.dst, b.rw ? BindKind::rw : BindKind::ro));
+  SBX_TRY(place_generated_files(root.get(), plan));
+  if (!plan.secret_files.empty()) SBX_TRY(write_secrets(root.get(), plan));
+
+  // Everything not mounted over stays the base tmpfs, made read-only now that it is complete.
+  SBX_TRY(remount_ro("/newroot", MS_NOSUID | MS_NODEV));
+  if (::umount2("/oldroot", MNT_DETACH) != 0) return sys_error("mounts", "detach old root");
+  if (::chdir("/newroot") != 0) return sys_error("mounts", "chdir /newroot");
+  // pivot_root(".", ".") stacks the old root (the base) on top of the new one; detaching "."
+  // then removes the base and leaves /newroot as "/" (see pivot_root(2), NOTES).
+  if (pivot_root(".", ".") != 0) return sys_error("mounts", "pivot_root into new root");
+  if (::umount2(".", MNT_DETACH) != 0) return sys_error("mounts", "detach base");
+  if (::chdir("/") != 0) return sys_error("mounts", "chdir /");
+  out_guard.keep = true;
+  return *out;
+}
+
+nlohmann::json mounts_to_json(const MountPlan& plan) {
+  nlohmann::json a = nlohmann::json::array();
+  for (auto& d : plan.system_dirs) a.push_back({{"src", d}, {"dst", d}, {"rw", false}});
+  for (auto& e : plan.etc_entries) a.push_back({{"src", e}, {"dst", e}, {"rw", false}});
+  for (auto& f : plan.etc_files) a.push_back({{"src", f}, {"dst", f}, {"rw", false}, {"copied", true}});
+  for (auto& b : plan.binds) a.push_back({{"src", b.src}, {"dst", b.dst}, {"rw", b.rw}});
+  return a;
+}
+
+// The sandbox's /proc/sys, read-only (as Docker and Podman make it): the sysctls of the run's own
+// namespaces are writable by their root, which the program may be (uid 0 in the sandbox). The
+// SysV shm cap that init writes there (child.cpp, bound_sysv_shm) would otherwise be undone by
+// the program (ipc_permissions in ipc/ipc_sysctl.c checks the euid, not a capability), and so
+// would the uts/net ones. Called by init after its own writes, once the root is pivoted.
+Status make_proc_sys_readonly() {
+  SBX_TRY(do_mount("/proc/sys", "/proc/sys", nullptr, MS_BIND | MS_REC, nullptr, "bind /proc/sys"));
+  return remount_ro("/proc/sys", MS_NOSUID | MS_NODEV | MS_NOEXEC);
+}
+
+}  // namespace sbx

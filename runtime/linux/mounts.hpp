@@ -1,0 +1,93 @@
+#pragma once
+// The sandbox's filesystem, assembled by the child inside its own mount namespace. The root is a
+// small tmpfs that exists only in that namespace, so nothing is created on the host and nothing
+// is left to clean up when the namespace dies (no scratch directory, no unmount on the way out).
+//
+// Steps (after bubblewrap): make every mount private; mount a tmpfs over /tmp (the base);
+// pivot_root into it with the old root at /oldroot; assemble /newroot from /oldroot/...; detach
+// /oldroot; pivot_root into /newroot and detach the base. Host paths are then unreachable.
+//
+// Two kinds of root:
+//   --image host  /newroot is a bind of a directory of the base, filled with read-only binds of
+//                 the host's /usr, /bin, /lib*, a few /etc entries, and generated /etc files.
+//   --image REF   /newroot is an overlay: lower = the stored image tree (shared by every run,
+//                 never written), upper = a small tmpfs of this namespace. Mount points the image
+//                 lacks (/proc, /out, /in/..., bind targets) are created in the upper directory
+//                 *before* the overlay is mounted, so nothing is ever copied up: as host root the
+//                 image's files belong to an unmapped uid and could not be copied up anyway.
+// Either way the root is then remounted read-only; /tmp and /out are size-capped tmpfs mounts,
+// the only writable places besides explicit rw binds and --tmpfs.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "runtime/base/error.hpp"
+#include "runtime/model/spec.hpp"
+
+namespace sbx {
+
+// A file sbx generates for the sandbox (pack records, exec code and inputs): written by init on
+// the base tmpfs of its own mount namespace and bound read-only at `dst` — never on the host.
+struct GeneratedFile {
+  std::string dst;
+  std::string content;
+  mode_t mode = 0444;
+};
+
+struct MountPlan {
+  // --image REF: the stored tree's host path, and the directory fd the supervisor checked against
+  // the image's seal before clone (inherited by init). -1 / "" for the host-derived root.
+  int image_fd = -1;
+  std::string image_path;
+  std::int64_t upper_size_bytes = 16LL << 20;
+  // Host directories bound read-only at the same path (those that exist and are not symlinks).
+  std::vector<std::string> system_dirs;
+  // Host top-level symlinks recreated as-is (merged /usr: /bin -> usr/bin).
+  std::vector<std::pair<std::string, std::string>> system_links;  // path, target
+  // /etc directories bound read-only from the host; small /etc files are copied into the new
+  // root instead (a copy is a few microseconds, a read-only bind is two mount calls and a
+  // mount to tear down), and symlinks are recreated.
+  std::vector<std::string> etc_entries;
+  std::vector<std::string> etc_files;
+  std::vector<std::pair<std::string, std::string>> etc_links;  // path, target
+  // Generated files: /etc/passwd, /etc/group, /etc/hosts, /etc/hostname, /etc/nsswitch.conf.
+  std::vector<std::pair<std::string, std::string>> generated;  // path, content
+  std::vector<BindMount> binds;  // src already made absolute (and canonical when it exists); inputs too
+  std::vector<GeneratedFile> files;
+  std::vector<TmpfsMount> tmpfs;
+  // GPU device nodes (gpu.hpp): host path, in-sandbox path under /dev. Bound into the sandbox's
+  // /dev like /dev/null is, without nodev (build_dev), before /dev turns read-only.
+  std::vector<std::pair<std::string, std::string>> device_nodes;
+  // Secret files for /run/secrets (name, value): written by init onto a private tmpfs, mode 0400,
+  // owned by owner_uid/gid (the program's ids inside). Never in mounts_to_json.
+  std::vector<std::pair<std::string, std::string>> secret_files;
+  std::uint32_t owner_uid = 0, owner_gid = 0;  // the program's ids inside: own /out and secrets
+  std::int64_t tmp_size_bytes = 64LL << 20;
+  std::int64_t out_size_bytes = 64LL << 20;
+  std::string workdir = "/tmp";
+};
+
+// Parent side: inspects the host (which system dirs exist, merged /usr) and generates /etc files.
+Result<MountPlan> plan_mounts(const RunSpec& spec, const std::string& caller_cwd);
+
+// Child side: builds the root and pivots into it. The caller must hold CAP_SYS_ADMIN in the
+// mount namespace's user namespace. Returns an O_PATH fd of the sandbox's /out tmpfs, for the
+// supervisor to export from after the run (the fd keeps the tmpfs alive once the namespace is gone).
+Result<int> build_root(const MountPlan& plan, int image_ns_fd);
+
+// Init, first thing after clone: opens plan.image_path again, in the sandbox's new mount namespace
+// (overlayfs takes its lower layer only from a mount of the mounter's own namespace, and the
+// supervisor's fd points into the host's), while init still has the caller's host uid and so can
+// search the store's parents (as host root they may be 0700). Refuses a tree that is not the one
+// the supervisor checked (device and inode compared). Returns -1 for the host-derived root.
+Result<int> reopen_image_in_namespace(const MountPlan& plan);
+
+// What the trace records about the host-derived root: what was mounted from where.
+nlohmann::json mounts_to_json(const MountPlan& plan);
+
+// After pivot_root, in init: /proc/sys bound onto itself read-only (see mounts.cpp).
+Status make_proc_sys_readonly();
+
+}  // namespace sbx

@@ -1,0 +1,780 @@
+#include "runtime/linux/seccomp_policy.hpp"
+
+#include <fcntl.h>
+#include <linux/audit.h>
+#include <seccomp.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/utsname.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/base/fsutil.hpp"
+#include "runtime/base/json_io.hpp"
+#include "runtime/base/sha256.hpp"
+
+namespace sbx {
+using nlohmann::json;
+
+namespace {
+
+constexpr const char* kStage = "seccomp";
+constexpr std::uint32_t kNativeArch = SCMP_ARCH_X86_64;
+// Bumped whenever the cached artefact's meaning changes (cache key input).
+constexpr const char* kCacheFormat = "sbx-seccomp-bpf/1";
+// TRACE data with this bit set carries an errno (see compile_seccomp_policy); policies' own TRACE
+// values are errnoRet values, at most 4095.
+constexpr std::uint32_t kErrnoTag = 0x8000;
+
+std::int64_t now_us() {
+  struct timespec ts;
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1'000'000LL + ts.tv_nsec / 1000;
+}
+
+struct NamedErrno {
+  const char* name;
+  int value;
+};
+// The errno names a policy is likely to use in comments and that the trace prints.
+constexpr NamedErrno kErrnoNames[] = {{"EPERM", EPERM},   {"ENOENT", ENOENT}, {"EACCES", EACCES},
+                                      {"EINVAL", EINVAL}, {"ENOSYS", ENOSYS}, {"EOPNOTSUPP", EOPNOTSUPP},
+                                      {"ENOTTY", ENOTTY}, {"EAGAIN", EAGAIN}, {"EBADF", EBADF},
+                                      {"ENOMEM", ENOMEM}, {"EFAULT", EFAULT}, {"EROFS", EROFS}};
+
+std::string errno_text(int e) {
+  for (auto& n : kErrnoNames)
+    if (n.value == e) return n.name;
+  return std::to_string(e);
+}
+
+class Reader {
+ public:
+  explicit Reader(const std::string& source) : source_(source) {}
+  Error fail(const std::string& pointer, const std::string& what) const {
+    return make_error(kStage, source_ + ": " + (pointer.empty() ? "/" : pointer) + ": " + what);
+  }
+  // Every member of `obj` must be one of `known`.
+  Status only(const json& obj, const std::string& pointer, std::initializer_list<const char*> known) const {
+    for (auto& [k, v] : obj.items()) {
+      bool ok = false;
+      for (auto* n : known) ok = ok || k == n;
+      if (!ok) return fail(pointer + "/" + pointer_token(k), "unknown key '" + k + "'");
+    }
+    return {};
+  }
+  Result<std::uint64_t> u64(const json& v, const std::string& pointer) const {
+    if (v.is_number_unsigned()) return v.get<std::uint64_t>();
+    if (v.is_number_integer() && v.get<std::int64_t>() >= 0) return static_cast<std::uint64_t>(v.get<std::int64_t>());
+    return fail(pointer, "must be a non-negative integer");
+  }
+  Result<std::vector<std::string>> strings(const json& v, const std::string& pointer) const {
+    if (v.is_null()) return std::vector<std::string>{};
+    if (!v.is_array()) return fail(pointer, "must be an array of strings");
+    std::vector<std::string> out;
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      if (!v[i].is_string()) return fail(pointer + "/" + std::to_string(i), "must be a string");
+      out.push_back(v[i].get<std::string>());
+    }
+    return out;
+  }
+
+ private:
+  const std::string& source_;
+};
+
+// "SCMP_ACT_ERRNO" + errnoRet -> libseccomp action value.
+// The errno an action returns: the OCI number (`num_key`: errnoRet, defaultErrnoRet) and/or the
+// name Podman's files give beside it (`name_key`: errno, defaultErrno, e.g. "ENOSYS"); when both
+// are present they must agree. Names are glibc's (strerrorname_np), so every E* constant works.
+Result<std::optional<std::uint64_t>> errno_member(const Reader& rd, const json& obj, const char* num_key,
+                                                  const char* name_key, const std::string& pointer) {
+  std::optional<std::uint64_t> num, named;
+  if (obj.contains(num_key) && !obj.at(num_key).is_null()) {
+    auto e = rd.u64(obj.at(num_key), pointer + "/" + num_key);
+    if (!e) return e.error();
+    if (*e > 4095) return rd.fail(pointer + "/" + num_key, "must be an errno value (0-4095)");
+    num = *e;
+  }
+  if (obj.contains(name_key) && !obj.at(name_key).is_null()) {
+    const json& n = obj.at(name_key);
+    if (!n.is_string()) return rd.fail(pointer + "/" + name_key, "must be an errno name such as \"EPERM\"");
+    static constexpr NamedErrno kAliases[] = {{"EWOULDBLOCK", EWOULDBLOCK}, {"EDEADLOCK", EDEADLOCK}, {"ENOTSUP", ENOTSUP}};
+    for (auto& a : kAliases)
+      if (n.get<std::string>() == a.name) named = static_cast<std::uint64_t>(a.value);
+    for (int e = 1; e < 4096 && !named; ++e) {
+      const char* known = ::strerrorname_np(e);
+      if (known && n.get<std::string>() == known) named = static_cast<std::uint64_t>(e);
+    }
+    if (!named) return rd.fail(pointer + "/" + name_key, "unknown errno name '" + n.get<std::string>() + "'");
+    if (num && *num != *named)
+      return rd.fail(pointer + "/" + name_key, "'" + n.get<std::string>() + "' is " + std::to_string(*named) + " but " +
+                                                   num_key + " says " + std::to_string(*num));
+  }
+  return num ? num : named;
+}
+
+Result<std::uint32_t> parse_action(const Reader& rd, const json& v, const std::string& pointer,
+                                   std::optional<std::uint64_t> errno_ret, std::string& text) {
+  if (!v.is_string()) return rd.fail(pointer, "must be a string (SCMP_ACT_...)");
+  std::string a = v.get<std::string>();
+  int e = errno_ret ? static_cast<int>(*errno_ret) : EPERM;  // OCI: errnoRet defaults to EPERM
+  text = a;
+  if (a == "SCMP_ACT_ALLOW") return SCMP_ACT_ALLOW;
+  if (a == "SCMP_ACT_LOG") return SCMP_ACT_LOG;
+  if (a == "SCMP_ACT_KILL" || a == "SCMP_ACT_KILL_THREAD") return SCMP_ACT_KILL_THREAD;
+  if (a == "SCMP_ACT_KILL_PROCESS") return SCMP_ACT_KILL_PROCESS;
+  if (a == "SCMP_ACT_TRAP") return SCMP_ACT_TRAP;
+  if (a == "SCMP_ACT_ERRNO") {
+    text = a + "(" + errno_text(e) + ")";
+    return SCMP_ACT_ERRNO(static_cast<std::uint32_t>(e));
+  }
+  if (a == "SCMP_ACT_TRACE") {
+    text = a + "(" + std::to_string(e) + ")";
+    return SCMP_ACT_TRACE(static_cast<std::uint32_t>(e));
+  }
+  if (a == "SCMP_ACT_NOTIFY")
+    return rd.fail(pointer, "SCMP_ACT_NOTIFY is not supported: sbx's supervisor answers refused system calls itself");
+  return rd.fail(pointer, "unknown action '" + a + "'");
+}
+
+Result<int> parse_op(const Reader& rd, const json& v, const std::string& pointer) {
+  static const std::pair<const char*, int> ops[] = {
+      {"SCMP_CMP_NE", SCMP_CMP_NE}, {"SCMP_CMP_LT", SCMP_CMP_LT}, {"SCMP_CMP_LE", SCMP_CMP_LE},
+      {"SCMP_CMP_EQ", SCMP_CMP_EQ}, {"SCMP_CMP_GE", SCMP_CMP_GE}, {"SCMP_CMP_GT", SCMP_CMP_GT},
+      {"SCMP_CMP_MASKED_EQ", SCMP_CMP_MASKED_EQ}};
+  if (!v.is_string()) return rd.fail(pointer, "must be a string (SCMP_CMP_...)");
+  for (auto& [n, op] : ops)
+    if (v.get<std::string>() == n) return op;
+  return rd.fail(pointer, "unknown operator '" + v.get<std::string>() + "'");
+}
+
+// "SCMP_ARCH_X86_64" / "x86_64" -> token (0 when libseccomp does not know it).
+std::uint32_t arch_token(std::string name) {
+  if (name.rfind("SCMP_ARCH_", 0) == 0) name = name.substr(10);
+  for (auto& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return seccomp_arch_resolve_name(name.c_str());
+}
+
+// Docker/Go architecture names that mean "this machine" in includes/excludes.
+bool names_native(const std::vector<std::string>& arches) {
+  for (auto& a : arches)
+    if (a == "amd64" || a == "x86_64" || a == "SCMP_ARCH_X86_64") return true;
+  return false;
+}
+
+// "5.4" <= running kernel?
+bool kernel_at_least(const std::string& want) {
+  struct utsname u;
+  if (::uname(&u) != 0) return true;
+  int a = 0, b = 0, x = 0, y = 0;
+  std::sscanf(want.c_str(), "%d.%d", &a, &b);
+  std::sscanf(u.release, "%d.%d", &x, &y);
+  return x > a || (x == a && y >= b);
+}
+
+// Docker's includes/excludes: does this rule apply to this run on this machine? As Docker
+// decides it: a rule that includes capabilities applies only when the program keeps every one of
+// them (capabilities.keep, --cap-add: caps.hpp), and one that excludes capabilities is dropped
+// when the program keeps any of them. Without kept capabilities (the default) no rule that needs
+// one applies.
+Result<bool> rule_applies(const Reader& rd, const json& rule, const std::string& pointer,
+                          const std::vector<std::string>& kept_caps, std::string& why) {
+  auto kept = [&](const std::string& cap) { return std::find(kept_caps.begin(), kept_caps.end(), cap) != kept_caps.end(); };
+  if (rule.contains("includes") && !rule.at("includes").is_null()) {
+    const json& inc = rule.at("includes");
+    std::string p = pointer + "/includes";
+    if (!inc.is_object()) return rd.fail(p, "must be an object");
+    SBX_TRY(rd.only(inc, p, {"arches", "caps", "minKernel"}));
+    if (inc.contains("arches")) {
+      auto a = rd.strings(inc.at("arches"), p + "/arches");
+      if (!a) return a.error();
+      if (!a->empty() && !names_native(*a)) {
+        why = "included only for other architectures";
+        return false;
+      }
+    }
+    if (inc.contains("caps")) {
+      auto c = rd.strings(inc.at("caps"), p + "/caps");
+      if (!c) return c.error();
+      for (auto& cap : *c)
+        if (!kept(cap)) {
+          why = "included only with capability " + cap + (kept_caps.empty() ? " (the run keeps none)" : " (not kept)");
+          return false;
+        }
+    }
+    if (inc.contains("minKernel") && !inc.at("minKernel").is_null()) {
+      if (!inc.at("minKernel").is_string()) return rd.fail(p + "/minKernel", "must be a string");
+      if (!kernel_at_least(inc.at("minKernel").get<std::string>())) {
+        why = "needs kernel " + inc.at("minKernel").get<std::string>();
+        return false;
+      }
+    }
+  }
+  if (rule.contains("excludes") && !rule.at("excludes").is_null()) {
+    const json& exc = rule.at("excludes");
+    std::string p = pointer + "/excludes";
+    if (!exc.is_object()) return rd.fail(p, "must be an object");
+    SBX_TRY(rd.only(exc, p, {"arches", "caps", "minKernel"}));
+    if (exc.contains("arches")) {
+      auto a = rd.strings(exc.at("arches"), p + "/arches");
+      if (!a) return a.error();
+      if (names_native(*a)) {
+        why = "excluded on this architecture";
+        return false;
+      }
+    }
+    if (exc.contains("caps")) {
+      auto c = rd.strings(exc.at("caps"), p + "/caps");
+      if (!c) return c.error();
+      for (auto& cap : *c)
+        if (kept(cap)) {
+          why = "excluded with capability " + cap + " (kept)";
+          return false;
+        }
+    }
+    if (exc.contains("minKernel") && !exc.at("minKernel").is_null()) {
+      if (!exc.at("minKernel").is_string()) return rd.fail(p + "/minKernel", "must be a string");
+      if (kernel_at_least(exc.at("minKernel").get<std::string>())) {
+        why = "excluded from kernel " + exc.at("minKernel").get<std::string>();
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
+// Raw sock_filter array <-> bytes (the cache file format).
+Result<std::vector<sock_filter>> read_bpf_file(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return sys_error(kStage, "open " + path);
+  struct stat st;
+  if (::fstat(fd, &st) != 0 || st.st_size <= 0 || st.st_size % sizeof(sock_filter) != 0 ||
+      st.st_size > static_cast<off_t>(BPF_MAXINSNS * sizeof(sock_filter))) {
+    ::close(fd);
+    return make_error(kStage, "bad cached program " + path, EINVAL);
+  }
+  std::vector<sock_filter> prog(static_cast<std::size_t>(st.st_size) / sizeof(sock_filter));
+  char* p = reinterpret_cast<char*>(prog.data());
+  std::size_t left = static_cast<std::size_t>(st.st_size);
+  while (left > 0) {
+    ssize_t n = ::read(fd, p, left);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      ::close(fd);
+      return make_error(kStage, "short read of " + path, EIO);
+    }
+    p += n;
+    left -= static_cast<std::size_t>(n);
+  }
+  ::close(fd);
+  return prog;
+}
+
+// A cache is not a record: write beside, rename over, no fsync (a torn file fails the checks
+// above and is recompiled).
+void write_cache(const std::string& dir, const std::string& path, const void* data, std::size_t len) {
+  if (!ensure_dir(dir, 0700)) return;
+  std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return;
+  bool ok = ::write(fd, data, len) == static_cast<ssize_t>(len);
+  ::close(fd);
+  if (!ok || ::rename(tmp.c_str(), path.c_str()) != 0) ::unlink(tmp.c_str());
+}
+
+std::string libseccomp_version() {
+  const scmp_version* v = seccomp_version();
+  return std::to_string(v->major) + "." + std::to_string(v->minor) + "." + std::to_string(v->micro);
+}
+
+}  // namespace
+
+Result<SeccompPolicy> parse_seccomp_policy(std::string_view text, const std::string& source,
+                                           const std::vector<std::string>& kept_caps) {
+  SeccompPolicy pol;
+  pol.source = source;
+  Reader rd(pol.source);
+  // Bounded in size and depth (json_io.hpp), like every document sbx reads.
+  auto parsed = parse_json_doc(text, {kMaxPolicyBytes}, kStage, source);
+  if (!parsed) return parsed.error();
+  json j = std::move(*parsed);
+  if (!j.is_object()) return rd.fail("", "must be a JSON object (OCI linux.seccomp)");
+  SBX_TRY(rd.only(j, "", {"defaultAction", "defaultErrnoRet", "defaultErrno", "architectures", "archMap", "syscalls",
+                          "flags", "listenerPath", "listenerMetadata"}));
+  if (!j.contains("defaultAction")) return rd.fail("/defaultAction", "is required");
+  auto default_errno = errno_member(rd, j, "defaultErrnoRet", "defaultErrno", "");
+  if (!default_errno) return default_errno.error();
+  auto da = parse_action(rd, j.at("defaultAction"), "/defaultAction", *default_errno, pol.default_action_text);
+  if (!da) return da.error();
+  pol.default_action = *da;
+
+  // Architectures: the native one always; the policy may add its sub-architectures (x86, x32).
+  // Anything not listed is rejected by the filter's bad-arch action (KILL_PROCESS, recorded).
+  pol.arches.push_back(kNativeArch);
+  std::vector<std::string> arch_names;
+  if (j.contains("architectures")) {
+    auto a = rd.strings(j.at("architectures"), "/architectures");
+    if (!a) return a.error();
+    arch_names = *a;
+  }
+  if (j.contains("archMap") && !j.at("archMap").is_null()) {
+    const json& am = j.at("archMap");
+    if (!am.is_array()) return rd.fail("/archMap", "must be an array");
+    for (std::size_t i = 0; i < am.size(); ++i) {
+      std::string p = "/archMap/" + std::to_string(i);
+      if (!am[i].is_object()) return rd.fail(p, "must be an object");
+      SBX_TRY(rd.only(am[i], p, {"architecture", "subArchitectures"}));
+      if (!am[i].contains("architecture") || !am[i].at("architecture").is_string())
+        return rd.fail(p + "/architecture", "must be a string");
+      if (arch_token(am[i].at("architecture").get<std::string>()) != kNativeArch) continue;
+      arch_names.push_back(am[i].at("architecture").get<std::string>());
+      if (am[i].contains("subArchitectures")) {
+        auto s = rd.strings(am[i].at("subArchitectures"), p + "/subArchitectures");
+        if (!s) return s.error();
+        arch_names.insert(arch_names.end(), s->begin(), s->end());
+      }
+    }
+    pol.notes.push_back("archMap: resolved for x86_64");
+  }
+  bool native_listed = arch_names.empty();
+  for (std::size_t i = 0; i < arch_names.size(); ++i) {
+    std::uint32_t t = arch_token(arch_names[i]);
+    if (t == 0) return rd.fail("/architectures", "unknown architecture '" + arch_names[i] + "'");
+    if (t == kNativeArch) native_listed = true;
+    else if (t == SCMP_ARCH_X86 || t == SCMP_ARCH_X32) {
+      bool have = false;
+      for (auto x : pol.arches) have = have || x == t;
+      if (!have) pol.arches.push_back(t);
+    }
+    // Other machines' architectures cannot reach this kernel: nothing to add.
+  }
+  if (!native_listed) return rd.fail("/architectures", "does not include this machine's architecture (SCMP_ARCH_X86_64)");
+
+  if (j.contains("flags") && !j.at("flags").is_null()) {
+    auto f = rd.strings(j.at("flags"), "/flags");
+    if (!f) return f.error();
+    for (auto& fl : *f) pol.notes.push_back("flag " + fl + " ignored (sbx chooses the filter flags)");
+  }
+  for (auto* k : {"listenerPath", "listenerMetadata"})
+    if (j.contains(k)) pol.notes.push_back(std::string(k) + " ignored (sbx's supervisor is the listener)");
+
+  if (j.contains("syscalls") && !j.at("syscalls").is_null()) {
+    const json& sc = j.at("syscalls");
+    if (!sc.is_array()) return rd.fail("/syscalls", "must be an array");
+    for (std::size_t i = 0; i < sc.size(); ++i) {
+      std::string p = "/syscalls/" + std::to_string(i);
+      const json& r = sc[i];
+      if (!r.is_object()) return rd.fail(p, "must be an object");
+      SBX_TRY(rd.only(r, p, {"names", "name", "action", "errnoRet", "errno", "args", "comment", "includes", "excludes"}));
+      SeccompRule rule;
+      rule.pointer = p;
+      if (r.contains("names")) {
+        auto n = rd.strings(r.at("names"), p + "/names");
+        if (!n) return n.error();
+        rule.names = *n;
+      }
+      if (r.contains("name") && !r.at("name").is_null()) {
+        if (!r.at("name").is_string()) return rd.fail(p + "/name", "must be a string");
+        rule.names.push_back(r.at("name").get<std::string>());
+      }
+      if (rule.names.empty()) return rd.fail(p + "/names", "must list at least one system call");
+      if (!r.contains("action")) return rd.fail(p + "/action", "is required");
+      auto eret = errno_member(rd, r, "errnoRet", "errno", p);
+      if (!eret) return eret.error();
+      std::string atext;
+      auto act = parse_action(rd, r.at("action"), p + "/action", *eret, atext);
+      if (!act) return act.error();
+      rule.action = *act;
+      if (r.contains("comment") && !r.at("comment").is_null() && !r.at("comment").is_string())
+        return rd.fail(p + "/comment", "must be a string");
+      if (r.contains("args") && !r.at("args").is_null()) {
+        const json& args = r.at("args");
+        if (!args.is_array()) return rd.fail(p + "/args", "must be an array");
+        if (args.size() > 6) return rd.fail(p + "/args", "at most 6 comparisons");
+        for (std::size_t k = 0; k < args.size(); ++k) {
+          std::string ap = p + "/args/" + std::to_string(k);
+          const json& a = args[k];
+          if (!a.is_object()) return rd.fail(ap, "must be an object");
+          SBX_TRY(rd.only(a, ap, {"index", "value", "valueTwo", "op"}));
+          SeccompArg arg;
+          if (!a.contains("index")) return rd.fail(ap + "/index", "is required");
+          auto idx = rd.u64(a.at("index"), ap + "/index");
+          if (!idx) return idx.error();
+          if (*idx > 5) return rd.fail(ap + "/index", "must be 0 to 5");
+          arg.index = static_cast<unsigned>(*idx);
+          if (!a.contains("value")) return rd.fail(ap + "/value", "is required");
+          auto val = rd.u64(a.at("value"), ap + "/value");
+          if (!val) return val.error();
+          arg.value = *val;
+          if (a.contains("valueTwo") && !a.at("valueTwo").is_null()) {
+            auto v2 = rd.u64(a.at("valueTwo"), ap + "/valueTwo");
+            if (!v2) return v2.error();
+            arg.value_two = *v2;
+          }
+          if (!a.contains("op")) return rd.fail(ap + "/op", "is required");
+          auto op = parse_op(rd, a.at("op"), ap + "/op");
+          if (!op) return op.error();
+          arg.op = *op;
+          for (auto& prev : rule.args)
+            if (prev.index == arg.index)
+              return rd.fail(ap + "/index", "argument " + std::to_string(arg.index) +
+                                                " compared twice in one rule (libseccomp allows one comparison per argument; split the rule)");
+          rule.args.push_back(arg);
+        }
+      }
+      std::string why;
+      auto applies = rule_applies(rd, r, p, kept_caps, why);
+      if (!applies) return applies.error();
+      if (!*applies) {
+        pol.notes.push_back(p + " (" + rule.names[0] + (rule.names.size() > 1 ? ", ..." : "") + ") skipped: " + why);
+        continue;
+      }
+      // Names libseccomp does not know on any of the filter's architectures: skipped, listed.
+      std::vector<std::string> known;
+      for (auto& n : rule.names) {
+        bool found = false;
+        for (auto a : pol.arches) found = found || seccomp_syscall_resolve_name_arch(a, n.c_str()) != __NR_SCMP_ERROR;
+        if (found) {
+          known.push_back(n);
+        } else {
+          bool listed = false;
+          for (auto& u : pol.unresolved) listed = listed || u == n;
+          if (!listed) pol.unresolved.push_back(n);
+        }
+      }
+      rule.names = std::move(known);
+      if (!rule.names.empty()) pol.rules.push_back(std::move(rule));
+    }
+  }
+  return pol;
+}
+
+Result<std::vector<sock_filter>> compile_seccomp_policy(const SeccompPolicy& pol) {
+  scmp_filter_ctx ctx = seccomp_init(pol.default_action);
+  if (!ctx) return make_error(kStage, pol.source + ": libseccomp cannot create a filter with the default action", EINVAL);
+  struct Guard {
+    scmp_filter_ctx c;
+    ~Guard() { seccomp_release(c); }
+  } guard{ctx};
+  // Foreign ABIs (i386 `int 0x80`, x32) are not in the filter: they hit the bad-arch action.
+  seccomp_attr_set(ctx, SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_KILL_PROCESS);
+  seccomp_attr_set(ctx, SCMP_FLTATR_CTL_NNP, 0);  // sbx sets no_new_privs itself
+  for (auto a : pol.arches)
+    if (a != kNativeArch && seccomp_arch_add(ctx, a) != 0)
+      return make_error(kStage, pol.source + ": /architectures: libseccomp cannot add architecture", EINVAL);
+
+  for (auto& rule : pol.rules) {
+    std::vector<scmp_arg_cmp> cmps;
+    for (auto& a : rule.args)
+      cmps.push_back({a.index, static_cast<scmp_compare>(a.op), a.value, a.value_two});
+    for (auto& name : rule.names) {
+      int nr = seccomp_syscall_resolve_name(name.c_str());
+      if (nr == __NR_SCMP_ERROR) {
+        for (auto a : pol.arches)
+          if ((nr = seccomp_syscall_resolve_name_arch(a, name.c_str())) != __NR_SCMP_ERROR) break;
+      }
+      std::uint32_t action = rule.action;
+      int rc = seccomp_rule_add_array(ctx, action, nr, static_cast<unsigned>(cmps.size()), cmps.data());
+      if (rc == -EACCES && action == pol.default_action) {
+        // libseccomp refuses a rule whose action equals the default. Unconditional, it changes
+        // nothing; conditional, it matters when other rules of the same syscall allow. The
+        // installed program turns every refusal into a notification and the supervisor decodes
+        // the reference program's answer (seccomp_answer), so the same answer can travel under a
+        // different value: ERRNO(e) as TRACE(kErrnoTag | e), TRACE as ERRNO(ENOSYS) (what an
+        // untraced TRACE returns), and KILL_THREAD/KILL_PROCESS both kill the sandbox.
+        std::uint32_t act = action & SECCOMP_RET_ACTION_FULL;
+        if (act == SCMP_ACT_ERRNO(0)) action = SCMP_ACT_TRACE(kErrnoTag | (action & 0xfff));
+        else if (act == SCMP_ACT_TRACE(0)) action = SCMP_ACT_ERRNO(ENOSYS);
+        else if (action == SCMP_ACT_KILL_PROCESS) action = SCMP_ACT_KILL_THREAD;
+        else if (action == SCMP_ACT_KILL_THREAD) action = SCMP_ACT_KILL_PROCESS;
+        else continue;  // ALLOW/LOG on an allow-by-default policy: nothing to add
+        if (cmps.empty()) continue;
+        rc = seccomp_rule_add_array(ctx, action, nr, static_cast<unsigned>(cmps.size()), cmps.data());
+      }
+      if (rc != 0)
+        return make_error(kStage, pol.source + ": " + rule.pointer + ": libseccomp rejected the rule for '" + name + "'", -rc);
+    }
+  }
+  int fd = static_cast<int>(::syscall(SYS_memfd_create, "sbx-seccomp", MFD_CLOEXEC));
+  if (fd < 0) return sys_error(kStage, "memfd_create");
+  int rc = seccomp_export_bpf(ctx, fd);
+  if (rc != 0) {
+    ::close(fd);
+    return make_error(kStage, pol.source + ": libseccomp could not export the filter", -rc);
+  }
+  off_t len = ::lseek(fd, 0, SEEK_END);
+  if (len <= 0 || len % static_cast<off_t>(sizeof(sock_filter)) != 0) {
+    ::close(fd);
+    return make_error(kStage, pol.source + ": libseccomp exported a malformed filter", EINVAL);
+  }
+  std::vector<sock_filter> prog(static_cast<std::size_t>(len) / sizeof(sock_filter));
+  ssize_t n = ::pread(fd, prog.data(), static_cast<std::size_t>(len), 0);
+  ::close(fd);
+  if (n != len) return make_error(kStage, "read back the compiled filter", EIO);
+  if (prog.size() > BPF_MAXINSNS) return make_error(kStage, pol.source + ": the compiled filter is too long", E2BIG);
+  return prog;
+}
+
+namespace {
+// The names of the policy's non-allow rules, sorted and unique (a cache entry written before this
+// list existed has no "named" member and is treated as a miss).
+std::vector<std::string> refused_names(const SeccompPolicy& pol) {
+  std::vector<std::string> v;
+  for (auto& r : pol.rules)
+    if (r.action != SCMP_ACT_ALLOW)
+      for (auto& n : r.names) v.push_back(n);
+  std::sort(v.begin(), v.end());
+  v.erase(std::unique(v.begin(), v.end()), v.end());
+  return v;
+}
+}  // namespace
+
+namespace {
+// Kept capabilities decide which includes/excludes rules apply, so they are part of what was
+// compiled; without any the key is as it was before capabilities counted (the cache stays warm).
+std::string kept_caps_key(std::vector<std::string> caps) {
+  if (caps.empty()) return "";
+  std::sort(caps.begin(), caps.end());
+  std::string k = "\ncaps";
+  for (auto& c : caps) k += " " + c;
+  return k;
+}
+}  // namespace
+
+Result<PreparedSeccomp> prepare_seccomp(const std::string& which, const std::string& cache_dir,
+                                        const std::vector<std::string>& kept_caps) {
+  PreparedSeccomp p;
+  std::int64_t t0 = now_us();
+  p.profile = which;
+  if (which == "unconfined") {
+    p.enabled = false;
+    p.default_action = "SCMP_ACT_ALLOW";
+    return p;
+  }
+  std::string text;
+  if (which == "default") {
+    text = std::string(default_seccomp_policy_text());
+  } else {
+    auto t = read_bounded(which, kMaxPolicyBytes, kStage, "seccomp policy " + which);
+    if (!t) return t.error();
+    text = std::move(*t);
+  }
+  p.enabled = true;
+  p.sha256 = which == "default" ? std::string(default_seccomp_policy_sha256()) : sha256_hex(text);
+
+  // Cache: <key>.bpf (the reference program, raw sock_filter array) and <key>.meta.json (what the
+  // trace needs from the parse). A hit skips parsing and compiling: the same text compiled before
+  // under the same libseccomp, sbx and kernel, so it was valid then and compiles the same now.
+  std::string bpf_path, meta_path;
+  if (!cache_dir.empty()) {
+    struct utsname u;
+    std::string release = ::uname(&u) == 0 ? u.release : "";
+    std::string key = sha256_hex(p.sha256 + "\n" + seccomp_arch_name(AUDIT_ARCH_X86_64) + "\nlibseccomp " +
+                                 libseccomp_version() + "\nsbx " SBX_VERSION "\nkernel " + release + "\n" + kCacheFormat +
+                                 kept_caps_key(kept_caps));
+    bpf_path = cache_dir + "/" + key + ".bpf";
+    meta_path = cache_dir + "/" + key + ".meta.json";
+    auto meta_text = read_file(meta_path);
+    auto prog = meta_text ? read_bpf_file(bpf_path) : Result<std::vector<sock_filter>>(make_error(kStage, "miss"));
+    if (meta_text && prog) {
+      json m = parse_json(*meta_text, {kMaxPolicyBytes}).value;  // null when refused: a miss
+      if (m.is_object() && m.value("default_action", json()).is_string() && m.value("unresolved", json()).is_array() &&
+          m.value("notes", json()).is_array() && m.value("named", json()).is_array()) {
+        p.default_action = m["default_action"].get<std::string>();
+        for (auto& n : m["named"]) if (n.is_string()) p.named.push_back(n.get<std::string>());
+        for (auto& n : m["unresolved"]) if (n.is_string()) p.unresolved.push_back(n.get<std::string>());
+        for (auto& n : m["notes"]) if (n.is_string()) p.notes.push_back(n.get<std::string>());
+        p.reference = std::move(*prog);
+        p.cached = true;
+        p.setup_us = now_us() - t0;
+        return p;
+      }
+    }
+  }
+  auto pol = parse_seccomp_policy(text, which, kept_caps);
+  if (!pol) return pol.error();
+  p.default_action = pol->default_action_text;
+  p.unresolved = pol->unresolved;
+  p.notes = pol->notes;
+  p.named = refused_names(*pol);
+  auto prog = compile_seccomp_policy(*pol);
+  if (!prog) return prog.error();
+  p.reference = std::move(*prog);
+  if (!cache_dir.empty()) {
+    json m = {{"default_action", p.default_action}, {"unresolved", p.unresolved}, {"notes", p.notes}, {"named", p.named}};
+    std::string mt = m.dump();
+    write_cache(cache_dir, meta_path, mt.data(), mt.size());
+    write_cache(cache_dir, bpf_path, p.reference.data(), p.reference.size() * sizeof(sock_filter));
+  }
+  p.setup_us = now_us() - t0;
+  return p;
+}
+
+std::vector<sock_filter> notify_program(const std::vector<sock_filter>& reference) {
+  // The policy itself, with no rule added: every refusing return becomes a notification, every
+  // allowing one stays. The listener reaches the supervisor through init (child.cpp,
+  // hand_over_listener), which no filter binds, so the program child needs no exception either.
+  std::vector<sock_filter> out;
+  out.reserve(reference.size());
+  for (sock_filter ins : reference) {
+    if (ins.code == (BPF_RET | BPF_K)) {
+      std::uint32_t act = ins.k & SECCOMP_RET_ACTION_FULL;
+      if (act == SECCOMP_RET_KILL_PROCESS || act == SECCOMP_RET_KILL_THREAD || act == SECCOMP_RET_TRAP ||
+          act == SECCOMP_RET_ERRNO || act == SECCOMP_RET_TRACE)
+        ins.k = SECCOMP_RET_USER_NOTIF;
+    }
+    out.push_back(ins);
+  }
+  return out;
+}
+
+bool seccomp_allows(const std::vector<sock_filter>& prog, const struct seccomp_data& data) {
+  std::uint32_t act = seccomp_evaluate(prog, data) & SECCOMP_RET_ACTION_FULL;
+  return act == SECCOMP_RET_ALLOW || act == SECCOMP_RET_LOG;
+}
+
+std::uint32_t seccomp_evaluate(const std::vector<sock_filter>& prog, const struct seccomp_data& data) {
+  // The instruction set the kernel accepts for seccomp (seccomp_check_filter).
+  std::uint32_t A = 0, X = 0, M[BPF_MEMWORDS] = {};
+  const auto* bytes = reinterpret_cast<const unsigned char*>(&data);
+  std::size_t pc = 0;
+  for (std::size_t steps = 0; pc < prog.size() && steps <= prog.size(); ++steps) {
+    const sock_filter& f = prog[pc++];
+    std::uint32_t k = f.k;
+    switch (f.code) {
+      case BPF_LD | BPF_W | BPF_ABS:
+        if (k > sizeof data - 4 || (k & 3)) return SECCOMP_RET_KILL_PROCESS;
+        std::memcpy(&A, bytes + k, 4);
+        break;
+      case BPF_LD | BPF_W | BPF_LEN: A = sizeof data; break;
+      case BPF_LDX | BPF_W | BPF_LEN: X = sizeof data; break;
+      case BPF_LD | BPF_IMM: A = k; break;
+      case BPF_LDX | BPF_IMM: X = k; break;
+      case BPF_LD | BPF_MEM: if (k >= BPF_MEMWORDS) return SECCOMP_RET_KILL_PROCESS; A = M[k]; break;
+      case BPF_LDX | BPF_MEM: if (k >= BPF_MEMWORDS) return SECCOMP_RET_KILL_PROCESS; X = M[k]; break;
+      case BPF_ST: if (k >= BPF_MEMWORDS) return SECCOMP_RET_KILL_PROCESS; M[k] = A; break;
+      case BPF_STX: if (k >= BPF_MEMWORDS) return SECCOMP_RET_KILL_PROCESS; M[k] = X; break;
+      case BPF_MISC | BPF_TAX: X = A; break;
+      case BPF_MISC | BPF_TXA: A = X; break;
+      case BPF_ALU | BPF_ADD | BPF_K: A += k; break;
+      case BPF_ALU | BPF_ADD | BPF_X: A += X; break;
+      case BPF_ALU | BPF_SUB | BPF_K: A -= k; break;
+      case BPF_ALU | BPF_SUB | BPF_X: A -= X; break;
+      case BPF_ALU | BPF_MUL | BPF_K: A *= k; break;
+      case BPF_ALU | BPF_MUL | BPF_X: A *= X; break;
+      case BPF_ALU | BPF_DIV | BPF_K: if (!k) return SECCOMP_RET_KILL_PROCESS; A /= k; break;
+      case BPF_ALU | BPF_DIV | BPF_X: if (!X) return 0; A /= X; break;
+      case BPF_ALU | BPF_AND | BPF_K: A &= k; break;
+      case BPF_ALU | BPF_AND | BPF_X: A &= X; break;
+      case BPF_ALU | BPF_OR | BPF_K: A |= k; break;
+      case BPF_ALU | BPF_OR | BPF_X: A |= X; break;
+      case BPF_ALU | BPF_XOR | BPF_K: A ^= k; break;
+      case BPF_ALU | BPF_XOR | BPF_X: A ^= X; break;
+      case BPF_ALU | BPF_LSH | BPF_K: A = k < 32 ? A << k : 0; break;
+      case BPF_ALU | BPF_LSH | BPF_X: A = X < 32 ? A << X : 0; break;
+      case BPF_ALU | BPF_RSH | BPF_K: A = k < 32 ? A >> k : 0; break;
+      case BPF_ALU | BPF_RSH | BPF_X: A = X < 32 ? A >> X : 0; break;
+      case BPF_ALU | BPF_NEG: A = 0u - A; break;
+      case BPF_JMP | BPF_JA: pc += k; break;
+      case BPF_JMP | BPF_JEQ | BPF_K: pc += A == k ? f.jt : f.jf; break;
+      case BPF_JMP | BPF_JEQ | BPF_X: pc += A == X ? f.jt : f.jf; break;
+      case BPF_JMP | BPF_JGE | BPF_K: pc += A >= k ? f.jt : f.jf; break;
+      case BPF_JMP | BPF_JGE | BPF_X: pc += A >= X ? f.jt : f.jf; break;
+      case BPF_JMP | BPF_JGT | BPF_K: pc += A > k ? f.jt : f.jf; break;
+      case BPF_JMP | BPF_JGT | BPF_X: pc += A > X ? f.jt : f.jf; break;
+      case BPF_JMP | BPF_JSET | BPF_K: pc += (A & k) ? f.jt : f.jf; break;
+      case BPF_JMP | BPF_JSET | BPF_X: pc += (A & X) ? f.jt : f.jf; break;
+      case BPF_RET | BPF_K: return k;
+      case BPF_RET | BPF_A: return A;
+      default: return SECCOMP_RET_KILL_PROCESS;
+    }
+  }
+  return SECCOMP_RET_KILL_PROCESS;  // ran off the end (the kernel's checker forbids it)
+}
+
+std::string seccomp_arch_name(std::uint32_t arch) {
+  switch (arch) {
+    case AUDIT_ARCH_X86_64: return "x86_64";
+    case AUDIT_ARCH_I386: return "x86";
+    default: {
+      char buf[16];
+      std::snprintf(buf, sizeof buf, "0x%08x", arch);
+      return buf;
+    }
+  }
+}
+
+std::string seccomp_syscall_name(std::uint32_t arch, int nr) {
+  std::uint32_t token = arch;
+  int n = nr;
+  if (arch == AUDIT_ARCH_X86_64 && (nr & 0x40000000)) {  // __X32_SYSCALL_BIT
+    token = SCMP_ARCH_X32;
+  }
+  char* name = seccomp_syscall_resolve_num_arch(token, n);
+  std::string out = name ? std::string(name) : "#" + std::to_string(nr);
+  std::free(name);
+  return out;
+}
+
+SeccompAnswer seccomp_answer(std::uint32_t ret) {
+  std::uint32_t act = ret & SECCOMP_RET_ACTION_FULL;
+  std::uint32_t data = ret & SECCOMP_RET_DATA;
+  switch (act) {
+    case SECCOMP_RET_ALLOW:
+    case SECCOMP_RET_LOG:
+      return {SeccompAnswer::kAllow, 0};
+    case SECCOMP_RET_ERRNO:
+      return {SeccompAnswer::kErrno, static_cast<int>(data > 4095 ? 4095 : data)};
+    case SECCOMP_RET_TRACE:  // no tracer: the kernel answers ENOSYS
+      return {SeccompAnswer::kErrno, (data & kErrnoTag) ? static_cast<int>(data & 0xfff) : ENOSYS};
+    default:  // KILL_PROCESS, KILL_THREAD, TRAP, and anything unknown
+      return {SeccompAnswer::kKill, 0};
+  }
+}
+
+std::string seccomp_action_text(std::uint32_t action) {
+  std::uint32_t act = action & SECCOMP_RET_ACTION_FULL;
+  std::uint32_t data = action & SECCOMP_RET_DATA;
+  if (act == SECCOMP_RET_TRACE && (data & kErrnoTag)) {
+    act = SECCOMP_RET_ERRNO;
+    data &= 0xfff;
+  }
+  switch (act) {
+    case SECCOMP_RET_KILL_PROCESS: return "SCMP_ACT_KILL_PROCESS";
+    case SECCOMP_RET_KILL_THREAD: return "SCMP_ACT_KILL_THREAD";
+    case SECCOMP_RET_TRAP: return "SCMP_ACT_TRAP";
+    case SECCOMP_RET_ERRNO: return "SCMP_ACT_ERRNO(" + errno_text(static_cast<int>(data)) + ")";
+    case SECCOMP_RET_TRACE: return "SCMP_ACT_TRACE";
+    case SECCOMP_RET_LOG: return "SCMP_ACT_LOG";
+    case SECCOMP_RET_ALLOW: return "SCMP_ACT_ALLOW";
+    case SECCOMP_RET_USER_NOTIF: return "SCMP_ACT_NOTIFY";
+  }
+  return "unknown";
+}
+
+json seccomp_enforcement_json(const PreparedSeccomp& p) {
+  if (!p.enabled)
+    return {{"profile", "unconfined"}, {"sha256", nullptr}, {"unresolved", json::array()}, {"mode", "unconfined"},
+            {"default_action", "SCMP_ACT_ALLOW"}, {"cached", false}, {"setup_us", 0}, {"notes", json::array()},
+            {"note", "UNCONFINED: no seccomp filter; the program may use every system call the kernel offers"}};
+  return {{"profile", p.profile},
+          {"sha256", p.sha256},
+          {"unresolved", p.unresolved},
+          {"mode", "filter"},
+          {"default_action", p.default_action},
+          {"cached", p.cached},
+          {"setup_us", p.setup_us},
+          {"notes", p.notes},
+          {"note", "installed last before execve; refused calls answered by the supervisor (SECCOMP_RET_USER_NOTIF) and listed in violations; foreign ABIs (i386, x32) kill the sandbox unless the policy lists them"}};
+}
+
+}  // namespace sbx

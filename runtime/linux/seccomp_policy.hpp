@@ -1,0 +1,117 @@
+#pragma once
+// Seccomp: OCI `linux.seccomp` policies (and Docker/Podman's superset files) parsed strictly,
+// compiled to classic BPF with libseccomp in the parent, cached by hash, and installed by the
+// program child as the very last step before execve.
+//
+// How refused syscalls are recorded: the policy is compiled with its real actions
+// (ERRNO(e), KILL_PROCESS, ...). That program is kept as the *reference*. The program that is
+// installed is a copy in which every refusing return (ERRNO, KILL_*, TRAP, TRACE) is rewritten to
+// SECCOMP_RET_USER_NOTIF, and nothing added: no rule lets anything through that the policy
+// refuses (init, which no filter binds, hands the listener to the supervisor). When a
+// notification arrives, the supervisor runs the reference program on the very same seccomp_data
+// (a small BPF interpreter, seccomp_evaluate) and so knows exactly which action libseccomp's
+// filter would have taken — conditional rules, overlapping rules, the default action and the bad-arch action included —
+// replies with -errno, or kills the sandbox for kill actions. The syscall itself never runs.
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "runtime/base/error.hpp"
+
+namespace sbx {
+
+// One comparison of an OCI `args` entry (SCMP_CMP_*).
+struct SeccompArg {
+  unsigned index = 0;
+  std::uint64_t value = 0;
+  std::uint64_t value_two = 0;
+  int op = 0;  // enum scmp_compare
+};
+
+struct SeccompRule {
+  std::vector<std::string> names;
+  std::uint32_t action = 0;  // libseccomp action value (SCMP_ACT_*)
+  std::vector<SeccompArg> args;
+  std::string pointer;  // JSON pointer of the rule, for error messages ("/syscalls/3")
+};
+
+struct SeccompPolicy {
+  std::string source;  // what errors name: a file path, or "default" (built-in)
+  std::uint32_t default_action = 0;
+  std::string default_action_text;  // "SCMP_ACT_ERRNO(EPERM)"
+  std::vector<std::uint32_t> arches;  // libseccomp arch tokens; the native one first
+  std::vector<SeccompRule> rules;
+  std::vector<std::string> unresolved;  // names libseccomp does not know (skipped, never fatal)
+  std::vector<std::string> notes;       // superset keys resolved or ignored, rules skipped and why
+};
+
+// Strict parse: unknown keys, bad actions/ops/values are errors of the form
+// "<source>: <json pointer>: <what>", e.g. "policy.json: /syscalls/3/action: unknown action 'X'".
+// `kept_caps`: the capabilities the program keeps (canonical "CAP_X" names), which decide
+// Docker's includes.caps / excludes.caps rules.
+Result<SeccompPolicy> parse_seccomp_policy(std::string_view text, const std::string& source,
+                                           const std::vector<std::string>& kept_caps = {});
+
+// libseccomp -> classic BPF, with the policy's real actions (the reference program).
+Result<std::vector<sock_filter>> compile_seccomp_policy(const SeccompPolicy& policy);
+
+// The built-in default policy (profiles/seccomp/default.json, compiled into the binary).
+std::string_view default_seccomp_policy_text();
+std::string_view default_seccomp_policy_sha256();  // computed at build time (cmake/embed_seccomp_default.cmake)
+
+// What the parent prepares for one run.
+struct PreparedSeccomp {
+  bool enabled = false;               // false: unconfined
+  std::string profile;                // "default", "unconfined" or the file path
+  std::string sha256;                 // of the policy text
+  std::string default_action;
+  std::vector<std::string> unresolved, notes;
+  // Syscall names that a non-allow rule of the policy names (mount, ptrace, bpf, ...): refusals of
+  // these are always kept in the trace's violations, past the cap on distinct entries.
+  std::vector<std::string> named;
+  bool cached = false;                // the BPF came from the cache
+  std::int64_t setup_us = 0;          // read + parse + (compile | cache load) + patch
+  std::vector<sock_filter> reference; // real actions, evaluated by the supervisor
+};
+
+// `which` is "default", "unconfined" or a policy file. `cache_dir` ("" for none) holds compiled
+// programs as <sha256>.bpf, keyed by policy text, arch, libseccomp version, sbx version and the
+// kept capabilities.
+Result<PreparedSeccomp> prepare_seccomp(const std::string& which, const std::string& cache_dir,
+                                        const std::vector<std::string>& kept_caps = {});
+
+// The program that is installed: `reference` with every refusing return (ERRNO, KILL_*, TRAP,
+// TRACE) rewritten to SECCOMP_RET_USER_NOTIF, and nothing else: it allows exactly the calls the
+// policy allows (the listener's way to the supervisor needs no rule, see child.cpp).
+std::vector<sock_filter> notify_program(const std::vector<sock_filter>& reference);
+
+// Runs a seccomp classic-BPF program on `data` the way the kernel does; returns the action value
+// (SECCOMP_RET_*). A malformed program yields SECCOMP_RET_KILL_PROCESS. Allocates nothing (the
+// program child calls it after its last allocation).
+std::uint32_t seccomp_evaluate(const std::vector<sock_filter>& prog, const struct seccomp_data& data);
+// The kernel would let this call through `prog` without a notification (ALLOW or LOG).
+bool seccomp_allows(const std::vector<sock_filter>& prog, const struct seccomp_data& data);
+
+// What the supervisor does for a notification, decoded from the reference program's answer.
+struct SeccompAnswer {
+  enum Kind { kAllow, kErrno, kKill } kind;
+  int err;  // for kErrno
+};
+SeccompAnswer seccomp_answer(std::uint32_t ret);
+
+// "mkdirat", or "#nnn" when unknown; `arch` is an AUDIT_ARCH_* value.
+std::string seccomp_syscall_name(std::uint32_t arch, int nr);
+std::string seccomp_arch_name(std::uint32_t arch);
+// "SCMP_ACT_ERRNO(EPERM)", "SCMP_ACT_KILL_PROCESS", ...
+std::string seccomp_action_text(std::uint32_t action);
+
+// enforcement.seccomp of the trace record.
+nlohmann::json seccomp_enforcement_json(const PreparedSeccomp& p);
+
+}  // namespace sbx

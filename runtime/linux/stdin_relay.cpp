@@ -1,0 +1,239 @@
+#include "runtime/linux/stdin_relay.hpp"
+
+#include <fcntl.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <utility>
+
+#include "runtime/base/fdpass.hpp"
+
+namespace sbx {
+namespace {
+
+std::string describe_fd(int fd) {
+  struct stat st;
+  if (::fstat(fd, &st) != 0) return "closed";
+  if (::isatty(fd) == 1) return "terminal";
+  if (S_ISFIFO(st.st_mode)) return "pipe";
+  if (S_ISREG(st.st_mode) || S_ISBLK(st.st_mode)) return "file";
+  if (S_ISSOCK(st.st_mode)) return "socket";
+  if (S_ISCHR(st.st_mode) && major(st.st_rdev) == 1 && minor(st.st_rdev) == 3) return "null";
+  return "device";
+}
+
+const char* mode_name(StdinMode m) {
+  switch (m) {
+    case StdinMode::pipe: return "pipe";
+    case StdinMode::pty: return "pty";
+    case StdinMode::null: break;
+  }
+  return "null";
+}
+
+void close_fd(int& fd) {
+  if (fd >= 0) ::close(fd);
+  fd = -1;
+}
+
+}  // namespace
+
+Result<StdinPlan> plan_stdin(bool interactive, bool tty, int fd) {
+  StdinPlan plan;
+  plan.source = describe_fd(fd);
+  bool empty = plan.source == "null" || plan.source == "closed";
+  if (tty) {
+    if (plan.source != "terminal") {
+      std::string is = plan.source == "closed" ? "closed" : plan.source == "null" ? "/dev/null" : "a " + plan.source;
+      return make_error("usage", "-t/--tty needs a terminal on stdin (stdin is " + is + ")");
+    }
+    plan.mode = StdinMode::pty;
+    plan.relay = interactive;
+  } else if (!empty && (interactive || plan.source != "terminal")) {
+    plan.mode = StdinMode::pipe;
+    plan.relay = true;
+  }
+  return plan;
+}
+
+// ---- CallerSource ----
+
+Result<int> CallerSource::open(int fd) {
+  struct stat st;
+  if (::fstat(fd, &st) != 0) return sys_error("stdin", "fstat stdin");
+  // A socket is read with recv(MSG_DONTWAIT), which does not wait whatever its flags; reading a
+  // file never waits for another party. Both are read through a duplicate (same description).
+  if (S_ISSOCK(st.st_mode) || S_ISREG(st.st_mode) || S_ISBLK(st.st_mode)) {
+    int d = ::fcntl(fd, F_DUPFD_CLOEXEC, 3);
+    if (d < 0) return sys_error("stdin", "dup stdin");
+    return d;
+  }
+  // A pipe, terminal or device: O_NONBLOCK belongs to the open file description, which the
+  // caller's shell shares, so it is set on a description of our own (reopen_private: a pipe's
+  // as well, fifo_open; O_NOCTTY, so that a terminal never becomes sbx's controlling one).
+  int own = reopen_private(fd, O_RDONLY | O_NONBLOCK);
+  if (own >= 0) return own;
+  // No /proc, or the pipe belongs to another user: the caller's description it is, with its
+  // flags put back by restore() on every way out of the run.
+  int flags = ::fcntl(fd, F_GETFL);
+  if (flags < 0 || ::fcntl(fd, F_SETFL, flags | O_NONBLOCK) != 0) return sys_error("stdin", "make stdin non-blocking");
+  fd_ = fd;
+  restore_flags_ = flags;
+  int d = ::fcntl(fd, F_DUPFD_CLOEXEC, 3);
+  if (d < 0) return sys_error("stdin", "dup stdin");
+  return d;
+}
+
+void CallerSource::restore() {
+  if (fd_ >= 0 && restore_flags_ >= 0) ::fcntl(fd_, F_SETFL, restore_flags_);
+  fd_ = restore_flags_ = -1;
+}
+
+// ---- CallerStdin ----
+
+CallerStdin::~CallerStdin() {
+  end_session();
+  close_child_ends();
+  close_fd(pipe_w_);
+  close_fd(sock_);
+  close_fd(master_);
+}
+
+Status CallerStdin::prepare() {
+  int fds[2];
+  if (plan_.mode == StdinMode::pipe) {
+    if (::pipe2(fds, O_CLOEXEC) != 0) return sys_error("stdin", "pipe for the program's stdin");
+    child_in_ = fds[0];
+    pipe_w_ = fds[1];
+  } else if (plan_.mode == StdinMode::pty) {
+    if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, fds) != 0)
+      return sys_error("tty", "socketpair for the pty handoff");
+    sock_ = fds[0];
+    child_sock_ = fds[1];
+    size_ = window_size(STDIN_FILENO);
+  }
+  return {};
+}
+
+void CallerStdin::close_child_ends() {
+  close_fd(child_in_);
+  close_fd(child_sock_);
+}
+
+Status CallerStdin::begin_session() {
+  if (plan_.relay) {
+    auto fd = caller_.open(STDIN_FILENO);
+    if (!fd) return fd.error();
+    src_ = *fd;
+    // No output limit toward the program: the caller chose what to send. What is left in the
+    // caller's stdin when the program closes its own is the caller's, never counted as lost.
+    if (plan_.mode == StdinMode::pipe) {
+      relay_.emplace(std::exchange(src_, -1), OutputSink::owned_nonblocking(std::exchange(pipe_w_, -1)), std::nullopt,
+                     OutputRelay::Unread::not_taken);
+    }
+  }
+  if (plan_.mode != StdinMode::pty) return {};
+  if (plan_.relay) SBX_TRY(raw_.enter(STDIN_FILENO));
+  // SIGWINCH through a signalfd of our own (the forwarded signals have theirs, sandbox.cpp): it
+  // is blocked only if it was not already, and unblocked again by end_session().
+  sigset_t winch;
+  sigemptyset(&winch);
+  sigaddset(&winch, SIGWINCH);
+  ::sigprocmask(SIG_BLOCK, &winch, &old_mask_);
+  mask_changed_ = true;
+  winch_fd_ = ::signalfd(-1, &winch, SFD_CLOEXEC | SFD_NONBLOCK);
+  if (winch_fd_ < 0) return sys_error("tty", "signalfd for SIGWINCH");
+  return {};
+}
+
+void CallerStdin::end_session() {
+  raw_.restore();
+  if (relay_ && !stats_) stats_ = relay_->finish();  // closes the caller's stdin and the program's end
+  relay_.reset();
+  close_fd(src_);
+  caller_.restore();
+  close_fd(winch_fd_);
+  if (mask_changed_ && !sigismember(&old_mask_, SIGWINCH)) {
+    sigset_t winch;
+    sigemptyset(&winch);
+    sigaddset(&winch, SIGWINCH);
+    ::sigprocmask(SIG_UNBLOCK, &winch, nullptr);  // a pending SIGWINCH is ignored by default
+  }
+  mask_changed_ = false;
+}
+
+// A pipe's write end is watched even with nothing to write: POLLERR says the program closed its
+// stdin. A pty master only while bytes wait, since it reports POLLHUP for as long as the slave
+// is closed (the program has ended; init's report follows).
+int CallerStdin::relay_sink_poll_fd() const {
+  if (!relay_) return -1;
+  if (plan_.mode == StdinMode::pty && !relay_->pending()) return -1;
+  return relay_->sink_poll_fd();
+}
+
+int CallerStdin::on_handoff_ready() {
+  int fd = -1;
+  ssize_t k = recv_fd(sock_, &fd);
+  if (k < 0 && (errno == EAGAIN || errno == EINTR)) return -1;
+  close_fd(sock_);  // one message, or EOF: init failed before the pty existed, and says why
+  if (k <= 0 || fd < 0) return -1;
+  master_ = fd;
+  int flags = ::fcntl(fd, F_GETFL);
+  ::fcntl(fd, F_SETFL, flags | O_NONBLOCK);  // shared by the duplicates: both relays use it non-blocking
+  if (src_ >= 0) {
+    int sink = ::fcntl(fd, F_DUPFD_CLOEXEC, 3);
+    if (sink >= 0)
+      relay_.emplace(std::exchange(src_, -1), OutputSink::owned_nonblocking(sink), std::nullopt,
+                     OutputRelay::Unread::not_taken);
+  }
+  forward_window_size();  // the terminal may have been resized since prepare()
+  return ::fcntl(fd, F_DUPFD_CLOEXEC, 3);
+}
+
+void CallerStdin::abandon_handoff() { close_fd(sock_); }
+
+void CallerStdin::hang_up() {
+  if (master_ < 0) return;
+  if (relay_ && !stats_) stats_ = relay_->finish();
+  relay_.reset();
+  close_fd(master_);
+}
+
+void CallerStdin::on_winch() {
+  struct signalfd_siginfo si;
+  while (::read(winch_fd_, &si, sizeof si) == static_cast<ssize_t>(sizeof si)) {
+  }
+  forward_window_size();
+}
+
+void CallerStdin::forward_window_size() {
+  if (master_ < 0) return;
+  struct winsize ws = window_size(STDIN_FILENO);
+  if (ws.ws_row == size_.ws_row && ws.ws_col == size_.ws_col) return;
+  // The pty sends SIGWINCH to its foreground process group itself.
+  if (::ioctl(master_, TIOCSWINSZ, &ws) == 0) {
+    size_ = ws;
+    ++window_changes_;
+  }
+}
+
+nlohmann::json CallerStdin::to_json() const {
+  nlohmann::json j = {{"mode", mode_name(plan_.mode)}, {"source", plan_.source}, {"relayed", plan_.relay}};
+  if (plan_.relay) {
+    StreamStats s = stats_.value_or(StreamStats{});
+    j["bytes"] = s.bytes;
+    j["read_bytes"] = s.bytes + s.undelivered_bytes;
+    j["undelivered_bytes"] = s.undelivered_bytes;  // read from the caller, never taken by the program
+    j["eof"] = s.source_eof;
+    j["closed_by_program"] = s.reader_closed;
+  }
+  if (plan_.mode == StdinMode::pty)
+    j["tty"] = {{"rows", size_.ws_row}, {"cols", size_.ws_col}, {"resizes", window_changes_}, {"stderr", "merged into stdout"}};
+  return j;
+}
+
+}  // namespace sbx

@@ -1,0 +1,153 @@
+#include "runtime/linux/userns.hpp"
+
+#include <fcntl.h>
+#include <grp.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/base/fsutil.hpp"
+
+namespace sbx {
+
+bool find_subid_range(const std::string& text, const std::string& name, std::uint32_t need,
+                      std::uint32_t& start, std::uint32_t& count) {
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    auto a = line.find(':');
+    auto b = line.find(':', a == std::string::npos ? a : a + 1);
+    if (a == std::string::npos || b == std::string::npos) continue;
+    if (line.substr(0, a) != name) continue;
+    try {
+      unsigned long long s = std::stoull(line.substr(a + 1, b - a - 1));
+      unsigned long long c = std::stoull(line.substr(b + 1));
+      if (c >= need && s > 0 && s + c <= 4294967295ULL) {
+        start = static_cast<std::uint32_t>(s);
+        count = static_cast<std::uint32_t>(c);
+        return true;
+      }
+    } catch (...) {
+    }
+  }
+  return false;
+}
+
+Result<IdentityPlan> plan_identity(const RunSpec& spec, uid_t caller_uid, gid_t caller_gid,
+                                   const std::string& subuid_text, const std::string& subgid_text,
+                                   std::uint32_t slot) {
+  IdentityPlan p;
+  p.uid = spec.uid;
+  p.gid = spec.gid;
+  if (caller_uid != 0) {
+    p.rootless = true;
+    p.uid_map = {{spec.uid, caller_uid, 1}};
+    p.gid_map = {{spec.gid, caller_gid, 1}};
+    p.range_source = "caller";
+    return p;
+  }
+  p.rootless = false;
+  if (spec.uid >= kMappedRange || spec.gid >= kMappedRange)
+    return make_error("usage", "--uid/--gid must be below " + std::to_string(kMappedRange) +
+                                   " when sbx runs as root (the sandbox's mapped range)");
+  if (slot >= kDefaultSlices) return make_error("identity", "id slot " + std::to_string(slot) + " is past the last (" +
+                                                               std::to_string(kDefaultSlices - 1) + ")");
+  // A tenant's slice must lie wholly inside the range: ask for a range that holds slot + 1 slices.
+  const std::uint64_t need = static_cast<std::uint64_t>(slot + 1) * kMappedRange;
+  std::uint32_t ustart = kDefaultHostBase, ucount = kMappedRange, gstart = kDefaultHostBase, gcount = kMappedRange;
+  bool have_u = find_subid_range(subuid_text, "sbx", kMappedRange, ustart, ucount);
+  bool have_g = find_subid_range(subgid_text, "sbx", kMappedRange, gstart, gcount);
+  if (have_u != have_g) {
+    ustart = gstart = kDefaultHostBase;
+  }
+  p.range_source = have_u && have_g ? "/etc/subuid and /etc/subgid (sbx)" : "built-in default";
+  if (have_u && have_g) {
+    if (ucount < need || gcount < need)
+      return make_error("identity", "id slot " + std::to_string(slot) + " needs " + std::to_string(need) +
+                                        " subordinate ids, and the 'sbx' range of /etc/subuid or /etc/subgid holds " +
+                                        std::to_string(std::min(ucount, gcount)) + ": widen it (each tenant slot is " +
+                                        std::to_string(kMappedRange) + " ids)");
+  }
+  std::uint32_t offset = slot * kMappedRange;
+  p.uid_map = {{0, ustart + offset, kMappedRange}};
+  p.gid_map = {{0, gstart + offset, kMappedRange}};
+  return p;
+}
+
+Result<IdentityPlan> plan_identity(const RunSpec& spec, std::uint32_t slot) {
+  std::string su, sg;
+  if (::geteuid() == 0) {
+    auto a = read_file("/etc/subuid");
+    auto b = read_file("/etc/subgid");
+    if (a) su = *a;
+    if (b) sg = *b;
+  }
+  return plan_identity(spec, ::geteuid(), ::getegid(), su, sg, slot);
+}
+
+namespace {
+Status write_proc_file(pid_t pid, const char* name, const std::string& content) {
+  std::string path = "/proc/" + std::to_string(pid) + "/" + name;
+  int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return sys_error("userns", "open " + path);
+  ssize_t n = ::write(fd, content.data(), content.size());
+  int saved = errno;
+  ::close(fd);
+  if (n != static_cast<ssize_t>(content.size()))
+    return make_error("userns", "write '" + content.substr(0, content.find('\n')) + "' to " + path, n < 0 ? saved : EIO);
+  return {};
+}
+
+std::string map_text(const std::vector<IdMapping>& m) {
+  std::string s;
+  for (auto& e : m) s += std::to_string(e.inside) + " " + std::to_string(e.outside) + " " + std::to_string(e.count) + "\n";
+  return s;
+}
+}  // namespace
+
+Status write_id_maps(pid_t child, const IdentityPlan& plan) {
+  // An unprivileged writer of gid_map must first give up setgroups(2) in the namespace;
+  // otherwise a process could drop a group that was denying it access (CVE-2014-8989).
+  if (plan.rootless) SBX_TRY(write_proc_file(child, "setgroups", "deny"));
+  SBX_TRY(write_proc_file(child, "uid_map", map_text(plan.uid_map)));
+  SBX_TRY(write_proc_file(child, "gid_map", map_text(plan.gid_map)));
+  return {};
+}
+
+Status become_namespace_root(const IdentityPlan& plan) {
+  if (plan.rootless) return {};  // already the mapped caller, with full capabilities in the ns
+  // Host root's supplementary groups (gid 0 among them) would still grant group access on host
+  // files by kgid; drop them while we still may.
+  if (::setgroups(0, nullptr) != 0) return sys_error("identity", "setgroups([])");
+  if (::setresgid(0, 0, 0) != 0) return sys_error("identity", "setresgid(0)");
+  if (::setresuid(0, 0, 0) != 0) return sys_error("identity", "setresuid(0)");
+  return {};
+}
+
+Status switch_to_program_identity(const IdentityPlan& plan) {
+  if (!plan.rootless && ::setgroups(0, nullptr) != 0) return sys_error("identity", "setgroups([])");
+  if (::setresgid(plan.gid, plan.gid, plan.gid) != 0)
+    return sys_error("identity", "setresgid(" + std::to_string(plan.gid) + ")");
+  if (::setresuid(plan.uid, plan.uid, plan.uid) != 0)
+    return sys_error("identity", "setresuid(" + std::to_string(plan.uid) + ")");
+  return {};
+}
+
+nlohmann::json identity_to_json(const IdentityPlan& plan) {
+  auto maps = [](const std::vector<IdMapping>& m) {
+    nlohmann::json a = nlohmann::json::array();
+    for (auto& e : m) a.push_back({{"inside", e.inside}, {"outside", e.outside}, {"count", e.count}});
+    return a;
+  };
+  return {{"mode", plan.rootless ? "rootless" : "root"},
+          {"uid", plan.uid},
+          {"gid", plan.gid},
+          {"uid_map", maps(plan.uid_map)},
+          {"gid_map", maps(plan.gid_map)},
+          {"range_source", plan.range_source}};
+}
+
+}  // namespace sbx

@@ -1,0 +1,64 @@
+#pragma once
+// Identity. Rootless: the caller's uid/gid map to the sandbox's uid/gid (a
+// single-id map, the only one an unprivileged process may write; setgroups is denied first).
+// As host root: the sandbox's ids 0-65535 map to an unprivileged host range (an `sbx` entry in
+// /etc/subuid and /etc/subgid, else a built-in default), never to host uid 0. A breakout then
+// lands as an unmapped, unprivileged host uid, and files owned by host root (the sbx binary behind
+// /proc/PID/exe included, runc CVE-2019-5736) stay unwritable from inside.
+#include <sys/types.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "runtime/base/error.hpp"
+#include "runtime/model/spec.hpp"
+
+namespace sbx {
+
+struct IdMapping {
+  std::uint32_t inside = 0, outside = 0, count = 1;
+};
+
+struct IdentityPlan {
+  bool rootless = true;
+  std::vector<IdMapping> uid_map, gid_map;
+  std::uint32_t uid = 0, gid = 0;  // the program's identity inside
+  std::string range_source;        // "/etc/subuid (sbx)", "built-in default", "caller"
+};
+
+inline constexpr std::uint32_t kDefaultHostBase = 1879048192;  // 0x70000000, far above normal users
+inline constexpr std::uint32_t kMappedRange = 65536;
+
+// Parent side, before clone: decides the maps. `subid_text` is the content of /etc/subuid-like
+// files (empty when absent); exposed for tests. `slot` (tenant.hpp) picks slice N of sbx's range:
+// host ids start + N*65536 .. start + (N+1)*65536 - 1, disjoint from every other slot's; 0 is the
+// untenanted runs' slice. A range too small for the slot is an error (never an overlap).
+// The built-in default range holds kDefaultSlices slices. Rootless, the slot changes nothing.
+inline constexpr std::uint32_t kDefaultSlices = 4096;
+Result<IdentityPlan> plan_identity(const RunSpec& spec, uid_t caller_uid, gid_t caller_gid,
+                                   const std::string& subuid_text, const std::string& subgid_text,
+                                   std::uint32_t slot = 0);
+// Reads /etc/subuid and /etc/subgid and the caller's ids.
+Result<IdentityPlan> plan_identity(const RunSpec& spec, std::uint32_t slot = 0);
+
+// Parent side, after clone and before "go": writes /proc/PID/{setgroups,uid_map,gid_map}.
+Status write_id_maps(pid_t child, const IdentityPlan& plan);
+
+// Child side (init), after "go": become root of the new user namespace where the maps allow it
+// (as host root the child still has host uid 0, which is unmapped inside).
+Status become_namespace_root(const IdentityPlan& plan);
+
+// Child side (program): switch to the program's uid/gid, dropping supplementary groups where the
+// kernel lets us (it does not rootless: setgroups is denied there).
+Status switch_to_program_identity(const IdentityPlan& plan);
+
+nlohmann::json identity_to_json(const IdentityPlan& plan);
+
+// "NAME:START:COUNT" lines; returns {start, count} of the first entry for `name` with count >= need.
+bool find_subid_range(const std::string& text, const std::string& name, std::uint32_t need,
+                      std::uint32_t& start, std::uint32_t& count);
+
+}  // namespace sbx

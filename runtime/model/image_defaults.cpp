@@ -1,0 +1,133 @@
+#include "runtime/model/image_defaults.hpp"
+
+#include <fcntl.h>
+#include <linux/openat2.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <charconv>
+
+#include "runtime/base/fsutil.hpp"
+#include "runtime/base/json_io.hpp"
+
+namespace sbx {
+namespace {
+
+constexpr std::size_t kMaxDbBytes = 4u << 20;  // an image's /etc/passwd or /etc/group
+
+std::vector<std::string> strings(const nlohmann::json& d, const char* key) {
+  std::vector<std::string> out;
+  if (d.contains(key) && d[key].is_array())
+    for (auto& v : d[key])
+      if (v.is_string()) out.push_back(v.get<std::string>());
+  return out;
+}
+
+std::optional<std::uint32_t> number(const std::string& s) {
+  std::uint32_t v = 0;
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || p != s.data() + s.size() || s.empty()) return std::nullopt;
+  return v;
+}
+
+// etc/passwd or etc/group of the image, resolved as the sandbox would see it: inside the tree.
+Result<std::string> read_db(const std::string& rootfs, const char* rel, const std::string& image) {
+  UniqueFd root(::open(rootfs.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (root.get() < 0) return sys_error("usage", "cannot open image " + image);
+  struct open_how how = {};
+  how.flags = O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK;
+  how.resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS;
+  long fd = ::syscall(SYS_openat2, root.get(), rel, &how, sizeof how);
+  if (fd < 0) return sys_error("usage", std::string("image ") + image + " has no readable /" + rel);
+  UniqueFd f(static_cast<int>(fd));
+  return read_bounded_fd(f.get(), kMaxDbBytes, "usage", std::string("/") + rel + " of image " + image);
+}
+
+// The numeric id of `name` in a passwd/group file (field 3), and for passwd its group (field 4).
+std::optional<std::pair<std::uint32_t, std::uint32_t>> lookup(const std::string& db, const std::string& name) {
+  std::size_t pos = 0;
+  while (pos < db.size()) {
+    std::size_t end = db.find('\n', pos);
+    std::string line = db.substr(pos, end == std::string::npos ? std::string::npos : end - pos);
+    pos = end == std::string::npos ? db.size() : end + 1;
+    std::vector<std::string> f;
+    for (std::size_t a = 0;;) {
+      std::size_t b = line.find(':', a);
+      f.push_back(line.substr(a, b == std::string::npos ? std::string::npos : b - a));
+      if (b == std::string::npos) break;
+      a = b + 1;
+    }
+    if (f.size() < 3 || f[0] != name) continue;
+    auto id = number(f[2]);
+    if (!id) return std::nullopt;
+    auto group = f.size() > 3 ? number(f[3]) : std::nullopt;
+    return std::pair{*id, group.value_or(*id)};
+  }
+  return std::nullopt;
+}
+
+// "uid", "uid:gid", "name", "name:group", as a container config's User.
+Status apply_user(RunSpec& spec, const std::string& user, const std::string& rootfs, const CallerChoices& caller,
+                  const std::string& image) {
+  std::string u = user, g;
+  if (auto colon = user.find(':'); colon != std::string::npos) {
+    u = user.substr(0, colon);
+    g = user.substr(colon + 1);
+  }
+  // Plain values rather than optionals: GCC 12 warns falsely (maybe-uninitialized) on the latter.
+  auto uid_num = number(u);
+  std::uint32_t uid = uid_num.value_or(0);
+  std::uint32_t gid = uid;  // a numeric User without a group: gid = uid, as runc does
+  if (!uid_num) {
+    auto db = read_db(rootfs, "etc/passwd", image);
+    if (!db) return db.error();
+    auto hit = lookup(*db, u);
+    if (!hit) return make_error("usage", "image " + image + ": its User '" + u + "' is not in its /etc/passwd");
+    uid = hit->first;
+    gid = hit->second;  // the user's primary group
+  }
+  if (!g.empty()) {
+    if (auto n = number(g)) {
+      gid = *n;
+    } else {
+      auto db = read_db(rootfs, "etc/group", image);
+      if (!db) return db.error();
+      auto hit = lookup(*db, g);
+      if (!hit) return make_error("usage", "image " + image + ": its User's group '" + g + "' is not in its /etc/group");
+      gid = hit->first;
+    }
+  }
+  if (!caller.uid) spec.uid = uid;
+  if (!caller.gid) spec.gid = gid;
+  return {};
+}
+
+}  // namespace
+
+Status apply_image_defaults(RunSpec& spec, const nlohmann::json& defaults, const std::string& rootfs,
+                            const CallerChoices& caller, const std::string& image) {
+  if (!defaults.is_object()) {
+    spec.argv = caller.command;
+    return {};
+  }
+  std::vector<std::string> argv = strings(defaults, "Entrypoint");
+  const std::vector<std::string> tail = caller.command.empty() ? strings(defaults, "Cmd") : caller.command;
+  argv.insert(argv.end(), tail.begin(), tail.end());
+  spec.argv = argv;
+  for (auto& kv : strings(defaults, "Env")) {
+    auto eq = kv.find('=');
+    if (eq == std::string::npos || eq == 0) continue;
+    const std::string name = kv.substr(0, eq);
+    // --env-pass NAME is the caller's word too (build_environment applies spec.env after it).
+    if (std::find(caller.env_pass.begin(), caller.env_pass.end(), name) != caller.env_pass.end()) continue;
+    spec.env.emplace(name, kv.substr(eq + 1));  // the profile's and --env's win
+  }
+  if (!caller.workdir && defaults.contains("WorkingDir") && defaults["WorkingDir"].is_string())
+    spec.workdir = defaults["WorkingDir"].get<std::string>();
+  if (defaults.contains("User") && defaults["User"].is_string() && !(caller.uid && caller.gid))
+    SBX_TRY(apply_user(spec, defaults["User"].get<std::string>(), rootfs, caller, image));
+  return {};
+}
+
+}  // namespace sbx

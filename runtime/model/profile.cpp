@@ -1,0 +1,261 @@
+#include "runtime/model/profile.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <set>
+#include <type_traits>
+
+#include "runtime/model/embedded_profiles.hpp"
+#include "runtime/model/gpu_request.hpp"
+#include "runtime/base/json_io.hpp"
+#include "runtime/base/suggest.hpp"
+#include "runtime/base/units.hpp"
+
+namespace sbx {
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+std::vector<std::string> search_dirs() {
+  std::vector<std::string> dirs;
+  if (const char* p = std::getenv("SBX_PROFILE_PATH")) {
+    std::string s = p;
+    std::size_t start = 0;
+    while (start <= s.size()) {
+      auto pos = s.find(':', start);
+      std::string d = s.substr(start, pos == std::string::npos ? std::string::npos : pos - start);
+      if (!d.empty()) dirs.push_back(d);
+      if (pos == std::string::npos) break;
+      start = pos + 1;
+    }
+  }
+  // Appended in place: GCC 12 misreports `std::string(x) + "..."` here as out of bounds (-Warray-bounds).
+  std::string user;
+  if (const char* x = std::getenv("XDG_CONFIG_HOME"); x && *x) user.append(x).append("/sbx/profiles");
+  else if (const char* h = std::getenv("HOME"); h && *h) user.append(h).append("/.config/sbx/profiles");
+  if (!user.empty()) dirs.push_back(std::move(user));
+  dirs.emplace_back("/etc/sbx/profiles");
+  return dirs;
+}
+
+bool looks_like_file(const std::string& s) {
+  return s.find('/') != std::string::npos || (s.size() > 5 && s.ends_with(".json"));
+}
+
+// Bounded (json_io.hpp): a profile path may name a device or a huge file by mistake or by design.
+Result<std::string> read_text(const std::string& path) {
+  return read_bounded(path, kMaxProfileBytes, "profile", "profile " + path);
+}
+
+// Every key of `patch` that the RunSpec does not have (`known`: its JSON with the defaults), each
+// with the closest known key of its object: a profile with two typos has both named at once.
+void unknown_keys(const json& patch, const json& known, const std::string& path, std::vector<std::string>& out) {
+  std::vector<std::string> names;
+  for (auto& [k, v] : known.items()) names.push_back(k);
+  if (path.empty()) names.emplace_back("description");
+  for (auto& [k, v] : patch.items()) {
+    std::string at = path + "/" + pointer_token(k);
+    auto it = known.find(k);
+    if (it == known.end() && !(path.empty() && k == "description"))
+      out.push_back(at + ": unknown key" + did_you_mean(k, names));
+    else if (it != known.end() && it->is_object() && !it->empty() && v.is_object())  // env is a free map
+      unknown_keys(v, *it, at, out);
+  }
+}
+
+Result<LoadedProfile> parse_profile(ProfileSource src) {
+  std::string where = src.origin == "built-in" ? "built-in profile '" + src.name + "'" : "profile " + src.origin;
+  auto parsed = parse_json_doc(src.text, {kMaxProfileBytes}, "profile", where);
+  if (!parsed) return parsed.error();
+  json j = std::move(*parsed);
+  if (!j.is_object()) return make_error("profile", where + ": must be a JSON object");
+  // "timeout" and "timeout_ms" are one limit (spec.hpp, limit_keys): layered as RunSpec keys,
+  // reported as written.
+  std::map<std::string, std::string> written;
+  json as_written_doc = j;
+  if (j.contains("limits"))
+    if (auto st = canonical_limit_keys(j["limits"], where, &written); !st) return make_error("profile", st.error().message);
+  json probe = spec_to_json(RunSpec{});
+  std::vector<std::string> unknown;
+  unknown_keys(j, probe, "", unknown);
+  if (!unknown.empty()) {
+    std::string list;
+    for (std::size_t i = 0; i < unknown.size() && i < 10; ++i) list += (i ? "; " : "") + unknown[i];
+    if (unknown.size() > 10) list += "; and " + std::to_string(unknown.size() - 10) + " more unknown keys";
+    return make_error("profile", where + ": " + list);
+  }
+  // Validate as a partial RunSpec layered over the defaults: this names bad values.
+  merge_patch(probe, j);
+  auto spec = spec_from_json(probe, where);
+  if (!spec) return make_error("profile", as_written(spec.error().message, written));
+  LoadedProfile lp;
+  lp.description = j.contains("description") && j["description"].is_string() ? j["description"].get<std::string>() : "";
+  lp.patch = std::move(j);
+  lp.as_written = std::move(as_written_doc);
+  lp.source = std::move(src);
+  return lp;
+}
+
+}  // namespace
+
+Result<LoadedProfile> load_profile(const std::string& name_or_file) {
+  if (name_or_file.empty()) return make_error("usage", "empty profile name");
+  if (looks_like_file(name_or_file)) {
+    auto text = read_text(name_or_file);
+    if (!text) return text.error();
+    std::string name = fs::path(name_or_file).stem().string();
+    return parse_profile({name, name_or_file, std::move(*text)});
+  }
+  for (auto& dir : search_dirs()) {
+    std::string path = dir + "/" + name_or_file + ".json";
+    if (::access(path.c_str(), F_OK) == 0) {
+      auto text = read_text(path);
+      if (!text) return text.error();
+      return parse_profile({name_or_file, path, std::move(*text)});
+    }
+  }
+  for (auto& e : embedded_profiles())
+    if (e.name == name_or_file) return parse_profile({std::string(e.name), "built-in", std::string(e.json)});
+  std::string known;
+  for (auto& p : list_profiles()) known += (known.empty() ? "" : ", ") + p.name;
+  return make_error("usage", "unknown profile '" + name_or_file + "' (known: " + known + ")");
+}
+
+std::vector<ProfileSource> list_profiles() {
+  std::vector<ProfileSource> out;
+  std::set<std::string> seen;
+  for (auto& dir : search_dirs()) {
+    std::error_code ec;
+    std::vector<fs::path> files;
+    for (auto& ent : fs::directory_iterator(dir, ec))
+      if (ent.path().extension() == ".json") files.push_back(ent.path());
+    std::sort(files.begin(), files.end());
+    for (auto& f : files) {
+      std::string name = f.stem().string();
+      if (!seen.insert(name).second) continue;
+      auto text = read_text(f.string());
+      out.push_back({name, f.string(), text ? *text : std::string()});
+    }
+  }
+  for (auto& e : embedded_profiles())
+    if (seen.insert(std::string(e.name)).second) out.push_back({std::string(e.name), "built-in", std::string(e.json)});
+  return out;
+}
+
+Result<RunSpec> spec_from_layers(const LoadedProfile& profile, const json* manifest_patch,
+                                 const std::string& manifest_source, const std::set<std::string>& set_by_operator) {
+  json merged = spec_to_json(RunSpec{});
+  merge_patch(merged, profile.patch);
+  merged["profile"] = profile.source.name;
+  auto ceiling = spec_from_json(merged, "profile " + profile.source.origin);
+  if (!ceiling || !manifest_patch) return ceiling;
+  merge_patch(merged, *manifest_patch);
+  auto asked = spec_from_json(merged, manifest_source);
+  if (!asked) return asked;
+  SBX_TRY(check_ceilings(*ceiling, *asked, manifest_source, profile.source.name, set_by_operator));
+  return asked;
+}
+
+std::map<std::string, std::string> limit_layers(const LoadedProfile& profile, const json* manifest_patch,
+                                                const std::string& manifest_source,
+                                                const std::set<std::string>& by_flag) {
+  static constexpr std::pair<const char*, const char*> kKeys[] = {
+      {"memory", "memory_bytes"}, {"pids", "pids"},     {"cpus", "cpus"},
+      {"cpu_time", "cpu_time_ms"}, {"timeout", "timeout_ms"}, {"output", "output_limit_bytes"}};
+  static constexpr std::pair<const char*, const char*> kFlags[] = {
+      {"memory", "--memory"},     {"pids", "--pids"},       {"cpus", "--cpus"},
+      {"cpu_time", "--cpu-time"}, {"timeout", "--timeout"}, {"output", "--output-limit"}};
+  auto sets = [](const json* patch, const char* key) {
+    return patch && patch->is_object() && patch->contains("limits") && (*patch)["limits"].is_object() &&
+           (*patch)["limits"].contains(key) && !(*patch)["limits"][key].is_null();
+  };
+  std::map<std::string, std::string> out;
+  for (std::size_t i = 0; i < std::size(kKeys); ++i) {
+    auto [limit, key] = kKeys[i];
+    if (by_flag.count(limit)) out[limit] = std::string("flag ") + kFlags[i].second;
+    else if (sets(manifest_patch, key)) out[limit] = manifest_source;
+    else if (sets(&profile.patch, key)) out[limit] = "profile '" + profile.source.name + "'";
+    else out[limit] = "sbx's defaults";
+  }
+  // GPUs (gpu.hpp): who asked for them, and who set the ceiling.
+  auto sets_gpu = [](const json* patch, const char* key) {
+    return patch && patch->is_object() && patch->contains("gpu") && (*patch)["gpu"].is_object() &&
+           (*patch)["gpu"].contains(key) && !(*patch)["gpu"][key].is_null();
+  };
+  std::string profile_layer = "profile '" + profile.source.name + "'";
+  out["gpu"] = by_flag.count("gpu")                   ? std::string("flag --gpu")
+               : sets_gpu(manifest_patch, "devices")  ? manifest_source
+               : sets_gpu(&profile.patch, "devices") ? profile_layer
+                                                      : std::string("sbx's defaults");
+  out["gpu.max"] = sets_gpu(manifest_patch, "max") ? manifest_source
+                   : sets_gpu(&profile.patch, "max") ? profile_layer
+                                                     : std::string("sbx's defaults (profile '" + profile.source.name + "' sets no gpu.max)");
+  return out;
+}
+
+namespace {
+// A manifest's name for each limit (pack.hpp's limit keys) and the flag that raises it.
+struct CeilingKey {
+  const char* key;
+  const char* flag;
+};
+
+template <typename T>
+Status at_most(const std::optional<T>& ceiling, const std::optional<T>& asked, CeilingKey k, const std::string& source,
+               const std::string& profile, const std::set<std::string>& by_operator,
+               std::string (*fmt)(std::int64_t) = nullptr) {
+  if (!ceiling || (asked && *asked <= *ceiling) || by_operator.count(k.key)) return {};
+  std::string raise = k.flag[0] ? std::string("; the operator may raise it with ") + k.flag : std::string();
+  return make_error("usage", source + ": /limits/" + k.key + ": " + shown_limit(asked, fmt) + " is above the ceiling of profile '" +
+                                 profile + "' (" + shown_limit(ceiling, fmt) +
+                                 "): a manifest or request may lower a limit, never raise it" + raise);
+}
+}  // namespace
+
+Status check_ceilings(const RunSpec& ceiling, const RunSpec& asked, const std::string& source,
+                      const std::string& profile, const std::set<std::string>& op) {
+  const Limits& c = ceiling.limits;
+  const Limits& a = asked.limits;
+  SBX_TRY(at_most(c.timeout_ms, a.timeout_ms, {"timeout", "--timeout"}, source, profile, op, format_duration_ms));
+  SBX_TRY(at_most(c.cpu_time_ms, a.cpu_time_ms, {"cpu_time", "--cpu-time"}, source, profile, op, format_duration_ms));
+  SBX_TRY(at_most(c.memory_bytes, a.memory_bytes, {"memory", "--memory"}, source, profile, op, format_size));
+  SBX_TRY(at_most(c.pids, a.pids, {"pids", "--pids"}, source, profile, op));
+  SBX_TRY(at_most(c.cpus, a.cpus, {"cpus", "--cpus"}, source, profile, op));
+  SBX_TRY(at_most(c.output_limit_bytes, a.output_limit_bytes, {"output_limit", "--output-limit"}, source, profile, op,
+                  format_size));
+  using O = std::optional<std::int64_t>;
+  SBX_TRY(at_most(O(c.tmp_size_bytes), O(a.tmp_size_bytes), {"tmp_size", ""}, source, profile, op, format_size));
+  SBX_TRY(at_most(O(c.out_size_bytes), O(a.out_size_bytes), {"out_size", ""}, source, profile, op, format_size));
+  SBX_TRY(at_most(O(c.output_max_bytes), O(a.output_max_bytes), {"output_max_bytes", "--output-max-bytes"}, source,
+                  profile, op, format_size));
+  SBX_TRY(at_most(O(c.output_max_files), O(a.output_max_files), {"output_max_files", "--output-max-files"}, source,
+                  profile, op));
+  // gpu.max: a ceiling of the profile's that no layer raises (--gpu included: plan_gpu checks the
+  // request against the merged max, gpu.hpp).
+  if (ceiling.gpu.max != kGpuMaxAll && (asked.gpu.max == kGpuMaxAll || asked.gpu.max > ceiling.gpu.max))
+    return make_error("usage", source + ": /gpu/max: " + (asked.gpu.max == kGpuMaxAll ? std::string("all") : std::to_string(asked.gpu.max)) +
+                                   " is above the ceiling of profile '" + profile + "' (" + std::to_string(ceiling.gpu.max) +
+                                   "): a manifest or request may lower it, never raise it");
+  return keeps_at_most(ceiling.capabilities.keep, asked.capabilities.keep, source, profile, op);
+}
+
+Status keeps_at_most(const std::vector<std::string>& ceiling, const std::vector<std::string>& asked,
+                     const std::string& source, const std::string& profile, const std::set<std::string>& op) {
+  for (std::size_t i = 0; i < asked.size(); ++i) {
+    const std::string& cap = asked[i];
+    if (std::find(ceiling.begin(), ceiling.end(), cap) != ceiling.end() || op.count(kCapabilityByOperator + cap)) continue;
+    std::string has;
+    for (auto& c : ceiling) has += (has.empty() ? "" : ", ") + c;
+    return make_error("usage", source + ": /capabilities/keep: " + cap + " is not kept by profile '" + profile + "' (" +
+                                   (has.empty() ? "it keeps none" : "it keeps " + has) +
+                                   "): a manifest or request may keep fewer capabilities, never more; the operator "
+                                   "may add it with --cap-add " + cap);
+  }
+  return {};
+}
+
+}  // namespace sbx

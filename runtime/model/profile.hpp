@@ -1,0 +1,70 @@
+#pragma once
+// Profiles: JSON files of RunSpec defaults. A name is looked up in the profile path
+// ($SBX_PROFILE_PATH, $XDG_CONFIG_HOME/sbx/profiles, /etc/sbx/profiles) and then among the
+// profiles compiled into the binary (share/sbx/profiles holds installed copies to read, not a
+// search directory: the binary needs no data files); anything with a '/' or ending in .json is
+// a file. Merge order: built-in defaults < profile < pack manifest < command-line flags.
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/base/error.hpp"
+#include "runtime/model/spec.hpp"
+
+namespace sbx {
+
+struct ProfileSource {
+  std::string name;    // "untrusted"
+  std::string origin;  // file path, or "built-in"
+  std::string text;    // raw JSON text (hashed into the trace)
+};
+
+struct LoadedProfile {
+  ProfileSource source;
+  nlohmann::json patch;  // parsed, validated as a partial RunSpec (limits under RunSpec keys)
+  nlohmann::json as_written;  // the profile's own content, keys spelled as in the file
+  std::string description;
+};
+
+inline constexpr const char* kDefaultProfile = "untrusted";
+
+// Finds and parses a profile; bad JSON, unknown keys and bad values are errors naming the file
+// and the key.
+Result<LoadedProfile> load_profile(const std::string& name_or_file);
+
+// All profiles visible by name (search path first, then built-in), one per name.
+std::vector<ProfileSource> list_profiles();
+
+// defaults < profile < manifest: the merged spec before command-line flags are applied. The
+// profile is a ceiling for the manifest (a pack's pack.json, an exec request): its limits may be
+// lowered there, never raised or removed; an attempt is an error naming the manifest's key
+// (check_ceilings). Command-line flags come later and are the operator's to raise: the limits in
+// `set_by_operator` (manifest key names: "timeout", "memory", ...) are decided by a flag, so the
+// manifest's value for them is not checked (the flag replaces it).
+Result<RunSpec> spec_from_layers(const LoadedProfile& profile, const nlohmann::json* manifest_patch,
+                                 const std::string& manifest_source,
+                                 const std::set<std::string>& set_by_operator = {});
+
+// Which layer set each limit of the merged spec, by limits_plan.hpp's names ("memory", "pids",
+// "cpus", "cpu_time", "timeout", "output"): "flag --cpus" for those in `by_flag` (same names),
+// else `manifest_source` when the manifest's patch sets it, else "profile 'NAME'" when the
+// profile does, else "sbx's defaults". --require-limits names it (preflight.hpp).
+std::map<std::string, std::string> limit_layers(const LoadedProfile& profile, const nlohmann::json* manifest_patch,
+                                                const std::string& manifest_source,
+                                                const std::set<std::string>& by_flag);
+
+// Every limit of `asked` that is above `ceiling`'s (or unlimited where the ceiling has one):
+// "SOURCE: /limits/timeout: 100h is above the ceiling of profile 'untrusted' (30s) ...".
+Status check_ceilings(const RunSpec& ceiling, const RunSpec& asked, const std::string& source,
+                      const std::string& profile_name, const std::set<std::string>& set_by_operator = {});
+
+// Capabilities: `asked` keeps no capability that `ceiling` does not, except those the operator
+// added by flag, which `set_by_operator` holds as kCapabilityByOperator + "CAP_NAME".
+inline constexpr const char* kCapabilityByOperator = "capability ";
+Status keeps_at_most(const std::vector<std::string>& ceiling, const std::vector<std::string>& asked,
+                     const std::string& source, const std::string& profile, const std::set<std::string>& set_by_operator);
+
+}  // namespace sbx

@@ -1,0 +1,160 @@
+#pragma once
+// RunSpec: the one description of a run that the runtime reads. CLI flags, profiles and pack
+// manifests are all turned into a RunSpec first (defaults < profile < manifest < flags, see
+// profile.hpp). It is pure data, round-trips through JSON, and is embedded in the trace, so it holds
+// names and sources of secrets and passed-through variables, never their values.
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "runtime/base/error.hpp"
+
+namespace sbx {
+
+struct BindMount {
+  std::string src;  // host path (absolute after validation)
+  std::string dst;  // path inside the sandbox
+  bool rw = false;
+  bool operator==(const BindMount&) const = default;
+};
+
+struct TmpfsMount {
+  std::string dst;
+  std::int64_t size_bytes = 0;
+  bool operator==(const TmpfsMount&) const = default;
+};
+
+struct Limits {
+  std::optional<std::int64_t> timeout_ms;       // wall time, enforced by the supervisor
+  std::optional<std::int64_t> output_limit_bytes;  // per stream passed through; rest dropped
+  std::optional<std::int64_t> memory_bytes;     // cgroup memory.max, or the rlimit fallback (limits_plan.hpp)
+  std::optional<std::int64_t> pids;             // cgroup pids.max
+  std::optional<double> cpus;                   // cgroup cpu.max quota/period
+  std::optional<std::int64_t> cpu_time_ms;      // CPU-seconds budget
+  std::int64_t tmp_size_bytes = 64LL << 20;     // size cap of the sandbox's /tmp
+  std::int64_t out_size_bytes = 64LL << 20;     // size cap of the sandbox's /out (a tmpfs)
+  // Artifact export (--output DIR): at most this many bytes / entries leave /out; the rest is
+  // skipped, listed in the trace, and the run's status becomes output_limit.
+  std::int64_t output_max_bytes = 256LL << 20;
+  std::int64_t output_max_files = 10000;
+  bool operator==(const Limits&) const = default;
+};
+
+struct NetworkSpec {
+  // "none": own network namespace with only loopback up, no way out.
+  // "proxy": the same, plus sbx's filtering HTTP proxy on 127.0.0.1:kProxyPort inside, which
+  // reaches exactly the hosts in `allow` (egress_policy.hpp) from outside the sandbox (proxy.hpp).
+  // A non-empty `allow` turns "none" into "proxy"; "proxy" with an empty list denies (and records)
+  // every attempt.
+  std::string mode = "none";
+  std::vector<std::string> allow;               // --allow-host rules, as written
+  std::int64_t max_connections = 64;            // concurrent proxied connections
+  std::optional<std::int64_t> max_bytes;        // total bytes relayed (both directions), per run
+  std::int64_t idle_timeout_ms = 60000;         // a proxied connection silent this long is closed
+  bool operator==(const NetworkSpec&) const = default;
+};
+
+// Where the proxy listens inside the sandbox's own network namespace (its loopback, not the host's).
+inline constexpr int kProxyPort = 3128;
+
+struct CapabilitiesSpec {
+  // Capabilities the program keeps inside its user namespace (they act only on what the namespace
+  // owns and maps), canonical names ("CAP_CHOWN"), in kernel order; empty: none (caps.hpp).
+  std::vector<std::string> keep;
+  bool operator==(const CapabilitiesSpec&) const = default;
+};
+
+// GPUs (gpu.hpp): `devices` is the request ("" none, "all", "0,1", "GPU-<uuid>"); `max` the most
+// GPUs a run may get (kGpuMaxAll, -1, for any number): a profile's ceiling, which a manifest or
+// request may lower and never raise, and which --gpu cannot pass either.
+struct GpuSpec {
+  std::string devices;
+  int max = 0;
+  bool operator==(const GpuSpec&) const = default;
+};
+
+struct RunSpec {
+  std::vector<std::string> argv;
+  std::string profile = "untrusted";  // name (or path) of the profile merged in
+  int tier = 4;
+  std::uint32_t uid = 0;  // identity inside the sandbox
+  std::uint32_t gid = 0;
+  std::map<std::string, std::string> env;  // set explicitly (profile or --env)
+  std::vector<std::string> env_pass;       // names passed through from the caller's environment
+  std::vector<BindMount> binds;
+  std::vector<TmpfsMount> tmpfs;
+  // --input PATH[:DST]: host files or directories bound read-only (DST defaults to
+  // /in/<basename>) and hashed into the trace's inputs.
+  std::vector<BindMount> inputs;
+  std::string workdir = "/tmp";
+  std::string hostname = "sbx";
+  // "host": the root assembled from the host's /usr, /bin, /lib* and a minimal /etc; otherwise an
+  // image reference (NAME[:TAG] or sha256:<hex prefix>) in the image store (image_store.hpp).
+  std::string image = "host";
+  NetworkSpec network;
+  Limits limits;
+  bool require_limits = false;
+  // A run whose trace record cannot be stored durably fails (exit 125) instead of warning. Off by
+  // default for `sbx run` (its output has already streamed); pack run and exec always require it.
+  bool require_record = false;
+  // Live events (events.hpp): "" for none, "fd:N" or a path (a file or a FIFO). Set by the
+  // profile or --events; never by a pack's manifest or an exec request (they name no host paths).
+  std::string events;
+  // Seccomp policy: "default" (built in, profiles/seccomp/default.json), "unconfined" (no filter,
+  // loud) or the path of an OCI linux.seccomp JSON file.
+  std::string seccomp = "default";
+  CapabilitiesSpec capabilities;
+  GpuSpec gpu;
+  bool operator==(const RunSpec&) const = default;
+};
+
+// Serialises every member (so `--dry-run` shows exactly what would be enforced).
+nlohmann::json spec_to_json(const RunSpec& spec);
+
+// Strict parse: unknown keys and bad values are errors naming `source` and the key path
+// ("limits.timeout_ms"). Durations accept a number (ms) or a string with a unit; sizes a number
+// (bytes) or a string with a unit.
+Result<RunSpec> spec_from_json(const nlohmann::json& j, const std::string& source);
+
+// Applies `patch` onto `base` as an RFC 7386 JSON merge patch (objects merge, everything else
+// replaces, null deletes). This is how profiles and manifests layer over defaults.
+void merge_patch(nlohmann::json& base, const nlohmann::json& patch);
+
+// The limits' public names (the `sbx run` flags: timeout, memory, cpu_time, output_limit,
+// tmp_size, pids, cpus) and the RunSpec keys they become (timeout_ms, memory_bytes, ...). Profiles,
+// pack manifests and exec requests accept both spellings; docs and error messages use the public
+// one. Keys without a flag spelling (out_size_bytes, output_max_bytes, ...) are the same in both.
+struct LimitKey {
+  const char* name;      // public
+  const char* spec_key;  // RunSpec / trace record
+};
+const std::vector<LimitKey>& limit_keys();
+// The public name of a RunSpec limit key (the key itself when it has no other spelling).
+std::string public_limit_name(const std::string& spec_key);
+
+// Renames the public keys of a `limits` object to their RunSpec keys, in place. Both spellings of
+// one limit is an error ("<source>: /limits: ..."). `written` receives spec key -> key as written,
+// for as_written().
+Status canonical_limit_keys(nlohmann::json& limits, const std::string& source,
+                            std::map<std::string, std::string>* written = nullptr);
+// `message` with each "/limits/<spec key>" replaced by the key as the caller wrote it.
+std::string as_written(std::string message, const std::map<std::string, std::string>& written);
+
+// Parsers shared by the CLI and spec_from_json.
+Result<BindMount> parse_bind(const std::string& text);   // SRC[:DST][:rw|:ro]
+Result<TmpfsMount> parse_tmpfs(const std::string& text);  // DST[:SIZE]
+Result<BindMount> parse_input(const std::string& text);   // PATH[:DST]
+
+// Checks that hold whatever the source: absolute in-sandbox paths, argv present, sane limits.
+Status validate_spec(const RunSpec& spec);
+
+// The `events` destination (events.hpp opens it): "fd:N" with N a number, or a non-empty path.
+// Checked when a RunSpec is read, without opening anything.
+Status check_events_destination(const std::string& where);
+Result<int> parse_events_fd(const std::string& where);  // N of "fd:N"
+
+}  // namespace sbx

@@ -1,0 +1,166 @@
+#include "runtime/record/ledger_key.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+
+#include "runtime/base/fsutil.hpp"
+#include "runtime/base/sha256.hpp"
+
+namespace sbx {
+namespace {
+
+constexpr const char* kStage = "key";
+constexpr std::size_t kMaxKeyFile = 16 * 1024;
+
+struct BioFree {
+  void operator()(BIO* b) const { BIO_free(b); }
+};
+using Bio = std::unique_ptr<BIO, BioFree>;
+
+// Before any key parsing: libcrypto would otherwise read openssl.cnf, which may load code from
+// outside the static binary (see runtime/base/sha256.cpp).
+void no_config() { OPENSSL_init_crypto(OPENSSL_INIT_NO_LOAD_CONFIG, nullptr); }
+
+Result<std::string> read_key_file(const std::string& path) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+  if (!fd.ok()) return sys_error(kStage, "cannot open key " + path);
+  std::string text(kMaxKeyFile + 1, '\0');
+  ssize_t n = ::read(fd.get(), text.data(), text.size());
+  if (n < 0) return sys_error(kStage, "cannot read key " + path);
+  if (static_cast<std::size_t>(n) > kMaxKeyFile) return make_error(kStage, "key " + path + " is larger than 16 KiB: not a key");
+  text.resize(static_cast<std::size_t>(n));
+  return text;
+}
+
+Result<Pkey> parse_key(const std::string& path, bool priv) {
+  no_config();
+  auto text = read_key_file(path);
+  if (!text) return text.error();
+  Bio bio(BIO_new_mem_buf(text->data(), static_cast<int>(text->size())));
+  Pkey k(priv ? PEM_read_bio_PrivateKey(bio.get(), nullptr, nullptr, nullptr)
+              : PEM_read_bio_PUBKEY(bio.get(), nullptr, nullptr, nullptr));
+  if (!k || EVP_PKEY_get_id(k.get()) != EVP_PKEY_ED25519)
+    return make_error(kStage, "key " + path + " is not an Ed25519 " + (priv ? "private" : "public") + " key in PEM");
+  return k;
+}
+
+Result<std::string> pem_of(EVP_PKEY* k, bool priv) {
+  Bio bio(BIO_new(BIO_s_mem()));
+  int ok = priv ? PEM_write_bio_PrivateKey(bio.get(), k, nullptr, nullptr, 0, nullptr, nullptr) : PEM_write_bio_PUBKEY(bio.get(), k);
+  char* data = nullptr;
+  long n = BIO_get_mem_data(bio.get(), &data);
+  if (ok != 1 || n <= 0) return make_error(kStage, "libcrypto cannot encode the key as PEM");
+  return std::string(data, static_cast<std::size_t>(n));
+}
+
+Status write_new(const std::string& path, const std::string& text, mode_t mode) {
+  UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, mode));
+  if (!fd.ok()) return sys_error(kStage, "cannot create " + path);
+  SBX_TRY(write_all(fd.get(), text, path));
+  if (::fsync(fd.get()) != 0) return sys_error(kStage, "cannot sync " + path);
+  return {};
+}
+
+std::string config_dir() {
+  std::string dir;
+  if (const char* x = std::getenv("XDG_CONFIG_HOME"); x && *x) dir.append(x).append("/sbx");
+  else if (const char* h = std::getenv("HOME"); h && *h) dir.append(h).append("/.config/sbx");
+  return dir;
+}
+
+}  // namespace
+
+void PkeyFree::operator()(evp_pkey_st* k) const { EVP_PKEY_free(k); }
+
+Result<LedgerKeyPaths> ledger_key_paths() {
+  LedgerKeyPaths p;
+  p.dir = config_dir();
+  if (p.dir.empty()) return make_error(kStage, "no config dir: neither XDG_CONFIG_HOME nor HOME is set");
+  p.priv = p.dir + "/ledger-key.pem";
+  p.pub = p.dir + "/ledger-key.pub.pem";
+  return p;
+}
+
+Result<std::string> create_ledger_key(const LedgerKeyPaths& p) {
+  if (::access(p.priv.c_str(), F_OK) == 0)
+    return make_error(kStage, "a ledger key exists already at " + p.priv + "; remove it first to make a new one");
+  SBX_TRY(ensure_dir(p.dir, 0700));
+  no_config();
+  Pkey k(EVP_PKEY_Q_keygen(nullptr, nullptr, "ED25519"));
+  if (!k) return make_error(kStage, "libcrypto cannot make an Ed25519 key");
+  auto priv = pem_of(k.get(), true);
+  if (!priv) return priv.error();
+  auto pub = pem_of(k.get(), false);
+  if (!pub) return pub.error();
+  // The public key first: a private key without its public half would sign what nobody can check.
+  ::unlink(p.pub.c_str());
+  SBX_TRY(write_new(p.pub, *pub, 0644));
+  SBX_TRY(write_new(p.priv, *priv, 0600));
+  unsigned char raw[32];
+  std::size_t len = sizeof raw;
+  if (EVP_PKEY_get_raw_public_key(k.get(), raw, &len) != 1) return make_error(kStage, "libcrypto cannot export the public key");
+  return sha256_hex(std::string_view(reinterpret_cast<const char*>(raw), len));
+}
+
+Result<std::optional<LedgerSigner>> LedgerSigner::load_default() {
+  auto p = ledger_key_paths();
+  if (!p) return std::optional<LedgerSigner>{};  // no config dir: no key
+  struct stat st;
+  if (::lstat(p->priv.c_str(), &st) != 0) {
+    if (errno == ENOENT) return std::optional<LedgerSigner>{};
+    return sys_error(kStage, "cannot stat the ledger key " + p->priv);
+  }
+  auto s = load(p->priv);
+  if (!s) return s.error();
+  return std::optional<LedgerSigner>(std::move(*s));
+}
+
+Result<LedgerSigner> LedgerSigner::load(const std::string& path) {
+  auto k = parse_key(path, true);
+  if (!k) return k.error();
+  LedgerSigner s;
+  s.key_ = std::move(*k);
+  return s;
+}
+
+std::string LedgerSigner::sign(std::string_view message) const {
+  std::unique_ptr<EVP_MD_CTX, void (*)(EVP_MD_CTX*)> ctx(EVP_MD_CTX_new(), EVP_MD_CTX_free);
+  unsigned char sig[64];
+  std::size_t len = sizeof sig;
+  if (!ctx || EVP_DigestSignInit(ctx.get(), nullptr, nullptr, nullptr, key_.get()) != 1 ||
+      EVP_DigestSign(ctx.get(), sig, &len, reinterpret_cast<const unsigned char*>(message.data()), message.size()) != 1) {
+    std::fprintf(stderr, "sbx: libcrypto: Ed25519 signing failed\n");
+    std::abort();
+  }
+  unsigned char b64[4 * ((sizeof sig + 2) / 3) + 1];
+  int n = EVP_EncodeBlock(b64, sig, static_cast<int>(len));
+  return std::string(reinterpret_cast<const char*>(b64), static_cast<std::size_t>(n));
+}
+
+Result<LedgerVerifier> LedgerVerifier::load(const std::string& pubkey_path) {
+  auto k = parse_key(pubkey_path, false);
+  if (!k) return k.error();
+  LedgerVerifier v;
+  v.key_ = std::move(*k);
+  return v;
+}
+
+bool LedgerVerifier::verify(std::string_view message, std::string_view sig_base64) const {
+  if (sig_base64.size() != 88) return false;  // 64 bytes in base64
+  unsigned char raw[66];
+  if (EVP_DecodeBlock(raw, reinterpret_cast<const unsigned char*>(sig_base64.data()), 88) != 66) return false;
+  std::unique_ptr<EVP_MD_CTX, void (*)(EVP_MD_CTX*)> ctx(EVP_MD_CTX_new(), EVP_MD_CTX_free);
+  return ctx && EVP_DigestVerifyInit(ctx.get(), nullptr, nullptr, nullptr, key_.get()) == 1 &&
+         EVP_DigestVerify(ctx.get(), raw, 64, reinterpret_cast<const unsigned char*>(message.data()), message.size()) == 1;
+}
+
+}  // namespace sbx

@@ -1,0 +1,373 @@
+#include "runtime/record/trace_ledger.hpp"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/base/fsutil.hpp"
+#include "runtime/base/json_io.hpp"
+#include "runtime/record/ledger_key.hpp"
+#include "runtime/base/sha256.hpp"
+
+namespace sbx {
+namespace {
+
+constexpr const char* kStage = "trace";
+constexpr std::string_view kHead = "{\"record\":";
+constexpr std::string_view kSeqKey = ",\"seq\":";
+const std::string kZeroHash(64, '0');
+// The envelope after the record: seq (20 digits), a run id, two hashes, a signature: well under 1 KiB.
+constexpr std::size_t kTailRead = 4096;
+// A line holds a record (bounded by kMaxTraceBytes, json_io.hpp) and its envelope.
+constexpr std::size_t kMaxLine = kMaxTraceBytes + 4096;
+// How long an append waits for another sbx's append: those take milliseconds (one fdatasync);
+// a lock held for seconds is a stuck or hostile holder, and the run must not hang behind it.
+constexpr long kLockWaitMs = 10'000;
+
+// A cursor over the envelope: each step consumes an exact literal or a token of a known form.
+struct Cursor {
+  std::string_view s;
+  bool lit(std::string_view l) {
+    if (s.substr(0, l.size()) != l) return false;
+    s.remove_prefix(l.size());
+    return true;
+  }
+  // Characters up to the next '"' (the envelope's strings never hold quotes or escapes).
+  std::optional<std::string_view> str() {
+    auto q = s.find('"');
+    if (q == std::string_view::npos) return std::nullopt;
+    auto v = s.substr(0, q);
+    s.remove_prefix(q + 1);
+    return v;
+  }
+};
+
+Error envelope_error(const std::string& what) { return make_error(kStage, "not a ledger line: " + what); }
+
+// `env` begins at ",\"seq\":" and runs to the line's end.
+Status parse_envelope(std::string_view env, LedgerEntry& e) {
+  Cursor c{env};
+  if (!c.lit(kSeqKey)) return envelope_error("no \"seq\"");
+  std::size_t digits = 0;
+  while (digits < c.s.size() && c.s[digits] >= '0' && c.s[digits] <= '9') ++digits;
+  if (digits == 0 || digits > 19 || (digits > 1 && c.s[0] == '0')) return envelope_error("\"seq\" is not a sequence number");
+  e.seq = std::stoull(std::string(c.s.substr(0, digits)));
+  c.s.remove_prefix(digits);
+  if (!c.lit(",\"run_id\":\"")) return envelope_error("no \"run_id\" after \"seq\"");
+  auto id = c.str();
+  if (!id || !ledger_run_id_ok(*id)) return envelope_error("\"run_id\" is not a run id");
+  e.run_id = *id;
+  if (!c.lit(",\"prev\":\"")) return envelope_error("no \"prev\" after \"run_id\"");
+  auto prev = c.str();
+  if (!prev || !is_sha256_hex(*prev)) return envelope_error("\"prev\" is not a sha256");
+  e.prev = *prev;
+  if (!c.lit(",\"hash\":\"")) return envelope_error("no \"hash\" after \"prev\"");
+  auto hash = c.str();
+  if (!hash || !is_sha256_hex(*hash)) return envelope_error("\"hash\" is not a sha256");
+  e.hash = *hash;
+  if (c.lit(",\"sig\":\"")) {
+    auto sig = c.str();
+    if (!sig || sig->empty() || sig->size() > 256 ||
+        sig->find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=") != std::string_view::npos)
+      return envelope_error("\"sig\" is not base64");
+    e.sig = *sig;
+  }
+  if (c.s != "}") return envelope_error("unexpected text after the envelope");
+  return {};
+}
+
+// The offset just past the last '\n' before `end` (0 when there is none), reading backwards.
+Result<std::uint64_t> after_last_newline(int fd, std::uint64_t end) {
+  std::string buf(64 * 1024, '\0');
+  while (end > 0) {
+    std::uint64_t start = end > buf.size() ? end - buf.size() : 0;
+    ssize_t n = ::pread(fd, buf.data(), end - start, static_cast<off_t>(start));
+    if (n != static_cast<ssize_t>(end - start)) return sys_error(kStage, "cannot read the trace ledger");
+    std::string_view chunk(buf.data(), static_cast<std::size_t>(n));
+    if (auto nl = chunk.rfind('\n'); nl != std::string_view::npos) return start + nl + 1;
+    end = start;
+  }
+  return std::uint64_t{0};
+}
+
+Result<std::string> read_tail(int fd, std::uint64_t size) {
+  std::uint64_t start = size > kTailRead ? size - kTailRead : 0;
+  std::string buf(size - start, '\0');
+  ssize_t n = ::pread(fd, buf.data(), buf.size(), static_cast<off_t>(start));
+  if (n != static_cast<ssize_t>(buf.size())) return sys_error(kStage, "cannot read the trace ledger's tail");
+  return buf;
+}
+
+// The envelope of the last line, from the file's tail (which ends with '\n').
+Result<LedgerEntry> last_envelope(const std::string& tail) {
+  std::string_view t(tail);
+  t.remove_suffix(1);  // the '\n'
+  auto at = t.rfind(kSeqKey);
+  if (at == std::string_view::npos || t.find('\n', at) != std::string_view::npos)
+    return make_error(kStage, "the trace ledger's last line is not a ledger line; run 'sbx trace verify'");
+  LedgerEntry e;
+  if (auto st = parse_envelope(t.substr(at), e); !st)
+    return make_error(kStage, "the trace ledger's last line is broken (" + st.error().message + "); run 'sbx trace verify'");
+  return e;
+}
+
+class LedgerLock {
+ public:
+  static Result<LedgerLock> acquire(int fd) {
+    struct timespec start, now;
+    ::clock_gettime(CLOCK_MONOTONIC, &start);
+    long pause_us = 200;
+    for (;;) {
+      if (::flock(fd, LOCK_EX | LOCK_NB) == 0) return LedgerLock(fd);
+      if (errno != EWOULDBLOCK && errno != EINTR) return sys_error(kStage, "cannot lock the trace ledger");
+      ::clock_gettime(CLOCK_MONOTONIC, &now);
+      long waited_ms = (now.tv_sec - start.tv_sec) * 1000 + (now.tv_nsec - start.tv_nsec) / 1'000'000;
+      if (waited_ms > kLockWaitMs)
+        return make_error(kStage, "the trace ledger is locked by another process for over " +
+                                      std::to_string(kLockWaitMs / 1000) + " s (a stuck sbx?)", EWOULDBLOCK);
+      ::usleep(static_cast<useconds_t>(pause_us));
+      pause_us = std::min(pause_us * 2, 20'000L);
+    }
+  }
+  LedgerLock(LedgerLock&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
+  LedgerLock(const LedgerLock&) = delete;
+  LedgerLock& operator=(const LedgerLock&) = delete;
+  LedgerLock& operator=(LedgerLock&&) = delete;
+  ~LedgerLock() {
+    if (fd_ >= 0) ::flock(fd_, LOCK_UN);
+  }
+
+ private:
+  explicit LedgerLock(int fd) : fd_(fd) {}
+  int fd_ = -1;
+};
+
+// Opens the ledger for appending, creating it (0600) when missing; `created` says whether this
+// call made it, so that the directory entry is synced once.
+Result<UniqueFd> open_for_append(const std::string& path, bool& created) {
+  constexpr int kFlags = O_RDWR | O_APPEND | O_CLOEXEC | O_NOFOLLOW;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    int fd = ::open(path.c_str(), kFlags);
+    if (fd >= 0) return UniqueFd(fd);
+    if (errno != ENOENT) return sys_error(kStage, "cannot open the trace ledger " + path);
+    fd = ::open(path.c_str(), kFlags | O_CREAT | O_EXCL, 0600);
+    if (fd >= 0) {
+      created = true;
+      return UniqueFd(fd);
+    }
+    if (errno != EEXIST) return sys_error(kStage, "cannot create the trace ledger " + path);
+  }
+  return make_error(kStage, "cannot open the trace ledger " + path + ": it keeps appearing and vanishing");
+}
+
+Status sync_dir(const std::string& dir) {
+  UniqueFd d(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!d.ok() || ::fsync(d.get()) != 0) return sys_error(kStage, "cannot sync the trace store " + dir);
+  return {};
+}
+
+// The record with "ledger_repair" added as its first member (REC is a JSON object).
+std::string with_repair_note(std::string_view rec, std::uint64_t torn, std::uint64_t at) {
+  std::string note = "\"ledger_repair\":{\"torn_bytes\":" + std::to_string(torn) + ",\"at_offset\":" + std::to_string(at) +
+                     ",\"reason\":\"an interrupted append left an incomplete last line; it was cut off\"}";
+  std::string out = "{" + note;
+  std::string_view rest = rec.substr(1);
+  if (rest.find_first_not_of(" \t") != std::string_view::npos && rest.substr(rest.find_first_not_of(" \t"), 1) != "}")
+    out += ",";
+  out += rest;
+  return out;
+}
+
+// Cuts a torn tail (a line without its '\n') off the locked ledger; returns the new size.
+Result<std::uint64_t> cut_torn_tail(int fd, std::uint64_t size, AppendInfo& info) {
+  auto cut = after_last_newline(fd, size);
+  if (!cut) return cut.error();
+  if (::ftruncate(fd, static_cast<off_t>(*cut)) != 0) return sys_error(kStage, "cannot cut the torn tail of the trace ledger");
+  info.torn_bytes = size - *cut;
+  return *cut;
+}
+
+}  // namespace
+
+std::string ledger_path(const Dirs& dirs) { return dirs.traces + "/" + kLedgerName; }
+
+bool ledger_run_id_ok(std::string_view id) {
+  if (id.empty() || id.size() > kMaxLedgerRunId || id.front() == '.') return false;
+  return std::all_of(id.begin(), id.end(), [](char c) {
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '.' || c == '_' ||
+           c == ':' || c == '-';
+  });
+}
+
+std::string ledger_hash(std::uint64_t seq, std::string_view run_id, std::string_view prev, std::string_view record) {
+  std::string head = kLedgerDomain;
+  head.push_back('\n');
+  head.append(std::to_string(seq)).push_back('\n');
+  head.append(run_id).push_back('\n');
+  head.append(prev).push_back('\n');
+  Sha256 h;
+  h.update(head);
+  h.update(record);
+  return h.final_hex();
+}
+
+Result<LedgerEntry> parse_ledger_line(std::string_view line) {
+  if (line.substr(0, kHead.size()) != kHead) return envelope_error("it does not begin with {\"record\":");
+  auto at = line.rfind(kSeqKey);
+  if (at == std::string_view::npos || at < kHead.size()) return envelope_error("no \"seq\" after the record");
+  LedgerEntry e;
+  SBX_TRY(parse_envelope(line.substr(at), e));
+  e.record = line.substr(kHead.size(), at - kHead.size());
+  return e;
+}
+
+Result<AppendInfo> ledger_append(const Dirs& dirs, const std::string& run_id, std::string_view record,
+                                 const LedgerSigner* signer) {
+  if (!ledger_run_id_ok(run_id)) return make_error(kStage, "run id '" + run_id + "' cannot name a ledger record");
+  if (record.empty() || record.front() != '{' || record.find('\n') != std::string_view::npos)
+    return make_error(kStage, "a ledger record must be one line of JSON object");
+  if (auto st = ensure_dir(dirs.traces, 0700); !st)
+    return make_error(kStage, "cannot create trace store: " + st.error().message, st.error().err);
+  const std::string path = ledger_path(dirs);
+  bool created = false;
+  auto fd = open_for_append(path, created);
+  if (!fd) return fd.error();
+  auto lock = LedgerLock::acquire(fd->get());
+  if (!lock) return lock.error();
+  struct stat st;
+  if (::fstat(fd->get(), &st) != 0) return sys_error(kStage, "cannot stat the trace ledger");
+  if (!S_ISREG(st.st_mode)) return make_error(kStage, "the trace ledger " + path + " is not a regular file");
+  AppendInfo info;
+  std::uint64_t size = static_cast<std::uint64_t>(st.st_size);
+  auto tail = read_tail(fd->get(), size);
+  if (!tail) return tail.error();
+  if (size > 0 && tail->back() != '\n') {
+    auto cut = cut_torn_tail(fd->get(), size, info);
+    if (!cut) return cut.error();
+    size = *cut;
+    tail = read_tail(fd->get(), size);
+    if (!tail) return tail.error();
+  }
+  std::uint64_t seq = 1;
+  std::string prev = kZeroHash;
+  if (size > 0) {
+    auto last = last_envelope(*tail);
+    if (!last) return last.error();
+    seq = last->seq + 1;
+    prev = last->hash;
+  }
+  std::string rec = info.torn_bytes ? with_repair_note(record, info.torn_bytes, size) : std::string(record);
+  info.seq = seq;
+  info.hash = ledger_hash(seq, run_id, prev, rec);
+  std::string line;
+  line.reserve(rec.size() + 256);
+  line.append(kHead).append(rec).append(kSeqKey).append(std::to_string(seq));
+  line.append(",\"run_id\":\"").append(run_id).append("\",\"prev\":\"").append(prev);
+  line.append("\",\"hash\":\"").append(info.hash).append("\"");
+  if (signer) line.append(",\"sig\":\"").append(signer->sign(info.hash)).append("\"");
+  line.append("}\n");
+  if (auto w = write_all(fd->get(), line, "the trace ledger " + path); !w) {
+    // A short write leaves a torn line; cut it now rather than leave it to the next append.
+    if (::ftruncate(fd->get(), static_cast<off_t>(size)) != 0) { /* the next append cuts it */ }
+    return w.error();
+  }
+  if (::fdatasync(fd->get()) != 0) return sys_error(kStage, "cannot sync the trace ledger " + path);
+  if (created) SBX_TRY(sync_dir(dirs.traces));
+  return info;
+}
+
+Status scan_ledger(const Dirs& dirs, const std::function<bool(const LedgerLine&)>& fn, std::uint64_t* torn,
+                   std::uint64_t from, std::uint64_t first_line_no) {
+  if (torn) *torn = 0;
+  const std::string path = ledger_path(dirs);
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+  if (!fd.ok()) {
+    if (errno == ENOENT) return {};  // nothing recorded yet
+    return sys_error(kStage, "cannot open the trace ledger " + path);
+  }
+  if (from > 0 && ::lseek(fd.get(), static_cast<off_t>(from), SEEK_SET) < 0)
+    return sys_error(kStage, "cannot seek in the trace ledger " + path);
+  std::string buf;
+  std::uint64_t buf_offset = from;  // file offset of buf[0]
+  std::uint64_t line_no = first_line_no - 1;
+  std::string chunk(1 << 20, '\0');
+  for (;;) {
+    ssize_t n = ::read(fd.get(), chunk.data(), chunk.size());
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return sys_error(kStage, "cannot read the trace ledger " + path);
+    }
+    if (n == 0) break;
+    buf.append(chunk.data(), static_cast<std::size_t>(n));
+    std::size_t start = 0;
+    for (std::size_t nl; (nl = buf.find('\n', start)) != std::string::npos; start = nl + 1) {
+      LedgerLine l{++line_no, buf_offset + start, std::string_view(buf).substr(start, nl - start)};
+      if (!fn(l)) return {};
+    }
+    buf.erase(0, start);
+    buf_offset += start;
+    if (buf.size() > kMaxLine)
+      return make_error(kStage, "the trace ledger's line " + std::to_string(line_no + 1) + " (at byte " +
+                                    std::to_string(buf_offset) + ") is longer than " + std::to_string(kMaxLine) + " bytes");
+  }
+  if (torn) *torn = buf.size();
+  return {};
+}
+
+Result<std::string> read_ledger_line(const Dirs& dirs, std::uint64_t offset) {
+  const std::string path = ledger_path(dirs);
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+  if (!fd.ok()) return sys_error(kStage, "cannot open the trace ledger " + path);
+  std::string out, chunk(64 * 1024, '\0');
+  for (std::uint64_t at = offset;;) {
+    ssize_t n = ::pread(fd.get(), chunk.data(), chunk.size(), static_cast<off_t>(at));
+    if (n < 0) return sys_error(kStage, "cannot read the trace ledger " + path);
+    std::string_view c(chunk.data(), static_cast<std::size_t>(n));
+    auto nl = c.find('\n');
+    out.append(c.substr(0, nl));
+    if (nl != std::string_view::npos) return out;
+    if (n == 0) return make_error(kStage, "the trace ledger ends inside the line at byte " + std::to_string(offset));
+    if (out.size() > kMaxLine) return make_error(kStage, "the trace ledger's line at byte " + std::to_string(offset) + " is too long");
+    at += static_cast<std::uint64_t>(n);
+  }
+}
+
+Result<LedgerHead> ledger_head(const Dirs& dirs) {
+  LedgerHead head;
+  const std::string path = ledger_path(dirs);
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+  if (!fd.ok()) {
+    if (errno == ENOENT) return head;
+    return sys_error(kStage, "cannot open the trace ledger " + path);
+  }
+  struct stat st;
+  if (::fstat(fd.get(), &st) != 0) return sys_error(kStage, "cannot stat the trace ledger");
+  std::uint64_t size = static_cast<std::uint64_t>(st.st_size);
+  auto tail = read_tail(fd.get(), size);
+  if (!tail) return tail.error();
+  if (size > 0 && tail->back() != '\n') {
+    auto cut = after_last_newline(fd.get(), size);
+    if (!cut) return cut.error();
+    head.torn_bytes = size - *cut;
+    size = *cut;
+    tail = read_tail(fd.get(), size);
+    if (!tail) return tail.error();
+  }
+  if (size == 0) return head;
+  auto e = last_envelope(*tail);
+  if (!e) return e.error();
+  head.seq = e->seq;
+  head.hash = e->hash;
+  head.run_id = e->run_id;
+  return head;
+}
+
+}  // namespace sbx

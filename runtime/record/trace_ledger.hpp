@@ -1,0 +1,112 @@
+#pragma once
+// The trace ledger: every run's record, appended as one line of <state>/traces/ledger.jsonl and
+// chained to the one before it by hash, so that an edited, deleted, inserted or reordered record
+// is found by `sbx trace verify`.
+//
+// One line (JSON; the chain envelope after the record, so that an append finds the head in the
+// last few hundred bytes of the file however large the last record is):
+//
+//   {"record":REC,"seq":N,"run_id":"ID","prev":"H","hash":"H"}\n
+//
+// REC is the record as compact JSON, stored byte for byte; seq counts from 1; prev is the hash of
+// the line before (64 zeros for seq 1); hash = sha256("sbx.ledger/v1\n" N "\n" ID "\n" prev "\n"
+// REC), over the exact bytes on the line, so that no re-serialisation can change what was hashed.
+// Appends hold an flock on the ledger, write the line with one write(2) to an O_APPEND descriptor
+// and fdatasync once. An append killed midway leaves a line without its '\n' (a torn tail):
+// `verify` names it, and the next append cuts it off (it was never acknowledged: its sbx died
+// before the fdatasync returned and released no result) and says so in its own record.
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "runtime/base/error.hpp"
+#include "runtime/base/paths.hpp"
+
+namespace sbx {
+
+inline constexpr const char* kLedgerName = "ledger.jsonl";
+inline constexpr const char* kLedgerDomain = "sbx.ledger/v1";
+inline constexpr std::size_t kMaxLedgerRunId = 128;
+
+std::string ledger_path(const Dirs& dirs);
+
+// The envelope of one line, and where its record lies in it.
+struct LedgerEntry {
+  std::uint64_t seq = 0;
+  std::string run_id, prev, hash;
+  std::string sig;          // base64 Ed25519 signature of `hash` (ledger_key.hpp), or ""
+  std::string_view record;  // the raw record bytes (a view into the line)
+};
+
+// The hash a line with these parts must carry (see above).
+std::string ledger_hash(std::uint64_t seq, std::string_view run_id, std::string_view prev, std::string_view record);
+
+// Splits one line (without its '\n') into envelope and record; strict about the envelope's form.
+Result<LedgerEntry> parse_ledger_line(std::string_view line);
+
+// A run id that may name a ledger line: what make_run_id makes, or a plain file name of the
+// previous store (letters, digits, '.', '_', ':', '-'; not starting with '.'; at most 128).
+bool ledger_run_id_ok(std::string_view id);
+
+struct AppendInfo {
+  std::uint64_t seq = 0;
+  std::string hash;
+  std::uint64_t torn_bytes = 0;  // cut off the tail before this append (0: none)
+};
+
+// Appends `record` (compact JSON of one object, no '\n') for `run_id`. Creates the store (0700)
+// and the ledger (0600) when missing. A torn tail is cut and reported in the appended record as
+// "ledger_repair"; a last line that is complete but not a ledger line is refused (the ledger is
+// broken, and an append must not bury that).
+// With a signer, the line carries "sig": the Ed25519 signature of its hash (ledger_key.hpp).
+class LedgerSigner;
+class LedgerVerifier;
+Result<AppendInfo> ledger_append(const Dirs& dirs, const std::string& run_id, std::string_view record,
+                                 const LedgerSigner* signer = nullptr);
+
+// Every complete line in file order; `fn` returns false to stop. `offset` is the line's start in
+// the file. A line longer than the record bound, or an I/O error, ends the scan with an error; a
+// torn tail is reported through `torn` (its byte count) and not passed to fn.
+struct LedgerLine {
+  std::uint64_t line_no = 0;
+  std::uint64_t offset = 0;
+  std::string_view text;  // without '\n'
+};
+// `from` (a line's start offset) and `first_line_no` let a reader resume where it stopped.
+Status scan_ledger(const Dirs& dirs, const std::function<bool(const LedgerLine&)>& fn,
+                   std::uint64_t* torn = nullptr, std::uint64_t from = 0, std::uint64_t first_line_no = 1);
+
+// Reads the line starting at `offset` (as scan_ledger reported it).
+Result<std::string> read_ledger_line(const Dirs& dirs, std::uint64_t offset);
+
+struct LedgerVerifyReport {
+  bool intact = true;
+  std::uint64_t records = 0;
+  std::uint64_t head_seq = 0;
+  std::string head_hash, head_run_id;
+  std::string problem;  // the first break, in words, when not intact
+};
+// A head recorded elsewhere (`sbx trace head`): the chain must reach seq with this hash.
+struct LedgerAnchor {
+  std::uint64_t seq = 0;
+  std::string hash;
+};
+// Walks the chain from the first line: hashes, sequence, links, record ids; with an anchor, also
+// that the line of the anchor's seq carries its hash (a chain rewritten from some record on, hashes
+// recomputed, or cut at its end, is found only this way or by signatures).
+// With a verifier, every line must carry a signature of its hash that the public key accepts.
+Result<LedgerVerifyReport> verify_ledger(const Dirs& dirs, const std::optional<LedgerAnchor>& anchor = std::nullopt,
+                                         const LedgerVerifier* verifier = nullptr);
+
+struct LedgerHead {
+  std::uint64_t seq = 0;  // 0: the ledger is empty or missing
+  std::string hash, run_id;
+  std::uint64_t torn_bytes = 0;
+};
+// The last complete line's envelope, read from the end of the file (a torn tail is skipped and
+// counted).
+Result<LedgerHead> ledger_head(const Dirs& dirs);
+
+}  // namespace sbx

@@ -1,0 +1,299 @@
+#include "runtime/server/mcp_protocol.hpp"
+
+#include "runtime/base/json_io.hpp"
+
+namespace sbx::mcp {
+using nlohmann::json;
+
+std::vector<std::string> supported_versions() {
+  std::vector<std::string> v{kModernVersion};
+  for (auto* l : kLegacyVersions) v.emplace_back(l);
+  return v;
+}
+
+std::string negotiate_legacy_version(const json& requested) {
+  if (requested.is_string())
+    for (auto* l : kLegacyVersions)
+      if (requested == l) return l;
+  return kLegacyVersions[0];
+}
+
+json error_response(const json& id, int code, const std::string& message, const json& data) {
+  json e = {{"code", code}, {"message", message}};
+  if (!data.is_null()) e["data"] = data;
+  return {{"jsonrpc", "2.0"}, {"id", id}, {"error", std::move(e)}};
+}
+
+json result_response(const json& id, json result) {
+  return {{"jsonrpc", "2.0"}, {"id", id}, {"result", std::move(result)}};
+}
+
+Incoming classify_value(json msg) {
+  Incoming in;
+  auto invalid = [&](const std::string& why, const json& id = nullptr) {
+    in.kind = Incoming::bad;
+    in.reply = error_response(id, kInvalidRequest, "Invalid Request: " + why);
+    return in;
+  };
+  if (!msg.is_object()) return invalid("a message is a JSON object");
+  // The id, when usable, goes back in the error so the client can match it (JSON-RPC 2.0 §5).
+  json id = nullptr;
+  bool has_id = msg.contains("id");
+  if (has_id && (msg["id"].is_string() || msg["id"].is_number_integer())) id = msg["id"];
+  if (!msg.contains("jsonrpc") || msg["jsonrpc"] != "2.0") return invalid("\"jsonrpc\" must be \"2.0\"", id);
+  if (!msg.contains("method")) {
+    if (has_id && (msg.contains("result") || msg.contains("error"))) {
+      in.kind = Incoming::response;
+      return in;
+    }
+    return invalid("no \"method\"", id);
+  }
+  if (!msg["method"].is_string()) return invalid("\"method\" must be a string", id);
+  in.method = msg["method"].get<std::string>();
+  // MCP's RequestId is a string or a number (schema.ts); null, fractions, objects are not ids.
+  if (has_id && id.is_null()) return invalid("\"id\" must be a string or an integer");
+  if (msg.contains("params")) {
+    if (!msg["params"].is_object()) {
+      in.kind = Incoming::bad;
+      in.reply = error_response(id, kInvalidParams, "Invalid params: \"params\" must be an object");
+      if (!has_id) in.reply = nullptr;  // a notification is never answered, even in error
+      return in;
+    }
+    in.params = std::move(msg["params"]);
+  }
+  in.id = id;
+  in.kind = has_id ? Incoming::request : Incoming::notification;
+  return in;
+}
+
+Incoming classify(std::string_view line) {
+  // Depth and value bounds hold before the DOM exists (json_io.hpp); a message is small JSON.
+  ParsedJson p = parse_json(line, {kMaxMessageBytes});
+  if (!p.ok()) {
+    Incoming in;
+    in.reply = error_response(nullptr, kParseError, "Parse error: " + p.describe());
+    return in;
+  }
+  if (p.value.is_array()) {  // a batch: only the server loop knows whether 2025-03-26 is in use
+    Incoming in;
+    in.kind = Incoming::bad;
+    in.params = std::move(p.value);
+    in.method = "(batch)";
+    return in;
+  }
+  return classify_value(std::move(p.value));
+}
+
+RequestEra request_era(const json& params) {
+  RequestEra e;
+  auto meta = params.find("_meta");
+  if (meta == params.end() || !meta->is_object()) return e;
+  auto v = meta->find(kMetaProtocolVersion);
+  if (v == meta->end()) return e;
+  e.modern = true;
+  e.version = v->is_string() ? v->get<std::string>() : json_excerpt(*v);
+  if (!v->is_string() || *v != kModernVersion) {
+    e.error = json{{"code", kUnsupportedProtocolVersion},
+                   {"message", "Unsupported protocol version"},
+                   {"data", {{"supported", supported_versions()}, {"requested", v->is_string() ? *v : json(e.version)}}}};
+    return e;
+  }
+  auto caps = meta->find(kMetaClientCapabilities);
+  if (caps == meta->end() || !caps->is_object())
+    e.error = json{{"code", kInvalidParams},
+                   {"message", std::string("Invalid params: _meta \"") + kMetaClientCapabilities +
+                                   "\" (an object) is required in protocol version " + kModernVersion}};
+  return e;
+}
+
+namespace {
+void reroot_in_place(json& s, const std::string& pointer) {
+  // Iterative (schemas come from pack authors; depth is bounded by json_io's reader already, but
+  // a walk that cannot overflow the stack needs no argument about that bound).
+  std::vector<json*> stack{&s};
+  while (!stack.empty()) {
+    json* cur = stack.back();
+    stack.pop_back();
+    if (cur->is_array()) {
+      for (auto& x : *cur) stack.push_back(&x);
+    } else if (cur->is_object()) {
+      for (auto it = cur->begin(); it != cur->end(); ++it) {
+        const std::string& k = it.key();
+        if (k == "$ref" && it->is_string()) {
+          std::string r = it->get<std::string>();
+          if (!r.empty() && r[0] == '#' && (r.size() == 1 || r[1] == '/')) *it = "#" + pointer + r.substr(1);
+          continue;
+        }
+        if (k == "enum" || k == "const" || k == "default" || k == "examples") continue;
+        stack.push_back(&*it);
+      }
+    }
+  }
+}
+
+// A pack schema as a subschema: `$schema` belongs to the root of the whole document, and `$id`
+// would make the subschema a resource of its own, against which the re-rooted refs would miss.
+json as_subschema(const json& schema, const std::string& pointer) {
+  json s = schema;
+  if (s.is_object()) {
+    s.erase("$schema");
+    s.erase("$id");
+  }
+  reroot_in_place(s, pointer);
+  return s;
+}
+}  // namespace
+
+json reroot_schema(const json& schema, const std::string& pointer) {
+  json s = schema;
+  reroot_in_place(s, pointer);
+  return s;
+}
+
+PackTool pack_tool(const Pack& pack) {
+  PackTool t;
+  t.dir = pack.dir;
+  t.name = pack.name;
+  json input = {{"type", "object"},
+                {"properties",
+                 {{"records",
+                   {{"type", "array"},
+                    {"description", "The input records; each is checked against the pack's input schema"},
+                    {"items", as_subschema(pack.input_schema, "/properties/records/items")}}}}},
+                {"required", {"records"}},
+                {"additionalProperties", false}};
+  json output;
+  const json& os = pack.output_schema;
+  if (os.is_object() && os.value("type", json()) == "object") {
+    output = os;
+  } else {
+    t.wrapped_output = true;
+    output = {{"type", "object"},
+              {"properties", {{"result", as_subschema(os, "/properties/result")}}},
+              {"required", {"result"}},
+              {"additionalProperties", false}};
+  }
+  // The dialect the pack's schemas are written in stays named at the root (the MCP default is
+  // 2020-12; sbx's packs are usually draft-07).
+  if (pack.input_schema.is_object() && pack.input_schema.contains("$schema")) input["$schema"] = pack.input_schema["$schema"];
+  if (t.wrapped_output && os.is_object() && os.contains("$schema")) output["$schema"] = os["$schema"];
+  std::string desc = pack.description.empty() ? "Rule pack " + pack.name : pack.description;
+  desc += " (sbx pack " + pack.name + " " + pack.version + ", " + pack.digest +
+          "; each call runs in a fresh sandbox; arguments: {\"records\": [...]})";
+  t.definition = {{"name", pack.name}, {"description", desc}, {"inputSchema", std::move(input)},
+                  {"outputSchema", std::move(output)}};
+  return t;
+}
+
+json run_code_tool(const std::string& profile) {
+  json limits = {{"type", "object"},
+                 {"description", "Lower the profile's limits (never raise them): values as for sbx run's flags"},
+                 {"properties",
+                  {{"timeout", {{"type", "string"}, {"description", "e.g. \"10s\""}}},
+                   {"memory", {{"type", "string"}, {"description", "e.g. \"256M\""}}},
+                   {"pids", {{"type", "integer"}, {"minimum", 1}}},
+                   {"cpus", {{"type", "number"}, {"exclusiveMinimum", 0}}},
+                   {"cpu_time", {{"type", "string"}}},
+                   {"output_limit", {{"type", "string"}}},
+                   {"tmp_size", {{"type", "string"}}}}},
+                 {"additionalProperties", false}};
+  json input = {{"type", "object"},
+                {"properties",
+                 {{"language", {{"type", "string"}, {"enum", {"python", "sh"}}}},
+                  {"code", {{"type", "string"}, {"description", "The program: /code/main.py or /code/main.sh"}}},
+                  {"inputs", {{"description", "Any JSON value, readable at /in/input.json"}}},
+                  {"files",
+                   {{"type", "object"},
+                    {"description", "Extra files beside the code under /code: {relative path: content}"},
+                    {"additionalProperties", {{"type", "string"}}}}},
+                  {"limits", limits},
+                  {"output_schema",
+                   {{"type", "object"},
+                    {"description", "A JSON Schema the program's /out/result.json must satisfy"}}}}},
+                {"required", {"language", "code"}},
+                {"additionalProperties", false}};
+  json nullable_string = {{"type", {"string", "null"}}};
+  json output = {{"type", "object"},
+                 {"properties",
+                  {{"run_id", {{"type", "string"}}},
+                   {"status", {{"type", "string"}}},
+                   {"exit_code", {{"type", {"integer", "null"}}}},
+                   {"signal", json::object()},
+                   {"error", nullable_string},
+                   {"stdout", {{"type", "string"}}},
+                   {"stderr", {{"type", "string"}}},
+                   {"stdout_truncated", {{"type", "boolean"}}},
+                   {"stderr_truncated", {{"type", "boolean"}}},
+                   {"result", json::object()},
+                   {"result_errors", json::object()},
+                   {"usage", {{"type", "object"}}},
+                   {"violations", {{"type", "array"}}},
+                   {"trace", {{"type", "string"}}}}},
+                 {"required", {"run_id", "status", "exit_code", "stdout", "stderr", "result"}}};
+  return {{"name", "run_code"},
+          {"description",
+           "Run a Python or sh program in a fresh, isolated sandbox (no network, read-only root, profile " + profile +
+               ", whose limits are ceilings). The code is /code/main.<ext>, inputs are at /in/input.json; write a JSON "
+               "result to /out/result.json. Returns status, exit code, captured stdout/stderr and the result."},
+          {"inputSchema", std::move(input)},
+          {"outputSchema", std::move(output)}};
+}
+
+json tool_error(const std::string& text) {
+  return {{"content", json::array({{{"type", "text"}, {"text", text}}})}, {"isError", true}};
+}
+
+namespace {
+json run_meta(const json& response) {
+  json m = json::object();
+  if (response.contains("run_id") && response["run_id"].is_string()) m["sbx/run_id"] = response["run_id"];
+  if (response.contains("trace") && response["trace"].is_string()) m["sbx/trace"] = response["trace"];
+  return m;
+}
+
+std::string worker_error_text(const json& response) {
+  const json& e = response["error"];
+  std::string stage = e.is_object() ? e.value("stage", "") : "";
+  std::string msg = e.is_object() ? e.value("message", "") : json_excerpt(e);
+  return stage.empty() ? msg : stage + ": " + msg;
+}
+}  // namespace
+
+json run_code_result(const json& response) {
+  if (!response.is_object()) return tool_error("sbx: the worker's response is not a JSON object");
+  if (response.contains("error") && response["error"].is_object() && !response.contains("status"))
+    return tool_error(worker_error_text(response));
+  json sc = response;
+  json copy = sc;
+  json r = {{"content", json::array({{{"type", "text"}, {"text", dump_json(copy, 2)}}})},
+            {"structuredContent", sc},
+            {"isError", sc.value("status", "") != "ok"},
+            {"_meta", run_meta(response)}};
+  return r;
+}
+
+json pack_result(const json& response, bool wrapped_output) {
+  if (!response.is_object()) return tool_error("sbx: the worker's response is not a JSON object");
+  if (response.contains("error") && !response.contains("status")) return tool_error(worker_error_text(response));
+  std::string status = response.value("status", "");
+  json meta = run_meta(response);
+  if (status != "ok") {
+    std::string text = status;
+    if (response.contains("error") && response["error"].is_string()) text += ": " + response["error"].get<std::string>();
+    if (response.contains("errors") && response["errors"].is_array())
+      for (auto& e : response["errors"]) text += "\n" + (e.is_string() ? e.get<std::string>() : json_excerpt(e));
+    if (response.contains("stderr") && response["stderr"].is_string() && !response["stderr"].get<std::string>().empty())
+      text += "\nstderr:\n" + response["stderr"].get<std::string>();
+    json r = tool_error(text);
+    r["_meta"] = meta;
+    return r;
+  }
+  json sc = wrapped_output ? json{{"result", response.value("result", json(nullptr))}} : response.value("result", json(nullptr));
+  json copy = sc;
+  return {{"content", json::array({{{"type", "text"}, {"text", dump_json(copy, 2)}}})},
+          {"structuredContent", sc},
+          {"isError", false},
+          {"_meta", meta}};
+}
+
+}  // namespace sbx::mcp

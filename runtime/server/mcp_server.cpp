@@ -1,0 +1,561 @@
+#include "runtime/server/mcp_server.hpp"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <deque>
+
+#include "runtime/typed/exec.hpp"
+#include "runtime/base/json_io.hpp"
+#include "runtime/base/raw_syscall.hpp"
+#include "runtime/base/signals.hpp"
+#include "runtime/base/text_escape.hpp"
+
+namespace sbx::mcp {
+namespace {
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+// What a worker may print: an exec response holds two captured streams (each at most the
+// profile's output limit) and a result (kMaxResultBytes); far below this.
+constexpr std::size_t kMaxResponseBytes = 256u << 20;
+
+void log_line(const std::string& s) {
+  std::string line = "sbx: mcp: " + printable(s) + "\n";
+  (void)!::write(STDERR_FILENO, line.data(), line.size());
+}
+
+Status write_all(int fd, const std::string& s) {
+  for (std::size_t off = 0; off < s.size();) {
+    ssize_t n = ::write(fd, s.data() + off, s.size() - off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return sys_error("mcp", "write the job to the worker's memfd");
+    off += static_cast<std::size_t>(n);
+  }
+  return {};
+}
+
+// A 2025-03-26 batch: its members' responses go out together, as one array, once all are in.
+struct Batch {
+  json responses = json::array();
+  std::size_t pending = 0;  // members still owing a response
+};
+
+struct Call {
+  json id;
+  json progress_token;  // null: the client asked for no progress
+  bool modern = false;
+  std::string tool;
+  bool wrapped_output = false;
+  json job;
+  std::optional<Worker> worker;
+  bool cancelled = false;
+  Clock::time_point arrived, next_progress, kill_at;
+  bool kill_armed = false;
+  int progress = 0;
+  std::shared_ptr<Batch> batch;
+};
+
+class Server {
+ public:
+  Server(const ServerConfig& c, SandboxLauncher& l, int in, int out) : cfg_(c), launcher_(l), in_(in), out_(out) {}
+  int run();
+
+ private:
+  void on_line(std::string_view line);
+  void handle(Incoming in, const std::shared_ptr<Batch>& batch);
+  void handle_request(Incoming& in, const std::shared_ptr<Batch>& batch);
+  void handle_call(Incoming& in, bool modern, const std::shared_ptr<Batch>& batch);
+  void cancel(const json& request_id, const std::string& why);
+  void pump();
+  void finish(const std::string& key);
+  void tick(Clock::time_point now);
+  void shutdown(const std::string& why);
+  void reply(const std::shared_ptr<Batch>& batch, json msg);
+  void send(json msg);
+  void flush_out();
+  json tools() const;
+  static json server_info() { return {{"name", "sbx"}, {"version", SBX_VERSION}}; }
+  // A modern (2026-07-28) result: resultType is required, serverInfo recommended in its _meta.
+  static void mark_modern(json& r) {
+    r["resultType"] = "complete";
+    r["_meta"][kMetaServerInfo] = server_info();
+  }
+  std::size_t running() const;
+
+  const ServerConfig& cfg_;
+  SandboxLauncher& launcher_;
+  int in_, out_;
+  std::string version_;  // the legacy version `initialize` settled, "" until then
+  std::map<std::string, Call> calls_;  // by json id text: queued and running
+  std::deque<std::string> queue_;
+  std::string inbuf_, outbuf_;
+  static constexpr std::size_t kOutHighWater = 64u << 20;
+  bool discarding_ = false;  // inside a line that passed kMaxMessageBytes: dropped up to its newline
+  bool in_open_ = true, out_ok_ = true, stopping_ = false;
+};
+
+std::size_t Server::running() const {
+  std::size_t n = 0;
+  for (auto& [k, c] : calls_) n += c.worker.has_value();
+  return n;
+}
+
+void Server::send(json msg) {
+  if (!out_ok_) return;
+  // One message per line: dump never emits a raw newline (strings escape it), and strings that
+  // are not UTF-8 (program output) are escaped rather than thrown on (json_io.hpp).
+  outbuf_ += dump_json(msg, -1) + "\n";
+  flush_out();
+}
+
+void Server::flush_out() {
+  while (out_ok_ && !outbuf_.empty()) {
+    ssize_t n = ::write(out_, outbuf_.data(), outbuf_.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;  // poll says when to go on
+    if (n < 0) {
+      out_ok_ = false;
+      outbuf_.clear();
+      shutdown(std::string("stdout: ") + std::strerror(errno) + " (the client is gone)");
+      return;
+    }
+    outbuf_.erase(0, static_cast<std::size_t>(n));
+  }
+}
+
+void Server::reply(const std::shared_ptr<Batch>& batch, json msg) {
+  if (!batch) return send(std::move(msg));
+  batch->responses.push_back(std::move(msg));
+  if (--batch->pending == 0 && !batch->responses.empty()) send(std::move(batch->responses));
+}
+
+json Server::tools() const {
+  json t = json::array();
+  for (auto& p : cfg_.packs) t.push_back(p.definition);
+  t.push_back(run_code_tool(cfg_.profile));
+  return t;
+}
+
+void Server::on_line(std::string_view line) {
+  if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+  if (line.find_first_not_of(" \t") == std::string_view::npos) return;  // blank lines carry nothing
+  Incoming in = classify(line);
+  if (in.kind == Incoming::bad && in.method == "(batch)") {
+    json members = std::move(in.params);
+    // Batches exist only in 2025-03-26 (its transport "MUST support receiving" them; 2025-06-18
+    // removed them), and `initialize` is never part of one.
+    if (version_ != "2025-03-26")
+      return send(error_response(nullptr, kInvalidRequest,
+                                 "Invalid Request: JSON-RPC batches are not part of protocol version " +
+                                     (version_.empty() ? std::string("(not initialized)") : version_)));
+    if (members.empty()) return send(error_response(nullptr, kInvalidRequest, "Invalid Request: an empty batch"));
+    auto batch = std::make_shared<Batch>();
+    batch->pending = 1;  // held until every member is handled, so that a fast member cannot flush early
+    for (auto& m : members) {
+      Incoming mi = classify_value(std::move(m));
+      if (mi.kind == Incoming::request || (mi.kind == Incoming::bad && !mi.reply.is_null())) ++batch->pending;
+      handle(std::move(mi), batch);
+    }
+    if (--batch->pending == 0 && !batch->responses.empty()) send(std::move(batch->responses));
+    return;
+  }
+  handle(std::move(in), nullptr);
+}
+
+void Server::handle(Incoming in, const std::shared_ptr<Batch>& batch) {
+  switch (in.kind) {
+    case Incoming::bad:
+      if (!in.reply.is_null()) reply(batch, std::move(in.reply));
+      return;
+    case Incoming::response:
+      return;  // sbx sends no requests; a stray response has nothing to match
+    case Incoming::notification:
+      if (in.method == "notifications/cancelled") {
+        if (in.params.contains("requestId")) {
+          std::string reason = in.params.value("reason", json("")).is_string() ? in.params.value("reason", "") : "";
+          cancel(in.params["requestId"], reason.empty() ? "cancelled by the client" : "cancelled by the client: " + reason);
+        }
+      }
+      return;  // notifications/initialized and any other notification need nothing
+    case Incoming::request:
+      return handle_request(in, batch);
+  }
+}
+
+void Server::handle_request(Incoming& in, const std::shared_ptr<Batch>& batch) {
+  RequestEra era = request_era(in.params);
+  if (in.method == "initialize") {
+    if (batch) return reply(batch, error_response(in.id, kInvalidRequest, "Invalid Request: initialize cannot be batched"));
+    if (!version_.empty()) return reply(batch, error_response(in.id, kInvalidRequest, "Invalid Request: already initialized"));
+    const json& p = in.params;
+    if (!p.contains("protocolVersion") || !p["protocolVersion"].is_string() || !p.contains("capabilities") ||
+        !p["capabilities"].is_object() || !p.contains("clientInfo") || !p["clientInfo"].is_object())
+      return reply(batch, error_response(in.id, kInvalidParams,
+                                         "Invalid params: initialize needs protocolVersion (a string), capabilities "
+                                         "and clientInfo (objects)"));
+    version_ = negotiate_legacy_version(p["protocolVersion"]);
+    log_line("initialize: client asked for " + p["protocolVersion"].get<std::string>() + ", serving " + version_);
+    json r = {{"protocolVersion", version_},
+              {"capabilities", {{"tools", {{"listChanged", false}}}}},
+              {"serverInfo", server_info()}};
+    if (!cfg_.instructions.empty()) r["instructions"] = cfg_.instructions;
+    return reply(batch, result_response(in.id, std::move(r)));
+  }
+  if (era.error) return reply(batch, json{{"jsonrpc", "2.0"}, {"id", in.id}, {"error", *era.error}});
+  auto complete = [&](json r) {
+    if (era.modern) mark_modern(r);
+    return result_response(in.id, std::move(r));
+  };
+  if (in.method == "ping") return reply(batch, complete(json::object()));
+  if (in.method == "server/discover") {
+    if (!era.modern)
+      return reply(batch, error_response(in.id, kInvalidParams,
+                                         std::string("Invalid params: server/discover needs _meta \"") +
+                                             kMetaProtocolVersion + "\""));
+    json r = {{"supportedVersions", supported_versions()},
+              {"capabilities", {{"tools", {{"listChanged", false}}}}},
+              {"ttlMs", 0},
+              {"cacheScope", "private"}};
+    if (!cfg_.instructions.empty()) r["instructions"] = cfg_.instructions;
+    return reply(batch, complete(std::move(r)));
+  }
+  if (!era.modern && version_.empty())
+    return reply(batch, error_response(in.id, kInvalidRequest,
+                                       "Invalid Request: not initialized (send initialize first, or give _meta \"" +
+                                           std::string(kMetaProtocolVersion) + "\": \"" + kModernVersion + "\")"));
+  if (in.method == "tools/list") {
+    if (in.params.contains("cursor"))  // sbx never hands out a cursor
+      return reply(batch, error_response(in.id, kInvalidParams, "Invalid params: unknown cursor"));
+    json r = {{"tools", tools()}};
+    if (era.modern) {
+      r["ttlMs"] = 0;
+      r["cacheScope"] = "private";
+    }
+    return reply(batch, complete(std::move(r)));
+  }
+  if (in.method == "tools/call") return handle_call(in, era.modern, batch);
+  return reply(batch, error_response(in.id, kMethodNotFound, "Method not found: " + json_excerpt(json(in.method))));
+}
+
+void Server::handle_call(Incoming& in, bool modern, const std::shared_ptr<Batch>& batch) {
+  const json& p = in.params;
+  if (!p.contains("name") || !p["name"].is_string())
+    return reply(batch, error_response(in.id, kInvalidParams, "Invalid params: tools/call needs \"name\" (a string)"));
+  std::string name = p["name"];
+  json args = p.value("arguments", json::object());
+  if (!args.is_object())
+    return reply(batch, error_response(in.id, kInvalidParams, "Invalid params: \"arguments\" must be an object"));
+  std::string key = in.id.dump();
+  if (calls_.count(key))
+    return reply(batch, error_response(in.id, kInvalidRequest, "Invalid Request: id " + key + " is already in use"));
+  auto tool_reply = [&](json r) {
+    if (modern) mark_modern(r);
+    reply(batch, result_response(in.id, std::move(r)));
+  };
+  Call c;
+  c.id = in.id;
+  c.modern = modern;
+  c.tool = name;
+  if (name == "run_code") {
+    // Checked here, before any process exists: a malformed request is the model's to fix
+    // (a tool error it can read), not a protocol error.
+    if (auto rq = parse_exec_request(args); !rq) return tool_reply(tool_error(rq.error().message));
+    c.job = {{"tool", "run_code"}, {"profile", cfg_.profile}, {"request", args}};
+  } else {
+    const PackTool* pt = nullptr;
+    for (auto& t : cfg_.packs)
+      if (t.name == name) pt = &t;
+    if (!pt) return reply(batch, error_response(in.id, kInvalidParams, "Invalid params: unknown tool " + json_excerpt(json(name))));
+    for (auto& [k, v] : args.items())
+      if (k != "records") return tool_reply(tool_error("unknown argument '" + k + "': a pack tool takes {\"records\": [...]}"));
+    if (!args.contains("records") || !args["records"].is_array())
+      return tool_reply(tool_error("'records' is required: an array of input records"));
+    json ctx = json::array();
+    if (auto it = cfg_.contexts.find(name); it != cfg_.contexts.end())
+      for (auto& [n, path] : it->second) ctx.push_back({n, path});
+    c.job = {{"tool", "pack"}, {"profile", cfg_.profile}, {"dir", pt->dir}, {"records", args["records"]}, {"contexts", ctx}};
+    c.wrapped_output = pt->wrapped_output;
+  }
+  if (queue_.size() >= cfg_.max_queued)
+    return reply(batch, error_response(in.id, kServerBusy, "Server busy: " + std::to_string(queue_.size()) + " calls already queued"));
+  if (p.contains("_meta") && p["_meta"].is_object() && p["_meta"].contains("progressToken")) {
+    const json& t = p["_meta"]["progressToken"];
+    if (t.is_string() || t.is_number_integer()) c.progress_token = t;
+  }
+  c.arrived = Clock::now();
+  c.next_progress = c.arrived + std::chrono::milliseconds(cfg_.progress_interval_ms);
+  if (batch) c.batch = batch;
+  calls_.emplace(key, std::move(c));
+  queue_.push_back(key);
+  pump();
+}
+
+void Server::pump() {
+  while (!stopping_ && !queue_.empty() && running() < cfg_.max_concurrent) {
+    std::string key = queue_.front();
+    queue_.pop_front();
+    Call& c = calls_.at(key);
+    auto w = launcher_.launch(c.job);
+    if (!w) {
+      json r = tool_error("sbx: could not start the call's sandbox: " + w.error().describe());
+      if (c.modern) mark_modern(r);
+      auto batch = c.batch;
+      json id = c.id;
+      calls_.erase(key);
+      reply(batch, result_response(id, std::move(r)));
+      continue;
+    }
+    c.worker = std::move(*w);
+    log_line("call " + key + " (" + c.tool + "): started worker " + std::to_string(c.worker->pid));
+  }
+}
+
+void Server::cancel(const json& request_id, const std::string& why) {
+  std::string key = request_id.dump();
+  auto it = calls_.find(key);
+  if (it == calls_.end()) return;  // finished already, or never ours: the spec says ignore it
+  Call& c = it->second;
+  if (!c.worker) {
+    std::erase(queue_, key);
+    auto batch = c.batch;
+    calls_.erase(it);
+    if (batch && --batch->pending == 0 && !batch->responses.empty()) send(std::move(batch->responses));
+    log_line("call " + key + ": " + why + " while queued");
+    return;
+  }
+  if (c.cancelled) return;
+  c.cancelled = true;
+  // Two distinct signals: one would only be forwarded to the program, which may ignore it; the
+  // second makes the supervisor kill the sandbox at once (supervisor.cpp). Two of the same kind
+  // could merge into one pending signal.
+  raw::pidfd_send_signal(c.worker->pidfd.get(), SIGTERM);
+  raw::pidfd_send_signal(c.worker->pidfd.get(), SIGINT);
+  c.kill_armed = true;
+  c.kill_at = Clock::now() + std::chrono::milliseconds(cfg_.kill_wait_ms);
+  log_line("call " + key + ": " + why + "; killing its sandbox");
+}
+
+void Server::finish(const std::string& key) {
+  Call& c = calls_.at(key);
+  int status = 0;
+  while (::waitpid(c.worker->pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  std::string text;
+  {
+    int fd = c.worker->response.get();
+    ::lseek(fd, 0, SEEK_SET);
+    auto r = read_bounded_fd(fd, kMaxResponseBytes, "mcp", "the worker's response");
+    if (r) text = std::move(*r);
+  }
+  ParsedJson parsed = parse_json(text, {kMaxResponseBytes});
+  std::string how = WIFEXITED(status) ? "exit " + std::to_string(WEXITSTATUS(status))
+                                      : "signal " + std::to_string(WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+  std::string run_id = parsed.ok() && parsed.value.is_object() ? parsed.value.value("run_id", json("")).is_string() ? parsed.value.value("run_id", "") : "" : "";
+  log_line("call " + key + " (" + c.tool + "): worker " + std::to_string(c.worker->pid) + " ended (" + how + ")" +
+           (run_id.empty() ? "" : ", run " + run_id) + (c.cancelled ? ", cancelled: no response" : ""));
+  auto batch = c.batch;
+  json id = c.id;
+  bool cancelled = c.cancelled, modern = c.modern, wrapped = c.wrapped_output;
+  std::string tool = c.tool;
+  calls_.erase(key);
+  if (cancelled) {
+    // The spec: after notifications/cancelled, no response for that request.
+    if (batch && --batch->pending == 0 && !batch->responses.empty()) send(std::move(batch->responses));
+  } else {
+    json r;
+    if (!parsed.ok() || text.empty())
+      r = tool_error("sbx: the sandbox worker ended (" + how + ") without a response" +
+                     (text.empty() ? std::string() : ": " + parsed.describe()));
+    else
+      r = tool == "run_code" ? run_code_result(parsed.value) : pack_result(parsed.value, wrapped);
+    if (modern) mark_modern(r);
+    reply(batch, result_response(id, std::move(r)));
+  }
+  pump();
+}
+
+void Server::tick(Clock::time_point now) {
+  for (auto& [key, c] : calls_) {
+    if (c.kill_armed && now >= c.kill_at && c.worker) {
+      log_line("call " + key + ": worker " + std::to_string(c.worker->pid) + " still running; killing it");
+      raw::pidfd_send_signal(c.worker->pidfd.get(), SIGKILL);
+      c.kill_armed = false;
+    }
+    if (c.progress_token.is_null() || c.cancelled || stopping_ || now < c.next_progress) continue;
+    c.next_progress = now + std::chrono::milliseconds(cfg_.progress_interval_ms);
+    ++c.progress;
+    auto secs = std::chrono::duration_cast<std::chrono::seconds>(now - c.arrived).count();
+    std::string msg = c.worker ? "running in its sandbox (" + std::to_string(secs) + " s since the call)"
+                               : "queued (" + std::to_string(secs) + " s): " + std::to_string(running()) + " calls running";
+    json params = {{"progressToken", c.progress_token}, {"progress", c.progress}, {"message", msg}};
+    send({{"jsonrpc", "2.0"}, {"method", "notifications/progress"}, {"params", params}});
+  }
+}
+
+void Server::shutdown(const std::string& why) {
+  if (stopping_) return;
+  stopping_ = true;
+  in_open_ = false;
+  log_line("shutting down: " + why + "; " + std::to_string(running()) + " running, " + std::to_string(queue_.size()) +
+           " queued");
+  for (auto& key : queue_) calls_.erase(key);
+  queue_.clear();
+  std::vector<json> ids;
+  for (auto& [k, c] : calls_) ids.push_back(c.id);
+  for (auto& id : ids) cancel(id, "the server is shutting down");
+}
+
+int Server::run() {
+  sigset_t set;
+  forwarded_signals(&set);
+  sigdelset(&set, SIGQUIT);
+  UniqueFd sfd(::signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK));
+  if (!sfd.ok()) {
+    log_line(std::string("signalfd: ") + std::strerror(errno));
+    return 125;
+  }
+  // A client that stops reading must not stall the loop: stdout is written only as poll allows.
+  // Only a pipe or socket is made non-blocking (the flag is on the open file description; a
+  // terminal shared with the caller's shell stays as it was).
+  struct stat st{};
+  if (::fstat(out_, &st) == 0 && (S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode)))
+    ::fcntl(out_, F_SETFL, ::fcntl(out_, F_GETFL) | O_NONBLOCK);
+  SignalDispositionGuard no_sigpipe(SIGPIPE, SIG_IGN);  // a gone client is EPIPE, handled above
+  std::vector<char> buf(1u << 20);
+  for (;;) {
+    if (stopping_ && calls_.empty()) break;
+    std::vector<pollfd> fds;
+    fds.push_back({sfd.get(), POLLIN, 0});
+    // A client that sends and never reads would grow the unsent responses without bound: past
+    // kOutHighWater its requests wait in the pipe (back-pressure) until it reads.
+    fds.push_back({in_open_ && outbuf_.size() < kOutHighWater ? in_ : -1, POLLIN, 0});
+    fds.push_back({out_ok_ && !outbuf_.empty() ? out_ : -1, POLLOUT, 0});
+    std::vector<std::string> keys;
+    for (auto& [k, c] : calls_)
+      if (c.worker) {
+        fds.push_back({c.worker->pidfd.get(), POLLIN, 0});
+        keys.push_back(k);
+      }
+    auto now = Clock::now();
+    auto next = Clock::time_point::max();
+    for (auto& [k, c] : calls_) {
+      if (c.kill_armed) next = std::min(next, c.kill_at);
+      if (!c.progress_token.is_null() && !c.cancelled && !stopping_) next = std::min(next, c.next_progress);
+    }
+    int timeout = -1;
+    if (next != Clock::time_point::max())
+      timeout = static_cast<int>(std::max<long long>(
+          0, std::chrono::duration_cast<std::chrono::milliseconds>(next - now).count() + 1));
+    int n = ::poll(fds.data(), fds.size(), timeout);
+    if (n < 0 && errno != EINTR) {
+      log_line(std::string("poll: ") + std::strerror(errno));
+      shutdown("poll failed");
+      continue;
+    }
+    if (n > 0 && (fds[0].revents & POLLIN)) {
+      signalfd_siginfo si{};
+      while (::read(sfd.get(), &si, sizeof si) == static_cast<ssize_t>(sizeof si))
+        shutdown(signal_name(static_cast<int>(si.ssi_signo)));
+    }
+    if (n > 0 && (fds[1].revents & (POLLIN | POLLHUP | POLLERR))) {
+      ssize_t r = ::read(in_, buf.data(), buf.size());
+      if (r < 0 && errno != EINTR && errno != EAGAIN) shutdown(std::string("stdin: ") + std::strerror(errno));
+      if (r == 0) shutdown("stdin closed");
+      if (r > 0) {
+        std::string_view chunk(buf.data(), static_cast<std::size_t>(r));
+        while (!chunk.empty() && !stopping_) {
+          auto nl = chunk.find('\n');
+          std::string_view part = nl == std::string_view::npos ? chunk : chunk.substr(0, nl);
+          if (!discarding_) {
+            if (inbuf_.size() + part.size() > kMaxMessageBytes) {
+              // Refused before it is held in full: memory stays bounded whatever the client sends.
+              discarding_ = true;
+              inbuf_.clear();
+              send(error_response(nullptr, kInvalidRequest,
+                                  "Invalid Request: a message is longer than " + std::to_string(kMaxMessageBytes) + " bytes"));
+            } else {
+              inbuf_.append(part);
+            }
+          }
+          if (nl == std::string_view::npos) break;
+          chunk.remove_prefix(nl + 1);
+          if (!discarding_) {
+            std::string line = std::move(inbuf_);
+            inbuf_.clear();
+            on_line(line);
+          }
+          discarding_ = false;
+        }
+      }
+    }
+    if (n > 0 && (fds[2].revents & (POLLOUT | POLLERR | POLLHUP))) flush_out();
+    for (std::size_t i = 0; n > 0 && i < keys.size(); ++i)
+      if (fds[3 + i].revents & POLLIN) finish(keys[i]);
+    tick(Clock::now());
+  }
+  // Whatever is still buffered goes out if the client still reads; never wait on it for long.
+  if (out_ok_ && !outbuf_.empty()) {
+    pollfd p{out_, POLLOUT, 0};
+    for (int i = 0; i < 10 && out_ok_ && !outbuf_.empty() && ::poll(&p, 1, 100) > 0; ++i) flush_out();
+  }
+  log_line("stopped: no call left running");
+  return 0;
+}
+
+}  // namespace
+
+Result<Worker> ReexecLauncher::launch(const json& job) {
+  UniqueFd in(::memfd_create("sbx-mcp-job", MFD_CLOEXEC)), out(::memfd_create("sbx-mcp-response", MFD_CLOEXEC));
+  if (!in.ok() || !out.ok()) return sys_error("mcp", "memfd_create for a worker's job and response");
+  json copy = job;
+  SBX_TRY(write_all(in.get(), dump_json(copy, -1)));
+  ::lseek(in.get(), 0, SEEK_SET);
+  std::vector<char*> argv;
+  for (auto& a : argv_) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  pid_t server = ::getpid();
+  pid_t pid = ::fork();  // the server is single-threaded: fork is safe, and exec follows at once
+  if (pid < 0) return sys_error("mcp", "fork a worker");
+  if (pid == 0) {
+    // The forwarded signals stay blocked across exec: one that arrives before the worker's
+    // supervisor exists waits for it, and is recorded, instead of killing it (signals.hpp).
+    if (::dup2(in.get(), 0) < 0 || ::dup2(out.get(), 1) < 0) ::_exit(125);
+    // Should the server die without cancelling (SIGKILL), its workers cancel themselves.
+    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (::getppid() != server) ::_exit(125);
+    ::setpgid(0, 0);  // a terminal's Ctrl-C reaches the server, which cancels in order
+    ::execv("/proc/self/exe", argv.data());
+    ::_exit(127);
+  }
+  Worker w;
+  w.pid = pid;
+  w.pidfd = UniqueFd(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
+  if (!w.pidfd.ok()) {
+    int e = errno;
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, nullptr, 0);
+    errno = e;
+    return sys_error("mcp", "pidfd_open for a worker");
+  }
+  w.response = std::move(out);
+  return w;
+}
+
+int serve(const ServerConfig& config, SandboxLauncher& launcher, int in_fd, int out_fd) {
+  Server s(config, launcher, in_fd, out_fd);
+  return s.run();
+}
+
+}  // namespace sbx::mcp

@@ -1,0 +1,78 @@
+#pragma once
+// `sbx mcp`'s loop: newline-delimited JSON-RPC on stdin/stdout (runtime/server/mcp_protocol.hpp for the
+// messages), each tools/call in a sandbox of its own, supervised without ever blocking.
+//
+// Why a worker process per call instead of run_sandbox() in the server: run_sandbox supervises
+// one sandbox on the calling thread, owns process-wide signal state while it does
+// (signals.hpp), and leaves its record before it returns. A re-exec of sbx itself
+// (`sbx mcp-worker`, cli/mcp_cmd.cpp) gets all of that per call for free, and the server only
+// waits on pidfds: a slow, stuck or cancelled sandbox never holds the loop. The worker's stdin
+// (the job) and stdout (its JSON response) are memfds, so no sandbox, worker or program ever holds
+// sbx's own stdin or stdout, and the server writes and reads them without a pipe to drain.
+//
+// Cancellation (notifications/cancelled, stdin EOF, a signal to the server) sends the worker two
+// different forwarded signals: the first is forwarded into the sandbox, the second makes the
+// supervisor kill the sandbox at once (supervisor.cpp, on_signal), and the worker still writes the
+// run's record. A worker that has not exited kill_wait_ms later is killed (its sandbox's init dies
+// with it: PR_SET_PDEATHSIG in child.cpp).
+#include <sys/types.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/base/error.hpp"
+#include "runtime/base/fsutil.hpp"
+#include "runtime/server/mcp_protocol.hpp"
+
+namespace sbx::mcp {
+
+// A started call: its process, a pidfd to wait on, and the memfd it writes its response to.
+struct Worker {
+  pid_t pid = -1;
+  UniqueFd pidfd;
+  UniqueFd response;
+};
+
+// Where a call gets its sandbox. The seam for a warm pool: today every call re-execs a fresh
+// `sbx mcp-worker` (ReexecLauncher); a pool would hand out a worker whose sandbox was created
+// ahead of time and only then write the job into it. The server neither knows nor cares which.
+class SandboxLauncher {
+ public:
+  virtual ~SandboxLauncher() = default;
+  // `job` is the worker's request (cli/mcp_cmd.cpp): {"tool": "run_code"|"pack", ...}.
+  virtual Result<Worker> launch(const nlohmann::json& job) = 0;
+};
+
+// Re-execs /proc/self/exe as `sbx [--state-dir DIR] mcp-worker`, the job on its stdin.
+class ReexecLauncher : public SandboxLauncher {
+ public:
+  explicit ReexecLauncher(std::vector<std::string> argv) : argv_(std::move(argv)) {}
+  Result<Worker> launch(const nlohmann::json& job) override;
+
+ private:
+  std::vector<std::string> argv_;
+};
+
+struct ServerConfig {
+  std::vector<PackTool> packs;
+  // Per pack name: the contexts the operator gave (declared name, host path), mounted read-only.
+  std::map<std::string, std::vector<std::pair<std::string, std::string>>> contexts;
+  std::string profile = "untrusted";
+  std::size_t max_concurrent = 4;
+  std::size_t max_queued = 256;  // beyond running + this many waiting, a call is refused (-32000)
+  int progress_interval_ms = 1000;
+  int kill_wait_ms = 10000;
+  std::string instructions;
+};
+
+// Serves until stdin reaches EOF, stdout breaks, or SIGINT/SIGTERM/SIGHUP arrives (blocked by the
+// caller: main.cpp blocks them first thing), then cancels every call, waits for every worker, and
+// returns 0. The forwarded signals must be blocked in the calling thread.
+int serve(const ServerConfig& config, SandboxLauncher& launcher, int in_fd = 0, int out_fd = 1);
+
+}  // namespace sbx::mcp

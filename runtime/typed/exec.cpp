@@ -1,0 +1,334 @@
+#include "runtime/typed/exec.hpp"
+
+#include "runtime/image/blob_store.hpp"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <set>
+
+#include "runtime/image/artifact_export.hpp"
+#include "runtime/typed/pack.hpp"
+#include "runtime/launch/preflight.hpp"
+#include "runtime/linux/events.hpp"
+#include "runtime/model/profile.hpp"
+#include "runtime/launch/sandbox.hpp"
+#include "runtime/typed/schema_validate.hpp"
+#include "runtime/base/sha256.hpp"
+#include "runtime/record/trace_ledger.hpp"
+#include "runtime/typed/typed_io.hpp"
+#include "runtime/linux/userns.hpp"
+
+namespace sbx {
+namespace {
+using nlohmann::json;
+
+struct Language {
+  const char* name;
+  const char* ext;
+  std::vector<std::string> argv_prefix;
+};
+
+const Language kLanguages[] = {
+    {"python", "py", {"/usr/bin/python3"}},
+    {"sh", "sh", {"/bin/sh"}},
+};
+
+Error bad(const std::string& what) { return make_error("usage", "exec request: " + what); }
+
+// A memfd capturing one of the program's streams; read back after the run.
+struct Capture {
+  int fd = -1;
+  ~Capture() { if (fd >= 0) ::close(fd); }
+  std::string read_all() const {
+    std::string s;
+    char buf[65536];
+    ::lseek(fd, 0, SEEK_SET);
+    for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;) s.append(buf, static_cast<std::size_t>(n));
+    return s;
+  }
+};
+
+}  // namespace
+
+Result<ExecRequest> parse_exec_request(const json& rq) {
+  if (!rq.is_object()) return bad("must be a JSON object");
+  static const std::set<std::string> known = {"language", "code", "inputs", "files", "limits", "output_schema"};
+  for (auto& [k, v] : rq.items())
+    if (!known.count(k)) return bad("unknown key '" + k + "' (known: language, code, inputs, files, limits, output_schema)");
+  if (!rq.contains("language") || !rq["language"].is_string()) return bad("'language' is required: \"python\" or \"sh\"");
+  const Language* lang = nullptr;
+  for (auto& l : kLanguages)
+    if (rq["language"] == l.name) lang = &l;
+  if (!lang) return bad("language " + json_excerpt(rq["language"]) + " is not supported (python, sh)");
+  if (!rq.contains("code") || !rq["code"].is_string()) return bad("'code' is required: the program's source as a string");
+  std::vector<std::pair<std::string, std::string>> files;
+  if (rq.contains("files")) {
+    if (!rq["files"].is_object()) return bad("'files' must be an object {relative path: content}");
+    for (auto& [path, content] : rq["files"].items()) {
+      bool ok = !path.empty() && path[0] != '/' && path.find("..") == std::string::npos && path.find("//") == std::string::npos &&
+                path.back() != '/';
+      if (!ok) return bad("files: '" + path + "' must be a relative path without '..'");
+      if (path == std::string("main.") + lang->ext) return bad("files: '" + path + "' would replace the code itself");
+      if (!content.is_string()) return bad("files: '" + path + "' must map to a string");
+      files.push_back({path, content.get<std::string>()});
+    }
+  }
+  json limits_patch = json::object();
+  if (rq.contains("limits")) {
+    std::vector<PackProblem> problems;
+    auto p = limits_to_spec_patch(rq["limits"], "request", problems);
+    if (!p) return bad(problems.empty() ? p.error().message : problems.front().pointer + ": " + problems.front().message);
+    limits_patch = *p;
+  }
+  std::optional<CompiledSchema> schema;
+  if (rq.contains("output_schema")) {
+    // Strict: a request has no channel for warnings, and an unknown keyword (a misspelled
+    // "requried") would let results through that the caller meant to refuse.
+    SchemaReport report;
+    auto s = CompiledSchema::compile(rq["output_schema"], "output_schema", &report, true);
+    if (!s) return bad(s.error().message);
+    schema = std::move(*s);
+  }
+  ExecRequest out{lang->ext, lang->argv_prefix, rq["code"].get<std::string>(), std::move(files), std::move(limits_patch),
+                  std::move(schema), rq.value("inputs", json(nullptr)).dump()};
+  return out;
+}
+
+namespace {
+
+// One exec call, planned: what its RunRequest's after_run fills in, kept beside the request.
+struct ExecState {
+  ExecRequest rq;
+  json result = nullptr, result_errors = nullptr;
+  std::size_t result_errors_omitted = 0;
+  std::string traces_dir;  // where the run's record goes (the tenant's store under --tenant)
+};
+
+// The request checked and turned into a RunRequest (everything but the captured streams); a
+// malformed request is an Error. Shared by a cold run (run_exec) and a warm pool's hand-out
+// (run_exec_pooled), so that both run, record and answer the same call the same way.
+Result<std::shared_ptr<ExecState>> plan_exec(const json& request, const ExecContext& ctx, RunRequest& run,
+                                             bool defer_blobs = false) {
+  auto parsed = parse_exec_request(request);
+  if (!parsed) return parsed.error();
+  auto state = std::make_shared<ExecState>();
+  state->rq = std::move(*parsed);
+  ExecRequest& rq = state->rq;
+  auto profile = load_profile(ctx.profile.empty() ? std::string(kDefaultProfile) : ctx.profile);
+  if (!profile) return profile.error();
+  json patch = {{"limits", rq.limits_patch}};
+  auto spec = spec_from_layers(*profile, &patch, "exec request");
+  if (!spec) return make_error("usage", spec.error().message);  // already names the "exec request"
+  if (!spec->limits.output_limit_bytes) spec->limits.output_limit_bytes = kExecDefaultOutputCap;
+  spec->argv = rq.argv_prefix;
+  spec->argv.push_back("/code/main." + rq.ext);
+  spec->workdir = "/tmp";
+  if (!ctx.events.empty()) {
+    if (auto st = check_events_destination(ctx.events); !st) return st.error();
+    spec->events = ctx.events;
+  }
+
+  run.profile = profile->source;
+  run.dirs = ctx.dirs;
+  run.trace_file = ctx.trace_file;
+  run.invocation_argv = ctx.invocation_argv;
+  const std::string& input_bytes = rq.input_bytes;
+  run.inputs = json::array({file_record("/in/input.json", static_cast<std::int64_t>(input_bytes.size()), sha256_hex(input_bytes))});
+
+  // Code, extra files and the input reach the sandbox as generated files: written by init on a
+  // tmpfs of the sandbox's own mount namespace and bound read-only, never stored on the host.
+  run.files.push_back({"/code/main." + rq.ext, rq.code, 0444});
+  for (auto& [path, content] : rq.files) run.files.push_back({"/code/" + path, content, 0444});
+  run.files.push_back({"/in/input.json", input_bytes, 0444});
+  run.spec = std::move(*spec);
+  run.limit_layers = limit_layers(*profile, &patch, "exec request", {});
+  if (ctx.before_run)
+    if (auto st = ctx.before_run(run); !st) return make_error("usage", st.error().message);
+  state->traces_dir = run.dirs.traces;  // a tenant's run records to the tenant's store
+  if (ctx.dry_run) return state;
+  // What a replay needs (blob_store.hpp), kept before the run: the request (code, files, inputs
+  // and limits in one document) and the profile's text.
+  auto ceiling = keep_ceiling();
+  if (!ceiling) return ceiling.error();
+  std::string request_text;
+  {
+    json copy = request;  // dump_json escapes invalid UTF-8 in place
+    request_text = dump_json(copy, -1);
+  }
+  for (auto& [k, v] : ctx.record_extra.items()) run.record_extra[k] = v;  // before_run's (a tenant) stay
+  if (defer_blobs) {
+    run.record_extra["blobs"] = json::array();
+  } else {
+    BlobKeeper keeper(run.dirs, *ceiling);
+    keeper.add_bytes("exec_request", "request.json", request_text);
+    keeper.add_bytes("profile", run.profile.origin, run.profile.text);
+    run.record_extra["blobs"] = keeper.take();
+  }
+
+  Dirs dirs = run.dirs;
+  std::int64_t keep_max = *ceiling;
+  ExecState* st = state.get();  // the RunRequest, which holds this function, lives within state's owner
+  // A pooled call keeps them once the program has ended, still before its record (each blob is
+  // a durable write, fsync included: time the program would otherwise wait for).
+  std::string deferred_origin = defer_blobs ? run.profile.origin : "", deferred_profile = defer_blobs ? run.profile.text : "";
+  if (!defer_blobs) request_text.clear();
+  run.after_run = [st, dirs, keep_max, request_text, deferred_origin, deferred_profile](Outcome& o, int out_fd) -> json {
+    const std::optional<CompiledSchema>& schema = st->rq.schema;
+    json extra = json::object();
+    json early_blobs = json::array();
+    if (!request_text.empty()) {
+      BlobKeeper keeper(dirs, keep_max);
+      keeper.add_bytes("exec_request", "request.json", request_text);
+      keeper.add_bytes("profile", deferred_origin, deferred_profile);
+      early_blobs = keeper.take();
+      extra["blobs"] = early_blobs;
+    }
+    OutFile f = out_fd >= 0 ? read_out_file(out_fd, "result.json", kMaxResultBytes) : OutFile{};
+    json outputs = json::array();
+    if (f.present && f.problem.empty()) outputs.push_back(file_record("/out/result.json", f.size, f.sha256));
+    extra["outputs"] = outputs;
+    std::vector<SchemaError> errs;
+    if (f.present) {
+      ParsedJson parsed;
+      if (!f.problem.empty()) errs.push_back({"", "/out/result.json: " + f.problem});
+      else if (parsed = parse_json(f.bytes, result_bounds()); !parsed.ok()) errs.push_back({parsed.pointer, parsed.problem});
+      else if (schema) errs = schema->validate(parsed.value, kProducedValues);
+      if (errs.empty()) {
+        st->result = std::move(parsed.value);
+        // The result as the program wrote it, kept after the run (the supervisor is done).
+        BlobKeeper kept(dirs, keep_max);
+        kept.add_bytes("result", "/out/result.json", f.bytes);
+        json more = kept.take();
+        for (auto& b : more) early_blobs.push_back(b);
+        extra["blobs"] = early_blobs;
+      }
+    } else if (schema && o.status == RunStatus::ok) {
+      errs.push_back({"", "the program wrote no /out/result.json"});
+    }
+    json output_check = nullptr;
+    if (!errs.empty()) {
+      output_check = invalid_check(errs, 0, result_bounds());
+      st->result_errors = output_check["errors"];
+      st->result_errors_omitted = output_check.value("errors_omitted", std::size_t{0});
+      // Only a run that otherwise succeeded becomes output_invalid; a failed one keeps its status.
+      if (o.status == RunStatus::ok) {
+        o.status = RunStatus::output_invalid;
+        o.error = make_error("output", std::to_string(errs.size() + st->result_errors_omitted) + " error(s) in /out/result.json");
+      }
+    }
+    if (errs.empty() && schema) output_check = {{"status", "ok"}};
+    extra["validation"] = {{"input", nullptr}, {"output", output_check}};
+    return extra;
+  };
+  // No result without a record: a run whose record is not durable in the ledger answers with an
+  // error, not with its output (exit 125; cli/exec_cmd.cpp prints the one line).
+  run.require_record = true;
+  return state;
+}
+
+Result<json> exec_response(const ExecState& st, const RunReport& rep, const Capture& out, const Capture& err) {
+  if (!rep.recorded)
+    return make_error("record", "the run's trace record could not be stored (" + rep.record_error +
+                                    "): its result is withheld");
+  const json& t = rep.trace;
+  json resp = {{"run_id", t.value("run_id", "")},
+               {"status", to_string(rep.outcome.status)},
+               {"exit_code", rep.outcome.exit_code ? json(*rep.outcome.exit_code) : json(nullptr)},
+               {"signal", rep.outcome.signal ? json(*rep.outcome.signal) : json(nullptr)},
+               {"error", rep.outcome.error ? json(rep.outcome.error->describe()) : json(nullptr)},
+               {"stdout", out.read_all()},
+               {"stderr", err.read_all()},
+               {"stdout_truncated", t.value("stdout", json::object()).value("truncated", false)},
+               {"stderr_truncated", t.value("stderr", json::object()).value("truncated", false)},
+               {"result", st.result},
+               {"result_errors", st.result_errors},
+               {"usage", t.value("usage", json::object())},
+               {"violations", t.value("violations", json::array())},
+               {"trace", st.traces_dir + "/" + kLedgerName}};
+  if (st.result_errors_omitted > 0) resp["result_errors_omitted"] = st.result_errors_omitted;
+  return resp;
+}
+
+// The program's stdout and stderr go to memfds that the response reads back (capped by the run's
+// output limit): a cold call and a pooled one capture alike.
+Status capture_streams(Capture& out, Capture& err, RunRequest& run) {
+  out.fd = ::memfd_create("sbx-exec-stdout", MFD_CLOEXEC);
+  err.fd = ::memfd_create("sbx-exec-stderr", MFD_CLOEXEC);
+  if (out.fd < 0 || err.fd < 0) return sys_error("exec", "memfd_create for the captured output");
+  run.stdout_fd = out.fd;
+  run.stderr_fd = err.fd;
+  return {};
+}
+
+}  // namespace
+
+Result<json> run_exec(const json& request, const ExecContext& ctx) {
+  RunRequest run;
+  auto state = plan_exec(request, ctx, run);
+  if (!state) return state.error();
+  if (ctx.dry_run) return dry_run(run);  // the same checks and plan as `sbx run --dry-run`
+  Capture out, err;
+  if (auto st = capture_streams(out, err, run); !st) return st.error();
+  RunReport rep = run_sandbox(run);
+  return exec_response(**state, rep, out, err);
+}
+
+Result<PooledExec> run_exec_pooled(const ExecContext& ctx, const AwaitExecCall& await_request) {
+  // The sandbox is made for the profile as a call without limits of its own would run under it:
+  // a placeholder request plans it (its program and files are replaced at hand-out).
+  RunRequest pool;
+  auto placeholder = plan_exec({{"language", "sh"}, {"code", ""}}, ctx, pool);
+  if (!placeholder) return placeholder.error();
+  pool.files.clear();
+  pool.record_extra = json::object();
+  pool.after_run = nullptr;
+  Capture out, err;
+  if (auto st = capture_streams(out, err, pool); !st) return st.error();
+  PooledExec res;
+  std::shared_ptr<ExecState> state;
+  RunRequest call;  // the call's own plan; its after_run is handed to the pooled run
+  const RunSpec pooled_spec = pool.spec;
+  pool.await_call = [&](const PoolPause& pause) -> std::optional<PooledCall> {
+    json pool_meta = json::object();
+    auto request = await_request(pause, pool_meta);
+    if (!request) return std::nullopt;  // discarded: no call came
+    res.request = *request;
+    res.pool_meta = pool_meta;
+    if (pool_meta.contains("discard")) {  // the sandbox is unusable: the call runs cold
+      res.cold_reason = pool_meta["discard"].get<std::string>();
+      return std::nullopt;
+    }
+    auto planned = plan_exec(*request, ctx, call, true);
+    if (!planned) {
+      res.error = planned.error();
+      return std::nullopt;
+    }
+    if (std::string why = pool_refusal(pooled_spec, call.spec); !why.empty()) {
+      res.cold_reason = why;
+      return std::nullopt;
+    }
+    state = std::move(*planned);
+    PooledCall c;
+    c.spec = call.spec;
+    c.job.argv = call.spec.argv;
+    c.job.files = call.files;
+    c.inputs = call.inputs;
+    c.record_extra = call.record_extra;
+    c.record_extra["pool"] = pool_meta;
+    c.after_run = call.after_run;
+    return c;
+  };
+  RunReport rep = run_sandbox(pool);
+  if (rep.discarded) {
+    if (res.error) return *res.error;
+    return res;  // res.request null: nothing came; otherwise res.cold_reason says why it runs cold
+  }
+  if (!state) return make_error("pool", "the pooled run ended before its call was handed over");
+  auto resp = exec_response(*state, rep, out, err);
+  if (!resp) return resp.error();
+  res.response = std::move(*resp);
+  return res;
+}
+
+}  // namespace sbx

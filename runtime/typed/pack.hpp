@@ -1,0 +1,81 @@
+#pragma once
+// Rule packs (man/sbx-pack.5): a directory with pack.json, the program, and the two JSON Schemas
+// of its typed IO contract. Loading is strict: every problem is reported with the file, a JSON
+// pointer into it and a message, all at once, so `sbx pack validate` can list them together.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/base/error.hpp"
+#include "runtime/typed/schema_validate.hpp"
+
+namespace sbx {
+
+inline constexpr const char* kPackManifest = "pack.json";
+
+struct PackProblem {
+  std::string file;     // relative to the pack directory ("pack.json", "schemas/input.json")
+  std::string pointer;  // JSON pointer into that file ("" for the whole file)
+  std::string message;
+  bool warning = false;  // listed with the problems of a pack that failed, but not one of them
+  std::string describe() const;  // "pack.json#/limits/memory: ..."
+};
+
+struct PackContext {
+  std::string name;
+  std::string path;  // absolute mount point inside the sandbox
+  bool required = false;
+};
+
+struct PackSecret {
+  std::string name;
+  bool required = false;
+  std::string delivery = "file";  // "file": /run/secrets/NAME (0400); "env": environment variable NAME
+};
+
+struct Pack {
+  std::string dir;  // absolute, canonical
+  std::string name, version, description;
+  std::vector<std::string> entrypoint;
+  std::string image = "host";
+  std::string input_schema_path, output_schema_path;  // relative to dir
+  nlohmann::json input_schema, output_schema;
+  // The manifest layer of the RunSpec (defaults < profile < manifest < flags: profile.hpp): the
+  // pack's limits under RunSpec key names, argv, network and image.
+  nlohmann::json spec_patch;
+  std::vector<PackContext> contexts;
+  std::vector<PackSecret> secrets;
+  std::string digest;  // "sha256:<hex>" over the sorted file manifest (pack_digest)
+  std::vector<PackProblem> warnings;  // unknown schema keywords, when not loaded strictly
+};
+
+// Parses and checks a manifest already read as text; schema files are read relative to `dir`.
+// Exposed separately for unit tests.
+// `strict`: an unknown JSON Schema keyword in a schema file is a problem, not a warning.
+Result<Pack> parse_pack_manifest(const std::string& dir, const std::string& text, std::vector<PackProblem>& problems,
+                                 bool strict = false);
+
+// Loads DIR/pack.json, its schemas (compiled, to catch bad schemas now) and the digest. On any
+// problem the Result is an error and `problems` holds each one.
+Result<Pack> load_pack(const std::string& dir, std::vector<PackProblem>& problems, bool strict = false);
+
+// The pack's digest: sha256 over a manifest of every regular file and directory under `dir`,
+// sorted by path, one line each: "<path>\t<mode octal>\t<size>\t<sha256>\n" (directories with
+// size 0 and "-" for the hash). Symlinks and other file types are refused: a pack is mounted into
+// the sandbox as-is, and a link could point anywhere on the host.
+Result<std::string> pack_digest(const std::string& dir);
+
+// Pack/exec `limits` (keys spelled like the `sbx run` flags: timeout, memory, pids, cpus, cpu_time,
+// output_limit, tmp_size) as the RunSpec `limits` object; each bad key or value is a problem.
+Result<nlohmann::json> limits_to_spec_patch(const nlohmann::json& limits, const std::string& file,
+                                            std::vector<PackProblem>& problems);
+
+// Writes a working pack skeleton in a new directory `dir` named `name`.
+Status init_pack(const std::string& dir, const std::string& name);
+
+// Valid pack names: 1-64 of [a-z0-9._-], starting with a letter or digit.
+bool valid_pack_name(const std::string& name);
+
+}  // namespace sbx

@@ -1,0 +1,236 @@
+#include "runtime/typed/pack_run.hpp"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+
+#include "runtime/image/artifact_export.hpp"
+#include "runtime/image/blob_store.hpp"
+#include "runtime/base/fsutil.hpp"
+#include "runtime/base/json_io.hpp"
+#include "runtime/launch/preflight.hpp"
+#include "runtime/base/sha256.hpp"
+#include "runtime/typed/typed_io.hpp"
+#include "runtime/linux/userns.hpp"
+
+namespace sbx {
+namespace {
+using nlohmann::json;
+
+std::vector<std::string> error_lines(const std::string& file, const std::vector<SchemaError>& errs, std::size_t omitted) {
+  std::vector<std::string> v;
+  for (auto& e : errs) v.push_back(file + "#" + e.pointer + ": " + e.message);
+  if (omitted > 0)
+    v.push_back(file + ": " + std::to_string(omitted) + " more error(s) not listed (the first " +
+                std::to_string(errs.size()) + " are)");
+  return v;
+}
+
+}  // namespace
+
+void wipe(std::string& s) {
+  if (!s.empty()) ::explicit_bzero(s.data(), s.size());
+  s.clear();
+  s.shrink_to_fit();
+}
+
+Result<std::string> read_secret_source(const std::string& source) {
+  if (source.starts_with("@")) {
+    std::string path = source.substr(1);
+    auto r = read_file(path);
+    if (!r) return make_error("usage", "cannot read secret file " + path, r.error().err);
+    return r;
+  }
+  if (source.starts_with("env:")) {
+    std::string var = source.substr(4);
+    const char* v = var.empty() ? nullptr : std::getenv(var.c_str());
+    if (!v) return make_error("usage", "environment variable " + (var.empty() ? std::string("''") : var) + " is not set");
+    return std::string(v);
+  }
+  // The source text may be the secret itself, pasted by mistake: do not echo it.
+  return make_error("usage", "a secret's source must be @FILE or env:VAR (the value itself is never given on the command line)");
+}
+
+std::vector<SchemaError> validate_records(const CompiledSchema& schema, const json& records, std::size_t* omitted,
+                                          std::size_t max_kept) {
+  std::vector<SchemaError> out;
+  if (!records.is_array()) {
+    out.push_back({"", "the input must be a JSON array of records"});
+    return out;
+  }
+  for (std::size_t i = 0; i < records.size(); ++i)
+    for (auto& e : schema.validate(records[i])) {
+      if (out.size() >= max_kept) {
+        if (omitted) ++*omitted;
+        continue;
+      }
+      // Built with append: GCC 12 warns falsely (-Wstringop-overflow) about "/" + to_string(i) here.
+      std::string pointer(1, '/');
+      pointer.append(std::to_string(i)).append(e.pointer);
+      out.push_back({std::move(pointer), e.message});
+    }
+  return out;
+}
+
+namespace {
+PackRunResult dry_run_pack(PackRunRequest& req, PackRunResult& res) {
+  for (auto& [n, v] : req.secrets) wipe(v);
+  for (auto& [n, v] : req.run.secret_files) wipe(v);
+  for (auto& [n, v] : req.run.secret_env) wipe(v);
+  if (req.run.refuse) {
+    res.status = req.run.refuse->status;
+    res.exit_status = exit_status_for(*req.run.refuse);
+    if (res.errors.empty() && req.run.refuse->error) res.errors.push_back(req.run.refuse->error->describe());
+    return res;
+  }
+  auto plan = dry_run(req.run);
+  if (!plan) {
+    res.errors.push_back(plan.error().describe_setup());
+    return res;  // setup_error, 125
+  }
+  res.status = RunStatus::ok;
+  res.exit_status = 0;
+  res.result = std::move(*plan);
+  return res;
+}
+}  // namespace
+
+PackRunResult run_pack(PackRunRequest& req) {
+  PackRunResult res;
+  RunRequest& run = req.run;
+  // Secrets by name only (which were delivered), contexts by name, mount point and host path.
+  json secret_names = json::array(), contexts = json::array();
+  for (auto& [name, value] : req.secrets) secret_names.push_back(name);
+  for (auto& [name, path] : req.contexts)
+    for (auto& c : req.pack.contexts)
+      if (c.name == name) contexts.push_back({{"name", name}, {"path", c.path}, {"source", path}});
+  run.pack = {{"name", req.pack.name},       {"version", req.pack.version}, {"digest", req.pack.digest},
+              {"secrets", secret_names}, {"contexts", contexts}};
+  run.inputs = json::array({file_record(req.input_path, static_cast<std::int64_t>(req.input_bytes.size()),
+                                        sha256_hex(req.input_bytes))});
+  json validation = {{"input", nullptr}, {"output", nullptr}};
+
+  // 1 the input contract, before anything is created.
+  auto in_schema = CompiledSchema::compile(req.pack.input_schema, req.pack.input_schema_path);
+  auto out_schema = CompiledSchema::compile(req.pack.output_schema, req.pack.output_schema_path);
+  std::vector<SchemaError> in_errors;
+  std::size_t in_omitted = 0;
+  ParsedJson parsed = parse_json(req.input_bytes, {kMaxRecordsBytes});
+  json records = std::move(parsed.value);
+  if (!in_schema || !out_schema) {
+    // load_pack compiled both already; this only fails if the pack changed in between.
+    Outcome o;
+    o.error = !in_schema ? in_schema.error() : out_schema.error();
+    run.refuse = o;
+  } else if (!parsed.ok()) {
+    in_errors.push_back({parsed.pointer, parsed.problem});
+  } else {
+    in_errors = validate_records(*in_schema, records, &in_omitted, kMaxContractErrors);
+  }
+  if (!in_errors.empty()) {
+    Outcome o;
+    o.status = RunStatus::input_invalid;
+    o.error = make_error("input", std::to_string(in_errors.size() + in_omitted) + " error(s) in " + req.input_path +
+                                      " against " + req.pack.input_schema_path);
+    run.refuse = o;
+    validation["input"] = invalid_check(in_errors, in_omitted, {kMaxRecordsBytes});
+    res.errors = error_lines(req.input_path, in_errors, in_omitted);
+  } else if (!run.refuse) {
+    validation["input"] = {{"status", "ok"}, {"records", records.size()}};
+  }
+
+  // 2 the mounts of the contract. The records are the exact bytes validated above, handed to the
+  // sandbox as a generated file (the caller's file may change after validation; this copy cannot).
+  if (!run.refuse) {
+    run.files.push_back({"/in/records.json", req.input_bytes, 0444});
+    run.spec.binds.push_back({req.pack.dir, "/pack", false});
+    for (auto& [name, path] : req.contexts)
+      for (auto& c : req.pack.contexts)
+        if (c.name == name) run.spec.binds.push_back({path, c.path, false});
+  }
+  for (auto& [name, value] : req.secrets)
+    for (auto& s : req.pack.secrets)
+      if (s.name == name) (s.delivery == "env" ? run.secret_env : run.secret_files).push_back({name, value});
+
+  // A dry run stops here: the input contract is checked and the mounts are planned; the rest is
+  // the same dry run as `sbx run --dry-run` (preflight.hpp), nothing created.
+  if (req.dry_run) return dry_run_pack(req, res);
+
+  // What a replay needs (blob_store.hpp), kept before the run: the pack's tree, the records as
+  // validated and the profile's text.
+  auto ceiling = keep_ceiling();
+  if (!ceiling) {
+    res.errors.push_back(ceiling.error().describe());
+    return res;  // setup_error, 125
+  }
+  {
+    BlobKeeper keeper(run.dirs, *ceiling);
+    keeper.add_tree("pack_file", "pack_dir", "pack_link", "", req.pack.dir);
+    keeper.add_bytes("records", req.input_path, req.input_bytes);
+    keeper.add_bytes("profile", run.profile.origin, run.profile.text);
+    run.record_extra["blobs"] = keeper.take();
+  }
+
+  // 3 the output contract, once the program has ended.
+  json valid_result;
+  std::vector<std::string> out_lines;
+  run.after_run = [&](Outcome& o, int out_fd) -> json {
+    json extra = {{"validation", validation}};
+    if (run.refuse || out_fd < 0) return extra;
+    OutFile f = read_out_file(out_fd, "result.json", kMaxResultBytes);
+    json outputs = json::array();
+    if (f.present && f.problem.empty()) outputs.push_back(file_record("/out/result.json", f.size, f.sha256));
+    extra["outputs"] = outputs;
+    if (o.status != RunStatus::ok) {
+      // The program failed on its own terms (exit code, signal, timeout): that status stands, and
+      // its output, if any, is not validated nor handed on.
+      extra["validation"]["output"] = {{"status", "not_checked"}, {"reason", std::string("the run ended ") + to_string(o.status)}};
+      return extra;
+    }
+    std::vector<SchemaError> errs;
+    if (!f.present) errs.push_back({"", "the program wrote no /out/result.json"});
+    else if (!f.problem.empty()) errs.push_back({"", "/out/result.json: " + f.problem});
+    else {
+      ParsedJson out = parse_json(f.bytes, result_bounds());
+      if (!out.ok()) errs.push_back({out.pointer, out.problem});
+      else errs = out_schema->validate(out.value, kProducedValues);
+      if (errs.empty()) valid_result = std::move(out.value);
+    }
+    if (errs.empty()) {
+      BlobKeeper kept(run.dirs, *ceiling);  // after the run: the supervisor is done
+      kept.add_bytes("result", "/out/result.json", f.bytes);
+      extra["blobs"] = kept.take();
+    }
+    if (errs.empty()) {
+      extra["validation"]["output"] = {{"status", "ok"}};
+    } else {
+      o.status = RunStatus::output_invalid;
+      o.error = make_error("output", std::to_string(errs.size()) + " error(s) in /out/result.json against " +
+                                         req.pack.output_schema_path);
+      extra["validation"]["output"] = invalid_check(errs, 0, result_bounds());  // keeps the first kMaxContractErrors
+      std::size_t omitted = extra["validation"]["output"].value("errors_omitted", std::size_t{0});
+      out_lines = error_lines("/out/result.json", errs, omitted);
+    }
+    return extra;
+  };
+
+  // No result without a record: the caller gets the validated result only once the run's record
+  // is durable in the ledger (cli/pack_cmd.cpp withholds it otherwise).
+  run.require_record = true;
+  RunReport report = run_sandbox(run);
+  res.recorded = report.recorded;
+  res.record_error = report.record_error;
+  for (auto& [n, v] : run.secret_files) wipe(v);
+  for (auto& [n, v] : run.secret_env) wipe(v);
+  for (auto& [n, v] : req.secrets) wipe(v);
+  res.exit_status = report.exit_status;
+  res.status = report.outcome.status;
+  res.trace = std::move(report.trace);
+  if (res.status == RunStatus::ok && res.recorded) res.result = std::move(valid_result);
+  res.errors.insert(res.errors.end(), out_lines.begin(), out_lines.end());
+  return res;
+}
+
+}  // namespace sbx

@@ -1,0 +1,58 @@
+#pragma once
+// `sbx pack run`: the typed IO contract around run_sandbox (man/sbx-pack.5).
+//   1 every input record is validated against input_schema before anything is created
+//     (input_invalid, exit 65: nothing runs, the record is still written);
+//   2 the pack is bound read-only at /pack, a copy of the validated records at /in/records.json,
+//     each context read-only at its declared path, a tmpfs at /out (exported after the run:
+//     artifact_export.hpp), secrets on a private tmpfs at /run/secrets (or in the environment);
+//   3 /out/result.json is read safely and validated against output_schema: only a valid result is
+//     handed back; otherwise output_invalid (exit 65) and only its size and hash are recorded.
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/typed/pack.hpp"
+#include "runtime/launch/sandbox.hpp"
+
+namespace sbx {
+
+struct PackRunRequest {
+  Pack pack;
+  RunRequest run;          // spec (defaults < profile < manifest < flags), profile, dirs, trace file
+  std::string input_path;  // as given (recorded in the trace)
+  std::string input_bytes;
+  std::vector<std::pair<std::string, std::string>> contexts;  // declared name, host path
+  std::vector<std::pair<std::string, std::string>> secrets;   // declared name, value (memory only)
+  // --dry-run: check the input contract and plan the mounts, then make the dry run
+  // (preflight.hpp) instead of running: its JSON in `result` (exit 0), or the error (125), or
+  // the input's errors (input_invalid, 65). Nothing is created and nothing is recorded.
+  bool dry_run = false;
+};
+
+struct PackRunResult {
+  int exit_status = 125;
+  RunStatus status = RunStatus::setup_error;
+  nlohmann::json result;              // the validated result; null unless status is ok
+  std::vector<std::string> errors;    // contract violations, one line each ("/0/id: ...")
+  nlohmann::json trace;
+  bool recorded = false;  // the record is in the ledger: only then may the result be released
+  std::string record_error;  // why not, when not
+};
+
+// Per-record validation of a records file (a JSON array); pointers are into the whole file. At
+// most `max_kept` errors are returned; `omitted` (if given) counts the rest.
+std::vector<SchemaError> validate_records(const CompiledSchema& schema, const nlohmann::json& records,
+                                          std::size_t* omitted = nullptr, std::size_t max_kept = SIZE_MAX);
+
+PackRunResult run_pack(PackRunRequest& req);
+
+// Reads a secret's value from "@FILE" or "env:VAR". Error messages name the source, never the
+// value.
+Result<std::string> read_secret_source(const std::string& source);
+
+// Overwrites a secret's bytes before the memory is released.
+void wipe(std::string& s);
+
+}  // namespace sbx

@@ -1,0 +1,569 @@
+#include "runtime/typed/replay.hpp"
+
+#include <fcntl.h>
+#include <linux/openat2.h>
+#include <sys/syscall.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstdio>
+#include <map>
+#include <set>
+
+#include "runtime/image/artifact_export.hpp"
+#include "runtime/image/blob_store.hpp"
+#include "runtime/typed/exec.hpp"
+#include "runtime/base/fsutil.hpp"
+#include "runtime/image/image_store.hpp"
+#include "runtime/base/json_io.hpp"
+#include "runtime/typed/pack.hpp"
+#include "runtime/typed/pack_run.hpp"
+#include "runtime/launch/sandbox.hpp"
+#include "runtime/base/sha256.hpp"
+#include "runtime/base/text_escape.hpp"
+#include "runtime/launch/trace.hpp"
+#include "runtime/record/trace_ledger.hpp"
+#include "runtime/record/trace_store.hpp"
+#include "runtime/typed/typed_io.hpp"
+
+namespace sbx {
+namespace {
+using nlohmann::json;
+constexpr const char* kStage = "replay";
+
+Error cannot(const std::string& what) { return make_error(kStage, what); }
+
+std::string str(const json& j, const char* key) {
+  auto it = j.find(key);
+  return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
+// A rebuilt path must stay inside the directory it is rebuilt in: a record's paths are data.
+bool safe_relative(const std::string& rel) {
+  if (rel.empty() || rel[0] == '/' || rel.size() > 4096) return false;
+  std::size_t start = 0;
+  while (start <= rel.size()) {
+    std::size_t end = rel.find('/', start);
+    if (end == std::string::npos) end = rel.size();
+    std::string part = rel.substr(start, end - start);
+    if (part.empty() || part == "." || part == "..") return false;
+    start = end + 1;
+  }
+  return true;
+}
+
+// The record's blob entries, and reading them back with what is missing said plainly.
+class Blobs {
+ public:
+  Blobs(const Dirs& dirs, const json& record) : dirs_(dirs) {
+    if (auto it = record.find("blobs"); it != record.end() && it->is_array()) list_ = *it;
+  }
+  bool any() const { return !list_.empty(); }
+  std::vector<const json*> role(const std::string& r) const {
+    std::vector<const json*> v;
+    for (auto& b : list_)
+      if (b.is_object() && str(b, "role") == r) v.push_back(&b);
+    return v;
+  }
+  // The bytes of one entry: an error names the role, the path and why (not kept, or gone).
+  Result<std::string> read(const json& b) const {
+    std::string what = str(b, "role") + " " + printable(str(b, "path"));
+    if (b.contains("skipped"))
+      return cannot(what + " was not kept when the run was recorded (" + printable(str(b, "skipped")) + ")");
+    std::string hex = str(b, "sha256");
+    if (!is_sha256_hex(hex)) return cannot(what + ": the record names no valid sha256");
+    auto data = get_blob(dirs_, hex);
+    if (!data) return cannot("blob sha256:" + hex + " (" + what + ") is missing from the blob store " + blobs_dir(dirs_) +
+                             ": " + data.error().describe());
+    return data;
+  }
+
+ private:
+  const Dirs& dirs_;
+  json list_ = json::array();
+};
+
+unsigned parse_mode(const json& b, unsigned dflt) {
+  std::string m = str(b, "mode");
+  if (m.empty() || m.size() > 4 || m.find_first_not_of("01234567") != std::string::npos) return dflt;
+  // Permission bits only: a record is data, and a rebuilt file is never made set-id.
+  return static_cast<unsigned>(std::stoul(m, nullptr, 8)) & 0777;
+}
+
+// Opens (creating with mode 0700 where missing) the directory `rel` ("" for the root itself)
+// beneath `root` without crossing any symlink or leaving it: the record is data anyone with write
+// access to the ledger could have edited, so a recorded link "x" -> /etc followed by an entry
+// "x/f" must fail here, not create /etc/f (openat2 RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS).
+Result<UniqueFd> open_dir_beneath(int root, const std::string& rel, const std::string& shown) {
+  UniqueFd cur(::fcntl(root, F_DUPFD_CLOEXEC, 0));
+  if (cur.get() < 0) return sys_error(kStage, "dup");
+  std::size_t i = 0;
+  while (i < rel.size()) {
+    std::size_t j = rel.find('/', i);
+    if (j == std::string::npos) j = rel.size();
+    std::string comp = rel.substr(i, j - i);
+    struct open_how how = {};
+    how.flags = O_RDONLY | O_DIRECTORY | O_CLOEXEC;
+    how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
+    long fd = ::syscall(SYS_openat2, cur.get(), comp.c_str(), &how, sizeof how);
+    if (fd < 0 && errno == ENOENT) {
+      if (::mkdirat(cur.get(), comp.c_str(), 0700) != 0 && errno != EEXIST)
+        return sys_error(kStage, "create directory " + shown + "/" + rel.substr(0, j));
+      fd = ::syscall(SYS_openat2, cur.get(), comp.c_str(), &how, sizeof how);
+    }
+    if (fd < 0) {
+      int err = errno;
+      if (err == ELOOP || err == ENOTDIR || err == EXDEV)
+        return cannot("the record puts an entry under '" + printable(rel.substr(0, j)) +
+                      "', which it also records as a link or a file: refused (a rebuilt tree never follows a link)");
+      return make_error(kStage, "open directory " + shown + "/" + rel.substr(0, j), err);
+    }
+    cur = UniqueFd(static_cast<int>(fd));
+    i = j + 1;
+  }
+  return cur;
+}
+
+void split_rel(const std::string& rel, std::string& dir, std::string& base) {
+  auto slash = rel.rfind('/');
+  dir = slash == std::string::npos ? "" : rel.substr(0, slash);
+  base = slash == std::string::npos ? rel : rel.substr(slash + 1);
+}
+
+// Rebuilds the tree whose entries (file_role, dir_role) have paths under `prefix` into `dest`.
+// Everything is made relative to a descriptor of `dest`, beneath it, never through a symlink.
+Status rebuild_tree(const Blobs& blobs, const std::string& file_role, const std::string& dir_role,
+                    const std::string& link_role, const std::string& prefix, const std::string& dest) {
+  SBX_TRY(ensure_dir(dest, 0755));
+  if (::chmod(dest.c_str(), 0755) != 0) return sys_error(kStage, "chmod " + dest);  // whatever the umask
+  UniqueFd root(::open(dest.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (root.get() < 0) return sys_error(kStage, "open " + dest);
+  auto rel_of = [&](const json& b) -> std::optional<std::string> {
+    std::string p = str(b, "path");
+    if (prefix.empty()) return p;
+    if (p.size() <= prefix.size() + 1 || p.compare(0, prefix.size(), prefix) != 0 || p[prefix.size()] != '/') return std::nullopt;
+    return p.substr(prefix.size() + 1);
+  };
+  // Directories first, shallowest first, each with its recorded mode once its files are in.
+  std::vector<std::pair<std::string, unsigned>> dirs;
+  for (auto* b : blobs.role(dir_role)) {
+    auto rel = rel_of(*b);
+    if (!rel) continue;
+    if (b->contains("skipped")) return cannot(dir_role + " " + printable(str(*b, "path")) + " was not kept (" + printable(str(*b, "skipped")) + ")");
+    if (!safe_relative(*rel)) return cannot("the record's " + dir_role + " path '" + printable(*rel) + "' leaves its tree");
+    dirs.push_back({*rel, parse_mode(*b, 0755)});
+  }
+  std::sort(dirs.begin(), dirs.end());
+  for (auto& [rel, mode] : dirs) {
+    auto d = open_dir_beneath(root.get(), rel, dest);
+    if (!d) return d.error();
+  }
+  std::string dir, base;
+  for (auto* b : blobs.role(file_role)) {
+    auto rel = rel_of(*b);
+    if (!rel) continue;
+    if (!safe_relative(*rel)) return cannot("the record's " + file_role + " path '" + printable(*rel) + "' leaves its tree");
+    auto data = blobs.read(*b);
+    if (!data) return data.error();
+    split_rel(*rel, dir, base);
+    auto parent = open_dir_beneath(root.get(), dir, dest);
+    if (!parent) return parent.error();
+    std::string path = dest + "/" + *rel;
+    int fd = ::openat(parent->get(), base.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0) return sys_error(kStage, "create " + path);
+    UniqueFd guard(fd);
+    SBX_TRY(write_all(fd, *data, path));
+    if (::fchmod(fd, parse_mode(*b, 0644)) != 0) return sys_error(kStage, "chmod " + path);
+  }
+  for (auto* b : blobs.role(link_role)) {
+    auto rel = rel_of(*b);
+    if (!rel) continue;
+    if (b->contains("skipped")) return cannot(link_role + " " + printable(str(*b, "path")) + " was not kept (" + printable(str(*b, "skipped")) + ")");
+    if (!safe_relative(*rel)) return cannot("the record's " + link_role + " path '" + printable(*rel) + "' leaves its tree");
+    // The link itself, as it was: a symlink's target is text, and sbx never follows it here.
+    split_rel(*rel, dir, base);
+    auto parent = open_dir_beneath(root.get(), dir, dest);
+    if (!parent) return parent.error();
+    if (::symlinkat(str(*b, "target").c_str(), parent->get(), base.c_str()) != 0)
+      return sys_error(kStage, "symlink " + dest + "/" + *rel);
+  }
+  for (auto it = dirs.rbegin(); it != dirs.rend(); ++it) {
+    auto d = open_dir_beneath(root.get(), it->first, dest);
+    if (!d) return d.error();
+    if (::fchmod(d->get(), it->second) != 0) return sys_error(kStage, "chmod " + dest + "/" + it->first);
+  }
+  return {};
+}
+
+// The ledger line of a run: its hash and sequence number (what replay_of points at).
+Result<std::pair<std::uint64_t, std::string>> ledger_entry_of(const Dirs& dirs, const std::string& run_id) {
+  std::optional<std::pair<std::uint64_t, std::string>> found;
+  auto st = scan_ledger(dirs, [&](const LedgerLine& line) {
+    auto e = parse_ledger_line(line.text);
+    if (e && e->run_id == run_id) found = std::pair{e->seq, e->hash};
+    return true;
+  });
+  if (!st) return st.error();
+  if (!found)
+    return cannot("run " + run_id + " is not in the ledger (a record of the previous store format, see 'sbx trace import'): "
+                  "it kept nothing to replay it from");
+  return *found;
+}
+
+// A temporary directory under the state dir, removed with everything in it.
+class WorkDir {
+ public:
+  // In $TMPDIR (or /tmp), mode 0711: as root the sandbox runs as an unprivileged mapped uid,
+  // which must be able to traverse to the rebuilt pack and inputs it is given (like any pack
+  // directory: README, "Rule packs"); the state dir is 0700. The name is random and the
+  // directory unlistable by others.
+  static Result<WorkDir> make() {
+    const char* t = std::getenv("TMPDIR");
+    std::string base = t && *t == '/' ? t : "/tmp";
+    std::string tmpl = base + "/sbx-replay-XXXXXX";
+    if (!::mkdtemp(tmpl.data())) return sys_error(kStage, "create a work directory in " + base);
+    WorkDir w;
+    w.path = tmpl;
+    if (::chmod(w.path.c_str(), 0711) != 0) return sys_error(kStage, "chmod " + w.path);
+    return w;
+  }
+  WorkDir() = default;
+  WorkDir(WorkDir&& o) noexcept : path(std::move(o.path)) { o.path.clear(); }
+  WorkDir& operator=(WorkDir&&) = delete;
+  ~WorkDir() {
+    if (!path.empty()) (void)remove_tree(path);
+  }
+  std::string path;
+};
+
+// Everything compared, once both records are at hand.
+void compare_records(const json& orig, const json& rep, const Dirs& dirs, const Blobs& orig_blobs, ReplayReport& r) {
+  auto add = [&](ReplayDifference d) {
+    if (r.differences.size() >= kMaxReplayDifferences) ++r.differences_omitted;
+    else r.differences.push_back(std::move(d));
+  };
+  json o_res = orig.value("result", json::object()), r_res = rep.value("result", json::object());
+  for (const char* k : {"status", "exit_code", "signal"})
+    if (o_res.value(k, json(nullptr)) != r_res.value(k, json(nullptr)))
+      add({k, "", o_res.value(k, json(nullptr)), r_res.value(k, json(nullptr))});
+  for (const char* s : {"stdout", "stderr"}) {
+    json a = orig.value(s, json::object()).value("sha256", json(nullptr));
+    json b = rep.value(s, json::object()).value("sha256", json(nullptr));
+    if (a != b) add({"output", s, {{"sha256", a}, {"bytes", orig.value(s, json::object()).value("bytes", json(nullptr))}},
+                     {{"sha256", b}, {"bytes", rep.value(s, json::object()).value("bytes", json(nullptr))}}});
+  }
+  auto by_path = [](const json& rec, const char* key) {
+    std::map<std::string, json> m;
+    if (auto it = rec.find(key); it != rec.end() && it->is_array())
+      for (auto& f : *it)
+        if (f.is_object()) m[str(f, "path")] = f.value("sha256", json(nullptr));
+    return m;
+  };
+  for (const char* key : {"inputs", "outputs"}) {
+    auto a = by_path(orig, key), b = by_path(rep, key);
+    std::set<std::string> paths;
+    for (auto& [p, v] : a) paths.insert(p);
+    for (auto& [p, v] : b) paths.insert(p);
+    for (auto& p : paths) {
+      json va = a.count(p) ? json{{"sha256", a[p]}} : json(nullptr);
+      json vb = b.count(p) ? json{{"sha256", b[p]}} : json(nullptr);
+      if (va != vb) add({key == std::string("inputs") ? "input" : "output", p, va, vb});
+    }
+  }
+  // The JSON result, pointer by pointer, when both runs kept one and they differ.
+  auto result_blob = [](const Blobs& bl) -> const json* {
+    auto v = bl.role("result");
+    return v.empty() ? nullptr : v.front();
+  };
+  Blobs rep_blobs(dirs, rep);
+  const json* a = result_blob(orig_blobs);
+  const json* b = result_blob(rep_blobs);
+  if (a && b && str(*a, "sha256") != str(*b, "sha256")) {
+    auto ta = orig_blobs.read(*a), tb = rep_blobs.read(*b);
+    if (ta && tb) {
+      ParsedJson ja = parse_json(*ta, result_bounds()), jb = parse_json(*tb, result_bounds());
+      if (ja.ok() && jb.ok()) {
+        std::size_t omitted = 0;
+        std::size_t room = kMaxReplayDifferences > r.differences.size() ? kMaxReplayDifferences - r.differences.size() : 0;
+        for (auto& d : json_differences(ja.value, jb.value, room, &omitted)) add(std::move(d));
+        r.differences_omitted += omitted;
+      }
+    } else {
+      add({"result", "", ta ? json("kept") : json(ta.error().describe()), tb ? json("kept") : json(tb.error().describe())});
+    }
+  }
+}
+
+std::string pointer_token(const std::string& key) {
+  std::string out;
+  for (char c : key) {
+    if (c == '~') out += "~0";
+    else if (c == '/') out += "~1";
+    else out += c;
+  }
+  return out;
+}
+
+void diff_into(const json& a, const json& b, const std::string& ptr, std::vector<ReplayDifference>& out, std::size_t max,
+               std::size_t* omitted, int depth) {
+  if (a == b) return;
+  auto push = [&](const std::string& where, json x, json y) {
+    if (out.size() >= max) {
+      if (omitted) ++*omitted;
+    } else {
+      out.push_back({"result", where, std::move(x), std::move(y)});
+    }
+  };
+  // Bounded: results are parsed within result_bounds() (json_io.hpp), and past 256 levels a
+  // subtree is reported whole rather than walked.
+  if (depth < 256 && a.is_object() && b.is_object()) {
+    std::set<std::string> keys;
+    for (auto& [k, v] : a.items()) keys.insert(k);
+    for (auto& [k, v] : b.items()) keys.insert(k);
+    for (auto& k : keys) {
+      std::string p = ptr + "/" + pointer_token(k);
+      auto ia = a.find(k), ib = b.find(k);
+      if (ia == a.end()) push(p, nullptr, *ib);
+      else if (ib == b.end()) push(p, *ia, nullptr);
+      else diff_into(*ia, *ib, p, out, max, omitted, depth + 1);
+    }
+    return;
+  }
+  if (depth < 256 && a.is_array() && b.is_array()) {
+    std::size_t n = std::max(a.size(), b.size());
+    for (std::size_t i = 0; i < n; ++i) {
+      std::string p = ptr + "/" + std::to_string(i);
+      if (i >= a.size() || i >= b.size()) push(p, i < a.size() ? a[i] : json(nullptr), i < b.size() ? b[i] : json(nullptr));
+      else diff_into(a[i], b[i], p, out, max, omitted, depth + 1);
+    }
+    return;
+  }
+  push(ptr, a, b);
+}
+
+}  // namespace
+
+Status rebuild_recorded_tree(const Dirs& dirs, const json& record, const std::string& file_role, const std::string& dir_role,
+                             const std::string& link_role, const std::string& prefix, const std::string& dest) {
+  return rebuild_tree(Blobs(dirs, record), file_role, dir_role, link_role, prefix, dest);
+}
+
+std::vector<ReplayDifference> json_differences(const json& a, const json& b, std::size_t max, std::size_t* omitted) {
+  std::vector<ReplayDifference> out;
+  diff_into(a, b, "", out, max, omitted, 0);
+  return out;
+}
+
+std::string describe_difference(const ReplayDifference& d, std::size_t max_value) {
+  auto val = [&](const json& v) {
+    if (v.is_null()) return std::string("(none)");
+    std::string s = v.dump(-1, ' ', false, json::error_handler_t::replace);
+    if (s.size() > max_value) {
+      std::string n = std::to_string(s.size());
+      s.resize(max_value);
+      s.append("...(").append(n).append(" bytes)");
+    }
+    return printable(s);
+  };
+  // Built with append: GCC 12 warns falsely (-Wstringop-overflow) about operator+ chains here.
+  std::string line = d.what;
+  if (d.what == "result") line.append(" #").append(printable(d.where));
+  else if (!d.where.empty()) line.append(" ").append(printable(d.where));
+  line.append(": original ").append(val(d.original)).append(", replay ").append(val(d.replay));
+  return line;
+}
+
+Result<json> keep_run_inputs(const Dirs& dirs, const RunSpec& spec, const ProfileSource& profile) {
+  char buf[4096];
+  std::string cwd = ::getcwd(buf, sizeof buf) ? buf : ".";
+  auto ceiling = keep_ceiling();
+  if (!ceiling) return ceiling.error();
+  BlobKeeper keeper(dirs, *ceiling);
+  keeper.add_bytes("profile", profile.origin, profile.text);
+  for (auto& in : spec.inputs) {
+    std::string src = !in.src.empty() && in.src[0] == '/' ? in.src : cwd + "/" + in.src;
+    struct stat st;
+    // lstat: an --input that is itself a symlink is kept as nothing, and said so.
+    if (::lstat(src.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+      keeper.add_tree("input_file", "input_dir", "input_link", in.dst, src);
+    } else {
+      keeper.add_file("input_file", in.dst, src);
+    }
+  }
+  return keeper.take();
+}
+
+Result<ReplayReport> replay_run(const ReplayRequest& req) {
+  ReplayReport r;
+  auto loaded = load_trace(req.dirs, req.run);
+  if (!loaded) return cannot(loaded.error().describe());
+  const json orig = std::move(*loaded);
+  r.original_run = str(orig, "run_id");
+  // The record decides what the replay mounts, which policy it runs under and where its output
+  // goes, so it must be the record the run wrote: the whole chain is checked first (an edited,
+  // inserted or reordered line breaks it; a chain rewritten from its start is caught only by an
+  // anchor or signatures: 'sbx trace verify --anchor/--pubkey').
+  auto chain = verify_ledger(req.dirs);
+  if (!chain) return chain.error();
+  if (!chain->intact)
+    return cannot("the ledger's chain is broken (" + printable(chain->problem) +
+                  "): a record that may have been edited is not replayed (see 'sbx trace verify')");
+  auto entry = ledger_entry_of(req.dirs, r.original_run);
+  if (!entry) return entry.error();
+  r.original_seq = entry->first;
+  r.original_hash = entry->second;
+  const json replay_of = {{"run_id", r.original_run}, {"seq", r.original_seq}, {"record_hash", r.original_hash}};
+
+  const json inv = orig.value("invocation", json::object());
+  Blobs blobs(req.dirs, orig);
+  if (!blobs.any())
+    return cannot("run " + r.original_run + " kept nothing to replay it from (its record names no blobs: a plain "
+                  "'sbx run' keeps its inputs and profile only with --keep-inputs)");
+
+  // The profile, as its text was when the run was recorded.
+  auto pv = blobs.role("profile");
+  if (pv.empty()) return cannot("the profile's text of run " + r.original_run + " was not kept");
+  auto ptext = blobs.read(*pv.front());
+  if (!ptext) return ptext.error();
+  json prof = inv.value("profile", json::object());
+  if (sha256_hex(*ptext) != str(prof, "sha256"))
+    return cannot("the kept profile text does not hash to the record's invocation.profile.sha256");
+  ProfileSource profile{str(prof, "name"), str(prof, "origin"), *ptext};
+
+  auto wd = WorkDir::make();
+  if (!wd) return wd.error();
+
+  // exec: the request holds everything (code, files, input, limits); run_exec rebuilds the spec
+  // from it and the built-in profile exactly as the first time.
+  if (auto ev = blobs.role("exec_request"); !ev.empty()) {
+    auto text = blobs.read(*ev.front());
+    if (!text) return text.error();
+    auto request = parse_json_doc(*text, {kMaxRequestBytes}, kStage, "the kept exec request");
+    if (!request) return request.error();
+    auto current = load_profile(kDefaultProfile);
+    if (!current || current->source.text != profile.text)
+      return cannot("sbx exec runs under the built-in profile '" + std::string(kDefaultProfile) +
+                    "', whose text has changed since the run: its limits would not be the same");
+    ExecContext ctx;
+    ctx.dirs = req.dirs;
+    ctx.invocation_argv = req.invocation_argv;
+    ctx.record_extra = {{"replay_of", replay_of}};
+    auto resp = run_exec(*request, ctx);
+    if (!resp) return cannot("the replay could not run: " + resp.error().describe());
+    r.replay_run = resp->value("run_id", "");
+    auto rep = load_trace(req.dirs, r.replay_run);
+    if (!rep) return cannot("the replay's record cannot be read: " + rep.error().describe());
+    r.replay_exit = 0;
+    compare_records(orig, *rep, req.dirs, blobs, r);
+    return r;
+  }
+
+  auto spec = spec_from_json(inv.value("spec", json::object()), "the record's invocation.spec");
+  if (!spec) return cannot(spec.error().message);
+  // Where the original streamed its live events was that operator's choice for that run; a
+  // replay opens no file the record names (--events is not replayed).
+  spec->events.clear();
+
+  // The same image, by digest: gone, or changed on disk (its seal), and there is nothing to replay on.
+  json img = orig.value("image", json::object());
+  if (spec->image != "host") {
+    std::string digest = str(img, "digest");
+    if (!digest.starts_with("sha256:") || !is_sha256_hex(digest.substr(7)))
+      return cannot("the record names image '" + printable(spec->image) + "' without a digest");
+    ImageStore store(req.dirs.images);
+    auto image = store.resolve(digest);
+    if (!image)
+      return cannot("image " + digest + " (recorded as '" + printable(spec->image) + "') is no longer in the image store " +
+                    req.dirs.images + ": " + image.error().describe());
+    if (auto st = store.check_seal(*image); !st) return cannot("image " + digest + " fails its seal: " + st.error().describe());
+    spec->image = digest;
+  }
+
+  // --input files and trees, rebuilt from blobs at their recorded paths.
+  if (!spec->inputs.empty()) {
+    json rec_inputs = orig.value("inputs", json::array());
+    for (std::size_t i = 0; i < spec->inputs.size(); ++i) {
+      BindMount& in = spec->inputs[i];
+      std::string dest = wd->path + "/in" + std::to_string(i);
+      std::string type;
+      for (auto& e : rec_inputs)
+        if (e.is_object() && str(e, "path") == in.dst) type = str(e, "type");
+      if (type == "directory") {
+        if (auto st = rebuild_tree(blobs, "input_file", "input_dir", "input_link", in.dst, dest); !st) return st.error();
+      } else {
+        const json* found = nullptr;
+        for (auto* b : blobs.role("input_file"))
+          if (str(*b, "path") == in.dst) found = b;
+        if (!found)
+          return cannot("--input " + printable(in.dst) + " was not kept (the run was made without --keep-inputs)");
+        auto data = blobs.read(*found);
+        if (!data) return data.error();
+        SBX_TRY(write_file_durable(dest, *data, parse_mode(*found, 0644)));
+      }
+      in.src = dest;
+    }
+  }
+
+  RunRequest run;
+  run.profile = profile;
+  run.dirs = req.dirs;
+  run.invocation_argv = req.invocation_argv;
+  run.record_extra = {{"replay_of", replay_of}};
+  // The program's output goes to sbx's stderr: stdout carries the comparison alone.
+  run.stdout_fd = 2;
+  run.stderr_fd = 2;
+  if (orig.contains("export")) {
+    run.export_dir = wd->path + "/out";
+    SBX_TRY(prepare_export_dir(run.export_dir));
+  }
+
+  json pack = inv.value("pack", json(nullptr));
+  if (pack.is_object()) {
+    if (!pack.value("secrets", json::array()).empty())
+      return cannot("run " + r.original_run + " was given secrets, and secrets are never kept");
+    if (!pack.value("contexts", json::array()).empty())
+      return cannot("run " + r.original_run + " was given contexts (host directories), which are not kept");
+    std::string pack_dir = wd->path + "/pack";
+    if (auto st = rebuild_tree(blobs, "pack_file", "pack_dir", "pack_link", "", pack_dir); !st) return st.error();
+    auto digest = pack_digest(pack_dir);
+    if (!digest) return cannot("the rebuilt pack: " + digest.error().describe());
+    if (*digest != str(pack, "digest"))
+      return cannot("the pack rebuilt from its blobs has digest " + *digest + ", the record says " +
+                    printable(str(pack, "digest")) + " (a file of it was not kept)");
+    std::vector<PackProblem> problems;
+    auto p = load_pack(pack_dir, problems);
+    if (!p) return cannot("the rebuilt pack does not load: " + p.error().describe());
+    auto rv = blobs.role("records");
+    if (rv.empty()) return cannot("the input records of run " + r.original_run + " were not kept");
+    auto records = blobs.read(*rv.front());
+    if (!records) return records.error();
+    PackRunRequest preq;
+    preq.pack = std::move(*p);
+    preq.input_path = str(*rv.front(), "path");
+    preq.input_bytes = std::move(*records);
+    // The recorded spec already holds the pack's mount of its old directory: run_pack adds the
+    // rebuilt one.
+    std::erase_if(spec->binds, [](const BindMount& b) { return b.dst == "/pack"; });
+    run.spec = std::move(*spec);
+    preq.run = std::move(run);
+    PackRunResult res = run_pack(preq);
+    if (!res.recorded) return cannot("the replay's record could not be stored: " + res.record_error);
+    r.replay_run = str(res.trace, "run_id");
+    r.replay_exit = res.exit_status;
+    compare_records(orig, res.trace, req.dirs, blobs, r);
+    return r;
+  }
+
+  run.spec = std::move(*spec);
+  run.require_record = true;
+  RunReport rep = run_sandbox(run);
+  if (!rep.recorded) return cannot("the replay's record could not be stored: " + rep.record_error);
+  r.replay_run = str(rep.trace, "run_id");
+  r.replay_exit = rep.exit_status;
+  compare_records(orig, rep.trace, req.dirs, blobs, r);
+  return r;
+}
+
+}  // namespace sbx

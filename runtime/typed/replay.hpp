@@ -1,0 +1,74 @@
+#pragma once
+// `sbx replay RUN`: rebuilds a recorded run from its record and the blob store (blob_store.hpp),
+// runs it again and compares what came out.
+//
+// What is the same: the image (by digest; gone or failing its seal: cannot replay), the merged
+// RunSpec as recorded (limits, policy, argv, environment, network), the profile's text, and what
+// the run consumed, rebuilt from blobs: a pack's tree (its digest checked against the recorded
+// one), its input records, `--input` files and trees, an exec request. Host paths a run bound with
+// --bind are used as they are now (they are not kept). Secrets and contexts are never kept, so a
+// run that used them cannot be replayed.
+//
+// What is compared: the status and exit code, every output's sha256 (by path), the inputs'
+// hashes, and for a JSON result kept as a blob, the JSON pointers whose values differ.
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/base/error.hpp"
+#include "runtime/base/paths.hpp"
+#include "runtime/model/profile.hpp"
+#include "runtime/model/spec.hpp"
+
+namespace sbx {
+
+// `sbx run --keep-inputs`: every --input (a file, or a directory's tree: never following a
+// symlink) and the profile's text, as a record's "blobs" list. Kept before the run.
+// Relative --input paths are taken from the current directory, as the run takes them.
+Result<nlohmann::json> keep_run_inputs(const Dirs& dirs, const RunSpec& spec, const ProfileSource& profile);
+
+// Rebuilds into `dest` the tree that the record's "blobs" list holds under the roles file_role,
+// dir_role and link_role with paths under `prefix` ("" for every path): what a replay does for a
+// pack's tree and for an --input directory. Every entry is data (the record may have been
+// edited): nothing is made outside `dest`, no link is followed, no set-id bit is set.
+Status rebuild_recorded_tree(const Dirs& dirs, const nlohmann::json& record, const std::string& file_role,
+                             const std::string& dir_role, const std::string& link_role, const std::string& prefix,
+                             const std::string& dest);
+
+struct ReplayRequest {
+  Dirs dirs;
+  std::string run;  // run id, unique prefix, "last" or "-N" (trace_store.hpp: load_trace)
+  std::vector<std::string> invocation_argv;
+};
+
+struct ReplayDifference {
+  std::string what;     // "status", "exit_code", "output", "input", "result"
+  std::string where;    // the output's path, or the JSON pointer into the result
+  nlohmann::json original, replay;  // null where one side has none
+};
+
+struct ReplayReport {
+  std::string original_run, original_hash, replay_run;
+  std::uint64_t original_seq = 0;
+  std::vector<ReplayDifference> differences;  // at most kMaxReplayDifferences
+  std::size_t differences_omitted = 0;
+  int replay_exit = 0;  // the replayed run's own exit status
+  bool identical() const { return differences.empty() && differences_omitted == 0; }
+};
+
+inline constexpr std::size_t kMaxReplayDifferences = 50;
+
+// An error means the run cannot be replayed (exit 125); its message says what is missing.
+Result<ReplayReport> replay_run(const ReplayRequest& req);
+
+// The JSON pointers where `a` and `b` differ (objects by key, arrays by index), at most `max`;
+// `omitted` counts the rest. Exposed for unit tests.
+std::vector<ReplayDifference> json_differences(const nlohmann::json& a, const nlohmann::json& b, std::size_t max,
+                                               std::size_t* omitted);
+
+// One difference as one terminal-safe line, each value cut at `max_value` characters.
+std::string describe_difference(const ReplayDifference& d, std::size_t max_value = 200);
+
+}  // namespace sbx
