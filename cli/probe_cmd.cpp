@@ -584,10 +584,12 @@ int probe_main(const GlobalOptions& g, const RunFlags& f, bool as_json) {
   {
     int fd = ::open(helper.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0755);
     std::size_t size = static_cast<std::size_t>(sbx_probe_helper_end - sbx_probe_helper_begin);
-    bool ok = fd >= 0 && ::write(fd, sbx_probe_helper_begin, size) == static_cast<ssize_t>(size);
+    // Modes set explicitly: the caller's umask (077 is common) must not hide the helper and the
+    // marker from the sandbox's mapped user, or the probe run fails at execve.
+    bool ok = fd >= 0 && ::write(fd, sbx_probe_helper_begin, size) == static_cast<ssize_t>(size) && ::fchmod(fd, 0755) == 0;
     if (fd >= 0) ::close(fd);
     int mfd = ::open(marker.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    ok = ok && mfd >= 0 && ::write(mfd, "sbx probe host marker\n", 22) == 22;
+    ok = ok && mfd >= 0 && ::write(mfd, "sbx probe host marker\n", 22) == 22 && ::fchmod(mfd, 0644) == 0;
     if (mfd >= 0) ::close(mfd);
     if (!ok || size == 0) return usage_error("probe: cannot write the probe helper to " + dir.path);
   }

@@ -7,9 +7,10 @@ import json
 import os
 import secrets
 import socket
+import subprocess
 import threading
 
-from sbxtest import MODE, SbxTestCase, busybox_digest, find_procs, sbx
+from sbxtest import MODE, SBX, SbxTestCase, busybox_digest, find_procs, sbx
 
 
 class Listener:
@@ -179,6 +180,13 @@ class Probe(SbxTestCase):
         self.assertRegex(probes["cleanup.processes"]["evidence"], r"no process left in the run's pid namespace \(inode \d+\)")
         self.assertIn("is empty again", probes["cleanup.files"]["evidence"])
         self.assertIn("cgroup", probes["cleanup.cgroup"]["evidence"])
+
+    def test_runs_under_a_strict_umask(self):
+        # The helper and the marker get their modes explicitly: under umask 077 the helper was
+        # 0700, and as root the sandbox's mapped user could not execute it (setup_error, 125).
+        p = subprocess.run(["sh", "-c", 'umask 077; exec "$0" probe --json', SBX], capture_output=True, timeout=120)
+        self.assertEqual(p.returncode, 0, p.stderr.decode(errors="replace"))
+        self.assertEqual(json.loads(p.stdout)["breached"], 0)
 
     def test_limits_follow_the_options(self):
         r, report, probes = self.probe(["--pids", "20", "--memory", "200M"])
