@@ -47,6 +47,8 @@ struct RunFlags {
   std::optional<std::string> workdir, timeout, output_limit, memory, pids, cpus, cpu_time;
   std::optional<std::string> image, output_max_bytes, output_max_files;
   std::vector<std::string> inputs;
+  // run --secret NAME=@FILE|env:VAR: /run/secrets/NAME for this run only (runtime/linux/mounts.hpp).
+  std::vector<std::string> secrets;
   std::string output_dir;  // run --output DIR
   std::string trace_file;
   std::string events;  // --events FILE|fd:N (runtime/linux/events.hpp)

@@ -3,9 +3,10 @@
 #include <cstdio>
 
 #include "cli/commands.hpp"
-#include "runtime/image/blob_store.hpp"
 #include "runtime/base/text_escape.hpp"
 #include "runtime/base/units.hpp"
+#include "runtime/image/blob_store.hpp"
+#include "runtime/launch/tenant.hpp"
 
 namespace sbx::cli {
 
@@ -13,10 +14,13 @@ void add_gc_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out) 
   static int keep_days = -1;
   static std::string max_bytes;
   static bool dry_run = false;
+  static std::optional<std::string> tenant;  // --tenant '' is a bad name, not "none"
   auto* gc = app.add_subcommand("gc", "Delete kept blobs no kept record needs (and, over --max-bytes, the oldest)");
   gc->add_option("--keep-days", keep_days, "Keep the blobs of records from the last N days (default: every record)");
   gc->add_option("--max-bytes", max_bytes, "Keep the blob store under SIZE, deleting the oldest runs' blobs first (and saying so)");
   gc->add_flag("--dry-run", dry_run, "Say what would be deleted; delete nothing");
+  gc->add_option("--tenant", tenant, "The blob store of tenant NAME (its own store, see --tenant of sbx run)")
+      ->check(tenant_option_check, "NAME");
   out.push_back({gc, [gc, &g]() -> int {
     if (keep_days < -1 || (keep_days == -1 && gc->count("--keep-days"))) return usage_error("gc: --keep-days must be 0 or more");
     std::int64_t max = -1;
@@ -25,7 +29,16 @@ void add_gc_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out) 
       if (!n) return usage_error("gc: --max-bytes: " + n.error().message);
       max = *n;
     }
-    auto rep = gc_blobs(resolve_dirs(g.state_dir), keep_days, max, dry_run);
+    // A tenant's blobs are kept for, and only for, the records of its own ledger: gc reads both
+    // from the tenant's store and never touches another's (check_tenant_store refuses a store
+    // that overlaps the untenanted one or another tenant's).
+    Dirs dirs = resolve_dirs(g.state_dir);
+    if (tenant) {
+      auto d = tenant_store_of(*tenant, dirs);
+      if (!d) return usage_error("gc: " + d.error().message);
+      dirs = std::move(*d);
+    }
+    auto rep = gc_blobs(dirs, keep_days, max, dry_run);
     if (!rep) return usage_error("gc: " + rep.error().describe());
     const char* verb = dry_run ? "would delete" : "deleted";
     for (auto& d : rep->deleted)

@@ -6,20 +6,34 @@
 
 #include "cli/commands.hpp"
 #include "runtime/base/json_io.hpp"
-#include "runtime/typed/replay.hpp"
 #include "runtime/base/text_escape.hpp"
+#include "runtime/launch/tenant.hpp"
+#include "runtime/typed/replay.hpp"
 
 namespace sbx::cli {
 
 void add_replay_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out) {
   static std::string run;
   static bool as_json = false;
+  static std::optional<std::string> tenant;  // --tenant '' is a bad name, not "none"
   auto* rp = app.add_subcommand("replay", "Re-run a recorded run from its record and kept inputs; compare its outputs");
   rp->add_option("run", run, "Run id, a unique prefix of one, 'last' or -N")->required();
   rp->add_flag("--json", as_json, "Print the comparison as one JSON object");
+  rp->add_option("--tenant", tenant, "A run of tenant NAME: read from its store, replayed under its ceilings and ids again")
+      ->check(tenant_option_check, "NAME");
   out.push_back({rp, [&g]() -> int {
     ReplayRequest req;
     req.dirs = resolve_dirs(g.state_dir);
+    std::optional<Tenant> t;
+    if (tenant) {
+      auto loaded = load_tenant(*tenant);
+      if (!loaded) return usage_error("replay: " + loaded.error().message);
+      if (auto st = check_tenant_store(*loaded, req.dirs); !st) return usage_error("replay: " + st.error().message);
+      t = std::move(*loaded);
+      req.base_dirs = req.dirs;
+      req.dirs = tenant_store(*t, req.dirs);
+      req.tenant = &*t;
+    }
     req.run = run;
     req.invocation_argv = g.argv;
     auto rep = replay_run(req);

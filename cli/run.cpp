@@ -2,25 +2,27 @@
 // then hand it to the runtime. No logic beyond turning text into data.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 
 #include "cli/commands.hpp"
 #include "runtime/linux/events.hpp"
 #include "runtime/model/caps.hpp"
 #include "cli/systemd_scope.hpp"
-#include "runtime/image/artifact_export.hpp"
-#include "runtime/egress/egress_policy.hpp"
-#include "runtime/linux/gpu.hpp"
-#include "runtime/model/image_defaults.hpp"
-#include "runtime/image/image_store.hpp"
 #include "runtime/base/json_io.hpp"
-#include "runtime/launch/preflight.hpp"
-#include "runtime/model/profile.hpp"
-#include "runtime/typed/replay.hpp"
-#include "runtime/launch/sandbox.hpp"
-#include "runtime/launch/tenant.hpp"
 #include "runtime/base/text_escape.hpp"
 #include "runtime/base/units.hpp"
+#include "runtime/egress/egress_policy.hpp"
+#include "runtime/image/artifact_export.hpp"
+#include "runtime/image/image_store.hpp"
+#include "runtime/launch/preflight.hpp"
+#include "runtime/launch/sandbox.hpp"
+#include "runtime/launch/tenant.hpp"
+#include "runtime/linux/gpu.hpp"
+#include "runtime/model/image_defaults.hpp"
+#include "runtime/model/profile.hpp"
+#include "runtime/typed/pack_run.hpp"
+#include "runtime/typed/replay.hpp"
 
 namespace sbx::cli {
 
@@ -31,6 +33,31 @@ Status apply_tenant_flag(const std::optional<std::string>& name, RunRequest& req
   auto t = load_tenant(*name);
   if (!t) return t.error();
   return apply_tenant(*t, req, pack);
+}
+
+// --secret NAME=@FILE|env:VAR: read now (a bad source is the caller's error, 125, also under
+// --dry-run), held in memory only and written by init onto the run's private /run/secrets tmpfs
+// (mounts.cpp, write_secrets). Messages name the secret, never the text after '=' (it may be the
+// value pasted by mistake). The record names it only through invocation.argv ("NAME=@FILE").
+static Status read_run_secrets(const RunFlags& f, RunRequest& req) {
+  for (auto& s : f.secrets) {
+    auto eq = s.find('=');
+    std::string name = s.substr(0, eq);
+    bool ok = eq != std::string::npos && !name.empty() && name.size() <= 64 && !(name[0] >= '0' && name[0] <= '9');
+    for (char c : name) ok = ok && ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_');
+    if (!ok)
+      return make_error("usage", "run: --secret: expected NAME=@FILE or NAME=env:VAR, NAME of letters, digits and '_' "
+                                 "not starting with a digit (at most 64)");
+    for (auto& [n, v] : req.secret_files)
+      if (n == name) return make_error("usage", "run: --secret " + name + " given twice");
+    if (f.keep_inputs)
+      return make_error("usage", "run: --secret " + name + " with --keep-inputs: secrets are never kept, so the run "
+                                 "could not be replayed as it ran");
+    auto value = read_secret_source(s.substr(eq + 1));
+    if (!value) return make_error("usage", "run: --secret " + name + ": " + value.error().describe());
+    req.secret_files.push_back({name, std::move(*value)});
+  }
+  return {};
 }
 
 std::string tenant_option_check(const std::string& value) {
@@ -269,6 +296,9 @@ void add_run_options(CLI::App* run, RunFlags& f) {
   run->add_option("--output-max-files", f.output_max_files, "Most files and directories --output exports (default 10000)");
   run->add_option("--env", f.env, "Set an environment variable: NAME=VALUE (repeatable)");
   run->add_option("--env-pass", f.env_pass, "Pass a variable from sbx's environment (repeatable)");
+  run->add_option("--secret", f.secrets,
+                  "Deliver a secret for this run only, as the file /run/secrets/NAME (0400, a private tmpfs): "
+                  "NAME=@FILE or NAME=env:VAR (repeatable; the value is never recorded)");
   run->add_option("--allow-host", f.allow_hosts,
                   "Allow egress to HOST[:PORT] through sbx's filtering proxy: a name, *.domain, an IP, [IPv6] or a CIDR; "
                   "ports 80 and 443 unless given (repeatable)");
@@ -328,6 +358,7 @@ void add_run_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out)
     req.invocation_argv = g.argv;
     req.stdin_plan = *stdin_plan;
     if (auto st = apply_tenant_flag(f.tenant, req); !st) return usage_error(st.error().message);
+    if (auto st = read_run_secrets(f, req); !st) return usage_error(st.error().message);
     if (f.dry_run) {
       if (!f.output_dir.empty())
         if (auto st = prepare_export_dir(f.output_dir, false); !st) return usage_error(st.error().describe());
@@ -353,7 +384,9 @@ void add_run_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out)
       if (!kept) return usage_error(kept.error().describe());
       req.record_extra["blobs"] = std::move(*kept);
     }
-    return run_sandbox(req).exit_status;
+    int status = run_sandbox(req).exit_status;
+    for (auto& [name, value] : req.secret_files) std::fill(value.begin(), value.end(), '\0');
+    return status;
   }, true});
 }
 

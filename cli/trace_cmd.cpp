@@ -378,9 +378,9 @@ void add_trace_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& ou
 
   out.push_back({trace, [ls, show, verify, anchor, pubkey, import, reindex, head, head_json, opts, ls_opts, exported, tenant, &g]() -> int {
     if (*tenant) {
-      auto t = load_tenant(**tenant);
-      if (!t) return usage_error(t.error().message);
-      g_tenant_dirs = tenant_store(*t, resolve_dirs(g.state_dir));
+      auto d = tenant_store_of(**tenant, resolve_dirs(g.state_dir));
+      if (!d) return usage_error(d.error().message);
+      g_tenant_dirs = std::move(*d);
     }
     if (ls->parsed()) return run_ls(g, *ls_opts);
     if (exported.app->parsed()) return exported.run();

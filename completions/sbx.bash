@@ -71,7 +71,7 @@ _sbx() {
 
     local global_opts="--state-dir --log-level -v --verbose --version -h --help"
     local run_opts="--profile --tenant --image --uid --gid --bind --tmpfs --workdir --input --output --output-max-bytes
-        --output-max-files --env --env-pass --timeout --output-limit --memory --pids --cpus --cpu-time --require-limits
+        --output-max-files --env --env-pass --secret --timeout --output-limit --memory --pids --cpus --cpu-time --require-limits
         --require-record --seccomp --cap-add --gpu --allow-host --trace-file --events --dry-run --systemd-scope --no-systemd-scope -i --interactive -t --tty
         --keep-inputs"
     # Options that take a value (the next word is not a subcommand or the command).
@@ -244,12 +244,12 @@ _sbx() {
             COMPREPLY=($(compgen -W "--packs --context --profile --tenant --max-concurrent --max-queued --pool --help" -- "$cur")) ;;
         replay)
             if [[ $cur == -* ]]; then
-                COMPREPLY=($(compgen -W "--json --help" -- "$cur"))
+                COMPREPLY=($(compgen -W "--json --tenant --help" -- "$cur"))
             elif ((npos == 0)); then
                 COMPREPLY=($(compgen -W "last $(_sbx_run_ids)" -- "$cur"))
             fi ;;
         gc)
-            COMPREPLY=($(compgen -W "--keep-days --max-bytes --dry-run --help" -- "$cur")) ;;
+            COMPREPLY=($(compgen -W "--keep-days --max-bytes --dry-run --tenant --help" -- "$cur")) ;;
         key)
             if [[ -z $sub ]]; then
                 [[ $cur == -* ]] && COMPREPLY=($(compgen -W "--help" -- "$cur")) ||

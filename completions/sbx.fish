@@ -111,6 +111,7 @@ complete -c sbx -n '__sbx_at run; or __sbx_at probe' -l output-max-bytes -x -d '
 complete -c sbx -n '__sbx_at run; or __sbx_at probe' -l output-max-files -x -d 'Most files and directories --output exports (default 10000)'
 complete -c sbx -n '__sbx_at run; or __sbx_at probe' -l env -x -d 'Set an environment variable: NAME=VALUE'
 complete -c sbx -n '__sbx_at run; or __sbx_at probe' -l env-pass -x -a '(set -n -x)' -d 'Pass a variable from the environment'
+complete -c sbx -n '__sbx_at run; or __sbx_at probe' -l secret -x -d 'Deliver a secret as /run/secrets/NAME: NAME=@FILE or NAME=env:VAR'
 complete -c sbx -n '__sbx_at run; or __sbx_at probe' -l timeout -x -a 'none unlimited' -d 'Wall-time limit, e.g. 250ms, 2s, 1m'
 complete -c sbx -n '__sbx_at run; or __sbx_at probe' -l output-limit -x -a 'none unlimited' -d 'Bytes of stdout and of stderr passed through'
 complete -c sbx -n '__sbx_at run; or __sbx_at probe' -l memory -x -a 'none unlimited' -d 'Memory limit, e.g. 256M'
@@ -173,7 +174,7 @@ function __sbx_complete_cmd
     # one of their values), or right after "--".
     set -l tokens (commandline -opc)
     set -l takes_arg --state-dir --log-level --profile --tenant --image --uid --gid --bind --tmpfs --workdir --env \
-        --env-pass --timeout --output-limit --memory --pids --cpus --cpu-time --seccomp --cap-add --gpu --allow-host --trace-file \
+        --env-pass --secret --timeout --output-limit --memory --pids --cpus --cpu-time --seccomp --cap-add --gpu --allow-host --trace-file \
         --input --output --output-max-bytes --output-max-files --events
     set -l start 0
     set -l seen_run 0
@@ -310,11 +311,13 @@ complete -c sbx -n '__sbx_at cgroup-init' -l json -d 'Print what was done as JSO
 complete -c sbx -n '__sbx_at replay' -a '(__sbx_run_ids)' -d 'Run id'
 complete -c sbx -n '__sbx_at replay' -a last -d 'The newest run'
 complete -c sbx -n '__sbx_at replay' -l json -d 'Print the comparison as a JSON object'
+complete -c sbx -n '__sbx_at replay' -l tenant -x -a '(__sbx_tenants)' -d 'A run of this tenant, replayed under it'
 
 # sbx gc
 complete -c sbx -n '__sbx_at gc' -l keep-days -x -d 'Keep the blobs of records from the last N days'
 complete -c sbx -n '__sbx_at gc' -l max-bytes -x -d 'Keep the blob store under this size, oldest runs first'
 complete -c sbx -n '__sbx_at gc' -l dry-run -d 'Say what would be deleted; delete nothing'
+complete -c sbx -n '__sbx_at gc' -l tenant -x -a '(__sbx_tenants)' -d 'The blob store of this tenant'
 
 # --tenant NAME (man sbx, TENANTS): the NAME.json files of the tenants directory.
 function __sbx_tenants

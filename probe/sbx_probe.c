@@ -8,8 +8,11 @@
  * and "END" when every probe ran. Evidence is plain ASCII (printable() here); sbx escapes it again
  * before it reaches a terminal, since a breached sandbox may write anything to this stream.
  *
- * argv: sbx-probe TOKEN HOST_MARKER LOOPBACK_PORT HOST_PID PIDS_LIMIT MEMORY_LIMIT_BYTES
- *       (limits: 0 = none configured)
+ * argv: sbx-probe TOKEN HOST_MARKER LOOPBACK_PORT HOST_PID PIDS_LIMIT MEMORY_LIMIT_BYTES [KEY VALUE]...
+ *       (limits: 0 = none configured; KEY VALUE pairs: see main)
+ *
+ * Besides results, "I <TAB> key <TAB> value" lines carry facts the host side judges after the run
+ * (this sandbox's pid namespace, the byte count of a declared secret).
  *       sbx-probe survive TOKEN   (the termination probe's survivor, re-executed under this name)
  */
 #define _GNU_SOURCE
@@ -414,6 +417,50 @@ static void probe_network(int loopback_port) {
            target, reply);
 }
 
+/* The allowlist, end to end (sbx probe picks the targets from the run's own rules,
+ * cli/probe_cmd.cpp): each ALLOWED host:port must pass the proxy (2xx: the configuration works as
+ * written; 403: the proxy refuses what the allowlist names), and for each allowed host a port the
+ * rules do not name must be refused (403). Any other answer to an OTHER port (a tunnel, or a 502/504
+ * from an upstream the proxy tried) means the policy let it through. */
+static void probe_egress(char **allowed, int na, char **other, int no) {
+  if (na == 0 && no == 0) return;
+  if (!getenv("http_proxy")) {
+    result("net.proxy_allowed", "skipped", "no proxy in this configuration (network none)");
+    result("net.proxy_other_ports", "skipped", "no proxy in this configuration (network none)");
+    return;
+  }
+  char ev[800] = "", reply[300];
+  int passed = 0, refused = 0;
+  for (int i = 0; i < na; ++i) {
+    int code = proxy_connect(allowed[i], reply, sizeof reply);
+    if (code >= 200 && code < 300) ++passed;
+    else if (code == 403) ++refused;
+    add(ev, sizeof ev, "%s%s -> %s", ev[0] ? "; " : "", allowed[i], reply);
+  }
+  if (refused)
+    result("net.proxy_allowed", "breached", "the proxy refused an allowed host:port: %s", ev);
+  else if (passed)
+    result("net.proxy_allowed", "held", "allowed host:port passed the proxy: %s", ev);
+  else
+    result("net.proxy_allowed", "skipped", "the proxy did not refuse the allowed host:port, but no upstream answered "
+           "from this host: %s", ev);
+  ev[0] = 0;
+  int open_ports = 0;
+  for (int i = 0; i < no; ++i) {
+    int code = proxy_connect(other[i], reply, sizeof reply);
+    /* An unreachable proxy passes nothing: not an open port. */
+    if (code != 403 && strncmp(reply, "proxy not reachable", 19) != 0) ++open_ports;
+    add(ev, sizeof ev, "%s%s -> %s", ev[0] ? "; " : "", other[i],
+        code == 0 && !strcmp(reply, "(no answer)") ? "no answer in 5 s (not refused)" : reply);
+  }
+  if (no == 0)
+    result("net.proxy_other_ports", "skipped", "no allowed host to try other ports of");
+  else if (open_ports)
+    result("net.proxy_other_ports", "breached", "a port the allowlist does not name passed the proxy: %s", ev);
+  else
+    result("net.proxy_other_ports", "held", "other ports of the allowed hosts were refused: %s", ev);
+}
+
 /* ---- secrets ---- */
 
 static void probe_secret(void) {
@@ -422,6 +469,40 @@ static void probe_secret(void) {
     result("secret.present", "held", "SBX_PROBE_CANARY passed by name is present inside (%zu bytes)", strlen(v));
   else
     result("secret.present", "breached", "SBX_PROBE_CANARY (passed with --env-pass) is missing inside");
+}
+
+/* The secrets the run declares with --secret NAME=...: an info line per secret (its index K in the
+ * run's options) with the bytes read at /run/secrets/NAME, or -errno. sbx probe compares the count
+ * with the value it knows and judges "present during"; the value itself never leaves the sandbox
+ * on this stream. */
+static void probe_declared_secret(int k, const char *name) {
+  char path[300];
+  snprintf(path, sizeof path, "/run/secrets/%s", name);
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) {
+    printf("I\tsecret.%d\t-%d\n", k, errno);
+    fflush(stdout);
+    return;
+  }
+  struct stat st;
+  long long n = 0;
+  char b[4096];
+  ssize_t r;
+  while ((r = read(fd, b, sizeof b)) > 0) n += r;
+  int ok = fstat(fd, &st) == 0;
+  close(fd);
+  memset(b, 0, sizeof b);
+  printf("I\tsecret.%d\t%lld\n", k, n);
+  if (ok) printf("I\tsecret.%d.mode\t%04o uid %u\n", k, (unsigned)(st.st_mode & 07777), (unsigned)st.st_uid);
+  fflush(stdout);
+}
+
+/* This sandbox's pid namespace, by inode: sbx probe looks on the host, after the run, for any
+ * process still in it (nsfs inode numbers are the same seen from every namespace). */
+static void report_pid_namespace(void) {
+  struct stat st;
+  if (stat("/proc/self/ns/pid", &st) == 0) printf("I\tpidns\t%llu\n", (unsigned long long)st.st_ino);
+  fflush(stdout);
 }
 
 /* ---- limits ---- */
@@ -572,7 +653,7 @@ int main(int argc, char **argv) {
     for (;;) pause();
   }
   if (argc < 7 || (argc - 7) % 2 != 0) {
-    fprintf(stderr, "usage: sbx-probe TOKEN HOST_MARKER LOOPBACK_PORT HOST_PID PIDS_LIMIT MEMORY_LIMIT [LABEL PATH]...\n");
+    fprintf(stderr, "usage: sbx-probe TOKEN HOST_MARKER LOOPBACK_PORT HOST_PID PIDS_LIMIT MEMORY_LIMIT [KEY VALUE]...\n");
     return 2;
   }
   token = argv[1];
@@ -583,7 +664,23 @@ int main(int argc, char **argv) {
   probe_kernel();
   probe_network(atoi(argv[3]));
   probe_secret();
-  for (int i = 7; i + 1 < argc; i += 2) probe_foreign(argv[i], argv[i + 1]);
+  report_pid_namespace();
+  /* KEY VALUE pairs: "allow HOST:PORT", "other HOST:PORT", "secret NAME", or a tenant probe's
+   * LABEL PATH (labels end in .store, .ledger or .fileN, never one of those words). */
+  char *allowed[32], *other[32];
+  int na = 0, no = 0, secrets = 0;
+  for (int i = 7; i + 1 < argc; i += 2) {
+    if (!strcmp(argv[i], "allow")) {
+      if (na < 32) allowed[na++] = argv[i + 1];
+    } else if (!strcmp(argv[i], "other")) {
+      if (no < 32) other[no++] = argv[i + 1];
+    } else if (!strcmp(argv[i], "secret")) {
+      probe_declared_secret(secrets++, argv[i + 1]);
+    }
+  }
+  probe_egress(allowed, na, other, no);
+  for (int i = 7; i + 1 < argc; i += 2)
+    if (strcmp(argv[i], "allow") && strcmp(argv[i], "other") && strcmp(argv[i], "secret")) probe_foreign(argv[i], argv[i + 1]);
   probe_pids(atol(argv[5]));
   prepare_export();
   start_survivor(argv[0]);

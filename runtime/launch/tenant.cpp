@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdlib>
+#include <filesystem>
 #include <memory>
 #include <set>
 
@@ -307,8 +308,8 @@ Result<Tenant> load_tenant(const std::string& name) {
           return make_error("usage", "tenant '" + name + "': id_slot " + std::to_string(t->id_slot) + " is also tenant '" +
                                          other + "''s (" + od + "/" + f + "): two tenants on one slice would share host ids");
         if (!t->store.empty() && (t->store == o->store || t->store.ends_with("/tenants/" + other)))
-          return make_error("usage", "tenant '" + name + "': /store " + t->store + " is also tenant '" + other +
-                                         "''s store: two tenants on one store would read each other's records");
+          return make_error("usage", "tenant '" + name + "' (" + path + "): /store " + t->store + " is also tenant '" + other +
+                                         "''s store (" + od + "/" + f + "): two tenants on one store would read each other's records");
       }
     }
     return t;
@@ -324,6 +325,56 @@ Dirs tenant_store(const Tenant& t, const Dirs& base) {
   d.state = t.store.empty() ? default_store(base, t.name) : t.store;
   d.traces = d.state + "/traces";
   return d;
+}
+
+namespace {
+// The path with the symlinks of its existing part resolved and the rest made lexically normal.
+std::string resolved(const std::string& p) {
+  std::error_code ec;
+  auto r = std::filesystem::weakly_canonical(p, ec);
+  std::string s = ec ? std::filesystem::path(p).lexically_normal().string() : r.string();
+  while (s.size() > 1 && s.back() == '/') s.pop_back();
+  return s;
+}
+// "" when unrelated, else how `a` stands to `b`.
+std::string relation(const std::string& a, const std::string& b) {
+  if (a == b) return "is";
+  if (b == "/" || a.starts_with(b + "/")) return "is inside";
+  if (a == "/" || b.starts_with(a + "/")) return "holds";
+  return "";
+}
+}  // namespace
+
+Status check_tenant_store(const Tenant& t, const Dirs& base) {
+  const std::string own = resolved(tenant_store(t, base).state);
+  const std::string key = "tenant '" + t.name + "' (" + t.file + "): /store " + t.store;
+  if (!t.store.empty() && own != resolved(default_store(base, t.name))) {
+    for (auto [dir, what] : {std::pair{base.state, "state"}, std::pair{base.data, "data"}}) {
+      if (dir.empty()) continue;
+      std::string rel = relation(own, resolved(dir));
+      if (!rel.empty())
+        return make_error("usage", key + " " + rel + " sbx's untenanted " + what + " directory " + dir +
+                                       ": the tenant's records, ledger and blobs would mix with the untenanted runs' "
+                                       "(leave /store out for " + default_store(base, t.name) + ")");
+    }
+  }
+  for (auto& o : other_tenants(t, base)) {
+    std::string rel = relation(own, resolved(o.store));
+    if (rel.empty()) continue;
+    if (!t.store.empty())
+      return make_error("usage", key + " " + rel + " tenant '" + o.name + "''s store " + o.store +
+                                     ": two tenants on one store would read each other's records");
+    return make_error("usage", "tenant '" + o.name + "' (" + o.file + "): /store " + o.store + " " + relation(resolved(o.store), own) +
+                                   " tenant '" + t.name + "''s store " + own + ": two tenants on one store would read each other's records");
+  }
+  return {};
+}
+
+Result<Dirs> tenant_store_of(const std::string& name, const Dirs& base) {
+  auto t = load_tenant(name);
+  if (!t) return t.error();
+  SBX_TRY(check_tenant_store(*t, base));
+  return tenant_store(*t, base);
 }
 
 bool tenant_allows_image(const Tenant& t, const std::string& image, const std::string& digest) {
@@ -386,6 +437,7 @@ Status check_tenant_ceilings(const Tenant& t, RunSpec& spec, const std::map<std:
 }
 
 Status apply_tenant(const Tenant& t, RunRequest& req, const json& pack) {
+  SBX_TRY(check_tenant_store(t, req.dirs));
   SBX_TRY(check_tenant_ceilings(t, req.spec, req.limit_layers));
   // Images: by the name the run gives, or by the digest that name resolves to now.
   const std::string& image = req.spec.image;
@@ -460,7 +512,7 @@ std::vector<OtherTenant> other_tenants(const Tenant& t, const Dirs& base) {
     if (!text) continue;
     auto o = parse_tenant(*text, other, d + "/" + f);
     if (!o) continue;
-    out.push_back({other, tenant_store(*o, base).state, o->id_slot});
+    out.push_back({other, tenant_store(*o, base).state, o->id_slot, d + "/" + f, !o->store.empty()});
   }
   std::sort(out.begin(), out.end(), [](auto& a, auto& b) { return a.name < b.name; });
   return out;

@@ -67,6 +67,18 @@ Result<Tenant> load_tenant(const std::string& name);
 // shared: a tenant may use only those it is allowed, by name or digest).
 Dirs tenant_store(const Tenant& t, const Dirs& base);
 
+// Refuses (stage "usage", naming the tenant file and its /store key) a store that is, holds or
+// lies inside sbx's untenanted state or data directory of `base` (the tenant's own default,
+// <state>/tenants/NAME, excepted), or another tenant's store (same, inside or above). Paths are
+// compared after resolving symlinks of the parts that exist: a store given through a symlink to
+// the state directory is the state directory. Without this, `gc --tenant` would delete the
+// untenanted runs' blobs and `trace ls --tenant` list their records.
+Status check_tenant_store(const Tenant& t, const Dirs& base);
+
+// load_tenant + check_tenant_store + tenant_store: the store of `--tenant NAME` for the commands
+// that only read or tidy it (trace, gc, replay).
+Result<Dirs> tenant_store_of(const std::string& name, const Dirs& base);
+
 // Applies the tenant to a fully layered run (after profile, manifest/request and flags): refuses
 // any limit above the tenant's ceiling (naming the key, the layer that asked and the tenant),
 // fills limits the run leaves unlimited with the tenant's, refuses an image, an allow rule or a
@@ -87,6 +99,8 @@ bool tenant_allows_image(const Tenant& t, const std::string& image, const std::s
 struct OtherTenant {
   std::string name, store;
   std::uint32_t id_slot = 0;
+  std::string file;         // its tenant file
+  bool store_set = false;   // its file names /store (else the default <state>/tenants/NAME)
 };
 std::vector<OtherTenant> other_tenants(const Tenant& t, const Dirs& base);
 

@@ -28,6 +28,17 @@ ProbeOutput parse_probe_output(std::string_view text) {
       out.reached_memory = true;
       continue;
     }
+    if (line.starts_with("I\t")) {
+      std::string_view rest = line.substr(2);
+      auto tab = rest.find('\t');
+      std::string_view key = rest.substr(0, tab);
+      if (tab == std::string_view::npos || !good_name(key) || rest.size() - tab - 1 > 200 || out.info.size() >= kMaxProbeInfo) {
+        ++out.bad_lines;
+        continue;
+      }
+      out.info.emplace(std::string(key), printable(rest.substr(tab + 1)));
+      continue;
+    }
     std::string_view f[4];
     std::size_t n = 0;
     while (n < 3) {

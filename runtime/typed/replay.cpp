@@ -12,20 +12,21 @@
 #include <map>
 #include <set>
 
-#include "runtime/image/artifact_export.hpp"
-#include "runtime/image/blob_store.hpp"
-#include "runtime/typed/exec.hpp"
 #include "runtime/base/fsutil.hpp"
-#include "runtime/image/image_store.hpp"
 #include "runtime/base/json_io.hpp"
-#include "runtime/typed/pack.hpp"
-#include "runtime/typed/pack_run.hpp"
-#include "runtime/launch/sandbox.hpp"
 #include "runtime/base/sha256.hpp"
 #include "runtime/base/text_escape.hpp"
+#include "runtime/image/artifact_export.hpp"
+#include "runtime/image/blob_store.hpp"
+#include "runtime/image/image_store.hpp"
+#include "runtime/launch/sandbox.hpp"
+#include "runtime/launch/tenant.hpp"
 #include "runtime/launch/trace.hpp"
 #include "runtime/record/trace_ledger.hpp"
 #include "runtime/record/trace_store.hpp"
+#include "runtime/typed/exec.hpp"
+#include "runtime/typed/pack.hpp"
+#include "runtime/typed/pack_run.hpp"
 #include "runtime/typed/typed_io.hpp"
 
 namespace sbx {
@@ -401,6 +402,16 @@ Result<ReplayReport> replay_run(const ReplayRequest& req) {
   if (!loaded) return cannot(loaded.error().describe());
   const json orig = std::move(*loaded);
   r.original_run = str(orig, "run_id");
+  {
+    const json tj = orig.value("tenant", json(nullptr));
+    const std::string recorded = tj.is_object() ? str(tj, "name") : "";
+    if (!req.tenant && !recorded.empty())
+      return cannot("run " + r.original_run + " was made under tenant '" + printable(recorded) +
+                    "': replay it with --tenant " + printable(recorded) + " (its ceilings and ids apply again)");
+    if (req.tenant && recorded != req.tenant->name)
+      return cannot("run " + r.original_run + " was not made under tenant '" + req.tenant->name + "' (its record names " +
+                    (recorded.empty() ? std::string("no tenant") : "tenant '" + printable(recorded) + "'") + ")");
+  }
   // The record decides what the replay mounts, which policy it runs under and where its output
   // goes, so it must be the record the run wrote: the whole chain is checked first (an edited,
   // inserted or reordered line breaks it; a chain rewritten from its start is caught only by an
@@ -448,6 +459,10 @@ Result<ReplayReport> replay_run(const ReplayRequest& req) {
                     "', whose text has changed since the run: its limits would not be the same");
     ExecContext ctx;
     ctx.dirs = req.dirs;
+    if (req.tenant) {
+      ctx.dirs = req.base_dirs;
+      ctx.before_run = [&req](RunRequest& run) { return apply_tenant(*req.tenant, run, json(nullptr)); };
+    }
     ctx.invocation_argv = req.invocation_argv;
     ctx.record_extra = {{"replay_of", replay_of}};
     auto resp = run_exec(*request, ctx);
@@ -547,6 +562,11 @@ Result<ReplayReport> replay_run(const ReplayRequest& req) {
     // rebuilt one.
     std::erase_if(spec->binds, [](const BindMount& b) { return b.dst == "/pack"; });
     run.spec = std::move(*spec);
+    if (req.tenant) {
+      run.dirs = req.base_dirs;
+      if (auto st = apply_tenant(*req.tenant, run, json{{"name", preq.pack.name}, {"digest", preq.pack.digest}}); !st)
+        return cannot("tenant: " + st.error().message);
+    }
     preq.run = std::move(run);
     PackRunResult res = run_pack(preq);
     if (!res.recorded) return cannot("the replay's record could not be stored: " + res.record_error);
@@ -558,6 +578,10 @@ Result<ReplayReport> replay_run(const ReplayRequest& req) {
 
   run.spec = std::move(*spec);
   run.require_record = true;
+  if (req.tenant) {
+    run.dirs = req.base_dirs;
+    if (auto st = apply_tenant(*req.tenant, run, json(nullptr)); !st) return cannot("tenant: " + st.error().message);
+  }
   RunReport rep = run_sandbox(run);
   if (!rep.recorded) return cannot("the replay's record could not be stored: " + rep.record_error);
   r.replay_run = str(rep.trace, "run_id");

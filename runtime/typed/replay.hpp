@@ -37,10 +37,18 @@ Status rebuild_recorded_tree(const Dirs& dirs, const nlohmann::json& record, con
                              const std::string& dir_role, const std::string& link_role, const std::string& prefix,
                              const std::string& dest);
 
+struct Tenant;
+
 struct ReplayRequest {
-  Dirs dirs;
+  Dirs dirs;  // where the record is: sbx's store, or the tenant's (tenant_store)
   std::string run;  // run id, unique prefix, "last" or "-N" (trace_store.hpp: load_trace)
   std::vector<std::string> invocation_argv;
+  // --tenant: the record must name this tenant, and the replay runs under it again (apply_tenant:
+  // its ceilings, images, packs, id slice and store), starting from `base_dirs` (sbx's untenanted
+  // dirs, which apply_tenant moves to the tenant's store). Without it, a record that names a
+  // tenant is refused: replayed untenanted it would run without the tenant's ceilings and ids.
+  const Tenant* tenant = nullptr;
+  Dirs base_dirs;
 };
 
 struct ReplayDifference {

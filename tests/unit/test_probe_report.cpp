@@ -39,3 +39,19 @@ TEST_CASE("probe output: bounded") {
   CHECK(po.results[0].evidence.size() == 1000);
   CHECK_FALSE(po.finished);
 }
+
+TEST_CASE("probe output: info lines for the host side, bounded, first value kept") {
+  std::string text = "I\tpidns\t4026532001\nI\tpidns\t1\nI\tsecret.0\t32\nI\tBad Key\tx\nI\tnokey\n";
+  text += "I\tlong\t" + std::string(201, 'x') + "\n";
+  text += "I\tesc\t\x1b[31m\n";
+  auto po = parse_probe_output(text);
+  CHECK(po.info.at("pidns") == "4026532001");  // a later line cannot replace what the first said
+  CHECK(po.info.at("secret.0") == "32");
+  CHECK(po.info.count("long") == 0);
+  CHECK(po.info.at("esc").find('\x1b') == std::string::npos);
+  CHECK(po.bad_lines == 3);  // bad key, no value, too long
+  CHECK(po.results.empty());
+  std::string many;
+  for (int i = 0; i < 200; ++i) many += "I\tk" + std::to_string(i) + "\tv\n";
+  CHECK(parse_probe_output(many).info.size() == kMaxProbeInfo);
+}

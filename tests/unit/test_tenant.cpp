@@ -3,6 +3,11 @@
 #include "runtime/launch/tenant.hpp"
 #include "runtime/linux/userns.hpp"
 
+#include <cstdio>
+#include <filesystem>
+
+#include <stdlib.h>
+
 using namespace sbx;
 
 namespace {
@@ -118,4 +123,55 @@ TEST_CASE("id slots are disjoint slices of sbx's range; a range too small refuse
   auto rootless = plan_identity(s, 1000, 1000, "", "", 7);
   REQUIRE(rootless.ok());
   CHECK(rootless->uid_map[0].outside == 1000);
+}
+
+TEST_CASE("tenant store: never the untenanted state, inside or above it, nor another tenant's") {
+  char tmpl[] = "/tmp/sbx-unit-store-XXXXXX";
+  REQUIRE(::mkdtemp(tmpl) != nullptr);
+  const std::string root = tmpl, tenants = root + "/tenants-dir";
+  std::filesystem::create_directories(tenants);
+  std::filesystem::create_directories(root + "/state");
+  Dirs base;
+  base.state = root + "/state";
+  base.traces = base.state + "/traces";
+  base.data = base.state + "/data";
+  base.images = base.data + "/images";
+  auto write = [&](const std::string& name, const std::string& text) {
+    std::FILE* f = std::fopen((tenants + "/" + name + ".json").c_str(), "w");
+    REQUIRE(f);
+    std::fputs(text.c_str(), f);
+    std::fclose(f);
+  };
+  write("B", R"({"id_slot": 2, "store": ")" + root + R"(/b-store"})");
+  auto with_store = [&](const std::string& store) {
+    write("acme", R"({"id_slot": 1, "store": ")" + store + R"("})");
+    auto t = parse_tenant(R"({"id_slot": 1, "store": ")" + store + R"("})", "acme", tenants + "/acme.json");
+    REQUIRE(t.ok());
+    auto st = check_tenant_store(*t, base);
+    return st.ok() ? std::string() : st.error().message;
+  };
+  std::filesystem::create_symlink(base.state, root + "/link");
+  for (auto [store, words] : std::vector<std::pair<std::string, std::string>>{
+           {base.state, "is sbx's untenanted state directory"},
+           {base.state + "/traces", "is inside sbx's untenanted state directory"},
+           {root, "holds sbx's untenanted state directory"},
+           {root + "/link", "is sbx's untenanted state directory"},
+           {root + "/b-store", "is tenant 'B''s store"},
+           {root + "/b-store/x", "is inside tenant 'B''s store"}}) {
+    std::string m = with_store(store);
+    CAPTURE(store);
+    CHECK(m.find(words) != std::string::npos);
+    CHECK(m.find("acme.json") != std::string::npos);
+    CHECK(m.find("/store") != std::string::npos);
+  }
+  CHECK(with_store(base.state + "/tenants/acme").empty());  // its own default, named
+  CHECK(with_store(root + "/acme-store").empty());
+  // The default store, when another tenant's names a place inside it: the other's file is named.
+  write("B", R"({"id_slot": 2, "store": ")" + base.state + R"(/tenants/acme/b"})");
+  auto t = parse_tenant(R"({"id_slot": 1})", "acme", tenants + "/acme.json");
+  REQUIRE(t.ok());
+  auto st = check_tenant_store(*t, base);
+  REQUIRE_FALSE(st.ok());
+  CHECK(st.error().message.find("B.json") != std::string::npos);
+  std::filesystem::remove_all(root);
 }
