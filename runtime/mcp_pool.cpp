@@ -102,12 +102,12 @@ PoolLauncher::~PoolLauncher() {
     while (::waitpid(r.pid, &ws, 0) < 0 && errno == EINTR) {
     }
     if ((r.killed || (WIFSIGNALED(ws) && WTERMSIG(ws) == SIGKILL)) && !r.cgroup.empty())
-      stale_cgroups_.push_back({r.cgroup, 20});
+      stale_cgroups_.push_back({r.cgroup, 100});
   }
   retiring_.clear();
   // A killed worker's init dies with it (PR_SET_PDEATHSIG), but its run cgroup stays: removed
   // here, a few tries while the killed processes are reaped (bounded: the server is exiting).
-  for (int i = 0; i < 20 && !stale_cgroups_.empty(); ++i) {
+  for (int i = 0; i < 100 && !stale_cgroups_.empty(); ++i) {
     remove_stale_cgroups();
     if (!stale_cgroups_.empty()) ::usleep(10'000);
   }
