@@ -13,7 +13,8 @@ program's first act prints the realtime clock, so
 Calls are sequential (--max-concurrent 1); between two pooled calls the script waits --gap seconds
 so that the pool has refilled (the refill is measured as waited_ms in the records: a call that
 had to wait for its sandbox shows it). It prints p50 and p99 in ms for each mode and the ratios
-pooled/cold (target: pooled p50 start latency <= 1/4 of cold)."""
+pooled/cold (target: pooled p50 start latency <= 1/4 of cold), and the same program started on the
+host without any sandbox (the measure's floor: sh's and date's own exec, which no mode removes)."""
 import json
 import os
 import select
@@ -113,6 +114,18 @@ def exec_series(sbx, calls, gap, tmp):
     return start, total
 
 
+def host_series(calls, gap):
+    """The measure's floor: the same program (sh, then date) started on the host, no sandbox, the
+    way exec_series starts sbx (one subprocess per call). What no sandbox mode can go below."""
+    start = []
+    for _ in range(calls):
+        t0 = time.time_ns()
+        p = subprocess.run(["/bin/sh", "-c", CODE], capture_output=True)
+        start.append((int(p.stdout.strip()) - t0) / 1e6)
+        time.sleep(gap)
+    return start
+
+
 def main():
     args = sys.argv[1:]
     sbx = os.path.join(ROOT, "build", "sbx")
@@ -132,11 +145,13 @@ def main():
         cold_s, cold_t, _, _ = mcp_series(sbx, 0, calls, gap, tmp)
         pool_s, pool_t, hits, waited = mcp_series(sbx, 2, calls, gap, tmp)
         exec_s, exec_t = exec_series(sbx, calls, gap, tmp)
+        host_s = host_series(calls, gap)
     rows = [("mcp cold (--pool 0)", cold_s, cold_t), ("mcp pooled (--pool 2)", pool_s, pool_t), ("sbx exec (cold)", exec_s, exec_t)]
     print(f"{calls} sequential run_code calls each ({CODE!r}), {gap} s apart; ms")
     print(f"{'mode':24} {'start p50':>10} {'start p99':>10} {'call p50':>10} {'call p99':>10}")
     for name, s, t in rows:
         print(f"{name:24} {pct(s, 50):10.2f} {pct(s, 99):10.2f} {pct(t, 50):10.2f} {pct(t, 99):10.2f}")
+    print(f"{'host sh, no sandbox':24} {pct(host_s, 50):10.2f} {pct(host_s, 99):10.2f}   (the floor: the program's own exec chain)")
     print(f"pooled calls served by the pool: {hits}/{calls} (of which {waited} waited for their sandbox)")
     print(f"start latency p50 pooled/cold: {pct(pool_s, 50) / pct(cold_s, 50):.3f} (target <= 0.25)")
     print(f"call overhead p50 pooled/cold mcp: {pct(pool_t, 50) / pct(cold_t, 50):.3f}; pooled mcp / cold sbx exec: "

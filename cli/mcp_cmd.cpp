@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -14,20 +15,21 @@
 #include <set>
 
 #include "cli/commands.hpp"
-#include "runtime/typed/exec.hpp"
 #include "runtime/base/fdpass.hpp"
 #include "runtime/base/json_io.hpp"
-#include "runtime/server/mcp_protocol.hpp"
-#include "runtime/server/mcp_pool.hpp"
-#include "runtime/server/mcp_server.hpp"
-#include "runtime/typed/pack.hpp"
-#include "runtime/typed/pack_run.hpp"
-#include "runtime/model/profile.hpp"
+#include "runtime/base/sha256.hpp"
+#include "runtime/base/text_escape.hpp"
 #include "runtime/launch/sandbox.hpp"
 #include "runtime/launch/tenant.hpp"
-#include "runtime/base/text_escape.hpp"
 #include "runtime/launch/trace.hpp"
+#include "runtime/model/profile.hpp"
 #include "runtime/record/trace_ledger.hpp"
+#include "runtime/server/mcp_pool.hpp"
+#include "runtime/server/mcp_protocol.hpp"
+#include "runtime/server/mcp_server.hpp"
+#include "runtime/typed/exec.hpp"
+#include "runtime/typed/pack.hpp"
+#include "runtime/typed/pack_run.hpp"
 
 namespace sbx::cli {
 namespace {
@@ -48,6 +50,7 @@ struct McpFlags {
   std::size_t max_concurrent = 4;
   std::size_t max_queued = 256;
   std::size_t pool = 2;  // --pool N: idle pooled sandboxes for run_code (0: off)
+  int pool_max_idle = mcp::kDefaultPoolMaxIdleS;  // --pool-max-idle SECONDS (0: no age limit)
 };
 
 struct WorkerFlags {
@@ -82,6 +85,7 @@ int run_server(McpFlags& f, GlobalOptions& g) {
     ::unsetenv(kMcpTenantEnv);
   }
   if (f.pool > 64) return usage_error("mcp: --pool must be 0..64");
+  if (f.pool_max_idle < 0 || f.pool_max_idle > 86400) return usage_error("mcp: --pool-max-idle must be 0..86400 seconds");
   mcp::ServerConfig cfg;
   cfg.profile = f.profile;
   cfg.max_concurrent = f.max_concurrent;
@@ -154,7 +158,7 @@ int run_server(McpFlags& f, GlobalOptions& g) {
   // names neither), so every pooled sandbox is made for (profile, image) alike.
   auto pooled_argv = argv;
   pooled_argv.insert(pooled_argv.end(), {"--pooled", "--profile", f.profile});
-  mcp::PoolLauncher pool(pooled_argv, f.pool, launcher);
+  mcp::PoolLauncher pool(pooled_argv, f.pool, launcher, f.pool_max_idle * 1000LL);
   return mcp::serve(cfg, pool);
 }
 
@@ -217,6 +221,17 @@ json run_pack_job(const json& job, GlobalOptions& g) {
   return resp;
 }
 
+// The job in the fd a pooled worker received; {"invalid": why} when it is not a JSON object.
+json take_job(int jfd) {
+  // From here this worker holds a call: if the server dies now, the run ends with its record.
+  ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+  constexpr std::size_t kMaxJobBytes = mcp::kMaxMessageBytes + (1u << 20);
+  auto text = read_bounded_fd(jfd, kMaxJobBytes, "usage", "the mcp worker's job");
+  auto job = text ? parse_json_doc(*text, {kMaxJobBytes}, "usage", "mcp worker job") : Result<json>(text.error());
+  if (!job || !job->is_object()) return json{{"invalid", job ? "the job is not an object" : job.error().message}};
+  return std::move(*job);
+}
+
 // A pooled worker (mcp_pool.hpp): its sandbox is built, init paused before the program's execve;
 // it waits for the job (an fd on its stdin, a unix socket), the sandbox's death or a signal.
 // Returns the job, or nullopt when none is coming (EOF: the server discards it) or the sandbox
@@ -247,20 +262,48 @@ std::optional<json> await_pooled_job(const PoolPause& pause, json& meta, std::in
     if (r < 0 && (errno == EAGAIN || errno == EINTR)) continue;
     if (r <= 0 || jfd < 0) return std::nullopt;  // EOF: the server is done with this sandbox
     UniqueFd owned(jfd);
-    // From here this worker holds a call: if the server dies now, the run ends with its record.
-    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
-    constexpr std::size_t kMaxJobBytes = mcp::kMaxMessageBytes + (1u << 20);
-    auto text = read_bounded_fd(jfd, kMaxJobBytes, "usage", "the mcp worker's job");
-    auto job = text ? parse_json_doc(*text, {kMaxJobBytes}, "usage", "mcp worker job") : Result<json>(text.error());
-    if (!job || !job->is_object()) return json{{"invalid", job ? "the job is not an object" : job.error().message}};
+    json parsed = take_job(jfd);
+    if (parsed.contains("invalid")) return parsed;
+    auto job = &parsed;
     std::int64_t now = mono_us();
     std::int64_t sent = job->value("pool_sent_us", now);
     meta["hit"] = unusable.empty();
     // How long the call waited for this sandbox to be ready (0 when it was ready first).
     meta["waited_ms"] = std::max<std::int64_t>(0, (ready_us - sent) / 1000);
     if (!unusable.empty()) meta["discard"] = unusable;
-    return std::move(*job);
+    return parsed;
   }
+}
+
+// A pooled worker whose sandbox could not be built: it has told the server ("failed"), which
+// hands it no call; a call the server sent before that note arrived is still taken, and runs
+// cold. nullopt on EOF (the server retired it).
+std::optional<json> await_job_after_failed_build() {
+  for (;;) {
+    int jfd = -1;
+    ssize_t r = recv_fd(STDIN_FILENO, &jfd);
+    if (r < 0 && (errno == EAGAIN || errno == EINTR)) continue;
+    if (r <= 0 || jfd < 0) return std::nullopt;
+    UniqueFd owned(jfd);
+    return take_job(jfd);
+  }
+}
+
+// The tenant's policy as a pooled sandbox is built with it: its file and that file's digest.
+// Compared again at hand-out: a tenant file edited meanwhile makes the call run cold, under the
+// policy as it is now (a pooled sandbox's id slice, umask and store were fixed at build).
+std::string tenant_policy_key(const std::string& name) {
+  auto t = load_tenant(name);
+  if (!t) return "unloadable: " + t.error().message;
+  auto text = read_file(t->file);
+  if (!text) return "unreadable: " + t->file;
+  return t->file + " sha256:" + sha256_hex(*text);
+}
+
+// A line to the server on the worker's socket (mcp_pool.hpp: the worker's notes). Never blocks,
+// never raises SIGPIPE: a server that is gone reads nothing anyway.
+void tell_server(const std::string& note) {
+  (void)!::send(STDIN_FILENO, note.data(), note.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
 }
 
 }  // namespace
@@ -277,6 +320,8 @@ void add_mcp_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out)
   mcp->add_option("--max-concurrent", f.max_concurrent, "Calls running at once; the rest wait in order (default 4)");
   mcp->add_option("--max-queued", f.max_queued, "Calls waiting beyond those; more are refused (default 256)");
   mcp->add_option("--pool", f.pool, "Sandboxes kept built ahead for run_code calls, each used once (default 2; 0: off)");
+  mcp->add_option("--pool-max-idle", f.pool_max_idle,
+                  "Seconds a pooled sandbox may wait for its call before it is discarded and rebuilt (default 300; 0: no limit)");
   // Supervises: the forwarded signals stay blocked, and the server reads them from a signalfd
   // (shutdown in order: cancel, wait, exit).
   out.push_back({mcp, [&g]() -> int { return run_server(f, g); }, true});
@@ -306,24 +351,56 @@ void add_mcp_worker_command(CLI::App& app, GlobalOptions& g, std::vector<Command
       ctx.invocation_argv = g.argv;
       ctx.profile = wf.profile;
       // Under --tenant the pooled sandbox is planned with the tenant applied too: its id slice,
-      // umask and store are fixed when it is built, before any call exists.
-      if (auto tenant = worker_tenant())
-        ctx.before_run = [tenant](RunRequest& run) { return apply_tenant_flag(tenant, run); };
+      // umask and store are fixed when it is built, before any call exists. The policy's text is
+      // read before it is applied: an edit in between makes the key differ at hand-out (a cold
+      // run), never match a policy the sandbox was not built with.
+      auto tenant = worker_tenant();
+      std::string tenant_key;
+      if (tenant)
+        ctx.before_run = [tenant, &tenant_key](RunRequest& run) {
+          tenant_key = tenant_policy_key(*tenant);
+          return apply_tenant_flag(tenant, run);
+        };
       json invalid;
+      bool got_job = false;
       auto res = run_exec_pooled(ctx, [&](const PoolPause& p, json& meta) -> std::optional<json> {
         meta = {{"hit", true}, {"created_at", created_at}, {"key", {{"profile", wf.profile}}}};
+        if (tenant) meta["key"]["tenant"] = {{"name", *tenant}, {"policy", tenant_key}};
+        tell_server(mcp::worker_note_ready(p.cgroup_path));
         auto j = await_pooled_job(p, meta, t0);
         if (!j) return std::nullopt;
+        got_job = true;
         if (j->contains("invalid")) {
           invalid = *j;
           return std::nullopt;
         }
         if (j->value("tool", "") != "run_code" || j->value("profile", "") != wf.profile) {
           meta["discard"] = "the job is not a run_code call under profile " + wf.profile;
+        } else if (tenant && !meta.contains("discard") && tenant_policy_key(*tenant) != tenant_key) {
+          meta["discard"] = "tenant " + *tenant + "'s policy changed since the pooled sandbox was built";
         }
         return j->value("request", json::object());
       });
-      if (!invalid.is_null()) {
+      // A sandbox that could not be built: the server is told (it then hands this worker no call,
+      // and retires it), and a call it sent before the note arrived runs cold here, its record
+      // saying why. (One that died before its call came ends instead: the server reaps it.)
+      std::string broken;
+      if (!res && !got_job) broken = "the pooled sandbox could not be built: " + res.error().describe();
+      else if (res && res->request.is_null() && res->build_error)
+        broken = "the pooled sandbox could not be built: " + res->build_error->describe();
+      if (!broken.empty()) {
+        std::fprintf(stderr, "sbx: mcp: pool: %s\n", printable(broken).c_str());
+        tell_server(mcp::worker_note_failed(broken));
+        auto j = await_job_after_failed_build();
+        if (!j) return 0;  // retired: nothing to answer, nothing recorded
+        if (j->contains("invalid")) {
+          resp = worker_error("usage", j->value("invalid", "bad job"));
+        } else {
+          pool_note = {{"hit", false}, {"reason", broken}, {"created_at", created_at}};
+          job = json{{"tool", "run_code"}, {"profile", wf.profile}, {"request", j->value("request", json::object())},
+                     {"pool", pool_note}};
+        }
+      } else if (!invalid.is_null()) {
         resp = worker_error("usage", invalid.value("invalid", "bad job"));
       } else if (!res) {
         resp = worker_error(res.error().stage, res.error().describe());

@@ -243,6 +243,7 @@ RunReport run_sandbox(const RunRequest& req) {
   nlohmann::json record_extra = req.record_extra;
   auto after_run = req.after_run;
   bool discarded = false;  // a pooled sandbox no call was handed to
+  bool handed_out = false;  // a pooled sandbox's call arrived (what fails before is no run of it)
   TraceParts parts;
   parts.run_id = make_run_id();
   parts.started_at = rfc3339_now();
@@ -611,7 +612,7 @@ RunReport run_sandbox(const RunRequest& req) {
     if (req.await_call) {
       // The pool's pause: the sandbox is built and init waits for "s". The call arrives now (or
       // never: the sandbox is discarded); it may only lower what is still open (pool_refusal).
-      auto call = req.await_call(PoolPause{child->pidfd, msg.r, sigfd});
+      auto call = req.await_call(PoolPause{child->pidfd, msg.r, sigfd, cgroup ? cgroup->path() : std::string()});
       std::string refused = call ? pool_refusal(spec, call->spec) : "";
       if (!call || !refused.empty()) {
         if (!refused.empty()) spdlog::warn("pooled sandbox refused its call: {}", refused);
@@ -623,6 +624,7 @@ RunReport run_sandbox(const RunRequest& req) {
         discarded = true;
         return;
       }
+      handed_out = true;
       call_spec = std::move(call->spec);
       inputs = std::move(call->inputs);
       record_extra = std::move(call->record_extra);
@@ -764,6 +766,9 @@ RunReport run_sandbox(const RunRequest& req) {
         outcome.status = RunStatus::oom;
     }
   }();
+  // A pooled sandbox whose build failed before any call came: no call ran, so no record; the
+  // caller gets the error (its pool falls back to a cold run, mcp_pool.hpp).
+  if (req.await_call && !handed_out) discarded = true;
   if (discarded) {
     if (image_fd >= 0) ::close(image_fd);
     if (cgroup) {
@@ -772,6 +777,7 @@ RunReport run_sandbox(const RunRequest& req) {
     }
     RunReport report;
     report.discarded = true;
+    report.outcome = outcome;
     return report;
   }
   // 4 collect (typed IO): the caller reads and validates what the run produced.

@@ -34,10 +34,13 @@ struct PooledCall {
 // What await_call may watch while it waits: init's pidfd (it died: the sandbox is unusable),
 // init's report pipe (readable before hand-out: it failed or was disturbed), and the supervisor's
 // signalfd of forwarded signals (the server discards its idle sandboxes with SIGTERM).
+// cgroup_path is the run cgroup's (absolute; "" without one): a server that has to SIGKILL an
+// idle worker removes it (mcp_pool.hpp), since the worker then cannot.
 struct PoolPause {
   int init_pidfd = -1;
   int init_msg_fd = -1;
   int signal_fd = -1;
+  std::string cgroup_path;
 };
 
 struct RunRequest {
@@ -119,6 +122,7 @@ struct RunReport {
   bool recorded = false;
   std::string record_error;
   // A pooled sandbox discarded before any call was handed to it (RunRequest::await_call): no record.
+  // When its build failed before it could wait for a call, outcome.error says why.
   bool discarded = false;
 };
 

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <string_view>
 #include <cerrno>
 #include <cstring>
 
@@ -41,30 +42,117 @@ bool exited(int pidfd) {
 
 }  // namespace
 
-PoolLauncher::PoolLauncher(std::vector<std::string> worker_argv, std::size_t size, SandboxLauncher& cold)
-    : argv_(std::move(worker_argv)), size_(size), cold_(cold) {
+std::string worker_note_ready(const std::string& cgroup_path) {
+  return "ready " + (cgroup_path.empty() ? std::string("-") : cgroup_path) + "\n";
+}
+
+std::string worker_note_failed(const std::string& why) {
+  std::string one = printable(why);
+  if (one.size() > kMaxWorkerNoteBytes / 2) one.resize(kMaxWorkerNoteBytes / 2);
+  return "failed " + one + "\n";
+}
+
+std::string cgroup_of_note(const std::string& note) {
+  constexpr std::string_view kReady = "ready ", kRoot = "/sys/fs/cgroup/";
+  auto nl = note.find('\n');
+  if (nl == std::string::npos || note.compare(0, kReady.size(), kReady) != 0) return "";
+  std::string path = note.substr(kReady.size(), nl - kReady.size());
+  if (path.compare(0, kRoot.size(), kRoot) != 0 || path.size() == kRoot.size() || path.back() == '/') return "";
+  for (std::size_t at = kRoot.size(); at <= path.size();) {
+    auto next = path.find('/', at);
+    if (next == std::string::npos) next = path.size();
+    std::string part = path.substr(at, next - at);
+    if (part.empty() || part == "." || part == ".." || part.find('\0') != std::string::npos) return "";
+    at = next + 1;
+  }
+  return path;
+}
+
+// Why a worker said it failed ("" when it did not).
+static std::string failed_of_note(const std::string& note) {
+  constexpr std::string_view kFailed = "failed ";
+  auto nl = note.find('\n');
+  if (nl == std::string::npos || note.compare(0, kFailed.size(), kFailed) != 0) return "";
+  return note.substr(kFailed.size(), nl - kFailed.size());
+}
+
+PoolLauncher::PoolLauncher(std::vector<std::string> worker_argv, std::size_t size, SandboxLauncher& cold,
+                           std::int64_t max_idle_ms)
+    : argv_(std::move(worker_argv)), size_(size), cold_(cold), max_idle_us_(max_idle_ms * 1000) {
   refill();
 }
 
 PoolLauncher::~PoolLauncher() {
   // Closing a worker's socket is its end (EOF while it waits: sandbox discarded, no record).
-  for (auto& w : idle_) w.sock.reset();
-  auto deadline = mono_us() + 3'000'000;
   for (auto& w : idle_) {
-    pollfd p{w.pidfd.get(), POLLIN, 0};
-    int left = static_cast<int>(std::max<std::int64_t>(0, (deadline - mono_us()) / 1000));
-    if (::poll(&p, 1, left) <= 0)  // a worker that does not end by itself within the bound is killed
-      ::syscall(SYS_pidfd_send_signal, w.pidfd.get(), SIGKILL, nullptr, 0);
-    while (::waitpid(w.pid, nullptr, 0) < 0 && errno == EINTR) {
-    }
+    read_note(w);
+    retiring_.push_back({w.pid, std::move(w.pidfd), 0, cgroup_of_note(w.note), false});
+    w.sock.reset();
   }
   idle_.clear();
+  auto deadline = mono_us() + kRetireGraceMs * 1000LL;
+  for (auto& r : retiring_) {
+    pollfd p{r.pidfd.get(), POLLIN, 0};
+    int left = static_cast<int>(std::max<std::int64_t>(0, (deadline - mono_us()) / 1000));
+    if (!r.killed && ::poll(&p, 1, left) <= 0) {  // one that does not end by itself within the bound is killed
+      ::syscall(SYS_pidfd_send_signal, r.pidfd.get(), SIGKILL, nullptr, 0);
+      r.killed = true;
+    }
+    int ws = 0;
+    while (::waitpid(r.pid, &ws, 0) < 0 && errno == EINTR) {
+    }
+    if ((r.killed || (WIFSIGNALED(ws) && WTERMSIG(ws) == SIGKILL)) && !r.cgroup.empty())
+      stale_cgroups_.push_back({r.cgroup, 100});
+  }
+  retiring_.clear();
+  // A killed worker's init dies with it (PR_SET_PDEATHSIG), but its run cgroup stays: removed
+  // here, a few tries while the killed processes are reaped (bounded: the server is exiting).
+  for (int i = 0; i < 100 && !stale_cgroups_.empty(); ++i) {
+    remove_stale_cgroups();
+    if (!stale_cgroups_.empty()) ::usleep(10'000);
+  }
 }
 
-void PoolLauncher::drop(Idle& w, const std::string& why) {
+void PoolLauncher::read_note(Idle& w) {
+  if (!w.sock.ok()) return;
+  char buf[512];
+  while (w.note.size() < kMaxWorkerNoteBytes) {
+    ssize_t n = ::recv(w.sock.get(), buf, std::min(sizeof buf, kMaxWorkerNoteBytes - w.note.size()), MSG_DONTWAIT);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    w.note.append(buf, static_cast<std::size_t>(n));
+  }
+}
+
+void PoolLauncher::retire(Idle& w, const std::string& why) {
   log_line("discarded pooled sandbox (worker " + std::to_string(w.pid) + "): " + why);
-  ::syscall(SYS_pidfd_send_signal, w.pidfd.get(), SIGKILL, nullptr, 0);
-  while (::waitpid(w.pid, nullptr, 0) < 0 && errno == EINTR) {
+  read_note(w);
+  Retiring r;
+  r.pid = w.pid;
+  r.pidfd = std::move(w.pidfd);
+  r.kill_at_us = mono_us() + kRetireGraceMs * 1000LL;
+  r.cgroup = cgroup_of_note(w.note);
+  w.sock.reset();  // EOF: the worker kills its sandbox, removes its run cgroup and exits
+  retiring_.push_back(std::move(r));
+}
+
+void PoolLauncher::remove_stale_cgroups() {
+  for (auto it = stale_cgroups_.begin(); it != stale_cgroups_.end();) {
+    const std::string& dir = it->first;
+    // cgroup.kill first: the sandbox's init should have died with its worker (PR_SET_PDEATHSIG),
+    // but a process of the sandbox that is still there keeps the directory busy.
+    if (int fd = ::open((dir + "/cgroup.kill").c_str(), O_WRONLY | O_CLOEXEC); fd >= 0) {
+      (void)!::write(fd, "1", 1);
+      ::close(fd);
+    }
+    if (::rmdir(dir.c_str()) == 0 || errno == ENOENT) {
+      it = stale_cgroups_.erase(it);
+    } else if (--it->second <= 0) {
+      log_line("could not remove a killed worker's run cgroup " + dir + ": " + std::strerror(errno));
+      it = stale_cgroups_.erase(it);
+    } else {
+      ++it;
+    }
   }
 }
 
@@ -74,42 +162,67 @@ Result<PoolLauncher::Idle> PoolLauncher::spawn() {
   UniqueFd mine(sv[0]), theirs(sv[1]);
   UniqueFd out(::memfd_create("sbx-mcp-response", MFD_CLOEXEC));
   if (!out.ok()) return sys_error("mcp", "memfd_create for a pooled worker's response");
-  std::vector<char*> argv;
-  for (auto& a : argv_) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  pid_t server = ::getpid();
-  pid_t pid = ::fork();  // the server is single-threaded: fork is safe, and exec follows at once
-  if (pid < 0) return sys_error("mcp", "fork a pooled worker");
-  if (pid == 0) {
-    if (::dup2(theirs.get(), 0) < 0 || ::dup2(out.get(), 1) < 0) ::_exit(125);
-    // Idle, it holds no call: SIGKILL if the server dies (its init follows, PR_SET_PDEATHSIG in
-    // child.cpp). The worker makes it SIGTERM once it has a call, whose record then is written.
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (::getppid() != server) ::_exit(125);
-    ::setpgid(0, 0);
-    ::execv("/proc/self/exe", argv.data());
-    ::_exit(127);
+  // Idle, it holds no call: SIGKILL if the server dies (its init follows, PR_SET_PDEATHSIG in
+  // child.cpp). The worker makes it SIGTERM once it has a call, whose record then is written.
+  auto w = spawn_worker(argv_, theirs.get(), std::move(out), SIGKILL);
+  if (!w) return w.error();
+  Idle idle;
+  idle.pid = w->pid;
+  idle.pidfd = std::move(w->pidfd);
+  idle.response = std::move(w->response);
+  idle.sock = std::move(mine);
+  idle.born_us = mono_us();
+  return idle;
+}
+
+void PoolLauncher::tick() {
+  std::int64_t now = mono_us();
+  for (auto it = retiring_.begin(); it != retiring_.end();) {
+    if (exited(it->pidfd.get())) {
+      int ws = 0;
+      while (::waitpid(it->pid, &ws, 0) < 0 && errno == EINTR) {
+      }
+      // Killed (by us, or by anyone): its sandbox did not clean up after itself.
+      if ((it->killed || (WIFSIGNALED(ws) && WTERMSIG(ws) == SIGKILL)) && !it->cgroup.empty())
+        stale_cgroups_.push_back({it->cgroup, 50});
+      it = retiring_.erase(it);
+      continue;
+    }
+    if (!it->killed && now >= it->kill_at_us) {
+      log_line("worker " + std::to_string(it->pid) + " did not end within " + std::to_string(kRetireGraceMs) +
+               " ms of its sandbox's discard; killing it");
+      ::syscall(SYS_pidfd_send_signal, it->pidfd.get(), SIGKILL, nullptr, 0);
+      it->killed = true;
+    }
+    ++it;
   }
-  Idle w;
-  w.pid = pid;
-  w.pidfd = UniqueFd(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
-  if (!w.pidfd.ok()) {
-    int e = errno;
-    ::kill(pid, SIGKILL);
-    ::waitpid(pid, nullptr, 0);
-    errno = e;
-    return sys_error("mcp", "pidfd_open for a pooled worker");
+  remove_stale_cgroups();
+  bool retired = false;
+  for (auto it = idle_.begin(); it != idle_.end();) {
+    if (max_idle_us_ > 0 && now - it->born_us >= max_idle_us_) {
+      retire(*it, "idle for " + std::to_string((now - it->born_us) / 1'000'000) + " s, past --pool-max-idle");
+      it = idle_.erase(it);
+      retired = true;
+    } else {
+      ++it;
+    }
   }
-  w.sock = std::move(mine);
-  w.response = std::move(out);
-  return w;
+  if (retired) refill();
+}
+
+int PoolLauncher::next_tick_ms() const {
+  if (!retiring_.empty() || !stale_cgroups_.empty()) return 50;  // reaping: pidfds are not in the loop's poll
+  if (idle_.empty() || max_idle_us_ <= 0) return -1;
+  std::int64_t oldest = idle_.front().born_us;
+  for (auto& w : idle_) oldest = std::min(oldest, w.born_us);
+  return static_cast<int>(std::clamp<std::int64_t>((oldest + max_idle_us_ - mono_us()) / 1000 + 1, 0, 3'600'000));
 }
 
 void PoolLauncher::refill() {
   // Workers that ended while idle (their sandbox died or was disturbed) are reaped here too.
   for (auto it = idle_.begin(); it != idle_.end();) {
     if (exited(it->pidfd.get())) {
-      drop(*it, "it ended before hand-out");
+      retire(*it, "it ended before hand-out");
       it = idle_.erase(it);
     } else {
       ++it;
@@ -135,11 +248,25 @@ Result<Worker> PoolLauncher::launch(const json& job) {
     return cold_.launch(j);
   };
   if (job.value("tool", "") != "run_code") return cold("only run_code calls are served from the pool");
+  std::string build_failed;
+  std::int64_t now = mono_us();
   while (!idle_.empty()) {
     Idle w = std::move(idle_.front());
     idle_.pop_front();
     if (exited(w.pidfd.get())) {
-      drop(w, "it ended before hand-out (its sandbox died or was disturbed)");
+      retire(w, "it ended before hand-out (its sandbox died or was disturbed)");
+      continue;
+    }
+    if (max_idle_us_ > 0 && now - w.born_us >= max_idle_us_) {
+      retire(w, "idle for " + std::to_string((now - w.born_us) / 1'000'000) + " s, past --pool-max-idle");
+      continue;
+    }
+    read_note(w);
+    if (std::string why = failed_of_note(w.note); !why.empty()) {
+      // Its sandbox could not be built, or died: the call runs cold (the next idle sandbox, else
+      // the cold launcher); a call that finds no other says why.
+      retire(w, why);
+      build_failed = why;
       continue;
     }
     UniqueFd mfd(::memfd_create("sbx-mcp-job", MFD_CLOEXEC));
@@ -155,7 +282,7 @@ Result<Worker> PoolLauncher::launch(const json& job) {
     }
     ::lseek(mfd.get(), 0, SEEK_SET);
     if (auto st = send_fd(w.sock.get(), mfd.get(), 'J', "mcp", "hand a job to a pooled worker"); !st) {
-      drop(w, st.error().describe());
+      retire(w, st.error().describe());
       continue;
     }
     Worker out;
@@ -167,6 +294,7 @@ Result<Worker> PoolLauncher::launch(const json& job) {
     return out;
   }
   refill();
+  if (!build_failed.empty()) return cold(build_failed);
   return cold("the pool was empty (" + std::to_string(size_) + " pooled sandboxes in use or still being made)");
 }
 

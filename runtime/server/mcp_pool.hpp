@@ -18,7 +18,16 @@
 // Idle sandboxes never outlive the server: closing the socket (the server's exit, or its death:
 // the kernel closes it) discards them, and an idle worker's parent-death signal is SIGKILL (its
 // init's too: child.cpp), so a SIGKILLed server leaves nothing either. A worker whose sandbox
-// died or was disturbed before hand-out exits without a record, and is dropped at hand-out.
+// died or was disturbed before hand-out exits without a record, and is reaped at hand-out.
+//
+// A discarded sandbox is retired off the loop (tick()): its socket closed, its worker reaped when
+// it exits, killed if it does not within kRetireGraceMs. A killed worker cannot remove its run
+// cgroup, so each worker names it on its socket once built ("ready PATH") and the server removes
+// it. A worker whose build failed says so ("failed WHY"): it gets no call, and the call runs in
+// the next sandbox or cold, recorded with WHY. Sandboxes idle past max_idle are retired and
+// rebuilt: what was checked or read at build (the image's seal, the profile, the tenant's policy)
+// is never older than that at hand-out; the profile and the tenant's policy are also compared at
+// hand-out (pool_refusal; the worker's tenant key), so an edit is never missed.
 #include <sys/types.h>
 
 #include <chrono>
@@ -30,14 +39,39 @@
 
 namespace sbx::mcp {
 
+// How long a pooled sandbox may wait idle before it is retired and rebuilt (`sbx mcp
+// --pool-max-idle SECONDS`): the image's seal, the profile's and the tenant's text are taken when
+// the sandbox is built, so this bounds how old what a call gets may be.
+inline constexpr int kDefaultPoolMaxIdleS = 300;
+// A retired worker (its socket closed: it discards its sandbox, removes its run cgroup and exits)
+// that has not exited this long after is killed, and its run cgroup removed by the server.
+inline constexpr int kRetireGraceMs = 3000;
+
+// What a pooled worker tells the server on its socket once it is ready or broken (one line each,
+// at most kMaxWorkerNoteBytes): "ready CGROUP\n" (CGROUP: its run cgroup's absolute path, or "-"),
+// or "failed WHY\n" (its sandbox could not be built: the server hands it no call, but one sent
+// before the note arrived is still run, cold, by the worker itself).
+inline constexpr std::size_t kMaxWorkerNoteBytes = 4096;
+std::string worker_note_ready(const std::string& cgroup_path);
+std::string worker_note_failed(const std::string& why);
+// The run cgroup a note names: "" unless it is an absolute path below /sys/fs/cgroup/ without
+// "." or ".." components (the server removes only such a directory).
+std::string cgroup_of_note(const std::string& note);
+
 class PoolLauncher : public SandboxLauncher {
  public:
-  // worker_argv: `sbx [--state-dir DIR] mcp-worker --pooled --profile P`; size: idle sandboxes kept.
-  PoolLauncher(std::vector<std::string> worker_argv, std::size_t size, SandboxLauncher& cold);
+  // worker_argv: `sbx [--state-dir DIR] mcp-worker --pooled --profile P`; size: idle sandboxes kept;
+  // max_idle_ms: the oldest an idle sandbox may be at hand-out (older ones are retired and rebuilt).
+  PoolLauncher(std::vector<std::string> worker_argv, std::size_t size, SandboxLauncher& cold,
+               std::int64_t max_idle_ms = kDefaultPoolMaxIdleS * 1000LL);
   ~PoolLauncher() override;
   PoolLauncher(const PoolLauncher&) = delete;
   PoolLauncher& operator=(const PoolLauncher&) = delete;
   Result<Worker> launch(const nlohmann::json& job) override;
+  // Reaps retired workers (killing those past kRetireGraceMs), retires idle sandboxes past their
+  // age, removes the run cgroups a killed worker left, and refills the pool.
+  void tick() override;
+  int next_tick_ms() const override;
   // Starts workers until `size` are idle (or being made); called after each hand-out.
   void refill();
   std::size_t idle() const { return idle_.size(); }
@@ -46,14 +80,29 @@ class PoolLauncher : public SandboxLauncher {
   struct Idle {
     pid_t pid = -1;
     UniqueFd pidfd, sock, response;
+    std::int64_t born_us = 0;
+    std::string note;  // what the worker said on its socket so far
+  };
+  struct Retiring {
+    pid_t pid = -1;
+    UniqueFd pidfd;
+    std::int64_t kill_at_us = 0;
+    std::string cgroup;  // its run cgroup, removed here if the worker had to be killed
+    bool killed = false;
   };
   Result<Idle> spawn();
-  void drop(Idle& w, const std::string& why);
+  // Closes its socket (EOF: the worker discards its sandbox) and waits for it off the loop.
+  void retire(Idle& w, const std::string& why);
+  static void read_note(Idle& w);
+  void remove_stale_cgroups();
 
   std::vector<std::string> argv_;
   std::size_t size_;
   SandboxLauncher& cold_;
+  std::int64_t max_idle_us_;
   std::deque<Idle> idle_;
+  std::vector<Retiring> retiring_;
+  std::vector<std::pair<std::string, int>> stale_cgroups_;  // path, tries left
   std::size_t spawn_failures_ = 0;
 };
 

@@ -458,6 +458,7 @@ int Server::run() {
     if (next != Clock::time_point::max())
       timeout = static_cast<int>(std::max<long long>(
           0, std::chrono::duration_cast<std::chrono::milliseconds>(next - now).count() + 1));
+    if (int t = launcher_.next_tick_ms(); t >= 0 && !stopping_) timeout = timeout < 0 ? t : std::min(timeout, t);
     int n = ::poll(fds.data(), fds.size(), timeout);
     if (n < 0 && errno != EINTR) {
       log_line(std::string("poll: ") + std::strerror(errno));
@@ -504,6 +505,7 @@ int Server::run() {
     for (std::size_t i = 0; n > 0 && i < keys.size(); ++i)
       if (fds[3 + i].revents & POLLIN) finish(keys[i]);
     tick(Clock::now());
+    if (!stopping_) launcher_.tick();
   }
   // Whatever is still buffered goes out if the client still reads; never wait on it for long.
   if (out_ok_ && !outbuf_.empty()) {
@@ -516,14 +518,9 @@ int Server::run() {
 
 }  // namespace
 
-Result<Worker> ReexecLauncher::launch(const json& job) {
-  UniqueFd in(::memfd_create("sbx-mcp-job", MFD_CLOEXEC)), out(::memfd_create("sbx-mcp-response", MFD_CLOEXEC));
-  if (!in.ok() || !out.ok()) return sys_error("mcp", "memfd_create for a worker's job and response");
-  json copy = job;
-  SBX_TRY(write_all(in.get(), dump_json(copy, -1)));
-  ::lseek(in.get(), 0, SEEK_SET);
+Result<Worker> spawn_worker(const std::vector<std::string>& args, int in_fd, UniqueFd response, int pdeathsig) {
   std::vector<char*> argv;
-  for (auto& a : argv_) argv.push_back(const_cast<char*>(a.c_str()));
+  for (auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
   pid_t server = ::getpid();
   pid_t pid = ::fork();  // the server is single-threaded: fork is safe, and exec follows at once
@@ -531,11 +528,10 @@ Result<Worker> ReexecLauncher::launch(const json& job) {
   if (pid == 0) {
     // The forwarded signals stay blocked across exec: one that arrives before the worker's
     // supervisor exists waits for it, and is recorded, instead of killing it (signals.hpp).
-    if (::dup2(in.get(), 0) < 0 || ::dup2(out.get(), 1) < 0) ::_exit(125);
-    // Should the server die without cancelling (SIGKILL), its workers cancel themselves.
-    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
-    if (::getppid() != server) ::_exit(125);
-    ::setpgid(0, 0);  // a terminal's Ctrl-C reaches the server, which cancels in order
+    if (::dup2(in_fd, 0) < 0 || ::dup2(response.get(), 1) < 0) ::_exit(125);
+    ::prctl(PR_SET_PDEATHSIG, pdeathsig);
+    if (::getppid() != server) ::_exit(125);  // the server died before the prctl: its signal is missed
+    ::setpgid(0, 0);
     ::execv("/proc/self/exe", argv.data());
     ::_exit(127);
   }
@@ -549,8 +545,18 @@ Result<Worker> ReexecLauncher::launch(const json& job) {
     errno = e;
     return sys_error("mcp", "pidfd_open for a worker");
   }
-  w.response = std::move(out);
+  w.response = std::move(response);
   return w;
+}
+
+Result<Worker> ReexecLauncher::launch(const json& job) {
+  UniqueFd in(::memfd_create("sbx-mcp-job", MFD_CLOEXEC)), out(::memfd_create("sbx-mcp-response", MFD_CLOEXEC));
+  if (!in.ok() || !out.ok()) return sys_error("mcp", "memfd_create for a worker's job and response");
+  json copy = job;
+  SBX_TRY(write_all(in.get(), dump_json(copy, -1)));
+  ::lseek(in.get(), 0, SEEK_SET);
+  // Should the server die without cancelling (SIGKILL), its workers cancel themselves.
+  return spawn_worker(argv_, in.get(), std::move(out), SIGTERM);
 }
 
 int serve(const ServerConfig& config, SandboxLauncher& launcher, int in_fd, int out_fd) {

@@ -46,7 +46,19 @@ class SandboxLauncher {
   virtual ~SandboxLauncher() = default;
   // `job` is the worker's request (cli/mcp_cmd.cpp): {"tool": "run_code"|"pack", ...}.
   virtual Result<Worker> launch(const nlohmann::json& job) = 0;
+  // Housekeeping the server's loop gives the launcher between events (a pool retires idle
+  // sandboxes past their age, reaps them, refills): called after every wake-up; never blocks.
+  virtual void tick() {}
+  // How long the loop may sleep before tick() is due again (ms; -1: no deadline of its own).
+  virtual int next_tick_ms() const { return -1; }
 };
+
+// Forks and execs /proc/self/exe with `argv` (`sbx [--state-dir DIR] mcp-worker ...`): in_fd is
+// its stdin, `response` (a memfd) its stdout, it gets a process group of its own (a terminal's
+// Ctrl-C reaches the server, which cancels in order) and `pdeathsig` as its parent-death signal.
+// The one spawn of both launchers: a cold worker (the job in a memfd, SIGTERM: it cancels its
+// run and still records it) and a pooled one (a socket, SIGKILL while it holds no call).
+Result<Worker> spawn_worker(const std::vector<std::string>& argv, int in_fd, UniqueFd response, int pdeathsig);
 
 // Re-execs /proc/self/exe as `sbx [--state-dir DIR] mcp-worker`, the job on its stdin.
 class ReexecLauncher : public SandboxLauncher {

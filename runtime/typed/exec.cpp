@@ -322,6 +322,7 @@ Result<PooledExec> run_exec_pooled(const ExecContext& ctx, const AwaitExecCall& 
   RunReport rep = run_sandbox(pool);
   if (rep.discarded) {
     if (res.error) return *res.error;
+    if (res.request.is_null() && rep.outcome.error) res.build_error = rep.outcome.error;
     return res;  // res.request null: nothing came; otherwise res.cold_reason says why it runs cold
   }
   if (!state) return make_error("pool", "the pooled run ended before its call was handed over");

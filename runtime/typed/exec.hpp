@@ -76,6 +76,9 @@ struct PooledExec {
   nlohmann::json response;   // the call's response when it ran in the pooled sandbox; else null
   std::string cold_reason;   // why the pooled sandbox could not serve it ("" when it did)
   std::optional<Error> error;  // the request did not plan (a response as run_exec's error)
+  // The sandbox could not be built (request null: await_request was never called, nothing was
+  // recorded); the caller may still take a call and run it cold.
+  std::optional<Error> build_error;
 };
 Result<PooledExec> run_exec_pooled(const ExecContext& ctx, const AwaitExecCall& await_request);
 

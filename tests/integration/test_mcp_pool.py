@@ -2,14 +2,16 @@
 seen by the next (files in /tmp and /out, background processes, environment: distinct pid
 namespaces and tmpfs mounts); a call the pool cannot serve runs cold and its record says why; a
 pooled sandbox that died before hand-out is discarded; idle sandboxes end with the server (EOF,
-SIGTERM, SIGKILL), and none of them leaves a record. Runs as root and rootless."""
+SIGTERM, SIGKILL), and none of them leaves a record; a pooled sandbox whose build failed makes its
+call run cold (not fail); a tenant policy edited after the build makes the call run cold under the
+new policy; idle sandboxes past --pool-max-idle are rebuilt. Runs as root and rootless."""
 import json
 import os
 import signal
 import time
 import uuid
 
-from sbxtest import SbxTestCase, ledger_lines, note, procs, scaled, validate_trace
+from sbxtest import MODE, SbxTestCase, ledger_lines, note, procs, scaled, validate_trace
 from test_mcp import Server, cmdline, descendants
 
 
@@ -183,3 +185,96 @@ class McpPoolCase(SbxTestCase):
         self.assertExit(r, 125)
         self.assertIn("--pool", self.assertOneSbxLine(r))
 
+
+    def test_a_pooled_sandbox_whose_build_failed_runs_its_call_cold(self):
+        # A profile whose bind source does not exist yet: every pooled build fails (the source is
+        # checked when the sandbox is made). Once it exists, a call must still be served: cold,
+        # its record saying why, not failed with the pooled build's error.
+        src = self.path("later")
+        prof = self.path("later-profile.json")
+        with open(prof, "w") as f:
+            json.dump({"image": "host", "network": {"mode": "none"}, "limits": {"timeout": "20s", "pids": 64},
+                       "binds": [{"src": src, "dst": src}]}, f)
+        s = self.server(["--profile", prof, "--pool", "2", "--max-concurrent", "1"])
+        deadline = time.monotonic() + scaled(30)
+        while s.stderr().count("could not be built") < 2 and len(self.records(s)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.assertEqual(self.records(s), [])  # a failed build ran nothing and records nothing
+        self.assertGreaterEqual(s.stderr().count("could not be built"), 2, s.stderr())
+        os.mkdir(src)
+        with open(os.path.join(src, "f"), "w") as f:
+            f.write("there\n")
+        os.chmod(src, 0o755)
+        os.chmod(os.path.join(src, "f"), 0o644)
+        out = self.run_code(s, f"cat {src}/f")
+        self.assertEqual(out["stdout"], "there\n")
+        recs = self.records(s)
+        self.assertEqual(len(recs), 1, recs)
+        validate_trace(self, recs[0])
+        self.assertFalse(recs[0]["pool"]["hit"], recs[0]["pool"])
+        self.assertIn("could not be built", recs[0]["pool"]["reason"])
+        self.assertIn(src, recs[0]["pool"]["reason"])
+        note("pool fallback record: " + json.dumps(recs[0]["pool"]))
+        # The pool refills with sandboxes that now build, and serves from them.
+        self.wait_pool(s, 2)
+        deadline = time.monotonic() + scaled(30)
+        while True:
+            self.assertEqual(self.run_code(s, f"cat {src}/f")["stdout"], "there\n")
+            last = self.records(s)[-1]["pool"]
+            if last["hit"] or time.monotonic() > deadline:
+                break
+            time.sleep(0.3)
+        self.assertTrue(last["hit"], last)
+
+    def test_a_tenant_policy_edited_after_the_build_makes_the_call_run_cold(self):
+        tenants = self.path("tenants")
+        os.mkdir(tenants)
+        old = os.environ.get("SBX_TENANTS_DIR")
+        os.environ["SBX_TENANTS_DIR"] = tenants  # the server (and its workers) inherit it
+        self.addCleanup(lambda: os.environ.pop("SBX_TENANTS_DIR") if old is None else os.environ.update(SBX_TENANTS_DIR=old))
+        path = os.path.join(tenants, "T.json")
+        ids = "required" if MODE == "root" else "preferred"
+
+        def write(slot):
+            with open(path, "w") as f:
+                json.dump({"id_slot": slot, "separate_ids": ids, "limits": {"timeout": "20s", "pids": 32}}, f)
+        write(7)
+        s = self.server(["--tenant", "T", "--pool", "1", "--max-concurrent", "1"])
+        store = os.path.join(s.state, "tenants", "T")
+        self.wait_pool(s, 1)
+        self.assertEqual(self.run_code(s, "echo one")["stdout"], "one\n")
+        self.wait_pool(s, 1)
+        # After the pooled sandbox was built with slot 7: another host id slice, which no RunSpec
+        # holds (the pool's spec match cannot see it), only the policy's digest.
+        write(8)
+        self.assertEqual(self.run_code(s, "echo two")["stdout"], "two\n")
+        recs = [e["record"] for e in ledger_lines(store)]
+        self.assertEqual(len(recs), 2, recs)
+        self.assertTrue(recs[0]["pool"]["hit"], recs[0]["pool"])
+        self.assertIn("sha256:", recs[0]["pool"]["key"]["tenant"]["policy"])
+        self.assertFalse(recs[1]["pool"]["hit"], recs[1]["pool"])
+        self.assertIn("policy changed", recs[1]["pool"]["reason"])
+        if MODE == "root":  # the policy as it is now: slot 8's ids, not the pooled sandbox's slot 7
+            self.assertNotEqual(recs[1]["tenant"]["uid_range"], recs[0]["tenant"]["uid_range"])
+        note("tenant edit: " + json.dumps(recs[1]["pool"]) + "; uid ranges " +
+             json.dumps([recs[0]["tenant"]["uid_range"], recs[1]["tenant"]["uid_range"]]))
+
+    def test_idle_sandboxes_past_max_idle_are_rebuilt(self):
+        s = self.server(["--pool", "1", "--pool-max-idle", "2", "--max-concurrent", "1"])
+        first = self.wait_pool(s, 1)[0]
+        deadline = time.monotonic() + scaled(20)
+        while first in pooled_workers(s.p.pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        self.assertNotIn(first, pooled_workers(s.p.pid), "an idle sandbox outlived --pool-max-idle")
+        self.assertIn("past --pool-max-idle", s.stderr())
+        second = self.wait_pool(s, 1)[0]
+        self.assertNotEqual(first, second)
+        self.assertEqual(self.run_code(s, "echo fresh")["stdout"], "fresh\n")
+        recs = self.records(s)
+        self.assertEqual(len(recs), 1, recs)  # the retired one recorded nothing
+        self.assertEqual(recs[0]["result"]["status"], "ok")
+        from sbxtest import sbx
+        r = sbx(["mcp", "--pool-max-idle", "-1"])
+        self.assertExit(r, 125)
+        self.assertIn("--pool-max-idle", self.assertOneSbxLine(r))
+        note("pool: " + [l for l in s.stderr().splitlines() if "past --pool-max-idle" in l][0])

@@ -1,6 +1,7 @@
 #include <doctest/doctest.h>
 
 #include "runtime/launch/pool_job.hpp"
+#include "runtime/server/mcp_pool.hpp"
 
 using namespace sbx;
 
@@ -65,4 +66,19 @@ TEST_CASE("a pooled sandbox serves only calls that lower timeout or output_limit
   call = pooled;
   call.binds.push_back({"/srv", "/srv", false});
   CHECK(pool_refusal(pooled, call).find("mounts") != std::string::npos);
+}
+
+TEST_CASE("the server removes only a run cgroup a pooled worker's note names plainly") {
+  using sbx::mcp::cgroup_of_note;
+  using sbx::mcp::worker_note_ready;
+  CHECK(cgroup_of_note(worker_note_ready("/sys/fs/cgroup/sbx/run-1")) == "/sys/fs/cgroup/sbx/run-1");
+  CHECK(cgroup_of_note(worker_note_ready("")) == "");  // "ready -": no run cgroup
+  CHECK(cgroup_of_note("ready /sys/fs/cgroup/sbx/run-1") == "");  // not a whole line
+  CHECK(cgroup_of_note("ready /sys/fs/cgroup/../../etc\n") == "");
+  CHECK(cgroup_of_note("ready /sys/fs/cgroup/a/./b\n") == "");
+  CHECK(cgroup_of_note("ready /sys/fs/cgroup/a//b\n") == "");
+  CHECK(cgroup_of_note("ready /sys/fs/cgroup/\n") == "");  // never the root itself
+  CHECK(cgroup_of_note("ready /tmp/x\n") == "");
+  CHECK(cgroup_of_note(sbx::mcp::worker_note_failed("bind source missing\n")) == "");
+  CHECK(sbx::mcp::worker_note_failed("a\nb").find('\n') == sbx::mcp::worker_note_failed("a\nb").size() - 1);
 }

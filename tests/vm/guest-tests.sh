@@ -177,6 +177,25 @@ sbx_run_timeout_cleans() {  # --timeout on sleepers -> no process and no run cgr
   echo "timeout: exit $rc, run cgroups left: '${left}', sleepers left: '${procs}'"
   [ $rc = 124 ] && [ -z "$left" ] && [ -z "$procs" ]
 }
+sbx_mcp_pool_killed_worker_leaves_no_cgroup() {  # sbx mcp --pool: a worker killed at discard -> the server removes its run cgroup
+  sbx_run_ready || return $?
+  [ -z "$(ls -d $CG/sbx/run-* 2>/dev/null)" ] || { echo "run cgroups before: $(ls -d $CG/sbx/run-*)"; return 1; }
+  fifo=/tmp/mcp-pool-in; rm -f $fifo; mkfifo $fifo || return 1
+  "$SBX" mcp --pool 1 <$fifo >/dev/null 2>/tmp/mcp-pool.err & srv=$!
+  exec 9>$fifo
+  i=0; while [ -z "$(ls -d $CG/sbx/run-* 2>/dev/null)" ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done
+  cg=$(ls -d $CG/sbx/run-* 2>/dev/null)
+  [ -n "$cg" ] || { echo "no pooled run cgroup appeared"; exec 9>&-; wait $srv; return 1; }
+  sleep 2  # the worker's sandbox is built and it has named its run cgroup to the server
+  w=$(pgrep -P $srv | head -1)
+  kill -STOP "$w"  # it cannot discard its own sandbox now: the server has to kill it
+  exec 9>&-        # EOF: the server discards its idle sandboxes and exits
+  wait $srv; rc=$?
+  left=$(ls -d $CG/sbx/run-* 2>/dev/null)
+  echo "server exit $rc; pooled run cgroup was $cg; left: '$left'"
+  grep 'pool' /tmp/mcp-pool.err | tail -3
+  [ $rc = 0 ] && [ -z "$left" ]
+}
 sbx_run_rootless_delegated() {  # as uid 1001 in a subtree delegated to it (chown, as Delegate=yes does)
   sbx_run_ready || return $?
   command -v setpriv >/dev/null || { echo "no setpriv in the guest"; return 77; }
@@ -468,6 +487,7 @@ run "sbx run --pids" sbx_run_pids
 run "sbx run --cpus" sbx_run_cpus
 run "sbx run --cpu-time" sbx_run_cpu_time
 run "sbx run --timeout leaves no process" sbx_run_timeout_cleans
+run "sbx mcp --pool: a killed pooled worker's run cgroup is removed" sbx_mcp_pool_killed_worker_leaves_no_cgroup
 run "sbx run rootless, delegated subtree" sbx_run_rootless_delegated
 run "cgroup namespace with processes at its root (sbx cgroup-init)" cgroupns_procs_at_root
 run "sbx run: int 0x80 is refused (seccomp)" sbx_run_int80
