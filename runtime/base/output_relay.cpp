@@ -107,14 +107,14 @@ OutputSink OutputSink::owned_nonblocking(int fd) {
 }
 
 OutputSink::OutputSink(OutputSink&& o) noexcept
-    : fd_(std::exchange(o.fd_, -1)), mode_(o.mode_), owned_(std::exchange(o.owned_, false)), error_(o.error_) {}
+    : fd_(std::exchange(o.fd_, -1)), mode_(o.mode_), owned_(std::move(o.owned_)), error_(o.error_) {}
 
 OutputSink& OutputSink::operator=(OutputSink&& o) noexcept {
   if (this != &o) {
     release();
     fd_ = std::exchange(o.fd_, -1);
     mode_ = o.mode_;
-    owned_ = std::exchange(o.owned_, false);
+    owned_ = std::move(o.owned_);
     error_ = o.error_;
   }
   return *this;
@@ -123,9 +123,8 @@ OutputSink& OutputSink::operator=(OutputSink&& o) noexcept {
 OutputSink::~OutputSink() { release(); }
 
 void OutputSink::release() {
-  if (owned_ && fd_ >= 0) ::close(fd_);
+  owned_.reset();
   fd_ = -1;
-  owned_ = false;
 }
 
 void OutputSink::fail(int err) {
@@ -177,29 +176,23 @@ OutputRelay::OutputRelay(int src, OutputSink sink, std::optional<std::int64_t> l
   }
 }
 
-OutputRelay::~OutputRelay() {
-  if (src_ >= 0) ::close(src_);
-}
+OutputRelay::~OutputRelay() = default;
 
 void OutputRelay::adopt_source(int fd) {
-  if (fd < 0) return;
-  if (adopted_ || stats_.reader_closed) {
-    ::close(fd);
-    return;
-  }
+  UniqueFd got(fd);
+  if (!got.ok() || adopted_ || stats_.reader_closed) return;  // closed with `got`
   adopted_ = true;
-  src_ = fd;
+  src_ = std::move(got);
   src_socket_ = is_socket(fd);
 }
 
 ssize_t OutputRelay::read_source(char* dst, std::size_t n) {
-  return src_socket_ ? ::recv(src_, dst, n, MSG_DONTWAIT) : ::read(src_, dst, n);
+  return src_socket_ ? ::recv(src_.get(), dst, n, MSG_DONTWAIT) : ::read(src_.get(), dst, n);
 }
 
 // The source has ended: once what it gave is delivered, so has the stream (see flush()).
 void OutputRelay::end_of_source() {
-  ::close(src_);
-  src_ = -1;
+  src_.reset();
   stats_.source_eof = true;
   if (!pending()) sink_.close();
 }
@@ -211,10 +204,10 @@ std::uint64_t OutputRelay::room_under_limit() const {
 }
 
 int OutputRelay::src_poll_fd() const {
-  if (src_ < 0) return -1;
+  if (!src_.ok()) return -1;
   // Past the limit, or with nowhere to deliver to, bytes are read and counted, never kept.
-  if (room_under_limit() == 0 || sink_.error()) return src_;
-  return tail_ - head_ < kBufferBytes ? src_ : -1;
+  if (room_under_limit() == 0 || sink_.error()) return src_.get();
+  return tail_ - head_ < kBufferBytes ? src_.get() : -1;
 }
 
 short OutputRelay::sink_events() const { return pending() ? POLLOUT : 0; }
@@ -222,7 +215,7 @@ short OutputRelay::sink_events() const { return pending() ? POLLOUT : 0; }
 // A few rounds per wake-up while the reader keeps up: each round saves a pass of the poll loop,
 // and the bound keeps a fast writer from starving the loop's other fds.
 void OutputRelay::on_src_ready() {
-  for (int round = 0; round < 4 && src_ >= 0; ++round) {
+  for (int round = 0; round < 4 && src_.ok(); ++round) {
     std::uint64_t seen = accepted_ + stats_.dropped_bytes;
     read_into_buffer();
     flush();
@@ -297,12 +290,11 @@ void OutputRelay::on_sink_ready(short revents) {
 // were written, and will never be read. A write that races this very close is the one byte
 // count the record cannot see.
 void OutputRelay::close_source() {
-  if (src_ < 0) return;
+  if (!src_.ok()) return;
   int unread = 0;
-  if (unread_ == Unread::undelivered && ::ioctl(src_, FIONREAD, &unread) == 0 && unread > 0)
+  if (unread_ == Unread::undelivered && ::ioctl(src_.get(), FIONREAD, &unread) == 0 && unread > 0)
     count_unread(static_cast<std::uint64_t>(unread));
-  ::close(src_);
-  src_ = -1;
+  src_.reset();
 }
 
 void OutputRelay::count_unread(std::uint64_t n) {

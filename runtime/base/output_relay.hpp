@@ -23,6 +23,7 @@
 #include <optional>
 #include <string>
 
+#include "runtime/base/fsutil.hpp"
 #include "runtime/base/sha256.hpp"
 
 namespace sbx {
@@ -71,11 +72,11 @@ class OutputSink {
   void close() { release(); }
 
  private:
-  OutputSink(int fd, Mode mode, bool owned) : fd_(fd), mode_(mode), owned_(owned) {}
+  OutputSink(int fd, Mode mode, bool owned) : fd_(fd), mode_(mode), owned_(owned ? fd : -1) {}
   void release();
-  int fd_ = -1;
+  int fd_ = -1;  // owned_'s, or the caller's (not closed here)
   Mode mode_ = Mode::none;
-  bool owned_ = false;
+  UniqueFd owned_;
   int error_ = 0;
 };
 
@@ -105,7 +106,7 @@ class OutputRelay {
   // A source that arrives once the run is under way (the pty master: stdin_relay.hpp). A relay
   // reads one source in its life: a second, or one after the reader has gone, is closed.
   void adopt_source(int fd);
-  bool source_open() const { return src_ >= 0; }
+  bool source_open() const { return src_.ok(); }
   bool reader_closed() const { return stats_.reader_closed; }
   bool truncated() const { return stats_.truncated; }
   bool pending() const { return tail_ > head_; }
@@ -123,7 +124,7 @@ class OutputRelay {
   void close_source();
   void count_unread(std::uint64_t n);
   std::uint64_t room_under_limit() const;
-  int src_;
+  UniqueFd src_;
   bool src_socket_ = false;  // recv(MSG_DONTWAIT): a socket's O_NONBLOCK is the caller's to set
   bool adopted_ = false;
   Unread unread_;

@@ -17,10 +17,11 @@
 
 #include <spdlog/spdlog.h>
 
-#include "runtime/linux/limits_plan.hpp"
+#include "runtime/base/fsutil.hpp"
 #include "runtime/base/log.hpp"
 #include "runtime/base/progress_line.hpp"
 #include "runtime/base/signals.hpp"
+#include "runtime/linux/limits_plan.hpp"
 
 namespace sbx {
 namespace {
@@ -33,21 +34,7 @@ int pidfd_send_signal(int pidfd, int sig) {
 }
 
 // An armed timer's fd, closed when it has fired or the run is over.
-class TimerFd {
- public:
-  TimerFd() = default;
-  TimerFd(const TimerFd&) = delete;
-  TimerFd& operator=(const TimerFd&) = delete;
-  ~TimerFd() { reset(); }
-  void reset(int fd = -1) {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = fd;
-  }
-  int fd() const { return fd_; }
-
- private:
-  int fd_ = -1;
-};
+using TimerFd = UniqueFd;
 
 // One pass of the loop's pollfd array, and where each participant's entries are in it.
 struct PollSet {
@@ -81,9 +68,6 @@ class Supervisor {
                                {"action", v.action}, {"count", v.count}});
       };
   }
-  ~Supervisor() {
-    if (msg_fd_ >= 0) ::close(msg_fd_);
-  }
   SuperviseResult run();
 
  private:
@@ -109,7 +93,7 @@ class Supervisor {
   SuperviseResult r_;
   std::int64_t start_;
   OutputRelay out_, err_;
-  int msg_fd_;
+  UniqueFd msg_fd_;  // init's reports; ours (SuperviseInput::msg_fd)
   TimerFd deadline_, grace_, cpu_timer_;
   bool init_done_ = false;
   std::int64_t init_done_at_ = 0;
@@ -144,13 +128,12 @@ void Supervisor::fail(Error e) {
 bool Supervisor::running(std::int64_t now) {
   if (!init_done_) return true;
   // A pty master still on its way from init (stdin_relay.hpp) is a source of stdout too.
-  bool sources = out_.source_open() || err_.source_open() || msg_fd_ >= 0 || handoff_pending();
+  bool sources = out_.source_open() || err_.source_open() || msg_fd_.ok() || handoff_pending();
   if (sources && now - init_done_at_ >= 5000) {
     out_.abandon();
     err_.abandon();
     if (in_.input) in_.input->abandon_handoff();
-    if (msg_fd_ >= 0) ::close(msg_fd_);
-    msg_fd_ = -1;
+    msg_fd_.reset();
     return false;
   }
   return sources || out_.pending() || err_.pending();
@@ -158,7 +141,7 @@ bool Supervisor::running(std::int64_t now) {
 
 int Supervisor::poll_timeout(std::int64_t now, bool proxy_polled) const {
   int wait_ms = -1;
-  if (init_done_ && (out_.source_open() || err_.source_open() || msg_fd_ >= 0 || handoff_pending()))
+  if (init_done_ && (out_.source_open() || err_.source_open() || msg_fd_.ok() || handoff_pending()))
     wait_ms = static_cast<int>(std::max<std::int64_t>(0, init_done_at_ + 5000 - now));
   if (proxy_polled) {
     std::int64_t t = in_.proxy->ms_until_next_expiry(now);
@@ -169,7 +152,7 @@ int Supervisor::poll_timeout(std::int64_t now, bool proxy_polled) const {
 
 SuperviseResult Supervisor::run() {
   r_.timed_out = in_.timed_out_before_start;
-  if (msg_fd_ >= 0) ::fcntl(msg_fd_, F_SETFL, ::fcntl(msg_fd_, F_GETFL) | O_NONBLOCK);
+  if (msg_fd_.ok()) ::fcntl(msg_fd_.get(), F_SETFL, ::fcntl(msg_fd_.get(), F_GETFL) | O_NONBLOCK);
   if (in_.timeout_ms && !in_.timed_out_before_start) arm(deadline_, *in_.timeout_ms, "timeout", "the wall-time limit");
   if (in_.cpu_budget_ms && in_.cpu_used_us)
     arm(cpu_timer_, cpu_time_recheck_ms(*in_.cpu_budget_ms, 0, in_.max_cpus), "cpu_time", "the CPU-time budget");
@@ -180,12 +163,12 @@ SuperviseResult Supervisor::run() {
     int i_pid = p.add(live ? in_.pidfd : -1);
     int i_out = p.add(out_.src_poll_fd()), i_err = p.add(err_.src_poll_fd());
     int o_out = p.add(out_.sink_poll_fd(), out_.sink_events()), o_err = p.add(err_.sink_poll_fd(), err_.sink_events());
-    int i_msg = p.add(msg_fd_);
+    int i_msg = p.add(msg_fd_.get());
     // After init, signals are still read while output waits for its reader: one ends that wait.
     bool delivering = out_.pending() || err_.pending();
-    int i_dl = p.add(deadline_.fd()), i_gr = p.add(live ? grace_.fd() : -1);
+    int i_dl = p.add(deadline_.get()), i_gr = p.add(live ? grace_.get() : -1);
     int i_sig = p.add(live || delivering ? in_.signal_fd : -1);
-    int i_cpu = p.add(live ? cpu_timer_.fd() : -1);
+    int i_cpu = p.add(live ? cpu_timer_.get() : -1);
     int i_scs = p.add(live ? seccomp_.sock_fd() : -1), i_scl = p.add(live ? seccomp_.listener_fd() : -1);
     StdinSlots in_slots = poll_stdin(p, live);
     std::size_t proxy_first = p.fds.size();
@@ -271,7 +254,7 @@ void Supervisor::dispatch(const PollSet& p, int i_msg, int i_dl, int i_cpu, int 
 
 void Supervisor::on_message() {
   ChildMsg m;
-  ssize_t k = ::read(msg_fd_, &m, sizeof m);
+  ssize_t k = ::read(msg_fd_.get(), &m, sizeof m);
   if (k == static_cast<ssize_t>(sizeof m)) {
     if (m.kind == ChildMsg::kSetupError && !r_.setup_error) r_.setup_error = m;
     if (m.kind == ChildMsg::kStarted && m.caps.read == 1)
@@ -287,13 +270,11 @@ void Supervisor::on_message() {
         r_.init_pending = true;
         r_.wall_ms = init_done_at_ - start_;
       }
-      ::close(msg_fd_);  // nothing follows; its EOF would only come once init's exit is done
-      msg_fd_ = -1;
+      msg_fd_.reset();  // nothing follows; its EOF would only come once init's exit is done
     }
   } else if (k >= 0 || (errno != EAGAIN && errno != EINTR)) {
     // EOF, or a short message (init writes whole messages atomically: it died mid-way).
-    ::close(msg_fd_);
-    msg_fd_ = -1;
+    msg_fd_.reset();
   }
 }
 
@@ -399,18 +380,14 @@ void Supervisor::wind_up() {
 }  // namespace
 
 Result<int> arm_timerfd(std::int64_t ms) {
-  int fd = ::timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
-  if (fd < 0) return sys_error("timer", "timerfd_create");
+  UniqueFd fd(::timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK));
+  if (!fd.ok()) return sys_error("timer", "timerfd_create");
   struct itimerspec its = {};
   its.it_value.tv_sec = ms / 1000;
   its.it_value.tv_nsec = (ms % 1000) * 1'000'000;
   if (its.it_value.tv_sec == 0 && its.it_value.tv_nsec == 0) its.it_value.tv_nsec = 1;
-  if (::timerfd_settime(fd, 0, &its, nullptr) != 0) {
-    Error e = sys_error("timer", "timerfd_settime");
-    ::close(fd);
-    return e;
-  }
-  return fd;
+  if (::timerfd_settime(fd.get(), 0, &its, nullptr) != 0) return sys_error("timer", "timerfd_settime");
+  return fd.release();
 }
 
 SuperviseResult supervise(const SuperviseInput& in) {

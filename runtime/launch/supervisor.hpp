@@ -35,8 +35,10 @@ Result<int> arm_timerfd(std::int64_t ms);
 
 struct SuperviseInput {
   pid_t pid = -1;   // sbx's init in the sandbox
-  int pidfd = -1;
-  int msg_fd = -1;  // read ends
+  int pidfd = -1;   // the caller's: it stays open
+  // Read ends that supervise() takes over and closes (as do seccomp_sock's notifier and the
+  // relays of out_fd and err_fd); the caller gives them up.
+  int msg_fd = -1;
   int out_fd = -1;
   int err_fd = -1;
   // Where the program's output is passed through (sbx exec captures it in memfds instead).

@@ -25,35 +25,30 @@ SeccompNotifier::SeccompNotifier(int sock, const std::vector<sock_filter>* refer
   if (named) named_.insert(named->begin(), named->end());
 }
 
-SeccompNotifier::~SeccompNotifier() {
-  if (sock_ >= 0) ::close(sock_);
-  if (listener_ >= 0) ::close(listener_);
-}
+SeccompNotifier::~SeccompNotifier() = default;
 
 void SeccompNotifier::on_sock_readable() {
   int fd;
-  ssize_t n = recv_fd(sock_, &fd);
+  ssize_t n = recv_fd(sock_.get(), &fd);
   if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
   if (n > 0) {
-    if (fd >= 0 && listener_ < 0) listener_ = fd;
-    else if (fd >= 0) ::close(fd);  // only one program child sends; anything else is dropped
-    return;
+    UniqueFd got(fd);
+    if (got.ok() && !listener_.ok()) listener_ = std::move(got);
+    return;  // only one program child sends; anything else is dropped (closed with `got`)
   }
   // EOF: init closed its copy and the program exec'd (or died); nothing more will come.
-  ::close(sock_);
-  sock_ = -1;
+  sock_.reset();
 }
 
 bool SeccompNotifier::on_listener_ready(short revents, std::int64_t now_ms) {
   if (!(revents & POLLIN)) {
     // POLLHUP: no task uses the filter any more.
-    ::close(listener_);
-    listener_ = -1;
+    listener_.reset();
     return false;
   }
   struct seccomp_notif req;
   std::memset(&req, 0, sizeof req);  // the kernel insists on a zeroed buffer
-  if (::ioctl(listener_, SECCOMP_IOCTL_NOTIF_RECV, &req) != 0) return false;  // ENOENT: the caller died
+  if (::ioctl(listener_.get(), SECCOMP_IOCTL_NOTIF_RECV, &req) != 0) return false;  // ENOENT: the caller died
   std::uint32_t ret = seccomp_evaluate(*reference_, req.data);
   SeccompAnswer answer = seccomp_answer(ret);
   bool kill = answer.kind == SeccompAnswer::kKill;
@@ -64,7 +59,7 @@ bool SeccompNotifier::on_listener_ready(short revents, std::int64_t now_ms) {
     std::memset(&cont, 0, sizeof cont);
     cont.id = req.id;
     cont.flags = SECCOMP_USER_NOTIF_FLAG_CONTINUE;
-    ::ioctl(listener_, SECCOMP_IOCTL_NOTIF_SEND, &cont);
+    ::ioctl(listener_.get(), SECCOMP_IOCTL_NOTIF_SEND, &cont);
     return false;
   }
   record(req.data.arch, req.data.nr, ret, kill, now_ms);
@@ -74,7 +69,7 @@ bool SeccompNotifier::on_listener_ready(short revents, std::int64_t now_ms) {
   resp.id = req.id;
   resp.error = -err;  // error 0 with flags 0: the call "returns 0" without running, like ERRNO(0)
   resp.val = 0;
-  if (::ioctl(listener_, SECCOMP_IOCTL_NOTIF_SEND, &resp) != 0 && errno != ENOENT)
+  if (::ioctl(listener_.get(), SECCOMP_IOCTL_NOTIF_SEND, &resp) != 0 && errno != ENOENT)
     spdlog::debug("seccomp: answer failed: {}", std::strerror(errno));
   return false;
 }

@@ -17,6 +17,8 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "runtime/base/fsutil.hpp"
+
 namespace sbx {
 
 struct SeccompViolation {
@@ -54,8 +56,8 @@ class SeccompNotifier {
   SeccompNotifier(const SeccompNotifier&) = delete;
   SeccompNotifier& operator=(const SeccompNotifier&) = delete;
 
-  int sock_fd() const { return sock_; }
-  int listener_fd() const { return listener_; }
+  int sock_fd() const { return sock_.get(); }
+  int listener_fd() const { return listener_.get(); }
   void on_sock_readable();
   // Handles one notification. Returns true when the policy's action is a kill: the caller kills
   // the sandbox (the refused call stays blocked in the kernel until then, so it never runs).
@@ -73,8 +75,8 @@ class SeccompNotifier {
  private:
   void record(std::uint32_t arch_token, int nr, std::uint32_t ret, bool kill, std::int64_t now_ms);
 
-  int sock_ = -1;
-  int listener_ = -1;
+  UniqueFd sock_;
+  UniqueFd listener_;
   const std::vector<sock_filter>* reference_;
   std::int64_t start_ms_;
   std::set<std::string> named_;

@@ -35,10 +35,6 @@ const char* mode_name(StdinMode m) {
   return "null";
 }
 
-void close_fd(int& fd) {
-  if (fd >= 0) ::close(fd);
-  fd = -1;
-}
 
 }  // namespace
 
@@ -98,41 +94,38 @@ void CallerSource::restore() {
 CallerStdin::~CallerStdin() {
   end_session();
   close_child_ends();
-  close_fd(pipe_w_);
-  close_fd(sock_);
-  close_fd(master_);
 }
 
 Status CallerStdin::prepare() {
   int fds[2];
   if (plan_.mode == StdinMode::pipe) {
     if (::pipe2(fds, O_CLOEXEC) != 0) return sys_error("stdin", "pipe for the program's stdin");
-    child_in_ = fds[0];
-    pipe_w_ = fds[1];
+    child_in_.reset(fds[0]);
+    pipe_w_.reset(fds[1]);
   } else if (plan_.mode == StdinMode::pty) {
     if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, fds) != 0)
       return sys_error("tty", "socketpair for the pty handoff");
-    sock_ = fds[0];
-    child_sock_ = fds[1];
+    sock_.reset(fds[0]);
+    child_sock_.reset(fds[1]);
     size_ = window_size(STDIN_FILENO);
   }
   return {};
 }
 
 void CallerStdin::close_child_ends() {
-  close_fd(child_in_);
-  close_fd(child_sock_);
+  child_in_.reset();
+  child_sock_.reset();
 }
 
 Status CallerStdin::begin_session() {
   if (plan_.relay) {
     auto fd = caller_.open(STDIN_FILENO);
     if (!fd) return fd.error();
-    src_ = *fd;
+    src_.reset(*fd);
     // No output limit toward the program: the caller chose what to send. What is left in the
     // caller's stdin when the program closes its own is the caller's, never counted as lost.
     if (plan_.mode == StdinMode::pipe) {
-      relay_.emplace(std::exchange(src_, -1), OutputSink::owned_nonblocking(std::exchange(pipe_w_, -1)), std::nullopt,
+      relay_.emplace(src_.release(), OutputSink::owned_nonblocking(pipe_w_.release()), std::nullopt,
                      OutputRelay::Unread::not_taken);
     }
   }
@@ -145,8 +138,8 @@ Status CallerStdin::begin_session() {
   sigaddset(&winch, SIGWINCH);
   ::sigprocmask(SIG_BLOCK, &winch, &old_mask_);
   mask_changed_ = true;
-  winch_fd_ = ::signalfd(-1, &winch, SFD_CLOEXEC | SFD_NONBLOCK);
-  if (winch_fd_ < 0) return sys_error("tty", "signalfd for SIGWINCH");
+  winch_fd_.reset(::signalfd(-1, &winch, SFD_CLOEXEC | SFD_NONBLOCK));
+  if (!winch_fd_.ok()) return sys_error("tty", "signalfd for SIGWINCH");
   return {};
 }
 
@@ -154,9 +147,9 @@ void CallerStdin::end_session() {
   raw_.restore();
   if (relay_ && !stats_) stats_ = relay_->finish();  // closes the caller's stdin and the program's end
   relay_.reset();
-  close_fd(src_);
+  src_.reset();
   caller_.restore();
-  close_fd(winch_fd_);
+  winch_fd_.reset();
   if (mask_changed_ && !sigismember(&old_mask_, SIGWINCH)) {
     sigset_t winch;
     sigemptyset(&winch);
@@ -177,45 +170,45 @@ int CallerStdin::relay_sink_poll_fd() const {
 
 int CallerStdin::on_handoff_ready() {
   int fd = -1;
-  ssize_t k = recv_fd(sock_, &fd);
+  ssize_t k = recv_fd(sock_.get(), &fd);
   if (k < 0 && (errno == EAGAIN || errno == EINTR)) return -1;
-  close_fd(sock_);  // one message, or EOF: init failed before the pty existed, and says why
+  sock_.reset();  // one message, or EOF: init failed before the pty existed, and says why
   if (k <= 0 || fd < 0) return -1;
-  master_ = fd;
+  master_.reset(fd);
   int flags = ::fcntl(fd, F_GETFL);
   ::fcntl(fd, F_SETFL, flags | O_NONBLOCK);  // shared by the duplicates: both relays use it non-blocking
-  if (src_ >= 0) {
+  if (src_.ok()) {
     int sink = ::fcntl(fd, F_DUPFD_CLOEXEC, 3);
     if (sink >= 0)
-      relay_.emplace(std::exchange(src_, -1), OutputSink::owned_nonblocking(sink), std::nullopt,
+      relay_.emplace(src_.release(), OutputSink::owned_nonblocking(sink), std::nullopt,
                      OutputRelay::Unread::not_taken);
   }
   forward_window_size();  // the terminal may have been resized since prepare()
   return ::fcntl(fd, F_DUPFD_CLOEXEC, 3);
 }
 
-void CallerStdin::abandon_handoff() { close_fd(sock_); }
+void CallerStdin::abandon_handoff() { sock_.reset(); }
 
 void CallerStdin::hang_up() {
-  if (master_ < 0) return;
+  if (!master_.ok()) return;
   if (relay_ && !stats_) stats_ = relay_->finish();
   relay_.reset();
-  close_fd(master_);
+  master_.reset();
 }
 
 void CallerStdin::on_winch() {
   struct signalfd_siginfo si;
-  while (::read(winch_fd_, &si, sizeof si) == static_cast<ssize_t>(sizeof si)) {
+  while (::read(winch_fd_.get(), &si, sizeof si) == static_cast<ssize_t>(sizeof si)) {
   }
   forward_window_size();
 }
 
 void CallerStdin::forward_window_size() {
-  if (master_ < 0) return;
+  if (!master_.ok()) return;
   struct winsize ws = window_size(STDIN_FILENO);
   if (ws.ws_row == size_.ws_row && ws.ws_col == size_.ws_col) return;
   // The pty sends SIGWINCH to its foreground process group itself.
-  if (::ioctl(master_, TIOCSWINSZ, &ws) == 0) {
+  if (::ioctl(master_.get(), TIOCSWINSZ, &ws) == 0) {
     size_ = ws;
     ++window_changes_;
   }

@@ -28,6 +28,7 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/base/error.hpp"
+#include "runtime/base/fsutil.hpp"
 #include "runtime/base/output_relay.hpp"
 #include "runtime/linux/pty.hpp"
 
@@ -73,8 +74,8 @@ class CallerStdin {
   // Before clone: the pipe (pipe mode) or the pty handoff socketpair (pty mode), and the window
   // size the pty starts with.
   Status prepare();
-  int child_in_fd() const { return child_in_; }    // pipe mode: init's read end
-  int child_pty_sock() const { return child_sock_; }  // pty mode: init's end of the handoff
+  int child_in_fd() const { return child_in_.get(); }    // pipe mode: init's read end
+  int child_pty_sock() const { return child_sock_.get(); }  // pty mode: init's end of the handoff
   const struct winsize& initial_size() const { return size_; }
   void close_child_ends();
 
@@ -91,7 +92,7 @@ class CallerStdin {
   OutputRelay* relay() { return relay_ ? &*relay_ : nullptr; }
   int relay_sink_poll_fd() const;
   // Pty mode: init's handoff of the master, until it has come (or init ended without one).
-  int handoff_fd() const { return sock_; }
+  int handoff_fd() const { return sock_.get(); }
   // The master has come (or the handoff ended): a duplicate of it for the stdout relay to read,
   // or -1.
   int on_handoff_ready();
@@ -102,7 +103,7 @@ class CallerStdin {
   // this is the program's EPIPE (output_relay.hpp).
   void hang_up();
   // SIGWINCH: the caller's terminal was resized; the pty follows.
-  int winch_fd() const { return winch_fd_; }
+  int winch_fd() const { return winch_fd_.get(); }
   void on_winch();
 
   nlohmann::json to_json() const;
@@ -112,12 +113,12 @@ class CallerStdin {
 
   StdinPlan plan_;
   CallerSource caller_;
-  int src_ = -1;           // sbx's own fd of the caller's stdin, until the relay owns it
-  int pipe_w_ = -1;        // pipe mode: the write end, until the relay owns it
-  int master_ = -1;        // pty mode: the master (window size), once it has come
-  int child_in_ = -1, child_sock_ = -1;
-  int sock_ = -1;          // supervisor's end of the pty handoff
-  int winch_fd_ = -1;
+  UniqueFd src_;           // sbx's own fd of the caller's stdin, until the relay owns it
+  UniqueFd pipe_w_;        // pipe mode: the write end, until the relay owns it
+  UniqueFd master_;        // pty mode: the master (window size), once it has come
+  UniqueFd child_in_, child_sock_;
+  UniqueFd sock_;          // supervisor's end of the pty handoff
+  UniqueFd winch_fd_;
   sigset_t old_mask_ {};
   bool mask_changed_ = false;
   struct winsize size_ {};

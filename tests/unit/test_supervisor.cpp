@@ -278,3 +278,76 @@ TEST_CASE("signal guards restore the mask and the disposition") {
   bool same = pipe_after.sa_handler == pipe_before.sa_handler;
   CHECK(same);
 }
+
+// supervise() as a whole, its fake init alive throughout, its output toward a reader that never
+// reads: the loop must keep its limits although a write would block.
+namespace {
+struct StalledRun {
+  FakeInit init;
+  Fds prog, reader;  // the program's stdout; sbx's stdout, whose reader never reads
+  std::string written;
+  SuperviseInput in;
+  StalledRun() {
+    set_nonblock(prog.r);
+    in.pid = init.pid;
+    in.pidfd = init.pidfd;
+    in.out_fd = prog.r;
+    prog.r = -1;  // supervise() owns it
+    in.out_dst = reader.w;
+    in.err_dst = -1;
+    fill(reader.w, 'r');  // the reader's pipe is full before the run starts
+    ::fcntl(reader.w, F_SETFL, ::fcntl(reader.w, F_GETFL) & ~O_NONBLOCK);  // as sbx's own stdout: blocking
+    written = fill(prog.w, 'p');  // and so is the program's
+  }
+};
+}  // namespace
+
+TEST_CASE("supervise: the wall-time limit fires although sbx's reader never reads") {
+  SignalDispositionGuard no_sigpipe(SIGPIPE, SIG_IGN);
+  StalledRun run;
+  run.in.timeout_ms = 300;
+  std::int64_t t0 = mono_ms();
+  SuperviseResult r = supervise(run.in);
+  std::int64_t took = mono_ms() - t0;
+  CHECK(took >= 250);
+  CHECK(took < 5000);  // a blocked write would have held it until the reader read (never)
+  CHECK(r.timed_out);
+  CHECK(WIFSIGNALED(r.init_wait_status));
+  CHECK(WTERMSIG(r.init_wait_status) == SIGKILL);
+  CHECK(r.out.bytes == 0);  // nothing could be delivered
+  CHECK(r.out.undelivered_bytes == run.written.size());
+  Outcome o = outcome_from_supervision(r, 2000);
+  CHECK(o.status == RunStatus::timeout);
+  CHECK(exit_status_for(o) == 124);
+  run.init.reaped = !r.init_pending;
+}
+
+TEST_CASE("supervise: the output limit truncates while the reader never reads, and the run still ends") {
+  SignalDispositionGuard no_sigpipe(SIGPIPE, SIG_IGN);
+  StalledRun run;
+  run.in.timeout_ms = 300;
+  run.in.output_limit_bytes = 1000;
+  SuperviseResult r = supervise(run.in);
+  CHECK(r.timed_out);
+  CHECK(r.out.truncated);
+  CHECK(r.out.bytes + r.out.undelivered_bytes == 1000);  // within the limit: delivered or counted
+  CHECK(r.out.dropped_bytes == run.written.size() - 1000);
+  run.init.reaped = !r.init_pending;
+}
+
+TEST_CASE("supervise: a reader that goes away closes the program's pipe; the run goes on to its end") {
+  SignalDispositionGuard no_sigpipe(SIGPIPE, SIG_IGN);
+  StalledRun run;
+  ::close(run.reader.r);  // the reader has gone before anything was delivered
+  run.reader.r = -1;
+  run.in.timeout_ms = 300;
+  SuperviseResult r = supervise(run.in);
+  CHECK(r.out.reader_closed);
+  CHECK(r.out.bytes == 0);
+  errno = 0;
+  CHECK(::write(run.prog.w, "x", 1) == -1);  // the program sees EPIPE, not a stalled pipe
+  CHECK(errno == EPIPE);
+  // Nothing else ended the sandbox: the wall-time limit did, as for any run.
+  CHECK(r.timed_out);
+  run.init.reaped = !r.init_pending;
+}
