@@ -445,6 +445,9 @@ RunReport run_sandbox(const RunRequest& req) {
     cfg.mounts.secret_files = req.secret_files;
     cfg.mounts.owner_uid = identity->uid;
     cfg.mounts.owner_gid = identity->gid;
+    // The mount plan is final: the operations init runs are the ones the record lists.
+    cfg.mounts.ops = mount_ops(cfg.mounts);
+    parts.image["mounts"] = mount_ops_to_json(cfg.mounts.ops);
     if (auto st = out_pair.open_socketpair("prepare", "/out"); !st) return fail_setup(st.error());
     cfg.out_sock = out_pair.w;
     cfg.hostname = spec.hostname;
