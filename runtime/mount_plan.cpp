@@ -131,6 +131,7 @@ std::vector<MountOp> mount_ops(const MountPlan& plan) {
   }
   // Everything not mounted over stays the root's own tmpfs (or the overlay): read-only now.
   l.add(MountOpKind::remount_ro, "/", MS_RDONLY | kNoSuidDev);
+  l.add(MountOpKind::proc_sys_ro, "/proc/sys", MS_RDONLY | kNoSuidDev | MS_NOEXEC);
   if (image) {
     // The working directory must exist to chdir into; in an image it may not, and the upper
     // layer is the only place to make it (the root is read-only by then).
@@ -204,6 +205,10 @@ nlohmann::json mount_ops_to_json(const std::vector<MountOp>& ops) {
         flags();
         break;
       case MountOpKind::remount_ro: j = {{"op", "remount_ro"}, {"dst", op.dst}}; flags(); break;
+      case MountOpKind::proc_sys_ro:
+        j = {{"op", "bind"}, {"src", op.dst}, {"dst", op.dst}, {"rw", false}, {"after_pivot", true}};
+        flags();
+        break;
     }
     a.push_back(std::move(j));
   }

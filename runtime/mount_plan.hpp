@@ -41,6 +41,8 @@ enum class MountOpKind : std::uint8_t {
   file,          // plan.files[index] written on the base tmpfs and bound read-only at `dst`
   secrets,       // /run/secrets: a tmpfs of the plan's secret files (values never recorded)
   remount_ro,    // the mount at `dst` (a fixed path, not a caller's) made read-only
+  proc_sys_ro,   // /proc/sys bound onto itself read-only: listed last, run by init after the
+                 // pivot and its own sysctl writes (make_proc_sys_readonly), not by build_root
 };
 
 struct MountOp {

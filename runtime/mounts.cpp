@@ -404,6 +404,7 @@ struct RootBuilder {
       case MountOpKind::file: return place_file(op);
       case MountOpKind::secrets: return write_secrets(root.get(), op, plan);
       case MountOpKind::remount_ro: return remount_ro(in_new(op.dst), op.flags);
+      case MountOpKind::proc_sys_ro: return {};  // init, after the pivot (make_proc_sys_readonly)
       default: return {};
     }
   }
@@ -505,7 +506,8 @@ Result<int> build_root(const MountPlan& plan, int image_ns_fd) {
   if (pivot_root(kBase, "oldroot") != 0) return sys_error("mounts", "pivot_root into base");
   if (::chdir("/") != 0) return sys_error("mounts", "chdir /");
   RootBuilder b{plan, image_ns_fd, {}, {}, 0};
-  // The list ends with the root remounted read-only (mount_plan.cpp).
+  // The list ends with the root remounted read-only (mount_plan.cpp); only /proc/sys follows,
+  // which init makes read-only after the pivot.
   for (auto& op : plan.ops) SBX_TRY(b.run(op));
   if (!b.out.ok()) return make_error("mounts", "the mount plan has no /out", EINVAL);
   if (::umount2("/oldroot", MNT_DETACH) != 0) return sys_error("mounts", "detach old root");

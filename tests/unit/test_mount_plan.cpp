@@ -77,9 +77,12 @@ TEST_CASE("mount plan: the host root's operations in the order init runs them") 
   auto ops = mount_ops(plan);
   REQUIRE(ops.size() > 10);
   CHECK(ops.front().kind == MountOpKind::root_bind);
-  CHECK(ops.back().kind == MountOpKind::remount_ro);
-  CHECK(ops.back().dst == "/");
-  CHECK((ops.back().flags & MS_RDONLY) != 0);
+  REQUIRE(ops.size() > 2);
+  auto& root_ro = ops[ops.size() - 2];  // the root is read-only last; /proc/sys after the pivot
+  CHECK(root_ro.kind == MountOpKind::remount_ro);
+  CHECK(root_ro.dst == "/");
+  CHECK((root_ro.flags & MS_RDONLY) != 0);
+  CHECK(ops.back().kind == MountOpKind::proc_sys_ro);
   // /dev is complete (nodes, the GPU's too, devpts, shm) before it turns read-only.
   auto dev_ro = index_of(ops, "/dev", MountOpKind::remount_ro);
   CHECK(index_of(ops, "/dev", MountOpKind::tmpfs) < index_of(ops, "/dev/null", MountOpKind::bind_device));
