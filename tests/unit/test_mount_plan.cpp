@@ -65,7 +65,7 @@ json record_with(const MountPlan& plan) {
   p.image = {{"name", "host"}, {"digest", nullptr}, {"mounts", mounts_to_json(plan)}};
   p.enforcement = {{"namespaces", {"user", "mount"}}, {"identity", json::object()}, {"cgroup", "unavailable"},
                    {"seccomp", {{"profile", nullptr}, {"sha256", nullptr}, {"unresolved", json::array()}, {"note", ""}}},
-                   {"capabilities", {{"kept", json::array()}}}, {"network", {{"mode", "none"}}}};
+                   {"capabilities", {{"kept", json::array()}}}, {"network", {{"mode", "none"}, {"allow", json::array()}}}};
   p.outcome.error = Error{"mounts", ENOENT, "bind source /nope"};
   return trace_record(std::move(p));
 }
@@ -166,8 +166,9 @@ TEST_CASE("trace record: a record trace_record builds validates against schemas/
   plan.ops = mount_ops(plan);
   json record = record_with(plan);
   auto errors = schema->validate(record);
-  for (auto& e : errors) INFO(e.pointer << ": " << e.message);
-  CHECK(errors.empty());
+  std::string all;
+  for (auto& e : errors) all += e.pointer + ": " + e.message + "\n";
+  CHECK_MESSAGE(errors.empty(), all);
   // The schema does check the list: an unknown operation or a bad mode is refused, by place.
   json bad = record;
   bad["image"]["mounts"][0]["op"] = "mount_everything";
@@ -178,7 +179,8 @@ TEST_CASE("trace record: a record trace_record builds validates against schemas/
   // Records of sbx before the list (binds only, no op) still validate, for replay and verify.
   json old = record;
   old["image"]["mounts"] = json::array({{{"src", "/usr"}, {"dst", "/usr"}, {"rw", false}}});
-  CHECK(schema->validate(old).empty());
+  errors = schema->validate(old);
+  CHECK_MESSAGE(errors.empty(), (errors.empty() ? "" : errors[0].pointer + ": " + errors[0].message));
   old["image"]["mounts"][0].erase("rw");  // but an entry is either an operation or an old bind
   CHECK_FALSE(schema->validate(old).empty());
 }
