@@ -590,6 +590,9 @@ bool Run::prepare_child() {
   cfg.mounts.secret_files = req_.secret_files;
   cfg.mounts.owner_uid = identity_->uid;
   cfg.mounts.owner_gid = identity_->gid;
+  // The mount plan is final: the operations init runs are the ones the record lists.
+  cfg.mounts.ops = mount_ops(cfg.mounts);
+  parts_.image["mounts"] = mount_ops_to_json(cfg.mounts.ops);
   if (auto st = out_pair_.open_socketpair("prepare", "/out"); !st) return fail_setup(st.error());
   cfg.out_sock = out_pair_.w.get();
   cfg.hostname = s.hostname;

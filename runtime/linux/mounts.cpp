@@ -217,29 +217,33 @@ Status symlink_at(const std::string& target, const std::string& path) {
   return {};
 }
 
-Status tmpfs_at(const std::string& dst, std::int64_t size, const char* mode, unsigned long flags) {
+std::string tmpfs_data(std::int64_t size, mode_t mode) {
+  char m[16];
+  std::snprintf(m, sizeof m, "%04o", static_cast<unsigned>(mode));
+  return std::string("mode=") + m + ",size=" + std::to_string(size);
+}
+
+Status tmpfs_at(const std::string& dst, std::int64_t size, mode_t mode, unsigned long flags) {
   SBX_TRY(mkdir_p(dst, 0755));
-  std::string data = std::string("mode=") + mode + ",size=" + std::to_string(size);
+  std::string data = tmpfs_data(size, mode);
   std::string shown = dst.starts_with("/newroot/") ? dst.substr(8) : dst;
   return do_mount("tmpfs", dst, "tmpfs", flags, data.c_str(), "tmpfs on " + shown);
 }
 
 // A tmpfs at `dst` (in-sandbox) inside the new root, its mount point made by open_mount_target.
 // Returns an O_PATH fd of the new mount's root.
-Result<UniqueFd> tmpfs_in_root(int root, const std::string& dst, std::int64_t size, const char* mode, unsigned long flags) {
+Result<UniqueFd> tmpfs_in_root(int root, const std::string& dst, std::int64_t size, mode_t mode, unsigned long flags) {
   auto target = open_mount_target(root, dst, true);
   if (!target) return target.error();
-  std::string data = std::string("mode=") + mode + ",size=" + std::to_string(size);
+  std::string data = tmpfs_data(size, mode);
   SBX_TRY(do_mount("tmpfs", fd_path(target->node.get()), "tmpfs", flags, data.c_str(), "tmpfs on " + dst));
   return open_mounted(*target, dst);
 }
 
 // Secrets live only in this tmpfs, in this mount namespace: nothing reaches the host's disk, and
 // the tmpfs is gone with the namespace when the run ends. noexec, and read-only once written.
-Status write_secrets(int root, const MountPlan& plan) {
-  std::int64_t size = 64 * 1024;
-  for (auto& [name, value] : plan.secret_files) size += static_cast<std::int64_t>(value.size()) + 4096;
-  auto dir = tmpfs_in_root(root, "/run/secrets", size, "0500", MS_NOSUID | MS_NODEV | MS_NOEXEC);
+Status write_secrets(int root, const MountOp& op, const MountPlan& plan) {
+  auto dir = tmpfs_in_root(root, op.dst, op.size_bytes, op.mode, op.flags & ~MS_RDONLY);
   if (!dir) return dir.error();
   for (auto& [name, value] : plan.secret_files) {
     int fd = ::openat(dir->get(), name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0400);
@@ -254,38 +258,7 @@ Status write_secrets(int root, const MountPlan& plan) {
     if (!owned) return make_error("secrets", "chown /run/secrets/" + name, oerr);
   }
   if (::fchownat(dir->get(), "", plan.owner_uid, plan.owner_gid, AT_EMPTY_PATH) != 0) return sys_error("secrets", "chown /run/secrets");
-  return remount_ro(fd_path(dir->get()), MS_NOSUID | MS_NODEV | MS_NOEXEC, "/run/secrets");
-}
-
-// A minimal /dev: the harmless character devices bound from the host (device nodes cannot be
-// created in a user namespace, and a tmpfs mounted there is implicitly nodev), a private devpts
-// instance so the sandbox's ptys are its own, and shm.
-Status build_dev(int root, std::int64_t shm_size, const MountPlan& plan) {
-  SBX_TRY(tmpfs_at("/newroot/dev", 256 * 1024, "0755", MS_NOSUID | MS_NOEXEC));
-  for (const char* d : {"null", "zero", "full", "random", "urandom", "tty"}) {
-    std::string host = std::string("/dev/") + d;
-    SBX_TRY(bind_mount(root, host, host, BindKind::device));
-  }
-  // The granted GPUs' nodes (gpu.hpp), only with --gpu: each a bind of the host's node, which
-  // keeps the source mount's flags (the host's /dev allows devices); the tmpfs around them is
-  // nodev by the kernel's rule for user namespaces, so no other node made here could be opened.
-  for (auto& [host, inside] : plan.device_nodes) SBX_TRY(bind_mount(root, host, inside, BindKind::device));
-  SBX_TRY(mkdir_p("/newroot/dev/pts", 0755));
-  SBX_TRY(do_mount("devpts", "/newroot/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC,
-                   "newinstance,ptmxmode=0666,mode=0620", "devpts on /dev/pts"));
-  SBX_TRY(symlink_at("pts/ptmx", "/newroot/dev/ptmx"));
-  SBX_TRY(tmpfs_at("/newroot/dev/shm", shm_size, "1777", MS_NOSUID | MS_NODEV | MS_NOEXEC));
-  SBX_TRY(symlink_at("/proc/self/fd", "/newroot/dev/fd"));
-  SBX_TRY(symlink_at("/proc/self/fd/0", "/newroot/dev/stdin"));
-  SBX_TRY(symlink_at("/proc/self/fd/1", "/newroot/dev/stdout"));
-  SBX_TRY(symlink_at("/proc/self/fd/2", "/newroot/dev/stderr"));
-  // Complete: the tmpfs itself becomes read-only (the program may not add files or replace the
-  // nodes' names); devpts and /dev/shm below it are mounts of their own and stay writable.
-  return remount_ro("/newroot/dev", MS_NOSUID | MS_NOEXEC);
-}
-
-bool under(const std::string& path, const std::string& dir) {
-  return path == dir || (path.size() > dir.size() && path.compare(0, dir.size(), dir) == 0 && path[dir.size()] == '/');
+  return remount_ro(fd_path(dir->get()), op.flags, op.dst);
 }
 
 // Creates `dst` (an absolute in-sandbox path) as a directory or an empty file in the overlay's
@@ -322,64 +295,120 @@ Status precreate_in_upper(int image_fd, const std::string& upper, const std::str
   return {};
 }
 
-// The image root: an overlay of the stored tree under a tmpfs upper layer (see mounts.hpp).
-Status mount_image_root(const MountPlan& plan, int image_fd) {
-  SBX_TRY(tmpfs_at("/layer", plan.upper_size_bytes, "0755", MS_NOSUID | MS_NODEV));
+// The image root: an overlay of the stored tree under a tmpfs upper layer (see mounts.hpp). The
+// mount points the image may lack are the list's operations marked `precreate`.
+Status mount_image_root(const MountPlan& plan, const MountOp& op, int image_fd) {
+  SBX_TRY(tmpfs_at("/layer", op.size_bytes, 0755, MS_NOSUID | MS_NODEV));
   if (::mkdir("/layer/upper", 0755) != 0 || ::mkdir("/layer/work", 0700) != 0) return sys_error("mounts", "mkdir in the upper layer");
-  std::vector<std::string> mount_dsts = {"/proc", "/dev", "/tmp", "/out"};
-  std::vector<std::pair<std::string, bool>> points;  // dst, is_dir
-  for (auto& d : mount_dsts) points.push_back({d, true});
-  for (auto& t : plan.tmpfs) points.push_back({t.dst, true}), mount_dsts.push_back(t.dst);
-  if (!plan.secret_files.empty()) points.push_back({"/run/secrets", true}), mount_dsts.push_back("/run/secrets");
-  for (auto& b : plan.binds) {
-    struct stat st;
-    if (::stat(("/oldroot" + b.src).c_str(), &st) != 0) return sys_error("mounts", "bind source " + b.src);
-    points.push_back({b.dst, S_ISDIR(st.st_mode)});
-    mount_dsts.push_back(b.dst);
+  for (auto& p : plan.ops) {
+    if (!p.precreate) continue;
+    bool dir = p.kind != MountOpKind::file;
+    if (p.kind == MountOpKind::bind_ro || p.kind == MountOpKind::bind_rw) {
+      struct stat st;
+      if (::stat(("/oldroot" + p.src).c_str(), &st) != 0) return sys_error("mounts", "bind source " + p.src);
+      dir = S_ISDIR(st.st_mode);
+    }
+    SBX_TRY(precreate_in_upper(image_fd, "/layer/upper", p.dst, dir));
   }
-  for (auto& f : plan.files) points.push_back({f.dst, false}), mount_dsts.push_back(f.dst);
-  bool workdir_mounted = false;
-  for (auto& m : mount_dsts) workdir_mounted = workdir_mounted || under(plan.workdir, m);
-  if (!workdir_mounted) points.push_back({plan.workdir, true});
-  for (auto& [dst, is_dir] : points) SBX_TRY(precreate_in_upper(image_fd, "/layer/upper", dst, is_dir));
   // The lower layer is named through the fd init opened (reopen_image_in_namespace): a lookup
   // through /proc/self/fd needs no search permission on the store's parents (as host root,
   // init's uid is now an unprivileged mapped one) and cannot be redirected by a rename.
   // userxattr: overlay's own metadata goes to user.* xattrs, the only ones a user namespace may set.
   std::string opts = "lowerdir=/oldroot/proc/self/fd/" + std::to_string(image_fd) +
                      ",upperdir=/layer/upper,workdir=/layer/work,userxattr";
-  SBX_TRY(do_mount("sbx-root", "/newroot", "overlay", MS_NOSUID | MS_NODEV, opts.c_str(), "overlay root from the image"));
+  SBX_TRY(do_mount("sbx-root", "/newroot", "overlay", op.flags, opts.c_str(), "overlay root from the image"));
   ::close(image_fd);
   return {};
 }
 
-// Generated files are written to the base tmpfs (this namespace only) and bound read-only.
-Status place_generated_files(int root, const MountPlan& plan) {
-  if (plan.files.empty()) return {};
-  SBX_TRY(mkdir_p("/gen", 0755));
-  for (std::size_t i = 0; i < plan.files.size(); ++i) {
-    const auto& f = plan.files[i];
-    std::string src = "/gen/" + std::to_string(i);
-    SBX_TRY(write_file(src, f.content, f.mode));
-    auto target = open_mount_target(root, f.dst, false);
-    if (!target) return target.error();
-    SBX_TRY(do_mount(src.c_str(), fd_path(target->node.get()), nullptr, MS_BIND, nullptr, "bind generated file " + f.dst));
-    auto mnt = open_mounted(*target, f.dst);
-    if (!mnt) return mnt.error();
-    SBX_TRY(remount_ro(fd_path(mnt->get()), MS_NOSUID | MS_NODEV, f.dst));
-  }
-  return {};
-}
+// The one interpreter of the mount plan (mount_plan.hpp): runs each operation in the order the
+// supervisor planned and recorded. Paths in the new root are "/newroot" + dst while the host's
+// root is still at /oldroot; a caller's path is resolved through `root` (mount_target.hpp).
+struct RootBuilder {
+  const MountPlan& plan;
+  int image_fd;
+  UniqueFd root;     // /newroot, once its root mount exists
+  UniqueFd out;      // /out, for the export after the run
+  std::size_t generated = 0;  // files written to /gen so far
 
-// /out: a size-capped tmpfs owned by the program. The supervisor exports from it after the run
-// through the O_PATH fd returned here (artifact_export.hpp), so no host directory is ever writable from inside.
-Result<int> make_out(const MountPlan& plan) {
-  SBX_TRY(tmpfs_at("/newroot/out", plan.out_size_bytes, "0755", MS_NOSUID | MS_NODEV));
-  if (::chown("/newroot/out", plan.owner_uid, plan.owner_gid) != 0) return sys_error("mounts", "chown /out");
-  int fd = ::open("/newroot/out", O_PATH | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return sys_error("mounts", "open /out");
-  return fd;
-}
+  static std::string in_new(const std::string& dst) { return dst == "/" ? "/newroot" : "/newroot" + dst; }
+
+  Status open_root() {
+    root = UniqueFd(::open("/newroot", O_PATH | O_DIRECTORY | O_CLOEXEC));
+    if (!root.ok()) return sys_error("mounts", "open /newroot");
+    return {};
+  }
+
+  // Generated files are written to the base tmpfs (this namespace only) and bound read-only.
+  Status place_file(const MountOp& op) {
+    if (generated == 0) SBX_TRY(mkdir_p("/gen", 0755));
+    std::string src = "/gen/" + std::to_string(generated++);
+    if (op.index >= plan.files.size()) return make_error("mounts", "generated file " + op.dst + " is not in the plan", EINVAL);
+    SBX_TRY(write_file(src, plan.files[op.index].content, op.mode));
+    auto target = open_mount_target(root.get(), op.dst, false);
+    if (!target) return target.error();
+    SBX_TRY(do_mount(src.c_str(), fd_path(target->node.get()), nullptr, MS_BIND, nullptr, "bind generated file " + op.dst));
+    auto mnt = open_mounted(*target, op.dst);
+    if (!mnt) return mnt.error();
+    return remount_ro(fd_path(mnt->get()), op.flags, op.dst);
+  }
+
+  // /out: a size-capped tmpfs owned by the program. The supervisor exports from it after the run
+  // through the O_PATH fd kept here (artifact_export.hpp), so no host directory is ever writable from inside.
+  Status make_out(const MountOp& op) {
+    std::string at = in_new(op.dst);
+    SBX_TRY(tmpfs_at(at, op.size_bytes, op.mode, op.flags));
+    if (::chown(at.c_str(), plan.owner_uid, plan.owner_gid) != 0) return sys_error("mounts", "chown " + op.dst);
+    out = UniqueFd(::open(at.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+    if (!out.ok()) return sys_error("mounts", "open " + op.dst);
+    return {};
+  }
+
+  Status run(const MountOp& op) {
+    switch (op.kind) {
+      case MountOpKind::root_bind:
+        // pivot_root needs the new root to be a mount point: bind /newroot onto itself.
+        SBX_TRY(do_mount("/newroot", "/newroot", nullptr, MS_BIND | MS_REC, nullptr, "bind /newroot"));
+        return open_root();
+      case MountOpKind::root_overlay:
+        if (image_fd < 0) return make_error("mounts", "the plan mounts an image but init holds none", EINVAL);
+        SBX_TRY(mount_image_root(plan, op, image_fd));
+        return open_root();
+      case MountOpKind::mount_point: return {};  // made in the upper layer by root_overlay
+      default: break;
+    }
+    if (!root.ok()) return make_error("mounts", "the mount plan does not start with its root", EINVAL);
+    switch (op.kind) {
+      case MountOpKind::bind_ro: return bind_mount(root.get(), op.src, op.dst, BindKind::ro);
+      case MountOpKind::bind_rw: return bind_mount(root.get(), op.src, op.dst, BindKind::rw);
+      case MountOpKind::bind_device: return bind_mount(root.get(), op.src, op.dst, BindKind::device);
+      case MountOpKind::symlink: return symlink_at(op.src, in_new(op.dst));
+      case MountOpKind::mkdir: return mkdir_p(in_new(op.dst), op.mode);
+      case MountOpKind::copy: return copy_in(op.src);
+      case MountOpKind::write: return write_file(in_new(op.dst), op.content, op.mode);
+      case MountOpKind::proc:
+        SBX_TRY(mkdir_p(in_new(op.dst), op.mode));
+        return do_mount("proc", in_new(op.dst), "proc", op.flags, nullptr, "proc on " + op.dst);
+      case MountOpKind::tmpfs:
+        if (op.at_target) {
+          auto mnt = tmpfs_in_root(root.get(), op.dst, op.size_bytes, op.mode, op.flags);
+          if (!mnt) return mnt.error();
+          return {};
+        }
+        return tmpfs_at(in_new(op.dst), op.size_bytes, op.mode, op.flags);
+      case MountOpKind::devpts:
+        // A private instance, so the sandbox's ptys are its own.
+        SBX_TRY(mkdir_p(in_new(op.dst), 0755));
+        return do_mount("devpts", in_new(op.dst), "devpts", op.flags, "newinstance,ptmxmode=0666,mode=0620", "devpts on " + op.dst);
+      case MountOpKind::out: return make_out(op);
+      case MountOpKind::file: return place_file(op);
+      case MountOpKind::secrets: return write_secrets(root.get(), op, plan);
+      case MountOpKind::remount_ro: return remount_ro(in_new(op.dst), op.flags);
+      case MountOpKind::proc_sys_ro: return {};  // init, after the pivot (make_proc_sys_readonly)
+      default: return {};
+    }
+  }
+};
 
 }  // namespace
 
@@ -440,6 +469,7 @@ Result<MountPlan> plan_mounts(const RunSpec& spec, const std::string& caller_cwd
     in.rw = false;
     p.binds.push_back(in);
   }
+  p.image_root = !host_root;
   p.tmpfs = spec.tmpfs;
   p.tmp_size_bytes = spec.limits.tmp_size_bytes;
   p.out_size_bytes = spec.limits.out_size_bytes;
@@ -462,10 +492,12 @@ Result<int> reopen_image_in_namespace(const MountPlan& plan) {
 }
 
 Result<int> build_root(const MountPlan& plan, int image_ns_fd) {
+  if (plan.ops.empty()) return make_error("mounts", "the mount plan has no operations (mount_ops was not run)", EINVAL);
   // Our copy of the host's mounts must not propagate anything back (nor receive host changes).
   SBX_TRY(do_mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr, "make / private"));
   std::size_t base_size = 4 << 20;
-  for (auto& f : plan.files) base_size += f.content.size() + 4096;
+  for (auto& op : plan.ops)
+    if (op.kind == MountOpKind::file) base_size += static_cast<std::size_t>(op.size_bytes) + 4096;
   std::string base_opts = "mode=0755,size=" + std::to_string(base_size);
   SBX_TRY(do_mount("sbx-base", kBase, "tmpfs", MS_NOSUID | MS_NODEV, base_opts.c_str(), "tmpfs base"));
   if (::chdir(kBase) != 0) return sys_error("mounts", "chdir base");
@@ -473,47 +505,11 @@ Result<int> build_root(const MountPlan& plan, int image_ns_fd) {
   // After this, "/" is the base tmpfs and the host's root is reachable only under /oldroot.
   if (pivot_root(kBase, "oldroot") != 0) return sys_error("mounts", "pivot_root into base");
   if (::chdir("/") != 0) return sys_error("mounts", "chdir /");
-  // Every mount point below is resolved inside the new root through this fd (mount_target.hpp).
-  UniqueFd root;
-  auto open_root = [&root]() -> Status {
-    root = UniqueFd(::open("/newroot", O_PATH | O_DIRECTORY | O_CLOEXEC));
-    if (!root.ok()) return sys_error("mounts", "open /newroot");
-    return {};
-  };
-  if (image_ns_fd >= 0) {
-    SBX_TRY(mount_image_root(plan, image_ns_fd));
-    SBX_TRY(open_root());
-  } else {
-    // pivot_root needs the new root to be a mount point: bind /newroot onto itself.
-    SBX_TRY(do_mount("/newroot", "/newroot", nullptr, MS_BIND | MS_REC, nullptr, "bind /newroot"));
-    SBX_TRY(open_root());
-    for (auto& d : plan.system_dirs) SBX_TRY(bind_mount(root.get(), d, d, BindKind::ro));
-    for (auto& [path, target] : plan.system_links) SBX_TRY(symlink_at(target, "/newroot" + path));
-    SBX_TRY(mkdir_p("/newroot/etc", 0755));
-    for (auto& e : plan.etc_entries) SBX_TRY(bind_mount(root.get(), e, e, BindKind::ro));
-    for (auto& f : plan.etc_files) SBX_TRY(copy_in(f));
-    for (auto& [path, target] : plan.etc_links) SBX_TRY(symlink_at(target, "/newroot" + path));
-    for (auto& [path, content] : plan.generated) SBX_TRY(write_file("/newroot" + path, content, 0644));
-  }
-
-  SBX_TRY(mkdir_p("/newroot/proc", 0555));
-  SBX_TRY(do_mount("proc", "/newroot/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr, "proc on /proc"));
-  SBX_TRY(build_dev(root.get(), plan.tmp_size_bytes, plan));
-  SBX_TRY(tmpfs_at("/newroot/tmp", plan.tmp_size_bytes, "1777", MS_NOSUID | MS_NODEV));
-  for (auto& t : plan.tmpfs) SBX_TRY(tmpfs_in_root(root.get(), t.dst, t.size_bytes, "1777", MS_NOSUID | MS_NODEV));
-  auto out = make_out(plan);
-  if (!out) return out.error();
-  struct CloseOnError {
-    int fd;
-    bool keep = false;
-    ~CloseOnError() { if (!keep) ::close(fd); }
-  } out_guard{*out};
-  for (auto& b : plan.binds) SBX_TRY(bind_mount(root.get(), b.src, b.dst, b.rw ? BindKind::rw : BindKind::ro));
-  SBX_TRY(place_generated_files(root.get(), plan));
-  if (!plan.secret_files.empty()) SBX_TRY(write_secrets(root.get(), plan));
-
-  // Everything not mounted over stays the base tmpfs, made read-only now that it is complete.
-  SBX_TRY(remount_ro("/newroot", MS_NOSUID | MS_NODEV));
+  RootBuilder b{plan, image_ns_fd, {}, {}, 0};
+  // The list ends with the root remounted read-only (mount_plan.cpp); only /proc/sys follows,
+  // which init makes read-only after the pivot.
+  for (auto& op : plan.ops) SBX_TRY(b.run(op));
+  if (!b.out.ok()) return make_error("mounts", "the mount plan has no /out", EINVAL);
   if (::umount2("/oldroot", MNT_DETACH) != 0) return sys_error("mounts", "detach old root");
   if (::chdir("/newroot") != 0) return sys_error("mounts", "chdir /newroot");
   // pivot_root(".", ".") stacks the old root (the base) on top of the new one; detaching "."
@@ -521,17 +517,11 @@ Result<int> build_root(const MountPlan& plan, int image_ns_fd) {
   if (pivot_root(".", ".") != 0) return sys_error("mounts", "pivot_root into new root");
   if (::umount2(".", MNT_DETACH) != 0) return sys_error("mounts", "detach base");
   if (::chdir("/") != 0) return sys_error("mounts", "chdir /");
-  out_guard.keep = true;
-  return *out;
+  return b.out.release();
 }
 
 nlohmann::json mounts_to_json(const MountPlan& plan) {
-  nlohmann::json a = nlohmann::json::array();
-  for (auto& d : plan.system_dirs) a.push_back({{"src", d}, {"dst", d}, {"rw", false}});
-  for (auto& e : plan.etc_entries) a.push_back({{"src", e}, {"dst", e}, {"rw", false}});
-  for (auto& f : plan.etc_files) a.push_back({{"src", f}, {"dst", f}, {"rw", false}, {"copied", true}});
-  for (auto& b : plan.binds) a.push_back({{"src", b.src}, {"dst", b.dst}, {"rw", b.rw}});
-  return a;
+  return mount_ops_to_json(plan.ops.empty() ? mount_ops(plan) : plan.ops);
 }
 
 // The sandbox's /proc/sys, read-only (as Docker and Podman make it): the sysctls of the run's own

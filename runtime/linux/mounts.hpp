@@ -4,8 +4,9 @@
 // is left to clean up when the namespace dies (no scratch directory, no unmount on the way out).
 //
 // Steps (after bubblewrap): make every mount private; mount a tmpfs over /tmp (the base);
-// pivot_root into it with the old root at /oldroot; assemble /newroot from /oldroot/...; detach
-// /oldroot; pivot_root into /newroot and detach the base. Host paths are then unreachable.
+// pivot_root into it with the old root at /oldroot; assemble /newroot from /oldroot/... by running
+// the plan's operation list (mount_plan.hpp); detach /oldroot; pivot_root into /newroot and
+// detach the base. Host paths are then unreachable.
 //
 // Two kinds of root:
 //   --image host  /newroot is a bind of a directory of the base, filled with read-only binds of
@@ -25,6 +26,7 @@
 
 #include "runtime/base/error.hpp"
 #include "runtime/model/spec.hpp"
+#include "runtime/linux/mount_plan.hpp"
 
 namespace sbx {
 
@@ -41,6 +43,7 @@ struct MountPlan {
   // the image's seal before clone (inherited by init). -1 / "" for the host-derived root.
   int image_fd = -1;
   std::string image_path;
+  bool image_root = false;  // --image REF: the root is the overlay (set by plan_mounts)
   std::int64_t upper_size_bytes = 16LL << 20;
   // Host directories bound read-only at the same path (those that exist and are not symlinks).
   std::vector<std::string> system_dirs;
@@ -61,18 +64,23 @@ struct MountPlan {
   // /dev like /dev/null is, without nodev (build_dev), before /dev turns read-only.
   std::vector<std::pair<std::string, std::string>> device_nodes;
   // Secret files for /run/secrets (name, value): written by init onto a private tmpfs, mode 0400,
-  // owned by owner_uid/gid (the program's ids inside). Never in mounts_to_json.
+  // owned by owner_uid/gid (the program's ids inside). Their values never reach the trace.
   std::vector<std::pair<std::string, std::string>> secret_files;
   std::uint32_t owner_uid = 0, owner_gid = 0;  // the program's ids inside: own /out and secrets
   std::int64_t tmp_size_bytes = 64LL << 20;
   std::int64_t out_size_bytes = 64LL << 20;
   std::string workdir = "/tmp";
+  // The operations init runs, in order (mount_plan.hpp): filled by the supervisor with
+  // mount_ops(*this) once everything above is final. build_root reads nothing else of the plan
+  // but owner_uid/gid and the contents of `files` and `secret_files`.
+  std::vector<MountOp> ops;
 };
 
 // Parent side: inspects the host (which system dirs exist, merged /usr) and generates /etc files.
 Result<MountPlan> plan_mounts(const RunSpec& spec, const std::string& caller_cwd);
 
-// Child side: builds the root and pivots into it. The caller must hold CAP_SYS_ADMIN in the
+// Child side: builds the root and pivots into it, running plan.ops in order (refused when the
+// list was never filled). The caller must hold CAP_SYS_ADMIN in the
 // mount namespace's user namespace. Returns an O_PATH fd of the sandbox's /out tmpfs, for the
 // supervisor to export from after the run (the fd keeps the tmpfs alive once the namespace is gone).
 Result<int> build_root(const MountPlan& plan, int image_ns_fd);
@@ -84,7 +92,8 @@ Result<int> build_root(const MountPlan& plan, int image_ns_fd);
 // the supervisor checked (device and inode compared). Returns -1 for the host-derived root.
 Result<int> reopen_image_in_namespace(const MountPlan& plan);
 
-// What the trace records about the host-derived root: what was mounted from where.
+// What the trace records as image.mounts: the whole operation list of the plan as it stands
+// (mount_ops_to_json of plan.ops, or of mount_ops(plan) before the list is filled).
 nlohmann::json mounts_to_json(const MountPlan& plan);
 
 // After pivot_root, in init: /proc/sys bound onto itself read-only (see mounts.cpp).
