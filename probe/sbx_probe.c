@@ -444,21 +444,26 @@ static void probe_egress(char **allowed, int na, char **other, int no) {
   else
     result("net.proxy_allowed", "skipped", "the proxy did not refuse the allowed host:port, but no upstream answered "
            "from this host: %s", ev);
-  ev[0] = 0;
+  /* What passed and what was refused, apart, so the evidence leads with what breached. */
+  char open_ev[400] = "", shut_ev[400] = "";
   int open_ports = 0;
   for (int i = 0; i < no; ++i) {
     int code = proxy_connect(other[i], reply, sizeof reply);
     /* An unreachable proxy passes nothing: not an open port. */
-    if (code != 403 && strncmp(reply, "proxy not reachable", 19) != 0) ++open_ports;
-    add(ev, sizeof ev, "%s%s -> %s", ev[0] ? "; " : "", other[i],
+    int open = code != 403 && strncmp(reply, "proxy not reachable", 19) != 0;
+    char *to = open ? open_ev : shut_ev;
+    open_ports += open;
+    add(to, 400, "%s%s -> %s", to[0] ? "; " : "", other[i],
         code == 0 && !strcmp(reply, "(no answer)") ? "no answer in 5 s (not refused)" : reply);
   }
   if (no == 0)
     result("net.proxy_other_ports", "skipped", "no allowed host to try other ports of");
   else if (open_ports)
-    result("net.proxy_other_ports", "breached", "a port the allowlist does not name passed the proxy: %s", ev);
+    result("net.proxy_other_ports", "breached",
+           "a port other than the allowed ones passed the proxy (a rule with port * opens every port of its "
+           "hosts): %s%s%s", open_ev, shut_ev[0] ? "; refused: " : "", shut_ev);
   else
-    result("net.proxy_other_ports", "held", "other ports of the allowed hosts were refused: %s", ev);
+    result("net.proxy_other_ports", "held", "other ports of the allowed hosts were refused: %s", shut_ev);
 }
 
 /* ---- secrets ---- */
