@@ -30,6 +30,7 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <set>
 #include <thread>
 
@@ -139,19 +140,29 @@ std::string random_hex(std::size_t bytes) {
   return s;
 }
 
+// Every pid on the host now (the processes that were there before the probe run are not its).
+std::set<pid_t> host_pids() {
+  struct DirCloser {
+    void operator()(DIR* d) const { ::closedir(d); }
+  };
+  std::set<pid_t> out;
+  std::unique_ptr<DIR, DirCloser> d(::opendir("/proc"));
+  if (!d) return out;
+  while (dirent* e = ::readdir(d.get())) {
+    char* end = nullptr;
+    long pid = std::strtol(e->d_name, &end, 10);
+    if (*end == 0 && pid > 0) out.insert(static_cast<pid_t>(pid));
+  }
+  return out;
+}
+
 // Host pids whose command line holds `needle` (the termination probe's survivor).
 std::vector<pid_t> pids_with(const std::string& needle) {
   std::vector<pid_t> out;
-  DIR* d = ::opendir("/proc");
-  if (!d) return out;
-  while (dirent* e = ::readdir(d)) {
-    char* end = nullptr;
-    long pid = std::strtol(e->d_name, &end, 10);
-    if (*end || pid <= 0) continue;
-    auto text = read_bounded("/proc/" + std::string(e->d_name) + "/cmdline", 1 << 16, "probe", "cmdline");
-    if (text && text->find(needle) != std::string::npos) out.push_back(static_cast<pid_t>(pid));
+  for (pid_t pid : host_pids()) {
+    auto text = read_bounded("/proc/" + std::to_string(pid) + "/cmdline", 1 << 16, "probe", "cmdline");
+    if (text && text->find(needle) != std::string::npos) out.push_back(pid);
   }
-  ::closedir(d);
   return out;
 }
 
@@ -181,19 +192,6 @@ std::map<std::string, int> mount_table() {
   return out;
 }
 
-// Every pid on the host now (the processes that were there before the probe run are not its).
-std::set<pid_t> host_pids() {
-  std::set<pid_t> out;
-  DIR* d = ::opendir("/proc");
-  if (!d) return out;
-  while (dirent* e = ::readdir(d)) {
-    char* end = nullptr;
-    long pid = std::strtol(e->d_name, &end, 10);
-    if (*end == 0 && pid > 0) out.insert(static_cast<pid_t>(pid));
-  }
-  ::closedir(d);
-  return out;
-}
 
 // The allowlist's own targets (net.proxy_allowed, net.proxy_other_ports in probe/sbx_probe.c):
 // for each rule (at most 8) one host:port it allows, and for each host one port it does not
