@@ -524,6 +524,22 @@ Result<ReplayReport> replay_run(const ReplayRequest& req) {
   RunRequest run;
   run.profile = profile;
   run.dirs = req.dirs;
+  // Both kinds of replay (a pack's, a plain run's) run under the tenant again, and end the same
+  // way: the new record stored, then compared with the original.
+  auto under_tenant = [&](const json& pack) -> Status {
+    if (!req.tenant) return {};
+    run.dirs = req.base_dirs;
+    if (auto st = apply_tenant(*req.tenant, run, pack); !st) return cannot("tenant: " + st.error().message);
+    return {};
+  };
+  auto compare = [&](bool recorded, const std::string& record_error, const json& trace,
+                     int exit_status) -> Result<ReplayReport> {
+    if (!recorded) return cannot("the replay's record could not be stored: " + record_error);
+    r.replay_run = str(trace, "run_id");
+    r.replay_exit = exit_status;
+    compare_records(orig, trace, req.dirs, blobs, r);
+    return r;
+  };
   run.invocation_argv = req.invocation_argv;
   run.record_extra = {{"replay_of", replay_of}};
   // The program's output goes to sbx's stderr: stdout carries the comparison alone.
@@ -562,32 +578,17 @@ Result<ReplayReport> replay_run(const ReplayRequest& req) {
     // rebuilt one.
     std::erase_if(spec->binds, [](const BindMount& b) { return b.dst == "/pack"; });
     run.spec = std::move(*spec);
-    if (req.tenant) {
-      run.dirs = req.base_dirs;
-      if (auto st = apply_tenant(*req.tenant, run, json{{"name", preq.pack.name}, {"digest", preq.pack.digest}}); !st)
-        return cannot("tenant: " + st.error().message);
-    }
+    if (auto st = under_tenant(json{{"name", preq.pack.name}, {"digest", preq.pack.digest}}); !st) return st.error();
     preq.run = std::move(run);
     PackRunResult res = run_pack(preq);
-    if (!res.recorded) return cannot("the replay's record could not be stored: " + res.record_error);
-    r.replay_run = str(res.trace, "run_id");
-    r.replay_exit = res.exit_status;
-    compare_records(orig, res.trace, req.dirs, blobs, r);
-    return r;
+    return compare(res.recorded, res.record_error, res.trace, res.exit_status);
   }
 
   run.spec = std::move(*spec);
   run.require_record = true;
-  if (req.tenant) {
-    run.dirs = req.base_dirs;
-    if (auto st = apply_tenant(*req.tenant, run, json(nullptr)); !st) return cannot("tenant: " + st.error().message);
-  }
+  if (auto st = under_tenant(json(nullptr)); !st) return st.error();
   RunReport rep = run_sandbox(run);
-  if (!rep.recorded) return cannot("the replay's record could not be stored: " + rep.record_error);
-  r.replay_run = str(rep.trace, "run_id");
-  r.replay_exit = rep.exit_status;
-  compare_records(orig, rep.trace, req.dirs, blobs, r);
-  return r;
+  return compare(rep.recorded, rep.record_error, rep.trace, rep.exit_status);
 }
 
 }  // namespace sbx
