@@ -13,6 +13,7 @@
 #include <cstring>
 #include <ctime>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 
@@ -297,24 +298,24 @@ void BlobKeeper::add_tree(const std::string& file_role, const std::string& dir_r
   }
 }
 
-Result<GcReport> gc_blobs(const Dirs& dirs, int keep_days, std::int64_t max_bytes, bool dry_run) {
-  GcReport rep;
-  // Held before the ledger is read: a blob put after this point is either seen with its fresh
-  // mtime (spared for the hour) or put after every delete. A dry run deletes nothing and shares it.
-  std::optional<StoreLock> lock;
-  if (struct stat st; ::stat(blobs_dir(dirs).c_str(), &st) == 0) {  // no store: nothing to delete, nothing made
-    auto l = StoreLock::acquire(dirs, dry_run ? LOCK_SH : LOCK_EX);
-    if (!l) return l.error();
-    lock.emplace(std::move(*l));
-  }
-  std::string cutoff = keep_days < 0 ? "" : rfc3339_at(std::time(nullptr) - static_cast<std::time_t>(keep_days) * 86400);
-  // Which records need each blob: run id and start, newest last (ledger order).
-  struct Need {
-    std::string run_id, started_at;
-    bool kept = false;
-  };
-  std::map<std::string, std::vector<Need>> needs;
-  std::uint64_t torn = 0;
+namespace {
+
+// A record that needs a blob: its run id and start; `kept` when it is within --keep-days.
+struct Need {
+  std::string run_id, started_at;
+  bool kept = false;
+};
+using Needs = std::map<std::string, std::vector<Need>>;  // by blob hex, newest record last (ledger order)
+
+struct Blob {
+  std::string hex, path;
+  std::int64_t bytes = 0;
+  std::time_t mtime = 0;
+};
+
+// Which records need each blob, from the whole ledger.
+Result<Needs> blob_needs(const Dirs& dirs, const std::string& cutoff, GcReport& rep, std::uint64_t& torn) {
+  Needs needs;
   auto scanned = scan_ledger(dirs, [&](const LedgerLine& line) {
     auto entry = parse_ledger_line(line.text);
     if (!entry) {
@@ -335,99 +336,138 @@ Result<GcReport> gc_blobs(const Dirs& dirs, int keep_days, std::int64_t max_byte
     }
     return true;
   }, &torn);
-  if (!scanned) {
-    // Without the whole ledger it cannot be known which blobs are needed: delete nothing.
-    return make_error(kStage, "cannot read the ledger, so nothing is deleted: " + scanned.error().describe());
-  }
-  std::string root = blobs_dir(dirs) + "/sha256";
-  struct Blob {
-    std::string hex, path;
-    std::int64_t bytes = 0;
-    std::time_t mtime = 0;
-  };
+  // Without the whole ledger it cannot be known which blobs are needed: delete nothing.
+  if (!scanned) return make_error(kStage, "cannot read the ledger, so nothing is deleted: " + scanned.error().describe());
+  return needs;
+}
+
+using DirStream = std::unique_ptr<DIR, int (*)(DIR*)>;
+
+// The blobs on disk: regular files named by their hex under sha256/<first two hex digits>/.
+std::vector<Blob> present_blobs(const std::string& root) {
   std::vector<Blob> present;
-  if (DIR* top = ::opendir(root.c_str())) {
-    while (auto* e = ::readdir(top)) {
-      std::string sub = e->d_name;
-      if (sub.size() != 2) continue;
-      std::string subdir = root + "/" + sub;
-      if (DIR* d = ::opendir(subdir.c_str())) {
-        while (auto* f = ::readdir(d)) {
-          std::string name = f->d_name;
-          if (!is_sha256_hex(name) || name.compare(0, 2, sub) != 0) continue;
-          struct stat st;
-          if (::lstat((subdir + "/" + name).c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
-          present.push_back({name, subdir + "/" + name, static_cast<std::int64_t>(st.st_size), st.st_mtime});
-        }
-        ::closedir(d);
-      }
+  DirStream top(::opendir(root.c_str()), ::closedir);
+  if (!top) return present;
+  while (auto* e = ::readdir(top.get())) {
+    std::string sub = e->d_name;
+    if (sub.size() != 2) continue;
+    std::string subdir = root + "/" + sub;
+    DirStream d(::opendir(subdir.c_str()), ::closedir);
+    if (!d) continue;
+    while (auto* f = ::readdir(d.get())) {
+      std::string name = f->d_name;
+      if (!is_sha256_hex(name) || name.compare(0, 2, sub) != 0) continue;
+      struct stat st;
+      if (::lstat((subdir + "/" + name).c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
+      present.push_back({name, subdir + "/" + name, static_cast<std::int64_t>(st.st_size), st.st_mtime});
     }
-    ::closedir(top);
   }
-  std::time_t now = std::time(nullptr);
-  std::vector<std::pair<Blob, std::string>> candidates;  // kept so far, with the newest kept run needing it
-  auto remove = [&](const Blob& b, std::string why, bool needed) {
-    if (!dry_run && ::unlink(b.path.c_str()) != 0 && errno != ENOENT) {
-      rep.warnings.push_back("cannot delete " + b.path + ": " + std::strerror(errno));
-      rep.kept.push_back({b.hex, b.bytes, "could not be deleted", needed});
-      rep.kept_bytes += b.bytes;
-      return;
-    }
-    rep.deleted.push_back({b.hex, b.bytes, std::move(why), needed});
-    rep.deleted_bytes += b.bytes;
-  };
-  for (auto& b : present) {
-    auto it = needs.find(b.hex);
-    if (it == needs.end()) {
-      if (now - b.mtime < 3600) {
-        rep.kept.push_back({b.hex, b.bytes, "named by no record yet, written in the last hour (a run may still record it)", false});
-        rep.kept_bytes += b.bytes;
-      } else {
-        remove(b, "named by no record", false);
-      }
-      continue;
-    }
-    const Need* newest_kept = nullptr;
-    for (auto& n : it->second)
-      if (n.kept && (!newest_kept || n.started_at > newest_kept->started_at)) newest_kept = &n;
-    if (!newest_kept && now - b.mtime < 3600) {
-      // Only old records name it, but a run kept it within the hour (put_blob): one that may be
-      // recorded after this scan of the ledger.
-      rep.kept.push_back({b.hex, b.bytes, "kept by a run in the last hour (it may not be recorded yet)", false});
-      rep.kept_bytes += b.bytes;
-      continue;
-    }
-    if (!newest_kept) {
-      remove(b, "needed only by runs older than " + std::to_string(keep_days) + " day(s) (newest: " + it->second.back().run_id + ")", false);
-      continue;
-    }
-    std::string why = "needed by kept run " + newest_kept->run_id;
-    if (it->second.size() > 1) why += " (and " + std::to_string(it->second.size() - 1) + " other record(s))";
-    candidates.push_back({b, why});
-    rep.kept_bytes += b.bytes;
+  return present;
+}
+
+std::string newest_kept_start(const std::vector<Need>& v) {
+  std::string s;
+  for (auto& n : v)
+    if (n.kept) s = std::max(s, n.started_at);
+  return s;
+}
+
+// One collection: each blob judged, deleted (unless a dry run) or kept, with why.
+class Collection {
+ public:
+  Collection(GcReport& rep, const Needs& needs, bool dry_run, int keep_days)
+      : rep_(rep), needs_(needs), dry_run_(dry_run), keep_days_(keep_days) {}
+  void judge(const Blob& b);
+  void trim(std::int64_t max_bytes);
+
+ private:
+  void remove(const Blob& b, std::string why, bool needed);
+  void keep(const Blob& b, std::string why, bool needed) {
+    rep_.kept.push_back({b.hex, b.bytes, std::move(why), needed});
+    rep_.kept_bytes += b.bytes;
   }
-  // Over --max-bytes: the blobs whose newest kept run is oldest go first, and say whose replay
-  // they take away.
-  std::sort(candidates.begin(), candidates.end(), [&](auto& a, auto& b) {
-    auto na = needs[a.first.hex], nb = needs[b.first.hex];
-    auto newest = [](const std::vector<Need>& v) {
-      std::string s;
-      for (auto& n : v)
-        if (n.kept) s = std::max(s, n.started_at);
-      return s;
-    };
-    return newest(na) < newest(nb);
+
+  GcReport& rep_;
+  const Needs& needs_;
+  const bool dry_run_;
+  const int keep_days_;
+  const std::time_t now_ = std::time(nullptr);
+  std::vector<std::pair<Blob, std::string>> candidates_;  // kept so far, with the newest kept run needing it
+};
+
+void Collection::remove(const Blob& b, std::string why, bool needed) {
+  if (!dry_run_ && ::unlink(b.path.c_str()) != 0 && errno != ENOENT) {
+    rep_.warnings.push_back("cannot delete " + b.path + ": " + std::strerror(errno));
+    keep(b, "could not be deleted", needed);
+    return;
+  }
+  rep_.deleted.push_back({b.hex, b.bytes, std::move(why), needed});
+  rep_.deleted_bytes += b.bytes;
+}
+
+void Collection::judge(const Blob& b) {
+  auto it = needs_.find(b.hex);
+  if (it == needs_.end()) {
+    if (now_ - b.mtime < 3600) keep(b, "named by no record yet, written in the last hour (a run may still record it)", false);
+    else remove(b, "named by no record", false);
+    return;
+  }
+  const Need* newest_kept = nullptr;
+  for (auto& n : it->second)
+    if (n.kept && (!newest_kept || n.started_at > newest_kept->started_at)) newest_kept = &n;
+  if (!newest_kept && now_ - b.mtime < 3600) {
+    // Only old records name it, but a run kept it within the hour (put_blob): one that may be
+    // recorded after this scan of the ledger.
+    keep(b, "kept by a run in the last hour (it may not be recorded yet)", false);
+    return;
+  }
+  if (!newest_kept) {
+    remove(b, "needed only by runs older than " + std::to_string(keep_days_) + " day(s) (newest: " + it->second.back().run_id + ")", false);
+    return;
+  }
+  std::string why = "needed by kept run " + newest_kept->run_id;
+  if (it->second.size() > 1) why += " (and " + std::to_string(it->second.size() - 1) + " other record(s))";
+  candidates_.push_back({b, why});
+  rep_.kept_bytes += b.bytes;
+}
+
+// Over --max-bytes: the blobs whose newest kept run is oldest go first, and say whose replay
+// they take away.
+void Collection::trim(std::int64_t max_bytes) {
+  std::sort(candidates_.begin(), candidates_.end(), [&](auto& a, auto& b) {
+    return newest_kept_start(needs_.at(a.first.hex)) < newest_kept_start(needs_.at(b.first.hex));
   });
-  for (auto& [b, why] : candidates) {
-    if (max_bytes >= 0 && rep.kept_bytes > max_bytes) {
-      rep.kept_bytes -= b.bytes;
+  for (auto& [b, why] : candidates_) {
+    if (max_bytes >= 0 && rep_.kept_bytes > max_bytes) {
+      rep_.kept_bytes -= b.bytes;
       remove(b, "over --max-bytes " + format_size(max_bytes) + ", although " + why.substr(std::string("needed by ").size()) +
                     " needs it: that run can no longer be replayed",
              true);
     } else {
-      rep.kept.push_back({b.hex, b.bytes, why, true});
+      rep_.kept.push_back({b.hex, b.bytes, why, true});
     }
   }
+}
+
+}  // namespace
+
+Result<GcReport> gc_blobs(const Dirs& dirs, int keep_days, std::int64_t max_bytes, bool dry_run) {
+  GcReport rep;
+  // Held before the ledger is read: a blob put after this point is either seen with its fresh
+  // mtime (spared for the hour) or put after every delete. A dry run deletes nothing and shares it.
+  std::optional<StoreLock> lock;
+  if (struct stat st; ::stat(blobs_dir(dirs).c_str(), &st) == 0) {  // no store: nothing to delete, nothing made
+    auto l = StoreLock::acquire(dirs, dry_run ? LOCK_SH : LOCK_EX);
+    if (!l) return l.error();
+    lock.emplace(std::move(*l));
+  }
+  std::string cutoff = keep_days < 0 ? "" : rfc3339_at(std::time(nullptr) - static_cast<std::time_t>(keep_days) * 86400);
+  std::uint64_t torn = 0;
+  auto needs = blob_needs(dirs, cutoff, rep, torn);
+  if (!needs) return needs.error();
+  Collection collection(rep, *needs, dry_run, keep_days);
+  for (auto& b : present_blobs(blobs_dir(dirs) + "/sha256")) collection.judge(b);
+  collection.trim(max_bytes);
   if (torn) rep.warnings.push_back("the ledger ends in a torn append of " + std::to_string(torn) + " bytes (see sbx trace verify)");
   return rep;
 }

@@ -318,9 +318,119 @@ void mark_created(LayerRules& layer, const std::string& path) {
   layer.created.insert(path);
 }
 
+// One archive's members written beneath `root`, one at a time (extract_tar reads the archive).
+class Extraction {
+ public:
+  Extraction(int root, ImportStats& stats, const ImportProgress& progress, const ImportLimits& limits, LayerRules* layer,
+             TarReader& reader)
+      : root_(root), stats_(stats), progress_(progress), limits_(limits), layer_(layer), reader_(reader) {}
+  Status member(const TarEntry& e);
+  bool stopped_at_limit = false;  // the error came from --max-bytes/--max-entries
+
+ private:
+  Status limit(std::int64_t bytes, const std::string& path) {
+    auto st = check_limits(limits_, stats_, bytes, path);
+    if (!st) stopped_at_limit = true;
+    return st;
+  }
+  Status write(const TarEntry& e, int pfd, const std::string& base, bool dir_exists);
+  Status write_file(const TarEntry& e, int pfd, const std::string& base);
+
+  int root_;
+  ImportStats& stats_;
+  const ImportProgress& progress_;
+  const ImportLimits& limits_;
+  LayerRules* layer_;
+  TarReader& reader_;
+  std::vector<char> buf_ = std::vector<char>(1 << 20);
+};
+
+Status Extraction::member(const TarEntry& e) {
+  if (e.path.empty()) {  // the archive's "./" itself: its mode becomes the root's
+    if (e.type == TarEntry::Type::dir) ::fchmod(root_, normalise_mode(true, e.mode));
+    return {};
+  }
+  SBX_TRY(limit(e.type == TarEntry::Type::file ? static_cast<std::int64_t>(e.size) : 0, e.path));
+  // A root file system tarball made with `tar -P` is common and its leading "/" harmless; a
+  // container layer with one is malformed (the image spec's paths are relative), so refuse it.
+  if (layer_ && e.absolute)
+    return make_error(kStage, "member " + e.path + " has an absolute name, which a container layer may not have");
+  if (layer_ && e.path.substr(e.path.rfind('/') + 1).starts_with(kWhiteout)) {
+    SBX_TRY(apply_whiteout(root_, e.path, *layer_));
+    ++stats_.whiteouts;
+    ++stats_.entries;
+    return {};
+  }
+  if (e.type == TarEntry::Type::other) {
+    stats_.dropped.push_back({e.path, tar_special_kind(e.typeflag)});
+    return {};
+  }
+  std::string dir, base;
+  split(e.path, dir, base);
+  std::int64_t made = 0;
+  auto parent = open_dir_beneath(root_, dir, true, &made);
+  if (!parent) return make_error(kStage, "archive member " + e.path + ": " + parent.error().message, parent.error().err);
+  // Directories made implicitly (a member "a/b/c/f" with no "a/" before it) are entries too:
+  // one member with a long name must not become a million directories past --max-entries.
+  stats_.entries += made;
+  if (made > 0) SBX_TRY(limit(0, e.path));
+  bool dir_exists = false;
+  SBX_TRY(clear_slot(parent->get(), base, e.type == TarEntry::Type::dir, dir_exists, e.path, layer_ != nullptr));
+  SBX_TRY(write(e, parent->get(), base, dir_exists));
+  ++stats_.entries;
+  if (layer_) mark_created(*layer_, e.path);
+  if (progress_) progress_("extracting", stats_.entries, stats_.bytes);
+  return {};
+}
+
+Status Extraction::write(const TarEntry& e, int pfd, const std::string& base, bool dir_exists) {
+  switch (e.type) {
+    case TarEntry::Type::dir:
+      count_mode(stats_, e.mode);
+      if (!dir_exists && ::mkdirat(pfd, base.c_str(), 0700) != 0) return sys_error(kStage, "create directory " + e.path);
+      if (::fchmodat(pfd, base.c_str(), normalise_mode(true, e.mode), 0) != 0) return sys_error(kStage, "chmod " + e.path);
+      return {};
+    case TarEntry::Type::symlink:
+      if (::symlinkat(e.link.c_str(), pfd, base.c_str()) != 0) return sys_error(kStage, "create symlink " + e.path);
+      return set_mtime(pfd, base, e.mtime, 0, e.path);
+    case TarEntry::Type::hardlink: {
+      std::string tdir, tbase;
+      split(e.link, tdir, tbase);
+      auto tparent = open_dir_beneath(root_, tdir, false);
+      if (!tparent)
+        return make_error(kStage, "hard link " + e.path + " to " + e.link + ": " + tparent.error().message, tparent.error().err);
+      if (::linkat(tparent->get(), tbase.c_str(), pfd, base.c_str(), 0) != 0)
+        return sys_error(kStage, "hard link " + e.path + " to " + e.link);
+      return {};
+    }
+    case TarEntry::Type::file:
+      return write_file(e, pfd, base);
+    case TarEntry::Type::other:
+      break;
+  }
+  return {};
+}
+
+Status Extraction::write_file(const TarEntry& e, int pfd, const std::string& base) {
+  count_mode(stats_, e.mode);
+  UniqueFd out(::openat(pfd, base.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
+  if (out.get() < 0) return sys_error(kStage, "create " + e.path);
+  for (;;) {
+    auto n = reader_.read(buf_.data(), buf_.size());
+    if (!n) return n.error();
+    if (*n == 0) break;
+    SBX_TRY(write_all(out.get(), std::string_view(buf_.data(), *n), e.path));
+    stats_.bytes += static_cast<std::int64_t>(*n);
+    if (progress_) progress_("extracting", stats_.entries, stats_.bytes);
+  }
+  if (::fchmod(out.get(), normalise_mode(false, e.mode)) != 0) return sys_error(kStage, "chmod " + e.path);
+  struct timespec ts[2] = {{0, UTIME_OMIT}, {static_cast<time_t>(e.mtime), 0}};
+  if (::futimens(out.get(), ts) != 0) return sys_error(kStage, "set mtime of " + e.path);
+  return {};
+}
+
 Status extract_tar(const std::string& path, int root, ImportStats& stats, const ImportProgress& progress,
                    const ImportLimits& limits, const ExtractOptions& opt) {
-  LayerRules* layer = opt.layer;
   auto tarball = Tarball::open(path);
   if (!tarball) return tarball.error();
   if (!opt.expect_sha256.empty()) tarball->expect_sha256(opt.expect_sha256, "layer " + path);
@@ -329,9 +439,8 @@ Status extract_tar(const std::string& path, int root, ImportStats& stats, const 
   tarball->limit_output(budget, "more than --max-bytes of file data and tar headers for --max-entries members could take; "
                                 "nothing was stored");
   TarReader reader(*tarball);
-  std::vector<char> buf(1 << 20);
+  Extraction extraction(root, stats, progress, limits, opt.layer, reader);
   Status failed;
-  bool stopped_at_limit = false;
   for (;;) {
     auto next = reader.next();
     if (!next) {
@@ -342,122 +451,13 @@ Status extract_tar(const std::string& path, int root, ImportStats& stats, const 
       break;
     }
     if (!*next) break;
-    const TarEntry& e = **next;
-    if (e.path.empty()) {  // the archive's "./" itself: its mode becomes the root's
-      if (e.type == TarEntry::Type::dir) ::fchmod(root, normalise_mode(true, e.mode));
-      continue;
-    }
-    if (auto st = check_limits(limits, stats, e.type == TarEntry::Type::file ? static_cast<std::int64_t>(e.size) : 0, e.path); !st) {
-      failed = st;
-      stopped_at_limit = true;
-      break;
-    }
-    // A root file system tarball made with `tar -P` is common and its leading "/" harmless; a
-    // container layer with one is malformed (the image spec's paths are relative), so refuse it.
-    if (layer && e.absolute) {
-      failed = make_error(kStage, "member " + e.path + " has an absolute name, which a container layer may not have");
-      break;
-    }
-    if (layer && e.path.substr(e.path.rfind('/') + 1).starts_with(kWhiteout)) {
-      if (auto st = apply_whiteout(root, e.path, *layer); !st) {
-        failed = st;
-        break;
-      }
-      ++stats.whiteouts;
-      ++stats.entries;
-      continue;
-    }
-    if (e.type == TarEntry::Type::other) {
-      stats.dropped.push_back({e.path, tar_special_kind(e.typeflag)});
-      continue;
-    }
-    std::string dir, base;
-    split(e.path, dir, base);
-    std::int64_t made = 0;
-    auto parent = open_dir_beneath(root, dir, true, &made);
-    if (!parent) {
-      failed = make_error(kStage, "archive member " + e.path + ": " + parent.error().message, parent.error().err);
-      break;
-    }
-    // Directories made implicitly (a member "a/b/c/f" with no "a/" before it) are entries too:
-    // one member with a long name must not become a million directories past --max-entries.
-    stats.entries += made;
-    if (made > 0) {
-      if (auto st = check_limits(limits, stats, 0, e.path); !st) {
-        failed = st;
-        stopped_at_limit = true;
-        break;
-      }
-    }
-    int pfd = parent->get();
-    bool dir_exists = false;
-    if (auto st = clear_slot(pfd, base, e.type == TarEntry::Type::dir, dir_exists, e.path, layer != nullptr); !st) {
-      failed = st.error();
-      break;
-    }
-    Status st;
-    switch (e.type) {
-      case TarEntry::Type::dir:
-        count_mode(stats, e.mode);
-        if (!dir_exists && ::mkdirat(pfd, base.c_str(), 0700) != 0) st = sys_error(kStage, "create directory " + e.path);
-        else if (::fchmodat(pfd, base.c_str(), normalise_mode(true, e.mode), 0) != 0) st = sys_error(kStage, "chmod " + e.path);
-        break;
-      case TarEntry::Type::symlink:
-        if (::symlinkat(e.link.c_str(), pfd, base.c_str()) != 0) st = sys_error(kStage, "create symlink " + e.path);
-        else st = set_mtime(pfd, base, e.mtime, 0, e.path);
-        break;
-      case TarEntry::Type::hardlink: {
-        std::string tdir, tbase;
-        split(e.link, tdir, tbase);
-        auto tparent = open_dir_beneath(root, tdir, false);
-        if (!tparent) st = make_error(kStage, "hard link " + e.path + " to " + e.link + ": " + tparent.error().message, tparent.error().err);
-        else if (::linkat(tparent->get(), tbase.c_str(), pfd, base.c_str(), 0) != 0)
-          st = sys_error(kStage, "hard link " + e.path + " to " + e.link);
-        break;
-      }
-      case TarEntry::Type::file: {
-        count_mode(stats, e.mode);
-        UniqueFd out(::openat(pfd, base.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
-        if (out.get() < 0) {
-          st = sys_error(kStage, "create " + e.path);
-          break;
-        }
-        for (;;) {
-          auto n = reader.read(buf.data(), buf.size());
-          if (!n) {
-            st = n.error();
-            break;
-          }
-          if (*n == 0) break;
-          if (auto w = write_all(out.get(), std::string_view(buf.data(), *n), e.path); !w) {
-            st = w;
-            break;
-          }
-          stats.bytes += static_cast<std::int64_t>(*n);
-          if (progress) progress("extracting", stats.entries, stats.bytes);
-        }
-        if (!st) break;
-        if (::fchmod(out.get(), normalise_mode(false, e.mode)) != 0) st = sys_error(kStage, "chmod " + e.path);
-        struct timespec ts[2] = {{0, UTIME_OMIT}, {static_cast<time_t>(e.mtime), 0}};
-        if (st && ::futimens(out.get(), ts) != 0) st = sys_error(kStage, "set mtime of " + e.path);
-        break;
-      }
-      case TarEntry::Type::other:
-        break;
-    }
-    if (!st) {
-      failed = st;
-      break;
-    }
-    ++stats.entries;
-    if (layer) mark_created(*layer, e.path);
-    if (progress) progress("extracting", stats.entries, stats.bytes);
+    if (failed = extraction.member(**next); !failed) break;
   }
   // A decompressor that failed first explains a "truncated archive" better than the reader can
   // (but one that was stopped by a limit only failed because its reader went away).
   auto finished = tarball->finish();
   budget -= tarball->output_bytes();
-  if (stopped_at_limit) return failed.error();
+  if (extraction.stopped_at_limit) return failed.error();
   if (!finished) return finished.error();
   return failed;
 }

@@ -290,6 +290,121 @@ Result<std::size_t> TarReader::read_data(void* buf, std::size_t n) {
   return got;
 }
 
+namespace {
+
+Status check_header_sum(const unsigned char* h, std::int64_t at) {
+  std::int64_t computed = 0;
+  auto stored_sum = parse_number(h, kChksum, false);
+  if (!stored_sum || !checksum_ok(h, *stored_sum, computed))
+    return make_error(kStage, "tar: bad header checksum at byte " + std::to_string(at) + " (stored " +
+                                  quote_for_message(field_str(h, kChksum)) + ", computed " + std::to_string(computed) +
+                                  ")" + (at == 0 ? ": not a tar archive, or an unknown compression" : ""));
+  return {};
+}
+
+// The name: pax path, else GNU long name, else ustar prefix + name (the prefix field exists
+// only with the POSIX "ustar\0" magic; GNU's "ustar " header keeps times there).
+std::string member_name(const unsigned char* h, const Pending& pending) {
+  if (pending.path) return *pending.path;
+  if (pending.long_name) return *pending.long_name;
+  std::string name_field(field_str(h, kName));
+  std::string_view prefix = field_str(h, kPrefix);
+  bool posix = std::memcmp(h + kMagic.at, "ustar\0", kMagic.len) == 0;
+  return posix && !prefix.empty() ? std::string(prefix) + "/" + name_field : name_field;
+}
+
+Result<TarEntry::Type> member_type(char flag, const std::string& where) {
+  switch (flag) {
+    case '0': case '\0': case '7': return TarEntry::Type::file;
+    case '1': return TarEntry::Type::hardlink;
+    case '2': return TarEntry::Type::symlink;
+    case '5': case 'D': return TarEntry::Type::dir;  // 'D': GNU dumpdir, a dir + listing
+    case 'S': return make_error(kStage, "tar: " + where + " is a GNU sparse file, which is not supported");
+    case 'M':
+      return make_error(kStage, "tar: " + where + " continues from another volume (multi-volume archives are not supported)");
+    default: return TarEntry::Type::other;  // '3' '4' '6' devices and FIFOs, unknown flags
+  }
+}
+
+Status member_link(const unsigned char* h, const Pending& pending, const std::string& where, TarEntry& e) {
+  std::string link = pending.linkpath ? *pending.linkpath
+                     : pending.long_link ? *pending.long_link
+                                         : std::string(field_str(h, kLinkname));
+  if (e.type == TarEntry::Type::symlink) {
+    if (link.empty()) return make_error(kStage, "tar: " + where + " is a symlink with an empty target");
+    if (link.find('\0') != std::string::npos)
+      return make_error(kStage, "tar: " + where + " has a NUL byte in its symlink target");
+    e.link = std::move(link);
+    return {};
+  }
+  auto target = normalise(link, "hardlink target", where);
+  if (!target) return target.error();
+  if (*target == ".") return make_error(kStage, "tar: " + where + " is a hardlink to the archive's root");
+  e.link = std::move(*target);
+  return {};
+}
+
+// A real member's header (not an extended one), with the overrides of the extended headers
+// before it; `where` gets the member's name and header offset for messages.
+Result<TarEntry> member_from_header(const unsigned char* h, std::int64_t at, const Pending& pending, std::string& where) {
+  TarEntry e;
+  e.typeflag = static_cast<char>(h[kTypeflag]);
+  e.offset = pending.any() ? pending.first_header : at;
+  const std::string raw = member_name(h, pending);
+  where = "member " + quote_for_message(raw) + " (" + at_byte(e.offset) + ")";
+  auto type = member_type(e.typeflag, where);
+  if (!type) return type.error();
+  e.type = *type;
+  auto path = normalise(raw, "name", where);
+  if (!path) return path.error();
+  e.path = std::move(*path);
+  e.absolute = !raw.empty() && raw[0] == '/';
+  if (e.path == "." && e.type != TarEntry::Type::dir)
+    return make_error(kStage, "tar: " + where + " names the archive's root but is not a directory");
+  if (e.type == TarEntry::Type::symlink || e.type == TarEntry::Type::hardlink) SBX_TRY(member_link(h, pending, where, e));
+  auto mode = parse_number(h, kMode, false);
+  if (!mode) return make_error(kStage, "tar: invalid mode field " + quote_for_message(field_str(h, kMode)) + " in " + where);
+  e.mode = static_cast<std::uint32_t>(*mode & 07777);
+  auto mtime = pending.mtime ? pending.mtime : parse_number(h, kMtime, true);
+  if (!mtime) return make_error(kStage, "tar: invalid mtime field " + quote_for_message(field_str(h, kMtime)) + " in " + where);
+  e.mtime = *mtime;
+  return e;
+}
+
+}  // namespace
+
+// EOF after a member, or the end-of-archive zero blocks (GNU tar writes two, some writers one; a
+// short zero tail is what is left of record padding). Members after it are refused.
+Status TarReader::end_of_archive(std::size_t got, std::int64_t at, std::int64_t pending_header) {
+  if (got == kBlock) {
+    unsigned char h2[kBlock];
+    auto got2 = read_full(h2, kBlock);
+    if (!got2) return got2.error();
+    if (!all_zero(h2, *got2))
+      return make_error(kStage, "tar: data after the end-of-archive block at byte " + std::to_string(at) +
+                                    " (a lone zero block followed by more members)");
+  }
+  if (pending_header >= 0)
+    return make_error(kStage, "tar: the archive ends after the extended header at byte " +
+                                  std::to_string(pending_header) + ", without its member");
+  at_end_ = true;
+  return {};
+}
+
+// An extended header's data (pax 'x', GNU 'L'/'K'), bounded, and the padding after it.
+Result<std::string> TarReader::read_extended(std::int64_t size, std::int64_t at) {
+  if (size > kMaxExtendedHeader)
+    return make_error(kStage, "tar: extended header of " + std::to_string(size) + " bytes at byte " + std::to_string(at) +
+                                  " (more than " + std::to_string(kMaxExtendedHeader) + ")");
+  std::string data(static_cast<std::size_t>(size), '\0');
+  auto n = read_full(data.data(), data.size());
+  if (!n) return n.error();
+  current_ = "the extended header at byte " + std::to_string(at);
+  if (*n < data.size()) return truncated("in " + current_);
+  SBX_TRY(skip((kBlock - size % kBlock) % kBlock));
+  return data;
+}
+
 Result<std::optional<TarEntry>> TarReader::next_entry() {
   if (at_end_) return std::optional<TarEntry>{};
   SBX_TRY(skip(data_left_ + pad_left_));
@@ -303,137 +418,50 @@ Result<std::optional<TarEntry>> TarReader::next_entry() {
     auto got = read_full(h, kBlock);
     if (!got) return got.error();
     if (*got == 0 || all_zero(h, *got)) {
-      // EOF after a member, or the end-of-archive zero blocks (GNU tar writes two, some writers
-      // one; a short zero tail is what is left of record padding). Members after it are refused.
-      if (*got == kBlock) {
-        unsigned char h2[kBlock];
-        auto got2 = read_full(h2, kBlock);
-        if (!got2) return got2.error();
-        if (!all_zero(h2, *got2))
-          return make_error(kStage, "tar: data after the end-of-archive block at byte " + std::to_string(at) +
-                                        " (a lone zero block followed by more members)");
-      }
-      if (pending.any())
-        return make_error(kStage, "tar: the archive ends after the extended header at byte " +
-                                      std::to_string(pending.first_header) + ", without its member");
-      at_end_ = true;
+      SBX_TRY(end_of_archive(*got, at, pending.first_header));
       return std::optional<TarEntry>{};
     }
     if (*got < kBlock) return truncated("partial header at byte " + std::to_string(at));
-
-    std::int64_t computed = 0;
-    auto stored_sum = parse_number(h, kChksum, false);
-    if (!stored_sum || !checksum_ok(h, *stored_sum, computed))
-      return make_error(kStage, "tar: bad header checksum at byte " + std::to_string(at) + " (stored " +
-                                    quote_for_message(field_str(h, kChksum)) + ", computed " + std::to_string(computed) +
-                                    ")" + (at == 0 ? ": not a tar archive, or an unknown compression" : ""));
+    SBX_TRY(check_header_sum(h, at));
 
     const char flag = static_cast<char>(h[kTypeflag]);
-    const std::string name_field(field_str(h, kName));
-    const std::string where_raw = "member " + quote_for_message(name_field) + " (" + at_byte(at) + ")";
     auto size = parse_number(h, kSize, false);
     if (!size || *size > kMaxSize)
-      return make_error(kStage, "tar: invalid size field " + quote_for_message(field_str(h, kSize)) + " in " + where_raw);
-    const std::int64_t header_size = *size;
-    const std::int64_t header_pad = (kBlock - header_size % kBlock) % kBlock;
+      return make_error(kStage, "tar: invalid size field " + quote_for_message(field_str(h, kSize)) + " in member " +
+                                    quote_for_message(field_str(h, kName)) + " (" + at_byte(at) + ")");
 
     // Extended headers: their data describes the next member.
     if (flag == 'x' || flag == 'L' || flag == 'K') {
-      if (header_size > kMaxExtendedHeader)
-        return make_error(kStage, "tar: extended header of " + std::to_string(header_size) + " bytes at byte " +
-                                      std::to_string(at) + " (more than " + std::to_string(kMaxExtendedHeader) + ")");
-      std::string data(static_cast<std::size_t>(header_size), '\0');
-      auto n = read_full(data.data(), data.size());
-      if (!n) return n.error();
-      current_ = "the extended header at byte " + std::to_string(at);
-      if (*n < data.size()) return truncated("in " + current_);
-      SBX_TRY(skip(header_pad));
+      auto data = read_extended(*size, at);
+      if (!data) return data.error();
       if (!pending.any()) pending.first_header = at;
       if (flag == 'x') {
-        SBX_TRY(parse_pax(data, pending, at_byte(at)));
+        SBX_TRY(parse_pax(*data, pending, at_byte(at)));
       } else {
         // GNU writes the name and a NUL; a NUL inside it is caught by normalise().
-        while (!data.empty() && data.back() == '\0') data.pop_back();
-        (flag == 'L' ? pending.long_name : pending.long_link) = std::move(data);
+        while (!data->empty() && data->back() == '\0') data->pop_back();
+        (flag == 'L' ? pending.long_name : pending.long_link) = std::move(*data);
       }
       continue;
     }
     // Headers that describe nothing to extract: pax global headers and GNU volume labels.
     if (flag == 'g' || flag == 'V') {
       current_ = "the " + std::string(flag == 'g' ? "pax global" : "volume label") + " header at byte " + std::to_string(at);
-      SBX_TRY(skip(header_size + header_pad));
+      SBX_TRY(skip(*size + (kBlock - *size % kBlock) % kBlock));
       continue;
     }
-
-    TarEntry e;
-    e.typeflag = flag;
-    e.offset = pending.any() ? pending.first_header : at;
-
-    // The name: pax path, else GNU long name, else ustar prefix + name (the prefix field exists
-    // only with the POSIX "ustar\0" magic; GNU's "ustar " header keeps times there).
-    std::string raw;
-    if (pending.path) raw = *pending.path;
-    else if (pending.long_name) raw = *pending.long_name;
-    else {
-      std::string_view prefix = field_str(h, kPrefix);
-      bool posix = std::memcmp(h + kMagic.at, "ustar\0", kMagic.len) == 0;
-      raw = posix && !prefix.empty() ? std::string(prefix) + "/" + name_field : name_field;
-    }
-    const std::string where = "member " + quote_for_message(raw) + " (" + at_byte(e.offset) + ")";
-    current_ = where;
-
-    switch (flag) {
-      case '0': case '\0': case '7': e.type = TarEntry::Type::file; break;
-      case '1': e.type = TarEntry::Type::hardlink; break;
-      case '2': e.type = TarEntry::Type::symlink; break;
-      case '5': case 'D': e.type = TarEntry::Type::dir; break;  // 'D': GNU dumpdir, a dir + listing
-      case 'S': return make_error(kStage, "tar: " + where + " is a GNU sparse file, which is not supported");
-      case 'M':
-        return make_error(kStage, "tar: " + where + " continues from another volume (multi-volume archives are not supported)");
-      default: e.type = TarEntry::Type::other; break;  // '3' '4' '6' devices and FIFOs, unknown flags
-    }
-
-    auto path = normalise(raw, "name", where);
-    if (!path) return path.error();
-    e.path = std::move(*path);
-    e.absolute = !raw.empty() && raw[0] == '/';
-    if (e.path == "." && e.type != TarEntry::Type::dir)
-      return make_error(kStage, "tar: " + where + " names the archive's root but is not a directory");
-
-    if (e.type == TarEntry::Type::symlink || e.type == TarEntry::Type::hardlink) {
-      std::string link = pending.linkpath ? *pending.linkpath
-                         : pending.long_link ? *pending.long_link
-                                             : std::string(field_str(h, kLinkname));
-      if (e.type == TarEntry::Type::symlink) {
-        if (link.empty()) return make_error(kStage, "tar: " + where + " is a symlink with an empty target");
-        if (link.find('\0') != std::string::npos)
-          return make_error(kStage, "tar: " + where + " has a NUL byte in its symlink target");
-        e.link = std::move(link);
-      } else {
-        auto target = normalise(link, "hardlink target", where);
-        if (!target) return target.error();
-        if (*target == ".") return make_error(kStage, "tar: " + where + " is a hardlink to the archive's root");
-        e.link = std::move(*target);
-      }
-    }
-
-    auto mode = parse_number(h, kMode, false);
-    if (!mode) return make_error(kStage, "tar: invalid mode field " + quote_for_message(field_str(h, kMode)) + " in " + where);
-    e.mode = static_cast<std::uint32_t>(*mode & 07777);
-    auto mtime = pending.mtime ? pending.mtime : parse_number(h, kMtime, true);
-    if (!mtime) return make_error(kStage, "tar: invalid mtime field " + quote_for_message(field_str(h, kMtime)) + " in " + where);
-    e.mtime = *mtime;
-
+    auto e = member_from_header(h, at, pending, current_);
+    if (!e) return e.error();
     // Links, directories, devices and FIFOs have no data in the archive whatever their size
     // field says (POSIX); everything else has `size` bytes, which read() returns for files
     // and next() skips otherwise.
-    const std::int64_t stored = pending.size ? *pending.size : header_size;
+    const std::int64_t stored = pending.size ? *pending.size : *size;
     const bool has_data = !(flag >= '1' && flag <= '6');
     data_left_ = has_data ? stored : 0;
     pad_left_ = (kBlock - data_left_ % kBlock) % kBlock;
-    readable_ = e.type == TarEntry::Type::file;
-    e.size = readable_ ? data_left_ : 0;
-    return std::optional<TarEntry>(std::move(e));
+    readable_ = e->type == TarEntry::Type::file;
+    e->size = readable_ ? data_left_ : 0;
+    return std::optional<TarEntry>(std::move(*e));
   }
 }
 

@@ -69,6 +69,8 @@ class TarReader {
 
  private:
   Result<std::optional<TarEntry>> next_entry();
+  Status end_of_archive(std::size_t got, std::int64_t at, std::int64_t pending_header);
+  Result<std::string> read_extended(std::int64_t size, std::int64_t at);
   Result<std::size_t> read_data(void* buf, std::size_t n);
   Result<std::size_t> read_some(void* dst, std::size_t n);  // 0 only at EOF
   Result<std::size_t> read_full(void* dst, std::size_t n);  // short only at EOF

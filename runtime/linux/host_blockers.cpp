@@ -85,133 +85,146 @@ BlockerFacts read_blocker_facts(const std::string& root, uid_t uid, const std::s
   return f;
 }
 
-std::vector<CheckResult> assess_blockers(const BlockerFacts& f) {
-  std::vector<CheckResult> out;
-  const auto& s = f.sysctls;
-  const std::string persist = " (and persist it in /etc/sysctl.d/)";
+namespace {
 
-  {  // Ubuntu 23.10+: unshare(CLONE_NEWUSER) succeeds, but the namespace holds no capabilities.
-    CheckResult r{"apparmor-userns", CheckStatus::ok, false, "", ""};
-    if (!s.apparmor_restrict) {
-      r.detail = "kernel.apparmor_restrict_unprivileged_userns: not present (no AppArmor restriction)";
-    } else if (*s.apparmor_restrict == 0) {
-      r.detail = "kernel.apparmor_restrict_unprivileged_userns=0";
-    } else if (f.rootless && f.userns_probe_ok) {
-      r.detail = "kernel.apparmor_restrict_unprivileged_userns=" + std::to_string(*s.apparmor_restrict) +
-                 ", but a user namespace was created and used: an AppArmor profile allows sbx";
-    } else {
-      r.status = f.rootless ? CheckStatus::missing : CheckStatus::degraded;
-      r.detail = "kernel.apparmor_restrict_unprivileged_userns=" + std::to_string(*s.apparmor_restrict) + ": " +
-                 (f.rootless ? "unprivileged user namespaces get no capabilities: rootless sbx cannot run"
-                             : "other users cannot run sbx rootless (root is not restricted)");
-      std::string exe = f.self_exe.empty() ? "/usr/bin/sbx" : f.self_exe;
-      r.hint = "allow sbx alone: write /etc/apparmor.d/sbx with 'abi <abi/4.0>, include <tunables/global> profile sbx " +
-               exe + " flags=(unconfined) { userns, }' and run apparmor_parser -r /etc/apparmor.d/sbx; or lift it for "
-               "all: sysctl -w kernel.apparmor_restrict_unprivileged_userns=0" + persist;
-    }
-    out.push_back(std::move(r));
+const std::string kPersist = " (and persist it in /etc/sysctl.d/)";
+
+// Ubuntu 23.10+: unshare(CLONE_NEWUSER) succeeds, but the namespace holds no capabilities.
+CheckResult check_apparmor_userns(const BlockerFacts& f) {
+  const auto& s = f.sysctls;
+  CheckResult r{"apparmor-userns", CheckStatus::ok, false, "", ""};
+  if (!s.apparmor_restrict) {
+    r.detail = "kernel.apparmor_restrict_unprivileged_userns: not present (no AppArmor restriction)";
+  } else if (*s.apparmor_restrict == 0) {
+    r.detail = "kernel.apparmor_restrict_unprivileged_userns=0";
+  } else if (f.rootless && f.userns_probe_ok) {
+    r.detail = "kernel.apparmor_restrict_unprivileged_userns=" + std::to_string(*s.apparmor_restrict) +
+               ", but a user namespace was created and used: an AppArmor profile allows sbx";
+  } else {
+    r.status = f.rootless ? CheckStatus::missing : CheckStatus::degraded;
+    r.detail = "kernel.apparmor_restrict_unprivileged_userns=" + std::to_string(*s.apparmor_restrict) + ": " +
+               (f.rootless ? "unprivileged user namespaces get no capabilities: rootless sbx cannot run"
+                           : "other users cannot run sbx rootless (root is not restricted)");
+    std::string exe = f.self_exe.empty() ? "/usr/bin/sbx" : f.self_exe;
+    r.hint = "allow sbx alone: write /etc/apparmor.d/sbx with 'abi <abi/4.0>, include <tunables/global> profile sbx " +
+             exe + " flags=(unconfined) { userns, }' and run apparmor_parser -r /etc/apparmor.d/sbx; or lift it for "
+             "all: sysctl -w kernel.apparmor_restrict_unprivileged_userns=0" + kPersist;
   }
-  {
-    CheckResult r{"max-user-namespaces", CheckStatus::ok, false, "", ""};
-    if (!s.max_user_namespaces) {
-      r.detail = "user.max_user_namespaces: not readable (kernel without CONFIG_USER_NS?)";
-      r.status = CheckStatus::missing;
-      r.hint = "the kernel needs CONFIG_USER_NS";
-    } else if (*s.max_user_namespaces <= 0) {
-      r.status = CheckStatus::missing;
-      r.detail = "user.max_user_namespaces=" + std::to_string(*s.max_user_namespaces) +
-                 ": nobody, root included, may create a user namespace";
-      r.hint = "sysctl -w user.max_user_namespaces=15000" + persist;
-    } else {
-      r.detail = "user.max_user_namespaces=" + std::to_string(*s.max_user_namespaces);
-    }
-    out.push_back(std::move(r));
+  return r;
+}
+
+CheckResult check_max_user_namespaces(const BlockerFacts& f) {
+  const auto& s = f.sysctls;
+  CheckResult r{"max-user-namespaces", CheckStatus::ok, false, "", ""};
+  if (!s.max_user_namespaces) {
+    r.detail = "user.max_user_namespaces: not readable (kernel without CONFIG_USER_NS?)";
+    r.status = CheckStatus::missing;
+    r.hint = "the kernel needs CONFIG_USER_NS";
+  } else if (*s.max_user_namespaces <= 0) {
+    r.status = CheckStatus::missing;
+    r.detail = "user.max_user_namespaces=" + std::to_string(*s.max_user_namespaces) +
+               ": nobody, root included, may create a user namespace";
+    r.hint = "sysctl -w user.max_user_namespaces=15000" + kPersist;
+  } else {
+    r.detail = "user.max_user_namespaces=" + std::to_string(*s.max_user_namespaces);
   }
-  {  // Debian before 11 (and some hardened kernels): off for everyone but root.
-    CheckResult r{"userns-clone", CheckStatus::ok, false, "", ""};
-    if (!s.unprivileged_userns_clone) {
-      r.detail = "kernel.unprivileged_userns_clone: not present (upstream kernel behaviour: allowed)";
-    } else if (*s.unprivileged_userns_clone != 0) {
-      r.detail = "kernel.unprivileged_userns_clone=" + std::to_string(*s.unprivileged_userns_clone);
-    } else {
-      r.status = f.rootless ? CheckStatus::missing : CheckStatus::degraded;
-      r.detail = std::string("kernel.unprivileged_userns_clone=0: ") +
-                 (f.rootless ? "unprivileged user namespaces are off: rootless sbx cannot run"
-                             : "other users cannot run sbx rootless (root is not restricted)");
-      r.hint = "sysctl -w kernel.unprivileged_userns_clone=1" + persist;
-    }
-    out.push_back(std::move(r));
+  return r;
+}
+
+// Debian before 11 (and some hardened kernels): off for everyone but root.
+CheckResult check_userns_clone(const BlockerFacts& f) {
+  const auto& s = f.sysctls;
+  CheckResult r{"userns-clone", CheckStatus::ok, false, "", ""};
+  if (!s.unprivileged_userns_clone) {
+    r.detail = "kernel.unprivileged_userns_clone: not present (upstream kernel behaviour: allowed)";
+  } else if (*s.unprivileged_userns_clone != 0) {
+    r.detail = "kernel.unprivileged_userns_clone=" + std::to_string(*s.unprivileged_userns_clone);
+  } else {
+    r.status = f.rootless ? CheckStatus::missing : CheckStatus::degraded;
+    r.detail = std::string("kernel.unprivileged_userns_clone=0: ") +
+               (f.rootless ? "unprivileged user namespaces are off: rootless sbx cannot run"
+                           : "other users cannot run sbx rootless (root is not restricted)");
+    r.hint = "sysctl -w kernel.unprivileged_userns_clone=1" + kPersist;
   }
-  {
-    CheckResult r{"cgroup2", CheckStatus::ok, false, "", ""};
-    bool v1 = false;
-    std::string at = cgroup2_mount_point(f.mounts, v1);
-    if (!f.have_mounts) {
+  return r;
+}
+
+CheckResult check_cgroup2(const BlockerFacts& f) {
+  CheckResult r{"cgroup2", CheckStatus::ok, false, "", ""};
+  bool v1 = false;
+  std::string at = cgroup2_mount_point(f.mounts, v1);
+  if (!f.have_mounts) {
+    r.status = CheckStatus::degraded;
+    r.detail = "/proc/self/mounts is not readable: cannot tell";
+    r.hint = "mount /proc";
+  } else if (at.empty()) {
+    r.status = CheckStatus::missing;
+    r.detail = std::string("no cgroup2 file system is mounted") + (v1 ? " (cgroup v1 only)" : "") +
+               ": memory, pids and cpu limits fall back to per-process rlimits";
+    r.hint = v1 ? "boot with systemd.unified_cgroup_hierarchy=1 (cgroup v2)"
+                : "mount -t cgroup2 cgroup2 /sys/fs/cgroup (or boot with systemd.unified_cgroup_hierarchy=1)";
+  } else {
+    r.detail = "cgroup2 at " + at + (v1 ? " beside cgroup v1 hierarchies (hybrid; see the cgroup check)" : "");
+  }
+  return r;
+}
+
+CheckResult check_subid(const BlockerFacts& f) {
+  // sbx never runs newuidmap: rootless it maps only the caller's own uid and gid (which the
+  // kernel allows unprivileged), as root it writes uid_map itself (runtime/linux/userns.hpp). The
+  // subordinate ranges matter only as root, for the `sbx` entry; one file with it and the
+  // other without makes sbx ignore both (plan_identity).
+  CheckResult r{"subid", CheckStatus::ok, false, "", ""};
+  std::string nu = std::string("newuidmap ") + (f.have_newuidmap ? "present" : "absent") + ", not used by sbx";
+  if (f.rootless) {
+    r.detail = "not needed: rootless sbx maps only your own uid and gid (" + nu + ")";
+  } else {
+    bool u = has_line_for(f.subuid, "sbx"), g = has_line_for(f.subgid, "sbx");
+    if (u && g) {
+      r.detail = "sbx has ranges in /etc/subuid and /etc/subgid (" + nu + ")";
+    } else if (u != g) {
       r.status = CheckStatus::degraded;
-      r.detail = "/proc/self/mounts is not readable: cannot tell";
-      r.hint = "mount /proc";
-    } else if (at.empty()) {
-      r.status = CheckStatus::missing;
-      r.detail = std::string("no cgroup2 file system is mounted") + (v1 ? " (cgroup v1 only)" : "") +
-                 ": memory, pids and cpu limits fall back to per-process rlimits";
-      r.hint = v1 ? "boot with systemd.unified_cgroup_hierarchy=1 (cgroup v2)"
-                  : "mount -t cgroup2 cgroup2 /sys/fs/cgroup (or boot with systemd.unified_cgroup_hierarchy=1)";
+      r.detail = std::string("an sbx range only in ") + (u ? "/etc/subuid" : "/etc/subgid") +
+                 ": sbx ignores it and maps sandboxes to its built-in range (" + nu + ")";
+      r.hint = std::string("add the same kind of line (sbx:START:65536, a range no other entry overlaps) to ") +
+               (u ? "/etc/subgid" : "/etc/subuid");
     } else {
-      r.detail = "cgroup2 at " + at + (v1 ? " beside cgroup v1 hierarchies (hybrid; see the cgroup check)" : "");
+      r.detail = "no sbx range in /etc/subuid and /etc/subgid: the built-in range is used (see identity; " + nu + ")";
     }
-    out.push_back(std::move(r));
   }
-  {
-    // sbx never runs newuidmap: rootless it maps only the caller's own uid and gid (which the
-    // kernel allows unprivileged), as root it writes uid_map itself (runtime/linux/userns.hpp). The
-    // subordinate ranges matter only as root, for the `sbx` entry; one file with it and the
-    // other without makes sbx ignore both (plan_identity).
-    CheckResult r{"subid", CheckStatus::ok, false, "", ""};
-    std::string nu = std::string("newuidmap ") + (f.have_newuidmap ? "present" : "absent") + ", not used by sbx";
-    if (f.rootless) {
-      r.detail = "not needed: rootless sbx maps only your own uid and gid (" + nu + ")";
-    } else {
-      bool u = has_line_for(f.subuid, "sbx"), g = has_line_for(f.subgid, "sbx");
-      if (u && g) {
-        r.detail = "sbx has ranges in /etc/subuid and /etc/subgid (" + nu + ")";
-      } else if (u != g) {
-        r.status = CheckStatus::degraded;
-        r.detail = std::string("an sbx range only in ") + (u ? "/etc/subuid" : "/etc/subgid") +
-                   ": sbx ignores it and maps sandboxes to its built-in range (" + nu + ")";
-        r.hint = std::string("add the same kind of line (sbx:START:65536, a range no other entry overlaps) to ") +
-                 (u ? "/etc/subgid" : "/etc/subuid");
-      } else {
-        r.detail = "no sbx range in /etc/subuid and /etc/subgid: the built-in range is used (see identity; " + nu + ")";
-      }
-    }
-    out.push_back(std::move(r));
+  return r;
+}
+
+CheckResult check_user_manager(const BlockerFacts& f) {
+  CheckResult r{"user-manager", CheckStatus::ok, false, "", ""};
+  if (!f.rootless) {
+    r.detail = "root: run cgroups need no delegation";
+  } else if (f.cgroup_usable) {
+    r.detail = "your cgroup v2 is delegated to you: no systemd scope needed";
+  } else if (f.cgroup_layout != "v2") {
+    r.detail = "cgroup layout " + f.cgroup_layout + ": a systemd scope would offer no cgroup v2 controllers "
+               "either (see the cgroup check)";
+  } else if (f.user_manager && f.have_systemd_run) {
+    r.detail = "a systemd user manager answers at " + f.runtime_dir +
+               ": sbx run re-executes itself in a delegated scope (systemd-run --user --scope -p Delegate=yes) "
+               "when a limit needs cgroup v2";
+  } else {
+    r.status = CheckStatus::degraded;
+    r.detail = f.user_manager ? "a systemd user manager answers, but systemd-run is not installed"
+                              : "no systemd user manager answers at " +
+                                    (f.runtime_dir.empty() ? std::string("$XDG_RUNTIME_DIR") : f.runtime_dir) +
+                                    " (systemd/private, bus): rootless limits fall back to rlimits";
+    r.hint = f.user_manager ? "install systemd (systemd-run)"
+                            : "log in through systemd-logind (pam_systemd), or keep a manager running with "
+                              "loginctl enable-linger $USER; set XDG_RUNTIME_DIR=/run/user/$(id -u)";
   }
-  {
-    CheckResult r{"user-manager", CheckStatus::ok, false, "", ""};
-    if (!f.rootless) {
-      r.detail = "root: run cgroups need no delegation";
-    } else if (f.cgroup_usable) {
-      r.detail = "your cgroup v2 is delegated to you: no systemd scope needed";
-    } else if (f.cgroup_layout != "v2") {
-      r.detail = "cgroup layout " + f.cgroup_layout + ": a systemd scope would offer no cgroup v2 controllers "
-                 "either (see the cgroup check)";
-    } else if (f.user_manager && f.have_systemd_run) {
-      r.detail = "a systemd user manager answers at " + f.runtime_dir +
-                 ": sbx run re-executes itself in a delegated scope (systemd-run --user --scope -p Delegate=yes) "
-                 "when a limit needs cgroup v2";
-    } else {
-      r.status = CheckStatus::degraded;
-      r.detail = f.user_manager ? "a systemd user manager answers, but systemd-run is not installed"
-                                : "no systemd user manager answers at " +
-                                      (f.runtime_dir.empty() ? std::string("$XDG_RUNTIME_DIR") : f.runtime_dir) +
-                                      " (systemd/private, bus): rootless limits fall back to rlimits";
-      r.hint = f.user_manager ? "install systemd (systemd-run)"
-                              : "log in through systemd-logind (pam_systemd), or keep a manager running with "
-                                "loginctl enable-linger $USER; set XDG_RUNTIME_DIR=/run/user/$(id -u)";
-    }
-    out.push_back(std::move(r));
-  }
-  return out;
+  return r;
+}
+
+}  // namespace
+
+std::vector<CheckResult> assess_blockers(const BlockerFacts& f) {
+  return {check_apparmor_userns(f), check_max_user_namespaces(f), check_userns_clone(f), check_cgroup2(f), check_subid(f), check_user_manager(f)};
 }
 
 bool unix_socket_answers(const std::string& path) {

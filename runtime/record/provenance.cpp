@@ -71,12 +71,11 @@ std::string file_uri(const std::string& path) {
   return out;
 }
 
-Result<ProvenanceDoc> intoto_statement(const json& r) {
-  ProvenanceDoc doc;
-  const std::string run_id = str(at(r, "run_id"));
-  if (run_id.empty()) return make_error("trace export", "the record has no run_id");
+namespace {
 
-  // subject: the outputs, by their path in the sandbox.
+// subject: the outputs, by their path in the sandbox; else stdout. The streams not attested are
+// byproducts.
+json subjects(const json& r, ProvenanceDoc& doc, json& byproducts) {
   json subject = json::array();
   const json& outputs = at(r, "outputs");
   if (outputs.is_array()) {
@@ -92,32 +91,53 @@ Result<ProvenanceDoc> intoto_statement(const json& r) {
       subject.push_back(rd);
     }
   }
-  json byproducts = json::array();
   json out_stream = stream_descriptor("stdout", at(r, "stdout"));
   json err_stream = stream_descriptor("stderr", at(r, "stderr"));
   if (subject.empty() && !out_stream.is_null()) subject.push_back(out_stream);  // what `sbx run` produced
   else if (!out_stream.is_null()) byproducts.push_back(out_stream);
   if (!err_stream.is_null()) byproducts.push_back(err_stream);
-  if (subject.empty()) return make_error("trace export", "run " + run_id + " has no output or stream with a valid sha256 to attest");
+  return subject;
+}
 
+json external_parameters(const json& r) {
   const json& inv = at(r, "invocation");
   const json& spec = at(inv, "spec");
   const json& prof = at(inv, "profile");
   const json& pack = at(inv, "pack");
-  const json& image = at(r, "image");
-  const json& enf = at(r, "enforcement");
+  return {{"argv", at(inv, "argv")},
+          {"command", at(spec, "argv")},
+          {"profile", {{"name", at(prof, "name")}, {"sha256", at(prof, "sha256")}}},
+          {"pack", pack.is_object() ? json{{"name", at(pack, "name")}, {"version", at(pack, "version")},
+                                           {"digest", at(pack, "digest")}}
+                                    : json(nullptr)},
+          {"image", at(at(r, "image"), "name")},
+          {"network", {{"mode", at(at(spec, "network"), "mode")}, {"allow", at(at(spec, "network"), "allow")}}}};
+}
 
-  json external = {{"argv", at(inv, "argv")},
-                   {"command", at(spec, "argv")},
-                   {"profile", {{"name", at(prof, "name")}, {"sha256", at(prof, "sha256")}}},
-                   {"pack", pack.is_object() ? json{{"name", at(pack, "name")}, {"version", at(pack, "version")},
-                                                    {"digest", at(pack, "digest")}}
-                                             : json(nullptr)},
-                   {"image", at(image, "name")},
-                   {"network", {{"mode", at(at(spec, "network"), "mode")}, {"allow", at(at(spec, "network"), "allow")}}}};
-  json input_paths = json::array();
+// One input as a resolved dependency (a directory's sha256 is of its sbx-manifest v1 text, not
+// of any file: its own key), or null with a note in doc.skipped.
+json input_dependency(const json& in, const std::string& path, ProvenanceDoc& doc) {
+  json d = sha256_digest_set(at(in, "sha256"));
+  if (path.empty() || d.is_null()) {
+    doc.skipped.push_back("input " + (path.empty() ? std::string("(no path)") : path) + ": no valid sha256");
+    return nullptr;
+  }
+  if (at(in, "type") == "directory") d = {{"sbxManifestSha256", d["sha256"]}};
+  json rd = {{"name", path}, {"digest", d}};
+  std::string source = str(at(in, "source"));
+  if (!source.empty() && source[0] == '/') rd["uri"] = file_uri(source);
+  json ann = json::object();
+  for (const char* k : {"bytes", "type", "entries"})
+    if (!at(in, k).is_null()) ann[k] = at(in, k);
+  if (!ann.empty()) rd["annotations"] = ann;
+  return rd;
+}
 
+// The image, the pack and the inputs; `input_paths` gets every input's path.
+json dependencies(const json& r, ProvenanceDoc& doc, json& input_paths) {
   json deps = json::array();
+  const json& image = at(r, "image");
+  const json& pack = at(at(r, "invocation"), "pack");
   // The image: its digest names the sealed tree that ran; "host" is the host's own /usr etc.,
   // which has no digest (said in the annotation, not hidden).
   std::string image_name = str(at(image, "name"), "?");
@@ -139,32 +159,23 @@ Result<ProvenanceDoc> intoto_statement(const json& r) {
     for (auto& in : inputs) {
       std::string path = str(at(in, "path"));
       input_paths.push_back(path);
-      json d = sha256_digest_set(at(in, "sha256"));
-      if (path.empty() || d.is_null()) {
-        doc.skipped.push_back("input " + (path.empty() ? std::string("(no path)") : path) + ": no valid sha256");
-        continue;
-      }
-      // A directory's sha256 is of its sbx-manifest v1 text, not of any file: its own key.
-      if (at(in, "type") == "directory") d = {{"sbxManifestSha256", d["sha256"]}};
-      json rd = {{"name", path}, {"digest", d}};
-      std::string source = str(at(in, "source"));
-      if (!source.empty() && source[0] == '/') rd["uri"] = file_uri(source);
-      json ann = json::object();
-      for (const char* k : {"bytes", "type", "entries"})
-        if (!at(in, k).is_null()) ann[k] = at(in, k);
-      if (!ann.empty()) rd["annotations"] = ann;
-      deps.push_back(rd);
+      if (json rd = input_dependency(in, path, doc); !rd.is_null()) deps.push_back(std::move(rd));
     }
   }
-  external["inputs"] = input_paths;
+  return deps;
+}
 
-  json internal = {{"cwd", at(inv, "cwd")},
-                   {"limitsApplied", at(enf, "limits_applied")},
-                   {"seccomp", {{"profile", at(at(enf, "seccomp"), "profile")}, {"sha256", at(at(enf, "seccomp"), "sha256")}}},
-                   {"namespaces", at(enf, "namespaces")},
-                   {"kernel", at(at(r, "host"), "kernel")},
-                   {"recordSchema", at(r, "schema")}};
+json internal_parameters(const json& r) {
+  const json& enf = at(r, "enforcement");
+  return {{"cwd", at(at(r, "invocation"), "cwd")},
+          {"limitsApplied", at(enf, "limits_applied")},
+          {"seccomp", {{"profile", at(at(enf, "seccomp"), "profile")}, {"sha256", at(at(enf, "seccomp"), "sha256")}}},
+          {"namespaces", at(enf, "namespaces")},
+          {"kernel", at(at(r, "host"), "kernel")},
+          {"recordSchema", at(r, "schema")}};
+}
 
+json run_details(const json& r, const std::string& run_id, ProvenanceDoc& doc, const json& byproducts) {
   const json& sbx = at(r, "sbx");
   std::string version = str(at(sbx, "version"), "unknown");
   std::string builder_id = "pkg:generic/sbx@" + file_uri(version).substr(7);  // percent-encoded
@@ -179,19 +190,34 @@ Result<ProvenanceDoc> intoto_statement(const json& r) {
     else doc.skipped.push_back(std::string(key) + ": not an RFC 3339 UTC time");
   }
   const json& res = at(r, "result");
-  json run_details = {{"builder", {{"id", builder_id}, {"version", {{"sbx", version}}}}},
-                      {"metadata", metadata},
-                      {"sbx_result", {{"status", at(res, "status")}, {"exit_code", at(res, "exit_code")}, {"signal", at(res, "signal")}}}};
-  if (!byproducts.empty()) run_details["byproducts"] = byproducts;
+  json details = {{"builder", {{"id", builder_id}, {"version", {{"sbx", version}}}}},
+                  {"metadata", metadata},
+                  {"sbx_result", {{"status", at(res, "status")}, {"exit_code", at(res, "exit_code")}, {"signal", at(res, "signal")}}}};
+  if (!byproducts.empty()) details["byproducts"] = byproducts;
+  return details;
+}
 
+}  // namespace
+
+Result<ProvenanceDoc> intoto_statement(const json& r) {
+  ProvenanceDoc doc;
+  const std::string run_id = str(at(r, "run_id"));
+  if (run_id.empty()) return make_error("trace export", "the record has no run_id");
+  json byproducts = json::array();
+  json subject = subjects(r, doc, byproducts);
+  if (subject.empty()) return make_error("trace export", "run " + run_id + " has no output or stream with a valid sha256 to attest");
+  json external = external_parameters(r);
+  json input_paths = json::array();
+  json deps = dependencies(r, doc, input_paths);
+  external["inputs"] = input_paths;
   doc.statement = {{"_type", kInTotoStatementType},
                    {"subject", subject},
                    {"predicateType", kSlsaProvenanceType},
                    {"predicate",
                     {{"buildDefinition",
-                      {{"buildType", kBuildType}, {"externalParameters", external}, {"internalParameters", internal},
+                      {{"buildType", kBuildType}, {"externalParameters", external}, {"internalParameters", internal_parameters(r)},
                        {"resolvedDependencies", deps}}},
-                     {"runDetails", run_details}}}};
+                     {"runDetails", run_details(r, run_id, doc, byproducts)}}}};
   return doc;
 }
 

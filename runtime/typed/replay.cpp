@@ -396,199 +396,269 @@ Result<json> keep_run_inputs(const Dirs& dirs, const RunSpec& spec, const Profil
   return keeper.take();
 }
 
-Result<ReplayReport> replay_run(const ReplayRequest& req) {
-  ReplayReport r;
-  auto loaded = load_trace(req.dirs, req.run);
-  if (!loaded) return cannot(loaded.error().describe());
-  const json orig = std::move(*loaded);
-  r.original_run = str(orig, "run_id");
-  {
-    const json tj = orig.value("tenant", json(nullptr));
-    const std::string recorded = tj.is_object() ? str(tj, "name") : "";
-    if (!req.tenant && !recorded.empty())
-      return cannot("run " + r.original_run + " was made under tenant '" + printable(recorded) +
-                    "': replay it with --tenant " + printable(recorded) + " (its ceilings and ids apply again)");
-    if (req.tenant && recorded != req.tenant->name)
-      return cannot("run " + r.original_run + " was not made under tenant '" + req.tenant->name + "' (its record names " +
-                    (recorded.empty() ? std::string("no tenant") : "tenant '" + printable(recorded) + "'") + ")");
+namespace {
+
+// One replay, phase by phase (replay_run is its table of contents): the record found and trusted,
+// its profile text, then one of three ways to run it again (an exec request, a pack, a plain run),
+// each ending in the same comparison.
+class Replay {
+ public:
+  explicit Replay(const ReplayRequest& req) : req_(req) {}
+  Result<ReplayReport> run();
+
+ private:
+  Status load_record();
+  Status check_tenant() const;
+  Status check_chain();
+  Result<ProfileSource> kept_profile() const;
+  Result<ReplayReport> replay_exec(const json& exec_blob, const ProfileSource& profile);
+  Result<RunSpec> rebuilt_spec() const;
+  Status check_image(RunSpec& spec) const;
+  Status rebuild_inputs(RunSpec& spec) const;
+  RunRequest plain_request(const ProfileSource& profile) const;
+  Status under_tenant(RunRequest& run, const json& pack) const;
+  Result<ReplayReport> replay_pack(const json& pack, RunSpec spec, RunRequest run);
+  Result<ReplayReport> replay_plain(RunSpec spec, RunRequest run);
+  Result<ReplayReport> compare(bool recorded, const std::string& record_error, const json& trace, int exit_status);
+
+  const ReplayRequest& req_;
+  ReplayReport r_;
+  json orig_;
+  json replay_of_;
+  std::optional<Blobs> blobs_;
+  std::optional<WorkDir> wd_;
+};
+
+Result<ReplayReport> Replay::run() {
+  SBX_TRY(load_record());
+  SBX_TRY(check_tenant());
+  SBX_TRY(check_chain());
+  blobs_.emplace(req_.dirs, orig_);
+  if (!blobs_->any())
+    return cannot("run " + r_.original_run + " kept nothing to replay it from (its record names no blobs: a plain "
+                  "'sbx run' keeps its inputs and profile only with --keep-inputs)");
+  auto profile = kept_profile();
+  if (!profile) return profile.error();
+  auto wd = WorkDir::make();
+  if (!wd) return wd.error();
+  wd_.emplace(std::move(*wd));
+  if (auto ev = blobs_->role("exec_request"); !ev.empty()) return replay_exec(*ev.front(), *profile);
+  auto spec = rebuilt_spec();
+  if (!spec) return spec.error();
+  RunRequest run = plain_request(*profile);
+  if (orig_.contains("export")) {
+    run.export_dir = wd_->path + "/out";
+    SBX_TRY(prepare_export_dir(run.export_dir));
   }
-  // The record decides what the replay mounts, which policy it runs under and where its output
-  // goes, so it must be the record the run wrote: the whole chain is checked first (an edited,
-  // inserted or reordered line breaks it; a chain rewritten from its start is caught only by an
-  // anchor or signatures: 'sbx trace verify --anchor/--pubkey').
-  auto chain = verify_ledger(req.dirs);
+  json pack = orig_.value("invocation", json::object()).value("pack", json(nullptr));
+  if (pack.is_object()) return replay_pack(pack, std::move(*spec), std::move(run));
+  return replay_plain(std::move(*spec), std::move(run));
+}
+
+Status Replay::load_record() {
+  auto loaded = load_trace(req_.dirs, req_.run);
+  if (!loaded) return cannot(loaded.error().describe());
+  orig_ = std::move(*loaded);
+  r_.original_run = str(orig_, "run_id");
+  return {};
+}
+
+Status Replay::check_tenant() const {
+  const json tj = orig_.value("tenant", json(nullptr));
+  const std::string recorded = tj.is_object() ? str(tj, "name") : "";
+  if (!req_.tenant && !recorded.empty())
+    return cannot("run " + r_.original_run + " was made under tenant '" + printable(recorded) +
+                  "': replay it with --tenant " + printable(recorded) + " (its ceilings and ids apply again)");
+  if (req_.tenant && recorded != req_.tenant->name)
+    return cannot("run " + r_.original_run + " was not made under tenant '" + req_.tenant->name + "' (its record names " +
+                  (recorded.empty() ? std::string("no tenant") : "tenant '" + printable(recorded) + "'") + ")");
+  return {};
+}
+
+// The record decides what the replay mounts, which policy it runs under and where its output
+// goes, so it must be the record the run wrote: the whole chain is checked first (an edited,
+// inserted or reordered line breaks it; a chain rewritten from its start is caught only by an
+// anchor or signatures: 'sbx trace verify --anchor/--pubkey').
+Status Replay::check_chain() {
+  auto chain = verify_ledger(req_.dirs);
   if (!chain) return chain.error();
   if (!chain->intact)
     return cannot("the ledger's chain is broken (" + printable(chain->problem) +
                   "): a record that may have been edited is not replayed (see 'sbx trace verify')");
-  auto entry = ledger_entry_of(req.dirs, r.original_run);
+  auto entry = ledger_entry_of(req_.dirs, r_.original_run);
   if (!entry) return entry.error();
-  r.original_seq = entry->first;
-  r.original_hash = entry->second;
-  const json replay_of = {{"run_id", r.original_run}, {"seq", r.original_seq}, {"record_hash", r.original_hash}};
+  r_.original_seq = entry->first;
+  r_.original_hash = entry->second;
+  replay_of_ = {{"run_id", r_.original_run}, {"seq", r_.original_seq}, {"record_hash", r_.original_hash}};
+  return {};
+}
 
-  const json inv = orig.value("invocation", json::object());
-  Blobs blobs(req.dirs, orig);
-  if (!blobs.any())
-    return cannot("run " + r.original_run + " kept nothing to replay it from (its record names no blobs: a plain "
-                  "'sbx run' keeps its inputs and profile only with --keep-inputs)");
-
-  // The profile, as its text was when the run was recorded.
-  auto pv = blobs.role("profile");
-  if (pv.empty()) return cannot("the profile's text of run " + r.original_run + " was not kept");
-  auto ptext = blobs.read(*pv.front());
+// The profile, as its text was when the run was recorded.
+Result<ProfileSource> Replay::kept_profile() const {
+  auto pv = blobs_->role("profile");
+  if (pv.empty()) return cannot("the profile's text of run " + r_.original_run + " was not kept");
+  auto ptext = blobs_->read(*pv.front());
   if (!ptext) return ptext.error();
-  json prof = inv.value("profile", json::object());
+  json prof = orig_.value("invocation", json::object()).value("profile", json::object());
   if (sha256_hex(*ptext) != str(prof, "sha256"))
     return cannot("the kept profile text does not hash to the record's invocation.profile.sha256");
-  ProfileSource profile{str(prof, "name"), str(prof, "origin"), *ptext};
+  return ProfileSource{str(prof, "name"), str(prof, "origin"), *ptext};
+}
 
-  auto wd = WorkDir::make();
-  if (!wd) return wd.error();
-
-  // exec: the request holds everything (code, files, input, limits); run_exec rebuilds the spec
-  // from it and the built-in profile exactly as the first time.
-  if (auto ev = blobs.role("exec_request"); !ev.empty()) {
-    auto text = blobs.read(*ev.front());
-    if (!text) return text.error();
-    auto request = parse_json_doc(*text, {kMaxRequestBytes}, kStage, "the kept exec request");
-    if (!request) return request.error();
-    auto current = load_profile(kDefaultProfile);
-    if (!current || current->source.text != profile.text)
-      return cannot("sbx exec runs under the built-in profile '" + std::string(kDefaultProfile) +
-                    "', whose text has changed since the run: its limits would not be the same");
-    ExecContext ctx;
-    ctx.dirs = req.dirs;
-    if (req.tenant) {
-      ctx.dirs = req.base_dirs;
-      ctx.before_run = [&req](RunRequest& run) { return apply_tenant(*req.tenant, run, json(nullptr)); };
-    }
-    ctx.invocation_argv = req.invocation_argv;
-    ctx.record_extra = {{"replay_of", replay_of}};
-    auto resp = run_exec(*request, ctx);
-    if (!resp) return cannot("the replay could not run: " + resp.error().describe());
-    r.replay_run = resp->value("run_id", "");
-    auto rep = load_trace(req.dirs, r.replay_run);
-    if (!rep) return cannot("the replay's record cannot be read: " + rep.error().describe());
-    r.replay_exit = 0;
-    compare_records(orig, *rep, req.dirs, blobs, r);
-    return r;
+// exec: the request holds everything (code, files, input, limits); run_exec rebuilds the spec
+// from it and the built-in profile exactly as the first time.
+Result<ReplayReport> Replay::replay_exec(const json& exec_blob, const ProfileSource& profile) {
+  auto text = blobs_->read(exec_blob);
+  if (!text) return text.error();
+  auto request = parse_json_doc(*text, {kMaxRequestBytes}, kStage, "the kept exec request");
+  if (!request) return request.error();
+  auto current = load_profile(kDefaultProfile);
+  if (!current || current->source.text != profile.text)
+    return cannot("sbx exec runs under the built-in profile '" + std::string(kDefaultProfile) +
+                  "', whose text has changed since the run: its limits would not be the same");
+  ExecContext ctx;
+  ctx.dirs = req_.dirs;
+  if (req_.tenant) {
+    ctx.dirs = req_.base_dirs;
+    ctx.before_run = [this](RunRequest& run) { return apply_tenant(*req_.tenant, run, json(nullptr)); };
   }
+  ctx.invocation_argv = req_.invocation_argv;
+  ctx.record_extra = {{"replay_of", replay_of_}};
+  auto resp = run_exec(*request, ctx);
+  if (!resp) return cannot("the replay could not run: " + resp.error().describe());
+  std::string run_id = resp->value("run_id", "");
+  auto rep = load_trace(req_.dirs, run_id);
+  if (!rep) return cannot("the replay's record cannot be read: " + rep.error().describe());
+  return compare(true, "", *rep, 0);
+}
 
+Result<RunSpec> Replay::rebuilt_spec() const {
+  const json inv = orig_.value("invocation", json::object());
   auto spec = spec_from_json(inv.value("spec", json::object()), "the record's invocation.spec");
   if (!spec) return cannot(spec.error().message);
   // Where the original streamed its live events was that operator's choice for that run; a
   // replay opens no file the record names (--events is not replayed).
   spec->events.clear();
+  SBX_TRY(check_image(*spec));
+  SBX_TRY(rebuild_inputs(*spec));
+  return spec;
+}
 
-  // The same image, by digest: gone, or changed on disk (its seal), and there is nothing to replay on.
-  json img = orig.value("image", json::object());
-  if (spec->image != "host") {
-    std::string digest = str(img, "digest");
-    if (!digest.starts_with("sha256:") || !is_sha256_hex(digest.substr(7)))
-      return cannot("the record names image '" + printable(spec->image) + "' without a digest");
-    ImageStore store(req.dirs.images);
-    auto image = store.resolve(digest);
-    if (!image)
-      return cannot("image " + digest + " (recorded as '" + printable(spec->image) + "') is no longer in the image store " +
-                    req.dirs.images + ": " + image.error().describe());
-    if (auto st = store.check_seal(*image); !st) return cannot("image " + digest + " fails its seal: " + st.error().describe());
-    spec->image = digest;
-  }
+// The same image, by digest: gone, or changed on disk (its seal), and there is nothing to replay on.
+Status Replay::check_image(RunSpec& spec) const {
+  if (spec.image == "host") return {};
+  json img = orig_.value("image", json::object());
+  std::string digest = str(img, "digest");
+  if (!digest.starts_with("sha256:") || !is_sha256_hex(digest.substr(7)))
+    return cannot("the record names image '" + printable(spec.image) + "' without a digest");
+  ImageStore store(req_.dirs.images);
+  auto image = store.resolve(digest);
+  if (!image)
+    return cannot("image " + digest + " (recorded as '" + printable(spec.image) + "') is no longer in the image store " +
+                  req_.dirs.images + ": " + image.error().describe());
+  if (auto st = store.check_seal(*image); !st) return cannot("image " + digest + " fails its seal: " + st.error().describe());
+  spec.image = digest;
+  return {};
+}
 
-  // --input files and trees, rebuilt from blobs at their recorded paths.
-  if (!spec->inputs.empty()) {
-    json rec_inputs = orig.value("inputs", json::array());
-    for (std::size_t i = 0; i < spec->inputs.size(); ++i) {
-      BindMount& in = spec->inputs[i];
-      std::string dest = wd->path + "/in" + std::to_string(i);
-      std::string type;
-      for (auto& e : rec_inputs)
-        if (e.is_object() && str(e, "path") == in.dst) type = str(e, "type");
-      if (type == "directory") {
-        if (auto st = rebuild_tree(blobs, "input_file", "input_dir", "input_link", in.dst, dest); !st) return st.error();
-      } else {
-        const json* found = nullptr;
-        for (auto* b : blobs.role("input_file"))
-          if (str(*b, "path") == in.dst) found = b;
-        if (!found)
-          return cannot("--input " + printable(in.dst) + " was not kept (the run was made without --keep-inputs)");
-        auto data = blobs.read(*found);
-        if (!data) return data.error();
-        SBX_TRY(write_file_durable(dest, *data, parse_mode(*found, 0644)));
-      }
-      in.src = dest;
+// --input files and trees, rebuilt from blobs at their recorded paths.
+Status Replay::rebuild_inputs(RunSpec& spec) const {
+  json rec_inputs = orig_.value("inputs", json::array());
+  for (std::size_t i = 0; i < spec.inputs.size(); ++i) {
+    BindMount& in = spec.inputs[i];
+    std::string dest = wd_->path + "/in" + std::to_string(i);
+    std::string type;
+    for (auto& e : rec_inputs)
+      if (e.is_object() && str(e, "path") == in.dst) type = str(e, "type");
+    if (type == "directory") {
+      SBX_TRY(rebuild_tree(*blobs_, "input_file", "input_dir", "input_link", in.dst, dest));
+    } else {
+      const json* found = nullptr;
+      for (auto* b : blobs_->role("input_file"))
+        if (str(*b, "path") == in.dst) found = b;
+      if (!found) return cannot("--input " + printable(in.dst) + " was not kept (the run was made without --keep-inputs)");
+      auto data = blobs_->read(*found);
+      if (!data) return data.error();
+      SBX_TRY(write_file_durable(dest, *data, parse_mode(*found, 0644)));
     }
+    in.src = dest;
   }
+  return {};
+}
 
+RunRequest Replay::plain_request(const ProfileSource& profile) const {
   RunRequest run;
   run.profile = profile;
-  run.dirs = req.dirs;
-  // Both kinds of replay (a pack's, a plain run's) run under the tenant again, and end the same
-  // way: the new record stored, then compared with the original.
-  auto under_tenant = [&](const json& pack) -> Status {
-    if (!req.tenant) return {};
-    run.dirs = req.base_dirs;
-    if (auto st = apply_tenant(*req.tenant, run, pack); !st) return cannot("tenant: " + st.error().message);
-    return {};
-  };
-  auto compare = [&](bool recorded, const std::string& record_error, const json& trace,
-                     int exit_status) -> Result<ReplayReport> {
-    if (!recorded) return cannot("the replay's record could not be stored: " + record_error);
-    r.replay_run = str(trace, "run_id");
-    r.replay_exit = exit_status;
-    compare_records(orig, trace, req.dirs, blobs, r);
-    return r;
-  };
-  run.invocation_argv = req.invocation_argv;
-  run.record_extra = {{"replay_of", replay_of}};
+  run.dirs = req_.dirs;
+  run.invocation_argv = req_.invocation_argv;
+  run.record_extra = {{"replay_of", replay_of_}};
   // The program's output goes to sbx's stderr: stdout carries the comparison alone.
   run.stdout_fd = 2;
   run.stderr_fd = 2;
-  if (orig.contains("export")) {
-    run.export_dir = wd->path + "/out";
-    SBX_TRY(prepare_export_dir(run.export_dir));
-  }
+  return run;
+}
 
-  json pack = inv.value("pack", json(nullptr));
-  if (pack.is_object()) {
-    if (!pack.value("secrets", json::array()).empty())
-      return cannot("run " + r.original_run + " was given secrets, and secrets are never kept");
-    if (!pack.value("contexts", json::array()).empty())
-      return cannot("run " + r.original_run + " was given contexts (host directories), which are not kept");
-    std::string pack_dir = wd->path + "/pack";
-    if (auto st = rebuild_tree(blobs, "pack_file", "pack_dir", "pack_link", "", pack_dir); !st) return st.error();
-    auto digest = pack_digest(pack_dir);
-    if (!digest) return cannot("the rebuilt pack: " + digest.error().describe());
-    if (*digest != str(pack, "digest"))
-      return cannot("the pack rebuilt from its blobs has digest " + *digest + ", the record says " +
-                    printable(str(pack, "digest")) + " (a file of it was not kept)");
-    std::vector<PackProblem> problems;
-    auto p = load_pack(pack_dir, problems);
-    if (!p) return cannot("the rebuilt pack does not load: " + p.error().describe());
-    auto rv = blobs.role("records");
-    if (rv.empty()) return cannot("the input records of run " + r.original_run + " were not kept");
-    auto records = blobs.read(*rv.front());
-    if (!records) return records.error();
-    PackRunRequest preq;
-    preq.pack = std::move(*p);
-    preq.input_path = str(*rv.front(), "path");
-    preq.input_bytes = std::move(*records);
-    // The recorded spec already holds the pack's mount of its old directory: run_pack adds the
-    // rebuilt one.
-    std::erase_if(spec->binds, [](const BindMount& b) { return b.dst == "/pack"; });
-    run.spec = std::move(*spec);
-    if (auto st = under_tenant(json{{"name", preq.pack.name}, {"digest", preq.pack.digest}}); !st) return st.error();
-    preq.run = std::move(run);
-    PackRunResult res = run_pack(preq);
-    return compare(res.recorded, res.record_error, res.trace, res.exit_status);
-  }
+// Both kinds of replay (a pack's, a plain run's) run under the tenant again.
+Status Replay::under_tenant(RunRequest& run, const json& pack) const {
+  if (!req_.tenant) return {};
+  run.dirs = req_.base_dirs;
+  if (auto st = apply_tenant(*req_.tenant, run, pack); !st) return cannot("tenant: " + st.error().message);
+  return {};
+}
 
-  run.spec = std::move(*spec);
+Result<ReplayReport> Replay::replay_pack(const json& pack, RunSpec spec, RunRequest run) {
+  if (!pack.value("secrets", json::array()).empty())
+    return cannot("run " + r_.original_run + " was given secrets, and secrets are never kept");
+  if (!pack.value("contexts", json::array()).empty())
+    return cannot("run " + r_.original_run + " was given contexts (host directories), which are not kept");
+  std::string pack_dir = wd_->path + "/pack";
+  SBX_TRY(rebuild_tree(*blobs_, "pack_file", "pack_dir", "pack_link", "", pack_dir));
+  auto digest = pack_digest(pack_dir);
+  if (!digest) return cannot("the rebuilt pack: " + digest.error().describe());
+  if (*digest != str(pack, "digest"))
+    return cannot("the pack rebuilt from its blobs has digest " + *digest + ", the record says " +
+                  printable(str(pack, "digest")) + " (a file of it was not kept)");
+  std::vector<PackProblem> problems;
+  auto p = load_pack(pack_dir, problems);
+  if (!p) return cannot("the rebuilt pack does not load: " + p.error().describe());
+  auto rv = blobs_->role("records");
+  if (rv.empty()) return cannot("the input records of run " + r_.original_run + " were not kept");
+  auto records = blobs_->read(*rv.front());
+  if (!records) return records.error();
+  PackRunRequest preq;
+  preq.pack = std::move(*p);
+  preq.input_path = str(*rv.front(), "path");
+  preq.input_bytes = std::move(*records);
+  // The recorded spec already holds the pack's mount of its old directory: run_pack adds the
+  // rebuilt one.
+  std::erase_if(spec.binds, [](const BindMount& b) { return b.dst == "/pack"; });
+  run.spec = std::move(spec);
+  SBX_TRY(under_tenant(run, json{{"name", preq.pack.name}, {"digest", preq.pack.digest}}));
+  preq.run = std::move(run);
+  PackRunResult res = run_pack(preq);
+  return compare(res.recorded, res.record_error, res.trace, res.exit_status);
+}
+
+Result<ReplayReport> Replay::replay_plain(RunSpec spec, RunRequest run) {
+  run.spec = std::move(spec);
   run.require_record = true;
-  if (auto st = under_tenant(json(nullptr)); !st) return st.error();
+  SBX_TRY(under_tenant(run, json(nullptr)));
   RunReport rep = run_sandbox(run);
   return compare(rep.recorded, rep.record_error, rep.trace, rep.exit_status);
 }
+
+// Every replay ends the same way: the new record stored, then compared with the original.
+Result<ReplayReport> Replay::compare(bool recorded, const std::string& record_error, const json& trace,
+                                     int exit_status) {
+  if (!recorded) return cannot("the replay's record could not be stored: " + record_error);
+  r_.replay_run = str(trace, "run_id");
+  r_.replay_exit = exit_status;
+  compare_records(orig_, trace, req_.dirs, *blobs_, r_);
+  return r_;
+}
+
+}  // namespace
+
+Result<ReplayReport> replay_run(const ReplayRequest& req) { return Replay(req).run(); }
 
 }  // namespace sbx
