@@ -239,6 +239,48 @@ Status ImageStore::record_origin(const std::string& dir, const std::string& dige
   return write_file_durable(dir + "/image.json", dump_json(*meta, 2) + "\n", 0644);
 }
 
+namespace {
+
+// A container image's layers applied to `rootfs` (for a source that unpacked to an OCI layout);
+// what extracting the archive itself took counts too (a docker save tarball is unpacked before its
+// layers are applied): the layers get what remains of the limits.
+Result<ImportStats> apply_container_layers(Unpacked& layout, const std::string& source, const std::string& rootfs,
+                                           const ImportProgress& progress, const ImportLimits& limits,
+                                           const ImportOptions& options, std::optional<ContainerImage>& container) {
+  auto img = resolve_container_image(layout.dir, options.platform);
+  if (!img) return img.error();
+  ImportLimits left = limits;
+  left.max_bytes -= layout.archive_bytes;
+  left.max_entries -= layout.archive_entries;
+  if (left.max_bytes <= 0 || left.max_entries <= 0)
+    return make_error("usage", "the import stopped: unpacking " + source + " took the whole --max-bytes/--max-entries; nothing was stored");
+  auto stats = apply_layers(img->layers, img->layer_digests, rootfs, progress, left);
+  if (!stats) return stats.error();
+  if (layout.dir != source) SBX_TRY(remove_tree(layout.dir));  // the unpacked archive
+  container.emplace(std::move(*img));
+  return stats;
+}
+
+// image.json of a freshly stored tree.
+json image_meta(const std::string& hex, const std::string& source, const TreeScan& scan, const ImportStats& stats,
+                const Seal& seal, bool container) {
+  json meta = {{"digest", "sha256:" + hex},
+               {"imported_at", rfc3339_now()},
+               {"source", source},
+               {"entries", scan.entries.size()},
+               {"bytes", scan.bytes},
+               {"normalised", {{"special_bits_cleared", stats.special_bits_cleared},
+                               {"group_other_write_cleared", stats.write_bits_cleared},
+                               {"dropped", stats.dropped.size()},
+                               {"dropped_entries", dropped_json(stats.dropped)}}},
+               {"seal", {{"entries", seal.entries}, {"digest", seal.digest}}},
+               {"format", "rootfs"}};
+  if (container) meta["normalised"]["whiteouts"] = stats.whiteouts;
+  return meta;
+}
+
+}  // namespace
+
 Result<ImageRecord> ImageStore::import(const std::string& source, const std::string& name_text, const ImportProgress& progress,
                                        const ImportLimits& limits, const ImportOptions& options) {
   if (options.format != "auto" && options.format != "rootfs" && options.format != "oci-layout" &&
@@ -268,21 +310,8 @@ Result<ImageRecord> ImageStore::import(const std::string& source, const std::str
   if (!layout) return layout.error();
   std::optional<ContainerImage> container;
   Result<ImportStats> stats = std::move(layout->stats);
-  if (!layout->dir.empty()) {
-    auto img = resolve_container_image(layout->dir, options.platform);
-    if (!img) return img.error();
-    // What extracting the archive itself took counts too (a docker save tarball is unpacked
-    // before its layers are applied): the layers get what remains of the limits.
-    ImportLimits left = limits;
-    left.max_bytes -= layout->archive_bytes;
-    left.max_entries -= layout->archive_entries;
-    if (left.max_bytes <= 0 || left.max_entries <= 0)
-      return make_error("usage", "the import stopped: unpacking " + source + " took the whole --max-bytes/--max-entries; nothing was stored");
-    stats = apply_layers(img->layers, img->layer_digests, rootfs, progress, left);
-    if (!stats) return stats.error();
-    if (layout->dir != source) SBX_TRY(remove_tree(layout->dir));  // the unpacked archive
-    container.emplace(std::move(*img));
-  }
+  if (!layout->dir.empty()) stats = apply_container_layers(*layout, source, rootfs, progress, limits, options, container);
+  if (!stats) return stats.error();
   ScanOptions hashing;
   if (progress) hashing.progress = [&](std::int64_t entries, std::int64_t bytes) { progress("hashing", entries, bytes); };
   auto scan = scan_tree(rootfs, hashing);
@@ -317,18 +346,7 @@ Result<ImageRecord> ImageStore::import(const std::string& source, const std::str
     // Taken once the tree is in its final place (a rename touches the ctime of what it moves).
     auto seal = compute_seal(dir + "/rootfs");
     if (!seal) return seal.error();
-    json meta = {{"digest", "sha256:" + hex},
-                 {"imported_at", rfc3339_now()},
-                 {"source", source},
-                 {"entries", scan->entries.size()},
-                 {"bytes", scan->bytes},
-                 {"normalised", {{"special_bits_cleared", stats->special_bits_cleared},
-                                 {"group_other_write_cleared", stats->write_bits_cleared},
-                                 {"dropped", stats->dropped.size()},
-                                 {"dropped_entries", dropped_json(stats->dropped)}}},
-                 {"seal", {{"entries", seal->entries}, {"digest", seal->digest}}},
-                 {"format", "rootfs"}};
-    if (container) meta["normalised"]["whiteouts"] = stats->whiteouts;
+    json meta = image_meta(hex, source, *scan, *stats, *seal, container.has_value());
     // The source path is the caller's bytes: dump_json escapes it if it is not UTF-8 (json_io.hpp).
     SBX_TRY(write_file_durable(dir + "/image.json", dump_json(meta, 2) + "\n", 0644));
   }

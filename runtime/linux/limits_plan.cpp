@@ -132,90 +132,104 @@ std::vector<const LimitDecision*> LimitPlan::unbounded() const {
   return out;
 }
 
+namespace {
+
+// Where the run's cgroup stands, for cgroup_gap.
+struct Cgroups {
+  const CgroupInfo& info;
+  bool rootless, cgroup_ok;
+};
+
+LimitDecision plan_memory(const Limits& limits, const Cgroups& c, LimitPlan& plan, bool gpu) {
+  LimitDecision d{"memory", std::to_string(*limits.memory_bytes)};
+  std::string gap = cgroup_gap(c.info, c.rootless, c.cgroup_ok, "memory");
+  if (gap.empty()) {
+    d.mechanism = "cgroup v2 memory.max";
+    d.reason = "memory.max on the run cgroup bounds all its processes together; memory.swap.max=0, "
+               "memory.oom.group=1; an OOM kill is read from memory.events";
+    plan.cgroup_limits.memory_bytes = limits.memory_bytes;
+    d.applied = true;
+  } else if (gpu) {
+    d.reason = gap + "; with --gpu the rlimit fallback (RLIMIT_DATA, RLIMIT_FSIZE; never RLIMIT_AS) is not applied: "
+               "CUDA's driver and libraries map far more than a program uses, and per-process caps break them. "
+               "Host memory is NOT bounded for this run; GPU memory never is (no MIG)";
+  } else {
+    fallback_memory(d, plan, gap, *limits.memory_bytes);
+    d.applied = true;
+  }
+  return d;
+}
+
+LimitDecision plan_pids(const Limits& limits, const Cgroups& c, LimitPlan& plan) {
+  LimitDecision d{"pids", std::to_string(*limits.pids)};
+  std::string gap = cgroup_gap(c.info, c.rootless, c.cgroup_ok, "pids");
+  if (gap.empty()) {
+    d.mechanism = "cgroup v2 pids.max";
+    d.reason = "pids.max counts every task (thread) of the run cgroup; fork/clone beyond it fails with EAGAIN";
+    plan.cgroup_limits.pids = limits.pids;
+  } else {
+    d.mechanism = "rlimit RLIMIT_NPROC";
+    d.degraded = true;
+    // Since 5.14 the count lives in ucounts keyed by (user namespace, uid): in sbx's fresh user
+    // namespace only the sandbox's own tasks are counted. Before that it was the host user's
+    // global task count. __task_cred(p)->user == INIT_USER is exempt in copy_process().
+    d.reason = gap +
+               "; RLIMIT_NPROC is checked only at fork/clone and counts the tasks (threads too) of the "
+               "sandbox's real uid: since Linux 5.14 per user namespace, so in sbx's own user namespace "
+               "only the sandbox's tasks count (older kernels count every process of that host uid, the "
+               "caller's included); it never binds a task whose host uid is 0";
+    plan.rlimits.emplace_back(RLIMIT_NPROC, static_cast<std::uint64_t>(*limits.pids));
+  }
+  d.applied = true;
+  return d;
+}
+
+LimitDecision plan_cpus(const Limits& limits, const Cgroups& c, LimitPlan& plan) {
+  LimitDecision d{"cpus", fmt_double(*limits.cpus)};
+  std::string gap = cgroup_gap(c.info, c.rootless, c.cgroup_ok, "cpu");
+  if (gap.empty()) {
+    d.mechanism = "cgroup v2 cpu.max";
+    d.reason = "cpu.max " + format_cpu_max(*limits.cpus) +
+               ": the run cgroup's quota per 100 ms period; it is throttled beyond it";
+    d.applied = true;
+    plan.cgroup_limits.cpus = limits.cpus;
+  } else {
+    d.reason = gap + "; no rlimit caps a CPU share (nice and CPU affinity only shift or pin it)";
+  }
+  return d;
+}
+
+LimitDecision plan_cpu_time(const Limits& limits, const Cgroups& c, LimitPlan& plan) {
+  LimitDecision d{"cpu_time", std::to_string(*limits.cpu_time_ms)};
+  std::string gap = cgroup_gap(c.info, c.rootless, c.cgroup_ok, "");
+  if (gap.empty()) {
+    // cpu.stat's usage_usec is a core cgroup file: it needs no controller.
+    d.mechanism = "supervisor timerfd against cgroup v2 cpu.stat usage_usec";
+    d.reason = "the budget counts the CPU time of all processes of the run together; when it is spent "
+               "the supervisor kills the cgroup (status timeout, reason cpu)";
+  } else {
+    std::uint64_t secs = static_cast<std::uint64_t>((*limits.cpu_time_ms + 999) / 1000);
+    d.mechanism = "rlimit RLIMIT_CPU";
+    d.degraded = true;
+    d.reason = gap + "; RLIMIT_CPU is per process and in whole seconds (" + std::to_string(secs) +
+               " s): each forked process has its own budget, and the kernel SIGKILLs a process when it "
+               "reaches it (soft = hard, so no SIGXCPU warning first)";
+    plan.rlimits.emplace_back(RLIMIT_CPU, secs);
+  }
+  d.applied = true;
+  return d;
+}
+
+}  // namespace
+
 LimitPlan plan_limits(const Limits& limits, const CgroupInfo& info, bool rootless, bool cgroup_ok, bool gpu) {
   LimitPlan plan;
   plan.use_cgroup = cgroup_gap(info, rootless, cgroup_ok, "").empty();
-
-  if (limits.memory_bytes) {
-    LimitDecision d{"memory", std::to_string(*limits.memory_bytes)};
-    std::string gap = cgroup_gap(info, rootless, cgroup_ok, "memory");
-    if (gap.empty()) {
-      d.mechanism = "cgroup v2 memory.max";
-      d.reason = "memory.max on the run cgroup bounds all its processes together; memory.swap.max=0, "
-                 "memory.oom.group=1; an OOM kill is read from memory.events";
-      plan.cgroup_limits.memory_bytes = limits.memory_bytes;
-      d.applied = true;
-    } else if (gpu) {
-      d.reason = gap + "; with --gpu the rlimit fallback (RLIMIT_DATA, RLIMIT_FSIZE; never RLIMIT_AS) is not applied: "
-                 "CUDA's driver and libraries map far more than a program uses, and per-process caps break them. "
-                 "Host memory is NOT bounded for this run; GPU memory never is (no MIG)";
-    } else {
-      fallback_memory(d, plan, gap, *limits.memory_bytes);
-      d.applied = true;
-    }
-    plan.decisions.push_back(d);
-  }
-
-  if (limits.pids) {
-    LimitDecision d{"pids", std::to_string(*limits.pids)};
-    std::string gap = cgroup_gap(info, rootless, cgroup_ok, "pids");
-    if (gap.empty()) {
-      d.mechanism = "cgroup v2 pids.max";
-      d.reason = "pids.max counts every task (thread) of the run cgroup; fork/clone beyond it fails with EAGAIN";
-      plan.cgroup_limits.pids = limits.pids;
-    } else {
-      d.mechanism = "rlimit RLIMIT_NPROC";
-      d.degraded = true;
-      // Since 5.14 the count lives in ucounts keyed by (user namespace, uid): in sbx's fresh user
-      // namespace only the sandbox's own tasks are counted. Before that it was the host user's
-      // global task count. __task_cred(p)->user == INIT_USER is exempt in copy_process().
-      d.reason = gap +
-                 "; RLIMIT_NPROC is checked only at fork/clone and counts the tasks (threads too) of the "
-                 "sandbox's real uid: since Linux 5.14 per user namespace, so in sbx's own user namespace "
-                 "only the sandbox's tasks count (older kernels count every process of that host uid, the "
-                 "caller's included); it never binds a task whose host uid is 0";
-      plan.rlimits.emplace_back(RLIMIT_NPROC, static_cast<std::uint64_t>(*limits.pids));
-    }
-    d.applied = true;
-    plan.decisions.push_back(d);
-  }
-
-  if (limits.cpus) {
-    LimitDecision d{"cpus", fmt_double(*limits.cpus)};
-    std::string gap = cgroup_gap(info, rootless, cgroup_ok, "cpu");
-    if (gap.empty()) {
-      d.mechanism = "cgroup v2 cpu.max";
-      d.reason = "cpu.max " + format_cpu_max(*limits.cpus) +
-                 ": the run cgroup's quota per 100 ms period; it is throttled beyond it";
-      d.applied = true;
-      plan.cgroup_limits.cpus = limits.cpus;
-    } else {
-      d.reason = gap + "; no rlimit caps a CPU share (nice and CPU affinity only shift or pin it)";
-    }
-    plan.decisions.push_back(d);
-  }
-
-  if (limits.cpu_time_ms) {
-    LimitDecision d{"cpu_time", std::to_string(*limits.cpu_time_ms)};
-    std::string gap = cgroup_gap(info, rootless, cgroup_ok, "");
-    if (gap.empty()) {
-      // cpu.stat's usage_usec is a core cgroup file: it needs no controller.
-      d.mechanism = "supervisor timerfd against cgroup v2 cpu.stat usage_usec";
-      d.reason = "the budget counts the CPU time of all processes of the run together; when it is spent "
-                 "the supervisor kills the cgroup (status timeout, reason cpu)";
-    } else {
-      std::uint64_t secs = static_cast<std::uint64_t>((*limits.cpu_time_ms + 999) / 1000);
-      d.mechanism = "rlimit RLIMIT_CPU";
-      d.degraded = true;
-      d.reason = gap + "; RLIMIT_CPU is per process and in whole seconds (" + std::to_string(secs) +
-                 " s): each forked process has its own budget, and the kernel SIGKILLs a process when it "
-                 "reaches it (soft = hard, so no SIGXCPU warning first)";
-      plan.rlimits.emplace_back(RLIMIT_CPU, secs);
-    }
-    d.applied = true;
-    plan.decisions.push_back(d);
-  }
-
+  const Cgroups c{info, rootless, cgroup_ok};
+  if (limits.memory_bytes) plan.decisions.push_back(plan_memory(limits, c, plan, gpu));
+  if (limits.pids) plan.decisions.push_back(plan_pids(limits, c, plan));
+  if (limits.cpus) plan.decisions.push_back(plan_cpus(limits, c, plan));
+  if (limits.cpu_time_ms) plan.decisions.push_back(plan_cpu_time(limits, c, plan));
   if (limits.timeout_ms) {
     LimitDecision d{"timeout", std::to_string(*limits.timeout_ms), "supervisor timerfd",
                     "wall time from start, to the millisecond; then the whole sandbox is killed", true};
