@@ -177,97 +177,141 @@ std::vector<std::string> tenant_dirs() {
   return dirs;
 }
 
+namespace {
+
+Status tenant_images(const json& v, const std::string& where, Tenant& t) {
+  auto l = string_list(v, where, "images", 1024);
+  if (!l) return l.error();
+  // A digest is whole: a prefix is only 48 bits or so, which a tenant supplying its own
+  // image could search for a collision.
+  for (std::size_t i = 0; i < l->size(); ++i)
+    if ((*l)[i].starts_with("sha256:") && !is_full_digest((*l)[i]))
+      return make_error("usage", where + ": /images/" + std::to_string(i) +
+                                     ": a digest is sha256: and all 64 lowercase hex digits (no prefixes)");
+  t.images = std::move(*l);
+  return {};
+}
+
+Status tenant_packs(const json& v, const std::string& where, Tenant& t) {
+  auto l = string_list(v, where, "packs", 1024);
+  if (!l) return l.error();
+  // By digest only: a pack's name is what its own pack.json claims, and a tenant hands in
+  // its packs, so a name would admit any pack that calls itself that.
+  for (std::size_t i = 0; i < l->size(); ++i)
+    if (!is_full_digest((*l)[i]))
+      return make_error("usage", where + ": /packs/" + std::to_string(i) +
+                                     ": a pack is allowed by its full digest (sha256: and 64 hex digits, as "
+                                     "'sbx pack validate' prints it), not by the name its manifest claims");
+  t.packs = std::move(*l);
+  return {};
+}
+
+Status tenant_id_slot(const json& v, const std::string& where, Tenant& t) {
+  if (!v.is_number_integer() || v.get<std::int64_t>() < 1 || v.get<std::int64_t>() > kMaxTenantSlot)
+    return make_error("usage", where + ": /id_slot: must be an integer from 1 to " + std::to_string(kMaxTenantSlot) +
+                                   " (slice N of sbx's subordinate id range; 0 is untenanted runs')");
+  t.id_slot = static_cast<std::uint32_t>(v.get<std::int64_t>());
+  return {};
+}
+
+Status tenant_separate_ids(const json& v, const std::string& where, Tenant& t) {
+  if (!v.is_string() || (v != "required" && v != "preferred"))
+    return make_error("usage", where + ": /separate_ids: must be \"required\" or \"preferred\"");
+  t.require_separate_ids = v == "required";
+  return {};
+}
+
+Status tenant_store(const json& v, const std::string& where, Tenant& t) {
+  if (!v.is_string() || v.get<std::string>().empty() || v.get<std::string>()[0] != '/' ||
+      v.get<std::string>().find("/../") != std::string::npos || v.get<std::string>().ends_with("/.."))
+    return make_error("usage", where + ": /store: must be an absolute path without '..'");
+  t.store = v.get<std::string>();
+  return {};
+}
+
+Status tenant_gpu(const json& v, const std::string& where, Tenant& t) {
+  if (!v.is_object()) return make_error("usage", where + ": /gpu: must be an object {\"max\": N}");
+  for (auto& [gk, gv] : v.items()) {
+    if (gk != "max") return make_error("usage", where + ": /gpu/" + pointer_token(gk) + ": unknown key" + did_you_mean(gk, {"max"}));
+    if (!gv.is_number_integer() || gv.get<std::int64_t>() < 0 || gv.get<std::int64_t>() > 1024)
+      return make_error("usage", where + ": /gpu/max: must be an integer from 0 to 1024");
+    t.gpu_max = static_cast<int>(gv.get<std::int64_t>());
+  }
+  return {};
+}
+
+Status tenant_network(const json& v, const std::string& where, Tenant& t) {
+  if (!v.is_object()) return make_error("usage", where + ": /network: must be an object {\"allow\": [...]}");
+  for (auto& [nk, nv] : v.items()) {
+    if (nk != "allow") return make_error("usage", where + ": /network/" + pointer_token(nk) + ": unknown key" + did_you_mean(nk, {"allow"}));
+    auto l = string_list(nv, where, "network/allow", 1024);
+    if (!l) return l.error();
+    for (std::size_t i = 0; i < l->size(); ++i)
+      if (auto r = parse_allow_rule((*l)[i]); !r)
+        return make_error("usage", where + ": /network/allow/" + std::to_string(i) + ": " + r.error().message);
+    t.allow = std::move(*l);
+  }
+  return {};
+}
+
+// The ceilings: the keys a profile's "limits" takes (any spelling), read by the RunSpec's own
+// reader over its defaults; a null would be no ceiling, which is refused.
+Status tenant_limits(const json& v, const std::string& where, Tenant& t) {
+  if (!v.is_object()) return make_error("usage", where + ": /limits: must be an object");
+  json limits = v;
+  std::map<std::string, std::string> written;
+  if (auto st = canonical_limit_keys(limits, where, &written); !st) return st.error();
+  static const RunSpec kDefaults;  // named: GCC 12 misreports a temporary here (-Wmaybe-uninitialized)
+  json probe = spec_to_json(kDefaults);
+  std::vector<std::string> known;
+  for (auto& [lk, lv] : probe["limits"].items()) known.push_back(lk);
+  for (auto& l : limit_keys()) known.push_back(l.name);
+  for (auto& [lk, lv] : limits.items()) {
+    if (!probe["limits"].contains(lk))
+      return make_error("usage", where + ": /limits/" + pointer_token(written.count(lk) ? written[lk] : lk) + ": unknown key" +
+                                     did_you_mean(lk, known));
+    if (lv.is_null()) return make_error("usage", where + ": /limits/" + written[lk] + ": a tenant's ceiling cannot be null (leave the key out)");
+    t.limit_keys_set.push_back(lk);
+  }
+  merge_patch(probe, json{{"limits", limits}});
+  auto spec = spec_from_json(probe, where);
+  if (!spec) return make_error("usage", as_written(spec.error().message, written));
+  t.limits = spec->limits;
+  return {};
+}
+
+Status tenant_description(const json& v, const std::string& where, Tenant&) {
+  if (!v.is_string()) return make_error("usage", where + ": /description: must be a string");
+  return {};
+}
+
+// The tenant file's keys, each with its reader.
+using TenantKeyReader = Status (*)(const json&, const std::string&, Tenant&);
+const std::vector<std::pair<std::string, TenantKeyReader>> kTenantKeys = {
+    {"description", tenant_description}, {"images", tenant_images}, {"packs", tenant_packs},
+    {"limits", tenant_limits},           {"network", tenant_network}, {"gpu", tenant_gpu},
+    {"id_slot", tenant_id_slot},         {"separate_ids", tenant_separate_ids}, {"store", tenant_store}};
+
+}  // namespace
+
 Result<Tenant> parse_tenant(const std::string& text, const std::string& name, const std::string& where) {
   auto parsed = parse_json_doc(text, {kMaxTenantBytes, 16, 1u << 14}, "usage", where);
   if (!parsed) return parsed.error();
   json& j = *parsed;
   if (!j.is_object()) return make_error("usage", where + ": must be a JSON object");
-  static const std::vector<std::string> kKeys = {"description", "images", "packs", "limits", "network",
-                                                 "gpu", "id_slot", "separate_ids", "store"};
   Tenant t;
   t.name = name;
   t.file = where;
   t.images = {"host"};
-  for (auto& [k, v] : j.items()) {
-    if (std::find(kKeys.begin(), kKeys.end(), k) == kKeys.end())
-      return make_error("usage", where + ": /" + pointer_token(k) + ": unknown key" + did_you_mean(k, kKeys));
-    if (k == "description" && !v.is_string()) return make_error("usage", where + ": /description: must be a string");
-    if (k == "images") {
-      auto l = string_list(v, where, k, 1024);
-      if (!l) return l.error();
-      // A digest is whole: a prefix is only 48 bits or so, which a tenant supplying its own
-      // image could search for a collision.
-      for (std::size_t i = 0; i < l->size(); ++i)
-        if ((*l)[i].starts_with("sha256:") && !is_full_digest((*l)[i]))
-          return make_error("usage", where + ": /images/" + std::to_string(i) +
-                                         ": a digest is sha256: and all 64 lowercase hex digits (no prefixes)");
-      t.images = std::move(*l);
-    } else if (k == "packs") {
-      auto l = string_list(v, where, k, 1024);
-      if (!l) return l.error();
-      // By digest only: a pack's name is what its own pack.json claims, and a tenant hands in
-      // its packs, so a name would admit any pack that calls itself that.
-      for (std::size_t i = 0; i < l->size(); ++i)
-        if (!is_full_digest((*l)[i]))
-          return make_error("usage", where + ": /packs/" + std::to_string(i) +
-                                         ": a pack is allowed by its full digest (sha256: and 64 hex digits, as "
-                                         "'sbx pack validate' prints it), not by the name its manifest claims");
-      t.packs = std::move(*l);
-    } else if (k == "id_slot") {
-      if (!v.is_number_integer() || v.get<std::int64_t>() < 1 || v.get<std::int64_t>() > kMaxTenantSlot)
-        return make_error("usage", where + ": /id_slot: must be an integer from 1 to " + std::to_string(kMaxTenantSlot) +
-                                       " (slice N of sbx's subordinate id range; 0 is untenanted runs')");
-      t.id_slot = static_cast<std::uint32_t>(v.get<std::int64_t>());
-    } else if (k == "separate_ids") {
-      if (!v.is_string() || (v != "required" && v != "preferred"))
-        return make_error("usage", where + ": /separate_ids: must be \"required\" or \"preferred\"");
-      t.require_separate_ids = v == "required";
-    } else if (k == "store") {
-      if (!v.is_string() || v.get<std::string>().empty() || v.get<std::string>()[0] != '/' ||
-          v.get<std::string>().find("/../") != std::string::npos || v.get<std::string>().ends_with("/.."))
-        return make_error("usage", where + ": /store: must be an absolute path without '..'");
-      t.store = v.get<std::string>();
-    } else if (k == "gpu") {
-      if (!v.is_object()) return make_error("usage", where + ": /gpu: must be an object {\"max\": N}");
-      for (auto& [gk, gv] : v.items()) {
-        if (gk != "max") return make_error("usage", where + ": /gpu/" + pointer_token(gk) + ": unknown key" + did_you_mean(gk, {"max"}));
-        if (!gv.is_number_integer() || gv.get<std::int64_t>() < 0 || gv.get<std::int64_t>() > 1024)
-          return make_error("usage", where + ": /gpu/max: must be an integer from 0 to 1024");
-        t.gpu_max = static_cast<int>(gv.get<std::int64_t>());
-      }
-    } else if (k == "network") {
-      if (!v.is_object()) return make_error("usage", where + ": /network: must be an object {\"allow\": [...]}");
-      for (auto& [nk, nv] : v.items()) {
-        if (nk != "allow") return make_error("usage", where + ": /network/" + pointer_token(nk) + ": unknown key" + did_you_mean(nk, {"allow"}));
-        auto l = string_list(nv, where, "network/allow", 1024);
-        if (!l) return l.error();
-        for (std::size_t i = 0; i < l->size(); ++i)
-          if (auto r = parse_allow_rule((*l)[i]); !r)
-            return make_error("usage", where + ": /network/allow/" + std::to_string(i) + ": " + r.error().message);
-        t.allow = std::move(*l);
-      }
-    } else if (k == "limits") {
-      if (!v.is_object()) return make_error("usage", where + ": /limits: must be an object");
-      json limits = v;
-      std::map<std::string, std::string> written;
-      if (auto st = canonical_limit_keys(limits, where, &written); !st) return st.error();
-      static const RunSpec kDefaults;  // named: GCC 12 misreports a temporary here (-Wmaybe-uninitialized)
-      json probe = spec_to_json(kDefaults);
-      std::vector<std::string> known;
-      for (auto& [lk, lv] : probe["limits"].items()) known.push_back(lk);
-      for (auto& l : limit_keys()) known.push_back(l.name);
-      for (auto& [lk, lv] : limits.items()) {
-        if (!probe["limits"].contains(lk))
-          return make_error("usage", where + ": /limits/" + pointer_token(written.count(lk) ? written[lk] : lk) + ": unknown key" +
-                                         did_you_mean(lk, known));
-        if (lv.is_null()) return make_error("usage", where + ": /limits/" + written[lk] + ": a tenant's ceiling cannot be null (leave the key out)");
-        t.limit_keys_set.push_back(lk);
-      }
-      merge_patch(probe, json{{"limits", limits}});
-      auto spec = spec_from_json(probe, where);
-      if (!spec) return make_error("usage", as_written(spec.error().message, written));
-      t.limits = spec->limits;
+  for (auto& item : j.items()) {
+    const std::string& k = item.key();
+    auto reader = std::find_if(kTenantKeys.begin(), kTenantKeys.end(), [&](auto& e) { return e.first == k; });
+    if (reader == kTenantKeys.end()) {
+      std::vector<std::string> keys;
+      for (auto& e : kTenantKeys) keys.push_back(e.first);
+      return make_error("usage", where + ": /" + pointer_token(k) + ": unknown key" + did_you_mean(k, keys));
     }
+    SBX_TRY(reader->second(item.value(), where, t));
   }
   if (t.id_slot == 0)
     return make_error("usage", where + ": /id_slot: required (1 to " + std::to_string(kMaxTenantSlot) +

@@ -158,12 +158,10 @@ bool env_name(const std::string& s) {
 
 }  // namespace
 
-Result<Workload> workload_from_json(const json& j, const std::string& source) {
-  Reader r{source};
-  if (!j.is_object()) return make_error("usage", source + ": must be a JSON object (the six answers)");
-  SBX_TRY(r.keys(j, "", {"name", "description", "code", "credentials", "network", "allow", "lifetime", "state",
-                          "runtime", "limits"}));
-  Workload w;
+namespace {
+
+// The six answers' scalar part: name, code, credentials, network and its allowlist, lifetime, state.
+Status workload_answers(const json& j, const Reader& r, Workload& w) {
   for (const char* k : {"name", "description"})
     if (j.contains(k) && (!j[k].is_string() || j[k].get<std::string>().size() > 1000))
       return r.fail(std::string("/") + k, "must be a string of at most 1000 bytes");
@@ -197,59 +195,76 @@ Result<Workload> workload_from_json(const json& j, const std::string& source) {
   auto state = r.one_of(j, "state", "", {"none", "scratch", "persistent"}, false);
   if (!state) return state.error();
   if (!state->empty()) w.state = *state;
+  return {};
+}
 
-  if (j.contains("runtime")) {
-    const json& rt = j["runtime"];
-    if (!rt.is_object()) return r.fail("/runtime", "must be an object of booleans");
-    static const std::vector<std::string> known = {"shell", "browser", "package_install", "writable_fs",
-                                                   "kernel_features", "gpu"};
-    SBX_TRY(r.keys(rt, "/runtime", known));
-    bool* slots[] = {&w.shell, &w.browser, &w.package_install, &w.writable_fs, &w.kernel_features, &w.gpu};
-    for (std::size_t i = 0; i < known.size(); ++i) {
-      if (!rt.contains(known[i])) continue;
-      if (!rt[known[i]].is_boolean()) return r.fail("/runtime/" + known[i], "must be true or false");
-      *slots[i] = rt[known[i]].get<bool>();
-      if (*slots[i] && w.code == "none")
-        return r.fail("/runtime/" + known[i], "code is none: a workload that runs no code has no runtime surface");
-    }
+// "runtime": which surfaces the code needs, each a boolean.
+Status workload_runtime(const json& rt, const Reader& r, Workload& w) {
+  if (!rt.is_object()) return r.fail("/runtime", "must be an object of booleans");
+  static const std::vector<std::string> known = {"shell", "browser", "package_install", "writable_fs",
+                                                 "kernel_features", "gpu"};
+  SBX_TRY(r.keys(rt, "/runtime", known));
+  bool* slots[] = {&w.shell, &w.browser, &w.package_install, &w.writable_fs, &w.kernel_features, &w.gpu};
+  for (std::size_t i = 0; i < known.size(); ++i) {
+    if (!rt.contains(known[i])) continue;
+    if (!rt[known[i]].is_boolean()) return r.fail("/runtime/" + known[i], "must be true or false");
+    *slots[i] = rt[known[i]].get<bool>();
+    if (*slots[i] && w.code == "none")
+      return r.fail("/runtime/" + known[i], "code is none: a workload that runs no code has no runtime surface");
   }
-  if (j.contains("limits")) {
-    const json& l = j["limits"];
-    if (!l.is_object()) return r.fail("/limits", "must be an object");
-    SBX_TRY(r.keys(l, "/limits", {"cpus", "memory", "processes", "output", "timeout", "spend"}));
-    if (l.contains("cpus")) {
-      if (!l["cpus"].is_number() || !(l["cpus"].get<double>() > 0) || l["cpus"].get<double>() > 4096)
-        return r.fail("/limits/cpus", "must be a number of CPUs above 0 (e.g. 0.5), at most 4096");
-      w.cpus = l["cpus"].get<double>();
-    }
-    if (l.contains("processes")) {
-      if (!l["processes"].is_number_integer() || l["processes"].get<std::int64_t>() <= 0 ||
-          l["processes"].get<std::int64_t>() > 4'194'304)
-        return r.fail("/limits/processes", "must be a positive integer");
-      w.processes = l["processes"].get<std::int64_t>();
-    }
-    auto sized = [&](const char* key, std::optional<std::int64_t>& slot, bool duration) -> Status {
-      if (!l.contains(key)) return {};
-      const json& v = l[key];
-      std::string at = std::string("/limits/") + key;
-      Result<std::int64_t> n = 0;
-      if (v.is_number_unsigned()) n = static_cast<std::int64_t>(std::min<std::uint64_t>(v.get<std::uint64_t>(), 1ULL << 62));
-      else if (v.is_string()) n = duration ? parse_duration_ms(v.get<std::string>()) : parse_size_bytes(v.get<std::string>());
-      else return r.fail(at, duration ? "must be a duration (\"30s\") or milliseconds" : "must be a size (\"512M\") or bytes");
-      if (!n) return r.fail(at, n.error().message);
-      if (*n <= 0) return r.fail(at, "must be greater than zero");
-      slot = *n;
-      return {};
-    };
-    SBX_TRY(sized("memory", w.memory_bytes, false));
-    SBX_TRY(sized("output", w.output_bytes, false));
-    SBX_TRY(sized("timeout", w.timeout_ms, true));
-    if (l.contains("spend")) {
-      if (!l["spend"].is_string() || l["spend"].get<std::string>().size() > 100)
-        return r.fail("/limits/spend", "must be a string of at most 100 bytes (e.g. \"$5 per run\")");
-      w.spend = l["spend"].get<std::string>();
-    }
+  return {};
+}
+
+// "limits": what the workload expects to need, in sbx's units.
+Status workload_limits(const json& l, const Reader& r, Workload& w) {
+  if (!l.is_object()) return r.fail("/limits", "must be an object");
+  SBX_TRY(r.keys(l, "/limits", {"cpus", "memory", "processes", "output", "timeout", "spend"}));
+  if (l.contains("cpus")) {
+    if (!l["cpus"].is_number() || !(l["cpus"].get<double>() > 0) || l["cpus"].get<double>() > 4096)
+      return r.fail("/limits/cpus", "must be a number of CPUs above 0 (e.g. 0.5), at most 4096");
+    w.cpus = l["cpus"].get<double>();
   }
+  if (l.contains("processes")) {
+    if (!l["processes"].is_number_integer() || l["processes"].get<std::int64_t>() <= 0 ||
+        l["processes"].get<std::int64_t>() > 4'194'304)
+      return r.fail("/limits/processes", "must be a positive integer");
+    w.processes = l["processes"].get<std::int64_t>();
+  }
+  auto sized = [&](const char* key, std::optional<std::int64_t>& slot, bool duration) -> Status {
+    if (!l.contains(key)) return {};
+    const json& v = l[key];
+    std::string at = std::string("/limits/") + key;
+    Result<std::int64_t> n = 0;
+    if (v.is_number_unsigned()) n = static_cast<std::int64_t>(std::min<std::uint64_t>(v.get<std::uint64_t>(), 1ULL << 62));
+    else if (v.is_string()) n = duration ? parse_duration_ms(v.get<std::string>()) : parse_size_bytes(v.get<std::string>());
+    else return r.fail(at, duration ? "must be a duration (\"30s\") or milliseconds" : "must be a size (\"512M\") or bytes");
+    if (!n) return r.fail(at, n.error().message);
+    if (*n <= 0) return r.fail(at, "must be greater than zero");
+    slot = *n;
+    return {};
+  };
+  SBX_TRY(sized("memory", w.memory_bytes, false));
+  SBX_TRY(sized("output", w.output_bytes, false));
+  SBX_TRY(sized("timeout", w.timeout_ms, true));
+  if (l.contains("spend")) {
+    if (!l["spend"].is_string() || l["spend"].get<std::string>().size() > 100)
+      return r.fail("/limits/spend", "must be a string of at most 100 bytes (e.g. \"$5 per run\")");
+    w.spend = l["spend"].get<std::string>();
+  }
+  return {};
+}
+
+}  // namespace
+
+Result<Workload> workload_from_json(const json& j, const std::string& source) {
+  Reader r{source};
+  if (!j.is_object()) return make_error("usage", source + ": must be a JSON object (the six answers)");
+  SBX_TRY(r.keys(j, "", {"name", "description", "code", "credentials", "network", "allow", "lifetime", "state",
+                          "runtime", "limits"}));
+  Workload w;
+  SBX_TRY(workload_answers(j, r, w));
+  if (j.contains("runtime")) SBX_TRY(workload_runtime(j["runtime"], r, w));
+  if (j.contains("limits")) SBX_TRY(workload_limits(j["limits"], r, w));
   return w;
 }
 
