@@ -227,20 +227,18 @@ int wait_fd(int fd, short events, std::int64_t deadline_ms) {
 
 }  // namespace
 
-Connection::~Connection() {
-  if (fd_ >= 0) ::close(fd_);
-}
+Connection::~Connection() = default;
 
 Status Connection::write_all(std::string_view data, std::int64_t deadline_ms) {
   while (!data.empty()) {
-    ssize_t n = ::send(fd_, data.data(), data.size(), MSG_NOSIGNAL);
+    ssize_t n = ::send(fd_.get(), data.data(), data.size(), MSG_NOSIGNAL);
     if (n > 0) {
       data.remove_prefix(static_cast<std::size_t>(n));
       continue;
     }
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && errno != EAGAIN) return sys_error("dbus", "D-Bus: write");
-    if (int e = wait_fd(fd_, POLLOUT, deadline_ms)) return make_error("dbus", "D-Bus: write", e);
+    if (int e = wait_fd(fd_.get(), POLLOUT, deadline_ms)) return make_error("dbus", "D-Bus: write", e);
   }
   return {};
 }
@@ -250,10 +248,10 @@ Status Connection::open(const std::string& socket_path, bool bus, std::int64_t d
   if (socket_path.size() >= sizeof sa.sun_path) return make_error("dbus", "D-Bus: socket path too long: " + socket_path, ENAMETOOLONG);
   sa.sun_family = AF_UNIX;
   std::memcpy(sa.sun_path, socket_path.c_str(), socket_path.size() + 1);
-  fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-  if (fd_ < 0) return sys_error("dbus", "D-Bus: socket");
+  fd_.reset(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  if (!fd_.ok()) return sys_error("dbus", "D-Bus: socket");
   // A unix connect() never waits for the server to accept: EAGAIN means its backlog is full.
-  if (::connect(fd_, reinterpret_cast<struct sockaddr*>(&sa), sizeof sa) != 0)
+  if (::connect(fd_.get(), reinterpret_cast<struct sockaddr*>(&sa), sizeof sa) != 0)
     return sys_error("dbus", "D-Bus: connect " + socket_path);
   SBX_TRY(write_all(auth_external_line(::geteuid()), deadline_ms));
   // The server's answer: one line, "OK <guid>" on success ("REJECTED <mechanisms>" otherwise).
@@ -261,7 +259,7 @@ Status Connection::open(const std::string& socket_path, bool bus, std::int64_t d
   while (line.find("\r\n") == std::string::npos) {
     if (line.size() > 512) return wire_error("authentication answer over 512 bytes");
     char b[256];
-    ssize_t n = ::recv(fd_, b, sizeof b, 0);
+    ssize_t n = ::recv(fd_.get(), b, sizeof b, 0);
     if (n > 0) {
       line.append(b, static_cast<std::size_t>(n));
       continue;
@@ -269,7 +267,7 @@ Status Connection::open(const std::string& socket_path, bool bus, std::int64_t d
     if (n == 0) return make_error("dbus", "D-Bus: " + socket_path + " closed during authentication", ECONNRESET);
     if (errno == EINTR) continue;
     if (errno != EAGAIN) return sys_error("dbus", "D-Bus: read");
-    if (int e = wait_fd(fd_, POLLIN, deadline_ms)) return make_error("dbus", "D-Bus: authentication", e);
+    if (int e = wait_fd(fd_.get(), POLLIN, deadline_ms)) return make_error("dbus", "D-Bus: authentication", e);
   }
   std::size_t eol = line.find("\r\n");
   if (line.compare(0, 3, "OK ") != 0) return make_error("dbus", "D-Bus: authentication refused by " + socket_path, EACCES);
@@ -293,7 +291,7 @@ Result<Message> Connection::read_message(std::int64_t deadline_ms) {
       return m;
     }
     char b[4096];
-    ssize_t n = ::recv(fd_, b, sizeof b, 0);
+    ssize_t n = ::recv(fd_.get(), b, sizeof b, 0);
     if (n > 0) {
       in_.append(b, static_cast<std::size_t>(n));
       continue;
@@ -301,14 +299,14 @@ Result<Message> Connection::read_message(std::int64_t deadline_ms) {
     if (n == 0) return make_error("dbus", "D-Bus: connection closed before the reply", ECONNRESET);
     if (errno == EINTR) continue;
     if (errno != EAGAIN) return sys_error("dbus", "D-Bus: read");
-    if (int e = wait_fd(fd_, POLLIN, deadline_ms)) return make_error("dbus", "D-Bus: waiting for the reply", e);
+    if (int e = wait_fd(fd_.get(), POLLIN, deadline_ms)) return make_error("dbus", "D-Bus: waiting for the reply", e);
   }
 }
 
 Result<Message> Connection::call(std::string_view path, std::string_view interface, std::string_view member,
                                  std::string_view destination, std::string_view signature, const std::string& body,
                                  std::int64_t deadline_ms) {
-  if (fd_ < 0) return make_error("dbus", "D-Bus: not connected", ENOTCONN);
+  if (!fd_.ok()) return make_error("dbus", "D-Bus: not connected", ENOTCONN);
   std::uint32_t serial = ++serial_;
   SBX_TRY(write_all(method_call(serial, path, interface, member, destination, signature, body), deadline_ms));
   for (int skipped = 0; skipped < 32; ++skipped) {

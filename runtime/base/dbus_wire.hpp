@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "runtime/base/error.hpp"
+#include "runtime/base/fsutil.hpp"
 
 namespace sbx::dbus {
 
@@ -93,7 +94,7 @@ class Connection {
  private:
   Status write_all(std::string_view data, std::int64_t deadline_ms);
   Result<Message> read_message(std::int64_t deadline_ms);
-  int fd_ = -1;
+  UniqueFd fd_;
   std::uint32_t serial_ = 0;
   std::string in_;  // bytes read but not yet parsed
 };

@@ -65,6 +65,17 @@ Status write_all(int fd, std::string_view data, const std::string& what) {
   return {};
 }
 
+int write_whole(const std::string& path, std::string_view data, bool* opened) {
+  UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CLOEXEC));
+  if (opened) *opened = fd.ok();
+  if (!fd.ok()) return errno;
+  ssize_t n;
+  do n = ::write(fd.get(), data.data(), data.size());
+  while (n < 0 && errno == EINTR);
+  if (n < 0) return errno;
+  return n == static_cast<ssize_t>(data.size()) ? 0 : EIO;
+}
+
 Status ensure_dir(const std::string& path, mode_t mode) {
   if (path.empty()) return make_error(kStage, "cannot create directory: empty path", EINVAL);
   // Walk the components left to right so every missing level gets `mode`; existing ones are left

@@ -23,6 +23,12 @@ Result<std::string> read_file(const std::string& path);
 // trace); the error names `what`.
 Status write_all(int fd, std::string_view data, const std::string& what);
 
+// One write(2) of the whole of `data` to an existing kernel file (a cgroup control file,
+// /proc/PID/uid_map, setgroups): such files parse each write as a unit, so it is never split.
+// Returns 0, or the errno (EIO for a short write); `opened` says whether the open succeeded,
+// for messages that name the step.
+int write_whole(const std::string& path, std::string_view data, bool* opened = nullptr);
+
 }  // namespace sbx
 
 namespace sbx {

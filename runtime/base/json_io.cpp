@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <utility>
 
+#include "runtime/base/fsutil.hpp"
 #include "runtime/base/text_escape.hpp"
 
 namespace sbx {
@@ -183,11 +184,9 @@ const json& json_member(const json& j, const char* key) {
 
 Result<std::string> read_bounded(const std::string& path, std::size_t max_bytes, const std::string& stage,
                                  const std::string& what) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY);
-  if (fd < 0) return sys_error(stage, "cannot read " + what);
-  auto r = read_bounded_fd(fd, max_bytes, stage, what);
-  ::close(fd);
-  return r;
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY));
+  if (!fd.ok()) return sys_error(stage, "cannot read " + what);
+  return read_bounded_fd(fd.get(), max_bytes, stage, what);
 }
 
 Result<json> read_json_file(const std::string& path, const JsonBounds& bounds, const std::string& stage,

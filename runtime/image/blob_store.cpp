@@ -131,11 +131,7 @@ Result<std::string> put_blob(const Dirs& dirs, std::string_view bytes) {
   // Same file system (both under <blobs>): the rename is atomic, and a concurrent writer of the
   // same blob wrote the same bytes.
   if (::rename(tmpl.c_str(), path.c_str()) != 0) return fail(sys_error(kStage, "rename to " + path));
-  int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    ::fsync(dfd);
-    ::close(dfd);
-  }
+  if (UniqueFd dfd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)); dfd.ok()) ::fsync(dfd.get());
   return hex;
 }
 

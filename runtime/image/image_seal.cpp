@@ -11,6 +11,7 @@
 #include <memory>
 #include <vector>
 
+#include "runtime/base/fsutil.hpp"
 #include "runtime/base/sha256.hpp"
 
 namespace sbx {
@@ -73,11 +74,9 @@ struct SealWalker {
       if (::fstatat(dirfd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) return sys_error(kStage, "stat " + path);
       add(path, st);
       if (S_ISDIR(st.st_mode)) {
-        int sub = ::openat(dirfd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-        if (sub < 0) return sys_error(kStage, "open directory " + path);
-        auto st2 = walk(sub, path);
-        ::close(sub);
-        SBX_TRY(st2);
+        UniqueFd sub(::openat(dirfd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+        if (!sub.ok()) return sys_error(kStage, "open directory " + path);
+        SBX_TRY(walk(sub.get(), path));
       }
     }
     return {};
@@ -96,11 +95,9 @@ Result<Seal> compute_seal_fd(int fd) {
 }
 
 Result<Seal> compute_seal(const std::string& root) {
-  int fd = ::open(root.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  if (fd < 0) return sys_error(kStage, "open image tree " + root);
-  auto r = compute_seal_fd(fd);
-  ::close(fd);
-  return r;
+  UniqueFd fd(::open(root.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!fd.ok()) return sys_error(kStage, "open image tree " + root);
+  return compute_seal_fd(fd.get());
 }
 
 }  // namespace sbx

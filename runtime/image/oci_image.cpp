@@ -219,7 +219,7 @@ Status check_config_platform(const json& config, const Platform& want, const std
 
 Status keep_layer(ContainerImage& img, UniqueFd fd, std::string digest) {
   img.layers.push_back("/proc/self/fd/" + std::to_string(fd.get()));
-  img.fds.push_back(fd.release());
+  img.fds.push_back(std::move(fd));
   img.layer_digests.push_back(std::move(digest));
   return {};
 }
@@ -322,20 +322,6 @@ bool exists_beneath(int dirfd, const char* name) {
 }
 
 }  // namespace
-
-ContainerImage::ContainerImage(ContainerImage&& o) noexcept
-    : format(std::move(o.format)),
-      manifest_digest(std::move(o.manifest_digest)),
-      config_digest(std::move(o.config_digest)),
-      platform(std::move(o.platform)),
-      layers(std::move(o.layers)),
-      layer_digests(std::move(o.layer_digests)),
-      run_defaults(std::move(o.run_defaults)),
-      fds(std::exchange(o.fds, {})) {}
-
-ContainerImage::~ContainerImage() {
-  for (int fd : fds) ::close(fd);
-}
 
 std::optional<std::string> container_format(const std::string& dir) {
   UniqueFd d(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));

@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/base/error.hpp"
+#include "runtime/base/fsutil.hpp"
 
 namespace sbx {
 
@@ -29,11 +30,7 @@ struct ContainerImage {
                                            // the bytes it extracts
   // The config's run defaults: Env, Entrypoint, Cmd, WorkingDir, User (absent ones omitted).
   nlohmann::json run_defaults = nlohmann::json::object();
-  std::vector<int> fds;  // the open layer files behind `layers`; closed by the destructor
-  ContainerImage() = default;
-  ContainerImage(ContainerImage&&) noexcept;
-  ContainerImage& operator=(ContainerImage&&) = delete;
-  ~ContainerImage();
+  std::vector<UniqueFd> fds;  // the open layer files behind `layers`
 };
 
 // Whether `dir` holds an OCI layout ("oci-layout" and "index.json") or a classic docker archive

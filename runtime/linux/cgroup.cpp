@@ -48,17 +48,9 @@ Result<std::string> read_ctl(const std::string& path) {
 // One write(2) per value: cgroup files parse each write as a whole, so a value must never be
 // split across writes.
 Status write_ctl(const std::string& path, const std::string& value) {
-  int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
-  if (fd < 0) return sys_error(kStage, "cannot open " + path);
-  ssize_t n;
-  do n = ::write(fd, value.data(), value.size());
-  while (n < 0 && errno == EINTR);
-  if (n < 0) {
-    Error e = sys_error(kStage, "cannot write '" + value + "' to " + path);
-    ::close(fd);
-    return e;
-  }
-  ::close(fd);
+  bool opened = false;
+  if (int err = write_whole(path, value, &opened))
+    return make_error(kStage, (opened ? "cannot write '" + value + "' to " : "cannot open ") + path, err);
   return {};
 }
 
@@ -447,8 +439,8 @@ Result<RunCgroup> RunCgroup::create(const CgroupInfo& info, const Limits& limits
   std::string path = subtree + "/" + run_cgroup_name(run_id, ::getpid(), *start);
   if (::mkdir(path.c_str(), 0755) != 0) return sys_error(kStage, "cannot create run cgroup " + path);
   cg.path_ = path;  // from here on, the destructor removes it if anything below fails
-  cg.dir_fd_ = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (cg.dir_fd_ < 0) return sys_error(kStage, "cannot open " + path);
+  cg.dir_fd_.reset(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!cg.dir_fd_.ok()) return sys_error(kStage, "cannot open " + path);
 
   // Limits are written while the cgroup is still empty: the program will enter it at clone time.
   if (limits.memory_bytes) {
@@ -470,19 +462,17 @@ Result<RunCgroup> RunCgroup::create(const CgroupInfo& info, const Limits& limits
 }
 
 RunCgroup::RunCgroup(RunCgroup&& o) noexcept
-    : path_(std::move(o.path_)), dir_fd_(o.dir_fd_), warnings_(std::move(o.warnings_)) {
+    : path_(std::move(o.path_)), dir_fd_(std::move(o.dir_fd_)), warnings_(std::move(o.warnings_)) {
   o.path_.clear();
-  o.dir_fd_ = -1;
 }
 
 RunCgroup& RunCgroup::operator=(RunCgroup&& o) noexcept {
   if (this != &o) {
     reset();
     path_ = std::move(o.path_);
-    dir_fd_ = o.dir_fd_;
+    dir_fd_ = std::move(o.dir_fd_);
     warnings_ = std::move(o.warnings_);
     o.path_.clear();
-    o.dir_fd_ = -1;
   }
   return *this;
 }
@@ -495,8 +485,7 @@ void RunCgroup::reset() noexcept {
     (void)remove_cgroup(path_);
     path_.clear();
   }
-  if (dir_fd_ >= 0) ::close(dir_fd_);
-  dir_fd_ = -1;
+  dir_fd_.reset();
 }
 
 Status RunCgroup::add_pid(pid_t pid) {
@@ -551,8 +540,7 @@ Result<std::int64_t> RunCgroup::cpu_usage_us() const {
 
 Status RunCgroup::remove() {
   if (path_.empty()) return {};
-  if (dir_fd_ >= 0) ::close(dir_fd_);
-  dir_fd_ = -1;
+  dir_fd_.reset();
   Status st = remove_cgroup(path_);
   if (st.ok()) path_.clear();
   return st;

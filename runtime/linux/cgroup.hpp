@@ -56,6 +56,7 @@
 #include <vector>
 
 #include "runtime/base/error.hpp"
+#include "runtime/base/fsutil.hpp"
 #include "runtime/model/spec.hpp"
 
 namespace sbx {
@@ -114,7 +115,7 @@ class RunCgroup {
   // O_RDONLY|O_DIRECTORY|O_CLOEXEC fd of the run cgroup, for clone3's CLONE_INTO_CGROUP
   // (clone_args.cgroup): the child starts life inside the cgroup, so not one instruction of it runs
   // outside the limits. (An O_PATH fd would not do: clone3 rejects it with EBADF.) -1 after remove().
-  int dir_fd() const { return dir_fd_; }
+  int dir_fd() const { return dir_fd_.get(); }
   const std::string& path() const { return path_; }  // absolute path of the run cgroup
   // Things that were weaker than asked but not worth failing for (e.g. no swap accounting).
   const std::vector<std::string>& warnings() const { return warnings_; }
@@ -139,7 +140,7 @@ class RunCgroup {
   RunCgroup() = default;
   void reset() noexcept;
   std::string path_;
-  int dir_fd_ = -1;
+  UniqueFd dir_fd_;
   std::vector<std::string> warnings_;
 };
 

@@ -39,16 +39,7 @@ std::string join(const std::vector<std::string>& v, const char* sep = " ") {
 }
 
 // One write(2) per value: a cgroup control file parses each write as a whole.
-int write_ctl(const std::string& path, const std::string& value) {
-  int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
-  if (fd < 0) return errno;
-  ssize_t n;
-  do n = ::write(fd, value.data(), value.size());
-  while (n < 0 && errno == EINTR);
-  int err = n < 0 ? errno : 0;
-  ::close(fd);
-  return err;
-}
+int write_ctl(const std::string& path, const std::string& value) { return write_whole(path, value); }
 
 bool valid_leaf(const std::string& leaf) {
   if (leaf.empty() || leaf.size() > 64 || leaf == "." || leaf == "..") return false;

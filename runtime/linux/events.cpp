@@ -176,33 +176,27 @@ CgroupEvents::CgroupEvents(int dir_fd, bool cpu, EventStream* out) : out_(out) {
   std::vector<std::pair<const char*, const char*>> files = {{"memory", "memory.events"}, {"pids", "pids.events"}};
   if (cpu) files.push_back({"cpu", "cpu.stat"});
   for (auto [controller, file] : files) {
-    int fd = ::openat(dir_fd, file, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    if (fd < 0) continue;  // the controller is not enabled for the run cgroup
-    files_.push_back({controller, file, fd, {}});
+    UniqueFd fd(::openat(dir_fd, file, O_RDONLY | O_CLOEXEC | O_NONBLOCK));
+    if (!fd.ok()) continue;  // the controller is not enabled for the run cgroup
+    files_.push_back({controller, file, std::move(fd), {}});
     read(files_.back());  // the baseline: only what changes during the run is an event
   }
   if (cpu && !files_.empty() && files_.back().controller == "cpu") {
-    timer_fd_ = ::timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+    timer_fd_.reset(::timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK));
     struct itimerspec its = {};
     its.it_value.tv_nsec = its.it_interval.tv_nsec = kCpuStatPeriodMs * 1'000'000;
-    if (timer_fd_ >= 0 && ::timerfd_settime(timer_fd_, 0, &its, nullptr) != 0) {
-      ::close(timer_fd_);
-      timer_fd_ = -1;
-    }
+    if (timer_fd_.ok() && ::timerfd_settime(timer_fd_.get(), 0, &its, nullptr) != 0) timer_fd_.reset();
   }
 }
 
-CgroupEvents::~CgroupEvents() {
-  for (auto& w : files_) ::close(w.fd);
-  if (timer_fd_ >= 0) ::close(timer_fd_);
-}
+CgroupEvents::~CgroupEvents() = default;
 
 // memory.events and pids.events: POLLPRI (with POLLERR) once the kernel modified the file since
 // this fd last read it (kernfs_generic_poll); reading re-arms it. cpu.stat: the timer.
 void CgroupEvents::add_pollfds(std::vector<struct pollfd>& p) const {
   for (auto& w : files_)
-    if (w.controller != "cpu") p.push_back({w.fd, POLLPRI, 0});
-  if (timer_fd_ >= 0) p.push_back({timer_fd_, POLLIN, 0});
+    if (w.controller != "cpu") p.push_back({w.fd.get(), POLLPRI, 0});
+  if (timer_fd_.ok()) p.push_back({timer_fd_.get(), POLLIN, 0});
 }
 
 void CgroupEvents::on_events(const struct pollfd* p, std::size_t n) {
@@ -212,9 +206,9 @@ void CgroupEvents::on_events(const struct pollfd* p, std::size_t n) {
     if (i < n && (p[i].revents & (POLLPRI | POLLERR))) read(w);
     ++i;
   }
-  if (timer_fd_ >= 0 && i < n && (p[i].revents & POLLIN)) {
+  if (timer_fd_.ok() && i < n && (p[i].revents & POLLIN)) {
     std::uint64_t ticks;
-    (void)!::read(timer_fd_, &ticks, sizeof ticks);
+    (void)!::read(timer_fd_.get(), &ticks, sizeof ticks);
     for (auto& w : files_)
       if (w.controller == "cpu") read(w);
   }
@@ -226,7 +220,7 @@ void CgroupEvents::read_all() {
 
 void CgroupEvents::read(Watched& w) {
   char buf[4096];
-  ssize_t k = ::pread(w.fd, buf, sizeof buf - 1, 0);
+  ssize_t k = ::pread(w.fd.get(), buf, sizeof buf - 1, 0);
   if (k <= 0) return;
   auto now = parse_keyed_counters(std::string_view(buf, static_cast<std::size_t>(k)));
   bool baseline = w.last.empty();

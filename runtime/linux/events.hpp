@@ -28,6 +28,7 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/base/error.hpp"
+#include "runtime/base/fsutil.hpp"
 #include "runtime/base/output_relay.hpp"
 
 namespace sbx {
@@ -95,12 +96,12 @@ class CgroupEvents {
  private:
   struct Watched {
     std::string controller, file;
-    int fd = -1;
+    UniqueFd fd;
     std::map<std::string, std::int64_t> last;
   };
   void read(Watched& w);
   std::vector<Watched> files_;  // memory.events, pids.events, cpu.stat (in this order, if open)
-  int timer_fd_ = -1;           // cpu.stat's period
+  UniqueFd timer_fd_;           // cpu.stat's period
   EventStream* out_;
 };
 

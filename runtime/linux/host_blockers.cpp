@@ -20,12 +20,12 @@ constexpr std::size_t kMaxFile = 1 << 20;
 
 std::string read_or_empty(const std::string& path, bool* ok = nullptr) {
   if (ok) *ok = false;
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY);
-  if (fd < 0) return {};
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY));
+  if (!fd.ok()) return {};
   std::string out;
   char buf[16384];
   for (;;) {
-    ssize_t n = ::read(fd, buf, sizeof buf);
+    ssize_t n = ::read(fd.get(), buf, sizeof buf);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
       if (ok) *ok = n == 0;
@@ -37,7 +37,6 @@ std::string read_or_empty(const std::string& path, bool* ok = nullptr) {
       break;
     }
   }
-  ::close(fd);
   return out;
 }
 
@@ -232,11 +231,10 @@ bool unix_socket_answers(const std::string& path) {
   if (path.size() >= sizeof sa.sun_path) return false;
   sa.sun_family = AF_UNIX;
   std::memcpy(sa.sun_path, path.c_str(), path.size() + 1);
-  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-  if (fd < 0) return false;
-  bool ok = ::connect(fd, reinterpret_cast<struct sockaddr*>(&sa), sizeof sa) == 0 || errno == EAGAIN;  // EAGAIN: a full backlog, but someone is there
-  ::close(fd);
-  return ok;
+  UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  if (!fd.ok()) return false;
+  // EAGAIN: a full backlog, but someone is there.
+  return ::connect(fd.get(), reinterpret_cast<struct sockaddr*>(&sa), sizeof sa) == 0 || errno == EAGAIN;
 }
 
 }  // namespace sbx

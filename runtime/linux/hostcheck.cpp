@@ -24,6 +24,7 @@
 #include <sstream>
 #include <utility>
 
+#include "runtime/base/fsutil.hpp"
 #include "runtime/model/caps.hpp"
 #include "runtime/model/profile.hpp"
 
@@ -36,12 +37,8 @@ constexpr const char* kStage = "doctor";
 // ---- small syscall helpers --------------------------------------------------------------------
 
 Status write_string(const std::string& path, std::string_view data) {
-  int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
-  if (fd < 0) return sys_error(kStage, "open " + path);
-  ssize_t n = ::write(fd, data.data(), data.size());
-  int saved = errno;
-  ::close(fd);
-  if (n != static_cast<ssize_t>(data.size())) return make_error(kStage, "write " + path, n < 0 ? saved : EIO);
+  bool opened = false;
+  if (int err = write_whole(path, data, &opened)) return make_error(kStage, (opened ? "write " : "open ") + path, err);
   return {};
 }
 
@@ -78,15 +75,14 @@ class ChildProbe {
       c.early_ = sys_error(kStage, c.what_ + ": pipe2");
       return c;
     }
+    UniqueFd r(p[0]), w(p[1]);
     pid_t pid = ::fork();
     if (pid < 0) {
       c.early_ = sys_error(kStage, c.what_ + ": fork");
-      ::close(p[0]);
-      ::close(p[1]);
       return c;
     }
     if (pid == 0) {
-      ::close(p[0]);
+      r.reset();
       Status st = fn();
       if (!st) {
         int err = st.error().err;
@@ -97,14 +93,14 @@ class ChildProbe {
       }
       ::_exit(0);
     }
-    ::close(p[1]);
+    w.reset();
     c.pid_ = pid;
-    c.fd_ = p[0];
+    c.fd_ = std::move(r);
     return c;
   }
 
   ChildProbe(ChildProbe&& o) noexcept
-      : what_(std::move(o.what_)), pid_(std::exchange(o.pid_, -1)), fd_(std::exchange(o.fd_, -1)),
+      : what_(std::move(o.what_)), pid_(std::exchange(o.pid_, -1)), fd_(std::move(o.fd_)),
         early_(std::move(o.early_)) {}
   ChildProbe& operator=(ChildProbe&&) = delete;
   ~ChildProbe() { (void)finish(); }
@@ -115,16 +111,16 @@ class ChildProbe {
     std::string buf;
     char chunk[512];
     for (;;) {
-      ssize_t n = ::read(fd_, chunk, sizeof chunk);
+      ssize_t n = ::read(fd_.get(), chunk, sizeof chunk);
       if (n > 0) buf.append(chunk, static_cast<size_t>(n));
       else if (n < 0 && errno == EINTR) continue;
       else break;
     }
-    ::close(fd_);
+    fd_.reset();
     int status = 0;
     while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
     }
-    pid_ = fd_ = -1;
+    pid_ = -1;
     if (buf.size() >= sizeof(int)) {
       int err = 0;
       std::memcpy(&err, buf.data(), sizeof err);
@@ -141,7 +137,7 @@ class ChildProbe {
   ChildProbe() = default;
   std::string what_;
   pid_t pid_ = -1;
-  int fd_ = -1;
+  UniqueFd fd_;
   Status early_;  // the outcome once known (a failure to start counts)
 };
 
@@ -198,13 +194,11 @@ std::optional<long> parse_sysctl_int(std::string_view text) {
 }
 
 Result<long> read_sysctl_int(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return sys_error(kStage, "open " + path);
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.ok()) return sys_error(kStage, "open " + path);
   char buf[64];
-  ssize_t n = ::read(fd, buf, sizeof buf - 1);
-  int saved = errno;
-  ::close(fd);
-  if (n < 0) return make_error(kStage, "read " + path, saved);
+  ssize_t n = ::read(fd.get(), buf, sizeof buf - 1);
+  if (n < 0) return sys_error(kStage, "read " + path);
   auto v = parse_sysctl_int(std::string_view(buf, static_cast<size_t>(n)));
   if (!v) return make_error(kStage, path + ": not an integer", EINVAL);
   return *v;
@@ -556,9 +550,7 @@ CheckResult check_seccomp() {
 
 CheckResult check_pidfd() {
   CheckResult r{"pidfd", CheckStatus::ok, true, "", ""};
-  long fd = ::syscall(SYS_pidfd_open, ::getpid(), 0);
-  if (fd >= 0) {
-    ::close(static_cast<int>(fd));
+  if (UniqueFd fd(static_cast<int>(::syscall(SYS_pidfd_open, ::getpid(), 0))); fd.ok()) {
     r.detail = "pidfd_open works";
   } else {
     r.status = CheckStatus::missing;

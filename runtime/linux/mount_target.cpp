@@ -29,9 +29,8 @@ Result<UniqueFd> create_component(int parent, const std::string& name, bool dir,
   if (dir) {
     if (::mkdirat(parent, name.c_str(), 0755) != 0 && errno != EEXIST) return target_error(dst, "create", where, errno);
   } else {
-    int fd = ::openat(parent, name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-    if (fd < 0 && errno != EEXIST) return target_error(dst, "create", where, errno);
-    if (fd >= 0) ::close(fd);
+    UniqueFd made(::openat(parent, name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644));
+    if (!made.ok() && errno != EEXIST) return target_error(dst, "create", where, errno);
   }
   int fd = openat2_fd(parent, name, O_NOFOLLOW, RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS);
   if (fd < 0) return target_error(dst, "open", where, errno);

@@ -180,10 +180,9 @@ Status bind_mount(int root, const std::string& host_path, const std::string& dst
 }
 
 Status write_file(const std::string& path, const std::string& content, mode_t mode) {
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
-  if (fd < 0) return sys_error("mounts", "create " + path);
-  ssize_t n = ::write(fd, content.data(), content.size());
-  ::close(fd);
+  UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode));
+  if (!fd.ok()) return sys_error("mounts", "create " + path);
+  ssize_t n = ::write(fd.get(), content.data(), content.size());
   if (n != static_cast<ssize_t>(content.size())) return sys_error("mounts", "write " + path);
   return {};
 }
@@ -246,16 +245,12 @@ Status write_secrets(int root, const MountOp& op, const MountPlan& plan) {
   auto dir = tmpfs_in_root(root, op.dst, op.size_bytes, op.mode, op.flags & ~MS_RDONLY);
   if (!dir) return dir.error();
   for (auto& [name, value] : plan.secret_files) {
-    int fd = ::openat(dir->get(), name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0400);
+    UniqueFd fd(::openat(dir->get(), name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0400));
     // The messages name the secret, never its value.
-    if (fd < 0) return sys_error("secrets", "create /run/secrets/" + name);
-    ssize_t n = ::write(fd, value.data(), value.size());
-    int werr = errno;
-    bool owned = ::fchown(fd, plan.owner_uid, plan.owner_gid) == 0;
-    int oerr = errno;
-    ::close(fd);
-    if (n != static_cast<ssize_t>(value.size())) return make_error("secrets", "write /run/secrets/" + name, werr);
-    if (!owned) return make_error("secrets", "chown /run/secrets/" + name, oerr);
+    if (!fd.ok()) return sys_error("secrets", "create /run/secrets/" + name);
+    ssize_t n = ::write(fd.get(), value.data(), value.size());
+    if (n != static_cast<ssize_t>(value.size())) return make_error("secrets", "write /run/secrets/" + name, n < 0 ? errno : EIO);
+    if (::fchown(fd.get(), plan.owner_uid, plan.owner_gid) != 0) return sys_error("secrets", "chown /run/secrets/" + name);
   }
   if (::fchownat(dir->get(), "", plan.owner_uid, plan.owner_gid, AT_EMPTY_PATH) != 0) return sys_error("secrets", "chown /run/secrets");
   return remount_ro(fd_path(dir->get()), op.flags, op.dst);
@@ -286,9 +281,8 @@ Status precreate_in_upper(int image_fd, const std::string& upper, const std::str
     if (want_dir) {
       if (::mkdir(path.c_str(), 0755) != 0 && errno != EEXIST) return sys_error("mounts", "create mount point " + dst);
     } else {
-      int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
-      if (fd < 0) return sys_error("mounts", "create mount point " + dst);
-      ::close(fd);
+      UniqueFd made(::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644));
+      if (!made.ok()) return sys_error("mounts", "create mount point " + dst);
     }
     i = j + 1;
   }
@@ -298,6 +292,7 @@ Status precreate_in_upper(int image_fd, const std::string& upper, const std::str
 // The image root: an overlay of the stored tree under a tmpfs upper layer (see mounts.hpp). The
 // mount points the image may lack are the list's operations marked `precreate`.
 Status mount_image_root(const MountPlan& plan, const MountOp& op, int image_fd) {
+  UniqueFd lower(image_fd);  // the overlay holds its own reference once mounted
   SBX_TRY(tmpfs_at("/layer", op.size_bytes, 0755, MS_NOSUID | MS_NODEV));
   if (::mkdir("/layer/upper", 0755) != 0 || ::mkdir("/layer/work", 0700) != 0) return sys_error("mounts", "mkdir in the upper layer");
   for (auto& p : plan.ops) {
@@ -316,9 +311,7 @@ Status mount_image_root(const MountPlan& plan, const MountOp& op, int image_fd) 
   // userxattr: overlay's own metadata goes to user.* xattrs, the only ones a user namespace may set.
   std::string opts = "lowerdir=/oldroot/proc/self/fd/" + std::to_string(image_fd) +
                      ",upperdir=/layer/upper,workdir=/layer/work,userxattr";
-  SBX_TRY(do_mount("sbx-root", "/newroot", "overlay", op.flags, opts.c_str(), "overlay root from the image"));
-  ::close(image_fd);
-  return {};
+  return do_mount("sbx-root", "/newroot", "overlay", op.flags, opts.c_str(), "overlay root from the image");
 }
 
 // The one interpreter of the mount plan (mount_plan.hpp): runs each operation in the order the
@@ -479,16 +472,13 @@ Result<MountPlan> plan_mounts(const RunSpec& spec, const std::string& caller_cwd
 
 Result<int> reopen_image_in_namespace(const MountPlan& plan) {
   if (plan.image_fd < 0) return -1;
-  int fd = ::open(plan.image_path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  if (fd < 0) return sys_error("image", "open " + plan.image_path + " in the sandbox's mount namespace");
+  UniqueFd sealed(plan.image_fd);  // the supervisor's fd of the sealed tree: compared, then closed
+  UniqueFd fd(::open(plan.image_path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!fd.ok()) return sys_error("image", "open " + plan.image_path + " in the sandbox's mount namespace");
   struct stat a, b;
-  bool same = ::fstat(fd, &a) == 0 && ::fstat(plan.image_fd, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino;
-  ::close(plan.image_fd);
-  if (!same) {
-    ::close(fd);
-    return make_error("image", plan.image_path + " was replaced after its seal was checked");
-  }
-  return fd;
+  bool same = ::fstat(fd.get(), &a) == 0 && ::fstat(sealed.get(), &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+  if (!same) return make_error("image", plan.image_path + " was replaced after its seal was checked");
+  return fd.release();
 }
 
 Result<int> build_root(const MountPlan& plan, int image_ns_fd) {

@@ -1,6 +1,7 @@
 #include "runtime/linux/net.hpp"
 
 #include "runtime/base/fdpass.hpp"
+#include "runtime/base/fsutil.hpp"
 
 #include <net/if.h>
 #include <netinet/in.h>
@@ -17,42 +18,35 @@
 namespace sbx {
 
 Status bring_up_loopback() {
-  int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return sys_error("network", "socket for loopback");
+  UniqueFd fd(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  if (!fd.ok()) return sys_error("network", "socket for loopback");
   struct ifreq ifr;
   std::memset(&ifr, 0, sizeof ifr);
   std::strncpy(ifr.ifr_name, "lo", IFNAMSIZ - 1);
   Status st;
-  if (::ioctl(fd, SIOCGIFFLAGS, &ifr) != 0) {
+  if (::ioctl(fd.get(), SIOCGIFFLAGS, &ifr) != 0) {
     st = sys_error("network", "read flags of lo");
   } else {
     ifr.ifr_flags |= IFF_UP | IFF_RUNNING;
-    if (::ioctl(fd, SIOCSIFFLAGS, &ifr) != 0) st = sys_error("network", "bring lo up");
+    if (::ioctl(fd.get(), SIOCSIFFLAGS, &ifr) != 0) st = sys_error("network", "bring lo up");
   }
-  ::close(fd);
   return st;
 }
 
 Status hand_over_proxy_listener(int sock, int port) {
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return sys_error("network", "socket for the egress proxy");
+  UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!fd.ok()) return sys_error("network", "socket for the egress proxy");
   struct sockaddr_in a = {};
   a.sin_family = AF_INET;
   a.sin_port = htons(static_cast<std::uint16_t>(port));
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   int one = 1;
-  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  if (::bind(fd, reinterpret_cast<struct sockaddr*>(&a), sizeof a) != 0) {
-    ::close(fd);
+  ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  if (::bind(fd.get(), reinterpret_cast<struct sockaddr*>(&a), sizeof a) != 0)
     return sys_error("network", "bind the egress proxy to 127.0.0.1:" + std::to_string(port));
-  }
-  if (::listen(fd, 1024) != 0) {
-    ::close(fd);
-    return sys_error("network", "listen on the egress proxy socket");
-  }
-  Status st = send_fd(sock, fd, 'P', "network", "hand the egress proxy socket to the supervisor");
-  ::close(fd);
-  ::close(sock);
+  if (::listen(fd.get(), 1024) != 0) return sys_error("network", "listen on the egress proxy socket");
+  Status st = send_fd(sock, fd.get(), 'P', "network", "hand the egress proxy socket to the supervisor");
+  UniqueFd handed(sock);  // init's end of the socketpair carries this one message, then is closed
   return st;
 }
 

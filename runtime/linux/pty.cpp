@@ -1,5 +1,7 @@
 #include "runtime/linux/pty.hpp"
 
+#include "runtime/base/fsutil.hpp"
+
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -8,29 +10,25 @@ namespace sbx {
 Result<int> open_sandbox_pty(const struct winsize& ws) {
   // /dev/ptmx is a symlink to pts/ptmx in the sandbox (mounts.cpp); the devpts node itself is
   // opened so that a host /dev/ptmx can never be the one used.
-  int master = ::open("/dev/pts/ptmx", O_RDWR | O_NOCTTY | O_CLOEXEC);
-  if (master < 0) return sys_error("tty", "open /dev/pts/ptmx in the sandbox");
+  UniqueFd master(::open("/dev/pts/ptmx", O_RDWR | O_NOCTTY | O_CLOEXEC));
+  if (!master.ok()) return sys_error("tty", "open /dev/pts/ptmx in the sandbox");
   int unlock = 0;
-  if (::ioctl(master, TIOCSPTLCK, &unlock) != 0 || ::ioctl(master, TIOCSWINSZ, &ws) != 0) {
-    Error e = sys_error("tty", "unlock the sandbox's pty and set its window size");
-    ::close(master);
-    return e;
-  }
-  return master;
+  if (::ioctl(master.get(), TIOCSPTLCK, &unlock) != 0 || ::ioctl(master.get(), TIOCSWINSZ, &ws) != 0)
+    return sys_error("tty", "unlock the sandbox's pty and set its window size");
+  return master.release();
 }
 
 Status attach_pty_slave(int master, std::uint32_t uid, std::uint32_t gid) {
-  int slave = ::ioctl(master, TIOCGPTPEER, O_RDWR | O_NOCTTY | O_CLOEXEC);
-  if (slave < 0) return sys_error("tty", "open the pty slave (TIOCGPTPEER)");
+  UniqueFd slave(::ioctl(master, TIOCGPTPEER, O_RDWR | O_NOCTTY | O_CLOEXEC));
+  if (!slave.ok()) return sys_error("tty", "open the pty slave (TIOCGPTPEER)");
   // Best effort: a uid or gid outside the mapping keeps the slave root's (mode 0620), which only
   // stops the program from reopening it by name; the fds it already has work.
-  (void)::fchown(slave, uid, gid);
+  (void)::fchown(slave.get(), uid, gid);
   // The caller of setsid() has no controlling terminal: TIOCSCTTY makes the slave its own, so
   // ^C on the pty signals the program's foreground process group, not sbx.
-  if (::ioctl(slave, TIOCSCTTY, 0) != 0) return sys_error("tty", "make the pty the controlling terminal");
+  if (::ioctl(slave.get(), TIOCSCTTY, 0) != 0) return sys_error("tty", "make the pty the controlling terminal");
   for (int fd = 0; fd < 3; ++fd)
-    if (::dup2(slave, fd) < 0) return sys_error("tty", "dup2 the pty slave");
-  ::close(slave);
+    if (::dup2(slave.get(), fd) < 0) return sys_error("tty", "dup2 the pty slave");
   return {};
 }
 

@@ -56,12 +56,8 @@ std::string parent_of(const std::string& p) {
 
 // One write(2) of `data` to an existing cgroup file (cgroup files take each write whole).
 Status write_file(const std::string& path, const std::string& data) {
-  int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
-  if (fd < 0) return sys_error("systemd-scope", "open " + path);
-  ssize_t n = ::write(fd, data.data(), data.size());
-  int e = errno;
-  ::close(fd);
-  if (n != static_cast<ssize_t>(data.size())) return make_error("systemd-scope", "write " + path, n < 0 ? e : EIO);
+  bool opened = false;
+  if (int err = write_whole(path, data, &opened)) return make_error("systemd-scope", (opened ? "write " : "open ") + path, err);
   return {};
 }
 
@@ -78,13 +74,12 @@ std::string trim(std::string s) {
 // bounded, and used only when it has the one shape it can have (an absolute cgroup path without
 // '..' ending in the scope's own name), so that a planted file makes no directory elsewhere.
 std::optional<std::string> read_hint(const std::string& file, const std::string& unit) {
-  int fd = ::open(file.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) return std::nullopt;
+  UniqueFd fd(::open(file.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+  if (!fd.ok()) return std::nullopt;
   struct stat st;
   char buf[4096];
   ssize_t n = -1;
-  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == ::geteuid()) n = ::read(fd, buf, sizeof buf);
-  ::close(fd);
+  if (::fstat(fd.get(), &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == ::geteuid()) n = ::read(fd.get(), buf, sizeof buf);
   if (n <= 0 || n == static_cast<ssize_t>(sizeof buf)) return std::nullopt;
   std::string p = trim(std::string(buf, static_cast<std::size_t>(n)));
   if (p.empty() || p[0] != '/' || p.find("/..") != std::string::npos || p.find('\0') != std::string::npos ||

@@ -91,13 +91,11 @@ Result<IdentityPlan> plan_identity(const RunSpec& spec, std::uint32_t slot) {
 namespace {
 Status write_proc_file(pid_t pid, const char* name, const std::string& content) {
   std::string path = "/proc/" + std::to_string(pid) + "/" + name;
-  int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
-  if (fd < 0) return sys_error("userns", "open " + path);
-  ssize_t n = ::write(fd, content.data(), content.size());
-  int saved = errno;
-  ::close(fd);
-  if (n != static_cast<ssize_t>(content.size()))
-    return make_error("userns", "write '" + content.substr(0, content.find('\n')) + "' to " + path, n < 0 ? saved : EIO);
+  bool opened = false;
+  if (int err = write_whole(path, content, &opened)) {
+    if (!opened) return make_error("userns", "open " + path, err);
+    return make_error("userns", "write '" + content.substr(0, content.find('\n')) + "' to " + path, err);
+  }
   return {};
 }
 
