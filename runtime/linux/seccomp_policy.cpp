@@ -17,6 +17,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "runtime/base/doc_reader.hpp"
 #include "runtime/base/fsutil.hpp"
 #include "runtime/base/json_io.hpp"
 #include "runtime/base/sha256.hpp"
@@ -56,57 +57,20 @@ std::string errno_text(int e) {
   return std::to_string(e);
 }
 
-class Reader {
- public:
-  explicit Reader(const std::string& source) : source_(source) {}
-  Error fail(const std::string& pointer, const std::string& what) const {
-    return make_error(kStage, source_ + ": " + (pointer.empty() ? "/" : pointer) + ": " + what);
-  }
-  // Every member of `obj` must be one of `known`.
-  Status only(const json& obj, const std::string& pointer, std::initializer_list<const char*> known) const {
-    for (auto& [k, v] : obj.items()) {
-      bool ok = false;
-      for (auto* n : known) ok = ok || k == n;
-      if (!ok) return fail(pointer + "/" + pointer_token(k), "unknown key '" + k + "'");
-    }
-    return {};
-  }
-  Result<std::uint64_t> u64(const json& v, const std::string& pointer) const {
-    if (v.is_number_unsigned()) return v.get<std::uint64_t>();
-    if (v.is_number_integer() && v.get<std::int64_t>() >= 0) return static_cast<std::uint64_t>(v.get<std::int64_t>());
-    return fail(pointer, "must be a non-negative integer");
-  }
-  Result<std::vector<std::string>> strings(const json& v, const std::string& pointer) const {
-    if (v.is_null()) return std::vector<std::string>{};
-    if (!v.is_array()) return fail(pointer, "must be an array of strings");
-    std::vector<std::string> out;
-    for (std::size_t i = 0; i < v.size(); ++i) {
-      if (!v[i].is_string()) return fail(pointer + "/" + std::to_string(i), "must be a string");
-      out.push_back(v[i].get<std::string>());
-    }
-    return out;
-  }
-
- private:
-  const std::string& source_;
-};
-
-// "SCMP_ACT_ERRNO" + errnoRet -> libseccomp action value.
 // The errno an action returns: the OCI number (`num_key`: errnoRet, defaultErrnoRet) and/or the
 // name Podman's files give beside it (`name_key`: errno, defaultErrno, e.g. "ENOSYS"); when both
 // are present they must agree. Names are glibc's (strerrorname_np), so every E* constant works.
-Result<std::optional<std::uint64_t>> errno_member(const Reader& rd, const json& obj, const char* num_key,
-                                                  const char* name_key, const std::string& pointer) {
+Result<std::optional<std::uint64_t>> errno_member(DocReader& rd, const char* num_key, const char* name_key) {
   std::optional<std::uint64_t> num, named;
-  if (obj.contains(num_key) && !obj.at(num_key).is_null()) {
-    auto e = rd.u64(obj.at(num_key), pointer + "/" + num_key);
-    if (!e) return e.error();
-    if (*e > 4095) return rd.fail(pointer + "/" + num_key, "must be an errno value (0-4095)");
-    num = *e;
+  if (rd.has(num_key)) {
+    std::uint64_t e = 0;
+    SBX_TRY(rd.get_u64(num_key, e));
+    if (e > 4095) return rd.fail_key(num_key, "must be an errno value (0-4095)");
+    num = e;
   }
-  if (obj.contains(name_key) && !obj.at(name_key).is_null()) {
-    const json& n = obj.at(name_key);
-    if (!n.is_string()) return rd.fail(pointer + "/" + name_key, "must be an errno name such as \"EPERM\"");
+  if (rd.has(name_key)) {
+    const json& n = rd.at(name_key);
+    if (!n.is_string()) return rd.fail_key(name_key, "must be an errno name such as \"EPERM\"");
     static constexpr NamedErrno kAliases[] = {{"EWOULDBLOCK", EWOULDBLOCK}, {"EDEADLOCK", EDEADLOCK}, {"ENOTSUP", ENOTSUP}};
     for (auto& a : kAliases)
       if (n.get<std::string>() == a.name) named = static_cast<std::uint64_t>(a.value);
@@ -114,17 +78,19 @@ Result<std::optional<std::uint64_t>> errno_member(const Reader& rd, const json& 
       const char* known = ::strerrorname_np(e);
       if (known && n.get<std::string>() == known) named = static_cast<std::uint64_t>(e);
     }
-    if (!named) return rd.fail(pointer + "/" + name_key, "unknown errno name '" + n.get<std::string>() + "'");
+    if (!named) return rd.fail_key(name_key, "unknown errno name '" + n.get<std::string>() + "'");
     if (num && *num != *named)
-      return rd.fail(pointer + "/" + name_key, "'" + n.get<std::string>() + "' is " + std::to_string(*named) + " but " +
-                                                   num_key + " says " + std::to_string(*num));
+      return rd.fail_key(name_key, "'" + n.get<std::string>() + "' is " + std::to_string(*named) + " but " + num_key +
+                                       " says " + std::to_string(*num));
   }
   return num ? num : named;
 }
 
-Result<std::uint32_t> parse_action(const Reader& rd, const json& v, const std::string& pointer,
-                                   std::optional<std::uint64_t> errno_ret, std::string& text) {
-  if (!v.is_string()) return rd.fail(pointer, "must be a string (SCMP_ACT_...)");
+// "SCMP_ACT_ERRNO" + errnoRet -> libseccomp action value.
+Result<std::uint32_t> parse_action(DocReader& rd, const char* key, std::optional<std::uint64_t> errno_ret,
+                                   std::string& text) {
+  const json& v = rd.at(key);
+  if (!v.is_string()) return rd.fail_key(key, "must be a string (SCMP_ACT_...)");
   std::string a = v.get<std::string>();
   int e = errno_ret ? static_cast<int>(*errno_ret) : EPERM;  // OCI: errnoRet defaults to EPERM
   text = a;
@@ -142,19 +108,20 @@ Result<std::uint32_t> parse_action(const Reader& rd, const json& v, const std::s
     return SCMP_ACT_TRACE(static_cast<std::uint32_t>(e));
   }
   if (a == "SCMP_ACT_NOTIFY")
-    return rd.fail(pointer, "SCMP_ACT_NOTIFY is not supported: sbx's supervisor answers refused system calls itself");
-  return rd.fail(pointer, "unknown action '" + a + "'");
+    return rd.fail_key(key, "SCMP_ACT_NOTIFY is not supported: sbx's supervisor answers refused system calls itself");
+  return rd.fail_key(key, "unknown action '" + a + "'");
 }
 
-Result<int> parse_op(const Reader& rd, const json& v, const std::string& pointer) {
+Result<int> parse_op(DocReader& rd, const char* key) {
   static const std::pair<const char*, int> ops[] = {
       {"SCMP_CMP_NE", SCMP_CMP_NE}, {"SCMP_CMP_LT", SCMP_CMP_LT}, {"SCMP_CMP_LE", SCMP_CMP_LE},
       {"SCMP_CMP_EQ", SCMP_CMP_EQ}, {"SCMP_CMP_GE", SCMP_CMP_GE}, {"SCMP_CMP_GT", SCMP_CMP_GT},
       {"SCMP_CMP_MASKED_EQ", SCMP_CMP_MASKED_EQ}};
-  if (!v.is_string()) return rd.fail(pointer, "must be a string (SCMP_CMP_...)");
+  const json& v = rd.at(key);
+  if (!v.is_string()) return rd.fail_key(key, "must be a string (SCMP_CMP_...)");
   for (auto& [n, op] : ops)
     if (v.get<std::string>() == n) return op;
-  return rd.fail(pointer, "unknown operator '" + v.get<std::string>() + "'");
+  return rd.fail_key(key, "unknown operator '" + v.get<std::string>() + "'");
 }
 
 // "SCMP_ARCH_X86_64" / "x86_64" -> token (0 when libseccomp does not know it).
@@ -185,71 +152,183 @@ bool kernel_at_least(const std::string& want) {
 // decides it: a rule that includes capabilities applies only when the program keeps every one of
 // them (capabilities.keep, --cap-add: caps.hpp), and one that excludes capabilities is dropped
 // when the program keeps any of them. Without kept capabilities (the default) no rule that needs
-// one applies.
-Result<bool> rule_applies(const Reader& rd, const json& rule, const std::string& pointer,
-                          const std::vector<std::string>& kept_caps, std::string& why) {
-  auto kept = [&](const std::string& cap) { return std::find(kept_caps.begin(), kept_caps.end(), cap) != kept_caps.end(); };
-  if (rule.contains("includes") && !rule.at("includes").is_null()) {
-    const json& inc = rule.at("includes");
-    std::string p = pointer + "/includes";
-    if (!inc.is_object()) return rd.fail(p, "must be an object");
-    SBX_TRY(rd.only(inc, p, {"arches", "caps", "minKernel"}));
-    if (inc.contains("arches")) {
-      auto a = rd.strings(inc.at("arches"), p + "/arches");
-      if (!a) return a.error();
-      if (!a->empty() && !names_native(*a)) {
-        why = "included only for other architectures";
-        return false;
-      }
-    }
-    if (inc.contains("caps")) {
-      auto c = rd.strings(inc.at("caps"), p + "/caps");
-      if (!c) return c.error();
-      for (auto& cap : *c)
-        if (!kept(cap)) {
-          why = "included only with capability " + cap + (kept_caps.empty() ? " (the run keeps none)" : " (not kept)");
-          return false;
-        }
-    }
-    if (inc.contains("minKernel") && !inc.at("minKernel").is_null()) {
-      if (!inc.at("minKernel").is_string()) return rd.fail(p + "/minKernel", "must be a string");
-      if (!kernel_at_least(inc.at("minKernel").get<std::string>())) {
-        why = "needs kernel " + inc.at("minKernel").get<std::string>();
-        return false;
-      }
-    }
+// one applies. `include`: the "includes" member (else "excludes"); false with `why` when the rule
+// does not apply.
+Result<bool> condition_holds(DocReader& rule, bool include, const std::vector<std::string>& kept_caps,
+                             std::string& why) {
+  const char* key = include ? "includes" : "excludes";
+  rule.ignore(key);
+  if (!rule.has(key)) return true;
+  DocReader c = rule.member(key);
+  SBX_TRY(c.check_object("must be an object"));
+  c.known({"arches", "caps", "minKernel"});
+  SBX_TRY(c.finish({.name = true}));
+  auto no = [&why](std::string reason) {
+    why = std::move(reason);
+    return false;
+  };
+  std::vector<std::string> arches, caps;
+  SBX_TRY(c.get_strings("arches", arches));
+  if (include && !arches.empty() && !names_native(arches)) return no("included only for other architectures");
+  if (!include && names_native(arches)) return no("excluded on this architecture");
+  SBX_TRY(c.get_strings("caps", caps));
+  for (auto& cap : caps) {
+    bool kept = std::find(kept_caps.begin(), kept_caps.end(), cap) != kept_caps.end();
+    if (include && !kept)
+      return no("included only with capability " + cap + (kept_caps.empty() ? " (the run keeps none)" : " (not kept)"));
+    if (!include && kept) return no("excluded with capability " + cap + " (kept)");
   }
-  if (rule.contains("excludes") && !rule.at("excludes").is_null()) {
-    const json& exc = rule.at("excludes");
-    std::string p = pointer + "/excludes";
-    if (!exc.is_object()) return rd.fail(p, "must be an object");
-    SBX_TRY(rd.only(exc, p, {"arches", "caps", "minKernel"}));
-    if (exc.contains("arches")) {
-      auto a = rd.strings(exc.at("arches"), p + "/arches");
-      if (!a) return a.error();
-      if (names_native(*a)) {
-        why = "excluded on this architecture";
-        return false;
-      }
-    }
-    if (exc.contains("caps")) {
-      auto c = rd.strings(exc.at("caps"), p + "/caps");
-      if (!c) return c.error();
-      for (auto& cap : *c)
-        if (kept(cap)) {
-          why = "excluded with capability " + cap + " (kept)";
-          return false;
-        }
-    }
-    if (exc.contains("minKernel") && !exc.at("minKernel").is_null()) {
-      if (!exc.at("minKernel").is_string()) return rd.fail(p + "/minKernel", "must be a string");
-      if (kernel_at_least(exc.at("minKernel").get<std::string>())) {
-        why = "excluded from kernel " + exc.at("minKernel").get<std::string>();
-        return false;
-      }
-    }
+  if (c.has("minKernel")) {
+    if (!c.at("minKernel").is_string()) return c.fail_key("minKernel", "must be a string");
+    std::string v = c.at("minKernel").get<std::string>();
+    if (include && !kernel_at_least(v)) return no("needs kernel " + v);
+    if (!include && kernel_at_least(v)) return no("excluded from kernel " + v);
   }
   return true;
+}
+
+Result<bool> rule_applies(DocReader& rule, const std::vector<std::string>& kept_caps, std::string& why) {
+  auto inc = condition_holds(rule, true, kept_caps, why);
+  if (!inc || !*inc) return inc;
+  return condition_holds(rule, false, kept_caps, why);
+}
+
+// Architectures: the native one always; the policy may add its sub-architectures (x86, x32).
+// Anything not listed is rejected by the filter's bad-arch action (KILL_PROCESS, recorded).
+Status read_architectures(DocReader& rd, SeccompPolicy& pol) {
+  pol.arches.push_back(kNativeArch);
+  std::vector<std::string> arch_names;
+  SBX_TRY(rd.get_strings("architectures", arch_names));
+  rd.ignore("archMap");
+  if (rd.has("archMap")) {
+    DocReader am = rd.member("archMap");
+    SBX_TRY(am.check_array());
+    for (std::size_t i = 0; i < am.value().size(); ++i) {
+      DocReader e = am.element(i);
+      SBX_TRY(e.check_object("must be an object"));
+      e.known({"architecture", "subArchitectures"});
+      SBX_TRY(e.finish({.name = true}));
+      if (!e.contains("architecture") || !e.at("architecture").is_string())
+        return e.fail_key("architecture", "must be a string");
+      if (arch_token(e.at("architecture").get<std::string>()) != kNativeArch) continue;
+      arch_names.push_back(e.at("architecture").get<std::string>());
+      std::vector<std::string> subs;
+      SBX_TRY(e.get_strings("subArchitectures", subs));
+      arch_names.insert(arch_names.end(), subs.begin(), subs.end());
+    }
+    pol.notes.push_back("archMap: resolved for x86_64");
+  }
+  bool native_listed = arch_names.empty();
+  for (auto& name : arch_names) {
+    std::uint32_t t = arch_token(name);
+    if (t == 0) return rd.fail_key("architectures", "unknown architecture '" + name + "'");
+    if (t == kNativeArch) native_listed = true;
+    else if ((t == SCMP_ARCH_X86 || t == SCMP_ARCH_X32) &&
+             std::find(pol.arches.begin(), pol.arches.end(), t) == pol.arches.end())
+      pol.arches.push_back(t);
+    // Other machines' architectures cannot reach this kernel: nothing to add.
+  }
+  if (!native_listed)
+    return rd.fail_key("architectures", "does not include this machine's architecture (SCMP_ARCH_X86_64)");
+  return {};
+}
+
+// One argument comparison of a rule ({index, value, valueTwo, op}).
+Status read_arg(DocReader& a, SeccompRule& rule) {
+  SBX_TRY(a.check_object("must be an object"));
+  a.known({"index", "value", "valueTwo", "op"});
+  SBX_TRY(a.finish({.name = true}));
+  // index and value must be given, and null is not a number here.
+  auto required = [&a](const char* key, std::uint64_t& out) -> Status {
+    if (!a.contains(key)) return a.fail_key(key, "is required");
+    if (a.value().at(key).is_null()) return a.fail_key(key, "must be a non-negative integer");
+    return a.get_u64(key, out);
+  };
+  SeccompArg arg;
+  std::uint64_t index = 0;
+  SBX_TRY(required("index", index));
+  if (index > 5) return a.fail_key("index", "must be 0 to 5");
+  arg.index = static_cast<unsigned>(index);
+  SBX_TRY(required("value", arg.value));
+  SBX_TRY(a.get_u64("valueTwo", arg.value_two));
+  if (!a.contains("op")) return a.fail_key("op", "is required");
+  auto op = parse_op(a, "op");
+  if (!op) return op.error();
+  arg.op = *op;
+  for (auto& prev : rule.args)
+    if (prev.index == arg.index)
+      return a.fail_key("index", "argument " + std::to_string(arg.index) +
+                                     " compared twice in one rule (libseccomp allows one comparison per argument; split the rule)");
+  rule.args.push_back(arg);
+  return {};
+}
+
+// One member of "syscalls", read whole (its pointer kept for later messages).
+Status read_rule(DocReader& r, SeccompRule& rule) {
+  SBX_TRY(r.check_object("must be an object"));
+  r.known({"names", "name", "action", "errnoRet", "errno", "args", "comment", "includes", "excludes"});
+  SBX_TRY(r.finish({.name = true}));
+  rule.pointer = r.pointer();
+  SBX_TRY(r.get_strings("names", rule.names));
+  if (r.has("name")) {
+    if (!r.at("name").is_string()) return r.fail_key("name", "must be a string");
+    rule.names.push_back(r.at("name").get<std::string>());
+  }
+  if (rule.names.empty()) return r.fail_key("names", "must list at least one system call");
+  if (!r.contains("action")) return r.fail_key("action", "is required");
+  auto eret = errno_member(r, "errnoRet", "errno");
+  if (!eret) return eret.error();
+  std::string atext;
+  auto act = parse_action(r, "action", *eret, atext);
+  if (!act) return act.error();
+  rule.action = *act;
+  if (r.has("comment") && !r.at("comment").is_string()) return r.fail_key("comment", "must be a string");
+  if (r.has("args")) {
+    DocReader args = r.member("args");
+    SBX_TRY(args.check_array());
+    if (args.value().size() > 6) return args.fail("at most 6 comparisons");
+    for (std::size_t k = 0; k < args.value().size(); ++k) {
+      DocReader a = args.element(k);
+      SBX_TRY(read_arg(a, rule));
+    }
+  }
+  return {};
+}
+
+// Names libseccomp does not know on any of the filter's architectures: dropped from the rule,
+// listed once in pol.unresolved.
+void resolve_names(SeccompPolicy& pol, SeccompRule& rule) {
+  std::vector<std::string> known;
+  for (auto& n : rule.names) {
+    bool found = false;
+    for (auto a : pol.arches) found = found || seccomp_syscall_resolve_name_arch(a, n.c_str()) != __NR_SCMP_ERROR;
+    if (found) known.push_back(n);
+    else if (std::find(pol.unresolved.begin(), pol.unresolved.end(), n) == pol.unresolved.end())
+      pol.unresolved.push_back(n);
+  }
+  rule.names = std::move(known);
+}
+
+Status read_syscalls(DocReader& rd, SeccompPolicy& pol, const std::vector<std::string>& kept_caps) {
+  rd.ignore("syscalls");
+  if (!rd.has("syscalls")) return {};
+  DocReader sc = rd.member("syscalls");
+  SBX_TRY(sc.check_array());
+  for (std::size_t i = 0; i < sc.value().size(); ++i) {
+    DocReader r = sc.element(i);
+    SeccompRule rule;
+    SBX_TRY(read_rule(r, rule));
+    std::string why;
+    auto applies = rule_applies(r, kept_caps, why);
+    if (!applies) return applies.error();
+    if (!*applies) {
+      pol.notes.push_back(rule.pointer + " (" + rule.names[0] + (rule.names.size() > 1 ? ", ..." : "") + ") skipped: " + why);
+      continue;
+    }
+    resolve_names(pol, rule);
+    if (!rule.names.empty()) pol.rules.push_back(std::move(rule));
+  }
+  return {};
 }
 
 // Raw sock_filter array <-> bytes (the cache file format).
@@ -302,159 +381,31 @@ Result<SeccompPolicy> parse_seccomp_policy(std::string_view text, const std::str
                                            const std::vector<std::string>& kept_caps) {
   SeccompPolicy pol;
   pol.source = source;
-  Reader rd(pol.source);
   // Bounded in size and depth (json_io.hpp), like every document sbx reads.
   auto parsed = parse_json_doc(text, {kMaxPolicyBytes}, kStage, source);
   if (!parsed) return parsed.error();
   json j = std::move(*parsed);
-  if (!j.is_object()) return rd.fail("", "must be a JSON object (OCI linux.seccomp)");
-  SBX_TRY(rd.only(j, "", {"defaultAction", "defaultErrnoRet", "defaultErrno", "architectures", "archMap", "syscalls",
-                          "flags", "listenerPath", "listenerMetadata"}));
-  if (!j.contains("defaultAction")) return rd.fail("/defaultAction", "is required");
-  auto default_errno = errno_member(rd, j, "defaultErrnoRet", "defaultErrno", "");
+  // Errors: "<source>: <pointer>: <what>", the document itself as "/"; strings may hold any byte
+  // (names never reach a C string unchecked: libseccomp resolves them).
+  DocSource src{pol.source, kStage, "/", false};
+  DocReader rd(j, src);
+  SBX_TRY(rd.check_object("must be a JSON object (OCI linux.seccomp)"));
+  rd.known({"defaultAction", "defaultErrnoRet", "defaultErrno", "architectures", "archMap", "syscalls", "flags",
+            "listenerPath", "listenerMetadata"});
+  SBX_TRY(rd.finish({.name = true}));
+  if (!rd.contains("defaultAction")) return rd.fail_key("defaultAction", "is required");
+  auto default_errno = errno_member(rd, "defaultErrnoRet", "defaultErrno");
   if (!default_errno) return default_errno.error();
-  auto da = parse_action(rd, j.at("defaultAction"), "/defaultAction", *default_errno, pol.default_action_text);
+  auto da = parse_action(rd, "defaultAction", *default_errno, pol.default_action_text);
   if (!da) return da.error();
   pol.default_action = *da;
-
-  // Architectures: the native one always; the policy may add its sub-architectures (x86, x32).
-  // Anything not listed is rejected by the filter's bad-arch action (KILL_PROCESS, recorded).
-  pol.arches.push_back(kNativeArch);
-  std::vector<std::string> arch_names;
-  if (j.contains("architectures")) {
-    auto a = rd.strings(j.at("architectures"), "/architectures");
-    if (!a) return a.error();
-    arch_names = *a;
-  }
-  if (j.contains("archMap") && !j.at("archMap").is_null()) {
-    const json& am = j.at("archMap");
-    if (!am.is_array()) return rd.fail("/archMap", "must be an array");
-    for (std::size_t i = 0; i < am.size(); ++i) {
-      std::string p = "/archMap/" + std::to_string(i);
-      if (!am[i].is_object()) return rd.fail(p, "must be an object");
-      SBX_TRY(rd.only(am[i], p, {"architecture", "subArchitectures"}));
-      if (!am[i].contains("architecture") || !am[i].at("architecture").is_string())
-        return rd.fail(p + "/architecture", "must be a string");
-      if (arch_token(am[i].at("architecture").get<std::string>()) != kNativeArch) continue;
-      arch_names.push_back(am[i].at("architecture").get<std::string>());
-      if (am[i].contains("subArchitectures")) {
-        auto s = rd.strings(am[i].at("subArchitectures"), p + "/subArchitectures");
-        if (!s) return s.error();
-        arch_names.insert(arch_names.end(), s->begin(), s->end());
-      }
-    }
-    pol.notes.push_back("archMap: resolved for x86_64");
-  }
-  bool native_listed = arch_names.empty();
-  for (std::size_t i = 0; i < arch_names.size(); ++i) {
-    std::uint32_t t = arch_token(arch_names[i]);
-    if (t == 0) return rd.fail("/architectures", "unknown architecture '" + arch_names[i] + "'");
-    if (t == kNativeArch) native_listed = true;
-    else if (t == SCMP_ARCH_X86 || t == SCMP_ARCH_X32) {
-      bool have = false;
-      for (auto x : pol.arches) have = have || x == t;
-      if (!have) pol.arches.push_back(t);
-    }
-    // Other machines' architectures cannot reach this kernel: nothing to add.
-  }
-  if (!native_listed) return rd.fail("/architectures", "does not include this machine's architecture (SCMP_ARCH_X86_64)");
-
-  if (j.contains("flags") && !j.at("flags").is_null()) {
-    auto f = rd.strings(j.at("flags"), "/flags");
-    if (!f) return f.error();
-    for (auto& fl : *f) pol.notes.push_back("flag " + fl + " ignored (sbx chooses the filter flags)");
-  }
+  SBX_TRY(read_architectures(rd, pol));
+  std::vector<std::string> flags;
+  SBX_TRY(rd.get_strings("flags", flags));
+  for (auto& fl : flags) pol.notes.push_back("flag " + fl + " ignored (sbx chooses the filter flags)");
   for (auto* k : {"listenerPath", "listenerMetadata"})
-    if (j.contains(k)) pol.notes.push_back(std::string(k) + " ignored (sbx's supervisor is the listener)");
-
-  if (j.contains("syscalls") && !j.at("syscalls").is_null()) {
-    const json& sc = j.at("syscalls");
-    if (!sc.is_array()) return rd.fail("/syscalls", "must be an array");
-    for (std::size_t i = 0; i < sc.size(); ++i) {
-      std::string p = "/syscalls/" + std::to_string(i);
-      const json& r = sc[i];
-      if (!r.is_object()) return rd.fail(p, "must be an object");
-      SBX_TRY(rd.only(r, p, {"names", "name", "action", "errnoRet", "errno", "args", "comment", "includes", "excludes"}));
-      SeccompRule rule;
-      rule.pointer = p;
-      if (r.contains("names")) {
-        auto n = rd.strings(r.at("names"), p + "/names");
-        if (!n) return n.error();
-        rule.names = *n;
-      }
-      if (r.contains("name") && !r.at("name").is_null()) {
-        if (!r.at("name").is_string()) return rd.fail(p + "/name", "must be a string");
-        rule.names.push_back(r.at("name").get<std::string>());
-      }
-      if (rule.names.empty()) return rd.fail(p + "/names", "must list at least one system call");
-      if (!r.contains("action")) return rd.fail(p + "/action", "is required");
-      auto eret = errno_member(rd, r, "errnoRet", "errno", p);
-      if (!eret) return eret.error();
-      std::string atext;
-      auto act = parse_action(rd, r.at("action"), p + "/action", *eret, atext);
-      if (!act) return act.error();
-      rule.action = *act;
-      if (r.contains("comment") && !r.at("comment").is_null() && !r.at("comment").is_string())
-        return rd.fail(p + "/comment", "must be a string");
-      if (r.contains("args") && !r.at("args").is_null()) {
-        const json& args = r.at("args");
-        if (!args.is_array()) return rd.fail(p + "/args", "must be an array");
-        if (args.size() > 6) return rd.fail(p + "/args", "at most 6 comparisons");
-        for (std::size_t k = 0; k < args.size(); ++k) {
-          std::string ap = p + "/args/" + std::to_string(k);
-          const json& a = args[k];
-          if (!a.is_object()) return rd.fail(ap, "must be an object");
-          SBX_TRY(rd.only(a, ap, {"index", "value", "valueTwo", "op"}));
-          SeccompArg arg;
-          if (!a.contains("index")) return rd.fail(ap + "/index", "is required");
-          auto idx = rd.u64(a.at("index"), ap + "/index");
-          if (!idx) return idx.error();
-          if (*idx > 5) return rd.fail(ap + "/index", "must be 0 to 5");
-          arg.index = static_cast<unsigned>(*idx);
-          if (!a.contains("value")) return rd.fail(ap + "/value", "is required");
-          auto val = rd.u64(a.at("value"), ap + "/value");
-          if (!val) return val.error();
-          arg.value = *val;
-          if (a.contains("valueTwo") && !a.at("valueTwo").is_null()) {
-            auto v2 = rd.u64(a.at("valueTwo"), ap + "/valueTwo");
-            if (!v2) return v2.error();
-            arg.value_two = *v2;
-          }
-          if (!a.contains("op")) return rd.fail(ap + "/op", "is required");
-          auto op = parse_op(rd, a.at("op"), ap + "/op");
-          if (!op) return op.error();
-          arg.op = *op;
-          for (auto& prev : rule.args)
-            if (prev.index == arg.index)
-              return rd.fail(ap + "/index", "argument " + std::to_string(arg.index) +
-                                                " compared twice in one rule (libseccomp allows one comparison per argument; split the rule)");
-          rule.args.push_back(arg);
-        }
-      }
-      std::string why;
-      auto applies = rule_applies(rd, r, p, kept_caps, why);
-      if (!applies) return applies.error();
-      if (!*applies) {
-        pol.notes.push_back(p + " (" + rule.names[0] + (rule.names.size() > 1 ? ", ..." : "") + ") skipped: " + why);
-        continue;
-      }
-      // Names libseccomp does not know on any of the filter's architectures: skipped, listed.
-      std::vector<std::string> known;
-      for (auto& n : rule.names) {
-        bool found = false;
-        for (auto a : pol.arches) found = found || seccomp_syscall_resolve_name_arch(a, n.c_str()) != __NR_SCMP_ERROR;
-        if (found) {
-          known.push_back(n);
-        } else {
-          bool listed = false;
-          for (auto& u : pol.unresolved) listed = listed || u == n;
-          if (!listed) pol.unresolved.push_back(n);
-        }
-      }
-      rule.names = std::move(known);
-      if (!rule.names.empty()) pol.rules.push_back(std::move(rule));
-    }
-  }
+    if (rd.contains(k)) pol.notes.push_back(std::string(k) + " ignored (sbx's supervisor is the listener)");
+  SBX_TRY(read_syscalls(rd, pol, kept_caps));
   return pol;
 }
 

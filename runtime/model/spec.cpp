@@ -2,12 +2,14 @@
 
 
 #include <cctype>
+#include <functional>
 
 #include <nlohmann/json.hpp>
 
 #include "runtime/model/caps.hpp"
 #include "runtime/egress/egress_policy.hpp"
 #include "runtime/model/gpu_request.hpp"
+#include "runtime/base/doc_reader.hpp"
 #include "runtime/base/json_io.hpp"
 #include "runtime/base/units.hpp"
 
@@ -16,9 +18,7 @@ using nlohmann::json;
 
 namespace {
 
-json opt(const std::optional<std::int64_t>& v) { return v ? json(*v) : json(nullptr); }
-
-// Upper bounds of the quantities a spec holds (ObjectReader::get_quantity); the string forms are
+// Upper bounds of the quantities a spec holds (DocReader::get_quantity); the string forms are
 // bounded alike by parse_duration_ms and parse_size_bytes.
 constexpr std::int64_t kMaxDurationMs = 1'000'000'000'000'000;  // ~31,700 years
 constexpr std::int64_t kMaxSizeBytes = 1LL << 62;
@@ -26,414 +26,357 @@ constexpr std::int64_t kMaxCount = 1LL << 31;
 constexpr std::int64_t kMaxPids = 1LL << 22;  // the kernel's PID_MAX_LIMIT
 
 // Every string of a spec ends up as a C string (argv, environment, mount paths, hostname): a NUL
-// inside would silently cut it there, so that "/data\0/../etc" named "/data". Refused instead.
+// inside would silently cut it there, so that "/data\0/../etc" named "/data". Refused instead
+// (DocSource::refuse_nul, on for every spec reader).
 bool has_nul(const std::string& s) { return s.find('\0') != std::string::npos; }
 constexpr const char* kNulMessage = "must not contain a NUL byte";
 
-// An integer of JSON within [lo, hi]: floats, huge unsigned values and anything not a number fail.
-std::optional<std::int64_t> integer_in(const json& v, std::int64_t lo, std::int64_t hi) {
-  if (v.is_number_unsigned()) {  // nlohmann keeps every non-negative integer as unsigned
-    std::uint64_t u = v.get<std::uint64_t>();
-    if (u > static_cast<std::uint64_t>(hi) || (lo > 0 && u < static_cast<std::uint64_t>(lo))) return std::nullopt;
-    return static_cast<std::int64_t>(u);
-  }
-  if (!v.is_number_integer()) return std::nullopt;
-  std::int64_t n = v.get<std::int64_t>();
-  if (n < lo || n > hi) return std::nullopt;
-  return n;
+// A RunSpec member, declared once: its key, how it is read (strictly, from the reader of the
+// object that holds it) and how it is written (spec_to_json, and so `--dry-run`, the trace's
+// spec and the profile's list of keys). spec_from_json and spec_to_json both walk these tables,
+// in this order, which is also the order in which a document's errors are found. A member with
+// no writer is read but never written (a profile's description).
+template <typename T>
+struct Field {
+  const char* key;
+  std::function<Status(DocReader&, T&)> read;
+  std::function<json(const T&)> write;
+};
+template <typename T>
+using Fields = std::vector<Field<T>>;
+
+template <typename T>
+Status read_fields(DocReader& r, T& out, const Fields<T>& fields) {
+  for (auto& f : fields) SBX_TRY(f.read(r, out));
+  return {};
 }
 
-// Reads one JSON object strictly: each member is consumed by a typed getter, and `finish()` reports
-// the first member nobody asked for. Every error names the source file and the key path.
-class ObjectReader {
- public:
-  ObjectReader(const json& j, std::string source, std::string path)
-      : j_(j), source_(std::move(source)), path_(std::move(path)) {}
+template <typename T>
+json write_fields(const T& in, const Fields<T>& fields) {
+  json out = json::object();
+  for (auto& f : fields)
+    if (f.write) out[f.key] = f.write(in);
+  return out;
+}
 
-  Status check_object() const {
-    if (!j_.is_object()) return fail(path_, "must be a JSON object");
-    return {};
-  }
-  bool has(const char* key) { return j_.contains(key) && !j_.at(key).is_null(); }
-  const json& at(const char* key) {
-    seen_.push_back(key);
-    return j_.at(key);
-  }
-  // Key paths are JSON pointers into the document ("/limits/timeout_ms").
-  std::string key_path(const std::string& key) const { return path_ + "/" + pointer_token(key); }
-  std::string index_path(const char* key, std::size_t i) const { return key_path(key) + "/" + std::to_string(i); }
-  Error fail(const std::string& pointer, const std::string& what) const {
-    return make_error("spec", source_ + ": " + (pointer.empty() ? "" : pointer + ": ") + what);
-  }
-  Error fail_key(const char* key, const std::string& what) const { return fail(key_path(key), what); }
+json opt(const std::optional<std::int64_t>& v) { return v ? json(*v) : json(nullptr); }
 
-  Status finish() const {
-    for (auto& [k, v] : j_.items()) {
-      bool known = false;
-      for (auto& s : seen_) known = known || s == k;
-      if (!known) return fail(key_path(k), "unknown key");
+// Field makers: one line per member in the tables below.
+template <typename T, typename M>
+Field<T> plain(const char* key, M T::*m) {
+  return {key, [key, m](DocReader& r, T& t) -> Status {
+            if constexpr (std::is_same_v<M, std::string>) return r.get_string(key, t.*m);
+            else if constexpr (std::is_same_v<M, bool>) return r.get_bool(key, t.*m);
+            else return r.get_strings(key, t.*m);
+          },
+          [m](const T& t) { return json(t.*m); }};
+}
+template <typename T, typename M>
+Field<T> integer(const char* key, M T::*m, std::int64_t lo, std::int64_t hi) {
+  return {key, [=](DocReader& r, T& t) { return r.get_integer(key, t.*m, lo, hi); },
+          [m](const T& t) { return json(t.*m); }};
+}
+using Parse = Result<std::int64_t> (*)(std::string_view);
+// A count given as a string ("bad process count '12x'"): counts have no units.
+template <const char* Noun>
+Result<std::int64_t> no_unit(std::string_view t) {
+  return make_error("spec", std::string("bad ") + Noun + " '" + std::string(t) + "'");
+}
+constexpr char kProcessCount[] = "process count", kFileCount[] = "file count", kConnectionCount[] = "connection count";
+
+// An optional quantity: null clears it, and it is written as null when unset.
+template <typename T>
+Field<T> quantity(const char* key, std::optional<std::int64_t> T::*m, Parse parse, bool positive, std::int64_t max) {
+  return {key, [=](DocReader& r, T& t) { return r.get_quantity(key, t.*m, parse, positive, max); },
+          [m](const T& t) { return opt(t.*m); }};
+}
+// A quantity that always has a value: null is `if_null` (an error, or "keep the default").
+template <typename T>
+Field<T> required_quantity(const char* key, std::int64_t T::*m, Parse parse, bool positive, std::int64_t max,
+                           const char* if_null) {
+  return {key,
+          [=](DocReader& r, T& t) -> Status {
+            std::optional<std::int64_t> v = t.*m;
+            SBX_TRY(r.get_quantity(key, v, parse, positive, max));
+            if (v) t.*m = *v;
+            else if (if_null) return r.fail_key(key, if_null);
+            return {};
+          },
+          [m](const T& t) { return json(t.*m); }};
+}
+// A member that is itself an object read by its own table, then checked as a whole by `check`
+// (after its unknown members: a misspelt key is named before what it left at the default).
+template <typename T, typename M>
+Field<T> object(const char* key, M T::*m, const Fields<M>& fields, Status (*check)(DocReader&, M&) = nullptr) {
+  return {key,
+          [=, &fields](DocReader& parent, T& t) -> Status {
+            if (!parent.has(key)) {
+              parent.ignore(key);
+              return {};
+            }
+            DocReader r = parent.member(key);
+            SBX_TRY(r.check_object());
+            SBX_TRY(read_fields(r, t.*m, fields));
+            SBX_TRY(r.finish());
+            return check ? check(r, t.*m) : Status{};
+          },
+          [m, &fields](const T& t) { return write_fields(t.*m, fields); }};
+}
+
+// An array member whose elements are a short string form (`parse`, shared with the flags) or an
+// object read by `read_one`.
+template <typename E>
+Status read_list(DocReader& r, const char* key, std::vector<E>& out, Result<E> (*parse)(const std::string&),
+                 Status (*read_one)(DocReader&, E&)) {
+  r.ignore(key);
+  if (!r.has(key)) return {};
+  DocReader list = r.member(key);
+  SBX_TRY(list.check_array());
+  for (std::size_t i = 0; i < list.value().size(); ++i) {
+    DocReader el = list.element(i);
+    if (el.value().is_string()) {
+      SBX_TRY(el.check_string(el.value(), el.pointer()));
+      auto e = parse(el.value().get<std::string>());
+      if (!e) return el.fail(e.error().message);
+      out.push_back(*e);
+      continue;
     }
-    return {};
+    SBX_TRY(el.check_object());
+    E e;
+    SBX_TRY(read_one(el, e));
+    SBX_TRY(el.finish());
+    out.push_back(std::move(e));
   }
-  void ignore(const char* key) { seen_.push_back(key); }
+  return {};
+}
 
-  Status get_string(const char* key, std::string& out) {
-    seen_.push_back(key);
-    if (!has(key)) return {};
-    if (!j_.at(key).is_string()) return fail_key(key, "must be a string");
-    out = j_.at(key).get<std::string>();
-    if (has_nul(out)) return fail_key(key, kNulMessage);
-    return {};
-  }
-  Status get_bool(const char* key, bool& out) {
-    seen_.push_back(key);
-    if (!has(key)) return {};
-    if (!j_.at(key).is_boolean()) return fail_key(key, "must be true or false");
-    out = j_.at(key).get<bool>();
-    return {};
-  }
-  Status get_u32(const char* key, std::uint32_t& out) {
-    seen_.push_back(key);
-    if (!has(key)) return {};
-    auto n = integer_in(j_.at(key), 0, 4294967294LL);
-    if (!n) return fail_key(key, "must be an integer between 0 and 4294967294");
-    out = static_cast<std::uint32_t>(*n);
-    return {};
-  }
-  Status get_int(const char* key, int& out, int lo, int hi) {
-    seen_.push_back(key);
-    if (!has(key)) return {};
-    auto n = integer_in(j_.at(key), lo, hi);
-    if (!n) return fail_key(key, "must be an integer between " + std::to_string(lo) + " and " + std::to_string(hi));
-    out = static_cast<int>(*n);
-    return {};
-  }
-  // A number in the key's base unit, or a string with a unit parsed by `parse`.
-  // `max` bounds what the rest of sbx computes with (deadlines, mount options, cgroup files): a
-  // value past it is an error here, not an overflow there.
-  template <typename Parse>
-  Status get_quantity(const char* key, std::optional<std::int64_t>& out, Parse parse, bool positive,
-                      std::int64_t max) {
-    seen_.push_back(key);
-    if (!j_.contains(key)) return {};
-    const json& v = j_.at(key);
-    if (v.is_null()) {
-      out.reset();
-      return {};
-    }
-    std::int64_t n;
-    if (v.is_number_unsigned() && v.get<std::uint64_t>() > static_cast<std::uint64_t>(max)) {
-      return fail_key(key, "must be at most " + std::to_string(max));
-    } else if (v.is_number_integer()) {
-      n = v.get<std::int64_t>();
-    } else if (v.is_string()) {
-      auto r = parse(v.get<std::string>());
-      if (!r) return fail_key(key, r.error().message);
-      n = *r;
-    } else {
-      return fail_key(key, "must be a number or a string with a unit");
-    }
-    if (n < 0 || (positive && n == 0)) return fail_key(key, positive ? "must be greater than zero" : "must not be negative");
-    if (n > max) return fail_key(key, "must be at most " + std::to_string(max));
-    out = n;
-    return {};
-  }
-  Status get_strings(const char* key, std::vector<std::string>& out) {
-    seen_.push_back(key);
-    if (!has(key)) return {};
-    const json& v = j_.at(key);
-    if (!v.is_array()) return fail_key(key, "must be an array of strings");
-    out.clear();
-    for (std::size_t i = 0; i < v.size(); ++i) {
-      if (!v[i].is_string()) return fail(index_path(key, i), "must be a string");
-      out.push_back(v[i].get<std::string>());
-      if (has_nul(out.back())) return fail(index_path(key, i), kNulMessage);
-    }
-    return {};
-  }
+Status read_bind(DocReader& r, BindMount& b) {
+  SBX_TRY(r.get_string("src", b.src));
+  SBX_TRY(r.get_string("dst", b.dst));
+  SBX_TRY(r.get_bool("rw", b.rw));
+  SBX_TRY(r.finish());
+  if (b.src.empty()) return r.fail_key("src", "is required");
+  if (b.dst.empty()) b.dst = b.src;
+  return {};
+}
 
-  const std::string& source() const { return source_; }
+Status read_tmpfs(DocReader& r, TmpfsMount& t) {
+  std::optional<std::int64_t> size = 64LL << 20;
+  SBX_TRY(r.get_string("dst", t.dst));
+  SBX_TRY(r.get_quantity("size_bytes", size, parse_size_bytes, true, kMaxSizeBytes));
+  t.size_bytes = size.value_or(64LL << 20);
+  return {};
+}
 
- private:
-  const json& j_;
-  std::string source_;
-  std::string path_;
-  std::vector<std::string> seen_;
-};
+Status read_input(DocReader& r, BindMount& b) {
+  SBX_TRY(r.get_string("src", b.src));
+  SBX_TRY(r.get_string("dst", b.dst));
+  SBX_TRY(r.finish());
+  if (b.src.empty()) return r.fail_key("src", "is required");
+  if (b.dst.empty()) {
+    // The short form's default (/in/<basename>); a source without a usable name ("/", "..")
+    // has none, and that is this entry's error, not a crash.
+    auto in = parse_input(b.src);
+    if (!in) return r.fail_key("dst", "is required: " + in.error().message);
+    b.dst = in->dst;
+  }
+  return {};
+}
 
-Status read_limits(ObjectReader& parent, Limits& l) {
-  if (!parent.has("limits")) {
-    parent.ignore("limits");
-    return {};
+Status read_env(DocReader& r, RunSpec& s) {
+  r.ignore("env");
+  if (!r.has("env")) return {};
+  DocReader e = r.member("env");
+  SBX_TRY(e.check_object("must be an object of NAME: value"));
+  for (auto& [k, v] : e.value().items()) {
+    if (k.empty() || k.find('=') != std::string::npos)
+      return e.fail_key(k, "variable names must be non-empty and contain no '='");
+    if (!v.is_string()) return e.fail_key(k, "must be a string");
+    if (has_nul(k) || has_nul(v.get_ref<const std::string&>())) return e.fail_key(k, kNulMessage);
+    s.env[k] = v.get<std::string>();
   }
-  ObjectReader r(parent.at("limits"), parent.source(), parent.key_path("limits"));
-  SBX_TRY(r.check_object());
-  SBX_TRY(r.get_quantity("timeout_ms", l.timeout_ms, parse_duration_ms, true, kMaxDurationMs));
-  SBX_TRY(r.get_quantity("output_limit_bytes", l.output_limit_bytes, parse_size_bytes, false, kMaxSizeBytes));
-  SBX_TRY(r.get_quantity("memory_bytes", l.memory_bytes, parse_size_bytes, true, kMaxSizeBytes));
-  SBX_TRY(r.get_quantity("pids", l.pids, [](const std::string& s) -> Result<std::int64_t> {
-    return make_error("spec", "bad process count '" + s + "'");
-  }, true, kMaxPids));
-  SBX_TRY(r.get_quantity("cpu_time_ms", l.cpu_time_ms, parse_duration_ms, true, kMaxDurationMs));
-  std::optional<std::int64_t> tmp = l.tmp_size_bytes;
-  SBX_TRY(r.get_quantity("tmp_size_bytes", tmp, parse_size_bytes, true, kMaxSizeBytes));
-  if (!tmp) return r.fail_key("tmp_size_bytes", "must be set");
-  l.tmp_size_bytes = *tmp;
-  std::optional<std::int64_t> out = l.out_size_bytes, max_bytes = l.output_max_bytes, max_files = l.output_max_files;
-  SBX_TRY(r.get_quantity("out_size_bytes", out, parse_size_bytes, true, kMaxSizeBytes));
-  SBX_TRY(r.get_quantity("output_max_bytes", max_bytes, parse_size_bytes, false, kMaxSizeBytes));
-  SBX_TRY(r.get_quantity("output_max_files", max_files, [](const std::string& t) -> Result<std::int64_t> {
-    return make_error("spec", "bad file count '" + t + "'");
-  }, false, kMaxCount));
-  if (!out || !max_bytes || !max_files) return r.fail_key("out_size_bytes", "out_size_bytes, output_max_bytes and output_max_files must be set");
-  l.out_size_bytes = *out;
-  l.output_max_bytes = *max_bytes;
-  l.output_max_files = *max_files;
-  r.ignore("cpus");
-  if (r.has("cpus")) {
-    const json& v = r.at("cpus");
-    if (!v.is_number() || v.get<double>() <= 0 || v.get<double>() > 4096)
-      return r.fail_key("cpus", "must be a number of CPUs greater than 0, e.g. 0.5");
-    l.cpus = v.get<double>();
-  } else if (parent.at("limits").contains("cpus")) {
-    l.cpus.reset();
+  return {};
+}
+
+json write_binds(const std::vector<BindMount>& list, bool with_rw) {
+  json out = json::array();
+  for (auto& b : list) {
+    out.push_back({{"src", b.src}, {"dst", b.dst}});
+    if (with_rw) out.back()["rw"] = b.rw;
   }
-  return r.finish();
+  return out;
+}
+
+const Fields<NetworkSpec>& network_fields() {
+  static const Fields<NetworkSpec> f = {
+      plain("mode", &NetworkSpec::mode),
+      plain("allow", &NetworkSpec::allow),
+      required_quantity("max_connections", &NetworkSpec::max_connections, no_unit<kConnectionCount>, true, kMaxCount,
+                        nullptr),
+      quantity("max_bytes", &NetworkSpec::max_bytes, parse_size_bytes, true, kMaxSizeBytes),
+      required_quantity("idle_timeout_ms", &NetworkSpec::idle_timeout_ms, parse_duration_ms, true, kMaxDurationMs,
+                        "must be set"),
+  };
+  return f;
+}
+
+Status check_network(DocReader& r, NetworkSpec& n) {
+  if (n.mode != "none" && n.mode != "proxy")
+    return r.fail_key("mode", "unknown network mode '" + n.mode + "' (supported: none, proxy)");
+  if (n.max_connections > 100000) return r.fail_key("max_connections", "must be at most 100000");
+  for (std::size_t i = 0; i < n.allow.size(); ++i)
+    if (auto rule = parse_allow_rule(n.allow[i]); !rule)
+      return r.fail_at(r.pointer_of("allow") + "/" + std::to_string(i), rule.error().message);
+  if (!n.allow.empty()) n.mode = "proxy";
+  return {};
+}
+
+const Fields<Limits>& limits_fields() {
+  static const Fields<Limits> f = {
+      quantity("timeout_ms", &Limits::timeout_ms, parse_duration_ms, true, kMaxDurationMs),
+      quantity("output_limit_bytes", &Limits::output_limit_bytes, parse_size_bytes, false, kMaxSizeBytes),
+      quantity("memory_bytes", &Limits::memory_bytes, parse_size_bytes, true, kMaxSizeBytes),
+      quantity("pids", &Limits::pids, no_unit<kProcessCount>, true, kMaxPids),
+      quantity("cpu_time_ms", &Limits::cpu_time_ms, parse_duration_ms, true, kMaxDurationMs),
+      required_quantity("tmp_size_bytes", &Limits::tmp_size_bytes, parse_size_bytes, true, kMaxSizeBytes, "must be set"),
+      required_quantity("out_size_bytes", &Limits::out_size_bytes, parse_size_bytes, true, kMaxSizeBytes, "must be set"),
+      required_quantity("output_max_bytes", &Limits::output_max_bytes, parse_size_bytes, false, kMaxSizeBytes,
+                        "must be set"),
+      required_quantity("output_max_files", &Limits::output_max_files, no_unit<kFileCount>, false, kMaxCount,
+                        "must be set"),
+      // cpus last, as the spec has always read it: its error follows those of the sizes.
+      {"cpus",
+       [](DocReader& r, Limits& l) -> Status {
+         r.ignore("cpus");
+         if (!r.has("cpus")) {
+           if (r.contains("cpus")) l.cpus.reset();
+           return {};
+         }
+         const json& v = r.at("cpus");
+         if (!v.is_number() || v.get<double>() <= 0 || v.get<double>() > 4096)
+           return r.fail_key("cpus", "must be a number of CPUs greater than 0, e.g. 0.5");
+         l.cpus = v.get<double>();
+         return {};
+       },
+       [](const Limits& l) { return l.cpus ? json(*l.cpus) : json(nullptr); }},
+  };
+  return f;
 }
 
 // capabilities.keep: names in either spelling ("CAP_CHOWN", "chown"), kept canonical and in
 // kernel order, so that two layers naming one capability differently compare equal.
-Status read_capabilities(ObjectReader& parent, CapabilitiesSpec& c) {
-  if (!parent.has("capabilities")) {
-    parent.ignore("capabilities");
-    return {};
-  }
-  ObjectReader r(parent.at("capabilities"), parent.source(), parent.key_path("capabilities"));
-  SBX_TRY(r.check_object());
-  std::vector<std::string> names;
-  SBX_TRY(r.get_strings("keep", names));
-  if (names.size() > 64) return r.fail_key("keep", "at most 64 names");
-  CapMask mask = 0;
-  for (std::size_t i = 0; i < names.size(); ++i) {
-    auto canon = canonical_capability(names[i]);
-    if (!canon) return r.fail(r.index_path("keep", i), canon.error().message);
-    mask |= capability_mask({*canon});
-  }
-  c.keep = capability_names(mask);
-  return r.finish();
+const Fields<CapabilitiesSpec>& capabilities_fields() {
+  static const Fields<CapabilitiesSpec> f = {
+      {"keep",
+       [](DocReader& r, CapabilitiesSpec& c) -> Status {
+         std::vector<std::string> names;
+         SBX_TRY(r.get_strings("keep", names));
+         if (names.size() > 64) return r.fail_key("keep", "at most 64 names");
+         CapMask mask = 0;
+         for (std::size_t i = 0; i < names.size(); ++i) {
+           auto canon = canonical_capability(names[i]);
+           if (!canon) return r.fail_at(r.pointer_of("keep") + "/" + std::to_string(i), canon.error().message);
+           mask |= capability_mask({*canon});
+         }
+         c.keep = capability_names(mask);
+         return {};
+       },
+       [](const CapabilitiesSpec& c) { return json(c.keep); }},
+  };
+  return f;
 }
 
 // gpu: {"devices": "0,1" | "all" | "GPU-<uuid>" | "" | null, "max": N | "all"} (gpu.hpp).
-Status read_gpu(ObjectReader& parent, GpuSpec& g) {
-  if (!parent.has("gpu")) {
-    parent.ignore("gpu");
-    return {};
-  }
-  ObjectReader r(parent.at("gpu"), parent.source(), parent.key_path("gpu"));
-  SBX_TRY(r.check_object());
-  SBX_TRY(r.get_string("devices", g.devices));
-  if (auto req = parse_gpu_request(g.devices); !req) return r.fail_key("devices", req.error().message);
-  if (r.has("max") && r.at("max").is_string()) {
-    if (r.at("max") != "all") return r.fail_key("max", "must be a count of GPUs (0-64) or \"all\"");
-    g.max = kGpuMaxAll;
-  } else {
-    SBX_TRY(r.get_int("max", g.max, 0, 64));
-  }
-  return r.finish();
+const Fields<GpuSpec>& gpu_fields() {
+  static const Fields<GpuSpec> f = {
+      {"devices",
+       [](DocReader& r, GpuSpec& g) -> Status {
+         SBX_TRY(r.get_string("devices", g.devices));
+         if (auto req = parse_gpu_request(g.devices); !req) return r.fail_key("devices", req.error().message);
+         return {};
+       },
+       [](const GpuSpec& g) { return json(g.devices); }},
+      {"max",
+       [](DocReader& r, GpuSpec& g) -> Status {
+         if (r.has("max") && r.at("max").is_string()) {
+           if (r.at("max") != "all") return r.fail_key("max", "must be a count of GPUs (0-64) or \"all\"");
+           g.max = kGpuMaxAll;
+           return {};
+         }
+         return r.get_integer("max", g.max, 0, 64);
+       },
+       [](const GpuSpec& g) { return g.max == kGpuMaxAll ? json("all") : json(g.max); }},
+  };
+  return f;
+}
+
+// The RunSpec: a profile's keys are exactly these (profile.cpp), plus `description`.
+const Fields<RunSpec>& spec_fields() {
+  static const Fields<RunSpec> f = {
+      {"description",  // free text for humans, shown by `sbx profile ls`; not part of a run
+       [](DocReader& r, RunSpec&) -> Status {
+         r.ignore("description");
+         if (r.has("description") && !r.value().at("description").is_string())
+           return r.fail_key("description", "must be a string");
+         return {};
+       },
+       nullptr},
+      plain("argv", &RunSpec::argv),
+      plain("profile", &RunSpec::profile),
+      integer("tier", &RunSpec::tier, 3, 4),
+      integer("uid", &RunSpec::uid, 0, 4294967294LL),
+      integer("gid", &RunSpec::gid, 0, 4294967294LL),
+      {"env", read_env, [](const RunSpec& s) { return json(s.env); }},
+      plain("env_pass", &RunSpec::env_pass),
+      {"binds", [](DocReader& r, RunSpec& s) { return read_list(r, "binds", s.binds, parse_bind, read_bind); },
+       [](const RunSpec& s) { return write_binds(s.binds, true); }},
+      {"tmpfs",
+       [](DocReader& r, RunSpec& s) { return read_list(r, "tmpfs", s.tmpfs, parse_tmpfs, read_tmpfs); },
+       [](const RunSpec& s) {
+         json out = json::array();
+         for (auto& t : s.tmpfs) out.push_back({{"dst", t.dst}, {"size_bytes", t.size_bytes}});
+         return out;
+       }},
+      {"inputs", [](DocReader& r, RunSpec& s) { return read_list(r, "inputs", s.inputs, parse_input, read_input); },
+       [](const RunSpec& s) { return write_binds(s.inputs, false); }},
+      plain("workdir", &RunSpec::workdir),
+      plain("hostname", &RunSpec::hostname),
+      plain("image", &RunSpec::image),
+      object("network", &RunSpec::network, network_fields(), check_network),
+      object("limits", &RunSpec::limits, limits_fields()),
+      plain("require_limits", &RunSpec::require_limits),
+      plain("require_record", &RunSpec::require_record),
+      {"events",
+       [](DocReader& r, RunSpec& s) -> Status {
+         SBX_TRY(r.get_string("events", s.events));
+         if (!s.events.empty())
+           if (auto st = check_events_destination(s.events); !st) return r.fail_key("events", st.error().message);
+         return {};
+       },
+       [](const RunSpec& s) { return s.events.empty() ? json(nullptr) : json(s.events); }},
+      {"seccomp",
+       [](DocReader& r, RunSpec& s) -> Status {
+         SBX_TRY(r.get_string("seccomp", s.seccomp));
+         if (s.seccomp.empty()) return r.fail_key("seccomp", "must be 'default', 'unconfined' or a policy file");
+         return {};
+       },
+       [](const RunSpec& s) { return json(s.seccomp); }},
+      object("capabilities", &RunSpec::capabilities, capabilities_fields()),
+      object("gpu", &RunSpec::gpu, gpu_fields()),
+  };
+  return f;
 }
 
 }  // namespace
 
-json spec_to_json(const RunSpec& s) {
-  json binds = json::array();
-  for (auto& b : s.binds) binds.push_back({{"src", b.src}, {"dst", b.dst}, {"rw", b.rw}});
-  json tmpfs = json::array();
-  for (auto& t : s.tmpfs) tmpfs.push_back({{"dst", t.dst}, {"size_bytes", t.size_bytes}});
-  json inputs = json::array();
-  for (auto& i : s.inputs) inputs.push_back({{"src", i.src}, {"dst", i.dst}});
-  return json{
-      {"argv", s.argv},
-      {"profile", s.profile},
-      {"tier", s.tier},
-      {"uid", s.uid},
-      {"gid", s.gid},
-      {"env", s.env},
-      {"env_pass", s.env_pass},
-      {"binds", binds},
-      {"tmpfs", tmpfs},
-      {"inputs", inputs},
-      {"workdir", s.workdir},
-      {"hostname", s.hostname},
-      {"image", s.image},
-      {"network",
-       {{"mode", s.network.mode},
-        {"allow", s.network.allow},
-        {"max_connections", s.network.max_connections},
-        {"max_bytes", opt(s.network.max_bytes)},
-        {"idle_timeout_ms", s.network.idle_timeout_ms}}},
-      {"limits",
-       {{"timeout_ms", opt(s.limits.timeout_ms)},
-        {"output_limit_bytes", opt(s.limits.output_limit_bytes)},
-        {"memory_bytes", opt(s.limits.memory_bytes)},
-        {"pids", opt(s.limits.pids)},
-        {"cpus", s.limits.cpus ? json(*s.limits.cpus) : json(nullptr)},
-        {"cpu_time_ms", opt(s.limits.cpu_time_ms)},
-        {"tmp_size_bytes", s.limits.tmp_size_bytes},
-        {"out_size_bytes", s.limits.out_size_bytes},
-        {"output_max_bytes", s.limits.output_max_bytes},
-        {"output_max_files", s.limits.output_max_files}}},
-      {"require_limits", s.require_limits},
-      {"require_record", s.require_record},
-      {"events", s.events.empty() ? json(nullptr) : json(s.events)},
-      {"seccomp", s.seccomp},
-      {"capabilities", {{"keep", s.capabilities.keep}}},
-      {"gpu", {{"devices", s.gpu.devices}, {"max", s.gpu.max == kGpuMaxAll ? json("all") : json(s.gpu.max)}}},
-  };
-}
+json spec_to_json(const RunSpec& s) { return write_fields(s, spec_fields()); }
 
 Result<RunSpec> spec_from_json(const json& j, const std::string& source) {
   RunSpec s;
-  ObjectReader r(j, source, "");
+  DocSource src{source, "spec"};
+  DocReader r(j, src);
   SBX_TRY(r.check_object());
-  r.ignore("description");  // free text for humans, shown by `sbx profile ls`
-  if (r.has("description") && !j.at("description").is_string())
-    return r.fail_key("description", "must be a string");
-  SBX_TRY(r.get_strings("argv", s.argv));
-  SBX_TRY(r.get_string("profile", s.profile));
-  SBX_TRY(r.get_int("tier", s.tier, 3, 4));
-  SBX_TRY(r.get_u32("uid", s.uid));
-  SBX_TRY(r.get_u32("gid", s.gid));
-  r.ignore("env");
-  if (r.has("env")) {
-    const json& e = j.at("env");
-    if (!e.is_object()) return r.fail_key("env", "must be an object of NAME: value");
-    for (auto& [k, v] : e.items()) {
-      if (k.empty() || k.find('=') != std::string::npos)
-        return r.fail(r.key_path("env") + "/" + pointer_token(k), "variable names must be non-empty and contain no '='");
-      if (!v.is_string()) return r.fail(r.key_path("env") + "/" + pointer_token(k), "must be a string");
-      if (has_nul(k) || has_nul(v.get_ref<const std::string&>()))
-        return r.fail(r.key_path("env") + "/" + pointer_token(k), kNulMessage);
-      s.env[k] = v.get<std::string>();
-    }
-  }
-  SBX_TRY(r.get_strings("env_pass", s.env_pass));
-  r.ignore("binds");
-  if (r.has("binds")) {
-    const json& a = j.at("binds");
-    if (!a.is_array()) return r.fail_key("binds", "must be an array");
-    for (std::size_t i = 0; i < a.size(); ++i) {
-      std::string p = r.index_path("binds", i);
-      if (a[i].is_string()) {
-        if (has_nul(a[i].get_ref<const std::string&>())) return r.fail(p, kNulMessage);
-        auto b = parse_bind(a[i].get<std::string>());
-        if (!b) return r.fail(p, b.error().message);
-        s.binds.push_back(*b);
-        continue;
-      }
-      ObjectReader br(a[i], source, p);
-      SBX_TRY(br.check_object());
-      BindMount b;
-      SBX_TRY(br.get_string("src", b.src));
-      SBX_TRY(br.get_string("dst", b.dst));
-      SBX_TRY(br.get_bool("rw", b.rw));
-      SBX_TRY(br.finish());
-      if (b.src.empty()) return br.fail_key("src", "is required");
-      if (b.dst.empty()) b.dst = b.src;
-      s.binds.push_back(b);
-    }
-  }
-  r.ignore("tmpfs");
-  if (r.has("tmpfs")) {
-    const json& a = j.at("tmpfs");
-    if (!a.is_array()) return r.fail_key("tmpfs", "must be an array");
-    for (std::size_t i = 0; i < a.size(); ++i) {
-      std::string p = r.index_path("tmpfs", i);
-      if (a[i].is_string()) {
-        if (has_nul(a[i].get_ref<const std::string&>())) return r.fail(p, kNulMessage);
-        auto t = parse_tmpfs(a[i].get<std::string>());
-        if (!t) return r.fail(p, t.error().message);
-        s.tmpfs.push_back(*t);
-        continue;
-      }
-      ObjectReader tr(a[i], source, p);
-      SBX_TRY(tr.check_object());
-      TmpfsMount t;
-      std::optional<std::int64_t> size = 64LL << 20;
-      SBX_TRY(tr.get_string("dst", t.dst));
-      SBX_TRY(tr.get_quantity("size_bytes", size, parse_size_bytes, true, kMaxSizeBytes));
-      SBX_TRY(tr.finish());
-      t.size_bytes = size.value_or(64LL << 20);
-      s.tmpfs.push_back(t);
-    }
-  }
-  r.ignore("inputs");
-  if (r.has("inputs")) {
-    const json& a = j.at("inputs");
-    if (!a.is_array()) return r.fail_key("inputs", "must be an array");
-    for (std::size_t i = 0; i < a.size(); ++i) {
-      std::string p = r.index_path("inputs", i);
-      if (a[i].is_string()) {
-        if (has_nul(a[i].get_ref<const std::string&>())) return r.fail(p, kNulMessage);
-        auto in = parse_input(a[i].get<std::string>());
-        if (!in) return r.fail(p, in.error().message);
-        s.inputs.push_back(*in);
-        continue;
-      }
-      ObjectReader ir(a[i], source, p);
-      SBX_TRY(ir.check_object());
-      BindMount b;
-      SBX_TRY(ir.get_string("src", b.src));
-      SBX_TRY(ir.get_string("dst", b.dst));
-      SBX_TRY(ir.finish());
-      if (b.src.empty()) return ir.fail_key("src", "is required");
-      if (b.dst.empty()) {
-        // The short form's default (/in/<basename>); a source without a usable name ("/", "..")
-        // has none, and that is this entry's error, not a crash.
-        auto in = parse_input(b.src);
-        if (!in) return ir.fail_key("dst", "is required: " + in.error().message);
-        b.dst = in->dst;
-      }
-      s.inputs.push_back(b);
-    }
-  }
-  SBX_TRY(r.get_string("workdir", s.workdir));
-  SBX_TRY(r.get_string("hostname", s.hostname));
-  SBX_TRY(r.get_string("image", s.image));
-  r.ignore("network");
-  if (r.has("network")) {
-    ObjectReader nr(j.at("network"), source, "/network");
-    SBX_TRY(nr.check_object());
-    SBX_TRY(nr.get_string("mode", s.network.mode));
-    SBX_TRY(nr.get_strings("allow", s.network.allow));
-    std::optional<std::int64_t> conns = s.network.max_connections;
-    SBX_TRY(nr.get_quantity("max_connections", conns, [](const std::string& t) -> Result<std::int64_t> {
-      return make_error("spec", "bad connection count '" + t + "'");
-    }, true, kMaxCount));
-    if (conns) s.network.max_connections = *conns;
-    SBX_TRY(nr.get_quantity("max_bytes", s.network.max_bytes, parse_size_bytes, true, kMaxSizeBytes));
-    std::optional<std::int64_t> idle = s.network.idle_timeout_ms;
-    SBX_TRY(nr.get_quantity("idle_timeout_ms", idle, parse_duration_ms, true, kMaxDurationMs));
-    if (!idle) return nr.fail_key("idle_timeout_ms", "must be set");
-    s.network.idle_timeout_ms = *idle;
-    SBX_TRY(nr.finish());
-    if (s.network.mode != "none" && s.network.mode != "proxy")
-      return nr.fail_key("mode", "unknown network mode '" + s.network.mode + "' (supported: none, proxy)");
-    if (s.network.max_connections > 100000) return nr.fail_key("max_connections", "must be at most 100000");
-    for (std::size_t i = 0; i < s.network.allow.size(); ++i)
-      if (auto rule = parse_allow_rule(s.network.allow[i]); !rule)
-        return nr.fail(nr.index_path("allow", i), rule.error().message);
-    if (!s.network.allow.empty()) s.network.mode = "proxy";
-  }
-  SBX_TRY(read_limits(r, s.limits));
-  SBX_TRY(r.get_bool("require_limits", s.require_limits));
-  SBX_TRY(r.get_bool("require_record", s.require_record));
-  SBX_TRY(r.get_string("events", s.events));
-  if (!s.events.empty())
-    if (auto st = check_events_destination(s.events); !st) return r.fail_key("events", st.error().message);
-  SBX_TRY(r.get_string("seccomp", s.seccomp));
-  if (s.seccomp.empty()) return r.fail_key("seccomp", "must be 'default', 'unconfined' or a policy file");
-  SBX_TRY(read_capabilities(r, s.capabilities));
-  SBX_TRY(read_gpu(r, s.gpu));
+  SBX_TRY(read_fields(r, s, spec_fields()));
   SBX_TRY(r.finish());
   return s;
 }

@@ -7,6 +7,7 @@
 
 #include <set>
 
+#include "runtime/base/doc_reader.hpp"
 #include "runtime/image/artifact_export.hpp"
 #include "runtime/typed/pack.hpp"
 #include "runtime/launch/preflight.hpp"
@@ -52,37 +53,43 @@ struct Capture {
 }  // namespace
 
 Result<ExecRequest> parse_exec_request(const json& rq) {
-  if (!rq.is_object()) return bad("must be a JSON object");
-  static const std::set<std::string> known = {"language", "code", "inputs", "files", "limits", "output_schema"};
-  for (auto& [k, v] : rq.items())
-    if (!known.count(k)) return bad("unknown key '" + k + "' (known: language, code, inputs, files, limits, output_schema)");
-  if (!rq.contains("language") || !rq["language"].is_string()) return bad("'language' is required: \"python\" or \"sh\"");
+  // Errors: "exec request: <pointer>: <what>" (stage usage: the caller's mistake), as every
+  // document sbx reads (doc_reader.hpp); code, files and inputs may hold any byte.
+  DocSource src{"exec request", "usage", "", false};
+  DocReader r(rq, src);
+  SBX_TRY(r.check_object());
+  r.known({"language", "code", "inputs", "files", "limits", "output_schema"});
+  SBX_TRY(r.finish({.name = true, .known = true}));
+  if (!r.contains("language") || !rq["language"].is_string())
+    return r.fail_key("language", "'language' is required: \"python\" or \"sh\"");
   const Language* lang = nullptr;
   for (auto& l : kLanguages)
     if (rq["language"] == l.name) lang = &l;
-  if (!lang) return bad("language " + json_excerpt(rq["language"]) + " is not supported (python, sh)");
-  if (!rq.contains("code") || !rq["code"].is_string()) return bad("'code' is required: the program's source as a string");
+  if (!lang) return r.fail_key("language", "language " + json_excerpt(rq["language"]) + " is not supported (python, sh)");
+  if (!r.contains("code") || !rq["code"].is_string())
+    return r.fail_key("code", "'code' is required: the program's source as a string");
   std::vector<std::pair<std::string, std::string>> files;
-  if (rq.contains("files")) {
-    if (!rq["files"].is_object()) return bad("'files' must be an object {relative path: content}");
+  if (r.contains("files")) {
+    DocReader f = r.member("files");
+    SBX_TRY(f.check_object("'files' must be an object {relative path: content}"));
     for (auto& [path, content] : rq["files"].items()) {
       bool ok = !path.empty() && path[0] != '/' && path.find("..") == std::string::npos && path.find("//") == std::string::npos &&
                 path.back() != '/';
-      if (!ok) return bad("files: '" + path + "' must be a relative path without '..'");
-      if (path == std::string("main.") + lang->ext) return bad("files: '" + path + "' would replace the code itself");
-      if (!content.is_string()) return bad("files: '" + path + "' must map to a string");
+      if (!ok) return f.fail_key(path, "'" + path + "' must be a relative path without '..'");
+      if (path == std::string("main.") + lang->ext) return f.fail_key(path, "'" + path + "' would replace the code itself");
+      if (!content.is_string()) return f.fail_key(path, "'" + path + "' must map to a string");
       files.push_back({path, content.get<std::string>()});
     }
   }
   json limits_patch = json::object();
-  if (rq.contains("limits")) {
+  if (r.contains("limits")) {
     std::vector<PackProblem> problems;
     auto p = limits_to_spec_patch(rq["limits"], "request", problems);
-    if (!p) return bad(problems.empty() ? p.error().message : problems.front().pointer + ": " + problems.front().message);
+    if (!p) return problems.empty() ? bad(p.error().message) : r.fail_at(problems.front().pointer, problems.front().message);
     limits_patch = *p;
   }
   std::optional<CompiledSchema> schema;
-  if (rq.contains("output_schema")) {
+  if (r.contains("output_schema")) {
     // Strict: a request has no channel for warnings, and an unknown keyword (a misspelled
     // "requried") would let results through that the caller meant to refuse.
     SchemaReport report;

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <set>
 
+#include "runtime/base/doc_reader.hpp"
 #include "runtime/base/fsutil.hpp"
 #include "runtime/base/json_io.hpp"
 #include "runtime/base/sha256.hpp"
@@ -24,11 +25,6 @@ namespace fs = std::filesystem;
 // Mount points sbx itself owns inside a pack run; a context declared there would shadow them.
 const char* const kReservedPaths[] = {"/pack", "/in", "/out", "/run/secrets", "/proc", "/dev", "/tmp",
                                       "/usr", "/bin", "/sbin", "/lib", "/lib64", "/etc"};
-
-std::string json_type(const json& j) {
-  return j.is_object() ? "object" : j.is_array() ? "array" : j.is_string() ? "string" : j.is_boolean() ? "boolean"
-         : j.is_number() ? "number" : "null";
-}
 
 bool ident_ok(const std::string& s, bool allow_dot_dash) {
   if (s.empty() || s.size() > 64) return false;
@@ -65,7 +61,7 @@ struct Checker {
 void load_schema(const std::string& dir, const json& m, const char* key, std::string& path_out, json& schema_out,
                  Checker& c, std::vector<PackProblem>& warnings, bool strict) {
   if (!m.contains(key)) return c.add(std::string("/") + key, "required: the path of a draft-07 JSON Schema file in the pack");
-  if (!m[key].is_string()) return c.add(std::string("/") + key, "must be a string (a path inside the pack), not " + json_type(m[key]));
+  if (!m[key].is_string()) return c.add(std::string("/") + key, "must be a string (a path inside the pack), not " + json_type_name(m[key]));
   std::string rel = m[key].get<std::string>();
   if (!pack_relative_ok(rel)) return c.add(std::string("/") + key, "'" + rel + "' must be a relative path inside the pack, without '..'");
   struct stat st;
@@ -96,7 +92,7 @@ Result<json> limits_to_spec_patch(const json& in, const std::string& file, std::
   const RunSpec defaults_spec;  // named: GCC 12 misreports a temporary RunSpec as uninitialized
   const json defaults = spec_to_json(defaults_spec);
   if (!in.is_object()) {
-    problems.push_back({file, "/limits", "must be an object, not " + json_type(in)});
+    problems.push_back({file, "/limits", "must be an object, not " + json_type_name(in)});
   } else {
     const auto& keys = limit_keys();
     for (auto& [k, v] : in.items()) {
@@ -139,6 +135,159 @@ bool valid_pack_name(const std::string& name) {
   return true;
 }
 
+namespace {
+
+// pack.json is read with one collecting DocReader (doc_reader.hpp): every problem is listed, the
+// reader goes on after each, so `sbx pack validate` shows them all at once. Each reader below
+// fails through `r` (which files the problem) and carries on.
+
+// A string member: absent is fine unless `required`.
+void read_text(DocReader& r, const char* key, std::string& out, bool required) {
+  r.ignore(key);
+  if (!r.contains(key)) {
+    if (required) (void)r.fail_key(key, "required");
+    return;
+  }
+  if (!r.value().at(key).is_string())
+    return (void)r.fail_key(key, "must be a string, not " + json_type_name(r.value().at(key)));
+  out = r.value().at(key).get<std::string>();
+}
+
+void read_identity(DocReader& r, Pack& p) {
+  read_text(r, "name", p.name, true);
+  if (r.contains("name") && r.value().at("name").is_string() && !valid_pack_name(p.name))
+    (void)r.fail_key("name", "'" + p.name + "' is not a valid pack name (1-64 of a-z 0-9 . _ -, starting with a letter or digit)");
+  read_text(r, "version", p.version, true);
+  if (r.contains("version") && r.value().at("version").is_string() && p.version.empty())
+    (void)r.fail_key("version", "must not be empty");
+  read_text(r, "description", p.description, false);
+  if (!r.contains("entrypoint")) {
+    (void)r.fail_key("entrypoint", "required: the program's argv, e.g. [\"/bin/sh\", \"/pack/run.sh\"]");
+  } else if (DocReader e = r.member("entrypoint"); !e.value().is_array() || e.value().empty()) {
+    (void)e.fail("must be a non-empty array of strings (the program's argv)");
+  } else {
+    for (std::size_t i = 0; i < e.value().size(); ++i) {
+      if (!e.value()[i].is_string()) (void)e.fail_index(i, "must be a string");
+      else p.entrypoint.push_back(e.value()[i].get<std::string>());
+    }
+    if (!p.entrypoint.empty() && p.entrypoint[0].empty()) (void)e.fail_index(0, "must not be empty");
+  }
+  read_text(r, "image", p.image, false);
+  if (p.image.empty()) p.image = "host";
+  if (p.image != "host" && !p.image.starts_with("sha256:"))
+    if (auto n = canonical_image_name(p.image); !n) (void)r.fail_key("image", n.error().message + " (or \"host\", or sha256:<hex>)");
+}
+
+// An object member whose only keys are `known` (network, capabilities): null when absent or not
+// an object (after saying so).
+std::optional<DocReader> small_object(DocReader& r, const char* key, const char* shape,
+                                      std::initializer_list<const char*> known) {
+  r.ignore(key);
+  if (!r.contains(key)) return std::nullopt;
+  DocReader o = r.member(key);
+  if (!o.check_object(std::string("must be an object like ") + shape)) return std::nullopt;
+  o.known(known);
+  (void)o.finish({.known = true});
+  return o;
+}
+
+// limits, network and capabilities: the manifest's layer of the RunSpec (Pack::spec_patch).
+json read_run_layer(DocReader& r, std::vector<PackProblem>& problems) {
+  json limits = json::object();
+  r.ignore("limits");
+  if (r.contains("limits"))
+    if (auto l = limits_to_spec_patch(r.value().at("limits"), kPackManifest, problems); l) limits = *l;
+  if (auto n = small_object(r, "network", "{\"mode\": \"none\"}", {"mode"}); n && n->contains("mode"))
+    if (n->value().at("mode") != "none")
+      (void)n->fail_key("mode", json_excerpt(n->value().at("mode")) + ": only \"none\" (loopback only) is supported for packs");
+  json patch = {{"network", {{"mode", "none"}}}, {"limits", limits}};
+  // {"keep": ["CAP_CHOWN", ...]}: names are checked with the rest of the spec, and the profile's
+  // ceiling when the pack runs (profile.hpp keeps_at_most).
+  auto cp = small_object(r, "capabilities", "{\"keep\": [\"CAP_CHOWN\"]}", {"keep"});
+  if (cp && cp->contains("keep")) {
+    json probe = spec_to_json(RunSpec{});
+    probe["capabilities"] = {{"keep", cp->value().at("keep")}};
+    if (auto s = spec_from_json(probe, ""); !s) {
+      // The RunSpec reader's "<source>: <pointer>: <what>", with an empty source: ": /capabilities/keep/0: ...".
+      std::string msg = s.error().message;
+      auto at = msg.find("/capabilities");
+      auto colon = at == std::string::npos ? at : msg.find(": ", at);
+      if (colon == std::string::npos) (void)cp->fail_key("keep", msg);
+      else (void)r.fail_at(msg.substr(at, colon - at), msg.substr(colon + 2));
+    } else {
+      patch["capabilities"] = {{"keep", s->capabilities.keep}};
+    }
+  }
+  return patch;
+}
+
+// A boolean member that defaults to false (null is not a boolean here).
+bool flag(DocReader& e, const char* key) {
+  e.ignore(key);
+  if (!e.contains(key)) return false;
+  if (!e.value().at(key).is_boolean()) return (void)e.fail_key(key, "must be true or false"), false;
+  return e.value().at(key).get<bool>();
+}
+
+void read_context(DocReader& e, Pack& p, std::set<std::string>& names) {
+  e.known({"name", "path", "required"});
+  (void)e.finish({.known = true});
+  PackContext ctx;
+  const json& v = e.value();
+  if (!v.contains("name") || !v["name"].is_string() || !ident_ok(v["name"].get<std::string>(), true))
+    (void)e.fail_key("name", "required: a name of letters, digits, '_', '-', '.' starting with a letter");
+  else ctx.name = v["name"];
+  if (!ctx.name.empty() && !names.insert(ctx.name).second) (void)e.fail_key("name", "duplicate context name '" + ctx.name + "'");
+  if (!v.contains("path") || !v["path"].is_string()) {
+    (void)e.fail_key("path", "required: an absolute path inside the sandbox");
+  } else {
+    ctx.path = v["path"];
+    bool ok = ctx.path.size() > 1 && ctx.path[0] == '/' && pack_relative_ok(ctx.path.substr(1));
+    if (!ok) (void)e.fail_key("path", "'" + ctx.path + "' must be an absolute, normalised path other than /");
+    for (const char* r : kReservedPaths) {
+      std::string rs = r;
+      if (ok && (ctx.path == rs || ctx.path.starts_with(rs + "/") || rs.starts_with(ctx.path + "/")))
+        (void)e.fail_key("path", "'" + ctx.path + "' collides with " + rs + ", which sbx mounts itself"), ok = false;
+    }
+  }
+  ctx.required = flag(e, "required");
+  p.contexts.push_back(ctx);
+}
+
+void read_secret(DocReader& e, Pack& p, std::set<std::string>& names) {
+  e.known({"name", "required", "delivery"});
+  (void)e.finish({.known = true});
+  PackSecret s;
+  const json& v = e.value();
+  // Also a file name under /run/secrets and possibly an environment variable name.
+  if (!v.contains("name") || !v["name"].is_string() || !ident_ok(v["name"].get<std::string>(), false))
+    (void)e.fail_key("name", "required: letters, digits and '_', starting with a letter or '_'");
+  else s.name = v["name"];
+  if (!s.name.empty() && !names.insert(s.name).second) (void)e.fail_key("name", "duplicate secret name '" + s.name + "'");
+  s.required = flag(e, "required");
+  if (v.contains("delivery")) {
+    if (v["delivery"] != "file" && v["delivery"] != "env") (void)e.fail_key("delivery", "must be \"file\" or \"env\"");
+    else s.delivery = v["delivery"];
+  }
+  p.secrets.push_back(s);
+}
+
+// context and secrets: arrays of small objects, each read by `one`.
+void read_entries(DocReader& r, const char* key, const char* shape, Pack& p,
+                  void (*one)(DocReader&, Pack&, std::set<std::string>&)) {
+  r.ignore(key);
+  if (!r.contains(key)) return;
+  DocReader list = r.member(key);
+  if (!list.check_array(std::string("must be an array of ") + shape)) return;
+  std::set<std::string> names;
+  for (std::size_t i = 0; i < list.value().size(); ++i) {
+    DocReader e = list.element(i);
+    if (e.check_object(std::string("must be an object ") + shape)) one(e, p, names);
+  }
+}
+
+}  // namespace
+
 Result<Pack> parse_pack_manifest(const std::string& dir, const std::string& text, std::vector<PackProblem>& problems,
                                  bool strict) {
   Checker c{problems};
@@ -153,146 +302,21 @@ Result<Pack> parse_pack_manifest(const std::string& dir, const std::string& text
     return failed();
   }
   json m = std::move(parsed.value);
-  if (!m.is_object()) {
-    c.add("", "must be a JSON object, not " + json_type(m));
-    return failed();
-  }
-  static const std::set<std::string> known = {"name",   "version", "description", "entrypoint", "image",  "input_schema",
-                                              "output_schema", "limits", "network", "context", "secrets",
-                                              "capabilities"};
-  for (auto& [k, v] : m.items())
-    if (!known.count(k)) c.add("/" + k, "unknown key (known: name, version, description, entrypoint, image, input_schema, "
-                                        "output_schema, limits, network, context, secrets, capabilities)");
+  // Strings are checked where they are used (pack_relative_ok refuses a NUL in a path).
+  DocSource src{kPackManifest, "pack", "", false, [&c](const DocProblem& d) { c.add(d.pointer, d.message); }};
+  DocReader r(m, src);
+  if (!r.check_object("must be a JSON object, not " + json_type_name(m))) return failed();
+  r.known({"name", "version", "description", "entrypoint", "image", "input_schema", "output_schema", "limits", "network",
+           "context", "secrets", "capabilities"});
+  (void)r.finish({.known = true});
   Pack p;
   p.dir = dir;
-  auto req_string = [&](const char* key, std::string& out, bool required) {
-    if (!m.contains(key)) {
-      if (required) c.add(std::string("/") + key, "required");
-      return;
-    }
-    if (!m[key].is_string()) return c.add(std::string("/") + key, "must be a string, not " + json_type(m[key]));
-    out = m[key].get<std::string>();
-  };
-  req_string("name", p.name, true);
-  if (m.contains("name") && m["name"].is_string() && !valid_pack_name(p.name))
-    c.add("/name", "'" + p.name + "' is not a valid pack name (1-64 of a-z 0-9 . _ -, starting with a letter or digit)");
-  req_string("version", p.version, true);
-  if (m.contains("version") && m["version"].is_string() && p.version.empty()) c.add("/version", "must not be empty");
-  req_string("description", p.description, false);
-  if (!m.contains("entrypoint")) {
-    c.add("/entrypoint", "required: the program's argv, e.g. [\"/bin/sh\", \"/pack/run.sh\"]");
-  } else if (!m["entrypoint"].is_array() || m["entrypoint"].empty()) {
-    c.add("/entrypoint", "must be a non-empty array of strings (the program's argv)");
-  } else {
-    for (std::size_t i = 0; i < m["entrypoint"].size(); ++i) {
-      if (!m["entrypoint"][i].is_string()) c.add("/entrypoint/" + std::to_string(i), "must be a string");
-      else p.entrypoint.push_back(m["entrypoint"][i].get<std::string>());
-    }
-    if (!p.entrypoint.empty() && p.entrypoint[0].empty()) c.add("/entrypoint/0", "must not be empty");
-  }
-  req_string("image", p.image, false);
-  if (p.image.empty()) p.image = "host";
-  if (p.image != "host" && !p.image.starts_with("sha256:"))
-    if (auto n = canonical_image_name(p.image); !n) c.add("/image", n.error().message + " (or \"host\", or sha256:<hex>)");
+  read_identity(r, p);
   load_schema(dir, m, "input_schema", p.input_schema_path, p.input_schema, c, p.warnings, strict);
   load_schema(dir, m, "output_schema", p.output_schema_path, p.output_schema, c, p.warnings, strict);
-
-  json limits = json::object();
-  if (m.contains("limits")) {
-    auto l = limits_to_spec_patch(m["limits"], kPackManifest, problems);
-    if (l) limits = *l;
-  }
-  std::string net_mode = "none";
-  if (m.contains("network")) {
-    const json& n = m["network"];
-    if (!n.is_object()) c.add("/network", "must be an object like {\"mode\": \"none\"}");
-    else {
-      for (auto& [k, v] : n.items())
-        if (k != "mode") c.add("/network/" + k, "unknown key (known: mode)");
-      if (n.contains("mode") && n["mode"] != "none")
-        c.add("/network/mode", json_excerpt(n["mode"]) + ": only \"none\" (loopback only) is supported for packs");
-    }
-  }
-  // {"keep": ["CAP_CHOWN", ...]}: names are checked with the rest of the spec, and the profile's
-  // ceiling when the pack runs (profile.hpp keeps_at_most).
-  json caps;
-  if (m.contains("capabilities")) {
-    const json& cp = m["capabilities"];
-    if (!cp.is_object()) c.add("/capabilities", "must be an object like {\"keep\": [\"CAP_CHOWN\"]}");
-    else {
-      for (auto& [k, v] : cp.items())
-        if (k != "keep") c.add("/capabilities/" + k, "unknown key (known: keep)");
-      if (cp.contains("keep")) {
-        json probe = spec_to_json(RunSpec{});
-        probe["capabilities"] = {{"keep", cp["keep"]}};
-        if (auto r = spec_from_json(probe, ""); !r) {
-          std::string msg = r.error().message;
-          auto at = msg.find("/capabilities");
-          auto colon = at == std::string::npos ? at : msg.find(": ", at);
-          if (colon == std::string::npos) c.add("/capabilities/keep", msg);
-          else c.add(msg.substr(at, colon - at), msg.substr(colon + 2));
-        } else {
-          caps = {{"keep", r->capabilities.keep}};
-        }
-      }
-    }
-  }
-  std::set<std::string> names;
-  if (m.contains("context")) {
-    if (!m["context"].is_array()) c.add("/context", "must be an array of {name, path, required}");
-    else
-      for (std::size_t i = 0; i < m["context"].size(); ++i) {
-        const json& e = m["context"][i];
-        std::string at = "/context/" + std::to_string(i);
-        if (!e.is_object()) { c.add(at, "must be an object {name, path, required}"); continue; }
-        for (auto& [k, v] : e.items())
-          if (k != "name" && k != "path" && k != "required") c.add(at + "/" + k, "unknown key (known: name, path, required)");
-        PackContext ctx;
-        if (!e.contains("name") || !e["name"].is_string() || !ident_ok(e["name"].get<std::string>(), true))
-          c.add(at + "/name", "required: a name of letters, digits, '_', '-', '.' starting with a letter");
-        else ctx.name = e["name"];
-        if (!ctx.name.empty() && !names.insert(ctx.name).second) c.add(at + "/name", "duplicate context name '" + ctx.name + "'");
-        if (!e.contains("path") || !e["path"].is_string()) c.add(at + "/path", "required: an absolute path inside the sandbox");
-        else {
-          ctx.path = e["path"];
-          bool ok = ctx.path.size() > 1 && ctx.path[0] == '/' && pack_relative_ok(ctx.path.substr(1));
-          if (!ok) c.add(at + "/path", "'" + ctx.path + "' must be an absolute, normalised path other than /");
-          for (const char* r : kReservedPaths) {
-            std::string rs = r;
-            if (ok && (ctx.path == rs || ctx.path.starts_with(rs + "/") || rs.starts_with(ctx.path + "/")))
-              c.add(at + "/path", "'" + ctx.path + "' collides with " + rs + ", which sbx mounts itself"), ok = false;
-          }
-        }
-        if (e.contains("required") && !e["required"].is_boolean()) c.add(at + "/required", "must be true or false");
-        else ctx.required = e.value("required", false);
-        p.contexts.push_back(ctx);
-      }
-  }
-  std::set<std::string> secret_names;
-  if (m.contains("secrets")) {
-    if (!m["secrets"].is_array()) c.add("/secrets", "must be an array of {name, required, delivery}");
-    else
-      for (std::size_t i = 0; i < m["secrets"].size(); ++i) {
-        const json& e = m["secrets"][i];
-        std::string at = "/secrets/" + std::to_string(i);
-        if (!e.is_object()) { c.add(at, "must be an object {name, required, delivery}"); continue; }
-        for (auto& [k, v] : e.items())
-          if (k != "name" && k != "required" && k != "delivery") c.add(at + "/" + k, "unknown key (known: name, required, delivery)");
-        PackSecret s;
-        // Also a file name under /run/secrets and possibly an environment variable name.
-        if (!e.contains("name") || !e["name"].is_string() || !ident_ok(e["name"].get<std::string>(), false))
-          c.add(at + "/name", "required: letters, digits and '_', starting with a letter or '_'");
-        else s.name = e["name"];
-        if (!s.name.empty() && !secret_names.insert(s.name).second) c.add(at + "/name", "duplicate secret name '" + s.name + "'");
-        if (e.contains("required") && !e["required"].is_boolean()) c.add(at + "/required", "must be true or false");
-        else s.required = e.value("required", false);
-        if (e.contains("delivery")) {
-          if (e["delivery"] != "file" && e["delivery"] != "env") c.add(at + "/delivery", "must be \"file\" or \"env\"");
-          else s.delivery = e["delivery"];
-        }
-        p.secrets.push_back(s);
-      }
-  }
+  json layer = read_run_layer(r, problems);
+  read_entries(r, "context", "{name, path, required}", p, read_context);
+  read_entries(r, "secrets", "{name, required, delivery}", p, read_secret);
   if (problems.size() > before) {
     // The warnings too, after the problems (failed() names the first problem): every finding in
     // the pack is listed at once.
@@ -300,8 +324,9 @@ Result<Pack> parse_pack_manifest(const std::string& dir, const std::string& text
     for (auto& w : p.warnings) problems.push_back({w.file, w.pointer, w.message, true});
     return e;
   }
-  p.spec_patch = {{"argv", p.entrypoint}, {"image", p.image}, {"network", {{"mode", net_mode}}}, {"limits", limits}};
-  if (!caps.is_null()) p.spec_patch["capabilities"] = caps;
+  p.spec_patch = std::move(layer);
+  p.spec_patch["argv"] = p.entrypoint;
+  p.spec_patch["image"] = p.image;
   return p;
 }
 
