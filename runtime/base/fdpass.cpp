@@ -4,6 +4,8 @@
 
 #include <cstring>
 
+#include "runtime/base/fsutil.hpp"
+
 namespace sbx {
 
 FdMessage::FdMessage(int fd, char tag) : mh{}, iov{&byte, 1}, byte(tag), cbuf{} {
@@ -43,8 +45,11 @@ ssize_t recv_fd(int sock, int* fd) {
     if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
     int got;
     std::memcpy(&got, CMSG_DATA(c), sizeof got);
-    if (*fd < 0) *fd = got;
-    else ::close(got);  // one fd per message; anything more is dropped
+    if (*fd < 0) {
+      *fd = got;
+    } else {
+      UniqueFd dropped(got);  // one fd per message; anything more is closed here
+    }
   }
   return n;
 }

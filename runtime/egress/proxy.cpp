@@ -55,22 +55,22 @@ struct Buffer {
 // bytes are never copied through the supervisor. The pipe is the bounded buffer (256 KiB asked,
 // 64 KiB if the kernel refuses); a full pipe stops reading from the source: backpressure.
 struct SplicePipe {
-  int r = -1, w = -1;
+  UniqueFd r, w;
   std::size_t in = 0, cap = 0;
   bool open() {
     int fds[2];
     if (::pipe2(fds, O_NONBLOCK | O_CLOEXEC) != 0) return false;
-    r = fds[0];
-    w = fds[1];
-    int sz = ::fcntl(w, F_SETPIPE_SZ, 256 * 1024);
+    r.reset(fds[0]);
+    w.reset(fds[1]);
+    int sz = ::fcntl(w.get(), F_SETPIPE_SZ, 256 * 1024);
     cap = sz > 0 ? static_cast<std::size_t>(sz) : 65536;
     return true;
   }
   void close() {
-    if (r >= 0) ::close(r), r = -1;
-    if (w >= 0) ::close(w), w = -1;
+    r.reset();
+    w.reset();
   }
-  bool full() const { return r >= 0 ? in >= cap : false; }
+  bool full() const { return r.ok() ? in >= cap : false; }
 };
 
 std::string lower(std::string s) {
@@ -109,7 +109,7 @@ socklen_t sockaddr_of(const EgressTarget& t, struct sockaddr_storage& ss) {
 struct EgressProxy::Conn {
   enum class State { request, resolving, connecting, relay, responding, closed };
   State state = State::request;
-  int cfd = -1, ufd = -1;
+  UniqueFd cfd, ufd;  // the client's connection (accepted on the listener), the upstream's
   std::string head;  // request bytes until the end of the headers
   Buffer c2u, u2c;    // bytes the proxy itself produced or already read (headers, 200, 403)
   SplicePipe c2p, u2p;  // then the bulk of the relay, socket -> pipe -> socket without a copy
@@ -142,8 +142,8 @@ void EgressProxy::close_all() {
   for (auto& c : conns_) close_conn(*c);
   conns_.clear();
   resolver_.shutdown();
-  if (listen_fd_ >= 0) ::close(listen_fd_), listen_fd_ = -1;
-  if (handoff_ >= 0) ::close(handoff_), handoff_ = -1;
+  listen_fd_.reset();
+  handoff_.reset();
 }
 
 bool EgressProxy::budget_left() const { return !cfg_.max_bytes || total_bytes_ < *cfg_.max_bytes; }
@@ -163,14 +163,14 @@ void EgressProxy::record_violation(const std::string& host, int port, const std:
 
 void EgressProxy::add_pollfds(std::vector<struct pollfd>& p) {
   polled_.clear();
-  handoff_polled_ = handoff_ >= 0;
-  listen_polled_ = listen_fd_ >= 0;
+  handoff_polled_ = handoff_.ok();
+  listen_polled_ = listen_fd_.ok();
   auto add = [&](int fd, short ev, Conn* owner) {
     p.push_back({ev ? fd : -1, ev, 0});  // no interest: fd -1, so a hang-up cannot make poll spin
     polled_.push_back(owner);
   };
-  if (handoff_ >= 0) add(handoff_, POLLIN, nullptr);
-  if (listen_fd_ >= 0) add(listen_fd_, POLLIN, nullptr);
+  if (handoff_.ok()) add(handoff_.get(), POLLIN, nullptr);
+  if (listen_fd_.ok()) add(listen_fd_.get(), POLLIN, nullptr);
   std::size_t before = p.size();
   resolver_.add_pollfds(p);
   resolver_polled_ = p.size() - before;
@@ -184,15 +184,15 @@ void EgressProxy::add_pollfds(std::vector<struct pollfd>& p) {
       case Conn::State::connecting: ue = POLLOUT; break;
       case Conn::State::responding: ce = c.u2c.len ? POLLOUT : 0; break;
       case Conn::State::relay:
-        if (!c.c_eof && c.body_left != 0 && (c.c2p.r >= 0 ? !c.c2p.full() : c.c2u.len < kBuf)) ce |= POLLIN;
+        if (!c.c_eof && c.body_left != 0 && (c.c2p.r.ok() ? !c.c2p.full() : c.c2u.len < kBuf)) ce |= POLLIN;
         if (c.u2c.len || c.u2p.in) ce |= POLLOUT;
-        if (!c.u_eof && (c.u2p.r >= 0 ? !c.u2p.full() : c.u2c.len < kBuf)) ue |= POLLIN;
+        if (!c.u_eof && (c.u2p.r.ok() ? !c.u2p.full() : c.u2c.len < kBuf)) ue |= POLLIN;
         if (c.c2u.len || c.c2p.in) ue |= POLLOUT;
         break;
       case Conn::State::closed: break;
     }
-    add(c.cfd, ce, &c);
-    add(c.ufd, ue, &c);
+    add(c.cfd.get(), ce, &c);
+    add(c.ufd.get(), ue, &c);
   }
 }
 
@@ -203,13 +203,13 @@ void EgressProxy::on_events(const struct pollfd* p, std::size_t n, std::int64_t 
       // The listener arrives as one message with one SCM_RIGHTS fd; EOF without it means init
       // failed before it could send (init reports that failure itself).
       int fd;
-      ssize_t k = recv_fd(handoff_, &fd);
+      ssize_t k = recv_fd(handoff_.get(), &fd);
       if (k > 0 && fd >= 0) {
-        listen_fd_ = fd;
-        ::fcntl(listen_fd_, F_SETFL, ::fcntl(listen_fd_, F_GETFL) | O_NONBLOCK);
+        listen_fd_.reset(fd);
+        ::fcntl(listen_fd_.get(), F_SETFL, ::fcntl(listen_fd_.get(), F_GETFL) | O_NONBLOCK);
         got_listener_ = true;
       }
-      if (k > 0 || k == 0 || (errno != EAGAIN && errno != EINTR)) ::close(handoff_), handoff_ = -1;
+      if (k > 0 || k == 0 || (errno != EAGAIN && errno != EINTR)) handoff_.reset();
     }
     ++i;
   }
@@ -231,7 +231,7 @@ void EgressProxy::on_events(const struct pollfd* p, std::size_t n, std::int64_t 
     switch (c->state) {
       case Conn::State::request: {
         char buf[4096];
-        ssize_t k = ::read(c->cfd, buf, sizeof buf);
+        ssize_t k = ::read(c->cfd.get(), buf, sizeof buf);
         if (k < 0 && (errno == EAGAIN || errno == EINTR)) break;
         if (k <= 0) {
           close_conn(*c);
@@ -253,7 +253,7 @@ void EgressProxy::on_events(const struct pollfd* p, std::size_t n, std::int64_t 
           close_conn(*c);
           break;
         }
-        ssize_t w = ::send(c->cfd, c->u2c.data.get() + c->u2c.off, c->u2c.len, MSG_NOSIGNAL);
+        ssize_t w = ::send(c->cfd.get(), c->u2c.data.get() + c->u2c.off, c->u2c.len, MSG_NOSIGNAL);
         if (w > 0) c->u2c.consume(static_cast<std::size_t>(w));
         if ((w < 0 && errno != EAGAIN && errno != EINTR) || c->u2c.len == 0) close_conn(*c);
         break;
@@ -268,10 +268,10 @@ void EgressProxy::on_events(const struct pollfd* p, std::size_t n, std::int64_t 
 
 void EgressProxy::accept_new(std::int64_t now_ms) {
   for (int k = 0; k < 64; ++k) {  // bounded per wake-up, so one busy client cannot starve the loop
-    int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    int fd = ::accept4(listen_fd_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) return;
     auto c = std::make_unique<Conn>();
-    c->cfd = fd;
+    c->cfd.reset(fd);
     c->last_active_ms = now_ms;
     if (static_cast<std::int64_t>(conns_.size()) >= cfg_.max_connections) {
       conns_.push_back(std::move(c));
@@ -288,7 +288,7 @@ void EgressProxy::deny(Conn& c, int code, const std::string& status, const std::
                        const std::string& reason, std::int64_t now_ms) {
   record_violation(host, port, reason, now_ms);
   if (!c.key.empty()) usage_[c.key].denied++;
-  if (c.ufd >= 0) ::close(c.ufd), c.ufd = -1;
+  c.ufd.reset();
   c.u2c = Buffer{};
   c.u2c.append(response(code, status, reason));
   c.state = Conn::State::responding;
@@ -407,7 +407,7 @@ void EgressProxy::fail(Conn& c, int code, const std::string& status, const std::
   spdlog::info("egress proxy: {}", reason);
   usage_[c.key].failed++;
   usage_[c.key].last_failure = reason;
-  if (c.ufd >= 0) ::close(c.ufd), c.ufd = -1;
+  c.ufd.reset();
   c.c2u = Buffer{};
   c.u2c = Buffer{};
   c.u2c.append(response(code, status, reason));
@@ -436,18 +436,17 @@ void EgressProxy::start_connect(Conn& c, std::int64_t now_ms) {
     socklen_t len = c.addr_lens[c.next_addr];
     ++c.next_addr;
     if (!address_allowed(c, ss, now_ms)) continue;
-    int fd = ::socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0) {
+    UniqueFd fd(::socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+    if (!fd.ok()) {
       c.connect_error = std::strerror(errno);
       continue;
     }
-    if (::connect(fd, reinterpret_cast<struct sockaddr*>(&ss), len) == 0 || errno == EINPROGRESS) {
-      c.ufd = fd;
+    if (::connect(fd.get(), reinterpret_cast<struct sockaddr*>(&ss), len) == 0 || errno == EINPROGRESS) {
+      c.ufd = std::move(fd);
       c.state = Conn::State::connecting;
       return;
     }
     c.connect_error = std::strerror(errno);
-    ::close(fd);
   }
   if (!c.refused.empty() && c.connect_error.empty()) {  // every address was refused: a denial
     usage_[c.key].denied++;
@@ -463,17 +462,16 @@ void EgressProxy::start_connect(Conn& c, std::int64_t now_ms) {
 void EgressProxy::on_connected(Conn& c, std::int64_t now_ms) {
   int err = 0;
   socklen_t len = sizeof err;
-  if (::getsockopt(c.ufd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
+  if (::getsockopt(c.ufd.get(), SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
   if (err == EINPROGRESS) return;
   if (err != 0) {
-    ::close(c.ufd);
-    c.ufd = -1;
+    c.ufd.reset();
     c.connect_error = std::strerror(err);
     start_connect(c, now_ms);
     return;
   }
   int one = 1;
-  ::setsockopt(c.ufd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  ::setsockopt(c.ufd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   if (c.is_connect) c.u2c.append("HTTP/1.1 200 Connection established\r\n\r\n");
   // Without pipes (descriptor limit) the relay falls back to the 64 KiB user-space buffers.
   if (!c.c2p.open() || !c.u2p.open()) {
@@ -500,7 +498,7 @@ void EgressProxy::relay(Conn& c, short crev, short urev, std::int64_t now_ms) {
       if (w > 0) b.consume(static_cast<std::size_t>(w));
     }
     if (!b.len && p.in) {
-      ssize_t w = ::splice(p.r, nullptr, dst, nullptr, p.in, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+      ssize_t w = ::splice(p.r.get(), nullptr, dst, nullptr, p.in, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
       if (w < 0 && errno != EAGAIN && errno != EINTR) return false;
       if (w > 0) p.in -= static_cast<std::size_t>(w);
     }
@@ -509,10 +507,10 @@ void EgressProxy::relay(Conn& c, short crev, short urev, std::int64_t now_ms) {
       return limit < 0 ? want : std::min(want, static_cast<std::size_t>(limit));
     };
     ssize_t k;
-    if (p.r >= 0) {
+    if (p.r.ok()) {
       std::size_t want = cap(budget(p.cap - std::min(p.in, p.cap)));
       if (want == 0) return true;
-      k = ::splice(src, nullptr, p.w, nullptr, want, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+      k = ::splice(src, nullptr, p.w.get(), nullptr, want, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
       if (k > 0) p.in += static_cast<std::size_t>(k);
     } else {
       b.compact();
@@ -539,13 +537,13 @@ void EgressProxy::relay(Conn& c, short crev, short urev, std::int64_t now_ms) {
   for (int round = 0; round < 8; ++round) {
     std::size_t before = c.c2u.len + c.u2c.len + c.c2p.in + c.u2p.in;
     std::int64_t total_before = total_bytes_;
-    if (!pump(c.cfd, c.ufd, c.c2u, c.c2p, c.c_eof, u.bytes_out, c_read, c.body_left)) return close_conn(c);
-    if (!pump(c.ufd, c.cfd, c.u2c, c.u2p, c.u_eof, u.bytes_in, u_read, no_limit)) return close_conn(c);
+    if (!pump(c.cfd.get(), c.ufd.get(), c.c2u, c.c2p, c.c_eof, u.bytes_out, c_read, c.body_left)) return close_conn(c);
+    if (!pump(c.ufd.get(), c.cfd.get(), c.u2c, c.u2p, c.u_eof, u.bytes_in, u_read, no_limit)) return close_conn(c);
     if (c.c2u.len + c.u2c.len + c.c2p.in + c.u2p.in == before && total_bytes_ == total_before) break;
     c_read = u_read = true;  // later rounds try again; EAGAIN simply ends a read
   }
-  if (c.c_eof && c.c2u.len == 0 && c.c2p.in == 0 && !c.u_shut) ::shutdown(c.ufd, SHUT_WR), c.u_shut = true;
-  if (c.u_eof && c.u2c.len == 0 && c.u2p.in == 0 && !c.c_shut) ::shutdown(c.cfd, SHUT_WR), c.c_shut = true;
+  if (c.c_eof && c.c2u.len == 0 && c.c2p.in == 0 && !c.u_shut) ::shutdown(c.ufd.get(), SHUT_WR), c.u_shut = true;
+  if (c.u_eof && c.u2c.len == 0 && c.u2p.in == 0 && !c.c_shut) ::shutdown(c.cfd.get(), SHUT_WR), c.c_shut = true;
   if (c.u_shut && c.c_shut) return close_conn(c);
   // Plain HTTP: the response has been passed on in full; the exchange is over (the client's
   // side is no longer read once its request body is through, so its EOF would never be seen).
@@ -563,8 +561,8 @@ void EgressProxy::relay(Conn& c, short crev, short urev, std::int64_t now_ms) {
 }
 
 void EgressProxy::close_conn(Conn& c) {
-  if (c.cfd >= 0) ::close(c.cfd), c.cfd = -1;
-  if (c.ufd >= 0) ::close(c.ufd), c.ufd = -1;
+  c.cfd.reset();
+  c.ufd.reset();
   c.c2p.close();
   c.u2p.close();
   c.state = Conn::State::closed;

@@ -45,6 +45,7 @@
 
 #include "runtime/egress/egress_policy.hpp"
 #include "runtime/egress/resolver.hpp"
+#include "runtime/base/fsutil.hpp"
 
 namespace sbx {
 
@@ -89,7 +90,7 @@ class EgressProxy {
   std::int64_t ms_until_next_expiry(std::int64_t now_ms) const;
   void expire_idle(std::int64_t now_ms);
 
-  bool listener_received() const { return listen_fd_ >= 0 || got_listener_; }
+  bool listener_received() const { return listen_fd_.ok() || got_listener_; }
   nlohmann::json usage_json() const;
   nlohmann::json violations_json() const;
 
@@ -114,8 +115,8 @@ class EgressProxy {
   bool budget_left() const;
 
   ProxyConfig cfg_;
-  int handoff_ = -1;
-  int listen_fd_ = -1;
+  UniqueFd handoff_;    // init sends the listener on it, then it is closed
+  UniqueFd listen_fd_;  // the listening socket init sent on handoff_
   bool got_listener_ = false;
   bool handoff_polled_ = false, listen_polled_ = false;
   std::vector<std::unique_ptr<Conn>> conns_;

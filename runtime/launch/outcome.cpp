@@ -5,6 +5,7 @@
 
 #include "runtime/base/signals.hpp"
 #include "runtime/launch/supervisor.hpp"
+#include "runtime/base/units.hpp"
 
 namespace sbx {
 
@@ -49,17 +50,17 @@ std::string forwarded_reason(const SuperviseResult& s, bool killed_by_sbx, int k
 
 }  // namespace
 
+std::optional<Error> supervision_error(const SuperviseResult& s) {
+  if (s.error) return *s.error;  // sbx could not enforce what it was asked to: the sandbox was killed
+  if (s.setup_error) return Error{s.setup_error->stage, s.setup_error->err, s.setup_error->message};
+  return std::nullopt;
+}
+
 Outcome outcome_from_supervision(const SuperviseResult& s, int kill_grace_ms) {
   Outcome o;
-  if (s.error) {  // sbx could not enforce what it was asked to: the sandbox was killed
+  if (auto e = supervision_error(s)) {
     o.status = RunStatus::setup_error;
-    o.error = *s.error;
-    return o;
-  }
-  if (s.setup_error) {
-    const ChildMsg& m = *s.setup_error;
-    o.status = RunStatus::setup_error;
-    o.error = Error{m.stage, m.err, m.message};
+    o.error = std::move(e);
     return o;
   }
   if (s.seccomp_kill) {
@@ -95,6 +96,70 @@ Outcome outcome_from_supervision(const SuperviseResult& s, int kill_grace_ms) {
   o.status = RunStatus::signaled;
   o.signal = WIFSIGNALED(s.init_wait_status) ? WTERMSIG(s.init_wait_status) : SIGKILL;
   if (s.forwarded_signal) o.reason = forwarded_reason(s, s.killed_after_grace, kill_grace_ms);
+  return o;
+}
+
+namespace {
+
+// Steps 5-8 of decide_outcome (outcome.hpp): what the kernel's limits and the export left
+// behind, read after the end rather than guessed from a signal.
+void refine(Outcome& o, const RunFacts& f) {
+  // Without a cgroup the CPU budget is RLIMIT_CPU, which the kernel enforces with SIGKILL (hard
+  // limit): a program killed that way having used its budget ran out of CPU time. rusage
+  // undercounts what the kernel's CPU timer saw (it samples ticks), hence the 80% margin.
+  if (o.status == RunStatus::signaled && f.rlimit_cpu_ms && (o.signal == SIGKILL || o.signal == SIGXCPU) &&
+      f.cpu_used_ms * 10 >= *f.rlimit_cpu_ms * 8) {
+    o.status = RunStatus::timeout;
+    o.reason = "cpu";
+  }
+  // The kernel's OOM killer acted: read from memory.events, not guessed from SIGKILL.
+  if (o.status == RunStatus::signaled && o.signal == SIGKILL && f.oom_kills > 0) o.status = RunStatus::oom;
+  // SIGXFSZ comes only from RLIMIT_FSIZE, which sbx sets only for the memory fallback: a program
+  // killed by it wrote a file (a memfd, a /tmp or /out file) past that cap. Said in the reason,
+  // since "signaled 25" alone does not tell a user which limit bit.
+  if (o.status == RunStatus::signaled && o.signal == SIGXFSZ && f.fsize_cap_bytes)
+    o.reason = "SIGXFSZ: a file grew past RLIMIT_FSIZE (" + format_size(*f.fsize_cap_bytes) +
+               ", the memory fallback's cap on each file and memfd; see enforcement.memory_fallback)";
+  // The artifact export went over its caps: the program itself may still have succeeded.
+  if (o.status == RunStatus::ok && f.export_limit_hit) {
+    o.status = RunStatus::output_limit;
+    o.reason = "artifact export caps reached (--output-max-bytes/--output-max-files)";
+  }
+}
+
+}  // namespace
+
+Outcome decide_outcome(const RunFacts& f) {
+  if (f.refused) return *f.refused;
+  Outcome o;  // status setup_error
+  if (f.setup_error) {
+    o.error = *f.setup_error;
+    return o;
+  }
+  if (f.signal_before_start) {
+    o.status = RunStatus::signaled;
+    o.signal = f.signal_before_start;
+    o.reason = signal_name(f.signal_before_start) + " received by sbx before the program started: it was not started";
+    return o;
+  }
+  if (!f.supervised) return o;  // nothing ran and nothing said why: sbx's own failure
+  o = outcome_from_supervision(*f.supervised, f.kill_grace_ms);
+  if (o.error && o.error->hint.empty()) o.error->hint = f.setup_hint;
+  refine(o, f);
+  return with_verdict(std::move(o), f.contract);
+}
+
+Outcome refusal(const ContractVerdict& verdict) {
+  Outcome o;
+  o.status = verdict.status;
+  o.error = verdict.error;
+  return o;
+}
+
+Outcome with_verdict(Outcome o, const std::optional<ContractVerdict>& verdict) {
+  if (o.status != RunStatus::ok || !verdict) return o;
+  o.status = verdict->status;
+  o.error = verdict->error;
   return o;
 }
 

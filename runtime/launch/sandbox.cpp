@@ -259,7 +259,8 @@ struct Launch {
 
 // One invocation's run (docs/ARCHITECTURE.md, "A run, phase by phase"). execute() is its table
 // of contents; each phase reads and fills the members below. A phase that returns false has
-// set `outcome_` (a setup error, a signal before the start) or `discarded_`.
+// noted why in `facts_` (a setup error, a signal before the start) or set `discarded_`. How the
+// run ended is decided once, from `facts_` alone (decide_end; decide_outcome, outcome.hpp).
 class Run {
  public:
   explicit Run(const RunRequest& req);
@@ -291,6 +292,7 @@ class Run {
   void export_artifacts();
   void classify_end();
   void collect_violations();
+  void decide_end();
   nlohmann::json typed_io();
   RunReport discard();
   // 5 record
@@ -316,7 +318,7 @@ class Run {
   NonBlockingLogScope log_never_blocks_;
   RunSpec call_spec_;  // a copy: a pooled sandbox takes its call's spec at hand-out (hand_out)
   nlohmann::json record_extra_;
-  std::function<nlohmann::json(Outcome&, int out_fd)> after_run_;
+  std::function<AfterRun(const Outcome&, int out_fd)> after_run_;
   bool discarded_ = false;  // a pooled sandbox no call was handed to
   bool handed_out_ = false;  // a pooled sandbox's call arrived (what fails before is no run of it)
   TraceParts parts_;
@@ -332,7 +334,8 @@ class Run {
   UniqueFd out_dir_fd_;
   std::optional<ExportResult> exported_;
   std::string export_error_;
-  Outcome outcome_;
+  RunFacts facts_;   // what the phases saw of how the run ended (outcome.hpp)
+  Outcome outcome_;  // decided from facts_ by decide_end(), then the contract's verdict (typed_io)
   std::optional<SuperviseResult> sup_;
   std::optional<EventStream> events_;
   std::optional<Error> events_error_;
@@ -380,6 +383,7 @@ RunReport Run::execute() {
     supervise_run();
     collect();
   }
+  decide_end();
   launch_.reset();
   // A pooled sandbox whose build failed before any call came: no call ran, so no record; the
   // caller gets the error (its pool falls back to a cold run, mcp_pool.hpp).
@@ -392,9 +396,7 @@ RunReport Run::execute() {
 }
 
 bool Run::fail_setup(const Error& e) {
-  outcome_ = Outcome{};
-  outcome_.status = RunStatus::setup_error;
-  outcome_.error = e;
+  facts_.setup_error = e;
   return false;
 }
 
@@ -425,7 +427,7 @@ void Run::describe_request() {
 // --require-limits refuses before anything is created (the checks --dry-run makes too).
 bool Run::prepare() {
   if (req_.refuse) {  // refused by the caller (input_invalid): nothing is created
-    outcome_ = *req_.refuse;
+    facts_.refused = *req_.refuse;
     return false;
   }
   if (events_error_) return fail_setup(*events_error_);
@@ -679,10 +681,7 @@ bool Run::prepare_signals() {
   // says why, as a terminal's Ctrl-C before a command starts means it never runs.
   if (int sig = take_pending_forwarded_signal()) {
     L.sigfd.reset();
-    outcome_ = Outcome{};
-    outcome_.status = RunStatus::signaled;
-    outcome_.signal = sig;
-    outcome_.reason = signal_name(sig) + " received by sbx before the program started: it was not started";
+    facts_.signal_before_start = sig;
     return false;
   }
   if (auto st = L.caller_in.begin_session(); !st) return fail_setup(st.error());
@@ -788,7 +787,10 @@ bool Run::hand_out() {
     t_spawn_ = mono_us();
     // "s", then the job: init reads it at once (child.cpp), so the pipe drains as it fills. A
     // failed write means init is gone, which supervise() sees and reports.
-    if (auto st = write_all(L.sync.w.get(), "s" + encode_pool_job(call->job), "the pooled sandbox's job"); !st)
+    // Built with append: GCC 12 warns falsely (-Wstringop-overflow) about "s" + the job here.
+    std::string start(1, 's');
+    start.append(encode_pool_job(call->job));
+    if (auto st = write_all(L.sync.w.get(), start, "the pooled sandbox's job"); !st)
       spdlog::debug("{}", st.error().describe());
   } else if (!L.shared && ::write(L.sync.w.get(), "s", 1) != 1) {
     spdlog::debug("sync write failed: {}", std::strerror(errno));
@@ -860,13 +862,17 @@ SuperviseInput Run::supervise_input() {
   return in;
 }
 
-// 4 collect: how the run ended, what it left in /out, what it was refused.
+// 4 collect: the facts of how the run ended, what it left in /out, what it was refused.
 void Run::collect() {
-  outcome_ = outcome_from_supervision(*sup_, launch_->kill_grace_ms);
+  facts_.supervised = &*sup_;
+  facts_.kill_grace_ms = launch_->kill_grace_ms;
+  if (auto e = supervision_error(*sup_)) {
+    add_setup_hint(*e, spec(), *identity_, cwd_);
+    facts_.setup_hint = e->hint;
+  }
   // What the program held once started (init read /proc/PID/status right after its execve);
   // null when it never started or its status could not be read.
   parts_.enforcement["capabilities"]["program"] = sup_->program_caps ? process_caps_json(*sup_->program_caps) : json(nullptr);
-  if (outcome_.error) add_setup_hint(*outcome_.error, spec(), *identity_, cwd_);
   // /out's fd waited in the socket since setup; every process of the sandbox is dead now.
   int received = -1;
   if (recv_fd(out_pair_.r.get(), &received) > 0) out_dir_fd_.reset(received);
@@ -891,33 +897,22 @@ void Run::export_artifacts() {
   for (auto& s : exported_->skipped) spdlog::warn("export: skipped {}: {}", s.path, s.reason);
   if (exported_->skipped_count > static_cast<std::int64_t>(exported_->skipped.size()))
     spdlog::warn("export: {} more skipped (listed up to {} in the trace)", exported_->skipped_count - static_cast<std::int64_t>(exported_->skipped.size()), kMaxListedSkips);
-  if (exported_->limit_hit && outcome_.status == RunStatus::ok) {
-    outcome_.status = RunStatus::output_limit;
-    outcome_.reason = "artifact export caps reached (--output-max-bytes/--output-max-files)";
-  }
+  facts_.export_limit_hit = exported_->limit_hit;  // output_limit, for a run that succeeded
 }
 
-// The kernel's limits, read from what they leave behind rather than guessed from a signal.
+// The kernel's limits without a cgroup, read from what they leave behind rather than guessed
+// from a signal (decide_outcome judges them, outcome.cpp).
 void Run::classify_end() {
   const RunSpec& s = spec();
-  // Without a cgroup the CPU budget is RLIMIT_CPU, which the kernel enforces with SIGKILL (hard
-  // limit): a program killed that way having used its budget ran out of CPU time. rusage
-  // undercounts what the kernel's CPU timer saw (it samples ticks), hence the 80% margin.
-  if (!cgroup_ && s.limits.cpu_time_ms && outcome_.status == RunStatus::signaled &&
-      (outcome_.signal == SIGKILL || outcome_.signal == SIGXCPU)) {
-    std::int64_t used = sup_->usage.ru_utime.tv_sec * 1000LL + sup_->usage.ru_utime.tv_usec / 1000 +
-                        sup_->usage.ru_stime.tv_sec * 1000LL + sup_->usage.ru_stime.tv_usec / 1000;
-    if (used * 10 >= *s.limits.cpu_time_ms * 8) {
-      outcome_.status = RunStatus::timeout;
-      outcome_.reason = "cpu";
-    }
+  // RLIMIT_CPU is the CPU budget without a cgroup: the CPU time rusage counted tells whether
+  // its SIGKILL was the budget's.
+  if (!cgroup_ && s.limits.cpu_time_ms) {
+    facts_.rlimit_cpu_ms = s.limits.cpu_time_ms;
+    facts_.cpu_used_ms = sup_->usage.ru_utime.tv_sec * 1000LL + sup_->usage.ru_utime.tv_usec / 1000 +
+                         sup_->usage.ru_stime.tv_sec * 1000LL + sup_->usage.ru_stime.tv_usec / 1000;
   }
-  // SIGXFSZ comes only from RLIMIT_FSIZE, which sbx sets only for the memory fallback: a program
-  // killed by it wrote a file (a memfd, a /tmp or /out file) past that cap. Said in the reason,
-  // since "signaled 25" alone does not tell a user which limit bit.
-  if (launch_->memory_fallback && outcome_.status == RunStatus::signaled && outcome_.signal == SIGXFSZ)
-    outcome_.reason = "SIGXFSZ: a file grew past RLIMIT_FSIZE (" + format_size(*s.limits.memory_bytes) +
-                      ", the memory fallback's cap on each file and memfd; see enforcement.memory_fallback)";
+  // RLIMIT_FSIZE is set only for the memory fallback, at the memory limit (memory_fallback.hpp).
+  if (launch_->memory_fallback) facts_.fsize_cap_bytes = s.limits.memory_bytes;
 }
 
 void Run::collect_violations() {
@@ -932,7 +927,7 @@ void Run::collect_violations() {
   if (L.proxy) {
     for (auto& v : L.proxy->violations_json()) parts_.violations.push_back(v);
     parts_.usage_extra["network"] = L.proxy->usage_json();
-    if (!L.proxy->listener_received() && outcome_.status != RunStatus::setup_error)
+    if (!L.proxy->listener_received() && !supervision_error(*sup_))
       spdlog::warn("the egress proxy never received its listening socket");
   }
   if (sup_->seccomp_kill)
@@ -941,11 +936,12 @@ void Run::collect_violations() {
     CgroupUsage u = cgroup_->usage();
     json cg_usage = cgroup_usage_json(u);  // a named object: items() of a temporary would dangle
     for (auto& [k, v] : cg_usage.items()) parts_.usage_extra[k] = v;
-    // The kernel's OOM killer acted: read from memory.events, not guessed from SIGKILL.
-    if (u.oom_kill.value_or(0) > 0 && outcome_.signal == SIGKILL && outcome_.status == RunStatus::signaled)
-      outcome_.status = RunStatus::oom;
+    facts_.oom_kills = u.oom_kill.value_or(0);  // the kernel's OOM killer acted (memory.events)
   }
 }
+
+// 4 collect: how the run ended, decided once from what the phases saw (outcome.hpp).
+void Run::decide_end() { outcome_ = decide_outcome(facts_); }
 
 // A pooled sandbox no call was handed to: nothing ran, nothing is recorded.
 RunReport Run::discard() {
@@ -960,10 +956,15 @@ RunReport Run::discard() {
   return report;
 }
 
-// 4 collect (typed IO): the caller reads and validates what the run produced.
+// 4 collect (typed IO): the caller reads and validates what the run produced; its verdict on the
+// output applies under decide_outcome's rule (with_verdict: only to a run that succeeded).
 nlohmann::json Run::typed_io() {
   nlohmann::json extra = json::object();
-  if (after_run_) extra = after_run_(outcome_, out_dir_fd_.get());
+  if (after_run_) {
+    AfterRun r = after_run_(outcome_, out_dir_fd_.get());
+    extra = std::move(r.record);
+    outcome_ = with_verdict(std::move(outcome_), r.verdict);
+  }
   out_dir_fd_.reset();  // the last reference: the sandbox's /out is freed
   image_fd_.reset();
   return extra;

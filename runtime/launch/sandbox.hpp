@@ -22,6 +22,15 @@
 
 namespace sbx {
 
+// What a typed-IO caller's after_run (RunRequest) hands back: members to add to the record
+// (e.g. {"outputs": [...], "validation": {...}}) and its verdict on the output, if it found the
+// output broke the contract. The verdict is a fact for the outcome (with_verdict, outcome.hpp),
+// never an outcome rewritten by the caller.
+struct AfterRun {
+  nlohmann::json record = nlohmann::json::object();
+  std::optional<ContractVerdict> verdict;
+};
+
 // A warm pool's sandbox (pool_job.hpp; `sbx mcp --pool`, mcp_pool.hpp): what the call brings
 // once the sandbox it is handed was built.
 struct PooledCall {
@@ -29,7 +38,7 @@ struct PooledCall {
   PoolJob job;   // its argv and the files written under kPoolDirs before the program starts
   nlohmann::json inputs = nlohmann::json::array();
   nlohmann::json record_extra = nlohmann::json::object();  // replaces RunRequest::record_extra
-  std::function<nlohmann::json(Outcome&, int out_fd)> after_run;  // replaces RunRequest's
+  std::function<AfterRun(const Outcome&, int out_fd)> after_run;  // replaces RunRequest's
 };
 // What await_call may watch while it waits: init's pidfd (it died: the sandbox is unusable),
 // init's report pipe (readable before hand-out: it failed or was disturbed), and the supervisor's
@@ -76,12 +85,12 @@ struct RunRequest {
   // Set when the caller refused the run before a sandbox was created (input_invalid): nothing is
   // prepared or spawned, but the record is written with this outcome like for any other run.
   std::optional<Outcome> refuse;
-  // Called once the program has ended (or setup failed), before the record is written: reads
-  // what the run produced, may override the outcome (output_invalid), and returns members to
-  // add to the record (e.g. {"outputs": [...], "validation": {...}}).
+  // Called once the program has ended (or setup failed), before the record is written, with the
+  // outcome decided so far: reads what the run produced and returns members to add to the
+  // record and its verdict on the output (AfterRun; output_invalid applies to an ok run only).
   // `out_fd` is an O_PATH fd of the sandbox's /out (-1 if setup never got that far); read it
   // with read_out_file (artifact_export.hpp).
-  std::function<nlohmann::json(Outcome&, int out_fd)> after_run;
+  std::function<AfterRun(const Outcome&, int out_fd)> after_run;
   // Members added to the record as they are: "blobs" (what was kept for a replay, blob_store.hpp;
   // a "blobs" list from after_run is appended to it) and "replay_of" (replay.hpp).
   nlohmann::json record_extra = nlohmann::json::object();

@@ -180,9 +180,10 @@ Result<std::shared_ptr<ExecState>> plan_exec(const json& request, const ExecCont
   // a durable write, fsync included: time the program would otherwise wait for).
   std::string deferred_origin = defer_blobs ? run.profile.origin : "", deferred_profile = defer_blobs ? run.profile.text : "";
   if (!defer_blobs) request_text.clear();
-  run.after_run = [st, dirs, keep_max, request_text, deferred_origin, deferred_profile](Outcome& o, int out_fd) -> json {
+  run.after_run = [st, dirs, keep_max, request_text, deferred_origin, deferred_profile](const Outcome& o, int out_fd) -> AfterRun {
     const std::optional<CompiledSchema>& schema = st->rq.schema;
-    json extra = json::object();
+    AfterRun after;
+    json& extra = after.record;
     json early_blobs = json::array();
     if (!request_text.empty()) {
       BlobKeeper keeper(dirs, keep_max);
@@ -218,15 +219,14 @@ Result<std::shared_ptr<ExecState>> plan_exec(const json& request, const ExecCont
       output_check = invalid_check(errs, 0, result_bounds());
       st->result_errors = output_check["errors"];
       st->result_errors_omitted = output_check.value("errors_omitted", std::size_t{0});
-      // Only a run that otherwise succeeded becomes output_invalid; a failed one keeps its status.
-      if (o.status == RunStatus::ok) {
-        o.status = RunStatus::output_invalid;
-        o.error = make_error("output", std::to_string(errs.size() + st->result_errors_omitted) + " error(s) in /out/result.json");
-      }
+      // Only a run that otherwise succeeded becomes output_invalid; a failed one keeps its status
+      // (with_verdict, outcome.hpp).
+      after.verdict = ContractVerdict{RunStatus::output_invalid, make_error("output", std::to_string(errs.size() + st->result_errors_omitted) +
+                                                                                          " error(s) in /out/result.json")};
     }
     if (errs.empty() && schema) output_check = {{"status", "ok"}};
     extra["validation"] = {{"input", nullptr}, {"output", output_check}};
-    return extra;
+    return after;
   };
   // No result without a record: a run whose record is not durable in the ledger answers with an
   // error, not with its output (exit 125; cli/exec_cmd.cpp prints the one line).

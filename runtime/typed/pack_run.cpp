@@ -130,11 +130,8 @@ PackRunResult run_pack(PackRunRequest& req) {
     in_errors = validate_records(*in_schema, records, &in_omitted, kMaxContractErrors);
   }
   if (!in_errors.empty()) {
-    Outcome o;
-    o.status = RunStatus::input_invalid;
-    o.error = make_error("input", std::to_string(in_errors.size() + in_omitted) + " error(s) in " + req.input_path +
-                                      " against " + req.pack.input_schema_path);
-    run.refuse = o;
+    run.refuse = refusal({RunStatus::input_invalid, make_error("input", std::to_string(in_errors.size() + in_omitted) + " error(s) in " +
+                                                                       req.input_path + " against " + req.pack.input_schema_path)});
     validation["input"] = invalid_check(in_errors, in_omitted, {kMaxRecordsBytes});
     res.errors = error_lines(req.input_path, in_errors, in_omitted);
   } else if (!run.refuse) {
@@ -176,9 +173,11 @@ PackRunResult run_pack(PackRunRequest& req) {
   // 3 the output contract, once the program has ended.
   json valid_result;
   std::vector<std::string> out_lines;
-  run.after_run = [&](Outcome& o, int out_fd) -> json {
-    json extra = {{"validation", validation}};
-    if (run.refuse || out_fd < 0) return extra;
+  run.after_run = [&](const Outcome& o, int out_fd) -> AfterRun {
+    AfterRun after;
+    json& extra = after.record;
+    extra = {{"validation", validation}};
+    if (run.refuse || out_fd < 0) return after;
     OutFile f = read_out_file(out_fd, "result.json", kMaxResultBytes);
     json outputs = json::array();
     if (f.present && f.problem.empty()) outputs.push_back(file_record("/out/result.json", f.size, f.sha256));
@@ -187,7 +186,7 @@ PackRunResult run_pack(PackRunRequest& req) {
       // The program failed on its own terms (exit code, signal, timeout): that status stands, and
       // its output, if any, is not validated nor handed on.
       extra["validation"]["output"] = {{"status", "not_checked"}, {"reason", std::string("the run ended ") + to_string(o.status)}};
-      return extra;
+      return after;
     }
     std::vector<SchemaError> errs;
     if (!f.present) errs.push_back({"", "the program wrote no /out/result.json"});
@@ -206,14 +205,14 @@ PackRunResult run_pack(PackRunRequest& req) {
     if (errs.empty()) {
       extra["validation"]["output"] = {{"status", "ok"}};
     } else {
-      o.status = RunStatus::output_invalid;
-      o.error = make_error("output", std::to_string(errs.size()) + " error(s) in /out/result.json against " +
-                                         req.pack.output_schema_path);
+      after.verdict = ContractVerdict{RunStatus::output_invalid,
+                                      make_error("output", std::to_string(errs.size()) + " error(s) in /out/result.json against " +
+                                                               req.pack.output_schema_path)};
       extra["validation"]["output"] = invalid_check(errs, 0, result_bounds());  // keeps the first kMaxContractErrors
       std::size_t omitted = extra["validation"]["output"].value("errors_omitted", std::size_t{0});
       out_lines = error_lines("/out/result.json", errs, omitted);
     }
-    return extra;
+    return after;
   };
 
   // No result without a record: the caller gets the validated result only once the run's record

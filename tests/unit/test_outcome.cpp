@@ -3,7 +3,12 @@
 #include <signal.h>
 #include <sys/wait.h>
 
+#include <cstring>
+#include <optional>
+#include <vector>
+
 #include "runtime/launch/outcome.hpp"
+#include "runtime/launch/supervisor.hpp"
 
 using namespace sbx;
 
@@ -51,4 +56,433 @@ TEST_CASE("errors describe themselves with stage and strerror") {
   CHECK(e.describe() == "bind source /x: No such file or directory");
   CHECK(e.describe_with_stage() == "setup failed at mounts: bind source /x: No such file or directory");
   CHECK(Error{"usage", 0, "plain"}.describe() == "plain");
+}
+
+// decide_outcome (outcome.hpp): every status, and every pair of facts that can come together,
+// resolved by the documented precedence.
+namespace {
+
+SuperviseResult program(int wait_status) {
+  SuperviseResult s;
+  s.program_wait_status = wait_status;
+  return s;
+}
+
+RunFacts ran(const SuperviseResult& s) {
+  RunFacts f;
+  f.supervised = &s;
+  f.kill_grace_ms = 2000;
+  return f;
+}
+
+ChildMsg setup_msg(const char* stage, int err, const char* message) {
+  ChildMsg m;
+  m.kind = ChildMsg::kSetupError;
+  m.err = err;
+  std::strncpy(m.stage, stage, sizeof m.stage - 1);
+  std::strncpy(m.message, message, sizeof m.message - 1);
+  return m;
+}
+
+Outcome refused_input() {
+  Outcome o;
+  o.status = RunStatus::input_invalid;
+  o.error = Error{"input", 0, "1 error(s) in in.json"};
+  return o;
+}
+
+ContractVerdict bad_output() { return {RunStatus::output_invalid, Error{"output", 0, "1 error(s) in /out/result.json"}}; }
+
+}  // namespace
+
+TEST_CASE("decide_outcome: the program's own end") {
+  auto s0 = program(exited(0));
+  Outcome o = decide_outcome(ran(s0));
+  CHECK(o.status == RunStatus::ok);
+  CHECK(exit_status_for(o) == 0);
+  CHECK(o.reason.empty());
+  auto s3 = program(exited(3));
+  o = decide_outcome(ran(s3));
+  CHECK(o.status == RunStatus::exit_nonzero);
+  CHECK(exit_status_for(o) == 3);
+  auto st = program(killed(SIGTERM));
+  o = decide_outcome(ran(st));
+  CHECK(o.status == RunStatus::signaled);
+  CHECK(exit_status_for(o) == 143);
+  CHECK(o.reason.empty());
+  auto sys = program(killed(SIGSYS));  // the kernel's own seccomp kill
+  o = decide_outcome(ran(sys));
+  CHECK(o.status == RunStatus::seccomp_violation);
+  CHECK(exit_status_for(o) == 159);
+}
+
+TEST_CASE("decide_outcome: nothing ran and nothing said why is sbx's failure") {
+  Outcome o = decide_outcome(RunFacts{});
+  CHECK(o.status == RunStatus::setup_error);
+  CHECK(exit_status_for(o) == 125);
+}
+
+TEST_CASE("decide_outcome: a caller's refusal beats everything") {
+  auto s = program(exited(0));
+  RunFacts f = ran(s);
+  f.refused = refused_input();
+  f.setup_error = Error{"mounts", ENOENT, "bind source /x"};
+  f.signal_before_start = SIGINT;
+  f.contract = bad_output();
+  Outcome o = decide_outcome(f);
+  CHECK(o.status == RunStatus::input_invalid);
+  CHECK(exit_status_for(o) == 65);
+  CHECK(o.error->stage == "input");
+  // A contract that no longer compiles refuses as sbx's own failure.
+  RunFacts g;
+  g.refused = Outcome{};
+  g.refused->error = Error{"pack", 0, "schema"};
+  CHECK(exit_status_for(decide_outcome(g)) == 125);
+}
+
+TEST_CASE("decide_outcome: sbx's setup error beats a signal and the supervision") {
+  auto s = program(exited(0));
+  RunFacts f = ran(s);
+  f.setup_error = Error{"mounts", ENOENT, "bind source /x"};
+  f.signal_before_start = SIGINT;
+  Outcome o = decide_outcome(f);
+  CHECK(o.status == RunStatus::setup_error);
+  CHECK(o.error->stage == "mounts");
+  CHECK(exit_status_for(o) == 125);
+  CHECK(o.error->hint.empty());  // the supervised hint is for a supervised error only
+}
+
+TEST_CASE("decide_outcome: a signal before the start: the program was not started") {
+  auto s = program(exited(0));
+  RunFacts f = ran(s);
+  f.signal_before_start = SIGINT;
+  Outcome o = decide_outcome(f);
+  CHECK(o.status == RunStatus::signaled);
+  CHECK(o.signal == SIGINT);
+  CHECK(exit_status_for(o) == 130);
+  CHECK(o.reason == "SIGINT received by sbx before the program started: it was not started");
+}
+
+TEST_CASE("decide_outcome: init's setup error, with its hint; execve's 126/127") {
+  SuperviseResult s;
+  s.setup_error = setup_msg("execve", ENOENT, "execute foo");
+  s.init_wait_status = exited(1);
+  RunFacts f = ran(s);
+  f.setup_hint = "bind it";
+  Outcome o = decide_outcome(f);
+  CHECK(o.status == RunStatus::setup_error);
+  CHECK(o.error->hint == "bind it");
+  CHECK(exit_status_for(o) == 127);
+  REQUIRE(supervision_error(s));
+  CHECK(supervision_error(s)->message == "execute foo");
+  s.setup_error = setup_msg("execve", EACCES, "execute foo");
+  CHECK(exit_status_for(decide_outcome(ran(s))) == 126);
+  // sbx's own failure while supervising comes before init's report, and keeps its own hint.
+  s.error = Error{"cpu", EINVAL, "read cpu.stat"};
+  s.error->hint = "own";
+  f = ran(s);
+  f.setup_hint = "other";
+  o = decide_outcome(f);
+  CHECK(o.error->stage == "cpu");
+  CHECK(o.error->hint == "own");
+  CHECK(exit_status_for(o) == 125);
+  CHECK_FALSE(supervision_error(program(exited(0))));
+}
+
+TEST_CASE("decide_outcome: a setup error beats a timeout, an OOM kill and the program's status") {
+  auto s = program(killed(SIGKILL));
+  s.error = Error{"timeout", EINVAL, "timerfd_settime"};
+  s.timed_out = true;
+  RunFacts f = ran(s);
+  f.oom_kills = 1;
+  f.export_limit_hit = true;
+  CHECK(decide_outcome(f).status == RunStatus::setup_error);
+}
+
+TEST_CASE("decide_outcome: a seccomp kill beats the signal it ends in, and a timeout") {
+  auto s = program(killed(SIGKILL));
+  s.seccomp_kill = SeccompViolation{"mount", 165, "x86_64", "SCMP_ACT_KILL_PROCESS", 1, 0, true};
+  s.timed_out = true;
+  RunFacts f = ran(s);
+  f.oom_kills = 1;
+  f.rlimit_cpu_ms = 100;
+  f.cpu_used_ms = 100;
+  Outcome o = decide_outcome(f);
+  CHECK(o.status == RunStatus::seccomp_violation);
+  CHECK(o.signal == SIGSYS);
+  CHECK(exit_status_for(o) == 159);
+  CHECK(o.reason == "killed by the seccomp policy: mount (x86_64, SCMP_ACT_KILL_PROCESS)");
+}
+
+TEST_CASE("decide_outcome: wall and CPU timeouts, and a timeout beats an OOM kill") {
+  auto s = program(killed(SIGKILL));
+  s.timed_out = true;
+  RunFacts f = ran(s);
+  f.oom_kills = 2;  // the timer's SIGKILL is not the OOM killer's, even when one acted too
+  Outcome o = decide_outcome(f);
+  CHECK(o.status == RunStatus::timeout);
+  CHECK(o.reason == "wall");
+  CHECK(exit_status_for(o) == 124);
+  s.delivery_timed_out = true;
+  CHECK(decide_outcome(ran(s)).reason == "wall: the program had ended, but its output was not all taken by the reader");
+  SuperviseResult c = program(killed(SIGKILL));
+  c.cpu_exceeded = true;
+  o = decide_outcome(ran(c));
+  CHECK(o.status == RunStatus::timeout);
+  CHECK(o.reason == "cpu");
+  // The wall timer wins when both budgets ran out.
+  c.timed_out = true;
+  CHECK(decide_outcome(ran(c)).reason == "wall");
+}
+
+TEST_CASE("decide_outcome: RLIMIT_CPU's kill is a CPU timeout once 80% of the budget shows in rusage") {
+  for (int sig : {SIGKILL, SIGXCPU}) {
+    auto s = program(killed(sig));
+    RunFacts f = ran(s);
+    f.rlimit_cpu_ms = 1000;
+    f.cpu_used_ms = 800;
+    Outcome o = decide_outcome(f);
+    CHECK(o.status == RunStatus::timeout);
+    CHECK(o.reason == "cpu");
+    CHECK(exit_status_for(o) == 124);
+    f.cpu_used_ms = 799;
+    o = decide_outcome(f);
+    CHECK(o.status == RunStatus::signaled);
+    CHECK(exit_status_for(o) == 128 + sig);
+  }
+  // Another signal, or an exit, with the budget spent stays what it was.
+  auto t = program(killed(SIGTERM));
+  RunFacts f = ran(t);
+  f.rlimit_cpu_ms = 1000;
+  f.cpu_used_ms = 5000;
+  CHECK(decide_outcome(f).status == RunStatus::signaled);
+  auto e = program(exited(0));
+  f = ran(e);
+  f.rlimit_cpu_ms = 1000;
+  f.cpu_used_ms = 5000;
+  CHECK(decide_outcome(f).status == RunStatus::ok);
+}
+
+TEST_CASE("decide_outcome: an OOM kill needs the cgroup's count and a SIGKILL") {
+  auto s = program(killed(SIGKILL));
+  RunFacts f = ran(s);
+  f.oom_kills = 1;
+  Outcome o = decide_outcome(f);
+  CHECK(o.status == RunStatus::oom);
+  CHECK(o.signal == SIGKILL);
+  CHECK(exit_status_for(o) == 137);
+  f.oom_kills = 0;
+  CHECK(decide_outcome(f).status == RunStatus::signaled);
+  // A helper process OOM-killed while the program itself ended on its own terms.
+  auto e = program(exited(1));
+  f = ran(e);
+  f.oom_kills = 1;
+  CHECK(decide_outcome(f).status == RunStatus::exit_nonzero);
+  auto t = program(killed(SIGTERM));
+  f = ran(t);
+  f.oom_kills = 1;
+  CHECK(decide_outcome(f).status == RunStatus::signaled);
+  // Killed by sbx after a forwarded signal (no report from init), with an OOM kill counted.
+  SuperviseResult k;
+  k.init_wait_status = killed(SIGKILL);
+  f = ran(k);
+  f.oom_kills = 1;
+  CHECK(decide_outcome(f).status == RunStatus::oom);
+}
+
+TEST_CASE("decide_outcome: SIGXFSZ under the memory fallback names RLIMIT_FSIZE") {
+  auto s = program(killed(SIGXFSZ));
+  RunFacts f = ran(s);
+  CHECK(decide_outcome(f).reason.empty());
+  f.fsize_cap_bytes = 64LL << 20;
+  Outcome o = decide_outcome(f);
+  CHECK(o.status == RunStatus::signaled);
+  CHECK(exit_status_for(o) == 128 + SIGXFSZ);
+  CHECK(o.reason ==
+        "SIGXFSZ: a file grew past RLIMIT_FSIZE (64M, the memory fallback's cap on each file and memfd; see enforcement.memory_fallback)");
+}
+
+TEST_CASE("decide_outcome: the output limit applies to a run that succeeded only") {
+  auto s = program(exited(0));
+  RunFacts f = ran(s);
+  f.export_limit_hit = true;
+  Outcome o = decide_outcome(f);
+  CHECK(o.status == RunStatus::output_limit);
+  CHECK(o.reason == "artifact export caps reached (--output-max-bytes/--output-max-files)");
+  CHECK(exit_status_for(o) == 0);  // the program's own code
+  auto e = program(exited(3));
+  f = ran(e);
+  f.export_limit_hit = true;
+  o = decide_outcome(f);
+  CHECK(o.status == RunStatus::exit_nonzero);
+  CHECK(exit_status_for(o) == 3);
+  auto k = program(killed(SIGTERM));
+  f = ran(k);
+  f.export_limit_hit = true;
+  CHECK(decide_outcome(f).status == RunStatus::signaled);
+}
+
+TEST_CASE("decide_outcome: the typed-IO verdict applies to a run that succeeded only") {
+  auto s = program(exited(0));
+  RunFacts f = ran(s);
+  f.contract = bad_output();
+  Outcome o = decide_outcome(f);
+  CHECK(o.status == RunStatus::output_invalid);
+  CHECK(o.error->stage == "output");
+  CHECK(exit_status_for(o) == 65);
+  // The output limit came first: the run did not succeed, its output is not judged.
+  f.export_limit_hit = true;
+  CHECK(decide_outcome(f).status == RunStatus::output_limit);
+  auto e = program(exited(2));
+  f = ran(e);
+  f.contract = bad_output();
+  o = decide_outcome(f);
+  CHECK(o.status == RunStatus::exit_nonzero);
+  CHECK_FALSE(o.error);
+  CHECK(exit_status_for(o) == 2);
+  auto t = program(killed(SIGKILL));
+  t.timed_out = true;
+  f = ran(t);
+  f.contract = bad_output();
+  CHECK(decide_outcome(f).status == RunStatus::timeout);
+}
+
+TEST_CASE("decide_outcome: who ended the run, in the reason") {
+  auto s = program(killed(SIGTERM));
+  s.forwarded_signal = SIGTERM;
+  Outcome o = decide_outcome(ran(s));
+  CHECK(o.status == RunStatus::signaled);
+  CHECK(exit_status_for(o) == 143);
+  CHECK(o.reason == "SIGTERM received by sbx and forwarded to the program's process group");
+  SuperviseResult k;
+  k.forwarded_signal = SIGINT;
+  k.killed_after_grace = true;
+  k.init_wait_status = killed(SIGKILL);
+  o = decide_outcome(ran(k));
+  CHECK(exit_status_for(o) == 137);
+  CHECK(o.reason == "killed by sbx (SIGKILL): still running 2000 ms after sbx forwarded SIGINT");
+  k.second_signal = SIGTERM;
+  CHECK(decide_outcome(ran(k)).reason == "killed by sbx (SIGKILL) at a second signal (SIGTERM) after forwarding SIGINT");
+  auto p = program(killed(SIGPIPE));
+  p.out.reader_closed = true;
+  o = decide_outcome(ran(p));
+  CHECK(exit_status_for(o) == 141);
+  CHECK(o.reason == "the reader of sbx's stdout closed it, and sbx closed the program's pipe");
+  auto a = program(exited(0));
+  a.signal_after_end = SIGINT;
+  o = decide_outcome(ran(a));
+  CHECK(o.status == RunStatus::ok);
+  CHECK(o.reason == "SIGINT received by sbx after the program had ended: its output still waiting for the reader was dropped");
+}
+
+TEST_CASE("with_verdict: the contract's verdict is step 9 of decide_outcome, for an ok run only") {
+  // A pack or exec run that succeeded and wrote a result that breaks the contract: 65, whatever
+  // the program's own exit code (0) says. The caller judged it seeing status ok.
+  auto s = program(exited(0));
+  RunFacts f = ran(s);
+  Outcome seen = decide_outcome(f);
+  REQUIRE(seen.status == RunStatus::ok);
+  Outcome o = with_verdict(seen, bad_output());
+  CHECK(o.status == RunStatus::output_invalid);
+  CHECK(o.exit_code == 0);
+  CHECK(exit_status_for(o) == 65);
+  CHECK(o.error->describe() == "1 error(s) in /out/result.json");
+  CHECK(with_verdict(seen, std::nullopt).status == RunStatus::ok);
+  // The two ways give the same outcome, for every end a verdict can meet.
+  std::vector<RunFacts> ends;
+  ends.push_back(ran(s));
+  auto e = program(exited(3));
+  ends.push_back(ran(e));
+  auto k = program(killed(SIGKILL));
+  ends.push_back(ran(k));
+  ends.back().oom_kills = 1;
+  auto t = program(killed(SIGKILL));
+  t.timed_out = true;
+  ends.push_back(ran(t));
+  auto sc = program(killed(SIGSYS));
+  ends.push_back(ran(sc));
+  ends.push_back(ran(s));
+  ends.back().export_limit_hit = true;
+  ends.push_back(ran(s));
+  ends.back().signal_before_start = SIGTERM;
+  ends.push_back(ran(s));
+  ends.back().setup_error = Error{"mounts", ENOENT, "bind source /x"};
+  ends.push_back(ran(s));
+  ends.back().refused = refused_input();
+  for (auto& end : ends) {
+    Outcome plain = decide_outcome(end);
+    end.contract = bad_output();
+    Outcome both = decide_outcome(end);
+    Outcome stepwise = with_verdict(plain, end.contract);
+    CHECK(both.status == stepwise.status);
+    CHECK(exit_status_for(both) == exit_status_for(stepwise));
+    CHECK(both.reason == stepwise.reason);
+    // Only the ok run changes; every failure keeps its status and exit status.
+    if (plain.status == RunStatus::ok) {
+      CHECK(both.status == RunStatus::output_invalid);
+    } else {
+      CHECK(both.status == plain.status);
+    }
+  }
+}
+
+TEST_CASE("decide_outcome: a contract verdict against each failure it can meet") {
+  auto oom = program(killed(SIGKILL));
+  RunFacts f = ran(oom);
+  f.oom_kills = 1;
+  f.contract = bad_output();
+  CHECK(decide_outcome(f).status == RunStatus::oom);
+  CHECK(exit_status_for(decide_outcome(f)) == 137);
+  auto sys = program(killed(SIGSYS));
+  f = ran(sys);
+  f.contract = bad_output();
+  CHECK(exit_status_for(decide_outcome(f)) == 159);
+  auto cpu = program(killed(SIGKILL));
+  f = ran(cpu);
+  f.rlimit_cpu_ms = 1000;
+  f.cpu_used_ms = 1000;
+  f.contract = bad_output();
+  CHECK(decide_outcome(f).status == RunStatus::timeout);
+  CHECK(exit_status_for(decide_outcome(f)) == 124);
+  RunFacts g;
+  g.signal_before_start = SIGINT;
+  g.contract = bad_output();
+  CHECK(exit_status_for(decide_outcome(g)) == 130);
+  RunFacts h;
+  h.setup_error = Error{"execve", ENOENT, "execute /nope"};
+  h.contract = bad_output();
+  CHECK(exit_status_for(decide_outcome(h)) == 127);
+  // An input refused by the caller: its own verdict (input_invalid) stands.
+  RunFacts r;
+  r.refused = refused_input();
+  r.contract = bad_output();
+  CHECK(decide_outcome(r).status == RunStatus::input_invalid);
+}
+
+TEST_CASE("decide_outcome: the output limit against an exit code, a timeout and a seccomp kill") {
+  auto s = program(exited(0));
+  RunFacts f = ran(s);
+  f.export_limit_hit = true;
+  f.contract = bad_output();  // 8 before 9: the export's caps, and the output is not judged
+  CHECK(decide_outcome(f).status == RunStatus::output_limit);
+  auto t = program(killed(SIGKILL));
+  t.timed_out = true;
+  f = ran(t);
+  f.export_limit_hit = true;
+  CHECK(decide_outcome(f).status == RunStatus::timeout);
+  auto sc = program(killed(SIGKILL));
+  sc.seccomp_kill = SeccompViolation{"mount", 165, "x86_64", "SCMP_ACT_KILL_PROCESS", 1, 0, true};
+  f = ran(sc);
+  f.export_limit_hit = true;
+  CHECK(decide_outcome(f).status == RunStatus::seccomp_violation);
+}
+
+TEST_CASE("refusal: a caller's verdict on the input, before anything was created") {
+  Outcome o = refusal({RunStatus::input_invalid, Error{"input", 0, "2 error(s) in in.json against schemas/in.json"}});
+  CHECK(o.status == RunStatus::input_invalid);
+  CHECK(exit_status_for(o) == 65);
+  CHECK_FALSE(o.exit_code);
+  RunFacts f;
+  f.refused = o;
+  CHECK(decide_outcome(f).error->message == "2 error(s) in in.json against schemas/in.json");
 }
