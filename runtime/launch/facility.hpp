@@ -109,8 +109,8 @@ class Facility {
 // a request with several faults gets first).
 const std::vector<const Facility*>& facilities();
 
-// Each facility's prepare in order; the first failure is returned and `prepared` says how many
-// succeeded before it.
+// Each facility's prepare in order, stopping at the first failure, which is returned as it is
+// (the run's setup error, --dry-run's exit 125 line).
 Status prepare_facilities(RunContext& ctx);
 // Each facility's after_clone in order, for the init `pid` cloned but not yet started.
 Status facilities_after_clone(RunContext& ctx, pid_t pid);
