@@ -10,14 +10,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "runtime/egress/egress_policy.hpp"
-#include "runtime/linux/gpu.hpp"
-#include "runtime/image/image_seal.hpp"
-#include "runtime/image/image_store.hpp"
-#include "runtime/linux/memory_fallback.hpp"
-#include "runtime/linux/mounts.hpp"
-#include "runtime/linux/seccomp_policy.hpp"
 #include "runtime/base/units.hpp"
+#include "runtime/launch/facility.hpp"
 #include "runtime/linux/userns.hpp"
 
 namespace sbx {
@@ -37,60 +31,6 @@ const char* flag_of(const std::string& limit) {
   if (limit == "pids") return "--pids";
   if (limit == "cpus") return "--cpus";
   return "--timeout";
-}
-
-json limit_value(const Limits& l, const std::string& limit) {
-  if (limit == "memory") return *l.memory_bytes;
-  if (limit == "pids") return *l.pids;
-  if (limit == "cpus") return *l.cpus;
-  if (limit == "cpu_time") return *l.cpu_time_ms;
-  if (limit == "timeout") return *l.timeout_ms;
-  if (limit == "output") return *l.output_limit_bytes;
-  return nullptr;
-}
-
-json limits_json(const Limits& l, const LimitPlan& plan, const std::map<std::string, std::string>& layers) {
-  json out = json::array();
-  for (auto& d : plan.decisions) {
-    auto layer = layers.find(d.limit);
-    out.push_back({{"limit", d.limit},
-                   {"value", limit_value(l, d.limit)},
-                   {"set_by", layer == layers.end() ? json(nullptr) : json(layer->second)},
-                   {"enforced", d.applied},
-                   {"degraded", d.degraded},
-                   {"mechanism", d.applied ? json(d.mechanism) : json(nullptr)},
-                   {"reason", d.reason}});
-  }
-  out.push_back({{"limit", "tmp_size"}, {"value", l.tmp_size_bytes}, {"set_by", nullptr}, {"enforced", true},
-                 {"degraded", false}, {"mechanism", "tmpfs size option (/tmp)"}, {"reason", ""}});
-  return out;
-}
-
-// The image the run would be on, resolved and its seal taken now (the real run takes it while
-// init builds the sandbox; a dry run has no sandbox to overlap with).
-Result<json> image_json(const RunSpec& spec, const Dirs& dirs) {
-  if (spec.image == "host") return json{{"name", "host"}, {"digest", nullptr}};
-  ImageStore store(dirs.images);
-  auto image = store.resolve(spec.image);
-  if (!image) return image.error();
-  int fd = ::open(image->rootfs.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  if (fd < 0) return sys_error("image", "open " + image->rootfs);
-  auto seal = compute_seal_fd(fd);
-  ::close(fd);
-  if (!seal) return seal.error();
-  SBX_TRY(seal_matches(*image, *seal, spec.image));
-  return json{{"name", spec.image}, {"digest", image->digest}, {"names", image->names}, {"seal", "checked"}};
-}
-
-json network_json(const RunSpec& spec) {
-  json j = {{"mode", spec.network.mode}, {"allow", spec.network.allow}};
-  if (spec.network.mode != "proxy") return j;
-  auto rules = parse_allow_rules(spec.network.allow);
-  std::vector<std::string> via_proxy;
-  if (rules) via_proxy = loopback_reached(*rules);
-  j["proxy"] = "127.0.0.1:" + std::to_string(kProxyPort) + " inside the sandbox, served by the supervisor outside";
-  j["loopback_through_proxy"] = via_proxy;
-  return j;
 }
 
 // As root, init looks a bind source up as the sandbox's root: the host uid and gid that inside 0
@@ -225,47 +165,16 @@ void add_setup_hint(Error& e, const RunSpec& spec, const IdentityPlan& identity,
 }
 
 Result<json> dry_run(const RunRequest& req) {
-  const RunSpec& spec = req.spec;
-  std::string cwd = current_dir();
   SBX_TRY(check_trace_file(req.trace_file));
-  auto identity = plan_identity(spec, req.id_slot);
-  if (!identity) return identity.error();
-  SBX_TRY(check_sources(spec, cwd, &*identity));  // in run_sandbox's order: the same first error
+  std::string cwd = current_dir();
   CgroupInfo cg = detect_cgroup();
-  GpuPlan gpu;
-  if (!spec.gpu.devices.empty()) {
-    auto planned = plan_gpu_for_run(spec, *identity, req.limit_layers);
-    if (!planned) return planned.error();
-    gpu = std::move(*planned);
-  }
-  LimitPlan plan = plan_limits(spec.limits, cg, ::geteuid() != 0, true, gpu.enabled);
-  if (spec.require_limits)
-    if (auto e = require_limits_shortfall(plan, cg, req.limit_layers)) return *e;
-  auto mounts = plan_mounts(spec, cwd);
-  if (!mounts) return mounts.error();
-  for (auto& n : gpu.nodes) mounts->device_nodes.push_back({n.host_path, n.path});  // as run_sandbox
-  for (auto& f : gpu.driver_files) mounts->binds.push_back(f);
-  auto fallback = apply_memory_fallback(spec, plan, req.explicit_limits, *identity, *mounts);
-  if (!fallback) return fallback.error();
-  auto image = image_json(spec, req.dirs);
-  if (!image) return image.error();
-  // No cache directory: a dry run writes nothing, not even a compiled policy.
-  auto seccomp = prepare_seccomp(spec.seccomp, "", spec.capabilities.keep);
-  if (!seccomp) return seccomp.error();
-  if (auto rules = parse_allow_rules(spec.network.allow); !rules) return rules.error();
-  json enforcement = {
-      {"limits", limits_json(spec.limits, plan, req.limit_layers)},
-      {"cgroup", plan.use_cgroup ? "v2: a run cgroup under " + (cg.root_subtree ? cg.mount + "/sbx" : cg.mount + cg.self_path)
-                                 : "unavailable (" + cg.layout + "): limits fall back to rlimits where one exists"},
-      {"identity", identity_to_json(*identity)},
-      {"seccomp", seccomp_enforcement_json(*seccomp)},
-      {"network", network_json(spec)},
-      {"image", *image},
-      {"mounts", mounts_to_json(*mounts)},
-      {"gpu", gpu_enforcement_json(gpu)}};
-  if (!fallback->is_null()) enforcement["memory_fallback"] = std::move(*fallback);
-  json out = spec_to_json(spec);
-  out["enforcement"] = std::move(enforcement);
+  Result<IdentityPlan> identity = plan_identity(req.spec, req.id_slot);
+  // The run's facilities, in the run's order (the same first error), creating nothing; then each
+  // one's part of the plan.
+  RunContext ctx(req, cwd, cg, identity, true);
+  SBX_TRY(prepare_facilities(ctx));
+  json out = spec_to_json(req.spec);
+  out["enforcement"] = enforcement_plan(ctx);
   return out;
 }
 

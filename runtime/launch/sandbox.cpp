@@ -19,6 +19,7 @@
 #include "runtime/model/caps.hpp"
 #include "runtime/linux/cgroup.hpp"
 #include "runtime/launch/child.hpp"
+#include "runtime/launch/facility.hpp"
 #include "runtime/linux/clone.hpp"
 #include "runtime/model/environment.hpp"
 #include "runtime/linux/events.hpp"
@@ -52,7 +53,6 @@ using nlohmann::json;
 
 constexpr unsigned long kNamespaces = CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWNET |
                                       CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP;
-const char* const kNamespaceNames[] = {"user", "pid", "mount", "net", "ipc", "uts", "cgroup"};
 
 // A pipe or a SOCK_SEQPACKET socketpair (for fd handoffs, fdpass.hpp), both ends close-on-exec:
 // `r` stays with the supervisor, `w` goes to init, which keeps what it needs by fd number
@@ -121,24 +121,6 @@ json host_json(const CgroupInfo& cg, const std::string& obtained_by, const std::
   return {{"kernel", u.release}, {"cgroup", std::move(c)}};
 }
 
-// Which limits are enforced and how: wall time, output and /tmp size are sbx's own; memory,
-// processes and CPU come from the limit plan (cgroup v2, or an honest rlimit fallback).
-std::vector<LimitEntry> limit_entries(const Limits& l, const LimitPlan& plan) {
-  std::vector<LimitEntry> v;
-  for (auto& d : plan.decisions) {
-    json value = d.value;  // numbers in the record, not the plan's strings
-    if (d.limit == "memory") value = *l.memory_bytes;
-    if (d.limit == "pids") value = *l.pids;
-    if (d.limit == "cpus") value = *l.cpus;
-    if (d.limit == "cpu_time") value = *l.cpu_time_ms;
-    if (d.limit == "timeout") value = *l.timeout_ms;
-    if (d.limit == "output") value = *l.output_limit_bytes;
-    v.push_back({d.limit, value, d.applied ? d.mechanism : "", d.reason, d.degraded});
-  }
-  v.push_back({"tmp_size", l.tmp_size_bytes, "tmpfs size option (/tmp)", "", false});
-  return v;
-}
-
 json cgroup_usage_json(const CgroupUsage& u) {
   auto opt = [](const std::optional<std::int64_t>& x) { return x ? json(*x) : json(nullptr); };
   auto ms = [](const std::optional<std::int64_t>& us) { return us ? json(*us / 1000) : json(nullptr); };
@@ -150,25 +132,6 @@ json cgroup_usage_json(const CgroupUsage& u) {
           {"cpu_usage_ms", ms(u.cpu_usage_us)},
           {"cpu_throttled_periods", opt(u.nr_throttled)},
           {"cpu_throttled_ms", ms(u.throttled_us)}};
-}
-
-json network_enforcement_json(const NetworkSpec& n) {
-  json j = {{"mode", n.mode}, {"allow", n.allow}, {"interfaces", {"lo"}}};
-  if (n.mode == "proxy")
-    j["proxy"] = {{"listen", "127.0.0.1:" + std::to_string(kProxyPort)},
-                  {"where", "sbx supervisor, outside the sandbox; socket bound in the sandbox's network namespace"},
-                  {"protocols", {"CONNECT", "http absolute-URI"}},
-                  {"resolver", "c-ares on the supervisor's poll loop (/etc/hosts, then resolv.conf's servers), for "
-                                "allowed names only; 16 lookups in flight, 504 after min(5 s, idle_timeout_ms)"},
-                  {"resolved_addresses", "checked at connect time: loopback, link-local, private, CGNAT, unique-local, "
-                                         "unspecified, multicast and broadcast addresses only through an address/CIDR rule; "
-                                         "IPv4-mapped IPv6 matched as IPv4"},
-                  {"requests", "strict HTTP/1.x parsing (CRLF only, no control bytes, no CL+TE); plain HTTP: one "
-                               "Content-Length-framed request per connection"},
-                  {"max_connections", n.max_connections},
-                  {"max_bytes", n.max_bytes ? json(*n.max_bytes) : json(nullptr)},
-                  {"idle_timeout_ms", n.idle_timeout_ms}};
-  return j;
 }
 
 // The GPU plan's environment (gpu.hpp) over the built one: LD_LIBRARY_PATH goes after one the
@@ -187,36 +150,6 @@ void add_gpu_environment(std::vector<std::string>& envp, const GpuPlan& gpu, con
   }
 }
 
-// --input: each host file or directory hashed before the run (what the program was given).
-Result<json> hash_inputs(const std::vector<BindMount>& inputs, const std::string& cwd) {
-  json out = json::array();
-  for (auto& in : inputs) {
-    std::string src = in.src[0] == '/' ? in.src : cwd + "/" + in.src;
-    struct stat st;
-    if (::stat(src.c_str(), &st) != 0) return sys_error("usage", "--input " + in.src);
-    if (S_ISDIR(st.st_mode)) {
-      auto scan = scan_tree(src);
-      if (!scan) return make_error("usage", "--input " + in.src + ": " + scan.error().message, scan.error().err);
-      json entry = {{"path", in.dst}, {"source", src}, {"type", "directory"}, {"bytes", scan->bytes},
-                    {"sha256", sha256_hex(manifest_text(scan->entries))}, {"digest_of", "sbx-manifest v1"},
-                    {"entries", scan->entries.size()}};
-      if (!scan->skipped.empty()) entry["skipped_special_files"] = scan->skipped.size();
-      out.push_back(entry);
-    } else if (S_ISREG(st.st_mode)) {
-      UniqueFd fd(::open(src.c_str(), O_RDONLY | O_CLOEXEC));
-      if (!fd.ok()) return sys_error("usage", "--input " + in.src);
-      std::int64_t bytes = 0;
-      auto h = sha256_fd(fd.get(), &bytes);
-      fd.reset();
-      if (!h) return make_error("usage", "--input " + in.src + ": read", h.error().err);
-      out.push_back({{"path", in.dst}, {"source", src}, {"type", "file"}, {"bytes", bytes}, {"sha256", *h}});
-    } else {
-      return make_error("usage", "--input " + in.src + " is not a regular file or a directory");
-    }
-  }
-  return out;
-}
-
 }  // namespace
 
 namespace {
@@ -233,12 +166,6 @@ std::int64_t mono_us() {
 // is closed.
 struct Launch {
   explicit Launch(const StdinPlan& plan) : caller_in(plan) {}
-  const bool rootless = ::geteuid() != 0;
-  GpuPlan gpu;
-  LimitPlan plan;
-  std::optional<Error> cgroup_error;  // RunCgroup::create failed
-  bool memory_fallback = false;       // enforcement.memory_fallback (memory_fallback.hpp) applies
-  std::optional<PreparedSeccomp> seccomp;
   ChildConfig cfg;
   FdPair sync, msg, out, err;  // init's go/start bytes; its reports; the program's stdout, stderr
   // The caller's stdin: a pipe fed by the supervisor, a pty, or /dev/null (stdin_relay.hpp).
@@ -269,16 +196,10 @@ class Run {
  private:
   // 1 prepare
   bool prepare();
-  bool prepare_limits();
-  bool prepare_cgroup();
-  bool prepare_mounts();
-  bool prepare_image();
-  bool prepare_seccomp();
   bool prepare_child();
   bool prepare_channels();
   bool prepare_proxy();
   bool prepare_signals();
-  void log_limit_shortfalls(const TmpfsBudget& scaled) const;
   // 2 spawn
   bool spawn();
   bool start_init();
@@ -324,12 +245,9 @@ class Run {
   TraceParts parts_;
   std::string cwd_ = current_dir();
   CgroupInfo cg_ = detect_cgroup();
-  bool have_cgroup_ = false;  // a RunCgroup was created (host.cgroup.obtained_by)
   bool described_ = false;
   nlohmann::json inputs_;
   nlohmann::json stdin_record_;
-  UniqueFd image_fd_;  // the stored tree, checked against its seal, handed to init
-  std::optional<ImageRecord> image_;  // the image the run is on (not "host")
   FdPair out_pair_;  // init sends the O_PATH fd of /out on it (artifact_export.hpp)
   UniqueFd out_dir_fd_;
   std::optional<ExportResult> exported_;
@@ -339,12 +257,13 @@ class Run {
   std::optional<SuperviseResult> sup_;
   std::optional<EventStream> events_;
   std::optional<Error> events_error_;
-  std::optional<RunCgroup> cgroup_;
-  std::optional<CgroupEvents> cgroup_events_;  // the run cgroup's limit events, while it exists
   SharedInitStack init_stack_;  // declared before anything that may outlive init
   pid_t exiting_init_ = -1;  // init reported an empty sandbox and is still exiting: reaped in clean()
   std::optional<NonDumpableWhileShared> non_dumpable_;  // a shared init's: until it is reaped (clone.hpp)
   Result<IdentityPlan> identity_;
+  // What the facilities prepared (facility.hpp): the limit plan and the run cgroup, the mount
+  // plan, the image, the seccomp programs; the record's `enforcement` is built from it.
+  RunContext ctx_{req_, cwd_, cg_, identity_, false};
   std::optional<Launch> launch_;
 };
 
@@ -358,15 +277,7 @@ Run::Run(const RunRequest& req)
       identity_(plan_identity(req.spec, req.id_slot)) {
   parts_.run_id = make_run_id();
   parts_.started_at = rfc3339_now();
-  json namespaces = json::array();
-  for (auto* n : kNamespaceNames) namespaces.push_back(n);
   const RunSpec& s = spec();
-  parts_.enforcement = {{"namespaces", namespaces},
-                        {"cgroup", "unavailable"},
-                        {"seccomp", {{"profile", s.seccomp}, {"sha256", nullptr}, {"unresolved", json::array()}, {"mode", nullptr},
-                                     {"note", "not installed: the run ended before the policy was prepared"}}},
-                        {"capabilities", {{"kept", s.capabilities.keep}, {"bounding", s.capabilities.keep}, {"securebits", "locked"}, {"no_new_privs", true}}},
-                        {"network", network_enforcement_json(s.network)}};
   parts_.image = {{"name", s.image}, {"digest", nullptr}, {"mounts", json::array()}};
   // Live events (events.hpp): opened first, so that a run that fails in setup still says so.
   if (!s.events.empty()) {
@@ -374,8 +285,9 @@ Run::Run(const RunRequest& req)
     if (ev) events_.emplace(std::move(*ev));
     else events_error_ = ev.error();
   }
-  if (identity_) parts_.enforcement["identity"] = identity_to_json(*identity_);
-  else parts_.enforcement["identity"] = {{"mode", ::geteuid() == 0 ? "root" : "rootless"}, {"error", identity_.error().message}};
+  ctx_.run_id = parts_.run_id;
+  ctx_.parts = &parts_;
+  if (events_) ctx_.events = &*events_;
 }
 
 RunReport Run::execute() {
@@ -419,168 +331,24 @@ void Run::describe_request() {
                        {"profile", {{"name", req_.profile.name}, {"origin", req_.profile.origin}, {"sha256", sha256_hex(req_.profile.text)}}},
                        {"pack", req_.pack},
                        {"spec", spec_to_json(spec())}};
-  parts_.host = host_json(cg_, cgroup_obtained_by(cg_, have_cgroup_, req_.cgroup_via_scope), req_.systemd_scope,
+  parts_.host = host_json(cg_, cgroup_obtained_by(cg_, ctx_.cgroup.has_value(), req_.cgroup_via_scope), req_.systemd_scope,
                           req_.scope_unit);
 }
 
-// 1 prepare: the caller's sources and limits first, so that a missing --bind source or
-// --require-limits refuses before anything is created (the checks --dry-run makes too).
+// 1 prepare: the facilities in order (facility.hpp), the caller's sources and limits first, so
+// that a missing --bind source or --require-limits refuses before anything is created (the
+// checks --dry-run makes too); then what the launch itself needs.
 bool Run::prepare() {
   if (req_.refuse) {  // refused by the caller (input_invalid): nothing is created
     facts_.refused = *req_.refuse;
     return false;
   }
   if (events_error_) return fail_setup(*events_error_);
-  if (!identity_) return fail_setup(identity_.error());
-  if (auto st = check_sources(spec(), cwd_, &*identity_); !st) return fail_setup(st.error());
   launch_.emplace(req_.stdin_plan);
-  return prepare_limits() && prepare_mounts() && prepare_seccomp() && prepare_child() && prepare_channels() &&
-         prepare_proxy() && prepare_signals();
-}
-
-bool Run::prepare_limits() {
-  Launch& L = *launch_;
-  // GPUs first: a request past the profile's ceiling, or for a GPU the host lacks, refuses
-  // before anything is created (gpu.hpp).
-  if (!spec().gpu.devices.empty()) {
-    auto planned = plan_gpu_for_run(spec(), *identity_, req_.limit_layers);
-    if (!planned) return fail_setup(planned.error());
-    L.gpu = std::move(*planned);
-  }
-  parts_.enforcement["gpu"] = gpu_enforcement_json(L.gpu);
-  if (L.gpu.enabled) parts_.usage_extra["gpu"] = gpu_usage_json(L.gpu);
-  L.plan = plan_limits(spec().limits, cg_, L.rootless, true, L.gpu.enabled);
-  if (spec().require_limits)
-    if (auto e = require_limits_shortfall(L.plan, cg_, req_.limit_layers)) return fail_setup(*e);
-  if (L.plan.use_cgroup && !prepare_cgroup()) return false;
-  parts_.limits = limit_entries(spec().limits, L.plan);
-  parts_.enforcement["cgroup"] = cgroup_ ? "v2 " + cgroup_->path() : "unavailable (" + cg_.layout + ")";
-  if (spec().require_limits)  // again: a cgroup that could not be created weakened the plan
-    if (auto e = require_limits_shortfall(L.plan, cg_, req_.limit_layers)) return fail_setup(*e);
-  return true;
-}
-
-bool Run::prepare_cgroup() {
-  Launch& L = *launch_;
-  // A killed sbx cannot remove its run cgroup; the next run does.
-  if (auto st = gc_stale_cgroups(cg_); !st) spdlog::debug("cgroup gc: {}", st.error().describe());
-  auto created = RunCgroup::create(cg_, L.plan.cgroup_limits, parts_.run_id);
-  if (created) {
-    cgroup_.emplace(std::move(*created));
-    have_cgroup_ = true;
-    // Weaker than asked but not worth a warning line of its own (one per run at most): the
-    // trace keeps them, -v shows them.
-    if (!cgroup_->warnings().empty()) parts_.enforcement["cgroup_notes"] = cgroup_->warnings();
-    for (auto& w : cgroup_->warnings()) spdlog::info("cgroup: {}", w);
-    // Before anything runs in it: the counters' baseline is the empty cgroup's.
-    if (events_) cgroup_events_.emplace(cgroup_->dir_fd(), L.plan.cgroup_limits.cpus.has_value(), &*events_);
-  } else {
-    // The whole story (paths, the pids in the way, errno) goes to the trace; the one line
-    // below (log_limit_shortfalls) names only the cause.
-    L.cgroup_error = created.error();
-    parts_.enforcement["cgroup_error"] = created.error().describe();
-    spdlog::debug("cgroup v2 unusable, falling back to rlimits: {}", created.error().describe());
-    L.plan = plan_limits(spec().limits, cg_, L.rootless, false, L.gpu.enabled);
-  }
-  return true;
-}
-
-// At most this one line per run about limits: what is weaker and the cause in a few words; the
-// details are in the trace (enforcement) and `sbx doctor`. A warning when the caller asked for
-// the limit or a cgroup setup failed unexpectedly; otherwise info (-v).
-void Run::log_limit_shortfalls(const TmpfsBudget& scaled) const {
-  const Launch& L = *launch_;
-  std::string missing, degraded;
-  bool asked = false;
-  for (auto* d : L.plan.shortfalls(true)) {
-    (d->applied ? degraded : missing) += (std::string(", ") + d->limit);
-    for (auto& e : req_.explicit_limits) asked = asked || e == d->limit;
-  }
-  if (!missing.empty() || !degraded.empty())
-    spdlog::log(asked || L.cgroup_error ? spdlog::level::warn : spdlog::level::info, "limits {}{}{} ({}; see the trace, 'sbx doctor')",
-                missing.empty() ? "" : "not enforced: " + missing.substr(2),
-                !missing.empty() && !degraded.empty() ? "; " : "",
-                degraded.empty() ? "" : "only per process (rlimits): " + degraded.substr(2),
-                cgroup_gap_short(cg_, L.rootless, L.cgroup_error ? &*L.cgroup_error : nullptr));
-  if (scaled.scaled)
-    spdlog::info("tmpfs sizes scaled down to fit the memory limit {} (no cgroup v2 counts their pages): {}",
-                 format_size(*spec().limits.memory_bytes), describe_shares(scaled.shares));
-  if (L.gpu.enabled && spec().limits.memory_bytes && !L.plan.cgroup_limits.memory_bytes)
-    spdlog::warn("--gpu without a cgroup v2 memory controller: the memory limit of {} is NOT applied (rlimits break "
-                 "CUDA); host memory is unbounded for this run (enforcement.limits_not_applied; --require-limits refuses)",
-                 format_size(*spec().limits.memory_bytes));
-}
-
-bool Run::prepare_mounts() {
-  Launch& L = *launch_;
-  auto planned = plan_mounts(spec(), cwd_);
-  if (!planned) return fail_setup(planned.error());
-  MountPlan& mounts = L.cfg.mounts;
-  mounts = std::move(*planned);
-  for (auto& n : L.gpu.nodes) mounts.device_nodes.push_back({n.host_path, n.path});
-  for (auto& f : L.gpu.driver_files) mounts.binds.push_back(f);
-  // The tmpfs mounts against the memory limit: needed only where no cgroup charges their pages.
-  TmpfsBudget scaled;
-  auto fallback = apply_memory_fallback(spec(), L.plan, req_.explicit_limits, *identity_, mounts, &scaled);
-  if (!fallback) return fail_setup(fallback.error());
-  L.memory_fallback = !fallback->is_null();
-  if (L.memory_fallback) parts_.enforcement["memory_fallback"] = std::move(*fallback);
-  log_limit_shortfalls(scaled);
-  parts_.image["mounts"] = mounts_to_json(mounts);
-  // A pooled sandbox's /code and /in: tmpfs mounts only init writes, at hand-out (pool_job.hpp).
-  // Added after the memory fallback's scaling: they hold the call's own bytes, bounded by the
-  // job's size, and are read-only before the program starts.
-  if (req_.await_call)
-    for (auto& d : kPoolDirs) mounts.tmpfs.push_back({d, kPoolDirBytes});
-  if (spec().image != "host" && !prepare_image()) return false;
-  if (!spec().inputs.empty()) {
-    auto hashed = hash_inputs(spec().inputs, cwd_);
-    if (!hashed) return fail_setup(hashed.error());
-    for (auto& h : *hashed) inputs_.push_back(h);
-  }
-  mounts.files = req_.files;
-  return true;
-}
-
-// The tree is opened once here; its seal is taken through this fd while init builds the sandbox
-// (check_seal, after "go"), and init checks that the tree it mounts is this one.
-bool Run::prepare_image() {
-  MountPlan& mounts = launch_->cfg.mounts;
-  ImageStore store(req_.dirs.images);
-  auto resolved = store.resolve(spec().image);
-  if (!resolved) return fail_setup(resolved.error());
-  image_.emplace(std::move(*resolved));
-  image_fd_.reset(::open(image_->rootfs.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-  if (!image_fd_.ok()) return fail_setup(sys_error("image", "open " + image_->rootfs));
-  parts_.image = {{"name", spec().image}, {"digest", image_->digest}, {"names", image_->names},
-                  {"entries", image_->meta.value("entries", 0LL)}, {"seal", "checked"},
-                  {"root", {{"type", "overlay"}, {"lower", image_->rootfs}, {"upper", "tmpfs"},
-                            {"upper_size_bytes", mounts.upper_size_bytes}, {"read_only", true}}},
-                  {"mounts", mounts_to_json(mounts)}};
-  mounts.image_fd = image_fd_.get();
-  mounts.image_path = image_->rootfs;
-  return true;
-}
-
-// Seccomp: parsed, compiled (or loaded from the cache) and patched here in the parent; the
-// program child only installs the result (seccomp_policy.hpp).
-bool Run::prepare_seccomp() {
-  const RunSpec& s = spec();
-  auto seccomp = sbx::prepare_seccomp(s.seccomp, req_.dirs.state.empty() ? "" : req_.dirs.state + "/cache/seccomp",
-                                 s.capabilities.keep);
-  if (!seccomp) return fail_setup(seccomp.error());
-  const PreparedSeccomp& sc = launch_->seccomp.emplace(std::move(*seccomp));
-  parts_.enforcement["seccomp"] = seccomp_enforcement_json(sc);
-  if (!sc.enabled)
-    spdlog::warn("seccomp is UNCONFINED for this run: the program may use every system call the kernel offers");
-  if (sc.enabled)
-    spdlog::info("seccomp policy {}: {} BPF instructions, {} in {} us", s.seccomp, sc.reference.size(),
-                 sc.cached ? "loaded from the cache" : "compiled", sc.setup_us);
-  for (auto& n : sc.notes) spdlog::info("seccomp policy {}: {}", s.seccomp, n);
-  if (!sc.unresolved.empty())
-    spdlog::info("seccomp policy {}: {} system call name(s) unknown to libseccomp skipped (listed in the trace)",
-                 s.seccomp, sc.unresolved.size());
-  return true;
+  Status prepared = prepare_facilities(ctx_);
+  for (auto& h : ctx_.inputs) inputs_.push_back(h);  // hashed --input, also for a run that fails later
+  if (!prepared) return fail_setup(prepared.error());
+  return prepare_child() && prepare_channels() && prepare_proxy() && prepare_signals();
 }
 
 // What init is told: identity, mounts, the program, its environment and rlimits.
@@ -588,6 +356,7 @@ bool Run::prepare_child() {
   Launch& L = *launch_;
   const RunSpec& s = spec();
   ChildConfig& cfg = L.cfg;
+  cfg.mounts = std::move(ctx_.mounts);
   cfg.identity = *identity_;
   cfg.mounts.secret_files = req_.secret_files;
   cfg.mounts.owner_uid = identity_->uid;
@@ -602,13 +371,13 @@ bool Run::prepare_child() {
   // With a pty the program's stdout is a terminal: the caller's TERM describes the terminal
   // that finally shows it.
   cfg.envp = build_environment(s, environ, ::isatty(STDOUT_FILENO) == 1 || req_.stdin_plan.mode == StdinMode::pty);
-  if (L.gpu.enabled) add_gpu_environment(cfg.envp, L.gpu, s);
+  if (ctx_.gpu.enabled) add_gpu_environment(cfg.envp, ctx_.gpu, s);
   for (auto& [name, value] : req_.secret_env) cfg.envp.push_back(name + "=" + value);
   cfg.rlimits = {{RLIMIT_CORE, 0}};
   cfg.keep_caps = capability_mask(s.capabilities.keep);
   cfg.umask = req_.umask;
-  if (L.memory_fallback && sysv_shm_capped(*identity_)) cfg.sysv_shm_bytes = *s.limits.memory_bytes;
-  for (auto& [res, value] : L.plan.rlimits) cfg.rlimits.push_back({res, static_cast<rlim_t>(value)});
+  if (ctx_.memory_fallback_applies() && sysv_shm_capped(*identity_)) cfg.sysv_shm_bytes = *s.limits.memory_bytes;
+  for (auto& [res, value] : ctx_.plan.rlimits) cfg.rlimits.push_back({res, static_cast<rlim_t>(value)});
   return true;
 }
 
@@ -626,11 +395,11 @@ bool Run::prepare_channels() {
   cfg.msg_fd = L.msg.w.get();
   cfg.out_fd = L.out.w.get();
   cfg.err_fd = L.err.w.get();
-  if (L.seccomp->enabled) {
+  if (ctx_.seccomp->enabled) {
     if (auto st = L.handoff.open_socketpair("seccomp", "the listener hand-off"); !st) return fail_setup(st.error());
     cfg.seccomp_sock = L.handoff.w.get();
-    cfg.seccomp_filter = notify_program(L.seccomp->reference);
-    cfg.seccomp_reference = &L.seccomp->reference;
+    cfg.seccomp_filter = notify_program(ctx_.seccomp->reference);
+    cfg.seccomp_reference = &ctx_.seccomp->reference;
   }
   return true;
 }
@@ -640,9 +409,7 @@ bool Run::prepare_channels() {
 bool Run::prepare_proxy() {
   Launch& L = *launch_;
   const RunSpec& s = spec();
-  if (s.network.mode != "proxy") return true;
-  auto rules = parse_allow_rules(s.network.allow);
-  if (!rules) return fail_setup(rules.error());
+  if (!ctx_.allow_rules) return true;  // not proxy mode (the network facility parsed the rules)
   if (auto st = L.proxy_pair.open_socketpair("network", "the egress proxy"); !st) return fail_setup(st.error());
   L.cfg.proxy_sock = L.proxy_pair.w.get();
   L.cfg.proxy_port = kProxyPort;
@@ -653,7 +420,7 @@ bool Run::prepare_proxy() {
       fields.erase("time_ms");  // the event's own time_ms says when
       ev->emit("violation", std::move(fields));
     };
-  pc.rules = std::move(*rules);
+  pc.rules = std::move(*ctx_.allow_rules);
   pc.max_connections = s.network.max_connections;
   pc.max_bytes = s.network.max_bytes;
   pc.idle_timeout_ms = s.network.idle_timeout_ms;
@@ -698,17 +465,16 @@ bool Run::prepare_signals() {
 bool Run::spawn() {
   Launch& L = *launch_;
   t_spawn_ = mono_us();
-  L.shared = !image_fd_.ok() && !cgroup_ && !req_.await_call;
+  L.shared = !ctx_.image_fd.ok() && !ctx_.cgroup && !req_.await_call;
   L.cfg.pool_job = static_cast<bool>(req_.await_call);
   L.cfg.shared_memory = L.shared;
-  bool in_cgroup = false;
   Result<CloneResult> child = CloneResult{};
   if (L.shared) {
     if (auto st = init_stack_.allocate(); !st) return fail_setup(st.error());
     L.cfg.program_stack_top = init_stack_.program_top();
     child = clone_shared(kNamespaces, init_entry, &L.cfg, init_stack_.top());
   } else {
-    child = clone_sandbox(kNamespaces, cgroup_ ? cgroup_->dir_fd() : -1, in_cgroup);
+    child = clone_sandbox(kNamespaces, ctx_.cgroup ? ctx_.cgroup->dir_fd() : -1, ctx_.in_cgroup);
   }
   if (!child) return fail_setup(child.error());
   if (child->pid == 0) run_init(L.cfg);  // never returns
@@ -719,9 +485,9 @@ bool Run::spawn() {
   for (FdPair* p : {&L.msg, &L.out, &L.err, &L.handoff, &L.proxy_pair, &out_pair_}) p->w.reset();
   L.sync.r.reset();
   L.caller_in.close_child_ends();
-  Status placed;
-  if (cgroup_ && !in_cgroup) placed = cgroup_->add_pid(L.pid);  // before "go": nothing ran yet
-  if (auto st = placed.ok() ? write_id_maps(L.pid, *identity_) : placed; !st) {
+  // Init waits for "go": each facility's step after clone (the id maps; the cgroup unless
+  // clone3 placed init in it).
+  if (auto st = facilities_after_clone(ctx_, L.pid); !st) {
     kill_init();
     return fail_setup(st.error());
   }
@@ -748,11 +514,11 @@ bool Run::start_init() {
 // for the start byte before it starts the program, so nothing of the image runs unchecked.
 // The walk is one fstatat per entry: its cost grows with the image, the overlay's does not.
 bool Run::check_seal() {
-  if (!image_fd_.ok()) return true;
+  if (!ctx_.image_fd.ok()) return true;
   std::int64_t t0 = mono_us();
-  auto seal = compute_seal_fd(image_fd_.get());
-  image_fd_.reset();
-  Status sealed = seal ? seal_matches(*image_, *seal, spec().image) : Status(seal.error());
+  auto seal = compute_seal_fd(ctx_.image_fd.get());
+  ctx_.image_fd.reset();
+  Status sealed = seal ? seal_matches(*ctx_.image, *seal, spec().image) : Status(seal.error());
   if (!sealed) {
     parts_.image["seal"] = seal ? "mismatch" : "error";
     kill_init();
@@ -768,7 +534,7 @@ bool Run::check_seal() {
 bool Run::hand_out() {
   Launch& L = *launch_;
   if (req_.await_call) {
-    auto call = req_.await_call(PoolPause{L.pidfd.get(), L.msg.r.get(), L.sigfd.get(), cgroup_ ? cgroup_->path() : std::string()});
+    auto call = req_.await_call(PoolPause{L.pidfd.get(), L.msg.r.get(), L.sigfd.get(), ctx_.cgroup ? ctx_.cgroup->path() : std::string()});
     std::string refused = call ? pool_refusal(spec(), call->spec) : "";
     if (!call || !refused.empty()) {
       if (!refused.empty()) spdlog::warn("pooled sandbox refused its call: {}", refused);
@@ -808,12 +574,12 @@ void Run::supervise_run() {
   if (events_) {
     events_->emit("started", {{"run_id", parts_.run_id}, {"pid", L.pid}, {"image", spec().image},
                               {"pack", req_.pack.is_object() ? req_.pack.value("name", json(nullptr)) : json(nullptr)},
-                              {"cgroup", cgroup_ ? json(cgroup_->path()) : json(nullptr)}});
+                              {"cgroup", ctx_.cgroup ? json(ctx_.cgroup->path()) : json(nullptr)}});
     in.events = &*events_;
-    if (cgroup_events_) in.cgroup_events = &*cgroup_events_;
+    if (ctx_.cgroup_events) in.cgroup_events = &*ctx_.cgroup_events;
   }
   sup_ = supervise(in);
-  if (cgroup_events_) cgroup_events_->read_all();  // what came with the end: the OOM kill is counted by now
+  if (ctx_.cgroup_events) ctx_.cgroup_events->read_all();  // what came with the end: the OOM kill is counted by now
   L.caller_in.end_session();  // the caller's terminal as it was, before anything is reported
   stdin_record_ = L.caller_in.to_json();
   if (sup_->init_pending) exiting_init_ = L.pid;
@@ -851,11 +617,11 @@ SuperviseInput Run::supervise_input() {
   in.output_limit_bytes = s.limits.output_limit_bytes;
   in.signal_fd = L.sigfd.get();
   in.seccomp_sock = L.handoff.r.release();  // the supervisor's notifier owns it
-  in.seccomp_reference = &L.seccomp->reference;
-  in.seccomp_named = &L.seccomp->named;
-  if (cgroup_ && s.limits.cpu_time_ms) {
+  in.seccomp_reference = &ctx_.seccomp->reference;
+  in.seccomp_named = &ctx_.seccomp->named;
+  if (ctx_.cgroup && s.limits.cpu_time_ms) {
     in.cpu_budget_ms = s.limits.cpu_time_ms;
-    in.cpu_used_us = [this] { return cgroup_->cpu_usage_us(); };
+    in.cpu_used_us = [this] { return ctx_.cgroup->cpu_usage_us(); };
     in.max_cpus = s.limits.cpus.value_or(static_cast<double>(::sysconf(_SC_NPROCESSORS_ONLN)));
   }
   if (L.proxy) in.proxy = &*L.proxy;
@@ -870,9 +636,6 @@ void Run::collect() {
     add_setup_hint(*e, spec(), *identity_, cwd_);
     facts_.setup_hint = e->hint;
   }
-  // What the program held once started (init read /proc/PID/status right after its execve);
-  // null when it never started or its status could not be read.
-  parts_.enforcement["capabilities"]["program"] = sup_->program_caps ? process_caps_json(*sup_->program_caps) : json(nullptr);
   // /out's fd waited in the socket since setup; every process of the sandbox is dead now.
   int received = -1;
   if (recv_fd(out_pair_.r.get(), &received) > 0) out_dir_fd_.reset(received);
@@ -906,19 +669,19 @@ void Run::classify_end() {
   const RunSpec& s = spec();
   // RLIMIT_CPU is the CPU budget without a cgroup: the CPU time rusage counted tells whether
   // its SIGKILL was the budget's.
-  if (!cgroup_ && s.limits.cpu_time_ms) {
+  if (!ctx_.cgroup && s.limits.cpu_time_ms) {
     facts_.rlimit_cpu_ms = s.limits.cpu_time_ms;
     facts_.cpu_used_ms = sup_->usage.ru_utime.tv_sec * 1000LL + sup_->usage.ru_utime.tv_usec / 1000 +
                          sup_->usage.ru_stime.tv_sec * 1000LL + sup_->usage.ru_stime.tv_usec / 1000;
   }
   // RLIMIT_FSIZE is set only for the memory fallback, at the memory limit (memory_fallback.hpp).
-  if (launch_->memory_fallback) facts_.fsize_cap_bytes = s.limits.memory_bytes;
+  if (ctx_.memory_fallback_applies()) facts_.fsize_cap_bytes = s.limits.memory_bytes;
 }
 
 void Run::collect_violations() {
   Launch& L = *launch_;
   parts_.violations = violations_json(sup_->violations);
-  if (L.seccomp->enabled) {
+  if (ctx_.seccomp->enabled) {
     parts_.violations_summary["seccomp"] = violation_totals_json(sup_->seccomp_totals, sup_->violations.size());
     if (sup_->seccomp_totals.truncated())
       spdlog::warn("seccomp: {} refused calls of {} distinct kinds are counted but not listed in the trace (list capped at {} entries)",
@@ -932,8 +695,8 @@ void Run::collect_violations() {
   }
   if (sup_->seccomp_kill)
     spdlog::warn("seccomp: {} is refused by a kill rule of the policy: sandbox killed", sup_->seccomp_kill->name);
-  if (cgroup_) {
-    CgroupUsage u = cgroup_->usage();
+  if (ctx_.cgroup) {
+    CgroupUsage u = ctx_.cgroup->usage();
     json cg_usage = cgroup_usage_json(u);  // a named object: items() of a temporary would dangle
     for (auto& [k, v] : cg_usage.items()) parts_.usage_extra[k] = v;
     facts_.oom_kills = u.oom_kill.value_or(0);  // the kernel's OOM killer acted (memory.events)
@@ -945,10 +708,10 @@ void Run::decide_end() { outcome_ = decide_outcome(facts_); }
 
 // A pooled sandbox no call was handed to: nothing ran, nothing is recorded.
 RunReport Run::discard() {
-  image_fd_.reset();
-  if (cgroup_) {
-    if (auto st = cgroup_->kill(); !st) spdlog::warn("cgroup kill: {}", st.error().describe());
-    if (auto st = cgroup_->remove(); !st) spdlog::warn("cgroup remove: {}", st.error().describe());
+  ctx_.image_fd.reset();
+  if (ctx_.cgroup) {
+    if (auto st = ctx_.cgroup->kill(); !st) spdlog::warn("cgroup kill: {}", st.error().describe());
+    if (auto st = ctx_.cgroup->remove(); !st) spdlog::warn("cgroup remove: {}", st.error().describe());
   }
   RunReport report;
   report.discarded = true;
@@ -966,7 +729,7 @@ nlohmann::json Run::typed_io() {
     outcome_ = with_verdict(std::move(outcome_), r.verdict);
   }
   out_dir_fd_.reset();  // the last reference: the sandbox's /out is freed
-  image_fd_.reset();
+  ctx_.image_fd.reset();
   return extra;
 }
 
@@ -977,6 +740,9 @@ RunReport Run::record(nlohmann::json extra) {
   parts_.ended_at = rfc3339_now();
   parts_.outcome = outcome_;
   parts_.sup = sup_ ? &*sup_ : nullptr;
+  // Each facility's part (facility.hpp); capabilities.program is what init read of the started
+  // program (null when it never started or its status could not be read).
+  parts_.enforcement = enforcement_record(ctx_, parts_.sup);
   RunReport report;
   report.outcome = outcome_;
   report.exit_status = exit_status_for(outcome_);
@@ -1091,9 +857,9 @@ void Run::tell_user() const {
 // mount namespace, which died with its last process.
 void Run::clean() {
   if (exiting_init_ > 0) reap_init(exiting_init_);
-  if (cgroup_) {
-    if (auto st = cgroup_->kill(); !st) spdlog::warn("cgroup kill: {}", st.error().describe());
-    if (auto st = cgroup_->remove(); !st) spdlog::warn("cgroup remove: {}", st.error().describe());
+  if (ctx_.cgroup) {
+    if (auto st = ctx_.cgroup->kill(); !st) spdlog::warn("cgroup kill: {}", st.error().describe());
+    if (auto st = ctx_.cgroup->remove(); !st) spdlog::warn("cgroup remove: {}", st.error().describe());
   }
   if (t_go_) {
     std::int64_t t_done = mono_us();

@@ -34,16 +34,6 @@ std::int64_t tv_ms(const struct timeval& tv) { return tv.tv_sec * 1000LL + tv.tv
 
 nlohmann::json trace_record(TraceParts&& p) {
   using nlohmann::json;
-  json applied = json::object();
-  json not_applied = json::array();
-  for (auto& l : p.limits) {
-    if (l.mechanism.empty()) not_applied.push_back({{"limit", l.limit}, {"value", l.value}, {"reason", l.reason}});
-    else applied[l.limit] = {{"value", l.value}, {"mechanism", l.mechanism}, {"degraded", l.degraded}, {"note", l.reason}};
-  }
-  json enforcement = std::move(p.enforcement);
-  enforcement["limits_applied"] = applied;
-  enforcement["limits_not_applied"] = not_applied;
-
   const Outcome& o = p.outcome;
   json error = nullptr;
   if (o.error) error = {{"stage", o.error->stage}, {"errno", o.error->err}, {"message", o.error->describe()}};
@@ -72,7 +62,7 @@ nlohmann::json trace_record(TraceParts&& p) {
               {"host", std::move(p.host)},
               {"invocation", std::move(p.invocation)},
               {"image", std::move(p.image)},
-              {"enforcement", std::move(enforcement)},
+              {"enforcement", std::move(p.enforcement)},
               {"inputs", json::array()},
               {"outputs", json::array()},
               {"stdout", stream_json(p.sup ? &p.sup->out : nullptr)},

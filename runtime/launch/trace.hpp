@@ -14,6 +14,7 @@ namespace sbx {
 
 inline constexpr const char* kTraceSchema = "sbx.trace/v1";
 
+// One limit in the record: limits_applied / limits_not_applied (facility.hpp, add_limit_entries).
 struct LimitEntry {
   std::string limit;      // "timeout_ms", "memory_bytes", ...
   nlohmann::json value;
@@ -28,8 +29,7 @@ struct TraceParts {
   nlohmann::json invocation;   // {argv, cwd, profile{...}, pack, spec}
   nlohmann::json image;        // {name, digest, mounts}
   nlohmann::json host;         // {kernel, cgroup{...}}
-  nlohmann::json enforcement;  // filled except limits_*, which come from `limits`
-  std::vector<LimitEntry> limits;
+  nlohmann::json enforcement;  // the facilities' contributions (facility.hpp: enforcement_record)
   Outcome outcome;
   const SuperviseResult* sup = nullptr;  // null when the run failed before the sandbox existed
   nlohmann::json usage_extra;            // cgroup usage, when measured

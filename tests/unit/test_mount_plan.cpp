@@ -11,6 +11,7 @@
 #include "runtime/linux/mount_plan.hpp"
 #include "runtime/linux/mounts.hpp"
 #include "runtime/typed/schema_validate.hpp"
+#include "runtime/launch/facility.hpp"
 #include "runtime/launch/trace.hpp"
 
 using namespace sbx;
@@ -66,6 +67,7 @@ json record_with(const MountPlan& plan) {
   p.enforcement = {{"namespaces", {"user", "mount"}}, {"identity", json::object()}, {"cgroup", "unavailable"},
                    {"seccomp", {{"profile", nullptr}, {"sha256", nullptr}, {"unresolved", json::array()}, {"note", ""}}},
                    {"capabilities", {{"kept", json::array()}}}, {"network", {{"mode", "none"}, {"allow", json::array()}}}};
+  add_limit_entries({}, p.enforcement);
   p.outcome.error = Error{"mounts", ENOENT, "bind source /nope"};
   return trace_record(std::move(p));
 }

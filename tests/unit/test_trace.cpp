@@ -3,6 +3,7 @@
 #include <signal.h>
 
 #include "runtime/base/sha256.hpp"
+#include "runtime/launch/facility.hpp"
 #include "runtime/launch/trace.hpp"
 
 using namespace sbx;
@@ -20,7 +21,7 @@ TEST_CASE("trace record: members of sbx.trace/v1, limits split into applied and 
   TraceParts p;
   p.run_id = "20261130T000000.000Z-00000000";
   p.started_at = p.ended_at = "2026-11-30T00:00:00.000Z";
-  p.limits = {{"timeout_ms", 1000, "supervisor timerfd", ""}, {"memory_bytes", 1024, "", "no controller"}};
+  add_limit_entries({{"timeout_ms", 1000, "supervisor timerfd", ""}, {"memory_bytes", 1024, "", "no controller"}}, p.enforcement);
   p.outcome.status = RunStatus::timeout;
   p.outcome.signal = SIGKILL;
   auto j = trace_record(std::move(p));

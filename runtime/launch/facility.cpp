@@ -1,0 +1,130 @@
+#include "runtime/launch/facility.hpp"
+
+#include <unistd.h>
+
+#include "runtime/launch/preflight.hpp"
+#include "runtime/model/caps.hpp"
+
+namespace sbx {
+using nlohmann::json;
+
+RunContext::RunContext(const RunRequest& r, const std::string& dir, const CgroupInfo& info,
+                       const Result<IdentityPlan>& id, bool dry)
+    : req(r), spec(r.spec), cwd(dir), cg(info), identity(id), rootless(::geteuid() != 0), dry_run(dry) {}
+
+namespace {
+
+// The namespaces sandbox.cpp's spawn clones into (kNamespaces there), by their /proc/PID/ns
+// names. Nothing to prepare: clone makes them; init's steps inside them are in child.cpp.
+class Namespaces final : public Facility {
+ public:
+  const char* name() const override { return "namespaces"; }
+  void record(const RunContext&, const SuperviseResult*, json& out) const override {
+    out["namespaces"] = {"user", "pid", "mount", "net", "ipc", "uts", "cgroup"};
+  }
+};
+
+// The user namespace's id maps (userns.hpp). Planned when the run is made (plan_identity); here
+// its failure is reported, and every --bind/--input source is checked to exist and, as root, to
+// be reachable by the sandbox's host uid. After clone the parent writes the maps; the child's
+// steps are become_namespace_root (init) and switch_to_program_identity (program), child.cpp.
+class Identity final : public Facility {
+ public:
+  const char* name() const override { return "identity"; }
+  Status prepare(RunContext& ctx) const override {
+    if (!ctx.identity) return ctx.identity.error();
+    return check_sources(ctx.spec, ctx.cwd, &*ctx.identity);
+  }
+  Status after_clone(RunContext& ctx, pid_t pid) const override { return write_id_maps(pid, *ctx.identity); }
+  void record(const RunContext& ctx, const SuperviseResult*, json& out) const override {
+    if (ctx.identity) out["identity"] = identity_to_json(*ctx.identity);
+    else out["identity"] = {{"mode", ::geteuid() == 0 ? "root" : "rootless"}, {"error", ctx.identity.error().message}};
+  }
+  void plan(const RunContext& ctx, json& out) const override { out["identity"] = identity_to_json(*ctx.identity); }
+};
+
+// GPUs (gpu.hpp): planned first, so that a request past the profile's ceiling, or for a GPU the
+// host lacks, refuses before anything is created. Their nodes and driver files join the mount
+// plan (mounts facility); their environment is added in Run::prepare_child.
+class Gpu final : public Facility {
+ public:
+  const char* name() const override { return "gpu"; }
+  Status prepare(RunContext& ctx) const override {
+    if (!ctx.spec.gpu.devices.empty()) {
+      auto planned = plan_gpu_for_run(ctx.spec, *ctx.identity, ctx.req.limit_layers);
+      if (!planned) return planned.error();
+      ctx.gpu = std::move(*planned);
+    }
+    ctx.gpu_planned = true;
+    if (ctx.parts && ctx.gpu.enabled) ctx.parts->usage_extra["gpu"] = gpu_usage_json(ctx.gpu);
+    return {};
+  }
+  void record(const RunContext& ctx, const SuperviseResult*, json& out) const override {
+    if (ctx.gpu_planned) out["gpu"] = gpu_enforcement_json(ctx.gpu);
+  }
+  void plan(const RunContext& ctx, json& out) const override { out["gpu"] = gpu_enforcement_json(ctx.gpu); }
+};
+
+// Capabilities (caps.hpp): nothing to prepare; the program child drops to the kept set
+// (lock_securebits, restrict_capabilities, PR_SET_NO_NEW_PRIVS in child.cpp's run_program), and
+// init reads the sets the program holds after its execve (`program`, from kStarted).
+class Capabilities final : public Facility {
+ public:
+  const char* name() const override { return "capabilities"; }
+  void record(const RunContext& ctx, const SuperviseResult* sup, json& out) const override {
+    const auto& keep = ctx.spec.capabilities.keep;
+    json caps = {{"kept", keep}, {"bounding", keep}, {"securebits", "locked"}, {"no_new_privs", true}};
+    if (sup) caps["program"] = sup->program_caps ? process_caps_json(*sup->program_caps) : json(nullptr);
+    out["capabilities"] = std::move(caps);
+  }
+};
+
+}  // namespace
+
+const Facility& namespaces_facility() {
+  static const Namespaces f;
+  return f;
+}
+const Facility& identity_facility() {
+  static const Identity f;
+  return f;
+}
+const Facility& gpu_facility() {
+  static const Gpu f;
+  return f;
+}
+const Facility& capabilities_facility() {
+  static const Capabilities f;
+  return f;
+}
+
+const std::vector<const Facility*>& facilities() {
+  static const std::vector<const Facility*> list = {
+      &namespaces_facility(), &identity_facility(), &gpu_facility(),     &limits_facility(),       &mounts_facility(),
+      &image_facility(),      &inputs_facility(),   &seccomp_facility(), &capabilities_facility(), &network_facility()};
+  return list;
+}
+
+Status prepare_facilities(RunContext& ctx) {
+  for (const Facility* f : facilities()) SBX_TRY(f->prepare(ctx));
+  return {};
+}
+
+Status facilities_after_clone(RunContext& ctx, pid_t pid) {
+  for (const Facility* f : facilities()) SBX_TRY(f->after_clone(ctx, pid));
+  return {};
+}
+
+json enforcement_record(const RunContext& ctx, const SuperviseResult* sup) {
+  json out = json::object();
+  for (const Facility* f : facilities()) f->record(ctx, sup, out);
+  return out;
+}
+
+json enforcement_plan(const RunContext& ctx) {
+  json out = json::object();
+  for (const Facility* f : facilities()) f->plan(ctx, out);
+  return out;
+}
+
+}  // namespace sbx

@@ -1,0 +1,186 @@
+// The file-system facilities: the mount plan and the memory fallback that sizes its tmpfs mounts,
+// the image under it, and --input. Their child step is one: init's build_root (mounts.cpp), which
+// interprets the plan's operation list (mount_plan.hpp) that Run::prepare_child makes from the
+// final plan; init checks the image fd it is handed against the tree it mounts.
+#include <fcntl.h>
+#include <sys/stat.h>
+
+#include <spdlog/spdlog.h>
+
+#include "runtime/base/sha256.hpp"
+#include "runtime/base/units.hpp"
+#include "runtime/image/image_manifest.hpp"
+#include "runtime/image/image_seal.hpp"
+#include "runtime/launch/facility.hpp"
+#include "runtime/launch/pool_job.hpp"
+
+namespace sbx {
+namespace {
+using nlohmann::json;
+
+// At most this one line per run about limits: what is weaker and the cause in a few words; the
+// details are in the trace (enforcement) and `sbx doctor`. A warning when the caller asked for
+// the limit or a cgroup setup failed unexpectedly; otherwise info (-v).
+void log_limit_shortfalls(const RunContext& ctx, const TmpfsBudget& scaled) {
+  std::string missing, degraded;
+  bool asked = false;
+  for (auto* d : ctx.plan.shortfalls(true)) {
+    (d->applied ? degraded : missing) += (std::string(", ") + d->limit);
+    for (auto& e : ctx.req.explicit_limits) asked = asked || e == d->limit;
+  }
+  const Error* failed = ctx.cgroup_error ? &*ctx.cgroup_error : nullptr;
+  if (!missing.empty() || !degraded.empty())
+    spdlog::log(asked || failed ? spdlog::level::warn : spdlog::level::info, "limits {}{}{} ({}; see the trace, 'sbx doctor')",
+                missing.empty() ? "" : "not enforced: " + missing.substr(2),
+                !missing.empty() && !degraded.empty() ? "; " : "",
+                degraded.empty() ? "" : "only per process (rlimits): " + degraded.substr(2),
+                cgroup_gap_short(ctx.cg, ctx.rootless, failed));
+  if (scaled.scaled)
+    spdlog::info("tmpfs sizes scaled down to fit the memory limit {} (no cgroup v2 counts their pages): {}",
+                 format_size(*ctx.spec.limits.memory_bytes), describe_shares(scaled.shares));
+  if (ctx.gpu.enabled && ctx.spec.limits.memory_bytes && !ctx.plan.cgroup_limits.memory_bytes)
+    spdlog::warn("--gpu without a cgroup v2 memory controller: the memory limit of {} is NOT applied (rlimits break "
+                 "CUDA); host memory is unbounded for this run (enforcement.limits_not_applied; --require-limits refuses)",
+                 format_size(*ctx.spec.limits.memory_bytes));
+}
+
+// The mount plan (mounts.hpp) with the GPUs' nodes and driver files; without a cgroup charging
+// tmpfs pages, the memory fallback (memory_fallback.hpp) scales profile-given tmpfs sizes to fit
+// the memory limit and caps the rest per process (its rlimits are the limit plan's).
+class Mounts final : public Facility {
+ public:
+  const char* name() const override { return "mounts"; }
+  Status prepare(RunContext& ctx) const override {
+    auto planned = plan_mounts(ctx.spec, ctx.cwd);
+    if (!planned) return planned.error();
+    MountPlan& mounts = ctx.mounts = std::move(*planned);
+    for (auto& n : ctx.gpu.nodes) mounts.device_nodes.push_back({n.host_path, n.path});
+    for (auto& f : ctx.gpu.driver_files) mounts.binds.push_back(f);
+    TmpfsBudget scaled;
+    auto fallback = apply_memory_fallback(ctx.spec, ctx.plan, ctx.req.explicit_limits, *ctx.identity, mounts, &scaled);
+    if (!fallback) return fallback.error();
+    ctx.memory_fallback = std::move(*fallback);
+    if (ctx.dry_run) return {};
+    log_limit_shortfalls(ctx, scaled);
+    if (ctx.parts) ctx.parts->image["mounts"] = mounts_to_json(mounts);
+    // A pooled sandbox's /code and /in: tmpfs mounts only init writes, at hand-out (pool_job.hpp).
+    // Added after the memory fallback's scaling: they hold the call's own bytes, bounded by the
+    // job's size, and are read-only before the program starts.
+    if (ctx.req.await_call)
+      for (auto& d : kPoolDirs) mounts.tmpfs.push_back({d, kPoolDirBytes});
+    return {};
+  }
+  void record(const RunContext& ctx, const SuperviseResult*, json& out) const override {
+    if (ctx.memory_fallback_applies()) out["memory_fallback"] = ctx.memory_fallback;
+  }
+  void plan(const RunContext& ctx, json& out) const override {
+    out["mounts"] = mounts_to_json(ctx.mounts);
+    if (ctx.memory_fallback_applies()) out["memory_fallback"] = ctx.memory_fallback;
+  }
+};
+
+// The image (image_store.hpp). A run opens the stored tree once here; its seal is taken through
+// this fd while init builds the sandbox (Run::check_seal, after "go"). A dry run has no sandbox
+// to overlap with and takes the seal now.
+class Image final : public Facility {
+ public:
+  const char* name() const override { return "image"; }
+  Status prepare(RunContext& ctx) const override {
+    if (ctx.spec.image == "host") {
+      ctx.image_plan = {{"name", "host"}, {"digest", nullptr}};
+      return {};
+    }
+    ImageStore store(ctx.req.dirs.images);
+    auto resolved = store.resolve(ctx.spec.image);
+    if (!resolved) return resolved.error();
+    const ImageRecord& image = ctx.image.emplace(std::move(*resolved));
+    ctx.image_fd.reset(::open(image.rootfs.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (!ctx.image_fd.ok()) return sys_error("image", "open " + image.rootfs);
+    if (ctx.dry_run) return check_seal_now(ctx);
+    MountPlan& mounts = ctx.mounts;
+    if (ctx.parts)
+      ctx.parts->image = {{"name", ctx.spec.image}, {"digest", image.digest}, {"names", image.names},
+                          {"entries", image.meta.value("entries", 0LL)}, {"seal", "checked"},
+                          {"root", {{"type", "overlay"}, {"lower", image.rootfs}, {"upper", "tmpfs"},
+                                    {"upper_size_bytes", mounts.upper_size_bytes}, {"read_only", true}}},
+                          {"mounts", mounts_to_json(mounts)}};
+    mounts.image_fd = ctx.image_fd.get();
+    mounts.image_path = image.rootfs;
+    return {};
+  }
+  void plan(const RunContext& ctx, json& out) const override { out["image"] = ctx.image_plan; }
+
+ private:
+  static Status check_seal_now(RunContext& ctx) {
+    auto seal = compute_seal_fd(ctx.image_fd.get());
+    ctx.image_fd.reset();
+    if (!seal) return seal.error();
+    SBX_TRY(seal_matches(*ctx.image, *seal, ctx.spec.image));
+    ctx.image_plan = {{"name", ctx.spec.image}, {"digest", ctx.image->digest}, {"names", ctx.image->names}, {"seal", "checked"}};
+    return {};
+  }
+};
+
+// --input: each host file or directory hashed before the run (what the program was given).
+Result<json> hash_inputs(const std::vector<BindMount>& inputs, const std::string& cwd) {
+  json out = json::array();
+  for (auto& in : inputs) {
+    std::string src = in.src[0] == '/' ? in.src : cwd + "/" + in.src;
+    struct stat st;
+    if (::stat(src.c_str(), &st) != 0) return sys_error("usage", "--input " + in.src);
+    if (S_ISDIR(st.st_mode)) {
+      auto scan = scan_tree(src);
+      if (!scan) return make_error("usage", "--input " + in.src + ": " + scan.error().message, scan.error().err);
+      json entry = {{"path", in.dst}, {"source", src}, {"type", "directory"}, {"bytes", scan->bytes},
+                    {"sha256", sha256_hex(manifest_text(scan->entries))}, {"digest_of", "sbx-manifest v1"},
+                    {"entries", scan->entries.size()}};
+      if (!scan->skipped.empty()) entry["skipped_special_files"] = scan->skipped.size();
+      out.push_back(entry);
+    } else if (S_ISREG(st.st_mode)) {
+      UniqueFd fd(::open(src.c_str(), O_RDONLY | O_CLOEXEC));
+      if (!fd.ok()) return sys_error("usage", "--input " + in.src);
+      std::int64_t bytes = 0;
+      auto h = sha256_fd(fd.get(), &bytes);
+      fd.reset();
+      if (!h) return make_error("usage", "--input " + in.src + ": read", h.error().err);
+      out.push_back({{"path", in.dst}, {"source", src}, {"type", "file"}, {"bytes", bytes}, {"sha256", *h}});
+    } else {
+      return make_error("usage", "--input " + in.src + " is not a regular file or a directory");
+    }
+  }
+  return out;
+}
+
+// --input (hashed into the record's `inputs`; plan_mounts binds them read-only) and the files sbx
+// generates for the sandbox (RunRequest::files), bound read-only. A dry run hashes nothing.
+class Inputs final : public Facility {
+ public:
+  const char* name() const override { return "inputs"; }
+  Status prepare(RunContext& ctx) const override {
+    if (ctx.dry_run) return {};
+    if (!ctx.spec.inputs.empty()) {
+      auto hashed = hash_inputs(ctx.spec.inputs, ctx.cwd);
+      if (!hashed) return hashed.error();
+      ctx.inputs = std::move(*hashed);
+    }
+    ctx.mounts.files = ctx.req.files;
+    return {};
+  }
+};
+
+}  // namespace
+
+const Facility& mounts_facility() {
+  static const Mounts f;
+  return f;
+}
+const Facility& image_facility() {
+  static const Image f;
+  return f;
+}
+const Facility& inputs_facility() {
+  static const Inputs f;
+  return f;
+}
+
+}  // namespace sbx

@@ -1,0 +1,55 @@
+// The seccomp facility (seccomp_policy.hpp): the policy is parsed, compiled (or loaded from the
+// cache) here in the parent; Run::prepare_channels hands the notifying copy to the program child,
+// which installs it last before its execve (install_seccomp in child.cpp's run_program), and the
+// supervisor answers its notifications from the reference program (seccomp_notify.hpp).
+#include <spdlog/spdlog.h>
+
+#include "runtime/launch/facility.hpp"
+
+namespace sbx {
+namespace {
+using nlohmann::json;
+
+class Seccomp final : public Facility {
+ public:
+  const char* name() const override { return "seccomp"; }
+  Status prepare(RunContext& ctx) const override {
+    const RunSpec& s = ctx.spec;
+    // No cache directory in a dry run: it writes nothing, not even a compiled policy.
+    std::string cache = ctx.dry_run || ctx.req.dirs.state.empty() ? "" : ctx.req.dirs.state + "/cache/seccomp";
+    auto prepared = prepare_seccomp(s.seccomp, cache, s.capabilities.keep);
+    if (!prepared) return prepared.error();
+    const PreparedSeccomp& sc = ctx.seccomp.emplace(std::move(*prepared));
+    if (!ctx.dry_run) log(s, sc);
+    return {};
+  }
+  void record(const RunContext& ctx, const SuperviseResult*, json& out) const override {
+    if (ctx.seccomp) out["seccomp"] = seccomp_enforcement_json(*ctx.seccomp);
+    else
+      out["seccomp"] = {{"profile", ctx.spec.seccomp}, {"sha256", nullptr}, {"unresolved", json::array()}, {"mode", nullptr},
+                        {"note", "not installed: the run ended before the policy was prepared"}};
+  }
+  void plan(const RunContext& ctx, json& out) const override { out["seccomp"] = seccomp_enforcement_json(*ctx.seccomp); }
+
+ private:
+  static void log(const RunSpec& s, const PreparedSeccomp& sc) {
+    if (!sc.enabled)
+      spdlog::warn("seccomp is UNCONFINED for this run: the program may use every system call the kernel offers");
+    if (sc.enabled)
+      spdlog::info("seccomp policy {}: {} BPF instructions, {} in {} us", s.seccomp, sc.reference.size(),
+                   sc.cached ? "loaded from the cache" : "compiled", sc.setup_us);
+    for (auto& n : sc.notes) spdlog::info("seccomp policy {}: {}", s.seccomp, n);
+    if (!sc.unresolved.empty())
+      spdlog::info("seccomp policy {}: {} system call name(s) unknown to libseccomp skipped (listed in the trace)",
+                   s.seccomp, sc.unresolved.size());
+  }
+};
+
+}  // namespace
+
+const Facility& seccomp_facility() {
+  static const Seccomp f;
+  return f;
+}
+
+}  // namespace sbx
