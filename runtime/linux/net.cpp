@@ -1,6 +1,6 @@
 #include "runtime/linux/net.hpp"
 
-#include "runtime/base/fdpass.hpp"
+#include "runtime/base/fsutil.hpp"
 
 #include <net/if.h>
 #include <netinet/in.h>
@@ -33,27 +33,19 @@ Status bring_up_loopback() {
   return st;
 }
 
-Status hand_over_proxy_listener(int sock, int port) {
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return sys_error("network", "socket for the egress proxy");
+Result<UniqueFd> open_proxy_listener(int port) {
+  UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!fd.ok()) return sys_error("network", "socket for the egress proxy");
   struct sockaddr_in a = {};
   a.sin_family = AF_INET;
   a.sin_port = htons(static_cast<std::uint16_t>(port));
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   int one = 1;
-  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  if (::bind(fd, reinterpret_cast<struct sockaddr*>(&a), sizeof a) != 0) {
-    ::close(fd);
+  ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  if (::bind(fd.get(), reinterpret_cast<struct sockaddr*>(&a), sizeof a) != 0)
     return sys_error("network", "bind the egress proxy to 127.0.0.1:" + std::to_string(port));
-  }
-  if (::listen(fd, 1024) != 0) {
-    ::close(fd);
-    return sys_error("network", "listen on the egress proxy socket");
-  }
-  Status st = send_fd(sock, fd, 'P', "network", "hand the egress proxy socket to the supervisor");
-  ::close(fd);
-  ::close(sock);
-  return st;
+  if (::listen(fd.get(), 1024) != 0) return sys_error("network", "listen on the egress proxy socket");
+  return fd;
 }
 
 }  // namespace sbx
