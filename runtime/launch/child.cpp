@@ -184,7 +184,8 @@ long check_last_calls(const ChildConfig& cfg, const char* path, char* const* arg
 // child shares that table with init (CLONE_FILES, spawn_program) until execve, which gives the
 // program a copy of its own (unshare_files, before the old address space is released and init
 // resumes) and closes the close-on-exec fds in that copy only. Init, which no filter binds, then
-// still holds the listener under the same number and sends it to the supervisor (run_init). So
+// still holds the listener under the same number and sends it to the supervisor (init_end.cpp,
+// watch_program). So
 // the filter needs no rule for the hand-off: it allows exactly what the policy allows, and no
 // ptrace-like access to the program is needed (pidfd_getfd would need it, over a non-dumpable
 // address space: refused to a rootless supervisor). Nothing is lost meanwhile: a refused call
@@ -288,7 +289,7 @@ int program_entry(void* arg) {
 // shared (CLONE_FILES) until execve gives the program a copy of its own: that is how the seccomp
 // listener reaches init (install_seccomp). The child's changes to the table (its stdio on 0, 1
 // and 2, everything else close-on-exec) are init's too, so init closes all but its report pipe
-// once the child is gone (run_init).
+// once the child is gone (watch_program, init_end.cpp).
 // The stack: a shared init's comes with init's own (clone.hpp); a forked init maps one and, its
 // memory being its own, declares it to AddressSanitizer itself (sanitizer_stack.hpp).
 pid_t spawn_program(const ChildConfig& cfg, ProgramArgs& args) {
