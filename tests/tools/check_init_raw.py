@@ -70,8 +70,9 @@ def refused(syms):
 
 def check(path, member):
     bad = refused(undefined_symbols(path, member))
+    where = f"{os.path.basename(path)}[{member}]" if path.endswith(".a") else os.path.basename(path)
     for s in bad:
-        print(f"{os.path.basename(path)}[{member}]: calls {s}: not a raw system call "
+        print(f"{where}: calls {s}: not a raw system call "
               "(init may share the supervisor's memory here; docs/ARCHITECTURE.md, section 3)")
     return 1 if bad else 0
 
