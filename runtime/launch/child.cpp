@@ -5,7 +5,6 @@
 #include <linux/audit.h>
 #include <linux/close_range.h>
 #include <linux/seccomp.h>
-#include <poll.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
@@ -20,7 +19,6 @@
 #include <cstring>
 
 #include "runtime/model/caps.hpp"
-#include "runtime/base/fdpass.hpp"
 #include "runtime/linux/net.hpp"
 #include "runtime/launch/pool_job.hpp"
 #include "runtime/linux/pty.hpp"
@@ -32,20 +30,15 @@ namespace sbx {
 
 namespace {
 
-void send_msg(int fd, const ChildMsg& m) {
-  long n;
-  do n = raw::write(fd, &m, sizeof m);
-  while (n == -EINTR);
+// Init's end of the handshake (handshake.hpp), by the numbers the supervisor put in cfg. Built
+// on the caller's stack: init keeps it there, so nothing of cfg is needed once the program runs.
+InitEnd init_end(const ChildConfig& cfg) {
+  return InitEnd(cfg.sync_fd, cfg.msg_fd, cfg.out_sock, cfg.seccomp_sock, cfg.proxy_sock);
 }
 
+// A stage failed: report it and exit 125 (the program child, too, reports on init's pipe).
 [[noreturn]] void fail(const ChildConfig& cfg, const Error& e) {
-  ChildMsg m;
-  m.kind = ChildMsg::kSetupError;
-  m.err = e.err;
-  std::strncpy(m.stage, e.stage.c_str(), sizeof m.stage - 1);
-  std::strncpy(m.message, e.message.c_str(), sizeof m.message - 1);
-  send_msg(cfg.msg_fd, m);
-  ::_exit(125);
+  init_end(cfg).report_setup_error(e.stage.c_str(), e.err, e.message.c_str());
 }
 
 #define STAGE(cfg, expr)                 \
@@ -95,13 +88,12 @@ Status bound_sysv_shm(std::int64_t bytes) {
   std::int64_t pages = std::max<std::int64_t>(1, bytes / (page > 0 ? page : 4096));
   const std::pair<const char*, std::int64_t> knobs[] = {{"/proc/sys/kernel/shmmax", bytes}, {"/proc/sys/kernel/shmall", pages}};
   for (auto& [path, value] : knobs) {
-    int fd = ::open(path, O_WRONLY | O_CLOEXEC);
+    InitFd fd(::open(path, O_WRONLY | O_CLOEXEC));
     // Before Linux 5.17 these files belong to the initial user namespace: refused here.
-    if (fd < 0) return sys_error("sysv_shm", std::string("open ") + path + " (the run's SysV shm cap; needs Linux 5.17+)");
+    if (!fd.ok()) return sys_error("sysv_shm", std::string("open ") + path + " (the run's SysV shm cap; needs Linux 5.17+)");
     std::string text = std::to_string(value) + "\n";
-    ssize_t n = ::write(fd, text.data(), text.size());
+    ssize_t n = ::write(fd.get(), text.data(), text.size());
     int werr = errno;
-    ::close(fd);
     if (n != static_cast<ssize_t>(text.size())) return make_error("sysv_shm", std::string("write ") + path, werr);
   }
   return {};
@@ -192,7 +184,8 @@ long check_last_calls(const ChildConfig& cfg, const char* path, char* const* arg
 // child shares that table with init (CLONE_FILES, spawn_program) until execve, which gives the
 // program a copy of its own (unshare_files, before the old address space is released and init
 // resumes) and closes the close-on-exec fds in that copy only. Init, which no filter binds, then
-// still holds the listener under the same number and sends it to the supervisor (run_init). So
+// still holds the listener under the same number and sends it to the supervisor (init_end.cpp,
+// watch_program). So
 // the filter needs no rule for the hand-off: it allows exactly what the policy allows, and no
 // ptrace-like access to the program is needed (pidfd_getfd would need it, over a non-dumpable
 // address space: refused to a rootless supervisor). Nothing is lost meanwhile: a refused call
@@ -296,7 +289,7 @@ int program_entry(void* arg) {
 // shared (CLONE_FILES) until execve gives the program a copy of its own: that is how the seccomp
 // listener reaches init (install_seccomp). The child's changes to the table (its stdio on 0, 1
 // and 2, everything else close-on-exec) are init's too, so init closes all but its report pipe
-// once the child is gone (run_init).
+// once the child is gone (watch_program, init_end.cpp).
 // The stack: a shared init's comes with init's own (clone.hpp); a forked init maps one and, its
 // memory being its own, declares it to AddressSanitizer itself (sanitizer_stack.hpp).
 pid_t spawn_program(const ChildConfig& cfg, ProgramArgs& args) {
@@ -319,161 +312,20 @@ pid_t spawn_program(const ChildConfig& cfg, ProgramArgs& args) {
   return pid;
 }
 
-// Kills and reaps every other process of the sandbox. Init does it itself instead of leaving it
-// to the kernel (which does the same when pid 1 exits) so that its report can mean "the sandbox
-// is empty": the supervisor then records the run while init's own exit — its address space, the
-// mount namespace's tmpfs mounts — is torn down in parallel (about 1 ms on a VM). kill(-1) from
-// pid 1 reaches every process of this pid namespace but init; orphans are reparented to init, so
-// waitpid's ECHILD means none is left. Repeating the kill after each reap catches a process that
-// a dying one forked in between.
-void reap_everything_else() {
-  for (;;) {
-    raw::kill(-1, SIGKILL);
-    int ws;
-    long p = raw::wait4(-1, &ws, __WALL, nullptr);
-    if (p > 0 || p == -EINTR) continue;
-    return;  // ECHILD
-  }
-}
-
-// Init's loop: reap everything, forward the supervisor's signals to the program's process group,
-// report the program's status when it ends. Raw system calls only: the supervisor may be
-// running in the same memory by now (raw_syscall.hpp).
-//
-// Why the process group, as a terminal does with Ctrl-C: the program is the leader of its own
-// session and group (setsid in run_program; a session leader cannot leave its group, so the
-// group's id stays the program's pid while it lives), and what it runs in the foreground is in
-// that group: `sh -c 'sleep 30'` ends at once on SIGINT only if the sleep gets it too (a shell
-// waits for its foreground child, then exits 130 because the child died of SIGINT). Processes
-// the program put in a session or group of their own are left alone, as a terminal leaves them:
-// they are killed with the rest of the sandbox when the program has ended (reap_everything_else).
-// kill(-1) would reach those too, and take from the program the choice of how its workers stop.
-//
-// With a pty (-t) the keyboard's signals, SIGINT and SIGQUIT, go where the pty's own ^C and ^\ keys
-// would send them: to its foreground process group, which a shell with job control moves to the
-// job it runs while it ignores SIGINT itself. Init learns it from the program's
-// /proc/PID/stat (tpgid, in the sandbox's pid namespace) rather than by keeping the master: the
-// supervisor's closing its copies of the master must hang the pty up (stdin_relay.hpp).
-// Without a foreground group, to the program's.
-pid_t foreground_group(pid_t program) {
-  char path[32] = "/proc/";
-  char digits[12];
-  int n = 0;
-  for (long v = program; v > 0 && n < 11; v /= 10) digits[n++] = static_cast<char>('0' + v % 10);
-  int k = 6;
-  while (n > 0) path[k++] = digits[--n];
-  for (const char* t = "/stat"; *t;) path[k++] = *t++;
-  path[k] = '\0';
-  long fd = raw::open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return -1;
-  char buf[512];
-  long len = raw::read(static_cast<int>(fd), buf, sizeof buf - 1);
-  raw::close(static_cast<int>(fd));
-  if (len <= 0) return -1;
-  buf[len] = '\0';
-  // "pid (comm) state ppid pgrp session tty_nr tpgid ...": comm may hold anything, so the
-  // fields are counted from its last ')'.
-  const char* q = nullptr;
-  for (const char* c = buf; *c; ++c)
-    if (*c == ')') q = c;
-  if (!q) return -1;
-  for (int field = 0; field < 6 && *q; ++q)
-    if (*q == ' ') ++field;
-  long pg = 0;
-  for (; *q >= '0' && *q <= '9'; ++q) pg = pg * 10 + (*q - '0');
-  return pg > 0 ? static_cast<pid_t>(pg) : -1;
-}
-
-pid_t signal_target(int sig, pid_t program, bool tty) {
-  if (tty && (sig == SIGINT || sig == SIGQUIT)) {
-    pid_t fg = foreground_group(program);
-    if (fg > 0) return fg;
-  }
-  return program;
-}
-
-[[noreturn]] void supervise_program(int msg_fd, pid_t program, bool tty) {
-  sigset_t set;
-  supervised_signals(&set);
-  for (;;) {
-    siginfo_t si;
-    long sig = raw::sigtimedwait(&set, &si);
-    if (sig < 0) continue;
-    if (sig != SIGCHLD) {
-      // The group is gone once the program is a zombie and its group empty: then to the
-      // program itself, which is harmless (its status is already decided).
-      pid_t group = signal_target(static_cast<int>(sig), program, tty);
-      if (raw::kill(-group, static_cast<int>(sig)) < 0) raw::kill(program, static_cast<int>(sig));
-      continue;
-    }
-    int ws;
-    long p;
-    while ((p = raw::wait4(-1, &ws, WNOHANG | __WALL, nullptr)) > 0) {
-      if (p != program) continue;
-      reap_everything_else();
-      ChildMsg m;
-      m.kind = ChildMsg::kProgramStatus;
-      m.wait_status = ws;
-      raw::getrusage(RUSAGE_CHILDREN, &m.usage);
-      send_msg(msg_fd, m);
-      raw::exit_group(0);
-    }
-  }
-}
-
-// Init sends the program child's seccomp listener to the supervisor (install_seccomp says why
-// this way). Raw calls and a message built in place: the same discipline as init's loop.
-// Sends `fd` to the supervisor over `sock` and closes init's copy, with raw calls only: these run
-// after the program child was spawned, and a child that failed to start has already woken a
-// supervisor that shares init's memory (spawn_program), so nothing here may allocate or touch
-// errno, not even on failure (an Error's strings would be malloc'd beside the supervisor's own).
-// Failure ends init: a run whose listener or terminal the supervisor never got must not go on.
-void hand_over_fd(const ChildConfig& cfg, int sock, int fd, char tag, const char* stage, const char* what) {
-  FdMessage mh(fd, tag);
-  long n;
-  do n = raw::syscall6(SYS_sendmsg, sock, reinterpret_cast<long>(&mh.mh), MSG_NOSIGNAL);
-  while (n == -EINTR);
-  raw::close(fd);
-  if (n == 1) return;
-  ChildMsg m;
-  m.kind = ChildMsg::kSetupError;
-  m.err = n < 0 ? static_cast<std::int32_t>(-n) : EIO;
-  std::strncpy(m.stage, stage, sizeof m.stage - 1);
-  std::strncpy(m.message, what, sizeof m.message - 1);
-  send_msg(cfg.msg_fd, m);
-  raw::exit_group(125);  // pid 1 gone: the kernel kills the rest of the sandbox
-}
-
-// The program has exec'd under a filter whose refusals nobody would answer unless the supervisor
-// holds the listener: it must not run otherwise.
-void hand_over_listener(const ChildConfig& cfg, int listener) {
-  hand_over_fd(cfg, cfg.seccomp_sock, listener, 'L', "seccomp", "hand the seccomp listener to the supervisor");
-}
-
-// Closes every fd but `fd`, with raw calls (nothing allocated).
-void keep_only(int fd) {
-  if (fd > 0) raw::syscall6(SYS_close_range, 0, fd - 1, 0);
-  raw::syscall6(SYS_close_range, fd + 1, static_cast<long>(~0U), 0);
-}
-
 }  // namespace
-
-void supervised_signals(sigset_t* set) {
-  sigemptyset(set);
-  for (int s : {SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2}) sigaddset(set, s);
-}
 
 int init_entry(void* cfg) { run_init(*static_cast<const ChildConfig*>(cfg)); }
 
-[[noreturn]] static void start_program(const ChildConfig& cfg);
+[[noreturn]] static void start_program(const ChildConfig& cfg, const InitEnd& end);
 
 void run_init(const ChildConfig& cfg) {
+  // Init's end of the handshake, on this frame, which init never leaves (handshake.hpp).
+  InitEnd end = init_end(cfg);
   // If sbx dies, so does the sandbox: init gets SIGKILL, and with pid 1 gone the kernel kills the
   // rest of the pid namespace. Raw calls until "go": a supervisor sharing our memory is still
   // running (writing the id maps).
   raw::prctl(PR_SET_PDEATHSIG, SIGKILL);
-  char go;
-  if (raw::read(cfg.sync_fd, &go, 1) != 1) raw::exit_group(125);  // supervisor gone before the maps were written
+  end.wait_go();
   close_all_except({0, 1, 2, cfg.sync_fd, cfg.msg_fd, cfg.out_fd, cfg.err_fd, cfg.seccomp_sock, cfg.proxy_sock,
                     cfg.out_sock, cfg.mounts.image_fd, cfg.in_fd, cfg.pty_sock});
   auto image_fd = reopen_image_in_namespace(cfg.mounts);  // before the uid changes (see mounts.hpp)
@@ -481,23 +333,28 @@ void run_init(const ChildConfig& cfg) {
   STAGE(cfg, become_namespace_root(cfg.identity));
   // Changing credentials clears the parent-death signal: set it again, then make sure the
   // supervisor did not die in between (its end of the sync pipe would have hung up).
-  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-  struct pollfd pfd = {cfg.sync_fd, POLLIN, 0};
-  if (::poll(&pfd, 1, 0) > 0 && (pfd.revents & POLLHUP)) ::_exit(125);
-  auto out_dir = build_root(cfg.mounts, *image_fd);
-  if (!out_dir) fail(cfg, out_dir.error());
+  raw::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (end.supervisor_gone()) raw::exit_group(125);
+  auto built = build_root(cfg.mounts, *image_fd);
+  if (!built) fail(cfg, built.error());
+  InitFd out_dir(*built);
   if (cfg.out_sock >= 0) {
-    STAGE(cfg, send_fd(cfg.out_sock, *out_dir, 'O', "mounts", "hand /out to the supervisor"));
-    ::close(cfg.out_sock);
+    if (long r = end.send_out_dir(out_dir.get()); r < 0)
+      end.report_setup_error("mounts", static_cast<int>(-r), "hand /out to the supervisor");
   }
-  ::close(*out_dir);
+  out_dir.reset();
   if (::sethostname(cfg.hostname.c_str(), cfg.hostname.size()) != 0)
     fail(cfg, sys_error("hostname", "sethostname"));
   if (cfg.sysv_shm_bytes > 0) STAGE(cfg, bound_sysv_shm(cfg.sysv_shm_bytes));
   STAGE(cfg, make_proc_sys_readonly());  // after the last write there: the cap above
   STAGE(cfg, bring_up_loopback());
   // Fail closed: a run that asked for the proxy does not start without it.
-  if (cfg.proxy_sock >= 0) STAGE(cfg, hand_over_proxy_listener(cfg.proxy_sock, cfg.proxy_port));
+  if (cfg.proxy_sock >= 0) {
+    auto listener = open_proxy_listener(cfg.proxy_port);
+    if (!listener) fail(cfg, listener.error());
+    if (long r = end.send_proxy_listener(listener->get()); r < 0)
+      end.report_setup_error("network", static_cast<int>(-r), "hand the egress proxy socket to the supervisor");
+  }
   // Init keeps its capabilities, and the program has none: ptrace and /proc/1/mem, environ, maps
   // need a superset of init's capabilities (or CAP_SYS_PTRACE over its namespace), so the
   // program can neither trace init nor read its memory. Init's address space is also made
@@ -507,24 +364,24 @@ void run_init(const ChildConfig& cfg) {
   if (!cfg.shared_memory) ::prctl(PR_SET_DUMPABLE, 0);
   // The supervisor's second byte: the image's seal matched (or there is no image). Anything else,
   // or EOF because the supervisor died or killed us, and the program never starts.
-  if (::read(cfg.sync_fd, &go, 1) != 1 || go != 's') ::_exit(125);
+  end.wait_start();
   if (cfg.pool_job) {
     // A warm pool's sandbox waited here, built, until its call was handed to it: the call's
     // files are written from inside (nothing but init has run in the sandbox), the pool's
     // directories turn read-only, and the program is the call's. A forked init (sandbox.cpp):
     // cfg is init's own copy, so a changed copy of it serves the rest.
-    auto job = read_pool_job(cfg.sync_fd);
+    auto job = read_pool_job(end.sync_fd());
     if (!job) fail(cfg, job.error());
     STAGE(cfg, write_pool_files(*job));
     ChildConfig call = cfg;
     call.argv = std::move(job->argv);
-    start_program(call);
+    start_program(call, end);
   }
-  start_program(cfg);
+  start_program(cfg, end);
 }
 
 // The rest of init once the supervisor said "s": the program, then init's watch over it.
-[[noreturn]] static void start_program(const ChildConfig& cfg) {
+[[noreturn]] static void start_program(const ChildConfig& cfg, const InitEnd& end) {
   int pty_master = -1;
   if (cfg.pty_sock >= 0) {
     auto m = open_sandbox_pty(cfg.pty_size);
@@ -534,43 +391,9 @@ void run_init(const ChildConfig& cfg) {
   ProgramArgs args{&cfg, pty_master};
   pid_t program = spawn_program(cfg, args);
   if (program < 0) fail(cfg, sys_error("fork", "start the program"));
-  if (args.listener >= 0) hand_over_listener(cfg, args.listener);
-  // The program child ran in this address space until its execve, and its change of uid set the
-  // address space's dumpable flag to fs.suid_dumpable (commit_creds): 0 or 2 keep /proc/1 root's,
-  // 1 would give it back to init's uid. Said again, for that setting.
-  ::prctl(PR_SET_DUMPABLE, 0);
-  if (pty_master >= 0) {
-    // Sent once the program holds the slave, so that a master which reports POLLHUP or EIO in
-    // the supervisor means the program has let go of its terminal, never "not yet opened". Raw
-    // (hand_over_fd): a program child that failed before its execve has woken the supervisor.
-    // Init keeps no copy of the master: the supervisor's copy is the only one from here on.
-    hand_over_fd(cfg, cfg.pty_sock, pty_master, 'T', "tty", "hand the pty master to the supervisor");
-  }
-  // The fd table was the program child's too: the program's stdio (the pipes, the pty slave) is
-  // on 0, 1 and 2 here as well, and init must not hold it, nor anything else: the supervisor
-  // sees the end of the output, the pty's hang-up and the listener socket's EOF only when no
-  // process of the sandbox but the program's own has them open.
-  keep_only(cfg.msg_fd);
-  if (args.exec_failed.kind == ChildMsg::kSetupError) send_msg(cfg.msg_fd, args.exec_failed);
-  // Everything init needs from here on is on its stack: the supervisor may return and free cfg.
-  int msg_fd = cfg.msg_fd;
-  ChildMsg started;
-  started.kind = ChildMsg::kStarted;
-  // What the program actually holds, for the record: read once, before it can be reaped (a
-  // zombie's status still shows its sets). The vfork-style spawn returns once execve has released
-  // the old memory (exec_mmap), which is before execve commits the new credentials
-  // (begin_new_exec), so the read may land on either side of that commit. Both show the same
-  // sets: restrict_capabilities made every set `keep` before execve, and with no_new_privs
-  // execve can only lower them (a file-capability or setuid binary), never raise them; the
-  // record is what the program holds at most.
-  ProcessCaps pc;
-  if (args.exec_failed.kind != ChildMsg::kSetupError && read_process_caps_raw(program, pc)) {
-    CapMask sets[5] = {pc.inheritable, pc.permitted, pc.effective, pc.bounding, pc.ambient};
-    for (int i = 0; i < 5; ++i) started.caps.sets[i] = sets[i];
-    started.caps.read = 1;
-  }
-  send_msg(msg_fd, started);
-  supervise_program(msg_fd, program, pty_master >= 0);
+  // Raw calls only from here (init_end.cpp, checked): a program child that failed to start has
+  // reported it, which wakes a supervisor that shares init's memory.
+  watch_program(end, StartedProgram{program, args.listener, cfg.pty_sock, pty_master, &args.exec_failed});
 }
 
 }  // namespace sbx

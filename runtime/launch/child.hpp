@@ -15,32 +15,11 @@
 #include <string>
 #include <vector>
 
+#include "runtime/launch/handshake.hpp"
 #include "runtime/linux/mounts.hpp"
 #include "runtime/linux/userns.hpp"
 
 namespace sbx {
-
-struct ChildMsg {
-  // kStarted: the program has exec'd (or its start failed, and a kSetupError came first); from
-  // here on init makes raw system calls only (raw_syscall.hpp), so a supervisor that shares its
-  // memory may run again.
-  enum Kind : std::uint32_t { kSetupError = 1, kProgramStatus = 2, kStarted = 3 };
-  std::uint32_t kind = 0;
-  std::int32_t err = 0;          // errno for kSetupError
-  std::int32_t wait_status = 0;  // for kProgramStatus
-  char stage[32] = {};
-  union {
-    char message[440] = {};      // kSetupError; fits one atomic pipe write (PIPE_BUF) with the rest
-    struct rusage usage;         // kProgramStatus: the program's and its descendants' (RUSAGE_CHILDREN)
-    // kStarted: the program's capability sets right after its execve (caps.hpp ProcessCaps order:
-    // inheritable, permitted, effective, bounding, ambient); read == 0 when they could not be read.
-    struct {
-      std::uint64_t sets[5];
-      std::uint32_t read;
-    } caps;
-  };
-};
-static_assert(sizeof(ChildMsg) <= 512, "ChildMsg must be written atomically");
 
 struct ChildConfig {
   IdentityPlan identity;
@@ -100,8 +79,5 @@ struct ChildConfig {
 [[noreturn]] void run_init(const ChildConfig& cfg);
 // run_init for clone(2)'s function-and-stack form (arg: the ChildConfig).
 int init_entry(void* cfg);
-
-// Signals the supervisor blocks before clone (for its signalfd) and init waits for.
-void supervised_signals(sigset_t* set);
 
 }  // namespace sbx

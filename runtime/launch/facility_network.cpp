@@ -1,7 +1,7 @@
 // The network facility: every run has its own network namespace with loopback only (init's
 // bring_up_loopback, net.hpp); in proxy mode the allow rules (egress_policy.hpp) are parsed here,
 // init binds the proxy's listening socket inside the namespace and hands it over
-// (hand_over_proxy_listener, child.cpp), and the supervisor serves it (Run::prepare_proxy makes
+// (open_proxy_listener, then InitEnd::send_proxy_listener; child.cpp), and the supervisor serves it (Run::prepare_proxy makes
 // the socketpair and the EgressProxy from these rules; proxy.hpp says why this way).
 #include "runtime/launch/facility.hpp"
 

@@ -20,10 +20,10 @@
 #include "runtime/linux/cgroup.hpp"
 #include "runtime/launch/child.hpp"
 #include "runtime/launch/facility.hpp"
+#include "runtime/launch/handshake.hpp"
 #include "runtime/linux/clone.hpp"
 #include "runtime/model/environment.hpp"
 #include "runtime/linux/events.hpp"
-#include "runtime/base/fdpass.hpp"
 #include "runtime/base/fsutil.hpp"
 #include "runtime/linux/gpu.hpp"
 #include "runtime/image/image_manifest.hpp"
@@ -34,7 +34,6 @@
 #include "runtime/base/log.hpp"
 #include "runtime/launch/preflight.hpp"
 #include "runtime/egress/proxy.hpp"
-#include "runtime/base/raw_syscall.hpp"
 #include "runtime/linux/seccomp_policy.hpp"
 #include "runtime/base/sha256.hpp"
 #include "runtime/base/signals.hpp"
@@ -54,21 +53,14 @@ using nlohmann::json;
 constexpr unsigned long kNamespaces = CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWNET |
                                       CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP;
 
-// A pipe or a SOCK_SEQPACKET socketpair (for fd handoffs, fdpass.hpp), both ends close-on-exec:
-// `r` stays with the supervisor, `w` goes to init, which keeps what it needs by fd number
-// (child.cpp); the supervisor's copy of `w` is closed right after clone.
+// A pipe, both ends close-on-exec: `r` stays with the supervisor, `w` goes to the program, which
+// gets it by number (child.cpp); the supervisor's copy of `w` is closed right after clone. The
+// handshake's own pipes and sockets are InitChannel's (handshake.hpp).
 struct FdPair {
   UniqueFd r, w;
   Status open_pipe() {
     int fds[2];
     if (::pipe2(fds, O_CLOEXEC) != 0) return sys_error("prepare", "pipe");
-    r.reset(fds[0]);
-    w.reset(fds[1]);
-    return {};
-  }
-  Status open_socketpair(const char* stage, const std::string& what) {
-    int fds[2];
-    if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, fds) != 0) return sys_error(stage, "socketpair for " + what);
     r.reset(fds[0]);
     w.reset(fds[1]);
     return {};
@@ -167,12 +159,12 @@ std::int64_t mono_us() {
 struct Launch {
   explicit Launch(const StdinPlan& plan) : caller_in(plan) {}
   ChildConfig cfg;
-  FdPair sync, msg, out, err;  // init's go/start bytes; its reports; the program's stdout, stderr
+  // The handshake with init: its go/start bytes, its reports, its fd hand-offs (handshake.hpp).
+  InitChannel chan;
+  FdPair out, err;  // the program's stdout, stderr
   // The caller's stdin: a pipe fed by the supervisor, a pty, or /dev/null (stdin_relay.hpp).
   // Its session ends, and the caller's terminal settings are restored, on every way out.
   CallerStdin caller_in;
-  FdPair handoff;     // a socketpair: r stays with the supervisor, w is init's end (child.cpp, install_seccomp)
-  FdPair proxy_pair;  // init sends the proxy's listening socket on it (proxy.hpp)
   std::optional<EgressProxy> proxy;
   std::optional<SignalMaskGuard> mask_guard;
   std::optional<SignalDispositionGuard> sigpipe_guard;
@@ -248,7 +240,6 @@ class Run {
   bool described_ = false;
   nlohmann::json inputs_;
   nlohmann::json stdin_record_;
-  FdPair out_pair_;  // init sends the O_PATH fd of /out on it (artifact_export.hpp)
   UniqueFd out_dir_fd_;
   std::optional<ExportResult> exported_;
   std::string export_error_;
@@ -364,8 +355,8 @@ bool Run::prepare_child() {
   // The mount plan is final: the operations init runs are the ones the record lists.
   cfg.mounts.ops = mount_ops(cfg.mounts);
   parts_.image["mounts"] = mount_ops_to_json(cfg.mounts.ops);
-  if (auto st = out_pair_.open_socketpair("prepare", "/out"); !st) return fail_setup(st.error());
-  cfg.out_sock = out_pair_.w.get();
+  if (auto st = L.chan.open_out_socket(); !st) return fail_setup(st.error());
+  cfg.out_sock = L.chan.init_out_socket();
   cfg.hostname = s.hostname;
   cfg.argv = s.argv;
   // With a pty the program's stdout is a terminal: the caller's TERM describes the terminal
@@ -385,19 +376,20 @@ bool Run::prepare_child() {
 bool Run::prepare_channels() {
   Launch& L = *launch_;
   ChildConfig& cfg = L.cfg;
-  for (FdPair* p : {&L.sync, &L.msg, &L.out, &L.err})
+  if (auto st = L.chan.open_pipes(); !st) return fail_setup(st.error());
+  for (FdPair* p : {&L.out, &L.err})
     if (auto st = p->open_pipe(); !st) return fail_setup(st.error());
   if (auto st = L.caller_in.prepare(); !st) return fail_setup(st.error());
   cfg.in_fd = L.caller_in.child_in_fd();
   cfg.pty_sock = L.caller_in.child_pty_sock();
   cfg.pty_size = L.caller_in.initial_size();
-  cfg.sync_fd = L.sync.r.get();
-  cfg.msg_fd = L.msg.w.get();
+  cfg.sync_fd = L.chan.init_sync();
+  cfg.msg_fd = L.chan.init_reports();
   cfg.out_fd = L.out.w.get();
   cfg.err_fd = L.err.w.get();
   if (ctx_.seccomp->enabled) {
-    if (auto st = L.handoff.open_socketpair("seccomp", "the listener hand-off"); !st) return fail_setup(st.error());
-    cfg.seccomp_sock = L.handoff.w.get();
+    if (auto st = L.chan.open_listener_socket(); !st) return fail_setup(st.error());
+    cfg.seccomp_sock = L.chan.init_listener_socket();
     cfg.seccomp_filter = notify_program(ctx_.seccomp->reference);
     cfg.seccomp_reference = &ctx_.seccomp->reference;
   }
@@ -410,8 +402,8 @@ bool Run::prepare_proxy() {
   Launch& L = *launch_;
   const RunSpec& s = spec();
   if (!ctx_.allow_rules) return true;  // not proxy mode (the network facility parsed the rules)
-  if (auto st = L.proxy_pair.open_socketpair("network", "the egress proxy"); !st) return fail_setup(st.error());
-  L.cfg.proxy_sock = L.proxy_pair.w.get();
+  if (auto st = L.chan.open_proxy_socket(); !st) return fail_setup(st.error());
+  L.cfg.proxy_sock = L.chan.init_proxy_socket();
   L.cfg.proxy_port = kProxyPort;
   ProxyConfig pc;
   if (events_)
@@ -425,7 +417,7 @@ bool Run::prepare_proxy() {
   pc.max_bytes = s.network.max_bytes;
   pc.idle_timeout_ms = s.network.idle_timeout_ms;
   pc.start_ms = monotonic_ms();
-  L.proxy.emplace(std::move(pc), L.proxy_pair.r.release());  // the proxy owns it
+  L.proxy.emplace(std::move(pc), L.chan.take_proxy_socket());  // the proxy owns it
   return true;
 }
 
@@ -465,7 +457,14 @@ bool Run::prepare_signals() {
 bool Run::spawn() {
   Launch& L = *launch_;
   t_spawn_ = mono_us();
-  L.shared = !ctx_.image_fd.ok() && !ctx_.cgroup && !req_.await_call;
+  // SBX_BENCH_FORKED_INIT=1 forks init where it would be shared: for measuring what the shared
+  // init saves (bench/README.md, "Shared init"), never needed otherwise. It can only make a run
+  // take the path runs with an image take, never a less isolated one.
+  static const bool bench_forked = [] {
+    const char* v = ::getenv("SBX_BENCH_FORKED_INIT");
+    return v && std::strcmp(v, "1") == 0;
+  }();
+  L.shared = !ctx_.image_fd.ok() && !ctx_.cgroup && !req_.await_call && !bench_forked;
   L.cfg.pool_job = static_cast<bool>(req_.await_call);
   L.cfg.shared_memory = L.shared;
   Result<CloneResult> child = CloneResult{};
@@ -482,8 +481,8 @@ bool Run::spawn() {
   L.pidfd.reset(child->pidfd);
   // Init's ends: it has its own fd table (no CLONE_FILES, also for the shared init: clone.hpp),
   // so the supervisor's copies go now.
-  for (FdPair* p : {&L.msg, &L.out, &L.err, &L.handoff, &L.proxy_pair, &out_pair_}) p->w.reset();
-  L.sync.r.reset();
+  L.chan.close_init_ends();
+  for (FdPair* p : {&L.out, &L.err}) p->w.reset();
   L.caller_in.close_child_ends();
   // Init waits for "go": each facility's step after clone (the id maps; the cgroup unless
   // clone3 placed init in it).
@@ -499,13 +498,9 @@ bool Run::start_init() {
   Launch& L = *launch_;
   if (L.shared) {
     non_dumpable_.emplace();  // the maps are written: /proc/1 turns root-owned before init goes on
-    // From "go" until init reports kStarted, init runs ordinary code in our memory: nothing
-    // but raw system calls here (raw_syscall.hpp), not even logging.
-    // A failed write means init is gone: the wait below sees its pidfd, and supervise() why.
-    (void)raw::write(L.sync.w.get(), "gs", 2);
-    L.timed_out_in_setup = wait_for_shared_init(L.msg.r.get(), L.pidfd.get(), spec().limits.timeout_ms);
-  } else if (::write(L.sync.w.get(), "g", 1) != 1) {
-    spdlog::debug("sync write failed: {}", std::strerror(errno));
+    L.timed_out_in_setup = L.chan.go_and_wait_shared_init(L.pidfd.get(), spec().limits.timeout_ms);
+  } else {
+    L.chan.send_go();
   }
   return check_seal();
 }
@@ -534,7 +529,7 @@ bool Run::check_seal() {
 bool Run::hand_out() {
   Launch& L = *launch_;
   if (req_.await_call) {
-    auto call = req_.await_call(PoolPause{L.pidfd.get(), L.msg.r.get(), L.sigfd.get(), ctx_.cgroup ? ctx_.cgroup->path() : std::string()});
+    auto call = req_.await_call(PoolPause{L.pidfd.get(), L.chan.reports(), L.sigfd.get(), ctx_.cgroup ? ctx_.cgroup->path() : std::string()});
     std::string refused = call ? pool_refusal(spec(), call->spec) : "";
     if (!call || !refused.empty()) {
       if (!refused.empty()) spdlog::warn("pooled sandbox refused its call: {}", refused);
@@ -553,13 +548,10 @@ bool Run::hand_out() {
     t_spawn_ = mono_us();
     // "s", then the job: init reads it at once (child.cpp), so the pipe drains as it fills. A
     // failed write means init is gone, which supervise() sees and reports.
-    // Built with append: GCC 12 warns falsely (-Wstringop-overflow) about "s" + the job here.
-    std::string start(1, 's');
-    start.append(encode_pool_job(call->job));
-    if (auto st = write_all(L.sync.w.get(), start, "the pooled sandbox's job"); !st)
+    if (auto st = L.chan.send_start_with_job(encode_pool_job(call->job)); !st)
       spdlog::debug("{}", st.error().describe());
-  } else if (!L.shared && ::write(L.sync.w.get(), "s", 1) != 1) {
-    spdlog::debug("sync write failed: {}", std::strerror(errno));
+  } else if (!L.shared) {
+    L.chan.send_start();
   }
   describe_request();  // after "s": init must not wait for it
   return true;
@@ -595,7 +587,7 @@ SuperviseInput Run::supervise_input() {
   SuperviseInput in;
   in.pid = L.pid;
   in.pidfd = L.pidfd.get();
-  in.msg_fd = L.msg.r.release();  // the supervisor closes it
+  in.msg_fd = L.chan.take_reports();  // the supervisor closes it
   // The pty master is the stdout stream (it arrives in the loop); nothing writes the pipe.
   if (req_.stdin_plan.mode == StdinMode::pty) L.out.r.reset();
   in.out_fd = L.out.r.release();  // the relays own and close them
@@ -616,7 +608,7 @@ SuperviseInput Run::supervise_input() {
   in.start_ms = t_spawn_ / 1000;
   in.output_limit_bytes = s.limits.output_limit_bytes;
   in.signal_fd = L.sigfd.get();
-  in.seccomp_sock = L.handoff.r.release();  // the supervisor's notifier owns it
+  in.seccomp_sock = L.chan.take_listener_socket();  // the supervisor's notifier owns it
   in.seccomp_reference = &ctx_.seccomp->reference;
   in.seccomp_named = &ctx_.seccomp->named;
   if (ctx_.cgroup && s.limits.cpu_time_ms) {
@@ -637,8 +629,7 @@ void Run::collect() {
     facts_.setup_hint = e->hint;
   }
   // /out's fd waited in the socket since setup; every process of the sandbox is dead now.
-  int received = -1;
-  if (recv_fd(out_pair_.r.get(), &received) > 0) out_dir_fd_.reset(received);
+  out_dir_fd_ = launch_->chan.recv_out_dir();
   if (out_dir_fd_.ok() && !req_.export_dir.empty()) export_artifacts();
   classify_end();
   collect_violations();

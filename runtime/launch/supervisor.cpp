@@ -254,8 +254,8 @@ void Supervisor::dispatch(const PollSet& p, int i_msg, int i_dl, int i_cpu, int 
 
 void Supervisor::on_message() {
   ChildMsg m;
-  ssize_t k = ::read(msg_fd_.get(), &m, sizeof m);
-  if (k == static_cast<ssize_t>(sizeof m)) {
+  ReportRead got = read_init_report(msg_fd_.get(), m);
+  if (got == ReportRead::kReport) {
     if (m.kind == ChildMsg::kSetupError && !r_.setup_error) r_.setup_error = m;
     if (m.kind == ChildMsg::kStarted && m.caps.read == 1)
       r_.program_caps = ProcessCaps{m.caps.sets[0], m.caps.sets[1], m.caps.sets[2], m.caps.sets[3], m.caps.sets[4]};
@@ -272,7 +272,7 @@ void Supervisor::on_message() {
       }
       msg_fd_.reset();  // nothing follows; its EOF would only come once init's exit is done
     }
-  } else if (k >= 0 || (errno != EAGAIN && errno != EINTR)) {
+  } else if (got != ReportRead::kAgain) {
     // EOF, or a short message (init writes whole messages atomically: it died mid-way).
     msg_fd_.reset();
   }

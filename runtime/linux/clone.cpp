@@ -2,7 +2,6 @@
 
 #include <linux/sched.h>
 #include <sched.h>
-#include <poll.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
@@ -11,7 +10,6 @@
 
 #include <cstring>
 
-#include "runtime/base/raw_syscall.hpp"
 
 namespace sbx {
 
@@ -62,26 +60,6 @@ Status SharedInitStack::allocate() {
 SharedInitStack::~SharedInitStack() {
   asan_.end();
   if (base_) ::munmap(base_, kMapped);
-}
-
-bool wait_for_shared_init(int msg_fd, int pidfd, std::optional<std::int64_t> timeout_ms) {
-  struct pollfd p[2] = {{msg_fd, POLLIN, 0}, {pidfd, POLLIN, 0}};
-  struct timespec ts;
-  struct timespec* tp = nullptr;
-  if (timeout_ms) {
-    ts.tv_sec = *timeout_ms / 1000;
-    ts.tv_nsec = (*timeout_ms % 1000) * 1'000'000;
-    tp = &ts;
-  }
-  long n;
-  do n = raw::ppoll(p, 2, tp);  // ppoll writes the time left back into ts
-  while (n == -EINTR);
-  if (n != 0) return false;
-  raw::pidfd_send_signal(pidfd, SIGKILL);
-  struct pollfd gone = {pidfd, POLLIN, 0};
-  while (raw::ppoll(&gone, 1, nullptr) == -EINTR) {
-  }
-  return true;
 }
 
 Result<CloneResult> clone_shared(unsigned long ns_flags, int (*fn)(void*), void* arg, void* stack_top) {

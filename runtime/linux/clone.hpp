@@ -34,7 +34,7 @@ Result<CloneResult> clone_sandbox(unsigned long ns_flags, int cgroup_fd, bool& i
 // on its own stack. The discipline that makes this safe: the two never run ordinary code at the
 // same time. Until "go" init makes raw system calls only (the supervisor is writing id maps);
 // from "go" until init's kStarted message the supervisor waits in a raw ppoll; from then on init
-// makes raw system calls only (child.cpp, supervise_program). errno and malloc's thread cache
+// makes raw system calls only (launch/init_end.cpp, checked by the ctest `init_raw`). errno and malloc's thread cache
 // live in memory both would use; raw calls touch neither. Runs with an image or a run cgroup
 // keep a forked init (sandbox.cpp says why).
 //
@@ -83,10 +83,5 @@ class SharedInitStack {
   void* base_ = nullptr;
   SanitizerExtraStack asan_;
 };
-
-// Waits, with raw system calls only, until a shared init reports (kStarted or a setup error) or
-// is gone. A wall-time limit that runs out meanwhile kills init: returns true then, once init
-// is dead.
-bool wait_for_shared_init(int msg_fd, int pidfd, std::optional<std::int64_t> timeout_ms);
 
 }  // namespace sbx

@@ -1,6 +1,5 @@
 #include "runtime/linux/net.hpp"
 
-#include "runtime/base/fdpass.hpp"
 #include "runtime/base/fsutil.hpp"
 
 #include <net/if.h>
@@ -18,22 +17,23 @@
 namespace sbx {
 
 Status bring_up_loopback() {
-  UniqueFd fd(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
-  if (!fd.ok()) return sys_error("network", "socket for loopback");
+  int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return sys_error("network", "socket for loopback");
   struct ifreq ifr;
   std::memset(&ifr, 0, sizeof ifr);
   std::strncpy(ifr.ifr_name, "lo", IFNAMSIZ - 1);
   Status st;
-  if (::ioctl(fd.get(), SIOCGIFFLAGS, &ifr) != 0) {
+  if (::ioctl(fd, SIOCGIFFLAGS, &ifr) != 0) {
     st = sys_error("network", "read flags of lo");
   } else {
     ifr.ifr_flags |= IFF_UP | IFF_RUNNING;
-    if (::ioctl(fd.get(), SIOCSIFFLAGS, &ifr) != 0) st = sys_error("network", "bring lo up");
+    if (::ioctl(fd, SIOCSIFFLAGS, &ifr) != 0) st = sys_error("network", "bring lo up");
   }
+  ::close(fd);
   return st;
 }
 
-Status hand_over_proxy_listener(int sock, int port) {
+Result<UniqueFd> open_proxy_listener(int port) {
   UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (!fd.ok()) return sys_error("network", "socket for the egress proxy");
   struct sockaddr_in a = {};
@@ -45,9 +45,7 @@ Status hand_over_proxy_listener(int sock, int port) {
   if (::bind(fd.get(), reinterpret_cast<struct sockaddr*>(&a), sizeof a) != 0)
     return sys_error("network", "bind the egress proxy to 127.0.0.1:" + std::to_string(port));
   if (::listen(fd.get(), 1024) != 0) return sys_error("network", "listen on the egress proxy socket");
-  Status st = send_fd(sock, fd.get(), 'P', "network", "hand the egress proxy socket to the supervisor");
-  UniqueFd handed(sock);  // init's end of the socketpair carries this one message, then is closed
-  return st;
+  return fd;
 }
 
 }  // namespace sbx

@@ -572,8 +572,8 @@ Result<PreparedSeccomp> prepare_seccomp(const std::string& which, const std::str
 
 std::vector<sock_filter> notify_program(const std::vector<sock_filter>& reference) {
   // The policy itself, with no rule added: every refusing return becomes a notification, every
-  // allowing one stays. The listener reaches the supervisor through init (child.cpp,
-  // hand_over_listener), which no filter binds, so the program child needs no exception either.
+  // allowing one stays. The listener reaches the supervisor through init (init_end.cpp,
+  // InitEnd::send_listener), which no filter binds, so the program child needs no exception either.
   std::vector<sock_filter> out;
   out.reserve(reference.size());
   for (sock_filter ins : reference) {

@@ -1,0 +1,324 @@
+// Init's half of the handshake (handshake.hpp, InitEnd) and init's loop once the program child is
+// back: the code a shared init runs while the supervisor may run in the same memory
+// (docs/ARCHITECTURE.md, "The shared init and its rules"). Raw system calls on fixed buffers only:
+// nothing here may touch errno, malloc or any other thread-local or locked state of the
+// supervisor's. This file is its own object so that this is checked, not only said: the ctest
+// `init_raw` (tests/tools/check_init_raw.py) lists the object's undefined symbols with `nm -u`
+// and refuses anything outside its allowlist, so a call of a libc wrapper, an allocation or a
+// log line added here fails the build's tests. Keep it that way: helpers go into this file (in
+// the anonymous namespace below) or into raw_syscall.hpp, never into a call of another unit.
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+
+#include <cstring>
+
+#include "runtime/base/raw_syscall.hpp"
+#include "runtime/launch/handshake.hpp"
+#include "runtime/model/caps.hpp"
+
+namespace sbx {
+
+namespace {
+
+// strncpy without the library call: cuts `from` to fit `n` bytes with the terminating 0.
+void copy_cut(char* to, std::size_t n, const char* from) {
+  std::size_t i = 0;
+  for (; from && from[i] && i + 1 < n; ++i) to[i] = from[i];
+  to[i] = '\0';
+}
+
+// One ChildMsg, whole: a pipe write of at most PIPE_BUF bytes is atomic, so the supervisor reads
+// whole messages or none.
+void send_msg(int fd, const ChildMsg& m) {
+  long n;
+  do n = raw::write(fd, &m, sizeof m);
+  while (n == -EINTR);
+}
+
+// fdpass.hpp's FdMessage, built here in place so that this object calls nothing outside itself.
+long send_one_fd(int sock, int fd, char tag) {
+  char byte = tag;
+  struct iovec iov = {&byte, 1};
+  alignas(struct cmsghdr) char cbuf[CMSG_SPACE(sizeof(int))];
+  for (auto& c : cbuf) c = 0;
+  struct msghdr mh;
+  std::memset(&mh, 0, sizeof mh);
+  mh.msg_iov = &iov;
+  mh.msg_iovlen = 1;
+  mh.msg_control = cbuf;
+  mh.msg_controllen = sizeof cbuf;
+  struct cmsghdr* c = CMSG_FIRSTHDR(&mh);
+  c->cmsg_level = SOL_SOCKET;
+  c->cmsg_type = SCM_RIGHTS;
+  c->cmsg_len = CMSG_LEN(sizeof(int));
+  std::memcpy(CMSG_DATA(c), &fd, sizeof fd);
+  long n;
+  do n = raw::syscall6(SYS_sendmsg, sock, reinterpret_cast<long>(&mh), MSG_NOSIGNAL);
+  while (n == -EINTR);
+  return n == 1 ? 0 : (n < 0 ? n : -EIO);
+}
+
+long read_byte(int fd, char* c) {
+  long n;
+  do n = raw::read(fd, c, 1);
+  while (n == -EINTR);
+  return n;
+}
+
+// Kills and reaps every other process of the sandbox. Init does it itself instead of leaving it
+// to the kernel (which does the same when pid 1 exits) so that its report can mean "the sandbox
+// is empty": the supervisor then records the run while init's own exit — its address space, the
+// mount namespace's tmpfs mounts — is torn down in parallel. kill(-1) from pid 1 reaches every
+// process of this pid namespace but init; orphans are reparented to init, so wait4's ECHILD
+// means none is left. Repeating the kill after each reap catches a process that a dying one
+// forked in between.
+void reap_everything_else() {
+  for (;;) {
+    raw::kill(-1, SIGKILL);
+    int ws;
+    long p = raw::wait4(-1, &ws, __WALL, nullptr);
+    if (p > 0 || p == -EINTR) continue;
+    return;  // ECHILD
+  }
+}
+
+// Why signals go to the program's process group, as a terminal does with Ctrl-C: the program is
+// the leader of its own session and group (setsid in child.cpp, run_program; a session leader
+// cannot leave its group, so the group's id stays the program's pid while it lives), and what it
+// runs in the foreground is in that group: `sh -c 'sleep 30'` ends at once on SIGINT only if the
+// sleep gets it too (a shell waits for its foreground child, then exits 130 because the child
+// died of SIGINT). Processes the program put in a session or group of their own are left alone,
+// as a terminal leaves them: they are killed with the rest of the sandbox when the program has
+// ended (reap_everything_else). kill(-1) would reach those too, and take from the program the
+// choice of how its workers stop.
+//
+// With a pty (-t) the keyboard's signals, SIGINT and SIGQUIT, go where the pty's own ^C and ^\ keys
+// would send them: to its foreground process group, which a shell with job control moves to the
+// job it runs while it ignores SIGINT itself. Init learns it from the program's /proc/PID/stat
+// (tpgid, in the sandbox's pid namespace) rather than by keeping the master: the supervisor's
+// closing its copies of the master must hang the pty up (stdin_relay.hpp). Without a foreground
+// group, to the program's. Parsed by hand: no library call may run here.
+pid_t foreground_group(pid_t program) {
+  char path[32] = "/proc/";
+  char digits[12];
+  int n = 0;
+  for (long v = program; v > 0 && n < 11; v /= 10) digits[n++] = static_cast<char>('0' + v % 10);
+  int k = 6;
+  while (n > 0) path[k++] = digits[--n];
+  for (const char* t = "/stat"; *t;) path[k++] = *t++;
+  path[k] = '\0';
+  InitFd fd(static_cast<int>(raw::open(path, O_RDONLY | O_CLOEXEC)));
+  if (!fd.ok()) return -1;
+  char buf[512];
+  long len = raw::read(fd.get(), buf, sizeof buf - 1);
+  if (len <= 0) return -1;
+  buf[len] = '\0';
+  // "pid (comm) state ppid pgrp session tty_nr tpgid ...": comm may hold anything, so the
+  // fields are counted from its last ')'.
+  const char* q = nullptr;
+  for (const char* c = buf; *c; ++c)
+    if (*c == ')') q = c;
+  if (!q) return -1;
+  for (int field = 0; field < 6 && *q; ++q)
+    if (*q == ' ') ++field;
+  long pg = 0;
+  for (; *q >= '0' && *q <= '9'; ++q) pg = pg * 10 + (*q - '0');
+  return pg > 0 ? static_cast<pid_t>(pg) : -1;
+}
+
+pid_t signal_target(int sig, pid_t program, bool tty) {
+  if (tty && (sig == SIGINT || sig == SIGQUIT)) {
+    pid_t fg = foreground_group(program);
+    if (fg > 0) return fg;
+  }
+  return program;
+}
+
+}  // namespace
+
+void supervised_signals(sigset_t* set) {
+  // sigemptyset/sigaddset by hand (glibc's x86_64 layout: signal N is bit N-1 of the first
+  // word, the kernel's 8-byte set): this runs in init's loop too.
+  std::memset(set, 0, sizeof *set);
+  for (int s : {SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2})
+    set->__val[0] |= 1UL << (s - 1);
+}
+
+void InitFd::reset(int fd) {
+  if (fd_ >= 0) raw::close(fd_);
+  fd_ = fd;
+}
+
+void InitEnd::wait_go() const {
+  char go;
+  if (read_byte(sync_, &go) != 1) raw::exit_group(125);  // the supervisor is gone: no maps, no run
+}
+
+bool InitEnd::supervisor_gone() const {
+  struct pollfd p = {sync_, POLLIN, 0};
+  struct timespec now = {0, 0};
+  return raw::ppoll(&p, 1, &now) > 0 && (p.revents & POLLHUP);
+}
+
+long InitEnd::send_out_dir(int dir_fd) {
+  long r = send_one_fd(out_, dir_fd, 'O');
+  InitFd done(out_);
+  out_ = -1;
+  return r;
+}
+
+long InitEnd::send_proxy_listener(int listener) {
+  long r = send_one_fd(proxy_, listener, 'P');
+  InitFd done(proxy_);
+  proxy_ = -1;
+  return r;
+}
+
+void InitEnd::wait_start() const {
+  char s;
+  if (read_byte(sync_, &s) != 1 || s != 's') raw::exit_group(125);
+}
+
+void InitEnd::report_setup_error(const char* stage, int err, const char* message) const {
+  ChildMsg m;
+  m.kind = ChildMsg::kSetupError;
+  m.err = err;
+  copy_cut(m.stage, sizeof m.stage, stage);
+  copy_cut(m.message, sizeof m.message, message);
+  send_msg(msg_, m);
+  raw::exit_group(125);  // pid 1 gone: the kernel kills the rest of the sandbox
+}
+
+void InitEnd::hand_over(int sock, int fd, char tag, const char* stage, const char* what) const {
+  long r = send_one_fd(sock, fd, tag);
+  raw::close(fd);
+  if (r < 0) report_setup_error(stage, static_cast<int>(-r), what);
+}
+
+// The program has exec'd under a filter whose refusals nobody would answer unless the supervisor
+// holds the listener: it must not run otherwise.
+void InitEnd::send_listener(int listener) const {
+  hand_over(listener_, listener, 'L', "seccomp", "hand the seccomp listener to the supervisor");
+}
+
+void InitEnd::send_pty_master(int sock, int master) const {
+  hand_over(sock, master, 'T', "tty", "hand the pty master to the supervisor");
+}
+
+void InitEnd::keep_only_reports() const {
+  if (msg_ > 0) raw::syscall6(SYS_close_range, 0, msg_ - 1, 0);
+  raw::syscall6(SYS_close_range, msg_ + 1, static_cast<long>(~0U), 0);
+}
+
+void InitEnd::report(const ChildMsg& m) const { send_msg(msg_, m); }
+
+void InitEnd::report_started(const std::uint64_t* sets) const {
+  ChildMsg m;
+  m.kind = ChildMsg::kStarted;
+  if (sets) {
+    for (int i = 0; i < 5; ++i) m.caps.sets[i] = sets[i];
+    m.caps.read = 1;
+  }
+  send_msg(msg_, m);
+}
+
+void InitEnd::report_program_status(int wait_status, const struct rusage& usage) const {
+  ChildMsg m;
+  m.kind = ChildMsg::kProgramStatus;
+  m.wait_status = wait_status;
+  m.usage = usage;
+  send_msg(msg_, m);
+}
+
+void watch_program(const InitEnd& end, const StartedProgram& sp) {
+  if (sp.listener >= 0) end.send_listener(sp.listener);
+  // The program child ran in this address space until its execve, and its change of uid set the
+  // address space's dumpable flag to fs.suid_dumpable (commit_creds): 0 or 2 keep /proc/1 root's,
+  // 1 would give it back to init's uid. Said again, for that setting.
+  raw::prctl(PR_SET_DUMPABLE, 0);
+  if (sp.pty_master >= 0) {
+    // Sent once the program holds the slave, so that a master which reports POLLHUP or EIO in
+    // the supervisor means the program has let go of its terminal, never "not yet opened". Init
+    // keeps no copy of the master: the supervisor's copy is the only one from here on.
+    end.send_pty_master(sp.pty_sock, sp.pty_master);
+  }
+  // The fd table was the program child's too: the program's stdio (the pipes, the pty slave) is
+  // on 0, 1 and 2 here as well, and init must not hold it, nor anything else: the supervisor
+  // sees the end of the output, the pty's hang-up and the listener socket's EOF only when no
+  // process of the sandbox but the program's own has them open.
+  end.keep_only_reports();
+  bool failed = sp.exec_failed->kind == ChildMsg::kSetupError;
+  if (failed) end.report(*sp.exec_failed);
+  // What the program actually holds, for the record: read once, before it can be reaped (a
+  // zombie's status still shows its sets). The vfork-style spawn returns once execve has released
+  // the old memory (exec_mmap), which is before execve commits the new credentials
+  // (begin_new_exec), so the read may land on either side of that commit. Both show the same
+  // sets: restrict_capabilities made every set `keep` before execve, and with no_new_privs
+  // execve can only lower them (a file-capability or setuid binary), never raise them; the
+  // record is what the program holds at most. read_process_caps_raw (caps.hpp) is raw calls on
+  // a stack buffer: the one call of another unit the check allows here.
+  ProcessCaps pc;
+  std::uint64_t sets[5];
+  bool read = !failed && read_process_caps_raw(sp.pid, pc);
+  if (read) {
+    sets[0] = pc.inheritable, sets[1] = pc.permitted, sets[2] = pc.effective, sets[3] = pc.bounding;
+    sets[4] = pc.ambient;
+  }
+  // From here on the supervisor may run again and free what it gave init (ChildConfig): all
+  // init uses is on its own stack.
+  end.report_started(read ? sets : nullptr);
+  bool tty = sp.pty_master >= 0;
+  pid_t program = sp.pid;
+  sigset_t set;
+  supervised_signals(&set);
+  for (;;) {
+    siginfo_t si;
+    long sig = raw::sigtimedwait(&set, &si);
+    if (sig < 0) continue;
+    if (sig != SIGCHLD) {
+      // The group is gone once the program is a zombie and its group empty: then to the
+      // program itself, which is harmless (its status is already decided).
+      pid_t group = signal_target(static_cast<int>(sig), program, tty);
+      if (raw::kill(-group, static_cast<int>(sig)) < 0) raw::kill(program, static_cast<int>(sig));
+      continue;
+    }
+    int ws;
+    long p;
+    while ((p = raw::wait4(-1, &ws, WNOHANG | __WALL, nullptr)) > 0) {
+      if (p != program) continue;
+      reap_everything_else();
+      struct rusage usage;
+      std::memset(&usage, 0, sizeof usage);
+      raw::getrusage(RUSAGE_CHILDREN, &usage);
+      end.report_program_status(ws, usage);
+      raw::exit_group(0);
+    }
+  }
+}
+
+bool wait_for_shared_init(int msg_fd, int pidfd, std::optional<std::int64_t> timeout_ms) {
+  struct pollfd p[2] = {{msg_fd, POLLIN, 0}, {pidfd, POLLIN, 0}};
+  struct timespec ts;
+  struct timespec* tp = nullptr;
+  if (timeout_ms) {
+    ts.tv_sec = *timeout_ms / 1000;
+    ts.tv_nsec = (*timeout_ms % 1000) * 1'000'000;
+    tp = &ts;
+  }
+  long n;
+  do n = raw::ppoll(p, 2, tp);  // ppoll writes the time left back into ts
+  while (n == -EINTR);
+  if (n != 0) return false;
+  raw::pidfd_send_signal(pidfd, SIGKILL);
+  struct pollfd gone = {pidfd, POLLIN, 0};
+  while (raw::ppoll(&gone, 1, nullptr) == -EINTR) {
+  }
+  return true;
+}
+
+}  // namespace sbx
