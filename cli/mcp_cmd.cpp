@@ -270,6 +270,9 @@ std::optional<json> await_pooled_job(const PoolPause& pause, json& meta, std::in
     meta["hit"] = unusable.empty();
     // How long the call waited for this sandbox to be ready (0 when it was ready first).
     meta["waited_ms"] = std::max<std::int64_t>(0, (ready_us - sent) / 1000);
+    // The hand-out's first leg, for bench/mcp_pool.py's breakdown: the server's send to this
+    // worker holding the parsed job (the wake-up included).
+    meta["handout_us"] = std::max<std::int64_t>(0, now - std::max(sent, ready_us));
     if (!unusable.empty()) meta["discard"] = unusable;
     return parsed;
   }
