@@ -22,6 +22,7 @@
 #include "runtime/launch/sandbox.hpp"
 #include "runtime/launch/tenant.hpp"
 #include "runtime/launch/trace.hpp"
+#include "runtime/linux/cgroup.hpp"
 #include "runtime/model/profile.hpp"
 #include "runtime/record/trace_ledger.hpp"
 #include "runtime/server/mcp_pool.hpp"
@@ -144,7 +145,7 @@ int run_server(McpFlags& f, GlobalOptions& g) {
   cfg.instructions =
       "Each tool call runs in a fresh, isolated sandbox (sbx) and is recorded in sbx's trace ledger; the run id and "
       "the ledger's path are in the result's _meta (sbx/run_id, sbx/trace). Pack tools take {\"records\": [...]} "
-      "and return the pack's validated result; run_code runs a Python or sh program.";
+      "and return the pack's validated result; run_code runs a Python, sh or bash program.";
   std::vector<std::string> argv{g.argv.empty() ? std::string("sbx") : g.argv[0]};
   if (!g.state_dir.empty()) argv.insert(argv.end(), {"--state-dir", g.state_dir});
   argv.push_back("mcp-worker");
@@ -158,8 +159,20 @@ int run_server(McpFlags& f, GlobalOptions& g) {
   // names neither), so every pooled sandbox is made for (profile, image) alike.
   auto pooled_argv = argv;
   pooled_argv.insert(pooled_argv.end(), {"--pooled", "--profile", f.profile});
-  mcp::PoolLauncher pool(pooled_argv, f.pool, launcher, f.pool_max_idle * 1000LL);
-  return mcp::serve(cfg, pool);
+  int rc;
+  {
+    mcp::PoolLauncher pool(pooled_argv, f.pool, launcher, f.pool_max_idle * 1000LL);
+    rc = mcp::serve(cfg, pool);
+  }
+  // A worker killed while it built its sandbox had not named its run cgroup to the server yet
+  // (it does once built, mcp_pool.hpp), so the pool could not remove it. Its owner is dead,
+  // which is what every run's sweep of stale run cgroups looks for (gc_stale_cgroups,
+  // runtime/linux/cgroup.hpp): while the server runs, the next pooled build sweeps it; at the
+  // server's end no build follows, so the server sweeps once itself (bounded: each stale cgroup
+  // is killed and removed within seconds, and the server is exiting).
+  if (auto st = gc_stale_cgroups(detect_cgroup()); !st)
+    std::fprintf(stderr, "sbx: mcp: pool: %s\n", printable(st.error().describe()).c_str());
+  return rc;
 }
 
 // A memfd holding one of the program's streams, read back after the run.
