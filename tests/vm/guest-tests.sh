@@ -202,8 +202,14 @@ sbx_mcp_pool_worker_killed_while_building_leaves_no_cgroup() {  # killed before 
   fifo=/tmp/mcp-pool-in2; rm -f $fifo; mkfifo $fifo || return 1
   "$SBX" mcp --pool 1 <$fifo >/dev/null 2>/tmp/mcp-pool2.err & srv=$!
   exec 9>$fifo
-  i=0; while [ -z "$(ls -d $CG/sbx/run-* 2>/dev/null)" ] && [ $i -lt 6000 ]; do sleep 0.01; i=$((i+1)); done
-  w=$(pgrep -P $srv | head -1)
+  w=""; i=0; while [ -z "$w" ] && [ $i -lt 3000 ]; do w=$(pgrep -P $srv | head -1); sleep 0.01; i=$((i+1)); done
+  # A busy wait with builtins only (no fork per round): the kill must land between the run
+  # cgroup's mkdir and the worker's "ready" note, a few milliseconds of its build.
+  found=""; i=0
+  while [ -z "$found" ] && [ $i -lt 2000000 ]; do
+    for d in $CG/sbx/run-*; do [ -d "$d" ] && found=$d; done
+    i=$((i+1))
+  done
   kill -KILL "$w"  # its run cgroup exists, its sandbox is still being built: no "ready" note yet
   cg=$(ls -d $CG/sbx/run-* 2>/dev/null)
   [ -n "$cg" ] || { echo "no pooled run cgroup appeared"; exec 9>&-; wait $srv; return 1; }
