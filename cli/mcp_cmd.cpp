@@ -22,6 +22,7 @@
 #include "runtime/launch/sandbox.hpp"
 #include "runtime/launch/tenant.hpp"
 #include "runtime/launch/trace.hpp"
+#include "runtime/linux/cgroup.hpp"
 #include "runtime/model/profile.hpp"
 #include "runtime/record/trace_ledger.hpp"
 #include "runtime/server/mcp_pool.hpp"
@@ -144,7 +145,7 @@ int run_server(McpFlags& f, GlobalOptions& g) {
   cfg.instructions =
       "Each tool call runs in a fresh, isolated sandbox (sbx) and is recorded in sbx's trace ledger; the run id and "
       "the ledger's path are in the result's _meta (sbx/run_id, sbx/trace). Pack tools take {\"records\": [...]} "
-      "and return the pack's validated result; run_code runs a Python or sh program.";
+      "and return the pack's validated result; run_code runs a Python, sh or bash program.";
   std::vector<std::string> argv{g.argv.empty() ? std::string("sbx") : g.argv[0]};
   if (!g.state_dir.empty()) argv.insert(argv.end(), {"--state-dir", g.state_dir});
   argv.push_back("mcp-worker");
@@ -158,8 +159,20 @@ int run_server(McpFlags& f, GlobalOptions& g) {
   // names neither), so every pooled sandbox is made for (profile, image) alike.
   auto pooled_argv = argv;
   pooled_argv.insert(pooled_argv.end(), {"--pooled", "--profile", f.profile});
-  mcp::PoolLauncher pool(pooled_argv, f.pool, launcher, f.pool_max_idle * 1000LL);
-  return mcp::serve(cfg, pool);
+  int rc;
+  {
+    mcp::PoolLauncher pool(pooled_argv, f.pool, launcher, f.pool_max_idle * 1000LL);
+    rc = mcp::serve(cfg, pool);
+  }
+  // A worker killed while it built its sandbox had not named its run cgroup to the server yet
+  // (it does once built, mcp_pool.hpp), so the pool could not remove it. Its owner is dead,
+  // which is what every run's sweep of stale run cgroups looks for (gc_stale_cgroups,
+  // runtime/linux/cgroup.hpp): while the server runs, the next pooled build sweeps it; at the
+  // server's end no build follows, so the server sweeps once itself (bounded: each stale cgroup
+  // is killed and removed within seconds, and the server is exiting).
+  if (auto st = gc_stale_cgroups(detect_cgroup()); !st)
+    std::fprintf(stderr, "sbx: mcp: pool: %s\n", printable(st.error().describe()).c_str());
+  return rc;
 }
 
 // A memfd holding one of the program's streams, read back after the run.
@@ -236,7 +249,9 @@ json take_job(int jfd) {
 // it waits for the job (an fd on its stdin, a unix socket), the sandbox's death or a signal.
 // Returns the job, or nullopt when none is coming (EOF: the server discards it) or the sandbox
 // is unusable with no job waiting.
-std::optional<json> await_pooled_job(const PoolPause& pause, json& meta, std::int64_t t_created_us) {
+// `died` says why when the sandbox became unusable with no job waiting: the server may be handing
+// one over at this very moment (it saw a live worker), so the caller must not just exit.
+std::optional<json> await_pooled_job(const PoolPause& pause, json& meta, std::int64_t t_created_us, std::string* died) {
   auto mono_us = [] {
     struct timespec ts;
     ::clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -255,7 +270,10 @@ std::optional<json> await_pooled_job(const PoolPause& pause, json& meta, std::in
     if (fds[1].revents) unusable = "the pooled sandbox's init died before hand-out";
     else if (fds[2].revents) unusable = "the pooled sandbox's init reported before hand-out";
     else if (fds[3].revents) unusable = "a signal reached the pooled worker before hand-out";
-    if (!fds[0].revents && !unusable.empty()) return std::nullopt;
+    if (!fds[0].revents && !unusable.empty()) {
+      *died = unusable;
+      return std::nullopt;
+    }
     if (!fds[0].revents) continue;
     int jfd = -1;
     ssize_t r = recv_fd(STDIN_FILENO, &jfd);
@@ -270,16 +288,28 @@ std::optional<json> await_pooled_job(const PoolPause& pause, json& meta, std::in
     meta["hit"] = unusable.empty();
     // How long the call waited for this sandbox to be ready (0 when it was ready first).
     meta["waited_ms"] = std::max<std::int64_t>(0, (ready_us - sent) / 1000);
+    // The hand-out's first leg, for bench/mcp_pool.py's breakdown: the server's send to this
+    // worker holding the parsed job (the wake-up included).
+    meta["handout_us"] = std::max<std::int64_t>(0, now - std::max(sent, ready_us));
     if (!unusable.empty()) meta["discard"] = unusable;
     return parsed;
   }
 }
 
+// How long a worker whose sandbox died before hand-out waits for a job the server may already be
+// sending (the server's hand-out is one check of the worker's note and one sendmsg: microseconds).
+constexpr int kDiedJobGraceMs = 2000;
+
 // A pooled worker whose sandbox could not be built: it has told the server ("failed"), which
 // hands it no call; a call the server sent before that note arrived is still taken, and runs
 // cold. nullopt on EOF (the server retired it).
-std::optional<json> await_job_after_failed_build() {
+// wait_ms bounds the wait (-1: until EOF); nullopt on EOF or when it passed with no job.
+std::optional<json> await_job_after_failed_build(int wait_ms = -1) {
   for (;;) {
+    pollfd in{STDIN_FILENO, POLLIN, 0};
+    int n = ::poll(&in, 1, wait_ms);
+    if (n < 0 && errno == EINTR) continue;
+    if (n == 0) return std::nullopt;
     int jfd = -1;
     ssize_t r = recv_fd(STDIN_FILENO, &jfd);
     if (r < 0 && (errno == EAGAIN || errno == EINTR)) continue;
@@ -363,11 +393,12 @@ void add_mcp_worker_command(CLI::App& app, GlobalOptions& g, std::vector<Command
         };
       json invalid;
       bool got_job = false;
+      std::string died;  // the sandbox died (or was disturbed) before any job came
       auto res = run_exec_pooled(ctx, [&](const PoolPause& p, json& meta) -> std::optional<json> {
         meta = {{"hit", true}, {"created_at", created_at}, {"key", {{"profile", wf.profile}}}};
         if (tenant) meta["key"]["tenant"] = {{"name", *tenant}, {"policy", tenant_key}};
         tell_server(mcp::worker_note_ready(p.cgroup_path));
-        auto j = await_pooled_job(p, meta, t0);
+        auto j = await_pooled_job(p, meta, t0, &died);
         if (!j) return std::nullopt;
         got_job = true;
         if (j->contains("invalid")) {
@@ -388,10 +419,19 @@ void add_mcp_worker_command(CLI::App& app, GlobalOptions& g, std::vector<Command
       if (!res && !got_job) broken = "the pooled sandbox could not be built: " + res.error().describe();
       else if (res && res->request.is_null() && res->build_error)
         broken = "the pooled sandbox could not be built: " + res->build_error->describe();
+      // A sandbox that died before its job came: the server, which saw a live worker, may be
+      // sending the job right now. Told, it hands this worker nothing more; one it already sent
+      // arrives within the grace below and runs cold here (without it the call would be lost:
+      // "the worker ended without a response"). Past the grace the worker ends, no record.
+      int grace_ms = -1;
+      if (broken.empty() && res && res->request.is_null() && !died.empty()) {
+        broken = died;
+        grace_ms = kDiedJobGraceMs;
+      }
       if (!broken.empty()) {
         std::fprintf(stderr, "sbx: mcp: pool: %s\n", printable(broken).c_str());
         tell_server(mcp::worker_note_failed(broken));
-        auto j = await_job_after_failed_build();
+        auto j = await_job_after_failed_build(grace_ms);
         if (!j) return 0;  // retired: nothing to answer, nothing recorded
         if (j->contains("invalid")) {
           resp = worker_error("usage", j->value("invalid", "bad job"));

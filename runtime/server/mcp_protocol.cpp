@@ -199,8 +199,8 @@ json run_code_tool(const std::string& profile) {
                  {"additionalProperties", false}};
   json input = {{"type", "object"},
                 {"properties",
-                 {{"language", {{"type", "string"}, {"enum", {"python", "sh"}}}},
-                  {"code", {{"type", "string"}, {"description", "The program: /code/main.py or /code/main.sh"}}},
+                 {{"language", {{"type", "string"}, {"enum", {"python", "sh", "bash"}}}},
+                  {"code", {{"type", "string"}, {"description", "The program: /code/main.py, /code/main.sh or /code/main.bash"}}},
                   {"inputs", {{"description", "Any JSON value, readable at /in/input.json"}}},
                   {"files",
                    {{"type", "object"},

@@ -4,7 +4,9 @@ namespaces and tmpfs mounts); a call the pool cannot serve runs cold and its rec
 pooled sandbox that died before hand-out is discarded; idle sandboxes end with the server (EOF,
 SIGTERM, SIGKILL), and none of them leaves a record; a pooled sandbox whose build failed makes its
 call run cold (not fail); a tenant policy edited after the build makes the call run cold under the
-new policy; idle sandboxes past --pool-max-idle are rebuilt. Runs as root and rootless."""
+new policy; idle sandboxes past --pool-max-idle are rebuilt; a pooled sandbox whose init dies as
+its call is handed over runs the call cold (never hangs); run_code's bash (the bench's stamp of
+the program's start) is served from the pool. Runs as root and rootless."""
 import json
 import os
 import signal
@@ -278,3 +280,52 @@ class McpPoolCase(SbxTestCase):
         self.assertExit(r, 125)
         self.assertIn("--pool-max-idle", self.assertOneSbxLine(r))
         note("pool: " + [l for l in s.stderr().splitlines() if "past --pool-max-idle" in l][0])
+
+    def test_a_pooled_sandbox_whose_init_dies_as_the_call_is_sent_runs_it_cold(self):
+        # The race the pool must survive: the server sees a live worker and hands it the call, but
+        # the sandbox's init is already dead. The worker is stopped so that it cannot notice the
+        # death before the call arrives; both then wait for it at once. The call must be answered
+        # (run cold, its record saying why), not hang and not fail.
+        s = self.server(["--pool", "1", "--max-concurrent", "1"])
+        w = self.wait_pool(s, 1)[0]
+        init = descendants(w)[0]
+        os.kill(w, signal.SIGSTOP)
+        try:
+            os.kill(init, signal.SIGKILL)
+            deadline = time.monotonic() + scaled(10)
+            while os.path.exists(f"/proc/{init}") and not open(f"/proc/{init}/stat").read().split(") ")[1].startswith("Z"):
+                self.assertLess(time.monotonic(), deadline, "the pooled init did not die")
+                time.sleep(0.02)
+            rid = s.start("tools/call", {"name": "run_code", "arguments": {"language": "sh", "code": "echo served"}})
+            # Handed out: the server starts the stopped worker's replacement as it hands the job over.
+            deadline = time.monotonic() + scaled(10)
+            while not [k for k in pooled_workers(s.p.pid) if k != w]:
+                self.assertLess(time.monotonic(), deadline, "the server did not hand the call out")
+                time.sleep(0.02)
+        finally:
+            os.kill(w, signal.SIGCONT)
+        r = s.wait_for(rid, timeout=60)["result"]
+        self.assertFalse(r["isError"], r)
+        self.assertEqual(r["structuredContent"]["stdout"], "served\n")
+        recs = self.records(s)
+        self.assertEqual(len(recs), 1, recs)
+        validate_trace(self, recs[0])
+        self.assertFalse(recs[0]["pool"]["hit"], recs[0]["pool"])
+        self.assertIn("before hand-out", recs[0]["pool"]["reason"])
+        self.assertEqual(recs[0]["result"]["status"], "ok")
+        note("init killed before its call: " + json.dumps(recs[0]["pool"]))
+
+    def test_bash_run_code_is_served_from_the_pool_and_stamps_its_start(self):
+        s = self.server(["--pool", "1", "--max-concurrent", "1"])
+        self.wait_pool(s, 1)
+        t0 = time.time_ns()
+        r = self.call(s, "run_code", {"language": "bash", "code": "echo ${EPOCHREALTIME/./}; echo \"$0\""})["result"]
+        t1 = time.time_ns()
+        self.assertFalse(r["isError"], r)
+        stamp, script = r["structuredContent"]["stdout"].split("\n")[:2]
+        self.assertEqual(script, "/code/main.bash")
+        self.assertTrue(t0 // 1000 <= int(stamp) <= t1 // 1000, (t0, stamp, t1))
+        rec = self.records(s)[0]
+        self.assertTrue(rec["pool"]["hit"], rec["pool"])
+        self.assertEqual(rec["invocation"]["spec"]["argv"], ["/bin/bash", "/code/main.bash"])
+        note(f"bash pooled: program start {(int(stamp) * 1000 - t0) / 1e6:.2f} ms after the request")

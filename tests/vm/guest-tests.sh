@@ -196,6 +196,29 @@ sbx_mcp_pool_killed_worker_leaves_no_cgroup() {  # sbx mcp --pool: a worker kill
   grep 'pool' /tmp/mcp-pool.err | tail -3
   [ $rc = 0 ] && [ -z "$left" ]
 }
+sbx_mcp_pool_worker_killed_while_building_leaves_no_cgroup() {  # killed before it named its run cgroup -> swept at the server's end
+  sbx_run_ready || return $?
+  [ -z "$(ls -d $CG/sbx/run-* 2>/dev/null)" ] || { echo "run cgroups before: $(ls -d $CG/sbx/run-*)"; return 1; }
+  fifo=/tmp/mcp-pool-in2; rm -f $fifo; mkfifo $fifo || return 1
+  "$SBX" mcp --pool 1 <$fifo >/dev/null 2>/tmp/mcp-pool2.err & srv=$!
+  exec 9>$fifo
+  w=""; i=0; while [ -z "$w" ] && [ $i -lt 3000 ]; do w=$(pgrep -P $srv | head -1); sleep 0.01; i=$((i+1)); done
+  # A busy wait with builtins only (no fork per round): the kill must land between the run
+  # cgroup's mkdir and the worker's "ready" note, a few milliseconds of its build.
+  found=""; i=0
+  while [ -z "$found" ] && [ $i -lt 2000000 ]; do
+    for d in $CG/sbx/run-*; do [ -d "$d" ] && found=$d; done
+    i=$((i+1))
+  done
+  kill -KILL "$w"  # its run cgroup exists, its sandbox is still being built: no "ready" note yet
+  cg=$(ls -d $CG/sbx/run-* 2>/dev/null)
+  [ -n "$cg" ] || { echo "no pooled run cgroup appeared"; exec 9>&-; wait $srv; return 1; }
+  exec 9>&-        # EOF: the server ends; no pooled build follows that would sweep it
+  wait $srv; rc=$?
+  left=$(ls -d $CG/sbx/run-* 2>/dev/null)
+  echo "server exit $rc; killed worker's run cgroup was $cg; left: '$left'"
+  [ $rc = 0 ] && [ -z "$left" ]
+}
 sbx_run_rootless_delegated() {  # as uid 1001 in a subtree delegated to it (chown, as Delegate=yes does)
   sbx_run_ready || return $?
   command -v setpriv >/dev/null || { echo "no setpriv in the guest"; return 77; }
@@ -488,6 +511,7 @@ run "sbx run --cpus" sbx_run_cpus
 run "sbx run --cpu-time" sbx_run_cpu_time
 run "sbx run --timeout leaves no process" sbx_run_timeout_cleans
 run "sbx mcp --pool: a killed pooled worker's run cgroup is removed" sbx_mcp_pool_killed_worker_leaves_no_cgroup
+run "sbx mcp --pool: a worker killed while building leaves no run cgroup" sbx_mcp_pool_worker_killed_while_building_leaves_no_cgroup
 run "sbx run rootless, delegated subtree" sbx_run_rootless_delegated
 run "cgroup namespace with processes at its root (sbx cgroup-init)" cgroupns_procs_at_root
 run "sbx run: int 0x80 is refused (seccomp)" sbx_run_int80
