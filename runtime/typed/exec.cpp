@@ -119,6 +119,99 @@ struct ExecState {
 // The request checked and turned into a RunRequest (everything but the captured streams); a
 // malformed request is an Error. Shared by a cold run (run_exec) and a warm pool's hand-out
 // (run_exec_pooled), so that both run, record and answer the same call the same way.
+// The run's spec: the profile's, lowered by the request's limits (never raised: spec_from_layers
+// checks the ceiling), running /code/main.EXT in /tmp.
+Result<RunSpec> exec_spec(const ExecRequest& rq, const LoadedProfile& profile, const json& patch, const ExecContext& ctx) {
+  auto spec = spec_from_layers(profile, &patch, "exec request");
+  if (!spec) return make_error("usage", spec.error().message);  // already names the "exec request"
+  if (!spec->limits.output_limit_bytes) spec->limits.output_limit_bytes = kExecDefaultOutputCap;
+  spec->argv = rq.argv_prefix;
+  spec->argv.push_back("/code/main." + rq.ext);
+  spec->workdir = "/tmp";
+  if (!ctx.events.empty()) {
+    if (auto st = check_events_destination(ctx.events); !st) return st.error();
+    spec->events = ctx.events;
+  }
+  return spec;
+}
+
+// Code, extra files and the input reach the sandbox as generated files: written by init on a
+// tmpfs of the sandbox's own mount namespace and bound read-only, never stored on the host.
+void exec_files(const ExecRequest& rq, RunRequest& run) {
+  run.inputs = json::array({file_record("/in/input.json", static_cast<std::int64_t>(rq.input_bytes.size()), sha256_hex(rq.input_bytes))});
+  run.files.push_back({"/code/main." + rq.ext, rq.code, 0444});
+  for (auto& [path, content] : rq.files) run.files.push_back({"/code/" + path, content, 0444});
+  run.files.push_back({"/in/input.json", rq.input_bytes, 0444});
+}
+
+// The exec's output, once the program has ended (run.after_run): /out/result.json read and,
+// with an output_schema, validated; a valid one is kept as a blob and becomes the response's
+// result. A pooled call also keeps the request and profile blobs here (deferred: each is a
+// durable write the program would otherwise wait for). Held by value in the RunRequest, which
+// `st`'s owner outlives.
+struct ExecOutput {
+  ExecState* st;
+  Dirs dirs;
+  std::int64_t keep_max;
+  std::string request_text, deferred_origin, deferred_profile;  // empty unless deferred
+
+  AfterRun operator()(const Outcome& o, int out_fd) const;
+  std::vector<SchemaError> check(const OutFile& f, const Outcome& o, json& blobs) const;
+};
+
+std::vector<SchemaError> ExecOutput::check(const OutFile& f, const Outcome& o, json& blobs) const {
+  const std::optional<CompiledSchema>& schema = st->rq.schema;
+  std::vector<SchemaError> errs;
+  if (!f.present) {
+    if (schema && o.status == RunStatus::ok) errs.push_back({"", "the program wrote no /out/result.json"});
+    return errs;
+  }
+  ParsedJson parsed;
+  if (!f.problem.empty()) errs.push_back({"", "/out/result.json: " + f.problem});
+  else if (parsed = parse_json(f.bytes, result_bounds()); !parsed.ok()) errs.push_back({parsed.pointer, parsed.problem});
+  else if (schema) errs = schema->validate(parsed.value, kProducedValues);
+  if (errs.empty()) {
+    st->result = std::move(parsed.value);
+    // The result as the program wrote it, kept after the run (the supervisor is done).
+    BlobKeeper kept(dirs, keep_max);
+    kept.add_bytes("result", "/out/result.json", f.bytes);
+    for (auto& b : kept.take()) blobs.push_back(b);
+  }
+  return errs;
+}
+
+AfterRun ExecOutput::operator()(const Outcome& o, int out_fd) const {
+  AfterRun after;
+  json& extra = after.record;
+  json blobs = json::array();
+  if (!request_text.empty()) {
+    BlobKeeper keeper(dirs, keep_max);
+    keeper.add_bytes("exec_request", "request.json", request_text);
+    keeper.add_bytes("profile", deferred_origin, deferred_profile);
+    blobs = keeper.take();
+    extra["blobs"] = blobs;
+  }
+  OutFile f = out_fd >= 0 ? read_out_file(out_fd, "result.json", kMaxResultBytes) : OutFile{};
+  json outputs = json::array();
+  if (f.present && f.problem.empty()) outputs.push_back(file_record("/out/result.json", f.size, f.sha256));
+  extra["outputs"] = outputs;
+  std::vector<SchemaError> errs = check(f, o, blobs);
+  if (f.present && errs.empty()) extra["blobs"] = blobs;  // the result's blob added
+  json output_check = nullptr;
+  if (!errs.empty()) {
+    output_check = invalid_check(errs, 0, result_bounds());
+    st->result_errors = output_check["errors"];
+    st->result_errors_omitted = output_check.value("errors_omitted", std::size_t{0});
+    // Only a run that otherwise succeeded becomes output_invalid; a failed one keeps its status
+    // (with_verdict, outcome.hpp).
+    after.verdict = ContractVerdict{RunStatus::output_invalid, make_error("output", std::to_string(errs.size() + st->result_errors_omitted) +
+                                                                                        " error(s) in /out/result.json")};
+  }
+  if (errs.empty() && st->rq.schema) output_check = {{"status", "ok"}};
+  extra["validation"] = {{"input", nullptr}, {"output", output_check}};
+  return after;
+}
+
 Result<std::shared_ptr<ExecState>> plan_exec(const json& request, const ExecContext& ctx, RunRequest& run,
                                              bool defer_blobs = false) {
   auto parsed = parse_exec_request(request);
@@ -129,29 +222,13 @@ Result<std::shared_ptr<ExecState>> plan_exec(const json& request, const ExecCont
   auto profile = load_profile(ctx.profile.empty() ? std::string(kDefaultProfile) : ctx.profile);
   if (!profile) return profile.error();
   json patch = {{"limits", rq.limits_patch}};
-  auto spec = spec_from_layers(*profile, &patch, "exec request");
-  if (!spec) return make_error("usage", spec.error().message);  // already names the "exec request"
-  if (!spec->limits.output_limit_bytes) spec->limits.output_limit_bytes = kExecDefaultOutputCap;
-  spec->argv = rq.argv_prefix;
-  spec->argv.push_back("/code/main." + rq.ext);
-  spec->workdir = "/tmp";
-  if (!ctx.events.empty()) {
-    if (auto st = check_events_destination(ctx.events); !st) return st.error();
-    spec->events = ctx.events;
-  }
-
+  auto spec = exec_spec(rq, *profile, patch, ctx);
+  if (!spec) return spec.error();
   run.profile = profile->source;
   run.dirs = ctx.dirs;
   run.trace_file = ctx.trace_file;
   run.invocation_argv = ctx.invocation_argv;
-  const std::string& input_bytes = rq.input_bytes;
-  run.inputs = json::array({file_record("/in/input.json", static_cast<std::int64_t>(input_bytes.size()), sha256_hex(input_bytes))});
-
-  // Code, extra files and the input reach the sandbox as generated files: written by init on a
-  // tmpfs of the sandbox's own mount namespace and bound read-only, never stored on the host.
-  run.files.push_back({"/code/main." + rq.ext, rq.code, 0444});
-  for (auto& [path, content] : rq.files) run.files.push_back({"/code/" + path, content, 0444});
-  run.files.push_back({"/in/input.json", input_bytes, 0444});
+  exec_files(rq, run);
   run.spec = std::move(*spec);
   run.limit_layers = limit_layers(*profile, &patch, "exec request", {});
   if (ctx.before_run)
@@ -162,76 +239,22 @@ Result<std::shared_ptr<ExecState>> plan_exec(const json& request, const ExecCont
   // and limits in one document) and the profile's text.
   auto ceiling = keep_ceiling();
   if (!ceiling) return ceiling.error();
-  std::string request_text;
-  {
-    json copy = request;  // dump_json escapes invalid UTF-8 in place
-    request_text = dump_json(copy, -1);
-  }
+  json copy = request;  // dump_json escapes invalid UTF-8 in place
+  std::string request_text = dump_json(copy, -1);
   for (auto& [k, v] : ctx.record_extra.items()) run.record_extra[k] = v;  // before_run's (a tenant) stay
+  ExecOutput output{state.get(), run.dirs, *ceiling, "", "", ""};
   if (defer_blobs) {
     run.record_extra["blobs"] = json::array();
+    output.request_text = std::move(request_text);
+    output.deferred_origin = run.profile.origin;
+    output.deferred_profile = run.profile.text;
   } else {
     BlobKeeper keeper(run.dirs, *ceiling);
     keeper.add_bytes("exec_request", "request.json", request_text);
     keeper.add_bytes("profile", run.profile.origin, run.profile.text);
     run.record_extra["blobs"] = keeper.take();
   }
-
-  Dirs dirs = run.dirs;
-  std::int64_t keep_max = *ceiling;
-  ExecState* st = state.get();  // the RunRequest, which holds this function, lives within state's owner
-  // A pooled call keeps them once the program has ended, still before its record (each blob is
-  // a durable write, fsync included: time the program would otherwise wait for).
-  std::string deferred_origin = defer_blobs ? run.profile.origin : "", deferred_profile = defer_blobs ? run.profile.text : "";
-  if (!defer_blobs) request_text.clear();
-  run.after_run = [st, dirs, keep_max, request_text, deferred_origin, deferred_profile](const Outcome& o, int out_fd) -> AfterRun {
-    const std::optional<CompiledSchema>& schema = st->rq.schema;
-    AfterRun after;
-    json& extra = after.record;
-    json early_blobs = json::array();
-    if (!request_text.empty()) {
-      BlobKeeper keeper(dirs, keep_max);
-      keeper.add_bytes("exec_request", "request.json", request_text);
-      keeper.add_bytes("profile", deferred_origin, deferred_profile);
-      early_blobs = keeper.take();
-      extra["blobs"] = early_blobs;
-    }
-    OutFile f = out_fd >= 0 ? read_out_file(out_fd, "result.json", kMaxResultBytes) : OutFile{};
-    json outputs = json::array();
-    if (f.present && f.problem.empty()) outputs.push_back(file_record("/out/result.json", f.size, f.sha256));
-    extra["outputs"] = outputs;
-    std::vector<SchemaError> errs;
-    if (f.present) {
-      ParsedJson parsed;
-      if (!f.problem.empty()) errs.push_back({"", "/out/result.json: " + f.problem});
-      else if (parsed = parse_json(f.bytes, result_bounds()); !parsed.ok()) errs.push_back({parsed.pointer, parsed.problem});
-      else if (schema) errs = schema->validate(parsed.value, kProducedValues);
-      if (errs.empty()) {
-        st->result = std::move(parsed.value);
-        // The result as the program wrote it, kept after the run (the supervisor is done).
-        BlobKeeper kept(dirs, keep_max);
-        kept.add_bytes("result", "/out/result.json", f.bytes);
-        json more = kept.take();
-        for (auto& b : more) early_blobs.push_back(b);
-        extra["blobs"] = early_blobs;
-      }
-    } else if (schema && o.status == RunStatus::ok) {
-      errs.push_back({"", "the program wrote no /out/result.json"});
-    }
-    json output_check = nullptr;
-    if (!errs.empty()) {
-      output_check = invalid_check(errs, 0, result_bounds());
-      st->result_errors = output_check["errors"];
-      st->result_errors_omitted = output_check.value("errors_omitted", std::size_t{0});
-      // Only a run that otherwise succeeded becomes output_invalid; a failed one keeps its status
-      // (with_verdict, outcome.hpp).
-      after.verdict = ContractVerdict{RunStatus::output_invalid, make_error("output", std::to_string(errs.size() + st->result_errors_omitted) +
-                                                                                          " error(s) in /out/result.json")};
-    }
-    if (errs.empty() && schema) output_check = {{"status", "ok"}};
-    extra["validation"] = {{"input", nullptr}, {"output", output_check}};
-    return after;
-  };
+  run.after_run = std::move(output);
   // No result without a record: a run whose record is not durable in the ledger answers with an
   // error, not with its output (exit 125; cli/exec_cmd.cpp prints the one line).
   run.require_record = true;

@@ -97,10 +97,12 @@ PackRunResult dry_run_pack(PackRunRequest& req, PackRunResult& res) {
 }
 }  // namespace
 
-PackRunResult run_pack(PackRunRequest& req) {
-  PackRunResult res;
+namespace {
+
+// The run's identity in the record: the pack, its secrets by name only (which were delivered),
+// its contexts by name, mount point and host path, and the records file.
+void describe_pack_run(PackRunRequest& req) {
   RunRequest& run = req.run;
-  // Secrets by name only (which were delivered), contexts by name, mount point and host path.
   json secret_names = json::array(), contexts = json::array();
   for (auto& [name, value] : req.secrets) secret_names.push_back(name);
   for (auto& [name, path] : req.contexts)
@@ -110,15 +112,16 @@ PackRunResult run_pack(PackRunRequest& req) {
               {"secrets", secret_names}, {"contexts", contexts}};
   run.inputs = json::array({file_record(req.input_path, static_cast<std::int64_t>(req.input_bytes.size()),
                                         sha256_hex(req.input_bytes))});
-  json validation = {{"input", nullptr}, {"output", nullptr}};
+}
 
-  // 1 the input contract, before anything is created.
-  auto in_schema = CompiledSchema::compile(req.pack.input_schema, req.pack.input_schema_path);
-  auto out_schema = CompiledSchema::compile(req.pack.output_schema, req.pack.output_schema_path);
+// 1 the input contract, before anything is created: a refusal goes into run.refuse (the run
+// then makes nothing and records why), its lines into res.errors; returns validation.input.
+json check_input(PackRunRequest& req, const Result<CompiledSchema>& in_schema, const Result<CompiledSchema>& out_schema,
+                 PackRunResult& res) {
+  RunRequest& run = req.run;
   std::vector<SchemaError> in_errors;
   std::size_t in_omitted = 0;
   ParsedJson parsed = parse_json(req.input_bytes, {kMaxRecordsBytes});
-  json records = std::move(parsed.value);
   if (!in_schema || !out_schema) {
     // load_pack compiled both already; this only fails if the pack changed in between.
     Outcome o;
@@ -127,19 +130,22 @@ PackRunResult run_pack(PackRunRequest& req) {
   } else if (!parsed.ok()) {
     in_errors.push_back({parsed.pointer, parsed.problem});
   } else {
-    in_errors = validate_records(*in_schema, records, &in_omitted, kMaxContractErrors);
+    in_errors = validate_records(*in_schema, parsed.value, &in_omitted, kMaxContractErrors);
   }
   if (!in_errors.empty()) {
     run.refuse = refusal({RunStatus::input_invalid, make_error("input", std::to_string(in_errors.size() + in_omitted) + " error(s) in " +
                                                                        req.input_path + " against " + req.pack.input_schema_path)});
-    validation["input"] = invalid_check(in_errors, in_omitted, {kMaxRecordsBytes});
     res.errors = error_lines(req.input_path, in_errors, in_omitted);
-  } else if (!run.refuse) {
-    validation["input"] = {{"status", "ok"}, {"records", records.size()}};
+    return invalid_check(in_errors, in_omitted, {kMaxRecordsBytes});
   }
+  if (run.refuse) return nullptr;
+  return {{"status", "ok"}, {"records", parsed.value.size()}};
+}
 
-  // 2 the mounts of the contract. The records are the exact bytes validated above, handed to the
-  // sandbox as a generated file (the caller's file may change after validation; this copy cannot).
+// 2 the mounts of the contract. The records are the exact bytes validated above, handed to the
+// sandbox as a generated file (the caller's file may change after validation; this copy cannot).
+void plan_contract_mounts(PackRunRequest& req) {
+  RunRequest& run = req.run;
   if (!run.refuse) {
     run.files.push_back({"/in/records.json", req.input_bytes, 0444});
     run.spec.binds.push_back({req.pack.dir, "/pack", false});
@@ -150,71 +156,102 @@ PackRunResult run_pack(PackRunRequest& req) {
   for (auto& [name, value] : req.secrets)
     for (auto& s : req.pack.secrets)
       if (s.name == name) (s.delivery == "env" ? run.secret_env : run.secret_files).push_back({name, value});
+}
 
+// 3 the output contract, once the program has ended (run.after_run): /out/result.json read,
+// validated against the output schema, kept as a blob when valid; the verdict goes back to the
+// run's outcome (with_verdict, outcome.hpp).
+struct OutputContract {
+  const PackRunRequest& req;
+  const CompiledSchema& schema;
+  const json& validation;
+  std::int64_t ceiling;
+  json valid_result;
+  std::vector<std::string> lines;
+
+  AfterRun judge(const Outcome& o, int out_fd);
+  std::vector<SchemaError> validate(const OutFile& f);
+};
+
+std::vector<SchemaError> OutputContract::validate(const OutFile& f) {
+  std::vector<SchemaError> errs;
+  if (!f.present) errs.push_back({"", "the program wrote no /out/result.json"});
+  else if (!f.problem.empty()) errs.push_back({"", "/out/result.json: " + f.problem});
+  else {
+    ParsedJson out = parse_json(f.bytes, result_bounds());
+    if (!out.ok()) errs.push_back({out.pointer, out.problem});
+    else errs = schema.validate(out.value, kProducedValues);
+    if (errs.empty()) valid_result = std::move(out.value);
+  }
+  return errs;
+}
+
+AfterRun OutputContract::judge(const Outcome& o, int out_fd) {
+  AfterRun after;
+  json& extra = after.record;
+  extra = {{"validation", validation}};
+  if (req.run.refuse || out_fd < 0) return after;
+  OutFile f = read_out_file(out_fd, "result.json", kMaxResultBytes);
+  json outputs = json::array();
+  if (f.present && f.problem.empty()) outputs.push_back(file_record("/out/result.json", f.size, f.sha256));
+  extra["outputs"] = outputs;
+  if (o.status != RunStatus::ok) {
+    // The program failed on its own terms (exit code, signal, timeout): that status stands, and
+    // its output, if any, is not validated nor handed on.
+    extra["validation"]["output"] = {{"status", "not_checked"}, {"reason", std::string("the run ended ") + to_string(o.status)}};
+    return after;
+  }
+  std::vector<SchemaError> errs = validate(f);
+  if (errs.empty()) {
+    BlobKeeper kept(req.run.dirs, ceiling);  // after the run: the supervisor is done
+    kept.add_bytes("result", "/out/result.json", f.bytes);
+    extra["blobs"] = kept.take();
+    extra["validation"]["output"] = {{"status", "ok"}};
+    return after;
+  }
+  after.verdict = ContractVerdict{RunStatus::output_invalid,
+                                  make_error("output", std::to_string(errs.size()) + " error(s) in /out/result.json against " +
+                                                           req.pack.output_schema_path)};
+  extra["validation"]["output"] = invalid_check(errs, 0, result_bounds());  // keeps the first kMaxContractErrors
+  std::size_t omitted = extra["validation"]["output"].value("errors_omitted", std::size_t{0});
+  lines = error_lines("/out/result.json", errs, omitted);
+  return after;
+}
+
+// What a replay needs (blob_store.hpp), kept before the run: the pack's tree, the records as
+// validated and the profile's text.
+void keep_replay_blobs(PackRunRequest& req, std::int64_t ceiling) {
+  RunRequest& run = req.run;
+  BlobKeeper keeper(run.dirs, ceiling);
+  keeper.add_tree("pack_file", "pack_dir", "pack_link", "", req.pack.dir);
+  keeper.add_bytes("records", req.input_path, req.input_bytes);
+  keeper.add_bytes("profile", run.profile.origin, run.profile.text);
+  run.record_extra["blobs"] = keeper.take();
+}
+
+}  // namespace
+
+PackRunResult run_pack(PackRunRequest& req) {
+  PackRunResult res;
+  RunRequest& run = req.run;
+  describe_pack_run(req);
+  auto in_schema = CompiledSchema::compile(req.pack.input_schema, req.pack.input_schema_path);
+  auto out_schema = CompiledSchema::compile(req.pack.output_schema, req.pack.output_schema_path);
+  json validation = {{"input", check_input(req, in_schema, out_schema, res)}, {"output", nullptr}};
+  plan_contract_mounts(req);
   // A dry run stops here: the input contract is checked and the mounts are planned; the rest is
   // the same dry run as `sbx run --dry-run` (preflight.hpp), nothing created.
   if (req.dry_run) return dry_run_pack(req, res);
-
-  // What a replay needs (blob_store.hpp), kept before the run: the pack's tree, the records as
-  // validated and the profile's text.
   auto ceiling = keep_ceiling();
   if (!ceiling) {
     res.errors.push_back(ceiling.error().describe());
     return res;  // setup_error, 125
   }
-  {
-    BlobKeeper keeper(run.dirs, *ceiling);
-    keeper.add_tree("pack_file", "pack_dir", "pack_link", "", req.pack.dir);
-    keeper.add_bytes("records", req.input_path, req.input_bytes);
-    keeper.add_bytes("profile", run.profile.origin, run.profile.text);
-    run.record_extra["blobs"] = keeper.take();
-  }
-
-  // 3 the output contract, once the program has ended.
-  json valid_result;
-  std::vector<std::string> out_lines;
-  run.after_run = [&](const Outcome& o, int out_fd) -> AfterRun {
-    AfterRun after;
-    json& extra = after.record;
-    extra = {{"validation", validation}};
-    if (run.refuse || out_fd < 0) return after;
-    OutFile f = read_out_file(out_fd, "result.json", kMaxResultBytes);
-    json outputs = json::array();
-    if (f.present && f.problem.empty()) outputs.push_back(file_record("/out/result.json", f.size, f.sha256));
-    extra["outputs"] = outputs;
-    if (o.status != RunStatus::ok) {
-      // The program failed on its own terms (exit code, signal, timeout): that status stands, and
-      // its output, if any, is not validated nor handed on.
-      extra["validation"]["output"] = {{"status", "not_checked"}, {"reason", std::string("the run ended ") + to_string(o.status)}};
-      return after;
-    }
-    std::vector<SchemaError> errs;
-    if (!f.present) errs.push_back({"", "the program wrote no /out/result.json"});
-    else if (!f.problem.empty()) errs.push_back({"", "/out/result.json: " + f.problem});
-    else {
-      ParsedJson out = parse_json(f.bytes, result_bounds());
-      if (!out.ok()) errs.push_back({out.pointer, out.problem});
-      else errs = out_schema->validate(out.value, kProducedValues);
-      if (errs.empty()) valid_result = std::move(out.value);
-    }
-    if (errs.empty()) {
-      BlobKeeper kept(run.dirs, *ceiling);  // after the run: the supervisor is done
-      kept.add_bytes("result", "/out/result.json", f.bytes);
-      extra["blobs"] = kept.take();
-    }
-    if (errs.empty()) {
-      extra["validation"]["output"] = {{"status", "ok"}};
-    } else {
-      after.verdict = ContractVerdict{RunStatus::output_invalid,
-                                      make_error("output", std::to_string(errs.size()) + " error(s) in /out/result.json against " +
-                                                               req.pack.output_schema_path)};
-      extra["validation"]["output"] = invalid_check(errs, 0, result_bounds());  // keeps the first kMaxContractErrors
-      std::size_t omitted = extra["validation"]["output"].value("errors_omitted", std::size_t{0});
-      out_lines = error_lines("/out/result.json", errs, omitted);
-    }
-    return after;
-  };
-
+  keep_replay_blobs(req, *ceiling);
+  // A refused run never calls after_run with an out fd, so the schema it names is not used then.
+  static const CompiledSchema kNoSchema;
+  OutputContract contract{req, out_schema ? *out_schema : kNoSchema, validation, *ceiling, {}, {}};
+  run.after_run = [&contract](const Outcome& o, int out_fd) { return contract.judge(o, out_fd); };
   // No result without a record: the caller gets the validated result only once the run's record
   // is durable in the ledger (cli/pack_cmd.cpp withholds it otherwise).
   run.require_record = true;
@@ -227,8 +264,8 @@ PackRunResult run_pack(PackRunRequest& req) {
   res.exit_status = report.exit_status;
   res.status = report.outcome.status;
   res.trace = std::move(report.trace);
-  if (res.status == RunStatus::ok && res.recorded) res.result = std::move(valid_result);
-  res.errors.insert(res.errors.end(), out_lines.begin(), out_lines.end());
+  if (res.status == RunStatus::ok && res.recorded) res.result = std::move(contract.valid_result);
+  res.errors.insert(res.errors.end(), contract.lines.begin(), contract.lines.end());
   return res;
 }
 
