@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "runtime/base/fsutil.hpp"
 #include "runtime/base/units.hpp"
 #include "runtime/launch/facility.hpp"
 #include "runtime/linux/userns.hpp"
@@ -56,13 +57,11 @@ int stat_as_sandbox_root(const char* path, const IdentityPlan& identity) {
   // the answer is awaited for at most 5 s, then the child is killed and the question left to the
   // run (whose mount would meet the same file system).
   int ws = 0;
-  int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
-  if (pidfd >= 0) {
-    struct pollfd p = {pidfd, POLLIN, 0};
+  if (UniqueFd pidfd(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0))); pidfd.ok()) {
+    struct pollfd p = {pidfd.get(), POLLIN, 0};
     int n;
     do n = ::poll(&p, 1, 5000);
     while (n < 0 && errno == EINTR);
-    ::close(pidfd);
     if (n == 0) ::kill(pid, SIGKILL);
   }
   while (::waitpid(pid, &ws, 0) < 0 && errno == EINTR) {

@@ -333,28 +333,22 @@ Status read_syscalls(DocReader& rd, SeccompPolicy& pol, const std::vector<std::s
 
 // Raw sock_filter array <-> bytes (the cache file format).
 Result<std::vector<sock_filter>> read_bpf_file(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return sys_error(kStage, "open " + path);
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.ok()) return sys_error(kStage, "open " + path);
   struct stat st;
-  if (::fstat(fd, &st) != 0 || st.st_size <= 0 || st.st_size % sizeof(sock_filter) != 0 ||
-      st.st_size > static_cast<off_t>(BPF_MAXINSNS * sizeof(sock_filter))) {
-    ::close(fd);
+  if (::fstat(fd.get(), &st) != 0 || st.st_size <= 0 || st.st_size % sizeof(sock_filter) != 0 ||
+      st.st_size > static_cast<off_t>(BPF_MAXINSNS * sizeof(sock_filter)))
     return make_error(kStage, "bad cached program " + path, EINVAL);
-  }
   std::vector<sock_filter> prog(static_cast<std::size_t>(st.st_size) / sizeof(sock_filter));
   char* p = reinterpret_cast<char*>(prog.data());
   std::size_t left = static_cast<std::size_t>(st.st_size);
   while (left > 0) {
-    ssize_t n = ::read(fd, p, left);
+    ssize_t n = ::read(fd.get(), p, left);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      ::close(fd);
-      return make_error(kStage, "short read of " + path, EIO);
-    }
+    if (n <= 0) return make_error(kStage, "short read of " + path, EIO);
     p += n;
     left -= static_cast<std::size_t>(n);
   }
-  ::close(fd);
   return prog;
 }
 
@@ -363,10 +357,10 @@ Result<std::vector<sock_filter>> read_bpf_file(const std::string& path) {
 void write_cache(const std::string& dir, const std::string& path, const void* data, std::size_t len) {
   if (!ensure_dir(dir, 0700)) return;
   std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) return;
-  bool ok = ::write(fd, data, len) == static_cast<ssize_t>(len);
-  ::close(fd);
+  UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
+  if (!fd.ok()) return;
+  bool ok = ::write(fd.get(), data, len) == static_cast<ssize_t>(len);
+  fd.reset();
   if (!ok || ::rename(tmp.c_str(), path.c_str()) != 0) ::unlink(tmp.c_str());
 }
 
@@ -455,21 +449,15 @@ Result<std::vector<sock_filter>> compile_seccomp_policy(const SeccompPolicy& pol
         return make_error(kStage, pol.source + ": " + rule.pointer + ": libseccomp rejected the rule for '" + name + "'", -rc);
     }
   }
-  int fd = static_cast<int>(::syscall(SYS_memfd_create, "sbx-seccomp", MFD_CLOEXEC));
-  if (fd < 0) return sys_error(kStage, "memfd_create");
-  int rc = seccomp_export_bpf(ctx, fd);
-  if (rc != 0) {
-    ::close(fd);
+  UniqueFd fd(static_cast<int>(::syscall(SYS_memfd_create, "sbx-seccomp", MFD_CLOEXEC)));
+  if (!fd.ok()) return sys_error(kStage, "memfd_create");
+  if (int rc = seccomp_export_bpf(ctx, fd.get()); rc != 0)
     return make_error(kStage, pol.source + ": libseccomp could not export the filter", -rc);
-  }
-  off_t len = ::lseek(fd, 0, SEEK_END);
-  if (len <= 0 || len % static_cast<off_t>(sizeof(sock_filter)) != 0) {
-    ::close(fd);
+  off_t len = ::lseek(fd.get(), 0, SEEK_END);
+  if (len <= 0 || len % static_cast<off_t>(sizeof(sock_filter)) != 0)
     return make_error(kStage, pol.source + ": libseccomp exported a malformed filter", EINVAL);
-  }
   std::vector<sock_filter> prog(static_cast<std::size_t>(len) / sizeof(sock_filter));
-  ssize_t n = ::pread(fd, prog.data(), static_cast<std::size_t>(len), 0);
-  ::close(fd);
+  ssize_t n = ::pread(fd.get(), prog.data(), static_cast<std::size_t>(len), 0);
   if (n != len) return make_error(kStage, "read back the compiled filter", EIO);
   if (prog.size() > BPF_MAXINSNS) return make_error(kStage, pol.source + ": the compiled filter is too long", E2BIG);
   return prog;

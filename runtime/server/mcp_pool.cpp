@@ -17,6 +17,7 @@
 #include <cstring>
 
 #include "runtime/base/fdpass.hpp"
+#include "runtime/base/fsutil.hpp"
 #include "runtime/base/json_io.hpp"
 #include "runtime/base/text_escape.hpp"
 
@@ -141,10 +142,7 @@ void PoolLauncher::remove_stale_cgroups() {
     const std::string& dir = it->first;
     // cgroup.kill first: the sandbox's init should have died with its worker (PR_SET_PDEATHSIG),
     // but a process of the sandbox that is still there keeps the directory busy.
-    if (int fd = ::open((dir + "/cgroup.kill").c_str(), O_WRONLY | O_CLOEXEC); fd >= 0) {
-      (void)!::write(fd, "1", 1);
-      ::close(fd);
-    }
+    (void)write_whole(dir + "/cgroup.kill", "1");
     if (::rmdir(dir.c_str()) == 0 || errno == ENOENT) {
       it = stale_cgroups_.erase(it);
     } else if (--it->second <= 0) {

@@ -43,13 +43,12 @@ Error bad(const std::string& what) { return make_error("usage", "exec request: "
 
 // A memfd capturing one of the program's streams; read back after the run.
 struct Capture {
-  int fd = -1;
-  ~Capture() { if (fd >= 0) ::close(fd); }
+  UniqueFd fd;
   std::string read_all() const {
     std::string s;
     char buf[65536];
-    ::lseek(fd, 0, SEEK_SET);
-    for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;) s.append(buf, static_cast<std::size_t>(n));
+    ::lseek(fd.get(), 0, SEEK_SET);
+    for (ssize_t n; (n = ::read(fd.get(), buf, sizeof buf)) > 0;) s.append(buf, static_cast<std::size_t>(n));
     return s;
   }
 };
@@ -287,11 +286,11 @@ Result<json> exec_response(const ExecState& st, const RunReport& rep, const Capt
 // The program's stdout and stderr go to memfds that the response reads back (capped by the run's
 // output limit): a cold call and a pooled one capture alike.
 Status capture_streams(Capture& out, Capture& err, RunRequest& run) {
-  out.fd = ::memfd_create("sbx-exec-stdout", MFD_CLOEXEC);
-  err.fd = ::memfd_create("sbx-exec-stderr", MFD_CLOEXEC);
-  if (out.fd < 0 || err.fd < 0) return sys_error("exec", "memfd_create for the captured output");
-  run.stdout_fd = out.fd;
-  run.stderr_fd = err.fd;
+  out.fd.reset(::memfd_create("sbx-exec-stdout", MFD_CLOEXEC));
+  err.fd.reset(::memfd_create("sbx-exec-stderr", MFD_CLOEXEC));
+  if (!out.fd.ok() || !err.fd.ok()) return sys_error("exec", "memfd_create for the captured output");
+  run.stdout_fd = out.fd.get();
+  run.stderr_fd = err.fd.get();
   return {};
 }
 
