@@ -42,4 +42,14 @@ std::string make_run_id() {
 
 std::string rfc3339_now() { return utc("%Y-%m-%dT%H:%M:%S", "%s.%03dZ"); }
 
+std::string rfc3339_us(long long realtime_ns) {
+  time_t sec = static_cast<time_t>(realtime_ns / 1'000'000'000LL);
+  struct tm tm;
+  ::gmtime_r(&sec, &tm);
+  char date[32], out[64];
+  std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%S", &tm);
+  std::snprintf(out, sizeof out, "%s.%06dZ", date, static_cast<int>(realtime_ns % 1'000'000'000LL / 1000));
+  return out;
+}
+
 }  // namespace sbx

@@ -12,5 +12,7 @@ std::int64_t monotonic_ms();
 std::string make_run_id();
 // RFC 3339 UTC with milliseconds: "2026-11-30T07:55:12.123Z".
 std::string rfc3339_now();
+// A realtime clock reading (ns since the epoch) as RFC 3339 UTC with microseconds.
+std::string rfc3339_us(long long realtime_ns);
 
 }  // namespace sbx

@@ -11,6 +11,7 @@
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/types.h>
+#include <time.h>
 
 #include <cstddef>
 
@@ -51,6 +52,13 @@ inline long ppoll(struct pollfd* fds, unsigned long n, const struct timespec* ti
 }
 inline long munmap(void* addr, std::size_t n) { return syscall6(SYS_munmap, reinterpret_cast<long>(addr), static_cast<long>(n)); }
 inline long pidfd_send_signal(int pidfd, int sig) { return syscall6(SYS_pidfd_send_signal, pidfd, sig, 0, 0); }
+// The realtime clock in nanoseconds (0 if it could not be read): the system call, not the vDSO
+// (which glibc's clock_gettime would look up).
+inline long long realtime_ns() {
+  struct timespec ts{};
+  if (syscall6(SYS_clock_gettime, CLOCK_REALTIME, reinterpret_cast<long>(&ts)) != 0) return 0;
+  return ts.tv_sec * 1'000'000'000LL + ts.tv_nsec;
+}
 [[noreturn]] inline void exit_group(int code) {
   for (;;) syscall6(SYS_exit_group, code);
 }

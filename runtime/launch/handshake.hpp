@@ -47,9 +47,12 @@ struct ChildMsg {
     struct rusage usage;         // kProgramStatus: the program's and its descendants' (RUSAGE_CHILDREN)
     // kStarted: the program's capability sets right after its execve (caps.hpp ProcessCaps order:
     // inheritable, permitted, effective, bounding, ambient); read == 0 when they could not be read.
+    // exec_ns: the realtime clock when init saw the program's execve return (the record's
+    // program_started_at; 0 when unknown).
     struct {
       std::uint64_t sets[5];
       std::uint32_t read;
+      std::int64_t exec_ns;
     } caps;
   };
 };
@@ -159,8 +162,9 @@ class InitEnd {
   void keep_only_reports() const;
   // A message built before (the program child's failed execve), sent as it is.
   void report(const ChildMsg& m) const;
-  // kStarted, with the program's capability sets when read (sets: 5 values, or null).
-  void report_started(const std::uint64_t* sets) const;
+  // kStarted, with the program's capability sets when read (sets: 5 values, or null) and the
+  // realtime clock when its execve returned.
+  void report_started(const std::uint64_t* sets, long long exec_ns) const;
   // kProgramStatus: the sandbox is empty.
   void report_program_status(int wait_status, const struct rusage& usage) const;
   int reports_fd() const { return msg_; }

@@ -217,9 +217,10 @@ void InitEnd::keep_only_reports() const {
 
 void InitEnd::report(const ChildMsg& m) const { send_msg(msg_, m); }
 
-void InitEnd::report_started(const std::uint64_t* sets) const {
+void InitEnd::report_started(const std::uint64_t* sets, long long exec_ns) const {
   ChildMsg m;
   m.kind = ChildMsg::kStarted;
+  m.caps.exec_ns = exec_ns;
   if (sets) {
     for (int i = 0; i < 5; ++i) m.caps.sets[i] = sets[i];
     m.caps.read = 1;
@@ -236,6 +237,8 @@ void InitEnd::report_program_status(int wait_status, const struct rusage& usage)
 }
 
 void watch_program(const InitEnd& end, const StartedProgram& sp) {
+  // The vfork-style spawn has just returned: the program's execve is done (or it failed).
+  long long exec_ns = raw::realtime_ns();
   if (sp.listener >= 0) end.send_listener(sp.listener);
   // The program child ran in this address space until its execve, and its change of uid set the
   // address space's dumpable flag to fs.suid_dumpable (commit_creds): 0 or 2 keep /proc/1 root's,
@@ -271,7 +274,7 @@ void watch_program(const InitEnd& end, const StartedProgram& sp) {
   }
   // From here on the supervisor may run again and free what it gave init (ChildConfig): all
   // init uses is on its own stack.
-  end.report_started(read ? sets : nullptr);
+  end.report_started(read ? sets : nullptr, failed ? 0 : exec_ns);
   bool tty = sp.pty_master >= 0;
   pid_t program = sp.pid;
   sigset_t set;

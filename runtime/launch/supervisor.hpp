@@ -107,6 +107,8 @@ struct SuperviseResult {
   std::optional<SeccompViolation> seccomp_kill;  // the call whose kill action ended the run
   // The program's capability sets right after its execve, as init read them (child.hpp kStarted).
   std::optional<ProcessCaps> program_caps;
+  // The realtime clock (ns) when init saw the program's execve return; 0 when it did not start.
+  long long program_exec_ns = 0;
 };
 
 // Runs until init has exited, or has reported that the sandbox is empty, and both streams are

@@ -6,6 +6,7 @@
 
 #include <cstdio>
 
+#include "runtime/base/clock.hpp"
 #include "runtime/base/json_io.hpp"
 #include "runtime/base/sha256.hpp"
 
@@ -54,7 +55,7 @@ nlohmann::json trace_record(TraceParts&& p) {
   if (p.usage_extra.is_object())
     for (auto& [k, v] : p.usage_extra.items()) usage[k] = v;
 
-  return json{{"schema", kTraceSchema},
+  json record{{"schema", kTraceSchema},
               {"run_id", p.run_id},
               {"started_at", p.started_at},
               {"ended_at", p.ended_at},
@@ -71,6 +72,10 @@ nlohmann::json trace_record(TraceParts&& p) {
               {"usage", usage},
               {"violations", std::move(p.violations)},
               {"violations_summary", std::move(p.violations_summary)}};
+  // When the program's execve returned, as init saw it (microseconds): started_at to it is
+  // sbx's start-up; absent when the program did not start.
+  if (p.sup && p.sup->program_exec_ns > 0) record["program_started_at"] = rfc3339_us(p.sup->program_exec_ns);
+  return record;
 }
 
 std::string trace_text(nlohmann::json& record, int indent) {

@@ -30,7 +30,7 @@ namespace {
 constexpr const char* kStage = "seccomp";
 constexpr std::uint32_t kNativeArch = SCMP_ARCH_X86_64;
 // Bumped whenever the cached artefact's meaning changes (cache key input).
-constexpr const char* kCacheFormat = "sbx-seccomp-bpf/1";
+constexpr const char* kCacheFormat = "sbx-seccomp-bpf/2";
 // TRACE data with this bit set carries an errno (see compile_seccomp_policy); policies' own TRACE
 // values are errnoRet values, at most 4095.
 constexpr std::uint32_t kErrnoTag = 0x8000;
@@ -413,6 +413,14 @@ Result<std::vector<sock_filter>> compile_seccomp_policy(const SeccompPolicy& pol
   // Foreign ABIs (i386 `int 0x80`, x32) are not in the filter: they hit the bad-arch action.
   seccomp_attr_set(ctx, SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_KILL_PROCESS);
   seccomp_attr_set(ctx, SCMP_FLTATR_CTL_NNP, 0);  // sbx sets no_new_privs itself
+  // A binary tree over the syscall numbers instead of libseccomp's default linear list. Loading
+  // a filter costs the kernel a walk of it per syscall number (seccomp_cache_prepare emulates the
+  // program for each number, to find those it always allows) besides the JIT: on this project's
+  // machine the default policy's 336-instruction list took ~470 us to install, the tree (411
+  // instructions) ~150 us, paid by every run just before its program's execve. A call the
+  // program makes also walks ~log2 of the rules instead of all of them before its own.
+  if (int rc = seccomp_attr_set(ctx, SCMP_FLTATR_CTL_OPTIMIZE, 2); rc != 0)
+    return make_error(kStage, pol.source + ": libseccomp cannot build a binary-tree filter", -rc);
   for (auto a : pol.arches)
     if (a != kNativeArch && seccomp_arch_add(ctx, a) != 0)
       return make_error(kStage, pol.source + ": /architectures: libseccomp cannot add architecture", EINVAL);

@@ -195,25 +195,33 @@ void PoolLauncher::tick() {
     ++it;
   }
   remove_stale_cgroups();
-  bool retired = false;
+  bool refill_now = refill_due_us_ != 0 && now >= refill_due_us_;
+  if (refill_now) refill_due_us_ = 0;
   for (auto it = idle_.begin(); it != idle_.end();) {
     if (max_idle_us_ > 0 && now - it->born_us >= max_idle_us_) {
       retire(*it, "idle for " + std::to_string((now - it->born_us) / 1'000'000) + " s, past --pool-max-idle");
       it = idle_.erase(it);
-      retired = true;
+      refill_now = true;
     } else {
       ++it;
     }
   }
-  if (retired) refill();
+  if (refill_now) refill();
 }
 
 int PoolLauncher::next_tick_ms() const {
-  if (!retiring_.empty() || !stale_cgroups_.empty()) return 50;  // reaping: pidfds are not in the loop's poll
-  if (idle_.empty() || max_idle_us_ <= 0) return -1;
+  std::int64_t now = mono_us();
+  auto until = [&](std::int64_t at_us) {
+    return static_cast<int>(std::clamp<std::int64_t>((at_us - now + 999) / 1000, 0, 3'600'000));
+  };
+  int refill_ms = refill_due_us_ != 0 ? until(refill_due_us_) : -1;
+  if (!retiring_.empty() || !stale_cgroups_.empty())  // reaping: pidfds are not in the loop's poll
+    return refill_ms < 0 ? 50 : std::min(50, refill_ms);
+  if (idle_.empty() || max_idle_us_ <= 0) return refill_ms;
   std::int64_t oldest = idle_.front().born_us;
   for (auto& w : idle_) oldest = std::min(oldest, w.born_us);
-  return static_cast<int>(std::clamp<std::int64_t>((oldest + max_idle_us_ - mono_us()) / 1000 + 1, 0, 3'600'000));
+  int age_ms = until(oldest + max_idle_us_) + 1;
+  return refill_ms < 0 ? age_ms : std::min(refill_ms, age_ms);
 }
 
 void PoolLauncher::refill() {
@@ -287,8 +295,9 @@ Result<Worker> PoolLauncher::launch(const json& job) {
     out.pid = w.pid;
     out.pidfd = std::move(w.pidfd);
     out.response = std::move(w.response);
-    // w.sock closes here: the worker has its one job, and sees EOF after it.
-    refill();
+    // w.sock closes here: the worker has its one job, and sees EOF after it. Its replacement
+    // starts once the call's program has had the CPUs to start (refill_due_us_).
+    if (refill_due_us_ == 0) refill_due_us_ = mono_us() + kRefillDelayMs * 1000LL;
     return out;
   }
   refill();

@@ -46,6 +46,10 @@ inline constexpr int kDefaultPoolMaxIdleS = 300;
 // A retired worker (its socket closed: it discards its sandbox, removes its run cgroup and exits)
 // that has not exited this long after is killed, and its run cgroup removed by the server.
 inline constexpr int kRetireGraceMs = 3000;
+// How long after a hand-out the pool starts its replacement (refill_due_us_ says why not at once;
+// bench/README.md, "The warm pool", has the numbers). A burst that empties the pool runs cold
+// either way: a sandbox takes longer than this to build.
+inline constexpr int kRefillDelayMs = 20;
 
 // What a pooled worker tells the server on its socket once it is ready or broken (one line each,
 // at most kMaxWorkerNoteBytes): "ready CGROUP\n" (CGROUP: its run cgroup's absolute path, or "-"),
@@ -72,7 +76,8 @@ class PoolLauncher : public SandboxLauncher {
   // age, removes the run cgroups a killed worker left, and refills the pool.
   void tick() override;
   int next_tick_ms() const override;
-  // Starts workers until `size` are idle (or being made); called after each hand-out.
+  // Starts workers until `size` are idle (or being made). After a hand-out it runs
+  // kRefillDelayMs later, from tick(): see refill_due_us_.
   void refill();
   std::size_t idle() const { return idle_.size(); }
 
@@ -104,6 +109,11 @@ class PoolLauncher : public SandboxLauncher {
   std::vector<Retiring> retiring_;
   std::vector<std::pair<std::string, int>> stale_cgroups_;  // path, tries left
   std::size_t spawn_failures_ = 0;
+  // When the refill after a hand-out is due (0: none pending). A new worker builds its sandbox
+  // (fork and exec of sbx, clone, namespaces, root: milliseconds of CPU) and, started at the
+  // hand-out, it competed for the CPUs with the call it was replacing, whose program was just
+  // starting: on this project's 2-core machine that moved the pooled start's p50 and p99.
+  std::int64_t refill_due_us_ = 0;
 };
 
 }  // namespace sbx::mcp

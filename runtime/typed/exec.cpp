@@ -211,14 +211,17 @@ AfterRun ExecOutput::operator()(const Outcome& o, int out_fd) const {
   return after;
 }
 
+// `loaded`: the profile as the caller already loaded it (a pooled worker's, for both of its
+// plans); null: loaded here.
 Result<std::shared_ptr<ExecState>> plan_exec(const json& request, const ExecContext& ctx, RunRequest& run,
-                                             bool defer_blobs = false) {
+                                             bool defer_blobs = false, const LoadedProfile* loaded = nullptr) {
   auto parsed = parse_exec_request(request);
   if (!parsed) return parsed.error();
   auto state = std::make_shared<ExecState>();
   state->rq = std::move(*parsed);
   ExecRequest& rq = state->rq;
-  auto profile = load_profile(ctx.profile.empty() ? std::string(kDefaultProfile) : ctx.profile);
+  Result<LoadedProfile> profile = loaded ? Result<LoadedProfile>(*loaded)
+                                         : load_profile(ctx.profile.empty() ? std::string(kDefaultProfile) : ctx.profile);
   if (!profile) return profile.error();
   json patch = {{"limits", rq.limits_patch}};
   auto spec = exec_spec(rq, *profile, patch, ctx);
@@ -311,7 +314,11 @@ Result<PooledExec> run_exec_pooled(const ExecContext& ctx, const AwaitExecCall& 
   // The sandbox is made for the profile as a call without limits of its own would run under it:
   // a placeholder request plans it (its program and files are replaced at hand-out).
   RunRequest pool;
-  auto placeholder = plan_exec({{"language", "sh"}, {"code", ""}}, ctx, pool);
+  // The profile is read once, as the sandbox is built: the call's plan at hand-out uses the same
+  // (mcp_pool.hpp: what a pooled sandbox was built with is at most --pool-max-idle old).
+  auto profile = load_profile(ctx.profile.empty() ? std::string(kDefaultProfile) : ctx.profile);
+  if (!profile) return profile.error();
+  auto placeholder = plan_exec({{"language", "sh"}, {"code", ""}}, ctx, pool, false, &*profile);
   if (!placeholder) return placeholder.error();
   pool.files.clear();
   pool.record_extra = json::object();
@@ -334,7 +341,7 @@ Result<PooledExec> run_exec_pooled(const ExecContext& ctx, const AwaitExecCall& 
     }
     struct timespec t0;
     ::clock_gettime(CLOCK_MONOTONIC, &t0);
-    auto planned = plan_exec(*request, ctx, call, true);
+    auto planned = plan_exec(*request, ctx, call, true, &*profile);
     if (!planned) {
       res.error = planned.error();
       return std::nullopt;

@@ -113,7 +113,7 @@ TEST_CASE("handshake: every step in order, over the real channels") {
     int fake_seccomp_listener = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
     end.send_listener(fake_seccomp_listener);  // closes it
     std::uint64_t sets[5] = {1, 2, 3, 4, 5};
-    end.report_started(sets);
+    end.report_started(sets, 1234567890123456789LL);
     struct rusage ru;
     std::memset(&ru, 0, sizeof ru);
     ru.ru_maxrss = 1234;
@@ -128,6 +128,7 @@ TEST_CASE("handshake: every step in order, over the real channels") {
   CHECK(m.caps.read == 1);
   CHECK(m.caps.sets[0] == 1);
   CHECK(m.caps.sets[4] == 5);
+  CHECK(m.caps.exec_ns == 1234567890123456789LL);
   REQUIRE(next_report(c.chan.reports(), m) == ReportRead::kReport);
   CHECK(m.kind == ChildMsg::kProgramStatus);
   CHECK(m.wait_status == (42 << 8));
@@ -251,7 +252,7 @@ TEST_CASE("handshake: init's wait for go goes on across a signal (EINTR)") {
     ::sigprocmask(SIG_UNBLOCK, &unblock, nullptr);
     InitEnd end = c.end();
     end.wait_go();
-    end.report_started(nullptr);
+    end.report_started(nullptr, 0);
   });
   c.chan.close_init_ends();
   for (int i = 0; i < 5; ++i) {
@@ -274,7 +275,7 @@ TEST_CASE("handshake: a shared init's wait ends with its report, or kills it whe
       InitEnd end = c.end();
       end.wait_go();
       end.wait_start();  // "gs" came as one write
-      end.report_started(nullptr);
+      end.report_started(nullptr, 0);
       ::pause();
     });
     UniqueFd pidfd(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));

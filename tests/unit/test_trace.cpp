@@ -15,6 +15,9 @@ TEST_CASE("run ids sort by time and are unique") {
   CHECK(a != b);
   CHECK(a.substr(0, 8) <= b.substr(0, 8));
   CHECK(rfc3339_now().back() == 'Z');
+  // Microseconds, and zero-padded: the record's program_started_at.
+  CHECK(rfc3339_us(1'796'173'431'000'042'999LL) == "2026-12-02T01:03:51.000042Z");
+  CHECK(rfc3339_us(0) == "1970-01-01T00:00:00.000000Z");
 }
 
 TEST_CASE("trace record: members of sbx.trace/v1, limits split into applied and not applied") {
