@@ -102,27 +102,40 @@ Result<LoadedProfile> parse_profile(ProfileSource src) {
 
 }  // namespace
 
-Result<LoadedProfile> load_profile(const std::string& name_or_file) {
+Result<ProfileSource> find_profile(const std::string& name_or_file) {
   if (name_or_file.empty()) return make_error("usage", "empty profile name");
   if (looks_like_file(name_or_file)) {
     auto text = read_text(name_or_file);
     if (!text) return text.error();
     std::string name = fs::path(name_or_file).stem().string();
-    return parse_profile({name, name_or_file, std::move(*text)});
+    return ProfileSource{name, name_or_file, std::move(*text)};
   }
   for (auto& dir : search_dirs()) {
     std::string path = dir + "/" + name_or_file + ".json";
     if (::access(path.c_str(), F_OK) == 0) {
       auto text = read_text(path);
       if (!text) return text.error();
-      return parse_profile({name_or_file, path, std::move(*text)});
+      return ProfileSource{name_or_file, path, std::move(*text)};
     }
   }
   for (auto& e : embedded_profiles())
-    if (e.name == name_or_file) return parse_profile({std::string(e.name), "built-in", std::string(e.json)});
+    if (e.name == name_or_file) return ProfileSource{std::string(e.name), "built-in", std::string(e.json)};
   std::string known;
   for (auto& p : list_profiles()) known += (known.empty() ? "" : ", ") + p.name;
   return make_error("usage", "unknown profile '" + name_or_file + "' (known: " + known + ")");
+}
+
+Result<LoadedProfile> load_profile(const std::string& name_or_file) {
+  auto src = find_profile(name_or_file);
+  if (!src) return src.error();
+  return parse_profile(std::move(*src));
+}
+
+Result<LoadedProfile> reload_profile(const std::string& name_or_file, const LoadedProfile& had) {
+  auto src = find_profile(name_or_file);
+  if (!src) return src.error();
+  if (src->origin == had.source.origin && src->text == had.source.text) return had;
+  return parse_profile(std::move(*src));
 }
 
 std::vector<ProfileSource> list_profiles() {

@@ -314,9 +314,8 @@ Result<PooledExec> run_exec_pooled(const ExecContext& ctx, const AwaitExecCall& 
   // The sandbox is made for the profile as a call without limits of its own would run under it:
   // a placeholder request plans it (its program and files are replaced at hand-out).
   RunRequest pool;
-  // The profile is read once, as the sandbox is built: the call's plan at hand-out uses the same
-  // (mcp_pool.hpp: what a pooled sandbox was built with is at most --pool-max-idle old).
-  auto profile = load_profile(ctx.profile.empty() ? std::string(kDefaultProfile) : ctx.profile);
+  const std::string profile_name = ctx.profile.empty() ? std::string(kDefaultProfile) : ctx.profile;
+  auto profile = load_profile(profile_name);
   if (!profile) return profile.error();
   auto placeholder = plan_exec({{"language", "sh"}, {"code", ""}}, ctx, pool, false, &*profile);
   if (!placeholder) return placeholder.error();
@@ -341,7 +340,18 @@ Result<PooledExec> run_exec_pooled(const ExecContext& ctx, const AwaitExecCall& 
     }
     struct timespec t0;
     ::clock_gettime(CLOCK_MONOTONIC, &t0);
-    auto planned = plan_exec(*request, ctx, call, true, &*profile);
+    // The profile as it is now (read again; parsed again only if it changed): a sandbox built
+    // under another text does not run the call, which runs cold under the new one.
+    auto now = reload_profile(profile_name, *profile);
+    if (!now) {
+      res.error = now.error();
+      return std::nullopt;
+    }
+    if (now->source.origin != profile->source.origin || now->source.text != profile->source.text) {
+      res.cold_reason = "the profile changed since the pooled sandbox was built (" + now->source.origin + ")";
+      return std::nullopt;
+    }
+    auto planned = plan_exec(*request, ctx, call, true, &*now);
     if (!planned) {
       res.error = planned.error();
       return std::nullopt;

@@ -3,7 +3,7 @@ seen by the next (files in /tmp and /out, background processes, environment: dis
 namespaces and tmpfs mounts); a call the pool cannot serve runs cold and its record says why; a
 pooled sandbox that died before hand-out is discarded; idle sandboxes end with the server (EOF,
 SIGTERM, SIGKILL), and none of them leaves a record; a pooled sandbox whose build failed makes its
-call run cold (not fail); a tenant policy edited after the build makes the call run cold under the
+call run cold (not fail); a profile edited after the build reaches the call, which runs cold; a tenant policy edited after the build makes the call run cold under the
 new policy; idle sandboxes past --pool-max-idle are rebuilt; a pooled sandbox whose init dies as
 its call is handed over runs the call cold (never hangs); run_code's bash (the bench's stamp of
 the program's start) is served from the pool. Runs as root and rootless."""
@@ -227,6 +227,35 @@ class McpPoolCase(SbxTestCase):
                 break
             time.sleep(0.3)
         self.assertTrue(last["hit"], last)
+
+    def test_a_profile_edited_after_the_build_makes_the_call_run_cold(self):
+        # The worker parses the profile once, as its sandbox is built, and at hand-out reads it
+        # again: a changed text must reach the call (planned under the profile as it is now), and
+        # a sandbox built under the old one must not run it.
+        prof = self.path("edited-profile.json")
+
+        def write(pids, marker):
+            with open(prof, "w") as f:
+                json.dump({"image": "host", "network": {"mode": "none"}, "limits": {"timeout": "20s", "pids": pids},
+                           "env": {"MARK": marker}}, f)
+        write(64, "old")
+        s = self.server(["--profile", prof, "--pool", "1", "--max-concurrent", "1"])
+        self.wait_pool(s, 1)
+        self.assertEqual(self.run_code(s, "echo $MARK")["stdout"], "old\n")
+        self.wait_pool(s, 1)
+        write(32, "new")  # a lower ceiling and another environment than the pooled sandbox's
+        self.assertEqual(self.run_code(s, "echo $MARK")["stdout"], "new\n")
+        recs = self.records(s)
+        self.assertEqual(len(recs), 2, recs)
+        self.assertTrue(recs[0]["pool"]["hit"], recs[0]["pool"])
+        self.assertFalse(recs[1]["pool"]["hit"], recs[1]["pool"])
+        self.assertIn("the profile changed since the pooled sandbox was built", recs[1]["pool"]["reason"])
+        self.assertEqual(recs[1]["invocation"]["spec"]["limits"]["pids"], 32, recs[1]["invocation"]["spec"])
+        note("profile edit: " + json.dumps(recs[1]["pool"]))
+        # Unchanged since, the next pooled sandbox (built under the new text) serves again.
+        self.wait_pool(s, 1)
+        self.assertEqual(self.run_code(s, "echo $MARK")["stdout"], "new\n")
+        self.assertTrue(self.records(s)[-1]["pool"]["hit"], self.records(s)[-1]["pool"])
 
     def test_a_tenant_policy_edited_after_the_build_makes_the_call_run_cold(self):
         tenants = self.path("tenants")

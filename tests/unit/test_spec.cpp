@@ -1,5 +1,10 @@
 #include <doctest/doctest.h>
 
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+
 #include <nlohmann/json.hpp>
 
 #include "runtime/model/profile.hpp"
@@ -123,6 +128,34 @@ TEST_CASE("profiles: built-ins load, layer in order, and are validated") {
   REQUIRE_FALSE(b.ok());
   CHECK(b.error().message.find("pack.json: /limits/nope: unknown key") == 0);
   CHECK_FALSE(load_profile("no-such-profile").ok());
+}
+
+TEST_CASE("profiles: reload_profile keeps an unchanged parse and sees every change") {
+  char dir[] = "/tmp/sbx-unit-profile-XXXXXX";
+  REQUIRE(::mkdtemp(dir) != nullptr);
+  std::string path = std::string(dir) + "/p.json";
+  auto write = [&](const char* text) {
+    std::FILE* f = std::fopen(path.c_str(), "w");
+    REQUIRE(f != nullptr);
+    std::fputs(text, f);
+    std::fclose(f);
+  };
+  write(R"({"limits": {"pids": 64}})");
+  auto had = load_profile(path);
+  REQUIRE(had.ok());
+  auto same = reload_profile(path, *had);
+  REQUIRE(same.ok());
+  CHECK(same->source.text == had->source.text);
+  CHECK(same->patch == had->patch);
+  write(R"({"limits": {"pids": 32}})");
+  auto changed = reload_profile(path, *had);
+  REQUIRE(changed.ok());
+  CHECK(changed->source.text != had->source.text);
+  CHECK(changed->patch != had->patch);  // parsed afresh, not the earlier parse under a new text
+  write(R"({"limits": {"pids": "many"}})");
+  CHECK_FALSE(reload_profile(path, *had).ok());  // a broken edit is an error, not the old profile
+  std::remove(path.c_str());
+  ::rmdir(dir);
 }
 
 TEST_CASE("network: allow list, limits, and the proxy mode it implies") {
