@@ -1,4 +1,5 @@
 """The sbx.trace/v1 record: --trace-file, the trace store, `sbx trace ls|show`."""
+import datetime
 import hashlib
 import json
 import os
@@ -97,6 +98,28 @@ class TraceRecord(SbxTestCase):
         r = sbx(["run", "--", "/bin/true"], env=env)
         self.assertExit(r, 0)
         self.assertEqual(len(ledger_lines(b)), 1)
+
+    def test_program_started_at_lies_between_start_and_end_and_only_when_it_started(self):
+        # The program's execve, as init saw it: after the run's start, before its end, and before
+        # the program's own first clock reading (what bench/mcp_pool.py builds on).
+        def us(stamp):
+            d = datetime.datetime.strptime(stamp.rstrip("Z"), "%Y-%m-%dT%H:%M:%S.%f").replace(tzinfo=datetime.timezone.utc)
+            return int(d.timestamp()) * 1_000_000 + d.microsecond
+        r = self.run_sbx(["sh", "-c", "date +%s%N"])
+        self.assertExit(r, 0)
+        t = self.need_trace(r)
+        self.assertRegex(t["program_started_at"], r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$")
+        at = us(t["program_started_at"])
+        self.assertLessEqual(us(t["started_at"]), at)  # started_at has milliseconds: truncated, never later
+        self.assertLess(at, us(t["ended_at"]) + 1000)
+        # The program's own reading comes after its execve (init may read the clock a little after
+        # the program already runs: bounded by a scheduling delay, not by the program's run).
+        self.assertLess(at, int(r.out.strip()) // 1000 + 50_000, (t["program_started_at"], r.out))
+        note(f"start-up (started_at -> program_started_at): {(at - us(t['started_at'])) / 1000:.2f} ms (started_at in ms)")
+        # A program that never started has none.
+        r = self.run_sbx(["/no/such/binary"])
+        self.assertExit(r, 127)
+        self.assertNotIn("program_started_at", self.need_trace(r))
 
     def test_setup_error_and_timeout_are_recorded(self):
         r = self.run_sbx(["/no/such/binary"])
