@@ -257,7 +257,9 @@ void Supervisor::on_message() {
   ReportRead got = read_init_report(msg_fd_.get(), m);
   if (got == ReportRead::kReport) {
     if (m.kind == ChildMsg::kSetupError && !r_.setup_error) r_.setup_error = m;
-    if (m.kind == ChildMsg::kStarted) r_.program_exec_ns = m.caps.exec_ns;
+    // A program child that failed before its execve (fail() in child.cpp: not found on PATH, a
+    // refused step) reported it first, on this same pipe: the kStarted that follows is no start.
+    if (m.kind == ChildMsg::kStarted && !r_.setup_error) r_.program_exec_ns = m.caps.exec_ns;
     if (m.kind == ChildMsg::kStarted && m.caps.read == 1)
       r_.program_caps = ProcessCaps{m.caps.sets[0], m.caps.sets[1], m.caps.sets[2], m.caps.sets[3], m.caps.sets[4]};
     if (m.kind == ChildMsg::kProgramStatus) {

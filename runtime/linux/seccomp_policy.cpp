@@ -403,6 +403,10 @@ Result<SeccompPolicy> parse_seccomp_policy(std::string_view text, const std::str
   return pol;
 }
 
+namespace {
+Result<std::vector<sock_filter>> export_filter(scmp_filter_ctx ctx, const std::string& source);
+}  // namespace
+
 Result<std::vector<sock_filter>> compile_seccomp_policy(const SeccompPolicy& pol) {
   scmp_filter_ctx ctx = seccomp_init(pol.default_action);
   if (!ctx) return make_error(kStage, pol.source + ": libseccomp cannot create a filter with the default action", EINVAL);
@@ -413,18 +417,11 @@ Result<std::vector<sock_filter>> compile_seccomp_policy(const SeccompPolicy& pol
   // Foreign ABIs (i386 `int 0x80`, x32) are not in the filter: they hit the bad-arch action.
   seccomp_attr_set(ctx, SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_KILL_PROCESS);
   seccomp_attr_set(ctx, SCMP_FLTATR_CTL_NNP, 0);  // sbx sets no_new_privs itself
-  // A binary tree over the syscall numbers instead of libseccomp's default linear list. Loading
-  // a filter costs the kernel a walk of it per syscall number (seccomp_cache_prepare emulates the
-  // program for each number, to find those it always allows) besides the JIT: on this project's
-  // machine the default policy's 336-instruction list took ~470 us to install, the tree (411
-  // instructions) ~150 us, paid by every run just before its program's execve. A call the
-  // program makes also walks ~log2 of the rules instead of all of them before its own.
-  if (int rc = seccomp_attr_set(ctx, SCMP_FLTATR_CTL_OPTIMIZE, 2); rc != 0)
-    return make_error(kStage, pol.source + ": libseccomp cannot build a binary-tree filter", -rc);
   for (auto a : pol.arches)
     if (a != kNativeArch && seccomp_arch_add(ctx, a) != 0)
       return make_error(kStage, pol.source + ": /architectures: libseccomp cannot add architecture", EINVAL);
 
+  std::size_t added = 0;
   for (auto& rule : pol.rules) {
     std::vector<scmp_arg_cmp> cmps;
     for (auto& a : rule.args)
@@ -455,21 +452,46 @@ Result<std::vector<sock_filter>> compile_seccomp_policy(const SeccompPolicy& pol
       }
       if (rc != 0)
         return make_error(kStage, pol.source + ": " + rule.pointer + ": libseccomp rejected the rule for '" + name + "'", -rc);
+      ++added;
     }
   }
+  // A binary tree over the syscall numbers instead of libseccomp's default linear list. Loading
+  // a filter costs the kernel a walk of it per syscall number (seccomp_cache_prepare emulates the
+  // program for each number, to find those it always allows) besides the JIT: on this project's
+  // machine the default policy's 336-instruction list took ~470 us to install, the tree (411
+  // instructions) ~150 us, paid by every run just before its program's execve (bench/README.md,
+  // the warm pool). A call the program makes also walks ~log2 of the rules instead of all of
+  // them. Only with rules enough to matter (runc's threshold): libseccomp before 2.5.4 ignores the
+  // default action of a tree without rules (libseccomp#370). A tree is ~25% longer: one past the
+  // kernel's length limit falls back to the list.
+  if (added >= 8) {
+    if (int rc = seccomp_attr_set(ctx, SCMP_FLTATR_CTL_OPTIMIZE, 2); rc != 0)
+      return make_error(kStage, pol.source + ": libseccomp cannot build a binary-tree filter", -rc);
+    auto tree = export_filter(ctx, pol.source);
+    if (tree || tree.error().err != E2BIG) return tree;
+    if (int rc = seccomp_attr_set(ctx, SCMP_FLTATR_CTL_OPTIMIZE, 1); rc != 0)
+      return make_error(kStage, pol.source + ": libseccomp cannot build a linear filter", -rc);
+  }
+  return export_filter(ctx, pol.source);
+}
+
+namespace {
+// The compiled program, read back from libseccomp's export (refused past the kernel's limit).
+Result<std::vector<sock_filter>> export_filter(scmp_filter_ctx ctx, const std::string& source) {
   UniqueFd fd(static_cast<int>(::syscall(SYS_memfd_create, "sbx-seccomp", MFD_CLOEXEC)));
   if (!fd.ok()) return sys_error(kStage, "memfd_create");
   if (int rc = seccomp_export_bpf(ctx, fd.get()); rc != 0)
-    return make_error(kStage, pol.source + ": libseccomp could not export the filter", -rc);
+    return make_error(kStage, source + ": libseccomp could not export the filter", -rc);
   off_t len = ::lseek(fd.get(), 0, SEEK_END);
   if (len <= 0 || len % static_cast<off_t>(sizeof(sock_filter)) != 0)
-    return make_error(kStage, pol.source + ": libseccomp exported a malformed filter", EINVAL);
+    return make_error(kStage, source + ": libseccomp exported a malformed filter", EINVAL);
   std::vector<sock_filter> prog(static_cast<std::size_t>(len) / sizeof(sock_filter));
   ssize_t n = ::pread(fd.get(), prog.data(), static_cast<std::size_t>(len), 0);
   if (n != len) return make_error(kStage, "read back the compiled filter", EIO);
-  if (prog.size() > BPF_MAXINSNS) return make_error(kStage, pol.source + ": the compiled filter is too long", E2BIG);
+  if (prog.size() > BPF_MAXINSNS) return make_error(kStage, source + ": the compiled filter is too long", E2BIG);
   return prog;
 }
+}  // namespace
 
 namespace {
 // The names of the policy's non-allow rules, sorted and unique (a cache entry written before this

@@ -116,10 +116,13 @@ class TraceRecord(SbxTestCase):
         # the program already runs: bounded by a scheduling delay, not by the program's run).
         self.assertLess(at, int(r.out.strip()) // 1000 + 50_000, (t["program_started_at"], r.out))
         note(f"start-up (started_at -> program_started_at): {(at - us(t['started_at'])) / 1000:.2f} ms (started_at in ms)")
-        # A program that never started has none.
-        r = self.run_sbx(["/no/such/binary"])
-        self.assertExit(r, 127)
-        self.assertNotIn("program_started_at", self.need_trace(r))
+        # A program that never started has none: its execve failed, or its child failed before
+        # the execve (a name not found on PATH is looked up there).
+        for cmd in (["/no/such/binary"], ["no-such-command-xyz"]):
+            r = self.run_sbx(cmd)
+            self.assertExit(r, 127)
+            t = self.need_trace(r)
+            self.assertFalse("program_started_at" in t, (cmd, t["result"], t.get("program_started_at")))
 
     def test_setup_error_and_timeout_are_recorded(self):
         r = self.run_sbx(["/no/such/binary"])

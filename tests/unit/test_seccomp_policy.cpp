@@ -179,6 +179,34 @@ TEST_CASE("libseccomp's programs never read the instruction pointer (the program
   }
 }
 
+// Comparisons of the syscall number by order: a binary tree has many, libseccomp's linear list at
+// most the x32 check's one.
+int ordered_jumps(const std::vector<sock_filter>& prog) {
+  int n = 0;
+  for (auto& i : prog)
+    if (i.code == (BPF_JMP | BPF_JGT | BPF_K) || i.code == (BPF_JMP | BPF_JGE | BPF_K)) ++n;
+  return n;
+}
+
+TEST_CASE("many rules compile to a binary tree; none or few keep the list, and decide the same") {
+  // The default policy (hundreds of names): a tree, so that its install is cheap (seccomp_policy.cpp).
+  auto def = compile(std::string(default_seccomp_policy_text()));
+  CHECK(ordered_jumps(def) > 8);
+  CHECK(verdict(def, call(SYS_read)) == "allow");
+  CHECK(verdict(def, call(SYS_mount)) == "errno 1");
+  CHECK(verdict(def, call(SYS_getpid, {}, AUDIT_ARCH_I386)) == "kill");
+  // No rules: libseccomp before 2.5.4 lost the default action of a rule-less tree (every call
+  // killed); a list is built, which allows.
+  auto none = compile(R"({"defaultAction": "SCMP_ACT_ALLOW"})");
+  CHECK(ordered_jumps(none) <= 1);
+  CHECK(verdict(none, call(SYS_getpid)) == "allow");
+  CHECK(verdict(none, call(SYS_mount)) == "allow");
+  auto few = compile(R"({"defaultAction": "SCMP_ACT_ERRNO", "syscalls": [{"names": ["getpid", "read"], "action": "SCMP_ACT_ALLOW"}]})");
+  CHECK(ordered_jumps(few) <= 1);
+  CHECK(verdict(few, call(SYS_getpid)) == "allow");
+  CHECK(verdict(few, call(SYS_write)) == "errno 1");
+}
+
 TEST_CASE("custom policies: errnoRet, args, and a rule whose action equals the default") {
   auto prog = compile(R"({
     "defaultAction": "SCMP_ACT_ALLOW",
