@@ -136,6 +136,7 @@ struct ProgramArgs {
   int pty_master;                // init's pty master, -1: none
   int listener = -1;             // the seccomp listener's number in the fd table shared with init
   ChildMsg exec_failed;          // kind 0, or kSetupError: execve failed once the filter was in place
+  long long exec_ns = 0;         // the realtime clock as clone returned (the record's program_started_at)
 };
 
 // seccomp_data as the kernel builds it for a call from this x86_64 process through
@@ -304,6 +305,9 @@ pid_t spawn_program(const ChildConfig& cfg, ProgramArgs& args) {
     asan.begin(mapped, kStack);
   }
   pid_t pid = ::clone(program_entry, top, CLONE_VM | CLONE_VFORK | CLONE_FILES | SIGCHLD, &args);
+  // Read first: the execve has just released this address space (or the child exited, which the
+  // supervisor tells apart by the setup error reported before).
+  args.exec_ns = raw::realtime_ns();
   // The child has exec'd or exited, and its stack is free. Raw calls from here: a child that
   // failed to start has reported it, which wakes a supervisor that shares init's memory
   // (clone.hpp). errno still holds clone's error when pid < 0 (no child, nobody woken).
@@ -393,7 +397,7 @@ void run_init(const ChildConfig& cfg) {
   if (program < 0) fail(cfg, sys_error("fork", "start the program"));
   // Raw calls only from here (init_end.cpp, checked): a program child that failed to start has
   // reported it, which wakes a supervisor that shares init's memory.
-  watch_program(end, StartedProgram{program, args.listener, cfg.pty_sock, pty_master, &args.exec_failed});
+  watch_program(end, StartedProgram{program, args.listener, cfg.pty_sock, pty_master, &args.exec_failed, args.exec_ns});
 }
 
 }  // namespace sbx

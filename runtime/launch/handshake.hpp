@@ -181,6 +181,7 @@ struct StartedProgram {
   int pty_sock = -1;         // where the pty's master goes (-t), and the master (-1: none)
   int pty_master = -1;
   const ChildMsg* exec_failed = nullptr;  // kind kSetupError when its execve failed
+  long long exec_ns = 0;                   // the realtime clock when its spawn returned
 };
 // Init once the program child is back: raw system calls only (init_end.cpp). Hands the listener
 // and the pty's master over, closes all but the report pipe, sends kStarted, then forwards

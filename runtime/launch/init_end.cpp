@@ -237,8 +237,6 @@ void InitEnd::report_program_status(int wait_status, const struct rusage& usage)
 }
 
 void watch_program(const InitEnd& end, const StartedProgram& sp) {
-  // The vfork-style spawn has just returned: the program's execve is done (or it failed).
-  long long exec_ns = raw::realtime_ns();
   if (sp.listener >= 0) end.send_listener(sp.listener);
   // The program child ran in this address space until its execve, and its change of uid set the
   // address space's dumpable flag to fs.suid_dumpable (commit_creds): 0 or 2 keep /proc/1 root's,
@@ -274,7 +272,7 @@ void watch_program(const InitEnd& end, const StartedProgram& sp) {
   }
   // From here on the supervisor may run again and free what it gave init (ChildConfig): all
   // init uses is on its own stack.
-  end.report_started(read ? sets : nullptr, failed ? 0 : exec_ns);
+  end.report_started(read ? sets : nullptr, failed ? 0 : sp.exec_ns);
   bool tty = sp.pty_master >= 0;
   pid_t program = sp.pid;
   sigset_t set;
