@@ -9,15 +9,21 @@
 namespace sbx {
 namespace {
 
-std::string utc(const char* fmt_date, const char* fmt_tail) {
-  struct timespec ts;
-  ::clock_gettime(CLOCK_REALTIME, &ts);
+// `sec` in UTC by fmt_date, then fmt_tail with that text and `fraction` (its sub-second digits).
+std::string utc(time_t sec, int fraction, const char* fmt_date, const char* fmt_tail) {
   struct tm tm;
-  ::gmtime_r(&ts.tv_sec, &tm);
+  ::gmtime_r(&sec, &tm);
   char date[32], out[64];
   std::strftime(date, sizeof date, fmt_date, &tm);
-  std::snprintf(out, sizeof out, fmt_tail, date, static_cast<int>(ts.tv_nsec / 1'000'000));
+  std::snprintf(out, sizeof out, fmt_tail, date, fraction);
   return out;
+}
+
+// The realtime clock now, with milliseconds.
+std::string utc_now(const char* fmt_date, const char* fmt_tail) {
+  struct timespec ts;
+  ::clock_gettime(CLOCK_REALTIME, &ts);
+  return utc(ts.tv_sec, static_cast<int>(ts.tv_nsec / 1'000'000), fmt_date, fmt_tail);
 }
 
 }  // namespace
@@ -37,19 +43,14 @@ std::string make_run_id() {
   }
   char hex[9];
   std::snprintf(hex, sizeof hex, "%02x%02x%02x%02x", rnd[0], rnd[1], rnd[2], rnd[3]);
-  return utc("%Y%m%dT%H%M%S", "%s.%03dZ-") + hex;
+  return utc_now("%Y%m%dT%H%M%S", "%s.%03dZ-") + hex;
 }
 
-std::string rfc3339_now() { return utc("%Y-%m-%dT%H:%M:%S", "%s.%03dZ"); }
+std::string rfc3339_now() { return utc_now("%Y-%m-%dT%H:%M:%S", "%s.%03dZ"); }
 
 std::string rfc3339_us(long long realtime_ns) {
-  time_t sec = static_cast<time_t>(realtime_ns / 1'000'000'000LL);
-  struct tm tm;
-  ::gmtime_r(&sec, &tm);
-  char date[32], out[64];
-  std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%S", &tm);
-  std::snprintf(out, sizeof out, "%s.%06dZ", date, static_cast<int>(realtime_ns % 1'000'000'000LL / 1000));
-  return out;
+  return utc(static_cast<time_t>(realtime_ns / 1'000'000'000LL), static_cast<int>(realtime_ns % 1'000'000'000LL / 1000),
+             "%Y-%m-%dT%H:%M:%S", "%s.%06dZ");
 }
 
 }  // namespace sbx
