@@ -131,13 +131,6 @@ Result<LoadedProfile> load_profile(const std::string& name_or_file) {
   return parse_profile(std::move(*src));
 }
 
-Result<LoadedProfile> reload_profile(const std::string& name_or_file, const LoadedProfile& had) {
-  auto src = find_profile(name_or_file);
-  if (!src) return src.error();
-  if (src->origin == had.source.origin && src->text == had.source.text) return had;
-  return parse_profile(std::move(*src));
-}
-
 std::vector<ProfileSource> list_profiles() {
   std::vector<ProfileSource> out;
   std::set<std::string> seen;

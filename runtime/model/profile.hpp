@@ -34,11 +34,9 @@ inline constexpr const char* kDefaultProfile = "untrusted";
 // Finds and parses a profile; bad JSON, unknown keys and bad values are errors naming the file
 // and the key.
 Result<LoadedProfile> load_profile(const std::string& name_or_file);
-// Where a profile is found and its text, not yet parsed (load_profile's first half).
+// Where a profile is found and its text, not yet parsed (load_profile's first half): a warm
+// pool's hand-out compares it with what its sandbox was built under (parsing is most of a load).
 Result<ProfileSource> find_profile(const std::string& name_or_file);
-// load_profile again, for a caller that holds an earlier load: found and read afresh, and only
-// parsed when its file or text differ from `had` (a warm pool's hand-out; parsing is most of it).
-Result<LoadedProfile> reload_profile(const std::string& name_or_file, const LoadedProfile& had);
 
 // All profiles visible by name (search path first, then built-in), one per name.
 std::vector<ProfileSource> list_profiles();

@@ -211,18 +211,23 @@ AfterRun ExecOutput::operator()(const Outcome& o, int out_fd) const {
   return after;
 }
 
-// `loaded`: the profile as the caller already loaded it (a pooled worker's, for both of its
-// plans); null: loaded here.
+std::string exec_profile_name(const ExecContext& ctx) { return ctx.profile.empty() ? std::string(kDefaultProfile) : ctx.profile; }
+
+// `profile`: as the caller already loaded it (a pooled worker's, for both of its plans); null:
+// loaded here.
 Result<std::shared_ptr<ExecState>> plan_exec(const json& request, const ExecContext& ctx, RunRequest& run,
-                                             bool defer_blobs = false, const LoadedProfile* loaded = nullptr) {
+                                             bool defer_blobs = false, const LoadedProfile* profile = nullptr) {
   auto parsed = parse_exec_request(request);
   if (!parsed) return parsed.error();
   auto state = std::make_shared<ExecState>();
   state->rq = std::move(*parsed);
   ExecRequest& rq = state->rq;
-  Result<LoadedProfile> profile = loaded ? Result<LoadedProfile>(*loaded)
-                                         : load_profile(ctx.profile.empty() ? std::string(kDefaultProfile) : ctx.profile);
-  if (!profile) return profile.error();
+  std::optional<LoadedProfile> own;
+  if (!profile) {
+    auto read = load_profile(exec_profile_name(ctx));
+    if (!read) return read.error();
+    profile = &own.emplace(std::move(*read));
+  }
   json patch = {{"limits", rq.limits_patch}};
   auto spec = exec_spec(rq, *profile, patch, ctx);
   if (!spec) return spec.error();
@@ -314,7 +319,7 @@ Result<PooledExec> run_exec_pooled(const ExecContext& ctx, const AwaitExecCall& 
   // The sandbox is made for the profile as a call without limits of its own would run under it:
   // a placeholder request plans it (its program and files are replaced at hand-out).
   RunRequest pool;
-  const std::string profile_name = ctx.profile.empty() ? std::string(kDefaultProfile) : ctx.profile;
+  const std::string profile_name = exec_profile_name(ctx);
   auto profile = load_profile(profile_name);
   if (!profile) return profile.error();
   auto placeholder = plan_exec({{"language", "sh"}, {"code", ""}}, ctx, pool, false, &*profile);
@@ -340,18 +345,18 @@ Result<PooledExec> run_exec_pooled(const ExecContext& ctx, const AwaitExecCall& 
     }
     struct timespec t0;
     ::clock_gettime(CLOCK_MONOTONIC, &t0);
-    // The profile as it is now (read again; parsed again only if it changed): a sandbox built
-    // under another text does not run the call, which runs cold under the new one.
-    auto now = reload_profile(profile_name, *profile);
+    // The profile as it is now (found and read again, not parsed): a sandbox built under another
+    // file or text does not run the call, which runs cold, planned under the new one.
+    auto now = find_profile(profile_name);
     if (!now) {
       res.error = now.error();
       return std::nullopt;
     }
-    if (now->source.origin != profile->source.origin || now->source.text != profile->source.text) {
-      res.cold_reason = "the profile changed since the pooled sandbox was built (" + now->source.origin + ")";
+    if (now->origin != profile->source.origin || now->text != profile->source.text) {
+      res.cold_reason = "the profile changed since the pooled sandbox was built (" + now->origin + ")";
       return std::nullopt;
     }
-    auto planned = plan_exec(*request, ctx, call, true, &*now);
+    auto planned = plan_exec(*request, ctx, call, true, &*profile);
     if (!planned) {
       res.error = planned.error();
       return std::nullopt;

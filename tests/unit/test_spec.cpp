@@ -130,7 +130,7 @@ TEST_CASE("profiles: built-ins load, layer in order, and are validated") {
   CHECK_FALSE(load_profile("no-such-profile").ok());
 }
 
-TEST_CASE("profiles: reload_profile keeps an unchanged parse and sees every change") {
+TEST_CASE("profiles: find_profile reads the file afresh each time, unparsed; load_profile parses it") {
   char dir[] = "/tmp/sbx-unit-profile-XXXXXX";
   REQUIRE(::mkdtemp(dir) != nullptr);
   std::string path = std::string(dir) + "/p.json";
@@ -143,17 +143,20 @@ TEST_CASE("profiles: reload_profile keeps an unchanged parse and sees every chan
   write(R"({"limits": {"pids": 64}})");
   auto had = load_profile(path);
   REQUIRE(had.ok());
-  auto same = reload_profile(path, *had);
+  auto same = find_profile(path);
   REQUIRE(same.ok());
-  CHECK(same->source.text == had->source.text);
-  CHECK(same->patch == had->patch);
+  CHECK(same->origin == had->source.origin);
+  CHECK(same->text == had->source.text);
   write(R"({"limits": {"pids": 32}})");
-  auto changed = reload_profile(path, *had);
+  auto changed = find_profile(path);
   REQUIRE(changed.ok());
-  CHECK(changed->source.text != had->source.text);
-  CHECK(changed->patch != had->patch);  // parsed afresh, not the earlier parse under a new text
+  CHECK(changed->text != had->source.text);  // read afresh, not the earlier text
+  auto reparsed = load_profile(path);
+  REQUIRE(reparsed.ok());
+  CHECK(reparsed->patch != had->patch);
   write(R"({"limits": {"pids": "many"}})");
-  CHECK_FALSE(reload_profile(path, *had).ok());  // a broken edit is an error, not the old profile
+  CHECK(find_profile(path).ok());          // found and read: not parsed
+  CHECK_FALSE(load_profile(path).ok());  // a broken edit is an error once parsed
   std::remove(path.c_str());
   ::rmdir(dir);
 }
