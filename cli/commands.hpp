@@ -104,7 +104,8 @@ struct TraceSubcommand {
   CLI::App* app;
   std::function<int()> run;
 };
-TraceSubcommand add_trace_export_command(CLI::App* trace, GlobalOptions& g);  // trace_export_cmd.cpp
+// `store` is the trace store to read: the caller's, or a tenant's (--tenant, set by `trace`).
+TraceSubcommand add_trace_export_command(CLI::App* trace, std::function<Dirs()> store);  // trace_export_cmd.cpp
 
 // --tenant NAME: loads the tenant and applies it to a fully built request (tenant.hpp); an
 // error is the one line of a usage error. No-op when `name` is not given.

@@ -17,7 +17,7 @@
 
 namespace sbx::cli {
 namespace {
-// --tenant NAME on ls, show, verify, head and reindex: the tenant's own store (tenant.hpp), set
+// --tenant NAME on ls, show, export, verify, head and reindex: the tenant's own store (tenant.hpp), set
 // once by the dispatcher below before any subcommand runs.
 std::optional<Dirs> g_tenant_dirs;
 Dirs store_dirs(const GlobalOptions& g) { return g_tenant_dirs ? *g_tenant_dirs : resolve_dirs(g.state_dir); }
@@ -356,7 +356,7 @@ void add_trace_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& ou
   auto* head = trace->add_subcommand("head", "Print the ledger's head (seq, hash, run id) for anchoring elsewhere");
   auto head_json = std::make_shared<bool>(false);
   head->add_flag("--json", *head_json, "Print {\"seq\", \"hash\", \"run_id\"}");
-  auto exported = add_trace_export_command(trace, g);
+  auto exported = add_trace_export_command(trace, [&g] { return store_dirs(g); });
   auto* show = trace->add_subcommand("show", "Print one run's trace record");
   struct ShowOptions {
     std::string run_id;
@@ -372,7 +372,7 @@ void add_trace_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& ou
   show->add_option("--format", opts->format, "json (the record, pretty-printed) or text (a summary)")
       ->check(CLI::IsMember({"json", "text"}));
   show->add_flag("--json", opts->as_json, "The same as --format json");
-  for (auto* sub : {ls, show, verify, head, reindex})
+  for (auto* sub : {ls, show, exported.app, verify, head, reindex})
     sub->add_option("--tenant", *tenant, "The records of tenant NAME (its own store, see --tenant of sbx run)")
         ->check(tenant_option_check, "NAME");
 

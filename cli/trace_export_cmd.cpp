@@ -1,4 +1,4 @@
-// sbx trace export RUN --format in-toto [-o FILE]: a run's record as an in-toto Statement v1 with
+// sbx trace export RUN --format in-toto [-o FILE] [--tenant NAME]: a run's record as an in-toto Statement v1 with
 // a SLSA Provenance v1 predicate (runtime/record/provenance.hpp says what goes where).
 #include <cstdio>
 #include <memory>
@@ -15,7 +15,7 @@
 
 namespace sbx::cli {
 
-TraceSubcommand add_trace_export_command(CLI::App* trace, GlobalOptions& g) {
+TraceSubcommand add_trace_export_command(CLI::App* trace, std::function<Dirs()> store) {
   struct Options {
     std::string run_id;
     std::string format = "in-toto";
@@ -27,8 +27,8 @@ TraceSubcommand add_trace_export_command(CLI::App* trace, GlobalOptions& g) {
   exp->add_option("--format", o->format, "in-toto (the only format: a Statement v1 with a SLSA Provenance v1 predicate)")
       ->check(CLI::IsMember({"in-toto"}));
   exp->add_option("-o,--output", o->output, "Write the statement to FILE instead of stdout");
-  return {exp, [o, &g]() -> int {
-    auto rec = load_trace(resolve_dirs(g.state_dir), o->run_id);
+  return {exp, [o, store = std::move(store)]() -> int {
+    auto rec = load_trace(store(), o->run_id);
     if (!rec) return usage_error(rec.error().describe());
     auto doc = intoto_statement(*rec);
     if (!doc) return usage_error(doc.error().describe());

@@ -193,7 +193,7 @@ _sbx() {
                 COMPREPLY=($(compgen -W "--json --help" -- "$cur"))
             elif [[ $sub == export ]]; then
                 if [[ $cur == -* ]]; then
-                    COMPREPLY=($(compgen -W "--format -o --output --help" -- "$cur"))
+                    COMPREPLY=($(compgen -W "--format -o --output --tenant --help" -- "$cur"))
                 elif [[ $prev == --format ]]; then
                     COMPREPLY=($(compgen -W "in-toto" -- "$cur"))
                 elif ((npos == 0)); then

@@ -329,4 +329,4 @@ function __sbx_tenants
     end
 end
 complete -c sbx -n '__sbx_at run; or __sbx_at probe; or __sbx_at pack run; or __sbx_at exec; or __sbx_at mcp' -l tenant -x -a '(__sbx_tenants)' -d 'Run as this tenant: its ceilings, own host ids and store'
-complete -c sbx -n '__sbx_at trace ls; or __sbx_at trace show; or __sbx_at trace verify; or __sbx_at trace head; or __sbx_at trace reindex' -l tenant -x -a '(__sbx_tenants)' -d 'The records of this tenant'
+complete -c sbx -n '__sbx_at trace ls; or __sbx_at trace show; or __sbx_at trace export; or __sbx_at trace verify; or __sbx_at trace head; or __sbx_at trace reindex' -l tenant -x -a '(__sbx_tenants)' -d 'The records of this tenant'

@@ -178,6 +178,13 @@ class Tenant(SbxTestCase):
         self.assertExit(self.sbx(["trace", "show", "--tenant", "A", ta["run_id"]]), 0)
         self.refused(self.sbx(["trace", "show", "--tenant", "B", ta["run_id"]]), "no trace")
         self.assertExit(self.sbx(["trace", "verify", "--tenant", "B"]), 0)
+        # `trace export` reads the tenant's store like the others (on the previous main it had no
+        # --tenant: exit 125, "The following argument was not expected").
+        ex = self.sbx(["trace", "export", "--tenant", "A", ta["run_id"]])
+        self.assertExit(ex, 0)
+        self.assertIn(ta["run_id"], json.dumps(json.loads(ex.out)))
+        self.refused(self.sbx(["trace", "export", "--tenant", "B", ta["run_id"]]), "no trace")
+        self.refused(self.sbx(["trace", "export", ta["run_id"]]), "no trace")
         st = os.stat(self.store("A") + "/traces")
         self.assertEqual(st.st_mode & 0o077, 0, "a tenant's store is its owner's alone")
         print(f"\n  A: {json.dumps(ta['tenant'])}\n  B: {json.dumps(tb['tenant'])}")
