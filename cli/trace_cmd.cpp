@@ -240,8 +240,17 @@ int run_ls(const GlobalOptions& g, const LsOptions& o) {
   f.since = o.since;
   f.pack = o.pack;
   f.image = o.image;
-  auto traces = list_traces(store_dirs(g), f);
+  std::uint64_t skipped = 0;
+  auto traces = list_traces(store_dirs(g), f, &skipped);
   if (!traces) return usage_error(traces.error().describe());
+  // Exit 1 (after the whole listing) when something of the store could not be read: each is named
+  // above; a script that must see every run checks the status, one that lists what it can goes on.
+  auto done = [&] {
+    if (skipped == 0) return 0;
+    std::fprintf(stderr, "sbx: trace ls: %llu ledger line(s) or record(s) could not be read and are not listed (exit 1; 'sbx trace verify' checks the ledger)\n",
+                 static_cast<unsigned long long>(skipped));
+    return 1;
+  };
   if (o.as_json) {
     // For scripts: one array, newest first; text of outside origin stays JSON-escaped (ASCII).
     json a = json::array();
@@ -252,7 +261,8 @@ int run_ls(const GlobalOptions& g, const LsOptions& o) {
                    {"pack", t.pack.empty() ? json(nullptr) : json{{"name", t.pack}, {"version", t.pack_version}, {"digest", t.pack_digest}}},
                    {"image", {{"name", t.image}, {"digest", t.image_digest.empty() ? json(nullptr) : json(t.image_digest)}}}});
     std::printf("%s\n", dump_safe(a, 2).c_str());
-    return 0;
+    std::fflush(stdout);
+    return done();
   }
   // Run ids are 29 characters and RFC 3339 times with ms 24, so the columns line up for sbx's own
   // records; longer values just push the line to the right.
@@ -262,7 +272,8 @@ int run_ls(const GlobalOptions& g, const LsOptions& o) {
     std::printf("%-29s  %-24s  %-17s  %4s  %8lld  %s\n", printable(t.run_id).c_str(), printable(t.started_at).c_str(),
                 printable(t.status).c_str(), exit_code.c_str(), static_cast<long long>(t.wall_ms), printable(t.command).c_str());
   }
-  return 0;
+  std::fflush(stdout);
+  return done();
 }
 
 // Exit 0 when the chain is intact, 1 when broken (the first break on stderr, one line), 125
@@ -289,7 +300,11 @@ int run_verify(const GlobalOptions& g, const std::string& anchor_text, const std
   if (!r) return usage_error(r.error().describe());
   if (!r->intact) {
     std::fprintf(stderr, "sbx: trace ledger broken: %s\n", printable(r->problem).c_str());
-    std::printf("broken after %llu intact record(s)\n", static_cast<unsigned long long>(r->records));
+    if (r->oversize_lines)  // the walk went on past them: what it checked is not "before the break"
+      std::printf("broken: %llu record(s) verified, %llu line(s) over the size bound not checked\n",
+                  static_cast<unsigned long long>(r->records), static_cast<unsigned long long>(r->oversize_lines));
+    else
+      std::printf("broken after %llu intact record(s)\n", static_cast<unsigned long long>(r->records));
     return 1;
   }
   if (r->records == 0) {

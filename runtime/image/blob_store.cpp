@@ -331,7 +331,12 @@ Result<Needs> blob_needs(const Dirs& dirs, const std::string& cutoff, GcReport& 
       needs[b["sha256"].get<std::string>()].push_back({entry->run_id, started, kept});
     }
     return true;
-  }, &torn);
+  }, &torn, 0, 1, [&](const OversizeLine& line) {
+    // Its record cannot be read by any reader (replay included), so what it names is not known:
+    // the blobs only it needs are treated as unneeded, and the line is named.
+    rep.warnings.push_back(describe_oversize(line) + ": skipped; blobs only its record needed are not kept for it");
+    return true;
+  });
   // Without the whole ledger it cannot be known which blobs are needed: delete nothing.
   if (!scanned) return make_error(kStage, "cannot read the ledger, so nothing is deleted: " + scanned.error().describe());
   return needs;

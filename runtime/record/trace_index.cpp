@@ -2,14 +2,19 @@
 
 #include <fcntl.h>
 #include <sqlite3.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdio>
+
 #include <memory>
+#include <optional>
 
 #include <spdlog/spdlog.h>
 
 #include "runtime/base/fsutil.hpp"
 #include "runtime/base/json_io.hpp"
+#include "runtime/base/progress_line.hpp"
 #include "runtime/record/trace_ledger.hpp"
 
 namespace sbx {
@@ -18,7 +23,9 @@ namespace {
 constexpr const char* kStage = "trace index";
 // PRAGMA user_version of the layout below; an index of another layout is dropped and rebuilt
 // from the ledger (it is derived data). 2: pack and image columns (`trace ls --pack/--image`).
-constexpr int kLayout = 2;
+// 3: rows for lines that are not ledger lines or are over the size bound (run_id and hash '',
+// the error says what), so that every listing names them, not only the first.
+constexpr int kLayout = 3;
 constexpr const char* kSchema =
     "CREATE TABLE IF NOT EXISTS runs(line INTEGER PRIMARY KEY, run_id TEXT NOT NULL, started_at TEXT NOT NULL,"
     " status TEXT NOT NULL, exit_code INTEGER, wall_ms INTEGER NOT NULL, command TEXT NOT NULL,"
@@ -110,21 +117,88 @@ struct Resume {
 };
 
 // Where the index stopped, after checking that the ledger still has that line there, byte for
-// byte hashed the same; otherwise the index is emptied and rebuilt.
+// byte hashed the same; otherwise the index is emptied and rebuilt. The check is made on the last
+// row of a ledger line (hash != ''): rows of unreadable lines after it are dropped and scanned
+// again (they cannot be checked that way, and are few).
 Result<Resume> resume_point(sqlite3* db, const Dirs& dirs) {
-  auto q = prepare(db, "SELECT line, off, len, hash FROM runs ORDER BY line DESC LIMIT 1");
+  auto q = prepare(db, "SELECT line, off, len, hash FROM runs WHERE hash != '' ORDER BY line DESC LIMIT 1");
   if (!q) return q.error();
-  if (sqlite3_step(q->get()) != SQLITE_ROW) return Resume{};
+  if (sqlite3_step(q->get()) != SQLITE_ROW) {
+    SBX_TRY(exec(db, "DELETE FROM runs"));
+    return Resume{};
+  }
   Resume r{static_cast<std::uint64_t>(sqlite3_column_int64(q->get(), 0)),
            static_cast<std::uint64_t>(sqlite3_column_int64(q->get(), 1))};
   auto len = static_cast<std::uint64_t>(sqlite3_column_int64(q->get(), 2));
   std::string hash = column_text(q->get(), 3);
   auto line = read_ledger_line(dirs, r.offset);
   auto e = line ? parse_ledger_line(*line) : Result<LedgerEntry>(line.error());
-  if (line && e && line->size() == len && e->hash == hash) return Resume{r.line, r.offset + len + 1};
+  if (line && e && line->size() == len && e->hash == hash) {
+    SBX_TRY(exec(db, ("DELETE FROM runs WHERE line > " + std::to_string(r.line)).c_str()));
+    return Resume{r.line, r.offset + len + 1};
+  }
   spdlog::info("trace index: the ledger changed under the index at line {}: rebuilding it", r.line);
   SBX_TRY(exec(db, "DELETE FROM runs"));
   return Resume{};
+}
+
+// One row's values (trace_index.hpp's table).
+struct Row {
+  std::uint64_t line = 0, off = 0, len = 0;
+  std::string run_id, hash, error;  // hash "": not a ledger line (error says why)
+  TraceSummary sum;
+};
+
+Status insert_row(sqlite3* db, sqlite3_stmt* s, const Row& r) {
+  sqlite3_reset(s);
+  sqlite3_bind_int64(s, 1, static_cast<sqlite3_int64>(r.line));
+  sqlite3_bind_text(s, 2, r.run_id.c_str(), -1, SQLITE_STATIC);
+  sqlite3_bind_text(s, 3, r.sum.started_at.c_str(), -1, SQLITE_STATIC);
+  sqlite3_bind_text(s, 4, r.sum.status.c_str(), -1, SQLITE_STATIC);
+  if (r.sum.exit_code) sqlite3_bind_int(s, 5, *r.sum.exit_code);
+  else sqlite3_bind_null(s, 5);
+  sqlite3_bind_int64(s, 6, r.sum.wall_ms);
+  sqlite3_bind_text(s, 7, r.sum.command.c_str(), -1, SQLITE_STATIC);
+  sqlite3_bind_int64(s, 8, static_cast<sqlite3_int64>(r.off));
+  sqlite3_bind_int64(s, 9, static_cast<sqlite3_int64>(r.len));
+  sqlite3_bind_text(s, 10, r.hash.c_str(), -1, SQLITE_STATIC);
+  // A line or record that cannot be read is kept as a row with its error: listings skip it and
+  // say so each time, as they do for a bad file of the previous store.
+  if (r.error.empty()) sqlite3_bind_null(s, 11);
+  else sqlite3_bind_text(s, 11, r.error.c_str(), -1, SQLITE_STATIC);
+  int col = 12;
+  for (const std::string* v : {&r.sum.pack, &r.sum.pack_version, &r.sum.pack_digest, &r.sum.image, &r.sum.image_digest})
+    sqlite3_bind_text(s, col++, v->c_str(), -1, SQLITE_STATIC);
+  if (sqlite3_step(s) != SQLITE_DONE) return db_error(db, "cannot insert into the trace index");
+  return {};
+}
+
+// Catching up commits every kStepBytes of ledger, so that an interrupted catch-up (a ^C during
+// the first listing of a large ledger) keeps what it did and the next reader resumes there, and
+// the write lock is not held through the whole ledger.
+constexpr std::uint64_t kStepBytes = 64u << 20;
+// On a terminal, a catch-up that takes over a second (a first listing of a large ledger) says how
+// far it got (progress_line.hpp), so that it does not look hung.
+class Progress {
+ public:
+  Progress(std::uint64_t from, std::uint64_t size) : size_(size) {
+    if (size > from && ::isatty(STDERR_FILENO) == 1)
+      line_.emplace("sbx: indexing the trace ledger (once; later listings take in only new runs)", stderr, true);
+  }
+  void at(std::uint64_t off, std::uint64_t lines) {
+    if (!line_) return;
+    std::string phase = std::to_string(size_ ? off * 100 / size_ : 100) + "% of " + human_bytes(static_cast<std::int64_t>(size_));
+    line_->update(phase.c_str(), static_cast<std::int64_t>(lines), static_cast<std::int64_t>(off));
+  }
+
+ private:
+  std::uint64_t size_;
+  std::optional<ProgressLine> line_;
+};
+
+std::uint64_t ledger_size(const Dirs& dirs) {
+  struct stat st;
+  return ::stat(ledger_path(dirs).c_str(), &st) == 0 ? static_cast<std::uint64_t>(st.st_size) : 0;
 }
 
 Status catch_up(sqlite3* db, const Dirs& dirs) {
@@ -135,41 +209,62 @@ Status catch_up(sqlite3* db, const Dirs& dirs) {
     auto ins = prepare(db, "INSERT OR REPLACE INTO runs VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
     if (!ins) return ins.error();
     sqlite3_stmt* s = ins->get();
+    Progress progress(from->offset, ledger_size(dirs));
+    std::uint64_t step_end = from->offset + kStepBytes;
     Status failed;
+    Row row;
+    // After each row: the step's transaction is committed once it has taken in kStepBytes.
+    auto put = [&](std::uint64_t next_off) {
+      if (auto st = insert_row(db, s, row); !st) {
+        failed = st;
+        return false;
+      }
+      progress.at(next_off, row.line);
+      if (next_off >= step_end) {
+        step_end = next_off + kStepBytes;
+        if (auto st = exec(db, "COMMIT"); !st) {
+          failed = st;
+          return false;
+        }
+        if (auto st = exec(db, "BEGIN IMMEDIATE"); !st) {
+          failed = st;
+          return false;
+        }
+      }
+      return true;
+    };
     auto st = scan_ledger(
         dirs,
         [&](const LedgerLine& l) {
+          row = Row{l.line_no, l.offset, l.text.size()};
           auto e = parse_ledger_line(l.text);
-          if (!e) return true;  // `trace verify` names it; the listing goes on without it
-          auto rec = parse_json_doc(std::string(e->record), {kMaxTraceBytes}, "trace", "record");
-          TraceSummary sum = summarize_record(e->run_id, rec && rec->is_object() ? *rec : nlohmann::json::object());
-          std::string error = !rec ? rec.error().describe() : !rec->is_object() ? "not a JSON object" : "";
-          sqlite3_reset(s);
-          sqlite3_bind_int64(s, 1, static_cast<sqlite3_int64>(l.line_no));
-          sqlite3_bind_text(s, 2, e->run_id.c_str(), -1, SQLITE_TRANSIENT);
-          sqlite3_bind_text(s, 3, sum.started_at.c_str(), -1, SQLITE_TRANSIENT);
-          sqlite3_bind_text(s, 4, sum.status.c_str(), -1, SQLITE_TRANSIENT);
-          if (sum.exit_code) sqlite3_bind_int(s, 5, *sum.exit_code);
-          else sqlite3_bind_null(s, 5);
-          sqlite3_bind_int64(s, 6, sum.wall_ms);
-          sqlite3_bind_text(s, 7, sum.command.c_str(), -1, SQLITE_TRANSIENT);
-          sqlite3_bind_int64(s, 8, static_cast<sqlite3_int64>(l.offset));
-          sqlite3_bind_int64(s, 9, static_cast<sqlite3_int64>(l.text.size()));
-          sqlite3_bind_text(s, 10, e->hash.c_str(), -1, SQLITE_TRANSIENT);
-          // A record that does not parse is kept as a row with its error: listings skip it and
-          // say so each time, as they do for a bad file of the previous store.
-          if (error.empty()) sqlite3_bind_null(s, 11);
-          else sqlite3_bind_text(s, 11, error.c_str(), -1, SQLITE_TRANSIENT);
-          int col = 12;
-          for (const std::string* v : {&sum.pack, &sum.pack_version, &sum.pack_digest, &sum.image, &sum.image_digest})
-            sqlite3_bind_text(s, col++, v->c_str(), -1, SQLITE_TRANSIENT);
-          if (sqlite3_step(s) != SQLITE_DONE) {
-            failed = db_error(db, "cannot insert into the trace index");
-            return false;
+          if (!e) {
+            // `trace verify` says how the chain breaks; the listing goes on without it, naming it.
+            row.error = "ledger line " + std::to_string(l.line_no) + " at byte " + std::to_string(l.offset) + ": " +
+                        e.error().message;
+            row.sum.status = "?";
+            return put(l.offset + l.text.size() + 1);
           }
-          return true;
+          row.run_id = e->run_id;
+          row.hash = e->hash;
+          auto summary = summarize_record_text(e->run_id, e->record);
+          if (summary) {
+            row.sum = std::move(*summary);
+          } else {
+            row.error = summary.error().describe();
+            row.sum.status = "?";
+          }
+          return put(l.offset + l.text.size() + 1);
         },
-        nullptr, from->offset, from->line + 1);
+        nullptr, from->offset, from->line + 1,
+        [&](const OversizeLine& l) {
+          row = Row{l.line_no, l.offset, l.size};
+          auto e = parse_ledger_tail(l.tail);
+          if (e) row.run_id = e->run_id;  // for `trace show` of it, which says why it cannot show it
+          row.error = describe_oversize(l) + ": its record is not read";
+          row.sum.status = "?";
+          return put(l.offset + l.size + 1);
+        });
     if (!st) return st;
     return failed;
   };
@@ -189,7 +284,7 @@ Result<Db> ready_index(const Dirs& dirs) {
 
 }  // namespace
 
-Result<std::vector<IndexedRun>> query_index(const Dirs& dirs, const TraceFilter& f) {
+Result<std::vector<IndexedRun>> query_index(const Dirs& dirs, const TraceFilter& f, std::uint64_t* skipped) {
   auto db = ready_index(dirs);
   if (!db) return db.error();
   auto q = prepare(db->get(),
@@ -229,17 +324,28 @@ Result<std::vector<IndexedRun>> query_index(const Dirs& dirs, const TraceFilter&
     out.push_back(std::move(r));
   }
   if (rc != SQLITE_DONE) return db_error(db->get(), "cannot query the trace index");
-  auto bad = prepare(db->get(), "SELECT run_id, error FROM runs WHERE error IS NOT NULL ORDER BY line LIMIT 100");
+  // Every listing names what it left out (the first kNamed), and counts it.
+  constexpr int kNamed = 100;
+  auto bad = prepare(db->get(), "SELECT run_id, error FROM runs WHERE error IS NOT NULL ORDER BY line");
   if (!bad) return bad.error();
-  while (sqlite3_step(bad->get()) == SQLITE_ROW)
-    spdlog::warn("skipping trace {}: {}", column_text(bad->get(), 0), column_text(bad->get(), 1));
+  std::uint64_t n = 0;
+  while ((rc = sqlite3_step(bad->get())) == SQLITE_ROW) {
+    if (++n > kNamed) continue;
+    std::string id = column_text(bad->get(), 0), error = column_text(bad->get(), 1);
+    // (the log sink makes text of outside origin printable)
+    if (id.empty()) spdlog::warn("skipping {}", error);
+    else spdlog::warn("skipping trace {}: {}", id, error);
+  }
+  if (rc != SQLITE_DONE) return db_error(db->get(), "cannot query the trace index");
+  if (n > kNamed) spdlog::warn("... and {} more unreadable ledger line(s) or record(s)", n - kNamed);
+  if (skipped) *skipped += n;
   return out;
 }
 
 Result<std::vector<std::pair<std::string, std::uint64_t>>> index_run_ids(const Dirs& dirs) {
   auto db = ready_index(dirs);
   if (!db) return db.error();
-  auto q = prepare(db->get(), "SELECT run_id, off FROM runs ORDER BY run_id, line");
+  auto q = prepare(db->get(), "SELECT run_id, off FROM runs WHERE run_id != '' ORDER BY run_id, line");
   if (!q) return q.error();
   std::vector<std::pair<std::string, std::uint64_t>> out;
   int rc;

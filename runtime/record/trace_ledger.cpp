@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
 
 #include "runtime/base/fsutil.hpp"
 #include "runtime/base/json_io.hpp"
@@ -25,9 +26,7 @@ constexpr std::string_view kHead = "{\"record\":";
 constexpr std::string_view kSeqKey = ",\"seq\":";
 const std::string kZeroHash(64, '0');
 // The envelope after the record: seq (20 digits), a run id, two hashes, a signature: well under 1 KiB.
-constexpr std::size_t kTailRead = 4096;
-// A line holds a record (bounded by kMaxTraceBytes, json_io.hpp) and its envelope.
-constexpr std::size_t kMaxLine = kMaxTraceBytes + 4096;
+constexpr std::size_t kTailRead = kLedgerTailRead;
 // How long an append waits for another sbx's append: those take milliseconds (one fdatasync);
 // a lock held for seconds is a stuck or hostile holder, and the run must not hang behind it.
 constexpr long kLockWaitMs = 10'000;
@@ -284,9 +283,55 @@ Result<AppendInfo> ledger_append(const Dirs& dirs, const std::string& run_id, st
   return info;
 }
 
+std::string describe_oversize(const OversizeLine& l) {
+  return "line " + std::to_string(l.line_no) + " at byte " + std::to_string(l.offset) + " is " + std::to_string(l.size) +
+         " bytes, over the " + std::to_string(kMaxLedgerLine) + "-byte bound of a ledger line";
+}
+
+Result<LedgerEntry> parse_ledger_tail(std::string_view tail) {
+  auto at = tail.rfind(kSeqKey);
+  if (at == std::string_view::npos) return envelope_error("no \"seq\" in the line's last bytes");
+  LedgerEntry e;
+  SBX_TRY(parse_envelope(tail.substr(at), e));
+  return e;
+}
+
+namespace {
+
+// Keeps the last kLedgerTailRead bytes of a line being skipped.
+void keep_tail(std::string& tail, std::string_view more) {
+  if (more.size() >= kLedgerTailRead) {
+    tail.assign(more.substr(more.size() - kLedgerTailRead));
+    return;
+  }
+  tail.append(more);
+  if (tail.size() > kLedgerTailRead) tail.erase(0, tail.size() - kLedgerTailRead);
+}
+
+// The default report of a skipped line: a warning each (the first few), then a count.
+struct OversizeWarner {
+  static constexpr std::uint64_t kNamed = 10;
+  std::uint64_t count = 0;
+  bool operator()(const OversizeLine& l) {
+    if (++count <= kNamed) {
+      auto e = parse_ledger_tail(l.tail);
+      spdlog::warn("trace ledger: skipping {}{}; 'sbx trace verify' reports it", describe_oversize(l),
+                   e ? " (run " + e->run_id + ")" : "");
+    }
+    return true;
+  }
+  ~OversizeWarner() {
+    if (count > kNamed) spdlog::warn("trace ledger: ... and {} more such line(s)", count - kNamed);
+    if (count) spdlog::warn("trace ledger: {} line(s) over the size bound skipped; every other record was read", count);
+  }
+};
+
+}  // namespace
+
 Status scan_ledger(const Dirs& dirs, const std::function<bool(const LedgerLine&)>& fn, std::uint64_t* torn,
-                   std::uint64_t from, std::uint64_t first_line_no) {
+                   std::uint64_t from, std::uint64_t first_line_no, const OversizeFn& oversize, std::size_t max_line) {
   if (torn) *torn = 0;
+  if (max_line == 0) max_line = kMaxLedgerLine;
   const std::string path = ledger_path(dirs);
   UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
   if (!fd.ok()) {
@@ -295,9 +340,17 @@ Status scan_ledger(const Dirs& dirs, const std::function<bool(const LedgerLine&)
   }
   if (from > 0 && ::lseek(fd.get(), static_cast<off_t>(from), SEEK_SET) < 0)
     return sys_error(kStage, "cannot seek in the trace ledger " + path);
+  std::optional<OversizeWarner> warner;
+  if (!oversize) warner.emplace();
+  auto report = [&](const OversizeLine& l) { return oversize ? oversize(l) : (*warner)(l); };
+  // At most max_line bytes of an unfinished line are held, plus one chunk: a longer line is
+  // skipped from there on, keeping only its last bytes.
   std::string buf;
   std::uint64_t buf_offset = from;  // file offset of buf[0]
   std::uint64_t line_no = first_line_no - 1;
+  bool skipping = false;
+  OversizeLine skipped;
+  std::string tail;
   std::string chunk(1 << 20, '\0');
   for (;;) {
     ssize_t n = ::read(fd.get(), chunk.data(), chunk.size());
@@ -306,19 +359,44 @@ Status scan_ledger(const Dirs& dirs, const std::function<bool(const LedgerLine&)
       return sys_error(kStage, "cannot read the trace ledger " + path);
     }
     if (n == 0) break;
-    buf.append(chunk.data(), static_cast<std::size_t>(n));
+    std::string_view data(chunk.data(), static_cast<std::size_t>(n));
+    if (skipping) {
+      auto nl = data.find('\n');
+      keep_tail(tail, data.substr(0, nl));
+      if (nl == std::string_view::npos) {
+        skipped.size += data.size();
+        continue;
+      }
+      skipped.size += nl;
+      skipped.tail = tail;
+      skipping = false;
+      if (!report(skipped)) return {};
+      data.remove_prefix(nl + 1);
+      buf_offset = skipped.offset + skipped.size + 1;
+    }
+    buf.append(data);
     std::size_t start = 0;
     for (std::size_t nl; (nl = buf.find('\n', start)) != std::string::npos; start = nl + 1) {
-      LedgerLine l{++line_no, buf_offset + start, std::string_view(buf).substr(start, nl - start)};
+      std::string_view text = std::string_view(buf).substr(start, nl - start);
+      if (text.size() > max_line) {  // whole in this buffer, but over the bound all the same
+        OversizeLine o{++line_no, buf_offset + start, text.size(), text.substr(text.size() - std::min(text.size(), kLedgerTailRead))};
+        if (!report(o)) return {};
+        continue;
+      }
+      LedgerLine l{++line_no, buf_offset + start, text};
       if (!fn(l)) return {};
     }
     buf.erase(0, start);
     buf_offset += start;
-    if (buf.size() > kMaxLine)
-      return make_error(kStage, "the trace ledger's line " + std::to_string(line_no + 1) + " (at byte " +
-                                    std::to_string(buf_offset) + ") is longer than " + std::to_string(kMaxLine) + " bytes");
+    if (buf.size() > max_line) {
+      skipping = true;
+      skipped = OversizeLine{++line_no, buf_offset, buf.size(), {}};
+      tail.clear();
+      keep_tail(tail, buf);
+      buf.clear();
+    }
   }
-  if (torn) *torn = buf.size();
+  if (torn) *torn = skipping ? skipped.size : buf.size();
   return {};
 }
 
@@ -327,15 +405,28 @@ Result<std::string> read_ledger_line(const Dirs& dirs, std::uint64_t offset) {
   UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
   if (!fd.ok()) return sys_error(kStage, "cannot open the trace ledger " + path);
   std::string out, chunk(64 * 1024, '\0');
+  std::uint64_t size = 0;  // of the line so far
   for (std::uint64_t at = offset;;) {
     ssize_t n = ::pread(fd.get(), chunk.data(), chunk.size(), static_cast<off_t>(at));
-    if (n < 0) return sys_error(kStage, "cannot read the trace ledger " + path);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return sys_error(kStage, "cannot read the trace ledger " + path);
+    }
     std::string_view c(chunk.data(), static_cast<std::size_t>(n));
     auto nl = c.find('\n');
-    out.append(c.substr(0, nl));
-    if (nl != std::string_view::npos) return out;
+    auto part = c.substr(0, nl);
+    size += part.size();
+    // Past the bound the line is only measured, so that the error can say how large it is.
+    if (size <= kMaxLedgerLine) out.append(part);
+    else out.clear();
+    if (nl != std::string_view::npos) {
+      if (size > kMaxLedgerLine)
+        return make_error(kStage, "the trace ledger's line at byte " + std::to_string(offset) + " is " + std::to_string(size) +
+                                      " bytes, over the " + std::to_string(kMaxLedgerLine) +
+                                      "-byte bound of a ledger line: no reader takes it in ('sbx trace verify' names it)");
+      return out;
+    }
     if (n == 0) return make_error(kStage, "the trace ledger ends inside the line at byte " + std::to_string(offset));
-    if (out.size() > kMaxLine) return make_error(kStage, "the trace ledger's line at byte " + std::to_string(offset) + " is too long");
     at += static_cast<std::uint64_t>(n);
   }
 }

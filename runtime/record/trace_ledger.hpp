@@ -22,6 +22,7 @@
 #include <string_view>
 
 #include "runtime/base/error.hpp"
+#include "runtime/base/json_io.hpp"
 #include "runtime/base/paths.hpp"
 
 namespace sbx {
@@ -66,19 +67,45 @@ class LedgerVerifier;
 Result<AppendInfo> ledger_append(const Dirs& dirs, const std::string& run_id, std::string_view record,
                                  const LedgerSigner* signer = nullptr);
 
+// The longest line a reader takes in: a record (bounded by kMaxTraceBytes, json_io.hpp) and its
+// envelope. A longer line is never read into memory: readers stream past it and report it.
+inline constexpr std::size_t kMaxLedgerLine = kMaxTraceBytes + 4096;
+// The last bytes of a line that a reader keeps of a line it skips: the envelope is in them.
+inline constexpr std::size_t kLedgerTailRead = 4096;
+
 // Every complete line in file order; `fn` returns false to stop. `offset` is the line's start in
-// the file. A line longer than the record bound, or an I/O error, ends the scan with an error; a
-// torn tail is reported through `torn` (its byte count) and not passed to fn.
+// the file. An I/O error ends the scan with an error; a torn tail is reported through `torn` (its
+// byte count) and not passed to fn.
 struct LedgerLine {
   std::uint64_t line_no = 0;
   std::uint64_t offset = 0;
   std::string_view text;  // without '\n'
 };
+// A complete line longer than max_ledger_line(): read past in bounded chunks, never whole, so
+// that one bloated line leaves every other record readable. `tail` is its last bytes (at most
+// kLedgerTailRead), where its envelope lies (parse_ledger_tail).
+struct OversizeLine {
+  std::uint64_t line_no = 0;
+  std::uint64_t offset = 0;
+  std::uint64_t size = 0;  // without '\n'
+  std::string_view tail;
+};
+using OversizeFn = std::function<bool(const OversizeLine&)>;
+// "line N at byte B is S bytes, over the M-byte bound of a ledger line" (for warnings and rows).
+std::string describe_oversize(const OversizeLine& l);
 // `from` (a line's start offset) and `first_line_no` let a reader resume where it stopped.
+// `oversize` is told of each line over the bound (returns false to stop); without it the scan
+// warns on stderr for each (naming its offset and size) and counts them at the end.
+// `max_line` is for tests (0: kMaxLedgerLine).
 Status scan_ledger(const Dirs& dirs, const std::function<bool(const LedgerLine&)>& fn,
-                   std::uint64_t* torn = nullptr, std::uint64_t from = 0, std::uint64_t first_line_no = 1);
+                   std::uint64_t* torn = nullptr, std::uint64_t from = 0, std::uint64_t first_line_no = 1,
+                   const OversizeFn& oversize = nullptr, std::size_t max_line = 0);
 
-// Reads the line starting at `offset` (as scan_ledger reported it).
+// The envelope of a line from its last bytes (an OversizeLine's tail); `record` is left empty.
+Result<LedgerEntry> parse_ledger_tail(std::string_view tail);
+
+// Reads the line starting at `offset` (as scan_ledger reported it). A line over the bound is an
+// error that gives its size (streamed past to measure it, not read).
 Result<std::string> read_ledger_line(const Dirs& dirs, std::uint64_t offset);
 
 struct LedgerVerifyReport {
@@ -87,6 +114,9 @@ struct LedgerVerifyReport {
   std::uint64_t head_seq = 0;
   std::string head_hash, head_run_id;
   std::string problem;  // the first break, in words, when not intact
+  // Lines over the size bound: each breaks the chain (its record cannot be checked), but the walk
+  // goes on after it from its envelope, so that what follows is still verified.
+  std::uint64_t oversize_lines = 0;
 };
 // A head recorded elsewhere (`sbx trace head`): the chain must reach seq with this hash.
 struct LedgerAnchor {

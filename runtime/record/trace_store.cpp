@@ -126,6 +126,82 @@ TraceSummary summarize_record(const std::string& id, const nlohmann::json& j) {
   return s;
 }
 
+namespace {
+
+// The record's DOM with only the top-level members summarize_record reads: building the whole
+// DOM of every record was most of the time a first listing of a large ledger took (allocating
+// and freeing every node: 10 KiB records, 100,000 of them). The text is still parsed whole by
+// nlohmann's strict parser within parse_json's bounds (depth, values, size), so a record is
+// refused here exactly when `trace show` would refuse it for its syntax or its bounds.
+class SummarySax {
+ public:
+  explicit SummarySax(nlohmann::json& root) : dom_(root, /*allow_exceptions=*/false) {}
+  bool null() { return value() && (!build() || dom_.null()); }
+  bool boolean(bool v) { return value() && (!build() || dom_.boolean(v)); }
+  bool number_integer(nlohmann::json::number_integer_t v) { return value() && (!build() || dom_.number_integer(v)); }
+  bool number_unsigned(nlohmann::json::number_unsigned_t v) { return value() && (!build() || dom_.number_unsigned(v)); }
+  bool number_float(nlohmann::json::number_float_t v, const nlohmann::json::string_t& t) {
+    return value() && (!build() || dom_.number_float(v, t));
+  }
+  bool string(nlohmann::json::string_t& v) { return value() && (!build() || dom_.string(v)); }
+  bool binary(nlohmann::json::binary_t& v) { return value() && (!build() || dom_.binary(v)); }
+  // Whether a container is built is decided at its own depth: before it opens, after it closes.
+  bool start_object(std::size_t n) { return (!build() || dom_.start_object(n)) && open(); }
+  bool start_array(std::size_t n) { return (!build() || dom_.start_array(n)) && open(); }
+  bool end_object() { return close() && (!build() || dom_.end_object()); }
+  bool end_array() { return close() && (!build() || dom_.end_array()); }
+  bool key(nlohmann::json::string_t& k) {
+    if (depth_ == 1) {  // a member of the record itself
+      static const std::set<std::string, std::less<>> kRead = {"started_at", "result", "usage", "invocation", "image"};
+      keep_ = kRead.count(k) > 0;
+    }
+    return !build() || dom_.key(k);
+  }
+  bool parse_error(std::size_t at, const std::string&, const nlohmann::detail::exception&) {
+    if (problem.empty()) problem = "not valid JSON (at byte " + std::to_string(at) + ")";
+    return false;
+  }
+  std::string problem;
+
+ private:
+  // The root itself, and the members kept with all they hold (keep_ is set by each key of the
+  // root; a root that is not an object is refused by the caller whatever it holds).
+  bool build() const { return depth_ == 0 || keep_; }
+  bool value() {
+    if (++values_ > kMaxJsonValues) return fail("more than " + std::to_string(kMaxJsonValues) + " values");
+    return true;
+  }
+  bool open() {
+    if (!value()) return false;
+    if (depth_ >= kMaxJsonDepth) return fail("nested deeper than " + std::to_string(kMaxJsonDepth) + " levels");
+    ++depth_;
+    return true;
+  }
+  bool close() {
+    if (depth_ > 0) --depth_;
+    return true;
+  }
+  bool fail(std::string why) {
+    if (problem.empty()) problem = std::move(why);
+    return false;
+  }
+  nlohmann::detail::json_sax_dom_parser<nlohmann::json> dom_;
+  std::size_t depth_ = 0, values_ = 0;
+  bool keep_ = false;
+};
+
+}  // namespace
+
+Result<TraceSummary> summarize_record_text(const std::string& id, std::string_view text) {
+  if (text.size() > kMaxTraceBytes) return make_error(kStage, "record: larger than " + std::to_string(kMaxTraceBytes) + " bytes");
+  nlohmann::json rec;
+  SummarySax sax(rec);
+  if (!nlohmann::json::sax_parse(text, &sax, nlohmann::json::input_format_t::json, /*strict=*/true, /*ignore_comments=*/false))
+    return make_error(kStage, "record: " + (sax.problem.empty() ? std::string("not valid JSON") : sax.problem));
+  if (!rec.is_object()) return make_error(kStage, "record: not a JSON object");
+  return summarize_record(id, rec);
+}
+
 std::string TraceFilter::digest_form(const std::string& s) { return is_sha256_hex(s) ? "sha256:" + s : s; }
 
 namespace {
@@ -142,16 +218,33 @@ struct Stored {
 // and as a legacy file (imported) is the ledger's.
 bool ledger_exists(const Dirs& dirs) { return ::access(ledger_path(dirs).c_str(), F_OK) == 0; }
 
-Status scan_runs(const Dirs& dirs, std::vector<Stored>& all) {
-  return scan_ledger(dirs, [&](const LedgerLine& l) {
-    auto e = parse_ledger_line(l.text);
-    if (!e) spdlog::warn("skipping trace ledger line {}: {}", l.line_no, e.error().describe());
-    else all.push_back({e->run_id, static_cast<std::int64_t>(l.offset)});
-    return true;
-  });
+Status scan_runs(const Dirs& dirs, std::vector<Stored>& all, std::uint64_t* skipped = nullptr) {
+  return scan_ledger(
+      dirs,
+      [&](const LedgerLine& l) {
+        auto e = parse_ledger_line(l.text);
+        if (!e) {
+          spdlog::warn("skipping trace ledger line {} (at byte {}): {}", l.line_no, l.offset, e.error().describe());
+          if (skipped) ++*skipped;
+        } else {
+          all.push_back({e->run_id, static_cast<std::int64_t>(l.offset)});
+        }
+        return true;
+      },
+      nullptr, 0, 1, [&](const OversizeLine& l) {
+        // Kept under its run id, so that reading it (`trace show`, a listing) says why it cannot
+        // be read; without one it is named here.
+        if (auto e = parse_ledger_tail(l.tail)) {
+          all.push_back({e->run_id, static_cast<std::int64_t>(l.offset)});
+        } else {
+          spdlog::warn("skipping trace ledger {}", describe_oversize(l));
+          if (skipped) ++*skipped;
+        }
+        return true;
+      });
 }
 
-Result<std::vector<Stored>> stored_runs(const Dirs& dirs) {
+Result<std::vector<Stored>> stored_runs(const Dirs& dirs, std::uint64_t* skipped = nullptr) {
   std::vector<Stored> all;
   // The index when it can be used (a read-only state dir cannot hold one): else the ledger, read
   // line by line.
@@ -160,7 +253,7 @@ Result<std::vector<Stored>> stored_runs(const Dirs& dirs) {
     for (auto& [id, off] : *indexed) all.push_back({id, static_cast<std::int64_t>(off)});
   } else {
     spdlog::debug("trace index unusable ({}): reading the ledger", indexed.error().describe());
-    SBX_TRY(scan_runs(dirs, all));
+    SBX_TRY(scan_runs(dirs, all, skipped));
   }
   auto legacy = stored_ids(dirs);
   if (!legacy) return legacy.error();
@@ -244,10 +337,16 @@ Result<ImportReport> import_legacy_traces(const Dirs& dirs) {
   auto legacy = stored_ids(dirs);
   if (!legacy) return legacy.error();
   std::set<std::string> in_ledger;
-  SBX_TRY(scan_ledger(dirs, [&](const LedgerLine& l) {
-    if (auto e = parse_ledger_line(l.text)) in_ledger.insert(e->run_id);
-    return true;
-  }));
+  SBX_TRY(scan_ledger(
+      dirs,
+      [&](const LedgerLine& l) {
+        if (auto e = parse_ledger_line(l.text)) in_ledger.insert(e->run_id);
+        return true;
+      },
+      nullptr, 0, 1, [&](const OversizeLine& l) {
+        if (auto e = parse_ledger_tail(l.tail)) in_ledger.insert(e->run_id);  // in the ledger, if unreadable
+        return true;
+      }));
   auto signer = LedgerSigner::load_default();
   if (!signer) return signer.error();
   for (auto& id : *legacy) {  // name order: oldest first
@@ -281,8 +380,8 @@ Result<std::vector<TraceSummary>> list_traces(const Dirs& dirs, std::size_t newe
 namespace {
 
 // Without the index: every record read (the ledger's, then the legacy files), filtered here.
-Result<std::vector<TraceSummary>> list_by_reading(const Dirs& dirs, const TraceFilter& f) {
-  auto runs = stored_runs(dirs);
+Result<std::vector<TraceSummary>> list_by_reading(const Dirs& dirs, const TraceFilter& f, std::uint64_t* skipped) {
+  auto runs = stored_runs(dirs, skipped);
   if (!runs) return runs.error();
   std::vector<TraceSummary> out;
   for (auto it = runs->rbegin(); it != runs->rend() && (f.newest == 0 || out.size() < f.newest); ++it) {
@@ -290,6 +389,7 @@ Result<std::vector<TraceSummary>> list_by_reading(const Dirs& dirs, const TraceF
     if (!j) {
       // One bad record (a crash mid-copy, a hand edit) must not hide every other run.
       spdlog::warn("skipping trace {}: {}", it->id, j.error().describe());
+      if (skipped) ++*skipped;
       continue;
     }
     TraceSummary s = summarize_record(it->id, *j);
@@ -300,17 +400,21 @@ Result<std::vector<TraceSummary>> list_by_reading(const Dirs& dirs, const TraceF
 
 }  // namespace
 
-Result<std::vector<TraceSummary>> list_traces(const Dirs& dirs, const TraceFilter& f) {
-  if (!ledger_exists(dirs)) return list_by_reading(dirs, f);
-  auto indexed = query_index(dirs, f);
+Result<std::vector<TraceSummary>> list_traces(const Dirs& dirs, const TraceFilter& f, std::uint64_t* skipped) {
+  std::uint64_t none = 0;
+  if (!skipped) skipped = &none;
+  *skipped = 0;
+  if (!ledger_exists(dirs)) return list_by_reading(dirs, f, skipped);
+  auto indexed = query_index(dirs, f, skipped);
   if (!indexed) {
     // A damaged index file (a crash while it was written unsynced, a stray edit) is rebuilt once.
     spdlog::info("trace index unusable ({}): rebuilding it", indexed.error().describe());
-    if (rebuild_index(dirs)) indexed = query_index(dirs, f);
+    if (rebuild_index(dirs)) indexed = query_index(dirs, f, skipped);
   }
   if (!indexed) {
     spdlog::debug("trace index unusable ({}): reading the ledger", indexed.error().describe());
-    return list_by_reading(dirs, f);
+    *skipped = 0;
+    return list_by_reading(dirs, f, skipped);
   }
   std::vector<TraceSummary> out;
   for (auto& r : *indexed) out.push_back(std::move(r.summary));
@@ -325,6 +429,7 @@ Result<std::vector<TraceSummary>> list_traces(const Dirs& dirs, const TraceFilte
     auto j = parse_record(trace_path(dirs, id));
     if (!j) {
       spdlog::warn("skipping trace {}: {}", id, j.error().describe());
+      ++*skipped;
       continue;
     }
     TraceSummary s = summarize_record(id, *j);

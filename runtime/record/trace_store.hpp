@@ -47,12 +47,18 @@ struct TraceFilter {
 
 // The summary `trace ls` shows of one record (tolerant of odd records).
 TraceSummary summarize_record(const std::string& id, const nlohmann::json& j);
+// The same from the record's text (as the ledger holds it): an error when it is not a bounded
+// JSON object.
+Result<TraceSummary> summarize_record_text(const std::string& id, std::string_view text);
 
 Result<AppendInfo> store_trace(const Dirs& dirs, const std::string& run_id, std::string_view json_text);
 // Newest first; at most `newest` of them when not 0 (only those records are read).
 Result<std::vector<TraceSummary>> list_traces(const Dirs& dirs, std::size_t newest = 0);
 // Filtered, from the query index (trace_index.hpp) when it can be used, else by reading the ledger.
-Result<std::vector<TraceSummary>> list_traces(const Dirs& dirs, const TraceFilter& filter);
+// A ledger line or record that cannot be read (not a ledger line, over the size bound, not JSON)
+// is left out, named in a warning each time, and counted in `skipped`: the listing holds every
+// other run.
+Result<std::vector<TraceSummary>> list_traces(const Dirs& dirs, const TraceFilter& filter, std::uint64_t* skipped = nullptr);
 struct ImportReport {
   std::size_t imported = 0, already = 0;
   std::vector<std::string> skipped;  // "<file>: why", for files that are not importable records

@@ -24,23 +24,53 @@ struct Walker {
   const LedgerVerifier* verifier;
   std::string prev_hash = std::string(64, '0');
   std::string prev_run;
+  std::uint64_t last_seq = 0;  // of the line before (records counts only those checked)
+  bool resync = false;         // after a skipped line whose envelope is unreadable: take the next as it links
 
   std::string where(const LedgerLine& l, const std::string& run) const {
     return "line " + std::to_string(l.line_no) + " (run " + run + ")";
   }
   std::string after() const {
-    return r.records ? " after seq " + std::to_string(r.records) + " (run " + prev_run + ")" : " at the start";
+    return last_seq ? " after seq " + std::to_string(last_seq) + " (run " + prev_run + ")" : " at the start";
   }
   bool fail(std::string problem) {
     r.intact = false;
-    r.problem = std::move(problem);
+    // After a skipped line (which does not stop the walk) the first other break is added to its report.
+    r.problem = r.problem.empty() ? std::move(problem) : r.problem + "; then " + problem;
     return false;
+  }
+
+  // A line over the size bound: its record cannot be read, so it cannot be checked and the chain
+  // is broken there; its envelope (in its last bytes) still says how the chain goes on, so the
+  // lines after it are verified against it.
+  bool skip(const OversizeLine& l) {
+    ++r.oversize_lines;
+    auto e = parse_ledger_tail(l.tail);
+    if (r.problem.empty()) {
+      r.intact = false;
+      r.problem = "line " + std::to_string(l.line_no) + (e ? " (run " + e->run_id + ", seq " + std::to_string(e->seq) + ")" : "") +
+                  after() + ": at byte " + std::to_string(l.offset) + ", " + std::to_string(l.size) + " bytes, over the " +
+                  std::to_string(kMaxLedgerLine) + "-byte bound of a ledger line: skipped by every reader, its record unchecked";
+    }
+    if (!e || e->seq != last_seq + 1 || e->prev != prev_hash) {
+      resync = true;  // the chain is not followed through it: the next line is taken as it links
+      return true;
+    }
+    last_seq = e->seq;
+    prev_hash = e->hash;
+    prev_run = e->run_id;
+    return true;
   }
 
   bool check(const LedgerLine& l) {
     auto e = parse_ledger_line(l.text);
     if (!e) return fail(where(l, run_id_hint(l.text)) + after() + ": " + e.error().message);
-    const std::uint64_t want = r.records + 1;
+    if (resync) {  // after an unfollowable skipped line: this line's own links are taken as given
+      resync = false;
+      last_seq = e->seq ? e->seq - 1 : 0;
+      prev_hash = e->prev;
+    }
+    const std::uint64_t want = last_seq + 1;
     std::string at = where(l, e->run_id);
     if (ledger_hash(e->seq, e->run_id, e->prev, e->record) != e->hash)
       return fail(at + ", seq " + std::to_string(e->seq) +
@@ -71,6 +101,7 @@ struct Walker {
     if (id == rec->end() || !id->is_string() || id->get<std::string>() != e->run_id)
       return fail(at + ": the record's run_id differs from its line's");
     ++r.records;
+    last_seq = e->seq;
     prev_hash = e->hash;
     prev_run = e->run_id;
     r.head_seq = e->seq;
@@ -93,11 +124,15 @@ Result<LedgerVerifyReport> verify_ledger(const Dirs& dirs, const std::optional<L
         end = l.offset + l.text.size() + 1;
         return w.check(l);
       },
-      &torn);
+      &torn, 0, 1, [&](const OversizeLine& l) {
+        end = l.offset + l.size + 1;
+        return w.skip(l);
+      });
   if (!st) return st.error();
-  if (r.intact && anchor && anchor->seq > r.records) {
+  if (r.oversize_lines > 1) r.problem += "; " + std::to_string(r.oversize_lines) + " lines over the bound in all";
+  if (r.intact && anchor && anchor->seq > w.last_seq) {
     r.intact = false;
-    r.problem = "the ledger ends at seq " + std::to_string(r.records) + ", before the anchored head seq " +
+    r.problem = "the ledger ends at seq " + std::to_string(w.last_seq) + ", before the anchored head seq " +
                 std::to_string(anchor->seq) + ": records were cut off its end";
   } else if (r.intact && torn > 0) {
     r.intact = false;

@@ -1,7 +1,8 @@
 // The trace store's reading of its ledger (runtime/record/trace_ledger.hpp, runtime/record/trace_store.hpp):
 // the input is the whole of <state>/traces/ledger.jsonl — anyone with write access to the state
 // directory can edit it, and a torn append leaves half a line — read by every reader sbx has:
-// scan_ledger with parse_ledger_line on each line (the envelope parser), verify_ledger (the
+// scan_ledger with parse_ledger_line on each line (the envelope parser), and with a tiny line
+// bound (the skipping of lines over it, parse_ledger_tail on what it keeps), verify_ledger (the
 // chain), ledger_head (read from the end), list_traces and load_trace (records parsed and
 // summarised for `trace ls` / `trace show`).
 // Checked besides "no crash": an envelope that parses has its record inside its line and a
@@ -66,6 +67,20 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         return true;
       },
       &torn);
+  // Again with a tiny line bound, so that the skipping path (lines streamed past, keeping only
+  // their last bytes) sees every input: each line is either passed on or skipped, never lost.
+  std::uint64_t short_lines = 0, skipped = 0, torn_small = 0;
+  auto small = sbx::scan_ledger(
+      g_dirs, [&](const sbx::LedgerLine& l) { return ++short_lines, l.text.size() <= 64 || (std::abort(), false); },
+      &torn_small, 0, 1,
+      [&](const sbx::OversizeLine& l) {
+        ++skipped;
+        if (l.size <= 64 || l.tail.size() > sbx::kLedgerTailRead || l.tail.size() > l.size) std::abort();
+        (void)sbx::parse_ledger_tail(l.tail);
+        return true;
+      },
+      64);
+  if (scanned && small && (short_lines + skipped != lines || torn_small != torn)) std::abort();
   auto verified = sbx::verify_ledger(g_dirs);
   auto head = sbx::ledger_head(g_dirs);
   if (scanned && verified && verified->intact) {

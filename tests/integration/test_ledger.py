@@ -454,6 +454,100 @@ class QueryIndex(LedgerCase):
         self.assertEqual(json.loads(r.out)["run_id"], ids[0])
 
 
+class UnreadableLines(LedgerCase):
+    """One line no reader takes in (a record over the size bound, or garbage) does not hide the
+    rest of the store: readers skip it, name it (byte offset, size) and go on; `trace ls` exits 1
+    after listing every readable run; `trace verify` fails naming it and checks what follows.
+    On the previous main a line over 64 MiB made `trace ls/show/verify`, `replay` and `gc` exit
+    125 for every record, and a garbage last line gave `trace ls` exit 0 without a word."""
+
+    def run_kept(self, n):
+        """n replayable runs; their run ids (read from the ledger's envelopes, not its records)."""
+        for _ in range(n):
+            self.assertExit(sbx(["run", "--keep-inputs", "--", "sh", "-c", "echo hi"], env=self.env), 0)
+        with open(self.ledger, "rb") as f:
+            return [json.loads(b"{" + ln[ln.rfind(SEQ_KEY) + 1:])["run_id"] for ln in f.read().split(b"\n") if ln]
+
+    def ls_json(self, rc):
+        r = sbx(["trace", "ls", "--json"], env=self.env)
+        self.assertExit(r, rc, "trace ls")
+        return r, [e["run_id"] for e in json.loads(r.out)]
+
+    def test_a_line_over_the_size_bound_is_skipped_and_named(self):
+        first = self.run_kept(1)
+        lines = self.lines()
+        rec, env = split_line(lines[0])
+        # What a run with a 70 MiB record leaves: a well-formed, correctly chained line.
+        big_id = "20261202T000000.000Z-0b16b16b"
+        big = json.loads(rec)
+        big["run_id"] = big_id
+        big["pad"] = "x" * (70 << 20)
+        big_line, _ = make_line(json.dumps(big, separators=(",", ":")).encode(), 2, big_id, env["hash"])
+        del big
+        offset = os.path.getsize(self.ledger)
+        with open(self.ledger, "ab") as f:
+            f.write(big_line + b"\n")
+        size = len(big_line)
+        del big_line
+        ids = self.run_kept(2)  # appended after it by real runs, chained through its envelope
+        self.assertEqual(ids[0], first[0])
+        self.assertEqual(ids[1], big_id)
+        good = [ids[0]] + ids[2:]
+        where = f"at byte {offset} is {size} bytes"
+
+        r, listed = self.ls_json(1)
+        self.assertEqual(sorted(listed), sorted(good))
+        self.assertIn(where, r.err)
+        self.assertIn("1 ledger line(s) or record(s) could not be read", r.err)
+        r = sbx(["trace", "show", big_id], env=self.env)
+        self.assertExit(r, 125)
+        self.assertIn(f"line at byte {offset} is {size} bytes, over the", self.assertOneSbxLine(r))
+        for rid in good:
+            self.assertExit(sbx(["trace", "show", rid], env=self.env), 0)
+        self.assertExit(sbx(["trace", "export", ids[-1]], env=self.env), 0)
+
+        r = self.verify()
+        self.assertExit(r, 1)
+        line = self.assertOneSbxLine(r)
+        self.assertIn(f"line 2 (run {big_id}, seq 2) after seq 1 (run {ids[0]}): at byte {offset}, {size} bytes", line)
+        self.assertIn("broken: 3 record(s) verified, 1 line(s) over the size bound not checked", r.out)
+        note("verify: " + line)
+
+        rp = sbx(["replay", ids[-1]], env=self.env)
+        self.assertExit(rp, 0)
+        self.assertEqual(rp.out, "identical\n")
+        self.assertIn(where, rp.err)
+        g = sbx(["gc"], env=self.env)
+        self.assertExit(g, 0)
+        self.assertIn(where, g.err)
+        self.assertExit(sbx(["replay", ids[2]], env=self.env), 0)  # gc kept what the readable records need
+        r = sbx(["trace", "reindex"], env=self.env)
+        self.assertExit(r, 0)
+        self.assertIn("indexed 6 ledger line(s)", r.out)  # three runs, the big line, two replays
+        r, listed = self.ls_json(1)
+        self.assertEqual(len(listed), 5)
+
+    def test_a_garbage_last_line_is_named_and_ls_exits_1(self):
+        ids = self.run_kept(2)
+        offset = os.path.getsize(self.ledger)
+        with open(self.ledger, "ab") as f:
+            f.write(b"this is not a ledger line\n")
+        for _ in range(2):  # built into the index, then answered from it: named both times
+            r, listed = self.ls_json(1)
+            self.assertEqual(listed, ids[::-1])
+            self.assertIn(f"skipping ledger line 3 at byte {offset}: not a ledger line", r.err)
+        r = sbx(["trace", "ls"], env=self.env)
+        self.assertExit(r, 1)
+        self.assertTrue(all(i in r.out for i in ids), r.out)
+        self.assertExit(self.verify(), 1)
+        # Cut off again, the store is whole: exit 0 and no warning.
+        with open(self.ledger, "r+b") as f:
+            f.truncate(offset)
+        r, listed = self.ls_json(0)
+        self.assertEqual(listed, ids[::-1])
+        self.assertNotIn("skipping", r.err)
+
+
 class NoResultWithoutRecord(LedgerCase):
     """The state dir's trace store cannot be created (a file where the directory should be): the
     record cannot be stored, so the validated result must not be released."""

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "runtime/record/trace_ledger.hpp"
 
@@ -130,4 +131,151 @@ TEST_CASE("an append after a complete line that is not a ledger line is refused"
   auto r = sbx::ledger_append(t.dirs, "r2", rec("r2"));
   REQUIRE_FALSE(r.ok());
   CHECK(r.error().message.find("sbx trace verify") != std::string::npos);
+}
+
+namespace {
+
+// A ledger line as an append writes it, made here so that its record may be of any size (an
+// append of a record over the bound is refused by the writer).
+std::string make_line(std::uint64_t seq, const std::string& id, const std::string& prev, const std::string& record,
+                      std::string* hash = nullptr) {
+  std::string h = sbx::ledger_hash(seq, id, prev, record);
+  if (hash) *hash = h;
+  return "{\"record\":" + record + ",\"seq\":" + std::to_string(seq) + ",\"run_id\":\"" + id + "\",\"prev\":\"" + prev +
+         "\",\"hash\":\"" + h + "\"}\n";
+}
+
+// A record of about `bytes` bytes: one long string member.
+std::string big_rec(const std::string& id, std::size_t bytes) {
+  return R"({"run_id":")" + id + R"(","pad":")" + std::string(bytes, 'x') + R"(","schema":"sbx.trace/v1"})";
+}
+
+struct Scanned {
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> lines;  // line_no, offset
+  std::vector<sbx::OversizeLine> over;
+  std::vector<std::string> over_ids;
+  std::uint64_t torn = 0;
+};
+
+Scanned scan(const sbx::Dirs& dirs, std::size_t max_line) {
+  Scanned s;
+  auto st = sbx::scan_ledger(
+      dirs,
+      [&](const sbx::LedgerLine& l) {
+        s.lines.emplace_back(l.line_no, l.offset);
+        return true;
+      },
+      &s.torn, 0, 1,
+      [&](const sbx::OversizeLine& l) {
+        CHECK(l.tail.size() <= sbx::kLedgerTailRead);
+        auto e = sbx::parse_ledger_tail(l.tail);
+        s.over_ids.push_back(e ? e->run_id : "?");
+        s.over.push_back(l);
+        return true;
+      },
+      max_line);
+  REQUIRE(st.ok());
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("the scanner streams past a line over the bound and reads every other line") {
+  TempLedger t;
+  REQUIRE(::mkdir(t.dirs.traces.c_str(), 0700) == 0);
+  std::string h1, h2, h3;
+  std::string l1 = make_line(1, "r1", std::string(64, '0'), rec("r1"), &h1);
+  // 3 MiB: over the test's bound of 4096 bytes by far more than the scanner's 1 MiB read, so that
+  // it is skipped chunk by chunk, keeping only its last bytes.
+  std::string l2 = make_line(2, "r2", h1, big_rec("r2", 3 << 20), &h2);
+  std::string l3 = make_line(3, "r3", h2, rec("r3"), &h3);
+  // 6000 bytes: over the bound, but whole within one read.
+  std::string l4 = make_line(4, "r4", h3, big_rec("r4", 6000));
+  std::string l5 = "{\"record\":{},\"seq\":9}";  // not a ledger line: passed on, for the reader to judge
+  t.write(l1 + l2 + l3 + l4 + l5 + "\n");
+  auto s = scan(t.dirs, 4096);
+  CHECK(s.lines == std::vector<std::pair<std::uint64_t, std::uint64_t>>{
+                       {1, 0}, {3, l1.size() + l2.size()}, {5, l1.size() + l2.size() + l3.size() + l4.size()}});
+  REQUIRE(s.over.size() == 2);
+  CHECK(s.over[0].line_no == 2);
+  CHECK(s.over[0].offset == l1.size());
+  CHECK(s.over[0].size == l2.size() - 1);
+  CHECK(s.over[1].line_no == 4);
+  CHECK(s.over[1].offset == l1.size() + l2.size() + l3.size());
+  CHECK(s.over[1].size == l4.size() - 1);
+  CHECK(s.over_ids == std::vector<std::string>{"r2", "r4"});
+  CHECK(s.torn == 0);
+  CHECK(sbx::describe_oversize(s.over[0]).find("at byte " + std::to_string(l1.size()) + " is " + std::to_string(l2.size() - 1) + " bytes") != std::string::npos);
+
+  // An unfinished line over the bound at the end: a torn tail of its full size, not a line.
+  t.write(l1 + l2.substr(0, l2.size() - 1));
+  s = scan(t.dirs, 4096);
+  CHECK(s.lines.size() == 1);
+  CHECK(s.over.empty());
+  CHECK(s.torn == l2.size() - 1);
+
+  // Resuming at a line's offset, after a skipped line, numbers the lines on.
+  t.write(l1 + l2 + l3);
+  Scanned r;
+  REQUIRE(sbx::scan_ledger(
+              t.dirs, [&](const sbx::LedgerLine& l) { r.lines.emplace_back(l.line_no, l.offset); return true; }, nullptr,
+              l1.size() + l2.size(), 3, nullptr, 4096)
+              .ok());
+  CHECK(r.lines == std::vector<std::pair<std::uint64_t, std::uint64_t>>{{3, l1.size() + l2.size()}});
+
+  // Without an oversize callback the scan warns and goes on.
+  std::uint64_t n = 0;
+  REQUIRE(sbx::scan_ledger(t.dirs, [&](const sbx::LedgerLine&) { return ++n, true; }, nullptr, 0, 1, nullptr, 4096).ok());
+  CHECK(n == 2);
+  CHECK_FALSE(sbx::parse_ledger_tail("no envelope here").ok());
+}
+
+TEST_CASE("a line over the real bound: verify fails naming it and checks the rest; readers and appends go on") {
+  TempLedger t;
+  REQUIRE(::mkdir(t.dirs.traces.c_str(), 0700) == 0);
+  std::string h1, h2;
+  std::string l1 = make_line(1, "r1", std::string(64, '0'), rec("r1"), &h1);
+  std::string l2 = make_line(2, "r2", h1, big_rec("r2", sbx::kMaxLedgerLine + 1000), &h2);
+  std::string l3 = make_line(3, "r3", h2, rec("r3"));
+  t.write(l1 + l2 + l3);
+  const std::size_t l2_size = l2.size() - 1;
+  l2 = {};  // 64 MiB, no longer needed
+  auto v = sbx::verify_ledger(t.dirs);
+  REQUIRE(v.ok());
+  CHECK_FALSE(v->intact);
+  CHECK(v->oversize_lines == 1);
+  CHECK(v->records == 2);  // r1 and r3: the chain goes on through r2's envelope
+  CHECK(v->head_run_id == "r3");
+  CHECK(v->problem.find("line 2 (run r2, seq 2) after seq 1 (run r1): at byte " + std::to_string(l1.size())) != std::string::npos);
+  CHECK(v->problem.find("over the " + std::to_string(sbx::kMaxLedgerLine) + "-byte bound") != std::string::npos);
+  CHECK(v->problem.find("; then") == std::string::npos);
+
+  auto line = sbx::read_ledger_line(t.dirs, l1.size());
+  REQUIRE_FALSE(line.ok());
+  CHECK(line.error().message.find("over the") != std::string::npos);
+  CHECK(line.error().message.find(" is " + std::to_string(l2_size) + " bytes") != std::string::npos);  // measured, not read
+  CHECK(sbx::read_ledger_line(t.dirs, 0).ok());
+
+  auto s = scan(t.dirs, 0);
+  CHECK(s.lines.size() == 2);
+  REQUIRE(s.over.size() == 1);
+  CHECK(s.over_ids[0] == "r2");
+
+  // An append after it chains on; verify still names line 2 and checks r4 too.
+  auto a = sbx::ledger_append(t.dirs, "r4", rec("r4"));
+  REQUIRE(a.ok());
+  CHECK(a->seq == 4);
+  v = sbx::verify_ledger(t.dirs);
+  REQUIRE(v.ok());
+  CHECK(v->records == 3);
+  CHECK(v->head_seq == 4);
+
+  // A break after the skipped line is reported too.
+  std::string text = t.text();
+  auto at = text.rfind("\"r4\"");
+  text.replace(at, 4, "\"rX\"");
+  t.write(text);
+  v = sbx::verify_ledger(t.dirs);
+  REQUIRE(v.ok());
+  CHECK(v->problem.find("; then line 4 (run r4)") != std::string::npos);
 }

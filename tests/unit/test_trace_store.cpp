@@ -212,3 +212,40 @@ TEST_CASE("a deep or odd record in the store is skipped by list and refused by l
   CHECK(bad.error().message.find("/result/0/0/0") != std::string::npos);
   CHECK(bad.error().message.find("nested deeper than 128 levels") != std::string::npos);
 }
+
+TEST_CASE("summarize_record_text: the summary of the full parse, and refused exactly where parse_json refuses") {
+  nlohmann::json j = nlohmann::json::parse(record(kOld, "timeout", nullptr, 42, {"sh", "-c", "echo hi"}));
+  j["invocation"]["pack"] = {{"name", "p"}, {"version", "1"}, {"digest", "sha256:ab"}};
+  j["image"] = {{"name", "busybox"}, {"digest", "sha256:cd"}};
+  j["outputs"] = nlohmann::json::array({{{"path", "a"}, {"bytes", 1}}});  // not read by the summary
+  j["violations"] = {{{"kind", "seccomp"}, {"nested", {{"deep", {1, 2, {{"x", nullptr}}}}}}}};
+  auto fast = sbx::summarize_record_text(kOld, j.dump());
+  REQUIRE(fast.ok());
+  auto full = sbx::summarize_record(kOld, j);
+  CHECK(fast->run_id == full.run_id);
+  CHECK(fast->started_at == full.started_at);
+  CHECK(fast->status == "timeout");
+  CHECK(fast->status == full.status);
+  CHECK(fast->exit_code == full.exit_code);
+  CHECK(fast->wall_ms == 42);
+  CHECK(fast->command == full.command);
+  CHECK(fast->command == "sh -c 'echo hi'");
+  CHECK(fast->pack == "p");
+  CHECK(fast->pack_version == full.pack_version);
+  CHECK(fast->pack_digest == full.pack_digest);
+  CHECK(fast->image == "busybox");
+  CHECK(fast->image_digest == full.image_digest);
+  // What parse_json refuses, in a member the summary does not read too.
+  for (std::string bad : {std::string("[1, 2]"), std::string("{\"a\": 1"), std::string("{\"a\": tru}"), std::string("{} x"),
+                          "{\"outputs\": " + std::string(200, '[') + std::string(200, ']') + "}",
+                          std::string("{\"outputs\": \"\x01\"}")}) {
+    auto r = sbx::summarize_record_text(kOld, bad);
+    CHECK_FALSE(r.ok());
+    auto p = sbx::parse_json(bad, {sbx::kMaxTraceBytes});
+    bool object = p.ok() && p.value.is_object();
+    CHECK_FALSE(object);
+  }
+  std::string at_bound = "{\"outputs\": " + std::string(127, '[') + std::string(127, ']') + "}";
+  CHECK(sbx::summarize_record_text(kOld, at_bound).ok());
+  CHECK(sbx::parse_json(at_bound, {sbx::kMaxTraceBytes}).ok());
+}
