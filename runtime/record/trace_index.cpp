@@ -170,6 +170,7 @@ Status insert_row(sqlite3* db, sqlite3_stmt* s, const Row& r) {
   for (const std::string* v : {&r.sum.pack, &r.sum.pack_version, &r.sum.pack_digest, &r.sum.image, &r.sum.image_digest})
     sqlite3_bind_text(s, col++, v->c_str(), -1, SQLITE_STATIC);
   if (sqlite3_step(s) != SQLITE_DONE) return db_error(db, "cannot insert into the trace index");
+  sqlite3_reset(s);  // not left active across a step's COMMIT
   return {};
 }
 

@@ -117,6 +117,11 @@ struct LedgerVerifyReport {
   // Lines over the size bound: each breaks the chain (its record cannot be checked), but the walk
   // goes on after it from its envelope, so that what follows is still verified.
   std::uint64_t oversize_lines = 0;
+  // Not intact only for such lines, each linked into the chain by its envelope (seq and prev as
+  // expected), every other line checked: the records around them are the ones that were written,
+  // so a reader that needs an intact chain (replay) may still trust them.
+  bool broken_only_by_oversize() const { return !intact && oversize_lines > 0 && !other_break; }
+  bool other_break = false;
 };
 // A head recorded elsewhere (`sbx trace head`): the chain must reach seq with this hash.
 struct LedgerAnchor {

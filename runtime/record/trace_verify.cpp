@@ -35,6 +35,7 @@ struct Walker {
   }
   bool fail(std::string problem) {
     r.intact = false;
+    r.other_break = true;
     // After a skipped line (which does not stop the walk) the first other break is added to its report.
     r.problem = r.problem.empty() ? std::move(problem) : r.problem + "; then " + problem;
     return false;
@@ -52,8 +53,16 @@ struct Walker {
                   after() + ": at byte " + std::to_string(l.offset) + ", " + std::to_string(l.size) + " bytes, over the " +
                   std::to_string(kMaxLedgerLine) + "-byte bound of a ledger line: skipped by every reader, its record unchecked";
     }
+    // What can be checked of it without its record: its signature and the anchor, from its envelope.
+    if (e && verifier && (e->sig.empty() || !verifier->verify(e->hash, e->sig)))
+      fail("line " + std::to_string(l.line_no) + " (run " + e->run_id + "), seq " + std::to_string(e->seq) +
+           ": not signed, or the signature does not verify with the public key");
+    if (e && anchor && anchor->seq == e->seq && anchor->hash != e->hash)
+      fail("line " + std::to_string(l.line_no) + " (run " + e->run_id + "), seq " + std::to_string(e->seq) +
+           ": not the anchored head's hash: the ledger was rewritten from this record or before");
     if (!e || e->seq != last_seq + 1 || e->prev != prev_hash) {
-      resync = true;  // the chain is not followed through it: the next line is taken as it links
+      r.other_break = true;  // the chain is not followed through it: the next line is taken as it links
+      resync = true;
       return true;
     }
     last_seq = e->seq;
@@ -130,14 +139,12 @@ Result<LedgerVerifyReport> verify_ledger(const Dirs& dirs, const std::optional<L
       });
   if (!st) return st.error();
   if (r.oversize_lines > 1) r.problem += "; " + std::to_string(r.oversize_lines) + " lines over the bound in all";
-  if (r.intact && anchor && anchor->seq > w.last_seq) {
-    r.intact = false;
-    r.problem = "the ledger ends at seq " + std::to_string(w.last_seq) + ", before the anchored head seq " +
-                std::to_string(anchor->seq) + ": records were cut off its end";
-  } else if (r.intact && torn > 0) {
-    r.intact = false;
-    r.problem = "torn tail: the last " + std::to_string(torn) + " bytes (from byte " + std::to_string(end) + ")" + w.after() +
-                " are an incomplete line: an append was interrupted before it was acknowledged; the next append cuts them off";
+  if (!r.other_break && anchor && anchor->seq > w.last_seq) {
+    w.fail("the ledger ends at seq " + std::to_string(w.last_seq) + ", before the anchored head seq " +
+           std::to_string(anchor->seq) + ": records were cut off its end");
+  } else if (!r.other_break && torn > 0) {
+    w.fail("torn tail: the last " + std::to_string(torn) + " bytes (from byte " + std::to_string(end) + ")" + w.after() +
+           " are an incomplete line: an append was interrupted before it was acknowledged; the next append cuts them off");
   }
   return r;
 }

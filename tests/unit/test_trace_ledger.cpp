@@ -277,5 +277,5 @@ TEST_CASE("a line over the real bound: verify fails naming it and checks the res
   t.write(text);
   v = sbx::verify_ledger(t.dirs);
   REQUIRE(v.ok());
-  CHECK(v->problem.find("; then line 4 (run r4)") != std::string::npos);
+  CHECK(v->problem.find("; then line 4 (run rX), seq 4: edited") != std::string::npos);
 }
