@@ -273,7 +273,12 @@ Run::Run(const RunRequest& req)
   // Live events (events.hpp): opened first, so that a run that fails in setup still says so.
   if (!s.events.empty()) {
     auto ev = EventStream::open(s.events);
-    if (ev) events_.emplace(std::move(*ev));
+    if (ev) {
+      events_.emplace(std::move(*ev));
+      // Bounded like stdout and stderr, by the same limit (events.hpp: kMaxBytes above it).
+      if (s.limits.output_limit_bytes)
+        events_->set_max_bytes(static_cast<std::size_t>(std::max<std::int64_t>(0, *s.limits.output_limit_bytes)));
+    }
     else events_error_ = ev.error();
   }
   ctx_.run_id = parts_.run_id;
