@@ -112,6 +112,10 @@ void print_network(const json& enf, const json& usage) {
     if (at(h, "last_failure").is_string()) out += "; last failure: " + text(at(h, "last_failure"));
     line("", out);
   }
+  const json& hs = at(usage, "hosts_summary");
+  if (at(hs, "truncated") == true)
+    line("", "... and " + text(at(hs, "unlisted_requests")) + " requests to destinations past the first " +
+                 text(at(hs, "listed_cap")) + " (" + text(at(hs, "unlisted_denied")) + " denied), not listed");
 }
 
 void print_text(const json& r) {
@@ -177,6 +181,11 @@ void print_text(const json& r) {
 
   print_files("inputs", at(r, "inputs"));
   print_files("outputs", at(r, "outputs"));
+  const json& os = at(r, "outputs_summary");
+  if (at(os, "truncated") == true)
+    line("", "... and " + text(at(os, "unlisted_outputs")) + " outputs not listed (" + text(at(os, "outputs")) + " in all)");
+  if (at(r, "record_truncated").is_object())
+    line("record", "over " + text(at(at(r, "record_truncated"), "max_bytes")) + " bytes: members cut (record_truncated)");
   line("stdin", stdin_line(at(r, "stdin")));
   line("stdout", stream_line(at(r, "stdout")));
   line("stderr", stream_line(at(r, "stderr")));

@@ -286,6 +286,21 @@ std::string dump_json(json& j, int indent, const std::function<json(const std::s
   }
 }
 
+ListCut cut_list(nlohmann::json& list, std::size_t max_items, std::size_t max_bytes) {
+  ListCut c;
+  if (!list.is_array()) return c;
+  c.total = list.size();
+  std::size_t bytes = 2;  // []
+  while (c.listed < c.total && c.listed < max_items) {
+    std::size_t add = list[c.listed].dump(-1, ' ', false, json::error_handler_t::replace).size() + (c.listed ? 1 : 0);
+    if (bytes + add > max_bytes) break;
+    bytes += add;
+    ++c.listed;
+  }
+  if (c.listed < c.total) list.erase(list.begin() + static_cast<std::ptrdiff_t>(c.listed), list.end());
+  return c;
+}
+
 std::string json_excerpt(const json& v, std::size_t max) {
   json copy = v;
   std::string s = dump_json(copy, -1);

@@ -100,6 +100,15 @@ std::string dump_json(nlohmann::json& j, int indent,
                       const std::function<nlohmann::json(const std::string& reason)>& fallback = {},
                       bool ascii = false);
 
+// What cut_list kept of a list: `total` entries, the first `listed` of them kept.
+struct ListCut {
+  std::size_t total = 0, listed = 0;
+  bool truncated() const { return listed < total; }
+};
+// Keeps the longest prefix of `list` (an array; anything else is left alone) with at most
+// `max_items` entries and at most `max_bytes` bytes of compact JSON (commas and brackets counted).
+ListCut cut_list(nlohmann::json& list, std::size_t max_items, std::size_t max_bytes);
+
 // `v` as compact JSON for an error message, cut to about `max` bytes ("..." marks the cut).
 std::string json_excerpt(const nlohmann::json& v, std::size_t max = 80);
 

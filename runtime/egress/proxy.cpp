@@ -146,6 +146,18 @@ void EgressProxy::close_all() {
   handoff_.reset();
 }
 
+HostUsage& EgressProxy::usage_of(const std::string& key) {
+  if (auto it = usage_.find(key); it != usage_.end()) return it->second;
+  return unlisted_;
+}
+
+// A request's destination is known: it gets its entry while there is room for one.
+void EgressProxy::note_destination(const std::string& key) {
+  if (usage_.count(key)) return;
+  if (usage_.size() < kMaxListedHosts) usage_.emplace(key, HostUsage{});
+  else ++unlisted_requests_;
+}
+
 bool EgressProxy::budget_left() const { return !cfg_.max_bytes || total_bytes_ < *cfg_.max_bytes; }
 
 void EgressProxy::record_violation(const std::string& host, int port, const std::string& reason, std::int64_t now_ms,
@@ -287,7 +299,7 @@ void EgressProxy::accept_new(std::int64_t now_ms) {
 void EgressProxy::deny(Conn& c, int code, const std::string& status, const std::string& host, int port,
                        const std::string& reason, std::int64_t now_ms) {
   record_violation(host, port, reason, now_ms);
-  if (!c.key.empty()) usage_[c.key].denied++;
+  if (!c.key.empty()) usage_of(c.key).denied++;
   c.ufd.reset();
   c.u2c = Buffer{};
   c.u2c.append(response(code, status, reason));
@@ -330,12 +342,13 @@ void EgressProxy::handle_request(Conn& c, std::size_t head_len, std::int64_t now
   auto t = parse_authority(authority, default_port);
   if (!t) return deny(c, 400, "Bad Request", authority.substr(0, 255), 0, t.error().message, now_ms);
   c.key = target_key(*t);
+  note_destination(c.key);
   if (bytes_exhausted_ || !budget_left())
     return deny(c, 403, "Forbidden", t->host, t->port,
                 "byte budget of this run spent (network.max_bytes = " + std::to_string(*cfg_.max_bytes) + ")", now_ms);
   auto d = check_egress(cfg_.rules, *t);
   if (!d.allowed) return deny(c, 403, "Forbidden", t->host, t->port, d.reason, now_ms);
-  usage_[c.key].connections++;
+  usage_of(c.key).connections++;
   spdlog::info("egress allowed: {} ({})", c.key, cfg_.rules[static_cast<std::size_t>(d.rule)].text);
 
   // What goes upstream first: nothing for CONNECT (the client's bytes follow our 200), the
@@ -343,10 +356,10 @@ void EgressProxy::handle_request(Conn& c, std::size_t head_len, std::int64_t now
   if (!c.is_connect) {
     std::string out = origin_form(*req, path, authority);
     c.c2u.append(out);
-    usage_[c.key].bytes_out += static_cast<std::int64_t>(out.size());  // the client's header was
+    usage_of(c.key).bytes_out += static_cast<std::int64_t>(out.size());  // the client's header was
     total_bytes_ += static_cast<std::int64_t>(out.size());             // not counted as it arrived
   }
-  usage_[c.key].bytes_out += static_cast<std::int64_t>(rest.size());
+  usage_of(c.key).bytes_out += static_cast<std::int64_t>(rest.size());
   total_bytes_ += static_cast<std::int64_t>(rest.size());
   if (!rest.empty() && !c.c2u.append(rest)) return deny(c, 400, "Bad Request", t->host, t->port, "request too large", now_ms);
   c.head.clear();
@@ -405,8 +418,8 @@ void EgressProxy::on_answers(std::int64_t now_ms) {
 // The policy allowed the destination but it could not be reached: a gateway error, no violation.
 void EgressProxy::fail(Conn& c, int code, const std::string& status, const std::string& reason) {
   spdlog::info("egress proxy: {}", reason);
-  usage_[c.key].failed++;
-  usage_[c.key].last_failure = reason;
+  usage_of(c.key).failed++;
+  usage_of(c.key).last_failure = reason;
   c.ufd.reset();
   c.c2u = Buffer{};
   c.u2c = Buffer{};
@@ -449,7 +462,7 @@ void EgressProxy::start_connect(Conn& c, std::int64_t now_ms) {
     c.connect_error = std::strerror(errno);
   }
   if (!c.refused.empty() && c.connect_error.empty()) {  // every address was refused: a denial
-    usage_[c.key].denied++;
+    usage_of(c.key).denied++;
     c.c2u = Buffer{};
     c.u2c = Buffer{};
     c.u2c.append(response(403, "Forbidden", c.refused));
@@ -482,7 +495,7 @@ void EgressProxy::on_connected(Conn& c, std::int64_t now_ms) {
 }
 
 void EgressProxy::relay(Conn& c, short crev, short urev, std::int64_t now_ms) {
-  HostUsage& u = usage_[c.key];
+  HostUsage& u = usage_of(c.key);
   auto budget = [&](std::size_t want) -> std::size_t {
     if (!cfg_.max_bytes) return want;
     return static_cast<std::size_t>(std::clamp<std::int64_t>(*cfg_.max_bytes - total_bytes_, 0, static_cast<std::int64_t>(want)));
@@ -570,7 +583,7 @@ void EgressProxy::close_conn(Conn& c) {
 
 nlohmann::json EgressProxy::usage_json() const {
   nlohmann::json hosts = nlohmann::json::array();
-  std::int64_t conns = 0, in = 0, out = 0;
+  std::int64_t conns = unlisted_.connections, in = unlisted_.bytes_in, out = unlisted_.bytes_out;
   for (auto& [key, u] : usage_) {
     hosts.push_back({{"host", key}, {"connections", u.connections}, {"denied", u.denied}, {"failed", u.failed},
                      {"idle_closed", u.idle_closed}, {"lookups_timed_out", u.lookups_timed_out}, {"bytes_in", u.bytes_in}, {"bytes_out", u.bytes_out}});
@@ -579,10 +592,20 @@ nlohmann::json EgressProxy::usage_json() const {
     in += u.bytes_in;
     out += u.bytes_out;
   }
+  // Like violations_summary: what the hosts list leaves out, added up.
+  nlohmann::json summary = {{"listed", usage_.size()},
+                            {"listed_cap", kMaxListedHosts},
+                            {"truncated", unlisted_requests_ > 0},
+                            {"unlisted_requests", unlisted_requests_},
+                            {"unlisted_connections", unlisted_.connections},
+                            {"unlisted_denied", unlisted_.denied},
+                            {"unlisted_failed", unlisted_.failed},
+                            {"unlisted_bytes_in", unlisted_.bytes_in},
+                            {"unlisted_bytes_out", unlisted_.bytes_out}};
   return {{"connections", conns}, {"denied", static_cast<std::int64_t>(violations_.size()) + dropped_violations_},
           {"bytes_in", in}, {"bytes_out", out}, {"peak_concurrent", peak_concurrent_},
           {"byte_budget_spent", bytes_exhausted_}, {"idle_closed", idle_closed_},
-          {"lookups_timed_out", lookups_timed_out_}, {"hosts", hosts}};
+          {"lookups_timed_out", lookups_timed_out_}, {"hosts", hosts}, {"hosts_summary", summary}};
 }
 
 std::int64_t EgressProxy::ms_until_next_expiry(std::int64_t now_ms) const {
@@ -614,7 +637,7 @@ void EgressProxy::expire_idle(std::int64_t now_ms) {
     } else {
       spdlog::info("egress proxy: closing {} {}: {}", c->key.empty() ? "a connection" : c->key,
                    c->state == Conn::State::connecting ? "(connect never finished)" : "", why);
-      if (!c->key.empty()) usage_[c->key].idle_closed++;
+      if (!c->key.empty()) usage_of(c->key).idle_closed++;
       close_conn(*c);
     }
     ++idle_closed_;
@@ -627,7 +650,7 @@ void EgressProxy::expire_idle(std::int64_t now_ms) {
 void EgressProxy::lookup_timed_out(Conn& c, std::int64_t now_ms) {
   ++lookups_timed_out_;
   c.last_active_ms = now_ms;  // the 504 gets its own idle period to be read
-  usage_[c.key].lookups_timed_out++;
+  usage_of(c.key).lookups_timed_out++;
   fail(c, 504, "Gateway Timeout",
        "cannot resolve " + c.host + ": no answer within " + std::to_string(lookup_timeout_ms_) +
            " ms (the lookup timeout: min(5 s, network.idle_timeout_ms))");

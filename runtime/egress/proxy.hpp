@@ -72,6 +72,12 @@ struct HostUsage {
 
 class EgressProxy {
  public:
+  // Destinations ("host:port") with their own usage entry. A program chooses how many distinct
+  // names it asks for (each denied one used to add an entry: 78 MB of record): past this many,
+  // what the others do is added up in one entry, and the record counts and flags it
+  // (usage.network.hosts_summary). Bounds the table in memory and in the record.
+  static constexpr std::size_t kMaxListedHosts = 1000;
+
   // `handoff_sock`: the supervisor's end of the socketpair on which init sends the listener.
   EgressProxy(ProxyConfig cfg, int handoff_sock);
   ~EgressProxy();
@@ -113,6 +119,9 @@ class EgressProxy {
   void record_violation(const std::string& host, int port, const std::string& reason, std::int64_t now_ms,
                         const std::string& address = "");
   bool budget_left() const;
+  // The usage entry of a destination: its own, or the shared one of those past kMaxListedHosts.
+  HostUsage& usage_of(const std::string& key);
+  void note_destination(const std::string& key);
 
   ProxyConfig cfg_;
   UniqueFd handoff_;    // init sends the listener on it, then it is closed
@@ -124,7 +133,9 @@ class EgressProxy {
   Resolver resolver_;
   std::int64_t lookup_timeout_ms_;
   std::size_t resolver_polled_ = 0;  // c-ares' sockets in the slice, after the listener
-  std::map<std::string, HostUsage> usage_;
+  std::map<std::string, HostUsage> usage_;  // at most kMaxListedHosts entries
+  HostUsage unlisted_;                       // every destination past them, added up
+  std::int64_t unlisted_requests_ = 0;       // requests to those destinations
   nlohmann::json violations_ = nlohmann::json::array();
   std::int64_t dropped_violations_ = 0;
   std::int64_t total_bytes_ = 0;

@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "runtime/base/fsutil.hpp"
+#include "runtime/base/json_io.hpp"
 #include "runtime/base/sha256.hpp"
 #include "runtime/base/text_escape.hpp"
 
@@ -38,7 +39,10 @@ struct Exporter {
 
   void skip(const std::string& rel, std::string reason) {
     ++r.skipped_count;
-    if (r.skipped.size() < kMaxListedSkips) r.skipped.push_back({"/out/" + display_name(rel), std::move(reason)});
+    if (r.skipped.size() >= kMaxListedSkips || r.skipped_bytes >= kMaxListedSkipBytes) return;
+    std::string shown = "/out/" + display_name(rel);
+    r.skipped_bytes += shown.size() + reason.size() + 32;
+    r.skipped.push_back({std::move(shown), std::move(reason)});
   }
 
   Status walk(int src, int dst, const std::string& rel, int depth) {
@@ -88,7 +92,18 @@ struct Exporter {
     if (!copied) return copied.error();
     ++r.entries;
     r.bytes += *copied;
-    r.files.push_back({"/out/" + display_name(rel), *copied, h.final_hex()});
+    ++r.file_count;
+    std::string shown = "/out/" + display_name(rel);
+    // As the record lists it: {"path":"...","bytes":N,"sha256":"<64 hex>"} and a comma, where only
+    // a backslash (display_name's escapes) or a quote in the path takes an extra byte.
+    std::size_t cost = shown.size() + 64 + 80;
+    for (char ch : shown) cost += ch == '\\' || ch == '"';
+    if (r.files.size() < kMaxListedOutputs && r.listed_bytes + cost <= kMaxListedOutputBytes) {
+      r.files.push_back({std::move(shown), *copied, h.final_hex()});
+      r.listed_bytes += cost;
+    } else {
+      r.unlisted_file_bytes += *copied;
+    }
     return {};
   }
 
@@ -207,14 +222,17 @@ Result<ExportResult> export_out(int out_fd, const std::string& dir, const Export
 nlohmann::json ExportResult::to_json(const std::string& dir, const ExportCaps& caps) const {
   nlohmann::json skips = nlohmann::json::array();
   for (auto& s : skipped) skips.push_back({{"path", s.path}, {"reason", s.reason}});
+  cut_list(skips, kMaxListedSkips, kMaxListedSkipBytes);
+  bool cut = static_cast<std::int64_t>(skips.size()) < skipped_count;
   return {{"dir", dir},
-          {"files", files.size()},
+          {"files", file_count},
           {"entries", entries},
           {"bytes", bytes},
           {"max_bytes", caps.max_bytes},
           {"max_files", caps.max_files},
           {"limit_hit", limit_hit},
           {"skipped_count", skipped_count},
+          {"skipped_truncated", cut},  // skipped lists fewer than skipped_count
           {"skipped", skips}};
 }
 

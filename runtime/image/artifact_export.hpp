@@ -37,15 +37,26 @@ struct ExportResult {
     std::string path;
     std::string reason;
   };
-  std::vector<File> files;
-  std::vector<Skip> skipped;      // the first kMaxListedSkips
+  std::vector<File> files;         // the first kMaxListedOutputs, within kMaxListedOutputBytes
+  std::int64_t file_count = 0;     // every exported file
+  std::int64_t unlisted_file_bytes = 0;  // the bytes of those not in `files`
+  std::size_t listed_bytes = 0;    // `files` as the record lists them (about: JSON overhead estimated)
+  std::vector<Skip> skipped;      // the first kMaxListedSkips, about kMaxListedSkipBytes at most
+  std::size_t skipped_bytes = 0;  // their paths and reasons
   std::int64_t skipped_count = 0;  // all of them
   std::int64_t bytes = 0, entries = 0;
   bool limit_hit = false;  // a cap was reached: the run's status becomes output_limit
   nlohmann::json to_json(const std::string& dir, const ExportCaps& caps) const;
 };
 
+// The exported files listed (the record's outputs, trace.hpp): a program chooses how many files it
+// leaves and how long their names are (64 levels of 255-byte names: 16 KB a path), so the list is
+// bounded in memory and in the record; every file is still exported, hashed and counted.
+inline constexpr std::size_t kMaxListedOutputs = 10000;
+inline constexpr std::size_t kMaxListedOutputBytes = 8u << 20;  // as compact JSON
 inline constexpr std::size_t kMaxListedSkips = 1000;
+// ...and at most this much of them as JSON: a skipped path can be 64 levels of 255-byte names.
+inline constexpr std::size_t kMaxListedSkipBytes = 1u << 20;
 
 // Before the run: DIR must not exist (it is created, 0755) or be an empty directory. Not a
 // symlink. Errors are usage errors (exit 125) naming DIR. With `create` false (--dry-run) a

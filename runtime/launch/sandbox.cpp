@@ -273,7 +273,12 @@ Run::Run(const RunRequest& req)
   // Live events (events.hpp): opened first, so that a run that fails in setup still says so.
   if (!s.events.empty()) {
     auto ev = EventStream::open(s.events);
-    if (ev) events_.emplace(std::move(*ev));
+    if (ev) {
+      events_.emplace(std::move(*ev));
+      // Bounded like stdout and stderr, by the same limit (events.hpp: kMaxBytes above it).
+      if (s.limits.output_limit_bytes)
+        events_->set_max_bytes(static_cast<std::size_t>(std::max<std::int64_t>(0, *s.limits.output_limit_bytes)));
+    }
     else events_error_ = ev.error();
   }
   ctx_.run_id = parts_.run_id;
@@ -646,7 +651,7 @@ void Run::export_artifacts() {
   }
   exported_ = std::move(*r);
   if (events_)
-    events_->emit("artifact_export", {{"dir", req_.export_dir}, {"files", exported_->files.size()}, {"bytes", exported_->bytes},
+    events_->emit("artifact_export", {{"dir", req_.export_dir}, {"files", exported_->file_count}, {"bytes", exported_->bytes},
                                       {"skipped", exported_->skipped_count}, {"limit_hit", exported_->limit_hit}});
   for (auto& s : exported_->skipped) spdlog::warn("export: skipped {}: {}", s.path, s.reason);
   if (exported_->skipped_count > static_cast<std::int64_t>(exported_->skipped.size()))
@@ -769,7 +774,35 @@ void Run::add_outputs(RunReport& report, nlohmann::json& extra) const {
     for (auto& o : extra["outputs"]) outputs.push_back(o);
     extra.erase("outputs");
   }
-  report.trace["outputs"] = outputs;
+  // A program decides how many files it leaves and how long their names are (64 levels of
+  // 255-byte names, 10,000 of them, made a 152 MB record): the list is cut where it is made
+  // (export_out) and again here with what the typed-IO caller added, counted and flagged like
+  // violations (trace.hpp). The files themselves were all exported and hashed.
+  auto file_bytes = [](const json& list) {
+    std::int64_t n = 0;
+    for (auto& o : list)
+      if (auto it = o.find("bytes"); it != o.end() && it->is_number_integer()) n += it->get<std::int64_t>();
+    return n;
+  };
+  std::int64_t here_bytes = file_bytes(outputs);
+  ListCut cut = cut_list(outputs, kMaxListedOutputs, kMaxListedOutputBytes);
+  std::int64_t total = static_cast<std::int64_t>(cut.total), unlisted_bytes = here_bytes - file_bytes(outputs);
+  if (exported_) {  // the files export_out counted but did not list
+    total += exported_->file_count - static_cast<std::int64_t>(exported_->files.size());
+    unlisted_bytes += exported_->unlisted_file_bytes;
+  }
+  std::int64_t listed = static_cast<std::int64_t>(cut.listed);
+  report.trace["outputs_summary"] = {{"outputs", total},
+                                     {"listed", listed},
+                                     {"listed_cap", kMaxListedOutputs},
+                                     {"listed_bytes_cap", kMaxListedOutputBytes},
+                                     {"truncated", listed < total},
+                                     {"unlisted_outputs", total - listed},
+                                     {"unlisted_file_bytes", unlisted_bytes}};
+  if (listed < total)
+    spdlog::warn("export: {} of {} outputs are counted but not listed in the trace (list capped at {} entries, {})",
+                 total - listed, total, kMaxListedOutputs, format_size(static_cast<std::int64_t>(kMaxListedOutputBytes)));
+  report.trace["outputs"] = std::move(outputs);
 }
 
 // The last event, then one last non-blocking write: what the destination did not take by now

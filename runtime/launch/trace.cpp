@@ -4,6 +4,7 @@
 #include <sys/random.h>
 #include <time.h>
 
+#include <cstddef>
 #include <cstdio>
 
 #include "runtime/base/clock.hpp"
@@ -29,6 +30,35 @@ nlohmann::json stream_json(const StreamStats* s) {
 }
 
 std::int64_t tv_ms(const struct timeval& tv) { return tv.tv_sec * 1000LL + tv.tv_usec / 1000; }
+
+// Compact size as stored. Strings are valid UTF-8 by the time bound_record measures (dump_json
+// escaped them); `replace` only keeps a bug from throwing here.
+std::size_t compact_size(const nlohmann::json& j) { return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).size(); }
+
+// A prefix of `s` of at most `n` bytes, not ending inside a UTF-8 sequence.
+std::string utf8_prefix(const std::string& s, std::size_t n) {
+  if (s.size() <= n) return s;
+  while (n > 0 && (static_cast<unsigned char>(s[n]) & 0xC0) == 0x80) --n;
+  return s.substr(0, n);
+}
+
+// Members bound_record never cuts: what every reader lists and verifies a record by.
+bool protected_member(const std::string& k) {
+  for (const char* p : {"schema", "run_id", "started_at", "ended_at", "result", "sbx", "record_truncated"})
+    if (k == p) return true;
+  return false;
+}
+
+// Cuts `v` to about `budget` bytes of compact JSON, keeping what fits.
+void cut_to(nlohmann::json& v, std::size_t budget) {
+  if (v.is_array()) cut_list(v, v.size(), budget);
+  else if (v.is_string()) v = utf8_prefix(v.get_ref<const std::string&>(), budget > 2 ? budget - 2 : 0);
+  else if (v.is_object()) v = nlohmann::json::object();
+  else v = nullptr;
+}
+
+constexpr int kMaxCuts = 64;                 // rounds of bound_record; each cut brings it closer
+constexpr std::size_t kMaxCutPointer = 1024;  // bytes of a cut member's pointer in the note
 
 }  // namespace
 
@@ -78,6 +108,69 @@ nlohmann::json trace_record(TraceParts&& p) {
   return record;
 }
 
+bool bound_record(nlohmann::json& record, std::size_t max_bytes) {
+  using nlohmann::json;
+  if (!record.is_object()) return false;
+  try {
+    std::string first = dump_json(record, -1);  // escapes what is not UTF-8, as the stored text will be
+    if (first.size() <= max_bytes) return true;
+    json note = {{"max_bytes", max_bytes}, {"bytes", first.size()}, {"cut", json::array()}};
+    first.clear();
+    first.shrink_to_fit();
+    for (int round = 0; round < kMaxCuts; ++round) {
+      record["record_truncated"] = note;
+      std::size_t size = compact_size(record);
+      if (size <= max_bytes) return true;
+      std::size_t excess = size - max_bytes + 256;  // and room for this cut's entry in the note
+      // Down from the top, along the biggest member, to the smallest one whose cut alone is
+      // enough (or, when none is, the biggest one there is): what a cut loses stays local.
+      json* node = &record;
+      std::string ptr;
+      json* target = nullptr;
+      std::string target_ptr;
+      std::size_t target_size = 0;
+      for (;;) {
+        json* best = nullptr;
+        std::string best_tok;
+        std::size_t best_size = 0;
+        if (node->is_object()) {
+          for (auto& [k, v] : node->items()) {
+            if (node == &record && protected_member(k)) continue;
+            std::size_t n = compact_size(v);
+            if (n > best_size) best = &v, best_tok = pointer_token(k), best_size = n;
+          }
+        } else if (node->is_array()) {
+          for (std::size_t i = 0; i < node->size(); ++i) {
+            std::size_t n = compact_size((*node)[i]);
+            if (n > best_size) best = &(*node)[i], best_tok = std::to_string(i), best_size = n;
+          }
+        }
+        if (!best) break;
+        target = best, target_ptr = ptr + "/" + best_tok, target_size = best_size;
+        if (best_size <= excess || !best->is_structured()) break;  // this one, whole or cut to fit
+        // Descend only if one of its members is enough alone; else cut this one to fit.
+        bool one_enough = false;
+        if (best->is_array() || best->is_object())
+          for (auto& v : *best)
+            if (compact_size(v) > excess) {
+              one_enough = true;
+              break;
+            }
+        if (!one_enough) break;
+        node = best, ptr = target_ptr;
+      }
+      if (!target) return false;
+      cut_to(*target, target_size > excess ? target_size - excess : 0);
+      json cut = {{"pointer", utf8_prefix(target_ptr, kMaxCutPointer)}, {"bytes", target_size}, {"kept_bytes", compact_size(*target)}};
+      note["cut"].push_back(std::move(cut));
+    }
+    record["record_truncated"] = note;
+    return compact_size(record) <= max_bytes;
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
 std::string trace_text(nlohmann::json& record, int indent) {
   using nlohmann::json;
   // Copied before dump_json touches the record: the fallback must not depend on what failed.
@@ -92,6 +185,17 @@ std::string trace_text(nlohmann::json& record, int indent) {
     return f;
   };
   std::string text = dump_json(record, indent, fallback);
+  // The stored record's bound holds for the ledger's compact line and for --trace-file alike
+  // (`trace import` reads the file under the same bound): a pretty form over it is written compact.
+  if (text.size() > kMaxRecordBytes) {
+    if (!bound_record(record)) {
+      json f = fallback("the record stayed over " + std::to_string(kMaxRecordBytes) + " bytes after cutting its biggest members");
+      text = dump_json(f, indent);
+    } else {
+      text = dump_json(record, indent, fallback);
+      if (text.size() > kMaxRecordBytes) text = dump_json(record, -1, fallback);
+    }
+  }
   if (indent >= 0) text += "\n";
   return text;
 }

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/base/clock.hpp"
+#include "runtime/base/json_io.hpp"
 #include "runtime/launch/outcome.hpp"
 #include "runtime/launch/supervisor.hpp"
 
@@ -40,11 +41,29 @@ struct TraceParts {
 // Consumes the parts: the record is built from them by moves, not copies.
 nlohmann::json trace_record(TraceParts&& parts);
 
+// The record's bounds. A program must not be able to grow its record past what every reader
+// takes (kMaxTraceBytes, json_io.hpp, from which the ledger's line bound derives): each list a
+// program can grow is cut where it is made (the outputs: artifact_export.hpp; cut_list, json_io.hpp), counted and flagged in a "*_summary" member (like violations and
+// violations_summary), and the whole record is bounded before it is stored (bound_record).
+// The stored record's bound: the reader's, less room for what the ledger may add to a record
+// when it appends it (its repair note, trace_ledger.cpp).
+inline constexpr std::size_t kMaxRecordBytes = kMaxTraceBytes - 4096;
+
+// The record within `max_bytes` of compact JSON (serialised as dump_json does), whatever it holds:
+// while it is over, the member whose cut brings it closest under is cut — an array to the prefix
+// that fits, a string to a prefix, an object emptied — and named in "record_truncated" {max_bytes,
+// bytes (before), cut: [{pointer, bytes, kept_bytes}]}. schema, run_id, times, result and sbx
+// are never cut. Returns false (the record is then left to trace_text's minimal fallback) only
+// if even that does not bring it under. A record already within the bound is not touched.
+bool bound_record(nlohmann::json& record, std::size_t max_bytes = kMaxRecordBytes);
+
 // The record as the text stored and written to --trace-file; never throws. Strings of outside
 // origin that are not valid UTF-8 (argv, environment, paths...) are escaped in `record` itself
 // and listed under "escaped_strings" (json_io.hpp: dump_json). Should the record still not
 // serialise, the text is a minimal record (schema, run_id, times, result) with "record_error".
 // `indent` -1 gives one line (the ledger's form, trace_ledger.hpp), without the final newline.
+// The text is within kMaxRecordBytes (bound_record, applied to `record` itself when needed): a
+// record is always stored and always readable.
 std::string trace_text(nlohmann::json& record, int indent = 2);
 
 }  // namespace sbx

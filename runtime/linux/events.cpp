@@ -68,7 +68,9 @@ Result<EventStream> EventStream::open(const std::string& where) {
   return s;
 }
 
-void EventStream::emit(std::string_view type, nlohmann::json fields) {
+void EventStream::emit(std::string_view type, nlohmann::json fields) { append(type, std::move(fields), false); }
+
+void EventStream::append(std::string_view type, nlohmann::json fields, bool last) {
   ++seq_;
   if (!stop_reason_.empty()) {
     ++dropped_;
@@ -81,10 +83,18 @@ void EventStream::emit(std::string_view type, nlohmann::json fields) {
   // ASCII only; text of outside origin (a host name the program asked for) is escaped, never raw.
   std::string line = e.dump(-1, ' ', true, nlohmann::ordered_json::error_handler_t::replace);
   line += '\n';
+  // The cap: every event but the last "truncated" one leaves its room free.
+  std::size_t room = max_bytes_ > kTruncatedRoom ? max_bytes_ - kTruncatedRoom : 0;
+  if (!last && (over_cap_ > 0 || taken_bytes_ + line.size() > room)) {
+    if (over_cap_++ == 0) first_over_cap_ = seq_;
+    ++dropped_;
+    return;
+  }
   if (buf_.size() - head_ + line.size() > kMaxBuffered) {
     ++dropped_;
     return;
   }
+  taken_bytes_ += line.size();
   buf_ += line;
   ends_.push_back(buf_.size());
   flush();
@@ -142,6 +152,11 @@ void EventStream::on_writable(short revents) {
 }
 
 void EventStream::finish() {
+  if (finished_) return;
+  finished_ = true;
+  // The cap was reached: the last line says so, and how many events it cost.
+  if (over_cap_ > 0)
+    append("truncated", {{"limit_bytes", max_bytes_}, {"dropped", over_cap_}, {"first_dropped_seq", first_over_cap_}}, true);
   flush();
   if (head_ < buf_.size()) drop_pending();
   sink_.close();
@@ -154,6 +169,9 @@ nlohmann::json EventStream::record_json() const {
           {"written", written_},
           {"dropped", dropped_},
           {"buffer_bytes", kMaxBuffered},
+          {"max_bytes", max_bytes_},
+          {"truncated", over_cap_ > 0},
+          {"dropped_over_limit", over_cap_},
           {"stopped", stop_reason_ == "closed" || stop_reason_.empty() ? nlohmann::json(nullptr) : nlohmann::json(stop_reason_)}};
 }
 

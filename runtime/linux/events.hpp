@@ -18,6 +18,7 @@
 // a timer (throttling has no notification), and turns increased counters into "limit" events.
 #include <poll.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -37,6 +38,14 @@ class EventStream {
  public:
   static constexpr std::size_t kMaxBuffered = 64 * 1024;  // bytes of unwritten lines held
   static constexpr std::size_t kMaxString = 512;          // bytes of one string value
+  // The most bytes of events one run writes (a program that makes refused calls in a loop wrote
+  // 15 MB in 3 s, ~18 GB an hour): bounded like stdout and stderr, by the same definition — the
+  // run's output limit (set_max_bytes), within [kMinBytes, kMaxBytes] — past it events are
+  // dropped, counted, and one last "truncated" event says how many (its room, kTruncatedRoom, is
+  // kept from the start). The floor keeps a tiny --output-limit from silencing every event.
+  static constexpr std::size_t kMaxBytes = 64u << 20;
+  static constexpr std::size_t kMinBytes = kMaxBuffered;
+  static constexpr std::size_t kTruncatedRoom = 256;
 
   // "fd:N" (an fd sbx inherited, written without changing its flags: OutputSink::open) or a path:
   // a FIFO is opened without waiting for a reader (one that comes later finds what the pipe
@@ -60,12 +69,16 @@ class EventStream {
   // delivery stopped, if it did.
   nlohmann::json record_json() const;
 
+  // Lowers the cap (kMaxBytes) to `max` bytes, not under kMinBytes; never raises it.
+  void set_max_bytes(std::size_t max) { max_bytes_ = std::min(max_bytes_, std::max(max, kMinBytes)); }
+
   // CLOCK_MONOTONIC ms the events' time_ms counts from (the sandbox's creation).
   void set_start_ms(std::int64_t ms) { start_ms_ = ms; }
 
  private:
   void flush();
   void drop_pending();
+  void append(std::string_view type, nlohmann::json fields, bool last);  // last: the "truncated" event
 
   std::string where_;
   OutputSink sink_;
@@ -73,6 +86,11 @@ class EventStream {
   std::size_t head_ = 0;     // bytes of buf_ already written
   std::vector<std::size_t> ends_;  // end offset (in buf_) of each line in it, in order
   std::uint64_t seq_ = 0, written_ = 0, dropped_ = 0;
+  std::size_t max_bytes_ = kMaxBytes;
+  std::size_t taken_bytes_ = 0;        // bytes of lines taken into the buffer (the cap counts them)
+  std::uint64_t over_cap_ = 0;         // events dropped because the cap was reached
+  std::uint64_t first_over_cap_ = 0;   // the seq of the first of them
+  bool finished_ = false;
   std::string stop_reason_;  // "" while the destination takes events
   std::int64_t start_ms_ = 0;
 };

@@ -112,6 +112,33 @@ class Events(SbxTestCase):
         t = self.need_trace(r)
         self.assertEqual(len([v for v in t["violations"] if v["kind"] == "network"]), len(net))
 
+    def test_the_events_file_is_capped_and_ends_with_a_truncated_event(self):
+        # Every refused call is an event: a loop of them used to grow the file without bound
+        # (15 MB in 3 s). The cap is the run's output limit (64 KiB at least, 64 MiB at most).
+        ev = self.path("events.jsonl")
+        r = self.run_sbx([PY, "-c", REFUSE_LOOP, "4000"], ["--events", ev, "--output-limit", "1K"], timeout=60)
+        self.assertExit(r, 0)
+        self.assertIn("done 4000", r.out, "the run goes on past the cap")
+        size = os.path.getsize(ev)
+        self.assertLessEqual(size, 64 * 1024)
+        events = read_events(ev)
+        self.assertEqual(events[0]["event"], "started")
+        last = events[-1]
+        self.assertEqual(last["event"], "truncated", events[-3:])
+        self.assertEqual(last["limit_bytes"], 64 * 1024)
+        self.assertEqual(last["first_dropped_seq"], len(events))
+        self.assertGreater(last["dropped"], 0)
+        self.assertOrdered(events)
+        t = self.need_trace(r)
+        rec = t["events"]
+        self.assertTrue(rec["truncated"], json.dumps(rec))
+        self.assertEqual(rec["max_bytes"], 64 * 1024)
+        self.assertEqual(rec["dropped_over_limit"], last["dropped"])
+        self.assertEqual(rec["written"], len(events))
+        self.assertEqual(rec["written"] + rec["dropped"], rec["emitted"])
+        self.assertEqual(last["seq"], rec["emitted"])
+        self.assertEqual(t["violations_summary"]["seccomp"]["calls"], 4000)
+
     def test_fifo_nobody_reads_does_not_delay_the_timeout_and_drops_are_counted(self):
         fifo = self.path("events.fifo")
         os.mkfifo(fifo, 0o600)

@@ -188,6 +188,34 @@ class Network(SbxTestCase):
         self.assertGreaterEqual(v[0]["time_ms"], 0)
         note(f"denied: curl {url} -> HTTP {r.out.strip()}; trace violation: {json.dumps(v[0])}")
 
+    def test_a_flood_of_distinct_denied_hosts_keeps_the_usage_table_bounded(self):
+        # Each distinct destination used to get its own usage entry, in memory and in the record
+        # (78 MB of record). Loopback only: the proxy is the sandbox's 127.0.0.1:3128, and denied
+        # names are never looked up.
+        n = 2500
+        flood = ("import socket, sys\nn = int(sys.argv[1]); ok = 0\n"
+                 "for i in range(n):\n"
+                 "    s = socket.create_connection(('127.0.0.1', 3128))\n"
+                 "    s.sendall(b'CONNECT h%d.flood.invalid:443 HTTP/1.1\\r\\nHost: h%d.flood.invalid:443\\r\\n\\r\\n' % (i, i))\n"
+                 "    ok += s.recv(64).startswith(b'HTTP/1.1 403')\n"
+                 "    s.close()\n"
+                 "print(ok)\n")
+        r = self.run_sbx([PY, "-c", flood, str(n)], self.allow(f"127.0.0.1:{self.port}"), timeout=180)
+        self.assertExit(r, 0)
+        self.assertEqual(r.out.strip(), str(n), r.describe())
+        net = self.need_trace(r)["usage"]["network"]
+        hs = net["hosts_summary"]
+        self.assertEqual(len(net["hosts"]), hs["listed"])
+        self.assertEqual(hs["listed"], hs["listed_cap"], json.dumps(hs))
+        self.assertLess(hs["listed_cap"], n)
+        self.assertTrue(hs["truncated"])
+        self.assertEqual(hs["unlisted_requests"], n - hs["listed"])
+        self.assertEqual(hs["unlisted_denied"], n - hs["listed"])
+        self.assertEqual(sum(h["denied"] for h in net["hosts"]) + hs["unlisted_denied"], n)
+        self.assertEqual(net["denied"], n)
+        note(f"{n} distinct denied hosts: usage.network.hosts lists {hs['listed']}, "
+             f"{hs['unlisted_requests']} requests added up in hosts_summary")
+
     def test_denied_connect_gets_403(self):
         r = self.run_sbx([CURL, "-sS", "--max-time", "10", "--proxytunnel", f"http://127.0.0.1:{self.other_port}/"],
                          self.allow(f"127.0.0.1:{self.port}"))

@@ -11,7 +11,7 @@ import time
 import tty
 import unittest
 
-from sbxtest import SBX, SbxTestCase, note
+from sbxtest import SBX, SbxTestCase, note, sbx
 
 
 class OutputLimit(SbxTestCase):
@@ -205,3 +205,56 @@ class TerminalInjection(SbxTestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+# 60 directories of 250-byte names, then files of 245-byte names at the bottom: each path is
+# ~15 KB, and --output lists every exported file (10,000 entries by default). On the old main
+# this made a 152 MB record, and every reader of the ledger then refused it (exit 125).
+DEEP_OUT = r"""
+import os, sys
+os.chdir("/out")
+d = "d" * 250
+for _ in range(60):
+    os.mkdir(d)
+    os.chdir(d)
+f = "f" * 240
+for i in range(int(sys.argv[1])):
+    open(f + "%05d" % i, "w").close()
+print("made")
+"""
+
+
+class OutputRecordBound(SbxTestCase):
+    def test_exported_outputs_with_long_nested_names_keep_the_record_bounded_and_the_ledger_readable(self):
+        state = self.path("state")
+        dest = self.path("exported")
+        # 10,200 files: more than the 10,000 entries --output takes, so export.skipped grows too.
+        r = self.run_sbx(["/usr/bin/python3", "-c", DEEP_OUT, "10200"], ["--output", dest],
+                         env=dict(os.environ, SBX_STATE_DIR=state), timeout=300)
+        self.assertEqual(r.out.strip(), "made", r.describe())
+        t = self.need_trace(r)
+        self.assertEqual(t["result"]["status"], "output_limit", "the entry cap was hit")
+        s = t["outputs_summary"]
+        self.assertTrue(s["truncated"], json.dumps(s))
+        self.assertEqual(s["outputs"], t["export"]["files"])
+        self.assertEqual(s["listed"], len(t["outputs"]))
+        self.assertEqual(s["listed"] + s["unlisted_outputs"], s["outputs"])
+        self.assertGreater(s["unlisted_outputs"], 0)
+        self.assertGreater(s["listed"], 0, "what fits is still listed, with its hash")
+        self.assertLessEqual(len(json.dumps(t["outputs"], separators=(",", ":"))), s["listed_bytes_cap"])
+        self.assertTrue(t["export"]["skipped_truncated"], json.dumps({k: v for k, v in t["export"].items() if k != "skipped"}))
+        self.assertLess(len(t["export"]["skipped"]), t["export"]["skipped_count"])
+        # The stored line: far under what readers take (64 MiB), and every reader reads the ledger.
+        with open(os.path.join(state, "traces", "ledger.jsonl"), "rb") as f:
+            lines = f.read().split(b"\n")
+        self.assertLess(max(len(l) for l in lines), 16 << 20)
+        ls = sbx(["--state-dir", state, "trace", "ls", "--json"], timeout=60)
+        self.assertEqual(ls.rc, 0, ls.describe())
+        self.assertIn(t["run_id"], [e["run_id"] for e in json.loads(ls.out)])
+        show = sbx(["--state-dir", state, "trace", "show", t["run_id"], "--json"], timeout=60)
+        self.assertEqual(show.rc, 0, show.describe())
+        self.assertTrue(json.loads(show.out)["outputs_summary"]["truncated"])
+        v = sbx(["--state-dir", state, "trace", "verify"], timeout=60)
+        self.assertEqual(v.rc, 0, v.describe())
+        note(f"--output of {s['outputs']} files with ~15 KB paths: record line {max(len(l) for l in lines)} bytes, "
+             f"outputs listed {s['listed']} of {s['outputs']}, skipped listed {len(t['export']['skipped'])} of {t['export']['skipped_count']}")

@@ -170,3 +170,60 @@ TEST_CASE("events: cgroup counters that grew become limit changes") {
   CHECK(cpu[0]["counter"] == "nr_throttled");
   CHECK(limit_changes("memory", after, after).empty());
 }
+
+TEST_CASE("events: the file is capped; past the cap events are counted and one last truncated event says so") {
+  char dir[] = "/tmp/sbx-events-XXXXXX";
+  REQUIRE(::mkdtemp(dir));
+  std::string path = std::string(dir) + "/ev.jsonl";
+  json rec;
+  {
+    auto ev = EventStream::open(path);
+    REQUIRE(ev);
+    ev->set_max_bytes(1);                       // under the floor: the floor holds
+    ev->set_max_bytes(EventStream::kMaxBytes);  // never raised again
+    CHECK(ev->record_json()["max_bytes"] == EventStream::kMinBytes);
+    // A regular file takes every write: only the cap drops events here.
+    for (int i = 0; i < 5000; ++i) ev->emit("violation", {{"kind", "seccomp"}, {"name", "mount"}, {"count", i + 1}});
+    ev->emit("exited", {{"status", "ok"}});
+    ev->finish();
+    ev->finish();  // once only
+    rec = ev->record_json();
+  }
+  struct stat st;
+  REQUIRE(::stat(path.c_str(), &st) == 0);
+  CHECK(static_cast<std::size_t>(st.st_size) <= EventStream::kMinBytes);
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  std::string text = read_all(fd);
+  ::close(fd);
+  REQUIRE(!text.empty());
+  REQUIRE(text.back() == '\n');
+  std::size_t lines = static_cast<std::size_t>(std::count(text.begin(), text.end(), '\n'));
+  auto last = json::parse(text.substr(text.rfind('\n', text.size() - 2) + 1));
+  CHECK(last["event"] == "truncated");
+  CHECK(last["limit_bytes"] == EventStream::kMinBytes);
+  CHECK(last["seq"] == 5002);
+  CHECK(last["first_dropped_seq"] == lines);  // the events before it were all written
+  CHECK(last["dropped"] == 5002 - lines);     // the exited event among them
+  CHECK(rec["truncated"] == true);
+  CHECK(rec["dropped_over_limit"] == last["dropped"]);
+  CHECK(rec["emitted"] == 5002);
+  CHECK(rec["written"] == lines);
+  CHECK(rec["written"].get<std::uint64_t>() + rec["dropped"].get<std::uint64_t>() == 5002);
+  ::unlink(path.c_str());
+  ::rmdir(dir);
+}
+
+TEST_CASE("events: under the cap nothing is cut and no truncated event is written") {
+  int p[2];
+  REQUIRE(::pipe2(p, O_CLOEXEC) == 0);
+  auto ev = EventStream::open("fd:" + std::to_string(p[1]));
+  REQUIRE(ev);
+  ev->emit("started", {{"run_id", "r"}});
+  ev->finish();
+  ::close(p[1]);
+  std::string text = read_all(p[0]);
+  ::close(p[0]);
+  CHECK(std::count(text.begin(), text.end(), '\n') == 1);
+  CHECK(ev->record_json()["truncated"] == false);
+  CHECK(ev->record_json()["max_bytes"] == EventStream::kMaxBytes);
+}
