@@ -74,8 +74,8 @@ Result<Pack> load_pack(const std::string& dir, std::vector<PackProblem>& problem
 Result<Pack> load_pack_copy(const std::string& dir, std::vector<PackProblem>& problems);
 
 // The pack's digest: sha256 over a manifest of every regular file and directory under `dir`,
-// sorted by path, one line each: "<path>\t<mode octal>\t<size>\t<sha256>\n" (directories with
-// size 0 and "-" for the hash). Symlinks and other file types are refused: a pack is mounted into
+// sorted by path, one line each: "<path>\t<mode octal>\t<size>\t<sha256>\n" (the mode as a run
+// mounts it, hash_tree; directories with size 0 and "-" for the hash). Symlinks and other file types are refused: a pack is mounted into
 // the sandbox, and a link could point anywhere on the host. Read within the bounds of a pack
 // (kMaxPackBytes, kMaxPackEntries, kMaxPackDepth in pack_tree.hpp), streaming, never following a
 // link (hash_tree).

@@ -27,7 +27,9 @@ std::string mode_octal(mode_t m) {
   return buf;
 }
 
-// The mode a copy gets: nobody but its owner (sbx) may write it, and no set-id bit survives.
+// The mode a copy gets: nobody but its owner (sbx) may write it (the copy's path is no secret:
+// $TMPDIR is listable), and no set-id bit survives. The digest names these modes, those of what
+// is mounted, whether or not a copy is made, so a tree rebuilt from its blobs (replay) has it too.
 mode_t copy_mode(mode_t m) { return m & 0755; }
 
 struct Walk {
@@ -99,7 +101,7 @@ Status file_entry(Walk& w, int dirfd, const std::string& name, const std::string
   if (!n) return n.error();
   if (out.ok() && ::fchmod(out.get(), copy_mode(st.st_mode)) != 0) return sys_error(kStage, "chmod the copy of " + rel);
   w.bytes += *n;
-  w.lines.push_back(rel + "\t" + mode_octal(st.st_mode) + "\t" + std::to_string(*n) + "\t" + h.final_hex() + "\n");
+  w.lines.push_back(rel + "\t" + mode_octal(copy_mode(st.st_mode)) + "\t" + std::to_string(*n) + "\t" + h.final_hex() + "\n");
   return {};
 }
 
@@ -136,7 +138,7 @@ Status walk_dirs(Walk& w, UniqueFd root, UniqueFd copy_root) {
           if (!copy.ok()) return sys_error(kStage, "open the copy of " + rel);
           w.dir_modes.push_back({rel, d.depth + 1, st.st_mode});
         }
-        w.lines.push_back(rel + "/\t" + mode_octal(st.st_mode) + "\t0\t-\n");
+        w.lines.push_back(rel + "/\t" + mode_octal(copy_mode(st.st_mode)) + "\t0\t-\n");
         stack.push_back({std::move(*sub), std::move(copy), rel, d.depth + 1});
       } else {
         return make_error(kStage, w.what + ": " + rel + " is a " + file_kind(st.st_mode) +

@@ -57,11 +57,11 @@ class PrivateDir {
 // The digest of the tree at `src` (a directory, or for a context a single regular file), read as
 // above and within the pack bounds. With `copy_to` (a path that does not exist yet), the tree is
 // also copied there as it is read, so the digest is that of the copy: directories and files
-// with their modes less group/other write and the set-id bits (the digest keeps the source's
-// modes). `what` names the tree in errors ("pack /p", "context data (/srv/d)"); `hint`, what to do
+// with their modes less group/other write and the set-id bits, the modes the digest names
+// whether or not a copy is made. `what` names the tree in errors ("pack /p", "context data (/srv/d)"); `hint`, what to do
 // about a tree past the bounds.
 //
-// A directory's digest is sha256 over its sorted manifest, one line each:
+// A directory's digest is sha256 over its sorted manifest, one line each (mode as above):
 // "<path>\t<mode octal>\t<size>\t<sha256>\n" (directories "<path>/\t<mode>\t0\t-\n"); a single
 // file's is the sha256 of its content. Symlinks, FIFOs, devices and sockets are refused.
 Result<std::string> hash_tree(const std::string& src, const std::string& copy_to, const std::string& what,

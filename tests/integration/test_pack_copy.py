@@ -180,6 +180,24 @@ class PackCopy(SbxTestCase):
         note(f"context versions read (each named by its digest): {sorted(seen)}")
         self.assertTrue(seen)
 
+    def test_a_writable_file_is_not_writable_in_the_copy_and_the_run_replays(self):
+        # A file the owner left group/other-writable: in the copy nobody but sbx may write it (the
+        # copy's path in $TMPDIR is no secret), and the digest names the mode as mounted, so the
+        # tree a replay rebuilds from the blobs has the recorded digest.
+        d = self.make_pack()
+        os.chmod(d + "/schemas/out.json", 0o666)
+        self.write(self.path("run-mode.sh"), "stat -c %a /pack/schemas/out.json >&2; "
+                   "printf '{\"v\": \"good\"}' > /out/result.json\n")
+        os.unlink(d + "/run.sh")
+        os.link(self.path("run-mode.sh"), d + "/run.sh")
+        r = self.pack_run(d)
+        self.assertExit(r, 0)
+        self.assertIn("644", r.err)
+        self.assertEqual(r.trace["invocation"]["pack"]["digest"], self.digest(d))
+        rp = sbx(["replay", r.trace["run_id"]], timeout=60)
+        self.assertExit(rp, 0)
+        self.assertEqual(rp.out, "identical\n")
+
     # -- item 3: bounded, streaming, no link followed, no FIFO waited on -------------------------
 
     def validate_bounded(self, d, as_limit=1 << 30, timeout=20):
