@@ -114,7 +114,7 @@ int run_server(McpFlags& f, GlobalOptions& g) {
         return usage_error("mcp: --packs: the pack in " + dir + " does not load");
       }
       // A pack whose limits pass the profile's would fail on every call: refused now instead.
-      if (auto merged = spec_from_layers(*profile, &pack->spec_patch, pack->dir + "/pack.json"); !merged)
+      if (auto merged = spec_from_layers(*profile, &pack->spec_patch, pack->source_dir + "/pack.json"); !merged)
         return usage_error("mcp: " + merged.error().message + " (profile " + f.profile + ")");
       if (!names.insert(pack->name).second) return usage_error("mcp: two tools named '" + pack->name + "' (" + dir + ")");
       std::string missing;
@@ -191,11 +191,13 @@ json worker_error(const std::string& stage, const std::string& message) {
 
 json run_pack_job(const json& job, GlobalOptions& g) {
   std::vector<PackProblem> problems;
-  auto pack = load_pack(job.value("dir", ""), problems);
+  // The copy is what runs (load_pack_copy): the pack's directory may have changed since the
+  // server loaded it at start, and may change during the call.
+  auto pack = load_pack_copy(job.value("dir", ""), problems);
   if (!pack) return worker_error("usage", problems.empty() ? pack.error().message : problems.front().describe());
   auto profile = load_profile(job.value("profile", kDefaultProfile));
   if (!profile) return worker_error("usage", profile.error().describe());
-  auto merged = spec_from_layers(*profile, &pack->spec_patch, pack->dir + "/pack.json");
+  auto merged = spec_from_layers(*profile, &pack->spec_patch, pack->source_dir + "/pack.json");
   if (!merged) return worker_error("usage", merged.error().message);
   RunFlags rf;
   rf.command = pack->entrypoint;
@@ -206,7 +208,7 @@ json run_pack_job(const json& job, GlobalOptions& g) {
   req.run.spec = std::move(*spec);
   req.run.profile = profile->source;
   req.run.dirs = resolve_dirs(g.state_dir);
-  req.run.limit_layers = limit_layers(*profile, &req.pack.spec_patch, req.pack.dir + "/pack.json", {});
+  req.run.limit_layers = limit_layers(*profile, &req.pack.spec_patch, req.pack.source_dir + "/pack.json", {});
   req.run.invocation_argv = g.argv;
   if (auto st = apply_tenant_flag(worker_tenant(), req.run, json{{"name", req.pack.name}, {"digest", req.pack.digest}}); !st)
     return worker_error("usage", st.error().message);

@@ -37,7 +37,11 @@ int print_problems(const std::string& dir, const std::vector<PackProblem>& probl
   if (problems.empty()) return usage_error(e.message);
   std::size_t count = 0;
   for (auto& p : problems) {
-    std::fprintf(stderr, "sbx: %s%s/%s\n", p.warning ? "warning: " : "", printable(dir).c_str(), printable(p.describe()).c_str());
+    // A problem of the whole tree (its bounds, a link in it) names the pack itself.
+    if (p.file.empty() && p.pointer.empty())
+      std::fprintf(stderr, "sbx: %s%s\n", p.warning ? "warning: " : "", printable(p.message).c_str());
+    else
+      std::fprintf(stderr, "sbx: %s%s/%s\n", p.warning ? "warning: " : "", printable(dir).c_str(), printable(p.describe()).c_str());
     count += !p.warning;
   }
   std::fprintf(stderr, "sbx: pack %s: %zu problem(s)\n", printable(dir).c_str(), count);
@@ -55,7 +59,9 @@ bool split_assignment(const std::string& text, std::string& name, std::string& v
 
 int run_pack_command(PackFlags& f, GlobalOptions& g) {
   std::vector<PackProblem> problems;
-  auto pack = load_pack(f.dir, problems);
+  // A run mounts a private copy, hashed as it was made (load_pack_copy): the owner of f.dir may
+  // change it at any moment. A dry run creates nothing and plans the mount of f.dir itself.
+  auto pack = f.run.dry_run ? load_pack(f.dir, problems) : load_pack_copy(f.dir, problems);
   if (!pack) return print_problems(f.dir, problems, pack.error());
   print_warnings(f.dir, *pack);
   if (f.input.empty()) return usage_error("pack run: --input FILE is required (a JSON array of records)");
@@ -110,7 +116,7 @@ int run_pack_command(PackFlags& f, GlobalOptions& g) {
     if (given) by_flag.insert(key);
   for (auto& c : f.run.cap_add)
     if (auto canon = canonical_capability(c)) by_flag.insert(kCapabilityByOperator + *canon);
-  auto merged = spec_from_layers(*profile, &pack->spec_patch, pack->dir + "/pack.json", by_flag);
+  auto merged = spec_from_layers(*profile, &pack->spec_patch, pack->source_dir + "/pack.json", by_flag);
   if (!merged) return usage_error(merged.error().message);
   f.run.command = pack->entrypoint;
   auto spec = apply_flags(std::move(*merged), f.run);
@@ -122,7 +128,7 @@ int run_pack_command(PackFlags& f, GlobalOptions& g) {
   req.run.dirs = resolve_dirs(g.state_dir);
   req.run.trace_file = f.run.trace_file;
   req.run.explicit_limits = explicit_limits(f.run);
-  req.run.limit_layers = limit_layers(*profile, &req.pack.spec_patch, req.pack.dir + "/pack.json", limits_given(f.run));
+  req.run.limit_layers = limit_layers(*profile, &req.pack.spec_patch, req.pack.source_dir + "/pack.json", limits_given(f.run));
   if (auto st = apply_tenant_flag(f.run.tenant, req.run, nlohmann::json{{"name", req.pack.name}, {"digest", req.pack.digest}}); !st)
     return usage_error(st.error().message);
   req.dry_run = f.run.dry_run;

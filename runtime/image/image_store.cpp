@@ -122,6 +122,9 @@ Result<std::string> canonical_image_name(const std::string& text) {
   std::string tag = colon == std::string::npos ? "latest" : text.substr(colon + 1);
   if (!valid_chars(name, false))
     return make_error("usage", "bad image name '" + name + "': use 1-128 of a-z 0-9 . _ - (not starting with . or -)");
+  if (name == kHostImage)
+    return make_error("usage", "the image name '" + text + "' is reserved: '" + kHostImage +
+                                   "' means the host's own root, not a stored image; choose another name");
   if (!valid_chars(tag, true))
     return make_error("usage", "bad image tag '" + tag + "': use 1-128 of A-Z a-z 0-9 . _ - (not starting with . or -)");
   return name + ":" + tag;

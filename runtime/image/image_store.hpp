@@ -47,7 +47,11 @@ struct VerifyReport {
 // image, `ref` (how the run named it, "" for none) and how to see what changed.
 Status seal_matches(const ImageRecord& image, const Seal& taken, const std::string& ref);
 
-// "name[:tag]" → "name:tag", or an error saying which rule the text breaks.
+// The image name that means the host's own root (no image): reserved, so no stored image can be
+// named it, with any tag, and pass for the host root (a tenant's "images": ["host"]).
+inline constexpr const char* kHostImage = "host";
+
+// "name[:tag]" → "name:tag", or an error saying which rule the text breaks (kHostImage is one).
 Result<std::string> canonical_image_name(const std::string& text);
 
 // How `source` is read: "auto" (an OCI image layout or a docker save archive is recognised by its

@@ -423,6 +423,12 @@ Result<Dirs> tenant_store_of(const std::string& name, const Dirs& base) {
 
 bool tenant_allows_image(const Tenant& t, const std::string& image, const std::string& digest) {
   for (auto& a : t.images) {
+    // "host" admits the host's own root and nothing else: never a stored image that was given
+    // that name (or "host:TAG") before the name was reserved (image_store.hpp, kHostImage).
+    if (a == kHostImage || image == kHostImage) {
+      if (a == image) return true;
+      continue;
+    }
     if (a == image) return true;
     if (!digest.empty() && a.starts_with("sha256:") && digest == a) return true;
     // NAME without a tag means NAME:latest, as image references do.

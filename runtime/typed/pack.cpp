@@ -16,6 +16,7 @@
 #include "runtime/base/json_io.hpp"
 #include "runtime/base/sha256.hpp"
 #include "runtime/model/spec.hpp"
+#include "runtime/typed/pack_tree.hpp"
 
 namespace sbx {
 namespace {
@@ -56,6 +57,31 @@ struct Checker {
   void add(const std::string& pointer, const std::string& message) { problems.push_back({file, pointer, message}); }
 };
 
+// Reads DIR/REL of a pack, which its owner may be changing while it is read: every component is
+// opened without following a link, the file is checked to be the regular file listed
+// (open_regular_at: a FIFO or a link to /dev/zero put there is refused, never read), and at most
+// `max` bytes are read. `rel` is pack_relative_ok; `dir` is canonical.
+Result<std::string> read_pack_file(const std::string& dir, const std::string& rel, std::size_t max) {
+  UniqueFd at(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!at.ok()) return sys_error("pack", "open " + dir);
+  for (std::size_t i = 0;;) {
+    auto j = rel.find('/', i);
+    std::string part = rel.substr(i, j == std::string::npos ? std::string::npos : j - i);
+    if (j == std::string::npos) {
+      struct stat st;
+      if (::fstatat(at.get(), part.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) return sys_error("pack", "'" + rel + "'");
+      if (!S_ISREG(st.st_mode)) return make_error("pack", "'" + rel + "' is a " + std::string(file_kind(st.st_mode)) + ", not a regular file");
+      auto fd = open_regular_at(at.get(), part, st, rel);
+      if (!fd) return fd.error();
+      return read_bounded_fd(fd->get(), max, "pack", rel);
+    }
+    UniqueFd next(::openat(at.get(), part.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (!next.ok()) return sys_error("pack", "'" + rel.substr(0, j) + "' (a directory without links)");
+    at = std::move(next);
+    i = j + 1;
+  }
+}
+
 // Reads and compiles one of the pack's schema files; problems name the schema file itself.
 // Unknown keywords are warnings, or problems when `strict`.
 void load_schema(const std::string& dir, const json& m, const char* key, std::string& path_out, json& schema_out,
@@ -64,11 +90,7 @@ void load_schema(const std::string& dir, const json& m, const char* key, std::st
   if (!m[key].is_string()) return c.add(std::string("/") + key, "must be a string (a path inside the pack), not " + json_type_name(m[key]));
   std::string rel = m[key].get<std::string>();
   if (!pack_relative_ok(rel)) return c.add(std::string("/") + key, "'" + rel + "' must be a relative path inside the pack, without '..'");
-  struct stat st;
-  std::string full = dir + "/" + rel;
-  if (::lstat(full.c_str(), &st) != 0) return c.add(std::string("/") + key, "'" + rel + "': " + std::strerror(errno));
-  if (!S_ISREG(st.st_mode)) return c.add(std::string("/") + key, "'" + rel + "' is not a regular file");
-  auto text = read_bounded(full, kMaxSchemaFileBytes, "pack", rel);
+  auto text = read_pack_file(dir, rel, kMaxSchemaFileBytes);
   if (!text) return c.add(std::string("/") + key, text.error().describe());
   path_out = rel;
   ParsedJson parsed = parse_json(*text, {kMaxSchemaFileBytes});
@@ -288,12 +310,15 @@ void read_entries(DocReader& r, const char* key, const char* shape, Pack& p,
 
 }  // namespace
 
-Result<Pack> parse_pack_manifest(const std::string& dir, const std::string& text, std::vector<PackProblem>& problems,
-                                 bool strict) {
+namespace {
+// parse_pack_manifest, reading the schemas from `dir` and naming `shown` (the pack as the caller
+// named it, when `dir` is a private copy of it).
+Result<Pack> parse_manifest_in(const std::string& dir, const std::string& shown, const std::string& text,
+                               std::vector<PackProblem>& problems, bool strict) {
   Checker c{problems};
   std::size_t before = problems.size();
   auto failed = [&]() -> Error {
-    return make_error("pack", dir + ": " + std::to_string(problems.size() - before) + " problem(s) in the pack, first: " +
+    return make_error("pack", shown + ": " + std::to_string(problems.size() - before) + " problem(s) in the pack, first: " +
                                   problems[before].describe());
   };
   ParsedJson parsed = parse_json(text, {kMaxManifestBytes});
@@ -311,6 +336,7 @@ Result<Pack> parse_pack_manifest(const std::string& dir, const std::string& text
   (void)r.finish({.known = true});
   Pack p;
   p.dir = dir;
+  p.source_dir = shown;
   read_identity(r, p);
   load_schema(dir, m, "input_schema", p.input_schema_path, p.input_schema, c, p.warnings, strict);
   load_schema(dir, m, "output_schema", p.output_schema_path, p.output_schema, c, p.warnings, strict);
@@ -329,59 +355,75 @@ Result<Pack> parse_pack_manifest(const std::string& dir, const std::string& text
   p.spec_patch["image"] = p.image;
   return p;
 }
+}  // namespace
 
-Result<Pack> load_pack(const std::string& dir_in, std::vector<PackProblem>& problems, bool strict) {
-  std::error_code ec;
-  fs::path canon = fs::canonical(dir_in, ec);
-  if (ec) return make_error("pack", "pack directory " + dir_in + ": " + ec.message(), ec.value());
-  if (!fs::is_directory(canon)) return make_error("pack", dir_in + " is not a directory", ENOTDIR);
-  std::string dir = canon.string();
-  auto text = read_bounded(dir + "/" + kPackManifest, kMaxManifestBytes, "pack", kPackManifest);
+Result<Pack> parse_pack_manifest(const std::string& dir, const std::string& text, std::vector<PackProblem>& problems,
+                                 bool strict) {
+  return parse_manifest_in(dir, dir, text, problems, strict);
+}
+
+const char* const kPackBoundsHint =
+    "packs and contexts are read whole and copied before a run, so they are kept small: put large data in an image "
+    "(the manifest's \"image\")";
+
+namespace {
+// load_pack and load_pack_copy: the manifest and schemas read from `dir` (the pack, or sbx's
+// private copy of it), named as `shown`; `digest` computed by the caller.
+Result<Pack> load_from(const std::string& dir, const std::string& shown, const std::string& digest,
+                       std::vector<PackProblem>& problems, bool strict) {
+  auto text = read_pack_file(dir, kPackManifest, kMaxManifestBytes);
   if (!text) {
     problems.push_back({kPackManifest, "", text.error().describe()});
-    return make_error("pack", dir + ": " + problems.back().describe());
+    return make_error("pack", shown + ": " + problems.back().describe());
   }
-  auto pack = parse_pack_manifest(dir, *text, problems, strict);
+  auto pack = parse_manifest_in(dir, shown, *text, problems, strict);
   if (!pack) return pack;
-  auto digest = pack_digest(dir);
-  if (!digest) {
-    problems.push_back({"", "", digest.error().message});
-    return make_error("pack", dir + ": " + digest.error().describe());
-  }
-  pack->digest = *digest;
+  pack->digest = digest;
   return pack;
 }
 
-Result<std::string> pack_digest(const std::string& dir) {
-  std::vector<std::string> lines;
+Result<std::string> canonical_pack_dir(const std::string& dir_in) {
   std::error_code ec;
-  fs::recursive_directory_iterator it(dir, fs::directory_options::none, ec), end;
-  if (ec) return make_error("pack", "list " + dir + ": " + ec.message(), ec.value());
-  for (; it != end; it.increment(ec)) {
-    if (ec) return make_error("pack", "list " + dir + ": " + ec.message(), ec.value());
-    std::string full = it->path().string();
-    std::string rel = full.substr(dir.size() + 1);
-    struct stat st;
-    if (::lstat(full.c_str(), &st) != 0) return sys_error("pack", "stat " + full);
-    char mode[16];
-    std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
-    if (S_ISDIR(st.st_mode)) {
-      lines.push_back(rel + "/\t" + mode + "\t0\t-\n");
-    } else if (S_ISREG(st.st_mode)) {
-      auto data = read_file(full);
-      if (!data) return data.error();
-      lines.push_back(rel + "\t" + mode + "\t" + std::to_string(data->size()) + "\t" + sha256_hex(*data) + "\n");
-    } else {
-      return make_error("pack", rel + ": only regular files and directories may be in a pack (a symlink or device could "
-                                      "expose host files once the pack is mounted)");
-    }
-  }
-  if (ec) return make_error("pack", "list " + dir + ": " + ec.message(), ec.value());
-  std::sort(lines.begin(), lines.end());
-  Sha256 h;
-  for (auto& l : lines) h.update(l);
-  return "sha256:" + h.final_hex();
+  fs::path canon = fs::canonical(dir_in, ec);
+  if (ec) return make_error("pack", "pack directory " + dir_in + ": " + ec.message(), ec.value());
+  if (!fs::is_directory(canon, ec)) return make_error("pack", dir_in + " is not a directory", ENOTDIR);
+  return canon.string();
 }
+}  // namespace
+
+Result<Pack> load_pack(const std::string& dir_in, std::vector<PackProblem>& problems, bool strict) {
+  auto dir = canonical_pack_dir(dir_in);
+  if (!dir) return dir.error();
+  // The tree first: within the bounds of a pack, links and special files refused, before any of
+  // it is parsed.
+  auto digest = pack_digest(*dir);
+  if (!digest) {
+    problems.push_back({"", "", digest.error().message});
+    return make_error("pack", *dir + ": " + digest.error().describe());
+  }
+  return load_from(*dir, *dir, *digest, problems, strict);
+}
+
+Result<Pack> load_pack_copy(const std::string& dir_in, std::vector<PackProblem>& problems) {
+  auto dir = canonical_pack_dir(dir_in);
+  if (!dir) return dir.error();
+  auto priv = PrivateDir::make("pack");
+  if (!priv) return priv.error();
+  std::string copy = (*priv)->path() + "/pack";
+  // The digest is taken of the bytes as they are copied: the copy is what was hashed, and
+  // nobody but sbx can change it (PrivateDir).
+  auto digest = hash_tree(*dir, copy, "pack " + *dir, kPackBoundsHint);
+  if (!digest) {
+    problems.push_back({"", "", digest.error().message});
+    return make_error("pack", *dir + ": " + digest.error().describe());
+  }
+  auto pack = load_from(copy, *dir, *digest, problems, false);
+  if (!pack) return pack;
+  pack->copy = std::move(*priv);
+  return pack;
+}
+
+Result<std::string> pack_digest(const std::string& dir) { return hash_tree(dir, "", "pack " + dir, kPackBoundsHint); }
 
 Status init_pack(const std::string& dir, const std::string& name) {
   if (!valid_pack_name(name))

@@ -3,6 +3,7 @@
 // of its typed IO contract. Loading is strict: every problem is reported with the file, a JSON
 // pointer into it and a message, all at once, so `sbx pack validate` can list them together.
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -35,8 +36,13 @@ struct PackSecret {
   std::string delivery = "file";  // "file": /run/secrets/NAME (0400); "env": environment variable NAME
 };
 
+class PrivateDir;
+
 struct Pack {
-  std::string dir;  // absolute, canonical
+  std::string dir;         // absolute, canonical: what is read and mounted (the private copy of a run)
+  std::string source_dir;  // the pack directory as named (canonical), for messages; == dir unless copied
+  // The private copy a run mounts (load_pack_copy), removed when the last Pack holding it goes.
+  std::shared_ptr<PrivateDir> copy;
   std::string name, version, description;
   std::vector<std::string> entrypoint;
   std::string image = "host";
@@ -61,11 +67,22 @@ Result<Pack> parse_pack_manifest(const std::string& dir, const std::string& text
 // problem the Result is an error and `problems` holds each one.
 Result<Pack> load_pack(const std::string& dir, std::vector<PackProblem>& problems, bool strict = false);
 
+// For a run: copies the pack at `dir` into a private directory (pack_tree.hpp), hashing each file
+// as it is copied, and loads the copy (manifest, schemas, digest). The copy is what the run
+// mounts at /pack: the pack's owner may change `dir` at any moment, and the program still runs
+// exactly the bytes whose digest the record names and a tenant's allowlist was checked against.
+Result<Pack> load_pack_copy(const std::string& dir, std::vector<PackProblem>& problems);
+
 // The pack's digest: sha256 over a manifest of every regular file and directory under `dir`,
-// sorted by path, one line each: "<path>\t<mode octal>\t<size>\t<sha256>\n" (directories with
-// size 0 and "-" for the hash). Symlinks and other file types are refused: a pack is mounted into
-// the sandbox as-is, and a link could point anywhere on the host.
+// sorted by path, one line each: "<path>\t<mode octal>\t<size>\t<sha256>\n" (the mode as a run
+// mounts it, hash_tree; directories with size 0 and "-" for the hash). Symlinks and other file types are refused: a pack is mounted into
+// the sandbox, and a link could point anywhere on the host. Read within the bounds of a pack
+// (kMaxPackBytes, kMaxPackEntries, kMaxPackDepth in pack_tree.hpp), streaming, never following a
+// link (hash_tree).
 Result<std::string> pack_digest(const std::string& dir);
+
+// What to do about a pack past the bounds (part of the error).
+extern const char* const kPackBoundsHint;
 
 // Pack/exec `limits` (keys spelled like the `sbx run` flags: timeout, memory, pids, cpus, cpu_time,
 // output_limit, tmp_size) as the RunSpec `limits` object; each bad key or value is a problem.

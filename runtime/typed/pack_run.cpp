@@ -12,6 +12,7 @@
 #include "runtime/base/json_io.hpp"
 #include "runtime/launch/preflight.hpp"
 #include "runtime/base/sha256.hpp"
+#include "runtime/typed/pack_tree.hpp"
 #include "runtime/typed/typed_io.hpp"
 #include "runtime/linux/userns.hpp"
 
@@ -99,15 +100,55 @@ PackRunResult dry_run_pack(PackRunRequest& req, PackRunResult& res) {
 
 namespace {
 
+// A context given for a run, and what is mounted for it: a private copy, hashed as it was made
+// (pack_tree.hpp), like the pack itself. The caller's host path may change during the run; the
+// program sees the bytes the record's digest names.
+struct ContextCopy {
+  std::string mounted;  // the copy (or, on a dry run, the source itself)
+  std::string digest;   // "" on a dry run (nothing is read)
+};
+
+Result<std::vector<ContextCopy>> copy_contexts(const PackRunRequest& req, std::shared_ptr<PrivateDir>& holder) {
+  std::vector<ContextCopy> out;
+  for (std::size_t i = 0; i < req.contexts.size(); ++i) {
+    auto& [name, path] = req.contexts[i];
+    if (req.dry_run) {
+      out.push_back({path, ""});
+      continue;
+    }
+    if (!holder) {
+      auto d = PrivateDir::make("context");
+      if (!d) return d.error();
+      holder = std::move(*d);
+    }
+    // The caller's own path is resolved (a link the caller named is the caller's choice); what
+    // lies under it is read without following any link.
+    char* real = ::realpath(path.c_str(), nullptr);
+    if (!real) return sys_error("pack", "context " + name + ": " + path);
+    std::string source = real;
+    std::free(real);
+    std::string copy = holder->path() + "/" + std::to_string(i);
+    auto digest = hash_tree(source, copy, "context " + name + " (" + path + ")", kPackBoundsHint);
+    if (!digest) return digest.error();
+    out.push_back({copy, *digest});
+  }
+  return out;
+}
+
 // The run's identity in the record: the pack, its secrets by name only (which were delivered),
-// its contexts by name, mount point and host path, and the records file.
-void describe_pack_run(PackRunRequest& req) {
+// its contexts by name, mount point, host path and the digest of what was mounted, and the
+// records file.
+void describe_pack_run(PackRunRequest& req, const std::vector<ContextCopy>& copies) {
   RunRequest& run = req.run;
   json secret_names = json::array(), contexts = json::array();
   for (auto& [name, value] : req.secrets) secret_names.push_back(name);
-  for (auto& [name, path] : req.contexts)
+  for (std::size_t i = 0; i < req.contexts.size(); ++i)
     for (auto& c : req.pack.contexts)
-      if (c.name == name) contexts.push_back({{"name", name}, {"path", c.path}, {"source", path}});
+      if (c.name == req.contexts[i].first) {
+        json e = {{"name", c.name}, {"path", c.path}, {"source", req.contexts[i].second}};
+        if (!copies[i].digest.empty()) e["digest"] = copies[i].digest;
+        contexts.push_back(std::move(e));
+      }
   run.pack = {{"name", req.pack.name},       {"version", req.pack.version}, {"digest", req.pack.digest},
               {"secrets", secret_names}, {"contexts", contexts}};
   run.inputs = json::array({file_record(req.input_path, static_cast<std::int64_t>(req.input_bytes.size()),
@@ -144,14 +185,15 @@ json check_input(PackRunRequest& req, const Result<CompiledSchema>& in_schema, c
 
 // 2 the mounts of the contract. The records are the exact bytes validated above, handed to the
 // sandbox as a generated file (the caller's file may change after validation; this copy cannot).
-void plan_contract_mounts(PackRunRequest& req) {
+// The pack and the contexts are bound from sbx's private copies (load_pack_copy, copy_contexts).
+void plan_contract_mounts(PackRunRequest& req, const std::vector<ContextCopy>& copies) {
   RunRequest& run = req.run;
   if (!run.refuse) {
     run.files.push_back({"/in/records.json", req.input_bytes, 0444});
     run.spec.binds.push_back({req.pack.dir, "/pack", false});
-    for (auto& [name, path] : req.contexts)
+    for (std::size_t i = 0; i < req.contexts.size(); ++i)
       for (auto& c : req.pack.contexts)
-        if (c.name == name) run.spec.binds.push_back({path, c.path, false});
+        if (c.name == req.contexts[i].first) run.spec.binds.push_back({copies[i].mounted, c.path, false});
   }
   for (auto& [name, value] : req.secrets)
     for (auto& s : req.pack.secrets)
@@ -234,11 +276,18 @@ void keep_replay_blobs(PackRunRequest& req, std::int64_t ceiling) {
 PackRunResult run_pack(PackRunRequest& req) {
   PackRunResult res;
   RunRequest& run = req.run;
-  describe_pack_run(req);
+  std::shared_ptr<PrivateDir> context_dir;  // the contexts' copies, removed when the run is over
+  auto copies = copy_contexts(req, context_dir);
+  if (!copies) {
+    for (auto& [n, v] : req.secrets) wipe(v);
+    res.errors.push_back(copies.error().describe());
+    return res;  // setup_error, 125: nothing ran
+  }
+  describe_pack_run(req, *copies);
   auto in_schema = CompiledSchema::compile(req.pack.input_schema, req.pack.input_schema_path);
   auto out_schema = CompiledSchema::compile(req.pack.output_schema, req.pack.output_schema_path);
   json validation = {{"input", check_input(req, in_schema, out_schema, res)}, {"output", nullptr}};
-  plan_contract_mounts(req);
+  plan_contract_mounts(req, *copies);
   // A dry run stops here: the input contract is checked and the mounts are planned; the rest is
   // the same dry run as `sbx run --dry-run` (preflight.hpp), nothing created.
   if (req.dry_run) return dry_run_pack(req, res);

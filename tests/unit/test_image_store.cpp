@@ -148,6 +148,13 @@ TEST_CASE("image names: name[:tag] with a default tag, strict characters") {
   CHECK_FALSE(sbx::canonical_image_name("a/b"));
   CHECK_FALSE(sbx::canonical_image_name("x:"));
   CHECK_FALSE(sbx::canonical_image_name("sha256:abc"));
+  // "host" means the host's own root: no stored image may take the name, with any tag.
+  for (const char* reserved : {"host", "host:latest", "host:v1"}) {
+    auto r = sbx::canonical_image_name(reserved);
+    REQUIRE_FALSE(r);
+    CHECK(r.error().message.find("reserved") != std::string::npos);
+  }
+  CHECK(*sbx::canonical_image_name("hostile") == "hostile:latest");
 }
 
 TEST_CASE("export copies regular files and directories only, under caps, never following links") {

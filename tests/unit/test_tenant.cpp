@@ -104,6 +104,17 @@ TEST_CASE("tenant images by name or whole digest; packs by whole digest only") {
   CHECK(parsed(R"({"id_slot": 1, "packs": [")" + d + R"("]})").packs == std::vector<std::string>{d});
 }
 
+TEST_CASE("a tenant's \"host\" admits the host root only, never an image named host") {
+  const std::string d = "sha256:" + std::string(64, 'a');
+  Tenant t = parsed(R"({"id_slot": 1, "images": ["host"]})");
+  CHECK(tenant_allows_image(t, "host", ""));
+  // An image imported as host:latest before the name was reserved: "host" is not its name here.
+  CHECK_FALSE(tenant_allows_image(t, "host:latest", d));
+  CHECK_FALSE(tenant_allows_image(t, "host:v1", d));
+  Tenant u = parsed(R"({"id_slot": 1, "images": ["busybox"]})");
+  CHECK_FALSE(tenant_allows_image(u, "host", ""));
+}
+
 TEST_CASE("id slots are disjoint slices of sbx's range; a range too small refuses") {
   RunSpec s;
   auto a = plan_identity(s, 0, 0, "sbx:1000000:327680\n", "sbx:2000000:327680\n", 1);
