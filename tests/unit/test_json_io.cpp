@@ -481,3 +481,28 @@ TEST_CASE("pack manifests: every member times every hostile value is accepted or
   MESSAGE(n << " hostile manifests, " << rejected << " rejected cleanly");
   CHECK(rejected > n / 2);
 }
+
+TEST_CASE("parse_json: a member name repeated in one object is refused, named by its pointer") {
+  // nlohmann keeps the last, other readers the first: one document, two meanings (issue 30).
+  auto dup = parse_json(R"({"a": 1, "b": {"c": 1, "c": 2}})", {1u << 20});
+  REQUIRE_FALSE(dup.ok());
+  CHECK(dup.pointer == "/b/c");
+  CHECK(dup.problem == R"(duplicate member name "c")");
+  CHECK(dup.describe() == R"(/b/c: duplicate member name "c")");
+  auto top = parse_json(R"({"language": "sh", "language": "python"})", {1u << 20});
+  REQUIRE_FALSE(top.ok());
+  CHECK(top.pointer == "/language");
+  // The same name in sibling objects, or in an object and its child, is no repeat.
+  CHECK(parse_json(R"([{"a": 1}, {"a": 2}, {"a": {"a": 3}}])", {1u << 20}).ok());
+  auto in_array = parse_json(R"([{"x": 0}, {"k": 1, "k": 1}])", {1u << 20});
+  REQUIRE_FALSE(in_array.ok());
+  CHECK(in_array.pointer == "/1/k");
+  // Through parse_json_doc (profiles, pack.json, requests, records): the error names the document.
+  auto doc = parse_json_doc(R"({"limits": {}, "limits": {}})", {1u << 20}, "profile", "profile x.json");
+  REQUIRE_FALSE(doc.ok());
+  CHECK(doc.error().message == R"(profile x.json: /limits: duplicate member name "limits")");
+  // A name that is not UTF-8 is named escaped; the message stays printable.
+  auto raw = parse_json("{\"\\u00e9\": 1, \"\\u00e9\": 2}", {1u << 20});
+  REQUIRE_FALSE(raw.ok());
+  CHECK(raw.problem.find("duplicate member name") == 0);
+}
