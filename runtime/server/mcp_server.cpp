@@ -87,7 +87,9 @@ class Server {
   void batch_done(const std::shared_ptr<Batch>& batch);
   void send(json msg);
   void send_line(std::string_view line);
-  bool over_budget() const { return outbuf_.size() >= kQueuedResponseBudget; }
+  // Bytes written to outbuf_ and not yet to the client.
+  std::size_t unwritten() const { return outbuf_.size() - out_off_; }
+  bool over_budget() const { return unwritten() >= kQueuedResponseBudget; }
   void flush_out();
   json tools() const;
   static json server_info() { return {{"name", "sbx"}, {"version", SBX_VERSION}}; }
@@ -105,6 +107,9 @@ class Server {
   std::map<std::string, Call> calls_;  // by json id text: queued and running
   std::deque<std::string> queue_;
   std::string inbuf_, outbuf_;
+  // What of outbuf_ the client has been sent: a 100 MB line goes out in pipe-sized writes, and
+  // erasing each from the front would move the rest every time (quadratic).
+  std::size_t out_off_ = 0;
   bool discarding_ = false;  // inside a line that passed kMaxMessageBytes: dropped up to its newline
   bool in_open_ = true, out_ok_ = true, stopping_ = false;
   Clock::time_point stop_by_;  // stopping: the server leaves, past this, the workers still recording
@@ -131,17 +136,28 @@ void Server::send_line(std::string_view line) {
 }
 
 void Server::flush_out() {
-  while (out_ok_ && !outbuf_.empty()) {
-    ssize_t n = ::write(out_, outbuf_.data(), outbuf_.size());
+  while (out_ok_ && unwritten() > 0) {
+    ssize_t n = ::write(out_, outbuf_.data() + out_off_, unwritten());
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;  // poll says when to go on
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;  // poll says when to go on
     if (n < 0) {
       out_ok_ = false;
       outbuf_.clear();
+      out_off_ = 0;
       shutdown(std::string("stdout: ") + std::strerror(errno) + " (the client is gone)");
       return;
     }
-    outbuf_.erase(0, static_cast<std::size_t>(n));
+    out_off_ += static_cast<std::size_t>(n);
+  }
+  // What was sent is dropped once it is all of it, or half of the buffer (amortised: each byte
+  // is moved at most once more).
+  if (out_off_ == outbuf_.size()) {
+    outbuf_.clear();
+    out_off_ = 0;
+    if (outbuf_.capacity() > kQueuedResponseBudget) outbuf_.shrink_to_fit();  // a large line's memory goes back
+  } else if (out_off_ > (1u << 20) && out_off_ > outbuf_.size() / 2) {
+    outbuf_.erase(0, out_off_);
+    out_off_ = 0;
   }
 }
 
@@ -422,6 +438,10 @@ void Server::finish(const std::string& key) {
   // structuredContent; only a summary of it becomes a DOM (scan_worker_response). So one response
   // costs its own size once, whatever its streams hold (a DOM and a re-dump cost it three times).
   std::string member;  // a batch member's text
+  if (!batch && out_off_ > 0) {  // what was sent goes first: the buffer then holds one copy at most
+    outbuf_.erase(0, out_off_);
+    out_off_ = 0;
+  }
   std::string& out = batch ? member : outbuf_;
   std::size_t base = out.size();
   constexpr std::size_t kEnvelopeRoom = 256u << 10;  // the message around the response: a summary of kSummaryBytes pieces
@@ -483,6 +503,7 @@ void Server::finish(const std::string& key) {
     reply_line(batch, std::move(member));
   } else if (!out_ok_) {
     outbuf_.clear();  // the client is gone: nothing more is written
+    out_off_ = 0;
   } else {
     outbuf_ += '\n';
     flush_out();
@@ -558,7 +579,7 @@ int Server::run() {
     // kQueuedResponseBudget its requests wait in the pipe (back-pressure) and finished calls wait
     // with their responses in their memfds (their pidfds are not polled) until it reads.
     fds.push_back({in_open_ && !over_budget() ? in_ : -1, POLLIN, 0});
-    fds.push_back({out_ok_ && !outbuf_.empty() ? out_ : -1, POLLOUT, 0});
+    fds.push_back({out_ok_ && unwritten() > 0 ? out_ : -1, POLLOUT, 0});
     std::vector<std::string> keys;
     for (auto& [k, c] : calls_)
       if (c.worker && !over_budget()) {
@@ -627,9 +648,9 @@ int Server::run() {
     if (!stopping_) launcher_.tick();
   }
   // Whatever is still buffered goes out if the client still reads; never wait on it for long.
-  if (out_ok_ && !outbuf_.empty()) {
+  if (out_ok_ && unwritten() > 0) {
     pollfd p{out_, POLLOUT, 0};
-    for (int i = 0; i < 10 && out_ok_ && !outbuf_.empty() && ::poll(&p, 1, 100) > 0; ++i) flush_out();
+    for (int i = 0; i < 10 && out_ok_ && unwritten() > 0 && ::poll(&p, 1, 100) > 0; ++i) flush_out();
   }
   log_line("stopped: no call left running");
   return 0;
