@@ -91,6 +91,10 @@ int run_server(McpFlags& f, GlobalOptions& g) {
   cfg.profile = f.profile;
   cfg.max_concurrent = f.max_concurrent;
   cfg.max_queued = f.max_queued;
+  // A call's streams are at most the profile's output limit each (a request or a pack may only
+  // lower it; a tenant's ceiling too): what sizes the largest response the server reads.
+  if (auto base = spec_from_layers(*profile, nullptr, "profile " + f.profile); base && base->limits.output_limit_bytes)
+    cfg.stream_limit_bytes = std::min<std::int64_t>(*base->limits.output_limit_bytes, mcp::kMaxCapturedStreamBytes);
   std::map<std::string, std::vector<std::pair<std::string, std::string>>> given;
   for (auto& c : f.contexts) {
     auto slash = c.find('/'), eq = c.find('=');
@@ -180,7 +184,7 @@ struct Capture {
   UniqueFd fd{::memfd_create("sbx-mcp-capture", MFD_CLOEXEC)};
   std::string read_all() const {
     ::lseek(fd.get(), 0, SEEK_SET);
-    auto r = read_bounded_fd(fd.get(), 64u << 20, "mcp", "captured output");
+    auto r = read_bounded_fd(fd.get(), static_cast<std::size_t>(mcp::kMaxCapturedStreamBytes), "mcp", "captured output");
     return r ? *r : std::string();
   }
 };

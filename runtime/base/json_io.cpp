@@ -5,9 +5,11 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <unordered_set>
 #include <utility>
 
 #include "runtime/base/fsutil.hpp"
+#include "runtime/base/json_limits.hpp"
 #include "runtime/base/text_escape.hpp"
 
 namespace sbx {
@@ -35,8 +37,13 @@ class BoundedSax {
   bool end_array() { return close() && dom_.end_array(); }
   bool key(json::string_t& k) {
     if (!frames_.empty()) {
-      frames_.back().key = k;
-      frames_.back().has_key = true;
+      Frame& f = frames_.back();
+      f.key = k;
+      f.has_key = true;
+      // A repeated member name would silently replace the first (last wins in nlohmann, first in
+      // other readers): two readers of one document could see two different values. Refused,
+      // named by its pointer. The names seen are bounded by the document's size.
+      if (!f.names.insert(k).second) return fail("duplicate member name " + json_excerpt(json(escape_utf8(k))));
     }
     return dom_.key(k);
   }
@@ -70,6 +77,7 @@ class BoundedSax {
     std::size_t next_index = 0;
     std::string key;
     bool has_key = false;
+    std::unordered_set<std::string> names;  // an object's member names so far
   };
 
   bool fail(std::string why) {
@@ -272,8 +280,8 @@ std::string dump_json(json& j, int indent, const std::function<json(const std::s
   try {
     // dump() recurses once per level; sbx's documents are shallow and what they embed was parsed
     // within kMaxJsonDepth, so this only trips on a bug, and then without a crash.
-    if (json_depth(j) > kMaxJsonDepth + 16)
-      return last_resort("nested deeper than " + std::to_string(kMaxJsonDepth + 16) + " levels");
+    if (json_depth(j) > kMaxJsonDepth + kMaxEnvelopeDepth)
+      return last_resort("nested deeper than " + std::to_string(kMaxJsonDepth + kMaxEnvelopeDepth) + " levels");
     std::vector<std::string> escaped = escape_json_strings(j);
     if (!escaped.empty() && j.is_object()) {
       json& list = j["escaped_strings"];

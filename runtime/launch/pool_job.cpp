@@ -1,5 +1,7 @@
 #include "runtime/launch/pool_job.hpp"
 
+#include "runtime/launch/call_files.hpp"
+
 #include <fcntl.h>
 #include <linux/openat2.h>
 #include <sys/mount.h>
@@ -81,6 +83,17 @@ std::string encode_pool_job(const PoolJob& job) {
   return frame + body;
 }
 
+bool plain_relative_path(std::string_view rel) {
+  if (rel.empty() || rel.size() > 4096 || rel.find('\0') != std::string_view::npos) return false;
+  for (std::size_t start = 0;;) {
+    std::size_t slash = rel.find('/', start);
+    std::string_view name = rel.substr(start, slash == std::string_view::npos ? std::string_view::npos : slash - start);
+    if (name.empty() || name == "." || name == ".." || name.size() > 255) return false;
+    if (slash == std::string_view::npos) return true;
+    start = slash + 1;
+  }
+}
+
 Result<PoolJob> decode_pool_job(const std::string& frame) {
   Reader r{frame};
   std::uint64_t len, argc, nfiles;
@@ -93,15 +106,14 @@ Result<PoolJob> decode_pool_job(const std::string& frame) {
     if (!r.str(&a) || a.find('\0') != std::string::npos) return bad_job("argv entry truncated or with a NUL");
     job.argv.push_back(std::move(a));
   }
-  if (!r.u64(&nfiles) || nfiles > 4096) return bad_job("file count out of range");
+  if (!r.u64(&nfiles) || nfiles > kMaxRequestFiles + 2) return bad_job("file count out of range");
   for (std::uint64_t i = 0; i < nfiles; ++i) {
     GeneratedFile f;
     std::uint64_t mode;
     if (!r.str(&f.dst) || !r.u64(&mode) || !r.str(&f.content)) return bad_job("a file entry is truncated");
     std::string dir, rel;
-    // The same shape the exec request allows (exec.cpp): relative, no "..", no "//", no NUL.
-    if (!split_pool_path(f.dst, &dir, &rel) || rel.front() == '/' || rel.back() == '/' || rel.find("..") != std::string::npos ||
-        rel.find("//") != std::string::npos || rel.find('\0') != std::string::npos)
+    // The rule the exec request was checked with (plain_relative_path, exec.cpp).
+    if (!split_pool_path(f.dst, &dir, &rel) || !plain_relative_path(rel))
       return bad_job("file path outside /code and /in, or not plain");
     f.mode = static_cast<mode_t>(mode & 0555);  // never writable, never setuid
     job.files.push_back(std::move(f));

@@ -1,6 +1,9 @@
 #include "runtime/server/mcp_protocol.hpp"
 
+#include <algorithm>
+
 #include "runtime/base/json_io.hpp"
+#include "runtime/typed/typed_io.hpp"
 
 namespace sbx::mcp {
 using nlohmann::json;
@@ -243,7 +246,134 @@ json tool_error(const std::string& text) {
   return {{"content", json::array({{{"type", "text"}, {"text", text}}})}, {"isError", true}};
 }
 
+
+JsonBounds worker_response_bounds(std::int64_t stream_limit_bytes) {
+  JsonBounds r = result_bounds();
+  static_assert(kWorkerEnvelopeDepth + 3 <= kMaxEnvelopeDepth, "the MCP message around a result must stay dumpable");
+  auto stream = static_cast<std::size_t>(std::max<std::int64_t>(0, stream_limit_bytes));
+  r.max_bytes = 2 * kMaxJsonEscapeFactor * (stream + r.max_bytes) + (1u << 20);
+  r.max_depth += kWorkerEnvelopeDepth;
+  r.max_values += 1u << 16;  // the response's own members beside the result (usage, violations, errors)
+  return r;
+}
+
 namespace {
+// The first `max` bytes of `s`, cut on a UTF-8 character boundary.
+std::string head(const std::string& s, std::size_t max) {
+  if (s.size() <= max) return s;
+  std::size_t cut = max;
+  while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xC0) == 0x80) --cut;
+  return s.substr(0, cut);
+}
+
+// Builds the summary DOM itself (a stack of containers, as nlohmann's own SAX DOM builder does),
+// so that a member can be cut while it streams past: a 16 MiB stream never exists here as more
+// than the parser's one token.
+class SummarySax {
+ public:
+  SummarySax(json& root, json& cut, const JsonBounds& b, bool keep_result) : root_(root), cut_(cut), b_(b), keep_result_(keep_result) {}
+
+  bool null() { return value(json(nullptr)); }
+  bool boolean(bool v) { return value(json(v)); }
+  bool number_integer(json::number_integer_t v) { return value(json(v)); }
+  bool number_unsigned(json::number_unsigned_t v) { return value(json(v)); }
+  bool number_float(json::number_float_t v, const json::string_t&) { return value(json(v)); }
+  bool string(json::string_t& v) {
+    if (!skipping() && stack_.size() == 1 && (key_ == "stdout" || key_ == "stderr") && v.size() > kSummaryBytes) {
+      cut_[key_] = v.size();
+      return value(json(head(v, kSummaryBytes)));
+    }
+    if (!skipping() && stack_.size() == 1 && key_ == "result" && !keep_result_ && v.size() > kSummaryBytes) {
+      cut_["result"] = "omitted";
+      return value(json(nullptr));
+    }
+    count_result(v.size());
+    return value(json(std::move(v)));
+  }
+  bool binary(json::binary_t&) { return fail("binary values are not JSON"); }
+  bool start_object(std::size_t) { return open(json::object()); }
+  bool start_array(std::size_t) { return open(json::array()); }
+  bool end_object() { return close(); }
+  bool end_array() { return close(); }
+  bool key(json::string_t& k) {
+    if (depth_ > stack_.size()) return true;  // inside a member being skipped
+    count_result(k.size());
+    key_ = k;
+    return true;
+  }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& ex) {
+    return fail(std::string("not valid JSON: ") + escape_utf8(ex.what()));
+  }
+  const std::string& problem() const { return problem_; }
+
+ private:
+  bool fail(std::string why) {
+    if (problem_.empty()) problem_ = std::move(why);
+    return false;
+  }
+  bool skipping() const { return depth_ > stack_.size(); }
+  // A large result is left out of the summary: from the member on, its events are only counted.
+  void count_result(std::size_t bytes) {
+    if (keep_result_ || skipping() || !in_result_) return;
+    result_bytes_ += bytes + 8;
+    if (result_bytes_ <= kSummaryBytes) return;
+    cut_["result"] = "omitted";
+    stack_.resize(1);
+    (*stack_[0])["result"] = nullptr;
+  }
+  json* place(json v) {
+    if (stack_.empty()) {
+      root_ = std::move(v);
+      return &root_;
+    }
+    json& top = *stack_.back();
+    if (top.is_array()) {
+      top.push_back(std::move(v));
+      return &top.back();
+    }
+    json& slot = top[key_];
+    slot = std::move(v);
+    return &slot;
+  }
+  bool value(json v) {
+    if (++values_ > b_.max_values) return fail("more than " + std::to_string(b_.max_values) + " values");
+    if (stack_.empty() && depth_ == 0) return fail("the response is not a JSON object");
+    if (skipping()) return true;
+    place(std::move(v));
+    return true;
+  }
+  bool open(json v) {
+    if (++values_ > b_.max_values) return fail("more than " + std::to_string(b_.max_values) + " values");
+    if (depth_ >= b_.max_depth) return fail("nested deeper than " + std::to_string(b_.max_depth) + " levels");
+    if (depth_ == 0 && !v.is_object()) return fail("the response is not a JSON object");
+    if (depth_ == 1) in_result_ = key_ == "result";
+    ++depth_;
+    if (depth_ - 1 > stack_.size()) return true;  // inside a skipped member
+    json* slot = place(std::move(v));
+    stack_.push_back(slot);
+    count_result(0);
+    return true;
+  }
+  bool close() {
+    if (depth_ == stack_.size()) stack_.pop_back();
+    --depth_;
+    if (depth_ == 1) in_result_ = false;
+    return true;
+  }
+
+  json& root_;
+  json& cut_;
+  const JsonBounds& b_;
+  bool keep_result_;
+  std::vector<json*> stack_;  // the containers being filled, root first
+  std::size_t depth_ = 0;     // containers open in the text (past stack_.size(): skipped)
+  std::string key_;
+  bool in_result_ = false;
+  std::size_t result_bytes_ = 0;
+  std::size_t values_ = 0;
+  std::string problem_;
+};
+
 json run_meta(const json& response) {
   json m = json::object();
   if (response.contains("run_id") && response["run_id"].is_string()) m["sbx/run_id"] = response["run_id"];
@@ -257,22 +387,42 @@ std::string worker_error_text(const json& response) {
   std::string msg = e.is_object() ? e.value("message", "") : json_excerpt(e);
   return stage.empty() ? msg : stage + ": " + msg;
 }
+
+const char* kCutNote = "cut here: structuredContent holds the full values";
 }  // namespace
 
-json run_code_result(const json& response) {
-  if (!response.is_object()) return tool_error("sbx: the worker's response is not a JSON object");
-  if (response.contains("error") && response["error"].is_object() && !response.contains("status"))
-    return tool_error(worker_error_text(response));
-  json sc = response;
-  json copy = sc;
-  json r = {{"content", json::array({{{"type", "text"}, {"text", dump_json(copy, 2)}}})},
-            {"structuredContent", sc},
-            {"isError", sc.value("status", "") != "ok"},
-            {"_meta", run_meta(response)}};
+ScannedResponse scan_worker_response(std::string_view text, const JsonBounds& bounds, bool keep_result) {
+  ScannedResponse r;
+  if (text.size() > bounds.max_bytes) {
+    r.summary.problem = "larger than " + std::to_string(bounds.max_bytes) + " bytes";
+    return r;
+  }
+  SummarySax sax(r.summary.value, r.cut, bounds, keep_result);
+  if (!json::sax_parse(text, &sax, json::input_format_t::json, /*strict=*/true, /*ignore_comments=*/false)) {
+    r.summary.problem = sax.problem().empty() ? "not valid JSON" : sax.problem();
+    r.summary.value = nullptr;
+    r.cut = json::object();
+  }
   return r;
 }
 
-json pack_result(const json& response, bool wrapped_output) {
+json run_code_result(const json& summary, const json& cut, bool splice) {
+  if (!summary.is_object()) return tool_error("sbx: the worker's response is not a JSON object");
+  if (summary.contains("error") && summary["error"].is_object() && !summary.contains("status"))
+    return tool_error(worker_error_text(summary));
+  json text = summary;
+  if (!cut.empty()) {
+    text["cut"] = cut;
+    text["note"] = kCutNote;
+  }
+  json r = {{"content", json::array({{{"type", "text"}, {"text", dump_json(text, 2)}}})},
+            {"structuredContent", splice || !cut.empty() ? json(kSpliceMarker) : summary},
+            {"isError", summary.value("status", "") != "ok"},
+            {"_meta", run_meta(summary)}};
+  return r;
+}
+
+json pack_result(const json& response, bool wrapped_output, const json& cut) {
   if (!response.is_object()) return tool_error("sbx: the worker's response is not a JSON object");
   if (response.contains("error") && !response.contains("status")) return tool_error(worker_error_text(response));
   std::string status = response.value("status", "");
@@ -283,15 +433,21 @@ json pack_result(const json& response, bool wrapped_output) {
     if (response.contains("errors") && response["errors"].is_array())
       for (auto& e : response["errors"]) text += "\n" + (e.is_string() ? e.get<std::string>() : json_excerpt(e));
     if (response.contains("stderr") && response["stderr"].is_string() && !response["stderr"].get<std::string>().empty())
-      text += "\nstderr:\n" + response["stderr"].get<std::string>();
+      text += (cut.contains("stderr") ? "\nstderr (its first " + std::to_string(kSummaryBytes) + " bytes of " +
+                                            cut["stderr"].dump() + "):\n"
+                                      : std::string("\nstderr:\n")) +
+              response["stderr"].get<std::string>();
     json r = tool_error(text);
     r["_meta"] = meta;
     return r;
   }
   json sc = wrapped_output ? json{{"result", response.value("result", json(nullptr))}} : response.value("result", json(nullptr));
   json copy = sc;
-  return {{"content", json::array({{{"type", "text"}, {"text", dump_json(copy, 2)}}})},
-          {"structuredContent", sc},
+  std::string text = dump_json(copy, 2);
+  if (text.size() > kSummaryBytes)
+    text = "{\"note\": \"the result (" + std::to_string(text.size()) + " bytes of JSON) is in structuredContent\"}";
+  return {{"content", json::array({{{"type", "text"}, {"text", std::move(text)}}})},
+          {"structuredContent", std::move(sc)},
           {"isError", false},
           {"_meta", meta}};
 }

@@ -19,6 +19,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "runtime/base/json_io.hpp"
+#include "runtime/base/json_limits.hpp"
 #include "runtime/typed/pack.hpp"
 
 namespace sbx::mcp {
@@ -96,10 +98,44 @@ nlohmann::json run_code_tool(const std::string& profile);
 // are data, not schemas, and are left alone.
 nlohmann::json reroot_schema(const nlohmann::json& schema, const std::string& pointer);
 
-// Tool results from a worker's response (cli/mcp_cmd.cpp `mcp-worker`). `response` is what the
-// worker printed: an exec response, a pack response, or {"error": {stage, message}}.
-nlohmann::json run_code_result(const nlohmann::json& response);
-nlohmann::json pack_result(const nlohmann::json& response, bool wrapped_output);
+// A worker's response (cli/mcp_cmd.cpp `mcp-worker`): one exec or pack response, whose streams are
+// each at most the profile's output limit (per stream; `stream_limit_bytes`) and whose result was
+// read within result_bounds() (typed_io.hpp), dumped by dump_json. One definition of both its size
+// (the streams and the result, each escaped at worst kMaxJsonEscapeFactor times, plus 1 MiB for
+// the rest) and its depth (the result's bound plus its envelope), so that what a run accepts the
+// server passes through (a result nested kMaxJsonDepth deep included).
+inline constexpr std::size_t kWorkerEnvelopeDepth = 1;  // {"result": <the program's result>}
+// Where a profile sets no output limit: what a worker captures of a stream at most (mcp_cmd.cpp).
+inline constexpr std::int64_t kMaxCapturedStreamBytes = 64LL << 20;
+JsonBounds worker_response_bounds(std::int64_t stream_limit_bytes);
+
+// What a text content block repeats of each stream and of a result, at most: structuredContent
+// carries them in full (the outputSchema's data), the text a summary of it (MCP: a tool with an
+// outputSchema returns structuredContent; the text block is for clients that read only text).
+inline constexpr std::size_t kSummaryBytes = 4096;
+
+// A worker's response read for its summary without holding it as a DOM: every member as it is,
+// except the top-level "stdout" and "stderr" (their first kSummaryBytes, whole characters) and,
+// unless `keep_result`, a "result" that passes kSummaryBytes (null). `cut` names each member cut
+// ({member: its full size in bytes, or "omitted"}). The summary's problem, when the text is not a
+// JSON object within `bounds`.
+struct ScannedResponse {
+  ParsedJson summary;
+  nlohmann::json cut = nlohmann::json::object();
+};
+ScannedResponse scan_worker_response(std::string_view text, const JsonBounds& bounds, bool keep_result);
+
+// Tool results from a worker's response. run_code: `summary` as scan_worker_response made it
+// (or the whole response when nothing was cut), whose text block it becomes; structuredContent is
+// the response itself, which the server splices in from the worker's text (kSpliceMarker stands
+// in its place) unless `splice` is false and nothing was cut (then `summary` is the response).
+// Pack: structuredContent is the pack's result (the summary keeps it whole), the text block its
+// JSON when that is under kSummaryBytes, else a note. Or {"error": {stage, message}}.
+inline constexpr const char* kSpliceMarker = "\x01sbx:structuredContent\x01";
+nlohmann::json run_code_result(const nlohmann::json& summary, const nlohmann::json& cut = nlohmann::json::object(),
+                               bool splice = false);
+nlohmann::json pack_result(const nlohmann::json& response, bool wrapped_output,
+                           const nlohmann::json& cut = nlohmann::json::object());
 // A tool error result with one text block.
 nlohmann::json tool_error(const std::string& text);
 

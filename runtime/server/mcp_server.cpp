@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cstring>
 #include <deque>
+#include <variant>
 
 #include "runtime/typed/exec.hpp"
 #include "runtime/base/json_io.hpp"
@@ -26,10 +27,6 @@ namespace sbx::mcp {
 namespace {
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
-
-// What a worker may print: an exec response holds two captured streams (each at most the
-// profile's output limit) and a result (kMaxResultBytes); far below this.
-constexpr std::size_t kMaxResponseBytes = 256u << 20;
 
 void log_line(const std::string& s) {
   std::string line = "sbx: mcp: " + printable(s) + "\n";
@@ -47,8 +44,11 @@ Status write_all(int fd, const std::string& s) {
 }
 
 // A 2025-03-26 batch: its members' responses go out together, as one array, once all are in.
+// Held as their JSON text (a run_code response is spliced, never a DOM), and counted: a member
+// whose response would take the batch past kQueuedResponseBudget is answered with a tool error.
 struct Batch {
-  json responses = json::array();
+  std::vector<std::string> responses;
+  std::size_t bytes = 0;
   std::size_t pending = 0;  // members still owing a response
 };
 
@@ -83,7 +83,13 @@ class Server {
   void tick(Clock::time_point now);
   void shutdown(const std::string& why);
   void reply(const std::shared_ptr<Batch>& batch, json msg);
+  void reply_line(const std::shared_ptr<Batch>& batch, std::string line);
+  void batch_done(const std::shared_ptr<Batch>& batch);
   void send(json msg);
+  void send_line(std::string_view line);
+  // Bytes written to outbuf_ and not yet to the client.
+  std::size_t unwritten() const { return outbuf_.size() - out_off_; }
+  bool over_budget() const { return unwritten() >= kQueuedResponseBudget; }
   void flush_out();
   json tools() const;
   static json server_info() { return {{"name", "sbx"}, {"version", SBX_VERSION}}; }
@@ -101,9 +107,12 @@ class Server {
   std::map<std::string, Call> calls_;  // by json id text: queued and running
   std::deque<std::string> queue_;
   std::string inbuf_, outbuf_;
-  static constexpr std::size_t kOutHighWater = 64u << 20;
+  // What of outbuf_ the client has been sent: a 100 MB line goes out in pipe-sized writes, and
+  // erasing each from the front would move the rest every time (quadratic).
+  std::size_t out_off_ = 0;
   bool discarding_ = false;  // inside a line that passed kMaxMessageBytes: dropped up to its newline
   bool in_open_ = true, out_ok_ = true, stopping_ = false;
+  Clock::time_point stop_by_;  // stopping: the server leaves, past this, the workers still recording
 };
 
 std::size_t Server::running() const {
@@ -116,29 +125,65 @@ void Server::send(json msg) {
   if (!out_ok_) return;
   // One message per line: dump never emits a raw newline (strings escape it), and strings that
   // are not UTF-8 (program output) are escaped rather than thrown on (json_io.hpp).
-  outbuf_ += dump_json(msg, -1) + "\n";
+  send_line(dump_json(msg, -1));
+}
+
+void Server::send_line(std::string_view line) {
+  if (!out_ok_) return;
+  outbuf_.append(line);
+  outbuf_ += '\n';
   flush_out();
 }
 
 void Server::flush_out() {
-  while (out_ok_ && !outbuf_.empty()) {
-    ssize_t n = ::write(out_, outbuf_.data(), outbuf_.size());
+  while (out_ok_ && unwritten() > 0) {
+    ssize_t n = ::write(out_, outbuf_.data() + out_off_, unwritten());
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;  // poll says when to go on
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;  // poll says when to go on
     if (n < 0) {
       out_ok_ = false;
       outbuf_.clear();
+      out_off_ = 0;
       shutdown(std::string("stdout: ") + std::strerror(errno) + " (the client is gone)");
       return;
     }
-    outbuf_.erase(0, static_cast<std::size_t>(n));
+    out_off_ += static_cast<std::size_t>(n);
+  }
+  // What was sent is dropped once it is all of it, or half of the buffer (amortised: each byte
+  // is moved at most once more).
+  if (out_off_ == outbuf_.size()) {
+    outbuf_.clear();
+    out_off_ = 0;
+    if (outbuf_.capacity() > kQueuedResponseBudget) outbuf_.shrink_to_fit();  // a large line's memory goes back
+  } else if (out_off_ > (1u << 20) && out_off_ > outbuf_.size() / 2) {
+    outbuf_.erase(0, out_off_);
+    out_off_ = 0;
   }
 }
 
 void Server::reply(const std::shared_ptr<Batch>& batch, json msg) {
   if (!batch) return send(std::move(msg));
-  batch->responses.push_back(std::move(msg));
-  if (--batch->pending == 0 && !batch->responses.empty()) send(std::move(batch->responses));
+  reply_line(batch, dump_json(msg, -1));
+}
+
+void Server::reply_line(const std::shared_ptr<Batch>& batch, std::string line) {
+  if (!batch) return send_line(line);
+  batch->bytes += line.size() + 1;
+  batch->responses.push_back(std::move(line));
+  batch_done(batch);
+}
+
+// One member of `batch` answered or dropped: the array goes out once none is owed.
+void Server::batch_done(const std::shared_ptr<Batch>& batch) {
+  if (--batch->pending != 0 || batch->responses.empty()) return;
+  std::string all = "[";
+  for (auto& r : batch->responses) {
+    if (all.size() > 1) all += ',';
+    all += r;
+    r = std::string();
+  }
+  all += ']';
+  send_line(all);
 }
 
 json Server::tools() const {
@@ -168,7 +213,7 @@ void Server::on_line(std::string_view line) {
       if (mi.kind == Incoming::request || (mi.kind == Incoming::bad && !mi.reply.is_null())) ++batch->pending;
       handle(std::move(mi), batch);
     }
-    if (--batch->pending == 0 && !batch->responses.empty()) send(std::move(batch->responses));
+    batch_done(batch);
     return;
   }
   handle(std::move(in), nullptr);
@@ -331,7 +376,7 @@ void Server::cancel(const json& request_id, const std::string& why) {
     std::erase(queue_, key);
     auto batch = c.batch;
     calls_.erase(it);
-    if (batch && --batch->pending == 0 && !batch->responses.empty()) send(std::move(batch->responses));
+    if (batch) batch_done(batch);
     log_line("call " + key + ": " + why + " while queued");
     return;
   }
@@ -347,41 +392,121 @@ void Server::cancel(const json& request_id, const std::string& why) {
   log_line("call " + key + ": " + why + "; killing its sandbox");
 }
 
+// Reads the worker's response (its memfd) straight into `out` after what is there. Returns the
+// response's length, or an error text. The memfd's size is checked first, so nothing larger than
+// the bound is ever read.
+namespace {
+std::variant<std::size_t, std::string> read_response(int fd, std::size_t max_bytes, std::string& out, std::size_t room) {
+  struct stat st{};
+  if (::fstat(fd, &st) != 0) return std::string("cannot stat the worker's response: ") + std::strerror(errno);
+  auto size = static_cast<std::size_t>(st.st_size);
+  if (size > max_bytes)
+    return "the worker's response is larger than " + std::to_string(max_bytes) + " bytes (" + std::to_string(size) + ")";
+  std::size_t base = out.size();
+  out.reserve(base + size + room);
+  out.resize(base + size);
+  for (std::size_t off = 0; off < size;) {
+    ssize_t n = ::pread(fd, out.data() + base + off, size - off, static_cast<off_t>(off));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      out.resize(base);
+      return std::string("cannot read the worker's response: ") + (n < 0 ? std::strerror(errno) : "short read");
+    }
+    off += static_cast<std::size_t>(n);
+  }
+  while (out.size() > base && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
+  return out.size() - base;
+}
+}  // namespace
+
 void Server::finish(const std::string& key) {
   Call& c = calls_.at(key);
   int status = 0;
   while (::waitpid(c.worker->pid, &status, 0) < 0 && errno == EINTR) {
   }
-  std::string text;
-  {
-    int fd = c.worker->response.get();
-    ::lseek(fd, 0, SEEK_SET);
-    auto r = read_bounded_fd(fd, kMaxResponseBytes, "mcp", "the worker's response");
-    if (r) text = std::move(*r);
-  }
-  ParsedJson parsed = parse_json(text, {kMaxResponseBytes});
   std::string how = WIFEXITED(status) ? "exit " + std::to_string(WEXITSTATUS(status))
                                       : "signal " + std::to_string(WIFSIGNALED(status) ? WTERMSIG(status) : 0);
-  std::string run_id = parsed.ok() && parsed.value.is_object() ? parsed.value.value("run_id", json("")).is_string() ? parsed.value.value("run_id", "") : "" : "";
-  log_line("call " + key + " (" + c.tool + "): worker " + std::to_string(c.worker->pid) + " ended (" + how + ")" +
-           (run_id.empty() ? "" : ", run " + run_id) + (c.cancelled ? ", cancelled: no response" : ""));
   auto batch = c.batch;
   json id = c.id;
   bool cancelled = c.cancelled, modern = c.modern, wrapped = c.wrapped_output;
   std::string tool = c.tool;
+  UniqueFd response = std::move(c.worker->response);
+  pid_t pid = c.worker->pid;
   calls_.erase(key);
+  // The response is read where it goes: at the end of the output buffer (or of a batch member's
+  // text), and a run_code response stays the text the worker wrote, spliced in as
+  // structuredContent; only a summary of it becomes a DOM (scan_worker_response). So one response
+  // costs its own size once, whatever its streams hold (a DOM and a re-dump cost it three times).
+  std::string member;  // a batch member's text
+  if (!batch && out_off_ > 0) {  // what was sent goes first: the buffer then holds one copy at most
+    outbuf_.erase(0, out_off_);
+    out_off_ = 0;
+  }
+  std::string& out = batch ? member : outbuf_;
+  std::size_t base = out.size();
+  constexpr std::size_t kEnvelopeRoom = 256u << 10;  // the message around the response: a summary of kSummaryBytes pieces
+  JsonBounds bounds = worker_response_bounds(cfg_.stream_limit_bytes);
+  auto got = read_response(response.get(), bounds.max_bytes, out, kEnvelopeRoom);
+  response.reset();
+  std::string problem = std::holds_alternative<std::string>(got) ? std::get<std::string>(got) : "";
+  std::size_t len = problem.empty() ? std::get<std::size_t>(got) : 0;
+  std::string_view text(out.data() + base, len);
+  ScannedResponse scanned;
+  if (problem.empty() && len > 0) {
+    scanned = scan_worker_response(text, bounds, tool != "run_code");
+    if (!scanned.summary.ok()) problem = scanned.summary.describe();
+  }
+  const json& summary = scanned.summary.value;
+  std::string run_id = summary.is_object() && summary.value("run_id", json("")).is_string() ? summary.value("run_id", "") : "";
+  log_line("call " + key + " (" + tool + "): worker " + std::to_string(pid) + " ended (" + how + ")" +
+           (run_id.empty() ? "" : ", run " + run_id) + (cancelled ? ", cancelled: no response" : ""));
   if (cancelled) {
     // The spec: after notifications/cancelled, no response for that request.
-    if (batch && --batch->pending == 0 && !batch->responses.empty()) send(std::move(batch->responses));
+    out.resize(base);
+    if (batch) batch_done(batch);
+    return pump();
+  }
+  json r;
+  bool splice = false;
+  if (!problem.empty() || len == 0)
+    r = tool_error("sbx: the sandbox worker ended (" + how + ") without a response" + (problem.empty() ? std::string() : ": " + problem));
+  else if (tool == "run_code") {
+    r = run_code_result(summary, scanned.cut, true);
+    splice = r.contains("structuredContent");
+  } else
+    r = pack_result(summary, wrapped, scanned.cut);
+  if (modern) mark_modern(r);
+  json msg = result_response(id, std::move(r));
+  std::string envelope = dump_json(msg, -1);
+  std::string marker = json(kSpliceMarker).dump();
+  // The last occurrence: structuredContent is the result's last member (keys are sorted) and the
+  // result the message's; the summary text before it holds the marker, if at all, escaped again.
+  std::size_t at = splice ? envelope.rfind(marker) : std::string::npos;
+  if (at == std::string::npos) {
+    out.resize(base);
+    out += envelope;
   } else {
-    json r;
-    if (!parsed.ok() || text.empty())
-      r = tool_error("sbx: the sandbox worker ended (" + how + ") without a response" +
-                     (text.empty() ? std::string() : ": " + parsed.describe()));
-    else
-      r = tool == "run_code" ? run_code_result(parsed.value) : pack_result(parsed.value, wrapped);
-    if (modern) mark_modern(r);
-    reply(batch, result_response(id, std::move(r)));
+    out.resize(base + len);
+    out.insert(base, envelope, 0, at);  // within the room reserved: no second copy
+    out.append(envelope, at + marker.size());
+  }
+  if (batch && batch->bytes + out.size() > kQueuedResponseBudget) {
+    // A batch's members are held until all are in: past the budget, this one is refused.
+    std::size_t size = out.size();
+    out.clear();
+    out.shrink_to_fit();
+    json e = tool_error("sbx: this call's response (" + std::to_string(size) + " bytes) does not fit in a batch's " +
+                        std::to_string(kQueuedResponseBudget) + " bytes; call it outside a batch");
+    if (modern) mark_modern(e);
+    reply(batch, result_response(id, std::move(e)));
+  } else if (batch) {
+    reply_line(batch, std::move(member));
+  } else if (!out_ok_) {
+    outbuf_.clear();  // the client is gone: nothing more is written
+    out_off_ = 0;
+  } else {
+    outbuf_ += '\n';
+    flush_out();
   }
   pump();
 }
@@ -389,11 +514,16 @@ void Server::finish(const std::string& key) {
 void Server::tick(Clock::time_point now) {
   for (auto& [key, c] : calls_) {
     if (c.kill_armed && now >= c.kill_at && c.worker) {
-      log_line("call " + key + ": worker " + std::to_string(c.worker->pid) + " still running; killing it");
-      raw::pidfd_send_signal(c.worker->pidfd.get(), SIGKILL);
+      // Not killed: the worker has killed its sandbox (the second signal) and is recording the
+      // run; under load that can take longer than kill_wait_ms (a sandbox still being built, the
+      // ledger's lock), and a SIGKILL then would leave a started call without a record. Every
+      // step of the worker is bounded by its own limits (timeout, the ledger lock's wait).
+      log_line("call " + key + ": worker " + std::to_string(c.worker->pid) + " still running " +
+               std::to_string(cfg_.kill_wait_ms) + " ms after its cancellation; waiting for its record");
       c.kill_armed = false;
     }
-    if (c.progress_token.is_null() || c.cancelled || stopping_ || now < c.next_progress) continue;
+    // A progress notification is advisory: none is queued for a client that is not reading.
+    if (c.progress_token.is_null() || c.cancelled || stopping_ || now < c.next_progress || over_budget()) continue;
     c.next_progress = now + std::chrono::milliseconds(cfg_.progress_interval_ms);
     ++c.progress;
     auto secs = std::chrono::duration_cast<std::chrono::seconds>(now - c.arrived).count();
@@ -408,6 +538,7 @@ void Server::shutdown(const std::string& why) {
   if (stopping_) return;
   stopping_ = true;
   in_open_ = false;
+  stop_by_ = Clock::now() + std::chrono::milliseconds(cfg_.kill_wait_ms);
   log_line("shutting down: " + why + "; " + std::to_string(running()) + " running, " + std::to_string(queue_.size()) +
            " queued");
   for (auto& key : queue_) calls_.erase(key);
@@ -436,15 +567,22 @@ int Server::run() {
   std::vector<char> buf(1u << 20);
   for (;;) {
     if (stopping_ && calls_.empty()) break;
+    if (stopping_ && Clock::now() >= stop_by_) {
+      // Each one left is cancelled and records its run by itself (its parent-death signal is
+      // SIGTERM, which it already had): leaving it is how its record is kept.
+      log_line("leaving " + std::to_string(running()) + " cancelled workers to finish their records");
+      break;
+    }
     std::vector<pollfd> fds;
     fds.push_back({sfd.get(), POLLIN, 0});
     // A client that sends and never reads would grow the unsent responses without bound: past
-    // kOutHighWater its requests wait in the pipe (back-pressure) until it reads.
-    fds.push_back({in_open_ && outbuf_.size() < kOutHighWater ? in_ : -1, POLLIN, 0});
-    fds.push_back({out_ok_ && !outbuf_.empty() ? out_ : -1, POLLOUT, 0});
+    // kQueuedResponseBudget its requests wait in the pipe (back-pressure) and finished calls wait
+    // with their responses in their memfds (their pidfds are not polled) until it reads.
+    fds.push_back({in_open_ && !over_budget() ? in_ : -1, POLLIN, 0});
+    fds.push_back({out_ok_ && unwritten() > 0 ? out_ : -1, POLLOUT, 0});
     std::vector<std::string> keys;
     for (auto& [k, c] : calls_)
-      if (c.worker) {
+      if (c.worker && !over_budget()) {
         fds.push_back({c.worker->pidfd.get(), POLLIN, 0});
         keys.push_back(k);
       }
@@ -452,6 +590,7 @@ int Server::run() {
     auto next = Clock::time_point::max();
     for (auto& [k, c] : calls_) {
       if (c.kill_armed) next = std::min(next, c.kill_at);
+      if (stopping_) next = std::min(next, stop_by_);
       if (!c.progress_token.is_null() && !c.cancelled && !stopping_) next = std::min(next, c.next_progress);
     }
     int timeout = -1;
@@ -502,15 +641,16 @@ int Server::run() {
       }
     }
     if (n > 0 && (fds[2].revents & (POLLOUT | POLLERR | POLLHUP))) flush_out();
-    for (std::size_t i = 0; n > 0 && i < keys.size(); ++i)
+    // One response at a time, each only while the budget allows (finish may have filled it).
+    for (std::size_t i = 0; n > 0 && i < keys.size() && !over_budget(); ++i)
       if (fds[3 + i].revents & POLLIN) finish(keys[i]);
     tick(Clock::now());
     if (!stopping_) launcher_.tick();
   }
   // Whatever is still buffered goes out if the client still reads; never wait on it for long.
-  if (out_ok_ && !outbuf_.empty()) {
+  if (out_ok_ && unwritten() > 0) {
     pollfd p{out_, POLLOUT, 0};
-    for (int i = 0; i < 10 && out_ok_ && !outbuf_.empty() && ::poll(&p, 1, 100) > 0; ++i) flush_out();
+    for (int i = 0; i < 10 && out_ok_ && unwritten() > 0 && ::poll(&p, 1, 100) > 0; ++i) flush_out();
   }
   log_line("stopped: no call left running");
   return 0;

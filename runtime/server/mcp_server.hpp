@@ -13,8 +13,9 @@
 // Cancellation (notifications/cancelled, stdin EOF, a signal to the server) sends the worker two
 // different forwarded signals: the first is forwarded into the sandbox, the second makes the
 // supervisor kill the sandbox at once (supervisor.cpp, on_signal), and the worker still writes the
-// run's record. A worker that has not exited kill_wait_ms later is killed (its sandbox's init dies
-// with it: PR_SET_PDEATHSIG in child.cpp).
+// run's record. A worker is never killed once it holds a call: one still running kill_wait_ms later
+// is logged and waited for (under load, killing it there left a started call without a record),
+// and a server that is shutting down leaves such workers to finish their records by themselves.
 #include <sys/types.h>
 
 #include <map>
@@ -80,7 +81,16 @@ struct ServerConfig {
   int progress_interval_ms = 1000;
   int kill_wait_ms = 10000;
   std::string instructions;
+  // The profile's output limit per stream (kMaxCapturedStreamBytes when it sets none): what a
+  // worker's response may hold, hence the largest one the server reads (worker_response_bounds).
+  std::int64_t stream_limit_bytes = kMaxCapturedStreamBytes;
 };
+
+// Responses written but not yet read by the client, in bytes: past this the server takes no call's
+// response from its worker (it waits, finished, its response in its memfd), sends no progress
+// notification and reads no request, until the client reads. So the server holds at most this
+// plus one response, whatever the client does (man/sbx.1, "sbx mcp").
+inline constexpr std::size_t kQueuedResponseBudget = 64u << 20;
 
 // Serves until stdin reaches EOF, stdout breaks, or SIGINT/SIGTERM/SIGHUP arrives (blocked by the
 // caller: main.cpp blocks them first thing), then cancels every call, waits for every worker, and

@@ -11,6 +11,7 @@
 #include "runtime/base/doc_reader.hpp"
 #include "runtime/image/artifact_export.hpp"
 #include "runtime/typed/pack.hpp"
+#include "runtime/launch/call_files.hpp"
 #include "runtime/launch/preflight.hpp"
 #include "runtime/linux/events.hpp"
 #include "runtime/model/profile.hpp"
@@ -75,10 +76,13 @@ Result<ExecRequest> parse_exec_request(const json& rq) {
   if (r.contains("files")) {
     DocReader f = r.member("files");
     SBX_TRY(f.check_object("'files' must be an object {relative path: content}"));
+    // One rule for a cold and a pooled call (pool_job.hpp): both accept and refuse alike.
+    if (rq["files"].size() > kMaxRequestFiles)
+      return f.fail("'files' has " + std::to_string(rq["files"].size()) + " entries; at most " +
+                    std::to_string(kMaxRequestFiles) + " are allowed");
     for (auto& [path, content] : rq["files"].items()) {
-      bool ok = !path.empty() && path[0] != '/' && path.find("..") == std::string::npos && path.find("//") == std::string::npos &&
-                path.back() != '/';
-      if (!ok) return f.fail_key(path, "'" + path + "' must be a relative path without '..'");
+      if (!plain_relative_path(path))
+        return f.fail_key(path, "'" + path + "' must be a relative path of plain names (no '', '.' or '..' component)");
       if (path == std::string("main.") + lang->ext) return f.fail_key(path, "'" + path + "' would replace the code itself");
       if (!content.is_string()) return f.fail_key(path, "'" + path + "' must map to a string");
       files.push_back({path, content.get<std::string>()});

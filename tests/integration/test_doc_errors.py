@@ -26,6 +26,17 @@ class DocErrorTest(SbxTestCase):
         self.assertExit(r, 125)
         return json.loads(r.out)["error"]["message"]
 
+    def test_a_repeated_member_name_is_refused_in_an_exec_request(self):
+        """Issue 30: duplicate keys were accepted, the last one winning: {"code": "safe", "code":
+        "other"} ran "other" while a reader keeping the first saw "safe". Now refused, by pointer."""
+        r = sbx(["exec"], input=b'{"language": "sh", "code": "echo safe", "code": "echo other"}')
+        self.assertExit(r, 125)
+        self.assertNotIn("other", r.out.split('"message"')[0])
+        self.assertIn('/code: duplicate member name "code"', json.loads(r.out)["error"]["message"])
+        r = sbx(["exec"], input=b'{"language": "sh", "code": "echo $(cat /in/input.json)", "inputs": {"a": 1, "a": 2}}')
+        self.assertExit(r, 125)
+        self.assertIn('/inputs/a: duplicate member name "a"', json.loads(r.out)["error"]["message"])
+
     def test_exec_request_errors_name_the_member(self):
         """Before DocReader the exec request's errors said what but not where ("exec request:
         unknown key 'extra'"); each now carries the JSON pointer of the member at fault."""
@@ -35,7 +46,7 @@ class DocErrorTest(SbxTestCase):
         self.assertTrue(self.exec_error({"code": ""}).startswith("exec request: /language: "))
         self.assertTrue(self.exec_error({"language": "sh"}).startswith("exec request: /code: "))
         self.assertEqual(self.exec_error({"language": "sh", "code": "", "files": {"a/../x": ""}}),
-                         "exec request: /files/a~1..~1x: 'a/../x' must be a relative path without '..'")
+                         "exec request: /files/a~1..~1x: 'a/../x' must be a relative path of plain names (no '', '.' or '..' component)")
         self.assertEqual(self.exec_error({"language": "sh", "code": "", "files": {"main.sh": ""}}),
                          "exec request: /files/main.sh: 'main.sh' would replace the code itself")
         self.assertIn("exec request: /limits/bogus: unknown limit",

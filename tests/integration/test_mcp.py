@@ -5,6 +5,7 @@ Runs as root and rootless."""
 import json
 import os
 import select
+import signal
 import subprocess
 import time
 import uuid
@@ -420,6 +421,161 @@ class McpCase(SbxTestCase):
         s.p.terminate()
         self.assertEqual(s.p.wait(timeout=scaled(20)), 0, s.stderr())
         self.assertEqual(self.marker_procs(marker), [])
+
+    # --- issue 30 -----------------------------------------------------------------------------
+
+    def vm_hwm_kib(self, pid):
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+        return 0
+
+    def test_a_client_that_does_not_read_cannot_grow_the_server(self):
+        """Issue 30 #4: one run_code printing 16 MiB on each stream was a 436 MB response line
+        (escaped, and twice: structuredContent and text); three unread ones took the server to
+        1.6 GiB. Now a response is the worker's text spliced in once, the text block a summary, and
+        past kQueuedResponseBudget (64 MiB) unwritten the server takes no further response."""
+        s = self.server(["--pool", "0", "--max-concurrent", "4"])
+        code = ("import os, sys\n"
+                "sys.stdout.buffer.write(os.urandom(16 << 20)); sys.stdout.flush()\n"
+                "sys.stderr.buffer.write(os.urandom(16 << 20)); sys.stderr.flush()\n")
+        n = 4
+        ids = [s.start("tools/call", {"name": "run_code", "arguments": {"language": "python", "code": code}}) for _ in range(n)]
+        # The client reads nothing until every call's program has ended (each worker exited,
+        # reaped or waiting to be) and the server has had time to take what it would.
+        def stat(pid):
+            try:
+                with open(f"/proc/{pid}/stat", "rb") as f:
+                    return f.read().rsplit(b") ", 1)[1].split()
+            except OSError:
+                return [b"Z"] + [b"0"] * 20
+
+        deadline, quiet, last = time.monotonic() + scaled(180), 0, None
+        while time.monotonic() < deadline and s.p.poll() is None:
+            started = s.stderr().count("started worker")
+            live = [k for k in descendants(s.p.pid) if stat(k)[0] != b"Z"]
+            cpu = stat(s.p.pid)[11:13]  # utime, stime: the server still working on responses
+            quiet = quiet + 1 if (started == n and not live and cpu == last) else 0
+            last = cpu
+            if quiet >= 4:
+                break
+            time.sleep(0.5)
+        hwm = self.vm_hwm_kib(s.p.pid)
+        note(f"mcp: {n} unread run_code calls of 2 x 16 MiB random bytes: server VmHWM {hwm // 1024} MiB")
+        # The bound: the queued budget (64 MiB), one response of this size (~170 MB: 32 MiB of
+        # random bytes, each invalid one escaped as \\xHH), its summary and the server itself.
+        self.assertLess(hwm, 400 * 1024, f"server peak RSS {hwm} KiB; stderr:\n{s.stderr()[-2000:]}")
+        # Now a client that reads (in large chunks: the lines are ~170 MB each).
+        buf, got = bytearray(s.buf), {}
+        deadline = time.monotonic() + scaled(300)
+        while len(got) < n:
+            nl = buf.find(b"\n")
+            if nl >= 0:
+                m = json.loads(bytes(buf[:nl]))
+                del buf[:nl + 1]
+                if "id" in m:
+                    got[m["id"]] = m
+                continue
+            self.assertLess(time.monotonic(), deadline, s.stderr()[-2000:])
+            r, _, _ = select.select([s.p.stdout], [], [], 5)
+            if r:
+                chunk = os.read(s.p.stdout.fileno(), 64 << 20)
+                self.assertTrue(chunk, s.stderr()[-2000:])
+                buf += chunk
+        s.buf = bytes(buf)
+        for id in ids:
+            r = got[id]["result"]
+            sc = r["structuredContent"]
+            self.assertIn(sc["status"], ("ok", "output_limit"), sc.get("error"))
+            self.assertGreaterEqual(len(sc["stdout"]), 16 << 20)
+            # The text block is a summary: the streams are not carried twice.
+            self.assertLess(len(r["content"][0]["text"]), 64 << 10)
+            summary = json.loads(r["content"][0]["text"])
+            self.assertEqual(summary["run_id"], sc["run_id"])
+            self.assertIn("stdout", summary["cut"])
+
+    def test_a_result_nested_as_deep_as_a_run_accepts_reaches_the_client(self):
+        """Issue 30: a valid result.json nested 128 deep (kMaxJsonDepth, what a run accepts) was
+        dropped by the server, which read the worker's response one level short."""
+        s = self.server(["--pool", "0"])
+        code = "d = 128\nopen('/out/result.json', 'w').write('[' * d + ']' * d)\n"
+        r = self.call(s, "run_code", {"language": "python", "code": code})["result"]
+        self.assertFalse(r["isError"], json.dumps(r)[:2000])
+        v, depth = r["structuredContent"]["result"], 0
+        while isinstance(v, list):
+            depth += 1
+            v = v[0] if v else None
+        self.assertEqual(depth, 128)
+        code = "d = 129\nopen('/out/result.json', 'w').write('[' * d + ']' * d)\n"
+        r = self.call(s, "run_code", {"language": "python", "code": code})["result"]
+        self.assertEqual(r["structuredContent"]["status"], "output_invalid", json.dumps(r)[:2000])
+
+    def test_a_message_with_a_repeated_member_name_is_a_parse_error(self):
+        """Issue 30: duplicate JSON keys were accepted (last wins)."""
+        s = self.server()
+        s.send_raw(b'{"jsonrpc": "2.0", "id": 7, "method": "ping", "method": "tools/list"}\n')
+        m = s.read()
+        self.assertIn("error", m, "a message with a repeated member name was served")
+        self.assertEqual(m["error"]["code"], -32700, m)
+        self.assertIn('/method: duplicate member name "method"', m["error"]["message"])
+        r = self.call(s, "run_code", {"language": "sh", "code": "echo fine"})["result"]
+        self.assertEqual(r["structuredContent"]["stdout"], "fine\n")
+
+    def test_a_cancelled_call_whose_worker_is_slow_still_leaves_its_record(self):
+        """Issue 30 #16: a cancelled call's worker still running kill_wait_ms (10 s) later was
+        SIGKILLed, and its run left no record (1 of 145 under load). The worker is stopped here for
+        longer than that, as load would slow it; the run must still be recorded."""
+        s = self.server(["--pool", "0"])
+        marker = "4%d.5" % (uuid.uuid4().int % 10**8)
+        id = s.start("tools/call", {"name": "run_code", "arguments": {"language": "sh", "code": f"sleep {marker}"}})
+        self.wait_marker(marker, True, 20)
+        import re
+        worker = int(re.search(r"started worker (\d+)", s.stderr()).group(1))
+        os.kill(worker, signal.SIGSTOP)
+        try:
+            s.notify("notifications/cancelled", {"requestId": id, "reason": "test"})
+            time.sleep(11.5)  # past the server's kill_wait_ms
+        finally:
+            try:
+                os.kill(worker, signal.SIGCONT)
+            except ProcessLookupError:
+                pass  # killed meanwhile: what this test is about
+        deadline = time.monotonic() + scaled(20)
+        while "cancelled: no response" not in s.stderr() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        recs = [e["record"] for e in ledger_lines(s.state)]
+        self.assertEqual(len(recs), 1, s.stderr())
+        self.assertIn("waiting for its record", s.stderr())
+
+    def test_every_started_call_has_a_record_whatever_the_moment_of_its_cancellation(self):
+        """Issue 30 #16: calls cancelled at random moments (queued, starting, running, ending);
+        each one that started a worker has a record. Bounded: 24 calls, then the server is closed."""
+        import random
+        rnd = random.Random(30)
+        s = self.server(["--max-concurrent", "3"])
+        pending = []
+        for i in range(24):
+            id = s.start("tools/call", {"name": "run_code", "arguments": {"language": "sh", "code": "sleep 0.%d; echo %d" % (rnd.randrange(4), i)}})
+            pending.append((time.monotonic() + rnd.uniform(0, 0.6), id))
+            time.sleep(rnd.uniform(0, 0.1))
+            for at, cid in [p for p in pending if p[0] <= time.monotonic()]:
+                s.notify("notifications/cancelled", {"requestId": cid})
+                pending.remove((at, cid))
+        for at, cid in pending:
+            time.sleep(max(0, at - time.monotonic()))
+            s.notify("notifications/cancelled", {"requestId": cid})
+        time.sleep(1)
+        s.p.stdin.close()
+        self.assertEqual(s.p.wait(timeout=scaled(60)), 0, s.stderr())
+        import re
+        started = set(re.findall(r"call (\d+) \(run_code\): started worker", s.stderr()))
+        deadline = time.monotonic() + scaled(30)  # workers the server left finish their records
+        while len(ledger_lines(s.state)) < len(started) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        recs = ledger_lines(s.state)
+        note(f"mcp: 24 calls cancelled at random moments: {len(started)} started, {len(recs)} records")
+        self.assertEqual(len(recs), len(started), s.stderr())
 
     def test_bad_server_flags_are_usage_errors(self):
         r = sbx(["mcp", "--packs", self.path("nope")])

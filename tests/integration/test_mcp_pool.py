@@ -64,6 +64,30 @@ class McpPoolCase(SbxTestCase):
         self.assertFalse(r["isError"], r)
         return r["structuredContent"]
 
+    def test_pooled_and_cold_calls_accept_and_refuse_the_same_files(self):
+        """Issue 30: 5,000 `files` ran cold but were a setup_error pooled; "a/./b" the other way
+        round. One rule (plain_relative_path, kMaxRequestFiles) now checks both, at the request."""
+        many = {f"f{i}": "" for i in range(5000)}
+        cases = [({"a/./b": "x"}, "plain names"), (many, "at most 4096"), ({"a..b/c": "y"}, None)]
+        outcomes = {}
+        for pool in (0, 1):
+            s = self.server(["--pool", str(pool)])
+            if pool:
+                self.wait_pool(s, 1)
+            for i, (files, refused) in enumerate(cases):
+                r = self.call(s, "run_code", {"language": "sh", "code": "cat /code/a..b/c 2>/dev/null; echo", "files": files})["result"]
+                text = r["content"][0]["text"]
+                outcomes.setdefault(i, []).append((r["isError"], r.get("structuredContent", {}).get("status")))
+                if refused:
+                    self.assertTrue(r["isError"], text[:500])
+                    self.assertIn(refused, text)
+                    self.assertNotIn("structuredContent", r)  # refused before any sandbox, both ways
+                else:
+                    self.assertFalse(r["isError"], text[:2000])
+                    self.assertEqual(r["structuredContent"]["stdout"], "y\n")
+        for i, got in outcomes.items():
+            self.assertEqual(got[0], got[1], f"case {i}: cold {got[0]}, pooled {got[1]}")
+
     def test_nothing_of_one_pooled_call_is_seen_by_the_next(self):
         s = self.server(["--pool", "2", "--max-concurrent", "1"])
         self.wait_pool(s, 2)

@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "runtime/launch/call_files.hpp"
 #include "runtime/typed/exec.hpp"
 
 using nlohmann::json;
@@ -33,8 +34,26 @@ TEST_CASE("exec request: malformed requests are usage errors naming what is wron
   CHECK(msg("[]").find("must be a JSON object") != std::string::npos);
   CHECK(msg(R"({"language": "ruby", "code": ""})").find("not supported") != std::string::npos);
   CHECK(msg(R"({"language": "sh"})").find("'code' is required") != std::string::npos);
-  CHECK(msg(R"({"language": "sh", "code": "", "files": {"../x": ""}})").find("without '..'") != std::string::npos);
+  CHECK(msg(R"({"language": "sh", "code": "", "files": {"../x": ""}})").find("no '', '.' or '..' component") != std::string::npos);
   CHECK(msg(R"({"language": "sh", "code": "", "files": {"main.sh": ""}})").find("replace the code") != std::string::npos);
   CHECK(msg(R"({"language": "sh", "code": "", "limits": {"bogus": 1}})").find("/limits/bogus") != std::string::npos);
   CHECK(msg(R"({"language": "sh", "code": "", "extra": 1})").find("unknown key 'extra'") != std::string::npos);
+}
+
+TEST_CASE("exec request: files are checked by the rule a pooled call is (issue 30: a/./b, 5,000 files)") {
+  auto r = parse_exec_request(json::parse(R"({"language": "sh", "code": "", "files": {"a/./b": ""}})"));
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.error().message.find("/files/a~1.~1b: 'a/./b' must be a relative path of plain names") != std::string::npos);
+  json many = {{"language", "sh"}, {"code", ""}, {"files", json::object()}};
+  for (std::size_t i = 0; i < sbx::kMaxRequestFiles; ++i) {
+    std::string name = std::to_string(i);
+    name.insert(0, 1, 'f');
+    many["files"][name] = "";
+  }
+  CHECK(parse_exec_request(many).ok());
+  many["files"]["one-more"] = "";
+  auto over = parse_exec_request(many);
+  REQUIRE_FALSE(over.ok());
+  CHECK(over.error().message.find("at most 4096") != std::string::npos);
+  CHECK(parse_exec_request(json::parse(R"({"language": "sh", "code": "", "files": {"a..b/c": ""}})")).ok());
 }

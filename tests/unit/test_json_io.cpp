@@ -308,32 +308,38 @@ TEST_CASE("pack manifests: malformed shapes are problems with pointers, never a 
   t.write("in.json", "{}");
   t.write("deep.json", nested(5000));
   const std::string base = R"("name":"p","version":"1","entrypoint":["/bin/sh"],"input_schema":"in.json","output_schema":"in.json")";
+  // A member of the base replaced, not repeated: a repeated name is refused first (parse_json).
+  auto over = [&](const std::string& members) {
+    nlohmann::json m = nlohmann::json::parse("{" + base + "}");
+    m.update(nlohmann::json::parse(members));
+    return m.dump();
+  };
   struct Case {
     std::string text;
     std::string pointer;
     std::string file = "pack.json";
   };
   const std::vector<Case> cases = {
-      {"{" + base + R"(,"name":5})", "/name"},
-      {"{" + base + R"(,"entrypoint":[1]})", "/entrypoint/0"},
-      {"{" + base + R"(,"entrypoint":"sh"})", "/entrypoint"},
-      {"{" + base + R"(,"context":[{"name":1,"path":"/c"}]})", "/context/0/name"},
-      {"{" + base + R"(,"context":[{"name":"c","path":[]}]})", "/context/0/path"},
-      {"{" + base + R"(,"context":[{"name":"c","path":"/c","required":"no"}]})", "/context/0/required"},
-      {"{" + base + R"(,"context":{}})", "/context"},
-      {"{" + base + R"(,"secrets":[{"name":"S","delivery":5}]})", "/secrets/0/delivery"},
-      {"{" + base + R"(,"secrets":[7]})", "/secrets/0"},
-      {"{" + base + R"(,"limits":{"timeout":[]}})", "/limits/timeout"},
-      {"{" + base + R"(,"limits":{"memory":-1}})", "/limits/memory"},
-      {"{" + base + R"(,"limits":{"pids":1e40}})", "/limits/pids"},
-      {"{" + base + R"(,"limits":"10s"})", "/limits"},
-      {"{" + base + R"(,"network":{"mode":5}})", "/network/mode"},
-      {"{" + base + R"(,"network":[]})", "/network"},
-      {"{" + base + R"(,"input_schema":5})", "/input_schema"},
-      {"{" + base + R"(,"image":7})", "/image"},
-      {"{" + base + R"(,"context":[{"name":"c","path":"/ctx\u0000/../pack"}]})", "/context/0/path"},
-      {"{" + base + R"(,"input_schema":"in.json\u0000x"})", "/input_schema"},
-      {"{" + base + R"(,"output_schema":"deep.json"})", repeat("/0", kMaxJsonDepth), "deep.json"},
+      {over(R"({"name":5})"), "/name"},
+      {over(R"({"entrypoint":[1]})"), "/entrypoint/0"},
+      {over(R"({"entrypoint":"sh"})"), "/entrypoint"},
+      {over(R"({"context":[{"name":1,"path":"/c"}]})"), "/context/0/name"},
+      {over(R"({"context":[{"name":"c","path":[]}]})"), "/context/0/path"},
+      {over(R"({"context":[{"name":"c","path":"/c","required":"no"}]})"), "/context/0/required"},
+      {over(R"({"context":{}})"), "/context"},
+      {over(R"({"secrets":[{"name":"S","delivery":5}]})"), "/secrets/0/delivery"},
+      {over(R"({"secrets":[7]})"), "/secrets/0"},
+      {over(R"({"limits":{"timeout":[]}})"), "/limits/timeout"},
+      {over(R"({"limits":{"memory":-1}})"), "/limits/memory"},
+      {over(R"({"limits":{"pids":1e40}})"), "/limits/pids"},
+      {over(R"({"limits":"10s"})"), "/limits"},
+      {over(R"({"network":{"mode":5}})"), "/network/mode"},
+      {over(R"({"network":[]})"), "/network"},
+      {over(R"({"input_schema":5})"), "/input_schema"},
+      {over(R"({"image":7})"), "/image"},
+      {over(R"({"context":[{"name":"c","path":"/ctx\u0000/../pack"}]})"), "/context/0/path"},
+      {over(R"({"input_schema":"in.json\u0000x"})"), "/input_schema"},
+      {over(R"({"output_schema":"deep.json"})"), repeat("/0", kMaxJsonDepth), "deep.json"},
       {nested(100000), repeat("/0", kMaxJsonDepth)},
       {"[]", ""},
   };
@@ -480,4 +486,29 @@ TEST_CASE("pack manifests: every member times every hostile value is accepted or
   }
   MESSAGE(n << " hostile manifests, " << rejected << " rejected cleanly");
   CHECK(rejected > n / 2);
+}
+
+TEST_CASE("parse_json: a member name repeated in one object is refused, named by its pointer") {
+  // nlohmann keeps the last, other readers the first: one document, two meanings (issue 30).
+  auto dup = parse_json(R"({"a": 1, "b": {"c": 1, "c": 2}})", {1u << 20});
+  REQUIRE_FALSE(dup.ok());
+  CHECK(dup.pointer == "/b/c");
+  CHECK(dup.problem == R"(duplicate member name "c")");
+  CHECK(dup.describe() == R"(/b/c: duplicate member name "c")");
+  auto top = parse_json(R"({"language": "sh", "language": "python"})", {1u << 20});
+  REQUIRE_FALSE(top.ok());
+  CHECK(top.pointer == "/language");
+  // The same name in sibling objects, or in an object and its child, is no repeat.
+  CHECK(parse_json(R"([{"a": 1}, {"a": 2}, {"a": {"a": 3}}])", {1u << 20}).ok());
+  auto in_array = parse_json(R"([{"x": 0}, {"k": 1, "k": 1}])", {1u << 20});
+  REQUIRE_FALSE(in_array.ok());
+  CHECK(in_array.pointer == "/1/k");
+  // Through parse_json_doc (profiles, pack.json, requests, records): the error names the document.
+  auto doc = parse_json_doc(R"({"limits": {}, "limits": {}})", {1u << 20}, "profile", "profile x.json");
+  REQUIRE_FALSE(doc.ok());
+  CHECK(doc.error().message == R"(profile x.json: /limits: duplicate member name "limits")");
+  // A name that is not UTF-8 is named escaped; the message stays printable.
+  auto raw = parse_json("{\"\\u00e9\": 1, \"\\u00e9\": 2}", {1u << 20});
+  REQUIRE_FALSE(raw.ok());
+  CHECK(raw.problem.find("duplicate member name") == 0);
 }

@@ -5,6 +5,7 @@
 
 #include "runtime/server/mcp_protocol.hpp"
 #include "runtime/typed/schema_validate.hpp"
+#include "runtime/typed/typed_io.hpp"
 
 using nlohmann::json;
 namespace mcp = sbx::mcp;
@@ -137,4 +138,52 @@ TEST_CASE("mcp: tool results: ok is structuredContent plus its text; failures ar
   r = mcp::run_code_result({{"error", {{"stage", "usage"}, {"message", "limit above the profile"}}}});
   CHECK(r["isError"] == true);
   CHECK(r["content"][0]["text"] == "usage: limit above the profile");
+}
+
+TEST_CASE("mcp: a worker's response is summarised without holding its streams, and passes what the run accepted") {
+  std::string big(100000, 'x');
+  json resp = {{"run_id", "r4"}, {"status", "ok"}, {"stdout", big}, {"stderr", "e"}, {"result", {{"k", big}}}};
+  std::string text = resp.dump();
+  auto bounds = mcp::worker_response_bounds(1 << 20);
+  auto s = mcp::scan_worker_response(text, bounds, /*keep_result=*/false);
+  REQUIRE(s.summary.ok());
+  CHECK(s.summary.value["stdout"].get<std::string>().size() == mcp::kSummaryBytes);
+  CHECK(s.summary.value["stderr"] == "e");
+  CHECK(s.summary.value["result"].is_null());
+  CHECK(s.cut == json{{"stdout", 100000}, {"result", "omitted"}});
+  json r = mcp::run_code_result(s.summary.value, s.cut, true);
+  CHECK(r["structuredContent"] == mcp::kSpliceMarker);  // the server splices the worker's text in
+  std::string t = r["content"][0]["text"];
+  CHECK(t.size() < 3 * mcp::kSummaryBytes);  // a summary, not a second copy of the streams
+  CHECK(json::parse(t)["cut"]["stdout"] == 100000);
+  CHECK(r["isError"] == false);
+  CHECK(r["_meta"]["sbx/run_id"] == "r4");
+  // A pack's result is its structuredContent: kept whole; only the streams are cut.
+  auto p = mcp::scan_worker_response(text, bounds, /*keep_result=*/true);
+  REQUIRE(p.summary.ok());
+  CHECK(p.summary.value["result"]["k"] == big);
+  CHECK(p.cut == json{{"stdout", 100000}});
+  json pr = mcp::pack_result(p.summary.value, false, p.cut);
+  CHECK(pr["structuredContent"]["k"] == big);
+  CHECK(pr["content"][0]["text"].get<std::string>().size() < mcp::kSummaryBytes);
+
+  // A result nested as deep as a run accepts (result_bounds: kMaxJsonDepth) passes; one level
+  // more than the response's bound is refused (issue 30: a valid 128-deep result was dropped).
+  auto nested = [](std::size_t depth) {
+    return R"({"run_id":"r","status":"ok","stdout":"","result":)" + std::string(depth, '[') + std::string(depth, ']') + "}";
+  };
+  CHECK(sbx::parse_json(std::string(sbx::kMaxJsonDepth, '[') + std::string(sbx::kMaxJsonDepth, ']'), sbx::result_bounds()).ok());
+  auto deep = mcp::scan_worker_response(nested(sbx::kMaxJsonDepth), bounds, true);
+  CHECK(deep.summary.ok());
+  CHECK(mcp::scan_worker_response(nested(sbx::kMaxJsonDepth), bounds, false).summary.ok());
+  json dr = mcp::pack_result(deep.summary.value, true);
+  json msg = mcp::result_response(1, dr);
+  CHECK(sbx::dump_json(msg, -1).find("\"error\"") == std::string::npos);  // the whole message still dumps
+  auto deeper = mcp::scan_worker_response(nested(sbx::kMaxJsonDepth + 1), bounds, true);
+  REQUIRE_FALSE(deeper.summary.ok());
+  CHECK(deeper.summary.problem.find("nested deeper than") == 0);
+
+  CHECK_FALSE(mcp::scan_worker_response("[1]", bounds, true).summary.ok());
+  CHECK_FALSE(mcp::scan_worker_response("{\"a\":", bounds, true).summary.ok());
+  CHECK(bounds.max_bytes >= 2 * (1u << 20) * sbx::kMaxJsonEscapeFactor);
 }

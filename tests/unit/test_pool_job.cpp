@@ -1,5 +1,6 @@
 #include <doctest/doctest.h>
 
+#include "runtime/launch/call_files.hpp"
 #include "runtime/launch/pool_job.hpp"
 #include "runtime/server/mcp_pool.hpp"
 
@@ -81,4 +82,27 @@ TEST_CASE("the server removes only a run cgroup a pooled worker's note names pla
   CHECK(cgroup_of_note("ready /tmp/x\n") == "");
   CHECK(cgroup_of_note(sbx::mcp::worker_note_failed("bind source missing\n")) == "");
   CHECK(sbx::mcp::worker_note_failed("a\nb").find('\n') == sbx::mcp::worker_note_failed("a\nb").size() - 1);
+}
+
+TEST_CASE("a call's extra files: one rule for a cold and a pooled call (plain_relative_path)") {
+  for (const char* ok : {"a", "a/b", "lib/x.py", "a..b", "..a", ".hidden/x"}) {
+    CAPTURE(ok);
+    CHECK(plain_relative_path(ok));
+  }
+  for (const char* bad : {"", "/a", "a/", "a//b", "a/./b", ".", "./a", "a/.", "..", "a/../b", "a/.."}) {
+    CAPTURE(bad);
+    CHECK_FALSE(plain_relative_path(bad));
+  }
+  CHECK_FALSE(plain_relative_path(std::string(256, 'n')));
+  CHECK(plain_relative_path(std::string(255, 'n')));
+  CHECK_FALSE(plain_relative_path(std::string("a\0b", 3)));
+  // A pooled job holds the request's files plus the code and the input, never more.
+  PoolJob job;
+  job.argv = {"/bin/sh"};
+  for (std::size_t i = 0; i < kMaxRequestFiles + 3; ++i) job.files.push_back({"/code/f" + std::to_string(i), "", 0444});
+  CHECK_FALSE(decode_pool_job(encode_pool_job(job)));
+  job.files.pop_back();
+  CHECK(decode_pool_job(encode_pool_job(job)));
+  job.files = {{"/code/a/./b", "", 0444}};
+  CHECK_FALSE(decode_pool_job(encode_pool_job(job)));
 }
