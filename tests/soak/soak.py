@@ -168,10 +168,11 @@ class Soak:
         else:
             cmd = self.sbx_cmd("run", "--", "sh", "-c", code, tag)
             stdin_data = None
-        # Half of the signals land in the first 20 ms (parsing, clone, the id map), half anywhere.
+        # Half of the signals land in the first 20 ms (parsing, clone, the id map), half anywhere
+        # in the run (start-up, the program's sleep, the record).
         delay = None
         if kind in ("kill", "term"):
-            delay = self.rng.uniform(0, 0.02) if self.rng.random() < 0.5 else self.rng.uniform(0, 0.5)
+            delay = self.rng.uniform(0, 0.02) if self.rng.random() < 0.5 else self.rng.uniform(0, 0.05 + float(nap[:5]))
         p = subprocess.Popen(cmd, stdin=subprocess.PIPE if stdin_data is not None else subprocess.DEVNULL,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         inodes = [os.fstat(p.stdout.fileno()).st_ino, os.fstat(p.stderr.fileno()).st_ino]
@@ -181,6 +182,7 @@ class Soak:
                 p.stdin.close()
             except OSError:
                 pass
+            p.stdin = None  # written and closed: communicate() below must not flush it again
         sig_sent = None
         if delay is not None:
             time.sleep(delay)
