@@ -5,6 +5,8 @@
 #   make test-asan  the unit and integration suites once more, built with ASan and UBSan (build-asan)
 #   make fuzz   build the libFuzzer targets with clang (build-fuzz) and fuzz each for FUZZ_SECONDS
 #               (default 60); a crash fails it and is kept in build-fuzz/fuzz-crashes/TARGET/
+#   make soak   soak and kill test (tests/soak/soak.py, SOAK_ARGS): runs, random SIGKILLs and SIGTERMs,
+#               concurrent runs, cancelled MCP calls, then the invariants; ~5 min on 2 cores. Not in CI
 BUILD_DIR ?= build
 PREFIX    ?= /usr/local
 DESTDIR   ?=
@@ -42,10 +44,12 @@ FUZZ_DIR     ?= build-fuzz
 FUZZ_SECONDS ?= 60
 FUZZ_TARGETS ?=
 ASAN_DIR     ?= build-asan
+# e.g. SOAK_ARGS="--runs 10000 --kills 1320 --terms 990 --concurrency 300 --mcp-calls 2000 --mcp-cancels 145"
+SOAK_ARGS    ?=
 
 export CCACHE_NOHASHDIR := 1
 
-.PHONY: all deps deps-test deps-bench build run test unit bench install deb clean fuzz fuzz-deps test-asan mcp-test-deps
+.PHONY: all deps deps-test deps-bench build run test unit bench install deb clean fuzz fuzz-deps test-asan mcp-test-deps soak
 all: build
 
 deps:
@@ -89,6 +93,10 @@ fuzz: fuzz-deps
 	cmake -S . -B $(FUZZ_DIR) -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_COMPILER=clang++-14 -DSBX_FUZZ=ON -DBUILD_TESTING=OFF $(CMAKE_FLAGS)
 	cmake --build $(FUZZ_DIR) --target fuzz_targets -j$(JOBS)
 	FUZZ_SECONDS=$(FUZZ_SECONDS) ./tests/fuzz/run.sh $(FUZZ_DIR) $(FUZZ_TARGETS)
+
+# Not part of `test` or CI: it takes minutes and judges timing faults (tests/soak/README.md).
+soak: build
+	python3 tests/soak/soak.py --sbx $(BUILD_DIR)/sbx $(SOAK_ARGS)
 
 unit: build
 	$(BUILD_DIR)/sbx_unit_tests

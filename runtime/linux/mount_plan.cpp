@@ -105,6 +105,7 @@ std::vector<MountOp> mount_ops(const MountPlan& plan) {
   l.add(MountOpKind::proc, "/proc", kNoSuidDev | MS_NOEXEC);
   l.ops.back().mode = 0555;
   l.ops.back().precreate = true;
+  for (auto& m : plan.proc_masks) l.add(MountOpKind::mask, m, MS_RDONLY | kNoSuidDev | MS_NOEXEC);
   dev(plan, l);
   l.tmpfs(MountOpKind::tmpfs, "/tmp", plan.tmp_size_bytes, 01777, kNoSuidDev);
   l.ops.back().precreate = true;
@@ -189,6 +190,7 @@ nlohmann::json mount_ops_to_json(const std::vector<MountOp>& ops) {
         j = {{"op", "write"}, {"dst", op.dst}, {"mode", octal(op.mode)}, {"bytes", op.content.size()}};
         break;
       case MountOpKind::proc: j = {{"op", "proc"}, {"dst", op.dst}}; flags(); break;
+      case MountOpKind::mask: j = {{"op", "mask"}, {"dst", op.dst}}; flags(); break;
       case MountOpKind::tmpfs: j = {{"op", "tmpfs"}, {"dst", op.dst}}; tmpfs(); break;
       case MountOpKind::devpts:
         j = {{"op", "devpts"}, {"dst", op.dst}, {"options", "newinstance,ptmxmode=0666,mode=0620"}};

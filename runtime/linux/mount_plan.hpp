@@ -35,6 +35,7 @@ enum class MountOpKind : std::uint8_t {
   copy,          // small host file `src` copied to `dst` in the root's own tmpfs
   write,         // `content` written to `dst` (mode) in the root's own tmpfs
   proc,          // a proc instance of the sandbox's pid namespace
+  mask,          // a /proc entry covered by an empty read-only file or directory (MountPlan::proc_masks)
   tmpfs,         // size_bytes, mode, flags; `at_target`: `dst` resolved by open_mount_target
   devpts,        // a private devpts instance (newinstance)
   out,           // /out: a tmpfs owned by the program's ids; init keeps an fd for the export

@@ -33,6 +33,17 @@ const char* const kEtcEntries[] = {"/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/
                                    "/etc/alternatives", "/etc/localtime", "/etc/protocols",
                                    "/etc/services", "/etc/mime.types"};
 constexpr off_t kEtcCopyMax = 256 * 1024;
+// /proc entries covered in every sandbox (whatever the profile: the runs of other callers and
+// tenants are what they tell of). Docker's and Podman's default masked paths (kernel memory,
+// keyrings, timers, scheduler and latency state, ACPI, sound and SCSI trees), and two counters of
+// the whole host that show what the host and concurrent sandboxes do as it happens: diskstats
+// (each disk's reads and writes) and interrupts (per CPU and device). /proc/stat is not covered:
+// glibc's get_nprocs (sysconf(_SC_NPROCESSORS_ONLN), Python's os.cpu_count, make -j$(nproc)'s
+// callers) reads it where /sys is absent, as in every sandbox, and ps and top take the boot time
+// from it (man sbx, "What is not promised").
+const char* const kProcMasks[] = {"/proc/acpi",          "/proc/asound",     "/proc/scsi",        "/proc/kcore",
+                                  "/proc/keys",          "/proc/key-users",  "/proc/latency_stats", "/proc/timer_list",
+                                  "/proc/timer_stats",   "/proc/sched_debug", "/proc/diskstats",  "/proc/interrupts"};
 
 // The path that names an open fd for mount(2) while the host's /proc is still at /oldroot. The
 // kernel follows the magic link to the file itself: no component of the mount target's own path
@@ -323,6 +334,7 @@ struct RootBuilder {
   UniqueFd root;     // /newroot, once its root mount exists
   UniqueFd out;      // /out, for the export after the run
   std::size_t generated = 0;  // files written to /gen so far
+  bool covers = false;        // /cover/file and /cover/dir made (cover_proc_entry)
 
   static std::string in_new(const std::string& dst) { return dst == "/" ? "/newroot" : "/newroot" + dst; }
 
@@ -357,6 +369,30 @@ struct RootBuilder {
     return {};
   }
 
+  // A /proc entry covered by an empty file or directory (MountPlan::proc_masks). Both covers are
+  // made once, on a tmpfs of the base (this namespace only) whose superblock is then read-only, and
+  // a bind keeps its source's flags: each entry costs one mount call and no cover can be written.
+  // The new proc is the sandbox's own and nothing runs in this namespace yet, so its fixed paths
+  // are named as they are. An entry that this proc lacks has nothing to hide.
+  Status cover_proc_entry(const MountOp& op) {
+    std::string at = in_new(op.dst);
+    struct stat st;
+    if (::lstat(at.c_str(), &st) != 0) {
+      if (errno == ENOENT) return {};
+      return sys_error("mounts", "stat " + op.dst);
+    }
+    if (!covers) {
+      SBX_TRY(tmpfs_at("/cover", 64 * 1024, 0755, MS_NOSUID | MS_NODEV | MS_NOEXEC));
+      if (::mkdir("/cover/dir", 0555) != 0) return sys_error("mounts", "mkdir /cover/dir");
+      SBX_TRY(write_file("/cover/file", "", 0444));
+      SBX_TRY(do_mount(nullptr, "/cover", nullptr, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr,
+                       "remount /cover read-only"));
+      covers = true;
+    }
+    const char* cover = S_ISDIR(st.st_mode) ? "/cover/dir" : "/cover/file";
+    return do_mount(cover, at, nullptr, MS_BIND, nullptr, "cover " + op.dst);
+  }
+
   Status run(const MountOp& op) {
     switch (op.kind) {
       case MountOpKind::root_bind:
@@ -382,6 +418,7 @@ struct RootBuilder {
       case MountOpKind::proc:
         SBX_TRY(mkdir_p(in_new(op.dst), op.mode));
         return do_mount("proc", in_new(op.dst), "proc", op.flags, nullptr, "proc on " + op.dst);
+      case MountOpKind::mask: return cover_proc_entry(op);
       case MountOpKind::tmpfs:
         if (op.at_target) {
           auto mnt = tmpfs_in_root(root.get(), op.dst, op.size_bytes, op.mode, op.flags);
@@ -461,6 +498,11 @@ Result<MountPlan> plan_mounts(const RunSpec& spec, const std::string& caller_cwd
     if (::realpath(in.src.c_str(), real)) in.src = real;
     in.rw = false;
     p.binds.push_back(in);
+  }
+  // Listed only where the kernel has them, so the record names what init covers.
+  for (const char* m : kProcMasks) {
+    struct stat st;
+    if (::lstat(m, &st) == 0) p.proc_masks.push_back(m);
   }
   p.image_root = !host_root;
   p.tmpfs = spec.tmpfs;

@@ -74,6 +74,10 @@ struct MountPlan {
   // mount_ops(*this) once everything above is final. build_root reads nothing else of the plan
   // but owner_uid/gid and the contents of `files` and `secret_files`.
   std::vector<MountOp> ops;
+  // The /proc entries covered in the sandbox's proc (kProcMasks in mounts.cpp, those the host's
+  // kernel has): host-wide counters and kernel state that tell one sandbox what the host and the
+  // others do (disk and interrupt activity, timers, the keyring list, kernel memory).
+  std::vector<std::string> proc_masks;
 };
 
 // Parent side: inspects the host (which system dirs exist, merged /usr) and generates /etc files.

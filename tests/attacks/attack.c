@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/inotify.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/mount.h>
@@ -173,6 +174,33 @@ int main(int argc, char** argv) {
     } fh = {8, 1, {2, 0, 0, 0, 0, 0, 0, 0}}; /* the root inode of most filesystems ("shocker") */
     return result(a, syscall(SYS_open_by_handle_at, AT_FDCWD, &fh, O_RDONLY));
   }
+  if (!strcmp(a, "inotify")) {
+    /* A watch on the host's read-only /usr would show what the host and every concurrent sandbox
+     * open there (another run's imports, another user's compiler): an inotify instance must not
+     * be had, by either call, and a watch not be added (an fd that is no inotify instance: the
+     * kernel's own answer would be EINVAL, the policy's is EPERM). */
+    int bad = 0;
+    long fd = syscall(SYS_inotify_init1, IN_CLOEXEC);
+    bad |= result("inotify_init1", fd);
+    if (fd >= 0) {
+      long wd = syscall(SYS_inotify_add_watch, fd, "/usr", IN_OPEN | IN_ACCESS);
+      if (wd >= 0) printf("inotify: SUCCEEDED (a watch on /usr)\n");
+      close((int)fd);
+    }
+    long old = syscall(SYS_inotify_init);
+    bad |= result("inotify_init", old);
+    if (old >= 0) close((int)old);
+    long wd = syscall(SYS_inotify_add_watch, 0, "/usr", IN_OPEN);
+    if (wd < 0 && errno != EPERM) {
+      printf("inotify_add_watch: SUCCEEDED (reached the kernel: errno %d: %s)\n", errno, strerror(errno));
+      bad = 1;
+    } else {
+      bad |= result("inotify_add_watch", wd);
+    }
+    printf("inotify: %s\n", bad ? "SUCCEEDED" : "blocked");
+    return bad;
+  }
+  if (!strcmp(a, "fanotify_init")) return result(a, syscall(SYS_fanotify_init, 0 /* FAN_CLASS_NOTIF */, O_RDONLY));
   if (!strcmp(a, "io_uring_setup")) {
     unsigned char params[120];
     memset(params, 0, sizeof params);

@@ -7,7 +7,7 @@ import sys
 import threading
 import unittest
 
-from sbxtest import INIT_VIEW_PROBE, MODE, SBX, SbxTestCase, check_init_view, note, sbx, unique
+from sbxtest import INIT_VIEW_PROBE, MODE, SBX, SbxTestCase, busybox_digest, check_init_view, note, sbx, unique
 
 PY = "/usr/bin/python3"
 # find(1) over the sandbox's root without the big read-only system trees and pseudo filesystems.
@@ -437,6 +437,55 @@ echo "host sub: $(ls -A {d}/sub {d}/nested/deeper {inp}/sub | tr '\n' ' ')"
         r = self.run_sbx(["sh", "-c", "pwd; echo ok > f && cat f; head -c 2000000 /dev/zero > big || echo FULL"],
                          ["--tmpfs", "/scratch:1M", "--workdir", "/scratch"])
         self.assertEqual(r.out.split(), ["/scratch", "ok", "FULL"], r.describe())
+
+
+# Bytes each /proc entry gives the program, and whether it can be opened for writing: one line each.
+PROC_PROBE = ("for f in diskstats interrupts timer_list stat; do"
+              " n=$(cat /proc/$f 2>/dev/null | wc -c); w=no; (: >> /proc/$f) 2>/dev/null && w=yes;"
+              " echo \"$f $n $w\"; done; nproc")
+
+
+class ProcSideChannels(SbxTestCase):
+    """Host-wide /proc counters show what the host and concurrent sandboxes do as it happens
+    (issue 30): diskstats and interrupts are covered by an empty read-only file in every profile,
+    with Docker's default list (timer_list, ...); /proc/stat stays (get_nprocs reads it)."""
+
+    def covered(self, opts=()):
+        r = self.run_sbx(["sh", "-c", PROC_PROBE], list(opts))
+        self.assertExit(r, 0)
+        lines = r.out.splitlines()
+        seen = {l.split()[0]: l.split()[1:] for l in lines if len(l.split()) == 3}
+        for f in ("diskstats", "interrupts", "timer_list"):
+            try:
+                with open("/proc/" + f, "rb") as h:
+                    if not h.read(1):
+                        continue  # nothing on this host to hide
+            except OSError:
+                continue  # not readable by this user on the host either (timer_list may be 0400)
+            self.assertEqual(seen.get(f), ["0", "no"], f"/proc/{f} must read empty and be unwritable\n" + r.describe())
+        self.assertNotEqual(seen.get("stat", ["0"])[0], "0", "/proc/stat stays readable\n" + r.describe())
+        self.assertGreaterEqual(int(lines[-1]), 1, r.describe())
+        ops = [(m["op"], m["dst"]) for m in self.need_trace(r)["image"]["mounts"]]
+        self.assertIn(("mask", "/proc/diskstats"), ops)
+        self.assertIn(("mask", "/proc/interrupts"), ops)
+        self.assertNotIn(("mask", "/proc/stat"), ops)
+        return r
+
+    def test_untrusted(self):
+        self.covered()
+
+    def test_trusted(self):
+        self.covered(["--profile", "trusted"])
+
+    def test_image_root(self):
+        busybox_digest(self)
+        self.covered(["--image", "busybox"])
+
+    def test_python_still_counts_cpus(self):
+        # glibc's get_nprocs reads /proc/stat where /sys is absent: what covering it would break.
+        r = self.run_sbx([PY, "-c", "import os; print(os.cpu_count())"])
+        self.assertExit(r, 0)
+        self.assertEqual(r.out.strip(), str(os.cpu_count()), r.describe())
 
 
 class MountTargets(SbxTestCase):

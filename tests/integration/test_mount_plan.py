@@ -32,9 +32,9 @@ class MountPlanInTrace(SbxTestCase):
                 self.assertIn(f"size={m['size_bytes'] // 1024}k", sopts, m)
                 for fl in m["flags"]:
                     self.assertIn({"rdonly": "ro"}.get(fl, fl), opts, m)
-            elif m["op"] in ("bind", "proc", "devpts", "file"):
+            elif m["op"] in ("bind", "proc", "devpts", "file", "mask"):
                 self.assertIn(m["dst"], info, m)
-            if m["op"] in ("bind", "file") and m.get("rw") is False:
+            if (m["op"] in ("bind", "file") and m.get("rw") is False) or m["op"] == "mask":
                 self.assertIn("ro", info[m["dst"]][0], m)
         # And the other way round: every mount inside is in the list (the root "/" aside).
         listed = {m["dst"] for m in ops}

@@ -31,6 +31,9 @@ ERRNO_ATTACKS = {
     "kexec_load": "kexec_load",
     "open_by_handle_at": "open_by_handle_at",
     "io_uring_setup": "io_uring_setup",
+    # file watches on the shared read-only host root: a side channel on what others open (issue 30)
+    "inotify": "inotify_init1",
+    "fanotify_init": "fanotify_init",
 }
 
 
@@ -104,6 +107,30 @@ class SeccompCase(SbxTestCase):
             f.write(obj if isinstance(obj, str) else json.dumps(obj))
         os.chmod(path, 0o644)
         return path
+
+
+class FileWatches(SeccompCase):
+    """A watch on the read-only host /usr that every sandbox shares shows what the host and the
+    other sandboxes open (issue 30). The default policy refuses inotify (and fanotify) in every
+    profile -- `trusted` too: the runs it would watch are other callers' -- and the tools that use
+    it fall back to polling."""
+
+    def test_refused_under_trusted_too(self):
+        r = self.attack("inotify", ["--profile", "trusted"])
+        self.assertExit(r, 0, "inotify must be refused under trusted")
+        self.assertIn("inotify: blocked", r.out, r.describe())
+        self.assertNotIn("SUCCEEDED", r.out, r.describe())
+        self.assertViolation(r, "inotify_init1", "SCMP_ACT_ERRNO(EPERM)")
+        self.assertViolation(r, "inotify_add_watch", "SCMP_ACT_ERRNO(EPERM)")
+
+    def test_common_tools_still_work(self):
+        script = ("python3 -c 'import os, json, subprocess' && echo PY-OK;"
+                  " printf 'all:\\n\\t@echo MAKE-OK\\n' > /tmp/Makefile && make -s -C /tmp;"
+                  " echo TAILED > /tmp/log; timeout 2 tail -f /tmp/log; echo TAIL-EXIT-$?")
+        r = self.run_sbx(["sh", "-c", script])
+        self.assertExit(r, 0)
+        for want in ("PY-OK", "MAKE-OK", "TAILED", "TAIL-EXIT-124"):
+            self.assertIn(want, r.out, r.describe())
 
 
 class Attacks(SeccompCase):

@@ -1,6 +1,7 @@
 #include <doctest/doctest.h>
 
 #include <sys/mount.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <fstream>
@@ -135,6 +136,38 @@ TEST_CASE("mount plan: the trace lists every operation, tmpfs and generated file
   std::string text = list.dump();
   CHECK(text.find("s3cret") == std::string::npos);
   CHECK(text.find("print(1)") == std::string::npos);
+}
+
+TEST_CASE("mount plan: /proc's host-wide counters are covered right after /proc, in host and image roots alike") {
+  // diskstats and interrupts show what the host and concurrent sandboxes do as it happens; the
+  // rest is Docker's default list. Only what this kernel has is planned (and so recorded).
+  for (const char* image : {"host", "busybox"}) {
+    RunSpec spec;
+    spec.image = image;
+    auto plan = plan_mounts(spec, "/");
+    REQUIRE(plan);
+    for (const char* p : {"/proc/diskstats", "/proc/interrupts", "/proc/kcore", "/proc/timer_list"}) {
+      bool planned = std::find(plan->proc_masks.begin(), plan->proc_masks.end(), p) != plan->proc_masks.end();
+      CHECK_MESSAGE(planned == (::access(p, F_OK) == 0), p);
+    }
+    // /proc/stat stays: glibc's get_nprocs (os.cpu_count, nproc's callers) reads it where /sys is absent.
+    CHECK(std::find(plan->proc_masks.begin(), plan->proc_masks.end(), "/proc/stat") == plan->proc_masks.end());
+    auto ops = mount_ops(*plan);
+    auto proc = index_of(ops, "/proc", MountOpKind::proc);
+    std::size_t masks = 0;
+    for (std::size_t i = 0; i < ops.size(); ++i) {
+      if (ops[i].kind != MountOpKind::mask) continue;
+      CHECK(i == proc + 1 + masks);  // all of them, in the list's order, before anything else
+      CHECK(ops[i].dst == plan->proc_masks[masks]);
+      CHECK((ops[i].flags & MS_RDONLY) != 0);
+      ++masks;
+    }
+    CHECK(masks == plan->proc_masks.size());
+    json list = mount_ops_to_json(ops);
+    CHECK(ops_named(list, "mask") == plan->proc_masks);
+    if (::access("/proc/diskstats", F_OK) == 0)
+      CHECK(list[proc + 1]["flags"] == json{"rdonly", "nosuid", "nodev", "noexec"});
+  }
 }
 
 TEST_CASE("mount plan: an image root pre-creates its mount points from the same list") {

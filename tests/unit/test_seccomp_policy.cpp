@@ -96,6 +96,11 @@ TEST_CASE("the default policy: allowlist, explicit denials, argument conditions,
                  SYS_perf_event_open, SYS_kexec_load, SYS_open_by_handle_at, SYS_io_uring_setup, SYS_userfaultfd,
                  SYS_init_module, SYS_clock_settime, SYS_pivot_root, SYS_process_vm_readv})
     CHECK_MESSAGE(verdict(prog, call(nr)) == "errno 1", nr);
+  // File watches: a watch on the host's read-only /usr, shared by every sandbox, would show what
+  // the host and the other sandboxes open (issue 30).
+  for (int nr : {SYS_inotify_init, SYS_inotify_init1, SYS_inotify_add_watch, SYS_inotify_rm_watch, SYS_fanotify_init,
+                 SYS_fanotify_mark})
+    CHECK_MESSAGE(verdict(prog, call(nr)) == "errno 1", nr);
   // clone: threads and fork yes, new namespaces no; clone3 answers ENOSYS (libc falls back).
   CHECK(verdict(prog, call(SYS_clone, {0x3d0f00})) == "allow");               // pthread_create's flags
   CHECK(verdict(prog, call(SYS_clone, {0x01200011})) == "allow");             // fork
