@@ -4,6 +4,8 @@
 // tests never touch $HOME.
 #include <string>
 
+#include "runtime/base/error.hpp"
+
 namespace sbx {
 
 struct Dirs {
@@ -15,5 +17,15 @@ struct Dirs {
 
 // `state_dir_flag` is the --state-dir value ("" when not given); SBX_STATE_DIR is consulted next.
 Dirs resolve_dirs(const std::string& state_dir_flag);
+
+// sbx trusts what it reads back from its state dir or a tenant's store (the ledger a replay
+// rebuilds from, blobs, caches), so nobody but sbx's user (or root) may be able to change it:
+// refuses (stage "usage", exit 125, with the chmod/chown that fixes it) a directory `path` that is
+// not owned by the effective uid (or root), or is group/other-writable, or that is reached through
+// a directory another user can write (owned by another user, or group/other-writable without the
+// sticky bit), or through a symlink another user can replace. Parts that do not exist yet are
+// created later by sbx (0700), so only the existing ones are checked. `what` names the directory
+// in the message ("state dir", "tenant 't' store").
+Status check_private_dir(const std::string& path, const std::string& what);
 
 }  // namespace sbx

@@ -33,6 +33,10 @@ class Identity final : public Facility {
   const char* name() const override { return "identity"; }
   Status prepare(RunContext& ctx) const override {
     if (!ctx.identity) return ctx.identity.error();
+    // What later runs trust is read back from the state dir (or tenant store): nobody but sbx's
+    // user may be able to write it, neither another user on the host nor this run's program.
+    SBX_TRY(check_private_dir(ctx.req.dirs.state, "sbx's state dir"));
+    SBX_TRY(check_binds_spare_state(ctx.spec, ctx.cwd, ctx.req.dirs));
     return check_sources(ctx.spec, ctx.cwd, &*ctx.identity);
   }
   Status after_clone(RunContext& ctx, pid_t pid) const override { return write_id_maps(pid, *ctx.identity); }

@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include "runtime/launch/facility.hpp"
+#include "runtime/record/ledger_key.hpp"
 
 namespace sbx {
 namespace {
@@ -17,7 +18,15 @@ class Seccomp final : public Facility {
     const RunSpec& s = ctx.spec;
     // No cache directory in a dry run: it writes nothing, not even a compiled policy.
     std::string cache = ctx.dry_run || ctx.req.dirs.state.empty() ? "" : ctx.req.dirs.state + "/cache/seccomp";
-    auto prepared = prepare_seccomp(s.seccomp, cache, s.capabilities.keep);
+    // The cache is trusted only through a MAC keyed by a secret outside the state dir (the config
+    // dir, beside the ledger key): whoever can write the cache cannot forge it (seccomp_policy.hpp).
+    // Without a usable secret the policy is compiled for this run and nothing is cached.
+    std::string secret;
+    if (!cache.empty() && s.seccomp != "unconfined") {
+      if (auto k = cache_mac_secret()) secret = std::move(*k);
+      else if (!ctx.dry_run) spdlog::info("seccomp cache not used: {}", k.error().describe());
+    }
+    auto prepared = prepare_seccomp(s.seccomp, cache, s.capabilities.keep, secret);
     if (!prepared) return prepared.error();
     const PreparedSeccomp& sc = ctx.seccomp.emplace(std::move(*prepared));
     if (!ctx.dry_run) log(s, sc);

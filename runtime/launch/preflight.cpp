@@ -10,7 +10,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <filesystem>
+
 #include "runtime/base/fsutil.hpp"
+#include "runtime/record/ledger_key.hpp"
 #include "runtime/base/units.hpp"
 #include "runtime/launch/facility.hpp"
 #include "runtime/linux/userns.hpp"
@@ -101,6 +104,39 @@ Status check_sources(const RunSpec& spec, const std::string& cwd, const Identity
   };
   for (auto& b : spec.binds) SBX_TRY(check(b, "--bind"));
   for (auto& in : spec.inputs) SBX_TRY(check(in, "--input"));
+  return {};
+}
+
+namespace {
+// The path with the symlinks of its existing part resolved, the rest made lexically normal.
+std::string resolved_path(const std::string& p) {
+  std::error_code ec;
+  auto r = std::filesystem::weakly_canonical(p, ec);
+  std::string s = ec ? std::filesystem::path(p).lexically_normal().string() : r.string();
+  while (s.size() > 1 && s.back() == '/') s.pop_back();
+  return s;
+}
+bool same_or_inside(const std::string& a, const std::string& b) {  // a is b or below it
+  return a == b || b == "/" || a.starts_with(b + "/");
+}
+}  // namespace
+
+Status check_binds_spare_state(const RunSpec& spec, const std::string& cwd, const Dirs& dirs) {
+  std::vector<std::pair<std::string, std::string>> guarded;  // resolved path, what it is
+  if (!dirs.state.empty()) guarded.push_back({resolved_path(dirs.state), "sbx's state dir"});
+  if (!dirs.data.empty()) guarded.push_back({resolved_path(dirs.data), "sbx's data dir"});
+  if (auto k = ledger_key_paths(); k && !k->dir.empty()) guarded.push_back({resolved_path(k->dir), "sbx's config dir (the ledger key)"});
+  for (auto& b : spec.binds) {
+    if (!b.rw || b.src.empty()) continue;
+    std::string src = resolved_path(b.src[0] == '/' ? b.src : cwd + "/" + b.src);
+    for (auto& [g, what] : guarded) {
+      if (!same_or_inside(src, g) && !same_or_inside(g, src)) continue;
+      std::string rel = src == g ? "is" : same_or_inside(src, g) ? "is inside" : "holds";
+      return make_error("usage", "--bind " + b.src + ":" + b.dst + ":rw: " + src + " " + rel + " " + what + " " + g +
+                                     ": a program that can write there changes what later runs trust (the seccomp cache, "
+                                     "the ledger a replay rebuilds from); bind a directory outside it, or read-only");
+    }
+  }
   return {};
 }
 

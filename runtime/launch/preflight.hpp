@@ -26,6 +26,13 @@ Status check_trace_file(const std::string& path);
 // (`identity` not rootless), the sandbox's root can reach it too (else EACCES with the hint).
 Status check_sources(const RunSpec& spec, const std::string& cwd, const IdentityPlan* identity);
 
+// No read-write --bind may reach sbx's own state: the run's state dir (or tenant store), its data
+// dir (images) and the config dir holding the ledger's signing key, the bind's source being one of
+// them, inside one, or above one ($HOME, /). A program that can write there can change what later
+// runs trust (the seccomp cache, the ledger a replay rebuilds from, the key). Stage "usage": exit
+// 125 with what to bind instead. Symlinks are resolved on both sides.
+Status check_binds_spare_state(const RunSpec& spec, const std::string& cwd, const Dirs& dirs);
+
 // --require-limits against a limit plan: the error the run fails with, naming each limit that
 // cannot be enforced, the layer that set it (`layers`: limit -> "profile 'untrusted'", "flag
 // --cpus", "pack.json", ...) and how to clear it; nullopt when the plan is enough.

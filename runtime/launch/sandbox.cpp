@@ -33,6 +33,7 @@
 #include "runtime/linux/memory_fallback.hpp"
 #include "runtime/base/log.hpp"
 #include "runtime/launch/preflight.hpp"
+#include "runtime/record/ledger_key.hpp"
 #include "runtime/egress/proxy.hpp"
 #include "runtime/linux/seccomp_policy.hpp"
 #include "runtime/base/sha256.hpp"
@@ -232,6 +233,7 @@ class Run {
   RunSpec call_spec_;  // a copy: a pooled sandbox takes its call's spec at hand-out (hand_out)
   nlohmann::json record_extra_;
   std::function<AfterRun(const Outcome&, int out_fd)> after_run_;
+  bool key_refusal_said_ = false;  // the signing key was refused at setup (the record cannot be signed)
   bool discarded_ = false;  // a pooled sandbox no call was handed to
   bool handed_out_ = false;  // a pooled sandbox's call arrived (what fails before is no run of it)
   TraceParts parts_;
@@ -340,6 +342,12 @@ bool Run::prepare() {
     return false;
   }
   if (events_error_) return fail_setup(*events_error_);
+  // A signing key that exists but may not be used (another user can write or read it) refuses
+  // the run before it starts, rather than its record failing to store after the program ran.
+  if (auto signer = LedgerSigner::load_default(); !signer) {
+    key_refusal_said_ = true;  // the store fails for the same reason: said once
+    return fail_setup(signer.error());
+  }
   launch_.emplace(req_.stdin_plan);
   Status prepared = prepare_facilities(ctx_);
   for (auto& h : ctx_.inputs) inputs_.push_back(h);  // hashed --input, also for a run that fails later
@@ -828,7 +836,10 @@ void Run::emit_exited(RunReport& report) {
 void Run::store(RunReport& report, const std::string& run_id) {
   // The ledger's line: compact JSON; never throws (trace.hpp).
   std::string line = trace_text(report.trace, -1);
-  auto stored = store_trace(req_.dirs, run_id, line);
+  // Nothing is appended into a state dir another user could change (a link planted there would
+  // take the append elsewhere): the run was refused at setup for it, and that line said why.
+  Status private_store = check_private_dir(req_.dirs.state, "sbx's state dir");
+  auto stored = private_store ? store_trace(req_.dirs, run_id, line) : Result<AppendInfo>(private_store.error());
   report.recorded = stored.ok();
   if (!stored) report.record_error = stored.error().describe();
   Status trace_file_written;
@@ -840,9 +851,9 @@ void Run::store(RunReport& report, const std::string& run_id) {
     std::fprintf(stderr, "sbx: the run's trace record could not be stored durably in %s: %s; exit 125 (a run without its record is a failure here)\n",
                  printable(req_.dirs.traces).c_str(), printable(stored.error().describe()).c_str());
     report.exit_status = 125;
-  } else if (!stored) {
+  } else if (!stored && private_store && !key_refusal_said_) {
     spdlog::warn("could not store the trace record in {}: {}", req_.dirs.traces, stored.error().describe());
-  } else if (stored->torn_bytes) {
+  } else if (stored && stored->torn_bytes) {
     spdlog::warn("trace ledger: cut {} bytes of an interrupted append off its end (noted as ledger_repair in run {}'s record)",
                  stored->torn_bytes, run_id);
   }

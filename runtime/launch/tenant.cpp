@@ -392,6 +392,9 @@ std::string relation(const std::string& a, const std::string& b) {
 Status check_tenant_store(const Tenant& t, const Dirs& base) {
   const std::string own = resolved(tenant_store(t, base).state);
   const std::string key = "tenant '" + t.name + "' (" + t.file + "): /store " + t.store;
+  // A store the tenant's own host uid (or anyone else) can write is a store whose seccomp cache,
+  // ledger and blobs the tenant's programs could rewrite for its later runs.
+  SBX_TRY(check_private_dir(tenant_store(t, base).state, "tenant '" + t.name + "' (" + t.file + ") store"));
   if (!t.store.empty() && own != resolved(default_store(base, t.name))) {
     for (auto [dir, what] : {std::pair{base.state, "state"}, std::pair{base.data, "data"}}) {
       if (dir.empty()) continue;
@@ -420,6 +423,8 @@ Result<Dirs> tenant_store_of(const std::string& name, const Dirs& base) {
   SBX_TRY(check_tenant_store(*t, base));
   return tenant_store(*t, base);
 }
+
+bool allow_rule_covers(const AllowRule& ceiling, const AllowRule& rule) { return rule_covers(ceiling, rule); }
 
 bool tenant_allows_image(const Tenant& t, const std::string& image, const std::string& digest) {
   for (auto& a : t.images) {

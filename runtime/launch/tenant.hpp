@@ -25,6 +25,7 @@
 
 #include "runtime/base/error.hpp"
 #include "runtime/base/paths.hpp"
+#include "runtime/egress/egress_policy.hpp"
 #include "runtime/model/spec.hpp"
 
 namespace sbx {
@@ -93,6 +94,10 @@ Status check_tenant_ceilings(const Tenant& t, RunSpec& spec, const std::map<std:
 
 // Whether `image` (as the run names it) or `digest` is on the list.
 bool tenant_allows_image(const Tenant& t, const std::string& image, const std::string& digest);
+
+// Whether `ceiling` (a tenant's or a profile's --allow-host rule) covers every host and port of
+// `rule`: the same name, a name under a wildcard, an address inside a CIDR, a port inside a range.
+bool allow_rule_covers(const AllowRule& ceiling, const AllowRule& rule);
 
 // What `sbx probe --tenant` checks from inside: every other tenant of the same tenants directory
 // (at most 64), with its store (absolute host path) and id slot.

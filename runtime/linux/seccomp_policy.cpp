@@ -30,7 +30,7 @@ namespace {
 constexpr const char* kStage = "seccomp";
 constexpr std::uint32_t kNativeArch = SCMP_ARCH_X86_64;
 // Bumped whenever the cached artefact's meaning changes (cache key input).
-constexpr const char* kCacheFormat = "sbx-seccomp-bpf/2";
+constexpr const char* kCacheFormat = "sbx-seccomp-bpf/3";  // 3: meta carries program_sha256 and a MAC
 // TRACE data with this bit set carries an errno (see compile_seccomp_policy); policies' own TRACE
 // values are errnoRet values, at most 4095.
 constexpr std::uint32_t kErrnoTag = 0x8000;
@@ -364,6 +364,46 @@ void write_cache(const std::string& dir, const std::string& path, const void* da
   if (!ok || ::rename(tmp.c_str(), path.c_str()) != 0) ::unlink(tmp.c_str());
 }
 
+// HMAC-SHA256 (RFC 2104) from the streaming SHA-256 (sha256.hpp).
+std::string raw_of_hex(const std::string& hex) {
+  std::string raw(hex.size() / 2, '\0');
+  auto nib = [](char c) { return c <= '9' ? c - '0' : c - 'a' + 10; };
+  for (std::size_t i = 0; i < raw.size(); ++i) raw[i] = static_cast<char>(nib(hex[2 * i]) << 4 | nib(hex[2 * i + 1]));
+  return raw;
+}
+std::string hmac_sha256_hex(std::string_view key, std::string_view msg) {
+  std::string k(64, '\0');
+  if (key.size() > 64) k.replace(0, 32, raw_of_hex(sha256_hex(key)));
+  else k.replace(0, key.size(), key);
+  std::string ipad = k, opad = k;
+  for (std::size_t i = 0; i < 64; ++i) {
+    ipad[i] = static_cast<char>(ipad[i] ^ 0x36);
+    opad[i] = static_cast<char>(opad[i] ^ 0x5c);
+  }
+  Sha256 inner;
+  inner.update(ipad);
+  inner.update(msg);
+  Sha256 outer;
+  outer.update(opad);
+  outer.update(raw_of_hex(inner.final_hex()));
+  return outer.final_hex();
+}
+// The bytes a cache entry's MAC covers: its key (policy, versions, capabilities) and its meta
+// document without the MAC (the program's sha256 is in it).
+std::string cache_mac(std::string_view secret, const std::string& key, json meta) {
+  meta.erase("mac");
+  return hmac_sha256_hex(secret, "sbx seccomp cache\n" + key + "\n" + meta.dump());
+}
+bool same_text(const std::string& a, const std::string& b) {  // without an early exit
+  if (a.size() != b.size()) return false;
+  unsigned char d = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) d |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return d == 0;
+}
+std::string program_digest(const std::vector<sock_filter>& prog) {
+  return sha256_hex(std::string_view(reinterpret_cast<const char*>(prog.data()), prog.size() * sizeof(sock_filter)));
+}
+
 std::string libseccomp_version() {
   const scmp_version* v = seccomp_version();
   return std::to_string(v->major) + "." + std::to_string(v->minor) + "." + std::to_string(v->micro);
@@ -519,8 +559,10 @@ std::string kept_caps_key(std::vector<std::string> caps) {
 }
 }  // namespace
 
-Result<PreparedSeccomp> prepare_seccomp(const std::string& which, const std::string& cache_dir,
-                                        const std::vector<std::string>& kept_caps) {
+Result<PreparedSeccomp> prepare_seccomp(const std::string& which, const std::string& cache_dir_in,
+                                        const std::vector<std::string>& kept_caps, std::string_view cache_secret) {
+  // No secret, no cache: an entry nobody can vouch for is worth nothing (seccomp_policy.hpp).
+  const std::string cache_dir = cache_secret.empty() ? std::string() : cache_dir_in;
   PreparedSeccomp p;
   std::int64_t t0 = now_us();
   p.profile = which;
@@ -543,11 +585,11 @@ Result<PreparedSeccomp> prepare_seccomp(const std::string& which, const std::str
   // Cache: <key>.bpf (the reference program, raw sock_filter array) and <key>.meta.json (what the
   // trace needs from the parse). A hit skips parsing and compiling: the same text compiled before
   // under the same libseccomp, sbx and kernel, so it was valid then and compiles the same now.
-  std::string bpf_path, meta_path;
+  std::string bpf_path, meta_path, key;
   if (!cache_dir.empty()) {
     struct utsname u;
     std::string release = ::uname(&u) == 0 ? u.release : "";
-    std::string key = sha256_hex(p.sha256 + "\n" + seccomp_arch_name(AUDIT_ARCH_X86_64) + "\nlibseccomp " +
+    key = sha256_hex(p.sha256 + "\n" + seccomp_arch_name(AUDIT_ARCH_X86_64) + "\nlibseccomp " +
                                  libseccomp_version() + "\nsbx " SBX_VERSION "\nkernel " + release + "\n" + kCacheFormat +
                                  kept_caps_key(kept_caps));
     bpf_path = cache_dir + "/" + key + ".bpf";
@@ -556,13 +598,22 @@ Result<PreparedSeccomp> prepare_seccomp(const std::string& which, const std::str
     auto prog = meta_text ? read_bpf_file(bpf_path) : Result<std::vector<sock_filter>>(make_error(kStage, "miss"));
     if (meta_text && prog) {
       json m = parse_json(*meta_text, {kMaxPolicyBytes}).value;  // null when refused: a miss
-      if (m.is_object() && m.value("default_action", json()).is_string() && m.value("unresolved", json()).is_array() &&
-          m.value("notes", json()).is_array() && m.value("named", json()).is_array()) {
+      bool shaped = m.is_object() && m.value("default_action", json()).is_string() && m.value("unresolved", json()).is_array() &&
+                    m.value("notes", json()).is_array() && m.value("named", json()).is_array() &&
+                    m.value("program_sha256", json()).is_string() && m.value("mac", json()).is_string();
+      // Trusted only when the MAC (keyed by a secret the store's writers do not hold) covers the
+      // meta document and the program's bytes hash to the digest it names.
+      bool authentic = shaped && same_text(m["mac"].get<std::string>(), cache_mac(cache_secret, key, m)) &&
+                       same_text(m["program_sha256"].get<std::string>(), program_digest(*prog));
+      if (meta_text && !authentic)
+        p.notes.push_back("the cached program " + bpf_path + " failed its integrity check (MAC): not used; compiled again");
+      if (authentic) {
         p.default_action = m["default_action"].get<std::string>();
         for (auto& n : m["named"]) if (n.is_string()) p.named.push_back(n.get<std::string>());
         for (auto& n : m["unresolved"]) if (n.is_string()) p.unresolved.push_back(n.get<std::string>());
         for (auto& n : m["notes"]) if (n.is_string()) p.notes.push_back(n.get<std::string>());
         p.reference = std::move(*prog);
+        p.program_sha256 = m["program_sha256"].get<std::string>();
         p.cached = true;
         p.setup_us = now_us() - t0;
         return p;
@@ -573,13 +624,16 @@ Result<PreparedSeccomp> prepare_seccomp(const std::string& which, const std::str
   if (!pol) return pol.error();
   p.default_action = pol->default_action_text;
   p.unresolved = pol->unresolved;
-  p.notes = pol->notes;
+  p.notes.insert(p.notes.end(), pol->notes.begin(), pol->notes.end());
   p.named = refused_names(*pol);
   auto prog = compile_seccomp_policy(*pol);
   if (!prog) return prog.error();
   p.reference = std::move(*prog);
+  p.program_sha256 = program_digest(p.reference);
   if (!cache_dir.empty()) {
-    json m = {{"default_action", p.default_action}, {"unresolved", p.unresolved}, {"notes", p.notes}, {"named", p.named}};
+    json m = {{"default_action", p.default_action}, {"unresolved", p.unresolved}, {"notes", pol->notes}, {"named", p.named},
+              {"program_sha256", p.program_sha256}};
+    m["mac"] = cache_mac(cache_secret, key, m);
     std::string mt = m.dump();
     write_cache(cache_dir, meta_path, mt.data(), mt.size());
     write_cache(cache_dir, bpf_path, p.reference.data(), p.reference.size() * sizeof(sock_filter));
@@ -741,6 +795,7 @@ json seccomp_enforcement_json(const PreparedSeccomp& p) {
           {"mode", "filter"},
           {"default_action", p.default_action},
           {"cached", p.cached},
+          {"program_sha256", p.program_sha256},
           {"setup_us", p.setup_us},
           {"notes", p.notes},
           {"note", "installed last before execve; refused calls answered by the supervisor (SECCOMP_RET_USER_NOTIF) and listed in violations; foreign ABIs (i386, x32) kill the sandbox unless the policy lists them"}};

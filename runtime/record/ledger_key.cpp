@@ -1,6 +1,7 @@
 #include "runtime/record/ledger_key.hpp"
 
 #include <fcntl.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -30,9 +31,31 @@ using Bio = std::unique_ptr<BIO, BioFree>;
 // outside the static binary (see runtime/base/sha256.cpp).
 void no_config() { OPENSSL_init_crypto(OPENSSL_INIT_NO_LOAD_CONFIG, nullptr); }
 
-Result<std::string> read_key_file(const std::string& path) {
+// A private key anyone but its user can write (or read) is a key someone else may have replaced
+// (or copied): records signed with it prove nothing, so it is refused, not used quietly. What was
+// opened is checked (fstat), not the name.
+Status check_private_key_file(int fd, const std::string& path) {
+  struct stat st;
+  if (::fstat(fd, &st) != 0) return sys_error(kStage, "cannot stat key " + path);
+  if (!S_ISREG(st.st_mode)) return make_error(kStage, "private key " + path + " is not a regular file");
+  if (st.st_uid != ::geteuid())
+    return make_error(kStage, "private key " + path + " belongs to uid " + std::to_string(st.st_uid) + ", not to sbx's user (uid " +
+                                  std::to_string(::geteuid()) + "): its owner can replace it; fix: chown " +
+                                  std::to_string(::geteuid()) + " " + path + " (if the key is yours), or make a new one");
+  if (st.st_mode & 077) {
+    char mode[8];
+    std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
+    return make_error(kStage, "private key " + path + " has mode " + mode + ": other users can " +
+                                  (st.st_mode & 022 ? "replace" : "read") + " it, so a signature made with it proves nothing; "
+                                  "fix: chmod 600 " + path + (st.st_mode & 022 ? " (and make a new key if others may have written it)" : ""));
+  }
+  return {};
+}
+
+Result<std::string> read_key_file(const std::string& path, bool priv) {
   UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
   if (!fd.ok()) return sys_error(kStage, "cannot open key " + path);
+  if (priv) SBX_TRY(check_private_key_file(fd.get(), path));
   std::string text(kMaxKeyFile + 1, '\0');
   ssize_t n = ::read(fd.get(), text.data(), text.size());
   if (n < 0) return sys_error(kStage, "cannot read key " + path);
@@ -43,7 +66,7 @@ Result<std::string> read_key_file(const std::string& path) {
 
 Result<Pkey> parse_key(const std::string& path, bool priv) {
   no_config();
-  auto text = read_key_file(path);
+  auto text = read_key_file(path, priv);
   if (!text) return text.error();
   Bio bio(BIO_new_mem_buf(text->data(), static_cast<int>(text->size())));
   Pkey k(priv ? PEM_read_bio_PrivateKey(bio.get(), nullptr, nullptr, nullptr)
@@ -88,6 +111,43 @@ Result<LedgerKeyPaths> ledger_key_paths() {
   p.priv = p.dir + "/ledger-key.pem";
   p.pub = p.dir + "/ledger-key.pub.pem";
   return p;
+}
+
+Result<std::string> cache_mac_secret() {
+  auto p = ledger_key_paths();
+  if (!p) return p.error();
+  const std::string path = p->dir + "/cache-mac.key";
+  constexpr std::size_t kLen = 32;
+  auto read_secret = [&]() -> Result<std::string> {
+    UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+    if (!fd.ok()) return sys_error(kStage, "cannot open " + path);
+    SBX_TRY(check_private_key_file(fd.get(), path));
+    char buf[kLen + 1];
+    ssize_t n = ::read(fd.get(), buf, sizeof buf);
+    if (n != static_cast<ssize_t>(kLen)) return make_error(kStage, path + " is not a 32-byte secret: remove it (sbx makes a new one)");
+    return Result<std::string>(std::string(buf, kLen));
+  };
+  if (::access(path.c_str(), F_OK) == 0) return read_secret();
+  SBX_TRY(ensure_dir(p->dir, 0700));
+  unsigned char raw[kLen];
+  if (::getrandom(raw, sizeof raw, 0) != static_cast<ssize_t>(sizeof raw)) return sys_error(kStage, "getrandom");
+  // Written whole under a private name, then linked into place: a concurrent first run either
+  // wins or reads the winner's complete file.
+  std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  {
+    UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600));
+    if (!fd.ok()) return sys_error(kStage, "cannot create " + tmp);
+    Status w = write_all(fd.get(), std::string_view(reinterpret_cast<const char*>(raw), sizeof raw), tmp);
+    if (!w) {
+      ::unlink(tmp.c_str());
+      return w.error();
+    }
+  }
+  int linked = ::link(tmp.c_str(), path.c_str());
+  int err = errno;
+  ::unlink(tmp.c_str());
+  if (linked != 0 && err != EEXIST) return make_error(kStage, "cannot create " + path, err);
+  return read_secret();
 }
 
 Result<std::string> create_ledger_key(const LedgerKeyPaths& p) {

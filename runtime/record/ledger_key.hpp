@@ -21,6 +21,12 @@ struct LedgerKeyPaths {
 };
 Result<LedgerKeyPaths> ledger_key_paths();
 
+// 32 random bytes of sbx's user, <config dir>/cache-mac.key (0600, made on first use): they key
+// the MACs that make the seccomp cache trustworthy (seccomp_policy.hpp). It lives beside the ledger
+// key, outside the state dir the cache is in, so that whoever can write the cache cannot also
+// forge its MAC. An error when there is no config dir, or when the file is not sbx's user's alone.
+Result<std::string> cache_mac_secret();
+
 struct PkeyFree {
   void operator()(evp_pkey_st* k) const;
 };

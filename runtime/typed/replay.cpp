@@ -24,6 +24,7 @@
 #include "runtime/launch/sandbox.hpp"
 #include "runtime/launch/tenant.hpp"
 #include "runtime/launch/trace.hpp"
+#include "runtime/record/ledger_key.hpp"
 #include "runtime/record/trace_ledger.hpp"
 #include "runtime/record/trace_store.hpp"
 #include "runtime/typed/exec.hpp"
@@ -200,12 +201,17 @@ Status rebuild_tree(const Blobs& blobs, const std::string& file_role, const std:
   return {};
 }
 
-// The ledger line of a run: its hash and sequence number (what replay_of points at).
-Result<std::pair<std::uint64_t, std::string>> ledger_entry_of(const Dirs& dirs, const std::string& run_id) {
-  std::optional<std::pair<std::uint64_t, std::string>> found;
+// The ledger line of a run: its hash and sequence number (what replay_of points at), its
+// signature and the record's bytes as the line holds them.
+struct LedgerEntryOf {
+  std::uint64_t seq = 0;
+  std::string hash, sig, record;
+};
+Result<LedgerEntryOf> ledger_entry_of(const Dirs& dirs, const std::string& run_id) {
+  std::optional<LedgerEntryOf> found;
   auto st = scan_ledger(dirs, [&](const LedgerLine& line) {
     auto e = parse_ledger_line(line.text);
-    if (e && e->run_id == run_id) found = std::pair{e->seq, e->hash};
+    if (e && e->run_id == run_id) found = LedgerEntryOf{e->seq, e->hash, e->sig, std::string(e->record)};
     return true;
   });
   if (!st) return st.error();
@@ -412,6 +418,8 @@ class Replay {
   Status load_record();
   Status check_tenant() const;
   Status check_chain();
+  Status check_signature(const LedgerEntryOf& e) const;
+  Status check_ceiling(const RunSpec& s) const;
   Result<ProfileSource> kept_profile() const;
   Result<ReplayReport> replay_exec(const json& exec_blob, const ProfileSource& profile);
   Result<RunSpec> rebuilt_spec() const;
@@ -432,9 +440,11 @@ class Replay {
 };
 
 Result<ReplayReport> Replay::run() {
+  // The store says what to mount and run: it must be sbx's user's alone (paths.hpp).
+  if (auto st = check_private_dir(req_.dirs.state, "sbx's state dir"); !st) return cannot(st.error().message);
   SBX_TRY(load_record());
+  SBX_TRY(check_chain());  // first: every later phase reads the record the chain vouches for
   SBX_TRY(check_tenant());
-  SBX_TRY(check_chain());
   blobs_.emplace(req_.dirs, orig_);
   if (!blobs_->any())
     return cannot("run " + r_.original_run + " kept nothing to replay it from (its record names no blobs: a plain "
@@ -494,9 +504,86 @@ Status Replay::check_chain() {
                   "): a record that may have been edited is not replayed (see 'sbx trace verify')");
   auto entry = ledger_entry_of(req_.dirs, r_.original_run);
   if (!entry) return entry.error();
-  r_.original_seq = entry->first;
-  r_.original_hash = entry->second;
+  SBX_TRY(check_signature(*entry));
+  // What is replayed is the record of the line just checked, not a second read of the store.
+  auto line_record = parse_json_doc(entry->record, {kMaxTraceBytes}, kStage, "the record's ledger line");
+  if (!line_record || !line_record->is_object()) return cannot("run " + r_.original_run + "'s ledger line holds no record");
+  orig_ = std::move(*line_record);
+  r_.original_seq = entry->seq;
+  r_.original_hash = entry->hash;
   replay_of_ = {{"run_id", r_.original_run}, {"seq", r_.original_seq}, {"record_hash", r_.original_hash}};
+  return {};
+}
+
+// Where `sbx key init` made a key, a chain can still be rewritten from its start by anyone who can
+// write the ledger (hashes recomputed), but not signed: the record's own line must carry a
+// signature its public key accepts, or the record is not trusted to say what to mount and run.
+// Without a key there is nothing to check against (the chain above is all), as before.
+Status Replay::check_signature(const LedgerEntryOf& e) const {
+  auto paths = ledger_key_paths();
+  if (!paths) return {};
+  struct stat st;
+  bool have_pub = ::stat(paths->pub.c_str(), &st) == 0, have_priv = ::lstat(paths->priv.c_str(), &st) == 0;
+  if (!have_pub && !have_priv) return {};
+  if (!have_pub)
+    return cannot("a ledger key exists (" + paths->priv + ") but its public half " + paths->pub +
+                  " is missing: run " + r_.original_run + "'s signature cannot be checked, so it is not replayed");
+  auto verifier = LedgerVerifier::load(paths->pub);
+  if (!verifier) return cannot(verifier.error().describe());
+  if (e.sig.empty())
+    return cannot("run " + r_.original_run + "'s record is not signed, but a ledger key exists (" + paths->pub +
+                  "): an unsigned record may have been forged (rechained), and a record made before 'sbx key init' "
+                  "cannot be told from one; it is not replayed");
+  if (!verifier->verify(e.hash, e.sig))
+    return cannot("run " + r_.original_run + "'s signature does not verify with " + paths->pub +
+                  ": forged, or signed by another key; it is not replayed");
+  return {};
+}
+
+// A replay never runs with more than the profile the record names would allow now, whatever the
+// record says (a record is data; a signed one is still an old decision): the profile is loaded as
+// installed today and the recorded spec must stay inside it. Binds: each one the profile has, no
+// writable one it has read-only; seccomp: the profile's policy (or any, under an unconfined
+// profile); limits, GPUs and capabilities: check_ceilings; network: every allow rule covered by
+// one of the profile's, no higher connection or byte budget; passed-through environment: names
+// the profile passes.
+Status Replay::check_ceiling(const RunSpec& s) const {
+  json prof = orig_.value("invocation", json::object()).value("profile", json::object());
+  const std::string name = str(prof, "name");
+  auto loaded = load_profile(name.empty() ? std::string(kDefaultProfile) : name);
+  if (!loaded) return cannot("the record's profile '" + printable(name) + "' cannot be loaded now: " + loaded.error().describe());
+  auto ceiling = spec_from_layers(*loaded, nullptr, "");
+  if (!ceiling) return cannot("the record's profile '" + printable(name) + "': " + ceiling.error().describe());
+  const RunSpec& c = *ceiling;
+  auto over = [&](const std::string& what) {
+    return cannot("run " + r_.original_run + "'s recorded spec " + what + ", more than its profile '" + printable(name) +
+                  "' allows now: a replay never runs with more than that (run it again with 'sbx run' to grant it)");
+  };
+  for (auto& b : s.binds) {
+    bool ok = std::any_of(c.binds.begin(), c.binds.end(),
+                          [&](const BindMount& p) { return p.src == b.src && p.dst == b.dst && (p.rw || !b.rw); });
+    if (!ok) return over("binds " + printable(b.src) + ":" + printable(b.dst) + (b.rw ? ":rw" : ":ro"));
+  }
+  if (s.seccomp != c.seccomp && c.seccomp != "unconfined")
+    return over("has seccomp '" + printable(s.seccomp) + "' where the profile has '" + c.seccomp + "'");
+  if (auto st = check_ceilings(c, s, "run " + r_.original_run + "'s recorded spec", name); !st)
+    return cannot(st.error().message + " (a replay is held to its profile as installed now)");
+  std::vector<AllowRule> allowed;
+  for (auto& a : c.network.allow)
+    if (auto r = parse_allow_rule(a)) allowed.push_back(*r);
+  for (auto& a : s.network.allow) {
+    auto r = parse_allow_rule(a);
+    if (!r || std::none_of(allowed.begin(), allowed.end(), [&](const AllowRule& p) { return allow_rule_covers(p, *r); }))
+      return over("allows host '" + printable(a) + "'");
+  }
+  if (s.network.max_connections > c.network.max_connections)
+    return over("allows " + std::to_string(s.network.max_connections) + " proxied connections");
+  if (c.network.max_bytes && (!s.network.max_bytes || *s.network.max_bytes > *c.network.max_bytes))
+    return over("relays more network bytes");
+  if (!s.gpu.devices.empty() && s.gpu.devices != c.gpu.devices) return over("asks for GPU(s) '" + printable(s.gpu.devices) + "'");
+  for (auto& e : s.env_pass)
+    if (std::find(c.env_pass.begin(), c.env_pass.end(), e) == c.env_pass.end())
+      return over("passes the caller's $" + printable(e) + " through");
   return {};
 }
 
@@ -639,6 +726,7 @@ Result<ReplayReport> Replay::replay_pack(const json& pack, RunSpec spec, RunRequ
   // The recorded spec already holds the pack's mount of its old directory: run_pack adds the
   // rebuilt one.
   std::erase_if(spec.binds, [](const BindMount& b) { return b.dst == "/pack"; });
+  SBX_TRY(check_ceiling(spec));
   run.spec = std::move(spec);
   SBX_TRY(under_tenant(run, json{{"name", preq.pack.name}, {"digest", preq.pack.digest}}));
   preq.run = std::move(run);
@@ -647,6 +735,7 @@ Result<ReplayReport> Replay::replay_pack(const json& pack, RunSpec spec, RunRequ
 }
 
 Result<ReplayReport> Replay::replay_plain(RunSpec spec, RunRequest run) {
+  SBX_TRY(check_ceiling(spec));
   run.spec = std::move(spec);
   run.require_record = true;
   SBX_TRY(under_tenant(run, json(nullptr)));

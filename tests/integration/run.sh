@@ -68,7 +68,7 @@ cleanup() {
 }
 trap cleanup EXIT
 chmod 755 "$WORK"
-mkdir -p "$WORK/suite" "$WORK/state" "$WORK/tmp" "$WORK/cwd" "$WORK/bin"
+mkdir -p "$WORK/suite" "$WORK/state" "$WORK/tmp" "$WORK/cwd" "$WORK/bin" "$WORK/config"
 cp "$HERE"/*.py "$WORK/suite/"
 cp "$REPO/rootfs/build-busybox.sh" "$WORK/suite/"
 # test_classify.py reads the workload examples (readable by the rootless user from here).
@@ -107,7 +107,7 @@ if [ "$MODE" = rootless ] && [ "$(id -u)" -eq 0 ]; then
     SBX_BIN=$WORK/bin/sbx
     say "$TEST_USER cannot reach $SBX_IN: using a copy at $SBX_BIN"
   fi
-  chown -R "$TEST_USER:" "$WORK/state" "$WORK/tmp" "$WORK/cwd"
+  chown -R "$TEST_USER:" "$WORK/state" "$WORK/tmp" "$WORK/cwd" "$WORK/config"
   RUN_AS=(runuser -u "$TEST_USER" --)
 fi
 
@@ -120,6 +120,8 @@ ENVV=(
   "SBX_BIN=$SBX_BIN"
   "SBX_MODE=$MODE"
   "SBX_STATE_DIR=$WORK/state"
+  # sbx's config dir (the seccomp cache's MAC secret, a ledger key): the suite's own, not $HOME's.
+  "XDG_CONFIG_HOME=$WORK/config"
   "SBX_SCHEMA=$SCHEMA"
   "SBX_REPO=$REPO"
   "SBX_BUILD_BUSYBOX=$WORK/suite/build-busybox.sh"

@@ -1,7 +1,12 @@
 #include <doctest/doctest.h>
 
-#include <algorithm>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <cstdlib>
+
+#include "runtime/base/paths.hpp"
 #include "runtime/egress/egress_policy.hpp"
 #include "runtime/model/environment.hpp"
 #include "runtime/launch/preflight.hpp"
@@ -100,4 +105,65 @@ TEST_CASE("allow-host: a URL says which form is expected") {
   REQUIRE_FALSE(r.ok());
   CHECK(r.error().message.find("not a URL") != std::string::npos);
   CHECK(r.error().message.find("--allow-host example.com:8080") != std::string::npos);
+}
+
+TEST_CASE("state dir: refused when another user could write it or a directory on its way") {
+  char tmpl[] = "/tmp/sbx-unit-private-XXXXXX";
+  REQUIRE(::mkdtemp(tmpl) != nullptr);
+  const std::string base = tmpl;
+  auto refused = [](const std::string& p) {
+    auto st = check_private_dir(p, "sbx's state dir");
+    return st ? std::string() : st.error().message;
+  };
+  REQUIRE(::chmod(base.c_str(), 0700) == 0);
+  CHECK(refused(base + "/state").empty());  // missing parts are sbx's to create
+  REQUIRE(::mkdir((base + "/state").c_str(), 0700) == 0);
+  CHECK(refused(base + "/state").empty());
+  CHECK(refused(base + "/state/../state/").empty());
+  REQUIRE(::chmod((base + "/state").c_str(), 0770) == 0);
+  CHECK(refused(base + "/state").find("group-writable (mode 0770)") != std::string::npos);
+  CHECK(refused(base + "/state").find("chmod go-w " + base + "/state") != std::string::npos);
+  REQUIRE(::chmod((base + "/state").c_str(), 0700) == 0);
+  // An ancestor others can write: without the sticky bit refused, with it (like /tmp) fine.
+  REQUIRE(::chmod(base.c_str(), 0777) == 0);
+  CHECK(refused(base + "/state").find("world-writable") != std::string::npos);
+  CHECK(refused(base + "/state/deeper/still").find(base + " is world-writable") != std::string::npos);
+  REQUIRE(::chmod(base.c_str(), 01777) == 0);
+  CHECK(refused(base + "/state").empty());
+  // The state dir itself sticky and world-writable: refused all the same.
+  REQUIRE(::chmod((base + "/state").c_str(), 01777) == 0);
+  CHECK_FALSE(refused(base + "/state").empty());
+  REQUIRE(::chmod((base + "/state").c_str(), 0700) == 0);
+  // Through a symlink: the target's parts are checked.
+  REQUIRE(::chmod(base.c_str(), 0700) == 0);
+  REQUIRE(::mkdir((base + "/open").c_str(), 0700) == 0);
+  REQUIRE(::chmod((base + "/open").c_str(), 0777) == 0);
+  REQUIRE(::mkdir((base + "/open/st").c_str(), 0700) == 0);
+  REQUIRE(::symlink((base + "/open/st").c_str(), (base + "/link").c_str()) == 0);
+  CHECK(refused(base + "/link").find(base + "/open is world-writable") != std::string::npos);
+  if (::geteuid() == 0) {  // owned by another user
+    REQUIRE(::chown((base + "/state").c_str(), 65534, 65534) == 0);
+    CHECK(refused(base + "/state").find("belongs to uid 65534") != std::string::npos);
+  }
+  CHECK(std::system(("chmod -R u+rwx " + base + "; rm -rf " + base).c_str()) == 0);
+}
+
+TEST_CASE("binds: none read-write over the state dir, the data dir or the config dir") {
+  Dirs d;
+  d.state = "/srv/sbx-unit/state";
+  d.data = "/srv/sbx-unit/data";
+  auto check = [&](const std::string& bind) {
+    RunSpec s;
+    s.binds.push_back(*parse_bind(bind));
+    auto st = check_binds_spare_state(s, "/", d);
+    return st ? std::string() : st.error().message;
+  };
+  CHECK(check("/srv/sbx-unit/state:/s:rw").find("is sbx's state dir") != std::string::npos);
+  CHECK(check("/srv/sbx-unit/state/cache:/s:rw").find("is inside sbx's state dir") != std::string::npos);
+  CHECK(check("/srv/sbx-unit:/s:rw").find("holds sbx's state dir") != std::string::npos);
+  CHECK(check("/:/host:rw").find("holds sbx's state dir") != std::string::npos);
+  CHECK(check("/srv/sbx-unit/data/images:/i:rw").find("sbx's data dir") != std::string::npos);
+  CHECK(check("/srv/sbx-unit/state").empty());              // read-only: the program cannot write
+  CHECK(check("/srv/sbx-unit/stateful:/s:rw").empty());     // a sibling with a common prefix
+  CHECK(check("/srv/other:/o:rw").empty());
 }

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -332,6 +333,10 @@ TEST_CASE("includes.caps and excludes.caps follow the capabilities the run keeps
   CHECK(verdict(*both, call(SYS_getpid)) == "allow");
 }
 
+namespace {
+constexpr std::string_view kSecret = "0123456789abcdef0123456789abcdef";  // the cache's MAC key in these tests
+}  // namespace
+
 TEST_CASE("the compiled-program cache keys on the kept capabilities") {
   char dir[] = "/tmp/sbx-seccomp-caps-XXXXXX";
   REQUIRE(::mkdtemp(dir) != nullptr);
@@ -340,14 +345,14 @@ TEST_CASE("the compiled-program cache keys on the kept capabilities") {
     std::ofstream(policy) << slurp(SBX_SOURCE_DIR "/tests/fixtures/seccomp/docker-trimmed.json");
   }
   std::string cache = std::string(dir) + "/cache";
-  auto none = prepare_seccomp(policy, cache);
+  auto none = prepare_seccomp(policy, cache, {}, kSecret);
   REQUIRE(none.ok());
-  auto admin = prepare_seccomp(policy, cache, {"CAP_SYS_ADMIN"});
+  auto admin = prepare_seccomp(policy, cache, {"CAP_SYS_ADMIN"}, kSecret);
   REQUIRE(admin.ok());
   CHECK_FALSE(admin->cached);  // not the program compiled without the capability
   CHECK(verdict(none->reference, call(SYS_mount)) == "errno 1");
   CHECK(verdict(admin->reference, call(SYS_mount)) == "allow");
-  auto again = prepare_seccomp(policy, cache, {"CAP_SYS_ADMIN"});
+  auto again = prepare_seccomp(policy, cache, {"CAP_SYS_ADMIN"}, kSecret);
   REQUIRE(again.ok());
   CHECK(again->cached);
   CHECK(verdict(again->reference, call(SYS_mount)) == "allow");
@@ -395,7 +400,7 @@ TEST_CASE("prepare_seccomp: cache hit skips the compile; unconfined has no filte
   std::string cache = std::string(dir) + "/cache/seccomp";
   timespec t0;
   clock_gettime(CLOCK_MONOTONIC, &t0);
-  auto first = prepare_seccomp("default", cache);
+  auto first = prepare_seccomp("default", cache, {}, kSecret);
   double cold = us_since(t0);
   REQUIRE(first.ok());
   CHECK_FALSE(first->cached);
@@ -404,7 +409,7 @@ TEST_CASE("prepare_seccomp: cache hit skips the compile; unconfined has no filte
   std::vector<double> hits, misses;
   for (int i = 0; i < 20; ++i) {
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    auto again = prepare_seccomp("default", cache);
+    auto again = prepare_seccomp("default", cache, {}, kSecret);
     hits.push_back(us_since(t0));
     REQUIRE(again.ok());
     CHECK(again->cached);
@@ -425,7 +430,7 @@ TEST_CASE("prepare_seccomp: cache hit skips the compile; unconfined has no filte
     std::string cmd = "sh -c 'for f in " + cache + "/*.bpf; do head -c 13 $f > $f.x && mv $f.x $f; done'";
     REQUIRE(std::system(cmd.c_str()) == 0);
   }
-  auto torn = prepare_seccomp("default", cache);
+  auto torn = prepare_seccomp("default", cache, {}, kSecret);
   REQUIRE(torn.ok());
   CHECK_FALSE(torn->cached);
   auto un = prepare_seccomp("unconfined", cache);
@@ -436,6 +441,43 @@ TEST_CASE("prepare_seccomp: cache hit skips the compile; unconfined has no filte
   auto missing = prepare_seccomp(std::string(dir) + "/nope.json", cache);
   REQUIRE_FALSE(missing.ok());
   CHECK(missing.error().message.find("nope.json") != std::string::npos);
+  CHECK(std::system(("rm -rf " + std::string(dir)).c_str()) == 0);
+}
+
+TEST_CASE("a cached program written over (RET_ALLOW), or under another secret, is not trusted") {
+  char dir[] = "/tmp/sbx-unit-seccomp-mac-XXXXXX";
+  REQUIRE(::mkdtemp(dir) != nullptr);
+  std::string cache = std::string(dir) + "/cache/seccomp";
+  auto first = prepare_seccomp("default", cache, {}, kSecret);
+  REQUIRE(first.ok());
+  CHECK(is_sha256_hex(first->program_sha256));
+  CHECK(seccomp_enforcement_json(*first)["program_sha256"] == first->program_sha256);
+  REQUIRE(prepare_seccomp("default", cache, {}, kSecret)->cached);
+  // Every .bpf overwritten with one instruction: SECCOMP_RET_ALLOW.
+  const char allow[8] = {0x06, 0, 0, 0, 0, 0, static_cast<char>(0xff), 0x7f};
+  for (auto& e : std::filesystem::directory_iterator(cache))
+    if (e.path().extension() == ".bpf") std::ofstream(e.path(), std::ios::binary).write(allow, sizeof allow);
+  auto after = prepare_seccomp("default", cache, {}, kSecret);
+  REQUIRE(after.ok());
+  CHECK_FALSE(after->cached);
+  CHECK(after->program_sha256 == first->program_sha256);
+  CHECK(verdict(after->reference, call(SYS_mount)) == "errno 1");
+  bool said = false;
+  for (auto& n : after->notes) said = said || n.find("failed its integrity check") != std::string::npos;
+  CHECK(said);
+  // Rewritten: the next load is a verified hit again.
+  CHECK(prepare_seccomp("default", cache, {}, kSecret)->cached);
+  // Program and meta rewritten together with a MAC under another key: still refused.
+  auto other = prepare_seccomp("default", std::string(dir) + "/other", {}, "another secret, another writer");
+  REQUIRE(other.ok());
+  for (auto& e : std::filesystem::directory_iterator(std::string(dir) + "/other"))
+    std::filesystem::copy_file(e.path(), cache + "/" + e.path().filename().string(),
+                               std::filesystem::copy_options::overwrite_existing);
+  CHECK_FALSE(prepare_seccomp("default", cache, {}, kSecret)->cached);
+  // No secret: the cache is neither read nor written.
+  auto none = prepare_seccomp("default", std::string(dir) + "/nosecret", {}, "");
+  REQUIRE(none.ok());
+  CHECK_FALSE(std::filesystem::exists(std::string(dir) + "/nosecret"));
   CHECK(std::system(("rm -rf " + std::string(dir)).c_str()) == 0);
 }
 
