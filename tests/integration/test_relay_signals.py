@@ -309,11 +309,15 @@ class EarlySignals(SbxTestCase):
             wait_until_signal_blocked(p.pid, signal.SIGINT)
             time.sleep(0.3)
             p.send_signal(signal.SIGINT)
-            out, err = p.communicate(timeout=scaled(6))
+            p.wait(timeout=scaled(6))  # stdin still open: the request never ends
+            out, err = p.stdout.read(), p.stderr.read()
         except subprocess.TimeoutExpired:
             p.kill()
-            p.communicate()
+            p.wait()
             self.fail("sbx exec ignored SIGINT while waiting for its request")
+        finally:
+            for f in (p.stdin, p.stdout, p.stderr):
+                f.close()
         self.assertEqual(p.returncode, 128 + signal.SIGINT, err)
         self.assertEqual(json.loads(out)["error"]["stage"], "signal")
         self.assertIn(b"SIGINT while reading the exec request", err)
