@@ -26,6 +26,9 @@ struct ExecFlags {
   bool dry_run = false;
 };
 
+// How long a caller that signalled sbx exec may take to finish writing its request.
+constexpr int kRequestGraceMs = 2000;
+
 int json_error(const std::string& stage, const std::string& message) {
   nlohmann::json e = {{"error", {{"stage", stage}, {"message", message}}}};
   std::printf("%s\n", dump_json(e, -1).c_str());
@@ -48,11 +51,15 @@ void add_exec_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out
                  "as JSON; run nothing");
   out.push_back({exec, [&g]() -> int {
     // Bounded in size and depth (json_io.hpp): a request is code plus inputs, not a data set.
-    Result<std::string> text = std::string();
-    {
-      // Waiting for the caller's request, before any sandbox exists: Ctrl-C ends sbx as usual.
-      CallerSignalMaskScope interruptible;
-      text = read_bounded_fd(STDIN_FILENO, kMaxRequestBytes, "usage", "the exec request");
+    // The forwarded signals stay blocked while the request is read (main.cpp): a SIGTERM now is
+    // recorded by the run as a signal before the program started, once the request is complete.
+    // A request still not complete 2 s after the signal: no call exists, exit 128+N.
+    int interrupted = 0;
+    Result<std::string> text = read_to_end_holding_signals(STDIN_FILENO, kMaxRequestBytes, kRequestGraceMs, &interrupted,
+                                                           "usage", "the exec request");
+    if (!text && interrupted) {
+      json_error("signal", text.error().message);
+      return 128 + interrupted;
     }
     if (!text) return json_error("usage", text.error().describe());
     auto rq = parse_json_doc(*text, {kMaxRequestBytes}, "usage", "exec request");

@@ -46,6 +46,12 @@ void add_gc_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out) 
                   format_size(d.bytes).c_str(), printable(d.why).c_str());
     for (auto& k : rep->kept)
       std::printf("kept sha256:%s (%s): %s\n", k.sha256.c_str(), format_size(k.bytes).c_str(), printable(k.why).c_str());
+    if (rep->tmp_removed)
+      std::printf("deleted %zu temporary file(s) of writers that were killed, %s\n", rep->tmp_removed,
+                  format_size(rep->tmp_bytes).c_str());
+    if (rep->live_pins || rep->stale_pins)
+      std::printf("%zu running sandbox(es) pin blobs; %zu pin(s) of ended processes %s\n", rep->live_pins,
+                  rep->stale_pins, dry_run ? "would be removed" : "removed");
     for (auto& w : rep->warnings) std::fprintf(stderr, "sbx: gc: %s\n", printable(w).c_str());
     std::printf("%s %zu blob(s), %s; kept %zu blob(s), %s; %zu of %zu record(s) kept\n", verb, rep->deleted.size(),
                 format_size(rep->deleted_bytes).c_str(), rep->kept.size(), format_size(rep->kept_bytes).c_str(),

@@ -380,7 +380,7 @@ void add_run_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out)
     req.export_dir = f.output_dir;
     if (f.keep_inputs) {
       // Before the run: the supervisor's loop never waits on the blob store.
-      auto kept = keep_run_inputs(req.dirs, req.spec, req.profile);
+      auto kept = keep_run_inputs(req.dirs, req.spec, req.profile, req.blob_pin);
       if (!kept) return usage_error(kept.error().describe());
       req.record_extra["blobs"] = std::move(*kept);
     }

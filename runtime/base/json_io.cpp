@@ -1,6 +1,10 @@
 #include "runtime/base/json_io.hpp"
 
+#include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
+#include <sys/signalfd.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -10,6 +14,7 @@
 
 #include "runtime/base/fsutil.hpp"
 #include "runtime/base/json_limits.hpp"
+#include "runtime/base/signals.hpp"
 #include "runtime/base/text_escape.hpp"
 
 namespace sbx {
@@ -180,6 +185,54 @@ Result<std::string> read_bounded_fd(int fd, std::size_t max_bytes, const std::st
     if (s.size() + static_cast<std::size_t>(n) > max_bytes)
       return make_error(stage, what + ": larger than " + size_text(max_bytes));
     s.append(buf, static_cast<std::size_t>(n));
+  }
+}
+
+Result<std::string> read_to_end_holding_signals(int fd, std::size_t max_bytes, int grace_ms, int* interrupted,
+                                                const std::string& stage, const std::string& what) {
+  *interrupted = 0;
+  sigset_t fwd;
+  forwarded_signals(&fwd);
+  // Readable while a forwarded signal is pending (and blocked): what wakes the poll below.
+  UniqueFd sfd(::signalfd(-1, &fwd, SFD_CLOEXEC | SFD_NONBLOCK));
+  std::string s;
+  char buf[65536];
+  int sig = 0;
+  struct timespec deadline = {0, 0};
+  for (;;) {
+    if (!sig && (sig = peek_pending_forwarded_signal()) != 0) {
+      ::clock_gettime(CLOCK_MONOTONIC, &deadline);
+      deadline.tv_sec += grace_ms / 1000;
+      deadline.tv_nsec += (grace_ms % 1000) * 1'000'000L;
+      if (deadline.tv_nsec >= 1'000'000'000L) deadline.tv_sec += 1, deadline.tv_nsec -= 1'000'000'000L;
+    }
+    int timeout = -1;
+    if (sig) {
+      struct timespec now;
+      ::clock_gettime(CLOCK_MONOTONIC, &now);
+      long long left = (deadline.tv_sec - now.tv_sec) * 1000LL + (deadline.tv_nsec - now.tv_nsec) / 1'000'000LL;
+      timeout = static_cast<int>(left < 0 ? 0 : left);
+    }
+    // Without a signalfd (out of fds) only the request is waited for: a signal still stays
+    // pending and is recorded once the request is complete.
+    struct pollfd p[2] = {{fd, POLLIN, 0}, {sfd.get(), POLLIN, 0}};
+    int n = ::poll(p, !sig && sfd.ok() ? 2 : 1, timeout);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return sys_error(stage, "cannot wait for " + what);
+    if (n == 0) {
+      *interrupted = sig;
+      return make_error("signal", signal_name(sig) + " while reading " + what + ", which did not end within " +
+                                      std::to_string(grace_ms / 1000) + " s: no call was made and nothing was recorded "
+                                      "(close the request's stream to have the call recorded as signaled)");
+    }
+    if (!(p[0].revents & (POLLIN | POLLHUP | POLLERR | POLLNVAL))) continue;  // only the signal
+    ssize_t k = ::read(fd, buf, sizeof buf);
+    if (k < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+    if (k < 0) return sys_error(stage, "cannot read " + what);
+    if (k == 0) return s;
+    if (s.size() + static_cast<std::size_t>(k) > max_bytes)
+      return make_error(stage, what + ": larger than " + size_text(max_bytes));
+    s.append(buf, static_cast<std::size_t>(k));
   }
 }
 

@@ -72,6 +72,15 @@ Result<std::string> read_bounded(const std::string& path, std::size_t max_bytes,
                                  const std::string& what);
 Result<std::string> read_bounded_fd(int fd, std::size_t max_bytes, const std::string& stage, const std::string& what);
 
+// read_bounded_fd with the forwarded signals blocked as main() left them (signals.hpp): `sbx
+// exec` reading its request. A forwarded signal meanwhile is only looked at (a signalfd polled, never read), so it stays pending and the run
+// that follows records it as a signal before the program started: no call ends without its
+// record. Once one is pending the writer has `grace_ms` more to finish the request (end of file);
+// past that the request is incomplete, no call exists to record, and the result is an error of
+// stage "signal" with *interrupted set to the signal.
+Result<std::string> read_to_end_holding_signals(int fd, std::size_t max_bytes, int grace_ms, int* interrupted,
+                                                const std::string& stage, const std::string& what);
+
 // The member `key` of `j`, or a null value when `j` is not an object or lacks it: the tolerant
 // read of a stored record, which may be odd or edited (trace show, provenance).
 const nlohmann::json& json_member(const nlohmann::json& j, const char* key);

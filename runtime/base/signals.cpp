@@ -44,6 +44,15 @@ int take_pending_forwarded_signal() {
   return sig > 0 ? sig : 0;
 }
 
+int peek_pending_forwarded_signal() {
+  sigset_t fwd, pending;
+  forwarded_signals(&fwd);
+  if (::sigpending(&pending) != 0) return 0;
+  for (int s : {SIGINT, SIGTERM, SIGHUP, SIGQUIT})
+    if (sigismember(&pending, s) && sigismember(&fwd, s)) return s;
+  return 0;
+}
+
 SignalMaskGuard::SignalMaskGuard(int how, const sigset_t& set) { ::sigprocmask(how, &set, &old_); }
 SignalMaskGuard::~SignalMaskGuard() { ::sigprocmask(SIG_SETMASK, &old_, nullptr); }
 

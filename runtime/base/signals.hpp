@@ -73,6 +73,9 @@ class SignalDispositionGuard {
   struct sigaction old_;
 };
 
+// The forwarded signal that is pending, left pending (the run that follows takes it); 0: none.
+int peek_pending_forwarded_signal();
+
 // "SIGTERM" for the signals sbx forwards or sends itself; "signal N" for any other.
 std::string signal_name(int sig);
 

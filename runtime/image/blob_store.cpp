@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -16,6 +17,7 @@
 #include <memory>
 #include <optional>
 #include <set>
+#include <tuple>
 
 #include "runtime/base/fsutil.hpp"
 #include "runtime/base/json_io.hpp"
@@ -68,10 +70,57 @@ class StoreLock {
     }
   }
 
+  // The exclusive lock if nobody holds the store's lock now, without waiting; nullopt otherwise.
+  static std::optional<StoreLock> try_exclusive(const Dirs& dirs) {
+    std::string path = blobs_dir(dirs) + "/lock";
+    UniqueFd fd(::open(path.c_str(), O_RDWR | O_NOFOLLOW | O_CLOEXEC));
+    if (!fd.ok() || ::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) return std::nullopt;
+    return StoreLock(std::move(fd));
+  }
+
  private:
   explicit StoreLock(UniqueFd fd) : fd_(std::move(fd)) {}
   UniqueFd fd_;  // closing it releases the flock
 };
+
+// <blobs>/tmp holds a writer's temporary file only while it holds the store's lock (put_blob):
+// with the lock held exclusively, whatever is there was left by a writer that was killed.
+// Removes those files (at most kMaxListed of them per call: the rest go next time); returns how
+// many and their bytes.
+std::pair<std::size_t, std::int64_t> remove_abandoned_tmp(const Dirs& dirs, const StoreLock&) {
+  constexpr std::size_t kMaxListed = 100000;
+  std::string dir = blobs_dir(dirs) + "/tmp";
+  std::size_t n = 0;
+  std::int64_t bytes = 0;
+  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return {0, 0};
+  std::unique_ptr<DIR, int (*)(DIR*)> d(::fdopendir(fd), ::closedir);
+  if (!d) {
+    ::close(fd);
+    return {0, 0};
+  }
+  std::size_t seen = 0;
+  while (auto* e = ::readdir(d.get())) {
+    if (++seen > kMaxListed) break;
+    std::string name = e->d_name;
+    if (name.rfind("blob.", 0) != 0) continue;  // only what put_blob names so
+    struct stat st;
+    if (::fstatat(::dirfd(d.get()), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode)) continue;
+    if (::unlinkat(::dirfd(d.get()), name.c_str(), 0) == 0) {
+      ++n;
+      bytes += st.st_size;
+    }
+  }
+  return {n, bytes};
+}
+
+// Once per process, before its first put: if the store is not locked at all (no put, no gc under
+// way), what killed writers left in tmp goes now, cheaply (an empty directory is one getdents).
+void sweep_tmp_once(const Dirs& dirs) {
+  static std::atomic<bool> swept{false};
+  if (swept.exchange(true)) return;
+  if (auto ex = StoreLock::try_exclusive(dirs)) remove_abandoned_tmp(dirs, *ex);
+}
 
 // RFC 3339 UTC with milliseconds, the form of a record's started_at (string order is time order).
 std::string rfc3339_at(std::time_t t) {
@@ -98,7 +147,42 @@ Result<std::int64_t> keep_ceiling() {
   return *n;
 }
 
-Result<std::string> put_blob(const Dirs& dirs, std::string_view bytes) {
+BlobPin::~BlobPin() {
+  // The record (if the run got one) names the blobs from now on. Unlinked first: a gc that
+  // already opened it sees it locked until the close below, then stale.
+  if (!path_.empty()) ::unlink(path_.c_str());
+}
+
+Status BlobPin::add(const Dirs& dirs, const std::string& hex) {
+  if (all_) return {};
+  if (!fd_.ok()) {
+    // Created under the store's lock (the caller holds it shared): a gc, which holds it
+    // exclusively, never sees the file before its flock is taken.
+    std::string dir = blobs_dir(dirs) + "/pins";
+    SBX_TRY(ensure_dir(dir, 0700));
+    std::string tmpl = dir + "/pin.XXXXXX";
+    int fd = ::mkostemp(tmpl.data(), O_CLOEXEC | O_APPEND);
+    if (fd < 0) return sys_error(kStage, "create a pin in " + dir);
+    UniqueFd guard(fd);
+    if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+      ::unlink(tmpl.c_str());
+      return sys_error(kStage, "lock the pin " + tmpl);
+    }
+    fd_ = std::move(guard);
+    path_ = tmpl;
+  }
+  std::string line = hex + "\n";
+  if (bytes_ + static_cast<std::int64_t>(line.size()) > kMaxPinBytes - 2) {
+    line = "*\n";  // past the bound: every blob of the store is pinned while this run goes on
+    all_ = true;
+  }
+  if (auto st = write_all(fd_.get(), line, path_); !st) return st;
+  bytes_ += static_cast<std::int64_t>(line.size());
+  return {};
+}
+
+Result<std::string> put_blob(const Dirs& dirs, std::string_view bytes, BlobPin* pin) {
+  sweep_tmp_once(dirs);
   auto lock = StoreLock::acquire(dirs, LOCK_SH);
   if (!lock) return lock.error();
   std::string hex = sha256_hex(bytes);
@@ -111,6 +195,7 @@ Result<std::string> put_blob(const Dirs& dirs, std::string_view bytes) {
   // (the same profile text in every run) would otherwise look as old as its first write.
   if (::lstat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && st.st_size == static_cast<off_t>(bytes.size())) {
     ::utimensat(AT_FDCWD, path.c_str(), nullptr, AT_SYMLINK_NOFOLLOW);
+    if (pin) SBX_TRY(pin->add(dirs, hex));  // under the lock: a gc sees the pin or runs after us
     return hex;
   }
   std::string tmpdir = blobs_dir(dirs) + "/tmp";
@@ -132,6 +217,7 @@ Result<std::string> put_blob(const Dirs& dirs, std::string_view bytes) {
   // same blob wrote the same bytes.
   if (::rename(tmpl.c_str(), path.c_str()) != 0) return fail(sys_error(kStage, "rename to " + path));
   if (UniqueFd dfd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)); dfd.ok()) ::fsync(dfd.get());
+  if (pin) SBX_TRY(pin->add(dirs, hex));
   return hex;
 }
 
@@ -163,7 +249,7 @@ void BlobKeeper::add_bytes(const std::string& role, const std::string& path, std
     return;
   }
   if (over_total(role, path, n)) return;
-  auto hex = put_blob(dirs_, bytes);
+  auto hex = put_blob(dirs_, bytes, pin_.get());
   if (!hex) {
     entries_.push_back({{"role", role}, {"path", path}, {"bytes", n}, {"skipped", hex.error().describe()}});
     return;
@@ -192,7 +278,7 @@ void BlobKeeper::add_fd(const std::string& role, const std::string& path, int fd
     entries_.push_back(e);
     return;
   }
-  auto hex = put_blob(dirs_, *data);
+  auto hex = put_blob(dirs_, *data, pin_.get());
   if (!hex) {
     e["skipped"] = hex.error().describe();
     entries_.push_back(e);
@@ -366,6 +452,64 @@ std::vector<Blob> present_blobs(const std::string& root) {
   return present;
 }
 
+// What the live pins hold (BlobPin): the blobs of runs still going, not yet in any record.
+struct Pinned {
+  std::set<std::string> hex;
+  bool all = false;  // a pin past its bound ("*"): every blob is pinned
+};
+
+// Reads every pin under <blobs>/pins. One whose flock can be taken belongs to no live process
+// (the kernel released it with the process): removed, unless a dry run. A live one is read
+// whole (bounded by kMaxPinBytes; past it, or unreadable, it pins everything: deleting what a
+// running sandbox kept is the one mistake gc must not make).
+Result<Pinned> read_pins(const Dirs& dirs, bool dry_run, GcReport& rep) {
+  constexpr std::size_t kMaxPins = 100000;
+  Pinned pinned;
+  std::string dir = blobs_dir(dirs) + "/pins";
+  int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (dfd < 0) {
+    if (errno == ENOENT) return pinned;
+    return make_error(kStage, "cannot read the pins of running sandboxes in " + dir + ", so nothing is deleted: " +
+                                  std::strerror(errno), errno);
+  }
+  DirStream d(::fdopendir(dfd), ::closedir);
+  if (!d) {
+    ::close(dfd);
+    return sys_error(kStage, "read " + dir);
+  }
+  std::size_t seen = 0;
+  while (auto* e = ::readdir(d.get())) {
+    std::string name = e->d_name;
+    if (name.rfind("pin.", 0) != 0) continue;
+    if (++seen > kMaxPins)
+      return make_error(kStage, "more than " + std::to_string(kMaxPins) + " pins in " + dir +
+                                    ", so nothing is deleted: remove the stale ones (no sbx running) and run gc again", E2BIG);
+    UniqueFd fd(::openat(::dirfd(d.get()), name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+    if (!fd.ok()) continue;  // removed meanwhile: its run ended
+    if (::flock(fd.get(), LOCK_SH | LOCK_NB) == 0) {
+      ++rep.stale_pins;
+      if (!dry_run) ::unlinkat(::dirfd(d.get()), name.c_str(), 0);
+      continue;
+    }
+    ++rep.live_pins;
+    auto text = read_bounded_fd(fd.get(), static_cast<std::size_t>(kMaxPinBytes), kStage, dir + "/" + name);
+    if (!text) {
+      rep.warnings.push_back("pin " + name + ": " + text.error().describe() + ": every blob is kept");
+      pinned.all = true;
+      continue;
+    }
+    std::size_t pos = 0;
+    while (pos < text->size()) {
+      std::size_t nl = text->find('\n', pos);
+      std::string line = text->substr(pos, nl == std::string::npos ? std::string::npos : nl - pos);
+      pos = nl == std::string::npos ? text->size() : nl + 1;
+      if (line == "*") pinned.all = true;
+      else if (is_sha256_hex(line)) pinned.hex.insert(line);
+    }
+  }
+  return pinned;
+}
+
 std::string newest_kept_start(const std::vector<Need>& v) {
   std::string s;
   for (auto& n : v)
@@ -376,8 +520,8 @@ std::string newest_kept_start(const std::vector<Need>& v) {
 // One collection: each blob judged, deleted (unless a dry run) or kept, with why.
 class Collection {
  public:
-  Collection(GcReport& rep, const Needs& needs, bool dry_run, int keep_days)
-      : rep_(rep), needs_(needs), dry_run_(dry_run), keep_days_(keep_days) {}
+  Collection(GcReport& rep, const Needs& needs, const Pinned& pinned, bool dry_run, int keep_days)
+      : rep_(rep), needs_(needs), pinned_(pinned), dry_run_(dry_run), keep_days_(keep_days) {}
   void judge(const Blob& b);
   void trim(std::int64_t max_bytes);
 
@@ -390,6 +534,7 @@ class Collection {
 
   GcReport& rep_;
   const Needs& needs_;
+  const Pinned& pinned_;
   const bool dry_run_;
   const int keep_days_;
   const std::time_t now_ = std::time(nullptr);
@@ -407,6 +552,10 @@ void Collection::remove(const Blob& b, std::string why, bool needed) {
 }
 
 void Collection::judge(const Blob& b) {
+  if (pinned_.all || pinned_.hex.count(b.hex)) {
+    keep(b, "pinned by a running sandbox (its record is not written yet)", false);
+    return;
+  }
   auto it = needs_.find(b.hex);
   if (it == needs_.end()) {
     if (now_ - b.mtime < 3600) keep(b, "named by no record yet, written in the last hour (a run may still record it)", false);
@@ -462,11 +611,17 @@ Result<GcReport> gc_blobs(const Dirs& dirs, int keep_days, std::int64_t max_byte
     if (!l) return l.error();
     lock.emplace(std::move(*l));
   }
+  // The pins before the ledger: a run whose pin is gone by now had stored its record before
+  // releasing it, so the ledger read next names its blobs; one whose pin is read here is kept.
+  auto pinned = read_pins(dirs, dry_run, rep);
+  if (!pinned) return pinned.error();
+  // With the lock held exclusively no put is under way: tmp holds only what killed writers left.
+  if (lock && !dry_run) std::tie(rep.tmp_removed, rep.tmp_bytes) = remove_abandoned_tmp(dirs, *lock);
   std::string cutoff = keep_days < 0 ? "" : rfc3339_at(std::time(nullptr) - static_cast<std::time_t>(keep_days) * 86400);
   std::uint64_t torn = 0;
   auto needs = blob_needs(dirs, cutoff, rep, torn);
   if (!needs) return needs.error();
-  Collection collection(rep, *needs, dry_run, keep_days);
+  Collection collection(rep, *needs, *pinned, dry_run, keep_days);
   for (auto& b : present_blobs(blobs_dir(dirs) + "/sha256")) collection.judge(b);
   collection.trim(max_bytes);
   if (torn) rep.warnings.push_back("the ledger ends in a torn append of " + std::to_string(torn) + " bytes (see sbx trace verify)");

@@ -18,6 +18,7 @@
 // kept; its entry says so ("skipped"), and a replay of that run names it as missing. Symlinks in
 // a tree are never followed (their target text is recorded); special files are listed as skipped.
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -25,6 +26,7 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/base/error.hpp"
+#include "runtime/base/fsutil.hpp"
 #include "runtime/base/paths.hpp"
 
 namespace sbx {
@@ -40,12 +42,41 @@ std::string blob_path(const Dirs& dirs, std::string_view hex);  // <state>/blobs
 // default; a bad value is an error naming the variable.
 Result<std::int64_t> keep_ceiling();
 
+// A run's claim on the blobs it kept, from its first put until its record names them: `sbx gc`
+// never deletes a blob that a live pin holds, however old the blob's mtime (a run may last
+// longer than any grace). On disk, <blobs>/pins/pin.XXXXXX: one blob hex per line, created and
+// appended to under the store's lock (put_blob), flock(LOCK_EX) held from its creation until
+// this object is destroyed — unlinked then, and released by the kernel if the process dies, so a
+// pin that gc can lock belongs to no live process (and gc removes it). Nothing is written until
+// the first put. Shared by everything that keeps blobs for one run (RunRequest::blob_pin) and
+// released with it, after run_sandbox stored the record. Bounded: past kMaxPinBytes of hex
+// lines, one "*" line pins every blob of the store (gc then deletes nothing unnamed).
+inline constexpr std::int64_t kMaxPinBytes = 16LL << 20;
+class BlobPin {
+ public:
+  BlobPin() = default;
+  BlobPin(const BlobPin&) = delete;
+  BlobPin& operator=(const BlobPin&) = delete;
+  ~BlobPin();
+  // Adds `hex` to the pin, creating its file first; called with the store's lock held.
+  Status add(const Dirs& dirs, const std::string& hex);
+
+ private:
+  UniqueFd fd_;
+  std::string path_;
+  std::int64_t bytes_ = 0;
+  bool all_ = false;
+};
+
 // Collects the "blobs" entries of one run. Each add_* stores what it is given (or records why
 // not) and never fails the run: a blob that cannot be written is an entry with "skipped".
 class BlobKeeper {
  public:
-  BlobKeeper(Dirs dirs, std::int64_t max_bytes, std::int64_t max_total = kDefaultKeepTotal)
-      : dirs_(std::move(dirs)), max_(max_bytes), max_total_(max_total) {}
+  // `pin`: the run's (RunRequest::blob_pin), which keeps what is stored here from `sbx gc` until
+  // the run's record names it; null only where no record will (a test's keeper).
+  BlobKeeper(Dirs dirs, std::int64_t max_bytes, std::shared_ptr<BlobPin> pin,
+             std::int64_t max_total = kDefaultKeepTotal)
+      : dirs_(std::move(dirs)), max_(max_bytes), max_total_(max_total), pin_(std::move(pin)) {}
   // Bytes in memory (records, a request, the profile's text, the result).
   void add_bytes(const std::string& role, const std::string& path, std::string_view bytes);
   // A host file, opened without following a symlink; `role` names it.
@@ -64,11 +95,14 @@ class BlobKeeper {
   bool over_total(const std::string& role, const std::string& path, std::int64_t bytes);
   Dirs dirs_;
   std::int64_t max_, max_total_, total_ = 0;
+  std::shared_ptr<BlobPin> pin_;
   nlohmann::json entries_ = nlohmann::json::array();
 };
 
-// Stores `bytes` as a blob (a no-op when it is already there); returns its sha256 hex.
-Result<std::string> put_blob(const Dirs& dirs, std::string_view bytes);
+// Stores `bytes` as a blob (a no-op when it is already there) and adds it to `pin` (when given)
+// before the store's lock is released; returns its sha256 hex. The first put of a process that
+// finds the store unlocked also removes what killed writers left in <blobs>/tmp.
+Result<std::string> put_blob(const Dirs& dirs, std::string_view bytes, BlobPin* pin = nullptr);
 // Reads a blob back and checks its content against its name (a blob changed on disk is an error,
 // never replayed). At most `max_bytes`.
 Result<std::string> get_blob(const Dirs& dirs, std::string_view hex, std::int64_t max_bytes = 1LL << 30);
@@ -76,8 +110,12 @@ Result<std::string> get_blob(const Dirs& dirs, std::string_view hex, std::int64_
 // Retention (`sbx gc`). A record is kept when it started within keep_days (all records when
 // keep_days < 0). Blobs that no kept record needs are deleted; then, while the store is above
 // max_bytes (no ceiling when < 0), the blobs of the oldest kept records go too, and each is
-// reported with the runs that needed it. Blobs of no record at all younger than an hour are kept
-// (a run may be about to write the record that names them).
+// reported with the runs that needed it. A blob that a live pin holds (BlobPin: a run still
+// going, its record not written) is kept whatever its age; stale pins (their process is gone)
+// are removed. Blobs of no record at all younger than an hour are kept too (a writer that pins
+// nothing). Temporary files in <blobs>/tmp are removed: gc holds the store's lock exclusively,
+// and every writer holds it while its temporary file exists, so what is there was left by a
+// writer that was killed (not counted in a dry run, which shares the lock with writers).
 struct GcItem {
   std::string sha256;
   std::int64_t bytes = 0;
@@ -88,6 +126,9 @@ struct GcReport {
   std::vector<GcItem> kept, deleted;
   std::int64_t kept_bytes = 0, deleted_bytes = 0;
   std::size_t records = 0, kept_records = 0;
+  std::size_t live_pins = 0, stale_pins = 0;      // pins of running sandboxes; of dead ones (removed)
+  std::size_t tmp_removed = 0;                    // temporary files of killed writers removed
+  std::int64_t tmp_bytes = 0;
   std::vector<std::string> warnings;
 };
 Result<GcReport> gc_blobs(const Dirs& dirs, int keep_days, std::int64_t max_bytes, bool dry_run);

@@ -326,9 +326,12 @@ void run_init(const ChildConfig& cfg) {
   // Init's end of the handshake, on this frame, which init never leaves (handshake.hpp).
   InitEnd end = init_end(cfg);
   // If sbx dies, so does the sandbox: init gets SIGKILL, and with pid 1 gone the kernel kills the
-  // rest of the pid namespace. Raw calls until "go": a supervisor sharing our memory is still
-  // running (writing the id maps).
-  raw::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  // rest of the pid namespace. The signal is armed only now, so a supervisor killed between its
+  // clone and here sends none: init's copy of the supervisor's end of the sync pipe goes too,
+  // and wait_go then reads EOF and ends init (getppid() cannot tell: it is 0 in a new pid
+  // namespace). Raw calls until "go": a supervisor sharing our memory is still running (writing
+  // the id maps).
+  end.arm_parent_death(cfg.supervisor_sync_fd);
   end.wait_go();
   close_all_except({0, 1, 2, cfg.sync_fd, cfg.msg_fd, cfg.out_fd, cfg.err_fd, cfg.seccomp_sock, cfg.proxy_sock,
                     cfg.out_sock, cfg.mounts.image_fd, cfg.in_fd, cfg.pty_sock});

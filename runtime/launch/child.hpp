@@ -39,6 +39,10 @@ struct ChildConfig {
   // Read end: the supervisor writes 'g' once the id maps are in place, then 's' once the image's
   // seal is checked (at once without an image); init builds the sandbox in between.
   int sync_fd = -1;
+  // The supervisor's write end of that pipe. Init inherits a copy with sbx's fd table (clone
+  // without CLONE_FILES) and closes it before it first waits (InitEnd::arm_parent_death): with
+  // the supervisor's copy the only one left, the supervisor's death is EOF on sync_fd.
+  int supervisor_sync_fd = -1;
   int msg_fd = -1;   // write end of the ChildMsg pipe (close-on-exec)
   int out_fd = -1;   // write ends of the stdout/stderr pipes
   int err_fd = -1;

@@ -80,6 +80,8 @@ class InitChannel {
   Status open_proxy_socket();
   // Init's ends, by number, for ChildConfig (-1 when not opened).
   int init_sync() const { return sync_r_.get(); }
+  // Our own end of the sync pipe, which init inherits and closes first (InitEnd::arm_parent_death).
+  int supervisor_sync() const { return sync_w_.get(); }
   int init_reports() const { return msg_w_.get(); }
   int init_out_socket() const { return out_w_.get(); }
   int init_listener_socket() const { return listener_w_.get(); }
@@ -139,6 +141,12 @@ class InitEnd {
  public:
   InitEnd(int sync, int reports, int out_sock, int listener_sock, int proxy_sock)
       : sync_(sync), msg_(reports), out_(out_sock), listener_(listener_sock), proxy_(proxy_sock) {}
+  // Init's very first step, before anything that can wait: the parent-death signal (SIGKILL),
+  // then init's inherited copy of the supervisor's end of the sync pipe closed, so that no
+  // process of the sandbox holds it. A supervisor killed before the signal was armed (between
+  // clone and this call) is then EOF at wait_go; killed after, the signal ends init. Either way
+  // init never outlives sbx, nor keeps the caller's stdout it inherited open.
+  void arm_parent_death(int inherited_supervisor_end) const;
   // Step 1: waits for 'g'. EOF (the supervisor died before the maps were written) ends init.
   void wait_go() const;
   // True when the supervisor's end of the sync pipe has hung up (it died meanwhile).

@@ -154,6 +154,11 @@ void InitFd::reset(int fd) {
   fd_ = fd;
 }
 
+void InitEnd::arm_parent_death(int inherited_supervisor_end) const {
+  raw::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (inherited_supervisor_end >= 0 && inherited_supervisor_end != sync_) raw::close(inherited_supervisor_end);
+}
+
 void InitEnd::wait_go() const {
   char go;
   if (read_byte(sync_, &go) != 1) raw::exit_group(125);  // the supervisor is gone: no maps, no run

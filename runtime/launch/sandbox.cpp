@@ -397,6 +397,7 @@ bool Run::prepare_channels() {
   cfg.pty_sock = L.caller_in.child_pty_sock();
   cfg.pty_size = L.caller_in.initial_size();
   cfg.sync_fd = L.chan.init_sync();
+  cfg.supervisor_sync_fd = L.chan.supervisor_sync();
   cfg.msg_fd = L.chan.init_reports();
   cfg.out_fd = L.out.w.get();
   cfg.err_fd = L.err.w.get();
@@ -490,6 +491,15 @@ bool Run::spawn() {
   }
   if (!child) return fail_setup(child.error());
   if (child->pid == 0) run_init(L.cfg);  // never returns
+  // SBX_TEST_KILL_AT_CLONE=1, a test hook (man sbx, ENVIRONMENT): sbx kills itself with SIGKILL
+  // the moment clone returns, usually before init has run its first instruction, so the window
+  // in which init's parent-death signal is not yet armed is hit on purpose
+  // (tests/integration/test_kill_window.py). It can only end sbx, as any SIGKILL could.
+  static const bool test_kill_at_clone = [] {
+    const char* v = ::getenv("SBX_TEST_KILL_AT_CLONE");
+    return v && std::strcmp(v, "1") == 0;
+  }();
+  if (test_kill_at_clone) ::kill(::getpid(), SIGKILL);
   L.pid = child->pid;
   L.pidfd.reset(child->pidfd);
   // Init's ends: it has its own fd table (no CLONE_FILES, also for the shared init: clone.hpp),

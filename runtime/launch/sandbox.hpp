@@ -5,6 +5,7 @@
 // record and the exit status for `sbx run`.
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -12,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "runtime/image/blob_store.hpp"
 #include "runtime/linux/mounts.hpp"
 #include "runtime/launch/outcome.hpp"
 #include "runtime/launch/pool_job.hpp"
@@ -37,7 +39,7 @@ struct PooledCall {
   RunSpec spec;  // the call's effective spec: one that pool_refusal() accepts for the pooled one
   PoolJob job;   // its argv and the files written under kPoolDirs before the program starts
   nlohmann::json inputs = nlohmann::json::array();
-  nlohmann::json record_extra = nlohmann::json::object();  // replaces RunRequest::record_extra
+  nlohmann::json record_extra = nlohmann::json::object();
   std::function<AfterRun(const Outcome&, int out_fd)> after_run;  // replaces RunRequest's
 };
 // What await_call may watch while it waits: init's pidfd (it died: the sandbox is unusable),
@@ -94,6 +96,10 @@ struct RunRequest {
   // Members added to the record as they are: "blobs" (what was kept for a replay, blob_store.hpp;
   // a "blobs" list from after_run is appended to it) and "replay_of" (replay.hpp).
   nlohmann::json record_extra = nlohmann::json::object();
+  // The run's claim on the blobs kept for it (blob_store.hpp, BlobPin): every BlobKeeper of the
+  // run shares it, so `sbx gc` spares them until the record names them. Released with the
+  // request, after run_sandbox stored the record.
+  std::shared_ptr<BlobPin> blob_pin = std::make_shared<BlobPin>();
   // Files sbx generates for the sandbox (records, code): bound read-only, never on the host.
   std::vector<GeneratedFile> files;
   // --output DIR: export /out there after the run (prepare_export_dir checked it beforehand).

@@ -156,6 +156,7 @@ struct ExecOutput {
   ExecState* st;
   Dirs dirs;
   std::int64_t keep_max;
+  std::shared_ptr<BlobPin> pin;  // the run's (RunRequest::blob_pin)
   std::string request_text, deferred_origin, deferred_profile;  // empty unless deferred
 
   AfterRun operator()(const Outcome& o, int out_fd) const;
@@ -176,7 +177,7 @@ std::vector<SchemaError> ExecOutput::check(const OutFile& f, const Outcome& o, j
   if (errs.empty()) {
     st->result = std::move(parsed.value);
     // The result as the program wrote it, kept after the run (the supervisor is done).
-    BlobKeeper kept(dirs, keep_max);
+    BlobKeeper kept(dirs, keep_max, pin);
     kept.add_bytes("result", "/out/result.json", f.bytes);
     for (auto& b : kept.take()) blobs.push_back(b);
   }
@@ -188,7 +189,7 @@ AfterRun ExecOutput::operator()(const Outcome& o, int out_fd) const {
   json& extra = after.record;
   json blobs = json::array();
   if (!request_text.empty()) {
-    BlobKeeper keeper(dirs, keep_max);
+    BlobKeeper keeper(dirs, keep_max, pin);
     keeper.add_bytes("exec_request", "request.json", request_text);
     keeper.add_bytes("profile", deferred_origin, deferred_profile);
     blobs = keeper.take();
@@ -253,14 +254,14 @@ Result<std::shared_ptr<ExecState>> plan_exec(const json& request, const ExecCont
   json copy = request;  // dump_json escapes invalid UTF-8 in place
   std::string request_text = dump_json(copy, -1);
   for (auto& [k, v] : ctx.record_extra.items()) run.record_extra[k] = v;  // before_run's (a tenant) stay
-  ExecOutput output{state.get(), run.dirs, *ceiling, "", "", ""};
+  ExecOutput output{state.get(), run.dirs, *ceiling, run.blob_pin, "", "", ""};
   if (defer_blobs) {
     run.record_extra["blobs"] = json::array();
     output.request_text = std::move(request_text);
     output.deferred_origin = run.profile.origin;
     output.deferred_profile = run.profile.text;
   } else {
-    BlobKeeper keeper(run.dirs, *ceiling);
+    BlobKeeper keeper(run.dirs, *ceiling, run.blob_pin);
     keeper.add_bytes("exec_request", "request.json", request_text);
     keeper.add_bytes("profile", run.profile.origin, run.profile.text);
     run.record_extra["blobs"] = keeper.take();

@@ -245,7 +245,7 @@ AfterRun OutputContract::judge(const Outcome& o, int out_fd) {
   }
   std::vector<SchemaError> errs = validate(f);
   if (errs.empty()) {
-    BlobKeeper kept(req.run.dirs, ceiling);  // after the run: the supervisor is done
+    BlobKeeper kept(req.run.dirs, ceiling, req.run.blob_pin);  // after the run: the supervisor is done
     kept.add_bytes("result", "/out/result.json", f.bytes);
     extra["blobs"] = kept.take();
     extra["validation"]["output"] = {{"status", "ok"}};
@@ -264,7 +264,7 @@ AfterRun OutputContract::judge(const Outcome& o, int out_fd) {
 // validated and the profile's text.
 void keep_replay_blobs(PackRunRequest& req, std::int64_t ceiling) {
   RunRequest& run = req.run;
-  BlobKeeper keeper(run.dirs, ceiling);
+  BlobKeeper keeper(run.dirs, ceiling, run.blob_pin);
   keeper.add_tree("pack_file", "pack_dir", "pack_link", "", req.pack.dir);
   keeper.add_bytes("records", req.input_path, req.input_bytes);
   keeper.add_bytes("profile", run.profile.origin, run.profile.text);

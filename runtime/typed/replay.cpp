@@ -384,12 +384,13 @@ std::string describe_difference(const ReplayDifference& d, std::size_t max_value
   return line;
 }
 
-Result<json> keep_run_inputs(const Dirs& dirs, const RunSpec& spec, const ProfileSource& profile) {
+Result<json> keep_run_inputs(const Dirs& dirs, const RunSpec& spec, const ProfileSource& profile,
+                             std::shared_ptr<BlobPin> pin) {
   char buf[4096];
   std::string cwd = ::getcwd(buf, sizeof buf) ? buf : ".";
   auto ceiling = keep_ceiling();
   if (!ceiling) return ceiling.error();
-  BlobKeeper keeper(dirs, *ceiling);
+  BlobKeeper keeper(dirs, *ceiling, std::move(pin));
   keeper.add_bytes("profile", profile.origin, profile.text);
   for (auto& in : spec.inputs) {
     std::string src = !in.src.empty() && in.src[0] == '/' ? in.src : cwd + "/" + in.src;

@@ -11,6 +11,7 @@
 //
 // What is compared: the status and exit code, every output's sha256 (by path), the inputs'
 // hashes, and for a JSON result kept as a blob, the JSON pointers whose values differ.
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -18,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/base/error.hpp"
+#include "runtime/image/blob_store.hpp"
 #include "runtime/base/paths.hpp"
 #include "runtime/model/profile.hpp"
 #include "runtime/model/spec.hpp"
@@ -27,7 +29,8 @@ namespace sbx {
 // `sbx run --keep-inputs`: every --input (a file, or a directory's tree: never following a
 // symlink) and the profile's text, as a record's "blobs" list. Kept before the run.
 // Relative --input paths are taken from the current directory, as the run takes them.
-Result<nlohmann::json> keep_run_inputs(const Dirs& dirs, const RunSpec& spec, const ProfileSource& profile);
+Result<nlohmann::json> keep_run_inputs(const Dirs& dirs, const RunSpec& spec, const ProfileSource& profile,
+                                       std::shared_ptr<BlobPin> pin);
 
 // Rebuilds into `dest` the tree that the record's "blobs" list holds under the roles file_role,
 // dir_role and link_role with paths under `prefix` ("" for every path): what a replay does for a

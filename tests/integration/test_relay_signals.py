@@ -12,7 +12,7 @@ import subprocess
 import time
 import unittest
 
-from sbxtest import SBX, SbxTestCase, kill_tree_by_marker, validate_trace
+from sbxtest import SBX, SbxTestCase, kill_tree_by_marker, ledger_lines, note, scaled, validate_trace
 
 
 def wait_until_signal_blocked(pid, sig, timeout=10.0):
@@ -298,22 +298,70 @@ class EarlySignals(SbxTestCase):
         self.assertEqual(missing, [], f"signalled runs without a record (run, exit, stderr); recorded: {seen}")
 
     def test_commands_that_wait_on_the_caller_still_end_on_ctrl_c(self):
-        # sbx blocks the forwarded signals from its start; what runs no sandbox yet (sbx exec
-        # waiting for its request on stdin) must still end on SIGINT as any command does.
-        p = subprocess.Popen([SBX, "exec"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        # sbx blocks the forwarded signals from its start; sbx exec waiting for a request that
+        # never comes must still end on SIGINT: 2 s after it (the writer's grace to finish the
+        # request, see the next test), exit 130 with an error and no record (no call was made).
+        state = self.path("state-ctrl-c")
+        env = dict(os.environ, SBX_STATE_DIR=state)
+        p = subprocess.Popen([SBX, "exec"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             env=env)
         try:
+            wait_until_signal_blocked(p.pid, signal.SIGINT)
             time.sleep(0.3)
             p.send_signal(signal.SIGINT)
-            p.wait(timeout=5)
+            p.wait(timeout=scaled(6))  # stdin still open: the request never ends
+            out, err = p.stdout.read(), p.stderr.read()
         except subprocess.TimeoutExpired:
             p.kill()
             p.wait()
             self.fail("sbx exec ignored SIGINT while waiting for its request")
         finally:
-            p.stdin.close()
-            p.stdout.close()
-            p.stderr.close()
-        self.assertEqual(p.returncode, -signal.SIGINT)
+            for f in (p.stdin, p.stdout, p.stderr):
+                f.close()
+        self.assertEqual(p.returncode, 128 + signal.SIGINT, err)
+        self.assertEqual(json.loads(out)["error"]["stage"], "signal")
+        self.assertIn(b"SIGINT while reading the exec request", err)
+        self.assertEqual(ledger_lines(state), [], "a record without a call")
+
+    def test_sigterm_while_exec_reads_its_request_is_recorded(self):
+        # Issue 30, item 15: SIGTERM while sbx exec read its request ended sbx at once (it had
+        # unblocked the signals for the read): no record, no response. Now the signal waits until
+        # the request is complete, and the run records it as a signal before the program
+        # started; the response says so (exit 0: a response was produced).
+        state = self.path("state-term")
+        env = dict(os.environ, SBX_STATE_DIR=state)
+        tpath = self.path("exec-term.json")
+        p = subprocess.Popen([SBX, "exec", "--trace-file", tpath], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, env=env)
+        try:
+            p.stdin.write(json.dumps({"language": "sh", "code": "echo ran"}).encode())
+            p.stdin.flush()
+            wait_until_signal_blocked(p.pid, signal.SIGTERM)
+            time.sleep(0.3)  # sbx is blocked reading: the request has no end of file yet
+            p.send_signal(signal.SIGTERM)
+            time.sleep(0.3)
+            alive = p.poll() is None
+            out, err = p.communicate(timeout=60)  # closes the request's stream first
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.communicate()
+        note(f"sbx exec, SIGTERM during the request's read: alive after it {alive}, rc {p.returncode}, "
+             f"stdout {out[:300]!r}, stderr {err[-300:]!r}")
+        self.assertTrue(alive, "sbx exec died of SIGTERM while reading its request")
+        self.assertEqual(p.returncode, 0, err)
+        resp = json.loads(out)
+        self.assertEqual(resp["status"], "signaled")
+        self.assertNotIn("ran", resp.get("stdout", ""))
+        records = [e["record"] for e in ledger_lines(state)]
+        self.assertEqual(len(records), 1, "one record for the call")
+        res = records[0]["result"]
+        self.assertEqual(res["status"], "signaled")
+        self.assertEqual(res["signal"], signal.SIGTERM)
+        self.assertIn("before the program started", res["reason"])
+        self.assertEqual(records[0]["run_id"], resp["run_id"])
+        with open(tpath) as f:
+            validate_trace(self, json.load(f))
 
     def test_program_starts_with_an_empty_mask_and_default_dispositions(self):
         r = self.run_sbx(["grep", "-E", "^Sig(Blk|Ign):", "/proc/self/status"])

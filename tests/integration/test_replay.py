@@ -3,6 +3,7 @@ Runs as root and rootless.
 
 On the previous binary none of this exists: `sbx replay` and `sbx gc` are unknown commands (exit
 125), `run --keep-inputs` is an unknown option, and no record names any blob."""
+import fcntl
 import glob
 import hashlib
 import json
@@ -12,7 +13,7 @@ import subprocess
 import time
 import unittest
 
-from sbxtest import SbxTestCase, busybox_tree, ledger_lines, note, sbx, validate_trace
+from sbxtest import SBX, SbxTestCase, busybox_tree, ledger_lines, note, sbx, validate_trace
 
 RECORD_SCHEMA = {"type": "object", "required": ["id"], "properties": {"id": {"type": "string"}}}
 OUTPUT_SCHEMA = {"type": "object", "required": ["count"], "additionalProperties": False,
@@ -334,6 +335,92 @@ class Gc(ReplayCase):
             self.assertFalse(os.path.exists(self.blob_file(sha)))
         rp = self.sbx(["replay", rec["run_id"]])
         self.assertExit(rp, 125)
+
+    def test_gc_spares_the_blobs_of_a_run_still_going(self):
+        # Issue 30, item 9: a run keeps its --input blobs before it starts and names them only in
+        # its record, written when it ends. gc judged such blobs by their age alone (an hour):
+        # a run that outlasted it lost them. Here the blobs are made to look two hours old while
+        # the run is still going; gc must keep them (the run's pin), and the record then names
+        # only blobs that exist.
+        tree = self.path("in-tree")
+        os.makedirs(tree)
+        content = f"input of a long run {time.time()}\n".encode()
+        with open(os.path.join(tree, "a.txt"), "wb") as f:
+            f.write(content)
+        os.chmod(tree, 0o755)
+        os.chmod(os.path.join(tree, "a.txt"), 0o644)
+        sha = hashlib.sha256(content).hexdigest()
+        run = subprocess.Popen([SBX, "run", "--keep-inputs", "--input", tree + ":/in/tree", "--", "sleep", "6"],
+                               env=self.env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            deadline = time.monotonic() + 30
+            while not os.path.exists(self.blob_file(sha)) and time.monotonic() < deadline and run.poll() is None:
+                time.sleep(0.02)
+            self.assertTrue(os.path.exists(self.blob_file(sha)), "the run never kept its input")
+            old = time.time() - 7200
+            for path in glob.glob(os.path.join(self.state, "blobs", "sha256", "*", "*")):
+                os.utime(path, (old, old))
+            g = self.sbx(["gc"])
+            still_running = run.poll() is None
+            note(f"sbx gc while the run sleeps (still running: {still_running}):\n{g.out}{g.err}")
+            self.assertTrue(still_running, "the run ended before gc: nothing was shown (a slow machine?)")
+            self.assertExit(g, 0)
+            self.assertIn(f"kept sha256:{sha} ", g.out)
+            self.assertIn("pinned by a running sandbox", g.out)
+            out, err = run.communicate(timeout=60)
+            self.assertEqual(run.returncode, 0, err)
+        finally:
+            if run.poll() is None:
+                run.kill()
+                run.communicate()
+        rec = self.records()[-1]
+        kept = [b for b in rec["blobs"] if "sha256" in b and "skipped" not in b]
+        self.assertIn(sha, {b["sha256"] for b in kept})
+        missing = [b["path"] for b in kept if not os.path.exists(self.blob_file(b["sha256"]))]
+        self.assertEqual(missing, [], "the record names blobs that gc deleted while the run went on")
+        # Once the record names them, the run's pin is gone: nothing is left in pins/.
+        pins = glob.glob(os.path.join(self.state, "blobs", "pins", "pin.*"))
+        self.assertEqual(pins, [], "a finished run left its pin")
+
+    def test_gc_and_the_next_keeper_remove_what_killed_writers_left_in_tmp(self):
+        # Issue 30, item 12: a writer killed between its temporary file and the rename left
+        # blobs/tmp/blob.XXXXXX for ever. A writer holds the store's lock (shared) while its
+        # temporary file exists, gc holds it exclusively: so gc removes what is there, and the
+        # first keeper of a process that finds the store unlocked does too. A live writer's file
+        # (the lock held, as a put does) is not touched: gc waits for the lock.
+        tmpdir = os.path.join(self.state, "blobs", "tmp")
+        os.makedirs(tmpdir, exist_ok=True)
+        dead = os.path.join(tmpdir, "blob.k1ll3d")
+        with open(dead, "wb") as f:
+            f.write(b"half of a blob")
+        g = self.sbx(["gc"])
+        note(f"sbx gc with a killed writer's tmp file:\n{g.out}")
+        self.assertExit(g, 0)
+        self.assertFalse(os.path.exists(dead), "gc left a killed writer's temporary file")
+        self.assertIn("1 temporary file(s)", g.out)
+
+        live = os.path.join(tmpdir, "blob.l1v3w1")
+        with open(live, "wb") as f:
+            f.write(b"being written")
+        lock = os.open(os.path.join(self.state, "blobs", "lock"), os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_SH)  # what a put holds while its file exists
+            gc = subprocess.Popen([SBX, "gc"], env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            time.sleep(1.0)
+            self.assertIsNone(gc.poll(), "gc did not wait for the writer")
+            self.assertTrue(os.path.exists(live), "gc removed a live writer's temporary file")
+            os.unlink(live)  # the writer's rename (its blob itself is not this test's)
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+            os.close(lock)
+        gc.communicate(timeout=60)
+        self.assertEqual(gc.returncode, 0)
+
+        # Without gc: the next run that keeps a blob sweeps what a killed writer left.
+        with open(dead, "wb") as f:
+            f.write(b"half of another blob")
+        self.assertExit(self.sbx(["run", "--keep-inputs", "--", "true"]), 0)
+        self.assertFalse(os.path.exists(dead), "the next keeper left a killed writer's temporary file")
 
     def test_gc_bad_arguments(self):
         for args, what in ((["gc", "--max-bytes", "lots"], "--max-bytes"), (["gc", "--keep-days", "-3"], "--keep-days")):

@@ -92,7 +92,7 @@ TEST_CASE("blobs are stored by content, read back checked, and kept trees never 
   write(t.root + "/secret", "host secret");
   REQUIRE(::symlink((t.root + "/secret").c_str(), (tree + "/link").c_str()) == 0);
   write(tree + "/big", std::string(100, 'x'));
-  sbx::BlobKeeper keeper(t.dirs, 50);
+  sbx::BlobKeeper keeper(t.dirs, 50, nullptr);
   keeper.add_tree("input_file", "input_dir", "input_link", "/in/t", tree);
   keeper.add_file("input_file", "/in/l", tree + "/link");  // a symlink named directly
   json e = keeper.take();
@@ -149,4 +149,40 @@ TEST_CASE("gc deletes what no kept record needs and says what it kept and why") 
   REQUIRE(over->deleted.size() == 1);
   CHECK(over->deleted[0].needed_by_kept);
   CHECK(over->deleted[0].why.find("can no longer be replayed") != std::string::npos);
+}
+
+TEST_CASE("gc spares what a live pin holds, however old, and removes stale pins and killed writers' tmp files") {
+  TempState t;
+  struct timespec old[2] = {{std::time(nullptr) - 7200, 0}, {std::time(nullptr) - 7200, 0}};
+  auto pin = std::make_shared<sbx::BlobPin>();
+  auto pinned = sbx::put_blob(t.dirs, "kept by a running sandbox", pin.get());
+  auto loose = sbx::put_blob(t.dirs, "kept by nobody");
+  REQUIRE(pinned);
+  REQUIRE(loose);
+  // Both look older than any grace: only the pin can save one.
+  REQUIRE(::utimensat(AT_FDCWD, sbx::blob_path(t.dirs, *pinned).c_str(), old, 0) == 0);
+  REQUIRE(::utimensat(AT_FDCWD, sbx::blob_path(t.dirs, *loose).c_str(), old, 0) == 0);
+  // A pin whose process is gone (nobody holds its flock) and a killed writer's temporary file.
+  std::string blobs = t.dirs.state + "/blobs";
+  write(blobs + "/pins/pin.dead00", *loose + "\n");
+  write(blobs + "/tmp/blob.dead00", "half a blob");
+
+  auto rep = sbx::gc_blobs(t.dirs, -1, -1, false);
+  REQUIRE(rep);
+  CHECK(rep->live_pins == 1);
+  CHECK(rep->stale_pins == 1);
+  CHECK(rep->tmp_removed == 1);
+  CHECK(::access(sbx::blob_path(t.dirs, *pinned).c_str(), F_OK) == 0);
+  CHECK(::access(sbx::blob_path(t.dirs, *loose).c_str(), F_OK) != 0);
+  CHECK(::access((blobs + "/pins/pin.dead00").c_str(), F_OK) != 0);
+  CHECK(::access((blobs + "/tmp/blob.dead00").c_str(), F_OK) != 0);
+  REQUIRE(rep->kept.size() == 1);
+  CHECK(rep->kept[0].why.find("pinned by a running sandbox") == 0);
+
+  // Released (the record would name it now): nothing holds it any more.
+  pin.reset();
+  auto after = sbx::gc_blobs(t.dirs, -1, -1, false);
+  REQUIRE(after);
+  CHECK(after->live_pins == 0);
+  CHECK(::access(sbx::blob_path(t.dirs, *pinned).c_str(), F_OK) != 0);
 }

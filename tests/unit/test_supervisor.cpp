@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "runtime/launch/outcome.hpp"
+#include "runtime/base/json_io.hpp"
 #include "runtime/base/output_relay.hpp"
 #include "runtime/base/sha256.hpp"
 #include "runtime/base/signals.hpp"
@@ -350,4 +351,42 @@ TEST_CASE("supervise: a reader that goes away closes the program's pipe; the run
   // Nothing else ended the sandbox: the wall-time limit did, as for any run.
   CHECK(r.timed_out);
   run.init.reaped = !r.init_pending;
+}
+
+TEST_CASE("sbx exec's request read keeps a signal pending, and gives up only past the writer's grace") {
+  sigset_t fwd;
+  sbx::forwarded_signals(&fwd);
+  sbx::SignalMaskGuard blocked(SIG_BLOCK, fwd);  // as main() leaves them for sbx exec
+  int fds[2];
+  REQUIRE(::pipe2(fds, O_CLOEXEC) == 0);
+  // The request is complete (end of file) after the signal: read whole, the signal still pending
+  // for the run that follows (which records it).
+  REQUIRE(::write(fds[1], "{\"a\": 1}", 8) == 8);
+  REQUIRE(::raise(SIGTERM) == 0);
+  ::close(fds[1]);
+  int interrupted = -1;
+  auto text = sbx::read_to_end_holding_signals(fds[0], 1024, 1000, &interrupted, "usage", "the exec request");
+  ::close(fds[0]);
+  REQUIRE(text);
+  CHECK(*text == "{\"a\": 1}");
+  CHECK(interrupted == 0);
+  CHECK(sbx::peek_pending_forwarded_signal() == SIGTERM);
+  CHECK(sbx::take_pending_forwarded_signal() == SIGTERM);
+  // A writer that never finishes: past the grace, the signal and an error; no request.
+  REQUIRE(::pipe2(fds, O_CLOEXEC) == 0);
+  REQUIRE(::write(fds[1], "{\"a\"", 4) == 4);
+  REQUIRE(::raise(SIGINT) == 0);
+  auto cut = sbx::read_to_end_holding_signals(fds[0], 1024, 100, &interrupted, "usage", "the exec request");
+  CHECK_FALSE(cut);
+  CHECK(interrupted == SIGINT);
+  CHECK(cut.error().stage == "signal");
+  CHECK(cut.error().message.find("SIGINT while reading the exec request") == 0);
+  CHECK(sbx::take_pending_forwarded_signal() == SIGINT);
+  // Bounded as read_bounded_fd is.
+  REQUIRE(::write(fds[1], std::string(64, 'x').data(), 64) == 64);
+  ::close(fds[1]);
+  auto big = sbx::read_to_end_holding_signals(fds[0], 16, 100, &interrupted, "usage", "the exec request");
+  ::close(fds[0]);
+  CHECK_FALSE(big);
+  CHECK(interrupted == 0);
 }
