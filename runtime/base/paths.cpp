@@ -43,13 +43,40 @@ std::string octal_mode(mode_t m) {
   return b;
 }
 bool trusted_owner(uid_t u) { return u == ::geteuid() || u == 0; }
+// Inside a user namespace that does not map host root (rootless podman, a pod with hostUsers:
+// false, `unshare -r`), /, /tmp and /home show as the kernel's overflow uid (65534): their real
+// owner is outside the namespace and nobody inside it can act as that owner. Such an ancestor is
+// passed through like a root-owned one; the directory itself must still be sbx's user's own.
+// In the initial namespace every id is mapped, so 65534 is a real account (nobody) and is not
+// trusted.
+bool unmapped_owner(uid_t u) {
+  static const int overflow = [] {
+    auto first_line = [](const char* path) {
+      char buf[128] = {};
+      FILE* f = std::fopen(path, "re");
+      if (!f) return std::string();
+      if (!std::fgets(buf, sizeof buf, f)) buf[0] = 0;
+      std::fclose(f);
+      return std::string(buf);
+    };
+    std::string map = first_line("/proc/self/uid_map");
+    unsigned long inside = 0, outside = 0, count = 0;
+    if (std::sscanf(map.c_str(), "%lu %lu %lu", &inside, &outside, &count) == 3 && inside == 0 && outside == 0 &&
+        count == 4294967295UL)
+      return -1;  // the initial user namespace
+    std::string o = first_line("/proc/sys/kernel/overflowuid");
+    int v = o.empty() ? 65534 : std::atoi(o.c_str());
+    return v > 0 ? v : 65534;
+  }();
+  return overflow >= 0 && u == static_cast<uid_t>(overflow);
+}
 // One existing part of the path: `last` is the directory itself, else an ancestor sbx only
 // passes through. A sticky, world-writable ancestor (/tmp) is fine: others cannot rename or
 // remove what they do not own in it, and the next part's owner is checked in turn.
 Status check_part(const std::string& part, const struct stat& st, bool last, const std::string& what,
                   const std::string& path) {
   const std::string head = what + " " + path + ": ";
-  if (!trusted_owner(st.st_uid))
+  if (!trusted_owner(st.st_uid) && !(!last && unmapped_owner(st.st_uid)))
     return make_error("usage", head + part + " belongs to uid " + std::to_string(st.st_uid) +
                                    ", not to sbx's user (uid " + std::to_string(::geteuid()) +
                                    ") or root: its owner could change what sbx trusts there (the seccomp cache, the "

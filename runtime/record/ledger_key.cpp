@@ -176,7 +176,9 @@ Result<std::optional<LedgerSigner>> LedgerSigner::load_default() {
   if (!p) return std::optional<LedgerSigner>{};  // no config dir: no key
   struct stat st;
   if (::lstat(p->priv.c_str(), &st) != 0) {
-    if (errno == ENOENT) return std::optional<LedgerSigner>{};
+    // EACCES: a config dir this user cannot search is not this user's (HOME still naming
+    // another user's home, as under a plain `su`): no key of its own can be there.
+    if (errno == ENOENT || errno == EACCES) return std::optional<LedgerSigner>{};
     return sys_error(kStage, "cannot stat the ledger key " + p->priv);
   }
   auto s = load(p->priv);
