@@ -197,7 +197,7 @@ json run_pack_job(const json& job, GlobalOptions& g) {
   std::vector<PackProblem> problems;
   // The copy is what runs (load_pack_copy): the pack's directory may have changed since the
   // server loaded it at start, and may change during the call.
-  auto pack = load_pack_copy(job.value("dir", ""), problems);
+  auto pack = load_pack_copy(job.value("dir", ""), resolve_dirs(g.state_dir).state, problems);
   if (!pack) return worker_error("usage", problems.empty() ? pack.error().message : problems.front().describe());
   auto profile = load_profile(job.value("profile", kDefaultProfile));
   if (!profile) return worker_error("usage", profile.error().describe());

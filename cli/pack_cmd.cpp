@@ -61,7 +61,7 @@ int run_pack_command(PackFlags& f, GlobalOptions& g) {
   std::vector<PackProblem> problems;
   // A run mounts a private copy, hashed as it was made (load_pack_copy): the owner of f.dir may
   // change it at any moment. A dry run creates nothing and plans the mount of f.dir itself.
-  auto pack = f.run.dry_run ? load_pack(f.dir, problems) : load_pack_copy(f.dir, problems);
+  auto pack = f.run.dry_run ? load_pack(f.dir, problems) : load_pack_copy(f.dir, resolve_dirs(g.state_dir).state, problems);
   if (!pack) return print_problems(f.dir, problems, pack.error());
   print_warnings(f.dir, *pack);
   if (f.input.empty()) return usage_error("pack run: --input FILE is required (a JSON array of records)");

@@ -404,10 +404,10 @@ Result<Pack> load_pack(const std::string& dir_in, std::vector<PackProblem>& prob
   return load_from(*dir, *dir, *digest, problems, strict);
 }
 
-Result<Pack> load_pack_copy(const std::string& dir_in, std::vector<PackProblem>& problems) {
+Result<Pack> load_pack_copy(const std::string& dir_in, const std::string& state_dir, std::vector<PackProblem>& problems) {
   auto dir = canonical_pack_dir(dir_in);
   if (!dir) return dir.error();
-  auto priv = PrivateDir::make("pack");
+  auto priv = PrivateDir::make(state_dir, "pack");
   if (!priv) return priv.error();
   std::string copy = (*priv)->path() + "/pack";
   // The digest is taken of the bytes as they are copied: the copy is what was hashed, and

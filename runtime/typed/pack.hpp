@@ -71,7 +71,7 @@ Result<Pack> load_pack(const std::string& dir, std::vector<PackProblem>& problem
 // as it is copied, and loads the copy (manifest, schemas, digest). The copy is what the run
 // mounts at /pack: the pack's owner may change `dir` at any moment, and the program still runs
 // exactly the bytes whose digest the record names and a tenant's allowlist was checked against.
-Result<Pack> load_pack_copy(const std::string& dir, std::vector<PackProblem>& problems);
+Result<Pack> load_pack_copy(const std::string& dir, const std::string& state_dir, std::vector<PackProblem>& problems);
 
 // The pack's digest: sha256 over a manifest of every regular file and directory under `dir`,
 // sorted by path, one line each: "<path>\t<mode octal>\t<size>\t<sha256>\n" (the mode as a run

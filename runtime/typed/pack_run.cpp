@@ -116,8 +116,10 @@ Result<std::vector<ContextCopy>> copy_contexts(const PackRunRequest& req, std::s
       out.push_back({path, ""});
       continue;
     }
+    // Beside the pack's own copy (<state>/tmp, pack_tree.hpp) when there is one.
+    if (!holder && req.pack.copy) holder = req.pack.copy;
     if (!holder) {
-      auto d = PrivateDir::make("context");
+      auto d = PrivateDir::make(req.run.dirs.state, "context");
       if (!d) return d.error();
       holder = std::move(*d);
     }

@@ -8,10 +8,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
+#include <string_view>
 #include <vector>
 
 #include "runtime/base/sha256.hpp"
 #include "runtime/base/units.hpp"
+#include "runtime/linux/cgroup.hpp"
 
 namespace sbx {
 namespace {
@@ -189,10 +192,91 @@ Result<std::int64_t> hash_copy_bounded(int in, int out, std::int64_t expected, s
   return got;
 }
 
-Result<std::shared_ptr<PrivateDir>> PrivateDir::make(const std::string& prefix) {
-  const char* t = std::getenv("TMPDIR");
-  std::string base = t && *t == '/' ? t : "/tmp";
-  std::string tmpl = base + "/sbx-" + prefix + "-XXXXXX";
+namespace {
+// Field 22 of /proc/<pid>/stat (the start time, in ticks since boot); nullopt with `gone` set when
+// no such process exists, nullopt alone when it cannot be told.
+std::optional<std::uint64_t> proc_starttime(const std::string& pid, bool* gone) {
+  *gone = false;
+  UniqueFd fd(::open(("/proc/" + pid + "/stat").c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.ok()) {
+    *gone = errno == ENOENT || errno == ESRCH;
+    return std::nullopt;
+  }
+  char buf[1024];
+  ssize_t n = ::read(fd.get(), buf, sizeof buf);
+  if (n <= 0) {
+    *gone = n < 0 && errno == ESRCH;
+    return std::nullopt;
+  }
+  return parse_stat_starttime(std::string_view(buf, static_cast<std::size_t>(n)));
+}
+
+// The "<pid>-<start>" part of a copy's name for this process ("" if /proc cannot tell).
+std::string self_owner() {
+  bool gone = false;
+  auto start = proc_starttime(std::to_string(::getpid()), &gone);
+  return start ? std::to_string(::getpid()) + "-" + std::to_string(*start) : "";
+}
+
+bool all_digits(std::string_view s) {
+  return !s.empty() && s.size() <= 20 && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+}  // namespace
+
+std::size_t sweep_stale_copies(const std::string& state_dir) {
+  std::string base = state_dir + "/" + kCopiesSubdir;
+  int fd = ::open(base.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return 0;
+  std::unique_ptr<DIR, int (*)(DIR*)> d(::fdopendir(fd), ::closedir);
+  if (!d) {
+    ::close(fd);
+    return 0;
+  }
+  std::vector<std::string> stale;
+  std::size_t seen = 0;
+  while (auto* e = ::readdir(d.get())) {
+    if (++seen > kMaxPackEntries) break;
+    std::string_view name = e->d_name;
+    // "<prefix>-<pid>-<start>-XXXXXX", prefix pack or context: nothing else is sbx's to remove.
+    std::size_t a = name.find('-'), b = a == name.npos ? a : name.find('-', a + 1),
+                c = b == name.npos ? b : name.find('-', b + 1);
+    if (c == name.npos) continue;
+    std::string_view prefix = name.substr(0, a), pid = name.substr(a + 1, b - a - 1), start = name.substr(b + 1, c - b - 1);
+    if ((prefix != "pack" && prefix != "context") || !all_digits(pid) || !all_digits(start)) continue;
+    bool gone = false;
+    auto now = proc_starttime(std::string(pid), &gone);
+    // Undecidable (unreadable /proc): kept. A live owner with the same start time: its copy, in use.
+    if (!gone && (!now || std::to_string(*now) == start)) continue;
+    stale.emplace_back(name);
+  }
+  std::size_t removed = 0;
+  for (auto& n : stale) {
+    struct stat st;
+    // Only directories sbx made (a copy is one); remove_tree does not follow links below it.
+    if (::fstatat(::dirfd(d.get()), n.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISDIR(st.st_mode)) continue;
+    if (remove_tree(base + "/" + n)) ++removed;
+  }
+  return removed;
+}
+
+Result<std::shared_ptr<PrivateDir>> PrivateDir::make(const std::string& state_dir, const std::string& prefix) {
+  if (state_dir.empty()) return make_error(kStage, "no state dir to make a private copy in");
+  std::string base = state_dir + "/" + kCopiesSubdir;
+  SBX_TRY(ensure_dir(base, 0700));
+  if (::geteuid() == 0) {
+    // As root the sandbox's mapped uid must reach the copy: search (not read) for others on the
+    // state dir and <state>/tmp. Everything else in the state dir stays 0700 below it.
+    struct stat st;
+    for (const std::string& p : {state_dir, base})
+      if (::stat(p.c_str(), &st) == 0 && (st.st_mode & 0011) != 0011 && ::chmod(p.c_str(), (st.st_mode & 07777) | 0011) != 0)
+        return sys_error(kStage, "chmod o+x " + p);
+  }
+  // What killed runs left here: a readdir of a directory that holds only the live runs' copies.
+  sweep_stale_copies(state_dir);
+  std::string owner = self_owner();
+  // Without its start time a copy could not be told from a dead run's: made nowhere, then.
+  if (owner.empty()) return make_error(kStage, "cannot read this process's start time in /proc/self/stat");
+  std::string tmpl = base + "/" + prefix + "-" + owner + "-XXXXXX";
   if (!::mkdtemp(tmpl.data())) return sys_error(kStage, "create a private directory in " + base);
   std::shared_ptr<PrivateDir> d(new PrivateDir());
   d->path_ = tmpl;

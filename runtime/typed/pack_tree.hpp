@@ -38,12 +38,20 @@ Result<UniqueFd> open_regular_at(int dirfd, const std::string& name, const struc
 Result<std::int64_t> hash_copy_bounded(int in, int out, std::int64_t expected, std::int64_t max_bytes, Sha256& h,
                                        const std::string& what);
 
-// A private directory sbx made for copies (in $TMPDIR or /tmp, mode 0711, a random name): as
-// root the sandbox runs as an unprivileged mapped uid, which must traverse to the copy it is
-// given; nobody else can list it or write in it. Removed with everything in it on destruction.
+// A private directory sbx made for copies, under <state>/tmp (kCopiesSubdir): sbx's state dir is
+// checked private (check_private_dir) and no run may bind it read-write (check_binds_spare_state),
+// so no sandbox -- not even a concurrent one of the same user with `--bind /tmp:/tmp:rw` -- can
+// rewrite a copy between its hash and its mount, and no other user can rename it away ($TMPDIR
+// allowed both). <state>/tmp and each copy directory are mode 0711: as root the sandbox runs as
+// an unprivileged mapped uid, which must traverse to the copy it is given (so, as root, the state
+// dir gains o+x too: search only, nothing in it can be listed); nobody else can list or write in
+// them. Named "<prefix>-<pid>-<starttime>-XXXXXX": the copies a killed sbx left (no destructor ran)
+// are removed by the next make() in that state dir, once their owner (pid and start time, as
+// /proc tells) is gone (sweep_stale_copies). Removed with everything in it on destruction.
+inline constexpr const char* kCopiesSubdir = "tmp";
 class PrivateDir {
  public:
-  static Result<std::shared_ptr<PrivateDir>> make(const std::string& prefix);
+  static Result<std::shared_ptr<PrivateDir>> make(const std::string& state_dir, const std::string& prefix);
   ~PrivateDir();
   PrivateDir(const PrivateDir&) = delete;
   PrivateDir& operator=(const PrivateDir&) = delete;
@@ -53,6 +61,11 @@ class PrivateDir {
   PrivateDir() = default;
   std::string path_;
 };
+
+// Removes the copy directories in <state_dir>/tmp whose owner process is gone (at most
+// kMaxPackEntries entries looked at per call: the rest go next time); a copy whose owner cannot be
+// decided (unreadable /proc) is kept. Returns how many were removed.
+std::size_t sweep_stale_copies(const std::string& state_dir);
 
 // The digest of the tree at `src` (a directory, or for a context a single regular file), read as
 // above and within the pack bounds. With `copy_to` (a path that does not exist yet), the tree is

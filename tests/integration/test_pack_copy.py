@@ -100,9 +100,16 @@ class PackCopy(SbxTestCase):
             validate_trace(self, r.trace)
         return r
 
+    def copies_dir(self):
+        """Where sbx makes its private copies: <state>/tmp (guarded against rw binds), not $TMPDIR."""
+        return os.path.join(os.environ["SBX_STATE_DIR"], "tmp")
+
     def leftovers(self):
         tmp = os.environ.get("TMPDIR", "/tmp")
-        return [n for n in os.listdir(tmp) if n.startswith("sbx-pack-") or n.startswith("sbx-context-")]
+        found = [n for n in os.listdir(tmp) if n.startswith("sbx-pack-") or n.startswith("sbx-context-")]
+        if os.path.isdir(self.copies_dir()):
+            found += [n for n in os.listdir(self.copies_dir()) if n.startswith(("pack-", "context-"))]
+        return found
 
     # -- item 2: the program runs the bytes that were hashed -------------------------------------
 
@@ -197,6 +204,81 @@ class PackCopy(SbxTestCase):
         rp = sbx(["replay", r.trace["run_id"]], timeout=60)
         self.assertExit(rp, 0)
         self.assertEqual(rp.out, "identical\n")
+
+    # -- the copies themselves: out of reach of every sandbox, swept after a kill -----------------
+
+    def test_a_concurrent_run_with_a_rw_tmp_bind_cannot_rewrite_the_copy(self):
+        # A common flag, `--bind $TMPDIR:...:rw`, in a concurrent run of the same user: while the
+        # copies were made in $TMPDIR (owned by the caller, rootless the sandbox's own uid), it
+        # rewrote run.sh after its hash, and the pack run executed other code under the allowed
+        # digest. Now the copies live under the state dir, which such a bind does not reach.
+        d = self.make_pack()
+        allowed = self.digest(d)
+        tmp = os.environ.get("TMPDIR", "/tmp")
+        evil = "/t/" + os.path.relpath(self.path("run-evil.sh"), tmp)
+        loop = ("while :; do for f in /t/sbx-pack-*/pack/run.sh; do "
+                f"[ -f \"$f\" ] && cat {evil} > \"$f\" 2>/dev/null; done; done")
+        attacker = subprocess.Popen([SBX, "run", "--bind", f"{tmp}:/t:rw", "--timeout", "60s", "--", "/bin/sh", "-c", loop],
+                                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            time.sleep(0.5)
+            self.assertIsNone(attacker.poll(), "the attacking run did not start")
+            ran = []
+            for i in range(12):
+                r = self.pack_run(d)
+                ran.append(json.loads(r.out)["v"] if r.rc == 0 else f"exit {r.rc}: {r.err.strip()}")
+                if r.trace:
+                    self.assertEqual(r.trace["invocation"]["pack"]["digest"], allowed)
+        finally:
+            attacker.terminate()
+            attacker.wait(timeout=30)
+        note(f"12 pack runs beside a run binding {tmp} rw: {ran}")
+        self.assertEqual(ran, ["good"] * 12, "a concurrent run rewrote the copy after its hash")
+
+    def test_the_copies_dir_cannot_be_bound_rw_and_a_run_leaves_no_copy(self):
+        d = self.make_pack()
+        self.write(self.path("run-slow.sh"), "sleep 1; printf '{\"v\": \"good\"}' > /out/result.json\n")
+        os.unlink(d + "/run.sh")
+        os.link(self.path("run-slow.sh"), d + "/run.sh")
+        before = self.leftovers()
+        p = subprocess.Popen([SBX, "pack", "run", d, "--input", self.records()], stdin=subprocess.DEVNULL,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        seen = []
+        deadline = time.monotonic() + 20
+        while not seen and time.monotonic() < deadline and p.poll() is None:
+            seen = [n for n in self.leftovers() if n not in before]
+            time.sleep(0.02)
+        out, err = p.communicate(timeout=60)
+        self.assertEqual(p.returncode, 0, err.decode(errors="replace"))
+        note(f"the copy while the run went on: {seen}")
+        self.assertTrue(seen and all(n.startswith("pack-") for n in seen), f"no copy seen in {self.copies_dir()}: {seen}")
+        self.assertEqual(self.leftovers(), before, "the private copy is removed after the run")
+        # The directory where copies are made is sbx's own: no run may bind it (or a parent) rw.
+        for src in (self.copies_dir(), os.path.dirname(os.environ["SBX_STATE_DIR"])):
+            r = self.run_sbx(["true"], opts=["--bind", f"{src}:/c:rw"], trace=False)
+            self.assertExit(r, 125)
+            self.assertIn("sbx's state dir", r.err)
+
+    def test_copies_a_killed_run_left_are_swept_by_the_next_pack_run(self):
+        d = self.make_pack()
+        base = self.copies_dir()
+        os.makedirs(base, exist_ok=True)
+        # What a SIGKILLed sbx leaves: its copy, named by its (now dead) pid and start time.
+        dead = os.path.join(base, "pack-999999999-5-abcdef")
+        os.makedirs(dead + "/pack")
+        self.write(dead + "/pack/run.sh", "echo old\n")
+        # A live owner's copy (this test process, its real start time) is in use: kept.
+        with open("/proc/self/stat") as f:
+            start = f.read().rsplit(")", 1)[1].split()[19]
+        live = os.path.join(base, f"context-{os.getpid()}-{start}-ghijkl")
+        os.makedirs(live)
+        try:
+            r = self.pack_run(d)
+            self.assertExit(r, 0)
+            self.assertFalse(os.path.exists(dead), "a dead run's copy was not swept")
+            self.assertTrue(os.path.exists(live), "a live process's copy was swept")
+        finally:
+            subprocess.run(["rm", "-rf", live], check=False)
 
     # -- item 3: bounded, streaming, no link followed, no FIFO waited on -------------------------
 

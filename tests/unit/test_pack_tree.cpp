@@ -10,6 +10,7 @@
 #include <fstream>
 
 #include "runtime/base/sha256.hpp"
+#include "runtime/linux/cgroup.hpp"
 #include "runtime/typed/pack.hpp"
 #include "runtime/typed/pack_tree.hpp"
 
@@ -196,8 +197,9 @@ TEST_CASE("load_pack_copy: the pack is read from a private copy, removed with th
     "input_schema":"schemas/in.json","output_schema":"schemas/out.json"})");
   std::vector<sbx::PackProblem> problems;
   std::string copy_dir;
+  Tmp state;
   {
-    auto p = sbx::load_pack_copy(t.dir, problems);
+    auto p = sbx::load_pack_copy(t.dir, state.dir, problems);
     REQUIRE_MESSAGE(p.ok(), (problems.empty() ? p.error().message : problems[0].describe()));
     CHECK(p->source_dir == fs::canonical(t.dir).string());
     CHECK(p->dir != p->source_dir);
@@ -209,8 +211,34 @@ TEST_CASE("load_pack_copy: the pack is read from a private copy, removed with th
     std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     CHECK(text == "echo hi\n");
     CHECK(::access(copy_dir.c_str(), F_OK) == 0);
+    // Under the state dir (guarded against rw binds), not $TMPDIR.
+    CHECK(copy_dir.rfind(state.dir + "/tmp/pack-", 0) == 0);
   }
   CHECK(::access(copy_dir.c_str(), F_OK) != 0);
+}
+
+TEST_CASE("sweep_stale_copies: removes the copies of dead owners only") {
+  Tmp state;
+  std::string base = state.dir + "/tmp";
+  fs::create_directories(base);
+  std::string self = std::to_string(::getpid());
+  std::ifstream in("/proc/self/stat");
+  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto start = sbx::parse_stat_starttime(stat);
+  REQUIRE(start);
+  auto mk = [&](const std::string& n) {
+    fs::create_directories(base + "/" + n + "/pack");
+    std::ofstream(base + "/" + n + "/pack/run.sh") << "x";
+  };
+  mk("pack-" + self + "-" + std::to_string(*start) + "-live01");  // this process: in use
+  mk("pack-" + self + "-1-reused");                                // same pid, another start: dead
+  mk("context-999999999-5-dead01");                                // no such pid
+  mk("other-999999999-5-keep01");                                  // not a copy's name
+  CHECK(sbx::sweep_stale_copies(state.dir) == 2);
+  CHECK(fs::exists(base + "/pack-" + self + "-" + std::to_string(*start) + "-live01"));
+  CHECK(!fs::exists(base + "/pack-" + self + "-1-reused"));
+  CHECK(!fs::exists(base + "/context-999999999-5-dead01"));
+  CHECK(fs::exists(base + "/other-999999999-5-keep01"));
 }
 
 TEST_CASE("load_pack never follows a link to its manifest or schemas") {
