@@ -4,7 +4,7 @@
 # usage: tests/vm/run.sh BUILD_DIR
 # Exit status: the guest tests' status. When qemu or the kernel cannot be had, prints
 # "skipped: <why>" and exits 0 — unless SBX_VM_REQUIRED=1, then exits 1 (CI sets it).
-# env: SBX_VM_DIR (default <repo>/.vm), SBX_VM_TIMEOUT (s, default 300), SBX_VM_VERBOSE=1 (boot log)
+# env: SBX_VM_DIR (default <repo>/.vm), SBX_VM_TIMEOUT (s, default 600), SBX_VM_VERBOSE=1 (boot log)
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)

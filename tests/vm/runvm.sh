@@ -4,7 +4,7 @@
 #   The host's / is the guest's root (9p, read-only, tmpfs overlay on top), so SCRIPT, its ARGS and
 #   the binaries they run are host paths, used unchanged. RESULTS_DIR is shared writable at
 #   /results. cgroup2 is at /sys/fs/cgroup with +cpu +memory +pids enabled at the root.
-#   Exit status: SCRIPT's (0..127); 124 if the guest ran past SBX_VM_TIMEOUT seconds (default 300);
+#   Exit status: SCRIPT's (0..127); 124 if the guest ran past SBX_VM_TIMEOUT seconds (default 600);
 #   125 if the guest never reported. Says on stderr which accelerator it used and why (TCG
 #   unless a probe boot proved KVM works; SBX_VM_ACCEL=auto|tcg|kvm).
 # SCRIPT travels on the kernel command line, which knows nothing of shell quoting: pass a script
@@ -55,9 +55,9 @@ choose_accel() {
 }
 choose_accel
 echo "runvm: accelerator: $ACCEL ($WHY)" >&2
-boot "$ACCEL" "${SBX_VM_TIMEOUT:-300}" "$@"
+boot "$ACCEL" "${SBX_VM_TIMEOUT:-600}" "$@"
 q=$?
-[ $q -eq 124 ] && { echo "runvm: guest timed out after ${SBX_VM_TIMEOUT:-300} s" >&2; exit 124; }
+[ $q -eq 124 ] && { echo "runvm: guest timed out after ${SBX_VM_TIMEOUT:-600} s" >&2; exit 124; }
 # isa-debug-exit: qemu exits with (value << 1) | 1; a plain 0 means the guest powered off silently.
 [ $((q & 1)) -eq 1 ] && exit $((q >> 1))
 echo "runvm: guest did not report an exit status (qemu rc=$q)" >&2; exit 125
