@@ -52,10 +52,30 @@ Status check_private_key_file(int fd, const std::string& path) {
   return {};
 }
 
+// A public key decides which signatures are accepted (replay, 'trace verify --pubkey'): whoever
+// can replace the file swaps in a key of their own and signs what they like. Like the private key
+// (checked on what was opened), it must belong to sbx's user or root and be writable by no one else.
+Status check_public_key_file(int fd, const std::string& path) {
+  struct stat st;
+  if (::fstat(fd, &st) != 0) return sys_error(kStage, "cannot stat key " + path);
+  if (!S_ISREG(st.st_mode)) return make_error(kStage, "public key " + path + " is not a regular file");
+  if (st.st_uid != ::geteuid() && st.st_uid != 0)
+    return make_error(kStage, "public key " + path + " belongs to uid " + std::to_string(st.st_uid) + ", not to sbx's user (uid " +
+                                  std::to_string(::geteuid()) + ") or root: its owner can replace it with a key of their own; fix: chown " +
+                                  std::to_string(::geteuid()) + " " + path + " (after checking it is your key)");
+  if (st.st_mode & 022) {
+    char mode[8];
+    std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
+    return make_error(kStage, "public key " + path + " has mode " + mode + ": other users can replace it with a key of their own, "
+                                  "so a signature it accepts proves nothing; fix: chmod 644 " + path + " (after checking it is your key)");
+  }
+  return {};
+}
+
 Result<std::string> read_key_file(const std::string& path, bool priv) {
   UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
   if (!fd.ok()) return sys_error(kStage, "cannot open key " + path);
-  if (priv) SBX_TRY(check_private_key_file(fd.get(), path));
+  SBX_TRY(priv ? check_private_key_file(fd.get(), path) : check_public_key_file(fd.get(), path));
   std::string text(kMaxKeyFile + 1, '\0');
   ssize_t n = ::read(fd.get(), text.data(), text.size());
   if (n < 0) return sys_error(kStage, "cannot read key " + path);

@@ -264,6 +264,12 @@ Result<AppendInfo> ledger_append(const Dirs& dirs, const std::string& run_id, st
     prev = last->hash;
   }
   std::string rec = info.torn_bytes ? with_repair_note(record, info.torn_bytes, size) : std::string(record);
+  // Every reader refuses a record over kMaxTraceBytes (json_io.hpp; kMaxLedgerLine adds the
+  // envelope): a longer one appended would be a line no one can read, that breaks the chain there.
+  // Writers bound their records below it (kMaxRecordBytes, trace.hpp, leaves room for the repair note).
+  if (rec.size() > kMaxTraceBytes)
+    return make_error(kStage, "record of run " + run_id + " is " + std::to_string(rec.size()) + " bytes, over the " +
+                                  std::to_string(kMaxTraceBytes) + "-byte bound every ledger reader takes; it is not appended");
   info.seq = seq;
   info.hash = ledger_hash(seq, run_id, prev, rec);
   std::string line;
@@ -459,6 +465,30 @@ Result<LedgerHead> ledger_head(const Dirs& dirs) {
   head.hash = e->hash;
   head.run_id = e->run_id;
   return head;
+}
+
+Result<std::optional<LedgerRunLine>> find_ledger_run(const Dirs& dirs, const std::string& run_id) {
+  std::optional<LedgerRunLine> found;
+  std::optional<Error> bad;
+  auto st = scan_ledger(dirs, [&](const LedgerLine& line) {
+    auto e = parse_ledger_line(line.text);
+    if (!e || e->run_id != run_id) return true;
+    if (found) {
+      bad = make_error(kStage, "run " + run_id + " is named by more than one ledger line (line " + std::to_string(line.line_no) +
+                                   " again): the ledger was edited; see 'sbx trace verify'");
+      return false;
+    }
+    if (ledger_hash(e->seq, e->run_id, e->prev, e->record) != e->hash) {
+      bad = make_error(kStage, "run " + run_id + "'s ledger line (line " + std::to_string(line.line_no) +
+                                   ") carries a hash that is not its record's: the ledger was edited; see 'sbx trace verify'");
+      return false;
+    }
+    found = LedgerRunLine{e->seq, e->hash, e->sig, std::string(e->record)};
+    return true;
+  });
+  if (!st) return st.error();
+  if (bad) return *bad;
+  return found;
 }
 
 }  // namespace sbx

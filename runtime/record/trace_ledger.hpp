@@ -104,6 +104,16 @@ Status scan_ledger(const Dirs& dirs, const std::function<bool(const LedgerLine&)
 // The envelope of a line from its last bytes (an OversizeLine's tail); `record` is left empty.
 Result<LedgerEntry> parse_ledger_tail(std::string_view tail);
 
+// The line of run `run_id`, for a reader that acts on its record (replay): the line is checked on
+// its own, since the file may change between a verify and this read — its hash must be the one
+// its seq, run id, prev and record make (a line carrying another record's hash and signature is
+// refused), and exactly one line may name the run. nullopt: no line names it.
+struct LedgerRunLine {
+  std::uint64_t seq = 0;
+  std::string hash, sig, record;
+};
+Result<std::optional<LedgerRunLine>> find_ledger_run(const Dirs& dirs, const std::string& run_id);
+
 // Reads the line starting at `offset` (as scan_ledger reported it). A line over the bound is an
 // error that gives its size (streamed past to measure it, not read).
 Result<std::string> read_ledger_line(const Dirs& dirs, std::uint64_t offset);

@@ -7,6 +7,8 @@
 #include <cerrno>
 #include <memory>
 #include <set>
+#include <unordered_set>
+#include <vector>
 
 #include <spdlog/spdlog.h>
 
@@ -131,8 +133,9 @@ namespace {
 // The record's DOM with only the top-level members summarize_record reads: building the whole
 // DOM of every record was most of the time a first listing of a large ledger took (allocating
 // and freeing every node: 10 KiB records, 100,000 of them). The text is still parsed whole by
-// nlohmann's strict parser within parse_json's bounds (depth, values, size), so a record is
-// refused here exactly when `trace show` would refuse it for its syntax or its bounds.
+// nlohmann's strict parser within parse_json's bounds (depth, values, size) and its refusal of a
+// repeated member name (at any depth, in kept members or not), so a record is refused here exactly
+// when `trace show` would refuse it for its syntax, its bounds or a duplicate key.
 class SummarySax {
  public:
   explicit SummarySax(nlohmann::json& root) : dom_(root, /*allow_exceptions=*/false) {}
@@ -146,11 +149,14 @@ class SummarySax {
   bool string(nlohmann::json::string_t& v) { return value() && (!build() || dom_.string(v)); }
   bool binary(nlohmann::json::binary_t& v) { return value() && (!build() || dom_.binary(v)); }
   // Whether a container is built is decided at its own depth: before it opens, after it closes.
-  bool start_object(std::size_t n) { return (!build() || dom_.start_object(n)) && open(); }
-  bool start_array(std::size_t n) { return (!build() || dom_.start_array(n)) && open(); }
+  bool start_object(std::size_t n) { return (!build() || dom_.start_object(n)) && open(true); }
+  bool start_array(std::size_t n) { return (!build() || dom_.start_array(n)) && open(false); }
   bool end_object() { return close() && (!build() || dom_.end_object()); }
   bool end_array() { return close() && (!build() || dom_.end_array()); }
   bool key(nlohmann::json::string_t& k) {
+    // As parse_json's BoundedSax (json_io.cpp): the names seen are bounded by the record's size.
+    if (!names_.empty() && names_.back() && !names_.back()->insert(k).second)
+      return fail("duplicate member name " + json_excerpt(nlohmann::json(escape_utf8(k))));
     if (depth_ == 1) {  // a member of the record itself
       static const std::set<std::string, std::less<>> kRead = {"started_at", "result", "usage", "invocation", "image"};
       keep_ = kRead.count(k) > 0;
@@ -171,14 +177,16 @@ class SummarySax {
     if (++values_ > kMaxJsonValues) return fail("more than " + std::to_string(kMaxJsonValues) + " values");
     return true;
   }
-  bool open() {
+  bool open(bool object) {
     if (!value()) return false;
     if (depth_ >= kMaxJsonDepth) return fail("nested deeper than " + std::to_string(kMaxJsonDepth) + " levels");
     ++depth_;
+    names_.push_back(object ? std::make_unique<std::unordered_set<std::string>>() : nullptr);
     return true;
   }
   bool close() {
     if (depth_ > 0) --depth_;
+    if (!names_.empty()) names_.pop_back();
     return true;
   }
   bool fail(std::string why) {
@@ -188,6 +196,8 @@ class SummarySax {
   nlohmann::detail::json_sax_dom_parser<nlohmann::json> dom_;
   std::size_t depth_ = 0, values_ = 0;
   bool keep_ = false;
+  // One frame per open container (depth_ of them): an object's member names so far, null for an array.
+  std::vector<std::unique_ptr<std::unordered_set<std::string>>> names_;
 };
 
 }  // namespace
@@ -318,7 +328,14 @@ Result<std::string> import_line(const Dirs& dirs, const std::string& id) {
   out["ledger_import"] = {{"file", id + std::string(kSuffix)}, {"bytes", bytes->size()}, {"sha256", sha256_hex(*bytes)}};
   for (auto& [k, v] : j->items())
     if (k != "ledger_import") out[k] = v;
-  return out.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+  std::string line = out.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+  // The note (and compacting) changes the size: a legacy record near the bound could become a line
+  // that no reader takes (ledger_append refuses it too, less clearly).
+  if (line.size() > kMaxTraceBytes)
+    return make_error(kStage, "with its import note it is " + std::to_string(line.size()) + " bytes, over the " +
+                                  std::to_string(kMaxTraceBytes) + "-byte bound of a ledger record; it is left where it is "
+                                  "(fix: trim it, or keep it outside the store)");
+  return line;
 }
 
 Status move_imported(const Dirs& dirs, const std::string& id) {

@@ -202,23 +202,17 @@ Status rebuild_tree(const Blobs& blobs, const std::string& file_role, const std:
 }
 
 // The ledger line of a run: its hash and sequence number (what replay_of points at), its
-// signature and the record's bytes as the line holds them.
-struct LedgerEntryOf {
-  std::uint64_t seq = 0;
-  std::string hash, sig, record;
-};
+// signature and the record's bytes as the line holds them. The line is read again after the
+// verify, so find_ledger_run checks it on its own (its hash is its record's, and it is the only
+// line of the run): the signature checked and the record replayed are then bound to each other.
+using LedgerEntryOf = LedgerRunLine;
 Result<LedgerEntryOf> ledger_entry_of(const Dirs& dirs, const std::string& run_id) {
-  std::optional<LedgerEntryOf> found;
-  auto st = scan_ledger(dirs, [&](const LedgerLine& line) {
-    auto e = parse_ledger_line(line.text);
-    if (e && e->run_id == run_id) found = LedgerEntryOf{e->seq, e->hash, e->sig, std::string(e->record)};
-    return true;
-  });
-  if (!st) return st.error();
-  if (!found)
+  auto found = find_ledger_run(dirs, run_id);
+  if (!found) return found.error();
+  if (!*found)
     return cannot("run " + run_id + " is not in the ledger (a record of the previous store format, see 'sbx trace import'): "
                   "it kept nothing to replay it from");
-  return *found;
+  return **found;
 }
 
 // A temporary directory under the state dir, removed with everything in it.

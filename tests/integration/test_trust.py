@@ -210,6 +210,18 @@ class SignedReplay(TrustCase):
         self.assertExit(rp, 125)
         self.assertFalse(os.path.exists(self.host + "/pwned"))
 
+    def test_a_public_key_others_can_replace_is_not_trusted(self):
+        """Whoever can write the public key file swaps in a key of their own and signs a forged
+        record with it: a group- or world-writable public key is refused, naming the fix."""
+        self.assertExit(self.sbx(["run", "--keep-inputs", "--", "true"]), 0)
+        pub = os.path.join(self.cfg, "sbx", "ledger-key.pub.pem")
+        os.chmod(pub, 0o666)
+        rp = self.sbx(["replay", "last"])
+        note(f"replay with a world-writable public key: rc {rp.rc}, {rp.err.strip()[-300:]!r}")
+        self.refused(rp, "chmod 644", pub)
+        os.chmod(pub, 0o644)
+        self.assertExit(self.sbx(["replay", "last"]), 0)
+
     def test_a_replay_never_runs_with_more_than_its_profile_allows_now(self):
         """Signed or not (no key here), the spec a record holds is held to its profile as installed
         now: a host bind, unconfined seccomp, a raised limit, an allowed host are refused."""

@@ -279,3 +279,49 @@ TEST_CASE("a line over the real bound: verify fails naming it and checks the res
   REQUIRE(v.ok());
   CHECK(v->problem.find("; then line 4 (run rX), seq 4: edited") != std::string::npos);
 }
+
+TEST_CASE("find_ledger_run: the run's only line, its hash its record's, or refused") {
+  TempLedger t;
+  for (const char* id : {"r1", "r2", "r3"}) REQUIRE(sbx::ledger_append(t.dirs, id, rec(id)).ok());
+  auto found = sbx::find_ledger_run(t.dirs, "r2");
+  REQUIRE(found.ok());
+  REQUIRE(found->has_value());
+  CHECK((*found)->seq == 2);
+  CHECK((*found)->record == rec("r2"));
+  auto none = sbx::find_ledger_run(t.dirs, "r9");
+  REQUIRE(none.ok());
+  CHECK_FALSE(none->has_value());
+  const std::string good = t.text();
+  // The line keeps its envelope (seq, prev, the hash and signature of the record it had) but holds
+  // another record body: what a reader that trusted the envelope would act on, under a valid signature.
+  std::string forged = good;
+  const std::string body = rec("r2"), evil = R"({"run_id":"r2","schema":"sbx.trace/v1","invocation":{"spec":{"binds":["/"]}}})";
+  forged.replace(forged.find(body), body.size(), evil);
+  t.write(forged);
+  auto r = sbx::find_ledger_run(t.dirs, "r2");
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.error().message.find("not its record's") != std::string::npos);
+  // Two lines of the run (the second, a valid copy): which one is meant is not for a reader to guess.
+  std::size_t l2 = good.find("\n") + 1, l3 = good.find("\n", l2) + 1;
+  t.write(good + good.substr(l2, l3 - l2));
+  r = sbx::find_ledger_run(t.dirs, "r2");
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.error().message.find("more than one ledger line") != std::string::npos);
+}
+
+TEST_CASE("append refuses a record over the bound every reader takes, and the ledger stays readable") {
+  TempLedger t;
+  REQUIRE(sbx::ledger_append(t.dirs, "r1", rec("r1")).ok());
+  std::string head = R"({"run_id":"big","pad":")", tail = "\"}";
+  std::string big = head + std::string(sbx::kMaxTraceBytes + 1 - head.size() - tail.size(), 'a') + tail;
+  REQUIRE(big.size() == sbx::kMaxTraceBytes + 1);
+  auto r = sbx::ledger_append(t.dirs, "big", big);
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.error().message.find("bound") != std::string::npos);
+  REQUIRE(sbx::ledger_append(t.dirs, "r2", rec("r2")).ok());
+  auto v = sbx::verify_ledger(t.dirs);
+  REQUIRE(v.ok());
+  CHECK(v->intact);
+  CHECK(v->records == 2);
+  CHECK(v->oversize_lines == 0);
+}

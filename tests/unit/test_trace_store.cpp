@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <sys/stat.h>
 
+#include <cstdio>
 #include <string>
 
 #include <spdlog/spdlog.h>
@@ -248,4 +249,46 @@ TEST_CASE("summarize_record_text: the summary of the full parse, and refused exa
   std::string at_bound = "{\"outputs\": " + std::string(127, '[') + std::string(127, ']') + "}";
   CHECK(sbx::summarize_record_text(kOld, at_bound).ok());
   CHECK(sbx::parse_json(at_bound, {sbx::kMaxTraceBytes}).ok());
+}
+
+TEST_CASE("summarize_record_text refuses a duplicate member name at any depth, as parse_json does") {
+  // `trace ls` (this summary) and `trace show` (parse_json) must agree on such a record: last-wins
+  // in one and a refusal in the other would show two readers two different records.
+  for (std::string bad : {std::string(R"({"run_id":"a","result":{"status":"ok"},"result":{"status":"failed"}})"),
+                          std::string(R"({"run_id":"a","outputs":[{"path":"x","path":"y"}]})"),
+                          std::string(R"({"run_id":"a","usage":{"wall_ms":1,"wall_ms":2}})")}) {
+    auto full = sbx::parse_json(bad, {sbx::kMaxTraceBytes});
+    CHECK(full.problem.find("duplicate member name") != std::string::npos);
+    auto r = sbx::summarize_record_text(kOld, bad);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.error().message.find("duplicate member name") != std::string::npos);
+  }
+  // The same name in sibling objects, or in an object and its parent, is not a duplicate.
+  std::string ok = R"({"run_id":"a","result":{"status":"ok"},"outputs":[{"path":"x"},{"path":"y"}],"x":{"run_id":"b"}})";
+  CHECK(sbx::summarize_record_text(kOld, ok).ok());
+  CHECK(sbx::parse_json(ok, {sbx::kMaxTraceBytes}).ok());
+}
+
+TEST_CASE("import refuses a legacy record that its import note would put over the record bound") {
+  TempStore s;
+  QuietLog quiet;
+  REQUIRE(sbx::ensure_dir(s.dirs.traces, 0700).ok());
+  // Compact, just under the bound: readable as a legacy file, but not once "ledger_import" is added.
+  std::string head = std::string(R"({"schema":"sbx.trace/v1","run_id":")") + kOld + R"(","pad":")";
+  std::string tail = "\"}";
+  std::string text = head + std::string(sbx::kMaxTraceBytes - 16 - head.size() - tail.size(), 'a') + tail;
+  REQUIRE(text.size() <= sbx::kMaxTraceBytes);
+  {
+    std::FILE* f = std::fopen((s.dirs.traces + "/" + kOld + ".json").c_str(), "wb");
+    REQUIRE(f != nullptr);
+    REQUIRE(std::fwrite(text.data(), 1, text.size(), f) == text.size());
+    std::fclose(f);
+  }
+  auto rep = sbx::import_legacy_traces(s.dirs);
+  REQUIRE(rep.ok());
+  CHECK(rep->imported == 0);
+  REQUIRE(rep->skipped.size() == 1);
+  CHECK(rep->skipped[0].find("bound of a ledger record") != std::string::npos);
+  struct stat st;
+  CHECK(::stat((s.dirs.traces + "/" + kOld + ".json").c_str(), &st) == 0);  // left where it was
 }
