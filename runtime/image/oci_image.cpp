@@ -31,7 +31,14 @@ Result<UniqueFd> open_beneath(int dirfd, const std::string& rel, const std::stri
   struct open_how how = {};
   how.flags = O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK;
   how.resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS;
-  long fd = ::syscall(SYS_openat2, dirfd, rel.c_str(), &how, sizeof how);
+  // EAGAIN: a rename or mount somewhere on the host while a ".." was resolved (the relative
+  // symlinks of `docker save` have one); openat2(2) asks the caller to retry. Bounded: a host
+  // renaming without pause still gets a clear error, not a loop.
+  long fd = -1;
+  for (int attempt = 0; attempt < 64; ++attempt) {
+    fd = ::syscall(SYS_openat2, dirfd, rel.c_str(), &how, sizeof how);
+    if (fd >= 0 || errno != EAGAIN) break;
+  }
   if (fd < 0) return sys_error(kStage, "cannot open " + rel + " in " + dir);
   UniqueFd f(static_cast<int>(fd));
   struct stat st;
