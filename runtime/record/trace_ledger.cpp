@@ -467,28 +467,4 @@ Result<LedgerHead> ledger_head(const Dirs& dirs) {
   return head;
 }
 
-Result<std::optional<LedgerRunLine>> find_ledger_run(const Dirs& dirs, const std::string& run_id) {
-  std::optional<LedgerRunLine> found;
-  std::optional<Error> bad;
-  auto st = scan_ledger(dirs, [&](const LedgerLine& line) {
-    auto e = parse_ledger_line(line.text);
-    if (!e || e->run_id != run_id) return true;
-    if (found) {
-      bad = make_error(kStage, "run " + run_id + " is named by more than one ledger line (line " + std::to_string(line.line_no) +
-                                   " again): the ledger was edited; see 'sbx trace verify'");
-      return false;
-    }
-    if (ledger_hash(e->seq, e->run_id, e->prev, e->record) != e->hash) {
-      bad = make_error(kStage, "run " + run_id + "'s ledger line (line " + std::to_string(line.line_no) +
-                                   ") carries a hash that is not its record's: the ledger was edited; see 'sbx trace verify'");
-      return false;
-    }
-    found = LedgerRunLine{e->seq, e->hash, e->sig, std::string(e->record)};
-    return true;
-  });
-  if (!st) return st.error();
-  if (bad) return *bad;
-  return found;
-}
-
 }  // namespace sbx

@@ -104,15 +104,12 @@ Status scan_ledger(const Dirs& dirs, const std::function<bool(const LedgerLine&)
 // The envelope of a line from its last bytes (an OversizeLine's tail); `record` is left empty.
 Result<LedgerEntry> parse_ledger_tail(std::string_view tail);
 
-// The line of run `run_id`, for a reader that acts on its record (replay): the line is checked on
-// its own, since the file may change between a verify and this read — its hash must be the one
-// its seq, run id, prev and record make (a line carrying another record's hash and signature is
-// refused), and exactly one line may name the run. nullopt: no line names it.
+// A run's ledger line as verify_ledger checked it (its `find_run`): what a reader that acts on the
+// record (replay) uses, so that the line verified and the record acted on are one read.
 struct LedgerRunLine {
   std::uint64_t seq = 0;
   std::string hash, sig, record;
 };
-Result<std::optional<LedgerRunLine>> find_ledger_run(const Dirs& dirs, const std::string& run_id);
 
 // Reads the line starting at `offset` (as scan_ledger reported it). A line over the bound is an
 // error that gives its size (streamed past to measure it, not read).
@@ -132,6 +129,11 @@ struct LedgerVerifyReport {
   // so a reader that needs an intact chain (replay) may still trust them.
   bool broken_only_by_oversize() const { return !intact && oversize_lines > 0 && !other_break; }
   bool other_break = false;
+  // With verify_ledger's `find_run`: the lines that name that run (checked ones and lines over the
+  // bound), and the first checked one. A reader must refuse more than one: which is meant is not
+  // for it to guess.
+  std::uint64_t run_lines = 0;
+  std::optional<LedgerRunLine> run_line;
 };
 // A head recorded elsewhere (`sbx trace head`): the chain must reach seq with this hash.
 struct LedgerAnchor {
@@ -142,8 +144,9 @@ struct LedgerAnchor {
 // that the line of the anchor's seq carries its hash (a chain rewritten from some record on, hashes
 // recomputed, or cut at its end, is found only this way or by signatures).
 // With a verifier, every line must carry a signature of its hash that the public key accepts.
+// With `find_run`, the line of that run is kept as checked (LedgerVerifyReport::run_line).
 Result<LedgerVerifyReport> verify_ledger(const Dirs& dirs, const std::optional<LedgerAnchor>& anchor = std::nullopt,
-                                         const LedgerVerifier* verifier = nullptr);
+                                         const LedgerVerifier* verifier = nullptr, std::string_view find_run = {});
 
 struct LedgerHead {
   std::uint64_t seq = 0;  // 0: the ledger is empty or missing

@@ -4,16 +4,17 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <memory>
 #include <set>
-#include <unordered_set>
 #include <vector>
 
 #include <spdlog/spdlog.h>
 
 #include "runtime/base/fsutil.hpp"
 #include "runtime/base/json_io.hpp"
+#include "runtime/base/json_scan.hpp"
 #include "runtime/record/ledger_key.hpp"
 #include "runtime/base/sha256.hpp"
 #include "runtime/base/shell_quote.hpp"
@@ -128,87 +129,32 @@ TraceSummary summarize_record(const std::string& id, const nlohmann::json& j) {
   return s;
 }
 
-namespace {
-
-// The record's DOM with only the top-level members summarize_record reads: building the whole
-// DOM of every record was most of the time a first listing of a large ledger took (allocating
-// and freeing every node: 10 KiB records, 100,000 of them). The text is still parsed whole by
-// nlohmann's strict parser within parse_json's bounds (depth, values, size) and its refusal of a
-// repeated member name (at any depth, in kept members or not), so a record is refused here exactly
-// when `trace show` would refuse it for its syntax, its bounds or a duplicate key.
-class SummarySax {
- public:
-  explicit SummarySax(nlohmann::json& root) : dom_(root, /*allow_exceptions=*/false) {}
-  bool null() { return value() && (!build() || dom_.null()); }
-  bool boolean(bool v) { return value() && (!build() || dom_.boolean(v)); }
-  bool number_integer(nlohmann::json::number_integer_t v) { return value() && (!build() || dom_.number_integer(v)); }
-  bool number_unsigned(nlohmann::json::number_unsigned_t v) { return value() && (!build() || dom_.number_unsigned(v)); }
-  bool number_float(nlohmann::json::number_float_t v, const nlohmann::json::string_t& t) {
-    return value() && (!build() || dom_.number_float(v, t));
-  }
-  bool string(nlohmann::json::string_t& v) { return value() && (!build() || dom_.string(v)); }
-  bool binary(nlohmann::json::binary_t& v) { return value() && (!build() || dom_.binary(v)); }
-  // Whether a container is built is decided at its own depth: before it opens, after it closes.
-  bool start_object(std::size_t n) { return (!build() || dom_.start_object(n)) && open(true); }
-  bool start_array(std::size_t n) { return (!build() || dom_.start_array(n)) && open(false); }
-  bool end_object() { return close() && (!build() || dom_.end_object()); }
-  bool end_array() { return close() && (!build() || dom_.end_array()); }
-  bool key(nlohmann::json::string_t& k) {
-    // As parse_json's BoundedSax (json_io.cpp): the names seen are bounded by the record's size.
-    if (!names_.empty() && names_.back() && !names_.back()->insert(k).second)
-      return fail("duplicate member name " + json_excerpt(nlohmann::json(escape_utf8(k))));
-    if (depth_ == 1) {  // a member of the record itself
-      static const std::set<std::string, std::less<>> kRead = {"started_at", "result", "usage", "invocation", "image"};
-      keep_ = kRead.count(k) > 0;
-    }
-    return !build() || dom_.key(k);
-  }
-  bool parse_error(std::size_t at, const std::string&, const nlohmann::detail::exception&) {
-    if (problem.empty()) problem = "not valid JSON (at byte " + std::to_string(at) + ")";
-    return false;
-  }
-  std::string problem;
-
- private:
-  // The root itself, and the members kept with all they hold (keep_ is set by each key of the
-  // root; a root that is not an object is refused by the caller whatever it holds).
-  bool build() const { return depth_ == 0 || keep_; }
-  bool value() {
-    if (++values_ > kMaxJsonValues) return fail("more than " + std::to_string(kMaxJsonValues) + " values");
-    return true;
-  }
-  bool open(bool object) {
-    if (!value()) return false;
-    if (depth_ >= kMaxJsonDepth) return fail("nested deeper than " + std::to_string(kMaxJsonDepth) + " levels");
-    ++depth_;
-    names_.push_back(object ? std::make_unique<std::unordered_set<std::string>>() : nullptr);
-    return true;
-  }
-  bool close() {
-    if (depth_ > 0) --depth_;
-    if (!names_.empty()) names_.pop_back();
-    return true;
-  }
-  bool fail(std::string why) {
-    if (problem.empty()) problem = std::move(why);
-    return false;
-  }
-  nlohmann::detail::json_sax_dom_parser<nlohmann::json> dom_;
-  std::size_t depth_ = 0, values_ = 0;
-  bool keep_ = false;
-  // One frame per open container (depth_ of them): an object's member names so far, null for an array.
-  std::vector<std::unique_ptr<std::unordered_set<std::string>>> names_;
-};
-
-}  // namespace
-
 Result<TraceSummary> summarize_record_text(const std::string& id, std::string_view text) {
-  if (text.size() > kMaxTraceBytes) return make_error(kStage, "record: larger than " + std::to_string(kMaxTraceBytes) + " bytes");
-  nlohmann::json rec;
-  SummarySax sax(rec);
-  if (!nlohmann::json::sax_parse(text, &sax, nlohmann::json::input_format_t::json, /*strict=*/true, /*ignore_comments=*/false))
-    return make_error(kStage, "record: " + (sax.problem.empty() ? std::string("not valid JSON") : sax.problem));
-  if (!rec.is_object()) return make_error(kStage, "record: not a JSON object");
+  // Only the members summarize_record reads are parsed into a DOM; the rest of the text is
+  // scanned (json_scan.hpp), which refuses exactly what parse_json refuses, so a record is
+  // refused here exactly when `trace show` would refuse it for its syntax, its bounds or a
+  // duplicate key. Building the whole DOM of every record was most of the time a first listing of
+  // a large ledger took (issue 30 #13).
+  using Path = std::vector<std::string_view>;
+  static const std::array<Path, 11> kRead = {
+      Path{"started_at"},        Path{"result", "status"},          Path{"result", "exit_code"},
+      Path{"usage", "wall_ms"},  Path{"invocation", "argv"},         Path{"invocation", "spec", "argv"},
+      Path{"invocation", "pack", "name"}, Path{"invocation", "pack", "version"}, Path{"invocation", "pack", "digest"},
+      Path{"image", "name"},     Path{"image", "digest"}};
+  std::vector<std::pair<const Path*, std::string_view>> kept;
+  auto scan = scan_json(text, {kMaxTraceBytes}, 3, [&](const ScannedMember& m) {
+    for (const Path& want : kRead)
+      if (std::equal(want.begin(), want.end(), m.path.begin(), m.path.end())) kept.emplace_back(&want, m.raw);
+  });
+  if (!scan.ok) return make_error(kStage, "record: " + scan.problem + " (at byte " + std::to_string(scan.at) + ")");
+  if (scan.root != '{') return make_error(kStage, "record: not a JSON object");
+  nlohmann::json rec = nlohmann::json::object();
+  for (auto& [path, raw] : kept) {
+    nlohmann::json* at = &rec;
+    for (std::string_view k : *path) at = &(*at)[std::string(k)];
+    // Already checked to be JSON within the record's bounds; parsed again alone (small but for argv).
+    *at = nlohmann::json::parse(raw, nullptr, /*allow_exceptions=*/false);
+  }
   return summarize_record(id, rec);
 }
 

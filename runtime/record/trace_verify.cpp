@@ -2,6 +2,7 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/base/json_io.hpp"
+#include "runtime/base/json_scan.hpp"
 #include "runtime/record/ledger_key.hpp"
 #include "runtime/record/trace_ledger.hpp"
 
@@ -22,6 +23,7 @@ struct Walker {
   LedgerVerifyReport& r;
   const std::optional<LedgerAnchor>& anchor;
   const LedgerVerifier* verifier;
+  std::string_view find_run;
   std::string prev_hash = std::string(64, '0');
   std::string prev_run;
   std::uint64_t last_seq = 0;  // of the line before (records counts only those checked)
@@ -47,6 +49,7 @@ struct Walker {
   bool skip(const OversizeLine& l) {
     ++r.oversize_lines;
     auto e = parse_ledger_tail(l.tail);
+    if (e && !find_run.empty() && e->run_id == find_run) ++r.run_lines;
     if (r.problem.empty()) {
       r.intact = false;
       r.problem = "line " + std::to_string(l.line_no) + (e ? " (run " + e->run_id + ", seq " + std::to_string(e->seq) + ")" : "") +
@@ -104,11 +107,16 @@ struct Walker {
       return fail(at + ", seq " + std::to_string(e->seq) + ": chains to " + e->prev.substr(0, 16) +
                   "... but the line before" + (r.records ? " (run " + prev_run + ") hashes to " : " is the start, ") +
                   prev_hash.substr(0, 16) + "...: a record before it was replaced");
-    auto rec = parse_json_doc(std::string(e->record), {kMaxTraceBytes}, "trace", "record");
-    if (!rec || !rec->is_object()) return fail(at + ": the record is not a JSON object");
-    auto id = rec->find("run_id");
-    if (id == rec->end() || !id->is_string() || id->get<std::string>() != e->run_id)
-      return fail(at + ": the record's run_id differs from its line's");
+    // Scanned, not built (json_scan.hpp: refused exactly as parse_json refuses): only its run_id is read.
+    std::string_view id_raw;
+    auto scan = scan_json(e->record, {kMaxTraceBytes}, 1, [&](const ScannedMember& m) {
+      if (m.path[0] == "run_id") id_raw = m.raw;
+    });
+    if (!scan.ok || scan.root != '{') return fail(at + ": the record is not a JSON object");
+    auto id = nlohmann::json::parse(id_raw, nullptr, /*allow_exceptions=*/false);
+    if (!id.is_string() || id.get<std::string>() != e->run_id) return fail(at + ": the record's run_id differs from its line's");
+    if (!find_run.empty() && e->run_id == find_run && ++r.run_lines == 1)
+      r.run_line = LedgerRunLine{e->seq, e->hash, e->sig, std::string(e->record)};
     ++r.records;
     last_seq = e->seq;
     prev_hash = e->hash;
@@ -123,9 +131,9 @@ struct Walker {
 }  // namespace
 
 Result<LedgerVerifyReport> verify_ledger(const Dirs& dirs, const std::optional<LedgerAnchor>& anchor,
-                                         const LedgerVerifier* verifier) {
+                                         const LedgerVerifier* verifier, std::string_view find_run) {
   LedgerVerifyReport r;
-  Walker w{r, anchor, verifier};
+  Walker w{r, anchor, verifier, find_run};
   std::uint64_t torn = 0, end = 0;
   auto st = scan_ledger(
       dirs,

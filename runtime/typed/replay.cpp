@@ -201,20 +201,6 @@ Status rebuild_tree(const Blobs& blobs, const std::string& file_role, const std:
   return {};
 }
 
-// The ledger line of a run: its hash and sequence number (what replay_of points at), its
-// signature and the record's bytes as the line holds them. The line is read again after the
-// verify, so find_ledger_run checks it on its own (its hash is its record's, and it is the only
-// line of the run): the signature checked and the record replayed are then bound to each other.
-using LedgerEntryOf = LedgerRunLine;
-Result<LedgerEntryOf> ledger_entry_of(const Dirs& dirs, const std::string& run_id) {
-  auto found = find_ledger_run(dirs, run_id);
-  if (!found) return found.error();
-  if (!*found)
-    return cannot("run " + run_id + " is not in the ledger (a record of the previous store format, see 'sbx trace import'): "
-                  "it kept nothing to replay it from");
-  return **found;
-}
-
 // A temporary directory under the state dir, removed with everything in it.
 class WorkDir {
  public:
@@ -413,7 +399,7 @@ class Replay {
   Status load_record();
   Status check_tenant() const;
   Status check_chain();
-  Status check_signature(const LedgerEntryOf& e) const;
+  Status check_signature(const LedgerRunLine& e) const;
   Status check_ceiling(const RunSpec& s) const;
   Result<ProfileSource> kept_profile() const;
   Result<ReplayReport> replay_exec(const json& exec_blob, const ProfileSource& profile);
@@ -487,7 +473,9 @@ Status Replay::check_tenant() const {
 // inserted or reordered line breaks it; a chain rewritten from its start is caught only by an
 // anchor or signatures: 'sbx trace verify --anchor/--pubkey').
 Status Replay::check_chain() {
-  auto chain = verify_ledger(req_.dirs);
+  // One walk: the line of the run is kept as the walk checked it (its hash its record's, its
+  // place in the chain), so the record replayed is the one verified, not a second read.
+  auto chain = verify_ledger(req_.dirs, std::nullopt, nullptr, r_.original_run);
   if (!chain) return chain.error();
   // Lines over the size bound break the chain only where they are (their records cannot be read,
   // so never replayed): linked by their envelopes, with every other line checked, the records
@@ -497,10 +485,14 @@ Status Replay::check_chain() {
   else if (!chain->intact)
     return cannot("the ledger's chain is broken (" + printable(chain->problem) +
                   "): a record that may have been edited is not replayed (see 'sbx trace verify')");
-  auto entry = ledger_entry_of(req_.dirs, r_.original_run);
-  if (!entry) return entry.error();
+  if (chain->run_lines > 1)
+    return cannot("run " + r_.original_run + " is named by more than one ledger line: the ledger was edited; see 'sbx trace verify'");
+  if (!chain->run_line)
+    return cannot(chain->run_lines ? "run " + r_.original_run + "'s ledger line is over the size bound: its record cannot be read"
+                                   : "run " + r_.original_run + " is not in the ledger (a record of the previous store format, see "
+                                     "'sbx trace import'): it kept nothing to replay it from");
+  const LedgerRunLine* entry = &*chain->run_line;
   SBX_TRY(check_signature(*entry));
-  // What is replayed is the record of the line just checked, not a second read of the store.
   auto line_record = parse_json_doc(entry->record, {kMaxTraceBytes}, kStage, "the record's ledger line");
   if (!line_record || !line_record->is_object()) return cannot("run " + r_.original_run + "'s ledger line holds no record");
   orig_ = std::move(*line_record);
@@ -514,7 +506,7 @@ Status Replay::check_chain() {
 // write the ledger (hashes recomputed), but not signed: the record's own line must carry a
 // signature its public key accepts, or the record is not trusted to say what to mount and run.
 // Without a key there is nothing to check against (the chain above is all), as before.
-Status Replay::check_signature(const LedgerEntryOf& e) const {
+Status Replay::check_signature(const LedgerRunLine& e) const {
   auto paths = ledger_key_paths();
   if (!paths) return {};
   struct stat st;

@@ -215,24 +215,30 @@ class SbxTestCase(unittest.TestCase):
     def run_sbx(self, cmd, opts=(), trace=True, timeout=30, env=None, cwd=None, input=None,
                 pass_fds=(), validate=True):
         """sbx run [opts] --trace-file T -- cmd...; loads the trace (if written) into result.trace."""
+        if not trace:
+            return sbx(["run"] + list(opts) + ["--"] + list(cmd), timeout=timeout, env=env, cwd=cwd, input=input,
+                       pass_fds=pass_fds)
+        return self.sbx_traced(["run"] + list(opts), after=["--"] + list(cmd), timeout=timeout, env=env, cwd=cwd,
+                               input=input, pass_fds=pass_fds, validate=validate)
+
+    def sbx_traced(self, args, after=(), timeout=30, env=None, cwd=None, input=None, pass_fds=(), validate=True):
+        """sbx ARGS --trace-file T AFTER... (a command that takes --trace-file: run, pack run); loads
+        the trace, if one was written, into result.trace (None otherwise) and validates it."""
         self._n += 1
-        tpath = self.path(f"trace-{self._n}.json") if trace else None
-        args = ["run"] + list(opts)
-        if tpath:
-            args += ["--trace-file", tpath]
-        args += ["--"] + list(cmd)
-        r = sbx(args, timeout=timeout, env=env, cwd=cwd, input=input, pass_fds=pass_fds)
-        if tpath:
-            r.trace_path = tpath
-            if os.path.exists(tpath):
-                with open(tpath) as f:
-                    text = f.read()
-                try:
-                    r.trace = json.loads(text)
-                except ValueError as e:
-                    self.fail(f"--trace-file is not valid JSON ({e}): {text[:500]!r}\n" + r.describe())
-                if validate:
-                    validate_trace(self, r.trace)
+        tpath = self.path(f"trace-{self._n}.json")
+        r = sbx(list(args) + ["--trace-file", tpath] + list(after), timeout=timeout, env=env, cwd=cwd, input=input,
+                pass_fds=pass_fds)
+        r.trace_path = tpath
+        r.trace = None
+        if os.path.exists(tpath):
+            with open(tpath) as f:
+                text = f.read()
+            try:
+                r.trace = json.loads(text)
+            except ValueError as e:
+                self.fail(f"--trace-file is not valid JSON ({e}): {text[:500]!r}\n" + r.describe())
+            if validate:
+                validate_trace(self, r.trace)
         return r
 
     def need_trace(self, r):
@@ -252,6 +258,14 @@ class SbxTestCase(unittest.TestCase):
         self.assertEqual(len(lines), 1, "expected exactly one line on stderr\n" + r.describe())
         self.assertTrue(lines[0].startswith("sbx: "), "stderr line must start with 'sbx: '\n" + r.describe())
         return lines[0]
+
+    def assertRefused(self, r, *words):
+        """A usage or setup error (exit 125, one 'sbx: ' line) whose line says each of `words`."""
+        self.assertExit(r, 125)
+        line = self.assertOneSbxLine(r)
+        for w in words:
+            self.assertIn(w, line)
+        return line
 
 
 # A store operation's progress line (runtime/base/progress_line.cpp, not on a terminal).

@@ -47,15 +47,7 @@ class HostileCase(SbxTestCase):
 
     def pack_run(self, d, records_text):
         inp = write(self.path(f"records-{self._n}.json"), records_text)
-        self._n += 1
-        tpath = self.path(f"trace-{self._n}.json")
-        r = sbx(["pack", "run", d, "--input", inp, "--trace-file", tpath], timeout=60)
-        r.trace = None
-        if os.path.exists(tpath):
-            with open(tpath) as f:
-                r.trace = json.load(f)
-            validate_trace(self, r.trace)
-        return r
+        return self.sbx_traced(["pack", "run", d, "--input", inp], timeout=60)
 
     def exec(self, req_bytes):
         return sbx(["exec"], input=req_bytes, timeout=60)

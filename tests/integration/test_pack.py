@@ -39,14 +39,7 @@ class PackCase(SbxTestCase):
         return p
 
     def pack_run(self, d, inp, *extra, env=None):
-        self._n += 1
-        tpath = self.path(f"trace-{self._n}.json")
-        r = sbx(["pack", "run", d, "--input", inp, "--trace-file", tpath] + list(extra), timeout=60, env=env)
-        if os.path.exists(tpath):
-            with open(tpath) as f:
-                r.trace = json.load(f)
-            validate_trace(self, r.trace)
-        return r
+        return self.sbx_traced(["pack", "run", d, "--input", inp], after=extra, timeout=60, env=env)
 
 
 COUNT = "set -eu\nn=$(grep -o '\"id\"' /in/records.json | wc -l)\nprintf '{\"count\": %d}' \"$n\" > /out/result.json\n"

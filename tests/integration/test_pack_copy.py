@@ -94,15 +94,7 @@ class PackCopy(SbxTestCase):
         return r.out.split("(digest ")[1].split(")")[0]
 
     def pack_run(self, d, *extra, env=None):
-        self._n += 1
-        tpath = self.path(f"trace-{self._n}.json")
-        r = sbx(["pack", "run", d, "--input", self.records(), "--trace-file", tpath] + list(extra), timeout=60, env=env)
-        r.trace = None
-        if os.path.exists(tpath):
-            with open(tpath) as f:
-                r.trace = json.load(f)
-            validate_trace(self, r.trace)
-        return r
+        return self.sbx_traced(["pack", "run", d, "--input", self.records()], after=extra, timeout=60, env=env)
 
     def copies_dir(self):
         """Where sbx makes its private copies: <state>/tmp (guarded against rw binds), not $TMPDIR."""

@@ -40,12 +40,6 @@ class Tenant(SbxTestCase):
     def sbx(self, args, **kw):
         return sbx(args, env=self.env, **kw)
 
-    def refused(self, r, *words):
-        self.assertExit(r, 125)
-        line = self.assertOneSbxLine(r)
-        for w in words:
-            self.assertIn(w, line)
-        return line
 
     def store(self, name):
         return os.path.join(self.state, "tenants", name)
@@ -53,13 +47,13 @@ class Tenant(SbxTestCase):
     # -- ceilings ---------------------------------------------------------------------------------
 
     def test_flag_above_ceiling_is_refused(self):
-        line = self.refused(self.sbx(["run", "--tenant", "A", "--memory", "1G", "--", "true"]),
+        line = self.assertRefused(self.sbx(["run", "--tenant", "A", "--memory", "1G", "--", "true"]),
                             "tenant 'A'", "memory", "1G", "flag --memory", "128M")
         print(f"\n  refused: {line}")
-        self.refused(self.sbx(["run", "--tenant", "A", "--timeout", "none", "--", "true"]), "tenant 'A'", "timeout")
-        self.refused(self.sbx(["run", "--tenant", "A", "--allow-host", "evil.org", "--", "true"]),
+        self.assertRefused(self.sbx(["run", "--tenant", "A", "--timeout", "none", "--", "true"]), "tenant 'A'", "timeout")
+        self.assertRefused(self.sbx(["run", "--tenant", "A", "--allow-host", "evil.org", "--", "true"]),
                      "tenant 'A'", "evil.org", "*.example.com")
-        self.refused(self.sbx(["run", "--tenant", "A", "--gpu", "0", "--", "true"]), "tenant 'A'", "quota")
+        self.assertRefused(self.sbx(["run", "--tenant", "A", "--gpu", "0", "--", "true"]), "tenant 'A'", "quota")
         # Below the ceiling: runs; the profile's larger defaults are lowered to the tenant's.
         r = self.sbx(["run", "--tenant", "A", "--pids", "16", "--allow-host", "api.example.com", "--dry-run", "--", "true"])
         self.assertExit(r, 0)
@@ -87,7 +81,7 @@ class Tenant(SbxTestCase):
         self.assertExit(v, 0)
         digest = v.out.split("(digest ")[1].split(")")[0]
         r = self.sbx(["pack", "run", pk, "--tenant", "A", "--input", records], timeout=60)
-        self.refused(r, "tenant 'A'", "pack 'pk'", "not among the tenant's packs")
+        self.assertRefused(r, "tenant 'A'", "pack 'pk'", "not among the tenant's packs")
         tenant_a = {"id_slot": 1, "separate_ids": "required" if ROOT else "preferred", "images": ["host"], "packs": [digest],
                     "limits": {"memory": "128M", "timeout": "20s", "pids": 32}}
         self.write_tenant("A", tenant_a)
@@ -98,13 +92,13 @@ class Tenant(SbxTestCase):
         manifest["limits"]["memory"] = "200M"
         with open(os.path.join(pk, "pack.json"), "w") as f:
             json.dump(manifest, f)
-        self.refused(self.sbx(["pack", "run", pk, "--tenant", "A", "--input", records]),
+        self.assertRefused(self.sbx(["pack", "run", pk, "--tenant", "A", "--input", records]),
                      "tenant 'A'", "memory", "pack.json")
         # ...and B may run no pack at all.
         manifest["limits"]["memory"] = "64M"
         with open(os.path.join(pk, "pack.json"), "w") as f:
             json.dump(manifest, f)
-        self.refused(self.sbx(["pack", "run", pk, "--tenant", "B", "--input", records]),
+        self.assertRefused(self.sbx(["pack", "run", pk, "--tenant", "B", "--input", records]),
                      "tenant 'B'", "pack 'pk'", "not among the tenant's packs")
 
     def test_exec_request_above_ceiling_is_refused(self):
@@ -124,9 +118,9 @@ class Tenant(SbxTestCase):
 
     def test_image_not_allowed_is_refused(self):
         digest = busybox_digest(self)
-        self.refused(self.sbx(["run", "--tenant", "A", "--image", "busybox", "--", "true"]),
+        self.assertRefused(self.sbx(["run", "--tenant", "A", "--image", "busybox", "--", "true"]),
                      "tenant 'A'", "image 'busybox'", "not among the tenant's images")
-        self.refused(self.sbx(["run", "--tenant", "A", "--image", digest[:19], "--", "true"]), "tenant 'A'", "image")
+        self.assertRefused(self.sbx(["run", "--tenant", "A", "--image", digest[:19], "--", "true"]), "tenant 'A'", "image")
         self.write_tenant("C", {"id_slot": 3, "separate_ids": "required" if ROOT else "preferred", "images": [digest]})
         r = self.sbx(["run", "--tenant", "C", "--image", "busybox", "--", "true"], timeout=60)
         self.assertExit(r, 0)
@@ -134,26 +128,26 @@ class Tenant(SbxTestCase):
     def test_packs_by_full_digest_and_images_by_whole_digests_only(self):
         # A pack's name is its own manifest's claim, and a digest prefix can be searched for.
         self.write_tenant("N", {"id_slot": 9, "packs": ["pk"]})
-        self.refused(self.sbx(["run", "--tenant", "N", "--", "true"]), "/packs/0", "full digest")
+        self.assertRefused(self.sbx(["run", "--tenant", "N", "--", "true"]), "/packs/0", "full digest")
         self.write_tenant("N", {"id_slot": 9, "images": ["sha256:" + "ab" * 6]})
-        self.refused(self.sbx(["run", "--tenant", "N", "--", "true"]), "/images/0", "64")
+        self.assertRefused(self.sbx(["run", "--tenant", "N", "--", "true"]), "/images/0", "64")
         # Another tenant file naming A's store is refused before anything runs.
         self.write_tenant("N", {"id_slot": 9, "store": os.path.join(self.state, "tenants", "A")})
-        self.refused(self.sbx(["run", "--tenant", "N", "--", "true"]), "store", "tenant 'A'")
+        self.assertRefused(self.sbx(["run", "--tenant", "N", "--", "true"]), "store", "tenant 'A'")
 
     def test_bad_names_and_files(self):
         for bad in ["../x", "a/b", "", ".hidden", "x" * 65, "a\x01b"]:
-            self.refused(self.sbx(["run", "--tenant", bad, "--", "true"]), "tenant")
-        self.refused(self.sbx(["run", "--tenant", "nobody", "--", "true"]), "no tenant file nobody.json")
+            self.assertRefused(self.sbx(["run", "--tenant", bad, "--", "true"]), "tenant")
+        self.assertRefused(self.sbx(["run", "--tenant", "nobody", "--", "true"]), "no tenant file nobody.json")
         self.write_tenant("D", {"id_slot": 4, "limts": {}})
-        self.refused(self.sbx(["run", "--tenant", "D", "--", "true"]), "/limts: unknown key", "did you mean 'limits'")
+        self.assertRefused(self.sbx(["run", "--tenant", "D", "--", "true"]), "/limts: unknown key", "did you mean 'limits'")
         self.write_tenant("E", {"id_slot": 1})
-        self.refused(self.sbx(["run", "--tenant", "E", "--", "true"]), "id_slot 1", "tenant 'A'")
+        self.assertRefused(self.sbx(["run", "--tenant", "E", "--", "true"]), "id_slot 1", "tenant 'A'")
         self.write_tenant("F", {"images": ["host"]})
-        self.refused(self.sbx(["run", "--tenant", "F", "--", "true"]), "/id_slot: required")
+        self.assertRefused(self.sbx(["run", "--tenant", "F", "--", "true"]), "/id_slot: required")
         with open(os.path.join(self.tenants, "G.json"), "w") as f:
             f.write("[" * 100000)
-        self.refused(self.sbx(["run", "--tenant", "G", "--", "true"]), "G.json")
+        self.assertRefused(self.sbx(["run", "--tenant", "G", "--", "true"]), "G.json")
 
     # -- stores -----------------------------------------------------------------------------------
 
@@ -176,15 +170,15 @@ class Tenant(SbxTestCase):
         self.assertExit(ls, 0)
         self.assertEqual({x["run_id"] for x in json.loads(ls.out)}, a_ids)
         self.assertExit(self.sbx(["trace", "show", "--tenant", "A", ta["run_id"]]), 0)
-        self.refused(self.sbx(["trace", "show", "--tenant", "B", ta["run_id"]]), "no trace")
+        self.assertRefused(self.sbx(["trace", "show", "--tenant", "B", ta["run_id"]]), "no trace")
         self.assertExit(self.sbx(["trace", "verify", "--tenant", "B"]), 0)
         # `trace export` reads the tenant's store like the others (on the previous main it had no
         # --tenant: exit 125, "The following argument was not expected").
         ex = self.sbx(["trace", "export", "--tenant", "A", ta["run_id"]])
         self.assertExit(ex, 0)
         self.assertIn(ta["run_id"], json.dumps(json.loads(ex.out)))
-        self.refused(self.sbx(["trace", "export", "--tenant", "B", ta["run_id"]]), "no trace")
-        self.refused(self.sbx(["trace", "export", ta["run_id"]]), "no trace")
+        self.assertRefused(self.sbx(["trace", "export", "--tenant", "B", ta["run_id"]]), "no trace")
+        self.assertRefused(self.sbx(["trace", "export", ta["run_id"]]), "no trace")
         st = os.stat(self.store("A") + "/traces")
         self.assertEqual(st.st_mode & 0o077, 0, "a tenant's store is its owner's alone")
         print(f"\n  A: {json.dumps(ta['tenant'])}\n  B: {json.dumps(tb['tenant'])}")
@@ -203,15 +197,15 @@ class Tenant(SbxTestCase):
             self.write_tenant("S", {"id_slot": 7, "separate_ids": "preferred", "images": ["host"], "store": store})
             for args in (["run", "--tenant", "S", "--", "true"], ["gc", "--tenant", "S"], ["replay", "--tenant", "S", "last"],
                          ["trace", "ls", "--tenant", "S"]):
-                line = self.refused(self.sbx(args), "S.json", "/store", *words)
+                line = self.assertRefused(self.sbx(args), "S.json", "/store", *words)
             print(f"\n  /store {store}: {line}")
         # A tenant whose store holds another's: refused naming the other's file too.
         self.write_tenant("S", {"id_slot": 7, "separate_ids": "preferred", "images": ["host"],
                                 "store": self.path("outer")})
         self.write_tenant("T", {"id_slot": 8, "separate_ids": "preferred", "images": ["host"],
                                 "store": self.path("outer") + "/t"})
-        self.refused(self.sbx(["gc", "--tenant", "S"]), "S.json", "/store", "holds tenant 'T'")
-        self.refused(self.sbx(["gc", "--tenant", "T"]), "T.json", "/store", "is inside tenant 'S'")
+        self.assertRefused(self.sbx(["gc", "--tenant", "S"]), "S.json", "/store", "holds tenant 'T'")
+        self.assertRefused(self.sbx(["gc", "--tenant", "T"]), "T.json", "/store", "is inside tenant 'S'")
         os.unlink(os.path.join(self.tenants, "T.json"))
         # Its own default place, named explicitly, and a place of its own are fine.
         for store in (self.store("S"), self.path("elsewhere")):
@@ -279,7 +273,7 @@ class Tenant(SbxTestCase):
         self.assertNotIn(again["run_id"], {e["run_id"] for e in ledger_lines(self.state)})
         # Not in B's store. (Nor in the untenanted one, asserted on its ledger above: a replay there
         # would build the untenanted store's query index, which test_trace expects absent.)
-        self.refused(self.sbx(["replay", "--tenant", "B", rec["run_id"]]), "cannot replay")
+        self.assertRefused(self.sbx(["replay", "--tenant", "B", rec["run_id"]]), "cannot replay")
 
     # -- identity ---------------------------------------------------------------------------------
 
@@ -287,7 +281,7 @@ class Tenant(SbxTestCase):
         if ROOT:
             self.skipTest("rootless only: as root every tenant gets its own slice")
         self.write_tenant("R", {"id_slot": 5})
-        self.refused(self.sbx(["run", "--tenant", "R", "--", "true"]), "tenant 'R'", "separate host ids", "rootless")
+        self.assertRefused(self.sbx(["run", "--tenant", "R", "--", "true"]), "tenant 'R'", "separate host ids", "rootless")
         r = self.run_sbx(["true"], ["--tenant", "A"], env=self.env)
         self.assertExit(r, 0)
         self.assertEqual(r.trace["tenant"]["uid_range"], None)

@@ -36,12 +36,6 @@ class TrustCase(SbxTestCase):
         kw.setdefault("timeout", 60)
         return sbx(args, **kw)
 
-    def refused(self, r, *words):
-        self.assertExit(r, 125)
-        line = self.assertOneSbxLine(r)
-        for w in words:
-            self.assertIn(w, line)
-        return line
 
     def attack(self, name, opts=()):
         d = attack_dir()
@@ -80,7 +74,7 @@ class SeccompCache(TrustCase):
             with self.subTest(bind=src):
                 r = self.run_sbx(["sh", "-c", script], ["--bind", f"{src}:{src}:rw"], env=self.env)
                 note(f"--bind {src}:rw: rc {r.rc}, {r.err.strip()[-200:]!r}")
-                line = self.refused(r, "--bind", "sbx's state dir")
+                line = self.assertRefused(r, "--bind", "sbx's state dir")
                 self.assertIn("read-only", line)
         # Read-only it is fine: the program cannot write through it.
         r = self.run_sbx(["true"], ["--bind", f"{self.state}:/st"], env=self.env)
@@ -111,10 +105,10 @@ class PrivateStore(TrustCase):
                 env = dict(self.env, SBX_STATE_DIR=state)
                 r = sbx(["run", "--", "true"], env=env, timeout=30)
                 note(f"state dir {state}: rc {r.rc}, {r.err.strip()[-240:]!r}")
-                self.refused(r, "sbx's state dir", *words)
+                self.assertRefused(r, "sbx's state dir", *words)
         os.chmod(shared, 0o775)
         r = sbx(["run", "--", "true"], env=dict(self.env, SBX_STATE_DIR=shared + "/state"), timeout=30)
-        self.refused(r, "group-writable")
+        self.assertRefused(r, "group-writable")
         # A sticky world-writable parent (like /tmp) with a private dir of one's own is fine.
         os.chmod(shared, 0o1777)
         r = sbx(["run", "--", "true"], env=dict(self.env, SBX_STATE_DIR=shared + "/state"), timeout=30)
@@ -144,7 +138,7 @@ class PrivateStore(TrustCase):
             json.dump(doc, f)
         r = sbx(["run", "--tenant", "T", "--", "true"], env=env, timeout=30)
         note(f"tenant store in a dir its uid owns: rc {r.rc}, {r.err.strip()[-240:]!r}")
-        self.refused(r, "tenant 'T'", "store", "belongs to uid " + str(uid))
+        self.assertRefused(r, "tenant 'T'", "store", "belongs to uid " + str(uid))
         self.assertFalse(os.path.exists(owned + "/store"), "nothing is written into a refused store")
 
 
@@ -192,7 +186,7 @@ class SignedReplay(TrustCase):
         self.forge_last(self.escape)
         rp = self.sbx(["replay", "last"])
         note(f"replay of a rechained unsigned record: rc {rp.rc}, {rp.err.strip()[-300:]!r}")
-        self.refused(rp, "not signed", "ledger-key.pub.pem")
+        self.assertRefused(rp, "not signed", "ledger-key.pub.pem")
         self.assertFalse(os.path.exists(self.host + "/pwned"), "the forged replay wrote on the host")
 
     def test_a_record_with_a_forged_signature_is_not_replayed(self):
@@ -218,7 +212,7 @@ class SignedReplay(TrustCase):
         os.chmod(pub, 0o666)
         rp = self.sbx(["replay", "last"])
         note(f"replay with a world-writable public key: rc {rp.rc}, {rp.err.strip()[-300:]!r}")
-        self.refused(rp, "chmod 644", pub)
+        self.assertRefused(rp, "chmod 644", pub)
         os.chmod(pub, 0o644)
         self.assertExit(self.sbx(["replay", "last"]), 0)
 
@@ -231,7 +225,7 @@ class SignedReplay(TrustCase):
         self.forge_last(self.escape)
         rp = self.sbx(["replay", "last"])
         note(f"replay of a rechained record over its profile (no key): rc {rp.rc}, {rp.err.strip()[-300:]!r}")
-        self.refused(rp, "more than its profile 'untrusted' allows now", self.host)
+        self.assertRefused(rp, "more than its profile 'untrusted' allows now", self.host)
         self.assertFalse(os.path.exists(self.host + "/pwned"))
         for field, value, word in (("seccomp", "unconfined", "seccomp 'unconfined'"),
                                    ("network", {"mode": "proxy", "allow": ["evil.example"], "max_connections": 64,
@@ -249,10 +243,10 @@ class SignedReplay(TrustCase):
                     else:
                         spec[field] = value
                 self.forge_last(edit)
-                self.refused(self.sbx(["replay", "last"]), word)
+                self.assertRefused(self.sbx(["replay", "last"]), word)
         # A genuine operator choice over the profile is held to it too: run it again instead.
         self.assertExit(self.sbx(["run", "--keep-inputs", "--bind", f"{self.host}:/h:rw", "--", "true"]), 0)
-        self.refused(self.sbx(["replay", "last"]), "binds " + self.host + ":/h:rw")
+        self.assertRefused(self.sbx(["replay", "last"]), "binds " + self.host + ":/h:rw")
 
 
 class SigningKey(TrustCase):
@@ -264,7 +258,7 @@ class SigningKey(TrustCase):
                 os.chmod(priv, mode)
                 r = self.sbx(["run", "--", "sh", "-c", "echo ran"])
                 note(f"key mode {oct(mode)}: rc {r.rc}, {r.err.strip()[-240:]!r}")
-                line = self.refused(r, priv, word, "chmod 600 " + priv)
+                line = self.assertRefused(r, priv, word, "chmod 600 " + priv)
                 self.assertNotIn("ran", r.out, "the program must not run under a key nobody may trust: " + line)
         os.chmod(priv, 0o600)
         self.assertExit(self.sbx(["run", "--", "true"]), 0)
@@ -275,7 +269,7 @@ class SigningKey(TrustCase):
         self.assertExit(self.sbx(["key", "init"]), 0)
         priv = os.path.join(self.cfg, "sbx", "ledger-key.pem")
         os.chown(priv, 65534, 65534)
-        self.refused(self.sbx(["run", "--", "true"]), priv, "belongs to uid 65534")
+        self.assertRefused(self.sbx(["run", "--", "true"]), priv, "belongs to uid 65534")
 
 
 if __name__ == "__main__":

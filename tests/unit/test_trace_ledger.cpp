@@ -280,17 +280,20 @@ TEST_CASE("a line over the real bound: verify fails naming it and checks the res
   CHECK(v->problem.find("; then line 4 (run rX), seq 4: edited") != std::string::npos);
 }
 
-TEST_CASE("find_ledger_run: the run's only line, its hash its record's, or refused") {
+TEST_CASE("verify_ledger with find_run: the run's line as the walk checked it, and how many lines name it") {
   TempLedger t;
   for (const char* id : {"r1", "r2", "r3"}) REQUIRE(sbx::ledger_append(t.dirs, id, rec(id)).ok());
-  auto found = sbx::find_ledger_run(t.dirs, "r2");
-  REQUIRE(found.ok());
-  REQUIRE(found->has_value());
-  CHECK((*found)->seq == 2);
-  CHECK((*found)->record == rec("r2"));
-  auto none = sbx::find_ledger_run(t.dirs, "r9");
-  REQUIRE(none.ok());
-  CHECK_FALSE(none->has_value());
+  auto v = sbx::verify_ledger(t.dirs, std::nullopt, nullptr, "r2");
+  REQUIRE(v.ok());
+  CHECK(v->intact);
+  CHECK(v->run_lines == 1);
+  REQUIRE(v->run_line.has_value());
+  CHECK(v->run_line->seq == 2);
+  CHECK(v->run_line->record == rec("r2"));
+  v = sbx::verify_ledger(t.dirs, std::nullopt, nullptr, "r9");
+  REQUIRE(v.ok());
+  CHECK(v->run_lines == 0);
+  CHECK_FALSE(v->run_line.has_value());
   const std::string good = t.text();
   // The line keeps its envelope (seq, prev, the hash and signature of the record it had) but holds
   // another record body: what a reader that trusted the envelope would act on, under a valid signature.
@@ -298,15 +301,18 @@ TEST_CASE("find_ledger_run: the run's only line, its hash its record's, or refus
   const std::string body = rec("r2"), evil = R"({"run_id":"r2","schema":"sbx.trace/v1","invocation":{"spec":{"binds":["/"]}}})";
   forged.replace(forged.find(body), body.size(), evil);
   t.write(forged);
-  auto r = sbx::find_ledger_run(t.dirs, "r2");
-  REQUIRE_FALSE(r.ok());
-  CHECK(r.error().message.find("not its record's") != std::string::npos);
-  // Two lines of the run (the second, a valid copy): which one is meant is not for a reader to guess.
-  std::size_t l2 = good.find("\n") + 1, l3 = good.find("\n", l2) + 1;
-  t.write(good + good.substr(l2, l3 - l2));
-  r = sbx::find_ledger_run(t.dirs, "r2");
-  REQUIRE_FALSE(r.ok());
-  CHECK(r.error().message.find("more than one ledger line") != std::string::npos);
+  v = sbx::verify_ledger(t.dirs, std::nullopt, nullptr, "r2");
+  REQUIRE(v.ok());
+  CHECK_FALSE(v->intact);
+  CHECK(v->problem.find("edited") != std::string::npos);
+  CHECK_FALSE(v->run_line.has_value());
+  // The run recorded again, chain intact: two lines name it, and a reader is told so.
+  t.write(good);
+  REQUIRE(sbx::ledger_append(t.dirs, "r2", rec("r2")).ok());
+  v = sbx::verify_ledger(t.dirs, std::nullopt, nullptr, "r2");
+  REQUIRE(v.ok());
+  CHECK(v->intact);
+  CHECK(v->run_lines == 2);
 }
 
 TEST_CASE("append refuses a record over the bound every reader takes, and the ledger stays readable") {
