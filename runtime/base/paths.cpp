@@ -5,9 +5,9 @@
 
 #include <cerrno>
 #include <cstdio>
-#include <vector>
-
 #include <cstdlib>
+#include <filesystem>
+#include <vector>
 
 namespace sbx {
 namespace {
@@ -34,6 +34,21 @@ Dirs resolve_dirs(const std::string& state_dir_flag) {
   d.traces = d.state + "/traces";
   d.images = d.data + "/images";
   return d;
+}
+
+std::string resolved_path(const std::string& p) {
+  std::error_code ec;
+  auto r = std::filesystem::weakly_canonical(p, ec);
+  std::string s = ec ? std::filesystem::path(p).lexically_normal().string() : r.string();
+  while (s.size() > 1 && s.back() == '/') s.pop_back();
+  return s;
+}
+
+std::string path_relation(const std::string& a, const std::string& b) {
+  if (a == b) return "is";
+  if (b == "/" || a.starts_with(b + "/")) return "is inside";
+  if (a == "/" || b.starts_with(a + "/")) return "holds";
+  return "";
 }
 
 namespace {

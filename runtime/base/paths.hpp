@@ -28,4 +28,17 @@ Dirs resolve_dirs(const std::string& state_dir_flag);
 // in the message ("state dir", "tenant 't' store").
 Status check_private_dir(const std::string& path, const std::string& what);
 
+// `p` with the symlinks of the part that exists resolved (std::filesystem::weakly_canonical),
+// the rest made lexically normal, and no trailing '/' (but "/" itself): the one spelling two
+// paths are compared in (a tenant's store against the state dir, a bind source against what no
+// bind may reach). A path, not a file: what
+// it names may change after the call, so a decision that must hold until a mount is made on the
+// opened file itself (runtime/linux/mounts.hpp, open_bind_sources).
+std::string resolved_path(const std::string& p);
+
+// How the path `a` stands to the path `b`, both as resolved_path spells them: "is" (the same),
+// "is inside" (below it; everything is inside "/"), "holds" (above it), or "" (unrelated; a
+// common prefix that ends mid-name, /srv/state and /srv/stateful, is no relation).
+std::string path_relation(const std::string& a, const std::string& b);
+
 }  // namespace sbx

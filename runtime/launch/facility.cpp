@@ -25,8 +25,9 @@ class Namespaces final : public Facility {
 };
 
 // The user namespace's id maps (userns.hpp). Planned when the run is made (plan_identity); here
-// its failure is reported, and every --bind/--input source is checked to exist and, as root, to
-// be reachable by the sandbox's host uid. After clone the parent writes the maps; the child's
+// its failure is reported, and every --bind/--input source is opened (open_bind_sources: what is
+// checked is what init mounts), checked to spare sbx's state if read-write, and, as root, to be
+// reachable by the sandbox's host uid. After clone the parent writes the maps; the child's
 // steps are become_namespace_root (init) and switch_to_program_identity (program), child.cpp.
 class Identity final : public Facility {
  public:
@@ -36,8 +37,11 @@ class Identity final : public Facility {
     // What later runs trust is read back from the state dir (or tenant store): nobody but sbx's
     // user may be able to write it, neither another user on the host nor this run's program.
     SBX_TRY(check_private_dir(ctx.req.dirs.state, "sbx's state dir"));
-    SBX_TRY(check_binds_spare_state(ctx.spec, ctx.cwd, ctx.req.dirs));
-    return check_sources(ctx.spec, ctx.cwd, &*ctx.identity);
+    auto opened = open_bind_sources(ctx.spec, ctx.cwd);
+    if (!opened) return opened.error();
+    ctx.bind_sources = std::move(*opened);
+    SBX_TRY(check_binds_spare_state(ctx.bind_sources, ctx.req.dirs, ctx.req.guarded_dirs));
+    return check_sources(ctx.bind_sources, ctx.spec, ctx.cwd, &*ctx.identity);
   }
   Status after_clone(RunContext& ctx, pid_t pid) const override { return write_id_maps(pid, *ctx.identity); }
   void record(const RunContext& ctx, const SuperviseResult*, json& out) const override {

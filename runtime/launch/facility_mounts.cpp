@@ -51,11 +51,11 @@ class Mounts final : public Facility {
  public:
   const char* name() const override { return "mounts"; }
   Status prepare(RunContext& ctx) const override {
-    auto planned = plan_mounts(ctx.spec, ctx.cwd);
+    auto planned = plan_mounts(ctx.spec, ctx.bind_sources);
     if (!planned) return planned.error();
     MountPlan& mounts = ctx.mounts = std::move(*planned);
     for (auto& n : ctx.gpu.nodes) mounts.device_nodes.push_back({n.host_path, n.path});
-    for (auto& f : ctx.gpu.driver_files) mounts.binds.push_back(f);
+    for (auto& f : ctx.gpu.driver_files) mounts.binds.push_back({f});  // sbx's own: bound by path
     TmpfsBudget scaled;
     auto fallback = apply_memory_fallback(ctx.spec, ctx.plan, ctx.req.explicit_limits, *ctx.identity, mounts, &scaled);
     if (!fallback) return fallback.error();

@@ -10,7 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <filesystem>
+#include <algorithm>
 
 #include "runtime/base/fsutil.hpp"
 #include "runtime/record/ledger_key.hpp"
@@ -87,52 +87,124 @@ Status check_trace_file(const std::string& path) {
   return {};
 }
 
-Status check_sources(const RunSpec& spec, const std::string& cwd, const IdentityPlan* identity) {
-  auto check = [&](const BindMount& b, const char* flag) -> Status {
-    std::string src = b.src[0] == '/' ? b.src : cwd + "/" + b.src;
-    struct stat st;
-    if (::stat(src.c_str(), &st) != 0) return sys_error("mounts", std::string(flag) + " " + b.src + ": source " + src);
-    if (!identity || identity->rootless) return {};
-    char real[PATH_MAX];
-    if (!::realpath(src.c_str(), real)) return sys_error("mounts", std::string(flag) + " " + b.src + ": source " + src);
-    if (int err = stat_as_sandbox_root(real, *identity)) {
-      Error e = make_error("mounts", "bind source " + std::string(real), err);
+Status check_sources(const std::vector<BindSource>& sources, const RunSpec& spec, const std::string& cwd,
+                     const IdentityPlan* identity) {
+  if (!identity || identity->rootless) return {};
+  for (auto& src : sources) {
+    if (int err = stat_as_sandbox_root(src.real.c_str(), *identity)) {
+      Error e = make_error("mounts", "bind source " + src.real, err);
       add_setup_hint(e, spec, *identity, cwd);
       return e;
     }
-    return {};
-  };
-  for (auto& b : spec.binds) SBX_TRY(check(b, "--bind"));
-  for (auto& in : spec.inputs) SBX_TRY(check(in, "--input"));
+  }
   return {};
 }
 
 namespace {
-// The path with the symlinks of its existing part resolved, the rest made lexically normal.
-std::string resolved_path(const std::string& p) {
-  std::error_code ec;
-  auto r = std::filesystem::weakly_canonical(p, ec);
-  std::string s = ec ? std::filesystem::path(p).lexically_normal().string() : r.string();
-  while (s.size() > 1 && s.back() == '/') s.pop_back();
-  return s;
+// A file's identity: what a bind source and a guarded directory are compared by, whatever path
+// (a symlink, a bind mount elsewhere on the host) reaches either.
+struct FileId {
+  std::uint64_t dev = 0, ino = 0;
+  bool operator==(const FileId&) const = default;
+};
+std::optional<FileId> id_of(int fd) {
+  struct stat st;
+  if (::fstat(fd, &st) != 0) return std::nullopt;
+  return FileId{st.st_dev, st.st_ino};
 }
-bool same_or_inside(const std::string& a, const std::string& b) {  // a is b or below it
-  return a == b || b == "/" || a.starts_with(b + "/");
+
+// The directory `dir` (an fd; consumed) and every directory above it, by "..", up to this
+// process's root: the kernel's own parents, not a path's. A step that cannot be taken (a
+// directory sbx's user cannot search) ends the list there.
+std::vector<FileId> dir_and_above(UniqueFd dir) {
+  std::vector<FileId> out;
+  for (int i = 0; i < 4096 && dir.ok(); ++i) {
+    auto id = id_of(dir.get());
+    if (!id || (!out.empty() && out.back() == *id)) break;  // "/" is its own parent
+    out.push_back(*id);
+    dir = UniqueFd(::openat(dir.get(), "..", O_PATH | O_DIRECTORY | O_CLOEXEC));
+  }
+  return out;
+}
+
+// What no read-write bind may reach: the directory (when it exists) and every directory above
+// it, the nearest existing one first when it does not exist yet.
+struct Guarded {
+  std::string path;  // resolved_path
+  std::string what;
+  std::optional<FileId> self;
+  std::vector<FileId> above;
+};
+Guarded guard(const std::string& dir, const std::string& what) {
+  Guarded g{resolved_path(dir), what, std::nullopt, {}};
+  std::string p = g.path;
+  for (bool exists = true;; exists = false) {
+    UniqueFd fd(::open(p.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+    if (fd.ok()) {
+      g.above = dir_and_above(std::move(fd));
+      if (exists && !g.above.empty()) {
+        g.self = g.above.front();
+        g.above.erase(g.above.begin());
+      }
+      return g;
+    }
+    if (p == "/" || p == ".") return g;  // nothing of it can be looked at: the path check is all
+    auto slash = p.rfind('/');
+    p = slash == std::string::npos ? "." : slash == 0 ? "/" : p.substr(0, slash);
+  }
+}
+
+// How an opened bind source stands to a guarded directory, by identity: "" when unrelated.
+// `above`: the directories above the source.
+std::string id_relation(const BindSource& src, const std::vector<FileId>& above, const Guarded& g) {
+  const FileId self{src.dev, src.ino};
+  auto has = [](const std::vector<FileId>& v, const FileId& id) { return std::find(v.begin(), v.end(), id) != v.end(); };
+  if (src.dir && g.self && self == *g.self) return "is";
+  if (g.self && has(above, *g.self)) return "is inside";
+  if (src.dir && has(g.above, self)) return "holds";
+  return "";
 }
 }  // namespace
 
-Status check_binds_spare_state(const RunSpec& spec, const std::string& cwd, const Dirs& dirs) {
-  std::vector<std::pair<std::string, std::string>> guarded;  // resolved path, what it is
-  if (!dirs.state.empty()) guarded.push_back({resolved_path(dirs.state), "sbx's state dir"});
-  if (!dirs.data.empty()) guarded.push_back({resolved_path(dirs.data), "sbx's data dir"});
-  if (auto k = ledger_key_paths(); k && !k->dir.empty()) guarded.push_back({resolved_path(k->dir), "sbx's config dir (the ledger key)"});
-  for (auto& b : spec.binds) {
-    if (!b.rw || b.src.empty()) continue;
-    std::string src = resolved_path(b.src[0] == '/' ? b.src : cwd + "/" + b.src);
-    for (auto& [g, what] : guarded) {
-      if (!same_or_inside(src, g) && !same_or_inside(g, src)) continue;
-      std::string rel = src == g ? "is" : same_or_inside(src, g) ? "is inside" : "holds";
-      return make_error("usage", "--bind " + b.src + ":" + b.dst + ":rw: " + src + " " + rel + " " + what + " " + g +
+Status check_binds_spare_state(const std::vector<BindSource>& sources, const Dirs& dirs,
+                               const std::vector<std::pair<std::string, std::string>>& also) {
+  std::vector<Guarded> guarded;
+  for (auto& src : sources) {
+    if (src.flag != "--bind" || !src.given.rw) continue;
+    if (guarded.empty()) {  // worked out once, and only for a run with a read-write bind
+      if (!dirs.state.empty()) guarded.push_back(guard(dirs.state, "sbx's state dir"));
+      if (!dirs.data.empty()) guarded.push_back(guard(dirs.data, "sbx's data dir"));
+      if (auto k = ledger_key_paths(); k && !k->dir.empty()) guarded.push_back(guard(k->dir, "sbx's config dir (the ledger key)"));
+      for (auto& [dir, what] : also)
+        if (!dir.empty()) guarded.push_back(guard(dir, what));
+    }
+    // The directories above the opened source, walked from its fd (a file's from its parent's,
+    // checked to hold that very file).
+    std::vector<FileId> above;
+    if (src.dir) {
+      UniqueFd parent(::openat(src.fd.get(), "..", O_PATH | O_DIRECTORY | O_CLOEXEC));
+      above = dir_and_above(std::move(parent));
+      if (!above.empty() && above.front() == FileId{src.dev, src.ino}) above.clear();  // "/": nothing above
+    } else {
+      auto slash = src.real.rfind('/');
+      std::string parent = slash == 0 ? "/" : src.real.substr(0, slash);
+      UniqueFd pfd(::open(parent.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+      struct stat st;
+      if (pfd.ok() && ::fstatat(pfd.get(), src.real.substr(slash + 1).c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+          st.st_dev == src.dev && st.st_ino == src.ino)
+        above = dir_and_above(std::move(pfd));
+      else
+        return make_error("usage", src.flag + " " + src.given.src + ":" + src.given.dst + ":rw: " + src.real +
+                                       " was moved or replaced while sbx checked it; run again");
+    }
+    for (auto& g : guarded) {
+      // By identity (a path through another bind mount or symlink reaches the same directory),
+      // and by the opened file's real path, which names it in the message.
+      std::string rel = id_relation(src, above, g);
+      if (rel.empty()) rel = path_relation(src.real, g.path);
+      if (rel.empty()) continue;
+      return make_error("usage", src.flag + " " + src.given.src + ":" + src.given.dst + ":rw: " + src.real + " " + rel + " " +
+                                     g.what + " " + g.path +
                                      ": a program that can write there changes what later runs trust (the seccomp cache, "
                                      "the ledger a replay rebuilds from); bind a directory outside it, or read-only");
     }

@@ -13,6 +13,7 @@
 #include "runtime/linux/cgroup.hpp"
 #include "runtime/base/error.hpp"
 #include "runtime/linux/limits_plan.hpp"
+#include "runtime/linux/mounts.hpp"
 #include "runtime/launch/sandbox.hpp"
 #include "runtime/linux/userns.hpp"
 
@@ -22,16 +23,22 @@ namespace sbx {
 // record that cannot be written is otherwise discovered after the run).
 Status check_trace_file(const std::string& path);
 
-// Every --bind and --input source exists (as the caller sees it, relative to `cwd`); as root
-// (`identity` not rootless), the sandbox's root can reach it too (else EACCES with the hint).
-Status check_sources(const RunSpec& spec, const std::string& cwd, const IdentityPlan* identity);
+// As root (`identity` not rootless), the sandbox's root can reach every --bind and --input source
+// (opened by open_bind_sources, so each exists), else EACCES with the hint.
+Status check_sources(const std::vector<BindSource>& sources, const RunSpec& spec, const std::string& cwd,
+                     const IdentityPlan* identity);
 
 // No read-write --bind may reach sbx's own state: the run's state dir (or tenant store), its data
-// dir (images) and the config dir holding the ledger's signing key, the bind's source being one of
-// them, inside one, or above one ($HOME, /). A program that can write there can change what later
-// runs trust (the seccomp cache, the ledger a replay rebuilds from, the key). Stage "usage": exit
-// 125 with what to bind instead. Symlinks are resolved on both sides.
-Status check_binds_spare_state(const RunSpec& spec, const std::string& cwd, const Dirs& dirs);
+// dir (images), the config dir holding the ledger's signing key, and the directories in `also`
+// (RunRequest::guarded_dirs: under a tenant, the untenanted state dir and the other tenants'
+// stores), the bind's source being one of them, inside one, or above one ($HOME, /). A program
+// that can write there can change what later runs trust (the seccomp cache, the ledger a replay
+// rebuilds from, the key). Decided on the opened source (open_bind_sources), the very file init
+// mounts: by device and inode against each guarded directory and those above it (a symlink or
+// another bind mount of it is no way around), and by its real path. Stage "usage": exit 125 with
+// what to bind instead.
+Status check_binds_spare_state(const std::vector<BindSource>& sources, const Dirs& dirs,
+                               const std::vector<std::pair<std::string, std::string>>& also);
 
 // --require-limits against a limit plan: the error the run fails with, naming each limit that
 // cannot be enforced, the layer that set it (`layers`: limit -> "profile 'untrusted'", "flag

@@ -478,6 +478,16 @@ bool Run::spawn() {
     const char* v = ::getenv("SBX_BENCH_FORKED_INIT");
     return v && std::strcmp(v, "1") == 0;
   }();
+  // SBX_TEST_STOP_BEFORE_CLONE=1, a test hook (man sbx, ENVIRONMENT): sbx stops itself with
+  // SIGSTOP once every check of the run is made and its mount plan is final, before the sandbox
+  // is cloned, so that a test can change the host between the checks and init's mounts (a bind
+  // source swapped: tests/integration/test_bind_swap.py) and then send SIGCONT. It can only
+  // pause sbx, as any SIGSTOP could.
+  static const bool test_stop_before_clone = [] {
+    const char* v = ::getenv("SBX_TEST_STOP_BEFORE_CLONE");
+    return v && std::strcmp(v, "1") == 0;
+  }();
+  if (test_stop_before_clone) ::raise(SIGSTOP);
   L.shared = !ctx_.image_fd.ok() && !ctx_.cgroup && !req_.await_call && !bench_forked;
   L.cfg.pool_job = static_cast<bool>(req_.await_call);
   L.cfg.shared_memory = L.shared;

@@ -59,6 +59,10 @@ struct RunRequest {
   ProfileSource profile;                     // hashed into the trace
   std::vector<std::string> invocation_argv;  // sbx's own argv
   Dirs dirs;
+  // Directories beyond `dirs` that no read-write bind may reach (preflight.hpp,
+  // check_binds_spare_state), each with what it is for messages: under a tenant, the untenanted
+  // state dir and the other tenants' stores (apply_tenant, tenant.hpp).
+  std::vector<std::pair<std::string, std::string>> guarded_dirs;
   std::string trace_file;  // extra copy of the record ("" for none)
   // A record that cannot be stored durably fails the run with exit 125; the caller reports it
   // (pack run and exec, from RunReport::record_error). `sbx run --require-record` and the

@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdlib>
-#include <filesystem>
 #include <memory>
 #include <set>
 
@@ -371,34 +370,16 @@ Dirs tenant_store(const Tenant& t, const Dirs& base) {
   return d;
 }
 
-namespace {
-// The path with the symlinks of its existing part resolved and the rest made lexically normal.
-std::string resolved(const std::string& p) {
-  std::error_code ec;
-  auto r = std::filesystem::weakly_canonical(p, ec);
-  std::string s = ec ? std::filesystem::path(p).lexically_normal().string() : r.string();
-  while (s.size() > 1 && s.back() == '/') s.pop_back();
-  return s;
-}
-// "" when unrelated, else how `a` stands to `b`.
-std::string relation(const std::string& a, const std::string& b) {
-  if (a == b) return "is";
-  if (b == "/" || a.starts_with(b + "/")) return "is inside";
-  if (a == "/" || b.starts_with(a + "/")) return "holds";
-  return "";
-}
-}  // namespace
-
 Status check_tenant_store(const Tenant& t, const Dirs& base) {
-  const std::string own = resolved(tenant_store(t, base).state);
+  const std::string own = resolved_path(tenant_store(t, base).state);
   const std::string key = "tenant '" + t.name + "' (" + t.file + "): /store " + t.store;
   // A store the tenant's own host uid (or anyone else) can write is a store whose seccomp cache,
   // ledger and blobs the tenant's programs could rewrite for its later runs.
   SBX_TRY(check_private_dir(tenant_store(t, base).state, "tenant '" + t.name + "' (" + t.file + ") store"));
-  if (!t.store.empty() && own != resolved(default_store(base, t.name))) {
+  if (!t.store.empty() && own != resolved_path(default_store(base, t.name))) {
     for (auto [dir, what] : {std::pair{base.state, "state"}, std::pair{base.data, "data"}}) {
       if (dir.empty()) continue;
-      std::string rel = relation(own, resolved(dir));
+      std::string rel = path_relation(own, resolved_path(dir));
       if (!rel.empty())
         return make_error("usage", key + " " + rel + " sbx's untenanted " + what + " directory " + dir +
                                        ": the tenant's records, ledger and blobs would mix with the untenanted runs' "
@@ -406,12 +387,12 @@ Status check_tenant_store(const Tenant& t, const Dirs& base) {
     }
   }
   for (auto& o : other_tenants(t, base)) {
-    std::string rel = relation(own, resolved(o.store));
+    std::string rel = path_relation(own, resolved_path(o.store));
     if (rel.empty()) continue;
     if (!t.store.empty())
       return make_error("usage", key + " " + rel + " tenant '" + o.name + "''s store " + o.store +
                                      ": two tenants on one store would read each other's records");
-    return make_error("usage", "tenant '" + o.name + "' (" + o.file + "): /store " + o.store + " " + relation(resolved(o.store), own) +
+    return make_error("usage", "tenant '" + o.name + "' (" + o.file + "): /store " + o.store + " " + path_relation(resolved_path(o.store), own) +
                                    " tenant '" + t.name + "''s store " + own + ": two tenants on one store would read each other's records");
   }
   return {};
@@ -491,6 +472,31 @@ Status check_tenant_ceilings(const Tenant& t, RunSpec& spec, const std::map<std:
   return {};
 }
 
+namespace {
+// The stores other tenant files name (/store), in every tenants directory searched, as
+// load_tenant reads them (at most 4096 files; one that does not parse names none). Those
+// without /store live in <state>/tenants/NAME, inside the untenanted state dir.
+std::vector<std::pair<std::string, std::string>> other_tenant_stores(const Tenant& t) {
+  std::vector<std::pair<std::string, std::string>> out;
+  std::size_t seen = 0;
+  for (auto& d : tenant_dirs()) {
+    std::unique_ptr<DIR, int (*)(DIR*)> dir(::opendir(d.c_str()), ::closedir);
+    if (!dir) continue;
+    while (auto* e = ::readdir(dir.get())) {
+      std::string f = e->d_name;
+      if (!f.ends_with(".json") || d + "/" + f == t.file) continue;
+      std::string other = f.substr(0, f.size() - 5);
+      if (!check_tenant_name(other) || ++seen > 4096) continue;
+      auto text = read_bounded(d + "/" + f, kMaxTenantBytes, "usage", f);
+      if (!text) continue;
+      auto o = parse_tenant(*text, other, d + "/" + f);
+      if (o && !o->store.empty()) out.push_back({other, o->store});
+    }
+  }
+  return out;
+}
+}  // namespace
+
 Status apply_tenant(const Tenant& t, RunRequest& req, const json& pack) {
   SBX_TRY(check_tenant_store(t, req.dirs));
   SBX_TRY(check_tenant_ceilings(t, req.spec, req.limit_layers));
@@ -545,6 +551,12 @@ Status apply_tenant(const Tenant& t, RunRequest& req, const json& pack) {
   // 0700 whatever the caller's umask (a tenant's program may still chmod its files wider).
   req.umask = 077;
   tenant["umask"] = "0077";
+  // The run's state dir turns into the tenant's store, which its read-write binds are kept from
+  // (check_binds_spare_state); the untenanted state and the other tenants' stores must stay out
+  // of their reach too: a program that could write there would change what those runs trust.
+  req.guarded_dirs.push_back({req.dirs.state, "sbx's untenanted state dir"});
+  for (auto& [name, store] : other_tenant_stores(t))
+    req.guarded_dirs.push_back({store, "tenant '" + name + "''s store"});
   req.dirs = tenant_store(t, req.dirs);
   tenant["store"] = req.dirs.state;
   req.record_extra["tenant"] = std::move(tenant);

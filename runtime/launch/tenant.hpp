@@ -83,8 +83,10 @@ Result<Dirs> tenant_store_of(const std::string& name, const Dirs& base);
 // Applies the tenant to a fully layered run (after profile, manifest/request and flags): refuses
 // any limit above the tenant's ceiling (naming the key, the layer that asked and the tenant),
 // fills limits the run leaves unlimited with the tenant's, refuses an image, an allow rule or a
-// GPU request the tenant does not allow, moves the run's store to the tenant's, picks its id
-// slice and adds `tenant` to the record. Rootless with separate ids required: refused.
+// GPU request the tenant does not allow, moves the run's store to the tenant's (and adds the
+// untenanted state dir and the stores other tenant files name to RunRequest::guarded_dirs, which
+// no read-write bind may reach), picks its id slice and adds `tenant` to the record. Rootless
+// with separate ids required: refused.
 // `pack` is the pack's {name, digest} when a pack runs (checked against `packs`), else null.
 Status apply_tenant(const Tenant& t, RunRequest& req, const nlohmann::json& pack);
 

@@ -115,7 +115,13 @@ std::vector<MountOp> mount_ops(const MountPlan& plan) {
   }
   l.tmpfs(MountOpKind::out, "/out", plan.out_size_bytes, 0755, kNoSuidDev);
   l.ops.back().precreate = true;
-  for (auto& b : plan.binds) l.bind(b.rw ? MountOpKind::bind_rw : MountOpKind::bind_ro, b.src, b.dst, true);
+  for (auto& b : plan.binds) {
+    l.bind(b.bind.rw ? MountOpKind::bind_rw : MountOpKind::bind_ro, b.bind.src, b.bind.dst, true);
+    l.ops.back().pinned = b.pinned;
+    l.ops.back().src_dev = b.dev;
+    l.ops.back().src_ino = b.ino;
+    l.ops.back().src_dir = b.dir;
+  }
   for (std::size_t i = 0; i < plan.files.size(); ++i) {
     const auto& f = plan.files[i];
     l.add(MountOpKind::file, f.dst, MS_RDONLY | kNoSuidDev);

@@ -57,6 +57,11 @@ struct MountOp {
   unsigned long flags = 0;  // MS_* flags of the mount (or remount)
   bool at_target = false;   // tmpfs at a caller's path: through open_mount_target, not by name
   bool precreate = false;   // --image: `dst` is created in the upper layer before the overlay
+  // bind_ro/bind_rw of a caller's source (mounts.hpp, BindSource): init binds `src` only if what
+  // it opens there, following no symlink, is this device and inode; `src_dir` is its type.
+  bool pinned = false;
+  std::uint64_t src_dev = 0, src_ino = 0;
+  bool src_dir = false;
 };
 
 // The whole list for `plan` as it stands (call it once the plan is final: files, secrets, pool

@@ -149,14 +149,45 @@ Status mkdir_p(const std::string& path, mode_t mode) {
 
 enum class BindKind { ro, rw, device };
 
-// Binds `host_path` at `dst` (in-sandbox) inside the new root `root`. The mount point (a directory,
-// or an empty file for file sources) is found and made by open_mount_target, the bind lands on its
-// fd, and the flags are set through an fd of the new mount: no path is walked twice.
-Status bind_mount(int root, const std::string& host_path, const std::string& dst, BindKind kind) {
+// A caller's bind source (MountOp::pinned), opened again in this mount namespace: its real path
+// as sbx found it, no symlink followed on the way (the path had none then; one there now was put
+// there since), and refused unless it is the file sbx opened and checked before the run (device
+// and inode: mounts.hpp, BindSource). The bind is then made from this fd, so nothing swapped in
+// after this check is mounted either.
+Result<UniqueFd> open_pinned_source(const std::string& src, const MountOp& op, struct stat& st) {
+  struct open_how how = {};
+  how.flags = O_PATH | O_CLOEXEC | (op.src_dir ? O_DIRECTORY : 0);
+  how.resolve = RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
+  UniqueFd fd(static_cast<int>(::syscall(SYS_openat2, AT_FDCWD, src.c_str(), &how, sizeof how)));
+  const std::string head = "bind source " + op.src;
+  if (!fd.ok() && errno == ELOOP)
+    return make_error("mounts", head + " was replaced after sbx checked it (a part of its path is a symlink now); nothing was mounted");
+  if (!fd.ok() && errno == ENOTDIR)
+    return make_error("mounts", head + " was replaced after sbx checked it (a part of its path is not a directory now); nothing was mounted");
+  if (!fd.ok()) return sys_error("mounts", head);
+  if (::fstat(fd.get(), &st) != 0) return sys_error("mounts", head);
+  if (st.st_dev != op.src_dev || st.st_ino != op.src_ino || S_ISDIR(st.st_mode) != op.src_dir)
+    return make_error("mounts", head + " was replaced after sbx checked it (another file is at that path now); nothing was mounted");
+  return fd;
+}
+
+// Binds `op.src` (a host path) at `op.dst` (in-sandbox) inside the new root `root`. The mount
+// point (a directory, or an empty file for file sources) is found and made by open_mount_target,
+// the bind lands on its fd, and the flags are set through an fd of the new mount: no path is
+// walked twice.
+Status bind_mount(int root, const MountOp& op, BindKind kind) {
+  const std::string& host_path = op.src;
+  const std::string& dst = op.dst;
   std::string src = "/oldroot" + host_path;
   struct stat st;
   UniqueFd device;
-  if (kind == BindKind::device) {
+  UniqueFd pinned;
+  if (op.pinned) {
+    auto opened = open_pinned_source(src, op, st);
+    if (!opened) return opened.error();
+    pinned = std::move(*opened);
+    src = fd_path(pinned.get());
+  } else if (kind == BindKind::device) {
     // A node bound without nodev must be the character device that was planned, not whatever a
     // path names by now: opened once (O_PATH, no symlink anywhere on the way), checked through
     // that fd, and bound from it, so no directory or other file swapped in can take its place.
@@ -309,7 +340,9 @@ Status mount_image_root(const MountPlan& plan, const MountOp& op, int image_fd) 
   for (auto& p : plan.ops) {
     if (!p.precreate) continue;
     bool dir = p.kind != MountOpKind::file;
-    if (p.kind == MountOpKind::bind_ro || p.kind == MountOpKind::bind_rw) {
+    if (p.pinned) {
+      dir = p.src_dir;  // the type of the file sbx opened (bind_mount refuses any other)
+    } else if (p.kind == MountOpKind::bind_ro || p.kind == MountOpKind::bind_rw) {
       struct stat st;
       if (::stat(("/oldroot" + p.src).c_str(), &st) != 0) return sys_error("mounts", "bind source " + p.src);
       dir = S_ISDIR(st.st_mode);
@@ -408,9 +441,9 @@ struct RootBuilder {
     }
     if (!root.ok()) return make_error("mounts", "the mount plan does not start with its root", EINVAL);
     switch (op.kind) {
-      case MountOpKind::bind_ro: return bind_mount(root.get(), op.src, op.dst, BindKind::ro);
-      case MountOpKind::bind_rw: return bind_mount(root.get(), op.src, op.dst, BindKind::rw);
-      case MountOpKind::bind_device: return bind_mount(root.get(), op.src, op.dst, BindKind::device);
+      case MountOpKind::bind_ro: return bind_mount(root.get(), op, BindKind::ro);
+      case MountOpKind::bind_rw: return bind_mount(root.get(), op, BindKind::rw);
+      case MountOpKind::bind_device: return bind_mount(root.get(), op, BindKind::device);
       case MountOpKind::symlink: return symlink_at(op.src, in_new(op.dst));
       case MountOpKind::mkdir: return mkdir_p(in_new(op.dst), op.mode);
       case MountOpKind::copy: return copy_in(op.src);
@@ -442,7 +475,43 @@ struct RootBuilder {
 
 }  // namespace
 
-Result<MountPlan> plan_mounts(const RunSpec& spec, const std::string& caller_cwd) {
+Result<std::vector<BindSource>> open_bind_sources(const RunSpec& spec, const std::string& caller_cwd) {
+  std::vector<BindSource> out;
+  auto open_one = [&](const BindMount& b, const char* flag) -> Status {
+    BindSource s;
+    s.flag = flag;
+    s.given = b;
+    std::string path = !b.src.empty() && b.src[0] == '/' ? b.src : caller_cwd + "/" + b.src;
+    auto failed = [&] { return sys_error("mounts", std::string(flag) + " " + b.src + ": source " + path); };
+    // O_DIRECTORY first: only an open that asks for a directory triggers an automount (a bare
+    // O_PATH open would pin the autofs trigger itself); anything else is opened as it is.
+    s.fd = UniqueFd(::open(path.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+    if (!s.fd.ok() && errno == ENOTDIR) s.fd = UniqueFd(::open(path.c_str(), O_PATH | O_CLOEXEC));
+    if (!s.fd.ok()) return failed();
+    struct stat st;
+    if (::fstat(s.fd.get(), &st) != 0) return failed();
+    s.dev = st.st_dev;
+    s.ino = st.st_ino;
+    s.dir = S_ISDIR(st.st_mode);
+    // The kernel's name for the opened file: every symlink on the way resolved, as it was found.
+    char buf[PATH_MAX];
+    std::string link = "/proc/self/fd/" + std::to_string(s.fd.get());
+    ssize_t n = ::readlink(link.c_str(), buf, sizeof buf);
+    if (n <= 0 || n >= static_cast<ssize_t>(sizeof buf) || buf[0] != '/')
+      return make_error("mounts", std::string(flag) + " " + b.src + ": cannot tell where " + path +
+                                      " is (readlink " + link + "; is /proc mounted?)", n < 0 ? errno : ENAMETOOLONG);
+    s.real.assign(buf, static_cast<std::size_t>(n));
+    out.push_back(std::move(s));
+    return {};
+  };
+  for (auto& b : spec.binds) SBX_TRY(open_one(b, "--bind"));
+  for (auto& in : spec.inputs) SBX_TRY(open_one(in, "--input"));
+  return out;
+}
+
+Result<MountPlan> plan_mounts(const RunSpec& spec, const std::vector<BindSource>& sources) {
+  if (sources.size() != spec.binds.size() + spec.inputs.size())
+    return make_error("mounts", "the bind sources were not opened before the mount plan", EINVAL);
   MountPlan p;
   bool host_root = spec.image == "host";  // an image brings its own /usr, /lib and /etc
   for (const char* d : kSystemDirs) {
@@ -484,20 +553,14 @@ Result<MountPlan> plan_mounts(const RunSpec& spec, const std::string& caller_cwd
                  {"/etc/hostname", spec.hostname + "\n"},
                  {"/etc/hosts", "127.0.0.1\tlocalhost " + spec.hostname + "\n::1\tlocalhost ip6-localhost ip6-loopback\n"},
                  {"/etc/nsswitch.conf", "passwd: files\ngroup: files\nhosts: files\n"}};
-  for (auto b : spec.binds) {
-    // Resolve against the caller's view (relative to their cwd, symlinks followed) so the child
-    // binds exactly what the caller named; a missing source is reported by the child at mount time.
-    if (b.src[0] != '/') b.src = caller_cwd + "/" + b.src;
-    char real[PATH_MAX];
-    if (::realpath(b.src.c_str(), real)) b.src = real;
-    p.binds.push_back(b);
-  }
-  for (auto in : spec.inputs) {
-    if (in.src[0] != '/') in.src = caller_cwd + "/" + in.src;
-    char real[PATH_MAX];
-    if (::realpath(in.src.c_str(), real)) in.src = real;
-    in.rw = false;
-    p.binds.push_back(in);
+  // The sources as they were opened and checked (the caller's symlinks followed then, once):
+  // init binds each real path only if it still leads, without a symlink, to that very file.
+  for (std::size_t i = 0; i < sources.size(); ++i) {
+    const BindSource& src = sources[i];
+    BindMount b = src.given;
+    b.src = src.real;
+    if (i >= spec.binds.size()) b.rw = false;  // an input
+    p.binds.push_back({b, true, src.dev, src.ino, src.dir});
   }
   // Listed only where the kernel has them, so the record names what init covers.
   for (const char* m : kProcMasks) {

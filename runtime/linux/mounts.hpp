@@ -25,6 +25,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "runtime/base/error.hpp"
+#include "runtime/base/fsutil.hpp"
 #include "runtime/model/spec.hpp"
 #include "runtime/linux/mount_plan.hpp"
 
@@ -36,6 +37,37 @@ struct GeneratedFile {
   std::string dst;
   std::string content;
   mode_t mode = 0444;
+};
+
+// A --bind or --input source, opened once before the run (open_bind_sources): what every check
+// looks at (preflight.hpp: no rw bind reaches sbx's state, the sandbox's root can reach it) and
+// what init mounts, so that a symlink or directory swapped in after the check cannot take its
+// place. The kernel does not bind from an fd of another mount namespace (do_loopback refuses a
+// mount that is not in the caller's namespace), and init runs in a copy of the host's: so init
+// opens `real` again in its own namespace, no symlink followed anywhere (RESOLVE_NO_SYMLINKS),
+// binds from that fd, and refuses the run unless it is the very file opened here (device and
+// inode), as bubblewrap does for --bind-fd. `fd` stays open until the run is over: the inode
+// cannot be freed and its number reused meanwhile.
+struct BindSource {
+  std::string flag;   // "--bind" or "--input", for messages
+  BindMount given;    // as the caller wrote it (src possibly relative)
+  std::string real;   // the opened file's path (readlink of /proc/self/fd/N): absolute, no symlink
+  UniqueFd fd;        // O_PATH, the symlinks the caller named followed
+  std::uint64_t dev = 0, ino = 0;
+  bool dir = false;
+};
+
+// Opens every --bind then every --input source of `spec` (a relative one from `caller_cwd`).
+// A source that cannot be opened: stage "mounts", "--bind SRC: source PATH: <why>".
+Result<std::vector<BindSource>> open_bind_sources(const RunSpec& spec, const std::string& caller_cwd);
+
+// A bind of the plan: a caller's source (pinned: init mounts only the file sbx opened and
+// checked, see BindSource) or one of sbx's own (GPU driver files: bound by path).
+struct PlannedBind {
+  BindMount bind;  // src absolute
+  bool pinned = false;
+  std::uint64_t dev = 0, ino = 0;
+  bool dir = false;
 };
 
 struct MountPlan {
@@ -57,7 +89,7 @@ struct MountPlan {
   std::vector<std::pair<std::string, std::string>> etc_links;  // path, target
   // Generated files: /etc/passwd, /etc/group, /etc/hosts, /etc/hostname, /etc/nsswitch.conf.
   std::vector<std::pair<std::string, std::string>> generated;  // path, content
-  std::vector<BindMount> binds;  // src already made absolute (and canonical when it exists); inputs too
+  std::vector<PlannedBind> binds;  // the caller's binds and inputs (pinned), then sbx's own
   std::vector<GeneratedFile> files;
   std::vector<TmpfsMount> tmpfs;
   // GPU device nodes (gpu.hpp): host path, in-sandbox path under /dev. Bound into the sandbox's
@@ -81,7 +113,9 @@ struct MountPlan {
 };
 
 // Parent side: inspects the host (which system dirs exist, merged /usr) and generates /etc files.
-Result<MountPlan> plan_mounts(const RunSpec& spec, const std::string& caller_cwd);
+// `sources` are spec's binds and inputs as open_bind_sources opened them, in its order; the plan
+// binds each one's real path, pinned to its device and inode.
+Result<MountPlan> plan_mounts(const RunSpec& spec, const std::vector<BindSource>& sources);
 
 // Child side: builds the root and pivots into it, running plan.ops in order (refused when the
 // list was never filled). The caller must hold CAP_SYS_ADMIN in the

@@ -237,12 +237,12 @@ std::size_t sweep_stale_copies(const std::string& state_dir) {
   while (auto* e = ::readdir(d.get())) {
     if (++seen > kMaxPackEntries) break;
     std::string_view name = e->d_name;
-    // "<prefix>-<pid>-<start>-XXXXXX", prefix pack or context: nothing else is sbx's to remove.
+    // "<prefix>-<pid>-<start>-XXXXXX", prefix pack, context or replay: nothing else is sbx's to remove.
     std::size_t a = name.find('-'), b = a == name.npos ? a : name.find('-', a + 1),
                 c = b == name.npos ? b : name.find('-', b + 1);
     if (c == name.npos) continue;
     std::string_view prefix = name.substr(0, a), pid = name.substr(a + 1, b - a - 1), start = name.substr(b + 1, c - b - 1);
-    if ((prefix != "pack" && prefix != "context") || !all_digits(pid) || !all_digits(start)) continue;
+    if ((prefix != "pack" && prefix != "context" && prefix != "replay") || !all_digits(pid) || !all_digits(start)) continue;
     bool gone = false;
     auto now = proc_starttime(std::string(pid), &gone);
     // Undecidable (unreadable /proc): kept. A live owner with the same start time: its copy, in use.

@@ -38,7 +38,8 @@ Result<UniqueFd> open_regular_at(int dirfd, const std::string& name, const struc
 Result<std::int64_t> hash_copy_bounded(int in, int out, std::int64_t expected, std::int64_t max_bytes, Sha256& h,
                                        const std::string& what);
 
-// A private directory sbx made for copies, under <state>/tmp (kCopiesSubdir): sbx's state dir is
+// A private directory sbx made for copies (a pack run's pack and contexts; the pack and inputs a
+// replay rebuilds from blobs), under <state>/tmp (kCopiesSubdir): sbx's state dir is
 // checked private (check_private_dir) and no run may bind it read-write (check_binds_spare_state),
 // so no sandbox -- not even a concurrent one of the same user with `--bind /tmp:/tmp:rw` -- can
 // rewrite a copy between its hash and its mount, and no other user can rename it away ($TMPDIR
@@ -62,7 +63,7 @@ class PrivateDir {
   std::string path_;
 };
 
-// Removes the copy directories in <state_dir>/tmp whose owner process is gone (at most
+// Removes the copy directories in <state_dir>/tmp (prefix pack, context or replay) whose owner process is gone (at most
 // kMaxPackEntries entries looked at per call: the rest go next time); a copy whose owner cannot be
 // decided (unreadable /proc) is kept. Returns how many were removed.
 std::size_t sweep_stale_copies(const std::string& state_dir);

@@ -30,6 +30,7 @@
 #include "runtime/typed/exec.hpp"
 #include "runtime/typed/pack.hpp"
 #include "runtime/typed/pack_run.hpp"
+#include "runtime/typed/pack_tree.hpp"
 #include "runtime/typed/typed_io.hpp"
 
 namespace sbx {
@@ -201,31 +202,6 @@ Status rebuild_tree(const Blobs& blobs, const std::string& file_role, const std:
   return {};
 }
 
-// A temporary directory under the state dir, removed with everything in it.
-class WorkDir {
- public:
-  // In $TMPDIR (or /tmp), mode 0711: as root the sandbox runs as an unprivileged mapped uid,
-  // which must be able to traverse to the rebuilt pack and inputs it is given (like any pack
-  // directory: README, "Rule packs"); the state dir is 0700. The name is random and the
-  // directory unlistable by others.
-  static Result<WorkDir> make() {
-    const char* t = std::getenv("TMPDIR");
-    std::string base = t && *t == '/' ? t : "/tmp";
-    std::string tmpl = base + "/sbx-replay-XXXXXX";
-    if (!::mkdtemp(tmpl.data())) return sys_error(kStage, "create a work directory in " + base);
-    WorkDir w;
-    w.path = tmpl;
-    if (::chmod(w.path.c_str(), 0711) != 0) return sys_error(kStage, "chmod " + w.path);
-    return w;
-  }
-  WorkDir() = default;
-  WorkDir(WorkDir&& o) noexcept : path(std::move(o.path)) { o.path.clear(); }
-  WorkDir& operator=(WorkDir&&) = delete;
-  ~WorkDir() {
-    if (!path.empty()) (void)remove_tree(path);
-  }
-  std::string path;
-};
 
 // Everything compared, once both records are at hand.
 void compare_records(const json& orig, const json& rep, const Dirs& dirs, const Blobs& orig_blobs, ReplayReport& r) {
@@ -417,7 +393,11 @@ class Replay {
   json orig_;
   json replay_of_;
   std::optional<Blobs> blobs_;
-  std::optional<WorkDir> wd_;
+  // Where the pack and inputs the replay mounts are rebuilt: a PrivateDir under <state>/tmp, as a
+  // pack run's copy of its pack (pack_tree.hpp). In $TMPDIR a concurrent sandbox of the same user
+  // binding it read-write could rewrite them between their hash and their mount; no sandbox can
+  // bind the state dir read-write. Removed with the replay.
+  std::shared_ptr<PrivateDir> wd_;
 };
 
 Result<ReplayReport> Replay::run() {
@@ -432,15 +412,17 @@ Result<ReplayReport> Replay::run() {
                   "'sbx run' keeps its inputs and profile only with --keep-inputs)");
   auto profile = kept_profile();
   if (!profile) return profile.error();
-  auto wd = WorkDir::make();
-  if (!wd) return wd.error();
-  wd_.emplace(std::move(*wd));
+  // In the untenanted state dir under a tenant too, where a pack run copies its pack: as root the
+  // sandbox's mapped uid traverses to it (PrivateDir), and a tenant's store lies deeper.
+  auto wd = PrivateDir::make(req_.tenant ? req_.base_dirs.state : req_.dirs.state, "replay");
+  if (!wd) return cannot("a work directory for the rebuilt run: " + wd.error().describe());
+  wd_ = std::move(*wd);
   if (auto ev = blobs_->role("exec_request"); !ev.empty()) return replay_exec(*ev.front(), *profile);
   auto spec = rebuilt_spec();
   if (!spec) return spec.error();
   RunRequest run = plain_request(*profile);
   if (orig_.contains("export")) {
-    run.export_dir = wd_->path + "/out";
+    run.export_dir = wd_->path() + "/out";
     SBX_TRY(prepare_export_dir(run.export_dir));
   }
   json pack = orig_.value("invocation", json::object()).value("pack", json(nullptr));
@@ -647,7 +629,7 @@ Status Replay::rebuild_inputs(RunSpec& spec) const {
   json rec_inputs = orig_.value("inputs", json::array());
   for (std::size_t i = 0; i < spec.inputs.size(); ++i) {
     BindMount& in = spec.inputs[i];
-    std::string dest = wd_->path + "/in" + std::to_string(i);
+    std::string dest = wd_->path() + "/in" + std::to_string(i);
     std::string type;
     for (auto& e : rec_inputs)
       if (e.is_object() && str(e, "path") == in.dst) type = str(e, "type");
@@ -692,7 +674,7 @@ Result<ReplayReport> Replay::replay_pack(const json& pack, RunSpec spec, RunRequ
     return cannot("run " + r_.original_run + " was given secrets, and secrets are never kept");
   if (!pack.value("contexts", json::array()).empty())
     return cannot("run " + r_.original_run + " was given contexts (host directories), which are not kept");
-  std::string pack_dir = wd_->path + "/pack";
+  std::string pack_dir = wd_->path() + "/pack";
   SBX_TRY(rebuild_tree(*blobs_, "pack_file", "pack_dir", "pack_link", "", pack_dir));
   auto digest = pack_digest(pack_dir);
   if (!digest) return cannot("the rebuilt pack: " + digest.error().describe());

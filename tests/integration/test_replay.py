@@ -295,6 +295,84 @@ class KeepAndReplay(ReplayCase):
         self.assertIn("no longer in the image store", line)
 
 
+class ReplayWorkDir(ReplayCase):
+    """Where a replay rebuilds the pack and inputs it mounts: <state>/tmp (pack_tree.hpp,
+    PrivateDir), as a pack run's copy of its pack. On the previous binary it was
+    $TMPDIR/sbx-replay-XXXXXX: listable, and rootless a concurrent sandbox of the same user with
+    `--bind $TMPDIR:/t:rw` rewrote the rebuilt run.sh between its hash and its mount, so the replay
+    ran other code than the record names."""
+
+    def setUp(self):
+        super().setUp()
+        # The suite's state dir, outside $TMPDIR (a bind of $TMPDIR does not reach it), as in
+        # test_pack_copy; its ledger is shared with other tests, so runs are named by id.
+        self.state = os.environ["SBX_STATE_DIR"]
+        self.env = dict(os.environ)
+
+    def recorded_pack_run(self, script):
+        d, inp = self.make_pack(script)
+        r = self.sbx(["pack", "run", d, "--input", inp])
+        self.assertExit(r, 0)
+        return self.records()[-1]["run_id"]
+
+    def work_dirs(self):
+        tmp = os.environ.get("TMPDIR", "/tmp")
+        copies = os.path.join(self.state, "tmp")
+        found = [os.path.join(tmp, n) for n in os.listdir(tmp) if n.startswith("sbx-replay-")]
+        if os.path.isdir(copies):
+            found += [os.path.join(copies, n) for n in os.listdir(copies) if n.startswith("replay-")]
+        return found
+
+    def test_the_work_dir_is_under_the_state_dir_and_removed_after(self):
+        run_id = self.recorded_pack_run("sleep 1\n" + COUNT)
+        # What a killed replay left (its pid gone): swept by the next one.
+        dead = os.path.join(self.state, "tmp", "replay-999999999-5-abcdef")
+        os.makedirs(dead + "/pack")
+        before = [w for w in self.work_dirs() if w != dead]
+        p = subprocess.Popen([SBX, "replay", run_id], env=self.env, stdin=subprocess.DEVNULL,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        seen = set()
+        while p.poll() is None:
+            seen.update(w for w in self.work_dirs() if w not in before and w != dead)
+            time.sleep(0.02)
+        out, err = p.communicate(timeout=60)
+        self.assertEqual(p.returncode, 0, err.decode(errors="replace"))
+        self.assertEqual(out.decode(), "identical\n")
+        note(f"the replay's work dir while it ran: {sorted(seen)}")
+        copies = os.path.join(self.state, "tmp")
+        self.assertTrue(seen, "no work dir seen")
+        for w in seen:
+            self.assertEqual(os.path.dirname(w), copies, f"the replay worked in {w}, not under {copies}")
+        self.assertEqual([w for w in self.work_dirs() if w not in before], [], "the work dir is removed after the replay")
+        self.assertFalse(os.path.exists(dead), "a killed replay's work dir was not swept")
+
+    def test_a_concurrent_run_with_a_rw_tmp_bind_cannot_rewrite_the_rebuilt_pack(self):
+        run_id = self.recorded_pack_run(COUNT)
+        tmp = os.environ.get("TMPDIR", "/tmp")
+        evil = self.path("evil.sh")
+        with open(evil, "w") as f:
+            f.write("printf '{\"count\": 99}' > /out/result.json\n")
+        os.chmod(evil, 0o644)
+        evil_in = "/t/" + os.path.relpath(evil, tmp)
+        loop = ("while :; do for f in /t/sbx-replay-*/pack/run.sh; do "
+                f"[ -f \"$f\" ] && cat {evil_in} > \"$f\" 2>/dev/null; done; done")
+        attacker = subprocess.Popen([SBX, "run", "--bind", f"{tmp}:/t:rw", "--timeout", "90s", "--", "/bin/sh", "-c", loop],
+                                    env=self.env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.DEVNULL)
+        try:
+            time.sleep(0.5)
+            self.assertIsNone(attacker.poll(), "the attacking run did not start")
+            outcomes = []
+            for i in range(8):
+                rp = self.sbx(["replay", run_id])
+                outcomes.append(rp.out.strip() if rp.rc in (0, 1) else f"exit {rp.rc}: {rp.err.strip()[-160:]}")
+        finally:
+            attacker.terminate()
+            attacker.wait(timeout=30)
+        note(f"8 replays beside a run binding {tmp} rw: {outcomes}")
+        self.assertEqual(outcomes, ["identical"] * 8, "a concurrent run rewrote the rebuilt pack")
+
+
 class Gc(ReplayCase):
     def test_gc_keeps_what_kept_records_need_and_says_so(self):
         d, inp = self.make_pack(COUNT)

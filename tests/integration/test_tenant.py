@@ -213,6 +213,28 @@ class Tenant(SbxTestCase):
             self.assertExit(self.sbx(["run", "--tenant", "S", "--", "true"]), 0)
             self.assertTrue(os.path.exists(store + "/traces/ledger.jsonl"))
 
+    def test_a_tenant_run_binds_neither_the_untenanted_state_nor_another_tenants_store_rw(self):
+        # Under a tenant the run's state dir is the tenant's store, and so was all that the guard
+        # on read-write binds kept out of reach: on the previous binary `--tenant A --bind
+        # STATE/traces:/x:rw` let A's program rewrite the untenanted ledger (and cache), and a
+        # bind of B's /store let it rewrite B's records and seccomp cache.
+        self.assertExit(sbx(["run", "--", "true"]), 0)  # the untenanted traces and cache exist
+        bstore = self.path("b-store")
+        self.write_tenant("B", {"id_slot": 2, "separate_ids": "required" if ROOT else "preferred",
+                                "limits": {"timeout": "20s"}, "store": bstore})
+        self.assertExit(self.sbx(["run", "--tenant", "B", "--", "true"]), 0)
+        for src, words in ((self.state + "/traces", ["is inside sbx's untenanted state dir " + self.state]),
+                           (self.state + "/cache", ["is inside sbx's untenanted state dir"]),
+                           (bstore, ["is tenant 'B''s store " + bstore]),
+                           (bstore + "/traces", ["is inside tenant 'B''s store"]),
+                           (self.store("B"), ["is inside sbx's untenanted state dir"])):
+            os.makedirs(src, exist_ok=True)
+            line = self.refused(self.sbx(["run", "--tenant", "A", "--bind", f"{src}:/x:rw", "--", "true"]),
+                                "--bind " + src, "read-only", *words)
+            print(f"\n  --tenant A --bind {src}:/x:rw: {line}")
+        # Read-only, the program can write nothing there: allowed as before.
+        self.assertExit(self.sbx(["run", "--tenant", "A", "--bind", f"{self.state}/traces:/x", "--", "true"]), 0)
+
     def test_gc_and_replay_work_on_the_tenants_own_store(self):
         inp = self.path("in.txt")
         with open(inp, "w") as f:

@@ -1,9 +1,11 @@
 #include <doctest/doctest.h>
 
 #include <sys/mount.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
@@ -20,12 +22,19 @@ using nlohmann::json;
 
 namespace {
 
+// plan_mounts as a run calls it: on the sources it opened.
+Result<MountPlan> plan_of(const RunSpec& spec) {
+  auto sources = open_bind_sources(spec, "/");
+  REQUIRE(sources.ok());
+  return plan_mounts(spec, *sources);
+}
+
 MountPlan host_plan() {
   RunSpec spec;
   spec.hostname = "box";
   spec.tmpfs = {{"/scratch", 8 << 20}};
   spec.binds = {BindMount{"/etc", "/data", true}};
-  auto plan = plan_mounts(spec, "/");
+  auto plan = plan_of(spec);
   REQUIRE(plan);
   plan->files = {{"/code/main.py", "print(1)\n", 0444}};
   plan->secret_files = {{"token", "s3cret-value"}};
@@ -144,7 +153,7 @@ TEST_CASE("mount plan: /proc's host-wide counters are covered right after /proc,
   for (const char* image : {"host", "busybox"}) {
     RunSpec spec;
     spec.image = image;
-    auto plan = plan_mounts(spec, "/");
+    auto plan = plan_of(spec);
     REQUIRE(plan);
     for (const char* p : {"/proc/diskstats", "/proc/interrupts", "/proc/kcore", "/proc/timer_list"}) {
       bool planned = std::find(plan->proc_masks.begin(), plan->proc_masks.end(), p) != plan->proc_masks.end();
@@ -170,12 +179,59 @@ TEST_CASE("mount plan: /proc's host-wide counters are covered right after /proc,
   }
 }
 
+TEST_CASE("mount plan: the caller's binds are the sources opened, pinned to their device and inode") {
+  char tmpl[] = "/tmp/sbx-unit-pinned-XXXXXX";
+  REQUIRE(::mkdtemp(tmpl) != nullptr);
+  const std::string base = tmpl;
+  REQUIRE(::mkdir((base + "/dir").c_str(), 0755) == 0);
+  REQUIRE(std::system(("touch " + base + "/dir/file").c_str()) == 0);
+  REQUIRE(::symlink("dir", (base + "/link").c_str()) == 0);
+  RunSpec spec;
+  spec.binds = {BindMount{base + "/link", "/data", true}};
+  spec.inputs = {BindMount{"link/file", "/in/file", false}};
+  auto sources = open_bind_sources(spec, base);  // the input is relative to the caller's directory
+  REQUIRE(sources.ok());
+  REQUIRE(sources->size() == 2);
+  CHECK((*sources)[0].real == base + "/dir");  // the caller's symlink followed once, here
+  CHECK((*sources)[0].dir);
+  CHECK((*sources)[1].real == base + "/dir/file");
+  CHECK_FALSE((*sources)[1].dir);
+  auto plan = plan_mounts(spec, *sources);
+  REQUIRE(plan);
+  struct stat dir_st, file_st;
+  REQUIRE(::stat((base + "/dir").c_str(), &dir_st) == 0);
+  REQUIRE(::stat((base + "/dir/file").c_str(), &file_st) == 0);
+  auto ops = mount_ops(*plan);
+  auto data = index_of(ops, "/data", MountOpKind::bind_rw);
+  CHECK(ops[data].src == base + "/dir");
+  CHECK(ops[data].pinned);
+  CHECK(ops[data].src_dev == dir_st.st_dev);
+  CHECK(ops[data].src_ino == dir_st.st_ino);
+  CHECK(ops[data].src_dir);
+  auto in = index_of(ops, "/in/file", MountOpKind::bind_ro);  // an input: read-only
+  CHECK(ops[in].src == base + "/dir/file");
+  CHECK(ops[in].pinned);
+  CHECK(ops[in].src_ino == file_st.st_ino);
+  CHECK_FALSE(ops[in].src_dir);
+  // The record lists the real paths (what init binds).
+  CHECK(mount_ops_to_json(ops)[data]["src"] == base + "/dir");
+  // A plan is only made from the sources opened for the spec.
+  CHECK_FALSE(plan_mounts(spec, {}).ok());
+  // A missing source: the message names the flag, what was given and where it was looked for.
+  spec.binds[0].src = base + "/gone";
+  auto missing = open_bind_sources(spec, base);
+  REQUIRE_FALSE(missing.ok());
+  CHECK(missing.error().message.find("--bind " + base + "/gone: source " + base + "/gone") != std::string::npos);
+  CHECK(missing.error().err == ENOENT);
+  CHECK(std::system(("rm -rf " + base).c_str()) == 0);
+}
+
 TEST_CASE("mount plan: an image root pre-creates its mount points from the same list") {
   RunSpec spec;
   spec.image = "busybox";
   spec.workdir = "/work/here";
   spec.binds = {BindMount{"/etc", "/data", false}};
-  auto plan = plan_mounts(spec, "/");
+  auto plan = plan_of(spec);
   REQUIRE(plan);
   CHECK(plan->system_dirs.empty());
   auto ops = mount_ops(*plan);

@@ -1,6 +1,9 @@
 #include <doctest/doctest.h>
 
+#include <sched.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -10,6 +13,7 @@
 #include "runtime/egress/egress_policy.hpp"
 #include "runtime/model/environment.hpp"
 #include "runtime/launch/preflight.hpp"
+#include "runtime/linux/mounts.hpp"
 #include "runtime/model/profile.hpp"
 #include "runtime/base/suggest.hpp"
 
@@ -148,22 +152,100 @@ TEST_CASE("state dir: refused when another user could write it or a directory on
   CHECK(std::system(("chmod -R u+rwx " + base + "; rm -rf " + base).c_str()) == 0);
 }
 
+TEST_CASE("paths: resolved_path resolves what exists, path_relation compares whole names") {
+  char tmpl[] = "/tmp/sbx-unit-resolved-XXXXXX";
+  REQUIRE(::mkdtemp(tmpl) != nullptr);
+  const std::string base = tmpl;
+  REQUIRE(::mkdir((base + "/real").c_str(), 0700) == 0);
+  REQUIRE(::symlink((base + "/real").c_str(), (base + "/link").c_str()) == 0);
+  CHECK(resolved_path(base + "/link") == base + "/real");
+  CHECK(resolved_path(base + "/link/") == base + "/real");
+  CHECK(resolved_path(base + "/link/not/yet/../there") == base + "/real/not/there");  // the rest lexically
+  CHECK(resolved_path(base + "/real/./x//") == base + "/real/x");
+  CHECK(resolved_path("/") == "/");
+  CHECK(path_relation("/srv/a", "/srv/a") == "is");
+  CHECK(path_relation("/srv/a/b", "/srv/a") == "is inside");
+  CHECK(path_relation("/srv", "/srv/a") == "holds");
+  CHECK(path_relation("/", "/srv/a") == "holds");
+  CHECK(path_relation("/srv/a", "/") == "is inside");
+  CHECK(path_relation("/srv/state", "/srv/stateful").empty());
+  CHECK(path_relation("/srv/stateful", "/srv/state").empty());
+  CHECK(std::system(("rm -rf " + base).c_str()) == 0);
+}
+
+namespace {
+// The message check_binds_spare_state refuses `bind` with, "" when it passes.
+std::string spare_state_refusal(const std::string& bind, const Dirs& d,
+                                const std::vector<std::pair<std::string, std::string>>& also = {}) {
+  RunSpec s;
+  s.binds.push_back(*parse_bind(bind));
+  auto sources = open_bind_sources(s, "/");
+  if (!sources) return "cannot open: " + sources.error().message;  // no REQUIRE: also run in a forked child
+  auto st = check_binds_spare_state(*sources, d, also);
+  return st ? std::string() : st.error().message;
+}
+}  // namespace
+
 TEST_CASE("binds: none read-write over the state dir, the data dir or the config dir") {
+  char tmpl[] = "/tmp/sbx-unit-binds-XXXXXX";
+  REQUIRE(::mkdtemp(tmpl) != nullptr);
+  const std::string base = tmpl;
+  for (const char* d : {"/state", "/state/cache", "/stateful", "/other", "/data", "/data/images"})
+    REQUIRE(::mkdir((base + d).c_str(), 0700) == 0);
+  REQUIRE(std::system(("touch " + base + "/state/cache/entry").c_str()) == 0);
+  REQUIRE(::symlink((base + "/state").c_str(), (base + "/to-state").c_str()) == 0);
   Dirs d;
-  d.state = "/srv/sbx-unit/state";
-  d.data = "/srv/sbx-unit/data";
-  auto check = [&](const std::string& bind) {
-    RunSpec s;
-    s.binds.push_back(*parse_bind(bind));
-    auto st = check_binds_spare_state(s, "/", d);
-    return st ? std::string() : st.error().message;
-  };
-  CHECK(check("/srv/sbx-unit/state:/s:rw").find("is sbx's state dir") != std::string::npos);
-  CHECK(check("/srv/sbx-unit/state/cache:/s:rw").find("is inside sbx's state dir") != std::string::npos);
-  CHECK(check("/srv/sbx-unit:/s:rw").find("holds sbx's state dir") != std::string::npos);
+  d.state = base + "/state";
+  d.data = base + "/data";
+  auto check = [&](const std::string& bind) { return spare_state_refusal(bind, d); };
+  CHECK(check(base + "/state:/s:rw").find("is sbx's state dir") != std::string::npos);
+  CHECK(check(base + "/state/cache:/s:rw").find("is inside sbx's state dir") != std::string::npos);
+  CHECK(check(base + "/state/cache/entry:/e:rw").find("is inside sbx's state dir") != std::string::npos);  // a file
+  CHECK(check(base + ":/s:rw").find("holds sbx's state dir") != std::string::npos);
   CHECK(check("/:/host:rw").find("holds sbx's state dir") != std::string::npos);
-  CHECK(check("/srv/sbx-unit/data/images:/i:rw").find("sbx's data dir") != std::string::npos);
-  CHECK(check("/srv/sbx-unit/state").empty());              // read-only: the program cannot write
-  CHECK(check("/srv/sbx-unit/stateful:/s:rw").empty());     // a sibling with a common prefix
-  CHECK(check("/srv/other:/o:rw").empty());
+  CHECK(check(base + "/data/images:/i:rw").find("sbx's data dir") != std::string::npos);
+  CHECK(check(base + "/state").empty());           // read-only: the program cannot write
+  CHECK(check(base + "/stateful:/s:rw").empty());  // a sibling with a common prefix
+  CHECK(check(base + "/other:/o:rw").empty());
+  // The caller's symlinks are followed once, when the source is opened: the directory opened is
+  // what is checked, and the message names its real path.
+  std::string m = check(base + "/to-state/cache:/s:rw");
+  CHECK(m.find(base + "/state/cache is inside sbx's state dir " + base + "/state") != std::string::npos);
+  CHECK(m.find("--bind " + base + "/to-state/cache:/s:rw") != std::string::npos);
+  // A state dir that does not exist yet: a bind of the directory that will hold it holds it.
+  Dirs later = d;
+  later.state = base + "/other/not/yet";
+  CHECK(spare_state_refusal(base + "/other:/o:rw", later).find("holds sbx's state dir") != std::string::npos);
+  // Directories beyond `dirs` (a tenant run's: the untenanted state, other tenants' stores).
+  CHECK(spare_state_refusal(base + "/other:/o:rw", d, {{base + "/other", "tenant 'B''s store"}})
+            .find("is tenant 'B''s store " + base + "/other") != std::string::npos);
+  CHECK(spare_state_refusal(base + "/stateful:/o:rw", d, {{base + "/other", "tenant 'B''s store"}}).empty());
+  CHECK(std::system(("rm -rf " + base).c_str()) == 0);
+}
+
+TEST_CASE("binds: the state dir reached through another mount of it is refused by identity") {
+  // A path check alone sees two unrelated names; the opened directory's device and inode, and
+  // its parents', are the state dir's. Needs a mount: made in a child's own mount namespace.
+  if (::geteuid() != 0) return;  // unshare(CLONE_NEWNS) needs CAP_SYS_ADMIN
+  char tmpl[] = "/tmp/sbx-unit-alias-XXXXXX";
+  REQUIRE(::mkdtemp(tmpl) != nullptr);
+  const std::string base = tmpl;
+  for (const char* d : {"/state", "/state/cache", "/alias"}) REQUIRE(::mkdir((base + d).c_str(), 0700) == 0);
+  pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    if (::unshare(CLONE_NEWNS) != 0 || ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
+        ::mount((base + "/state").c_str(), (base + "/alias").c_str(), nullptr, MS_BIND, nullptr) != 0)
+      ::_exit(3);
+    Dirs d;
+    d.state = base + "/state";
+    bool inside = spare_state_refusal(base + "/alias/cache:/c:rw", d).find("is inside sbx's state dir") != std::string::npos;
+    bool is = spare_state_refusal(base + "/alias:/c:rw", d).find("is sbx's state dir") != std::string::npos;
+    ::_exit(inside && is ? 0 : 1);
+  }
+  int ws = 0;
+  REQUIRE(::waitpid(pid, &ws, 0) == pid);
+  REQUIRE(WIFEXITED(ws));
+  if (WEXITSTATUS(ws) != 3) CHECK(WEXITSTATUS(ws) == 0);  // 3: no mount namespace here (a container): nothing to show
+  CHECK(std::system(("rm -rf " + base).c_str()) == 0);
 }
