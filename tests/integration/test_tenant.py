@@ -229,7 +229,7 @@ class Tenant(SbxTestCase):
                            (bstore + "/traces", ["is inside tenant 'B''s store"]),
                            (self.store("B"), ["is inside sbx's untenanted state dir"])):
             os.makedirs(src, exist_ok=True)
-            line = self.refused(self.sbx(["run", "--tenant", "A", "--bind", f"{src}:/x:rw", "--", "true"]),
+            line = self.assertRefused(self.sbx(["run", "--tenant", "A", "--bind", f"{src}:/x:rw", "--", "true"]),
                                 "--bind " + src, "read-only", *words)
             print(f"\n  --tenant A --bind {src}:/x:rw: {line}")
         # Read-only, the program can write nothing there: allowed as before.
