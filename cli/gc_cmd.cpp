@@ -7,6 +7,7 @@
 #include "runtime/base/units.hpp"
 #include "runtime/image/blob_store.hpp"
 #include "runtime/launch/tenant.hpp"
+#include "runtime/typed/pack_tree.hpp"
 
 namespace sbx::cli {
 
@@ -52,6 +53,12 @@ void add_gc_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out) 
     if (rep->live_pins || rep->stale_pins)
       std::printf("%zu running sandbox(es) pin blobs; %zu pin(s) of ended processes %s\n", rep->live_pins,
                   rep->stale_pins, dry_run ? "would be removed" : "removed");
+    // The private copies of packs, contexts and replays (pack_tree.hpp, PrivateDir) that killed
+    // runs left: swept by the next pack run or replay, and here, so that no copy outlives a gc.
+    // They live in the untenanted state dir whatever the tenant.
+    if (!dry_run)
+      if (std::size_t n = sweep_stale_copies(resolve_dirs(g.state_dir).state))
+        std::printf("deleted %zu private copy dir(s) of runs that were killed\n", n);
     for (auto& w : rep->warnings) std::fprintf(stderr, "sbx: gc: %s\n", printable(w).c_str());
     std::printf("%s %zu blob(s), %s; kept %zu blob(s), %s; %zu of %zu record(s) kept\n", verb, rep->deleted.size(),
                 format_size(rep->deleted_bytes).c_str(), rep->kept.size(), format_size(rep->kept_bytes).c_str(),

@@ -276,6 +276,28 @@ class PackCopy(SbxTestCase):
         finally:
             subprocess.run(["rm", "-rf", live], check=False)
 
+    def test_copies_a_killed_run_left_are_swept_by_gc(self):
+        """A killed run's copy is not left until some later pack run: `sbx gc` sweeps it too."""
+        base = self.copies_dir()
+        os.makedirs(base, exist_ok=True)
+        dead = os.path.join(base, "replay-999999999-5-abcdef")
+        os.makedirs(dead + "/pack")
+        with open("/proc/self/stat") as f:
+            start = f.read().rsplit(")", 1)[1].split()[19]
+        live = os.path.join(base, f"pack-{os.getpid()}-{start}-ghijkl")
+        os.makedirs(live)
+        try:
+            r = sbx(["gc", "--dry-run"])
+            self.assertExit(r, 0)
+            self.assertTrue(os.path.exists(dead), "gc --dry-run deleted a copy")
+            r = sbx(["gc"])
+            self.assertExit(r, 0)
+            self.assertFalse(os.path.exists(dead), "gc did not sweep a dead run's copy\n" + r.describe())
+            self.assertIn("deleted 1 private copy dir(s) of runs that were killed", r.out)
+            self.assertTrue(os.path.exists(live), "gc swept a live process's copy")
+        finally:
+            subprocess.run(["rm", "-rf", live], check=False)
+
     # -- item 3: bounded, streaming, no link followed, no FIFO waited on -------------------------
 
     def validate_bounded(self, d, as_limit=1 << 30, timeout=20):
