@@ -87,7 +87,10 @@ TEST_CASE("json scan: members are reported through objects only, to the depth as
   const std::string text = R"( {"a" : {"b": [ {"c":1} ], "d":{"e":"x\ny"}}, "\u0066": -1.5e3 , "g":{}} )";
   auto r = scan_json(text, {1u << 20}, 2, [&](const ScannedMember& m) {
     std::string path;
-    for (auto k : m.path) path += "/" + std::string(k);
+    for (auto k : m.path) {
+      path += '/';
+      path += k;
+    }
     seen.emplace_back(path, std::string(m.raw));
   });
   REQUIRE(r.ok);
