@@ -242,7 +242,9 @@ json run_pack_job(const json& job, GlobalOptions& g) {
 
 // The job in the fd a pooled worker received; {"invalid": why} when it is not a JSON object.
 json take_job(int jfd) {
-  // From here this worker holds a call: if the server dies now, the run ends with its record.
+  // This worker holds a call: if the server dies now, the run ends with its record. (A pooled
+  // worker has had SIGTERM as its parent-death signal from its start, mcp_pool.cpp: set again
+  // here, so that nothing before the call can have changed it.)
   ::prctl(PR_SET_PDEATHSIG, SIGTERM);
   constexpr std::size_t kMaxJobBytes = mcp::kMaxMessageBytes + (1u << 20);
   auto text = read_bounded_fd(jfd, kMaxJobBytes, "usage", "the mcp worker's job");
@@ -257,7 +259,9 @@ json take_job(int jfd) {
 // is unusable with no job waiting.
 // `died` says why when the sandbox became unusable with no job waiting: the server may be handing
 // one over at this very moment (it saw a live worker), so the caller must not just exit.
-std::optional<json> await_pooled_job(const PoolPause& pause, json& meta, std::int64_t t_created_us, std::string* died) {
+// `closed` is set when the server's end of the socket is closed (or broken): no job can come.
+std::optional<json> await_pooled_job(const PoolPause& pause, json& meta, std::int64_t t_created_us, std::string* died,
+                                     bool* closed) {
   auto mono_us = [] {
     struct timespec ts;
     ::clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -284,7 +288,10 @@ std::optional<json> await_pooled_job(const PoolPause& pause, json& meta, std::in
     int jfd = -1;
     ssize_t r = recv_fd(STDIN_FILENO, &jfd);
     if (r < 0 && (errno == EAGAIN || errno == EINTR)) continue;
-    if (r <= 0 || jfd < 0) return std::nullopt;  // EOF: the server is done with this sandbox
+    if (r <= 0 || jfd < 0) {  // EOF: the server is done with this sandbox
+      *closed = true;
+      return std::nullopt;
+    }
     UniqueFd owned(jfd);
     json parsed = take_job(jfd);
     if (parsed.contains("invalid")) return parsed;
@@ -311,11 +318,21 @@ constexpr int kDiedJobGraceMs = 2000;
 // cold. nullopt on EOF (the server retired it).
 // wait_ms bounds the wait (-1: until EOF); nullopt on EOF or when it passed with no job.
 std::optional<json> await_job_after_failed_build(int wait_ms = -1) {
+  bool shut = false;
   for (;;) {
     pollfd in{STDIN_FILENO, POLLIN, 0};
-    int n = ::poll(&in, 1, wait_ms);
+    int n = shut ? 1 : ::poll(&in, 1, wait_ms);
     if (n < 0 && errno == EINTR) continue;
-    if (n == 0) return std::nullopt;
+    if (n == 0) {
+      // The grace is over. The server may be sending a job this very moment (it read no note
+      // yet, a loaded machine can hold it between its check and its send): the socket is shut
+      // for reading first, so that a send from now on fails (EPIPE: the server tries its next
+      // sandbox), and what was sent before is still read below. Ending with a job unread in the
+      // socket would leave its call started and never recorded.
+      ::shutdown(STDIN_FILENO, SHUT_RD);
+      shut = true;
+      continue;
+    }
     int jfd = -1;
     ssize_t r = recv_fd(STDIN_FILENO, &jfd);
     if (r < 0 && (errno == EAGAIN || errno == EINTR)) continue;
@@ -398,13 +415,13 @@ void add_mcp_worker_command(CLI::App& app, GlobalOptions& g, std::vector<Command
           return apply_tenant_flag(tenant, run);
         };
       json invalid;
-      bool got_job = false;
+      bool got_job = false, closed = false;
       std::string died;  // the sandbox died (or was disturbed) before any job came
       auto res = run_exec_pooled(ctx, [&](const PoolPause& p, json& meta) -> std::optional<json> {
         meta = {{"hit", true}, {"created_at", created_at}, {"key", {{"profile", wf.profile}}}};
         if (tenant) meta["key"]["tenant"] = {{"name", *tenant}, {"policy", tenant_key}};
         tell_server(mcp::worker_note_ready(p.cgroup_path));
-        auto j = await_pooled_job(p, meta, t0, &died);
+        auto j = await_pooled_job(p, meta, t0, &died, &closed);
         if (!j) return std::nullopt;
         got_job = true;
         if (j->contains("invalid")) {
@@ -428,10 +445,18 @@ void add_mcp_worker_command(CLI::App& app, GlobalOptions& g, std::vector<Command
       // A sandbox that died before its job came: the server, which saw a live worker, may be
       // sending the job right now. Told, it hands this worker nothing more; one it already sent
       // arrives within the grace below and runs cold here (without it the call would be lost:
-      // "the worker ended without a response"). Past the grace the worker ends, no record.
+      // "the worker ended without a response"). Past the grace the worker shuts its socket for
+      // reading, takes a job sent until then, and otherwise ends, no record.
       int grace_ms = -1;
       if (broken.empty() && res && res->request.is_null() && !died.empty()) {
         broken = died;
+        grace_ms = kDiedJobGraceMs;
+      }
+      // Ended before its hand-out for any other reason, the server's socket still open: a call
+      // may be waiting in it (sent while this worker was still starting) and is run cold, as
+      // above. Only EOF (the server retired this sandbox) means that none can be there.
+      if (broken.empty() && res && res->request.is_null() && !got_job && !closed) {
+        broken = "the pooled sandbox ended before hand-out";
         grace_ms = kDiedJobGraceMs;
       }
       if (!broken.empty()) {
@@ -451,7 +476,7 @@ void add_mcp_worker_command(CLI::App& app, GlobalOptions& g, std::vector<Command
       } else if (!res) {
         resp = worker_error(res.error().stage, res.error().describe());
       } else if (res->request.is_null()) {
-        return 0;  // discarded before any call: nothing to answer, nothing recorded
+        return 0;  // the server closed the socket before any call: nothing to answer, nothing recorded
       } else if (!res->response.is_null()) {
         resp = res->response;
       } else {

@@ -452,7 +452,12 @@ bool Run::prepare_signals() {
   // A signal that came before the sandbox exists (while sbx prepared, or in its first
   // milliseconds, main.cpp) ends the run here: the program is not started, and the record
   // says why, as a terminal's Ctrl-C before a command starts means it never runs.
-  if (int sig = take_pending_forwarded_signal()) {
+  // Not a pooled sandbox's build: a signal then is meant for the call it is handed (the server's
+  // cancellation, or its death: mcp_pool.hpp), which may already wait in the worker's socket.
+  // Left pending, it keeps the signalfd readable, and the hand-out (await_call) sees it: the
+  // sandbox is discarded, a call already sent runs cold and the signal ends that run before its
+  // program, recorded. Taken here, it discarded the build with the call unread and unrecorded.
+  if (int sig = req_.await_call ? 0 : take_pending_forwarded_signal()) {
     L.sigfd.reset();
     facts_.signal_before_start = sig;
     return false;

@@ -160,9 +160,13 @@ Result<PoolLauncher::Idle> PoolLauncher::spawn() {
   UniqueFd mine(sv[0]), theirs(sv[1]);
   UniqueFd out(::memfd_create("sbx-mcp-response", MFD_CLOEXEC));
   if (!out.ok()) return sys_error("mcp", "memfd_create for a pooled worker's response");
-  // Idle, it holds no call: SIGKILL if the server dies (its init follows, PR_SET_PDEATHSIG in
-  // child.cpp). The worker makes it SIGTERM once it has a call, whose record then is written.
-  auto w = spawn_worker(argv_, theirs.get(), std::move(out), SIGKILL);
+  // SIGTERM if the server dies, not SIGKILL, though the worker may hold no call yet: the server
+  // hands a call to a worker still starting (under load, or ASan, for seconds), and the worker
+  // reads it only once its sandbox is built. Killed by the server's end meanwhile, it took the
+  // started call with it, unrecorded. SIGTERM (blocked, pending) reaches the hand-out instead: a
+  // call in the socket runs cold and is recorded as not started; with none (the socket at EOF:
+  // the kernel closed the dead server's end), the worker discards its sandbox and ends.
+  auto w = spawn_worker(argv_, theirs.get(), std::move(out), SIGTERM);
   if (!w) return w.error();
   Idle idle;
   idle.pid = w->pid;

@@ -16,9 +16,14 @@
 // ("pool": {"hit": false, "reason": ...}); a pooled run's says {"hit": true, "waited_ms", ...}.
 //
 // Idle sandboxes never outlive the server: closing the socket (the server's exit, or its death:
-// the kernel closes it) discards them, and an idle worker's parent-death signal is SIGKILL (its
-// init's too: child.cpp), so a SIGKILLed server leaves nothing either. A worker whose sandbox
-// died or was disturbed before hand-out exits without a record, and is reaped at hand-out.
+// the kernel closes it) discards them, and a worker's parent-death signal is SIGTERM (its init's
+// is SIGKILL, tied to the worker: child.cpp), so a SIGKILLed server leaves nothing either. Not
+// SIGKILL for the worker: a call may already wait in its socket while it still builds (it is
+// handed the call then), and must be recorded whatever ends the server. A worker whose sandbox
+// died or was disturbed before hand-out runs a call already sent cold (recorded); with none, it
+// exits without a record, and is reaped at hand-out. A signal that reaches a pooled worker before
+// its hand-out is left for the hand-out to see (sandbox.cpp, prepare_signals), never taken as the
+// end of its build with a call unread.
 //
 // A discarded sandbox is retired off the loop (tick()): its socket closed, its worker reaped when
 // it exits, killed if it does not within kRetireGraceMs. A killed worker cannot remove its run

@@ -670,7 +670,11 @@ Result<Worker> spawn_worker(const std::vector<std::string>& args, int in_fd, Uni
     // supervisor exists waits for it, and is recorded, instead of killing it (signals.hpp).
     if (::dup2(in_fd, 0) < 0 || ::dup2(response.get(), 1) < 0) ::_exit(125);
     ::prctl(PR_SET_PDEATHSIG, pdeathsig);
-    if (::getppid() != server) ::_exit(125);  // the server died before the prctl: its signal is missed
+    // The server died before the prctl, so its signal was missed: it is sent here instead. Not an
+    // exit: the server may have handed this worker its call already (a cold worker's job is in
+    // its stdin), and a SIGTERM, blocked, waits for the worker, which records the call as not
+    // started (a SIGKILL ends it, as the parent-death signal would have).
+    if (::getppid() != server) ::kill(::getpid(), pdeathsig);
     ::setpgid(0, 0);
     ::execv("/proc/self/exe", argv.data());
     ::_exit(127);

@@ -57,8 +57,8 @@ class SandboxLauncher {
 // Forks and execs /proc/self/exe with `argv` (`sbx [--state-dir DIR] mcp-worker ...`): in_fd is
 // its stdin, `response` (a memfd) its stdout, it gets a process group of its own (a terminal's
 // Ctrl-C reaches the server, which cancels in order) and `pdeathsig` as its parent-death signal.
-// The one spawn of both launchers: a cold worker (the job in a memfd, SIGTERM: it cancels its
-// run and still records it) and a pooled one (a socket, SIGKILL while it holds no call).
+// The one spawn of both launchers: a cold worker (the job in a memfd) and a pooled one (a
+// socket); SIGTERM for both: a worker cancels its run and still records it (mcp_pool.hpp).
 Result<Worker> spawn_worker(const std::vector<std::string>& argv, int in_fd, UniqueFd response, int pdeathsig);
 
 // Re-execs /proc/self/exe as `sbx [--state-dir DIR] mcp-worker`, the job on its stdin.

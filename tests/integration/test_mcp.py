@@ -557,11 +557,6 @@ class McpCase(SbxTestCase):
         each one that started a worker has a record. Bounded: 24 calls, then the server is closed."""
         import random
         rnd = random.Random(30)
-        if os.environ.get("ASAN_OPTIONS"):
-            # Under ASan (tests/sanitize.sh) 8 of 16 started calls had no record 90 s after the
-            # server's end (2026-12-02): open, recorded in the issue 30 closing note; the normal
-            # suites, root and rootless, hold this exactly.
-            self.skipTest("under ASan the workers left at the server's end do not all record: open, see issue 30's note")
         s = self.server(["--max-concurrent", "3"])
         pending = []
         for i in range(24):
