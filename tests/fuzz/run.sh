@@ -16,8 +16,13 @@ shift
 build=$(cd "$build" && pwd)
 seconds=${FUZZ_SECONDS:-60}
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(spec pack exec seccomp tar proxy_request egress_rule mcp classify cdi probe_report ledger
-  replay dbus_reply)
+# Every target by default: the one list is SBX_FUZZ_TARGETS in tests/fuzz/CMakeLists.txt (a target
+# missing here would build and never run).
+if [ ${#targets[@]} -eq 0 ]; then
+  read -r -a targets <<<"$(sed -n '/^set(SBX_FUZZ_TARGETS/,/)/p' tests/fuzz/CMakeLists.txt | tr -d '\n' |
+    sed 's/^set(SBX_FUZZ_TARGETS//; s/).*//')"
+  [ ${#targets[@]} -gt 0 ] || { echo "fuzz: no SBX_FUZZ_TARGETS in tests/fuzz/CMakeLists.txt" >&2; exit 1; }
+fi
 
 # Seeds from what the repository already holds: shipped profiles, example packs and requests,
 # seccomp policies, tar archives in every format GNU tar writes, MCP sessions calling run_code
@@ -84,6 +89,8 @@ open(os.path.join(out, "torn"), "wb").write(chain[:-40])
 PY
       ;;
     replay) cp tests/fixtures/traces/*.json "$d"/ ;;  # real records (no blobs); corpus/replay has blob lists
+    json_scan)  # real records, each behind the mode byte 0 (the record's bounds, summaries compared)
+      for f in tests/fixtures/traces/*.json; do { printf '\0'; cat "$f"; } >"$d/$(basename "$f")"; done ;;
   esac
 }
 
