@@ -121,15 +121,21 @@ class Image final : public Facility {
   }
 };
 
-// --input: each host file or directory hashed before the run (what the program was given).
-Result<json> hash_inputs(const std::vector<BindMount>& inputs, const std::string& cwd) {
+// --input: each host file or directory hashed before the run (what the program was given),
+// through the fd open_bind_sources opened it by (the inputs follow the binds in `sources`): the
+// bytes hashed are those of the very file init binds (mounts.hpp, BindSource), not of whatever
+// the path names by the time it is read again.
+Result<json> hash_inputs(const std::vector<BindSource>& sources, std::size_t first, const std::string& cwd) {
   json out = json::array();
-  for (auto& in : inputs) {
+  for (std::size_t i = first; i < sources.size(); ++i) {
+    const BindSource& source = sources[i];
+    const BindMount& in = source.given;
     std::string src = in.src[0] == '/' ? in.src : cwd + "/" + in.src;
+    const std::string opened = "/proc/self/fd/" + std::to_string(source.fd.get());  // reopens that file
     struct stat st;
-    if (::stat(src.c_str(), &st) != 0) return sys_error("usage", "--input " + in.src);
+    if (::fstat(source.fd.get(), &st) != 0) return sys_error("usage", "--input " + in.src);
     if (S_ISDIR(st.st_mode)) {
-      auto scan = scan_tree(src);
+      auto scan = scan_tree(opened);
       if (!scan) return make_error("usage", "--input " + in.src + ": " + scan.error().message, scan.error().err);
       json entry = {{"path", in.dst}, {"source", src}, {"type", "directory"}, {"bytes", scan->bytes},
                     {"sha256", sha256_hex(manifest_text(scan->entries))}, {"digest_of", "sbx-manifest v1"},
@@ -137,7 +143,7 @@ Result<json> hash_inputs(const std::vector<BindMount>& inputs, const std::string
       if (!scan->skipped.empty()) entry["skipped_special_files"] = scan->skipped.size();
       out.push_back(entry);
     } else if (S_ISREG(st.st_mode)) {
-      UniqueFd fd(::open(src.c_str(), O_RDONLY | O_CLOEXEC));
+      UniqueFd fd(::open(opened.c_str(), O_RDONLY | O_CLOEXEC));
       if (!fd.ok()) return sys_error("usage", "--input " + in.src);
       std::int64_t bytes = 0;
       auto h = sha256_fd(fd.get(), &bytes);
@@ -159,7 +165,7 @@ class Inputs final : public Facility {
   Status prepare(RunContext& ctx) const override {
     if (ctx.dry_run) return {};
     if (!ctx.spec.inputs.empty()) {
-      auto hashed = hash_inputs(ctx.spec.inputs, ctx.cwd);
+      auto hashed = hash_inputs(ctx.bind_sources, ctx.spec.binds.size(), ctx.cwd);
       if (!hashed) return hashed.error();
       ctx.inputs = std::move(*hashed);
     }

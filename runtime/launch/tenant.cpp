@@ -353,6 +353,7 @@ Result<Tenant> load_tenant(const std::string& name) {
         if (!t->store.empty() && (t->store == o->store || t->store.ends_with("/tenants/" + other)))
           return make_error("usage", "tenant '" + name + "' (" + path + "): /store " + t->store + " is also tenant '" + other +
                                          "''s store (" + od + "/" + f + "): two tenants on one store would read each other's records");
+        if (!o->store.empty()) t->other_stores.push_back({other, o->store});
       }
     }
     return t;
@@ -472,31 +473,6 @@ Status check_tenant_ceilings(const Tenant& t, RunSpec& spec, const std::map<std:
   return {};
 }
 
-namespace {
-// The stores other tenant files name (/store), in every tenants directory searched, as
-// load_tenant reads them (at most 4096 files; one that does not parse names none). Those
-// without /store live in <state>/tenants/NAME, inside the untenanted state dir.
-std::vector<std::pair<std::string, std::string>> other_tenant_stores(const Tenant& t) {
-  std::vector<std::pair<std::string, std::string>> out;
-  std::size_t seen = 0;
-  for (auto& d : tenant_dirs()) {
-    std::unique_ptr<DIR, int (*)(DIR*)> dir(::opendir(d.c_str()), ::closedir);
-    if (!dir) continue;
-    while (auto* e = ::readdir(dir.get())) {
-      std::string f = e->d_name;
-      if (!f.ends_with(".json") || d + "/" + f == t.file) continue;
-      std::string other = f.substr(0, f.size() - 5);
-      if (!check_tenant_name(other) || ++seen > 4096) continue;
-      auto text = read_bounded(d + "/" + f, kMaxTenantBytes, "usage", f);
-      if (!text) continue;
-      auto o = parse_tenant(*text, other, d + "/" + f);
-      if (o && !o->store.empty()) out.push_back({other, o->store});
-    }
-  }
-  return out;
-}
-}  // namespace
-
 Status apply_tenant(const Tenant& t, RunRequest& req, const json& pack) {
   SBX_TRY(check_tenant_store(t, req.dirs));
   SBX_TRY(check_tenant_ceilings(t, req.spec, req.limit_layers));
@@ -555,7 +531,7 @@ Status apply_tenant(const Tenant& t, RunRequest& req, const json& pack) {
   // (check_binds_spare_state); the untenanted state and the other tenants' stores must stay out
   // of their reach too: a program that could write there would change what those runs trust.
   req.guarded_dirs.push_back({req.dirs.state, "sbx's untenanted state dir"});
-  for (auto& [name, store] : other_tenant_stores(t))
+  for (auto& [name, store] : t.other_stores)
     req.guarded_dirs.push_back({store, "tenant '" + name + "''s store"});
   req.dirs = tenant_store(t, req.dirs);
   tenant["store"] = req.dirs.state;

@@ -48,6 +48,10 @@ struct Tenant {
   std::uint32_t id_slot = 0;         // 1..kMaxTenantSlot: which slice of sbx's id range
   bool require_separate_ids = true;  // "separate_ids": "required" (default) or "preferred"
   std::string store;                 // absolute; "" for <state>/tenants/NAME
+  // Set by load_tenant, from its walk of every tenant file: {name, /store} of each other tenant
+  // whose file names a store (the others live in <state>/tenants/NAME, inside the untenanted state
+  // dir); apply_tenant keeps this run's read-write binds out of them.
+  std::vector<std::pair<std::string, std::string>> other_stores;
 };
 
 // Name rules: 1..64 bytes of [A-Za-z0-9._-], not starting with '.' or '-' (no '/', no "..",
