@@ -226,7 +226,10 @@ TEST_CASE("binds: none read-write over the state dir, the data dir or the config
 TEST_CASE("binds: the state dir reached through another mount of it is refused by identity") {
   // A path check alone sees two unrelated names; the opened directory's device and inode, and
   // its parents', are the state dir's. Needs a mount: made in a child's own mount namespace.
-  if (::geteuid() != 0) return;  // unshare(CLONE_NEWNS) needs CAP_SYS_ADMIN
+  if (::geteuid() != 0) {  // unshare(CLONE_NEWNS) needs CAP_SYS_ADMIN
+    MESSAGE("skipped: a second mount of the state dir needs a mount namespace, which only root may make here");
+    return;
+  }
   char tmpl[] = "/tmp/sbx-unit-alias-XXXXXX";
   REQUIRE(::mkdtemp(tmpl) != nullptr);
   const std::string base = tmpl;
