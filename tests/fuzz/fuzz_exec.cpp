@@ -1,11 +1,12 @@
 // The `sbx exec` request (runtime/typed/exec.cpp): the request text parsed the way cli/exec_cmd.cpp does,
 // then checked by parse_exec_request, and its limits layered over the built-in `untrusted` profile
 // the way run_exec does. Nothing is run. Checked besides "no crash": the files a request names
-// stay below /code (relative, no "..").
+// stay below /code (relative, no empty, "." or ".." component; "a..b" is a plain name).
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <string>
+#include <string_view>
 
 #include <nlohmann/json.hpp>
 
@@ -23,8 +24,17 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   }
   auto parsed = sbx::parse_exec_request(rq);
   if (!parsed) return 0;
-  for (auto& [path, content] : parsed->files)
-    if (path.empty() || path[0] == '/' || path.find("..") != std::string::npos) std::abort();
+  for (auto& [path, content] : parsed->files) {
+    if (path.empty() || path[0] == '/') std::abort();
+    std::size_t start = 0;
+    while (start <= path.size()) {
+      std::size_t end = path.find('/', start);
+      if (end == std::string::npos) end = path.size();
+      std::string_view part(path.data() + start, end - start);
+      if (part.empty() || part == "." || part == "..") std::abort();
+      start = end + 1;
+    }
+  }
   static const auto profile = sbx::load_profile(sbx::kDefaultProfile);
   if (!profile) std::abort();
   json patch = {{"limits", parsed->limits_patch}};
