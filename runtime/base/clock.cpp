@@ -34,6 +34,12 @@ std::int64_t monotonic_ms() {
   return ts.tv_sec * 1000LL + ts.tv_nsec / 1'000'000;
 }
 
+std::int64_t monotonic_us() {
+  struct timespec ts;
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1'000'000LL + ts.tv_nsec / 1000;
+}
+
 std::string make_run_id() {
   unsigned char rnd[4] = {};
   if (::getrandom(rnd, sizeof rnd, 0) != static_cast<ssize_t>(sizeof rnd)) {

@@ -9,6 +9,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "runtime/base/clock.hpp"
+
 namespace sbx::dbus {
 
 namespace {
@@ -202,18 +204,12 @@ std::string auth_external_line(uid_t uid) {
   return line + "\r\n";
 }
 
-std::int64_t now_ms() {
-  struct timespec ts;
-  ::clock_gettime(CLOCK_MONOTONIC, &ts);
-  return std::int64_t{ts.tv_sec} * 1000 + ts.tv_nsec / 1000000;
-}
-
 namespace {
 
 // Waits for `events` on fd until the deadline: 0, or an errno (ETIMEDOUT past it).
 int wait_fd(int fd, short events, std::int64_t deadline_ms) {
   for (;;) {
-    std::int64_t left = deadline_ms - now_ms();
+    std::int64_t left = deadline_ms - monotonic_ms();
     if (left <= 0) return ETIMEDOUT;
     struct pollfd p{fd, events, 0};
     int n = ::poll(&p, 1, static_cast<int>(left));

@@ -74,7 +74,7 @@ std::string first_string(const Message& m);
 std::string auth_external_line(uid_t uid);
 
 // One connection to a D-Bus server on a unix socket, every step bounded by `deadline_ms`
-// (CLOCK_MONOTONIC milliseconds, see now_ms()).
+// (monotonic_ms(), runtime/base/clock.hpp).
 class Connection {
  public:
   Connection() = default;
@@ -98,7 +98,5 @@ class Connection {
   std::uint32_t serial_ = 0;
   std::string in_;  // bytes read but not yet parsed
 };
-
-std::int64_t now_ms();
 
 }  // namespace sbx::dbus

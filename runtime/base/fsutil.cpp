@@ -1,13 +1,17 @@
 #include "runtime/base/fsutil.hpp"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
+
+#include "runtime/base/clock.hpp"
 
 namespace sbx {
 namespace {
@@ -32,14 +36,12 @@ Status mkdir_one(const std::string& path, mode_t mode) {
 // uses: pid + a process-wide counter + the clock. O_EXCL still guards against the unlikely clash.
 std::string temp_name_beside(const std::string& path) {
   static std::atomic<unsigned> counter{0};
-  struct timespec ts;
-  ::clock_gettime(CLOCK_MONOTONIC, &ts);
   auto slash = path.rfind('/');
   std::string dir = slash == std::string::npos ? "" : path.substr(0, slash + 1);
   std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
   char suffix[64];
   std::snprintf(suffix, sizeof suffix, ".tmp.%ld.%u.%ld", static_cast<long>(::getpid()),
-                counter.fetch_add(1), static_cast<long>(ts.tv_nsec));
+                counter.fetch_add(1), static_cast<long>(monotonic_us() % 1'000'000'000));
   // A leading dot keeps half-written files out of directory listings that skip dot files.
   return dir + "." + base + suffix;
 }
@@ -74,6 +76,18 @@ int write_whole(const std::string& path, std::string_view data, bool* opened) {
   while (n < 0 && errno == EINTR);
   if (n < 0) return errno;
   return n == static_cast<ssize_t>(data.size()) ? 0 : EIO;
+}
+
+int flock_waiting(int fd, int how, long max_wait_ms) {
+  const std::int64_t start = monotonic_ms();
+  long pause_us = 200;
+  for (;;) {
+    if (::flock(fd, how | LOCK_NB) == 0) return 0;
+    if (errno != EWOULDBLOCK && errno != EINTR) return errno;
+    if (monotonic_ms() - start > max_wait_ms) return EWOULDBLOCK;
+    ::usleep(static_cast<useconds_t>(pause_us));
+    pause_us = std::min(pause_us * 2, 20'000L);
+  }
 }
 
 Status ensure_dir(const std::string& path, mode_t mode) {

@@ -29,6 +29,12 @@ Status write_all(int fd, std::string_view data, const std::string& what);
 // for messages that name the step.
 int write_whole(const std::string& path, std::string_view data, bool* opened = nullptr);
 
+// flock(fd, how) (LOCK_SH or LOCK_EX) without blocking the caller for good: tries without
+// waiting, then again with pauses growing from 0.2 to 20 ms, for at most `max_wait_ms`. Returns
+// 0, EWOULDBLOCK when another holder kept it that long, or flock's errno. One loop for the
+// ledger's and the blob store's locks.
+int flock_waiting(int fd, int how, long max_wait_ms);
+
 }  // namespace sbx
 
 namespace sbx {

@@ -12,6 +12,7 @@
 #include <unordered_set>
 #include <utility>
 
+#include "runtime/base/clock.hpp"
 #include "runtime/base/fsutil.hpp"
 #include "runtime/base/json_limits.hpp"
 #include "runtime/base/signals.hpp"
@@ -198,19 +199,12 @@ Result<std::string> read_to_end_holding_signals(int fd, std::size_t max_bytes, i
   std::string s;
   char buf[65536];
   int sig = 0;
-  struct timespec deadline = {0, 0};
+  std::int64_t deadline_ms = 0;
   for (;;) {
-    if (!sig && (sig = peek_pending_forwarded_signal()) != 0) {
-      ::clock_gettime(CLOCK_MONOTONIC, &deadline);
-      deadline.tv_sec += grace_ms / 1000;
-      deadline.tv_nsec += (grace_ms % 1000) * 1'000'000L;
-      if (deadline.tv_nsec >= 1'000'000'000L) deadline.tv_sec += 1, deadline.tv_nsec -= 1'000'000'000L;
-    }
+    if (!sig && (sig = peek_pending_forwarded_signal()) != 0) deadline_ms = monotonic_ms() + grace_ms;
     int timeout = -1;
     if (sig) {
-      struct timespec now;
-      ::clock_gettime(CLOCK_MONOTONIC, &now);
-      long long left = (deadline.tv_sec - now.tv_sec) * 1000LL + (deadline.tv_nsec - now.tv_nsec) / 1'000'000LL;
+      std::int64_t left = deadline_ms - monotonic_ms();
       timeout = static_cast<int>(left < 0 ? 0 : left);
     }
     // Without a signalfd (out of fds) only the request is waited for: a signal still stays

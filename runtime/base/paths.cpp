@@ -17,6 +17,26 @@ std::string env_or(const char* name, const std::string& fallback) {
 }
 }  // namespace
 
+std::string user_config_dir() {
+  // Appended in place: GCC 12 misreports `std::string(x) + "..."` as out of bounds (-Warray-bounds).
+  std::string dir;
+  if (const char* x = std::getenv("XDG_CONFIG_HOME"); x && *x) dir.append(x).append("/sbx");
+  else if (const char* h = std::getenv("HOME"); h && *h) dir.append(h).append("/.config/sbx");
+  return dir;
+}
+
+std::vector<std::string> config_search_dirs(const std::string& kind) {
+  std::vector<std::string> dirs;
+  if (std::string user = user_config_dir(); !user.empty()) dirs.push_back(user.append("/").append(kind));
+  dirs.push_back(std::string("/etc/sbx/").append(kind));
+  return dirs;
+}
+
+std::string current_dir() {
+  char buf[4096];
+  return ::getcwd(buf, sizeof buf) ? std::string(buf) : std::string();
+}
+
 Dirs resolve_dirs(const std::string& state_dir_flag) {
   Dirs d;
   std::string override_dir = !state_dir_flag.empty() ? state_dir_flag : env_or("SBX_STATE_DIR", "");

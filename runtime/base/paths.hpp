@@ -3,6 +3,7 @@
 // --state-dir / SBX_STATE_DIR move the state (traces) and data (images) dirs under one root so
 // tests never touch $HOME.
 #include <string>
+#include <vector>
 
 #include "runtime/base/error.hpp"
 
@@ -14,6 +15,14 @@ struct Dirs {
   std::string data;    // $XDG_DATA_HOME/sbx, or /var/lib/sbx as root, or <override>/data
   std::string images;  // <data>/images
 };
+
+// The user's sbx config dir: $XDG_CONFIG_HOME/sbx, else $HOME/.config/sbx; "" when neither is set.
+std::string user_config_dir();
+// Where sbx looks for its config files of one kind (`kind`: "profiles", "tenants"), in order:
+// <user_config_dir>/<kind> (when there is one), then /etc/sbx/<kind>.
+std::vector<std::string> config_search_dirs(const std::string& kind);
+// The process's working directory; "" when getcwd fails (removed, or longer than PATH_MAX).
+std::string current_dir();
 
 // `state_dir_flag` is the --state-dir value ("" when not given); SBX_STATE_DIR is consulted next.
 Dirs resolve_dirs(const std::string& state_dir_flag);

@@ -54,20 +54,11 @@ class StoreLock {
     std::string path = dir + "/lock";
     UniqueFd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600));
     if (!fd.ok()) return sys_error(kStage, "open the blob store's lock " + path);
-    struct timespec start, now;
-    ::clock_gettime(CLOCK_MONOTONIC, &start);
-    long pause_us = 200;
-    for (;;) {
-      if (::flock(fd.get(), how | LOCK_NB) == 0) return StoreLock(std::move(fd));
-      if (errno != EWOULDBLOCK && errno != EINTR) return sys_error(kStage, "lock the blob store " + path);
-      ::clock_gettime(CLOCK_MONOTONIC, &now);
-      long waited_ms = (now.tv_sec - start.tv_sec) * 1000 + (now.tv_nsec - start.tv_nsec) / 1'000'000;
-      if (waited_ms > kStoreLockWaitMs)
-        return make_error(kStage, "the blob store " + dir + " is locked by another process for over " +
-                                      std::to_string(kStoreLockWaitMs / 1000) + " s (a stuck sbx gc?)", EWOULDBLOCK);
-      ::usleep(static_cast<useconds_t>(pause_us));
-      pause_us = std::min(pause_us * 2, 20'000L);
-    }
+    int e = flock_waiting(fd.get(), how, kStoreLockWaitMs);
+    if (e == 0) return StoreLock(std::move(fd));
+    if (e != EWOULDBLOCK) return make_error(kStage, "lock the blob store " + path, e);
+    return make_error(kStage, "the blob store " + dir + " is locked by another process for over " +
+                                  std::to_string(kStoreLockWaitMs / 1000) + " s (a stuck sbx gc?)", EWOULDBLOCK);
   }
 
   // The exclusive lock if nobody holds the store's lock now, without waiting; nullopt otherwise.

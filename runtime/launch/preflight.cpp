@@ -12,6 +12,7 @@
 
 #include <algorithm>
 
+#include "runtime/base/paths.hpp"
 #include "runtime/base/fsutil.hpp"
 #include "runtime/record/ledger_key.hpp"
 #include "runtime/base/units.hpp"
@@ -21,11 +22,6 @@
 namespace sbx {
 namespace {
 using nlohmann::json;
-
-std::string current_dir() {
-  char buf[4096];
-  return ::getcwd(buf, sizeof buf) ? std::string(buf) : std::string();
-}
 
 // The flag that sets each limit of the plan (limits_plan.hpp's names).
 const char* flag_of(const std::string& limit) {

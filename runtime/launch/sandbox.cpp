@@ -24,6 +24,8 @@
 #include "runtime/linux/clone.hpp"
 #include "runtime/model/environment.hpp"
 #include "runtime/linux/events.hpp"
+#include "runtime/base/clock.hpp"
+#include "runtime/base/paths.hpp"
 #include "runtime/base/fsutil.hpp"
 #include "runtime/linux/gpu.hpp"
 #include "runtime/image/image_manifest.hpp"
@@ -67,11 +69,6 @@ struct FdPair {
     return {};
   }
 };
-
-std::string current_dir() {
-  char buf[4096];
-  return ::getcwd(buf, sizeof buf) ? std::string(buf) : std::string();
-}
 
 bool offers_limits(const CgroupInfo& cg) {
   for (const auto& c : cg.controllers)
@@ -146,12 +143,6 @@ void add_gpu_environment(std::vector<std::string>& envp, const GpuPlan& gpu, con
 }  // namespace
 
 namespace {
-std::int64_t mono_us() {
-  struct timespec ts;
-  ::clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1'000'000LL + ts.tv_nsec / 1000;
-}
-
 // What a run holds only while its sandbox is prepared, started and supervised. It is released
 // (in the reverse order of these members) once the outcome is collected, before the caller's
 // after_run and the record: by then SIGPIPE's disposition and the signal mask are back, the
@@ -228,7 +219,7 @@ class Run {
   // the sandbox's whole setup up to the program's execve; with a forked init the image's seal);
   // run (the rest: setup of a forked init, the program, until the sandbox is empty); record
   // (trace + durable store).
-  std::int64_t t_start_ = mono_us(), t_spawn_ = 0, t_go_ = 0, t_end_ = 0;
+  std::int64_t t_start_ = monotonic_us(), t_spawn_ = 0, t_go_ = 0, t_end_ = 0;
   NonBlockingLogScope log_never_blocks_;
   RunSpec call_spec_;  // a copy: a pooled sandbox takes its call's spec at hand-out (hand_out)
   nlohmann::json record_extra_;
@@ -475,7 +466,7 @@ bool Run::prepare_signals() {
 //  - in a warm pool: the supervisor waits for the call while init waits before the execve.
 bool Run::spawn() {
   Launch& L = *launch_;
-  t_spawn_ = mono_us();
+  t_spawn_ = monotonic_us();
   // SBX_BENCH_FORKED_INIT=1 forks init where it would be shared: for measuring what the shared
   // init saves (bench/README.md, "Shared init"), never needed otherwise. It can only make a run
   // take the path runs with an image take, never a less isolated one.
@@ -548,7 +539,7 @@ bool Run::start_init() {
 // The walk is one fstatat per entry: its cost grows with the image, the overlay's does not.
 bool Run::check_seal() {
   if (!ctx_.image_fd.ok()) return true;
-  std::int64_t t0 = mono_us();
+  std::int64_t t0 = monotonic_us();
   auto seal = compute_seal_fd(ctx_.image_fd.get());
   ctx_.image_fd.reset();
   Status sealed = seal ? seal_matches(*ctx_.image, *seal, spec().image) : Status(seal.error());
@@ -557,7 +548,7 @@ bool Run::check_seal() {
     kill_init();
     return fail_setup(sealed.error());
   }
-  spdlog::debug("image seal: {} entries checked in {} us, beside the sandbox's setup", seal->entries, mono_us() - t0);
+  spdlog::debug("image seal: {} entries checked in {} us, beside the sandbox's setup", seal->entries, monotonic_us() - t0);
   return true;
 }
 
@@ -583,7 +574,7 @@ bool Run::hand_out() {
     after_run_ = std::move(call->after_run);
     // The call's time starts at hand-out: its wall-time limit and its record's started_at.
     parts_.started_at = rfc3339_now();
-    t_spawn_ = mono_us();
+    t_spawn_ = monotonic_us();
     // "s", then the job: init reads it at once (child.cpp), so the pipe drains as it fills. A
     // failed write means init is gone, which supervise() sees and reports.
     if (auto st = L.chan.send_start_with_job(encode_pool_job(call->job)); !st)
@@ -598,7 +589,7 @@ bool Run::hand_out() {
 // 3 supervise: the poll loop (supervisor.hpp) until the sandbox is empty.
 void Run::supervise_run() {
   Launch& L = *launch_;
-  t_go_ = mono_us();
+  t_go_ = monotonic_us();
   SuperviseInput in = supervise_input();
   L.kill_grace_ms = in.kill_grace_ms;
   if (events_) {
@@ -639,7 +630,7 @@ SuperviseInput Run::supervise_input() {
   if (s.limits.timeout_ms) {
     // The wall-time limit counts from the sandbox's creation: the setup so far (a shared
     // init's whole setup, a forked one's start and the image's seal) has used part of it.
-    std::int64_t used = (mono_us() - t_spawn_) / 1000;
+    std::int64_t used = (monotonic_us() - t_spawn_) / 1000;
     in.timeout_ms = std::max<std::int64_t>(1, *s.limits.timeout_ms - used);
   }
   in.timed_out_before_start = L.timed_out_in_setup;
@@ -764,7 +755,7 @@ nlohmann::json Run::typed_io() {
 
 // 5 record
 RunReport Run::record(nlohmann::json extra) {
-  t_end_ = mono_us();
+  t_end_ = monotonic_us();
   describe_request();
   parts_.ended_at = rfc3339_now();
   parts_.outcome = outcome_;
@@ -922,7 +913,7 @@ void Run::clean() {
     if (auto st = ctx_.cgroup->remove(); !st) spdlog::warn("cgroup remove: {}", st.error().describe());
   }
   if (t_go_) {
-    std::int64_t t_done = mono_us();
+    std::int64_t t_done = monotonic_us();
     spdlog::debug("timing: prepare {} us, start {} us, run {} us, record {} us", t_spawn_ - t_start_,
                   t_go_ - t_spawn_, t_end_ - t_go_, t_done - t_end_);
   }

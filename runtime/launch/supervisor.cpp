@@ -26,7 +26,7 @@
 namespace sbx {
 namespace {
 
-// Milliseconds on the monotonic clock: the one helper (progress_line.hpp), by this file's name.
+// Milliseconds on the monotonic clock: the one clock (runtime/base/clock.hpp), by this file's name.
 constexpr auto now_ms = monotonic_ms;
 
 int pidfd_send_signal(int pidfd, int sig) {

@@ -14,6 +14,7 @@
 #include "runtime/egress/egress_policy.hpp"
 #include "runtime/linux/gpu.hpp"
 #include "runtime/image/image_store.hpp"
+#include "runtime/base/paths.hpp"
 #include "runtime/base/json_io.hpp"
 #include "runtime/launch/sandbox.hpp"
 #include "runtime/base/suggest.hpp"
@@ -168,12 +169,7 @@ std::vector<std::string> tenant_dirs() {
     dirs.emplace_back("/etc/sbx/tenants");
     return dirs;
   }
-  std::string user;
-  if (const char* x = std::getenv("XDG_CONFIG_HOME"); x && *x) user.append(x).append("/sbx/tenants");
-  else if (const char* h = std::getenv("HOME"); h && *h) user.append(h).append("/.config/sbx/tenants");
-  if (!user.empty()) dirs.push_back(std::move(user));
-  dirs.emplace_back("/etc/sbx/tenants");
-  return dirs;
+  return config_search_dirs("tenants");
 }
 
 namespace {

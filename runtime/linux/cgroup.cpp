@@ -1,5 +1,6 @@
 #include "runtime/linux/cgroup.hpp"
 
+#include "runtime/base/clock.hpp"
 #include "runtime/base/fsutil.hpp"
 
 #include <dirent.h>
@@ -29,12 +30,6 @@ void sleep_ms(long ms) {
   struct timespec ts{ms / 1000, (ms % 1000) * 1000000L};
   while (::nanosleep(&ts, &ts) != 0 && errno == EINTR) {
   }
-}
-
-std::int64_t now_ms() {
-  struct timespec ts;
-  ::clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1000LL + ts.tv_nsec / 1000000;
 }
 
 // cgroup control files are small and read in one go; a missing file is the caller's business
@@ -114,7 +109,7 @@ Status kill_cgroup(const std::string& cg, std::int64_t wait_ms = 2000) {
   Status st = write_ctl(cg + "/cgroup.kill", "1");
   bool have_kill = st.ok();
   if (!st.ok() && st.error().err != ENOENT) return st;
-  std::int64_t deadline = now_ms() + wait_ms;
+  std::int64_t deadline = monotonic_ms() + wait_ms;
   for (;;) {
     if (!have_kill) {
       // Older kernels: signal each listed process, deepest cgroups first, and go round again —
@@ -130,7 +125,7 @@ Status kill_cgroup(const std::string& cg, std::int64_t wait_ms = 2000) {
         for (pid_t p : read_procs(*it)) ::kill(p, SIGKILL);
     }
     if (!populated(cg)) return {};
-    if (now_ms() >= deadline)
+    if (monotonic_ms() >= deadline)
       return make_error(kStage, "processes still alive in " + cg + " after SIGKILL", EBUSY);
     sleep_ms(1);
   }
@@ -140,10 +135,10 @@ Status kill_cgroup(const std::string& cg, std::int64_t wait_ms = 2000) {
 // some); retries EBUSY while the last tasks finish exiting.
 Status remove_cgroup(const std::string& cg, std::int64_t wait_ms = 2000) {
   for (auto& k : child_cgroups(cg)) SBX_TRY(remove_cgroup(k, wait_ms));
-  std::int64_t deadline = now_ms() + wait_ms;
+  std::int64_t deadline = monotonic_ms() + wait_ms;
   for (;;) {
     if (::rmdir(cg.c_str()) == 0 || errno == ENOENT) return {};
-    if (errno != EBUSY || now_ms() >= deadline) return sys_error(kStage, "cannot remove cgroup " + cg);
+    if (errno != EBUSY || monotonic_ms() >= deadline) return sys_error(kStage, "cannot remove cgroup " + cg);
     sleep_ms(2);
   }
 }

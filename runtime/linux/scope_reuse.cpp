@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "runtime/linux/cgroup.hpp"
+#include "runtime/base/clock.hpp"
 #include "runtime/base/dbus_wire.hpp"
 #include "runtime/base/fsutil.hpp"
 
@@ -171,7 +172,7 @@ Result<int> parse_keeper_idle(const std::string& text, const std::string& where)
 
 Result<JoinedScope> join_reused_scope(const std::string& runtime_dir, const std::string& self_exe, int keeper_idle_s,
                                       int budget_ms) {
-  const std::int64_t deadline = dbus::now_ms() + budget_ms;
+  const std::int64_t deadline = monotonic_ms() + budget_ms;
   JoinedScope j;
   j.unit = reused_scope_unit(::geteuid());
   const pid_t pid = ::getpid();
@@ -187,7 +188,7 @@ Result<JoinedScope> join_reused_scope(const std::string& runtime_dir, const std:
   }
   j.manager = socket;
   // Each call gets a short bound of its own (a manager that hangs costs ~1 s, not the budget).
-  auto step = [&] { return std::min<std::int64_t>(deadline, dbus::now_ms() + 1000); };
+  auto step = [&] { return std::min<std::int64_t>(deadline, monotonic_ms() + 1000); };
   // systemd (252) attaches into an existing subcgroup only: sbx makes run-<pid> itself (the scope
   // is the user's through Delegate=yes) where the keeper says the scope is. That file is only a
   // hint: /proc/self/cgroup is checked after the move.
@@ -208,7 +209,7 @@ Result<JoinedScope> join_reused_scope(const std::string& runtime_dir, const std:
       SBX_TRY(start_keeper(runtime_dir, self_exe, j.unit, keeper_idle_s));
       started = j.started = true;
     }
-    if (dbus::now_ms() + 50 >= deadline)
+    if (monotonic_ms() + 50 >= deadline)
       return make_error("systemd-scope", "AttachProcessesToUnit(" + j.unit + ", " + sub + ") within " +
                                              std::to_string(budget_ms) + " ms: " + last, ETIMEDOUT);
     sleep_ms(50);
@@ -224,7 +225,7 @@ Result<JoinedScope> join_reused_scope(const std::string& runtime_dir, const std:
   for (;;) {
     auto ctl = read_file(scope_dir + "/cgroup.subtree_control");
     if (ctl && !trim(*ctl).empty()) break;
-    if (dbus::now_ms() + 20 >= deadline)
+    if (monotonic_ms() + 20 >= deadline)
       return make_error("systemd-scope", j.unit + ": no controllers enabled for its children within " + std::to_string(budget_ms) +
                                              " ms (is its keeper running?)", ETIMEDOUT);
     sleep_ms(20);
@@ -275,7 +276,7 @@ int run_scope_keeper(int idle_s) {
     std::string tmp = hint + ".tmp";
     if (write_file_durable(tmp, self).ok()) ::rename(tmp.c_str(), hint.c_str());
   }
-  std::int64_t last_busy = dbus::now_ms();
+  std::int64_t last_busy = monotonic_ms();
   for (;;) {
     sleep_ms(1000);
     bool busy = false;
@@ -301,8 +302,8 @@ int run_scope_keeper(int idle_s) {
         remove_cgroup_tree(scope + "/" + r);
       }
     }
-    if (busy) last_busy = dbus::now_ms();
-    else if (dbus::now_ms() - last_busy >= std::int64_t{idle_s} * 1000) {
+    if (busy) last_busy = monotonic_ms();
+    else if (monotonic_ms() - last_busy >= std::int64_t{idle_s} * 1000) {
       if (!hint.empty()) ::unlink(hint.c_str());
       return 0;
     }

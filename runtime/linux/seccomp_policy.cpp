@@ -17,6 +17,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "runtime/base/clock.hpp"
 #include "runtime/base/doc_reader.hpp"
 #include "runtime/base/fsutil.hpp"
 #include "runtime/base/json_io.hpp"
@@ -34,12 +35,6 @@ constexpr const char* kCacheFormat = "sbx-seccomp-bpf/3";  // 3: meta carries pr
 // TRACE data with this bit set carries an errno (see compile_seccomp_policy); policies' own TRACE
 // values are errnoRet values, at most 4095.
 constexpr std::uint32_t kErrnoTag = 0x8000;
-
-std::int64_t now_us() {
-  struct timespec ts;
-  ::clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1'000'000LL + ts.tv_nsec / 1000;
-}
 
 struct NamedErrno {
   const char* name;
@@ -564,7 +559,7 @@ Result<PreparedSeccomp> prepare_seccomp(const std::string& which, const std::str
   // No secret, no cache: an entry nobody can vouch for is worth nothing (seccomp_policy.hpp).
   const std::string cache_dir = cache_secret.empty() ? std::string() : cache_dir_in;
   PreparedSeccomp p;
-  std::int64_t t0 = now_us();
+  std::int64_t t0 = monotonic_us();
   p.profile = which;
   if (which == "unconfined") {
     p.enabled = false;
@@ -615,7 +610,7 @@ Result<PreparedSeccomp> prepare_seccomp(const std::string& which, const std::str
         p.reference = std::move(*prog);
         p.program_sha256 = m["program_sha256"].get<std::string>();
         p.cached = true;
-        p.setup_us = now_us() - t0;
+        p.setup_us = monotonic_us() - t0;
         return p;
       }
     }
@@ -638,7 +633,7 @@ Result<PreparedSeccomp> prepare_seccomp(const std::string& which, const std::str
     write_cache(cache_dir, meta_path, mt.data(), mt.size());
     write_cache(cache_dir, bpf_path, p.reference.data(), p.reference.size() * sizeof(sock_filter));
   }
-  p.setup_us = now_us() - t0;
+  p.setup_us = monotonic_us() - t0;
   return p;
 }
 

@@ -10,6 +10,7 @@
 
 #include "runtime/model/embedded_profiles.hpp"
 #include "runtime/model/gpu_request.hpp"
+#include "runtime/base/paths.hpp"
 #include "runtime/base/json_io.hpp"
 #include "runtime/base/suggest.hpp"
 #include "runtime/base/units.hpp"
@@ -33,12 +34,7 @@ std::vector<std::string> search_dirs() {
       start = pos + 1;
     }
   }
-  // Appended in place: GCC 12 misreports `std::string(x) + "..."` here as out of bounds (-Warray-bounds).
-  std::string user;
-  if (const char* x = std::getenv("XDG_CONFIG_HOME"); x && *x) user.append(x).append("/sbx/profiles");
-  else if (const char* h = std::getenv("HOME"); h && *h) user.append(h).append("/.config/sbx/profiles");
-  if (!user.empty()) dirs.push_back(std::move(user));
-  dirs.emplace_back("/etc/sbx/profiles");
+  for (auto& d : config_search_dirs("profiles")) dirs.push_back(std::move(d));
   return dirs;
 }
 

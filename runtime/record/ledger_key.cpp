@@ -13,6 +13,7 @@
 #include <openssl/evp.h>
 #include <openssl/pem.h>
 
+#include "runtime/base/paths.hpp"
 #include "runtime/base/fsutil.hpp"
 #include "runtime/base/sha256.hpp"
 
@@ -113,20 +114,13 @@ Status write_new(const std::string& path, const std::string& text, mode_t mode) 
   return {};
 }
 
-std::string config_dir() {
-  std::string dir;
-  if (const char* x = std::getenv("XDG_CONFIG_HOME"); x && *x) dir.append(x).append("/sbx");
-  else if (const char* h = std::getenv("HOME"); h && *h) dir.append(h).append("/.config/sbx");
-  return dir;
-}
-
 }  // namespace
 
 void PkeyFree::operator()(evp_pkey_st* k) const { EVP_PKEY_free(k); }
 
 Result<LedgerKeyPaths> ledger_key_paths() {
   LedgerKeyPaths p;
-  p.dir = config_dir();
+  p.dir = user_config_dir();
   if (p.dir.empty()) return make_error(kStage, "no config dir: neither XDG_CONFIG_HOME nor HOME is set");
   p.priv = p.dir + "/ledger-key.pem";
   p.pub = p.dir + "/ledger-key.pub.pem";

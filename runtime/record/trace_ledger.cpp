@@ -121,20 +121,11 @@ Result<LedgerEntry> last_envelope(const std::string& tail) {
 class LedgerLock {
  public:
   static Result<LedgerLock> acquire(int fd) {
-    struct timespec start, now;
-    ::clock_gettime(CLOCK_MONOTONIC, &start);
-    long pause_us = 200;
-    for (;;) {
-      if (::flock(fd, LOCK_EX | LOCK_NB) == 0) return LedgerLock(fd);
-      if (errno != EWOULDBLOCK && errno != EINTR) return sys_error(kStage, "cannot lock the trace ledger");
-      ::clock_gettime(CLOCK_MONOTONIC, &now);
-      long waited_ms = (now.tv_sec - start.tv_sec) * 1000 + (now.tv_nsec - start.tv_nsec) / 1'000'000;
-      if (waited_ms > kLockWaitMs)
-        return make_error(kStage, "the trace ledger is locked by another process for over " +
-                                      std::to_string(kLockWaitMs / 1000) + " s (a stuck sbx?)", EWOULDBLOCK);
-      ::usleep(static_cast<useconds_t>(pause_us));
-      pause_us = std::min(pause_us * 2, 20'000L);
-    }
+    int e = flock_waiting(fd, LOCK_EX, kLockWaitMs);
+    if (e == 0) return LedgerLock(fd);
+    if (e != EWOULDBLOCK) return make_error(kStage, "cannot lock the trace ledger", e);
+    return make_error(kStage, "the trace ledger is locked by another process for over " +
+                                  std::to_string(kLockWaitMs / 1000) + " s (a stuck sbx?)", EWOULDBLOCK);
   }
   LedgerLock(LedgerLock&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
   LedgerLock(const LedgerLock&) = delete;

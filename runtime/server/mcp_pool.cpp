@@ -16,6 +16,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "runtime/base/clock.hpp"
 #include "runtime/base/fdpass.hpp"
 #include "runtime/base/fsutil.hpp"
 #include "runtime/base/json_io.hpp"
@@ -28,12 +29,6 @@ using nlohmann::json;
 void log_line(const std::string& s) {
   std::string line = "sbx: mcp: pool: " + printable(s) + "\n";
   (void)!::write(STDERR_FILENO, line.data(), line.size());
-}
-
-std::int64_t mono_us() {
-  struct timespec ts;
-  ::clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1'000'000LL + ts.tv_nsec / 1000;
 }
 
 bool exited(int pidfd) {
@@ -91,10 +86,10 @@ PoolLauncher::~PoolLauncher() {
     w.sock.reset();
   }
   idle_.clear();
-  auto deadline = mono_us() + kRetireGraceMs * 1000LL;
+  auto deadline = monotonic_us() + kRetireGraceMs * 1000LL;
   for (auto& r : retiring_) {
     pollfd p{r.pidfd.get(), POLLIN, 0};
-    int left = static_cast<int>(std::max<std::int64_t>(0, (deadline - mono_us()) / 1000));
+    int left = static_cast<int>(std::max<std::int64_t>(0, (deadline - monotonic_us()) / 1000));
     if (!r.killed && ::poll(&p, 1, left) <= 0) {  // one that does not end by itself within the bound is killed
       ::syscall(SYS_pidfd_send_signal, r.pidfd.get(), SIGKILL, nullptr, 0);
       r.killed = true;
@@ -131,7 +126,7 @@ void PoolLauncher::retire(Idle& w, const std::string& why) {
   Retiring r;
   r.pid = w.pid;
   r.pidfd = std::move(w.pidfd);
-  r.kill_at_us = mono_us() + kRetireGraceMs * 1000LL;
+  r.kill_at_us = monotonic_us() + kRetireGraceMs * 1000LL;
   r.cgroup = cgroup_of_note(w.note);
   w.sock.reset();  // EOF: the worker kills its sandbox, removes its run cgroup and exits
   retiring_.push_back(std::move(r));
@@ -173,12 +168,12 @@ Result<PoolLauncher::Idle> PoolLauncher::spawn() {
   idle.pidfd = std::move(w->pidfd);
   idle.response = std::move(w->response);
   idle.sock = std::move(mine);
-  idle.born_us = mono_us();
+  idle.born_us = monotonic_us();
   return idle;
 }
 
 void PoolLauncher::tick() {
-  std::int64_t now = mono_us();
+  std::int64_t now = monotonic_us();
   for (auto it = retiring_.begin(); it != retiring_.end();) {
     if (exited(it->pidfd.get())) {
       int ws = 0;
@@ -214,7 +209,7 @@ void PoolLauncher::tick() {
 }
 
 int PoolLauncher::next_tick_ms() const {
-  std::int64_t now = mono_us();
+  std::int64_t now = monotonic_us();
   auto until = [&](std::int64_t at_us) {
     return static_cast<int>(std::clamp<std::int64_t>((at_us - now + 999) / 1000, 0, 3'600'000));
   };
@@ -259,7 +254,7 @@ Result<Worker> PoolLauncher::launch(const json& job) {
   };
   if (job.value("tool", "") != "run_code") return cold("only run_code calls are served from the pool");
   std::string build_failed;
-  std::int64_t now = mono_us();
+  std::int64_t now = monotonic_us();
   while (!idle_.empty()) {
     Idle w = std::move(idle_.front());
     idle_.pop_front();
@@ -282,7 +277,7 @@ Result<Worker> PoolLauncher::launch(const json& job) {
     UniqueFd mfd(::memfd_create("sbx-mcp-job", MFD_CLOEXEC));
     if (!mfd.ok()) return sys_error("mcp", "memfd_create for a pooled worker's job");
     json j = job;
-    j["pool_sent_us"] = mono_us();  // CLOCK_MONOTONIC, shared with the worker: its waited_ms
+    j["pool_sent_us"] = monotonic_us();  // CLOCK_MONOTONIC, shared with the worker: its waited_ms
     std::string text = dump_json(j, -1);
     for (std::size_t off = 0; off < text.size();) {
       ssize_t n = ::write(mfd.get(), text.data() + off, text.size() - off);
@@ -301,7 +296,7 @@ Result<Worker> PoolLauncher::launch(const json& job) {
     out.response = std::move(w.response);
     // w.sock closes here: the worker has its one job, and sees EOF after it. Its replacement
     // starts once the call's program has had the CPUs to start (refill_due_us_).
-    if (refill_due_us_ == 0) refill_due_us_ = mono_us() + kRefillDelayMs * 1000LL;
+    if (refill_due_us_ == 0) refill_due_us_ = monotonic_us() + kRefillDelayMs * 1000LL;
     return out;
   }
   refill();

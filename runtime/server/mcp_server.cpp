@@ -33,16 +33,6 @@ void log_line(const std::string& s) {
   (void)!::write(STDERR_FILENO, line.data(), line.size());
 }
 
-Status write_all(int fd, const std::string& s) {
-  for (std::size_t off = 0; off < s.size();) {
-    ssize_t n = ::write(fd, s.data() + off, s.size() - off);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return sys_error("mcp", "write the job to the worker's memfd");
-    off += static_cast<std::size_t>(n);
-  }
-  return {};
-}
-
 // A 2025-03-26 batch: its members' responses go out together, as one array, once all are in.
 // Held as their JSON text (a run_code response is spliced, never a DOM), and counted: a member
 // whose response would take the batch past kQueuedResponseBudget is answered with a tool error.
@@ -697,7 +687,10 @@ Result<Worker> ReexecLauncher::launch(const json& job) {
   UniqueFd in(::memfd_create("sbx-mcp-job", MFD_CLOEXEC)), out(::memfd_create("sbx-mcp-response", MFD_CLOEXEC));
   if (!in.ok() || !out.ok()) return sys_error("mcp", "memfd_create for a worker's job and response");
   json copy = job;
-  SBX_TRY(write_all(in.get(), dump_json(copy, -1)));
+  if (Status w = write_all(in.get(), dump_json(copy, -1), "the job to the worker's memfd"); !w) {
+    w.error().stage = "mcp";
+    return w.error();
+  }
   ::lseek(in.get(), 0, SEEK_SET);
   // Should the server die without cancelling (SIGKILL), its workers cancel themselves.
   return spawn_worker(argv_, in.get(), std::move(out), SIGTERM);

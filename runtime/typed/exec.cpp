@@ -8,6 +8,7 @@
 
 #include <set>
 
+#include "runtime/base/clock.hpp"
 #include "runtime/base/doc_reader.hpp"
 #include "runtime/image/artifact_export.hpp"
 #include "runtime/typed/pack.hpp"
@@ -348,8 +349,7 @@ Result<PooledExec> run_exec_pooled(const ExecContext& ctx, const AwaitExecCall& 
       res.cold_reason = pool_meta["discard"].get<std::string>();
       return std::nullopt;
     }
-    struct timespec t0;
-    ::clock_gettime(CLOCK_MONOTONIC, &t0);
+    const std::int64_t t0_us = monotonic_us();
     // The profile as it is now (found and read again, not parsed): a sandbox built under another
     // file or text does not run the call, which runs cold, planned under the new one.
     auto now = find_profile(profile_name);
@@ -371,11 +371,9 @@ Result<PooledExec> run_exec_pooled(const ExecContext& ctx, const AwaitExecCall& 
       return std::nullopt;
     }
     state = std::move(*planned);
-    struct timespec t1;
-    ::clock_gettime(CLOCK_MONOTONIC, &t1);
     // The hand-out's second leg (bench/mcp_pool.py): the call planned and checked against the
     // sandbox, before the job goes to init.
-    pool_meta["plan_us"] = (t1.tv_sec - t0.tv_sec) * 1'000'000LL + (t1.tv_nsec - t0.tv_nsec) / 1000;
+    pool_meta["plan_us"] = monotonic_us() - t0_us;
     PooledCall c;
     c.spec = call.spec;
     c.job.argv = call.spec.argv;

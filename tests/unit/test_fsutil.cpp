@@ -1,10 +1,13 @@
 #include <doctest/doctest.h>
 
 #include <dirent.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <string>
 
 #include "runtime/base/fsutil.hpp"
@@ -91,4 +94,20 @@ TEST_CASE("read_file of a missing file carries ENOENT and the path") {
   REQUIRE_FALSE(r.ok());
   CHECK(r.error().err == ENOENT);
   CHECK(r.error().message.find("/nonexistent/sbx-test-file") != std::string::npos);
+}
+
+TEST_CASE("flock_waiting takes a free lock at once, and gives up on a held one after its wait") {
+  TempDir t;
+  std::string path = t.path + "/lock";
+  sbx::UniqueFd a(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
+  sbx::UniqueFd b(::open(path.c_str(), O_RDWR | O_CLOEXEC));
+  REQUIRE(a.ok());
+  REQUIRE(b.ok());
+  CHECK(sbx::flock_waiting(a.get(), LOCK_EX, 0) == 0);
+  // A second open file description is another holder: shared or exclusive, it waits, then says so.
+  CHECK(sbx::flock_waiting(b.get(), LOCK_SH, 30) == EWOULDBLOCK);
+  CHECK(sbx::flock_waiting(b.get(), LOCK_EX, 30) == EWOULDBLOCK);
+  ::flock(a.get(), LOCK_UN);
+  CHECK(sbx::flock_waiting(b.get(), LOCK_SH, 30) == 0);
+  CHECK(sbx::flock_waiting(-1, LOCK_SH, 30) == EBADF);
 }
