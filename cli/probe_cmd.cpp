@@ -4,7 +4,7 @@
 //
 // "Exactly as run would": the probe run IS `sbx run` — this command re-executes sbx with the
 // caller's own words, "probe" replaced by "run", so option parsing, profile layering, image
-// defaults, planning and enforcement are run.cpp's and the runtime's, not a copy. It adds only
+// defaults, planning and enforcement are run_cmd.cpp's and the runtime's, not a copy. It adds only
 // what the probes need: the helper bound read-only at /sbx-probe, a canary secret passed by name
 // (--env-pass), and a trace file to check the record. A `--dry-run` of the same words first gives
 // the limits the helper measures against.

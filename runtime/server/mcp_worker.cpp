@@ -36,7 +36,7 @@ namespace {
 // bound plus room for those.
 constexpr std::size_t kMaxJobBytes = kMaxMessageBytes + (1u << 20);
 
-// The tenant applied to a fully built request (as `--tenant` does, cli/run.cpp); none: no-op.
+// The tenant applied to a fully built request (as `--tenant` does, cli/run_cmd.cpp); none: no-op.
 Status apply_worker_tenant(const std::optional<std::string>& name, RunRequest& req, const json& pack = nullptr) {
   if (!name) return {};
   auto t = load_tenant(*name);
