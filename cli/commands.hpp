@@ -107,9 +107,6 @@ struct TraceSubcommand {
 // `store` is the trace store to read: the caller's, or a tenant's (--tenant, set by `trace`).
 TraceSubcommand add_trace_export_command(CLI::App* trace, std::function<Dirs()> store);  // trace_export_cmd.cpp
 
-// --tenant NAME: loads the tenant and applies it to a fully built request (tenant.hpp); an
-// error is the one line of a usage error. No-op when `name` is not given.
-Status apply_tenant_flag(const std::optional<std::string>& name, RunRequest& req, const nlohmann::json& pack = nullptr);
 // The check every --tenant option carries: an empty value is an error, never "no tenant".
 std::string tenant_option_check(const std::string& value);
 

@@ -74,7 +74,7 @@ void add_exec_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out
     ctx.events = f.events;
     if (f.tenant) {
       if (auto st = check_tenant_name(*f.tenant); !st) return json_error("usage", st.error().message);
-      ctx.before_run = [](RunRequest& run) { return apply_tenant_flag(f.tenant, run); };
+      ctx.before_run = [](RunRequest& run) { return apply_named_tenant(f.tenant, run); };
     }
     auto resp = run_exec(*rq, ctx);
     if (!resp) return json_error(resp.error().stage, resp.error().describe());

@@ -4,6 +4,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -116,6 +117,61 @@ static std::string process_title(const CLI::App& app, const sbx::cli::GlobalOpti
   return title;
 }
 
+// The commands main() may run: only the subcommand named on the command line is built (all of
+// them when none is, for `sbx --help` and for the error on an unknown one): CLI11 builds every
+// option with its validators and std::functions on the heap, and start-up is part of every run's
+// cost.
+static std::vector<sbx::cli::Command> add_commands(CLI::App& app, sbx::cli::GlobalOptions& g, int argc, char** argv) {
+  using namespace sbx::cli;
+  using Adder = void (*)(CLI::App&, GlobalOptions&, std::vector<Command>&);
+  static constexpr std::pair<std::string_view, Adder> kCommands[] = {
+      {"run", add_run_command},       {"profile", add_profile_command}, {"trace", add_trace_command},
+      {"doctor", add_doctor_command}, {"pack", add_pack_command},       {"exec", add_exec_command},
+      {"image", add_image_command},   {"key", add_key_command},         {"classify", add_classify_command},
+      {"probe", add_probe_command},   {"mcp", add_mcp_command},         {"mcp-worker", add_mcp_worker_command},
+      {"cgroup-init", add_cgroup_init_command}, {"replay", add_replay_command}, {"gc", add_gc_command},
+      {"scope-keeper", add_scope_keeper_command}};
+  std::vector<sbx::cli::Command> commands;
+  const std::string named = word_after(argc, argv, {});
+  bool known = false;
+  for (auto& [name, add] : kCommands)
+    if (name == named) {
+      add(app, g, commands);
+      known = true;
+    }
+  if (!known)
+    for (auto& [name, add] : kCommands) add(app, g, commands);
+
+  return commands;
+}
+
+// The words before the first "--" parsed by CLI11 (those after it are g.after_dashdash). The exit
+// status when main() must end here (help, version, a usage error), else nullopt.
+static std::optional<int> parse_command_line(CLI::App& app, sbx::cli::GlobalOptions& g, int argc, char** argv) {
+  using namespace sbx::cli;
+  int parse_argc = argc;
+  for (int i = 1; i < argc; ++i) {
+    if (std::string_view(argv[i]) == "--") {
+      g.after_dashdash.emplace(argv + i + 1, argv + argc);
+      parse_argc = i;
+      break;
+    }
+  }
+  try {
+    app.parse(parse_argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    // Never CLI11's own 100-114 codes: every usage error is 125 with one line.
+    return usage_error(parse_error_text(app, e, argc, argv));
+  }
+  return std::nullopt;
+}
+
 int main(int argc, char** argv) {
   // fds 0, 1 and 2 open before anything else: a caller that closed one would otherwise hand its
   // number to the first file sbx opens (a pipe to init, the seccomp listener's socket), and the
@@ -141,48 +197,9 @@ int main(int argc, char** argv) {
   g.argv.assign(argv, argv + argc);
   add_global_options(app, g);
 
-  // Only the subcommand named on the command line is built (all of them when none is, for
-  // `sbx --help` and for the error on an unknown one): CLI11 builds every option with its
-  // validators and std::functions on the heap, and start-up is part of every run's cost.
-  using Adder = void (*)(CLI::App&, GlobalOptions&, std::vector<Command>&);
-  static constexpr std::pair<std::string_view, Adder> kCommands[] = {
-      {"run", add_run_command},       {"profile", add_profile_command}, {"trace", add_trace_command},
-      {"doctor", add_doctor_command}, {"pack", add_pack_command},       {"exec", add_exec_command},
-      {"image", add_image_command},   {"key", add_key_command},         {"classify", add_classify_command},
-      {"probe", add_probe_command},   {"mcp", add_mcp_command},         {"mcp-worker", add_mcp_worker_command},
-      {"cgroup-init", add_cgroup_init_command}, {"replay", add_replay_command}, {"gc", add_gc_command},
-      {"scope-keeper", add_scope_keeper_command}};
-  std::vector<Command> commands;
-  const std::string named = word_after(argc, argv, {});
-  bool known = false;
-  for (auto& [name, add] : kCommands)
-    if (name == named) {
-      add(app, g, commands);
-      known = true;
-    }
-  if (!known)
-    for (auto& [name, add] : kCommands) add(app, g, commands);
+  std::vector<Command> commands = add_commands(app, g, argc, argv);
 
-  int parse_argc = argc;
-  for (int i = 1; i < argc; ++i) {
-    if (std::string_view(argv[i]) == "--") {
-      g.after_dashdash.emplace(argv + i + 1, argv + argc);
-      parse_argc = i;
-      break;
-    }
-  }
-  try {
-    app.parse(parse_argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::CallForAllHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::CallForVersion& e) {
-    return app.exit(e);
-  } catch (const CLI::ParseError& e) {
-    // Never CLI11's own 100-114 codes: every usage error is 125 with one line.
-    return usage_error(parse_error_text(app, e, argc, argv));
-  }
+  if (auto rc = parse_command_line(app, g, argc, argv)) return *rc;
   if (auto st = sbx::init_logging(g.log_level, g.verbose); !st) return usage_error(st.error().message);
   // argv is copied (g.argv, CLI11's results): from here on, what /proc shows is only the command
   // words and the program's argv (runtime/base/proc_title.hpp).

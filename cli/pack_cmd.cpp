@@ -6,6 +6,7 @@
 #include <set>
 
 #include "cli/commands.hpp"
+#include "runtime/launch/tenant.hpp"
 #include "runtime/model/caps.hpp"
 #include "runtime/base/fsutil.hpp"
 #include "runtime/base/json_io.hpp"
@@ -57,54 +58,50 @@ bool split_assignment(const std::string& text, std::string& name, std::string& v
   return true;
 }
 
-int run_pack_command(PackFlags& f, GlobalOptions& g) {
-  std::vector<PackProblem> problems;
-  // A run mounts a private copy, hashed as it was made (load_pack_copy): the owner of f.dir may
-  // change it at any moment. A dry run creates nothing and plans the mount of f.dir itself.
-  auto pack = f.run.dry_run ? load_pack(f.dir, problems) : load_pack_copy(f.dir, resolve_dirs(g.state_dir).state, problems);
-  if (!pack) return print_problems(f.dir, problems, pack.error());
-  print_warnings(f.dir, *pack);
-  if (f.input.empty()) return usage_error("pack run: --input FILE is required (a JSON array of records)");
-  auto input = read_bounded(f.input, kMaxRecordsBytes, "usage", f.input);
-  if (!input) return usage_error("pack run: --input: " + input.error().describe());
-
-  PackRunRequest req;
-  req.input_path = f.input;
-  req.input_bytes = std::move(*input);
-  std::set<std::string> given;
+// --context NAME=PATH: each declared by the pack, given once, readable; every required one given.
+std::optional<int> bind_contexts(const PackFlags& f, const Pack& pack, PackRunRequest& req, std::set<std::string>& given) {
   for (auto& c : f.contexts) {
     std::string name, path;
     if (!split_assignment(c, name, path) || path.empty())
       return usage_error("pack run: --context: expected NAME=PATH, got '" + c + "'");
     bool declared = false;
-    for (auto& d : pack->contexts) declared = declared || d.name == name;
+    for (auto& d : pack.contexts) declared = declared || d.name == name;
     if (!declared) return usage_error("pack run: --context " + name + ": the pack declares no such context");
     if (!given.insert("c:" + name).second) return usage_error("pack run: --context " + name + " given twice");
     if (::access(path.c_str(), R_OK) != 0)
       return usage_error("pack run: --context " + name + ": cannot read " + path + ": " + std::strerror(errno));
     req.contexts.push_back({name, path});
   }
-  for (auto& d : pack->contexts)
+  for (auto& d : pack.contexts)
     if (d.required && !given.count("c:" + d.name))
       return usage_error("pack run: the pack requires --context " + d.name + "=PATH (mounted read-only at " + d.path + ")");
+  return std::nullopt;
+}
+
+// --secret NAME=@FILE|env:VAR: each declared by the pack, given once, read now; every required
+// one given.
+std::optional<int> read_pack_secrets(const PackFlags& f, const Pack& pack, PackRunRequest& req,
+                                     std::set<std::string>& given) {
   for (auto& s : f.secrets) {
     std::string name, source;
     // Only the name is ever echoed: the text after '=' might be the secret itself.
     if (!split_assignment(s, name, source)) return usage_error("pack run: --secret: expected NAME=@FILE or NAME=env:VAR");
     bool declared = false;
-    for (auto& d : pack->secrets) declared = declared || d.name == name;
+    for (auto& d : pack.secrets) declared = declared || d.name == name;
     if (!declared) return usage_error("pack run: --secret " + name + ": the pack declares no such secret");
     if (!given.insert("s:" + name).second) return usage_error("pack run: --secret " + name + " given twice");
     auto value = read_secret_source(source);
     if (!value) return usage_error("pack run: --secret " + name + ": " + value.error().describe());
     req.secrets.push_back({name, std::move(*value)});
   }
-  for (auto& d : pack->secrets)
+  for (auto& d : pack.secrets)
     if (d.required && !given.count("s:" + d.name))
       return usage_error("pack run: the pack requires --secret " + d.name + "=@FILE|env:VAR");
+  return std::nullopt;
+}
 
-  auto profile = load_profile(f.run.profile);
-  if (!profile) return usage_error(profile.error().describe());
+// The run's spec: profile, manifest and flags layered (profile.hpp), the entrypoint as command.
+Result<RunSpec> pack_spec(PackFlags& f, const LoadedProfile& profile, const Pack& pack) {
   // A limit the operator sets by flag replaces the manifest's: the profile's ceiling binds only
   // what the manifest decides.
   std::set<std::string> by_flag;
@@ -116,30 +113,15 @@ int run_pack_command(PackFlags& f, GlobalOptions& g) {
     if (given) by_flag.insert(key);
   for (auto& c : f.run.cap_add)
     if (auto canon = canonical_capability(c)) by_flag.insert(kCapabilityByOperator + *canon);
-  auto merged = spec_from_layers(*profile, &pack->spec_patch, pack->source_dir + "/pack.json", by_flag);
-  if (!merged) return usage_error(merged.error().message);
-  f.run.command = pack->entrypoint;
-  auto spec = apply_flags(std::move(*merged), f.run);
-  if (!spec) return usage_error(spec.error().message);
+  auto merged = spec_from_layers(profile, &pack.spec_patch, pack.source_dir + "/pack.json", by_flag);
+  if (!merged) return merged.error();
+  f.run.command = pack.entrypoint;
+  return apply_flags(std::move(*merged), f.run);
+}
 
-  req.pack = std::move(*pack);
-  req.run.spec = std::move(*spec);
-  req.run.profile = profile->source;
-  req.run.dirs = resolve_dirs(g.state_dir);
-  req.run.trace_file = f.run.trace_file;
-  req.run.explicit_limits = explicit_limits(f.run);
-  req.run.limit_layers = limit_layers(*profile, &req.pack.spec_patch, req.pack.source_dir + "/pack.json", limits_given(f.run));
-  if (auto st = apply_tenant_flag(f.run.tenant, req.run, nlohmann::json{{"name", req.pack.name}, {"digest", req.pack.digest}}); !st)
-    return usage_error(st.error().message);
-  req.dry_run = f.run.dry_run;
-  if (!req.dry_run)
-    if (auto st = check_trace_file(f.run.trace_file); !st) return usage_error(st.error().describe());
-  req.run.invocation_argv = g.argv;
-  // stdout is the contract's: it carries the validated result and nothing else. The program's
-  // own stdout goes to sbx's stderr (capped by --output-limit like any run's), so a pack cannot
-  // print a result of its own where the caller reads the validated one.
-  req.run.stdout_fd = STDERR_FILENO;
-  PackRunResult res = run_pack(req);
+// What `sbx pack run` prints: the validated result (on stdout or into --result), or why it is
+// withheld. Returns the exit status.
+int print_pack_result(const PackFlags& f, const PackRunRequest& req, PackRunResult& res) {
   for (auto& e : res.errors) std::fprintf(stderr, "sbx: %s: %s\n", to_string(res.status), printable(e).c_str());
   if (res.status == RunStatus::ok && req.dry_run) {
     std::printf("%s\n", dump_json(res.result, 2).c_str());  // --result is for a run's result only
@@ -159,6 +141,48 @@ int run_pack_command(PackFlags& f, GlobalOptions& g) {
     }
   }
   return res.exit_status;
+}
+
+int run_pack_command(PackFlags& f, GlobalOptions& g) {
+  std::vector<PackProblem> problems;
+  // A run mounts a private copy, hashed as it was made (load_pack_copy): the owner of f.dir may
+  // change it at any moment. A dry run creates nothing and plans the mount of f.dir itself.
+  auto pack = f.run.dry_run ? load_pack(f.dir, problems) : load_pack_copy(f.dir, resolve_dirs(g.state_dir).state, problems);
+  if (!pack) return print_problems(f.dir, problems, pack.error());
+  print_warnings(f.dir, *pack);
+  if (f.input.empty()) return usage_error("pack run: --input FILE is required (a JSON array of records)");
+  auto input = read_bounded(f.input, kMaxRecordsBytes, "usage", f.input);
+  if (!input) return usage_error("pack run: --input: " + input.error().describe());
+
+  PackRunRequest req;
+  req.input_path = f.input;
+  req.input_bytes = std::move(*input);
+  std::set<std::string> given;
+  if (auto rc = bind_contexts(f, *pack, req, given)) return *rc;
+  if (auto rc = read_pack_secrets(f, *pack, req, given)) return *rc;
+  auto profile = load_profile(f.run.profile);
+  if (!profile) return usage_error(profile.error().describe());
+  auto spec = pack_spec(f, *profile, *pack);
+  if (!spec) return usage_error(spec.error().message);
+  req.pack = std::move(*pack);
+  req.run.spec = std::move(*spec);
+  req.run.profile = profile->source;
+  req.run.dirs = resolve_dirs(g.state_dir);
+  req.run.trace_file = f.run.trace_file;
+  req.run.explicit_limits = explicit_limits(f.run);
+  req.run.limit_layers = limit_layers(*profile, &req.pack.spec_patch, req.pack.source_dir + "/pack.json", limits_given(f.run));
+  if (auto st = apply_named_tenant(f.run.tenant, req.run, nlohmann::json{{"name", req.pack.name}, {"digest", req.pack.digest}}); !st)
+    return usage_error(st.error().message);
+  req.dry_run = f.run.dry_run;
+  if (!req.dry_run)
+    if (auto st = check_trace_file(f.run.trace_file); !st) return usage_error(st.error().describe());
+  req.run.invocation_argv = g.argv;
+  // stdout is the contract's: it carries the validated result and nothing else. The program's
+  // own stdout goes to sbx's stderr (capped by --output-limit like any run's), so a pack cannot
+  // print a result of its own where the caller reads the validated one.
+  req.run.stdout_fd = STDERR_FILENO;
+  PackRunResult res = run_pack(req);
+  return print_pack_result(f, req, res);
 }
 
 }  // namespace

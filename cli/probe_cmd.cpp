@@ -4,7 +4,7 @@
 //
 // "Exactly as run would": the probe run IS `sbx run` — this command re-executes sbx with the
 // caller's own words, "probe" replaced by "run", so option parsing, profile layering, image
-// defaults, planning and enforcement are run.cpp's and the runtime's, not a copy. It adds only
+// defaults, planning and enforcement are run_cmd.cpp's and the runtime's, not a copy. It adds only
 // what the probes need: the helper bound read-only at /sbx-probe, a canary secret passed by name
 // (--env-pass), and a trace file to check the record. A `--dry-run` of the same words first gives
 // the limits the helper measures against.
@@ -39,6 +39,7 @@
 #include "runtime/base/paths.hpp"
 #include "runtime/base/text_escape.hpp"
 #include "runtime/egress/egress_policy.hpp"
+#include "runtime/launch/probe_host.hpp"
 #include "runtime/launch/tenant.hpp"
 #include "runtime/linux/userns.hpp"
 #include "runtime/record/probe_report.hpp"
@@ -140,135 +141,6 @@ std::string random_hex(std::size_t bytes) {
   return s;
 }
 
-// Every pid on the host now (the processes that were there before the probe run are not its).
-std::set<pid_t> host_pids() {
-  struct DirCloser {
-    void operator()(DIR* d) const { ::closedir(d); }
-  };
-  std::set<pid_t> out;
-  std::unique_ptr<DIR, DirCloser> d(::opendir("/proc"));
-  if (!d) return out;
-  while (dirent* e = ::readdir(d.get())) {
-    char* end = nullptr;
-    long pid = std::strtol(e->d_name, &end, 10);
-    if (*end == 0 && pid > 0) out.insert(static_cast<pid_t>(pid));
-  }
-  return out;
-}
-
-// Host pids whose command line holds `needle` (the termination probe's survivor).
-std::vector<pid_t> pids_with(const std::string& needle) {
-  std::vector<pid_t> out;
-  for (pid_t pid : host_pids()) {
-    auto text = read_bounded("/proc/" + std::to_string(pid) + "/cmdline", 1 << 16, "probe", "cmdline");
-    if (text && text->find(needle) != std::string::npos) out.push_back(pid);
-  }
-  return out;
-}
-
-// The host's mount table as seen by sbx (the caller's mount namespace, where the supervisor runs):
-// "POINT FSTYPE SOURCE" per mount, counted. Mount ids are left out: they are what changes between
-// two reads of the same table.
-std::map<std::string, int> mount_table() {
-  std::map<std::string, int> out;
-  auto text = read_bounded("/proc/self/mountinfo", 16u << 20, "probe", "mountinfo");
-  if (!text) return out;
-  std::size_t at = 0;
-  while (at < text->size()) {
-    std::size_t nl = text->find('\n', at);
-    std::string line = text->substr(at, nl == std::string::npos ? std::string::npos : nl - at);
-    at = nl == std::string::npos ? text->size() : nl + 1;
-    std::vector<std::string> f;
-    for (std::size_t p = 0; p <= line.size();) {
-      std::size_t sp = line.find(' ', p);
-      f.push_back(line.substr(p, sp == std::string::npos ? std::string::npos : sp - p));
-      if (sp == std::string::npos) break;
-      p = sp + 1;
-    }
-    auto dash = std::find(f.begin() + std::min<std::size_t>(f.size(), 6), f.end(), "-");
-    if (f.size() < 6 || dash == f.end() || dash + 2 >= f.end()) continue;
-    ++out[f[4] + " " + *(dash + 1) + " " + *(dash + 2)];
-  }
-  return out;
-}
-
-
-// The allowlist's own targets (net.proxy_allowed, net.proxy_other_ports in probe/sbx_probe.c):
-// for each rule (at most 8) one host:port it allows, and for each host one port it does not
-// (the first of a few well-known ports the rules leave out; a host whose rules allow every port
-// gets 22, which must then pass: the probe reports what the configuration does).
-struct EgressTargets {
-  std::vector<std::string> allowed, other;
-};
-EgressTargets egress_targets(const json& plan) {
-  EgressTargets e;
-  std::vector<std::string> texts;
-  if (plan.contains("network") && plan["network"].is_object() && plan["network"].contains("allow") &&
-      plan["network"]["allow"].is_array())
-    for (auto& r : plan["network"]["allow"])
-      if (r.is_string()) texts.push_back(r.get<std::string>());
-  auto rules = parse_allow_rules(texts);
-  if (!rules) return e;
-  std::set<std::string> hosts;
-  for (const AllowRule& r : *rules) {
-    if (e.allowed.size() >= 8) break;
-    std::string host;
-    switch (r.kind) {
-      case AllowRule::Kind::name: host = r.name; break;
-      // Any name below the domain: one the probe makes up (its lookup may fail: then the proxy
-      // answers 502, which still shows the policy let it through).
-      case AllowRule::Kind::wildcard: host = "sbx-probe." + r.name; break;
-      case AllowRule::Kind::address:
-      case AllowRule::Kind::cidr: {
-        auto a = r.addr;
-        // A CIDR's first host address (the network address itself is no host's).
-        if (r.kind == AllowRule::Kind::cidr && r.prefix < (r.v6 ? 128 : 32)) a[r.v6 ? 15 : 3] |= 1;
-        host = r.v6 ? "[" + address_text(true, a) + "]" : address_text(false, a);
-        break;
-      }
-    }
-    e.allowed.push_back(host + ":" + std::to_string(r.port ? *r.port : 443));
-    if (!hosts.insert(host).second) continue;
-    int pick = 22;
-    for (int c : {22, 25, 3306, 6379, 8443, 9, 65535}) {
-      auto t = parse_authority(host + ":" + std::to_string(c), std::nullopt);
-      if (t && !check_egress(*rules, *t).allowed) {
-        pick = c;
-        break;
-      }
-    }
-    e.other.push_back(host + ":" + std::to_string(pick));
-  }
-  return e;
-}
-
-// Files under `root` (depth <= 4, at most 20000 entries, 64 MiB read in all) changed since `since`
-// whose bytes hold one of `needles`: the paths, at most 4. `*searched` counts files read.
-std::vector<std::string> files_holding(const std::string& root, const std::vector<std::string>& needles, std::time_t since,
-                                       std::size_t* searched) {
-  std::vector<std::string> hits;
-  std::error_code ec;
-  std::size_t entries = 0, bytes = 0;
-  fs::recursive_directory_iterator it(root, fs::directory_options::skip_permission_denied, ec), end;
-  for (; !ec && it != end && hits.size() < 4; it.increment(ec)) {
-    if (++entries > 20000) break;
-    if (it.depth() >= 4) it.disable_recursion_pending();
-    struct stat st {};
-    if (::lstat(it->path().c_str(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_mtime < since) continue;
-    if (bytes + static_cast<std::size_t>(st.st_size) > (64u << 20)) continue;
-    auto text = read_bounded(it->path().string(), 16u << 20, "probe", "file");
-    if (!text) continue;
-    bytes += text->size();
-    ++*searched;
-    for (auto& n : needles)
-      if (!n.empty() && text->find(n) != std::string::npos) {
-        hits.push_back(it->path().string());
-        break;
-      }
-  }
-  return hits;
-}
-
 // The refusals: options of run that would change what the probe sees or where its output goes.
 std::optional<std::string> refused(const RunFlags& f) {
   if (f.dry_run) return "--dry-run";
@@ -290,246 +162,9 @@ struct TempDir {
   }
 };
 
-// --tenant NAME: LABEL PATH pairs for the helper, one per resource of every other tenant that a
-// sandbox of NAME must not reach: its store directory and ledger, and (as root, where tenants'
-// ids differ) the files in this run's bind sources owned by its host id slice. Host paths are
-// mapped through the run's binds to where they would appear inside; a path no bind covers is
-// probed as it is (absent, unless the root itself holds it).
-std::vector<std::string> foreign_probes(const std::string& tenant, const GlobalOptions& g, const json& plan) {
-  std::vector<std::string> out;
-  auto t = load_tenant(tenant);
-  if (!t) return out;  // the dry run accepted it; a file changed since is the run's to refuse
-  std::vector<std::pair<std::string, std::string>> binds;  // src, dst
-  if (plan.contains("binds") && plan["binds"].is_array())
-    for (auto& b : plan["binds"])
-      if (b.is_object() && b["src"].is_string() && b["dst"].is_string())
-        binds.emplace_back(b["src"].get<std::string>(), b["dst"].get<std::string>());
-  // Compared as real paths: a bind given as "/", with a trailing slash or through a symlink must
-  // still map the other tenant's store to where the sandbox sees it, or the probe would look at a
-  // path that does not exist inside and call the store unreachable.
-  auto real = [](const std::string& p) {
-    char buf[PATH_MAX];
-    return ::realpath(p.c_str(), buf) ? std::string(buf) : p;
-  };
-  auto inside = [&](const std::string& host_path) {
-    const std::string host = real(host_path);
-    for (auto& [src_path, dst] : binds) {
-      const std::string src = real(src_path);
-      if (src == "/") return (dst == "/" ? std::string() : dst) + host;
-      if (host == src || host.starts_with(src + "/")) return dst + host.substr(src.size());
-    }
-    return host;
-  };
-  for (auto& o : other_tenants(*t, resolve_dirs(g.state_dir))) {
-    // probe names are [a-z0-9_.] (probe_report.cpp): the tenant's name folded to fit.
-    std::string label;
-    for (char c : o.name.substr(0, 40))
-      label += (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : (c == '-' ? '_' : c);
-    out.insert(out.end(), {label + ".store", inside(o.store)});
-    out.insert(out.end(), {label + ".ledger", inside(o.store + "/traces/ledger.jsonl")});
-    if (::geteuid() != 0) continue;
-    static const RunSpec kDefaults;
-    auto plan_o = plan_identity(kDefaults, o.id_slot);
-    if (!plan_o) continue;
-    const std::uint64_t lo = plan_o->uid_map.at(0).outside, hi = lo + plan_o->uid_map.at(0).count;
-    int files = 0;
-    for (auto& [src, dst] : binds) {
-      DIR* d = ::opendir(src.c_str());
-      if (!d) continue;
-      int seen = 0;
-      while (dirent* e = ::readdir(d)) {
-        if (++seen > 4096 || files >= 8) break;
-        struct stat st {};
-        std::string name = e->d_name;
-        if (::fstatat(::dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode)) continue;
-        if (st.st_uid < lo || st.st_uid >= hi) continue;
-        out.insert(out.end(), {label + ".file" + std::to_string(++files), dst + "/" + name});
-      }
-      ::closedir(d);
-    }
-  }
-  return out;
-}
-
-std::string joined(const std::vector<std::string>& v, std::size_t max = 5) {
-  std::string out;
-  for (std::size_t i = 0; i < v.size() && i < max; ++i) out += (out.empty() ? "" : ", ") + v[i];
-  if (v.size() > max) out += ", ... (" + std::to_string(v.size()) + " in all)";
-  return printable(out);
-}
-
-// Cleanup, judged on the host after `sbx run` has returned: nothing of the run may be left.
-void cleanup_checks(std::vector<ProbeResult>& results, const ProbeOutput& po, const json& record,
-                    const std::map<std::string, int>& mounts_before, const std::set<pid_t>& pids_before,
-                    const std::string& run_tmp, const std::string& token) {
-  // Mounts: the whole table of the caller's namespace, before and after. The sandbox's own mounts
-  // live in its mount namespace and die with it; anything new here is the run's leftover.
-  const auto after = mount_table();
-  std::vector<std::string> added;
-  for (auto& [k, n] : after) {
-    auto b = mounts_before.find(k);
-    if (n > (b == mounts_before.end() ? 0 : b->second)) added.push_back(k);
-  }
-  std::size_t before_n = 0, after_n = 0;
-  for (auto& [k, n] : mounts_before) before_n += static_cast<std::size_t>(n);
-  for (auto& [k, n] : after) after_n += static_cast<std::size_t>(n);
-  if (added.empty())
-    results.push_back({"cleanup.mounts", "held", "/proc/self/mountinfo: " + std::to_string(before_n) + " mounts before the run, " +
-                                                     std::to_string(after_n) + " after; none added"});
-  else
-    results.push_back({"cleanup.mounts", "breached", "mounts added to the host's table by the run: " + joined(added)});
-
-  // The run's cgroup: the record says which one it made (enforcement.cgroup "v2 PATH"); sbx's
-  // cgroup.hpp layout also names it run-<run_id>@... below this process's own cgroup's sbx/.
-  const json& enf = record.is_object() && record.contains("enforcement") ? record["enforcement"] : json();
-  const std::string cg = enf.is_object() && enf.contains("cgroup") && enf["cgroup"].is_string() ? enf["cgroup"].get<std::string>() : "";
-  const std::string run_id = record.is_object() && record.contains("run_id") && record["run_id"].is_string()
-                                 ? record["run_id"].get<std::string>() : "";
-  std::vector<std::string> cg_left;
-  struct stat st {};
-  if (cg.starts_with("v2 ") && ::lstat(cg.substr(3).c_str(), &st) == 0) cg_left.push_back(cg.substr(3));
-  if (!run_id.empty())
-    if (auto own = read_bounded("/proc/self/cgroup", 64u << 10, "probe", "cgroup")) {
-      auto at = own->find("0::");
-      if (at != std::string::npos) {
-        std::string rel = own->substr(at + 3, own->find('\n', at) - at - 3);
-        std::string sbx_dir = "/sys/fs/cgroup" + (rel == "/" ? std::string() : rel) + "/sbx";
-        if (DIR* d = ::opendir(sbx_dir.c_str())) {
-          while (dirent* e = ::readdir(d))
-            if (std::string(e->d_name).starts_with("run-" + run_id + "@")) cg_left.push_back(sbx_dir + "/" + e->d_name);
-          ::closedir(d);
-        }
-      }
-    }
-  if (!cg_left.empty())
-    results.push_back({"cleanup.cgroup", "breached", "the run's cgroup is still on the host: " + joined(cg_left)});
-  else if (cg.starts_with("v2 "))
-    results.push_back({"cleanup.cgroup", "held", "the run's cgroup " + printable(cg.substr(3)) + " is gone"});
-  else
-    results.push_back({"cleanup.cgroup", "held", "the run made no cgroup (record: cgroup " + printable(cg.empty() ? "?" : cg) +
-                                                     "), and none named run-" + printable(run_id) + "@ is left under sbx's own"});
-
-  // Processes: none in the run's pid namespace (the helper's inode, "I pidns"), and none in the
-  // run's host id range that carries this probe's token (other runs share sbx's range).
-  auto ns = po.info.find("pidns");
-  std::uint64_t ns_ino = ns == po.info.end() ? 0 : std::strtoull(ns->second.c_str(), nullptr, 10);
-  std::uint64_t lo = 0, hi = 0;
-  if (enf.is_object() && enf.contains("identity") && enf["identity"].is_object()) {
-    const json& m = enf["identity"].value("uid_map", json::array());
-    if (m.is_array() && !m.empty() && m[0].is_object() && m[0].contains("outside") && m[0].contains("count") &&
-        m[0]["outside"].is_number_unsigned() && m[0]["count"].is_number_unsigned()) {
-      lo = m[0]["outside"].get<std::uint64_t>();
-      hi = lo + m[0]["count"].get<std::uint64_t>();
-      if (::getuid() >= lo && ::getuid() < hi) lo = hi = 0;  // rootless: the range is the caller's own uid
-    }
-  }
-  std::vector<std::string> in_ns, in_range;
-  std::size_t unreadable = 0;
-  for (pid_t p : host_pids()) {
-    if (pids_before.count(p) || p == ::getpid()) continue;
-    std::string base = "/proc/" + std::to_string(p);
-    struct stat ps {};
-    if (ns_ino && ::stat((base + "/ns/pid").c_str(), &ps) == 0) {
-      if (ps.st_ino == ns_ino) in_ns.push_back(std::to_string(p));
-    } else if (ns_ino && errno != ENOENT) {
-      ++unreadable;
-    }
-    if (hi > lo && ::stat(base.c_str(), &ps) == 0 && ps.st_uid >= lo && ps.st_uid < hi) {
-      auto cmd = read_bounded(base + "/cmdline", 1 << 16, "probe", "cmdline");
-      if (cmd && cmd->find(token) != std::string::npos) in_range.push_back(std::to_string(p));
-    }
-  }
-  if (!ns_ino)
-    results.push_back({"cleanup.processes", "skipped", "the helper did not report its pid namespace"});
-  else if (!in_ns.empty() || !in_range.empty())
-    results.push_back({"cleanup.processes", "breached", "left on the host after the run: " +
-                                                            (in_ns.empty() ? "" : "in its pid namespace: pid " + joined(in_ns) + " ") +
-                                                            (in_range.empty() ? "" : "in its host id range: pid " + joined(in_range))});
-  else
-    results.push_back({"cleanup.processes", "held", "no process left in the run's pid namespace (inode " + std::to_string(ns_ino) + ")" +
-                                                        (hi > lo ? ", none with the probe's token in its host uid range " + std::to_string(lo) + "-" +
-                                                                       std::to_string(hi - 1)
-                                                                 : "") +
-                                                        (unreadable ? " (" + std::to_string(unreadable) + " other processes unreadable)" : "")});
-
-  // Files: the TMPDIR the run was given is empty again, and nothing in /dev/shm names the run.
-  std::vector<std::string> files;
-  std::error_code ec;
-  for (auto it = fs::directory_iterator(run_tmp, ec); !ec && it != fs::directory_iterator(); it.increment(ec))
-    if (files.size() < 20) files.push_back(it->path().string());
-  for (auto it = fs::directory_iterator("/dev/shm", ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
-    std::string n = it->path().filename().string();
-    if (n.find(token) != std::string::npos || (!run_id.empty() && n.find(run_id) != std::string::npos)) files.push_back(it->path().string());
-  }
-  if (files.empty())
-    results.push_back({"cleanup.files", "held", "the run's TMPDIR (" + printable(run_tmp) + ") is empty again; nothing in /dev/shm names the run"});
-  else
-    results.push_back({"cleanup.files", "breached", "left on the host after the run: " + joined(files)});
-}
-
-// --secret NAME: readable at /run/secrets/NAME during the run, with all its bytes (the helper's
-// "I secret.K" count against the value sbx read).
-void secret_file_check(std::vector<ProbeResult>& results, const ProbeOutput& po,
-                       const std::vector<std::pair<std::string, std::string>>& secrets) {
-  std::vector<std::string> bad, good;
-  for (std::size_t k = 0; k < secrets.size(); ++k) {
-    const auto& [name, value] = secrets[k];
-    auto n = po.info.find("secret." + std::to_string(k));
-    auto mode = po.info.find("secret." + std::to_string(k) + ".mode");
-    long long got = n == po.info.end() ? -1 : std::strtoll(n->second.c_str(), nullptr, 10);
-    std::string path = "/run/secrets/" + name;
-    if (n == po.info.end()) bad.push_back(path + ": not reported");
-    else if (got < 0) bad.push_back(path + ": " + std::strerror(static_cast<int>(-got)));
-    else if (static_cast<std::size_t>(got) != value.size())
-      bad.push_back(path + ": " + std::to_string(got) + " bytes inside, the secret has " + std::to_string(value.size()));
-    else good.push_back(path + ": all " + std::to_string(got) + " bytes" + (mode == po.info.end() ? "" : ", mode " + mode->second));
-  }
-  if (bad.empty()) results.push_back({"secret.file", "held", "readable where declared during the run: " + joined(good)});
-  else results.push_back({"secret.file", "breached", "not readable as declared: " + joined(bad)});
-}
-
-// After the run no copy of a secret is left on the host: no mount of /run/secrets in the host's
-// table, no process started since holding a value in its environment, no file changed since the
-// run began (in the run's TMPDIR, /dev/shm and sbx's state directory) holding a value. Values
-// under 8 bytes are not searched for (they would match by chance).
-void secret_after_check(std::vector<ProbeResult>& results, const std::vector<std::pair<std::string, std::string>>& secrets,
-                        const std::set<pid_t>& pids_before, const std::map<std::string, int>& mounts_before,
-                        const std::vector<std::string>& roots, std::time_t since) {
-  std::vector<std::string> needles, names, shortv, left;
-  for (auto& [name, value] : secrets) {
-    (value.size() >= 8 ? names : shortv).push_back(name);
-    if (value.size() >= 8) needles.push_back(value);
-  }
-  for (auto& [k, n] : mount_table())
-    if (k.find("secrets") != std::string::npos && n > (mounts_before.count(k) ? mounts_before.at(k) : 0)) left.push_back("mount " + k);
-  std::size_t procs = 0;
-  for (pid_t p : host_pids()) {
-    if (pids_before.count(p) || p == ::getpid()) continue;
-    auto env = read_bounded("/proc/" + std::to_string(p) + "/environ", 1u << 20, "probe", "environ");
-    if (!env) continue;
-    ++procs;
-    for (auto& v : needles)
-      if (env->find(v) != std::string::npos) {
-        left.push_back("the environment of pid " + std::to_string(p));
-        break;
-      }
-  }
-  std::size_t searched = 0;
-  for (auto& r : roots)
-    for (auto& h : files_holding(r, needles, since, &searched)) left.push_back("file " + h);
-  if (!left.empty())
-    results.push_back({"secret.after", "breached", "a secret's value is still on the host after the run: " + joined(left)});
-  else
-    results.push_back({"secret.after", "held", "after the run: no mount of /run/secrets on the host, no value in the environment of " +
-                                                   std::to_string(procs) + " processes started since, none in " + std::to_string(searched) +
-                                                   " files changed since (run TMPDIR, /dev/shm, " + printable(roots.back()) + "); values of " +
-                                                   joined(names, 8) + (shortv.empty() ? "" : " (not searched, under 8 bytes: " + joined(shortv, 8) + ")")});
-}
-
-int probe_main(const GlobalOptions& g, const RunFlags& f, bool as_json) {
-  if (g.after_dashdash) return usage_error("probe: takes run options only, no command (it runs its own probes)");
-  if (auto what = refused(f)) return usage_error("probe: " + *what + " is not taken by probe (its output is the report)");
-  // The caller's words, "probe" -> "run", without probe's own --json.
+// The caller's words, "probe" -> "run", without probe's own --json; empty when there is no
+// "probe" among them.
+std::vector<std::string> run_words(const GlobalOptions& g) {
   std::vector<std::string> base;
   bool seen = false;
   for (std::size_t i = 0; i < g.argv.size(); ++i) {
@@ -551,47 +186,63 @@ int probe_main(const GlobalOptions& g, const RunFlags& f, bool as_json) {
     if (seen && a == "--json") continue;
     base.push_back(a);
   }
-  if (!seen) return usage_error("probe: cannot find the word 'probe' in the command line");
+  return seen ? base : std::vector<std::string>{};
+}
 
-  // 1. The plan: the limits the helper measures against, from run's own --dry-run.
+// 1. The plan: the limits the helper measures against, from run's own --dry-run. Sets `rc` to
+// the usage error's status when the words make no run.
+json dry_run_plan(const std::vector<std::string>& base, int& rc) {
   std::vector<std::string> dry = base;
   for (const char* w : {"--dry-run", "--", "/sbx-probe"}) dry.push_back(w);
   Captured plan = run_self(dry, {}, std::chrono::seconds(60), false);
   if (plan.status != 0) {
     std::string line = plan.err.substr(0, plan.err.find('\n'));
     if (line.starts_with("sbx: ")) line = line.substr(5);
-    return usage_error("probe: the run options do not make a run: " + line);
+    rc = usage_error("probe: the run options do not make a run: " + line);
+    return nullptr;
   }
   auto spec = parse_json_doc(plan.out, {4u << 20}, "probe", "sbx run --dry-run");
-  if (!spec || !spec->is_object() || !(*spec)["limits"].is_object())
-    return usage_error("probe: sbx run --dry-run printed no plan");
-  auto limit = [&](const char* k) -> long long {
-    const json& v = (*spec)["limits"][k];
-    return v.is_number_integer() ? v.get<long long>() : 0;
-  };
+  if (!spec || !spec->is_object() || !(*spec)["limits"].is_object()) {
+    rc = usage_error("probe: sbx run --dry-run printed no plan");
+    return nullptr;
+  }
+  return std::move(*spec);
+}
 
-  // 2. The host side of the probes: a private directory with the helper and a marker file, a
-  //    loopback listener, a canary secret and a token that names every process of this probe.
+// 2. The host side of the probes: a private directory with the helper and a marker file, a
+//    loopback listener, a canary secret and a token that names every process of this probe.
+struct HostSide {
+  TempDir dir;
+  std::string helper, marker, token, canary, trace, run_tmp, exported;
+  int listen_fd = -1;
+  int port = 0;
+};
+
+// The helper's bytes and the marker file, in modes the sandbox's mapped user can read.
+bool write_helper(const std::string& helper, const std::string& marker) {
+  int fd = ::open(helper.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0755);
+  std::size_t size = static_cast<std::size_t>(sbx_probe_helper_end - sbx_probe_helper_begin);
+  // Modes set explicitly: the caller's umask (077 is common) must not hide the helper and the
+  // marker from the sandbox's mapped user, or the probe run fails at execve.
+  bool ok = fd >= 0 && ::write(fd, sbx_probe_helper_begin, size) == static_cast<ssize_t>(size) && ::fchmod(fd, 0755) == 0;
+  if (fd >= 0) ::close(fd);
+  int mfd = ::open(marker.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  ok = ok && mfd >= 0 && ::write(mfd, "sbx probe host marker\n", 22) == 22 && ::fchmod(mfd, 0644) == 0;
+  if (mfd >= 0) ::close(mfd);
+  return ok && size != 0;
+}
+
+std::optional<int> prepare_host_side(HostSide& h) {
   const char* tmp = std::getenv("TMPDIR");
   std::string tmpl = std::string(tmp && *tmp ? tmp : "/tmp") + "/sbx-probe-XXXXXX";
-  TempDir dir;
-  if (char* made = ::mkdtemp(tmpl.data())) dir.path = made;
+  if (char* made = ::mkdtemp(tmpl.data())) h.dir.path = made;
   else return usage_error("probe: cannot make a directory in " + tmpl + ": " + std::strerror(errno));
-  ::chmod(dir.path.c_str(), 0755);  // traversable by the sandbox's mapped user (root mode)
-  const std::string helper = dir.path + "/sbx-probe", marker = dir.path + "/host-marker";
-  {
-    int fd = ::open(helper.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0755);
-    std::size_t size = static_cast<std::size_t>(sbx_probe_helper_end - sbx_probe_helper_begin);
-    // Modes set explicitly: the caller's umask (077 is common) must not hide the helper and the
-    // marker from the sandbox's mapped user, or the probe run fails at execve.
-    bool ok = fd >= 0 && ::write(fd, sbx_probe_helper_begin, size) == static_cast<ssize_t>(size) && ::fchmod(fd, 0755) == 0;
-    if (fd >= 0) ::close(fd);
-    int mfd = ::open(marker.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    ok = ok && mfd >= 0 && ::write(mfd, "sbx probe host marker\n", 22) == 22 && ::fchmod(mfd, 0644) == 0;
-    if (mfd >= 0) ::close(mfd);
-    if (!ok || size == 0) return usage_error("probe: cannot write the probe helper to " + dir.path);
-  }
+  ::chmod(h.dir.path.c_str(), 0755);  // traversable by the sandbox's mapped user (root mode)
+  h.helper = h.dir.path + "/sbx-probe";
+  h.marker = h.dir.path + "/host-marker";
+  if (!write_helper(h.helper, h.marker)) return usage_error("probe: cannot write the probe helper to " + h.dir.path);
   int lfd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  h.listen_fd = lfd;
   sockaddr_in sa{};
   sa.sin_family = AF_INET;
   sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
@@ -599,16 +250,21 @@ int probe_main(const GlobalOptions& g, const RunFlags& f, bool as_json) {
   if (lfd < 0 || ::bind(lfd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0 || ::listen(lfd, 4) != 0 ||
       ::getsockname(lfd, reinterpret_cast<sockaddr*>(&sa), &sl) != 0)
     return usage_error(std::string("probe: cannot listen on the host's loopback: ") + std::strerror(errno));
-  const std::string token = "sbxprobe" + random_hex(8), canary = random_hex(24);
-  if (token.size() < 10 || canary.empty()) return usage_error("probe: getrandom failed");
-  const std::string trace = dir.path + "/trace.json";
+  h.port = ntohs(sa.sin_port);
+  h.token = "sbxprobe" + random_hex(8);
+  h.canary = random_hex(24);
+  if (h.token.size() < 10 || h.canary.empty()) return usage_error("probe: getrandom failed");
+  h.trace = h.dir.path + "/trace.json";
   // The run's own TMPDIR: whatever sbx run makes through it is the run's, and must be gone after.
-  const std::string run_tmp = dir.path + "/tmp";
-  if (::mkdir(run_tmp.c_str(), 0755) != 0) return usage_error("probe: cannot make " + run_tmp + ": " + std::strerror(errno));
+  h.run_tmp = h.dir.path + "/tmp";
+  if (::mkdir(h.run_tmp.c_str(), 0755) != 0) return usage_error("probe: cannot make " + h.run_tmp + ": " + std::strerror(errno));
+  h.exported = h.dir.path + "/out";
+  return std::nullopt;
+}
 
-  // Secrets: the run's --secret values (read as run reads them; the dry run has accepted them) and
-  // the canary passed by name. The host side looks for these bytes after the run.
-  std::vector<std::pair<std::string, std::string>> secrets;
+// The run's --secret values (read as run reads them; the dry run has accepted them). The host
+// side looks for these bytes after the run.
+std::optional<int> read_secrets(const RunFlags& f, SecretValues& secrets) {
   for (auto& w : f.secrets) {
     auto eq = w.find('=');
     if (eq == std::string::npos) continue;
@@ -616,47 +272,114 @@ int probe_main(const GlobalOptions& g, const RunFlags& f, bool as_json) {
     if (!v) return usage_error("probe: --secret " + w.substr(0, eq) + ": " + v.error().describe());
     secrets.push_back({w.substr(0, eq), std::move(*v)});
   }
-  const EgressTargets egress = egress_targets(*spec);
-  const Dirs dirs = resolve_dirs(g.state_dir);
+  return std::nullopt;
+}
 
-  const std::map<std::string, int> mounts_before = mount_table();
-  const std::set<pid_t> pids_before = host_pids();
-  const std::time_t started = std::time(nullptr) - 1;
-
-  // 3. The probe run.
+// 3. The probe run's words: the caller's, the helper bound in, the canary passed by name, the
+// trace and the export kept here, and the helper's own arguments.
+std::vector<std::string> probe_run_words(const std::vector<std::string>& base, const HostSide& h, const json& spec,
+                                         const SecretValues& secrets, const RunFlags& f, const Dirs& dirs) {
+  auto limit = [&](const char* k) -> long long {
+    const json& limits = spec["limits"];
+    auto v = limits.find(k);
+    return v != limits.end() && v->is_number_integer() ? v->get<long long>() : 0;
+  };
   std::vector<std::string> args = base;
-  const std::string exported = dir.path + "/out";
-  const std::vector<std::string> extra = {"--bind", helper + ":/sbx-probe", "--env-pass", "SBX_PROBE_CANARY",
-                                         "--trace-file", trace, "--output", exported, "--", "/sbx-probe", token, marker,
-                                         std::to_string(ntohs(sa.sin_port)), "@HOSTPID@", std::to_string(limit("pids")),
+  const std::vector<std::string> extra = {"--bind", h.helper + ":/sbx-probe", "--env-pass", "SBX_PROBE_CANARY",
+                                         "--trace-file", h.trace, "--output", h.exported, "--", "/sbx-probe", h.token, h.marker,
+                                         std::to_string(h.port), "@HOSTPID@", std::to_string(limit("pids")),
                                          std::to_string(limit("memory_bytes"))};
   args.insert(args.end(), extra.begin(), extra.end());
+  const EgressTargets egress = egress_targets(spec);
   for (auto& t : egress.allowed) args.insert(args.end(), {"allow", t});
   for (auto& t : egress.other) args.insert(args.end(), {"other", t});
   for (auto& [name, value] : secrets) args.insert(args.end(), {"secret", name});
   if (f.tenant) {
-    auto foreign = foreign_probes(*f.tenant, g, *spec);
+    auto foreign = foreign_probes(*f.tenant, dirs, spec);
     args.insert(args.end(), foreign.begin(), foreign.end());
   }
-  Captured run = run_self(args, {{"SBX_PROBE_CANARY", canary}, {"TMPDIR", run_tmp}}, std::chrono::seconds(600), true);
-  ::close(lfd);
-  // sbx run's own warnings (an unconfined seccomp policy, a limit it cannot enforce here) belong
-  // to the probe's caller too; its other lines are the program's, i.e. the helper's.
-  for (std::size_t at = 0; at < run.err.size();) {
-    std::size_t nl = run.err.find('\n', at);
-    std::string line = run.err.substr(at, nl == std::string::npos ? std::string::npos : nl - at);
+  return args;
+}
+
+// sbx run's own warnings (an unconfined seccomp policy, a limit it cannot enforce here) belong
+// to the probe's caller too; its other lines are the program's, i.e. the helper's.
+void relay_run_warnings(const std::string& err) {
+  for (std::size_t at = 0; at < err.size();) {
+    std::size_t nl = err.find('\n', at);
+    std::string line = err.substr(at, nl == std::string::npos ? std::string::npos : nl - at);
     // (Not the export's notes on the helper's own hostile /out entries: those are the probe.)
     if (line.starts_with("sbx: warning: ") && !line.starts_with("sbx: warning: export: skipped /out/probe-"))
       std::fprintf(stderr, "%s\n", printable(line).c_str());
     if (nl == std::string::npos) break;
     at = nl + 1;
   }
+}
+
+std::string status_of(json& record) {
+  return record.is_object() && record["result"].is_object() && record["result"]["status"].is_string()
+             ? record["result"]["status"].get<std::string>()
+             : "";
+}
+
+// 4. After the run, on the host: every check of probe_host.hpp.
+void host_checks(std::vector<ProbeResult>& results, const ProbeOutput& po, const json& record, const HostSide& h,
+                 const SecretValues& secrets, const Dirs& dirs, const std::map<std::string, int>& mounts_before,
+                 const std::set<pid_t>& pids_before, std::time_t started, const std::string& status) {
+  survivor_check(results, h.token);
+  export_check(results, h.exported);
+  cleanup_checks(results, po, record, mounts_before, pids_before, h.run_tmp, h.token);
+  if (!secrets.empty()) secret_file_check(results, po, secrets);
+  SecretValues all = secrets;
+  all.push_back({"SBX_PROBE_CANARY", h.canary});
+  secret_after_check(results, all, pids_before, mounts_before, {h.run_tmp, "/dev/shm", dirs.state}, started);
+  if (!record.is_object()) {
+    results.push_back({"record.written", "breached", "no trace record was written"});
+  } else {
+    // The record as written and the ledger's newest lines (the same record, chained and maybe
+    // signed): neither may hold a value, raw or JSON-escaped.
+    secret_record_check(results, record_and_ledger_text(h.trace, record, dirs.traces + "/ledger.jsonl"), all);
+    record_names_check(results, record, h.token, status);
+  }
+  if (po.bad_lines)
+    results.push_back({"probe.output", "skipped", std::to_string(po.bad_lines) + " lines of the sandbox's output were not probe results"});
+}
+
+int print_report(const std::vector<ProbeResult>& results, bool as_json, int run_status, const std::string& status) {
+  if (as_json) {
+    json j = probe_json(results);
+    j["run"] = {{"exit", run_status}, {"status", status}};
+    std::printf("%s\n", dump_json(j, 2, {}, true).c_str());
+  } else {
+    std::fputs(probe_table(results).c_str(), stdout);
+  }
+  return probe_exit_status(results);
+}
+
+int probe_main(const GlobalOptions& g, const RunFlags& f, bool as_json) {
+  if (g.after_dashdash) return usage_error("probe: takes run options only, no command (it runs its own probes)");
+  if (auto what = refused(f)) return usage_error("probe: " + *what + " is not taken by probe (its output is the report)");
+  const std::vector<std::string> base = run_words(g);
+  if (base.empty()) return usage_error("probe: cannot find the word 'probe' in the command line");
+  int rc = 0;
+  json spec = dry_run_plan(base, rc);
+  if (rc) return rc;
+  HostSide h;
+  if (auto bad = prepare_host_side(h)) return *bad;
+  SecretValues secrets;
+  if (auto bad = read_secrets(f, secrets)) return *bad;
+  const Dirs dirs = resolve_dirs(g.state_dir);
+  const std::map<std::string, int> mounts_before = mount_table();
+  const std::set<pid_t> pids_before = host_pids();
+  const std::time_t started = std::time(nullptr) - 1;
+
+  Captured run = run_self(probe_run_words(base, h, spec, secrets, f, dirs),
+                          {{"SBX_PROBE_CANARY", h.canary}, {"TMPDIR", h.run_tmp}}, std::chrono::seconds(600), true);
+  ::close(h.listen_fd);
+  relay_run_warnings(run.err);
   ProbeOutput po = parse_probe_output(run.out);
   json record;
-  if (auto t = read_json_file(trace, {64u << 20}, "probe", "trace")) record = std::move(*t);
-  const std::string status = record.is_object() && record["result"].is_object() && record["result"]["status"].is_string()
-                                 ? record["result"]["status"].get<std::string>()
-                                 : "";
+  if (auto t = read_json_file(h.trace, {64u << 20}, "probe", "trace")) record = std::move(*t);
+  const std::string status = status_of(record);
   if (!po.reached_memory) {
     std::string why = run.err.substr(0, run.err.find('\n'));
     return usage_error("probe: the probes did not run (sbx run exited " + std::to_string(run.status) +
@@ -669,126 +392,8 @@ int probe_main(const GlobalOptions& g, const RunFlags& f, bool as_json) {
     if (status == "oom") results.push_back({"limit.memory", "held", "the run was ended at its memory limit (status oom)"});
     else results.push_back({"limit.memory", "breached", "the run ended during the memory probe (status " + printable(status) + ")"});
   }
-
-  // 4. After the run, on the host.
-  // The survivor: double-forked, in its own session, ignoring SIGTERM/SIGHUP/SIGINT. sbx ends a
-  // run by ending its pid namespace, so it must be gone by the time `sbx run` has returned; a
-  // short grace covers the kernel's reaping of the namespace's last processes.
-  std::vector<pid_t> left;
-  const std::string survivor = std::string("sbx-probe-survivor") + '\0' + "survive" + '\0' + token;
-  for (int i = 0; i < 40; ++i) {
-    left = pids_with(survivor);
-    if (left.empty()) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  std::erase_if(results, [](auto& r) { return r.name == "term.survivor_started"; });
-  if (left.empty()) {
-    results.push_back({"term.survivor", "held", "the double-forked, signal-ignoring survivor is gone after the run"});
-  } else {
-    std::string list;
-    for (pid_t p : left) {
-      list += (list.empty() ? "" : " ") + std::to_string(p);
-      ::kill(p, SIGKILL);  // ours: started by this probe (the token names it)
-    }
-    results.push_back({"term.survivor", "breached", "still running on the host after the run: pid " + list + " (killed now)"});
-  }
-  // Artifact export: what --output made of the helper's hostile /out on the host.
-  if (std::any_of(results.begin(), results.end(), [](auto& r) {
-        return r.name == "export.prepared" && r.evidence.starts_with("/out holds");
-      })) {
-    struct stat file {}, hard {}, st {};
-    bool have_file = ::lstat((exported + "/probe-file").c_str(), &file) == 0 && S_ISREG(file.st_mode);
-    std::vector<std::string> bad;
-    if (::lstat((exported + "/probe-link").c_str(), &st) == 0 && S_ISLNK(st.st_mode)) bad.push_back("a symlink was exported");
-    if (::lstat((exported + "/probe-fifo").c_str(), &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode))
-      bad.push_back("a FIFO was exported");
-    bool have_hard = ::lstat((exported + "/probe-hard").c_str(), &hard) == 0;
-    if (have_hard && (!S_ISREG(hard.st_mode) || hard.st_nlink != 1 || (have_file && hard.st_ino == file.st_ino)))
-      bad.push_back("the hard link was exported as a link, not a copy");
-    if (!have_file) bad.push_back("the regular file was not exported");
-    std::string b;
-    for (auto& x : bad) b += (b.empty() ? "" : "; ") + x;
-    if (bad.empty())
-      results.push_back({"export.entries", "held", "--output exported the regular file; the symlink and the FIFO were "
-                                                    "skipped; the hard link " +
-                                                        std::string(have_hard ? "became an independent copy" : "was skipped")});
-    else
-      results.push_back({"export.entries", "breached", b});
-  }
-  std::erase_if(results, [](auto& r) { return r.name == "export.prepared"; });
-  cleanup_checks(results, po, record, mounts_before, pids_before, run_tmp, token);
-  if (!secrets.empty()) secret_file_check(results, po, secrets);
-  {
-    std::vector<std::pair<std::string, std::string>> all = secrets;
-    all.push_back({"SBX_PROBE_CANARY", canary});
-    secret_after_check(results, all, pids_before, mounts_before, {run_tmp, "/dev/shm", dirs.state}, started);
-  }
-
-  if (!record.is_object()) {
-    results.push_back({"record.written", "breached", "no trace record was written"});
-  } else {
-    // The record as written (the --trace-file copy, byte for byte) and the ledger's newest lines
-    // (the same record, chained and maybe signed): neither may hold a value, raw or JSON-escaped.
-    auto written = read_bounded(trace, 64u << 20, "probe", "trace");
-    std::string text = written ? *written : dump_json(record, -1);
-    if (auto fd = ::open((dirs.traces + "/ledger.jsonl").c_str(), O_RDONLY | O_CLOEXEC); fd >= 0) {
-      struct stat st {};
-      if (::fstat(fd, &st) == 0 && st.st_size > 0) {
-        off_t from = st.st_size > (8 << 20) ? st.st_size - (8 << 20) : 0;
-        std::string tail(static_cast<std::size_t>(st.st_size - from), '\0');
-        ssize_t n = ::pread(fd, tail.data(), tail.size(), from);
-        if (n > 0) text += tail.substr(0, static_cast<std::size_t>(n));
-      }
-      ::close(fd);
-    }
-    std::vector<std::pair<std::string, std::string>> all = secrets;
-    all.push_back({"SBX_PROBE_CANARY", canary});
-    std::string found, names;
-    for (auto& [name, value] : all) {
-      json as_json = value;
-      std::string escaped = dump_json(as_json, -1);
-      escaped = escaped.substr(1, escaped.size() - 2);
-      names += (names.empty() ? "" : ", ") + name;
-      if (value.size() >= 4 && (text.find(value) != std::string::npos || text.find(escaped) != std::string::npos))
-        found += (found.empty() ? "" : ", ") + name;
-    }
-    if (!found.empty())
-      results.push_back({"secret.record", "breached", "the value of " + printable(found) + " is in the trace record or the ledger"});
-    else
-      results.push_back({"secret.record", "held", "the record and the ledger's newest lines hold no value of " + printable(names) +
-                                                       " (raw or JSON-escaped)"});
-    const json& inv = record["invocation"];
-    std::vector<std::string> missing;
-    if (!record["image"].is_object() || !record["image"].contains("name")) missing.push_back("image");
-    if (!inv.is_object() || !inv["profile"].is_object() || !inv["profile"]["sha256"].is_string()) missing.push_back("profile");
-    if (!inv.is_object() || !inv["spec"].is_object() || !inv["spec"]["argv"].is_array() || inv["spec"]["argv"].size() < 2 ||
-        inv["spec"]["argv"][0] != "/sbx-probe" || inv["spec"]["argv"][1] != token)
-      missing.push_back("command");
-    const json& enf = record["enforcement"];
-    if (!enf.is_object() || !enf["seccomp"].is_object()) missing.push_back("seccomp policy");
-    if (!enf.is_object() || !enf["identity"].is_object()) missing.push_back("identity");
-    if (missing.empty())
-      results.push_back({"record.names", "held",
-                         "image " + printable(record["image"]["name"].is_string() ? record["image"]["name"].get<std::string>() : "?") +
-                             ", profile " + printable(inv["profile"]["name"].is_string() ? inv["profile"]["name"].get<std::string>() : "?") +
-                             ", command, seccomp policy and identity are named; status " + printable(status)});
-    else {
-      std::string m;
-      for (auto& x : missing) m += (m.empty() ? "" : ", ") + x;
-      results.push_back({"record.names", "breached", "the record does not name: " + m});
-    }
-  }
-  if (po.bad_lines)
-    results.push_back({"probe.output", "skipped", std::to_string(po.bad_lines) + " lines of the sandbox's output were not probe results"});
-
-  if (as_json) {
-    json j = probe_json(results);
-    j["run"] = {{"exit", run.status}, {"status", status}};
-    std::printf("%s\n", dump_json(j, 2, {}, true).c_str());
-  } else {
-    std::fputs(probe_table(results).c_str(), stdout);
-  }
-  return probe_exit_status(results);
+  host_checks(results, po, record, h, secrets, dirs, mounts_before, pids_before, started, status);
+  return print_report(results, as_json, run.status, status);
 }
 
 }  // namespace

@@ -1,6 +1,5 @@
 // sbx trace ls [-n|--limit N] [--status S] [--since T] [--pack P] [--image I] [--json] | export RUN (trace_export_cmd.cpp) | show RUN_ID|last|-N [--format json|text] [--json] | verify | head [--json]
 #include <cstdio>
-#include <cstring>
 #include <memory>
 #include <string>
 
@@ -14,6 +13,7 @@
 #include "runtime/record/trace_index.hpp"
 #include "runtime/record/trace_ledger.hpp"
 #include "runtime/record/trace_store.hpp"
+#include "runtime/record/trace_show.hpp"
 
 namespace sbx::cli {
 namespace {
@@ -25,201 +25,6 @@ Dirs store_dirs(const GlobalOptions& g) { return g_tenant_dirs ? *g_tenant_dirs 
 
 using nlohmann::json;
 
-// --- tolerant accessors: `show --format text` must print what a record has, even an odd one ------
-
-// The tolerant member read (json_io.hpp), by this file's short name.
-constexpr auto at = json_member;
-
-// Records hold text of outside origin (argv, a pack's manifest, what the program named), and a
-// stored record may have been edited: everything printed from one is escaped for the terminal.
-// ASCII-only JSON: control characters, DEL, C1 and every other non-ASCII character as \uXXXX, and
-// bytes that are not UTF-8 replaced instead of aborting the listing.
-std::string dump_safe(const json& v, int indent = -1) {
-  return v.dump(indent, ' ', true, json::error_handler_t::replace);
-}
-
-// A scalar for people: strings without quotes (made printable), null as "-", everything else as
-// compact JSON.
-std::string text(const json& v) {
-  if (v.is_null()) return "-";
-  if (v.is_string()) return printable(v.get<std::string>());
-  return dump_safe(v);
-}
-
-void line(const char* label, const std::string& value) {
-  std::printf("%-12s %s\n", label, value.c_str());
-}
-
-std::string command_of(const json& argv) {
-  std::vector<std::string> args;
-  if (argv.is_array())
-    for (auto& a : argv) args.push_back(a.is_string() ? a.get<std::string>() : dump_safe(a));
-  return shell_join(args);
-}
-
-std::string stream_line(const json& s) {
-  if (!s.is_object()) return "-";
-  std::string out = text(at(s, "bytes")) + " bytes, sha256 " + text(at(s, "sha256"));
-  if (at(s, "truncated") == true) out += ", truncated";
-  return out;
-}
-
-// "pipe from a pipe: 10485760 bytes, eof" (records of older versions have no stdin member).
-std::string stdin_line(const json& s) {
-  if (!s.is_object()) return "-";
-  std::string out = text(at(s, "mode")) + " (sbx's stdin: " + text(at(s, "source")) + ")";
-  if (at(s, "relayed") == true) {
-    out += ", " + text(at(s, "bytes")) + " bytes relayed";
-    if (at(s, "undelivered_bytes").is_number_integer() && at(s, "undelivered_bytes") != 0)
-      out += ", " + text(at(s, "undelivered_bytes")) + " read but undelivered";
-    if (at(s, "eof") == true) out += ", eof";
-    if (at(s, "closed_by_program") == true) out += ", closed by the program";
-  }
-  if (at(s, "tty").is_object())
-    out += ", pty " + text(at(at(s, "tty"), "rows")) + "x" + text(at(at(s, "tty"), "cols")) + ", stderr merged into stdout";
-  return out;
-}
-
-void print_files(const char* label, const json& files) {
-  if (!files.is_array() || files.empty()) return line(label, "none");
-  for (auto& f : files) {
-    line(label, text(at(f, "path")) + "  " + text(at(f, "bytes")) + " bytes, sha256 " + text(at(f, "sha256")));
-    label = "";
-  }
-}
-
-// The network mode, and for proxied runs what went through the proxy, host by host, with the
-// reason the latest failed connection failed (denials are listed under violations).
-void print_network(const json& enf, const json& usage) {
-  std::string mode = text(at(enf, "mode"));
-  const json& allow = at(enf, "allow");
-  if (allow.is_array() && !allow.empty()) {
-    std::string list;
-    for (auto& a : allow) list += (list.empty() ? "" : ", ") + text(a);
-    mode += " (allow " + list + ")";
-  }
-  line("network", mode);
-  if (!usage.is_object()) return;
-  line("", text(at(usage, "connections")) + " connection(s), " + text(at(usage, "denied")) + " denied, " +
-               text(at(usage, "bytes_out")) + " bytes out, " + text(at(usage, "bytes_in")) + " bytes in");
-  const json& hosts = at(usage, "hosts");
-  if (!hosts.is_array()) return;
-  for (auto& h : hosts) {
-    std::string out = text(at(h, "host")) + ": " + text(at(h, "connections")) + " connection(s)";
-    for (const char* k : {"denied", "failed", "idle_closed", "lookups_timed_out"})
-      if (at(h, k).is_number_integer() && at(h, k) != 0) out += ", " + text(at(h, k)) + " " + k;
-    out += ", " + text(at(h, "bytes_out")) + " bytes out, " + text(at(h, "bytes_in")) + " bytes in";
-    if (at(h, "last_failure").is_string()) out += "; last failure: " + text(at(h, "last_failure"));
-    line("", out);
-  }
-  const json& hs = at(usage, "hosts_summary");
-  if (at(hs, "truncated") == true)
-    line("", "... and " + text(at(hs, "unlisted_requests")) + " requests to destinations past the first " +
-                 text(at(hs, "listed_cap")) + " (" + text(at(hs, "unlisted_denied")) + " denied), not listed");
-}
-
-void print_text(const json& r) {
-  line("run", text(at(r, "run_id")));
-  line("started", text(at(r, "started_at")));
-  line("ended", text(at(r, "ended_at")));
-
-  const json& inv = at(r, "invocation");
-  const json& spec_argv = at(at(inv, "spec"), "argv");
-  line("command", command_of(spec_argv.is_array() ? spec_argv : at(inv, "argv")));
-  line("sbx argv", command_of(at(inv, "argv")));
-  line("cwd", text(at(inv, "cwd")));
-  const json& prof = at(inv, "profile");
-  line("profile", text(at(prof, "name")) + " (" + text(at(prof, "origin")) + ", sha256 " +
-                      text(at(prof, "sha256")) + ")");
-  const json& pack = at(inv, "pack");
-  if (!pack.is_null())
-    line("pack", text(at(pack, "name")) + " " + text(at(pack, "version")) + " " + text(at(pack, "digest")));
-  const json& image = at(r, "image");
-  line("image", text(at(image, "name")) + " (digest " + text(at(image, "digest")) + ")");
-
-  const json& res = at(r, "result");
-  std::string status = text(at(res, "status"));
-  if (at(res, "exit_code").is_number_integer()) status += ", exit " + text(at(res, "exit_code"));
-  if (at(res, "signal").is_number_integer()) {
-    int sig = at(res, "signal").get<int>();
-    const char* name = sig > 0 && sig < 65 ? ::strsignal(sig) : nullptr;
-    status += ", signal " + std::to_string(sig) + (name ? std::string(" (") + name + ")" : "");
-  }
-  line("status", status);
-  const json& err = at(res, "error");
-  if (err.is_object()) {
-    std::string msg = "at " + text(at(err, "stage")) + ": " + text(at(err, "message"));
-    if (at(err, "errno").is_number_integer() && at(err, "errno").get<int>() != 0) {
-      // The runtime's message may already end with the strerror text (Error::describe()).
-      std::string why = ::strerror(at(err, "errno").get<int>());
-      bool has_why = msg.size() >= why.size() && msg.compare(msg.size() - why.size(), why.size(), why) == 0;
-      msg += (has_why ? "" : ": " + why) + " (errno " + text(at(err, "errno")) + ")";
-    }
-    line("error", msg);
-  }
-  if (at(res, "reason").is_string() && !at(res, "reason").get<std::string>().empty())
-    line("reason", text(at(res, "reason")));
-
-  const json& enf = at(r, "enforcement");
-  const json& applied = at(enf, "limits_applied");
-  if (!applied.is_object() || applied.empty()) line("limits", "none applied");
-  const char* label = "limits";
-  if (applied.is_object()) {
-    for (auto& [name, v] : applied.items()) {
-      line(label, printable(name) + " = " + text(at(v, "value")) + " (" + text(at(v, "mechanism")) + ")");
-      label = "";
-    }
-  }
-  const json& not_applied = at(enf, "limits_not_applied");
-  label = "not applied";
-  if (not_applied.is_array()) {
-    for (auto& n : not_applied) {
-      line(label, text(at(n, "limit")) + ": " + text(at(n, "reason")));
-      label = "";
-    }
-  }
-
-  print_files("inputs", at(r, "inputs"));
-  print_files("outputs", at(r, "outputs"));
-  const json& os = at(r, "outputs_summary");
-  if (at(os, "truncated") == true)
-    line("", "... and " + text(at(os, "unlisted_outputs")) + " outputs not listed (" + text(at(os, "outputs")) + " in all)");
-  if (at(r, "record_truncated").is_object())
-    line("record", "over " + text(at(at(r, "record_truncated"), "max_bytes")) + " bytes: members cut (record_truncated)");
-  line("stdin", stdin_line(at(r, "stdin")));
-  line("stdout", stream_line(at(r, "stdout")));
-  line("stderr", stream_line(at(r, "stderr")));
-
-  const json& u = at(r, "usage");
-  auto ms = [&](const char* k) { return at(u, k).is_null() ? std::string("-") : text(at(u, k)) + " ms"; };
-  line("usage", "wall " + ms("wall_ms") + ", cpu user " + ms("cpu_user_ms") + ", cpu sys " + ms("cpu_sys_ms"));
-  line("", "memory peak " + (at(u, "memory_peak_bytes").is_null() ? std::string("-")
-                                                                  : text(at(u, "memory_peak_bytes")) + " bytes") +
-               ", pids peak " + text(at(u, "pids_peak")) + ", oom kills " + text(at(u, "oom_kills")));
-
-  print_network(at(at(r, "enforcement"), "network"), at(u, "network"));
-
-  const json& viol = at(r, "violations");
-  if (!viol.is_array() || viol.empty()) {
-    line("violations", "none");
-  } else {
-    label = "violations";
-    for (auto& v : viol) {
-      // A refused connection reads as a sentence; other kinds as their JSON.
-      if (at(v, "kind") == "network")
-        line(label, "network: denied " + text(at(v, "host")) + ":" + text(at(v, "port")) + " at " +
-                        text(at(v, "time_ms")) + " ms: " + text(at(v, "reason")));
-      else
-        line(label, dump_safe(v));
-      label = "";
-    }
-  }
-  const json& cut = at(at(r, "violations_summary"), "seccomp");
-  if (at(cut, "truncated") == true)
-    line("", "... and " + text(at(cut, "unlisted_calls")) + " refused system calls not listed (" +
-                 text(at(cut, "unlisted_distinct")) + " distinct kinds; " + text(at(cut, "calls")) + " in all)");
-}
-
 // nlohmann::json keeps members sorted by name; print the record's top level in the schema's order
 // (schema and run_id first, as the runtime writes it) so `show` reads top-down like the record.
 std::string pretty(const json& r) {
@@ -227,7 +32,7 @@ std::string pretty(const json& r) {
                                        "host",        "invocation", "image",   "enforcement", "inputs",
                                        "outputs",     "stdin",   "stdout",  "stderr",     "result",   "usage",
                                        "violations"};
-  if (!r.is_object()) return dump_safe(r, 2);
+  if (!r.is_object()) return dump_ascii_json(r, 2);
   nlohmann::ordered_json out = nlohmann::ordered_json::object();
   for (const char* k : kOrder)
     if (auto it = r.find(k); it != r.end()) out[k] = *it;
@@ -269,7 +74,7 @@ int run_ls(const GlobalOptions& g, const LsOptions& o) {
                    {"command", t.command},
                    {"pack", t.pack.empty() ? json(nullptr) : json{{"name", t.pack}, {"version", t.pack_version}, {"digest", t.pack_digest}}},
                    {"image", {{"name", t.image}, {"digest", t.image_digest.empty() ? json(nullptr) : json(t.image_digest)}}}});
-    std::printf("%s\n", dump_safe(a, 2).c_str());
+    std::printf("%s\n", dump_ascii_json(a, 2).c_str());
     std::fflush(stdout);
     return done();
   }
@@ -430,7 +235,7 @@ void add_trace_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& ou
         return usage_error("trace show: --json and --format " + opts->format + " contradict each other");
       auto rec = load_trace(store_dirs(g), opts->run_id);
       if (!rec) return usage_error(rec.error().describe());
-      if (opts->format == "text" && !opts->as_json) print_text(*rec);
+      if (opts->format == "text" && !opts->as_json) std::fputs(trace_show_text(*rec).c_str(), stdout);
       else std::printf("%s\n", pretty(*rec).c_str());
       return 0;
     }

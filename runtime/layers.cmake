@@ -48,7 +48,7 @@ sbx_layer(record DEPS base)
 sbx_layer(image  DEPS record base)
 sbx_layer(launch DEPS image record egress linux model base)
 sbx_layer(typed  DEPS launch image record linux model base)
-sbx_layer(server DEPS typed base)
+sbx_layer(server DEPS typed launch record model base)
 
 # The whole runtime, for the binary, the unit tests and the fuzz targets.
 add_library(sbx_runtime INTERFACE)

@@ -469,6 +469,17 @@ Status check_tenant_ceilings(const Tenant& t, RunSpec& spec, const std::map<std:
   return {};
 }
 
+Status apply_named_tenant(const std::optional<std::string>& name, RunRequest& req, const json& pack) {
+  if (!name) return {};
+  auto t = load_tenant(*name);
+  if (!t) return t.error();
+  return apply_tenant(*t, req, pack);
+}
+
+Status apply_named_tenant(const std::optional<std::string>& name, RunRequest& req) {
+  return apply_named_tenant(name, req, nullptr);
+}
+
 Status apply_tenant(const Tenant& t, RunRequest& req, const json& pack) {
   SBX_TRY(check_tenant_store(t, req.dirs));
   SBX_TRY(check_tenant_ceilings(t, req.spec, req.limit_layers));

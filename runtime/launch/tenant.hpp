@@ -93,6 +93,10 @@ Result<Dirs> tenant_store_of(const std::string& name, const Dirs& base);
 // with separate ids required: refused.
 // `pack` is the pack's {name, digest} when a pack runs (checked against `packs`), else null.
 Status apply_tenant(const Tenant& t, RunRequest& req, const nlohmann::json& pack);
+// `--tenant NAME` on a fully built request: load_tenant, then apply_tenant; no name: no-op. The
+// one way every caller (run, pack run, exec, the MCP worker) applies a tenant by name.
+Status apply_named_tenant(const std::optional<std::string>& name, RunRequest& req, const nlohmann::json& pack);
+Status apply_named_tenant(const std::optional<std::string>& name, RunRequest& req);  // no pack
 
 // Just the ceiling checks of apply_tenant on a spec (unit-tested on their own).
 // `layers`: limit name -> who set it (RunRequest::limit_layers), for the message.

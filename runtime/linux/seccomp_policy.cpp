@@ -552,6 +552,36 @@ std::string kept_caps_key(std::vector<std::string> caps) {
   for (auto& c : caps) k += " " + c;
   return k;
 }
+// The cache's entry for `key` (<key>.bpf and <key>.meta.json) into p, when it is there and
+// authentic; a tampered one is noted in p and ignored. True on a hit.
+bool take_cached_program(PreparedSeccomp& p, const std::string& bpf_path, const std::string& meta_path,
+                         const std::string& key, std::string_view cache_secret) {
+  auto meta_text = read_file(meta_path);
+  auto prog = meta_text ? read_bpf_file(bpf_path) : Result<std::vector<sock_filter>>(make_error(kStage, "miss"));
+  if (meta_text && prog) {
+    json m = parse_json(*meta_text, {kMaxPolicyBytes}).value;  // null when refused: a miss
+    bool shaped = m.is_object() && m.value("default_action", json()).is_string() && m.value("unresolved", json()).is_array() &&
+                  m.value("notes", json()).is_array() && m.value("named", json()).is_array() &&
+                  m.value("program_sha256", json()).is_string() && m.value("mac", json()).is_string();
+    // Trusted only when the MAC (keyed by a secret the store's writers do not hold) covers the
+    // meta document and the program's bytes hash to the digest it names.
+    bool authentic = shaped && same_text(m["mac"].get<std::string>(), cache_mac(cache_secret, key, m)) &&
+                     same_text(m["program_sha256"].get<std::string>(), program_digest(*prog));
+    if (meta_text && !authentic)
+      p.notes.push_back("the cached program " + bpf_path + " failed its integrity check (MAC): not used; compiled again");
+    if (authentic) {
+      p.default_action = m["default_action"].get<std::string>();
+      for (auto& n : m["named"]) if (n.is_string()) p.named.push_back(n.get<std::string>());
+      for (auto& n : m["unresolved"]) if (n.is_string()) p.unresolved.push_back(n.get<std::string>());
+      for (auto& n : m["notes"]) if (n.is_string()) p.notes.push_back(n.get<std::string>());
+      p.reference = std::move(*prog);
+      p.program_sha256 = m["program_sha256"].get<std::string>();
+      p.cached = true;
+      return true;
+    }
+  }
+  return false;
+}
 }  // namespace
 
 Result<PreparedSeccomp> prepare_seccomp(const std::string& which, const std::string& cache_dir_in,
@@ -589,30 +619,9 @@ Result<PreparedSeccomp> prepare_seccomp(const std::string& which, const std::str
                                  kept_caps_key(kept_caps));
     bpf_path = cache_dir + "/" + key + ".bpf";
     meta_path = cache_dir + "/" + key + ".meta.json";
-    auto meta_text = read_file(meta_path);
-    auto prog = meta_text ? read_bpf_file(bpf_path) : Result<std::vector<sock_filter>>(make_error(kStage, "miss"));
-    if (meta_text && prog) {
-      json m = parse_json(*meta_text, {kMaxPolicyBytes}).value;  // null when refused: a miss
-      bool shaped = m.is_object() && m.value("default_action", json()).is_string() && m.value("unresolved", json()).is_array() &&
-                    m.value("notes", json()).is_array() && m.value("named", json()).is_array() &&
-                    m.value("program_sha256", json()).is_string() && m.value("mac", json()).is_string();
-      // Trusted only when the MAC (keyed by a secret the store's writers do not hold) covers the
-      // meta document and the program's bytes hash to the digest it names.
-      bool authentic = shaped && same_text(m["mac"].get<std::string>(), cache_mac(cache_secret, key, m)) &&
-                       same_text(m["program_sha256"].get<std::string>(), program_digest(*prog));
-      if (meta_text && !authentic)
-        p.notes.push_back("the cached program " + bpf_path + " failed its integrity check (MAC): not used; compiled again");
-      if (authentic) {
-        p.default_action = m["default_action"].get<std::string>();
-        for (auto& n : m["named"]) if (n.is_string()) p.named.push_back(n.get<std::string>());
-        for (auto& n : m["unresolved"]) if (n.is_string()) p.unresolved.push_back(n.get<std::string>());
-        for (auto& n : m["notes"]) if (n.is_string()) p.notes.push_back(n.get<std::string>());
-        p.reference = std::move(*prog);
-        p.program_sha256 = m["program_sha256"].get<std::string>();
-        p.cached = true;
-        p.setup_us = monotonic_us() - t0;
-        return p;
-      }
+    if (take_cached_program(p, bpf_path, meta_path, key, cache_secret)) {
+      p.setup_us = monotonic_us() - t0;
+      return p;
     }
   }
   auto pol = parse_seccomp_policy(text, which, kept_caps);

@@ -70,6 +70,14 @@ class Server {
   void cancel(const json& request_id, const std::string& why);
   void pump();
   void finish(const std::string& key);
+  // finish's last step: the response message `envelope` (its result spliced with the worker's
+  // text at out[base, base+len) when `splice`) into `out`, then to the client or its batch.
+  void deliver(const std::shared_ptr<Batch>& batch, const json& id, bool modern, std::string& out, std::size_t base,
+               std::size_t len, std::string envelope, bool splice, std::string& member);
+  // run's steps: the poll timeout for the next deadline (kill, stop, progress, the launcher's
+  // tick), and the client's bytes split into lines (each handled by on_line).
+  int poll_timeout_ms() const;
+  void take_input(std::string_view chunk);
   void tick(Clock::time_point now);
   void shutdown(const std::string& why);
   void reply(const std::shared_ptr<Batch>& batch, json msg);
@@ -468,6 +476,12 @@ void Server::finish(const std::string& key) {
   if (modern) mark_modern(r);
   json msg = result_response(id, std::move(r));
   std::string envelope = dump_json(msg, -1);
+  deliver(batch, id, modern, out, base, len, std::move(envelope), splice, member);
+  pump();
+}
+
+void Server::deliver(const std::shared_ptr<Batch>& batch, const json& id, bool modern, std::string& out,
+                     std::size_t base, std::size_t len, std::string envelope, bool splice, std::string& member) {
   std::string marker = json(kSpliceMarker).dump();
   // The last occurrence: structuredContent is the result's last member (keys are sorted) and the
   // result the message's; the summary text before it holds the marker, if at all, escaped again.
@@ -498,7 +512,6 @@ void Server::finish(const std::string& key) {
     outbuf_ += '\n';
     flush_out();
   }
-  pump();
 }
 
 void Server::tick(Clock::time_point now) {
@@ -536,6 +549,48 @@ void Server::shutdown(const std::string& why) {
   std::vector<json> ids;
   for (auto& [k, c] : calls_) ids.push_back(c.id);
   for (auto& id : ids) cancel(id, "the server is shutting down");
+}
+
+int Server::poll_timeout_ms() const {
+  auto now = Clock::now();
+  auto next = Clock::time_point::max();
+  for (auto& [k, c] : calls_) {
+    if (c.kill_armed) next = std::min(next, c.kill_at);
+    if (stopping_) next = std::min(next, stop_by_);
+    if (!c.progress_token.is_null() && !c.cancelled && !stopping_) next = std::min(next, c.next_progress);
+  }
+  int timeout = -1;
+  if (next != Clock::time_point::max())
+    timeout = static_cast<int>(std::max<long long>(
+        0, std::chrono::duration_cast<std::chrono::milliseconds>(next - now).count() + 1));
+  if (int t = launcher_.next_tick_ms(); t >= 0 && !stopping_) timeout = timeout < 0 ? t : std::min(timeout, t);
+  return timeout;
+}
+
+void Server::take_input(std::string_view chunk) {
+  while (!chunk.empty() && !stopping_) {
+    auto nl = chunk.find('\n');
+    std::string_view part = nl == std::string_view::npos ? chunk : chunk.substr(0, nl);
+    if (!discarding_) {
+      if (inbuf_.size() + part.size() > kMaxMessageBytes) {
+        // Refused before it is held in full: memory stays bounded whatever the client sends.
+        discarding_ = true;
+        inbuf_.clear();
+        send(error_response(nullptr, kInvalidRequest,
+                            "Invalid Request: a message is longer than " + std::to_string(kMaxMessageBytes) + " bytes"));
+      } else {
+        inbuf_.append(part);
+      }
+    }
+    if (nl == std::string_view::npos) break;
+    chunk.remove_prefix(nl + 1);
+    if (!discarding_) {
+      std::string line = std::move(inbuf_);
+      inbuf_.clear();
+      on_line(line);
+    }
+    discarding_ = false;
+  }
 }
 
 int Server::run() {
@@ -576,18 +631,7 @@ int Server::run() {
         fds.push_back({c.worker->pidfd.get(), POLLIN, 0});
         keys.push_back(k);
       }
-    auto now = Clock::now();
-    auto next = Clock::time_point::max();
-    for (auto& [k, c] : calls_) {
-      if (c.kill_armed) next = std::min(next, c.kill_at);
-      if (stopping_) next = std::min(next, stop_by_);
-      if (!c.progress_token.is_null() && !c.cancelled && !stopping_) next = std::min(next, c.next_progress);
-    }
-    int timeout = -1;
-    if (next != Clock::time_point::max())
-      timeout = static_cast<int>(std::max<long long>(
-          0, std::chrono::duration_cast<std::chrono::milliseconds>(next - now).count() + 1));
-    if (int t = launcher_.next_tick_ms(); t >= 0 && !stopping_) timeout = timeout < 0 ? t : std::min(timeout, t);
+    int timeout = poll_timeout_ms();
     int n = ::poll(fds.data(), fds.size(), timeout);
     if (n < 0 && errno != EINTR) {
       log_line(std::string("poll: ") + std::strerror(errno));
@@ -604,30 +648,7 @@ int Server::run() {
       if (r < 0 && errno != EINTR && errno != EAGAIN) shutdown(std::string("stdin: ") + std::strerror(errno));
       if (r == 0) shutdown("stdin closed");
       if (r > 0) {
-        std::string_view chunk(buf.data(), static_cast<std::size_t>(r));
-        while (!chunk.empty() && !stopping_) {
-          auto nl = chunk.find('\n');
-          std::string_view part = nl == std::string_view::npos ? chunk : chunk.substr(0, nl);
-          if (!discarding_) {
-            if (inbuf_.size() + part.size() > kMaxMessageBytes) {
-              // Refused before it is held in full: memory stays bounded whatever the client sends.
-              discarding_ = true;
-              inbuf_.clear();
-              send(error_response(nullptr, kInvalidRequest,
-                                  "Invalid Request: a message is longer than " + std::to_string(kMaxMessageBytes) + " bytes"));
-            } else {
-              inbuf_.append(part);
-            }
-          }
-          if (nl == std::string_view::npos) break;
-          chunk.remove_prefix(nl + 1);
-          if (!discarding_) {
-            std::string line = std::move(inbuf_);
-            inbuf_.clear();
-            on_line(line);
-          }
-          discarding_ = false;
-        }
+        take_input(std::string_view(buf.data(), static_cast<std::size_t>(r)));
       }
     }
     if (n > 0 && (fds[2].revents & (POLLOUT | POLLERR | POLLHUP))) flush_out();

@@ -26,15 +26,6 @@
 
 namespace sbx::cli {
 
-// A container image's Entrypoint/Cmd, Env, WorkingDir and User (image_defaults.hpp) sit between
-// the profile and the flags. An image that does not resolve is left for the run to report.
-Status apply_tenant_flag(const std::optional<std::string>& name, RunRequest& req, const nlohmann::json& pack) {
-  if (!name) return {};
-  auto t = load_tenant(*name);
-  if (!t) return t.error();
-  return apply_tenant(*t, req, pack);
-}
-
 // --secret NAME=@FILE|env:VAR: read now (a bad source is the caller's error, 125, also under
 // --dry-run), held in memory only and written by init onto the run's private /run/secrets tmpfs
 // (mounts.cpp, write_secrets). Messages name the secret, never the text after '=' (it may be the
@@ -357,7 +348,7 @@ void add_run_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out)
     req.limit_layers = limit_layers(*profile, nullptr, "", limits_given(f));
     req.invocation_argv = g.argv;
     req.stdin_plan = *stdin_plan;
-    if (auto st = apply_tenant_flag(f.tenant, req); !st) return usage_error(st.error().message);
+    if (auto st = apply_named_tenant(f.tenant, req); !st) return usage_error(st.error().message);
     if (auto st = read_run_secrets(f, req); !st) return usage_error(st.error().message);
     if (f.dry_run) {
       if (!f.output_dir.empty())

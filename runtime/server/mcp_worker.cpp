@@ -1,0 +1,366 @@
+// `sbx mcp-worker`'s protocol (mcp_worker.hpp): one function per step of a call's life in the
+// worker, so that cli/mcp_cmd.cpp only parses flags and prints the response.
+#include "runtime/server/mcp_worker.hpp"
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+
+#include "runtime/base/clock.hpp"
+#include "runtime/base/fdpass.hpp"
+#include "runtime/base/json_io.hpp"
+#include "runtime/base/sha256.hpp"
+#include "runtime/base/text_escape.hpp"
+#include "runtime/launch/sandbox.hpp"
+#include "runtime/launch/tenant.hpp"
+#include "runtime/model/profile.hpp"
+#include "runtime/record/trace_ledger.hpp"
+#include "runtime/server/mcp_pool.hpp"
+#include "runtime/server/mcp_protocol.hpp"
+#include "runtime/typed/pack.hpp"
+#include "runtime/typed/pack_run.hpp"
+
+namespace sbx::mcp {
+using nlohmann::json;
+
+namespace {
+// The job wraps one message's arguments with the tool's and the profile's names: one message's
+// bound plus room for those.
+constexpr std::size_t kMaxJobBytes = kMaxMessageBytes + (1u << 20);
+
+
+// A memfd holding one of the program's streams, read back after the run.
+struct Capture {
+  UniqueFd fd{::memfd_create("sbx-mcp-capture", MFD_CLOEXEC)};
+  std::string read_all() const {
+    ::lseek(fd.get(), 0, SEEK_SET);
+    auto r = read_bounded_fd(fd.get(), static_cast<std::size_t>(kMaxCapturedStreamBytes), "mcp", "captured output");
+    return r ? *r : std::string();
+  }
+};
+
+// The job in the fd a pooled worker received; {"invalid": why} when it is not a JSON object.
+json take_job(int jfd) {
+  // This worker holds a call: if the server dies now, the run ends with its record. (A pooled
+  // worker has had SIGTERM as its parent-death signal from its start, mcp_pool.cpp: set again
+  // here, so that nothing before the call can have changed it.)
+  ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+  auto text = read_bounded_fd(jfd, kMaxJobBytes, "usage", "the mcp worker's job");
+  auto job = text ? parse_json_doc(*text, {kMaxJobBytes}, "usage", "mcp worker job") : Result<json>(text.error());
+  if (!job || !job->is_object()) return json{{"invalid", job ? "the job is not an object" : job.error().message}};
+  return std::move(*job);
+}
+
+// Why a pooled sandbox cannot be handed out, from what poll saw ("" when it still can): init
+// gone, or it said something (only a failure can come before "s"), or a signal.
+std::string unusable_sandbox(const pollfd (&fds)[4]) {
+  if (fds[1].revents) return "the pooled sandbox's init died before hand-out";
+  if (fds[2].revents) return "the pooled sandbox's init reported before hand-out";
+  if (fds[3].revents) return "a signal reached the pooled worker before hand-out";
+  return "";
+}
+
+// The hand-out's timings in the pool note, for bench/mcp_pool.py's breakdown.
+void note_handout(json& meta, const json& job, std::int64_t ready_us, const std::string& unusable) {
+  std::int64_t now = monotonic_us();
+  std::int64_t sent = job.value("pool_sent_us", now);
+  meta["hit"] = unusable.empty();
+  // How long the call waited for this sandbox to be ready (0 when it was ready first).
+  meta["waited_ms"] = std::max<std::int64_t>(0, (ready_us - sent) / 1000);
+  // The hand-out's first leg: the server's send to this worker holding the parsed job (the
+  // wake-up included).
+  meta["handout_us"] = std::max<std::int64_t>(0, now - std::max(sent, ready_us));
+  if (!unusable.empty()) meta["discard"] = unusable;
+}
+
+// A pooled worker (mcp_pool.hpp): its sandbox is built, init paused before the program's execve;
+// it waits for the job (an fd on its stdin, a unix socket), the sandbox's death or a signal.
+// Returns the job, or nullopt when none is coming (EOF: the server discards it) or the sandbox
+// is unusable with no job waiting.
+// `died` says why when the sandbox became unusable with no job waiting: the server may be handing
+// one over at this very moment (it saw a live worker), so the caller must not just exit.
+// `closed` is set when the server's end of the socket is closed (or broken): no job can come.
+std::optional<json> await_pooled_job(const PoolPause& pause, json& meta, std::int64_t t_created_us, std::string* died,
+                                     bool* closed) {
+  std::int64_t ready_us = monotonic_us();
+  meta["ready_ms"] = (ready_us - t_created_us) / 1000;
+  pollfd fds[4] = {{STDIN_FILENO, POLLIN, 0}, {pause.init_pidfd, POLLIN, 0}, {pause.init_msg_fd, POLLIN, 0}, {pause.signal_fd, POLLIN, 0}};
+  for (;;) {
+    int n = ::poll(fds, 4, -1);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return std::nullopt;
+    // An unusable sandbox is not handed out. A job already waiting is still taken, and run cold.
+    std::string unusable = unusable_sandbox(fds);
+    if (!fds[0].revents && !unusable.empty()) {
+      *died = unusable;
+      return std::nullopt;
+    }
+    if (!fds[0].revents) continue;
+    int jfd = -1;
+    ssize_t r = recv_fd(STDIN_FILENO, &jfd);
+    if (r < 0 && (errno == EAGAIN || errno == EINTR)) continue;
+    if (r <= 0 || jfd < 0) {  // EOF: the server is done with this sandbox
+      *closed = true;
+      return std::nullopt;
+    }
+    UniqueFd owned(jfd);
+    json parsed = take_job(jfd);
+    if (parsed.contains("invalid")) return parsed;
+    note_handout(meta, parsed, ready_us, unusable);
+    return parsed;
+  }
+}
+
+// A pooled worker whose sandbox could not be built: it has told the server ("failed"), which
+// hands it no call; a call the server sent before that note arrived is still taken, and runs
+// cold. nullopt on EOF (the server retired it).
+// wait_ms bounds the wait (-1: until EOF); nullopt on EOF or when it passed with no job.
+std::optional<json> await_job_after_failed_build(int wait_ms) {
+  bool shut = false;
+  for (;;) {
+    pollfd in{STDIN_FILENO, POLLIN, 0};
+    int n = shut ? 1 : ::poll(&in, 1, wait_ms);
+    if (n < 0 && errno == EINTR) continue;
+    if (n == 0) {
+      // The grace is over. The server may be sending a job this very moment (it read no note
+      // yet, a loaded machine can hold it between its check and its send): the socket is shut
+      // for reading first, so that a send from now on fails (EPIPE: the server tries its next
+      // sandbox), and what was sent before is still read below. Ending with a job unread in the
+      // socket would leave its call started and never recorded.
+      ::shutdown(STDIN_FILENO, SHUT_RD);
+      shut = true;
+      continue;
+    }
+    int jfd = -1;
+    ssize_t r = recv_fd(STDIN_FILENO, &jfd);
+    if (r < 0 && (errno == EAGAIN || errno == EINTR)) continue;
+    if (r <= 0 || jfd < 0) return std::nullopt;
+    UniqueFd owned(jfd);
+    return take_job(jfd);
+  }
+}
+
+// The tenant's policy as a pooled sandbox is built with it: its file and that file's digest.
+// Compared again at hand-out: a tenant file edited meanwhile makes the call run cold, under the
+// policy as it is now (a pooled sandbox's id slice, umask and store were fixed at build).
+std::string tenant_policy_key(const std::string& name) {
+  auto t = load_tenant(name);
+  if (!t) return "unloadable: " + t.error().message;
+  auto text = read_file(t->file);
+  if (!text) return "unreadable: " + t->file;
+  return t->file + " sha256:" + sha256_hex(*text);
+}
+
+// A line to the server on the worker's socket (mcp_pool.hpp: the worker's notes). Never blocks,
+// never raises SIGPIPE: a server that is gone reads nothing anyway.
+void tell_server(const std::string& note) {
+  (void)!::send(STDIN_FILENO, note.data(), note.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+}
+
+// Builds the pooled sandbox, tells the server it is ready, and waits for the job.
+PooledWait build_and_wait(const WorkerContext& wctx, const std::string& profile) {
+  PooledWait w;
+  std::int64_t t0 = monotonic_us();
+  w.created_at = rfc3339_now();
+  ExecContext ctx;
+  ctx.dirs = wctx.dirs;
+  ctx.invocation_argv = wctx.argv;
+  ctx.profile = profile;
+  // Under --tenant the pooled sandbox is planned with the tenant applied too: its id slice,
+  // umask and store are fixed when it is built, before any call exists. The policy's text is
+  // read before it is applied: an edit in between makes the key differ at hand-out (a cold
+  // run), never match a policy the sandbox was not built with.
+  const auto& tenant = wctx.tenant;
+  std::string tenant_key;
+  if (tenant)
+    ctx.before_run = [tenant, &tenant_key](RunRequest& run) {
+      tenant_key = tenant_policy_key(*tenant);
+      return apply_named_tenant(tenant, run);
+    };
+  w.exec = run_exec_pooled(ctx, [&](const PoolPause& p, json& meta) -> std::optional<json> {
+    meta = {{"hit", true}, {"created_at", w.created_at}, {"key", {{"profile", profile}}}};
+    if (tenant) meta["key"]["tenant"] = {{"name", *tenant}, {"policy", tenant_key}};
+    tell_server(worker_note_ready(p.cgroup_path));
+    auto j = await_pooled_job(p, meta, t0, &w.died, &w.closed);
+    if (!j) return std::nullopt;
+    w.got_job = true;
+    if (j->contains("invalid")) {
+      w.invalid = *j;
+      return std::nullopt;
+    }
+    // A sandbox already disturbed keeps that reason, unless the job is not one it could serve.
+    const bool disturbed = meta.contains("discard");
+    auto why = pooled_job_refusal(*j, profile, disturbed ? std::optional<std::string>() : tenant, tenant_key,
+                                  [&] { return tenant_policy_key(*tenant); });
+    if (!why.empty()) meta["discard"] = why;
+    return j->value("request", json::object());
+  });
+  return w;
+}
+}  // namespace
+
+std::optional<std::string> worker_tenant() {
+  const char* t = std::getenv(kMcpTenantEnv);
+  return t ? std::optional<std::string>(t) : std::nullopt;
+}
+
+json worker_error(const std::string& stage, const std::string& message) {
+  return {{"error", {{"stage", stage}, {"message", message}}}};
+}
+
+int worker_exit_status(const json& response) {
+  return response.contains("error") && !response.contains("status") ? 125 : 0;
+}
+
+Result<json> read_cold_job(int fd) {
+  auto text = read_bounded_fd(fd, kMaxJobBytes, "usage", "the mcp worker's job");
+  return text ? parse_json_doc(*text, {kMaxJobBytes}, "usage", "mcp worker job") : Result<json>(text.error());
+}
+
+json run_code_job(const json& job, const WorkerContext& wctx) {
+  ExecContext ctx;
+  ctx.dirs = wctx.dirs;
+  ctx.invocation_argv = wctx.argv;
+  ctx.profile = job.value("profile", kDefaultProfile);
+  if (auto tenant = wctx.tenant)
+    ctx.before_run = [tenant](RunRequest& run) { return apply_named_tenant(tenant, run); };
+  if (job.contains("pool")) ctx.record_extra["pool"] = job["pool"];
+  auto r = run_exec(job.value("request", json::object()), ctx);
+  return r ? *r : worker_error(r.error().stage, r.error().describe());
+}
+
+json run_pack_job(const json& job, const WorkerContext& wctx) {
+  std::vector<PackProblem> problems;
+  // The copy is what runs (load_pack_copy): the pack's directory may have changed since the
+  // server loaded it at start, and may change during the call.
+  auto pack = load_pack_copy(job.value("dir", ""), wctx.dirs.state, problems);
+  if (!pack) return worker_error("usage", problems.empty() ? pack.error().message : problems.front().describe());
+  auto profile = load_profile(job.value("profile", kDefaultProfile));
+  if (!profile) return worker_error("usage", profile.error().describe());
+  auto merged = spec_from_layers(*profile, &pack->spec_patch, pack->source_dir + "/pack.json");
+  if (!merged) return worker_error("usage", merged.error().message);
+  auto spec = wctx.with_command(std::move(*merged), pack->entrypoint);
+  if (!spec) return worker_error("usage", spec.error().message);
+  PackRunRequest req;
+  req.pack = std::move(*pack);
+  req.run.spec = std::move(*spec);
+  req.run.profile = profile->source;
+  req.run.dirs = wctx.dirs;
+  req.run.limit_layers = limit_layers(*profile, &req.pack.spec_patch, req.pack.source_dir + "/pack.json", {});
+  req.run.invocation_argv = wctx.argv;
+  if (auto st = apply_named_tenant(wctx.tenant, req.run, json{{"name", req.pack.name}, {"digest", req.pack.digest}}); !st)
+    return worker_error("usage", st.error().message);
+  req.input_path = "mcp:tools/call";
+  if (job.contains("pool")) req.run.record_extra["pool"] = job["pool"];
+  json records = job.value("records", json::array());
+  req.input_bytes = dump_json(records, -1);
+  for (auto& c : job.value("contexts", json::array()))
+    if (c.is_array() && c.size() == 2 && c[0].is_string() && c[1].is_string()) req.contexts.push_back({c[0], c[1]});
+  Capture out, err;
+  if (!out.fd.ok() || !err.fd.ok()) return worker_error("mcp", "memfd_create for the captured output");
+  req.run.stdout_fd = out.fd.get();
+  req.run.stderr_fd = err.fd.get();
+  PackRunResult res = run_pack(req);
+  if (!res.recorded)
+    return worker_error("record", "the run's trace record could not be stored (" + res.record_error +
+                                      "): its result is withheld");
+  return {{"run_id", res.trace.value("run_id", "")},
+          {"status", to_string(res.status)},
+          {"result", res.status == RunStatus::ok ? res.result : json(nullptr)},
+          {"errors", res.errors},
+          {"stdout", out.read_all()},
+          {"stderr", err.read_all()},
+          {"trace", req.run.dirs.traces + "/" + kLedgerName}};
+}
+
+json answer_job(const Result<json>& job, const WorkerContext& ctx) {
+  if (!job || !job->is_object()) return worker_error("usage", job ? "the job is not an object" : job.error().message);
+  if (job->value("tool", "") == "run_code") return run_code_job(*job, ctx);
+  if (job->value("tool", "") == "pack") return run_pack_job(*job, ctx);
+  return worker_error("usage", "unknown job tool");
+}
+
+std::string pooled_job_refusal(const json& job, const std::string& profile, const std::optional<std::string>& tenant,
+                               const std::string& policy_at_build, const std::function<std::string()>& policy_now) {
+  if (job.value("tool", "") != "run_code" || job.value("profile", "") != profile)
+    return "the job is not a run_code call under profile " + profile;
+  if (tenant && policy_now() != policy_at_build)
+    return "tenant " + *tenant + "'s policy changed since the pooled sandbox was built";
+  return "";
+}
+
+json cold_job(const json& request, const std::string& profile, const json& pool_note) {
+  return {{"tool", "run_code"}, {"profile", profile}, {"request", request}, {"pool", pool_note}};
+}
+
+Broken broken_sandbox(const PooledWait& w) {
+  const auto& res = w.exec;
+  // A sandbox that could not be built: the server is told (it then hands this worker no call,
+  // and retires it), and a call it sent before the note arrived runs cold here, its record
+  // saying why. (One that died before its call came ends instead: the server reaps it.)
+  if (!res && !w.got_job) return {"the pooled sandbox could not be built: " + res.error().describe(), -1};
+  if (res && res->request.is_null() && res->build_error)
+    return {"the pooled sandbox could not be built: " + res->build_error->describe(), -1};
+  // A sandbox that died before its job came: the server, which saw a live worker, may be
+  // sending the job right now. Told, it hands this worker nothing more; one it already sent
+  // arrives within the grace and runs cold here (without it the call would be lost: "the worker
+  // ended without a response"). Past the grace the worker shuts its socket for reading, takes a
+  // job sent until then, and otherwise ends, no record.
+  if (res && res->request.is_null() && !w.died.empty()) return {w.died, kDiedJobGraceMs};
+  // Ended before its hand-out for any other reason, the server's socket still open: a call may
+  // be waiting in it (sent while this worker was still starting) and is run cold, as above. Only
+  // EOF (the server retired this sandbox) means that none can be there.
+  if (res && res->request.is_null() && !w.got_job && !w.closed)
+    return {"the pooled sandbox ended before hand-out", kDiedJobGraceMs};
+  return {};
+}
+
+PooledNext after_broken_wait(const std::optional<json>& job, const std::string& why, const std::string& profile,
+                             const std::string& created_at) {
+  PooledNext next;
+  if (!job) next.nothing = true;  // retired: nothing to answer, nothing recorded
+  else if (job->contains("invalid")) next.response = worker_error("usage", job->value("invalid", "bad job"));
+  else
+    next.job = cold_job(job->value("request", json::object()), profile,
+                        {{"hit", false}, {"reason", why}, {"created_at", created_at}});
+  return next;
+}
+
+PooledNext after_pooled_wait(const PooledWait& w, const std::string& profile) {
+  PooledNext next;
+  const auto& res = w.exec;
+  if (!w.invalid.is_null()) {
+    next.response = worker_error("usage", w.invalid.value("invalid", "bad job"));
+  } else if (!res) {
+    next.response = worker_error(res.error().stage, res.error().describe());
+  } else if (res->request.is_null()) {
+    next.nothing = true;  // the server closed the socket before any call: nothing to answer, nothing recorded
+  } else if (!res->response.is_null()) {
+    next.response = res->response;
+  } else {
+    // Served cold here: the pooled sandbox was unusable or not made for this call.
+    next.job = cold_job(res->request, profile,
+                        {{"hit", false}, {"reason", res->pool_meta.value("discard", res->cold_reason)},
+                         {"created_at", w.created_at}});
+  }
+  return next;
+}
+
+PooledNext serve_pooled(const WorkerContext& ctx, const std::string& profile) {
+  PooledWait w = build_and_wait(ctx, profile);
+  Broken broken = broken_sandbox(w);
+  if (broken.why.empty()) return after_pooled_wait(w, profile);
+  std::fprintf(stderr, "sbx: mcp: pool: %s\n", printable(broken.why).c_str());
+  tell_server(worker_note_failed(broken.why));
+  return after_broken_wait(await_job_after_failed_build(broken.grace_ms), broken.why, profile, w.created_at);
+}
+
+}  // namespace sbx::mcp

@@ -1,0 +1,95 @@
+#pragma once
+// `sbx mcp-worker`: one call of `sbx mcp`, in a process of its own (cli/mcp_cmd.cpp parses its
+// flags and prints its response). A cold worker reads one job on stdin (a memfd the server
+// wrote); a pooled one (--pooled, mcp_pool.hpp) builds its sandbox first, then waits for the job
+// on its socket. Either answers with one JSON response on stdout.
+//
+// A job is {"tool": "run_code"|"pack", "profile", "request"|"dir"+"records"+"contexts", "pool"?}
+// (mcp_server.cpp writes it). A response is run_exec's or a pack's; {"error": {"stage",
+// "message"}} when the job could not run at all (the worker then exits 125).
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/base/error.hpp"
+#include "runtime/base/paths.hpp"
+#include "runtime/model/spec.hpp"
+#include "runtime/typed/exec.hpp"
+
+namespace sbx::mcp {
+
+// The tenant of `sbx mcp --tenant`, as its workers (children of the server) inherit it.
+inline constexpr const char* kMcpTenantEnv = "SBX_MCP_WORKER_TENANT";
+std::optional<std::string> worker_tenant();
+
+// What every job of a worker runs with.
+struct WorkerContext {
+  Dirs dirs;                          // the state directories (--state-dir)
+  std::vector<std::string> argv;      // sbx's own argv, recorded
+  std::optional<std::string> tenant;  // worker_tenant()
+  // A pack's merged spec with its entrypoint as the command, as `sbx run` would take it with no
+  // other flag (cli's apply_flags): one definition of what a flag-less run is.
+  std::function<Result<RunSpec>(RunSpec, const std::vector<std::string>& command)> with_command;
+};
+
+nlohmann::json worker_error(const std::string& stage, const std::string& message);
+// The worker's exit status for its response: 125 when the job could not run at all.
+int worker_exit_status(const nlohmann::json& response);
+
+// A cold worker's job, as read from its stdin (bounded, parsed).
+Result<nlohmann::json> read_cold_job(int fd);
+// The response to a job: run_code, a pack, or an error for a job that is no object or names no
+// tool the worker knows.
+nlohmann::json answer_job(const Result<nlohmann::json>& job, const WorkerContext& ctx);
+nlohmann::json run_code_job(const nlohmann::json& job, const WorkerContext& ctx);
+nlohmann::json run_pack_job(const nlohmann::json& job, const WorkerContext& ctx);
+
+// How a pooled worker's sandbox ended its wait: run_exec_pooled's result and what the wait saw.
+struct PooledWait {
+  Result<PooledExec> exec = make_error("mcp", "not run");
+  bool got_job = false;    // a job arrived (valid or not)
+  bool closed = false;     // the server closed its end: no job can come
+  std::string died;        // the sandbox became unusable with no job waiting: why
+  nlohmann::json invalid;  // {"invalid": why} when the job was no JSON object
+  std::string created_at;  // when the worker started building (the record's pool note)
+};
+// Why a pooled sandbox cannot serve any call ("" when it can), and how long to wait for a job the
+// server may already have sent (-1: until the server closes the socket).
+struct Broken {
+  std::string why;
+  int grace_ms = -1;
+};
+Broken broken_sandbox(const PooledWait& w);
+// How long a worker whose sandbox died before hand-out waits for a job the server may already be
+// sending (the server's hand-out is one check of the worker's note and one sendmsg: microseconds).
+inline constexpr int kDiedJobGraceMs = 2000;
+
+// What a pooled worker does after its wait: nothing (no call came: nothing answered, nothing
+// recorded), answer `response`, or run `job` cold.
+struct PooledNext {
+  bool nothing = false;
+  nlohmann::json response;
+  nlohmann::json job;
+};
+// The step after a wait whose sandbox is usable (broken_sandbox(w).why empty).
+PooledNext after_pooled_wait(const PooledWait& w, const std::string& profile);
+// The step once a broken sandbox's worker has taken `job` (nullopt: none came).
+PooledNext after_broken_wait(const std::optional<nlohmann::json>& job, const std::string& why,
+                             const std::string& profile, const std::string& created_at);
+// Why a pooled sandbox does not serve `job` ("" when it does): another tool or profile, or a
+// tenant policy edited since the build (policy_now(), asked only when `tenant` is given, differs
+// from policy_at_build).
+std::string pooled_job_refusal(const nlohmann::json& job, const std::string& profile,
+                               const std::optional<std::string>& tenant, const std::string& policy_at_build,
+                               const std::function<std::string()>& policy_now);
+// The job a pooled worker runs cold: run_code under its profile, with the pool note for the record.
+nlohmann::json cold_job(const nlohmann::json& request, const std::string& profile, const nlohmann::json& pool_note);
+
+// The whole pooled worker: build, tell the server, wait, and decide (may block until the server
+// closes the socket).
+PooledNext serve_pooled(const WorkerContext& ctx, const std::string& profile);
+
+}  // namespace sbx::mcp

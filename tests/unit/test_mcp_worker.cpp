@@ -1,0 +1,99 @@
+#include <doctest/doctest.h>
+
+#include "runtime/server/mcp_worker.hpp"
+
+using namespace sbx;
+using namespace sbx::mcp;
+using nlohmann::json;
+
+TEST_CASE("mcp worker: a job that is no object or names no known tool is answered with a usage error") {
+  WorkerContext ctx;
+  json r = answer_job(json::array(), ctx);
+  CHECK(r == json{{"error", {{"stage", "usage"}, {"message", "the job is not an object"}}}});
+  CHECK(worker_exit_status(r) == 125);
+  r = answer_job(json{{"tool", "shell"}}, ctx);
+  CHECK(r["error"]["message"] == "unknown job tool");
+  r = answer_job(Result<json>(make_error("usage", "mcp worker job: not JSON")), ctx);
+  CHECK(r["error"]["message"] == "mcp worker job: not JSON");
+  // A run's response carries its status: an error in it is the program's, not the worker's.
+  CHECK(worker_exit_status(json{{"status", "error"}, {"error", "x"}}) == 0);
+  CHECK(worker_exit_status(json{{"status", "ok"}}) == 0);
+}
+
+TEST_CASE("mcp worker: a pooled sandbox serves only run_code under its profile and its tenant's policy as built") {
+  int asked = 0;
+  auto now = [&](std::string v) {
+    return [&asked, v] {
+      ++asked;
+      return v;
+    };
+  };
+  json call = {{"tool", "run_code"}, {"profile", "untrusted"}};
+  CHECK(pooled_job_refusal(call, "untrusted", std::nullopt, "", now("x")) == "");
+  CHECK(asked == 0);  // no tenant: its policy is never read
+  CHECK(pooled_job_refusal(call, "trusted", std::nullopt, "", now("")) ==
+        "the job is not a run_code call under profile trusted");
+  CHECK(pooled_job_refusal(json{{"tool", "pack"}, {"profile", "untrusted"}}, "untrusted", "t", "k", now("k")) ==
+        "the job is not a run_code call under profile untrusted");
+  CHECK(pooled_job_refusal(call, "untrusted", "t", "k", now("k")) == "");
+  CHECK(pooled_job_refusal(call, "untrusted", "t", "k", now("k2")) ==
+        "tenant t's policy changed since the pooled sandbox was built");
+}
+
+TEST_CASE("mcp worker: a pooled sandbox that cannot serve says why, and waits for a job the server may have sent") {
+  PooledWait w;
+  w.exec = make_error("clone", "no");
+  CHECK(broken_sandbox(w).why == "the pooled sandbox could not be built: no");
+  CHECK(broken_sandbox(w).grace_ms == -1);
+  w.got_job = true;  // the build failed with a job taken: answered with the error, not broken
+  CHECK(broken_sandbox(w).why.empty());
+
+  PooledExec ex;
+  ex.build_error = make_error("mounts", "busy");
+  w = {};
+  w.exec = ex;
+  CHECK(broken_sandbox(w).why == "the pooled sandbox could not be built: busy");
+
+  w = {};
+  w.exec = PooledExec{};
+  w.died = "the pooled sandbox's init died before hand-out";
+  CHECK(broken_sandbox(w).why == w.died);
+  CHECK(broken_sandbox(w).grace_ms == kDiedJobGraceMs);
+
+  w.died.clear();
+  CHECK(broken_sandbox(w).why == "the pooled sandbox ended before hand-out");
+  w.closed = true;  // EOF: the server retired it, no job can be waiting
+  CHECK(broken_sandbox(w).why.empty());
+}
+
+TEST_CASE("mcp worker: after a pooled wait the call is answered, run cold with its reason, or nothing is done") {
+  PooledWait w;
+  w.created_at = "2026-12-02T10:00:00.000Z";
+  w.exec = PooledExec{};
+  w.closed = true;
+  CHECK(after_pooled_wait(w, "untrusted").nothing);
+
+  PooledExec ran;
+  ran.request = json{{"code", "x"}};
+  ran.response = json{{"status", "ok"}};
+  w.exec = ran;
+  auto next = after_pooled_wait(w, "untrusted");
+  CHECK_FALSE(next.nothing);
+  CHECK(next.response == json{{"status", "ok"}});
+
+  PooledExec cold;
+  cold.request = json{{"code", "y"}};
+  cold.pool_meta = json{{"discard", "why"}};
+  w.exec = cold;
+  next = after_pooled_wait(w, "p");
+  CHECK(next.job == json{{"tool", "run_code"}, {"profile", "p"}, {"request", {{"code", "y"}}},
+                         {"pool", {{"hit", false}, {"reason", "why"}, {"created_at", "2026-12-02T10:00:00.000Z"}}}});
+
+  w.invalid = json{{"invalid", "the job is not an object"}};
+  CHECK(after_pooled_wait(w, "p").response["error"]["message"] == "the job is not an object");
+
+  CHECK(after_broken_wait(std::nullopt, "b", "p", "2026-12-02T10:00:00.000Z").nothing);
+  next = after_broken_wait(json{{"request", {{"code", "z"}}}}, "b", "p", "2026-12-02T10:00:00.000Z");
+  CHECK(next.job["pool"] == json{{"hit", false}, {"reason", "b"}, {"created_at", "2026-12-02T10:00:00.000Z"}});
+  CHECK(next.job["request"] == json{{"code", "z"}});
+}
