@@ -11,6 +11,7 @@
 
 #include "runtime/model/profile.hpp"
 #include "runtime/launch/sandbox.hpp"
+#include "runtime/model/limits_table.hpp"
 #include "runtime/model/spec.hpp"
 
 namespace sbx::cli {
@@ -73,6 +74,9 @@ Result<RunSpec> apply_flags(RunSpec spec, const RunFlags& f);
 void add_limit_options(CLI::App* app, RunFlags& f);
 // Every option of `sbx run` (add_limit_options and the rest); `sbx probe` takes the same.
 void add_run_options(CLI::App* app, RunFlags& f);
+// The text of a limit's flag (limits_table.hpp) as given, unset when not; nullptr for a limit
+// without a flag.
+const std::optional<std::string>* limit_flag_text(const RunFlags& f, const sbx::LimitKind& k);
 // The limits given by flag (warned about when they cannot be enforced as asked).
 std::vector<std::string> explicit_limits(const RunFlags& f);
 // The same, as a set (limits_plan.hpp's names: "memory", ..., "timeout", "output"), for

@@ -105,12 +105,8 @@ Result<RunSpec> pack_spec(PackFlags& f, const LoadedProfile& profile, const Pack
   // A limit the operator sets by flag replaces the manifest's: the profile's ceiling binds only
   // what the manifest decides.
   std::set<std::string> by_flag;
-  for (auto [given, key] : {std::pair{f.run.timeout.has_value(), "timeout"}, {f.run.memory.has_value(), "memory"},
-                            {f.run.pids.has_value(), "pids"}, {f.run.cpus.has_value(), "cpus"},
-                            {f.run.cpu_time.has_value(), "cpu_time"}, {f.run.output_limit.has_value(), "output_limit"},
-                            {f.run.output_max_bytes.has_value(), "output_max_bytes"},
-                            {f.run.output_max_files.has_value(), "output_max_files"}})
-    if (given) by_flag.insert(key);
+  for (auto& k : limit_kinds())
+    if (auto* v = limit_flag_text(f.run, k); v && *v) by_flag.insert(k.name);
   for (auto& c : f.run.cap_add)
     if (auto canon = canonical_capability(c)) by_flag.insert(kCapabilityByOperator + *canon);
   auto merged = spec_from_layers(profile, &pack.spec_patch, pack.source_dir + "/pack.json", by_flag);

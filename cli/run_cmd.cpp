@@ -71,14 +71,6 @@ Status apply_image_config(RunSpec& spec, RunFlags& f, const GlobalOptions& g) {
 }
 
 namespace {
-// "none" and "unlimited" clear a limit that the profile or the manifest set: the operator's flags
-// may raise a limit, so they may remove it too. "0" clears only --cpus (as for docker run); for a
-// duration, a size or a count, 0 is more likely a slip than a wish for no limit, and stays an
-// error (--output-limit 0 is a limit: nothing passes).
-bool clears(const std::string& v, bool zero_clears) {
-  return v == "none" || v == "unlimited" || (zero_clears && v == "0");
-}
-
 Result<std::int64_t> size(const std::string& flag, const std::string& v, bool allow_zero) {
   auto r = parse_size_bytes(v);
   if (!r) return make_error("usage", flag + ": " + r.error().message);
@@ -86,64 +78,26 @@ Result<std::int64_t> size(const std::string& flag, const std::string& v, bool al
   return r;
 }
 
-// The limit flags onto the merged limits: a value replaces the profile's or manifest's, none
-// clears it (clears() above).
+// The limit flags onto the merged limits (limits_table.hpp's apply_limit_flag): a value replaces
+// the profile's or manifest's, none clears it.
 Status apply_limit_flags(Limits& limits, const RunFlags& f) {
-  auto duration = [](const std::string& flag, const std::string& v) -> Result<std::int64_t> {
-    auto r = parse_duration_ms(v);
-    if (!r) return make_error("usage", flag + ": " + r.error().message);
-    if (*r <= 0) return make_error("usage", flag + ": must be greater than zero (or none for no limit)");
-    return r;
-  };
-  if (f.timeout && clears(*f.timeout, false)) {
-    limits.timeout_ms.reset();
-  } else if (f.timeout) {
-    auto r = duration("--timeout", *f.timeout);
-    if (!r) return r.error();
-    limits.timeout_ms = *r;
-  }
-  if (f.cpu_time && clears(*f.cpu_time, false)) {
-    limits.cpu_time_ms.reset();
-  } else if (f.cpu_time) {
-    auto r = duration("--cpu-time", *f.cpu_time);
-    if (!r) return r.error();
-    limits.cpu_time_ms = *r;
-  }
-  if (f.output_limit && clears(*f.output_limit, false)) {
-    limits.output_limit_bytes.reset();
-  } else if (f.output_limit) {
-    auto r = size("--output-limit", *f.output_limit, true);
-    if (!r) return r.error();
-    limits.output_limit_bytes = *r;
-  }
-  if (f.memory && clears(*f.memory, false)) {
-    limits.memory_bytes.reset();
-  } else if (f.memory) {
-    auto r = size("--memory", *f.memory, false);
-    if (!r) return r.error();
-    limits.memory_bytes = *r;
-  }
-  if (f.pids && clears(*f.pids, false)) {
-    limits.pids.reset();
-  } else if (f.pids) {
-    char* end = nullptr;
-    long long n = std::strtoll(f.pids->c_str(), &end, 10);
-    if (f.pids->empty() || *end != '\0' || n <= 0 || n > 4'194'304)
-      return make_error("usage", "--pids: bad process count '" + *f.pids + "' (a positive integer, or none)");
-    limits.pids = n;
-  }
-  if (f.cpus && clears(*f.cpus, true)) {
-    limits.cpus.reset();
-  } else if (f.cpus) {
-    char* end = nullptr;
-    double n = std::strtod(f.cpus->c_str(), &end);
-    if (f.cpus->empty() || *end != '\0' || !(n > 0) || n > 4096)
-      return make_error("usage", "--cpus: bad CPU count '" + *f.cpus + "' (a positive number, e.g. 0.5, or none)");
-    limits.cpus = n;
-  }
+  for (const LimitKind* k : limit_kinds_by(&LimitOrder::flag))
+    if (auto* v = limit_flag_text(f, *k); v && *v) SBX_TRY(apply_limit_flag(limits, *k, **v));
   return {};
 }
 }  // namespace
+
+const std::optional<std::string>* limit_flag_text(const RunFlags& f, const LimitKind& k) {
+  // RunFlags' member for each limit flag of limits_table.hpp (CLI11 fills them by name).
+  static const std::pair<const char*, std::optional<std::string> RunFlags::*> kMembers[] = {
+      {"--timeout", &RunFlags::timeout},   {"--memory", &RunFlags::memory},
+      {"--pids", &RunFlags::pids},         {"--cpus", &RunFlags::cpus},
+      {"--cpu-time", &RunFlags::cpu_time}, {"--output-limit", &RunFlags::output_limit},
+      {"--output-max-bytes", &RunFlags::output_max_bytes}, {"--output-max-files", &RunFlags::output_max_files}};
+  for (auto& [flag, member] : kMembers)
+    if (std::string_view(k.flag) == flag) return &(f.*member);
+  return nullptr;
+}
 
 // Flags override the merged profile; list-valued flags add to the profile's lists.
 Result<RunSpec> apply_flags(RunSpec spec, const RunFlags& f) {
@@ -245,20 +199,16 @@ std::vector<std::string> explicit_limits(const RunFlags& f) {
   // Limits the user asked for by flag get a warning when they cannot be enforced as asked;
   // a profile's defaults only get the trace record (and -v), so runs stay quiet by default.
   std::vector<std::string> v;
-  if (f.memory) v.push_back("memory");
-  if (f.pids) v.push_back("pids");
-  if (f.cpus) v.push_back("cpus");
-  if (f.cpu_time) v.push_back("cpu_time");
+  for (const LimitKind* k : limit_kinds_by(&LimitOrder::plan))
+    if (auto* t = limit_flag_text(f, *k); k->enforced == LimitEnforcement::plan && t && *t) v.push_back(k->plan_name);
   return v;
 }
 
 std::set<std::string> limits_given(const RunFlags& f) {
   std::set<std::string> v;
-  for (auto [given, name] : {std::pair{f.memory.has_value(), "memory"}, {f.pids.has_value(), "pids"},
-                             {f.cpus.has_value(), "cpus"}, {f.cpu_time.has_value(), "cpu_time"},
-                             {f.timeout.has_value(), "timeout"}, {f.output_limit.has_value(), "output"},
-                             {f.gpu.has_value(), "gpu"}})
-    if (given) v.insert(name);
+  for (const LimitKind* k : limit_kinds_by(&LimitOrder::plan))
+    if (auto* t = limit_flag_text(f, *k); t && *t) v.insert(k->plan_name);
+  if (f.gpu) v.insert("gpu");
   return v;
 }
 

@@ -17,6 +17,7 @@
 #include "runtime/base/fsutil.hpp"
 #include "runtime/linux/host_blockers.hpp"
 #include "runtime/linux/limits_plan.hpp"
+#include "runtime/model/limits_table.hpp"
 #include "runtime/linux/scope_reuse.hpp"
 #include "runtime/base/signals.hpp"
 
@@ -86,8 +87,8 @@ ScopeFacts gather_scope_facts(const RunSpec& spec, const CgroupInfo& info) {
     }
   }
   f.layout = info.layout;
-  const Limits& l = spec.limits;
-  f.wants_cgroup = l.memory_bytes || l.pids || l.cpus || l.cpu_time_ms;
+  for (auto& k : limit_kinds())  // a limit of the limit plan: cgroup v2, else an rlimit fallback
+    f.wants_cgroup = f.wants_cgroup || (k.enforced == LimitEnforcement::plan && limit_set(spec.limits, k));
   if (f.rootless && !f.in_scope && !f.cgroup_usable) {  // only then is it worth a connect()
     std::string rt = runtime_dir();
     for (const char* s : {"/systemd/private", "/bus"}) {

@@ -7,6 +7,7 @@
 
 #include "runtime/launch/facility.hpp"
 #include "runtime/launch/preflight.hpp"
+#include "runtime/model/limits_table.hpp"
 
 namespace sbx {
 using nlohmann::json;
@@ -26,13 +27,8 @@ namespace {
 
 // A limit's value as a number (bytes, milliseconds, a count), not the plan's string.
 json limit_value(const Limits& l, const std::string& limit) {
-  if (limit == "memory") return *l.memory_bytes;
-  if (limit == "pids") return *l.pids;
-  if (limit == "cpus") return *l.cpus;
-  if (limit == "cpu_time") return *l.cpu_time_ms;
-  if (limit == "timeout") return *l.timeout_ms;
-  if (limit == "output") return *l.output_limit_bytes;
-  return nullptr;
+  const LimitKind* k = limit_kind_by_plan_name(limit);
+  return k ? limit_json(l, *k) : json(nullptr);
 }
 
 // Which limits are enforced and how: wall time, output and /tmp size are sbx's own; memory,

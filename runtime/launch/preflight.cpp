@@ -17,20 +17,17 @@
 #include "runtime/record/ledger_key.hpp"
 #include "runtime/base/units.hpp"
 #include "runtime/launch/facility.hpp"
+#include "runtime/model/limits_table.hpp"
 #include "runtime/linux/userns.hpp"
 
 namespace sbx {
 namespace {
 using nlohmann::json;
 
-// The flag that sets each limit of the plan (limits_plan.hpp's names).
-const char* flag_of(const std::string& limit) {
-  if (limit == "cpu_time") return "--cpu-time";
-  if (limit == "output") return "--output-limit";
-  if (limit == "memory") return "--memory";
-  if (limit == "pids") return "--pids";
-  if (limit == "cpus") return "--cpus";
-  return "--timeout";
+// The flag that sets each limit of the plan (limits_table.hpp; every planned limit has one).
+std::string flag_of(const std::string& limit) {
+  const LimitKind* k = limit_kind_by_plan_name(limit);
+  return k && k->flag[0] ? k->flag : "the " + limit + " flag";
 }
 
 // As root, init looks a bind source up as the sandbox's root: the host uid and gid that inside 0
@@ -213,8 +210,8 @@ namespace {
 // way the flag takes it ("64M", "2s"), so a user can match it against the command line.
 std::string value_as_flag_spells_it(const LimitDecision& d) {
   try {
-    if (d.limit == "memory" || d.limit == "output") return format_size(std::stoll(d.value));
-    if (d.limit == "cpu_time" || d.limit == "timeout") return format_duration_ms(std::stoll(d.value));
+    const LimitKind* k = limit_kind_by_plan_name(d.limit);
+    if (LimitFormat fmt = k ? limit_format(k->unit) : nullptr) return fmt(std::stoll(d.value));
   } catch (const std::exception&) {
   }
   return d.value;

@@ -19,6 +19,7 @@
 #include "runtime/launch/sandbox.hpp"
 #include "runtime/base/suggest.hpp"
 #include "runtime/base/units.hpp"
+#include "runtime/model/limits_table.hpp"
 #include "runtime/linux/userns.hpp"
 
 namespace sbx {
@@ -93,11 +94,23 @@ std::string layer_of(const std::map<std::string, std::string>& layers, const std
 // than a manifest does. A value that only the profile or sbx's defaults set (nobody asked for it
 // in this run) is lowered to the ceiling, as is "unlimited" from those layers: a tenant whose
 // ceiling is below the profile's default can still run with the default profile.
+bool sets_ceiling(const Tenant& t, const char* spec_key) {
+  return std::find(t.limit_keys_set.begin(), t.limit_keys_set.end(), spec_key) != t.limit_keys_set.end();
+}
+
+// One limit whose rule is TenantCeiling::refuse_raise. A value the caller asked for (a flag, a
+// pack's manifest, an exec request) above the ceiling is refused: the tenant is the operator's own
+// higher policy, so a flag passes it no more than a manifest does. A value that only the profile
+// or sbx's defaults set (nobody asked for it in this run) is lowered to the ceiling, as is
+// "unlimited" from those layers: a tenant whose ceiling is below the profile's default can still
+// run with the default profile.
 template <typename T>
-Status cap(const Tenant& t, const char* spec_key, const char* name, const char* layer_name, const std::optional<T>& ceiling,
-           std::optional<T>& asked, const std::map<std::string, std::string>& layers, std::string (*fmt)(std::int64_t)) {
-  if (std::find(t.limit_keys_set.begin(), t.limit_keys_set.end(), spec_key) == t.limit_keys_set.end()) return {};
-  std::string layer = layer_of(layers, layer_name);
+Status cap(const Tenant& t, const LimitKind& k, const std::optional<T>& ceiling, std::optional<T>& asked,
+           const std::map<std::string, std::string>& layers) {
+  if (!sets_ceiling(t, k.spec_key)) return {};
+  const std::string name = k.name;
+  LimitFormat fmt = limit_format(k.unit);
+  std::string layer = layer_of(layers, k.plan_name ? k.plan_name : k.name);
   const bool from_below = layer.starts_with("profile ") || layer.starts_with("sbx's defaults") || layer == "the run";
   if (from_below) {
     if (!asked || *asked > *ceiling) asked = ceiling;
@@ -105,27 +118,28 @@ Status cap(const Tenant& t, const char* spec_key, const char* name, const char* 
   }
   if (!asked) {
     if (layer.starts_with("flag "))
-      return make_error("usage", std::string("tenant '") + t.name + "': " + name + ": unlimited (" + layer +
+      return make_error("usage", "tenant '" + t.name + "': " + name + ": unlimited (" + layer +
                                      ") is above the tenant's ceiling (" + shown_limit(ceiling, fmt) +
                                      "): a tenant's ceiling binds the operator's flags too");
     asked = ceiling;
     return {};
   }
   if (*asked > *ceiling)
-    return make_error("usage", std::string("tenant '") + t.name + "': " + name + ": " + shown_limit(asked, fmt) + " (" + layer +
+    return make_error("usage", "tenant '" + t.name + "': " + name + ": " + shown_limit(asked, fmt) + " (" + layer +
                                    ") is above the tenant's ceiling (" + shown_limit(ceiling, fmt) +
                                    "): nothing below a tenant may raise its limits, the operator's flags included");
   return {};
 }
 
-Status cap_plain(const Tenant& t, const char* spec_key, const char* name, std::int64_t ceiling, std::int64_t& asked,
-                 std::string (*fmt)(std::int64_t)) {
-  if (std::find(t.limit_keys_set.begin(), t.limit_keys_set.end(), spec_key) == t.limit_keys_set.end()) return {};
-  // These have no layer record (limit_layers names the six enforced limits): lowered, never
-  // raised, whoever set them.
-  (void)name;
-  (void)fmt;
-  if (asked > ceiling) asked = ceiling;
+// TenantCeiling::lower: these have no layer record (limit_layers names the limits of the plan):
+// lowered, never raised, whoever set them.
+Status cap_plain(const Tenant& t, const char* spec_key, std::int64_t ceiling, std::int64_t& asked) {
+  if (sets_ceiling(t, spec_key) && asked > ceiling) asked = ceiling;
+  return {};
+}
+template <typename T>
+Status cap_lower(const Tenant& t, const char* spec_key, const std::optional<T>& ceiling, std::optional<T>& asked) {
+  if (sets_ceiling(t, spec_key) && (!asked || *asked > *ceiling)) asked = ceiling;
   return {};
 }
 
@@ -422,18 +436,16 @@ bool tenant_allows_image(const Tenant& t, const std::string& image, const std::s
 }
 
 Status check_tenant_ceilings(const Tenant& t, RunSpec& spec, const std::map<std::string, std::string>& layers) {
-  const Limits& c = t.limits;
-  Limits& a = spec.limits;
-  SBX_TRY(cap(t, "timeout_ms", "timeout", "timeout", c.timeout_ms, a.timeout_ms, layers, format_duration_ms));
-  SBX_TRY(cap(t, "cpu_time_ms", "cpu_time", "cpu_time", c.cpu_time_ms, a.cpu_time_ms, layers, format_duration_ms));
-  SBX_TRY(cap(t, "memory_bytes", "memory", "memory", c.memory_bytes, a.memory_bytes, layers, format_size));
-  SBX_TRY(cap(t, "pids", "pids", "pids", c.pids, a.pids, layers, nullptr));
-  SBX_TRY(cap(t, "cpus", "cpus", "cpus", c.cpus, a.cpus, layers, nullptr));
-  SBX_TRY(cap(t, "output_limit_bytes", "output_limit", "output", c.output_limit_bytes, a.output_limit_bytes, layers, format_size));
-  SBX_TRY(cap_plain(t, "tmp_size_bytes", "tmp_size", c.tmp_size_bytes, a.tmp_size_bytes, format_size));
-  SBX_TRY(cap_plain(t, "out_size_bytes", "out_size", c.out_size_bytes, a.out_size_bytes, format_size));
-  SBX_TRY(cap_plain(t, "output_max_bytes", "output_max_bytes", c.output_max_bytes, a.output_max_bytes, format_size));
-  SBX_TRY(cap_plain(t, "output_max_files", "output_max_files", c.output_max_files, a.output_max_files, nullptr));
+  // Every limit of limits_table.hpp, by its tenant rule.
+  for (const LimitKind* k : limit_kinds_by(&LimitOrder::ceiling))
+    SBX_TRY(std::visit(
+        [&](auto m) -> Status {
+          if constexpr (std::is_same_v<decltype(m), std::int64_t Limits::*>)
+            return cap_plain(t, k->spec_key, t.limits.*m, spec.limits.*m);
+          else if (k->tenant == TenantCeiling::lower) return cap_lower(t, k->spec_key, t.limits.*m, spec.limits.*m);
+          else return cap(t, *k, t.limits.*m, spec.limits.*m, layers);
+        },
+        k->member));
 
   // Network: every rule of the run must fall inside one of the tenant's.
   std::vector<AllowRule> ceiling;

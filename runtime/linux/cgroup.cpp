@@ -17,6 +17,10 @@
 #include <fstream>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
+
+#include "runtime/model/limits_table.hpp"
+
 namespace sbx {
 namespace {
 
@@ -380,17 +384,21 @@ Result<RunCgroup> RunCgroup::create(const CgroupInfo& info, const Limits& limits
     return make_error(kStage, "invalid run id '" + run_id + "' for a cgroup name", EINVAL);
   if (info.mount.empty() || info.self_path.empty())
     return make_error(kStage, "no cgroup v2 hierarchy is mounted", ENOENT);
-  if (limits.memory_bytes && *limits.memory_bytes <= 0)
-    return make_error(kStage, "memory limit must be positive", EINVAL);
-  if (limits.pids && *limits.pids <= 0) return make_error(kStage, "pids limit must be positive", EINVAL);
-  if (limits.cpus && !(*limits.cpus > 0)) return make_error(kStage, "cpus limit must be positive", EINVAL);
+  // The controllers the limits need (limits_table.hpp), each limit positive.
+  std::vector<std::string> required;
+  for (auto& k : limit_kinds()) {
+    if (!k.controller || !limit_set(limits, k)) continue;
+    if (!(limit_json(limits, k).get<double>() > 0))
+      return make_error(kStage, std::string(k.plan_name) + " limit must be positive", EINVAL);
+    required.push_back(k.controller);
+  }
 
   const std::string own = own_dir(info);
   // Read <own>'s controllers afresh: `info` may describe sbx-supervisor, not <own>.
   auto avail_text = read_ctl(own + "/cgroup.controllers");
   if (!avail_text) return avail_text.error();
   auto avail = split_words(*avail_text);
-  std::vector<std::string> wanted, required;
+  std::vector<std::string> wanted;
   for (const char* c : kControllers)
     if (contains(avail, c)) wanted.push_back(c);
   if (wanted.empty())
@@ -398,9 +406,6 @@ Result<RunCgroup> RunCgroup::create(const CgroupInfo& info, const Limits& limits
                       "cgroup v2 at " + own + " offers none of memory, pids, cpu (cgroup.controllers: '" +
                           join(avail) + "'; on a v1/v2 hybrid host they are bound to cgroup v1)",
                       ENOTSUP);
-  if (limits.memory_bytes) required.push_back("memory");
-  if (limits.pids) required.push_back("pids");
-  if (limits.cpus) required.push_back("cpu");
   for (const auto& c : required)
     if (!contains(avail, c))
       return make_error(kStage, "the " + c + " controller is not available in " + own + " (cgroup.controllers: '" +

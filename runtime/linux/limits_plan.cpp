@@ -7,6 +7,9 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <string_view>
+
+#include "runtime/model/limits_table.hpp"
 
 namespace sbx {
 namespace {
@@ -138,9 +141,10 @@ namespace {
 struct Cgroups {
   const CgroupInfo& info;
   bool rootless, cgroup_ok;
+  bool gpu;  // the run has GPUs (plan_memory)
 };
 
-LimitDecision plan_memory(const Limits& limits, const Cgroups& c, LimitPlan& plan, bool gpu) {
+LimitDecision plan_memory(const Limits& limits, const Cgroups& c, LimitPlan& plan) {
   LimitDecision d{"memory", std::to_string(*limits.memory_bytes)};
   std::string gap = cgroup_gap(c.info, c.rootless, c.cgroup_ok, "memory");
   if (gap.empty()) {
@@ -149,7 +153,7 @@ LimitDecision plan_memory(const Limits& limits, const Cgroups& c, LimitPlan& pla
                "memory.oom.group=1; an OOM kill is read from memory.events";
     plan.cgroup_limits.memory_bytes = limits.memory_bytes;
     d.applied = true;
-  } else if (gpu) {
+  } else if (c.gpu) {
     d.reason = gap + "; with --gpu the rlimit fallback (RLIMIT_DATA, RLIMIT_FSIZE; never RLIMIT_AS) is not applied: "
                "CUDA's driver and libraries map far more than a program uses, and per-process caps break them. "
                "Host memory is NOT bounded for this run; GPU memory never is (no MIG)";
@@ -220,25 +224,37 @@ LimitDecision plan_cpu_time(const Limits& limits, const Cgroups& c, LimitPlan& p
   return d;
 }
 
+LimitDecision plan_timeout(const Limits& limits, const Cgroups&, LimitPlan&) {
+  return {"timeout", std::to_string(*limits.timeout_ms), "supervisor timerfd",
+          "wall time from start, to the millisecond; then the whole sandbox is killed", true};
+}
+
+LimitDecision plan_output(const Limits& limits, const Cgroups&, LimitPlan&) {
+  return {"output", std::to_string(*limits.output_limit_bytes), "supervisor byte cap",
+          "per stream passed through; the rest is dropped and marked truncated", true};
+}
+
+// The planner of each limit with a plan name in limits_table.hpp (its enforcement, which only
+// this layer knows); test_limits_table checks that none is missing.
+using Planner = LimitDecision (*)(const Limits&, const Cgroups&, LimitPlan&);
+struct NamedPlanner {
+  const char* plan_name;
+  Planner plan;
+};
+constexpr NamedPlanner kPlanners[] = {
+    {"memory", plan_memory}, {"pids", plan_pids}, {"cpus", plan_cpus}, {"cpu_time", plan_cpu_time}, {"timeout", plan_timeout}, {"output", plan_output},
+};
+
 }  // namespace
 
 LimitPlan plan_limits(const Limits& limits, const CgroupInfo& info, bool rootless, bool cgroup_ok, bool gpu) {
   LimitPlan plan;
   plan.use_cgroup = cgroup_gap(info, rootless, cgroup_ok, "").empty();
-  const Cgroups c{info, rootless, cgroup_ok};
-  if (limits.memory_bytes) plan.decisions.push_back(plan_memory(limits, c, plan, gpu));
-  if (limits.pids) plan.decisions.push_back(plan_pids(limits, c, plan));
-  if (limits.cpus) plan.decisions.push_back(plan_cpus(limits, c, plan));
-  if (limits.cpu_time_ms) plan.decisions.push_back(plan_cpu_time(limits, c, plan));
-  if (limits.timeout_ms) {
-    LimitDecision d{"timeout", std::to_string(*limits.timeout_ms), "supervisor timerfd",
-                    "wall time from start, to the millisecond; then the whole sandbox is killed", true};
-    plan.decisions.push_back(d);
-  }
-  if (limits.output_limit_bytes) {
-    LimitDecision d{"output", std::to_string(*limits.output_limit_bytes), "supervisor byte cap",
-                    "per stream passed through; the rest is dropped and marked truncated", true};
-    plan.decisions.push_back(d);
+  const Cgroups c{info, rootless, cgroup_ok, gpu};
+  for (const LimitKind* k : limit_kinds_by(&LimitOrder::plan)) {
+    if (!limit_set(limits, *k)) continue;
+    for (auto& p : kPlanners)
+      if (std::string_view(k->plan_name) == p.plan_name) plan.decisions.push_back(p.plan(limits, c, plan));
   }
   return plan;
 }

@@ -6,6 +6,7 @@
 
 #include "runtime/egress/egress_policy.hpp"
 #include "runtime/model/embedded_profiles.hpp"
+#include "runtime/model/limits_table.hpp"
 #include "runtime/base/json_io.hpp"
 #include "runtime/model/spec.hpp"
 #include "runtime/base/suggest.hpp"
@@ -220,13 +221,14 @@ Status workload_limits(const json& l, const Reader& r, Workload& w) {
   if (!l.is_object()) return r.fail("/limits", "must be an object");
   SBX_TRY(r.keys(l, "/limits", {"cpus", "memory", "processes", "output", "timeout", "spend"}));
   if (l.contains("cpus")) {
-    if (!l["cpus"].is_number() || !(l["cpus"].get<double>() > 0) || l["cpus"].get<double>() > 4096)
-      return r.fail("/limits/cpus", "must be a number of CPUs above 0 (e.g. 0.5), at most 4096");
+    // The bounds of the run's own limits (limits_table.hpp): a workload past them could never run.
+    if (!l["cpus"].is_number() || !(l["cpus"].get<double>() > 0) || l["cpus"].get<double>() > kMaxCpus)
+      return r.fail("/limits/cpus", "must be a number of CPUs above 0 (e.g. 0.5), at most " + std::to_string(kMaxCpus));
     w.cpus = l["cpus"].get<double>();
   }
   if (l.contains("processes")) {
     if (!l["processes"].is_number_integer() || l["processes"].get<std::int64_t>() <= 0 ||
-        l["processes"].get<std::int64_t>() > 4'194'304)
+        l["processes"].get<std::int64_t>() > kMaxPids)
       return r.fail("/limits/processes", "must be a positive integer");
     w.processes = l["processes"].get<std::int64_t>();
   }

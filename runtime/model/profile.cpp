@@ -11,6 +11,7 @@
 #include "runtime/model/embedded_profiles.hpp"
 #include "runtime/model/gpu_request.hpp"
 #include "runtime/base/paths.hpp"
+#include "runtime/model/limits_table.hpp"
 #include "runtime/base/json_io.hpp"
 #include "runtime/base/suggest.hpp"
 #include "runtime/base/units.hpp"
@@ -165,22 +166,16 @@ Result<RunSpec> spec_from_layers(const LoadedProfile& profile, const json* manif
 std::map<std::string, std::string> limit_layers(const LoadedProfile& profile, const json* manifest_patch,
                                                 const std::string& manifest_source,
                                                 const std::set<std::string>& by_flag) {
-  static constexpr std::pair<const char*, const char*> kKeys[] = {
-      {"memory", "memory_bytes"}, {"pids", "pids"},     {"cpus", "cpus"},
-      {"cpu_time", "cpu_time_ms"}, {"timeout", "timeout_ms"}, {"output", "output_limit_bytes"}};
-  static constexpr std::pair<const char*, const char*> kFlags[] = {
-      {"memory", "--memory"},     {"pids", "--pids"},       {"cpus", "--cpus"},
-      {"cpu_time", "--cpu-time"}, {"timeout", "--timeout"}, {"output", "--output-limit"}};
   auto sets = [](const json* patch, const char* key) {
     return patch && patch->is_object() && patch->contains("limits") && (*patch)["limits"].is_object() &&
            (*patch)["limits"].contains(key) && !(*patch)["limits"][key].is_null();
   };
   std::map<std::string, std::string> out;
-  for (std::size_t i = 0; i < std::size(kKeys); ++i) {
-    auto [limit, key] = kKeys[i];
-    if (by_flag.count(limit)) out[limit] = std::string("flag ") + kFlags[i].second;
-    else if (sets(manifest_patch, key)) out[limit] = manifest_source;
-    else if (sets(&profile.patch, key)) out[limit] = "profile '" + profile.source.name + "'";
+  for (const LimitKind* k : limit_kinds_by(&LimitOrder::plan)) {
+    const std::string limit = k->plan_name;
+    if (by_flag.count(limit)) out[limit] = std::string("flag ") + k->flag;
+    else if (sets(manifest_patch, k->spec_key)) out[limit] = manifest_source;
+    else if (sets(&profile.patch, k->spec_key)) out[limit] = "profile '" + profile.source.name + "'";
     else out[limit] = "sbx's defaults";
   }
   // GPUs (gpu.hpp): who asked for them, and who set the ceiling.
@@ -200,42 +195,31 @@ std::map<std::string, std::string> limit_layers(const LoadedProfile& profile, co
 }
 
 namespace {
-// A manifest's name for each limit (pack.hpp's limit keys) and the flag that raises it.
-struct CeilingKey {
-  const char* key;
-  const char* flag;
-};
-
 template <typename T>
-Status at_most(const std::optional<T>& ceiling, const std::optional<T>& asked, CeilingKey k, const std::string& source,
-               const std::string& profile, const std::set<std::string>& by_operator,
-               std::string (*fmt)(std::int64_t) = nullptr) {
-  if (!ceiling || (asked && *asked <= *ceiling) || by_operator.count(k.key)) return {};
+Status at_most(const std::optional<T>& ceiling, const std::optional<T>& asked, const LimitKind& k, const std::string& source,
+               const std::string& profile, const std::set<std::string>& by_operator) {
+  if (!ceiling || (asked && *asked <= *ceiling) || by_operator.count(k.name)) return {};
   std::string raise = k.flag[0] ? std::string("; the operator may raise it with ") + k.flag : std::string();
-  return make_error("usage", source + ": /limits/" + k.key + ": " + shown_limit(asked, fmt) + " is above the ceiling of profile '" +
+  LimitFormat fmt = limit_format(k.unit);
+  return make_error("usage", source + ": /limits/" + k.name + ": " + shown_limit(asked, fmt) + " is above the ceiling of profile '" +
                                  profile + "' (" + shown_limit(ceiling, fmt) +
                                  "): a manifest or request may lower a limit, never raise it" + raise);
+}
+
+template <typename M>
+auto as_optional(const Limits& l, M m) {
+  if constexpr (std::is_same_v<M, std::int64_t Limits::*>) return std::optional<std::int64_t>(l.*m);
+  else return l.*m;
 }
 }  // namespace
 
 Status check_ceilings(const RunSpec& ceiling, const RunSpec& asked, const std::string& source,
                       const std::string& profile, const std::set<std::string>& op) {
-  const Limits& c = ceiling.limits;
-  const Limits& a = asked.limits;
-  SBX_TRY(at_most(c.timeout_ms, a.timeout_ms, {"timeout", "--timeout"}, source, profile, op, format_duration_ms));
-  SBX_TRY(at_most(c.cpu_time_ms, a.cpu_time_ms, {"cpu_time", "--cpu-time"}, source, profile, op, format_duration_ms));
-  SBX_TRY(at_most(c.memory_bytes, a.memory_bytes, {"memory", "--memory"}, source, profile, op, format_size));
-  SBX_TRY(at_most(c.pids, a.pids, {"pids", "--pids"}, source, profile, op));
-  SBX_TRY(at_most(c.cpus, a.cpus, {"cpus", "--cpus"}, source, profile, op));
-  SBX_TRY(at_most(c.output_limit_bytes, a.output_limit_bytes, {"output_limit", "--output-limit"}, source, profile, op,
-                  format_size));
-  using O = std::optional<std::int64_t>;
-  SBX_TRY(at_most(O(c.tmp_size_bytes), O(a.tmp_size_bytes), {"tmp_size", ""}, source, profile, op, format_size));
-  SBX_TRY(at_most(O(c.out_size_bytes), O(a.out_size_bytes), {"out_size", ""}, source, profile, op, format_size));
-  SBX_TRY(at_most(O(c.output_max_bytes), O(a.output_max_bytes), {"output_max_bytes", "--output-max-bytes"}, source,
-                  profile, op, format_size));
-  SBX_TRY(at_most(O(c.output_max_files), O(a.output_max_files), {"output_max_files", "--output-max-files"}, source,
-                  profile, op));
+  // Every limit of limits_table.hpp, one rule: at most the profile's; its flag is the operator's.
+  for (const LimitKind* k : limit_kinds_by(&LimitOrder::ceiling))
+    SBX_TRY(std::visit(
+        [&](auto m) { return at_most(as_optional(ceiling.limits, m), as_optional(asked.limits, m), *k, source, profile, op); },
+        k->member));
   // gpu.max: a ceiling of the profile's that no layer raises (--gpu included: plan_gpu checks the
   // request against the merged max, gpu.hpp).
   if (ceiling.gpu.max != kGpuMaxAll && (asked.gpu.max == kGpuMaxAll || asked.gpu.max > ceiling.gpu.max))

@@ -9,6 +9,7 @@
 #include "runtime/model/caps.hpp"
 #include "runtime/egress/egress_policy.hpp"
 #include "runtime/model/gpu_request.hpp"
+#include "runtime/model/limits_table.hpp"
 #include "runtime/base/doc_reader.hpp"
 #include "runtime/base/json_io.hpp"
 #include "runtime/base/units.hpp"
@@ -18,12 +19,7 @@ using nlohmann::json;
 
 namespace {
 
-// Upper bounds of the quantities a spec holds (DocReader::get_quantity); the string forms are
-// bounded alike by parse_duration_ms and parse_size_bytes.
-constexpr std::int64_t kMaxDurationMs = 1'000'000'000'000'000;  // ~31,700 years
-constexpr std::int64_t kMaxSizeBytes = 1LL << 62;
-constexpr std::int64_t kMaxCount = 1LL << 31;
-constexpr std::int64_t kMaxPids = 1LL << 22;  // the kernel's PID_MAX_LIMIT
+// The bounds of a spec's quantities (kMaxDurationMs, kMaxSizeBytes, ...) are limits_table.hpp's.
 
 // Every string of a spec ends up as a C string (argv, environment, mount paths, hostname): a NUL
 // inside would silently cut it there, so that "/data\0/../etc" named "/data". Refused instead
@@ -82,7 +78,7 @@ template <const char* Noun>
 Result<std::int64_t> no_unit(std::string_view t) {
   return make_error("spec", std::string("bad ") + Noun + " '" + std::string(t) + "'");
 }
-constexpr char kProcessCount[] = "process count", kFileCount[] = "file count", kConnectionCount[] = "connection count";
+constexpr char kConnectionCount[] = "connection count";
 
 // An optional quantity: null clears it, and it is written as null when unset.
 template <typename T>
@@ -231,35 +227,43 @@ Status check_network(DocReader& r, NetworkSpec& n) {
   return {};
 }
 
+// cpus: a plain number, fractions allowed (no unit, no string form).
+Field<Limits> cpus_field(const LimitKind& k, std::optional<double> Limits::*m) {
+  const char* key = k.spec_key;
+  const double max = static_cast<double>(k.max);
+  return {key,
+          [=](DocReader& r, Limits& l) -> Status {
+            r.ignore(key);
+            if (!r.has(key)) {
+              if (r.contains(key)) (l.*m).reset();
+              return {};
+            }
+            const json& v = r.at(key);
+            if (!v.is_number() || v.get<double>() <= 0 || v.get<double>() > max)
+              return r.fail_key(key, "must be a number of CPUs greater than 0, e.g. 0.5");
+            l.*m = v.get<double>();
+            return {};
+          },
+          [m](const Limits& l) { return l.*m ? json(*(l.*m)) : json(nullptr); }};
+}
+
+// One field per limit of limits_table.hpp, in the order the spec has always read them (cpus
+// last: its error follows those of the sizes).
 const Fields<Limits>& limits_fields() {
-  static const Fields<Limits> f = {
-      quantity("timeout_ms", &Limits::timeout_ms, parse_duration_ms, true, kMaxDurationMs),
-      quantity("output_limit_bytes", &Limits::output_limit_bytes, parse_size_bytes, false, kMaxSizeBytes),
-      quantity("memory_bytes", &Limits::memory_bytes, parse_size_bytes, true, kMaxSizeBytes),
-      quantity("pids", &Limits::pids, no_unit<kProcessCount>, true, kMaxPids),
-      quantity("cpu_time_ms", &Limits::cpu_time_ms, parse_duration_ms, true, kMaxDurationMs),
-      required_quantity("tmp_size_bytes", &Limits::tmp_size_bytes, parse_size_bytes, true, kMaxSizeBytes, "must be set"),
-      required_quantity("out_size_bytes", &Limits::out_size_bytes, parse_size_bytes, true, kMaxSizeBytes, "must be set"),
-      required_quantity("output_max_bytes", &Limits::output_max_bytes, parse_size_bytes, false, kMaxSizeBytes,
-                        "must be set"),
-      required_quantity("output_max_files", &Limits::output_max_files, no_unit<kFileCount>, false, kMaxCount,
-                        "must be set"),
-      // cpus last, as the spec has always read it: its error follows those of the sizes.
-      {"cpus",
-       [](DocReader& r, Limits& l) -> Status {
-         r.ignore("cpus");
-         if (!r.has("cpus")) {
-           if (r.contains("cpus")) l.cpus.reset();
-           return {};
-         }
-         const json& v = r.at("cpus");
-         if (!v.is_number() || v.get<double>() <= 0 || v.get<double>() > 4096)
-           return r.fail_key("cpus", "must be a number of CPUs greater than 0, e.g. 0.5");
-         l.cpus = v.get<double>();
-         return {};
-       },
-       [](const Limits& l) { return l.cpus ? json(*l.cpus) : json(nullptr); }},
-  };
+  static const Fields<Limits> f = [] {
+    Fields<Limits> out;
+    for (const LimitKind* k : limit_kinds_by(&LimitOrder::read))
+      out.push_back(std::visit(
+          [k](auto m) -> Field<Limits> {
+            using M = decltype(m);
+            if constexpr (std::is_same_v<M, std::optional<double> Limits::*>) return cpus_field(*k, m);
+            else if constexpr (std::is_same_v<M, std::optional<std::int64_t> Limits::*>)
+              return quantity(k->spec_key, m, k->parse, k->positive, k->max);
+            else return required_quantity(k->spec_key, m, k->parse, k->positive, k->max, "must be set");
+          },
+          k->member));
+    return out;
+  }();
   return f;
 }
 
@@ -382,10 +386,12 @@ Result<RunSpec> spec_from_json(const json& j, const std::string& source) {
 }
 
 const std::vector<LimitKey>& limit_keys() {
-  static const std::vector<LimitKey> keys = {
-      {"timeout", "timeout_ms"},          {"memory", "memory_bytes"}, {"pids", "pids"},
-      {"cpus", "cpus"},                   {"cpu_time", "cpu_time_ms"}, {"output_limit", "output_limit_bytes"},
-      {"tmp_size", "tmp_size_bytes"}};
+  static const std::vector<LimitKey> keys = [] {
+    std::vector<LimitKey> out;
+    for (auto& k : limit_kinds())
+      if (k.in_manifests) out.push_back({k.name, k.spec_key});
+    return out;
+  }();
   return keys;
 }
 

@@ -28,6 +28,7 @@ struct TmpfsMount {
   bool operator==(const TmpfsMount&) const = default;
 };
 
+// Every member is one entry of limits_table.hpp (its names, flag, bound, enforcement, ceiling rule).
 struct Limits {
   std::optional<std::int64_t> timeout_ms;       // wall time, enforced by the supervisor
   std::optional<std::int64_t> output_limit_bytes;  // per stream passed through; rest dropped
@@ -125,9 +126,10 @@ Result<RunSpec> spec_from_json(const nlohmann::json& j, const std::string& sourc
 void merge_patch(nlohmann::json& base, const nlohmann::json& patch);
 
 // The limits' public names (the `sbx run` flags: timeout, memory, cpu_time, output_limit,
-// tmp_size, pids, cpus) and the RunSpec keys they become (timeout_ms, memory_bytes, ...). Profiles,
-// pack manifests and exec requests accept both spellings; docs and error messages use the public
-// one. Keys without a flag spelling (out_size_bytes, output_max_bytes, ...) are the same in both.
+// tmp_size, pids, cpus) and the RunSpec keys they become (timeout_ms, memory_bytes, ...): the
+// entries of limits_table.hpp that a manifest may set, in its order. Profiles, pack manifests and
+// exec requests accept both spellings; docs and error messages use the public one. Keys without a
+// flag spelling (out_size_bytes, output_max_bytes, ...) are the same in both.
 struct LimitKey {
   const char* name;      // public
   const char* spec_key;  // RunSpec / trace record

@@ -191,14 +191,7 @@ PackTool pack_tool(const Pack& pack) {
 json run_code_tool(const std::string& profile) {
   json limits = {{"type", "object"},
                  {"description", "Lower the profile's limits (never raise them): values as for sbx run's flags"},
-                 {"properties",
-                  {{"timeout", {{"type", "string"}, {"description", "e.g. \"10s\""}}},
-                   {"memory", {{"type", "string"}, {"description", "e.g. \"256M\""}}},
-                   {"pids", {{"type", "integer"}, {"minimum", 1}}},
-                   {"cpus", {{"type", "number"}, {"exclusiveMinimum", 0}}},
-                   {"cpu_time", {{"type", "string"}}},
-                   {"output_limit", {{"type", "string"}}},
-                   {"tmp_size", {{"type", "string"}}}}},
+                 {"properties", limits_properties_schema()},
                  {"additionalProperties", false}};
   json input = {{"type", "object"},
                 {"properties",

@@ -15,6 +15,7 @@
 #include "runtime/base/fsutil.hpp"
 #include "runtime/base/json_io.hpp"
 #include "runtime/base/sha256.hpp"
+#include "runtime/model/limits_table.hpp"
 #include "runtime/model/spec.hpp"
 #include "runtime/typed/pack_tree.hpp"
 
@@ -122,7 +123,9 @@ Result<json> limits_to_spec_patch(const json& in, const std::string& file, std::
       // The public spelling (timeout) or the RunSpec's (timeout_ms): spec.hpp, limit_keys.
       auto it = std::find_if(keys.begin(), keys.end(), [&](auto& lk) { return key == lk.name || key == lk.spec_key; });
       if (it == keys.end()) {
-        problems.push_back({file, "/limits/" + k, "unknown limit (known: timeout, memory, pids, cpus, cpu_time, output_limit, tmp_size)"});
+        std::string known;
+        for (auto& lk : keys) known += (known.empty() ? "" : ", ") + std::string(lk.name);
+        problems.push_back({file, "/limits/" + k, "unknown limit (known: " + known + ")"});
         continue;
       }
       if (limits.contains(it->spec_key)) {
@@ -143,6 +146,19 @@ Result<json> limits_to_spec_patch(const json& in, const std::string& file, std::
   }
   if (problems.size() > before) return make_error("pack", problems[before].describe());
   return limits;
+}
+
+json limits_properties_schema() {
+  json props = json::object();
+  for (auto& k : limit_kinds()) {
+    if (!k.in_manifests) continue;
+    json p = k.unit == LimitUnit::count  ? json{{"type", "integer"}, {"minimum", k.positive ? 1 : 0}}
+             : k.unit == LimitUnit::cpus ? json{{"type", "number"}, {"exclusiveMinimum", 0}}
+                                         : json{{"type", "string"}};
+    if (k.example) p["description"] = std::string("e.g. \"") + k.example + "\"";
+    props[k.name] = std::move(p);
+  }
+  return props;
 }
 
 std::string PackProblem::describe() const { return file + "#" + pointer + ": " + message; }

@@ -89,6 +89,10 @@ extern const char* const kPackBoundsHint;
 Result<nlohmann::json> limits_to_spec_patch(const nlohmann::json& limits, const std::string& file,
                                             std::vector<PackProblem>& problems);
 
+// The JSON Schema `properties` of such a `limits` object (the MCP run_code tool's), one per limit
+// a manifest or request may set (limits_table.hpp), typed by its unit.
+nlohmann::json limits_properties_schema();
+
 // Writes a working pack skeleton in a new directory `dir` named `name`.
 Status init_pack(const std::string& dir, const std::string& name);
 
