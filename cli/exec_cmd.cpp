@@ -29,8 +29,8 @@ struct ExecFlags {
 // How long a caller that signalled sbx exec may take to finish writing its request.
 constexpr int kRequestGraceMs = 2000;
 
-int json_error(const std::string& stage, const std::string& message) {
-  nlohmann::json e = {{"error", {{"stage", stage}, {"message", message}}}};
+int json_error(Stage stage, const std::string& message) {
+  nlohmann::json e = {{"error", {{"stage", stage.name()}, {"message", message}}}};
   std::printf("%s\n", dump_json(e, -1).c_str());
   std::fprintf(stderr, "sbx: exec: %s\n", printable(message).c_str());
   return 125;

@@ -34,7 +34,7 @@ struct DocProblem {
 // What a reader's errors name and how they read.
 struct DocSource {
   std::string name;   // "profile p.json", "pack.json", "exec request", "policy.json"
-  std::string stage;  // Error::stage of every failure
+  Stage stage;  // Error::stage of every failure
   // How the document's own pointer ("") reads in a message: "" leaves it out ("<source>: <what>");
   // the seccomp policy has always said "/" there.
   std::string root_text;

@@ -10,13 +10,13 @@ std::string Error::describe() const {
 }
 
 std::string Error::describe_with_stage() const {
-  return "setup failed at " + stage + ": " + describe();
+  return std::string("setup failed at ") + stage.name() + ": " + describe();
 }
 
 std::string Error::describe_setup() const { return stage == "usage" ? describe() : describe_with_stage(); }
 
-Error sys_error(std::string stage, std::string message) {
-  return Error{std::move(stage), errno, std::move(message)};
+Error sys_error(Stage stage, std::string message) {
+  return Error{stage, errno, std::move(message)};
 }
 
 }  // namespace sbx

@@ -7,10 +7,12 @@
 #include <utility>
 #include <variant>
 
+#include "runtime/base/stage.hpp"
+
 namespace sbx {
 
 struct Error {
-  std::string stage;    // e.g. "mounts", "profile", "usage"
+  Stage stage = "prepare";  // one of kStages (stage.hpp): "mounts", "profile", "usage", ...
   int err = 0;          // errno, 0 when the failure is not a syscall's
   std::string message;  // what and where, without the strerror text
   std::string hint;     // what the caller can do about it ("" for none), after the cause
@@ -25,9 +27,9 @@ struct Error {
 };
 
 // An Error from the current errno.
-Error sys_error(std::string stage, std::string message);
-inline Error make_error(std::string stage, std::string message, int err = 0) {
-  return Error{std::move(stage), err, std::move(message)};
+Error sys_error(Stage stage, std::string message);
+inline Error make_error(Stage stage, std::string message, int err = 0) {
+  return Error{stage, err, std::move(message)};
 }
 
 template <typename T>

@@ -20,7 +20,7 @@ FdMessage::FdMessage(int fd, char tag) : mh{}, iov{&byte, 1}, byte(tag), cbuf{} 
   std::memcpy(CMSG_DATA(c), &fd, sizeof fd);
 }
 
-Status send_fd(int sock, int fd, char tag, const char* stage, const char* what) {
+Status send_fd(int sock, int fd, char tag, Stage stage, const char* what) {
   FdMessage m(fd, tag);
   ssize_t n;
   do n = ::sendmsg(sock, &m.mh, MSG_NOSIGNAL);

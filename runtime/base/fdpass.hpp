@@ -21,7 +21,7 @@ struct FdMessage {
 };
 
 // Sends `fd` (retrying EINTR); an error names `what`.
-Status send_fd(int sock, int fd, char tag, const char* stage, const char* what);
+Status send_fd(int sock, int fd, char tag, Stage stage, const char* what);
 
 // Receives one message without blocking (MSG_DONTWAIT, received fds close-on-exec). Returns
 // recvmsg's result: > 0 with *fd the fd carried (-1 if none), 0 at EOF, < 0 with errno set.

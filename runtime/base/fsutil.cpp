@@ -165,7 +165,7 @@ Result<std::string> read_file(const std::string& path) {
 #include <vector>
 
 namespace sbx {
-Result<std::vector<std::string>> list_dir(int dirfd, const char* stage, const std::string& what) {
+Result<std::vector<std::string>> list_dir(int dirfd, Stage stage, const std::string& what) {
   // fdopendir takes ownership of the fd it is given: hand it a duplicate.
   int dup = ::fcntl(dirfd, F_DUPFD_CLOEXEC, 0);
   if (dup < 0) return sys_error(stage, "open directory " + what);

@@ -41,7 +41,7 @@ namespace sbx {
 // The names in the directory open as `dirfd`, without "." and "..", in the file system's order.
 // Reads through a duplicate, so dirfd stays open and usable; errors are "open directory <what>"
 // and "read directory <what>" in `stage`.
-Result<std::vector<std::string>> list_dir(int dirfd, const char* stage, const std::string& what);
+Result<std::vector<std::string>> list_dir(int dirfd, Stage stage, const std::string& what);
 
 // rm -rf without following symlinks (unlinkat relative to each directory's fd); directories the
 // caller owns but cannot write are made writable first.

@@ -168,14 +168,14 @@ ParsedJson parse_json(std::string_view text, const JsonBounds& bounds) {
   return r;
 }
 
-Result<json> parse_json_doc(std::string_view text, const JsonBounds& bounds, const std::string& stage,
+Result<json> parse_json_doc(std::string_view text, const JsonBounds& bounds, Stage stage,
                             const std::string& what) {
   ParsedJson p = parse_json(text, bounds);
   if (!p.ok()) return make_error(stage, what + ": " + p.describe());
   return std::move(p.value);
 }
 
-Result<std::string> read_bounded_fd(int fd, std::size_t max_bytes, const std::string& stage, const std::string& what) {
+Result<std::string> read_bounded_fd(int fd, std::size_t max_bytes, Stage stage, const std::string& what) {
   std::string s;
   char buf[65536];
   for (;;) {
@@ -190,7 +190,7 @@ Result<std::string> read_bounded_fd(int fd, std::size_t max_bytes, const std::st
 }
 
 Result<std::string> read_to_end_holding_signals(int fd, std::size_t max_bytes, int grace_ms, int* interrupted,
-                                                const std::string& stage, const std::string& what) {
+                                                Stage stage, const std::string& what) {
   *interrupted = 0;
   sigset_t fwd;
   forwarded_signals(&fwd);
@@ -237,14 +237,14 @@ const json& json_member(const json& j, const char* key) {
   return it == j.end() ? null_value : *it;
 }
 
-Result<std::string> read_bounded(const std::string& path, std::size_t max_bytes, const std::string& stage,
+Result<std::string> read_bounded(const std::string& path, std::size_t max_bytes, Stage stage,
                                  const std::string& what) {
   UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY));
   if (!fd.ok()) return sys_error(stage, "cannot read " + what);
   return read_bounded_fd(fd.get(), max_bytes, stage, what);
 }
 
-Result<json> read_json_file(const std::string& path, const JsonBounds& bounds, const std::string& stage,
+Result<json> read_json_file(const std::string& path, const JsonBounds& bounds, Stage stage,
                             const std::string& what) {
   auto text = read_bounded(path, bounds.max_bytes, stage, what);
   if (!text) return text.error();

@@ -59,18 +59,18 @@ struct ParsedJson {
 ParsedJson parse_json(std::string_view text, const JsonBounds& bounds);
 
 // parse_json as a Result: the error (stage `stage`) reads "<what>: <pointer>: <problem>".
-Result<nlohmann::json> parse_json_doc(std::string_view text, const JsonBounds& bounds, const std::string& stage,
+Result<nlohmann::json> parse_json_doc(std::string_view text, const JsonBounds& bounds, Stage stage,
                                       const std::string& what);
 
 // Reads at most bounds.max_bytes (a larger file is an error naming the cap) without trusting the
 // size stat reports, then parses with parse_json_doc. Errors name `path`.
-Result<nlohmann::json> read_json_file(const std::string& path, const JsonBounds& bounds, const std::string& stage,
+Result<nlohmann::json> read_json_file(const std::string& path, const JsonBounds& bounds, Stage stage,
                                       const std::string& what);
 
 // Reads a whole file or stream, refusing one longer than max_bytes; errors name `what`.
-Result<std::string> read_bounded(const std::string& path, std::size_t max_bytes, const std::string& stage,
+Result<std::string> read_bounded(const std::string& path, std::size_t max_bytes, Stage stage,
                                  const std::string& what);
-Result<std::string> read_bounded_fd(int fd, std::size_t max_bytes, const std::string& stage, const std::string& what);
+Result<std::string> read_bounded_fd(int fd, std::size_t max_bytes, Stage stage, const std::string& what);
 
 // read_bounded_fd with the forwarded signals blocked as main() left them (signals.hpp): `sbx
 // exec` reading its request. A forwarded signal meanwhile is only looked at (a signalfd polled, never read), so it stays pending and the run
@@ -79,7 +79,7 @@ Result<std::string> read_bounded_fd(int fd, std::size_t max_bytes, const std::st
 // past that the request is incomplete, no call exists to record, and the result is an error of
 // stage "signal" with *interrupted set to the signal.
 Result<std::string> read_to_end_holding_signals(int fd, std::size_t max_bytes, int grace_ms, int* interrupted,
-                                                const std::string& stage, const std::string& what);
+                                                Stage stage, const std::string& what);
 
 // The member `key` of `j`, or a null value when `j` is not an object or lacks it: the tolerant
 // read of a stored record, which may be odd or edited (trace show, provenance).

@@ -8,6 +8,7 @@
 //
 // The names are public and kept as they were written before the table existed (some with a
 // space or a hyphen): renaming one breaks whoever matches on it.
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -26,12 +27,12 @@ inline constexpr StageInfo kStages[] = {
     {"blobs", "the content-addressed blob store (images, inputs, outputs a replay needs)"},
     {"capabilities", "dropping the program's capabilities and locking securebits"},
     {"cgroup", "creating, configuring or reading the run's cgroup"},
-    {"cgroup-init", "sbx cgroup-init moving a container's processes into a leaf"},
+    {"cgroup-init", "moving a container's processes into a leaf (sbx cgroup-init)"},
     {"classify", "reading a workload's answers (sbx classify)"},
     {"clone", "creating the sandbox's init in its new namespaces"},
     {"cpu_time", "the CPU-time limit (RLIMIT_CPU)"},
     {"dbus", "talking to systemd over D-Bus (--systemd-scope, scope reuse)"},
-    {"doctor", "sbx doctor's host checks"},
+    {"doctor", "the host checks of sbx doctor"},
     {"exec", "starting a typed call (sbx exec, run_code)"},
     {"execve", "executing the program: not found, not executable, or refused"},
     {"export", "exporting /out to the --output directory"},
@@ -52,6 +53,7 @@ inline constexpr StageInfo kStages[] = {
     {"pack", "reading or checking a rule pack"},
     {"pool", "a warm pool's sandbox and the call handed to it"},
     {"prepare", "preparing the run before the sandbox exists"},
+    {"probe", "the host-side checks around the run sbx probe starts"},
     {"profile", "finding, reading or layering a profile"},
     {"record", "writing the run's trace record durably"},
     {"replay", "rebuilding a recorded run (sbx replay)"},
@@ -68,6 +70,7 @@ inline constexpr StageInfo kStages[] = {
     {"supervise", "supervising the running sandbox"},
     {"systemd-scope", "placing the run in a systemd scope (--systemd-scope)"},
     {"sysv_shm", "bounding System V shared memory"},
+    {"timeout", "the wall-clock timeout: arming it or killing the sandbox at it"},
     {"timer", "the wall-clock timeout's timer"},
     {"trace", "reading or verifying the trace store and its ledger"},
     {"trace export", "exporting a record as in-toto provenance"},
@@ -78,6 +81,13 @@ inline constexpr StageInfo kStages[] = {
     {"workdir", "the program's working directory"},
 };
 inline constexpr std::size_t kStageCount = sizeof kStages / sizeof kStages[0];
+// The longest name's length: init's report carries a stage in a fixed field (ChildMsg::stage,
+// handshake.hpp), which a static_assert there keeps longer than this.
+inline constexpr std::size_t kMaxStageNameLength = [] {
+  std::size_t n = 0;
+  for (auto& s : kStages) n = std::max(n, std::string_view(s.name).size());
+  return n;
+}();
 
 // One stage of kStages, held as its index.
 class Stage {

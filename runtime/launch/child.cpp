@@ -38,7 +38,7 @@ InitEnd init_end(const ChildConfig& cfg) {
 
 // A stage failed: report it and exit 125 (the program child, too, reports on init's pipe).
 [[noreturn]] void fail(const ChildConfig& cfg, const Error& e) {
-  init_end(cfg).report_setup_error(e.stage.c_str(), e.err, e.message.c_str());
+  init_end(cfg).report_setup_error(e.stage, e.err, e.message.c_str());
 }
 
 #define STAGE(cfg, expr)                 \

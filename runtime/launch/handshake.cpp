@@ -25,7 +25,7 @@ Status open_pipe(UniqueFd& r, UniqueFd& w) {
 }
 
 // SOCK_SEQPACKET: one fd per message, and a message is never merged with the next (fdpass.hpp).
-Status open_socketpair(UniqueFd& r, UniqueFd& w, const char* stage, const char* what) {
+Status open_socketpair(UniqueFd& r, UniqueFd& w, Stage stage, const char* what) {
   int fds[2];
   if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, fds) != 0)
     return sys_error(stage, std::string("socketpair for ") + what);

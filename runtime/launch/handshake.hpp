@@ -41,7 +41,8 @@ struct ChildMsg {
   std::uint32_t kind = 0;
   std::int32_t err = 0;          // errno for kSetupError
   std::int32_t wait_status = 0;  // for kProgramStatus
-  char stage[32] = {};
+  char stage[32] = {};  // a name of kStages (stage.hpp), NUL-terminated
+  static_assert(kMaxStageNameLength < sizeof stage);
   union {
     char message[440] = {};      // kSetupError; fits one atomic pipe write (PIPE_BUF) with the rest
     struct rusage usage;         // kProgramStatus: the program's and its descendants' (RUSAGE_CHILDREN)
@@ -160,7 +161,7 @@ class InitEnd {
   // For a pooled sandbox, whose job follows 's' on the sync pipe (pool_job.hpp).
   int sync_fd() const { return sync_; }
   // A stage that failed: one ChildMsg, then init exits 125. `message` is cut to fit.
-  [[noreturn]] void report_setup_error(const char* stage, int err, const char* message) const;
+  [[noreturn]] void report_setup_error(Stage stage, int err, const char* message) const;
   // Once the program child is back: its seccomp listener, then the pty's master (on `sock`); a
   // failure is reported as a setup error and ends init (a run whose listener or terminal the
   // supervisor never got must not go on). Init's copy of `fd` is closed either way.
@@ -178,7 +179,7 @@ class InitEnd {
   int reports_fd() const { return msg_; }
 
  private:
-  void hand_over(int sock, int fd, char tag, const char* stage, const char* what) const;
+  void hand_over(int sock, int fd, char tag, Stage stage, const char* what) const;
   int sync_, msg_, out_, listener_, proxy_;
 };
 

@@ -189,17 +189,17 @@ void InitEnd::wait_start() const {
   if (read_byte(sync_, &s) != 1 || s != 's') raw::exit_group(125);
 }
 
-void InitEnd::report_setup_error(const char* stage, int err, const char* message) const {
+void InitEnd::report_setup_error(Stage stage, int err, const char* message) const {
   ChildMsg m;
   m.kind = ChildMsg::kSetupError;
   m.err = err;
-  copy_cut(m.stage, sizeof m.stage, stage);
+  copy_cut(m.stage, sizeof m.stage, stage.name());
   copy_cut(m.message, sizeof m.message, message);
   send_msg(msg_, m);
   raw::exit_group(125);  // pid 1 gone: the kernel kills the rest of the sandbox
 }
 
-void InitEnd::hand_over(int sock, int fd, char tag, const char* stage, const char* what) const {
+void InitEnd::hand_over(int sock, int fd, char tag, Stage stage, const char* what) const {
   long r = send_one_fd(sock, fd, tag);
   raw::close(fd);
   if (r < 0) report_setup_error(stage, static_cast<int>(-r), what);

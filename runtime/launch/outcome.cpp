@@ -3,6 +3,9 @@
 #include <signal.h>
 #include <sys/wait.h>
 
+#include <cstring>
+#include <string_view>
+
 #include "runtime/base/signals.hpp"
 #include "runtime/launch/supervisor.hpp"
 #include "runtime/base/units.hpp"
@@ -52,7 +55,13 @@ std::string forwarded_reason(const SuperviseResult& s, bool killed_by_sbx, int k
 
 std::optional<Error> supervision_error(const SuperviseResult& s) {
   if (s.error) return *s.error;  // sbx could not enforce what it was asked to: the sandbox was killed
-  if (s.setup_error) return Error{s.setup_error->stage, s.setup_error->err, s.setup_error->message};
+  if (s.setup_error) {
+    // Init names the stage from kStages (InitEnd::report_setup_error), cut to ChildMsg::stage's
+    // size: a name that does not read back is init's setup all the same.
+    const ChildMsg& m = *s.setup_error;
+    Stage stage = Stage::from_name(std::string_view(m.stage, ::strnlen(m.stage, sizeof m.stage))).value_or(Stage("prepare"));
+    return Error{stage, m.err, m.message};
+  }
   return std::nullopt;
 }
 

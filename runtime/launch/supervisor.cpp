@@ -83,7 +83,7 @@ class Supervisor {
   void on_grace_expired();
   void on_signals();
   void on_init_exit();
-  void arm(TimerFd& t, std::int64_t ms, const char* stage, const char* what);
+  void arm(TimerFd& t, std::int64_t ms, Stage stage, const char* what);
   void fail(Error e);
   void kill_all() { pidfd_send_signal(in_.pidfd, SIGKILL); }
   void wind_up();
@@ -106,7 +106,7 @@ Result<int> arm_with(const SuperviseInput& in, std::int64_t ms) {
 }
 
 // Fail closed: a run is never left without a limit it was given.
-void Supervisor::arm(TimerFd& t, std::int64_t ms, const char* stage, const char* what) {
+void Supervisor::arm(TimerFd& t, std::int64_t ms, Stage stage, const char* what) {
   auto fd = arm_with(in_, ms);
   if (!fd) return fail(make_error(stage, std::string("cannot arm the timer of ") + what + ": " + fd.error().message,
                                   fd.error().err));

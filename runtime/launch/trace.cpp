@@ -67,7 +67,7 @@ nlohmann::json trace_record(TraceParts&& p) {
   using nlohmann::json;
   const Outcome& o = p.outcome;
   json error = nullptr;
-  if (o.error) error = {{"stage", o.error->stage}, {"errno", o.error->err}, {"message", o.error->describe()}};
+  if (o.error) error = {{"stage", o.error->stage.name()}, {"errno", o.error->err}, {"message", o.error->describe()}};
   json result = {{"status", to_string(o.status)},
                  {"exit_code", o.exit_code ? json(*o.exit_code) : json(nullptr)},
                  {"signal", o.signal ? json(*o.signal) : json(nullptr)},

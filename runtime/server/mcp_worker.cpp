@@ -212,8 +212,8 @@ std::optional<std::string> worker_tenant() {
   return t ? std::optional<std::string>(t) : std::nullopt;
 }
 
-json worker_error(const std::string& stage, const std::string& message) {
-  return {{"error", {{"stage", stage}, {"message", message}}}};
+json worker_error(Stage stage, const std::string& message) {
+  return {{"error", {{"stage", stage.name()}, {"message", message}}}};
 }
 
 int worker_exit_status(const json& response) {

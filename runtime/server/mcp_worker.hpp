@@ -35,7 +35,7 @@ struct WorkerContext {
   std::function<Result<RunSpec>(RunSpec, const std::vector<std::string>& command)> with_command;
 };
 
-nlohmann::json worker_error(const std::string& stage, const std::string& message);
+nlohmann::json worker_error(Stage stage, const std::string& message);
 // The worker's exit status for its response: 125 when the job could not run at all.
 int worker_exit_status(const nlohmann::json& response);
 

@@ -16,7 +16,7 @@ using sbx::Status;
 
 TEST_CASE("doc reader: typed getters read what is there and leave what is absent or null") {
   json j = json::parse(R"({"s": "x", "b": true, "n": 7, "u": 18446744073709551615, "l": ["a", "b"], "z": null})");
-  DocSource src{"d.json", "test"};
+  DocSource src{"d.json", "usage"};
   DocReader r(j, src);
   std::string s = "keep", z = "kept";
   bool b = false;
@@ -41,12 +41,12 @@ TEST_CASE("doc reader: typed getters read what is there and leave what is absent
 
 TEST_CASE("doc reader: an unknown key is named by its pointer, escaped per RFC 6901") {
   json j = json::parse(R"({"known": 1, "a/b~c": 2})");
-  DocSource src{"d.json", "test"};
+  DocSource src{"d.json", "usage"};
   DocReader r(j, src);
   r.ignore("known");
   auto st = r.finish();
   REQUIRE_FALSE(st.ok());
-  CHECK(st.error().stage == "test");
+  CHECK(st.error().stage == "usage");
   CHECK(st.error().message == "d.json: /a~1b~0c: unknown key");
   CHECK(sbx::pointer_join("/x", "~/") == "/x/~0~1");
   // The wordings callers choose: the key quoted, and the known keys listed in declaration order.
@@ -59,7 +59,7 @@ TEST_CASE("doc reader: an unknown key is named by its pointer, escaped per RFC 6
 
 TEST_CASE("doc reader: wrong types and values out of bounds") {
   json j = json::parse(R"({"s": 1, "b": "yes", "n": 11, "f": 1.5, "neg": -1, "l": ["a", 2], "q": "12x", "nul": "a\u0000b"})");
-  DocSource src{"d.json", "test"};
+  DocSource src{"d.json", "usage"};
   DocReader r(j, src);
   std::string s;
   bool b = false;
@@ -78,7 +78,7 @@ TEST_CASE("doc reader: wrong types and values out of bounds") {
   CHECK(r.get_quantity("neg", q, sbx::parse_size_bytes, true, 10).error().message ==
         "d.json: /neg: must be greater than zero");
   CHECK(r.get_string("nul", s).error().message == "d.json: /nul: must not contain a NUL byte");
-  DocSource lenient{"d.json", "test", "", false};
+  DocSource lenient{"d.json", "usage", "", false};
   DocReader r2(j, lenient);
   CHECK(r2.get_string("nul", s));
   CHECK(s.size() == 3);
@@ -86,7 +86,7 @@ TEST_CASE("doc reader: wrong types and values out of bounds") {
 
 TEST_CASE("doc reader: child readers carry the pointer of nested objects and arrays") {
   json j = json::parse(R"({"outer": {"list": [{"ok": 1}, {"ok": 1, "bad": true}]}})");
-  DocSource src{"d.json", "test"};
+  DocSource src{"d.json", "usage"};
   DocReader r(j, src);
   DocReader outer = r.member("outer");
   CHECK(outer.pointer() == "/outer");
