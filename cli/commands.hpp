@@ -82,7 +82,7 @@ std::vector<std::string> explicit_limits(const RunFlags& f);
 // The same, as a set (limits_plan.hpp's names: "memory", ..., "timeout", "output"), for
 // limit_layers (profile.hpp).
 std::set<std::string> limits_given(const RunFlags& f);
-// --dry-run: the checks and plan of preflight.hpp's dry_run, printed as JSON (0), or its error as
+// --dry-run: the checks and plan of dry_run.hpp's dry_run, printed as JSON (0), or its error as
 // one line (125).
 int print_dry_run(const sbx::RunRequest& req);
 

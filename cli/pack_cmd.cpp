@@ -176,7 +176,7 @@ int run_pack_command(PackFlags& f, GlobalOptions& g) {
   // stdout is the contract's: it carries the validated result and nothing else. The program's
   // own stdout goes to sbx's stderr (capped by --output-limit like any run's), so a pack cannot
   // print a result of its own where the caller reads the validated one.
-  req.run.stdout_fd = STDERR_FILENO;
+  req.run.io.stdout_fd = STDERR_FILENO;
   PackRunResult res = run_pack(req);
   return print_pack_result(f, req, res);
 }

@@ -15,6 +15,7 @@
 #include "runtime/egress/egress_policy.hpp"
 #include "runtime/image/artifact_export.hpp"
 #include "runtime/image/image_store.hpp"
+#include "runtime/launch/dry_run.hpp"
 #include "runtime/launch/preflight.hpp"
 #include "runtime/launch/sandbox.hpp"
 #include "runtime/launch/tenant.hpp"
@@ -39,14 +40,14 @@ static Status read_run_secrets(const RunFlags& f, RunRequest& req) {
     if (!ok)
       return make_error("usage", "run: --secret: expected NAME=@FILE or NAME=env:VAR, NAME of letters, digits and '_' "
                                  "not starting with a digit (at most 64)");
-    for (auto& [n, v] : req.secret_files)
+    for (auto& [n, v] : req.secrets.files)
       if (n == name) return make_error("usage", "run: --secret " + name + " given twice");
     if (f.keep_inputs)
       return make_error("usage", "run: --secret " + name + " with --keep-inputs: secrets are never kept, so the run "
                                  "could not be replayed as it ran");
     auto value = read_secret_source(s.substr(eq + 1));
     if (!value) return make_error("usage", "run: --secret " + name + ": " + value.error().describe());
-    req.secret_files.push_back({name, std::move(*value)});
+    req.secrets.files.push_back({name, std::move(*value)});
   }
   return {};
 }
@@ -297,7 +298,7 @@ void add_run_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out)
     req.explicit_limits = explicit_limits(f);
     req.limit_layers = limit_layers(*profile, nullptr, "", limits_given(f));
     req.invocation_argv = g.argv;
-    req.stdin_plan = *stdin_plan;
+    req.io.stdin_plan = *stdin_plan;
     if (auto st = apply_named_tenant(f.tenant, req); !st) return usage_error(st.error().message);
     if (auto st = read_run_secrets(f, req); !st) return usage_error(st.error().message);
     if (f.dry_run) {
@@ -309,11 +310,11 @@ void add_run_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out)
     {
       ScopeMode mode = f.systemd_scope ? ScopeMode::always : f.no_systemd_scope ? ScopeMode::never : ScopeMode::automatic;
       std::string reused_unit;
-      if (auto rc = maybe_reexec_in_systemd_scope(g.argv, req.spec, mode, req.systemd_scope, &reused_unit)) return *rc;
-      req.cgroup_via_scope = scope_origin(&req.scope_unit);
+      if (auto rc = maybe_reexec_in_systemd_scope(g.argv, req.spec, mode, req.scope.systemd_scope, &reused_unit)) return *rc;
+      req.scope.cgroup_via_scope = scope_origin(&req.scope.scope_unit);
       if (!reused_unit.empty()) {
-        req.cgroup_via_scope = "reused";
-        req.scope_unit = reused_unit;
+        req.scope.cgroup_via_scope = "reused";
+        req.scope.scope_unit = reused_unit;
       }
     }
     if (!f.output_dir.empty())
@@ -326,7 +327,7 @@ void add_run_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out)
       req.record_extra["blobs"] = std::move(*kept);
     }
     int status = run_sandbox(req).exit_status;
-    for (auto& [name, value] : req.secret_files) std::fill(value.begin(), value.end(), '\0');
+    for (auto& [name, value] : req.secrets.files) std::fill(value.begin(), value.end(), '\0');
     return status;
   }, true});
 }

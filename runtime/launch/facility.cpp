@@ -40,7 +40,7 @@ class Identity final : public Facility {
     auto opened = open_bind_sources(ctx.spec, ctx.cwd);
     if (!opened) return opened.error();
     ctx.bind_sources = std::move(*opened);
-    SBX_TRY(check_binds_spare_state(ctx.bind_sources, ctx.req.dirs, ctx.req.guarded_dirs));
+    SBX_TRY(check_binds_spare_state(ctx.bind_sources, ctx.req.dirs, ctx.req.tenant.guarded_dirs));
     return check_sources(ctx.bind_sources, ctx.spec, ctx.cwd, &*ctx.identity);
   }
   Status after_clone(RunContext& ctx, pid_t pid) const override { return write_id_maps(pid, *ctx.identity); }

@@ -9,7 +9,7 @@
 //                byte (section 3 of the architecture page), so ordinary code is allowed here.
 //   record       its part of the trace's `enforcement` object, from what prepare left in the
 //                context (a facility that never ran contributes what the record said before).
-//   plan         its part of `--dry-run`'s `enforcement` object (preflight.cpp).
+//   plan         its part of `--dry-run`'s `enforcement` object (dry_run.cpp).
 //
 // The child-side step of each facility is NOT a virtual call: init may run in the supervisor's
 // address space (the shared init, clone.hpp) and from a point on makes raw system calls only, so
@@ -18,7 +18,7 @@
 // ChildConfig that Run::prepare_child fills from this context.
 //
 // The same list serves the run (Run::prepare in sandbox.cpp: prepare in order, stop at the first
-// failure) and the dry run (dry_run in preflight.cpp: prepare with `dry_run` set, which creates
+// failure) and the dry run (dry_run in dry_run.cpp: prepare with `dry_run` set, which creates
 // nothing and writes nothing, then `plan`), so the two cannot drift apart. Facilities hold no
 // state: everything lives in the RunContext.
 #include <sys/types.h>
@@ -33,7 +33,7 @@
 #include "runtime/base/fsutil.hpp"
 #include "runtime/egress/egress_policy.hpp"
 #include "runtime/image/image_store.hpp"
-#include "runtime/launch/sandbox.hpp"
+#include "runtime/launch/run_request.hpp"
 #include "runtime/launch/supervisor.hpp"
 #include "runtime/launch/trace.hpp"
 #include "runtime/linux/cgroup.hpp"

@@ -66,7 +66,7 @@ class Mounts final : public Facility {
     // A pooled sandbox's /code and /in: tmpfs mounts only init writes, at hand-out (pool_job.hpp).
     // Added after the memory fallback's scaling: they hold the call's own bytes, bounded by the
     // job's size, and are read-only before the program starts.
-    if (ctx.req.await_call)
+    if (ctx.req.pool.await_call)
       for (auto& d : kPoolDirs) mounts.tmpfs.push_back({d, kPoolDirBytes});
     return {};
   }

@@ -59,7 +59,7 @@ struct ContractVerdict {
   Error error;
 };
 
-// The outcome of a run its caller refused before anything was created (RunRequest::refuse;
+// The outcome of a run its caller refused before anything was created (RunRequest::typed.refuse;
 // step 1 of decide_outcome): an input that broke the contract is input_invalid, exit 65.
 Outcome refusal(const ContractVerdict& verdict);
 
@@ -89,7 +89,7 @@ struct RunFacts {
   std::optional<std::int64_t> fsize_cap_bytes;
   // memory.events oom_kill of the run cgroup (0 without one).
   std::int64_t oom_kills = 0;
-  // The typed-IO caller's verdict on the output (after_run, sandbox.hpp).
+  // The typed-IO caller's verdict on the output (after_run, run_request.hpp).
   std::optional<ContractVerdict> contract;
 };
 

@@ -16,13 +16,11 @@
 #include "runtime/base/fsutil.hpp"
 #include "runtime/record/ledger_key.hpp"
 #include "runtime/base/units.hpp"
-#include "runtime/launch/facility.hpp"
 #include "runtime/model/limits_table.hpp"
 #include "runtime/linux/userns.hpp"
 
 namespace sbx {
 namespace {
-using nlohmann::json;
 
 // The flag that sets each limit of the plan (limits_table.hpp; every planned limit has one).
 std::string flag_of(const std::string& limit) {
@@ -262,20 +260,6 @@ void add_setup_hint(Error& e, const RunSpec& spec, const IdentityPlan& identity,
              ", which cannot reach this path: make every directory above it searchable for that uid "
              "(e.g. chmod o+x), or run sbx as an ordinary user (rootless), whose own files the sandbox can read";
   }
-}
-
-Result<json> dry_run(const RunRequest& req) {
-  SBX_TRY(check_trace_file(req.trace_file));
-  std::string cwd = current_dir();
-  CgroupInfo cg = detect_cgroup();
-  Result<IdentityPlan> identity = plan_identity(req.spec, req.id_slot);
-  // The run's facilities, in the run's order (the same first error), creating nothing; then each
-  // one's part of the plan.
-  RunContext ctx(req, cwd, cg, identity, true);
-  SBX_TRY(prepare_facilities(ctx));
-  json out = spec_to_json(req.spec);
-  out["enforcement"] = enforcement_plan(ctx);
-  return out;
 }
 
 }  // namespace sbx

@@ -1,21 +1,20 @@
 #pragma once
 // The checks a run makes before it creates anything, shared by the real run (sandbox.cpp, the
-// CLI) and `--dry-run`, which makes every one of them and prints what would be enforced, by
-// which mechanism, instead of running (man sbx, DRY RUN). A dry run that exits 0 is a run that
-// would get past its setup checks on this host; one that exits 125 says the same line the run
-// would.
+// facilities of facility.cpp) and `--dry-run` (dry_run.hpp), which makes every one of them and
+// prints what would be enforced, by which mechanism, instead of running (man sbx, DRY RUN).
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
-#include <nlohmann/json.hpp>
-
-#include "runtime/linux/cgroup.hpp"
 #include "runtime/base/error.hpp"
+#include "runtime/base/paths.hpp"
+#include "runtime/linux/cgroup.hpp"
 #include "runtime/linux/limits_plan.hpp"
 #include "runtime/linux/mounts.hpp"
-#include "runtime/launch/sandbox.hpp"
 #include "runtime/linux/userns.hpp"
+#include "runtime/model/spec.hpp"
 
 namespace sbx {
 
@@ -30,7 +29,7 @@ Status check_sources(const std::vector<BindSource>& sources, const RunSpec& spec
 
 // No read-write --bind may reach sbx's own state: the run's state dir (or tenant store), its data
 // dir (images), the config dir holding the ledger's signing key, and the directories in `also`
-// (RunRequest::guarded_dirs: under a tenant, the untenanted state dir and the other tenants'
+// (RunRequest::tenant.guarded_dirs: under a tenant, the untenanted state dir and the other tenants'
 // stores), the bind's source being one of them, inside one, or above one ($HOME, /). A program
 // that can write there can change what later runs trust (the seccomp cache, the ledger a replay
 // rebuilds from, the key). Decided on the opened source (open_bind_sources), the very file init
@@ -50,11 +49,5 @@ std::optional<Error> require_limits_shortfall(const LimitPlan& plan, const Cgrou
 // relative to the sandbox's working directory (the caller's current directory is not mounted),
 // a bind source that the sandbox's host uid cannot reach as root.
 void add_setup_hint(Error& e, const RunSpec& spec, const IdentityPlan& identity, const std::string& cwd);
-
-// The dry run: every check above and those of run_sandbox's prepare step (identity, limits,
-// mounts, image and its seal, seccomp policy, allow rules), without creating a cgroup, a process
-// or a file. The JSON: the merged spec's members, plus "dry_run": {"enforcement": ...} (the
-// layout is documented in man/sbx.1, DRY RUN).
-Result<nlohmann::json> dry_run(const RunRequest& req);
 
 }  // namespace sbx

@@ -255,10 +255,10 @@ Run::Run(const RunRequest& req)
     : req_(req),
       call_spec_(req.spec),
       record_extra_(req.record_extra),
-      after_run_(req.after_run),
-      inputs_(req.inputs),
-      stdin_record_(CallerStdin(req.stdin_plan).to_json()),  // replaced by the relay's own once it ran
-      identity_(plan_identity(req.spec, req.id_slot)) {
+      after_run_(req.typed.after_run),
+      inputs_(req.typed.inputs),
+      stdin_record_(CallerStdin(req.io.stdin_plan).to_json()),  // replaced by the relay's own once it ran
+      identity_(plan_identity(req.spec, req.tenant.id_slot)) {
   parts_.run_id = make_run_id();
   parts_.started_at = rfc3339_now();
   const RunSpec& s = spec();
@@ -288,7 +288,7 @@ RunReport Run::execute() {
   launch_.reset();
   // A pooled sandbox whose build failed before any call came: no call ran, so no record; the
   // caller gets the error (its pool falls back to a cold run, mcp_pool.hpp).
-  if (req_.await_call && !handed_out_) discarded_ = true;
+  if (req_.pool.await_call && !handed_out_) discarded_ = true;
   if (discarded_) return discard();
   nlohmann::json extra = typed_io();
   RunReport report = record(std::move(extra));
@@ -318,18 +318,18 @@ void Run::describe_request() {
   parts_.invocation = {{"argv", req_.invocation_argv},
                        {"cwd", cwd_},
                        {"profile", {{"name", req_.profile.name}, {"origin", req_.profile.origin}, {"sha256", sha256_hex(req_.profile.text)}}},
-                       {"pack", req_.pack},
+                       {"pack", req_.typed.pack},
                        {"spec", spec_to_json(spec())}};
-  parts_.host = host_json(cg_, cgroup_obtained_by(cg_, ctx_.cgroup.has_value(), req_.cgroup_via_scope), req_.systemd_scope,
-                          req_.scope_unit);
+  parts_.host = host_json(cg_, cgroup_obtained_by(cg_, ctx_.cgroup.has_value(), req_.scope.cgroup_via_scope), req_.scope.systemd_scope,
+                          req_.scope.scope_unit);
 }
 
 // 1 prepare: the facilities in order (facility.hpp), the caller's sources and limits first, so
 // that a missing --bind source or --require-limits refuses before anything is created (the
 // checks --dry-run makes too); then what the launch itself needs.
 bool Run::prepare() {
-  if (req_.refuse) {  // refused by the caller (input_invalid): nothing is created
-    facts_.refused = *req_.refuse;
+  if (req_.typed.refuse) {  // refused by the caller (input_invalid): nothing is created
+    facts_.refused = *req_.typed.refuse;
     return false;
   }
   if (events_error_) return fail_setup(*events_error_);
@@ -339,7 +339,7 @@ bool Run::prepare() {
     key_refusal_said_ = true;  // the store fails for the same reason: said once
     return fail_setup(signer.error());
   }
-  launch_.emplace(req_.stdin_plan);
+  launch_.emplace(req_.io.stdin_plan);
   Status prepared = prepare_facilities(ctx_);
   for (auto& h : ctx_.inputs) inputs_.push_back(h);  // hashed --input, also for a run that fails later
   if (!prepared) return fail_setup(prepared.error());
@@ -353,7 +353,7 @@ bool Run::prepare_child() {
   ChildConfig& cfg = L.cfg;
   cfg.mounts = std::move(ctx_.mounts);
   cfg.identity = *identity_;
-  cfg.mounts.secret_files = req_.secret_files;
+  cfg.mounts.secret_files = req_.secrets.files;
   cfg.mounts.owner_uid = identity_->uid;
   cfg.mounts.owner_gid = identity_->gid;
   // The mount plan is final: the operations init runs are the ones the record lists.
@@ -365,12 +365,12 @@ bool Run::prepare_child() {
   cfg.argv = s.argv;
   // With a pty the program's stdout is a terminal: the caller's TERM describes the terminal
   // that finally shows it.
-  cfg.envp = build_environment(s, environ, ::isatty(STDOUT_FILENO) == 1 || req_.stdin_plan.mode == StdinMode::pty);
+  cfg.envp = build_environment(s, environ, ::isatty(STDOUT_FILENO) == 1 || req_.io.stdin_plan.mode == StdinMode::pty);
   if (ctx_.gpu.enabled) add_gpu_environment(cfg.envp, ctx_.gpu, s);
-  for (auto& [name, value] : req_.secret_env) cfg.envp.push_back(name + "=" + value);
+  for (auto& [name, value] : req_.secrets.env) cfg.envp.push_back(name + "=" + value);
   cfg.rlimits = {{RLIMIT_CORE, 0}};
   cfg.keep_caps = capability_mask(s.capabilities.keep);
-  cfg.umask = req_.umask;
+  cfg.umask = req_.tenant.umask;
   if (ctx_.memory_fallback_applies() && sysv_shm_capped(*identity_)) cfg.sysv_shm_bytes = *s.limits.memory_bytes;
   for (auto& [res, value] : ctx_.plan.rlimits) cfg.rlimits.push_back({res, static_cast<rlim_t>(value)});
   return true;
@@ -448,7 +448,7 @@ bool Run::prepare_signals() {
   // Left pending, it keeps the signalfd readable, and the hand-out (await_call) sees it: the
   // sandbox is discarded, a call already sent runs cold and the signal ends that run before its
   // program, recorded. Taken here, it discarded the build with the call unread and unrecorded.
-  if (int sig = req_.await_call ? 0 : take_pending_forwarded_signal()) {
+  if (int sig = req_.pool.await_call ? 0 : take_pending_forwarded_signal()) {
     L.sigfd.reset();
     facts_.signal_before_start = sig;
     return false;
@@ -484,8 +484,8 @@ bool Run::spawn() {
     return v && std::strcmp(v, "1") == 0;
   }();
   if (test_stop_before_clone) ::raise(SIGSTOP);
-  L.shared = !ctx_.image_fd.ok() && !ctx_.cgroup && !req_.await_call && !bench_forked;
-  L.cfg.pool_job = static_cast<bool>(req_.await_call);
+  L.shared = !ctx_.image_fd.ok() && !ctx_.cgroup && !req_.pool.await_call && !bench_forked;
+  L.cfg.pool_job = static_cast<bool>(req_.pool.await_call);
   L.cfg.shared_memory = L.shared;
   Result<CloneResult> child = CloneResult{};
   if (L.shared) {
@@ -557,8 +557,8 @@ bool Run::check_seal() {
 // open (pool_refusal).
 bool Run::hand_out() {
   Launch& L = *launch_;
-  if (req_.await_call) {
-    auto call = req_.await_call(PoolPause{L.pidfd.get(), L.chan.reports(), L.sigfd.get(), ctx_.cgroup ? ctx_.cgroup->path() : std::string()});
+  if (req_.pool.await_call) {
+    auto call = req_.pool.await_call(PoolPause{L.pidfd.get(), L.chan.reports(), L.sigfd.get(), ctx_.cgroup ? ctx_.cgroup->path() : std::string()});
     std::string refused = call ? pool_refusal(spec(), call->spec) : "";
     if (!call || !refused.empty()) {
       if (!refused.empty()) spdlog::warn("pooled sandbox refused its call: {}", refused);
@@ -594,7 +594,7 @@ void Run::supervise_run() {
   L.kill_grace_ms = in.kill_grace_ms;
   if (events_) {
     events_->emit("started", {{"run_id", parts_.run_id}, {"pid", L.pid}, {"image", spec().image},
-                              {"pack", req_.pack.is_object() ? req_.pack.value("name", json(nullptr)) : json(nullptr)},
+                              {"pack", req_.typed.pack.is_object() ? req_.typed.pack.value("name", json(nullptr)) : json(nullptr)},
                               {"cgroup", ctx_.cgroup ? json(ctx_.cgroup->path()) : json(nullptr)}});
     in.events = &*events_;
     if (ctx_.cgroup_events) in.cgroup_events = &*ctx_.cgroup_events;
@@ -618,14 +618,14 @@ SuperviseInput Run::supervise_input() {
   in.pidfd = L.pidfd.get();
   in.msg_fd = L.chan.take_reports();  // the supervisor closes it
   // The pty master is the stdout stream (it arrives in the loop); nothing writes the pipe.
-  if (req_.stdin_plan.mode == StdinMode::pty) L.out.r.reset();
+  if (req_.io.stdin_plan.mode == StdinMode::pty) L.out.r.reset();
   in.out_fd = L.out.r.release();  // the relays own and close them
   in.err_fd = L.err.r.release();
   in.input = &L.caller_in;
   if (in.out_fd >= 0) ::fcntl(in.out_fd, F_SETFL, O_NONBLOCK);
   ::fcntl(in.err_fd, F_SETFL, O_NONBLOCK);
-  in.out_dst = req_.stdout_fd;
-  in.err_dst = req_.stderr_fd;
+  in.out_dst = req_.io.stdout_fd;
+  in.err_dst = req_.io.stderr_fd;
   in.timeout_ms = s.limits.timeout_ms;
   if (s.limits.timeout_ms) {
     // The wall-time limit counts from the sandbox's creation: the setup so far (a shared

@@ -535,8 +535,8 @@ Status apply_tenant(const Tenant& t, RunRequest& req, const json& pack) {
     tenant["separation"] = {{"ids", false},
                             {"why", "rootless: every sandbox runs as the caller's uid; ceilings and the store are the tenant's, host ids are not"}};
   } else {
-    req.id_slot = t.id_slot;
-    auto plan = plan_identity(req.spec, req.id_slot);
+    req.tenant.id_slot = t.id_slot;
+    auto plan = plan_identity(req.spec, req.tenant.id_slot);
     if (!plan) return make_error("usage", "tenant '" + t.name + "': " + plan.error().message);
     tenant["uid_range"] = {plan->uid_map.at(0).outside, plan->uid_map.at(0).count};
     tenant["gid_range"] = {plan->gid_map.at(0).outside, plan->gid_map.at(0).count};
@@ -544,14 +544,14 @@ Status apply_tenant(const Tenant& t, RunRequest& req, const json& pack) {
   }
   // What the program writes into a shared bind is its own host uid's and nobody else's: 0600 and
   // 0700 whatever the caller's umask (a tenant's program may still chmod its files wider).
-  req.umask = 077;
+  req.tenant.umask = 077;
   tenant["umask"] = "0077";
   // The run's state dir turns into the tenant's store, which its read-write binds are kept from
   // (check_binds_spare_state); the untenanted state and the other tenants' stores must stay out
   // of their reach too: a program that could write there would change what those runs trust.
-  req.guarded_dirs.push_back({req.dirs.state, "sbx's untenanted state dir"});
+  req.tenant.guarded_dirs.push_back({req.dirs.state, "sbx's untenanted state dir"});
   for (auto& [name, store] : t.other_stores)
-    req.guarded_dirs.push_back({store, "tenant '" + name + "''s store"});
+    req.tenant.guarded_dirs.push_back({store, "tenant '" + name + "''s store"});
   req.dirs = tenant_store(t, req.dirs);
   tenant["store"] = req.dirs.state;
   req.record_extra["tenant"] = std::move(tenant);

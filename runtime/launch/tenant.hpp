@@ -88,9 +88,10 @@ Result<Dirs> tenant_store_of(const std::string& name, const Dirs& base);
 // any limit above the tenant's ceiling (naming the key, the layer that asked and the tenant),
 // fills limits the run leaves unlimited with the tenant's, refuses an image, an allow rule or a
 // GPU request the tenant does not allow, moves the run's store to the tenant's (and adds the
-// untenanted state dir and the stores other tenant files name to RunRequest::guarded_dirs, which
-// no read-write bind may reach), picks its id slice and adds `tenant` to the record. Rootless
-// with separate ids required: refused.
+// untenanted state dir and the stores other tenant files name to
+// RunRequest::tenant.guarded_dirs, which no read-write bind may reach), picks its id slice
+// (RunRequest::tenant) and adds `tenant` to the record. Rootless with separate ids required:
+// refused.
 // `pack` is the pack's {name, digest} when a pack runs (checked against `packs`), else null.
 Status apply_tenant(const Tenant& t, RunRequest& req, const nlohmann::json& pack);
 // `--tenant NAME` on a fully built request: load_tenant, then apply_tenant; no name: no-op. The

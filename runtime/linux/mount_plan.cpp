@@ -6,8 +6,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include "runtime/linux/mounts.hpp"
-
 namespace sbx {
 namespace {
 

@@ -31,14 +31,6 @@
 
 namespace sbx {
 
-// A file sbx generates for the sandbox (pack records, exec code and inputs): written by init on
-// the base tmpfs of its own mount namespace and bound read-only at `dst` — never on the host.
-struct GeneratedFile {
-  std::string dst;
-  std::string content;
-  mode_t mode = 0444;
-};
-
 // A --bind or --input source, opened once before the run (open_bind_sources): what every check
 // looks at (preflight.hpp: no rw bind reaches sbx's state, the sandbox's root can reach it) and
 // what init mounts, so that a symlink or directory swapped in after the check cannot take its
@@ -60,57 +52,6 @@ struct BindSource {
 // Opens every --bind then every --input source of `spec` (a relative one from `caller_cwd`).
 // A source that cannot be opened: stage "mounts", "--bind SRC: source PATH: <why>".
 Result<std::vector<BindSource>> open_bind_sources(const RunSpec& spec, const std::string& caller_cwd);
-
-// A bind of the plan: a caller's source (pinned: init mounts only the file sbx opened and
-// checked, see BindSource) or one of sbx's own (GPU driver files: bound by path).
-struct PlannedBind {
-  BindMount bind;  // src absolute
-  bool pinned = false;
-  std::uint64_t dev = 0, ino = 0;
-  bool dir = false;
-};
-
-struct MountPlan {
-  // --image REF: the stored tree's host path, and the directory fd the supervisor checked against
-  // the image's seal before clone (inherited by init). -1 / "" for the host-derived root.
-  int image_fd = -1;
-  std::string image_path;
-  bool image_root = false;  // --image REF: the root is the overlay (set by plan_mounts)
-  std::int64_t upper_size_bytes = 16LL << 20;
-  // Host directories bound read-only at the same path (those that exist and are not symlinks).
-  std::vector<std::string> system_dirs;
-  // Host top-level symlinks recreated as-is (merged /usr: /bin -> usr/bin).
-  std::vector<std::pair<std::string, std::string>> system_links;  // path, target
-  // /etc directories bound read-only from the host; small /etc files are copied into the new
-  // root instead (a copy is a few microseconds, a read-only bind is two mount calls and a
-  // mount to tear down), and symlinks are recreated.
-  std::vector<std::string> etc_entries;
-  std::vector<std::string> etc_files;
-  std::vector<std::pair<std::string, std::string>> etc_links;  // path, target
-  // Generated files: /etc/passwd, /etc/group, /etc/hosts, /etc/hostname, /etc/nsswitch.conf.
-  std::vector<std::pair<std::string, std::string>> generated;  // path, content
-  std::vector<PlannedBind> binds;  // the caller's binds and inputs (pinned), then sbx's own
-  std::vector<GeneratedFile> files;
-  std::vector<TmpfsMount> tmpfs;
-  // GPU device nodes (gpu.hpp): host path, in-sandbox path under /dev. Bound into the sandbox's
-  // /dev like /dev/null is, without nodev (build_dev), before /dev turns read-only.
-  std::vector<std::pair<std::string, std::string>> device_nodes;
-  // Secret files for /run/secrets (name, value): written by init onto a private tmpfs, mode 0400,
-  // owned by owner_uid/gid (the program's ids inside). Their values never reach the trace.
-  std::vector<std::pair<std::string, std::string>> secret_files;
-  std::uint32_t owner_uid = 0, owner_gid = 0;  // the program's ids inside: own /out and secrets
-  std::int64_t tmp_size_bytes = 64LL << 20;
-  std::int64_t out_size_bytes = 64LL << 20;
-  std::string workdir = "/tmp";
-  // The operations init runs, in order (mount_plan.hpp): filled by the supervisor with
-  // mount_ops(*this) once everything above is final. build_root reads nothing else of the plan
-  // but owner_uid/gid and the contents of `files` and `secret_files`.
-  std::vector<MountOp> ops;
-  // The /proc entries covered in the sandbox's proc (kProcMasks in mounts.cpp, those the host's
-  // kernel has): host-wide counters and kernel state that tell one sandbox what the host and the
-  // others do (disk and interrupt activity, timers, the keyring list, kernel memory).
-  std::vector<std::string> proc_masks;
-};
 
 // Parent side: inspects the host (which system dirs exist, merged /usr) and generates /etc files.
 // `sources` are spec's binds and inputs as open_bind_sources opened them, in its order; the plan

@@ -3,8 +3,8 @@
 //
 // Each pooled sandbox is a `sbx mcp-worker --pooled` process started ahead of any call: it builds
 // the whole sandbox for the server's profile and its image (namespaces, root, /dev, /proc, tmpfs
-// mounts, cgroup, seccomp) and waits, init paused before the program's execve (sandbox.hpp,
-// RunRequest::await_call), for the job to arrive on its stdin — a unix socket on which the server
+// mounts, cgroup, seccomp) and waits, init paused before the program's execve (run_request.hpp,
+// RunRequest::pool.await_call), for the job to arrive on its stdin — a unix socket on which the server
 // sends one memfd holding the job (SCM_RIGHTS: the server never blocks on a slow reader). Init
 // writes the call's code and inputs from inside and starts the program (pool_job.hpp). One call
 // per sandbox; the server starts a replacement as it hands one out (a fork and exec: the build

@@ -266,8 +266,8 @@ json run_pack_job(const json& job, const WorkerContext& wctx) {
     if (c.is_array() && c.size() == 2 && c[0].is_string() && c[1].is_string()) req.contexts.push_back({c[0], c[1]});
   Capture out, err;
   if (!out.fd.ok() || !err.fd.ok()) return worker_error("mcp", "memfd_create for the captured output");
-  req.run.stdout_fd = out.fd.get();
-  req.run.stderr_fd = err.fd.get();
+  req.run.io.stdout_fd = out.fd.get();
+  req.run.io.stderr_fd = err.fd.get();
   PackRunResult res = run_pack(req);
   if (!res.recorded)
     return worker_error("record", "the run's trace record could not be stored (" + res.record_error +

@@ -13,7 +13,7 @@
 #include "runtime/image/artifact_export.hpp"
 #include "runtime/typed/pack.hpp"
 #include "runtime/launch/call_files.hpp"
-#include "runtime/launch/preflight.hpp"
+#include "runtime/launch/dry_run.hpp"
 #include "runtime/linux/events.hpp"
 #include "runtime/model/profile.hpp"
 #include "runtime/launch/sandbox.hpp"
@@ -142,13 +142,13 @@ Result<RunSpec> exec_spec(const ExecRequest& rq, const LoadedProfile& profile, c
 // Code, extra files and the input reach the sandbox as generated files: written by init on a
 // tmpfs of the sandbox's own mount namespace and bound read-only, never stored on the host.
 void exec_files(const ExecRequest& rq, RunRequest& run) {
-  run.inputs = json::array({file_record("/in/input.json", static_cast<std::int64_t>(rq.input_bytes.size()), sha256_hex(rq.input_bytes))});
+  run.typed.inputs = json::array({file_record("/in/input.json", static_cast<std::int64_t>(rq.input_bytes.size()), sha256_hex(rq.input_bytes))});
   run.files.push_back({"/code/main." + rq.ext, rq.code, 0444});
   for (auto& [path, content] : rq.files) run.files.push_back({"/code/" + path, content, 0444});
   run.files.push_back({"/in/input.json", rq.input_bytes, 0444});
 }
 
-// The exec's output, once the program has ended (run.after_run): /out/result.json read and,
+// The exec's output, once the program has ended (run.typed.after_run): /out/result.json read and,
 // with an output_schema, validated; a valid one is kept as a blob and becomes the response's
 // result. A pooled call also keeps the request and profile blobs here (deferred: each is a
 // durable write the program would otherwise wait for). Held by value in the RunRequest, which
@@ -267,7 +267,7 @@ Result<std::shared_ptr<ExecState>> plan_exec(const json& request, const ExecCont
     keeper.add_bytes("profile", run.profile.origin, run.profile.text);
     run.record_extra["blobs"] = keeper.take();
   }
-  run.after_run = std::move(output);
+  run.typed.after_run = std::move(output);
   // No result without a record: a run whose record is not durable in the ledger answers with an
   // error, not with its output (exit 125; cli/exec_cmd.cpp prints the one line).
   run.require_record = true;
@@ -303,8 +303,8 @@ Status capture_streams(Capture& out, Capture& err, RunRequest& run) {
   out.fd.reset(::memfd_create("sbx-exec-stdout", MFD_CLOEXEC));
   err.fd.reset(::memfd_create("sbx-exec-stderr", MFD_CLOEXEC));
   if (!out.fd.ok() || !err.fd.ok()) return sys_error("exec", "memfd_create for the captured output");
-  run.stdout_fd = out.fd.get();
-  run.stderr_fd = err.fd.get();
+  run.io.stdout_fd = out.fd.get();
+  run.io.stderr_fd = err.fd.get();
   return {};
 }
 
@@ -324,22 +324,22 @@ Result<json> run_exec(const json& request, const ExecContext& ctx) {
 Result<PooledExec> run_exec_pooled(const ExecContext& ctx, const AwaitExecCall& await_request) {
   // The sandbox is made for the profile as a call without limits of its own would run under it:
   // a placeholder request plans it (its program and files are replaced at hand-out).
-  RunRequest pool;
+  RunRequest warm;
   const std::string profile_name = exec_profile_name(ctx);
   auto profile = load_profile(profile_name);
   if (!profile) return profile.error();
-  auto placeholder = plan_exec({{"language", "sh"}, {"code", ""}}, ctx, pool, false, &*profile);
+  auto placeholder = plan_exec({{"language", "sh"}, {"code", ""}}, ctx, warm, false, &*profile);
   if (!placeholder) return placeholder.error();
-  pool.files.clear();
-  pool.record_extra = json::object();
-  pool.after_run = nullptr;
+  warm.files.clear();
+  warm.record_extra = json::object();
+  warm.typed.after_run = nullptr;
   Capture out, err;
-  if (auto st = capture_streams(out, err, pool); !st) return st.error();
+  if (auto st = capture_streams(out, err, warm); !st) return st.error();
   PooledExec res;
   std::shared_ptr<ExecState> state;
   RunRequest call;  // the call's own plan; its after_run is handed to the pooled run
-  const RunSpec pooled_spec = pool.spec;
-  pool.await_call = [&](const PoolPause& pause) -> std::optional<PooledCall> {
+  const RunSpec pooled_spec = warm.spec;
+  warm.pool.await_call = [&](const PoolPause& pause) -> std::optional<PooledCall> {
     json pool_meta = json::object();
     auto request = await_request(pause, pool_meta);
     if (!request) return std::nullopt;  // discarded: no call came
@@ -378,13 +378,13 @@ Result<PooledExec> run_exec_pooled(const ExecContext& ctx, const AwaitExecCall& 
     c.spec = call.spec;
     c.job.argv = call.spec.argv;
     c.job.files = call.files;
-    c.inputs = call.inputs;
+    c.inputs = call.typed.inputs;
     c.record_extra = call.record_extra;
     c.record_extra["pool"] = pool_meta;
-    c.after_run = call.after_run;
+    c.after_run = call.typed.after_run;
     return c;
   };
-  RunReport rep = run_sandbox(pool);
+  RunReport rep = run_sandbox(warm);
   if (rep.discarded) {
     if (res.error) return *res.error;
     if (res.request.is_null() && rep.outcome.error) res.build_error = rep.outcome.error;

@@ -23,7 +23,7 @@
 
 namespace sbx {
 
-struct RunRequest;  // sandbox.hpp
+struct RunRequest;  // run_request.hpp
 
 inline constexpr std::int64_t kExecDefaultOutputCap = 64 * 1024;
 
@@ -35,7 +35,7 @@ struct ExecContext {
   // passes its own through the worker (cli/mcp_cmd.cpp).
   std::string profile = "untrusted";
   std::string events;  // --events FILE|fd:N (events.hpp): the operator's, never the request's
-  // --dry-run: the request is checked and the run planned (preflight.hpp), nothing runs; the
+  // --dry-run: the request is checked and the run planned (dry_run.hpp), nothing runs; the
   // response is the dry run's JSON.
   bool dry_run = false;
   // Added to the record (RunRequest::record_extra): a replay's "replay_of".
@@ -63,12 +63,12 @@ Result<ExecRequest> parse_exec_request(const nlohmann::json& request);
 Result<nlohmann::json> run_exec(const nlohmann::json& request, const ExecContext& ctx);
 
 // A warm pool's exec (`sbx mcp --pool`, runtime/server/mcp_pool.hpp): builds a sandbox for ctx.profile
-// before any call exists (init paused before the program's execve, sandbox.hpp await_call), then
+// before any call exists (init paused before the program's execve, run_request.hpp await_call), then
 // calls await_request, which blocks until the call's request arrives (nullopt: the sandbox is
 // discarded) and may fill pool_meta (recorded as the run's "pool"). A call the sandbox can serve
 // (pool_refusal, pool_job.hpp) runs in it at once; one it cannot is left to the caller to run
 // cold, with the reason.
-struct PoolPause;  // sandbox.hpp
+struct PoolPause;  // run_request.hpp
 using AwaitExecCall = std::function<std::optional<nlohmann::json>(const PoolPause&, nlohmann::json& pool_meta)>;
 struct PooledExec {
   nlohmann::json request;    // the call's request; null when none came (discarded)

@@ -10,7 +10,7 @@
 #include "runtime/image/blob_store.hpp"
 #include "runtime/base/fsutil.hpp"
 #include "runtime/base/json_io.hpp"
-#include "runtime/launch/preflight.hpp"
+#include "runtime/launch/dry_run.hpp"
 #include "runtime/base/sha256.hpp"
 #include "runtime/typed/pack_tree.hpp"
 #include "runtime/typed/typed_io.hpp"
@@ -78,12 +78,12 @@ std::vector<SchemaError> validate_records(const CompiledSchema& schema, const js
 namespace {
 PackRunResult dry_run_pack(PackRunRequest& req, PackRunResult& res) {
   for (auto& [n, v] : req.secrets) wipe(v);
-  for (auto& [n, v] : req.run.secret_files) wipe(v);
-  for (auto& [n, v] : req.run.secret_env) wipe(v);
-  if (req.run.refuse) {
-    res.status = req.run.refuse->status;
-    res.exit_status = exit_status_for(*req.run.refuse);
-    if (res.errors.empty() && req.run.refuse->error) res.errors.push_back(req.run.refuse->error->describe());
+  for (auto& [n, v] : req.run.secrets.files) wipe(v);
+  for (auto& [n, v] : req.run.secrets.env) wipe(v);
+  if (req.run.typed.refuse) {
+    res.status = req.run.typed.refuse->status;
+    res.exit_status = exit_status_for(*req.run.typed.refuse);
+    if (res.errors.empty() && req.run.typed.refuse->error) res.errors.push_back(req.run.typed.refuse->error->describe());
     return res;
   }
   auto plan = dry_run(req.run);
@@ -151,13 +151,13 @@ void describe_pack_run(PackRunRequest& req, const std::vector<ContextCopy>& copi
         if (!copies[i].digest.empty()) e["digest"] = copies[i].digest;
         contexts.push_back(std::move(e));
       }
-  run.pack = {{"name", req.pack.name},       {"version", req.pack.version}, {"digest", req.pack.digest},
+  run.typed.pack = {{"name", req.pack.name},       {"version", req.pack.version}, {"digest", req.pack.digest},
               {"secrets", secret_names}, {"contexts", contexts}};
-  run.inputs = json::array({file_record(req.input_path, static_cast<std::int64_t>(req.input_bytes.size()),
+  run.typed.inputs = json::array({file_record(req.input_path, static_cast<std::int64_t>(req.input_bytes.size()),
                                         sha256_hex(req.input_bytes))});
 }
 
-// 1 the input contract, before anything is created: a refusal goes into run.refuse (the run
+// 1 the input contract, before anything is created: a refusal goes into run.typed.refuse (the run
 // then makes nothing and records why), its lines into res.errors; returns validation.input.
 json check_input(PackRunRequest& req, const Result<CompiledSchema>& in_schema, const Result<CompiledSchema>& out_schema,
                  PackRunResult& res) {
@@ -169,19 +169,19 @@ json check_input(PackRunRequest& req, const Result<CompiledSchema>& in_schema, c
     // load_pack compiled both already; this only fails if the pack changed in between.
     Outcome o;
     o.error = !in_schema ? in_schema.error() : out_schema.error();
-    run.refuse = o;
+    run.typed.refuse = o;
   } else if (!parsed.ok()) {
     in_errors.push_back({parsed.pointer, parsed.problem});
   } else {
     in_errors = validate_records(*in_schema, parsed.value, &in_omitted, kMaxContractErrors);
   }
   if (!in_errors.empty()) {
-    run.refuse = refusal({RunStatus::input_invalid, make_error("input", std::to_string(in_errors.size() + in_omitted) + " error(s) in " +
+    run.typed.refuse = refusal({RunStatus::input_invalid, make_error("input", std::to_string(in_errors.size() + in_omitted) + " error(s) in " +
                                                                        req.input_path + " against " + req.pack.input_schema_path)});
     res.errors = error_lines(req.input_path, in_errors, in_omitted);
     return invalid_check(in_errors, in_omitted, {kMaxRecordsBytes});
   }
-  if (run.refuse) return nullptr;
+  if (run.typed.refuse) return nullptr;
   return {{"status", "ok"}, {"records", parsed.value.size()}};
 }
 
@@ -190,7 +190,7 @@ json check_input(PackRunRequest& req, const Result<CompiledSchema>& in_schema, c
 // The pack and the contexts are bound from sbx's private copies (load_pack_copy, copy_contexts).
 void plan_contract_mounts(PackRunRequest& req, const std::vector<ContextCopy>& copies) {
   RunRequest& run = req.run;
-  if (!run.refuse) {
+  if (!run.typed.refuse) {
     run.files.push_back({"/in/records.json", req.input_bytes, 0444});
     run.spec.binds.push_back({req.pack.dir, "/pack", false});
     for (std::size_t i = 0; i < req.contexts.size(); ++i)
@@ -199,10 +199,10 @@ void plan_contract_mounts(PackRunRequest& req, const std::vector<ContextCopy>& c
   }
   for (auto& [name, value] : req.secrets)
     for (auto& s : req.pack.secrets)
-      if (s.name == name) (s.delivery == "env" ? run.secret_env : run.secret_files).push_back({name, value});
+      if (s.name == name) (s.delivery == "env" ? run.secrets.env : run.secrets.files).push_back({name, value});
 }
 
-// 3 the output contract, once the program has ended (run.after_run): /out/result.json read,
+// 3 the output contract, once the program has ended (run.typed.after_run): /out/result.json read,
 // validated against the output schema, kept as a blob when valid; the verdict goes back to the
 // run's outcome (with_verdict, outcome.hpp).
 struct OutputContract {
@@ -234,7 +234,7 @@ AfterRun OutputContract::judge(const Outcome& o, int out_fd) {
   AfterRun after;
   json& extra = after.record;
   extra = {{"validation", validation}};
-  if (req.run.refuse || out_fd < 0) return after;
+  if (req.run.typed.refuse || out_fd < 0) return after;
   OutFile f = read_out_file(out_fd, "result.json", kMaxResultBytes);
   json outputs = json::array();
   if (f.present && f.problem.empty()) outputs.push_back(file_record("/out/result.json", f.size, f.sha256));
@@ -291,7 +291,7 @@ PackRunResult run_pack(PackRunRequest& req) {
   json validation = {{"input", check_input(req, in_schema, out_schema, res)}, {"output", nullptr}};
   plan_contract_mounts(req, *copies);
   // A dry run stops here: the input contract is checked and the mounts are planned; the rest is
-  // the same dry run as `sbx run --dry-run` (preflight.hpp), nothing created.
+  // the same dry run as `sbx run --dry-run` (dry_run.hpp), nothing created.
   if (req.dry_run) return dry_run_pack(req, res);
   auto ceiling = keep_ceiling();
   if (!ceiling) {
@@ -302,15 +302,15 @@ PackRunResult run_pack(PackRunRequest& req) {
   // A refused run never calls after_run with an out fd, so the schema it names is not used then.
   static const CompiledSchema kNoSchema;
   OutputContract contract{req, out_schema ? *out_schema : kNoSchema, validation, *ceiling, {}, {}};
-  run.after_run = [&contract](const Outcome& o, int out_fd) { return contract.judge(o, out_fd); };
+  run.typed.after_run = [&contract](const Outcome& o, int out_fd) { return contract.judge(o, out_fd); };
   // No result without a record: the caller gets the validated result only once the run's record
   // is durable in the ledger (cli/pack_cmd.cpp withholds it otherwise).
   run.require_record = true;
   RunReport report = run_sandbox(run);
   res.recorded = report.recorded;
   res.record_error = report.record_error;
-  for (auto& [n, v] : run.secret_files) wipe(v);
-  for (auto& [n, v] : run.secret_env) wipe(v);
+  for (auto& [n, v] : run.secrets.files) wipe(v);
+  for (auto& [n, v] : run.secrets.env) wipe(v);
   for (auto& [n, v] : req.secrets) wipe(v);
   res.exit_status = report.exit_status;
   res.status = report.outcome.status;

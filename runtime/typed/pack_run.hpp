@@ -26,7 +26,7 @@ struct PackRunRequest {
   std::vector<std::pair<std::string, std::string>> contexts;  // declared name, host path
   std::vector<std::pair<std::string, std::string>> secrets;   // declared name, value (memory only)
   // --dry-run: check the input contract and plan the mounts, then make the dry run
-  // (preflight.hpp) instead of running: its JSON in `result` (exit 0), or the error (125), or
+  // (dry_run.hpp) instead of running: its JSON in `result` (exit 0), or the error (125), or
   // the input's errors (input_invalid, 65). Nothing is created and nothing is recorded.
   bool dry_run = false;
 };

@@ -656,8 +656,8 @@ RunRequest Replay::plain_request(const ProfileSource& profile) const {
   run.invocation_argv = req_.invocation_argv;
   run.record_extra = {{"replay_of", replay_of_}};
   // The program's output goes to sbx's stderr: stdout carries the comparison alone.
-  run.stdout_fd = 2;
-  run.stderr_fd = 2;
+  run.io.stdout_fd = 2;
+  run.io.stderr_fd = 2;
   return run;
 }
 

@@ -1,6 +1,6 @@
 #pragma once
 // Shared pieces of the typed-IO contract (sbx pack run, sbx exec). Inputs reach the sandbox as
-// generated files (sandbox.hpp, RunRequest::files); the result is read from the sandbox's /out
+// generated files (run_request.hpp, RunRequest::files); the result is read from the sandbox's /out
 // tmpfs through the fd init hands over (artifact_export.hpp, read_out_file). Nothing of either
 // is stored on the host, so a killed sbx leaves nothing behind.
 #include <cstdint>
