@@ -377,6 +377,31 @@ std::string own_cgroup_path(const std::string& self_path) {
   return self_path.empty() ? "/" : self_path;
 }
 
+namespace {
+
+// The run cgroup's limit files, written while it is still empty; a missing swap control is a
+// warning (the host does not account swap), anything else refused is the run's error.
+Status write_run_limits(const std::string& path, const Limits& limits, std::vector<std::string>& warnings) {
+  if (limits.memory_bytes) {
+    SBX_TRY(write_ctl(path + "/memory.max", std::to_string(*limits.memory_bytes)));
+    // Without this, memory.max only bounds RAM and the rest spills into swap.
+    Status sw = write_ctl(path + "/memory.swap.max", "0");
+    if (!sw.ok()) {
+      if (sw.error().err != ENOENT) return sw.error();
+      warnings.push_back("no memory.swap.max (swap accounting off): memory beyond memory.max may be swapped");
+    }
+    // One OOM kill takes the whole sandbox: a half-killed process tree is a worse result than a
+    // clean "oom". (Kubernetes does the same on cgroup v2.)
+    Status og = write_ctl(path + "/memory.oom.group", "1");
+    if (!og.ok() && og.error().err != ENOENT) return og.error();
+  }
+  if (limits.pids) SBX_TRY(write_ctl(path + "/pids.max", std::to_string(*limits.pids)));
+  if (limits.cpus) SBX_TRY(write_ctl(path + "/cpu.max", format_cpu_max(*limits.cpus)));
+  return {};
+}
+
+}  // namespace
+
 // ---- RunCgroup ----
 
 Result<RunCgroup> RunCgroup::create(const CgroupInfo& info, const Limits& limits, const std::string& run_id) {
@@ -443,21 +468,7 @@ Result<RunCgroup> RunCgroup::create(const CgroupInfo& info, const Limits& limits
   if (!cg.dir_fd_.ok()) return sys_error(kStage, "cannot open " + path);
 
   // Limits are written while the cgroup is still empty: the program will enter it at clone time.
-  if (limits.memory_bytes) {
-    SBX_TRY(write_ctl(path + "/memory.max", std::to_string(*limits.memory_bytes)));
-    // Without this, memory.max only bounds RAM and the rest spills into swap.
-    Status sw = write_ctl(path + "/memory.swap.max", "0");
-    if (!sw.ok()) {
-      if (sw.error().err != ENOENT) return sw.error();
-      cg.warnings_.push_back("no memory.swap.max (swap accounting off): memory beyond memory.max may be swapped");
-    }
-    // One OOM kill takes the whole sandbox: a half-killed process tree is a worse result than a
-    // clean "oom". (Kubernetes does the same on cgroup v2.)
-    Status og = write_ctl(path + "/memory.oom.group", "1");
-    if (!og.ok() && og.error().err != ENOENT) return og.error();
-  }
-  if (limits.pids) SBX_TRY(write_ctl(path + "/pids.max", std::to_string(*limits.pids)));
-  if (limits.cpus) SBX_TRY(write_ctl(path + "/cpu.max", format_cpu_max(*limits.cpus)));
+  SBX_TRY(write_run_limits(path, limits, cg.warnings_));
   return cg;
 }
 

@@ -167,7 +167,7 @@ TEST_CASE("cgroup: create refuses a cgroup v2 without our controllers, writing n
   FakeCgroupRoot hybrid("hugetlb");  // this host's v2
   auto r = RunCgroup::create(hybrid.info(), Limits{}, "r1");
   REQUIRE_FALSE(r.ok());
-  CHECK(r.error().stage == "cgroup");
+  CHECK(r.error().stage == sbx::Stage("cgroup"));
   CHECK(r.error().err == ENOTSUP);
   CHECK(r.error().message.find("hugetlb") != std::string::npos);
   CHECK(hybrid.entries() == 2);  // no sbx/ created

@@ -46,7 +46,7 @@ TEST_CASE("doc reader: an unknown key is named by its pointer, escaped per RFC 6
   r.ignore("known");
   auto st = r.finish();
   REQUIRE_FALSE(st.ok());
-  CHECK(st.error().stage == "usage");
+  CHECK(st.error().stage == sbx::Stage("usage"));
   CHECK(st.error().message == "d.json: /a~1b~0c: unknown key");
   CHECK(sbx::pointer_join("/x", "~/") == "/x/~0~1");
   // The wordings callers choose: the key quoted, and the known keys listed in declaration order.

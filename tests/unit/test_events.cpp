@@ -39,7 +39,7 @@ TEST_CASE("events: destinations are checked (fd:N, paths)") {
   CHECK(check_events_destination("/tmp/events.jsonl"));
   auto zero = EventStream::open("fd:0");
   REQUIRE_FALSE(zero);
-  CHECK(zero.error().stage == "usage");
+  CHECK(zero.error().stage == sbx::Stage("usage"));
   CHECK_FALSE(EventStream::open("fd:987654"));  // not open
   CHECK_FALSE(EventStream::open("/nonexistent-dir/x/events"));
 }

@@ -28,7 +28,7 @@ TEST_CASE("exec request: malformed requests are usage errors naming what is wron
   auto msg = [](const char* text) {
     auto r = parse_exec_request(json::parse(text));
     REQUIRE_FALSE(r.ok());
-    CHECK(r.error().stage == "usage");
+    CHECK(r.error().stage == sbx::Stage("usage"));
     return r.error().message;
   };
   CHECK(msg("[]").find("must be a JSON object") != std::string::npos);

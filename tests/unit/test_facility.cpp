@@ -138,7 +138,7 @@ TEST_CASE("facilities: prepare stops at the first failure; what never ran record
   RunContext ctx(req, cwd, cg, identity, true);
   auto st = prepare_facilities(ctx);
   REQUIRE_FALSE(st.ok());
-  CHECK(st.error().stage == "seccomp");
+  CHECK(st.error().stage == sbx::Stage("seccomp"));
   CHECK_FALSE(ctx.allow_rules.has_value());
   json e = enforcement_record(ctx, nullptr);
   CHECK(e["cgroup"] == "unavailable (hybrid)");  // the limits facility ran

@@ -107,15 +107,15 @@ TEST_CASE("parse_json: size, value count and syntax errors") {
 TEST_CASE("read_bounded: reads at most the cap, whatever the file") {
   TempDir t;
   auto p = t.write("f", std::string(5000, 'x'));
-  CHECK(read_bounded(p, 5000, "t", "f").ok());
-  auto r = read_bounded(p, 4999, "t", "f");
+  CHECK(read_bounded(p, 5000, "fs", "f").ok());
+  auto r = read_bounded(p, 4999, "fs", "f");
   REQUIRE_FALSE(r.ok());
   CHECK(r.error().message == "f: larger than 4999 bytes");
   // An endless file: refused at the cap instead of filling memory.
-  auto z = read_bounded("/dev/zero", 1u << 20, "t", "/dev/zero");
+  auto z = read_bounded("/dev/zero", 1u << 20, "fs", "/dev/zero");
   REQUIRE_FALSE(z.ok());
   CHECK(z.error().message.find("larger than 1 MiB") != std::string::npos);
-  CHECK_FALSE(read_bounded(t.dir + "/missing", 10, "t", "missing").ok());
+  CHECK_FALSE(read_bounded(t.dir + "/missing", 10, "fs", "missing").ok());
 }
 
 TEST_CASE("escape_utf8: invalid bytes become \\xHH, losslessly, and valid text is untouched") {

@@ -146,7 +146,7 @@ TEST_CASE("limits table: each limit flag sets, clears and refuses as it always h
     auto bad = apply_limit_flag(l, *k, "x");
     REQUIRE_FALSE(bad.ok());
     CHECK(bad.error().message.starts_with(std::string(k->flag) + ": "));
-    CHECK(bad.error().stage == "usage");
+    CHECK(bad.error().stage == sbx::Stage("usage"));
   }
   Limits l;
   const auto& kinds = limit_kinds();

@@ -54,7 +54,7 @@ TEST_CASE("memory fallback: sizes that fit are kept; profile sizes scale; the ca
   auto refused = fit_tmpfs(tmpfs_shares(spec, {}), 128 * M);
   REQUIRE_FALSE(refused);
   CHECK(refused.error().message.find("/scratch 200M (tmpfs)") != std::string::npos);
-  CHECK(refused.error().stage == "limits");
+  CHECK(refused.error().stage == sbx::Stage("limits"));
 
   auto asked = fit_tmpfs(tmpfs_shares(spec_with(64 * M, 64 * M), {"tmp_size"}), 100 * M);
   REQUIRE_FALSE(asked);  // /tmp and /dev/shm are the caller's 128M: nothing to scale

@@ -132,7 +132,7 @@ TEST_CASE("decide_outcome: a caller's refusal beats everything") {
   Outcome o = decide_outcome(f);
   CHECK(o.status == RunStatus::input_invalid);
   CHECK(exit_status_for(o) == 65);
-  CHECK(o.error->stage == "input");
+  CHECK(o.error->stage == sbx::Stage("input"));
   // A contract that no longer compiles refuses as sbx's own failure.
   RunFacts g;
   g.refused = Outcome{};
@@ -147,7 +147,7 @@ TEST_CASE("decide_outcome: sbx's setup error beats a signal and the supervision"
   f.signal_before_start = SIGINT;
   Outcome o = decide_outcome(f);
   CHECK(o.status == RunStatus::setup_error);
-  CHECK(o.error->stage == "mounts");
+  CHECK(o.error->stage == sbx::Stage("mounts"));
   CHECK(exit_status_for(o) == 125);
   CHECK(o.error->hint.empty());  // the supervised hint is for a supervised error only
 }
@@ -178,12 +178,12 @@ TEST_CASE("decide_outcome: init's setup error, with its hint; execve's 126/127")
   s.setup_error = setup_msg("execve", EACCES, "execute foo");
   CHECK(exit_status_for(decide_outcome(ran(s))) == 126);
   // sbx's own failure while supervising comes before init's report, and keeps its own hint.
-  s.error = Error{"cpu", EINVAL, "read cpu.stat"};
+  s.error = Error{"cgroup", EINVAL, "read cpu.stat"};
   s.error->hint = "own";
   f = ran(s);
   f.setup_hint = "other";
   o = decide_outcome(f);
-  CHECK(o.error->stage == "cpu");
+  CHECK(o.error->stage == sbx::Stage("cgroup"));
   CHECK(o.error->hint == "own");
   CHECK(exit_status_for(o) == 125);
   CHECK_FALSE(supervision_error(program(exited(0))));
@@ -328,7 +328,7 @@ TEST_CASE("decide_outcome: the typed-IO verdict applies to a run that succeeded 
   f.contract = bad_output();
   Outcome o = decide_outcome(f);
   CHECK(o.status == RunStatus::output_invalid);
-  CHECK(o.error->stage == "output");
+  CHECK(o.error->stage == sbx::Stage("output"));
   CHECK(exit_status_for(o) == 65);
   // The output limit came first: the run did not succeed, its output is not judged.
   f.export_limit_hit = true;

@@ -30,7 +30,7 @@ TEST_CASE("stages: names are unique and sorted, each with a description; from_na
 
 TEST_CASE("stages: an Error carries one, and describes itself by its name") {
   sbx::Error e = sbx::make_error("mounts", "bind source /x: missing", 2);
-  CHECK(e.stage == "mounts");
+  CHECK(e.stage == sbx::Stage("mounts"));
   CHECK(e.describe_with_stage().find("setup failed at mounts: ") == 0);
 }
 

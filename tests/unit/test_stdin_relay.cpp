@@ -53,7 +53,7 @@ TEST_CASE("plan_stdin: -t needs a terminal") {
   Fd r{p[0]}, w{p[1]};
   auto plan = plan_stdin(true, true, r.fd);
   REQUIRE(!plan.ok());
-  CHECK(plan.error().stage == "usage");
+  CHECK(plan.error().stage == sbx::Stage("usage"));
   CHECK(plan.error().message == "-t/--tty needs a terminal on stdin (stdin is a pipe)");
   CHECK(plan_stdin(false, true, 1000).error().message == "-t/--tty needs a terminal on stdin (stdin is closed)");
 }

@@ -202,7 +202,7 @@ TEST_CASE("supervise: a wall-time limit whose timer cannot be armed ends the run
   SuperviseResult r = supervise(in);
   CHECK(mono_ms() - t0 < 5000);  // the sandbox was killed, not left to run without its limit
   REQUIRE(r.error);
-  CHECK(r.error->stage == "timeout");
+  CHECK(r.error->stage == sbx::Stage("timeout"));
   CHECK(r.error->err == EMFILE);
   CHECK(r.error->message.find("wall-time limit") != std::string::npos);
   CHECK(WIFSIGNALED(r.init_wait_status));
@@ -223,7 +223,7 @@ TEST_CASE("supervise: a CPU-time budget that cannot be read ends the run (fail c
   in.cpu_used_us = []() -> Result<std::int64_t> { return make_error("cgroup", "cannot read cpu.stat", ENOENT); };
   SuperviseResult r = supervise(in);
   REQUIRE(r.error);
-  CHECK(r.error->stage == "cpu_time");
+  CHECK(r.error->stage == sbx::Stage("cpu_time"));
   CHECK(r.error->err == ENOENT);
   CHECK_FALSE(r.cpu_exceeded);
   CHECK(outcome_from_supervision(r, 2000).status == RunStatus::setup_error);
@@ -379,7 +379,7 @@ TEST_CASE("sbx exec's request read keeps a signal pending, and gives up only pas
   auto cut = sbx::read_to_end_holding_signals(fds[0], 1024, 100, &interrupted, "usage", "the exec request");
   CHECK_FALSE(cut);
   CHECK(interrupted == SIGINT);
-  CHECK(cut.error().stage == "signal");
+  CHECK(cut.error().stage == sbx::Stage("signal"));
   CHECK(cut.error().message.find("SIGINT while reading the exec request") == 0);
   CHECK(sbx::take_pending_forwarded_signal() == SIGINT);
   // Bounded as read_bounded_fd is.

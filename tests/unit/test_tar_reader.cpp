@@ -339,7 +339,7 @@ TEST_CASE("tarball: corrupt, truncated and concatenated streams") {
     auto done = tb->finish();
     CHECK(a.error);  // a truncated tar stream
     REQUIRE(!done.ok());
-    CHECK(done.error().stage == "image");
+    CHECK(done.error().stage == sbx::Stage("image"));
     CHECK(done.error().message.find("gzip stream of " + gz.string() + " ends early") != std::string::npos);
   }
   SUBCASE("a flipped byte in the deflate data: zlib's reason, the file and the byte") {
@@ -544,7 +544,7 @@ TEST_CASE("tar reader: names are normalised, '..' is refused with the member nam
     Archive a = read_bytes(file("ok", "fine") + file(bad, "evil") + kEnd);
     REQUIRE(a.error);
     CHECK(a.members.size() == 1);
-    CHECK(a.error->stage == "image");
+    CHECK(a.error->stage == sbx::Stage("image"));
     CHECK(a.error->message.find("'..'") != std::string::npos);
     CHECK(a.error->message.find("byte 1024") != std::string::npos);  // where the member starts
   }
