@@ -29,7 +29,7 @@ namespace {
 class RefusingLauncher : public sbx::mcp::SandboxLauncher {
  public:
   sbx::Result<sbx::mcp::Worker> launch(const json&) override {
-    return sbx::make_error("fuzz", "no sandbox in the fuzz target");
+    return sbx::make_error("mcp", "no sandbox in the fuzz target");
   }
 };
 
@@ -72,7 +72,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   RefusingLauncher launcher;
   if (sbx::mcp::serve(cfg, launcher, in.get(), out.get()) != 0) std::abort();
   ::lseek(out.get(), 0, SEEK_SET);
-  auto written = sbx::read_bounded_fd(out.get(), std::size_t{1} << 30, "fuzz", "the server's output");
+  auto written = sbx::read_bounded_fd(out.get(), std::size_t{1} << 30, "mcp", "the server's output");
   if (!written) std::abort();
   const std::string& text = *written;
   std::size_t start = 0;
