@@ -710,6 +710,7 @@ Result<Worker> ReexecLauncher::launch(const json& job) {
   json copy = job;
   if (Status w = write_all(in.get(), dump_json(copy, -1), "the job to the worker's memfd"); !w) {
     w.error().stage = "mcp";
+    w.error().message = "write the job to the worker's memfd";  // the words it always had
     return w.error();
   }
   ::lseek(in.get(), 0, SEEK_SET);
