@@ -11,6 +11,8 @@ BUILD_DIR ?= build
 PREFIX    ?= /usr/local
 DESTDIR   ?=
 JOBS      ?= $(shell nproc 2>/dev/null || echo 2)
+# ctest runs this many tests side by side (the long ones first: CMakeLists.txt, COST).
+CTEST_JOBS ?= 2
 CMAKE_FLAGS ?=
 # Warnings are errors in every build made here, a developer's as CI's (the code builds clean with
 # Debian 12's GCC); CMake's own default stays off for packagers whose newer compilers warn anew.
@@ -77,7 +79,7 @@ run: deps build
 	@./examples/demo.sh $(BUILD_DIR)/sbx
 
 test: deps-test mcp-test-deps build
-	cd $(BUILD_DIR) && ctest --output-on-failure --timeout 2400
+	cd $(BUILD_DIR) && ctest --output-on-failure --timeout 2400 -j$(CTEST_JOBS)
 
 # The sanitizer pass: GCC, ASan + UBSan (dynamically linked), every report fatal (tests/sanitize.sh);
 # -O1, the level ASan is tuned for, compiles much faster than -O2 on a 2-core CI machine.

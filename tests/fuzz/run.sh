@@ -94,33 +94,57 @@ PY
   esac
 }
 
-failed=()
-for t in "${targets[@]}"; do
-  bin=$build/tests/fuzz/fuzz_$t
-  [ -x "$bin" ] || { echo "fuzz: $bin is missing (build the fuzz_targets target)" >&2; failed+=("$t (not built)"); continue; }
+# One target: its seeds, then libFuzzer; prints its own lines (a target's lines are printed
+# together, after it ends) and exits non-zero when it failed.
+fuzz_one() {
+  local t=$1 bin=$build/tests/fuzz/fuzz_$1
+  [ -x "$bin" ] || { echo "fuzz: $bin is missing (build the fuzz_targets target)" >&2; return 2; }
   make_seeds "$t"
-  corpus=$build/fuzz-corpus/$t crashes=$build/fuzz-crashes/$t log=$build/fuzz-logs/$t.txt
+  local corpus=$build/fuzz-corpus/$t crashes=$build/fuzz-crashes/$t log=$build/fuzz-logs/$t.txt d
   mkdir -p "$corpus" "$crashes" "$build/fuzz-logs"
-  opts=(-timeout=10 -rss_limit_mb=2048 -max_len=65536 -print_final_stats=1 -artifact_prefix="$crashes/")
+  local opts=(-timeout=10 -rss_limit_mb=2048 -max_len=65536 -print_final_stats=1 -artifact_prefix="$crashes/")
   # The MCP server logs each message to stderr (its operator's log): libFuzzer closes the
   # target's stderr and keeps its own and the sanitizers' reports.
   [ "$t" = mcp ] && opts+=(-close_fd_mask=2)
   if [ "$seconds" -gt 0 ]; then opts+=(-max_total_time="$seconds"); else opts+=(-runs=0); fi
-  echo "fuzz: $t for ${seconds}s"
   # The first directory receives new inputs; the committed corpus and the seeds are only read.
   # A target may have no committed inputs yet (git keeps no empty directory): only existing
   # directories are named, since libFuzzer stops at a missing one.
-  dirs=("$corpus")
+  local dirs=("$corpus")
   for d in "tests/fuzz/corpus/$t" "$build/fuzz-seeds/$t"; do [ -d "$d" ] && dirs+=("$d"); done
   if "$bin" "${opts[@]}" "${dirs[@]}" >"$log" 2>&1; then
-    grep -E '^stat::(number_of_executed_units|peak_rss_mb)' "$log" | tr -s ' \n' ' '
-    echo
+    echo "fuzz: $t ran ${seconds}s: $(grep -E '^stat::(number_of_executed_units|peak_rss_mb)' "$log" | tr -s ' \n' ' ')"
   else
     echo "fuzz: $t FAILED; the input is in $crashes/, the log in $log:" >&2
     grep -E 'ERROR|SUMMARY|runtime error|Test unit written' "$log" | head -20 >&2
-    failed+=("$t")
+    return 1
   fi
+}
+
+# libFuzzer runs one process per target: FUZZ_JOBS targets side by side (default: one per core),
+# each still given its full FUZZ_SECONDS.
+jobs=${FUZZ_JOBS:-$(nproc)}
+[ "$jobs" -ge 1 ] 2>/dev/null || jobs=1
+echo "fuzz: ${#targets[@]} target(s), ${seconds}s each, $jobs at a time"
+declare -A pid_of=()
+failed=()
+reap() {  # waits for any one target to end, and counts it if it failed
+  local pid t
+  wait -n -p pid || true
+  for t in "${!pid_of[@]}"; do
+    [ "${pid_of[$t]}" = "$pid" ] || continue
+    wait "$pid" 2>/dev/null
+    [ "$(cat "$build/fuzz-logs/$t.rc")" = 0 ] || failed+=("$t")
+    unset "pid_of[$t]"
+  done
+}
+mkdir -p "$build/fuzz-logs"
+for t in "${targets[@]}"; do
+  while [ ${#pid_of[@]} -ge "$jobs" ]; do reap; done
+  ( fuzz_one "$t"; echo $? >"$build/fuzz-logs/$t.rc" ) &
+  pid_of[$t]=$!
 done
+while [ ${#pid_of[@]} -gt 0 ]; do reap; done
 if [ ${#failed[@]} -gt 0 ]; then
   echo "fuzz: failed: ${failed[*]}" >&2
   exit 1

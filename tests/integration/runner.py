@@ -17,6 +17,22 @@ def iter_tests(suite):
             yield t
 
 
+class TimedResult(unittest.TextTestResult):
+    """Keeps each test's wall time, so the end of a run can name the slowest (CI's time budget)."""
+
+    def startTest(self, test):
+        self._t0 = time.monotonic()
+        super().startTest(test)
+
+    def stopTest(self, test):
+        super().stopTest(test)
+        self.durations_s = getattr(self, "durations_s", [])
+        self.durations_s.append((time.monotonic() - self._t0, test.id()))
+
+
+SLOWEST_SHOWN = 12
+
+
 def main():
     here = os.path.dirname(os.path.abspath(__file__))
     sys.path.insert(0, here)
@@ -29,7 +45,7 @@ def main():
     print(f"sbx integration tests: mode={os.environ.get('SBX_MODE')} uid={os.getuid()} "
           f"binary={os.environ.get('SBX_BIN')} tests={total}", flush=True)
     t0 = time.monotonic()
-    runner = unittest.TextTestRunner(stream=sys.stderr, verbosity=2)
+    runner = unittest.TextTestRunner(stream=sys.stderr, verbosity=2, resultclass=TimedResult)
     result = runner.run(suite)
     failed = len(result.failures) + len(result.errors) + len(result.unexpectedSuccesses)
     skipped = len(result.skipped)
@@ -43,6 +59,11 @@ def main():
         for test, _ in result.failures + result.errors:
             print(f"  {test.id()}", flush=True)
     sys.stderr.flush()
+    slowest = sorted(getattr(result, "durations_s", []), reverse=True)[:SLOWEST_SHOWN]
+    if slowest:
+        print("slowest tests:", flush=True)
+        for secs, test_id in slowest:
+            print(f"  {secs:6.1f}s {test_id}", flush=True)
     summary = f"{passed} passed, {failed} failed"
     if skipped:
         summary += f", {skipped} skipped"
