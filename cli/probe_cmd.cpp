@@ -44,6 +44,7 @@
 #include "runtime/linux/userns.hpp"
 #include "runtime/record/probe_report.hpp"
 #include "runtime/typed/pack_run.hpp"
+#include "runtime/base/bytes.hpp"
 
 // The helper's bytes, placed in sbx's read-only data by cli/probe_blob.cpp.
 extern "C" const unsigned char sbx_probe_helper_begin[];
@@ -134,7 +135,7 @@ std::string random_hex(std::size_t bytes) {
   if (::getrandom(raw.data(), bytes, 0) != static_cast<ssize_t>(bytes)) return {};
   static const char* hex = "0123456789abcdef";
   std::string s;
-  for (unsigned char c : raw) {
+  for (unsigned char c : bytes_of(raw)) {
     s += hex[c >> 4];
     s += hex[c & 15];
   }

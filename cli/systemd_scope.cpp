@@ -76,9 +76,9 @@ ScopeFacts gather_scope_facts(const RunSpec& spec, const CgroupInfo& info) {
     std::string own = own_cgroup_path(info.self_path);
     if (own != "/") {
       auto procs = read_file(info.mount + own + "/cgroup.procs");
-      std::istringstream in(procs ? *procs : std::string());
+      std::istringstream procs_in(procs ? *procs : std::string());
       long pid;
-      while (in >> pid)
+      while (procs_in >> pid)
         if (pid != ::getpid()) {
           f.cgroup_usable = false;
           f.own_cgroup_busy = true;

@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "runtime/base/clock.hpp"
+#include "runtime/base/bytes.hpp"
 
 namespace sbx::dbus {
 
@@ -197,7 +198,7 @@ std::string first_string(const Message& m) {
 std::string auth_external_line(uid_t uid) {
   static const char* hex = "0123456789abcdef";
   std::string dec = std::to_string(uid), line("\0AUTH EXTERNAL ", 15);
-  for (unsigned char c : dec) {
+  for (unsigned char c : bytes_of(dec)) {
     line.push_back(hex[c >> 4]);
     line.push_back(hex[c & 15]);
   }

@@ -17,6 +17,7 @@
 #include "runtime/base/json_limits.hpp"
 #include "runtime/base/signals.hpp"
 #include "runtime/base/text_escape.hpp"
+#include "runtime/base/bytes.hpp"
 
 namespace sbx {
 using nlohmann::json;
@@ -139,7 +140,7 @@ std::vector<std::string> escape_keys(json& o) {
     if (obj.count(name)) {
       // A valid name already reads like the escape: spell every byte out instead.
       name.clear();
-      for (unsigned char b : k) append_hex_byte(name, b);
+      for (unsigned char b : bytes_of(k)) append_hex_byte(name, b);
     }
     node.key() = name;
     obj.insert(std::move(node));

@@ -24,7 +24,7 @@ constexpr int kMaxDepth = 64;
 
 int open_beneath(int dirfd, const std::string& name, int flags) {
   struct open_how how = {};
-  how.flags = static_cast<std::uint64_t>(flags | O_NOFOLLOW | O_CLOEXEC);
+  how.flags = static_cast<__u64>(flags | O_NOFOLLOW | O_CLOEXEC);
   how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV;
   return static_cast<int>(::syscall(SYS_openat2, dirfd, name.c_str(), &how, sizeof how));
 }

@@ -10,6 +10,7 @@
 
 #include "runtime/base/fsutil.hpp"
 #include "runtime/base/sha256.hpp"
+#include "runtime/base/bytes.hpp"
 
 namespace sbx {
 namespace {
@@ -89,7 +90,7 @@ struct Walker {
 std::string manifest_escape(std::string_view s) {
   std::string out;
   out.reserve(s.size());
-  for (unsigned char c : s) {
+  for (unsigned char c : bytes_of(s)) {
     if (c <= 0x20 || c >= 0x7f || c == '\\') {
       char buf[5];
       std::snprintf(buf, sizeof buf, "\\x%02x", c);

@@ -20,6 +20,7 @@
 #include "runtime/base/json_io.hpp"
 #include "runtime/base/sha256.hpp"
 #include "runtime/base/clock.hpp"
+#include "runtime/base/bytes.hpp"
 
 namespace sbx {
 namespace {
@@ -29,7 +30,7 @@ constexpr const char* kStage = "image";
 
 bool valid_chars(const std::string& s, bool tag) {
   if (s.empty() || s.size() > 128) return false;
-  for (unsigned char c : s) {
+  for (unsigned char c : bytes_of(s)) {
     bool ok = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-' ||
               (tag && c >= 'A' && c <= 'Z');
     if (!ok) return false;

@@ -16,6 +16,13 @@ constexpr std::size_t kBlock = 512;
 // Extended headers (pax records, GNU long names) are read into memory; a real one is a few KiB
 // at most, so a bigger one is a broken or hostile archive, not something to allocate for.
 constexpr std::int64_t kMaxExtendedHeader = 1 << 20;
+
+// The zero padding after `size` bytes of member data, up to the next block. Sizes are never
+// negative here: the header parser refuses a negative size.
+std::int64_t block_padding(std::int64_t size) {
+  constexpr auto block = static_cast<std::int64_t>(kBlock);
+  return (block - size % block) % block;
+}
 constexpr std::size_t kMaxDepth = 256;  // path components of a member name
 // Sizes beyond any real file (2^62 bytes) are refused, so that size + padding cannot overflow.
 constexpr std::int64_t kMaxSize = std::int64_t{1} << 62;
@@ -401,7 +408,7 @@ Result<std::string> TarReader::read_extended(std::int64_t size, std::int64_t at)
   if (!n) return n.error();
   current_ = "the extended header at byte " + std::to_string(at);
   if (*n < data.size()) return truncated("in " + current_);
-  SBX_TRY(skip((kBlock - size % kBlock) % kBlock));
+  SBX_TRY(skip(block_padding(size)));
   return data;
 }
 
@@ -447,7 +454,7 @@ Result<std::optional<TarEntry>> TarReader::next_entry() {
     // Headers that describe nothing to extract: pax global headers and GNU volume labels.
     if (flag == 'g' || flag == 'V') {
       current_ = "the " + std::string(flag == 'g' ? "pax global" : "volume label") + " header at byte " + std::to_string(at);
-      SBX_TRY(skip(*size + (kBlock - *size % kBlock) % kBlock));
+      SBX_TRY(skip(*size + block_padding(*size)));
       continue;
     }
     auto e = member_from_header(h, at, pending, current_);
@@ -458,7 +465,7 @@ Result<std::optional<TarEntry>> TarReader::next_entry() {
     const std::int64_t stored = pending.size ? *pending.size : *size;
     const bool has_data = !(flag >= '1' && flag <= '6');
     data_left_ = has_data ? stored : 0;
-    pad_left_ = (kBlock - data_left_ % kBlock) % kBlock;
+    pad_left_ = block_padding(data_left_);
     readable_ = e->type == TarEntry::Type::file;
     e->size = readable_ ? data_left_ : 0;
     return std::optional<TarEntry>(std::move(*e));

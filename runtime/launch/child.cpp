@@ -246,7 +246,7 @@ Status program_stdio(const ChildConfig& cfg, int pty_master) {
   auto path = resolve_program(cfg);
   if (!path) fail(cfg, path.error());
   std::vector<char*> argv, envp;
-  for (auto& a : cfg.argv) argv.push_back(const_cast<char*>(a.c_str()));
+  for (auto& arg : cfg.argv) argv.push_back(const_cast<char*>(arg.c_str()));
   argv.push_back(nullptr);
   for (auto& e : cfg.envp) envp.push_back(const_cast<char*>(e.c_str()));
   envp.push_back(nullptr);

@@ -32,7 +32,7 @@ struct Reader {
   bool u64(std::uint64_t* v) {
     if (s.size() - at < 8) return false;
     *v = 0;
-    for (int i = 0; i < 8; ++i) *v |= static_cast<std::uint64_t>(static_cast<unsigned char>(s[at + i])) << (8 * i);
+    for (std::size_t i = 0; i < 8; ++i) *v |= static_cast<std::uint64_t>(static_cast<unsigned char>(s[at + i])) << (8 * i);
     at += 8;
     return true;
   }
@@ -136,7 +136,7 @@ Result<PoolJob> read_pool_job(int fd) {
   std::string frame(8, '\0');
   if (!read_full(frame.data(), 8)) return make_error("pool", "read the job's length", EPIPE);
   std::uint64_t len = 0;
-  for (int i = 0; i < 8; ++i) len |= static_cast<std::uint64_t>(static_cast<unsigned char>(frame[i])) << (8 * i);
+  for (std::size_t i = 0; i < 8; ++i) len |= static_cast<std::uint64_t>(static_cast<unsigned char>(frame[i])) << (8 * i);
   if (len > kMaxPoolJobBytes) return bad_job("longer than " + std::to_string(kMaxPoolJobBytes) + " bytes");
   frame.resize(8 + len);
   if (!read_full(frame.data() + 8, len)) return make_error("pool", "read the job", EPIPE);

@@ -74,7 +74,7 @@ std::map<std::string, int> mount_table() {
       if (sp == std::string::npos) break;
       p = sp + 1;
     }
-    auto dash = std::find(f.begin() + std::min<std::size_t>(f.size(), 6), f.end(), "-");
+    auto dash = std::find(f.begin() + static_cast<std::ptrdiff_t>(std::min<std::size_t>(f.size(), 6)), f.end(), "-");
     if (f.size() < 6 || dash == f.end() || dash + 2 >= f.end()) continue;
     ++out[f[4] + " " + *(dash + 1) + " " + *(dash + 2)];
   }

@@ -21,6 +21,7 @@
 #include "runtime/base/units.hpp"
 #include "runtime/model/limits_table.hpp"
 #include "runtime/linux/userns.hpp"
+#include "runtime/base/bytes.hpp"
 
 namespace sbx {
 using json = nlohmann::json;
@@ -58,7 +59,7 @@ bool port_covers(const AllowRule& t, const AllowRule& r) {
 bool addr_in(const AllowRule& net, const AllowRule& r) {
   if (net.v6 != r.v6 || r.prefix < net.prefix) return false;
   int bits = net.prefix;
-  for (int i = 0; i < 16 && bits > 0; ++i, bits -= 8) {
+  for (std::size_t i = 0; i < 16 && bits > 0; ++i, bits -= 8) {
     std::uint8_t mask = bits >= 8 ? 0xff : static_cast<std::uint8_t>(0xff << (8 - bits));
     if ((net.addr[i] & mask) != (r.addr[i] & mask)) return false;
   }
@@ -157,7 +158,7 @@ Status check_tenant_name(const std::string& name) {
   }
   if (name[0] == '.' || name[0] == '-')
     return make_error("usage", "--tenant: a tenant name may not start with '.' or '-'");
-  for (unsigned char c : name)
+  for (unsigned char c : bytes_of(name))
     if (!(std::isalnum(c) || c == '.' || c == '_' || c == '-'))
       return make_error("usage", "--tenant: a tenant name holds only letters, digits, '.', '_' and '-' (no '/', no control bytes)");
   if (name.find("..") != std::string::npos) return make_error("usage", "--tenant: a tenant name may not contain '..'");

@@ -23,7 +23,7 @@ Result<CloneResult> clone_sandbox(unsigned long ns_flags, int cgroup_fd, bool& i
   args.exit_signal = SIGCHLD;
   if (cgroup_fd >= 0) {
     args.flags |= CLONE_INTO_CGROUP;
-    args.cgroup = static_cast<std::uint64_t>(cgroup_fd);
+    args.cgroup = static_cast<__u64>(cgroup_fd);  // __u64, not uint64_t: GCC flags the second conversion
   }
   long pid = ::syscall(SYS_clone3, &args, sizeof args);
   if (pid >= 0) {

@@ -373,7 +373,7 @@ Status plan_from_cdi(GpuPlan& plan, const GpuHostPaths& p, const GpuRequest& req
   std::vector<const json*> chosen;
   if (req.all) {
     if (auto* d = find("all")) chosen.push_back(d);
-    else for (auto& d : devs) chosen.push_back(&d);
+    else for (auto& dev : devs) chosen.push_back(&dev);
   } else {
     for (auto& item : req.items) {
       const json* d = find(item);

@@ -284,7 +284,7 @@ Result<UniqueFd> tmpfs_in_root(int root, const std::string& dst, std::int64_t si
 // Secrets live only in this tmpfs, in this mount namespace: nothing reaches the host's disk, and
 // the tmpfs is gone with the namespace when the run ends. noexec, and read-only once written.
 Status write_secrets(int root, const MountOp& op, const MountPlan& plan) {
-  auto dir = tmpfs_in_root(root, op.dst, op.size_bytes, op.mode, op.flags & ~MS_RDONLY);
+  auto dir = tmpfs_in_root(root, op.dst, op.size_bytes, op.mode, op.flags & ~static_cast<unsigned long>(MS_RDONLY));
   if (!dir) return dir.error();
   for (auto& [name, value] : plan.secret_files) {
     UniqueFd fd(::openat(dir->get(), name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0400));

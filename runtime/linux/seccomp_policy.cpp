@@ -331,7 +331,7 @@ Result<std::vector<sock_filter>> read_bpf_file(const std::string& path) {
   UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (!fd.ok()) return sys_error(kStage, "open " + path);
   struct stat st;
-  if (::fstat(fd.get(), &st) != 0 || st.st_size <= 0 || st.st_size % sizeof(sock_filter) != 0 ||
+  if (::fstat(fd.get(), &st) != 0 || st.st_size <= 0 || static_cast<std::size_t>(st.st_size) % sizeof(sock_filter) != 0 ||
       st.st_size > static_cast<off_t>(BPF_MAXINSNS * sizeof(sock_filter)))
     return make_error(kStage, "bad cached program " + path, EINVAL);
   std::vector<sock_filter> prog(static_cast<std::size_t>(st.st_size) / sizeof(sock_filter));

@@ -5,6 +5,7 @@
 
 #include "runtime/base/json_io.hpp"
 #include "runtime/base/sha256.hpp"
+#include "runtime/base/bytes.hpp"
 
 namespace sbx {
 namespace {
@@ -59,7 +60,7 @@ bool is_rfc3339_utc(const std::string& s) {
 
 std::string file_uri(const std::string& path) {
   std::string out = "file://";
-  for (unsigned char c : path) {
+  for (unsigned char c : bytes_of(path)) {
     if (std::isalnum(c) || c == '-' || c == '.' || c == '_' || c == '~' || c == '/') {
       out += static_cast<char>(c);
     } else {

@@ -86,7 +86,7 @@ struct Translator {
         }
         break;
       case 'c':
-        if (i < p.size() && std::isalpha(static_cast<unsigned char>(p[i]))) out += hex_escape(p[i++] % 32);
+        if (i < p.size() && std::isalpha(static_cast<unsigned char>(p[i]))) out += hex_escape(static_cast<unsigned char>(p[i++]) % 32U);
         else out += "\\\\c";
         break;
       case '0':

@@ -105,22 +105,22 @@ struct Compiler {
 
   // A keyword whose value must be one schema.
   bool one(int n, const char* kw, int Node::*field) {
-    const json& j = *s.nodes[n].json;
+    const json& j = *s.node(n).json;
     auto it = j.find(kw);
     if (it == j.end()) return true;
-    std::string at = s.nodes[n].pointer + "/" + kw;
+    std::string at = s.node(n).pointer + "/" + kw;
     if (!is_schema(*it)) return fail(at, std::string(kw) + " must be a schema (an object or a boolean)");
     int c = node_at(at, *it);
-    s.nodes[n].*field = c;
+    s.node(n).*field = c;
     return true;
   }
 
   // allOf/anyOf/oneOf, and items in its tuple form.
   bool list(int n, const char* kw, std::vector<int> Node::*field, bool allow_empty) {
-    const json& j = *s.nodes[n].json;
+    const json& j = *s.node(n).json;
     auto it = j.find(kw);
     if (it == j.end()) return true;
-    std::string at = s.nodes[n].pointer + "/" + kw;
+    std::string at = s.node(n).pointer + "/" + kw;
     if (!it->is_array() || (!allow_empty && it->empty()))
       return fail(at, std::string(kw) + " must be a" + (allow_empty ? "n" : " non-empty") + " array of schemas");
     std::vector<int> out;
@@ -134,16 +134,16 @@ struct Compiler {
       out.push_back(node_at(ea, e));
     }
     bool ok = out.size() == it->size();
-    s.nodes[n].*field = std::move(out);
+    s.node(n).*field = std::move(out);
     return ok;
   }
 
   // properties, patternProperties, definitions: an object whose members are schemas.
   bool members(int n, const char* kw, std::vector<std::pair<std::string, int>>* out) {
-    const json& j = *s.nodes[n].json;
+    const json& j = *s.node(n).json;
     auto it = j.find(kw);
     if (it == j.end()) return true;
-    std::string at = s.nodes[n].pointer + "/" + kw;
+    std::string at = s.node(n).pointer + "/" + kw;
     if (!it->is_object()) return fail(at, std::string(kw) + " must be an object of schemas");
     bool ok = true;
     for (auto& [k, v] : it->items()) {
@@ -169,14 +169,14 @@ struct Compiler {
 // Every keyword of one schema object is checked, so that all of its problems are listed at once.
 bool Compiler::assertions(int n) {
   bool ok = true;
-  for (auto& [k, v] : s.nodes[n].json->items()) ok = keyword(n, k, v) && ok;
+  for (auto& [k, v] : s.node(n).json->items()) ok = keyword(n, k, v) && ok;
   return ok;
 }
 
 // The keywords whose operands are not schemas: their shapes, so that a typo'd value is an error
 // rather than an assertion that never fails. Unknown keywords ("x-" extensions aside) likewise.
 bool Compiler::keyword(int n, const std::string& k, const json& v) {
-  const std::string& p = s.nodes[n].pointer;
+  const std::string& p = s.node(n).pointer;
   {
     std::string at = p + "/" + pointer_token(k);
     if (!kDraft7Keywords.count(k) && !kLaterDraftKeywords.count(k) && !k.starts_with("x-")) {
@@ -210,7 +210,7 @@ bool Compiler::keyword(int n, const std::string& k, const json& v) {
       if (!v.is_string()) return fail(at, "pattern must be a string");
       auto re = EcmaRegex::compile(v.get<std::string>());
       if (!re) return fail(at, "pattern " + v.dump() + ": " + re.error().message);
-      s.nodes[n].pattern.push_back(std::move(*re));
+      s.node(n).pattern.push_back(std::move(*re));
     } else if (k == "$id" && v.get<std::string>().starts_with("#")) {
       anchors.emplace(v.get<std::string>().substr(1), p);
     } else if (k == "$ref" && !v.is_string()) {
@@ -221,8 +221,8 @@ bool Compiler::keyword(int n, const std::string& k, const json& v) {
 }
 
 bool Compiler::applicators(int n) {
-  const json& j = *s.nodes[n].json;
-  const std::string p = s.nodes[n].pointer;
+  const json& j = *s.node(n).json;
+  const std::string p = s.node(n).pointer;
   // Not short-circuited: each keyword's problems are listed, not only the first keyword's.
   bool ok = true;
   for (auto [kw, field] : {std::pair{"not", &Node::not_}, {"if", &Node::if_}, {"then", &Node::then_},
@@ -238,24 +238,24 @@ bool Compiler::applicators(int n) {
   ok = members(n, "definitions", nullptr) && ok;
   ok = members(n, "$defs", nullptr) && ok;
   std::sort(props.begin(), props.end());
-  s.nodes[n].properties = std::move(props);
+  s.node(n).properties = std::move(props);
   for (auto& [pat, c] : pats) {
     auto re = EcmaRegex::compile(pat);
     if (!re) {
       ok = fail(p + "/patternProperties/" + pointer_token(pat), "pattern " + json(pat).dump() + ": " + re.error().message);
       continue;
     }
-    s.nodes[n].pattern_properties.emplace_back(std::move(*re), c);
+    s.node(n).pattern_properties.emplace_back(std::move(*re), c);
   }
   if (!ok) return false;
   if (auto it = j.find("items"); it != j.end()) {
     if (it->is_array()) {
-      s.nodes[n].items_is_tuple = true;
+      s.node(n).items_is_tuple = true;
       if (!list(n, "items", &Node::items, true)) return false;
     } else {
       if (!is_schema(*it)) return fail(p + "/items", "items must be a schema or an array of schemas");
       int c = node_at(p + "/items", *it);
-      s.nodes[n].items = {c};
+      s.node(n).items = {c};
     }
   }
   if (auto it = j.find("dependencies"); it != j.end()) {
@@ -264,9 +264,9 @@ bool Compiler::applicators(int n) {
       std::string at = p + "/dependencies/" + pointer_token(k);
       if (is_schema(v)) {
         int c = node_at(at, v);
-        s.nodes[n].dep_schemas.emplace_back(k, c);
+        s.node(n).dep_schemas.emplace_back(k, c);
       } else if (v.is_array() && std::all_of(v.begin(), v.end(), [](const json& e) { return e.is_string(); })) {
-        s.nodes[n].dep_required.emplace_back(k, v.get<std::vector<std::string>>());
+        s.node(n).dep_required.emplace_back(k, v.get<std::vector<std::string>>());
       } else {
         return fail(at, "a dependency must be a schema or an array of property names");
       }
@@ -276,7 +276,7 @@ bool Compiler::applicators(int n) {
 }
 
 bool Compiler::compile_node(int n) {
-  const json& j = *s.nodes[n].json;
+  const json& j = *s.node(n).json;
   if (j.is_boolean()) return true;
   if (auto it = j.find("$ref"); it != j.end() && it->is_string()) refs.emplace_back(n, it->get<std::string>());
   bool ok = assertions(n);
@@ -336,7 +336,7 @@ const json* walk_pointer(const json& doc, const std::string& fragment, std::stri
 }
 
 bool resolve_one(Compiler& c, int n, const std::string& ref) {
-  std::string at = c.s.nodes[n].pointer + "/$ref";
+  std::string at = c.s.node(n).pointer + "/$ref";
   if (!ref.starts_with("#"))
     return c.fail(at, "only local references (\"#/...\") are supported; sbx does not fetch schemas");
   std::string frag = percent_decode(ref.substr(1));
@@ -353,7 +353,7 @@ bool resolve_one(Compiler& c, int n, const std::string& ref) {
   if (!target) return c.fail(at, json(ref).dump() + " does not name anything in this schema");
   if (!is_schema(*target)) return c.fail(at, json(ref).dump() + " names a value that is not a schema");
   int t = c.node_at(canonical, *target);
-  c.s.nodes[n].ref = t;
+  c.s.node(n).ref = t;
   return true;
 }
 
@@ -375,7 +375,7 @@ bool compile_all(Compiler& c) {
 }
 
 struct Edge {
-  int to;
+  std::size_t to;  // a node's index (an edge exists only where a node is named)
   std::string where;  // the keyword that applies `to`
 };
 
@@ -383,10 +383,10 @@ struct Edge {
 // if/then/else and schema dependencies. A cycle among them never descends into the value, so
 // validating anything against it would recurse until the stack runs out.
 std::vector<Edge> same_value_edges(const Node& n) {
-  if (n.ref != kNone) return {{n.ref, n.pointer + "/$ref"}};
+  if (n.ref != kNone) return {{static_cast<std::size_t>(n.ref), n.pointer + "/$ref"}};
   std::vector<Edge> e;
   auto add = [&](int to, const std::string& kw) {
-    if (to != kNone) e.push_back({to, n.pointer + "/" + kw});
+    if (to != kNone) e.push_back({static_cast<std::size_t>(to), n.pointer + "/" + kw});
   };
   for (std::size_t i = 0; i < n.all_of.size(); ++i) add(n.all_of[i], "allOf/" + std::to_string(i));
   for (std::size_t i = 0; i < n.any_of.size(); ++i) add(n.any_of[i], "anyOf/" + std::to_string(i));
@@ -407,10 +407,10 @@ bool Compiler::find_cycles() {
   std::vector<char> color(count, kWhite);
   for (std::size_t root = 0; root < count; ++root) {
     if (color[root] != kWhite) continue;
-    std::vector<std::pair<int, std::size_t>> stack{{static_cast<int>(root), 0}};
+    std::vector<std::pair<std::size_t, std::size_t>> stack{{root, 0}};
     color[root] = kGrey;
     while (!stack.empty()) {
-      int u = stack.back().first;
+      std::size_t u = stack.back().first;
       std::size_t k = stack.back().second++;
       if (k == edges[u].size()) {
         color[u] = kBlack;

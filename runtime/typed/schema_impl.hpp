@@ -42,6 +42,10 @@ namespace sbx {
 struct CompiledSchema::Impl {
   nlohmann::json doc;  // nodes point into it
   std::vector<schema::Node> nodes;  // nodes[0] is the root
+  // Nodes refer to each other by int index (schema::kNone for none); every index looked up is
+  // one the compiler handed out, never kNone.
+  schema::Node& node(int i) { return nodes[static_cast<std::size_t>(i)]; }
+  const schema::Node& node(int i) const { return nodes[static_cast<std::size_t>(i)]; }
 };
 
 }  // namespace sbx

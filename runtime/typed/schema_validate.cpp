@@ -223,6 +223,10 @@ class Validator {
   std::string got(const json& v) const { return lim_.show_values ? got_value(v) : std::string(); }
 };
 
+// An array's or object's size beside a schema's bound (JSON numbers are doubles): exact, since no
+// value read here comes near 2^53 members.
+double count_of(const json& v) { return static_cast<double>(v.size()); }
+
 // A failed assertion: recorded when errors are wanted; `return` it to stop at the first one
 // when they are not.
 #define SBX_FAIL(msg)                  \
@@ -233,7 +237,7 @@ class Validator {
   } while (0)
 
 bool Validator::node(int index, const json& v, Errors* errs) {
-  const Node& n = s_.nodes[index];
+  const Node& n = s_.node(index);
   charge(1);
   if (n.json->is_boolean()) {
     if (n.json->get<bool>()) return true;
@@ -310,9 +314,9 @@ bool Validator::string(const Node& n, const json& v, Errors* errs) {
     charge(1 + sv.size() / 64);
     len = code_points(sv);
   }
-  if (has("minLength") && len < j.at("minLength").get<double>())
+  if (has("minLength") && static_cast<double>(len) < j.at("minLength").get<double>())
     SBX_FAIL("must be at least " + str(j.at("minLength")) + " characters long, not " + std::to_string(len) + got(v));
-  if (has("maxLength") && len > j.at("maxLength").get<double>())
+  if (has("maxLength") && static_cast<double>(len) > j.at("maxLength").get<double>())
     SBX_FAIL("must be at most " + str(j.at("maxLength")) + " characters long, not " + std::to_string(len) + got(v));
   for (auto& re : n.pattern) {
     charge(1 + sv.size() / 64);
@@ -324,9 +328,9 @@ bool Validator::string(const Node& n, const json& v, Errors* errs) {
 bool Validator::array(const Node& n, const json& v, Errors* errs) {
   const json& j = *n.json;
   bool ok = true;
-  if (auto m = j.find("minItems"); m != j.end() && v.size() < m->get<double>())
+  if (auto m = j.find("minItems"); m != j.end() && count_of(v) < m->get<double>())
     SBX_FAIL("must have at least " + str(*m) + " items, not " + std::to_string(v.size()));
-  if (auto m = j.find("maxItems"); m != j.end() && v.size() > m->get<double>())
+  if (auto m = j.find("maxItems"); m != j.end() && count_of(v) > m->get<double>())
     SBX_FAIL("must have at most " + str(*m) + " items, not " + std::to_string(v.size()));
   if (auto u = j.find("uniqueItems"); u != j.end() && u->get<bool>()) {
     // Canonical forms in a hash set: linear, where comparing every pair would be quadratic.
@@ -353,7 +357,7 @@ bool Validator::array(const Node& n, const json& v, Errors* errs) {
   if (n.contains != kNone) {
     bool found = false;
     for (std::size_t i = 0; i < v.size() && !found; ++i) found = child(n.contains, v[i], std::to_string(i), nullptr);
-    if (!found) SBX_FAIL("must contain an item that matches the schema at #" + s_.nodes[n.contains].pointer);
+    if (!found) SBX_FAIL("must contain an item that matches the schema at #" + s_.node(n.contains).pointer);
   }
   return ok;
 }
@@ -361,9 +365,9 @@ bool Validator::array(const Node& n, const json& v, Errors* errs) {
 bool Validator::object(const Node& n, const json& v, Errors* errs) {
   const json& j = *n.json;
   bool ok = true;
-  if (auto m = j.find("minProperties"); m != j.end() && v.size() < m->get<double>())
+  if (auto m = j.find("minProperties"); m != j.end() && count_of(v) < m->get<double>())
     SBX_FAIL("must have at least " + str(*m) + " properties, not " + std::to_string(v.size()));
-  if (auto m = j.find("maxProperties"); m != j.end() && v.size() > m->get<double>())
+  if (auto m = j.find("maxProperties"); m != j.end() && count_of(v) > m->get<double>())
     SBX_FAIL("must have at most " + str(*m) + " properties, not " + std::to_string(v.size()));
   if (auto r = j.find("required"); r != j.end()) {
     charge(r->size());
@@ -411,7 +415,7 @@ bool Validator::members(const Node& n, const json& v, Errors* errs) {
       member_ok = child(sub, member, pointer_token(key), errs) && member_ok;
     }
     if (!matched && n.additional_properties != kNone) {
-      const json& add = *s_.nodes[n.additional_properties].json;
+      const json& add = *s_.node(n.additional_properties).json;
       if (add.is_boolean() && !add.get<bool>()) SBX_FAIL("the property " + quoted(key) + " is not allowed");
       else member_ok = child(n.additional_properties, member, pointer_token(key), errs);
     }
