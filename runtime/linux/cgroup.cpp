@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/model/limits_table.hpp"
+#include "runtime/base/strings.hpp"
 
 namespace sbx {
 namespace {
@@ -63,12 +64,6 @@ std::vector<std::string> split_words(std::string_view text) {
 
 bool contains(const std::vector<std::string>& v, const std::string& s) {
   return std::find(v.begin(), v.end(), s) != v.end();
-}
-
-std::string join(const std::vector<std::string>& v, const char* sep = " ") {
-  std::string out;
-  for (const auto& s : v) out += (out.empty() ? "" : sep) + s;
-  return out;
 }
 
 std::vector<pid_t> read_procs(const std::string& cg) {
@@ -210,7 +205,7 @@ Status enable_controllers(const std::string& cg, const std::vector<std::string>&
       std::vector<std::string> others;
       for (pid_t p : read_procs(cg)) others.push_back(std::to_string(p));
       e.message = "cannot enable the " + c + " controller in " + cg +
-                  ": the cgroup holds other processes (" + join(others) +
+                  ": the cgroup holds other processes (" + join_words(others) +
                   ") and cgroup v2 forbids controllers in a cgroup with processes; run sbx in a "
                   "cgroup of its own (e.g. systemd-run --user --scope -p Delegate=yes sbx ...)";
     }
@@ -429,12 +424,12 @@ Result<RunCgroup> RunCgroup::create(const CgroupInfo& info, const Limits& limits
   if (wanted.empty())
     return make_error(kStage,
                       "cgroup v2 at " + own + " offers none of memory, pids, cpu (cgroup.controllers: '" +
-                          join(avail) + "'; on a v1/v2 hybrid host they are bound to cgroup v1)",
+                          join_words(avail) + "'; on a v1/v2 hybrid host they are bound to cgroup v1)",
                       ENOTSUP);
   for (const auto& c : required)
     if (!contains(avail, c))
       return make_error(kStage, "the " + c + " controller is not available in " + own + " (cgroup.controllers: '" +
-                                    join(avail) + "')", ENOTSUP);
+                                    join_words(avail) + "')", ENOTSUP);
 
   RunCgroup cg;
   std::vector<std::string> enabled_own, enabled_sbx;
@@ -589,7 +584,7 @@ Status gc_stale_cgroups(const CgroupInfo& info) {
     }
   }
   if (!failures.empty())
-    return make_error(kStage, "stale run cgroups not removed: " + join(failures, "; "), first_err);
+    return make_error(kStage, "stale run cgroups not removed: " + join_words(failures, "; "), first_err);
   return {};
 }
 

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "runtime/base/fsutil.hpp"
+#include "runtime/base/strings.hpp"
 
 namespace sbx {
 namespace {
@@ -31,12 +32,6 @@ std::vector<std::string> read_words(const std::string& path) {
 }
 
 bool has(const std::vector<std::string>& v, const std::string& s) { return std::find(v.begin(), v.end(), s) != v.end(); }
-
-std::string join(const std::vector<std::string>& v, const char* sep = " ") {
-  std::string out;
-  for (const auto& s : v) out += (out.empty() ? "" : sep) + s;
-  return out;
-}
 
 // One write(2) per value: a cgroup control file parses each write as a whole.
 int write_ctl(const std::string& path, const std::string& value) { return write_whole(path, value); }
@@ -83,8 +78,8 @@ CheckResult assess_cgroup_namespace(const CgroupNsRoot& root) {
   }
   std::string where = "cgroup namespace root " + root.mount + " (" +
                       (root.procs < 0 ? std::string("? processes") : std::to_string(root.procs) + " processes") +
-                      ", controllers: '" + join(root.controllers) + "', enabled for children: '" +
-                      join(root.subtree_control) + "')";
+                      ", controllers: '" + join_words(root.controllers) + "', enabled for children: '" +
+                      join_words(root.subtree_control) + "')";
   if (offered.empty()) {
     r.status = CheckStatus::degraded;
     r.detail = where + ": the container runtime delegated none of memory, pids, cpu; limits fall back to rlimits";
@@ -100,14 +95,14 @@ CheckResult assess_cgroup_namespace(const CgroupNsRoot& root) {
     return r;
   }
   if (enabled.size() == offered.size()) {
-    r.detail = where + ": " + join(enabled, "/") + " enabled for children; run cgroups go under " + root.mount + "/sbx" +
+    r.detail = where + ": " + join_words(enabled, "/") + " enabled for children; run cgroups go under " + root.mount + "/sbx" +
                (root.euid_root ? "" : " (as root in the container)");
     return r;
   }
   if (root.procs == 0) {
     // Empty root: RunCgroup::create enables what it needs itself (the root may then be used as
     // the real root is).
-    r.detail = where + ": no process at the root; sbx enables " + join(offered, "/") + " itself";
+    r.detail = where + ": no process at the root; sbx enables " + join_words(offered, "/") + " itself";
     return r;
   }
   r.status = CheckStatus::degraded;
@@ -115,7 +110,7 @@ CheckResult assess_cgroup_namespace(const CgroupNsRoot& root) {
              "children of a cgroup with processes (the namespace root is not exempt like the real root); "
              "limits fall back to rlimits";
   r.hint = "run once, as root, in the container's entrypoint before any sbx run: sbx cgroup-init "
-           "(moves the container's processes into " + root.mount + "/init and enables +" + join(offered, " +") +
+           "(moves the container's processes into " + root.mount + "/init and enables +" + join_words(offered, " +") +
            " at " + root.mount + "; see deploy/README.md)";
   return r;
 }
@@ -145,7 +140,7 @@ Result<CgroupInitReport> cgroup_init(const CgroupInfo& info, const std::string& 
     if (has(avail, c)) offered.push_back(c);
   if (offered.empty())
     return make_error(kStage, "cgroup v2 at " + info.mount + " offers none of memory, pids, cpu (cgroup.controllers: '" +
-                                  join(avail) + "'): the container runtime delegated no controller", ENOTSUP);
+                                  join_words(avail) + "'): the container runtime delegated no controller", ENOTSUP);
   if (::mkdir(rep.leaf.c_str(), 0755) != 0 && errno != EEXIST) return sys_error(kStage, "cannot create " + rep.leaf);
   // A process may fork while we move its siblings; go round until the root reads empty.
   for (int round = 0;; ++round) {

@@ -27,6 +27,7 @@
 #include "runtime/base/fsutil.hpp"
 #include "runtime/model/caps.hpp"
 #include "runtime/model/profile.hpp"
+#include "runtime/base/strings.hpp"
 
 namespace sbx {
 
@@ -47,12 +48,6 @@ std::string slurp(const std::string& path) {
   std::stringstream ss;
   ss << f.rdbuf();
   return ss.str();
-}
-
-std::string join(const std::vector<std::string>& v, const char* sep = ",") {
-  std::string out;
-  for (auto& s : v) out += (out.empty() ? "" : sep) + s;
-  return out;
 }
 
 // A probe running in a forked child. The child sends a failure as {errno, message} over a
@@ -275,13 +270,13 @@ CheckResult assess_cgroup(const CgroupInfo& info) {
   }
   r.detail = "layout " + info.layout + ", cgroup2 at " + info.mount + ", ours " +
              (info.self_path.empty() ? "?" : info.self_path) + ", controllers: " +
-             (info.controllers.empty() ? "none" : join(info.controllers)) +
+             (info.controllers.empty() ? "none" : join_words(info.controllers, ",")) +
              ", writable: " + (info.writable ? "yes" : "no");
   if (missing.empty() && info.writable) {
     r.status = CheckStatus::ok;
     return r;
   }
-  if (!missing.empty()) r.detail += "; missing " + join(missing) + " (those limits fall back to rlimits)";
+  if (!missing.empty()) r.detail += "; missing " + join_words(missing, ",") + " (those limits fall back to rlimits)";
   else r.detail += "; cannot create cgroups here (limits fall back to rlimits)";
   if (info.layout == "hybrid")
     r.hint = "the v1 hierarchies hold the controllers: boot with systemd.unified_cgroup_hierarchy=1";
@@ -395,7 +390,7 @@ ChildProbe start_namespaces() {
     for (auto& ns : kNamespaces)
       if (::unshare(ns.flag) < 0) bad.push_back(ns.name);
     return make_error(kStage, "unshare(user|pid|mnt|net|ipc|uts|cgroup)" +
-                                  (bad.empty() ? std::string() : " refused: " + join(bad)), err);
+                                  (bad.empty() ? std::string() : " refused: " + join_words(bad, ",")), err);
   });
 }
 CheckResult finish_namespaces(ChildProbe& c) {
@@ -619,7 +614,7 @@ std::string own_capabilities() {
   for (int cap = 0; cap <= CAP_LAST_CAP; ++cap)
     (capng_have_capability(CAPNG_EFFECTIVE, static_cast<unsigned>(cap)) ? held : lacked).push_back(capability_name(cap));
   if (held.empty()) return "none effective";
-  return held.size() > lacked.size() ? "all but " + join(lacked, ", ") : join(held, ", ");
+  return held.size() > lacked.size() ? "all but " + join_words(lacked, ", ") : join_words(held, ", ");
 }
 
 // What the program child does with a profile's kept set (child.cpp run_program), in a user
@@ -648,10 +643,10 @@ CheckResult check_capabilities() {
   auto probe = ChildProbe::start("capabilities", [&] { return keep_probe_body(capability_mask(keep)); });
   Status st = probe.finish();
   if (st) {
-    r.detail = own + "; a user namespace lets the program keep " + join(keep, ", ") + " (profile trusted)";
+    r.detail = own + "; a user namespace lets the program keep " + join_words(keep, ", ") + " (profile trusted)";
   } else {
     r.status = CheckStatus::degraded;
-    r.detail = own + "; keeping " + join(keep, ", ") + " in a user namespace failed: " + st.error().describe();
+    r.detail = own + "; keeping " + join_words(keep, ", ") + " in a user namespace failed: " + st.error().describe();
     r.hint = "runs under profile trusted fail at setup; untrusted keeps no capability and is unaffected";
   }
   return r;
