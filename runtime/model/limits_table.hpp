@@ -18,7 +18,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "runtime/base/error.hpp"
-#include "runtime/model/spec.hpp"
+#include "runtime/model/limits.hpp"
 
 namespace sbx {
 

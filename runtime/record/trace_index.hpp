@@ -10,7 +10,7 @@
 
 #include "runtime/base/error.hpp"
 #include "runtime/base/paths.hpp"
-#include "runtime/record/trace_store.hpp"
+#include "runtime/record/trace_summary.hpp"
 
 namespace sbx {
 
