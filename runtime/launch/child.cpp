@@ -32,9 +32,7 @@ namespace {
 
 // Init's end of the handshake (handshake.hpp), by the numbers the supervisor put in cfg. Built
 // on the caller's stack: init keeps it there, so nothing of cfg is needed once the program runs.
-InitEnd init_end(const ChildConfig& cfg) {
-  return InitEnd(cfg.sync_fd, cfg.msg_fd, cfg.out_sock, cfg.seccomp_sock, cfg.proxy_sock);
-}
+InitEnd init_end(const ChildConfig& cfg) { return InitEnd(cfg.fds); }
 
 // A stage failed: report it and exit 125 (the program child, too, reports on init's pipe).
 [[noreturn]] void fail(const ChildConfig& cfg, const Error& e) {
@@ -47,8 +45,11 @@ InitEnd init_end(const ChildConfig& cfg) {
     if (!st_.ok()) fail(cfg, st_.error()); \
   } while (0)
 
-// Closes every fd not in `keep` (the child inherits all of sbx's descriptors).
-void close_all_except(std::vector<int> keep) {
+// Closes every fd but 0, 1, 2, init's (InitFds) and the image's (the child inherits all of sbx's
+// descriptors).
+void close_all_except(const InitFds& fds, int image_fd) {
+  std::vector<int> keep = {0, 1, 2, image_fd};
+  fds.for_each([&](int fd) { keep.push_back(fd); });
   std::sort(keep.begin(), keep.end());
   unsigned int next = 0;
   for (int fd : keep) {
@@ -203,12 +204,12 @@ void install_seccomp(const ChildConfig& cfg, ProgramArgs& a) {
 // all three, or the stdin pipe (else the sandbox's /dev/null) and the stdout/stderr pipes.
 Status program_stdio(const ChildConfig& cfg, int pty_master) {
   if (pty_master >= 0) return attach_pty_slave(pty_master, cfg.identity.uid, cfg.identity.gid);
-  int in = cfg.in_fd >= 0 ? cfg.in_fd : ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  int in = cfg.fds.in >= 0 ? cfg.fds.in : ::open("/dev/null", O_RDONLY | O_CLOEXEC);
   if (in < 0) return sys_error("stdio", "open /dev/null in the sandbox");
   // dup2(fd, fd) leaves close-on-exec set: a pipe end that already sits on its target (sbx was
   // started with that fd closed) is kept across execve by clearing the flag instead.
   auto place = [](int fd, int target) { return fd == target ? ::fcntl(fd, F_SETFD, 0) : ::dup2(fd, target); };
-  if (place(in, 0) < 0 || place(cfg.out_fd, 1) < 0 || place(cfg.err_fd, 2) < 0) return sys_error("stdio", "dup2");
+  if (place(in, 0) < 0 || place(cfg.fds.out, 1) < 0 || place(cfg.fds.err, 2) < 0) return sys_error("stdio", "dup2");
   return {};
 }
 
@@ -333,8 +334,7 @@ void run_init(const ChildConfig& cfg) {
   // the id maps).
   end.arm_parent_death(cfg.supervisor_sync_fd);
   end.wait_go();
-  close_all_except({0, 1, 2, cfg.sync_fd, cfg.msg_fd, cfg.out_fd, cfg.err_fd, cfg.seccomp_sock, cfg.proxy_sock,
-                    cfg.out_sock, cfg.mounts.image_fd, cfg.in_fd, cfg.pty_sock});
+  close_all_except(cfg.fds, cfg.mounts.image_fd);
   auto image_fd = reopen_image_in_namespace(cfg.mounts);  // before the uid changes (see mounts.hpp)
   if (!image_fd) fail(cfg, image_fd.error());
   STAGE(cfg, become_namespace_root(cfg.identity));
@@ -345,7 +345,7 @@ void run_init(const ChildConfig& cfg) {
   auto built = build_root(cfg.mounts, *image_fd);
   if (!built) fail(cfg, built.error());
   InitFd out_dir(*built);
-  if (cfg.out_sock >= 0) {
+  if (cfg.fds.out_sock >= 0) {
     if (long r = end.send_out_dir(out_dir.get()); r < 0)
       end.report_setup_error("mounts", static_cast<int>(-r), "hand /out to the supervisor");
   }
@@ -356,7 +356,7 @@ void run_init(const ChildConfig& cfg) {
   STAGE(cfg, make_proc_sys_readonly());  // after the last write there: the cap above
   STAGE(cfg, bring_up_loopback());
   // Fail closed: a run that asked for the proxy does not start without it.
-  if (cfg.proxy_sock >= 0) {
+  if (cfg.fds.proxy_sock >= 0) {
     auto listener = open_proxy_listener(cfg.proxy_port);
     if (!listener) fail(cfg, listener.error());
     if (long r = end.send_proxy_listener(listener->get()); r < 0)
@@ -390,7 +390,7 @@ void run_init(const ChildConfig& cfg) {
 // The rest of init once the supervisor said "s": the program, then init's watch over it.
 [[noreturn]] static void start_program(const ChildConfig& cfg, const InitEnd& end) {
   int pty_master = -1;
-  if (cfg.pty_sock >= 0) {
+  if (cfg.fds.pty_sock >= 0) {
     auto m = open_sandbox_pty(cfg.pty_size);
     if (!m) fail(cfg, m.error());
     pty_master = *m;
@@ -400,7 +400,7 @@ void run_init(const ChildConfig& cfg) {
   if (program < 0) fail(cfg, sys_error("fork", "start the program"));
   // Raw calls only from here (init_end.cpp, checked): a program child that failed to start has
   // reported it, which wakes a supervisor that shares init's memory.
-  watch_program(end, StartedProgram{program, args.listener, cfg.pty_sock, pty_master, &args.exec_failed, args.exec_ns});
+  watch_program(end, StartedProgram{program, args.listener, cfg.fds.pty_sock, pty_master, &args.exec_failed, args.exec_ns});
 }
 
 }  // namespace sbx

@@ -36,37 +36,21 @@ struct ChildConfig {
   // > 0: init caps the ipc namespace's SysV shared memory at this many bytes (kernel.shmmax and
   // shmall), so a memory limit also bounds it where no cgroup charges it.
   std::int64_t sysv_shm_bytes = 0;
-  // Read end: the supervisor writes 'g' once the id maps are in place, then 's' once the image's
-  // seal is checked (at once without an image); init builds the sandbox in between.
-  int sync_fd = -1;
-  // The supervisor's write end of that pipe. Init inherits a copy with sbx's fd table (clone
+  // Init's fds, by number (handshake.hpp InitFds: the one list of what init keeps, with what each is).
+  InitFds fds;
+  // The supervisor's write end of the sync pipe. Init inherits a copy with sbx's fd table (clone
   // without CLONE_FILES) and closes it before it first waits (InitEnd::arm_parent_death): with
-  // the supervisor's copy the only one left, the supervisor's death is EOF on sync_fd.
+  // the supervisor's copy the only one left, the supervisor's death is EOF on fds.sync. Not kept.
   int supervisor_sync_fd = -1;
-  int msg_fd = -1;   // write end of the ChildMsg pipe (close-on-exec)
-  int out_fd = -1;   // write ends of the stdout/stderr pipes
-  int err_fd = -1;
-  // The program's stdin (stdin_relay.hpp): the read end of the pipe the supervisor feeds, or -1
-  // for the sandbox's /dev/null. With pty_sock >= 0 the program gets a pty of the sandbox's
-  // devpts on fds 0, 1 and 2 instead (out_fd and err_fd unused), sized pty_size; init sends its
-  // master to the supervisor on pty_sock.
-  int in_fd = -1;
-  int pty_sock = -1;
+  // With fds.pty_sock >= 0, the size of the program's pty.
   struct winsize pty_size {};
   // Seccomp (runtime/linux/seccomp_policy.hpp): the program installed as the last step before execve
-  // (empty: unconfined), the policy's reference program (what the program child checks its own
-  // last calls against, see child.cpp), and init's socket on which it hands the program child's
-  // listener fd to the supervisor.
+  // (empty: unconfined) and the policy's reference program (what the program child checks its own
+  // last calls against, see child.cpp); the listener goes to the supervisor on fds.listener_sock.
   std::vector<struct sock_filter> seccomp_filter;
   const std::vector<struct sock_filter>* seccomp_reference = nullptr;
-  int seccomp_sock = -1;
-  // Egress proxy (network mode "proxy"): init's end of the socketpair on which it sends the
-  // listening socket it made in the sandbox's netns (net.hpp); -1 in mode "none".
-  int proxy_sock = -1;
+  // Egress proxy (network mode "proxy", fds.proxy_sock): the port of the listener init makes.
   int proxy_port = 0;
-  // Init's end of the socketpair on which it sends the O_PATH fd of /out once the root is built.
-  // The fd waits in the socket until the supervisor reads it after the run (artifact_export.hpp).
-  int out_sock = -1;
   // Init runs in the supervisor's address space (sandbox.cpp, "shared init"): the supervisor is
   // blocked from clone until kStarted, and the supervisor, not init, makes the shared address
   // space non-dumpable (clone.hpp, NonDumpableWhileShared).

@@ -79,7 +79,7 @@ class InitChannel {
   Status open_out_socket();
   Status open_listener_socket();
   Status open_proxy_socket();
-  // Init's ends, by number, for ChildConfig (-1 when not opened).
+  // Init's ends, by number, for ChildConfig's InitFds (-1 when not opened).
   int init_sync() const { return sync_r_.get(); }
   // Our own end of the sync pipe, which init inherits and closes first (InitEnd::arm_parent_death).
   int supervisor_sync() const { return sync_w_.get(); }
@@ -116,6 +116,36 @@ class InitChannel {
   UniqueFd sync_r_, sync_w_, msg_r_, msg_w_, out_r_, out_w_, listener_r_, listener_w_, proxy_r_, proxy_w_;
 };
 
+// Init's fds, by number: every fd of the supervisor's that init keeps past "go", besides 0, 1, 2
+// and the image's (which is the mount plan's, MountPlan::image_fd). The one list of them:
+// ChildConfig holds it, run_init keeps exactly these and closes the rest (child.cpp,
+// close_all_except), and InitEnd holds it. -1: not opened for this run. A new fd of init's is a
+// member here and in for_each, and nowhere else.
+struct InitFds {
+  // The handshake: init's ends of InitChannel's pipes and socketpairs.
+  int sync = -1;           // read end: 'g' once the id maps are in place, then 's' (or a pool's job)
+  int msg = -1;            // write end of the ChildMsg pipe (close-on-exec)
+  int out_sock = -1;       // /out's O_PATH fd goes here once the root is built (artifact_export.hpp)
+  int listener_sock = -1;  // the program child's seccomp listener goes here (-1: unconfined)
+  int proxy_sock = -1;     // the egress proxy's listener, made in the sandbox's netns (net.hpp)
+  // The program's stdio: the write ends of the stdout/stderr pipes, and its stdin
+  // (stdin_relay.hpp): the read end of the pipe the supervisor feeds, or -1 for the sandbox's
+  // /dev/null. With pty_sock >= 0 the program gets a pty of the sandbox's devpts on fds 0, 1
+  // and 2 instead (out and err unused), and init sends its master on pty_sock.
+  int out = -1;
+  int err = -1;
+  int in = -1;
+  int pty_sock = -1;
+
+  // Calls f(fd) for every member, -1 included.
+  template <class F>
+  void for_each(F&& f) const {
+    for (int fd : {sync, msg, out_sock, listener_sock, proxy_sock, out, err, in, pty_sock}) f(fd);
+  }
+  static constexpr int kCount = 9;
+};
+static_assert(sizeof(InitFds) == InitFds::kCount * sizeof(int), "InitFds::for_each lists every member");
+
 // An fd init owns: closed with a raw call, nothing allocated (the shared init's rules).
 class InitFd {
  public:
@@ -140,8 +170,7 @@ class InitFd {
 // returns the kernel's -errno, or, where the run cannot go on, reports and ends init.
 class InitEnd {
  public:
-  InitEnd(int sync, int reports, int out_sock, int listener_sock, int proxy_sock)
-      : sync_(sync), msg_(reports), out_(out_sock), listener_(listener_sock), proxy_(proxy_sock) {}
+  explicit InitEnd(const InitFds& fds) : fds_(fds) {}
   // Init's very first step, before anything that can wait: the parent-death signal (SIGKILL),
   // then init's inherited copy of the supervisor's end of the sync pipe closed, so that no
   // process of the sandbox holds it. A supervisor killed before the signal was armed (between
@@ -159,7 +188,7 @@ class InitEnd {
   // Step 2: waits for 's'. Anything else, or EOF (the supervisor died or killed us), ends init.
   void wait_start() const;
   // For a pooled sandbox, whose job follows 's' on the sync pipe (pool_job.hpp).
-  int sync_fd() const { return sync_; }
+  int sync_fd() const { return fds_.sync; }
   // A stage that failed: one ChildMsg, then init exits 125. `message` is cut to fit.
   [[noreturn]] void report_setup_error(Stage stage, int err, const char* message) const;
   // Once the program child is back: its seccomp listener, then the pty's master (on `sock`); a
@@ -176,11 +205,11 @@ class InitEnd {
   void report_started(const std::uint64_t* sets, long long exec_ns) const;
   // kProgramStatus: the sandbox is empty.
   void report_program_status(int wait_status, const struct rusage& usage) const;
-  int reports_fd() const { return msg_; }
+  int reports_fd() const { return fds_.msg; }
 
  private:
   void hand_over(int sock, int fd, char tag, Stage stage, const char* what) const;
-  int sync_, msg_, out_, listener_, proxy_;
+  InitFds fds_;  // a copy on init's stack: out_sock and proxy_sock turn -1 once used
 };
 
 // The program child as init finds it when clone(CLONE_VFORK) returns (child.cpp, spawn_program).

@@ -156,37 +156,37 @@ void InitFd::reset(int fd) {
 
 void InitEnd::arm_parent_death(int inherited_supervisor_end) const {
   raw::prctl(PR_SET_PDEATHSIG, SIGKILL);
-  if (inherited_supervisor_end >= 0 && inherited_supervisor_end != sync_) raw::close(inherited_supervisor_end);
+  if (inherited_supervisor_end >= 0 && inherited_supervisor_end != fds_.sync) raw::close(inherited_supervisor_end);
 }
 
 void InitEnd::wait_go() const {
   char go;
-  if (read_byte(sync_, &go) != 1) raw::exit_group(125);  // the supervisor is gone: no maps, no run
+  if (read_byte(fds_.sync, &go) != 1) raw::exit_group(125);  // the supervisor is gone: no maps, no run
 }
 
 bool InitEnd::supervisor_gone() const {
-  struct pollfd p = {sync_, POLLIN, 0};
+  struct pollfd p = {fds_.sync, POLLIN, 0};
   struct timespec now = {0, 0};
   return raw::ppoll(&p, 1, &now) > 0 && (p.revents & POLLHUP);
 }
 
 long InitEnd::send_out_dir(int dir_fd) {
-  long r = send_one_fd(out_, dir_fd, 'O');
-  InitFd done(out_);
-  out_ = -1;
+  long r = send_one_fd(fds_.out_sock, dir_fd, 'O');
+  InitFd done(fds_.out_sock);
+  fds_.out_sock = -1;
   return r;
 }
 
 long InitEnd::send_proxy_listener(int listener) {
-  long r = send_one_fd(proxy_, listener, 'P');
-  InitFd done(proxy_);
-  proxy_ = -1;
+  long r = send_one_fd(fds_.proxy_sock, listener, 'P');
+  InitFd done(fds_.proxy_sock);
+  fds_.proxy_sock = -1;
   return r;
 }
 
 void InitEnd::wait_start() const {
   char s;
-  if (read_byte(sync_, &s) != 1 || s != 's') raw::exit_group(125);
+  if (read_byte(fds_.sync, &s) != 1 || s != 's') raw::exit_group(125);
 }
 
 void InitEnd::report_setup_error(Stage stage, int err, const char* message) const {
@@ -195,7 +195,7 @@ void InitEnd::report_setup_error(Stage stage, int err, const char* message) cons
   m.err = err;
   copy_cut(m.stage, sizeof m.stage, stage.name());
   copy_cut(m.message, sizeof m.message, message);
-  send_msg(msg_, m);
+  send_msg(fds_.msg, m);
   raw::exit_group(125);  // pid 1 gone: the kernel kills the rest of the sandbox
 }
 
@@ -208,7 +208,7 @@ void InitEnd::hand_over(int sock, int fd, char tag, Stage stage, const char* wha
 // The program has exec'd under a filter whose refusals nobody would answer unless the supervisor
 // holds the listener: it must not run otherwise.
 void InitEnd::send_listener(int listener) const {
-  hand_over(listener_, listener, 'L', "seccomp", "hand the seccomp listener to the supervisor");
+  hand_over(fds_.listener_sock, listener, 'L', "seccomp", "hand the seccomp listener to the supervisor");
 }
 
 void InitEnd::send_pty_master(int sock, int master) const {
@@ -216,11 +216,11 @@ void InitEnd::send_pty_master(int sock, int master) const {
 }
 
 void InitEnd::keep_only_reports() const {
-  if (msg_ > 0) raw::syscall6(SYS_close_range, 0, msg_ - 1, 0);
-  raw::syscall6(SYS_close_range, msg_ + 1, static_cast<long>(~0U), 0);
+  if (fds_.msg > 0) raw::syscall6(SYS_close_range, 0, fds_.msg - 1, 0);
+  raw::syscall6(SYS_close_range, fds_.msg + 1, static_cast<long>(~0U), 0);
 }
 
-void InitEnd::report(const ChildMsg& m) const { send_msg(msg_, m); }
+void InitEnd::report(const ChildMsg& m) const { send_msg(fds_.msg, m); }
 
 void InitEnd::report_started(const std::uint64_t* sets, long long exec_ns) const {
   ChildMsg m;
@@ -230,7 +230,7 @@ void InitEnd::report_started(const std::uint64_t* sets, long long exec_ns) const
     for (int i = 0; i < 5; ++i) m.caps.sets[i] = sets[i];
     m.caps.read = 1;
   }
-  send_msg(msg_, m);
+  send_msg(fds_.msg, m);
 }
 
 void InitEnd::report_program_status(int wait_status, const struct rusage& usage) const {
@@ -238,7 +238,7 @@ void InitEnd::report_program_status(int wait_status, const struct rusage& usage)
   m.kind = ChildMsg::kProgramStatus;
   m.wait_status = wait_status;
   m.usage = usage;
-  send_msg(msg_, m);
+  send_msg(fds_.msg, m);
 }
 
 void watch_program(const InitEnd& end, const StartedProgram& sp) {

@@ -360,7 +360,7 @@ bool Run::prepare_child() {
   cfg.mounts.ops = mount_ops(cfg.mounts);
   parts_.image["mounts"] = mount_ops_to_json(cfg.mounts.ops);
   if (auto st = L.chan.open_out_socket(); !st) return fail_setup(st.error());
-  cfg.out_sock = L.chan.init_out_socket();
+  cfg.fds.out_sock = L.chan.init_out_socket();
   cfg.hostname = s.hostname;
   cfg.argv = s.argv;
   // With a pty the program's stdout is a terminal: the caller's TERM describes the terminal
@@ -384,17 +384,17 @@ bool Run::prepare_channels() {
   for (FdPair* p : {&L.out, &L.err})
     if (auto st = p->open_pipe(); !st) return fail_setup(st.error());
   if (auto st = L.caller_in.prepare(); !st) return fail_setup(st.error());
-  cfg.in_fd = L.caller_in.child_in_fd();
-  cfg.pty_sock = L.caller_in.child_pty_sock();
+  cfg.fds.in = L.caller_in.child_in_fd();
+  cfg.fds.pty_sock = L.caller_in.child_pty_sock();
   cfg.pty_size = L.caller_in.initial_size();
-  cfg.sync_fd = L.chan.init_sync();
+  cfg.fds.sync = L.chan.init_sync();
   cfg.supervisor_sync_fd = L.chan.supervisor_sync();
-  cfg.msg_fd = L.chan.init_reports();
-  cfg.out_fd = L.out.w.get();
-  cfg.err_fd = L.err.w.get();
+  cfg.fds.msg = L.chan.init_reports();
+  cfg.fds.out = L.out.w.get();
+  cfg.fds.err = L.err.w.get();
   if (ctx_.seccomp->enabled) {
     if (auto st = L.chan.open_listener_socket(); !st) return fail_setup(st.error());
-    cfg.seccomp_sock = L.chan.init_listener_socket();
+    cfg.fds.listener_sock = L.chan.init_listener_socket();
     cfg.seccomp_filter = notify_program(ctx_.seccomp->reference);
     cfg.seccomp_reference = &ctx_.seccomp->reference;
   }
@@ -408,7 +408,7 @@ bool Run::prepare_proxy() {
   const RunSpec& s = spec();
   if (!ctx_.allow_rules) return true;  // not proxy mode (the network facility parsed the rules)
   if (auto st = L.chan.open_proxy_socket(); !st) return fail_setup(st.error());
-  L.cfg.proxy_sock = L.chan.init_proxy_socket();
+  L.cfg.fds.proxy_sock = L.chan.init_proxy_socket();
   L.cfg.proxy_port = kProxyPort;
   ProxyConfig pc;
   if (events_)

@@ -10,6 +10,9 @@
 #include <time.h>
 
 #include <cstring>
+#include <functional>
+#include <memory>
+#include <span>
 #include <tuple>
 #include <unistd.h>
 #include <utility>
@@ -19,6 +22,7 @@
 
 #include "runtime/base/fsutil.hpp"
 #include "runtime/base/log.hpp"
+#include "runtime/base/poll_set.hpp"
 #include "runtime/base/progress_line.hpp"
 #include "runtime/base/signals.hpp"
 #include "runtime/linux/limits_plan.hpp"
@@ -35,23 +39,6 @@ int pidfd_send_signal(int pidfd, int sig) {
 
 // An armed timer's fd, closed when it has fired or the run is over.
 using TimerFd = UniqueFd;
-
-// One pass of the loop's pollfd array, and where each participant's entries are in it.
-struct PollSet {
-  std::vector<struct pollfd> fds;
-  int add(int fd, short events = POLLIN) {
-    if (fd < 0) return -1;
-    fds.push_back({fd, events, 0});
-    return static_cast<int>(fds.size()) - 1;
-  }
-  short revents(int i) const { return i >= 0 ? fds[static_cast<std::size_t>(i)].revents : 0; }
-  bool ready(int i) const { return revents(i) & (POLLIN | POLLHUP | POLLERR); }
-};
-
-// The poll entries of the program's stdin (stdin_relay.hpp); -1: not polled this pass.
-struct StdinSlots {
-  int src = -1, sink = -1, handoff = -1, winch = -1;
-};
 
 class Supervisor {
  public:
@@ -73,10 +60,14 @@ class Supervisor {
  private:
   bool running(std::int64_t now);
   int poll_timeout(std::int64_t now, bool proxy_polled) const;
-  StdinSlots poll_stdin(PollSet& p, bool live);
-  void on_stdin(const PollSet& p, const StdinSlots& s);
   bool handoff_pending() const { return in_.input && in_.input->handoff_fd() >= 0; }
-  void dispatch(const PollSet& p, int i_msg, int i_dl, int i_cpu, int i_gr, int i_sig, int i_scs, int i_scl, int i_pid);
+  void add_stream_participants();
+  void add_control_participants();
+  void add_fd(std::function<int()> fd, std::function<void(short revents)> on_ready);
+  void add_hooks(std::function<void(PollSet&)> add, std::function<void(std::span<const struct pollfd>)> dispatch);
+  void add_stdin(PollSet& p);
+  void on_stdin(std::span<const struct pollfd> e);
+  void on_listener(short revents);
   void on_message();
   void on_deadline();
   void on_cpu_timer();
@@ -99,6 +90,9 @@ class Supervisor {
   std::int64_t init_done_at_ = 0;
   bool out_truncated_ = false, err_truncated_ = false;  // already told as events
   SeccompNotifier seccomp_;
+  // Everything the loop waits on, in the order one pass handles it (Supervisor::run).
+  PollParticipants participants_;
+  const PollParticipant* proxy_participant_ = nullptr;  // its entries decide poll()'s timeout
 };
 
 Result<int> arm_with(const SuperviseInput& in, std::int64_t ms) {
@@ -156,49 +150,17 @@ SuperviseResult Supervisor::run() {
   if (in_.timeout_ms && !in_.timed_out_before_start) arm(deadline_, *in_.timeout_ms, "timeout", "the wall-time limit");
   if (in_.cpu_budget_ms && in_.cpu_used_us)
     arm(cpu_timer_, cpu_time_recheck_ms(*in_.cpu_budget_ms, 0, in_.max_cpus), "cpu_time", "the CPU-time budget");
+  add_stream_participants();
+  add_control_participants();
   for (std::int64_t now = now_ms(); running(now); now = now_ms()) {
-    PollSet p;
-    p.fds.reserve(16);
-    bool live = !init_done_;
-    int i_pid = p.add(live ? in_.pidfd : -1);
-    int i_out = p.add(out_.src_poll_fd()), i_err = p.add(err_.src_poll_fd());
-    int o_out = p.add(out_.sink_poll_fd(), out_.sink_events()), o_err = p.add(err_.sink_poll_fd(), err_.sink_events());
-    int i_msg = p.add(msg_fd_.get());
-    // After init, signals are still read while output waits for its reader: one ends that wait.
-    bool delivering = out_.pending() || err_.pending();
-    int i_dl = p.add(deadline_.get()), i_gr = p.add(live ? grace_.get() : -1);
-    int i_sig = p.add(live || delivering ? in_.signal_fd : -1);
-    int i_cpu = p.add(live ? cpu_timer_.get() : -1);
-    int i_scs = p.add(live ? seccomp_.sock_fd() : -1), i_scl = p.add(live ? seccomp_.listener_fd() : -1);
-    StdinSlots in_slots = poll_stdin(p, live);
-    std::size_t proxy_first = p.fds.size();
-    if (in_.proxy && live) in_.proxy->add_pollfds(p.fds);
-    std::size_t proxy_count = p.fds.size() - proxy_first;
-    std::size_t cg_first = p.fds.size();
-    if (in_.cgroup_events && live) in_.cgroup_events->add_pollfds(p.fds);
-    std::size_t cg_count = p.fds.size() - cg_first;
-    int i_ev = p.add(in_.events ? in_.events->poll_fd() : -1, POLLOUT);
-    int rc = ::poll(p.fds.data(), static_cast<nfds_t>(p.fds.size()), poll_timeout(now, proxy_count > 0));
+    PollRound round(participants_);
+    int rc = round.wait(poll_timeout(now, !round.entries_of(*proxy_participant_).empty()));
     if (rc < 0) {
       if (errno == EINTR) continue;
       fail(sys_error("supervise", "poll"));
       break;
     }
-    if (p.ready(i_out)) out_.on_src_ready();
-    if (p.ready(i_err)) err_.on_src_ready();
-    if (p.revents(o_out)) out_.on_sink_ready(p.revents(o_out));
-    if (p.revents(o_err)) err_.on_sink_ready(p.revents(o_err));
-    on_stdin(p, in_slots);
-    if (proxy_count) {
-      in_.proxy->on_events(p.fds.data() + proxy_first, proxy_count, now_ms());
-      in_.proxy->expire_idle(now_ms());
-    }
-    dispatch(p, i_msg, i_dl, i_cpu, i_gr, i_sig, i_scs, i_scl, i_pid);
-    if (cg_count) in_.cgroup_events->on_events(p.fds.data() + cg_first, cg_count);
-    if (in_.events) {
-      note_truncation();
-      if (p.revents(i_ev)) in_.events->on_writable(p.revents(i_ev));
-    }
+    round.dispatch();
   }
   wind_up();
   return std::move(r_);
@@ -213,43 +175,106 @@ void Supervisor::note_truncation() {
   }
 }
 
-// The stdin relay runs while the program may read; the pty's handoff is watched until it has
-// come, also after init has ended (the program's output may wait in the pty).
-StdinSlots Supervisor::poll_stdin(PollSet& p, bool live) {
-  StdinSlots s;
-  if (!in_.input) return s;
-  if (OutputRelay* relay = live ? in_.input->relay() : nullptr) {
-    s.src = p.add(relay->src_poll_fd());
-    s.sink = p.add(in_.input->relay_sink_poll_fd(), relay->sink_events());
-  }
-  s.handoff = p.add(in_.input->handoff_fd());
-  s.winch = p.add(live ? in_.input->winch_fd() : -1);
-  return s;
+void Supervisor::add_fd(std::function<int()> fd, std::function<void(short revents)> on_ready) {
+  participants_.push_back(std::make_unique<PollFd>(std::move(fd), std::move(on_ready)));
 }
 
-void Supervisor::on_stdin(const PollSet& p, const StdinSlots& s) {
+void Supervisor::add_hooks(std::function<void(PollSet&)> add,
+                           std::function<void(std::span<const struct pollfd>)> dispatch) {
+  participants_.push_back(std::make_unique<PollHooks>(std::move(add), std::move(dispatch)));
+}
+
+// What moves bytes, handled first in a pass: the program's stdout and stderr (sources, then
+// sinks: the two may share sbx's destination, whose bytes keep this order), the caller's stdin,
+// the proxy's connections. "Live": init has not ended (nor reported an empty sandbox).
+void Supervisor::add_stream_participants() {
+  add_hooks(
+      [this](PollSet& p) {
+        p.add(out_.src_poll_fd());
+        p.add(err_.src_poll_fd());
+        p.add(out_.sink_poll_fd(), out_.sink_events());
+        p.add(err_.sink_poll_fd(), err_.sink_events());
+      },
+      [this](std::span<const struct pollfd> e) {
+        if (poll_readable(e[0].revents)) out_.on_src_ready();
+        if (poll_readable(e[1].revents)) err_.on_src_ready();
+        if (e[2].revents) out_.on_sink_ready(e[2].revents);
+        if (e[3].revents) err_.on_sink_ready(e[3].revents);
+      });
+  add_hooks([this](PollSet& p) { add_stdin(p); }, [this](std::span<const struct pollfd> e) { on_stdin(e); });
+  add_hooks(
+      [this](PollSet& p) {
+        if (in_.proxy && !init_done_) in_.proxy->add_pollfds(p.fds());
+      },
+      [this](std::span<const struct pollfd> e) {
+        if (e.empty()) return;
+        in_.proxy->on_events(e.data(), e.size(), now_ms());
+        in_.proxy->expire_idle(now_ms());
+      });
+  proxy_participant_ = participants_.back().get();
+}
+
+// Then init's reports, the timers, the forwarded signals, seccomp, init's exit, the cgroup's
+// events, and last the live event stream (which tells what the others did in this pass).
+void Supervisor::add_control_participants() {
+  add_fd([this] { return msg_fd_.get(); }, [this](short) { on_message(); });
+  add_fd([this] { return deadline_.get(); }, [this](short) { on_deadline(); });
+  add_fd([this] { return init_done_ ? -1 : cpu_timer_.get(); }, [this](short) { on_cpu_timer(); });
+  add_fd([this] { return init_done_ ? -1 : grace_.get(); },
+         [this](short) {
+           if (!init_done_) on_grace_expired();  // init's report came earlier in this pass
+         });
+  // After init, signals are still read while output waits for its reader: one ends that wait.
+  add_fd([this] { return !init_done_ || out_.pending() || err_.pending() ? in_.signal_fd : -1; },
+         [this](short) { on_signals(); });
+  add_fd([this] { return init_done_ ? -1 : seccomp_.sock_fd(); }, [this](short) { seccomp_.on_sock_readable(); });
+  add_fd([this] { return init_done_ ? -1 : seccomp_.listener_fd(); }, [this](short rev) { on_listener(rev); });
+  add_fd([this] { return init_done_ ? -1 : in_.pidfd; }, [this](short) { on_init_exit(); });
+  add_hooks(
+      [this](PollSet& p) {
+        if (in_.cgroup_events && !init_done_) in_.cgroup_events->add_pollfds(p.fds());
+      },
+      [this](std::span<const struct pollfd> e) {
+        if (!e.empty()) in_.cgroup_events->on_events(e.data(), e.size());
+      });
+  add_hooks(
+      [this](PollSet& p) {
+        if (in_.events) p.add(in_.events->poll_fd(), POLLOUT);
+      },
+      [this](std::span<const struct pollfd> e) {
+        if (!in_.events) return;
+        note_truncation();
+        if (e[0].revents) in_.events->on_writable(e[0].revents);
+      });
+}
+
+// The stdin relay runs while the program may read; the pty's handoff is watched until it has
+// come, also after init has ended (the program's output may wait in the pty). Four entries
+// (source, sink, handoff, winch) whenever there is a caller's stdin.
+void Supervisor::add_stdin(PollSet& p) {
+  if (!in_.input) return;
+  OutputRelay* relay = init_done_ ? nullptr : in_.input->relay();
+  p.add(relay ? relay->src_poll_fd() : -1);
+  p.add(relay ? in_.input->relay_sink_poll_fd() : -1, relay ? relay->sink_events() : POLLIN);
+  p.add(in_.input->handoff_fd());
+  p.add(init_done_ ? -1 : in_.input->winch_fd());
+}
+
+void Supervisor::on_stdin(std::span<const struct pollfd> e) {
   if (!in_.input) return;
   OutputRelay* relay = in_.input->relay();
-  if (relay && p.ready(s.src)) relay->on_src_ready();
-  if (relay && p.revents(s.sink)) relay->on_sink_ready(p.revents(s.sink));
-  if (p.ready(s.handoff)) out_.adopt_source(in_.input->on_handoff_ready());
-  if (p.ready(s.winch)) in_.input->on_winch();
+  if (relay && poll_readable(e[0].revents)) relay->on_src_ready();
+  if (relay && e[1].revents) relay->on_sink_ready(e[1].revents);
+  if (poll_readable(e[2].revents)) out_.adopt_source(in_.input->on_handoff_ready());
+  if (poll_readable(e[3].revents)) in_.input->on_winch();
   if (out_.reader_closed()) in_.input->hang_up();  // a pty's stdout has no pipe to close
 }
 
-void Supervisor::dispatch(const PollSet& p, int i_msg, int i_dl, int i_cpu, int i_gr, int i_sig, int i_scs,
-                          int i_scl, int i_pid) {
-  if (p.ready(i_msg)) on_message();
-  if (p.ready(i_dl)) on_deadline();
-  if (p.ready(i_cpu)) on_cpu_timer();
-  if (p.ready(i_gr) && !init_done_) on_grace_expired();
-  if (p.ready(i_sig)) on_signals();
-  if (p.ready(i_scs)) seccomp_.on_sock_readable();
-  if (p.ready(i_scl) && seccomp_.on_listener_ready(p.revents(i_scl), now_ms()) && !r_.seccomp_kill) {
+void Supervisor::on_listener(short revents) {
+  if (seccomp_.on_listener_ready(revents, now_ms()) && !r_.seccomp_kill) {
     r_.seccomp_kill = *seccomp_.kill();
     kill_all();
   }
-  if (p.ready(i_pid)) on_init_exit();
 }
 
 void Supervisor::on_message() {

@@ -38,10 +38,17 @@ struct Channel {
     REQUIRE(chan.open_listener_socket().ok());
     REQUIRE(chan.open_proxy_socket().ok());
   }
-  InitEnd end() const {
-    return InitEnd(chan.init_sync(), chan.init_reports(), chan.init_out_socket(), chan.init_listener_socket(),
-                   chan.init_proxy_socket());
+  // Init's ends as ChildConfig carries them (sandbox.cpp fills the stdio members too).
+  InitFds fds() const {
+    InitFds f;
+    f.sync = chan.init_sync();
+    f.msg = chan.init_reports();
+    f.out_sock = chan.init_out_socket();
+    f.listener_sock = chan.init_listener_socket();
+    f.proxy_sock = chan.init_proxy_socket();
+    return f;
   }
+  InitEnd end() const { return InitEnd(fds()); }
 };
 
 // Forks a child that runs `body` as init and exits 0 if it returns. Like init (child.cpp), the
@@ -51,11 +58,10 @@ pid_t fork_init(const Channel& c, F body) {
   pid_t pid = ::fork();
   REQUIRE(pid >= 0);
   if (pid == 0) {
-    int keep[] = {c.chan.init_sync(), c.chan.init_reports(), c.chan.init_out_socket(), c.chan.init_listener_socket(),
-                  c.chan.init_proxy_socket()};
+    InitFds keep = c.fds();
     for (int fd = 3; fd < 1024; ++fd) {
       bool mine = false;
-      for (int k : keep) mine = mine || k == fd;
+      keep.for_each([&](int k) { mine = mine || k == fd; });
       if (!mine) raw::close(fd);
     }
     body();
