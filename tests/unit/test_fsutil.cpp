@@ -11,20 +11,11 @@
 #include <string>
 
 #include "runtime/base/fsutil.hpp"
+#include "tests/unit/test_util.hpp"
 
 namespace {
 
-// A fresh directory under $TMPDIR (or /tmp), removed with everything in it at the end of a test.
-struct TempDir {
-  std::string path;
-  TempDir() {
-    const char* base = std::getenv("TMPDIR");
-    std::string tmpl = std::string(base && *base ? base : "/tmp") + "/sbx-fsutil-XXXXXX";
-    REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
-    path = tmpl;
-  }
-  ~TempDir() { std::system(("rm -rf '" + path + "'").c_str()); }
-};
+using sbx::test::TempDir;
 
 int count_entries(const std::string& dir) {
   int n = 0;

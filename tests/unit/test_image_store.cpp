@@ -14,19 +14,11 @@
 #include "runtime/image/image_manifest.hpp"
 #include "runtime/image/image_seal.hpp"
 #include "runtime/image/image_store.hpp"
+#include "tests/unit/test_util.hpp"
 
 namespace {
 
-struct TempDir {
-  std::string path;
-  TempDir() {
-    const char* base = std::getenv("TMPDIR");
-    std::string tmpl = std::string(base && *base ? base : "/tmp") + "/sbx-image-XXXXXX";
-    REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
-    path = tmpl;
-  }
-  ~TempDir() { std::system(("chmod -R u+rwX '" + path + "' 2>/dev/null; rm -rf '" + path + "'").c_str()); }
-};
+using sbx::test::TempDir;
 
 void write(const std::string& path, const std::string& content, mode_t mode = 0644) {
   std::ofstream(path) << content;
