@@ -6,6 +6,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "runtime/base/trace_field.hpp"
+
 namespace sbx {
 namespace {
 
@@ -166,53 +168,53 @@ nlohmann::json mount_ops_to_json(const std::vector<MountOp>& ops) {
   nlohmann::json a = nlohmann::json::array();
   for (auto& op : ops) {
     nlohmann::json j;
-    auto flags = [&] { j["flags"] = mount_flag_names(op.flags); };
+    auto flags = [&] { put(j, "image/mounts/[]/flags", mount_flag_names(op.flags)); };
     auto tmpfs = [&] {
-      j["size_bytes"] = op.size_bytes;
-      j["mode"] = octal(op.mode);
+      put(j, "image/mounts/[]/size_bytes", op.size_bytes);
+      put(j, "image/mounts/[]/mode", octal(op.mode));
       flags();
     };
     switch (op.kind) {
-      case MountOpKind::root_bind: j = {{"op", "root"}, {"dst", op.dst}, {"type", "tmpfs"}}; break;
+      case MountOpKind::root_bind: j = trace_object({{"image/mounts/[]/op", "root"}, {"image/mounts/[]/dst", op.dst}, {"image/mounts/[]/type", "tmpfs"}}); break;
       case MountOpKind::root_overlay:
-        j = {{"op", "root"}, {"dst", op.dst}, {"type", "overlay"}, {"upper_size_bytes", op.size_bytes}};
+        j = trace_object({{"image/mounts/[]/op", "root"}, {"image/mounts/[]/dst", op.dst}, {"image/mounts/[]/type", "overlay"}, {"image/mounts/[]/upper_size_bytes", op.size_bytes}});
         flags();
         break;
-      case MountOpKind::mount_point: j = {{"op", "mount_point"}, {"dst", op.dst}}; break;
+      case MountOpKind::mount_point: j = trace_object({{"image/mounts/[]/op", "mount_point"}, {"image/mounts/[]/dst", op.dst}}); break;
       case MountOpKind::bind_ro:
       case MountOpKind::bind_rw:
-        j = {{"op", "bind"}, {"src", op.src}, {"dst", op.dst}, {"rw", op.kind == MountOpKind::bind_rw}};
+        j = trace_object({{"image/mounts/[]/op", "bind"}, {"image/mounts/[]/src", op.src}, {"image/mounts/[]/dst", op.dst}, {"image/mounts/[]/rw", op.kind == MountOpKind::bind_rw}});
         flags();
         break;
       case MountOpKind::bind_device:
-        j = {{"op", "bind"}, {"src", op.src}, {"dst", op.dst}, {"rw", true}, {"device", true}};
+        j = trace_object({{"image/mounts/[]/op", "bind"}, {"image/mounts/[]/src", op.src}, {"image/mounts/[]/dst", op.dst}, {"image/mounts/[]/rw", true}, {"image/mounts/[]/device", true}});
         break;
-      case MountOpKind::symlink: j = {{"op", "symlink"}, {"dst", op.dst}, {"target", op.src}}; break;
-      case MountOpKind::mkdir: j = {{"op", "mkdir"}, {"dst", op.dst}, {"mode", octal(op.mode)}}; break;
-      case MountOpKind::copy: j = {{"op", "copy"}, {"src", op.src}, {"dst", op.dst}, {"rw", false}}; break;
+      case MountOpKind::symlink: j = trace_object({{"image/mounts/[]/op", "symlink"}, {"image/mounts/[]/dst", op.dst}, {"image/mounts/[]/target", op.src}}); break;
+      case MountOpKind::mkdir: j = trace_object({{"image/mounts/[]/op", "mkdir"}, {"image/mounts/[]/dst", op.dst}, {"image/mounts/[]/mode", octal(op.mode)}}); break;
+      case MountOpKind::copy: j = trace_object({{"image/mounts/[]/op", "copy"}, {"image/mounts/[]/src", op.src}, {"image/mounts/[]/dst", op.dst}, {"image/mounts/[]/rw", false}}); break;
       case MountOpKind::write:
-        j = {{"op", "write"}, {"dst", op.dst}, {"mode", octal(op.mode)}, {"bytes", op.content.size()}};
+        j = trace_object({{"image/mounts/[]/op", "write"}, {"image/mounts/[]/dst", op.dst}, {"image/mounts/[]/mode", octal(op.mode)}, {"image/mounts/[]/bytes", op.content.size()}});
         break;
-      case MountOpKind::proc: j = {{"op", "proc"}, {"dst", op.dst}}; flags(); break;
-      case MountOpKind::mask: j = {{"op", "mask"}, {"dst", op.dst}}; flags(); break;
-      case MountOpKind::tmpfs: j = {{"op", "tmpfs"}, {"dst", op.dst}}; tmpfs(); break;
+      case MountOpKind::proc: j = trace_object({{"image/mounts/[]/op", "proc"}, {"image/mounts/[]/dst", op.dst}}); flags(); break;
+      case MountOpKind::mask: j = trace_object({{"image/mounts/[]/op", "mask"}, {"image/mounts/[]/dst", op.dst}}); flags(); break;
+      case MountOpKind::tmpfs: j = trace_object({{"image/mounts/[]/op", "tmpfs"}, {"image/mounts/[]/dst", op.dst}}); tmpfs(); break;
       case MountOpKind::devpts:
-        j = {{"op", "devpts"}, {"dst", op.dst}, {"options", "newinstance,ptmxmode=0666,mode=0620"}};
+        j = trace_object({{"image/mounts/[]/op", "devpts"}, {"image/mounts/[]/dst", op.dst}, {"image/mounts/[]/options", "newinstance,ptmxmode=0666,mode=0620"}});
         flags();
         break;
-      case MountOpKind::out: j = {{"op", "tmpfs"}, {"dst", op.dst}, {"owner", "program"}}; tmpfs(); break;
+      case MountOpKind::out: j = trace_object({{"image/mounts/[]/op", "tmpfs"}, {"image/mounts/[]/dst", op.dst}, {"image/mounts/[]/owner", "program"}}); tmpfs(); break;
       case MountOpKind::file:
-        j = {{"op", "file"}, {"dst", op.dst}, {"rw", false}, {"mode", octal(op.mode)}, {"bytes", op.size_bytes}};
+        j = trace_object({{"image/mounts/[]/op", "file"}, {"image/mounts/[]/dst", op.dst}, {"image/mounts/[]/rw", false}, {"image/mounts/[]/mode", octal(op.mode)}, {"image/mounts/[]/bytes", op.size_bytes}});
         flags();
         break;
       case MountOpKind::secrets:
         // The size would tell the secrets' total length: not recorded (their names are, elsewhere).
-        j = {{"op", "secrets"}, {"dst", op.dst}, {"mode", octal(op.mode)}};
+        j = trace_object({{"image/mounts/[]/op", "secrets"}, {"image/mounts/[]/dst", op.dst}, {"image/mounts/[]/mode", octal(op.mode)}});
         flags();
         break;
-      case MountOpKind::remount_ro: j = {{"op", "remount_ro"}, {"dst", op.dst}}; flags(); break;
+      case MountOpKind::remount_ro: j = trace_object({{"image/mounts/[]/op", "remount_ro"}, {"image/mounts/[]/dst", op.dst}}); flags(); break;
       case MountOpKind::proc_sys_ro:
-        j = {{"op", "bind"}, {"src", op.dst}, {"dst", op.dst}, {"rw", false}, {"after_pivot", true}};
+        j = trace_object({{"image/mounts/[]/op", "bind"}, {"image/mounts/[]/src", op.dst}, {"image/mounts/[]/dst", op.dst}, {"image/mounts/[]/rw", false}, {"image/mounts/[]/after_pivot", true}});
         flags();
         break;
     }
