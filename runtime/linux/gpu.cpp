@@ -594,14 +594,15 @@ json gpu_enforcement_json(const GpuPlan& plan) {
                                     {"enforcement/gpu/devices/[]/bus_id", g.bus_id.empty() ? json(nullptr) : json(g.bus_id)}}));
   json nodes = json::array();
   for (auto& n : plan.nodes)
-    nodes.push_back(trace_object({{"enforcement/gpu/nodes/[]/path", n.path},
-                                  {"enforcement/gpu/nodes/[]/host_path", n.host_path},
-                                  {"enforcement/gpu/nodes/[]/major", n.major},
-                                  {"enforcement/gpu/nodes/[]/minor", n.minor},
-                                  {"enforcement/gpu/nodes/[]/mode", octal_mode(n.mode)},
-                                  {"enforcement/gpu/nodes/[]/host_uid", n.uid},
-                                  {"enforcement/gpu/nodes/[]/host_gid", n.gid},
-                                  {"enforcement/gpu/nodes/[]/mount", "bind from the host's /dev, without nodev; read-only /dev around it"}}));
+    nodes.push_back(
+        trace_object({{"enforcement/gpu/nodes/[]/path", n.path},
+                      {"enforcement/gpu/nodes/[]/host_path", n.host_path},
+                      {"enforcement/gpu/nodes/[]/major", n.major},
+                      {"enforcement/gpu/nodes/[]/minor", n.minor},
+                      {"enforcement/gpu/nodes/[]/mode", octal_mode(n.mode)},
+                      {"enforcement/gpu/nodes/[]/host_uid", n.uid},
+                      {"enforcement/gpu/nodes/[]/host_gid", n.gid},
+                      {"enforcement/gpu/nodes/[]/mount", "bind from the host's /dev, without nodev; read-only /dev around it"}}));
   json files = json::array();
   for (auto& f : plan.driver_files)
     files.push_back(trace_object({{"enforcement/gpu/driver_files/[]/src", f.src},

@@ -791,25 +791,28 @@ std::string seccomp_action_text(std::uint32_t action) {
 
 json seccomp_enforcement_json(const PreparedSeccomp& p) {
   if (!p.enabled)
-    return trace_object({{"enforcement/seccomp/profile", "unconfined"},
-                         {"enforcement/seccomp/sha256", nullptr},
-                         {"enforcement/seccomp/unresolved", json::array()},
-                         {"enforcement/seccomp/mode", "unconfined"},
-                         {"enforcement/seccomp/default_action", "SCMP_ACT_ALLOW"},
-                         {"enforcement/seccomp/cached", false},
-                         {"enforcement/seccomp/setup_us", 0},
-                         {"enforcement/seccomp/notes", json::array()},
-                         {"enforcement/seccomp/note", "UNCONFINED: no seccomp filter; the program may use every system call the kernel offers"}});
+    return trace_object(
+        {{"enforcement/seccomp/profile", "unconfined"},
+         {"enforcement/seccomp/sha256", nullptr},
+         {"enforcement/seccomp/unresolved", json::array()},
+         {"enforcement/seccomp/mode", "unconfined"},
+         {"enforcement/seccomp/default_action", "SCMP_ACT_ALLOW"},
+         {"enforcement/seccomp/cached", false},
+         {"enforcement/seccomp/setup_us", 0},
+         {"enforcement/seccomp/notes", json::array()},
+         {"enforcement/seccomp/note", "UNCONFINED: no seccomp filter; the program may use every system call the kernel offers"}});
   return trace_object({{"enforcement/seccomp/profile", p.profile},
-          {"enforcement/seccomp/sha256", p.sha256},
-          {"enforcement/seccomp/unresolved", p.unresolved},
-          {"enforcement/seccomp/mode", "filter"},
-          {"enforcement/seccomp/default_action", p.default_action},
-          {"enforcement/seccomp/cached", p.cached},
-          {"enforcement/seccomp/program_sha256", p.program_sha256},
-          {"enforcement/seccomp/setup_us", p.setup_us},
-          {"enforcement/seccomp/notes", p.notes},
-          {"enforcement/seccomp/note", "installed last before execve; refused calls answered by the supervisor (SECCOMP_RET_USER_NOTIF) and listed in violations; foreign ABIs (i386, x32) kill the sandbox unless the policy lists them"}});
+                       {"enforcement/seccomp/sha256", p.sha256},
+                       {"enforcement/seccomp/unresolved", p.unresolved},
+                       {"enforcement/seccomp/mode", "filter"},
+                       {"enforcement/seccomp/default_action", p.default_action},
+                       {"enforcement/seccomp/cached", p.cached},
+                       {"enforcement/seccomp/program_sha256", p.program_sha256},
+                       {"enforcement/seccomp/setup_us", p.setup_us},
+                       {"enforcement/seccomp/notes", p.notes},
+                       {"enforcement/seccomp/note",
+                        "installed last before execve; refused calls answered by the supervisor (SECCOMP_RET_USER_NOTIF) and listed in "
+                        "violations; foreign ABIs (i386, x32) kill the sandbox unless the policy lists them"}});
 }
 
 }  // namespace sbx
