@@ -148,12 +148,17 @@ void describe_pack_run(PackRunRequest& req, const std::vector<ContextCopy>& copi
   for (std::size_t i = 0; i < req.contexts.size(); ++i)
     for (auto& c : req.pack.contexts)
       if (c.name == req.contexts[i].first) {
-        json e = {{"name", c.name}, {"path", c.path}, {"source", req.contexts[i].second}};
-        if (!copies[i].digest.empty()) e["digest"] = copies[i].digest;
+        json e = trace_object({{"invocation/pack/contexts/[]/name", c.name},
+                               {"invocation/pack/contexts/[]/path", c.path},
+                               {"invocation/pack/contexts/[]/source", req.contexts[i].second}});
+        if (!copies[i].digest.empty()) put(e, "invocation/pack/contexts/[]/digest", copies[i].digest);
         contexts.push_back(std::move(e));
       }
-  run.typed.pack = {{"name", req.pack.name},       {"version", req.pack.version}, {"digest", req.pack.digest},
-              {"secrets", secret_names}, {"contexts", contexts}};
+  run.typed.pack = trace_object({{"invocation/pack/name", req.pack.name},
+                                 {"invocation/pack/version", req.pack.version},
+                                 {"invocation/pack/digest", req.pack.digest},
+                                 {"invocation/pack/secrets", secret_names},
+                                 {"invocation/pack/contexts", contexts}});
   run.typed.inputs = json::array({file_record(req.input_path, static_cast<std::int64_t>(req.input_bytes.size()),
                                         sha256_hex(req.input_bytes))});
 }
