@@ -143,10 +143,14 @@ Result<json> hash_inputs(const std::vector<BindSource>& sources, std::size_t fir
     if (S_ISDIR(st.st_mode)) {
       auto scan = scan_tree(opened);
       if (!scan) return make_error("usage", "--input " + in.src + ": " + scan.error().message, scan.error().err);
-      json entry = {{"path", in.dst}, {"source", src}, {"type", "directory"}, {"bytes", scan->bytes},
-                    {"sha256", sha256_hex(manifest_text(scan->entries))}, {"digest_of", "sbx-manifest v1"},
-                    {"entries", scan->entries.size()}};
-      if (!scan->skipped.empty()) entry["skipped_special_files"] = scan->skipped.size();
+      json entry = trace_object({{"inputs/[]/path", in.dst},
+                                 {"inputs/[]/source", src},
+                                 {"inputs/[]/type", "directory"},
+                                 {"inputs/[]/bytes", scan->bytes},
+                                 {"inputs/[]/sha256", sha256_hex(manifest_text(scan->entries))},
+                                 {"inputs/[]/digest_of", "sbx-manifest v1"},
+                                 {"inputs/[]/entries", scan->entries.size()}});
+      if (!scan->skipped.empty()) put(entry, "inputs/[]/skipped_special_files", scan->skipped.size());
       out.push_back(entry);
     } else if (S_ISREG(st.st_mode)) {
       UniqueFd fd(::open(opened.c_str(), O_RDONLY | O_CLOEXEC));
@@ -155,7 +159,11 @@ Result<json> hash_inputs(const std::vector<BindSource>& sources, std::size_t fir
       auto h = sha256_fd(fd.get(), &bytes);
       fd.reset();
       if (!h) return make_error("usage", "--input " + in.src + ": read", h.error().err);
-      out.push_back({{"path", in.dst}, {"source", src}, {"type", "file"}, {"bytes", bytes}, {"sha256", *h}});
+      out.push_back(trace_object({{"inputs/[]/path", in.dst},
+                                  {"inputs/[]/source", src},
+                                  {"inputs/[]/type", "file"},
+                                  {"inputs/[]/bytes", bytes},
+                                  {"inputs/[]/sha256", *h}}));
     } else {
       return make_error("usage", "--input " + in.src + " is not a regular file or a directory");
     }

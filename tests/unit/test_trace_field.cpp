@@ -2,10 +2,16 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "runtime/base/trace_field.hpp"
+#include "runtime/launch/facility.hpp"
+#include "runtime/launch/trace.hpp"
+#include "runtime/linux/memory_fallback.hpp"
+#include "runtime/linux/seccomp_notify.hpp"
+#include "runtime/linux/userns.hpp"
 
 using nlohmann::json;
 using sbx::TraceField;
@@ -59,4 +65,54 @@ TEST_CASE("trace fields: put and at write the member in the object given, as pla
   sbx::put(built, "result",
            sbx::trace_object({{"result/status", "ok"}, {"result/exit_code", 0}, {"result/error", nullptr}}));
   CHECK(built.dump() == plain.dump());
+}
+
+namespace {
+bool in_table(const std::string& path) {
+  for (std::size_t i = 0; i < sbx::kTraceFieldCount; ++i)
+    if (path == sbx::kTraceFields[i]) return true;
+  return false;
+}
+bool has_members(const std::string& path) {  // the schema names members under it
+  for (std::size_t i = 0; i < sbx::kTraceFieldCount; ++i)
+    if (std::string_view(sbx::kTraceFields[i]).starts_with(path + "/")) return true;
+  return false;
+}
+// Every member of `v` (at `path`) that the table does not name: a write that went around the builder.
+void unnamed(const json& v, const std::string& path, std::vector<std::string>& out) {
+  if (v.is_array()) {
+    for (auto& item : v) unnamed(item, path + "/[]", out);
+    return;
+  }
+  if (!v.is_object() || (!path.empty() && !has_members(path))) return;  // a leaf, or free-form (invocation.spec)
+  bool map = in_table(path + "/*");
+  for (auto& [k, sub] : v.items()) {
+    std::string p = path.empty() ? k : path + "/" + (map ? "*" : k);
+    if (!in_table(p)) out.push_back(p);
+    else unnamed(sub, p, out);
+  }
+}
+}  // namespace
+
+TEST_CASE("trace fields: a record made of the real parts names only members of the table") {
+  sbx::TraceParts p;
+  p.run_id = "20261130T000000.000Z-00000000";
+  p.started_at = p.ended_at = "2026-11-30T00:00:00.000Z";
+  sbx::add_limit_entries({{"timeout_ms", 1000, "supervisor timerfd", ""}, {"memory_bytes", 1024, "", "no controller"}},
+                         p.enforcement);
+  sbx::IdentityPlan id;
+  id.uid_map = id.gid_map = {{0, 100000, 65536}};
+  sbx::put(p.enforcement, "enforcement/identity", sbx::identity_to_json(id));
+  sbx::TmpfsBudget budget;
+  budget.shares = {{"tmp_size", "/tmp", 1024, false}};
+  sbx::put(p.enforcement, "enforcement/memory_fallback", sbx::memory_fallback_json(budget, 4096, false));
+  sbx::SeccompViolation v;
+  v.name = "mount";
+  p.violations = sbx::violations_json({v});
+  sbx::put(p.violations_summary, "violations_summary/seccomp", sbx::violation_totals_json({}, 1));
+  auto record = sbx::trace_record(std::move(p));
+  std::vector<std::string> out;
+  unnamed(record, "", out);
+  CHECK_MESSAGE(out.empty(), "not in kTraceFields: " << nlohmann::json(out).dump());
+  CHECK(record["enforcement"]["limits_applied"].contains("timeout_ms"));  // a map's key is data
 }
