@@ -188,7 +188,7 @@ json check_input(PackRunRequest& req, const Result<CompiledSchema>& in_schema, c
     return invalid_check(in_errors, in_omitted, {kMaxRecordsBytes});
   }
   if (run.typed.refuse) return nullptr;
-  return {{"status", "ok"}, {"records", parsed.value.size()}};
+  return trace_object({{"validation/input/status", "ok"}, {"validation/input/records", parsed.value.size()}});
 }
 
 // 2 the mounts of the contract. The records are the exact bytes validated above, handed to the
