@@ -10,6 +10,7 @@
 #include "runtime/model/caps.hpp"
 #include "cli/systemd_scope.hpp"
 #include "runtime/base/json_io.hpp"
+#include "runtime/base/trace_field.hpp"
 #include "runtime/base/text_escape.hpp"
 #include "runtime/base/units.hpp"
 #include "runtime/egress/egress_policy.hpp"
@@ -324,7 +325,7 @@ void add_run_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out)
       // Before the run: the supervisor's loop never waits on the blob store.
       auto kept = keep_run_inputs(req.dirs, req.spec, req.profile, req.blob_pin);
       if (!kept) return usage_error(kept.error().describe());
-      req.record_extra["blobs"] = std::move(*kept);
+      put(req.record_extra, "blobs", std::move(*kept));
     }
     int status = run_sandbox(req).exit_status;
     for (auto& [name, value] : req.secrets.files) std::fill(value.begin(), value.end(), '\0');

@@ -1,6 +1,7 @@
 #include "runtime/egress/proxy.hpp"
 
 #include "runtime/base/fdpass.hpp"
+#include "runtime/base/trace_field.hpp"
 #include "runtime/egress/http_request.hpp"
 
 #include <arpa/inet.h>
@@ -163,8 +164,12 @@ bool EgressProxy::budget_left() const { return !cfg_.max_bytes || total_bytes_ <
 void EgressProxy::record_violation(const std::string& host, int port, const std::string& reason, std::int64_t now_ms,
                                    const std::string& address) {
   spdlog::info("egress denied: {}:{}: {}", host, port, reason);
-  nlohmann::json v = {{"kind", "network"}, {"host", host}, {"port", port}, {"time_ms", now_ms - cfg_.start_ms}, {"reason", reason}};
-  if (!address.empty()) v["address"] = address;
+  nlohmann::json v = trace_object({{"violations/[]/kind", "network"},
+                                   {"violations/[]/host", host},
+                                   {"violations/[]/port", port},
+                                   {"violations/[]/time_ms", now_ms - cfg_.start_ms},
+                                   {"violations/[]/reason", reason}});
+  if (!address.empty()) put(v, "violations/[]/address", address);
   if (cfg_.on_violation) cfg_.on_violation(v);
   if (violations_.size() >= kMaxViolations) {
     ++dropped_violations_;
@@ -585,27 +590,40 @@ nlohmann::json EgressProxy::usage_json() const {
   nlohmann::json hosts = nlohmann::json::array();
   std::int64_t conns = unlisted_.connections, in = unlisted_.bytes_in, out = unlisted_.bytes_out;
   for (auto& [key, u] : usage_) {
-    hosts.push_back({{"host", key}, {"connections", u.connections}, {"denied", u.denied}, {"failed", u.failed},
-                     {"idle_closed", u.idle_closed}, {"lookups_timed_out", u.lookups_timed_out}, {"bytes_in", u.bytes_in}, {"bytes_out", u.bytes_out}});
-    if (!u.last_failure.empty()) hosts.back()["last_failure"] = u.last_failure;
+    hosts.push_back(trace_object({{"usage/network/hosts/[]/host", key},
+                                  {"usage/network/hosts/[]/connections", u.connections},
+                                  {"usage/network/hosts/[]/denied", u.denied},
+                                  {"usage/network/hosts/[]/failed", u.failed},
+                                  {"usage/network/hosts/[]/idle_closed", u.idle_closed},
+                                  {"usage/network/hosts/[]/lookups_timed_out", u.lookups_timed_out},
+                                  {"usage/network/hosts/[]/bytes_in", u.bytes_in},
+                                  {"usage/network/hosts/[]/bytes_out", u.bytes_out}}));
+    if (!u.last_failure.empty()) put(hosts.back(), "usage/network/hosts/[]/last_failure", u.last_failure);
     conns += u.connections;
     in += u.bytes_in;
     out += u.bytes_out;
   }
   // Like violations_summary: what the hosts list leaves out, added up.
-  nlohmann::json summary = {{"listed", usage_.size()},
-                            {"listed_cap", kMaxListedHosts},
-                            {"truncated", unlisted_requests_ > 0},
-                            {"unlisted_requests", unlisted_requests_},
-                            {"unlisted_connections", unlisted_.connections},
-                            {"unlisted_denied", unlisted_.denied},
-                            {"unlisted_failed", unlisted_.failed},
-                            {"unlisted_bytes_in", unlisted_.bytes_in},
-                            {"unlisted_bytes_out", unlisted_.bytes_out}};
-  return {{"connections", conns}, {"denied", static_cast<std::int64_t>(violations_.size()) + dropped_violations_},
-          {"bytes_in", in}, {"bytes_out", out}, {"peak_concurrent", peak_concurrent_},
-          {"byte_budget_spent", bytes_exhausted_}, {"idle_closed", idle_closed_},
-          {"lookups_timed_out", lookups_timed_out_}, {"hosts", hosts}, {"hosts_summary", summary}};
+  nlohmann::json summary = trace_object({{"usage/network/hosts_summary/listed", usage_.size()},
+                                         {"usage/network/hosts_summary/listed_cap", kMaxListedHosts},
+                                         {"usage/network/hosts_summary/truncated", unlisted_requests_ > 0},
+                                         {"usage/network/hosts_summary/unlisted_requests", unlisted_requests_},
+                                         {"usage/network/hosts_summary/unlisted_connections", unlisted_.connections},
+                                         {"usage/network/hosts_summary/unlisted_denied", unlisted_.denied},
+                                         {"usage/network/hosts_summary/unlisted_failed", unlisted_.failed},
+                                         {"usage/network/hosts_summary/unlisted_bytes_in", unlisted_.bytes_in},
+                                         {"usage/network/hosts_summary/unlisted_bytes_out", unlisted_.bytes_out}});
+  nlohmann::json usage = trace_object({{"usage/network/connections", conns},
+                                       {"usage/network/denied", static_cast<std::int64_t>(violations_.size()) + dropped_violations_},
+                                       {"usage/network/bytes_in", in},
+                                       {"usage/network/bytes_out", out},
+                                       {"usage/network/peak_concurrent", peak_concurrent_},
+                                       {"usage/network/byte_budget_spent", bytes_exhausted_},
+                                       {"usage/network/idle_closed", idle_closed_},
+                                       {"usage/network/lookups_timed_out", lookups_timed_out_}});
+  put(usage, "usage/network/hosts", std::move(hosts));
+  put(usage, "usage/network/hosts_summary", std::move(summary));
+  return usage;
 }
 
 std::int64_t EgressProxy::ms_until_next_expiry(std::int64_t now_ms) const {
@@ -659,8 +677,11 @@ void EgressProxy::lookup_timed_out(Conn& c, std::int64_t now_ms) {
 nlohmann::json EgressProxy::violations_json() const {
   nlohmann::json v = violations_;
   if (dropped_violations_ > 0)
-    v.push_back({{"kind", "network"}, {"host", ""}, {"port", 0}, {"time_ms", 0},
-                 {"reason", std::to_string(dropped_violations_) + " more denied attempts not listed"}});
+    v.push_back(trace_object({{"violations/[]/kind", "network"},
+                              {"violations/[]/host", ""},
+                              {"violations/[]/port", 0},
+                              {"violations/[]/time_ms", 0},
+                              {"violations/[]/reason", std::to_string(dropped_violations_) + " more denied attempts not listed"}}));
   return v;
 }
 

@@ -15,6 +15,7 @@
 #include "runtime/base/json_io.hpp"
 #include "runtime/base/sha256.hpp"
 #include "runtime/base/text_escape.hpp"
+#include "runtime/base/trace_field.hpp"
 
 namespace sbx {
 namespace {
@@ -221,19 +222,19 @@ Result<ExportResult> export_out(int out_fd, const std::string& dir, const Export
 
 nlohmann::json ExportResult::to_json(const std::string& dir, const ExportCaps& caps) const {
   nlohmann::json skips = nlohmann::json::array();
-  for (auto& s : skipped) skips.push_back({{"path", s.path}, {"reason", s.reason}});
+  for (auto& s : skipped) skips.push_back(trace_object({{"export/skipped/[]/path", s.path}, {"export/skipped/[]/reason", s.reason}}));
   cut_list(skips, kMaxListedSkips, kMaxListedSkipBytes);
   bool cut = static_cast<std::int64_t>(skips.size()) < skipped_count;
-  return {{"dir", dir},
-          {"files", file_count},
-          {"entries", entries},
-          {"bytes", bytes},
-          {"max_bytes", caps.max_bytes},
-          {"max_files", caps.max_files},
-          {"limit_hit", limit_hit},
-          {"skipped_count", skipped_count},
-          {"skipped_truncated", cut},  // skipped lists fewer than skipped_count
-          {"skipped", skips}};
+  return trace_object({{"export/dir", dir},
+                       {"export/files", file_count},
+                       {"export/entries", entries},
+                       {"export/bytes", bytes},
+                       {"export/max_bytes", caps.max_bytes},
+                       {"export/max_files", caps.max_files},
+                       {"export/limit_hit", limit_hit},
+                       {"export/skipped_count", skipped_count},
+                       {"export/skipped_truncated", cut},  // skipped lists fewer than skipped_count
+                       {"export/skipped", skips}});
 }
 
 OutFile read_out_file(int out_fd, const std::string& name, std::int64_t cap) {

@@ -22,6 +22,7 @@
 #include "runtime/base/fsutil.hpp"
 #include "runtime/base/json_io.hpp"
 #include "runtime/base/sha256.hpp"
+#include "runtime/base/trace_field.hpp"
 #include "runtime/record/trace_ledger.hpp"
 #include "runtime/base/units.hpp"
 
@@ -225,39 +226,56 @@ Result<std::string> get_blob(const Dirs& dirs, std::string_view hex, std::int64_
   return data;
 }
 
+namespace {
+// An entry of the record's blobs that was not kept: its role, its path and why.
+json skipped_entry(const std::string& role, const std::string& path, const std::string& why) {
+  return trace_object({{"blobs/[]/role", role}, {"blobs/[]/path", path}, {"blobs/[]/skipped", why}});
+}
+}  // namespace
+
 bool BlobKeeper::over_total(const std::string& role, const std::string& path, std::int64_t bytes) {
   if (total_ + bytes <= max_total_) return false;
-  entries_.push_back({{"role", role}, {"path", path}, {"bytes", bytes},
-                      {"skipped", "the run's kept blobs would pass " + format_size(max_total_) + " in all"}});
+  entries_.push_back(trace_object({{"blobs/[]/role", role},
+                                   {"blobs/[]/path", path},
+                                   {"blobs/[]/bytes", bytes},
+                                   {"blobs/[]/skipped", "the run's kept blobs would pass " + format_size(max_total_) + " in all"}}));
   return true;
 }
 
 void BlobKeeper::add_bytes(const std::string& role, const std::string& path, std::string_view bytes) {
   auto n = static_cast<std::int64_t>(bytes.size());
   if (n > max_) {
-    entries_.push_back({{"role", role}, {"path", path}, {"bytes", n}, {"sha256", sha256_hex(bytes)},
-                        {"skipped", "larger than the keep ceiling of " + format_size(max_) + " (SBX_KEEP_MAX_BYTES)"}});
+    entries_.push_back(
+        trace_object({{"blobs/[]/role", role},
+                      {"blobs/[]/path", path},
+                      {"blobs/[]/bytes", n},
+                      {"blobs/[]/sha256", sha256_hex(bytes)},
+                      {"blobs/[]/skipped", "larger than the keep ceiling of " + format_size(max_) + " (SBX_KEEP_MAX_BYTES)"}}));
     return;
   }
   if (over_total(role, path, n)) return;
   auto hex = put_blob(dirs_, bytes, pin_.get());
   if (!hex) {
-    entries_.push_back({{"role", role}, {"path", path}, {"bytes", n}, {"skipped", hex.error().describe()}});
+    entries_.push_back(trace_object(
+        {{"blobs/[]/role", role}, {"blobs/[]/path", path}, {"blobs/[]/bytes", n}, {"blobs/[]/skipped", hex.error().describe()}}));
     return;
   }
   total_ += n;
-  entries_.push_back({{"role", role}, {"path", path}, {"sha256", *hex}, {"bytes", n}});
+  entries_.push_back(trace_object({{"blobs/[]/role", role}, {"blobs/[]/path", path}, {"blobs/[]/sha256", *hex}, {"blobs/[]/bytes", n}}));
 }
 
 void BlobKeeper::add_fd(const std::string& role, const std::string& path, int fd, unsigned mode) {
   struct stat st;
   if (::fstat(fd, &st) != 0) {
-    entries_.push_back({{"role", role}, {"path", path}, {"skipped", "fstat failed"}});
+    entries_.push_back(skipped_entry(role, path, "fstat failed"));
     return;
   }
-  json e = {{"role", role}, {"path", path}, {"bytes", static_cast<std::int64_t>(st.st_size)}, {"mode", mode_text(mode)}};
+  json e = trace_object({{"blobs/[]/role", role},
+                         {"blobs/[]/path", path},
+                         {"blobs/[]/bytes", static_cast<std::int64_t>(st.st_size)},
+                         {"blobs/[]/mode", mode_text(mode)}});
   if (st.st_size > max_) {
-    e["skipped"] = "larger than the keep ceiling of " + format_size(max_) + " (SBX_KEEP_MAX_BYTES)";
+    put(e, "blobs/[]/skipped", "larger than the keep ceiling of " + format_size(max_) + " (SBX_KEEP_MAX_BYTES)");
     entries_.push_back(e);
     return;
   }
@@ -265,19 +283,19 @@ void BlobKeeper::add_fd(const std::string& role, const std::string& path, int fd
   // Bounded again: a file that grew past the ceiling after the fstat above is refused whole.
   auto data = read_bounded_fd(fd, static_cast<std::size_t>(max_), kStage, path);
   if (!data) {
-    e["skipped"] = data.error().describe();
+    put(e, "blobs/[]/skipped", data.error().describe());
     entries_.push_back(e);
     return;
   }
   auto hex = put_blob(dirs_, *data, pin_.get());
   if (!hex) {
-    e["skipped"] = hex.error().describe();
+    put(e, "blobs/[]/skipped", hex.error().describe());
     entries_.push_back(e);
     return;
   }
   total_ += static_cast<std::int64_t>(data->size());
-  e["sha256"] = *hex;
-  e["bytes"] = static_cast<std::int64_t>(data->size());
+  put(e, "blobs/[]/sha256", *hex);
+  put(e, "blobs/[]/bytes", static_cast<std::int64_t>(data->size()));
   entries_.push_back(e);
 }
 
@@ -286,13 +304,13 @@ void BlobKeeper::add_file(const std::string& role, const std::string& path, cons
   // points to (the sandbox's bind would resolve it, but the record keeps what was named).
   int fd = ::open(host_path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) {
-    entries_.push_back({{"role", role}, {"path", path}, {"skipped", std::string("open: ") + std::strerror(errno)}});
+    entries_.push_back(skipped_entry(role, path, std::string("open: ") + std::strerror(errno)));
     return;
   }
   UniqueFd guard(fd);
   struct stat st;
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    entries_.push_back({{"role", role}, {"path", path}, {"skipped", std::string("not a regular file: ") + file_kind(st.st_mode)}});
+    entries_.push_back(skipped_entry(role, path, std::string("not a regular file: ") + file_kind(st.st_mode)));
     return;
   }
   add_fd(role, path, fd, st.st_mode);
@@ -302,7 +320,7 @@ void BlobKeeper::add_tree(const std::string& file_role, const std::string& dir_r
                           const std::string& prefix, const std::string& host_dir) {
   int root = ::open(host_dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (root < 0) {
-    entries_.push_back({{"role", dir_role}, {"path", prefix}, {"skipped", std::string("open: ") + std::strerror(errno)}});
+    entries_.push_back(skipped_entry(dir_role, prefix, std::string("open: ") + std::strerror(errno)));
     return;
   }
   // Depth-first through directory fds (openat with O_NOFOLLOW): a symlink anywhere in the tree
@@ -320,7 +338,7 @@ void BlobKeeper::add_tree(const std::string& file_role, const std::string& dir_r
     stack.pop_back();
     auto names = list_dir(d.fd.get(), kStage, host_dir + (d.rel.empty() ? "" : "/" + d.rel));
     if (!names) {
-      entries_.push_back({{"role", dir_role}, {"path", prefix + d.rel}, {"skipped", names.error().describe()}});
+      entries_.push_back(skipped_entry(dir_role, prefix + d.rel, names.error().describe()));
       continue;
     }
     std::sort(names->begin(), names->end());
@@ -328,30 +346,30 @@ void BlobKeeper::add_tree(const std::string& file_role, const std::string& dir_r
       std::string rel = d.rel.empty() ? name : d.rel + "/" + name;
       std::string path = prefix.empty() ? rel : prefix + "/" + rel;
       if (++seen > 100000) {
-        entries_.push_back({{"role", dir_role}, {"path", prefix}, {"skipped", "more than 100000 entries: the rest is not kept"}});
+        entries_.push_back(skipped_entry(dir_role, prefix, "more than 100000 entries: the rest is not kept"));
         return;
       }
       struct stat st;
       if (::fstatat(d.fd.get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
-        entries_.push_back({{"role", file_role}, {"path", path}, {"skipped", std::string("stat: ") + std::strerror(errno)}});
+        entries_.push_back(skipped_entry(file_role, path, std::string("stat: ") + std::strerror(errno)));
         continue;
       }
       if (S_ISDIR(st.st_mode)) {
-        entries_.push_back({{"role", dir_role}, {"path", path}, {"mode", mode_text(st.st_mode)}});
+        entries_.push_back(trace_object({{"blobs/[]/role", dir_role}, {"blobs/[]/path", path}, {"blobs/[]/mode", mode_text(st.st_mode)}}));
         if (d.depth >= 64) {
-          entries_.push_back({{"role", dir_role}, {"path", path}, {"skipped", "deeper than 64 levels"}});
+          entries_.push_back(skipped_entry(dir_role, path, "deeper than 64 levels"));
           continue;
         }
         int sub = ::openat(d.fd.get(), name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         if (sub < 0) {
-          entries_.push_back({{"role", dir_role}, {"path", path}, {"skipped", std::string("open: ") + std::strerror(errno)}});
+          entries_.push_back(skipped_entry(dir_role, path, std::string("open: ") + std::strerror(errno)));
           continue;
         }
         stack.push_back({UniqueFd(sub), rel, d.depth + 1});
       } else if (S_ISREG(st.st_mode)) {
         int fd = ::openat(d.fd.get(), name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
         if (fd < 0) {
-          entries_.push_back({{"role", file_role}, {"path", path}, {"skipped", std::string("open: ") + std::strerror(errno)}});
+          entries_.push_back(skipped_entry(file_role, path, std::string("open: ") + std::strerror(errno)));
           continue;
         }
         UniqueFd guard(fd);
@@ -360,12 +378,13 @@ void BlobKeeper::add_tree(const std::string& file_role, const std::string& dir_r
         char target[4097];
         ssize_t n = ::readlinkat(d.fd.get(), name.c_str(), target, sizeof target - 1);
         if (n < 0 || n >= static_cast<ssize_t>(sizeof target - 1))
-          entries_.push_back({{"role", link_role}, {"path", path}, {"skipped", "unreadable or overlong symlink"}});
+          entries_.push_back(skipped_entry(link_role, path, "unreadable or overlong symlink"));
         else
-          entries_.push_back({{"role", link_role}, {"path", path}, {"target", std::string(target, static_cast<std::size_t>(n))}});
+          entries_.push_back(trace_object({{"blobs/[]/role", link_role},
+                                           {"blobs/[]/path", path},
+                                           {"blobs/[]/target", std::string(target, static_cast<std::size_t>(n))}}));
       } else {
-        entries_.push_back({{"role", file_role}, {"path", path},
-                            {"skipped", std::string("a ") + file_kind(st.st_mode) + " is never followed nor kept"}});
+        entries_.push_back(skipped_entry(file_role, path, std::string("a ") + file_kind(st.st_mode) + " is never followed nor kept"));
       }
     }
   }

@@ -20,7 +20,7 @@ class Namespaces final : public Facility {
  public:
   const char* name() const override { return "namespaces"; }
   void record(const RunContext&, const SuperviseResult*, json& out) const override {
-    out["namespaces"] = {"user", "pid", "mount", "net", "ipc", "uts", "cgroup"};
+    put(out, "enforcement/namespaces", json::array({"user", "pid", "mount", "net", "ipc", "uts", "cgroup"}));
   }
 };
 
@@ -45,8 +45,11 @@ class Identity final : public Facility {
   }
   Status after_clone(RunContext& ctx, pid_t pid) const override { return write_id_maps(pid, *ctx.identity); }
   void record(const RunContext& ctx, const SuperviseResult*, json& out) const override {
-    if (ctx.identity) out["identity"] = identity_to_json(*ctx.identity);
-    else out["identity"] = {{"mode", ::geteuid() == 0 ? "root" : "rootless"}, {"error", ctx.identity.error().message}};
+    if (ctx.identity) put(out, "enforcement/identity", identity_to_json(*ctx.identity));
+    else
+      put(out, "enforcement/identity",
+          trace_object({{"enforcement/identity/mode", ::geteuid() == 0 ? "root" : "rootless"},
+                        {"enforcement/identity/error", ctx.identity.error().message}}));
   }
   void plan(const RunContext& ctx, json& out) const override { out["identity"] = identity_to_json(*ctx.identity); }
 };
@@ -64,11 +67,11 @@ class Gpu final : public Facility {
       ctx.gpu = std::move(*planned);
     }
     ctx.gpu_planned = true;
-    if (ctx.parts && ctx.gpu.enabled) ctx.parts->usage_extra["gpu"] = gpu_usage_json(ctx.gpu);
+    if (ctx.parts && ctx.gpu.enabled) put(ctx.parts->usage_extra, "usage/gpu", gpu_usage_json(ctx.gpu));
     return {};
   }
   void record(const RunContext& ctx, const SuperviseResult*, json& out) const override {
-    if (ctx.gpu_planned) out["gpu"] = gpu_enforcement_json(ctx.gpu);
+    if (ctx.gpu_planned) put(out, "enforcement/gpu", gpu_enforcement_json(ctx.gpu));
   }
   void plan(const RunContext& ctx, json& out) const override { out["gpu"] = gpu_enforcement_json(ctx.gpu); }
 };
@@ -81,9 +84,12 @@ class Capabilities final : public Facility {
   const char* name() const override { return "capabilities"; }
   void record(const RunContext& ctx, const SuperviseResult* sup, json& out) const override {
     const auto& keep = ctx.spec.capabilities.keep;
-    json caps = {{"kept", keep}, {"bounding", keep}, {"securebits", "locked"}, {"no_new_privs", true}};
-    if (sup) caps["program"] = sup->program_caps ? process_caps_json(*sup->program_caps) : json(nullptr);
-    out["capabilities"] = std::move(caps);
+    json caps = trace_object({{"enforcement/capabilities/kept", keep},
+                              {"enforcement/capabilities/bounding", keep},
+                              {"enforcement/capabilities/securebits", "locked"},
+                              {"enforcement/capabilities/no_new_privs", true}});
+    if (sup) put(caps, "enforcement/capabilities/program", sup->program_caps ? process_caps_json(*sup->program_caps) : json(nullptr));
+    put(out, "enforcement/capabilities", std::move(caps));
   }
 };
 

@@ -16,11 +16,19 @@ void add_limit_entries(const std::vector<LimitEntry>& entries, json& enforcement
   json applied = json::object();
   json not_applied = json::array();
   for (auto& l : entries) {
-    if (l.mechanism.empty()) not_applied.push_back({{"limit", l.limit}, {"value", l.value}, {"reason", l.reason}});
-    else applied[l.limit] = {{"value", l.value}, {"mechanism", l.mechanism}, {"degraded", l.degraded}, {"note", l.reason}};
+    if (l.mechanism.empty())
+      not_applied.push_back(trace_object({{"enforcement/limits_not_applied/[]/limit", l.limit},
+                                          {"enforcement/limits_not_applied/[]/value", l.value},
+                                          {"enforcement/limits_not_applied/[]/reason", l.reason}}));
+    else
+      put(applied, "enforcement/limits_applied/*", l.limit,
+          trace_object({{"enforcement/limits_applied/*/value", l.value},
+                        {"enforcement/limits_applied/*/mechanism", l.mechanism},
+                        {"enforcement/limits_applied/*/degraded", l.degraded},
+                        {"enforcement/limits_applied/*/note", l.reason}}));
   }
-  enforcement["limits_applied"] = std::move(applied);
-  enforcement["limits_not_applied"] = std::move(not_applied);
+  put(enforcement, "enforcement/limits_applied", std::move(applied));
+  put(enforcement, "enforcement/limits_not_applied", std::move(not_applied));
 }
 
 namespace {
@@ -100,10 +108,10 @@ class LimitsFacility final : public Facility {
     return {};
   }
   void record(const RunContext& ctx, const SuperviseResult*, json& out) const override {
-    if (!ctx.limits) out["cgroup"] = "unavailable";
-    else out["cgroup"] = ctx.cgroup ? "v2 " + ctx.cgroup->path() : "unavailable (" + ctx.cg.layout + ")";
-    if (ctx.cgroup && !ctx.cgroup->warnings().empty()) out["cgroup_notes"] = ctx.cgroup->warnings();
-    if (ctx.cgroup_error) out["cgroup_error"] = ctx.cgroup_error->describe();
+    if (!ctx.limits) put(out, "enforcement/cgroup", "unavailable");
+    else put(out, "enforcement/cgroup", ctx.cgroup ? "v2 " + ctx.cgroup->path() : "unavailable (" + ctx.cg.layout + ")");
+    if (ctx.cgroup && !ctx.cgroup->warnings().empty()) put(out, "enforcement/cgroup_notes", ctx.cgroup->warnings());
+    if (ctx.cgroup_error) put(out, "enforcement/cgroup_error", ctx.cgroup_error->describe());
     add_limit_entries(ctx.limits ? *ctx.limits : std::vector<LimitEntry>{}, out);
   }
   void plan(const RunContext& ctx, json& out) const override {

@@ -62,7 +62,7 @@ class Mounts final : public Facility {
     ctx.memory_fallback = std::move(*fallback);
     if (ctx.dry_run) return {};
     log_limit_shortfalls(ctx, scaled);
-    if (ctx.parts) ctx.parts->image["mounts"] = mounts_to_json(mounts);
+    if (ctx.parts) put(ctx.parts->image, "image/mounts", mounts_to_json(mounts));
     // A pooled sandbox's /code and /in: tmpfs mounts only init writes, at hand-out (pool_job.hpp).
     // Added after the memory fallback's scaling: they hold the call's own bytes, bounded by the
     // job's size, and are read-only before the program starts.
@@ -71,7 +71,7 @@ class Mounts final : public Facility {
     return {};
   }
   void record(const RunContext& ctx, const SuperviseResult*, json& out) const override {
-    if (ctx.memory_fallback_applies()) out["memory_fallback"] = ctx.memory_fallback;
+    if (ctx.memory_fallback_applies()) put(out, "enforcement/memory_fallback", ctx.memory_fallback);
   }
   void plan(const RunContext& ctx, json& out) const override {
     out["mounts"] = mounts_to_json(ctx.mounts);
@@ -99,11 +99,17 @@ class Image final : public Facility {
     if (ctx.dry_run) return check_seal_now(ctx);
     MountPlan& mounts = ctx.mounts;
     if (ctx.parts)
-      ctx.parts->image = {{"name", ctx.spec.image}, {"digest", image.digest}, {"names", image.names},
-                          {"entries", image.meta.value("entries", 0LL)}, {"seal", "checked"},
-                          {"root", {{"type", "overlay"}, {"lower", image.rootfs}, {"upper", "tmpfs"},
-                                    {"upper_size_bytes", mounts.upper_size_bytes}, {"read_only", true}}},
-                          {"mounts", mounts_to_json(mounts)}};
+      ctx.parts->image = trace_object({{"image/name", ctx.spec.image},
+                                       {"image/digest", image.digest},
+                                       {"image/names", image.names},
+                                       {"image/entries", image.meta.value("entries", 0LL)},
+                                       {"image/seal", "checked"},
+                                       {"image/root", trace_object({{"image/root/type", "overlay"},
+                                                                    {"image/root/lower", image.rootfs},
+                                                                    {"image/root/upper", "tmpfs"},
+                                                                    {"image/root/upper_size_bytes", mounts.upper_size_bytes},
+                                                                    {"image/root/read_only", true}})},
+                                       {"image/mounts", mounts_to_json(mounts)}});
     mounts.image_fd = ctx.image_fd.get();
     mounts.image_path = image.rootfs;
     return {};
@@ -137,10 +143,14 @@ Result<json> hash_inputs(const std::vector<BindSource>& sources, std::size_t fir
     if (S_ISDIR(st.st_mode)) {
       auto scan = scan_tree(opened);
       if (!scan) return make_error("usage", "--input " + in.src + ": " + scan.error().message, scan.error().err);
-      json entry = {{"path", in.dst}, {"source", src}, {"type", "directory"}, {"bytes", scan->bytes},
-                    {"sha256", sha256_hex(manifest_text(scan->entries))}, {"digest_of", "sbx-manifest v1"},
-                    {"entries", scan->entries.size()}};
-      if (!scan->skipped.empty()) entry["skipped_special_files"] = scan->skipped.size();
+      json entry = trace_object({{"inputs/[]/path", in.dst},
+                                 {"inputs/[]/source", src},
+                                 {"inputs/[]/type", "directory"},
+                                 {"inputs/[]/bytes", scan->bytes},
+                                 {"inputs/[]/sha256", sha256_hex(manifest_text(scan->entries))},
+                                 {"inputs/[]/digest_of", "sbx-manifest v1"},
+                                 {"inputs/[]/entries", scan->entries.size()}});
+      if (!scan->skipped.empty()) put(entry, "inputs/[]/skipped_special_files", scan->skipped.size());
       out.push_back(entry);
     } else if (S_ISREG(st.st_mode)) {
       UniqueFd fd(::open(opened.c_str(), O_RDONLY | O_CLOEXEC));
@@ -149,7 +159,11 @@ Result<json> hash_inputs(const std::vector<BindSource>& sources, std::size_t fir
       auto h = sha256_fd(fd.get(), &bytes);
       fd.reset();
       if (!h) return make_error("usage", "--input " + in.src + ": read", h.error().err);
-      out.push_back({{"path", in.dst}, {"source", src}, {"type", "file"}, {"bytes", bytes}, {"sha256", *h}});
+      out.push_back(trace_object({{"inputs/[]/path", in.dst},
+                                  {"inputs/[]/source", src},
+                                  {"inputs/[]/type", "file"},
+                                  {"inputs/[]/bytes", bytes},
+                                  {"inputs/[]/sha256", *h}}));
     } else {
       return make_error("usage", "--input " + in.src + " is not a regular file or a directory");
     }

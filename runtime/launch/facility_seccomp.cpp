@@ -33,10 +33,14 @@ class Seccomp final : public Facility {
     return {};
   }
   void record(const RunContext& ctx, const SuperviseResult*, json& out) const override {
-    if (ctx.seccomp) out["seccomp"] = seccomp_enforcement_json(*ctx.seccomp);
+    if (ctx.seccomp) put(out, "enforcement/seccomp", seccomp_enforcement_json(*ctx.seccomp));
     else
-      out["seccomp"] = {{"profile", ctx.spec.seccomp}, {"sha256", nullptr}, {"unresolved", json::array()}, {"mode", nullptr},
-                        {"note", "not installed: the run ended before the policy was prepared"}};
+      put(out, "enforcement/seccomp",
+          trace_object({{"enforcement/seccomp/profile", ctx.spec.seccomp},
+                        {"enforcement/seccomp/sha256", nullptr},
+                        {"enforcement/seccomp/unresolved", json::array()},
+                        {"enforcement/seccomp/mode", nullptr},
+                        {"enforcement/seccomp/note", "not installed: the run ended before the policy was prepared"}}));
   }
   void plan(const RunContext& ctx, json& out) const override { out["seccomp"] = seccomp_enforcement_json(*ctx.seccomp); }
 

@@ -84,7 +84,8 @@ json namespace_root_json(const CgroupInfo& cg) {
   std::string ctl;
   if (auto t = read_file(cg.mount + "/cgroup.subtree_control")) ctl = *t;
   while (!ctl.empty() && ctl.back() == '\n') ctl.pop_back();
-  return {{"procs", cg.namespace_root_procs}, {"subtree_control", ctl}};
+  return trace_object({{"host/cgroup/namespace_root/procs", cg.namespace_root_procs},
+                       {"host/cgroup/namespace_root/subtree_control", ctl}});
 }
 
 // How the run cgroup's parent was obtained: sbx's own cgroup as root on the real root (the root
@@ -103,25 +104,31 @@ json host_json(const CgroupInfo& cg, const std::string& obtained_by, const std::
                const std::string& scope_unit) {
   struct utsname u;
   ::uname(&u);
-  json c = {{"layout", cg.layout}, {"mount", cg.mount}, {"self_path", cg.self_path}, {"controllers", cg.controllers},
-            {"run_cgroups_under", cg.root_subtree && offers_limits(cg) ? cg.mount + "/sbx" : std::string()},
-            {"obtained_by", obtained_by}, {"namespace_root", namespace_root_json(cg)}};
-  if (!systemd_scope.empty()) c["systemd_scope"] = systemd_scope;
-  if (!scope_unit.empty()) c["scope_unit"] = scope_unit;
-  return {{"kernel", u.release}, {"cgroup", std::move(c)}};
+  json c = trace_object({{"host/cgroup/layout", cg.layout},
+                         {"host/cgroup/mount", cg.mount},
+                         {"host/cgroup/self_path", cg.self_path},
+                         {"host/cgroup/controllers", cg.controllers},
+                         {"host/cgroup/run_cgroups_under", cg.root_subtree && offers_limits(cg) ? cg.mount + "/sbx" : std::string()},
+                         {"host/cgroup/obtained_by", obtained_by},
+                         {"host/cgroup/namespace_root", namespace_root_json(cg)}});
+  if (!systemd_scope.empty()) put(c, "host/cgroup/systemd_scope", systemd_scope);
+  if (!scope_unit.empty()) put(c, "host/cgroup/scope_unit", scope_unit);
+  json host = trace_object({{"host/kernel", u.release}});
+  put(host, "host/cgroup", std::move(c));
+  return host;
 }
 
 json cgroup_usage_json(const CgroupUsage& u) {
   auto opt = [](const std::optional<std::int64_t>& x) { return x ? json(*x) : json(nullptr); };
   auto ms = [](const std::optional<std::int64_t>& us) { return us ? json(*us / 1000) : json(nullptr); };
-  return {{"memory_peak_bytes", opt(u.memory_peak_bytes)},
-          {"pids_peak", opt(u.pids_peak)},
-          {"oom_kills", opt(u.oom_kill)},
-          {"cpu_user_ms", ms(u.cpu_user_us)},
-          {"cpu_sys_ms", ms(u.cpu_system_us)},
-          {"cpu_usage_ms", ms(u.cpu_usage_us)},
-          {"cpu_throttled_periods", opt(u.nr_throttled)},
-          {"cpu_throttled_ms", ms(u.throttled_us)}};
+  return trace_object({{"usage/memory_peak_bytes", opt(u.memory_peak_bytes)},
+                       {"usage/pids_peak", opt(u.pids_peak)},
+                       {"usage/oom_kills", opt(u.oom_kill)},
+                       {"usage/cpu_user_ms", ms(u.cpu_user_us)},
+                       {"usage/cpu_sys_ms", ms(u.cpu_system_us)},
+                       {"usage/cpu_usage_ms", ms(u.cpu_usage_us)},
+                       {"usage/cpu_throttled_periods", opt(u.nr_throttled)},
+                       {"usage/cpu_throttled_ms", ms(u.throttled_us)}});
 }
 
 // The GPU plan's environment (gpu.hpp) over the built one: LD_LIBRARY_PATH goes after one the
@@ -262,7 +269,7 @@ Run::Run(const RunRequest& req)
   parts_.run_id = make_run_id();
   parts_.started_at = rfc3339_now();
   const RunSpec& s = spec();
-  parts_.image = {{"name", s.image}, {"digest", nullptr}, {"mounts", json::array()}};
+  parts_.image = trace_object({{"image/name", s.image}, {"image/digest", nullptr}, {"image/mounts", json::array()}});
   // Live events (events.hpp): opened first, so that a run that fails in setup still says so.
   if (!s.events.empty()) {
     auto ev = EventStream::open(s.events);
@@ -315,11 +322,13 @@ void Run::kill_init() {
 void Run::describe_request() {
   if (described_) return;
   described_ = true;
-  parts_.invocation = {{"argv", req_.invocation_argv},
-                       {"cwd", cwd_},
-                       {"profile", {{"name", req_.profile.name}, {"origin", req_.profile.origin}, {"sha256", sha256_hex(req_.profile.text)}}},
-                       {"pack", req_.typed.pack},
-                       {"spec", spec_to_json(spec())}};
+  parts_.invocation = trace_object({{"invocation/argv", req_.invocation_argv},
+                                    {"invocation/cwd", cwd_},
+                                    {"invocation/profile", trace_object({{"invocation/profile/name", req_.profile.name},
+                                                                         {"invocation/profile/origin", req_.profile.origin},
+                                                                         {"invocation/profile/sha256", sha256_hex(req_.profile.text)}})},
+                                    {"invocation/pack", req_.typed.pack},
+                                    {"invocation/spec", spec_to_json(spec())}});
   parts_.host = host_json(cg_, cgroup_obtained_by(cg_, ctx_.cgroup.has_value(), req_.scope.cgroup_via_scope), req_.scope.systemd_scope,
                           req_.scope.scope_unit);
 }
@@ -358,7 +367,7 @@ bool Run::prepare_child() {
   cfg.mounts.owner_gid = identity_->gid;
   // The mount plan is final: the operations init runs are the ones the record lists.
   cfg.mounts.ops = mount_ops(cfg.mounts);
-  parts_.image["mounts"] = mount_ops_to_json(cfg.mounts.ops);
+  put(parts_.image, "image/mounts", mount_ops_to_json(cfg.mounts.ops));
   if (auto st = L.chan.open_out_socket(); !st) return fail_setup(st.error());
   cfg.fds.out_sock = L.chan.init_out_socket();
   cfg.hostname = s.hostname;
@@ -544,7 +553,7 @@ bool Run::check_seal() {
   ctx_.image_fd.reset();
   Status sealed = seal ? seal_matches(*ctx_.image, *seal, spec().image) : Status(seal.error());
   if (!sealed) {
-    parts_.image["seal"] = seal ? "mismatch" : "error";
+    put(parts_.image, "image/seal", seal ? "mismatch" : "error");
     kill_init();
     return fail_setup(sealed.error());
   }
@@ -702,14 +711,14 @@ void Run::collect_violations() {
   Launch& L = *launch_;
   parts_.violations = violations_json(sup_->violations);
   if (ctx_.seccomp->enabled) {
-    parts_.violations_summary["seccomp"] = violation_totals_json(sup_->seccomp_totals, sup_->violations.size());
+    put(parts_.violations_summary, "violations_summary/seccomp", violation_totals_json(sup_->seccomp_totals, sup_->violations.size()));
     if (sup_->seccomp_totals.truncated())
       spdlog::warn("seccomp: {} refused calls of {} distinct kinds are counted but not listed in the trace (list capped at {} entries)",
                    sup_->seccomp_totals.unlisted_calls, sup_->seccomp_totals.unlisted_distinct, SeccompNotifier::kMaxListed);
   }
   if (L.proxy) {
     for (auto& v : L.proxy->violations_json()) parts_.violations.push_back(v);
-    parts_.usage_extra["network"] = L.proxy->usage_json();
+    put(parts_.usage_extra, "usage/network", L.proxy->usage_json());
     if (!L.proxy->listener_received() && !supervision_error(*sup_))
       spdlog::warn("the egress proxy never received its listening socket");
   }
@@ -768,8 +777,8 @@ RunReport Run::record(nlohmann::json extra) {
   report.exit_status = exit_status_for(outcome_);
   const std::string run_id = parts_.run_id;
   report.trace = trace_record(std::move(parts_));
-  report.trace["inputs"] = inputs_;
-  report.trace["stdin"] = stdin_record_;
+  put(report.trace, "inputs", inputs_);
+  put(report.trace, "stdin", stdin_record_);
   add_outputs(report, extra);
   for (auto& [k, v] : record_extra_.items()) report.trace[k] = v;
   if (extra.contains("blobs") && report.trace.contains("blobs") && report.trace["blobs"].is_array()) {
@@ -779,8 +788,8 @@ RunReport Run::record(nlohmann::json extra) {
   for (auto& [k, v] : extra.items()) report.trace[k] = v;
   emit_exited(report);
   // Which build made the record (cached by the binary's identity: self_digest.hpp).
-  if (auto digest = self_binary_sha256(req_.dirs); digest) report.trace["sbx"]["binary_sha256"] = *digest;
-  else report.trace["sbx"]["binary_sha256_error"] = digest.error().describe();
+  if (auto digest = self_binary_sha256(req_.dirs); digest) put(at(report.trace, "sbx"), "sbx/binary_sha256", *digest);
+  else put(at(report.trace, "sbx"), "sbx/binary_sha256_error", digest.error().describe());
   store(report, run_id);
   return report;
 }
@@ -789,10 +798,13 @@ RunReport Run::record(nlohmann::json extra) {
 void Run::add_outputs(RunReport& report, nlohmann::json& extra) const {
   json outputs = json::array();
   if (exported_) {
-    for (auto& f : exported_->files) outputs.push_back({{"path", f.path}, {"bytes", f.bytes}, {"sha256", f.sha256}});
-    report.trace["export"] = exported_->to_json(req_.export_dir, {spec().limits.output_max_bytes, spec().limits.output_max_files});
+    for (auto& f : exported_->files)
+      outputs.push_back(trace_object({{"outputs/[]/path", f.path}, {"outputs/[]/bytes", f.bytes}, {"outputs/[]/sha256", f.sha256}}));
+    put(report.trace, "export", exported_->to_json(req_.export_dir, {spec().limits.output_max_bytes, spec().limits.output_max_files}));
   } else if (!req_.export_dir.empty()) {
-    report.trace["export"] = {{"dir", req_.export_dir}, {"error", export_error_.empty() ? json("the run ended before /out existed") : json(export_error_)}};
+    put(report.trace, "export",
+        trace_object({{"export/dir", req_.export_dir},
+                      {"export/error", export_error_.empty() ? json("the run ended before /out existed") : json(export_error_)}}));
   }
   if (extra.contains("outputs")) {
     for (auto& o : extra["outputs"]) outputs.push_back(o);
@@ -816,17 +828,18 @@ void Run::add_outputs(RunReport& report, nlohmann::json& extra) const {
     unlisted_bytes += exported_->unlisted_file_bytes;
   }
   std::int64_t listed = static_cast<std::int64_t>(cut.listed);
-  report.trace["outputs_summary"] = {{"outputs", total},
-                                     {"listed", listed},
-                                     {"listed_cap", kMaxListedOutputs},
-                                     {"listed_bytes_cap", kMaxListedOutputBytes},
-                                     {"truncated", listed < total},
-                                     {"unlisted_outputs", total - listed},
-                                     {"unlisted_file_bytes", unlisted_bytes}};
+  put(report.trace, "outputs_summary",
+      trace_object({{"outputs_summary/outputs", total},
+                    {"outputs_summary/listed", listed},
+                    {"outputs_summary/listed_cap", kMaxListedOutputs},
+                    {"outputs_summary/listed_bytes_cap", kMaxListedOutputBytes},
+                    {"outputs_summary/truncated", listed < total},
+                    {"outputs_summary/unlisted_outputs", total - listed},
+                    {"outputs_summary/unlisted_file_bytes", unlisted_bytes}}));
   if (listed < total)
     spdlog::warn("export: {} of {} outputs are counted but not listed in the trace (list capped at {} entries, {})",
                  total - listed, total, kMaxListedOutputs, format_size(static_cast<std::int64_t>(kMaxListedOutputBytes)));
-  report.trace["outputs"] = std::move(outputs);
+  put(report.trace, "outputs", std::move(outputs));
 }
 
 // The last event, then one last non-blocking write: what the destination did not take by now
@@ -841,7 +854,7 @@ void Run::emit_exited(RunReport& report) {
     if (use.contains(k)) fields[k] = use[k];
   events_->emit("exited", std::move(fields));
   events_->finish();
-  report.trace["events"] = events_->record_json();
+  put(report.trace, "events", events_->record_json());
 }
 
 // The record is stored before anything is written to stderr: a write to stderr blocks while its

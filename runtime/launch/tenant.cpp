@@ -15,6 +15,7 @@
 #include "runtime/linux/gpu.hpp"
 #include "runtime/image/image_store.hpp"
 #include "runtime/base/paths.hpp"
+#include "runtime/base/trace_field.hpp"
 #include "runtime/base/json_io.hpp"
 #include "runtime/launch/sandbox.hpp"
 #include "runtime/base/suggest.hpp"
@@ -525,28 +526,30 @@ Status apply_tenant(const Tenant& t, RunRequest& req, const json& pack) {
 
   // Identity: the tenant's slice of sbx's range (userns.hpp). Rootless there is none to slice.
   bool rootless = ::geteuid() != 0;
-  json tenant = {{"name", t.name}, {"file", t.file}, {"id_slot", t.id_slot}};
+  json tenant = trace_object({{"tenant/name", t.name}, {"tenant/file", t.file}, {"tenant/id_slot", t.id_slot}});
   if (rootless) {
     if (t.require_separate_ids)
       return make_error("usage", "tenant '" + t.name + "': its file requires separate host ids (\"separate_ids\": \"required\"), "
                                      "and rootless sbx has none to give: every sandbox runs as the caller's uid. Run sbx as root "
                                      "(with an 'sbx' range in /etc/subuid and /etc/subgid), or set \"separate_ids\": \"preferred\"");
-    tenant["uid_range"] = nullptr;
-    tenant["gid_range"] = nullptr;
-    tenant["separation"] = {{"ids", false},
-                            {"why", "rootless: every sandbox runs as the caller's uid; ceilings and the store are the tenant's, host ids are not"}};
+    put(tenant, "tenant/uid_range", nullptr);
+    put(tenant, "tenant/gid_range", nullptr);
+    put(tenant, "tenant/separation",
+        trace_object({{"tenant/separation/ids", false},
+                      {"tenant/separation/why",
+                       "rootless: every sandbox runs as the caller's uid; ceilings and the store are the tenant's, host ids are not"}}));
   } else {
     req.tenant.id_slot = t.id_slot;
     auto plan = plan_identity(req.spec, req.tenant.id_slot);
     if (!plan) return make_error("usage", "tenant '" + t.name + "': " + plan.error().message);
-    tenant["uid_range"] = {plan->uid_map.at(0).outside, plan->uid_map.at(0).count};
-    tenant["gid_range"] = {plan->gid_map.at(0).outside, plan->gid_map.at(0).count};
-    tenant["separation"] = {{"ids", true}};
+    put(tenant, "tenant/uid_range", json::array({plan->uid_map.at(0).outside, plan->uid_map.at(0).count}));
+    put(tenant, "tenant/gid_range", json::array({plan->gid_map.at(0).outside, plan->gid_map.at(0).count}));
+    put(tenant, "tenant/separation", trace_object({{"tenant/separation/ids", true}}));
   }
   // What the program writes into a shared bind is its own host uid's and nobody else's: 0600 and
   // 0700 whatever the caller's umask (a tenant's program may still chmod its files wider).
   req.tenant.umask = 077;
-  tenant["umask"] = "0077";
+  put(tenant, "tenant/umask", "0077");
   // The run's state dir turns into the tenant's store, which its read-write binds are kept from
   // (check_binds_spare_state); the untenanted state and the other tenants' stores must stay out
   // of their reach too: a program that could write there would change what those runs trust.
@@ -554,8 +557,8 @@ Status apply_tenant(const Tenant& t, RunRequest& req, const json& pack) {
   for (auto& [name, store] : t.other_stores)
     req.tenant.guarded_dirs.push_back({store, "tenant '" + name + "''s store"});
   req.dirs = tenant_store(t, req.dirs);
-  tenant["store"] = req.dirs.state;
-  req.record_extra["tenant"] = std::move(tenant);
+  put(tenant, "tenant/store", req.dirs.state);
+  put(req.record_extra, "tenant", std::move(tenant));
   return {};
 }
 

@@ -20,13 +20,14 @@ nlohmann::json stream_json(const StreamStats* s) {
     none.sha256 = sha256_hex("");
     s = &none;
   }
-  return {{"bytes", s->bytes},
-          {"sha256", s->sha256},
-          {"truncated", s->truncated},
-          {"dropped_bytes", s->dropped_bytes},
-          {"undelivered_bytes", s->undelivered_bytes},
-          {"reader_closed", s->reader_closed},
-          {"write_error", s->write_error.empty() ? nlohmann::json(nullptr) : nlohmann::json(s->write_error)}};
+  // stdout's paths name stderr's members too: both are #/definitions/stream.
+  return trace_object({{"stdout/bytes", s->bytes},
+                       {"stdout/sha256", s->sha256},
+                       {"stdout/truncated", s->truncated},
+                       {"stdout/dropped_bytes", s->dropped_bytes},
+                       {"stdout/undelivered_bytes", s->undelivered_bytes},
+                       {"stdout/reader_closed", s->reader_closed},
+                       {"stdout/write_error", s->write_error.empty() ? nlohmann::json(nullptr) : nlohmann::json(s->write_error)}});
 }
 
 std::int64_t tv_ms(const struct timeval& tv) { return tv.tv_sec * 1000LL + tv.tv_usec / 1000; }
@@ -67,44 +68,49 @@ nlohmann::json trace_record(TraceParts&& p) {
   using nlohmann::json;
   const Outcome& o = p.outcome;
   json error = nullptr;
-  if (o.error) error = {{"stage", o.error->stage.name()}, {"errno", o.error->err}, {"message", o.error->describe()}};
-  json result = {{"status", to_string(o.status)},
-                 {"exit_code", o.exit_code ? json(*o.exit_code) : json(nullptr)},
-                 {"signal", o.signal ? json(*o.signal) : json(nullptr)},
-                 {"error", error},
-                 {"reason", o.reason},
-                 {"sbx_exit_status", exit_status_for(o)}};
+  if (o.error)
+    error = trace_object({{"result/error/stage", o.error->stage.name()},
+                          {"result/error/errno", o.error->err},
+                          {"result/error/message", o.error->describe()}});
+  json result = trace_object({{"result/status", to_string(o.status)},
+                              {"result/exit_code", o.exit_code ? json(*o.exit_code) : json(nullptr)},
+                              {"result/signal", o.signal ? json(*o.signal) : json(nullptr)},
+                              {"result/error", error},
+                              {"result/reason", o.reason},
+                              {"result/sbx_exit_status", exit_status_for(o)}});
 
-  json usage = {{"wall_ms", p.sup ? p.sup->wall_ms : 0},
-                {"cpu_user_ms", p.sup ? json(tv_ms(p.sup->usage.ru_utime)) : json(nullptr)},
-                {"cpu_sys_ms", p.sup ? json(tv_ms(p.sup->usage.ru_stime)) : json(nullptr)},
-                {"memory_peak_bytes", nullptr},
-                {"max_rss_bytes", p.sup ? json(p.sup->usage.ru_maxrss * 1024LL) : json(nullptr)},
-                {"pids_peak", nullptr},
-                {"oom_kills", nullptr}};
+  json usage = trace_object({{"usage/wall_ms", p.sup ? p.sup->wall_ms : 0},
+                             {"usage/cpu_user_ms", p.sup ? json(tv_ms(p.sup->usage.ru_utime)) : json(nullptr)},
+                             {"usage/cpu_sys_ms", p.sup ? json(tv_ms(p.sup->usage.ru_stime)) : json(nullptr)},
+                             {"usage/memory_peak_bytes", nullptr},
+                             {"usage/max_rss_bytes", p.sup ? json(p.sup->usage.ru_maxrss * 1024LL) : json(nullptr)},
+                             {"usage/pids_peak", nullptr},
+                             {"usage/oom_kills", nullptr}});
+  // usage_extra's members were named by the builder where they were made (TraceParts).
   if (p.usage_extra.is_object())
     for (auto& [k, v] : p.usage_extra.items()) usage[k] = v;
 
-  json record{{"schema", kTraceSchema},
-              {"run_id", p.run_id},
-              {"started_at", p.started_at},
-              {"ended_at", p.ended_at},
-              {"sbx", {{"version", SBX_VERSION}}},
-              {"host", std::move(p.host)},
-              {"invocation", std::move(p.invocation)},
-              {"image", std::move(p.image)},
-              {"enforcement", std::move(p.enforcement)},
-              {"inputs", json::array()},
-              {"outputs", json::array()},
-              {"stdout", stream_json(p.sup ? &p.sup->out : nullptr)},
-              {"stderr", stream_json(p.sup ? &p.sup->err : nullptr)},
-              {"result", result},
-              {"usage", usage},
-              {"violations", std::move(p.violations)},
-              {"violations_summary", std::move(p.violations_summary)}};
+  json record = trace_object({{"schema", kTraceSchema},
+                              {"run_id", p.run_id},
+                              {"started_at", p.started_at},
+                              {"ended_at", p.ended_at},
+                              {"sbx", trace_object({{"sbx/version", SBX_VERSION}})},
+                              {"inputs", json::array()},
+                              {"outputs", json::array()},
+                              {"stdout", stream_json(p.sup ? &p.sup->out : nullptr)},
+                              {"stderr", stream_json(p.sup ? &p.sup->err : nullptr)}});
+  // The parts are moved in, not copied (trace_object copies its values).
+  put(record, "host", std::move(p.host));
+  put(record, "invocation", std::move(p.invocation));
+  put(record, "image", std::move(p.image));
+  put(record, "enforcement", std::move(p.enforcement));
+  put(record, "result", std::move(result));
+  put(record, "usage", std::move(usage));
+  put(record, "violations", std::move(p.violations));
+  put(record, "violations_summary", std::move(p.violations_summary));
   // When the program's execve returned, as init saw it (microseconds): started_at to it is
   // sbx's start-up; absent when the program did not start.
-  if (p.sup && p.sup->program_exec_ns > 0) record["program_started_at"] = rfc3339_us(p.sup->program_exec_ns);
+  if (p.sup && p.sup->program_exec_ns > 0) put(record, "program_started_at", rfc3339_us(p.sup->program_exec_ns));
   return record;
 }
 
@@ -114,11 +120,13 @@ bool bound_record(nlohmann::json& record, std::size_t max_bytes) {
   try {
     std::string first = dump_json(record, -1);  // escapes what is not UTF-8, as the stored text will be
     if (first.size() <= max_bytes) return true;
-    json note = {{"max_bytes", max_bytes}, {"bytes", first.size()}, {"cut", json::array()}};
+    json note = trace_object({{"record_truncated/max_bytes", max_bytes},
+                              {"record_truncated/bytes", first.size()},
+                              {"record_truncated/cut", json::array()}});
     first.clear();
     first.shrink_to_fit();
     for (int round = 0; round < kMaxCuts; ++round) {
-      record["record_truncated"] = note;
+      put(record, "record_truncated", note);
       std::size_t size = compact_size(record);
       if (size <= max_bytes) return true;
       std::size_t excess = size - max_bytes + 256;  // and room for this cut's entry in the note
@@ -161,10 +169,12 @@ bool bound_record(nlohmann::json& record, std::size_t max_bytes) {
       }
       if (!target) return false;
       cut_to(*target, target_size > excess ? target_size - excess : 0);
-      json cut = {{"pointer", utf8_prefix(target_ptr, kMaxCutPointer)}, {"bytes", target_size}, {"kept_bytes", compact_size(*target)}};
-      note["cut"].push_back(std::move(cut));
+      json cut = trace_object({{"record_truncated/cut/[]/pointer", utf8_prefix(target_ptr, kMaxCutPointer)},
+                               {"record_truncated/cut/[]/bytes", target_size},
+                               {"record_truncated/cut/[]/kept_bytes", compact_size(*target)}});
+      at(note, "record_truncated/cut").push_back(std::move(cut));
     }
-    record["record_truncated"] = note;
+    put(record, "record_truncated", note);
     return compact_size(record) <= max_bytes;
   } catch (const std::exception&) {
     return false;
@@ -181,7 +191,7 @@ std::string trace_text(nlohmann::json& record, int indent) {
         keep[k] = *it;
   auto fallback = [&keep](const std::string& reason) {
     json f = keep;
-    f["record_error"] = reason;
+    put(f, "record_error", reason);
     return f;
   };
   std::string text = dump_json(record, indent, fallback);

@@ -8,6 +8,7 @@
 
 #include "runtime/base/clock.hpp"
 #include "runtime/base/json_io.hpp"
+#include "runtime/base/trace_field.hpp"  // the record's members are written through it, by checked path
 #include "runtime/launch/outcome.hpp"
 #include "runtime/launch/supervisor.hpp"
 
@@ -24,7 +25,9 @@ struct LimitEntry {
   bool degraded = false;  // enforced, but weaker than asked (per-process rlimit, not cgroup)
 };
 
-// Everything the record is made of, gathered by run_sandbox (sandbox.hpp).
+// Everything the record is made of, gathered by run_sandbox (sandbox.hpp). Each part's members
+// are written with their record paths (put/trace_object, trace_field.hpp): "usage/network" into
+// usage_extra, "enforcement/seccomp" into enforcement.
 struct TraceParts {
   std::string run_id, started_at, ended_at;
   nlohmann::json invocation;   // {argv, cwd, profile{...}, pack, spec}

@@ -15,6 +15,7 @@
 #include "runtime/base/progress_line.hpp"
 #include "runtime/model/spec.hpp"
 #include "runtime/base/signals.hpp"
+#include "runtime/base/trace_field.hpp"
 
 namespace sbx {
 namespace {
@@ -164,15 +165,16 @@ void EventStream::finish() {
 }
 
 nlohmann::json EventStream::record_json() const {
-  return {{"destination", where_},
-          {"emitted", seq_},
-          {"written", written_},
-          {"dropped", dropped_},
-          {"buffer_bytes", kMaxBuffered},
-          {"max_bytes", max_bytes_},
-          {"truncated", over_cap_ > 0},
-          {"dropped_over_limit", over_cap_},
-          {"stopped", stop_reason_ == "closed" || stop_reason_.empty() ? nlohmann::json(nullptr) : nlohmann::json(stop_reason_)}};
+  return trace_object(
+      {{"events/destination", where_},
+       {"events/emitted", seq_},
+       {"events/written", written_},
+       {"events/dropped", dropped_},
+       {"events/buffer_bytes", kMaxBuffered},
+       {"events/max_bytes", max_bytes_},
+       {"events/truncated", over_cap_ > 0},
+       {"events/dropped_over_limit", over_cap_},
+       {"events/stopped", stop_reason_ == "closed" || stop_reason_.empty() ? nlohmann::json(nullptr) : nlohmann::json(stop_reason_)}});
 }
 
 nlohmann::json limit_changes(const std::string& controller, const std::map<std::string, std::int64_t>& before,

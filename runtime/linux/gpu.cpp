@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "runtime/base/trace_field.hpp"
 #include "runtime/model/environment.hpp"
 #include "runtime/base/fsutil.hpp"
 #include "runtime/base/json_io.hpp"
@@ -583,41 +584,51 @@ Result<GpuPlan> plan_gpu_for_run(const RunSpec& spec, const IdentityPlan& identi
 }
 
 json gpu_enforcement_json(const GpuPlan& plan) {
-  if (!plan.enabled) return {{"granted", false}, {"nodes", json::array()}};
+  if (!plan.enabled) return trace_object({{"enforcement/gpu/granted", false}, {"enforcement/gpu/nodes", json::array()}});
   json devices = json::array();
   for (auto& g : plan.gpus)
-    devices.push_back({{"index", g.index >= 0 ? json(g.index) : json(nullptr)},
-                       {"minor", g.minor >= 0 ? json(g.minor) : json(nullptr)},
-                       {"uuid", g.uuid.empty() ? json(nullptr) : json(g.uuid)},
-                       {"name", g.name.empty() ? json(nullptr) : json(g.name)},
-                       {"bus_id", g.bus_id.empty() ? json(nullptr) : json(g.bus_id)}});
+    devices.push_back(trace_object({{"enforcement/gpu/devices/[]/index", g.index >= 0 ? json(g.index) : json(nullptr)},
+                                    {"enforcement/gpu/devices/[]/minor", g.minor >= 0 ? json(g.minor) : json(nullptr)},
+                                    {"enforcement/gpu/devices/[]/uuid", g.uuid.empty() ? json(nullptr) : json(g.uuid)},
+                                    {"enforcement/gpu/devices/[]/name", g.name.empty() ? json(nullptr) : json(g.name)},
+                                    {"enforcement/gpu/devices/[]/bus_id", g.bus_id.empty() ? json(nullptr) : json(g.bus_id)}}));
   json nodes = json::array();
   for (auto& n : plan.nodes)
-    nodes.push_back({{"path", n.path}, {"host_path", n.host_path}, {"major", n.major}, {"minor", n.minor},
-                     {"mode", octal_mode(n.mode)}, {"host_uid", n.uid}, {"host_gid", n.gid},
-                     {"mount", "bind from the host's /dev, without nodev; read-only /dev around it"}});
+    nodes.push_back(
+        trace_object({{"enforcement/gpu/nodes/[]/path", n.path},
+                      {"enforcement/gpu/nodes/[]/host_path", n.host_path},
+                      {"enforcement/gpu/nodes/[]/major", n.major},
+                      {"enforcement/gpu/nodes/[]/minor", n.minor},
+                      {"enforcement/gpu/nodes/[]/mode", octal_mode(n.mode)},
+                      {"enforcement/gpu/nodes/[]/host_uid", n.uid},
+                      {"enforcement/gpu/nodes/[]/host_gid", n.gid},
+                      {"enforcement/gpu/nodes/[]/mount", "bind from the host's /dev, without nodev; read-only /dev around it"}}));
   json files = json::array();
-  for (auto& f : plan.driver_files) files.push_back({{"src", f.src}, {"dst", f.dst}, {"rw", false}});
-  return {{"granted", true},
-          {"request", plan.request},
-          {"granted_by", plan.granted_by},
-          {"cdi_spec", plan.cdi_spec.empty() ? json(nullptr) : json(plan.cdi_spec)},
-          {"driver_version", plan.driver_version.empty() ? json(nullptr) : json(plan.driver_version)},
-          {"devices", devices},
-          {"nodes", nodes},
-          {"driver_files", files},
-          {"visible_files", plan.visible_files},
-          {"env", plan.env},
-          {"notes", plan.notes},
-          {"not_isolated", "the GPU is shared with the host and its other users: no GPU memory or compute limit (only "
-                           "MIG partitions a GPU; sbx grants whole GPUs), and /proc/driver/nvidia shows every GPU"}};
+  for (auto& f : plan.driver_files)
+    files.push_back(trace_object({{"enforcement/gpu/driver_files/[]/src", f.src},
+                                  {"enforcement/gpu/driver_files/[]/dst", f.dst},
+                                  {"enforcement/gpu/driver_files/[]/rw", false}}));
+  // The environment's names are data: the map is written whole (enforcement/gpu/env/*).
+  return trace_object({{"enforcement/gpu/granted", true},
+          {"enforcement/gpu/request", plan.request},
+          {"enforcement/gpu/granted_by", plan.granted_by},
+          {"enforcement/gpu/cdi_spec", plan.cdi_spec.empty() ? json(nullptr) : json(plan.cdi_spec)},
+          {"enforcement/gpu/driver_version", plan.driver_version.empty() ? json(nullptr) : json(plan.driver_version)},
+          {"enforcement/gpu/devices", devices},
+          {"enforcement/gpu/nodes", nodes},
+          {"enforcement/gpu/driver_files", files},
+          {"enforcement/gpu/visible_files", plan.visible_files},
+          {"enforcement/gpu/env", plan.env},
+          {"enforcement/gpu/notes", plan.notes},
+          {"enforcement/gpu/not_isolated", "the GPU is shared with the host and its other users: no GPU memory or compute limit (only "
+                           "MIG partitions a GPU; sbx grants whole GPUs), and /proc/driver/nvidia shows every GPU"}});
 }
 
 json gpu_usage_json(const GpuPlan& plan) {
   if (!plan.enabled) return nullptr;
-  return {{"memory_peak_bytes", nullptr},
-          {"memory_reason", "not sampled: sbx does not link the driver's NVML; nvidia-smi --query-compute-apps "
-                            "on the host shows a running sandbox's GPU memory"}};
+  return trace_object({{"usage/gpu/memory_peak_bytes", nullptr},
+                       {"usage/gpu/memory_reason", "not sampled: sbx does not link the driver's NVML; nvidia-smi --query-compute-apps "
+                                                   "on the host shows a running sandbox's GPU memory"}});
 }
 
 }  // namespace sbx

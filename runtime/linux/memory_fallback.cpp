@@ -6,6 +6,7 @@
 
 #include "runtime/linux/limits_plan.hpp"
 #include "runtime/linux/mounts.hpp"
+#include "runtime/base/trace_field.hpp"
 #include "runtime/base/units.hpp"
 #include "runtime/linux/userns.hpp"
 
@@ -73,33 +74,43 @@ void apply_tmpfs_budget(const TmpfsBudget& budget, MountPlan& plan) {
 nlohmann::json memory_fallback_json(const TmpfsBudget& budget, std::int64_t memory_bytes, bool sysv_capped) {
   using nlohmann::json;
   json tmpfs = json::array();
-  for (auto& s : budget.shares) tmpfs.push_back({{"path", s.path}, {"key", s.key}, {"size_bytes", s.bytes}});
+  for (auto& s : budget.shares)
+    tmpfs.push_back(trace_object({{"enforcement/memory_fallback/mechanisms/[]/mounts/[]/path", s.path},
+                                  {"enforcement/memory_fallback/mechanisms/[]/mounts/[]/key", s.key},
+                                  {"enforcement/memory_fallback/mechanisms/[]/mounts/[]/size_bytes", s.bytes}}));
   json unbounded = json::array({"the sum of RLIMIT_DATA over processes", "stacks (RLIMIT_STACK per process)",
                                  "MAP_SHARED|MAP_ANONYMOUS mappings", "memfds kept alive by a mapping after close"});
-  json sysv = {{"mechanism", "ipc namespace kernel.shmall, kernel.shmmax"}, {"value", memory_bytes},
-               {"bounds", "all SysV shared memory segments of the run together"}, {"not", ""}};
+  // One mechanism: what it is, its value, what it bounds and what it does not.
+  auto mechanism = [](const char* name, const json& value, const char* bounds, const char* not_bounded) {
+    return trace_object({{"enforcement/memory_fallback/mechanisms/[]/mechanism", name},
+                         {"enforcement/memory_fallback/mechanisms/[]/value", value},
+                         {"enforcement/memory_fallback/mechanisms/[]/bounds", bounds},
+                         {"enforcement/memory_fallback/mechanisms/[]/not", not_bounded}});
+  };
+  json sysv = mechanism("ipc namespace kernel.shmall, kernel.shmmax", memory_bytes,
+                        "all SysV shared memory segments of the run together", "");
   if (!sysv_capped) {
-    sysv["value"] = 0;
-    sysv["bounds"] = "";
-    sysv["not"] = "SysV shared memory: the run's user namespace maps no uid 0 (rootless --uid), and only its uid 0 may set shmall";
+    put(sysv, "enforcement/memory_fallback/mechanisms/[]/value", 0);
+    put(sysv, "enforcement/memory_fallback/mechanisms/[]/bounds", "");
+    put(sysv, "enforcement/memory_fallback/mechanisms/[]/not",
+        "SysV shared memory: the run's user namespace maps no uid 0 (rootless --uid), and only its uid 0 may set shmall");
     unbounded.push_back("SysV shared memory (no uid 0 in the user namespace)");
   }
-  return {
-      {"bounded_in_total", false},
-      {"mechanisms",
-       json::array({
-           {{"mechanism", "rlimit RLIMIT_DATA"}, {"value", memory_bytes},
-            {"bounds", "private writable memory of each process: heap, anonymous and writable private file mappings"},
-            {"not", "address-space reservations (PROT_NONE), shared mappings, stacks; the sum over processes"}},
-           {{"mechanism", "rlimit RLIMIT_FSIZE"}, {"value", memory_bytes},
-            {"bounds", "each file written or truncated: memfds, /dev/shm and /tmp files, /out, rw binds (beyond it: SIGXFSZ)"},
-            {"not", "the number of memfds: open ones only by RLIMIT_NOFILE, and a mapped memfd outlives its fd"}},
-           {{"mechanism", "tmpfs size options"}, {"value", budget.total}, {"asked_bytes", budget.asked_total},
-            {"scaled", budget.scaled}, {"mounts", tmpfs},
-            {"bounds", "every RAM-backed mount together, at most the memory limit"}, {"not", ""}},
-           sysv,
-       })},
-      {"unbounded", unbounded}};
+  json tmpfs_sizes = mechanism("tmpfs size options", budget.total, "every RAM-backed mount together, at most the memory limit", "");
+  put(tmpfs_sizes, "enforcement/memory_fallback/mechanisms/[]/asked_bytes", budget.asked_total);
+  put(tmpfs_sizes, "enforcement/memory_fallback/mechanisms/[]/scaled", budget.scaled);
+  put(tmpfs_sizes, "enforcement/memory_fallback/mechanisms/[]/mounts", std::move(tmpfs));
+  json mechanisms = json::array(
+      {mechanism("rlimit RLIMIT_DATA", memory_bytes,
+                 "private writable memory of each process: heap, anonymous and writable private file mappings",
+                 "address-space reservations (PROT_NONE), shared mappings, stacks; the sum over processes"),
+       mechanism("rlimit RLIMIT_FSIZE", memory_bytes,
+                 "each file written or truncated: memfds, /dev/shm and /tmp files, /out, rw binds (beyond it: SIGXFSZ)",
+                 "the number of memfds: open ones only by RLIMIT_NOFILE, and a mapped memfd outlives its fd"),
+       std::move(tmpfs_sizes), std::move(sysv)});
+  return trace_object({{"enforcement/memory_fallback/bounded_in_total", false},
+                       {"enforcement/memory_fallback/mechanisms", std::move(mechanisms)},
+                       {"enforcement/memory_fallback/unbounded", std::move(unbounded)}});
 }
 
 Result<nlohmann::json> apply_memory_fallback(const RunSpec& spec, const LimitPlan& plan,

@@ -6,6 +6,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "runtime/base/trace_field.hpp"
+
 namespace sbx {
 namespace {
 
@@ -162,59 +164,100 @@ std::vector<std::string> mount_flag_names(unsigned long flags) {
   return out;
 }
 
+namespace {
+
+// The members of image.mounts' items that say what a bind, root or copy is (mount_ops_to_json).
+nlohmann::json bind_op_json(const MountOp& op) {
+  switch (op.kind) {
+    case MountOpKind::root_bind:
+      return trace_object({{"image/mounts/[]/op", "root"}, {"image/mounts/[]/dst", op.dst}, {"image/mounts/[]/type", "tmpfs"}});
+    case MountOpKind::root_overlay:
+      return trace_object({{"image/mounts/[]/op", "root"},
+                           {"image/mounts/[]/dst", op.dst},
+                           {"image/mounts/[]/type", "overlay"},
+                           {"image/mounts/[]/upper_size_bytes", op.size_bytes}});
+    case MountOpKind::bind_ro:
+    case MountOpKind::bind_rw:
+      return trace_object({{"image/mounts/[]/op", "bind"},
+                           {"image/mounts/[]/src", op.src},
+                           {"image/mounts/[]/dst", op.dst},
+                           {"image/mounts/[]/rw", op.kind == MountOpKind::bind_rw}});
+    case MountOpKind::bind_device:
+      return trace_object({{"image/mounts/[]/op", "bind"},
+                           {"image/mounts/[]/src", op.src},
+                           {"image/mounts/[]/dst", op.dst},
+                           {"image/mounts/[]/rw", true},
+                           {"image/mounts/[]/device", true}});
+    case MountOpKind::copy:
+      return trace_object({{"image/mounts/[]/op", "copy"},
+                           {"image/mounts/[]/src", op.src},
+                           {"image/mounts/[]/dst", op.dst},
+                           {"image/mounts/[]/rw", false}});
+    case MountOpKind::proc_sys_ro:
+      return trace_object({{"image/mounts/[]/op", "bind"},
+                           {"image/mounts/[]/src", op.dst},
+                           {"image/mounts/[]/dst", op.dst},
+                           {"image/mounts/[]/rw", false},
+                           {"image/mounts/[]/after_pivot", true}});
+    default: return nullptr;
+  }
+}
+
+// The same for what is made in the sandbox's own filesystems: tmpfs, proc, files, links.
+nlohmann::json made_op_json(const MountOp& op) {
+  auto op_dst = [&](const char* kind) { return trace_object({{"image/mounts/[]/op", kind}, {"image/mounts/[]/dst", op.dst}}); };
+  nlohmann::json j;
+  switch (op.kind) {
+    case MountOpKind::mount_point: return op_dst("mount_point");
+    case MountOpKind::symlink: j = op_dst("symlink"); put(j, "image/mounts/[]/target", op.src); return j;
+    case MountOpKind::mkdir: j = op_dst("mkdir"); put(j, "image/mounts/[]/mode", octal(op.mode)); return j;
+    case MountOpKind::write:
+      j = op_dst("write");
+      put(j, "image/mounts/[]/mode", octal(op.mode));
+      put(j, "image/mounts/[]/bytes", op.content.size());
+      return j;
+    case MountOpKind::proc: return op_dst("proc");
+    case MountOpKind::mask: return op_dst("mask");
+    case MountOpKind::tmpfs: return op_dst("tmpfs");
+    case MountOpKind::devpts: j = op_dst("devpts"); put(j, "image/mounts/[]/options", "newinstance,ptmxmode=0666,mode=0620"); return j;
+    case MountOpKind::out: j = op_dst("tmpfs"); put(j, "image/mounts/[]/owner", "program"); return j;
+    case MountOpKind::file:
+      j = op_dst("file");
+      put(j, "image/mounts/[]/rw", false);
+      put(j, "image/mounts/[]/mode", octal(op.mode));
+      put(j, "image/mounts/[]/bytes", op.size_bytes);
+      return j;
+    case MountOpKind::secrets:
+      // The size would tell the secrets' total length: not recorded (their names are, elsewhere).
+      j = op_dst("secrets");
+      put(j, "image/mounts/[]/mode", octal(op.mode));
+      return j;
+    case MountOpKind::remount_ro: return op_dst("remount_ro");
+    default: return nullptr;
+  }
+}
+
+}  // namespace
+
 nlohmann::json mount_ops_to_json(const std::vector<MountOp>& ops) {
   nlohmann::json a = nlohmann::json::array();
   for (auto& op : ops) {
-    nlohmann::json j;
-    auto flags = [&] { j["flags"] = mount_flag_names(op.flags); };
-    auto tmpfs = [&] {
-      j["size_bytes"] = op.size_bytes;
-      j["mode"] = octal(op.mode);
-      flags();
-    };
-    switch (op.kind) {
-      case MountOpKind::root_bind: j = {{"op", "root"}, {"dst", op.dst}, {"type", "tmpfs"}}; break;
-      case MountOpKind::root_overlay:
-        j = {{"op", "root"}, {"dst", op.dst}, {"type", "overlay"}, {"upper_size_bytes", op.size_bytes}};
-        flags();
-        break;
-      case MountOpKind::mount_point: j = {{"op", "mount_point"}, {"dst", op.dst}}; break;
-      case MountOpKind::bind_ro:
-      case MountOpKind::bind_rw:
-        j = {{"op", "bind"}, {"src", op.src}, {"dst", op.dst}, {"rw", op.kind == MountOpKind::bind_rw}};
-        flags();
-        break;
+    nlohmann::json j = bind_op_json(op);
+    if (j.is_null()) j = made_op_json(op);
+    switch (op.kind) {  // the mount flags, and a tmpfs's size and mode
+      case MountOpKind::root_bind:
+      case MountOpKind::mount_point:
       case MountOpKind::bind_device:
-        j = {{"op", "bind"}, {"src", op.src}, {"dst", op.dst}, {"rw", true}, {"device", true}};
-        break;
-      case MountOpKind::symlink: j = {{"op", "symlink"}, {"dst", op.dst}, {"target", op.src}}; break;
-      case MountOpKind::mkdir: j = {{"op", "mkdir"}, {"dst", op.dst}, {"mode", octal(op.mode)}}; break;
-      case MountOpKind::copy: j = {{"op", "copy"}, {"src", op.src}, {"dst", op.dst}, {"rw", false}}; break;
-      case MountOpKind::write:
-        j = {{"op", "write"}, {"dst", op.dst}, {"mode", octal(op.mode)}, {"bytes", op.content.size()}};
-        break;
-      case MountOpKind::proc: j = {{"op", "proc"}, {"dst", op.dst}}; flags(); break;
-      case MountOpKind::mask: j = {{"op", "mask"}, {"dst", op.dst}}; flags(); break;
-      case MountOpKind::tmpfs: j = {{"op", "tmpfs"}, {"dst", op.dst}}; tmpfs(); break;
-      case MountOpKind::devpts:
-        j = {{"op", "devpts"}, {"dst", op.dst}, {"options", "newinstance,ptmxmode=0666,mode=0620"}};
-        flags();
-        break;
-      case MountOpKind::out: j = {{"op", "tmpfs"}, {"dst", op.dst}, {"owner", "program"}}; tmpfs(); break;
-      case MountOpKind::file:
-        j = {{"op", "file"}, {"dst", op.dst}, {"rw", false}, {"mode", octal(op.mode)}, {"bytes", op.size_bytes}};
-        flags();
-        break;
-      case MountOpKind::secrets:
-        // The size would tell the secrets' total length: not recorded (their names are, elsewhere).
-        j = {{"op", "secrets"}, {"dst", op.dst}, {"mode", octal(op.mode)}};
-        flags();
-        break;
-      case MountOpKind::remount_ro: j = {{"op", "remount_ro"}, {"dst", op.dst}}; flags(); break;
-      case MountOpKind::proc_sys_ro:
-        j = {{"op", "bind"}, {"src", op.dst}, {"dst", op.dst}, {"rw", false}, {"after_pivot", true}};
-        flags();
-        break;
+      case MountOpKind::symlink:
+      case MountOpKind::mkdir:
+      case MountOpKind::copy:
+      case MountOpKind::write: break;
+      case MountOpKind::tmpfs:
+      case MountOpKind::out:
+        put(j, "image/mounts/[]/size_bytes", op.size_bytes);
+        put(j, "image/mounts/[]/mode", octal(op.mode));
+        [[fallthrough]];
+      default: put(j, "image/mounts/[]/flags", mount_flag_names(op.flags));
     }
     a.push_back(std::move(j));
   }

@@ -1,6 +1,7 @@
 #include "runtime/linux/seccomp_notify.hpp"
 
 #include "runtime/base/fdpass.hpp"
+#include "runtime/base/trace_field.hpp"
 
 #include <linux/audit.h>
 #include <linux/seccomp.h>
@@ -110,26 +111,27 @@ void SeccompNotifier::record(std::uint32_t arch_token, int nr, std::uint32_t ret
 }
 
 nlohmann::json violation_totals_json(const SeccompViolationTotals& t, std::size_t listed) {
-  return {{"calls", t.calls},
-          {"listed", listed},
-          {"listed_cap", SeccompNotifier::kMaxListed},
-          {"truncated", t.truncated()},
-          {"unlisted_calls", t.unlisted_calls},
-          {"unlisted_distinct", t.unlisted_distinct},
-          {"unlisted_distinct_exact", t.unlisted_distinct_exact},
-          {"always_listed", "calls named by a refusing rule of the policy, and the call that killed the sandbox"}};
+  return trace_object(
+      {{"violations_summary/seccomp/calls", t.calls},
+       {"violations_summary/seccomp/listed", listed},
+       {"violations_summary/seccomp/listed_cap", SeccompNotifier::kMaxListed},
+       {"violations_summary/seccomp/truncated", t.truncated()},
+       {"violations_summary/seccomp/unlisted_calls", t.unlisted_calls},
+       {"violations_summary/seccomp/unlisted_distinct", t.unlisted_distinct},
+       {"violations_summary/seccomp/unlisted_distinct_exact", t.unlisted_distinct_exact},
+       {"violations_summary/seccomp/always_listed", "calls named by a refusing rule of the policy, and the call that killed the sandbox"}});
 }
 
 nlohmann::json violations_json(const std::vector<SeccompViolation>& vs) {
   nlohmann::json a = nlohmann::json::array();
   for (auto& v : vs)
-    a.push_back({{"kind", "seccomp"},
-                 {"name", v.name},
-                 {"number", v.number},
-                 {"arch", v.arch},
-                 {"action", v.action},
-                 {"count", v.count},
-                 {"first_at_ms", v.first_at_ms}});
+    a.push_back(trace_object({{"violations/[]/kind", "seccomp"},
+                              {"violations/[]/name", v.name},
+                              {"violations/[]/number", v.number},
+                              {"violations/[]/arch", v.arch},
+                              {"violations/[]/action", v.action},
+                              {"violations/[]/count", v.count},
+                              {"violations/[]/first_at_ms", v.first_at_ms}}));
   return a;
 }
 

@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/base/clock.hpp"
+#include "runtime/base/trace_field.hpp"
 #include "runtime/base/doc_reader.hpp"
 #include "runtime/base/fsutil.hpp"
 #include "runtime/base/json_io.hpp"
@@ -790,19 +791,28 @@ std::string seccomp_action_text(std::uint32_t action) {
 
 json seccomp_enforcement_json(const PreparedSeccomp& p) {
   if (!p.enabled)
-    return {{"profile", "unconfined"}, {"sha256", nullptr}, {"unresolved", json::array()}, {"mode", "unconfined"},
-            {"default_action", "SCMP_ACT_ALLOW"}, {"cached", false}, {"setup_us", 0}, {"notes", json::array()},
-            {"note", "UNCONFINED: no seccomp filter; the program may use every system call the kernel offers"}};
-  return {{"profile", p.profile},
-          {"sha256", p.sha256},
-          {"unresolved", p.unresolved},
-          {"mode", "filter"},
-          {"default_action", p.default_action},
-          {"cached", p.cached},
-          {"program_sha256", p.program_sha256},
-          {"setup_us", p.setup_us},
-          {"notes", p.notes},
-          {"note", "installed last before execve; refused calls answered by the supervisor (SECCOMP_RET_USER_NOTIF) and listed in violations; foreign ABIs (i386, x32) kill the sandbox unless the policy lists them"}};
+    return trace_object(
+        {{"enforcement/seccomp/profile", "unconfined"},
+         {"enforcement/seccomp/sha256", nullptr},
+         {"enforcement/seccomp/unresolved", json::array()},
+         {"enforcement/seccomp/mode", "unconfined"},
+         {"enforcement/seccomp/default_action", "SCMP_ACT_ALLOW"},
+         {"enforcement/seccomp/cached", false},
+         {"enforcement/seccomp/setup_us", 0},
+         {"enforcement/seccomp/notes", json::array()},
+         {"enforcement/seccomp/note", "UNCONFINED: no seccomp filter; the program may use every system call the kernel offers"}});
+  return trace_object({{"enforcement/seccomp/profile", p.profile},
+                       {"enforcement/seccomp/sha256", p.sha256},
+                       {"enforcement/seccomp/unresolved", p.unresolved},
+                       {"enforcement/seccomp/mode", "filter"},
+                       {"enforcement/seccomp/default_action", p.default_action},
+                       {"enforcement/seccomp/cached", p.cached},
+                       {"enforcement/seccomp/program_sha256", p.program_sha256},
+                       {"enforcement/seccomp/setup_us", p.setup_us},
+                       {"enforcement/seccomp/notes", p.notes},
+                       {"enforcement/seccomp/note",
+                        "installed last before execve; refused calls answered by the supervisor (SECCOMP_RET_USER_NOTIF) and listed in "
+                        "violations; foreign ABIs (i386, x32) kill the sandbox unless the policy lists them"}});
 }
 
 }  // namespace sbx

@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "runtime/base/fdpass.hpp"
+#include "runtime/base/trace_field.hpp"
 
 namespace sbx {
 namespace {
@@ -215,17 +216,21 @@ void CallerStdin::forward_window_size() {
 }
 
 nlohmann::json CallerStdin::to_json() const {
-  nlohmann::json j = {{"mode", mode_name(plan_.mode)}, {"source", plan_.source}, {"relayed", plan_.relay}};
+  nlohmann::json j = trace_object({{"stdin/mode", mode_name(plan_.mode)}, {"stdin/source", plan_.source}, {"stdin/relayed", plan_.relay}});
   if (plan_.relay) {
     StreamStats s = stats_.value_or(StreamStats{});
-    j["bytes"] = s.bytes;
-    j["read_bytes"] = s.bytes + s.undelivered_bytes;
-    j["undelivered_bytes"] = s.undelivered_bytes;  // read from the caller, never taken by the program
-    j["eof"] = s.source_eof;
-    j["closed_by_program"] = s.reader_closed;
+    put(j, "stdin/bytes", s.bytes);
+    put(j, "stdin/read_bytes", s.bytes + s.undelivered_bytes);
+    put(j, "stdin/undelivered_bytes", s.undelivered_bytes);  // read from the caller, never taken by the program
+    put(j, "stdin/eof", s.source_eof);
+    put(j, "stdin/closed_by_program", s.reader_closed);
   }
   if (plan_.mode == StdinMode::pty)
-    j["tty"] = {{"rows", size_.ws_row}, {"cols", size_.ws_col}, {"resizes", window_changes_}, {"stderr", "merged into stdout"}};
+    put(j, "stdin/tty",
+        trace_object({{"stdin/tty/rows", size_.ws_row},
+                      {"stdin/tty/cols", size_.ws_col},
+                      {"stdin/tty/resizes", window_changes_},
+                      {"stdin/tty/stderr", "merged into stdout"}}));
   return j;
 }
 

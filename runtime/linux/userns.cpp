@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/base/fsutil.hpp"
+#include "runtime/base/trace_field.hpp"
 
 namespace sbx {
 
@@ -137,15 +138,19 @@ Status switch_to_program_identity(const IdentityPlan& plan) {
 nlohmann::json identity_to_json(const IdentityPlan& plan) {
   auto maps = [](const std::vector<IdMapping>& m) {
     nlohmann::json a = nlohmann::json::array();
-    for (auto& e : m) a.push_back({{"inside", e.inside}, {"outside", e.outside}, {"count", e.count}});
+    // gid_map's items are the same definition (#/definitions/id_map).
+    for (auto& e : m)
+      a.push_back(trace_object({{"enforcement/identity/uid_map/[]/inside", e.inside},
+                                {"enforcement/identity/uid_map/[]/outside", e.outside},
+                                {"enforcement/identity/uid_map/[]/count", e.count}}));
     return a;
   };
-  return {{"mode", plan.rootless ? "rootless" : "root"},
-          {"uid", plan.uid},
-          {"gid", plan.gid},
-          {"uid_map", maps(plan.uid_map)},
-          {"gid_map", maps(plan.gid_map)},
-          {"range_source", plan.range_source}};
+  return trace_object({{"enforcement/identity/mode", plan.rootless ? "rootless" : "root"},
+                       {"enforcement/identity/uid", plan.uid},
+                       {"enforcement/identity/gid", plan.gid},
+                       {"enforcement/identity/uid_map", maps(plan.uid_map)},
+                       {"enforcement/identity/gid_map", maps(plan.gid_map)},
+                       {"enforcement/identity/range_source", plan.range_source}});
 }
 
 }  // namespace sbx

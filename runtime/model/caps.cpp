@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/base/raw_syscall.hpp"
+#include "runtime/base/trace_field.hpp"
 #include "runtime/base/suggest.hpp"
 
 namespace sbx {
@@ -241,9 +242,11 @@ bool read_process_caps_raw(pid_t pid, ProcessCaps& out) {
 }
 
 nlohmann::json process_caps_json(const ProcessCaps& pc) {
-  return {{"inheritable", capability_names(pc.inheritable)}, {"permitted", capability_names(pc.permitted)},
-          {"effective", capability_names(pc.effective)},     {"bounding", capability_names(pc.bounding)},
-          {"ambient", capability_names(pc.ambient)}};
+  return trace_object({{"enforcement/capabilities/program/inheritable", capability_names(pc.inheritable)},
+                       {"enforcement/capabilities/program/permitted", capability_names(pc.permitted)},
+                       {"enforcement/capabilities/program/effective", capability_names(pc.effective)},
+                       {"enforcement/capabilities/program/bounding", capability_names(pc.bounding)},
+                       {"enforcement/capabilities/program/ambient", capability_names(pc.ambient)}});
 }
 
 }  // namespace sbx

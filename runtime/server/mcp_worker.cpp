@@ -15,6 +15,7 @@
 #include <cstdlib>
 
 #include "runtime/base/clock.hpp"
+#include "runtime/base/trace_field.hpp"
 #include "runtime/base/fdpass.hpp"
 #include "runtime/base/json_io.hpp"
 #include "runtime/base/sha256.hpp"
@@ -232,7 +233,7 @@ json run_code_job(const json& job, const WorkerContext& wctx) {
   ctx.profile = job.value("profile", kDefaultProfile);
   if (auto tenant = wctx.tenant)
     ctx.before_run = [tenant](RunRequest& run) { return apply_named_tenant(tenant, run); };
-  if (job.contains("pool")) ctx.record_extra["pool"] = job["pool"];
+  if (job.contains("pool")) put(ctx.record_extra, "pool", job["pool"]);
   auto r = run_exec(job.value("request", json::object()), ctx);
   return r ? *r : worker_error(r.error().stage, r.error().describe());
 }
@@ -259,7 +260,7 @@ json run_pack_job(const json& job, const WorkerContext& wctx) {
   if (auto st = apply_named_tenant(wctx.tenant, req.run, json{{"name", req.pack.name}, {"digest", req.pack.digest}}); !st)
     return worker_error("usage", st.error().message);
   req.input_path = "mcp:tools/call";
-  if (job.contains("pool")) req.run.record_extra["pool"] = job["pool"];
+  if (job.contains("pool")) put(req.run.record_extra, "pool", job["pool"]);
   json records = job.value("records", json::array());
   req.input_bytes = dump_json(records, -1);
   for (auto& c : job.value("contexts", json::array()))

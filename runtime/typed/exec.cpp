@@ -9,6 +9,7 @@
 #include <set>
 
 #include "runtime/base/clock.hpp"
+#include "runtime/base/trace_field.hpp"
 #include "runtime/base/doc_reader.hpp"
 #include "runtime/image/artifact_export.hpp"
 #include "runtime/typed/pack.hpp"
@@ -194,14 +195,14 @@ AfterRun ExecOutput::operator()(const Outcome& o, int out_fd) const {
     keeper.add_bytes("exec_request", "request.json", request_text);
     keeper.add_bytes("profile", deferred_origin, deferred_profile);
     blobs = keeper.take();
-    extra["blobs"] = blobs;
+    put(extra, "blobs", blobs);
   }
   OutFile f = out_fd >= 0 ? read_out_file(out_fd, "result.json", kMaxResultBytes) : OutFile{};
   json outputs = json::array();
   if (f.present && f.problem.empty()) outputs.push_back(file_record("/out/result.json", f.size, f.sha256));
-  extra["outputs"] = outputs;
+  put(extra, "outputs", outputs);
   std::vector<SchemaError> errs = check(f, o, blobs);
-  if (f.present && errs.empty()) extra["blobs"] = blobs;  // the result's blob added
+  if (f.present && errs.empty()) put(extra, "blobs", blobs);  // the result's blob added
   json output_check = nullptr;
   if (!errs.empty()) {
     output_check = invalid_check(errs, 0, result_bounds());
@@ -212,8 +213,8 @@ AfterRun ExecOutput::operator()(const Outcome& o, int out_fd) const {
     after.verdict = ContractVerdict{RunStatus::output_invalid, make_error("output", std::to_string(errs.size() + st->result_errors_omitted) +
                                                                                         " error(s) in /out/result.json")};
   }
-  if (errs.empty() && st->rq.schema) output_check = {{"status", "ok"}};
-  extra["validation"] = {{"input", nullptr}, {"output", output_check}};
+  if (errs.empty() && st->rq.schema) output_check = trace_object({{"validation/output/status", "ok"}});
+  put(extra, "validation", trace_object({{"validation/input", nullptr}, {"validation/output", output_check}}));
   return after;
 }
 
@@ -257,7 +258,7 @@ Result<std::shared_ptr<ExecState>> plan_exec(const json& request, const ExecCont
   for (auto& [k, v] : ctx.record_extra.items()) run.record_extra[k] = v;  // before_run's (a tenant) stay
   ExecOutput output{state.get(), run.dirs, *ceiling, run.blob_pin, "", "", ""};
   if (defer_blobs) {
-    run.record_extra["blobs"] = json::array();
+    put(run.record_extra, "blobs", json::array());
     output.request_text = std::move(request_text);
     output.deferred_origin = run.profile.origin;
     output.deferred_profile = run.profile.text;
@@ -265,7 +266,7 @@ Result<std::shared_ptr<ExecState>> plan_exec(const json& request, const ExecCont
     BlobKeeper keeper(run.dirs, *ceiling, run.blob_pin);
     keeper.add_bytes("exec_request", "request.json", request_text);
     keeper.add_bytes("profile", run.profile.origin, run.profile.text);
-    run.record_extra["blobs"] = keeper.take();
+    put(run.record_extra, "blobs", keeper.take());
   }
   run.typed.after_run = std::move(output);
   // No result without a record: a run whose record is not durable in the ledger answers with an
@@ -380,7 +381,7 @@ Result<PooledExec> run_exec_pooled(const ExecContext& ctx, const AwaitExecCall& 
     c.job.files = call.files;
     c.inputs = call.typed.inputs;
     c.record_extra = call.record_extra;
-    c.record_extra["pool"] = pool_meta;
+    put(c.record_extra, "pool", pool_meta);
     c.after_run = call.typed.after_run;
     return c;
   };

@@ -9,6 +9,7 @@
 #include "runtime/image/artifact_export.hpp"
 #include "runtime/image/blob_store.hpp"
 #include "runtime/base/fsutil.hpp"
+#include "runtime/base/trace_field.hpp"
 #include "runtime/base/json_io.hpp"
 #include "runtime/launch/dry_run.hpp"
 #include "runtime/base/sha256.hpp"
@@ -147,12 +148,17 @@ void describe_pack_run(PackRunRequest& req, const std::vector<ContextCopy>& copi
   for (std::size_t i = 0; i < req.contexts.size(); ++i)
     for (auto& c : req.pack.contexts)
       if (c.name == req.contexts[i].first) {
-        json e = {{"name", c.name}, {"path", c.path}, {"source", req.contexts[i].second}};
-        if (!copies[i].digest.empty()) e["digest"] = copies[i].digest;
+        json e = trace_object({{"invocation/pack/contexts/[]/name", c.name},
+                               {"invocation/pack/contexts/[]/path", c.path},
+                               {"invocation/pack/contexts/[]/source", req.contexts[i].second}});
+        if (!copies[i].digest.empty()) put(e, "invocation/pack/contexts/[]/digest", copies[i].digest);
         contexts.push_back(std::move(e));
       }
-  run.typed.pack = {{"name", req.pack.name},       {"version", req.pack.version}, {"digest", req.pack.digest},
-              {"secrets", secret_names}, {"contexts", contexts}};
+  run.typed.pack = trace_object({{"invocation/pack/name", req.pack.name},
+                                 {"invocation/pack/version", req.pack.version},
+                                 {"invocation/pack/digest", req.pack.digest},
+                                 {"invocation/pack/secrets", secret_names},
+                                 {"invocation/pack/contexts", contexts}});
   run.typed.inputs = json::array({file_record(req.input_path, static_cast<std::int64_t>(req.input_bytes.size()),
                                         sha256_hex(req.input_bytes))});
 }
@@ -182,7 +188,7 @@ json check_input(PackRunRequest& req, const Result<CompiledSchema>& in_schema, c
     return invalid_check(in_errors, in_omitted, {kMaxRecordsBytes});
   }
   if (run.typed.refuse) return nullptr;
-  return {{"status", "ok"}, {"records", parsed.value.size()}};
+  return trace_object({{"validation/input/status", "ok"}, {"validation/input/records", parsed.value.size()}});
 }
 
 // 2 the mounts of the contract. The records are the exact bytes validated above, handed to the
@@ -233,31 +239,33 @@ std::vector<SchemaError> OutputContract::validate(const OutFile& f) {
 AfterRun OutputContract::judge(const Outcome& o, int out_fd) {
   AfterRun after;
   json& extra = after.record;
-  extra = {{"validation", validation}};
+  extra = trace_object({{"validation", validation}});
   if (req.run.typed.refuse || out_fd < 0) return after;
   OutFile f = read_out_file(out_fd, "result.json", kMaxResultBytes);
   json outputs = json::array();
   if (f.present && f.problem.empty()) outputs.push_back(file_record("/out/result.json", f.size, f.sha256));
-  extra["outputs"] = outputs;
+  put(extra, "outputs", outputs);
+  json& output_check = at(at(extra, "validation"), "validation/output");
   if (o.status != RunStatus::ok) {
     // The program failed on its own terms (exit code, signal, timeout): that status stands, and
     // its output, if any, is not validated nor handed on.
-    extra["validation"]["output"] = {{"status", "not_checked"}, {"reason", std::string("the run ended ") + to_string(o.status)}};
+    output_check = trace_object({{"validation/output/status", "not_checked"},
+                                 {"validation/output/reason", std::string("the run ended ") + to_string(o.status)}});
     return after;
   }
   std::vector<SchemaError> errs = validate(f);
   if (errs.empty()) {
     BlobKeeper kept(req.run.dirs, ceiling, req.run.blob_pin);  // after the run: the supervisor is done
     kept.add_bytes("result", "/out/result.json", f.bytes);
-    extra["blobs"] = kept.take();
-    extra["validation"]["output"] = {{"status", "ok"}};
+    put(extra, "blobs", kept.take());
+    output_check = trace_object({{"validation/output/status", "ok"}});
     return after;
   }
   after.verdict = ContractVerdict{RunStatus::output_invalid,
                                   make_error("output", std::to_string(errs.size()) + " error(s) in /out/result.json against " +
                                                            req.pack.output_schema_path)};
-  extra["validation"]["output"] = invalid_check(errs, 0, result_bounds());  // keeps the first kMaxContractErrors
-  std::size_t omitted = extra["validation"]["output"].value("errors_omitted", std::size_t{0});
+  output_check = invalid_check(errs, 0, result_bounds());  // keeps the first kMaxContractErrors
+  std::size_t omitted = output_check.value("errors_omitted", std::size_t{0});
   lines = error_lines("/out/result.json", errs, omitted);
   return after;
 }
@@ -270,7 +278,7 @@ void keep_replay_blobs(PackRunRequest& req, std::int64_t ceiling) {
   keeper.add_tree("pack_file", "pack_dir", "pack_link", "", req.pack.dir);
   keeper.add_bytes("records", req.input_path, req.input_bytes);
   keeper.add_bytes("profile", run.profile.origin, run.profile.text);
-  run.record_extra["blobs"] = keeper.take();
+  put(run.record_extra, "blobs", keeper.take());
 }
 
 }  // namespace
@@ -288,7 +296,7 @@ PackRunResult run_pack(PackRunRequest& req) {
   describe_pack_run(req, *copies);
   auto in_schema = CompiledSchema::compile(req.pack.input_schema, req.pack.input_schema_path);
   auto out_schema = CompiledSchema::compile(req.pack.output_schema, req.pack.output_schema_path);
-  json validation = {{"input", check_input(req, in_schema, out_schema, res)}, {"output", nullptr}};
+  json validation = trace_object({{"validation/input", check_input(req, in_schema, out_schema, res)}, {"validation/output", nullptr}});
   plan_contract_mounts(req, *copies);
   // A dry run stops here: the input contract is checked and the mounts are planned; the rest is
   // the same dry run as `sbx run --dry-run` (dry_run.hpp), nothing created.

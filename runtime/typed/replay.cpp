@@ -480,7 +480,8 @@ Status Replay::check_chain() {
   orig_ = std::move(*line_record);
   r_.original_seq = entry->seq;
   r_.original_hash = entry->hash;
-  replay_of_ = {{"run_id", r_.original_run}, {"seq", r_.original_seq}, {"record_hash", r_.original_hash}};
+  replay_of_ = trace_object(
+      {{"replay_of/run_id", r_.original_run}, {"replay_of/seq", r_.original_seq}, {"replay_of/record_hash", r_.original_hash}});
   return {};
 }
 
@@ -586,7 +587,7 @@ Result<ReplayReport> Replay::replay_exec(const json& exec_blob, const ProfileSou
     ctx.before_run = [this](RunRequest& run) { return apply_tenant(*req_.tenant, run, json(nullptr)); };
   }
   ctx.invocation_argv = req_.invocation_argv;
-  ctx.record_extra = {{"replay_of", replay_of_}};
+  ctx.record_extra = trace_object({{"replay_of", replay_of_}});
   auto resp = run_exec(*request, ctx);
   if (!resp) return cannot("the replay could not run: " + resp.error().describe());
   std::string run_id = resp->value("run_id", "");
@@ -654,7 +655,7 @@ RunRequest Replay::plain_request(const ProfileSource& profile) const {
   run.profile = profile;
   run.dirs = req_.dirs;
   run.invocation_argv = req_.invocation_argv;
-  run.record_extra = {{"replay_of", replay_of_}};
+  run.record_extra = trace_object({{"replay_of", replay_of_}});
   // The program's output goes to sbx's stderr: stdout carries the comparison alone.
   run.io.stdout_fd = 2;
   run.io.stderr_fd = 2;
