@@ -187,8 +187,11 @@ PooledWait build_and_wait(const WorkerContext& wctx, const std::string& profile)
       return apply_named_tenant(tenant, run);
     };
   w.exec = run_exec_pooled(ctx, [&](const PoolPause& p, json& meta) -> std::optional<json> {
-    meta = {{"hit", true}, {"created_at", w.created_at}, {"key", {{"profile", profile}}}};
-    if (tenant) meta["key"]["tenant"] = {{"name", *tenant}, {"policy", tenant_key}};
+    meta = trace_object({{"pool/hit", true}, {"pool/created_at", w.created_at},
+                         {"pool/key", trace_object({{"pool/key/profile", profile}})}});
+    if (tenant)
+      put(at(meta, "pool/key"), "pool/key/tenant",
+          trace_object({{"pool/key/tenant/name", *tenant}, {"pool/key/tenant/policy", tenant_key}}));
     tell_server(worker_note_ready(p.cgroup_path));
     auto j = await_pooled_job(p, meta, t0, &w.died, &w.closed);
     if (!j) return std::nullopt;

@@ -307,6 +307,8 @@ class McpPoolCase(SbxTestCase):
         self.assertEqual(self.run_code(s, "echo two")["stdout"], "two\n")
         recs = [e["record"] for e in ledger_lines(store)]
         self.assertEqual(len(recs), 2, recs)
+        for rec in recs:  # a pooled tenant call's pool.key.tenant was outside the schema
+            validate_trace(self, rec)
         self.assertTrue(recs[0]["pool"]["hit"], recs[0]["pool"])
         self.assertIn("sha256:", recs[0]["pool"]["key"]["tenant"]["policy"])
         self.assertFalse(recs[1]["pool"]["hit"], recs[1]["pool"])
