@@ -20,6 +20,7 @@
 #include "runtime/base/fdpass.hpp"
 #include "runtime/base/fsutil.hpp"
 #include "runtime/base/json_io.hpp"
+#include "runtime/base/trace_field.hpp"
 #include "runtime/base/text_escape.hpp"
 
 namespace sbx::mcp {
@@ -249,7 +250,7 @@ void PoolLauncher::refill() {
 Result<Worker> PoolLauncher::launch(const json& job) {
   auto cold = [&](const std::string& why) {
     json j = job;
-    j["pool"] = {{"hit", false}, {"reason", why}};
+    j["pool"] = trace_object({{"pool/hit", false}, {"pool/reason", why}});  // the job's note, the record's pool
     return cold_.launch(j);
   };
   if (job.value("tool", "") != "run_code") return cold("only run_code calls are served from the pool");

@@ -73,12 +73,13 @@ std::string unusable_sandbox(const pollfd (&fds)[4]) {
 void note_handout(json& meta, const json& job, std::int64_t ready_us, const std::string& unusable) {
   std::int64_t now = monotonic_us();
   std::int64_t sent = job.value("pool_sent_us", now);
-  meta["hit"] = unusable.empty();
+  put(meta, "pool/hit", unusable.empty());
   // How long the call waited for this sandbox to be ready (0 when it was ready first).
-  meta["waited_ms"] = std::max<std::int64_t>(0, (ready_us - sent) / 1000);
+  put(meta, "pool/waited_ms", std::max<std::int64_t>(0, (ready_us - sent) / 1000));
   // The hand-out's first leg: the server's send to this worker holding the parsed job (the
   // wake-up included).
-  meta["handout_us"] = std::max<std::int64_t>(0, now - std::max(sent, ready_us));
+  put(meta, "pool/handout_us", std::max<std::int64_t>(0, now - std::max(sent, ready_us)));
+  // Not a record member: exec.cpp sees it, runs the call cold and records that run's own note.
   if (!unusable.empty()) meta["discard"] = unusable;
 }
 
@@ -92,7 +93,7 @@ void note_handout(json& meta, const json& job, std::int64_t ready_us, const std:
 std::optional<json> await_pooled_job(const PoolPause& pause, json& meta, std::int64_t t_created_us, std::string* died,
                                      bool* closed) {
   std::int64_t ready_us = monotonic_us();
-  meta["ready_ms"] = (ready_us - t_created_us) / 1000;
+  put(meta, "pool/ready_ms", (ready_us - t_created_us) / 1000);
   pollfd fds[4] = {{STDIN_FILENO, POLLIN, 0}, {pause.init_pidfd, POLLIN, 0}, {pause.init_msg_fd, POLLIN, 0}, {pause.signal_fd, POLLIN, 0}};
   for (;;) {
     int n = ::poll(fds, 4, -1);
@@ -334,7 +335,7 @@ PooledNext after_broken_wait(const std::optional<json>& job, const std::string& 
   else if (job->contains("invalid")) next.response = worker_error("usage", job->value("invalid", "bad job"));
   else
     next.job = cold_job(job->value("request", json::object()), profile,
-                        {{"hit", false}, {"reason", why}, {"created_at", created_at}});
+                        trace_object({{"pool/hit", false}, {"pool/reason", why}, {"pool/created_at", created_at}}));
   return next;
 }
 
@@ -352,8 +353,9 @@ PooledNext after_pooled_wait(const PooledWait& w, const std::string& profile) {
   } else {
     // Served cold here: the pooled sandbox was unusable or not made for this call.
     next.job = cold_job(res->request, profile,
-                        {{"hit", false}, {"reason", res->pool_meta.value("discard", res->cold_reason)},
-                         {"created_at", w.created_at}});
+                        trace_object({{"pool/hit", false},
+                                      {"pool/reason", res->pool_meta.value("discard", res->cold_reason)},
+                                      {"pool/created_at", w.created_at}}));
   }
   return next;
 }

@@ -374,7 +374,7 @@ Result<PooledExec> run_exec_pooled(const ExecContext& ctx, const AwaitExecCall& 
     state = std::move(*planned);
     // The hand-out's second leg (bench/mcp_pool.py): the call planned and checked against the
     // sandbox, before the job goes to init.
-    pool_meta["plan_us"] = monotonic_us() - t0_us;
+    put(pool_meta, "pool/plan_us", monotonic_us() - t0_us);
     PooledCall c;
     c.spec = call.spec;
     c.job.argv = call.spec.argv;
