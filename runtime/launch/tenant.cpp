@@ -61,7 +61,7 @@ bool addr_in(const AllowRule& net, const AllowRule& r) {
   if (net.v6 != r.v6 || r.prefix < net.prefix) return false;
   int bits = net.prefix;
   for (std::size_t i = 0; i < 16 && bits > 0; ++i, bits -= 8) {
-    std::uint8_t mask = bits >= 8 ? 0xff : static_cast<std::uint8_t>(0xff << (8 - bits));
+    const auto mask = static_cast<std::uint8_t>(bits >= 8 ? 0xff : 0xff << (8 - bits));
     if ((net.addr[i] & mask) != (r.addr[i] & mask)) return false;
   }
   return true;
