@@ -29,12 +29,12 @@ RUN_DEB_PACKAGES = g++ cmake make pkg-config ccache \
 # TEST_DEB_PACKAGES: only the tests use these, on top of the run set: the JSON Schema test suite and
 # python3 (unit and integration harness, trace validation), the test user (passwd), network and
 # process tools, man/groff (docs checks), curl (egress proxy tests), jq (the docs' examples),
-# zsh/fish (completion checks), compressors and cpio (image and VM tests), qemu (the cgroup v2
+# zsh/fish (completion checks), clang-format-14 (ctest format, .clang-format), compressors and cpio (image and VM tests), qemu (the cgroup v2
 # guest, tests/vm), chromium (the browser workload of tests/integration/test_memory_fallback.py),
 # nodejs (the MCP SDK client of tests/mcp; npm is added by `make mcp-test-deps` only where no npm
 # exists: a nodejs package that bundles its own npm conflicts with Debian's).
 TEST_DEB_PACKAGES = json-schema-test-suite python3 python3-jsonschema procps iproute2 util-linux passwd \
-  man-db groff-base curl jq zsh fish \
+  man-db groff-base curl jq zsh fish clang-format-14 \
   qemu-system-x86 cpio xz-utils zstd bzip2 \
   chromium nodejs
 # BENCH_DEB_PACKAGES: only `make bench` (bench/README.md): hyperfine, and bubblewrap to compare with.
@@ -51,7 +51,7 @@ SOAK_ARGS    ?=
 
 export CCACHE_NOHASHDIR := 1
 
-.PHONY: all deps deps-test deps-bench build run test unit bench install deb clean fuzz fuzz-deps test-asan mcp-test-deps soak
+.PHONY: all deps deps-test deps-bench build run test unit bench install deb clean fuzz fuzz-deps test-asan mcp-test-deps soak format
 all: build
 
 deps:
@@ -99,6 +99,10 @@ fuzz: fuzz-deps
 # Not part of `test` or CI: it takes minutes and judges timing faults (tests/soak/README.md).
 soak: build
 	python3 tests/soak/soak.py --sbx $(BUILD_DIR)/sbx $(SOAK_ARGS)
+
+# cli/ and runtime/ formatted as .clang-format says (ctest `format` checks it).
+format:
+	./tests/tools/check_format.sh --fix
 
 unit: build
 	$(BUILD_DIR)/sbx_unit_tests

@@ -20,7 +20,8 @@ void add_cgroup_init_command(CLI::App& app, GlobalOptions&, std::vector<Command>
   cmd->add_option("--leaf", leaf, "Name of the leaf cgroup under the namespace root for the container's processes")
       ->default_val("init");
   cmd->add_flag("--json", json, "Print {root, leaf, moved, enabled, already_enabled, nothing_to_do} as JSON");
-  out.push_back({cmd, [] {
+  out.push_back({cmd,
+                 [] {
     auto rep = cgroup_init(detect_cgroup(), leaf);
     if (!rep) {
       if (rep.error().err == EINVAL && rep.error().message.rfind("invalid leaf", 0) == 0)
@@ -30,9 +31,13 @@ void add_cgroup_init_command(CLI::App& app, GlobalOptions&, std::vector<Command>
       return 1;
     }
     if (json) {
-      nlohmann::json doc = {{"root", rep->root}, {"leaf", rep->leaf}, {"moved", rep->moved},
-                            {"enabled", rep->enabled}, {"already_enabled", rep->already},
-                            {"nothing_to_do", rep->nothing_to_do.empty() ? nlohmann::json(nullptr) : nlohmann::json(rep->nothing_to_do)}};
+      nlohmann::json doc = {
+          {"root", rep->root},
+          {"leaf", rep->leaf},
+          {"moved", rep->moved},
+          {"enabled", rep->enabled},
+          {"already_enabled", rep->already},
+          {"nothing_to_do", rep->nothing_to_do.empty() ? nlohmann::json(nullptr) : nlohmann::json(rep->nothing_to_do)}};
       std::string text = dump_json(doc, 2) + "\n";
       std::fwrite(text.data(), 1, text.size(), stdout);
       return 0;
@@ -52,7 +57,7 @@ void add_cgroup_init_command(CLI::App& app, GlobalOptions&, std::vector<Command>
                 al.empty() ? "" : "; already enabled: ", al.c_str());
     std::printf("run cgroups go under %s/sbx from now on\n", printable(rep->root).c_str());
     return 0;
-  }});
+                 }});
 }
 
 }  // namespace sbx::cli

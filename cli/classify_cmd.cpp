@@ -87,8 +87,9 @@ Result<json> interview() {
   if (!state) return state.error();
   j["state"] = *state;
   if (*code != "none") {
-    auto rt = ask("5. runtime surface (comma-separated: shell, browser, package_install, writable_fs, kernel_features, gpu)",
-                  {}, "");
+    auto rt =
+        ask("5. runtime surface (comma-separated: shell, browser, package_install, writable_fs, kernel_features, gpu)",
+            {}, "");
     if (!rt) return rt.error();
     json surf = json::object();
     for (auto& s : split_list(*rt)) surf[s] = true;  // an unknown word is named by the parser
@@ -125,38 +126,39 @@ void add_classify_command(CLI::App& app, GlobalOptions& g, std::vector<Command>&
   cmd->add_flag("--json", as_json, "Print the answer as JSON");
   add_global_options(*cmd, g);
   out.push_back({cmd, []() -> int {
-    json doc;
-    std::string source = file.empty() ? "answers" : file == "-" ? "stdin" : file;
-    if (file.empty()) {
-      if (::isatty(STDIN_FILENO) != 1)
-        return usage_error("classify: give a workload file (JSON; - for stdin), or run on a terminal to be asked");
-      auto j = interview();
-      if (!j) return usage_error(j.error().message);
-      doc = std::move(*j);
-    } else {
-      // YAML is not read: no YAML parser is linked into sbx (JSON is a subset of YAML 1.2, so a
-      // JSON workload file is also valid YAML).
-      auto j = file == "-" ? [&]() -> Result<json> {
-        auto text = read_bounded_fd(STDIN_FILENO, kMaxWorkloadBytes, "usage", "workload on stdin");
-        if (!text) return text.error();
-        return parse_json_doc(*text, {kMaxWorkloadBytes, 16, 10000}, "usage", "stdin");
-      }()
-                           : read_json_file(file, {kMaxWorkloadBytes, 16, 10000}, "usage", file);
-      if (!j) return usage_error("classify: " + j.error().message);
-      doc = std::move(*j);
-    }
-    auto w = workload_from_json(doc, source);
-    if (!w) return usage_error("classify: " + w.error().message);
-    auto c = classify(*w);
-    if (!c) return usage_error("classify: " + c.error().message);
-    if (as_json) {
-      json j = classification_to_json(*w, *c);
-      std::printf("%s\n", dump_json(j, 2, {}, true).c_str());
-    } else {
-      std::fputs(classification_to_text(*w, *c).c_str(), stdout);
-    }
-    return 0;
-  }});
+                   json doc;
+                   std::string source = file.empty() ? "answers" : file == "-" ? "stdin" : file;
+                   if (file.empty()) {
+                     if (::isatty(STDIN_FILENO) != 1)
+                       return usage_error(
+                           "classify: give a workload file (JSON; - for stdin), or run on a terminal to be asked");
+                     auto j = interview();
+                     if (!j) return usage_error(j.error().message);
+                     doc = std::move(*j);
+                   } else {
+                     // YAML is not read: no YAML parser is linked into sbx (JSON is a subset of YAML 1.2, so a
+                     // JSON workload file is also valid YAML).
+                     auto j = file == "-" ? [&]() -> Result<json> {
+                       auto text = read_bounded_fd(STDIN_FILENO, kMaxWorkloadBytes, "usage", "workload on stdin");
+                       if (!text) return text.error();
+                       return parse_json_doc(*text, {kMaxWorkloadBytes, 16, 10000}, "usage", "stdin");
+                     }()
+                         : read_json_file(file, {kMaxWorkloadBytes, 16, 10000}, "usage", file);
+                     if (!j) return usage_error("classify: " + j.error().message);
+                     doc = std::move(*j);
+                   }
+                   auto w = workload_from_json(doc, source);
+                   if (!w) return usage_error("classify: " + w.error().message);
+                   auto c = classify(*w);
+                   if (!c) return usage_error("classify: " + c.error().message);
+                   if (as_json) {
+                     json j = classification_to_json(*w, *c);
+                     std::printf("%s\n", dump_json(j, 2, {}, true).c_str());
+                   } else {
+                     std::fputs(classification_to_text(*w, *c).c_str(), stdout);
+                   }
+                   return 0;
+                 }});
 }
 
 }  // namespace sbx::cli

@@ -17,9 +17,9 @@
 namespace sbx::cli {
 
 struct GlobalOptions {
-  std::string state_dir;  // --state-dir (else SBX_STATE_DIR, else XDG / root defaults)
-  std::string log_level;  // --log-level
-  int verbose = 0;        // -v, repeatable
+  std::string state_dir;          // --state-dir (else SBX_STATE_DIR, else XDG / root defaults)
+  std::string log_level;          // --log-level
+  int verbose = 0;                // -v, repeatable
   std::vector<std::string> argv;  // sbx's own argv, recorded in the trace
   // Everything after the first "--", kept away from CLI11 (which would treat it as positionals
   // of the top-level app); `run` takes it as the command.
@@ -56,8 +56,8 @@ struct RunFlags {
   std::string seccomp;
   std::optional<std::string> gpu;  // --gpu all|N[,N]|UUID (gpu.hpp)
   bool dry_run = false;
-  bool interactive = false;  // run -i: relay stdin through a pipe even from a terminal
-  bool tty = false;          // run -t: a pty of the sandbox's own (stdin_relay.hpp)
+  bool interactive = false;       // run -i: relay stdin through a pipe even from a terminal
+  bool tty = false;               // run -t: a pty of the sandbox's own (stdin_relay.hpp)
   bool systemd_scope = false;     // run: re-exec under a delegated systemd scope, or fail (125)
   bool no_systemd_scope = false;  // run: never re-exec (the default does where it helps)
   bool require_limits = false;

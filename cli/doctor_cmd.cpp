@@ -54,16 +54,16 @@ void add_doctor_command(CLI::App& app, GlobalOptions&, std::vector<Command>& out
   static bool json = false;
   doctor->add_flag("--json", json, "Print a JSON object {ok, checks: [{name, status, required, detail, hint}]}");
   out.push_back({doctor, [] {
-    auto checks = run_host_checks();
-    add_cgroup_namespace_check(checks);
-    append_blocker_checks(checks);
-    nlohmann::json doc = json ? checks_to_json(checks) : nlohmann::json();
-    // Host paths and messages may be any bytes: dump_json escapes them (json_io.hpp).
-    std::string text = json ? dump_json(doc, 2) + "\n" : render_table(checks);
-    std::fwrite(text.data(), 1, text.size(), stdout);
-    std::fflush(stdout);
-    return host_can_run(checks) ? 0 : 1;
-  }});
+                   auto checks = run_host_checks();
+                   add_cgroup_namespace_check(checks);
+                   append_blocker_checks(checks);
+                   nlohmann::json doc = json ? checks_to_json(checks) : nlohmann::json();
+                   // Host paths and messages may be any bytes: dump_json escapes them (json_io.hpp).
+                   std::string text = json ? dump_json(doc, 2) + "\n" : render_table(checks);
+                   std::fwrite(text.data(), 1, text.size(), stdout);
+                   std::fflush(stdout);
+                   return host_can_run(checks) ? 0 : 1;
+                 }});
 }
 
 }  // namespace sbx::cli

@@ -30,13 +30,16 @@ struct ImageFlags {
 std::optional<int> import_limits(const ImageFlags& f, ImportLimits& limits) {
   if (!f.max_bytes_text.empty()) {
     auto b = parse_size_bytes(f.max_bytes_text);
-    if (!b || *b <= 0) return usage_error("image import: --max-bytes: expected a size such as 512M or 8G, got '" + f.max_bytes_text + "'");
+    if (!b || *b <= 0)
+      return usage_error("image import: --max-bytes: expected a size such as 512M or 8G, got '" + f.max_bytes_text +
+                         "'");
     limits.max_bytes = *b;
   }
   if (!f.max_entries_text.empty()) {
     char* end = nullptr;
     long long n = std::strtoll(f.max_entries_text.c_str(), &end, 10);
-    if (!end || *end || n <= 0) return usage_error("image import: --max-entries: expected a positive count, got '" + f.max_entries_text + "'");
+    if (!end || *end || n <= 0)
+      return usage_error("image import: --max-entries: expected a positive count, got '" + f.max_entries_text + "'");
     limits.max_entries = n;
   }
   return std::nullopt;
@@ -48,7 +51,8 @@ void print_imported(const ImageFlags& f, ImageRecord& res) {
   auto& m = r->meta;
   std::int64_t dropped = m["normalised"]["dropped"].get<std::int64_t>();
   std::printf("imported %s %s (%lld entries, %s", (*canonical_image_name(f.name)).c_str(), r->digest.c_str(),
-              static_cast<long long>(m["entries"].get<std::int64_t>()), human_bytes(m["bytes"].get<std::int64_t>()).c_str());
+              static_cast<long long>(m["entries"].get<std::int64_t>()),
+              human_bytes(m["bytes"].get<std::int64_t>()).c_str());
   if (dropped) std::printf("; dropped %lld device node(s)/FIFO(s)/socket(s)", static_cast<long long>(dropped));
   std::int64_t special = m["normalised"]["special_bits_cleared"].get<std::int64_t>();
   if (special) std::printf("; cleared setuid/setgid/sticky on %lld", static_cast<long long>(special));
@@ -150,7 +154,8 @@ void add_image_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& ou
   image->require_subcommand(1);
   static ImageFlags f;
   auto* import = image->add_subcommand(
-      "import", "Import a directory or a tarball (plain, gzip, xz, zstd, bzip2): a root file system, an OCI image layout or a docker save archive");
+      "import",
+      "Import a directory or a tarball (plain, gzip, xz, zstd, bzip2): a root file system, an OCI image layout or a docker save archive");
   import->add_option("source", f.source, "Directory or tarball to import")->required();
   import->add_option("--name", f.name, "NAME[:TAG] to give the image (tag defaults to latest)")->required();
   import->add_flag("-q,--quiet", f.quiet, "Print only the digest, no progress");
@@ -159,26 +164,28 @@ void add_image_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& ou
   import->add_option("--platform", f.import_options.platform,
                      "OS/ARCH[/VARIANT] to take from a multi-platform image (default linux/amd64)");
   import->add_option("--max-bytes", f.max_bytes_text, "Stop and store nothing past this much file data (default 4G)");
-  import->add_option("--max-entries", f.max_entries_text, "Stop and store nothing past this many entries (default 1000000)");
+  import->add_option("--max-entries", f.max_entries_text,
+                     "Stop and store nothing past this many entries (default 1000000)");
   auto* ls = image->add_subcommand("ls", "List stored images: names, digest, size, import time");
   ls->add_flag("--json", f.ls_json, "Print a JSON array (one object per image) for scripts");
   auto* inspect = image->add_subcommand("inspect", "Print an image's record (digest, names, counts, seal) as JSON");
   inspect->add_option("ref", f.ref, "NAME[:TAG] or sha256:<hex prefix>")->required();
   auto* rm = image->add_subcommand("rm", "Remove a name (the image goes with its last name) or, by digest, an image");
   rm->add_option("refs", f.refs, "NAME[:TAG] or sha256:<hex prefix>")->required();
-  auto* verify = image->add_subcommand("verify", "Check an image's seal; with --full re-hash its content against the manifest");
+  auto* verify =
+      image->add_subcommand("verify", "Check an image's seal; with --full re-hash its content against the manifest");
   verify->add_option("ref", f.ref, "NAME[:TAG] or sha256:<hex prefix>")->required();
   verify->add_flag("--full", f.full, "Re-hash every file and compare with the manifest");
 
   out.push_back({image, [&g, import, ls, inspect, rm, verify]() -> int {
-    ImageStore store(resolve_dirs(g.state_dir).images);
-    if (import->parsed()) return image_import(f, store);
-    if (ls->parsed()) return image_ls(f, store);
-    if (inspect->parsed()) return image_inspect(f, store);
-    if (rm->parsed()) return image_rm(f, store);
-    if (verify->parsed()) return image_verify(f, store);
-    return usage_error("image: expected import, ls, inspect, rm or verify");
-  }});
+                   ImageStore store(resolve_dirs(g.state_dir).images);
+                   if (import->parsed()) return image_import(f, store);
+                   if (ls->parsed()) return image_ls(f, store);
+                   if (inspect->parsed()) return image_inspect(f, store);
+                   if (rm->parsed()) return image_rm(f, store);
+                   if (verify->parsed()) return image_verify(f, store);
+                   return usage_error("image: expected import, ls, inspect, rm or verify");
+                 }});
 }
 
 }  // namespace sbx::cli

@@ -10,19 +10,21 @@ namespace sbx::cli {
 void add_key_command(CLI::App& app, GlobalOptions& /*g*/, std::vector<Command>& out) {
   auto* key = app.add_subcommand("key", "Manage the key that signs the trace ledger");
   key->require_subcommand(1);
-  auto* init = key->add_subcommand("init", "Make an Ed25519 key pair under the config dir; records are signed from then on");
+  auto* init =
+      key->add_subcommand("init", "Make an Ed25519 key pair under the config dir; records are signed from then on");
   out.push_back({key, [init]() -> int {
-    if (!init->parsed()) return usage_error("key: expected 'init'");
-    auto paths = ledger_key_paths();
-    if (!paths) return usage_error(paths.error().describe());
-    auto fp = create_ledger_key(*paths);
-    if (!fp) return usage_error(fp.error().describe());
-    std::printf("private key %s (0600): every trace record is signed with it from now on\n", printable(paths->priv).c_str());
-    std::printf("public key  %s: check the ledger with 'sbx trace verify --pubkey %s'\n", printable(paths->pub).c_str(),
-                printable(paths->pub).c_str());
-    std::printf("fingerprint sha256:%s\n", fp->c_str());
-    return 0;
-  }});
+                   if (!init->parsed()) return usage_error("key: expected 'init'");
+                   auto paths = ledger_key_paths();
+                   if (!paths) return usage_error(paths.error().describe());
+                   auto fp = create_ledger_key(*paths);
+                   if (!fp) return usage_error(fp.error().describe());
+                   std::printf("private key %s (0600): every trace record is signed with it from now on\n",
+                               printable(paths->priv).c_str());
+                   std::printf("public key  %s: check the ledger with 'sbx trace verify --pubkey %s'\n",
+                               printable(paths->pub).c_str(), printable(paths->pub).c_str());
+                   std::printf("fingerprint sha256:%s\n", fp->c_str());
+                   return 0;
+                 }});
 }
 
 }  // namespace sbx::cli

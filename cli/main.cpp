@@ -48,7 +48,6 @@ std::string word_after(int argc, char** argv, const std::vector<std::string>& pa
   return {};
 }
 
-
 // A parse error as one line that names the subcommand whose help to read: "sbx pack rn" is an
 // unknown command of `sbx pack` (with the closest one), "sbx run --timeout" a missing value of
 // `sbx run`. The chain is the subcommands CLI11 had parsed when it gave up.
@@ -98,8 +97,8 @@ namespace {
 // without a record. main() does it again (once is enough: the second call keeps the first's
 // saved mask), for a build where this entry would not run.
 void block_signals_before_constructors(int, char**, char**) { sbx::block_forwarded_signals_at_start(); }
-[[gnu::section(".preinit_array"), gnu::used]] void (*const kBlockSignalsEarly)(int, char**, char**) =
-    block_signals_before_constructors;
+[[gnu::section(".preinit_array"),
+  gnu::used]] void (*const kBlockSignalsEarly)(int, char**, char**) = block_signals_before_constructors;
 }  // namespace
 
 // "sbx pack run", "sbx run -- CMD ARGS...": the parsed command words, never an option or its value.
@@ -124,13 +123,22 @@ static std::string process_title(const CLI::App& app, const sbx::cli::GlobalOpti
 static std::vector<sbx::cli::Command> add_commands(CLI::App& app, sbx::cli::GlobalOptions& g, int argc, char** argv) {
   using namespace sbx::cli;
   using Adder = void (*)(CLI::App&, GlobalOptions&, std::vector<Command>&);
-  static constexpr std::pair<std::string_view, Adder> kCommands[] = {
-      {"run", add_run_command},       {"profile", add_profile_command}, {"trace", add_trace_command},
-      {"doctor", add_doctor_command}, {"pack", add_pack_command},       {"exec", add_exec_command},
-      {"image", add_image_command},   {"key", add_key_command},         {"classify", add_classify_command},
-      {"probe", add_probe_command},   {"mcp", add_mcp_command},         {"mcp-worker", add_mcp_worker_command},
-      {"cgroup-init", add_cgroup_init_command}, {"replay", add_replay_command}, {"gc", add_gc_command},
-      {"scope-keeper", add_scope_keeper_command}};
+  static constexpr std::pair<std::string_view, Adder> kCommands[] = {{"run", add_run_command},
+                                                                     {"profile", add_profile_command},
+                                                                     {"trace", add_trace_command},
+                                                                     {"doctor", add_doctor_command},
+                                                                     {"pack", add_pack_command},
+                                                                     {"exec", add_exec_command},
+                                                                     {"image", add_image_command},
+                                                                     {"key", add_key_command},
+                                                                     {"classify", add_classify_command},
+                                                                     {"probe", add_probe_command},
+                                                                     {"mcp", add_mcp_command},
+                                                                     {"mcp-worker", add_mcp_worker_command},
+                                                                     {"cgroup-init", add_cgroup_init_command},
+                                                                     {"replay", add_replay_command},
+                                                                     {"gc", add_gc_command},
+                                                                     {"scope-keeper", add_scope_keeper_command}};
   std::vector<sbx::cli::Command> commands;
   const std::string named = word_after(argc, argv, {});
   bool known = false;
@@ -159,13 +167,9 @@ static std::optional<int> parse_command_line(CLI::App& app, sbx::cli::GlobalOpti
   }
   try {
     app.parse(parse_argc, argv);
-  } catch (const CLI::CallForHelp& e) {
+  } catch (const CLI::CallForHelp& e) { return app.exit(e); } catch (const CLI::CallForAllHelp& e) {
     return app.exit(e);
-  } catch (const CLI::CallForAllHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::CallForVersion& e) {
-    return app.exit(e);
-  } catch (const CLI::ParseError& e) {
+  } catch (const CLI::CallForVersion& e) { return app.exit(e); } catch (const CLI::ParseError& e) {
     // Never CLI11's own 100-114 codes: every usage error is 125 with one line.
     return usage_error(parse_error_text(app, e, argc, argv));
   }

@@ -33,12 +33,12 @@ struct McpFlags {
   std::optional<std::string> tenant;  // --tenant NAME (runtime/launch/tenant.hpp), applied by every worker
   std::size_t max_concurrent = 4;
   std::size_t max_queued = 256;
-  std::size_t pool = 2;  // --pool N: idle pooled sandboxes for run_code (0: off)
+  std::size_t pool = 2;                           // --pool N: idle pooled sandboxes for run_code (0: off)
   int pool_max_idle = mcp::kDefaultPoolMaxIdleS;  // --pool-max-idle SECONDS (0: no age limit)
 };
 
 struct WorkerFlags {
-  bool pooled = false;     // --pooled: build the sandbox first, then wait for the job (mcp_pool.hpp)
+  bool pooled = false;  // --pooled: build the sandbox first, then wait for the job (mcp_pool.hpp)
   std::string profile = kDefaultProfile;
 };
 
@@ -68,7 +68,8 @@ std::optional<int> check_server_flags(const McpFlags& f) {
     ::unsetenv(mcp::kMcpTenantEnv);
   }
   if (f.pool > 64) return usage_error("mcp: --pool must be 0..64");
-  if (f.pool_max_idle < 0 || f.pool_max_idle > 86400) return usage_error("mcp: --pool-max-idle must be 0..86400 seconds");
+  if (f.pool_max_idle < 0 || f.pool_max_idle > 86400)
+    return usage_error("mcp: --pool-max-idle must be 0..86400 seconds");
   return std::nullopt;
 }
 
@@ -112,8 +113,9 @@ std::optional<int> load_pack_tools(const McpFlags& f, const LoadedProfile& profi
                                    mcp::ServerConfig& cfg) {
   std::set<std::string> names{"run_code"};
   for (auto& d : f.packs) {
-    struct stat st{};
-    if (::stat(d.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return usage_error("mcp: --packs " + d + ": not a directory");
+    struct stat st {};
+    if (::stat(d.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+      return usage_error("mcp: --packs " + d + ": not a directory");
     for (auto& dir : pack_dirs(d)) {
       std::vector<PackProblem> problems;
       auto pack = load_pack(dir, problems);
@@ -125,13 +127,14 @@ std::optional<int> load_pack_tools(const McpFlags& f, const LoadedProfile& profi
       // A pack whose limits pass the profile's would fail on every call: refused now instead.
       if (auto merged = spec_from_layers(profile, &pack->spec_patch, pack->source_dir + "/pack.json"); !merged)
         return usage_error("mcp: " + merged.error().message + " (profile " + f.profile + ")");
-      if (!names.insert(pack->name).second) return usage_error("mcp: two tools named '" + pack->name + "' (" + dir + ")");
+      if (!names.insert(pack->name).second)
+        return usage_error("mcp: two tools named '" + pack->name + "' (" + dir + ")");
       std::string missing;
       if (auto rc = pack_inputs_missing(*pack, given, missing)) return rc;
       if (!missing.empty()) {
         // Not a tool a model could call: it would fail every time for want of the operator's input.
-        std::fprintf(stderr, "sbx: mcp: warning: pack %s is not offered: it requires %s\n", printable(pack->name).c_str(),
-                     printable(missing).c_str());
+        std::fprintf(stderr, "sbx: mcp: warning: pack %s is not offered: it requires %s\n",
+                     printable(pack->name).c_str(), printable(missing).c_str());
         continue;
       }
       cfg.packs.push_back(mcp::pack_tool(*pack));
@@ -231,22 +234,25 @@ int run_worker(const WorkerFlags& wf, GlobalOptions& g) {
 void add_mcp_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out) {
   static McpFlags f;
   auto* mcp = app.add_subcommand("mcp", "Serve rule packs and run_code as MCP tools over stdio (JSON-RPC; man sbx)");
-  mcp->add_option("--packs", f.packs, "A pack directory, or a directory of pack directories: one tool each (repeatable)");
+  mcp->add_option("--packs", f.packs,
+                  "A pack directory, or a directory of pack directories: one tool each (repeatable)");
   mcp->add_option("--context", f.contexts, "Mount a context for every call of a pack: PACK/NAME=PATH (repeatable)");
-  mcp->add_option("--profile", f.profile, "Profile every call runs under; its limits are the calls' ceilings (default untrusted)");
+  mcp->add_option("--profile", f.profile,
+                  "Profile every call runs under; its limits are the calls' ceilings (default untrusted)");
   mcp->add_option("--tenant", f.tenant,
                   "Serve as tenant NAME: its ceilings bind every call (and the profile); its own host ids and store")
       ->check(tenant_option_check, "NAME");
   mcp->add_option("--max-concurrent", f.max_concurrent, "Calls running at once; the rest wait in order (default 4)");
   mcp->add_option("--max-queued", f.max_queued, "Calls waiting beyond those; more are refused (default 256)");
-  mcp->add_option("--pool", f.pool, "Sandboxes kept built ahead for run_code calls, each used once (default 2; 0: off)");
-  mcp->add_option("--pool-max-idle", f.pool_max_idle,
-                  "Seconds a pooled sandbox may wait for its call before it is discarded and rebuilt (default 300; 0: no limit)");
+  mcp->add_option("--pool", f.pool,
+                  "Sandboxes kept built ahead for run_code calls, each used once (default 2; 0: off)");
+  mcp->add_option(
+      "--pool-max-idle", f.pool_max_idle,
+      "Seconds a pooled sandbox may wait for its call before it is discarded and rebuilt (default 300; 0: no limit)");
   // Supervises: the forwarded signals stay blocked, and the server reads them from a signalfd
   // (shutdown in order: cancel, wait, exit).
   out.push_back({mcp, [&g]() -> int { return run_server(f, g); }, true});
 }
-
 
 void add_mcp_worker_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out) {
   // Hidden (no group): started by `sbx mcp` only, never by a person.

@@ -42,7 +42,8 @@ int print_problems(const std::string& dir, const std::vector<PackProblem>& probl
     if (p.file.empty() && p.pointer.empty())
       std::fprintf(stderr, "sbx: %s%s\n", p.warning ? "warning: " : "", printable(p.message).c_str());
     else
-      std::fprintf(stderr, "sbx: %s%s/%s\n", p.warning ? "warning: " : "", printable(dir).c_str(), printable(p.describe()).c_str());
+      std::fprintf(stderr, "sbx: %s%s/%s\n", p.warning ? "warning: " : "", printable(dir).c_str(),
+                   printable(p.describe()).c_str());
     count += !p.warning;
   }
   std::fprintf(stderr, "sbx: pack %s: %zu problem(s)\n", printable(dir).c_str(), count);
@@ -59,7 +60,8 @@ bool split_assignment(const std::string& text, std::string& name, std::string& v
 }
 
 // --context NAME=PATH: each declared by the pack, given once, readable; every required one given.
-std::optional<int> bind_contexts(const PackFlags& f, const Pack& pack, PackRunRequest& req, std::set<std::string>& given) {
+std::optional<int> bind_contexts(const PackFlags& f, const Pack& pack, PackRunRequest& req,
+                                 std::set<std::string>& given) {
   for (auto& c : f.contexts) {
     std::string name, path;
     if (!split_assignment(c, name, path) || path.empty())
@@ -74,7 +76,8 @@ std::optional<int> bind_contexts(const PackFlags& f, const Pack& pack, PackRunRe
   }
   for (auto& d : pack.contexts)
     if (d.required && !given.count("c:" + d.name))
-      return usage_error("pack run: the pack requires --context " + d.name + "=PATH (mounted read-only at " + d.path + ")");
+      return usage_error("pack run: the pack requires --context " + d.name + "=PATH (mounted read-only at " + d.path +
+                         ")");
   return std::nullopt;
 }
 
@@ -85,7 +88,8 @@ std::optional<int> read_pack_secrets(const PackFlags& f, const Pack& pack, PackR
   for (auto& s : f.secrets) {
     std::string name, source;
     // Only the name is ever echoed: the text after '=' might be the secret itself.
-    if (!split_assignment(s, name, source)) return usage_error("pack run: --secret: expected NAME=@FILE or NAME=env:VAR");
+    if (!split_assignment(s, name, source))
+      return usage_error("pack run: --secret: expected NAME=@FILE or NAME=env:VAR");
     bool declared = false;
     for (auto& d : pack.secrets) declared = declared || d.name == name;
     if (!declared) return usage_error("pack run: --secret " + name + ": the pack declares no such secret");
@@ -122,14 +126,17 @@ int print_pack_result(const PackFlags& f, const PackRunRequest& req, PackRunResu
   if (res.status == RunStatus::ok && req.dry_run) {
     std::printf("%s\n", dump_json(res.result, 2).c_str());  // --result is for a run's result only
   } else if (!req.dry_run && !res.recorded) {
-    std::fprintf(stderr, "sbx: pack run: the run's trace record could not be stored durably (%s): the validated result is withheld\n",
-                 printable(res.record_error).c_str());
+    std::fprintf(
+        stderr,
+        "sbx: pack run: the run's trace record could not be stored durably (%s): the validated result is withheld\n",
+        printable(res.record_error).c_str());
     return 125;
   } else if (res.status == RunStatus::ok) {
     std::string text = dump_json(res.result, 2) + "\n";
     if (!f.result_file.empty()) {
       if (auto st = write_file_durable(f.result_file, text); !st) {
-        std::fprintf(stderr, "sbx: cannot write --result %s: %s\n", printable(f.result_file).c_str(), printable(st.error().describe()).c_str());
+        std::fprintf(stderr, "sbx: cannot write --result %s: %s\n", printable(f.result_file).c_str(),
+                     printable(st.error().describe()).c_str());
         return 125;
       }
     } else {
@@ -143,7 +150,8 @@ int run_pack_command(PackFlags& f, GlobalOptions& g) {
   std::vector<PackProblem> problems;
   // A run mounts a private copy, hashed as it was made (load_pack_copy): the owner of f.dir may
   // change it at any moment. A dry run creates nothing and plans the mount of f.dir itself.
-  auto pack = f.run.dry_run ? load_pack(f.dir, problems) : load_pack_copy(f.dir, resolve_dirs(g.state_dir).state, problems);
+  auto pack =
+      f.run.dry_run ? load_pack(f.dir, problems) : load_pack_copy(f.dir, resolve_dirs(g.state_dir).state, problems);
   if (!pack) return print_problems(f.dir, problems, pack.error());
   print_warnings(f.dir, *pack);
   if (f.input.empty()) return usage_error("pack run: --input FILE is required (a JSON array of records)");
@@ -166,8 +174,11 @@ int run_pack_command(PackFlags& f, GlobalOptions& g) {
   req.run.dirs = resolve_dirs(g.state_dir);
   req.run.trace_file = f.run.trace_file;
   req.run.explicit_limits = explicit_limits(f.run);
-  req.run.limit_layers = limit_layers(*profile, &req.pack.spec_patch, req.pack.source_dir + "/pack.json", limits_given(f.run));
-  if (auto st = apply_named_tenant(f.run.tenant, req.run, nlohmann::json{{"name", req.pack.name}, {"digest", req.pack.digest}}); !st)
+  req.run.limit_layers =
+      limit_layers(*profile, &req.pack.spec_patch, req.pack.source_dir + "/pack.json", limits_given(f.run));
+  if (auto st = apply_named_tenant(f.run.tenant, req.run,
+                                   nlohmann::json{{"name", req.pack.name}, {"digest", req.pack.digest}});
+      !st)
     return usage_error(st.error().message);
   req.dry_run = f.run.dry_run;
   if (!req.dry_run)
@@ -194,31 +205,33 @@ void add_pack_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out
                      "Unknown JSON Schema keywords (a misspelled \"requried\") are errors (the default); "
                      "--no-strict: warnings");
   out.push_back({validate, [&g]() -> int {
-    (void)g;
-    std::vector<PackProblem> problems;
-    auto p = load_pack(f.dir, problems, f.strict);
-    if (!p) return print_problems(f.dir, problems, p.error());
-    print_warnings(f.dir, *p);
-    // The manifest's limits against the profile a plain `pack run` uses: above it, that run fails.
-    auto profile = load_profile(kDefaultProfile);
-    if (!profile) return usage_error(profile.error().describe());
-    if (auto merged = spec_from_layers(*profile, &p->spec_patch, f.dir + "/pack.json"); !merged)
-      return usage_error(merged.error().message + " (checked against the default profile)");
-    std::printf("%s %s: ok (digest %s)\n", printable(p->name).c_str(), printable(p->version).c_str(), p->digest.c_str());
-    return 0;
-  }});
+                   (void)g;
+                   std::vector<PackProblem> problems;
+                   auto p = load_pack(f.dir, problems, f.strict);
+                   if (!p) return print_problems(f.dir, problems, p.error());
+                   print_warnings(f.dir, *p);
+                   // The manifest's limits against the profile a plain `pack run` uses: above it, that run fails.
+                   auto profile = load_profile(kDefaultProfile);
+                   if (!profile) return usage_error(profile.error().describe());
+                   if (auto merged = spec_from_layers(*profile, &p->spec_patch, f.dir + "/pack.json"); !merged)
+                     return usage_error(merged.error().message + " (checked against the default profile)");
+                   std::printf("%s %s: ok (digest %s)\n", printable(p->name).c_str(), printable(p->version).c_str(),
+                               p->digest.c_str());
+                   return 0;
+                 }});
 
   auto* init = pack->add_subcommand("init", "Create a working pack skeleton in a new directory NAME");
   init->add_option("NAME", f.init_name, "Pack name (also the directory created)")->required();
   out.push_back({init, []() -> int {
-    std::string name = f.init_name;
-    auto slash = name.find_last_of('/');
-    std::string base = slash == std::string::npos ? name : name.substr(slash + 1);
-    if (auto st = init_pack(f.init_name, base); !st) return usage_error("pack init: " + st.error().describe());
-    std::printf("created pack %s in %s; try: sbx pack run %s --input %s/records.json\n", base.c_str(),
-                f.init_name.c_str(), f.init_name.c_str(), f.init_name.c_str());
-    return 0;
-  }});
+                   std::string name = f.init_name;
+                   auto slash = name.find_last_of('/');
+                   std::string base = slash == std::string::npos ? name : name.substr(slash + 1);
+                   if (auto st = init_pack(f.init_name, base); !st)
+                     return usage_error("pack init: " + st.error().describe());
+                   std::printf("created pack %s in %s; try: sbx pack run %s --input %s/records.json\n", base.c_str(),
+                               f.init_name.c_str(), f.init_name.c_str(), f.init_name.c_str());
+                   return 0;
+                 }});
 
   auto* run = pack->add_subcommand("run", "Validate input records, run the pack in a sandbox, validate its result");
   run->add_option("DIR", f.dir, "Pack directory")->required();

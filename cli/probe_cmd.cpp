@@ -62,8 +62,9 @@ struct Captured {
 
 // Runs sbx itself with `args`, capturing stdout and stderr (bounded), killing it after `limit`.
 // `env_extra` is set in the child only.
-Captured run_self(const std::vector<std::string>& args, const std::vector<std::pair<std::string, std::string>>& env_extra,
-                  std::chrono::seconds limit, bool pass_own_pid) {
+Captured run_self(const std::vector<std::string>& args,
+                  const std::vector<std::pair<std::string, std::string>>& env_extra, std::chrono::seconds limit,
+                  bool pass_own_pid) {
   Captured c;
   int out[2], err[2];
   if (::pipe2(out, O_CLOEXEC) != 0) return c;
@@ -107,7 +108,8 @@ Captured run_self(const std::vector<std::string>& args, const std::vector<std::p
       ::kill(pid, SIGKILL);
       killed = true;
     }
-    if (::poll(p, 2, killed ? 2000 : static_cast<int>(std::min<long long>(left.count(), 1000))) < 0 && errno != EINTR) break;
+    if (::poll(p, 2, killed ? 2000 : static_cast<int>(std::min<long long>(left.count(), 1000))) < 0 && errno != EINTR)
+      break;
     for (int i = 0; i < 2; ++i) {
       if (p[i].fd < 0 || !(p[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
       char buf[16384];
@@ -225,7 +227,8 @@ bool write_helper(const std::string& helper, const std::string& marker) {
   std::size_t size = static_cast<std::size_t>(sbx_probe_helper_end - sbx_probe_helper_begin);
   // Modes set explicitly: the caller's umask (077 is common) must not hide the helper and the
   // marker from the sandbox's mapped user, or the probe run fails at execve.
-  bool ok = fd >= 0 && ::write(fd, sbx_probe_helper_begin, size) == static_cast<ssize_t>(size) && ::fchmod(fd, 0755) == 0;
+  bool ok =
+      fd >= 0 && ::write(fd, sbx_probe_helper_begin, size) == static_cast<ssize_t>(size) && ::fchmod(fd, 0755) == 0;
   if (fd >= 0) ::close(fd);
   int mfd = ::open(marker.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   ok = ok && mfd >= 0 && ::write(mfd, "sbx probe host marker\n", 22) == 22 && ::fchmod(mfd, 0644) == 0;
@@ -258,7 +261,8 @@ std::optional<int> prepare_host_side(HostSide& h) {
   h.trace = h.dir.path + "/trace.json";
   // The run's own TMPDIR: whatever sbx run makes through it is the run's, and must be gone after.
   h.run_tmp = h.dir.path + "/tmp";
-  if (::mkdir(h.run_tmp.c_str(), 0755) != 0) return usage_error("probe: cannot make " + h.run_tmp + ": " + std::strerror(errno));
+  if (::mkdir(h.run_tmp.c_str(), 0755) != 0)
+    return usage_error("probe: cannot make " + h.run_tmp + ": " + std::strerror(errno));
   h.exported = h.dir.path + "/out";
   return std::nullopt;
 }
@@ -286,10 +290,22 @@ std::vector<std::string> probe_run_words(const std::vector<std::string>& base, c
     return v != limits.end() && v->is_number_integer() ? v->get<long long>() : 0;
   };
   std::vector<std::string> args = base;
-  const std::vector<std::string> extra = {"--bind", h.helper + ":/sbx-probe", "--env-pass", "SBX_PROBE_CANARY",
-                                         "--trace-file", h.trace, "--output", h.exported, "--", "/sbx-probe", h.token, h.marker,
-                                         std::to_string(h.port), "@HOSTPID@", std::to_string(limit("pids")),
-                                         std::to_string(limit("memory_bytes"))};
+  const std::vector<std::string> extra = {"--bind",
+                                          h.helper + ":/sbx-probe",
+                                          "--env-pass",
+                                          "SBX_PROBE_CANARY",
+                                          "--trace-file",
+                                          h.trace,
+                                          "--output",
+                                          h.exported,
+                                          "--",
+                                          "/sbx-probe",
+                                          h.token,
+                                          h.marker,
+                                          std::to_string(h.port),
+                                          "@HOSTPID@",
+                                          std::to_string(limit("pids")),
+                                          std::to_string(limit("memory_bytes"))};
   args.insert(args.end(), extra.begin(), extra.end());
   const EgressTargets egress = egress_targets(spec);
   for (auto& t : egress.allowed) args.insert(args.end(), {"allow", t});
@@ -342,7 +358,8 @@ void host_checks(std::vector<ProbeResult>& results, const ProbeOutput& po, const
     record_names_check(results, record, h.token, status);
   }
   if (po.bad_lines)
-    results.push_back({"probe.output", "skipped", std::to_string(po.bad_lines) + " lines of the sandbox's output were not probe results"});
+    results.push_back({"probe.output", "skipped",
+                       std::to_string(po.bad_lines) + " lines of the sandbox's output were not probe results"});
 }
 
 int print_report(const std::vector<ProbeResult>& results, bool as_json, int run_status, const std::string& status) {
@@ -358,7 +375,8 @@ int print_report(const std::vector<ProbeResult>& results, bool as_json, int run_
 
 int probe_main(const GlobalOptions& g, const RunFlags& f, bool as_json) {
   if (g.after_dashdash) return usage_error("probe: takes run options only, no command (it runs its own probes)");
-  if (auto what = refused(f)) return usage_error("probe: " + *what + " is not taken by probe (its output is the report)");
+  if (auto what = refused(f))
+    return usage_error("probe: " + *what + " is not taken by probe (its output is the report)");
   const std::vector<std::string> base = run_words(g);
   if (base.empty()) return usage_error("probe: cannot find the word 'probe' in the command line");
   int rc = 0;
@@ -390,8 +408,11 @@ int probe_main(const GlobalOptions& g, const RunFlags& f, bool as_json) {
   if (!po.finished) {
     // The memory probe is last: a kernel that ends the whole run at the limit (cgroup v2 with
     // memory.oom.group) ends it there, and the record says so.
-    if (status == "oom") results.push_back({"limit.memory", "held", "the run was ended at its memory limit (status oom)"});
-    else results.push_back({"limit.memory", "breached", "the run ended during the memory probe (status " + printable(status) + ")"});
+    if (status == "oom")
+      results.push_back({"limit.memory", "held", "the run was ended at its memory limit (status oom)"});
+    else
+      results.push_back(
+          {"limit.memory", "breached", "the run ended during the memory probe (status " + printable(status) + ")"});
   }
   host_checks(results, po, record, h, secrets, dirs, mounts_before, pids_before, started, status);
   return print_report(results, as_json, run.status, status);
@@ -402,9 +423,10 @@ int probe_main(const GlobalOptions& g, const RunFlags& f, bool as_json) {
 void add_probe_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out) {
   static RunFlags f;
   static bool as_json = false;
-  auto* cmd = app.add_subcommand(
-      "probe", "Test the boundaries of a run configuration: the run options of sbx run, probed from inside; "
-               "exit 0 all held, 1 one breached, 125 could not run");
+  auto* cmd =
+      app.add_subcommand("probe",
+                         "Test the boundaries of a run configuration: the run options of sbx run, probed from inside; "
+                         "exit 0 all held, 1 one breached, 125 could not run");
   add_run_options(cmd, f);
   cmd->add_flag("--json", as_json, "Print the results as JSON");
   cmd->fallthrough(false);

@@ -37,15 +37,18 @@ static Status read_run_secrets(const RunFlags& f, RunRequest& req) {
     auto eq = s.find('=');
     std::string name = s.substr(0, eq);
     bool ok = eq != std::string::npos && !name.empty() && name.size() <= 64 && !(name[0] >= '0' && name[0] <= '9');
-    for (char c : name) ok = ok && ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_');
+    for (char c : name)
+      ok = ok && ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_');
     if (!ok)
-      return make_error("usage", "run: --secret: expected NAME=@FILE or NAME=env:VAR, NAME of letters, digits and '_' "
-                                 "not starting with a digit (at most 64)");
+      return make_error("usage",
+                        "run: --secret: expected NAME=@FILE or NAME=env:VAR, NAME of letters, digits and '_' "
+                        "not starting with a digit (at most 64)");
     for (auto& [n, v] : req.secrets.files)
       if (n == name) return make_error("usage", "run: --secret " + name + " given twice");
     if (f.keep_inputs)
-      return make_error("usage", "run: --secret " + name + " with --keep-inputs: secrets are never kept, so the run "
-                                 "could not be replayed as it ran");
+      return make_error("usage", "run: --secret " + name +
+                                     " with --keep-inputs: secrets are never kept, so the run "
+                                     "could not be replayed as it ran");
     auto value = read_secret_source(s.substr(eq + 1));
     if (!value) return make_error("usage", "run: --secret " + name + ": " + value.error().describe());
     req.secrets.files.push_back({name, std::move(*value)});
@@ -92,10 +95,14 @@ Status apply_limit_flags(Limits& limits, const RunFlags& f) {
 const std::optional<std::string>* limit_flag_text(const RunFlags& f, const LimitKind& k) {
   // RunFlags' member for each limit flag of limits_table.hpp (CLI11 fills them by name).
   static const std::pair<const char*, std::optional<std::string> RunFlags::*> kMembers[] = {
-      {"--timeout", &RunFlags::timeout},   {"--memory", &RunFlags::memory},
-      {"--pids", &RunFlags::pids},         {"--cpus", &RunFlags::cpus},
-      {"--cpu-time", &RunFlags::cpu_time}, {"--output-limit", &RunFlags::output_limit},
-      {"--output-max-bytes", &RunFlags::output_max_bytes}, {"--output-max-files", &RunFlags::output_max_files}};
+      {"--timeout", &RunFlags::timeout},
+      {"--memory", &RunFlags::memory},
+      {"--pids", &RunFlags::pids},
+      {"--cpus", &RunFlags::cpus},
+      {"--cpu-time", &RunFlags::cpu_time},
+      {"--output-limit", &RunFlags::output_limit},
+      {"--output-max-bytes", &RunFlags::output_max_bytes},
+      {"--output-max-files", &RunFlags::output_max_files}};
   for (auto& [flag, member] : kMembers)
     if (std::string_view(k.flag) == flag) return &(f.*member);
   return nullptr;
@@ -138,7 +145,8 @@ Result<RunSpec> apply_flags(RunSpec spec, const RunFlags& f) {
     char* end = nullptr;
     long long n = std::strtoll(f.output_max_files->c_str(), &end, 10);
     if (f.output_max_files->empty() || *end != '\0' || n < 0)
-      return make_error("usage", "--output-max-files: bad file count '" + *f.output_max_files + "' (a non-negative integer)");
+      return make_error("usage",
+                        "--output-max-files: bad file count '" + *f.output_max_files + "' (a non-negative integer)");
     spec.limits.output_max_files = n;
   }
   for (auto& h : f.allow_hosts) {
@@ -185,13 +193,15 @@ void add_limit_options(CLI::App* app, RunFlags& f) {
   app->add_option("--cpus", f.cpus, "CPU share, e.g. 0.5");
   app->add_option("--cpu-time", f.cpu_time, "CPU-time budget, e.g. 10s");
   app->add_flag("--require-limits", f.require_limits, "Fail (exit 125) unless every limit can be enforced");
-  app->add_flag("--require-record", f.require_record,
-                "Fail (exit 125) when the run's trace record cannot be stored durably (always on for pack run and exec)");
+  app->add_flag(
+      "--require-record", f.require_record,
+      "Fail (exit 125) when the run's trace record cannot be stored durably (always on for pack run and exec)");
   app->add_option("--seccomp", f.seccomp, "Seccomp policy: default, unconfined, or an OCI JSON file");
   app->add_option("--cap-add", f.cap_add,
                   "Keep this capability (CAP_CHOWN or chown) inside the sandbox's user namespace too; repeatable");
-  app->add_option("--gpu", f.gpu,
-                  "Give the sandbox GPUs: all, indices (0 or 0,1) or a UUID; at most the profile's gpu.max (untrusted: 1)");
+  app->add_option(
+      "--gpu", f.gpu,
+      "Give the sandbox GPUs: all, indices (0 or 0,1) or a UUID; at most the profile's gpu.max (untrusted: 1)");
   app->add_option("--trace-file", f.trace_file, "Also write the trace record to this file");
   app->add_option("--events", f.events,
                   "Stream live events as JSON lines to FILE, a FIFO or fd:N (never blocks the run; drops are counted)");
@@ -231,26 +241,36 @@ void add_run_options(CLI::App* run, RunFlags& f) {
   run->add_option("--bind", f.binds, "Bind a host path: SRC[:DST][:rw], read-only unless rw (repeatable)");
   run->add_option("--tmpfs", f.tmpfs, "Mount a size-capped tmpfs: DST[:SIZE] (repeatable, default size 64M)");
   run->add_option("--workdir", f.workdir, "Working directory inside the sandbox (default /tmp)");
-  run->add_option("--input", f.inputs, "Mount a host file or directory read-only and hash it into the trace: PATH[:DST] (default DST /in/NAME; repeatable)");
-  run->add_flag("--keep-inputs", f.keep_inputs,
-                "Keep the --input files and the profile's text in the blob store, so that 'sbx replay' can re-run this run");
-  run->add_option("--output", f.output_dir, "After the run, export /out (regular files and directories only) to DIR: new or empty");
-  run->add_option("--output-max-bytes", f.output_max_bytes, "Most bytes --output exports (default 256M; past it: status output_limit)");
-  run->add_option("--output-max-files", f.output_max_files, "Most files and directories --output exports (default 10000)");
+  run->add_option(
+      "--input", f.inputs,
+      "Mount a host file or directory read-only and hash it into the trace: PATH[:DST] (default DST /in/NAME; repeatable)");
+  run->add_flag(
+      "--keep-inputs", f.keep_inputs,
+      "Keep the --input files and the profile's text in the blob store, so that 'sbx replay' can re-run this run");
+  run->add_option("--output", f.output_dir,
+                  "After the run, export /out (regular files and directories only) to DIR: new or empty");
+  run->add_option("--output-max-bytes", f.output_max_bytes,
+                  "Most bytes --output exports (default 256M; past it: status output_limit)");
+  run->add_option("--output-max-files", f.output_max_files,
+                  "Most files and directories --output exports (default 10000)");
   run->add_option("--env", f.env, "Set an environment variable: NAME=VALUE (repeatable)");
   run->add_option("--env-pass", f.env_pass, "Pass a variable from sbx's environment (repeatable)");
   run->add_option("--secret", f.secrets,
                   "Deliver a secret for this run only, as the file /run/secrets/NAME (0400, a private tmpfs): "
                   "NAME=@FILE or NAME=env:VAR (repeatable; the value is never recorded)");
-  run->add_option("--allow-host", f.allow_hosts,
-                  "Allow egress to HOST[:PORT] through sbx's filtering proxy: a name, *.domain, an IP, [IPv6] or a CIDR; "
-                  "ports 80 and 443 unless given (repeatable)");
-  run->add_flag("-i,--interactive", f.interactive,
-                "Relay stdin to the program even when it is a terminal (through a pipe; with -t, to the program's pty)");
-  run->add_flag("-t,--tty", f.tty,
-                "Give the program a pseudo-terminal of its own (stdin must be a terminal; stderr is merged into stdout)");
-  run->add_flag("--dry-run", f.dry_run,
-                "Make every check of a run and print the merged spec and what would enforce each limit as JSON; run nothing");
+  run->add_option(
+      "--allow-host", f.allow_hosts,
+      "Allow egress to HOST[:PORT] through sbx's filtering proxy: a name, *.domain, an IP, [IPv6] or a CIDR; "
+      "ports 80 and 443 unless given (repeatable)");
+  run->add_flag(
+      "-i,--interactive", f.interactive,
+      "Relay stdin to the program even when it is a terminal (through a pipe; with -t, to the program's pty)");
+  run->add_flag(
+      "-t,--tty", f.tty,
+      "Give the program a pseudo-terminal of its own (stdin must be a terminal; stderr is merged into stdout)");
+  run->add_flag(
+      "--dry-run", f.dry_run,
+      "Make every check of a run and print the merged spec and what would enforce each limit as JSON; run nothing");
   run->add_flag("--systemd-scope", f.systemd_scope,
                 "Rootless without a delegated cgroup: re-run sbx under systemd-run --user --scope -p Delegate=yes, "
                 "or fail (125) when no user manager answers (the default does it only where it helps)");
@@ -270,67 +290,74 @@ void add_run_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out)
   run->fallthrough(false);
   add_global_options(*run, g);
 
-  out.push_back({run, [run, &g]() -> int {
-    // With prefix_command, everything from the first positional on is in remaining(); a "--"
-    // that main() cut off came after it, so it is put back where it was.
-    f.command = run->remaining();
-    // prefix_command() also hands over an unknown option that precedes the command: it is a
-    // typo of ours, not a program called "--foo".
-    if (!f.command.empty() && f.command[0].size() > 1 && f.command[0][0] == '-')
-      return usage_error("run: unknown option '" + f.command[0] + "' (see 'sbx run --help'; put the command after --)");
-    if (g.after_dashdash) {
-      if (!f.command.empty()) f.command.push_back("--");
-      f.command.insert(f.command.end(), g.after_dashdash->begin(), g.after_dashdash->end());
-    }
-    auto profile = load_profile(f.profile);
-    if (!profile) return usage_error(profile.error().describe());
-    auto merged = spec_from_layers(*profile, nullptr, "");
-    if (!merged) return usage_error(merged.error().message);
-    if (auto st = apply_image_config(*merged, f, g); !st) return usage_error(st.error().message);
-    auto spec = apply_flags(std::move(*merged), f);
-    if (!spec) return usage_error(spec.error().message);
-    auto stdin_plan = plan_stdin(f.interactive, f.tty);
-    if (!stdin_plan) return usage_error(stdin_plan.error().message);
-    RunRequest req;
-    req.spec = std::move(*spec);
-    req.profile = profile->source;
-    req.dirs = resolve_dirs(g.state_dir);
-    req.trace_file = f.trace_file;
-    req.explicit_limits = explicit_limits(f);
-    req.limit_layers = limit_layers(*profile, nullptr, "", limits_given(f));
-    req.invocation_argv = g.argv;
-    req.io.stdin_plan = *stdin_plan;
-    if (auto st = apply_named_tenant(f.tenant, req); !st) return usage_error(st.error().message);
-    if (auto st = read_run_secrets(f, req); !st) return usage_error(st.error().message);
-    if (f.dry_run) {
-      if (!f.output_dir.empty())
-        if (auto st = prepare_export_dir(f.output_dir, false); !st) return usage_error(st.error().describe());
-      return print_dry_run(req);
-    }
-    if (auto st = check_trace_file(f.trace_file); !st) return usage_error(st.error().describe());
-    {
-      ScopeMode mode = f.systemd_scope ? ScopeMode::always : f.no_systemd_scope ? ScopeMode::never : ScopeMode::automatic;
-      std::string reused_unit;
-      if (auto rc = maybe_reexec_in_systemd_scope(g.argv, req.spec, mode, req.scope.systemd_scope, &reused_unit)) return *rc;
-      req.scope.cgroup_via_scope = scope_origin(&req.scope.scope_unit);
-      if (!reused_unit.empty()) {
-        req.scope.cgroup_via_scope = "reused";
-        req.scope.scope_unit = reused_unit;
-      }
-    }
-    if (!f.output_dir.empty())
-      if (auto st = prepare_export_dir(f.output_dir); !st) return usage_error(st.error().describe());
-    req.export_dir = f.output_dir;
-    if (f.keep_inputs) {
-      // Before the run: the supervisor's loop never waits on the blob store.
-      auto kept = keep_run_inputs(req.dirs, req.spec, req.profile, req.blob_pin);
-      if (!kept) return usage_error(kept.error().describe());
-      put(req.record_extra, "blobs", std::move(*kept));
-    }
-    int status = run_sandbox(req).exit_status;
-    for (auto& [name, value] : req.secrets.files) std::fill(value.begin(), value.end(), '\0');
-    return status;
-  }, true});
+  out.push_back(
+      {run,
+       [run, &g]() -> int {
+         // With prefix_command, everything from the first positional on is in remaining(); a "--"
+         // that main() cut off came after it, so it is put back where it was.
+         f.command = run->remaining();
+         // prefix_command() also hands over an unknown option that precedes the command: it is a
+         // typo of ours, not a program called "--foo".
+         if (!f.command.empty() && f.command[0].size() > 1 && f.command[0][0] == '-')
+           return usage_error("run: unknown option '" + f.command[0] +
+                              "' (see 'sbx run --help'; put the command after --)");
+         if (g.after_dashdash) {
+           if (!f.command.empty()) f.command.push_back("--");
+           f.command.insert(f.command.end(), g.after_dashdash->begin(), g.after_dashdash->end());
+         }
+         auto profile = load_profile(f.profile);
+         if (!profile) return usage_error(profile.error().describe());
+         auto merged = spec_from_layers(*profile, nullptr, "");
+         if (!merged) return usage_error(merged.error().message);
+         if (auto st = apply_image_config(*merged, f, g); !st) return usage_error(st.error().message);
+         auto spec = apply_flags(std::move(*merged), f);
+         if (!spec) return usage_error(spec.error().message);
+         auto stdin_plan = plan_stdin(f.interactive, f.tty);
+         if (!stdin_plan) return usage_error(stdin_plan.error().message);
+         RunRequest req;
+         req.spec = std::move(*spec);
+         req.profile = profile->source;
+         req.dirs = resolve_dirs(g.state_dir);
+         req.trace_file = f.trace_file;
+         req.explicit_limits = explicit_limits(f);
+         req.limit_layers = limit_layers(*profile, nullptr, "", limits_given(f));
+         req.invocation_argv = g.argv;
+         req.io.stdin_plan = *stdin_plan;
+         if (auto st = apply_named_tenant(f.tenant, req); !st) return usage_error(st.error().message);
+         if (auto st = read_run_secrets(f, req); !st) return usage_error(st.error().message);
+         if (f.dry_run) {
+           if (!f.output_dir.empty())
+             if (auto st = prepare_export_dir(f.output_dir, false); !st) return usage_error(st.error().describe());
+           return print_dry_run(req);
+         }
+         if (auto st = check_trace_file(f.trace_file); !st) return usage_error(st.error().describe());
+         {
+           ScopeMode mode = f.systemd_scope      ? ScopeMode::always
+                            : f.no_systemd_scope ? ScopeMode::never
+                                                 : ScopeMode::automatic;
+           std::string reused_unit;
+           if (auto rc = maybe_reexec_in_systemd_scope(g.argv, req.spec, mode, req.scope.systemd_scope, &reused_unit))
+             return *rc;
+           req.scope.cgroup_via_scope = scope_origin(&req.scope.scope_unit);
+           if (!reused_unit.empty()) {
+             req.scope.cgroup_via_scope = "reused";
+             req.scope.scope_unit = reused_unit;
+           }
+         }
+         if (!f.output_dir.empty())
+           if (auto st = prepare_export_dir(f.output_dir); !st) return usage_error(st.error().describe());
+         req.export_dir = f.output_dir;
+         if (f.keep_inputs) {
+           // Before the run: the supervisor's loop never waits on the blob store.
+           auto kept = keep_run_inputs(req.dirs, req.spec, req.profile, req.blob_pin);
+           if (!kept) return usage_error(kept.error().describe());
+           put(req.record_extra, "blobs", std::move(*kept));
+         }
+         int status = run_sandbox(req).exit_status;
+         for (auto& [name, value] : req.secrets.files) std::fill(value.begin(), value.end(), '\0');
+         return status;
+       },
+       true});
 }
 
 }  // namespace sbx::cli

@@ -12,10 +12,10 @@ void add_scope_keeper_command(CLI::App& app, GlobalOptions&, std::vector<Command
   static std::string idle = std::to_string(kDefaultKeeperIdle);
   cmd->add_option("--idle", idle, "Exit after this many seconds without a run in the scope");
   out.push_back({cmd, [] {
-    auto s = parse_keeper_idle(idle, "scope-keeper --idle");
-    if (!s) return usage_error(s.error().message);
-    return run_scope_keeper(*s);
-  }});
+                   auto s = parse_keeper_idle(idle, "scope-keeper --idle");
+                   if (!s) return usage_error(s.error().message);
+                   return run_scope_keeper(*s);
+                 }});
 }
 
 }  // namespace sbx::cli

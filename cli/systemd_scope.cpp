@@ -52,8 +52,8 @@ std::string runtime_dir() {
 std::vector<std::string> systemd_scope_argv(const std::string& self_exe, const std::vector<std::string>& argv) {
   // --scope runs the command in this process (stdio, signals and exit status stay ours);
   // Delegate=yes hands the scope's cgroup to the user, so sbx can create run cgroups below it.
-  std::vector<std::string> out = {"systemd-run", "--user", "--scope", "-p", "Delegate=yes", "--quiet", "--collect", "--",
-                                  self_exe};
+  std::vector<std::string> out = {"systemd-run", "--user",    "--scope", "-p",    "Delegate=yes",
+                                  "--quiet",     "--collect", "--",      self_exe};
   bool after_dashdash = false;
   for (std::size_t i = 1; i < argv.size(); ++i) {
     if (!after_dashdash && (argv[i] == "--systemd-scope" || argv[i] == "--no-systemd-scope")) continue;

@@ -22,16 +22,14 @@ namespace {
 std::optional<Dirs> g_tenant_dirs;
 Dirs store_dirs(const GlobalOptions& g) { return g_tenant_dirs ? *g_tenant_dirs : resolve_dirs(g.state_dir); }
 
-
 using nlohmann::json;
 
 // nlohmann::json keeps members sorted by name; print the record's top level in the schema's order
 // (schema and run_id first, as the runtime writes it) so `show` reads top-down like the record.
 std::string pretty(const json& r) {
-  static const char* const kOrder[] = {"schema",      "run_id",  "started_at", "ended_at", "sbx",
-                                       "host",        "invocation", "image",   "enforcement", "inputs",
-                                       "outputs",     "stdin",   "stdout",  "stderr",     "result",   "usage",
-                                       "violations"};
+  static const char* const kOrder[] = {"schema",     "run_id", "started_at",  "ended_at", "sbx",       "host",
+                                       "invocation", "image",  "enforcement", "inputs",   "outputs",   "stdin",
+                                       "stdout",     "stderr", "result",      "usage",    "violations"};
   if (!r.is_object()) return dump_ascii_json(r, 2);
   nlohmann::ordered_json out = nlohmann::ordered_json::object();
   for (const char* k : kOrder)
@@ -61,19 +59,26 @@ int run_ls(const GlobalOptions& g, const LsOptions& o) {
   // above; a script that must see every run checks the status, one that lists what it can goes on.
   auto done = [&] {
     if (skipped == 0) return 0;
-    std::fprintf(stderr, "sbx: trace ls: %llu ledger line(s) or record(s) could not be read and are not listed (exit 1; 'sbx trace verify' checks the ledger)\n",
-                 static_cast<unsigned long long>(skipped));
+    std::fprintf(
+        stderr,
+        "sbx: trace ls: %llu ledger line(s) or record(s) could not be read and are not listed (exit 1; 'sbx trace verify' checks the ledger)\n",
+        static_cast<unsigned long long>(skipped));
     return 1;
   };
   if (o.as_json) {
     // For scripts: one array, newest first; text of outside origin stays JSON-escaped (ASCII).
     json a = json::array();
     for (auto& t : *traces)
-      a.push_back({{"run_id", t.run_id}, {"started_at", t.started_at}, {"status", t.status},
-                   {"exit_code", t.exit_code ? json(*t.exit_code) : json(nullptr)}, {"wall_ms", t.wall_ms},
-                   {"command", t.command},
-                   {"pack", t.pack.empty() ? json(nullptr) : json{{"name", t.pack}, {"version", t.pack_version}, {"digest", t.pack_digest}}},
-                   {"image", {{"name", t.image}, {"digest", t.image_digest.empty() ? json(nullptr) : json(t.image_digest)}}}});
+      a.push_back(
+          {{"run_id", t.run_id},
+           {"started_at", t.started_at},
+           {"status", t.status},
+           {"exit_code", t.exit_code ? json(*t.exit_code) : json(nullptr)},
+           {"wall_ms", t.wall_ms},
+           {"command", t.command},
+           {"pack", t.pack.empty() ? json(nullptr)
+                                   : json{{"name", t.pack}, {"version", t.pack_version}, {"digest", t.pack_digest}}},
+           {"image", {{"name", t.image}, {"digest", t.image_digest.empty() ? json(nullptr) : json(t.image_digest)}}}});
     std::printf("%s\n", dump_ascii_json(a, 2).c_str());
     std::fflush(stdout);
     return done();
@@ -84,7 +89,8 @@ int run_ls(const GlobalOptions& g, const LsOptions& o) {
   for (auto& t : *traces) {
     std::string exit_code = t.exit_code ? std::to_string(*t.exit_code) : "-";
     std::printf("%-29s  %-24s  %-17s  %4s  %8lld  %s\n", printable(t.run_id).c_str(), printable(t.started_at).c_str(),
-                printable(t.status).c_str(), exit_code.c_str(), static_cast<long long>(t.wall_ms), printable(t.command).c_str());
+                printable(t.status).c_str(), exit_code.c_str(), static_cast<long long>(t.wall_ms),
+                printable(t.command).c_str());
   }
   std::fflush(stdout);
   return done();
@@ -105,9 +111,10 @@ int run_verify(const GlobalOptions& g, const std::string& anchor_text, const std
     auto sep = anchor_text.find_first_of(": ");
     std::string seq = anchor_text.substr(0, sep);
     std::string hash = sep == std::string::npos ? "" : anchor_text.substr(sep + 1, 64);
-    if (seq.empty() || seq.size() > 19 || seq.find_first_not_of("0123456789") != std::string::npos || hash.size() != 64 ||
-        hash.find_first_not_of("0123456789abcdef") != std::string::npos || std::stoull(seq) == 0)
-      return usage_error("trace verify: --anchor wants SEQ:HASH (as 'sbx trace head' prints it), got '" + anchor_text + "'");
+    if (seq.empty() || seq.size() > 19 || seq.find_first_not_of("0123456789") != std::string::npos ||
+        hash.size() != 64 || hash.find_first_not_of("0123456789abcdef") != std::string::npos || std::stoull(seq) == 0)
+      return usage_error("trace verify: --anchor wants SEQ:HASH (as 'sbx trace head' prints it), got '" + anchor_text +
+                         "'");
     anchor = LedgerAnchor{std::stoull(seq), hash};
   }
   auto r = verify_ledger(store_dirs(g), anchor, verifier ? &*verifier : nullptr);
@@ -117,8 +124,7 @@ int run_verify(const GlobalOptions& g, const std::string& anchor_text, const std
     if (r->oversize_lines)  // the walk went on past them: what it checked is not "before the break"
       std::printf("broken: %llu record(s) verified, %llu line(s) over the size bound not checked\n",
                   static_cast<unsigned long long>(r->records), static_cast<unsigned long long>(r->oversize_lines));
-    else
-      std::printf("broken after %llu intact record(s)\n", static_cast<unsigned long long>(r->records));
+    else std::printf("broken after %llu intact record(s)\n", static_cast<unsigned long long>(r->records));
     return 1;
   }
   if (r->records == 0) {
@@ -149,7 +155,8 @@ int run_head(const GlobalOptions& g, bool as_json) {
     std::fprintf(stderr, "sbx: warning: the ledger ends in %llu bytes of an interrupted append (sbx trace verify)\n",
                  static_cast<unsigned long long>(h->torn_bytes));
   if (as_json) {
-    json j = {{"seq", h->seq}, {"hash", h->seq ? json(h->hash) : json(nullptr)},
+    json j = {{"seq", h->seq},
+              {"hash", h->seq ? json(h->hash) : json(nullptr)},
               {"run_id", h->seq ? json(h->run_id) : json(nullptr)}};
     std::printf("%s\n", j.dump().c_str());
   } else if (h->seq == 0) {
@@ -160,6 +167,38 @@ int run_head(const GlobalOptions& g, bool as_json) {
   return 0;
 }
 
+struct ShowOptions {
+  std::string run_id;
+  std::string format = "json";
+  bool as_json = false;
+};
+
+// trace show: the selector may be -N, which CLI11 leaves among the extras (see allow_extras below).
+int run_show(GlobalOptions& g, CLI::App& show, ShowOptions& opts) {
+  for (auto& extra : show.remaining()) {
+    bool selector =
+        extra.size() > 1 && extra[0] == '-' && extra.find_first_not_of("0123456789", 1) == std::string::npos;
+    if (!selector || !opts.run_id.empty())
+      return usage_error("trace show: unexpected argument '" + extra + "' (see 'sbx trace show --help')");
+    opts.run_id = extra;
+  }
+  if (opts.run_id.empty()) return usage_error("trace show: RUN_ID is required (a run id, a prefix, 'last' or -N)");
+  if (opts.as_json && show.count("--format") && opts.format != "json")
+    return usage_error("trace show: --json and --format " + opts.format + " contradict each other");
+  auto rec = load_trace(store_dirs(g), opts.run_id);
+  if (!rec) return usage_error(rec.error().describe());
+  if (opts.format == "text" && !opts.as_json) std::fputs(trace_show_text(*rec).c_str(), stdout);
+  else std::printf("%s\n", pretty(*rec).c_str());
+  return 0;
+}
+
+int run_reindex(GlobalOptions& g) {
+  auto n = rebuild_index(store_dirs(g));
+  if (!n) return usage_error(n.error().describe());
+  std::printf("indexed %llu ledger line(s)\n", static_cast<unsigned long long>(*n));
+  return 0;
+}
+
 }  // namespace
 
 void add_trace_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out) {
@@ -167,12 +206,16 @@ void add_trace_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& ou
   trace->require_subcommand(1);
   auto* ls = trace->add_subcommand("ls", "List stored runs, newest first");
   auto ls_opts = std::make_shared<LsOptions>();
-  ls->add_option("-n,--newest,--limit", ls_opts->newest, "List only the N newest (matching) runs")->check(CLI::PositiveNumber);
-  ls->add_flag("--json", ls_opts->as_json, "Print a JSON array (run_id, started_at, status, exit_code, wall_ms, command, pack, image)");
+  ls->add_option("-n,--newest,--limit", ls_opts->newest, "List only the N newest (matching) runs")
+      ->check(CLI::PositiveNumber);
+  ls->add_flag("--json", ls_opts->as_json,
+               "Print a JSON array (run_id, started_at, status, exit_code, wall_ms, command, pack, image)");
   ls->add_option("--pack", ls_opts->pack, "Only runs of this pack: NAME, NAME@VERSION or its digest");
-  ls->add_option("--image", ls_opts->image, "Only runs on this image: the name the run gave (host, NAME[:TAG]) or its digest");
+  ls->add_option("--image", ls_opts->image,
+                 "Only runs on this image: the name the run gave (host, NAME[:TAG]) or its digest");
   ls->add_option("--status", ls_opts->status, "Only runs with this status (ok, exit_nonzero, timeout, signaled, ...)");
-  ls->add_option("--since", ls_opts->since, "Only runs started at or after this RFC 3339 time or date prefix (2026-12-01)");
+  ls->add_option("--since", ls_opts->since,
+                 "Only runs started at or after this RFC 3339 time or date prefix (2026-12-01)");
   auto tenant = std::make_shared<std::optional<std::string>>();
   auto* reindex = trace->add_subcommand("reindex", "Rebuild the query index (traces/index.sqlite) from the ledger");
   auto* verify = trace->add_subcommand("verify", "Check the trace ledger's hash chain; name the first break");
@@ -180,18 +223,15 @@ void add_trace_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& ou
       "import", "Append records of the previous store format (one <run_id>.json per run) to the ledger");
   auto anchor = std::make_shared<std::string>();
   auto pubkey = std::make_shared<std::string>();
-  verify->add_option("--pubkey", *pubkey, "Ed25519 public key (PEM, from 'sbx key init'): every record must carry a valid signature");
-  verify->add_option("--anchor", *anchor, "SEQ:HASH of a head printed earlier by 'trace head': the chain must still reach it");
+  verify->add_option("--pubkey", *pubkey,
+                     "Ed25519 public key (PEM, from 'sbx key init'): every record must carry a valid signature");
+  verify->add_option("--anchor", *anchor,
+                     "SEQ:HASH of a head printed earlier by 'trace head': the chain must still reach it");
   auto* head = trace->add_subcommand("head", "Print the ledger's head (seq, hash, run id) for anchoring elsewhere");
   auto head_json = std::make_shared<bool>(false);
   head->add_flag("--json", *head_json, "Print {\"seq\", \"hash\", \"run_id\"}");
   auto exported = add_trace_export_command(trace, [&g] { return store_dirs(g); });
   auto* show = trace->add_subcommand("show", "Print one run's trace record");
-  struct ShowOptions {
-    std::string run_id;
-    std::string format = "json";
-    bool as_json = false;
-  };
   auto opts = std::make_shared<ShowOptions>();
   show->add_option("run_id", opts->run_id,
                    "Run id, a unique prefix of one, 'last' (the newest run) or -N (the Nth newest: -1 is 'last')");
@@ -205,42 +245,24 @@ void add_trace_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& ou
     sub->add_option("--tenant", *tenant, "The records of tenant NAME (its own store, see --tenant of sbx run)")
         ->check(tenant_option_check, "NAME");
 
-  out.push_back({trace, [ls, show, verify, anchor, pubkey, import, reindex, head, head_json, opts, ls_opts, exported, tenant, &g]() -> int {
-    if (*tenant) {
-      auto d = tenant_store_of(**tenant, resolve_dirs(g.state_dir));
-      if (!d) return usage_error(d.error().message);
-      g_tenant_dirs = std::move(*d);
-    }
-    if (ls->parsed()) return run_ls(g, *ls_opts);
-    if (exported.app->parsed()) return exported.run();
-    if (verify->parsed()) return run_verify(g, *anchor, *pubkey);
-    if (import->parsed()) return run_import(g);
-    if (reindex->parsed()) {
-      auto n = rebuild_index(store_dirs(g));
-      if (!n) return usage_error(n.error().describe());
-      std::printf("indexed %llu ledger line(s)\n", static_cast<unsigned long long>(*n));
-      return 0;
-    }
-    if (head->parsed()) return run_head(g, *head_json);
-    if (show->parsed()) {
-      for (auto& extra : show->remaining()) {
-        bool selector = extra.size() > 1 && extra[0] == '-' &&
-                        extra.find_first_not_of("0123456789", 1) == std::string::npos;
-        if (!selector || !opts->run_id.empty())
-          return usage_error("trace show: unexpected argument '" + extra + "' (see 'sbx trace show --help')");
-        opts->run_id = extra;
-      }
-      if (opts->run_id.empty()) return usage_error("trace show: RUN_ID is required (a run id, a prefix, 'last' or -N)");
-      if (opts->as_json && show->count("--format") && opts->format != "json")
-        return usage_error("trace show: --json and --format " + opts->format + " contradict each other");
-      auto rec = load_trace(store_dirs(g), opts->run_id);
-      if (!rec) return usage_error(rec.error().describe());
-      if (opts->format == "text" && !opts->as_json) std::fputs(trace_show_text(*rec).c_str(), stdout);
-      else std::printf("%s\n", pretty(*rec).c_str());
-      return 0;
-    }
-    return usage_error("trace: expected 'ls', 'show RUN_ID', 'export RUN_ID', 'verify', 'head', 'import' or 'reindex'");
-  }});
+  out.push_back({trace,
+                 [ls, show, verify, anchor, pubkey, import, reindex, head, head_json, opts, ls_opts, exported, tenant,
+                  &g]() -> int {
+                   if (*tenant) {
+                     auto d = tenant_store_of(**tenant, resolve_dirs(g.state_dir));
+                     if (!d) return usage_error(d.error().message);
+                     g_tenant_dirs = std::move(*d);
+                   }
+                   if (ls->parsed()) return run_ls(g, *ls_opts);
+                   if (exported.app->parsed()) return exported.run();
+                   if (verify->parsed()) return run_verify(g, *anchor, *pubkey);
+                   if (import->parsed()) return run_import(g);
+                   if (reindex->parsed()) return run_reindex(g);
+                   if (head->parsed()) return run_head(g, *head_json);
+                   if (show->parsed()) return run_show(g, *show, *opts);
+                   return usage_error(
+                       "trace: expected 'ls', 'show RUN_ID', 'export RUN_ID', 'verify', 'head', 'import' or 'reindex'");
+                 }});
 }
 
 }  // namespace sbx::cli

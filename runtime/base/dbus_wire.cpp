@@ -65,10 +65,23 @@ struct Reader {
   bool skip_basic(char t) {
     switch (t) {
       case 'y': byte(); return ok;
-      case 'n': case 'q': if (!align(2) || buf.size() - pos < 2) return ok = false; pos += 2; return true;
-      case 'b': case 'i': case 'u': case 'h': u32(); return ok;
-      case 'x': case 't': case 'd': if (!align(8) || buf.size() - pos < 8) return ok = false; pos += 8; return true;
-      case 's': case 'o': str(); return ok;
+      case 'n':
+      case 'q':
+        if (!align(2) || buf.size() - pos < 2) return ok = false;
+        pos += 2;
+        return true;
+      case 'b':
+      case 'i':
+      case 'u':
+      case 'h': u32(); return ok;
+      case 'x':
+      case 't':
+      case 'd':
+        if (!align(8) || buf.size() - pos < 8) return ok = false;
+        pos += 8;
+        return true;
+      case 's':
+      case 'o': str(); return ok;
       case 'g': sig(); return ok;
       default: return ok = false;
     }
@@ -144,8 +157,10 @@ Result<std::size_t> parse_message(std::string_view buf, Message& out) {
   else if (buf[0] != 'l') return wire_error("bad byte-order mark in a message");
   r.pos = 4;
   std::uint32_t body_len = r.u32(), serial = r.u32(), fields_len = r.u32();
-  if (buf[3] != 1) return wire_error("protocol version " + std::to_string(static_cast<unsigned char>(buf[3])) + " (not 1)");
-  if (fields_len > kMaxMessage || body_len > kMaxMessage) return wire_error("message over " + std::to_string(kMaxMessage) + " bytes");
+  if (buf[3] != 1)
+    return wire_error("protocol version " + std::to_string(static_cast<unsigned char>(buf[3])) + " (not 1)");
+  if (fields_len > kMaxMessage || body_len > kMaxMessage)
+    return wire_error("message over " + std::to_string(kMaxMessage) + " bytes");
   std::size_t body_at = pad_to(16 + std::size_t{fields_len}, 8);
   std::size_t total = body_at + body_len;
   if (total > kMaxMessage) return wire_error("message over " + std::to_string(kMaxMessage) + " bytes");
@@ -173,15 +188,25 @@ Result<std::size_t> parse_message(std::string_view buf, Message& out) {
     else if (!f.skip_basic(type[0])) return wire_error("header field " + std::to_string(code) + " of unknown type");
     if (!f.ok) break;
     switch (code) {  // a field of the wrong type is malformed (spec: "Header Fields")
-      case 4: if (type != "s") return wire_error("ERROR_NAME not a string"); m.error_name = s; break;
-      case 5: if (type != "u") return wire_error("REPLY_SERIAL not a uint32"); m.reply_serial = u; break;
-      case 8: if (type != "g") return wire_error("SIGNATURE not a signature"); m.signature = s; break;
+      case 4:
+        if (type != "s") return wire_error("ERROR_NAME not a string");
+        m.error_name = s;
+        break;
+      case 5:
+        if (type != "u") return wire_error("REPLY_SERIAL not a uint32");
+        m.reply_serial = u;
+        break;
+      case 8:
+        if (type != "g") return wire_error("SIGNATURE not a signature");
+        m.signature = s;
+        break;
       default: break;  // path, interface, member, destination, sender, unix fds: not needed here
     }
   }
   if (!f.ok) return wire_error("malformed header fields");
   if (body_len && m.signature.empty()) return wire_error("a body without a signature");
-  if ((m.type == kMethodReturn || m.type == kError) && m.reply_serial == 0) return wire_error("a reply without REPLY_SERIAL");
+  if ((m.type == kMethodReturn || m.type == kError) && m.reply_serial == 0)
+    return wire_error("a reply without REPLY_SERIAL");
   if (m.type == kError && m.error_name.empty()) return wire_error("an error without ERROR_NAME");
   m.body.assign(buf.substr(body_at, body_len));
   out = std::move(m);
@@ -212,7 +237,9 @@ int wait_fd(int fd, short events, std::int64_t deadline_ms) {
   for (;;) {
     std::int64_t left = deadline_ms - monotonic_ms();
     if (left <= 0) return ETIMEDOUT;
-    struct pollfd p{fd, events, 0};
+    struct pollfd p {
+      fd, events, 0
+    };
     int n = ::poll(&p, 1, static_cast<int>(left));
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) return errno;
@@ -241,8 +268,9 @@ Status Connection::write_all(std::string_view data, std::int64_t deadline_ms) {
 }
 
 Status Connection::open(const std::string& socket_path, bool bus, std::int64_t deadline_ms) {
-  struct sockaddr_un sa{};
-  if (socket_path.size() >= sizeof sa.sun_path) return make_error("dbus", "D-Bus: socket path too long: " + socket_path, ENAMETOOLONG);
+  struct sockaddr_un sa {};
+  if (socket_path.size() >= sizeof sa.sun_path)
+    return make_error("dbus", "D-Bus: socket path too long: " + socket_path, ENAMETOOLONG);
   sa.sun_family = AF_UNIX;
   std::memcpy(sa.sun_path, socket_path.c_str(), socket_path.size() + 1);
   fd_.reset(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
@@ -267,11 +295,13 @@ Status Connection::open(const std::string& socket_path, bool bus, std::int64_t d
     if (int e = wait_fd(fd_.get(), POLLIN, deadline_ms)) return make_error("dbus", "D-Bus: authentication", e);
   }
   std::size_t eol = line.find("\r\n");
-  if (line.compare(0, 3, "OK ") != 0) return make_error("dbus", "D-Bus: authentication refused by " + socket_path, EACCES);
+  if (line.compare(0, 3, "OK ") != 0)
+    return make_error("dbus", "D-Bus: authentication refused by " + socket_path, EACCES);
   in_ = line.substr(eol + 2);  // nothing should follow before BEGIN; kept rather than lost
   SBX_TRY(write_all("BEGIN\r\n", deadline_ms));
   if (bus) {
-    auto hello = call("/org/freedesktop/DBus", "org.freedesktop.DBus", "Hello", "org.freedesktop.DBus", "", "", deadline_ms);
+    auto hello =
+        call("/org/freedesktop/DBus", "org.freedesktop.DBus", "Hello", "org.freedesktop.DBus", "", "", deadline_ms);
     if (!hello) return hello.error();
     if (hello->type == kError) return make_error("dbus", "D-Bus: Hello refused: " + hello->error_name, EPROTO);
   }

@@ -32,9 +32,9 @@ class BodyWriter {
  public:
   void byte(std::uint8_t v) { buf_.push_back(static_cast<char>(v)); }
   void u32(std::uint32_t v);
-  void struct_start() { align(8); }  // structs and dict entries start on 8
-  void str(std::string_view s);  // 's' and 'o'
-  void sig(std::string_view s);  // 'g'
+  void struct_start() { align(8); }                     // structs and dict entries start on 8
+  void str(std::string_view s);                         // 's' and 'o'
+  void sig(std::string_view s);                         // 'g'
   void u32_array(const std::vector<std::uint32_t>& v);  // 'au'
   const std::string& bytes() const { return buf_; }
 

@@ -97,14 +97,10 @@ class XzDecoder : public Decoder {
       case LZMA_MEMLIMIT_ERROR:
         return make_error(kStage, "the xz stream needs more than " + std::to_string(kMemLimit >> 20) +
                                       " MiB of memory to decompress (its dictionary); sbx refuses that");
-      case LZMA_MEM_ERROR:
-        return make_error(kStage, "liblzma: out of memory", ENOMEM);
-      case LZMA_FORMAT_ERROR:
-        return corrupt("xz", "liblzma: not an .xz stream");
-      case LZMA_OPTIONS_ERROR:
-        return corrupt("xz", "liblzma: unsupported options");
-      default:
-        return corrupt("xz", "liblzma: compressed data is corrupt (error " + std::to_string(rc) + ")");
+      case LZMA_MEM_ERROR: return make_error(kStage, "liblzma: out of memory", ENOMEM);
+      case LZMA_FORMAT_ERROR: return corrupt("xz", "liblzma: not an .xz stream");
+      case LZMA_OPTIONS_ERROR: return corrupt("xz", "liblzma: unsupported options");
+      default: return corrupt("xz", "liblzma: compressed data is corrupt (error " + std::to_string(rc) + ")");
     }
   }
 
@@ -171,8 +167,8 @@ class Bzip2Decoder : public Decoder {
     Step s{clamp_uint(in_len) - b_.avail_in, clamp_uint(out_len) - b_.avail_out, rc == BZ_STREAM_END};
     if (rc == BZ_OK || rc == BZ_STREAM_END) return s;
     if (rc == BZ_MEM_ERROR) return make_error(kStage, "libbz2: out of memory", ENOMEM);
-    return corrupt("bzip2", rc == BZ_DATA_ERROR_MAGIC ? "libbz2: bad stream header"
-                                                      : "libbz2: error " + std::to_string(rc));
+    return corrupt("bzip2",
+                   rc == BZ_DATA_ERROR_MAGIC ? "libbz2: bad stream header" : "libbz2: error " + std::to_string(rc));
   }
 
   // pbzip2 and `cat a.bz2 b.bz2` write one stream per block of input; bzip2(1) reads them all.
@@ -200,7 +196,10 @@ class Bzip2Decoder : public Decoder {
 
 Result<std::unique_ptr<Decoder>> decoder_for(std::string_view head) {
   if (head.substr(0, 2) == "\x1f\x8b"sv) return GzipDecoder::make();
-  if (head.substr(0, 6) == "\xfd" "7zXZ\0"sv) return XzDecoder::make();
+  if (head.substr(0, 6) ==
+      "\xfd"
+      "7zXZ\0"sv)
+    return XzDecoder::make();
   if (head.substr(0, 4) == "\x28\xb5\x2f\xfd"sv) return ZstdDecoder::make();
   if (head.substr(0, 3) == "BZh"sv) return Bzip2Decoder::make();
   return std::unique_ptr<Decoder>();

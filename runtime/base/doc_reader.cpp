@@ -8,11 +8,17 @@ namespace sbx {
 using nlohmann::json;
 
 std::string json_type_name(const json& j) {
-  return j.is_object() ? "object" : j.is_array() ? "array" : j.is_string() ? "string" : j.is_boolean() ? "boolean"
-         : j.is_number() ? "number" : "null";
+  return j.is_object()    ? "object"
+         : j.is_array()   ? "array"
+         : j.is_string()  ? "string"
+         : j.is_boolean() ? "boolean"
+         : j.is_number()  ? "number"
+                          : "null";
 }
 
-std::string pointer_join(const std::string& pointer, std::string_view key) { return pointer + "/" + pointer_token(key); }
+std::string pointer_join(const std::string& pointer, std::string_view key) {
+  return pointer + "/" + pointer_token(key);
+}
 
 const json& DocReader::at(std::string_view key) {
   seen_.emplace_back(key);
@@ -105,8 +111,8 @@ Status DocReader::get_int(std::string_view key, std::int64_t& out, std::int64_t 
   if (!has(key)) return {};
   auto n = integer_in(j_.at(key), lo, hi);
   if (!n)
-    return fail_key(key, what.empty() ? "must be an integer between " + std::to_string(lo) + " and " + std::to_string(hi)
-                                      : what);
+    return fail_key(
+        key, what.empty() ? "must be an integer between " + std::to_string(lo) + " and " + std::to_string(hi) : what);
   out = *n;
   return {};
 }

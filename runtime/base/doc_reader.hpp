@@ -33,8 +33,8 @@ struct DocProblem {
 
 // What a reader's errors name and how they read.
 struct DocSource {
-  std::string name;   // "profile p.json", "pack.json", "exec request", "policy.json"
-  Stage stage;  // Error::stage of every failure
+  std::string name;  // "profile p.json", "pack.json", "exec request", "policy.json"
+  Stage stage;       // Error::stage of every failure
   // How the document's own pointer ("") reads in a message: "" leaves it out ("<source>: <what>");
   // the seccomp policy has always said "/" there.
   std::string root_text;
@@ -123,8 +123,8 @@ class DocReader {
   Status check_string(const nlohmann::json& v, const std::string& pointer) const;
 
  private:
-  Status quantity_value(std::string_view key, std::int64_t n, bool positive,
-                        std::int64_t max, std::optional<std::int64_t>& out) const;
+  Status quantity_value(std::string_view key, std::int64_t n, bool positive, std::int64_t max,
+                        std::optional<std::int64_t>& out) const;
 
   const nlohmann::json& j_;
   const DocSource& src_;

@@ -15,8 +15,6 @@ std::string Error::describe_with_stage() const {
 
 std::string Error::describe_setup() const { return stage == "usage" ? describe() : describe_with_stage(); }
 
-Error sys_error(Stage stage, std::string message) {
-  return Error{stage, errno, std::move(message)};
-}
+Error sys_error(Stage stage, std::string message) { return Error{stage, errno, std::move(message)}; }
 
 }  // namespace sbx

@@ -13,9 +13,9 @@ namespace sbx {
 
 struct Error {
   Stage stage = "prepare";  // one of kStages (stage.hpp): "mounts", "profile", "usage", ...
-  int err = 0;          // errno, 0 when the failure is not a syscall's
-  std::string message;  // what and where, without the strerror text
-  std::string hint;     // what the caller can do about it ("" for none), after the cause
+  int err = 0;              // errno, 0 when the failure is not a syscall's
+  std::string message;      // what and where, without the strerror text
+  std::string hint;         // what the caller can do about it ("" for none), after the cause
 
   // "<message>: <strerror> (<hint>)" (without the parts that are empty)
   std::string describe() const;
@@ -28,9 +28,7 @@ struct Error {
 
 // An Error from the current errno.
 Error sys_error(Stage stage, std::string message);
-inline Error make_error(Stage stage, std::string message, int err = 0) {
-  return Error{stage, err, std::move(message)};
-}
+inline Error make_error(Stage stage, std::string message, int err = 0) { return Error{stage, err, std::move(message)}; }
 
 template <typename T>
 class [[nodiscard]] Result {
@@ -73,8 +71,8 @@ using Status = Result<void>;
 }  // namespace sbx
 
 // Propagate a failed Result<...> from the current function.
-#define SBX_TRY(expr)                              \
-  do {                                             \
-    auto sbx_try_r_ = (expr);                      \
+#define SBX_TRY(expr)                                \
+  do {                                               \
+    auto sbx_try_r_ = (expr);                        \
     if (!sbx_try_r_.ok()) return sbx_try_r_.error(); \
   } while (0)

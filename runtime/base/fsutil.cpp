@@ -40,8 +40,8 @@ std::string temp_name_beside(const std::string& path) {
   std::string dir = slash == std::string::npos ? "" : path.substr(0, slash + 1);
   std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
   char suffix[64];
-  std::snprintf(suffix, sizeof suffix, ".tmp.%ld.%u.%ld", static_cast<long>(::getpid()),
-                counter.fetch_add(1), static_cast<long>(monotonic_us() % 1'000'000'000));
+  std::snprintf(suffix, sizeof suffix, ".tmp.%ld.%u.%ld", static_cast<long>(::getpid()), counter.fetch_add(1),
+                static_cast<long>(monotonic_us() % 1'000'000'000));
   // A leading dot keeps half-written files out of directory listings that skip dot files.
   return dir + "." + base + suffix;
 }
@@ -123,8 +123,7 @@ Status write_file_durable(const std::string& path, std::string_view data, mode_t
   int rc = ::close(fd);
   fd = -1;
   if (rc != 0) return fail(sys_error(kStage, "cannot close " + tmp));
-  if (::rename(tmp.c_str(), path.c_str()) != 0)
-    return fail(sys_error(kStage, "cannot rename " + tmp + " to " + path));
+  if (::rename(tmp.c_str(), path.c_str()) != 0) return fail(sys_error(kStage, "cannot rename " + tmp + " to " + path));
 
   // The rename lives in the directory: sync it, or the new name may not survive a crash.
   std::string dir = parent_dir(path);
@@ -199,7 +198,8 @@ Status remove_children(int dirfd, const std::string& path) {
     auto st = remove_children(sub, path + "/" + name);
     ::close(sub);
     SBX_TRY(st);
-    if (::unlinkat(dirfd, name.c_str(), AT_REMOVEDIR) != 0) return sys_error(kStage, "cannot remove " + path + "/" + name);
+    if (::unlinkat(dirfd, name.c_str(), AT_REMOVEDIR) != 0)
+      return sys_error(kStage, "cannot remove " + path + "/" + name);
   }
   return {};
 }

@@ -60,7 +60,8 @@ class BoundedSax {
     // "not valid JSON at line L, column C: why".
     std::string what = ex.what();
     static constexpr std::string_view kAt = "parse error at ";
-    if (auto at = what.find(kAt); at != std::string::npos) return fail("not valid JSON at " + escape_utf8(what.substr(at + kAt.size())));
+    if (auto at = what.find(kAt); at != std::string::npos)
+      return fail("not valid JSON at " + escape_utf8(what.substr(at + kAt.size())));
     if (auto close = what.find("] "); what.rfind("[json.exception.", 0) == 0 && close != std::string::npos)
       what = what.substr(close + 2);
     return fail("not valid JSON: " + escape_utf8(what));
@@ -99,8 +100,7 @@ class BoundedSax {
   }
   bool open(bool array) {
     if (!value()) return false;
-    if (frames_.size() >= b_.max_depth)
-      return fail("nested deeper than " + std::to_string(b_.max_depth) + " levels");
+    if (frames_.size() >= b_.max_depth) return fail("nested deeper than " + std::to_string(b_.max_depth) + " levels");
     frames_.push_back({array});
     return true;
   }
@@ -169,8 +169,7 @@ ParsedJson parse_json(std::string_view text, const JsonBounds& bounds) {
   return r;
 }
 
-Result<json> parse_json_doc(std::string_view text, const JsonBounds& bounds, Stage stage,
-                            const std::string& what) {
+Result<json> parse_json_doc(std::string_view text, const JsonBounds& bounds, Stage stage, const std::string& what) {
   ParsedJson p = parse_json(text, bounds);
   if (!p.ok()) return make_error(stage, what + ": " + p.describe());
   return std::move(p.value);
@@ -217,7 +216,8 @@ Result<std::string> read_to_end_holding_signals(int fd, std::size_t max_bytes, i
     if (n == 0) {
       *interrupted = sig;
       return make_error("signal", signal_name(sig) + " while reading " + what + ", which did not end within " +
-                                      std::to_string(grace_ms / 1000) + " s: no call was made and nothing was recorded "
+                                      std::to_string(grace_ms / 1000) +
+                                      " s: no call was made and nothing was recorded "
                                       "(close the request's stream to have the call recorded as signaled)");
     }
     if (!(p[0].revents & (POLLIN | POLLHUP | POLLERR | POLLNVAL))) continue;  // only the signal
@@ -238,15 +238,13 @@ const json& json_member(const json& j, const char* key) {
   return it == j.end() ? null_value : *it;
 }
 
-Result<std::string> read_bounded(const std::string& path, std::size_t max_bytes, Stage stage,
-                                 const std::string& what) {
+Result<std::string> read_bounded(const std::string& path, std::size_t max_bytes, Stage stage, const std::string& what) {
   UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY));
   if (!fd.ok()) return sys_error(stage, "cannot read " + what);
   return read_bounded_fd(fd.get(), max_bytes, stage, what);
 }
 
-Result<json> read_json_file(const std::string& path, const JsonBounds& bounds, Stage stage,
-                            const std::string& what) {
+Result<json> read_json_file(const std::string& path, const JsonBounds& bounds, Stage stage, const std::string& what) {
   auto text = read_bounded(path, bounds.max_bytes, stage, what);
   if (!text) return text.error();
   return parse_json_doc(*text, bounds, stage, what);

@@ -31,13 +31,13 @@ inline constexpr std::size_t kMaxJsonDepth = 128;
 inline constexpr std::size_t kMaxJsonValues = 1u << 22;
 
 // Size caps, by document (man/sbx.1 LIMITS, man/sbx-pack.5).
-inline constexpr std::size_t kMaxProfileBytes = 1u << 20;       // profiles
-inline constexpr std::size_t kMaxManifestBytes = 1u << 20;      // pack.json
-inline constexpr std::size_t kMaxSchemaFileBytes = 4u << 20;    // a pack's JSON Schemas
-inline constexpr std::size_t kMaxPolicyBytes = 4u << 20;        // seccomp policy files
-inline constexpr std::size_t kMaxRecordsBytes = 64u << 20;      // sbx pack run --input
-inline constexpr std::size_t kMaxRequestBytes = 64u << 20;      // sbx exec request
-inline constexpr std::size_t kMaxTraceBytes = 64u << 20;        // a stored trace record
+inline constexpr std::size_t kMaxProfileBytes = 1u << 20;     // profiles
+inline constexpr std::size_t kMaxManifestBytes = 1u << 20;    // pack.json
+inline constexpr std::size_t kMaxSchemaFileBytes = 4u << 20;  // a pack's JSON Schemas
+inline constexpr std::size_t kMaxPolicyBytes = 4u << 20;      // seccomp policy files
+inline constexpr std::size_t kMaxRecordsBytes = 64u << 20;    // sbx pack run --input
+inline constexpr std::size_t kMaxRequestBytes = 64u << 20;    // sbx exec request
+inline constexpr std::size_t kMaxTraceBytes = 64u << 20;      // a stored trace record
 
 struct JsonBounds {
   std::size_t max_bytes;
@@ -68,8 +68,7 @@ Result<nlohmann::json> read_json_file(const std::string& path, const JsonBounds&
                                       const std::string& what);
 
 // Reads a whole file or stream, refusing one longer than max_bytes; errors name `what`.
-Result<std::string> read_bounded(const std::string& path, std::size_t max_bytes, Stage stage,
-                                 const std::string& what);
+Result<std::string> read_bounded(const std::string& path, std::size_t max_bytes, Stage stage, const std::string& what);
 Result<std::string> read_bounded_fd(int fd, std::size_t max_bytes, Stage stage, const std::string& what);
 
 // read_bounded_fd with the forwarded signals blocked as main() left them (signals.hpp): `sbx

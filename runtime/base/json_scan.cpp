@@ -118,20 +118,13 @@ class Scanner {
   bool value(bool report) {
     if (p_ == end_ || *p_ == '\0') return invalid();  // a NUL ends nlohmann's input
     switch (*p_) {
-      case '{':
-        return object(report);
-      case '[':
-        return array();
-      case '"':
-        return count() && string(nullptr);
-      case 't':
-        return count() && literal("true");
-      case 'f':
-        return count() && literal("false");
-      case 'n':
-        return count() && literal("null");
-      default:
-        return count() && number();
+      case '{': return object(report);
+      case '[': return array();
+      case '"': return count() && string(nullptr);
+      case 't': return count() && literal("true");
+      case 'f': return count() && literal("false");
+      case 'n': return count() && literal("null");
+      default: return count() && number();
     }
   }
 
@@ -221,9 +214,14 @@ class Scanner {
     ++p_;
     if (p_ == end_) return invalid_escape();
     switch (*p_) {
-      case '"': case '\\': case '/': case 'b': case 'f': case 'n': case 'r': case 't':
-        ++p_;
-        return true;
+      case '"':
+      case '\\':
+      case '/':
+      case 'b':
+      case 'f':
+      case 'n':
+      case 'r':
+      case 't': ++p_; return true;
       case 'u': {
         ++p_;
         std::uint32_t cp;
@@ -236,8 +234,7 @@ class Scanner {
         if (!hex4(low)) return false;
         return low >= 0xdc00 && low <= 0xdfff ? true : invalid_escape();
       }
-      default:
-        return invalid_escape();
+      default: return invalid_escape();
     }
   }
 
@@ -283,7 +280,8 @@ class Scanner {
         case 'u': {
           auto hex = [&](std::size_t at) {
             std::uint32_t v = 0;
-            for (std::size_t k = 0; k < 4; ++k) v = v << 4 | static_cast<std::uint32_t>(hex_value(static_cast<unsigned char>(raw[at + k])));
+            for (std::size_t k = 0; k < 4; ++k)
+              v = v << 4 | static_cast<std::uint32_t>(hex_value(static_cast<unsigned char>(raw[at + k])));
             return v;
           };
           std::uint32_t cp = hex(i + 1);
@@ -331,7 +329,8 @@ class Scanner {
       if (!value(here)) return false;
       if (here) {
         if (on_member_)
-          on_member_({path_, std::string_view(reinterpret_cast<const char*>(start), static_cast<std::size_t>(p_ - start))});
+          on_member_(
+              {path_, std::string_view(reinterpret_cast<const char*>(start), static_cast<std::size_t>(p_ - start))});
         path_.pop_back();
       }
       skip_ws();

@@ -166,7 +166,12 @@ bool is_socket(int fd) {
 }  // namespace
 
 OutputRelay::OutputRelay(int src, OutputSink sink, std::optional<std::int64_t> limit, Unread unread)
-    : src_(src), src_socket_(is_socket(src)), adopted_(src >= 0), unread_(unread), sink_(std::move(sink)), limit_(limit),
+    : src_(src),
+      src_socket_(is_socket(src)),
+      adopted_(src >= 0),
+      unread_(unread),
+      sink_(std::move(sink)),
+      limit_(limit),
       buf_(new char[kBufferBytes]) {
   if (sink_.error() && reader_gone(sink_.error(), sink_.mode())) {
     stats_.reader_closed = true;

@@ -120,8 +120,10 @@ Status check_part(const std::string& part, const struct stat& st, bool last, con
   bool others_write = (st.st_mode & (S_IWGRP | S_IWOTH)) != 0;
   if (others_write && (last || !(st.st_mode & S_ISVTX)))
     return make_error("usage", head + part + " is " + (st.st_mode & S_IWOTH ? "world" : "group") + "-writable (mode " +
-                                   octal_mode(st.st_mode) + "): another user could change what sbx trusts there (the "
-                                   "seccomp cache, the ledger a replay rebuilds from); fix: chmod go-w " + part);
+                                   octal_mode(st.st_mode) +
+                                   "): another user could change what sbx trusts there (the "
+                                   "seccomp cache, the ledger a replay rebuilds from); fix: chmod go-w " +
+                                   part);
   return {};
 }
 }  // namespace
@@ -131,7 +133,8 @@ Status check_private_dir(const std::string& path, const std::string& what) {
   std::string abs = path;
   if (abs[0] != '/') {
     char buf[4096];
-    if (!::getcwd(buf, sizeof buf)) return make_error("usage", what + " " + path + ": cannot resolve the current directory");
+    if (!::getcwd(buf, sizeof buf))
+      return make_error("usage", what + " " + path + ": cannot resolve the current directory");
     abs = std::string(buf) + "/" + path;
   }
   // Part by part with lstat, bounded by the path's own length: every directory passed through

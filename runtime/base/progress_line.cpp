@@ -15,7 +15,6 @@ std::string human_bytes(std::int64_t b) {
   return buf;
 }
 
-
 ProgressLine::ProgressLine(std::string what, std::FILE* out, bool tty, Clock clock)
     : what_(std::move(what)), out_(out), tty_(tty), clock_(std::move(clock)), last_(clock_()) {}
 

@@ -29,7 +29,9 @@ inline long syscall6(long n, long a = 0, long b = 0, long c = 0, long d = 0, lon
   return ret;
 }
 
-inline long read(int fd, void* buf, std::size_t n) { return syscall6(SYS_read, fd, reinterpret_cast<long>(buf), static_cast<long>(n)); }
+inline long read(int fd, void* buf, std::size_t n) {
+  return syscall6(SYS_read, fd, reinterpret_cast<long>(buf), static_cast<long>(n));
+}
 inline long write(int fd, const void* buf, std::size_t n) {
   return syscall6(SYS_write, fd, reinterpret_cast<long>(buf), static_cast<long>(n));
 }
@@ -50,12 +52,14 @@ inline long sigtimedwait(const sigset_t* set, siginfo_t* info) {
 inline long ppoll(struct pollfd* fds, unsigned long n, const struct timespec* timeout) {
   return syscall6(SYS_ppoll, reinterpret_cast<long>(fds), static_cast<long>(n), reinterpret_cast<long>(timeout), 0, 8);
 }
-inline long munmap(void* addr, std::size_t n) { return syscall6(SYS_munmap, reinterpret_cast<long>(addr), static_cast<long>(n)); }
+inline long munmap(void* addr, std::size_t n) {
+  return syscall6(SYS_munmap, reinterpret_cast<long>(addr), static_cast<long>(n));
+}
 inline long pidfd_send_signal(int pidfd, int sig) { return syscall6(SYS_pidfd_send_signal, pidfd, sig, 0, 0); }
 // The realtime clock in nanoseconds (0 if it could not be read): the system call, not the vDSO
 // (which glibc's clock_gettime would look up).
 inline long long realtime_ns() {
-  struct timespec ts{};
+  struct timespec ts {};
   if (syscall6(SYS_clock_gettime, CLOCK_REALTIME, reinterpret_cast<long>(&ts)) != 0) return 0;
   return ts.tv_sec * 1'000'000'000LL + ts.tv_nsec;
 }

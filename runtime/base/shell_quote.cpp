@@ -16,8 +16,7 @@ bool is_safe(unsigned char c) {
 }  // namespace
 
 std::string shell_quote(const std::string& arg) {
-  if (!arg.empty() && std::all_of(arg.begin(), arg.end(), [](unsigned char c) { return is_safe(c); }))
-    return arg;
+  if (!arg.empty() && std::all_of(arg.begin(), arg.end(), [](unsigned char c) { return is_safe(c); })) return arg;
   // A control byte, invalid UTF-8 or a format character inside '...' would reach the terminal as
   // it is: such an argument is written in ANSI-C quoting ($'...', bash/zsh/ksh and POSIX 2024),
   // whose escapes are printable()'s, with ' escaped too.

@@ -37,8 +37,7 @@ Result<std::int64_t> parse_duration_ms(std::string_view text) {
   double n = 0;
   std::string_view unit;
   auto bad = [&] {
-    return make_error("usage", "bad duration '" + std::string(text) +
-                                   "' (use e.g. 250ms, 2s, 1.5m, 1h)");
+    return make_error("usage", "bad duration '" + std::string(text) + "' (use e.g. 250ms, 2s, 1.5m, 1h)");
   };
   if (!split_number(text, n, unit)) return bad();
   double scale;
@@ -55,9 +54,7 @@ Result<std::int64_t> parse_duration_ms(std::string_view text) {
 Result<std::int64_t> parse_size_bytes(std::string_view text) {
   double n = 0;
   std::string_view unit;
-  auto bad = [&] {
-    return make_error("usage", "bad size '" + std::string(text) + "' (use e.g. 4096, 512K, 64M, 1G)");
-  };
+  auto bad = [&] { return make_error("usage", "bad size '" + std::string(text) + "' (use e.g. 4096, 512K, 64M, 1G)"); };
   if (!split_number(text, n, unit)) return bad();
   if (!unit.empty() && (unit.back() == 'B' || unit.back() == 'b') && unit.size() > 1) {
     unit.remove_suffix(1);  // accept "64MB"/"64MiB" style too

@@ -90,15 +90,13 @@ bool in_prefix(const std::array<std::uint8_t, 16>& a, const std::array<std::uint
 
 bool host_matches(const AllowRule& r, const EgressTarget& t) {
   switch (r.kind) {
-    case AllowRule::Kind::name:
-      return !t.is_address && t.host == r.name;
+    case AllowRule::Kind::name: return !t.is_address && t.host == r.name;
     case AllowRule::Kind::wildcard:
       return !t.is_address && t.host.size() > r.name.size() + 1 &&
              t.host.compare(t.host.size() - r.name.size(), r.name.size(), r.name) == 0 &&
              t.host[t.host.size() - r.name.size() - 1] == '.';
     case AllowRule::Kind::address:
-    case AllowRule::Kind::cidr:
-      return t.is_address && t.v6 == r.v6 && in_prefix(t.addr, r.addr, r.prefix);
+    case AllowRule::Kind::cidr: return t.is_address && t.v6 == r.v6 && in_prefix(t.addr, r.addr, r.prefix);
   }
   return false;
 }
@@ -124,8 +122,9 @@ Result<AllowRule> parse_allow_rule(const std::string& text) {
     // A URL where a host was meant: say which host rule it would be.
     std::string host = text.substr(scheme + 3);
     host = host.substr(0, host.find_first_of("/?#"));
-    return make_error("usage", ctx + ": expected HOST[:PORT] (a name, *.domain, an IP address, [IPv6] or a CIDR), not a URL" +
-                                   (host.empty() ? std::string() : "; e.g. --allow-host " + host));
+    return make_error("usage",
+                      ctx + ": expected HOST[:PORT] (a name, *.domain, an IP address, [IPv6] or a CIDR), not a URL" +
+                          (host.empty() ? std::string() : "; e.g. --allow-host " + host));
   }
   auto hp = split_host_port(text, ctx);
   if (!hp) return hp.error();
@@ -148,8 +147,8 @@ Result<AllowRule> parse_allow_rule(const std::string& text) {
       return make_error("usage", ctx + ": '" + host.substr(0, slash) + "' is not an IPv4 or IPv6 address");
     bool written_v6 = host.substr(0, slash).find(':') != std::string::npos;  // before normalisation
     int max = written_v6 ? 128 : 32;
-    if (bits.empty() || bits.size() > 3 || !std::all_of(bits.begin(), bits.end(), [](char c) { return c >= '0' && c <= '9'; }) ||
-        std::stoi(bits) > max)
+    if (bits.empty() || bits.size() > 3 ||
+        !std::all_of(bits.begin(), bits.end(), [](char c) { return c >= '0' && c <= '9'; }) || std::stoi(bits) > max)
       return make_error("usage", ctx + ": bad prefix length '/" + bits + "' (0-" + std::to_string(max) + ")");
     r.kind = AllowRule::Kind::cidr;
     r.prefix = std::stoi(bits);
@@ -256,10 +255,8 @@ EgressDecision check_egress(const std::vector<AllowRule>& rules, const EgressTar
   if (host_only)
     d.reason = "port " + std::to_string(t.port) + " is not allowed for " + t.host + " (rule '" + host_only->text +
                "' allows " + ports_of(*host_only) + ")";
-  else if (rules.empty())
-    d.reason = "no host is allowed for this run (use --allow-host)";
-  else
-    d.reason = t.host + " is not in the allowlist";
+  else if (rules.empty()) d.reason = "no host is allowed for this run (use --allow-host)";
+  else d.reason = t.host + " is not in the allowlist";
   return d;
 }
 
@@ -279,12 +276,12 @@ std::optional<std::string> internal_address_kind(bool v6, const std::array<std::
     const char* kind;
   };
   static const Net v4nets[] = {
-      {"0.0.0.0", 8, "unspecified"},   {"127.0.0.0", 8, "loopback"},       {"169.254.0.0", 16, "link-local"},
-      {"10.0.0.0", 8, "private"},      {"172.16.0.0", 12, "private"},      {"192.168.0.0", 16, "private"},
+      {"0.0.0.0", 8, "unspecified"},        {"127.0.0.0", 8, "loopback"},  {"169.254.0.0", 16, "link-local"},
+      {"10.0.0.0", 8, "private"},           {"172.16.0.0", 12, "private"}, {"192.168.0.0", 16, "private"},
       {"100.64.0.0", 10, "shared (CGNAT)"}, {"224.0.0.0", 4, "multicast"}, {"240.0.0.0", 4, "broadcast/reserved"},
   };
   static const Net v6nets[] = {
-      {"::", 128, "unspecified"}, {"::1", 128, "loopback"},    {"fe80::", 10, "link-local"},
+      {"::", 128, "unspecified"},   {"::1", 128, "loopback"},      {"fe80::", 10, "link-local"},
       {"fec0::", 10, "site-local"}, {"fc00::", 7, "unique-local"}, {"ff00::", 8, "multicast"},
   };
   // NAT64's well-known prefix (RFC 6052) reaches the IPv4 address in its last 32 bits, through

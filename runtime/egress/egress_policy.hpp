@@ -36,13 +36,13 @@ namespace sbx {
 struct AllowRule {
   enum class Kind { name, wildcard, address, cidr };
   Kind kind = Kind::name;
-  std::string text;           // as written (for the trace and messages)
-  std::string name;           // kind name: the name; wildcard: the suffix without "*." (lower case)
-  bool v6 = false;            // address/cidr
+  std::string text;                     // as written (for the trace and messages)
+  std::string name;                     // kind name: the name; wildcard: the suffix without "*." (lower case)
+  bool v6 = false;                      // address/cidr
   std::array<std::uint8_t, 16> addr{};  // network byte order; IPv4 uses the first 4 bytes
-  int prefix = 0;             // cidr: prefix length; address: 32 or 128
-  std::optional<std::uint16_t> port;  // nullopt: 80 and 443
-  bool any_port = false;      // PORT was '*'
+  int prefix = 0;                       // cidr: prefix length; address: 32 or 128
+  std::optional<std::uint16_t> port;    // nullopt: 80 and 443
+  bool any_port = false;                // PORT was '*'
 };
 
 Result<AllowRule> parse_allow_rule(const std::string& text);

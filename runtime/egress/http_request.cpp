@@ -108,7 +108,8 @@ Result<ProxyRequest> parse_request_head(std::string_view head) {
     if (lname == "content-length") {
       auto len = parse_length(value);
       if (!len) return len.error();
-      if (r.content_length && *r.content_length != *len) return make_error("request", "conflicting Content-Length headers");
+      if (r.content_length && *r.content_length != *len)
+        return make_error("request", "conflicting Content-Length headers");
       r.content_length = *len;
     } else if (lname == "transfer-encoding") {
       r.transfer_encoding = true;

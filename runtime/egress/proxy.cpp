@@ -20,7 +20,7 @@
 namespace sbx {
 namespace {
 
-constexpr std::size_t kBuf = 64 * 1024;       // per direction
+constexpr std::size_t kBuf = 64 * 1024;        // per direction
 constexpr std::size_t kMaxHeader = 16 * 1024;  // request line + headers
 constexpr std::size_t kMaxViolations = 1000;   // recorded one by one; the rest only counted
 constexpr std::size_t kMaxLookups = 16;        // name lookups in flight at once (resolver.hpp)
@@ -84,8 +84,9 @@ std::string response(int code, const std::string& status, const std::string& rea
   std::string clean = reason;
   for (auto& c : clean)
     if (c == '\r' || c == '\n') c = ' ';
-  return "HTTP/1.1 " + std::to_string(code) + " " + status + "\r\nContent-Type: text/plain\r\nContent-Length: " +
-         std::to_string(body.size()) + "\r\nX-Sbx-Deny-Reason: " + clean + "\r\nConnection: close\r\n\r\n" + body;
+  return "HTTP/1.1 " + std::to_string(code) + " " + status +
+         "\r\nContent-Type: text/plain\r\nContent-Length: " + std::to_string(body.size()) +
+         "\r\nX-Sbx-Deny-Reason: " + clean + "\r\nConnection: close\r\n\r\n" + body;
 }
 
 // The socket address of a literal destination; returns its length.
@@ -110,18 +111,18 @@ socklen_t sockaddr_of(const EgressTarget& t, struct sockaddr_storage& ss) {
 struct EgressProxy::Conn {
   enum class State { request, resolving, connecting, relay, responding, closed };
   State state = State::request;
-  UniqueFd cfd, ufd;  // the client's connection (accepted on the listener), the upstream's
-  std::string head;  // request bytes until the end of the headers
-  Buffer c2u, u2c;    // bytes the proxy itself produced or already read (headers, 200, 403)
+  UniqueFd cfd, ufd;    // the client's connection (accepted on the listener), the upstream's
+  std::string head;     // request bytes until the end of the headers
+  Buffer c2u, u2c;      // bytes the proxy itself produced or already read (headers, 200, 403)
   SplicePipe c2p, u2p;  // then the bulk of the relay, socket -> pipe -> socket without a copy
   bool c_eof = false, u_eof = false, u_shut = false, c_shut = false;
-  std::string key;  // "host:port" of the destination, once known
+  std::string key;   // "host:port" of the destination, once known
   std::string host;  // the destination's name or literal, once known
   std::uint16_t port = 0;
-  EgressTarget target;  // once the request was parsed
-  std::int64_t body_left = -1;  // plain HTTP: request body bytes still to pass on; -1: a tunnel
-  std::string refused;  // why the last resolved address was refused (check_resolved)
-  std::uint64_t lookup_id = 0;  // resolving: 0 until a lookup slot was free
+  EgressTarget target;                  // once the request was parsed
+  std::int64_t body_left = -1;          // plain HTTP: request body bytes still to pass on; -1: a tunnel
+  std::string refused;                  // why the last resolved address was refused (check_resolved)
+  std::uint64_t lookup_id = 0;          // resolving: 0 until a lookup slot was free
   std::int64_t lookup_deadline_ms = 0;  // resolving: 504 after this (queued time included)
   bool is_connect = false;
   std::vector<struct sockaddr_storage> addrs;
@@ -260,7 +261,8 @@ void EgressProxy::on_events(const struct pollfd* p, std::size_t n, std::int64_t 
         HeadScan scan = scan_request_head(c->head);
         if (scan.state == HeadScan::State::complete) handle_request(*c, scan.head_len, now_ms);
         else if (scan.state == HeadScan::State::bad) deny(*c, 400, "Bad Request", "", 0, scan.error, now_ms);
-        else if (c->head.size() > kMaxHeader) deny(*c, 431, "Request Header Fields Too Large", "", 0, "request headers too large", now_ms);
+        else if (c->head.size() > kMaxHeader)
+          deny(*c, 431, "Request Header Fields Too Large", "", 0, "request headers too large", now_ms);
         break;
       }
       case Conn::State::resolving: break;
@@ -293,7 +295,8 @@ void EgressProxy::accept_new(std::int64_t now_ms) {
     if (static_cast<std::int64_t>(conns_.size()) >= cfg_.max_connections) {
       conns_.push_back(std::move(c));
       deny(*conns_.back(), 503, "Service Unavailable", "", 0,
-           "too many concurrent connections (network.max_connections = " + std::to_string(cfg_.max_connections) + ")", now_ms);
+           "too many concurrent connections (network.max_connections = " + std::to_string(cfg_.max_connections) + ")",
+           now_ms);
       continue;
     }
     conns_.push_back(std::move(c));
@@ -333,16 +336,20 @@ void EgressProxy::handle_request(Conn& c, std::size_t head_len, std::int64_t now
     // Host) never reaches the upstream. A chunked body would need the proxy to parse chunks to
     // find its end: refused instead.
     if (req->transfer_encoding)
-      return deny(c, 501, "Not Implemented", "", 0,
-                  "Transfer-Encoding is not supported for plain HTTP through the proxy (send Content-Length, or use CONNECT)", now_ms);
+      return deny(
+          c, 501, "Not Implemented", "", 0,
+          "Transfer-Encoding is not supported for plain HTTP through the proxy (send Content-Length, or use CONNECT)",
+          now_ms);
     std::int64_t body = req->content_length.value_or(0);
     if (static_cast<std::int64_t>(rest.size()) > body)
       return deny(c, 400, "Bad Request", "", 0,
                   "bytes after the request (pipelining is not supported: one request per connection)", now_ms);
     c.body_left = body - static_cast<std::int64_t>(rest.size());
   } else {
-    return deny(c, 400, "Bad Request", "", 0,
-                "only CONNECT and absolute http:// URIs are proxied (got '" + method + " " + target.substr(0, 100) + "')", now_ms);
+    return deny(
+        c, 400, "Bad Request", "", 0,
+        "only CONNECT and absolute http:// URIs are proxied (got '" + method + " " + target.substr(0, 100) + "')",
+        now_ms);
   }
   auto t = parse_authority(authority, default_port);
   if (!t) return deny(c, 400, "Bad Request", authority.substr(0, 255), 0, t.error().message, now_ms);
@@ -362,11 +369,12 @@ void EgressProxy::handle_request(Conn& c, std::size_t head_len, std::int64_t now
     std::string out = origin_form(*req, path, authority);
     c.c2u.append(out);
     usage_of(c.key).bytes_out += static_cast<std::int64_t>(out.size());  // the client's header was
-    total_bytes_ += static_cast<std::int64_t>(out.size());             // not counted as it arrived
+    total_bytes_ += static_cast<std::int64_t>(out.size());               // not counted as it arrived
   }
   usage_of(c.key).bytes_out += static_cast<std::int64_t>(rest.size());
   total_bytes_ += static_cast<std::int64_t>(rest.size());
-  if (!rest.empty() && !c.c2u.append(rest)) return deny(c, 400, "Bad Request", t->host, t->port, "request too large", now_ms);
+  if (!rest.empty() && !c.c2u.append(rest))
+    return deny(c, 400, "Bad Request", t->host, t->port, "request too large", now_ms);
   c.head.clear();
   c.host = t->host;
   c.port = t->port;
@@ -503,7 +511,8 @@ void EgressProxy::relay(Conn& c, short crev, short urev, std::int64_t now_ms) {
   HostUsage& u = usage_of(c.key);
   auto budget = [&](std::size_t want) -> std::size_t {
     if (!cfg_.max_bytes) return want;
-    return static_cast<std::size_t>(std::clamp<std::int64_t>(*cfg_.max_bytes - total_bytes_, 0, static_cast<std::int64_t>(want)));
+    return static_cast<std::size_t>(
+        std::clamp<std::int64_t>(*cfg_.max_bytes - total_bytes_, 0, static_cast<std::int64_t>(want)));
   };
   // One direction: first what sits in the user-space buffer, then the pipe, then read more
   // (reads are capped by what is left of the run's byte budget). False on a fatal error.
@@ -521,9 +530,7 @@ void EgressProxy::relay(Conn& c, short crev, short urev, std::int64_t now_ms) {
       if (w > 0) p.in -= static_cast<std::size_t>(w);
     }
     if (!can_read || eof || limit == 0) return true;
-    auto cap = [&](std::size_t want) {
-      return limit < 0 ? want : std::min(want, static_cast<std::size_t>(limit));
-    };
+    auto cap = [&](std::size_t want) { return limit < 0 ? want : std::min(want, static_cast<std::size_t>(limit)); };
     ssize_t k;
     if (p.r.ok()) {
       std::size_t want = cap(budget(p.cap - std::min(p.in, p.cap)));
@@ -571,7 +578,8 @@ void EgressProxy::relay(Conn& c, short crev, short urev, std::int64_t now_ms) {
     bytes_exhausted_ = true;
     auto colon = c.key.rfind(':');
     record_violation(c.key.substr(0, colon), std::stoi(c.key.substr(colon + 1)),
-                     "byte budget of this run spent (network.max_bytes = " + std::to_string(*cfg_.max_bytes) + "): connections closed",
+                     "byte budget of this run spent (network.max_bytes = " + std::to_string(*cfg_.max_bytes) +
+                         "): connections closed",
                      now_ms);
     for (auto& other : conns_)
       if (other->state == Conn::State::relay) close_conn(*other);
@@ -613,14 +621,15 @@ nlohmann::json EgressProxy::usage_json() const {
                                          {"usage/network/hosts_summary/unlisted_failed", unlisted_.failed},
                                          {"usage/network/hosts_summary/unlisted_bytes_in", unlisted_.bytes_in},
                                          {"usage/network/hosts_summary/unlisted_bytes_out", unlisted_.bytes_out}});
-  nlohmann::json usage = trace_object({{"usage/network/connections", conns},
-                                       {"usage/network/denied", static_cast<std::int64_t>(violations_.size()) + dropped_violations_},
-                                       {"usage/network/bytes_in", in},
-                                       {"usage/network/bytes_out", out},
-                                       {"usage/network/peak_concurrent", peak_concurrent_},
-                                       {"usage/network/byte_budget_spent", bytes_exhausted_},
-                                       {"usage/network/idle_closed", idle_closed_},
-                                       {"usage/network/lookups_timed_out", lookups_timed_out_}});
+  nlohmann::json usage =
+      trace_object({{"usage/network/connections", conns},
+                    {"usage/network/denied", static_cast<std::int64_t>(violations_.size()) + dropped_violations_},
+                    {"usage/network/bytes_in", in},
+                    {"usage/network/bytes_out", out},
+                    {"usage/network/peak_concurrent", peak_concurrent_},
+                    {"usage/network/byte_budget_spent", bytes_exhausted_},
+                    {"usage/network/idle_closed", idle_closed_},
+                    {"usage/network/lookups_timed_out", lookups_timed_out_}});
   put(usage, "usage/network/hosts", std::move(hosts));
   put(usage, "usage/network/hosts_summary", std::move(summary));
   return usage;
@@ -630,7 +639,8 @@ std::int64_t EgressProxy::ms_until_next_expiry(std::int64_t now_ms) const {
   std::int64_t best = resolver_.ms_until_timeout();
   for (auto& c : conns_) {
     if (c->state == Conn::State::closed) continue;
-    std::int64_t until = c->state == Conn::State::resolving ? c->lookup_deadline_ms : c->last_active_ms + cfg_.idle_timeout_ms;
+    std::int64_t until =
+        c->state == Conn::State::resolving ? c->lookup_deadline_ms : c->last_active_ms + cfg_.idle_timeout_ms;
     std::int64_t left = std::max<std::int64_t>(0, until - now_ms);
     if (best < 0 || left < best) best = left;
   }
@@ -677,11 +687,12 @@ void EgressProxy::lookup_timed_out(Conn& c, std::int64_t now_ms) {
 nlohmann::json EgressProxy::violations_json() const {
   nlohmann::json v = violations_;
   if (dropped_violations_ > 0)
-    v.push_back(trace_object({{"violations/[]/kind", "network"},
-                              {"violations/[]/host", ""},
-                              {"violations/[]/port", 0},
-                              {"violations/[]/time_ms", 0},
-                              {"violations/[]/reason", std::to_string(dropped_violations_) + " more denied attempts not listed"}}));
+    v.push_back(trace_object(
+        {{"violations/[]/kind", "network"},
+         {"violations/[]/host", ""},
+         {"violations/[]/port", 0},
+         {"violations/[]/time_ms", 0},
+         {"violations/[]/reason", std::to_string(dropped_violations_) + " more denied attempts not listed"}}));
   return v;
 }
 

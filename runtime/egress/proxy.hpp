@@ -54,7 +54,7 @@ struct ProxyConfig {
   std::int64_t max_connections = 64;
   std::optional<std::int64_t> max_bytes;
   std::int64_t idle_timeout_ms = 60000;  // a connection with no traffic for this long is closed
-  std::int64_t start_ms = 0;  // CLOCK_MONOTONIC ms of the run's start (violations' time_ms)
+  std::int64_t start_ms = 0;             // CLOCK_MONOTONIC ms of the run's start (violations' time_ms)
   // Called for every denied attempt, listed in the record or not (live events: events.hpp).
   std::function<void(const nlohmann::json&)> on_violation;
 };
@@ -62,12 +62,12 @@ struct ProxyConfig {
 struct HostUsage {
   std::int64_t connections = 0;  // allowed and attempted
   std::int64_t denied = 0;
-  std::int64_t failed = 0;       // allowed but the upstream could not be reached
-  std::int64_t idle_closed = 0;  // closed by the idle timeout
+  std::int64_t failed = 0;             // allowed but the upstream could not be reached
+  std::int64_t idle_closed = 0;        // closed by the idle timeout
   std::int64_t lookups_timed_out = 0;  // the name did not resolve within the lookup timeout
-  std::int64_t bytes_in = 0;     // upstream -> sandbox
-  std::int64_t bytes_out = 0;    // sandbox -> upstream
-  std::string last_failure;      // why the latest failed connection failed (the 502/504 text)
+  std::int64_t bytes_in = 0;           // upstream -> sandbox
+  std::int64_t bytes_out = 0;          // sandbox -> upstream
+  std::string last_failure;            // why the latest failed connection failed (the 502/504 text)
 };
 
 class EgressProxy {
@@ -132,10 +132,10 @@ class EgressProxy {
   std::vector<Conn*> polled_;  // owner of each pollfd pair handed out by add_pollfds
   Resolver resolver_;
   std::int64_t lookup_timeout_ms_;
-  std::size_t resolver_polled_ = 0;  // c-ares' sockets in the slice, after the listener
+  std::size_t resolver_polled_ = 0;         // c-ares' sockets in the slice, after the listener
   std::map<std::string, HostUsage> usage_;  // at most kMaxListedHosts entries
-  HostUsage unlisted_;                       // every destination past them, added up
-  std::int64_t unlisted_requests_ = 0;       // requests to those destinations
+  HostUsage unlisted_;                      // every destination past them, added up
+  std::int64_t unlisted_requests_ = 0;      // requests to those destinations
   nlohmann::json violations_ = nlohmann::json::array();
   std::int64_t dropped_violations_ = 0;
   std::int64_t total_bytes_ = 0;

@@ -32,7 +32,7 @@ class Resolver {
     std::uint64_t id = 0;
     bool ok = false;
     bool timed_out = false;  // when !ok: no server answered in time
-    std::string error;  // when !ok: c-ares' message
+    std::string error;       // when !ok: c-ares' message
     std::vector<struct sockaddr_storage> addrs;
     std::vector<socklen_t> addr_lens;
   };

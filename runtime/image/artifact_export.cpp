@@ -30,9 +30,7 @@ int open_beneath(int dirfd, const std::string& name, int flags) {
   return static_cast<int>(::syscall(SYS_openat2, dirfd, name.c_str(), &how, sizeof how));
 }
 
-const char* kind_of(mode_t m) {
-  return S_ISLNK(m) ? "symlink (never followed)" : file_kind(m);
-}
+const char* kind_of(mode_t m) { return S_ISLNK(m) ? "symlink (never followed)" : file_kind(m); }
 
 struct Exporter {
   const ExportCaps& caps;
@@ -58,17 +56,20 @@ struct Exporter {
   Status entry(int src, int dst, const std::string& rel, const std::string& name, int depth) {
     if (!safe_name(name)) return skip(rel, "unsafe name (control character or invalid UTF-8)"), Status{};
     struct stat st;
-    if (::fstatat(src, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) return sys_error(kStage, "stat /out/" + display_name(rel));
+    if (::fstatat(src, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0)
+      return sys_error(kStage, "stat /out/" + display_name(rel));
     if (!S_ISDIR(st.st_mode) && !S_ISREG(st.st_mode)) return skip(rel, kind_of(st.st_mode)), Status{};
     if (r.entries >= caps.max_files) {
       r.limit_hit = true;
       return skip(rel, "over --output-max-files (" + std::to_string(caps.max_files) + ")"), Status{};
     }
     if (S_ISDIR(st.st_mode)) {
-      if (depth >= kMaxDepth) return skip(rel, "nested deeper than " + std::to_string(kMaxDepth) + " directories"), Status{};
+      if (depth >= kMaxDepth)
+        return skip(rel, "nested deeper than " + std::to_string(kMaxDepth) + " directories"), Status{};
       UniqueFd sub(open_beneath(src, name, O_RDONLY | O_DIRECTORY));
       if (sub.get() < 0) return skip(rel, std::string("cannot open: ") + std::strerror(errno)), Status{};
-      if (::mkdirat(dst, name.c_str(), 0755) != 0) return sys_error(kStage, "create " + display_name(rel) + " in the output directory");
+      if (::mkdirat(dst, name.c_str(), 0755) != 0)
+        return sys_error(kStage, "create " + display_name(rel) + " in the output directory");
       UniqueFd out(::openat(dst, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
       if (out.get() < 0) return sys_error(kStage, "open " + display_name(rel) + " in the output directory");
       ++r.entries;
@@ -77,7 +78,8 @@ struct Exporter {
     if (r.bytes + st.st_size > caps.max_bytes) {
       r.limit_hit = true;
       return skip(rel, "over --output-max-bytes (" + std::to_string(st.st_size) + " bytes; " +
-                           std::to_string(caps.max_bytes - r.bytes) + " left of " + std::to_string(caps.max_bytes) + ")"),
+                           std::to_string(caps.max_bytes - r.bytes) + " left of " + std::to_string(caps.max_bytes) +
+                           ")"),
              Status{};
     }
     UniqueFd in(open_beneath(src, name, O_RDONLY | O_NONBLOCK | O_NOCTTY));
@@ -123,7 +125,8 @@ struct Exporter {
       if (data > at) {  // a hole: the zeros are hashed, nothing is written
         std::fill(buf.begin(), buf.end(), 0);
         for (std::int64_t z = at; z < data;) {
-          std::size_t n = static_cast<std::size_t>(std::min<std::int64_t>(data - z, static_cast<std::int64_t>(buf.size())));
+          std::size_t n =
+              static_cast<std::size_t>(std::min<std::int64_t>(data - z, static_cast<std::int64_t>(buf.size())));
           h.update(buf.data(), n);
           z += static_cast<std::int64_t>(n);
         }
@@ -132,8 +135,8 @@ struct Exporter {
       }
       off_t hole = ::lseek(in, at, SEEK_HOLE);
       if (hole < 0 || hole <= at) hole = size;
-      std::size_t want = static_cast<std::size_t>(std::min<std::int64_t>(std::min<std::int64_t>(hole, size) - at,
-                                                                         static_cast<std::int64_t>(buf.size())));
+      std::size_t want = static_cast<std::size_t>(
+          std::min<std::int64_t>(std::min<std::int64_t>(hole, size) - at, static_cast<std::int64_t>(buf.size())));
       ssize_t n = ::pread(in, buf.data(), want, at);
       if (n < 0 && errno == EINTR) continue;
       if (n < 0) return sys_error(kStage, "read /out/" + display_name(rel));
@@ -197,7 +200,9 @@ Status prepare_export_dir(const std::string& dir, bool create) {
     if (::mkdir(dir.c_str(), 0755) != 0) return sys_error("usage", "--output: cannot create " + dir);
     return {};
   }
-  if (!S_ISDIR(st.st_mode)) return make_error("usage", "--output " + dir + " exists and is not a directory (sbx creates it, or uses an empty one)");
+  if (!S_ISDIR(st.st_mode))
+    return make_error("usage",
+                      "--output " + dir + " exists and is not a directory (sbx creates it, or uses an empty one)");
   DIR* d = ::opendir(dir.c_str());
   if (!d) return sys_error("usage", "--output " + dir);
   bool empty = true;
@@ -206,7 +211,9 @@ Status prepare_export_dir(const std::string& dir, bool create) {
     if (n != "." && n != "..") empty = false;
   }
   ::closedir(d);
-  if (!empty) return make_error("usage", "--output " + dir + " is not empty (sbx never overwrites: give a new or empty directory)");
+  if (!empty)
+    return make_error("usage",
+                      "--output " + dir + " is not empty (sbx never overwrites: give a new or empty directory)");
   return {};
 }
 
@@ -222,7 +229,8 @@ Result<ExportResult> export_out(int out_fd, const std::string& dir, const Export
 
 nlohmann::json ExportResult::to_json(const std::string& dir, const ExportCaps& caps) const {
   nlohmann::json skips = nlohmann::json::array();
-  for (auto& s : skipped) skips.push_back(trace_object({{"export/skipped/[]/path", s.path}, {"export/skipped/[]/reason", s.reason}}));
+  for (auto& s : skipped)
+    skips.push_back(trace_object({{"export/skipped/[]/path", s.path}, {"export/skipped/[]/reason", s.reason}}));
   cut_list(skips, kMaxListedSkips, kMaxListedSkipBytes);
   bool cut = static_cast<std::int64_t>(skips.size()) < skipped_count;
   return trace_object({{"export/dir", dir},
@@ -243,7 +251,8 @@ OutFile read_out_file(int out_fd, const std::string& name, std::int64_t cap) {
   if (fd.get() < 0) {
     if (errno != ENOENT) {
       f.present = true;
-      f.problem = errno == ELOOP ? "is a symlink (not followed)" : std::string("cannot be opened: ") + std::strerror(errno);
+      f.problem =
+          errno == ELOOP ? "is a symlink (not followed)" : std::string("cannot be opened: ") + std::strerror(errno);
     }
     return f;
   }

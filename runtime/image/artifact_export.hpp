@@ -37,13 +37,13 @@ struct ExportResult {
     std::string path;
     std::string reason;
   };
-  std::vector<File> files;         // the first kMaxListedOutputs, within kMaxListedOutputBytes
-  std::int64_t file_count = 0;     // every exported file
+  std::vector<File> files;               // the first kMaxListedOutputs, within kMaxListedOutputBytes
+  std::int64_t file_count = 0;           // every exported file
   std::int64_t unlisted_file_bytes = 0;  // the bytes of those not in `files`
-  std::size_t listed_bytes = 0;    // `files` as the record lists them (about: JSON overhead estimated)
-  std::vector<Skip> skipped;      // the first kMaxListedSkips, about kMaxListedSkipBytes at most
-  std::size_t skipped_bytes = 0;  // their paths and reasons
-  std::int64_t skipped_count = 0;  // all of them
+  std::size_t listed_bytes = 0;          // `files` as the record lists them (about: JSON overhead estimated)
+  std::vector<Skip> skipped;             // the first kMaxListedSkips, about kMaxListedSkipBytes at most
+  std::size_t skipped_bytes = 0;         // their paths and reasons
+  std::int64_t skipped_count = 0;        // all of them
   std::int64_t bytes = 0, entries = 0;
   bool limit_hit = false;  // a cap was reached: the run's status becomes output_limit
   nlohmann::json to_json(const std::string& dir, const ExportCaps& caps) const;

@@ -58,8 +58,10 @@ class StoreLock {
     int e = flock_waiting(fd.get(), how, kStoreLockWaitMs);
     if (e == 0) return StoreLock(std::move(fd));
     if (e != EWOULDBLOCK) return make_error(kStage, "lock the blob store " + path, e);
-    return make_error(kStage, "the blob store " + dir + " is locked by another process for over " +
-                                  std::to_string(kStoreLockWaitMs / 1000) + " s (a stuck sbx gc?)", EWOULDBLOCK);
+    return make_error(kStage,
+                      "the blob store " + dir + " is locked by another process for over " +
+                          std::to_string(kStoreLockWaitMs / 1000) + " s (a stuck sbx gc?)",
+                      EWOULDBLOCK);
   }
 
   // The exclusive lock if nobody holds the store's lock now, without waiting; nullopt otherwise.
@@ -222,7 +224,8 @@ Result<std::string> get_blob(const Dirs& dirs, std::string_view hex, std::int64_
   auto data = read_bounded_fd(fd, static_cast<std::size_t>(std::max<std::int64_t>(max_bytes, 0)), kStage, path);
   if (!data) return data.error();
   if (sha256_hex(*data) != hex)
-    return make_error(kStage, "blob sha256:" + std::string(hex) + " (" + path + ") does not hold the bytes of its name: it was changed");
+    return make_error(kStage, "blob sha256:" + std::string(hex) + " (" + path +
+                                  ") does not hold the bytes of its name: it was changed");
   return data;
 }
 
@@ -235,33 +238,37 @@ json skipped_entry(const std::string& role, const std::string& path, const std::
 
 bool BlobKeeper::over_total(const std::string& role, const std::string& path, std::int64_t bytes) {
   if (total_ + bytes <= max_total_) return false;
-  entries_.push_back(trace_object({{"blobs/[]/role", role},
-                                   {"blobs/[]/path", path},
-                                   {"blobs/[]/bytes", bytes},
-                                   {"blobs/[]/skipped", "the run's kept blobs would pass " + format_size(max_total_) + " in all"}}));
+  entries_.push_back(
+      trace_object({{"blobs/[]/role", role},
+                    {"blobs/[]/path", path},
+                    {"blobs/[]/bytes", bytes},
+                    {"blobs/[]/skipped", "the run's kept blobs would pass " + format_size(max_total_) + " in all"}}));
   return true;
 }
 
 void BlobKeeper::add_bytes(const std::string& role, const std::string& path, std::string_view bytes) {
   auto n = static_cast<std::int64_t>(bytes.size());
   if (n > max_) {
-    entries_.push_back(
-        trace_object({{"blobs/[]/role", role},
-                      {"blobs/[]/path", path},
-                      {"blobs/[]/bytes", n},
-                      {"blobs/[]/sha256", sha256_hex(bytes)},
-                      {"blobs/[]/skipped", "larger than the keep ceiling of " + format_size(max_) + " (SBX_KEEP_MAX_BYTES)"}}));
+    entries_.push_back(trace_object(
+        {{"blobs/[]/role", role},
+         {"blobs/[]/path", path},
+         {"blobs/[]/bytes", n},
+         {"blobs/[]/sha256", sha256_hex(bytes)},
+         {"blobs/[]/skipped", "larger than the keep ceiling of " + format_size(max_) + " (SBX_KEEP_MAX_BYTES)"}}));
     return;
   }
   if (over_total(role, path, n)) return;
   auto hex = put_blob(dirs_, bytes, pin_.get());
   if (!hex) {
-    entries_.push_back(trace_object(
-        {{"blobs/[]/role", role}, {"blobs/[]/path", path}, {"blobs/[]/bytes", n}, {"blobs/[]/skipped", hex.error().describe()}}));
+    entries_.push_back(trace_object({{"blobs/[]/role", role},
+                                     {"blobs/[]/path", path},
+                                     {"blobs/[]/bytes", n},
+                                     {"blobs/[]/skipped", hex.error().describe()}}));
     return;
   }
   total_ += n;
-  entries_.push_back(trace_object({{"blobs/[]/role", role}, {"blobs/[]/path", path}, {"blobs/[]/sha256", *hex}, {"blobs/[]/bytes", n}}));
+  entries_.push_back(trace_object(
+      {{"blobs/[]/role", role}, {"blobs/[]/path", path}, {"blobs/[]/sha256", *hex}, {"blobs/[]/bytes", n}}));
 }
 
 void BlobKeeper::add_fd(const std::string& role, const std::string& path, int fd, unsigned mode) {
@@ -355,7 +362,8 @@ void BlobKeeper::add_tree(const std::string& file_role, const std::string& dir_r
         continue;
       }
       if (S_ISDIR(st.st_mode)) {
-        entries_.push_back(trace_object({{"blobs/[]/role", dir_role}, {"blobs/[]/path", path}, {"blobs/[]/mode", mode_text(st.st_mode)}}));
+        entries_.push_back(trace_object(
+            {{"blobs/[]/role", dir_role}, {"blobs/[]/path", path}, {"blobs/[]/mode", mode_text(st.st_mode)}}));
         if (d.depth >= 64) {
           entries_.push_back(skipped_entry(dir_role, path, "deeper than 64 levels"));
           continue;
@@ -384,7 +392,8 @@ void BlobKeeper::add_tree(const std::string& file_role, const std::string& dir_r
                                            {"blobs/[]/path", path},
                                            {"blobs/[]/target", std::string(target, static_cast<std::size_t>(n))}}));
       } else {
-        entries_.push_back(skipped_entry(file_role, path, std::string("a ") + file_kind(st.st_mode) + " is never followed nor kept"));
+        entries_.push_back(
+            skipped_entry(file_role, path, std::string("a ") + file_kind(st.st_mode) + " is never followed nor kept"));
       }
     }
   }
@@ -408,7 +417,9 @@ struct Blob {
 // Which records need each blob, from the whole ledger.
 Result<Needs> blob_needs(const Dirs& dirs, const std::string& cutoff, GcReport& rep, std::uint64_t& torn) {
   Needs needs;
-  auto scanned = scan_ledger(dirs, [&](const LedgerLine& line) {
+  auto scanned = scan_ledger(
+      dirs,
+      [&](const LedgerLine& line) {
     auto entry = parse_ledger_line(line.text);
     if (!entry) {
       rep.warnings.push_back("ledger line " + std::to_string(line.line_no) + ": " + entry.error().message);
@@ -427,14 +438,17 @@ Result<Needs> blob_needs(const Dirs& dirs, const std::string& cutoff, GcReport& 
       needs[b["sha256"].get<std::string>()].push_back({entry->run_id, started, kept});
     }
     return true;
-  }, &torn, 0, 1, [&](const OversizeLine& line) {
+      },
+      &torn, 0, 1,
+      [&](const OversizeLine& line) {
     // Its record cannot be read by any reader (replay included), so what it names is not known:
     // the blobs only it needs are treated as unneeded, and the line is named.
     rep.warnings.push_back(describe_oversize(line) + ": skipped; blobs only its record needed are not kept for it");
     return true;
   });
   // Without the whole ledger it cannot be known which blobs are needed: delete nothing.
-  if (!scanned) return make_error(kStage, "cannot read the ledger, so nothing is deleted: " + scanned.error().describe());
+  if (!scanned)
+    return make_error(kStage, "cannot read the ledger, so nothing is deleted: " + scanned.error().describe());
   return needs;
 }
 
@@ -479,8 +493,10 @@ Result<Pinned> read_pins(const Dirs& dirs, bool dry_run, GcReport& rep) {
   int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (dfd < 0) {
     if (errno == ENOENT) return pinned;
-    return make_error(kStage, "cannot read the pins of running sandboxes in " + dir + ", so nothing is deleted: " +
-                                  std::strerror(errno), errno);
+    return make_error(
+        kStage,
+        "cannot read the pins of running sandboxes in " + dir + ", so nothing is deleted: " + std::strerror(errno),
+        errno);
   }
   DirStream d(::fdopendir(dfd), ::closedir);
   if (!d) {
@@ -492,8 +508,10 @@ Result<Pinned> read_pins(const Dirs& dirs, bool dry_run, GcReport& rep) {
     std::string name = e->d_name;
     if (name.rfind("pin.", 0) != 0) continue;
     if (++seen > kMaxPins)
-      return make_error(kStage, "more than " + std::to_string(kMaxPins) + " pins in " + dir +
-                                    ", so nothing is deleted: remove the stale ones (no sbx running) and run gc again", E2BIG);
+      return make_error(kStage,
+                        "more than " + std::to_string(kMaxPins) + " pins in " + dir +
+                            ", so nothing is deleted: remove the stale ones (no sbx running) and run gc again",
+                        E2BIG);
     UniqueFd fd(::openat(::dirfd(d.get()), name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
     if (!fd.ok()) continue;  // removed meanwhile: its run ended
     if (::flock(fd.get(), LOCK_SH | LOCK_NB) == 0) {
@@ -568,7 +586,8 @@ void Collection::judge(const Blob& b) {
   }
   auto it = needs_.find(b.hex);
   if (it == needs_.end()) {
-    if (now_ - b.mtime < 3600) keep(b, "named by no record yet, written in the last hour (a run may still record it)", false);
+    if (now_ - b.mtime < 3600)
+      keep(b, "named by no record yet, written in the last hour (a run may still record it)", false);
     else remove(b, "named by no record", false);
     return;
   }
@@ -582,7 +601,10 @@ void Collection::judge(const Blob& b) {
     return;
   }
   if (!newest_kept) {
-    remove(b, "needed only by runs older than " + std::to_string(keep_days_) + " day(s) (newest: " + it->second.back().run_id + ")", false);
+    remove(b,
+           "needed only by runs older than " + std::to_string(keep_days_) +
+               " day(s) (newest: " + it->second.back().run_id + ")",
+           false);
     return;
   }
   std::string why = "needed by kept run " + newest_kept->run_id;
@@ -600,8 +622,9 @@ void Collection::trim(std::int64_t max_bytes) {
   for (auto& [b, why] : candidates_) {
     if (max_bytes >= 0 && rep_.kept_bytes > max_bytes) {
       rep_.kept_bytes -= b.bytes;
-      remove(b, "over --max-bytes " + format_size(max_bytes) + ", although " + why.substr(std::string("needed by ").size()) +
-                    " needs it: that run can no longer be replayed",
+      remove(b,
+             "over --max-bytes " + format_size(max_bytes) + ", although " +
+                 why.substr(std::string("needed by ").size()) + " needs it: that run can no longer be replayed",
              true);
     } else {
       rep_.kept.push_back({b.hex, b.bytes, why, true});
@@ -627,14 +650,17 @@ Result<GcReport> gc_blobs(const Dirs& dirs, int keep_days, std::int64_t max_byte
   if (!pinned) return pinned.error();
   // With the lock held exclusively no put is under way: tmp holds only what killed writers left.
   if (lock && !dry_run) std::tie(rep.tmp_removed, rep.tmp_bytes) = remove_abandoned_tmp(dirs, *lock);
-  std::string cutoff = keep_days < 0 ? "" : rfc3339_at(std::time(nullptr) - static_cast<std::time_t>(keep_days) * 86400);
+  std::string cutoff =
+      keep_days < 0 ? "" : rfc3339_at(std::time(nullptr) - static_cast<std::time_t>(keep_days) * 86400);
   std::uint64_t torn = 0;
   auto needs = blob_needs(dirs, cutoff, rep, torn);
   if (!needs) return needs.error();
   Collection collection(rep, *needs, *pinned, dry_run, keep_days);
   for (auto& b : present_blobs(blobs_dir(dirs) + "/sha256")) collection.judge(b);
   collection.trim(max_bytes);
-  if (torn) rep.warnings.push_back("the ledger ends in a torn append of " + std::to_string(torn) + " bytes (see sbx trace verify)");
+  if (torn)
+    rep.warnings.push_back("the ledger ends in a torn append of " + std::to_string(torn) +
+                           " bytes (see sbx trace verify)");
   return rep;
 }
 

@@ -35,7 +35,7 @@ inline constexpr std::int64_t kDefaultKeepMax = 64LL << 20;
 // The whole of what one run keeps (every blob together): past it, further files are skipped.
 inline constexpr std::int64_t kDefaultKeepTotal = 256LL << 20;
 
-std::string blobs_dir(const Dirs& dirs);                      // <state>/blobs
+std::string blobs_dir(const Dirs& dirs);                        // <state>/blobs
 std::string blob_path(const Dirs& dirs, std::string_view hex);  // <state>/blobs/sha256/ab/abcd...
 
 // The per-file keep ceiling: SBX_KEEP_MAX_BYTES (a size, "16M") when set and valid, else the
@@ -119,15 +119,15 @@ Result<std::string> get_blob(const Dirs& dirs, std::string_view hex, std::int64_
 struct GcItem {
   std::string sha256;
   std::int64_t bytes = 0;
-  std::string why;  // kept: which record needs it; deleted: why it could go
+  std::string why;              // kept: which record needs it; deleted: why it could go
   bool needed_by_kept = false;  // deleted although a kept record names it (over --max-bytes)
 };
 struct GcReport {
   std::vector<GcItem> kept, deleted;
   std::int64_t kept_bytes = 0, deleted_bytes = 0;
   std::size_t records = 0, kept_records = 0;
-  std::size_t live_pins = 0, stale_pins = 0;      // pins of running sandboxes; of dead ones (removed)
-  std::size_t tmp_removed = 0;                    // temporary files of killed writers removed
+  std::size_t live_pins = 0, stale_pins = 0;  // pins of running sandboxes; of dead ones (removed)
+  std::size_t tmp_removed = 0;                // temporary files of killed writers removed
   std::int64_t tmp_bytes = 0;
   std::vector<std::string> warnings;
 };

@@ -19,7 +19,6 @@ namespace {
 
 constexpr const char* kStage = "image";
 
-
 std::string join(const std::string& a, const std::string& b) { return a.empty() ? b : a + "/" + b; }
 
 // Refuses the member that would take the import past a limit; `adding` bytes are about to be
@@ -105,7 +104,8 @@ struct DirCopier {
     if (S_ISDIR(st.st_mode)) {
       count_mode(stats, st.st_mode);
       if (::mkdirat(dst, name.c_str(), 0700) != 0) return sys_error(kStage, "create directory " + path);
-      if (::fchmodat(dst, name.c_str(), normalise_mode(true, st.st_mode), 0) != 0) return sys_error(kStage, "chmod " + path);
+      if (::fchmodat(dst, name.c_str(), normalise_mode(true, st.st_mode), 0) != 0)
+        return sys_error(kStage, "chmod " + path);
       UniqueFd s(::openat(src, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
       if (s.get() < 0) return sys_error(kStage, "open directory " + path);
       UniqueFd t(::openat(dst, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
@@ -129,7 +129,8 @@ struct DirCopier {
     auto key = std::make_pair(st.st_dev, st.st_ino);
     if (st.st_nlink > 1) {
       if (auto it = linked.find(key); it != linked.end()) {
-        if (::linkat(dst_root, it->second.c_str(), dst, name.c_str(), 0) != 0) return sys_error(kStage, "hard link " + path);
+        if (::linkat(dst_root, it->second.c_str(), dst, name.c_str(), 0) != 0)
+          return sys_error(kStage, "hard link " + path);
         tick();
         return {};
       }
@@ -186,7 +187,10 @@ Result<UniqueFd> open_dir_beneath(int root, const std::string& dir, bool create,
       std::string where = dir.substr(0, j);
       // Built with append: GCC 12 warns falsely (-Wstringop-overflow) about "'" + std::string here.
       if (err == ELOOP || err == ENOTDIR)
-        return make_error(kStage, std::string("'").append(where).append("' is not a directory (a symlink or a file) where the archive puts entries under it"), err);
+        return make_error(kStage,
+                          std::string("'").append(where).append(
+                              "' is not a directory (a symlink or a file) where the archive puts entries under it"),
+                          err);
       return make_error(kStage, "open directory " + where, err);
     }
     cur = UniqueFd(static_cast<int>(fd));
@@ -240,8 +244,8 @@ std::uint32_t normalise_mode(bool is_dir, std::uint32_t mode) {
   return is_dir ? ((mode & 0755) | 0700) : ((mode & 0555) | 0400);
 }
 
-Result<ImportStats> populate_from_dir(const std::string& src, const std::string& staging, const ImportProgress& progress,
-                                      const ImportLimits& limits) {
+Result<ImportStats> populate_from_dir(const std::string& src, const std::string& staging,
+                                      const ImportProgress& progress, const ImportLimits& limits) {
   UniqueFd s(::open(src.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (s.get() < 0) return sys_error(kStage, "open directory " + src);
   UniqueFd d(::open(staging.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
@@ -272,7 +276,8 @@ Status apply_whiteout(int root, const std::string& path, LayerRules& layer) {
   split(path, dir, base);
   if (base == kOpaque) {
     auto parent = open_dir_beneath(root, dir, true);
-    if (!parent) return make_error(kStage, "opaque whiteout " + path + ": " + parent.error().message, parent.error().err);
+    if (!parent)
+      return make_error(kStage, "opaque whiteout " + path + ": " + parent.error().message, parent.error().err);
     auto names = list_dir(parent->get(), kStage, dir);
     if (!names) return names.error();
     for (auto& name : *names) {
@@ -321,8 +326,8 @@ void mark_created(LayerRules& layer, const std::string& path) {
 // One archive's members written beneath `root`, one at a time (extract_tar reads the archive).
 class Extraction {
  public:
-  Extraction(int root, ImportStats& stats, const ImportProgress& progress, const ImportLimits& limits, LayerRules* layer,
-             TarReader& reader)
+  Extraction(int root, ImportStats& stats, const ImportProgress& progress, const ImportLimits& limits,
+             LayerRules* layer, TarReader& reader)
       : root_(root), stats_(stats), progress_(progress), limits_(limits), layer_(layer), reader_(reader) {}
   Status member(const TarEntry& e);
   bool stopped_at_limit = false;  // the error came from --max-bytes/--max-entries
@@ -369,7 +374,8 @@ Status Extraction::member(const TarEntry& e) {
   split(e.path, dir, base);
   std::int64_t made = 0;
   auto parent = open_dir_beneath(root_, dir, true, &made);
-  if (!parent) return make_error(kStage, "archive member " + e.path + ": " + parent.error().message, parent.error().err);
+  if (!parent)
+    return make_error(kStage, "archive member " + e.path + ": " + parent.error().message, parent.error().err);
   // Directories made implicitly (a member "a/b/c/f" with no "a/" before it) are entries too:
   // one member with a long name must not become a million directories past --max-entries.
   stats_.entries += made;
@@ -387,8 +393,10 @@ Status Extraction::write(const TarEntry& e, int pfd, const std::string& base, bo
   switch (e.type) {
     case TarEntry::Type::dir:
       count_mode(stats_, e.mode);
-      if (!dir_exists && ::mkdirat(pfd, base.c_str(), 0700) != 0) return sys_error(kStage, "create directory " + e.path);
-      if (::fchmodat(pfd, base.c_str(), normalise_mode(true, e.mode), 0) != 0) return sys_error(kStage, "chmod " + e.path);
+      if (!dir_exists && ::mkdirat(pfd, base.c_str(), 0700) != 0)
+        return sys_error(kStage, "create directory " + e.path);
+      if (::fchmodat(pfd, base.c_str(), normalise_mode(true, e.mode), 0) != 0)
+        return sys_error(kStage, "chmod " + e.path);
       return {};
     case TarEntry::Type::symlink:
       if (::symlinkat(e.link.c_str(), pfd, base.c_str()) != 0) return sys_error(kStage, "create symlink " + e.path);
@@ -398,15 +406,14 @@ Status Extraction::write(const TarEntry& e, int pfd, const std::string& base, bo
       split(e.link, tdir, tbase);
       auto tparent = open_dir_beneath(root_, tdir, false);
       if (!tparent)
-        return make_error(kStage, "hard link " + e.path + " to " + e.link + ": " + tparent.error().message, tparent.error().err);
+        return make_error(kStage, "hard link " + e.path + " to " + e.link + ": " + tparent.error().message,
+                          tparent.error().err);
       if (::linkat(tparent->get(), tbase.c_str(), pfd, base.c_str(), 0) != 0)
         return sys_error(kStage, "hard link " + e.path + " to " + e.link);
       return {};
     }
-    case TarEntry::Type::file:
-      return write_file(e, pfd, base);
-    case TarEntry::Type::other:
-      break;
+    case TarEntry::Type::file: return write_file(e, pfd, base);
+    case TarEntry::Type::other: break;
   }
   return {};
 }
@@ -436,8 +443,9 @@ Status extract_tar(const std::string& path, int root, ImportStats& stats, const 
   if (!opt.expect_sha256.empty()) tarball->expect_sha256(opt.expect_sha256, "layer " + path);
   std::int64_t own_budget = output_budget(limits);
   std::int64_t& budget = opt.output_budget ? *opt.output_budget : own_budget;
-  tarball->limit_output(budget, "more than --max-bytes of file data and tar headers for --max-entries members could take; "
-                                "nothing was stored");
+  tarball->limit_output(budget,
+                        "more than --max-bytes of file data and tar headers for --max-entries members could take; "
+                        "nothing was stored");
   TarReader reader(*tarball);
   Extraction extraction(root, stats, progress, limits, opt.layer, reader);
   Status failed;
@@ -470,8 +478,8 @@ Result<UniqueFd> open_staging(const std::string& staging) {
 
 }  // namespace
 
-Result<ImportStats> populate_from_tar(const std::string& path, const std::string& staging, const ImportProgress& progress,
-                                      const ImportLimits& limits) {
+Result<ImportStats> populate_from_tar(const std::string& path, const std::string& staging,
+                                      const ImportProgress& progress, const ImportLimits& limits) {
   auto root = open_staging(staging);
   if (!root) return root.error();
   ImportStats stats;
@@ -480,7 +488,8 @@ Result<ImportStats> populate_from_tar(const std::string& path, const std::string
 }
 
 Result<ImportStats> apply_layers(const std::vector<std::string>& layers, const std::vector<std::string>& digests,
-                                 const std::string& staging, const ImportProgress& progress, const ImportLimits& limits) {
+                                 const std::string& staging, const ImportProgress& progress,
+                                 const ImportLimits& limits) {
   auto root = open_staging(staging);
   if (!root) return root.error();
   ImportStats stats;

@@ -47,12 +47,12 @@ using ImportProgress = std::function<void(const char* phase, std::int64_t entrie
 std::uint32_t normalise_mode(bool is_dir, std::uint32_t mode);
 
 // Copies the tree under `src` into the empty directory `staging` (never following symlinks).
-Result<ImportStats> populate_from_dir(const std::string& src, const std::string& staging, const ImportProgress& progress,
-                                      const ImportLimits& limits = {});
+Result<ImportStats> populate_from_dir(const std::string& src, const std::string& staging,
+                                      const ImportProgress& progress, const ImportLimits& limits = {});
 
 // Extracts the tarball at `path` (plain or compressed) into the empty directory `staging`.
-Result<ImportStats> populate_from_tar(const std::string& path, const std::string& staging, const ImportProgress& progress,
-                                      const ImportLimits& limits = {});
+Result<ImportStats> populate_from_tar(const std::string& path, const std::string& staging,
+                                      const ImportProgress& progress, const ImportLimits& limits = {});
 
 // Applies a container image's layer tarballs, lowest first, to the empty directory `staging`:
 // whiteouts (".wh.NAME") and opaque directories (".wh..wh..opq") delete what lower layers made,

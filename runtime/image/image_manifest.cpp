@@ -19,7 +19,6 @@ constexpr const char* kStage = "image";
 
 std::string join(const std::string& dir, const std::string& name) { return dir.empty() ? name : dir + "/" + name; }
 
-
 struct Walker {
   const ScanOptions& opts;
   TreeScan scan;
@@ -68,7 +67,8 @@ struct Walker {
       UniqueFd f(::openat(dirfd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY));
       if (f.get() < 0) return sys_error(kStage, "open " + path);
       struct stat fst;
-      if (::fstat(f.get(), &fst) != 0 || !S_ISREG(fst.st_mode)) return make_error(kStage, path + " changed during the scan");
+      if (::fstat(f.get(), &fst) != 0 || !S_ISREG(fst.st_mode))
+        return make_error(kStage, path + " changed during the scan");
       std::int64_t bytes = 0;
       auto h = sha256_fd(f.get(), &bytes, [&](std::int64_t n) {
         bytes_seen += n;

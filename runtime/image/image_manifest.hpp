@@ -45,7 +45,7 @@ struct TreeScan {
 };
 
 struct ScanOptions {
-  bool hash = true;                         // compute file content sha256
+  bool hash = true;  // compute file content sha256
   // Called after every entry and every chunk of a large file: (entries, bytes) so far.
   std::function<void(std::int64_t entries, std::int64_t bytes)> progress;
 };

@@ -38,9 +38,13 @@ struct SealWalker {
   std::int64_t entries = 0;
 
   void add(const std::string& path, const struct stat& st) {
-    Tuple t{st.st_ino, st.st_mode, static_cast<std::uint64_t>(st.st_size),
-            static_cast<std::uint64_t>(st.st_mtim.tv_sec), static_cast<std::uint64_t>(st.st_mtim.tv_nsec),
-            static_cast<std::uint64_t>(st.st_ctim.tv_sec), static_cast<std::uint64_t>(st.st_ctim.tv_nsec)};
+    Tuple t{st.st_ino,
+            st.st_mode,
+            static_cast<std::uint64_t>(st.st_size),
+            static_cast<std::uint64_t>(st.st_mtim.tv_sec),
+            static_cast<std::uint64_t>(st.st_mtim.tv_nsec),
+            static_cast<std::uint64_t>(st.st_ctim.tv_sec),
+            static_cast<std::uint64_t>(st.st_ctim.tv_nsec)};
     std::uint32_t len = static_cast<std::uint32_t>(path.size());
     h.update(&len, sizeof len);
     h.update(path);

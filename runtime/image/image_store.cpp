@@ -39,7 +39,8 @@ bool valid_chars(const std::string& s, bool tag) {
 }
 
 bool is_hex(const std::string& s) {
-  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+  return !s.empty() &&
+         std::all_of(s.begin(), s.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
 }
 
 Result<std::vector<std::string>> list_dir(const std::string& path) {
@@ -117,7 +118,8 @@ void remove_abandoned_staging(const std::string& tmp) {
 }  // namespace
 
 Result<std::string> canonical_image_name(const std::string& text) {
-  if (text.starts_with("sha256:")) return make_error("usage", "an image name cannot start with sha256: ('" + text + "')");
+  if (text.starts_with("sha256:"))
+    return make_error("usage", "an image name cannot start with sha256: ('" + text + "')");
   auto colon = text.find(':');
   std::string name = text.substr(0, colon);
   std::string tag = colon == std::string::npos ? "latest" : text.substr(colon + 1);
@@ -127,7 +129,8 @@ Result<std::string> canonical_image_name(const std::string& text) {
     return make_error("usage", "the image name '" + text + "' is reserved: '" + kHostImage +
                                    "' means the host's own root, not a stored image; choose another name");
   if (!valid_chars(tag, true))
-    return make_error("usage", "bad image tag '" + tag + "': use 1-128 of A-Z a-z 0-9 . _ - (not starting with . or -)");
+    return make_error("usage",
+                      "bad image tag '" + tag + "': use 1-128 of A-Z a-z 0-9 . _ - (not starting with . or -)");
   return name + ":" + tag;
 }
 
@@ -145,7 +148,10 @@ Result<ImageRecord> ImageStore::load(const std::string& hex) const {
   r.dir = root_ + "/sha256/" + hex;
   r.rootfs = r.dir + "/rootfs";
   auto meta = read_bounded(r.dir + "/image.json", kMaxManifestBytes, kStage, r.dir + "/image.json");
-  if (!meta) return make_error(kStage, "image " + r.digest + " is incomplete in the store (no image.json): remove it with 'sbx image rm'", meta.error().err);
+  if (!meta)
+    return make_error(
+        kStage, "image " + r.digest + " is incomplete in the store (no image.json): remove it with 'sbx image rm'",
+        meta.error().err);
   auto parsed = parse_json_doc(*meta, {kMaxManifestBytes}, kStage, r.dir + "/image.json");
   if (!parsed) return parsed.error();
   r.meta = std::move(*parsed);
@@ -170,7 +176,8 @@ struct Unpacked {
 // every rule of a root file system import) into staging/rootfs first, and if what came out is a
 // container image it moves to staging/archive to be resolved, leaving rootfs empty for its layers.
 Result<Unpacked> unpack_source(const std::string& source, bool is_dir, const std::string& staging,
-                               const ImportProgress& progress, const ImportLimits& limits, const ImportOptions& options) {
+                               const ImportProgress& progress, const ImportLimits& limits,
+                               const ImportOptions& options) {
   const std::string rootfs = staging + "/rootfs";
   const bool may_be_container = options.format != "rootfs";
   Unpacked out;
@@ -179,13 +186,15 @@ Result<Unpacked> unpack_source(const std::string& source, bool is_dir, const std
   if (format) {
     out.dir = source;
   } else {
-    auto stats = is_dir ? populate_from_dir(source, rootfs, progress, limits) : populate_from_tar(source, rootfs, progress, limits);
+    auto stats = is_dir ? populate_from_dir(source, rootfs, progress, limits)
+                        : populate_from_tar(source, rootfs, progress, limits);
     if (!stats) return stats.error();
     out.stats = std::move(*stats);
     if (!is_dir && may_be_container) format = container_format(rootfs);
     if (format) {
       out.dir = staging + "/archive";
-      if (::rename(rootfs.c_str(), out.dir.c_str()) != 0) return sys_error(kStage, "cannot move the unpacked archive aside");
+      if (::rename(rootfs.c_str(), out.dir.c_str()) != 0)
+        return sys_error(kStage, "cannot move the unpacked archive aside");
       if (::mkdir(rootfs.c_str(), 0755) != 0) return sys_error(kStage, "cannot create " + rootfs);
       out.archive_bytes = out.stats.bytes;
       out.archive_entries = out.stats.entries;
@@ -193,7 +202,8 @@ Result<Unpacked> unpack_source(const std::string& source, bool is_dir, const std
     }
   }
   if (options.format != "auto" && options.format != "rootfs" && format != options.format)
-    return make_error("usage", source + " is not " + (options.format == "oci-layout" ? "an OCI image layout" : "a docker save archive") +
+    return make_error("usage", source + " is not " +
+                                   (options.format == "oci-layout" ? "an OCI image layout" : "a docker save archive") +
                                    (format ? " (it is " + *format + ")" : ""));
   return out;
 }
@@ -214,10 +224,11 @@ Status ImageStore::record_origin(const std::string& dir, const std::string& dige
   if (!meta) return meta.error();
   json entry = {{"format", container ? container->format : "rootfs"}};
   if (container) {
-    entry["container"] = {{"manifest_digest", container->manifest_digest.empty() ? json(nullptr) : json(container->manifest_digest)},
-                          {"config_digest", container->config_digest},
-                          {"platform", container->platform},
-                          {"layers", container->layer_digests}};
+    entry["container"] = {
+        {"manifest_digest", container->manifest_digest.empty() ? json(nullptr) : json(container->manifest_digest)},
+        {"config_digest", container->config_digest},
+        {"platform", container->platform},
+        {"layers", container->layer_digests}};
     entry["config"] = container->run_defaults;
   }
   json by_name = meta->contains("by_name") && (*meta)["by_name"].is_object() ? (*meta)["by_name"] : json::object();
@@ -257,7 +268,8 @@ Result<ImportStats> apply_container_layers(Unpacked& layout, const std::string& 
   left.max_bytes -= layout.archive_bytes;
   left.max_entries -= layout.archive_entries;
   if (left.max_bytes <= 0 || left.max_entries <= 0)
-    return make_error("usage", "the import stopped: unpacking " + source + " took the whole --max-bytes/--max-entries; nothing was stored");
+    return make_error("usage", "the import stopped: unpacking " + source +
+                                   " took the whole --max-bytes/--max-entries; nothing was stored");
   auto stats = apply_layers(img->layers, img->layer_digests, rootfs, progress, left);
   if (!stats) return stats.error();
   if (layout.dir != source) SBX_TRY(remove_tree(layout.dir));  // the unpacked archive
@@ -273,10 +285,11 @@ json image_meta(const std::string& hex, const std::string& source, const TreeSca
                {"source", source},
                {"entries", scan.entries.size()},
                {"bytes", scan.bytes},
-               {"normalised", {{"special_bits_cleared", stats.special_bits_cleared},
-                               {"group_other_write_cleared", stats.write_bits_cleared},
-                               {"dropped", stats.dropped.size()},
-                               {"dropped_entries", dropped_json(stats.dropped)}}},
+               {"normalised",
+                {{"special_bits_cleared", stats.special_bits_cleared},
+                 {"group_other_write_cleared", stats.write_bits_cleared},
+                 {"dropped", stats.dropped.size()},
+                 {"dropped_entries", dropped_json(stats.dropped)}}},
                {"seal", {{"entries", seal.entries}, {"digest", seal.digest}}},
                {"format", "rootfs"}};
   if (container) meta["normalised"]["whiteouts"] = stats.whiteouts;
@@ -285,11 +298,13 @@ json image_meta(const std::string& hex, const std::string& source, const TreeSca
 
 }  // namespace
 
-Result<ImageRecord> ImageStore::import(const std::string& source, const std::string& name_text, const ImportProgress& progress,
-                                       const ImportLimits& limits, const ImportOptions& options) {
+Result<ImageRecord> ImageStore::import(const std::string& source, const std::string& name_text,
+                                       const ImportProgress& progress, const ImportLimits& limits,
+                                       const ImportOptions& options) {
   if (options.format != "auto" && options.format != "rootfs" && options.format != "oci-layout" &&
       options.format != "docker-archive")
-    return make_error("usage", "--format: expected auto, rootfs, oci-layout or docker-archive, got '" + options.format + "'");
+    return make_error("usage",
+                      "--format: expected auto, rootfs, oci-layout or docker-archive, got '" + options.format + "'");
   auto name = canonical_image_name(name_text);
   if (!name) return name.error();
   struct stat st;
@@ -304,7 +319,9 @@ Result<ImageRecord> ImageStore::import(const std::string& source, const std::str
   std::string staging = tmpl;
   struct Cleanup {
     std::string path;
-    ~Cleanup() { if (!path.empty()) (void)remove_tree(path); }
+    ~Cleanup() {
+      if (!path.empty()) (void)remove_tree(path);
+    }
   } cleanup{staging};
   ::chmod(staging.c_str(), 0755);
   std::string rootfs = staging + "/rootfs";
@@ -314,10 +331,12 @@ Result<ImageRecord> ImageStore::import(const std::string& source, const std::str
   if (!layout) return layout.error();
   std::optional<ContainerImage> container;
   Result<ImportStats> stats = std::move(layout->stats);
-  if (!layout->dir.empty()) stats = apply_container_layers(*layout, source, rootfs, progress, limits, options, container);
+  if (!layout->dir.empty())
+    stats = apply_container_layers(*layout, source, rootfs, progress, limits, options, container);
   if (!stats) return stats.error();
   ScanOptions hashing;
-  if (progress) hashing.progress = [&](std::int64_t entries, std::int64_t bytes) { progress("hashing", entries, bytes); };
+  if (progress)
+    hashing.progress = [&](std::int64_t entries, std::int64_t bytes) { progress("hashing", entries, bytes); };
   auto scan = scan_tree(rootfs, hashing);
   if (!scan) return scan.error();
   std::string manifest = manifest_text(scan->entries);
@@ -337,7 +356,8 @@ Result<ImageRecord> ImageStore::import(const std::string& source, const std::str
       std::string aside = root_ + "/tmp/rm-" + hex;
       (void)remove_tree(aside);
       // Moved aside first (as `image rm` does), so no run finds a half-removed tree.
-      if (::rename(dir.c_str(), aside.c_str()) != 0) return sys_error(kStage, "cannot move the modified " + dir + " aside");
+      if (::rename(dir.c_str(), aside.c_str()) != 0)
+        return sys_error(kStage, "cannot move the modified " + dir + " aside");
       SBX_TRY(remove_tree(aside));
       repaired = true;
     }
@@ -382,7 +402,9 @@ Result<ImageRecord> ImageStore::resolve(const std::string& ref) const {
     for (auto& h : *hexes)
       if (h.starts_with(prefix)) hits.push_back(h);
     if (hits.empty()) return make_error("usage", "no image " + ref + " in " + root_);
-    if (hits.size() > 1) return make_error("usage", "image reference " + ref + " is ambiguous: matches " + std::to_string(hits.size()) + " images");
+    if (hits.size() > 1)
+      return make_error("usage",
+                        "image reference " + ref + " is ambiguous: matches " + std::to_string(hits.size()) + " images");
     return load(hits[0]);
   }
   auto name = canonical_image_name(ref);
@@ -415,7 +437,8 @@ Result<std::vector<std::string>> ImageStore::remove(const std::string& ref) {
   std::vector<std::string> drop = image->names;
   if (!ref.starts_with("sha256:")) drop = {*canonical_image_name(ref)};
   for (auto& n : drop) {
-    if (::unlink((root_ + "/names/" + n).c_str()) != 0 && errno != ENOENT) return sys_error(kStage, "cannot remove name " + n);
+    if (::unlink((root_ + "/names/" + n).c_str()) != 0 && errno != ENOENT)
+      return sys_error(kStage, "cannot remove name " + n);
     removed.push_back("untagged " + n);
   }
   if (drop.size() == image->names.size()) {
@@ -431,8 +454,9 @@ Result<std::vector<std::string>> ImageStore::remove(const std::string& ref) {
 
 Status seal_matches(const ImageRecord& image, const Seal& taken, const std::string& ref) {
   if (taken.digest == image.meta.value("/seal/digest"_json_pointer, std::string())) return {};
-  return make_error(kStage, "image " + image.digest + (ref.empty() ? "" : " (" + ref + ")") + " was modified in the store (" +
-                                image.rootfs + "): its seal no longer matches; see 'sbx image verify --full " +
+  return make_error(kStage, "image " + image.digest + (ref.empty() ? "" : " (" + ref + ")") +
+                                " was modified in the store (" + image.rootfs +
+                                "): its seal no longer matches; see 'sbx image verify --full " +
                                 image.digest.substr(0, 19) + "', then re-import it");
 }
 

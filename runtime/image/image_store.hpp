@@ -25,9 +25,9 @@
 namespace sbx {
 
 struct ImageRecord {
-  std::string digest;  // "sha256:<hex>"
-  std::string dir;     // <images>/sha256/<hex>
-  std::string rootfs;  // dir + "/rootfs"
+  std::string digest;              // "sha256:<hex>"
+  std::string dir;                 // <images>/sha256/<hex>
+  std::string rootfs;              // dir + "/rootfs"
   std::vector<std::string> names;  // "name:tag", sorted
   nlohmann::json meta;             // image.json
   bool repaired = false;           // import: a modified stored copy of this content was replaced

@@ -47,7 +47,6 @@ Result<UniqueFd> open_beneath(int dirfd, const std::string& rel, const std::stri
   return f;
 }
 
-
 Result<json> parse_doc(const std::string& text, const std::string& what) {
   return parse_json_doc(text, JsonBounds{kMaxDocBytes}, kStage, what);
 }
@@ -56,14 +55,17 @@ Result<json> parse_doc(const std::string& text, const std::string& what) {
 // digest. Its content is checked against the digest by whoever reads it, on the very bytes used
 // (read_doc_blob hashes the text it parses, the importer each layer as it extracts it): hashing
 // first and reading again later would trust a layout on FUSE, or one being written, twice.
-Result<UniqueFd> open_blob(int dirfd, const std::string& dir, const json& desc, const std::string& what, std::string& hex) {
+Result<UniqueFd> open_blob(int dirfd, const std::string& dir, const json& desc, const std::string& what,
+                           std::string& hex) {
   if (!desc.is_object() || !desc.contains("digest") || !desc["digest"].is_string())
     return make_error(kStage, what + " in " + dir + " has no digest");
   const std::string digest = desc["digest"].get<std::string>();
   if (!digest.starts_with("sha256:"))
-    return make_error(kStage, what + " in " + dir + ": unsupported digest '" + json_excerpt(digest) + "' (sbx checks sha256)");
+    return make_error(kStage,
+                      what + " in " + dir + ": unsupported digest '" + json_excerpt(digest) + "' (sbx checks sha256)");
   hex = digest.substr(7);
-  if (!is_sha256_hex(hex)) return make_error(kStage, what + " in " + dir + ": malformed digest " + json_excerpt(digest));
+  if (!is_sha256_hex(hex))
+    return make_error(kStage, what + " in " + dir + ": malformed digest " + json_excerpt(digest));
   auto fd = open_beneath(dirfd, "blobs/sha256/" + hex, dir);
   if (!fd) return fd.error();
   if (desc.contains("size") && desc["size"].is_number_integer()) {
@@ -75,9 +77,11 @@ Result<UniqueFd> open_blob(int dirfd, const std::string& dir, const json& desc, 
   return fd;
 }
 
-Error digest_mismatch(const std::string& what, const std::string& dir, const std::string& expected, const std::string& got) {
-  return make_error(kStage, what + " " + expected + " in " + dir + " does not match its digest (its content is sha256:" +
-                                got + "); the layout is corrupt or was tampered with");
+Error digest_mismatch(const std::string& what, const std::string& dir, const std::string& expected,
+                      const std::string& got) {
+  return make_error(kStage, what + " " + expected + " in " + dir +
+                                " does not match its digest (its content is sha256:" + got +
+                                "); the layout is corrupt or was tampered with");
 }
 
 // A JSON document at `rel` beneath the layout (index.json, manifest.json, a classic config).
@@ -109,7 +113,8 @@ struct Platform {
 Result<Platform> parse_platform(const std::string& s) {
   Platform p;
   auto a = s.find('/');
-  if (a == std::string::npos || a == 0) return make_error("usage", "--platform: expected OS/ARCH[/VARIANT], got '" + s + "'");
+  if (a == std::string::npos || a == 0)
+    return make_error("usage", "--platform: expected OS/ARCH[/VARIANT], got '" + s + "'");
   p.os = s.substr(0, a);
   auto b = s.find('/', a + 1);
   p.arch = s.substr(a + 1, b == std::string::npos ? std::string::npos : b - a - 1);
@@ -143,13 +148,12 @@ bool is_manifest_type(const std::string& mt) {
 }
 
 bool is_layer_type(const std::string& mt) {
-  for (const char* ok : {"application/vnd.oci.image.layer.v1.tar", "application/vnd.oci.image.layer.v1.tar+gzip",
-                         "application/vnd.oci.image.layer.v1.tar+zstd",
-                         "application/vnd.oci.image.layer.nondistributable.v1.tar",
-                         "application/vnd.oci.image.layer.nondistributable.v1.tar+gzip",
-                         "application/vnd.oci.image.layer.nondistributable.v1.tar+zstd",
-                         "application/vnd.docker.image.rootfs.diff.tar.gzip",
-                         "application/vnd.docker.image.rootfs.diff.tar"})
+  for (const char* ok :
+       {"application/vnd.oci.image.layer.v1.tar", "application/vnd.oci.image.layer.v1.tar+gzip",
+        "application/vnd.oci.image.layer.v1.tar+zstd", "application/vnd.oci.image.layer.nondistributable.v1.tar",
+        "application/vnd.oci.image.layer.nondistributable.v1.tar+gzip",
+        "application/vnd.oci.image.layer.nondistributable.v1.tar+zstd",
+        "application/vnd.docker.image.rootfs.diff.tar.gzip", "application/vnd.docker.image.rootfs.diff.tar"})
     if (mt == ok) return true;
   return false;
 }
@@ -172,10 +176,12 @@ Status find_manifest(int dirfd, const std::string& dir, const json& index, const
   std::optional<json> untagged;
   for (const json& d : index["manifests"]) {
     if (++walk.descriptors > kMaxDescriptors)
-      return make_error(kStage, "the indexes in " + dir + " list more than " + std::to_string(kMaxDescriptors) + " descriptors");
+      return make_error(
+          kStage, "the indexes in " + dir + " list more than " + std::to_string(kMaxDescriptors) + " descriptors");
     const std::string mt = str_of(d, "mediaType");
     if (is_index_type(mt)) {
-      if (depth >= kMaxIndexDepth) return make_error(kStage, "indexes in " + dir + " nest deeper than " + std::to_string(kMaxIndexDepth));
+      if (depth >= kMaxIndexDepth)
+        return make_error(kStage, "indexes in " + dir + " nest deeper than " + std::to_string(kMaxIndexDepth));
       if (!walk.visited.insert(str_of(d, "digest")).second) continue;
       auto nested = read_doc_blob(dirfd, dir, d, "index");
       if (!nested) return nested.error();
@@ -240,7 +246,8 @@ Result<ContainerImage> resolve_oci(int dirfd, const std::string& dir, const Plat
   if (!desc) {
     std::string has;
     for (auto& p : walk.seen) has += (has.empty() ? "" : ", ") + p;
-    return make_error(kStage, "no image for " + want.text() + " in " + dir + (has.empty() ? "" : " (it has " + has + ")"));
+    return make_error(kStage,
+                      "no image for " + want.text() + " in " + dir + (has.empty() ? "" : " (it has " + has + ")"));
   }
   auto manifest = read_doc_blob(dirfd, dir, *desc, "manifest");
   if (!manifest) return manifest.error();
@@ -260,8 +267,8 @@ Result<ContainerImage> resolve_oci(int dirfd, const std::string& dir, const Plat
   for (const json& layer : (*manifest)["layers"]) {
     const std::string mt = str_of(layer, "mediaType");
     if (!is_layer_type(mt))
-      return make_error(kStage, "layer " + str_of(layer, "digest") + " in " + dir + " has media type '" + json_excerpt(mt) +
-                                    "', which sbx cannot apply (encrypted or not a tar)");
+      return make_error(kStage, "layer " + str_of(layer, "digest") + " in " + dir + " has media type '" +
+                                    json_excerpt(mt) + "', which sbx cannot apply (encrypted or not a tar)");
     std::string hex;
     auto fd = open_blob(dirfd, dir, layer, "layer", hex);
     if (!fd) return fd.error();
@@ -292,7 +299,8 @@ Result<ContainerImage> resolve_docker(int dirfd, const std::string& dir, const P
   std::string base = config_path.substr(config_path.rfind('/') + 1);
   if (base.ends_with(".json")) base.resize(base.size() - 5);
   if (is_sha256_hex(base) && base != config_hex)
-    return make_error(kStage, config_path + " in " + dir + " does not match its name (content sha256:" + config_hex + ")");
+    return make_error(kStage,
+                      config_path + " in " + dir + " does not match its name (content sha256:" + config_hex + ")");
   const json* diff_ids = nullptr;
   if (config->contains("rootfs") && (*config)["rootfs"].is_object() && (*config)["rootfs"].contains("diff_ids") &&
       (*config)["rootfs"]["diff_ids"].is_array())

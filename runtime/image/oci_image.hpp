@@ -21,10 +21,10 @@
 namespace sbx {
 
 struct ContainerImage {
-  std::string format;           // "oci-layout" or "docker-archive"
-  std::string manifest_digest;  // OCI: the manifest's "sha256:..."; classic archive: ""
-  std::string config_digest;    // "sha256:..." of the config blob
-  std::string platform;         // "os/arch[/variant]" of the config
+  std::string format;                      // "oci-layout" or "docker-archive"
+  std::string manifest_digest;             // OCI: the manifest's "sha256:..."; classic archive: ""
+  std::string config_digest;               // "sha256:..." of the config blob
+  std::string platform;                    // "os/arch[/variant]" of the config
   std::vector<std::string> layers;         // layer files (absolute /proc/self/fd paths kept open)
   std::vector<std::string> layer_digests;  // "sha256:..." each must match: apply_layers checks it on
                                            // the bytes it extracts

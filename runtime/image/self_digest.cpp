@@ -18,8 +18,8 @@ std::string cache_key(const struct stat& st) {
   char key[160];
   std::snprintf(key, sizeof key, "%llu %llu %lld %lld.%09ld %lld.%09ld", static_cast<unsigned long long>(st.st_dev),
                 static_cast<unsigned long long>(st.st_ino), static_cast<long long>(st.st_size),
-                static_cast<long long>(st.st_mtim.tv_sec), st.st_mtim.tv_nsec, static_cast<long long>(st.st_ctim.tv_sec),
-                st.st_ctim.tv_nsec);
+                static_cast<long long>(st.st_mtim.tv_sec), st.st_mtim.tv_nsec,
+                static_cast<long long>(st.st_ctim.tv_sec), st.st_ctim.tv_nsec);
   return key;
 }
 
@@ -41,7 +41,8 @@ Result<std::string> hash_fd(int fd) {
 Result<std::string> self_binary_sha256(const Dirs& dirs) {
   UniqueFd exe(::open("/proc/self/exe", O_RDONLY | O_CLOEXEC));
   struct stat st;
-  if (!exe.ok() || ::fstat(exe.get(), &st) != 0) return sys_error(kStage, "cannot open the sbx binary (/proc/self/exe)");
+  if (!exe.ok() || ::fstat(exe.get(), &st) != 0)
+    return sys_error(kStage, "cannot open the sbx binary (/proc/self/exe)");
   const std::string key = cache_key(st);
   const std::string cache = dirs.state + "/binary-sha256";
   if (auto text = read_file(cache); text && text->size() == key.size() + 66 && text->compare(0, key.size(), key) == 0 &&

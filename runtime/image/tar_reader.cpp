@@ -31,8 +31,8 @@ constexpr std::int64_t kMaxSize = std::int64_t{1} << 62;
 struct Field {
   std::size_t at, len;
 };
-constexpr Field kName{0, 100}, kMode{100, 8}, kSize{124, 12}, kMtime{136, 12}, kChksum{148, 8},
-    kLinkname{157, 100}, kMagic{257, 6}, kPrefix{345, 155};
+constexpr Field kName{0, 100}, kMode{100, 8}, kSize{124, 12}, kMtime{136, 12}, kChksum{148, 8}, kLinkname{157, 100},
+    kMagic{257, 6}, kPrefix{345, 155};
 constexpr std::size_t kTypeflag = 156;
 
 // A name for messages: quoted, at most 200 bytes, control characters and every byte >= 0x80
@@ -42,12 +42,20 @@ std::string quote_for_message(std::string_view s) {
   static const char* hex = "0123456789abcdef";
   std::string out = "'";
   for (std::size_t i = 0; i < s.size(); ++i) {
-    if (i == 200) { out += "..."; break; }
+    if (i == 200) {
+      out += "...";
+      break;
+    }
     auto c = static_cast<unsigned char>(s[i]);
     if (c == '\n') out += "\\n";
-    else if (c == '\\' || c == '\'') { out += '\\'; out += static_cast<char>(c); }
-    else if (c < 0x20 || c >= 0x7f) { out += "\\x"; out += hex[c >> 4]; out += hex[c & 15]; }
-    else out += static_cast<char>(c);
+    else if (c == '\\' || c == '\'') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c < 0x20 || c >= 0x7f) {
+      out += "\\x";
+      out += hex[c >> 4];
+      out += hex[c & 15];
+    } else out += static_cast<char>(c);
   }
   return out + "'";
 }
@@ -129,16 +137,18 @@ std::optional<std::int64_t> parse_decimal(std::string_view s, bool is_time) {
 
 // Overrides from extended headers, applied to the next real member and then dropped.
 struct Pending {
-  std::optional<std::string> path, linkpath;  // pax
-  std::optional<std::int64_t> size, mtime;    // pax
+  std::optional<std::string> path, linkpath;        // pax
+  std::optional<std::int64_t> size, mtime;          // pax
   std::optional<std::string> long_name, long_link;  // GNU 'L', 'K'
-  std::int64_t first_header = -1;  // where the first of them started
+  std::int64_t first_header = -1;                   // where the first of them started
   bool any() const { return first_header >= 0; }
 };
 
 // pax records: "LENGTH KEY=VALUE\n", LENGTH counting the whole record in decimal.
 Status parse_pax(std::string_view data, Pending& p, const std::string& where) {
-  auto bad = [&](const std::string& why) { return make_error(kStage, "tar: pax extended header (" + where + "): " + why); };
+  auto bad = [&](const std::string& why) {
+    return make_error(kStage, "tar: pax extended header (" + where + "): " + why);
+  };
   while (!data.empty()) {
     if (all_zero(reinterpret_cast<const unsigned char*>(data.data()), data.size())) break;  // NUL padding
     std::size_t sp = data.find(' ');
@@ -163,7 +173,8 @@ Status parse_pax(std::string_view data, Pending& p, const std::string& where) {
       std::optional<std::int64_t> v;
       if (!value.empty()) {
         v = parse_decimal(value, key == "mtime");
-        if (!v || (key == "size" && *v > kMaxSize)) return bad("invalid " + std::string(key) + " " + quote_for_message(value));
+        if (!v || (key == "size" && *v > kMaxSize))
+          return bad("invalid " + std::string(key) + " " + quote_for_message(value));
       }
       (key == "size" ? p.size : p.mtime) = v;
     } else if (key.substr(0, 11) == "GNU.sparse.") {
@@ -187,15 +198,15 @@ Result<std::string> normalise(std::string_view raw, const std::string& what, con
     i = slash + 1;
     if (comp.empty() || comp == ".") continue;
     if (comp == "..")
-      return make_error(kStage, "tar: " + where + " has a '..' component in its " + what + " " + quote_for_message(raw) +
-                                    " (refused: it would point outside the image)");
+      return make_error(kStage, "tar: " + where + " has a '..' component in its " + what + " " +
+                                    quote_for_message(raw) + " (refused: it would point outside the image)");
     if (!out.empty()) out += '/';
     out += comp;
     // Deeper trees than any real image has would outrun the per-level fds of the importer's own
     // walks (scan, removal of a failed import: one fd per level under RLIMIT_NOFILE).
     if (++depth > kMaxDepth)
-      return make_error(kStage, "tar: " + where + " has more than " + std::to_string(kMaxDepth) + " components in its " +
-                                    what + " (refused: no image nests that deep)");
+      return make_error(kStage, "tar: " + where + " has more than " + std::to_string(kMaxDepth) +
+                                    " components in its " + what + " (refused: no image nests that deep)");
   }
   return out.empty() ? std::string(".") : out;
 }
@@ -322,19 +333,23 @@ std::string member_name(const unsigned char* h, const Pending& pending) {
 
 Result<TarEntry::Type> member_type(char flag, const std::string& where) {
   switch (flag) {
-    case '0': case '\0': case '7': return TarEntry::Type::file;
+    case '0':
+    case '\0':
+    case '7': return TarEntry::Type::file;
     case '1': return TarEntry::Type::hardlink;
     case '2': return TarEntry::Type::symlink;
-    case '5': case 'D': return TarEntry::Type::dir;  // 'D': GNU dumpdir, a dir + listing
+    case '5':
+    case 'D': return TarEntry::Type::dir;  // 'D': GNU dumpdir, a dir + listing
     case 'S': return make_error(kStage, "tar: " + where + " is a GNU sparse file, which is not supported");
     case 'M':
-      return make_error(kStage, "tar: " + where + " continues from another volume (multi-volume archives are not supported)");
+      return make_error(kStage,
+                        "tar: " + where + " continues from another volume (multi-volume archives are not supported)");
     default: return TarEntry::Type::other;  // '3' '4' '6' devices and FIFOs, unknown flags
   }
 }
 
 Status member_link(const unsigned char* h, const Pending& pending, const std::string& where, TarEntry& e) {
-  std::string link = pending.linkpath ? *pending.linkpath
+  std::string link = pending.linkpath    ? *pending.linkpath
                      : pending.long_link ? *pending.long_link
                                          : std::string(field_str(h, kLinkname));
   if (e.type == TarEntry::Type::symlink) {
@@ -353,7 +368,8 @@ Status member_link(const unsigned char* h, const Pending& pending, const std::st
 
 // A real member's header (not an extended one), with the overrides of the extended headers
 // before it; `where` gets the member's name and header offset for messages.
-Result<TarEntry> member_from_header(const unsigned char* h, std::int64_t at, const Pending& pending, std::string& where) {
+Result<TarEntry> member_from_header(const unsigned char* h, std::int64_t at, const Pending& pending,
+                                    std::string& where) {
   TarEntry e;
   e.typeflag = static_cast<char>(h[kTypeflag]);
   e.offset = pending.any() ? pending.first_header : at;
@@ -368,12 +384,15 @@ Result<TarEntry> member_from_header(const unsigned char* h, std::int64_t at, con
   e.absolute = !raw.empty() && raw[0] == '/';
   if (e.path == "." && e.type != TarEntry::Type::dir)
     return make_error(kStage, "tar: " + where + " names the archive's root but is not a directory");
-  if (e.type == TarEntry::Type::symlink || e.type == TarEntry::Type::hardlink) SBX_TRY(member_link(h, pending, where, e));
+  if (e.type == TarEntry::Type::symlink || e.type == TarEntry::Type::hardlink)
+    SBX_TRY(member_link(h, pending, where, e));
   auto mode = parse_number(h, kMode, false);
-  if (!mode) return make_error(kStage, "tar: invalid mode field " + quote_for_message(field_str(h, kMode)) + " in " + where);
+  if (!mode)
+    return make_error(kStage, "tar: invalid mode field " + quote_for_message(field_str(h, kMode)) + " in " + where);
   e.mode = static_cast<std::uint32_t>(*mode & 07777);
   auto mtime = pending.mtime ? pending.mtime : parse_number(h, kMtime, true);
-  if (!mtime) return make_error(kStage, "tar: invalid mtime field " + quote_for_message(field_str(h, kMtime)) + " in " + where);
+  if (!mtime)
+    return make_error(kStage, "tar: invalid mtime field " + quote_for_message(field_str(h, kMtime)) + " in " + where);
   e.mtime = *mtime;
   return e;
 }
@@ -401,8 +420,8 @@ Status TarReader::end_of_archive(std::size_t got, std::int64_t at, std::int64_t 
 // An extended header's data (pax 'x', GNU 'L'/'K'), bounded, and the padding after it.
 Result<std::string> TarReader::read_extended(std::int64_t size, std::int64_t at) {
   if (size > kMaxExtendedHeader)
-    return make_error(kStage, "tar: extended header of " + std::to_string(size) + " bytes at byte " + std::to_string(at) +
-                                  " (more than " + std::to_string(kMaxExtendedHeader) + ")");
+    return make_error(kStage, "tar: extended header of " + std::to_string(size) + " bytes at byte " +
+                                  std::to_string(at) + " (more than " + std::to_string(kMaxExtendedHeader) + ")");
   std::string data(static_cast<std::size_t>(size), '\0');
   auto n = read_full(data.data(), data.size());
   if (!n) return n.error();
@@ -453,7 +472,8 @@ Result<std::optional<TarEntry>> TarReader::next_entry() {
     }
     // Headers that describe nothing to extract: pax global headers and GNU volume labels.
     if (flag == 'g' || flag == 'V') {
-      current_ = "the " + std::string(flag == 'g' ? "pax global" : "volume label") + " header at byte " + std::to_string(at);
+      current_ =
+          "the " + std::string(flag == 'g' ? "pax global" : "volume label") + " header at byte " + std::to_string(at);
       SBX_TRY(skip(*size + block_padding(*size)));
       continue;
     }

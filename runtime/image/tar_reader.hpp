@@ -28,14 +28,14 @@ namespace sbx {
 struct TarEntry {
   enum class Type { file, dir, symlink, hardlink, other };
   Type type = Type::other;
-  char typeflag = 0;      // raw flag, for messages ('3', '4', '6' char/block device and FIFO are other)
-  std::string path;       // normalised relative path; "." only for a directory member naming the
-                          // archive's root itself ("./" or "/", common at the start of tarballs)
-  std::string link;       // symlink target (verbatim, may be absolute or contain "..": the importer
-                          // creates it and never follows it) or hardlink target (normalised like path)
-  std::uint32_t mode = 0; // permission bits incl. setuid/setgid/sticky as stored (mode & 07777)
-  std::int64_t size = 0;  // data bytes; 0 for everything but files
-  std::int64_t mtime = 0; // seconds since the epoch (pax fractions rounded down)
+  char typeflag = 0;        // raw flag, for messages ('3', '4', '6' char/block device and FIFO are other)
+  std::string path;         // normalised relative path; "." only for a directory member naming the
+                            // archive's root itself ("./" or "/", common at the start of tarballs)
+  std::string link;         // symlink target (verbatim, may be absolute or contain "..": the importer
+                            // creates it and never follows it) or hardlink target (normalised like path)
+  std::uint32_t mode = 0;   // permission bits incl. setuid/setgid/sticky as stored (mode & 07777)
+  std::int64_t size = 0;    // data bytes; 0 for everything but files
+  std::int64_t mtime = 0;   // seconds since the epoch (pax fractions rounded down)
   std::int64_t offset = 0;  // byte offset of the member's (first) header, for the importer's messages
   bool absolute = false;    // the name began with "/" (removed in `path`; a container layer refuses it)
 };
@@ -80,12 +80,12 @@ class TarReader {
   std::unique_ptr<ByteSource> owned_;  // the fd's source, for TarReader(int)
   ByteSource* src_;
   std::int64_t offset_ = 0;
-  std::int64_t data_left_ = 0;   // unread data bytes of the current member
-  std::int64_t pad_left_ = 0;    // zero padding after them, up to the next 512-byte block
-  bool readable_ = false;        // the current member is a file (read() returns its data)
+  std::int64_t data_left_ = 0;  // unread data bytes of the current member
+  std::int64_t pad_left_ = 0;   // zero padding after them, up to the next 512-byte block
+  bool readable_ = false;       // the current member is a file (read() returns its data)
   bool at_end_ = false;
-  std::string current_;          // "member 'NAME' (header at byte N)", for messages
-  std::optional<Error> failed_;  // the first error, returned from then on
+  std::string current_;             // "member 'NAME' (header at byte N)", for messages
+  std::optional<Error> failed_;     // the first error, returned from then on
   std::vector<unsigned char> buf_;  // read-ahead: one read() per many small members
   std::size_t buf_pos_ = 0, buf_len_ = 0;
 };

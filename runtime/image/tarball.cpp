@@ -73,7 +73,8 @@ Result<std::size_t> Tarball::decode(unsigned char* out, std::size_t n) {
     if (step->stream_end) {
       // Another member may follow: make sure the decoder sees its header, not a partial read.
       if (in_len_ - in_pos_ < 8 && !input_done_) SBX_TRY(fill());
-      auto again = decoder_->next_member(std::string_view(reinterpret_cast<char*>(in_.get() + in_pos_), in_len_ - in_pos_));
+      auto again =
+          decoder_->next_member(std::string_view(reinterpret_cast<char*>(in_.get() + in_pos_), in_len_ - in_pos_));
       if (!again) return again.error();
       if (!*again) output_done_ = true;
     } else if (step->produced == 0 && step->consumed == 0) {
@@ -141,8 +142,9 @@ Status Tarball::finish() {
     if (result_) {
       std::string got = hasher_->final_hex();
       if (got != expect_hex_)
-        result_ = make_error(kStage, expect_what_ + " does not match its digest sha256:" + expect_hex_ +
-                                         " (its content is sha256:" + got + "); the image is corrupt or was tampered with");
+        result_ =
+            make_error(kStage, expect_what_ + " does not match its digest sha256:" + expect_hex_ +
+                                   " (its content is sha256:" + got + "); the image is corrupt or was tampered with");
     }
     hasher_.reset();
   }

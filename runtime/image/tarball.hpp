@@ -59,7 +59,7 @@ class Tarball : public ByteSource {
 
   std::string path_;
   UniqueFd fd_;
-  std::unique_ptr<Decoder> decoder_;  // null: a plain tar
+  std::unique_ptr<Decoder> decoder_;     // null: a plain tar
   std::unique_ptr<unsigned char[]> in_;  // compressed input not yet consumed: in_[in_pos_, in_len_)
   std::size_t in_pos_ = 0, in_len_ = 0;
   std::int64_t in_offset_ = 0;  // compressed bytes consumed, for messages

@@ -39,9 +39,9 @@ InitEnd init_end(const ChildConfig& cfg) { return InitEnd(cfg.fds); }
   init_end(cfg).report_setup_error(e.stage, e.err, e.message.c_str());
 }
 
-#define STAGE(cfg, expr)                 \
-  do {                                   \
-    auto st_ = (expr);                   \
+#define STAGE(cfg, expr)                   \
+  do {                                     \
+    auto st_ = (expr);                     \
     if (!st_.ok()) fail(cfg, st_.error()); \
   } while (0)
 
@@ -87,11 +87,13 @@ Status set_rlimits(const std::vector<std::pair<int, rlim_t>>& limits, bool addre
 Status bound_sysv_shm(std::int64_t bytes) {
   long page = ::sysconf(_SC_PAGESIZE);
   std::int64_t pages = std::max<std::int64_t>(1, bytes / (page > 0 ? page : 4096));
-  const std::pair<const char*, std::int64_t> knobs[] = {{"/proc/sys/kernel/shmmax", bytes}, {"/proc/sys/kernel/shmall", pages}};
+  const std::pair<const char*, std::int64_t> knobs[] = {{"/proc/sys/kernel/shmmax", bytes},
+                                                        {"/proc/sys/kernel/shmall", pages}};
   for (auto& [path, value] : knobs) {
     InitFd fd(::open(path, O_WRONLY | O_CLOEXEC));
     // Before Linux 5.17 these files belong to the initial user namespace: refused here.
-    if (!fd.ok()) return sys_error("sysv_shm", std::string("open ") + path + " (the run's SysV shm cap; needs Linux 5.17+)");
+    if (!fd.ok())
+      return sys_error("sysv_shm", std::string("open ") + path + " (the run's SysV shm cap; needs Linux 5.17+)");
     std::string text = std::to_string(value) + "\n";
     ssize_t n = ::write(fd.get(), text.data(), text.size());
     int werr = errno;
@@ -134,10 +136,10 @@ Result<std::string> resolve_program(const ChildConfig& cfg) {
 // child has exec'd or exited.
 struct ProgramArgs {
   const ChildConfig* cfg;
-  int pty_master;                // init's pty master, -1: none
-  int listener = -1;             // the seccomp listener's number in the fd table shared with init
-  ChildMsg exec_failed;          // kind 0, or kSetupError: execve failed once the filter was in place
-  long long exec_ns = 0;         // the realtime clock as clone returned (the record's program_started_at)
+  int pty_master;         // init's pty master, -1: none
+  int listener = -1;      // the seccomp listener's number in the fd table shared with init
+  ChildMsg exec_failed;   // kind 0, or kSetupError: execve failed once the filter was in place
+  long long exec_ns = 0;  // the realtime clock as clone returned (the record's program_started_at)
 };
 
 // seccomp_data as the kernel builds it for a call from this x86_64 process through
@@ -165,8 +167,8 @@ struct seccomp_data call_data(int nr, long a0 = 0, long a1 = 0, long a2 = 0) {
 // then leaves by a fault, which needs no system call; see run_program).
 long check_last_calls(const ChildConfig& cfg, const char* path, char* const* argv, char* const* envp) {
   if (cfg.seccomp_filter.empty()) return SYS_exit_group;
-  auto exec = call_data(SYS_execve, reinterpret_cast<long>(path), reinterpret_cast<long>(argv),
-                        reinterpret_cast<long>(envp));
+  auto exec =
+      call_data(SYS_execve, reinterpret_cast<long>(path), reinterpret_cast<long>(argv), reinterpret_cast<long>(envp));
   if (!seccomp_allows(cfg.seccomp_filter, exec)) {
     std::uint32_t ret = seccomp_evaluate(*cfg.seccomp_reference, exec);
     SeccompAnswer answer = seccomp_answer(ret);
@@ -240,8 +242,7 @@ Status program_stdio(const ChildConfig& cfg, int pty_master) {
   if (cfg.umask >= 0) ::umask(static_cast<mode_t>(cfg.umask));
   STAGE(cfg, restrict_capabilities(cfg.keep_caps));
   if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) fail(cfg, sys_error("no_new_privs", "prctl"));
-  if (::chdir(cfg.mounts.workdir.c_str()) != 0)
-    fail(cfg, sys_error("workdir", "chdir to " + cfg.mounts.workdir));
+  if (::chdir(cfg.mounts.workdir.c_str()) != 0) fail(cfg, sys_error("workdir", "chdir to " + cfg.mounts.workdir));
   // Only 0, 1, 2 reach the program; the message pipe stays open until execve succeeds.
   ::syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC);
   auto path = resolve_program(cfg);
@@ -277,9 +278,7 @@ Status program_stdio(const ChildConfig& cfg, int pty_master) {
   for (;;) raw::syscall6(exit_nr, 125);
 }
 
-int program_entry(void* arg) {
-  run_program(*static_cast<ProgramArgs*>(arg));
-}
+int program_entry(void* arg) { run_program(*static_cast<ProgramArgs*>(arg)); }
 
 // The program child shares init's memory until its execve (CLONE_VM | CLONE_VFORK, what
 // posix_spawn does): fork() would copy init's page tables, and then every page either process
@@ -300,7 +299,8 @@ pid_t spawn_program(const ChildConfig& cfg, ProgramArgs& args) {
   char* top = static_cast<char*>(cfg.program_stack_top);
   SanitizerExtraStack asan;
   if (!top) {
-    mapped = ::mmap(nullptr, kStack, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK | MAP_NORESERVE, -1, 0);
+    mapped =
+        ::mmap(nullptr, kStack, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK | MAP_NORESERVE, -1, 0);
     if (mapped == MAP_FAILED) return -1;
     top = static_cast<char*>(mapped) + kStack;
     asan.begin(mapped, kStack);
@@ -350,8 +350,7 @@ void run_init(const ChildConfig& cfg) {
       end.report_setup_error("mounts", static_cast<int>(-r), "hand /out to the supervisor");
   }
   out_dir.reset();
-  if (::sethostname(cfg.hostname.c_str(), cfg.hostname.size()) != 0)
-    fail(cfg, sys_error("hostname", "sethostname"));
+  if (::sethostname(cfg.hostname.c_str(), cfg.hostname.size()) != 0) fail(cfg, sys_error("hostname", "sethostname"));
   if (cfg.sysv_shm_bytes > 0) STAGE(cfg, bound_sysv_shm(cfg.sysv_shm_bytes));
   STAGE(cfg, make_proc_sys_readonly());  // after the last write there: the cap above
   STAGE(cfg, bring_up_loopback());
@@ -400,7 +399,8 @@ void run_init(const ChildConfig& cfg) {
   if (program < 0) fail(cfg, sys_error("fork", "start the program"));
   // Raw calls only from here (init_end.cpp, checked): a program child that failed to start has
   // reported it, which wakes a supervisor that shares init's memory.
-  watch_program(end, StartedProgram{program, args.listener, cfg.fds.pty_sock, pty_master, &args.exec_failed, args.exec_ns});
+  watch_program(end,
+                StartedProgram{program, args.listener, cfg.fds.pty_sock, pty_master, &args.exec_failed, args.exec_ns});
 }
 
 }  // namespace sbx

@@ -88,7 +88,9 @@ class Capabilities final : public Facility {
                               {"enforcement/capabilities/bounding", keep},
                               {"enforcement/capabilities/securebits", "locked"},
                               {"enforcement/capabilities/no_new_privs", true}});
-    if (sup) put(caps, "enforcement/capabilities/program", sup->program_caps ? process_caps_json(*sup->program_caps) : json(nullptr));
+    if (sup)
+      put(caps, "enforcement/capabilities/program",
+          sup->program_caps ? process_caps_json(*sup->program_caps) : json(nullptr));
     put(out, "enforcement/capabilities", std::move(caps));
   }
 };

@@ -62,10 +62,10 @@ struct RunContext {
   const CgroupInfo& cg;
   const Result<IdentityPlan>& identity;
   const bool rootless;
-  const bool dry_run;      // --dry-run: check and plan only; no cgroup, no file, no log line
-  std::string run_id;      // names the run cgroup
-  EventStream* events = nullptr;          // --events, when open
-  TraceParts* parts = nullptr;            // the record's non-enforcement parts (image, usage); null in a dry run
+  const bool dry_run;             // --dry-run: check and plan only; no cgroup, no file, no log line
+  std::string run_id;             // names the run cgroup
+  EventStream* events = nullptr;  // --events, when open
+  TraceParts* parts = nullptr;    // the record's non-enforcement parts (image, usage); null in a dry run
 
   // gpu
   bool gpu_planned = false;
@@ -74,9 +74,9 @@ struct RunContext {
   LimitPlan plan;
   std::optional<std::vector<LimitEntry>> limits;  // set once the final plan is known
   std::optional<RunCgroup> cgroup;
-  std::optional<Error> cgroup_error;           // RunCgroup::create failed: the plan fell back
-  std::optional<CgroupEvents> cgroup_events;   // the run cgroup's limit events, while it exists
-  bool in_cgroup = false;                      // set by spawn: clone placed init in the cgroup
+  std::optional<Error> cgroup_error;          // RunCgroup::create failed: the plan fell back
+  std::optional<CgroupEvents> cgroup_events;  // the run cgroup's limit events, while it exists
+  bool in_cgroup = false;                     // set by spawn: clone placed init in the cgroup
   // --bind and --input sources, opened once by the identity facility: checked (preflight.hpp)
   // and planned (plan_mounts) from these, held open until the run is over (mounts.hpp, BindSource)
   std::vector<BindSource> bind_sources;
@@ -85,7 +85,7 @@ struct RunContext {
   nlohmann::json memory_fallback;  // null unless limits fall back and memory is limited (memory_fallback.hpp)
   // image
   std::optional<ImageRecord> image;
-  UniqueFd image_fd;         // the stored tree, checked against its seal, handed to init
+  UniqueFd image_fd;          // the stored tree, checked against its seal, handed to init
   nlohmann::json image_plan;  // dry run: the image, its seal checked
   // --input, hashed
   nlohmann::json inputs = nlohmann::json::array();

@@ -65,8 +65,13 @@ json limits_plan_json(const Limits& l, const LimitPlan& plan, const std::map<std
                    {"mechanism", d.applied ? json(d.mechanism) : json(nullptr)},
                    {"reason", d.reason}});
   }
-  out.push_back({{"limit", "tmp_size"}, {"value", l.tmp_size_bytes}, {"set_by", nullptr}, {"enforced", true},
-                 {"degraded", false}, {"mechanism", "tmpfs size option (/tmp)"}, {"reason", ""}});
+  out.push_back({{"limit", "tmp_size"},
+                 {"value", l.tmp_size_bytes},
+                 {"set_by", nullptr},
+                 {"enforced", true},
+                 {"degraded", false},
+                 {"mechanism", "tmpfs size option (/tmp)"},
+                 {"reason", ""}});
   return out;
 }
 
@@ -109,7 +114,8 @@ class LimitsFacility final : public Facility {
   }
   void record(const RunContext& ctx, const SuperviseResult*, json& out) const override {
     if (!ctx.limits) put(out, "enforcement/cgroup", "unavailable");
-    else put(out, "enforcement/cgroup", ctx.cgroup ? "v2 " + ctx.cgroup->path() : "unavailable (" + ctx.cg.layout + ")");
+    else
+      put(out, "enforcement/cgroup", ctx.cgroup ? "v2 " + ctx.cgroup->path() : "unavailable (" + ctx.cg.layout + ")");
     if (ctx.cgroup && !ctx.cgroup->warnings().empty()) put(out, "enforcement/cgroup_notes", ctx.cgroup->warnings());
     if (ctx.cgroup_error) put(out, "enforcement/cgroup_error", ctx.cgroup_error->describe());
     add_limit_entries(ctx.limits ? *ctx.limits : std::vector<LimitEntry>{}, out);

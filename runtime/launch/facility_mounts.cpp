@@ -30,18 +30,19 @@ void log_limit_shortfalls(const RunContext& ctx, const TmpfsBudget& scaled) {
   }
   const Error* failed = ctx.cgroup_error ? &*ctx.cgroup_error : nullptr;
   if (!missing.empty() || !degraded.empty())
-    spdlog::log(asked || failed ? spdlog::level::warn : spdlog::level::info, "limits {}{}{} ({}; see the trace, 'sbx doctor')",
-                missing.empty() ? "" : "not enforced: " + missing.substr(2),
-                !missing.empty() && !degraded.empty() ? "; " : "",
-                degraded.empty() ? "" : "only per process (rlimits): " + degraded.substr(2),
-                cgroup_gap_short(ctx.cg, ctx.rootless, failed));
+    spdlog::log(
+        asked || failed ? spdlog::level::warn : spdlog::level::info, "limits {}{}{} ({}; see the trace, 'sbx doctor')",
+        missing.empty() ? "" : "not enforced: " + missing.substr(2), !missing.empty() && !degraded.empty() ? "; " : "",
+        degraded.empty() ? "" : "only per process (rlimits): " + degraded.substr(2),
+        cgroup_gap_short(ctx.cg, ctx.rootless, failed));
   if (scaled.scaled)
     spdlog::info("tmpfs sizes scaled down to fit the memory limit {} (no cgroup v2 counts their pages): {}",
                  format_size(*ctx.spec.limits.memory_bytes), describe_shares(scaled.shares));
   if (ctx.gpu.enabled && ctx.spec.limits.memory_bytes && !ctx.plan.cgroup_limits.memory_bytes)
-    spdlog::warn("--gpu without a cgroup v2 memory controller: the memory limit of {} is NOT applied (rlimits break "
-                 "CUDA); host memory is unbounded for this run (enforcement.limits_not_applied; --require-limits refuses)",
-                 format_size(*ctx.spec.limits.memory_bytes));
+    spdlog::warn(
+        "--gpu without a cgroup v2 memory controller: the memory limit of {} is NOT applied (rlimits break "
+        "CUDA); host memory is unbounded for this run (enforcement.limits_not_applied; --require-limits refuses)",
+        format_size(*ctx.spec.limits.memory_bytes));
 }
 
 // The mount plan (mounts.hpp) with the GPUs' nodes and driver files; without a cgroup charging
@@ -99,17 +100,18 @@ class Image final : public Facility {
     if (ctx.dry_run) return check_seal_now(ctx);
     MountPlan& mounts = ctx.mounts;
     if (ctx.parts)
-      ctx.parts->image = trace_object({{"image/name", ctx.spec.image},
-                                       {"image/digest", image.digest},
-                                       {"image/names", image.names},
-                                       {"image/entries", image.meta.value("entries", 0LL)},
-                                       {"image/seal", "checked"},
-                                       {"image/root", trace_object({{"image/root/type", "overlay"},
-                                                                    {"image/root/lower", image.rootfs},
-                                                                    {"image/root/upper", "tmpfs"},
-                                                                    {"image/root/upper_size_bytes", mounts.upper_size_bytes},
-                                                                    {"image/root/read_only", true}})},
-                                       {"image/mounts", mounts_to_json(mounts)}});
+      ctx.parts->image =
+          trace_object({{"image/name", ctx.spec.image},
+                        {"image/digest", image.digest},
+                        {"image/names", image.names},
+                        {"image/entries", image.meta.value("entries", 0LL)},
+                        {"image/seal", "checked"},
+                        {"image/root", trace_object({{"image/root/type", "overlay"},
+                                                     {"image/root/lower", image.rootfs},
+                                                     {"image/root/upper", "tmpfs"},
+                                                     {"image/root/upper_size_bytes", mounts.upper_size_bytes},
+                                                     {"image/root/read_only", true}})},
+                        {"image/mounts", mounts_to_json(mounts)}});
     mounts.image_fd = ctx.image_fd.get();
     mounts.image_path = image.rootfs;
     return {};
@@ -122,7 +124,8 @@ class Image final : public Facility {
     ctx.image_fd.reset();
     if (!seal) return seal.error();
     SBX_TRY(seal_matches(*ctx.image, *seal, ctx.spec.image));
-    ctx.image_plan = {{"name", ctx.spec.image}, {"digest", ctx.image->digest}, {"names", ctx.image->names}, {"seal", "checked"}};
+    ctx.image_plan = {
+        {"name", ctx.spec.image}, {"digest", ctx.image->digest}, {"names", ctx.image->names}, {"seal", "checked"}};
     return {};
   }
 };

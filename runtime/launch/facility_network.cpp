@@ -15,23 +15,23 @@ json network_record_json(const NetworkSpec& n) {
                          {"enforcement/network/interfaces", json::array({"lo"})}});
   if (n.mode == "proxy")
     put(j, "enforcement/network/proxy",
-        trace_object(
-            {{"enforcement/network/proxy/listen", "127.0.0.1:" + std::to_string(kProxyPort)},
-             {"enforcement/network/proxy/where", "sbx supervisor, outside the sandbox; socket bound in the sandbox's network namespace"},
-             {"enforcement/network/proxy/protocols", json::array({"CONNECT", "http absolute-URI"})},
-             {"enforcement/network/proxy/resolver",
-              "c-ares on the supervisor's poll loop (/etc/hosts, then resolv.conf's servers), for "
-              "allowed names only; 16 lookups in flight, 504 after min(5 s, idle_timeout_ms)"},
-             {"enforcement/network/proxy/resolved_addresses",
-              "checked at connect time: loopback, link-local, private, CGNAT, unique-local, "
-              "unspecified, multicast and broadcast addresses only through an address/CIDR rule; "
-              "IPv4-mapped IPv6 matched as IPv4"},
-             {"enforcement/network/proxy/requests",
-              "strict HTTP/1.x parsing (CRLF only, no control bytes, no CL+TE); plain HTTP: one "
-              "Content-Length-framed request per connection"},
-             {"enforcement/network/proxy/max_connections", n.max_connections},
-             {"enforcement/network/proxy/max_bytes", n.max_bytes ? json(*n.max_bytes) : json(nullptr)},
-             {"enforcement/network/proxy/idle_timeout_ms", n.idle_timeout_ms}}));
+        trace_object({{"enforcement/network/proxy/listen", "127.0.0.1:" + std::to_string(kProxyPort)},
+                      {"enforcement/network/proxy/where",
+                       "sbx supervisor, outside the sandbox; socket bound in the sandbox's network namespace"},
+                      {"enforcement/network/proxy/protocols", json::array({"CONNECT", "http absolute-URI"})},
+                      {"enforcement/network/proxy/resolver",
+                       "c-ares on the supervisor's poll loop (/etc/hosts, then resolv.conf's servers), for "
+                       "allowed names only; 16 lookups in flight, 504 after min(5 s, idle_timeout_ms)"},
+                      {"enforcement/network/proxy/resolved_addresses",
+                       "checked at connect time: loopback, link-local, private, CGNAT, unique-local, "
+                       "unspecified, multicast and broadcast addresses only through an address/CIDR rule; "
+                       "IPv4-mapped IPv6 matched as IPv4"},
+                      {"enforcement/network/proxy/requests",
+                       "strict HTTP/1.x parsing (CRLF only, no control bytes, no CL+TE); plain HTTP: one "
+                       "Content-Length-framed request per connection"},
+                      {"enforcement/network/proxy/max_connections", n.max_connections},
+                      {"enforcement/network/proxy/max_bytes", n.max_bytes ? json(*n.max_bytes) : json(nullptr)},
+                      {"enforcement/network/proxy/idle_timeout_ms", n.idle_timeout_ms}}));
   return j;
 }
 

@@ -42,7 +42,9 @@ class Seccomp final : public Facility {
                         {"enforcement/seccomp/mode", nullptr},
                         {"enforcement/seccomp/note", "not installed: the run ended before the policy was prepared"}}));
   }
-  void plan(const RunContext& ctx, json& out) const override { out["seccomp"] = seccomp_enforcement_json(*ctx.seccomp); }
+  void plan(const RunContext& ctx, json& out) const override {
+    out["seccomp"] = seccomp_enforcement_json(*ctx.seccomp);
+  }
 
  private:
   static void log(const RunSpec& s, const PreparedSeccomp& sc) {

@@ -41,11 +41,11 @@ struct ChildMsg {
   std::uint32_t kind = 0;
   std::int32_t err = 0;          // errno for kSetupError
   std::int32_t wait_status = 0;  // for kProgramStatus
-  char stage[32] = {};  // a name of kStages (stage.hpp), NUL-terminated
+  char stage[32] = {};           // a name of kStages (stage.hpp), NUL-terminated
   static_assert(kMaxStageNameLength < sizeof stage);
   union {
-    char message[440] = {};      // kSetupError; fits one atomic pipe write (PIPE_BUF) with the rest
-    struct rusage usage;         // kProgramStatus: the program's and its descendants' (RUSAGE_CHILDREN)
+    char message[440] = {};  // kSetupError; fits one atomic pipe write (PIPE_BUF) with the rest
+    struct rusage usage;     // kProgramStatus: the program's and its descendants' (RUSAGE_CHILDREN)
     // kStarted: the program's capability sets right after its execve (caps.hpp ProcessCaps order:
     // inheritable, permitted, effective, bounding, ambient); read == 0 when they could not be read.
     // exec_ns: the realtime clock when init saw the program's execve return (the record's
@@ -215,11 +215,11 @@ class InitEnd {
 // The program child as init finds it when clone(CLONE_VFORK) returns (child.cpp, spawn_program).
 struct StartedProgram {
   pid_t pid = -1;
-  int listener = -1;         // its seccomp listener, in the fd table it shared with init; -1: none
-  int pty_sock = -1;         // where the pty's master goes (-t), and the master (-1: none)
+  int listener = -1;  // its seccomp listener, in the fd table it shared with init; -1: none
+  int pty_sock = -1;  // where the pty's master goes (-t), and the master (-1: none)
   int pty_master = -1;
   const ChildMsg* exec_failed = nullptr;  // kind kSetupError when its execve failed
-  long long exec_ns = 0;                   // the realtime clock when its spawn returned
+  long long exec_ns = 0;                  // the realtime clock when its spawn returned
 };
 // Init once the program child is back: raw system calls only (init_end.cpp). Hands the listener
 // and the pty's master over, closes all but the report pipe, sends kStarted, then forwards

@@ -145,8 +145,7 @@ void supervised_signals(sigset_t* set) {
   // sigemptyset/sigaddset by hand (glibc's x86_64 layout: signal N is bit N-1 of the first
   // word, the kernel's 8-byte set): this runs in init's loop too.
   std::memset(set, 0, sizeof *set);
-  for (int s : {SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2})
-    set->__val[0] |= 1UL << (s - 1);
+  for (int s : {SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2}) set->__val[0] |= 1UL << (s - 1);
 }
 
 void InitFd::reset(int fd) {
@@ -322,8 +321,7 @@ bool wait_for_shared_init(int msg_fd, int pidfd, std::optional<std::int64_t> tim
   if (n != 0) return false;
   raw::pidfd_send_signal(pidfd, SIGKILL);
   struct pollfd gone = {pidfd, POLLIN, 0};
-  while (raw::ppoll(&gone, 1, nullptr) == -EINTR) {
-  }
+  while (raw::ppoll(&gone, 1, nullptr) == -EINTR) {}
   return true;
 }
 

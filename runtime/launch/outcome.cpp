@@ -59,7 +59,8 @@ std::optional<Error> supervision_error(const SuperviseResult& s) {
     // Init names the stage from kStages (InitEnd::report_setup_error), cut to ChildMsg::stage's
     // size: a name that does not read back is init's setup all the same.
     const ChildMsg& m = *s.setup_error;
-    Stage stage = Stage::from_name(std::string_view(m.stage, ::strnlen(m.stage, sizeof m.stage))).value_or(Stage("prepare"));
+    Stage stage =
+        Stage::from_name(std::string_view(m.stage, ::strnlen(m.stage, sizeof m.stage))).value_or(Stage("prepare"));
     return Error{stage, m.err, m.message};
   }
   return std::nullopt;
@@ -83,7 +84,7 @@ Outcome outcome_from_supervision(const SuperviseResult& s, int kill_grace_ms) {
   }
   if (s.timed_out || s.cpu_exceeded) {
     o.status = RunStatus::timeout;
-    o.reason = !s.timed_out ? "cpu"
+    o.reason = !s.timed_out           ? "cpu"
                : s.delivery_timed_out ? "wall: the program had ended, but its output was not all taken by the reader"
                                       : "wall";
     o.signal = SIGKILL;
@@ -175,24 +176,19 @@ Outcome with_verdict(Outcome o, const std::optional<ContractVerdict>& verdict) {
 int exit_status_for(const Outcome& o) {
   switch (o.status) {
     case RunStatus::ok:
-    case RunStatus::exit_nonzero:
-      return o.exit_code.value_or(0);
+    case RunStatus::exit_nonzero: return o.exit_code.value_or(0);
     case RunStatus::signaled:
     case RunStatus::oom:
-    case RunStatus::seccomp_violation:
-      return 128 + o.signal.value_or(SIGKILL);
-    case RunStatus::timeout:
-      return 124;
+    case RunStatus::seccomp_violation: return 128 + o.signal.value_or(SIGKILL);
+    case RunStatus::timeout: return 124;
     case RunStatus::input_invalid:
-    case RunStatus::output_invalid:
-      return 65;
+    case RunStatus::output_invalid: return 65;
     case RunStatus::output_limit:
       // Artifact export went over its caps: the program itself may still have succeeded.
       return o.exit_code.value_or(o.signal ? 128 + *o.signal : 125);
     case RunStatus::setup_error:
       // The entrypoint could not be started: shell conventions 127 (not found) / 126 (not executable).
-      if (o.error && o.error->stage == "execve")
-        return (o.error->err == ENOENT || o.error->err == ENOTDIR) ? 127 : 126;
+      if (o.error && o.error->stage == "execve") return (o.error->err == ENOENT || o.error->err == ENOTDIR) ? 127 : 126;
       return 125;
   }
   return 125;

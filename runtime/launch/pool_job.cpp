@@ -32,7 +32,8 @@ struct Reader {
   bool u64(std::uint64_t* v) {
     if (s.size() - at < 8) return false;
     *v = 0;
-    for (std::size_t i = 0; i < 8; ++i) *v |= static_cast<std::uint64_t>(static_cast<unsigned char>(s[at + i])) << (8 * i);
+    for (std::size_t i = 0; i < 8; ++i)
+      *v |= static_cast<std::uint64_t>(static_cast<unsigned char>(s[at + i])) << (8 * i);
     at += 8;
     return true;
   }
@@ -59,7 +60,7 @@ bool split_pool_path(const std::string& dst, std::string* dir, std::string* rel)
 }
 
 int openat2_beneath(int dirfd, const std::string& rel, std::uint64_t flags, std::uint64_t mode) {
-  struct open_how how{};
+  struct open_how how {};
   how.flags = flags | O_CLOEXEC | O_NOFOLLOW;
   how.mode = mode;
   how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV;
@@ -136,7 +137,8 @@ Result<PoolJob> read_pool_job(int fd) {
   std::string frame(8, '\0');
   if (!read_full(frame.data(), 8)) return make_error("pool", "read the job's length", EPIPE);
   std::uint64_t len = 0;
-  for (std::size_t i = 0; i < 8; ++i) len |= static_cast<std::uint64_t>(static_cast<unsigned char>(frame[i])) << (8 * i);
+  for (std::size_t i = 0; i < 8; ++i)
+    len |= static_cast<std::uint64_t>(static_cast<unsigned char>(frame[i])) << (8 * i);
   if (len > kMaxPoolJobBytes) return bad_job("longer than " + std::to_string(kMaxPoolJobBytes) + " bytes");
   frame.resize(8 + len);
   if (!read_full(frame.data() + 8, len)) return make_error("pool", "read the job", EPIPE);
@@ -156,11 +158,14 @@ Status write_pool_files(const PoolJob& job) {
     for (std::size_t slash = rel.find('/'); slash != std::string::npos; slash = rel.find('/', slash + 1)) {
       std::string parent = rel.substr(0, slash);
       auto cut = parent.rfind('/');
-      UniqueFd pfd(cut == std::string::npos ? ::dup(base.get())
-                                            : openat2_beneath(base.get(), parent.substr(0, cut), O_PATH | O_DIRECTORY, 0));
-      if (!pfd.ok()) return sys_error("pool", "open " + dir + "/" + parent.substr(0, cut == std::string::npos ? 0 : cut));
+      UniqueFd pfd(cut == std::string::npos
+                       ? ::dup(base.get())
+                       : openat2_beneath(base.get(), parent.substr(0, cut), O_PATH | O_DIRECTORY, 0));
+      if (!pfd.ok())
+        return sys_error("pool", "open " + dir + "/" + parent.substr(0, cut == std::string::npos ? 0 : cut));
       std::string leaf = cut == std::string::npos ? parent : parent.substr(cut + 1);
-      if (::mkdirat(pfd.get(), leaf.c_str(), 0755) != 0 && errno != EEXIST) return sys_error("pool", "mkdir " + dir + "/" + parent);
+      if (::mkdirat(pfd.get(), leaf.c_str(), 0755) != 0 && errno != EEXIST)
+        return sys_error("pool", "mkdir " + dir + "/" + parent);
     }
     UniqueFd fd(openat2_beneath(base.get(), rel, O_WRONLY | O_CREAT | O_EXCL, f.mode));
     if (!fd.ok()) return sys_error("pool", "create " + f.dst);
@@ -168,7 +173,7 @@ Status write_pool_files(const PoolJob& job) {
     if (::fchmod(fd.get(), f.mode) != 0) return sys_error("pool", "chmod " + f.dst);  // past the umask
   }
   for (auto& d : kPoolDirs) {
-    struct statvfs sv{};
+    struct statvfs sv {};
     unsigned long keep = MS_NOSUID | MS_NODEV;
     if (::statvfs(d.c_str(), &sv) == 0 && (sv.f_flag & ST_NOEXEC)) keep |= MS_NOEXEC;
     if (::mount(nullptr, d.c_str(), nullptr, MS_REMOUNT | MS_BIND | MS_RDONLY | keep, nullptr) != 0)
@@ -178,20 +183,24 @@ Status write_pool_files(const PoolJob& job) {
 }
 
 std::string pool_refusal(const RunSpec& pooled, const RunSpec& call) {
-  if (call.image != pooled.image) return "the call's image (" + call.image + ") is not the pool's (" + pooled.image + ")";
+  if (call.image != pooled.image)
+    return "the call's image (" + call.image + ") is not the pool's (" + pooled.image + ")";
   auto lowered = [](const std::optional<std::int64_t>& pool, const std::optional<std::int64_t>& want) {
     return !pool || (want && *want <= *pool);
   };
   if (!lowered(pooled.limits.timeout_ms, call.limits.timeout_ms)) return "the call's timeout is above the pool's";
-  if (!lowered(pooled.limits.output_limit_bytes, call.limits.output_limit_bytes)) return "the call's output_limit is above the pool's";
+  if (!lowered(pooled.limits.output_limit_bytes, call.limits.output_limit_bytes))
+    return "the call's output_limit is above the pool's";
   RunSpec c = call;
   c.argv = pooled.argv;
   c.limits.timeout_ms = pooled.limits.timeout_ms;
   c.limits.output_limit_bytes = pooled.limits.output_limit_bytes;
   if (c == pooled) return "";
-  if (!(c.limits == pooled.limits)) return "the call sets a limit other than timeout or output_limit (the pool's sandbox was made with the profile's)";
+  if (!(c.limits == pooled.limits))
+    return "the call sets a limit other than timeout or output_limit (the pool's sandbox was made with the profile's)";
   if (!(c.network == pooled.network)) return "the call's network differs from the profile's";
-  if (c.binds != pooled.binds || c.inputs != pooled.inputs || c.tmpfs != pooled.tmpfs) return "the call's mounts differ from the profile's";
+  if (c.binds != pooled.binds || c.inputs != pooled.inputs || c.tmpfs != pooled.tmpfs)
+    return "the call's mounts differ from the profile's";
   return "the call's configuration differs from the profile's";
 }
 

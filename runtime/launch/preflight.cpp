@@ -58,8 +58,7 @@ int stat_as_sandbox_root(const char* path, const IdentityPlan& identity) {
     while (n < 0 && errno == EINTR);
     if (n == 0) ::kill(pid, SIGKILL);
   }
-  while (::waitpid(pid, &ws, 0) < 0 && errno == EINTR) {
-  }
+  while (::waitpid(pid, &ws, 0) < 0 && errno == EINTR) {}
   return WIFEXITED(ws) ? WEXITSTATUS(ws) : 0;
 }
 
@@ -149,7 +148,9 @@ Guarded guard(const std::string& dir, const std::string& what) {
 // `above`: the directories above the source.
 std::string id_relation(const BindSource& src, const std::vector<FileId>& above, const Guarded& g) {
   const FileId self{src.dev, src.ino};
-  auto has = [](const std::vector<FileId>& v, const FileId& id) { return std::find(v.begin(), v.end(), id) != v.end(); };
+  auto has = [](const std::vector<FileId>& v, const FileId& id) {
+    return std::find(v.begin(), v.end(), id) != v.end();
+  };
   if (src.dir && g.self && self == *g.self) return "is";
   if (g.self && has(above, *g.self)) return "is inside";
   if (src.dir && has(g.above, self)) return "holds";
@@ -165,7 +166,8 @@ Status check_binds_spare_state(const std::vector<BindSource>& sources, const Dir
     if (guarded.empty()) {  // worked out once, and only for a run with a read-write bind
       if (!dirs.state.empty()) guarded.push_back(guard(dirs.state, "sbx's state dir"));
       if (!dirs.data.empty()) guarded.push_back(guard(dirs.data, "sbx's data dir"));
-      if (auto k = ledger_key_paths(); k && !k->dir.empty()) guarded.push_back(guard(k->dir, "sbx's config dir (the ledger key)"));
+      if (auto k = ledger_key_paths(); k && !k->dir.empty())
+        guarded.push_back(guard(k->dir, "sbx's config dir (the ledger key)"));
       for (auto& [dir, what] : also)
         if (!dir.empty()) guarded.push_back(guard(dir, what));
     }
@@ -194,10 +196,11 @@ Status check_binds_spare_state(const std::vector<BindSource>& sources, const Dir
       std::string rel = id_relation(src, above, g);
       if (rel.empty()) rel = path_relation(src.real, g.path);
       if (rel.empty()) continue;
-      return make_error("usage", src.flag + " " + src.given.src + ":" + src.given.dst + ":rw: " + src.real + " " + rel + " " +
-                                     g.what + " " + g.path +
-                                     ": a program that can write there changes what later runs trust (the seccomp cache, "
-                                     "the ledger a replay rebuilds from); bind a directory outside it, or read-only");
+      return make_error("usage",
+                        src.flag + " " + src.given.src + ":" + src.given.dst + ":rw: " + src.real + " " + rel + " " +
+                            g.what + " " + g.path +
+                            ": a program that can write there changes what later runs trust (the seccomp cache, "
+                            "the ledger a replay rebuilds from); bind a directory outside it, or read-only");
     }
   }
   return {};
@@ -210,8 +213,7 @@ std::string value_as_flag_spells_it(const LimitDecision& d) {
   try {
     const LimitKind* k = limit_kind_by_plan_name(d.limit);
     if (LimitFormat fmt = k ? limit_format(k->unit) : nullptr) return fmt(std::stoll(d.value));
-  } catch (const std::exception&) {
-  }
+  } catch (const std::exception&) {}
   return d.value;
 }
 }  // namespace
@@ -228,13 +230,12 @@ std::optional<Error> require_limits_shortfall(const LimitPlan& plan, const Cgrou
       what += ", set by " + layer->second + ": leave it out to run without it)";
     else if (layer != layers.end())
       what += ", set by " + layer->second + ": clear it with " + flag_of(d->limit) + " none)";
-    else
-      what += ")";
+    else what += ")";
     missing += (missing.empty() ? "" : ", ") + what;
   }
   if (missing.empty()) return std::nullopt;
-  return make_error("limits", "--require-limits: cannot enforce " + missing + " on this host (cgroup v2 layout: " +
-                                  cg.layout + "; see 'sbx doctor')");
+  return make_error("limits", "--require-limits: cannot enforce " + missing +
+                                  " on this host (cgroup v2 layout: " + cg.layout + "; see 'sbx doctor')");
 }
 
 void add_setup_hint(Error& e, const RunSpec& spec, const IdentityPlan& identity, const std::string& cwd) {

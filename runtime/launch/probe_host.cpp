@@ -81,7 +81,6 @@ std::map<std::string, int> mount_table() {
   return out;
 }
 
-
 // The allowlist's own targets (net.proxy_allowed, net.proxy_other_ports in probe/sbx_probe.c):
 // for each rule (at most 8) one host:port it allows, and for each host one port it does not
 // (the first of a few well-known ports the rules leave out; a host whose rules allow every port
@@ -131,8 +130,8 @@ EgressTargets egress_targets(const json& plan) {
 namespace {
 // Files under `root` (depth <= 4, at most 20000 entries, 64 MiB read in all) changed since `since`
 // whose bytes hold one of `needles`: the paths, at most 4. `*searched` counts files read.
-std::vector<std::string> files_holding(const std::string& root, const std::vector<std::string>& needles, std::time_t since,
-                                       std::size_t* searched) {
+std::vector<std::string> files_holding(const std::string& root, const std::vector<std::string>& needles,
+                                       std::time_t since, std::size_t* searched) {
   std::vector<std::string> hits;
   std::error_code ec;
   std::size_t entries = 0, bytes = 0;
@@ -232,8 +231,9 @@ const json& enforcement_of(const json& record) {
   return record.is_object() && record.contains("enforcement") ? record["enforcement"] : none;
 }
 std::string run_id_of(const json& record) {
-  return record.is_object() && record.contains("run_id") && record["run_id"].is_string() ? record["run_id"].get<std::string>()
-                                                                                         : "";
+  return record.is_object() && record.contains("run_id") && record["run_id"].is_string()
+             ? record["run_id"].get<std::string>()
+             : "";
 }
 
 void cleanup_mounts(std::vector<ProbeResult>& results, const std::map<std::string, int>& mounts_before) {
@@ -249,8 +249,9 @@ void cleanup_mounts(std::vector<ProbeResult>& results, const std::map<std::strin
   for (auto& [k, n] : mounts_before) before_n += static_cast<std::size_t>(n);
   for (auto& [k, n] : after) after_n += static_cast<std::size_t>(n);
   if (added.empty())
-    results.push_back({"cleanup.mounts", "held", "/proc/self/mountinfo: " + std::to_string(before_n) + " mounts before the run, " +
-                                                     std::to_string(after_n) + " after; none added"});
+    results.push_back({"cleanup.mounts", "held",
+                       "/proc/self/mountinfo: " + std::to_string(before_n) + " mounts before the run, " +
+                           std::to_string(after_n) + " after; none added"});
   else
     results.push_back({"cleanup.mounts", "breached", "mounts added to the host's table by the run: " + joined(added)});
 }
@@ -260,7 +261,8 @@ void cleanup_cgroup(std::vector<ProbeResult>& results, const json& record) {
   const std::string run_id = run_id_of(record);
   // The run's cgroup: the record says which one it made (enforcement.cgroup "v2 PATH"); sbx's
   // cgroup.hpp layout also names it run-<run_id>@... below this process's own cgroup's sbx/.
-  const std::string cg = enf.is_object() && enf.contains("cgroup") && enf["cgroup"].is_string() ? enf["cgroup"].get<std::string>() : "";
+  const std::string cg =
+      enf.is_object() && enf.contains("cgroup") && enf["cgroup"].is_string() ? enf["cgroup"].get<std::string>() : "";
   std::vector<std::string> cg_left;
   struct stat st {};
   if (cg.starts_with("v2 ") && ::lstat(cg.substr(3).c_str(), &st) == 0) cg_left.push_back(cg.substr(3));
@@ -282,8 +284,9 @@ void cleanup_cgroup(std::vector<ProbeResult>& results, const json& record) {
   else if (cg.starts_with("v2 "))
     results.push_back({"cleanup.cgroup", "held", "the run's cgroup " + printable(cg.substr(3)) + " is gone"});
   else
-    results.push_back({"cleanup.cgroup", "held", "the run made no cgroup (record: cgroup " + printable(cg.empty() ? "?" : cg) +
-                                                     "), and none named run-" + printable(run_id) + "@ is left under sbx's own"});
+    results.push_back({"cleanup.cgroup", "held",
+                       "the run made no cgroup (record: cgroup " + printable(cg.empty() ? "?" : cg) +
+                           "), and none named run-" + printable(run_id) + "@ is left under sbx's own"});
 }
 
 void cleanup_processes(std::vector<ProbeResult>& results, const ProbeOutput& po, const json& record,
@@ -319,18 +322,19 @@ void cleanup_processes(std::vector<ProbeResult>& results, const ProbeOutput& po,
       if (cmd && cmd->find(token) != std::string::npos) in_range.push_back(std::to_string(p));
     }
   }
-  if (!ns_ino)
-    results.push_back({"cleanup.processes", "skipped", "the helper did not report its pid namespace"});
+  if (!ns_ino) results.push_back({"cleanup.processes", "skipped", "the helper did not report its pid namespace"});
   else if (!in_ns.empty() || !in_range.empty())
-    results.push_back({"cleanup.processes", "breached", "left on the host after the run: " +
-                                                            (in_ns.empty() ? "" : "in its pid namespace: pid " + joined(in_ns) + " ") +
-                                                            (in_range.empty() ? "" : "in its host id range: pid " + joined(in_range))});
+    results.push_back({"cleanup.processes", "breached",
+                       "left on the host after the run: " +
+                           (in_ns.empty() ? "" : "in its pid namespace: pid " + joined(in_ns) + " ") +
+                           (in_range.empty() ? "" : "in its host id range: pid " + joined(in_range))});
   else
-    results.push_back({"cleanup.processes", "held", "no process left in the run's pid namespace (inode " + std::to_string(ns_ino) + ")" +
-                                                        (hi > lo ? ", none with the probe's token in its host uid range " + std::to_string(lo) + "-" +
-                                                                       std::to_string(hi - 1)
-                                                                 : "") +
-                                                        (unreadable ? " (" + std::to_string(unreadable) + " other processes unreadable)" : "")});
+    results.push_back({"cleanup.processes", "held",
+                       "no process left in the run's pid namespace (inode " + std::to_string(ns_ino) + ")" +
+                           (hi > lo ? ", none with the probe's token in its host uid range " + std::to_string(lo) +
+                                          "-" + std::to_string(hi - 1)
+                                    : "") +
+                           (unreadable ? " (" + std::to_string(unreadable) + " other processes unreadable)" : "")});
 }
 
 void cleanup_files(std::vector<ProbeResult>& results, const json& record, const std::string& run_tmp,
@@ -343,12 +347,14 @@ void cleanup_files(std::vector<ProbeResult>& results, const json& record, const 
     if (files.size() < 20) files.push_back(it->path().string());
   for (auto it = fs::directory_iterator("/dev/shm", ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
     std::string n = it->path().filename().string();
-    if (n.find(token) != std::string::npos || (!run_id.empty() && n.find(run_id) != std::string::npos)) files.push_back(it->path().string());
+    if (n.find(token) != std::string::npos || (!run_id.empty() && n.find(run_id) != std::string::npos))
+      files.push_back(it->path().string());
   }
   if (files.empty())
-    results.push_back({"cleanup.files", "held", "the run's TMPDIR (" + printable(run_tmp) + ") is empty again; nothing in /dev/shm names the run"});
-  else
-    results.push_back({"cleanup.files", "breached", "left on the host after the run: " + joined(files)});
+    results.push_back(
+        {"cleanup.files", "held",
+         "the run's TMPDIR (" + printable(run_tmp) + ") is empty again; nothing in /dev/shm names the run"});
+  else results.push_back({"cleanup.files", "breached", "left on the host after the run: " + joined(files)});
 }
 }  // namespace
 
@@ -375,10 +381,14 @@ void secret_file_check(std::vector<ProbeResult>& results, const ProbeOutput& po,
     if (n == po.info.end()) bad.push_back(path + ": not reported");
     else if (got < 0) bad.push_back(path + ": " + std::strerror(static_cast<int>(-got)));
     else if (static_cast<std::size_t>(got) != value.size())
-      bad.push_back(path + ": " + std::to_string(got) + " bytes inside, the secret has " + std::to_string(value.size()));
-    else good.push_back(path + ": all " + std::to_string(got) + " bytes" + (mode == po.info.end() ? "" : ", mode " + mode->second));
+      bad.push_back(path + ": " + std::to_string(got) + " bytes inside, the secret has " +
+                    std::to_string(value.size()));
+    else
+      good.push_back(path + ": all " + std::to_string(got) + " bytes" +
+                     (mode == po.info.end() ? "" : ", mode " + mode->second));
   }
-  if (bad.empty()) results.push_back({"secret.file", "held", "readable where declared during the run: " + joined(good)});
+  if (bad.empty())
+    results.push_back({"secret.file", "held", "readable where declared during the run: " + joined(good)});
   else results.push_back({"secret.file", "breached", "not readable as declared: " + joined(bad)});
 }
 
@@ -386,7 +396,8 @@ void secret_file_check(std::vector<ProbeResult>& results, const ProbeOutput& po,
 // table, no process started since holding a value in its environment, no file changed since the
 // run began (in the run's TMPDIR, /dev/shm and sbx's state directory) holding a value. Values
 // under 8 bytes are not searched for (they would match by chance).
-void secret_after_check(std::vector<ProbeResult>& results, const std::vector<std::pair<std::string, std::string>>& secrets,
+void secret_after_check(std::vector<ProbeResult>& results,
+                        const std::vector<std::pair<std::string, std::string>>& secrets,
                         const std::set<pid_t>& pids_before, const std::map<std::string, int>& mounts_before,
                         const std::vector<std::string>& roots, std::time_t since) {
   std::vector<std::string> needles, names, shortv, left;
@@ -395,7 +406,8 @@ void secret_after_check(std::vector<ProbeResult>& results, const std::vector<std
     if (value.size() >= 8) needles.push_back(value);
   }
   for (auto& [k, n] : mount_table())
-    if (k.find("secrets") != std::string::npos && n > (mounts_before.count(k) ? mounts_before.at(k) : 0)) left.push_back("mount " + k);
+    if (k.find("secrets") != std::string::npos && n > (mounts_before.count(k) ? mounts_before.at(k) : 0))
+      left.push_back("mount " + k);
   std::size_t procs = 0;
   for (pid_t p : host_pids()) {
     if (pids_before.count(p) || p == ::getpid()) continue;
@@ -412,12 +424,15 @@ void secret_after_check(std::vector<ProbeResult>& results, const std::vector<std
   for (auto& r : roots)
     for (auto& h : files_holding(r, needles, since, &searched)) left.push_back("file " + h);
   if (!left.empty())
-    results.push_back({"secret.after", "breached", "a secret's value is still on the host after the run: " + joined(left)});
+    results.push_back(
+        {"secret.after", "breached", "a secret's value is still on the host after the run: " + joined(left)});
   else
-    results.push_back({"secret.after", "held", "after the run: no mount of /run/secrets on the host, no value in the environment of " +
-                                                   std::to_string(procs) + " processes started since, none in " + std::to_string(searched) +
-                                                   " files changed since (run TMPDIR, /dev/shm, " + printable(roots.back()) + "); values of " +
-                                                   joined(names, 8) + (shortv.empty() ? "" : " (not searched, under 8 bytes: " + joined(shortv, 8) + ")")});
+    results.push_back({"secret.after", "held",
+                       "after the run: no mount of /run/secrets on the host, no value in the environment of " +
+                           std::to_string(procs) + " processes started since, none in " + std::to_string(searched) +
+                           " files changed since (run TMPDIR, /dev/shm, " + printable(roots.back()) + "); values of " +
+                           joined(names, 8) +
+                           (shortv.empty() ? "" : " (not searched, under 8 bytes: " + joined(shortv, 8) + ")")});
 }
 
 // The survivor: double-forked, in its own session, ignoring SIGTERM/SIGHUP/SIGINT. sbx ends a
@@ -441,17 +456,19 @@ void survivor_check(std::vector<ProbeResult>& results, const std::string& token)
     list += (list.empty() ? "" : " ") + std::to_string(p);
     ::kill(p, SIGKILL);  // ours: started by this probe (the token names it)
   }
-  results.push_back({"term.survivor", "breached", "still running on the host after the run: pid " + list + " (killed now)"});
+  results.push_back(
+      {"term.survivor", "breached", "still running on the host after the run: pid " + list + " (killed now)"});
 }
 
 void export_check(std::vector<ProbeResult>& results, const std::string& exported) {
-  if (std::any_of(results.begin(), results.end(), [](auto& r) {
-        return r.name == "export.prepared" && r.evidence.starts_with("/out holds");
-      })) {
-    struct stat file {}, hard {}, st {};
+  if (std::any_of(results.begin(), results.end(),
+                  [](auto& r) { return r.name == "export.prepared" && r.evidence.starts_with("/out holds"); })) {
+    struct stat file {
+    }, hard{}, st{};
     bool have_file = ::lstat((exported + "/probe-file").c_str(), &file) == 0 && S_ISREG(file.st_mode);
     std::vector<std::string> bad;
-    if (::lstat((exported + "/probe-link").c_str(), &st) == 0 && S_ISLNK(st.st_mode)) bad.push_back("a symlink was exported");
+    if (::lstat((exported + "/probe-link").c_str(), &st) == 0 && S_ISLNK(st.st_mode))
+      bad.push_back("a symlink was exported");
     if (::lstat((exported + "/probe-fifo").c_str(), &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode))
       bad.push_back("a FIFO was exported");
     bool have_hard = ::lstat((exported + "/probe-hard").c_str(), &hard) == 0;
@@ -461,11 +478,11 @@ void export_check(std::vector<ProbeResult>& results, const std::string& exported
     std::string b;
     for (auto& x : bad) b += (b.empty() ? "" : "; ") + x;
     if (bad.empty())
-      results.push_back({"export.entries", "held", "--output exported the regular file; the symlink and the FIFO were "
-                                                    "skipped; the hard link " +
-                                                        std::string(have_hard ? "became an independent copy" : "was skipped")});
-    else
-      results.push_back({"export.entries", "breached", b});
+      results.push_back({"export.entries", "held",
+                         "--output exported the regular file; the symlink and the FIFO were "
+                         "skipped; the hard link " +
+                             std::string(have_hard ? "became an independent copy" : "was skipped")});
+    else results.push_back({"export.entries", "breached", b});
   }
   std::erase_if(results, [](auto& r) { return r.name == "export.prepared"; });
 }
@@ -499,10 +516,12 @@ void secret_record_check(std::vector<ProbeResult>& results, const std::string& t
       found += (found.empty() ? "" : ", ") + name;
   }
   if (!found.empty())
-    results.push_back({"secret.record", "breached", "the value of " + printable(found) + " is in the trace record or the ledger"});
+    results.push_back(
+        {"secret.record", "breached", "the value of " + printable(found) + " is in the trace record or the ledger"});
   else
-    results.push_back({"secret.record", "held", "the record and the ledger's newest lines hold no value of " + printable(names) +
-                                                     " (raw or JSON-escaped)"});
+    results.push_back(
+        {"secret.record", "held",
+         "the record and the ledger's newest lines hold no value of " + printable(names) + " (raw or JSON-escaped)"});
 }
 
 void record_names_check(std::vector<ProbeResult>& results, const json& record_in, const std::string& token,
@@ -511,18 +530,21 @@ void record_names_check(std::vector<ProbeResult>& results, const json& record_in
   const json& inv = record["invocation"];
   std::vector<std::string> missing;
   if (!record["image"].is_object() || !record["image"].contains("name")) missing.push_back("image");
-  if (!inv.is_object() || !inv["profile"].is_object() || !inv["profile"]["sha256"].is_string()) missing.push_back("profile");
-  if (!inv.is_object() || !inv["spec"].is_object() || !inv["spec"]["argv"].is_array() || inv["spec"]["argv"].size() < 2 ||
-      inv["spec"]["argv"][0] != "/sbx-probe" || inv["spec"]["argv"][1] != token)
+  if (!inv.is_object() || !inv["profile"].is_object() || !inv["profile"]["sha256"].is_string())
+    missing.push_back("profile");
+  if (!inv.is_object() || !inv["spec"].is_object() || !inv["spec"]["argv"].is_array() ||
+      inv["spec"]["argv"].size() < 2 || inv["spec"]["argv"][0] != "/sbx-probe" || inv["spec"]["argv"][1] != token)
     missing.push_back("command");
   const json& enf = record["enforcement"];
   if (!enf.is_object() || !enf["seccomp"].is_object()) missing.push_back("seccomp policy");
   if (!enf.is_object() || !enf["identity"].is_object()) missing.push_back("identity");
   if (missing.empty())
-    results.push_back({"record.names", "held",
-                       "image " + printable(record["image"]["name"].is_string() ? record["image"]["name"].get<std::string>() : "?") +
-                           ", profile " + printable(inv["profile"]["name"].is_string() ? inv["profile"]["name"].get<std::string>() : "?") +
-                           ", command, seccomp policy and identity are named; status " + printable(status)});
+    results.push_back(
+        {"record.names", "held",
+         "image " + printable(record["image"]["name"].is_string() ? record["image"]["name"].get<std::string>() : "?") +
+             ", profile " +
+             printable(inv["profile"]["name"].is_string() ? inv["profile"]["name"].get<std::string>() : "?") +
+             ", command, seccomp policy and identity are named; status " + printable(status)});
   else {
     std::string m;
     for (auto& x : missing) m += (m.empty() ? "" : ", ") + x;

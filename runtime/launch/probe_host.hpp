@@ -60,9 +60,9 @@ void secret_file_check(std::vector<ProbeResult>& results, const ProbeOutput& po,
 // table, no process started since holding a value in its environment, no file changed since the
 // run began (under `roots`, the last named in the evidence) holding a value. Values under 8 bytes
 // are not searched for (they would match by chance).
-void secret_after_check(std::vector<ProbeResult>& results, const SecretValues& secrets, const std::set<pid_t>& pids_before,
-                        const std::map<std::string, int>& mounts_before, const std::vector<std::string>& roots,
-                        std::time_t since);
+void secret_after_check(std::vector<ProbeResult>& results, const SecretValues& secrets,
+                        const std::set<pid_t>& pids_before, const std::map<std::string, int>& mounts_before,
+                        const std::vector<std::string>& roots, std::time_t since);
 // term.survivor: the helper's double-forked, signal-ignoring survivor (its command line holds
 // `token`) is gone; one still there is killed. Replaces the helper's term.survivor_started.
 void survivor_check(std::vector<ProbeResult>& results, const std::string& token);
@@ -71,7 +71,8 @@ void survivor_check(std::vector<ProbeResult>& results, const std::string& token)
 void export_check(std::vector<ProbeResult>& results, const std::string& exported);
 // The record as written (the --trace-file copy byte for byte, else `record` dumped) and the
 // ledger's newest 8 MiB: what secret_record_check searches.
-std::string record_and_ledger_text(const std::string& trace_file, const nlohmann::json& record, const std::string& ledger);
+std::string record_and_ledger_text(const std::string& trace_file, const nlohmann::json& record,
+                                   const std::string& ledger);
 // secret.record: no value (of 4 bytes or more), raw or JSON-escaped, in `text`.
 void secret_record_check(std::vector<ProbeResult>& results, const std::string& text, const SecretValues& secrets);
 // record.names: the record names the image, the profile's digest, the probe's command (with its

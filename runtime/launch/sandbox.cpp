@@ -53,8 +53,8 @@ namespace sbx {
 namespace {
 using nlohmann::json;
 
-constexpr unsigned long kNamespaces = CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWNET |
-                                      CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP;
+constexpr unsigned long kNamespaces =
+    CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP;
 
 // A pipe, both ends close-on-exec: `r` stays with the supervisor, `w` goes to the program, which
 // gets it by number (child.cpp); the supervisor's copy of `w` is closed right after clone. The
@@ -104,13 +104,14 @@ json host_json(const CgroupInfo& cg, const std::string& obtained_by, const std::
                const std::string& scope_unit) {
   struct utsname u;
   ::uname(&u);
-  json c = trace_object({{"host/cgroup/layout", cg.layout},
-                         {"host/cgroup/mount", cg.mount},
-                         {"host/cgroup/self_path", cg.self_path},
-                         {"host/cgroup/controllers", cg.controllers},
-                         {"host/cgroup/run_cgroups_under", cg.root_subtree && offers_limits(cg) ? cg.mount + "/sbx" : std::string()},
-                         {"host/cgroup/obtained_by", obtained_by},
-                         {"host/cgroup/namespace_root", namespace_root_json(cg)}});
+  json c = trace_object(
+      {{"host/cgroup/layout", cg.layout},
+       {"host/cgroup/mount", cg.mount},
+       {"host/cgroup/self_path", cg.self_path},
+       {"host/cgroup/controllers", cg.controllers},
+       {"host/cgroup/run_cgroups_under", cg.root_subtree && offers_limits(cg) ? cg.mount + "/sbx" : std::string()},
+       {"host/cgroup/obtained_by", obtained_by},
+       {"host/cgroup/namespace_root", namespace_root_json(cg)}});
   if (!systemd_scope.empty()) put(c, "host/cgroup/systemd_scope", systemd_scope);
   if (!scope_unit.empty()) put(c, "host/cgroup/scope_unit", scope_unit);
   json host = trace_object({{"host/kernel", u.release}});
@@ -167,7 +168,7 @@ struct Launch {
   std::optional<EgressProxy> proxy;
   std::optional<SignalMaskGuard> mask_guard;
   std::optional<SignalDispositionGuard> sigpipe_guard;
-  UniqueFd sigfd;  // the forwarded signals (signals.hpp)
+  UniqueFd sigfd;       // the forwarded signals (signals.hpp)
   bool shared = false;  // the init shares our address space (clone.hpp)
   pid_t pid = -1;
   UniqueFd pidfd;
@@ -232,8 +233,8 @@ class Run {
   nlohmann::json record_extra_;
   std::function<AfterRun(const Outcome&, int out_fd)> after_run_;
   bool key_refusal_said_ = false;  // the signing key was refused at setup (the record cannot be signed)
-  bool discarded_ = false;  // a pooled sandbox no call was handed to
-  bool handed_out_ = false;  // a pooled sandbox's call arrived (what fails before is no run of it)
+  bool discarded_ = false;         // a pooled sandbox no call was handed to
+  bool handed_out_ = false;        // a pooled sandbox's call arrived (what fails before is no run of it)
   TraceParts parts_;
   std::string cwd_ = current_dir();
   CgroupInfo cg_ = detect_cgroup();
@@ -249,7 +250,7 @@ class Run {
   std::optional<EventStream> events_;
   std::optional<Error> events_error_;
   SharedInitStack init_stack_;  // declared before anything that may outlive init
-  pid_t exiting_init_ = -1;  // init reported an empty sandbox and is still exiting: reaped in clean()
+  pid_t exiting_init_ = -1;     // init reported an empty sandbox and is still exiting: reaped in clean()
   std::optional<NonDumpableWhileShared> non_dumpable_;  // a shared init's: until it is reaped (clone.hpp)
   Result<IdentityPlan> identity_;
   // What the facilities prepared (facility.hpp): the limit plan and the run cgroup, the mount
@@ -278,8 +279,7 @@ Run::Run(const RunRequest& req)
       // Bounded like stdout and stderr, by the same limit (events.hpp: kMaxBytes above it).
       if (s.limits.output_limit_bytes)
         events_->set_max_bytes(static_cast<std::size_t>(std::max<std::int64_t>(0, *s.limits.output_limit_bytes)));
-    }
-    else events_error_ = ev.error();
+    } else events_error_ = ev.error();
   }
   ctx_.run_id = parts_.run_id;
   ctx_.parts = &parts_;
@@ -322,15 +322,16 @@ void Run::kill_init() {
 void Run::describe_request() {
   if (described_) return;
   described_ = true;
-  parts_.invocation = trace_object({{"invocation/argv", req_.invocation_argv},
-                                    {"invocation/cwd", cwd_},
-                                    {"invocation/profile", trace_object({{"invocation/profile/name", req_.profile.name},
-                                                                         {"invocation/profile/origin", req_.profile.origin},
-                                                                         {"invocation/profile/sha256", sha256_hex(req_.profile.text)}})},
-                                    {"invocation/pack", req_.typed.pack},
-                                    {"invocation/spec", spec_to_json(spec())}});
-  parts_.host = host_json(cg_, cgroup_obtained_by(cg_, ctx_.cgroup.has_value(), req_.scope.cgroup_via_scope), req_.scope.systemd_scope,
-                          req_.scope.scope_unit);
+  parts_.invocation = trace_object(
+      {{"invocation/argv", req_.invocation_argv},
+       {"invocation/cwd", cwd_},
+       {"invocation/profile", trace_object({{"invocation/profile/name", req_.profile.name},
+                                            {"invocation/profile/origin", req_.profile.origin},
+                                            {"invocation/profile/sha256", sha256_hex(req_.profile.text)}})},
+       {"invocation/pack", req_.typed.pack},
+       {"invocation/spec", spec_to_json(spec())}});
+  parts_.host = host_json(cg_, cgroup_obtained_by(cg_, ctx_.cgroup.has_value(), req_.scope.cgroup_via_scope),
+                          req_.scope.systemd_scope, req_.scope.scope_unit);
 }
 
 // 1 prepare: the facilities in order (facility.hpp), the caller's sources and limits first, so
@@ -557,7 +558,8 @@ bool Run::check_seal() {
     kill_init();
     return fail_setup(sealed.error());
   }
-  spdlog::debug("image seal: {} entries checked in {} us, beside the sandbox's setup", seal->entries, monotonic_us() - t0);
+  spdlog::debug("image seal: {} entries checked in {} us, beside the sandbox's setup", seal->entries,
+                monotonic_us() - t0);
   return true;
 }
 
@@ -567,7 +569,8 @@ bool Run::check_seal() {
 bool Run::hand_out() {
   Launch& L = *launch_;
   if (req_.pool.await_call) {
-    auto call = req_.pool.await_call(PoolPause{L.pidfd.get(), L.chan.reports(), L.sigfd.get(), ctx_.cgroup ? ctx_.cgroup->path() : std::string()});
+    auto call = req_.pool.await_call(
+        PoolPause{L.pidfd.get(), L.chan.reports(), L.sigfd.get(), ctx_.cgroup ? ctx_.cgroup->path() : std::string()});
     std::string refused = call ? pool_refusal(spec(), call->spec) : "";
     if (!call || !refused.empty()) {
       if (!refused.empty()) spdlog::warn("pooled sandbox refused its call: {}", refused);
@@ -602,9 +605,12 @@ void Run::supervise_run() {
   SuperviseInput in = supervise_input();
   L.kill_grace_ms = in.kill_grace_ms;
   if (events_) {
-    events_->emit("started", {{"run_id", parts_.run_id}, {"pid", L.pid}, {"image", spec().image},
-                              {"pack", req_.typed.pack.is_object() ? req_.typed.pack.value("name", json(nullptr)) : json(nullptr)},
-                              {"cgroup", ctx_.cgroup ? json(ctx_.cgroup->path()) : json(nullptr)}});
+    events_->emit("started",
+                  {{"run_id", parts_.run_id},
+                   {"pid", L.pid},
+                   {"image", spec().image},
+                   {"pack", req_.typed.pack.is_object() ? req_.typed.pack.value("name", json(nullptr)) : json(nullptr)},
+                   {"cgroup", ctx_.cgroup ? json(ctx_.cgroup->path()) : json(nullptr)}});
     in.events = &*events_;
     if (ctx_.cgroup_events) in.cgroup_events = &*ctx_.cgroup_events;
   }
@@ -684,11 +690,15 @@ void Run::export_artifacts() {
   }
   exported_ = std::move(*r);
   if (events_)
-    events_->emit("artifact_export", {{"dir", req_.export_dir}, {"files", exported_->file_count}, {"bytes", exported_->bytes},
-                                      {"skipped", exported_->skipped_count}, {"limit_hit", exported_->limit_hit}});
+    events_->emit("artifact_export", {{"dir", req_.export_dir},
+                                      {"files", exported_->file_count},
+                                      {"bytes", exported_->bytes},
+                                      {"skipped", exported_->skipped_count},
+                                      {"limit_hit", exported_->limit_hit}});
   for (auto& s : exported_->skipped) spdlog::warn("export: skipped {}: {}", s.path, s.reason);
   if (exported_->skipped_count > static_cast<std::int64_t>(exported_->skipped.size()))
-    spdlog::warn("export: {} more skipped (listed up to {} in the trace)", exported_->skipped_count - static_cast<std::int64_t>(exported_->skipped.size()), kMaxListedSkips);
+    spdlog::warn("export: {} more skipped (listed up to {} in the trace)",
+                 exported_->skipped_count - static_cast<std::int64_t>(exported_->skipped.size()), kMaxListedSkips);
   facts_.export_limit_hit = exported_->limit_hit;  // output_limit, for a run that succeeded
 }
 
@@ -711,10 +721,12 @@ void Run::collect_violations() {
   Launch& L = *launch_;
   parts_.violations = violations_json(sup_->violations);
   if (ctx_.seccomp->enabled) {
-    put(parts_.violations_summary, "violations_summary/seccomp", violation_totals_json(sup_->seccomp_totals, sup_->violations.size()));
+    put(parts_.violations_summary, "violations_summary/seccomp",
+        violation_totals_json(sup_->seccomp_totals, sup_->violations.size()));
     if (sup_->seccomp_totals.truncated())
-      spdlog::warn("seccomp: {} refused calls of {} distinct kinds are counted but not listed in the trace (list capped at {} entries)",
-                   sup_->seccomp_totals.unlisted_calls, sup_->seccomp_totals.unlisted_distinct, SeccompNotifier::kMaxListed);
+      spdlog::warn(
+          "seccomp: {} refused calls of {} distinct kinds are counted but not listed in the trace (list capped at {} entries)",
+          sup_->seccomp_totals.unlisted_calls, sup_->seccomp_totals.unlisted_distinct, SeccompNotifier::kMaxListed);
   }
   if (L.proxy) {
     for (auto& v : L.proxy->violations_json()) parts_.violations.push_back(v);
@@ -799,12 +811,15 @@ void Run::add_outputs(RunReport& report, nlohmann::json& extra) const {
   json outputs = json::array();
   if (exported_) {
     for (auto& f : exported_->files)
-      outputs.push_back(trace_object({{"outputs/[]/path", f.path}, {"outputs/[]/bytes", f.bytes}, {"outputs/[]/sha256", f.sha256}}));
-    put(report.trace, "export", exported_->to_json(req_.export_dir, {spec().limits.output_max_bytes, spec().limits.output_max_files}));
+      outputs.push_back(
+          trace_object({{"outputs/[]/path", f.path}, {"outputs/[]/bytes", f.bytes}, {"outputs/[]/sha256", f.sha256}}));
+    put(report.trace, "export",
+        exported_->to_json(req_.export_dir, {spec().limits.output_max_bytes, spec().limits.output_max_files}));
   } else if (!req_.export_dir.empty()) {
     put(report.trace, "export",
         trace_object({{"export/dir", req_.export_dir},
-                      {"export/error", export_error_.empty() ? json("the run ended before /out existed") : json(export_error_)}}));
+                      {"export/error",
+                       export_error_.empty() ? json("the run ended before /out existed") : json(export_error_)}}));
   }
   if (extra.contains("outputs")) {
     for (auto& o : extra["outputs"]) outputs.push_back(o);
@@ -838,7 +853,8 @@ void Run::add_outputs(RunReport& report, nlohmann::json& extra) const {
                     {"outputs_summary/unlisted_file_bytes", unlisted_bytes}}));
   if (listed < total)
     spdlog::warn("export: {} of {} outputs are counted but not listed in the trace (list capped at {} entries, {})",
-                 total - listed, total, kMaxListedOutputs, format_size(static_cast<std::int64_t>(kMaxListedOutputBytes)));
+                 total - listed, total, kMaxListedOutputs,
+                 format_size(static_cast<std::int64_t>(kMaxListedOutputBytes)));
   put(report.trace, "outputs", std::move(outputs));
 }
 
@@ -848,8 +864,10 @@ void Run::emit_exited(RunReport& report) {
   if (!events_) return;
   const json& res = report.trace["result"];
   const json& use = report.trace["usage"];
-  json fields = {{"status", res.value("status", json(nullptr))}, {"exit_code", res.value("exit_code", json(nullptr))},
-                 {"signal", res.value("signal", json(nullptr))}, {"exit_status", report.exit_status}};
+  json fields = {{"status", res.value("status", json(nullptr))},
+                 {"exit_code", res.value("exit_code", json(nullptr))},
+                 {"signal", res.value("signal", json(nullptr))},
+                 {"exit_status", report.exit_status}};
   for (const char* k : {"wall_ms", "cpu_user_ms", "cpu_sys_ms", "memory_peak_bytes", "pids_peak", "oom_kills"})
     if (use.contains(k)) fields[k] = use[k];
   events_->emit("exited", std::move(fields));
@@ -872,19 +890,23 @@ void Run::store(RunReport& report, const std::string& run_id) {
   report.recorded = stored.ok();
   if (!stored) report.record_error = stored.error().describe();
   Status trace_file_written;
-  if (!req_.trace_file.empty()) trace_file_written = write_file_durable(req_.trace_file, trace_text(report.trace), 0600);
+  if (!req_.trace_file.empty())
+    trace_file_written = write_file_durable(req_.trace_file, trace_text(report.trace), 0600);
   tell_user();
   if (!stored && req_.require_record) {
     report.exit_status = 125;  // the caller (pack run, exec) says why, in its own one line
   } else if (!stored && spec().require_record) {
-    std::fprintf(stderr, "sbx: the run's trace record could not be stored durably in %s: %s; exit 125 (a run without its record is a failure here)\n",
-                 printable(req_.dirs.traces).c_str(), printable(stored.error().describe()).c_str());
+    std::fprintf(
+        stderr,
+        "sbx: the run's trace record could not be stored durably in %s: %s; exit 125 (a run without its record is a failure here)\n",
+        printable(req_.dirs.traces).c_str(), printable(stored.error().describe()).c_str());
     report.exit_status = 125;
   } else if (!stored && private_store && !key_refusal_said_) {
     spdlog::warn("could not store the trace record in {}: {}", req_.dirs.traces, stored.error().describe());
   } else if (stored && stored->torn_bytes) {
-    spdlog::warn("trace ledger: cut {} bytes of an interrupted append off its end (noted as ledger_repair in run {}'s record)",
-                 stored->torn_bytes, run_id);
+    spdlog::warn(
+        "trace ledger: cut {} bytes of an interrupted append off its end (noted as ledger_repair in run {}'s record)",
+        stored->torn_bytes, run_id);
   }
   if (!trace_file_written) {
     std::fprintf(stderr, "sbx: cannot write --trace-file %s: %s\n", printable(req_.trace_file).c_str(),
@@ -906,7 +928,8 @@ void Run::tell_user() const {
     if (outcome_.reason == "cpu" && s.limits.cpu_time_ms)
       spdlog::warn("CPU-time budget of {} spent: sandbox killed (exit 124)", format_duration_ms(*s.limits.cpu_time_ms));
     else if (s.limits.timeout_ms)
-      spdlog::warn("wall-time limit of {} reached: sandbox killed (exit 124)", format_duration_ms(*s.limits.timeout_ms));
+      spdlog::warn("wall-time limit of {} reached: sandbox killed (exit 124)",
+                   format_duration_ms(*s.limits.timeout_ms));
   }
   if (sup_ && s.limits.output_limit_bytes)
     for (auto [name, st] : {std::pair{"stdout", &sup_->out}, std::pair{"stderr", &sup_->err}})
@@ -927,8 +950,8 @@ void Run::clean() {
   }
   if (t_go_) {
     std::int64_t t_done = monotonic_us();
-    spdlog::debug("timing: prepare {} us, start {} us, run {} us, record {} us", t_spawn_ - t_start_,
-                  t_go_ - t_spawn_, t_end_ - t_go_, t_done - t_end_);
+    spdlog::debug("timing: prepare {} us, start {} us, run {} us, record {} us", t_spawn_ - t_start_, t_go_ - t_spawn_,
+                  t_end_ - t_go_, t_done - t_end_);
   }
 }
 

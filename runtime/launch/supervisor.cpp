@@ -51,8 +51,12 @@ class Supervisor {
         seccomp_(in.seccomp_sock, in.seccomp_reference, start_, in.seccomp_named) {
     if (in_.events)
       seccomp_.on_refused = [ev = in_.events](const SeccompViolation& v) {
-        ev->emit("violation", {{"kind", "seccomp"}, {"name", v.name}, {"number", v.number}, {"arch", v.arch},
-                               {"action", v.action}, {"count", v.count}});
+        ev->emit("violation", {{"kind", "seccomp"},
+                               {"name", v.name},
+                               {"number", v.number},
+                               {"arch", v.arch},
+                               {"action", v.action},
+                               {"count", v.count}});
       };
   }
   SuperviseResult run();
@@ -102,8 +106,9 @@ Result<int> arm_with(const SuperviseInput& in, std::int64_t ms) {
 // Fail closed: a run is never left without a limit it was given.
 void Supervisor::arm(TimerFd& t, std::int64_t ms, Stage stage, const char* what) {
   auto fd = arm_with(in_, ms);
-  if (!fd) return fail(make_error(stage, std::string("cannot arm the timer of ") + what + ": " + fd.error().message,
-                                  fd.error().err));
+  if (!fd)
+    return fail(
+        make_error(stage, std::string("cannot arm the timer of ") + what + ": " + fd.error().message, fd.error().err));
   t.reset(*fd);
 }
 
@@ -168,10 +173,14 @@ SuperviseResult Supervisor::run() {
 
 // The output limit was reached on a stream: said once per stream, as it happens.
 void Supervisor::note_truncation() {
-  for (auto [name, relay, told] : {std::tuple{"stdout", &out_, &out_truncated_}, std::tuple{"stderr", &err_, &err_truncated_}}) {
+  for (auto [name, relay, told] :
+       {std::tuple{"stdout", &out_, &out_truncated_}, std::tuple{"stderr", &err_, &err_truncated_}}) {
     if (*told || !relay->truncated()) continue;
     *told = true;
-    in_.events->emit("output_truncated", {{"stream", name}, {"limit_bytes", in_.output_limit_bytes ? nlohmann::json(*in_.output_limit_bytes) : nlohmann::json(nullptr)}});
+    in_.events->emit(
+        "output_truncated",
+        {{"stream", name},
+         {"limit_bytes", in_.output_limit_bytes ? nlohmann::json(*in_.output_limit_bytes) : nlohmann::json(nullptr)}});
   }
 }
 
@@ -190,27 +199,27 @@ void Supervisor::add_hooks(std::function<void(PollSet&)> add,
 void Supervisor::add_stream_participants() {
   add_hooks(
       [this](PollSet& p) {
-        p.add(out_.src_poll_fd());
-        p.add(err_.src_poll_fd());
-        p.add(out_.sink_poll_fd(), out_.sink_events());
-        p.add(err_.sink_poll_fd(), err_.sink_events());
+    p.add(out_.src_poll_fd());
+    p.add(err_.src_poll_fd());
+    p.add(out_.sink_poll_fd(), out_.sink_events());
+    p.add(err_.sink_poll_fd(), err_.sink_events());
       },
       [this](std::span<const struct pollfd> e) {
-        if (poll_readable(e[0].revents)) out_.on_src_ready();
-        if (poll_readable(e[1].revents)) err_.on_src_ready();
-        if (e[2].revents) out_.on_sink_ready(e[2].revents);
-        if (e[3].revents) err_.on_sink_ready(e[3].revents);
-      });
+    if (poll_readable(e[0].revents)) out_.on_src_ready();
+    if (poll_readable(e[1].revents)) err_.on_src_ready();
+    if (e[2].revents) out_.on_sink_ready(e[2].revents);
+    if (e[3].revents) err_.on_sink_ready(e[3].revents);
+  });
   add_hooks([this](PollSet& p) { add_stdin(p); }, [this](std::span<const struct pollfd> e) { on_stdin(e); });
   add_hooks(
       [this](PollSet& p) {
-        if (in_.proxy && !init_done_) in_.proxy->add_pollfds(p.fds());
+    if (in_.proxy && !init_done_) in_.proxy->add_pollfds(p.fds());
       },
       [this](std::span<const struct pollfd> e) {
-        if (e.empty()) return;
-        in_.proxy->on_events(e.data(), e.size(), now_ms());
-        in_.proxy->expire_idle(now_ms());
-      });
+    if (e.empty()) return;
+    in_.proxy->on_events(e.data(), e.size(), now_ms());
+    in_.proxy->expire_idle(now_ms());
+  });
   proxy_participant_ = participants_.back().get();
 }
 
@@ -222,8 +231,8 @@ void Supervisor::add_control_participants() {
   add_fd([this] { return init_done_ ? -1 : cpu_timer_.get(); }, [this](short) { on_cpu_timer(); });
   add_fd([this] { return init_done_ ? -1 : grace_.get(); },
          [this](short) {
-           if (!init_done_) on_grace_expired();  // init's report came earlier in this pass
-         });
+    if (!init_done_) on_grace_expired();  // init's report came earlier in this pass
+  });
   // After init, signals are still read while output waits for its reader: one ends that wait.
   add_fd([this] { return !init_done_ || out_.pending() || err_.pending() ? in_.signal_fd : -1; },
          [this](short) { on_signals(); });
@@ -232,20 +241,20 @@ void Supervisor::add_control_participants() {
   add_fd([this] { return init_done_ ? -1 : in_.pidfd; }, [this](short) { on_init_exit(); });
   add_hooks(
       [this](PollSet& p) {
-        if (in_.cgroup_events && !init_done_) in_.cgroup_events->add_pollfds(p.fds());
+    if (in_.cgroup_events && !init_done_) in_.cgroup_events->add_pollfds(p.fds());
       },
       [this](std::span<const struct pollfd> e) {
-        if (!e.empty()) in_.cgroup_events->on_events(e.data(), e.size());
-      });
+    if (!e.empty()) in_.cgroup_events->on_events(e.data(), e.size());
+  });
   add_hooks(
       [this](PollSet& p) {
-        if (in_.events) p.add(in_.events->poll_fd(), POLLOUT);
+    if (in_.events) p.add(in_.events->poll_fd(), POLLOUT);
       },
       [this](std::span<const struct pollfd> e) {
-        if (!in_.events) return;
-        note_truncation();
-        if (e[0].revents) in_.events->on_writable(e[0].revents);
-      });
+    if (!in_.events) return;
+    note_truncation();
+    if (e[0].revents) in_.events->on_writable(e[0].revents);
+  });
 }
 
 // The stdin relay runs while the program may read; the pty's handoff is watched until it has
@@ -328,13 +337,15 @@ void Supervisor::on_cpu_timer() {
   cpu_timer_.reset();
   auto used = in_.cpu_used_us();
   if (!used) {
-    return fail(make_error("cpu_time", "cannot read the CPU time used against the CPU-time budget: " + used.error().message,
+    return fail(make_error("cpu_time",
+                           "cannot read the CPU time used against the CPU-time budget: " + used.error().message,
                            used.error().err));
   }
   std::int64_t next = cpu_time_recheck_ms(*in_.cpu_budget_ms, *used, in_.max_cpus);
   if (next == 0) {
     r_.cpu_exceeded = true;
-    if (in_.events) in_.events->emit("limit", {{"source", "sbx"}, {"counter", "cpu_time"}, {"budget_ms", *in_.cpu_budget_ms}});
+    if (in_.events)
+      in_.events->emit("limit", {{"source", "sbx"}, {"counter", "cpu_time"}, {"budget_ms", *in_.cpu_budget_ms}});
     kill_all();
   } else {
     arm(cpu_timer_, next, "cpu_time", "the CPU-time budget");
@@ -359,7 +370,8 @@ void Supervisor::on_signals() {
       err_.abandon();
     } else if (r_.forwarded_signal == 0) {
       r_.forwarded_signal = sig;
-      spdlog::info("forwarding {} to the sandbox; killing it in {} ms unless it exits", signal_name(sig), in_.kill_grace_ms);
+      spdlog::info("forwarding {} to the sandbox; killing it in {} ms unless it exits", signal_name(sig),
+                   in_.kill_grace_ms);
       pidfd_send_signal(in_.pidfd, sig);
       arm(grace_, in_.kill_grace_ms, "signal", "the grace period after a forwarded signal");
     } else if (!r_.killed_after_grace) {
@@ -391,8 +403,7 @@ void Supervisor::wind_up() {
   if (!init_done_) {
     kill_all();
     struct pollfd pfd = {in_.pidfd, POLLIN, 0};
-    while (::poll(&pfd, 1, 5000) < 0 && errno == EINTR) {
-    }
+    while (::poll(&pfd, 1, 5000) < 0 && errno == EINTR) {}
     int ws = 0;
     if (::wait4(in_.pid, &ws, WNOHANG, &r_.usage) == in_.pid) r_.init_wait_status = ws;
     else r_.init_pending = true;
@@ -425,8 +436,7 @@ SuperviseResult supervise(const SuperviseInput& in) {
 
 int reap_init(pid_t pid) {
   int ws = 0;
-  while (::waitpid(pid, &ws, 0) < 0 && errno == EINTR) {
-  }
+  while (::waitpid(pid, &ws, 0) < 0 && errno == EINTR) {}
   return ws;
 }
 

@@ -34,8 +34,8 @@ namespace sbx {
 Result<int> arm_timerfd(std::int64_t ms);
 
 struct SuperviseInput {
-  pid_t pid = -1;   // sbx's init in the sandbox
-  int pidfd = -1;   // the caller's: it stays open
+  pid_t pid = -1;  // sbx's init in the sandbox
+  int pidfd = -1;  // the caller's: it stays open
   // Read ends that supervise() takes over and closes (as do seccomp_sock's notifier and the
   // relays of out_fd and err_fd); the caller gives them up.
   int msg_fd = -1;
@@ -81,9 +81,9 @@ struct SuperviseInput {
 struct SuperviseResult {
   bool timed_out = false;
   bool cpu_exceeded = false;
-  int forwarded_signal = 0;          // first signal sbx received and forwarded
-  bool killed_after_grace = false;   // the program outlived the grace period (or a 2nd signal came)
-  int second_signal = 0;             // the signal that ended the grace period early, if one did
+  int forwarded_signal = 0;         // first signal sbx received and forwarded
+  bool killed_after_grace = false;  // the program outlived the grace period (or a 2nd signal came)
+  int second_signal = 0;            // the signal that ended the grace period early, if one did
   // The program had ended, but the wall-time limit came while its output still waited for a
   // reader that did not take it (timed_out is set too).
   bool delivery_timed_out = false;

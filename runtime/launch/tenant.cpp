@@ -42,7 +42,8 @@ Result<std::vector<std::string>> string_list(const json& v, const std::string& w
   std::vector<std::string> out;
   for (std::size_t i = 0; i < v.size(); ++i) {
     if (!v[i].is_string() || v[i].get<std::string>().empty() || v[i].get<std::string>().size() > 512)
-      return make_error("usage", where + ": /" + key + "/" + std::to_string(i) + ": must be a non-empty string (at most 512 bytes)");
+      return make_error(
+          "usage", where + ": /" + key + "/" + std::to_string(i) + ": must be a non-empty string (at most 512 bytes)");
     out.push_back(v[i].get<std::string>());
   }
   return out;
@@ -71,8 +72,7 @@ bool rule_covers(const AllowRule& t, const AllowRule& r) {
   if (!port_covers(t, r)) return false;
   using K = AllowRule::Kind;
   switch (t.kind) {
-    case K::name:
-      return r.kind == K::name && lower(r.name) == lower(t.name);
+    case K::name: return r.kind == K::name && lower(r.name) == lower(t.name);
     case K::wildcard: {
       if (r.kind != K::name && r.kind != K::wildcard) return false;
       std::string n = lower(r.name), s = lower(t.name);
@@ -80,8 +80,7 @@ bool rule_covers(const AllowRule& t, const AllowRule& r) {
       return n.size() > s.size() + 1 && n.ends_with("." + s);
     }
     case K::address:
-    case K::cidr:
-      return (r.kind == K::address || r.kind == K::cidr) && addr_in(t, r);
+    case K::cidr: return (r.kind == K::address || r.kind == K::cidr) && addr_in(t, r);
   }
   return false;
 }
@@ -161,7 +160,8 @@ Status check_tenant_name(const std::string& name) {
     return make_error("usage", "--tenant: a tenant name may not start with '.' or '-'");
   for (unsigned char c : bytes_of(name))
     if (!(std::isalnum(c) || c == '.' || c == '_' || c == '-'))
-      return make_error("usage", "--tenant: a tenant name holds only letters, digits, '.', '_' and '-' (no '/', no control bytes)");
+      return make_error(
+          "usage", "--tenant: a tenant name holds only letters, digits, '.', '_' and '-' (no '/', no control bytes)");
   if (name.find("..") != std::string::npos) return make_error("usage", "--tenant: a tenant name may not contain '..'");
   return {};
 }
@@ -243,7 +243,8 @@ Status tenant_store(const json& v, const std::string& where, Tenant& t) {
 Status tenant_gpu(const json& v, const std::string& where, Tenant& t) {
   if (!v.is_object()) return make_error("usage", where + ": /gpu: must be an object {\"max\": N}");
   for (auto& [gk, gv] : v.items()) {
-    if (gk != "max") return make_error("usage", where + ": /gpu/" + pointer_token(gk) + ": unknown key" + did_you_mean(gk, {"max"}));
+    if (gk != "max")
+      return make_error("usage", where + ": /gpu/" + pointer_token(gk) + ": unknown key" + did_you_mean(gk, {"max"}));
     if (!gv.is_number_integer() || gv.get<std::int64_t>() < 0 || gv.get<std::int64_t>() > 1024)
       return make_error("usage", where + ": /gpu/max: must be an integer from 0 to 1024");
     t.gpu_max = static_cast<int>(gv.get<std::int64_t>());
@@ -254,7 +255,9 @@ Status tenant_gpu(const json& v, const std::string& where, Tenant& t) {
 Status tenant_network(const json& v, const std::string& where, Tenant& t) {
   if (!v.is_object()) return make_error("usage", where + ": /network: must be an object {\"allow\": [...]}");
   for (auto& [nk, nv] : v.items()) {
-    if (nk != "allow") return make_error("usage", where + ": /network/" + pointer_token(nk) + ": unknown key" + did_you_mean(nk, {"allow"}));
+    if (nk != "allow")
+      return make_error("usage",
+                        where + ": /network/" + pointer_token(nk) + ": unknown key" + did_you_mean(nk, {"allow"}));
     auto l = string_list(nv, where, "network/allow", 1024);
     if (!l) return l.error();
     for (std::size_t i = 0; i < l->size(); ++i)
@@ -279,9 +282,11 @@ Status tenant_limits(const json& v, const std::string& where, Tenant& t) {
   for (auto& l : limit_keys()) known.push_back(l.name);
   for (auto& [lk, lv] : limits.items()) {
     if (!probe["limits"].contains(lk))
-      return make_error("usage", where + ": /limits/" + pointer_token(written.count(lk) ? written[lk] : lk) + ": unknown key" +
-                                     did_you_mean(lk, known));
-    if (lv.is_null()) return make_error("usage", where + ": /limits/" + written[lk] + ": a tenant's ceiling cannot be null (leave the key out)");
+      return make_error("usage", where + ": /limits/" + pointer_token(written.count(lk) ? written[lk] : lk) +
+                                     ": unknown key" + did_you_mean(lk, known));
+    if (lv.is_null())
+      return make_error("usage",
+                        where + ": /limits/" + written[lk] + ": a tenant's ceiling cannot be null (leave the key out)");
     t.limit_keys_set.push_back(lk);
   }
   merge_patch(probe, json{{"limits", limits}});
@@ -298,10 +303,15 @@ Status tenant_description(const json& v, const std::string& where, Tenant&) {
 
 // The tenant file's keys, each with its reader.
 using TenantKeyReader = Status (*)(const json&, const std::string&, Tenant&);
-const std::vector<std::pair<std::string, TenantKeyReader>> kTenantKeys = {
-    {"description", tenant_description}, {"images", tenant_images}, {"packs", tenant_packs},
-    {"limits", tenant_limits},           {"network", tenant_network}, {"gpu", tenant_gpu},
-    {"id_slot", tenant_id_slot},         {"separate_ids", tenant_separate_ids}, {"store", tenant_store}};
+const std::vector<std::pair<std::string, TenantKeyReader>> kTenantKeys = {{"description", tenant_description},
+                                                                          {"images", tenant_images},
+                                                                          {"packs", tenant_packs},
+                                                                          {"limits", tenant_limits},
+                                                                          {"network", tenant_network},
+                                                                          {"gpu", tenant_gpu},
+                                                                          {"id_slot", tenant_id_slot},
+                                                                          {"separate_ids", tenant_separate_ids},
+                                                                          {"store", tenant_store}};
 
 }  // namespace
 
@@ -360,11 +370,13 @@ Result<Tenant> load_tenant(const std::string& name) {
         auto o = parse_tenant(*ot, other, od + "/" + f);
         if (!o) continue;
         if (o->id_slot == t->id_slot)
-          return make_error("usage", "tenant '" + name + "': id_slot " + std::to_string(t->id_slot) + " is also tenant '" +
-                                         other + "''s (" + od + "/" + f + "): two tenants on one slice would share host ids");
+          return make_error("usage", "tenant '" + name + "': id_slot " + std::to_string(t->id_slot) +
+                                         " is also tenant '" + other + "''s (" + od + "/" + f +
+                                         "): two tenants on one slice would share host ids");
         if (!t->store.empty() && (t->store == o->store || t->store.ends_with("/tenants/" + other)))
-          return make_error("usage", "tenant '" + name + "' (" + path + "): /store " + t->store + " is also tenant '" + other +
-                                         "''s store (" + od + "/" + f + "): two tenants on one store would read each other's records");
+          return make_error("usage", "tenant '" + name + "' (" + path + "): /store " + t->store + " is also tenant '" +
+                                         other + "''s store (" + od + "/" + f +
+                                         "): two tenants on one store would read each other's records");
         if (!o->store.empty()) t->other_stores.push_back({other, o->store});
       }
     }
@@ -396,7 +408,8 @@ Status check_tenant_store(const Tenant& t, const Dirs& base) {
       if (!rel.empty())
         return make_error("usage", key + " " + rel + " sbx's untenanted " + what + " directory " + dir +
                                        ": the tenant's records, ledger and blobs would mix with the untenanted runs' "
-                                       "(leave /store out for " + default_store(base, t.name) + ")");
+                                       "(leave /store out for " +
+                                       default_store(base, t.name) + ")");
     }
   }
   for (auto& o : other_tenants(t, base)) {
@@ -405,8 +418,9 @@ Status check_tenant_store(const Tenant& t, const Dirs& base) {
     if (!t.store.empty())
       return make_error("usage", key + " " + rel + " tenant '" + o.name + "''s store " + o.store +
                                      ": two tenants on one store would read each other's records");
-    return make_error("usage", "tenant '" + o.name + "' (" + o.file + "): /store " + o.store + " " + path_relation(resolved_path(o.store), own) +
-                                   " tenant '" + t.name + "''s store " + own + ": two tenants on one store would read each other's records");
+    return make_error("usage", "tenant '" + o.name + "' (" + o.file + "): /store " + o.store + " " +
+                                   path_relation(resolved_path(o.store), own) + " tenant '" + t.name + "''s store " +
+                                   own + ": two tenants on one store would read each other's records");
   }
   return {};
 }
@@ -460,7 +474,8 @@ Status check_tenant_ceilings(const Tenant& t, RunSpec& spec, const std::map<std:
     if (!ok) {
       std::string list;
       for (auto& x : t.allow) list += (list.empty() ? "" : ", ") + x;
-      return make_error("usage", "tenant '" + t.name + "': network.allow: '" + s + "' is outside the tenant's allowlist (" +
+      return make_error("usage", "tenant '" + t.name + "': network.allow: '" + s +
+                                     "' is outside the tenant's allowlist (" +
                                      (list.empty() ? std::string("none: no egress") : list) + ")");
     }
   }
@@ -472,12 +487,13 @@ Status check_tenant_ceilings(const Tenant& t, RunSpec& spec, const std::map<std:
       auto g = parse_gpu_request(spec.gpu.devices);
       if (!g) return g.error();
       if (g->all && *t.gpu_max > 0)
-        return make_error("usage", "tenant '" + t.name + "': gpu: 'all' is above the tenant's quota of " + std::to_string(*t.gpu_max) +
-                                       " GPU(s): name them (--gpu 0 or --gpu 0,1)");
+        return make_error("usage", "tenant '" + t.name + "': gpu: 'all' is above the tenant's quota of " +
+                                       std::to_string(*t.gpu_max) + " GPU(s): name them (--gpu 0 or --gpu 0,1)");
       std::size_t n = g->all ? 1 : g->items.size();
       if (static_cast<int>(n) > *t.gpu_max)
-        return make_error("usage", "tenant '" + t.name + "': gpu: " + std::to_string(n) + " GPU(s) (" + layer_of(layers, "gpu") +
-                                       ") is above the tenant's quota (" + std::to_string(*t.gpu_max) + ")");
+        return make_error("usage", "tenant '" + t.name + "': gpu: " + std::to_string(n) + " GPU(s) (" +
+                                       layer_of(layers, "gpu") + ") is above the tenant's quota (" +
+                                       std::to_string(*t.gpu_max) + ")");
     }
   }
   return {};
@@ -508,19 +524,20 @@ Status apply_tenant(const Tenant& t, RunRequest& req, const json& pack) {
   if (!tenant_allows_image(t, image, digest)) {
     std::string list;
     for (auto& x : t.images) list += (list.empty() ? "" : ", ") + x;
-    return make_error("usage", "tenant '" + t.name + "': image '" + image + "'" + (digest.empty() ? "" : " (" + digest.substr(0, 19) + ")") +
+    return make_error("usage", "tenant '" + t.name + "': image '" + image + "'" +
+                                   (digest.empty() ? "" : " (" + digest.substr(0, 19) + ")") +
                                    " is not among the tenant's images (" + list + ")");
   }
   if (pack.is_object()) {
     std::string pname = pack.value("name", ""), pdigest = pack.value("digest", "");
     bool ok = false;
-    for (auto& p : t.packs)
-      ok = ok || (!pdigest.empty() && p == pdigest);
+    for (auto& p : t.packs) ok = ok || (!pdigest.empty() && p == pdigest);
     if (!ok) {
       std::string list;
       for (auto& x : t.packs) list += (list.empty() ? "" : ", ") + x;
       return make_error("usage", "tenant '" + t.name + "': pack '" + pname + "' (" + pdigest.substr(0, 19) +
-                                     ") is not among the tenant's packs (" + (list.empty() ? std::string("none") : list) + ")");
+                                     ") is not among the tenant's packs (" +
+                                     (list.empty() ? std::string("none") : list) + ")");
     }
   }
 
@@ -529,15 +546,18 @@ Status apply_tenant(const Tenant& t, RunRequest& req, const json& pack) {
   json tenant = trace_object({{"tenant/name", t.name}, {"tenant/file", t.file}, {"tenant/id_slot", t.id_slot}});
   if (rootless) {
     if (t.require_separate_ids)
-      return make_error("usage", "tenant '" + t.name + "': its file requires separate host ids (\"separate_ids\": \"required\"), "
-                                     "and rootless sbx has none to give: every sandbox runs as the caller's uid. Run sbx as root "
-                                     "(with an 'sbx' range in /etc/subuid and /etc/subgid), or set \"separate_ids\": \"preferred\"");
+      return make_error(
+          "usage", "tenant '" + t.name +
+                       "': its file requires separate host ids (\"separate_ids\": \"required\"), "
+                       "and rootless sbx has none to give: every sandbox runs as the caller's uid. Run sbx as root "
+                       "(with an 'sbx' range in /etc/subuid and /etc/subgid), or set \"separate_ids\": \"preferred\"");
     put(tenant, "tenant/uid_range", nullptr);
     put(tenant, "tenant/gid_range", nullptr);
     put(tenant, "tenant/separation",
-        trace_object({{"tenant/separation/ids", false},
-                      {"tenant/separation/why",
-                       "rootless: every sandbox runs as the caller's uid; ceilings and the store are the tenant's, host ids are not"}}));
+        trace_object(
+            {{"tenant/separation/ids", false},
+             {"tenant/separation/why",
+              "rootless: every sandbox runs as the caller's uid; ceilings and the store are the tenant's, host ids are not"}}));
   } else {
     req.tenant.id_slot = t.id_slot;
     auto plan = plan_identity(req.spec, req.tenant.id_slot);

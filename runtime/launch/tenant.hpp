@@ -38,16 +38,16 @@ inline constexpr std::uint32_t kMaxTenantSlot = 4095;
 
 struct Tenant {
   std::string name;
-  std::string file;                  // where it was read
-  std::vector<std::string> images;   // names (NAME[:TAG], "host") or digests (sha256:<hex>)
-  std::vector<std::string> packs;    // pack names or digests (sha256:<hex>)
-  Limits limits;                     // only the keys in `limit_keys_set` are ceilings
+  std::string file;                         // where it was read
+  std::vector<std::string> images;          // names (NAME[:TAG], "host") or digests (sha256:<hex>)
+  std::vector<std::string> packs;           // pack names or digests (sha256:<hex>)
+  Limits limits;                            // only the keys in `limit_keys_set` are ceilings
   std::vector<std::string> limit_keys_set;  // RunSpec keys ("memory_bytes") the file sets
-  std::vector<std::string> allow;    // network allowlist ceiling (egress_policy.hpp rules)
-  std::optional<int> gpu_max;        // most GPUs a run may get; nullopt: the profile decides
-  std::uint32_t id_slot = 0;         // 1..kMaxTenantSlot: which slice of sbx's id range
-  bool require_separate_ids = true;  // "separate_ids": "required" (default) or "preferred"
-  std::string store;                 // absolute; "" for <state>/tenants/NAME
+  std::vector<std::string> allow;           // network allowlist ceiling (egress_policy.hpp rules)
+  std::optional<int> gpu_max;               // most GPUs a run may get; nullopt: the profile decides
+  std::uint32_t id_slot = 0;                // 1..kMaxTenantSlot: which slice of sbx's id range
+  bool require_separate_ids = true;         // "separate_ids": "required" (default) or "preferred"
+  std::string store;                        // absolute; "" for <state>/tenants/NAME
   // Set by load_tenant, from its walk of every tenant file: {name, /store} of each other tenant
   // whose file names a store (the others live in <state>/tenants/NAME, inside the untenanted state
   // dir); apply_tenant keeps this run's read-write binds out of them.
@@ -115,8 +115,8 @@ bool allow_rule_covers(const AllowRule& ceiling, const AllowRule& rule);
 struct OtherTenant {
   std::string name, store;
   std::uint32_t id_slot = 0;
-  std::string file;         // its tenant file
-  bool store_set = false;   // its file names /store (else the default <state>/tenants/NAME)
+  std::string file;        // its tenant file
+  bool store_set = false;  // its file names /store (else the default <state>/tenants/NAME)
 };
 std::vector<OtherTenant> other_tenants(const Tenant& t, const Dirs& base);
 

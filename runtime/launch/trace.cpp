@@ -21,20 +21,23 @@ nlohmann::json stream_json(const StreamStats* s) {
     s = &none;
   }
   // stdout's paths name stderr's members too: both are #/definitions/stream.
-  return trace_object({{"stdout/bytes", s->bytes},
-                       {"stdout/sha256", s->sha256},
-                       {"stdout/truncated", s->truncated},
-                       {"stdout/dropped_bytes", s->dropped_bytes},
-                       {"stdout/undelivered_bytes", s->undelivered_bytes},
-                       {"stdout/reader_closed", s->reader_closed},
-                       {"stdout/write_error", s->write_error.empty() ? nlohmann::json(nullptr) : nlohmann::json(s->write_error)}});
+  return trace_object(
+      {{"stdout/bytes", s->bytes},
+       {"stdout/sha256", s->sha256},
+       {"stdout/truncated", s->truncated},
+       {"stdout/dropped_bytes", s->dropped_bytes},
+       {"stdout/undelivered_bytes", s->undelivered_bytes},
+       {"stdout/reader_closed", s->reader_closed},
+       {"stdout/write_error", s->write_error.empty() ? nlohmann::json(nullptr) : nlohmann::json(s->write_error)}});
 }
 
 std::int64_t tv_ms(const struct timeval& tv) { return tv.tv_sec * 1000LL + tv.tv_usec / 1000; }
 
 // Compact size as stored. Strings are valid UTF-8 by the time bound_record measures (dump_json
 // escaped them); `replace` only keeps a bug from throwing here.
-std::size_t compact_size(const nlohmann::json& j) { return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).size(); }
+std::size_t compact_size(const nlohmann::json& j) {
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).size();
+}
 
 // A prefix of `s` of at most `n` bytes, not ending inside a UTF-8 sequence.
 std::string utf8_prefix(const std::string& s, std::size_t n) {
@@ -58,11 +61,10 @@ void cut_to(nlohmann::json& v, std::size_t budget) {
   else v = nullptr;
 }
 
-constexpr int kMaxCuts = 64;                 // rounds of bound_record; each cut brings it closer
+constexpr int kMaxCuts = 64;                  // rounds of bound_record; each cut brings it closer
 constexpr std::size_t kMaxCutPointer = 1024;  // bytes of a cut member's pointer in the note
 
 }  // namespace
-
 
 nlohmann::json trace_record(TraceParts&& p) {
   using nlohmann::json;
@@ -176,9 +178,7 @@ bool bound_record(nlohmann::json& record, std::size_t max_bytes) {
     }
     put(record, "record_truncated", note);
     return compact_size(record) <= max_bytes;
-  } catch (const std::exception&) {
-    return false;
-  }
+  } catch (const std::exception&) { return false; }
 }
 
 std::string trace_text(nlohmann::json& record, int indent) {
@@ -199,7 +199,8 @@ std::string trace_text(nlohmann::json& record, int indent) {
   // (`trace import` reads the file under the same bound): a pretty form over it is written compact.
   if (text.size() > kMaxRecordBytes) {
     if (!bound_record(record)) {
-      json f = fallback("the record stayed over " + std::to_string(kMaxRecordBytes) + " bytes after cutting its biggest members");
+      json f = fallback("the record stayed over " + std::to_string(kMaxRecordBytes) +
+                        " bytes after cutting its biggest members");
       text = dump_json(f, indent);
     } else {
       text = dump_json(record, indent, fallback);

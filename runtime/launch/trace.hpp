@@ -18,7 +18,7 @@ inline constexpr const char* kTraceSchema = "sbx.trace/v1";
 
 // One limit in the record: limits_applied / limits_not_applied (facility.hpp, add_limit_entries).
 struct LimitEntry {
-  std::string limit;      // "timeout_ms", "memory_bytes", ...
+  std::string limit;  // "timeout_ms", "memory_bytes", ...
   nlohmann::json value;
   std::string mechanism;  // how it was enforced ("" when not applied)
   std::string reason;     // why it was not applied, or how a degraded mechanism differs

@@ -32,9 +32,10 @@ constexpr const char* kSupervisorLeaf = "sbx-supervisor";
 constexpr const char* kControllers[] = {"memory", "pids", "cpu"};
 
 void sleep_ms(long ms) {
-  struct timespec ts{ms / 1000, (ms % 1000) * 1000000L};
-  while (::nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-  }
+  struct timespec ts {
+    ms / 1000, (ms % 1000) * 1000000L
+  };
+  while (::nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
 }
 
 // cgroup control files are small and read in one go; a missing file is the caller's business
@@ -162,8 +163,8 @@ bool owner_alive(const RunCgroupOwner& o) {
 bool valid_run_id(const std::string& id) {
   if (id.empty() || id.size() > 128 || id[0] == '.') return false;
   return std::all_of(id.begin(), id.end(), [](char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
-           c == '-' || c == '.';
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-' ||
+           c == '.';
   });
 }
 
@@ -204,8 +205,8 @@ Status enable_controllers(const std::string& cg, const std::vector<std::string>&
     if (e.err == EBUSY) {
       std::vector<std::string> others;
       for (pid_t p : read_procs(cg)) others.push_back(std::to_string(p));
-      e.message = "cannot enable the " + c + " controller in " + cg +
-                  ": the cgroup holds other processes (" + join_words(others) +
+      e.message = "cannot enable the " + c + " controller in " + cg + ": the cgroup holds other processes (" +
+                  join_words(others) +
                   ") and cgroup v2 forbids controllers in a cgroup with processes; run sbx in a "
                   "cgroup of its own (e.g. systemd-run --user --scope -p Delegate=yes sbx ...)";
     }
@@ -218,8 +219,7 @@ Status enable_controllers(const std::string& cg, const std::vector<std::string>&
 // The no-internal-processes fix: move sbx itself into the leaf <own>/sbx-supervisor.
 Status move_self_to_leaf(const std::string& own) {
   std::string leaf = own + "/" + kSupervisorLeaf;
-  if (::mkdir(leaf.c_str(), 0755) != 0 && errno != EEXIST)
-    return sys_error(kStage, "cannot create " + leaf);
+  if (::mkdir(leaf.c_str(), 0755) != 0 && errno != EEXIST) return sys_error(kStage, "cannot create " + leaf);
   return write_ctl(leaf + "/cgroup.procs", std::to_string(::getpid()));
 }
 
@@ -341,8 +341,8 @@ std::optional<RunCgroupOwner> parse_run_cgroup_name(std::string_view name) {
   long pid = 0;
   auto r1 = std::from_chars(p.data(), p.data() + p.size(), pid);
   auto r2 = std::from_chars(s.data(), s.data() + s.size(), o.start);
-  if (p.empty() || s.empty() || r1.ec != std::errc() || r1.ptr != p.data() + p.size() ||
-      r2.ec != std::errc() || r2.ptr != s.data() + s.size() || pid <= 0)
+  if (p.empty() || s.empty() || r1.ec != std::errc() || r1.ptr != p.data() + p.size() || r2.ec != std::errc() ||
+      r2.ptr != s.data() + s.size() || pid <= 0)
     return std::nullopt;
   o.pid = static_cast<pid_t>(pid);
   return o;
@@ -400,8 +400,7 @@ Status write_run_limits(const std::string& path, const Limits& limits, std::vect
 // ---- RunCgroup ----
 
 Result<RunCgroup> RunCgroup::create(const CgroupInfo& info, const Limits& limits, const std::string& run_id) {
-  if (!valid_run_id(run_id))
-    return make_error(kStage, "invalid run id '" + run_id + "' for a cgroup name", EINVAL);
+  if (!valid_run_id(run_id)) return make_error(kStage, "invalid run id '" + run_id + "' for a cgroup name", EINVAL);
   if (info.mount.empty() || info.self_path.empty())
     return make_error(kStage, "no cgroup v2 hierarchy is mounted", ENOENT);
   // The controllers the limits need (limits_table.hpp), each limit positive.
@@ -428,8 +427,10 @@ Result<RunCgroup> RunCgroup::create(const CgroupInfo& info, const Limits& limits
                       ENOTSUP);
   for (const auto& c : required)
     if (!contains(avail, c))
-      return make_error(kStage, "the " + c + " controller is not available in " + own + " (cgroup.controllers: '" +
-                                    join_words(avail) + "')", ENOTSUP);
+      return make_error(
+          kStage,
+          "the " + c + " controller is not available in " + own + " (cgroup.controllers: '" + join_words(avail) + "')",
+          ENOTSUP);
 
   RunCgroup cg;
   std::vector<std::string> enabled_own, enabled_sbx;
@@ -442,15 +443,15 @@ Result<RunCgroup> RunCgroup::create(const CgroupInfo& info, const Limits& limits
     // A container's cgroup namespace root holding the container's own processes: sbx does not
     // move those (they are not its to move) unless asked to, once, by `sbx cgroup-init`.
     if (e.err == EBUSY && info.namespace_root && own == info.mount)
-      e.message = "the cgroup namespace root " + own + " holds the container's processes, so cgroup v2 forbids "
+      e.message = "the cgroup namespace root " + own +
+                  " holds the container's processes, so cgroup v2 forbids "
                   "controllers for its children; run `sbx cgroup-init` once in the container's entrypoint "
                   "(see `sbx doctor`)";
     return e;
   }
 
   std::string subtree = own + "/" + kSubtree;
-  if (::mkdir(subtree.c_str(), 0755) != 0 && errno != EEXIST)
-    return sys_error(kStage, "cannot create " + subtree);
+  if (::mkdir(subtree.c_str(), 0755) != 0 && errno != EEXIST) return sys_error(kStage, "cannot create " + subtree);
   // No process ever lives directly in <own>/sbx, so this cannot hit the internal-process rule.
   SBX_TRY(enable_controllers(subtree, enabled_own, required, enabled_sbx, cg.warnings_, nullptr));
 
@@ -560,8 +561,7 @@ Status gc_stale_cgroups(const CgroupInfo& info) {
   auto avail_text = read_ctl(own + "/cgroup.controllers");
   if (!avail_text) return {};
   auto avail = split_words(*avail_text);
-  if (std::none_of(std::begin(kControllers), std::end(kControllers),
-                   [&](const char* c) { return contains(avail, c); }))
+  if (std::none_of(std::begin(kControllers), std::end(kControllers), [&](const char* c) { return contains(avail, c); }))
     return {};
   std::string subtree = own + "/" + kSubtree;
   DIR* d = ::opendir(subtree.c_str());

@@ -62,11 +62,11 @@
 namespace sbx {
 
 struct CgroupInfo {
-  std::string layout;        // "v2" (unified), "hybrid" (v1 + v2), "v1", or "none"
-  std::string mount;         // where cgroup2 is mounted ("" if nowhere)
-  std::string self_path;     // our cgroup v2 path from /proc/self/cgroup ("0::/..."), "" if none
+  std::string layout;                    // "v2" (unified), "hybrid" (v1 + v2), "v1", or "none"
+  std::string mount;                     // where cgroup2 is mounted ("" if nowhere)
+  std::string self_path;                 // our cgroup v2 path from /proc/self/cgroup ("0::/..."), "" if none
   std::vector<std::string> controllers;  // cgroup.controllers of our cgroup v2
-  bool writable = false;     // we may create child cgroups under our cgroup v2
+  bool writable = false;                 // we may create child cgroups under our cgroup v2
   // Root, and the hierarchy's real root is writable: run cgroups go under <mount>/sbx whatever
   // sbx's own cgroup (see above); `controllers` are then the root's.
   bool root_subtree = false;

@@ -31,7 +31,9 @@ std::vector<std::string> read_words(const std::string& path) {
   return t ? words(*t) : std::vector<std::string>{};
 }
 
-bool has(const std::vector<std::string>& v, const std::string& s) { return std::find(v.begin(), v.end(), s) != v.end(); }
+bool has(const std::vector<std::string>& v, const std::string& s) {
+  return std::find(v.begin(), v.end(), s) != v.end();
+}
 
 // One write(2) per value: a cgroup control file parses each write as a whole.
 int write_ctl(const std::string& path, const std::string& value) { return write_whole(path, value); }
@@ -39,7 +41,8 @@ int write_ctl(const std::string& path, const std::string& value) { return write_
 bool valid_leaf(const std::string& leaf) {
   if (leaf.empty() || leaf.size() > 64 || leaf == "." || leaf == "..") return false;
   return std::all_of(leaf.begin(), leaf.end(), [](char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '.' || c == '-';
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '.' ||
+           c == '-';
   });
 }
 
@@ -83,20 +86,22 @@ CheckResult assess_cgroup_namespace(const CgroupNsRoot& root) {
   if (offered.empty()) {
     r.status = CheckStatus::degraded;
     r.detail = where + ": the container runtime delegated none of memory, pids, cpu; limits fall back to rlimits";
-    r.hint = "give the container a cgroup v2 with its controllers (a cgroup namespace of its own on a cgroup v2 host; "
-             "see deploy/README.md)";
+    r.hint =
+        "give the container a cgroup v2 with its controllers (a cgroup namespace of its own on a cgroup v2 host; "
+        "see deploy/README.md)";
     return r;
   }
   if (!root.writable) {
     r.status = CheckStatus::degraded;
     r.detail = where + ": mounted read-only; sbx cannot create run cgroups, limits fall back to rlimits";
-    r.hint = "mount the container's cgroup v2 read-write (Kubernetes: see deploy/README.md, \"writable cgroup\"); "
-             "then, as root in the container: sbx cgroup-init";
+    r.hint =
+        "mount the container's cgroup v2 read-write (Kubernetes: see deploy/README.md, \"writable cgroup\"); "
+        "then, as root in the container: sbx cgroup-init";
     return r;
   }
   if (enabled.size() == offered.size()) {
-    r.detail = where + ": " + join_words(enabled, "/") + " enabled for children; run cgroups go under " + root.mount + "/sbx" +
-               (root.euid_root ? "" : " (as root in the container)");
+    r.detail = where + ": " + join_words(enabled, "/") + " enabled for children; run cgroups go under " + root.mount +
+               "/sbx" + (root.euid_root ? "" : " (as root in the container)");
     return r;
   }
   if (root.procs == 0) {
@@ -106,18 +111,22 @@ CheckResult assess_cgroup_namespace(const CgroupNsRoot& root) {
     return r;
   }
   r.status = CheckStatus::degraded;
-  r.detail = where + ": the container's processes are at the namespace root, and cgroup v2 forbids controllers for "
+  r.detail = where +
+             ": the container's processes are at the namespace root, and cgroup v2 forbids controllers for "
              "children of a cgroup with processes (the namespace root is not exempt like the real root); "
              "limits fall back to rlimits";
-  r.hint = "run once, as root, in the container's entrypoint before any sbx run: sbx cgroup-init "
-           "(moves the container's processes into " + root.mount + "/init and enables +" + join_words(offered, " +") +
-           " at " + root.mount + "; see deploy/README.md)";
+  r.hint =
+      "run once, as root, in the container's entrypoint before any sbx run: sbx cgroup-init "
+      "(moves the container's processes into " +
+      root.mount + "/init and enables +" + join_words(offered, " +") + " at " + root.mount + "; see deploy/README.md)";
   return r;
 }
 
 Result<CgroupInitReport> cgroup_init(const CgroupInfo& info, const std::string& leaf) {
   if (!valid_leaf(leaf) || leaf == "sbx" || leaf == "sbx-supervisor")
-    return make_error(kStage, "invalid leaf name '" + leaf + "': one path component of [A-Za-z0-9_.-], at most 64 characters", EINVAL);
+    return make_error(kStage,
+                      "invalid leaf name '" + leaf + "': one path component of [A-Za-z0-9_.-], at most 64 characters",
+                      EINVAL);
   if (info.mount.empty() || info.layout == "v1" || info.layout == "none")
     return make_error(kStage, "no cgroup v2 hierarchy is mounted", ENOENT);
   CgroupInitReport rep;
@@ -125,12 +134,14 @@ Result<CgroupInitReport> cgroup_init(const CgroupInfo& info, const std::string& 
   // Nothing to do is not a failure: an entrypoint that runs cgroup-init also runs where the
   // container shares the host's cgroup namespace.
   if (is_real_cgroup_root(info.mount)) {
-    rep.nothing_to_do = info.mount + " is the hierarchy's real root, exempt from the no-internal-processes rule "
-                                     "(not a container's cgroup namespace)";
+    rep.nothing_to_do = info.mount +
+                        " is the hierarchy's real root, exempt from the no-internal-processes rule "
+                        "(not a container's cgroup namespace)";
     return rep;
   }
   if (!info.namespace_root) {
-    rep.nothing_to_do = info.mount + " is not the root of sbx's cgroup namespace (/proc/self/cgroup: '" + info.self_path + "')";
+    rep.nothing_to_do =
+        info.mount + " is not the root of sbx's cgroup namespace (/proc/self/cgroup: '" + info.self_path + "')";
     return rep;
   }
   rep.leaf = info.mount + "/" + leaf;
@@ -139,8 +150,10 @@ Result<CgroupInitReport> cgroup_init(const CgroupInfo& info, const std::string& 
   for (const char* c : kOurs)
     if (has(avail, c)) offered.push_back(c);
   if (offered.empty())
-    return make_error(kStage, "cgroup v2 at " + info.mount + " offers none of memory, pids, cpu (cgroup.controllers: '" +
-                                  join_words(avail) + "'): the container runtime delegated no controller", ENOTSUP);
+    return make_error(kStage,
+                      "cgroup v2 at " + info.mount + " offers none of memory, pids, cpu (cgroup.controllers: '" +
+                          join_words(avail) + "'): the container runtime delegated no controller",
+                      ENOTSUP);
   if (::mkdir(rep.leaf.c_str(), 0755) != 0 && errno != EEXIST) return sys_error(kStage, "cannot create " + rep.leaf);
   // A process may fork while we move its siblings; go round until the root reads empty.
   for (int round = 0;; ++round) {
@@ -152,12 +165,16 @@ Result<CgroupInitReport> cgroup_init(const CgroupInfo& info, const std::string& 
     auto list = words(*procs);
     if (list.empty()) break;
     if (round >= 100)
-      return make_error(kStage, info.mount + " still holds processes after 100 rounds of moving them (a fork loop?)", EBUSY);
+      return make_error(kStage, info.mount + " still holds processes after 100 rounds of moving them (a fork loop?)",
+                        EBUSY);
     for (const auto& w : list) {
       long pid = std::strtol(w.c_str(), nullptr, 10);
       if (pid <= 0)
-        return make_error(kStage, info.mount + " holds a process of a pid namespace sbx cannot see (listed as 0): "
-                                  "run sbx cgroup-init in the container's pid namespace", EBUSY);
+        return make_error(kStage,
+                          info.mount +
+                              " holds a process of a pid namespace sbx cannot see (listed as 0): "
+                              "run sbx cgroup-init in the container's pid namespace",
+                          EBUSY);
       int err = write_ctl(rep.leaf + "/cgroup.procs", std::to_string(pid));
       if (err == ESRCH) continue;  // exited meanwhile
       if (err) {
@@ -175,7 +192,8 @@ Result<CgroupInitReport> cgroup_init(const CgroupInfo& info, const std::string& 
     }
     if (int err = write_ctl(info.mount + "/cgroup.subtree_control", "+" + c)) {
       errno = err;
-      Error e = sys_error(kStage, "cannot enable the " + c + " controller in " + info.mount + "/cgroup.subtree_control");
+      Error e =
+          sys_error(kStage, "cannot enable the " + c + " controller in " + info.mount + "/cgroup.subtree_control");
       if (err == EBUSY) e.message += " (a process entered the root meanwhile; run sbx cgroup-init again)";
       return e;
     }

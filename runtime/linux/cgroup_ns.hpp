@@ -23,13 +23,13 @@ namespace sbx {
 
 // The root in view, as `sbx doctor` and `sbx cgroup-init` judge it.
 struct CgroupNsRoot {
-  std::string mount;                          // where cgroup2 is mounted ("" if nowhere)
-  bool namespace_root = false;                // the root in view is a cgroup namespace's
-  long procs = -1;                            // processes directly in it (-1: unreadable)
-  std::vector<std::string> controllers;       // its cgroup.controllers
-  std::vector<std::string> subtree_control;   // its cgroup.subtree_control
-  bool writable = false;                      // we may create cgroups and write control files there
-  bool euid_root = false;                     // uid 0 (in the container's user namespace)
+  std::string mount;                         // where cgroup2 is mounted ("" if nowhere)
+  bool namespace_root = false;               // the root in view is a cgroup namespace's
+  long procs = -1;                           // processes directly in it (-1: unreadable)
+  std::vector<std::string> controllers;      // its cgroup.controllers
+  std::vector<std::string> subtree_control;  // its cgroup.subtree_control
+  bool writable = false;                     // we may create cgroups and write control files there
+  bool euid_root = false;                    // uid 0 (in the container's user namespace)
 };
 CgroupNsRoot probe_cgroup_ns_root(const CgroupInfo& info);
 
@@ -41,12 +41,12 @@ CheckResult assess_cgroup_namespace(const CgroupNsRoot& root);
 
 // What `sbx cgroup-init` did.
 struct CgroupInitReport {
-  std::string root;                     // the namespace root (the cgroup2 mount)
-  std::string leaf;                     // absolute path of the leaf the processes went to
-  std::vector<pid_t> moved;             // pids written to the leaf's cgroup.procs
-  std::vector<std::string> enabled;     // controllers this call enabled at the root
-  std::vector<std::string> already;     // controllers that were enabled already
-  std::string nothing_to_do;            // why nothing was done (not in a cgroup namespace); "" otherwise
+  std::string root;                  // the namespace root (the cgroup2 mount)
+  std::string leaf;                  // absolute path of the leaf the processes went to
+  std::vector<pid_t> moved;          // pids written to the leaf's cgroup.procs
+  std::vector<std::string> enabled;  // controllers this call enabled at the root
+  std::vector<std::string> already;  // controllers that were enabled already
+  std::string nothing_to_do;         // why nothing was done (not in a cgroup namespace); "" otherwise
 };
 
 // Moves every process of the cgroup namespace root `info.mount` into the leaf <mount>/<leaf> and

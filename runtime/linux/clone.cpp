@@ -10,7 +10,6 @@
 
 #include <cstring>
 
-
 namespace sbx {
 
 Result<CloneResult> clone_sandbox(unsigned long ns_flags, int cgroup_fd, bool& into_cgroup_done) {
@@ -47,7 +46,8 @@ Result<CloneResult> clone_sandbox(unsigned long ns_flags, int cgroup_fd, bool& i
 Status SharedInitStack::allocate() {
   // MAP_NORESERVE: only the pages init and the program child touch cost anything. A guard page
   // below each stack catches an overflow instead of letting it write into other memory.
-  void* p = ::mmap(nullptr, kMapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
+  void* p =
+      ::mmap(nullptr, kMapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
   if (p == MAP_FAILED) return sys_error("clone", "map a stack for init");
   base_ = p;
   char* b = static_cast<char*>(p);

@@ -34,7 +34,6 @@ void clip_strings(nlohmann::ordered_json& j) {
   }
 }
 
-
 }  // namespace
 
 Result<EventStream> EventStream::open(const std::string& where) {
@@ -45,9 +44,11 @@ Result<EventStream> EventStream::open(const std::string& where) {
   if (where.rfind("fd:", 0) == 0) {
     int fd = *parse_events_fd(where);
     if (fd == 0) return make_error("usage", "--events fd:0: fd 0 is sbx's stdin, not a place to write events");
-    if (::fcntl(fd, F_GETFD) < 0) return make_error("usage", "--events " + where + ": fd " + std::to_string(fd) + " is not open", errno);
+    if (::fcntl(fd, F_GETFD) < 0)
+      return make_error("usage", "--events " + where + ": fd " + std::to_string(fd) + " is not open", errno);
     int acc = ::fcntl(fd, F_GETFL) & O_ACCMODE;
-    if (acc == O_RDONLY) return make_error("usage", "--events " + where + ": fd " + std::to_string(fd) + " is open read-only");
+    if (acc == O_RDONLY)
+      return make_error("usage", "--events " + where + ": fd " + std::to_string(fd) + " is open read-only");
     // Not owned, and its shared file status flags untouched (output_relay.hpp explains how).
     s.sink_ = OutputSink::open(fd);
   } else {
@@ -65,7 +66,8 @@ Result<EventStream> EventStream::open(const std::string& where) {
     if (fd < 0) return sys_error("usage", "--events " + where + ": cannot open it");
     s.sink_ = OutputSink::owned_nonblocking(fd);
   }
-  if (s.sink_.error()) s.stop_reason_ = std::string("the destination cannot be written: ") + std::strerror(s.sink_.error());
+  if (s.sink_.error())
+    s.stop_reason_ = std::string("the destination cannot be written: ") + std::strerror(s.sink_.error());
   return s;
 }
 
@@ -111,7 +113,8 @@ void EventStream::flush() {
     if (w == 0) break;  // no room now: the loop polls for POLLOUT
     if (w < 0) {
       int err = errno;
-      stop_reason_ = err == EPIPE ? "the reader closed the destination" : std::string("write failed: ") + std::strerror(err);
+      stop_reason_ =
+          err == EPIPE ? "the reader closed the destination" : std::string("write failed: ") + std::strerror(err);
       drop_pending();
       return;
     }
@@ -139,9 +142,7 @@ void EventStream::drop_pending() {
   head_ = 0;
 }
 
-int EventStream::poll_fd() const {
-  return head_ < buf_.size() && stop_reason_.empty() ? sink_.fd() : -1;
-}
+int EventStream::poll_fd() const { return head_ < buf_.size() && stop_reason_.empty() ? sink_.fd() : -1; }
 
 void EventStream::on_writable(short revents) {
   flush();
@@ -157,7 +158,8 @@ void EventStream::finish() {
   finished_ = true;
   // The cap was reached: the last line says so, and how many events it cost.
   if (over_cap_ > 0)
-    append("truncated", {{"limit_bytes", max_bytes_}, {"dropped", over_cap_}, {"first_dropped_seq", first_over_cap_}}, true);
+    append("truncated", {{"limit_bytes", max_bytes_}, {"dropped", over_cap_}, {"first_dropped_seq", first_over_cap_}},
+           true);
   flush();
   if (head_ < buf_.size()) drop_pending();
   sink_.close();
@@ -174,7 +176,8 @@ nlohmann::json EventStream::record_json() const {
        {"events/max_bytes", max_bytes_},
        {"events/truncated", over_cap_ > 0},
        {"events/dropped_over_limit", over_cap_},
-       {"events/stopped", stop_reason_ == "closed" || stop_reason_.empty() ? nlohmann::json(nullptr) : nlohmann::json(stop_reason_)}});
+       {"events/stopped",
+        stop_reason_ == "closed" || stop_reason_.empty() ? nlohmann::json(nullptr) : nlohmann::json(stop_reason_)}});
 }
 
 nlohmann::json limit_changes(const std::string& controller, const std::map<std::string, std::int64_t>& before,

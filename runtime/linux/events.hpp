@@ -82,14 +82,14 @@ class EventStream {
 
   std::string where_;
   OutputSink sink_;
-  std::string buf_;          // unwritten bytes: whole lines, the first possibly begun
-  std::size_t head_ = 0;     // bytes of buf_ already written
+  std::string buf_;                // unwritten bytes: whole lines, the first possibly begun
+  std::size_t head_ = 0;           // bytes of buf_ already written
   std::vector<std::size_t> ends_;  // end offset (in buf_) of each line in it, in order
   std::uint64_t seq_ = 0, written_ = 0, dropped_ = 0;
   std::size_t max_bytes_ = kMaxBytes;
-  std::size_t taken_bytes_ = 0;        // bytes of lines taken into the buffer (the cap counts them)
-  std::uint64_t over_cap_ = 0;         // events dropped because the cap was reached
-  std::uint64_t first_over_cap_ = 0;   // the seq of the first of them
+  std::size_t taken_bytes_ = 0;       // bytes of lines taken into the buffer (the cap counts them)
+  std::uint64_t over_cap_ = 0;        // events dropped because the cap was reached
+  std::uint64_t first_over_cap_ = 0;  // the seq of the first of them
   bool finished_ = false;
   std::string stop_reason_;  // "" while the destination takes events
   std::int64_t start_ms_ = 0;

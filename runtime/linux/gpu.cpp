@@ -24,19 +24,26 @@ namespace sbx {
 namespace {
 using nlohmann::json;
 
-constexpr std::size_t kMaxDirEntries = 4096;    // per directory read while discovering
+constexpr std::size_t kMaxDirEntries = 4096;  // per directory read while discovering
 constexpr std::size_t kMaxDriverFiles = 256;
-constexpr std::size_t kMaxInfoBytes = 64 * 1024;      // one /proc/driver/nvidia file
-constexpr std::size_t kMaxCdiBytes = 1 << 20;         // one CDI spec
-constexpr std::size_t kMaxCdiDepth = 16;              // a CDI spec is 5 levels deep
-constexpr std::size_t kMaxLdCacheBytes = 16u << 20;   // /etc/ld.so.cache (~100 KB on Debian)
+constexpr std::size_t kMaxInfoBytes = 64 * 1024;     // one /proc/driver/nvidia file
+constexpr std::size_t kMaxCdiBytes = 1 << 20;        // one CDI spec
+constexpr std::size_t kMaxCdiDepth = 16;             // a CDI spec is 5 levels deep
+constexpr std::size_t kMaxLdCacheBytes = 16u << 20;  // /etc/ld.so.cache (~100 KB on Debian)
 
 // The driver's user-space side a CUDA program loads (libnvidia-container's list for compute and
 // utility), matched as name prefixes ("libcuda.so" matches libcuda.so.1 and libcuda.so.550.54.15).
-const char* const kDriverLibs[] = {"libcuda.so",          "libcudadebugger.so",        "libnvidia-ml.so",
-                                   "libnvidia-ptxjitcompiler.so", "libnvidia-nvvm.so", "libnvidia-gpucomp.so",
-                                   "libnvidia-allocator.so", "libnvidia-cfg.so",      "libnvidia-opencl.so",
-                                   "libnvidia-pkcs11.so",  "libnvidia-pkcs11-openssl3.so"};
+const char* const kDriverLibs[] = {"libcuda.so",
+                                   "libcudadebugger.so",
+                                   "libnvidia-ml.so",
+                                   "libnvidia-ptxjitcompiler.so",
+                                   "libnvidia-nvvm.so",
+                                   "libnvidia-gpucomp.so",
+                                   "libnvidia-allocator.so",
+                                   "libnvidia-cfg.so",
+                                   "libnvidia-opencl.so",
+                                   "libnvidia-pkcs11.so",
+                                   "libnvidia-pkcs11-openssl3.so"};
 const char* const kDriverTools[] = {"nvidia-smi", "nvidia-debugdump"};
 
 bool starts_with_any(const std::string& name, const char* const* list, std::size_t n) {
@@ -151,10 +158,11 @@ Status check_openable(const GpuNode& n, const GpuPlanInput& in) {
     ok = (m & 06) == 06 || (n.uid == in.host_uid && (m & 0600) == 0600) || (n.gid == in.host_gid && (m & 060) == 060);
   }
   if (ok) return {};
-  return make_error("gpu", n.path + " is mode " + octal_mode(n.mode) + ", owner " + std::to_string(n.uid) + ":" +
-                               std::to_string(n.gid) + ": the sandbox's user (host uid " + std::to_string(in.host_uid) +
-                               ") could not open it, and sbx does not change the host's nodes; have the driver create "
-                               "them readable and writable by all (NVreg_DeviceFileMode=0666, its default)",
+  return make_error("gpu",
+                    n.path + " is mode " + octal_mode(n.mode) + ", owner " + std::to_string(n.uid) + ":" +
+                        std::to_string(n.gid) + ": the sandbox's user (host uid " + std::to_string(in.host_uid) +
+                        ") could not open it, and sbx does not change the host's nodes; have the driver create "
+                        "them readable and writable by all (NVreg_DeviceFileMode=0666, its default)",
                     EACCES);
 }
 
@@ -196,9 +204,11 @@ Result<GpuNode> node_at(const GpuHostPaths& p, const std::string& inside, const 
   static const std::set<unsigned> majors = nvidia_majors();
   bool null_stand_in = major(st.st_rdev) == 1 && minor(st.st_rdev) == 3;
   if (!majors.contains(major(st.st_rdev)) && !null_stand_in)
-    return make_error("gpu", host_path + " is character device " + std::to_string(major(st.st_rdev)) + ":" +
-                                 std::to_string(minor(st.st_rdev)) + ", not one of the NVIDIA driver's (major 195 or a "
-                                 "major /proc/devices names nvidia*): refused",
+    return make_error("gpu",
+                      host_path + " is character device " + std::to_string(major(st.st_rdev)) + ":" +
+                          std::to_string(minor(st.st_rdev)) +
+                          ", not one of the NVIDIA driver's (major 195 or a "
+                          "major /proc/devices names nvidia*): refused",
                       EPERM);
   (void)p;
   GpuNode n;
@@ -265,7 +275,8 @@ void discover_driver_files(GpuPlan& plan, const GpuHostPaths& p, const GpuPlanIn
   // nvidia-smi from the system's PATH (Debian's nvidia-smi package puts it in /usr/bin).
   for (const char* d : {"/usr/bin", "/bin"})
     for (auto* t : kDriverTools)
-      if (::access(p.host(std::string(d) + "/" + t).c_str(), X_OK) == 0) add_driver_file(plan, p, in, std::string(d) + "/" + t, seen);
+      if (::access(p.host(std::string(d) + "/" + t).c_str(), X_OK) == 0)
+        add_driver_file(plan, p, in, std::string(d) + "/" + t, seen);
   std::string ld;
   for (auto& d : lib_dirs) ld += (ld.empty() ? "" : ":") + d;
   if (!ld.empty()) plan.env["LD_LIBRARY_PATH"] = ld;
@@ -286,7 +297,8 @@ Status apply_cdi_edits(GpuPlan& plan, const GpuHostPaths& p, const json& edits, 
         if (!d.is_object() || !d.contains("path") || !d["path"].is_string())
           return make_error("gpu", where + "/deviceNodes: an entry has no string 'path'");
         std::string path = d["path"];
-        std::string host = d.contains("hostPath") && d["hostPath"].is_string() ? d["hostPath"].get<std::string>() : path;
+        std::string host =
+            d.contains("hostPath") && d["hostPath"].is_string() ? d["hostPath"].get<std::string>() : path;
         if (!valid_sandbox_path(path) || path.rfind("/dev/", 0) != 0 || !valid_sandbox_path(host))
           return make_error("gpu", where + "/deviceNodes: '" + path + "' is not an absolute path under /dev");
         auto n = node_at(p, path, p.host(host));
@@ -305,7 +317,8 @@ Status apply_cdi_edits(GpuPlan& plan, const GpuHostPaths& p, const json& edits, 
         bool rw = false;
         if (m.contains("options") && m["options"].is_array())
           for (auto& o : m["options"]) rw = rw || (o.is_string() && o == "rw");
-        if (rw) plan.notes.push_back("CDI mount " + dst + " asks rw: bound read-only (sbx binds driver files read-only)");
+        if (rw)
+          plan.notes.push_back("CDI mount " + dst + " asks rw: bound read-only (sbx binds driver files read-only)");
         plan.driver_files.push_back({p.host(host), dst, false});
       }
     } else if (k == "env") {
@@ -321,10 +334,12 @@ Status apply_cdi_edits(GpuPlan& plan, const GpuHostPaths& p, const json& edits, 
     } else if (k == "hooks") {
       if (v.is_array())
         for (auto& h : v)
-          plan.notes.push_back("CDI hook not run: " + (h.is_object() ? json_excerpt(h.value("hookName", json("?"))) + " " +
-                                                                          json_excerpt(h.value("path", json("?")))
-                                                                    : json_excerpt(h)) +
-                               " (sbx runs no host program from a CDI spec; the spec's nodes, mounts and env are applied)");
+          plan.notes.push_back(
+              "CDI hook not run: " +
+              (h.is_object()
+                   ? json_excerpt(h.value("hookName", json("?"))) + " " + json_excerpt(h.value("path", json("?")))
+                   : json_excerpt(h)) +
+              " (sbx runs no host program from a CDI spec; the spec's nodes, mounts and env are applied)");
     } else {
       plan.notes.push_back("CDI containerEdits." + k + " not supported: ignored (" + where + ")");
     }
@@ -340,7 +355,8 @@ Result<std::pair<std::string, json>> find_cdi_spec(const GpuHostPaths& p, std::v
     for (auto& n : list_names(p.host(dir))) {
       std::string path = p.host(dir) + "/" + n;
       if (n.ends_with(".yaml") || n.ends_with(".yml")) {
-        notes.push_back("CDI spec " + dir + "/" + n + " skipped: sbx reads JSON CDI specs only (nvidia-ctk cdi generate --format=json)");
+        notes.push_back("CDI spec " + dir + "/" + n +
+                        " skipped: sbx reads JSON CDI specs only (nvidia-ctk cdi generate --format=json)");
         continue;
       }
       if (!n.ends_with(".json") || !found.first.empty()) continue;
@@ -370,15 +386,20 @@ Status plan_from_cdi(GpuPlan& plan, const GpuHostPaths& p, const GpuRequest& req
     return nullptr;
   };
   for (auto& d : devs)
-    if (d.is_object() && d.contains("name") && d["name"].is_string()) names += (names.empty() ? "" : ", ") + d["name"].get<std::string>();
+    if (d.is_object() && d.contains("name") && d["name"].is_string())
+      names += (names.empty() ? "" : ", ") + d["name"].get<std::string>();
   std::vector<const json*> chosen;
   if (req.all) {
     if (auto* d = find("all")) chosen.push_back(d);
-    else for (auto& dev : devs) chosen.push_back(&dev);
+    else
+      for (auto& dev : devs) chosen.push_back(&dev);
   } else {
     for (auto& item : req.items) {
       const json* d = find(item);
-      if (!d) return make_error("gpu", "--gpu " + item + ": CDI spec " + path + " has no device of that name (it has: " + names + ")", ENODEV);
+      if (!d)
+        return make_error(
+            "gpu", "--gpu " + item + ": CDI spec " + path + " has no device of that name (it has: " + names + ")",
+            ENODEV);
       chosen.push_back(d);
     }
   }
@@ -390,7 +411,8 @@ Status plan_from_cdi(GpuPlan& plan, const GpuHostPaths& p, const GpuRequest& req
   // What the trace names: the driver's facts of each GPU whose node the spec grants.
   for (auto& n : plan.nodes) {
     std::string b = basename_of(n.path);
-    if (b.size() < 7 || b.rfind("nvidia", 0) != 0 || b.find_first_not_of("0123456789", 6) != std::string::npos) continue;
+    if (b.size() < 7 || b.rfind("nvidia", 0) != 0 || b.find_first_not_of("0123456789", 6) != std::string::npos)
+      continue;
     int minor = std::atoi(b.c_str() + 6);
     GpuInfo g;
     g.minor = minor;
@@ -401,7 +423,8 @@ Status plan_from_cdi(GpuPlan& plan, const GpuHostPaths& p, const GpuRequest& req
   return {};
 }
 
-Status plan_from_discovery(GpuPlan& plan, const GpuHostPaths& p, const GpuRequest& req, const std::vector<GpuInfo>& gpus) {
+Status plan_from_discovery(GpuPlan& plan, const GpuHostPaths& p, const GpuRequest& req,
+                           const std::vector<GpuInfo>& gpus) {
   plan.granted_by = "discovery";
   if (req.all) {
     plan.gpus = gpus;
@@ -437,7 +460,8 @@ Status plan_from_discovery(GpuPlan& plan, const GpuHostPaths& p, const GpuReques
     std::string host = p.host(p.dev) + "/" + c;
     struct stat st;
     if (::lstat(host.c_str(), &st) != 0) {
-      if (std::strcmp(c, "nvidiactl") == 0) return sys_error("gpu", "device node " + host + " (the driver's control node)");
+      if (std::strcmp(c, "nvidiactl") == 0)
+        return sys_error("gpu", "device node " + host + " (the driver's control node)");
       plan.notes.push_back(n + " not present on the host: not granted");
       continue;
     }
@@ -584,51 +608,56 @@ Result<GpuPlan> plan_gpu_for_run(const RunSpec& spec, const IdentityPlan& identi
 }
 
 json gpu_enforcement_json(const GpuPlan& plan) {
-  if (!plan.enabled) return trace_object({{"enforcement/gpu/granted", false}, {"enforcement/gpu/nodes", json::array()}});
+  if (!plan.enabled)
+    return trace_object({{"enforcement/gpu/granted", false}, {"enforcement/gpu/nodes", json::array()}});
   json devices = json::array();
   for (auto& g : plan.gpus)
-    devices.push_back(trace_object({{"enforcement/gpu/devices/[]/index", g.index >= 0 ? json(g.index) : json(nullptr)},
-                                    {"enforcement/gpu/devices/[]/minor", g.minor >= 0 ? json(g.minor) : json(nullptr)},
-                                    {"enforcement/gpu/devices/[]/uuid", g.uuid.empty() ? json(nullptr) : json(g.uuid)},
-                                    {"enforcement/gpu/devices/[]/name", g.name.empty() ? json(nullptr) : json(g.name)},
-                                    {"enforcement/gpu/devices/[]/bus_id", g.bus_id.empty() ? json(nullptr) : json(g.bus_id)}}));
+    devices.push_back(
+        trace_object({{"enforcement/gpu/devices/[]/index", g.index >= 0 ? json(g.index) : json(nullptr)},
+                      {"enforcement/gpu/devices/[]/minor", g.minor >= 0 ? json(g.minor) : json(nullptr)},
+                      {"enforcement/gpu/devices/[]/uuid", g.uuid.empty() ? json(nullptr) : json(g.uuid)},
+                      {"enforcement/gpu/devices/[]/name", g.name.empty() ? json(nullptr) : json(g.name)},
+                      {"enforcement/gpu/devices/[]/bus_id", g.bus_id.empty() ? json(nullptr) : json(g.bus_id)}}));
   json nodes = json::array();
   for (auto& n : plan.nodes)
-    nodes.push_back(
-        trace_object({{"enforcement/gpu/nodes/[]/path", n.path},
-                      {"enforcement/gpu/nodes/[]/host_path", n.host_path},
-                      {"enforcement/gpu/nodes/[]/major", n.major},
-                      {"enforcement/gpu/nodes/[]/minor", n.minor},
-                      {"enforcement/gpu/nodes/[]/mode", octal_mode(n.mode)},
-                      {"enforcement/gpu/nodes/[]/host_uid", n.uid},
-                      {"enforcement/gpu/nodes/[]/host_gid", n.gid},
-                      {"enforcement/gpu/nodes/[]/mount", "bind from the host's /dev, without nodev; read-only /dev around it"}}));
+    nodes.push_back(trace_object(
+        {{"enforcement/gpu/nodes/[]/path", n.path},
+         {"enforcement/gpu/nodes/[]/host_path", n.host_path},
+         {"enforcement/gpu/nodes/[]/major", n.major},
+         {"enforcement/gpu/nodes/[]/minor", n.minor},
+         {"enforcement/gpu/nodes/[]/mode", octal_mode(n.mode)},
+         {"enforcement/gpu/nodes/[]/host_uid", n.uid},
+         {"enforcement/gpu/nodes/[]/host_gid", n.gid},
+         {"enforcement/gpu/nodes/[]/mount", "bind from the host's /dev, without nodev; read-only /dev around it"}}));
   json files = json::array();
   for (auto& f : plan.driver_files)
     files.push_back(trace_object({{"enforcement/gpu/driver_files/[]/src", f.src},
                                   {"enforcement/gpu/driver_files/[]/dst", f.dst},
                                   {"enforcement/gpu/driver_files/[]/rw", false}}));
   // The environment's names are data: the map is written whole (enforcement/gpu/env/*).
-  return trace_object({{"enforcement/gpu/granted", true},
-          {"enforcement/gpu/request", plan.request},
-          {"enforcement/gpu/granted_by", plan.granted_by},
-          {"enforcement/gpu/cdi_spec", plan.cdi_spec.empty() ? json(nullptr) : json(plan.cdi_spec)},
-          {"enforcement/gpu/driver_version", plan.driver_version.empty() ? json(nullptr) : json(plan.driver_version)},
-          {"enforcement/gpu/devices", devices},
-          {"enforcement/gpu/nodes", nodes},
-          {"enforcement/gpu/driver_files", files},
-          {"enforcement/gpu/visible_files", plan.visible_files},
-          {"enforcement/gpu/env", plan.env},
-          {"enforcement/gpu/notes", plan.notes},
-          {"enforcement/gpu/not_isolated", "the GPU is shared with the host and its other users: no GPU memory or compute limit (only "
-                           "MIG partitions a GPU; sbx grants whole GPUs), and /proc/driver/nvidia shows every GPU"}});
+  return trace_object(
+      {{"enforcement/gpu/granted", true},
+       {"enforcement/gpu/request", plan.request},
+       {"enforcement/gpu/granted_by", plan.granted_by},
+       {"enforcement/gpu/cdi_spec", plan.cdi_spec.empty() ? json(nullptr) : json(plan.cdi_spec)},
+       {"enforcement/gpu/driver_version", plan.driver_version.empty() ? json(nullptr) : json(plan.driver_version)},
+       {"enforcement/gpu/devices", devices},
+       {"enforcement/gpu/nodes", nodes},
+       {"enforcement/gpu/driver_files", files},
+       {"enforcement/gpu/visible_files", plan.visible_files},
+       {"enforcement/gpu/env", plan.env},
+       {"enforcement/gpu/notes", plan.notes},
+       {"enforcement/gpu/not_isolated",
+        "the GPU is shared with the host and its other users: no GPU memory or compute limit (only "
+        "MIG partitions a GPU; sbx grants whole GPUs), and /proc/driver/nvidia shows every GPU"}});
 }
 
 json gpu_usage_json(const GpuPlan& plan) {
   if (!plan.enabled) return nullptr;
   return trace_object({{"usage/gpu/memory_peak_bytes", nullptr},
-                       {"usage/gpu/memory_reason", "not sampled: sbx does not link the driver's NVML; nvidia-smi --query-compute-apps "
-                                                   "on the host shows a running sandbox's GPU memory"}});
+                       {"usage/gpu/memory_reason",
+                        "not sampled: sbx does not link the driver's NVML; nvidia-smi --query-compute-apps "
+                        "on the host shows a running sandbox's GPU memory"}});
 }
 
 }  // namespace sbx

@@ -47,8 +47,8 @@ struct GpuHostPaths {
 GpuHostPaths gpu_host_paths();  // reads SBX_TEST_GPU_HOST
 
 struct GpuInfo {
-  int index = -1;          // nvidia-smi's: PCI bus order
-  int minor = -1;          // /dev/nvidia<minor>
+  int index = -1;                  // nvidia-smi's: PCI bus order
+  int minor = -1;                  // /dev/nvidia<minor>
   std::string uuid, name, bus_id;  // "" when the driver did not say
 };
 
@@ -56,19 +56,19 @@ struct GpuNode {
   std::string path;       // inside the sandbox (/dev/nvidia0)
   std::string host_path;  // as read on the host (prefix included)
   unsigned major = 0, minor = 0;
-  unsigned mode = 0;      // permission bits
+  unsigned mode = 0;               // permission bits
   std::uint32_t uid = 0, gid = 0;  // host owner
 };
 
 struct GpuPlan {
   bool enabled = false;
-  std::string request;      // as asked ("0", "all", ...)
-  std::string granted_by;   // "cdi" or "discovery"
-  std::string cdi_spec;     // the spec applied (host path), "" for discovery
-  std::string driver_version;  // "" when /proc/driver/nvidia/version did not say
-  std::vector<GpuInfo> gpus;   // the granted GPUs
-  std::vector<GpuNode> nodes;  // every node bound into /dev (GPUs and control nodes)
-  std::vector<BindMount> driver_files;  // read-only binds (src host path, dst in-sandbox path)
+  std::string request;                     // as asked ("0", "all", ...)
+  std::string granted_by;                  // "cdi" or "discovery"
+  std::string cdi_spec;                    // the spec applied (host path), "" for discovery
+  std::string driver_version;              // "" when /proc/driver/nvidia/version did not say
+  std::vector<GpuInfo> gpus;               // the granted GPUs
+  std::vector<GpuNode> nodes;              // every node bound into /dev (GPUs and control nodes)
+  std::vector<BindMount> driver_files;     // read-only binds (src host path, dst in-sandbox path)
   std::vector<std::string> visible_files;  // driver files already visible through the system root
   std::map<std::string, std::string> env;  // LD_LIBRARY_PATH, PATH, and the CDI spec's env
   std::vector<std::string> notes;          // what was skipped or is not supported, and why

@@ -31,7 +31,8 @@ std::string read_or_empty(const std::string& path, bool* ok = nullptr) {
       if (ok) *ok = n == 0;
       break;
     }
-    out.append(buf, static_cast<std::size_t>(std::min<std::size_t>(static_cast<std::size_t>(n), kMaxFile - out.size())));
+    out.append(buf,
+               static_cast<std::size_t>(std::min<std::size_t>(static_cast<std::size_t>(n), kMaxFile - out.size())));
     if (out.size() >= kMaxFile) {
       if (ok) *ok = true;  // what fits is judged; the rest is ignored
       break;
@@ -46,9 +47,7 @@ bool executable(const std::string& root, const char* name) {
   return false;
 }
 
-bool has_line_for(const std::string& subid, const char* user) {
-  return find_subid_range(subid, user).has_value();
-}
+bool has_line_for(const std::string& subid, const char* user) { return find_subid_range(subid, user).has_value(); }
 
 }  // namespace
 
@@ -106,8 +105,10 @@ CheckResult check_apparmor_userns(const BlockerFacts& f) {
                            : "other users cannot run sbx rootless (root is not restricted)");
     std::string exe = f.self_exe.empty() ? "/usr/bin/sbx" : f.self_exe;
     r.hint = "allow sbx alone: write /etc/apparmor.d/sbx with 'abi <abi/4.0>, include <tunables/global> profile sbx " +
-             exe + " flags=(unconfined) { userns, }' and run apparmor_parser -r /etc/apparmor.d/sbx; or lift it for "
-             "all: sysctl -w kernel.apparmor_restrict_unprivileged_userns=0" + kPersist;
+             exe +
+             " flags=(unconfined) { userns, }' and run apparmor_parser -r /etc/apparmor.d/sbx; or lift it for "
+             "all: sysctl -w kernel.apparmor_restrict_unprivileged_userns=0" +
+             kPersist;
   }
   return r;
 }
@@ -201,7 +202,8 @@ CheckResult check_user_manager(const BlockerFacts& f) {
   } else if (f.cgroup_usable) {
     r.detail = "your cgroup v2 is delegated to you: no systemd scope needed";
   } else if (f.cgroup_layout != "v2") {
-    r.detail = "cgroup layout " + f.cgroup_layout + ": a systemd scope would offer no cgroup v2 controllers "
+    r.detail = "cgroup layout " + f.cgroup_layout +
+               ": a systemd scope would offer no cgroup v2 controllers "
                "either (see the cgroup check)";
   } else if (f.user_manager && f.have_systemd_run) {
     r.detail = "a systemd user manager answers at " + f.runtime_dir +
@@ -223,11 +225,12 @@ CheckResult check_user_manager(const BlockerFacts& f) {
 }  // namespace
 
 std::vector<CheckResult> assess_blockers(const BlockerFacts& f) {
-  return {check_apparmor_userns(f), check_max_user_namespaces(f), check_userns_clone(f), check_cgroup2(f), check_subid(f), check_user_manager(f)};
+  return {check_apparmor_userns(f), check_max_user_namespaces(f), check_userns_clone(f), check_cgroup2(f),
+          check_subid(f),           check_user_manager(f)};
 }
 
 bool unix_socket_answers(const std::string& path) {
-  struct sockaddr_un sa{};
+  struct sockaddr_un sa {};
   if (path.size() >= sizeof sa.sun_path) return false;
   sa.sun_family = AF_UNIX;
   std::memcpy(sa.sun_path, path.c_str(), path.size() + 1);

@@ -23,12 +23,12 @@ struct BlockerFacts {
   bool have_newuidmap = false;  // <root>/usr/bin/newuidmap or <root>/bin/newuidmap
   std::string self_exe;         // sbx's own path, for the AppArmor profile in the fix
   // Rootless only: the user manager sbx would ask for a delegated scope.
-  std::string runtime_dir;      // $XDG_RUNTIME_DIR or /run/user/<uid>, under <root>
-  bool user_manager = false;    // <runtime_dir>/systemd/private or /bus answers (connect())
+  std::string runtime_dir;        // $XDG_RUNTIME_DIR or /run/user/<uid>, under <root>
+  bool user_manager = false;      // <runtime_dir>/systemd/private or /bus answers (connect())
   bool have_systemd_run = false;  // <root>/usr/bin/systemd-run or <root>/bin/systemd-run
-  std::string cgroup_layout;    // CgroupInfo::layout ("v2", "hybrid", ...)
-  bool cgroup_usable = false;   // sbx's own cgroup v2 is writable with memory/pids/cpu (detect_cgroup)
-  bool userns_probe_ok = true;  // the userns check created and used a user namespace
+  std::string cgroup_layout;      // CgroupInfo::layout ("v2", "hybrid", ...)
+  bool cgroup_usable = false;     // sbx's own cgroup v2 is writable with memory/pids/cpu (detect_cgroup)
+  bool userns_probe_ok = true;    // the userns check created and used a user namespace
 };
 
 // Reads the facts under `root` ("" = this host). `uid`: whose view (0 = root). `user_manager` is

@@ -95,7 +95,9 @@ class ChildProbe {
   }
 
   ChildProbe(ChildProbe&& o) noexcept
-      : what_(std::move(o.what_)), pid_(std::exchange(o.pid_, -1)), fd_(std::move(o.fd_)),
+      : what_(std::move(o.what_)),
+        pid_(std::exchange(o.pid_, -1)),
+        fd_(std::move(o.fd_)),
         early_(std::move(o.early_)) {}
   ChildProbe& operator=(ChildProbe&&) = delete;
   ~ChildProbe() { (void)finish(); }
@@ -113,8 +115,7 @@ class ChildProbe {
     }
     fd_.reset();
     int status = 0;
-    while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
-    }
+    while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {}
     pid_ = -1;
     if (buf.size() >= sizeof(int)) {
       int err = 0;
@@ -228,14 +229,17 @@ UsernsSysctls read_userns_sysctls(const std::string& proc_sys) {
   return s;
 }
 
-CheckResult assess_userns(std::string name, const Status& probe, const UsernsSysctls& s,
-                          bool unprivileged, bool required) {
+CheckResult assess_userns(std::string name, const Status& probe, const UsernsSysctls& s, bool unprivileged,
+                          bool required) {
   CheckResult r{std::move(name), CheckStatus::ok, required, "", ""};
   std::string knobs = sysctl_text("user.max_user_namespaces", s.max_user_namespaces);
-  if (s.unprivileged_userns_clone) knobs += ", " + sysctl_text("kernel.unprivileged_userns_clone", s.unprivileged_userns_clone);
-  if (s.apparmor_restrict) knobs += ", " + sysctl_text("kernel.apparmor_restrict_unprivileged_userns", s.apparmor_restrict);
+  if (s.unprivileged_userns_clone)
+    knobs += ", " + sysctl_text("kernel.unprivileged_userns_clone", s.unprivileged_userns_clone);
+  if (s.apparmor_restrict)
+    knobs += ", " + sysctl_text("kernel.apparmor_restrict_unprivileged_userns", s.apparmor_restrict);
   if (probe) {
-    r.detail = "created and used a user namespace" + std::string(unprivileged ? " unprivileged" : "") + " (" + knobs + ")";
+    r.detail =
+        "created and used a user namespace" + std::string(unprivileged ? " unprivileged" : "") + " (" + knobs + ")";
     return r;
   }
   r.status = CheckStatus::missing;
@@ -246,11 +250,13 @@ CheckResult assess_userns(std::string name, const Status& probe, const UsernsSys
   } else if (unprivileged && s.unprivileged_userns_clone && *s.unprivileged_userns_clone == 0) {
     r.hint = "sysctl -w kernel.unprivileged_userns_clone=1 (and persist it in /etc/sysctl.d/)";
   } else if (unprivileged && s.apparmor_restrict && *s.apparmor_restrict != 0) {
-    r.hint = "sysctl -w kernel.apparmor_restrict_unprivileged_userns=0, or install an AppArmor profile "
-             "for sbx with 'userns,' (see /etc/apparmor.d/ for examples such as bwrap)";
+    r.hint =
+        "sysctl -w kernel.apparmor_restrict_unprivileged_userns=0, or install an AppArmor profile "
+        "for sbx with 'userns,' (see /etc/apparmor.d/ for examples such as bwrap)";
   } else {
-    r.hint = "inside a container, a seccomp or LSM policy may block unshare: run sbx on the host or in a "
-             "container with user namespaces allowed (e.g. docker --security-opt seccomp=unconfined)";
+    r.hint =
+        "inside a container, a seccomp or LSM policy may block unshare: run sbx on the host or in a "
+        "container with user namespaces allowed (e.g. docker --security-opt seccomp=unconfined)";
   }
   return r;
 }
@@ -269,8 +275,8 @@ CheckResult assess_cgroup(const CgroupInfo& info) {
     if (!have) missing.push_back(want);
   }
   r.detail = "layout " + info.layout + ", cgroup2 at " + info.mount + ", ours " +
-             (info.self_path.empty() ? "?" : info.self_path) + ", controllers: " +
-             (info.controllers.empty() ? "none" : join_words(info.controllers, ",")) +
+             (info.self_path.empty() ? "?" : info.self_path) +
+             ", controllers: " + (info.controllers.empty() ? "none" : join_words(info.controllers, ",")) +
              ", writable: " + (info.writable ? "yes" : "no");
   if (missing.empty() && info.writable) {
     r.status = CheckStatus::ok;
@@ -280,8 +286,7 @@ CheckResult assess_cgroup(const CgroupInfo& info) {
   else r.detail += "; cannot create cgroups here (limits fall back to rlimits)";
   if (info.layout == "hybrid")
     r.hint = "the v1 hierarchies hold the controllers: boot with systemd.unified_cgroup_hierarchy=1";
-  else
-    r.hint = "run under a delegated cgroup: systemd-run --user --scope -p Delegate=yes sbx ...";
+  else r.hint = "run under a delegated cgroup: systemd-run --user --scope -p Delegate=yes sbx ...";
   return r;
 }
 
@@ -313,8 +318,9 @@ std::string render_table(const std::vector<CheckResult>& checks) {
   }
   if (host_can_run(checks)) {
     out += "sbx can run on this host";
-    if (problems) out += " (" + std::to_string(problems) + " optional feature" + (problems > 1 ? "s" : "") +
-                         " missing or degraded: see above)";
+    if (problems)
+      out += " (" + std::to_string(problems) + " optional feature" + (problems > 1 ? "s" : "") +
+             " missing or degraded: see above)";
     out += "\n";
   } else {
     out += "sbx cannot run on this host: a required check failed (see fix: above)\n";
@@ -361,7 +367,8 @@ std::optional<ChildProbe> start_userns_rootless() {
 }
 CheckResult finish_userns_rootless(std::optional<ChildProbe>& c) {
   if (!c)
-    return {"userns-rootless", CheckStatus::ok, false, "running unprivileged: the userns check is the rootless one", ""};
+    return {"userns-rootless", CheckStatus::ok, false, "running unprivileged: the userns check is the rootless one",
+            ""};
   Status probe = c->finish();
   CheckResult r = assess_userns("userns-rootless", probe, read_userns_sysctls(), true, false);
   r.detail = (probe ? "other users can run sbx rootless: " : "rootless sbx is blocked for other users: ") + r.detail;
@@ -372,7 +379,7 @@ struct Ns {
   int flag;
   const char* name;
 };
-constexpr Ns kNamespaces[] = {{CLONE_NEWPID, "pid"}, {CLONE_NEWNS, "mnt"}, {CLONE_NEWNET, "net"},
+constexpr Ns kNamespaces[] = {{CLONE_NEWPID, "pid"}, {CLONE_NEWNS, "mnt"},  {CLONE_NEWNET, "net"},
                               {CLONE_NEWIPC, "ipc"}, {CLONE_NEWUTS, "uts"}, {CLONE_NEWCGROUP, "cgroup"}};
 
 ChildProbe start_namespaces() {
@@ -389,8 +396,10 @@ ChildProbe start_namespaces() {
     std::vector<std::string> bad;
     for (auto& ns : kNamespaces)
       if (::unshare(ns.flag) < 0) bad.push_back(ns.name);
-    return make_error(kStage, "unshare(user|pid|mnt|net|ipc|uts|cgroup)" +
-                                  (bad.empty() ? std::string() : " refused: " + join_words(bad, ",")), err);
+    return make_error(kStage,
+                      "unshare(user|pid|mnt|net|ipc|uts|cgroup)" +
+                          (bad.empty() ? std::string() : " refused: " + join_words(bad, ",")),
+                      err);
   });
 }
 CheckResult finish_namespaces(ChildProbe& c) {
@@ -401,8 +410,9 @@ CheckResult finish_namespaces(ChildProbe& c) {
   } else {
     r.status = CheckStatus::missing;
     r.detail = probe.error().describe();
-    r.hint = "the kernel needs CONFIG_USER_NS, PID_NS, NET_NS, IPC_NS, UTS_NS and CGROUPS (namespaces); "
-             "in a container, allow unshare (seccomp/LSM)";
+    r.hint =
+        "the kernel needs CONFIG_USER_NS, PID_NS, NET_NS, IPC_NS, UTS_NS and CGROUPS (namespaces); "
+        "in a container, allow unshare (seccomp/LSM)";
   }
   return r;
 }
@@ -468,8 +478,9 @@ CheckResult finish_overlayfs(OverlayProbe& o) {
     r.detail = probe.error().describe();
     const std::string& m = probe.error().message;
     bool userns_failed = m.rfind("unshare", 0) == 0 || m.find("/proc/self/") != std::string::npos;
-    r.hint = userns_failed ? "needs a usable user namespace first: see the userns check"
-                           : "needs Linux 5.11+ with CONFIG_OVERLAY_FS (modprobe overlay) for overlay in a user namespace";
+    r.hint = userns_failed
+                 ? "needs a usable user namespace first: see the userns check"
+                 : "needs Linux 5.11+ with CONFIG_OVERLAY_FS (modprobe overlay) for overlay in a user namespace";
   }
   return r;
 }
@@ -576,7 +587,7 @@ CheckResult check_landlock() {
 
 CheckResult check_identity() {
   CheckResult r{"identity", CheckStatus::ok, false, "", ""};
-  struct utsname u{};
+  struct utsname u {};
   std::string kernel = ::uname(&u) == 0 ? std::string(u.release) : "?";
   uid_t uid = ::geteuid();
   if (uid != 0) {
@@ -590,10 +601,13 @@ CheckResult check_identity() {
                std::to_string(uids->count) + " (gid " + std::to_string(gids->start) + "+" +
                std::to_string(gids->count) + "); kernel " + kernel;
   } else {
-    r.detail = "root; no sbx entry in /etc/subuid and /etc/subgid: sandbox users map to sbx's built-in "
-               "unprivileged range; kernel " + kernel;
-    r.hint = "optional: reserve a range for sbx by adding the line sbx:1000000:65536 to /etc/subuid and "
-             "/etc/subgid (pick a range no other entry overlaps)";
+    r.detail =
+        "root; no sbx entry in /etc/subuid and /etc/subgid: sandbox users map to sbx's built-in "
+        "unprivileged range; kernel " +
+        kernel;
+    r.hint =
+        "optional: reserve a range for sbx by adding the line sbx:1000000:65536 to /etc/subuid and "
+        "/etc/subgid (pick a range no other entry overlaps)";
   }
   return r;
 }
@@ -612,7 +626,8 @@ std::string own_capabilities() {
   // The shorter list: a container's root usually lacks a few.
   std::vector<std::string> held, lacked;
   for (int cap = 0; cap <= CAP_LAST_CAP; ++cap)
-    (capng_have_capability(CAPNG_EFFECTIVE, static_cast<unsigned>(cap)) ? held : lacked).push_back(capability_name(cap));
+    (capng_have_capability(CAPNG_EFFECTIVE, static_cast<unsigned>(cap)) ? held : lacked)
+        .push_back(capability_name(cap));
   if (held.empty()) return "none effective";
   return held.size() > lacked.size() ? "all but " + join_words(lacked, ", ") : join_words(held, ", ");
 }
@@ -632,7 +647,8 @@ Status keep_probe_body(CapMask keep) {
 
 CheckResult check_capabilities() {
   CheckResult r{"capabilities", CheckStatus::ok, false, "", ""};
-  std::string own = "sbx holds " + own_capabilities() + (::geteuid() == 0 ? "" : " (rootless: the user namespace grants them)");
+  std::string own =
+      "sbx holds " + own_capabilities() + (::geteuid() == 0 ? "" : " (rootless: the user namespace grants them)");
   auto trusted = load_profile("trusted");
   auto spec = trusted ? spec_from_layers(*trusted, nullptr, "") : Result<RunSpec>(trusted.error());
   std::vector<std::string> keep = spec ? spec->capabilities.keep : std::vector<std::string>{};

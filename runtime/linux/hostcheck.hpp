@@ -23,11 +23,11 @@ enum class CheckStatus { ok, missing, degraded };
 std::string_view to_string(CheckStatus s);
 
 struct CheckResult {
-  std::string name;      // stable id, e.g. "userns", "cgroup"
+  std::string name;  // stable id, e.g. "userns", "cgroup"
   CheckStatus status = CheckStatus::missing;
-  bool required = false; // sbx cannot run without it
-  std::string detail;    // what was found, in one line
-  std::string hint;      // how to fix it; empty when there is nothing to fix
+  bool required = false;  // sbx cannot run without it
+  std::string detail;     // what was found, in one line
+  std::string hint;       // how to fix it; empty when there is nothing to fix
 };
 
 // ---- pure helpers (no kernel state; unit-tested) -------------------------------------------
@@ -47,17 +47,17 @@ std::optional<SubidRange> find_subid_range(std::string_view contents, std::strin
 
 // The user-namespace sysctls, read where they exist (std::nullopt: this kernel lacks the knob).
 struct UsernsSysctls {
-  std::optional<long> max_user_namespaces;          // user.max_user_namespaces (all kernels)
-  std::optional<long> unprivileged_userns_clone;    // kernel.unprivileged_userns_clone (Debian)
-  std::optional<long> apparmor_restrict;            // kernel.apparmor_restrict_unprivileged_userns (Ubuntu)
+  std::optional<long> max_user_namespaces;        // user.max_user_namespaces (all kernels)
+  std::optional<long> unprivileged_userns_clone;  // kernel.unprivileged_userns_clone (Debian)
+  std::optional<long> apparmor_restrict;          // kernel.apparmor_restrict_unprivileged_userns (Ubuntu)
 };
 UsernsSysctls read_userns_sysctls(const std::string& proc_sys = "/proc/sys");
 
 // Judge a user-namespace probe. `probe` is what creating one (and using its capabilities) did;
 // `unprivileged` says whether the probe ran without host privileges, which is when the Debian
 // and Ubuntu knobs apply. The sysctls explain a failure and choose the hint.
-CheckResult assess_userns(std::string name, const Status& probe, const UsernsSysctls& sysctls,
-                          bool unprivileged, bool required);
+CheckResult assess_userns(std::string name, const Status& probe, const UsernsSysctls& sysctls, bool unprivileged,
+                          bool required);
 
 // Judge the cgroup layout: ok with a delegated v2 cgroup offering memory, cpu and pids; degraded
 // otherwise (sbx then enforces what it can with rlimits). Never required.
@@ -72,17 +72,18 @@ bool host_can_run(const std::vector<CheckResult>& checks);
 
 // ---- probes (touch the kernel; each returns one check) -----------------------------------
 
-CheckResult check_userns();            // required: unshare(CLONE_NEWUSER) as the caller
-CheckResult check_userns_rootless();   // info: as root, the same from an unprivileged uid
-CheckResult check_namespaces();        // required: all seven namespaces sbx creates
-CheckResult check_clone3();            // info: clone3 exists (sbx falls back to clone)
-CheckResult check_cgroup();            // optional: cgroup v2 controllers, delegation
+CheckResult check_userns();           // required: unshare(CLONE_NEWUSER) as the caller
+CheckResult check_userns_rootless();  // info: as root, the same from an unprivileged uid
+CheckResult check_namespaces();       // required: all seven namespaces sbx creates
+CheckResult check_clone3();           // info: clone3 exists (sbx falls back to clone)
+CheckResult check_cgroup();           // optional: cgroup v2 controllers, delegation
 CheckResult check_overlayfs();
-CheckResult check_capabilities();      // info: what sbx holds (libcap-ng); the trusted set is keepable         // optional: overlay mount inside a user namespace
-CheckResult check_seccomp();           // required: filter mode, KILL_PROCESS (USER_NOTIF noted)
-CheckResult check_pidfd();             // required: pidfd_open
-CheckResult check_landlock();          // info: Landlock ABI version
-CheckResult check_identity();          // info: root or rootless, and the sbx subordinate range
+CheckResult
+check_capabilities();  // info: what sbx holds (libcap-ng); the trusted set is keepable         // optional: overlay mount inside a user namespace
+CheckResult check_seccomp();   // required: filter mode, KILL_PROCESS (USER_NOTIF noted)
+CheckResult check_pidfd();     // required: pidfd_open
+CheckResult check_landlock();  // info: Landlock ABI version
+CheckResult check_identity();  // info: root or rootless, and the sbx subordinate range
 
 // All of the above, in a fixed order.
 std::vector<CheckResult> run_host_checks();

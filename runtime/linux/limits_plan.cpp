@@ -35,17 +35,17 @@ std::string cgroup_gap(const CgroupInfo& info, bool rootless, bool cgroup_ok, co
     std::string what = ctl.empty() ? "memory/pids/cpu controllers are" : "the " + ctl + " controller is";
     if (info.layout == "hybrid")
       return "this is a cgroup v1/v2 hybrid host: " + what +
-             " bound to cgroup v1, which sbx does not use, and cgroup v2 offers only '" +
-             joined_controllers(info) + "'";
+             " bound to cgroup v1, which sbx does not use, and cgroup v2 offers only '" + joined_controllers(info) +
+             "'";
     return "cgroup v2 " + what + " not delegated to " + (info.root_subtree ? "/" : info.self_path) +
-           " (cgroup.controllers: '" +
-           joined_controllers(info) + "')";
+           " (cgroup.controllers: '" + joined_controllers(info) + "')";
   }
   if (!info.writable)
-    return rootless ? "cgroup " + info.self_path +
-                          " is not delegated to this user, and sbx got no delegated systemd user scope (see "
-                          "host.cgroup.systemd_scope; systemd-run --user --scope -p Delegate=yes does it), or run as root"
-                    : "cgroup " + info.self_path + " is not writable";
+    return rootless
+               ? "cgroup " + info.self_path +
+                     " is not delegated to this user, and sbx got no delegated systemd user scope (see "
+                     "host.cgroup.systemd_scope; systemd-run --user --scope -p Delegate=yes does it), or run as root"
+               : "cgroup " + info.self_path + " is not writable";
   return "";
 }
 
@@ -81,7 +81,9 @@ void fallback_memory(LimitDecision& d, LimitPlan& plan, const std::string& gap, 
   d.reason = gap + "; bounded: each process's private writable memory (RLIMIT_DATA " + std::to_string(memory) +
              " bytes; address-space reservations are not counted, so JVMs, Go, V8 and sanitizers run; exceeding "
              "it fails the allocation with ENOMEM, no OOM kill), every file written, memfds and shm files included "
-             "(RLIMIT_FSIZE " + std::to_string(fsize) + " bytes: a bigger write or ftruncate "
+             "(RLIMIT_FSIZE " +
+             std::to_string(fsize) +
+             " bytes: a bigger write or ftruncate "
              "raises SIGXFSZ, which kills a program that does not handle it, status signaled 25), all tmpfs mounts "
              "together (their sizes sum to at most the limit), SysV shared memory in total (kernel.shmall and "
              "shmmax of the run's ipc namespace, where its user namespace maps uid 0: see "
@@ -102,8 +104,8 @@ std::string cgroup_gap_short(const CgroupInfo& info, bool rootless, const Error*
     return "the container's cgroup namespace root holds its processes: run 'sbx cgroup-init' once";
   if (failed) {
     std::string why = failed->err == EBUSY ? "its cgroup holds other processes"
-                       : failed->err      ? std::strerror(failed->err)
-                                          : "see the trace";
+                      : failed->err        ? std::strerror(failed->err)
+                                           : "see the trace";
     return "cgroup v2 setup failed: " + why;
   }
   if (info.mount.empty()) return "no cgroup v2 mounted";
@@ -149,12 +151,14 @@ LimitDecision plan_memory(const Limits& limits, const Cgroups& c, LimitPlan& pla
   std::string gap = cgroup_gap(c.info, c.rootless, c.cgroup_ok, "memory");
   if (gap.empty()) {
     d.mechanism = "cgroup v2 memory.max";
-    d.reason = "memory.max on the run cgroup bounds all its processes together; memory.swap.max=0, "
-               "memory.oom.group=1; an OOM kill is read from memory.events";
+    d.reason =
+        "memory.max on the run cgroup bounds all its processes together; memory.swap.max=0, "
+        "memory.oom.group=1; an OOM kill is read from memory.events";
     plan.cgroup_limits.memory_bytes = limits.memory_bytes;
     d.applied = true;
   } else if (c.gpu) {
-    d.reason = gap + "; with --gpu the rlimit fallback (RLIMIT_DATA, RLIMIT_FSIZE; never RLIMIT_AS) is not applied: "
+    d.reason = gap +
+               "; with --gpu the rlimit fallback (RLIMIT_DATA, RLIMIT_FSIZE; never RLIMIT_AS) is not applied: "
                "CUDA's driver and libraries map far more than a program uses, and per-process caps break them. "
                "Host memory is NOT bounded for this run; GPU memory never is (no MIG)";
   } else {
@@ -209,8 +213,9 @@ LimitDecision plan_cpu_time(const Limits& limits, const Cgroups& c, LimitPlan& p
   if (gap.empty()) {
     // cpu.stat's usage_usec is a core cgroup file: it needs no controller.
     d.mechanism = "supervisor timerfd against cgroup v2 cpu.stat usage_usec";
-    d.reason = "the budget counts the CPU time of all processes of the run together; when it is spent "
-               "the supervisor kills the cgroup (status timeout, reason cpu)";
+    d.reason =
+        "the budget counts the CPU time of all processes of the run together; when it is spent "
+        "the supervisor kills the cgroup (status timeout, reason cpu)";
   } else {
     std::uint64_t secs = static_cast<std::uint64_t>((*limits.cpu_time_ms + 999) / 1000);
     d.mechanism = "rlimit RLIMIT_CPU";
@@ -242,7 +247,8 @@ struct NamedPlanner {
   Planner plan;
 };
 constexpr NamedPlanner kPlanners[] = {
-    {"memory", plan_memory}, {"pids", plan_pids}, {"cpus", plan_cpus}, {"cpu_time", plan_cpu_time}, {"timeout", plan_timeout}, {"output", plan_output},
+    {"memory", plan_memory},     {"pids", plan_pids},       {"cpus", plan_cpus},
+    {"cpu_time", plan_cpu_time}, {"timeout", plan_timeout}, {"output", plan_output},
 };
 
 }  // namespace

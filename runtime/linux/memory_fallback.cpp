@@ -13,7 +13,9 @@
 namespace sbx {
 
 std::vector<TmpfsShare> tmpfs_shares(const RunSpec& spec, const std::vector<std::string>& explicit_limits) {
-  auto asked = [&](const char* k) { return std::find(explicit_limits.begin(), explicit_limits.end(), k) != explicit_limits.end(); };
+  auto asked = [&](const char* k) {
+    return std::find(explicit_limits.begin(), explicit_limits.end(), k) != explicit_limits.end();
+  };
   std::vector<TmpfsShare> v;
   // /dev/shm is mounted with /tmp's size (mounts.cpp build_dev): two mounts, each that big.
   v.push_back({"tmp_size", "/tmp", spec.limits.tmp_size_bytes, asked("tmp_size")});
@@ -43,9 +45,10 @@ Result<TmpfsBudget> fit_tmpfs(std::vector<TmpfsShare> shares, std::int64_t memor
     std::size_t n = 0;
     for (auto& s : shares) n += s.caller_set ? 0 : 1;
     if (room < static_cast<std::int64_t>(n) * kMinScaledTmpfs)
-      return make_error("limits", "the tmpfs mounts need " + format_size(b.asked_total) + " of RAM (" + describe_shares(shares) +
-                                      "), more than the memory limit " + format_size(memory_bytes) +
-                                      " that must also bound them without cgroup v2: lower those sizes or raise --memory");
+      return make_error("limits",
+                        "the tmpfs mounts need " + format_size(b.asked_total) + " of RAM (" + describe_shares(shares) +
+                            "), more than the memory limit " + format_size(memory_bytes) +
+                            " that must also bound them without cgroup v2: lower those sizes or raise --memory");
     for (auto& s : shares) {
       if (s.caller_set) continue;
       auto scaled = static_cast<std::int64_t>(static_cast<long double>(s.bytes) * room / scalable);
@@ -56,8 +59,9 @@ Result<TmpfsBudget> fit_tmpfs(std::vector<TmpfsShare> shares, std::int64_t memor
   b.shares = std::move(shares);
   for (auto& s : b.shares) b.total += s.bytes;
   if (b.total > memory_bytes)  // only the kMinScaledTmpfs floor can get here
-    return make_error("limits", "the tmpfs mounts need " + format_size(b.total) + " of RAM (" + describe_shares(b.shares) +
-                                    "), more than the memory limit " + format_size(memory_bytes));
+    return make_error("limits", "the tmpfs mounts need " + format_size(b.total) + " of RAM (" +
+                                    describe_shares(b.shares) + "), more than the memory limit " +
+                                    format_size(memory_bytes));
   return b;
 }
 
@@ -79,7 +83,7 @@ nlohmann::json memory_fallback_json(const TmpfsBudget& budget, std::int64_t memo
                                   {"enforcement/memory_fallback/mechanisms/[]/mounts/[]/key", s.key},
                                   {"enforcement/memory_fallback/mechanisms/[]/mounts/[]/size_bytes", s.bytes}}));
   json unbounded = json::array({"the sum of RLIMIT_DATA over processes", "stacks (RLIMIT_STACK per process)",
-                                 "MAP_SHARED|MAP_ANONYMOUS mappings", "memfds kept alive by a mapping after close"});
+                                "MAP_SHARED|MAP_ANONYMOUS mappings", "memfds kept alive by a mapping after close"});
   // One mechanism: what it is, its value, what it bounds and what it does not.
   auto mechanism = [](const char* name, const json& value, const char* bounds, const char* not_bounded) {
     return trace_object({{"enforcement/memory_fallback/mechanisms/[]/mechanism", name},
@@ -96,7 +100,8 @@ nlohmann::json memory_fallback_json(const TmpfsBudget& budget, std::int64_t memo
         "SysV shared memory: the run's user namespace maps no uid 0 (rootless --uid), and only its uid 0 may set shmall");
     unbounded.push_back("SysV shared memory (no uid 0 in the user namespace)");
   }
-  json tmpfs_sizes = mechanism("tmpfs size options", budget.total, "every RAM-backed mount together, at most the memory limit", "");
+  json tmpfs_sizes =
+      mechanism("tmpfs size options", budget.total, "every RAM-backed mount together, at most the memory limit", "");
   put(tmpfs_sizes, "enforcement/memory_fallback/mechanisms/[]/asked_bytes", budget.asked_total);
   put(tmpfs_sizes, "enforcement/memory_fallback/mechanisms/[]/scaled", budget.scaled);
   put(tmpfs_sizes, "enforcement/memory_fallback/mechanisms/[]/mounts", std::move(tmpfs));
@@ -129,7 +134,8 @@ bool sysv_shm_capped(const IdentityPlan& identity) {
   // The ipc namespace's shm sysctls are writable only by its user namespace's uid 0 (mode bits,
   // no capability override: ipc/ipc_sysctl.c ipc_permissions); rootless with --uid N maps no
   // uid 0, so there SysV shm stays unbounded, and the trace says so.
-  return std::any_of(identity.uid_map.begin(), identity.uid_map.end(), [](const IdMapping& m) { return m.inside == 0; });
+  return std::any_of(identity.uid_map.begin(), identity.uid_map.end(),
+                     [](const IdMapping& m) { return m.inside == 0; });
 }
 
 }  // namespace sbx

@@ -22,8 +22,8 @@ struct LimitPlan;
 struct IdentityPlan;
 
 struct TmpfsShare {
-  std::string key;    // the RunSpec key that sets it: "tmp_size" (/tmp and /dev/shm), "out_size", "tmpfs", "upper"
-  std::string path;   // where it is mounted in the sandbox
+  std::string key;   // the RunSpec key that sets it: "tmp_size" (/tmp and /dev/shm), "out_size", "tmpfs", "upper"
+  std::string path;  // where it is mounted in the sandbox
   std::int64_t bytes = 0;
   bool caller_set = false;  // asked for explicitly (flag or request), so never scaled
 };

@@ -37,12 +37,15 @@ struct OpList {
     ops.back().src = target;
   }
   void bind(MountOpKind kind, const std::string& src, const std::string& dst, bool precreate = false) {
-    unsigned long flags = kind == MountOpKind::bind_ro ? MS_RDONLY | kNoSuidDev : kind == MountOpKind::bind_rw ? kNoSuidDev : 0;
+    unsigned long flags = kind == MountOpKind::bind_ro   ? MS_RDONLY | kNoSuidDev
+                          : kind == MountOpKind::bind_rw ? kNoSuidDev
+                                                         : 0;
     add(kind, dst, flags);
     ops.back().src = src;
     ops.back().precreate = precreate;
   }
-  void tmpfs(MountOpKind kind, const std::string& dst, std::int64_t size, mode_t mode, unsigned long flags, bool at_target = false) {
+  void tmpfs(MountOpKind kind, const std::string& dst, std::int64_t size, mode_t mode, unsigned long flags,
+             bool at_target = false) {
     add(kind, dst, flags);
     ops.back().size_bytes = size;
     ops.back().mode = mode;
@@ -170,7 +173,8 @@ namespace {
 nlohmann::json bind_op_json(const MountOp& op) {
   switch (op.kind) {
     case MountOpKind::root_bind:
-      return trace_object({{"image/mounts/[]/op", "root"}, {"image/mounts/[]/dst", op.dst}, {"image/mounts/[]/type", "tmpfs"}});
+      return trace_object(
+          {{"image/mounts/[]/op", "root"}, {"image/mounts/[]/dst", op.dst}, {"image/mounts/[]/type", "tmpfs"}});
     case MountOpKind::root_overlay:
       return trace_object({{"image/mounts/[]/op", "root"},
                            {"image/mounts/[]/dst", op.dst},
@@ -205,12 +209,20 @@ nlohmann::json bind_op_json(const MountOp& op) {
 
 // The same for what is made in the sandbox's own filesystems: tmpfs, proc, files, links.
 nlohmann::json made_op_json(const MountOp& op) {
-  auto op_dst = [&](const char* kind) { return trace_object({{"image/mounts/[]/op", kind}, {"image/mounts/[]/dst", op.dst}}); };
+  auto op_dst = [&](const char* kind) {
+    return trace_object({{"image/mounts/[]/op", kind}, {"image/mounts/[]/dst", op.dst}});
+  };
   nlohmann::json j;
   switch (op.kind) {
     case MountOpKind::mount_point: return op_dst("mount_point");
-    case MountOpKind::symlink: j = op_dst("symlink"); put(j, "image/mounts/[]/target", op.src); return j;
-    case MountOpKind::mkdir: j = op_dst("mkdir"); put(j, "image/mounts/[]/mode", octal(op.mode)); return j;
+    case MountOpKind::symlink:
+      j = op_dst("symlink");
+      put(j, "image/mounts/[]/target", op.src);
+      return j;
+    case MountOpKind::mkdir:
+      j = op_dst("mkdir");
+      put(j, "image/mounts/[]/mode", octal(op.mode));
+      return j;
     case MountOpKind::write:
       j = op_dst("write");
       put(j, "image/mounts/[]/mode", octal(op.mode));
@@ -219,8 +231,14 @@ nlohmann::json made_op_json(const MountOp& op) {
     case MountOpKind::proc: return op_dst("proc");
     case MountOpKind::mask: return op_dst("mask");
     case MountOpKind::tmpfs: return op_dst("tmpfs");
-    case MountOpKind::devpts: j = op_dst("devpts"); put(j, "image/mounts/[]/options", "newinstance,ptmxmode=0666,mode=0620"); return j;
-    case MountOpKind::out: j = op_dst("tmpfs"); put(j, "image/mounts/[]/owner", "program"); return j;
+    case MountOpKind::devpts:
+      j = op_dst("devpts");
+      put(j, "image/mounts/[]/options", "newinstance,ptmxmode=0666,mode=0620");
+      return j;
+    case MountOpKind::out:
+      j = op_dst("tmpfs");
+      put(j, "image/mounts/[]/owner", "program");
+      return j;
     case MountOpKind::file:
       j = op_dst("file");
       put(j, "image/mounts/[]/rw", false);

@@ -53,9 +53,9 @@ enum class MountOpKind : std::uint8_t {
 
 struct MountOp {
   MountOpKind kind = MountOpKind::mkdir;
-  std::string src;  // host path (binds, copy) or link target (symlink)
-  std::string dst;  // in-sandbox path
-  std::string content;  // write (small generated /etc files)
+  std::string src;              // host path (binds, copy) or link target (symlink)
+  std::string dst;              // in-sandbox path
+  std::string content;          // write (small generated /etc files)
   std::size_t index = 0;        // file: which of MountPlan::files (not copied: exec code may be large)
   std::int64_t size_bytes = 0;  // tmpfs sizes, the overlay's upper layer, a file's length
   mode_t mode = 0;
@@ -105,7 +105,7 @@ struct MountPlan {
   std::vector<std::pair<std::string, std::string>> etc_links;  // path, target
   // Generated files: /etc/passwd, /etc/group, /etc/hosts, /etc/hostname, /etc/nsswitch.conf.
   std::vector<std::pair<std::string, std::string>> generated;  // path, content
-  std::vector<PlannedBind> binds;  // the caller's binds and inputs (pinned), then sbx's own
+  std::vector<PlannedBind> binds;                              // the caller's binds and inputs (pinned), then sbx's own
   std::vector<GeneratedFile> files;
   std::vector<TmpfsMount> tmpfs;
   // GPU device nodes (gpu.hpp): host path, in-sandbox path under /dev. Bound into the sandbox's

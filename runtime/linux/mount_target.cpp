@@ -40,7 +40,8 @@ Result<UniqueFd> create_component(int parent, const std::string& name, bool dir,
 }  // namespace
 
 Result<MountTarget> open_mount_target(int root_fd, const std::string& dst, bool dir) {
-  if (dst.size() < 2 || dst[0] != '/') return make_error("mounts", "cannot mount at '" + dst + "': not an absolute path below /", EINVAL);
+  if (dst.size() < 2 || dst[0] != '/')
+    return make_error("mounts", "cannot mount at '" + dst + "': not an absolute path below /", EINVAL);
   MountTarget t;
   t.parent = UniqueFd(::fcntl(root_fd, F_DUPFD_CLOEXEC, 0));
   if (!t.parent.ok()) return sys_error("mounts", "dup the new root's fd");
@@ -69,7 +70,8 @@ Result<MountTarget> open_mount_target(int root_fd, const std::string& dst, bool 
     struct stat st;
     if (::fstat(node.get(), &st) != 0) return target_error(dst, "stat", where, errno);
     if (S_ISLNK(st.st_mode))  // last, or dangling inside the root
-      return target_error(dst, where, last ? "is a symlink" : "is a symlink that leads nowhere inside the sandbox", ELOOP);
+      return target_error(dst, where, last ? "is a symlink" : "is a symlink that leads nowhere inside the sandbox",
+                          ELOOP);
     bool want_dir = !last || dir;
     if (want_dir != S_ISDIR(st.st_mode))
       return target_error(dst, where, S_ISDIR(st.st_mode) ? "is a directory" : "is not a directory",
@@ -85,7 +87,8 @@ Result<MountTarget> open_mount_target(int root_fd, const std::string& dst, bool 
 }
 
 Result<UniqueFd> open_mounted(const MountTarget& t, const std::string& dst) {
-  int fd = openat2_fd(t.parent.get(), t.name, O_NOFOLLOW, RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS);
+  int fd =
+      openat2_fd(t.parent.get(), t.name, O_NOFOLLOW, RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS);
   if (fd < 0) return target_error(dst, "reopen", dst + " after mounting", errno);
   return UniqueFd(fd);
 }

@@ -29,9 +29,8 @@ const char* const kSystemDirs[] = {"/usr", "/bin", "/sbin", "/lib", "/lib64", "/
 // Debian's alternatives (awk, editor, ... are symlinks through it), time zone, and a few tables.
 // (Python runs without /etc/python3*: those hold distutils defaults and an apport hook, and each
 // directory would cost a read-only bind.)
-const char* const kEtcEntries[] = {"/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ssl",
-                                   "/etc/alternatives", "/etc/localtime", "/etc/protocols",
-                                   "/etc/services", "/etc/mime.types"};
+const char* const kEtcEntries[] = {"/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ssl",      "/etc/alternatives",
+                                   "/etc/localtime",   "/etc/protocols",  "/etc/services", "/etc/mime.types"};
 constexpr off_t kEtcCopyMax = 256 * 1024;
 // /proc entries covered in every sandbox (whatever the profile: the runs of other callers and
 // tenants are what they tell of). Docker's and Podman's default masked paths (kernel memory,
@@ -41,9 +40,9 @@ constexpr off_t kEtcCopyMax = 256 * 1024;
 // glibc's get_nprocs (sysconf(_SC_NPROCESSORS_ONLN), Python's os.cpu_count, make -j$(nproc)'s
 // callers) reads it where /sys is absent, as in every sandbox, and ps and top take the boot time
 // from it (man sbx, "What is not promised").
-const char* const kProcMasks[] = {"/proc/acpi",          "/proc/asound",     "/proc/scsi",        "/proc/kcore",
-                                  "/proc/keys",          "/proc/key-users",  "/proc/latency_stats", "/proc/timer_list",
-                                  "/proc/timer_stats",   "/proc/sched_debug", "/proc/diskstats",  "/proc/interrupts"};
+const char* const kProcMasks[] = {"/proc/acpi",        "/proc/asound",      "/proc/scsi",          "/proc/kcore",
+                                  "/proc/keys",        "/proc/key-users",   "/proc/latency_stats", "/proc/timer_list",
+                                  "/proc/timer_stats", "/proc/sched_debug", "/proc/diskstats",     "/proc/interrupts"};
 
 // The path that names an open fd for mount(2) while the host's /proc is still at /oldroot. The
 // kernel follows the magic link to the file itself: no component of the mount target's own path
@@ -54,8 +53,8 @@ int pivot_root(const char* new_root, const char* put_old) {
   return static_cast<int>(::syscall(SYS_pivot_root, new_root, put_old));
 }
 
-Status do_mount(const char* src, const std::string& dst, const char* type, unsigned long flags,
-                const char* data, const std::string& what) {
+Status do_mount(const char* src, const std::string& dst, const char* type, unsigned long flags, const char* data,
+                const std::string& what) {
   if (::mount(src, dst.c_str(), type, flags, data) != 0) return sys_error("mounts", what);
   return {};
 }
@@ -122,7 +121,8 @@ Status restrict_subtree(int mnt, const std::string& shown, bool rdonly) {
   struct mount_attr attr = {};
   attr.attr_set = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | (rdonly ? MOUNT_ATTR_RDONLY : 0);
   if (::mount_setattr(mnt, "", AT_EMPTY_PATH | AT_RECURSIVE, &attr, sizeof attr) == 0) return {};
-  if (errno != ENOSYS) return sys_error("mounts", "make " + shown + " and its submounts " + (rdonly ? "read-only" : "nosuid,nodev"));
+  if (errno != ENOSYS)
+    return sys_error("mounts", "make " + shown + " and its submounts " + (rdonly ? "read-only" : "nosuid,nodev"));
   // mountinfo names mount points by path (from init's root, as readlink of the fd does).
   char buf[PATH_MAX];
   ssize_t n = ::readlink(fd_path(mnt).c_str(), buf, sizeof buf - 1);
@@ -161,13 +161,18 @@ Result<UniqueFd> open_pinned_source(const std::string& src, const MountOp& op, s
   UniqueFd fd(static_cast<int>(::syscall(SYS_openat2, AT_FDCWD, src.c_str(), &how, sizeof how)));
   const std::string head = "bind source " + op.src;
   if (!fd.ok() && errno == ELOOP)
-    return make_error("mounts", head + " was replaced after sbx checked it (a part of its path is a symlink now); nothing was mounted");
+    return make_error(
+        "mounts",
+        head + " was replaced after sbx checked it (a part of its path is a symlink now); nothing was mounted");
   if (!fd.ok() && errno == ENOTDIR)
-    return make_error("mounts", head + " was replaced after sbx checked it (a part of its path is not a directory now); nothing was mounted");
+    return make_error(
+        "mounts",
+        head + " was replaced after sbx checked it (a part of its path is not a directory now); nothing was mounted");
   if (!fd.ok()) return sys_error("mounts", head);
   if (::fstat(fd.get(), &st) != 0) return sys_error("mounts", head);
   if (st.st_dev != op.src_dev || st.st_ino != op.src_ino || S_ISDIR(st.st_mode) != op.src_dir)
-    return make_error("mounts", head + " was replaced after sbx checked it (another file is at that path now); nothing was mounted");
+    return make_error(
+        "mounts", head + " was replaced after sbx checked it (another file is at that path now); nothing was mounted");
   return fd;
 }
 
@@ -198,7 +203,8 @@ Status bind_mount(int root, const MountOp& op, BindKind kind) {
     if (device.get() < 0) return sys_error("mounts", "device node " + host_path);
     if (::fstat(device.get(), &st) != 0) return sys_error("mounts", "device node " + host_path);
     if (!S_ISCHR(st.st_mode))
-      return make_error("mounts", "device node " + host_path + " is not a character device (" + file_kind(st.st_mode) + ")", ENODEV);
+      return make_error(
+          "mounts", "device node " + host_path + " is not a character device (" + file_kind(st.st_mode) + ")", ENODEV);
     src = fd_path(device.get());
   } else if (::stat(src.c_str(), &st) != 0) {
     return sys_error("mounts", "bind source " + host_path);
@@ -207,7 +213,8 @@ Status bind_mount(int root, const MountOp& op, BindKind kind) {
   if (!target) return target.error();
   // A device node has no submounts: a plain bind (and with MS_REC, an fd path's mount would too).
   unsigned long bind = kind == BindKind::device ? MS_BIND : MS_BIND | MS_REC;
-  SBX_TRY(do_mount(src.c_str(), fd_path(target->node.get()), nullptr, bind, nullptr, "bind " + host_path + " to " + dst));
+  SBX_TRY(
+      do_mount(src.c_str(), fd_path(target->node.get()), nullptr, bind, nullptr, "bind " + host_path + " to " + dst));
   auto mnt = open_mounted(*target, dst);
   if (!mnt) return mnt.error();
   std::string at = fd_path(mnt->get());
@@ -291,10 +298,13 @@ Status write_secrets(int root, const MountOp& op, const MountPlan& plan) {
     // The messages name the secret, never its value.
     if (!fd.ok()) return sys_error("secrets", "create /run/secrets/" + name);
     ssize_t n = ::write(fd.get(), value.data(), value.size());
-    if (n != static_cast<ssize_t>(value.size())) return make_error("secrets", "write /run/secrets/" + name, n < 0 ? errno : EIO);
-    if (::fchown(fd.get(), plan.owner_uid, plan.owner_gid) != 0) return sys_error("secrets", "chown /run/secrets/" + name);
+    if (n != static_cast<ssize_t>(value.size()))
+      return make_error("secrets", "write /run/secrets/" + name, n < 0 ? errno : EIO);
+    if (::fchown(fd.get(), plan.owner_uid, plan.owner_gid) != 0)
+      return sys_error("secrets", "chown /run/secrets/" + name);
   }
-  if (::fchownat(dir->get(), "", plan.owner_uid, plan.owner_gid, AT_EMPTY_PATH) != 0) return sys_error("secrets", "chown /run/secrets");
+  if (::fchownat(dir->get(), "", plan.owner_uid, plan.owner_gid, AT_EMPTY_PATH) != 0)
+    return sys_error("secrets", "chown /run/secrets");
   return remount_ro(fd_path(dir->get()), op.flags, op.dst);
 }
 
@@ -315,8 +325,9 @@ Status precreate_in_upper(int image_fd, const std::string& upper, const std::str
       if (S_ISLNK(st.st_mode))
         return make_error("mounts", "cannot mount at " + dst + ": /" + rel + " is a symlink in the image", ELOOP);
       if (want_dir != S_ISDIR(st.st_mode))
-        return make_error("mounts", "cannot mount at " + dst + ": /" + rel + " is " +
-                                        (S_ISDIR(st.st_mode) ? "a directory" : "not a directory") + " in the image",
+        return make_error("mounts",
+                          "cannot mount at " + dst + ": /" + rel + " is " +
+                              (S_ISDIR(st.st_mode) ? "a directory" : "not a directory") + " in the image",
                           want_dir ? ENOTDIR : EISDIR);
     }
     std::string path = upper + "/" + rel;
@@ -336,7 +347,8 @@ Status precreate_in_upper(int image_fd, const std::string& upper, const std::str
 Status mount_image_root(const MountPlan& plan, const MountOp& op, int image_fd) {
   UniqueFd lower(image_fd);  // the overlay holds its own reference once mounted
   SBX_TRY(tmpfs_at("/layer", op.size_bytes, 0755, MS_NOSUID | MS_NODEV));
-  if (::mkdir("/layer/upper", 0755) != 0 || ::mkdir("/layer/work", 0700) != 0) return sys_error("mounts", "mkdir in the upper layer");
+  if (::mkdir("/layer/upper", 0755) != 0 || ::mkdir("/layer/work", 0700) != 0)
+    return sys_error("mounts", "mkdir in the upper layer");
   for (auto& p : plan.ops) {
     if (!p.precreate) continue;
     bool dir = p.kind != MountOpKind::file;
@@ -364,8 +376,8 @@ Status mount_image_root(const MountPlan& plan, const MountOp& op, int image_fd) 
 struct RootBuilder {
   const MountPlan& plan;
   int image_fd;
-  UniqueFd root;     // /newroot, once its root mount exists
-  UniqueFd out;      // /out, for the export after the run
+  UniqueFd root;              // /newroot, once its root mount exists
+  UniqueFd out;               // /out, for the export after the run
   std::size_t generated = 0;  // files written to /gen so far
   bool covers = false;        // /cover/file and /cover/dir made (cover_proc_entry)
 
@@ -381,11 +393,13 @@ struct RootBuilder {
   Status place_file(const MountOp& op) {
     if (generated == 0) SBX_TRY(mkdir_p("/gen", 0755));
     std::string src = "/gen/" + std::to_string(generated++);
-    if (op.index >= plan.files.size()) return make_error("mounts", "generated file " + op.dst + " is not in the plan", EINVAL);
+    if (op.index >= plan.files.size())
+      return make_error("mounts", "generated file " + op.dst + " is not in the plan", EINVAL);
     SBX_TRY(write_file(src, plan.files[op.index].content, op.mode));
     auto target = open_mount_target(root.get(), op.dst, false);
     if (!target) return target.error();
-    SBX_TRY(do_mount(src.c_str(), fd_path(target->node.get()), nullptr, MS_BIND, nullptr, "bind generated file " + op.dst));
+    SBX_TRY(
+        do_mount(src.c_str(), fd_path(target->node.get()), nullptr, MS_BIND, nullptr, "bind generated file " + op.dst));
     auto mnt = open_mounted(*target, op.dst);
     if (!mnt) return mnt.error();
     return remount_ro(fd_path(mnt->get()), op.flags, op.dst);
@@ -462,7 +476,8 @@ struct RootBuilder {
       case MountOpKind::devpts:
         // A private instance, so the sandbox's ptys are its own.
         SBX_TRY(mkdir_p(in_new(op.dst), 0755));
-        return do_mount("devpts", in_new(op.dst), "devpts", op.flags, "newinstance,ptmxmode=0666,mode=0620", "devpts on " + op.dst);
+        return do_mount("devpts", in_new(op.dst), "devpts", op.flags, "newinstance,ptmxmode=0666,mode=0620",
+                        "devpts on " + op.dst);
       case MountOpKind::out: return make_out(op);
       case MountOpKind::file: return place_file(op);
       case MountOpKind::secrets: return write_secrets(root.get(), op, plan);
@@ -498,8 +513,10 @@ Result<std::vector<BindSource>> open_bind_sources(const RunSpec& spec, const std
     std::string link = "/proc/self/fd/" + std::to_string(s.fd.get());
     ssize_t n = ::readlink(link.c_str(), buf, sizeof buf);
     if (n <= 0 || n >= static_cast<ssize_t>(sizeof buf) || buf[0] != '/')
-      return make_error("mounts", std::string(flag) + " " + b.src + ": cannot tell where " + path +
-                                      " is (readlink " + link + "; is /proc mounted?)", n < 0 ? errno : ENAMETOOLONG);
+      return make_error("mounts",
+                        std::string(flag) + " " + b.src + ": cannot tell where " + path + " is (readlink " + link +
+                            "; is /proc mounted?)",
+                        n < 0 ? errno : ENAMETOOLONG);
     s.real.assign(buf, static_cast<std::size_t>(n));
     out.push_back(std::move(s));
     return {};
@@ -548,11 +565,12 @@ Result<MountPlan> plan_mounts(const RunSpec& spec, const std::vector<BindSource>
   passwd += "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n";
   group += "nogroup:x:65534:\n";
   if (host_root)
-    p.generated = {{"/etc/passwd", passwd},
-                 {"/etc/group", group},
-                 {"/etc/hostname", spec.hostname + "\n"},
-                 {"/etc/hosts", "127.0.0.1\tlocalhost " + spec.hostname + "\n::1\tlocalhost ip6-localhost ip6-loopback\n"},
-                 {"/etc/nsswitch.conf", "passwd: files\ngroup: files\nhosts: files\n"}};
+    p.generated = {
+        {"/etc/passwd", passwd},
+        {"/etc/group", group},
+        {"/etc/hostname", spec.hostname + "\n"},
+        {"/etc/hosts", "127.0.0.1\tlocalhost " + spec.hostname + "\n::1\tlocalhost ip6-localhost ip6-loopback\n"},
+        {"/etc/nsswitch.conf", "passwd: files\ngroup: files\nhosts: files\n"}};
   // The sources as they were opened and checked (the caller's symlinks followed then, once):
   // init binds each real path only if it still leads, without a symlink, to that very file.
   for (std::size_t i = 0; i < sources.size(); ++i) {
@@ -581,7 +599,8 @@ Result<int> reopen_image_in_namespace(const MountPlan& plan) {
   UniqueFd fd(::open(plan.image_path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   if (!fd.ok()) return sys_error("image", "open " + plan.image_path + " in the sandbox's mount namespace");
   struct stat a, b;
-  bool same = ::fstat(fd.get(), &a) == 0 && ::fstat(sealed.get(), &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+  bool same =
+      ::fstat(fd.get(), &a) == 0 && ::fstat(sealed.get(), &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino;
   if (!same) return make_error("image", plan.image_path + " was replaced after its seal was checked");
   return fd.release();
 }

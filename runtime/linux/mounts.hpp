@@ -41,10 +41,10 @@ namespace sbx {
 // inode), as bubblewrap does for --bind-fd. `fd` stays open until the run is over: the inode
 // cannot be freed and its number reused meanwhile.
 struct BindSource {
-  std::string flag;   // "--bind" or "--input", for messages
-  BindMount given;    // as the caller wrote it (src possibly relative)
-  std::string real;   // the opened file's path (readlink of /proc/self/fd/N): absolute, no symlink
-  UniqueFd fd;        // O_PATH, the symlinks the caller named followed
+  std::string flag;  // "--bind" or "--input", for messages
+  BindMount given;   // as the caller wrote it (src possibly relative)
+  std::string real;  // the opened file's path (readlink of /proc/self/fd/N): absolute, no symlink
+  UniqueFd fd;       // O_PATH, the symlinks the caller named followed
   std::uint64_t dev = 0, ino = 0;
   bool dir = false;
 };

@@ -47,8 +47,7 @@ Status RawTerminal::enter(int fd) {
 
 void RawTerminal::restore() {
   if (fd_ < 0) return;
-  while (::tcsetattr(fd_, TCSANOW, &saved_) != 0 && errno == EINTR) {
-  }
+  while (::tcsetattr(fd_, TCSANOW, &saved_) != 0 && errno == EINTR) {}
   fd_ = -1;
 }
 

@@ -26,9 +26,10 @@ constexpr const char* kKeeperLeaf = "keeper";
 constexpr const char* kRunPrefix = "run-";
 
 void sleep_ms(int ms) {
-  struct timespec ts{ms / 1000, (ms % 1000) * 1000000L};
-  while (::nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-  }
+  struct timespec ts {
+    ms / 1000, (ms % 1000) * 1000000L
+  };
+  while (::nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
 }
 
 // Our cgroup v2 path ("/user.slice/...") from /proc/self/cgroup, "" when there is none.
@@ -58,7 +59,8 @@ std::string parent_of(const std::string& p) {
 // One write(2) of `data` to an existing cgroup file (cgroup files take each write whole).
 Status write_file(const std::string& path, const std::string& data) {
   bool opened = false;
-  if (int err = write_whole(path, data, &opened)) return make_error("systemd-scope", (opened ? "write " : "open ") + path, err);
+  if (int err = write_whole(path, data, &opened))
+    return make_error("systemd-scope", (opened ? "write " : "open ") + path, err);
   return {};
 }
 
@@ -80,7 +82,8 @@ std::optional<std::string> read_hint(const std::string& file, const std::string&
   struct stat st;
   char buf[4096];
   ssize_t n = -1;
-  if (::fstat(fd.get(), &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == ::geteuid()) n = ::read(fd.get(), buf, sizeof buf);
+  if (::fstat(fd.get(), &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == ::geteuid())
+    n = ::read(fd.get(), buf, sizeof buf);
   if (n <= 0 || n == static_cast<ssize_t>(sizeof buf)) return std::nullopt;
   std::string p = trim(std::string(buf, static_cast<std::size_t>(n)));
   if (p.empty() || p[0] != '/' || p.find("/..") != std::string::npos || p.find('\0') != std::string::npos ||
@@ -92,8 +95,9 @@ std::optional<std::string> read_hint(const std::string& file, const std::string&
 Status start_keeper(const std::string& runtime_dir, const std::string& self_exe, const std::string& unit, int idle_s) {
   std::string unit_arg = "--unit=" + unit.substr(0, unit.size() - std::string(".scope").size());
   std::string idle = std::to_string(idle_s);
-  std::vector<std::string> args = {"systemd-run", "--user", "--scope", unit_arg, "-p", "Delegate=yes", "--quiet",
-                                   "--collect", "--", self_exe, "scope-keeper", "--idle", idle};
+  std::vector<std::string> args = {"systemd-run",  "--user",  "--scope",   unit_arg, "-p",
+                                   "Delegate=yes", "--quiet", "--collect", "--",     self_exe,
+                                   "scope-keeper", "--idle",  idle};
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -126,8 +130,7 @@ Status start_keeper(const std::string& runtime_dir, const std::string& self_exe,
     ::_exit(127);
   }
   int st;
-  while (::waitpid(pid, &st, 0) < 0 && errno == EINTR) {
-  }
+  while (::waitpid(pid, &st, 0) < 0 && errno == EINTR) {}
   return {};
 }
 
@@ -151,7 +154,8 @@ void remove_cgroup_tree(const std::string& dir, int depth = 0) {
   if (DIR* d = ::opendir(dir.c_str())) {
     std::vector<std::string> subs;
     while (struct dirent* e = ::readdir(d))
-      if (e->d_type == DT_DIR && std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0) subs.push_back(e->d_name);
+      if (e->d_type == DT_DIR && std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0)
+        subs.push_back(e->d_name);
     ::closedir(d);
     for (auto& s : subs) remove_cgroup_tree(dir + "/" + s, depth + 1);
   }
@@ -166,7 +170,10 @@ Result<int> parse_keeper_idle(const std::string& text, const std::string& where)
   bool digits = !text.empty() && text.size() <= 9 && text.find_first_not_of("0123456789") == std::string::npos;
   long v = digits ? std::strtol(text.c_str(), nullptr, 10) : 0;
   if (!digits || v < 1 || v > kMaxKeeperIdle)
-    return make_error("usage", where + ": '" + text + "' is not a whole number of seconds from 1 to " + std::to_string(kMaxKeeperIdle), EINVAL);
+    return make_error(
+        "usage",
+        where + ": '" + text + "' is not a whole number of seconds from 1 to " + std::to_string(kMaxKeeperIdle),
+        EINVAL);
   return static_cast<int>(v);
 }
 
@@ -210,14 +217,17 @@ Result<JoinedScope> join_reused_scope(const std::string& runtime_dir, const std:
       started = j.started = true;
     }
     if (monotonic_ms() + 50 >= deadline)
-      return make_error("systemd-scope", "AttachProcessesToUnit(" + j.unit + ", " + sub + ") within " +
-                                             std::to_string(budget_ms) + " ms: " + last, ETIMEDOUT);
+      return make_error(
+          "systemd-scope",
+          "AttachProcessesToUnit(" + j.unit + ", " + sub + ") within " + std::to_string(budget_ms) + " ms: " + last,
+          ETIMEDOUT);
     sleep_ms(50);
   }
   // Proof, not trust: the kernel's word on where this process now is.
   j.cgroup = self_cgroup();
   if (!ends_with(j.cgroup, "/" + j.unit + sub))
-    return make_error("systemd-scope", "after AttachProcessesToUnit sbx is in '" + j.cgroup + "', not in " + j.unit + sub, EPROTO);
+    return make_error("systemd-scope",
+                      "after AttachProcessesToUnit sbx is in '" + j.cgroup + "', not in " + j.unit + sub, EPROTO);
   // The keeper enables the controllers for the scope's children once it has moved into its leaf;
   // a run that started the scope waits (bounded) for that, or its limits would fall back.
   CgroupInfo cg = detect_cgroup();
@@ -226,8 +236,10 @@ Result<JoinedScope> join_reused_scope(const std::string& runtime_dir, const std:
     auto ctl = read_file(scope_dir + "/cgroup.subtree_control");
     if (ctl && !trim(*ctl).empty()) break;
     if (monotonic_ms() + 20 >= deadline)
-      return make_error("systemd-scope", j.unit + ": no controllers enabled for its children within " + std::to_string(budget_ms) +
-                                             " ms (is its keeper running?)", ETIMEDOUT);
+      return make_error("systemd-scope",
+                        j.unit + ": no controllers enabled for its children within " + std::to_string(budget_ms) +
+                            " ms (is its keeper running?)",
+                        ETIMEDOUT);
     sleep_ms(20);
   }
   return j;
@@ -239,7 +251,8 @@ int run_scope_keeper(int idle_s) {
   std::string self = self_cgroup();
   if (basename_of(self) == kKeeperLeaf) self = parent_of(self);
   if (cg.mount.empty() || basename_of(self) != unit) {
-    std::string line = "sbx: scope-keeper: runs only inside " + unit + " (sbx run starts it there); this process is in '" + self + "'\n";
+    std::string line = "sbx: scope-keeper: runs only inside " + unit +
+                       " (sbx run starts it there); this process is in '" + self + "'\n";
     (void)!::write(2, line.data(), line.size());
     return 125;
   }
@@ -248,7 +261,8 @@ int run_scope_keeper(int idle_s) {
   // process is directly in it, so the keeper lives in a leaf of its own.
   ::mkdir((scope + "/" + kKeeperLeaf).c_str(), 0755);
   if (auto st = write_file(scope + "/" + kKeeperLeaf + "/cgroup.procs", std::to_string(::getpid())); !st) {
-    std::string line = "sbx: scope-keeper: cannot move into " + scope + "/" + kKeeperLeaf + ": " + st.error().describe() + "\n";
+    std::string line =
+        "sbx: scope-keeper: cannot move into " + scope + "/" + kKeeperLeaf + ": " + st.error().describe() + "\n";
     (void)!::write(2, line.data(), line.size());
     return 1;
   }
@@ -264,7 +278,8 @@ int run_scope_keeper(int idle_s) {
   }
   if (!want.empty())
     if (auto st = write_file(scope + "/cgroup.subtree_control", want); !st) {
-      std::string line = "sbx: scope-keeper: cannot enable " + want + " in " + scope + ": " + st.error().describe() + "\n";
+      std::string line =
+          "sbx: scope-keeper: cannot enable " + want + " in " + scope + ": " + st.error().describe() + "\n";
       (void)!::write(2, line.data(), line.size());
       return 1;
     }
@@ -283,7 +298,8 @@ int run_scope_keeper(int idle_s) {
     if (DIR* d = ::opendir(scope.c_str())) {
       std::vector<std::string> runs;
       while (struct dirent* e = ::readdir(d))
-        if (e->d_type == DT_DIR && std::strncmp(e->d_name, kRunPrefix, std::strlen(kRunPrefix)) == 0) runs.push_back(e->d_name);
+        if (e->d_type == DT_DIR && std::strncmp(e->d_name, kRunPrefix, std::strlen(kRunPrefix)) == 0)
+          runs.push_back(e->d_name);
       ::closedir(d);
       for (auto& r : runs) {
         auto ev = read_file(scope + "/" + r + "/cgroup.events");

@@ -41,8 +41,8 @@ std::string reused_scope_unit(uid_t uid);
 Result<int> parse_keeper_idle(const std::string& text, const std::string& where);
 
 struct JoinedScope {
-  std::string unit;    // sbx-runs-<uid>.scope
-  std::string cgroup;  // sbx's own cgroup now (…/sbx-runs-<uid>.scope/run-<pid>), from /proc/self/cgroup
+  std::string unit;      // sbx-runs-<uid>.scope
+  std::string cgroup;    // sbx's own cgroup now (…/sbx-runs-<uid>.scope/run-<pid>), from /proc/self/cgroup
   bool started = false;  // this run started the scope (no keeper answered before)
   std::string manager;   // the socket the user manager answered on
 };

@@ -111,15 +111,15 @@ void SeccompNotifier::record(std::uint32_t arch_token, int nr, std::uint32_t ret
 }
 
 nlohmann::json violation_totals_json(const SeccompViolationTotals& t, std::size_t listed) {
-  return trace_object(
-      {{"violations_summary/seccomp/calls", t.calls},
-       {"violations_summary/seccomp/listed", listed},
-       {"violations_summary/seccomp/listed_cap", SeccompNotifier::kMaxListed},
-       {"violations_summary/seccomp/truncated", t.truncated()},
-       {"violations_summary/seccomp/unlisted_calls", t.unlisted_calls},
-       {"violations_summary/seccomp/unlisted_distinct", t.unlisted_distinct},
-       {"violations_summary/seccomp/unlisted_distinct_exact", t.unlisted_distinct_exact},
-       {"violations_summary/seccomp/always_listed", "calls named by a refusing rule of the policy, and the call that killed the sandbox"}});
+  return trace_object({{"violations_summary/seccomp/calls", t.calls},
+                       {"violations_summary/seccomp/listed", listed},
+                       {"violations_summary/seccomp/listed_cap", SeccompNotifier::kMaxListed},
+                       {"violations_summary/seccomp/truncated", t.truncated()},
+                       {"violations_summary/seccomp/unlisted_calls", t.unlisted_calls},
+                       {"violations_summary/seccomp/unlisted_distinct", t.unlisted_distinct},
+                       {"violations_summary/seccomp/unlisted_distinct_exact", t.unlisted_distinct_exact},
+                       {"violations_summary/seccomp/always_listed",
+                        "calls named by a refusing rule of the policy, and the call that killed the sandbox"}});
 }
 
 nlohmann::json violations_json(const std::vector<SeccompViolation>& vs) {

@@ -22,10 +22,10 @@
 namespace sbx {
 
 struct SeccompViolation {
-  std::string name;      // "mount"; a foreign ABI's name is resolved for that ABI
-  int number = 0;        // the syscall number as the filter saw it
-  std::string arch;      // "x86_64", "x86", "x32"
-  std::string action;    // "SCMP_ACT_ERRNO(EPERM)", "SCMP_ACT_KILL_PROCESS", ...
+  std::string name;    // "mount"; a foreign ABI's name is resolved for that ABI
+  int number = 0;      // the syscall number as the filter saw it
+  std::string arch;    // "x86_64", "x86", "x32"
+  std::string action;  // "SCMP_ACT_ERRNO(EPERM)", "SCMP_ACT_KILL_PROCESS", ...
   std::uint64_t count = 0;
   std::int64_t first_at_ms = 0;  // since the supervisor started
   bool kill = false;
@@ -36,10 +36,10 @@ struct SeccompViolation {
 // every refused call, and the calls the policy names in a refusing rule (mount, ptrace, bpf, ...)
 // are always listed, however many junk entries came first.
 struct SeccompViolationTotals {
-  std::uint64_t calls = 0;               // every refused call
-  std::uint64_t unlisted_calls = 0;      // of those, calls with no entry in the list
-  std::uint64_t unlisted_distinct = 0;   // distinct (arch, number, action) not listed
-  bool unlisted_distinct_exact = true;   // false: more distinct ones than sbx counts individually
+  std::uint64_t calls = 0;              // every refused call
+  std::uint64_t unlisted_calls = 0;     // of those, calls with no entry in the list
+  std::uint64_t unlisted_distinct = 0;  // distinct (arch, number, action) not listed
+  bool unlisted_distinct_exact = true;  // false: more distinct ones than sbx counts individually
   bool truncated() const { return unlisted_calls > 0; }
 };
 
@@ -87,7 +87,8 @@ class SeccompNotifier {
   std::map<Key, std::size_t> index_;
   struct KeyHash {
     std::size_t operator()(const Key& k) const {
-      return std::hash<std::uint64_t>()((std::uint64_t(std::get<0>(k)) << 32) ^ std::uint32_t(std::get<1>(k))) ^ std::get<2>(k);
+      return std::hash<std::uint64_t>()((std::uint64_t(std::get<0>(k)) << 32) ^ std::uint32_t(std::get<1>(k))) ^
+             std::get<2>(k);
     }
   };
   static constexpr std::size_t kMaxUnlistedKeys = 65536;

@@ -67,7 +67,8 @@ Result<std::optional<std::uint64_t>> errno_member(DocReader& rd, const char* num
   if (rd.has(name_key)) {
     const json& n = rd.at(name_key);
     if (!n.is_string()) return rd.fail_key(name_key, "must be an errno name such as \"EPERM\"");
-    static constexpr NamedErrno kAliases[] = {{"EWOULDBLOCK", EWOULDBLOCK}, {"EDEADLOCK", EDEADLOCK}, {"ENOTSUP", ENOTSUP}};
+    static constexpr NamedErrno kAliases[] = {
+        {"EWOULDBLOCK", EWOULDBLOCK}, {"EDEADLOCK", EDEADLOCK}, {"ENOTSUP", ENOTSUP}};
     for (auto& a : kAliases)
       if (n.get<std::string>() == a.name) named = static_cast<std::uint64_t>(a.value);
     for (int e = 1; e < 4096 && !named; ++e) {
@@ -109,10 +110,13 @@ Result<std::uint32_t> parse_action(DocReader& rd, const char* key, std::optional
 }
 
 Result<int> parse_op(DocReader& rd, const char* key) {
-  static const std::pair<const char*, int> ops[] = {
-      {"SCMP_CMP_NE", SCMP_CMP_NE}, {"SCMP_CMP_LT", SCMP_CMP_LT}, {"SCMP_CMP_LE", SCMP_CMP_LE},
-      {"SCMP_CMP_EQ", SCMP_CMP_EQ}, {"SCMP_CMP_GE", SCMP_CMP_GE}, {"SCMP_CMP_GT", SCMP_CMP_GT},
-      {"SCMP_CMP_MASKED_EQ", SCMP_CMP_MASKED_EQ}};
+  static const std::pair<const char*, int> ops[] = {{"SCMP_CMP_NE", SCMP_CMP_NE},
+                                                    {"SCMP_CMP_LT", SCMP_CMP_LT},
+                                                    {"SCMP_CMP_LE", SCMP_CMP_LE},
+                                                    {"SCMP_CMP_EQ", SCMP_CMP_EQ},
+                                                    {"SCMP_CMP_GE", SCMP_CMP_GE},
+                                                    {"SCMP_CMP_GT", SCMP_CMP_GT},
+                                                    {"SCMP_CMP_MASKED_EQ", SCMP_CMP_MASKED_EQ}};
   const json& v = rd.at(key);
   if (!v.is_string()) return rd.fail_key(key, "must be a string (SCMP_CMP_...)");
   for (auto& [n, op] : ops)
@@ -253,8 +257,9 @@ Status read_arg(DocReader& a, SeccompRule& rule) {
   arg.op = *op;
   for (auto& prev : rule.args)
     if (prev.index == arg.index)
-      return a.fail_key("index", "argument " + std::to_string(arg.index) +
-                                     " compared twice in one rule (libseccomp allows one comparison per argument; split the rule)");
+      return a.fail_key(
+          "index", "argument " + std::to_string(arg.index) +
+                       " compared twice in one rule (libseccomp allows one comparison per argument; split the rule)");
   rule.args.push_back(arg);
   return {};
 }
@@ -318,7 +323,8 @@ Status read_syscalls(DocReader& rd, SeccompPolicy& pol, const std::vector<std::s
     auto applies = rule_applies(r, kept_caps, why);
     if (!applies) return applies.error();
     if (!*applies) {
-      pol.notes.push_back(rule.pointer + " (" + rule.names[0] + (rule.names.size() > 1 ? ", ..." : "") + ") skipped: " + why);
+      pol.notes.push_back(rule.pointer + " (" + rule.names[0] + (rule.names.size() > 1 ? ", ..." : "") +
+                          ") skipped: " + why);
       continue;
     }
     resolve_names(pol, rule);
@@ -332,7 +338,8 @@ Result<std::vector<sock_filter>> read_bpf_file(const std::string& path) {
   UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (!fd.ok()) return sys_error(kStage, "open " + path);
   struct stat st;
-  if (::fstat(fd.get(), &st) != 0 || st.st_size <= 0 || static_cast<std::size_t>(st.st_size) % sizeof(sock_filter) != 0 ||
+  if (::fstat(fd.get(), &st) != 0 || st.st_size <= 0 ||
+      static_cast<std::size_t>(st.st_size) % sizeof(sock_filter) != 0 ||
       st.st_size > static_cast<off_t>(BPF_MAXINSNS * sizeof(sock_filter)))
     return make_error(kStage, "bad cached program " + path, EINVAL);
   std::vector<sock_filter> prog(static_cast<std::size_t>(st.st_size) / sizeof(sock_filter));
@@ -445,7 +452,8 @@ Result<std::vector<sock_filter>> export_filter(scmp_filter_ctx ctx, const std::s
 
 Result<std::vector<sock_filter>> compile_seccomp_policy(const SeccompPolicy& pol) {
   scmp_filter_ctx ctx = seccomp_init(pol.default_action);
-  if (!ctx) return make_error(kStage, pol.source + ": libseccomp cannot create a filter with the default action", EINVAL);
+  if (!ctx)
+    return make_error(kStage, pol.source + ": libseccomp cannot create a filter with the default action", EINVAL);
   struct Guard {
     scmp_filter_ctx c;
     ~Guard() { seccomp_release(c); }
@@ -460,8 +468,7 @@ Result<std::vector<sock_filter>> compile_seccomp_policy(const SeccompPolicy& pol
   std::size_t added = 0;
   for (auto& rule : pol.rules) {
     std::vector<scmp_arg_cmp> cmps;
-    for (auto& a : rule.args)
-      cmps.push_back({a.index, static_cast<scmp_compare>(a.op), a.value, a.value_two});
+    for (auto& a : rule.args) cmps.push_back({a.index, static_cast<scmp_compare>(a.op), a.value, a.value_two});
     for (auto& name : rule.names) {
       int nr = seccomp_syscall_resolve_name(name.c_str());
       if (nr == __NR_SCMP_ERROR) {
@@ -487,7 +494,8 @@ Result<std::vector<sock_filter>> compile_seccomp_policy(const SeccompPolicy& pol
         rc = seccomp_rule_add_array(ctx, action, nr, static_cast<unsigned>(cmps.size()), cmps.data());
       }
       if (rc != 0)
-        return make_error(kStage, pol.source + ": " + rule.pointer + ": libseccomp rejected the rule for '" + name + "'", -rc);
+        return make_error(kStage,
+                          pol.source + ": " + rule.pointer + ": libseccomp rejected the rule for '" + name + "'", -rc);
       ++added;
     }
   }
@@ -561,20 +569,25 @@ bool take_cached_program(PreparedSeccomp& p, const std::string& bpf_path, const 
   auto prog = meta_text ? read_bpf_file(bpf_path) : Result<std::vector<sock_filter>>(make_error(kStage, "miss"));
   if (meta_text && prog) {
     json m = parse_json(*meta_text, {kMaxPolicyBytes}).value;  // null when refused: a miss
-    bool shaped = m.is_object() && m.value("default_action", json()).is_string() && m.value("unresolved", json()).is_array() &&
-                  m.value("notes", json()).is_array() && m.value("named", json()).is_array() &&
-                  m.value("program_sha256", json()).is_string() && m.value("mac", json()).is_string();
+    bool shaped = m.is_object() && m.value("default_action", json()).is_string() &&
+                  m.value("unresolved", json()).is_array() && m.value("notes", json()).is_array() &&
+                  m.value("named", json()).is_array() && m.value("program_sha256", json()).is_string() &&
+                  m.value("mac", json()).is_string();
     // Trusted only when the MAC (keyed by a secret the store's writers do not hold) covers the
     // meta document and the program's bytes hash to the digest it names.
     bool authentic = shaped && same_text(m["mac"].get<std::string>(), cache_mac(cache_secret, key, m)) &&
                      same_text(m["program_sha256"].get<std::string>(), program_digest(*prog));
     if (meta_text && !authentic)
-      p.notes.push_back("the cached program " + bpf_path + " failed its integrity check (MAC): not used; compiled again");
+      p.notes.push_back("the cached program " + bpf_path +
+                        " failed its integrity check (MAC): not used; compiled again");
     if (authentic) {
       p.default_action = m["default_action"].get<std::string>();
-      for (auto& n : m["named"]) if (n.is_string()) p.named.push_back(n.get<std::string>());
-      for (auto& n : m["unresolved"]) if (n.is_string()) p.unresolved.push_back(n.get<std::string>());
-      for (auto& n : m["notes"]) if (n.is_string()) p.notes.push_back(n.get<std::string>());
+      for (auto& n : m["named"])
+        if (n.is_string()) p.named.push_back(n.get<std::string>());
+      for (auto& n : m["unresolved"])
+        if (n.is_string()) p.unresolved.push_back(n.get<std::string>());
+      for (auto& n : m["notes"])
+        if (n.is_string()) p.notes.push_back(n.get<std::string>());
       p.reference = std::move(*prog);
       p.program_sha256 = m["program_sha256"].get<std::string>();
       p.cached = true;
@@ -615,9 +628,8 @@ Result<PreparedSeccomp> prepare_seccomp(const std::string& which, const std::str
   if (!cache_dir.empty()) {
     struct utsname u;
     std::string release = ::uname(&u) == 0 ? u.release : "";
-    key = sha256_hex(p.sha256 + "\n" + seccomp_arch_name(AUDIT_ARCH_X86_64) + "\nlibseccomp " +
-                                 libseccomp_version() + "\nsbx " SBX_VERSION "\nkernel " + release + "\n" + kCacheFormat +
-                                 kept_caps_key(kept_caps));
+    key = sha256_hex(p.sha256 + "\n" + seccomp_arch_name(AUDIT_ARCH_X86_64) + "\nlibseccomp " + libseccomp_version() +
+                     "\nsbx " SBX_VERSION "\nkernel " + release + "\n" + kCacheFormat + kept_caps_key(kept_caps));
     bpf_path = cache_dir + "/" + key + ".bpf";
     meta_path = cache_dir + "/" + key + ".meta.json";
     if (take_cached_program(p, bpf_path, meta_path, key, cache_secret)) {
@@ -636,7 +648,10 @@ Result<PreparedSeccomp> prepare_seccomp(const std::string& which, const std::str
   p.reference = std::move(*prog);
   p.program_sha256 = program_digest(p.reference);
   if (!cache_dir.empty()) {
-    json m = {{"default_action", p.default_action}, {"unresolved", p.unresolved}, {"notes", pol->notes}, {"named", p.named},
+    json m = {{"default_action", p.default_action},
+              {"unresolved", p.unresolved},
+              {"notes", pol->notes},
+              {"named", p.named},
               {"program_sha256", p.program_sha256}};
     m["mac"] = cache_mac(cache_secret, key, m);
     std::string mt = m.dump();
@@ -687,10 +702,22 @@ std::uint32_t seccomp_evaluate(const std::vector<sock_filter>& prog, const struc
       case BPF_LDX | BPF_W | BPF_LEN: X = sizeof data; break;
       case BPF_LD | BPF_IMM: A = k; break;
       case BPF_LDX | BPF_IMM: X = k; break;
-      case BPF_LD | BPF_MEM: if (k >= BPF_MEMWORDS) return SECCOMP_RET_KILL_PROCESS; A = M[k]; break;
-      case BPF_LDX | BPF_MEM: if (k >= BPF_MEMWORDS) return SECCOMP_RET_KILL_PROCESS; X = M[k]; break;
-      case BPF_ST: if (k >= BPF_MEMWORDS) return SECCOMP_RET_KILL_PROCESS; M[k] = A; break;
-      case BPF_STX: if (k >= BPF_MEMWORDS) return SECCOMP_RET_KILL_PROCESS; M[k] = X; break;
+      case BPF_LD | BPF_MEM:
+        if (k >= BPF_MEMWORDS) return SECCOMP_RET_KILL_PROCESS;
+        A = M[k];
+        break;
+      case BPF_LDX | BPF_MEM:
+        if (k >= BPF_MEMWORDS) return SECCOMP_RET_KILL_PROCESS;
+        X = M[k];
+        break;
+      case BPF_ST:
+        if (k >= BPF_MEMWORDS) return SECCOMP_RET_KILL_PROCESS;
+        M[k] = A;
+        break;
+      case BPF_STX:
+        if (k >= BPF_MEMWORDS) return SECCOMP_RET_KILL_PROCESS;
+        M[k] = X;
+        break;
       case BPF_MISC | BPF_TAX: X = A; break;
       case BPF_MISC | BPF_TXA: A = X; break;
       case BPF_ALU | BPF_ADD | BPF_K: A += k; break;
@@ -699,8 +726,14 @@ std::uint32_t seccomp_evaluate(const std::vector<sock_filter>& prog, const struc
       case BPF_ALU | BPF_SUB | BPF_X: A -= X; break;
       case BPF_ALU | BPF_MUL | BPF_K: A *= k; break;
       case BPF_ALU | BPF_MUL | BPF_X: A *= X; break;
-      case BPF_ALU | BPF_DIV | BPF_K: if (!k) return SECCOMP_RET_KILL_PROCESS; A /= k; break;
-      case BPF_ALU | BPF_DIV | BPF_X: if (!X) return 0; A /= X; break;
+      case BPF_ALU | BPF_DIV | BPF_K:
+        if (!k) return SECCOMP_RET_KILL_PROCESS;
+        A /= k;
+        break;
+      case BPF_ALU | BPF_DIV | BPF_X:
+        if (!X) return 0;
+        A /= X;
+        break;
       case BPF_ALU | BPF_AND | BPF_K: A &= k; break;
       case BPF_ALU | BPF_AND | BPF_X: A &= X; break;
       case BPF_ALU | BPF_OR | BPF_K: A |= k; break;
@@ -758,10 +791,8 @@ SeccompAnswer seccomp_answer(std::uint32_t ret) {
   std::uint32_t data = ret & SECCOMP_RET_DATA;
   switch (act) {
     case SECCOMP_RET_ALLOW:
-    case SECCOMP_RET_LOG:
-      return {SeccompAnswer::kAllow, 0};
-    case SECCOMP_RET_ERRNO:
-      return {SeccompAnswer::kErrno, static_cast<int>(data > 4095 ? 4095 : data)};
+    case SECCOMP_RET_LOG: return {SeccompAnswer::kAllow, 0};
+    case SECCOMP_RET_ERRNO: return {SeccompAnswer::kErrno, static_cast<int>(data > 4095 ? 4095 : data)};
     case SECCOMP_RET_TRACE:  // no tracer: the kernel answers ENOSYS
       return {SeccompAnswer::kErrno, (data & kErrnoTag) ? static_cast<int>(data & 0xfff) : ENOSYS};
     default:  // KILL_PROCESS, KILL_THREAD, TRAP, and anything unknown
@@ -791,28 +822,29 @@ std::string seccomp_action_text(std::uint32_t action) {
 
 json seccomp_enforcement_json(const PreparedSeccomp& p) {
   if (!p.enabled)
-    return trace_object(
-        {{"enforcement/seccomp/profile", "unconfined"},
-         {"enforcement/seccomp/sha256", nullptr},
-         {"enforcement/seccomp/unresolved", json::array()},
-         {"enforcement/seccomp/mode", "unconfined"},
-         {"enforcement/seccomp/default_action", "SCMP_ACT_ALLOW"},
-         {"enforcement/seccomp/cached", false},
-         {"enforcement/seccomp/setup_us", 0},
-         {"enforcement/seccomp/notes", json::array()},
-         {"enforcement/seccomp/note", "UNCONFINED: no seccomp filter; the program may use every system call the kernel offers"}});
-  return trace_object({{"enforcement/seccomp/profile", p.profile},
-                       {"enforcement/seccomp/sha256", p.sha256},
-                       {"enforcement/seccomp/unresolved", p.unresolved},
-                       {"enforcement/seccomp/mode", "filter"},
-                       {"enforcement/seccomp/default_action", p.default_action},
-                       {"enforcement/seccomp/cached", p.cached},
-                       {"enforcement/seccomp/program_sha256", p.program_sha256},
-                       {"enforcement/seccomp/setup_us", p.setup_us},
-                       {"enforcement/seccomp/notes", p.notes},
-                       {"enforcement/seccomp/note",
-                        "installed last before execve; refused calls answered by the supervisor (SECCOMP_RET_USER_NOTIF) and listed in "
-                        "violations; foreign ABIs (i386, x32) kill the sandbox unless the policy lists them"}});
+    return trace_object({{"enforcement/seccomp/profile", "unconfined"},
+                         {"enforcement/seccomp/sha256", nullptr},
+                         {"enforcement/seccomp/unresolved", json::array()},
+                         {"enforcement/seccomp/mode", "unconfined"},
+                         {"enforcement/seccomp/default_action", "SCMP_ACT_ALLOW"},
+                         {"enforcement/seccomp/cached", false},
+                         {"enforcement/seccomp/setup_us", 0},
+                         {"enforcement/seccomp/notes", json::array()},
+                         {"enforcement/seccomp/note",
+                          "UNCONFINED: no seccomp filter; the program may use every system call the kernel offers"}});
+  return trace_object(
+      {{"enforcement/seccomp/profile", p.profile},
+       {"enforcement/seccomp/sha256", p.sha256},
+       {"enforcement/seccomp/unresolved", p.unresolved},
+       {"enforcement/seccomp/mode", "filter"},
+       {"enforcement/seccomp/default_action", p.default_action},
+       {"enforcement/seccomp/cached", p.cached},
+       {"enforcement/seccomp/program_sha256", p.program_sha256},
+       {"enforcement/seccomp/setup_us", p.setup_us},
+       {"enforcement/seccomp/notes", p.notes},
+       {"enforcement/seccomp/note",
+        "installed last before execve; refused calls answered by the supervisor (SECCOMP_RET_USER_NOTIF) and listed in "
+        "violations; foreign ABIs (i386, x32) kill the sandbox unless the policy lists them"}});
 }
 
 }  // namespace sbx

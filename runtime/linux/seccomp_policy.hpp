@@ -44,7 +44,7 @@ struct SeccompRule {
 struct SeccompPolicy {
   std::string source;  // what errors name: a file path, or "default" (built-in)
   std::uint32_t default_action = 0;
-  std::string default_action_text;  // "SCMP_ACT_ERRNO(EPERM)"
+  std::string default_action_text;    // "SCMP_ACT_ERRNO(EPERM)"
   std::vector<std::uint32_t> arches;  // libseccomp arch tokens; the native one first
   std::vector<SeccompRule> rules;
   std::vector<std::string> unresolved;  // names libseccomp does not know (skipped, never fatal)
@@ -67,17 +67,17 @@ std::string_view default_seccomp_policy_sha256();  // computed at build time (cm
 
 // What the parent prepares for one run.
 struct PreparedSeccomp {
-  bool enabled = false;               // false: unconfined
-  std::string profile;                // "default", "unconfined" or the file path
-  std::string sha256;                 // of the policy text
+  bool enabled = false;  // false: unconfined
+  std::string profile;   // "default", "unconfined" or the file path
+  std::string sha256;    // of the policy text
   std::string default_action;
   std::vector<std::string> unresolved, notes;
   // Syscall names that a non-allow rule of the policy names (mount, ptrace, bpf, ...): refusals of
   // these are always kept in the trace's violations, past the cap on distinct entries.
   std::vector<std::string> named;
-  bool cached = false;                // the BPF came from the cache (and passed its MAC)
-  std::int64_t setup_us = 0;          // read + parse + (compile | cache load) + patch
-  std::vector<sock_filter> reference; // real actions, evaluated by the supervisor
+  bool cached = false;                 // the BPF came from the cache (and passed its MAC)
+  std::int64_t setup_us = 0;           // read + parse + (compile | cache load) + patch
+  std::vector<sock_filter> reference;  // real actions, evaluated by the supervisor
   // sha256 of the reference program's bytes: what was actually loaded, whether compiled now or
   // read from the cache (the installed program is notify_program of it).
   std::string program_sha256;

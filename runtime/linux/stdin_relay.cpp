@@ -36,7 +36,6 @@ const char* mode_name(StdinMode m) {
   return "null";
 }
 
-
 }  // namespace
 
 Result<StdinPlan> plan_stdin(bool interactive, bool tty, int fd) {
@@ -181,8 +180,7 @@ int CallerStdin::on_handoff_ready() {
   if (src_.ok()) {
     int sink = ::fcntl(fd, F_DUPFD_CLOEXEC, 3);
     if (sink >= 0)
-      relay_.emplace(src_.release(), OutputSink::owned_nonblocking(sink), std::nullopt,
-                     OutputRelay::Unread::not_taken);
+      relay_.emplace(src_.release(), OutputSink::owned_nonblocking(sink), std::nullopt, OutputRelay::Unread::not_taken);
   }
   forward_window_size();  // the terminal may have been resized since prepare()
   return ::fcntl(fd, F_DUPFD_CLOEXEC, 3);
@@ -199,8 +197,7 @@ void CallerStdin::hang_up() {
 
 void CallerStdin::on_winch() {
   struct signalfd_siginfo si;
-  while (::read(winch_fd_.get(), &si, sizeof si) == static_cast<ssize_t>(sizeof si)) {
-  }
+  while (::read(winch_fd_.get(), &si, sizeof si) == static_cast<ssize_t>(sizeof si)) {}
   forward_window_size();
 }
 
@@ -216,7 +213,8 @@ void CallerStdin::forward_window_size() {
 }
 
 nlohmann::json CallerStdin::to_json() const {
-  nlohmann::json j = trace_object({{"stdin/mode", mode_name(plan_.mode)}, {"stdin/source", plan_.source}, {"stdin/relayed", plan_.relay}});
+  nlohmann::json j = trace_object(
+      {{"stdin/mode", mode_name(plan_.mode)}, {"stdin/source", plan_.source}, {"stdin/relayed", plan_.relay}});
   if (plan_.relay) {
     StreamStats s = stats_.value_or(StreamStats{});
     put(j, "stdin/bytes", s.bytes);

@@ -74,7 +74,7 @@ class CallerStdin {
   // Before clone: the pipe (pipe mode) or the pty handoff socketpair (pty mode), and the window
   // size the pty starts with.
   Status prepare();
-  int child_in_fd() const { return child_in_.get(); }    // pipe mode: init's read end
+  int child_in_fd() const { return child_in_.get(); }       // pipe mode: init's read end
   int child_pty_sock() const { return child_sock_.get(); }  // pty mode: init's end of the handoff
   const struct winsize& initial_size() const { return size_; }
   void close_child_ends();
@@ -113,13 +113,13 @@ class CallerStdin {
 
   StdinPlan plan_;
   CallerSource caller_;
-  UniqueFd src_;           // sbx's own fd of the caller's stdin, until the relay owns it
-  UniqueFd pipe_w_;        // pipe mode: the write end, until the relay owns it
-  UniqueFd master_;        // pty mode: the master (window size), once it has come
+  UniqueFd src_;     // sbx's own fd of the caller's stdin, until the relay owns it
+  UniqueFd pipe_w_;  // pipe mode: the write end, until the relay owns it
+  UniqueFd master_;  // pty mode: the master (window size), once it has come
   UniqueFd child_in_, child_sock_;
-  UniqueFd sock_;          // supervisor's end of the pty handoff
+  UniqueFd sock_;  // supervisor's end of the pty handoff
   UniqueFd winch_fd_;
-  sigset_t old_mask_ {};
+  sigset_t old_mask_{};
   bool mask_changed_ = false;
   struct winsize size_ {};
   std::uint64_t window_changes_ = 0;

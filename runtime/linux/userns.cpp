@@ -14,8 +14,8 @@
 
 namespace sbx {
 
-bool find_subid_range(const std::string& text, const std::string& name, std::uint32_t need,
-                      std::uint32_t& start, std::uint32_t& count) {
+bool find_subid_range(const std::string& text, const std::string& name, std::uint32_t need, std::uint32_t& start,
+                      std::uint32_t& count) {
   std::istringstream in(text);
   std::string line;
   while (std::getline(in, line)) {
@@ -31,15 +31,13 @@ bool find_subid_range(const std::string& text, const std::string& name, std::uin
         count = static_cast<std::uint32_t>(c);
         return true;
       }
-    } catch (...) {
-    }
+    } catch (...) {}
   }
   return false;
 }
 
 Result<IdentityPlan> plan_identity(const RunSpec& spec, uid_t caller_uid, gid_t caller_gid,
-                                   const std::string& subuid_text, const std::string& subgid_text,
-                                   std::uint32_t slot) {
+                                   const std::string& subuid_text, const std::string& subgid_text, std::uint32_t slot) {
   IdentityPlan p;
   p.uid = spec.uid;
   p.gid = spec.gid;
@@ -54,16 +52,15 @@ Result<IdentityPlan> plan_identity(const RunSpec& spec, uid_t caller_uid, gid_t 
   if (spec.uid >= kMappedRange || spec.gid >= kMappedRange)
     return make_error("usage", "--uid/--gid must be below " + std::to_string(kMappedRange) +
                                    " when sbx runs as root (the sandbox's mapped range)");
-  if (slot >= kDefaultSlices) return make_error("identity", "id slot " + std::to_string(slot) + " is past the last (" +
-                                                               std::to_string(kDefaultSlices - 1) + ")");
+  if (slot >= kDefaultSlices)
+    return make_error("identity", "id slot " + std::to_string(slot) + " is past the last (" +
+                                      std::to_string(kDefaultSlices - 1) + ")");
   // A tenant's slice must lie wholly inside the range: ask for a range that holds slot + 1 slices.
   const std::uint64_t need = static_cast<std::uint64_t>(slot + 1) * kMappedRange;
   std::uint32_t ustart = kDefaultHostBase, ucount = kMappedRange, gstart = kDefaultHostBase, gcount = kMappedRange;
   bool have_u = find_subid_range(subuid_text, "sbx", kMappedRange, ustart, ucount);
   bool have_g = find_subid_range(subgid_text, "sbx", kMappedRange, gstart, gcount);
-  if (have_u != have_g) {
-    ustart = gstart = kDefaultHostBase;
-  }
+  if (have_u != have_g) { ustart = gstart = kDefaultHostBase; }
   p.range_source = have_u && have_g ? "/etc/subuid and /etc/subgid (sbx)" : "built-in default";
   if (have_u && have_g) {
     if (ucount < need || gcount < need)
@@ -102,7 +99,8 @@ Status write_proc_file(pid_t pid, const char* name, const std::string& content) 
 
 std::string map_text(const std::vector<IdMapping>& m) {
   std::string s;
-  for (auto& e : m) s += std::to_string(e.inside) + " " + std::to_string(e.outside) + " " + std::to_string(e.count) + "\n";
+  for (auto& e : m)
+    s += std::to_string(e.inside) + " " + std::to_string(e.outside) + " " + std::to_string(e.count) + "\n";
   return s;
 }
 }  // namespace

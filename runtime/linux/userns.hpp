@@ -58,7 +58,7 @@ Status switch_to_program_identity(const IdentityPlan& plan);
 nlohmann::json identity_to_json(const IdentityPlan& plan);
 
 // "NAME:START:COUNT" lines; returns {start, count} of the first entry for `name` with count >= need.
-bool find_subid_range(const std::string& text, const std::string& name, std::uint32_t need,
-                      std::uint32_t& start, std::uint32_t& count);
+bool find_subid_range(const std::string& text, const std::string& name, std::uint32_t need, std::uint32_t& start,
+                      std::uint32_t& count);
 
 }  // namespace sbx

@@ -42,8 +42,9 @@ std::optional<int> capability_number(const std::string& name) {
   if (bare.size() > 4 && upper(bare.substr(0, 4)) == "CAP_") bare = bare.substr(4);
   // libcap-ng's table holds the bare lower-case names and compares without case; a name of
   // anything but letters, digits and '_' is not one of them (and is not shown to it).
-  if (bare.empty() || bare.size() > 64 ||
-      !std::all_of(bare.begin(), bare.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }))
+  if (bare.empty() || bare.size() > 64 || !std::all_of(bare.begin(), bare.end(), [](char c) {
+        return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+      }))
     return std::nullopt;
   int n = capng_name_to_capability(bare.c_str());
   if (n < 0 || n > 63) return std::nullopt;
@@ -82,8 +83,8 @@ std::vector<std::string> capability_names(CapMask mask) {
 Status lock_securebits() {
   // SECBIT_NO_CAP_AMBIENT_RAISE comes later (restrict_capabilities): the kept set is raised into
   // the ambient set first, which that bit forbids.
-  unsigned long bits = SECBIT_NOROOT | SECBIT_NOROOT_LOCKED | SECBIT_NO_SETUID_FIXUP |
-                       SECBIT_NO_SETUID_FIXUP_LOCKED | SECBIT_KEEP_CAPS_LOCKED;
+  unsigned long bits = SECBIT_NOROOT | SECBIT_NOROOT_LOCKED | SECBIT_NO_SETUID_FIXUP | SECBIT_NO_SETUID_FIXUP_LOCKED |
+                       SECBIT_KEEP_CAPS_LOCKED;
   if (::prctl(PR_SET_SECUREBITS, bits, 0, 0, 0) != 0) return sys_error("capabilities", "lock securebits");
   return {};
 }
@@ -140,7 +141,10 @@ Status restrict_capabilities(CapMask keep) {
   int last = -1;
   for (int cap = 0;; ++cap) {
     if (kept(keep, cap)) {
-      if (::prctl(PR_CAPBSET_READ, cap, 0, 0, 0) >= 0) { last = cap; continue; }
+      if (::prctl(PR_CAPBSET_READ, cap, 0, 0, 0) >= 0) {
+        last = cap;
+        continue;
+      }
     } else if (::prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) == 0) {
       last = cap;
       continue;
@@ -149,7 +153,8 @@ Status restrict_capabilities(CapMask keep) {
     return sys_error("capabilities", "drop capability " + std::to_string(cap) + " from the bounding set");
   }
   if (last < 63 && keep >> (last + 1))
-    return make_error("capabilities", "the kernel has no capability " + capability_names(keep >> (last + 1) << (last + 1))[0], EINVAL);
+    return make_error("capabilities",
+                      "the kernel has no capability " + capability_names(keep >> (last + 1) << (last + 1))[0], EINVAL);
   if (::prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0)
     return sys_error("capabilities", "clear ambient capabilities");
   if (keep) {
@@ -166,8 +171,10 @@ Status restrict_capabilities(CapMask keep) {
   }
   // Now that the ambient set holds what it should, the program may raise nothing more into it.
   int bits = ::prctl(PR_GET_SECUREBITS, 0, 0, 0, 0);
-  if (bits < 0 || ::prctl(PR_SET_SECUREBITS, static_cast<unsigned long>(bits) | SECBIT_NO_CAP_AMBIENT_RAISE |
-                                                 SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED, 0, 0, 0) != 0)
+  if (bits < 0 ||
+      ::prctl(PR_SET_SECUREBITS,
+              static_cast<unsigned long>(bits) | SECBIT_NO_CAP_AMBIENT_RAISE | SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED, 0, 0,
+              0) != 0)
     return sys_error("capabilities", "lock ambient raising");
   SBX_TRY(set_caps(keep, keep, keep));
   return verify(keep, last);
@@ -196,8 +203,11 @@ bool parse_status_caps(const char* text, std::size_t len, ProcessCaps& pc) {
     const char* key;
     CapMask* out;
     bool seen;
-  } fields[] = {{"CapInh:", &pc.inheritable, false}, {"CapPrm:", &pc.permitted, false}, {"CapEff:", &pc.effective, false},
-                {"CapBnd:", &pc.bounding, false},    {"CapAmb:", &pc.ambient, false}};
+  } fields[] = {{"CapInh:", &pc.inheritable, false},
+                {"CapPrm:", &pc.permitted, false},
+                {"CapEff:", &pc.effective, false},
+                {"CapBnd:", &pc.bounding, false},
+                {"CapAmb:", &pc.ambient, false}};
   const char* end = text + len;
   for (const char* line = text; line < end;) {
     const char* eol = line;

@@ -17,9 +17,7 @@ namespace sbx {
 using nlohmann::json;
 
 namespace {
-bool surface(const Workload& w) {
-  return w.shell || w.browser || w.package_install || w.writable_fs || w.gpu;
-}
+bool surface(const Workload& w) { return w.shell || w.browser || w.package_install || w.writable_fs || w.gpu; }
 bool declares_limits(const Workload& w) { return w.cpus || w.memory_bytes || w.processes; }
 }  // namespace
 
@@ -36,7 +34,8 @@ const std::vector<ClassifyRule>& classify_rules() {
       {"trusted-outlives-request", 2, "trusted code outlives its request (a task, or long-lived)",
        "work that outlives the request belongs in a background job (a queue worker), still among your own processes",
        [](const Workload& w) { return w.trusted_code() && w.lifetime != "request"; }},
-      {"trusted-needs-process", 3, "trusted code needs a shell, a browser, package installs, a writable file system or a GPU",
+      {"trusted-needs-process", 3,
+       "trusted code needs a shell, a browser, package installs, a writable file system or a GPU",
        "child processes, installs and a writable root can damage the worker that hosts them: give them a process, "
        "root file system and limits of their own (sbx profile 'trusted')",
        [](const Workload& w) { return w.trusted_code() && surface(w); }},
@@ -54,12 +53,12 @@ const std::vector<ClassifyRule>& classify_rules() {
        "an sbx sandbox is thrown away after one run; isolation that lasts, with state carried between sessions, needs "
        "a VM's own kernel and disk",
        [](const Workload& w) { return w.untrusted() && (w.lifetime == "long-lived" || w.state == "persistent"); }},
-      {"untrusted-open-egress", 5, "untrusted code reaches the public web, or private services not named in an allowlist",
+      {"untrusted-open-egress", 5,
+       "untrusted code reaches the public web, or private services not named in an allowlist",
        "sbx's egress is a named allowlist; open egress from untrusted code needs a VM behind network controls of its "
        "own (or name the hosts: network allowlist stays in tier 4)",
-       [](const Workload& w) {
-         return w.untrusted() && (w.network == "public" || (w.network == "private" && w.allow.empty()));
-       }},
+       [](const Workload&
+              w) { return w.untrusted() && (w.network == "public" || (w.network == "private" && w.allow.empty())); }},
       {"untrusted-gpu", 5, "untrusted code needs a GPU",
        "a GPU driver is a large ioctl surface of shared kernel code: untrusted code gets a VM with the device passed "
        "through",
@@ -88,8 +87,9 @@ const char* tier_name(int tier) {
     case 1: return "in-process function";
     case 2: return "background job";
     case 3: return "isolated process or container (trusted code, its own limits)";
-    case 4: return "hardened sandbox (untrusted or model-written code: ephemeral root, strict limits, egress allowlist, "
-                   "task-scoped secrets)";
+    case 4:
+      return "hardened sandbox (untrusted or model-written code: ephemeral root, strict limits, egress allowlist, "
+             "task-scoped secrets)";
     default: return "dedicated VM (own kernel, privileged operations, long-lived isolation)";
   }
 }
@@ -100,11 +100,13 @@ std::string tier_advice(int tier) {
     case 1: return "no sandbox needed: trusted code that finishes within the request runs in the calling process";
     case 2: return "no sandbox needed: trusted code in a background job (queue worker) with its own retry and timeout";
     case 3: return "sbx with a profile built on 'trusted' (below): own namespaces, limits, read-only root";
-    case 4: return "sbx with a profile built on 'untrusted' (below): ephemeral root, strict limits, egress allowlist, "
-                   "secrets passed by name for this run only";
-    default: return "sbx is not enough: use a dedicated VM (a microVM such as Firecracker or Cloud Hypervisor, or a "
-                    "full VM under KVM/QEMU) with its own kernel and disk, network controls outside the guest, and "
-                    "credentials scoped to that VM";
+    case 4:
+      return "sbx with a profile built on 'untrusted' (below): ephemeral root, strict limits, egress allowlist, "
+             "secrets passed by name for this run only";
+    default:
+      return "sbx is not enough: use a dedicated VM (a microVM such as Firecracker or Cloud Hypervisor, or a "
+             "full VM under KVM/QEMU) with its own kernel and disk, network controls outside the guest, and "
+             "credentials scoped to that VM";
   }
 }
 
@@ -154,7 +156,8 @@ struct Reader {
 
 bool env_name(const std::string& s) {
   if (s.empty() || s.size() > 128 || std::isdigit(static_cast<unsigned char>(s[0]))) return false;
-  return std::all_of(s.begin(), s.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; });
+  return std::all_of(s.begin(), s.end(),
+                     [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; });
 }
 
 }  // namespace
@@ -202,8 +205,8 @@ Status workload_answers(const json& j, const Reader& r, Workload& w) {
 // "runtime": which surfaces the code needs, each a boolean.
 Status workload_runtime(const json& rt, const Reader& r, Workload& w) {
   if (!rt.is_object()) return r.fail("/runtime", "must be an object of booleans");
-  static const std::vector<std::string> known = {"shell", "browser", "package_install", "writable_fs",
-                                                 "kernel_features", "gpu"};
+  static const std::vector<std::string> known = {"shell",       "browser",         "package_install",
+                                                 "writable_fs", "kernel_features", "gpu"};
   SBX_TRY(r.keys(rt, "/runtime", known));
   bool* slots[] = {&w.shell, &w.browser, &w.package_install, &w.writable_fs, &w.kernel_features, &w.gpu};
   for (std::size_t i = 0; i < known.size(); ++i) {
@@ -237,9 +240,13 @@ Status workload_limits(const json& l, const Reader& r, Workload& w) {
     const json& v = l[key];
     std::string at = std::string("/limits/") + key;
     Result<std::int64_t> n = 0;
-    if (v.is_number_unsigned()) n = static_cast<std::int64_t>(std::min<std::uint64_t>(v.get<std::uint64_t>(), 1ULL << 62));
-    else if (v.is_string()) n = duration ? parse_duration_ms(v.get<std::string>()) : parse_size_bytes(v.get<std::string>());
-    else return r.fail(at, duration ? "must be a duration (\"30s\") or milliseconds" : "must be a size (\"512M\") or bytes");
+    if (v.is_number_unsigned())
+      n = static_cast<std::int64_t>(std::min<std::uint64_t>(v.get<std::uint64_t>(), 1ULL << 62));
+    else if (v.is_string())
+      n = duration ? parse_duration_ms(v.get<std::string>()) : parse_size_bytes(v.get<std::string>());
+    else
+      return r.fail(at,
+                    duration ? "must be a duration (\"30s\") or milliseconds" : "must be a size (\"512M\") or bytes");
     if (!n) return r.fail(at, n.error().message);
     if (*n <= 0) return r.fail(at, "must be greater than zero");
     slot = *n;
@@ -261,8 +268,9 @@ Status workload_limits(const json& l, const Reader& r, Workload& w) {
 Result<Workload> workload_from_json(const json& j, const std::string& source) {
   Reader r{source};
   if (!j.is_object()) return make_error("usage", source + ": must be a JSON object (the six answers)");
-  SBX_TRY(r.keys(j, "", {"name", "description", "code", "credentials", "network", "allow", "lifetime", "state",
-                          "runtime", "limits"}));
+  SBX_TRY(r.keys(
+      j, "",
+      {"name", "description", "code", "credentials", "network", "allow", "lifetime", "state", "runtime", "limits"}));
   Workload w;
   SBX_TRY(workload_answers(j, r, w));
   if (j.contains("runtime")) SBX_TRY(workload_runtime(j["runtime"], r, w));
@@ -283,8 +291,9 @@ Result<json> build_profile(const Workload& w, int tier, const std::vector<const 
   if (!p.is_object()) return make_error("classify", "built-in profile '" + base + "' is missing");
   std::string why;
   for (auto* r : fired) why += (why.empty() ? "" : ", ") + std::string(r->id);
-  p["description"] = "Written by sbx classify for " + (w.name.empty() ? std::string("a workload") : "'" + w.name + "'") +
-                     ": tier " + std::to_string(tier) + " (" + why + "), built on the '" + base + "' profile.";
+  p["description"] = "Written by sbx classify for " +
+                     (w.name.empty() ? std::string("a workload") : "'" + w.name + "'") + ": tier " +
+                     std::to_string(tier) + " (" + why + "), built on the '" + base + "' profile.";
   p["tier"] = tier;
   json& l = p["limits"];
   if (w.timeout_ms) l["timeout"] = format_duration_ms(*w.timeout_ms);
@@ -326,26 +335,32 @@ Result<Classification> classify(const Workload& w) {
     if (rule.tier == next && !rule.fires(w)) c.up.push_back(&rule);
 
   if (!w.spend.empty())
-    c.notes.push_back("spend (" + w.spend + ") is not something sbx meters: cap it where the money is spent (the API "
+    c.notes.push_back("spend (" + w.spend +
+                      ") is not something sbx meters: cap it where the money is spent (the API "
                       "key's budget, the provider's quota)");
   if (c.tier >= 3 && c.tier <= 4) {
     if (w.network == "private" || w.network == "allowlist")
       for (auto& a : w.allow)
         if (auto rule = parse_allow_rule(a); rule && rule->kind != AllowRule::Kind::address &&
                                              rule->kind != AllowRule::Kind::cidr && w.network == "private") {
-          c.notes.push_back("'" + a + "' is a name: sbx's proxy never lets a name rule reach a private address; "
+          c.notes.push_back("'" + a +
+                            "' is a name: sbx's proxy never lets a name rule reach a private address; "
                             "name private services by address or range");
           break;
         }
     if (w.network == "public")
-      c.notes.push_back("sbx reaches only the hosts its allowlist names: list them under \"allow\" (the profile "
-                        "below has " + std::to_string(w.allow.size()) + ")");
+      c.notes.push_back(
+          "sbx reaches only the hosts its allowlist names: list them under \"allow\" (the profile "
+          "below has " +
+          std::to_string(w.allow.size()) + ")");
     if (w.package_install && c.tier == 4)
-      c.notes.push_back("package installs need the mirror in the allowlist and write access to the root: prefer an "
-                        "image with the packages already in it (sbx image import)");
+      c.notes.push_back(
+          "package installs need the mirror in the allowlist and write access to the root: prefer an "
+          "image with the packages already in it (sbx image import)");
     if (w.state == "persistent" && c.tier == 3)
-      c.notes.push_back("persistent state: bind its directory read-write (--bind DIR:/data:rw); the rest of the root "
-                        "stays read-only");
+      c.notes.push_back(
+          "persistent state: bind its directory read-write (--bind DIR:/data:rw); the rest of the root "
+          "stays read-only");
     auto p = build_profile(w, c.tier, c.reasons());
     if (!p) return p.error();
     c.profile = std::move(*p);
@@ -362,7 +377,9 @@ json classification_to_json(const Workload& w, const Classification& c) {
   json j = {{"workload", w.name},
             {"tier", c.tier},
             {"tier_name", tier_name(c.tier)},
-            {"sandbox", c.tier <= 2 ? "none" : c.tier <= 4 ? "sbx" : "vm"},
+            {"sandbox", c.tier <= 2   ? "none"
+                        : c.tier <= 4 ? "sbx"
+                                      : "vm"},
             {"advice", tier_advice(c.tier)},
             {"reasons", rules(c.reasons())},
             {"also", rules(c.also())},

@@ -29,14 +29,14 @@ inline constexpr std::size_t kMaxWorkloadBytes = 64u << 10;
 
 struct Workload {
   std::string name;
-  std::string code = "trusted";            // none | trusted | untrusted | model-written
-  std::vector<std::string> credentials;    // environment variable names the task is handed
-  std::string network = "none";            // none | allowlist | public | private
-  std::vector<std::string> allow;          // hosts it must reach (sbx --allow-host rules)
-  std::string lifetime = "request";        // request | task | long-lived
-  std::string state = "none";              // none | scratch | persistent
-  bool shell = false, browser = false, package_install = false, writable_fs = false,
-       kernel_features = false, gpu = false;
+  std::string code = "trusted";          // none | trusted | untrusted | model-written
+  std::vector<std::string> credentials;  // environment variable names the task is handed
+  std::string network = "none";          // none | allowlist | public | private
+  std::vector<std::string> allow;        // hosts it must reach (sbx --allow-host rules)
+  std::string lifetime = "request";      // request | task | long-lived
+  std::string state = "none";            // none | scratch | persistent
+  bool shell = false, browser = false, package_install = false, writable_fs = false, kernel_features = false,
+       gpu = false;
   std::optional<double> cpus;
   std::optional<std::int64_t> memory_bytes, processes, output_bytes, timeout_ms;
   std::string spend;  // informational: sbx cannot meter money
@@ -57,12 +57,12 @@ const std::vector<ClassifyRule>& classify_rules();
 
 struct Classification {
   int tier = 0;
-  std::vector<const ClassifyRule*> fired;   // every rule that fired, in table order
+  std::vector<const ClassifyRule*> fired;            // every rule that fired, in table order
   std::vector<const ClassifyRule*> reasons() const;  // those that decide (of the answer's tier)
   std::vector<const ClassifyRule*> also() const;     // true but moot (a lower tier)
-  std::vector<const ClassifyRule*> up;      // rules of the lowest tier above `tier`: what would push it up
-  std::vector<std::string> notes;           // things sbx does not enforce (spend), advice
-  nlohmann::json profile;                   // tiers 3-4: a profile for `sbx run --profile FILE`; else null
+  std::vector<const ClassifyRule*> up;               // rules of the lowest tier above `tier`: what would push it up
+  std::vector<std::string> notes;                    // things sbx does not enforce (spend), advice
+  nlohmann::json profile;                            // tiers 3-4: a profile for `sbx run --profile FILE`; else null
 };
 
 // Strict parse of a workload description: unknown keys, wrong types and bad values are errors

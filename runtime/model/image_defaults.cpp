@@ -94,7 +94,8 @@ Status apply_user(RunSpec& spec, const std::string& user, const std::string& roo
       auto db = read_db(rootfs, "etc/group", image);
       if (!db) return db.error();
       auto hit = lookup(*db, g);
-      if (!hit) return make_error("usage", "image " + image + ": its User's group '" + g + "' is not in its /etc/group");
+      if (!hit)
+        return make_error("usage", "image " + image + ": its User's group '" + g + "' is not in its /etc/group");
       gid = hit->first;
     }
   }

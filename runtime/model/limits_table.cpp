@@ -74,8 +74,8 @@ const LimitKind* limit_kind_by_plan_name(std::string_view plan_name) {
 bool limit_set(const Limits& l, const LimitKind& k) {
   return std::visit(
       [&](auto m) {
-        if constexpr (std::is_same_v<decltype(m), std::int64_t Limits::*>) return true;
-        else return (l.*m).has_value();
+    if constexpr (std::is_same_v<decltype(m), std::int64_t Limits::*>) return true;
+    else return (l.*m).has_value();
       },
       k.member);
 }

@@ -54,8 +54,8 @@ enum class TenantCeiling {
 
 // Where the limit's value lives in Limits. An optional member is unlimited when unset and can be
 // cleared ("none"); the others always have a value.
-using LimitMember = std::variant<std::optional<std::int64_t> Limits::*, std::optional<double> Limits::*,
-                                 std::int64_t Limits::*>;
+using LimitMember =
+    std::variant<std::optional<std::int64_t> Limits::*, std::optional<double> Limits::*, std::int64_t Limits::*>;
 
 // The orders in which the lists that predate this table visited the limits, kept because each
 // is observable: which error of several a document, a set of flags or a ceiling check reports
@@ -76,14 +76,14 @@ struct LimitKind {
   LimitUnit unit;
   // Parses a string form (units); for a count, every string is an error naming `noun`.
   Result<std::int64_t> (*parse)(std::string_view);
-  const char* noun;       // "process count", ...: in "bad process count '12x'"
-  bool positive;          // 0 is refused (else 0 is a limit: nothing passes)
-  std::int64_t max;       // the largest value accepted
-  bool in_manifests;      // a pack manifest or exec request may set it (limit_keys, MCP schema)
+  const char* noun;   // "process count", ...: in "bad process count '12x'"
+  bool positive;      // 0 is refused (else 0 is a limit: nothing passes)
+  std::int64_t max;   // the largest value accepted
+  bool in_manifests;  // a pack manifest or exec request may set it (limit_keys, MCP schema)
   LimitEnforcement enforced;
   const char* controller;  // the cgroup v2 controller RunCgroup::create requires for it; nullptr: none
   TenantCeiling tenant;
-  const char* example;    // for the MCP tool schema's description ("10s"); nullptr: none
+  const char* example;  // for the MCP tool schema's description ("10s"); nullptr: none
   LimitOrder order;
 };
 

@@ -75,7 +75,8 @@ Result<LoadedProfile> parse_profile(ProfileSource src) {
   std::map<std::string, std::string> written;
   json as_written_doc = j;
   if (j.contains("limits"))
-    if (auto st = canonical_limit_keys(j["limits"], where, &written); !st) return make_error("profile", st.error().message);
+    if (auto st = canonical_limit_keys(j["limits"], where, &written); !st)
+      return make_error("profile", st.error().message);
   json probe = spec_to_json(RunSpec{});
   std::vector<std::string> unknown;
   unknown_keys(j, probe, "", unknown);
@@ -184,25 +185,26 @@ std::map<std::string, std::string> limit_layers(const LoadedProfile& profile, co
            (*patch)["gpu"].contains(key) && !(*patch)["gpu"][key].is_null();
   };
   std::string profile_layer = "profile '" + profile.source.name + "'";
-  out["gpu"] = by_flag.count("gpu")                   ? std::string("flag --gpu")
-               : sets_gpu(manifest_patch, "devices")  ? manifest_source
+  out["gpu"] = by_flag.count("gpu")                  ? std::string("flag --gpu")
+               : sets_gpu(manifest_patch, "devices") ? manifest_source
                : sets_gpu(&profile.patch, "devices") ? profile_layer
-                                                      : std::string("sbx's defaults");
+                                                     : std::string("sbx's defaults");
   out["gpu.max"] = sets_gpu(manifest_patch, "max") ? manifest_source
-                   : sets_gpu(&profile.patch, "max") ? profile_layer
-                                                     : std::string("sbx's defaults (profile '" + profile.source.name + "' sets no gpu.max)");
+                   : sets_gpu(&profile.patch, "max")
+                       ? profile_layer
+                       : std::string("sbx's defaults (profile '" + profile.source.name + "' sets no gpu.max)");
   return out;
 }
 
 namespace {
 template <typename T>
-Status at_most(const std::optional<T>& ceiling, const std::optional<T>& asked, const LimitKind& k, const std::string& source,
-               const std::string& profile, const std::set<std::string>& by_operator) {
+Status at_most(const std::optional<T>& ceiling, const std::optional<T>& asked, const LimitKind& k,
+               const std::string& source, const std::string& profile, const std::set<std::string>& by_operator) {
   if (!ceiling || (asked && *asked <= *ceiling) || by_operator.count(k.name)) return {};
   std::string raise = k.flag[0] ? std::string("; the operator may raise it with ") + k.flag : std::string();
   LimitFormat fmt = limit_format(k.unit);
-  return make_error("usage", source + ": /limits/" + k.name + ": " + shown_limit(asked, fmt) + " is above the ceiling of profile '" +
-                                 profile + "' (" + shown_limit(ceiling, fmt) +
+  return make_error("usage", source + ": /limits/" + k.name + ": " + shown_limit(asked, fmt) +
+                                 " is above the ceiling of profile '" + profile + "' (" + shown_limit(ceiling, fmt) +
                                  "): a manifest or request may lower a limit, never raise it" + raise);
 }
 
@@ -218,14 +220,18 @@ Status check_ceilings(const RunSpec& ceiling, const RunSpec& asked, const std::s
   // Every limit of limits_table.hpp, one rule: at most the profile's; its flag is the operator's.
   for (const LimitKind* k : limit_kinds_by(&LimitOrder::ceiling))
     SBX_TRY(std::visit(
-        [&](auto m) { return at_most(as_optional(ceiling.limits, m), as_optional(asked.limits, m), *k, source, profile, op); },
+        [&](auto m) {
+      return at_most(as_optional(ceiling.limits, m), as_optional(asked.limits, m), *k, source, profile, op);
+        },
         k->member));
   // gpu.max: a ceiling of the profile's that no layer raises (--gpu included: plan_gpu checks the
   // request against the merged max, gpu.hpp).
   if (ceiling.gpu.max != kGpuMaxAll && (asked.gpu.max == kGpuMaxAll || asked.gpu.max > ceiling.gpu.max))
-    return make_error("usage", source + ": /gpu/max: " + (asked.gpu.max == kGpuMaxAll ? std::string("all") : std::to_string(asked.gpu.max)) +
-                                   " is above the ceiling of profile '" + profile + "' (" + std::to_string(ceiling.gpu.max) +
-                                   "): a manifest or request may lower it, never raise it");
+    return make_error(
+        "usage",
+        source + ": /gpu/max: " + (asked.gpu.max == kGpuMaxAll ? std::string("all") : std::to_string(asked.gpu.max)) +
+            " is above the ceiling of profile '" + profile + "' (" + std::to_string(ceiling.gpu.max) +
+            "): a manifest or request may lower it, never raise it");
   return keeps_at_most(ceiling.capabilities.keep, asked.capabilities.keep, source, profile, op);
 }
 
@@ -233,13 +239,15 @@ Status keeps_at_most(const std::vector<std::string>& ceiling, const std::vector<
                      const std::string& source, const std::string& profile, const std::set<std::string>& op) {
   for (std::size_t i = 0; i < asked.size(); ++i) {
     const std::string& cap = asked[i];
-    if (std::find(ceiling.begin(), ceiling.end(), cap) != ceiling.end() || op.count(kCapabilityByOperator + cap)) continue;
+    if (std::find(ceiling.begin(), ceiling.end(), cap) != ceiling.end() || op.count(kCapabilityByOperator + cap))
+      continue;
     std::string has;
     for (auto& c : ceiling) has += (has.empty() ? "" : ", ") + c;
     return make_error("usage", source + ": /capabilities/keep: " + cap + " is not kept by profile '" + profile + "' (" +
                                    (has.empty() ? "it keeps none" : "it keeps " + has) +
                                    "): a manifest or request may keep fewer capabilities, never more; the operator "
-                                   "may add it with --cap-add " + cap);
+                                   "may add it with --cap-add " +
+                                   cap);
   }
   return {};
 }

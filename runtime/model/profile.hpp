@@ -24,7 +24,7 @@ struct ProfileSource {
 
 struct LoadedProfile {
   ProfileSource source;
-  nlohmann::json patch;  // parsed, validated as a partial RunSpec (limits under RunSpec keys)
+  nlohmann::json patch;       // parsed, validated as a partial RunSpec (limits under RunSpec keys)
   nlohmann::json as_written;  // the profile's own content, keys spelled as in the file
   std::string description;
 };
@@ -48,8 +48,7 @@ std::vector<ProfileSource> list_profiles();
 // `set_by_operator` (manifest key names: "timeout", "memory", ...) are decided by a flag, so the
 // manifest's value for them is not checked (the flag replaces it).
 Result<RunSpec> spec_from_layers(const LoadedProfile& profile, const nlohmann::json* manifest_patch,
-                                 const std::string& manifest_source,
-                                 const std::set<std::string>& set_by_operator = {});
+                                 const std::string& manifest_source, const std::set<std::string>& set_by_operator = {});
 
 // Which layer set each limit of the merged spec, by limits_plan.hpp's names ("memory", "pids",
 // "cpus", "cpu_time", "timeout", "output"): "flag --cpus" for those in `by_flag` (same names),
@@ -68,6 +67,7 @@ Status check_ceilings(const RunSpec& ceiling, const RunSpec& asked, const std::s
 // added by flag, which `set_by_operator` holds as kCapabilityByOperator + "CAP_NAME".
 inline constexpr const char* kCapabilityByOperator = "capability ";
 Status keeps_at_most(const std::vector<std::string>& ceiling, const std::vector<std::string>& asked,
-                     const std::string& source, const std::string& profile, const std::set<std::string>& set_by_operator);
+                     const std::string& source, const std::string& profile,
+                     const std::set<std::string>& set_by_operator);
 
 }  // namespace sbx

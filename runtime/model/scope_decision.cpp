@@ -20,7 +20,8 @@ ScopeDecision decide_systemd_scope(ScopeMode mode, const ScopeFacts& f) {
   }
   if (f.user_manager.empty()) {
     std::string why = "no systemd user manager answers (" + f.user_manager_probe + ")";
-    return flag ? refuse("--systemd-scope: " + why + "; log in through systemd (or loginctl enable-linger), or drop --systemd-scope")
+    return flag ? refuse("--systemd-scope: " + why +
+                         "; log in through systemd (or loginctl enable-linger), or drop --systemd-scope")
                 : no(why);
   }
   if (!f.have_systemd_run) {

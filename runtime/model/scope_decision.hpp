@@ -11,14 +11,14 @@ enum class ScopeMode { automatic, always, never };
 // What decides a re-exec, gathered from the host (gather_scope_facts) or given by a test.
 struct ScopeFacts {
   bool rootless = true;
-  bool in_scope = false;          // we are the re-executed sbx
-  bool cgroup_usable = false;     // plan_limits would use a cgroup here, and it holds no one else
-  bool own_cgroup_busy = false;   // writable, but other processes are in it (for the reason)
-  std::string layout;             // CgroupInfo::layout
-  bool wants_cgroup = false;      // the run has a memory, pids, cpus or cpu_time limit
-  std::string user_manager;       // the socket a user manager answered on ("" = none)
-  std::string user_manager_probe; // what was tried, for the message when none answered
-  bool have_systemd_run = false;  // systemd-run on PATH
+  bool in_scope = false;           // we are the re-executed sbx
+  bool cgroup_usable = false;      // plan_limits would use a cgroup here, and it holds no one else
+  bool own_cgroup_busy = false;    // writable, but other processes are in it (for the reason)
+  std::string layout;              // CgroupInfo::layout
+  bool wants_cgroup = false;       // the run has a memory, pids, cpus or cpu_time limit
+  std::string user_manager;        // the socket a user manager answered on ("" = none)
+  std::string user_manager_probe;  // what was tried, for the message when none answered
+  bool have_systemd_run = false;   // systemd-run on PATH
 };
 
 struct ScopeDecision {

@@ -1,6 +1,5 @@
 #include "runtime/model/spec.hpp"
 
-
 #include <cctype>
 #include <functional>
 
@@ -60,7 +59,8 @@ json opt(const std::optional<std::int64_t>& v) { return v ? json(*v) : json(null
 // Field makers: one line per member in the tables below.
 template <typename T, typename M>
 Field<T> plain(const char* key, M T::*m) {
-  return {key, [key, m](DocReader& r, T& t) -> Status {
+  return {key,
+          [key, m](DocReader& r, T& t) -> Status {
             if constexpr (std::is_same_v<M, std::string>) return r.get_string(key, t.*m);
             else if constexpr (std::is_same_v<M, bool>) return r.get_bool(key, t.*m);
             else return r.get_strings(key, t.*m);
@@ -316,57 +316,57 @@ const Fields<GpuSpec>& gpu_fields() {
 
 // The RunSpec: a profile's keys are exactly these (profile.cpp), plus `description`.
 const Fields<RunSpec>& spec_fields() {
-  static const Fields<RunSpec> f = {
-      {"description",  // free text for humans, shown by `sbx profile ls`; not part of a run
-       [](DocReader& r, RunSpec&) -> Status {
-         r.ignore("description");
-         if (r.has("description") && !r.value().at("description").is_string())
-           return r.fail_key("description", "must be a string");
-         return {};
-       },
-       nullptr},
-      plain("argv", &RunSpec::argv),
-      plain("profile", &RunSpec::profile),
-      integer("tier", &RunSpec::tier, 3, 4),
-      integer("uid", &RunSpec::uid, 0, 4294967294LL),
-      integer("gid", &RunSpec::gid, 0, 4294967294LL),
-      {"env", read_env, [](const RunSpec& s) { return json(s.env); }},
-      plain("env_pass", &RunSpec::env_pass),
-      {"binds", [](DocReader& r, RunSpec& s) { return read_list(r, "binds", s.binds, parse_bind, read_bind); },
-       [](const RunSpec& s) { return write_binds(s.binds, true); }},
-      {"tmpfs",
-       [](DocReader& r, RunSpec& s) { return read_list(r, "tmpfs", s.tmpfs, parse_tmpfs, read_tmpfs); },
-       [](const RunSpec& s) {
-         json out = json::array();
-         for (auto& t : s.tmpfs) out.push_back({{"dst", t.dst}, {"size_bytes", t.size_bytes}});
-         return out;
-       }},
-      {"inputs", [](DocReader& r, RunSpec& s) { return read_list(r, "inputs", s.inputs, parse_input, read_input); },
-       [](const RunSpec& s) { return write_binds(s.inputs, false); }},
-      plain("workdir", &RunSpec::workdir),
-      plain("hostname", &RunSpec::hostname),
-      plain("image", &RunSpec::image),
-      object("network", &RunSpec::network, network_fields(), check_network),
-      object("limits", &RunSpec::limits, limits_fields()),
-      plain("require_limits", &RunSpec::require_limits),
-      plain("require_record", &RunSpec::require_record),
-      {"events",
-       [](DocReader& r, RunSpec& s) -> Status {
-         SBX_TRY(r.get_string("events", s.events));
-         if (!s.events.empty())
-           if (auto st = check_events_destination(s.events); !st) return r.fail_key("events", st.error().message);
-         return {};
-       },
-       [](const RunSpec& s) { return s.events.empty() ? json(nullptr) : json(s.events); }},
-      {"seccomp",
-       [](DocReader& r, RunSpec& s) -> Status {
-         SBX_TRY(r.get_string("seccomp", s.seccomp));
-         if (s.seccomp.empty()) return r.fail_key("seccomp", "must be 'default', 'unconfined' or a policy file");
-         return {};
-       },
-       [](const RunSpec& s) { return json(s.seccomp); }},
-      object("capabilities", &RunSpec::capabilities, capabilities_fields()),
-      object("gpu", &RunSpec::gpu, gpu_fields()),
+  static const Fields<RunSpec> f =
+      {
+          {"description",  // free text for humans, shown by `sbx profile ls`; not part of a run
+           [](DocReader& r, RunSpec&) -> Status {
+             r.ignore("description");
+             if (r.has("description") && !r.value().at("description").is_string())
+               return r.fail_key("description", "must be a string");
+             return {};
+           },
+           nullptr},
+          plain("argv", &RunSpec::argv),
+          plain("profile", &RunSpec::profile),
+          integer("tier", &RunSpec::tier, 3, 4),
+          integer("uid", &RunSpec::uid, 0, 4294967294LL),
+          integer("gid", &RunSpec::gid, 0, 4294967294LL),
+          {"env", read_env, [](const RunSpec& s) { return json(s.env); }},
+          plain("env_pass", &RunSpec::env_pass),
+          {"binds", [](DocReader& r, RunSpec& s) { return read_list(r, "binds", s.binds, parse_bind, read_bind); },
+           [](const RunSpec& s) { return write_binds(s.binds, true); }},
+          {"tmpfs", [](DocReader& r, RunSpec& s) { return read_list(r, "tmpfs", s.tmpfs, parse_tmpfs, read_tmpfs); },
+           [](const RunSpec& s) {
+    json out = json::array();
+    for (auto& t : s.tmpfs) out.push_back({{"dst", t.dst}, {"size_bytes", t.size_bytes}});
+    return out;
+           }},
+          {"inputs", [](DocReader& r, RunSpec& s) { return read_list(r, "inputs", s.inputs, parse_input, read_input); },
+           [](const RunSpec& s) { return write_binds(s.inputs, false); }},
+          plain("workdir", &RunSpec::workdir),
+          plain("hostname", &RunSpec::hostname),
+          plain("image", &RunSpec::image),
+          object("network", &RunSpec::network, network_fields(), check_network),
+          object("limits", &RunSpec::limits, limits_fields()),
+          plain("require_limits", &RunSpec::require_limits),
+          plain("require_record", &RunSpec::require_record),
+          {"events",
+           [](DocReader& r, RunSpec& s) -> Status {
+             SBX_TRY(r.get_string("events", s.events));
+             if (!s.events.empty())
+               if (auto st = check_events_destination(s.events); !st) return r.fail_key("events", st.error().message);
+             return {};
+           },
+           [](const RunSpec& s) { return s.events.empty() ? json(nullptr) : json(s.events); }},
+          {"seccomp",
+           [](DocReader& r, RunSpec& s) -> Status {
+             SBX_TRY(r.get_string("seccomp", s.seccomp));
+             if (s.seccomp.empty()) return r.fail_key("seccomp", "must be 'default', 'unconfined' or a policy file");
+             return {};
+           },
+           [](const RunSpec& s) { return json(s.seccomp); }},
+          object("capabilities", &RunSpec::capabilities, capabilities_fields()),
+          object("gpu", &RunSpec::gpu, gpu_fields()),
   };
   return f;
 }
@@ -515,22 +515,28 @@ bool clean_abs_path(const std::string& p) {
 Status validate_spec(const RunSpec& s) {
   if (s.argv.empty()) return make_error("usage", "no command given (usage: sbx run [OPTIONS] -- CMD [ARGS...])");
   for (auto& b : s.binds) {
-    if (!clean_abs_path(b.dst)) return make_error("usage", "bind destination '" + b.dst + "' must be an absolute path without '..'");
+    if (!clean_abs_path(b.dst))
+      return make_error("usage", "bind destination '" + b.dst + "' must be an absolute path without '..'");
     if (b.dst == "/") return make_error("usage", "bind destination '/' would replace the sandbox root");
   }
   for (auto& t : s.tmpfs)
     if (!clean_abs_path(t.dst) || t.dst == "/")
-      return make_error("usage", "tmpfs destination '" + t.dst + "' must be an absolute path other than '/' without '..'");
-  if (!clean_abs_path(s.workdir)) return make_error("usage", "workdir '" + s.workdir + "' must be an absolute path without '..'");
+      return make_error("usage",
+                        "tmpfs destination '" + t.dst + "' must be an absolute path other than '/' without '..'");
+  if (!clean_abs_path(s.workdir))
+    return make_error("usage", "workdir '" + s.workdir + "' must be an absolute path without '..'");
   if (s.hostname.empty() || s.hostname.size() > 64) return make_error("usage", "hostname must be 1 to 64 characters");
   for (auto& [k, v] : s.env)
-    if (k.empty() || k.find('=') != std::string::npos) return make_error("usage", "bad environment variable name '" + k + "'");
+    if (k.empty() || k.find('=') != std::string::npos)
+      return make_error("usage", "bad environment variable name '" + k + "'");
   for (auto& k : s.env_pass)
     if (k.empty() || k.find('=') != std::string::npos) return make_error("usage", "bad --env-pass name '" + k + "'");
   for (auto& i : s.inputs)
     if (!clean_abs_path(i.dst) || i.dst == "/")
-      return make_error("usage", "input destination '" + i.dst + "' must be an absolute path other than '/' without '..'");
-  if (s.image.empty()) return make_error("usage", "image must be 'host' or an image reference (NAME[:TAG] or sha256:<hex>)");
+      return make_error("usage",
+                        "input destination '" + i.dst + "' must be an absolute path other than '/' without '..'");
+  if (s.image.empty())
+    return make_error("usage", "image must be 'host' or an image reference (NAME[:TAG] or sha256:<hex>)");
   return {};
 }
 

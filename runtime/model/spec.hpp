@@ -36,10 +36,10 @@ struct NetworkSpec {
   // A non-empty `allow` turns "none" into "proxy"; "proxy" with an empty list denies (and records)
   // every attempt.
   std::string mode = "none";
-  std::vector<std::string> allow;               // --allow-host rules, as written
-  std::int64_t max_connections = 64;            // concurrent proxied connections
-  std::optional<std::int64_t> max_bytes;        // total bytes relayed (both directions), per run
-  std::int64_t idle_timeout_ms = 60000;         // a proxied connection silent this long is closed
+  std::vector<std::string> allow;         // --allow-host rules, as written
+  std::int64_t max_connections = 64;      // concurrent proxied connections
+  std::optional<std::int64_t> max_bytes;  // total bytes relayed (both directions), per run
+  std::int64_t idle_timeout_ms = 60000;   // a proxied connection silent this long is closed
   bool operator==(const NetworkSpec&) const = default;
 };
 
@@ -131,7 +131,7 @@ Status canonical_limit_keys(nlohmann::json& limits, const std::string& source,
 std::string as_written(std::string message, const std::map<std::string, std::string>& written);
 
 // Parsers shared by the CLI and spec_from_json.
-Result<BindMount> parse_bind(const std::string& text);   // SRC[:DST][:rw|:ro]
+Result<BindMount> parse_bind(const std::string& text);    // SRC[:DST][:rw|:ro]
 Result<TmpfsMount> parse_tmpfs(const std::string& text);  // DST[:SIZE]
 Result<BindMount> parse_input(const std::string& text);   // PATH[:DST]
 

@@ -40,15 +40,19 @@ Status check_private_key_file(int fd, const std::string& path) {
   if (::fstat(fd, &st) != 0) return sys_error(kStage, "cannot stat key " + path);
   if (!S_ISREG(st.st_mode)) return make_error(kStage, "private key " + path + " is not a regular file");
   if (st.st_uid != ::geteuid())
-    return make_error(kStage, "private key " + path + " belongs to uid " + std::to_string(st.st_uid) + ", not to sbx's user (uid " +
-                                  std::to_string(::geteuid()) + "): its owner can replace it; fix: chown " +
-                                  std::to_string(::geteuid()) + " " + path + " (if the key is yours), or make a new one");
+    return make_error(kStage, "private key " + path + " belongs to uid " + std::to_string(st.st_uid) +
+                                  ", not to sbx's user (uid " + std::to_string(::geteuid()) +
+                                  "): its owner can replace it; fix: chown " + std::to_string(::geteuid()) + " " +
+                                  path + " (if the key is yours), or make a new one");
   if (st.st_mode & 077) {
     char mode[8];
     std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
     return make_error(kStage, "private key " + path + " has mode " + mode + ": other users can " +
-                                  (st.st_mode & 022 ? "replace" : "read") + " it, so a signature made with it proves nothing; "
-                                  "fix: chmod 600 " + path + (st.st_mode & 022 ? " (and make a new key if others may have written it)" : ""));
+                                  (st.st_mode & 022 ? "replace" : "read") +
+                                  " it, so a signature made with it proves nothing; "
+                                  "fix: chmod 600 " +
+                                  path +
+                                  (st.st_mode & 022 ? " (and make a new key if others may have written it)" : ""));
   }
   return {};
 }
@@ -61,14 +65,17 @@ Status check_public_key_file(int fd, const std::string& path) {
   if (::fstat(fd, &st) != 0) return sys_error(kStage, "cannot stat key " + path);
   if (!S_ISREG(st.st_mode)) return make_error(kStage, "public key " + path + " is not a regular file");
   if (st.st_uid != ::geteuid() && st.st_uid != 0)
-    return make_error(kStage, "public key " + path + " belongs to uid " + std::to_string(st.st_uid) + ", not to sbx's user (uid " +
-                                  std::to_string(::geteuid()) + ") or root: its owner can replace it with a key of their own; fix: chown " +
+    return make_error(kStage, "public key " + path + " belongs to uid " + std::to_string(st.st_uid) +
+                                  ", not to sbx's user (uid " + std::to_string(::geteuid()) +
+                                  ") or root: its owner can replace it with a key of their own; fix: chown " +
                                   std::to_string(::geteuid()) + " " + path + " (after checking it is your key)");
   if (st.st_mode & 022) {
     char mode[8];
     std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
-    return make_error(kStage, "public key " + path + " has mode " + mode + ": other users can replace it with a key of their own, "
-                                  "so a signature it accepts proves nothing; fix: chmod 644 " + path + " (after checking it is your key)");
+    return make_error(kStage, "public key " + path + " has mode " + mode +
+                                  ": other users can replace it with a key of their own, "
+                                  "so a signature it accepts proves nothing; fix: chmod 644 " +
+                                  path + " (after checking it is your key)");
   }
   return {};
 }
@@ -80,7 +87,8 @@ Result<std::string> read_key_file(const std::string& path, bool priv) {
   std::string text(kMaxKeyFile + 1, '\0');
   ssize_t n = ::read(fd.get(), text.data(), text.size());
   if (n < 0) return sys_error(kStage, "cannot read key " + path);
-  if (static_cast<std::size_t>(n) > kMaxKeyFile) return make_error(kStage, "key " + path + " is larger than 16 KiB: not a key");
+  if (static_cast<std::size_t>(n) > kMaxKeyFile)
+    return make_error(kStage, "key " + path + " is larger than 16 KiB: not a key");
   text.resize(static_cast<std::size_t>(n));
   return text;
 }
@@ -99,7 +107,8 @@ Result<Pkey> parse_key(const std::string& path, bool priv) {
 
 Result<std::string> pem_of(EVP_PKEY* k, bool priv) {
   Bio bio(BIO_new(BIO_s_mem()));
-  int ok = priv ? PEM_write_bio_PrivateKey(bio.get(), k, nullptr, nullptr, 0, nullptr, nullptr) : PEM_write_bio_PUBKEY(bio.get(), k);
+  int ok = priv ? PEM_write_bio_PrivateKey(bio.get(), k, nullptr, nullptr, 0, nullptr, nullptr)
+                : PEM_write_bio_PUBKEY(bio.get(), k);
   char* data = nullptr;
   long n = BIO_get_mem_data(bio.get(), &data);
   if (ok != 1 || n <= 0) return make_error(kStage, "libcrypto cannot encode the key as PEM");
@@ -138,7 +147,8 @@ Result<std::string> cache_mac_secret() {
     SBX_TRY(check_private_key_file(fd.get(), path));
     char buf[kLen + 1];
     ssize_t n = ::read(fd.get(), buf, sizeof buf);
-    if (n != static_cast<ssize_t>(kLen)) return make_error(kStage, path + " is not a 32-byte secret: remove it (sbx makes a new one)");
+    if (n != static_cast<ssize_t>(kLen))
+      return make_error(kStage, path + " is not a 32-byte secret: remove it (sbx makes a new one)");
     return Result<std::string>(std::string(buf, kLen));
   };
   if (::access(path.c_str(), F_OK) == 0) return read_secret();
@@ -181,7 +191,8 @@ Result<std::string> create_ledger_key(const LedgerKeyPaths& p) {
   SBX_TRY(write_new(p.priv, *priv, 0600));
   unsigned char raw[32];
   std::size_t len = sizeof raw;
-  if (EVP_PKEY_get_raw_public_key(k.get(), raw, &len) != 1) return make_error(kStage, "libcrypto cannot export the public key");
+  if (EVP_PKEY_get_raw_public_key(k.get(), raw, &len) != 1)
+    return make_error(kStage, "libcrypto cannot export the public key");
   return sha256_hex(std::string_view(reinterpret_cast<const char*>(raw), len));
 }
 
@@ -213,7 +224,8 @@ std::string LedgerSigner::sign(std::string_view message) const {
   unsigned char sig[64];
   std::size_t len = sizeof sig;
   if (!ctx || EVP_DigestSignInit(ctx.get(), nullptr, nullptr, nullptr, key_.get()) != 1 ||
-      EVP_DigestSign(ctx.get(), sig, &len, reinterpret_cast<const unsigned char*>(message.data()), message.size()) != 1) {
+      EVP_DigestSign(ctx.get(), sig, &len, reinterpret_cast<const unsigned char*>(message.data()), message.size()) !=
+          1) {
     std::fprintf(stderr, "sbx: libcrypto: Ed25519 signing failed\n");
     std::abort();
   }
@@ -236,7 +248,8 @@ bool LedgerVerifier::verify(std::string_view message, std::string_view sig_base6
   if (EVP_DecodeBlock(raw, reinterpret_cast<const unsigned char*>(sig_base64.data()), 88) != 66) return false;
   std::unique_ptr<EVP_MD_CTX, void (*)(EVP_MD_CTX*)> ctx(EVP_MD_CTX_new(), EVP_MD_CTX_free);
   return ctx && EVP_DigestVerifyInit(ctx.get(), nullptr, nullptr, nullptr, key_.get()) == 1 &&
-         EVP_DigestVerify(ctx.get(), raw, 64, reinterpret_cast<const unsigned char*>(message.data()), message.size()) == 1;
+         EVP_DigestVerify(ctx.get(), raw, 64, reinterpret_cast<const unsigned char*>(message.data()), message.size()) ==
+             1;
 }
 
 }  // namespace sbx

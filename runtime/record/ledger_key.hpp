@@ -16,7 +16,7 @@ struct evp_pkey_st;
 namespace sbx {
 
 struct LedgerKeyPaths {
-  std::string dir;       // $XDG_CONFIG_HOME/sbx, else $HOME/.config/sbx
+  std::string dir;        // $XDG_CONFIG_HOME/sbx, else $HOME/.config/sbx
   std::string priv, pub;  // <dir>/ledger-key.pem (0600), <dir>/ledger-key.pub.pem
 };
 Result<LedgerKeyPaths> ledger_key_paths();

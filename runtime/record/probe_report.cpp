@@ -32,7 +32,8 @@ ProbeOutput parse_probe_output(std::string_view text) {
       std::string_view rest = line.substr(2);
       auto tab = rest.find('\t');
       std::string_view key = rest.substr(0, tab);
-      if (tab == std::string_view::npos || !good_name(key) || rest.size() - tab - 1 > 200 || out.info.size() >= kMaxProbeInfo) {
+      if (tab == std::string_view::npos || !good_name(key) || rest.size() - tab - 1 > 200 ||
+          out.info.size() >= kMaxProbeInfo) {
         ++out.bad_lines;
         continue;
       }
@@ -68,8 +69,8 @@ std::string probe_table(const std::vector<ProbeResult>& results) {
   std::string out = "BOUNDARY" + std::string(w - 8 + 2, ' ') + "RESULT    EVIDENCE\n";
   std::size_t held = 0, breached = 0;
   for (auto& r : results) {
-    out += r.name + std::string(w - r.name.size() + 2, ' ') + r.status + std::string(10 - std::min<std::size_t>(r.status.size(), 9), ' ') +
-           r.evidence + "\n";
+    out += r.name + std::string(w - r.name.size() + 2, ' ') + r.status +
+           std::string(10 - std::min<std::size_t>(r.status.size(), 9), ' ') + r.evidence + "\n";
     held += r.status == "held";
     breached += r.status == "breached";
   }
@@ -82,7 +83,9 @@ nlohmann::json probe_json(const std::vector<ProbeResult>& results) {
   nlohmann::json a = nlohmann::json::array();
   std::size_t held = 0, breached = 0;
   for (auto& r : results) {
-    a.push_back({{"probe", r.name}, {"area", r.name.substr(0, r.name.find('.'))}, {"result", r.status},
+    a.push_back({{"probe", r.name},
+                 {"area", r.name.substr(0, r.name.find('.'))},
+                 {"result", r.status},
                  {"evidence", r.evidence}});
     held += r.status == "held";
     breached += r.status == "breached";

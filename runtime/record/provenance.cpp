@@ -14,7 +14,9 @@ using nlohmann::json;
 // The tolerant member read (json_io.hpp), by this file's short name.
 constexpr auto at = json_member;
 
-std::string str(const json& v, const std::string& fallback = "") { return v.is_string() ? v.get<std::string>() : fallback; }
+std::string str(const json& v, const std::string& fallback = "") {
+  return v.is_string() ? v.get<std::string>() : fallback;
+}
 
 // A stream of the record ({bytes, sha256, truncated, ...}) as a ResourceDescriptor.
 json stream_descriptor(const char* name, const json& s) {
@@ -105,14 +107,15 @@ json external_parameters(const json& r) {
   const json& spec = at(inv, "spec");
   const json& prof = at(inv, "profile");
   const json& pack = at(inv, "pack");
-  return {{"argv", at(inv, "argv")},
-          {"command", at(spec, "argv")},
-          {"profile", {{"name", at(prof, "name")}, {"sha256", at(prof, "sha256")}}},
-          {"pack", pack.is_object() ? json{{"name", at(pack, "name")}, {"version", at(pack, "version")},
-                                           {"digest", at(pack, "digest")}}
-                                    : json(nullptr)},
-          {"image", at(at(r, "image"), "name")},
-          {"network", {{"mode", at(at(spec, "network"), "mode")}, {"allow", at(at(spec, "network"), "allow")}}}};
+  return {
+      {"argv", at(inv, "argv")},
+      {"command", at(spec, "argv")},
+      {"profile", {{"name", at(prof, "name")}, {"sha256", at(prof, "sha256")}}},
+      {"pack", pack.is_object()
+                   ? json{{"name", at(pack, "name")}, {"version", at(pack, "version")}, {"digest", at(pack, "digest")}}
+                   : json(nullptr)},
+      {"image", at(at(r, "image"), "name")},
+      {"network", {{"mode", at(at(spec, "network"), "mode")}, {"allow", at(at(spec, "network"), "allow")}}}};
 }
 
 // One input as a resolved dependency (a directory's sha256 is of its sbx-manifest v1 text, not
@@ -145,15 +148,16 @@ json dependencies(const json& r, ProvenanceDoc& doc, json& input_paths) {
   if (json d = sha256_digest_set(at(image, "digest")); !d.is_null()) {
     deps.push_back({{"name", "image"}, {"digest", d}, {"annotations", {{"sbx_image", image_name}}}});
   } else {
-    deps.push_back({{"name", "image"}, {"uri", "file:///"},
-                    {"annotations", {{"sbx_image", image_name}, {"note", "the host's file system, read-only; no digest"}}}});
+    deps.push_back(
+        {{"name", "image"},
+         {"uri", "file:///"},
+         {"annotations", {{"sbx_image", image_name}, {"note", "the host's file system, read-only; no digest"}}}});
   }
   if (pack.is_object()) {
     std::string pname = str(at(pack, "name"), "?") + "@" + str(at(pack, "version"), "?");
     if (json d = sha256_digest_set(at(pack, "digest")); !d.is_null())
       deps.push_back({{"name", "pack"}, {"digest", d}, {"annotations", {{"sbx_pack", pname}}}});
-    else
-      doc.skipped.push_back("pack " + pname + ": no valid digest");
+    else doc.skipped.push_back("pack " + pname + ": no valid digest");
   }
   const json& inputs = at(r, "inputs");
   if (inputs.is_array()) {
@@ -191,9 +195,11 @@ json run_details(const json& r, const std::string& run_id, ProvenanceDoc& doc, c
     else doc.skipped.push_back(std::string(key) + ": not an RFC 3339 UTC time");
   }
   const json& res = at(r, "result");
-  json details = {{"builder", {{"id", builder_id}, {"version", {{"sbx", version}}}}},
-                  {"metadata", metadata},
-                  {"sbx_result", {{"status", at(res, "status")}, {"exit_code", at(res, "exit_code")}, {"signal", at(res, "signal")}}}};
+  json details = {
+      {"builder", {{"id", builder_id}, {"version", {{"sbx", version}}}}},
+      {"metadata", metadata},
+      {"sbx_result",
+       {{"status", at(res, "status")}, {"exit_code", at(res, "exit_code")}, {"signal", at(res, "signal")}}}};
   if (!byproducts.empty()) details["byproducts"] = byproducts;
   return details;
 }
@@ -206,7 +212,8 @@ Result<ProvenanceDoc> intoto_statement(const json& r) {
   if (run_id.empty()) return make_error("trace export", "the record has no run_id");
   json byproducts = json::array();
   json subject = subjects(r, doc, byproducts);
-  if (subject.empty()) return make_error("trace export", "run " + run_id + " has no output or stream with a valid sha256 to attest");
+  if (subject.empty())
+    return make_error("trace export", "run " + run_id + " has no output or stream with a valid sha256 to attest");
   json external = external_parameters(r);
   json input_paths = json::array();
   json deps = dependencies(r, doc, input_paths);
@@ -216,7 +223,9 @@ Result<ProvenanceDoc> intoto_statement(const json& r) {
                    {"predicateType", kSlsaProvenanceType},
                    {"predicate",
                     {{"buildDefinition",
-                      {{"buildType", kBuildType}, {"externalParameters", external}, {"internalParameters", internal_parameters(r)},
+                      {{"buildType", kBuildType},
+                       {"externalParameters", external},
+                       {"internalParameters", internal_parameters(r)},
                        {"resolvedDependencies", deps}}},
                      {"runDetails", run_details(r, run_id, doc, byproducts)}}}};
   return doc;

@@ -188,7 +188,8 @@ class Progress {
   }
   void at(std::uint64_t off, std::uint64_t lines) {
     if (!line_) return;
-    std::string phase = std::to_string(size_ ? off * 100 / size_ : 100) + "% of " + human_bytes(static_cast<std::int64_t>(size_));
+    std::string phase =
+        std::to_string(size_ ? off * 100 / size_ : 100) + "% of " + human_bytes(static_cast<std::int64_t>(size_));
     line_->update(phase.c_str(), static_cast<std::int64_t>(lines), static_cast<std::int64_t>(off));
   }
 
@@ -237,35 +238,35 @@ Status catch_up(sqlite3* db, const Dirs& dirs) {
     auto st = scan_ledger(
         dirs,
         [&](const LedgerLine& l) {
-          row = Row{l.line_no, l.offset, l.text.size()};
-          auto e = parse_ledger_line(l.text);
-          if (!e) {
-            // `trace verify` says how the chain breaks; the listing goes on without it, naming it.
-            row.error = "ledger line " + std::to_string(l.line_no) + " at byte " + std::to_string(l.offset) + ": " +
-                        e.error().message;
-            row.sum.status = "?";
-            return put(l.offset + l.text.size() + 1);
-          }
-          row.run_id = e->run_id;
-          row.hash = e->hash;
-          auto summary = summarize_record_text(e->run_id, e->record);
-          if (summary) {
-            row.sum = std::move(*summary);
-          } else {
-            row.error = summary.error().describe();
-            row.sum.status = "?";
-          }
-          return put(l.offset + l.text.size() + 1);
+      row = Row{l.line_no, l.offset, l.text.size()};
+      auto e = parse_ledger_line(l.text);
+      if (!e) {
+        // `trace verify` says how the chain breaks; the listing goes on without it, naming it.
+        row.error = "ledger line " + std::to_string(l.line_no) + " at byte " + std::to_string(l.offset) + ": " +
+                    e.error().message;
+        row.sum.status = "?";
+        return put(l.offset + l.text.size() + 1);
+      }
+      row.run_id = e->run_id;
+      row.hash = e->hash;
+      auto summary = summarize_record_text(e->run_id, e->record);
+      if (summary) {
+        row.sum = std::move(*summary);
+      } else {
+        row.error = summary.error().describe();
+        row.sum.status = "?";
+      }
+      return put(l.offset + l.text.size() + 1);
         },
         nullptr, from->offset, from->line + 1,
         [&](const OversizeLine& l) {
-          row = Row{l.line_no, l.offset, l.size};
-          auto e = parse_ledger_tail(l.tail);
-          if (e) row.run_id = e->run_id;  // for `trace show` of it, which says why it cannot show it
-          row.error = describe_oversize(l) + ": its record is not read";
-          row.sum.status = "?";
-          return put(l.offset + l.size + 1);
-        });
+      row = Row{l.line_no, l.offset, l.size};
+      auto e = parse_ledger_tail(l.tail);
+      if (e) row.run_id = e->run_id;  // for `trace show` of it, which says why it cannot show it
+      row.error = describe_oversize(l) + ": its record is not read";
+      row.sum.status = "?";
+      return put(l.offset + l.size + 1);
+    });
     if (!st) return st;
     return failed;
   };
@@ -288,13 +289,14 @@ Result<Db> ready_index(const Dirs& dirs) {
 Result<std::vector<IndexedRun>> query_index(const Dirs& dirs, const TraceFilter& f, std::uint64_t* skipped) {
   auto db = ready_index(dirs);
   if (!db) return db.error();
-  auto q = prepare(db->get(),
-                   "SELECT run_id, started_at, status, exit_code, wall_ms, command, off,"
-                   " pack, pack_version, pack_digest, image, image_digest FROM runs"
-                   " WHERE error IS NULL AND (?1 = '' OR status = ?1) AND (?2 = '' OR started_at >= ?2)"
-                   " AND (?4 = '' OR pack = ?4 OR (pack != '' AND pack || '@' || pack_version = ?4) OR (pack_digest != '' AND pack_digest = ?5))"
-                   " AND (?6 = '' OR image = ?6 OR (image_digest != '' AND image_digest = ?7))"
-                   " ORDER BY run_id DESC, line DESC LIMIT ?3");
+  auto q = prepare(
+      db->get(),
+      "SELECT run_id, started_at, status, exit_code, wall_ms, command, off,"
+      " pack, pack_version, pack_digest, image, image_digest FROM runs"
+      " WHERE error IS NULL AND (?1 = '' OR status = ?1) AND (?2 = '' OR started_at >= ?2)"
+      " AND (?4 = '' OR pack = ?4 OR (pack != '' AND pack || '@' || pack_version = ?4) OR (pack_digest != '' AND pack_digest = ?5))"
+      " AND (?6 = '' OR image = ?6 OR (image_digest != '' AND image_digest = ?7))"
+      " ORDER BY run_id DESC, line DESC LIMIT ?3");
   if (!q) return q.error();
   sqlite3_stmt* s = q->get();
   sqlite3_bind_text(s, 1, f.status.c_str(), -1, SQLITE_TRANSIENT);

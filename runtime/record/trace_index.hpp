@@ -21,7 +21,8 @@ struct IndexedRun {
 
 // Matching runs, newest first (by run id), at most filter.newest when not 0. Catches up first.
 // Lines and records that cannot be read are named in warnings and added to `skipped`.
-Result<std::vector<IndexedRun>> query_index(const Dirs& dirs, const TraceFilter& filter, std::uint64_t* skipped = nullptr);
+Result<std::vector<IndexedRun>> query_index(const Dirs& dirs, const TraceFilter& filter,
+                                            std::uint64_t* skipped = nullptr);
 // Every indexed run id with its line's offset, in run id order (for `trace show`).
 Result<std::vector<std::pair<std::string, std::uint64_t>>> index_run_ids(const Dirs& dirs);
 // Drops the index and builds it again from the ledger; returns the number of rows.

@@ -57,7 +57,8 @@ Status parse_envelope(std::string_view env, LedgerEntry& e) {
   if (!c.lit(kSeqKey)) return envelope_error("no \"seq\"");
   std::size_t digits = 0;
   while (digits < c.s.size() && c.s[digits] >= '0' && c.s[digits] <= '9') ++digits;
-  if (digits == 0 || digits > 19 || (digits > 1 && c.s[0] == '0')) return envelope_error("\"seq\" is not a sequence number");
+  if (digits == 0 || digits > 19 || (digits > 1 && c.s[0] == '0'))
+    return envelope_error("\"seq\" is not a sequence number");
   e.seq = std::stoull(std::string(c.s.substr(0, digits)));
   c.s.remove_prefix(digits);
   if (!c.lit(",\"run_id\":\"")) return envelope_error("no \"run_id\" after \"seq\"");
@@ -75,7 +76,8 @@ Status parse_envelope(std::string_view env, LedgerEntry& e) {
   if (c.lit(",\"sig\":\"")) {
     auto sig = c.str();
     if (!sig || sig->empty() || sig->size() > 256 ||
-        sig->find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=") != std::string_view::npos)
+        sig->find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=") !=
+            std::string_view::npos)
       return envelope_error("\"sig\" is not base64");
     e.sig = *sig;
   }
@@ -114,7 +116,8 @@ Result<LedgerEntry> last_envelope(const std::string& tail) {
     return make_error(kStage, "the trace ledger's last line is not a ledger line; run 'sbx trace verify'");
   LedgerEntry e;
   if (auto st = parse_envelope(t.substr(at), e); !st)
-    return make_error(kStage, "the trace ledger's last line is broken (" + st.error().message + "); run 'sbx trace verify'");
+    return make_error(kStage,
+                      "the trace ledger's last line is broken (" + st.error().message + "); run 'sbx trace verify'");
   return e;
 }
 
@@ -124,8 +127,10 @@ class LedgerLock {
     int e = flock_waiting(fd, LOCK_EX, kLockWaitMs);
     if (e == 0) return LedgerLock(fd);
     if (e != EWOULDBLOCK) return make_error(kStage, "cannot lock the trace ledger", e);
-    return make_error(kStage, "the trace ledger is locked by another process for over " +
-                                  std::to_string(kLockWaitMs / 1000) + " s (a stuck sbx?)", EWOULDBLOCK);
+    return make_error(kStage,
+                      "the trace ledger is locked by another process for over " + std::to_string(kLockWaitMs / 1000) +
+                          " s (a stuck sbx?)",
+                      EWOULDBLOCK);
   }
   LedgerLock(LedgerLock&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
   LedgerLock(const LedgerLock&) = delete;
@@ -166,7 +171,8 @@ Status sync_dir(const std::string& dir) {
 
 // The record with "ledger_repair" added as its first member (REC is a JSON object).
 std::string with_repair_note(std::string_view rec, std::uint64_t torn, std::uint64_t at) {
-  std::string note = "\"ledger_repair\":{\"torn_bytes\":" + std::to_string(torn) + ",\"at_offset\":" + std::to_string(at) +
+  std::string note = "\"ledger_repair\":{\"torn_bytes\":" + std::to_string(torn) +
+                     ",\"at_offset\":" + std::to_string(at) +
                      ",\"reason\":\"an interrupted append left an incomplete last line; it was cut off\"}";
   std::string out = "{" + note;
   std::string_view rest = rec.substr(1);
@@ -180,7 +186,8 @@ std::string with_repair_note(std::string_view rec, std::uint64_t torn, std::uint
 Result<std::uint64_t> cut_torn_tail(int fd, std::uint64_t size, AppendInfo& info) {
   auto cut = after_last_newline(fd, size);
   if (!cut) return cut.error();
-  if (::ftruncate(fd, static_cast<off_t>(*cut)) != 0) return sys_error(kStage, "cannot cut the torn tail of the trace ledger");
+  if (::ftruncate(fd, static_cast<off_t>(*cut)) != 0)
+    return sys_error(kStage, "cannot cut the torn tail of the trace ledger");
   info.torn_bytes = size - *cut;
   return *cut;
 }
@@ -260,7 +267,8 @@ Result<AppendInfo> ledger_append(const Dirs& dirs, const std::string& run_id, st
   // Writers bound their records below it (kMaxRecordBytes, trace.hpp, leaves room for the repair note).
   if (rec.size() > kMaxTraceBytes)
     return make_error(kStage, "record of run " + run_id + " is " + std::to_string(rec.size()) + " bytes, over the " +
-                                  std::to_string(kMaxTraceBytes) + "-byte bound every ledger reader takes; it is not appended");
+                                  std::to_string(kMaxTraceBytes) +
+                                  "-byte bound every ledger reader takes; it is not appended");
   info.seq = seq;
   info.hash = ledger_hash(seq, run_id, prev, rec);
   std::string line;
@@ -272,7 +280,8 @@ Result<AppendInfo> ledger_append(const Dirs& dirs, const std::string& run_id, st
   line.append("}\n");
   if (auto w = write_all(fd->get(), line, "the trace ledger " + path); !w) {
     // A short write leaves a torn line; cut it now rather than leave it to the next append.
-    if (::ftruncate(fd->get(), static_cast<off_t>(size)) != 0) { /* the next append cuts it */ }
+    if (::ftruncate(fd->get(), static_cast<off_t>(size)) != 0) { /* the next append cuts it */
+    }
     return w.error();
   }
   if (::fdatasync(fd->get()) != 0) return sys_error(kStage, "cannot sync the trace ledger " + path);
@@ -281,8 +290,8 @@ Result<AppendInfo> ledger_append(const Dirs& dirs, const std::string& run_id, st
 }
 
 std::string describe_oversize(const OversizeLine& l) {
-  return "line " + std::to_string(l.line_no) + " at byte " + std::to_string(l.offset) + " is " + std::to_string(l.size) +
-         " bytes, over the " + std::to_string(kMaxLedgerLine) + "-byte bound of a ledger line";
+  return "line " + std::to_string(l.line_no) + " at byte " + std::to_string(l.offset) + " is " +
+         std::to_string(l.size) + " bytes, over the " + std::to_string(kMaxLedgerLine) + "-byte bound of a ledger line";
 }
 
 Result<LedgerEntry> parse_ledger_tail(std::string_view tail) {
@@ -376,7 +385,8 @@ Status scan_ledger(const Dirs& dirs, const std::function<bool(const LedgerLine&)
     for (std::size_t nl; (nl = buf.find('\n', start)) != std::string::npos; start = nl + 1) {
       std::string_view text = std::string_view(buf).substr(start, nl - start);
       if (text.size() > max_line) {  // whole in this buffer, but over the bound all the same
-        OversizeLine o{++line_no, buf_offset + start, text.size(), text.substr(text.size() - std::min(text.size(), kLedgerTailRead))};
+        OversizeLine o{++line_no, buf_offset + start, text.size(),
+                       text.substr(text.size() - std::min(text.size(), kLedgerTailRead))};
         if (!report(o)) return {};
         continue;
       }
@@ -418,9 +428,10 @@ Result<std::string> read_ledger_line(const Dirs& dirs, std::uint64_t offset) {
     else out.clear();
     if (nl != std::string_view::npos) {
       if (size > kMaxLedgerLine)
-        return make_error(kStage, "the trace ledger's line at byte " + std::to_string(offset) + " is " + std::to_string(size) +
-                                      " bytes, over the " + std::to_string(kMaxLedgerLine) +
-                                      "-byte bound of a ledger line: no reader takes it in ('sbx trace verify' names it)");
+        return make_error(kStage,
+                          "the trace ledger's line at byte " + std::to_string(offset) + " is " + std::to_string(size) +
+                              " bytes, over the " + std::to_string(kMaxLedgerLine) +
+                              "-byte bound of a ledger line: no reader takes it in ('sbx trace verify' names it)");
       return out;
     }
     if (n == 0) return make_error(kStage, "the trace ledger ends inside the line at byte " + std::to_string(offset));

@@ -97,9 +97,9 @@ std::string describe_oversize(const OversizeLine& l);
 // `oversize` is told of each line over the bound (returns false to stop); without it the scan
 // warns on stderr for each (naming its offset and size) and counts them at the end.
 // `max_line` is for tests (0: kMaxLedgerLine).
-Status scan_ledger(const Dirs& dirs, const std::function<bool(const LedgerLine&)>& fn,
-                   std::uint64_t* torn = nullptr, std::uint64_t from = 0, std::uint64_t first_line_no = 1,
-                   const OversizeFn& oversize = nullptr, std::size_t max_line = 0);
+Status scan_ledger(const Dirs& dirs, const std::function<bool(const LedgerLine&)>& fn, std::uint64_t* torn = nullptr,
+                   std::uint64_t from = 0, std::uint64_t first_line_no = 1, const OversizeFn& oversize = nullptr,
+                   std::size_t max_line = 0);
 
 // The envelope of a line from its last bytes (an OversizeLine's tail); `record` is left empty.
 Result<LedgerEntry> parse_ledger_tail(std::string_view tail);

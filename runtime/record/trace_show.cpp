@@ -69,7 +69,8 @@ std::string stdin_line(const json& s) {
     if (at(s, "closed_by_program") == true) out += ", closed by the program";
   }
   if (at(s, "tty").is_object())
-    out += ", pty " + text(at(at(s, "tty"), "rows")) + "x" + text(at(at(s, "tty"), "cols")) + ", stderr merged into stdout";
+    out += ", pty " + text(at(at(s, "tty"), "rows")) + "x" + text(at(at(s, "tty"), "cols")) +
+           ", stderr merged into stdout";
   return out;
 }
 
@@ -93,8 +94,9 @@ void print_network(std::string& o, const json& enf, const json& usage) {
   }
   line(o, "network", mode);
   if (!usage.is_object()) return;
-  line(o, "", text(at(usage, "connections")) + " connection(s), " + text(at(usage, "denied")) + " denied, " +
-               text(at(usage, "bytes_out")) + " bytes out, " + text(at(usage, "bytes_in")) + " bytes in");
+  line(o, "",
+       text(at(usage, "connections")) + " connection(s), " + text(at(usage, "denied")) + " denied, " +
+           text(at(usage, "bytes_out")) + " bytes out, " + text(at(usage, "bytes_in")) + " bytes in");
   const json& hosts = at(usage, "hosts");
   if (!hosts.is_array()) return;
   for (auto& h : hosts) {
@@ -107,8 +109,9 @@ void print_network(std::string& o, const json& enf, const json& usage) {
   }
   const json& hs = at(usage, "hosts_summary");
   if (at(hs, "truncated") == true)
-    line(o, "", "... and " + text(at(hs, "unlisted_requests")) + " requests to destinations past the first " +
-                 text(at(hs, "listed_cap")) + " (" + text(at(hs, "unlisted_denied")) + " denied), not listed");
+    line(o, "",
+         "... and " + text(at(hs, "unlisted_requests")) + " requests to destinations past the first " +
+             text(at(hs, "listed_cap")) + " (" + text(at(hs, "unlisted_denied")) + " denied), not listed");
 }
 
 // What ran: the run's id and times, its command, profile, pack and image.
@@ -123,8 +126,8 @@ void print_invocation(std::string& o, const json& r) {
   line(o, "sbx argv", command_of(at(inv, "argv")));
   line(o, "cwd", text(at(inv, "cwd")));
   const json& prof = at(inv, "profile");
-  line(o, "profile", text(at(prof, "name")) + " (" + text(at(prof, "origin")) + ", sha256 " +
-                      text(at(prof, "sha256")) + ")");
+  line(o, "profile",
+       text(at(prof, "name")) + " (" + text(at(prof, "origin")) + ", sha256 " + text(at(prof, "sha256")) + ")");
   const json& pack = at(inv, "pack");
   if (!pack.is_null())
     line(o, "pack", text(at(pack, "name")) + " " + text(at(pack, "version")) + " " + text(at(pack, "digest")));
@@ -184,9 +187,12 @@ void print_files_and_streams(std::string& o, const json& r) {
   print_files(o, "outputs", at(r, "outputs"));
   const json& os = at(r, "outputs_summary");
   if (at(os, "truncated") == true)
-    line(o, "", "... and " + text(at(os, "unlisted_outputs")) + " outputs not listed (" + text(at(os, "outputs")) + " in all)");
+    line(
+        o, "",
+        "... and " + text(at(os, "unlisted_outputs")) + " outputs not listed (" + text(at(os, "outputs")) + " in all)");
   if (at(r, "record_truncated").is_object())
-    line(o, "record", "over " + text(at(at(r, "record_truncated"), "max_bytes")) + " bytes: members cut (record_truncated)");
+    line(o, "record",
+         "over " + text(at(at(r, "record_truncated"), "max_bytes")) + " bytes: members cut (record_truncated)");
   line(o, "stdin", stdin_line(at(r, "stdin")));
   line(o, "stdout", stream_line(at(r, "stdout")));
   line(o, "stderr", stream_line(at(r, "stderr")));
@@ -196,9 +202,10 @@ void print_files_and_streams(std::string& o, const json& r) {
 void print_usage(std::string& o, const json& u) {
   auto ms = [&](const char* k) { return at(u, k).is_null() ? std::string("-") : text(at(u, k)) + " ms"; };
   line(o, "usage", "wall " + ms("wall_ms") + ", cpu user " + ms("cpu_user_ms") + ", cpu sys " + ms("cpu_sys_ms"));
-  line(o, "", "memory peak " + (at(u, "memory_peak_bytes").is_null() ? std::string("-")
-                                                                  : text(at(u, "memory_peak_bytes")) + " bytes") +
-               ", pids peak " + text(at(u, "pids_peak")) + ", oom kills " + text(at(u, "oom_kills")));
+  line(o, "",
+       "memory peak " +
+           (at(u, "memory_peak_bytes").is_null() ? std::string("-") : text(at(u, "memory_peak_bytes")) + " bytes") +
+           ", pids peak " + text(at(u, "pids_peak")) + ", oom kills " + text(at(u, "oom_kills")));
 }
 
 // What the sandbox refused: one line each, and a note of those left out of the record.
@@ -211,17 +218,18 @@ void print_violations(std::string& o, const json& r) {
     for (auto& v : viol) {
       // A refused connection reads as a sentence; other kinds as their JSON.
       if (at(v, "kind") == "network")
-        line(o, label, "network: denied " + text(at(v, "host")) + ":" + text(at(v, "port")) + " at " +
-                        text(at(v, "time_ms")) + " ms: " + text(at(v, "reason")));
-      else
-        line(o, label, dump_ascii_json(v));
+        line(o, label,
+             "network: denied " + text(at(v, "host")) + ":" + text(at(v, "port")) + " at " + text(at(v, "time_ms")) +
+                 " ms: " + text(at(v, "reason")));
+      else line(o, label, dump_ascii_json(v));
       label = "";
     }
   }
   const json& cut = at(at(r, "violations_summary"), "seccomp");
   if (at(cut, "truncated") == true)
-    line(o, "", "... and " + text(at(cut, "unlisted_calls")) + " refused system calls not listed (" +
-                 text(at(cut, "unlisted_distinct")) + " distinct kinds; " + text(at(cut, "calls")) + " in all)");
+    line(o, "",
+         "... and " + text(at(cut, "unlisted_calls")) + " refused system calls not listed (" +
+             text(at(cut, "unlisted_distinct")) + " distinct kinds; " + text(at(cut, "calls")) + " in all)");
 }
 }  // namespace
 

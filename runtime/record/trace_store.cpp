@@ -97,33 +97,36 @@ Status scan_runs(const Dirs& dirs, std::vector<Stored>& all, std::uint64_t* skip
   return scan_ledger(
       dirs,
       [&](const LedgerLine& l) {
-        auto e = parse_ledger_line(l.text);
-        if (!e) {
-          spdlog::warn("skipping trace ledger line {} (at byte {}): {}", l.line_no, l.offset, e.error().describe());
-          if (skipped) ++*skipped;
-        } else {
-          all.push_back({e->run_id, static_cast<std::int64_t>(l.offset)});
-        }
-        return true;
+    auto e = parse_ledger_line(l.text);
+    if (!e) {
+      spdlog::warn("skipping trace ledger line {} (at byte {}): {}", l.line_no, l.offset, e.error().describe());
+      if (skipped) ++*skipped;
+    } else {
+      all.push_back({e->run_id, static_cast<std::int64_t>(l.offset)});
+    }
+    return true;
       },
-      nullptr, 0, 1, [&](const OversizeLine& l) {
-        // Kept under its run id, so that reading it (`trace show`, a listing) says why it cannot
-        // be read; without one it is named here.
-        if (auto e = parse_ledger_tail(l.tail)) {
-          all.push_back({e->run_id, static_cast<std::int64_t>(l.offset)});
-        } else {
-          spdlog::warn("skipping trace ledger {}", describe_oversize(l));
-          if (skipped) ++*skipped;
-        }
-        return true;
-      });
+      nullptr, 0, 1,
+      [&](const OversizeLine& l) {
+    // Kept under its run id, so that reading it (`trace show`, a listing) says why it cannot
+    // be read; without one it is named here.
+    if (auto e = parse_ledger_tail(l.tail)) {
+      all.push_back({e->run_id, static_cast<std::int64_t>(l.offset)});
+    } else {
+      spdlog::warn("skipping trace ledger {}", describe_oversize(l));
+      if (skipped) ++*skipped;
+    }
+    return true;
+  });
 }
 
 Result<std::vector<Stored>> stored_runs(const Dirs& dirs, std::uint64_t* skipped = nullptr) {
   std::vector<Stored> all;
   // The index when it can be used (a read-only state dir cannot hold one): else the ledger, read
   // line by line.
-  auto indexed = ledger_exists(dirs) ? index_run_ids(dirs) : decltype(index_run_ids(dirs))(std::vector<std::pair<std::string, std::uint64_t>>{});
+  auto indexed = ledger_exists(dirs)
+                     ? index_run_ids(dirs)
+                     : decltype(index_run_ids(dirs))(std::vector<std::pair<std::string, std::uint64_t>>{});
   if (indexed) {
     for (auto& [id, off] : *indexed) all.push_back({id, static_cast<std::int64_t>(off)});
   } else {
@@ -190,7 +193,8 @@ Result<std::string> import_line(const Dirs& dirs, const std::string& id) {
   if (run_id == j->end() || !run_id->is_string() || run_id->get<std::string>() != id)
     return make_error(kStage, "its run_id is not its file name's");
   nlohmann::ordered_json out = nlohmann::ordered_json::object();
-  out["ledger_import"] = {{"file", id + std::string(kSuffix)}, {"bytes", bytes->size()}, {"sha256", sha256_hex(*bytes)}};
+  out["ledger_import"] = {
+      {"file", id + std::string(kSuffix)}, {"bytes", bytes->size()}, {"sha256", sha256_hex(*bytes)}};
   for (auto& [k, v] : j->items())
     if (k != "ledger_import") out[k] = v;
   std::string line = out.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
@@ -198,7 +202,8 @@ Result<std::string> import_line(const Dirs& dirs, const std::string& id) {
   // that no reader takes (ledger_append refuses it too, less clearly).
   if (line.size() > kMaxTraceBytes)
     return make_error(kStage, "with its import note it is " + std::to_string(line.size()) + " bytes, over the " +
-                                  std::to_string(kMaxTraceBytes) + "-byte bound of a ledger record; it is left where it is "
+                                  std::to_string(kMaxTraceBytes) +
+                                  "-byte bound of a ledger record; it is left where it is "
                                   "(fix: trim it, or keep it outside the store)");
   return line;
 }
@@ -222,13 +227,14 @@ Result<ImportReport> import_legacy_traces(const Dirs& dirs) {
   SBX_TRY(scan_ledger(
       dirs,
       [&](const LedgerLine& l) {
-        if (auto e = parse_ledger_line(l.text)) in_ledger.insert(e->run_id);
-        return true;
+    if (auto e = parse_ledger_line(l.text)) in_ledger.insert(e->run_id);
+    return true;
       },
-      nullptr, 0, 1, [&](const OversizeLine& l) {
-        if (auto e = parse_ledger_tail(l.tail)) in_ledger.insert(e->run_id);  // in the ledger, if unreadable
-        return true;
-      }));
+      nullptr, 0, 1,
+      [&](const OversizeLine& l) {
+    if (auto e = parse_ledger_tail(l.tail)) in_ledger.insert(e->run_id);  // in the ledger, if unreadable
+    return true;
+  }));
   auto signer = LedgerSigner::load_default();
   if (!signer) return signer.error();
   for (auto& id : *legacy) {  // name order: oldest first

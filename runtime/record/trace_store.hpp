@@ -24,7 +24,8 @@ Result<std::vector<TraceSummary>> list_traces(const Dirs& dirs, std::size_t newe
 // A ledger line or record that cannot be read (not a ledger line, over the size bound, not JSON)
 // is left out, named in a warning each time, and counted in `skipped`: the listing holds every
 // other run.
-Result<std::vector<TraceSummary>> list_traces(const Dirs& dirs, const TraceFilter& filter, std::uint64_t* skipped = nullptr);
+Result<std::vector<TraceSummary>> list_traces(const Dirs& dirs, const TraceFilter& filter,
+                                              std::uint64_t* skipped = nullptr);
 struct ImportReport {
   std::size_t imported = 0, already = 0;
   std::vector<std::string> skipped;  // "<file>: why", for files that are not importable records

@@ -71,11 +71,17 @@ Result<TraceSummary> summarize_record_text(const std::string& id, std::string_vi
   // duplicate key. Building the whole DOM of every record was most of the time a first listing of
   // a large ledger took (issue 30 #13).
   using Path = std::vector<std::string_view>;
-  static const std::array<Path, 11> kRead = {
-      Path{"started_at"},        Path{"result", "status"},          Path{"result", "exit_code"},
-      Path{"usage", "wall_ms"},  Path{"invocation", "argv"},         Path{"invocation", "spec", "argv"},
-      Path{"invocation", "pack", "name"}, Path{"invocation", "pack", "version"}, Path{"invocation", "pack", "digest"},
-      Path{"image", "name"},     Path{"image", "digest"}};
+  static const std::array<Path, 11> kRead = {Path{"started_at"},
+                                             Path{"result", "status"},
+                                             Path{"result", "exit_code"},
+                                             Path{"usage", "wall_ms"},
+                                             Path{"invocation", "argv"},
+                                             Path{"invocation", "spec", "argv"},
+                                             Path{"invocation", "pack", "name"},
+                                             Path{"invocation", "pack", "version"},
+                                             Path{"invocation", "pack", "digest"},
+                                             Path{"image", "name"},
+                                             Path{"image", "digest"}};
   std::vector<std::pair<const Path*, std::string_view>> kept;
   auto scan = scan_json(text, {kMaxTraceBytes}, 3, [&](const ScannedMember& m) {
     for (const Path& want : kRead)

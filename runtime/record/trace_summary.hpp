@@ -37,7 +37,8 @@ struct TraceFilter {
   bool matches(const TraceSummary& s) const {
     auto pack_ok = pack.empty() || s.pack == pack || (!s.pack.empty() && s.pack + "@" + s.pack_version == pack) ||
                    (!s.pack_digest.empty() && s.pack_digest == digest_form(pack));
-    auto image_ok = image.empty() || s.image == image || (!s.image_digest.empty() && s.image_digest == digest_form(image));
+    auto image_ok =
+        image.empty() || s.image == image || (!s.image_digest.empty() && s.image_digest == digest_form(image));
     return (status.empty() || s.status == status) && (since.empty() || s.started_at >= since) && pack_ok && image_ok;
   }
 };

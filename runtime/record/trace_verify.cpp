@@ -52,9 +52,11 @@ struct Walker {
     if (e && !find_run.empty() && e->run_id == find_run) ++r.run_lines;
     if (r.problem.empty()) {
       r.intact = false;
-      r.problem = "line " + std::to_string(l.line_no) + (e ? " (run " + e->run_id + ", seq " + std::to_string(e->seq) + ")" : "") +
-                  after() + ": at byte " + std::to_string(l.offset) + ", " + std::to_string(l.size) + " bytes, over the " +
-                  std::to_string(kMaxLedgerLine) + "-byte bound of a ledger line: skipped by every reader, its record unchecked";
+      r.problem = "line " + std::to_string(l.line_no) +
+                  (e ? " (run " + e->run_id + ", seq " + std::to_string(e->seq) + ")" : "") + after() + ": at byte " +
+                  std::to_string(l.offset) + ", " + std::to_string(l.size) + " bytes, over the " +
+                  std::to_string(kMaxLedgerLine) +
+                  "-byte bound of a ledger line: skipped by every reader, its record unchecked";
     }
     // What can be checked of it without its record: its signature and the anchor, from its envelope.
     if (e && verifier && (e->sig.empty() || !verifier->verify(e->hash, e->sig)))
@@ -88,21 +90,24 @@ struct Walker {
       return fail(at + ", seq " + std::to_string(e->seq) +
                   ": edited: the record or its envelope does not hash to the hash on its line");
     if (e->seq > want)
-      return fail(at + ": seq " + std::to_string(e->seq) + " where " + std::to_string(want) + " was expected" + after() +
-                  ": " + (e->seq - want == 1 ? "record seq " + std::to_string(want) + " is"
-                                             : "records seq " + std::to_string(want) + ".." + std::to_string(e->seq - 1) + " are") +
-                  " missing (deleted, or moved later)");
+      return fail(
+          at + ": seq " + std::to_string(e->seq) + " where " + std::to_string(want) + " was expected" + after() + ": " +
+          (e->seq - want == 1 ? "record seq " + std::to_string(want) + " is"
+                              : "records seq " + std::to_string(want) + ".." + std::to_string(e->seq - 1) + " are") +
+          " missing (deleted, or moved later)");
     if (e->seq < want)
-      return fail(at + ": seq " + std::to_string(e->seq) + " where " + std::to_string(want) + " was expected" + after() +
-                  ": a record was inserted here, or the records were reordered");
+      return fail(at + ": seq " + std::to_string(e->seq) + " where " + std::to_string(want) + " was expected" +
+                  after() + ": a record was inserted here, or the records were reordered");
     if (verifier && e->sig.empty())
-      return fail(at + ", seq " + std::to_string(e->seq) + ": not signed (the line has no \"sig\"), but --pubkey asks for signatures");
+      return fail(at + ", seq " + std::to_string(e->seq) +
+                  ": not signed (the line has no \"sig\"), but --pubkey asks for signatures");
     if (verifier && !verifier->verify(e->hash, e->sig))
       return fail(at + ", seq " + std::to_string(e->seq) +
                   ": the signature does not verify with the public key: forged, or signed by another key");
     if (anchor && anchor->seq == e->seq && anchor->hash != e->hash)
-      return fail(at + ", seq " + std::to_string(e->seq) + ": hashes to " + e->hash.substr(0, 16) + "..., not to the anchored head's " +
-                  anchor->hash.substr(0, 16) + "...: the ledger was rewritten from this record or before");
+      return fail(at + ", seq " + std::to_string(e->seq) + ": hashes to " + e->hash.substr(0, 16) +
+                  "..., not to the anchored head's " + anchor->hash.substr(0, 16) +
+                  "...: the ledger was rewritten from this record or before");
     if (e->prev != prev_hash)
       return fail(at + ", seq " + std::to_string(e->seq) + ": chains to " + e->prev.substr(0, 16) +
                   "... but the line before" + (r.records ? " (run " + prev_run + ") hashes to " : " is the start, ") +
@@ -114,7 +119,8 @@ struct Walker {
     });
     if (!scan.ok || scan.root != '{') return fail(at + ": the record is not a JSON object");
     auto id = nlohmann::json::parse(id_raw, nullptr, /*allow_exceptions=*/false);
-    if (!id.is_string() || id.get<std::string>() != e->run_id) return fail(at + ": the record's run_id differs from its line's");
+    if (!id.is_string() || id.get<std::string>() != e->run_id)
+      return fail(at + ": the record's run_id differs from its line's");
     if (!find_run.empty() && e->run_id == find_run && ++r.run_lines == 1)
       r.run_line = LedgerRunLine{e->seq, e->hash, e->sig, std::string(e->record)};
     ++r.records;
@@ -138,21 +144,23 @@ Result<LedgerVerifyReport> verify_ledger(const Dirs& dirs, const std::optional<L
   auto st = scan_ledger(
       dirs,
       [&](const LedgerLine& l) {
-        end = l.offset + l.text.size() + 1;
-        return w.check(l);
+    end = l.offset + l.text.size() + 1;
+    return w.check(l);
       },
-      &torn, 0, 1, [&](const OversizeLine& l) {
-        end = l.offset + l.size + 1;
-        return w.skip(l);
-      });
+      &torn, 0, 1,
+      [&](const OversizeLine& l) {
+    end = l.offset + l.size + 1;
+    return w.skip(l);
+  });
   if (!st) return st.error();
   if (r.oversize_lines > 1) r.problem += "; " + std::to_string(r.oversize_lines) + " lines over the bound in all";
   if (!r.other_break && anchor && anchor->seq > w.last_seq) {
     w.fail("the ledger ends at seq " + std::to_string(w.last_seq) + ", before the anchored head seq " +
            std::to_string(anchor->seq) + ": records were cut off its end");
   } else if (!r.other_break && torn > 0) {
-    w.fail("torn tail: the last " + std::to_string(torn) + " bytes (from byte " + std::to_string(end) + ")" + w.after() +
-           " are an incomplete line: an append was interrupted before it was acknowledged; the next append cuts them off");
+    w.fail(
+        "torn tail: the last " + std::to_string(torn) + " bytes (from byte " + std::to_string(end) + ")" + w.after() +
+        " are an incomplete line: an append was interrupted before it was acknowledged; the next append cuts them off");
   }
   return r;
 }

@@ -96,8 +96,7 @@ PoolLauncher::~PoolLauncher() {
       r.killed = true;
     }
     int ws = 0;
-    while (::waitpid(r.pid, &ws, 0) < 0 && errno == EINTR) {
-    }
+    while (::waitpid(r.pid, &ws, 0) < 0 && errno == EINTR) {}
     if ((r.killed || (WIFSIGNALED(ws) && WTERMSIG(ws) == SIGKILL)) && !r.cgroup.empty())
       stale_cgroups_.push_back({r.cgroup, 100});
   }
@@ -152,7 +151,8 @@ void PoolLauncher::remove_stale_cgroups() {
 
 Result<PoolLauncher::Idle> PoolLauncher::spawn() {
   int sv[2];
-  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) return sys_error("mcp", "socketpair for a pooled worker");
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
+    return sys_error("mcp", "socketpair for a pooled worker");
   UniqueFd mine(sv[0]), theirs(sv[1]);
   UniqueFd out(::memfd_create("sbx-mcp-response", MFD_CLOEXEC));
   if (!out.ok()) return sys_error("mcp", "memfd_create for a pooled worker's response");
@@ -178,8 +178,7 @@ void PoolLauncher::tick() {
   for (auto it = retiring_.begin(); it != retiring_.end();) {
     if (exited(it->pidfd.get())) {
       int ws = 0;
-      while (::waitpid(it->pid, &ws, 0) < 0 && errno == EINTR) {
-      }
+      while (::waitpid(it->pid, &ws, 0) < 0 && errno == EINTR) {}
       // Killed (by us, or by anyone): its sandbox did not clean up after itself.
       if ((it->killed || (WIFSIGNALED(ws) && WTERMSIG(ws) == SIGKILL)) && !it->cgroup.empty())
         stale_cgroups_.push_back({it->cgroup, 50});

@@ -96,9 +96,10 @@ RequestEra request_era(const json& params) {
   e.modern = true;
   e.version = v->is_string() ? v->get<std::string>() : json_excerpt(*v);
   if (!v->is_string() || *v != kModernVersion) {
-    e.error = json{{"code", kUnsupportedProtocolVersion},
-                   {"message", "Unsupported protocol version"},
-                   {"data", {{"supported", supported_versions()}, {"requested", v->is_string() ? *v : json(e.version)}}}};
+    e.error =
+        json{{"code", kUnsupportedProtocolVersion},
+             {"message", "Unsupported protocol version"},
+             {"data", {{"supported", supported_versions()}, {"requested", v->is_string() ? *v : json(e.version)}}}};
     return e;
   }
   auto caps = meta->find(kMetaClientCapabilities);
@@ -178,12 +179,15 @@ PackTool pack_tool(const Pack& pack) {
   }
   // The dialect the pack's schemas are written in stays named at the root (the MCP default is
   // 2020-12; sbx's packs are usually draft-07).
-  if (pack.input_schema.is_object() && pack.input_schema.contains("$schema")) input["$schema"] = pack.input_schema["$schema"];
+  if (pack.input_schema.is_object() && pack.input_schema.contains("$schema"))
+    input["$schema"] = pack.input_schema["$schema"];
   if (t.wrapped_output && os.is_object() && os.contains("$schema")) output["$schema"] = os["$schema"];
   std::string desc = pack.description.empty() ? "Rule pack " + pack.name : pack.description;
   desc += " (sbx pack " + pack.name + " " + pack.version + ", " + pack.digest +
           "; each call runs in a fresh sandbox; arguments: {\"records\": [...]})";
-  t.definition = {{"name", pack.name}, {"description", desc}, {"inputSchema", std::move(input)},
+  t.definition = {{"name", pack.name},
+                  {"description", desc},
+                  {"inputSchema", std::move(input)},
                   {"outputSchema", std::move(output)}};
   return t;
 }
@@ -193,21 +197,21 @@ json run_code_tool(const std::string& profile) {
                  {"description", "Lower the profile's limits (never raise them): values as for sbx run's flags"},
                  {"properties", limits_properties_schema()},
                  {"additionalProperties", false}};
-  json input = {{"type", "object"},
-                {"properties",
-                 {{"language", {{"type", "string"}, {"enum", {"python", "sh", "bash"}}}},
-                  {"code", {{"type", "string"}, {"description", "The program: /code/main.py, /code/main.sh or /code/main.bash"}}},
-                  {"inputs", {{"description", "Any JSON value, readable at /in/input.json"}}},
-                  {"files",
-                   {{"type", "object"},
-                    {"description", "Extra files beside the code under /code: {relative path: content}"},
-                    {"additionalProperties", {{"type", "string"}}}}},
-                  {"limits", limits},
-                  {"output_schema",
-                   {{"type", "object"},
-                    {"description", "A JSON Schema the program's /out/result.json must satisfy"}}}}},
-                {"required", {"language", "code"}},
-                {"additionalProperties", false}};
+  json input = {
+      {"type", "object"},
+      {"properties",
+       {{"language", {{"type", "string"}, {"enum", {"python", "sh", "bash"}}}},
+        {"code", {{"type", "string"}, {"description", "The program: /code/main.py, /code/main.sh or /code/main.bash"}}},
+        {"inputs", {{"description", "Any JSON value, readable at /in/input.json"}}},
+        {"files",
+         {{"type", "object"},
+          {"description", "Extra files beside the code under /code: {relative path: content}"},
+          {"additionalProperties", {{"type", "string"}}}}},
+        {"limits", limits},
+        {"output_schema",
+         {{"type", "object"}, {"description", "A JSON Schema the program's /out/result.json must satisfy"}}}}},
+      {"required", {"language", "code"}},
+      {"additionalProperties", false}};
   json nullable_string = {{"type", {"string", "null"}}};
   json output = {{"type", "object"},
                  {"properties",
@@ -239,7 +243,6 @@ json tool_error(const std::string& text) {
   return {{"content", json::array({{{"type", "text"}, {"text", text}}})}, {"isError", true}};
 }
 
-
 JsonBounds worker_response_bounds(std::int64_t stream_limit_bytes) {
   JsonBounds r = result_bounds();
   static_assert(kWorkerEnvelopeDepth + 3 <= kMaxEnvelopeDepth, "the MCP message around a result must stay dumpable");
@@ -264,7 +267,8 @@ std::string head(const std::string& s, std::size_t max) {
 // than the parser's one token.
 class SummarySax {
  public:
-  SummarySax(json& root, json& cut, const JsonBounds& b, bool keep_result) : root_(root), cut_(cut), b_(b), keep_result_(keep_result) {}
+  SummarySax(json& root, json& cut, const JsonBounds& b, bool keep_result)
+      : root_(root), cut_(cut), b_(b), keep_result_(keep_result) {}
 
   bool null() { return value(json(nullptr)); }
   bool boolean(bool v) { return value(json(v)); }
@@ -422,7 +426,8 @@ json pack_result(const json& response, bool wrapped_output, const json& cut) {
   json meta = run_meta(response);
   if (status != "ok") {
     std::string text = status;
-    if (response.contains("error") && response["error"].is_string()) text += ": " + response["error"].get<std::string>();
+    if (response.contains("error") && response["error"].is_string())
+      text += ": " + response["error"].get<std::string>();
     if (response.contains("errors") && response["errors"].is_array())
       for (auto& e : response["errors"]) text += "\n" + (e.is_string() ? e.get<std::string>() : json_excerpt(e));
     if (response.contains("stderr") && response["stderr"].is_string() && !response["stderr"].get<std::string>().empty())
@@ -434,7 +439,8 @@ json pack_result(const json& response, bool wrapped_output, const json& cut) {
     r["_meta"] = meta;
     return r;
   }
-  json sc = wrapped_output ? json{{"result", response.value("result", json(nullptr))}} : response.value("result", json(nullptr));
+  json sc = wrapped_output ? json{{"result", response.value("result", json(nullptr))}}
+                           : response.value("result", json(nullptr));
   json copy = sc;
   std::string text = dump_json(copy, 2);
   if (text.size() > kSummaryBytes)

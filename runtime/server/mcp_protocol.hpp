@@ -61,9 +61,9 @@ nlohmann::json result_response(const nlohmann::json& id, nlohmann::json result);
 // response (from the client to a request of ours; sbx sends none, so it is ignored).
 struct Incoming {
   enum Kind { bad, request, notification, response } kind = bad;
-  nlohmann::json reply;       // kind == bad
-  nlohmann::json id;          // request
-  std::string method;         // request, notification
+  nlohmann::json reply;  // kind == bad
+  nlohmann::json id;     // request
+  std::string method;    // request, notification
   nlohmann::json params = nlohmann::json::object();
 };
 Incoming classify(std::string_view line);
@@ -72,8 +72,8 @@ Incoming classify_value(nlohmann::json msg);
 
 // Which era a request is in, from its _meta (see the top of this file).
 struct RequestEra {
-  bool modern = false;               // carries the modern _meta version key
-  std::string version;               // that version, when modern
+  bool modern = false;                  // carries the modern _meta version key
+  std::string version;                  // that version, when modern
   std::optional<nlohmann::json> error;  // a modern request refused: the error response's `error`
 };
 RequestEra request_era(const nlohmann::json& params);

@@ -101,7 +101,7 @@ class Server {
   const ServerConfig& cfg_;
   SandboxLauncher& launcher_;
   int in_, out_;
-  std::string version_;  // the legacy version `initialize` settled, "" until then
+  std::string version_;                // the legacy version `initialize` settled, "" until then
   std::map<std::string, Call> calls_;  // by json id text: queued and running
   std::deque<std::string> queue_;
   std::string inbuf_, outbuf_;
@@ -222,26 +222,27 @@ void Server::handle(Incoming in, const std::shared_ptr<Batch>& batch) {
     case Incoming::bad:
       if (!in.reply.is_null()) reply(batch, std::move(in.reply));
       return;
-    case Incoming::response:
-      return;  // sbx sends no requests; a stray response has nothing to match
+    case Incoming::response: return;  // sbx sends no requests; a stray response has nothing to match
     case Incoming::notification:
       if (in.method == "notifications/cancelled") {
         if (in.params.contains("requestId")) {
           std::string reason = in.params.value("reason", json("")).is_string() ? in.params.value("reason", "") : "";
-          cancel(in.params["requestId"], reason.empty() ? "cancelled by the client" : "cancelled by the client: " + reason);
+          cancel(in.params["requestId"],
+                 reason.empty() ? "cancelled by the client" : "cancelled by the client: " + reason);
         }
       }
       return;  // notifications/initialized and any other notification need nothing
-    case Incoming::request:
-      return handle_request(in, batch);
+    case Incoming::request: return handle_request(in, batch);
   }
 }
 
 void Server::handle_request(Incoming& in, const std::shared_ptr<Batch>& batch) {
   RequestEra era = request_era(in.params);
   if (in.method == "initialize") {
-    if (batch) return reply(batch, error_response(in.id, kInvalidRequest, "Invalid Request: initialize cannot be batched"));
-    if (!version_.empty()) return reply(batch, error_response(in.id, kInvalidRequest, "Invalid Request: already initialized"));
+    if (batch)
+      return reply(batch, error_response(in.id, kInvalidRequest, "Invalid Request: initialize cannot be batched"));
+    if (!version_.empty())
+      return reply(batch, error_response(in.id, kInvalidRequest, "Invalid Request: already initialized"));
     const json& p = in.params;
     if (!p.contains("protocolVersion") || !p["protocolVersion"].is_string() || !p.contains("capabilities") ||
         !p["capabilities"].is_object() || !p.contains("clientInfo") || !p["clientInfo"].is_object())
@@ -320,19 +321,24 @@ void Server::handle_call(Incoming& in, bool modern, const std::shared_ptr<Batch>
     const PackTool* pt = nullptr;
     for (auto& t : cfg_.packs)
       if (t.name == name) pt = &t;
-    if (!pt) return reply(batch, error_response(in.id, kInvalidParams, "Invalid params: unknown tool " + json_excerpt(json(name))));
+    if (!pt)
+      return reply(batch,
+                   error_response(in.id, kInvalidParams, "Invalid params: unknown tool " + json_excerpt(json(name))));
     for (auto& [k, v] : args.items())
-      if (k != "records") return tool_reply(tool_error("unknown argument '" + k + "': a pack tool takes {\"records\": [...]}"));
+      if (k != "records")
+        return tool_reply(tool_error("unknown argument '" + k + "': a pack tool takes {\"records\": [...]}"));
     if (!args.contains("records") || !args["records"].is_array())
       return tool_reply(tool_error("'records' is required: an array of input records"));
     json ctx = json::array();
     if (auto it = cfg_.contexts.find(name); it != cfg_.contexts.end())
       for (auto& [n, path] : it->second) ctx.push_back({n, path});
-    c.job = {{"tool", "pack"}, {"profile", cfg_.profile}, {"dir", pt->dir}, {"records", args["records"]}, {"contexts", ctx}};
+    c.job = {
+        {"tool", "pack"}, {"profile", cfg_.profile}, {"dir", pt->dir}, {"records", args["records"]}, {"contexts", ctx}};
     c.wrapped_output = pt->wrapped_output;
   }
   if (queue_.size() >= cfg_.max_queued)
-    return reply(batch, error_response(in.id, kServerBusy, "Server busy: " + std::to_string(queue_.size()) + " calls already queued"));
+    return reply(batch, error_response(in.id, kServerBusy,
+                                       "Server busy: " + std::to_string(queue_.size()) + " calls already queued"));
   if (p.contains("_meta") && p["_meta"].is_object() && p["_meta"].contains("progressToken")) {
     const json& t = p["_meta"]["progressToken"];
     if (t.is_string() || t.is_number_integer()) c.progress_token = t;
@@ -394,12 +400,14 @@ void Server::cancel(const json& request_id, const std::string& why) {
 // response's length, or an error text. The memfd's size is checked first, so nothing larger than
 // the bound is ever read.
 namespace {
-std::variant<std::size_t, std::string> read_response(int fd, std::size_t max_bytes, std::string& out, std::size_t room) {
-  struct stat st{};
+std::variant<std::size_t, std::string> read_response(int fd, std::size_t max_bytes, std::string& out,
+                                                     std::size_t room) {
+  struct stat st {};
   if (::fstat(fd, &st) != 0) return std::string("cannot stat the worker's response: ") + std::strerror(errno);
   auto size = static_cast<std::size_t>(st.st_size);
   if (size > max_bytes)
-    return "the worker's response is larger than " + std::to_string(max_bytes) + " bytes (" + std::to_string(size) + ")";
+    return "the worker's response is larger than " + std::to_string(max_bytes) + " bytes (" + std::to_string(size) +
+           ")";
   std::size_t base = out.size();
   out.reserve(base + size + room);
   out.resize(base + size);
@@ -420,8 +428,7 @@ std::variant<std::size_t, std::string> read_response(int fd, std::size_t max_byt
 void Server::finish(const std::string& key) {
   Call& c = calls_.at(key);
   int status = 0;
-  while (::waitpid(c.worker->pid, &status, 0) < 0 && errno == EINTR) {
-  }
+  while (::waitpid(c.worker->pid, &status, 0) < 0 && errno == EINTR) {}
   std::string how = WIFEXITED(status) ? "exit " + std::to_string(WEXITSTATUS(status))
                                       : "signal " + std::to_string(WIFSIGNALED(status) ? WTERMSIG(status) : 0);
   auto batch = c.batch;
@@ -435,14 +442,15 @@ void Server::finish(const std::string& key) {
   // text), and a run_code response stays the text the worker wrote, spliced in as
   // structuredContent; only a summary of it becomes a DOM (scan_worker_response). So one response
   // costs its own size once, whatever its streams hold (a DOM and a re-dump cost it three times).
-  std::string member;  // a batch member's text
+  std::string member;            // a batch member's text
   if (!batch && out_off_ > 0) {  // what was sent goes first: the buffer then holds one copy at most
     outbuf_.erase(0, out_off_);
     out_off_ = 0;
   }
   std::string& out = batch ? member : outbuf_;
   std::size_t base = out.size();
-  constexpr std::size_t kEnvelopeRoom = 256u << 10;  // the message around the response: a summary of kSummaryBytes pieces
+  constexpr std::size_t kEnvelopeRoom = 256u
+                                        << 10;  // the message around the response: a summary of kSummaryBytes pieces
   JsonBounds bounds = worker_response_bounds(cfg_.stream_limit_bytes);
   auto got = read_response(response.get(), bounds.max_bytes, out, kEnvelopeRoom);
   response.reset();
@@ -455,7 +463,8 @@ void Server::finish(const std::string& key) {
     if (!scanned.summary.ok()) problem = scanned.summary.describe();
   }
   const json& summary = scanned.summary.value;
-  std::string run_id = summary.is_object() && summary.value("run_id", json("")).is_string() ? summary.value("run_id", "") : "";
+  std::string run_id =
+      summary.is_object() && summary.value("run_id", json("")).is_string() ? summary.value("run_id", "") : "";
   log_line("call " + key + " (" + tool + "): worker " + std::to_string(pid) + " ended (" + how + ")" +
            (run_id.empty() ? "" : ", run " + run_id) + (cancelled ? ", cancelled: no response" : ""));
   if (cancelled) {
@@ -467,12 +476,12 @@ void Server::finish(const std::string& key) {
   json r;
   bool splice = false;
   if (!problem.empty() || len == 0)
-    r = tool_error("sbx: the sandbox worker ended (" + how + ") without a response" + (problem.empty() ? std::string() : ": " + problem));
+    r = tool_error("sbx: the sandbox worker ended (" + how + ") without a response" +
+                   (problem.empty() ? std::string() : ": " + problem));
   else if (tool == "run_code") {
     r = run_code_result(summary, scanned.cut, true);
     splice = r.contains("structuredContent");
-  } else
-    r = pack_result(summary, wrapped, scanned.cut);
+  } else r = pack_result(summary, wrapped, scanned.cut);
   if (modern) mark_modern(r);
   json msg = result_response(id, std::move(r));
   std::string envelope = dump_json(msg, -1);
@@ -530,8 +539,9 @@ void Server::tick(Clock::time_point now) {
     c.next_progress = now + std::chrono::milliseconds(cfg_.progress_interval_ms);
     ++c.progress;
     auto secs = std::chrono::duration_cast<std::chrono::seconds>(now - c.arrived).count();
-    std::string msg = c.worker ? "running in its sandbox (" + std::to_string(secs) + " s since the call)"
-                               : "queued (" + std::to_string(secs) + " s): " + std::to_string(running()) + " calls running";
+    std::string msg = c.worker
+                          ? "running in its sandbox (" + std::to_string(secs) + " s since the call)"
+                          : "queued (" + std::to_string(secs) + " s): " + std::to_string(running()) + " calls running";
     json params = {{"progressToken", c.progress_token}, {"progress", c.progress}, {"message", msg}};
     send({{"jsonrpc", "2.0"}, {"method", "notifications/progress"}, {"params", params}});
   }
@@ -561,8 +571,8 @@ int Server::poll_timeout_ms() const {
   }
   int timeout = -1;
   if (next != Clock::time_point::max())
-    timeout = static_cast<int>(std::max<long long>(
-        0, std::chrono::duration_cast<std::chrono::milliseconds>(next - now).count() + 1));
+    timeout = static_cast<int>(
+        std::max<long long>(0, std::chrono::duration_cast<std::chrono::milliseconds>(next - now).count() + 1));
   if (int t = launcher_.next_tick_ms(); t >= 0 && !stopping_) timeout = timeout < 0 ? t : std::min(timeout, t);
   return timeout;
 }
@@ -576,8 +586,9 @@ void Server::take_input(std::string_view chunk) {
         // Refused before it is held in full: memory stays bounded whatever the client sends.
         discarding_ = true;
         inbuf_.clear();
-        send(error_response(nullptr, kInvalidRequest,
-                            "Invalid Request: a message is longer than " + std::to_string(kMaxMessageBytes) + " bytes"));
+        send(
+            error_response(nullptr, kInvalidRequest,
+                           "Invalid Request: a message is longer than " + std::to_string(kMaxMessageBytes) + " bytes"));
       } else {
         inbuf_.append(part);
       }
@@ -605,7 +616,7 @@ int Server::run() {
   // A client that stops reading must not stall the loop: stdout is written only as poll allows.
   // Only a pipe or socket is made non-blocking (the flag is on the open file description; a
   // terminal shared with the caller's shell stays as it was).
-  struct stat st{};
+  struct stat st {};
   if (::fstat(out_, &st) == 0 && (S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode)))
     ::fcntl(out_, F_SETFL, ::fcntl(out_, F_GETFL) | O_NONBLOCK);
   SignalDispositionGuard no_sigpipe(SIGPIPE, SIG_IGN);  // a gone client is EPIPE, handled above
@@ -647,9 +658,7 @@ int Server::run() {
       ssize_t r = ::read(in_, buf.data(), buf.size());
       if (r < 0 && errno != EINTR && errno != EAGAIN) shutdown(std::string("stdin: ") + std::strerror(errno));
       if (r == 0) shutdown("stdin closed");
-      if (r > 0) {
-        take_input(std::string_view(buf.data(), static_cast<std::size_t>(r)));
-      }
+      if (r > 0) { take_input(std::string_view(buf.data(), static_cast<std::size_t>(r))); }
     }
     if (n > 0 && (fds[2].revents & (POLLOUT | POLLERR | POLLHUP))) flush_out();
     // One response at a time, each only while the budget allows (finish may have filled it).

@@ -37,7 +37,6 @@ namespace {
 // bound plus room for those.
 constexpr std::size_t kMaxJobBytes = kMaxMessageBytes + (1u << 20);
 
-
 // A memfd holding one of the program's streams, read back after the run.
 struct Capture {
   UniqueFd fd{::memfd_create("sbx-mcp-capture", MFD_CLOEXEC)};
@@ -94,7 +93,10 @@ std::optional<json> await_pooled_job(const PoolPause& pause, json& meta, std::in
                                      bool* closed) {
   std::int64_t ready_us = monotonic_us();
   put(meta, "pool/ready_ms", (ready_us - t_created_us) / 1000);
-  pollfd fds[4] = {{STDIN_FILENO, POLLIN, 0}, {pause.init_pidfd, POLLIN, 0}, {pause.init_msg_fd, POLLIN, 0}, {pause.signal_fd, POLLIN, 0}};
+  pollfd fds[4] = {{STDIN_FILENO, POLLIN, 0},
+                   {pause.init_pidfd, POLLIN, 0},
+                   {pause.init_msg_fd, POLLIN, 0},
+                   {pause.signal_fd, POLLIN, 0}};
   for (;;) {
     int n = ::poll(fds, 4, -1);
     if (n < 0 && errno == EINTR) continue;
@@ -188,7 +190,8 @@ PooledWait build_and_wait(const WorkerContext& wctx, const std::string& profile)
       return apply_named_tenant(tenant, run);
     };
   w.exec = run_exec_pooled(ctx, [&](const PoolPause& p, json& meta) -> std::optional<json> {
-    meta = trace_object({{"pool/hit", true}, {"pool/created_at", w.created_at},
+    meta = trace_object({{"pool/hit", true},
+                         {"pool/created_at", w.created_at},
                          {"pool/key", trace_object({{"pool/key/profile", profile}})}});
     if (tenant)
       put(at(meta, "pool/key"), "pool/key/tenant",
@@ -235,8 +238,7 @@ json run_code_job(const json& job, const WorkerContext& wctx) {
   ctx.dirs = wctx.dirs;
   ctx.invocation_argv = wctx.argv;
   ctx.profile = job.value("profile", kDefaultProfile);
-  if (auto tenant = wctx.tenant)
-    ctx.before_run = [tenant](RunRequest& run) { return apply_named_tenant(tenant, run); };
+  if (auto tenant = wctx.tenant) ctx.before_run = [tenant](RunRequest& run) { return apply_named_tenant(tenant, run); };
   if (job.contains("pool")) put(ctx.record_extra, "pool", job["pool"]);
   auto r = run_exec(job.value("request", json::object()), ctx);
   return r ? *r : worker_error(r.error().stage, r.error().describe());
@@ -261,7 +263,8 @@ json run_pack_job(const json& job, const WorkerContext& wctx) {
   req.run.dirs = wctx.dirs;
   req.run.limit_layers = limit_layers(*profile, &req.pack.spec_patch, req.pack.source_dir + "/pack.json", {});
   req.run.invocation_argv = wctx.argv;
-  if (auto st = apply_named_tenant(wctx.tenant, req.run, json{{"name", req.pack.name}, {"digest", req.pack.digest}}); !st)
+  if (auto st = apply_named_tenant(wctx.tenant, req.run, json{{"name", req.pack.name}, {"digest", req.pack.digest}});
+      !st)
     return worker_error("usage", st.error().message);
   req.input_path = "mcp:tools/call";
   if (job.contains("pool")) put(req.run.record_extra, "pool", job["pool"]);
@@ -275,8 +278,8 @@ json run_pack_job(const json& job, const WorkerContext& wctx) {
   req.run.io.stderr_fd = err.fd.get();
   PackRunResult res = run_pack(req);
   if (!res.recorded)
-    return worker_error("record", "the run's trace record could not be stored (" + res.record_error +
-                                      "): its result is withheld");
+    return worker_error(
+        "record", "the run's trace record could not be stored (" + res.record_error + "): its result is withheld");
   return {{"run_id", res.trace.value("run_id", "")},
           {"status", to_string(res.status)},
           {"result", res.status == RunStatus::ok ? res.result : json(nullptr)},

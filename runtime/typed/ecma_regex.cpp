@@ -58,18 +58,25 @@ struct Translator {
     if (i >= p.size()) return fail("a trailing backslash");
     char c = p[i++];
     switch (c) {
-      case 'd': case 'D': case 'w': case 'W': case 'f': case 'n': case 'r': case 't': case 'v':
+      case 'd':
+      case 'D':
+      case 'w':
+      case 'W':
+      case 'f':
+      case 'n':
+      case 'r':
+      case 't':
+      case 'v':
         out += '\\';
         out += c;
         break;
-      case 'b': case 'B':
+      case 'b':
+      case 'B':
         if (in_class && c == 'b') out += "\\x08";  // [\b] is a backspace in ECMA
         else if (in_class) return fail("\\B inside a character class");
         else out += std::string("\\") + c;
         break;
-      case 's':
-        out += in_class ? std::string(kEcmaSpace) : std::string("[") + kEcmaSpace + "]";
-        break;
+      case 's': out += in_class ? std::string(kEcmaSpace) : std::string("[") + kEcmaSpace + "]"; break;
       case 'S':
         if (in_class) return fail("\\S inside a character class is not supported");
         out += std::string("[^") + kEcmaSpace + "]";
@@ -86,7 +93,8 @@ struct Translator {
         }
         break;
       case 'c':
-        if (i < p.size() && std::isalpha(static_cast<unsigned char>(p[i]))) out += hex_escape(static_cast<unsigned char>(p[i++]) % 32U);
+        if (i < p.size() && std::isalpha(static_cast<unsigned char>(p[i])))
+          out += hex_escape(static_cast<unsigned char>(p[i++]) % 32U);
         else out += "\\\\c";
         break;
       case '0':
@@ -94,9 +102,9 @@ struct Translator {
           return fail("octal escapes are not supported");
         out += "\\x00";
         break;
-      case 'k':
-        return fail("named backreferences are not supported");
-      case 'p': case 'P':
+      case 'k': return fail("named backreferences are not supported");
+      case 'p':
+      case 'P':
         out += '\\';
         out += c;  // Unicode property escapes: RE2 knows the same \p{Name} syntax
         break;

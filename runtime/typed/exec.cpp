@@ -71,7 +71,8 @@ Result<ExecRequest> parse_exec_request(const json& rq) {
   const Language* lang = nullptr;
   for (auto& l : kLanguages)
     if (rq["language"] == l.name) lang = &l;
-  if (!lang) return r.fail_key("language", "language " + json_excerpt(rq["language"]) + " is not supported (python, sh, bash)");
+  if (!lang)
+    return r.fail_key("language", "language " + json_excerpt(rq["language"]) + " is not supported (python, sh, bash)");
   if (!r.contains("code") || !rq["code"].is_string())
     return r.fail_key("code", "'code' is required: the program's source as a string");
   std::vector<std::pair<std::string, std::string>> files;
@@ -85,7 +86,8 @@ Result<ExecRequest> parse_exec_request(const json& rq) {
     for (auto& [path, content] : rq["files"].items()) {
       if (!plain_relative_path(path))
         return f.fail_key(path, "'" + path + "' must be a relative path of plain names (no '', '.' or '..' component)");
-      if (path == std::string("main.") + lang->ext) return f.fail_key(path, "'" + path + "' would replace the code itself");
+      if (path == std::string("main.") + lang->ext)
+        return f.fail_key(path, "'" + path + "' would replace the code itself");
       if (!content.is_string()) return f.fail_key(path, "'" + path + "' must map to a string");
       files.push_back({path, content.get<std::string>()});
     }
@@ -94,7 +96,8 @@ Result<ExecRequest> parse_exec_request(const json& rq) {
   if (r.contains("limits")) {
     std::vector<PackProblem> problems;
     auto p = limits_to_spec_patch(rq["limits"], "request", problems);
-    if (!p) return problems.empty() ? bad(p.error().message) : r.fail_at(problems.front().pointer, problems.front().message);
+    if (!p)
+      return problems.empty() ? bad(p.error().message) : r.fail_at(problems.front().pointer, problems.front().message);
     limits_patch = *p;
   }
   std::optional<CompiledSchema> schema;
@@ -106,8 +109,13 @@ Result<ExecRequest> parse_exec_request(const json& rq) {
     if (!s) return bad(s.error().message);
     schema = std::move(*s);
   }
-  ExecRequest out{lang->ext, lang->argv_prefix, rq["code"].get<std::string>(), std::move(files), std::move(limits_patch),
-                  std::move(schema), rq.value("inputs", json(nullptr)).dump()};
+  ExecRequest out{lang->ext,
+                  lang->argv_prefix,
+                  rq["code"].get<std::string>(),
+                  std::move(files),
+                  std::move(limits_patch),
+                  std::move(schema),
+                  rq.value("inputs", json(nullptr)).dump()};
   return out;
 }
 
@@ -126,7 +134,8 @@ struct ExecState {
 // (run_exec_pooled), so that both run, record and answer the same call the same way.
 // The run's spec: the profile's, lowered by the request's limits (never raised: spec_from_layers
 // checks the ceiling), running /code/main.EXT in /tmp.
-Result<RunSpec> exec_spec(const ExecRequest& rq, const LoadedProfile& profile, const json& patch, const ExecContext& ctx) {
+Result<RunSpec> exec_spec(const ExecRequest& rq, const LoadedProfile& profile, const json& patch,
+                          const ExecContext& ctx) {
   auto spec = spec_from_layers(profile, &patch, "exec request");
   if (!spec) return make_error("usage", spec.error().message);  // already names the "exec request"
   if (!spec->limits.output_limit_bytes) spec->limits.output_limit_bytes = kExecDefaultOutputCap;
@@ -143,7 +152,8 @@ Result<RunSpec> exec_spec(const ExecRequest& rq, const LoadedProfile& profile, c
 // Code, extra files and the input reach the sandbox as generated files: written by init on a
 // tmpfs of the sandbox's own mount namespace and bound read-only, never stored on the host.
 void exec_files(const ExecRequest& rq, RunRequest& run) {
-  run.typed.inputs = json::array({file_record("/in/input.json", static_cast<std::int64_t>(rq.input_bytes.size()), sha256_hex(rq.input_bytes))});
+  run.typed.inputs = json::array(
+      {file_record("/in/input.json", static_cast<std::int64_t>(rq.input_bytes.size()), sha256_hex(rq.input_bytes))});
   run.files.push_back({"/code/main." + rq.ext, rq.code, 0444});
   for (auto& [path, content] : rq.files) run.files.push_back({"/code/" + path, content, 0444});
   run.files.push_back({"/in/input.json", rq.input_bytes, 0444});
@@ -158,7 +168,7 @@ struct ExecOutput {
   ExecState* st;
   Dirs dirs;
   std::int64_t keep_max;
-  std::shared_ptr<BlobPin> pin;  // the run's (RunRequest::blob_pin)
+  std::shared_ptr<BlobPin> pin;                                 // the run's (RunRequest::blob_pin)
   std::string request_text, deferred_origin, deferred_profile;  // empty unless deferred
 
   AfterRun operator()(const Outcome& o, int out_fd) const;
@@ -174,7 +184,8 @@ std::vector<SchemaError> ExecOutput::check(const OutFile& f, const Outcome& o, j
   }
   ParsedJson parsed;
   if (!f.problem.empty()) errs.push_back({"", "/out/result.json: " + f.problem});
-  else if (parsed = parse_json(f.bytes, result_bounds()); !parsed.ok()) errs.push_back({parsed.pointer, parsed.problem});
+  else if (parsed = parse_json(f.bytes, result_bounds()); !parsed.ok())
+    errs.push_back({parsed.pointer, parsed.problem});
   else if (schema) errs = schema->validate(parsed.value, kProducedValues);
   if (errs.empty()) {
     st->result = std::move(parsed.value);
@@ -210,15 +221,18 @@ AfterRun ExecOutput::operator()(const Outcome& o, int out_fd) const {
     st->result_errors_omitted = output_check.value("errors_omitted", std::size_t{0});
     // Only a run that otherwise succeeded becomes output_invalid; a failed one keeps its status
     // (with_verdict, outcome.hpp).
-    after.verdict = ContractVerdict{RunStatus::output_invalid, make_error("output", std::to_string(errs.size() + st->result_errors_omitted) +
-                                                                                        " error(s) in /out/result.json")};
+    after.verdict = ContractVerdict{RunStatus::output_invalid,
+                                    make_error("output", std::to_string(errs.size() + st->result_errors_omitted) +
+                                                             " error(s) in /out/result.json")};
   }
   if (errs.empty() && st->rq.schema) output_check = trace_object({{"validation/output/status", "ok"}});
   put(extra, "validation", trace_object({{"validation/input", nullptr}, {"validation/output", output_check}}));
   return after;
 }
 
-std::string exec_profile_name(const ExecContext& ctx) { return ctx.profile.empty() ? std::string(kDefaultProfile) : ctx.profile; }
+std::string exec_profile_name(const ExecContext& ctx) {
+  return ctx.profile.empty() ? std::string(kDefaultProfile) : ctx.profile;
+}
 
 // `profile`: as the caller already loaded it (a pooled worker's, for both of its plans); null:
 // loaded here.
@@ -277,8 +291,8 @@ Result<std::shared_ptr<ExecState>> plan_exec(const json& request, const ExecCont
 
 Result<json> exec_response(const ExecState& st, const RunReport& rep, const Capture& out, const Capture& err) {
   if (!rep.recorded)
-    return make_error("record", "the run's trace record could not be stored (" + rep.record_error +
-                                    "): its result is withheld");
+    return make_error("record",
+                      "the run's trace record could not be stored (" + rep.record_error + "): its result is withheld");
   const json& t = rep.trace;
   json resp = {{"run_id", t.value("run_id", "")},
                {"status", to_string(rep.outcome.status)},

@@ -52,9 +52,9 @@ struct ExecRequest {
   std::vector<std::string> argv_prefix;  // the interpreter
   std::string code;
   std::vector<std::pair<std::string, std::string>> files;  // relative path under /code, content
-  nlohmann::json limits_patch;           // the RunSpec `limits` layer
-  std::optional<CompiledSchema> schema;  // output_schema, compiled
-  std::string input_bytes;               // /in/input.json
+  nlohmann::json limits_patch;                             // the RunSpec `limits` layer
+  std::optional<CompiledSchema> schema;                    // output_schema, compiled
+  std::string input_bytes;                                 // /in/input.json
 };
 Result<ExecRequest> parse_exec_request(const nlohmann::json& request);
 
@@ -71,10 +71,10 @@ Result<nlohmann::json> run_exec(const nlohmann::json& request, const ExecContext
 struct PoolPause;  // run_request.hpp
 using AwaitExecCall = std::function<std::optional<nlohmann::json>(const PoolPause&, nlohmann::json& pool_meta)>;
 struct PooledExec {
-  nlohmann::json request;    // the call's request; null when none came (discarded)
-  nlohmann::json pool_meta;  // what await_request recorded
-  nlohmann::json response;   // the call's response when it ran in the pooled sandbox; else null
-  std::string cold_reason;   // why the pooled sandbox could not serve it ("" when it did)
+  nlohmann::json request;      // the call's request; null when none came (discarded)
+  nlohmann::json pool_meta;    // what await_request recorded
+  nlohmann::json response;     // the call's response when it ran in the pooled sandbox; else null
+  std::string cold_reason;     // why the pooled sandbox could not serve it ("" when it did)
   std::optional<Error> error;  // the request did not plan (a response as run_exec's error)
   // The sandbox could not be built (request null: await_request was never called, nothing was
   // recorded); the caller may still take a call and run it cold.

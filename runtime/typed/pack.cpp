@@ -25,8 +25,8 @@ using nlohmann::json;
 namespace fs = std::filesystem;
 
 // Mount points sbx itself owns inside a pack run; a context declared there would shadow them.
-const char* const kReservedPaths[] = {"/pack", "/in", "/out", "/run/secrets", "/proc", "/dev", "/tmp",
-                                      "/usr", "/bin", "/sbin", "/lib", "/lib64", "/etc"};
+const char* const kReservedPaths[] = {"/pack", "/in",  "/out",  "/run/secrets", "/proc",  "/dev", "/tmp",
+                                      "/usr",  "/bin", "/sbin", "/lib",         "/lib64", "/etc"};
 
 bool ident_ok(const std::string& s, bool allow_dot_dash) {
   if (s.empty() || s.size() > 64) return false;
@@ -71,7 +71,8 @@ Result<std::string> read_pack_file(const std::string& dir, const std::string& re
     if (j == std::string::npos) {
       struct stat st;
       if (::fstatat(at.get(), part.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) return sys_error("pack", "'" + rel + "'");
-      if (!S_ISREG(st.st_mode)) return make_error("pack", "'" + rel + "' is a " + std::string(file_kind(st.st_mode)) + ", not a regular file");
+      if (!S_ISREG(st.st_mode))
+        return make_error("pack", "'" + rel + "' is a " + std::string(file_kind(st.st_mode)) + ", not a regular file");
       auto fd = open_regular_at(at.get(), part, st, rel);
       if (!fd) return fd.error();
       return read_bounded_fd(fd->get(), max, "pack", rel);
@@ -87,10 +88,13 @@ Result<std::string> read_pack_file(const std::string& dir, const std::string& re
 // Unknown keywords are warnings, or problems when `strict`.
 void load_schema(const std::string& dir, const json& m, const char* key, std::string& path_out, json& schema_out,
                  Checker& c, std::vector<PackProblem>& warnings, bool strict) {
-  if (!m.contains(key)) return c.add(std::string("/") + key, "required: the path of a draft-07 JSON Schema file in the pack");
-  if (!m[key].is_string()) return c.add(std::string("/") + key, "must be a string (a path inside the pack), not " + json_type_name(m[key]));
+  if (!m.contains(key))
+    return c.add(std::string("/") + key, "required: the path of a draft-07 JSON Schema file in the pack");
+  if (!m[key].is_string())
+    return c.add(std::string("/") + key, "must be a string (a path inside the pack), not " + json_type_name(m[key]));
   std::string rel = m[key].get<std::string>();
-  if (!pack_relative_ok(rel)) return c.add(std::string("/") + key, "'" + rel + "' must be a relative path inside the pack, without '..'");
+  if (!pack_relative_ok(rel))
+    return c.add(std::string("/") + key, "'" + rel + "' must be a relative path inside the pack, without '..'");
   auto text = read_pack_file(dir, rel, kMaxSchemaFileBytes);
   if (!text) return c.add(std::string("/") + key, text.error().describe());
   path_out = rel;
@@ -139,9 +143,9 @@ Result<json> limits_to_spec_patch(const json& in, const std::string& file, std::
       if (auto r = spec_from_json(probe, "limits"); !r) {
         std::string why = r.error().message, prefix = std::string("limits: /limits/") + it->spec_key + ": ";
         if (why.starts_with(prefix)) why = why.substr(prefix.size());  // the place is named already
-        problems.push_back({file, "/limits/" + k, "bad value " + json_excerpt(v) + ": " + as_written(why, {{it->spec_key, k}})});
-      }
-      else limits[it->spec_key] = v;
+        problems.push_back(
+            {file, "/limits/" + k, "bad value " + json_excerpt(v) + ": " + as_written(why, {{it->spec_key, k}})});
+      } else limits[it->spec_key] = v;
     }
   }
   if (problems.size() > before) return make_error("pack", problems[before].describe());
@@ -194,7 +198,8 @@ void read_text(DocReader& r, const char* key, std::string& out, bool required) {
 void read_identity(DocReader& r, Pack& p) {
   read_text(r, "name", p.name, true);
   if (r.contains("name") && r.value().at("name").is_string() && !valid_pack_name(p.name))
-    (void)r.fail_key("name", "'" + p.name + "' is not a valid pack name (1-64 of a-z 0-9 . _ -, starting with a letter or digit)");
+    (void)r.fail_key(
+        "name", "'" + p.name + "' is not a valid pack name (1-64 of a-z 0-9 . _ -, starting with a letter or digit)");
   read_text(r, "version", p.version, true);
   if (r.contains("version") && r.value().at("version").is_string() && p.version.empty())
     (void)r.fail_key("version", "must not be empty");
@@ -213,7 +218,8 @@ void read_identity(DocReader& r, Pack& p) {
   read_text(r, "image", p.image, false);
   if (p.image.empty()) p.image = "host";
   if (p.image != "host" && !p.image.starts_with("sha256:"))
-    if (auto n = canonical_image_name(p.image); !n) (void)r.fail_key("image", n.error().message + " (or \"host\", or sha256:<hex>)");
+    if (auto n = canonical_image_name(p.image); !n)
+      (void)r.fail_key("image", n.error().message + " (or \"host\", or sha256:<hex>)");
 }
 
 // An object member whose only keys are `known` (network, capabilities): null when absent or not
@@ -237,7 +243,8 @@ json read_run_layer(DocReader& r, std::vector<PackProblem>& problems) {
     if (auto l = limits_to_spec_patch(r.value().at("limits"), kPackManifest, problems); l) limits = *l;
   if (auto n = small_object(r, "network", "{\"mode\": \"none\"}", {"mode"}); n && n->contains("mode"))
     if (n->value().at("mode") != "none")
-      (void)n->fail_key("mode", json_excerpt(n->value().at("mode")) + ": only \"none\" (loopback only) is supported for packs");
+      (void)n->fail_key("mode",
+                        json_excerpt(n->value().at("mode")) + ": only \"none\" (loopback only) is supported for packs");
   json patch = {{"network", {{"mode", "none"}}}, {"limits", limits}};
   // {"keep": ["CAP_CHOWN", ...]}: names are checked with the rest of the spec, and the profile's
   // ceiling when the pack runs (profile.hpp keeps_at_most).
@@ -275,7 +282,8 @@ void read_context(DocReader& e, Pack& p, std::set<std::string>& names) {
   if (!v.contains("name") || !v["name"].is_string() || !ident_ok(v["name"].get<std::string>(), true))
     (void)e.fail_key("name", "required: a name of letters, digits, '_', '-', '.' starting with a letter");
   else ctx.name = v["name"];
-  if (!ctx.name.empty() && !names.insert(ctx.name).second) (void)e.fail_key("name", "duplicate context name '" + ctx.name + "'");
+  if (!ctx.name.empty() && !names.insert(ctx.name).second)
+    (void)e.fail_key("name", "duplicate context name '" + ctx.name + "'");
   if (!v.contains("path") || !v["path"].is_string()) {
     (void)e.fail_key("path", "required: an absolute path inside the sandbox");
   } else {
@@ -301,7 +309,8 @@ void read_secret(DocReader& e, Pack& p, std::set<std::string>& names) {
   if (!v.contains("name") || !v["name"].is_string() || !ident_ok(v["name"].get<std::string>(), false))
     (void)e.fail_key("name", "required: letters, digits and '_', starting with a letter or '_'");
   else s.name = v["name"];
-  if (!s.name.empty() && !names.insert(s.name).second) (void)e.fail_key("name", "duplicate secret name '" + s.name + "'");
+  if (!s.name.empty() && !names.insert(s.name).second)
+    (void)e.fail_key("name", "duplicate secret name '" + s.name + "'");
   s.required = flag(e, "required");
   if (v.contains("delivery")) {
     if (v["delivery"] != "file" && v["delivery"] != "env") (void)e.fail_key("delivery", "must be \"file\" or \"env\"");
@@ -334,8 +343,8 @@ Result<Pack> parse_manifest_in(const std::string& dir, const std::string& shown,
   Checker c{problems};
   std::size_t before = problems.size();
   auto failed = [&]() -> Error {
-    return make_error("pack", shown + ": " + std::to_string(problems.size() - before) + " problem(s) in the pack, first: " +
-                                  problems[before].describe());
+    return make_error("pack", shown + ": " + std::to_string(problems.size() - before) +
+                                  " problem(s) in the pack, first: " + problems[before].describe());
   };
   ParsedJson parsed = parse_json(text, {kMaxManifestBytes});
   if (!parsed.ok()) {
@@ -347,8 +356,8 @@ Result<Pack> parse_manifest_in(const std::string& dir, const std::string& shown,
   DocSource src{kPackManifest, "pack", "", false, [&c](const DocProblem& d) { c.add(d.pointer, d.message); }};
   DocReader r(m, src);
   if (!r.check_object("must be a JSON object, not " + json_type_name(m))) return failed();
-  r.known({"name", "version", "description", "entrypoint", "image", "input_schema", "output_schema", "limits", "network",
-           "context", "secrets", "capabilities"});
+  r.known({"name", "version", "description", "entrypoint", "image", "input_schema", "output_schema", "limits",
+           "network", "context", "secrets", "capabilities"});
   (void)r.finish({.known = true});
   Pack p;
   p.dir = dir;
@@ -420,7 +429,8 @@ Result<Pack> load_pack(const std::string& dir_in, std::vector<PackProblem>& prob
   return load_from(*dir, *dir, *digest, problems, strict);
 }
 
-Result<Pack> load_pack_copy(const std::string& dir_in, const std::string& state_dir, std::vector<PackProblem>& problems) {
+Result<Pack> load_pack_copy(const std::string& dir_in, const std::string& state_dir,
+                            std::vector<PackProblem>& problems) {
   auto dir = canonical_pack_dir(dir_in);
   if (!dir) return dir.error();
   auto priv = PrivateDir::make(state_dir, "pack");
@@ -443,7 +453,8 @@ Result<std::string> pack_digest(const std::string& dir) { return hash_tree(dir, 
 
 Status init_pack(const std::string& dir, const std::string& name) {
   if (!valid_pack_name(name))
-    return make_error("usage", "'" + name + "' is not a valid pack name (1-64 of a-z 0-9 . _ -, starting with a letter or digit)");
+    return make_error(
+        "usage", "'" + name + "' is not a valid pack name (1-64 of a-z 0-9 . _ -, starting with a letter or digit)");
   if (::mkdir(dir.c_str(), 0755) != 0) return sys_error("pack", "create " + dir);
   if (::mkdir((dir + "/schemas").c_str(), 0755) != 0) return sys_error("pack", "create " + dir + "/schemas");
   json manifest = {{"name", name},
@@ -475,17 +486,18 @@ Status init_pack(const std::string& dir, const std::string& name) {
       "n=$(grep -o '\"id\"[[:space:]]*:' /in/records.json | wc -l)\n"
       "printf '{\"records\": %d}\\n' \"$n\" > /out/result.json\n";
   const std::string records = "[{\"id\": \"a-1\"}, {\"id\": \"a-2\"}]\n";
-  const std::string readme = "# " + name +
-                             "\n\nA pack made by `sbx pack init`. Run it with\n\n"
-                             "    sbx pack run . --input records.json\n\n"
-                             "Edit `run.sh`, `schemas/input.json` and `schemas/output.json`; check with `sbx pack validate .`.\n";
-  for (auto& [file, content, mode] : std::vector<std::tuple<std::string, std::string, mode_t>>{
-           {"pack.json", manifest.dump(2) + "\n", 0644},
-           {"schemas/input.json", input.dump(2) + "\n", 0644},
-           {"schemas/output.json", output.dump(2) + "\n", 0644},
-           {"run.sh", run_sh, 0755},
-           {"records.json", records, 0644},
-           {"README.md", readme, 0644}}) {
+  const std::string readme =
+      "# " + name +
+      "\n\nA pack made by `sbx pack init`. Run it with\n\n"
+      "    sbx pack run . --input records.json\n\n"
+      "Edit `run.sh`, `schemas/input.json` and `schemas/output.json`; check with `sbx pack validate .`.\n";
+  for (auto& [file, content, mode] :
+       std::vector<std::tuple<std::string, std::string, mode_t>>{{"pack.json", manifest.dump(2) + "\n", 0644},
+                                                                 {"schemas/input.json", input.dump(2) + "\n", 0644},
+                                                                 {"schemas/output.json", output.dump(2) + "\n", 0644},
+                                                                 {"run.sh", run_sh, 0755},
+                                                                 {"records.json", records, 0644},
+                                                                 {"README.md", readme, 0644}}) {
     SBX_TRY(write_file_durable(dir + "/" + file, content, mode));
   }
   return {};

@@ -20,7 +20,7 @@ struct PackProblem {
   std::string file;     // relative to the pack directory ("pack.json", "schemas/input.json")
   std::string pointer;  // JSON pointer into that file ("" for the whole file)
   std::string message;
-  bool warning = false;  // listed with the problems of a pack that failed, but not one of them
+  bool warning = false;          // listed with the problems of a pack that failed, but not one of them
   std::string describe() const;  // "pack.json#/limits/memory: ..."
 };
 
@@ -53,7 +53,7 @@ struct Pack {
   nlohmann::json spec_patch;
   std::vector<PackContext> contexts;
   std::vector<PackSecret> secrets;
-  std::string digest;  // "sha256:<hex>" over the sorted file manifest (pack_digest)
+  std::string digest;                 // "sha256:<hex>" over the sorted file manifest (pack_digest)
   std::vector<PackProblem> warnings;  // unknown schema keywords, when not loaded strictly
 };
 

@@ -21,7 +21,8 @@ namespace sbx {
 namespace {
 using nlohmann::json;
 
-std::vector<std::string> error_lines(const std::string& file, const std::vector<SchemaError>& errs, std::size_t omitted) {
+std::vector<std::string> error_lines(const std::string& file, const std::vector<SchemaError>& errs,
+                                     std::size_t omitted) {
   std::vector<std::string> v;
   for (auto& e : errs) v.push_back(file + "#" + e.pointer + ": " + e.message);
   if (omitted > 0)
@@ -48,11 +49,13 @@ Result<std::string> read_secret_source(const std::string& source) {
   if (source.starts_with("env:")) {
     std::string var = source.substr(4);
     const char* v = var.empty() ? nullptr : std::getenv(var.c_str());
-    if (!v) return make_error("usage", "environment variable " + (var.empty() ? std::string("''") : var) + " is not set");
+    if (!v)
+      return make_error("usage", "environment variable " + (var.empty() ? std::string("''") : var) + " is not set");
     return std::string(v);
   }
   // The source text may be the secret itself, pasted by mistake: do not echo it.
-  return make_error("usage", "a secret's source must be @FILE or env:VAR (the value itself is never given on the command line)");
+  return make_error("usage",
+                    "a secret's source must be @FILE or env:VAR (the value itself is never given on the command line)");
 }
 
 std::vector<SchemaError> validate_records(const CompiledSchema& schema, const json& records, std::size_t* omitted,
@@ -84,7 +87,8 @@ PackRunResult dry_run_pack(PackRunRequest& req, PackRunResult& res) {
   if (req.run.typed.refuse) {
     res.status = req.run.typed.refuse->status;
     res.exit_status = exit_status_for(*req.run.typed.refuse);
-    if (res.errors.empty() && req.run.typed.refuse->error) res.errors.push_back(req.run.typed.refuse->error->describe());
+    if (res.errors.empty() && req.run.typed.refuse->error)
+      res.errors.push_back(req.run.typed.refuse->error->describe());
     return res;
   }
   auto plan = dry_run(req.run);
@@ -159,8 +163,8 @@ void describe_pack_run(PackRunRequest& req, const std::vector<ContextCopy>& copi
                                  {"invocation/pack/digest", req.pack.digest},
                                  {"invocation/pack/secrets", secret_names},
                                  {"invocation/pack/contexts", contexts}});
-  run.typed.inputs = json::array({file_record(req.input_path, static_cast<std::int64_t>(req.input_bytes.size()),
-                                        sha256_hex(req.input_bytes))});
+  run.typed.inputs = json::array(
+      {file_record(req.input_path, static_cast<std::int64_t>(req.input_bytes.size()), sha256_hex(req.input_bytes))});
 }
 
 // 1 the input contract, before anything is created: a refusal goes into run.typed.refuse (the run
@@ -182,8 +186,9 @@ json check_input(PackRunRequest& req, const Result<CompiledSchema>& in_schema, c
     in_errors = validate_records(*in_schema, parsed.value, &in_omitted, kMaxContractErrors);
   }
   if (!in_errors.empty()) {
-    run.typed.refuse = refusal({RunStatus::input_invalid, make_error("input", std::to_string(in_errors.size() + in_omitted) + " error(s) in " +
-                                                                       req.input_path + " against " + req.pack.input_schema_path)});
+    run.typed.refuse = refusal(
+        {RunStatus::input_invalid, make_error("input", std::to_string(in_errors.size() + in_omitted) + " error(s) in " +
+                                                           req.input_path + " against " + req.pack.input_schema_path)});
     res.errors = error_lines(req.input_path, in_errors, in_omitted);
     return invalid_check(in_errors, in_omitted, {kMaxRecordsBytes});
   }
@@ -261,9 +266,10 @@ AfterRun OutputContract::judge(const Outcome& o, int out_fd) {
     output_check = trace_object({{"validation/output/status", "ok"}});
     return after;
   }
-  after.verdict = ContractVerdict{RunStatus::output_invalid,
-                                  make_error("output", std::to_string(errs.size()) + " error(s) in /out/result.json against " +
-                                                           req.pack.output_schema_path)};
+  after.verdict =
+      ContractVerdict{RunStatus::output_invalid,
+                      make_error("output", std::to_string(errs.size()) + " error(s) in /out/result.json against " +
+                                               req.pack.output_schema_path)};
   output_check = invalid_check(errs, 0, result_bounds());  // keeps the first kMaxContractErrors
   std::size_t omitted = output_check.value("errors_omitted", std::size_t{0});
   lines = error_lines("/out/result.json", errs, omitted);
@@ -296,7 +302,8 @@ PackRunResult run_pack(PackRunRequest& req) {
   describe_pack_run(req, *copies);
   auto in_schema = CompiledSchema::compile(req.pack.input_schema, req.pack.input_schema_path);
   auto out_schema = CompiledSchema::compile(req.pack.output_schema, req.pack.output_schema_path);
-  json validation = trace_object({{"validation/input", check_input(req, in_schema, out_schema, res)}, {"validation/output", nullptr}});
+  json validation = trace_object(
+      {{"validation/input", check_input(req, in_schema, out_schema, res)}, {"validation/output", nullptr}});
   plan_contract_mounts(req, *copies);
   // A dry run stops here: the input contract is checked and the mounts are planned; the rest is
   // the same dry run as `sbx run --dry-run` (dry_run.hpp), nothing created.

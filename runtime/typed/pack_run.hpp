@@ -34,10 +34,10 @@ struct PackRunRequest {
 struct PackRunResult {
   int exit_status = 125;
   RunStatus status = RunStatus::setup_error;
-  nlohmann::json result;              // the validated result; null unless status is ok
-  std::vector<std::string> errors;    // contract violations, one line each ("/0/id: ...")
+  nlohmann::json result;            // the validated result; null unless status is ok
+  std::vector<std::string> errors;  // contract violations, one line each ("/0/id: ...")
   nlohmann::json trace;
-  bool recorded = false;  // the record is in the ledger: only then may the result be released
+  bool recorded = false;     // the record is in the ledger: only then may the result be released
   std::string record_error;  // why not, when not
 };
 

@@ -88,10 +88,11 @@ Result<UniqueFd> open_dir_at(int dirfd, const std::string& name, const struct st
 }
 
 // One regular file: hashed (and copied into the directory `copy_dir` when >= 0); its line added.
-Status file_entry(Walk& w, int dirfd, const std::string& name, const std::string& rel, const struct stat& st, int copy_dir) {
+Status file_entry(Walk& w, int dirfd, const std::string& name, const std::string& rel, const struct stat& st,
+                  int copy_dir) {
   if (st.st_size > kMaxPackBytes - w.bytes)
-    return w.over("more than " + format_size(kMaxPackBytes) + " of file data (" + rel + " alone is " + format_size(st.st_size) +
-                  " as stat sees it, sparse or not)");
+    return w.over("more than " + format_size(kMaxPackBytes) + " of file data (" + rel + " alone is " +
+                  format_size(st.st_size) + " as stat sees it, sparse or not)");
   auto in = open_regular_at(dirfd, name, st, rel);
   if (!in) return in.error();
   UniqueFd out;
@@ -104,7 +105,8 @@ Status file_entry(Walk& w, int dirfd, const std::string& name, const std::string
   if (!n) return n.error();
   if (out.ok() && ::fchmod(out.get(), copy_mode(st.st_mode)) != 0) return sys_error(kStage, "chmod the copy of " + rel);
   w.bytes += *n;
-  w.lines.push_back(rel + "\t" + mode_octal(copy_mode(st.st_mode)) + "\t" + std::to_string(*n) + "\t" + h.final_hex() + "\n");
+  w.lines.push_back(rel + "\t" + mode_octal(copy_mode(st.st_mode)) + "\t" + std::to_string(*n) + "\t" + h.final_hex() +
+                    "\n");
   return {};
 }
 
@@ -144,9 +146,10 @@ Status walk_dirs(Walk& w, UniqueFd root, UniqueFd copy_root) {
         w.lines.push_back(rel + "/\t" + mode_octal(copy_mode(st.st_mode)) + "\t0\t-\n");
         stack.push_back({std::move(*sub), std::move(copy), rel, d.depth + 1});
       } else {
-        return make_error(kStage, w.what + ": " + rel + " is a " + file_kind(st.st_mode) +
-                                      ": only regular files and directories may be in it (a symlink or device could expose "
-                                      "host files once it is mounted)");
+        return make_error(kStage,
+                          w.what + ": " + rel + " is a " + file_kind(st.st_mode) +
+                              ": only regular files and directories may be in it (a symlink or device could expose "
+                              "host files once it is mounted)");
       }
     }
   }
@@ -155,16 +158,20 @@ Status walk_dirs(Walk& w, UniqueFd root, UniqueFd copy_root) {
 
 }  // namespace
 
-Result<UniqueFd> open_regular_at(int dirfd, const std::string& name, const struct stat& expected, const std::string& what) {
+Result<UniqueFd> open_regular_at(int dirfd, const std::string& name, const struct stat& expected,
+                                 const std::string& what) {
   UniqueFd fd(::openat(dirfd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));
   if (!fd.ok()) {
-    if (errno == ELOOP) return make_error(kStage, what + " is a symlink now: only regular files are read (was it replaced?)");
+    if (errno == ELOOP)
+      return make_error(kStage, what + " is a symlink now: only regular files are read (was it replaced?)");
     return sys_error(kStage, "open " + what);
   }
   struct stat st;
   if (::fstat(fd.get(), &st) != 0) return sys_error(kStage, "stat " + what);
-  if (!S_ISREG(st.st_mode)) return make_error(kStage, what + " is a " + std::string(file_kind(st.st_mode)) + ", not a regular file");
-  if (!same_file(st, expected)) return make_error(kStage, what + " was replaced between its listing and its opening: try again");
+  if (!S_ISREG(st.st_mode))
+    return make_error(kStage, what + " is a " + std::string(file_kind(st.st_mode)) + ", not a regular file");
+  if (!same_file(st, expected))
+    return make_error(kStage, what + " was replaced between its listing and its opening: try again");
   return fd;
 }
 
@@ -184,11 +191,13 @@ Result<std::int64_t> hash_copy_bounded(int in, int out, std::int64_t expected, s
     if (got > max_bytes) return make_error(kStage, what + ": larger than " + format_size(max_bytes));
     if (got > expected) break;
     h.update(buf.data(), static_cast<std::size_t>(n));
-    if (out >= 0) SBX_TRY(write_all(out, std::string_view(buf.data(), static_cast<std::size_t>(n)), "the copy of " + what));
+    if (out >= 0)
+      SBX_TRY(write_all(out, std::string_view(buf.data(), static_cast<std::size_t>(n)), "the copy of " + what));
   }
   if (got != expected)
-    return make_error(kStage, what + " changed while it was read (" + std::to_string(expected) + " bytes when listed, " +
-                                  (got > expected ? "more" : std::to_string(got)) + " read): try again");
+    return make_error(kStage, what + " changed while it was read (" + std::to_string(expected) +
+                                  " bytes when listed, " + (got > expected ? "more" : std::to_string(got)) +
+                                  " read): try again");
   return got;
 }
 
@@ -241,8 +250,10 @@ std::size_t sweep_stale_copies(const std::string& state_dir) {
     std::size_t a = name.find('-'), b = a == name.npos ? a : name.find('-', a + 1),
                 c = b == name.npos ? b : name.find('-', b + 1);
     if (c == name.npos) continue;
-    std::string_view prefix = name.substr(0, a), pid = name.substr(a + 1, b - a - 1), start = name.substr(b + 1, c - b - 1);
-    if ((prefix != "pack" && prefix != "context" && prefix != "replay") || !all_digits(pid) || !all_digits(start)) continue;
+    std::string_view prefix = name.substr(0, a), pid = name.substr(a + 1, b - a - 1),
+                     start = name.substr(b + 1, c - b - 1);
+    if ((prefix != "pack" && prefix != "context" && prefix != "replay") || !all_digits(pid) || !all_digits(start))
+      continue;
     bool gone = false;
     auto now = proc_starttime(std::string(pid), &gone);
     // Undecidable (unreadable /proc): kept. A live owner with the same start time: its copy, in use.
@@ -268,7 +279,8 @@ Result<std::shared_ptr<PrivateDir>> PrivateDir::make(const std::string& state_di
     // state dir and <state>/tmp. Everything else in the state dir stays 0700 below it.
     struct stat st;
     for (const std::string& p : {state_dir, base})
-      if (::stat(p.c_str(), &st) == 0 && (st.st_mode & 0011) != 0011 && ::chmod(p.c_str(), (st.st_mode & 07777) | 0011) != 0)
+      if (::stat(p.c_str(), &st) == 0 && (st.st_mode & 0011) != 0011 &&
+          ::chmod(p.c_str(), (st.st_mode & 07777) | 0011) != 0)
         return sys_error(kStage, "chmod o+x " + p);
   }
   // What killed runs left here: a readdir of a directory that holds only the live runs' copies.
@@ -295,7 +307,8 @@ Result<std::string> hash_tree(const std::string& src, const std::string& copy_to
   Walk w{what, hint};
   if (S_ISREG(st.st_mode)) {
     // A single file (a context): its content's digest.
-    if (st.st_size > kMaxPackBytes) return w.over("larger than " + format_size(kMaxPackBytes) + " (" + format_size(st.st_size) + ")");
+    if (st.st_size > kMaxPackBytes)
+      return w.over("larger than " + format_size(kMaxPackBytes) + " (" + format_size(st.st_size) + ")");
     auto in = open_regular_at(AT_FDCWD, src, st, what);
     if (!in) return in.error();
     UniqueFd out;
@@ -310,7 +323,8 @@ Result<std::string> hash_tree(const std::string& src, const std::string& copy_to
     return "sha256:" + h.final_hex();
   }
   if (!S_ISDIR(st.st_mode))
-    return make_error(kStage, what + " is a " + std::string(file_kind(st.st_mode)) + ", not a directory or a regular file");
+    return make_error(kStage,
+                      what + " is a " + std::string(file_kind(st.st_mode)) + ", not a directory or a regular file");
   UniqueFd root(::open(src.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   if (!root.ok()) return sys_error(kStage, "open " + what);
   struct stat opened;

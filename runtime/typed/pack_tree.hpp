@@ -29,7 +29,8 @@ inline constexpr int kMaxPackDepth = 32;
 // followed) and O_NONBLOCK (a FIFO put there cannot block the open), then checks that what was
 // opened is a regular file and the very one `expected` describes (lstat's device and inode): an
 // entry swapped between the listing and the open is refused. `what` names it in errors.
-Result<UniqueFd> open_regular_at(int dirfd, const std::string& name, const struct stat& expected, const std::string& what);
+Result<UniqueFd> open_regular_at(int dirfd, const std::string& name, const struct stat& expected,
+                                 const std::string& what);
 
 // Reads `in` to its end through a 64 KiB buffer, hashing each chunk into `h` and writing it to
 // `out` when out >= 0. At most min(expected, max_bytes) + 1 bytes are read: a file longer than

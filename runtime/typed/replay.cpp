@@ -80,8 +80,9 @@ class Blobs {
     std::string hex = str(b, "sha256");
     if (!is_sha256_hex(hex)) return cannot(what + ": the record names no valid sha256");
     auto data = get_blob(dirs_, hex);
-    if (!data) return cannot("blob sha256:" + hex + " (" + what + ") is missing from the blob store " + blobs_dir(dirs_) +
-                             ": " + data.error().describe());
+    if (!data)
+      return cannot("blob sha256:" + hex + " (" + what + ") is missing from the blob store " + blobs_dir(dirs_) + ": " +
+                    data.error().describe());
     return data;
   }
 
@@ -148,7 +149,8 @@ Status rebuild_tree(const Blobs& blobs, const std::string& file_role, const std:
   auto rel_of = [&](const json& b) -> std::optional<std::string> {
     std::string p = str(b, "path");
     if (prefix.empty()) return p;
-    if (p.size() <= prefix.size() + 1 || p.compare(0, prefix.size(), prefix) != 0 || p[prefix.size()] != '/') return std::nullopt;
+    if (p.size() <= prefix.size() + 1 || p.compare(0, prefix.size(), prefix) != 0 || p[prefix.size()] != '/')
+      return std::nullopt;
     return p.substr(prefix.size() + 1);
   };
   // Directories first, shallowest first, each with its recorded mode once its files are in.
@@ -156,8 +158,11 @@ Status rebuild_tree(const Blobs& blobs, const std::string& file_role, const std:
   for (auto* b : blobs.role(dir_role)) {
     auto rel = rel_of(*b);
     if (!rel) continue;
-    if (b->contains("skipped")) return cannot(dir_role + " " + printable(str(*b, "path")) + " was not kept (" + printable(str(*b, "skipped")) + ")");
-    if (!safe_relative(*rel)) return cannot("the record's " + dir_role + " path '" + printable(*rel) + "' leaves its tree");
+    if (b->contains("skipped"))
+      return cannot(dir_role + " " + printable(str(*b, "path")) + " was not kept (" + printable(str(*b, "skipped")) +
+                    ")");
+    if (!safe_relative(*rel))
+      return cannot("the record's " + dir_role + " path '" + printable(*rel) + "' leaves its tree");
     dirs.push_back({*rel, parse_mode(*b, 0755)});
   }
   std::sort(dirs.begin(), dirs.end());
@@ -169,7 +174,8 @@ Status rebuild_tree(const Blobs& blobs, const std::string& file_role, const std:
   for (auto* b : blobs.role(file_role)) {
     auto rel = rel_of(*b);
     if (!rel) continue;
-    if (!safe_relative(*rel)) return cannot("the record's " + file_role + " path '" + printable(*rel) + "' leaves its tree");
+    if (!safe_relative(*rel))
+      return cannot("the record's " + file_role + " path '" + printable(*rel) + "' leaves its tree");
     auto data = blobs.read(*b);
     if (!data) return data.error();
     split_rel(*rel, dir, base);
@@ -185,8 +191,11 @@ Status rebuild_tree(const Blobs& blobs, const std::string& file_role, const std:
   for (auto* b : blobs.role(link_role)) {
     auto rel = rel_of(*b);
     if (!rel) continue;
-    if (b->contains("skipped")) return cannot(link_role + " " + printable(str(*b, "path")) + " was not kept (" + printable(str(*b, "skipped")) + ")");
-    if (!safe_relative(*rel)) return cannot("the record's " + link_role + " path '" + printable(*rel) + "' leaves its tree");
+    if (b->contains("skipped"))
+      return cannot(link_role + " " + printable(str(*b, "path")) + " was not kept (" + printable(str(*b, "skipped")) +
+                    ")");
+    if (!safe_relative(*rel))
+      return cannot("the record's " + link_role + " path '" + printable(*rel) + "' leaves its tree");
     // The link itself, as it was: a symlink's target is text, and sbx never follows it here.
     split_rel(*rel, dir, base);
     auto parent = open_dir_beneath(root.get(), dir, dest);
@@ -202,7 +211,6 @@ Status rebuild_tree(const Blobs& blobs, const std::string& file_role, const std:
   return {};
 }
 
-
 // Everything compared, once both records are at hand.
 void compare_records(const json& orig, const json& rep, const Dirs& dirs, const Blobs& orig_blobs, ReplayReport& r) {
   auto add = [&](ReplayDifference d) {
@@ -216,8 +224,11 @@ void compare_records(const json& orig, const json& rep, const Dirs& dirs, const 
   for (const char* s : {"stdout", "stderr"}) {
     json a = orig.value(s, json::object()).value("sha256", json(nullptr));
     json b = rep.value(s, json::object()).value("sha256", json(nullptr));
-    if (a != b) add({"output", s, {{"sha256", a}, {"bytes", orig.value(s, json::object()).value("bytes", json(nullptr))}},
-                     {{"sha256", b}, {"bytes", rep.value(s, json::object()).value("bytes", json(nullptr))}}});
+    if (a != b)
+      add({"output",
+           s,
+           {{"sha256", a}, {"bytes", orig.value(s, json::object()).value("bytes", json(nullptr))}},
+           {{"sha256", b}, {"bytes", rep.value(s, json::object()).value("bytes", json(nullptr))}}});
   }
   auto by_path = [](const json& rec, const char* key) {
     std::map<std::string, json> m;
@@ -251,12 +262,14 @@ void compare_records(const json& orig, const json& rep, const Dirs& dirs, const 
       ParsedJson ja = parse_json(*ta, result_bounds()), jb = parse_json(*tb, result_bounds());
       if (ja.ok() && jb.ok()) {
         std::size_t omitted = 0;
-        std::size_t room = kMaxReplayDifferences > r.differences.size() ? kMaxReplayDifferences - r.differences.size() : 0;
+        std::size_t room =
+            kMaxReplayDifferences > r.differences.size() ? kMaxReplayDifferences - r.differences.size() : 0;
         for (auto& d : json_differences(ja.value, jb.value, room, &omitted)) add(std::move(d));
         r.differences_omitted += omitted;
       }
     } else {
-      add({"result", "", ta ? json("kept") : json(ta.error().describe()), tb ? json("kept") : json(tb.error().describe())});
+      add({"result", "", ta ? json("kept") : json(ta.error().describe()),
+           tb ? json("kept") : json(tb.error().describe())});
     }
   }
 }
@@ -271,8 +284,8 @@ std::string pointer_token(const std::string& key) {
   return out;
 }
 
-void diff_into(const json& a, const json& b, const std::string& ptr, std::vector<ReplayDifference>& out, std::size_t max,
-               std::size_t* omitted, int depth) {
+void diff_into(const json& a, const json& b, const std::string& ptr, std::vector<ReplayDifference>& out,
+               std::size_t max, std::size_t* omitted, int depth) {
   if (a == b) return;
   auto push = [&](const std::string& where, json x, json y) {
     if (out.size() >= max) {
@@ -300,7 +313,8 @@ void diff_into(const json& a, const json& b, const std::string& ptr, std::vector
     std::size_t n = std::max(a.size(), b.size());
     for (std::size_t i = 0; i < n; ++i) {
       std::string p = ptr + "/" + std::to_string(i);
-      if (i >= a.size() || i >= b.size()) push(p, i < a.size() ? a[i] : json(nullptr), i < b.size() ? b[i] : json(nullptr));
+      if (i >= a.size() || i >= b.size())
+        push(p, i < a.size() ? a[i] : json(nullptr), i < b.size() ? b[i] : json(nullptr));
       else diff_into(a[i], b[i], p, out, max, omitted, depth + 1);
     }
     return;
@@ -310,8 +324,9 @@ void diff_into(const json& a, const json& b, const std::string& ptr, std::vector
 
 }  // namespace
 
-Status rebuild_recorded_tree(const Dirs& dirs, const json& record, const std::string& file_role, const std::string& dir_role,
-                             const std::string& link_role, const std::string& prefix, const std::string& dest) {
+Status rebuild_recorded_tree(const Dirs& dirs, const json& record, const std::string& file_role,
+                             const std::string& dir_role, const std::string& link_role, const std::string& prefix,
+                             const std::string& dest) {
   return rebuild_tree(Blobs(dirs, record), file_role, dir_role, link_role, prefix, dest);
 }
 
@@ -408,7 +423,8 @@ Result<ReplayReport> Replay::run() {
   SBX_TRY(check_tenant());
   blobs_.emplace(req_.dirs, orig_);
   if (!blobs_->any())
-    return cannot("run " + r_.original_run + " kept nothing to replay it from (its record names no blobs: a plain "
+    return cannot("run " + r_.original_run +
+                  " kept nothing to replay it from (its record names no blobs: a plain "
                   "'sbx run' keeps its inputs and profile only with --keep-inputs)");
   auto profile = kept_profile();
   if (!profile) return profile.error();
@@ -445,7 +461,8 @@ Status Replay::check_tenant() const {
     return cannot("run " + r_.original_run + " was made under tenant '" + printable(recorded) +
                   "': replay it with --tenant " + printable(recorded) + " (its ceilings and ids apply again)");
   if (req_.tenant && recorded != req_.tenant->name)
-    return cannot("run " + r_.original_run + " was not made under tenant '" + req_.tenant->name + "' (its record names " +
+    return cannot("run " + r_.original_run + " was not made under tenant '" + req_.tenant->name +
+                  "' (its record names " +
                   (recorded.empty() ? std::string("no tenant") : "tenant '" + printable(recorded) + "'") + ")");
   return {};
 }
@@ -462,26 +479,30 @@ Status Replay::check_chain() {
   // Lines over the size bound break the chain only where they are (their records cannot be read,
   // so never replayed): linked by their envelopes, with every other line checked, the records
   // around them are still the ones that were written.
-  if (chain->broken_only_by_oversize())
-    spdlog::warn("replay: {} (every other record verified)", chain->problem);
+  if (chain->broken_only_by_oversize()) spdlog::warn("replay: {} (every other record verified)", chain->problem);
   else if (!chain->intact)
     return cannot("the ledger's chain is broken (" + printable(chain->problem) +
                   "): a record that may have been edited is not replayed (see 'sbx trace verify')");
   if (chain->run_lines > 1)
-    return cannot("run " + r_.original_run + " is named by more than one ledger line: the ledger was edited; see 'sbx trace verify'");
+    return cannot("run " + r_.original_run +
+                  " is named by more than one ledger line: the ledger was edited; see 'sbx trace verify'");
   if (!chain->run_line)
-    return cannot(chain->run_lines ? "run " + r_.original_run + "'s ledger line is over the size bound: its record cannot be read"
-                                   : "run " + r_.original_run + " is not in the ledger (a record of the previous store format, see "
-                                     "'sbx trace import'): it kept nothing to replay it from");
+    return cannot(chain->run_lines
+                      ? "run " + r_.original_run + "'s ledger line is over the size bound: its record cannot be read"
+                      : "run " + r_.original_run +
+                            " is not in the ledger (a record of the previous store format, see "
+                            "'sbx trace import'): it kept nothing to replay it from");
   const LedgerRunLine* entry = &*chain->run_line;
   SBX_TRY(check_signature(*entry));
   auto line_record = parse_json_doc(entry->record, {kMaxTraceBytes}, kStage, "the record's ledger line");
-  if (!line_record || !line_record->is_object()) return cannot("run " + r_.original_run + "'s ledger line holds no record");
+  if (!line_record || !line_record->is_object())
+    return cannot("run " + r_.original_run + "'s ledger line holds no record");
   orig_ = std::move(*line_record);
   r_.original_seq = entry->seq;
   r_.original_hash = entry->hash;
-  replay_of_ = trace_object(
-      {{"replay_of/run_id", r_.original_run}, {"replay_of/seq", r_.original_seq}, {"replay_of/record_hash", r_.original_hash}});
+  replay_of_ = trace_object({{"replay_of/run_id", r_.original_run},
+                             {"replay_of/seq", r_.original_seq},
+                             {"replay_of/record_hash", r_.original_hash}});
   return {};
 }
 
@@ -496,8 +517,8 @@ Status Replay::check_signature(const LedgerRunLine& e) const {
   bool have_pub = ::stat(paths->pub.c_str(), &st) == 0, have_priv = ::lstat(paths->priv.c_str(), &st) == 0;
   if (!have_pub && !have_priv) return {};
   if (!have_pub)
-    return cannot("a ledger key exists (" + paths->priv + ") but its public half " + paths->pub +
-                  " is missing: run " + r_.original_run + "'s signature cannot be checked, so it is not replayed");
+    return cannot("a ledger key exists (" + paths->priv + ") but its public half " + paths->pub + " is missing: run " +
+                  r_.original_run + "'s signature cannot be checked, so it is not replayed");
   auto verifier = LedgerVerifier::load(paths->pub);
   if (!verifier) return cannot(verifier.error().describe());
   if (e.sig.empty())
@@ -521,12 +542,14 @@ Status Replay::check_ceiling(const RunSpec& s) const {
   json prof = orig_.value("invocation", json::object()).value("profile", json::object());
   const std::string name = str(prof, "name");
   auto loaded = load_profile(name.empty() ? std::string(kDefaultProfile) : name);
-  if (!loaded) return cannot("the record's profile '" + printable(name) + "' cannot be loaded now: " + loaded.error().describe());
+  if (!loaded)
+    return cannot("the record's profile '" + printable(name) + "' cannot be loaded now: " + loaded.error().describe());
   auto ceiling = spec_from_layers(*loaded, nullptr, "");
   if (!ceiling) return cannot("the record's profile '" + printable(name) + "': " + ceiling.error().describe());
   const RunSpec& c = *ceiling;
   auto over = [&](const std::string& what) {
-    return cannot("run " + r_.original_run + "'s recorded spec " + what + ", more than its profile '" + printable(name) +
+    return cannot("run " + r_.original_run + "'s recorded spec " + what + ", more than its profile '" +
+                  printable(name) +
                   "' allows now: a replay never runs with more than that (run it again with 'sbx run' to grant it)");
   };
   for (auto& b : s.binds) {
@@ -543,14 +566,16 @@ Status Replay::check_ceiling(const RunSpec& s) const {
     if (auto r = parse_allow_rule(a)) allowed.push_back(*r);
   for (auto& a : s.network.allow) {
     auto r = parse_allow_rule(a);
-    if (!r || std::none_of(allowed.begin(), allowed.end(), [&](const AllowRule& p) { return allow_rule_covers(p, *r); }))
+    if (!r ||
+        std::none_of(allowed.begin(), allowed.end(), [&](const AllowRule& p) { return allow_rule_covers(p, *r); }))
       return over("allows host '" + printable(a) + "'");
   }
   if (s.network.max_connections > c.network.max_connections)
     return over("allows " + std::to_string(s.network.max_connections) + " proxied connections");
   if (c.network.max_bytes && (!s.network.max_bytes || *s.network.max_bytes > *c.network.max_bytes))
     return over("relays more network bytes");
-  if (!s.gpu.devices.empty() && s.gpu.devices != c.gpu.devices) return over("asks for GPU(s) '" + printable(s.gpu.devices) + "'");
+  if (!s.gpu.devices.empty() && s.gpu.devices != c.gpu.devices)
+    return over("asks for GPU(s) '" + printable(s.gpu.devices) + "'");
   for (auto& e : s.env_pass)
     if (std::find(c.env_pass.begin(), c.env_pass.end(), e) == c.env_pass.end())
       return over("passes the caller's $" + printable(e) + " through");
@@ -618,9 +643,10 @@ Status Replay::check_image(RunSpec& spec) const {
   ImageStore store(req_.dirs.images);
   auto image = store.resolve(digest);
   if (!image)
-    return cannot("image " + digest + " (recorded as '" + printable(spec.image) + "') is no longer in the image store " +
-                  req_.dirs.images + ": " + image.error().describe());
-  if (auto st = store.check_seal(*image); !st) return cannot("image " + digest + " fails its seal: " + st.error().describe());
+    return cannot("image " + digest + " (recorded as '" + printable(spec.image) +
+                  "') is no longer in the image store " + req_.dirs.images + ": " + image.error().describe());
+  if (auto st = store.check_seal(*image); !st)
+    return cannot("image " + digest + " fails its seal: " + st.error().describe());
   spec.image = digest;
   return {};
 }
@@ -640,7 +666,8 @@ Status Replay::rebuild_inputs(RunSpec& spec) const {
       const json* found = nullptr;
       for (auto* b : blobs_->role("input_file"))
         if (str(*b, "path") == in.dst) found = b;
-      if (!found) return cannot("--input " + printable(in.dst) + " was not kept (the run was made without --keep-inputs)");
+      if (!found)
+        return cannot("--input " + printable(in.dst) + " was not kept (the run was made without --keep-inputs)");
       auto data = blobs_->read(*found);
       if (!data) return data.error();
       SBX_TRY(write_file_durable(dest, *data, parse_mode(*found, 0644)));

@@ -43,7 +43,7 @@ Status rebuild_recorded_tree(const Dirs& dirs, const nlohmann::json& record, con
 struct Tenant;
 
 struct ReplayRequest {
-  Dirs dirs;  // where the record is: sbx's store, or the tenant's (tenant_store)
+  Dirs dirs;        // where the record is: sbx's store, or the tenant's (tenant_store)
   std::string run;  // run id, unique prefix, "last" or "-N" (trace_store.hpp: load_trace)
   std::vector<std::string> invocation_argv;
   // --tenant: the record must name this tenant, and the replay runs under it again (apply_tenant:
@@ -55,8 +55,8 @@ struct ReplayRequest {
 };
 
 struct ReplayDifference {
-  std::string what;     // "status", "exit_code", "output", "input", "result"
-  std::string where;    // the output's path, or the JSON pointer into the result
+  std::string what;                 // "status", "exit_code", "output", "input", "result"
+  std::string where;                // the output's path, or the JSON pointer into the result
   nlohmann::json original, replay;  // null where one side has none
 };
 

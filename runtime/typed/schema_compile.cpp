@@ -18,21 +18,61 @@ using schema::Node;
 // Keywords of drafts after 07. A draft-07 validator ignores unknown keywords, so a schema
 // written for 2019-09/2020-12 would compile and let invalid documents through; refused instead.
 const std::set<std::string> kLaterDraftKeywords = {
-    "prefixItems", "unevaluatedProperties", "unevaluatedItems", "dependentRequired", "dependentSchemas",
-    "minContains", "maxContains", "$anchor", "$dynamicRef", "$dynamicAnchor", "$recursiveRef",
-    "$recursiveAnchor", "$vocabulary"};
+    "prefixItems",   "unevaluatedProperties", "unevaluatedItems", "dependentRequired", "dependentSchemas",
+    "minContains",   "maxContains",           "$anchor",          "$dynamicRef",       "$dynamicAnchor",
+    "$recursiveRef", "$recursiveAnchor",      "$vocabulary"};
 
 // Every draft-07 keyword (validation, applicator, core and annotation vocabularies), and "$defs",
 // which sbx accepts beside "definitions". Anything else in a schema object is unknown: draft-07
 // says to ignore it, which turns a misspelled "requried" or "patern" into an assertion that never
 // runs, so it is reported (a warning, an error under --strict).
-const std::set<std::string> kDraft7Keywords = {
-    "$schema", "$id", "$ref", "$comment", "$defs", "title", "description", "default", "readOnly", "writeOnly",
-    "examples", "multipleOf", "maximum", "exclusiveMaximum", "minimum", "exclusiveMinimum", "maxLength",
-    "minLength", "pattern", "additionalItems", "items", "maxItems", "minItems", "uniqueItems", "contains",
-    "maxProperties", "minProperties", "required", "additionalProperties", "definitions", "properties",
-    "patternProperties", "dependencies", "propertyNames", "const", "enum", "type", "format", "contentMediaType",
-    "contentEncoding", "if", "then", "else", "allOf", "anyOf", "oneOf", "not"};
+const std::set<std::string> kDraft7Keywords = {"$schema",
+                                               "$id",
+                                               "$ref",
+                                               "$comment",
+                                               "$defs",
+                                               "title",
+                                               "description",
+                                               "default",
+                                               "readOnly",
+                                               "writeOnly",
+                                               "examples",
+                                               "multipleOf",
+                                               "maximum",
+                                               "exclusiveMaximum",
+                                               "minimum",
+                                               "exclusiveMinimum",
+                                               "maxLength",
+                                               "minLength",
+                                               "pattern",
+                                               "additionalItems",
+                                               "items",
+                                               "maxItems",
+                                               "minItems",
+                                               "uniqueItems",
+                                               "contains",
+                                               "maxProperties",
+                                               "minProperties",
+                                               "required",
+                                               "additionalProperties",
+                                               "definitions",
+                                               "properties",
+                                               "patternProperties",
+                                               "dependencies",
+                                               "propertyNames",
+                                               "const",
+                                               "enum",
+                                               "type",
+                                               "format",
+                                               "contentMediaType",
+                                               "contentEncoding",
+                                               "if",
+                                               "then",
+                                               "else",
+                                               "allOf",
+                                               "anyOf",
+                                               "oneOf",
+                                               "not"};
 
 // Edit distance (insertions, deletions, substitutions, adjacent swaps), for "did you mean".
 std::size_t edit_distance(const std::string& a, const std::string& b) {
@@ -43,7 +83,8 @@ std::size_t edit_distance(const std::string& a, const std::string& b) {
     for (std::size_t j = 1; j <= b.size(); ++j) {
       std::size_t sub = d[i - 1][j - 1] + (std::tolower(a[i - 1]) != std::tolower(b[j - 1]));
       d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, sub});
-      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1])
+        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
     }
   return d[a.size()][b.size()];
 }
@@ -85,8 +126,8 @@ struct Compiler {
   std::map<std::string, std::string> anchors;  // "$id": "#name" -> pointer
   std::vector<int> work;
   std::vector<std::pair<int, std::string>> refs;  // node, "$ref" value
-  std::vector<SchemaError> errors, warnings;  // every problem found, not only the first
-  bool strict = false;                        // unknown keywords are errors, not warnings
+  std::vector<SchemaError> errors, warnings;      // every problem found, not only the first
+  bool strict = false;                            // unknown keywords are errors, not warnings
 
   bool fail(std::string pointer, std::string message) {
     errors.push_back({std::move(pointer), std::move(message)});
@@ -187,8 +228,9 @@ bool Compiler::keyword(int n, const std::string& k, const json& v) {
     if (kLaterDraftKeywords.count(k))
       return fail(at, k + " is a keyword of a later JSON Schema draft (2019-09/2020-12); sbx implements draft-07");
     if (k == "$schema" && !(v.is_string() && is_draft7_uri(v.get<std::string>())))
-      return fail(at, "JSON Schema draft " + v.dump() + " is not supported; sbx implements draft-07 "
-                      "(http://json-schema.org/draft-07/schema#)");
+      return fail(at, "JSON Schema draft " + v.dump() +
+                          " is not supported; sbx implements draft-07 "
+                          "(http://json-schema.org/draft-07/schema#)");
     if (k == "type") {
       auto ok_name = [](const json& t) { return t.is_string() && kTypeNames.count(t.get<std::string>()); };
       bool ok = ok_name(v) || (v.is_array() && !v.empty() && std::all_of(v.begin(), v.end(), ok_name));
@@ -203,8 +245,9 @@ bool Compiler::keyword(int n, const std::string& k, const json& v) {
     } else if ((k == "minimum" || k == "maximum" || k == "exclusiveMinimum" || k == "exclusiveMaximum") &&
                !v.is_number()) {
       return fail(at, k + " must be a number");
-    } else if ((k == "minLength" || k == "maxLength" || k == "minItems" || k == "maxItems" ||
-                k == "minProperties" || k == "maxProperties") && !is_count(v)) {
+    } else if ((k == "minLength" || k == "maxLength" || k == "minItems" || k == "maxItems" || k == "minProperties" ||
+                k == "maxProperties") &&
+               !is_count(v)) {
       return fail(at, k + " must be a non-negative integer");
     } else if (k == "pattern") {
       if (!v.is_string()) return fail(at, "pattern must be a string");
@@ -225,9 +268,13 @@ bool Compiler::applicators(int n) {
   const std::string p = s.node(n).pointer;
   // Not short-circuited: each keyword's problems are listed, not only the first keyword's.
   bool ok = true;
-  for (auto [kw, field] : {std::pair{"not", &Node::not_}, {"if", &Node::if_}, {"then", &Node::then_},
-                           {"else", &Node::else_}, {"additionalProperties", &Node::additional_properties},
-                           {"propertyNames", &Node::property_names}, {"additionalItems", &Node::additional_items},
+  for (auto [kw, field] : {std::pair{"not", &Node::not_},
+                           {"if", &Node::if_},
+                           {"then", &Node::then_},
+                           {"else", &Node::else_},
+                           {"additionalProperties", &Node::additional_properties},
+                           {"propertyNames", &Node::property_names},
+                           {"additionalItems", &Node::additional_items},
                            {"contains", &Node::contains}})
     ok = one(n, kw, field) && ok;
   for (auto [kw, field] : {std::pair{"allOf", &Node::all_of}, {"anyOf", &Node::any_of}, {"oneOf", &Node::one_of}})
@@ -242,7 +289,8 @@ bool Compiler::applicators(int n) {
   for (auto& [pat, c] : pats) {
     auto re = EcmaRegex::compile(pat);
     if (!re) {
-      ok = fail(p + "/patternProperties/" + pointer_token(pat), "pattern " + json(pat).dump() + ": " + re.error().message);
+      ok = fail(p + "/patternProperties/" + pointer_token(pat),
+                "pattern " + json(pat).dump() + ": " + re.error().message);
       continue;
     }
     s.node(n).pattern_properties.emplace_back(std::move(*re), c);
@@ -375,7 +423,7 @@ bool compile_all(Compiler& c) {
 }
 
 struct Edge {
-  std::size_t to;  // a node's index (an edge exists only where a node is named)
+  std::size_t to;     // a node's index (an edge exists only where a node is named)
   std::string where;  // the keyword that applies `to`
 };
 
@@ -425,8 +473,10 @@ bool Compiler::find_cycles() {
           on = on || v == e.to;
           if (on) path += "#" + s.nodes[v].pointer + " -> ";
         }
-        return fail(e.where, "a cycle of $ref/allOf/anyOf/oneOf/not/if/then/else that never descends into the "
-                             "value (" + path + "#" + s.nodes[e.to].pointer + "): validation would never end");
+        return fail(e.where,
+                    "a cycle of $ref/allOf/anyOf/oneOf/not/if/then/else that never descends into the "
+                    "value (" +
+                        path + "#" + s.nodes[e.to].pointer + "): validation would never end");
       }
       if (color[e.to] == kWhite) {
         color[e.to] = kGrey;
@@ -459,8 +509,8 @@ Result<CompiledSchema> CompiledSchema::compile(const json& schema, const std::st
   if (!is_schema(schema)) return error({{"", "a JSON Schema must be an object or a boolean"}});
   auto deep = find_too_deep(schema, SchemaLimits{}.max_depth);
   if (deep.found)
-    return error({{deep.pointer, "the schema nests deeper than " + std::to_string(SchemaLimits{}.max_depth) +
-                                     " levels"}});
+    return error(
+        {{deep.pointer, "the schema nests deeper than " + std::to_string(SchemaLimits{}.max_depth) + " levels"}});
   auto impl = std::make_shared<Impl>();
   impl->doc = schema;
   Compiler c(*impl);

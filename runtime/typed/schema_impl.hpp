@@ -16,9 +16,9 @@ namespace sbx::schema {
 inline constexpr int kNone = -1;
 
 struct Node {
-  std::string pointer;                 // RFC 6901 pointer of this subschema in the schema document
+  std::string pointer;                   // RFC 6901 pointer of this subschema in the schema document
   const nlohmann::json* json = nullptr;  // the subschema itself (an object or a boolean)
-  int ref = kNone;                     // draft-07: a "$ref" makes every sibling keyword ignored
+  int ref = kNone;                       // draft-07: a "$ref" makes every sibling keyword ignored
   // Applied to the same instance (they consume no instance depth).
   std::vector<int> all_of, any_of, one_of;
   int not_ = kNone, if_ = kNone, then_ = kNone, else_ = kNone;
@@ -40,7 +40,7 @@ struct Node {
 namespace sbx {
 
 struct CompiledSchema::Impl {
-  nlohmann::json doc;  // nodes point into it
+  nlohmann::json doc;               // nodes point into it
   std::vector<schema::Node> nodes;  // nodes[0] is the root
   // Nodes refer to each other by int index (schema::kNone for none); every index looked up is
   // one the compiler handed out, never kNone.

@@ -229,11 +229,11 @@ double count_of(const json& v) { return static_cast<double>(v.size()); }
 
 // A failed assertion: recorded when errors are wanted; `return` it to stop at the first one
 // when they are not.
-#define SBX_FAIL(msg)                  \
-  do {                                 \
-    ok = false;                        \
-    if (!errs) return false;           \
-    errs->add(ptr, msg);               \
+#define SBX_FAIL(msg)        \
+  do {                       \
+    ok = false;              \
+    if (!errs) return false; \
+    errs->add(ptr, msg);     \
   } while (0)
 
 bool Validator::node(int index, const json& v, Errors* errs) {
@@ -253,7 +253,7 @@ bool Validator::node(int index, const json& v, Errors* errs) {
   } else {
     ok = generic(n, v, errs);
     if (ok || errs) {
-      bool kind = v.is_number() ? number(n, v, errs)
+      bool kind = v.is_number()   ? number(n, v, errs)
                   : v.is_string() ? string(n, v, errs)
                   : v.is_array()  ? array(n, v, errs)
                   : v.is_object() ? object(n, v, errs)
@@ -273,15 +273,17 @@ bool Validator::generic(const Node& n, const json& v, Errors* errs) {
     bool match = t->is_string() ? has_type(v, t->get<std::string>())
                                 : std::any_of(t->begin(), t->end(),
                                               [&](const json& e) { return has_type(v, e.get<std::string>()); });
-    if (!match) SBX_FAIL("must be of type " + (t->is_string() ? t->get<std::string>() : t->dump()) + ", not " +
-                         (is_integral(v) && v.is_number_integer() ? "integer" : v.type_name()) + got(v));
+    if (!match)
+      SBX_FAIL("must be of type " + (t->is_string() ? t->get<std::string>() : t->dump()) + ", not " +
+               (is_integral(v) && v.is_number_integer() ? "integer" : v.type_name()) + got(v));
   }
   if (auto e = j.find("enum"); e != j.end()) {
     charge(e->size());
     if (std::none_of(e->begin(), e->end(), [&](const json& c) { return c == v; }))
-      SBX_FAIL((e->size() <= 8 && e->dump().size() <= 120 ? "must be one of " + e->dump()
-                                                          : "must be one of the " + std::to_string(e->size()) +
-                                                                " values listed in enum") + got(v));
+      SBX_FAIL((e->size() <= 8 && e->dump().size() <= 120
+                    ? "must be one of " + e->dump()
+                    : "must be one of the " + std::to_string(e->size()) + " values listed in enum") +
+               got(v));
   }
   if (auto c = j.find("const"); c != j.end() && *c != v) SBX_FAIL("must equal " + json_excerpt(*c, 40) + got(v));
   if (auto f = j.find("format"); f != j.end() && v.is_string()) {
@@ -296,11 +298,14 @@ bool Validator::number(const Node& n, const json& v, Errors* errs) {
   const json& j = *n.json;
   bool ok = true;
   long double x = num(v);
-  if (auto m = j.find("multipleOf"); m != j.end() && !multiple_of(v, *m)) SBX_FAIL("must be a multiple of " + str(*m) + got(v));
+  if (auto m = j.find("multipleOf"); m != j.end() && !multiple_of(v, *m))
+    SBX_FAIL("must be a multiple of " + str(*m) + got(v));
   if (auto m = j.find("minimum"); m != j.end() && x < num(*m)) SBX_FAIL("must be at least " + str(*m) + got(v));
   if (auto m = j.find("maximum"); m != j.end() && x > num(*m)) SBX_FAIL("must be at most " + str(*m) + got(v));
-  if (auto m = j.find("exclusiveMinimum"); m != j.end() && x <= num(*m)) SBX_FAIL("must be greater than " + str(*m) + got(v));
-  if (auto m = j.find("exclusiveMaximum"); m != j.end() && x >= num(*m)) SBX_FAIL("must be less than " + str(*m) + got(v));
+  if (auto m = j.find("exclusiveMinimum"); m != j.end() && x <= num(*m))
+    SBX_FAIL("must be greater than " + str(*m) + got(v));
+  if (auto m = j.find("exclusiveMaximum"); m != j.end() && x >= num(*m))
+    SBX_FAIL("must be less than " + str(*m) + got(v));
   return ok;
 }
 
@@ -346,7 +351,7 @@ bool Validator::array(const Node& n, const json& v, Errors* errs) {
     }
   }
   for (std::size_t i = 0; i < v.size(); ++i) {
-    int sub = !n.items_is_tuple ? (n.items.empty() ? kNone : n.items[0])
+    int sub = !n.items_is_tuple    ? (n.items.empty() ? kNone : n.items[0])
               : i < n.items.size() ? n.items[i]
                                    : n.additional_items;
     if (sub != kNone && !child(sub, v[i], std::to_string(i), errs)) {
@@ -434,7 +439,8 @@ bool Validator::combinators(const Node& n, const json& v, Errors* errs) {
       ok = false;
       if (!errs) return false;
     }
-  if (!n.any_of.empty() && std::none_of(n.any_of.begin(), n.any_of.end(), [&](int sub) { return node(sub, v, nullptr); }))
+  if (!n.any_of.empty() &&
+      std::none_of(n.any_of.begin(), n.any_of.end(), [&](int sub) { return node(sub, v, nullptr); }))
     SBX_FAIL("must match at least one of the " + std::to_string(n.any_of.size()) + " schemas in anyOf");
   if (!n.one_of.empty()) {
     std::size_t matches = 0;
@@ -468,9 +474,7 @@ std::vector<SchemaError> CompiledSchema::validate(const json& value, const Schem
   Validator v(*impl_, limits);
   try {
     if (v.node(0, value, &errs)) return {};
-  } catch (const Stop& stop) {
-    return {stop.error};
-  }
+  } catch (const Stop& stop) { return {stop.error}; }
   if (errs.unlisted) errs.list.push_back({"", std::to_string(errs.unlisted) + " more error(s) not listed"});
   if (errs.list.empty()) errs.list.push_back({"", "does not match the schema"});
   return errs.list;

@@ -59,8 +59,8 @@ class CompiledSchema {
                                         SchemaError* where = nullptr);
   // The same, listing every problem in `report` (errors sorted by pointer); `strict` makes an
   // unknown keyword an error instead of a warning.
-  static Result<CompiledSchema> compile(const nlohmann::json& schema, const std::string& source,
-                                        SchemaReport* report, bool strict);
+  static Result<CompiledSchema> compile(const nlohmann::json& schema, const std::string& source, SchemaReport* report,
+                                        bool strict);
   // Every violation found (empty: valid).
   std::vector<SchemaError> validate(const nlohmann::json& value, const SchemaLimits& limits = {}) const;
 
