@@ -24,18 +24,8 @@ step() {
   if "$@"; then echo "sanitize: $name passed ($((SECONDS - t0)) s)"; else failed+=("$name"); echo "sanitize: $name FAILED ($((SECONDS - t0)) s)"; fi
 }
 [ $# -gt 0 ] || step unit "$build/sbx_unit_tests"
-# The two integration suites side by side (each waits on sandboxes more than it computes: about half
-# a core each, measured): each writes its own log, printed whole when both are done.
-logs=$build/sanitize-logs
-mkdir -p "$logs"
-for mode in root rootless; do
-  step "integration_$mode" tests/integration/run.sh "$build/sbx" "$mode" "$@" >"$logs/$mode.txt" 2>&1 &
-done
-wait
-for mode in root rootless; do
-  cat "$logs/$mode.txt"
-  grep -q "^sanitize: integration_$mode passed" "$logs/$mode.txt" || failed+=("integration_$mode")
-done
+step integration_root tests/integration/run.sh "$build/sbx" root "$@"
+step integration_rootless tests/integration/run.sh "$build/sbx" rootless "$@"
 if [ ${#failed[@]} -gt 0 ]; then
   echo "sanitize: failed: ${failed[*]}" >&2
   exit 1
