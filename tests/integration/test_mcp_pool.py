@@ -28,6 +28,17 @@ def parent(pid):
     return int(stat[stat.rindex(b")") + 2:].split()[1])
 
 
+def running(pid):
+    """Whether pid is a process that has not exited (a zombie has). Read once: a process can end
+    between an exists() and an open(), and a loaded machine made that race an error in CI."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return False
+    return not stat[stat.rindex(b")") + 2:].startswith(b"Z")
+
+
 def pooled_workers(server_pid):
     """The server's worker children (sbx sets its process title to "sbx mcp-worker", so --pooled is
     not visible): with no call running, every one of them is a pooled sandbox's."""
@@ -188,7 +199,7 @@ class McpPoolCase(SbxTestCase):
         deadline = time.monotonic() + scaled(10)
         left = pids
         while left and time.monotonic() < deadline:
-            left = [p for p in pids if os.path.exists(f"/proc/{p}") and not open(f"/proc/{p}/stat").read().split(") ")[1].startswith("Z")]
+            left = [p for p in pids if running(p)]
             time.sleep(0.05)
         self.assertEqual(left, [], f"{how}: pooled processes left: {[cmdline(p) for p in left]}")
         self.assertEqual(self.records(s), [])  # idle sandboxes ran nothing and record nothing
@@ -350,7 +361,7 @@ class McpPoolCase(SbxTestCase):
         try:
             os.kill(init, signal.SIGKILL)
             deadline = time.monotonic() + scaled(10)
-            while os.path.exists(f"/proc/{init}") and not open(f"/proc/{init}/stat").read().split(") ")[1].startswith("Z"):
+            while running(init):
                 self.assertLess(time.monotonic(), deadline, "the pooled init did not die")
                 time.sleep(0.02)
             rid = s.start("tools/call", {"name": "run_code", "arguments": {"language": "sh", "code": "echo served"}})
