@@ -3,7 +3,9 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <algorithm>
 #include <cstdio>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -15,6 +17,7 @@
 #include "runtime/base/log.hpp"
 #include "runtime/base/proc_title.hpp"
 #include "runtime/base/suggest.hpp"
+#include "runtime/model/foreign_flags.hpp"
 #include "runtime/base/text_escape.hpp"
 #include "runtime/base/signals.hpp"
 
@@ -48,6 +51,18 @@ std::string word_after(int argc, char** argv, const std::vector<std::string>& pa
   return {};
 }
 
+// The first option on the command line that neither `cur` nor the top level knows but docker,
+// podman or bwrap does, as the line that maps it to sbx's form ("" when there is none).
+static std::string foreign_option_hint_of(CLI::App& app, CLI::App& cur, int argc, char** argv) {
+  for (int i = 1; i < argc && std::string_view(argv[i]) != "--"; ++i) {
+    std::string_view a = argv[i];
+    std::string name(a.substr(0, a.find('=')));
+    if (a.size() > 1 && a[0] == '-' && !cur.get_option_no_throw(name) && !app.get_option_no_throw(name))
+      if (std::string hint = sbx::foreign_option_hint(a); !hint.empty()) return hint;
+  }
+  return {};
+}
+
 // A parse error as one line that names the subcommand whose help to read: "sbx pack rn" is an
 // unknown command of `sbx pack` (with the closest one), "sbx run --timeout" a missing value of
 // `sbx run`. The chain is the subcommands CLI11 had parsed when it gave up.
@@ -76,6 +91,10 @@ std::string parse_error_text(CLI::App& app, const CLI::ParseError& e, int argc, 
     }
     return "unknown command '" + word + "'" + sbx::did_you_mean(word, names) + "; " + see;
   }
+  // Only where sbx's forms it names exist: the commands that take run options (run, probe).
+  if (std::string hint = cur->get_option_no_throw("--bind") ? foreign_option_hint_of(app, *cur, argc, argv) : "";
+      !hint.empty())
+    return (words.empty() ? "" : chain.substr(4) + ": ") + hint + " (" + see + ")";
   std::string msg = e.what();
   if (msg.empty()) msg = e.get_name();
   // CLI11's "--timeout: 1 required TEXT missing": an option given without its value.
@@ -83,6 +102,30 @@ std::string parse_error_text(CLI::App& app, const CLI::ParseError& e, int argc, 
     msg = msg.substr(0, at) + " needs a value";
   return (words.empty() ? "" : chain.substr(4) + ": ") + msg + " (" + see + ")";
 }
+
+namespace {
+// Every option takes one value per occurrence (`--bind A --bind B`, never `--bind A B`): CLI11's
+// default for a list lets `sbx run --bind ./d:/d ls /d` take `ls` and `/d` as more binds and
+// leave no command. Positionals (a command's words, `trace show ID...`) keep their lists.
+void one_value_per_occurrence(CLI::App& app) {
+  for (CLI::Option* opt : app.get_options())
+    if (opt->nonpositional() && opt->get_allow_extra_args()) opt->allow_extra_args(false);
+  for (CLI::App* sub : app.get_subcommands(std::function<bool(CLI::App*)>{})) one_value_per_occurrence(*sub);
+}
+
+// CLI11's usage line, plus the command words of a subcommand that takes a program's command
+// (prefix_command: `run`): "Usage: sbx run [OPTIONS] [--] CMD [ARGS...]".
+class Formatter : public CLI::Formatter {
+ public:
+  std::string make_usage(const CLI::App* app, std::string name) const override {
+    std::string usage = CLI::Formatter::make_usage(app, std::move(name));
+    if (app->get_prefix_command() && !usage.empty() && usage.back() == '\n')
+      usage.insert(usage.size() - 1, " [--] CMD [ARGS...]");
+    return usage;
+  }
+};
+
+}  // namespace
 
 int usage_error(const std::string& message) {
   std::fprintf(stderr, "sbx: %s\n", printable(message).c_str());
@@ -153,6 +196,34 @@ static std::vector<sbx::cli::Command> add_commands(CLI::App& app, sbx::cli::Glob
   return commands;
 }
 
+// `sbx help [COMMAND...]` is `sbx [COMMAND...] --help` and `sbx version` is `sbx --version`: the
+// words git and podman users type first. argv as main() then reads it (null-terminated).
+static std::vector<char*> help_words_as_flags(int argc, char** argv, bool& help_word) {
+  static char help[] = "--help", version[] = "--version";
+  std::vector<char*> args(argv, argv + argc);
+  help_word = argc >= 2 && std::string_view(argv[1]) == "help";
+  if (help_word) {
+    args.erase(args.begin() + 1);
+    args.push_back(help);
+  } else if (argc == 2 && std::string_view(argv[1]) == "version") {
+    args[1] = version;
+  }
+  args.push_back(nullptr);
+  return args;
+}
+
+// `sbx help WORD` where WORD is no command: the error `sbx WORD` gets, not the overview (CLI11
+// would answer --help before it looks at the word).
+static std::optional<int> check_help_topic(CLI::App& app, int argc, char** argv) {
+  std::string word = sbx::cli::word_after(argc, argv, {});
+  if (word.empty()) return std::nullopt;
+  std::vector<std::string> names;
+  for (auto* sub : app.get_subcommands(std::function<bool(CLI::App*)>{})) names.push_back(sub->get_name());
+  if (std::find(names.begin(), names.end(), word) != names.end()) return std::nullopt;
+  return sbx::cli::usage_error("unknown command '" + word + "'" + sbx::did_you_mean(word, names) +
+                               "; see 'sbx --help'");
+}
+
 // The words before the first "--" parsed by CLI11 (those after it are g.after_dashdash). The exit
 // status when main() must end here (help, version, a usage error), else nullopt.
 static std::optional<int> parse_command_line(CLI::App& app, sbx::cli::GlobalOptions& g, int argc, char** argv) {
@@ -187,6 +258,10 @@ int main(int argc, char** argv) {
   // (runtime/base/signals.hpp). Commands that run no sandbox get the caller's mask back below.
   sbx::block_forwarded_signals_at_start();
   using namespace sbx::cli;
+  bool help_word = false;
+  std::vector<char*> args = help_words_as_flags(argc, argv, help_word);
+  argc = static_cast<int>(args.size()) - 1;
+  argv = args.data();
   if (argc == 2 && std::string_view(argv[1]) == "--version") {
     // Answered before CLI11 is built: its CallForVersion is an exception, and a static binary's
     // first throw sorts every FDE of .eh_frame (dozens of page faults).
@@ -197,11 +272,16 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.fallthrough();
   app.set_version_flag("--version", std::string("sbx ") + SBX_VERSION);
+  app.formatter(std::make_shared<Formatter>());  // before the subcommands: they copy it
+  app.footer("'sbx help COMMAND' (or 'sbx COMMAND --help'): a command's options; 'sbx version'; man sbx");
   GlobalOptions g;
   g.argv.assign(argv, argv + argc);
   add_global_options(app, g);
 
   std::vector<Command> commands = add_commands(app, g, argc, argv);
+  one_value_per_occurrence(app);
+  if (help_word)
+    if (auto rc = check_help_topic(app, argc, argv)) return *rc;
 
   if (auto rc = parse_command_line(app, g, argc, argv)) return *rc;
   if (auto st = sbx::init_logging(g.log_level, g.verbose); !st) return usage_error(st.error().message);

@@ -8,6 +8,7 @@
 #include "cli/commands.hpp"
 #include "runtime/linux/events.hpp"
 #include "runtime/model/caps.hpp"
+#include "runtime/model/foreign_flags.hpp"
 #include "cli/systemd_scope.hpp"
 #include "runtime/base/json_io.hpp"
 #include "runtime/base/trace_field.hpp"
@@ -279,6 +280,30 @@ void add_run_options(CLI::App* run, RunFlags& f) {
       ->excludes("--systemd-scope");
 }
 
+namespace {
+// The command's first word when it is an option after all. prefix_command() hands over an
+// unknown option that precedes the command: a typo of ours or another tool's habit ("docker's -e
+// is --env here"), not a program called "--foo". And `-v SRC:DST` is docker's volume, not sbx's
+// verbose flag followed by a program named SRC:DST.
+std::optional<int> check_command_start(const std::vector<std::string>& command, const GlobalOptions& g) {
+  if (command.empty()) return std::nullopt;
+  const std::string& first = command[0];
+  if (first.size() > 1 && first[0] == '-') {
+    std::string hint = foreign_option_hint(first);
+    if (!hint.empty()) return usage_error("run: " + hint + " (see 'sbx run --help')");
+    return usage_error("run: unknown option '" + first + "' (see 'sbx run --help'; put the command after --)");
+  }
+  // The command's words are the last ones before main()'s "--" (or the end): the word before
+  // them is the option that stood right before the command.
+  std::size_t end = g.argv.size();
+  if (g.after_dashdash) end -= g.after_dashdash->size() + 1;
+  std::size_t at = end >= command.size() ? end - command.size() : 0;
+  if (at > 0 && (g.argv[at - 1] == "-v" || g.argv[at - 1] == "--verbose") && looks_like_volume(first))
+    return usage_error("run: " + foreign_option_hint("-v") + " (see 'sbx run --help')");
+  return std::nullopt;
+}
+}  // namespace
+
 void add_run_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out) {
   static RunFlags f;
   auto* run = app.add_subcommand("run", "Run a command in a fresh sandbox");
@@ -296,11 +321,7 @@ void add_run_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out)
          // With prefix_command, everything from the first positional on is in remaining(); a "--"
          // that main() cut off came after it, so it is put back where it was.
          f.command = run->remaining();
-         // prefix_command() also hands over an unknown option that precedes the command: it is a
-         // typo of ours, not a program called "--foo".
-         if (!f.command.empty() && f.command[0].size() > 1 && f.command[0][0] == '-')
-           return usage_error("run: unknown option '" + f.command[0] +
-                              "' (see 'sbx run --help'; put the command after --)");
+         if (auto rc = check_command_start(f.command, g)) return *rc;
          if (g.after_dashdash) {
            if (!f.command.empty()) f.command.push_back("--");
            f.command.insert(f.command.end(), g.after_dashdash->begin(), g.after_dashdash->end());

@@ -167,8 +167,11 @@ _sbx() {
             if [[ $cur == -* ]]; then
                 COMPREPLY=($(compgen -W "$global_opts" -- "$cur"))
             else
-                COMPREPLY=($(compgen -W "run probe classify profile trace doctor pack exec image key mcp cgroup-init replay gc" -- "$cur"))
+                COMPREPLY=($(compgen -W "run probe classify profile trace doctor pack exec image key mcp cgroup-init replay gc help version" -- "$cur"))
             fi ;;
+        help)
+            # sbx help COMMAND [SUBCOMMAND]: that command's --help.
+            ((npos == 0)) && COMPREPLY=($(compgen -W "run probe classify profile trace doctor pack exec image key mcp cgroup-init replay gc" -- "$cur")) ;;
         run)
             COMPREPLY=($(compgen -W "$run_opts $global_opts --" -- "$cur"))
             if [[ $cur != -* ]]; then COMPREPLY=($(compgen -c -- "$cur")); fi ;;

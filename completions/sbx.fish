@@ -96,6 +96,9 @@ complete -c sbx -n '__sbx_at' -a image -d 'Manage the content-addressed image st
 complete -c sbx -n '__sbx_at' -a key -d 'Manage the key that signs the trace ledger'
 complete -c sbx -n '__sbx_at' -a mcp -d 'Serve rule packs and run_code as MCP tools over stdio'
 complete -c sbx -n '__sbx_at' -a cgroup-init -d 'In a container: move its processes into a leaf, enable controllers'
+complete -c sbx -n '__sbx_at' -a help -d "Print a command's help (sbx help COMMAND: sbx COMMAND --help)"
+complete -c sbx -n '__sbx_at' -a version -d 'Print the version'
+complete -c sbx -n '__sbx_at help' -x -a 'run probe classify profile trace doctor pack exec image key mcp cgroup-init replay gc'
 
 # sbx run
 complete -c sbx -n '__sbx_at run; or __sbx_at probe' -l profile -x -a '(__sbx_profiles; __fish_complete_suffix .json)' -d 'Profile name or JSON file'

@@ -56,10 +56,9 @@ Result<std::int64_t> parse_size_bytes(std::string_view text) {
   std::string_view unit;
   auto bad = [&] { return make_error("usage", "bad size '" + std::string(text) + "' (use e.g. 4096, 512K, 64M, 1G)"); };
   if (!split_number(text, n, unit)) return bad();
-  if (!unit.empty() && (unit.back() == 'B' || unit.back() == 'b') && unit.size() > 1) {
-    unit.remove_suffix(1);  // accept "64MB"/"64MiB" style too
-    if (!unit.empty() && unit.back() == 'i') unit.remove_suffix(1);
-  }
+  // "64MB", "64MiB" and Kubernetes' "64Mi" all mean 64M (binary units, as M does).
+  if (unit.size() > 1 && (unit.back() == 'B' || unit.back() == 'b')) unit.remove_suffix(1);
+  if (unit.size() > 1 && unit.back() == 'i') unit.remove_suffix(1);
   double scale;
   if (unit.empty() || unit == "B" || unit == "b") scale = 1;
   else if (unit == "K" || unit == "k") scale = 1024.0;

@@ -113,7 +113,8 @@ std::vector<MountOp> mount_ops(const MountPlan& plan) {
   l.tmpfs(MountOpKind::tmpfs, "/tmp", plan.tmp_size_bytes, 01777, kNoSuidDev);
   l.ops.back().precreate = true;
   for (auto& t : plan.tmpfs) {
-    l.tmpfs(MountOpKind::tmpfs, t.dst, t.size_bytes, 01777, kNoSuidDev, true);
+    l.tmpfs(MountOpKind::tmpfs, t.dst, t.size_bytes, 01777,
+            kNoSuidDev | (t.noexec ? static_cast<unsigned long>(MS_NOEXEC) : 0UL), true);
     l.ops.back().precreate = true;
   }
   l.tmpfs(MountOpKind::out, "/out", plan.out_size_bytes, 0755, kNoSuidDev);

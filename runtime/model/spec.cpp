@@ -1,5 +1,6 @@
 #include "runtime/model/spec.hpp"
 
+#include <algorithm>
 #include <cctype>
 #include <functional>
 
@@ -161,6 +162,7 @@ Status read_tmpfs(DocReader& r, TmpfsMount& t) {
   SBX_TRY(r.get_string("dst", t.dst));
   SBX_TRY(r.get_quantity("size_bytes", size, parse_size_bytes, true, kMaxSizeBytes));
   t.size_bytes = size.value_or(64LL << 20);
+  if (r.has("noexec")) SBX_TRY(r.get_bool("noexec", t.noexec));
   return {};
 }
 
@@ -338,7 +340,10 @@ const Fields<RunSpec>& spec_fields() {
           {"tmpfs", [](DocReader& r, RunSpec& s) { return read_list(r, "tmpfs", s.tmpfs, parse_tmpfs, read_tmpfs); },
            [](const RunSpec& s) {
     json out = json::array();
-    for (auto& t : s.tmpfs) out.push_back({{"dst", t.dst}, {"size_bytes", t.size_bytes}});
+    for (auto& t : s.tmpfs) {
+      out.push_back({{"dst", t.dst}, {"size_bytes", t.size_bytes}});
+      if (t.noexec) out.back()["noexec"] = true;
+    }
     return out;
            }},
           {"inputs", [](DocReader& r, RunSpec& s) { return read_list(r, "inputs", s.inputs, parse_input, read_input); },
@@ -462,17 +467,44 @@ Result<BindMount> parse_bind(const std::string& text) {
   return b;
 }
 
+namespace {
+// docker's form after DST: size=SIZE and mount options, comma-separated. nosuid, nodev and rw are
+// what every tmpfs of a run already is; anything else would be a promise sbx does not keep.
+Status read_tmpfs_options(const std::string& text, std::string_view options, TmpfsMount& t) {
+  for (std::string_view rest = options; !rest.empty();) {
+    std::string_view opt = rest.substr(0, rest.find(','));
+    rest.remove_prefix(std::min(rest.size(), opt.size() + 1));
+    if (opt.starts_with("size=")) {
+      auto size = parse_size_bytes(opt.substr(5));
+      if (!size) return make_error("usage", "bad tmpfs '" + text + "': " + size.error().message);
+      t.size_bytes = *size;
+    } else if (opt == "noexec") {
+      t.noexec = true;
+    } else if (opt != "nosuid" && opt != "nodev" && opt != "rw") {
+      return make_error("usage", "bad tmpfs '" + text + "': option '" + std::string(opt) +
+                                     "' not supported (use DST[:SIZE] or DST:size=SIZE[,noexec])");
+    }
+  }
+  return {};
+}
+}  // namespace
+
 Result<TmpfsMount> parse_tmpfs(const std::string& text) {
   TmpfsMount t;
   auto pos = text.find(':');
   t.dst = text.substr(0, pos);
   t.size_bytes = 64LL << 20;
-  if (t.dst.empty()) return make_error("usage", "bad tmpfs '" + text + "' (use DST[:SIZE])");
+  if (t.dst.empty()) return make_error("usage", "bad tmpfs '" + text + "' (use DST[:SIZE] or DST:size=SIZE[,noexec])");
   if (pos != std::string::npos) {
-    auto size = parse_size_bytes(text.substr(pos + 1));
-    if (!size) return make_error("usage", "bad tmpfs '" + text + "': " + size.error().message);
-    if (*size <= 0) return make_error("usage", "bad tmpfs '" + text + "': size must be positive");
-    t.size_bytes = *size;
+    std::string rest = text.substr(pos + 1);
+    if (rest.find('=') != std::string::npos || rest.find(',') != std::string::npos || rest == "noexec") {
+      SBX_TRY(read_tmpfs_options(text, rest, t));
+    } else {
+      auto size = parse_size_bytes(rest);
+      if (!size) return make_error("usage", "bad tmpfs '" + text + "': " + size.error().message);
+      t.size_bytes = *size;
+    }
+    if (t.size_bytes <= 0) return make_error("usage", "bad tmpfs '" + text + "': size must be positive");
   }
   return t;
 }

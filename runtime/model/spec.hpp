@@ -26,6 +26,7 @@ struct BindMount {
 struct TmpfsMount {
   std::string dst;
   std::int64_t size_bytes = 0;
+  bool noexec = false;  // nothing on it runs (docker's `--tmpfs DST:size=64m,noexec`)
   bool operator==(const TmpfsMount&) const = default;
 };
 

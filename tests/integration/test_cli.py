@@ -157,6 +157,77 @@ class Arguments(SbxTestCase):
         self.assertEqual(r.out, "hi\n", "logs never go to stdout")
         self.assertNotEqual(r.err, "", "-v -v should log something on stderr")
 
+    def test_list_options_take_one_value_each(self):
+        # Every --bind, --env, --allow-host takes one value: the words after it are the command,
+        # with or without "--" (issue 32, item 8).
+        d = self.path("d")
+        os.mkdir(d)
+        with open(os.path.join(d, "f"), "w") as f:
+            f.write("x")
+        r = sbx(["run", "--bind", d + ":/d", "--env", "A=1", "--env", "B=2", "ls", "/d"])
+        self.assertExit(r, 0)
+        self.assertEqual(r.out, "f\n")
+        r = sbx(["run", "--env", "A=1", "--env", "B=2", "sh", "-c", "echo $A$B"])
+        self.assertExit(r, 0)
+        self.assertEqual(r.out, "12\n")
+
+    def test_run_help_shows_the_command(self):
+        r = sbx(["run", "--help"])
+        self.assertExit(r, 0)
+        self.assertIn("Usage: sbx run [OPTIONS] [--] CMD [ARGS...]", r.out)
+
+    def test_help_and_version_words(self):
+        # `sbx help [COMMAND]` is `sbx [COMMAND] --help`, `sbx version` is `sbx --version` (item 13).
+        self.assertEqual(sbx(["help"]).out, sbx(["--help"]).out)
+        r = sbx(["help", "trace", "ls"])
+        self.assertExit(r, 0)
+        self.assertEqual(r.out, sbx(["trace", "ls", "--help"]).out)
+        self.assertIn("Usage: sbx trace ls", r.out)
+        r = sbx(["version"])
+        self.assertExit(r, 0)
+        self.assertEqual(r.out, sbx(["--version"]).out)
+        self.assertTrue(r.out.startswith("sbx "))
+        r = sbx(["help", "rnu"])
+        self.assertExit(r, 125)
+        self.assertOneSbxLine(r)
+        self.assertIn("unknown command 'rnu'", r.err)
+        self.assertIn("run", r.err)
+
+    def test_docker_habits_are_mapped(self):
+        # docker's -v SRC:DST is never sbx's -v (verbose) plus a program named SRC:DST (item 7).
+        r = sbx(["run", "-v", os.getcwd() + ":/work", "-w", "/work", "--", "true"])
+        self.assertExit(r, 125)
+        self.assertOneSbxLine(r)
+        self.assertIn("docker's -v SRC:DST is --bind SRC:DST:rw here", r.err)
+        for argv, want in ((["run", "-e", "A=1", "--", "true"], "docker's -e is --env NAME=VALUE here"),
+                           (["run", "--rm", "--", "true"], "docker's --rm is what every sbx run does"),
+                           (["run", "--network", "none", "--", "true"], "docker's --network is not needed"),
+                           (["run", "--network=none", "true"], "docker's --network is not needed"),
+                           (["run", "--chdir", "/tmp", "--", "true"], "bwrap's --chdir is --workdir DIR here"),
+                           (["run", "--ro-bind", "/a", "/b", "--", "true"], "bwrap's --ro-bind SRC DST is --bind"),
+                           (["probe", "--user", "1000"], "docker's --user UID[:GID] is --uid UID --gid GID here")):
+            r = sbx(argv)
+            self.assertExit(r, 125, argv)
+            self.assertOneSbxLine(r)
+            self.assertIn(want, r.err, argv)
+        # -v is still --verbose before a command (a program's name has no ":/").
+        r = sbx(["run", "-v", "--", "echo", "hi"])
+        self.assertExit(r, 0)
+        self.assertEqual(r.out, "hi\n")
+
+    def test_size_and_tmpfs_forms_of_docker_and_kubernetes(self):
+        r = sbx(["run", "--memory", "512Mi", "--tmpfs", "/run:size=8m,noexec", "--dry-run", "--", "true"])
+        self.assertExit(r, 0)
+        spec = json.loads(r.out)
+        self.assertEqual(spec["limits"]["memory_bytes"], 512 << 20)
+        self.assertEqual(spec["tmpfs"], [{"dst": "/run", "size_bytes": 8 << 20, "noexec": True}])
+        r = sbx(["run", "--tmpfs", "/run:size=1m,noexec", "--", "sh", "-c",
+                 "cp /bin/true /run/t && /run/t; echo $?; grep ' /run ' /proc/mounts"])
+        self.assertExit(r, 0)
+        lines = r.out.splitlines()
+        self.assertEqual(lines[0], "126", "a program on a noexec tmpfs must not run")
+        self.assertIn("noexec", lines[1])
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -122,6 +122,21 @@ TEST_CASE("mount plan: the host root's operations in the order init runs them") 
   CHECK(std::none_of(ops.begin(), ops.end(), [](auto& o) { return o.kind == MountOpKind::mount_point; }));
 }
 
+TEST_CASE("mount plan: a tmpfs asked noexec (--tmpfs DST:size=SIZE,noexec) is mounted noexec") {
+  RunSpec spec;
+  auto noexec = parse_tmpfs("/run:size=1m,noexec");
+  REQUIRE(noexec.ok());
+  spec.tmpfs = {*noexec, TmpfsMount{"/scratch", 1 << 20}};
+  auto plan = plan_of(spec);
+  REQUIRE(plan);
+  auto ops = mount_ops(*plan);
+  auto& run = ops[index_of(ops, "/run", MountOpKind::tmpfs)];
+  CHECK(run.size_bytes == 1 << 20);
+  CHECK((run.flags & MS_NOEXEC) != 0);
+  CHECK((run.flags & MS_NOSUID) != 0);
+  CHECK((ops[index_of(ops, "/scratch", MountOpKind::tmpfs)].flags & MS_NOEXEC) == 0);
+}
+
 TEST_CASE("mount plan: the trace lists every operation, tmpfs and generated files included, no secret") {
   auto plan = host_plan();
   plan.ops = mount_ops(plan);

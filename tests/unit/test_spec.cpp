@@ -85,6 +85,32 @@ TEST_CASE("bind and tmpfs short forms") {
   REQUIRE(t.ok());
   CHECK(t->size_bytes == 16LL << 20);
   CHECK_FALSE(parse_tmpfs("/x:big").ok());
+  // docker's form: size= and mount options. nosuid, nodev and rw are what every tmpfs already is.
+  t = parse_tmpfs("/run:size=64m,noexec");
+  REQUIRE(t.ok());
+  CHECK(t->dst == "/run");
+  CHECK(t->size_bytes == 64LL << 20);
+  CHECK(t->noexec);
+  t = parse_tmpfs("/run:size=1Gi,nosuid,nodev,rw");
+  REQUIRE(t.ok());
+  CHECK(t->size_bytes == 1LL << 30);
+  CHECK_FALSE(t->noexec);
+  t = parse_tmpfs("/run:noexec");
+  REQUIRE(t.ok());
+  CHECK(t->size_bytes == 64LL << 20);
+  CHECK(t->noexec);
+  CHECK(parse_tmpfs("/run:size=64m,exec").error().message.find("option 'exec' not supported") != std::string::npos);
+  CHECK_FALSE(parse_tmpfs("/run:size=0").ok());
+  // A spec's JSON keeps it (and says nothing of it when unset).
+  RunSpec s;
+  s.argv = {"true"};
+  s.tmpfs = {*parse_tmpfs("/run:noexec"), TmpfsMount{"/b", 1 << 20}};
+  auto j = spec_to_json(s);
+  CHECK(j["tmpfs"][0]["noexec"] == true);
+  CHECK_FALSE(j["tmpfs"][1].contains("noexec"));
+  auto back = spec_from_json(j, "test");
+  REQUIRE(back.ok());
+  CHECK(back->tmpfs == s.tmpfs);
 }
 
 TEST_CASE("validation rejects paths that could aim outside the new root") {

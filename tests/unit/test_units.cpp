@@ -26,6 +26,14 @@ TEST_CASE("sizes") {
   CHECK(*parse_size_bytes("1G") == 1LL << 30);
   CHECK(*parse_size_bytes("1.5G") == (3LL << 30) / 2);
   CHECK(*parse_size_bytes("64MiB") == 64LL << 20);
+  // The forms docker (512m) and Kubernetes (512Mi) users write: binary units, as M is.
+  CHECK(*parse_size_bytes("512Mi") == 512LL << 20);
+  CHECK(*parse_size_bytes("512m") == 512LL << 20);
+  CHECK(*parse_size_bytes("2Gi") == 2LL << 30);
+  CHECK(*parse_size_bytes("64Ki") == 64LL << 10);
+  CHECK(*parse_size_bytes("64KB") == 64LL << 10);
+  CHECK_FALSE(parse_size_bytes("5i").ok());
+  CHECK_FALSE(parse_size_bytes("5iB").ok());
   CHECK_FALSE(parse_size_bytes("12Q").ok());
   CHECK_FALSE(parse_size_bytes("-5").ok());
   CHECK_FALSE(parse_size_bytes("").ok());
