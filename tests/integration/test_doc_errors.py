@@ -7,7 +7,7 @@ import os
 from sbxtest import SbxTestCase, sbx
 
 
-class DocErrorTest(SbxTestCase):
+class DocTestBase(SbxTestCase):
     def write(self, name, doc):
         p = self.path(name)
         with open(p, "w") as f:
@@ -26,6 +26,8 @@ class DocErrorTest(SbxTestCase):
         self.assertExit(r, 125)
         return json.loads(r.out)["error"]["message"]
 
+
+class DocErrorTest(DocTestBase):
     def test_a_repeated_member_name_is_refused_in_an_exec_request(self):
         """Issue 30: duplicate keys were accepted, the last one winning: {"code": "safe", "code":
         "other"} ran "other" while a reader keeping the first saw "safe". Now refused, by pointer."""
@@ -77,7 +79,7 @@ class DocErrorTest(SbxTestCase):
             self.assertIn(needle, text)
 
 
-class UnitsAndProfileDefaultsTest(DocErrorTest):
+class UnitsAndProfileDefaultsTest(DocTestBase):
     """Issue 32: a bare JSON number for a duration or a size meant ms/bytes ("timeout": 10 killed
     after 10 ms) where the command line means seconds; now refused in every document kind, naming
     the key and the forms that would do. And a hand-written profile that named one limit had no
