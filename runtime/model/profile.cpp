@@ -101,9 +101,13 @@ void layer_over(json& base, const json& own) {
   }
 }
 
-// Identifies a profile in a chain of extends: its file, or its built-in name.
+// Identifies a profile in a chain of extends: its file (made absolute, so that "a.json" and
+// "/dir/a.json" are one profile of a cycle), or its built-in name.
 std::string profile_identity(const ProfileSource& s) {
-  return s.origin == "built-in" ? "built-in '" + s.name + "'" : s.origin;
+  if (s.origin == "built-in") return "built-in '" + s.name + "'";
+  std::error_code ec;
+  fs::path abs = fs::weakly_canonical(s.origin, ec);
+  return ec ? s.origin : abs.string();
 }
 
 Result<LoadedProfile> parse_profile(ProfileSource src, std::vector<std::string> chain = {});
