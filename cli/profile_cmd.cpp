@@ -46,6 +46,9 @@ void add_profile_command(CLI::App& app, GlobalOptions&, std::vector<Command>& ou
                                          {"origin", loaded->source.origin},
                                          {"profile", loaded->as_written},
                                          {"spec", spec_to_json(*spec)}};
+                     // Where the spec's limits come from besides the profile's own text.
+                     if (!loaded->extends.empty()) j["extends"] = loaded->extends;
+                     j["limits_from_default_profile"] = loaded->limits_defaulted;
                      std::printf("%s\n", dump_json(j, 2, {}, true).c_str());  // for a terminal: ASCII (json_io.hpp)
                      return 0;
                    }

@@ -86,4 +86,26 @@ std::string format_size(std::int64_t bytes) {
   return std::to_string(bytes);
 }
 
+bool key_names_unit(std::string_view key) { return key.ends_with("_ms") || key.ends_with("_bytes"); }
+
+std::string bare_number_refusal(double n, QuantityUnit unit) {
+  // The number the caller wrote, in the forms that would take it; a value no form takes
+  // (negative, huge, fractional bytes) is shown with an example instead.
+  auto shown = [](double v) {
+    std::string s = std::to_string(v);
+    s.erase(s.find_last_not_of('0') + 1);
+    if (!s.empty() && s.back() == '.') s.pop_back();
+    return s;
+  };
+  bool usable = std::isfinite(n) && n > 0 && n < 1e9;
+  if (unit == QuantityUnit::duration) {
+    double secs = usable ? n : 10;
+    return "a bare number is ambiguous; write a duration with its unit: \"" + shown(secs) + "s\" or \"" +
+           shown(std::round(secs * 1000)) + "ms\"";
+  }
+  std::string v = usable && n == std::floor(n) ? shown(n) : "256";
+  return "a bare number is ambiguous; write a size with its unit: \"" + v + "M\", \"" + v + "K\" or \"" + v +
+         "B\" (bytes)";
+}
+
 }  // namespace sbx

@@ -240,13 +240,11 @@ Status workload_limits(const json& l, const Reader& r, Workload& w) {
     const json& v = l[key];
     std::string at = std::string("/limits/") + key;
     Result<std::int64_t> n = 0;
-    if (v.is_number_unsigned())
-      n = static_cast<std::int64_t>(std::min<std::uint64_t>(v.get<std::uint64_t>(), 1ULL << 62));
-    else if (v.is_string())
-      n = duration ? parse_duration_ms(v.get<std::string>()) : parse_size_bytes(v.get<std::string>());
-    else
-      return r.fail(at,
-                    duration ? "must be a duration (\"30s\") or milliseconds" : "must be a size (\"512M\") or bytes");
+    // One rule with every other document (units.hpp): a bare number has no unit to go by.
+    if (v.is_number())
+      return r.fail(at, bare_number_refusal(v.get<double>(), duration ? QuantityUnit::duration : QuantityUnit::size));
+    if (v.is_string()) n = duration ? parse_duration_ms(v.get<std::string>()) : parse_size_bytes(v.get<std::string>());
+    else return r.fail(at, duration ? "must be a duration (\"30s\")" : "must be a size (\"512M\")");
     if (!n) return r.fail(at, n.error().message);
     if (*n <= 0) return r.fail(at, "must be greater than zero");
     slot = *n;

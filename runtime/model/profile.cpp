@@ -53,18 +53,89 @@ Result<std::string> read_text(const std::string& path) {
 void unknown_keys(const json& patch, const json& known, const std::string& path, std::vector<std::string>& out) {
   std::vector<std::string> names;
   for (auto& [k, v] : known.items()) names.push_back(k);
-  if (path.empty()) names.emplace_back("description");
+  if (path.empty()) names.insert(names.end(), {"description", "extends"});
   for (auto& [k, v] : patch.items()) {
     std::string at = path + "/" + pointer_token(k);
     auto it = known.find(k);
-    if (it == known.end() && !(path.empty() && k == "description"))
+    if (it == known.end() && !(path.empty() && (k == "description" || k == "extends")))
       out.push_back(at + ": unknown key" + did_you_mean(k, names));
     else if (it != known.end() && it->is_object() && !it->empty() && v.is_object())  // env is a free map
       unknown_keys(v, *it, at, out);
   }
 }
 
-Result<LoadedProfile> parse_profile(ProfileSource src) {
+// How deep a chain of "extends" may go: a profile of a profile of ... a built-in. Deeper is a
+// mistake sooner than a design, and a bound keeps a cycle through many files cheap to refuse.
+constexpr std::size_t kMaxExtendsDepth = 8;
+
+// The limits of the built-in default profile, under RunSpec keys: what a profile that extends
+// nothing gets for each limit it leaves out. The built-in one, not an installed file of that
+// name: the floor of every hand-written profile must not move with a file on the host.
+const json& default_profile_limits() {
+  static const json limits = [] {
+    for (auto& e : embedded_profiles()) {
+      if (e.name != kDefaultProfile) continue;
+      auto parsed = parse_json_doc(std::string(e.json), {kMaxProfileBytes}, "profile", "built-in");
+      json l = parsed && parsed->contains("limits") ? (*parsed)["limits"] : json::object();
+      (void)canonical_limit_keys(l, "built-in");
+      return l;
+    }
+    return json::object();
+  }();
+  return limits;
+}
+
+// A profile's own content over its parent's: members replace the parent's, objects merge (RFC
+// 7386), except that a limit set to null stays null: "no limit" overrides the parent's limit
+// and is not taken for "unset" (which the parent's value would fill).
+void layer_over(json& base, const json& own) {
+  for (auto& [k, v] : own.items()) {
+    if (k == "limits" && v.is_object()) {
+      if (!base[k].is_object()) base[k] = json::object();
+      for (auto& [lk, lv] : v.items()) base[k][lk] = lv;
+    } else if (v.is_null()) {
+      base.erase(k);
+    } else {
+      merge_patch(base[k], v);
+    }
+  }
+}
+
+// Identifies a profile in a chain of extends: its file (made absolute, so that "a.json" and
+// "/dir/a.json" are one profile of a cycle), or its built-in name.
+std::string profile_identity(const ProfileSource& s) {
+  if (s.origin == "built-in") return "built-in '" + s.name + "'";
+  std::error_code ec;
+  fs::path abs = fs::weakly_canonical(s.origin, ec);
+  return ec ? s.origin : abs.string();
+}
+
+Result<LoadedProfile> parse_profile(ProfileSource src, std::vector<std::string> chain = {});
+
+// `extends`: the parent, found as --profile finds a name (an installed profile named like the
+// child itself means the built-in one: /etc/sbx/profiles/untrusted.json may extend "untrusted").
+Result<LoadedProfile> load_parent(const ProfileSource& child, const std::string& where, const std::string& parent,
+                                  std::vector<std::string> chain) {
+  chain.push_back(profile_identity(child));
+  Result<ProfileSource> found = make_error("profile", "");
+  if (parent == child.name && child.origin != "built-in") {
+    for (auto& e : embedded_profiles())
+      if (e.name == parent) found = ProfileSource{std::string(e.name), "built-in", std::string(e.json)};
+  }
+  if (!found) found = find_profile(parent);
+  if (!found) return make_error("profile", where + ": /extends: " + found.error().message);
+  std::string path;
+  for (auto& c : chain) path += c + " -> ";
+  if (std::find(chain.begin(), chain.end(), profile_identity(*found)) != chain.end())
+    return make_error("profile", where + ": /extends: a cycle (" + path + profile_identity(*found) +
+                                     "): a profile cannot extend itself");
+  if (chain.size() >= kMaxExtendsDepth)
+    return make_error("profile", where + ": /extends: more than " + std::to_string(kMaxExtendsDepth) +
+                                     " levels of extends (" + path + profile_identity(*found) + ")");
+  return parse_profile(std::move(*found), std::move(chain));
+}
+
+Result<LoadedProfile> parse_profile(ProfileSource src, std::vector<std::string> chain) {
   std::string where = src.origin == "built-in" ? "built-in profile '" + src.name + "'" : "profile " + src.origin;
   auto parsed = parse_json_doc(src.text, {kMaxProfileBytes}, "profile", where);
   if (!parsed) return parsed.error();
@@ -77,6 +148,13 @@ Result<LoadedProfile> parse_profile(ProfileSource src) {
   if (j.contains("limits"))
     if (auto st = canonical_limit_keys(j["limits"], where, &written); !st)
       return make_error("profile", st.error().message);
+  std::string parent;
+  if (j.contains("extends")) {
+    if (!j["extends"].is_string() || j["extends"].get<std::string>().empty())
+      return make_error("profile", where + ": /extends: must be the name of a profile (e.g. \"untrusted\")");
+    parent = j["extends"].get<std::string>();
+    j.erase("extends");
+  }
   json probe = spec_to_json(RunSpec{});
   std::vector<std::string> unknown;
   unknown_keys(j, probe, "", unknown);
@@ -92,6 +170,31 @@ Result<LoadedProfile> parse_profile(ProfileSource src) {
   if (!spec) return make_error("profile", as_written(spec.error().message, written));
   LoadedProfile lp;
   lp.description = j.contains("description") && j["description"].is_string() ? j["description"].get<std::string>() : "";
+  if (!parent.empty()) {
+    auto base = load_parent(src, where, parent, std::move(chain));
+    if (!base) return base.error();
+    if (lp.description.empty()) lp.description = "extends " + parent + ": " + base->description;
+    lp.extends = {base->source.name};
+    lp.extends.insert(lp.extends.end(), base->extends.begin(), base->extends.end());
+    lp.limits_defaulted = base->limits_defaulted;
+    const bool has_limits = j.contains("limits") && j["limits"].is_object();
+    for (auto& k : limit_kinds())
+      if (has_limits && j["limits"].contains(k.spec_key)) std::erase(lp.limits_defaulted, std::string(k.name));
+    json own = std::move(j);
+    j = base->patch;
+    layer_over(j, own);
+  } else {
+    // A profile that extends nothing still has every limit of the default profile it leaves
+    // out: a hand-written {"limits": {"timeout": "5s"}} must not mean "no memory limit". An
+    // explicit null is how a profile says "no limit".
+    json& limits = j["limits"];
+    if (!limits.is_object()) limits = json::object();
+    for (auto& k : limit_kinds())
+      if (default_profile_limits().contains(k.spec_key) && !limits.contains(k.spec_key)) {
+        limits[k.spec_key] = default_profile_limits()[k.spec_key];
+        lp.limits_defaulted.emplace_back(k.name);
+      }
+  }
   lp.patch = std::move(j);
   lp.as_written = std::move(as_written_doc);
   lp.source = std::move(src);
@@ -176,6 +279,10 @@ std::map<std::string, std::string> limit_layers(const LoadedProfile& profile, co
     const std::string limit = k->plan_name;
     if (by_flag.count(limit)) out[limit] = std::string("flag ") + k->flag;
     else if (sets(manifest_patch, k->spec_key)) out[limit] = manifest_source;
+    else if (std::find(profile.limits_defaulted.begin(), profile.limits_defaulted.end(), k->name) !=
+             profile.limits_defaulted.end())
+      out[limit] = std::string("the default profile '") + kDefaultProfile + "' (profile '" + profile.source.name +
+                   "' leaves it unset)";
     else if (sets(&profile.patch, k->spec_key)) out[limit] = "profile '" + profile.source.name + "'";
     else out[limit] = "sbx's defaults";
   }

@@ -4,6 +4,12 @@
 // profiles compiled into the binary (share/sbx/profiles holds installed copies to read, not a
 // search directory: the binary needs no data files); anything with a '/' or ending in .json is
 // a file. Merge order: built-in defaults < profile < pack manifest < command-line flags.
+//
+// A profile may start from another: "extends": "untrusted" (a name or a file, at most 8 levels,
+// no cycles) gives it that profile's content with its own over it. A profile that extends nothing
+// gets, for each limit it leaves out, the built-in default profile's value for it ("untrusted":
+// 30s, 512M, 64 processes, 1 CPU, 16M of output): a limit is only ever absent when a profile
+// says so with null.
 #include <map>
 #include <set>
 #include <string>
@@ -27,6 +33,14 @@ struct LoadedProfile {
   nlohmann::json patch;       // parsed, validated as a partial RunSpec (limits under RunSpec keys)
   nlohmann::json as_written;  // the profile's own content, keys spelled as in the file
   std::string description;
+  // "extends": the profiles it inherits from, nearest first ({"child-of", "untrusted"}); its
+  // patch is theirs with its own content over it.
+  std::vector<std::string> extends;
+  // The limits (public names: "memory", "pids") that the profile, and every profile it extends,
+  // leaves unset, and so come from the built-in default profile (kDefaultProfile) rather than
+  // meaning "no limit". Named by limit_layers, and so by --dry-run and the trace, and by
+  // `sbx profile show`.
+  std::vector<std::string> limits_defaulted;
 };
 
 inline constexpr const char* kDefaultProfile = "untrusted";

@@ -406,8 +406,21 @@ std::string public_limit_name(const std::string& spec_key) {
   return spec_key;
 }
 
+std::string bare_limit_number(std::string_view key, const json& v) {
+  if (!v.is_number() || key_names_unit(key)) return "";
+  for (auto& k : limit_kinds()) {
+    if (key != k.name && key != k.spec_key) continue;
+    if (k.unit == LimitUnit::duration_ms) return bare_number_refusal(v.get<double>(), QuantityUnit::duration);
+    if (k.unit == LimitUnit::size_bytes) return bare_number_refusal(v.get<double>(), QuantityUnit::size);
+  }
+  return "";
+}
+
 Status canonical_limit_keys(json& limits, const std::string& source, std::map<std::string, std::string>* written) {
   if (!limits.is_object()) return {};
+  for (auto& [key, v] : limits.items())
+    if (std::string why = bare_limit_number(key, v); !why.empty())
+      return make_error("spec", source + ": /limits/" + pointer_token(key) + ": " + why);
   for (auto& k : limit_keys()) {
     if (std::string(k.name) == k.spec_key || !limits.contains(k.name)) continue;
     if (limits.contains(k.spec_key))

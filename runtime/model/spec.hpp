@@ -102,8 +102,10 @@ struct RunSpec {
 nlohmann::json spec_to_json(const RunSpec& spec);
 
 // Strict parse: unknown keys and bad values are errors naming `source` and the key path
-// ("limits.timeout_ms"). Durations accept a number (ms) or a string with a unit; sizes a number
-// (bytes) or a string with a unit.
+// ("limits.timeout_ms"). Durations accept a string with a unit or, under a key that names the
+// unit (timeout_ms), a number of ms; sizes likewise (memory_bytes: a number of bytes). The public
+// spellings (timeout, memory) reach this reader renamed by canonical_limit_keys, which refuses a
+// bare number under them (units.hpp).
 Result<RunSpec> spec_from_json(const nlohmann::json& j, const std::string& source);
 
 // Applies `patch` onto `base` as an RFC 7386 JSON merge patch (objects merge, everything else
@@ -124,10 +126,17 @@ const std::vector<LimitKey>& limit_keys();
 std::string public_limit_name(const std::string& spec_key);
 
 // Renames the public keys of a `limits` object to their RunSpec keys, in place. Both spellings of
-// one limit is an error ("<source>: /limits: ..."). `written` receives spec key -> key as written,
-// for as_written().
+// one limit is an error ("<source>: /limits: ..."), and so is a bare number for a duration or a
+// size under a key that does not name its unit (bare_limit_number). `written` receives spec key
+// -> key as written, for as_written(). Every caller-written document's limits pass here (profiles,
+// tenants, pack manifests and exec requests through limits_to_spec_patch) before they are read.
+// A record sbx wrote (the trace's spec) has RunSpec keys only, and a replay reads it unchanged.
 Status canonical_limit_keys(nlohmann::json& limits, const std::string& source,
                             std::map<std::string, std::string>* written = nullptr);
+// The one rule for numbers in `limits`: "" when `v` may stand under `key` (a string, a count, CPUs,
+// a key named with its unit like timeout_ms), else the refusal ("a bare number is ambiguous; write
+// a duration with its unit: \"10s\" or \"10000ms\"").
+std::string bare_limit_number(std::string_view key, const nlohmann::json& v);
 // `message` with each "/limits/<spec key>" replaced by the key as the caller wrote it.
 std::string as_written(std::string message, const std::map<std::string, std::string>& written);
 

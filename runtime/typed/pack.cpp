@@ -136,6 +136,11 @@ Result<json> limits_to_spec_patch(const json& in, const std::string& file, std::
         problems.push_back({file, "/limits/" + k, std::string("a second spelling of '") + it->name + "'; keep one"});
         continue;
       }
+      // A bare number for a duration or a size is the caller's guess at a unit (spec.hpp).
+      if (std::string why = bare_limit_number(key, v); !why.empty()) {
+        problems.push_back({file, "/limits/" + k, why});
+        continue;
+      }
       // Checked on its own through the RunSpec parser, so a bad value is reported at its key,
       // with the RunSpec's own name for it replaced by the key as written.
       json probe = defaults;
@@ -159,7 +164,14 @@ json limits_properties_schema() {
     json p = k.unit == LimitUnit::count  ? json{{"type", "integer"}, {"minimum", k.positive ? 1 : 0}}
              : k.unit == LimitUnit::cpus ? json{{"type", "number"}, {"exclusiveMinimum", 0}}
                                          : json{{"type", "string"}};
-    if (k.example) p["description"] = std::string("e.g. \"") + k.example + "\"";
+    // A bare number is refused (spec.hpp, bare_limit_number): the schema says so, with an example.
+    if (k.unit == LimitUnit::duration_ms)
+      p["description"] = std::string("a duration with its unit (ms, s, m, h), e.g. \"") +
+                         (k.example ? k.example : "10s") + "\"; a bare number is refused";
+    else if (k.unit == LimitUnit::size_bytes)
+      p["description"] = std::string("a size with its unit (K, M, G), e.g. \"") + (k.example ? k.example : "16M") +
+                         "\"; a bare number is refused";
+    else if (k.example) p["description"] = std::string("e.g. \"") + k.example + "\"";
     props[k.name] = std::move(p);
   }
   return props;

@@ -7,7 +7,7 @@ import os
 from sbxtest import SbxTestCase, sbx
 
 
-class DocErrorTest(SbxTestCase):
+class DocTestBase(SbxTestCase):
     def write(self, name, doc):
         p = self.path(name)
         with open(p, "w") as f:
@@ -26,6 +26,8 @@ class DocErrorTest(SbxTestCase):
         self.assertExit(r, 125)
         return json.loads(r.out)["error"]["message"]
 
+
+class DocErrorTest(DocTestBase):
     def test_a_repeated_member_name_is_refused_in_an_exec_request(self):
         """Issue 30: duplicate keys were accepted, the last one winning: {"code": "safe", "code":
         "other"} ran "other" while a reader keeping the first saw "safe". Now refused, by pointer."""
@@ -75,3 +77,48 @@ class DocErrorTest(SbxTestCase):
                        "pack.json#/entrypoint/1: must be a string", "pack.json#/network/x: unknown key (known: mode)",
                        "pack.json#/input_schema: 'in.json'", "pack.json#/secrets/0/required: must be true or false"):
             self.assertIn(needle, text)
+
+
+class UnitsAndProfileDefaultsTest(DocTestBase):
+    """Issue 32: a bare JSON number for a duration or a size meant ms/bytes ("timeout": 10 killed
+    after 10 ms) where the command line means seconds; now refused in every document kind, naming
+    the key and the forms that would do. And a hand-written profile that named one limit had no
+    memory, pids, output or cpus limit at all."""
+    DURATION = 'a bare number is ambiguous; write a duration with its unit: "10s" or "10000ms"'
+
+    def test_a_bare_number_is_refused_in_a_profile_a_pack_manifest_and_an_exec_request(self):
+        p = self.write("p.json", {"limits": {"timeout": 10}})
+        self.refused(["run", "--dry-run", "--profile", p, "--", "true"], f"profile {p}: /limits/timeout: {self.DURATION}")
+        d = self.path("pk")
+        os.mkdir(d)
+        self.write("pk/pack.json", {"name": "p", "version": "1", "entrypoint": ["/bin/true"], "input_schema": "in.json",
+                                    "output_schema": "out.json", "limits": {"timeout": 10, "memory": 256}})
+        self.write("pk/in.json", {})
+        self.write("pk/out.json", {})
+        text = self.refused(["pack", "validate", d], f"pack.json#/limits/timeout: {self.DURATION}")
+        self.assertIn('pack.json#/limits/memory: a bare number is ambiguous; write a size with its unit: "256M"', text)
+        self.assertEqual(self.exec_error({"language": "sh", "code": "", "limits": {"timeout": 10}}),
+                         f"exec request: /limits/timeout: {self.DURATION}")
+        # Keys named with their unit take a number in it (what the trace records): accepted.
+        p = self.write("ms.json", {"limits": {"timeout_ms": 10000}})
+        r = sbx(["run", "--dry-run", "--profile", p, "--", "true"])
+        self.assertExit(r, 0)
+
+    def test_a_profile_gets_the_default_profiles_value_for_every_limit_it_leaves_out(self):
+        p = self.write("p.json", {"limits": {"timeout": "5s"}})
+        r = sbx(["profile", "show", p])
+        self.assertExit(r, 0)
+        shown = json.loads(r.out)
+        self.assertEqual(shown["spec"]["limits"]["memory_bytes"], 512 << 20)
+        self.assertEqual(shown["spec"]["limits"]["pids"], 64)
+        self.assertEqual(shown["spec"]["limits"]["timeout_ms"], 5000)
+        self.assertEqual(shown["limits_from_default_profile"], ["memory", "pids", "cpus", "output_limit", "tmp_size"])
+        r = sbx(["run", "--dry-run", "--profile", p, "--", "true"])
+        self.assertExit(r, 0)
+        self.assertIn("the default profile 'untrusted' (profile 'p' leaves it unset)", r.out + r.err)
+        c = self.write("c.json", {"extends": "trusted", "limits": {"timeout": "5s"}})
+        shown = json.loads(sbx(["profile", "show", c]).out)
+        self.assertEqual(shown["spec"]["limits"]["memory_bytes"], 4 << 30)
+        self.assertEqual(shown["extends"], ["trusted"])
+        self.refused(["profile", "show", self.write("t.json", {"extend": "trusted"})],
+                     "/extend: unknown key (did you mean 'extends'?)")

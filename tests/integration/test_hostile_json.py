@@ -117,10 +117,12 @@ class MalformedExecRequests(HostileCase):
         for extra in ({"language": 5}, {"language": "\u0000"}, {"code": []}, {"code": None}, {"files": []},
                       {"files": {"a": 5}}, {"files": {"/etc/x": ""}}, {"files": {"a/../../b": ""}},
                       {"files": {"main.sh": ""}}, {"limits": []}, {"limits": {"timeout": {}}},
-                      {"limits": {"memory": -1}}, {"limits": {"timeout": 1e308}},
+                      {"limits": {"memory_bytes": -1}}, {"limits": {"timeout_ms": 1e308}},
                       {"limits": {"pids": 18446744073709551615}}, {"limits": {"nope": 1}},
+                      # A bare number under a key without its unit (units.hpp):
+                      {"limits": {"timeout": 10}}, {"limits": {"memory": 256}},
                       # Out of range for what sbx computes with (deadlines, cgroup files):
-                      {"limits": {"timeout": 9223372036854775807}}, {"limits": {"pids": 99999999999}},
+                      {"limits": {"timeout_ms": 9223372036854775807}}, {"limits": {"pids": 99999999999}},
                       {"output_schema": 5}, {"output_schema": {"type": 5}}, {"nope": 1}):
             shapes.append(json.dumps(dict(sh, **extra)).encode())
         for req in shapes:

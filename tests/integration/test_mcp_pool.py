@@ -138,7 +138,7 @@ class McpPoolCase(SbxTestCase):
         s = self.server(["--pool", "1", "--max-concurrent", "1"])
         self.wait_pool(s, 1)
         time.sleep(1.5)  # the wall-time limit counts from hand-out, not from the sandbox's creation
-        out = self.run_code(s, "sleep 0.3; echo lowered", {"timeout": "1s", "output_limit": 1000})
+        out = self.run_code(s, "sleep 0.3; echo lowered", {"timeout": "1s", "output_limit": "1000B"})
         self.assertEqual(out["stdout"], "lowered\n")
         self.wait_pool(s, 1)
         out = self.run_code(s, "echo cold", {"pids": 50})

@@ -346,7 +346,7 @@ class Exec(SbxTestCase):
 
     def test_failure_is_a_response_and_output_capped(self):
         r = self.exec({"language": "sh", "code": "head -c 100000 /dev/zero | tr '\\0' x; exit 3",
-                       "limits": {"output_limit": 1000}})
+                       "limits": {"output_limit": "1000B"}})
         self.assertExit(r, 0)
         resp = json.loads(r.out)
         self.assertEqual(resp["status"], "exit_nonzero")

@@ -102,11 +102,17 @@ TEST_CASE("limits table: the lists that derive from it say what they said by han
   REQUIRE(problems.size() == 1);
   CHECK(problems[0].message == "unknown limit (known: timeout, memory, pids, cpus, cpu_time, output_limit, tmp_size)");
   CHECK(limits_properties_schema() ==
-        json::parse(R"({"timeout": {"type": "string", "description": "e.g. \"10s\""},
-                        "memory": {"type": "string", "description": "e.g. \"256M\""},
+        json::parse(R"({"timeout": {"type": "string", "description":
+                          "a duration with its unit (ms, s, m, h), e.g. \"10s\"; a bare number is refused"},
+                        "memory": {"type": "string", "description":
+                          "a size with its unit (K, M, G), e.g. \"256M\"; a bare number is refused"},
                         "pids": {"type": "integer", "minimum": 1}, "cpus": {"type": "number", "exclusiveMinimum": 0},
-                        "cpu_time": {"type": "string"}, "output_limit": {"type": "string"},
-                        "tmp_size": {"type": "string"}})"));
+                        "cpu_time": {"type": "string", "description":
+                          "a duration with its unit (ms, s, m, h), e.g. \"10s\"; a bare number is refused"},
+                        "output_limit": {"type": "string", "description":
+                          "a size with its unit (K, M, G), e.g. \"16M\"; a bare number is refused"},
+                        "tmp_size": {"type": "string", "description":
+                          "a size with its unit (K, M, G), e.g. \"16M\"; a bare number is refused"}})"));
   std::vector<std::string> plan, flag;
   for (auto* k : limit_kinds_by(&LimitOrder::plan)) plan.push_back(k->plan_name);
   for (auto* k : limit_kinds_by(&LimitOrder::flag)) flag.push_back(k->flag);
@@ -224,5 +230,33 @@ TEST_CASE("limits table: a tenant's ceiling binds every limit, whoever asked") {
     // From the profile or sbx's defaults: lowered to the ceiling, never refused.
     REQUIRE(check_tenant_ceilings(*t, s, {{layer_name, "profile 'untrusted'"}}).ok());
     CHECK(limit_json(s.limits, k) == 1000);
+  }
+}
+
+TEST_CASE("pack and exec limits: a bare number for a duration or a size is refused at its key; counts stay numbers") {
+  std::vector<PackProblem> problems;
+  CHECK_FALSE(limits_to_spec_patch(json{{"timeout", 10}}, "request", problems).ok());
+  REQUIRE(problems.size() == 1);
+  CHECK(problems[0].describe() ==
+        R"(request#/limits/timeout: a bare number is ambiguous; write a duration with its unit: "10s" or "10000ms")");
+  problems.clear();
+  CHECK_FALSE(limits_to_spec_patch(json{{"memory", 256}, {"cpu_time", 2}}, "pack.json", problems).ok());
+  REQUIRE(problems.size() == 2);  // every problem, as `sbx pack validate` lists them
+  CHECK(problems[0].describe() == "pack.json#/limits/cpu_time: a bare number is ambiguous; write a duration with "
+                                  "its unit: \"2s\" or \"2000ms\"");
+  CHECK(problems[1].describe() == "pack.json#/limits/memory: a bare number is ambiguous; write a size with its unit: "
+                                  "\"256M\", \"256K\" or \"256B\" (bytes)");
+  problems.clear();
+  // A key named with its unit takes a number in it; counts and CPUs are numbers.
+  auto ok = limits_to_spec_patch(json{{"timeout_ms", 1500}, {"pids", 8}, {"cpus", 0.5}, {"output_limit", "1K"}},
+                                 "pack.json", problems);
+  REQUIRE(ok.ok());
+  CHECK(*ok == json{{"timeout_ms", 1500}, {"pids", 8}, {"cpus", 0.5}, {"output_limit_bytes", "1K"}});
+  for (auto& k : limit_kinds()) {
+    CAPTURE(k.name);
+    CHECK(bare_limit_number(k.spec_key, json(5)).empty());  // the record's keys (a replay reads them)
+    bool unit = k.unit == LimitUnit::duration_ms || k.unit == LimitUnit::size_bytes;
+    CHECK(bare_limit_number(k.name, json(5)).empty() == (!unit || std::string(k.name) == k.spec_key));
+    CHECK(bare_limit_number(k.name, json("5s")).empty());
   }
 }

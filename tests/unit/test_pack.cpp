@@ -31,7 +31,7 @@ struct TempPack {
 
 const char* kGood = R"({"name":"p","version":"1","entrypoint":["/bin/sh","/pack/run.sh"],
   "input_schema":"schemas/in.json","output_schema":"schemas/out.json",
-  "limits":{"timeout":"2s","memory":"64M","pids":8,"cpus":0.5,"cpu_time":1000,"output_limit":"1K","tmp_size":"8M"},
+  "limits":{"timeout":"2s","memory":"64M","pids":8,"cpus":0.5,"cpu_time_ms":1000,"output_limit":"1K","tmp_size":"8M"},
   "network":{"mode":"none"},
   "context":[{"name":"tol","path":"/ctx/tol.json","required":true}],
   "secrets":[{"name":"TOKEN","required":false,"delivery":"env"}]})";

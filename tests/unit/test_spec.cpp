@@ -9,6 +9,7 @@
 
 #include "runtime/model/profile.hpp"
 #include "runtime/model/spec.hpp"
+#include "tests/unit/test_util.hpp"
 
 using namespace sbx;
 using nlohmann::json;
@@ -226,4 +227,112 @@ TEST_CASE("limit keys: the public spelling becomes the RunSpec key; both spellin
   CHECK(st.error().message.find("'memory' and 'memory_bytes'") != std::string::npos);
   CHECK(sbx::public_limit_name("cpu_time_ms") == "cpu_time");
   CHECK(sbx::public_limit_name("out_size_bytes") == "out_size_bytes");
+}
+
+TEST_CASE("limit keys: a bare number under a public duration or size key is refused, naming the key") {
+  json limits = {{"timeout", 10}};
+  auto st = canonical_limit_keys(limits, "profile p.json");
+  REQUIRE_FALSE(st.ok());
+  CHECK(st.error().message ==
+        R"(profile p.json: /limits/timeout: a bare number is ambiguous; write a duration with its unit: "10s" or "10000ms")");
+  json sizes = {{"memory", 256}};
+  CHECK(canonical_limit_keys(sizes, "p").error().message ==
+        R"(p: /limits/memory: a bare number is ambiguous; write a size with its unit: "256M", "256K" or "256B" (bytes))");
+  json fine = {{"timeout_ms", 10}, {"memory_bytes", 256}, {"pids", 4}, {"cpus", 0.5}, {"tmp_size", "8M"}};
+  CHECK(canonical_limit_keys(fine, "p").ok());
+}
+
+namespace {
+// {"extends": "<parent>"<rest>}, built by appending (GCC 12 misreads "literal" + std::string&& under -Wrestrict).
+std::string extending(const std::string& parent, const std::string& rest = "") {
+  std::string s = R"({"extends": ")";
+  s += parent;
+  s += '"';
+  s += rest;
+  s += '}';
+  return s;
+}
+void write_file(const std::string& path, const std::string& text) {
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  REQUIRE(f != nullptr);
+  std::fputs(text.c_str(), f);
+  std::fclose(f);
+}
+}  // namespace
+
+TEST_CASE("profiles: a limit a profile leaves out comes from the default profile, never 'no limit'") {
+  sbx::test::TempDir dir;
+  write_file(dir / "p.json", R"({"limits": {"timeout": "5s", "memory": null}})");
+  auto p = load_profile(dir / "p.json");
+  REQUIRE(p.ok());
+  auto s = spec_from_layers(*p, nullptr, "");
+  auto d = spec_from_layers(*load_profile("untrusted"), nullptr, "");
+  REQUIRE(s.ok());
+  CHECK(*s->limits.timeout_ms == 5000);
+  CHECK_FALSE(s->limits.memory_bytes.has_value());  // null: no limit, said so
+  CHECK(s->limits.pids == d->limits.pids);
+  CHECK(s->limits.cpus == d->limits.cpus);
+  CHECK(s->limits.output_limit_bytes == d->limits.output_limit_bytes);
+  CHECK(p->limits_defaulted == std::vector<std::string>{"pids", "cpus", "output_limit", "tmp_size"});
+  auto layers = limit_layers(*p, nullptr, "", {});
+  CHECK(layers["pids"] == "the default profile 'untrusted' (profile 'p' leaves it unset)");
+  CHECK(layers["timeout"] == "profile 'p'");
+
+  write_file(dir / "bad.json", R"({"limits": {"timeout": 10}})");
+  CHECK(load_profile(dir / "bad.json").error().message ==
+        "profile " + (dir / "bad.json") +
+            R"(: /limits/timeout: a bare number is ambiguous; write a duration with its unit: "10s" or "10000ms")");
+  write_file(dir / "typo.json", R"({"extend": "trusted"})");
+  CHECK(load_profile(dir / "typo.json").error().message ==
+        "profile " + (dir / "typo.json") + ": /extend: unknown key (did you mean 'extends'?)");
+}
+
+TEST_CASE("profiles: extends inherits and overrides; unknown parents, cycles and depth are refused") {
+  sbx::test::TempDir dir;
+  write_file(dir / "child.json", R"({"extends": "trusted", "limits": {"timeout": "5s", "cpus": 2}})");
+  auto c = load_profile(dir / "child.json");
+  REQUIRE(c.ok());
+  auto s = spec_from_layers(*c, nullptr, "");
+  auto t = spec_from_layers(*load_profile("trusted"), nullptr, "");
+  REQUIRE(s.ok());
+  CHECK(*s->limits.timeout_ms == 5000);
+  CHECK(*s->limits.cpus == 2);
+  CHECK(s->limits.memory_bytes == t->limits.memory_bytes);  // trusted's 4G, not untrusted's
+  CHECK(s->capabilities.keep == t->capabilities.keep);
+  CHECK(s->tier == 3);
+  CHECK(c->extends == std::vector<std::string>{"trusted"});
+  CHECK(c->limits_defaulted.empty());
+  // A grandchild by file; null lifts the inherited limit.
+  write_file(dir / "grand.json", extending(dir / "child.json", R"(, "limits": {"memory": null})"));
+  auto g = load_profile(dir / "grand.json");
+  REQUIRE(g.ok());
+  auto gs = spec_from_layers(*g, nullptr, "");
+  REQUIRE(gs.ok());
+  CHECK_FALSE(gs->limits.memory_bytes.has_value());
+  CHECK(*gs->limits.timeout_ms == 5000);
+  CHECK(g->extends == std::vector<std::string>{"child", "trusted"});
+
+  write_file(dir / "a.json", extending(dir / "b.json"));
+  write_file(dir / "b.json", extending(dir / "a.json"));
+  auto cyc = load_profile(dir / "a.json");
+  REQUIRE_FALSE(cyc.ok());
+  CHECK(cyc.error().message == "profile " + (dir / "b.json") + ": /extends: a cycle (" + (dir / "a.json") + " -> " +
+                                   (dir / "b.json") + " -> " + (dir / "a.json") + "): a profile cannot extend itself");
+  auto level = [&](int i) {
+    std::string name = "d";
+    name += std::to_string(i);
+    name += ".json";
+    return dir / name;
+  };
+  for (int i = 0; i < 10; ++i) write_file(level(i), extending(level(i + 1)));
+  write_file(level(10), "{}");
+  auto deep = load_profile(level(0));
+  REQUIRE_FALSE(deep.ok());
+  CHECK(deep.error().message.find(": /extends: more than 8 levels of extends") != std::string::npos);
+  write_file(dir / "orphan.json", R"({"extends": "no-such"})");
+  CHECK(load_profile(dir / "orphan.json").error().message.starts_with("profile " + (dir / "orphan.json") +
+                                                                      ": /extends: unknown profile 'no-such'"));
+  write_file(dir / "num.json", R"({"extends": 3})");
+  CHECK(load_profile(dir / "num.json").error().message ==
+        "profile " + (dir / "num.json") + R"(: /extends: must be the name of a profile (e.g. "untrusted"))");
 }

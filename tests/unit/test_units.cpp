@@ -43,3 +43,19 @@ TEST_CASE("formatting round-trips through parsing") {
   for (std::int64_t ms : {1LL, 250LL, 1000LL, 90000LL, 3600000LL}) CHECK(*parse_duration_ms(format_duration_ms(ms)) == ms);
   for (std::int64_t b : {1LL, 1000LL, 1024LL, 64LL << 20, 3LL << 30}) CHECK(*parse_size_bytes(format_size(b)) == b);
 }
+
+TEST_CASE("a bare JSON number for a duration or a size is refused with the forms that would take it") {
+  CHECK(bare_number_refusal(10, QuantityUnit::duration) ==
+        R"(a bare number is ambiguous; write a duration with its unit: "10s" or "10000ms")");
+  CHECK(bare_number_refusal(1.5, QuantityUnit::duration) ==
+        R"(a bare number is ambiguous; write a duration with its unit: "1.5s" or "1500ms")");
+  CHECK(bare_number_refusal(256, QuantityUnit::size) ==
+        R"(a bare number is ambiguous; write a size with its unit: "256M", "256K" or "256B" (bytes))");
+  // A number no form takes is shown as an example instead of echoed.
+  CHECK(bare_number_refusal(-1, QuantityUnit::size).find(R"("256M")") != std::string::npos);
+  CHECK(bare_number_refusal(1e308, QuantityUnit::duration).find(R"("10s")") != std::string::npos);
+  CHECK(key_names_unit("timeout_ms"));
+  CHECK(key_names_unit("memory_bytes"));
+  CHECK_FALSE(key_names_unit("timeout"));
+  CHECK_FALSE(key_names_unit("memory"));
+}

@@ -35,6 +35,24 @@ EXIT_TIMEOUT = 124
 EXIT_SBX_ERROR = 125
 
 
+# Durations and sizes are strings with their unit everywhere ("10s", "256M"): sbx refuses a bare
+# number for them in an exec request (the command line reads `--timeout 10` as seconds, a JSON
+# number was once milliseconds). run_pack's limits become flags, where sbx would read a number as
+# seconds or bytes, so the client refuses one there in sbx's words: one rule for both calls.
+# Counts (pids) and cpus are numbers.
+_UNIT_LIMITS = {"timeout": "duration", "cpu_time": "duration", "memory": "size", "output_limit": "size",
+                "tmp_size": "size"}
+
+
+def _check_limit_units(limits: Mapping[str, Any]) -> None:
+    for key, value in limits.items():
+        kind = _UNIT_LIMITS.get(key)
+        if kind and isinstance(value, (int, float)) and not isinstance(value, bool):
+            forms = f'"{value}s" or "{value * 1000:g}ms"' if kind == "duration" else f'"{value}M", "{value}K" or "{value}B" (bytes)'
+            raise SbxError(f"limits: /limits/{key}: a bare number is ambiguous; write a {kind} with its unit: {forms}",
+                           EXIT_SBX_ERROR)
+
+
 class SbxError(Exception):
     """sbx refused or failed before a result existed (exit 125, or sbx could not be started)."""
 
@@ -149,14 +167,16 @@ class Sbx:
              files: Optional[Mapping[str, str]] = None, limits: Optional[Mapping[str, Any]] = None,
              output_schema: Optional[Mapping[str, Any]] = None) -> ExecResult:
         """Runs `code` through `sbx exec`: inputs at /in/input.json, files under /code, the result
-        read from /out/result.json and checked against `output_schema` when one is given."""
+        read from /out/result.json and checked against `output_schema` when one is given.
+        `limits` take strings with units for durations and sizes ({"timeout": "5s", "memory":
+        "256M"}; a bare number raises SbxError) and numbers for pids and cpus."""
         request: Dict[str, Any] = {"language": language, "code": code}
         if inputs is not None:
             request["inputs"] = inputs
         if files:
             request["files"] = dict(files)
         if limits:
-            request["limits"] = dict(limits)
+            request["limits"] = dict(limits)  # sbx refuses a bare number for a duration or a size
         if output_schema is not None:
             request["output_schema"] = output_schema
         p = self._run(["exec"], stdin=json.dumps(request))
@@ -188,7 +208,9 @@ class Sbx:
         """Runs the pack at `path` on `records` through `sbx pack run`. `contexts` maps a context
         name to a host path; `secrets` maps a secret name to its value, which reaches sbx through
         its environment only (never argv, never a file) and the sandbox as /run/secrets/NAME.
-        `limits` are flags such as {"timeout": "5s", "memory": "256M"} (they may lower the pack's)."""
+        `limits` are flags such as {"timeout": "5s", "memory": "256M"} (they may lower the pack's;
+        a bare number for a duration or a size raises SbxError, as in exec)."""
+        _check_limit_units(limits or {})
         env = dict(os.environ)
         args = ["pack", "run", path]
         for name, host_path in (contexts or {}).items():

@@ -71,6 +71,18 @@ class ClientTest(unittest.TestCase):
         with self.assertRaises(SbxError):
             Sbx("/nonexistent/sbx").exec(code="print(1)")
 
+    def test_a_bare_number_for_a_duration_or_size_is_refused_in_exec_and_run_pack(self):
+        # "timeout": 10 used to be 10 ms in a request and 10 s as run_pack's flag: now refused in both.
+        with self.assertRaises(SbxError) as cm:
+            self.sbx.exec(code="print(1)", limits={"timeout": 10})
+        self.assertEqual(cm.exception.exit_status, 125)
+        self.assertIn('/limits/timeout: a bare number is ambiguous; write a duration with its unit: "10s" or "10000ms"',
+                      cm.exception.message)
+        with self.assertRaises(SbxError) as cm:
+            self.sbx.run_pack(PACK, [], limits={"memory": 256})
+        self.assertIn('/limits/memory: a bare number is ambiguous; write a size with its unit: "256M"',
+                      cm.exception.message)
+
     def test_run_pack(self):
         import json
         with open(os.path.join(PACK, "records.json")) as f:
