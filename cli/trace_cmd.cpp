@@ -97,15 +97,35 @@ int run_ls(const GlobalOptions& g, const LsOptions& o) {
 }
 
 // Exit 0 when the chain is intact, 1 when broken (the first break on stderr, one line), 125
-// when the ledger cannot be read at all.
-int run_verify(const GlobalOptions& g, const std::string& anchor_text, const std::string& pubkey) {
+// when the ledger cannot be read at all. --json: one object on stdout in both first cases.
+struct VerifyOptions {
+  std::string anchor, pubkey;
+  bool as_json = false;
+};
+
+int print_verify_json(const LedgerVerifyReport& r, bool signatures) {
+  json j = {
+      {"intact", r.intact},
+      {"records", r.records},
+      {"oversize_lines", r.oversize_lines},
+      {"problem", r.intact ? json(nullptr) : json(r.problem)},
+      {"head", r.records ? json{{"seq", r.head_seq}, {"hash", r.head_hash}, {"run_id", r.head_run_id}} : json(nullptr)},
+      {"signatures", signatures
+                         ? json{{"signed", r.signed_records}, {"unsigned_before_signing", r.unsigned_before_signing}}
+                         : json(nullptr)}};
+  std::printf("%s\n", dump_ascii_json(j, 2).c_str());
+  return r.intact ? 0 : 1;
+}
+
+int run_verify(const GlobalOptions& g, const VerifyOptions& o) {
   std::optional<LedgerVerifier> verifier;
-  if (!pubkey.empty()) {
-    auto v = LedgerVerifier::load(pubkey);
+  if (!o.pubkey.empty()) {
+    auto v = LedgerVerifier::load(o.pubkey);
     if (!v) return usage_error("trace verify: --pubkey: " + v.error().describe());
     verifier = std::move(*v);
   }
   std::optional<LedgerAnchor> anchor;
+  const std::string& anchor_text = o.anchor;
   if (!anchor_text.empty()) {
     // "SEQ:HASH" or "SEQ HASH ..." (what `trace head` prints).
     auto sep = anchor_text.find_first_of(": ");
@@ -119,8 +139,9 @@ int run_verify(const GlobalOptions& g, const std::string& anchor_text, const std
   }
   auto r = verify_ledger(store_dirs(g), anchor, verifier ? &*verifier : nullptr);
   if (!r) return usage_error(r.error().describe());
+  if (!r->intact) std::fprintf(stderr, "sbx: trace ledger broken: %s\n", printable(r->problem).c_str());
+  if (o.as_json) return print_verify_json(*r, verifier.has_value());
   if (!r->intact) {
-    std::fprintf(stderr, "sbx: trace ledger broken: %s\n", printable(r->problem).c_str());
     if (r->oversize_lines)  // the walk went on past them: what it checked is not "before the break"
       std::printf("broken: %llu record(s) verified, %llu line(s) over the size bound not checked\n",
                   static_cast<unsigned long long>(r->records), static_cast<unsigned long long>(r->oversize_lines));
@@ -131,7 +152,13 @@ int run_verify(const GlobalOptions& g, const std::string& anchor_text, const std
     std::printf("intact: the ledger holds no records\n");
     return 0;
   }
-  if (verifier) std::printf("signatures: every record signed by the key in %s\n", printable(pubkey).c_str());
+  if (verifier && r->unsigned_before_signing)
+    std::printf(
+        "signatures: %llu record(s) signed by the key in %s; the %llu before signing began are not signed (the first "
+        "signed record's chain covers them)\n",
+        static_cast<unsigned long long>(r->signed_records), printable(o.pubkey).c_str(),
+        static_cast<unsigned long long>(r->unsigned_before_signing));
+  else if (verifier) std::printf("signatures: every record signed by the key in %s\n", printable(o.pubkey).c_str());
   std::printf("intact: %llu record(s); head seq %llu %s (run %s)\n", static_cast<unsigned long long>(r->records),
               static_cast<unsigned long long>(r->head_seq), r->head_hash.c_str(), r->head_run_id.c_str());
   return 0;
@@ -221,12 +248,14 @@ void add_trace_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& ou
   auto* verify = trace->add_subcommand("verify", "Check the trace ledger's hash chain; name the first break");
   auto* import = trace->add_subcommand(
       "import", "Append records of the previous store format (one <run_id>.json per run) to the ledger");
-  auto anchor = std::make_shared<std::string>();
-  auto pubkey = std::make_shared<std::string>();
-  verify->add_option("--pubkey", *pubkey,
-                     "Ed25519 public key (PEM, from 'sbx key init'): every record must carry a valid signature");
-  verify->add_option("--anchor", *anchor,
+  auto vopts = std::make_shared<VerifyOptions>();
+  verify->add_option(
+      "--pubkey", vopts->pubkey,
+      "Ed25519 public key (PEM, from 'sbx key init'): every record from the first signed one on must carry a valid signature");
+  verify->add_option("--anchor", vopts->anchor,
                      "SEQ:HASH of a head printed earlier by 'trace head': the chain must still reach it");
+  verify->add_flag("--json", vopts->as_json,
+                   "Print one JSON object: intact, records, oversize_lines, problem, head, signatures");
   auto* head = trace->add_subcommand("head", "Print the ledger's head (seq, hash, run id) for anchoring elsewhere");
   auto head_json = std::make_shared<bool>(false);
   head->add_flag("--json", *head_json, "Print {\"seq\", \"hash\", \"run_id\"}");
@@ -245,24 +274,24 @@ void add_trace_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& ou
     sub->add_option("--tenant", *tenant, "The records of tenant NAME (its own store, see --tenant of sbx run)")
         ->check(tenant_option_check, "NAME");
 
-  out.push_back({trace,
-                 [ls, show, verify, anchor, pubkey, import, reindex, head, head_json, opts, ls_opts, exported, tenant,
-                  &g]() -> int {
-                   if (*tenant) {
-                     auto d = tenant_store_of(**tenant, resolve_dirs(g.state_dir));
-                     if (!d) return usage_error(d.error().message);
-                     g_tenant_dirs = std::move(*d);
-                   }
-                   if (ls->parsed()) return run_ls(g, *ls_opts);
-                   if (exported.app->parsed()) return exported.run();
-                   if (verify->parsed()) return run_verify(g, *anchor, *pubkey);
-                   if (import->parsed()) return run_import(g);
-                   if (reindex->parsed()) return run_reindex(g);
-                   if (head->parsed()) return run_head(g, *head_json);
-                   if (show->parsed()) return run_show(g, *show, *opts);
-                   return usage_error(
-                       "trace: expected 'ls', 'show RUN_ID', 'export RUN_ID', 'verify', 'head', 'import' or 'reindex'");
-                 }});
+  out.push_back(
+      {trace,
+       [ls, show, verify, vopts, import, reindex, head, head_json, opts, ls_opts, exported, tenant, &g]() -> int {
+         if (*tenant) {
+           auto d = tenant_store_of(**tenant, resolve_dirs(g.state_dir));
+           if (!d) return usage_error(d.error().message);
+           g_tenant_dirs = std::move(*d);
+         }
+         if (ls->parsed()) return run_ls(g, *ls_opts);
+         if (exported.app->parsed()) return exported.run();
+         if (verify->parsed()) return run_verify(g, *vopts);
+         if (import->parsed()) return run_import(g);
+         if (reindex->parsed()) return run_reindex(g);
+         if (head->parsed()) return run_head(g, *head_json);
+         if (show->parsed()) return run_show(g, *show, *opts);
+         return usage_error(
+             "trace: expected 'ls', 'show RUN_ID', 'export RUN_ID', 'verify', 'head', 'import' or 'reindex'");
+       }});
 }
 
 }  // namespace sbx::cli

@@ -188,7 +188,7 @@ _sbx() {
                 [[ $cur == -* ]] && COMPREPLY=($(compgen -W "--help" -- "$cur")) ||
                     COMPREPLY=($(compgen -W "ls show export verify head import reindex" -- "$cur"))
             elif [[ $cur == -* && $sub == verify ]]; then
-                COMPREPLY=($(compgen -W "--pubkey --anchor --help" -- "$cur"))
+                COMPREPLY=($(compgen -W "--pubkey --anchor --json --help" -- "$cur"))
             elif [[ $cur == -* && $sub == head ]]; then
                 COMPREPLY=($(compgen -W "--json --help" -- "$cur"))
             elif [[ $sub == export ]]; then

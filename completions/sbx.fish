@@ -233,6 +233,7 @@ complete -c sbx -n '__sbx_at trace' -a head -d "Print the ledger's head for anch
 complete -c sbx -n '__sbx_at trace' -a import -d 'Append records of the previous store format to the ledger'
 complete -c sbx -n '__sbx_at trace verify' -l pubkey -r -F -d 'Ed25519 public key: every record must be signed'
 complete -c sbx -n '__sbx_at trace verify' -l anchor -x -d 'SEQ:HASH printed earlier by trace head'
+complete -c sbx -n '__sbx_at trace verify' -l json -d 'Print one JSON object'
 complete -c sbx -n '__sbx_at trace head' -l json -d 'Print a JSON object'
 
 # sbx key
