@@ -1,10 +1,12 @@
 // sbx trace ls [-n|--limit N] [--status S] [--since T] [--pack P] [--image I] [--json] | export RUN (trace_export_cmd.cpp) | show RUN_ID|last|-N [--format json|text] [--json] | verify | head [--json]
+#include <chrono>
 #include <cstdio>
 #include <memory>
 #include <string>
 
 #include "cli/commands.hpp"
 #include "runtime/base/json_io.hpp"
+#include "runtime/launch/outcome.hpp"
 #include "runtime/launch/tenant.hpp"
 #include "runtime/record/ledger_key.hpp"
 #include "runtime/base/paths.hpp"
@@ -14,6 +16,7 @@
 #include "runtime/record/trace_ledger.hpp"
 #include "runtime/record/trace_store.hpp"
 #include "runtime/record/trace_show.hpp"
+#include "runtime/record/trace_summary.hpp"
 
 namespace sbx::cli {
 namespace {
@@ -48,8 +51,17 @@ struct LsOptions {
 int run_ls(const GlobalOptions& g, const LsOptions& o) {
   TraceFilter f;
   f.newest = o.newest;
+  if (!o.status.empty())
+    if (auto st = parse_run_status(o.status); !st) return usage_error("trace ls: --status: " + st.error().message);
   f.status = o.status;
-  f.since = o.since;
+  if (!o.since.empty()) {
+    auto now_ms =
+        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+            .count();
+    auto bound = since_bound(o.since, static_cast<std::int64_t>(now_ms));
+    if (!bound) return usage_error("trace ls: " + bound.error().message);
+    f.since = *bound;
+  }
   f.pack = o.pack;
   f.image = o.image;
   std::uint64_t skipped = 0;
@@ -233,16 +245,27 @@ void add_trace_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& ou
   trace->require_subcommand(1);
   auto* ls = trace->add_subcommand("ls", "List stored runs, newest first");
   auto ls_opts = std::make_shared<LsOptions>();
-  ls->add_option("-n,--newest,--limit", ls_opts->newest, "List only the N newest (matching) runs")
-      ->check(CLI::PositiveNumber);
+  // 0 is refused rather than read as "all" or "none": a script that computed 0 has a bug to see.
+  ls->add_option("-n,--newest,--limit", ls_opts->newest, "List only the N newest (matching) runs (N >= 1)")
+      ->check(CLI::Validator(
+          [](const std::string& v) -> std::string {
+            if (v.empty() || v.size() > 9 || v.find_first_not_of("0123456789") != std::string::npos ||
+                std::stoul(v) == 0)
+              return "-n wants a count of runs from 1 to 999999999, got '" + v + "' (leave -n out to list all runs)";
+            return "";
+          },
+          "N"));
   ls->add_flag("--json", ls_opts->as_json,
                "Print a JSON array (run_id, started_at, status, exit_code, wall_ms, command, pack, image)");
   ls->add_option("--pack", ls_opts->pack, "Only runs of this pack: NAME, NAME@VERSION or its digest");
   ls->add_option("--image", ls_opts->image,
                  "Only runs on this image: the name the run gave (host, NAME[:TAG]) or its digest");
-  ls->add_option("--status", ls_opts->status, "Only runs with this status (ok, exit_nonzero, timeout, signaled, ...)");
-  ls->add_option("--since", ls_opts->since,
-                 "Only runs started at or after this RFC 3339 time or date prefix (2026-12-01)");
+  ls->add_option(
+      "--status", ls_opts->status,
+      "Only runs with this status (ok, exit_nonzero, signaled, timeout, oom, seccomp_violation, output_limit, input_invalid, output_invalid, setup_error)");
+  ls->add_option(
+      "--since", ls_opts->since,
+      "Only runs started at or after this time: a duration before now (30m, 1h, 2d, 1w) or a UTC RFC 3339 time or prefix (2026-12-01, 2026-12-01T08:30)");
   auto tenant = std::make_shared<std::optional<std::string>>();
   auto* reindex = trace->add_subcommand("reindex", "Rebuild the query index (traces/index.sqlite) from the ledger");
   auto* verify = trace->add_subcommand("verify", "Check the trace ledger's hash chain; name the first break");

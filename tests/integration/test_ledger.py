@@ -449,6 +449,17 @@ class QueryIndex(LedgerCase):
         started = stored_records(self.state)[ids[2]]["started_at"]
         self.assertEqual(self.ls("--since", started), ids[:1:-1])
         self.assertEqual(self.ls("--since", "2999"), [])
+        # Durations count back from now; a time or status sbx does not know is refused, not
+        # read as a filter that matches everything (or nothing).
+        self.assertEqual(self.ls("--since", "1h"), ids[::-1])
+        self.assertEqual(self.ls("--since", "2000-01-01T00:00Z"), ids[::-1])
+        for args, text in ((["--since", "garbage"], "use a duration before now (90s, 30m, 1h, 2d, 1w)"),
+                           (["--status", "timout"], "did you mean 'timeout'?"),
+                           (["-n", "0"], "leave -n out to list all runs")):
+            r = sbx(["trace", "ls"] + args, env=self.env)
+            self.assertExit(r, 125)
+            self.assertIn(text, self.assertOneSbxLine(r))
+            self.assertLess(len(r.err), 400, r.err)
         r = sbx(["run", "--", "/bin/true"], env=self.env)
         self.assertExit(r, 0)
         new = ledger_lines(self.state)[-1]["run_id"]
