@@ -27,7 +27,9 @@ bool seccomp_refusal_expected(const nlohmann::json& violation);
 std::string violations_line(const nlohmann::json& record);
 
 // A limit's value as trace show prints it: durations and sizes in units (format_duration_ms,
-// format_size), by the limit's plan name (limits_table.hpp's plan_name: "timeout", "memory", ...).
+// format_size), by the limit's name in the record: limits_table.hpp's plan_name ("timeout",
+// "memory", ...) or a tmpfs size ("tmp_size"). The record layer cannot reach that table (it sits
+// below model/), so the units are named here; a limit it does not know prints as its number.
 std::string shown_limit_value(const std::string& plan_name, const nlohmann::json& value);
 
 }  // namespace sbx
