@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "cli/commands.hpp"
+#include "runtime/base/json_io.hpp"
 #include "runtime/base/text_escape.hpp"
 #include "runtime/base/units.hpp"
 #include "runtime/image/blob_store.hpp"
@@ -10,6 +11,37 @@
 #include "runtime/typed/pack_tree.hpp"
 
 namespace sbx::cli {
+
+namespace {
+
+// gc --json: the report as one object on stdout (warnings also go there, not to stderr).
+int print_gc_json(const GcReport& rep, bool dry_run, const GlobalOptions& g) {
+  auto items = [](const std::vector<GcItem>& v) {
+    nlohmann::json a = nlohmann::json::array();
+    for (auto& i : v)
+      a.push_back(
+          {{"sha256", "sha256:" + i.sha256}, {"bytes", i.bytes}, {"why", i.why}, {"needed_by_kept", i.needed_by_kept}});
+    return a;
+  };
+  std::size_t copies = dry_run ? 0 : sweep_stale_copies(resolve_dirs(g.state_dir).state);
+  nlohmann::json j = {{"dry_run", dry_run},
+                      {"deleted", items(rep.deleted)},
+                      {"deleted_bytes", rep.deleted_bytes},
+                      {"kept", items(rep.kept)},
+                      {"kept_bytes", rep.kept_bytes},
+                      {"records", rep.records},
+                      {"kept_records", rep.kept_records},
+                      {"live_pins", rep.live_pins},
+                      {"stale_pins", rep.stale_pins},
+                      {"tmp_removed", rep.tmp_removed},
+                      {"tmp_bytes", rep.tmp_bytes},
+                      {"private_copies_removed", copies},
+                      {"warnings", rep.warnings}};
+  std::printf("%s\n", dump_json(j, 2, {}, true).c_str());  // ASCII (json_io.hpp)
+  return 0;
+}
+
+}  // namespace
 
 void add_gc_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out) {
   static int keep_days = -1;
@@ -21,6 +53,10 @@ void add_gc_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out) 
   gc->add_option("--max-bytes", max_bytes,
                  "Keep the blob store under SIZE, deleting the oldest runs' blobs first (and saying so)");
   gc->add_flag("--dry-run", dry_run, "Say what would be deleted; delete nothing");
+  static bool as_json = false;
+  gc->add_flag("--json", as_json,
+               "Print one JSON object: dry_run, deleted and kept ({sha256, bytes, why, needed_by_kept}), their byte "
+               "totals, records, kept_records, pins, temporary files, private copies, warnings");
   gc->add_option("--tenant", tenant, "The blob store of tenant NAME (its own store, see --tenant of sbx run)")
       ->check(tenant_option_check, "NAME");
   out.push_back({gc, [gc, &g]() -> int {
@@ -43,6 +79,7 @@ void add_gc_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out) 
                    }
                    auto rep = gc_blobs(dirs, keep_days, max, dry_run);
                    if (!rep) return usage_error("gc: " + rep.error().describe());
+                   if (as_json) return print_gc_json(*rep, dry_run, g);
                    const char* verb = dry_run ? "would delete" : "deleted";
                    for (auto& d : rep->deleted)
                      std::printf("%s%s sha256:%s (%s): %s\n", d.needed_by_kept ? "WARNING " : "", verb,

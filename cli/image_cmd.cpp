@@ -21,7 +21,7 @@ std::string short_digest(const std::string& d) { return d.substr(0, 7 + 12); }
 struct ImageFlags {
   std::string source, name, ref;
   std::vector<std::string> refs;
-  bool full = false, quiet = false, ls_json = false;
+  bool full = false, quiet = false, ls_json = false, as_json = false;  // as_json: import and verify
   std::string max_bytes_text, max_entries_text;
   ImportOptions import_options;
 };
@@ -76,6 +76,16 @@ int image_import(const ImageFlags& f, ImageStore& store) {
   auto r = store.import(f.source, f.name, progress, limits, f.import_options);
   line.finish();
   if (!r) return usage_error(r.error().describe());
+  if (f.as_json) {
+    // The image's record as `image inspect` prints it, and what this import did.
+    nlohmann::json j = r->meta;
+    j["digest"] = r->digest;
+    j["name"] = *canonical_image_name(f.name);
+    j["names"] = r->names;
+    j["repaired"] = r->repaired;
+    std::printf("%s\n", dump_json(j, 2, {}, true).c_str());  // ASCII (json_io.hpp)
+    return 0;
+  }
   if (f.quiet) {
     std::printf("%s\n", r->digest.c_str());
     return 0;
@@ -139,6 +149,16 @@ int image_verify(const ImageFlags& f, ImageStore& store) {
   });
   line.finish();
   if (!v) return usage_error(v.error().describe());
+  if (f.as_json) {
+    nlohmann::json j = {{"digest", r->digest},
+                        {"ok", v->ok()},
+                        {"seal_ok", v->seal_ok},
+                        {"full", v->full},
+                        {"content_ok", v->full ? nlohmann::json(v->content_ok) : nlohmann::json(nullptr)},
+                        {"differences", v->differences}};
+    std::printf("%s\n", dump_json(j, 2, {}, true).c_str());
+    return v->ok() ? 0 : 1;
+  }
   std::printf("%s seal: %s\n", r->digest.c_str(), v->seal_ok ? "ok" : "MISMATCH (the stored tree was modified)");
   if (v->full) {
     std::printf("%s content: %s\n", r->digest.c_str(), v->content_ok ? "ok (every file re-hashed)" : "MISMATCH");
@@ -159,6 +179,9 @@ void add_image_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& ou
   import->add_option("source", f.source, "Directory or tarball to import")->required();
   import->add_option("--name", f.name, "NAME[:TAG] to give the image (tag defaults to latest)")->required();
   import->add_flag("-q,--quiet", f.quiet, "Print only the digest, no progress");
+  import->add_flag("--json", f.as_json,
+                   "Print the imported image's record as one JSON object (digest, name, names, entries, bytes, "
+                   "repaired, ...)");
   import->add_option("--format", f.import_options.format,
                      "auto (default), rootfs, oci-layout or docker-archive: what SOURCE is");
   import->add_option("--platform", f.import_options.platform,
@@ -176,6 +199,8 @@ void add_image_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& ou
       image->add_subcommand("verify", "Check an image's seal; with --full re-hash its content against the manifest");
   verify->add_option("ref", f.ref, "NAME[:TAG] or sha256:<hex prefix>")->required();
   verify->add_flag("--full", f.full, "Re-hash every file and compare with the manifest");
+  verify->add_flag("--json", f.as_json,
+                   "Print one JSON object: digest, ok, seal_ok, full, content_ok (null without --full), differences");
 
   out.push_back({image, [&g, import, ls, inspect, rm, verify]() -> int {
                    ImageStore store(resolve_dirs(g.state_dir).images);

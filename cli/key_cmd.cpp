@@ -2,6 +2,7 @@
 #include <cstdio>
 
 #include "cli/commands.hpp"
+#include "runtime/base/json_io.hpp"
 #include "runtime/record/ledger_key.hpp"
 #include "runtime/base/text_escape.hpp"
 
@@ -12,12 +13,23 @@ void add_key_command(CLI::App& app, GlobalOptions& /*g*/, std::vector<Command>& 
   key->require_subcommand(1);
   auto* init =
       key->add_subcommand("init", "Make an Ed25519 key pair under the config dir; records are signed from then on");
+  static bool as_json = false;
+  init->add_flag("--json", as_json, "Print one JSON object: private_key, public_key, fingerprint, verify_command");
   out.push_back({key, [init]() -> int {
                    if (!init->parsed()) return usage_error("key: expected 'init'");
                    auto paths = ledger_key_paths();
                    if (!paths) return usage_error(paths.error().describe());
                    auto fp = create_ledger_key(*paths);
                    if (!fp) return usage_error(fp.error().describe());
+                   if (as_json) {
+                     nlohmann::json j = {{"private_key", paths->priv},
+                                         {"public_key", paths->pub},
+                                         {"fingerprint", "sha256:" + *fp},
+                                         {"verify_command",
+                                          std::vector<std::string>{"sbx", "trace", "verify", "--pubkey", paths->pub}}};
+                     std::printf("%s\n", dump_json(j, 2, {}, true).c_str());  // ASCII (json_io.hpp)
+                     return 0;
+                   }
                    std::printf("private key %s (0600): every trace record is signed with it from now on\n",
                                printable(paths->priv).c_str());
                    std::printf("public key  %s: check the ledger with 'sbx trace verify --pubkey %s'\n",

@@ -14,6 +14,7 @@
 #include "runtime/typed/pack_run.hpp"
 #include "runtime/launch/preflight.hpp"
 #include "runtime/base/text_escape.hpp"
+#include "runtime/record/trace_show.hpp"
 
 namespace sbx::cli {
 namespace {
@@ -24,7 +25,8 @@ struct PackFlags {
   std::string input;
   std::vector<std::string> contexts, secrets;
   std::string result_file;
-  bool strict = true;  // pack validate: unknown schema keywords are problems
+  bool strict = true;    // pack validate: unknown schema keywords are problems
+  bool as_json = false;  // pack validate --json
   RunFlags run;
 };
 
@@ -48,6 +50,27 @@ int print_problems(const std::string& dir, const std::vector<PackProblem>& probl
   }
   std::fprintf(stderr, "sbx: pack %s: %zu problem(s)\n", printable(dir).c_str(), count);
   return 125;
+}
+
+// pack validate --json: one object on stdout; exit 0 when the pack is good, 125 when not (as without --json).
+int print_validate_json(const Pack* p, const std::vector<PackProblem>& found, const std::optional<Error>& e) {
+  using nlohmann::json;
+  json problems = json::array(), warnings = json::array();
+  auto entry = [](const PackProblem& x) {
+    return json{{"file", x.file}, {"pointer", x.pointer}, {"message", x.message}};
+  };
+  for (auto& x : found) (x.warning ? warnings : problems).push_back(entry(x));
+  if (p)
+    for (auto& w : p->warnings) warnings.push_back(entry(w));
+  if (e && problems.empty()) problems.push_back(json{{"file", ""}, {"pointer", ""}, {"message", e->message}});
+  json j = {{"ok", problems.empty()},
+            {"name", p ? json(p->name) : json(nullptr)},
+            {"version", p ? json(p->version) : json(nullptr)},
+            {"digest", p && problems.empty() ? json(p->digest) : json(nullptr)},
+            {"problems", problems},
+            {"warnings", warnings}};
+  std::printf("%s\n", dump_ascii_json(j, 2).c_str());
+  return problems.empty() ? 0 : 125;
 }
 
 // "NAME=VALUE" split, for --context and --secret.
@@ -204,21 +227,33 @@ void add_pack_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out
   validate->add_flag("--strict,!--no-strict", f.strict,
                      "Unknown JSON Schema keywords (a misspelled \"requried\") are errors (the default); "
                      "--no-strict: warnings");
-  out.push_back({validate, [&g]() -> int {
-                   (void)g;
-                   std::vector<PackProblem> problems;
-                   auto p = load_pack(f.dir, problems, f.strict);
-                   if (!p) return print_problems(f.dir, problems, p.error());
-                   print_warnings(f.dir, *p);
-                   // The manifest's limits against the profile a plain `pack run` uses: above it, that run fails.
-                   auto profile = load_profile(kDefaultProfile);
-                   if (!profile) return usage_error(profile.error().describe());
-                   if (auto merged = spec_from_layers(*profile, &p->spec_patch, f.dir + "/pack.json"); !merged)
-                     return usage_error(merged.error().message + " (checked against the default profile)");
-                   std::printf("%s %s: ok (digest %s)\n", printable(p->name).c_str(), printable(p->version).c_str(),
-                               p->digest.c_str());
-                   return 0;
-                 }});
+  validate->add_flag(
+      "--json", f.as_json,
+      "Print one JSON object: ok, name, version, digest, problems and warnings ({file, pointer, message})");
+  out.push_back(
+      {validate, [&g]() -> int {
+         (void)g;
+         std::vector<PackProblem> problems;
+         auto p = load_pack(f.dir, problems, f.strict);
+         if (!p && f.as_json) return print_validate_json(nullptr, problems, p.error());
+         if (!p) return print_problems(f.dir, problems, p.error());
+         // The manifest's limits against the profile a plain `pack run` uses: above it, that run fails.
+         auto profile = load_profile(kDefaultProfile);
+         if (!profile) return usage_error(profile.error().describe());
+         if (auto merged = spec_from_layers(*profile, &p->spec_patch, f.dir + "/pack.json"); !merged) {
+           if (f.as_json)
+             return print_validate_json(
+                 &*p, {{"pack.json", "/limits", merged.error().message + " (checked against the default profile)"}},
+                 merged.error());
+           print_warnings(f.dir, *p);
+           return usage_error(merged.error().message + " (checked against the default profile)");
+         }
+         if (f.as_json) return print_validate_json(&*p, {}, std::nullopt);
+         print_warnings(f.dir, *p);
+         std::printf("%s %s: ok (digest %s)\n", printable(p->name).c_str(), printable(p->version).c_str(),
+                     p->digest.c_str());
+         return 0;
+       }});
 
   auto* init = pack->add_subcommand("init", "Create a working pack skeleton in a new directory NAME");
   init->add_option("NAME", f.init_name, "Pack name (also the directory created)")->required();

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cstdio>
 
+#include <spdlog/spdlog.h>
+
 #include "cli/commands.hpp"
 #include "runtime/linux/events.hpp"
 #include "runtime/model/caps.hpp"
@@ -24,6 +26,7 @@
 #include "runtime/linux/gpu.hpp"
 #include "runtime/model/image_defaults.hpp"
 #include "runtime/model/profile.hpp"
+#include "runtime/record/trace_show.hpp"
 #include "runtime/typed/pack_run.hpp"
 #include "runtime/typed/replay.hpp"
 
@@ -154,6 +157,8 @@ Result<RunSpec> apply_flags(RunSpec spec, const RunFlags& f) {
     if (auto r = parse_allow_rule(h); !r) return r.error();
     spec.network.allow.push_back(h);
   }
+  if (auto rules = parse_allow_rules(spec.network.allow); rules)  // the profile's rules and these together
+    if (auto why = unreachable_loopback_name(*rules)) return make_error("usage", *why);
   if (!spec.network.allow.empty()) spec.network.mode = "proxy";
   if (f.require_limits) spec.require_limits = true;
   if (f.require_record) spec.require_record = true;
@@ -304,6 +309,14 @@ std::optional<int> check_command_start(const std::vector<std::string>& command, 
 }
 }  // namespace
 
+// The run, then the one line that sums up what the sandbox refused (otherwise shown only with -v).
+static int run_and_report(RunRequest& req) {
+  RunReport report = run_sandbox(req);
+  if (std::string line = violations_line(report.trace); !line.empty()) spdlog::warn("{}", line);
+  for (auto& [name, value] : req.secrets.files) std::fill(value.begin(), value.end(), '\0');
+  return report.exit_status;
+}
+
 void add_run_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out) {
   static RunFlags f;
   auto* run = app.add_subcommand("run", "Run a command in a fresh sandbox");
@@ -374,9 +387,7 @@ void add_run_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out)
            if (!kept) return usage_error(kept.error().describe());
            put(req.record_extra, "blobs", std::move(*kept));
          }
-         int status = run_sandbox(req).exit_status;
-         for (auto& [name, value] : req.secrets.files) std::fill(value.begin(), value.end(), '\0');
-         return status;
+         return run_and_report(req);
        },
        true});
 }

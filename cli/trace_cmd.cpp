@@ -1,10 +1,12 @@
 // sbx trace ls [-n|--limit N] [--status S] [--since T] [--pack P] [--image I] [--json] | export RUN (trace_export_cmd.cpp) | show RUN_ID|last|-N [--format json|text] [--json] | verify | head [--json]
+#include <chrono>
 #include <cstdio>
 #include <memory>
 #include <string>
 
 #include "cli/commands.hpp"
 #include "runtime/base/json_io.hpp"
+#include "runtime/launch/outcome.hpp"
 #include "runtime/launch/tenant.hpp"
 #include "runtime/record/ledger_key.hpp"
 #include "runtime/base/paths.hpp"
@@ -14,6 +16,7 @@
 #include "runtime/record/trace_ledger.hpp"
 #include "runtime/record/trace_store.hpp"
 #include "runtime/record/trace_show.hpp"
+#include "runtime/record/trace_summary.hpp"
 
 namespace sbx::cli {
 namespace {
@@ -48,8 +51,17 @@ struct LsOptions {
 int run_ls(const GlobalOptions& g, const LsOptions& o) {
   TraceFilter f;
   f.newest = o.newest;
+  if (!o.status.empty())
+    if (auto st = parse_run_status(o.status); !st) return usage_error("trace ls: --status: " + st.error().message);
   f.status = o.status;
-  f.since = o.since;
+  if (!o.since.empty()) {
+    auto now_ms =
+        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+            .count();
+    auto bound = since_bound(o.since, static_cast<std::int64_t>(now_ms));
+    if (!bound) return usage_error("trace ls: " + bound.error().message);
+    f.since = *bound;
+  }
   f.pack = o.pack;
   f.image = o.image;
   std::uint64_t skipped = 0;
@@ -97,15 +109,35 @@ int run_ls(const GlobalOptions& g, const LsOptions& o) {
 }
 
 // Exit 0 when the chain is intact, 1 when broken (the first break on stderr, one line), 125
-// when the ledger cannot be read at all.
-int run_verify(const GlobalOptions& g, const std::string& anchor_text, const std::string& pubkey) {
+// when the ledger cannot be read at all. --json: one object on stdout in both first cases.
+struct VerifyOptions {
+  std::string anchor, pubkey;
+  bool as_json = false;
+};
+
+int print_verify_json(const LedgerVerifyReport& r, bool signatures) {
+  json j = {
+      {"intact", r.intact},
+      {"records", r.records},
+      {"oversize_lines", r.oversize_lines},
+      {"problem", r.intact ? json(nullptr) : json(r.problem)},
+      {"head", r.records ? json{{"seq", r.head_seq}, {"hash", r.head_hash}, {"run_id", r.head_run_id}} : json(nullptr)},
+      {"signatures", signatures
+                         ? json{{"signed", r.signed_records}, {"unsigned_before_signing", r.unsigned_before_signing}}
+                         : json(nullptr)}};
+  std::printf("%s\n", dump_ascii_json(j, 2).c_str());
+  return r.intact ? 0 : 1;
+}
+
+int run_verify(const GlobalOptions& g, const VerifyOptions& o) {
   std::optional<LedgerVerifier> verifier;
-  if (!pubkey.empty()) {
-    auto v = LedgerVerifier::load(pubkey);
+  if (!o.pubkey.empty()) {
+    auto v = LedgerVerifier::load(o.pubkey);
     if (!v) return usage_error("trace verify: --pubkey: " + v.error().describe());
     verifier = std::move(*v);
   }
   std::optional<LedgerAnchor> anchor;
+  const std::string& anchor_text = o.anchor;
   if (!anchor_text.empty()) {
     // "SEQ:HASH" or "SEQ HASH ..." (what `trace head` prints).
     auto sep = anchor_text.find_first_of(": ");
@@ -119,8 +151,9 @@ int run_verify(const GlobalOptions& g, const std::string& anchor_text, const std
   }
   auto r = verify_ledger(store_dirs(g), anchor, verifier ? &*verifier : nullptr);
   if (!r) return usage_error(r.error().describe());
+  if (!r->intact) std::fprintf(stderr, "sbx: trace ledger broken: %s\n", printable(r->problem).c_str());
+  if (o.as_json) return print_verify_json(*r, verifier.has_value());
   if (!r->intact) {
-    std::fprintf(stderr, "sbx: trace ledger broken: %s\n", printable(r->problem).c_str());
     if (r->oversize_lines)  // the walk went on past them: what it checked is not "before the break"
       std::printf("broken: %llu record(s) verified, %llu line(s) over the size bound not checked\n",
                   static_cast<unsigned long long>(r->records), static_cast<unsigned long long>(r->oversize_lines));
@@ -131,7 +164,13 @@ int run_verify(const GlobalOptions& g, const std::string& anchor_text, const std
     std::printf("intact: the ledger holds no records\n");
     return 0;
   }
-  if (verifier) std::printf("signatures: every record signed by the key in %s\n", printable(pubkey).c_str());
+  if (verifier && r->unsigned_before_signing)
+    std::printf(
+        "signatures: %llu record(s) signed by the key in %s; the %llu before signing began are not signed (the first "
+        "signed record's chain covers them)\n",
+        static_cast<unsigned long long>(r->signed_records), printable(o.pubkey).c_str(),
+        static_cast<unsigned long long>(r->unsigned_before_signing));
+  else if (verifier) std::printf("signatures: every record signed by the key in %s\n", printable(o.pubkey).c_str());
   std::printf("intact: %llu record(s); head seq %llu %s (run %s)\n", static_cast<unsigned long long>(r->records),
               static_cast<unsigned long long>(r->head_seq), r->head_hash.c_str(), r->head_run_id.c_str());
   return 0;
@@ -206,27 +245,40 @@ void add_trace_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& ou
   trace->require_subcommand(1);
   auto* ls = trace->add_subcommand("ls", "List stored runs, newest first");
   auto ls_opts = std::make_shared<LsOptions>();
-  ls->add_option("-n,--newest,--limit", ls_opts->newest, "List only the N newest (matching) runs")
-      ->check(CLI::PositiveNumber);
+  // 0 is refused rather than read as "all" or "none": a script that computed 0 has a bug to see.
+  ls->add_option("-n,--newest,--limit", ls_opts->newest, "List only the N newest (matching) runs (N >= 1)")
+      ->check(CLI::Validator(
+          [](const std::string& v) -> std::string {
+            if (v.empty() || v.size() > 9 || v.find_first_not_of("0123456789") != std::string::npos ||
+                std::stoul(v) == 0)
+              return "-n wants a count of runs from 1 to 999999999, got '" + v + "' (leave -n out to list all runs)";
+            return "";
+          },
+          "N"));
   ls->add_flag("--json", ls_opts->as_json,
                "Print a JSON array (run_id, started_at, status, exit_code, wall_ms, command, pack, image)");
   ls->add_option("--pack", ls_opts->pack, "Only runs of this pack: NAME, NAME@VERSION or its digest");
   ls->add_option("--image", ls_opts->image,
                  "Only runs on this image: the name the run gave (host, NAME[:TAG]) or its digest");
-  ls->add_option("--status", ls_opts->status, "Only runs with this status (ok, exit_nonzero, timeout, signaled, ...)");
-  ls->add_option("--since", ls_opts->since,
-                 "Only runs started at or after this RFC 3339 time or date prefix (2026-12-01)");
+  ls->add_option(
+      "--status", ls_opts->status,
+      "Only runs with this status (ok, exit_nonzero, signaled, timeout, oom, seccomp_violation, output_limit, input_invalid, output_invalid, setup_error)");
+  ls->add_option(
+      "--since", ls_opts->since,
+      "Only runs started at or after this time: a duration before now (30m, 1h, 2d, 1w) or a UTC RFC 3339 time or prefix (2026-12-01, 2026-12-01T08:30)");
   auto tenant = std::make_shared<std::optional<std::string>>();
   auto* reindex = trace->add_subcommand("reindex", "Rebuild the query index (traces/index.sqlite) from the ledger");
   auto* verify = trace->add_subcommand("verify", "Check the trace ledger's hash chain; name the first break");
   auto* import = trace->add_subcommand(
       "import", "Append records of the previous store format (one <run_id>.json per run) to the ledger");
-  auto anchor = std::make_shared<std::string>();
-  auto pubkey = std::make_shared<std::string>();
-  verify->add_option("--pubkey", *pubkey,
-                     "Ed25519 public key (PEM, from 'sbx key init'): every record must carry a valid signature");
-  verify->add_option("--anchor", *anchor,
+  auto vopts = std::make_shared<VerifyOptions>();
+  verify->add_option(
+      "--pubkey", vopts->pubkey,
+      "Ed25519 public key (PEM, from 'sbx key init'): every record from the first signed one on must carry a valid signature");
+  verify->add_option("--anchor", vopts->anchor,
                      "SEQ:HASH of a head printed earlier by 'trace head': the chain must still reach it");
+  verify->add_flag("--json", vopts->as_json,
+                   "Print one JSON object: intact, records, oversize_lines, problem, head, signatures");
   auto* head = trace->add_subcommand("head", "Print the ledger's head (seq, hash, run id) for anchoring elsewhere");
   auto head_json = std::make_shared<bool>(false);
   head->add_flag("--json", *head_json, "Print {\"seq\", \"hash\", \"run_id\"}");
@@ -245,24 +297,24 @@ void add_trace_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& ou
     sub->add_option("--tenant", *tenant, "The records of tenant NAME (its own store, see --tenant of sbx run)")
         ->check(tenant_option_check, "NAME");
 
-  out.push_back({trace,
-                 [ls, show, verify, anchor, pubkey, import, reindex, head, head_json, opts, ls_opts, exported, tenant,
-                  &g]() -> int {
-                   if (*tenant) {
-                     auto d = tenant_store_of(**tenant, resolve_dirs(g.state_dir));
-                     if (!d) return usage_error(d.error().message);
-                     g_tenant_dirs = std::move(*d);
-                   }
-                   if (ls->parsed()) return run_ls(g, *ls_opts);
-                   if (exported.app->parsed()) return exported.run();
-                   if (verify->parsed()) return run_verify(g, *anchor, *pubkey);
-                   if (import->parsed()) return run_import(g);
-                   if (reindex->parsed()) return run_reindex(g);
-                   if (head->parsed()) return run_head(g, *head_json);
-                   if (show->parsed()) return run_show(g, *show, *opts);
-                   return usage_error(
-                       "trace: expected 'ls', 'show RUN_ID', 'export RUN_ID', 'verify', 'head', 'import' or 'reindex'");
-                 }});
+  out.push_back(
+      {trace,
+       [ls, show, verify, vopts, import, reindex, head, head_json, opts, ls_opts, exported, tenant, &g]() -> int {
+         if (*tenant) {
+           auto d = tenant_store_of(**tenant, resolve_dirs(g.state_dir));
+           if (!d) return usage_error(d.error().message);
+           g_tenant_dirs = std::move(*d);
+         }
+         if (ls->parsed()) return run_ls(g, *ls_opts);
+         if (exported.app->parsed()) return exported.run();
+         if (verify->parsed()) return run_verify(g, *vopts);
+         if (import->parsed()) return run_import(g);
+         if (reindex->parsed()) return run_reindex(g);
+         if (head->parsed()) return run_head(g, *head_json);
+         if (show->parsed()) return run_show(g, *show, *opts);
+         return usage_error(
+             "trace: expected 'ls', 'show RUN_ID', 'export RUN_ID', 'verify', 'head', 'import' or 'reindex'");
+       }});
 }
 
 }  // namespace sbx::cli

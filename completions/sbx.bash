@@ -191,7 +191,7 @@ _sbx() {
                 [[ $cur == -* ]] && COMPREPLY=($(compgen -W "--help" -- "$cur")) ||
                     COMPREPLY=($(compgen -W "ls show export verify head import reindex" -- "$cur"))
             elif [[ $cur == -* && $sub == verify ]]; then
-                COMPREPLY=($(compgen -W "--pubkey --anchor --help" -- "$cur"))
+                COMPREPLY=($(compgen -W "--pubkey --anchor --json --help" -- "$cur"))
             elif [[ $cur == -* && $sub == head ]]; then
                 COMPREPLY=($(compgen -W "--json --help" -- "$cur"))
             elif [[ $sub == export ]]; then
@@ -231,7 +231,7 @@ _sbx() {
                 [[ $cur == -* ]] && COMPREPLY=($(compgen -W "--help" -- "$cur")) ||
                     COMPREPLY=($(compgen -W "validate init run" -- "$cur"))
             elif [[ $cur == -* && $sub == validate ]]; then
-                COMPREPLY=($(compgen -W "--strict --no-strict --help" -- "$cur"))
+                COMPREPLY=($(compgen -W "--strict --no-strict --json --help" -- "$cur"))
             elif [[ $cur == -* && $sub == run ]]; then
                 COMPREPLY=($(compgen -W "--input --context --secret --result --profile --tenant --image --timeout
                     --output-limit --memory --pids --cpus --cpu-time --require-limits --require-record --seccomp --cap-add --gpu --trace-file
@@ -252,13 +252,13 @@ _sbx() {
                 COMPREPLY=($(compgen -W "last $(_sbx_run_ids)" -- "$cur"))
             fi ;;
         gc)
-            COMPREPLY=($(compgen -W "--keep-days --max-bytes --dry-run --tenant --help" -- "$cur")) ;;
+            COMPREPLY=($(compgen -W "--keep-days --max-bytes --dry-run --json --tenant --help" -- "$cur")) ;;
         key)
             if [[ -z $sub ]]; then
                 [[ $cur == -* ]] && COMPREPLY=($(compgen -W "--help" -- "$cur")) ||
                     COMPREPLY=($(compgen -W "init" -- "$cur"))
             else
-                COMPREPLY=($(compgen -W "--help" -- "$cur"))
+                COMPREPLY=($(compgen -W "--json --help" -- "$cur"))
             fi ;;
         image)
             if [[ -z $sub ]]; then
@@ -266,8 +266,8 @@ _sbx() {
                     COMPREPLY=($(compgen -W "import ls inspect rm verify" -- "$cur"))
             elif [[ $cur == -* ]]; then
                 case $sub in
-                    import) COMPREPLY=($(compgen -W "--name -q --quiet --max-bytes --max-entries --format --platform --help" -- "$cur")) ;;
-                    verify) COMPREPLY=($(compgen -W "--full --help" -- "$cur")) ;;
+                    import) COMPREPLY=($(compgen -W "--name -q --quiet --json --max-bytes --max-entries --format --platform --help" -- "$cur")) ;;
+                    verify) COMPREPLY=($(compgen -W "--full --json --help" -- "$cur")) ;;
                     ls) COMPREPLY=($(compgen -W "--json --tenant --help" -- "$cur")) ;;
                     *) COMPREPLY=($(compgen -W "--help" -- "$cur")) ;;
                 esac

@@ -229,22 +229,25 @@ complete -c sbx -n '__sbx_at trace ls' -l pack -x -d 'Only runs of this pack: NA
 complete -c sbx -n '__sbx_at trace ls' -l image -x -d 'Only runs on this image: name or digest'
 complete -c sbx -n '__sbx_at trace ls' -l json -d 'Print a JSON array'
 complete -c sbx -n '__sbx_at trace ls' -l status -x -a 'ok exit_nonzero timeout signaled oom seccomp_violation output_limit output_invalid input_invalid setup_error' -d 'Only runs with this status'
-complete -c sbx -n '__sbx_at trace ls' -l since -x -d 'Only runs started at or after this time'
+complete -c sbx -n '__sbx_at trace ls' -l since -x -d 'Only runs started at or after this time (1h, 2d, 2026-12-01)'
 complete -c sbx -n '__sbx_at trace' -a reindex -d 'Rebuild the query index from the ledger'
 complete -c sbx -n '__sbx_at trace' -a verify -d "Check the ledger's hash chain; name the first break"
 complete -c sbx -n '__sbx_at trace' -a head -d "Print the ledger's head for anchoring elsewhere"
 complete -c sbx -n '__sbx_at trace' -a import -d 'Append records of the previous store format to the ledger'
 complete -c sbx -n '__sbx_at trace verify' -l pubkey -r -F -d 'Ed25519 public key: every record must be signed'
 complete -c sbx -n '__sbx_at trace verify' -l anchor -x -d 'SEQ:HASH printed earlier by trace head'
+complete -c sbx -n '__sbx_at trace verify' -l json -d 'Print one JSON object'
 complete -c sbx -n '__sbx_at trace head' -l json -d 'Print a JSON object'
 
 # sbx key
 complete -c sbx -n '__sbx_at key' -a init -d 'Make the Ed25519 key pair that signs the trace ledger'
+complete -c sbx -n '__sbx_at key init' -l json -d 'Print one JSON object'
 
 # sbx pack
 complete -c sbx -n '__sbx_at pack' -a validate -d "Check a pack's manifest and schemas"
 complete -c sbx -n '__sbx_at pack validate' -l strict -d 'Unknown schema keywords are errors (the default)'
 complete -c sbx -n '__sbx_at pack validate' -l no-strict -d 'Unknown schema keywords are warnings'
+complete -c sbx -n '__sbx_at pack validate' -l json -d 'Print one JSON object: ok, problems, warnings'
 complete -c sbx -n '__sbx_at pack' -a init -d 'Create a pack skeleton'
 complete -c sbx -n '__sbx_at pack' -a run -d 'Run a pack on input records'
 complete -c sbx -n '__sbx_at pack run' -l input -r -F -d 'Input records (JSON array)'
@@ -278,12 +281,14 @@ complete -c sbx -n '__sbx_at image ls' -l json -d 'Print a JSON array for script
 complete -c sbx -n '__sbx_at image import' -F -d 'Directory or tarball'
 complete -c sbx -n '__sbx_at image import' -l name -x -d 'NAME[:TAG] to give the image'
 complete -c sbx -n '__sbx_at image import' -s q -l quiet -d 'Print only the digest, no progress'
+complete -c sbx -n '__sbx_at image import' -l json -d 'Print the imported image as one JSON object'
 complete -c sbx -n '__sbx_at image import' -l max-bytes -r -d 'Stop and store nothing past this much file data (default 4G)'
 complete -c sbx -n '__sbx_at image import' -l max-entries -r -d 'Stop and store nothing past this many entries (default 1000000)'
 complete -c sbx -n '__sbx_at image import' -l format -x -a 'auto rootfs oci-layout docker-archive' -d 'What SOURCE is'
 complete -c sbx -n '__sbx_at image import' -l platform -x -a 'linux/amd64 linux/arm64 linux/arm/v7' -d 'OS/ARCH[/VARIANT] of a multi-platform image'
 complete -c sbx -n '__sbx_at image inspect; or __sbx_at image rm; or __sbx_at image verify' -a '(__sbx_images)' -d 'Image'
 complete -c sbx -n '__sbx_at image verify' -l full -d 'Re-hash every file and compare with the manifest'
+complete -c sbx -n '__sbx_at image verify' -l json -d 'Print one JSON object'
 
 # sbx exec
 complete -c sbx -n '__sbx_at exec' -l trace-file -r -F -d 'Also write the trace record here'
@@ -321,6 +326,7 @@ complete -c sbx -n '__sbx_at replay' -l tenant -x -a '(__sbx_tenants)' -d 'A run
 complete -c sbx -n '__sbx_at gc' -l keep-days -x -d 'Keep the blobs of records from the last N days'
 complete -c sbx -n '__sbx_at gc' -l max-bytes -x -d 'Keep the blob store under this size, oldest runs first'
 complete -c sbx -n '__sbx_at gc' -l dry-run -d 'Say what would be deleted; delete nothing'
+complete -c sbx -n '__sbx_at gc' -l json -d 'Print the report as one JSON object'
 complete -c sbx -n '__sbx_at gc' -l tenant -x -a '(__sbx_tenants)' -d 'The blob store of this tenant'
 
 # --tenant NAME (man sbx, TENANTS): the NAME.json files of the tenants directory.

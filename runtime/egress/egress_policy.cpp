@@ -210,6 +210,40 @@ std::vector<std::string> loopback_reached(const std::vector<AllowRule>& rules) {
   return out;
 }
 
+std::optional<std::string> unreachable_loopback_name(const std::vector<AllowRule>& rules) {
+  auto loopback_name = [](const std::string& n) {
+    return n == "localhost" || n.ends_with(".localhost") || n == "ip6-localhost" || n == "ip6-loopback" ||
+           n == "localhost.localdomain";
+  };
+  std::array<std::uint8_t, 16> v4{127, 0, 0, 1}, v6{};
+  v6[15] = 1;
+  // Does some address rule reach the host's loopback on every port the name rule allows?
+  auto reached = [&](const AllowRule& name) {
+    for (auto& r : rules) {
+      if (r.kind != AllowRule::Kind::address && r.kind != AllowRule::Kind::cidr) continue;
+      if (!in_prefix(r.v6 ? v6 : v4, r.addr, r.prefix)) continue;
+      if (r.any_port) return true;
+      if (name.any_port) continue;
+      if (name.port ? port_matches(r, *name.port) : port_matches(r, 80) && port_matches(r, 443)) return true;
+    }
+    return false;
+  };
+  for (auto& r : rules) {
+    if (r.kind == AllowRule::Kind::address || r.kind == AllowRule::Kind::cidr) continue;
+    std::string n = r.kind == AllowRule::Kind::wildcard ? "x." + r.name : r.name;
+    if (!loopback_name(n) || reached(r)) continue;
+    std::string port = r.any_port ? "*" : r.port ? std::to_string(*r.port) : "";
+    std::string suffix = port.empty() ? "" : ":" + port;
+    return "--allow-host '" + r.text + "' can never allow anything: '" +
+           (r.kind == AllowRule::Kind::wildcard ? "*." : "") + r.name +
+           "' is a loopback name, which the sandbox keeps on its own (empty) loopback (NO_PROXY) and the proxy never "
+           "connects to an internal address; to reach a server on the host's loopback, allow its address: "
+           "--allow-host 127.0.0.1" +
+           suffix + " (or [::1]" + suffix + ")";
+  }
+  return std::nullopt;
+}
+
 Result<EgressTarget> parse_authority(const std::string& authority, std::optional<std::uint16_t> default_port) {
   std::string ctx = "destination '" + authority + "'";
   if (authority.empty()) return make_error("request", "empty destination");

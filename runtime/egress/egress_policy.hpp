@@ -88,6 +88,14 @@ EgressDecision check_resolved(const std::vector<AllowRule>& rules, const EgressT
 // clients would connect to the sandbox's own (empty) loopback instead (environment.cpp).
 std::vector<std::string> loopback_reached(const std::vector<AllowRule>& rules);
 
+// A name rule for a loopback name ("localhost", "*.localhost", "x.localhost", "ip6-localhost",
+// "localhost.localdomain") that no address or CIDR rule of the same set lets reach the host's
+// loopback on its ports can never allow anything: the program's NO_PROXY keeps such a name on the
+// sandbox's own (empty) loopback, and the proxy never connects a name to an internal address
+// (check_resolved). Returns the error for the first such rule, naming the address rule to add;
+// nullopt when there is none.
+std::optional<std::string> unreachable_loopback_name(const std::vector<AllowRule>& rules);
+
 // An address as text (no brackets).
 std::string address_text(bool v6, const std::array<std::uint8_t, 16>& addr);
 

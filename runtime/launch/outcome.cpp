@@ -5,8 +5,10 @@
 
 #include <cstring>
 #include <string_view>
+#include <vector>
 
 #include "runtime/base/signals.hpp"
+#include "runtime/base/suggest.hpp"
 #include "runtime/launch/supervisor.hpp"
 #include "runtime/base/units.hpp"
 
@@ -26,6 +28,20 @@ const char* to_string(RunStatus s) {
     case RunStatus::setup_error: return "setup_error";
   }
   return "setup_error";
+}
+
+Result<RunStatus> parse_run_status(std::string_view text) {
+  std::vector<std::string> names;
+  for (auto st : {RunStatus::ok, RunStatus::exit_nonzero, RunStatus::signaled, RunStatus::timeout, RunStatus::oom,
+                  RunStatus::seccomp_violation, RunStatus::output_limit, RunStatus::input_invalid,
+                  RunStatus::output_invalid, RunStatus::setup_error}) {
+    if (text == to_string(st)) return st;
+    names.emplace_back(to_string(st));
+  }
+  std::string list;
+  for (auto& n : names) list += (list.empty() ? "" : ", ") + n;
+  return make_error("usage", "unknown status '" + std::string(text) + "'" + did_you_mean(std::string(text), names) +
+                                 ": one of " + list);
 }
 
 Outcome outcome_from_wait_status(int ws) {

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "runtime/base/error.hpp"
 
@@ -24,6 +25,9 @@ enum class RunStatus {
 };
 
 const char* to_string(RunStatus s);
+// A status as a record names it (`sbx trace ls --status`): one of to_string's words; anything else
+// is an error that lists them, with a did-you-mean for a typo ("timout").
+Result<RunStatus> parse_run_status(std::string_view text);
 
 struct Outcome {
   RunStatus status = RunStatus::setup_error;

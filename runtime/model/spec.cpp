@@ -222,9 +222,13 @@ Status check_network(DocReader& r, NetworkSpec& n) {
   if (n.mode != "none" && n.mode != "proxy")
     return r.fail_key("mode", "unknown network mode '" + n.mode + "' (supported: none, proxy)");
   if (n.max_connections > 100000) return r.fail_key("max_connections", "must be at most 100000");
-  for (std::size_t i = 0; i < n.allow.size(); ++i)
-    if (auto rule = parse_allow_rule(n.allow[i]); !rule)
-      return r.fail_at(r.pointer_of("allow") + "/" + std::to_string(i), rule.error().message);
+  std::vector<AllowRule> rules;
+  for (std::size_t i = 0; i < n.allow.size(); ++i) {
+    auto rule = parse_allow_rule(n.allow[i]);
+    if (!rule) return r.fail_at(r.pointer_of("allow") + "/" + std::to_string(i), rule.error().message);
+    rules.push_back(std::move(*rule));
+  }
+  if (auto why = unreachable_loopback_name(rules)) return r.fail_key("allow", *why);
   if (!n.allow.empty()) n.mode = "proxy";
   return {};
 }

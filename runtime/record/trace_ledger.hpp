@@ -121,6 +121,9 @@ struct LedgerVerifyReport {
   std::uint64_t head_seq = 0;
   std::string head_hash, head_run_id;
   std::string problem;  // the first break, in words, when not intact
+  // With a verifier: lines whose signature verified, and the unsigned lines before the first signed
+  // one (appended before `sbx key init`; the first signed line's chain link covers their hashes).
+  std::uint64_t signed_records = 0, unsigned_before_signing = 0;
   // Lines over the size bound: each breaks the chain (its record cannot be checked), but the walk
   // goes on after it from its envelope, so that what follows is still verified.
   std::uint64_t oversize_lines = 0;
@@ -143,7 +146,9 @@ struct LedgerAnchor {
 // Walks the chain from the first line: hashes, sequence, links, record ids; with an anchor, also
 // that the line of the anchor's seq carries its hash (a chain rewritten from some record on, hashes
 // recomputed, or cut at its end, is found only this way or by signatures).
-// With a verifier, every line must carry a signature of its hash that the public key accepts.
+// With a verifier, every line from the first signed one on must carry a signature of its hash that
+// the public key accepts; unsigned lines before it are counted (unsigned_before_signing), and a
+// ledger with no signed line at all is broken.
 // With `find_run`, the line of that run is kept as checked (LedgerVerifyReport::run_line).
 Result<LedgerVerifyReport> verify_ledger(const Dirs& dirs, const std::optional<LedgerAnchor>& anchor = std::nullopt,
                                          const LedgerVerifier* verifier = nullptr, std::string_view find_run = {});

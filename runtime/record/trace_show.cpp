@@ -8,6 +8,7 @@
 #include "runtime/base/json_io.hpp"
 #include "runtime/base/shell_quote.hpp"
 #include "runtime/base/text_escape.hpp"
+#include "runtime/base/units.hpp"
 
 namespace sbx {
 using nlohmann::json;
@@ -160,6 +161,23 @@ void print_result(std::string& o, const json& res) {
     line(o, "reason", text(at(res, "reason")));
 }
 
+// "refused unshare (x86_64 #272) 3 times with EPERM, first at 12 ms".
+std::string seccomp_sentence(const json& v) {
+  std::string action = text(at(v, "action"));
+  std::string how;
+  if (action.starts_with("SCMP_ACT_ERRNO(") && action.ends_with(")"))
+    how = "with " + action.substr(15, action.size() - 16);
+  else if (action.starts_with("SCMP_ACT_KILL")) how = "by killing the sandbox";
+  else how = "with " + action;
+  const json& count = at(v, "count");
+  std::string times = count == 1 ? "once" : text(count) + " times";
+  std::string out = "seccomp: refused " + text(at(v, "name")) + " (" + text(at(v, "arch")) + " #" +
+                    text(at(v, "number")) + ") " + times + " " + how + ", first at " + text(at(v, "first_at_ms")) +
+                    " ms";
+  if (seccomp_refusal_expected(v)) out += " (expected: libc falls back to clone)";
+  return out;
+}
+
 // The limits applied (and how) and those that were not (and why).
 void print_limits(std::string& o, const json& enf) {
   const json& applied = at(enf, "limits_applied");
@@ -167,7 +185,8 @@ void print_limits(std::string& o, const json& enf) {
   const char* label = "limits";
   if (applied.is_object()) {
     for (auto& [name, v] : applied.items()) {
-      line(o, label, printable(name) + " = " + text(at(v, "value")) + " (" + text(at(v, "mechanism")) + ")");
+      line(o, label,
+           printable(name) + " = " + shown_limit_value(name, at(v, "value")) + " (" + text(at(v, "mechanism")) + ")");
       label = "";
     }
   }
@@ -175,7 +194,10 @@ void print_limits(std::string& o, const json& enf) {
   label = "not applied";
   if (not_applied.is_array()) {
     for (auto& n : not_applied) {
-      line(o, label, text(at(n, "limit")) + ": " + text(at(n, "reason")));
+      line(o, label,
+           text(at(n, "limit")) +
+               (at(n, "value").is_null() ? "" : " = " + shown_limit_value(text(at(n, "limit")), at(n, "value"))) +
+               ": " + text(at(n, "reason")));
       label = "";
     }
   }
@@ -204,27 +226,35 @@ void print_usage(std::string& o, const json& u) {
   line(o, "usage", "wall " + ms("wall_ms") + ", cpu user " + ms("cpu_user_ms") + ", cpu sys " + ms("cpu_sys_ms"));
   line(o, "",
        "memory peak " +
-           (at(u, "memory_peak_bytes").is_null() ? std::string("-") : text(at(u, "memory_peak_bytes")) + " bytes") +
+           (at(u, "memory_peak_bytes").is_number_integer() ? format_size(at(u, "memory_peak_bytes").get<std::int64_t>())
+                                                           : text(at(u, "memory_peak_bytes"))) +
            ", pids peak " + text(at(u, "pids_peak")) + ", oom kills " + text(at(u, "oom_kills")));
 }
 
-// What the sandbox refused: one line each, and a note of those left out of the record.
+// What the sandbox refused: one line each, and a note of those left out of the record. Refusals
+// programs expect (seccomp_refusal_expected) get a line of their own after them.
 void print_violations(std::string& o, const json& r) {
   const json& viol = at(r, "violations");
-  if (!viol.is_array() || viol.empty()) {
-    line(o, "violations", "none");
-  } else {
-    const char* label = "violations";
+  const char* label = "violations";
+  std::vector<const json*> expected;
+  if (viol.is_array()) {
     for (auto& v : viol) {
-      // A refused connection reads as a sentence; other kinds as their JSON.
+      if (seccomp_refusal_expected(v)) {
+        expected.push_back(&v);
+        continue;
+      }
+      // A refused connection or system call reads as a sentence; other kinds as their JSON.
       if (at(v, "kind") == "network")
         line(o, label,
              "network: denied " + text(at(v, "host")) + ":" + text(at(v, "port")) + " at " + text(at(v, "time_ms")) +
                  " ms: " + text(at(v, "reason")));
+      else if (at(v, "kind") == "seccomp") line(o, label, seccomp_sentence(v));
       else line(o, label, dump_ascii_json(v));
       label = "";
     }
   }
+  if (*label) line(o, "violations", "none");
+  for (auto* v : expected) line(o, "expected", seccomp_sentence(*v));
   const json& cut = at(at(r, "violations_summary"), "seccomp");
   if (at(cut, "truncated") == true)
     line(o, "",
@@ -232,6 +262,59 @@ void print_violations(std::string& o, const json& r) {
              text(at(cut, "unlisted_distinct")) + " distinct kinds; " + text(at(cut, "calls")) + " in all)");
 }
 }  // namespace
+
+bool seccomp_refusal_expected(const json& v) {
+  return at(v, "kind") == "seccomp" && at(v, "name") == "clone3" && at(v, "action") == "SCMP_ACT_ERRNO(ENOSYS)";
+}
+
+std::string shown_limit_value(const std::string& plan_name, const json& value) {
+  if (!value.is_number_integer()) return text(value);
+  auto n = value.get<std::int64_t>();
+  if (plan_name == "timeout" || plan_name == "cpu_time") return format_duration_ms(n);
+  if (plan_name == "memory" || plan_name == "output" || plan_name.ends_with("_size")) return format_size(n);
+  return text(value);
+}
+
+std::string violations_line(const json& r) {
+  std::uint64_t calls = 0, hosts = 0;
+  std::vector<std::string> call_names, host_names;
+  auto add_name = [](std::vector<std::string>& names, const std::string& n) {
+    if (n.empty()) return;
+    for (auto& x : names)
+      if (x == n) return;
+    names.push_back(n);
+  };
+  const json& viol = at(r, "violations");
+  if (viol.is_array())
+    for (auto& v : viol) {
+      if (at(v, "kind") == "seccomp" && !seccomp_refusal_expected(v)) {
+        const json& c = at(v, "count");
+        calls += c.is_number_integer() && c.get<std::int64_t>() > 0 ? c.get<std::uint64_t>() : 1;
+        add_name(call_names, text(at(v, "name")));
+      } else if (at(v, "kind") == "network" && at(v, "host").is_string() && !at(v, "host").get<std::string>().empty()) {
+        ++hosts;
+        add_name(host_names, text(at(v, "host")));
+      }
+    }
+  // Calls past the record's list are counted in its summary (never listed: their names are not known).
+  const json& unlisted = at(at(at(r, "violations_summary"), "seccomp"), "unlisted_calls");
+  if (unlisted.is_number_integer() && unlisted.get<std::int64_t>() > 0) calls += unlisted.get<std::uint64_t>();
+  if (calls == 0 && hosts == 0) return "";
+  auto names = [](const std::vector<std::string>& v) {
+    std::string out;
+    for (std::size_t i = 0; i < v.size() && i < 5; ++i) out += (i ? ", " : "") + v[i];
+    if (v.size() > 5) out += ", ...";
+    return out.empty() ? std::string() : " (" + out + ")";
+  };
+  std::string out;
+  if (calls)
+    out += std::to_string(calls) + (calls == 1 ? " system call refused" : " system calls refused") + names(call_names);
+  if (hosts)
+    out += (out.empty() ? "" : ", ") + std::to_string(hosts) +
+           (hosts == 1 ? " connection denied" : " connections denied") + names(host_names);
+  std::string id = text(at(r, "run_id"));
+  return out + ": see 'sbx trace show " + id + " --format text'";
+}
 
 std::string trace_show_text(const json& r) {
   std::string o;

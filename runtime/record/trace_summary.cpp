@@ -2,10 +2,12 @@
 
 #include <algorithm>
 
+#include "runtime/base/clock.hpp"
 #include "runtime/base/json_io.hpp"
 #include "runtime/base/json_scan.hpp"
 #include "runtime/base/sha256.hpp"
 #include "runtime/base/shell_quote.hpp"
+#include "runtime/base/units.hpp"
 
 namespace sbx {
 namespace {
@@ -37,7 +39,87 @@ std::string join_command(const nlohmann::json& argv) {
   return shell_join(args);
 }
 
+bool digits_in(std::string_view s, std::size_t at, std::size_t n, int lo, int hi) {
+  if (at + n > s.size()) return false;
+  int v = 0;
+  for (std::size_t i = at; i < at + n; ++i) {
+    if (s[i] < '0' || s[i] > '9') return false;
+    v = v * 10 + (s[i] - '0');
+  }
+  return v >= lo && v <= hi;
+}
+
+// "YYYY", "YYYY-MM", "YYYY-MM-DD", then optionally "THH:MM", ":SS", ".fff" (1 to 9 digits) and
+// "Z": the length it takes (0 when it is not that). The fields are range-checked, not the day
+// against its month.
+std::size_t rfc3339_prefix(std::string_view s) {
+  if (!digits_in(s, 0, 4, 0, 9999)) return 0;
+  if (s.size() == 4) return 4;
+  if (s[4] != '-' || !digits_in(s, 5, 2, 1, 12)) return 0;
+  if (s.size() == 7) return 7;
+  if (s.size() < 10 || s[7] != '-' || !digits_in(s, 8, 2, 1, 31)) return 0;
+  std::size_t n = 10;
+  if (n < s.size() && (s[n] == 'T' || s[n] == 't')) {
+    if (!digits_in(s, n + 1, 2, 0, 23) || n + 3 >= s.size() || s[n + 3] != ':' || !digits_in(s, n + 4, 2, 0, 59))
+      return 0;
+    n += 6;
+    if (n < s.size() && s[n] == ':') {
+      if (!digits_in(s, n + 1, 2, 0, 60)) return 0;
+      n += 3;
+      if (n < s.size() && s[n] == '.') {
+        std::size_t d = n + 1;
+        while (d < s.size() && d - n <= 9 && s[d] >= '0' && s[d] <= '9') ++d;
+        if (d == n + 1) return 0;
+        n = d;
+      }
+    }
+  }
+  if (n < s.size() && (s[n] == 'Z' || s[n] == 'z')) ++n;
+  return n;
+}
+
 }  // namespace
+
+Result<std::string> since_bound(std::string_view text, std::int64_t now_unix_ms) {
+  auto bad = [&](const std::string& why) {
+    return make_error("usage",
+                      "--since '" + std::string(text) + "'" + why +
+                          ": use a duration before now (90s, 30m, 1h, 2d, 1w) or a UTC time in RFC 3339, "
+                          "whole or cut after a field (2026, 2026-12-01, 2026-12-01T08:30, 2026-12-01T08:30:00Z)");
+  };
+  if (text.empty()) return bad(" is empty");
+  if (std::size_t n = rfc3339_prefix(text); n == text.size()) {
+    std::string t(text);
+    if (t.size() > 10 && t[10] == 't') t[10] = 'T';
+    // started_at always ends in 'Z' after its milliseconds: a bound that ends in 'Z' earlier
+    // ("...:00Z") would sort after "...:00.123Z" of the same second.
+    if (t.back() == 'Z' || t.back() == 'z') t.pop_back();
+    return t;
+  } else if (n > 0) {
+    return bad(" has an offset or trailing text (times are UTC: end in Z or in nothing)");
+  }
+  std::int64_t ms = 0;
+  std::string_view num = text;
+  std::int64_t per = 0;
+  if (text.back() == 'd') per = 86'400'000;
+  if (text.back() == 'w') per = 7 * 86'400'000LL;
+  if (per) {
+    num.remove_suffix(1);
+    if (num.empty() || num.find_first_not_of("0123456789") != std::string_view::npos || num.size() > 6)
+      return bad(" is not a duration or a time");
+    ms = std::stoll(std::string(num)) * per;
+  } else {
+    // A unit is required: "90" could be seconds or minutes (four digits are a year, above).
+    if (text.find_first_not_of("0123456789.") == std::string_view::npos) return bad(" has no unit");
+    auto d = parse_duration_ms(text);
+    if (!d) return bad(" is not a duration or a time");
+    ms = *d;
+  }
+  if (ms > now_unix_ms) ms = now_unix_ms;
+  std::string t = rfc3339_us((now_unix_ms - ms) * 1'000'000LL);  // "...:SS.uuuuuuZ"
+  t.erase(t.size() - 4, 3);                                      // to milliseconds, as started_at
+  return t;
+}
 
 TraceSummary summarize_record(const std::string& id, const nlohmann::json& j) {
   TraceSummary s;

@@ -24,6 +24,12 @@ struct TraceSummary {
   std::string pack, pack_version, pack_digest, image, image_digest;
 };
 
+// `trace ls --since`: a duration before now ("90s", "30m", "1h", "2d", "1w"; a unit is required)
+// or a UTC time in RFC 3339, whole or cut after a field ("2026", "2026-12-01", "2026-12-01T08:30",
+// "2026-12-01T08:30:00Z"). Returns the lower bound as text that compares with started_at in time
+// order; anything else is an error that shows the accepted forms.
+Result<std::string> since_bound(std::string_view text, std::int64_t now_unix_ms);
+
 // What `trace ls` filters on ("" / 0: no filter).
 struct TraceFilter {
   std::string status;  // result.status, exactly

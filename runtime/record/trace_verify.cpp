@@ -59,9 +59,11 @@ struct Walker {
                   "-byte bound of a ledger line: skipped by every reader, its record unchecked";
     }
     // What can be checked of it without its record: its signature and the anchor, from its envelope.
-    if (e && verifier && (e->sig.empty() || !verifier->verify(e->hash, e->sig)))
+    if (e && verifier && e->sig.empty() && !r.signed_records) ++r.unsigned_before_signing;
+    else if (e && verifier && (e->sig.empty() || !verifier->verify(e->hash, e->sig)))
       fail("line " + std::to_string(l.line_no) + " (run " + e->run_id + "), seq " + std::to_string(e->seq) +
            ": not signed, or the signature does not verify with the public key");
+    else if (e && verifier) ++r.signed_records;
     if (e && anchor && anchor->seq == e->seq && anchor->hash != e->hash)
       fail("line " + std::to_string(l.line_no) + " (run " + e->run_id + "), seq " + std::to_string(e->seq) +
            ": not the anchored head's hash: the ledger was rewritten from this record or before");
@@ -98,10 +100,14 @@ struct Walker {
     if (e->seq < want)
       return fail(at + ": seq " + std::to_string(e->seq) + " where " + std::to_string(want) + " was expected" +
                   after() + ": a record was inserted here, or the records were reordered");
-    if (verifier && e->sig.empty())
+    // Signing starts when `sbx key init` makes the key: the lines before the first signed one are
+    // counted, not a break (their hashes are covered by that signed line's chain link). After it, a
+    // line without "sig" is a break: stripping signatures off later lines must not pass.
+    if (verifier && e->sig.empty() && !r.signed_records) ++r.unsigned_before_signing;
+    else if (verifier && e->sig.empty())
       return fail(at + ", seq " + std::to_string(e->seq) +
-                  ": not signed (the line has no \"sig\"), but --pubkey asks for signatures");
-    if (verifier && !verifier->verify(e->hash, e->sig))
+                  ": not signed (the line has no \"sig\"), but a line before it is: its signature was removed");
+    else if (verifier && !verifier->verify(e->hash, e->sig))
       return fail(at + ", seq " + std::to_string(e->seq) +
                   ": the signature does not verify with the public key: forged, or signed by another key");
     if (anchor && anchor->seq == e->seq && anchor->hash != e->hash)
@@ -121,6 +127,7 @@ struct Walker {
     auto id = nlohmann::json::parse(id_raw, nullptr, /*allow_exceptions=*/false);
     if (!id.is_string() || id.get<std::string>() != e->run_id)
       return fail(at + ": the record's run_id differs from its line's");
+    if (verifier && !e->sig.empty()) ++r.signed_records;
     if (!find_run.empty() && e->run_id == find_run && ++r.run_lines == 1)
       r.run_line = LedgerRunLine{e->seq, e->hash, e->sig, std::string(e->record)};
     ++r.records;
@@ -154,7 +161,12 @@ Result<LedgerVerifyReport> verify_ledger(const Dirs& dirs, const std::optional<L
   });
   if (!st) return st.error();
   if (r.oversize_lines > 1) r.problem += "; " + std::to_string(r.oversize_lines) + " lines over the bound in all";
-  if (!r.other_break && anchor && anchor->seq > w.last_seq) {
+  if (verifier && r.signed_records == 0 && (r.records || r.oversize_lines)) {
+    // Nothing signed at all: nothing ties these lines to the key (a forger rewrites them and
+    // leaves "sig" off every one).
+    w.fail(
+        "no line is signed, but --pubkey asks for signatures: none was appended with the private key (sbx key init)");
+  } else if (!r.other_break && anchor && anchor->seq > w.last_seq) {
     w.fail("the ledger ends at seq " + std::to_string(w.last_seq) + ", before the anchored head seq " +
            std::to_string(anchor->seq) + ": records were cut off its end");
   } else if (!r.other_break && torn > 0) {

@@ -7,6 +7,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <cstdio>
 #include <filesystem>
 #include <set>
@@ -348,6 +350,31 @@ void read_entries(DocReader& r, const char* key, const char* shape, Pack& p,
 }  // namespace
 
 namespace {
+// The entrypoint's words that name a file of the pack (under /pack/, where a run mounts it): each
+// must be a regular file there, and argv[0] an executable one. A typo otherwise shows only at the
+// first run, as exit 127 from inside the sandbox. (The tree was hashed first, links refused: this
+// is a check for the author, not a boundary; a run executes its private copy.)
+void check_entrypoint_files(const std::string& dir, const Pack& p, Checker& c) {
+  for (std::size_t i = 0; i < p.entrypoint.size(); ++i) {
+    const std::string& word = p.entrypoint[i];
+    if (!word.starts_with("/pack/")) continue;
+    std::string rel = word.substr(6), at = "/entrypoint/" + std::to_string(i);
+    if (!pack_relative_ok(rel)) {
+      c.add(at, "'" + word + "' is not a path inside the pack (no '..', '.' or '//')");
+      continue;
+    }
+    struct stat st;
+    if (::lstat((dir + "/" + rel).c_str(), &st) != 0) {
+      c.add(at, "'" + word + "' names '" + rel + "', which the pack does not have (" + std::strerror(errno) + ")");
+    } else if (!S_ISREG(st.st_mode)) {
+      c.add(at, "'" + word + "' names '" + rel + "', a " + file_kind(st.st_mode) + ", not a regular file");
+    } else if (i == 0 && (st.st_mode & 0111) == 0) {
+      c.add(at, "'" + word + "' is not executable: chmod +x " + rel +
+                    ", or run it through its interpreter ([\"/bin/sh\", \"" + word + "\"])");
+    }
+  }
+}
+
 // parse_pack_manifest, reading the schemas from `dir` and naming `shown` (the pack as the caller
 // named it, when `dir` is a private copy of it).
 Result<Pack> parse_manifest_in(const std::string& dir, const std::string& shown, const std::string& text,
@@ -375,6 +402,7 @@ Result<Pack> parse_manifest_in(const std::string& dir, const std::string& shown,
   p.dir = dir;
   p.source_dir = shown;
   read_identity(r, p);
+  check_entrypoint_files(dir, p, c);
   load_schema(dir, m, "input_schema", p.input_schema_path, p.input_schema, c, p.warnings, strict);
   load_schema(dir, m, "output_schema", p.output_schema_path, p.output_schema, c, p.warnings, strict);
   json layer = read_run_layer(r, problems);

@@ -392,13 +392,35 @@ class Signing(LedgerCase):
         self.assertIn("line 1", self.assertOneSbxLine(r))
 
     def test_unsigned_records_and_an_unusable_key(self):
+        # `sbx key init` on a store with runs, then the verify it suggests: the records from before
+        # the key are counted as not signed, not a break (it used to fail: "broken after 0").
         self.runs(1)
-        self.key_init()
+        r = self.key_init()
+        self.assertIn(f"sbx trace verify --pubkey {self.pub}", r.out)
+        self.assertExit(sbx(["run", "--", "/bin/true"], env=self.env), 0)
         self.assertExit(sbx(["run", "--", "/bin/true"], env=self.env), 0)
         r = self.verify("--pubkey", self.pub)
+        self.assertExit(r, 0)
+        self.assertIn("2 record(s) signed by the key", r.out)
+        self.assertIn("the 1 before signing began are not signed", r.out)
+        r = self.verify("--pubkey", self.pub, "--json")
+        self.assertExit(r, 0)
+        j = json.loads(r.out)
+        self.assertEqual((j["intact"], j["records"], j["signatures"]),
+                         (True, 3, {"signed": 2, "unsigned_before_signing": 1}), j)
+        # An unsigned record after a signed one is a break: a signature stripped off the last line
+        # (the hash does not cover it) must not pass as "before signing".
+        lines = self.lines()
+        rec, env = split_line(lines[2])
+        lines[2] = lines[2].replace(f',"sig":"{env["sig"]}"'.encode(), b"")
+        self.write_lines(lines)
+        r = self.verify("--pubkey", self.pub)
         self.assertExit(r, 1)
-        self.assertIn("line 1", r.err)
+        self.assertIn("line 3", r.err)
         self.assertIn("not signed", r.err)
+        r = self.verify("--pubkey", self.pub, "--json")
+        self.assertExit(r, 1)
+        self.assertFalse(json.loads(r.out)["intact"])
         self.assertExit(self.verify("--pubkey", self.path("no-such.pem")), 125)
         with open(os.path.join(self.cfg, "sbx", "ledger-key.pem"), "w") as f:
             f.write("-----BEGIN PRIVATE KEY-----\nbm90IGEga2V5\n-----END PRIVATE KEY-----\n")
@@ -427,6 +449,17 @@ class QueryIndex(LedgerCase):
         started = stored_records(self.state)[ids[2]]["started_at"]
         self.assertEqual(self.ls("--since", started), ids[:1:-1])
         self.assertEqual(self.ls("--since", "2999"), [])
+        # Durations count back from now; a time or status sbx does not know is refused, not
+        # read as a filter that matches everything (or nothing).
+        self.assertEqual(self.ls("--since", "1h"), ids[::-1])
+        self.assertEqual(self.ls("--since", "2000-01-01T00:00Z"), ids[::-1])
+        for args, text in ((["--since", "garbage"], "use a duration before now (90s, 30m, 1h, 2d, 1w)"),
+                           (["--status", "timout"], "did you mean 'timeout'?"),
+                           (["-n", "0"], "leave -n out to list all runs")):
+            r = sbx(["trace", "ls"] + args, env=self.env)
+            self.assertExit(r, 125)
+            self.assertIn(text, self.assertOneSbxLine(r))
+            self.assertLess(len(r.err), 400, r.err)
         r = sbx(["run", "--", "/bin/true"], env=self.env)
         self.assertExit(r, 0)
         new = ledger_lines(self.state)[-1]["run_id"]

@@ -326,6 +326,34 @@ class PackTools(PackCase):
                        "pack.json#/extra", "schemas/out.json#"):
             self.assertIn(needle, r.err)
 
+    def test_validate_checks_the_entrypoint_and_speaks_json(self):
+        d = self.make_pack(COUNT)
+        with open(d + "/pack.json") as f:
+            m = json.load(f)
+        m["entrypoint"] = ["/bin/sh", "/pack/rnu.sh"]  # a typo: the first run would exit 127
+        m["extra"] = True
+        with open(d + "/pack.json", "w") as f:
+            json.dump(m, f)
+        r = sbx(["pack", "validate", d])
+        self.assertExit(r, 125)
+        self.assertIn("pack.json#/entrypoint/1: '/pack/rnu.sh' names 'rnu.sh', which the pack does not have", r.err)
+        self.assertIn("pack.json#/extra", r.err)
+        r = sbx(["pack", "validate", "--json", d])
+        self.assertExit(r, 125)
+        j = json.loads(r.out)
+        self.assertFalse(j["ok"])
+        self.assertEqual(sorted(p["pointer"] for p in j["problems"]), ["/entrypoint/1", "/extra"], j)
+        self.assertIsNone(j["digest"])
+        m["entrypoint"] = ["/bin/sh", "/pack/run.sh"]
+        del m["extra"]
+        with open(d + "/pack.json", "w") as f:
+            json.dump(m, f)
+        r = sbx(["pack", "validate", "--json", d])
+        self.assertExit(r, 0)
+        j = json.loads(r.out)
+        self.assertEqual((j["ok"], j["name"], j["problems"]), (True, "t-p", []), j)
+        self.assertTrue(j["digest"].startswith("sha256:"), j)
+
 
 class Exec(SbxTestCase):
     def exec(self, req):

@@ -146,6 +146,17 @@ class Attacks(SeccompCase):
                 self.assertEqual(self.need_trace(r)["result"]["status"], "ok")
                 self.assertViolation(r, syscall, "SCMP_ACT_ERRNO(EPERM)")
 
+    def test_a_run_with_refusals_ends_with_one_line_saying_so(self):
+        # Refusals used to show only with -v. clone3's ENOSYS (libc falls back to clone) is not one.
+        r = self.attack("unshare")
+        self.assertExit(r, 0)
+        last = r.err.strip().splitlines()[-1]
+        self.assertRegex(last, r"^sbx: warning: \d+ system calls? refused \(unshare\): "
+                               r"see 'sbx trace show \S+ --format text'$", r.describe())
+        r = self.run_sbx(["python3", "-c", "import threading; t = threading.Thread(target=print); t.start(); t.join()"])
+        self.assertExit(r, 0)
+        self.assertNotIn("refused", r.err, r.describe())
+
     def test_flood_of_junk_calls_does_not_hide_the_real_attempts(self):
         """1,100 distinct junk calls first, then mount, ptrace and bpf: the list stays bounded, the
         policy's named calls are listed anyway, and the totals say how much was left out."""

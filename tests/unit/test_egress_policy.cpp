@@ -174,3 +174,27 @@ TEST_CASE("egress: a name's resolved address reaches internal ranges only throug
   CHECK_FALSE(resolved({"api.test:8080", "127.0.0.1:9090"}, "api.test:8080", "127.0.0.1").allowed);
   CHECK_FALSE(resolved({"api.test", "10.0.0.0/8"}, "api.test:80", "127.0.0.1").allowed);
 }
+
+// `--allow-host localhost:3000` was accepted and could never allow anything (NO_PROXY keeps
+// localhost inside; the proxy never connects a name to loopback): refused, naming the fix.
+TEST_CASE("egress: a loopback name rule without an address rule for loopback is refused") {
+  auto why = [](std::vector<std::string> texts) {
+    auto rules = parse_allow_rules(texts);
+    REQUIRE(rules.ok());
+    return unreachable_loopback_name(*rules);
+  };
+  auto w = why({"localhost:3000"});
+  REQUIRE(w);
+  CHECK(w->find("--allow-host 127.0.0.1:3000 (or [::1]:3000)") != std::string::npos);
+  CHECK(why({"LOCALHOST."}));
+  CHECK(why({"*.localhost:*"}));
+  CHECK(why({"api.localhost:8080"}));
+  CHECK(why({"localhost.localdomain:80", "127.0.0.1:81"}));
+  CHECK(why({"localhost:3000", "10.0.0.0/8:3000"}));
+  // With an address rule that reaches the host's loopback on those ports, the name works.
+  CHECK_FALSE(why({"localhost:3000", "127.0.0.1:3000"}));
+  CHECK_FALSE(why({"localhost:3000", "[::1]:*"}));
+  CHECK_FALSE(why({"localhost", "127.0.0.0/8"}));
+  CHECK_FALSE(why({"*.localhost:8080", "127.0.0.1:8080"}));
+  CHECK_FALSE(why({"example.com", "localhost.example.com"}));
+}

@@ -4,9 +4,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <string>
 
 #include "runtime/record/ledger_key.hpp"
+#include "runtime/record/trace_ledger.hpp"
 
 namespace {
 
@@ -51,4 +53,61 @@ TEST_CASE("a public key another user can replace is refused, with the fix") {
     REQUIRE_FALSE(v.ok());
     CHECK(v.error().message.find("belongs to uid 65534") != std::string::npos);
   }
+}
+
+// `sbx key init` on a store with runs: the lines before the key are unsigned. Verification starts
+// where signing started; a signature stripped from a later line is still a break.
+TEST_CASE("trace verify --pubkey: unsigned lines before signing began are counted, a stripped one after is a break") {
+  TempKeyDir d;
+  REQUIRE(sbx::create_ledger_key(d.paths).ok());
+  auto signer = sbx::LedgerSigner::load(d.paths.priv);
+  REQUIRE(signer.ok());
+  auto verifier = sbx::LedgerVerifier::load(d.paths.pub);
+  REQUIRE(verifier.ok());
+  sbx::Dirs dirs;
+  dirs.state = d.root + "/state";
+  dirs.traces = dirs.state + "/traces";
+  auto rec = [](const std::string& id) { return R"({"run_id":")" + id + R"(","schema":"sbx.trace/v1"})"; };
+  REQUIRE(sbx::ledger_append(dirs, "r1", rec("r1")).ok());
+  REQUIRE(sbx::ledger_append(dirs, "r2", rec("r2")).ok());
+  // Only unsigned lines: nothing ties them to the key.
+  auto none = sbx::verify_ledger(dirs, std::nullopt, &*verifier);
+  REQUIRE(none.ok());
+  CHECK_FALSE(none->intact);
+  CHECK(none->problem.find("no line is signed") != std::string::npos);
+
+  REQUIRE(sbx::ledger_append(dirs, "r3", rec("r3"), &*signer).ok());
+  REQUIRE(sbx::ledger_append(dirs, "r4", rec("r4"), &*signer).ok());
+  auto v = sbx::verify_ledger(dirs, std::nullopt, &*verifier);
+  REQUIRE(v.ok());
+  CHECK(v->intact);
+  CHECK(v->records == 4);
+  CHECK(v->unsigned_before_signing == 2);
+  CHECK(v->signed_records == 2);
+
+  // Strip the last line's "sig" (the hash does not cover it, so the chain alone would not notice).
+  std::string path = sbx::ledger_path(dirs);
+  std::string text;
+  {
+    FILE* f = std::fopen(path.c_str(), "rb");
+    REQUIRE(f != nullptr);
+    char buf[4096];
+    std::size_t n;
+    while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) text.append(buf, n);
+    std::fclose(f);
+  }
+  auto last = text.rfind(",\"sig\":\"");
+  REQUIRE(last != std::string::npos);
+  auto end = text.find('"', last + 8);
+  text.erase(last, end + 1 - last);
+  {
+    FILE* f = std::fopen(path.c_str(), "wb");
+    REQUIRE(f != nullptr);
+    std::fwrite(text.data(), 1, text.size(), f);
+    std::fclose(f);
+  }
+  auto stripped = sbx::verify_ledger(dirs, std::nullopt, &*verifier);
+  REQUIRE(stripped.ok());
+  CHECK_FALSE(stripped->intact);
+  CHECK(stripped->problem.find("seq 4: not signed") != std::string::npos);
 }

@@ -486,3 +486,15 @@ TEST_CASE("refusal: a caller's verdict on the input, before anything was created
   f.refused = o;
   CHECK(decide_outcome(f).error->message == "2 error(s) in in.json against schemas/in.json");
 }
+
+// `sbx trace ls --status timout` listed nothing and said nothing: a typo read as a filter.
+TEST_CASE("a status filter names the statuses and suggests the one meant") {
+  CHECK(parse_run_status("timeout").ok());
+  CHECK(*parse_run_status("seccomp_violation") == RunStatus::seccomp_violation);
+  auto bad = parse_run_status("timout");
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.error().message.find("did you mean 'timeout'?") != std::string::npos);
+  CHECK(bad.error().message.find("one of ok, exit_nonzero,") != std::string::npos);
+  CHECK_FALSE(parse_run_status("").ok());
+  CHECK_FALSE(parse_run_status("OK").ok());
+}

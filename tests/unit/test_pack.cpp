@@ -113,3 +113,33 @@ TEST_CASE("pack names") {
   CHECK_FALSE(sbx::valid_pack_name("Upper"));
   CHECK_FALSE(sbx::valid_pack_name("a/b"));
 }
+
+// `sbx pack validate` said ok for an entrypoint the pack does not have: the first run failed with 127.
+TEST_CASE("the entrypoint's files under /pack must be in the pack, argv[0] executable") {
+  TempPack t;
+  auto manifest = [](const std::string& argv) {
+    return R"({"name":"p","version":"1","entrypoint":)" + argv +
+           R"(,"input_schema":"schemas/in.json","output_schema":"schemas/out.json"})";
+  };
+  std::vector<PackProblem> problems;
+  CHECK(sbx::parse_pack_manifest(t.dir, manifest(R"(["/bin/sh","/pack/run.sh"])"), problems).ok());
+  problems.clear();
+  auto missing = sbx::parse_pack_manifest(t.dir, manifest(R"(["/bin/sh","/pack/rnu.sh"])"), problems);
+  CHECK_FALSE(missing.ok());
+  REQUIRE(has(problems, "pack.json", "/entrypoint/1"));
+  CHECK(problems[0].message.find("which the pack does not have") != std::string::npos);
+  problems.clear();
+  // run.sh is not executable (0644): as argv[0] the kernel refuses it.
+  CHECK_FALSE(sbx::parse_pack_manifest(t.dir, manifest(R"(["/pack/run.sh"])"), problems).ok());
+  REQUIRE(has(problems, "pack.json", "/entrypoint/0"));
+  CHECK(problems[0].message.find("chmod +x run.sh") != std::string::npos);
+  problems.clear();
+  ::chmod((t.dir + "/run.sh").c_str(), 0755);
+  CHECK(sbx::parse_pack_manifest(t.dir, manifest(R"(["/pack/run.sh"])"), problems).ok());
+  problems.clear();
+  CHECK_FALSE(sbx::parse_pack_manifest(t.dir, manifest(R"(["/bin/sh","/pack/schemas"])"), problems).ok());
+  CHECK(has(problems, "pack.json", "/entrypoint/1"));
+  problems.clear();
+  CHECK_FALSE(sbx::parse_pack_manifest(t.dir, manifest(R"(["/bin/sh","/pack/../etc/passwd"])"), problems).ok());
+  CHECK(has(problems, "pack.json", "/entrypoint/1"));
+}

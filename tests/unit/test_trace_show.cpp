@@ -42,3 +42,39 @@ TEST_CASE("trace text: JSON for the terminal is ASCII, and bytes that are not UT
   CHECK(dump_ascii_json(json("é")) == "\"\\u00e9\"");
   CHECK_NOTHROW(dump_ascii_json(json(std::string("\xff"))));
 }
+
+// trace show printed seccomp violations as raw JSON and limits as raw numbers; clone3's ENOSYS
+// (which every threaded program meets) was listed among what the program was refused.
+TEST_CASE("trace text: seccomp refusals as sentences, limits in units, clone3's ENOSYS as expected") {
+  json seccomp = {{"kind", "seccomp"}, {"name", "unshare"},      {"number", 272},
+                  {"arch", "x86_64"},  {"action", "SCMP_ACT_ERRNO(EPERM)"}, {"count", 3}, {"first_at_ms", 12}};
+  json clone3 = {{"kind", "seccomp"}, {"name", "clone3"},       {"number", 435},
+                 {"arch", "x86_64"},  {"action", "SCMP_ACT_ERRNO(ENOSYS)"}, {"count", 2}, {"first_at_ms", 5}};
+  json applied = {{"memory", {{"value", 536870912}, {"mechanism", "cgroup"}}},
+                  {"timeout", {{"value", 30000}, {"mechanism", "supervisor"}}},
+                  {"pids", {{"value", 64}, {"mechanism", "cgroup"}}}};
+  json not_applied = json::array({{{"limit", "cpu_time"}, {"value", 90000}, {"reason", "no rlimit"}}});
+  json r = {{"run_id", "r9"},
+            {"enforcement", {{"limits_applied", applied}, {"limits_not_applied", not_applied}}},
+            {"usage", {{"memory_peak_bytes", 3145728}}},
+            {"violations", {clone3, seccomp}}};
+  std::string t = trace_show_text(r);
+  CHECK(t.find("limits       memory = 512M (cgroup)\n             pids = 64 (cgroup)\n             timeout = 30s "
+               "(supervisor)\nnot applied  cpu_time = 90s: no rlimit\n") != std::string::npos);
+  CHECK(t.find("memory peak 3M,") != std::string::npos);
+  CHECK(t.find("violations   seccomp: refused unshare (x86_64 #272) 3 times with EPERM, first at 12 ms\n"
+               "expected     seccomp: refused clone3 (x86_64 #435) 2 times with ENOSYS, first at 5 ms (expected: libc "
+               "falls back to clone)\n") != std::string::npos);
+
+  // The line a run ends with: clone3 not counted, hosts named once each.
+  json net = {{"kind", "network"}, {"host", "example.com"}, {"port", 443}, {"time_ms", 4}, {"reason", "not allowed"}};
+  r["violations"] = {clone3, seccomp, net, net};
+  CHECK(violations_line(r) ==
+        "3 system calls refused (unshare), 2 connections denied (example.com): see 'sbx trace show r9 --format text'");
+  r["violations"] = {clone3};
+  CHECK(violations_line(r) == "");
+  CHECK(trace_show_text(r).find("violations   none\nexpected     seccomp: refused clone3") != std::string::npos);
+  r["violations"] = {net};
+  CHECK(violations_line(r) == "1 connection denied (example.com): see 'sbx trace show r9 --format text'");
+  CHECK(violations_line(json::object()) == "");
+}

@@ -11,6 +11,7 @@
 #include "runtime/base/fsutil.hpp"
 #include "runtime/base/shell_quote.hpp"
 #include "runtime/record/trace_store.hpp"
+#include "runtime/record/trace_summary.hpp"
 
 namespace {
 
@@ -291,4 +292,30 @@ TEST_CASE("import refuses a legacy record that its import note would put over th
   CHECK(rep->skipped[0].find("bound of a ledger record") != std::string::npos);
   struct stat st;
   CHECK(::stat((s.dirs.traces + "/" + kOld + ".json").c_str(), &st) == 0);  // left where it was
+}
+
+// `sbx trace ls --since 1h` listed every run (the text compared as a time), `--since garbage` too.
+TEST_CASE("--since takes a duration before now or a UTC time, and refuses anything else") {
+  // 2026-12-03T02:00:00.000Z
+  const std::int64_t now = 1796263200000;
+  auto b = sbx::since_bound("1h", now);
+  REQUIRE(b.ok());
+  CHECK(*b == "2026-12-03T01:00:00.000Z");
+  CHECK(*sbx::since_bound("90s", now) == "2026-12-03T01:58:30.000Z");
+  CHECK(*sbx::since_bound("2d", now) == "2026-12-01T02:00:00.000Z");
+  CHECK(*sbx::since_bound("1w", now) == "2026-11-26T02:00:00.000Z");
+  CHECK(*sbx::since_bound("2026-12-01", now) == "2026-12-01");
+  CHECK(*sbx::since_bound("2999", now) == "2999");
+  CHECK(*sbx::since_bound("2026-12", now) == "2026-12");
+  CHECK(*sbx::since_bound("2026-12-01T08:30", now) == "2026-12-01T08:30");
+  // A trailing Z is dropped: "...:00Z" would sort after a run at "...:00.123Z" of that second.
+  CHECK(*sbx::since_bound("2026-12-01T08:30:00Z", now) == "2026-12-01T08:30:00");
+  CHECK(*sbx::since_bound("2026-12-01T08:30:00.5Z", now) == "2026-12-01T08:30:00.5");
+  CHECK(std::string("2026-12-01T08:30:00.123Z") >= *sbx::since_bound("2026-12-01T08:30:00Z", now));
+  for (const char* bad : {"garbage", "", "202", "20261", "1", "90", "1y", "2026-1", "2026-12-1", "2026-13-01", "2026-12-01T25:00", "2026-12-01+02:00",
+                          "2026-12-01T08:30:00+02:00", "yesterday", "-1h", "d"}) {
+    auto r = sbx::since_bound(bad, now);
+    CHECK_MESSAGE(!r.ok(), bad);
+    if (!r.ok()) CHECK(r.error().message.find("use a duration before now (90s, 30m, 1h, 2d, 1w)") != std::string::npos);
+  }
 }
