@@ -62,6 +62,7 @@ struct RunFlags {
   bool no_systemd_scope = false;  // run: never re-exec (the default does where it helps)
   bool require_limits = false;
   bool require_record = false;
+  bool workspace = false;    // run --workspace: the current directory read-write, cwd there (workspace.hpp)
   bool keep_inputs = false;  // run --keep-inputs: --input files and the profile into the blob store
   std::vector<std::string> command;
 };

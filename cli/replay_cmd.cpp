@@ -45,6 +45,9 @@ void add_replay_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& o
            std::fprintf(stderr, "sbx: replay: cannot replay: %s\n", printable(rep.error().describe()).c_str());
            return 125;
          }
+         if (!rep->followed_replay.empty())
+           std::fprintf(stderr, "sbx: replay: run %s is itself a replay: replaying the run it re-ran, %s\n",
+                        printable(rep->followed_replay).c_str(), printable(rep->original_run).c_str());
          if (as_json) {
            nlohmann::json diffs = nlohmann::json::array();
            for (auto& d : rep->differences)

@@ -13,6 +13,7 @@
 #include "runtime/model/foreign_flags.hpp"
 #include "cli/systemd_scope.hpp"
 #include "runtime/base/json_io.hpp"
+#include "runtime/base/progress_line.hpp"
 #include "runtime/base/trace_field.hpp"
 #include "runtime/base/text_escape.hpp"
 #include "runtime/base/units.hpp"
@@ -23,6 +24,7 @@
 #include "runtime/launch/preflight.hpp"
 #include "runtime/launch/sandbox.hpp"
 #include "runtime/launch/tenant.hpp"
+#include "runtime/launch/workspace.hpp"
 #include "runtime/linux/gpu.hpp"
 #include "runtime/model/image_defaults.hpp"
 #include "runtime/model/profile.hpp"
@@ -116,11 +118,15 @@ const std::optional<std::string>* limit_flag_text(const RunFlags& f, const Limit
 Result<RunSpec> apply_flags(RunSpec spec, const RunFlags& f) {
   if (f.uid) spec.uid = *f.uid;
   if (f.gid) spec.gid = *f.gid;
+  std::vector<BindMount> binds;
   for (auto& b : f.binds) {
     auto r = parse_bind(b);
     if (!r) return make_error("usage", "--bind: " + r.error().message);
-    spec.binds.push_back(*r);
+    binds.push_back(*r);
   }
+  anchor_relative_binds(binds, current_dir());  // --bind . : this directory at the same path
+  spec.binds.insert(spec.binds.end(), binds.begin(), binds.end());
+  if (f.workspace) SBX_TRY(add_workspace(spec, current_dir(), home_dir(), f.workdir.has_value()));
   for (auto& t : f.tmpfs) {
     auto r = parse_tmpfs(t);
     if (!r) return make_error("usage", "--tmpfs: " + r.error().message);
@@ -230,6 +236,14 @@ std::set<std::string> limits_given(const RunFlags& f) {
   return v;
 }
 
+// After a program that failed as one does for a file it cannot find: the hint when the file is
+// the caller's, on the host but not in the sandbox (missing_host_path_hint decides).
+void print_project_dir_hint(const RunSpec& spec, int status) {
+  auto exists = [](const std::string& p) { return ::access(p.c_str(), F_OK) == 0; };
+  std::string hint = missing_host_path_hint(spec, status, current_dir(), exists);
+  if (!hint.empty()) std::fprintf(stderr, "sbx: hint: %s\n", printable(hint).c_str());
+}
+
 int print_dry_run(const RunRequest& req) {
   auto plan = dry_run(req);
   if (!plan) {
@@ -247,6 +261,9 @@ void add_run_options(CLI::App* run, RunFlags& f) {
   run->add_option("--bind", f.binds, "Bind a host path: SRC[:DST][:rw], read-only unless rw (repeatable)");
   run->add_option("--tmpfs", f.tmpfs, "Mount a size-capped tmpfs: DST[:SIZE] (repeatable, default size 64M)");
   run->add_option("--workdir", f.workdir, "Working directory inside the sandbox (default /tmp)");
+  run->add_flag("--workspace", f.workspace,
+                "Bind the current directory read-write at the same path (its .git read-only) and start the "
+                "command there; refused for / and the home directory");
   run->add_option(
       "--input", f.inputs,
       "Mount a host file or directory read-only and hash it into the trace: PATH[:DST] (default DST /in/NAME; repeatable)");
@@ -307,18 +324,55 @@ std::optional<int> check_command_start(const std::vector<std::string>& command, 
     return usage_error("run: " + foreign_option_hint("-v") + " (see 'sbx run --help')");
   return std::nullopt;
 }
-}  // namespace
 
-// The run, then the one line that sums up what the sandbox refused (otherwise shown only with -v).
-static int run_and_report(RunRequest& req) {
+// The run, then the lines that explain how it ended: what the sandbox refused (otherwise shown
+// only with -v), and a project file the sandbox could not see (print_project_dir_hint).
+int run_and_report(RunRequest& req) {
   RunReport report = run_sandbox(req);
   if (std::string line = violations_line(report.trace); !line.empty()) spdlog::warn("{}", line);
+  int status = report.exit_status;
+  if (report.outcome.status == RunStatus::exit_nonzero) print_project_dir_hint(req.spec, status);
   for (auto& [name, value] : req.secrets.files) std::fill(value.begin(), value.end(), '\0');
-  return report.exit_status;
+  return status;
 }
 
-void add_run_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out) {
+// `sbx run`'s flags, filled by CLI11 when the command line is parsed.
+RunFlags& run_flags() {
   static RunFlags f;
+  return f;
+}
+
+// Rootless without a delegated cgroup: sbx re-runs itself in a systemd user scope (systemd_scope.hpp);
+// the exit status of that re-run when it happened.
+std::optional<int> enter_systemd_scope(const std::vector<std::string>& argv, RunRequest& req) {
+  ScopeMode mode = run_flags().systemd_scope      ? ScopeMode::always
+                   : run_flags().no_systemd_scope ? ScopeMode::never
+                                                  : ScopeMode::automatic;
+  std::string reused_unit;
+  if (auto rc = maybe_reexec_in_systemd_scope(argv, req.spec, mode, req.scope.systemd_scope, &reused_unit)) return rc;
+  req.scope.cgroup_via_scope = scope_origin(&req.scope.scope_unit);
+  if (!reused_unit.empty()) {
+    req.scope.cgroup_via_scope = "reused";
+    req.scope.scope_unit = reused_unit;
+  }
+  return std::nullopt;
+}
+
+// --keep-inputs, before the run: the supervisor's loop never waits on the blob store. A large
+// tree takes a while to hash and store: a progress line after the first second (ProgressLine).
+Status keep_inputs(RunRequest& req) {
+  ProgressLine line("keeping the --input files for 'sbx replay'", stderr, ::isatty(STDERR_FILENO) == 1);
+  auto kept = keep_run_inputs(req.dirs, req.spec, req.profile, req.blob_pin,
+                              [&line](std::int64_t files, std::int64_t bytes) { line.update("stored", files, bytes); });
+  line.finish();
+  if (!kept) return kept.error();
+  put(req.record_extra, "blobs", std::move(*kept));
+  return {};
+}
+}  // namespace
+
+void add_run_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out) {
+  RunFlags& f = run_flags();
   auto* run = app.add_subcommand("run", "Run a command in a fresh sandbox");
   add_run_options(run, f);
   // Everything from the first positional on belongs to the command, options included.
@@ -328,68 +382,55 @@ void add_run_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out)
   run->fallthrough(false);
   add_global_options(*run, g);
 
-  out.push_back(
-      {run,
-       [run, &g]() -> int {
-         // With prefix_command, everything from the first positional on is in remaining(); a "--"
-         // that main() cut off came after it, so it is put back where it was.
-         f.command = run->remaining();
-         if (auto rc = check_command_start(f.command, g)) return *rc;
-         if (g.after_dashdash) {
-           if (!f.command.empty()) f.command.push_back("--");
-           f.command.insert(f.command.end(), g.after_dashdash->begin(), g.after_dashdash->end());
-         }
-         auto profile = load_profile(f.profile);
-         if (!profile) return usage_error(profile.error().describe());
-         auto merged = spec_from_layers(*profile, nullptr, "");
-         if (!merged) return usage_error(merged.error().message);
-         if (auto st = apply_image_config(*merged, f, g); !st) return usage_error(st.error().message);
-         auto spec = apply_flags(std::move(*merged), f);
-         if (!spec) return usage_error(spec.error().message);
-         auto stdin_plan = plan_stdin(f.interactive, f.tty);
-         if (!stdin_plan) return usage_error(stdin_plan.error().message);
-         RunRequest req;
-         req.spec = std::move(*spec);
-         req.profile = profile->source;
-         req.dirs = resolve_dirs(g.state_dir);
-         req.trace_file = f.trace_file;
-         req.explicit_limits = explicit_limits(f);
-         req.limit_layers = limit_layers(*profile, nullptr, "", limits_given(f));
-         req.invocation_argv = g.argv;
-         req.io.stdin_plan = *stdin_plan;
-         if (auto st = apply_named_tenant(f.tenant, req); !st) return usage_error(st.error().message);
-         if (auto st = read_run_secrets(f, req); !st) return usage_error(st.error().message);
-         if (f.dry_run) {
-           if (!f.output_dir.empty())
-             if (auto st = prepare_export_dir(f.output_dir, false); !st) return usage_error(st.error().describe());
-           return print_dry_run(req);
-         }
-         if (auto st = check_trace_file(f.trace_file); !st) return usage_error(st.error().describe());
-         {
-           ScopeMode mode = f.systemd_scope      ? ScopeMode::always
-                            : f.no_systemd_scope ? ScopeMode::never
-                                                 : ScopeMode::automatic;
-           std::string reused_unit;
-           if (auto rc = maybe_reexec_in_systemd_scope(g.argv, req.spec, mode, req.scope.systemd_scope, &reused_unit))
-             return *rc;
-           req.scope.cgroup_via_scope = scope_origin(&req.scope.scope_unit);
-           if (!reused_unit.empty()) {
-             req.scope.cgroup_via_scope = "reused";
-             req.scope.scope_unit = reused_unit;
-           }
-         }
-         if (!f.output_dir.empty())
-           if (auto st = prepare_export_dir(f.output_dir); !st) return usage_error(st.error().describe());
-         req.export_dir = f.output_dir;
-         if (f.keep_inputs) {
-           // Before the run: the supervisor's loop never waits on the blob store.
-           auto kept = keep_run_inputs(req.dirs, req.spec, req.profile, req.blob_pin);
-           if (!kept) return usage_error(kept.error().describe());
-           put(req.record_extra, "blobs", std::move(*kept));
-         }
-         return run_and_report(req);
-       },
-       true});
+  out.push_back({run,
+                 [run, &g, &f]() -> int {
+                   // With prefix_command, everything from the first positional on is in remaining(); a "--"
+                   // that main() cut off came after it, so it is put back where it was.
+                   f.command = run->remaining();
+                   if (auto rc = check_command_start(f.command, g)) return *rc;
+                   if (g.after_dashdash) {
+                     if (!f.command.empty()) f.command.push_back("--");
+                     f.command.insert(f.command.end(), g.after_dashdash->begin(), g.after_dashdash->end());
+                   }
+                   auto profile = load_profile(f.profile);
+                   if (!profile) return usage_error(profile.error().describe());
+                   auto merged = spec_from_layers(*profile, nullptr, "");
+                   if (!merged) return usage_error(merged.error().message);
+                   if (auto st = apply_image_config(*merged, f, g); !st) return usage_error(st.error().message);
+                   auto spec = apply_flags(std::move(*merged), f);
+                   if (!spec) return usage_error(spec.error().message);
+                   auto stdin_plan = plan_stdin(f.interactive, f.tty);
+                   if (!stdin_plan) return usage_error(stdin_plan.error().message);
+                   RunRequest req;
+                   req.spec = std::move(*spec);
+                   req.profile = profile->source;
+                   req.dirs = resolve_dirs(g.state_dir);
+                   req.trace_file = f.trace_file;
+                   if (f.workspace) req.workspace = current_dir();
+                   req.explicit_limits = explicit_limits(f);
+                   req.limit_layers = limit_layers(*profile, nullptr, "", limits_given(f));
+                   req.invocation_argv = g.argv;
+                   req.io.stdin_plan = *stdin_plan;
+                   if (auto st = apply_named_tenant(f.tenant, req); !st) return usage_error(st.error().message);
+                   if (auto st = read_run_secrets(f, req); !st) return usage_error(st.error().message);
+                   if (auto hint = terminal_unused_hint(req.spec.argv, *stdin_plan); !hint.empty() && !f.dry_run)
+                     std::fprintf(stderr, "sbx: hint: %s\n", printable(hint).c_str());
+                   if (f.dry_run) {
+                     if (!f.output_dir.empty())
+                       if (auto st = prepare_export_dir(f.output_dir, false); !st)
+                         return usage_error(st.error().describe());
+                     return print_dry_run(req);
+                   }
+                   if (auto st = check_trace_file(f.trace_file); !st) return usage_error(st.error().describe());
+                   if (auto rc = enter_systemd_scope(g.argv, req)) return *rc;
+                   if (!f.output_dir.empty())
+                     if (auto st = prepare_export_dir(f.output_dir); !st) return usage_error(st.error().describe());
+                   req.export_dir = f.output_dir;
+                   if (f.keep_inputs)
+                     if (auto st = keep_inputs(req); !st) return usage_error(st.error().describe());
+                   return run_and_report(req);
+                 },
+                 true});
 }
 
 }  // namespace sbx::cli

@@ -70,7 +70,7 @@ _sbx() {
     [[ $cur == [=:] ]] && cur=""
 
     local global_opts="--state-dir --log-level -v --verbose --version -h --help"
-    local run_opts="--profile --tenant --image --uid --gid --bind --tmpfs --workdir --input --output --output-max-bytes
+    local run_opts="--profile --tenant --image --uid --gid --bind --tmpfs --workdir --workspace --input --output --output-max-bytes
         --output-max-files --env --env-pass --secret --timeout --output-limit --memory --pids --cpus --cpu-time --require-limits
         --require-record --seccomp --cap-add --gpu --allow-host --trace-file --events --dry-run --systemd-scope --no-systemd-scope -i --interactive -t --tty
         --keep-inputs"

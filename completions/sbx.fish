@@ -108,6 +108,7 @@ complete -c sbx -n '__sbx_at run; or __sbx_at probe' -l gid -x -d 'Group id insi
 complete -c sbx -n '__sbx_at run; or __sbx_at probe' -l bind -r -F -d 'Bind a host path: SRC[:DST][:rw]'
 complete -c sbx -n '__sbx_at run; or __sbx_at probe' -l tmpfs -x -d 'Mount a size-capped tmpfs: DST[:SIZE]'
 complete -c sbx -n '__sbx_at run; or __sbx_at probe' -l workdir -x -d 'Working directory inside the sandbox'
+complete -c sbx -n '__sbx_at run; or __sbx_at probe' -l workspace -d 'The current directory read-write at the same path, .git read-only, cwd there'
 complete -c sbx -n '__sbx_at run; or __sbx_at probe' -l input -r -F -d 'Mount a host file or directory read-only: PATH[:DST]'
 complete -c sbx -n '__sbx_at run; or __sbx_at probe' -l output -x -a '(__fish_complete_directories)' -d 'Export /out to this new or empty directory'
 complete -c sbx -n '__sbx_at run; or __sbx_at probe' -l output-max-bytes -x -d 'Most bytes --output exports (default 256M)'

@@ -304,6 +304,7 @@ void BlobKeeper::add_fd(const std::string& role, const std::string& path, int fd
   put(e, "blobs/[]/sha256", *hex);
   put(e, "blobs/[]/bytes", static_cast<std::int64_t>(data->size()));
   entries_.push_back(e);
+  if (on_kept) on_kept(++kept_files_, total_);
 }
 
 void BlobKeeper::add_file(const std::string& role, const std::string& path, const std::string& host_path) {

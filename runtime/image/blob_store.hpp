@@ -18,6 +18,7 @@
 // kept; its entry says so ("skipped"), and a replay of that run names it as missing. Symlinks in
 // a tree are never followed (their target text is recorded); special files are listed as skipped.
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -87,6 +88,9 @@ class BlobKeeper {
   // paths relative to the tree.
   void add_tree(const std::string& file_role, const std::string& dir_role, const std::string& link_role,
                 const std::string& prefix, const std::string& host_dir);
+  // Called after each file kept, with the files and bytes kept so far (`sbx run --keep-inputs`
+  // shows a progress line: a large tree takes a while to hash and store).
+  std::function<void(std::int64_t files, std::int64_t bytes)> on_kept;
   const nlohmann::json& entries() const { return entries_; }
   nlohmann::json take() { return std::move(entries_); }
 
@@ -94,7 +98,7 @@ class BlobKeeper {
   void add_fd(const std::string& role, const std::string& path, int fd, unsigned mode);
   bool over_total(const std::string& role, const std::string& path, std::int64_t bytes);
   Dirs dirs_;
-  std::int64_t max_, max_total_, total_ = 0;
+  std::int64_t max_, max_total_, total_ = 0, kept_files_ = 0;
   std::shared_ptr<BlobPin> pin_;
   nlohmann::json entries_ = nlohmann::json::array();
 };

@@ -1,8 +1,10 @@
 #include "runtime/launch/facility.hpp"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include "runtime/launch/preflight.hpp"
+#include "runtime/launch/workspace.hpp"
 #include "runtime/model/caps.hpp"
 
 namespace sbx {
@@ -41,6 +43,11 @@ class Identity final : public Facility {
     if (!opened) return opened.error();
     ctx.bind_sources = std::move(*opened);
     SBX_TRY(check_binds_spare_state(ctx.bind_sources, ctx.req.dirs, ctx.req.tenant.guarded_dirs));
+    if (!ctx.req.workspace.empty()) {
+      UniqueFd here(::open(".", O_PATH | O_DIRECTORY | O_CLOEXEC));
+      if (!here.ok()) return sys_error("usage", "--workspace " + ctx.req.workspace + ": cannot open it");
+      SBX_TRY(check_workspace_source(ctx.bind_sources, ctx.req.workspace, here.get(), home_dir()));
+    }
     return check_sources(ctx.bind_sources, ctx.spec, ctx.cwd, &*ctx.identity);
   }
   Status after_clone(RunContext& ctx, pid_t pid) const override { return write_id_maps(pid, *ctx.identity); }

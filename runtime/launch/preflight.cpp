@@ -1,4 +1,5 @@
 #include "runtime/launch/preflight.hpp"
+#include "runtime/launch/workspace.hpp"
 
 #include <fcntl.h>
 #include <grp.h>
@@ -238,18 +239,35 @@ std::optional<Error> require_limits_shortfall(const LimitPlan& plan, const Cgrou
                                   " on this host (cgroup v2 layout: " + cg.layout + "; see 'sbx doctor')");
 }
 
+std::string wall_time_message(std::int64_t timeout_ms, const std::string& layer) {
+  const std::string limit = format_duration_ms(timeout_ms);
+  std::string line = "wall-time limit of " + limit + " reached: sandbox killed (exit 124)";
+  if (layer.rfind("flag ", 0) == 0) return line;  // the caller's own number: nothing to explain
+  std::string more = format_duration_ms(std::max<std::int64_t>(timeout_ms * 4, 60000));
+  if (layer.rfind("profile ", 0) == 0 || layer == "sbx's defaults" || layer.empty())
+    return line + "; " + limit + " is the default of " + (layer.empty() ? "the profile" : layer) +
+           ": raise it with --timeout, e.g. --timeout " + more + " (none: no limit)";
+  return line + "; set by " + layer + ": raise limits.timeout there, e.g. \"" + more + "\"";
+}
+
 void add_setup_hint(Error& e, const RunSpec& spec, const IdentityPlan& identity, const std::string& cwd) {
   if (!e.hint.empty()) return;
-  if (e.stage == "execve" && (e.err == ENOENT || e.err == ENOTDIR) && !spec.argv.empty() && !spec.argv[0].empty() &&
-      spec.argv[0][0] != '/') {
+  if (e.stage == "execve" && (e.err == ENOENT || e.err == ENOTDIR) && !spec.argv.empty() && !spec.argv[0].empty()) {
     const std::string& cmd = spec.argv[0];
-    bool relative = cmd.find('/') != std::string::npos;
     struct stat st;
+    if (cmd[0] == '/') {
+      // An absolute path the host has: a script of the caller's, outside what the sandbox mounts.
+      if (::stat(cmd.c_str(), &st) == 0)
+        e.hint = cmd + " is on the host but not in the sandbox; bind its directory (--bind " +
+                 cmd.substr(0, std::max<std::size_t>(cmd.rfind('/'), 1)) + ", read-only at the same path), or " +
+                 project_dir_advice();
+      return;
+    }
+    bool relative = cmd.find('/') != std::string::npos;
     bool in_cwd = ::stat((cwd + "/" + cmd).c_str(), &st) == 0;
     if (relative || in_cwd)
-      e.hint = "the sandbox's working directory is " + spec.workdir +
-               " and the current directory is not mounted; bind it with --bind .:/work --workdir /work, or pass "
-               "the file with --input, read-only at /in/NAME";
+      e.hint = "the sandbox's working directory is " + spec.workdir + " and the current directory is not mounted; " +
+               project_dir_advice();
     return;
   }
   bool bind = e.stage == "mounts" && e.message.rfind("bind source ", 0) == 0;

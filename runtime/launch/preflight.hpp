@@ -45,6 +45,11 @@ Status check_binds_spare_state(const std::vector<BindSource>& sources, const Dir
 std::optional<Error> require_limits_shortfall(const LimitPlan& plan, const CgroupInfo& cg,
                                               const std::map<std::string, std::string>& layers);
 
+// The line a run killed at its wall-time limit ends with: the limit, the layer that set it
+// (RunRequest::limit_layers' "timeout": "profile 'untrusted'", "flag --timeout", a manifest's
+// path) and how to raise it, so that the profile's default of 30 s is not mistaken for a hang.
+std::string wall_time_message(std::int64_t timeout_ms, const std::string& layer);
+
 // A setup failure the caller can fix gets its hint (Error::hint): a program not found by a path
 // relative to the sandbox's working directory (the caller's current directory is not mounted),
 // a bind source that the sandbox's host uid cannot reach as root.

@@ -61,6 +61,9 @@ struct RunRequest {
   std::vector<std::string> invocation_argv;  // sbx's own argv
   Dirs dirs;
   std::string trace_file;  // extra copy of the record ("" for none)
+  // `sbx run --workspace`: the directory bound read-write at the same path ("" for none), whose
+  // opened source must be the directory sbx runs in (check_workspace_source, workspace.hpp).
+  std::string workspace;
   // A record that cannot be stored durably fails the run with exit 125; the caller reports it
   // (pack run and exec, from RunReport::record_error). `sbx run --require-record` and the
   // profile's require_record set RunSpec::require_record instead, and run_sandbox says why.

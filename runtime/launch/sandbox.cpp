@@ -927,9 +927,11 @@ void Run::tell_user() const {
     // that --log-level error silences them, and never blocking (NonBlockingLogScope).
     if (outcome_.reason == "cpu" && s.limits.cpu_time_ms)
       spdlog::warn("CPU-time budget of {} spent: sandbox killed (exit 124)", format_duration_ms(*s.limits.cpu_time_ms));
-    else if (s.limits.timeout_ms)
-      spdlog::warn("wall-time limit of {} reached: sandbox killed (exit 124)",
-                   format_duration_ms(*s.limits.timeout_ms));
+    else if (s.limits.timeout_ms) {
+      auto layer = req_.limit_layers.find("timeout");
+      spdlog::warn("{}", wall_time_message(*s.limits.timeout_ms,
+                                           layer == req_.limit_layers.end() ? std::string() : layer->second));
+    }
   }
   if (sup_ && s.limits.output_limit_bytes)
     for (auto [name, st] : {std::pair{"stdout", &sup_->out}, std::pair{"stderr", &sup_->err}})

@@ -56,6 +56,22 @@ Result<StdinPlan> plan_stdin(bool interactive, bool tty, int fd) {
   return plan;
 }
 
+std::string terminal_unused_hint(const std::vector<std::string>& argv, const StdinPlan& plan) {
+  if (plan.source != "terminal" || plan.relay || plan.mode == StdinMode::pty || argv.empty()) return "";
+  static const char* const kInteractive[] = {"bash", "sh",  "zsh",    "fish",    "dash", "ksh", "mksh", "ash",
+                                             "tcsh", "csh", "python", "python3", "node", "irb", "lua",  "sqlite3"};
+  auto slash = argv[0].rfind('/');
+  std::string name = slash == std::string::npos ? argv[0] : argv[0].substr(slash + 1);
+  bool known = false;
+  for (const char* k : kInteractive) known = known || name == k;
+  // Options only (bash -l, python3 -q): still a session that reads its commands from stdin.
+  for (std::size_t i = 1; i < argv.size() && known; ++i)
+    known = !argv[i].empty() && argv[i][0] == '-' && argv[i] != "-c";
+  if (!known) return "";
+  return "stdin is a terminal, which sbx gives the program only with -i (and a terminal of its own with -t): " + name +
+         " reads an empty stdin and exits; for an interactive session run 'sbx run -it -- " + name + "'";
+}
+
 // ---- CallerSource ----
 
 Result<int> CallerSource::open(int fd) {

@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -45,6 +46,11 @@ struct StdinPlan {
 // What `sbx run` gives the program for the flags -i (interactive) and -t (tty) and sbx's fd 0.
 // -t without a terminal on fd 0 is the caller's error (stage "usage").
 Result<StdinPlan> plan_stdin(bool interactive, bool tty, int fd = 0);
+
+// The hint for an interactive program (a shell or a REPL with no script: `sbx run -- bash`) run
+// at a terminal without -i or -t: it would read an empty stdin and exit at once, silently. ""
+// when the plan relays the terminal, or the command is not one of those.
+std::string terminal_unused_hint(const std::vector<std::string>& argv, const StdinPlan& plan);
 
 // The caller's stdin as a relay source: an fd of sbx's own, readable without blocking and without
 // changing the caller's open file description where that can be helped (see open()).

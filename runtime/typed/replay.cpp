@@ -356,12 +356,13 @@ std::string describe_difference(const ReplayDifference& d, std::size_t max_value
 }
 
 Result<json> keep_run_inputs(const Dirs& dirs, const RunSpec& spec, const ProfileSource& profile,
-                             std::shared_ptr<BlobPin> pin) {
+                             std::shared_ptr<BlobPin> pin, std::function<void(std::int64_t, std::int64_t)> progress) {
   char buf[4096];
   std::string cwd = ::getcwd(buf, sizeof buf) ? buf : ".";
   auto ceiling = keep_ceiling();
   if (!ceiling) return ceiling.error();
   BlobKeeper keeper(dirs, *ceiling, std::move(pin));
+  keeper.on_kept = std::move(progress);
   keeper.add_bytes("profile", profile.origin, profile.text);
   for (auto& in : spec.inputs) {
     std::string src = !in.src.empty() && in.src[0] == '/' ? in.src : cwd + "/" + in.src;
@@ -374,6 +375,12 @@ Result<json> keep_run_inputs(const Dirs& dirs, const RunSpec& spec, const Profil
     }
   }
   return keeper.take();
+}
+
+std::string replayed_original(const json& record) {
+  if (!record.is_object()) return "";
+  const json of = record.value("replay_of", json(nullptr));
+  return of.is_object() && of.contains("run_id") && of["run_id"].is_string() ? of["run_id"].get<std::string>() : "";
 }
 
 namespace {
@@ -449,6 +456,14 @@ Result<ReplayReport> Replay::run() {
 Status Replay::load_record() {
   auto loaded = load_trace(req_.dirs, req_.run);
   if (!loaded) return cannot(loaded.error().describe());
+  if (std::string original = replayed_original(*loaded); !original.empty()) {
+    // `sbx replay last` after a replay: the newest record is the replay's, which kept nothing.
+    r_.followed_replay = str(*loaded, "run_id");
+    loaded = load_trace(req_.dirs, original);
+    if (!loaded)
+      return cannot("run " + r_.followed_replay + " is a replay of run " + printable(original) +
+                    ", whose record cannot be read: " + loaded.error().describe());
+  }
   orig_ = std::move(*loaded);
   r_.original_run = str(orig_, "run_id");
   return {};

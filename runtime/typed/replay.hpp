@@ -29,8 +29,10 @@ namespace sbx {
 // `sbx run --keep-inputs`: every --input (a file, or a directory's tree: never following a
 // symlink) and the profile's text, as a record's "blobs" list. Kept before the run.
 // Relative --input paths are taken from the current directory, as the run takes them.
+// `progress` (may be empty) is BlobKeeper::on_kept.
 Result<nlohmann::json> keep_run_inputs(const Dirs& dirs, const RunSpec& spec, const ProfileSource& profile,
-                                       std::shared_ptr<BlobPin> pin);
+                                       std::shared_ptr<BlobPin> pin,
+                                       std::function<void(std::int64_t, std::int64_t)> progress = {});
 
 // Rebuilds into `dest` the tree that the record's "blobs" list holds under the roles file_role,
 // dir_role and link_role with paths under `prefix` ("" for every path): what a replay does for a
@@ -66,10 +68,17 @@ struct ReplayReport {
   std::vector<ReplayDifference> differences;  // at most kMaxReplayDifferences
   std::size_t differences_omitted = 0;
   int replay_exit = 0;  // the replayed run's own exit status
+  // The run named was itself a replay (`sbx replay last` right after a replay): its id; the run
+  // replayed is then the original it re-ran (original_run), and the CLI says so.
+  std::string followed_replay;
   bool identical() const { return differences.empty() && differences_omitted == 0; }
 };
 
 inline constexpr std::size_t kMaxReplayDifferences = 50;
+
+// The run a record re-ran, from its replay_of (replay.cpp writes it); "" for a record that is
+// not a replay's. A replay's record keeps no inputs of its own: replaying it means replaying that run.
+std::string replayed_original(const nlohmann::json& record);
 
 // An error means the run cannot be replayed (exit 125); its message says what is missing.
 Result<ReplayReport> replay_run(const ReplayRequest& req);

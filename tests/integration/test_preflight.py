@@ -191,6 +191,44 @@ class Hints(SbxTestCase):
         self.assertIn("--bind", line)
         self.assertIn("--input", line)
 
+    def test_host_files_the_program_was_given_get_the_hint(self):
+        """python3 script.py, make, an absolute host path: each fails inside, and sbx says why."""
+        with open(self.path("script.py"), "w") as f:
+            f.write("print('hi')\n")
+        with open(self.path("Makefile"), "w") as f:
+            f.write("all:\n\techo built\n")
+        py = sbx(["run", "--", "python3", "script.py"], cwd=self.tmp)
+        self.assertExit(py, 2)
+        self.assertIn("sbx: hint: script.py is in " + os.path.realpath(self.tmp) + " on the host", py.err)
+        self.assertIn("--workspace", py.err)
+        mk = sbx(["run", "--", "make"], cwd=self.tmp)
+        self.assertExit(mk, 2)
+        self.assertIn("sbx: hint: make looks for Makefile", mk.err)
+        ab = sbx(["run", "--", "sh", self.path("script.py")])
+        self.assertExit(ab, 2)
+        self.assertIn("is on the host but not in the sandbox; bind its directory", ab.err)
+        missing = sbx(["run", "--", self.path("script.py")])
+        self.assertExit(missing, 127)
+        self.assertIn("is on the host but not in the sandbox", self.assertOneSbxLine(missing))
+
+    def test_workspace_binds_the_directory_and_starts_there(self):
+        os.mkdir(self.path(".git"))
+        with open(self.path("script.py"), "w") as f:
+            f.write("import os; print(os.getcwd()); open('made.txt', 'w').write('x')\n")
+        os.chmod(self.tmp, 0o777)  # as root, the sandbox's mapped uid writes here
+        r = sbx(["run", "--workspace", "--", "python3", "script.py"], cwd=self.tmp)
+        self.assertExit(r, 0)
+        self.assertEqual(r.out.strip(), os.path.realpath(self.tmp))
+        self.assertTrue(os.path.exists(self.path("made.txt")), "the workspace is read-write")
+        git = sbx(["run", "--workspace", "--", "touch", ".git/x"], cwd=self.tmp)
+        self.assertNotEqual(git.rc, 0, ".git stays read-only")
+        self.assertFalse(os.path.exists(self.path(".git/x")))
+        ro = sbx(["run", "--bind", ".", "--", "cat", os.path.realpath(self.path("script.py"))], cwd=self.tmp)
+        self.assertExit(ro, 0)
+        root = sbx(["run", "--workspace", "--", "true"], cwd="/")
+        self.assertExit(root, 125)
+        self.assertIn("the whole host", self.assertOneSbxLine(root))
+
     @unittest.skipUnless(MODE == "root", "as root only: rootless, the sandbox reads what its caller can")
     def test_root_bind_source_the_mapped_uid_cannot_reach(self):
         private = self.path("private")

@@ -269,6 +269,16 @@ class KeepAndReplay(ReplayCase):
         self.assertEqual(rp.out, "identical\n")
         self.assertEqual(self.records()[-1]["replay_of"]["run_id"], rec["run_id"])
 
+    def test_replay_last_after_a_replay_replays_the_original(self):
+        self.assertExit(self.sbx(["run", "--keep-inputs", "--", "sh", "-c", "echo same"]), 0)
+        original = self.records()[-1]["run_id"]
+        self.assertExit(self.sbx(["replay", "last"]), 0)
+        again = self.sbx(["replay", "last"])  # 'last' is now the replay's record, which kept nothing
+        self.assertExit(again, 0)
+        self.assertEqual(again.out, "identical\n")
+        self.assertIn("is itself a replay: replaying the run it re-ran, " + original, again.err)
+        self.assertEqual(self.records()[-1]["replay_of"]["run_id"], original)
+
     def test_image_gone_or_changed_is_125(self):
         r = self.sbx(["image", "import", busybox_tree(), "--name", "bbreplay", "--quiet"], timeout=120)
         self.assertExit(r, 0)

@@ -44,7 +44,9 @@ for f in /usr/bin/sbx /usr/share/man/man1/sbx.1.gz /usr/share/man/man5/sbx-pack.
          /usr/share/doc/sbx/copyright /usr/share/doc/sbx/changelog.gz /usr/share/doc/sbx/LICENSE /usr/share/doc/sbx/THIRD_PARTY_NOTICES.md \
          /usr/share/sbx/schemas/trace.schema.json /usr/share/sbx/profiles/untrusted.json \
          /usr/share/bash-completion/completions/sbx /usr/share/zsh/vendor-completions/_sbx \
-         /usr/share/fish/vendor_completions.d/sbx.fish; do
+         /usr/share/fish/vendor_completions.d/sbx.fish \
+         /usr/share/doc/sbx/examples/packs/tolerance-check/pack.json /usr/share/doc/sbx/examples/requests/python-sum.json \
+         /usr/share/sbx/clients/python/sbx_client/__init__.py /usr/share/sbx/clients/python/README.md; do
   grep -qx "$f" "$TMP/contents" || fail "$f is not in the package"
 done
 if grep -v '^/usr/' "$TMP/contents" | grep -q .; then fail "files outside /usr: $(grep -v '^/usr/' "$TMP/contents" | head -3)"; fi

@@ -252,3 +252,12 @@ TEST_CASE("binds: the state dir reached through another mount of it is refused b
   if (WEXITSTATUS(ws) != 3) CHECK(WEXITSTATUS(ws) == 0);  // 3: no mount namespace here (a container): nothing to show
   CHECK(std::system(("rm -rf " + base).c_str()) == 0);
 }
+
+TEST_CASE("preflight: the wall-time message names the layer that set the limit and how to raise it") {
+  CHECK(wall_time_message(30000, "profile 'untrusted'") ==
+        "wall-time limit of 30s reached: sandbox killed (exit 124); 30s is the default of profile 'untrusted': "
+        "raise it with --timeout, e.g. --timeout 2m (none: no limit)");
+  CHECK(wall_time_message(300, "flag --timeout") == "wall-time limit of 300ms reached: sandbox killed (exit 124)");
+  CHECK(wall_time_message(5000, "/p/pack.json").find("set by /p/pack.json: raise limits.timeout there") !=
+        std::string::npos);
+}

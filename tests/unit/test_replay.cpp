@@ -186,3 +186,24 @@ TEST_CASE("gc spares what a live pin holds, however old, and removes stale pins 
   CHECK(after->live_pins == 0);
   CHECK(::access(sbx::blob_path(t.dirs, *pinned).c_str(), F_OK) != 0);
 }
+
+TEST_CASE("replay: a replay's record names the run it re-ran, which 'sbx replay last' replays instead") {
+  CHECK(sbx::replayed_original(nlohmann::json{{"run_id", "r2"}, {"replay_of", {{"run_id", "r1"}, {"seq", 3}}}}) == "r1");
+  CHECK(sbx::replayed_original(nlohmann::json{{"run_id", "r1"}}).empty());
+  CHECK(sbx::replayed_original(nlohmann::json{{"replay_of", nullptr}}).empty());
+  CHECK(sbx::replayed_original(nlohmann::json::array()).empty());
+}
+
+TEST_CASE("blobs: a keeper reports each file it kept, for --keep-inputs' progress line") {
+  TempState t;
+  std::string tree = t.root + "/tree";
+  REQUIRE(sbx::ensure_dir(tree + "/sub", 0755));
+  write(tree + "/sub/a", "alpha");
+  write(tree + "/b", "beta!");
+  sbx::BlobKeeper keeper(t.dirs, 50, nullptr);
+  std::vector<std::pair<std::int64_t, std::int64_t>> seen;
+  keeper.on_kept = [&](std::int64_t files, std::int64_t bytes) { seen.emplace_back(files, bytes); };
+  keeper.add_tree("input_file", "input_dir", "input_link", "/in/t", tree);
+  REQUIRE(seen.size() == 2);
+  CHECK(seen.back() == std::pair<std::int64_t, std::int64_t>{2, 10});
+}

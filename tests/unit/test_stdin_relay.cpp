@@ -152,3 +152,20 @@ TEST_CASE("relay: a socket source is read with MSG_DONTWAIT; a source adopted la
   CHECK(st.source_eof);
   CHECK(st.bytes == 3);
 }
+
+TEST_CASE("stdin: a shell at a terminal without -i or -t gets the hint to use -it") {
+  StdinPlan at_terminal;
+  at_terminal.source = "terminal";  // plan_stdin(false, false) at a terminal: nothing relayed
+  CHECK(terminal_unused_hint({"bash"}, at_terminal).find("sbx run -it -- bash") != std::string::npos);
+  CHECK(terminal_unused_hint({"/usr/bin/python3", "-q"}, at_terminal).find("-it -- python3") != std::string::npos);
+  CHECK(terminal_unused_hint({"bash", "script.sh"}, at_terminal).empty());  // runs a script
+  CHECK(terminal_unused_hint({"sh", "-c", "echo hi"}, at_terminal).empty());
+  CHECK(terminal_unused_hint({"ls"}, at_terminal).empty());
+  StdinPlan relayed = at_terminal;
+  relayed.relay = true;
+  relayed.mode = StdinMode::pipe;
+  CHECK(terminal_unused_hint({"bash"}, relayed).empty());  // -i
+  StdinPlan piped;
+  piped.source = "pipe";
+  CHECK(terminal_unused_hint({"bash"}, piped).empty());
+}

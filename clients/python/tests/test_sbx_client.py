@@ -126,6 +126,25 @@ class ClientTest(unittest.TestCase):
         finally:
             shutil.rmtree(pack, ignore_errors=True)
 
+class ReadmeTest(unittest.TestCase):
+    """Every ```python block of clients/python/README.md runs as written from the repository root
+    (only the binary is the one under test), so that the README's snippets cannot rot."""
+
+    def test_readme_snippets_run_as_written(self):
+        import re
+        import subprocess
+        with open(os.path.join(HERE, "..", "README.md")) as f:
+            blocks = re.findall(r"```python\n(.*?)```", f.read(), re.S)
+        self.assertTrue(blocks, "no python block in clients/python/README.md")
+        with tempfile.TemporaryDirectory(prefix="sbx-client-readme-") as state:
+            os.chmod(state, 0o755)
+            env = dict(os.environ, SBX_STATE_DIR=state)
+            for code in blocks:
+                code = code.replace('Sbx("build/sbx")', "Sbx(%r)" % SBX)
+                p = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
+                                   timeout=120)
+                self.assertEqual(p.returncode, 0, "README snippet failed:\n%s\n%s" % (code, p.stderr))
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -1,0 +1,184 @@
+#include "runtime/launch/workspace.hpp"
+
+#include <pwd.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+
+#include <algorithm>
+#include <array>
+
+namespace sbx {
+
+namespace {
+// The host directories a host-root sandbox shows at the same path (mounts.cpp, kSystemDirs and
+// the few /etc entries): a path under one is "there" for the hint.
+constexpr std::array<const char*, 8> kSameOnHost = {"/usr",   "/bin",   "/sbin",   "/lib",
+                                                    "/lib64", "/lib32", "/libx32", "/etc"};
+
+bool under(const std::string& path, const std::string& dir) {
+  if (dir == "/") return true;
+  return path == dir || (path.size() > dir.size() && path.compare(0, dir.size(), dir) == 0 && path[dir.size()] == '/');
+}
+
+std::string dir_of(const std::string& path) {
+  auto slash = path.rfind('/');
+  return slash == 0 || slash == std::string::npos ? "/" : path.substr(0, slash);
+}
+
+// Exit statuses that say "could not find or open what I was given": python's and perl's 2
+// ("can't open file"), make's 2 ("No targets"), a shell's 127 (not found) and 126, node's 1.
+bool not_found_like(int status) { return status == 1 || status == 2 || status == 126 || status == 127; }
+
+std::string base_name(const std::string& path) {
+  auto slash = path.rfind('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+// What a build tool reads from its working directory when given no file.
+std::vector<std::string> project_files(const std::string& tool) {
+  if (tool == "make" || tool == "gmake") return {"GNUmakefile", "makefile", "Makefile"};
+  if (tool == "npm" || tool == "yarn" || tool == "pnpm") return {"package.json"};
+  if (tool == "cargo") return {"Cargo.toml"};
+  if (tool == "go") return {"go.mod"};
+  return {};
+}
+
+// Whether the program, started in spec.workdir, would see the host's `host_path` at `sandbox_path`.
+bool seen_at(const RunSpec& spec, const std::string& sandbox_path, const std::string& host_path,
+             const std::string& cwd) {
+  auto shown = host_path_in_sandbox(spec, sandbox_path, cwd);
+  return shown && *shown == host_path;
+}
+}  // namespace
+
+std::string absolute_lexical(const std::string& cwd, const std::string& path) {
+  std::string joined = !path.empty() && path[0] == '/' ? path : cwd + "/" + path;
+  std::vector<std::string> parts;
+  std::size_t i = 0;
+  while (i <= joined.size()) {
+    std::size_t j = joined.find('/', i);
+    if (j == std::string::npos) j = joined.size();
+    std::string part = joined.substr(i, j - i);
+    if (part == "..") {
+      if (!parts.empty()) parts.pop_back();
+    } else if (!part.empty() && part != ".") {
+      parts.push_back(part);
+    }
+    i = j + 1;
+  }
+  std::string out;
+  for (auto& p : parts) out += "/" + p;
+  return out.empty() ? "/" : out;
+}
+
+std::string home_dir() {
+  if (const char* h = std::getenv("HOME"); h && *h) return h;
+  const struct passwd* pw = ::getpwuid(::geteuid());
+  return pw && pw->pw_dir ? pw->pw_dir : "";
+}
+
+void anchor_relative_binds(std::vector<BindMount>& binds, const std::string& cwd) {
+  for (auto& b : binds)
+    if (!b.src.empty() && b.src[0] != '/' && b.dst == b.src) b.dst = absolute_lexical(cwd, b.src);
+}
+
+Status add_workspace(RunSpec& spec, const std::string& cwd, const std::string& home, bool keep_workdir) {
+  const std::string fix = "; run sbx from a project directory, or bind what the program needs with --bind";
+  if (cwd.empty() || cwd[0] != '/')
+    return make_error("usage", "--workspace: cannot tell the current directory (removed?)" + fix);
+  if (cwd == "/")
+    return make_error("usage", "--workspace: the current directory is /, the whole host, read-write" + fix);
+  if (!home.empty() && home != "/" && under(absolute_lexical("/", home), cwd))
+    return make_error("usage", "--workspace: the current directory " + cwd +
+                                   (absolute_lexical("/", home) == cwd ? " is" : " holds") + " the home directory " +
+                                   home +
+                                   ": a program that can write ~/.bashrc or ~/.ssh runs code as you later; run it "
+                                   "from a project directory below it");
+  spec.binds.push_back({cwd, cwd, true});
+  const std::string git = cwd + "/.git";
+  struct stat st;
+  if (::lstat(git.c_str(), &st) == 0) {
+    if (S_ISLNK(st.st_mode))
+      return make_error("usage", "--workspace: " + git +
+                                     " is a symlink, which sbx cannot keep read-only; bind the directories "
+                                     "yourself (--bind " +
+                                     cwd + ":" + cwd + ":rw)");
+    if (S_ISDIR(st.st_mode) || S_ISREG(st.st_mode)) spec.binds.push_back({git, git, false});
+  }
+  if (!keep_workdir) spec.workdir = cwd;
+  return {};
+}
+
+Status check_workspace_source(const std::vector<BindSource>& sources, const std::string& workspace, int cwd_fd,
+                              const std::string& home) {
+  if (workspace.empty()) return {};
+  struct stat here, root, h;
+  if (::fstat(cwd_fd, &here) != 0) return sys_error("usage", "--workspace " + workspace + ": cannot stat it");
+  for (auto& s : sources) {
+    if (s.flag != "--bind" || s.given.src != workspace || s.given.dst != workspace || !s.given.rw) continue;
+    if (s.dev != here.st_dev || s.ino != here.st_ino)
+      return make_error("usage", "--workspace " + workspace + ": the path now leads to " + s.real +
+                                     ", not to the directory sbx runs in (moved or replaced while sbx checked it); "
+                                     "run again");
+    bool is_root = ::stat("/", &root) == 0 && root.st_dev == s.dev && root.st_ino == s.ino;
+    bool is_home = !home.empty() && ::stat(home.c_str(), &h) == 0 && h.st_dev == s.dev && h.st_ino == s.ino;
+    if (is_root || is_home)
+      return make_error("usage", "--workspace " + workspace + " is " + (is_root ? "/" : "the home directory " + home) +
+                                     " (reached another way); run it from a project directory");
+  }
+  return {};
+}
+
+std::optional<std::string> host_path_in_sandbox(const RunSpec& spec, const std::string& sandbox_path,
+                                                const std::string& cwd) {
+  const BindMount* best = nullptr;
+  for (const auto* list : {&spec.binds, &spec.inputs})
+    for (auto& b : *list)
+      if (under(sandbox_path, b.dst) && (!best || b.dst.size() >= best->dst.size())) best = &b;
+  if (best) {
+    std::string rest = sandbox_path.substr(best->dst == "/" ? 0 : best->dst.size());
+    return absolute_lexical(cwd, best->src) + rest;
+  }
+  if (spec.image == "host")
+    for (const char* d : kSameOnHost)
+      if (under(sandbox_path, d)) return sandbox_path;
+  return std::nullopt;
+}
+
+std::string project_dir_advice() {
+  return "run with --workspace (the current directory read-write at the same path, .git read-only, the "
+         "command started there), or --bind DIR (read-only at the same path), or pass a file with --input "
+         "(read-only at /in/NAME)";
+}
+
+std::string missing_host_path_hint(const RunSpec& spec, int exit_status, const std::string& cwd,
+                                   const std::function<bool(const std::string&)>& host_has) {
+  if (!not_found_like(exit_status) || spec.argv.empty() || cwd.empty()) return "";
+  const std::string where = "the sandbox's working directory is " + spec.workdir;
+  for (std::size_t i = 0; i < spec.argv.size(); ++i) {
+    const std::string& a = spec.argv[i];
+    if (a.empty() || a[0] == '-' || a.find('\n') != std::string::npos || a.size() > 4096) continue;
+    // A bare word as the command is looked up in PATH, not in a directory.
+    if (i == 0 && a.find('/') == std::string::npos) continue;
+    std::string on_host = absolute_lexical(cwd, a);
+    if (on_host == "/" || !host_has(on_host)) continue;
+    std::string in_sandbox = absolute_lexical(spec.workdir, a);
+    if (seen_at(spec, in_sandbox, on_host, cwd)) continue;
+    if (a[0] == '/')
+      return a + " is on the host but not in the sandbox; bind its directory (--bind " + dir_of(a) +
+             ", read-only at the same path), or " + project_dir_advice();
+    return a + " is in " + cwd + " on the host, but " + where + " and " + cwd + " is not mounted there; " +
+           project_dir_advice();
+  }
+  for (auto& f : project_files(base_name(spec.argv[0]))) {
+    std::string on_host = cwd + "/" + f;
+    if (!host_has(on_host) || seen_at(spec, absolute_lexical(spec.workdir, f), on_host, cwd)) continue;
+    return base_name(spec.argv[0]) + " looks for " + f + " in its working directory, but " + where + " and " + cwd +
+           " is not mounted there; " + project_dir_advice();
+  }
+  return "";
+}
+
+}  // namespace sbx

@@ -1,0 +1,131 @@
+#include <doctest/doctest.h>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <set>
+
+#include "runtime/launch/workspace.hpp"
+#include "test_util.hpp"
+
+using namespace sbx;
+using sbx::test::TempDir;
+
+namespace {
+RunSpec host_spec(std::vector<std::string> argv) {
+  RunSpec s;
+  s.image = "host";
+  s.workdir = "/tmp";
+  s.argv = std::move(argv);
+  return s;
+}
+auto has(std::set<std::string> files) {
+  return [files = std::move(files)](const std::string& p) { return files.count(p) > 0; };
+}
+}  // namespace
+
+TEST_CASE("workspace: --bind . and a relative source without destination mean the same absolute path") {
+  std::vector<BindMount> b = {{".", ".", false}, {"src/../data", "src/../data", true}, {"rel", "/in/x", false}};
+  anchor_relative_binds(b, "/home/u/proj");
+  CHECK(b[0].dst == "/home/u/proj");
+  CHECK(b[1].dst == "/home/u/proj/data");
+  CHECK(b[1].rw);
+  CHECK(b[2].dst == "/in/x");  // a destination the caller named stays as given
+  CHECK(absolute_lexical("/a/b", "../../..") == "/");
+  CHECK(absolute_lexical("/a", "./b//c/.") == "/a/b/c");
+}
+
+TEST_CASE("workspace: binds the directory read-write, .git read-only, and starts there") {
+  TempDir d;
+  REQUIRE(::mkdir((d.path + "/.git").c_str(), 0700) == 0);
+  RunSpec s = host_spec({"make"});
+  REQUIRE(add_workspace(s, d.path, "/nonexistent-home", false));
+  REQUIRE(s.binds.size() == 2);
+  CHECK(s.binds[0] == BindMount{d.path, d.path, true});
+  CHECK(s.binds[1] == BindMount{d.path + "/.git", d.path + "/.git", false});  // later: mounted on top
+  CHECK(s.workdir == d.path);
+
+  RunSpec kept = host_spec({"make"});
+  REQUIRE(add_workspace(kept, d.path, "", true));
+  CHECK(kept.workdir == "/tmp");  // --workdir wins
+}
+
+TEST_CASE("workspace: refuses /, the home directory and what holds it, and a symlinked .git") {
+  RunSpec s = host_spec({"sh"});
+  auto root = add_workspace(s, "/", "/home/u", false);
+  REQUIRE(!root);
+  CHECK(root.error().message.find("the whole host") != std::string::npos);
+  auto home = add_workspace(s, "/home/u", "/home/u/", false);
+  REQUIRE(!home);
+  CHECK(home.error().message.find("is the home directory") != std::string::npos);
+  auto above = add_workspace(s, "/home", "/home/u", false);
+  REQUIRE(!above);
+  CHECK(above.error().message.find("holds the home directory") != std::string::npos);
+  CHECK(s.binds.empty());
+
+  TempDir d;
+  REQUIRE(::symlink("/tmp", (d.path + "/.git").c_str()) == 0);
+  auto link = add_workspace(s, d.path, "", false);
+  REQUIRE(!link);
+  CHECK(link.error().message.find("symlink") != std::string::npos);
+}
+
+TEST_CASE("workspace: the opened source must be the directory sbx runs in, and not / by another path") {
+  TempDir d, other;
+  RunSpec s = host_spec({"true"});
+  s.binds.push_back({d.path, d.path, true});
+  auto opened = open_bind_sources(s, "/");
+  REQUIRE(opened);
+  UniqueFd here(::open(d.path.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+  UniqueFd elsewhere(::open(other.path.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+  CHECK(check_workspace_source(*opened, d.path, here.get(), ""));
+  auto swapped = check_workspace_source(*opened, d.path, elsewhere.get(), "");
+  REQUIRE(!swapped);
+  CHECK(swapped.error().message.find("moved or replaced") != std::string::npos);
+  auto as_home = check_workspace_source(*opened, d.path, here.get(), d.path + "/.");
+  REQUIRE(!as_home);
+  CHECK(as_home.error().message.find("home directory") != std::string::npos);
+  CHECK(check_workspace_source(*opened, "", elsewhere.get(), ""));  // no workspace
+}
+
+TEST_CASE("workspace: the hint for a host file the program was handed but cannot see") {
+  const std::string cwd = "/home/u/proj";
+  // python3 script.py: exit 2, "can't open file '/tmp/script.py'"
+  auto py = missing_host_path_hint(host_spec({"python3", "script.py"}), 2, cwd, has({cwd + "/script.py"}));
+  CHECK(py.find("script.py is in /home/u/proj on the host") != std::string::npos);
+  CHECK(py.find("--workspace") != std::string::npos);
+  // bash /abs/script.sh: 127
+  auto abs = missing_host_path_hint(host_spec({"bash", "/srv/x/run.sh"}), 127, cwd, has({"/srv/x/run.sh"}));
+  CHECK(abs.find("/srv/x/run.sh is on the host but not in the sandbox; bind its directory (--bind /srv/x") !=
+        std::string::npos);
+  // make: 2, "No targets specified and no makefile found"
+  auto mk = missing_host_path_hint(host_spec({"make"}), 2, cwd, has({cwd + "/Makefile"}));
+  CHECK(mk.find("make looks for Makefile") != std::string::npos);
+  // Not for another status, a file the sandbox has, an option, or a word looked up in PATH.
+  CHECK(missing_host_path_hint(host_spec({"python3", "script.py"}), 0, cwd, has({cwd + "/script.py"})).empty());
+  CHECK(missing_host_path_hint(host_spec({"python3", "script.py"}), 137, cwd, has({cwd + "/script.py"})).empty());
+  CHECK(missing_host_path_hint(host_spec({"cat", "/etc/ssl/x"}), 1, cwd, has({"/etc/ssl/x"})).empty());
+  CHECK(missing_host_path_hint(host_spec({"ls", "-l"}), 2, cwd, has({cwd + "/-l"})).empty());
+  CHECK(missing_host_path_hint(host_spec({"python3"}), 1, cwd, has({cwd + "/python3"})).empty());
+}
+
+TEST_CASE("workspace: no hint once the directory is where the program looks") {
+  const std::string cwd = "/home/u/proj";
+  RunSpec ws = host_spec({"python3", "script.py"});
+  ws.binds.push_back({cwd, cwd, true});
+  ws.workdir = cwd;
+  CHECK(missing_host_path_hint(ws, 2, cwd, has({cwd + "/script.py"})).empty());
+  // Bound elsewhere, started there: the same file, so no hint either.
+  RunSpec work = host_spec({"make"});
+  work.binds.push_back({".", "/work", false});
+  work.workdir = "/work";
+  CHECK(missing_host_path_hint(work, 2, cwd, has({cwd + "/Makefile"})).empty());
+  // Bound, but the program starts in /tmp: the relative name still misses.
+  RunSpec bound = host_spec({"python3", "script.py"});
+  bound.binds.push_back({cwd, cwd, false});
+  CHECK(!missing_host_path_hint(bound, 2, cwd, has({cwd + "/script.py"})).empty());
+  CHECK(host_path_in_sandbox(bound, cwd + "/a/b", cwd) == cwd + "/a/b");
+  CHECK(host_path_in_sandbox(bound, "/tmp/a", cwd) == std::nullopt);
+  CHECK(host_path_in_sandbox(bound, "/usr/bin/env", cwd) == "/usr/bin/env");
+}
