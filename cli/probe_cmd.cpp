@@ -341,10 +341,12 @@ std::string status_of(json& record) {
 // 4. After the run, on the host: every check of probe_host.hpp.
 void host_checks(std::vector<ProbeResult>& results, const ProbeOutput& po, const json& record, const HostSide& h,
                  const SecretValues& secrets, const Dirs& dirs, const std::map<std::string, int>& mounts_before,
-                 const std::set<pid_t>& pids_before, std::time_t started, const std::string& status) {
+                 const std::set<pid_t>& pids_before, std::time_t started, const std::string& status, const json& plan) {
+  degraded_limits(results, record);
   survivor_check(results, h.token);
   export_check(results, h.exported);
-  cleanup_checks(results, po, record, mounts_before, pids_before, h.run_tmp, h.token);
+  cleanup_checks(results, po, record, mounts_before, pids_before, h.run_tmp, h.token,
+                 run_mount_roots(plan, {h.dir.path, h.run_tmp, dirs.state}));
   if (!secrets.empty()) secret_file_check(results, po, secrets);
   SecretValues all = secrets;
   all.push_back({"SBX_PROBE_CANARY", h.canary});
@@ -414,7 +416,7 @@ int probe_main(const GlobalOptions& g, const RunFlags& f, bool as_json) {
       results.push_back(
           {"limit.memory", "breached", "the run ended during the memory probe (status " + printable(status) + ")"});
   }
-  host_checks(results, po, record, h, secrets, dirs, mounts_before, pids_before, started, status);
+  host_checks(results, po, record, h, secrets, dirs, mounts_before, pids_before, started, status, spec);
   return print_report(results, as_json, run.status, status);
 }
 

@@ -224,6 +224,31 @@ std::string joined(const std::vector<std::string>& v, std::size_t max) {
   return printable(out);
 }
 
+std::vector<std::string> run_mount_roots(const nlohmann::json& plan, const std::vector<std::string>& extra) {
+  // /tmp: where build_root (runtime/linux/mounts.cpp, kBase) mounts the sandbox's base tmpfs
+  // before the pivot; without the private propagation it would show up there first.
+  std::vector<std::string> out = {"/tmp"};
+  if (plan.is_object() && plan.contains("binds") && plan["binds"].is_array())
+    for (auto& b : plan["binds"])
+      if (b.is_object() && b.contains("src") && b["src"].is_string()) out.push_back(b["src"].get<std::string>());
+  for (auto& e : extra)
+    if (!e.empty()) out.push_back(e);
+  for (auto& p : out)
+    while (p.size() > 1 && p.back() == '/') p.pop_back();
+  return out;
+}
+
+bool mount_within_reach(const std::string& key, const std::vector<std::string>& roots) {
+  // mount_table's key: "POINT FSTYPE SOURCE" (mountinfo escapes blanks as \040).
+  const std::string point = key.substr(0, key.find(' '));
+  const std::size_t last = key.rfind(' ');
+  const std::string source = last == std::string::npos ? "" : key.substr(last + 1);
+  if (source.starts_with("sbx-")) return true;  // sbx names its own tmpfs mounts so
+  for (auto& r : roots)
+    if (r == "/" || point == r || point.starts_with(r + "/")) return true;
+  return false;
+}
+
 // Cleanup, judged on the host after `sbx run` has returned: nothing of the run may be left.
 namespace {
 const json& enforcement_of(const json& record) {
@@ -236,24 +261,33 @@ std::string run_id_of(const json& record) {
              : "";
 }
 
-void cleanup_mounts(std::vector<ProbeResult>& results, const std::map<std::string, int>& mounts_before) {
+void cleanup_mounts(std::vector<ProbeResult>& results, const std::map<std::string, int>& mounts_before,
+                    const std::vector<std::string>& reachable) {
   // Mounts: the whole table of the caller's namespace, before and after. The sandbox's own mounts
-  // live in its mount namespace and die with it; anything new here is the run's leftover.
+  // live in its mount namespace and die with it; a new one the run could have made here is its
+  // leftover. Other processes on the host mount too (a CI runner's containers, automounts): a new
+  // mount nowhere the run reaches is reported, not judged (run_mount_roots).
   const auto after = mount_table();
-  std::vector<std::string> added;
+  std::vector<std::string> added, elsewhere;
   for (auto& [k, n] : after) {
     auto b = mounts_before.find(k);
-    if (n > (b == mounts_before.end() ? 0 : b->second)) added.push_back(k);
+    if (n > (b == mounts_before.end() ? 0 : b->second))
+      (mount_within_reach(k, reachable) ? added : elsewhere).push_back(k);
   }
   std::size_t before_n = 0, after_n = 0;
   for (auto& [k, n] : mounts_before) before_n += static_cast<std::size_t>(n);
   for (auto& [k, n] : after) after_n += static_cast<std::size_t>(n);
-  if (added.empty())
-    results.push_back({"cleanup.mounts", "held",
-                       "/proc/self/mountinfo: " + std::to_string(before_n) + " mounts before the run, " +
-                           std::to_string(after_n) + " after; none added"});
-  else
+  if (!added.empty()) {
     results.push_back({"cleanup.mounts", "breached", "mounts added to the host's table by the run: " + joined(added)});
+    return;
+  }
+  std::string evidence = "/proc/self/mountinfo: " + std::to_string(before_n) + " mounts before the run, " +
+                         std::to_string(after_n) + " after; none added where the run reaches";
+  if (!elsewhere.empty())
+    evidence += "; " + std::to_string(elsewhere.size()) +
+                " added meanwhile outside every path the run could reach (another process's, not judged): " +
+                joined(elsewhere, 3);
+  results.push_back({"cleanup.mounts", "held", evidence});
 }
 
 void cleanup_cgroup(std::vector<ProbeResult>& results, const json& record) {
@@ -358,10 +392,32 @@ void cleanup_files(std::vector<ProbeResult>& results, const json& record, const 
 }
 }  // namespace
 
+void degraded_limits(std::vector<ProbeResult>& results, const nlohmann::json& record) {
+  const json& enf = enforcement_of(record);
+  if (!enf.is_object() || !enf.contains("limits_applied") || !enf["limits_applied"].is_object()) return;
+  const json& applied = enf["limits_applied"];
+  for (auto& r : results) {
+    if (r.status != "held" || !r.name.starts_with("limit.")) continue;
+    const std::string key = r.name.substr(6);
+    if (!applied.contains(key) || !applied[key].is_object()) continue;
+    const json& a = applied[key];
+    if (!a.contains("degraded") || a["degraded"] != true) continue;
+    // What the helper tried (one process) held; what it could not try (several processes
+    // together, say) is not bounded on this host, and the record says so: not "held".
+    const std::string how =
+        a.contains("mechanism") && a["mechanism"].is_string() ? a["mechanism"].get<std::string>() : "a fallback";
+    r.status = "degraded";
+    r.evidence += "; but enforced only by " + printable(how) +
+                  ", not for the run as a whole (no cgroup v2 controller: see 'sbx doctor' and the record's "
+                  "enforcement.limits_applied." +
+                  key + ")";
+  }
+}
+
 void cleanup_checks(std::vector<ProbeResult>& results, const ProbeOutput& po, const json& record,
                     const std::map<std::string, int>& mounts_before, const std::set<pid_t>& pids_before,
-                    const std::string& run_tmp, const std::string& token) {
-  cleanup_mounts(results, mounts_before);
+                    const std::string& run_tmp, const std::string& token, const std::vector<std::string>& reachable) {
+  cleanup_mounts(results, mounts_before, reachable);
   cleanup_cgroup(results, record);
   cleanup_processes(results, po, record, pids_before, token);
   cleanup_files(results, record, run_tmp, token);

@@ -47,12 +47,25 @@ std::vector<std::string> foreign_probes(const std::string& tenant, const Dirs& d
 // At most `max` items, ", "-separated and made printable, with the count when some are left out.
 std::string joined(const std::vector<std::string>& v, std::size_t max = 5);
 
-// Cleanup, judged on the host after `sbx run` has returned: no mount added to the host's table,
+// The host paths under which a mount made by the run could appear in the caller's table: /tmp
+// (where the sandbox's base tmpfs is mounted before the pivot), every bind source of `plan` (the
+// run's --dry-run), and `extra` (its TMPDIR, sbx's state directory).
+std::vector<std::string> run_mount_roots(const nlohmann::json& plan, const std::vector<std::string>& extra);
+// Whether the mount_table() key "POINT FSTYPE SOURCE" is one the run could have made: its point
+// under one of `roots`, or a source sbx names its own mounts by ("sbx-...").
+bool mount_within_reach(const std::string& key, const std::vector<std::string>& roots);
+
+// Cleanup, judged on the host after `sbx run` has returned: no mount added to the host's table
+// where the run reaches (`reachable`, run_mount_roots; others' new mounts are named, not judged),
 // the run's cgroup gone, no process of its pid namespace or with the probe's token in its host id
 // range, its TMPDIR empty and nothing in /dev/shm naming it.
 void cleanup_checks(std::vector<ProbeResult>& results, const ProbeOutput& po, const nlohmann::json& record,
                     const std::map<std::string, int>& mounts_before, const std::set<pid_t>& pids_before,
-                    const std::string& run_tmp, const std::string& token);
+                    const std::string& run_tmp, const std::string& token, const std::vector<std::string>& reachable);
+// A limit probe ("limit.memory") that held, where the record says the limit was enforced by a
+// degraded mechanism (enforcement.limits_applied.KEY.degraded: per process, not per run),
+// becomes "degraded", naming the mechanism: the helper's one process cannot show the rest.
+void degraded_limits(std::vector<ProbeResult>& results, const nlohmann::json& record);
 // --secret NAME: readable at /run/secrets/NAME during the run, with all its bytes (the helper's
 // "I secret.K" count against the value sbx read).
 void secret_file_check(std::vector<ProbeResult>& results, const ProbeOutput& po, const SecretValues& secrets);

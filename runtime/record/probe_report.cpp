@@ -67,21 +67,23 @@ std::string probe_table(const std::vector<ProbeResult>& results) {
   std::size_t w = 8;
   for (auto& r : results) w = std::max(w, r.name.size());
   std::string out = "BOUNDARY" + std::string(w - 8 + 2, ' ') + "RESULT    EVIDENCE\n";
-  std::size_t held = 0, breached = 0;
+  std::size_t held = 0, breached = 0, degraded = 0;
   for (auto& r : results) {
     out += r.name + std::string(w - r.name.size() + 2, ' ') + r.status +
            std::string(10 - std::min<std::size_t>(r.status.size(), 9), ' ') + r.evidence + "\n";
     held += r.status == "held";
     breached += r.status == "breached";
+    degraded += r.status == "degraded";
   }
-  out += std::to_string(held) + " held, " + std::to_string(breached) + " breached, " +
-         std::to_string(results.size() - held - breached) + " skipped\n";
+  out += std::to_string(held) + " held, " + (degraded ? std::to_string(degraded) + " degraded, " : "") +
+         std::to_string(breached) + " breached, " + std::to_string(results.size() - held - breached - degraded) +
+         " skipped\n";
   return out;
 }
 
 nlohmann::json probe_json(const std::vector<ProbeResult>& results) {
   nlohmann::json a = nlohmann::json::array();
-  std::size_t held = 0, breached = 0;
+  std::size_t held = 0, breached = 0, degraded = 0;
   for (auto& r : results) {
     a.push_back({{"probe", r.name},
                  {"area", r.name.substr(0, r.name.find('.'))},
@@ -89,8 +91,13 @@ nlohmann::json probe_json(const std::vector<ProbeResult>& results) {
                  {"evidence", r.evidence}});
     held += r.status == "held";
     breached += r.status == "breached";
+    degraded += r.status == "degraded";
   }
-  return {{"held", held}, {"breached", breached}, {"skipped", results.size() - held - breached}, {"probes", a}};
+  return {{"held", held},
+          {"degraded", degraded},
+          {"breached", breached},
+          {"skipped", results.size() - held - breached - degraded},
+          {"probes", a}};
 }
 
 }  // namespace sbx

@@ -12,8 +12,10 @@
 namespace sbx {
 
 struct ProbeResult {
-  std::string name;      // "fs.writable": area.probe, [a-z0-9_.] only
-  std::string status;    // held | breached | skipped
+  std::string name;  // "fs.writable": area.probe, [a-z0-9_.] only
+  // held | breached | skipped, or degraded: held as far as the helper could try, by a mechanism
+  // the record calls degraded (degraded_limits in runtime/launch/probe_host.hpp); host side only
+  std::string status;
   std::string evidence;  // printable (escaped) text
 };
 
@@ -34,7 +36,7 @@ inline constexpr std::size_t kMaxProbeInfo = 64;
 inline constexpr std::size_t kMaxProbeResults = 100;
 ProbeOutput parse_probe_output(std::string_view text);
 
-// 0 when nothing was breached, 1 when something was.
+// 0 when nothing was breached (degraded is not a breach: sbx doctor names it), 1 when something was.
 int probe_exit_status(const std::vector<ProbeResult>& results);
 
 std::string probe_table(const std::vector<ProbeResult>& results);

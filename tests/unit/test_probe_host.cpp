@@ -41,3 +41,39 @@ TEST_CASE("probe host: the record must name image, profile, command, seccomp pol
   record_names_check(r, json::object(), "T", "ok");
   CHECK(r.at(0).evidence == "the record does not name: image, profile, command, seccomp policy, identity");
 }
+
+TEST_CASE("probe host: a held limit the record enforced by a degraded mechanism is degraded, naming it") {
+  json rec = {{"enforcement",
+               {{"limits_applied",
+                 {{"memory", {{"degraded", true}, {"mechanism", "rlimit RLIMIT_DATA"}}},
+                  {"pids", {{"degraded", false}, {"mechanism", "cgroup v2 pids.max"}}}}}}}};
+  std::vector<ProbeResult> r = {{"limit.memory", "held", "allocation stopped at 512 MiB"},
+                                {"limit.pids", "held", "fork failed"},
+                                {"limit.timeout", "held", "killed"},
+                                {"fs.root", "held", "read-only"}};
+  degraded_limits(r, rec);
+  CHECK(r[0].status == "degraded");
+  CHECK(r[0].evidence.find("allocation stopped at 512 MiB; but enforced only by rlimit RLIMIT_DATA") == 0);
+  CHECK(r[0].evidence.find("sbx doctor") != std::string::npos);
+  CHECK(r[1].status == "held");
+  CHECK(r[2].status == "held");
+  CHECK(r[3].status == "held");
+  // A breach stays a breach.
+  std::vector<ProbeResult> b = {{"limit.memory", "breached", "touched 600 MiB"}};
+  degraded_limits(b, rec);
+  CHECK(b[0].status == "breached");
+}
+
+TEST_CASE("probe host: a new mount counts against the run only where the run reaches") {
+  auto roots = run_mount_roots(json{{"binds", {{{"src", "/srv/data/"}, {"dst", "/d"}}}}}, {"/var/lib/sbx", ""});
+  CHECK(roots == std::vector<std::string>{"/tmp", "/srv/data", "/var/lib/sbx"});
+  CHECK(mount_within_reach("/srv/data/sub tmpfs none", roots));
+  CHECK(mount_within_reach("/srv/data tmpfs none", roots));
+  CHECK(mount_within_reach("/tmp tmpfs sbx-base", roots));
+  CHECK(mount_within_reach("/somewhere tmpfs sbx-base", roots));  // sbx's own name, anywhere
+  CHECK_FALSE(mount_within_reach("/srv/database tmpfs none", roots));
+  CHECK_FALSE(mount_within_reach("/run/user/1000 tmpfs tmpfs", roots));
+  CHECK_FALSE(mount_within_reach("/var/lib/docker/overlay2/x/merged overlay overlay", roots));
+  // A bind of / puts every mount point within reach.
+  CHECK(mount_within_reach("/anything ext4 /dev/sda1", run_mount_roots(json{{"binds", {{{"src", "/"}, {"dst", "/h"}}}}}, {})));
+}

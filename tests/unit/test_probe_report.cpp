@@ -55,3 +55,15 @@ TEST_CASE("probe output: info lines for the host side, bounded, first value kept
   for (int i = 0; i < 200; ++i) many += "I\tk" + std::to_string(i) + "\tv\n";
   CHECK(parse_probe_output(many).info.size() == kMaxProbeInfo);
 }
+
+TEST_CASE("probe report: degraded is counted apart, and is not a breach") {
+  std::vector<ProbeResult> r = {{"limit.memory", "degraded", "per process only"}, {"fs.root", "held", "ro"}};
+  CHECK(probe_exit_status(r) == 0);
+  CHECK(probe_table(r).find("1 held, 1 degraded, 0 breached, 0 skipped") != std::string::npos);
+  auto j = probe_json(r);
+  CHECK(j["degraded"] == 1);
+  CHECK(j["held"] == 1);
+  CHECK(j["skipped"] == 0);
+  // The helper inside cannot claim it: only the host side judges a degraded mechanism.
+  CHECK(parse_probe_output("P\tlimit.memory\tdegraded\tx\n").bad_lines == 1);
+}
