@@ -43,6 +43,7 @@
 #include "runtime/launch/tenant.hpp"
 #include "runtime/linux/userns.hpp"
 #include "runtime/record/probe_report.hpp"
+#include "runtime/record/trace_show.hpp"
 #include "runtime/typed/pack_run.hpp"
 #include "runtime/base/bytes.hpp"
 
@@ -324,8 +325,10 @@ void relay_run_warnings(const std::string& err) {
   for (std::size_t at = 0; at < err.size();) {
     std::size_t nl = err.find('\n', at);
     std::string line = err.substr(at, nl == std::string::npos ? std::string::npos : nl - at);
-    // (Not the export's notes on the helper's own hostile /out entries: those are the probe.)
-    if (line.starts_with("sbx: warning: ") && !line.starts_with("sbx: warning: export: skipped /out/probe-"))
+    // (Not the export's notes on the helper's own hostile /out entries, nor the run's summary of
+    // what the sandbox was refused: the helper's attempts are the probe, reported line by line.)
+    if (line.starts_with("sbx: warning: ") && !line.starts_with("sbx: warning: export: skipped /out/probe-") &&
+        !is_violations_line(line.substr(14)))
       std::fprintf(stderr, "%s\n", printable(line).c_str());
     if (nl == std::string::npos) break;
     at = nl + 1;

@@ -12,6 +12,7 @@
 #include "runtime/model/caps.hpp"
 #include "runtime/model/foreign_flags.hpp"
 #include "cli/systemd_scope.hpp"
+#include "runtime/base/log.hpp"
 #include "runtime/base/json_io.hpp"
 #include "runtime/base/progress_line.hpp"
 #include "runtime/base/trace_field.hpp"
@@ -329,7 +330,11 @@ std::optional<int> check_command_start(const std::vector<std::string>& command, 
 // only with -v), and a project file the sandbox could not see (print_project_dir_hint).
 int run_and_report(RunRequest& req) {
   RunReport report = run_sandbox(req);
-  if (std::string line = violations_line(report.trace); !line.empty()) spdlog::warn("{}", line);
+  if (std::string line = violations_line(report.trace); !line.empty()) {
+    // After the run as during it, a stalled stderr must not hold sbx (log.hpp): dropped, counted.
+    NonBlockingLogScope never_blocks;
+    spdlog::warn("{}", line);
+  }
   int status = report.exit_status;
   if (report.outcome.status == RunStatus::exit_nonzero) print_project_dir_hint(req.spec, status);
   for (auto& [name, value] : req.secrets.files) std::fill(value.begin(), value.end(), '\0');

@@ -275,6 +275,10 @@ std::string shown_limit_value(const std::string& plan_name, const json& value) {
   return text(value);
 }
 
+// violations_line's end, which is_violations_line recognises.
+constexpr const char* kViolationsSee = ": see 'sbx trace show ";
+constexpr const char* kViolationsSeeEnd = " --format text'";
+
 std::string violations_line(const json& r) {
   std::uint64_t calls = 0, hosts = 0;
   std::vector<std::string> call_names, host_names;
@@ -313,7 +317,12 @@ std::string violations_line(const json& r) {
     out += (out.empty() ? "" : ", ") + std::to_string(hosts) +
            (hosts == 1 ? " connection denied" : " connections denied") + names(host_names);
   std::string id = text(at(r, "run_id"));
-  return out + ": see 'sbx trace show " + id + " --format text'";
+  return out + kViolationsSee + id + kViolationsSeeEnd;
+}
+
+bool is_violations_line(const std::string& message) {
+  return (message.find(" refused") != std::string::npos || message.find(" denied") != std::string::npos) &&
+         message.find(kViolationsSee) != std::string::npos && message.ends_with(kViolationsSeeEnd);
 }
 
 std::string trace_show_text(const json& r) {

@@ -25,6 +25,9 @@ bool seccomp_refusal_expected(const nlohmann::json& violation);
 // "1 system call refused (unshare), 1 host denied (example.com): see 'sbx trace show RUN_ID
 // --format text'"; "" when the record has none (expected refusals do not count).
 std::string violations_line(const nlohmann::json& record);
+// Whether `message` (a log line without its "sbx: warning: " prefix) is a violations_line: for a
+// caller that reports the refusals itself (sbx probe, whose helper makes them on purpose).
+bool is_violations_line(const std::string& message);
 
 // A limit's value as trace show prints it: durations and sizes in units (format_duration_ms,
 // format_size), by the limit's name in the record: limits_table.hpp's plan_name ("timeout",

@@ -167,7 +167,8 @@ class TerminalInjection(SbxTestCase):
             injected = self.drain(slave)
             out_on_terminal = self.drain(master)
             self.assertEqual(p.returncode, 0, f"stderr: {err!r}\nterminal: {out_on_terminal!r}")
-            report = json.loads(err.decode().strip().splitlines()[-1])
+            # The last line but sbx's own (the run ends with a summary of what the sandbox was refused).
+            report = json.loads([x for x in err.decode().strip().splitlines() if not x.startswith("sbx: ")][-1])
             note(f"TIOCSTI inside sbx: {report}; host legacy_tiocsti={legacy}; control outside sbx "
                  f"{'injected' if control_works else 'refused'}")
             self.assertEqual(injected, b"", "sbx let the program inject input into the caller's terminal")

@@ -77,4 +77,11 @@ TEST_CASE("trace text: seccomp refusals as sentences, limits in units, clone3's 
   r["violations"] = {net};
   CHECK(violations_line(r) == "1 connection denied (example.com): see 'sbx trace show r9 --format text'");
   CHECK(violations_line(json::object()) == "");
+  // sbx probe recognises the line (its helper is refused on purpose), and nothing else.
+  CHECK(is_violations_line(violations_line(r)));
+  r["violations"] = {seccomp};
+  CHECK(is_violations_line(violations_line(r)));
+  CHECK_FALSE(is_violations_line("seccomp is UNCONFINED: the program may use every system call"));
+  CHECK_FALSE(is_violations_line("export: skipped /out/x: see 'sbx trace show r9 --format text'"));
+  CHECK_FALSE(is_violations_line(""));
 }
