@@ -1,6 +1,7 @@
 #pragma once
 // Each subcommand lives in its own file under cli/ and registers itself here: parsing and printing
 // only, the work is done by runtime/. A command's run function returns the process exit status.
+#include <chrono>
 #include <functional>
 #include <optional>
 #include <set>
@@ -120,5 +121,15 @@ void add_global_options(CLI::App& app, GlobalOptions& g);
 
 // One line on stderr, "sbx: <message>", and the usage-error exit status (125).
 int usage_error(const std::string& message);
+
+// sbx itself run with `args` (probe_cmd.cpp): its exit status and output (bounded), killed after `limit`.
+struct Captured {
+  int status = -1;  // exit status of the re-run sbx
+  std::string out, err;
+};
+// `env_extra` is set in the child only; `pass_own_pid` replaces an "@HOSTPID@" word with the child's pid.
+Captured run_self(const std::vector<std::string>& args,
+                  const std::vector<std::pair<std::string, std::string>>& env_extra, std::chrono::seconds limit,
+                  bool pass_own_pid);
 
 }  // namespace sbx::cli

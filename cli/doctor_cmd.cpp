@@ -3,7 +3,11 @@
 // runtime/hostcheck; this file only prints.
 #include <algorithm>
 #include <limits.h>
+#include <signal.h>
+#include <stdlib.h>
 #include <unistd.h>
+
+#include <chrono>
 
 #include <cstdio>
 #include <cstdlib>
@@ -12,6 +16,7 @@
 #include "runtime/linux/cgroup_ns.hpp"
 #include "runtime/linux/host_blockers.hpp"
 #include "runtime/linux/hostcheck.hpp"
+#include "runtime/base/fsutil.hpp"
 #include "runtime/base/json_io.hpp"
 
 namespace sbx::cli {
@@ -47,6 +52,25 @@ void append_blocker_checks(std::vector<CheckResult>& checks) {
   for (auto& c : assess_blockers(f)) checks.push_back(std::move(c));
 }
 
+// The "sandbox" row: what every run does, done once. sbx re-runs itself as `sbx run -- /bin/true`
+// (the same parsing, profile and setup as the caller's runs), in a private state dir removed after
+// (nothing lands in the caller's ledger), bounded in time so that doctor never hangs.
+void append_sandbox_check(std::vector<CheckResult>& checks) {
+  std::string tmpl = (std::getenv("TMPDIR") && *std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp");
+  tmpl += "/sbx-doctor-XXXXXX";
+  if (!::mkdtemp(tmpl.data())) {
+    checks.push_back({"sandbox", CheckStatus::missing, true, "cannot make a temporary state dir: " + tmpl,
+                      "set TMPDIR to a writable directory"});
+    return;
+  }
+  constexpr auto limit = std::chrono::seconds(15);
+  auto started = std::chrono::steady_clock::now();
+  Captured c = run_self({"sbx", "--state-dir", tmpl, "run", "--timeout", "10s", "--", "/bin/true"}, {}, limit, false);
+  bool killed = c.status == 128 + SIGKILL && std::chrono::steady_clock::now() - started >= limit;
+  checks.push_back(assess_sandbox_run(c.status, c.err, killed));
+  (void)remove_tree(tmpl);
+}
+
 }  // namespace
 
 void add_doctor_command(CLI::App& app, GlobalOptions&, std::vector<Command>& out) {
@@ -57,6 +81,7 @@ void add_doctor_command(CLI::App& app, GlobalOptions&, std::vector<Command>& out
                    auto checks = run_host_checks();
                    add_cgroup_namespace_check(checks);
                    append_blocker_checks(checks);
+                   append_sandbox_check(checks);
                    nlohmann::json doc = json ? checks_to_json(checks) : nlohmann::json();
                    // Host paths and messages may be any bytes: dump_json escapes them (json_io.hpp).
                    std::string text = json ? dump_json(doc, 2) + "\n" : render_table(checks);

@@ -56,13 +56,10 @@ namespace {
 using nlohmann::json;
 namespace fs = std::filesystem;
 
-struct Captured {
-  int status = -1;  // exit status of `sbx run`
-  std::string out, err;
-};
+}  // namespace
 
-// Runs sbx itself with `args`, capturing stdout and stderr (bounded), killing it after `limit`.
-// `env_extra` is set in the child only.
+// Runs sbx itself with `args`, capturing stdout and stderr (bounded), killing it after `limit`
+// (commands.hpp).
 Captured run_self(const std::vector<std::string>& args,
                   const std::vector<std::pair<std::string, std::string>>& env_extra, std::chrono::seconds limit,
                   bool pass_own_pid) {
@@ -132,6 +129,8 @@ Captured run_self(const std::vector<std::string>& args,
   c.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
   return c;
 }
+
+namespace {
 
 std::string random_hex(std::size_t bytes) {
   std::string raw(bytes, '\0');

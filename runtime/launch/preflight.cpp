@@ -279,6 +279,73 @@ void add_setup_hint(Error& e, const RunSpec& spec, const IdentityPlan& identity,
              ", which cannot reach this path: make every directory above it searchable for that uid "
              "(e.g. chmod o+x), or run sbx as an ordinary user (rootless), whose own files the sandbox can read";
   }
+  if (e.stage == "mounts" && e.err == EPERM && e.message.rfind("proc on ", 0) == 0) {
+    // The supervisor's view is the host's: the sandbox's mount namespace was copied from it.
+    auto text = read_file("/proc/self/mountinfo");
+    e.hint = proc_mount_refused_hint(text ? std::optional<std::string>(std::move(*text)) : std::nullopt);
+  }
+}
+
+namespace {
+
+// mountinfo escapes a space, tab, newline and backslash in a path as \ooo.
+std::string unescape_mountinfo(std::string_view s) {
+  std::string out;
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '\\' && i + 3 < s.size() && s[i + 1] >= '0' && s[i + 1] <= '3') {
+      out += static_cast<char>((s[i + 1] - '0') * 64 + (s[i + 2] - '0') * 8 + (s[i + 3] - '0'));
+      i += 3;
+    } else {
+      out += s[i];
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string proc_mount_refused_hint(const std::optional<std::string>& mountinfo) {
+  bool proc_seen = false;
+  std::vector<std::string> covered;
+  std::size_t at = 0;
+  while (mountinfo && at < mountinfo->size()) {
+    std::size_t end = mountinfo->find('\n', at);
+    if (end == std::string::npos) end = mountinfo->size();
+    std::string_view line(mountinfo->data() + at, end - at);
+    at = end + 1;
+    // "<id> <parent> <major:minor> <root> <mount point> <options> [optional...] - <fstype> ..."
+    std::vector<std::string_view> f;
+    for (std::size_t p = 0; p < line.size() && f.size() < 5;) {
+      std::size_t q = line.find(' ', p);
+      if (q == std::string_view::npos) q = line.size();
+      f.push_back(line.substr(p, q - p));
+      p = q + 1;
+    }
+    if (f.size() < 5) continue;
+    std::string point = unescape_mountinfo(f[4]);
+    std::size_t dash = line.find(" - ");
+    std::string_view fstype =
+        dash == std::string_view::npos ? "" : line.substr(dash + 3, line.find(' ', dash + 3) - dash - 3);
+    if (point == "/proc" && fstype == "proc") proc_seen = true;
+    // binfmt_misc sits on a permanently empty directory, which the kernel allows.
+    else if (point.rfind("/proc/", 0) == 0 && point.rfind("/proc/sys/fs/binfmt_misc", 0) != 0 &&
+             std::find(covered.begin(), covered.end(), point) == covered.end())
+      covered.push_back(point);
+  }
+  const std::string unmasked =
+      "Kubernetes: securityContext.procMount: Unmasked; docker: --security-opt systempaths=unconfined";
+  if (!proc_seen)
+    return "no /proc is mounted where sbx runs, and the kernel lets a user namespace mount a new procfs only "
+           "while a complete one is visible: mount /proc first (bwrap: --proc /proc; a container: " +
+           unmasked + "); see deploy/README.md";
+  if (covered.empty()) return "";
+  std::string paths;
+  for (std::size_t i = 0; i < covered.size() && i < 3; ++i) paths += (i ? ", " : "") + covered[i];
+  if (covered.size() > 3) paths += " and " + std::to_string(covered.size() - 3) + " more";
+  return "this host's /proc has paths covered by other mounts (" + paths +
+         ": a container runtime's masked /proc), and the kernel refuses a new procfs in a user namespace "
+         "while any is covered: run the container with an unmasked /proc (" +
+         unmasked + "); see deploy/README.md";
 }
 
 }  // namespace sbx

@@ -55,4 +55,11 @@ std::string wall_time_message(std::int64_t timeout_ms, const std::string& layer)
 // a bind source that the sandbox's host uid cannot reach as root.
 void add_setup_hint(Error& e, const RunSpec& spec, const IdentityPlan& identity, const std::string& cwd);
 
+// Why the kernel refused the sandbox's new procfs (mount("proc") EPERM, "proc on /proc"), from
+// the host's /proc/self/mountinfo (nullopt: unreadable, no /proc at all), and the fix. In a user
+// namespace a new procfs is allowed only while a complete one is visible: a mount covering a path
+// under the visible /proc (a container runtime's masked /proc: /proc/keys, /proc/timer_list...)
+// or no /proc at all forbids it. "" when mountinfo shows neither (the reason is elsewhere).
+std::string proc_mount_refused_hint(const std::optional<std::string>& mountinfo);
+
 }  // namespace sbx

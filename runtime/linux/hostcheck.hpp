@@ -63,6 +63,12 @@ CheckResult assess_userns(std::string name, const Status& probe, const UsernsSys
 // otherwise (sbx then enforces what it can with rlimits). Never required.
 CheckResult assess_cgroup(const CgroupInfo& info);
 
+// Judge the throwaway sandbox `sbx doctor` runs (`sbx run -- /bin/true`, the real run path, so
+// that whatever fails every run fails this row): ok on exit 0; else missing (required), with the
+// run's own last "sbx: " line of `err` (its error, whose "(...)" says how to fix it), or the exit
+// status when it printed none. `killed`: doctor stopped it at its time bound.
+CheckResult assess_sandbox_run(int status, std::string_view err, bool killed);
+
 // Output: a fixed-width table (one row per check, a "fix:" line under each row with a hint, then a
 // verdict line), and the JSON object {ok, checks: [{name, status, required, detail, hint}]}.
 std::string render_table(const std::vector<CheckResult>& checks);

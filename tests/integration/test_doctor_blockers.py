@@ -1,11 +1,14 @@
 """sbx doctor names the common host blockers, each in a row of its own with the live value
 (runtime/linux/host_blockers.hpp; each detection is unit-tested on fixture trees in
 tests/unit/test_host_blockers.cpp). Here: the rows exist on this host, agree with /proc/sys, and
-doctor changes nothing."""
+doctor changes nothing. And the "sandbox" row: doctor runs a throwaway sandbox, so that a host
+where every run fails (a container's masked /proc) is not reported green."""
 import json
 import os
+import subprocess
+import unittest
 
-from sbxtest import MODE, SbxTestCase, sbx
+from sbxtest import MODE, SbxTestCase, ledger_lines, sbx
 
 ROWS = ["apparmor-userns", "max-user-namespaces", "userns-clone", "cgroup2", "subid", "user-manager"]
 
@@ -50,3 +53,45 @@ class DoctorBlockers(SbxTestCase):
         t = sbx(["doctor"], timeout=60)
         for name in ROWS:
             self.assertIn(name, t.out)
+
+
+# A masked /proc as container runtimes make it: /dev/null bound over a /proc file.
+MASKED_PROC = """set -e
+for p in /proc/keys /proc/timer_list /proc/kcore; do [ -e $p ] && {{ mount --bind /dev/null $p; echo "covered $p"; break; }}; done
+set +e
+"$SBX" run -- true; echo "run exit $?"
+"$SBX" doctor --json > {doc}; echo "doctor exit $?"
+"""
+
+
+class DoctorSandbox(SbxTestCase):
+    def test_sandbox_row_runs_a_throwaway_sandbox_outside_the_ledger(self):
+        state = os.environ["SBX_STATE_DIR"]
+        before = len(ledger_lines(state))
+        r = sbx(["doctor", "--json"], timeout=60)
+        self.assertEqual(r.rc, 0, r.describe())
+        row = {c["name"]: c for c in json.loads(r.out)["checks"]}["sandbox"]
+        self.assertEqual((row["status"], row["required"]), ("ok", True), row)
+        self.assertIn("/bin/true", row["detail"])
+        self.assertEqual(len(ledger_lines(state)), before, "doctor's throwaway run landed in the ledger")
+
+    @unittest.skipIf(MODE != "root", "needs a mount over /proc in a mount namespace of the test's own")
+    def test_masked_proc_fails_the_run_with_the_fix_and_the_doctor_row(self):
+        """The host's mounts are untouched: the cover lives in a private mount namespace (unshare -m)."""
+        doc = self.path("doctor.json")
+        p = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", MASKED_PROC.format(doc=doc)],
+                           capture_output=True, text=True, timeout=120, env=dict(os.environ, SBX=os.environ["SBX_BIN"]))
+        out, err = p.stdout, p.stderr
+        self.assertIn("covered /proc/", out, out + err)
+        covered = out.split("covered ")[1].split()[0]
+        self.assertIn("run exit 125", out, out + err)
+        line = [l for l in err.splitlines() if "proc on /proc" in l]
+        self.assertTrue(line, err)
+        for words in (covered, "procMount: Unmasked", "--security-opt systempaths=unconfined", "deploy/README.md"):
+            self.assertIn(words, line[0])
+        self.assertIn("doctor exit 1", out, out + err)
+        with open(doc) as f:
+            row = {c["name"]: c for c in json.load(f)["checks"]}["sandbox"]
+        self.assertEqual(row["status"], "missing", row)
+        self.assertIn("proc on /proc", row["detail"])
+        self.assertIn("procMount: Unmasked", row["detail"])

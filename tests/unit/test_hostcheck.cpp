@@ -190,8 +190,8 @@ TEST_CASE("run_host_checks: every probe answers, fast, and leaves nothing behind
     if (c.required) CHECK(c.status != CheckStatus::degraded);
     if (c.status == CheckStatus::missing && c.required) CHECK_FALSE(c.hint.empty());
   }
-  for (const char* want : {"userns", "namespaces", "clone3", "cgroup", "overlayfs", "seccomp", "pidfd",
-                           "landlock", "identity"})
+  for (const char* want :
+       {"userns", "namespaces", "clone3", "cgroup", "overlayfs", "seccomp", "pidfd", "landlock", "identity"})
     CHECK(names.count(want) == 1);
 
   // The overlay probe's scratch directory is gone.
@@ -202,4 +202,23 @@ TEST_CASE("run_host_checks: every probe answers, fast, and leaves nothing behind
     ::pclose(p);
   }
   CHECK(leftovers.empty());
+}
+
+TEST_CASE("sandbox row: ok on exit 0, else the run's own last error line, required") {
+  auto ok = assess_sandbox_run(0, "", false);
+  CHECK(ok.name == "sandbox");
+  CHECK(ok.status == CheckStatus::ok);
+  CHECK(ok.required);
+  CHECK(ok.hint.empty());
+  auto failed = assess_sandbox_run(
+      125, "sbx: warning: something\nsbx: setup failed at mounts: proc on /proc: Operation not permitted (fix it)\n",
+      false);
+  CHECK(failed.status == CheckStatus::missing);
+  CHECK(failed.detail ==
+        "a throwaway sandbox running /bin/true failed: setup failed at mounts: proc on /proc: "
+        "Operation not permitted (fix it)");
+  CHECK(!failed.hint.empty());
+  CHECK(!host_can_run({failed}));
+  CHECK(assess_sandbox_run(1, "no sbx line", false).detail.find("exit status 1") != std::string::npos);
+  CHECK(assess_sandbox_run(137, "", true).detail.find("did not finish in time") != std::string::npos);
 }

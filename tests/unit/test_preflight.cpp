@@ -72,7 +72,8 @@ TEST_CASE("require-limits: the error names the limit, the layer that set it and 
   CHECK(from_manifest["cpu_time"] == "sbx's defaults");
 
   l.cpus.reset();  // cleared by --cpus none
-  CHECK_FALSE(require_limits_shortfall(plan_limits(l, hybrid_without_cpu(), false, true), hybrid_without_cpu(), layers));
+  CHECK_FALSE(
+      require_limits_shortfall(plan_limits(l, hybrid_without_cpu(), false, true), hybrid_without_cpu(), layers));
 }
 
 TEST_CASE("NO_PROXY leaves out the loopback names an allow rule sends to the host") {
@@ -242,7 +243,8 @@ TEST_CASE("binds: the state dir reached through another mount of it is refused b
       ::_exit(3);
     Dirs d;
     d.state = base + "/state";
-    bool inside = spare_state_refusal(base + "/alias/cache:/c:rw", d).find("is inside sbx's state dir") != std::string::npos;
+    bool inside =
+        spare_state_refusal(base + "/alias/cache:/c:rw", d).find("is inside sbx's state dir") != std::string::npos;
     bool is = spare_state_refusal(base + "/alias:/c:rw", d).find("is sbx's state dir") != std::string::npos;
     ::_exit(inside && is ? 0 : 1);
   }
@@ -260,4 +262,31 @@ TEST_CASE("preflight: the wall-time message names the layer that set the limit a
   CHECK(wall_time_message(300, "flag --timeout") == "wall-time limit of 300ms reached: sandbox killed (exit 124)");
   CHECK(wall_time_message(5000, "/p/pack.json").find("set by /p/pack.json: raise limits.timeout there") !=
         std::string::npos);
+}
+
+TEST_CASE("proc mount refused: the hint names the covered /proc paths and the unmasked-/proc fix") {
+  const std::string host =
+      "22 1 0:21 / /proc rw,nosuid,nodev,noexec,relatime shared:12 - proc proc rw\n"
+      "40 22 0:35 / /proc/sys/fs/binfmt_misc rw,relatime shared:13 - autofs systemd-1 rw\n"
+      "25 1 0:23 / /sys rw - sysfs sysfs rw\n";
+  // A plain host: nothing covers /proc, so the refusal has another cause and no hint is made up.
+  CHECK(proc_mount_refused_hint(host) == "");
+  // Docker's masked paths: a /dev/null bind over /proc/keys, a tmpfs over /proc/timer\040list-like names.
+  std::string masked = host +
+                       "600 22 0:5 /null /proc/keys rw,nosuid - devtmpfs udev rw\n"
+                       "601 22 0:50 / /proc/timer_list ro - tmpfs tmpfs ro\n"
+                       "602 22 0:51 / /proc/my\\040dir ro - tmpfs tmpfs ro\n"
+                       "603 22 0:52 / /proc/scsi ro - tmpfs tmpfs ro\n";
+  std::string hint = proc_mount_refused_hint(masked);
+  CHECK(hint.find("/proc/keys, /proc/timer_list, /proc/my dir and 1 more") != std::string::npos);
+  CHECK(hint.find("procMount: Unmasked") != std::string::npos);
+  CHECK(hint.find("--security-opt systempaths=unconfined") != std::string::npos);
+  CHECK(hint.find("deploy/README.md") != std::string::npos);
+  // No /proc at all (bwrap without --proc): mount one first.
+  for (auto none :
+       {std::optional<std::string>(), std::optional<std::string>("25 1 0:23 / /sys rw - sysfs sysfs rw\n")}) {
+    std::string h = proc_mount_refused_hint(none);
+    CHECK(h.find("no /proc is mounted") != std::string::npos);
+    CHECK(h.find("bwrap: --proc /proc") != std::string::npos);
+  }
 }
