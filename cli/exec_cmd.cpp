@@ -22,7 +22,9 @@ namespace {
 struct ExecFlags {
   std::string trace_file;
   std::string events;
-  std::optional<std::string> tenant;  // --tenant '' is a bad name, not "none"
+  std::optional<std::string> tenant;      // --tenant '' is a bad name, not "none"
+  std::string profile = kDefaultProfile;  // its limits are the request's ceilings
+  std::vector<std::string> allow_hosts;   // the operator's egress rules; a request names none
   bool dry_run = false;
 };
 
@@ -44,6 +46,13 @@ void add_exec_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out
   exec->add_option(
       "--events", f.events,
       "Stream live events as JSON lines to FILE, a FIFO or fd:N (never blocks the run; drops are counted)");
+  exec->add_option("--profile", f.profile,
+                   "Profile name or JSON file the request runs under; its limits are the request's ceilings "
+                   "(default: untrusted)");
+  exec->add_option(
+      "--allow-host", f.allow_hosts,
+      "Allow egress to HOST[:PORT] through sbx's filtering proxy: a name, *.domain, an IP, [IPv6] or a CIDR; "
+      "ports 80 and 443 unless given (repeatable)");
   exec->add_option("--tenant", f.tenant,
                    "Run as tenant NAME: its ceilings bind the request (and the profile); its own host ids and store")
       ->check(tenant_option_check, "NAME");
@@ -75,6 +84,8 @@ void add_exec_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out
                    ctx.invocation_argv = g.argv;
                    ctx.trace_file = f.trace_file;
                    ctx.events = f.events;
+                   ctx.profile = f.profile;
+                   ctx.allow_hosts = f.allow_hosts;
                    if (f.tenant) {
                      if (auto st = check_tenant_name(*f.tenant); !st) return json_error("usage", st.error().message);
                      ctx.before_run = [](RunRequest& run) { return apply_named_tenant(f.tenant, run); };

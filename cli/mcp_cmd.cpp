@@ -125,7 +125,9 @@ std::optional<int> load_pack_tools(const McpFlags& f, const LoadedProfile& profi
         return usage_error("mcp: --packs: the pack in " + dir + " does not load");
       }
       // A pack whose limits pass the profile's would fail on every call: refused now instead.
-      if (auto merged = spec_from_layers(profile, &pack->spec_patch, pack->source_dir + "/pack.json"); !merged)
+      if (auto merged = spec_from_layers(profile, &pack->spec_patch, pack->source_dir + "/pack.json", {},
+                                         CeilingRaise::by_profile);
+          !merged)
         return usage_error("mcp: " + merged.error().message + " (profile " + f.profile + ")");
       if (!names.insert(pack->name).second)
         return usage_error("mcp: two tools named '" + pack->name + "' (" + dir + ")");

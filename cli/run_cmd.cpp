@@ -160,13 +160,7 @@ Result<RunSpec> apply_flags(RunSpec spec, const RunFlags& f) {
                         "--output-max-files: bad file count '" + *f.output_max_files + "' (a non-negative integer)");
     spec.limits.output_max_files = n;
   }
-  for (auto& h : f.allow_hosts) {
-    if (auto r = parse_allow_rule(h); !r) return r.error();
-    spec.network.allow.push_back(h);
-  }
-  if (auto rules = parse_allow_rules(spec.network.allow); rules)  // the profile's rules and these together
-    if (auto why = unreachable_loopback_name(*rules)) return make_error("usage", *why);
-  if (!spec.network.allow.empty()) spec.network.mode = "proxy";
+  SBX_TRY(add_allow_hosts(spec.network, f.allow_hosts));
   if (f.require_limits) spec.require_limits = true;
   if (f.require_record) spec.require_record = true;
   if (!f.events.empty()) {

@@ -242,7 +242,7 @@ _sbx() {
                 COMPREPLY=($(compgen -d -- "$cur")); compopt -o filenames 2>/dev/null
             fi ;;
         exec)
-            COMPREPLY=($(compgen -W "--trace-file --tenant --events --dry-run --help" -- "$cur")) ;;
+            COMPREPLY=($(compgen -W "--profile --allow-host --trace-file --tenant --events --dry-run --help" -- "$cur")) ;;
         mcp)
             COMPREPLY=($(compgen -W "--packs --context --profile --tenant --max-concurrent --max-queued --pool --pool-max-idle --help" -- "$cur")) ;;
         replay)

@@ -292,6 +292,8 @@ complete -c sbx -n '__sbx_at image verify' -l full -d 'Re-hash every file and co
 complete -c sbx -n '__sbx_at image verify' -l json -d 'Print one JSON object'
 
 # sbx exec
+complete -c sbx -n '__sbx_at exec' -l profile -x -a '(__sbx_profiles; __fish_complete_suffix .json)' -d 'Profile name or JSON file; its limits are ceilings'
+complete -c sbx -n '__sbx_at exec' -l allow-host -x -a '(__fish_print_hostnames)' -d 'Allow egress to HOST[:PORT] through the filtering proxy'
 complete -c sbx -n '__sbx_at exec' -l trace-file -r -F -d 'Also write the trace record here'
 complete -c sbx -n '__sbx_at exec' -l events -r -F -d 'Stream live events as JSON lines to FILE, a FIFO or fd:N'
 complete -c sbx -n '__sbx_at exec' -l dry-run -d 'Check everything, print the plan as JSON, run nothing'

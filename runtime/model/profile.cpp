@@ -254,7 +254,8 @@ std::vector<ProfileSource> list_profiles() {
 }
 
 Result<RunSpec> spec_from_layers(const LoadedProfile& profile, const json* manifest_patch,
-                                 const std::string& manifest_source, const std::set<std::string>& set_by_operator) {
+                                 const std::string& manifest_source, const std::set<std::string>& set_by_operator,
+                                 CeilingRaise how) {
   json merged = spec_to_json(RunSpec{});
   merge_patch(merged, profile.patch);
   merged["profile"] = profile.source.name;
@@ -263,7 +264,7 @@ Result<RunSpec> spec_from_layers(const LoadedProfile& profile, const json* manif
   merge_patch(merged, *manifest_patch);
   auto asked = spec_from_json(merged, manifest_source);
   if (!asked) return asked;
-  SBX_TRY(check_ceilings(*ceiling, *asked, manifest_source, profile.source.name, set_by_operator));
+  SBX_TRY(check_ceilings(*ceiling, *asked, manifest_source, profile.source.name, set_by_operator, how));
   return asked;
 }
 
@@ -303,12 +304,19 @@ std::map<std::string, std::string> limit_layers(const LoadedProfile& profile, co
   return out;
 }
 
+std::string ceiling_raise_hint(const LimitKind& k, CeilingRaise how) {
+  if (how == CeilingRaise::by_profile)
+    return std::string("; the operator may pass --profile with a profile whose limits.") + k.name + " is higher";
+  return k.flag[0] ? std::string("; the operator may raise it with ") + k.flag : std::string();
+}
+
 namespace {
 template <typename T>
 Status at_most(const std::optional<T>& ceiling, const std::optional<T>& asked, const LimitKind& k,
-               const std::string& source, const std::string& profile, const std::set<std::string>& by_operator) {
+               const std::string& source, const std::string& profile, const std::set<std::string>& by_operator,
+               CeilingRaise how) {
   if (!ceiling || (asked && *asked <= *ceiling) || by_operator.count(k.name)) return {};
-  std::string raise = k.flag[0] ? std::string("; the operator may raise it with ") + k.flag : std::string();
+  std::string raise = ceiling_raise_hint(k, how);
   LimitFormat fmt = limit_format(k.unit);
   return make_error("usage", source + ": /limits/" + k.name + ": " + shown_limit(asked, fmt) +
                                  " is above the ceiling of profile '" + profile + "' (" + shown_limit(ceiling, fmt) +
@@ -323,12 +331,12 @@ auto as_optional(const Limits& l, M m) {
 }  // namespace
 
 Status check_ceilings(const RunSpec& ceiling, const RunSpec& asked, const std::string& source,
-                      const std::string& profile, const std::set<std::string>& op) {
+                      const std::string& profile, const std::set<std::string>& op, CeilingRaise how) {
   // Every limit of limits_table.hpp, one rule: at most the profile's; its flag is the operator's.
   for (const LimitKind* k : limit_kinds_by(&LimitOrder::ceiling))
     SBX_TRY(std::visit(
         [&](auto m) {
-      return at_most(as_optional(ceiling.limits, m), as_optional(asked.limits, m), *k, source, profile, op);
+      return at_most(as_optional(ceiling.limits, m), as_optional(asked.limits, m), *k, source, profile, op, how);
         },
         k->member));
   // gpu.max: a ceiling of the profile's that no layer raises (--gpu included: plan_gpu checks the

@@ -61,8 +61,19 @@ std::vector<ProfileSource> list_profiles();
 // (check_ceilings). Command-line flags come later and are the operator's to raise: the limits in
 // `set_by_operator` (manifest key names: "timeout", "memory", ...) are decided by a flag, so the
 // manifest's value for them is not checked (the flag replaces it).
+// Who may raise a profile's ceiling, and so the fix a refused limit names: `sbx run` and `sbx pack
+// run` take a flag per limit (--timeout); `sbx exec` and `sbx mcp` take no limit flag, only
+// --profile (a request may not raise what its operator chose).
+enum class CeilingRaise { by_flag, by_profile };
+struct LimitKind;  // limits_table.hpp
+// The one wording of that fix, appended to a ceiling refusal: "; the operator may raise it with
+// --timeout" (empty for a limit without a flag), or "; the operator may pass --profile with a
+// profile whose limits.timeout is higher".
+std::string ceiling_raise_hint(const LimitKind& k, CeilingRaise how);
+
 Result<RunSpec> spec_from_layers(const LoadedProfile& profile, const nlohmann::json* manifest_patch,
-                                 const std::string& manifest_source, const std::set<std::string>& set_by_operator = {});
+                                 const std::string& manifest_source, const std::set<std::string>& set_by_operator = {},
+                                 CeilingRaise how = CeilingRaise::by_flag);
 
 // Which layer set each limit of the merged spec, by limits_plan.hpp's names ("memory", "pids",
 // "cpus", "cpu_time", "timeout", "output"): "flag --cpus" for those in `by_flag` (same names),
@@ -75,7 +86,8 @@ std::map<std::string, std::string> limit_layers(const LoadedProfile& profile, co
 // Every limit of `asked` that is above `ceiling`'s (or unlimited where the ceiling has one):
 // "SOURCE: /limits/timeout: 100h is above the ceiling of profile 'untrusted' (30s) ...".
 Status check_ceilings(const RunSpec& ceiling, const RunSpec& asked, const std::string& source,
-                      const std::string& profile_name, const std::set<std::string>& set_by_operator = {});
+                      const std::string& profile_name, const std::set<std::string>& set_by_operator = {},
+                      CeilingRaise how = CeilingRaise::by_flag);
 
 // Capabilities: `asked` keeps no capability that `ceiling` does not, except those the operator
 // added by flag, which `set_by_operator` holds as kCapabilityByOperator + "CAP_NAME".

@@ -526,6 +526,17 @@ Result<TmpfsMount> parse_tmpfs(const std::string& text) {
   return t;
 }
 
+Status add_allow_hosts(NetworkSpec& network, const std::vector<std::string>& hosts) {
+  for (auto& h : hosts) {
+    if (auto r = parse_allow_rule(h); !r) return r.error();
+    network.allow.push_back(h);
+  }
+  if (auto rules = parse_allow_rules(network.allow); rules)  // the profile's rules and these together
+    if (auto why = unreachable_loopback_name(*rules)) return make_error("usage", *why);
+  if (!network.allow.empty()) network.mode = "proxy";
+  return {};
+}
+
 Result<BindMount> parse_input(const std::string& text) {
   // PATH[:DST]; the destination defaults to /in/<last component of PATH>.
   auto pos = text.find(':');

@@ -144,6 +144,10 @@ std::string as_written(std::string message, const std::map<std::string, std::str
 Result<BindMount> parse_bind(const std::string& text);    // SRC[:DST][:rw|:ro]
 Result<TmpfsMount> parse_tmpfs(const std::string& text);  // DST[:SIZE]
 Result<BindMount> parse_input(const std::string& text);   // PATH[:DST]
+// The operator's --allow-host rules (`sbx run`, `sbx exec`; never a manifest's or a request's)
+// added to `network`'s own: each rule checked (egress_policy.hpp), the list together refused when
+// a loopback name in it could never be reached, and a non-empty list turns the mode to "proxy".
+Status add_allow_hosts(NetworkSpec& network, const std::vector<std::string>& hosts);
 
 // Checks that hold whatever the source: absolute in-sandbox paths, argv present, sane limits.
 Status validate_spec(const RunSpec& spec);

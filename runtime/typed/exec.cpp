@@ -136,8 +136,11 @@ struct ExecState {
 // checks the ceiling), running /code/main.EXT in /tmp.
 Result<RunSpec> exec_spec(const ExecRequest& rq, const LoadedProfile& profile, const json& patch,
                           const ExecContext& ctx) {
-  auto spec = spec_from_layers(profile, &patch, "exec request");
+  // The request's operator chose the profile (--profile); no flag raises a limit here.
+  auto spec = spec_from_layers(profile, &patch, "exec request", {}, CeilingRaise::by_profile);
   if (!spec) return make_error("usage", spec.error().message);  // already names the "exec request"
+  // The operator's hosts (`sbx exec --allow-host`), after the request's layer: a request names none.
+  if (auto st = add_allow_hosts(spec->network, ctx.allow_hosts); !st) return st.error();
   if (!spec->limits.output_limit_bytes) spec->limits.output_limit_bytes = kExecDefaultOutputCap;
   spec->argv = rq.argv_prefix;
   spec->argv.push_back("/code/main." + rq.ext);

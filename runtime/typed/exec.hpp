@@ -34,6 +34,9 @@ struct ExecContext {
   // The profile the run is under (its limits are the request's ceilings); `sbx mcp --profile`
   // passes its own through the worker (cli/mcp_cmd.cpp).
   std::string profile = "untrusted";
+  // `sbx exec --allow-host` rules, added to the profile's (spec.hpp add_allow_hosts): the
+  // operator's, never the request's.
+  std::vector<std::string> allow_hosts;
   std::string events;  // --events FILE|fd:N (events.hpp): the operator's, never the request's
   // --dry-run: the request is checked and the run planned (dry_run.hpp), nothing runs; the
   // response is the dry run's JSON.

@@ -86,6 +86,35 @@ class Profiles(SbxTestCase):
             self.assertEqual(t["invocation"]["profile"]["sha256"], hashlib.sha256(f.read()).hexdigest(),
                              "the trace hashes the profile file that was used")
 
+    def test_exec_profile_is_the_requests_ceiling(self):
+        """`sbx exec --profile` (issue 32): the profile's limits bind the request, which may lower
+        them, never raise them; the refusal names a fix exec has (--profile), never --timeout."""
+        p = self.write("short.json", {"limits": {"timeout": "2s"}})
+
+        def req(code, **limits):
+            return json.dumps({"language": "sh", "code": code, **({"limits": limits} if limits else {})}).encode()
+
+        r = sbx(["exec", "--profile", p], input=req("sleep 5; echo late"), timeout=60)
+        self.assertExit(r, 0)
+        resp = json.loads(r.out)
+        self.assertEqual(resp["status"], "timeout", "the profile's 2s ends the request's sleep 5")
+        self.assertNotIn("late", resp["stdout"])
+        r = sbx(["exec", "--profile", p], input=req("true", timeout="3s"))
+        self.assertExit(r, 125)
+        msg = json.loads(r.out)["error"]["message"]
+        self.assertEqual(msg, "exec request: /limits/timeout: 3s is above the ceiling of profile 'short' (2s): a "
+                              "manifest or request may lower a limit, never raise it; the operator may pass --profile "
+                              "with a profile whose limits.timeout is higher")
+        self.assertIn("whose limits.timeout is higher", r.err)
+        r = sbx(["exec", "--profile", p], input=req("echo ok", timeout="1s"), timeout=60)
+        self.assertExit(r, 0)
+        self.assertEqual(json.loads(r.out)["status"], "ok", "a request may lower the profile's limit")
+        r = sbx(["exec"], input=req("echo ok", timeout="3s"), timeout=60)
+        self.assertEqual(json.loads(r.out)["status"], "ok", "without --profile: untrusted's 30s, as before")
+        r = sbx(["exec", "--profile", "no-such-profile"], input=req("true"))
+        self.assertExit(r, 125)
+        self.assertIn("unknown profile 'no-such-profile'", json.loads(r.out)["error"]["message"])
+
     def test_limits_have_one_spelling_everywhere(self):
         """Profiles, pack manifests and exec requests take the flag spelling (timeout, memory,
         cpu_time, ...) and the run spec's (timeout_ms, ...) as an alias; errors name the key as

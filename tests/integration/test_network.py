@@ -112,6 +112,29 @@ class Network(SbxTestCase):
         self.assertGreater(hosts[f"127.0.0.1:{self.port}"]["bytes_out"], 0)
         self.assertEqual(self.violations(r), [])
 
+    def test_exec_allow_host_reaches_the_proxy(self):
+        """`sbx exec --allow-host` (issue 32): the operator's rule reaches exec's proxy as it does
+        `sbx run`'s (the same parser); without it an exec request has no network at all."""
+        code = f"NO_PROXY= no_proxy= {CURL} -sS --max-time 10 http://127.0.0.1:{self.port}/exec"
+        req = json.dumps({"language": "sh", "code": code}).encode()
+        tf = os.path.join(self.tmp, "exec-trace.json")
+        r = sbx(["exec", "--allow-host", f"127.0.0.1:{self.port}", "--trace-file", tf], input=req, timeout=60)
+        self.assertExit(r, 0)
+        resp = json.loads(r.out)
+        self.assertEqual(resp["status"], "ok", resp)
+        self.assertIn("hello from allowed path=/exec", resp["stdout"])
+        with open(tf) as f:
+            net = json.load(f)["enforcement"]["network"]
+        self.assertEqual((net["mode"], net["allow"]), ("proxy", [f"127.0.0.1:{self.port}"]))
+        hits = len(self.srv.hits)
+        r = sbx(["exec"], input=req, timeout=60)
+        self.assertExit(r, 0)
+        self.assertNotEqual(json.loads(r.out)["status"], "ok", "no --allow-host: no network")
+        self.assertEqual(len(self.srv.hits), hits)
+        r = sbx(["exec", "--allow-host", "localhost:8080"], input=req)
+        self.assertExit(r, 125)
+        self.assertIn("can never allow anything", json.loads(r.out)["error"]["message"])
+
     def test_python_urllib_through_the_proxy_variables(self):
         code = ("import os, urllib.request; print(os.environ['http_proxy']);"
                 f"print(urllib.request.urlopen('http://127.0.0.1:{self.port}/urllib', timeout=10).read().decode())")

@@ -1,5 +1,6 @@
 #include <doctest/doctest.h>
 
+#include "runtime/model/limits_table.hpp"
 #include "runtime/model/profile.hpp"
 #include "runtime/model/spec.hpp"
 
@@ -39,6 +40,26 @@ TEST_CASE("profile ceilings: lowering is fine, raising or removing a limit is re
   a = c;
   a.limits.pids = 5;  // the profile has none: anything goes
   CHECK(why(c, a) == "");
+}
+
+TEST_CASE("a ceiling refusal names the fix of the command in use: its flag, or --profile") {
+  RunSpec c;
+  c.limits.timeout_ms = 2000;
+  RunSpec a = c;
+  a.limits.timeout_ms = 5000;
+  auto st = check_ceilings(c, a, "exec request", "t", {}, sbx::CeilingRaise::by_profile);
+  REQUIRE_FALSE(st.ok());
+  CHECK(st.error().message == "exec request: /limits/timeout: 5s is above the ceiling of profile 't' (2s): a manifest "
+                              "or request may lower a limit, never raise it; the operator may pass --profile with a "
+                              "profile whose limits.timeout is higher");
+  CHECK(st.error().message.find("--timeout") == std::string::npos);  // `sbx exec` has no such flag
+  // Every limit has a profile fix, flag or not (tmp_size has no flag of `sbx run`).
+  for (const auto& k : sbx::limit_kinds()) {
+    CHECK(sbx::ceiling_raise_hint(k, sbx::CeilingRaise::by_profile) ==
+          std::string("; the operator may pass --profile with a profile whose limits.") + k.name + " is higher");
+    CHECK(sbx::ceiling_raise_hint(k, sbx::CeilingRaise::by_flag) ==
+          (k.flag[0] ? std::string("; the operator may raise it with ") + k.flag : std::string()));
+  }
 }
 
 TEST_CASE("integers below a key's range are refused too (nlohmann keeps them unsigned)") {

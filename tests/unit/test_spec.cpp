@@ -336,3 +336,20 @@ TEST_CASE("profiles: extends inherits and overrides; unknown parents, cycles and
   CHECK(load_profile(dir / "num.json").error().message ==
         "profile " + (dir / "num.json") + R"(: /extends: must be the name of a profile (e.g. "untrusted"))");
 }
+
+TEST_CASE("the operator's --allow-host rules join the profile's, one rule set for run and exec") {
+  NetworkSpec n;
+  REQUIRE(add_allow_hosts(n, {}).ok());
+  CHECK(n.mode == "none");  // no rule: no network at all
+  n.allow = {"pypi.org"};   // the profile's own
+  REQUIRE(add_allow_hosts(n, {"example.com:8443", "[::1]:8080"}).ok());
+  CHECK(n.allow == std::vector<std::string>{"pypi.org", "example.com:8443", "[::1]:8080"});
+  CHECK(n.mode == "proxy");
+  NetworkSpec bad;
+  auto e = add_allow_hosts(bad, {"ok.example", "bad host"});
+  REQUIRE_FALSE(e.ok());
+  CHECK(e.error().message.rfind("--allow-host 'bad host'", 0) == 0);
+  e = add_allow_hosts(bad, {"localhost:8080"});  // a loopback name never reaches anything
+  REQUIRE_FALSE(e.ok());
+  CHECK(e.error().message.find("can never allow anything") != std::string::npos);
+}

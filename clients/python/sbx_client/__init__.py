@@ -165,11 +165,15 @@ class Sbx:
 
     def exec(self, code: str, language: str = "python", *, inputs: Any = None,
              files: Optional[Mapping[str, str]] = None, limits: Optional[Mapping[str, Any]] = None,
-             output_schema: Optional[Mapping[str, Any]] = None) -> ExecResult:
+             output_schema: Optional[Mapping[str, Any]] = None, profile: Optional[str] = None,
+             allow_hosts: Sequence[str] = ()) -> ExecResult:
         """Runs `code` through `sbx exec`: inputs at /in/input.json, files under /code, the result
         read from /out/result.json and checked against `output_schema` when one is given.
         `limits` take strings with units for durations and sizes ({"timeout": "5s", "memory":
-        "256M"}; a bare number raises SbxError) and numbers for pids and cpus."""
+        "256M"}; a bare number raises SbxError) and numbers for pids and cpus; they may lower the
+        profile's, never raise them. `profile` (a name or a JSON file; default the client's, else
+        sbx's `untrusted`) sets those ceilings; `allow_hosts` are `--allow-host HOST[:PORT]` rules,
+        the only hosts the program may reach (through sbx's proxy)."""
         request: Dict[str, Any] = {"language": language, "code": code}
         if inputs is not None:
             request["inputs"] = inputs
@@ -179,7 +183,13 @@ class Sbx:
             request["limits"] = dict(limits)  # sbx refuses a bare number for a duration or a size
         if output_schema is not None:
             request["output_schema"] = output_schema
-        p = self._run(["exec"], stdin=json.dumps(request))
+        args = ["exec"]
+        profile = profile or self.profile
+        if profile:
+            args += ["--profile", profile]
+        for host in allow_hosts:
+            args += ["--allow-host", host]
+        p = self._run(args, stdin=json.dumps(request))
         try:
             resp = json.loads(p.stdout) if p.stdout.strip() else {}
         except json.JSONDecodeError:

@@ -71,6 +71,22 @@ class ClientTest(unittest.TestCase):
         with self.assertRaises(SbxError):
             Sbx("/nonexistent/sbx").exec(code="print(1)")
 
+    def test_exec_runs_under_the_clients_profile_and_allowed_hosts(self):
+        # The profile was once passed to run_pack only: exec ran under `untrusted` whatever the client said.
+        prof = os.path.join(self.state, "short.json")
+        with open(prof, "w") as f:
+            f.write('{"limits": {"timeout": "2s"}}')
+        for client, kwargs in ((Sbx(SBX, state_dir=self.state, profile=prof, timeout=120), {}),
+                               (self.sbx, {"profile": prof})):
+            with self.assertRaises(SbxError) as cm:
+                client.exec(code="print(1)", limits={"timeout": "5s"}, **kwargs)
+            self.assertIn("whose limits.timeout is higher", cm.exception.message)
+            self.assertEqual(client.exec(code="import time; time.sleep(5)", **kwargs).status, "timeout")
+        with self.assertRaises(SbxError) as cm:  # the rule reaches sbx's own --allow-host check
+            self.sbx.exec(code="print(1)", allow_hosts=["localhost:8080"])
+        self.assertIn("--allow-host 'localhost:8080'", cm.exception.message)
+        self.assertEqual(self.sbx.exec(code="print(1)", allow_hosts=["example.com"]).stdout, "1\n")
+
     def test_a_bare_number_for_a_duration_or_size_is_refused_in_exec_and_run_pack(self):
         # "timeout": 10 used to be 10 ms in a request and 10 s as run_pack's flag: now refused in both.
         with self.assertRaises(SbxError) as cm:
