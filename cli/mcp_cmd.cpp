@@ -107,11 +107,20 @@ std::optional<int> pack_inputs_missing(const Pack& pack, GivenContexts& given, s
   return std::nullopt;
 }
 
-// Every --packs directory's packs as tools of cfg (a pack that cannot be offered is warned about
-// and left out); every --context must name one of them.
+// Every --packs directory's packs as tools of cfg; every --context must name one of them. A pack
+// that cannot be offered (it does not load, its limits pass the profile's, it lacks the
+// operator's input) is warned about on stderr and left out: one bad pack among many must not
+// take the whole server down (an MCP client sees only "Connection closed"), and run_code is
+// served even when no pack is. A --packs path that is not a directory at all (a typo) is still
+// a usage error: nothing in it could be a pack.
 std::optional<int> load_pack_tools(const McpFlags& f, const LoadedProfile& profile, GivenContexts& given,
                                    mcp::ServerConfig& cfg) {
   std::set<std::string> names{"run_code"};
+  bool skipped = false;
+  auto skip = [&skipped](const std::string& dir, const std::vector<std::string>& problems) {
+    std::fprintf(stderr, "sbx: %s\n", printable(mcp::skipped_pack_warning(dir, problems)).c_str());
+    skipped = true;
+  };
   for (auto& d : f.packs) {
     struct stat st {};
     if (::stat(d.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
@@ -120,15 +129,19 @@ std::optional<int> load_pack_tools(const McpFlags& f, const LoadedProfile& profi
       std::vector<PackProblem> problems;
       auto pack = load_pack(dir, problems);
       if (!pack) {
-        for (auto& p : problems)
-          std::fprintf(stderr, "sbx: %s/%s\n", printable(dir).c_str(), printable(p.describe()).c_str());
-        return usage_error("mcp: --packs: the pack in " + dir + " does not load");
+        std::vector<std::string> lines;
+        for (auto& p : problems) lines.push_back(p.describe());
+        if (lines.empty()) lines.push_back(pack.error().message);
+        skip(dir, lines);
+        continue;
       }
-      // A pack whose limits pass the profile's would fail on every call: refused now instead.
+      // A pack whose limits pass the profile's would fail on every call: not offered.
       if (auto merged = spec_from_layers(profile, &pack->spec_patch, pack->source_dir + "/pack.json", {},
                                          CeilingRaise::by_profile);
-          !merged)
-        return usage_error("mcp: " + merged.error().message + " (profile " + f.profile + ")");
+          !merged) {
+        skip(dir, {merged.error().message + " (profile " + f.profile + ")"});
+        continue;
+      }
       if (!names.insert(pack->name).second)
         return usage_error("mcp: two tools named '" + pack->name + "' (" + dir + ")");
       std::string missing;
@@ -143,8 +156,13 @@ std::optional<int> load_pack_tools(const McpFlags& f, const LoadedProfile& profi
       if (given.count(pack->name)) cfg.contexts[pack->name] = given[pack->name];
     }
   }
-  for (auto& [name, list] : given)
-    if (!names.count(name)) return usage_error("mcp: --context " + name + "/...: no pack named '" + name + "'");
+  for (auto& [name, list] : given) {
+    if (names.count(name)) continue;
+    // The pack it names may be one skipped above (its name unknown, it did not load): warned.
+    if (!skipped) return usage_error("mcp: --context " + name + "/...: no pack named '" + name + "'");
+    std::fprintf(stderr, "sbx: mcp: warning: --context %s/...: no pack named '%s' is offered\n",
+                 printable(name).c_str(), printable(name).c_str());
+  }
   return std::nullopt;
 }
 

@@ -584,7 +584,13 @@ bool Run::hand_out() {
     inputs_ = std::move(call->inputs);
     record_extra_ = std::move(call->record_extra);
     after_run_ = std::move(call->after_run);
-    // The call's time starts at hand-out: its wall-time limit and its record's started_at.
+    // The call's time starts at hand-out: its wall-time limit, its record's started_at, and its
+    // run id, which embeds a time too (make_run_id): the one made with the sandbox carried the
+    // pool's build time, minutes before the call. Nothing has the id yet but the run cgroup's
+    // name, a build artefact that only its owner pid names (gc_stale_cgroups), so the call's
+    // record, events and response all get the new one.
+    parts_.run_id = make_run_id();
+    ctx_.run_id = parts_.run_id;
     parts_.started_at = rfc3339_now();
     t_spawn_ = monotonic_us();
     // "s", then the job: init reads it at once (child.cpp), so the pipe drains as it fills. A

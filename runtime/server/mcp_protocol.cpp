@@ -154,6 +154,13 @@ json reroot_schema(const json& schema, const std::string& pointer) {
   return s;
 }
 
+std::string skipped_pack_warning(const std::string& dir, const std::vector<std::string>& problems) {
+  std::string why = problems.empty() ? std::string("it does not load") : problems.front();
+  if (problems.size() > 1) why += " (and " + std::to_string(problems.size() - 1) + " more problem(s))";
+  return "mcp: warning: --packs: the pack in " + dir + " is not offered: " + why +
+         "; the other tools (run_code too) are served; check it with: sbx pack validate " + dir;
+}
+
 PackTool pack_tool(const Pack& pack) {
   PackTool t;
   t.dir = pack.dir;

@@ -89,6 +89,11 @@ struct PackTool {
 };
 PackTool pack_tool(const Pack& pack);
 
+// The one stderr line for a --packs pack that cannot be offered (it does not load, or its limits
+// pass the profile's): the server skips it and serves the rest, so the line names the pack's
+// directory, the first problem (and how many more), what is still served, and how to check it.
+std::string skipped_pack_warning(const std::string& dir, const std::vector<std::string>& problems);
+
 // The run_code tool (the `sbx exec` request as arguments) under profile `profile`.
 nlohmann::json run_code_tool(const std::string& profile);
 

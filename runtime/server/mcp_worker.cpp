@@ -282,6 +282,7 @@ json run_pack_job(const json& job, const WorkerContext& wctx) {
         "record", "the run's trace record could not be stored (" + res.record_error + "): its result is withheld");
   return {{"run_id", res.trace.value("run_id", "")},
           {"status", to_string(res.status)},
+          {"error", res.error.empty() ? json(nullptr) : json(res.error)},
           {"result", res.status == RunStatus::ok ? res.result : json(nullptr)},
           {"errors", res.errors},
           {"stdout", out.read_all()},

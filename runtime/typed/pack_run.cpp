@@ -329,6 +329,7 @@ PackRunResult run_pack(PackRunRequest& req) {
   for (auto& [n, v] : req.secrets) wipe(v);
   res.exit_status = report.exit_status;
   res.status = report.outcome.status;
+  if (report.outcome.error) res.error = report.outcome.error->describe();
   res.trace = std::move(report.trace);
   if (res.status == RunStatus::ok && res.recorded) res.result = std::move(contract.valid_result);
   res.errors.insert(res.errors.end(), contract.lines.begin(), contract.lines.end());

@@ -36,6 +36,9 @@ struct PackRunResult {
   RunStatus status = RunStatus::setup_error;
   nlohmann::json result;            // the validated result; null unless status is ok
   std::vector<std::string> errors;  // contract violations, one line each ("/0/id: ...")
+  // Why the run itself failed (its outcome's error: what, where, how to fix), "" when it did not.
+  // `sbx pack run` has it on stderr from the run; an MCP client sees only the tool result.
+  std::string error;
   nlohmann::json trace;
   bool recorded = false;     // the record is in the ledger: only then may the result be released
   std::string record_error;  // why not, when not

@@ -14,6 +14,7 @@ from sbxtest import SBX, SbxTestCase, ledger_lines, note, procs, scaled, sbx
 
 # run.sh copies examples/packs beside the suite, where the rootless user can read it.
 TOLERANCE_PACK = os.path.join(os.path.dirname(os.path.abspath(__file__)), "packs", "tolerance-check")
+CORROSION_PACK = os.path.join(os.path.dirname(os.path.abspath(__file__)), "packs", "corrosion-grade")
 MODERN = "2026-07-28"
 MODERN_META = {"io.modelcontextprotocol/protocolVersion": MODERN,
                "io.modelcontextprotocol/clientCapabilities": {}}
@@ -268,6 +269,43 @@ class McpCase(SbxTestCase):
         self.assertTrue(r["_meta"]["sbx/run_id"])  # refused input is still a recorded run
         r = self.call(s, "tolerance-check", {"rows": []})["result"]
         self.assertTrue(r["isError"])
+
+    def test_an_invalid_pack_is_skipped_with_one_warning_and_the_others_are_served(self):
+        """Issue 32: one invalid pack in --packs took the whole server down (a client saw only
+        "Connection closed")."""
+        bad = self.path("broken-pack")
+        os.mkdir(bad)
+        with open(os.path.join(bad, "pack.json"), "w") as f:
+            f.write('{"name": "broken", "version": ')
+        s = self.server(["--packs", bad, "--packs", TOLERANCE_PACK,
+                         "--context", "tolerance-check/tolerances=" + TOLERANCE_PACK + "/tolerances.json"])
+        names = sorted(t["name"] for t in s.request("tools/list")["result"]["tools"])
+        self.assertEqual(names, ["run_code", "tolerance-check"])
+        warned = [l for l in s.stderr().splitlines() if bad in l]
+        self.assertEqual(len(warned), 1, s.stderr())
+        self.assertIn("not offered", warned[0])
+        self.assertIn("run_code", warned[0])
+        self.assertIn("sbx pack validate " + bad, warned[0])
+        note("mcp: " + warned[0])
+        # No valid pack at all: run_code is still served.
+        s = self.server(["--packs", bad])
+        self.assertEqual([t["name"] for t in s.request("tools/list")["result"]["tools"]], ["run_code"])
+        r = self.call(s, "run_code", {"language": "sh", "code": "echo served"})["result"]
+        self.assertEqual(r["structuredContent"]["stdout"], "served\n")
+
+    def test_a_pack_call_that_fails_in_setup_says_why_in_its_result(self):
+        """Issue 32: the result said only "setup_error"; the cause (no image named busybox) went to
+        the server's stderr, which MCP clients hide."""
+        s = self.server(["--packs", CORROSION_PACK])
+        r = self.call(s, "corrosion-grade", {"records": [{"asset": "a", "nominal_mm": 10, "corrosion_allowance_mm": 1,
+                                                          "measurements_mm": [9.5]}]})["result"]
+        self.assertTrue(r["isError"], r)
+        text = r["content"][0]["text"]
+        self.assertIn("setup_error", text)
+        self.assertIn("no image named busybox", text)
+        self.assertIn("sbx image", text)  # how to fix it
+        self.assertTrue(r["_meta"]["sbx/run_id"])
+        note("mcp: setup_error result: " + text.splitlines()[0])
 
     def test_a_pack_that_needs_a_context_is_not_offered_without_one(self):
         s = self.server(["--packs", TOLERANCE_PACK])

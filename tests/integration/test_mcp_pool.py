@@ -9,6 +9,7 @@ its call is handed over runs the call cold (never hangs); run_code's bash (the b
 the program's start) is served from the pool; a call handed to a pooled worker still starting is
 recorded when it is cancelled then, or when the server ends before the worker reads it. Runs as
 root and rootless."""
+import datetime
 import json
 import os
 import signal
@@ -133,6 +134,29 @@ class McpPoolCase(SbxTestCase):
             self.assertIn("waited_ms", rec["pool"])
             self.assertEqual(rec["result"]["status"], "ok")
         note("pool record: " + json.dumps(recs[1]["pool"]))
+
+    def test_a_pooled_call_s_run_id_carries_the_call_s_time_not_the_pool_s(self):
+        """Issue 32: a run id embeds a time (YYYYmmddTHHMMSS.mmmZ-...); a pooled call's id carried
+        the time its sandbox was built, long before the call."""
+        s = self.server(["--pool", "1", "--max-concurrent", "1"])
+        self.wait_pool(s, 1)
+        time.sleep(2.5)
+        before = datetime.datetime.now(datetime.timezone.utc)
+        r = self.call(s, "run_code", {"language": "sh", "code": "true"})["result"]
+        self.assertFalse(r["isError"], r)
+        run_id = r["_meta"]["sbx/run_id"]
+        recs = self.records(s)
+        self.assertEqual(len(recs), 1, recs)
+        self.assertTrue(recs[0]["pool"]["hit"], recs[0]["pool"])
+        self.assertEqual(recs[0]["run_id"], run_id)
+        id_time = datetime.datetime.strptime(run_id.split("-")[0], "%Y%m%dT%H%M%S.%fZ").replace(tzinfo=datetime.timezone.utc)
+        built = datetime.datetime.fromisoformat(recs[0]["pool"]["created_at"].replace("Z", "+00:00"))
+        note(f"pooled call: built {built.isoformat()}, called {before.isoformat()}, run id {run_id}")
+        self.assertLess(built, before - datetime.timedelta(seconds=2))  # the sandbox is older than the call
+        # The id's time is the call's (its clock read to the millisecond, the id's to the ms too).
+        self.assertGreaterEqual(id_time, before - datetime.timedelta(milliseconds=5), run_id)
+        started = datetime.datetime.fromisoformat(recs[0]["started_at"].replace("Z", "+00:00"))
+        self.assertLess(abs((started - id_time).total_seconds()), 1, (run_id, recs[0]["started_at"]))
 
     def test_a_call_the_pool_cannot_serve_runs_cold_and_its_record_says_why(self):
         s = self.server(["--pool", "1", "--max-concurrent", "1"])

@@ -187,3 +187,28 @@ TEST_CASE("mcp: a worker's response is summarised without holding its streams, a
   CHECK_FALSE(mcp::scan_worker_response("{\"a\":", bounds, true).summary.ok());
   CHECK(bounds.max_bytes >= 2 * (1u << 20) * sbx::kMaxJsonEscapeFactor);
 }
+
+TEST_CASE("mcp: a call that failed in setup carries the error's line, not only its status (issue 32)") {
+  const std::string why = "image: no image named busybox:latest in /s/images (see 'sbx image ls')";
+  json pack = {{"run_id", "r4"}, {"status", "setup_error"}, {"error", why}, {"errors", json::array()}, {"trace", "t"}};
+  json r = mcp::pack_result(pack, false);
+  CHECK(r["isError"] == true);
+  CHECK(r["content"][0]["text"] == "setup_error: " + why);
+  CHECK(r["_meta"]["sbx/run_id"] == "r4");
+  // run_code: the text content and structuredContent both carry it.
+  json rc = {{"run_id", "r5"}, {"status", "setup_error"}, {"error", why}, {"stdout", ""}, {"stderr", ""}};
+  r = mcp::run_code_result(rc);
+  CHECK(r["isError"] == true);
+  CHECK(r["structuredContent"]["error"] == why);
+  CHECK(r["content"][0]["text"].get<std::string>().find(why) != std::string::npos);
+}
+
+TEST_CASE("mcp: a skipped pack's warning names its directory, its problem, what is served and the check") {
+  std::string w = mcp::skipped_pack_warning("/srv/packs/bad", {"pack.json: not valid JSON", "schemas/in.json: missing"});
+  CHECK(w.find("/srv/packs/bad") != std::string::npos);
+  CHECK(w.find("pack.json: not valid JSON (and 1 more problem(s))") != std::string::npos);
+  CHECK(w.find("run_code") != std::string::npos);
+  CHECK(w.find("sbx pack validate /srv/packs/bad") != std::string::npos);
+  CHECK(w.find('\n') == std::string::npos);
+  CHECK(mcp::skipped_pack_warning("/p", {}).find("not offered: it does not load;") != std::string::npos);
+}
