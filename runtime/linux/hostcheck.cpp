@@ -293,6 +293,14 @@ CheckResult assess_cgroup(const CgroupInfo& info) {
 CheckResult assess_sandbox_run(int status, std::string_view err, bool killed) {
   CheckResult r{"sandbox", CheckStatus::ok, true, "a throwaway sandbox ran /bin/true with the default profile", ""};
   if (status == 0 && !killed) return r;
+  // 126/127: the sandbox was built and the program's execve was tried, but the image has no
+  // runnable /bin/true (a root holding only sbx's package: tests/tools/test_deb.sh). The
+  // sandbox works; a setup failure is 125, a run that ended otherwise is 1-124 or a signal.
+  if ((status == 126 || status == 127) && !killed) {
+    r.detail =
+        "a throwaway sandbox was built (its image has no runnable /bin/true: exit " + std::to_string(status) + ")";
+    return r;
+  }
   r.status = CheckStatus::missing;
   r.hint = "'sbx run -- /bin/true' fails the same way; the error says how to fix it";
   if (killed) {

@@ -64,7 +64,8 @@ CheckResult assess_userns(std::string name, const Status& probe, const UsernsSys
 CheckResult assess_cgroup(const CgroupInfo& info);
 
 // Judge the throwaway sandbox `sbx doctor` runs (`sbx run -- /bin/true`, the real run path, so
-// that whatever fails every run fails this row): ok on exit 0; else missing (required), with the
+// that whatever fails every run fails this row): ok on exit 0, and on 126/127 (built, but the image
+// has no runnable /bin/true); else missing (required), with the
 // run's own last "sbx: " line of `err` (its error, whose "(...)" says how to fix it), or the exit
 // status when it printed none. `killed`: doctor stopped it at its time bound.
 CheckResult assess_sandbox_run(int status, std::string_view err, bool killed);

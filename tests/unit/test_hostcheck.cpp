@@ -221,4 +221,9 @@ TEST_CASE("sandbox row: ok on exit 0, else the run's own last error line, requir
   CHECK(!host_can_run({failed}));
   CHECK(assess_sandbox_run(1, "no sbx line", false).detail.find("exit status 1") != std::string::npos);
   CHECK(assess_sandbox_run(137, "", true).detail.find("did not finish in time") != std::string::npos);
+  // An image without /bin/true (an empty root holding only sbx's package): the sandbox was built.
+  auto no_true = assess_sandbox_run(127, "", false);
+  CHECK(no_true.status == CheckStatus::ok);
+  CHECK(no_true.detail.find("no runnable /bin/true: exit 127") != std::string::npos);
+  CHECK(assess_sandbox_run(125, "sbx: setup failed at x", false).status == CheckStatus::missing);
 }
