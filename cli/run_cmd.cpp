@@ -127,7 +127,7 @@ Result<RunSpec> apply_flags(RunSpec spec, const RunFlags& f) {
   }
   anchor_relative_binds(binds, current_dir());  // --bind . : this directory at the same path
   spec.binds.insert(spec.binds.end(), binds.begin(), binds.end());
-  if (f.workspace) SBX_TRY(add_workspace(spec, current_dir(), home_dir(), f.workdir.has_value()));
+  if (f.workspace) SBX_TRY(add_workspace(spec, current_dir(), protected_homes(), f.workdir.has_value()));
   for (auto& t : f.tmpfs) {
     auto r = parse_tmpfs(t);
     if (!r) return make_error("usage", "--tmpfs: " + r.error().message);

@@ -46,7 +46,7 @@ class Identity final : public Facility {
     if (!ctx.req.workspace.empty()) {
       UniqueFd here(::open(".", O_PATH | O_DIRECTORY | O_CLOEXEC));
       if (!here.ok()) return sys_error("usage", "--workspace " + ctx.req.workspace + ": cannot open it");
-      SBX_TRY(check_workspace_source(ctx.bind_sources, ctx.req.workspace, here.get(), home_dir()));
+      SBX_TRY(check_workspace_source(ctx.bind_sources, ctx.req.workspace, here.get(), protected_homes()));
     }
     return check_sources(ctx.bind_sources, ctx.spec, ctx.cwd, &*ctx.identity);
   }

@@ -79,24 +79,38 @@ std::string home_dir() {
   return pw && pw->pw_dir ? pw->pw_dir : "";
 }
 
+std::vector<std::string> protected_homes() {
+  std::vector<std::string> out;
+  if (std::string h = home_dir(); !h.empty()) out.push_back(h);
+  const char* sudo_uid = std::getenv("SUDO_UID");
+  if (::geteuid() == 0 && sudo_uid && *sudo_uid) {
+    char* end = nullptr;
+    unsigned long uid = std::strtoul(sudo_uid, &end, 10);
+    const struct passwd* pw = end && *end == '\0' ? ::getpwuid(static_cast<uid_t>(uid)) : nullptr;
+    if (pw && pw->pw_dir && *pw->pw_dir) out.push_back(pw->pw_dir);
+  }
+  return out;
+}
+
 void anchor_relative_binds(std::vector<BindMount>& binds, const std::string& cwd) {
   for (auto& b : binds)
     if (!b.src.empty() && b.src[0] != '/' && b.dst == b.src) b.dst = absolute_lexical(cwd, b.src);
 }
 
-Status add_workspace(RunSpec& spec, const std::string& cwd, const std::string& home, bool keep_workdir) {
+Status add_workspace(RunSpec& spec, const std::string& cwd, const std::vector<std::string>& homes, bool keep_workdir) {
   const std::string fix = "; run sbx from a project directory, or bind what the program needs with --bind";
   if (cwd.empty() || cwd[0] != '/')
     return make_error("usage", "--workspace: cannot tell the current directory (removed?)" + fix);
   if (cwd == "/")
     return make_error("usage", "--workspace: the current directory is /, the whole host, read-write" + fix);
-  if (!home.empty() && home != "/" && under(absolute_lexical("/", home), cwd))
-    return make_error("usage", "--workspace: the current directory " + cwd +
-                                   (absolute_lexical("/", home) == cwd ? " is" : " holds") + " the home directory " +
-                                   home +
-                                   ": a program that can write ~/.bashrc or ~/.ssh runs code as you later; run it "
-                                   "from a project directory below it");
-  spec.binds.push_back({cwd, cwd, true});
+  for (auto& home : homes)
+    if (!home.empty() && home != "/" && under(absolute_lexical("/", home), cwd))
+      return make_error("usage", "--workspace: the current directory " + cwd +
+                                     (absolute_lexical("/", home) == cwd ? " is" : " holds") + " the home directory " +
+                                     home +
+                                     ": a program that can write ~/.bashrc or ~/.ssh runs code as you later; run it "
+                                     "from a project directory below it");
+  std::vector<BindMount> ws = {{cwd, cwd, true}};
   const std::string git = cwd + "/.git";
   struct stat st;
   if (::lstat(git.c_str(), &st) == 0) {
@@ -105,29 +119,59 @@ Status add_workspace(RunSpec& spec, const std::string& cwd, const std::string& h
                                      " is a symlink, which sbx cannot keep read-only; bind the directories "
                                      "yourself (--bind " +
                                      cwd + ":" + cwd + ":rw)");
-    if (S_ISDIR(st.st_mode) || S_ISREG(st.st_mode)) spec.binds.push_back({git, git, false});
+    if (S_ISDIR(st.st_mode) || S_ISREG(st.st_mode)) ws.push_back({git, git, false});
   }
+  spec.binds.insert(spec.binds.begin(), ws.begin(), ws.end());
   if (!keep_workdir) spec.workdir = cwd;
   return {};
 }
 
-Status check_workspace_source(const std::vector<BindSource>& sources, const std::string& workspace, int cwd_fd,
-                              const std::string& home) {
-  if (workspace.empty()) return {};
-  struct stat here, root, h;
-  if (::fstat(cwd_fd, &here) != 0) return sys_error("usage", "--workspace " + workspace + ": cannot stat it");
-  for (auto& s : sources) {
-    if (s.flag != "--bind" || s.given.src != workspace || s.given.dst != workspace || !s.given.rw) continue;
-    if (s.dev != here.st_dev || s.ino != here.st_ino)
-      return make_error("usage", "--workspace " + workspace + ": the path now leads to " + s.real +
-                                     ", not to the directory sbx runs in (moved or replaced while sbx checked it); "
-                                     "run again");
-    bool is_root = ::stat("/", &root) == 0 && root.st_dev == s.dev && root.st_ino == s.ino;
-    bool is_home = !home.empty() && ::stat(home.c_str(), &h) == 0 && h.st_dev == s.dev && h.st_ino == s.ino;
-    if (is_root || is_home)
-      return make_error("usage", "--workspace " + workspace + " is " + (is_root ? "/" : "the home directory " + home) +
-                                     " (reached another way); run it from a project directory");
+namespace {
+// The home directory of `homes` that `s` is or holds, by identity: each home and every directory
+// above it is stat'ed (symlinks followed: a /home that is a link or a bind mount elsewhere is
+// found by what it is). "" when none.
+std::string home_held_by(const BindSource& s, const std::vector<std::string>& homes) {
+  for (auto& home : homes) {
+    if (home.empty() || home[0] != '/') continue;
+    for (std::string p = absolute_lexical("/", home); p != "/"; p = dir_of(p)) {
+      struct stat st;
+      if (::stat(p.c_str(), &st) == 0 && st.st_dev == s.dev && st.st_ino == s.ino) return home;
+    }
   }
+  return "";
+}
+}  // namespace
+
+Status check_workspace_source(const std::vector<BindSource>& sources, const std::string& workspace, int cwd_fd,
+                              const std::vector<std::string>& homes) {
+  if (workspace.empty()) return {};
+  struct stat here, root;
+  if (::fstat(cwd_fd, &here) != 0) return sys_error("usage", "--workspace " + workspace + ": cannot stat it");
+  const BindSource* ws = nullptr;
+  for (auto& s : sources)
+    if (s.flag == "--bind" && s.given.src == workspace && s.given.dst == workspace && s.given.rw) ws = &s;
+  if (!ws)
+    return make_error("usage", "--workspace " + workspace +
+                                   ": no bind is the directory sbx runs in any more (it was renamed or replaced while "
+                                   "sbx planned the run); run again");
+  if (ws->dev != here.st_dev || ws->ino != here.st_ino)
+    return make_error("usage", "--workspace " + workspace + ": the path now leads to " + ws->real +
+                                   ", not to the directory sbx runs in (moved or replaced while sbx checked it); "
+                                   "run again");
+  bool is_root = ::stat("/", &root) == 0 && root.st_dev == ws->dev && root.st_ino == ws->ino;
+  if (is_root)
+    return make_error("usage",
+                      "--workspace " + workspace + " is / (reached another way); run it from a project directory");
+  if (std::string home = home_held_by(*ws, homes); !home.empty())
+    return make_error("usage", "--workspace " + workspace + " is or holds the home directory " + home +
+                                   " (reached another way); run it from a project directory below it");
+  // The .git kept read-only must be the workspace's own: one that became a symlink after
+  // add_workspace's lstat was followed at open, to a directory that is then not kept read-only.
+  const std::string git = workspace + "/.git";
+  for (auto& s : sources)
+    if (s.flag == "--bind" && s.given.src == git && !s.given.rw && s.real != ws->real + "/.git")
+      return make_error("usage", "--workspace " + workspace + ": " + git + " now leads to " + s.real +
+                                     " (replaced by a symlink while sbx checked it); run again");
   return {};
 }
 

@@ -26,21 +26,29 @@ void anchor_relative_binds(std::vector<BindMount>& binds, const std::string& cwd
 
 // The caller's home directory: $HOME, else the user database's entry for sbx's user ("" if none).
 std::string home_dir();
+// The home directories a workspace must not be nor hold: home_dir(), and under sudo (root with
+// SUDO_UID set) the invoking user's too, whose files are the ones a root run would expose.
+std::vector<std::string> protected_homes();
 
 // `--workspace`: `cwd` read-write at the same path, its `.git` (a directory or a file, as in a
 // git worktree) read-only on top, and the working directory there unless `keep_workdir` (the
-// caller gave --workdir). Refused (stage "usage"): "/" , the home directory `home` and every
-// directory above it (a program that can write ~/.bashrc or ~/.ssh runs code as the caller
-// later), and a `.git` that is a symlink (its target could not be kept read-only). sbx's own
-// state is refused later, as for every read-write bind (check_binds_spare_state).
-Status add_workspace(RunSpec& spec, const std::string& cwd, const std::string& home, bool keep_workdir);
+// caller gave --workdir). The two binds go first in spec.binds: binds are mounted in order, so
+// the profile's and the caller's own binds below `cwd` (a read-only --bind of ./secrets) are
+// mounted over the workspace, not hidden under it. Refused (stage "usage"): "/" , each of
+// `homes` and every directory above one (a program that can write ~/.bashrc or ~/.ssh runs code
+// as the caller later), and a `.git` that is a symlink (its target could not be kept read-only).
+// sbx's own state is refused later, as for every read-write bind (check_binds_spare_state).
+Status add_workspace(RunSpec& spec, const std::string& cwd, const std::vector<std::string>& homes, bool keep_workdir);
 
-// The same refusals on what was opened (open_bind_sources): the workspace's bind source must be
-// the very directory sbx runs in (`cwd_fd`, by device and inode: a symlink swapped into the path
-// after add_workspace checked it is no way around), and neither "/" nor `home` by identity.
-// `workspace` "" (none) passes.
+// The same refusals on what was opened (open_bind_sources), by identity: the workspace's bind
+// source must be there and be the very directory sbx runs in (`cwd_fd`, by device and inode: a
+// symlink swapped into the path after add_workspace checked it, or a directory renamed so that
+// no source is the workspace any more, is no way around), neither "/" nor any of `homes` nor a
+// directory above one (by device and inode, so a symlinked or bind-mounted /home is no way
+// around either), and its `.git` source must be the workspace's own `.git` (not a symlink
+// followed at open). `workspace` "" (none) passes.
 Status check_workspace_source(const std::vector<BindSource>& sources, const std::string& workspace, int cwd_fd,
-                              const std::string& home);
+                              const std::vector<std::string>& homes);
 
 // The host path that `sandbox_path` (absolute) shows inside the sandbox: through the bind or
 // input whose destination holds it (the longest), or the same path in a system directory of the

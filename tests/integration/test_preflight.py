@@ -229,6 +229,23 @@ class Hints(SbxTestCase):
         self.assertExit(root, 125)
         self.assertIn("the whole host", self.assertOneSbxLine(root))
 
+    def test_a_read_only_bind_below_the_workspace_stays_read_only(self):
+        # The workspace is mounted first, the caller's own read-only bind of ./secrets on top of
+        # it: mounted the other way round, the workspace would hide it under a writable copy.
+        os.mkdir(self.path("secrets"))
+        with open(self.path("secrets/key"), "w") as f:
+            f.write("k\n")
+        os.chmod(self.tmp, 0o777)
+        os.chmod(self.path("secrets"), 0o777)  # writable to the sandbox's uid, were it mounted rw
+        os.chmod(self.path("secrets/key"), 0o666)
+        here = os.path.realpath(self.tmp)
+        r = sbx(["run", "--bind", f"{here}/secrets:{here}/secrets", "--workspace", "--",
+                 "sh", "-c", "echo w > made.txt; echo x > secrets/key"], cwd=self.tmp)
+        self.assertNotEqual(r.rc, 0, r.describe())
+        self.assertTrue(os.path.exists(self.path("made.txt")), "the workspace is read-write")
+        with open(self.path("secrets/key")) as f:
+            self.assertEqual(f.read(), "k\n", "the read-only bind below the workspace was written")
+
     @unittest.skipUnless(MODE == "root", "as root only: rootless, the sandbox reads what its caller can")
     def test_root_bind_source_the_mapped_uid_cannot_reach(self):
         private = self.path("private")

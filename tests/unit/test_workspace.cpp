@@ -40,33 +40,47 @@ TEST_CASE("workspace: binds the directory read-write, .git read-only, and starts
   TempDir d;
   REQUIRE(::mkdir((d.path + "/.git").c_str(), 0700) == 0);
   RunSpec s = host_spec({"make"});
-  REQUIRE(add_workspace(s, d.path, "/nonexistent-home", false));
+  REQUIRE(add_workspace(s, d.path, {"/nonexistent-home"}, false));
   REQUIRE(s.binds.size() == 2);
   CHECK(s.binds[0] == BindMount{d.path, d.path, true});
   CHECK(s.binds[1] == BindMount{d.path + "/.git", d.path + "/.git", false});  // later: mounted on top
   CHECK(s.workdir == d.path);
 
   RunSpec kept = host_spec({"make"});
-  REQUIRE(add_workspace(kept, d.path, "", true));
+  REQUIRE(add_workspace(kept, d.path, {}, true));
   CHECK(kept.workdir == "/tmp");  // --workdir wins
+
+  // The caller's own read-only bind below the workspace is mounted over it, not hidden under it:
+  // the workspace's binds go first (binds are mounted in order).
+  RunSpec own = host_spec({"make"});
+  own.binds.push_back({d.path + "/secrets", d.path + "/secrets", false});
+  REQUIRE(add_workspace(own, d.path, {}, false));
+  REQUIRE(own.binds.size() == 3);
+  CHECK(own.binds[0] == BindMount{d.path, d.path, true});
+  CHECK(own.binds[1] == BindMount{d.path + "/.git", d.path + "/.git", false});
+  CHECK(own.binds[2] == BindMount{d.path + "/secrets", d.path + "/secrets", false});
 }
 
 TEST_CASE("workspace: refuses /, the home directory and what holds it, and a symlinked .git") {
   RunSpec s = host_spec({"sh"});
-  auto root = add_workspace(s, "/", "/home/u", false);
+  auto root = add_workspace(s, "/", {"/home/u"}, false);
   REQUIRE(!root);
   CHECK(root.error().message.find("the whole host") != std::string::npos);
-  auto home = add_workspace(s, "/home/u", "/home/u/", false);
+  auto home = add_workspace(s, "/home/u", {"/home/u/"}, false);
   REQUIRE(!home);
   CHECK(home.error().message.find("is the home directory") != std::string::npos);
-  auto above = add_workspace(s, "/home", "/home/u", false);
+  auto above = add_workspace(s, "/home", {"/home/u"}, false);
   REQUIRE(!above);
   CHECK(above.error().message.find("holds the home directory") != std::string::npos);
   CHECK(s.binds.empty());
+  // Under sudo, the invoking user's home is protected too (protected_homes): any one of them.
+  auto second = add_workspace(s, "/home/v", {"/root", "/home/v"}, false);
+  REQUIRE(!second);
+  CHECK(second.error().message.find("the home directory /home/v") != std::string::npos);
 
   TempDir d;
   REQUIRE(::symlink("/tmp", (d.path + "/.git").c_str()) == 0);
-  auto link = add_workspace(s, d.path, "", false);
+  auto link = add_workspace(s, d.path, {}, false);
   REQUIRE(!link);
   CHECK(link.error().message.find("symlink") != std::string::npos);
 }
@@ -79,14 +93,43 @@ TEST_CASE("workspace: the opened source must be the directory sbx runs in, and n
   REQUIRE(opened);
   UniqueFd here(::open(d.path.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
   UniqueFd elsewhere(::open(other.path.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
-  CHECK(check_workspace_source(*opened, d.path, here.get(), ""));
-  auto swapped = check_workspace_source(*opened, d.path, elsewhere.get(), "");
+  CHECK(check_workspace_source(*opened, d.path, here.get(), {}));
+  auto swapped = check_workspace_source(*opened, d.path, elsewhere.get(), {});
   REQUIRE(!swapped);
   CHECK(swapped.error().message.find("moved or replaced") != std::string::npos);
-  auto as_home = check_workspace_source(*opened, d.path, here.get(), d.path + "/.");
+  auto as_home = check_workspace_source(*opened, d.path, here.get(), {d.path + "/."});
   REQUIRE(!as_home);
   CHECK(as_home.error().message.find("home directory") != std::string::npos);
-  CHECK(check_workspace_source(*opened, "", elsewhere.get(), ""));  // no workspace
+  CHECK(check_workspace_source(*opened, "", elsewhere.get(), {}));  // no workspace
+  // A home reached through a symlink: the workspace is found to hold it by identity.
+  REQUIRE(::mkdir((d.path + "/u").c_str(), 0700) == 0);
+  REQUIRE(::symlink(d.path.c_str(), (other.path + "/home").c_str()) == 0);
+  auto via_link = check_workspace_source(*opened, d.path, here.get(), {other.path + "/home/u"});
+  REQUIRE(!via_link);
+  CHECK(via_link.error().message.find("is or holds the home directory") != std::string::npos);
+  // The directory renamed between the plan and the check: no source is the workspace any more.
+  auto renamed = check_workspace_source(*opened, d.path + "-renamed", here.get(), {});
+  REQUIRE(!renamed);
+  CHECK(renamed.error().message.find("no bind is the directory sbx runs in") != std::string::npos);
+}
+
+TEST_CASE("workspace: its .git source must be the workspace's own, not a symlink followed at open") {
+  TempDir d, other;
+  REQUIRE(::mkdir((d.path + "/.git").c_str(), 0700) == 0);
+  RunSpec s = host_spec({"true"});
+  REQUIRE(add_workspace(s, d.path, {}, false));
+  UniqueFd here(::open(d.path.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+  auto good = open_bind_sources(s, "/");
+  REQUIRE(good);
+  CHECK(check_workspace_source(*good, d.path, here.get(), {}));
+  // After add_workspace's lstat, .git becomes a symlink to a directory the run could then write.
+  REQUIRE(::rmdir((d.path + "/.git").c_str()) == 0);
+  REQUIRE(::symlink(other.path.c_str(), (d.path + "/.git").c_str()) == 0);
+  auto swapped = open_bind_sources(s, "/");
+  REQUIRE(swapped);
+  auto r = check_workspace_source(*swapped, d.path, here.get(), {});
+  REQUIRE(!r);
+  CHECK(r.error().message.find("replaced by a symlink") != std::string::npos);
 }
 
 TEST_CASE("workspace: the hint for a host file the program was handed but cannot see") {
