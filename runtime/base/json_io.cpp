@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/signalfd.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -241,6 +242,18 @@ const json& json_member(const json& j, const char* key) {
 Result<std::string> read_bounded(const std::string& path, std::size_t max_bytes, Stage stage, const std::string& what) {
   UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY));
   if (!fd.ok()) return sys_error(stage, "cannot read " + what);
+  return read_bounded_fd(fd.get(), max_bytes, stage, what);
+}
+
+Result<std::string> read_regular_bounded(const std::string& path, std::size_t max_bytes, Stage stage,
+                                         const std::string& what) {
+  // O_NONBLOCK: opening a FIFO for reading would wait for a writer; this way the open returns at
+  // once and the fstat below refuses it (O_NONBLOCK does not change how a regular file reads).
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY));
+  if (!fd.ok()) return sys_error(stage, "cannot read " + what);
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) return sys_error(stage, "cannot read " + what);
+  if (!S_ISREG(st.st_mode)) return make_error(stage, what + ": not a regular file");
   return read_bounded_fd(fd.get(), max_bytes, stage, what);
 }
 

@@ -70,6 +70,11 @@ Result<nlohmann::json> read_json_file(const std::string& path, const JsonBounds&
 // Reads a whole file or stream, refusing one longer than max_bytes; errors name `what`.
 Result<std::string> read_bounded(const std::string& path, std::size_t max_bytes, Stage stage, const std::string& what);
 Result<std::string> read_bounded_fd(int fd, std::size_t max_bytes, Stage stage, const std::string& what);
+// read_bounded for a file that must be a regular one (a configuration file): a FIFO, a device or
+// a terminal is refused at once ("<what>: not a regular file") instead of blocking the open or
+// the read. read_bounded itself takes any file: `pack run --input` may be a pipe or /dev/stdin.
+Result<std::string> read_regular_bounded(const std::string& path, std::size_t max_bytes, Stage stage,
+                                         const std::string& what);
 
 // read_bounded_fd with the forwarded signals blocked as main() left them (signals.hpp): `sbx
 // exec` reading its request. A forwarded signal meanwhile is only looked at (a signalfd polled, never read), so it stays pending and the run

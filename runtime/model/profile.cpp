@@ -43,9 +43,10 @@ bool looks_like_file(const std::string& s) {
   return s.find('/') != std::string::npos || (s.size() > 5 && s.ends_with(".json"));
 }
 
-// Bounded (json_io.hpp): a profile path may name a device or a huge file by mistake or by design.
+// Bounded, and a regular file only (json_io.hpp): a profile path may name a device, a FIFO or a
+// huge file by mistake or by design, and loading a profile must never wait on one.
 Result<std::string> read_text(const std::string& path) {
-  return read_bounded(path, kMaxProfileBytes, "profile", "profile " + path);
+  return read_regular_bounded(path, kMaxProfileBytes, "profile", "profile " + path);
 }
 
 // Every key of `patch` that the RunSpec does not have (`known`: its JSON with the defaults), each
@@ -90,7 +91,7 @@ const json& default_profile_limits() {
 // and is not taken for "unset" (which the parent's value would fill).
 void layer_over(json& base, const json& own) {
   for (auto& [k, v] : own.items()) {
-    if (k == "limits" && v.is_object()) {
+    if (k == "limits") {  // an object (parse_profile refuses any other)
       if (!base[k].is_object()) base[k] = json::object();
       for (auto& [lk, lv] : v.items()) base[k][lk] = lv;
     } else if (v.is_null()) {
@@ -112,17 +113,29 @@ std::string profile_identity(const ProfileSource& s) {
 
 Result<LoadedProfile> parse_profile(ProfileSource src, std::vector<std::string> chain = {});
 
-// `extends`: the parent, found as --profile finds a name (an installed profile named like the
-// child itself means the built-in one: /etc/sbx/profiles/untrusted.json may extend "untrusted").
+// `extends`: the parent. A file (as --profile tells one: a slash or .json) is read beside the
+// profile that names it, never from the current directory: an installed profile's "base.json"
+// must not become whatever base.json the directory sbx starts in holds (a checkout could lift its
+// limits). A name is looked up as --profile looks it up (the search directories, then the
+// built-ins; never the current directory), and an installed profile named like the child itself
+// means the built-in one: /etc/sbx/profiles/untrusted.json may extend "untrusted".
+Result<ProfileSource> find_parent(const ProfileSource& child, const std::string& parent) {
+  const bool built_in = child.origin == "built-in";
+  if (looks_like_file(parent)) {
+    if (built_in) return make_error("profile", "a built-in profile extends a name, not the file " + parent);
+    if (parent.starts_with('/')) return find_profile(parent);
+    return find_profile((fs::path(child.origin).parent_path() / parent).string());
+  }
+  if (parent == child.name && !built_in)
+    for (auto& e : embedded_profiles())
+      if (e.name == parent) return ProfileSource{std::string(e.name), "built-in", std::string(e.json)};
+  return find_profile(parent);
+}
+
 Result<LoadedProfile> load_parent(const ProfileSource& child, const std::string& where, const std::string& parent,
                                   std::vector<std::string> chain) {
   chain.push_back(profile_identity(child));
-  Result<ProfileSource> found = make_error("profile", "");
-  if (parent == child.name && child.origin != "built-in") {
-    for (auto& e : embedded_profiles())
-      if (e.name == parent) found = ProfileSource{std::string(e.name), "built-in", std::string(e.json)};
-  }
-  if (!found) found = find_profile(parent);
+  auto found = find_parent(child, parent);
   if (!found) return make_error("profile", where + ": /extends: " + found.error().message);
   std::string path;
   for (auto& c : chain) path += c + " -> ";
@@ -145,6 +158,11 @@ Result<LoadedProfile> parse_profile(ProfileSource src, std::vector<std::string> 
   // reported as written.
   std::map<std::string, std::string> written;
   json as_written_doc = j;
+  // A limits that is not an object would replace the parent's whole object (every inherited
+  // limit gone at once) or, extending nothing, be taken for "no limits written": refused.
+  if (j.contains("limits") && !j["limits"].is_object())
+    return make_error("profile", where + ": /limits: must be an object of limits (e.g. {\"timeout\": \"5s\"}); " +
+                                     "to lift one limit set it to null inside it ({\"memory\": null})");
   if (j.contains("limits"))
     if (auto st = canonical_limit_keys(j["limits"], where, &written); !st)
       return make_error("profile", st.error().message);
@@ -177,9 +195,9 @@ Result<LoadedProfile> parse_profile(ProfileSource src, std::vector<std::string> 
     lp.extends = {base->source.name};
     lp.extends.insert(lp.extends.end(), base->extends.begin(), base->extends.end());
     lp.limits_defaulted = base->limits_defaulted;
-    const bool has_limits = j.contains("limits") && j["limits"].is_object();
     for (auto& k : limit_kinds())
-      if (has_limits && j["limits"].contains(k.spec_key)) std::erase(lp.limits_defaulted, std::string(k.name));
+      if (j.contains("limits") && j["limits"].contains(k.spec_key))
+        std::erase(lp.limits_defaulted, std::string(k.name));
     json own = std::move(j);
     j = base->patch;
     layer_over(j, own);
@@ -188,7 +206,7 @@ Result<LoadedProfile> parse_profile(ProfileSource src, std::vector<std::string> 
     // out: a hand-written {"limits": {"timeout": "5s"}} must not mean "no memory limit". An
     // explicit null is how a profile says "no limit".
     json& limits = j["limits"];
-    if (!limits.is_object()) limits = json::object();
+    if (limits.is_null()) limits = json::object();  // absent: j["limits"] made it null
     for (auto& k : limit_kinds())
       if (default_profile_limits().contains(k.spec_key) && !limits.contains(k.spec_key)) {
         limits[k.spec_key] = default_profile_limits()[k.spec_key];

@@ -122,3 +122,22 @@ class UnitsAndProfileDefaultsTest(DocTestBase):
         self.assertEqual(shown["extends"], ["trusted"])
         self.refused(["profile", "show", self.write("t.json", {"extend": "trusted"})],
                      "/extend: unknown key (did you mean 'extends'?)")
+
+    def test_an_installed_profiles_relative_extends_is_read_beside_it_not_from_the_current_directory(self):
+        """Issue 32 review: an installed profile's "extends": "base.json" was read from the
+        directory sbx started in, so a checkout's base.json with "memory": null lifted the limit."""
+        inst = self.path("installed")
+        work = self.path("checkout")
+        os.mkdir(inst)
+        os.mkdir(work)
+        self.write("installed/agent.json", {"extends": "base.json", "limits": {"timeout": "5s"}})
+        self.write("checkout/base.json", {"limits": {"memory": None}})
+        env = dict(os.environ, SBX_PROFILE_PATH=inst)
+        self.assertIn(f"profile {inst}/agent.json: /extends: cannot read profile {inst}/base.json",
+                      sbx(["profile", "show", "agent"], env=env, cwd=work).err)
+        self.write("installed/base.json", {"limits": {"memory": "100M"}})
+        r = sbx(["profile", "show", "agent"], env=env, cwd=work)
+        self.assertExit(r, 0)
+        self.assertEqual(json.loads(r.out)["spec"]["limits"]["memory_bytes"], 100 << 20)
+        self.refused(["profile", "show", self.write("n.json", {"extends": "trusted", "limits": None})],
+                     f"profile {self.path('n.json')}: /limits: must be an object of limits")

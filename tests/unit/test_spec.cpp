@@ -1,9 +1,13 @@
 #include <doctest/doctest.h>
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
+#include <chrono>
 #include <cstdlib>
+#include <future>
 
 #include <nlohmann/json.hpp>
 
@@ -335,6 +339,91 @@ TEST_CASE("profiles: extends inherits and overrides; unknown parents, cycles and
   write_file(dir / "num.json", R"({"extends": 3})");
   CHECK(load_profile(dir / "num.json").error().message ==
         "profile " + (dir / "num.json") + R"(: /extends: must be the name of a profile (e.g. "untrusted"))");
+}
+
+namespace {
+// Runs in `dir` for one scope: the current directory a profile's extends must not depend on.
+struct InDir {
+  std::string was;
+  explicit InDir(const std::string& dir) {
+    char buf[4096];
+    REQUIRE(::getcwd(buf, sizeof buf) != nullptr);
+    was = buf;
+    REQUIRE(::chdir(dir.c_str()) == 0);
+  }
+  ~InDir() { (void)::chdir(was.c_str()); }
+  InDir(const InDir&) = delete;
+  InDir& operator=(const InDir&) = delete;
+};
+}  // namespace
+
+TEST_CASE("profiles: a relative extends is read beside the profile, never from the current directory") {
+  sbx::test::TempDir a, b;
+  // b is the current directory (a checkout): its base.json lifts the memory limit.
+  write_file(b / "base.json", R"({"limits": {"memory": null}})");
+  write_file(b / "mybase.json", R"({"limits": {"memory": null}})");
+  write_file(a / "child.json", R"({"extends": "base.json", "limits": {"timeout": "5s"}})");
+  InDir in_b(b.path);
+  auto missing = load_profile(a / "child.json");
+  REQUIRE_FALSE(missing.ok());
+  CHECK(missing.error().message.starts_with("profile " + (a / "child.json") + ": /extends: cannot read profile " +
+                                            (a / "base.json")));
+  write_file(a / "base.json", R"({"limits": {"memory": "100M"}})");
+  auto c = load_profile(a / "child.json");
+  REQUIRE(c.ok());
+  auto s = spec_from_layers(*c, nullptr, "");
+  REQUIRE(s.ok());
+  CHECK(*s->limits.memory_bytes == 100LL << 20);  // a/base.json's, not b/base.json's null
+  CHECK(*s->limits.timeout_ms == 5000);
+  // A bare name is a profile name (search directories, built-ins), not a file of the current directory.
+  write_file(a / "named.json", R"({"extends": "mybase"})");
+  auto named = load_profile(a / "named.json");
+  REQUIRE_FALSE(named.ok());
+  CHECK(named.error().message.find(": /extends: unknown profile 'mybase'") != std::string::npos);
+  // A relative --profile file is the operator's own choice: read from the current directory, and
+  // its extends beside it (here: b).
+  write_file(b / "top.json", R"({"extends": "base.json"})");
+  auto top = load_profile("top.json");
+  REQUIRE(top.ok());
+  CHECK_FALSE(spec_from_layers(*top, nullptr, "")->limits.memory_bytes.has_value());
+}
+
+TEST_CASE("profiles: a FIFO or a device as a profile or a parent is refused at once, never waited on") {
+  sbx::test::TempDir dir;
+  const std::string fifo = dir / "p.json";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  // Held open for writing (O_RDWR does not block): a loader that opened the FIFO blocking would
+  // then block in read instead, until the timeout below closes this end and the read sees EOF.
+  sbx::UniqueFd writer(::open(fifo.c_str(), O_RDWR | O_CLOEXEC));
+  REQUIRE(writer.ok());
+  write_file(dir / "child.json", R"({"extends": "p.json"})");
+  auto direct = std::async(std::launch::async, [&] { return load_profile(fifo); });
+  auto via = std::async(std::launch::async, [&] { return load_profile(dir / "child.json"); });
+  const bool in_time = direct.wait_for(std::chrono::seconds(5)) == std::future_status::ready &&
+                       via.wait_for(std::chrono::seconds(5)) == std::future_status::ready;
+  CHECK(in_time);
+  writer.reset();
+  auto d = direct.get();
+  auto v = via.get();
+  REQUIRE_FALSE(d.ok());
+  CHECK(d.error().message == "profile " + fifo + ": not a regular file");
+  REQUIRE_FALSE(v.ok());
+  CHECK(v.error().message == "profile " + (dir / "child.json") + ": /extends: profile " + fifo + ": not a regular file");
+  CHECK(load_profile("/dev/null").error().message == "profile /dev/null: not a regular file");
+}
+
+TEST_CASE("profiles: a limits that is not an object is refused, never taken for 'drop every inherited limit'") {
+  sbx::test::TempDir dir;
+  for (const char* bad : {R"({"extends": "untrusted", "limits": null})", R"({"limits": null})",
+                          R"({"extends": "untrusted", "limits": "none"})", R"({"limits": []})"}) {
+    CAPTURE(bad);
+    write_file(dir / "p.json", bad);
+    auto p = load_profile(dir / "p.json");
+    REQUIRE_FALSE(p.ok());
+    CHECK(p.error().message == "profile " + (dir / "p.json") +
+                                   R"(: /limits: must be an object of limits (e.g. {"timeout": "5s"}); to lift one )"
+                                   R"(limit set it to null inside it ({"memory": null}))");
+  }
 }
 
 TEST_CASE("the operator's --allow-host rules join the profile's, one rule set for run and exec") {
