@@ -56,7 +56,10 @@ void append_blocker_checks(std::vector<CheckResult>& checks) {
 // (the same parsing, profile and setup as the caller's runs), in a private state dir removed after
 // (nothing lands in the caller's ledger), bounded in time so that doctor never hangs.
 void append_sandbox_check(std::vector<CheckResult>& checks) {
-  std::string tmpl = (std::getenv("TMPDIR") && *std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp");
+  // As root, /tmp whatever TMPDIR says: the dir is removed afterwards by path (remove_tree), and
+  // in a TMPDIR another user can write, its entries could be swapped for links meanwhile.
+  const char* tmpdir = ::geteuid() == 0 ? nullptr : std::getenv("TMPDIR");
+  std::string tmpl = tmpdir && *tmpdir ? tmpdir : "/tmp";
   tmpl += "/sbx-doctor-XXXXXX";
   if (!::mkdtemp(tmpl.data())) {
     checks.push_back({"sandbox", CheckStatus::missing, true, "cannot make a temporary state dir: " + tmpl,
