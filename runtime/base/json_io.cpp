@@ -253,6 +253,7 @@ Result<std::string> read_regular_bounded(const std::string& path, std::size_t ma
   if (!fd.ok()) return sys_error(stage, "cannot read " + what);
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0) return sys_error(stage, "cannot read " + what);
+  if (S_ISDIR(st.st_mode)) return Error{stage, EISDIR, "cannot read " + what};  // as read() would say
   if (!S_ISREG(st.st_mode)) return make_error(stage, what + ": not a regular file");
   return read_bounded_fd(fd.get(), max_bytes, stage, what);
 }

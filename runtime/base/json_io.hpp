@@ -71,8 +71,8 @@ Result<nlohmann::json> read_json_file(const std::string& path, const JsonBounds&
 Result<std::string> read_bounded(const std::string& path, std::size_t max_bytes, Stage stage, const std::string& what);
 Result<std::string> read_bounded_fd(int fd, std::size_t max_bytes, Stage stage, const std::string& what);
 // read_bounded for a file that must be a regular one (a configuration file): a FIFO, a device or
-// a terminal is refused at once ("<what>: not a regular file") instead of blocking the open or
-// the read. read_bounded itself takes any file: `pack run --input` may be a pipe or /dev/stdin.
+// a terminal is refused at once ("<what>: not a regular file"; a directory: "cannot read <what>:
+// Is a directory") instead of blocking the open or the read. read_bounded itself takes any file: `pack run --input` may be a pipe or /dev/stdin.
 Result<std::string> read_regular_bounded(const std::string& path, std::size_t max_bytes, Stage stage,
                                          const std::string& what);
 

@@ -136,7 +136,12 @@ Result<LoadedProfile> load_parent(const ProfileSource& child, const std::string&
                                   std::vector<std::string> chain) {
   chain.push_back(profile_identity(child));
   auto found = find_parent(child, parent);
-  if (!found) return make_error("profile", where + ": /extends: " + found.error().message);
+  if (!found) {  // errno kept: "cannot read profile DIR/base.json: No such file or directory"
+    Error e = found.error();
+    e.stage = "profile";
+    e.message = where + ": /extends: " + e.message;
+    return e;
+  }
   std::string path;
   for (auto& c : chain) path += c + " -> ";
   if (std::find(chain.begin(), chain.end(), profile_identity(*found)) != chain.end())

@@ -133,7 +133,7 @@ class UnitsAndProfileDefaultsTest(DocTestBase):
         self.write("installed/agent.json", {"extends": "base.json", "limits": {"timeout": "5s"}})
         self.write("checkout/base.json", {"limits": {"memory": None}})
         env = dict(os.environ, SBX_PROFILE_PATH=inst)
-        self.assertIn(f"profile {inst}/agent.json: /extends: cannot read profile {inst}/base.json",
+        self.assertIn(f"profile {inst}/agent.json: /extends: cannot read profile {inst}/base.json: No such file or directory",
                       sbx(["profile", "show", "agent"], env=env, cwd=work).err)
         self.write("installed/base.json", {"limits": {"memory": "100M"}})
         r = sbx(["profile", "show", "agent"], env=env, cwd=work)

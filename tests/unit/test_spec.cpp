@@ -366,8 +366,8 @@ TEST_CASE("profiles: a relative extends is read beside the profile, never from t
   InDir in_b(b.path);
   auto missing = load_profile(a / "child.json");
   REQUIRE_FALSE(missing.ok());
-  CHECK(missing.error().message.starts_with("profile " + (a / "child.json") + ": /extends: cannot read profile " +
-                                            (a / "base.json")));
+  CHECK(missing.error().describe() == "profile " + (a / "child.json") + ": /extends: cannot read profile " +
+                                          (a / "base.json") + ": No such file or directory");
   write_file(a / "base.json", R"({"limits": {"memory": "100M"}})");
   auto c = load_profile(a / "child.json");
   REQUIRE(c.ok());
@@ -410,6 +410,8 @@ TEST_CASE("profiles: a FIFO or a device as a profile or a parent is refused at o
   REQUIRE_FALSE(v.ok());
   CHECK(v.error().message == "profile " + (dir / "child.json") + ": /extends: profile " + fifo + ": not a regular file");
   CHECK(load_profile("/dev/null").error().message == "profile /dev/null: not a regular file");
+  REQUIRE(::mkdir((dir / "d.json").c_str(), 0700) == 0);
+  CHECK(load_profile(dir / "d.json").error().describe() == "cannot read profile " + (dir / "d.json") + ": Is a directory");
 }
 
 TEST_CASE("profiles: a limits that is not an object is refused, never taken for 'drop every inherited limit'") {
