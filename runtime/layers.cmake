@@ -16,7 +16,7 @@ add_library(sbx_common INTERFACE)
 target_include_directories(sbx_common INTERFACE ${CMAKE_SOURCE_DIR} ${CLI11_INCLUDE} ${SPDLOG_INCLUDE}
                            ${RE2_INCLUDE} ${CARES_INCLUDE})
 target_compile_definitions(sbx_common INTERFACE SPDLOG_HEADER_ONLY SPDLOG_FMT_EXTERNAL FMT_HEADER_ONLY
-  SBX_VERSION="${PROJECT_VERSION}" SBX_SOURCE_DIR="${CMAKE_SOURCE_DIR}"
+  SBX_VERSION="${PROJECT_VERSION}"
   SBX_DATADIR="${CMAKE_INSTALL_PREFIX}/share/sbx")
 target_link_libraries(sbx_common INTERFACE nlohmann_json::nlohmann_json ${SECCOMP_STATIC} ${CAPNG_STATIC} ${RE2_STATIC}
                       ${CARES_STATIC} ${CRYPTO_STATIC} ${Z_STATIC} ${LZMA_STATIC} ${ZSTD_STATIC}
