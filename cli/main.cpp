@@ -273,12 +273,17 @@ int main(int argc, char** argv) {
   app.fallthrough();
   app.set_version_flag("--version", std::string("sbx ") + SBX_VERSION);
   app.formatter(std::make_shared<Formatter>());  // before the subcommands: they copy it
-  app.footer("'sbx help COMMAND' (or 'sbx COMMAND --help'): a command's options; 'sbx version'; man sbx");
+  app.footer(
+      "'sbx help COMMAND' (or 'sbx COMMAND --help'): a command's options; 'sbx version'; "
+      "man sbx-COMMAND (sbx-run, sbx-mcp, ...); man sbx: exit statuses, files, limits, security");
   GlobalOptions g;
   g.argv.assign(argv, argv + argc);
   add_global_options(app, g);
 
   std::vector<Command> commands = add_commands(app, g, argc, argv);
+  // Each command's page (man/sbx-COMMAND.1), named where its options are printed.
+  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; }))
+    sub->footer("man sbx-" + sub->get_name() + " (options and examples); man sbx (exit statuses, files)");
   one_value_per_occurrence(app);
   if (help_word)
     if (auto rc = check_help_topic(app, argc, argv)) return *rc;

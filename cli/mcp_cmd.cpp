@@ -253,7 +253,8 @@ int run_worker(const WorkerFlags& wf, GlobalOptions& g) {
 
 void add_mcp_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out) {
   static McpFlags f;
-  auto* mcp = app.add_subcommand("mcp", "Serve rule packs and run_code as MCP tools over stdio (JSON-RPC; man sbx)");
+  auto* mcp =
+      app.add_subcommand("mcp", "Serve rule packs and run_code as MCP tools over stdio (JSON-RPC; man sbx-mcp)");
   mcp->add_option("--packs", f.packs,
                   "A pack directory, or a directory of pack directories: one tool each (repeatable)");
   mcp->add_option("--context", f.contexts, "Mount a context for every call of a pack: PACK/NAME=PATH (repeatable)");

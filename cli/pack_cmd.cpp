@@ -219,7 +219,8 @@ int run_pack_command(PackFlags& f, GlobalOptions& g) {
 
 void add_pack_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out) {
   static PackFlags f;
-  auto* pack = app.add_subcommand("pack", "Rule packs: typed input records in, a validated result out (man sbx-pack)");
+  auto* pack = app.add_subcommand(
+      "pack", "Rule packs: typed input records in, a validated result out (man sbx-pack, sbx-pack(5))");
   pack->require_subcommand(1);
 
   auto* validate = pack->add_subcommand("validate", "Check a pack's manifest and schemas; list every problem");

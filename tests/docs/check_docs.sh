@@ -2,8 +2,9 @@
 # Usage: tests/docs/check_docs.sh SBX_BINARY
 #
 # Checks that the docs keep up with the binary: every subcommand (nested ones too) and every long
-# option that `SBX_BINARY [SUBCOMMAND...] --help` prints appears in man/sbx.1 and in the bash, zsh
-# and fish completions; that the man page renders without warnings; and that the completion files
+# option that `SBX_BINARY [SUBCOMMAND...] --help` prints appears in its command's man page
+# (man/sbx-COMMAND.1; global options and the command list in man/sbx.1) and in the bash, zsh
+# and fish completions; that the man pages render without warnings; and that the completion files
 # parse; and that every example of README.md and the man pages runs as written, printing what the
 # docs show (tests/docs/run_examples.py), as root and rootless. Prints each check, then
 # "N passed, N failed"; exits 1 on any failure, 2 on bad usage.
@@ -22,6 +23,7 @@ fi
 # The repository root, from this script's own location (tests/docs/check_docs.sh).
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 man_page=$root/man/sbx.1
+man_pages=("$root"/man/*.[15])
 bash_comp=$root/completions/sbx.bash
 zsh_comp=$root/completions/_sbx
 fish_comp=$root/completions/sbx.fish
@@ -95,65 +97,86 @@ for f in "$man_page" "$bash_comp" "$zsh_comp" "$fish_comp"; do
     if [[ -r $f ]]; then pass "exists: ${f#"$root"/}"; else fail "missing: ${f#"$root"/}"; fi
 done
 
-# The man page as plain words: roff's \- and font escapes removed, so "\fB\-\-bind\fR" reads
+# A man page as plain words: roff's \- and font escapes removed, so "\fB\-\-bind\fR" reads
 # "--bind" and "\fBprofile ls\fR" reads "profile ls".
-man_text=$(sed -e 's/\\-/-/g' -e 's/\\f[BIRP]//g' -e 's/\\f(..//g' -e 's/\\&//g' "$man_page" 2>/dev/null)
+declare -A man_texts=()
+man_text_of() {  # man_text_of PAGE: sets $man_text (cached per page)
+    if [[ -z ${man_texts[$1]+set} ]]; then
+        man_texts[$1]=$(sed -e 's/\\-/-/g' -e 's/\\f[BIRP]//g' -e 's/\\f(..//g' -e 's/\\&//g' "$1" 2>/dev/null)
+    fi
+    man_text=${man_texts[$1]}
+}
+# The page a command's options are documented on: sbx-COMMAND(1) for "COMMAND ..." (a page per
+# command, as git and podman have), sbx(1) for the global options.
+page_of() {  # page_of "COMMAND WORDS"
+    if [[ -z $1 ]]; then echo "$man_page"; else echo "$root/man/sbx-${1%% *}.1"; fi
+}
 
 # A word or option, not part of a longer one.
 has_word() {  # has_word TEXT WORD
     grep -qE -- "(^|[^A-Za-z0-9_-])$(sed 's/[.[\*^$]/\\&/g' <<<"$2")([^A-Za-z0-9_-]|\$)" <<<"$1"
 }
 
-check_in_all() {  # check_in_all WHAT MAN_PATTERN_WORD BASH_WORD ZSH_WORD FISH_PATTERN
-    local what=$1
-    if has_word "$man_text" "$2"; then pass "man page has $what"; else fail "man page lacks $what"; fi
-    if has_word "$(cat "$bash_comp" 2>/dev/null)" "$3"; then pass "bash completion has $what"
+check_in_all() {  # check_in_all WHAT PAGE MAN_PATTERN_WORD BASH_WORD ZSH_WORD FISH_PATTERN
+    local what=$1 page=$2
+    shift 2
+    man_text_of "$page"
+    if has_word "$man_text" "$1"; then pass "${page#"$root"/} has $what"; else fail "${page#"$root"/} lacks $what"; fi
+    if has_word "$(cat "$bash_comp" 2>/dev/null)" "$2"; then pass "bash completion has $what"
     else fail "bash completion lacks $what"; fi
-    if has_word "$(cat "$zsh_comp" 2>/dev/null)" "$4"; then pass "zsh completion has $what"
+    if has_word "$(cat "$zsh_comp" 2>/dev/null)" "$3"; then pass "zsh completion has $what"
     else fail "zsh completion lacks $what"; fi
-    if grep -qE -- "$5" "$fish_comp" 2>/dev/null; then pass "fish completion has $what"
+    if grep -qE -- "$4" "$fish_comp" 2>/dev/null; then pass "fish completion has $what"
     else fail "fish completion lacks $what"; fi
 }
 
 for c in "${commands[@]}"; do
     leaf=${c##* }
-    # The man page names nested commands in full ("profile ls"); completions list the leaf word.
-    check_in_all "command '$c'" "$c" "$leaf" "$leaf" "(-a[[:space:]]+'?$leaf'?([[:space:]]|\$)|__sbx_at $c)"
+    # Every command has its page, listed in sbx(1); the page names nested commands in full
+    # ("trace ls"); completions list the leaf word.
+    page=$(page_of "$c")
+    if [[ $c != *" "* ]]; then
+        man_text_of "$man_page"
+        if [[ -r $page ]] && has_word "$man_text" "sbx-$c"; then pass "man/sbx-$c.1 exists and sbx(1) lists it"
+        else fail "man/sbx-$c.1 is missing or sbx(1) does not list it"; fi
+    fi
+    check_in_all "command '$c'" "$page" "$c" "$leaf" "$leaf" "(-a[[:space:]]+'?$leaf'?([[:space:]]|\$)|__sbx_at $c)"
 done
 
+# Global options: every command's help repeats them; sbx(1) documents them once.
+declare -A global=()
+for entry in "${options[@]}"; do [[ -z ${entry%|*} ]] && global[${entry#*|}]=1; done
 declare -A seen=()
 for entry in "${options[@]}"; do
     cmd=${entry%|*}
     opt=${entry#*|}
-    [[ -n ${seen[$opt]:-} ]] && continue  # an option shared by several commands is checked once
-    seen[$opt]=1
+    [[ -n $cmd && -n ${global[$opt]:-} ]] && continue
+    page=$(page_of "$cmd")
+    # A page that takes another command's options wholesale says so (sbx probe: those of sbx run,
+    # '.\" options-of: run'); an option it does not list itself is checked on that page.
+    delegate=$(sed -n 's/^\.\\" options-of: \([a-z-]*\).*/\1/p' "$page" 2>/dev/null)
+    if [[ -n $delegate ]]; then
+        man_text_of "$page"
+        has_word "$man_text" "$opt" || page=$root/man/sbx-$delegate.1
+    fi
+    # An option shared by several commands of one page is checked once there.
+    [[ -n ${seen[$page|$opt]:-} ]] && continue
+    seen[$page|$opt]=1
     name=${opt#--}
-    check_in_all "option $opt${cmd:+ (sbx $cmd)}" "$opt" "$opt" "$opt" \
+    check_in_all "option $opt${cmd:+ (sbx $cmd)}" "$page" "$opt" "$opt" "$opt" \
         "(-l|--long-option)[[:space:]]+'?$name'?([[:space:]]|\$)"
 done
 
 # --- the man page renders cleanly -------------------------------------------------------------
 
 if command -v man >/dev/null 2>&1; then
-    for width in default 80; do
-        if [[ $width == default ]]; then
-            warnings=$(man --warnings -l "$man_page" 2>&1 >/dev/null)
-        else
-            warnings=$(MANWIDTH=$width man --warnings -l "$man_page" 2>&1 >/dev/null)
-        fi
-        if [[ -z $warnings ]]; then
-            pass "man --warnings -l man/sbx.1 (width $width): no warnings"
-        else
-            fail "man --warnings -l man/sbx.1 (width $width):"
-            printf '      %s\n' "$warnings"
-        fi
-    done
-    # Both pages render without warnings, and without a doubled quote: roff's "" is a literal quote
-    # only inside a quoted argument, so an unquoted .B {""mode"": ""none""} shows the doubled marks.
-    for page in "$man_page" "$root/man/sbx-pack.5"; do
+    # Every page renders without warnings (default width and 80 columns), and without a doubled
+    # quote: roff's "" is a literal quote only inside a quoted argument, so an unquoted
+    # .B {""mode"": ""none""} shows the doubled marks.
+    for page in "${man_pages[@]}"; do
         rel=${page#"$root"/}
-        warnings=$(man --warnings -l "$page" 2>&1 >/dev/null)
-        if [[ -z $warnings ]]; then pass "man --warnings -l $rel: no warnings"
+        warnings=$(man --warnings -l "$page" 2>&1 >/dev/null; MANWIDTH=80 man --warnings -l "$page" 2>&1 >/dev/null)
+        if [[ -z $warnings ]]; then pass "man --warnings -l $rel (default width, 80): no warnings"
         else fail "man --warnings -l $rel:"; printf '      %s\n' "$warnings"; fi
         doubled=$(MANWIDTH=100 man -l "$page" 2>/dev/null | grep -n '""')
         if [[ -z $doubled ]]; then pass "$rel renders no doubled quotes"
@@ -203,7 +226,7 @@ else
     mkdir -p "$copy/tests/docs" "$copy/man"
     cp "$root/tests/docs/run_examples.py" "$copy/tests/docs/"
     cp "$root/README.md" "$copy/"
-    cp "$root/man/sbx.1" "$root/man/sbx-pack.5" "$copy/man/"
+    cp "${man_pages[@]}" "$copy/man/"
     cp -r "$root/examples" "$root/rootfs" "$copy/"
     cp "$sbx" "$copy/sbx"
     chmod 755 "$tmp"

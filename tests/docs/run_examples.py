@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Runs every example of README.md, man/sbx.1 and man/sbx-pack.5 as written.
+"""Runs every example of README.md and the man pages (man/*.1, man/*.5) as written.
 
 Usage: tests/docs/run_examples.py SBX_BINARY MODE [--list]
 
@@ -26,6 +26,7 @@ a trailing `# prints TEXT` (up to a "; " that starts a note) is the last line it
 trailing comments are explanations. "..." matches any text (also across lines); blanks do not
 count (the docs wrap and indent JSON their own way); everything else must match.
 """
+import glob
 import os
 import re
 import shutil
@@ -190,8 +191,8 @@ def main():
     blocks = []
     for doc in ("README.md",):
         blocks += markdown_blocks(os.path.join(ROOT, doc))
-    for doc in ("man/sbx.1", "man/sbx-pack.5"):
-        blocks += roff_blocks(os.path.join(ROOT, doc))
+    for doc in sorted(glob.glob(os.path.join(ROOT, "man", "*.[15]"))):
+        blocks += roff_blocks(doc)
     if "--list" in sys.argv:
         for where, markers, lines in blocks:
             print(where, markers, commands_of(lines))

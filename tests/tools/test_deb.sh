@@ -41,6 +41,7 @@ field() { dpkg-deb -f "$DEB" "$1"; }
 [ "$(basename "$DEB")" = "sbx_${version}_$(dpkg --print-architecture).deb" ] || fail "file name $(basename "$DEB")"
 dpkg-deb -c "$DEB" | awk '{print $6}' | sed 's|^\./|/|' >"$TMP/contents"
 for f in /usr/bin/sbx /usr/share/man/man1/sbx.1.gz /usr/share/man/man5/sbx-pack.5.gz \
+         /usr/share/man/man1/sbx-run.1.gz /usr/share/man/man1/sbx-mcp.1.gz /usr/share/man/man1/sbx-pack.1.gz \
          /usr/share/doc/sbx/copyright /usr/share/doc/sbx/changelog.gz /usr/share/doc/sbx/LICENSE /usr/share/doc/sbx/THIRD_PARTY_NOTICES.md \
          /usr/share/sbx/schemas/trace.schema.json /usr/share/sbx/profiles/untrusted.json \
          /usr/share/bash-completion/completions/sbx /usr/share/zsh/vendor-completions/_sbx \
