@@ -39,6 +39,7 @@
 #include "runtime/base/paths.hpp"
 #include "runtime/base/text_escape.hpp"
 #include "runtime/egress/egress_policy.hpp"
+#include "runtime/launch/preflight.hpp"
 #include "runtime/launch/probe_host.hpp"
 #include "runtime/launch/tenant.hpp"
 #include "runtime/linux/userns.hpp"
@@ -71,6 +72,11 @@ Captured run_self(const std::vector<std::string>& args,
     ::close(out[1]);
     return c;
   }
+  // What the child says when sbx cannot re-run itself, made before fork: it is /proc/self/exe, so
+  // a missing /proc (bwrap without --proc) is the usual cause, and the fix is named.
+  std::string exec_failed = "sbx: cannot re-run sbx as /proc/self/exe";
+  if (!procfs_at_proc()) exec_failed += ": " + proc_mount_refused_hint(std::nullopt);
+  exec_failed += "\n";
   pid_t pid = ::fork();
   if (pid == 0) {
     ::dup2(out[1], 1);
@@ -85,7 +91,9 @@ Captured run_self(const std::vector<std::string>& args,
     for (auto& w : a) argv.push_back(w.data());
     argv.push_back(nullptr);
     ::execv("/proc/self/exe", argv.data());
-    ::_exit(127);
+    // 125, not 127: the caller (doctor's sandbox row) reads 126/127 as the sandbox's program.
+    (void)!::write(2, exec_failed.data(), exec_failed.size());
+    ::_exit(125);
   }
   ::close(out[1]);
   ::close(err[1]);

@@ -4,10 +4,12 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <limits.h>
+#include <linux/magic.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/vfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -250,6 +252,11 @@ std::string wall_time_message(std::int64_t timeout_ms, const std::string& layer)
   return line + "; set by " + layer + ": raise limits.timeout there, e.g. \"" + more + "\"";
 }
 
+bool procfs_at_proc() {
+  struct statfs fs {};
+  return ::statfs("/proc/self", &fs) == 0 && fs.f_type == PROC_SUPER_MAGIC;
+}
+
 void add_setup_hint(Error& e, const RunSpec& spec, const IdentityPlan& identity, const std::string& cwd) {
   if (!e.hint.empty()) return;
   if (e.stage == "execve" && (e.err == ENOENT || e.err == ENOTDIR) && !spec.argv.empty() && !spec.argv[0].empty()) {
@@ -268,6 +275,12 @@ void add_setup_hint(Error& e, const RunSpec& spec, const IdentityPlan& identity,
     if (relative || in_cwd)
       e.hint = "the sandbox's working directory is " + spec.workdir + " and the current directory is not mounted; " +
                project_dir_advice();
+    return;
+  }
+  // No procfs at /proc at all (a bwrap without --proc, a bare chroot): the first /proc path sbx
+  // opens is missing, long before a proc mount is tried. The fix is the same as a masked /proc's.
+  if (e.err == ENOENT && e.message.find("/proc/") != std::string::npos && !procfs_at_proc()) {
+    e.hint = proc_mount_refused_hint(std::nullopt);
     return;
   }
   bool bind = e.stage == "mounts" && e.message.rfind("bind source ", 0) == 0;

@@ -62,4 +62,8 @@ void add_setup_hint(Error& e, const RunSpec& spec, const IdentityPlan& identity,
 // or no /proc at all forbids it. "" when mountinfo shows neither (the reason is elsewhere).
 std::string proc_mount_refused_hint(const std::optional<std::string>& mountinfo);
 
+// Whether /proc is a procfs (statfs of /proc/self): where it is not, every /proc path sbx opens
+// is missing and add_setup_hint says how to mount one.
+bool procfs_at_proc();
+
 }  // namespace sbx

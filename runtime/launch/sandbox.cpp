@@ -527,7 +527,9 @@ bool Run::spawn() {
   // clone3 placed init in it).
   if (auto st = facilities_after_clone(ctx_, L.pid); !st) {
     kill_init();
-    return fail_setup(st.error());
+    Error e = st.error();
+    add_setup_hint(e, spec(), *identity_, cwd_);  // e.g. no /proc to write the id maps in
+    return fail_setup(e);
   }
   return start_init();
 }

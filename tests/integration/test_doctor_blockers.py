@@ -95,3 +95,32 @@ class DoctorSandbox(SbxTestCase):
         self.assertEqual(row["status"], "missing", row)
         self.assertIn("proc on /proc", row["detail"])
         self.assertIn("procMount: Unmasked", row["detail"])
+
+
+# No procfs at /proc at all, as under `bwrap --bind ROOT /` without --proc or in a bare chroot: an
+# empty tmpfs where /proc was, in a mount namespace of the test's own.
+NO_PROC = """mount -t tmpfs none /proc && echo "proc hidden"
+"$SBX" run -- true; echo "run exit $?"
+"$SBX" doctor --json > {doc}; echo "doctor exit $?"
+"""
+
+
+class DoctorNoProc(SbxTestCase):
+    @unittest.skipIf(MODE != "root", "needs a mount over /proc in a mount namespace of the test's own")
+    def test_no_proc_fails_the_run_with_the_fix_and_the_doctor_row(self):
+        doc = self.path("doctor.json")
+        p = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", NO_PROC.format(doc=doc)],
+                           capture_output=True, text=True, timeout=120, env=dict(os.environ, SBX=os.environ["SBX_BIN"]))
+        out, err = p.stdout, p.stderr
+        self.assertIn("proc hidden", out, out + err)
+        self.assertIn("run exit 125", out, out + err)
+        # One line: what failed (a /proc path missing) and how to fix it (mount one; bwrap's --proc).
+        line = [l for l in err.splitlines() if "/proc/" in l and "No such file" in l]
+        self.assertTrue(line, err)
+        for words in ("no /proc is mounted where sbx runs", "bwrap: --proc /proc", "procMount: Unmasked"):
+            self.assertIn(words, line[0])
+        self.assertIn("doctor exit 1", out, out + err)
+        with open(doc) as f:
+            row = {c["name"]: c for c in json.load(f)["checks"]}["sandbox"]
+        self.assertEqual(row["status"], "missing", row)
+        self.assertIn("no /proc is mounted where sbx runs", row["detail"])
