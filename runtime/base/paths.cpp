@@ -64,9 +64,13 @@ std::string resolved_path(const std::string& p) {
   return s;
 }
 
+bool path_within(const std::string& path, const std::string& dir) {
+  return path == dir || dir == "/" || path.starts_with(dir + "/");
+}
+
 std::string path_relation(const std::string& a, const std::string& b) {
   if (a == b) return "is";
-  if (b == "/" || a.starts_with(b + "/")) return "is inside";
+  if (path_within(a, b)) return "is inside";
   if (a == "/" || b.starts_with(a + "/")) return "holds";
   return "";
 }

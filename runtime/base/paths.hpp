@@ -49,5 +49,8 @@ std::string resolved_path(const std::string& p);
 // "is inside" (below it; everything is inside "/"), "holds" (above it), or "" (unrelated; a
 // common prefix that ends mid-name, /srv/state and /srv/stateful, is no relation).
 std::string path_relation(const std::string& a, const std::string& b);
+// Whether `path` is `dir` or below it, by whole names (path_relation "is" or "is inside"):
+// everything is within "/"; /srv/stateful is not within /srv/state.
+bool path_within(const std::string& path, const std::string& dir);
 
 }  // namespace sbx

@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "runtime/base/json_io.hpp"
+#include "runtime/base/paths.hpp"
 #include "runtime/base/text_escape.hpp"
 #include "runtime/egress/egress_policy.hpp"
 #include "runtime/launch/tenant.hpp"
@@ -245,7 +246,7 @@ bool mount_within_reach(const std::string& key, const std::vector<std::string>& 
   const std::string source = last == std::string::npos ? "" : key.substr(last + 1);
   if (source.starts_with("sbx-")) return true;  // sbx names its own tmpfs mounts so
   for (auto& r : roots)
-    if (r == "/" || point == r || point.starts_with(r + "/")) return true;
+    if (path_within(point, r)) return true;
   return false;
 }
 

@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <array>
 
+#include "runtime/base/paths.hpp"
+
 namespace sbx {
 
 namespace {
@@ -16,11 +18,6 @@ namespace {
 // the few /etc entries): a path under one is "there" for the hint.
 constexpr std::array<const char*, 8> kSameOnHost = {"/usr",   "/bin",   "/sbin",   "/lib",
                                                     "/lib64", "/lib32", "/libx32", "/etc"};
-
-bool under(const std::string& path, const std::string& dir) {
-  if (dir == "/") return true;
-  return path == dir || (path.size() > dir.size() && path.compare(0, dir.size(), dir) == 0 && path[dir.size()] == '/');
-}
 
 std::string dir_of(const std::string& path) {
   auto slash = path.rfind('/');
@@ -104,7 +101,7 @@ Status add_workspace(RunSpec& spec, const std::string& cwd, const std::vector<st
   if (cwd == "/")
     return make_error("usage", "--workspace: the current directory is /, the whole host, read-write" + fix);
   for (auto& home : homes)
-    if (!home.empty() && home != "/" && under(absolute_lexical("/", home), cwd))
+    if (!home.empty() && home != "/" && path_within(absolute_lexical("/", home), cwd))
       return make_error("usage", "--workspace: the current directory " + cwd +
                                      (absolute_lexical("/", home) == cwd ? " is" : " holds") + " the home directory " +
                                      home +
@@ -180,14 +177,14 @@ std::optional<std::string> host_path_in_sandbox(const RunSpec& spec, const std::
   const BindMount* best = nullptr;
   for (const auto* list : {&spec.binds, &spec.inputs})
     for (auto& b : *list)
-      if (under(sandbox_path, b.dst) && (!best || b.dst.size() >= best->dst.size())) best = &b;
+      if (path_within(sandbox_path, b.dst) && (!best || b.dst.size() >= best->dst.size())) best = &b;
   if (best) {
     std::string rest = sandbox_path.substr(best->dst == "/" ? 0 : best->dst.size());
     return absolute_lexical(cwd, best->src) + rest;
   }
   if (spec.image == "host")
     for (const char* d : kSameOnHost)
-      if (under(sandbox_path, d)) return sandbox_path;
+      if (path_within(sandbox_path, d)) return sandbox_path;
   return std::nullopt;
 }
 

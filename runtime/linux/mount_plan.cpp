@@ -6,16 +6,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include "runtime/base/paths.hpp"
 #include "runtime/base/trace_field.hpp"
 
 namespace sbx {
 namespace {
 
 constexpr unsigned long kNoSuidDev = MS_NOSUID | MS_NODEV;
-
-bool under(const std::string& path, const std::string& dir) {
-  return path == dir || (path.size() > dir.size() && path.compare(0, dir.size(), dir) == 0 && path[dir.size()] == '/');
-}
 
 std::string octal(mode_t mode) {
   char buf[16];
@@ -146,8 +143,10 @@ std::vector<MountOp> mount_ops(const MountPlan& plan) {
   if (image) {
     // The working directory must exist to chdir into; in an image it may not, and the upper
     // layer is the only place to make it (the root is read-only by then).
+    // A mount at "/" (the root's own) covers only a workdir of "/" itself.
     bool mounted = false;
-    for (auto& op : l.ops) mounted = mounted || (op.precreate && under(plan.workdir, op.dst));
+    for (auto& op : l.ops)
+      mounted = mounted || (op.precreate && (op.dst == "/" ? plan.workdir == "/" : path_within(plan.workdir, op.dst)));
     if (!mounted) {
       MountOp op;
       op.kind = MountOpKind::mount_point;

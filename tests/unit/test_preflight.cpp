@@ -171,6 +171,12 @@ TEST_CASE("paths: resolved_path resolves what exists, path_relation compares who
   CHECK(path_relation("/srv/a", "/") == "is inside");
   CHECK(path_relation("/srv/state", "/srv/stateful").empty());
   CHECK(path_relation("/srv/stateful", "/srv/state").empty());
+  CHECK(path_within("/srv/a", "/srv/a"));
+  CHECK(path_within("/srv/a/b", "/srv/a"));
+  CHECK(path_within("/srv/a", "/"));
+  CHECK(path_within("/", "/"));
+  CHECK_FALSE(path_within("/srv/stateful", "/srv/state"));
+  CHECK_FALSE(path_within("/srv", "/srv/a"));
   CHECK(std::system(("rm -rf " + base).c_str()) == 0);
 }
 
