@@ -937,8 +937,9 @@ void Run::tell_user() const {
       spdlog::warn("CPU-time budget of {} spent: sandbox killed (exit 124)", format_duration_ms(*s.limits.cpu_time_ms));
     else if (s.limits.timeout_ms) {
       auto layer = req_.limit_layers.find("timeout");
-      spdlog::warn("{}", wall_time_message(*s.limits.timeout_ms,
-                                           layer == req_.limit_layers.end() ? std::string() : layer->second));
+      spdlog::warn(
+          "{}", wall_time_message(*s.limits.timeout_ms,
+                                  layer == req_.limit_layers.end() ? std::string() : layer->second, req_.limit_raise));
     }
   }
   if (sup_ && s.limits.output_limit_bytes)

@@ -262,6 +262,7 @@ json run_pack_job(const json& job, const WorkerContext& wctx) {
   req.run.profile = profile->source;
   req.run.dirs = wctx.dirs;
   req.run.limit_layers = limit_layers(*profile, &req.pack.spec_patch, req.pack.source_dir + "/pack.json", {});
+  req.run.limit_raise = CeilingRaise::by_profile;  // an MCP call takes no --timeout
   req.run.invocation_argv = wctx.argv;
   if (auto st = apply_named_tenant(wctx.tenant, req.run, json{{"name", req.pack.name}, {"digest", req.pack.digest}});
       !st)

@@ -262,6 +262,7 @@ Result<std::shared_ptr<ExecState>> plan_exec(const json& request, const ExecCont
   exec_files(rq, run);
   run.spec = std::move(*spec);
   run.limit_layers = limit_layers(*profile, &patch, "exec request", {});
+  run.limit_raise = CeilingRaise::by_profile;
   if (ctx.before_run)
     if (auto st = ctx.before_run(run); !st) return make_error("usage", st.error().message);
   state->traces_dir = run.dirs.traces;  // a tenant's run records to the tenant's store
