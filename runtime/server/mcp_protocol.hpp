@@ -135,7 +135,10 @@ ScannedResponse scan_worker_response(std::string_view text, const JsonBounds& bo
 // the response itself, which the server splices in from the worker's text (kSpliceMarker stands
 // in its place) unless `splice` is false and nothing was cut (then `summary` is the response).
 // Pack: structuredContent is the pack's result (the summary keeps it whole), the text block its
-// JSON when that is under kSummaryBytes, else a note. Or {"error": {stage, message}}.
+// JSON when that is under kSummaryBytes, else a note. A pack run that failed: a tool error whose
+// text and _meta (sbx/status, sbx/error, sbx/error_truncated) carry the cause, at most
+// kSummaryBytes of it, and no structuredContent (pack_result says why). Or {"error": {stage,
+// message}}.
 inline constexpr const char* kSpliceMarker = "\x01sbx:structuredContent\x01";
 nlohmann::json run_code_result(const nlohmann::json& summary, const nlohmann::json& cut = nlohmann::json::object(),
                                bool splice = false);
