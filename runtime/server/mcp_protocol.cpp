@@ -161,6 +161,14 @@ std::string skipped_pack_warning(const std::string& dir, const std::vector<std::
          "; the other tools (run_code too) are served; check it with: sbx pack validate " + dir;
 }
 
+std::string tool_name_clash(const std::map<std::string, std::string>& offered, const std::string& name) {
+  if (name == "run_code") return "its name 'run_code' is sbx's own tool: rename the pack in its pack.json";
+  auto it = offered.find(name);
+  if (it == offered.end()) return "";
+  return "its name '" + name + "' is already the tool of the pack in " + it->second +
+         ": rename one of them in its pack.json";
+}
+
 PackTool pack_tool(const Pack& pack) {
   PackTool t;
   t.dir = pack.dir;

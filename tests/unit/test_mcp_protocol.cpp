@@ -225,6 +225,17 @@ TEST_CASE("mcp: a call that failed in setup carries the error's line, not only i
   CHECK(r["content"][0]["text"].get<std::string>().find(why) != std::string::npos);
 }
 
+TEST_CASE("mcp: a pack named like an offered tool or run_code is skipped, naming both directories") {
+  std::map<std::string, std::string> offered{{"grade", "/srv/a/grade"}};
+  CHECK(mcp::tool_name_clash(offered, "other").empty());
+  std::string w = mcp::tool_name_clash(offered, "grade");
+  CHECK(w == "its name 'grade' is already the tool of the pack in /srv/a/grade: rename one of them in its pack.json");
+  CHECK(mcp::skipped_pack_warning("/srv/b/grade", {w}).find("/srv/b/grade is not offered: its name 'grade' is "
+                                                             "already the tool of the pack in /srv/a/grade") !=
+        std::string::npos);
+  CHECK(mcp::tool_name_clash({}, "run_code").find("sbx's own tool") != std::string::npos);
+}
+
 TEST_CASE("mcp: a skipped pack's warning names its directory, its problem, what is served and the check") {
   std::string w = mcp::skipped_pack_warning("/srv/packs/bad", {"pack.json: not valid JSON", "schemas/in.json: missing"});
   CHECK(w.find("/srv/packs/bad") != std::string::npos);
