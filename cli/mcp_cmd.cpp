@@ -21,6 +21,7 @@
 #include "runtime/server/mcp_server.hpp"
 #include "runtime/server/mcp_worker.hpp"
 #include "runtime/typed/pack.hpp"
+#include "runtime/typed/pack_run.hpp"
 
 namespace sbx::cli {
 namespace {
@@ -29,6 +30,7 @@ using nlohmann::json;
 struct McpFlags {
   std::vector<std::string> packs;
   std::vector<std::string> contexts;  // PACK/NAME=PATH
+  std::vector<std::string> secrets;   // PACK/NAME=@FILE|env:VAR
   std::string profile = kDefaultProfile;
   std::optional<std::string> tenant;  // --tenant NAME (runtime/launch/tenant.hpp), applied by every worker
   std::size_t max_concurrent = 4;
@@ -73,36 +75,78 @@ std::optional<int> check_server_flags(const McpFlags& f) {
   return std::nullopt;
 }
 
-using GivenContexts = std::map<std::string, std::vector<std::pair<std::string, std::string>>>;
+// Per pack name: (NAME, VALUE) of each --context (VALUE a path) or --secret (VALUE a source).
+using GivenInputs = std::map<std::string, std::vector<std::pair<std::string, std::string>>>;
+struct Given {
+  GivenInputs contexts, secrets;
+};
 
-// --context PACK/NAME=PATH, by pack: (NAME, PATH) each, every PATH readable now.
-std::optional<int> parse_contexts(const McpFlags& f, GivenContexts& given) {
+// "PACK/NAME=VALUE", the form of --context and --secret (sbx pack run's NAME=VALUE, its pack
+// named first): false when it is not that.
+bool split_pack_input(const std::string& text, std::string& pack, std::string& name, std::string& value) {
+  auto slash = text.find('/'), eq = text.find('=');
+  if (slash == std::string::npos || eq == std::string::npos || slash == 0 || eq < slash + 2 || eq + 1 == text.size())
+    return false;
+  pack = text.substr(0, slash);
+  name = text.substr(slash + 1, eq - slash - 1);
+  value = text.substr(eq + 1);
+  return true;
+}
+
+// --context PACK/NAME=PATH, every PATH readable now; --secret PACK/NAME=@FILE|env:VAR, each read
+// now (a typo fails the server at start, not each call) and given once. A secret's value is not
+// kept: the worker of each call reads it again from its source (so the server's memory and its
+// jobs hold only "@FILE" or "env:VAR"), as `sbx pack run --secret` reads it for its one run. Only
+// PACK/NAME is ever echoed: the text after '=' might be the secret itself, pasted by mistake.
+std::optional<int> parse_inputs(const McpFlags& f, Given& given) {
+  std::string pack, name, value;
   for (auto& c : f.contexts) {
-    auto slash = c.find('/'), eq = c.find('=');
-    if (slash == std::string::npos || eq == std::string::npos || slash == 0 || eq < slash + 2 || eq + 1 == c.size())
+    if (!split_pack_input(c, pack, name, value))
       return usage_error("mcp: --context: expected PACK/NAME=PATH, got '" + c + "'");
-    std::string path = c.substr(eq + 1);
-    if (::access(path.c_str(), R_OK) != 0)
-      return usage_error("mcp: --context " + c.substr(0, eq) + ": cannot read " + path + ": " + std::strerror(errno));
-    given[c.substr(0, slash)].push_back({c.substr(slash + 1, eq - slash - 1), path});
+    if (::access(value.c_str(), R_OK) != 0)
+      return usage_error("mcp: --context " + pack + "/" + name + ": cannot read " + value + ": " +
+                         std::strerror(errno));
+    given.contexts[pack].push_back({name, value});
+  }
+  for (auto& s : f.secrets) {
+    if (!split_pack_input(s, pack, name, value))
+      return usage_error("mcp: --secret: expected PACK/NAME=@FILE or PACK/NAME=env:VAR");
+    for (auto& [n, v] : given.secrets[pack])
+      if (n == name) return usage_error("mcp: --secret " + pack + "/" + name + " given twice");
+    auto secret = read_secret_source(value);
+    if (!secret) return usage_error("mcp: --secret " + pack + "/" + name + ": " + secret.error().describe());
+    wipe(*secret);
+    given.secrets[pack].push_back({name, value});
   }
   return std::nullopt;
 }
 
 // What keeps a loaded pack from being offered: a required secret or context the operator did
-// not give ("" when none). A context given that the pack does not declare is a usage error.
-std::optional<int> pack_inputs_missing(const Pack& pack, GivenContexts& given, std::string& missing) {
+// not give ("" when none). A context or secret given that the pack does not declare is a usage
+// error (as in `sbx pack run`).
+std::optional<int> pack_inputs_missing(const Pack& pack, Given& given, std::string& missing) {
+  auto has = [](const GivenInputs& in, const std::string& pack_name, const std::string& name) {
+    auto it = in.find(pack_name);
+    if (it == in.end()) return false;
+    for (auto& [n, v] : it->second)
+      if (n == name) return true;
+    return false;
+  };
   for (auto& s : pack.secrets)
-    if (s.required) missing = "secret " + s.name;
-  for (auto& c : pack.contexts) {
-    bool have = false;
-    for (auto& [n, p] : given[pack.name]) have = have || n == c.name;
-    if (c.required && !have) missing = "context " + c.name + " (--context " + pack.name + "/" + c.name + "=PATH)";
-  }
-  for (auto& [n, p] : given[pack.name]) {
+    if (s.required && !has(given.secrets, pack.name, s.name))
+      missing = "secret " + s.name + " (--secret " + pack.name + "/" + s.name + "=@FILE|env:VAR)";
+  for (auto& c : pack.contexts)
+    if (c.required && !has(given.contexts, pack.name, c.name))
+      missing = "context " + c.name + " (--context " + pack.name + "/" + c.name + "=PATH)";
+  for (auto& [n, p] : given.contexts[pack.name]) {
     bool declared = false;
     for (auto& c : pack.contexts) declared = declared || c.name == n;
     if (!declared) return usage_error("mcp: --context " + pack.name + "/" + n + ": the pack declares no such context");
+  }
+  for (auto& [n, source] : given.secrets[pack.name]) {
+    bool declared = false;
+    for (auto& s : pack.secrets) declared = declared || s.name == n;
+    if (!declared) return usage_error("mcp: --secret " + pack.name + "/" + n + ": the pack declares no such secret");
   }
   return std::nullopt;
 }
@@ -113,9 +157,10 @@ std::optional<int> pack_inputs_missing(const Pack& pack, GivenContexts& given, s
 // take the whole server down (an MCP client sees only "Connection closed"), and run_code is
 // served even when no pack is. A --packs path that is not a directory at all (a typo) is still
 // a usage error: nothing in it could be a pack.
-std::optional<int> load_pack_tools(const McpFlags& f, const LoadedProfile& profile, GivenContexts& given,
+std::optional<int> load_pack_tools(const McpFlags& f, const LoadedProfile& profile, Given& given,
                                    mcp::ServerConfig& cfg) {
-  std::set<std::string> names{"run_code"};
+  std::set<std::string> names{"run_code"};     // every pack that loaded, offered or not (for --context)
+  std::map<std::string, std::string> offered;  // tool name -> its pack's directory
   bool skipped = false;
   auto skip = [&skipped](const std::string& dir, const std::vector<std::string>& problems) {
     std::fprintf(stderr, "sbx: %s\n", printable(mcp::skipped_pack_warning(dir, problems)).c_str());
@@ -142,8 +187,11 @@ std::optional<int> load_pack_tools(const McpFlags& f, const LoadedProfile& profi
         skip(dir, {merged.error().message + " (profile " + f.profile + ")"});
         continue;
       }
-      if (!names.insert(pack->name).second)
-        return usage_error("mcp: two tools named '" + pack->name + "' (" + dir + ")");
+      if (auto clash = mcp::tool_name_clash(offered, pack->name); !clash.empty()) {
+        skip(dir, {clash});
+        continue;
+      }
+      names.insert(pack->name);
       std::string missing;
       if (auto rc = pack_inputs_missing(*pack, given, missing)) return rc;
       if (!missing.empty()) {
@@ -152,17 +200,20 @@ std::optional<int> load_pack_tools(const McpFlags& f, const LoadedProfile& profi
                      printable(pack->name).c_str(), printable(missing).c_str());
         continue;
       }
+      offered[pack->name] = dir;
       cfg.packs.push_back(mcp::pack_tool(*pack));
-      if (given.count(pack->name)) cfg.contexts[pack->name] = given[pack->name];
+      if (given.contexts.count(pack->name)) cfg.contexts[pack->name] = given.contexts[pack->name];
+      if (given.secrets.count(pack->name)) cfg.secrets[pack->name] = given.secrets[pack->name];
     }
   }
-  for (auto& [name, list] : given) {
-    if (names.count(name)) continue;
-    // The pack it names may be one skipped above (its name unknown, it did not load): warned.
-    if (!skipped) return usage_error("mcp: --context " + name + "/...: no pack named '" + name + "'");
-    std::fprintf(stderr, "sbx: mcp: warning: --context %s/...: no pack named '%s' is offered\n",
-                 printable(name).c_str(), printable(name).c_str());
-  }
+  for (auto [flag, inputs] : {std::pair{"--context", &given.contexts}, std::pair{"--secret", &given.secrets}})
+    for (auto& [name, list] : *inputs) {
+      if (names.count(name) || list.empty()) continue;
+      // The pack it names may be one skipped above (its name unknown, it did not load): warned.
+      if (!skipped) return usage_error(std::string("mcp: ") + flag + " " + name + "/...: no pack named '" + name + "'");
+      std::fprintf(stderr, "sbx: mcp: warning: %s %s/...: no pack named '%s' is offered\n", flag,
+                   printable(name).c_str(), printable(name).c_str());
+    }
   return std::nullopt;
 }
 
@@ -206,8 +257,8 @@ int run_server(McpFlags& f, GlobalOptions& g) {
   // lower it; a tenant's ceiling too): what sizes the largest response the server reads.
   if (auto base = spec_from_layers(*profile, nullptr, "profile " + f.profile); base && base->limits.output_limit_bytes)
     cfg.stream_limit_bytes = std::min<std::int64_t>(*base->limits.output_limit_bytes, mcp::kMaxCapturedStreamBytes);
-  GivenContexts given;
-  if (auto rc = parse_contexts(f, given)) return *rc;
+  Given given;
+  if (auto rc = parse_inputs(f, given)) return *rc;
   if (auto rc = load_pack_tools(f, *profile, given, cfg)) return *rc;
   cfg.instructions =
       "Each tool call runs in a fresh, isolated sandbox (sbx) and is recorded in sbx's trace ledger; the run id and "
@@ -258,6 +309,8 @@ void add_mcp_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out)
   mcp->add_option("--packs", f.packs,
                   "A pack directory, or a directory of pack directories: one tool each (repeatable)");
   mcp->add_option("--context", f.contexts, "Mount a context for every call of a pack: PACK/NAME=PATH (repeatable)");
+  mcp->add_option("--secret", f.secrets,
+                  "Deliver a secret to every call of a pack: PACK/NAME=@FILE or PACK/NAME=env:VAR (repeatable)");
   mcp->add_option("--profile", f.profile,
                   "Profile every call runs under; its limits are the calls' ceilings (default untrusted)");
   mcp->add_option("--tenant", f.tenant,

@@ -244,7 +244,7 @@ _sbx() {
         exec)
             COMPREPLY=($(compgen -W "--profile --allow-host --trace-file --tenant --events --dry-run --help" -- "$cur")) ;;
         mcp)
-            COMPREPLY=($(compgen -W "--packs --context --profile --tenant --max-concurrent --max-queued --pool --pool-max-idle --help" -- "$cur")) ;;
+            COMPREPLY=($(compgen -W "--packs --context --secret --profile --tenant --max-concurrent --max-queued --pool --pool-max-idle --help" -- "$cur")) ;;
         replay)
             if [[ $cur == -* ]]; then
                 COMPREPLY=($(compgen -W "--json --tenant --help" -- "$cur"))

@@ -301,6 +301,7 @@ complete -c sbx -n '__sbx_at exec' -l dry-run -d 'Check everything, print the pl
 # sbx mcp
 complete -c sbx -n '__sbx_at mcp' -l packs -r -a '(__fish_complete_directories)' -d 'A pack directory, or a directory of packs (repeatable)'
 complete -c sbx -n '__sbx_at mcp' -l context -r -d 'Mount a context for every call of a pack: PACK/NAME=PATH'
+complete -c sbx -n '__sbx_at mcp' -l secret -r -d 'Deliver a secret to every call of a pack: PACK/NAME=@FILE or PACK/NAME=env:VAR'
 complete -c sbx -n '__sbx_at mcp' -l profile -x -a '(__sbx_profiles; __fish_complete_suffix .json)' -d 'Profile every call runs under; its limits are ceilings'
 complete -c sbx -n '__sbx_at mcp' -l max-concurrent -r -d 'Calls running at once (default 4)'
 complete -c sbx -n '__sbx_at mcp' -l max-queued -r -d 'Calls waiting beyond those (default 256)'

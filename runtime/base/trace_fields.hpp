@@ -218,6 +218,7 @@ inline constexpr const char* kTraceFields[] = {
     "invocation/profile",
     "invocation/profile/name",
     "invocation/profile/origin",
+    "invocation/profile/resolved_sha256",
     "invocation/profile/sha256",
     "invocation/spec",
     "ledger_import",

@@ -241,14 +241,25 @@ std::optional<Error> require_limits_shortfall(const LimitPlan& plan, const Cgrou
                                   " on this host (cgroup v2 layout: " + cg.layout + "; see 'sbx doctor')");
 }
 
-std::string wall_time_message(std::int64_t timeout_ms, const std::string& layer) {
+std::string wall_time_message(std::int64_t timeout_ms, const std::string& layer, CeilingRaise how) {
   const std::string limit = format_duration_ms(timeout_ms);
   std::string line = "wall-time limit of " + limit + " reached: sandbox killed (exit 124)";
   if (layer.rfind("flag ", 0) == 0) return line;  // the caller's own number: nothing to explain
   std::string more = format_duration_ms(std::max<std::int64_t>(timeout_ms * 4, 60000));
-  if (layer.rfind("profile ", 0) == 0 || layer == "sbx's defaults" || layer.empty())
-    return line + "; " + limit + " is the default of " + (layer.empty() ? "the profile" : layer) +
-           ": raise it with --timeout, e.g. --timeout " + more + " (none: no limit)";
+  bool from_profile = layer.rfind("profile ", 0) == 0 || layer == "sbx's defaults" || layer.empty();
+  std::string profile = layer.empty() ? "the profile" : layer;
+  if (how == CeilingRaise::by_profile) {
+    // The profile's limit is the request's ceiling: a request may lower it, never raise it.
+    const LimitKind* k = limit_kind_by_plan_name("timeout");
+    std::string raise = k ? ceiling_raise_hint(*k, how) : std::string();
+    if (from_profile)
+      return line + "; " + limit + " is the ceiling of " + profile +
+             ": a request's limits.timeout may lower it, not raise it" + raise;
+    return line + "; set by " + layer + ": raise limits.timeout there, up to the profile's ceiling" + raise;
+  }
+  if (from_profile)
+    return line + "; " + limit + " is the default of " + profile + ": raise it with --timeout, e.g. --timeout " + more +
+           " (none: no limit)";
   return line + "; set by " + layer + ": raise limits.timeout there, e.g. \"" + more + "\"";
 }
 

@@ -14,6 +14,7 @@
 #include "runtime/linux/limits_plan.hpp"
 #include "runtime/linux/mounts.hpp"
 #include "runtime/linux/userns.hpp"
+#include "runtime/model/profile.hpp"
 #include "runtime/model/spec.hpp"
 
 namespace sbx {
@@ -48,7 +49,10 @@ std::optional<Error> require_limits_shortfall(const LimitPlan& plan, const Cgrou
 // The line a run killed at its wall-time limit ends with: the limit, the layer that set it
 // (RunRequest::limit_layers' "timeout": "profile 'untrusted'", "flag --timeout", a manifest's
 // path) and how to raise it, so that the profile's default of 30 s is not mistaken for a hang.
-std::string wall_time_message(std::int64_t timeout_ms, const std::string& layer);
+// `how`: the caller's surface (RunRequest::limit_raise); where it takes no --timeout (exec, MCP),
+// the fix is the profile's ceiling_raise_hint (profile.hpp), the one wording of it.
+std::string wall_time_message(std::int64_t timeout_ms, const std::string& layer,
+                              CeilingRaise how = CeilingRaise::by_flag);
 
 // A setup failure the caller can fix gets its hint (Error::hint): a program not found by a path
 // relative to the sandbox's working directory (the caller's current directory is not mounted),

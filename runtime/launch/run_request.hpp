@@ -74,6 +74,10 @@ struct RunRequest {
   // Which layer set each limit ("memory" -> "profile 'untrusted'", "flag --memory", a manifest's
   // path): named by --require-limits when the limit cannot be enforced (preflight.hpp).
   std::map<std::string, std::string> limit_layers;
+  // Who may raise a limit the run hits (profile.hpp): `sbx run` and `sbx pack run` take a flag
+  // per limit, an `sbx exec` request or `sbx mcp` call none (its operator's --profile is the
+  // ceiling), so the wall-time message names the fix of the caller's own surface.
+  CeilingRaise limit_raise = CeilingRaise::by_flag;
   // Members added to the record as they are: "blobs" (what was kept for a replay, blob_store.hpp;
   // a "blobs" list from after_run is appended to it) and "replay_of" (replay.hpp).
   nlohmann::json record_extra = nlohmann::json::object();

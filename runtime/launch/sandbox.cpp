@@ -322,14 +322,16 @@ void Run::kill_init() {
 void Run::describe_request() {
   if (described_) return;
   described_ = true;
-  parts_.invocation = trace_object(
-      {{"invocation/argv", req_.invocation_argv},
-       {"invocation/cwd", cwd_},
-       {"invocation/profile", trace_object({{"invocation/profile/name", req_.profile.name},
-                                            {"invocation/profile/origin", req_.profile.origin},
-                                            {"invocation/profile/sha256", sha256_hex(req_.profile.text)}})},
-       {"invocation/pack", req_.typed.pack},
-       {"invocation/spec", spec_to_json(spec())}});
+  json profile = trace_object({{"invocation/profile/name", req_.profile.name},
+                               {"invocation/profile/origin", req_.profile.origin},
+                               {"invocation/profile/sha256", sha256_hex(req_.profile.text)}});
+  if (!req_.profile.resolved_sha256.empty())
+    put(profile, "invocation/profile/resolved_sha256", req_.profile.resolved_sha256);
+  parts_.invocation = trace_object({{"invocation/argv", req_.invocation_argv},
+                                    {"invocation/cwd", cwd_},
+                                    {"invocation/profile", std::move(profile)},
+                                    {"invocation/pack", req_.typed.pack},
+                                    {"invocation/spec", spec_to_json(spec())}});
   parts_.host = host_json(cg_, cgroup_obtained_by(cg_, ctx_.cgroup.has_value(), req_.scope.cgroup_via_scope),
                           req_.scope.systemd_scope, req_.scope.scope_unit);
 }
@@ -937,8 +939,9 @@ void Run::tell_user() const {
       spdlog::warn("CPU-time budget of {} spent: sandbox killed (exit 124)", format_duration_ms(*s.limits.cpu_time_ms));
     else if (s.limits.timeout_ms) {
       auto layer = req_.limit_layers.find("timeout");
-      spdlog::warn("{}", wall_time_message(*s.limits.timeout_ms,
-                                           layer == req_.limit_layers.end() ? std::string() : layer->second));
+      spdlog::warn(
+          "{}", wall_time_message(*s.limits.timeout_ms,
+                                  layer == req_.limit_layers.end() ? std::string() : layer->second, req_.limit_raise));
     }
   }
   if (sup_ && s.limits.output_limit_bytes)

@@ -13,6 +13,7 @@
 #include "runtime/base/paths.hpp"
 #include "runtime/model/limits_table.hpp"
 #include "runtime/base/json_io.hpp"
+#include "runtime/base/sha256.hpp"
 #include "runtime/base/suggest.hpp"
 #include "runtime/base/units.hpp"
 
@@ -221,6 +222,8 @@ Result<LoadedProfile> parse_profile(ProfileSource src, std::vector<std::string> 
   lp.patch = std::move(j);
   lp.as_written = std::move(as_written_doc);
   lp.source = std::move(src);
+  // The merged patch (keys sorted, compact): what every layer of the chain made of the profile.
+  lp.source.resolved_sha256 = sha256_hex(dump_json(lp.patch, -1));
   return lp;
 }
 
@@ -253,6 +256,20 @@ Result<LoadedProfile> load_profile(const std::string& name_or_file) {
   auto src = find_profile(name_or_file);
   if (!src) return src.error();
   return parse_profile(std::move(*src));
+}
+
+Result<std::string> profile_changed(const LoadedProfile& built, const std::string& name) {
+  auto now = find_profile(name);
+  if (!now) return now.error();
+  if (now->origin != built.source.origin || now->text != built.source.text)
+    return "the profile changed since the pooled sandbox was built (" + now->origin + ")";
+  if (built.extends.empty()) return std::string();
+  auto merged = parse_profile(std::move(*now));
+  if (!merged) return merged.error();
+  if (merged->source.resolved_sha256 != built.source.resolved_sha256)
+    return "a profile that " + built.source.name + " extends (" + built.extends.front() +
+           ") changed since the pooled sandbox was built";
+  return std::string();
 }
 
 std::vector<ProfileSource> list_profiles() {

@@ -26,6 +26,11 @@ struct ProfileSource {
   std::string name;    // "untrusted"
   std::string origin;  // file path, or "built-in"
   std::string text;    // raw JSON text (hashed into the trace)
+  // sha256 of the merged profile, every profile it extends resolved (load_profile fills it; ""
+  // from find_profile, which reads only the file's own text). The text's digest alone misses an
+  // edit of a parent: the record's invocation.profile.resolved_sha256, and what a warm pool
+  // compares before it hands out a sandbox built under the profile (profile_changed).
+  std::string resolved_sha256;
 };
 
 struct LoadedProfile {
@@ -51,6 +56,12 @@ Result<LoadedProfile> load_profile(const std::string& name_or_file);
 // Where a profile is found and its text, not yet parsed (load_profile's first half): a warm
 // pool's hand-out compares it with what its sandbox was built under (parsing is most of a load).
 Result<ProfileSource> find_profile(const std::string& name_or_file);
+
+// Why a sandbox built under `built` (load_profile(name)'s result then) must not serve a call now
+// ("" when it may): the file it was found in, its text, or, for a profile that extends another,
+// the merged profile is not what it was (a parent edited since). Only a profile that extends
+// another is parsed again; the others are compared by their text (parsing is most of a load).
+Result<std::string> profile_changed(const LoadedProfile& built, const std::string& name);
 
 // All profiles visible by name (search path first, then built-in), one per name.
 std::vector<ProfileSource> list_profiles();

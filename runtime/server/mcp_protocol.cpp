@@ -161,6 +161,14 @@ std::string skipped_pack_warning(const std::string& dir, const std::vector<std::
          "; the other tools (run_code too) are served; check it with: sbx pack validate " + dir;
 }
 
+std::string tool_name_clash(const std::map<std::string, std::string>& offered, const std::string& name) {
+  if (name == "run_code") return "its name 'run_code' is sbx's own tool: rename the pack in its pack.json";
+  auto it = offered.find(name);
+  if (it == offered.end()) return "";
+  return "its name '" + name + "' is already the tool of the pack in " + it->second +
+         ": rename one of them in its pack.json";
+}
+
 PackTool pack_tool(const Pack& pack) {
   PackTool t;
   t.dir = pack.dir;
@@ -432,9 +440,21 @@ json pack_result(const json& response, bool wrapped_output, const json& cut) {
   std::string status = response.value("status", "");
   json meta = run_meta(response);
   if (status != "ok") {
+    // The cause (setup_error's "no image named busybox:latest", with its fix) goes to the client:
+    // the server's stderr, where it is logged too, is hidden by MCP clients. In _meta as well,
+    // for a program that reads fields, not text; bounded in both, its cut flagged. Not in
+    // structuredContent: the official TypeScript SDK's client validates a structuredContent
+    // against the tool's outputSchema even when isError is set, and an error object never
+    // matches a pack's output schema, so the client would throw -32602 and its caller would get
+    // neither the error nor its cause.
+    std::string cause = response.contains("error") && response["error"].is_string()
+                            ? response["error"].get<std::string>()
+                            : std::string();
+    bool cut_cause = cause.size() > kSummaryBytes;
+    if (cut_cause) cause = head(cause, kSummaryBytes);
     std::string text = status;
-    if (response.contains("error") && response["error"].is_string())
-      text += ": " + response["error"].get<std::string>();
+    if (!cause.empty())
+      text += ": " + cause + (cut_cause ? " [cut at " + std::to_string(kSummaryBytes) + " bytes]" : std::string());
     if (response.contains("errors") && response["errors"].is_array())
       for (auto& e : response["errors"]) text += "\n" + (e.is_string() ? e.get<std::string>() : json_excerpt(e));
     if (response.contains("stderr") && response["stderr"].is_string() && !response["stderr"].get<std::string>().empty())
@@ -443,6 +463,9 @@ json pack_result(const json& response, bool wrapped_output, const json& cut) {
                                       : std::string("\nstderr:\n")) +
               response["stderr"].get<std::string>();
     json r = tool_error(text);
+    meta["sbx/status"] = status;
+    meta["sbx/error"] = cause.empty() ? json(nullptr) : json(cause);
+    meta["sbx/error_truncated"] = cut_cause;
     r["_meta"] = meta;
     return r;
   }

@@ -12,6 +12,7 @@
 //           unknown version is UnsupportedProtocolVersionError (-32022, data {supported, requested});
 //           `server/discover` lists what is supported; every result carries resultType.
 // sbx serves both (a "dual-era" server): which era a request belongs to is decided per request.
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -93,6 +94,10 @@ PackTool pack_tool(const Pack& pack);
 // pass the profile's): the server skips it and serves the rest, so the line names the pack's
 // directory, the first problem (and how many more), what is still served, and how to check it.
 std::string skipped_pack_warning(const std::string& dir, const std::vector<std::string>& problems);
+// Why a pack named `name` in `dir` cannot be a tool beside those already offered (`offered`: tool
+// name -> its pack's directory; run_code is sbx's own), for skipped_pack_warning; "" when it can.
+// The later pack is the one skipped, so that adding a pack never takes a tool from a client.
+std::string tool_name_clash(const std::map<std::string, std::string>& offered, const std::string& name);
 
 // The run_code tool (the `sbx exec` request as arguments) under profile `profile`.
 nlohmann::json run_code_tool(const std::string& profile);
@@ -135,7 +140,10 @@ ScannedResponse scan_worker_response(std::string_view text, const JsonBounds& bo
 // the response itself, which the server splices in from the worker's text (kSpliceMarker stands
 // in its place) unless `splice` is false and nothing was cut (then `summary` is the response).
 // Pack: structuredContent is the pack's result (the summary keeps it whole), the text block its
-// JSON when that is under kSummaryBytes, else a note. Or {"error": {stage, message}}.
+// JSON when that is under kSummaryBytes, else a note. A pack run that failed: a tool error whose
+// text and _meta (sbx/status, sbx/error, sbx/error_truncated) carry the cause, at most
+// kSummaryBytes of it, and no structuredContent (pack_result says why). Or {"error": {stage,
+// message}}.
 inline constexpr const char* kSpliceMarker = "\x01sbx:structuredContent\x01";
 nlohmann::json run_code_result(const nlohmann::json& summary, const nlohmann::json& cut = nlohmann::json::object(),
                                bool splice = false);

@@ -332,8 +332,11 @@ void Server::handle_call(Incoming& in, bool modern, const std::shared_ptr<Batch>
     json ctx = json::array();
     if (auto it = cfg_.contexts.find(name); it != cfg_.contexts.end())
       for (auto& [n, path] : it->second) ctx.push_back({n, path});
-    c.job = {
-        {"tool", "pack"}, {"profile", cfg_.profile}, {"dir", pt->dir}, {"records", args["records"]}, {"contexts", ctx}};
+    json secrets = json::array();
+    if (auto it = cfg_.secrets.find(name); it != cfg_.secrets.end())
+      for (auto& [n, source] : it->second) secrets.push_back({n, source});
+    c.job = {{"tool", "pack"},  {"profile", cfg_.profile}, {"dir", pt->dir}, {"records", args["records"]},
+             {"contexts", ctx}, {"secrets", secrets}};
     c.wrapped_output = pt->wrapped_output;
   }
   if (queue_.size() >= cfg_.max_queued)

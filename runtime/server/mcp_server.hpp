@@ -75,6 +75,9 @@ struct ServerConfig {
   std::vector<PackTool> packs;
   // Per pack name: the contexts the operator gave (declared name, host path), mounted read-only.
   std::map<std::string, std::vector<std::pair<std::string, std::string>>> contexts;
+  // Per pack name: the secrets the operator gave (declared name, "@FILE" or "env:VAR"): the
+  // source, never the value, which each call's worker reads (run_pack_job).
+  std::map<std::string, std::vector<std::pair<std::string, std::string>>> secrets;
   std::string profile = "untrusted";
   std::size_t max_concurrent = 4;
   std::size_t max_queued = 256;  // beyond running + this many waiting, a call is refused (-32000)

@@ -262,6 +262,7 @@ json run_pack_job(const json& job, const WorkerContext& wctx) {
   req.run.profile = profile->source;
   req.run.dirs = wctx.dirs;
   req.run.limit_layers = limit_layers(*profile, &req.pack.spec_patch, req.pack.source_dir + "/pack.json", {});
+  req.run.limit_raise = CeilingRaise::by_profile;  // an MCP call takes no --timeout
   req.run.invocation_argv = wctx.argv;
   if (auto st = apply_named_tenant(wctx.tenant, req.run, json{{"name", req.pack.name}, {"digest", req.pack.digest}});
       !st)
@@ -272,6 +273,18 @@ json run_pack_job(const json& job, const WorkerContext& wctx) {
   req.input_bytes = dump_json(records, -1);
   for (auto& c : job.value("contexts", json::array()))
     if (c.is_array() && c.size() == 2 && c[0].is_string() && c[1].is_string()) req.contexts.push_back({c[0], c[1]});
+  // Read at each call (`sbx mcp --secret`, checked readable at the server's start): a file that
+  // is gone now fails this call, naming the secret and its file, never its value.
+  for (auto& s : job.value("secrets", json::array())) {
+    if (!s.is_array() || s.size() != 2 || !s[0].is_string() || !s[1].is_string()) continue;
+    auto value = read_secret_source(s[1].get<std::string>());
+    if (!value) {
+      for (auto& [n, v] : req.secrets) wipe(v);
+      return worker_error(
+          "usage", "--secret " + req.pack.name + "/" + s[0].get<std::string>() + ": " + value.error().describe());
+    }
+    req.secrets.push_back({s[0].get<std::string>(), std::move(*value)});
+  }
   Capture out, err;
   if (!out.fd.ok() || !err.fd.ok()) return worker_error("mcp", "memfd_create for the captured output");
   req.run.io.stdout_fd = out.fd.get();

@@ -4,8 +4,9 @@
 // wrote); a pooled one (--pooled, mcp_pool.hpp) builds its sandbox first, then waits for the job
 // on its socket. Either answers with one JSON response on stdout.
 //
-// A job is {"tool": "run_code"|"pack", "profile", "request"|"dir"+"records"+"contexts", "pool"?}
-// (mcp_server.cpp writes it). A response is run_exec's or a pack's; {"error": {"stage",
+// A job is {"tool": "run_code"|"pack", "profile", "request"|"dir"+"records"+"contexts"+"secrets", "pool"?}
+// (mcp_server.cpp writes it; "secrets" holds each secret's source, "@FILE" or "env:VAR", never its
+// value). A response is run_exec's or a pack's; {"error": {"stage",
 // "message"}} when the job could not run at all (the worker then exits 125).
 #include <functional>
 #include <optional>

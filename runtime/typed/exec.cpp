@@ -262,6 +262,7 @@ Result<std::shared_ptr<ExecState>> plan_exec(const json& request, const ExecCont
   exec_files(rq, run);
   run.spec = std::move(*spec);
   run.limit_layers = limit_layers(*profile, &patch, "exec request", {});
+  run.limit_raise = CeilingRaise::by_profile;
   if (ctx.before_run)
     if (auto st = ctx.before_run(run); !st) return make_error("usage", st.error().message);
   state->traces_dir = run.dirs.traces;  // a tenant's run records to the tenant's store
@@ -368,15 +369,16 @@ Result<PooledExec> run_exec_pooled(const ExecContext& ctx, const AwaitExecCall& 
       return std::nullopt;
     }
     const std::int64_t t0_us = monotonic_us();
-    // The profile as it is now (found and read again, not parsed): a sandbox built under another
-    // file or text does not run the call, which runs cold, planned under the new one.
-    auto now = find_profile(profile_name);
-    if (!now) {
-      res.error = now.error();
+    // The profile as it is now (profile_changed: found and read again, parsed only when it
+    // extends another): a sandbox built under another file, text or parent does not run the
+    // call, which runs cold, planned under the new one.
+    auto changed = profile_changed(*profile, profile_name);
+    if (!changed) {
+      res.error = changed.error();
       return std::nullopt;
     }
-    if (now->origin != profile->source.origin || now->text != profile->source.text) {
-      res.cold_reason = "the profile changed since the pooled sandbox was built (" + now->origin + ")";
+    if (!changed->empty()) {
+      res.cold_reason = *changed;
       return std::nullopt;
     }
     auto planned = plan_exec(*request, ctx, call, true, &*profile);

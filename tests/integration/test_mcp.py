@@ -2,6 +2,7 @@
 sbx's own stdin/stdout from every process it starts, cancellation, progress, queueing, and a client
 that goes away. The official SDK's client drives the same server in tests/mcp/sdk_test.mjs.
 Runs as root and rootless."""
+import hashlib
 import json
 import os
 import select
@@ -16,6 +17,7 @@ from sbxtest import SBX, SbxTestCase, ledger_lines, note, procs, scaled, sbx
 TOLERANCE_PACK = os.path.join(os.path.dirname(os.path.abspath(__file__)), "packs", "tolerance-check")
 CORROSION_PACK = os.path.join(os.path.dirname(os.path.abspath(__file__)), "packs", "corrosion-grade")
 MODERN = "2026-07-28"
+SECRET = "mcp-s3cr3t-VALUE-5e1f0a"
 MODERN_META = {"io.modelcontextprotocol/protocolVersion": MODERN,
                "io.modelcontextprotocol/clientCapabilities": {}}
 
@@ -305,7 +307,103 @@ class McpCase(SbxTestCase):
         self.assertIn("no image named busybox", text)
         self.assertIn("sbx image", text)  # how to fix it
         self.assertTrue(r["_meta"]["sbx/run_id"])
+        # As fields in _meta too; no structuredContent, which a client would check against the
+        # pack's outputSchema (the TypeScript SDK does, isError or not) and throw.
+        self.assertNotIn("structuredContent", r)
+        self.assertEqual(r["_meta"]["sbx/status"], "setup_error")
+        self.assertIn("no image named busybox", r["_meta"]["sbx/error"])
+        self.assertFalse(r["_meta"]["sbx/error_truncated"])
         note("mcp: setup_error result: " + text.splitlines()[0])
+
+    def secret_pack(self, name="secret-check", secrets=None):
+        """A pack that exits 3 unless its file secret `token` and env secret TOK hash to SECRET's
+        digest (the pack's own files never hold the value: its copy lands in the state dir)."""
+        d = self.path(f"pack-{uuid.uuid4().hex[:6]}")
+        os.makedirs(d + "/schemas")
+        digest = hashlib.sha256(SECRET.encode()).hexdigest()
+        script = ("set -eu\n"
+                  f"[ \"$(sha256sum < /run/secrets/token | cut -d' ' -f1)\" = {digest} ] || exit 3\n"
+                  f"[ \"$(printf %s \"$TOK\" | sha256sum | cut -d' ' -f1)\" = {digest} ] || exit 4\n"
+                  "printf '{\"count\": 1}' > /out/result.json\n")
+        manifest = {"name": name, "version": "1.0.0", "entrypoint": ["/bin/sh", "/pack/run.sh"],
+                    "input_schema": "schemas/in.json", "output_schema": "schemas/out.json",
+                    "limits": {"timeout": "20s"}, "network": {"mode": "none"},
+                    "secrets": secrets if secrets is not None else
+                    [{"name": "token", "required": True, "delivery": "file"},
+                     {"name": "TOK", "required": True, "delivery": "env"}]}
+        files = {"pack.json": json.dumps(manifest), "run.sh": script, "schemas/in.json": json.dumps({"type": "object"}),
+                 "schemas/out.json": json.dumps({"type": "object", "required": ["count"]})}
+        for rel, content in files.items():
+            with open(os.path.join(d, rel), "w") as f:
+                f.write(content)
+        for root, dirs, fs in os.walk(d):
+            for x in dirs + fs:
+                os.chmod(os.path.join(root, x), 0o755 if x in dirs else 0o644)
+        os.chmod(d, 0o755)
+        return d
+
+    def test_a_pack_gets_its_secrets_from_secret_and_they_show_nowhere(self):
+        """Issue 32: `sbx mcp` had no way to give a pack its secret (such a pack was never offered).
+        --secret PACK/NAME=@FILE|env:VAR, as `sbx pack run --secret NAME=...`; the value reaches
+        neither the server's stderr, nor a tool result, nor the state directory (ledger, copies)."""
+        d = self.secret_pack()
+        sfile = self.path("secret.txt")
+        with open(sfile, "w") as f:
+            f.write(SECRET)
+        os.chmod(sfile, 0o600)
+        os.environ["SBX_TEST_MCP_TOK"] = SECRET
+        self.addCleanup(os.environ.pop, "SBX_TEST_MCP_TOK", None)
+        s = self.server(["--packs", d, "--secret", "secret-check/token=@" + sfile,
+                         "--secret", "secret-check/TOK=env:SBX_TEST_MCP_TOK"])
+        names = sorted(t["name"] for t in s.request("tools/list")["result"]["tools"])
+        self.assertEqual(names, ["run_code", "secret-check"], s.stderr())
+        r = self.call(s, "secret-check", {"records": [{}]})["result"]
+        self.assertFalse(r["isError"], r)
+        self.assertEqual(r["structuredContent"], {"count": 1})
+        s.close()
+        self.assertNotIn(SECRET, s.stderr())
+        self.assertFalse(any(SECRET.encode() in line for line in s.lines), "a tool result holds the secret")
+        hits = []
+        for root, _, files in os.walk(s.state):
+            for fn in files:
+                with open(os.path.join(root, fn), "rb") as f:
+                    if SECRET.encode() in f.read():
+                        hits.append(os.path.join(root, fn))
+        self.assertEqual(hits, [], "the state directory holds the secret")
+        # A pack that requires a secret it is not given is not offered, and the warning says how.
+        s = self.server(["--packs", d, "--secret", "secret-check/token=@" + sfile])
+        self.assertEqual([t["name"] for t in s.request("tools/list")["result"]["tools"]], ["run_code"])
+        self.assertIn("--secret secret-check/TOK=@FILE|env:VAR", s.stderr())
+        # Refused at start, as pack run refuses them: undeclared, twice, a source that is no source
+        # (never echoed: it may be the value itself), a file that cannot be read.
+        for args, want in ((["secret-check/nope=@" + sfile], "declares no such secret"),
+                           (["secret-check/token=@" + sfile, "secret-check/token=@" + sfile], "given twice"),
+                           (["secret-check/token=plain-value-here"], "@FILE or env:VAR"),
+                           (["secret-check/token=@" + self.path("missing")], "cannot read secret file"),
+                           (["token=@" + sfile], "PACK/NAME=@FILE")):
+            r = sbx(["mcp", "--packs", d] + [a for x in args for a in ("--secret", x)])
+            self.assertExit(r, 125)
+            self.assertIn(want, self.assertOneSbxLine(r))
+            self.assertNotIn("plain-value-here", r.err)
+        note("mcp --secret: " + s.stderr().splitlines()[0])
+
+    def test_a_pack_named_like_another_tool_is_skipped_and_the_server_serves(self):
+        """Issue 32: two packs of one name, or a pack named run_code, stopped the server."""
+        first, second = self.secret_pack("dup", []), self.secret_pack("dup", [])
+        own = self.secret_pack("run_code", [])
+        s = self.server(["--packs", first, "--packs", second, "--packs", own])
+        names = sorted(t["name"] for t in s.request("tools/list")["result"]["tools"])
+        self.assertEqual(names, ["dup", "run_code"], s.stderr())
+        warned = [l for l in s.stderr().splitlines() if "not offered" in l]
+        self.assertEqual(len(warned), 2, s.stderr())
+        self.assertIn(second, warned[0])
+        self.assertIn("already the tool of the pack in " + first, warned[0])
+        self.assertIn(own, warned[1])
+        self.assertIn("sbx's own tool", warned[1])
+        r = self.call(s, "dup", {"records": [{}]})["result"]
+        self.assertTrue(r["isError"])  # no secret given: the pack's check fails, but it was served
+        self.assertTrue(r["_meta"]["sbx/run_id"], r)
+        note("mcp: " + warned[0])
 
     def test_a_pack_that_needs_a_context_is_not_offered_without_one(self):
         s = self.server(["--packs", TOLERANCE_PACK])

@@ -318,6 +318,33 @@ class McpPoolCase(SbxTestCase):
         self.assertEqual(self.run_code(s, "echo $MARK")["stdout"], "new\n")
         self.assertTrue(self.records(s)[-1]["pool"]["hit"], self.records(s)[-1]["pool"])
 
+    def test_a_parent_profile_edited_after_the_build_makes_the_call_run_cold(self):
+        """Issue 32: the pool compared only the profile's own text, and the record's digest too:
+        a sandbox built under the old parent of an "extends" served the call."""
+        base, child = self.path("base.json"), self.path("child.json")
+
+        def write_base(marker):
+            with open(base, "w") as f:
+                json.dump({"image": "host", "network": {"mode": "none"}, "env": {"MARK": marker}}, f)
+        write_base("old")
+        with open(child, "w") as f:
+            json.dump({"extends": "base.json", "limits": {"timeout": "20s"}}, f)
+        s = self.server(["--profile", child, "--pool", "1", "--max-concurrent", "1"])
+        self.wait_pool(s, 1)
+        self.assertEqual(self.run_code(s, "echo $MARK")["stdout"], "old\n")
+        self.wait_pool(s, 1)
+        write_base("new")
+        self.assertEqual(self.run_code(s, "echo $MARK")["stdout"], "new\n")
+        recs = self.records(s)
+        self.assertEqual(len(recs), 2, recs)
+        self.assertTrue(recs[0]["pool"]["hit"], recs[0]["pool"])
+        self.assertFalse(recs[1]["pool"]["hit"], recs[1]["pool"])
+        self.assertIn("a profile that child extends (base) changed", recs[1]["pool"]["reason"])
+        p0, p1 = recs[0]["invocation"]["profile"], recs[1]["invocation"]["profile"]
+        self.assertEqual(p0["sha256"], p1["sha256"])  # child.json's own text: unchanged
+        self.assertNotEqual(p0["resolved_sha256"], p1["resolved_sha256"])
+        note("parent profile edit: " + json.dumps(recs[1]["pool"]))
+
     def test_a_tenant_policy_edited_after_the_build_makes_the_call_run_cold(self):
         tenants = self.path("tenants")
         os.mkdir(tenants)

@@ -275,6 +275,19 @@ class Hints(SbxTestCase):
         self.assertExit(r, 124)
         self.assertIn("sbx: warning: wall-time limit of 300ms reached", self.assertOneSbxLine(r))
 
+    def test_an_exec_timeout_names_the_fix_exec_takes(self):
+        """Issue 32: `sbx exec` takes no --timeout, but its wall-time line told callers to use it."""
+        prof = self.path("short.json")
+        with open(prof, "w") as f:
+            json.dump({"extends": "untrusted", "limits": {"timeout": "300ms"}}, f)
+        r = sbx(["exec", "--profile", prof], input=json.dumps({"language": "sh", "code": "sleep 10"}).encode())
+        self.assertExit(r, 0)  # exec answers with its response, whatever the run's end
+        self.assertEqual(json.loads(r.out)["status"], "timeout", r.describe())
+        line = [l for l in r.err.splitlines() if "wall-time limit" in l]
+        self.assertEqual(len(line), 1, r.describe())
+        self.assertNotIn("--timeout", line[0])
+        self.assertIn("the operator may pass --profile with a profile whose limits.timeout is higher", line[0])
+
     def test_truncated_output_says_so(self):
         r = sbx(["run", "--output-limit", "10", "--", "sh", "-c", "echo 0123456789abcdefghij"])
         self.assertExit(r, 0)

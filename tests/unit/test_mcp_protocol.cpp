@@ -128,7 +128,10 @@ TEST_CASE("mcp: tool results: ok is structuredContent plus its text; failures ar
   json bad = {{"run_id", "r2"}, {"status", "input_invalid"}, {"errors", {"/0/a: must be integer"}}, {"trace", "t"}};
   r = mcp::pack_result(bad, false);
   CHECK(r["isError"] == true);
+  // None: the TypeScript SDK's client would validate it against the outputSchema and throw.
   CHECK_FALSE(r.contains("structuredContent"));
+  CHECK(r["_meta"]["sbx/status"] == "input_invalid");
+  CHECK(r["_meta"]["sbx/error"].is_null());
   CHECK(r["content"][0]["text"].get<std::string>().find("/0/a: must be integer") != std::string::npos);
   CHECK(r["_meta"]["sbx/run_id"] == "r2");
 
@@ -195,12 +198,42 @@ TEST_CASE("mcp: a call that failed in setup carries the error's line, not only i
   CHECK(r["isError"] == true);
   CHECK(r["content"][0]["text"] == "setup_error: " + why);
   CHECK(r["_meta"]["sbx/run_id"] == "r4");
+  // As fields too (issue 32), in _meta: never in structuredContent, which a client validates
+  // against the pack's outputSchema even for an error.
+  CHECK_FALSE(r.contains("structuredContent"));
+  CHECK(r["_meta"]["sbx/status"] == "setup_error");
+  CHECK(r["_meta"]["sbx/error"] == why);
+  CHECK(r["_meta"]["sbx/error_truncated"] == false);
+  // Bounded in both, the cut flagged and on a character boundary.
+  std::string long_why = "x" + std::string(mcp::kSummaryBytes, '\xc3');
+  for (std::size_t i = 2; i < long_why.size(); i += 2) long_why[i] = '\xa9';  // "x" then "é" repeated
+  pack["error"] = long_why;
+  r = mcp::pack_result(pack, false);
+  std::string sc = r["_meta"]["sbx/error"];
+  CHECK(r["_meta"]["sbx/error_truncated"] == true);
+  CHECK(sc.size() <= mcp::kSummaryBytes);
+  CHECK(sc.size() >= mcp::kSummaryBytes - 1);
+  CHECK(sbx::valid_utf8(sc));
+  std::string text = r["content"][0]["text"];
+  CHECK(text.size() < mcp::kSummaryBytes + 100);
+  CHECK(text.find(sc + " [cut at 4096 bytes]") != std::string::npos);
   // run_code: the text content and structuredContent both carry it.
   json rc = {{"run_id", "r5"}, {"status", "setup_error"}, {"error", why}, {"stdout", ""}, {"stderr", ""}};
   r = mcp::run_code_result(rc);
   CHECK(r["isError"] == true);
   CHECK(r["structuredContent"]["error"] == why);
   CHECK(r["content"][0]["text"].get<std::string>().find(why) != std::string::npos);
+}
+
+TEST_CASE("mcp: a pack named like an offered tool or run_code is skipped, naming both directories") {
+  std::map<std::string, std::string> offered{{"grade", "/srv/a/grade"}};
+  CHECK(mcp::tool_name_clash(offered, "other").empty());
+  std::string w = mcp::tool_name_clash(offered, "grade");
+  CHECK(w == "its name 'grade' is already the tool of the pack in /srv/a/grade: rename one of them in its pack.json");
+  CHECK(mcp::skipped_pack_warning("/srv/b/grade", {w}).find("/srv/b/grade is not offered: its name 'grade' is "
+                                                             "already the tool of the pack in /srv/a/grade") !=
+        std::string::npos);
+  CHECK(mcp::tool_name_clash({}, "run_code").find("sbx's own tool") != std::string::npos);
 }
 
 TEST_CASE("mcp: a skipped pack's warning names its directory, its problem, what is served and the check") {

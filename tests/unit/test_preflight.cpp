@@ -270,6 +270,18 @@ TEST_CASE("preflight: the wall-time message names the layer that set the limit a
         std::string::npos);
 }
 
+TEST_CASE("preflight: an exec or MCP call's wall-time message names its own fix, never --timeout") {
+  // Issue 32: `sbx exec` and `sbx mcp` take no --timeout; the message told their callers to use it.
+  CHECK(wall_time_message(30000, "profile 'untrusted'", CeilingRaise::by_profile) ==
+        "wall-time limit of 30s reached: sandbox killed (exit 124); 30s is the ceiling of profile 'untrusted': a "
+        "request's limits.timeout may lower it, not raise it; the operator may pass --profile with a profile whose "
+        "limits.timeout is higher");
+  auto req = wall_time_message(5000, "exec request", CeilingRaise::by_profile);
+  CHECK(req.find("set by exec request: raise limits.timeout there, up to the profile's ceiling") != std::string::npos);
+  for (auto* layer : {"profile 'untrusted'", "sbx's defaults", "", "exec request", "/p/pack.json"})
+    CHECK(wall_time_message(1000, layer, CeilingRaise::by_profile).find("--timeout") == std::string::npos);
+}
+
 TEST_CASE("proc mount refused: the hint names the covered /proc paths and the unmasked-/proc fix") {
   const std::string host =
       "22 1 0:21 / /proc rw,nosuid,nodev,noexec,relatime shared:12 - proc proc rw\n"

@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "runtime/base/sha256.hpp"
 #include "runtime/model/profile.hpp"
 #include "runtime/model/spec.hpp"
 #include "tests/unit/test_util.hpp"
@@ -356,6 +357,35 @@ struct InDir {
   InDir& operator=(const InDir&) = delete;
 };
 }  // namespace
+
+TEST_CASE("profiles: the resolved digest and the pool's check cover a parent's edit (issue 32)") {
+  // A sandbox pooled under child.json must not serve a call once base.json lifts a limit, and the
+  // record's digest must tell the two runs apart, though child.json's text is the same.
+  sbx::test::TempDir dir;
+  write_file(dir / "base.json", R"({"limits": {"memory": "100M"}})");
+  write_file(dir / "child.json", R"({"extends": "base.json", "limits": {"timeout": "5s"}})");
+  auto before = load_profile(dir / "child.json");
+  REQUIRE(before.ok());
+  CHECK(sbx::is_sha256_hex(before->source.resolved_sha256));
+  auto same = profile_changed(*before, dir / "child.json");
+  REQUIRE(same.ok());
+  CHECK(same->empty());
+  write_file(dir / "base.json", R"({"limits": {"memory": null}})");
+  auto after = load_profile(dir / "child.json");
+  REQUIRE(after.ok());
+  CHECK(after->source.text == before->source.text);
+  CHECK(after->source.resolved_sha256 != before->source.resolved_sha256);
+  auto changed = profile_changed(*before, dir / "child.json");
+  REQUIRE(changed.ok());
+  CHECK(*changed == "a profile that child extends (base) changed since the pooled sandbox was built");
+  // The child's own edit is caught by its text, as before.
+  write_file(dir / "child.json", R"({"extends": "base.json", "limits": {"timeout": "6s"}})");
+  CHECK(profile_changed(*after, dir / "child.json")->find("the profile changed since") == 0);
+  // A profile that extends nothing: one digest per merged content, its text compared alone.
+  auto u = load_profile("untrusted");
+  REQUIRE(u.ok());
+  CHECK(profile_changed(*u, "untrusted")->empty());
+}
 
 TEST_CASE("profiles: a relative extends is read beside the profile, never from the current directory") {
   sbx::test::TempDir a, b;
