@@ -64,6 +64,7 @@ struct RunFlags {
   bool require_limits = false;
   bool require_record = false;
   bool workspace = false;    // run --workspace: the current directory read-write, cwd there (workspace.hpp)
+  bool as_json = false;      // run --json: the program's stdout to stderr, one object on stdout
   bool keep_inputs = false;  // run --keep-inputs: --input files and the profile into the blob store
   std::vector<std::string> command;
 };

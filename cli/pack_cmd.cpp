@@ -53,7 +53,10 @@ int print_problems(const std::string& dir, const std::vector<PackProblem>& probl
 }
 
 // pack validate --json: one object on stdout; exit 0 when the pack is good, 125 when not (as without --json).
-int print_validate_json(const Pack* p, const std::vector<PackProblem>& found, const std::optional<Error>& e) {
+// On failure, the name and version are the manifest's as read (PackIdentity), null only when it
+// had none (or no manifest could be read).
+int print_validate_json(const Pack* p, const std::vector<PackProblem>& found, const std::optional<Error>& e,
+                        const PackIdentity& read = {}) {
   using nlohmann::json;
   json problems = json::array(), warnings = json::array();
   auto entry = [](const PackProblem& x) {
@@ -64,8 +67,12 @@ int print_validate_json(const Pack* p, const std::vector<PackProblem>& found, co
     for (auto& w : p->warnings) warnings.push_back(entry(w));
   if (e && problems.empty()) problems.push_back(json{{"file", ""}, {"pointer", ""}, {"message", e->message}});
   json j = {{"ok", problems.empty()},
-            {"name", p ? json(p->name) : json(nullptr)},
-            {"version", p ? json(p->version) : json(nullptr)},
+            {"name", p           ? json(p->name)
+                     : read.name ? json(*read.name)
+                                 : json(nullptr)},
+            {"version", p              ? json(p->version)
+                        : read.version ? json(*read.version)
+                                       : json(nullptr)},
             {"digest", p && problems.empty() ? json(p->digest) : json(nullptr)},
             {"problems", problems},
             {"warnings", warnings}};
@@ -235,8 +242,9 @@ void add_pack_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out
       {validate, [&g]() -> int {
          (void)g;
          std::vector<PackProblem> problems;
-         auto p = load_pack(f.dir, problems, f.strict);
-         if (!p && f.as_json) return print_validate_json(nullptr, problems, p.error());
+         PackIdentity read;
+         auto p = load_pack(f.dir, problems, f.strict, &read);
+         if (!p && f.as_json) return print_validate_json(nullptr, problems, p.error(), read);
          if (!p) return print_problems(f.dir, problems, p.error());
          // The manifest's limits against the profile a plain `pack run` uses: above it, that run fails.
          auto profile = load_profile(kDefaultProfile);

@@ -29,6 +29,7 @@
 #include "runtime/linux/gpu.hpp"
 #include "runtime/model/image_defaults.hpp"
 #include "runtime/model/profile.hpp"
+#include "runtime/record/trace_ledger.hpp"
 #include "runtime/record/trace_show.hpp"
 #include "runtime/typed/pack_run.hpp"
 #include "runtime/typed/replay.hpp"
@@ -322,8 +323,14 @@ std::optional<int> check_command_start(const std::vector<std::string>& command, 
 
 // The run, then the lines that explain how it ended: what the sandbox refused (otherwise shown
 // only with -v), and a project file the sandbox could not see (print_project_dir_hint).
-int run_and_report(RunRequest& req) {
+int run_and_report(RunRequest& req, bool as_json) {
   RunReport report = run_sandbox(req);
+  if (as_json) {
+    RecordPlace place{report.recorded,    ledger_path(req.dirs), report.record_seq,
+                      report.record_hash, report.record_error,   req.trace_file};
+    std::printf("%s\n", dump_ascii_json(run_summary_json(report.trace, place, report.exit_status), 2).c_str());
+    std::fflush(stdout);
+  }
   if (std::string line = violations_line(report.trace); !line.empty()) {
     // After the run as during it, a stalled stderr must not hold sbx (log.hpp): dropped, counted.
     NonBlockingLogScope never_blocks;
@@ -374,6 +381,10 @@ void add_run_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out)
   RunFlags& f = run_flags();
   auto* run = app.add_subcommand("run", "Run a command in a fresh sandbox");
   add_run_options(run, f);
+  // Here, not in add_run_options: sbx probe takes the run options and has a --json of its own.
+  run->add_flag("--json", f.as_json,
+                "At the end, print one JSON object on stdout (run_id, result, exit_status, wall_ms, violations, "
+                "record {seq, ...}); the program's stdout goes to stderr");
   // Everything from the first positional on belongs to the command, options included.
   run->prefix_command();
   // Falling through to the parent would hand the command's own options to sbx's parser; the
@@ -427,7 +438,11 @@ void add_run_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out)
                    req.export_dir = f.output_dir;
                    if (f.keep_inputs)
                      if (auto st = keep_inputs(req); !st) return usage_error(st.error().describe());
-                   return run_and_report(req);
+                   // --json: stdout carries the one object and nothing else; the program's stdout goes to
+                   // sbx's stderr, as `pack run` does with its result, so a program cannot print an object
+                   // of its own where the caller reads sbx's.
+                   if (f.as_json) req.io.stdout_fd = STDERR_FILENO;
+                   return run_and_report(req, f.as_json);
                  },
                  true});
 }

@@ -1,4 +1,4 @@
-// sbx trace ls [-n|--limit N] [--status S] [--since T] [--pack P] [--image I] [--json] | export RUN (trace_export_cmd.cpp) | show RUN_ID|last|-N [--format json|text] [--json] | verify | head [--json]
+// sbx trace ls [-n|--limit N] [--status S] [--since T] [--pack P] [--image I] [--json] | export RUN (trace_export_cmd.cpp) | show RUN_ID|last|-N [--format json|text] [--json] | verify | head [--json] | prune --keep N|--before T
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -8,7 +8,9 @@
 #include "runtime/base/json_io.hpp"
 #include "runtime/launch/outcome.hpp"
 #include "runtime/launch/tenant.hpp"
+#include "runtime/base/clock.hpp"
 #include "runtime/record/ledger_key.hpp"
+#include "runtime/record/ledger_prune.hpp"
 #include "runtime/base/paths.hpp"
 #include "runtime/base/shell_quote.hpp"
 #include "runtime/base/text_escape.hpp"
@@ -116,15 +118,19 @@ struct VerifyOptions {
 };
 
 int print_verify_json(const LedgerVerifyReport& r, bool signatures) {
-  json j = {
-      {"intact", r.intact},
-      {"records", r.records},
-      {"oversize_lines", r.oversize_lines},
-      {"problem", r.intact ? json(nullptr) : json(r.problem)},
-      {"head", r.records ? json{{"seq", r.head_seq}, {"hash", r.head_hash}, {"run_id", r.head_run_id}} : json(nullptr)},
-      {"signatures", signatures
-                         ? json{{"signed", r.signed_records}, {"unsigned_before_signing", r.unsigned_before_signing}}
-                         : json(nullptr)}};
+  json j = {{"intact", r.intact},
+            {"records", r.records},
+            {"oversize_lines", r.oversize_lines},
+            {"problem", r.intact ? json(nullptr) : json(r.problem)},
+            {"head", r.records || r.pruned_through
+                         ? json{{"seq", r.head_seq}, {"hash", r.head_hash}, {"run_id", r.head_run_id}}
+                         : json(nullptr)},
+            {"pruned", r.pruned_through
+                           ? json{{"through_seq", r.pruned_through}, {"hash", r.pruned_hash}, {"at", r.pruned_at}}
+                           : json(nullptr)},
+            {"signatures",
+             signatures ? json{{"signed", r.signed_records}, {"unsigned_before_signing", r.unsigned_before_signing}}
+                        : json(nullptr)}};
   std::printf("%s\n", dump_ascii_json(j, 2).c_str());
   return r.intact ? 0 : 1;
 }
@@ -160,6 +166,13 @@ int run_verify(const GlobalOptions& g, const VerifyOptions& o) {
     else std::printf("broken after %llu intact record(s)\n", static_cast<unsigned long long>(r->records));
     return 1;
   }
+  // A pruned ledger: said first, as what the walk started from (not a break).
+  if (r->pruned_through)
+    std::printf(
+        "pruned before seq %llu: records through seq %llu were removed at %s; the chain is verified from "
+        "the last one's hash %s\n",
+        static_cast<unsigned long long>(r->pruned_through + 1), static_cast<unsigned long long>(r->pruned_through),
+        printable(r->pruned_at).c_str(), r->pruned_hash.c_str());
   if (r->records == 0) {
     std::printf("intact: the ledger holds no records\n");
     return 0;
@@ -174,6 +187,88 @@ int run_verify(const GlobalOptions& g, const VerifyOptions& o) {
   std::printf("intact: %llu record(s); head seq %llu %s (run %s)\n", static_cast<unsigned long long>(r->records),
               static_cast<unsigned long long>(r->head_seq), r->head_hash.c_str(), r->head_run_id.c_str());
   return 0;
+}
+
+// sbx trace prune: here rather than in `sbx gc`, which collects the blob store by what the
+// records need; this removes records themselves, verified and reported like the other ledger
+// commands (verify, head, reindex) and tenant-aware like them. A `sbx gc` after it frees the blobs
+// only the pruned records needed.
+struct PruneOptions {
+  std::optional<std::string> keep, before;
+  bool dry_run = false, as_json = false;
+};
+
+int print_prune(const PruneReport& r, const PruneOptions& o) {
+  if (!r.index_warning.empty())
+    std::fprintf(stderr,
+                 "sbx: warning: trace prune: the query index was not rebuilt (%s); the next 'trace ls' does it\n",
+                 printable(r.index_warning).c_str());
+  if (o.as_json) {
+    json j = {{"dry_run", o.dry_run},
+              {"pruned", r.pruned},
+              {"kept", r.kept},
+              {"pruned_through",
+               r.through_seq ? json{{"seq", r.through_seq}, {"run_id", r.through_run_id}, {"hash", r.through_hash}}
+                             : json(nullptr)},
+              {"pruned_before", r.pruned_before ? json(r.pruned_before) : json(nullptr)},
+              {"bytes_before", r.bytes_before},
+              {"bytes_after", r.bytes_after}};
+    std::printf("%s\n", dump_ascii_json(j, 2).c_str());
+    return 0;
+  }
+  auto u = [](std::uint64_t v) { return static_cast<unsigned long long>(v); };
+  if (r.pruned == 0) {
+    std::printf("nothing to prune: %llu record(s), none matches --keep/--before\n", u(r.kept));
+    return 0;
+  }
+  std::printf("%s %llu record(s) through seq %llu (run %s); %llu kept; the ledger %s from %llu to %llu bytes\n",
+              o.dry_run ? "would prune" : "pruned", u(r.pruned), u(r.through_seq), r.through_run_id.c_str(), u(r.kept),
+              o.dry_run ? "would go" : "went", u(r.bytes_before), u(r.bytes_after));
+  if (!o.dry_run)
+    std::printf("'sbx trace verify' now starts after seq %llu; 'sbx gc' frees the blobs only pruned records needed\n",
+                u(r.through_seq));
+  return 0;
+}
+
+int run_prune(const GlobalOptions& g, const PruneOptions& o) {
+  if (!o.keep && !o.before)
+    return usage_error(
+        "trace prune: give --keep N (keep the newest N records) and/or --before TIME (prune records "
+        "started before it, e.g. 30d or 2026-12-01)");
+  PruneRequest req;
+  if (o.keep) {
+    const std::string& v = *o.keep;
+    if (v.empty() || v.size() > 18 || v.find_first_not_of("0123456789") != std::string::npos)
+      return usage_error("trace prune: --keep wants a count of records (0 or more), got '" + v + "'");
+    req.keep = std::stoull(v);
+  }
+  if (o.before) {
+    auto now_ms =
+        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+            .count();
+    auto bound = since_bound(*o.before, static_cast<std::int64_t>(now_ms), "--before");
+    if (!bound) return usage_error("trace prune: " + bound.error().message);
+    req.before = *bound;
+  }
+  req.dry_run = o.dry_run;
+  req.now = rfc3339_now();
+  auto r = prune_ledger(store_dirs(g), req);
+  if (!r) return usage_error("trace prune: " + r.error().describe());
+  return print_prune(*r, o);
+}
+
+CLI::App* add_prune(CLI::App* trace, PruneOptions& o) {
+  auto* prune = trace->add_subcommand(
+      "prune", "Remove the oldest records from the ledger, leaving an anchor that 'trace verify' starts from");
+  prune->add_option("--keep", o.keep, "Keep the newest N records (N >= 0)");
+  prune->add_option("--before", o.before,
+                    "Prune records started before this: a duration before now (30d, 12h, 1w) or a UTC RFC 3339 time "
+                    "or prefix (2026-12-01); with --keep, a record goes only when both allow it");
+  prune->add_flag("--dry-run", o.dry_run, "Say what would be pruned; change nothing");
+  prune->add_flag("--json", o.as_json,
+                  "Print one JSON object: dry_run, pruned, kept, pruned_through {seq, run_id, hash}, pruned_before, "
+                  "bytes_before, bytes_after");
+  return prune;
 }
 
 int run_import(const GlobalOptions& g) {
@@ -282,6 +377,8 @@ void add_trace_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& ou
   auto* head = trace->add_subcommand("head", "Print the ledger's head (seq, hash, run id) for anchoring elsewhere");
   auto head_json = std::make_shared<bool>(false);
   head->add_flag("--json", *head_json, "Print {\"seq\", \"hash\", \"run_id\"}");
+  auto popts = std::make_shared<PruneOptions>();
+  auto* prune = add_prune(trace, *popts);
   auto exported = add_trace_export_command(trace, [&g] { return store_dirs(g); });
   auto* show = trace->add_subcommand("show", "Print one run's trace record");
   auto opts = std::make_shared<ShowOptions>();
@@ -293,13 +390,14 @@ void add_trace_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& ou
   show->add_option("--format", opts->format, "json (the record, pretty-printed) or text (a summary)")
       ->check(CLI::IsMember({"json", "text"}));
   show->add_flag("--json", opts->as_json, "The same as --format json");
-  for (auto* sub : {ls, show, exported.app, verify, head, reindex})
+  for (auto* sub : {ls, show, exported.app, verify, head, reindex, prune})
     sub->add_option("--tenant", *tenant, "The records of tenant NAME (its own store, see --tenant of sbx run)")
         ->check(tenant_option_check, "NAME");
 
   out.push_back(
       {trace,
-       [ls, show, verify, vopts, import, reindex, head, head_json, opts, ls_opts, exported, tenant, &g]() -> int {
+       [ls, show, verify, vopts, import, reindex, head, head_json, opts, ls_opts, exported, tenant, prune, popts,
+        &g]() -> int {
          if (*tenant) {
            auto d = tenant_store_of(**tenant, resolve_dirs(g.state_dir));
            if (!d) return usage_error(d.error().message);
@@ -311,9 +409,10 @@ void add_trace_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& ou
          if (import->parsed()) return run_import(g);
          if (reindex->parsed()) return run_reindex(g);
          if (head->parsed()) return run_head(g, *head_json);
+         if (prune->parsed()) return run_prune(g, *popts);
          if (show->parsed()) return run_show(g, *show, *opts);
          return usage_error(
-             "trace: expected 'ls', 'show RUN_ID', 'export RUN_ID', 'verify', 'head', 'import' or 'reindex'");
+             "trace: expected 'ls', 'show RUN_ID', 'export RUN_ID', 'verify', 'head', 'prune', 'import' or 'reindex'");
        }});
 }
 

@@ -73,11 +73,11 @@ _sbx() {
     local run_opts="--profile --tenant --image --uid --gid --bind --tmpfs --workdir --workspace --input --output --output-max-bytes
         --output-max-files --env --env-pass --secret --timeout --output-limit --memory --pids --cpus --cpu-time --require-limits
         --require-record --seccomp --cap-add --gpu --allow-host --trace-file --events --dry-run --systemd-scope --no-systemd-scope -i --interactive -t --tty
-        --keep-inputs"
+        --keep-inputs --json"
     # Options that take a value (the next word is not a subcommand or the command).
     local takes_arg="--state-dir --log-level --profile --tenant --image --uid --gid --bind --tmpfs --workdir --env
         --env-pass --timeout --output-limit --memory --pids --cpus --cpu-time --seccomp --cap-add --gpu --allow-host --trace-file --format
-        --pubkey --anchor --status --since --input --output --output-max-bytes --output-max-files --context --secret --result --name --leaf
+        --pubkey --anchor --keep --before --status --since --input --output --output-max-bytes --output-max-files --context --secret --result --name --leaf
         --keep-days --max-bytes --packs --max-concurrent --max-queued --events --limit --newest -n --pack -o"
 
     # Find the subcommand path (run | profile ls|show | trace ls|show | doctor | pack ... |
@@ -189,7 +189,9 @@ _sbx() {
         trace)
             if [[ -z $sub ]]; then
                 [[ $cur == -* ]] && COMPREPLY=($(compgen -W "--help" -- "$cur")) ||
-                    COMPREPLY=($(compgen -W "ls show export verify head import reindex" -- "$cur"))
+                    COMPREPLY=($(compgen -W "ls show export verify head prune import reindex" -- "$cur"))
+            elif [[ $cur == -* && $sub == prune ]]; then
+                COMPREPLY=($(compgen -W "--keep --before --dry-run --json --tenant --help" -- "$cur"))
             elif [[ $cur == -* && $sub == verify ]]; then
                 COMPREPLY=($(compgen -W "--pubkey --anchor --json --help" -- "$cur"))
             elif [[ $cur == -* && $sub == head ]]; then

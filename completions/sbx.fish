@@ -11,7 +11,7 @@ function __sbx_path
     set -l tokens (commandline -opc)
     set -e tokens[1]
     set -l takes_arg --state-dir --log-level --profile --tenant --image --uid --gid --bind --tmpfs --workdir --env \
-        --env-pass --timeout --output-limit --memory --pids --cpus --cpu-time --seccomp --cap-add --gpu --allow-host --trace-file --format --pubkey --anchor --status --since \
+        --env-pass --timeout --output-limit --memory --pids --cpus --cpu-time --seccomp --cap-add --gpu --allow-host --trace-file --format --pubkey --anchor --keep --before --status --since \
         --input --output --output-max-bytes --output-max-files --context --secret --result --name \
         --packs --max-concurrent --max-queued --keep-days --max-bytes --leaf --events --limit --newest -n --pack -o
     set -l path
@@ -165,6 +165,7 @@ complete -c sbx -n '__sbx_at run' -l allow-host -x -a '(__fish_print_hostnames)'
 complete -c sbx -n '__sbx_at run' -l trace-file -r -F -d 'Also write the trace record to this file'
 complete -c sbx -n '__sbx_at run' -l events -r -F -d 'Stream live events as JSON lines to FILE, a FIFO or fd:N'
 complete -c sbx -n '__sbx_at run' -l dry-run -d 'Check everything, print the plan as JSON, run nothing'
+complete -c sbx -n '__sbx_at run' -l json -d "Print one JSON object at the end; the program's stdout goes to stderr"
 complete -c sbx -n '__sbx_at run' -l systemd-scope -d 'Rootless: re-run under a delegated systemd scope, or fail'
 complete -c sbx -n '__sbx_at run' -l no-systemd-scope -d 'Never re-run under a systemd user scope'
 complete -c sbx -n '__sbx_at run' -s i -l interactive -d 'Relay stdin to the program even from a terminal'
@@ -239,6 +240,12 @@ complete -c sbx -n '__sbx_at trace verify' -l pubkey -r -F -d 'Ed25519 public ke
 complete -c sbx -n '__sbx_at trace verify' -l anchor -x -d 'SEQ:HASH printed earlier by trace head'
 complete -c sbx -n '__sbx_at trace verify' -l json -d 'Print one JSON object'
 complete -c sbx -n '__sbx_at trace head' -l json -d 'Print a JSON object'
+complete -c sbx -n '__sbx_at trace' -a prune -d 'Remove the oldest records, leaving an anchor verify starts from'
+complete -c sbx -n '__sbx_at trace prune' -l keep -x -d 'Keep the newest N records'
+complete -c sbx -n '__sbx_at trace prune' -l before -x -d 'Prune records started before this (30d, 2026-12-01)'
+complete -c sbx -n '__sbx_at trace prune' -l dry-run -d 'Say what would be pruned; change nothing'
+complete -c sbx -n '__sbx_at trace prune' -l json -d 'Print one JSON object'
+complete -c sbx -n '__sbx_at trace prune' -l tenant -x -a '(__sbx_tenants)' -d 'The records of this tenant'
 
 # sbx key
 complete -c sbx -n '__sbx_at key' -a init -d 'Make the Ed25519 key pair that signs the trace ledger'

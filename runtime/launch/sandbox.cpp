@@ -899,6 +899,10 @@ void Run::store(RunReport& report, const std::string& run_id) {
   auto stored = private_store ? store_trace(req_.dirs, run_id, line) : Result<AppendInfo>(private_store.error());
   report.recorded = stored.ok();
   if (!stored) report.record_error = stored.error().describe();
+  if (stored) {
+    report.record_seq = stored->seq;
+    report.record_hash = stored->hash;
+  }
   Status trace_file_written;
   if (!req_.trace_file.empty())
     trace_file_written = write_file_durable(req_.trace_file, trace_text(report.trace), 0600);

@@ -20,6 +20,8 @@ struct RunReport {
   // result only with its record, pack run and exec, withholds it: no result without a record).
   bool recorded = false;
   std::string record_error;
+  std::uint64_t record_seq = 0;  // the record's ledger line, when recorded
+  std::string record_hash;
   // A pooled sandbox discarded before any call was handed to it (RunRequest::pool.await_call):
   // no record. When its build failed before it could wait for a call, outcome.error says why.
   bool discarded = false;

@@ -24,6 +24,7 @@ namespace {
 constexpr const char* kStage = "trace";
 constexpr std::string_view kHead = "{\"record\":";
 constexpr std::string_view kSeqKey = ",\"seq\":";
+constexpr std::string_view kPrunedHead = "{\"pruned\":\"";
 const std::string kZeroHash(64, '0');
 // The envelope after the record: seq (20 digits), a run id, two hashes, a signature: well under 1 KiB.
 constexpr std::size_t kTailRead = kLedgerTailRead;
@@ -163,6 +164,30 @@ Result<UniqueFd> open_for_append(const std::string& path, bool& created) {
   return make_error(kStage, "cannot open the trace ledger " + path + ": it keeps appearing and vanishing");
 }
 
+// The ledger open and locked, checked after the lock to still be the file the path names: a
+// prune replaces the ledger by rename (ledger_prune.cpp) while holding the lock, and whoever
+// waited on the old file's lock would otherwise write to a file no one reads any more.
+struct LockedLedger {
+  UniqueFd fd;  // declared first: the lock is released before the descriptor is closed
+  std::optional<LedgerLock> lock;
+};
+Result<LockedLedger> open_locked(const std::string& path, bool& created,
+                                 const std::function<Result<UniqueFd>(bool&)>& open) {
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    LockedLedger l;
+    auto fd = open(created);
+    if (!fd) return fd.error();
+    l.fd = std::move(*fd);
+    auto lock = LedgerLock::acquire(l.fd.get());
+    if (!lock) return lock.error();
+    l.lock.emplace(std::move(*lock));
+    struct stat held, named;
+    if (::fstat(l.fd.get(), &held) != 0) return sys_error(kStage, "cannot stat the trace ledger");
+    if (::stat(path.c_str(), &named) == 0 && named.st_ino == held.st_ino && named.st_dev == held.st_dev) return l;
+  }
+  return make_error(kStage, "the trace ledger " + path + " keeps being replaced while sbx waits for its lock");
+}
+
 Status sync_dir(const std::string& dir) {
   UniqueFd d(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!d.ok() || ::fsync(d.get()) != 0) return sys_error(kStage, "cannot sync the trace store " + dir);
@@ -235,10 +260,9 @@ Result<AppendInfo> ledger_append(const Dirs& dirs, const std::string& run_id, st
     return make_error(kStage, "cannot create trace store: " + st.error().message, st.error().err);
   const std::string path = ledger_path(dirs);
   bool created = false;
-  auto fd = open_for_append(path, created);
-  if (!fd) return fd.error();
-  auto lock = LedgerLock::acquire(fd->get());
-  if (!lock) return lock.error();
+  auto locked = open_locked(path, created, [&path](bool& made) { return open_for_append(path, made); });
+  if (!locked) return locked.error();
+  UniqueFd* fd = &locked->fd;
   struct stat st;
   if (::fstat(fd->get(), &st) != 0) return sys_error(kStage, "cannot stat the trace ledger");
   if (!S_ISREG(st.st_mode)) return make_error(kStage, "the trace ledger " + path + " is not a regular file");
@@ -289,6 +313,45 @@ Result<AppendInfo> ledger_append(const Dirs& dirs, const std::string& run_id, st
   return info;
 }
 
+bool is_prune_anchor(std::string_view line) { return line.starts_with(kPrunedHead); }
+
+Result<PruneAnchorLine> parse_prune_anchor(std::string_view line) {
+  Cursor c{line};
+  if (!c.lit(kPrunedHead)) return envelope_error("not a prune anchor");
+  PruneAnchorLine a;
+  auto at = c.str();
+  if (!at || at->empty() || at->size() > 64 || at->find_first_of("\\") != std::string_view::npos)
+    return envelope_error("the prune anchor's time is not a time");
+  a.pruned_at = *at;
+  SBX_TRY(parse_envelope(c.s, a.entry));
+  return a;
+}
+
+std::string prune_anchor_line(const LedgerEntry& e, const std::string& pruned_at) {
+  std::string line(kPrunedHead);
+  line.append(pruned_at).append("\"").append(kSeqKey).append(std::to_string(e.seq));
+  line.append(",\"run_id\":\"").append(e.run_id).append("\",\"prev\":\"").append(e.prev);
+  line.append("\",\"hash\":\"").append(e.hash).append("\"");
+  if (!e.sig.empty()) line.append(",\"sig\":\"").append(e.sig).append("\"");
+  return line.append("}\n");
+}
+
+Status with_ledger_locked(const Dirs& dirs, const std::function<Status(int fd)>& fn) {
+  const std::string path = ledger_path(dirs);
+  bool missing = false;
+  auto locked = open_locked(path, missing, [&path](bool& gone) -> Result<UniqueFd> {
+    int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) {
+      gone = errno == ENOENT;
+      return sys_error(kStage, "cannot open the trace ledger " + path);
+    }
+    return UniqueFd(fd);
+  });
+  if (missing) return {};
+  if (!locked) return locked.error();
+  return fn(locked->fd.get());
+}
+
 std::string describe_oversize(const OversizeLine& l) {
   return "line " + std::to_string(l.line_no) + " at byte " + std::to_string(l.offset) + " is " +
          std::to_string(l.size) + " bytes, over the " + std::to_string(kMaxLedgerLine) + "-byte bound of a ledger line";
@@ -335,7 +398,8 @@ struct OversizeWarner {
 }  // namespace
 
 Status scan_ledger(const Dirs& dirs, const std::function<bool(const LedgerLine&)>& fn, std::uint64_t* torn,
-                   std::uint64_t from, std::uint64_t first_line_no, const OversizeFn& oversize, std::size_t max_line) {
+                   std::uint64_t from, std::uint64_t first_line_no, const OversizeFn& oversize, std::size_t max_line,
+                   std::optional<PruneAnchorLine>* anchor) {
   if (torn) *torn = 0;
   if (max_line == 0) max_line = kMaxLedgerLine;
   const std::string path = ledger_path(dirs);
@@ -391,6 +455,11 @@ Status scan_ledger(const Dirs& dirs, const std::function<bool(const LedgerLine&)
         continue;
       }
       LedgerLine l{++line_no, buf_offset + start, text};
+      if (l.offset == 0 && is_prune_anchor(text))
+        if (auto a = parse_prune_anchor(text)) {  // an unreadable one goes to fn: a break, reported
+          if (anchor) *anchor = std::move(*a);
+          continue;
+        }
       if (!fn(l)) return {};
     }
     buf.erase(0, start);

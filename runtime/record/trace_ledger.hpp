@@ -67,6 +67,32 @@ class LedgerVerifier;
 Result<AppendInfo> ledger_append(const Dirs& dirs, const std::string& run_id, std::string_view record,
                                  const LedgerSigner* signer = nullptr);
 
+// A pruned ledger's first line (`sbx trace prune`, ledger_prune.hpp): the envelope of the last
+// record pruned, without its record, after the time it was pruned:
+//
+//   {"pruned":"TIME","seq":N,"run_id":"ID","prev":"H","hash":"H"[,"sig":"S"]}\n
+//
+// The first kept line chains to that hash exactly as it did to the pruned line, so the chain from
+// there on is verified as before, and verify reports "pruned through seq N" where it would
+// otherwise find seq N+1 where 1 was expected. Only the first line may be one (scan_ledger skips
+// it there and hands it to whoever asks); anywhere else it is not a ledger line, a break. Appends
+// chain to it when it is the only line (its envelope is the ledger's head).
+struct PruneAnchorLine {
+  LedgerEntry entry;  // record empty
+  std::string pruned_at;
+};
+bool is_prune_anchor(std::string_view line);
+Result<PruneAnchorLine> parse_prune_anchor(std::string_view line);
+// The line (with its '\n') that stands for every line up to `last_pruned`.
+std::string prune_anchor_line(const LedgerEntry& last_pruned, const std::string& pruned_at);
+
+// Runs `fn` with the ledger open read-write (not appending) and locked as appends lock it (the
+// same flock, the same bounded wait), the descriptor being the file the path names once locked:
+// for a rewrite that replaces the file by rename (ledger_prune.cpp). Appends check the same after
+// taking the lock, so none lands in a file that was replaced while it waited. A missing ledger:
+// fn is not called.
+Status with_ledger_locked(const Dirs& dirs, const std::function<Status(int fd)>& fn);
+
 // The longest line a reader takes in: a record (bounded by kMaxTraceBytes, json_io.hpp) and its
 // envelope. A longer line is never read into memory: readers stream past it and report it.
 inline constexpr std::size_t kMaxLedgerLine = kMaxTraceBytes + 4096;
@@ -97,9 +123,11 @@ std::string describe_oversize(const OversizeLine& l);
 // `oversize` is told of each line over the bound (returns false to stop); without it the scan
 // warns on stderr for each (naming its offset and size) and counts them at the end.
 // `max_line` is for tests (0: kMaxLedgerLine).
+// A prune anchor as the first line (see above) is never passed to fn: it goes to `anchor` when
+// given.
 Status scan_ledger(const Dirs& dirs, const std::function<bool(const LedgerLine&)>& fn, std::uint64_t* torn = nullptr,
                    std::uint64_t from = 0, std::uint64_t first_line_no = 1, const OversizeFn& oversize = nullptr,
-                   std::size_t max_line = 0);
+                   std::size_t max_line = 0, std::optional<PruneAnchorLine>* anchor = nullptr);
 
 // The envelope of a line from its last bytes (an OversizeLine's tail); `record` is left empty.
 Result<LedgerEntry> parse_ledger_tail(std::string_view tail);
@@ -132,6 +160,10 @@ struct LedgerVerifyReport {
   // so a reader that needs an intact chain (replay) may still trust them.
   bool broken_only_by_oversize() const { return !intact && oversize_lines > 0 && !other_break; }
   bool other_break = false;
+  // A pruned ledger (its first line a prune anchor): the seq and hash of the last pruned record;
+  // the walk began after it (0: nothing was pruned).
+  std::uint64_t pruned_through = 0;
+  std::string pruned_hash, pruned_at;
   // With verify_ledger's `find_run`: the lines that name that run (checked ones and lines over the
   // bound), and the first checked one. A reader must refuse more than one: which is meant is not
   // for it to guess.

@@ -279,7 +279,8 @@ std::string shown_limit_value(const std::string& plan_name, const json& value) {
 constexpr const char* kViolationsSee = ": see 'sbx trace show ";
 constexpr const char* kViolationsSeeEnd = " --format text'";
 
-std::string violations_line(const json& r) {
+ViolationCounts count_violations(const json& r, std::vector<std::string>* call_names_out,
+                                 std::vector<std::string>* host_names_out) {
   std::uint64_t calls = 0, hosts = 0;
   std::vector<std::string> call_names, host_names;
   auto add_name = [](std::vector<std::string>& names, const std::string& n) {
@@ -303,6 +304,14 @@ std::string violations_line(const json& r) {
   // Calls past the record's list are counted in its summary (never listed: their names are not known).
   const json& unlisted = at(at(at(r, "violations_summary"), "seccomp"), "unlisted_calls");
   if (unlisted.is_number_integer() && unlisted.get<std::int64_t>() > 0) calls += unlisted.get<std::uint64_t>();
+  if (call_names_out) *call_names_out = std::move(call_names);
+  if (host_names_out) *host_names_out = std::move(host_names);
+  return {calls, hosts};
+}
+
+std::string violations_line(const json& r) {
+  std::vector<std::string> call_names, host_names;
+  auto [calls, hosts] = count_violations(r, &call_names, &host_names);
   if (calls == 0 && hosts == 0) return "";
   auto names = [](const std::vector<std::string>& v) {
     std::string out;
@@ -318,6 +327,26 @@ std::string violations_line(const json& r) {
            (hosts == 1 ? " connection denied" : " connections denied") + names(host_names);
   std::string id = text(at(r, "run_id"));
   return out + kViolationsSee + id + kViolationsSeeEnd;
+}
+
+json run_summary_json(const json& r, const RecordPlace& place, int exit_status) {
+  auto [calls, hosts] = count_violations(r);
+  auto text_or_null = [](const std::string& s) { return s.empty() ? json(nullptr) : json(s); };
+  const json& wall = at(at(r, "usage"), "wall_ms");
+  return json{{"run_id", at(r, "run_id")},
+              {"started_at", at(r, "started_at")},
+              {"ended_at", at(r, "ended_at")},
+              {"result", at(r, "result")},
+              {"exit_status", exit_status},
+              {"wall_ms", wall},
+              {"violations", {{"system_calls", calls}, {"hosts", hosts}}},
+              {"record",
+               {{"stored", place.stored},
+                {"ledger", text_or_null(place.ledger)},
+                {"seq", place.stored ? json(place.seq) : json(nullptr)},
+                {"hash", place.stored ? text_or_null(place.hash) : json(nullptr)},
+                {"error", text_or_null(place.error)},
+                {"trace_file", text_or_null(place.trace_file)}}}};
 }
 
 bool is_violations_line(const std::string& message) {

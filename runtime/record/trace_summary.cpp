@@ -80,10 +80,10 @@ std::size_t rfc3339_prefix(std::string_view s) {
 
 }  // namespace
 
-Result<std::string> since_bound(std::string_view text, std::int64_t now_unix_ms) {
+Result<std::string> since_bound(std::string_view text, std::int64_t now_unix_ms, std::string_view flag) {
   auto bad = [&](const std::string& why) {
     return make_error("usage",
-                      "--since '" + std::string(text) + "'" + why +
+                      std::string(flag) + " '" + std::string(text) + "'" + why +
                           ": use a duration before now (90s, 30m, 1h, 2d, 1w) or a UTC time in RFC 3339, "
                           "whole or cut after a field (2026, 2026-12-01, 2026-12-01T08:30, 2026-12-01T08:30:00Z)");
   };

@@ -28,7 +28,8 @@ struct TraceSummary {
 // or a UTC time in RFC 3339, whole or cut after a field ("2026", "2026-12-01", "2026-12-01T08:30",
 // "2026-12-01T08:30:00Z"). Returns the lower bound as text that compares with started_at in time
 // order; anything else is an error that shows the accepted forms.
-Result<std::string> since_bound(std::string_view text, std::int64_t now_unix_ms);
+// `flag` names the option in the error (`trace prune --before` takes the same forms).
+Result<std::string> since_bound(std::string_view text, std::int64_t now_unix_ms, std::string_view flag = "--since");
 
 // What `trace ls` filters on ("" / 0: no filter).
 struct TraceFilter {

@@ -1,4 +1,6 @@
 // verify_ledger (trace_ledger.hpp): walks the chain and names its first break.
+#include <utility>
+
 #include <nlohmann/json.hpp>
 
 #include "runtime/base/json_io.hpp"
@@ -78,6 +80,31 @@ struct Walker {
     return true;
   }
 
+  // A pruned ledger (trace_ledger.hpp, PruneAnchorLine): the walk goes on from the last pruned
+  // record's envelope, as it would have from its line. What can be checked of that envelope
+  // without its record is: its signature, and an anchored head at its seq. An anchored head
+  // before it was pruned: nothing is left to check it against, which is not "intact".
+  bool start_after(const std::optional<PruneAnchorLine>& a) {
+    if (!a) return true;
+    const LedgerEntry& e = a->entry;
+    r.pruned_through = e.seq;
+    r.pruned_hash = e.hash;
+    r.pruned_at = a->pruned_at;
+    last_seq = r.head_seq = e.seq;
+    prev_hash = r.head_hash = e.hash;
+    prev_run = r.head_run_id = e.run_id;
+    std::string at = "the prune anchor (line 1, through seq " + std::to_string(e.seq) + ")";
+    if (verifier && !e.sig.empty() && !verifier->verify(e.hash, e.sig))
+      return fail(at + ": the signature does not verify with the public key: forged, or signed by another key");
+    if (verifier && !e.sig.empty()) ++r.signed_records;
+    if (anchor && anchor->seq == e.seq && anchor->hash != e.hash)
+      return fail(at + ": not the anchored head's hash: the ledger was rewritten from this record or before");
+    if (anchor && anchor->seq < e.seq)
+      return fail("the anchored head seq " + std::to_string(anchor->seq) + " was pruned (the ledger starts after seq " +
+                  std::to_string(e.seq) + "): it cannot be checked; anchor a newer head ('sbx trace head')");
+    return true;
+  }
+
   bool check(const LedgerLine& l) {
     auto e = parse_ledger_line(l.text);
     if (!e) return fail(where(l, run_id_hint(l.text)) + after() + ": " + e.error().message);
@@ -148,18 +175,24 @@ Result<LedgerVerifyReport> verify_ledger(const Dirs& dirs, const std::optional<L
   LedgerVerifyReport r;
   Walker w{r, anchor, verifier, find_run};
   std::uint64_t torn = 0, end = 0;
+  std::optional<PruneAnchorLine> pruned;
+  bool started = false;
   auto st = scan_ledger(
       dirs,
       [&](const LedgerLine& l) {
     end = l.offset + l.text.size() + 1;
+    if (!std::exchange(started, true) && !w.start_after(pruned)) return false;
     return w.check(l);
       },
       &torn, 0, 1,
       [&](const OversizeLine& l) {
     end = l.offset + l.size + 1;
+    if (!std::exchange(started, true) && !w.start_after(pruned)) return false;
     return w.skip(l);
-  });
+  },
+       0, &pruned);
   if (!st) return st.error();
+  if (!started) (void)w.start_after(pruned);  // a ledger of its anchor alone
   if (r.oversize_lines > 1) r.problem += "; " + std::to_string(r.oversize_lines) + " lines over the bound in all";
   if (verifier && r.signed_records == 0 && (r.records || r.oversize_lines)) {
     // Nothing signed at all: nothing ties these lines to the key (a forger rewrites them and

@@ -378,7 +378,7 @@ void check_entrypoint_files(const std::string& dir, const Pack& p, Checker& c) {
 // parse_pack_manifest, reading the schemas from `dir` and naming `shown` (the pack as the caller
 // named it, when `dir` is a private copy of it).
 Result<Pack> parse_manifest_in(const std::string& dir, const std::string& shown, const std::string& text,
-                               std::vector<PackProblem>& problems, bool strict) {
+                               std::vector<PackProblem>& problems, bool strict, PackIdentity* read) {
   Checker c{problems};
   std::size_t before = problems.size();
   auto failed = [&]() -> Error {
@@ -395,6 +395,9 @@ Result<Pack> parse_manifest_in(const std::string& dir, const std::string& shown,
   DocSource src{kPackManifest, "pack", "", false, [&c](const DocProblem& d) { c.add(d.pointer, d.message); }};
   DocReader r(m, src);
   if (!r.check_object("must be a JSON object, not " + json_type_name(m))) return failed();
+  if (read)
+    for (auto [key, into] : {std::pair{"name", &read->name}, std::pair{"version", &read->version}})
+      if (auto it = m.find(key); it != m.end() && it->is_string()) *into = it->get<std::string>();
   r.known({"name", "version", "description", "entrypoint", "image", "input_schema", "output_schema", "limits",
            "network", "context", "secrets", "capabilities"});
   (void)r.finish({.known = true});
@@ -423,8 +426,8 @@ Result<Pack> parse_manifest_in(const std::string& dir, const std::string& shown,
 }  // namespace
 
 Result<Pack> parse_pack_manifest(const std::string& dir, const std::string& text, std::vector<PackProblem>& problems,
-                                 bool strict) {
-  return parse_manifest_in(dir, dir, text, problems, strict);
+                                 bool strict, PackIdentity* read) {
+  return parse_manifest_in(dir, dir, text, problems, strict, read);
 }
 
 const char* const kPackBoundsHint =
@@ -435,13 +438,13 @@ namespace {
 // load_pack and load_pack_copy: the manifest and schemas read from `dir` (the pack, or sbx's
 // private copy of it), named as `shown`; `digest` computed by the caller.
 Result<Pack> load_from(const std::string& dir, const std::string& shown, const std::string& digest,
-                       std::vector<PackProblem>& problems, bool strict) {
+                       std::vector<PackProblem>& problems, bool strict, PackIdentity* read = nullptr) {
   auto text = read_pack_file(dir, kPackManifest, kMaxManifestBytes);
   if (!text) {
     problems.push_back({kPackManifest, "", text.error().describe()});
     return make_error("pack", shown + ": " + problems.back().describe());
   }
-  auto pack = parse_manifest_in(dir, shown, *text, problems, strict);
+  auto pack = parse_manifest_in(dir, shown, *text, problems, strict, read);
   if (!pack) return pack;
   pack->digest = digest;
   return pack;
@@ -456,7 +459,7 @@ Result<std::string> canonical_pack_dir(const std::string& dir_in) {
 }
 }  // namespace
 
-Result<Pack> load_pack(const std::string& dir_in, std::vector<PackProblem>& problems, bool strict) {
+Result<Pack> load_pack(const std::string& dir_in, std::vector<PackProblem>& problems, bool strict, PackIdentity* read) {
   auto dir = canonical_pack_dir(dir_in);
   if (!dir) return dir.error();
   // The tree first: within the bounds of a pack, links and special files refused, before any of
@@ -466,7 +469,7 @@ Result<Pack> load_pack(const std::string& dir_in, std::vector<PackProblem>& prob
     problems.push_back({"", "", digest.error().message});
     return make_error("pack", *dir + ": " + digest.error().describe());
   }
-  return load_from(*dir, *dir, *digest, problems, strict);
+  return load_from(*dir, *dir, *digest, problems, strict, read);
 }
 
 Result<Pack> load_pack_copy(const std::string& dir_in, const std::string& state_dir,

@@ -4,6 +4,7 @@
 // pointer into it and a message, all at once, so `sbx pack validate` can list them together.
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -57,15 +58,22 @@ struct Pack {
   std::vector<PackProblem> warnings;  // unknown schema keywords, when not loaded strictly
 };
 
+// The manifest's name and version as read, whether or not the pack is valid (`pack validate
+// --json` reports them on failure too); unset when absent or not a string.
+struct PackIdentity {
+  std::optional<std::string> name, version;
+};
+
 // Parses and checks a manifest already read as text; schema files are read relative to `dir`.
 // Exposed separately for unit tests.
 // `strict`: an unknown JSON Schema keyword in a schema file is a problem, not a warning.
 Result<Pack> parse_pack_manifest(const std::string& dir, const std::string& text, std::vector<PackProblem>& problems,
-                                 bool strict = false);
+                                 bool strict = false, PackIdentity* read = nullptr);
 
 // Loads DIR/pack.json, its schemas (compiled, to catch bad schemas now) and the digest. On any
 // problem the Result is an error and `problems` holds each one.
-Result<Pack> load_pack(const std::string& dir, std::vector<PackProblem>& problems, bool strict = false);
+Result<Pack> load_pack(const std::string& dir, std::vector<PackProblem>& problems, bool strict = false,
+                       PackIdentity* read = nullptr);
 
 // For a run: copies the pack at `dir` into a private directory (pack_tree.hpp), hashing each file
 // as it is copied, and loads the copy (manifest, schemas, digest). The copy is what the run

@@ -582,6 +582,61 @@ class UnreadableLines(LedgerCase):
         self.assertNotIn("skipping", r.err)
 
 
+class Prune(LedgerCase):
+    """`sbx trace prune` (unknown on the previous main: exit 125) and `sbx run --json`'s record seq."""
+
+    def test_prune_leaves_a_verifiable_ledger_and_tampering_after_the_anchor_is_found(self):
+        ids = self.runs(4)
+        r = sbx(["trace", "prune", "--keep", "2", "--dry-run"], env=self.env)
+        self.assertExit(r, 0)
+        self.assertIn("would prune 2 record(s) through seq 2", r.out)
+        self.assertEqual(len(self.lines()), 4, "a dry run changes nothing")
+        r = sbx(["trace", "prune", "--keep", "2", "--json"], env=self.env)
+        self.assertExit(r, 0)
+        j = json.loads(r.out)
+        self.assertEqual((j["pruned"], j["kept"], j["pruned_through"]["seq"], j["pruned_through"]["run_id"]),
+                         (2, 2, 2, ids[1]), j)
+        lines = self.lines()
+        self.assertEqual(len(lines), 3)
+        self.assertTrue(lines[0].startswith(b'{"pruned":"'), lines[0])
+        r = self.verify()
+        self.assertExit(r, 0)
+        self.assertIn("pruned before seq 3", r.out)
+        self.assertIn("intact: 2 record(s); head seq 4", r.out)
+        ls = json.loads(sbx(["trace", "ls", "--json"], env=self.env).out)
+        self.assertEqual(sorted(x["run_id"] for x in ls), sorted(ids[2:]), "the index dropped the pruned rows")
+        # The chain goes on, and sbx run --json names the record's seq.
+        r = sbx(["run", "--json", "--", "sh", "-c", "echo hi; exit 3"], env=self.env)
+        self.assertExit(r, 3, "the exit status is the same as without --json")
+        self.assertIn("hi", r.err, "the program's stdout goes to stderr")
+        j = json.loads(r.out)
+        self.assertEqual((j["result"]["status"], j["result"]["exit_code"], j["exit_status"]), ("exit_nonzero", 3, 3))
+        self.assertEqual((j["record"]["stored"], j["record"]["seq"]), (True, 5), j)
+        self.assertEqual(j["run_id"], ledger_lines(self.state)[-1]["run_id"])
+        self.assertExit(self.verify(), 0)
+        # Around the anchor, a deleted or edited record is still found.
+        lines = self.lines()
+        self.write_lines([lines[0]] + lines[2:])
+        self.assertBroken(["record seq 3 is missing"])
+        edited = lines[1].replace(b'"exit_code":2', b'"exit_code":0', 1)
+        self.write_lines([lines[0], edited] + lines[2:])
+        self.assertBroken(["seq 3", "edited"])
+        # A broken ledger is not pruned: that would remove the evidence.
+        r = sbx(["trace", "prune", "--keep", "1"], env=self.env)
+        self.assertExit(r, 125)
+        self.assertIn("does not verify", self.assertOneSbxLine(r))
+
+    def test_prune_arguments_are_checked(self):
+        self.assertExit(sbx(["trace", "prune"], env=self.env), 125)
+        r = sbx(["trace", "prune", "--before", "garbage"], env=self.env)
+        self.assertExit(r, 125)
+        self.assertIn("--before 'garbage'", self.assertOneSbxLine(r))
+        self.assertExit(sbx(["trace", "prune", "--keep", "-1"], env=self.env), 125)
+        r = sbx(["trace", "prune", "--before", "1h"], env=self.env)
+        self.assertExit(r, 0)
+        self.assertIn("nothing to prune", r.out)
+
+
 class NoResultWithoutRecord(LedgerCase):
     """The state dir's trace store cannot be created (a file where the directory should be): the
     record cannot be stored, so the validated result must not be released."""

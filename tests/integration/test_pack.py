@@ -344,6 +344,8 @@ class PackTools(PackCase):
         self.assertFalse(j["ok"])
         self.assertEqual(sorted(p["pointer"] for p in j["problems"]), ["/entrypoint/1", "/extra"], j)
         self.assertIsNone(j["digest"])
+        # What the manifest had, though it failed (null on the previous main).
+        self.assertEqual((j["name"], j["version"]), (m["name"], m["version"]), j)
         m["entrypoint"] = ["/bin/sh", "/pack/run.sh"]
         del m["extra"]
         with open(d + "/pack.json", "w") as f:

@@ -75,6 +75,23 @@ TEST_CASE("every problem is reported with its file and pointer") {
   CHECK(has(problems, "schemas/out.json", "/type"));  // the schema error names its place
 }
 
+TEST_CASE("an invalid manifest still reports the name and version it had (pack validate --json)") {
+  TempPack t;
+  std::vector<PackProblem> problems;
+  sbx::PackIdentity read;
+  auto p = sbx::parse_pack_manifest(t.dir, R"({"name":"Bad Name","version":"1.2","entrypoint":[]})", problems,
+                                    false, &read);
+  CHECK_FALSE(p.ok());
+  CHECK(read.name == std::optional<std::string>("Bad Name"));
+  CHECK(read.version == std::optional<std::string>("1.2"));
+  // Absent or not a string: nothing read.
+  sbx::PackIdentity none;
+  problems.clear();
+  CHECK_FALSE(sbx::parse_pack_manifest(t.dir, R"({"version":3,"entrypoint":[]})", problems, false, &none).ok());
+  CHECK_FALSE(none.name);
+  CHECK_FALSE(none.version);
+}
+
 TEST_CASE("not JSON, not an object") {
   TempPack t;
   std::vector<PackProblem> problems;

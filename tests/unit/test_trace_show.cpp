@@ -85,3 +85,33 @@ TEST_CASE("trace text: seccomp refusals as sentences, limits in units, clone3's 
   CHECK_FALSE(is_violations_line("export: skipped /out/x: see 'sbx trace show r9 --format text'"));
   CHECK_FALSE(is_violations_line(""));
 }
+
+TEST_CASE("run --json: one object from the record, counted as the violations line counts") {
+  json seccomp = {{"kind", "seccomp"}, {"name", "unshare"}, {"count", 3}};
+  json clone3 = {{"kind", "seccomp"}, {"name", "clone3"}, {"count", 2}, {"action", "SCMP_ACT_ERRNO(ENOSYS)"}};
+  json net = {{"kind", "network"}, {"host", "example.com"}, {"port", 443}};
+  json r = {{"run_id", "r7"},
+            {"started_at", "2026-12-01T08:00:00.000Z"},
+            {"ended_at", "2026-12-01T08:00:01.000Z"},
+            {"result", {{"status", "timeout"}, {"exit_code", nullptr}, {"signal", 9}, {"reason", "cpu"}}},
+            {"usage", {{"wall_ms", 1000}}},
+            {"violations", {seccomp, clone3, net}}};
+  auto counts = count_violations(r);
+  CHECK(counts.system_calls == 3);
+  CHECK(counts.hosts == 1);
+  RecordPlace place{true, "/s/traces/ledger.jsonl", 42, "ab", "", ""};
+  json j = run_summary_json(r, place, 124);
+  CHECK(j["run_id"] == "r7");
+  CHECK(j["result"] == r["result"]);  // the record's result, whole: a member added there shows here
+  CHECK(j["exit_status"] == 124);
+  CHECK(j["wall_ms"] == 1000);
+  CHECK(j["violations"] == json{{"system_calls", 3}, {"hosts", 1}});
+  CHECK(j["record"]["seq"] == 42);
+  CHECK(j["record"]["ledger"] == "/s/traces/ledger.jsonl");
+  CHECK(j["record"]["error"].is_null());
+  // Not stored: no seq, the reason instead.
+  json k = run_summary_json(json::object(), RecordPlace{false, "/l", 0, "", "disk full", ""}, 125);
+  CHECK(k["record"]["seq"].is_null());
+  CHECK(k["record"]["error"] == "disk full");
+  CHECK(k["violations"] == json{{"system_calls", 0}, {"hosts", 0}});
+}
