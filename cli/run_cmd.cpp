@@ -254,7 +254,12 @@ void add_run_options(CLI::App* run, RunFlags& f) {
   add_limit_options(run, f);
   run->add_option("--uid", f.uid, "User id inside the sandbox (default 0: root of its own user namespace)");
   run->add_option("--gid", f.gid, "Group id inside the sandbox (default 0)");
-  run->add_option("--bind", f.binds, "Bind a host path: SRC[:DST][:rw], read-only unless rw (repeatable)");
+  static const std::string bind_help = [] {
+    std::string h = "Bind a host path: SRC[:DST][:OPT[,OPT]] (repeatable); OPT:";
+    for (auto& o : kBindOptions) h += std::string(" ") + o.name + " (" + o.help + ")";
+    return h;
+  }();
+  run->add_option("--bind", f.binds, bind_help);
   run->add_option("--tmpfs", f.tmpfs, "Mount a size-capped tmpfs: DST[:SIZE] (repeatable, default size 64M)");
   run->add_option("--workdir", f.workdir, "Working directory inside the sandbox (default /tmp)");
   run->add_flag("--workspace", f.workspace,

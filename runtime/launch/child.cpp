@@ -45,10 +45,12 @@ InitEnd init_end(const ChildConfig& cfg) { return InitEnd(cfg.fds); }
     if (!st_.ok()) fail(cfg, st_.error()); \
   } while (0)
 
-// Closes every fd but 0, 1, 2, init's (InitFds) and the image's (the child inherits all of sbx's
-// descriptors).
-void close_all_except(const InitFds& fds, int image_fd) {
-  std::vector<int> keep = {0, 1, 2, image_fd};
+// Closes every fd but 0, 1, 2, init's (InitFds), the image's and the idmapped binds' (the child
+// inherits all of sbx's descriptors).
+void close_all_except(const InitFds& fds, const MountPlan& mounts) {
+  std::vector<int> keep = {0, 1, 2, mounts.image_fd};
+  for (auto& op : mounts.ops)  // idmapped binds' detached mounts, moved into place by build_root
+    if (op.tree_fd >= 0) keep.push_back(op.tree_fd);
   fds.for_each([&](int fd) { keep.push_back(fd); });
   std::sort(keep.begin(), keep.end());
   unsigned int next = 0;
@@ -334,7 +336,7 @@ void run_init(const ChildConfig& cfg) {
   // the id maps).
   end.arm_parent_death(cfg.supervisor_sync_fd);
   end.wait_go();
-  close_all_except(cfg.fds, cfg.mounts.image_fd);
+  close_all_except(cfg.fds, cfg.mounts);
   auto image_fd = reopen_image_in_namespace(cfg.mounts);  // before the uid changes (see mounts.hpp)
   if (!image_fd) fail(cfg, image_fd.error());
   STAGE(cfg, become_namespace_root(cfg.identity));

@@ -28,8 +28,8 @@ class Namespaces final : public Facility {
 
 // The user namespace's id maps (userns.hpp). Planned when the run is made (plan_identity); here
 // its failure is reported, and every --bind/--input source is opened (open_bind_sources: what is
-// checked is what init mounts), checked to spare sbx's state if read-write, and, as root, to be
-// reachable by the sandbox's host uid. After clone the parent writes the maps; the child's
+// checked is what init mounts), checked to spare sbx's state if read-write, as root to be reachable
+// by the sandbox's host uid (unless idmapped), and if read-write to be writable by the program. After clone the parent writes the maps; the child's
 // steps are become_namespace_root (init) and switch_to_program_identity (program), child.cpp.
 class Identity final : public Facility {
  public:
@@ -48,7 +48,8 @@ class Identity final : public Facility {
       if (!here.ok()) return sys_error("usage", "--workspace " + ctx.req.workspace + ": cannot open it");
       SBX_TRY(check_workspace_source(ctx.bind_sources, ctx.req.workspace, here.get(), protected_homes()));
     }
-    return check_sources(ctx.bind_sources, ctx.spec, ctx.cwd, &*ctx.identity);
+    SBX_TRY(check_sources(ctx.bind_sources, ctx.spec, ctx.cwd, &*ctx.identity));
+    return check_binds_writable(ctx.bind_sources, *ctx.identity, ctx.req.workspace);
   }
   Status after_clone(RunContext& ctx, pid_t pid) const override { return write_id_maps(pid, *ctx.identity); }
   void record(const RunContext& ctx, const SuperviseResult*, json& out) const override {

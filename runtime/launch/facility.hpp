@@ -82,6 +82,9 @@ struct RunContext {
   std::vector<BindSource> bind_sources;
   // mounts and the memory fallback
   MountPlan mounts;
+  // idmapped binds (make_idmapped_tree): the detached mounts init moves into place, held until
+  // the sandbox is cloned with them
+  std::vector<UniqueFd> idmap_trees;
   nlohmann::json memory_fallback;  // null unless limits fall back and memory is limited (memory_fallback.hpp)
   // image
   std::optional<ImageRecord> image;

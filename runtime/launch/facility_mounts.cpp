@@ -45,6 +45,29 @@ void log_limit_shortfalls(const RunContext& ctx, const TmpfsBudget& scaled) {
         format_size(*ctx.spec.limits.memory_bytes));
 }
 
+// Each idmap bind, as root: its detached idmapped mount, made now by sbx (host root) and moved
+// into place by init (mounts.hpp, make_idmapped_tree). Rootless the program writes as the caller
+// already; the writability pre-check let only a source the caller owns through, so there is
+// nothing to map (info, -v). A dry run mounts nothing.
+Status idmap_binds(RunContext& ctx) {
+  const IdentityPlan& id = *ctx.identity;
+  for (std::size_t i = 0; i < ctx.bind_sources.size() && i < ctx.spec.binds.size(); ++i) {
+    const BindSource& src = ctx.bind_sources[i];
+    if (!src.given.idmap || ctx.dry_run) continue;
+    if (id.rootless) {
+      spdlog::info("--bind {}: idmap changes nothing rootless (the sandbox writes as you already)", src.given.src);
+      continue;
+    }
+    PlannedBind& b = ctx.mounts.binds[i];
+    auto tree = make_idmapped_tree(src, host_id(id.uid_map, id.uid).value_or(0),
+                                   host_id(id.gid_map, id.gid).value_or(0), b.owner_uid, b.owner_gid);
+    if (!tree) return tree.error();
+    b.tree_fd = tree->get();
+    ctx.idmap_trees.push_back(std::move(*tree));
+  }
+  return {};
+}
+
 // The mount plan (mounts.hpp) with the GPUs' nodes and driver files; without a cgroup charging
 // tmpfs pages, the memory fallback (memory_fallback.hpp) scales profile-given tmpfs sizes to fit
 // the memory limit and caps the rest per process (its rlimits are the limit plan's).
@@ -55,6 +78,7 @@ class Mounts final : public Facility {
     auto planned = plan_mounts(ctx.spec, ctx.bind_sources);
     if (!planned) return planned.error();
     MountPlan& mounts = ctx.mounts = std::move(*planned);
+    SBX_TRY(idmap_binds(ctx));
     for (auto& n : ctx.gpu.nodes) mounts.device_nodes.push_back({n.host_path, n.path});
     for (auto& f : ctx.gpu.driver_files) mounts.binds.push_back({f});  // sbx's own: bound by path
     TmpfsBudget scaled;

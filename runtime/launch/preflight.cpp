@@ -7,13 +7,19 @@
 #include <linux/magic.h>
 #include <poll.h>
 #include <signal.h>
+#include <linux/magic.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/xattr.h>
 #include <sys/syscall.h>
 #include <sys/vfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
+
+#include <spdlog/spdlog.h>
 
 #include "runtime/base/paths.hpp"
 #include "runtime/base/fsutil.hpp"
@@ -84,10 +90,124 @@ Status check_sources(const std::vector<BindSource>& sources, const RunSpec& spec
                      const IdentityPlan* identity) {
   if (!identity || identity->rootless) return {};
   for (auto& src : sources) {
+    if (src.given.idmap) continue;  // sbx (host root) opens and mounts it: the sandbox looks nothing up
     if (int err = stat_as_sandbox_root(src.real.c_str(), *identity)) {
       Error e = make_error("mounts", "bind source " + src.real, err);
       add_setup_hint(e, spec, *identity, cwd);
       return e;
+    }
+  }
+  return {};
+}
+
+BindWrite bind_write_access(const BindOwnership& src, const IdentityPlan& id, const std::vector<std::uint32_t>& groups,
+                            bool idmap) {
+  auto uid = host_id(id.uid_map, id.uid), gid = host_id(id.gid_map, id.gid);
+  if (!uid || !gid) return BindWrite::uncertain;
+  if (idmap && id.rootless) return src.uid == *uid ? BindWrite::writable : BindWrite::idmap_rootless;
+  // Idmapped, the source's owner and group are the program's own inside (mounts.hpp).
+  const std::uint32_t owner = idmap ? *uid : src.uid, group = idmap ? *gid : src.gid;
+  // The kernel's order: the owner's bits for the owner, else the group's for a member, else the
+  // others' (a matching class that denies is not overridden by a later one that grants).
+  unsigned bits = owner == *uid ? (src.mode >> 6) & 7U
+                  : group == *gid || std::find(groups.begin(), groups.end(), group) != groups.end()
+                      ? (src.mode >> 3) & 7U
+                      : src.mode & 7U;
+  const unsigned need = src.dir ? 3U : 2U;  // a directory's entries need write and search
+  if ((bits & need) == need) return BindWrite::writable;
+  // The namespace's root has CAP_DAC_OVERRIDE over a file whose owner and group both map into it
+  // (capable_wrt_inode_uidgid); a profile may drop the capability, but the check refuses only when
+  // it is certain.
+  if (id.uid == 0 && maps_host_id(id.uid_map, owner) && maps_host_id(id.gid_map, group)) return BindWrite::writable;
+  return src.acl || !src.generic_perms ? BindWrite::uncertain : BindWrite::unwritable;
+}
+
+namespace {
+// What the pre-check reads of an opened bind source: its stat, whether it carries an access ACL,
+// and whether its file system checks permissions by the mode alone. The NFS server, a FUSE
+// daemon without default_permissions, ZFS's or CIFS's own ACLs may grant what the mode denies:
+// those are only warned about.
+BindOwnership read_ownership(const BindSource& src) {
+  BindOwnership o;
+  struct stat st;
+  if (::fstat(src.fd.get(), &st) != 0) return {0, 0, 0777, src.dir, false, false};  // unknown: not refused
+  o.uid = st.st_uid;
+  o.gid = st.st_gid;
+  o.mode = st.st_mode & 07777;
+  o.dir = S_ISDIR(st.st_mode);
+  const std::string at = "/proc/self/fd/" + std::to_string(src.fd.get());
+  ssize_t n = ::getxattr(at.c_str(), "system.posix_acl_access", nullptr, 0);
+  o.acl = n > 0 || (n < 0 && errno != ENODATA && errno != ENOTSUP);  // cannot tell: as if it had one
+  struct statfs fs;
+  if (::fstatfs(src.fd.get(), &fs) != 0) return o.generic_perms = false, o;
+  const auto type = static_cast<unsigned long>(fs.f_type);
+  o.generic_perms = type == EXT4_SUPER_MAGIC || type == XFS_SUPER_MAGIC || type == BTRFS_SUPER_MAGIC ||
+                    type == TMPFS_MAGIC || type == OVERLAYFS_SUPER_MAGIC || type == F2FS_SUPER_MAGIC;
+  return o;
+}
+
+std::string octal_mode(mode_t mode) {
+  char buf[8];
+  std::snprintf(buf, sizeof buf, "%04o", static_cast<unsigned>(mode & 07777));
+  return buf;
+}
+}  // namespace
+
+// Refuse, rather than warn: a read-write bind nothing inside can write is a mistake (the caller
+// asked for rw), and it shows only as EACCES deep inside the program's work ("ld: cannot open
+// output file"), after the run's setup and time are spent. Refused only when the mode settles
+// it; where an ACL or the file system may still grant, a warning says what to do if writes fail.
+Status check_binds_writable(const std::vector<BindSource>& sources, const IdentityPlan& identity,
+                            const std::string& workspace) {
+  std::vector<std::uint32_t> groups;
+  if (identity.rootless) {  // the caller's supplementary groups stay with the program rootless
+    int n = ::getgroups(0, nullptr);
+    std::vector<gid_t> g(static_cast<std::size_t>(std::max(n, 0)));
+    if (n > 0 && ::getgroups(n, g.data()) == n) groups.assign(g.begin(), g.end());
+  }
+  const std::string uid = std::to_string(host_id(identity.uid_map, identity.uid).value_or(0));
+  for (auto& src : sources) {
+    if (src.flag != "--bind" || !(src.given.rw || (src.given.idmap && identity.rootless))) continue;
+    BindOwnership o = read_ownership(src);
+    BindWrite w = bind_write_access(o, identity, groups, src.given.idmap);
+    const std::string name = "--bind " + src.given.src + ":" + src.given.dst + ":" + (src.given.rw ? "rw" : "ro") +
+                             (src.given.idmap ? ",idmap" : "");
+    const std::string what = src.real + " is owned by uid " + std::to_string(o.uid) + " gid " + std::to_string(o.gid) +
+                             " mode " + octal_mode(o.mode);
+    const std::string who = identity.rootless ? "you (uid " + uid + ")" : "host uid " + uid;
+    switch (w) {
+      case BindWrite::writable: break;
+      case BindWrite::idmap_rootless:
+        return make_error("usage", name + ": " + what + ", and rootless the sandbox writes only as " + who +
+                                       ": idmap needs sbx to run as root (drop idmap, or bind a directory you own)");
+      case BindWrite::uncertain:
+        spdlog::warn(
+            "{}: {}, which gives the sandbox ({}) no write access by its mode; its ACL or file system may: "
+            "if writes fail inside, {}",
+            name, what, who,
+            identity.rootless ? "let your uid write it (chmod, setfacl)"
+                              : "add idmap to write as its owner, or let host uid " + uid + " write it");
+        break;
+      case BindWrite::unwritable:
+        if (!workspace.empty() && src.given.src == workspace && src.given.dst == workspace && !src.given.idmap) {
+          spdlog::warn("--workspace {}: {}, and the sandbox writes as {}{}, who cannot write it: the program reads "
+                       "it, its writes fail; {}",
+                       workspace, what, who, identity.rootless ? "" : " (its root)",
+                       identity.rootless ? "chmod/chown it, or run where you can write"
+                                         : "to write as its owner, --bind " + workspace + ":" + workspace +
+                                               ":rw,idmap --workdir " + workspace + " instead of --workspace");
+          break;
+        }
+        if (src.given.idmap)
+          return make_error("usage", name + ": " + what + ": even as its owner (idmap) the sandbox cannot write it: " +
+                                         "chmod u+w" + (o.dir ? "x " : " ") + src.real);
+        if (identity.rootless)
+          return make_error("usage", name + ": " + what + ", and the sandbox writes as " + who +
+                                         ", who cannot write it: chmod/chown it, or bind a directory you can write");
+        return make_error("usage", name + ": " + what + ", and the sandbox writes as " + who +
+                                       " (its root), which cannot write it: add idmap to write as its owner (--bind " +
+                                       src.given.src + ":" + src.given.dst + ":rw,idmap), or chown/chmod it for uid " +
+                                       uid);
     }
   }
   return {};

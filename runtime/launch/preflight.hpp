@@ -2,6 +2,9 @@
 // The checks a run makes before it creates anything, shared by the real run (sandbox.cpp, the
 // facilities of facility.cpp) and `--dry-run` (dry_run.hpp), which makes every one of them and
 // prints what would be enforced, by which mechanism, instead of running (man sbx, DRY RUN).
+#include <sys/types.h>
+
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
@@ -27,6 +30,41 @@ Status check_trace_file(const std::string& path);
 // (opened by open_bind_sources, so each exists), else EACCES with the hint.
 Status check_sources(const std::vector<BindSource>& sources, const RunSpec& spec, const std::string& cwd,
                      const IdentityPlan* identity);
+
+// A --bind source as the write pre-check sees it: one fstat, one getxattr and one fstatfs of the
+// opened source (nothing below it is walked).
+struct BindOwnership {
+  std::uint32_t uid = 0, gid = 0;
+  mode_t mode = 0;
+  bool dir = false;
+  bool acl = false;           // a POSIX access ACL: named users or groups may have more than the mode says
+  bool generic_perms = true;  // a local file system whose permission check is the mode's (ext4, xfs, tmpfs...)
+};
+
+enum class BindWrite {
+  writable,        // the program can write it (or, rootless idmap, nothing is needed)
+  unwritable,      // certain: the mode denies the program's host ids and nothing else grants
+  uncertain,       // the mode denies, but an ACL or the file system (NFS, FUSE) may grant: warn only
+  idmap_rootless,  // idmap asked for rootless on a source another user owns: it cannot be done
+};
+
+// Whether the sandbox's program can write a read-write bind's source, from its owner, group and
+// mode and the host ids the program's uid and gid map to (`id`; `groups`: the supplementary
+// groups the program keeps, the caller's rootless, none as root). `idmap`: as root, the source's
+// owner and group show inside as the program's (its owner's bits apply). The program as the
+// namespace's root overrides the mode of a file whose owner and group both map into the sandbox.
+BindWrite bind_write_access(const BindOwnership& src, const IdentityPlan& id, const std::vector<std::uint32_t>& groups,
+                            bool idmap);
+
+// The pre-check of every read-write --bind (and rootless, of every idmap one): the run is refused
+// (stage "usage", exit 125) when the program certainly cannot write the source, naming its owner
+// and mode, the host uid the sandbox writes as, and the fix (idmap, chown/chmod); a warning when
+// an ACL or the file system leaves it open. A rw bind nothing inside can write is a mistake found
+// otherwise only when the program fails with EACCES halfway through its work. `workspace` (the
+// --workspace directory, "" when none) only warns: it is also the program's cwd and its project to
+// read, which an unwritable mode does not spoil.
+Status check_binds_writable(const std::vector<BindSource>& sources, const IdentityPlan& identity,
+                            const std::string& workspace = "");
 
 // No read-write --bind may reach sbx's own state: the run's state dir (or tenant store), its data
 // dir (images), the config dir holding the ledger's signing key, and the directories in `also`

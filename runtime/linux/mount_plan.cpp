@@ -122,6 +122,10 @@ std::vector<MountOp> mount_ops(const MountPlan& plan) {
     l.ops.back().src_dev = b.dev;
     l.ops.back().src_ino = b.ino;
     l.ops.back().src_dir = b.dir;
+    l.ops.back().tree_fd = b.tree_fd;
+    l.ops.back().idmap = b.tree_fd >= 0;
+    l.ops.back().idmap_uid = b.owner_uid;
+    l.ops.back().idmap_gid = b.owner_gid;
   }
   for (std::size_t i = 0; i < plan.files.size(); ++i) {
     const auto& f = plan.files[i];
@@ -181,11 +185,16 @@ nlohmann::json bind_op_json(const MountOp& op) {
                            {"image/mounts/[]/type", "overlay"},
                            {"image/mounts/[]/upper_size_bytes", op.size_bytes}});
     case MountOpKind::bind_ro:
-    case MountOpKind::bind_rw:
-      return trace_object({{"image/mounts/[]/op", "bind"},
-                           {"image/mounts/[]/src", op.src},
-                           {"image/mounts/[]/dst", op.dst},
-                           {"image/mounts/[]/rw", op.kind == MountOpKind::bind_rw}});
+    case MountOpKind::bind_rw: {
+      auto j = trace_object({{"image/mounts/[]/op", "bind"},
+                             {"image/mounts/[]/src", op.src},
+                             {"image/mounts/[]/dst", op.dst},
+                             {"image/mounts/[]/rw", op.kind == MountOpKind::bind_rw}});
+      if (op.idmap)
+        put(j, "image/mounts/[]/idmap",
+            trace_object({{"image/mounts/[]/idmap/uid", op.idmap_uid}, {"image/mounts/[]/idmap/gid", op.idmap_gid}}));
+      return j;
+    }
     case MountOpKind::bind_device:
       return trace_object({{"image/mounts/[]/op", "bind"},
                            {"image/mounts/[]/src", op.src},

@@ -67,6 +67,12 @@ struct MountOp {
   bool pinned = false;
   std::uint64_t src_dev = 0, src_ino = 0;
   bool src_dir = false;
+  // An idmapped bind (BindMount::idmap, as root): `tree_fd` is the detached mount the supervisor
+  // made of the opened source (make_idmapped_tree, mounts.hpp), which init moves to `dst` instead
+  // of binding `src`; idmap_uid/gid are the source's owner, shown inside as the program's ids.
+  int tree_fd = -1;
+  bool idmap = false;
+  std::uint32_t idmap_uid = 0, idmap_gid = 0;
 };
 
 // A file sbx generates for the sandbox (pack records, exec code and inputs): written by init on
@@ -84,6 +90,8 @@ struct PlannedBind {
   bool pinned = false;
   std::uint64_t dev = 0, ino = 0;
   bool dir = false;
+  int tree_fd = -1;  // bind.idmap as root: the idmapped detached mount (MountOp::tree_fd)
+  std::uint32_t owner_uid = 0, owner_gid = 0;
 };
 
 struct MountPlan {

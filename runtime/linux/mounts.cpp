@@ -1,11 +1,13 @@
 #include "runtime/linux/mounts.hpp"
 
 #include <fcntl.h>
+#include <linux/magic.h>
 #include <linux/openat2.h>
 #include <limits.h>
 #include <sys/mount.h>
 #include <sys/sendfile.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -18,6 +20,7 @@
 
 #include "runtime/base/fsutil.hpp"
 #include "runtime/linux/mount_target.hpp"
+#include "runtime/linux/userns.hpp"
 
 namespace sbx {
 namespace {
@@ -176,6 +179,8 @@ Result<UniqueFd> open_pinned_source(const std::string& src, const MountOp& op, s
   return fd;
 }
 
+Status restrict_bind(const MountTarget& target, const std::string& dst, BindKind kind);
+
 // Binds `op.src` (a host path) at `op.dst` (in-sandbox) inside the new root `root`. The mount
 // point (a directory, or an empty file for file sources) is found and made by open_mount_target,
 // the bind lands on its fd, and the flags are set through an fd of the new mount: no path is
@@ -215,7 +220,26 @@ Status bind_mount(int root, const MountOp& op, BindKind kind) {
   unsigned long bind = kind == BindKind::device ? MS_BIND : MS_BIND | MS_REC;
   SBX_TRY(
       do_mount(src.c_str(), fd_path(target->node.get()), nullptr, bind, nullptr, "bind " + host_path + " to " + dst));
-  auto mnt = open_mounted(*target, dst);
+  return restrict_bind(*target, dst, kind);
+}
+
+// An idmapped bind: the supervisor's detached mount of the source (make_idmapped_tree), moved
+// onto its mount point; it already is the very file sbx opened and checked, so nothing is looked
+// up by path. Then restricted as every bind.
+Status move_idmapped(int root, const MountOp& op, BindKind kind) {
+  UniqueFd tree(op.tree_fd);  // closed once moved: the mount is the namespace's then
+  struct stat st;
+  if (::fstat(tree.get(), &st) != 0) return sys_error("mounts", "idmapped bind of " + op.src);
+  auto target = open_mount_target(root, op.dst, S_ISDIR(st.st_mode));
+  if (!target) return target.error();
+  if (::move_mount(tree.get(), "", target->node.get(), "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) != 0)
+    return sys_error("mounts", "move the idmapped bind of " + op.src + " to " + op.dst);
+  return restrict_bind(*target, op.dst, kind);
+}
+
+// After a bind landed on `target`: nosuid and nodev (read-only unless rw) on it and its submounts.
+Status restrict_bind(const MountTarget& target, const std::string& dst, BindKind kind) {
+  auto mnt = open_mounted(target, dst);
   if (!mnt) return mnt.error();
   std::string at = fd_path(mnt->get());
   if (kind == BindKind::device) return {};  // nodev would make the node useless
@@ -455,8 +479,10 @@ struct RootBuilder {
     }
     if (!root.ok()) return make_error("mounts", "the mount plan does not start with its root", EINVAL);
     switch (op.kind) {
-      case MountOpKind::bind_ro: return bind_mount(root.get(), op, BindKind::ro);
-      case MountOpKind::bind_rw: return bind_mount(root.get(), op, BindKind::rw);
+      case MountOpKind::bind_ro:
+        return op.tree_fd >= 0 ? move_idmapped(root.get(), op, BindKind::ro) : bind_mount(root.get(), op, BindKind::ro);
+      case MountOpKind::bind_rw:
+        return op.tree_fd >= 0 ? move_idmapped(root.get(), op, BindKind::rw) : bind_mount(root.get(), op, BindKind::rw);
       case MountOpKind::bind_device: return bind_mount(root.get(), op, BindKind::device);
       case MountOpKind::symlink: return symlink_at(op.src, in_new(op.dst));
       case MountOpKind::mkdir: return mkdir_p(in_new(op.dst), op.mode);
@@ -524,6 +550,64 @@ Result<std::vector<BindSource>> open_bind_sources(const RunSpec& spec, const std
   for (auto& b : spec.binds) SBX_TRY(open_one(b, "--bind"));
   for (auto& in : spec.inputs) SBX_TRY(open_one(in, "--input"));
   return out;
+}
+
+namespace {
+std::string fs_name(unsigned long type) {
+  switch (type) {
+    case EXT4_SUPER_MAGIC: return "ext2/3/4";
+    case XFS_SUPER_MAGIC: return "xfs";
+    case BTRFS_SUPER_MAGIC: return "btrfs";
+    case TMPFS_MAGIC: return "tmpfs";
+    case OVERLAYFS_SUPER_MAGIC: return "overlayfs";
+    case NFS_SUPER_MAGIC: return "nfs";
+    case FUSE_SUPER_MAGIC: return "fuse";
+    case PROC_SUPER_MAGIC: return "proc";
+    case SYSFS_MAGIC: return "sysfs";
+    default: {
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "type 0x%lx", type);
+      return buf;
+    }
+  }
+}
+}  // namespace
+
+Result<UniqueFd> make_idmapped_tree(const BindSource& src, std::uint32_t program_uid, std::uint32_t program_gid,
+                                    std::uint32_t& owner_uid, std::uint32_t& owner_gid) {
+  const std::string head =
+      "--bind " + src.given.src + ":" + src.given.dst + ":" + (src.given.rw ? "rw" : "ro") + ",idmap: ";
+  struct stat st;
+  if (::fstat(src.fd.get(), &st) != 0) return sys_error("mounts", head + "stat " + src.real);
+  owner_uid = st.st_uid;
+  owner_gid = st.st_gid;
+  auto userns = make_idmap_userns({{owner_uid, program_uid, 1}}, {{owner_gid, program_gid, 1}});
+  if (!userns) return make_error("mounts", head + userns.error().message, userns.error().err);
+  UniqueFd tree(::open_tree(src.fd.get(), "", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH | AT_RECURSIVE));
+  struct statfs fs = {};
+  (void)::fstatfs(src.fd.get(), &fs);
+  const std::string fsname = fs_name(static_cast<unsigned long>(fs.f_type));
+  const std::string fallback = "; drop idmap and let host uid " + std::to_string(program_uid) +
+                               " write it (chown/chmod), or bind a directory on ext4, xfs, btrfs or tmpfs";
+  if (!tree.ok()) {
+    if (errno == ENOSYS)
+      return make_error("mounts", head + "this kernel has no open_tree (idmapped mounts need Linux 5.12+)" + fallback,
+                        ENOSYS);
+    return sys_error("mounts", head + "open_tree " + src.real);
+  }
+  struct mount_attr attr = {};
+  attr.attr_set = MOUNT_ATTR_IDMAP | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | (src.given.rw ? 0 : MOUNT_ATTR_RDONLY);
+  attr.userns_fd = static_cast<__u64>(userns->get());
+  if (::mount_setattr(tree.get(), "", AT_EMPTY_PATH | AT_RECURSIVE, &attr, sizeof attr) != 0) {
+    int err = errno;
+    std::string why = err == EINVAL
+                          ? "its file system (" + fsname + "), or one mounted below it, has no idmapped mounts"
+                      : err == ENOSYS ? "this kernel has no idmapped mounts (Linux 5.12+)"
+                      : err == EPERM  ? "the kernel refused to idmap it (" + fsname + ")"
+                                      : "mount_setattr(MOUNT_ATTR_IDMAP) on " + fsname + " failed";
+    return make_error("mounts", head + src.real + ": " + why + fallback, err);
+  }
+  return tree;
 }
 
 Result<MountPlan> plan_mounts(const RunSpec& spec, const std::vector<BindSource>& sources) {

@@ -53,6 +53,18 @@ struct BindSource {
 // A source that cannot be opened: stage "mounts", "--bind SRC: source PATH: <why>".
 Result<std::vector<BindSource>> open_bind_sources(const RunSpec& spec, const std::string& caller_cwd);
 
+// Supervisor side, as host root, before clone: for an idmap bind (BindMount::idmap), a detached
+// copy of the opened source and its submounts (open_tree OPEN_TREE_CLONE), idmapped
+// (mount_setattr MOUNT_ATTR_IDMAP) through a user namespace of its own that maps exactly the
+// source's owner uid and gid (`owner_*`, set from its stat) to the program's host ids: the
+// program sees the owner's files as its own, and what it creates there is stored as the owner's.
+// The sandbox's own namespace is not that mapping (it sends on-disk 0-65535 to its range, root
+// to root), and only host root may idmap a host file system, so init cannot make it: init moves
+// it into place (MountOp::tree_fd). nosuid, nodev, and read-only unless rw. A file system or
+// kernel that refuses: stage "mounts", naming the file system and what to do instead.
+Result<UniqueFd> make_idmapped_tree(const BindSource& src, std::uint32_t program_uid, std::uint32_t program_gid,
+                                    std::uint32_t& owner_uid, std::uint32_t& owner_gid);
+
 // Parent side: inspects the host (which system dirs exist, merged /usr) and generates /etc files.
 // `sources` are spec's binds and inputs as open_bind_sources opened them, in its order; the plan
 // binds each one's real path, pinned to its device and inode.

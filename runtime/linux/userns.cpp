@@ -2,6 +2,8 @@
 
 #include <fcntl.h>
 #include <grp.h>
+#include <sched.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -131,6 +133,56 @@ Status switch_to_program_identity(const IdentityPlan& plan) {
   if (::setresuid(plan.uid, plan.uid, plan.uid) != 0)
     return sys_error("identity", "setresuid(" + std::to_string(plan.uid) + ")");
   return {};
+}
+
+std::optional<std::uint32_t> host_id(const std::vector<IdMapping>& map, std::uint32_t inside) {
+  for (auto& m : map)
+    if (inside >= m.inside && inside - m.inside < m.count) return m.outside + (inside - m.inside);
+  return std::nullopt;
+}
+
+bool maps_host_id(const std::vector<IdMapping>& map, std::uint32_t outside) {
+  for (auto& m : map)
+    if (outside >= m.outside && outside - m.outside < m.count) return true;
+  return false;
+}
+
+Result<UniqueFd> make_idmap_userns(const std::vector<IdMapping>& uid_map, const std::vector<IdMapping>& gid_map) {
+  // A user namespace is made by a process: a child unshares one, says so, and waits (a pipe)
+  // while its maps are written and the namespace opened; the fd keeps the namespace once the
+  // child is gone. The child makes only system calls (a fork of a possibly threaded sbx).
+  int ready[2], hold[2];
+  if (::pipe2(ready, O_CLOEXEC) != 0) return sys_error("mounts", "idmap: pipe");
+  UniqueFd ready_r(ready[0]), ready_w(ready[1]);
+  if (::pipe2(hold, O_CLOEXEC) != 0) return sys_error("mounts", "idmap: pipe");
+  UniqueFd hold_r(hold[0]), hold_w(hold[1]);
+  pid_t pid = ::fork();
+  if (pid < 0) return sys_error("mounts", "idmap: fork");
+  if (pid == 0) {
+    char c = ::unshare(CLONE_NEWUSER) == 0 ? 1 : 0;
+    if (::write(ready_w.get(), &c, 1) != 1) ::_exit(1);
+    ::close(hold_w.get());
+    (void)::read(hold_r.get(), &c, 1);  // until the parent closes its end
+    ::_exit(0);
+  }
+  ready_w.reset();
+  hold_r.reset();
+  char c = 0;
+  ssize_t n;
+  do n = ::read(ready_r.get(), &c, 1);
+  while (n < 0 && errno == EINTR);
+  Result<UniqueFd> out = make_error("mounts", "idmap: unshare a user namespace", EPERM);
+  if (n == 1 && c == 1) {
+    Status st = write_proc_file(pid, "uid_map", map_text(uid_map));
+    if (st) st = write_proc_file(pid, "gid_map", map_text(gid_map));
+    std::string ns = "/proc/" + std::to_string(pid) + "/ns/user";
+    if (!st) out = st.error();
+    else if (UniqueFd fd(::open(ns.c_str(), O_RDONLY | O_CLOEXEC)); fd.ok()) out = std::move(fd);
+    else out = sys_error("mounts", "idmap: open " + ns);
+  }
+  hold_w.reset();
+  while (::waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {}
+  return out;
 }
 
 nlohmann::json identity_to_json(const IdentityPlan& plan) {

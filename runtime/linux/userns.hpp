@@ -8,12 +8,14 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>
 
 #include "runtime/base/error.hpp"
+#include "runtime/base/fsutil.hpp"
 #include "runtime/model/spec.hpp"
 
 namespace sbx {
@@ -56,6 +58,15 @@ Status become_namespace_root(const IdentityPlan& plan);
 Status switch_to_program_identity(const IdentityPlan& plan);
 
 nlohmann::json identity_to_json(const IdentityPlan& plan);
+
+// The host id that `inside` maps to (nullopt: unmapped), and whether host id `outside` is mapped.
+std::optional<std::uint32_t> host_id(const std::vector<IdMapping>& map, std::uint32_t inside);
+bool maps_host_id(const std::vector<IdMapping>& map, std::uint32_t outside);
+
+// Host root only: a user namespace of its own (no process left in it) whose maps are exactly
+// `uid_map` and `gid_map`, as an fd: the idmapping of an idmapped mount (mount_setattr(2),
+// MOUNT_ATTR_IDMAP), which shows a file of on-disk id `inside` as host id `outside`.
+Result<UniqueFd> make_idmap_userns(const std::vector<IdMapping>& uid_map, const std::vector<IdMapping>& gid_map);
 
 // "NAME:START:COUNT" lines; returns {start, count} of the first entry for `name` with count >= need.
 bool find_subid_range(const std::string& text, const std::string& name, std::uint32_t need, std::uint32_t& start,

@@ -11,6 +11,7 @@
 #include "runtime/model/gpu_request.hpp"
 #include "runtime/model/limits_table.hpp"
 #include "runtime/base/doc_reader.hpp"
+#include "runtime/base/suggest.hpp"
 #include "runtime/base/json_io.hpp"
 #include "runtime/base/units.hpp"
 
@@ -151,6 +152,7 @@ Status read_bind(DocReader& r, BindMount& b) {
   SBX_TRY(r.get_string("src", b.src));
   SBX_TRY(r.get_string("dst", b.dst));
   SBX_TRY(r.get_bool("rw", b.rw));
+  SBX_TRY(r.get_bool("idmap", b.idmap));
   SBX_TRY(r.finish());
   if (b.src.empty()) return r.fail_key("src", "is required");
   if (b.dst.empty()) b.dst = b.src;
@@ -201,6 +203,7 @@ json write_binds(const std::vector<BindMount>& list, bool with_rw) {
   for (auto& b : list) {
     out.push_back({{"src", b.src}, {"dst", b.dst}});
     if (with_rw) out.back()["rw"] = b.rw;
+    if (b.idmap) out.back()["idmap"] = true;  // only when set: records without it read as before
   }
   return out;
 }
@@ -462,8 +465,49 @@ void merge_patch(json& base, const json& patch) {
   }
 }
 
+namespace {
+// The last part of a bind's short form when it is a list of kBindOptions ("rw", "ro,idmap"):
+// nullopt when it is not one (then it is a path); an error for a list with an unknown word.
+std::optional<Result<BindMount>> read_bind_options(const std::string& text, const std::string& part, bool third) {
+  BindMount b;
+  bool any = false, unknown = false;
+  std::string bad;
+  for (std::string_view rest = part;;) {
+    std::string_view opt = rest.substr(0, rest.find(','));
+    auto known = std::find_if(std::begin(kBindOptions), std::end(kBindOptions),
+                              [&](const BindOption& o) { return opt == o.name; });
+    if (known == std::end(kBindOptions)) {
+      unknown = true;
+      if (bad.empty()) bad = std::string(opt);
+    } else {
+      any = true;
+      if (opt == "rw") b.rw = true;
+      if (opt == "ro") b.rw = false;
+      if (opt == "idmap") b.idmap = true;
+    }
+    if (opt.size() == rest.size()) break;
+    rest.remove_prefix(opt.size() + 1);
+  }
+  if (!unknown) return Result<BindMount>(b);
+  // SRC:DST:WORD or a list with one known word: options, one of them misspelt.
+  if (third || (any && part.find(',') != std::string::npos)) {
+    std::string names;
+    for (auto& o : kBindOptions) names += std::string(names.empty() ? "" : ", ") + o.name;
+    return Result<BindMount>(make_error("usage", "bad bind '" + text + "': option '" + bad + "' not known" +
+                                                     did_you_mean(bad, bind_option_names()) + " (use " + names + ")"));
+  }
+  return std::nullopt;
+}
+}  // namespace
+
+std::vector<std::string> bind_option_names() {
+  std::vector<std::string> out;
+  for (auto& o : kBindOptions) out.push_back(o.name);
+  return out;
+}
+
 Result<BindMount> parse_bind(const std::string& text) {
-  // SRC[:DST][:rw|:ro]; paths containing ':' are not supported in this short form.
+  // SRC[:DST][:OPT[,OPT]]; paths containing ':' are not supported in this short form.
   std::vector<std::string> parts;
   std::size_t start = 0;
   for (;;) {
@@ -473,12 +517,16 @@ Result<BindMount> parse_bind(const std::string& text) {
     start = pos + 1;
   }
   BindMount b;
-  if (parts.size() > 1 && (parts.back() == "rw" || parts.back() == "ro")) {
-    b.rw = parts.back() == "rw";
-    parts.pop_back();
+  if (parts.size() > 1) {
+    auto opts = read_bind_options(text, parts.back(), parts.size() == 3);
+    if (opts && !*opts) return opts->error();
+    if (opts) {
+      b = **opts;
+      parts.pop_back();
+    }
   }
   if (parts.empty() || parts.size() > 2 || parts[0].empty())
-    return make_error("usage", "bad bind '" + text + "' (use SRC[:DST][:rw])");
+    return make_error("usage", "bad bind '" + text + "' (use SRC[:DST][:rw][,idmap])");
   b.src = parts[0];
   b.dst = parts.size() == 2 && !parts[1].empty() ? parts[1] : parts[0];
   return b;

@@ -20,7 +20,24 @@ struct BindMount {
   std::string src;  // host path (absolute after validation)
   std::string dst;  // path inside the sandbox
   bool rw = false;
+  // As root: the source is mounted idmapped (mount_setattr MOUNT_ATTR_IDMAP), its owner's uid and
+  // gid shown inside as the program's, so that what the sandbox writes there is the owner's on the
+  // host (not the sandbox's unprivileged host uid). Rootless the program already writes as the
+  // caller: accepted where the caller owns the source (nothing to change), refused elsewhere.
+  bool idmap = false;
   bool operator==(const BindMount&) const = default;
+};
+
+// The options of a bind's short form (SRC[:DST][:OPT[,OPT]]) and the profile's binds objects:
+// the one list the parser, --help, the man page and the completions follow.
+struct BindOption {
+  const char* name;
+  const char* help;
+};
+inline constexpr BindOption kBindOptions[] = {
+    {"ro", "read-only, the default"},
+    {"rw", "read-write"},
+    {"idmap", "as root: files of the source's owner appear as the program's, and what it writes is the owner's"},
 };
 
 struct TmpfsMount {
@@ -141,7 +158,8 @@ std::string bare_limit_number(std::string_view key, const nlohmann::json& v);
 std::string as_written(std::string message, const std::map<std::string, std::string>& written);
 
 // Parsers shared by the CLI and spec_from_json.
-Result<BindMount> parse_bind(const std::string& text);    // SRC[:DST][:rw|:ro]
+Result<BindMount> parse_bind(const std::string& text);    // SRC[:DST][:OPT[,OPT]] (kBindOptions)
+std::vector<std::string> bind_option_names();             // kBindOptions' names, in order
 Result<TmpfsMount> parse_tmpfs(const std::string& text);  // DST[:SIZE]
 Result<BindMount> parse_input(const std::string& text);   // PATH[:DST]
 // The operator's --allow-host rules (`sbx run`, `sbx exec`; never a manifest's or a request's)

@@ -568,9 +568,12 @@ Status Replay::check_ceiling(const RunSpec& s) const {
                   "' allows now: a replay never runs with more than that (run it again with 'sbx run' to grant it)");
   };
   for (auto& b : s.binds) {
-    bool ok = std::any_of(c.binds.begin(), c.binds.end(),
-                          [&](const BindMount& p) { return p.src == b.src && p.dst == b.dst && (p.rw || !b.rw); });
-    if (!ok) return over("binds " + printable(b.src) + ":" + printable(b.dst) + (b.rw ? ":rw" : ":ro"));
+    bool ok = std::any_of(c.binds.begin(), c.binds.end(), [&](const BindMount& p) {
+      return p.src == b.src && p.dst == b.dst && (p.rw || !b.rw) && (p.idmap || !b.idmap);
+    });
+    if (!ok)
+      return over("binds " + printable(b.src) + ":" + printable(b.dst) + (b.rw ? ":rw" : ":ro") +
+                  (b.idmap ? ",idmap" : ""));
   }
   if (s.seccomp != c.seccomp && c.seccomp != "unconfined")
     return over("has seccomp '" + printable(s.seccomp) + "' where the profile has '" + c.seccomp + "'");

@@ -88,7 +88,8 @@ class KeptCapabilities(SbxTestCase):
         where the bind is writable."""
         if MODE == "root":
             d = self.path("hostroot")
-            os.mkdir(d, 0o755)
+            os.mkdir(d)
+            os.chmod(d, 0o777)  # the bind is writable (sbx refuses a rw bind its root cannot write)
             secret = os.path.join(d, "secret")
             with open(secret, "w") as f:
                 f.write("host secret\n")

@@ -17,6 +17,10 @@ RSS_SCALE = 8 if os.environ.get("ASAN_OPTIONS") else 1
 
 from sbxtest import MODE, SBX, SbxTestCase, note, sbx, validate_trace
 
+# As root the sandbox could not write the caller's $TMPDIR (sbx refuses such a rw bind): idmapped,
+# the attacker writes there as its owner, the strongest form of the attack.
+IDMAP_AS_ROOT = ",idmap" if os.geteuid() == 0 else ""
+
 ROOT = MODE == "root"
 OUT_SCHEMA = {"type": "object", "required": ["v"], "additionalProperties": False,
               "properties": {"v": {"enum": ["good", "evil"]}}}
@@ -214,7 +218,7 @@ class PackCopy(SbxTestCase):
         evil = "/t/" + os.path.relpath(self.path("run-evil.sh"), tmp)
         loop = ("while :; do for f in /t/sbx-pack-*/pack/run.sh; do "
                 f"[ -f \"$f\" ] && cat {evil} > \"$f\" 2>/dev/null; done; done")
-        attacker = subprocess.Popen([SBX, "run", "--bind", f"{tmp}:/t:rw", "--timeout", "60s", "--", "/bin/sh", "-c", loop],
+        attacker = subprocess.Popen([SBX, "run", "--bind", f"{tmp}:/t:rw" + IDMAP_AS_ROOT, "--timeout", "60s", "--", "/bin/sh", "-c", loop],
                                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             time.sleep(0.5)

@@ -15,6 +15,10 @@ import unittest
 
 from sbxtest import SBX, SbxTestCase, busybox_tree, ledger_lines, note, sbx, validate_trace
 
+# As root the sandbox could not write the caller's $TMPDIR (sbx refuses such a rw bind): idmapped,
+# the attacker writes there as its owner, the strongest form of the attack.
+IDMAP_AS_ROOT = ",idmap" if os.geteuid() == 0 else ""
+
 RECORD_SCHEMA = {"type": "object", "required": ["id"], "properties": {"id": {"type": "string"}}}
 OUTPUT_SCHEMA = {"type": "object", "required": ["count"], "additionalProperties": False,
                  "properties": {"count": {"type": "integer", "minimum": 0}, "when": {"type": "string"}}}
@@ -366,7 +370,7 @@ class ReplayWorkDir(ReplayCase):
         evil_in = "/t/" + os.path.relpath(evil, tmp)
         loop = ("while :; do for f in /t/sbx-replay-*/pack/run.sh; do "
                 f"[ -f \"$f\" ] && cat {evil_in} > \"$f\" 2>/dev/null; done; done")
-        attacker = subprocess.Popen([SBX, "run", "--bind", f"{tmp}:/t:rw", "--timeout", "90s", "--", "/bin/sh", "-c", loop],
+        attacker = subprocess.Popen([SBX, "run", "--bind", f"{tmp}:/t:rw" + IDMAP_AS_ROOT, "--timeout", "90s", "--", "/bin/sh", "-c", loop],
                                     env=self.env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                     stderr=subprocess.DEVNULL)
         try:

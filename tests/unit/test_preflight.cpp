@@ -308,3 +308,80 @@ TEST_CASE("proc mount refused: the hint names the covered /proc paths and the un
     CHECK(h.find("bwrap: --proc /proc") != std::string::npos);
   }
 }
+
+namespace {
+IdentityPlan root_identity(std::uint32_t uid = 0, std::uint32_t gid = 0) {
+  IdentityPlan id;
+  id.rootless = false;
+  id.uid = uid;
+  id.gid = gid;
+  id.uid_map = {{0, kDefaultHostBase, kMappedRange}};
+  id.gid_map = {{0, kDefaultHostBase, kMappedRange}};
+  return id;
+}
+IdentityPlan rootless_identity(std::uint32_t caller = 1000) {
+  IdentityPlan id;
+  id.rootless = true;
+  id.uid_map = {{0, caller, 1}};
+  id.gid_map = {{0, caller, 1}};
+  return id;
+}
+BindOwnership owned(std::uint32_t uid, std::uint32_t gid, mode_t mode, bool dir = true) {
+  BindOwnership o;
+  o.uid = uid;
+  o.gid = gid;
+  o.mode = mode;
+  o.dir = dir;
+  return o;
+}
+}  // namespace
+
+TEST_CASE("rw bind pre-check: a root-owned directory is not writable by the sandbox's root") {
+  const auto root = root_identity();
+  // The issue's case: host root's 0755 directory; the sandbox's root is host uid 1879048192.
+  CHECK(bind_write_access(owned(0, 0, 0755), root, {}, false) == BindWrite::unwritable);
+  CHECK(bind_write_access(owned(0, 0, 0777), root, {}, false) == BindWrite::writable);   // others may
+  CHECK(bind_write_access(owned(0, 0, 0775), root, {}, false) == BindWrite::unwritable);  // group 0 not ours
+  CHECK(bind_write_access(owned(0, 0, 0776), root, {}, false) == BindWrite::unwritable);  // a dir needs x too
+  CHECK(bind_write_access(owned(0, 0, 0666, false), root, {}, false) == BindWrite::writable);  // a file: w only
+  // Group: the sandbox's gid 0 is host gid 1879048192.
+  CHECK(bind_write_access(owned(0, kDefaultHostBase, 0775), root, {}, false) == BindWrite::writable);
+  // Owned by a sandbox uid: its root overrides the mode (CAP_DAC_OVERRIDE in its namespace).
+  CHECK(bind_write_access(owned(kDefaultHostBase + 5, kDefaultHostBase, 0500), root, {}, false) ==
+        BindWrite::writable);
+  // ... but a program that is not the namespace's root does not.
+  CHECK(bind_write_access(owned(kDefaultHostBase + 5, kDefaultHostBase, 0500), root_identity(1000, 1000), {}, false) ==
+        BindWrite::unwritable);
+  // The owner's class decides for the owner, even where others may write.
+  CHECK(bind_write_access(owned(kDefaultHostBase + 1000, 0, 0577), root_identity(1000, 1000), {}, false) ==
+        BindWrite::unwritable);
+}
+
+TEST_CASE("rw bind pre-check: an ACL or a file system that decides itself only warns") {
+  auto o = owned(0, 0, 0755);
+  o.acl = true;
+  CHECK(bind_write_access(o, root_identity(), {}, false) == BindWrite::uncertain);
+  o.acl = false;
+  o.generic_perms = false;  // NFS, FUSE
+  CHECK(bind_write_access(o, root_identity(), {}, false) == BindWrite::uncertain);
+}
+
+TEST_CASE("rw bind pre-check: idmap makes the owner's bits the program's") {
+  const auto root = root_identity();
+  CHECK(bind_write_access(owned(0, 0, 0755), root, {}, true) == BindWrite::writable);
+  CHECK(bind_write_access(owned(4242, 4242, 0700), root, {}, true) == BindWrite::writable);
+  // Idmapped, the owner shows as the program's uid: its root's override applies as to its own files.
+  CHECK(bind_write_access(owned(0, 0, 0555), root, {}, true) == BindWrite::writable);
+  CHECK(bind_write_access(owned(0, 0, 0555), root_identity(1000, 1000), {}, true) == BindWrite::unwritable);
+}
+
+TEST_CASE("rw bind pre-check rootless: the caller's ids and groups") {
+  const auto me = rootless_identity(1000);
+  CHECK(bind_write_access(owned(1000, 1000, 0755), me, {}, false) == BindWrite::writable);
+  CHECK(bind_write_access(owned(1000, 1000, 0555), me, {}, false) == BindWrite::writable);  // mapped: override
+  CHECK(bind_write_access(owned(0, 0, 0755), me, {}, false) == BindWrite::unwritable);
+  CHECK(bind_write_access(owned(0, 27, 0775), me, {27}, false) == BindWrite::writable);  // a supplementary group
+  // idmap rootless: nothing to do where the caller owns it; impossible where another user does.
+  CHECK(bind_write_access(owned(1000, 1000, 0755), me, {}, true) == BindWrite::writable);
+  CHECK(bind_write_access(owned(0, 0, 0777), me, {}, true) == BindWrite::idmap_rootless);
+}

@@ -474,3 +474,31 @@ TEST_CASE("the operator's --allow-host rules join the profile's, one rule set fo
   REQUIRE_FALSE(e.ok());
   CHECK(e.error().message.find("can never allow anything") != std::string::npos);
 }
+
+TEST_CASE("bind options: rw, ro and idmap, one list") {
+  auto b = parse_bind("/src:/dst:rw,idmap");
+  REQUIRE(b.ok());
+  CHECK(b->rw);
+  CHECK(b->idmap);
+  CHECK(b->dst == "/dst");
+  b = parse_bind("/src:idmap");  // SRC:OPT: the destination is the source
+  REQUIRE(b.ok());
+  CHECK(b->dst == "/src");
+  CHECK_FALSE(b->rw);
+  CHECK(b->idmap);
+  b = parse_bind("/src:/dst");
+  REQUIRE(b.ok());
+  CHECK_FALSE(b->idmap);
+  auto bad = parse_bind("/src:/dst:rw,idmpa");
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.error().message.find("option 'idmpa' not known (did you mean 'idmap'?)") != std::string::npos);
+  CHECK(bad.error().message.find("ro, rw, idmap") != std::string::npos);
+  CHECK_FALSE(parse_bind("/src:/dst:wr").ok());
+  CHECK(bind_option_names() == std::vector<std::string>{"ro", "rw", "idmap"});
+  // A profile's binds object takes the same option.
+  auto s = spec_from_json(json{{"binds", json::array({json{{"src", "/a"}, {"dst", "/b"}, {"rw", true}, {"idmap", true}}})}}, "test");
+  REQUIRE(s.ok());
+  REQUIRE(s->binds.size() == 1);
+  CHECK(s->binds[0].idmap);
+  CHECK(spec_to_json(*s)["binds"][0]["idmap"] == true);
+}

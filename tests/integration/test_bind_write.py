@@ -1,0 +1,87 @@
+"""A read-write --bind the sandbox cannot write is refused before the run, with the fix; `idmap`
+writes as the source's owner (issue 32, item 4).
+
+On the previous binary, as root, `--bind DIR:/w:rw` of a root-owned 0755 directory ran and the
+program failed inside ("Permission denied", files that did get written belonged to host uid
+1879048192), and `idmap` was not a bind option ("bad bind")."""
+import json
+import os
+import unittest
+
+from sbxtest import MODE, SbxTestCase, sbx
+
+
+def idmapped(trace, dst):
+    for m in trace["image"]["mounts"]:
+        if m.get("op") == "bind" and m.get("dst") == dst:
+            return m.get("idmap")
+    raise AssertionError(f"no bind at {dst} in the record's image.mounts")
+
+
+class BindWrite(SbxTestCase):
+    def writable_dir(self, name, uid, gid, mode=0o755):
+        d = self.path(name)
+        os.mkdir(d)
+        os.chown(d, uid, gid)
+        os.chmod(d, mode)
+        return d
+
+    @unittest.skipUnless(MODE == "root", "as root: rootless the sandbox writes as its caller")
+    def test_root_owned_rw_bind_is_refused_with_the_fix(self):
+        d = self.writable_dir("out", 0, 0)
+        r = sbx(["run", "--bind", f"{d}:/w:rw", "--", "sh", "-c", "echo x > /w/f"])
+        line = self.assertRefused(r, d, "owned by uid 0", "mode 0755", "host uid ", ",idmap", "chown/chmod")
+        print(f"\n  {line}")
+        self.assertFalse(os.path.exists(os.path.join(d, "f")))
+        # Writable through "others": no refusal.
+        os.chmod(d, 0o777)
+        self.assertExit(sbx(["run", "--bind", f"{d}:/w:rw", "--", "sh", "-c", "echo x > /w/f"]), 0)
+
+    @unittest.skipUnless(MODE == "root", "as root: rootless the sandbox writes as its caller")
+    def test_unwritable_workspace_runs_with_a_warning(self):
+        """--workspace is also the program's cwd and project to read: an unwritable mode warns, with
+        the idmap way to write, and the run goes on (a refusal broke `sbx run --workspace -- ls`)."""
+        d = self.writable_dir("proj", 0, 0)
+        open(os.path.join(d, "seen"), "w").close()
+        r = sbx(["run", "--workspace", "--", "ls"], cwd=d)
+        self.assertExit(r, 0)
+        self.assertIn("seen", r.out)
+        self.assertIn(f"--workspace {d}: {d} is owned by uid 0", r.err)
+        self.assertIn(f"--bind {d}:{d}:rw,idmap --workdir {d}", r.err)
+
+    @unittest.skipUnless(MODE == "root", "idmapped mounts are made by sbx as root")
+    def test_idmap_writes_as_the_owner(self):
+        for uid, gid in ((0, 0), (4242, 4343)):
+            with self.subTest(owner=uid):
+                d = self.writable_dir(f"owned-{uid}", uid, gid)
+                r = self.run_sbx(["sh", "-c", "echo x > /w/made && stat -c '%u %g' /w /w/made"],
+                                 ["--bind", f"{d}:/w:rw,idmap"])
+                self.assertExit(r, 0)
+                # Inside, the owner is the program (root of the sandbox); on the host, the owner.
+                self.assertEqual(r.out.split(), ["0", "0", "0", "0"], r.describe())
+                st = os.stat(os.path.join(d, "made"))
+                self.assertEqual((st.st_uid, st.st_gid), (uid, gid), "the file belongs to the directory's owner")
+                self.assertEqual(idmapped(self.need_trace(r), "/w"), {"uid": uid, "gid": gid})
+
+    @unittest.skipUnless(MODE == "root", "idmapped mounts are made by sbx as root")
+    def test_idmap_read_only_stays_read_only(self):
+        d = self.writable_dir("ro", 4242, 4242, 0o700)
+        r = sbx(["run", "--bind", f"{d}:/r:idmap", "--", "sh", "-c", "ls -ld /r; echo x > /r/f"])
+        self.assertNotEqual(r.rc, 0, r.describe())
+        self.assertFalse(os.path.exists(os.path.join(d, "f")))
+
+    @unittest.skipUnless(MODE == "rootless", "rootless only")
+    def test_rootless_idmap_of_the_callers_own_directory_changes_nothing(self):
+        d = self.path("mine")
+        os.mkdir(d)
+        r = sbx(["run", "--bind", f"{d}:/w:rw,idmap", "--", "sh", "-c", "echo x > /w/f"])
+        self.assertExit(r, 0)
+        self.assertEqual(os.stat(os.path.join(d, "f")).st_uid, os.getuid())
+
+    def test_unknown_bind_option_suggests(self):
+        r = sbx(["run", "--bind", f"{self.tmp}:/w:rw,idmpa", "--", "true"])
+        self.assertRefused(r, "option 'idmpa' not known", "did you mean 'idmap'?")
+
+
+if __name__ == "__main__":
+    unittest.main()
