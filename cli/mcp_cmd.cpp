@@ -161,6 +161,7 @@ std::optional<int> load_pack_tools(const McpFlags& f, const LoadedProfile& profi
                                    mcp::ServerConfig& cfg) {
   std::set<std::string> names{"run_code"};     // every pack that loaded, offered or not (for --context)
   std::map<std::string, std::string> offered;  // tool name -> its pack's directory
+  std::map<std::string, std::string> clashed;  // a name two packs claim -> the first one's directory
   bool skipped = false;
   auto skip = [&skipped](const std::string& dir, const std::vector<std::string>& problems) {
     std::fprintf(stderr, "sbx: %s\n", printable(mcp::skipped_pack_warning(dir, problems)).c_str());
@@ -187,8 +188,22 @@ std::optional<int> load_pack_tools(const McpFlags& f, const LoadedProfile& profi
         skip(dir, {merged.error().message + " (profile " + f.profile + ")"});
         continue;
       }
+      // A name two packs claim is nobody's: the first one loaded (in path order, which whoever
+      // adds a directory chooses) is withdrawn too, with the operator's secrets and contexts for it.
+      if (auto it = clashed.find(pack->name); it != clashed.end()) {
+        skip(dir, {mcp::tool_name_clash({{pack->name, it->second}}, pack->name)});
+        continue;
+      }
       if (auto clash = mcp::tool_name_clash(offered, pack->name); !clash.empty()) {
         skip(dir, {clash});
+        if (auto it = offered.find(pack->name); it != offered.end()) {
+          skip(it->second, {mcp::tool_name_clash({{pack->name, dir}}, pack->name)});
+          std::erase_if(cfg.packs, [&](const mcp::PackTool& t) { return t.name == pack->name; });
+          cfg.contexts.erase(pack->name);
+          cfg.secrets.erase(pack->name);
+          clashed[pack->name] = it->second;
+          offered.erase(it);
+        }
         continue;
       }
       names.insert(pack->name);

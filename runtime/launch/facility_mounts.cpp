@@ -59,8 +59,13 @@ Status idmap_binds(RunContext& ctx) {
       continue;
     }
     PlannedBind& b = ctx.mounts.binds[i];
-    auto tree = make_idmapped_tree(src, host_id(id.uid_map, id.uid).value_or(0),
-                                   host_id(id.gid_map, id.gid).value_or(0), b.owner_uid, b.owner_gid);
+    // The program's host ids, which the owner's are mapped to: never a default (0 would be host root).
+    auto uid = host_id(id.uid_map, id.uid);
+    auto gid = host_id(id.gid_map, id.gid);
+    if (!uid || !gid)
+      return make_error("mounts", "--bind " + src.given.src + ": idmap: the program's uid or gid maps to no host id",
+                        EINVAL);
+    auto tree = make_idmapped_tree(src, *uid, *gid, b.owner_uid, b.owner_gid);
     if (!tree) return tree.error();
     b.tree_fd = tree->get();
     ctx.idmap_trees.push_back(std::move(*tree));

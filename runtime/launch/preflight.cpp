@@ -7,7 +7,6 @@
 #include <linux/magic.h>
 #include <poll.h>
 #include <signal.h>
-#include <linux/magic.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <sys/xattr.h>
@@ -153,6 +152,10 @@ std::string octal_mode(mode_t mode) {
 }
 }  // namespace
 
+namespace {
+bool root_owned(const BindOwnership& o) { return o.uid == 0 || o.gid == 0; }
+}  // namespace
+
 // Refuse, rather than warn: a read-write bind nothing inside can write is a mistake (the caller
 // asked for rw), and it shows only as EACCES deep inside the program's work ("ld: cannot open
 // output file"), after the run's setup and time are spent. Refused only when the mode settles
@@ -167,7 +170,7 @@ Status check_binds_writable(const std::vector<BindSource>& sources, const Identi
   }
   const std::string uid = std::to_string(host_id(identity.uid_map, identity.uid).value_or(0));
   for (auto& src : sources) {
-    if (src.flag != "--bind" || !(src.given.rw || (src.given.idmap && identity.rootless))) continue;
+    if (src.flag != "--bind" || !(src.given.rw || src.given.idmap)) continue;
     BindOwnership o = read_ownership(src);
     BindWrite w = bind_write_access(o, identity, groups, src.given.idmap);
     const std::string name = "--bind " + src.given.src + ":" + src.given.dst + ":" + (src.given.rw ? "rw" : "ro") +
@@ -175,6 +178,15 @@ Status check_binds_writable(const std::vector<BindSource>& sources, const Identi
     const std::string what = src.real + " is owned by uid " + std::to_string(o.uid) + " gid " + std::to_string(o.gid) +
                              " mode " + octal_mode(o.mode);
     const std::string who = identity.rootless ? "you (uid " + uid + ")" : "host uid " + uid;
+    // idmap gives the program the owner's rights over the tree, setuid and setgid bits included:
+    // on a root-owned one it could leave a setuid-root program on the host (nosuid holds only on
+    // the sandbox's copy of the mount). Only a source owned by an ordinary user and group.
+    if (src.given.idmap && !identity.rootless && root_owned(o))
+      return make_error("usage", name + ": " + what +
+                                     ": idmap would let the program write as root there (a setuid-root "
+                                     "file it leaves would be live on the host): idmap a directory owned by an "
+                                     "ordinary user (chown it), or drop idmap");
+    if (!src.given.rw && !identity.rootless) continue;  // read-only: nothing to write
     switch (w) {
       case BindWrite::writable: break;
       case BindWrite::idmap_rootless:
@@ -186,16 +198,19 @@ Status check_binds_writable(const std::vector<BindSource>& sources, const Identi
             "if writes fail inside, {}",
             name, what, who,
             identity.rootless ? "let your uid write it (chmod, setfacl)"
+            : root_owned(o)   ? "let host uid " + uid + " write it (chmod, chown, setfacl)"
                               : "add idmap to write as its owner, or let host uid " + uid + " write it");
         break;
       case BindWrite::unwritable:
         if (!workspace.empty() && src.given.src == workspace && src.given.dst == workspace && !src.given.idmap) {
-          spdlog::warn("--workspace {}: {}, and the sandbox writes as {}{}, who cannot write it: the program reads "
-                       "it, its writes fail; {}",
-                       workspace, what, who, identity.rootless ? "" : " (its root)",
-                       identity.rootless ? "chmod/chown it, or run where you can write"
-                                         : "to write as its owner, --bind " + workspace + ":" + workspace +
-                                               ":rw,idmap --workdir " + workspace + " instead of --workspace");
+          spdlog::warn(
+              "--workspace {}: {}, and the sandbox writes as {}{}, who cannot write it: the program reads "
+              "it, its writes fail; {}",
+              workspace, what, who, identity.rootless ? "" : " (its root)",
+              identity.rootless ? "chmod/chown it, or run where you can write"
+              : root_owned(o)   ? "chmod/chown it for uid " + uid + ", or run sbx as an ordinary user"
+                                : "to write as its owner, --bind " + workspace + ":" + workspace +
+                                    ":rw,idmap --workdir " + workspace + " instead of --workspace");
           break;
         }
         if (src.given.idmap)
@@ -204,6 +219,12 @@ Status check_binds_writable(const std::vector<BindSource>& sources, const Identi
         if (identity.rootless)
           return make_error("usage", name + ": " + what + ", and the sandbox writes as " + who +
                                          ", who cannot write it: chmod/chown it, or bind a directory you can write");
+        if (root_owned(o))
+          return make_error("usage", name + ": " + what + ", and the sandbox writes as " + who +
+                                         " (its root), which cannot write it: chown it to an ordinary user and add "
+                                         "idmap to write as that user (--bind " +
+                                         src.given.src + ":" + src.given.dst +
+                                         ":rw,idmap), or chmod/chown it for uid " + uid);
         return make_error("usage", name + ": " + what + ", and the sandbox writes as " + who +
                                        " (its root), which cannot write it: add idmap to write as its owner (--bind " +
                                        src.given.src + ":" + src.given.dst + ":rw,idmap), or chown/chmod it for uid " +
@@ -285,7 +306,8 @@ Status check_binds_spare_state(const std::vector<BindSource>& sources, const Dir
                                const std::vector<std::pair<std::string, std::string>>& also) {
   std::vector<Guarded> guarded;
   for (auto& src : sources) {
-    if (src.flag != "--bind" || !src.given.rw) continue;
+    // A read-only idmap bind reads as the owner (root's 0600 files included): guarded as well.
+    if (src.flag != "--bind" || !(src.given.rw || src.given.idmap)) continue;
     if (guarded.empty()) {  // worked out once, and only for a run with a read-write bind
       if (!dirs.state.empty()) guarded.push_back(guard(dirs.state, "sbx's state dir"));
       if (!dirs.data.empty()) guarded.push_back(guard(dirs.data, "sbx's data dir"));

@@ -581,6 +581,10 @@ Result<UniqueFd> make_idmapped_tree(const BindSource& src, std::uint32_t program
   if (::fstat(src.fd.get(), &st) != 0) return sys_error("mounts", head + "stat " + src.real);
   owner_uid = st.st_uid;
   owner_gid = st.st_gid;
+  // Checked before (preflight.cpp check_binds_writable, with the why); kept here, where it is used.
+  if (owner_uid == 0 || owner_gid == 0)
+    return make_error("mounts", head + src.real + " is owned by root: idmap only a directory of an ordinary user",
+                      EPERM);
   auto userns = make_idmap_userns({{owner_uid, program_uid, 1}}, {{owner_gid, program_gid, 1}});
   if (!userns) return make_error("mounts", head + userns.error().message, userns.error().err);
   UniqueFd tree(::open_tree(src.fd.get(), "", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH | AT_RECURSIVE));

@@ -165,8 +165,9 @@ std::string tool_name_clash(const std::map<std::string, std::string>& offered, c
   if (name == "run_code") return "its name 'run_code' is sbx's own tool: rename the pack in its pack.json";
   auto it = offered.find(name);
   if (it == offered.end()) return "";
-  return "its name '" + name + "' is already the tool of the pack in " + it->second +
-         ": rename one of them in its pack.json";
+  return "its name '" + name + "' is also the name of the pack in " + it->second +
+         ": neither is offered (a pack added beside another must not take its tool, secrets or contexts): "
+         "rename one of them in its pack.json";
 }
 
 PackTool pack_tool(const Pack& pack) {

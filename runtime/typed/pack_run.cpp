@@ -42,9 +42,7 @@ void wipe(std::string& s) {
 Result<std::string> read_secret_source(const std::string& source) {
   if (source.starts_with("@")) {
     std::string path = source.substr(1);
-    auto r = read_file(path);
-    if (!r) return make_error("usage", "cannot read secret file " + path, r.error().err);
-    return r;
+    return read_regular_bounded(path, kMaxSecretBytes, "usage", "secret file " + path);
   }
   if (source.starts_with("env:")) {
     std::string var = source.substr(4);

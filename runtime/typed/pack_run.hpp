@@ -52,7 +52,9 @@ std::vector<SchemaError> validate_records(const CompiledSchema& schema, const nl
 PackRunResult run_pack(PackRunRequest& req);
 
 // Reads a secret's value from "@FILE" or "env:VAR". Error messages name the source, never the
-// value.
+// value. A file must be a regular one of at most kMaxSecretBytes: `@/dev/zero` or a FIFO would
+// otherwise grow or block the reader (sbx mcp reads it again for every call).
+inline constexpr std::size_t kMaxSecretBytes = 1u << 20;
 Result<std::string> read_secret_source(const std::string& source);
 
 // Overwrites a secret's bytes before the memory is released.

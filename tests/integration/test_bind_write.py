@@ -30,7 +30,8 @@ class BindWrite(SbxTestCase):
     def test_root_owned_rw_bind_is_refused_with_the_fix(self):
         d = self.writable_dir("out", 0, 0)
         r = sbx(["run", "--bind", f"{d}:/w:rw", "--", "sh", "-c", "echo x > /w/f"])
-        line = self.assertRefused(r, d, "owned by uid 0", "mode 0755", "host uid ", ",idmap", "chown/chmod")
+        line = self.assertRefused(r, d, "owned by uid 0", "mode 0755", "host uid ", "chown it to an ordinary user",
+                                  "chmod/chown it for uid")
         print(f"\n  {line}")
         self.assertFalse(os.path.exists(os.path.join(d, "f")))
         # Writable through "others": no refusal.
@@ -41,17 +42,48 @@ class BindWrite(SbxTestCase):
     def test_unwritable_workspace_runs_with_a_warning(self):
         """--workspace is also the program's cwd and project to read: an unwritable mode warns, with
         the idmap way to write, and the run goes on (a refusal broke `sbx run --workspace -- ls`)."""
-        d = self.writable_dir("proj", 0, 0)
+        d = self.writable_dir("proj", 4242, 4343)
         open(os.path.join(d, "seen"), "w").close()
         r = sbx(["run", "--workspace", "--", "ls"], cwd=d)
         self.assertExit(r, 0)
         self.assertIn("seen", r.out)
-        self.assertIn(f"--workspace {d}: {d} is owned by uid 0", r.err)
+        self.assertIn(f"--workspace {d}: {d} is owned by uid 4242", r.err)
         self.assertIn(f"--bind {d}:{d}:rw,idmap --workdir {d}", r.err)
+        # Root's: no idmap advice (it is refused for a root-owned source).
+        os.chown(d, 0, 0)
+        r = sbx(["run", "--workspace", "--", "ls"], cwd=d)
+        self.assertExit(r, 0)
+        self.assertIn("chmod/chown it for uid", r.err)
+        self.assertNotIn("idmap", r.err)
+
+    @unittest.skipUnless(MODE == "root", "idmapped mounts are made by sbx as root")
+    def test_idmap_of_a_root_owned_source_is_refused(self):
+        """As root's, the program could leave a setuid-root file on the host (nosuid holds only on
+        the sandbox's copy of the mount): the attack, refused before anything is mounted."""
+        for uid, gid in ((0, 0), (4242, 0), (0, 4343)):
+            with self.subTest(owner=(uid, gid)):
+                d = self.writable_dir(f"rootish-{uid}-{gid}", uid, gid)
+                r = sbx(["run", "--bind", f"{d}:/w:rw,idmap", "--", "sh", "-c",
+                         "cp /bin/sh /w/x && chmod 4755 /w/x"])
+                self.assertRefused(r, d, "idmap would let the program write as root", "ordinary user")
+                self.assertFalse(os.path.exists(os.path.join(d, "x")))
+        # Read-only too: it would read root's 0600 files as root.
+        d = self.writable_dir("rootish-ro", 0, 0)
+        self.assertRefused(sbx(["run", "--bind", f"{d}:/r:idmap", "--", "true"]), d, "idmap would let")
+
+    @unittest.skipUnless(MODE == "root", "idmapped mounts are made by sbx as root")
+    def test_idmap_setuid_stays_the_owners(self):
+        """What idmap grants on an ordinary user's directory is that user's, as rootless already:
+        a setuid bit the program sets makes a setuid-4242 file, never a root one."""
+        d = self.writable_dir("owned-suid", 4242, 4343)
+        r = sbx(["run", "--bind", f"{d}:/w:rw,idmap", "--", "sh", "-c", "cp /bin/true /w/x && chmod 4755 /w/x"])
+        self.assertExit(r, 0)
+        st = os.stat(os.path.join(d, "x"))
+        self.assertEqual((st.st_uid, st.st_gid), (4242, 4343))
 
     @unittest.skipUnless(MODE == "root", "idmapped mounts are made by sbx as root")
     def test_idmap_writes_as_the_owner(self):
-        for uid, gid in ((0, 0), (4242, 4343)):
+        for uid, gid in ((4242, 4343), (4343, 4242)):
             with self.subTest(owner=uid):
                 d = self.writable_dir(f"owned-{uid}", uid, gid)
                 r = self.run_sbx(["sh", "-c", "echo x > /w/made && stat -c '%u %g' /w /w/made"],

@@ -388,21 +388,26 @@ class McpCase(SbxTestCase):
         note("mcp --secret: " + s.stderr().splitlines()[0])
 
     def test_a_pack_named_like_another_tool_is_skipped_and_the_server_serves(self):
-        """Issue 32: two packs of one name, or a pack named run_code, stopped the server."""
+        """Issue 32: two packs of one name, or a pack named run_code, stopped the server. Neither
+        pack of a shared name is offered: the first in path order would otherwise win, so whoever
+        adds a directory that sorts first takes the tool and the operator's --secret for it."""
         first, second = self.secret_pack("dup", []), self.secret_pack("dup", [])
+        third = self.secret_pack("dup", [])
         own = self.secret_pack("run_code", [])
-        s = self.server(["--packs", first, "--packs", second, "--packs", own])
+        s = self.server(["--packs", first, "--packs", second, "--packs", third, "--packs", own])
         names = sorted(t["name"] for t in s.request("tools/list")["result"]["tools"])
-        self.assertEqual(names, ["dup", "run_code"], s.stderr())
+        self.assertEqual(names, ["run_code"], s.stderr())
         warned = [l for l in s.stderr().splitlines() if "not offered" in l]
-        self.assertEqual(len(warned), 2, s.stderr())
+        self.assertEqual(len(warned), 4, s.stderr())
         self.assertIn(second, warned[0])
-        self.assertIn("already the tool of the pack in " + first, warned[0])
-        self.assertIn(own, warned[1])
-        self.assertIn("sbx's own tool", warned[1])
-        r = self.call(s, "dup", {"records": [{}]})["result"]
-        self.assertTrue(r["isError"])  # no secret given: the pack's check fails, but it was served
-        self.assertTrue(r["_meta"]["sbx/run_id"], r)
+        self.assertIn("also the name of the pack in " + first, warned[0])
+        self.assertIn(first, warned[1].split(" is not offered")[0])
+        self.assertIn("also the name of the pack in " + second, warned[1])
+        self.assertIn(third, warned[2].split(" is not offered")[0])
+        self.assertIn(own, warned[3])
+        self.assertIn("sbx's own tool", warned[3])
+        r = s.request("tools/call", {"name": "dup", "arguments": {"records": [{}]}})
+        self.assertIn("error", r, r)  # no such tool
         note("mcp: " + warned[0])
 
     def test_a_pack_that_needs_a_context_is_not_offered_without_one(self):

@@ -17,9 +17,16 @@ RSS_SCALE = 8 if os.environ.get("ASAN_OPTIONS") else 1
 
 from sbxtest import MODE, SBX, SbxTestCase, note, sbx, validate_trace
 
-# As root the sandbox could not write the caller's $TMPDIR (sbx refuses such a rw bind): idmapped,
-# the attacker writes there as its owner, the strongest form of the attack.
-IDMAP_AS_ROOT = ",idmap" if os.geteuid() == 0 else ""
+
+
+def shared_tmp(test, tmp):
+    """As root the sandbox's uid could not write the caller's $TMPDIR (sbx refuses such a rw bind):
+    open it for the attack as /tmp is (1777), so that the attacker writes there as any other user
+    of a shared /tmp does. Rootless the sandbox writes as the caller already."""
+    if os.geteuid() == 0:
+        mode = os.stat(tmp).st_mode & 0o7777
+        os.chmod(tmp, 0o1777)
+        test.addCleanup(os.chmod, tmp, mode)
 
 ROOT = MODE == "root"
 OUT_SCHEMA = {"type": "object", "required": ["v"], "additionalProperties": False,
@@ -215,10 +222,11 @@ class PackCopy(SbxTestCase):
         d = self.make_pack()
         allowed = self.digest(d)
         tmp = os.environ.get("TMPDIR", "/tmp")
+        shared_tmp(self, tmp)
         evil = "/t/" + os.path.relpath(self.path("run-evil.sh"), tmp)
         loop = ("while :; do for f in /t/sbx-pack-*/pack/run.sh; do "
                 f"[ -f \"$f\" ] && cat {evil} > \"$f\" 2>/dev/null; done; done")
-        attacker = subprocess.Popen([SBX, "run", "--bind", f"{tmp}:/t:rw" + IDMAP_AS_ROOT, "--timeout", "60s", "--", "/bin/sh", "-c", loop],
+        attacker = subprocess.Popen([SBX, "run", "--bind", f"{tmp}:/t:rw", "--timeout", "60s", "--", "/bin/sh", "-c", loop],
                                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             time.sleep(0.5)

@@ -15,9 +15,16 @@ import unittest
 
 from sbxtest import SBX, SbxTestCase, busybox_tree, ledger_lines, note, sbx, validate_trace
 
-# As root the sandbox could not write the caller's $TMPDIR (sbx refuses such a rw bind): idmapped,
-# the attacker writes there as its owner, the strongest form of the attack.
-IDMAP_AS_ROOT = ",idmap" if os.geteuid() == 0 else ""
+
+
+def shared_tmp(test, tmp):
+    """As root the sandbox's uid could not write the caller's $TMPDIR (sbx refuses such a rw bind):
+    open it for the attack as /tmp is (1777), so that the attacker writes there as any other user
+    of a shared /tmp does. Rootless the sandbox writes as the caller already."""
+    if os.geteuid() == 0:
+        mode = os.stat(tmp).st_mode & 0o7777
+        os.chmod(tmp, 0o1777)
+        test.addCleanup(os.chmod, tmp, mode)
 
 RECORD_SCHEMA = {"type": "object", "required": ["id"], "properties": {"id": {"type": "string"}}}
 OUTPUT_SCHEMA = {"type": "object", "required": ["count"], "additionalProperties": False,
@@ -363,6 +370,7 @@ class ReplayWorkDir(ReplayCase):
     def test_a_concurrent_run_with_a_rw_tmp_bind_cannot_rewrite_the_rebuilt_pack(self):
         run_id = self.recorded_pack_run(COUNT)
         tmp = os.environ.get("TMPDIR", "/tmp")
+        shared_tmp(self, tmp)
         evil = self.path("evil.sh")
         with open(evil, "w") as f:
             f.write("printf '{\"count\": 99}' > /out/result.json\n")
@@ -370,7 +378,7 @@ class ReplayWorkDir(ReplayCase):
         evil_in = "/t/" + os.path.relpath(evil, tmp)
         loop = ("while :; do for f in /t/sbx-replay-*/pack/run.sh; do "
                 f"[ -f \"$f\" ] && cat {evil_in} > \"$f\" 2>/dev/null; done; done")
-        attacker = subprocess.Popen([SBX, "run", "--bind", f"{tmp}:/t:rw" + IDMAP_AS_ROOT, "--timeout", "90s", "--", "/bin/sh", "-c", loop],
+        attacker = subprocess.Popen([SBX, "run", "--bind", f"{tmp}:/t:rw", "--timeout", "90s", "--", "/bin/sh", "-c", loop],
                                     env=self.env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                     stderr=subprocess.DEVNULL)
         try:

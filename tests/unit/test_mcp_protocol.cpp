@@ -225,13 +225,14 @@ TEST_CASE("mcp: a call that failed in setup carries the error's line, not only i
   CHECK(r["content"][0]["text"].get<std::string>().find(why) != std::string::npos);
 }
 
-TEST_CASE("mcp: a pack named like an offered tool or run_code is skipped, naming both directories") {
+TEST_CASE("mcp: packs that share a name, or a pack named run_code, are skipped, naming both directories") {
   std::map<std::string, std::string> offered{{"grade", "/srv/a/grade"}};
   CHECK(mcp::tool_name_clash(offered, "other").empty());
   std::string w = mcp::tool_name_clash(offered, "grade");
-  CHECK(w == "its name 'grade' is already the tool of the pack in /srv/a/grade: rename one of them in its pack.json");
+  CHECK(w == "its name 'grade' is also the name of the pack in /srv/a/grade: neither is offered (a pack added beside "
+             "another must not take its tool, secrets or contexts): rename one of them in its pack.json");
   CHECK(mcp::skipped_pack_warning("/srv/b/grade", {w}).find("/srv/b/grade is not offered: its name 'grade' is "
-                                                             "already the tool of the pack in /srv/a/grade") !=
+                                                             "also the name of the pack in /srv/a/grade") !=
         std::string::npos);
   CHECK(mcp::tool_name_clash({}, "run_code").find("sbx's own tool") != std::string::npos);
 }
