@@ -44,6 +44,16 @@ _schema_validator = None
 _schema_note_printed = False
 
 
+def shared_tmp(test, tmp):
+    """As root the sandbox's uid could not write the caller's $TMPDIR (sbx refuses such a rw bind):
+    open it for the attack as /tmp is (1777), so that the attacker writes there as any other user
+    of a shared /tmp does. Rootless the sandbox writes as the caller already."""
+    if os.geteuid() == 0:
+        mode = os.stat(tmp).st_mode & 0o7777
+        os.chmod(tmp, 0o1777)
+        test.addCleanup(os.chmod, tmp, mode)
+
+
 def note(msg):
     """A remark that shows up in the test log (stderr), e.g. which of two allowed behaviours we saw."""
     sys.stderr.write(f"\n    note: {msg}\n")

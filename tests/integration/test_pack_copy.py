@@ -15,18 +15,7 @@ import unittest
 # stay far below the 2 GiB an unbounded read of the sparse file costs.
 RSS_SCALE = 8 if os.environ.get("ASAN_OPTIONS") else 1
 
-from sbxtest import MODE, SBX, SbxTestCase, note, sbx, validate_trace
-
-
-
-def shared_tmp(test, tmp):
-    """As root the sandbox's uid could not write the caller's $TMPDIR (sbx refuses such a rw bind):
-    open it for the attack as /tmp is (1777), so that the attacker writes there as any other user
-    of a shared /tmp does. Rootless the sandbox writes as the caller already."""
-    if os.geteuid() == 0:
-        mode = os.stat(tmp).st_mode & 0o7777
-        os.chmod(tmp, 0o1777)
-        test.addCleanup(os.chmod, tmp, mode)
+from sbxtest import MODE, SBX, SbxTestCase, note, sbx, shared_tmp, validate_trace
 
 ROOT = MODE == "root"
 OUT_SCHEMA = {"type": "object", "required": ["v"], "additionalProperties": False,

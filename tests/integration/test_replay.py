@@ -13,18 +13,7 @@ import subprocess
 import time
 import unittest
 
-from sbxtest import SBX, SbxTestCase, busybox_tree, ledger_lines, note, sbx, validate_trace
-
-
-
-def shared_tmp(test, tmp):
-    """As root the sandbox's uid could not write the caller's $TMPDIR (sbx refuses such a rw bind):
-    open it for the attack as /tmp is (1777), so that the attacker writes there as any other user
-    of a shared /tmp does. Rootless the sandbox writes as the caller already."""
-    if os.geteuid() == 0:
-        mode = os.stat(tmp).st_mode & 0o7777
-        os.chmod(tmp, 0o1777)
-        test.addCleanup(os.chmod, tmp, mode)
+from sbxtest import SBX, SbxTestCase, busybox_tree, ledger_lines, note, sbx, shared_tmp, validate_trace
 
 RECORD_SCHEMA = {"type": "object", "required": ["id"], "properties": {"id": {"type": "string"}}}
 OUTPUT_SCHEMA = {"type": "object", "required": ["count"], "additionalProperties": False,
