@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <sstream>
 
 #include <spdlog/spdlog.h>
 
@@ -156,6 +157,38 @@ namespace {
 bool root_owned(const BindOwnership& o) { return o.uid == 0 || o.gid == 0; }
 }  // namespace
 
+bool wants_owner_idmap(const BindOwnership& src, const IdentityPlan& id, bool initial_userns) {
+  return !id.rootless && initial_userns && !root_owned(src) &&
+         bind_write_access(src, id, {}, false) == BindWrite::unwritable;
+}
+
+namespace {
+// The host's user namespace maps every id to itself ("0 0 4294967295"); a container's maps fewer.
+bool in_initial_user_namespace() {
+  auto text = read_file("/proc/self/uid_map");
+  if (!text) return false;
+  std::istringstream in(*text);
+  unsigned long long inside = 1, outside = 1, count = 0;
+  std::string rest;
+  return (in >> inside >> outside >> count) && !(in >> rest) && inside == 0 && outside == 0 && count == 4294967295ULL;
+}
+}  // namespace
+
+void idmap_owned_binds(std::vector<BindSource>& sources, const IdentityPlan& identity) {
+  if (identity.rootless) return;
+  const bool initial = in_initial_user_namespace();
+  for (BindSource& src : sources) {
+    if (src.flag != "--bind" || !src.given.rw || src.given.idmap) continue;
+    BindOwnership o = read_ownership(src);
+    if (!wants_owner_idmap(o, identity, initial)) continue;
+    src.given.idmap = true;
+    spdlog::info(
+        "--bind {}: owned by uid {} gid {}, which the sandbox cannot write as its own: idmapped, the "
+        "program writes as that owner",
+        src.given.src, o.uid, o.gid);
+  }
+}
+
 // Refuse, rather than warn: a read-write bind nothing inside can write is a mistake (the caller
 // asked for rw), and it shows only as EACCES deep inside the program's work ("ld: cannot open
 // output file"), after the run's setup and time are spent. Refused only when the mode settles
@@ -169,6 +202,7 @@ Status check_binds_writable(const std::vector<BindSource>& sources, const Identi
     if (n > 0 && ::getgroups(n, g.data()) == n) groups.assign(g.begin(), g.end());
   }
   const std::string uid = std::to_string(host_id(identity.uid_map, identity.uid).value_or(0));
+  const bool initial = identity.rootless || in_initial_user_namespace();
   for (auto& src : sources) {
     if (src.flag != "--bind" || !(src.given.rw || src.given.idmap)) continue;
     BindOwnership o = read_ownership(src);
@@ -197,9 +231,9 @@ Status check_binds_writable(const std::vector<BindSource>& sources, const Identi
             "{}: {}, which gives the sandbox ({}) no write access by its mode; its ACL or file system may: "
             "if writes fail inside, {}",
             name, what, who,
-            identity.rootless ? "let your uid write it (chmod, setfacl)"
-            : root_owned(o)   ? "let host uid " + uid + " write it (chmod, chown, setfacl)"
-                              : "add idmap to write as its owner, or let host uid " + uid + " write it");
+            identity.rootless           ? "let your uid write it (chmod, setfacl)"
+            : root_owned(o) || !initial ? "let host uid " + uid + " write it (chmod, chown, setfacl)"
+                                        : "add idmap to write as its owner, or let host uid " + uid + " write it");
         break;
       case BindWrite::unwritable:
         if (!workspace.empty() && src.given.src == workspace && src.given.dst == workspace && !src.given.idmap) {
@@ -208,9 +242,7 @@ Status check_binds_writable(const std::vector<BindSource>& sources, const Identi
               "it, its writes fail; {}",
               workspace, what, who, identity.rootless ? "" : " (its root)",
               identity.rootless ? "chmod/chown it, or run where you can write"
-              : root_owned(o)   ? "chmod/chown it for uid " + uid + ", or run sbx as an ordinary user"
-                                : "to write as its owner, --bind " + workspace + ":" + workspace +
-                                    ":rw,idmap --workdir " + workspace + " instead of --workspace");
+                                : "chmod/chown it for uid " + uid + ", or run sbx as an ordinary user");
           break;
         }
         if (src.given.idmap)
@@ -219,16 +251,16 @@ Status check_binds_writable(const std::vector<BindSource>& sources, const Identi
         if (identity.rootless)
           return make_error("usage", name + ": " + what + ", and the sandbox writes as " + who +
                                          ", who cannot write it: chmod/chown it, or bind a directory you can write");
-        if (root_owned(o))
+        // An ordinary user's source reaches here only where no idmapped mount can be made
+        // (idmap_owned_binds): inside a container's user namespace.
+        if (root_owned(o) && initial)
           return make_error("usage", name + ": " + what + ", and the sandbox writes as " + who +
-                                         " (its root), which cannot write it: chown it to an ordinary user and add "
-                                         "idmap to write as that user (--bind " +
-                                         src.given.src + ":" + src.given.dst +
-                                         ":rw,idmap), or chmod/chown it for uid " + uid);
+                                         " (its root), which cannot write it: chown it to an ordinary user to write "
+                                         "as that user (idmap), or chmod/chown it for uid " +
+                                         uid);
         return make_error("usage", name + ": " + what + ", and the sandbox writes as " + who +
-                                       " (its root), which cannot write it: add idmap to write as its owner (--bind " +
-                                       src.given.src + ":" + src.given.dst + ":rw,idmap), or chown/chmod it for uid " +
-                                       uid);
+                                       " (its root), which cannot write it: chown/chmod it for uid " + uid +
+                                       (initial ? "" : " (no idmapped mount can be made in this user namespace)"));
     }
   }
   return {};

@@ -6,6 +6,7 @@ program failed inside ("Permission denied", files that did get written belonged 
 1879048192), and `idmap` was not a bind option ("bad bind")."""
 import json
 import os
+import subprocess
 import unittest
 
 from sbxtest import MODE, SbxTestCase, sbx
@@ -39,22 +40,43 @@ class BindWrite(SbxTestCase):
         self.assertExit(sbx(["run", "--bind", f"{d}:/w:rw", "--", "sh", "-c", "echo x > /w/f"]), 0)
 
     @unittest.skipUnless(MODE == "root", "as root: rootless the sandbox writes as its caller")
-    def test_unwritable_workspace_runs_with_a_warning(self):
-        """--workspace is also the program's cwd and project to read: an unwritable mode warns, with
-        the idmap way to write, and the run goes on (a refusal broke `sbx run --workspace -- ls`)."""
+    def test_workspace_of_a_user_is_idmapped_and_roots_only_warns(self):
+        """--workspace in an ordinary user's project is idmapped without being asked: the program
+        writes as the project's owner (issue 33, item 6; before, it warned and every write failed).
+        Root's own project only warns: it is also the program's cwd and project to read (a refusal
+        broke `sbx run --workspace -- ls`), and idmap is never made on a root-owned tree."""
         d = self.writable_dir("proj", 4242, 4343)
         open(os.path.join(d, "seen"), "w").close()
-        r = sbx(["run", "--workspace", "--", "ls"], cwd=d)
+        r = sbx(["run", "--workspace", "--", "sh", "-c", "ls && echo x > made"], cwd=d)
         self.assertExit(r, 0)
         self.assertIn("seen", r.out)
-        self.assertIn(f"--workspace {d}: {d} is owned by uid 4242", r.err)
-        self.assertIn(f"--bind {d}:{d}:rw,idmap --workdir {d}", r.err)
-        # Root's: no idmap advice (it is refused for a root-owned source).
+        self.assertNotIn("cannot write", r.err)
+        st = os.stat(os.path.join(d, "made"))
+        self.assertEqual((st.st_uid, st.st_gid), (4242, 4343), "the file belongs to the project's owner")
         os.chown(d, 0, 0)
         r = sbx(["run", "--workspace", "--", "ls"], cwd=d)
         self.assertExit(r, 0)
         self.assertIn("chmod/chown it for uid", r.err)
         self.assertNotIn("idmap", r.err)
+
+    @unittest.skipUnless(MODE == "root", "as root: rootless the sandbox writes as its caller")
+    def test_rw_bind_of_a_users_repository_works_for_git(self):
+        """As root, a `:rw` bind of a user's git repository: git inside sees the files as the
+        program's own (no "dubious ownership"), and what it writes is the user's on the host
+        (issue 33, item 6: before, the run was refused with "add idmap")."""
+        d = self.writable_dir("repo", 4242, 4343)
+        subprocess.run(["git", "init", "-q", d], check=True)
+        for root, dirs, files in os.walk(d):
+            for n in dirs + files:
+                os.chown(os.path.join(root, n), 4242, 4343, follow_symlinks=False)
+        r = self.run_sbx(["sh", "-c", "git -C /w status --short && echo x > /w/made && stat -c '%u %g' /w/made"],
+                         ["--bind", f"{d}:/w:rw"])
+        self.assertExit(r, 0)
+        self.assertNotIn("dubious", r.err)
+        self.assertEqual(r.out.split()[-2:], ["0", "0"], r.describe())
+        st = os.stat(os.path.join(d, "made"))
+        self.assertEqual((st.st_uid, st.st_gid), (4242, 4343))
+        self.assertEqual(idmapped(self.need_trace(r), "/w"), {"uid": 4242, "gid": 4343})
 
     @unittest.skipUnless(MODE == "root", "idmapped mounts are made by sbx as root")
     def test_idmap_of_a_root_owned_source_is_refused(self):

@@ -375,6 +375,26 @@ TEST_CASE("rw bind pre-check: idmap makes the owner's bits the program's") {
   CHECK(bind_write_access(owned(0, 0, 0555), root_identity(1000, 1000), {}, true) == BindWrite::unwritable);
 }
 
+TEST_CASE("rw bind of an ordinary user's directory: idmapped as root without being asked") {
+  const auto root = root_identity();
+  // A user's 0755 tree the sandbox's host uid cannot write: idmapped (its owner writes).
+  CHECK(wants_owner_idmap(owned(4242, 4343, 0755), root, true));
+  // Never a root-owned one (a setuid-root file could be left), by uid or by gid.
+  CHECK_FALSE(wants_owner_idmap(owned(0, 0, 0755), root, true));
+  CHECK_FALSE(wants_owner_idmap(owned(4242, 0, 0755), root, true));
+  CHECK_FALSE(wants_owner_idmap(owned(0, 4242, 0755), root, true));
+  // Writable already (others may): left as asked.
+  CHECK_FALSE(wants_owner_idmap(owned(4242, 4343, 0777), root, true));
+  // An ACL or a file system deciding itself: maybe writable, and maybe no idmapped mount: left.
+  auto nfs = owned(4242, 4343, 0755);
+  nfs.generic_perms = false;
+  CHECK_FALSE(wants_owner_idmap(nfs, root, true));
+  // Inside a container's user namespace no idmapped mount can be made; rootless nothing is needed.
+  CHECK_FALSE(wants_owner_idmap(owned(4242, 4343, 0755), root, false));
+  CHECK_FALSE(wants_owner_idmap(owned(1000, 1000, 0755), rootless_identity(1000), true));
+  CHECK_FALSE(wants_owner_idmap(owned(4242, 4343, 0755), rootless_identity(1000), true));
+}
+
 TEST_CASE("rw bind pre-check rootless: the caller's ids and groups") {
   const auto me = rootless_identity(1000);
   CHECK(bind_write_access(owned(1000, 1000, 0755), me, {}, false) == BindWrite::writable);
