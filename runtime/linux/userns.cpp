@@ -83,7 +83,15 @@ OwnIdMaps read_own_id_maps() {
   OwnIdMaps m;
   bounded("/proc/self/uid_map", m.uid_map);
   bounded("/proc/self/gid_map", m.gid_map);
+  std::string setgroups;
+  bounded("/proc/self/setgroups", setgroups);
+  m.setgroups_denied = setgroups.rfind("deny", 0) == 0;
   return m;
+}
+
+bool in_initial_user_namespace() {
+  auto m = parse_id_map(read_own_id_maps().uid_map);
+  return m && m->size() == 1 && (*m)[0].inside == 0 && (*m)[0].outside == 0 && (*m)[0].count == 4294967295u;
 }
 
 namespace {
@@ -130,10 +138,20 @@ IdRun longest_run_without(std::vector<IdMapping> own, std::uint32_t self) {
   return best;
 }
 
+// A namespace that denies setgroups(2) (inherited by every namespace below it) leaves the
+// container's supplementary groups with the sandbox's program: its group rights on files would
+// pass into the sandbox unseen. Refused rather than weakened.
+Error setgroups_denied_error() {
+  return make_error("identity",
+                    "this user namespace denies setgroups (/proc/self/setgroups is 'deny'), so sbx cannot drop its "
+                    "supplementary groups for the sandbox: make it with setgroups allowed (podman and Kubernetes "
+                    "do; unshare: --setgroups allow), or run sbx unprivileged there");
+}
+
 // Root of a user namespace that does not map the planned range: a range of its own ids.
 Result<IdentityPlan> plan_in_own_namespace(const RunSpec& spec, uid_t caller_uid, gid_t caller_gid,
                                            const std::vector<IdMapping>& own_u, const std::vector<IdMapping>& own_g,
-                                           std::uint32_t slot, IdentityPlan p) {
+                                           std::uint32_t slot, bool setgroups_denied, IdentityPlan p) {
   IdRun u = longest_run_without(own_u, caller_uid), g = longest_run_without(own_g, caller_gid);
   if (u.count == 0 || g.count == 0) {
     if (slot > 0)
@@ -158,6 +176,7 @@ Result<IdentityPlan> plan_in_own_namespace(const RunSpec& spec, uid_t caller_uid
                                       " ids (podman --uidmap 0:HOST_ID:" + std::to_string(need + 1) +
                                       "), or use fewer tenants (each slot is " + std::to_string(kMappedRange) +
                                       " ids)");
+  if (setgroups_denied) return setgroups_denied_error();
   const auto count = static_cast<std::uint32_t>(std::min<std::uint64_t>(have, kMappedRange));
   if (spec.uid >= count || spec.gid >= count)
     return make_error("usage", "--uid/--gid must be below " + std::to_string(count) +
@@ -207,7 +226,9 @@ Result<IdentityPlan> plan_identity(const RunSpec& spec, uid_t caller_uid, gid_t 
   // Only the ids our own namespace maps can be mapped further (the initial namespace maps all).
   if (!maps_all(*own_u, std::uint64_t{ustart} + offset, kMappedRange) ||
       !maps_all(*own_g, std::uint64_t{gstart} + offset, kMappedRange))
-    return plan_in_own_namespace(spec, caller_uid, caller_gid, *own_u, *own_g, slot, std::move(p));
+    return plan_in_own_namespace(spec, caller_uid, caller_gid, *own_u, *own_g, slot, own.setgroups_denied,
+                                 std::move(p));
+  if (own.setgroups_denied) return setgroups_denied_error();
   if (spec.uid >= kMappedRange || spec.gid >= kMappedRange)
     return make_error("usage", "--uid/--gid must be below " + std::to_string(kMappedRange) +
                                    " when sbx runs as root (the sandbox's mapped range)");

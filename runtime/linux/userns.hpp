@@ -44,10 +44,15 @@ inline constexpr const char* kInitialIdMap = "         0          0 4294967295\n
 // Our own namespace's /proc/self/uid_map and gid_map, as text.
 struct OwnIdMaps {
   std::string uid_map = kInitialIdMap, gid_map = kInitialIdMap;
+  bool setgroups_denied = false;  // /proc/self/setgroups says "deny" (unshare -r; rootless sbx)
 };
 // Reads them (bounded; an unreadable file is taken as the initial namespace's: no /proc, as in a
 // chroot, where the maps cannot be written either, which fails later with its own message).
 OwnIdMaps read_own_id_maps();
+// Whether our uid_map is the initial namespace's (every id, unshifted): outside it, the kernel
+// refuses what only the host's namespace may do (idmapping a host file system, open_tree of a
+// mount the host's namespace owns), and messages should say so.
+bool in_initial_user_namespace();
 
 // /proc/PID/uid_map text: lines of three decimal numbers (INSIDE OUTSIDE COUNT), at most 340 of
 // them (the kernel's limit), none overflowing. nullopt: anything else.

@@ -52,6 +52,11 @@ class OwnUserNamespace(SbxTestCase):
         r, _ = self.traced_run(POD, ["--bind", work + ":/work:rw"], ["sh", "-c", "echo hi > /work/f && id -u"])
         st = os.stat(os.path.join(work, "f"))
         self.assertEqual((st.st_uid, st.st_gid), (2000001, 2000001))
+        # An idmapped bind cannot be made there (the host's namespace owns the file system): refused
+        # with what to do instead, never silently a plain bind.
+        r = in_userns(POD, ["run", "--bind", work + ":/w:rw,idmap", "--", "true"])
+        self.assertEqual(r.rc, 125, r.describe())
+        self.assertIn("drop idmap and chown it to this namespace's uid 1", r.err)
         # --uid past the 65535 ids: refused with the reason.
         r = in_userns(POD, ["run", "--uid", "65535", "--", "true"])
         self.assertEqual(r.rc, 125, r.describe())

@@ -116,3 +116,16 @@ TEST_CASE("identity in a user namespace that maps only our own id: a single-id m
   REQUIRE_FALSE(bad.ok());
   CHECK(bad.error().message.find("/proc/self/uid_map") != std::string::npos);
 }
+
+TEST_CASE("identity in a user namespace that denies setgroups: refused, never the container's groups kept") {
+  RunSpec s;
+  OwnIdMaps denied{"0 0 1\n1 2000001 65535\n", "0 0 1\n1 2000001 65535\n", true};
+  auto r = plan_identity(s, 0, 0, "", "", 0, denied);
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.error().message.find("--setgroups allow") != std::string::npos);
+  // A single id needs no setgroups: the rootless map writes 'deny' itself.
+  OwnIdMaps single{"0 0 1\n", "0 0 1\n", true};
+  auto one = plan_identity(s, 0, 0, "", "", 0, single);
+  REQUIRE(one.ok());
+  CHECK(one->single_id_fallback);
+}
