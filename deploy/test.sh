@@ -7,7 +7,12 @@
 #     packages cannot be installed without a Debian mirror, so busybox-static stands in for the
 #     userland and the workload is a shell command) and sbx runs in it, container-like: new mount,
 #     pid, uts, ipc and cgroup namespaces, cgroup2 mounted afresh at /sys/fs/cgroup, through the
-#     image's entrypoint with SBX_CGROUP_INIT=1.
+#     image's entrypoint with SBX_CGROUP_INIT=1;
+#  3. where podman is installed: sbx in a real user-namespaced podman container (--uidmap of 65536
+#     ids, as a pod with hostUsers: false), from the same root (--rootfs, no registry): with podman's
+#     defaults every run and `sbx doctor` fail naming the fix (masked /proc); with
+#     --security-opt unmask=ALL and seccomp-sbx.json runs work, mapped to the container's ids 1-65535.
+#     Rootless podman is not covered (it needs newuidmap and a user with /etc/subuid ranges).
 # Limits being enforced in such a container needs cgroup v2 controllers, which this project's
 # hosts do not have: that is the qemu guest's test "cgroup namespace with processes at its root"
 # (tests/vm/guest-tests.sh).
@@ -121,5 +126,60 @@ print(f"trace: status {t['result']['status']}, exit_code {t['result'].get('exit_
 ok = rc == 0 and out[-2:] == ["hello from the sandbox", "0"] and t["result"]["status"] == "ok" \
      and cg["mount"] == "/sys/fs/cgroup" and "namespace_root" in cg
 print("PASS" if ok else "FAIL: expected exit 0, the greeting, status ok, cgroup2 at /sys/fs/cgroup in the trace")
+sys.exit(0 if ok else 1)
+PY
+
+# 3. sbx in a real user-namespaced container: podman with 65536 ids (--uidmap, what a pod with
+#    hostUsers: false gets), the root of step 2 as --rootfs (no registry). Without podman this
+#    step is skipped, and says so.
+echo "== sbx in a user-namespaced podman container (--uidmap 0:2000000:65536)"
+command -v podman >/dev/null || { echo "podman: not installed, step 3 skipped (apt-get install podman runc)"; exit 0; }
+PROOT=$(mktemp -d /tmp/sbx-deploy-podman.XXXXXX) || exit 1
+trap 'rm -rf "$ROOT" "$PROOT"' EXIT
+cp -a "$ROOT/." "$PROOT/" && rm -rf "$PROOT/out" "$PROOT/stdout.txt" "$PROOT/stderr.txt" || exit 1
+mkdir -p "$PROOT/run" "$PROOT/out" && touch "$PROOT/etc/hosts" "$PROOT/etc/resolv.conf" "$PROOT/etc/hostname"
+chmod 755 "$PROOT" && chown -R 2000000:2000000 "$PROOT" || exit 1  # owned by the container's root, as an image's files
+# Fitting the host, not sbx: crun refuses a hybrid cgroup layout (runc with cgroupfs takes it), and
+# no rlimit above the caller's hard one can be set.
+PODMAN=podman
+if ! grep -q '^[^ ]* /sys/fs/cgroup cgroup2 ' /proc/self/mounts && command -v runc >/dev/null; then
+  PODMAN="podman --runtime runc --cgroup-manager cgroupfs"
+fi
+prun() {
+  $PODMAN run --rm --network none --uidmap 0:2000000:65536 --gidmap 0:2000000:65536 --ulimit nofile=1024:1024 \
+    --ulimit nproc=4096:4096 "$@"
+}
+in_pod() {
+  prun --env SBX_STATE_DIR="$statedir" --env PATH=/usr/local/bin:/bin "$@"
+}
+# a. podman's defaults mask /proc: every run fails, and says which settings fix it; so does doctor.
+in_pod --rootfs "$PROOT" sbx run --timeout 20s -- true >"$PROOT/masked.txt" 2>&1; rc=$?
+echo "default podman: sbx run exit $rc: $(grep 'sbx:' "$PROOT/masked.txt" | head -1)"
+if [ $rc = 125 ] && grep -q "unmask=ALL" "$PROOT/masked.txt"; then :; else
+  if grep -q "Error: .*OCI\|Error: crun\|Error: runc" "$PROOT/masked.txt"; then
+    echo "podman cannot start a container on this host, step 3 skipped:"; sed 's/^/  | /' "$PROOT/masked.txt"; exit 0
+  fi
+  echo "FAIL: expected exit 125 naming --security-opt unmask=ALL"; exit 1
+fi
+in_pod --rootfs "$PROOT" sbx doctor >"$PROOT/doctor.txt" 2>&1; rc=$?
+grep -q "sbx cannot run on this host" "$PROOT/doctor.txt" && [ $rc = 1 ] && grep -q "unmask=ALL" "$PROOT/doctor.txt" ||
+  { echo "FAIL: doctor (exit $rc) must say sbx cannot run, with the fix:"; sed 's/^/  | /' "$PROOT/doctor.txt"; exit 1; }
+echo "default podman: sbx doctor exit 1, says it cannot run, with the fix"
+# b. with deploy/'s settings: runs work, mapped to the container's own ids 1-65535.
+in_pod --security-opt unmask=ALL --security-opt seccomp="$HERE/seccomp-sbx.json" --rootfs "$PROOT" \
+  sbx run --timeout 20s --trace-file /out/trace.json -- sh -c "echo hello from the sandbox; id -u" \
+  >"$PROOT/ok.txt" 2>&1; rc=$?
+echo "podman --security-opt unmask=ALL,seccomp=deploy/seccomp-sbx.json: exit $rc: $(tr '\n' ' ' <"$PROOT/ok.txt")"
+python3 - "$PROOT/out/trace.json" "$rc" "$PROOT/ok.txt" <<'PY' || exit 1
+import json, sys
+try:
+    t = json.load(open(sys.argv[1]))
+except OSError as e:
+    sys.exit(f"FAIL: no trace ({e})")
+rc = int(sys.argv[2]); out = open(sys.argv[3]).read().splitlines(); ident = t["enforcement"]["identity"]
+print(f"trace: status {t['result']['status']}, identity {ident['mode']} {ident['range_source']} uid_map {ident['uid_map']}")
+ok = rc == 0 and out[-2:] == ["hello from the sandbox", "0"] and ident["range_source"] == "own user namespace (65535 ids)" \
+     and ident["uid_map"] == [{"inside": 0, "outside": 1, "count": 65535}]
+print("PASS" if ok else "FAIL: expected exit 0, the greeting, and the sandbox mapped to the container's ids 1-65535")
 sys.exit(0 if ok else 1)
 PY

@@ -3,6 +3,8 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <spdlog/spdlog.h>
+
 #include "runtime/launch/preflight.hpp"
 #include "runtime/launch/workspace.hpp"
 #include "runtime/model/caps.hpp"
@@ -36,6 +38,12 @@ class Identity final : public Facility {
   const char* name() const override { return "identity"; }
   Status prepare(RunContext& ctx) const override {
     if (!ctx.identity) return ctx.identity.error();
+    // The sandbox's root is then the container's own: worth one line on every run, not only the record.
+    if (ctx.identity->single_id_fallback)
+      spdlog::warn(
+          "this user namespace maps no id but sbx's own: the sandbox runs with a single-id map (its root "
+          "is this namespace's root); give the container a range of ids (podman --uidmap 0:HOST_ID:65537, "
+          "Kubernetes hostUsers: false) for a sandbox range of its own");
     // What later runs trust is read back from the state dir (or tenant store): nobody but sbx's
     // user may be able to write it, neither another user on the host nor this run's program.
     SBX_TRY(check_private_dir(ctx.req.dirs.state, "sbx's state dir"));

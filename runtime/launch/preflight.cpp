@@ -531,7 +531,9 @@ std::string proc_mount_refused_hint(const std::optional<std::string>& mountinfo)
       covered.push_back(point);
   }
   const std::string unmasked =
-      "Kubernetes: securityContext.procMount: Unmasked; docker: --security-opt systempaths=unconfined";
+      "Kubernetes: securityContext.procMount: Unmasked; podman: --security-opt unmask=ALL --security-opt "
+      "seccomp=deploy/seccomp-sbx.json; docker: --security-opt systempaths=unconfined --security-opt "
+      "seccomp=deploy/seccomp-sbx.json";
   if (!proc_seen)
     return "no /proc is mounted where sbx runs, and the kernel lets a user namespace mount a new procfs only "
            "while a complete one is visible: mount /proc first (bwrap: --proc /proc; a container: " +

@@ -189,7 +189,12 @@ CheckResult check_subid(const BlockerFacts& f) {
       r.hint = std::string("add the same kind of line (sbx:START:65536, a range no other entry overlaps) to ") +
                (u ? "/etc/subgid" : "/etc/subuid");
     } else {
-      r.detail = "no sbx range in /etc/subuid and /etc/subgid: the built-in range is used (see identity; " + nu + ")";
+      // Root of a user namespace that does not map the built-in range uses its own ids instead:
+      // the identity row says which (plan_identity).
+      r.detail =
+          "no sbx range in /etc/subuid and /etc/subgid: the built-in range is used where this user namespace "
+          "maps it, else its own ids (see identity; " +
+          nu + ")";
     }
   }
   return r;

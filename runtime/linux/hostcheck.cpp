@@ -25,6 +25,7 @@
 #include <utility>
 
 #include "runtime/base/fsutil.hpp"
+#include "runtime/linux/userns.hpp"
 #include "runtime/model/caps.hpp"
 #include "runtime/model/profile.hpp"
 #include "runtime/base/strings.hpp"
@@ -622,6 +623,40 @@ CheckResult check_identity() {
   uid_t uid = ::geteuid();
   if (uid != 0) {
     r.detail = "rootless (uid " + std::to_string(uid) + ", maps to root inside the sandbox); kernel " + kernel;
+    return r;
+  }
+  // Root of a user namespace (a pod with hostUsers: false, a podman --uidmap container): what a run
+  // maps is what plan_identity decides from that namespace's own maps; the fix must be one that is
+  // mappable there (a line in this container's /etc/subuid is not).
+  static const RunSpec defaults;
+  auto plan = plan_identity(defaults);
+  const std::string more_ids =
+      "give the container a range of ids besides its root: podman run --uidmap 0:HOST_ID:65537 (rootless podman: "
+      "--uidmap 0:1:65536 with 65536 subordinate ids), or Kubernetes hostUsers: false";
+  if (!plan) {
+    r.status = CheckStatus::degraded;
+    r.detail = "root; the sandbox's ids cannot be planned: " + plan.error().message + "; kernel " + kernel;
+    r.hint = more_ids;
+    return r;
+  }
+  if (plan->single_id_fallback) {
+    r.status = CheckStatus::degraded;
+    r.detail =
+        "root of a user namespace that maps no id but its own: runs use a single-id map (the sandbox's root "
+        "is this namespace's root); kernel " +
+        kernel;
+    r.hint = more_ids;
+    return r;
+  }
+  if (plan->range_source.rfind("own user namespace", 0) == 0) {
+    const IdMapping& m = plan->uid_map.front();
+    r.detail = "root of a user namespace; sandbox users 0-" + std::to_string(m.count - 1) + " map to its ids " +
+               std::to_string(m.outside) + "-" + std::to_string(m.outside + m.count - 1) + " (" + plan->range_source +
+               ", never its own root); kernel " + kernel;
+    if (m.count < kMappedRange - 1) {
+      r.status = CheckStatus::degraded;
+      r.hint = "images with users up to 65534 (nobody) need 65535 ids: " + more_ids;
+    }
     return r;
   }
   auto uids = find_subid_range(slurp("/etc/subuid"), "sbx");

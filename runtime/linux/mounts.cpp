@@ -593,7 +593,15 @@ Result<UniqueFd> make_idmapped_tree(const BindSource& src, std::uint32_t program
   const std::string fsname = fs_name(static_cast<unsigned long>(fs.f_type));
   const std::string fallback = "; drop idmap and let host uid " + std::to_string(program_uid) +
                                " write it (chown/chmod), or bind a directory on ext4, xfs, btrfs or tmpfs";
+  // In a container's user namespace the host's namespace owns the mounts and the file system: the
+  // kernel refuses both steps there, whatever the file system.
+  const std::string nested =
+      "sbx runs in a user namespace of its own (a container's), and the kernel lets only the "
+      "host's namespace idmap a host file system; drop idmap and chown it to this namespace's uid " +
+      std::to_string(program_uid) + " (the program's)";
   if (!tree.ok()) {
+    if (errno == EPERM && !in_initial_user_namespace())
+      return make_error("mounts", head + "open_tree " + src.real + ": " + nested, EPERM);
     if (errno == ENOSYS)
       return make_error("mounts", head + "this kernel has no open_tree (idmapped mounts need Linux 5.12+)" + fallback,
                         ENOSYS);
@@ -607,9 +615,11 @@ Result<UniqueFd> make_idmapped_tree(const BindSource& src, std::uint32_t program
     std::string why = err == EINVAL
                           ? "its file system (" + fsname + "), or one mounted below it, has no idmapped mounts"
                       : err == ENOSYS ? "this kernel has no idmapped mounts (Linux 5.12+)"
-                      : err == EPERM  ? "the kernel refused to idmap it (" + fsname + ")"
-                                      : "mount_setattr(MOUNT_ATTR_IDMAP) on " + fsname + " failed";
-    return make_error("mounts", head + src.real + ": " + why + fallback, err);
+                      : err == EPERM && !in_initial_user_namespace() ? nested
+                      : err == EPERM                                 ? "the kernel refused to idmap it (" + fsname + ")"
+                                     : "mount_setattr(MOUNT_ATTR_IDMAP) on " + fsname + " failed";
+    const bool in_container = err == EPERM && !in_initial_user_namespace();
+    return make_error("mounts", head + src.real + ": " + why + (in_container ? "" : fallback), err);
   }
   return tree;
 }

@@ -6,6 +6,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <sstream>
 
@@ -38,8 +40,161 @@ bool find_subid_range(const std::string& text, const std::string& name, std::uin
   return false;
 }
 
+std::optional<std::vector<IdMapping>> parse_id_map(std::string_view text) {
+  constexpr std::size_t kMaxExtents = 340;  // UID_GID_MAP_MAX_EXTENTS
+  std::vector<IdMapping> out;
+  std::size_t at = 0;
+  auto number = [&](std::uint64_t& v) {
+    while (at < text.size() && text[at] == ' ') ++at;
+    std::size_t from = at;
+    v = 0;
+    while (at < text.size() && text[at] >= '0' && text[at] <= '9' && at - from < 11)
+      v = v * 10 + static_cast<std::uint64_t>(text[at++] - '0');
+    return at > from && at - from <= 10 && v <= 0xffffffffULL;
+  };
+  while (at < text.size()) {
+    std::uint64_t in = 0, outside = 0, count = 0;
+    if (!number(in) || !number(outside) || !number(count)) return std::nullopt;
+    while (at < text.size() && text[at] == ' ') ++at;
+    if (at < text.size() && text[at++] != '\n') return std::nullopt;
+    if (count == 0 || in + count > 0x100000000ULL || outside + count > 0x100000000ULL) return std::nullopt;
+    if (out.size() == kMaxExtents) return std::nullopt;
+    out.push_back(
+        {static_cast<std::uint32_t>(in), static_cast<std::uint32_t>(outside), static_cast<std::uint32_t>(count)});
+  }
+  return out;
+}
+
+OwnIdMaps read_own_id_maps() {
+  auto bounded = [](const char* path, std::string& into) {
+    UniqueFd fd(::open(path, O_RDONLY | O_CLOEXEC));
+    if (!fd.ok()) return;
+    std::string text(16384, '\0');  // 340 lines of at most 33 bytes each fit
+    std::size_t have = 0;
+    while (have < text.size()) {
+      ssize_t n = ::read(fd.get(), text.data() + have, text.size() - have);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      have += static_cast<std::size_t>(n);
+    }
+    text.resize(have);
+    into = std::move(text);
+  };
+  OwnIdMaps m;
+  bounded("/proc/self/uid_map", m.uid_map);
+  bounded("/proc/self/gid_map", m.gid_map);
+  std::string setgroups;
+  bounded("/proc/self/setgroups", setgroups);
+  m.setgroups_denied = setgroups.rfind("deny", 0) == 0;
+  return m;
+}
+
+bool in_initial_user_namespace() {
+  auto m = parse_id_map(read_own_id_maps().uid_map);
+  return m && m->size() == 1 && (*m)[0].inside == 0 && (*m)[0].outside == 0 && (*m)[0].count == 4294967295u;
+}
+
+namespace {
+
+// A run of ids of our own namespace: [start, start + count).
+struct IdRun {
+  std::uint64_t start = 0, count = 0;
+};
+
+// Whether our namespace maps every id of [start, start + count).
+bool maps_all(const std::vector<IdMapping>& own, std::uint64_t start, std::uint64_t count) {
+  for (std::uint64_t at = start; at < start + count;) {
+    std::uint64_t next = at;
+    for (auto& m : own)
+      if (at >= m.inside && at < std::uint64_t{m.inside} + m.count) next = std::uint64_t{m.inside} + m.count;
+    if (next == at) return false;
+    at = next;
+  }
+  return true;
+}
+
+// The longest run of ids our namespace maps, leaving out `self` (our own id) and 4294967295.
+IdRun longest_run_without(std::vector<IdMapping> own, std::uint32_t self) {
+  std::sort(own.begin(), own.end(), [](const IdMapping& a, const IdMapping& b) { return a.inside < b.inside; });
+  std::vector<IdRun> merged;
+  for (auto& m : own) {
+    std::uint64_t end = std::uint64_t{m.inside} + m.count;
+    if (!merged.empty() && m.inside <= merged.back().start + merged.back().count)
+      merged.back().count = std::max(merged.back().start + merged.back().count, end) - merged.back().start;
+    else merged.push_back({m.inside, m.count});
+  }
+  IdRun best;
+  auto consider = [&](std::uint64_t from, std::uint64_t to) {
+    to = std::min<std::uint64_t>(to, 0xffffffffULL);
+    if (to > from && to - from > best.count) best = {from, to - from};
+  };
+  for (auto& r : merged) {
+    std::uint64_t end = r.start + r.count;
+    if (self >= r.start && self < end) {
+      consider(r.start, self);
+      consider(std::uint64_t{self} + 1, end);
+    } else consider(r.start, end);
+  }
+  return best;
+}
+
+// A namespace that denies setgroups(2) (inherited by every namespace below it) leaves the
+// container's supplementary groups with the sandbox's program: its group rights on files would
+// pass into the sandbox unseen. Refused rather than weakened.
+Error setgroups_denied_error() {
+  return make_error("identity",
+                    "this user namespace denies setgroups (/proc/self/setgroups is 'deny'), so sbx cannot drop its "
+                    "supplementary groups for the sandbox: make it with setgroups allowed (podman and Kubernetes "
+                    "do; unshare: --setgroups allow), or run sbx unprivileged there");
+}
+
+// Root of a user namespace that does not map the planned range: a range of its own ids.
+Result<IdentityPlan> plan_in_own_namespace(const RunSpec& spec, uid_t caller_uid, gid_t caller_gid,
+                                           const std::vector<IdMapping>& own_u, const std::vector<IdMapping>& own_g,
+                                           std::uint32_t slot, bool setgroups_denied, IdentityPlan p) {
+  IdRun u = longest_run_without(own_u, caller_uid), g = longest_run_without(own_g, caller_gid);
+  if (u.count == 0 || g.count == 0) {
+    if (slot > 0)
+      return make_error("identity", "tenant id slot " + std::to_string(slot) +
+                                        " needs ids of its own, and this user namespace maps no id but sbx's own: "
+                                        "give the container a range of ids (podman --uidmap 0:HOST_ID:" +
+                                        std::to_string(std::uint64_t{slot + 1} * kMappedRange + 1) +
+                                        ", or Kubernetes hostUsers: false), or run without tenants");
+    p.rootless = true;
+    p.single_id_fallback = true;
+    p.uid_map = {{spec.uid, caller_uid, 1}};
+    p.gid_map = {{spec.gid, caller_gid, 1}};
+    p.range_source = "single id: own user namespace maps no other id";
+    return p;
+  }
+  const std::uint64_t have = std::min(u.count, g.count);
+  const std::uint64_t need = std::uint64_t{slot + 1} * kMappedRange;
+  if (slot > 0 && have < need)
+    return make_error("identity", "tenant id slot " + std::to_string(slot) + " needs " + std::to_string(need) +
+                                      " ids, and this user namespace maps " + std::to_string(have) +
+                                      " besides sbx's own: give the container at least " + std::to_string(need + 1) +
+                                      " ids (podman --uidmap 0:HOST_ID:" + std::to_string(need + 1) +
+                                      "), or use fewer tenants (each slot is " + std::to_string(kMappedRange) +
+                                      " ids)");
+  if (setgroups_denied) return setgroups_denied_error();
+  const auto count = static_cast<std::uint32_t>(std::min<std::uint64_t>(have, kMappedRange));
+  if (spec.uid >= count || spec.gid >= count)
+    return make_error("usage", "--uid/--gid must be below " + std::to_string(count) +
+                                   ": this user namespace maps only " + std::to_string(count) +
+                                   " ids besides sbx's own (give the container more ids, or pick a lower --uid/--gid)");
+  const std::uint64_t offset = std::uint64_t{slot} * kMappedRange;
+  p.rootless = false;
+  p.uid_map = {{0, static_cast<std::uint32_t>(u.start + offset), count}};
+  p.gid_map = {{0, static_cast<std::uint32_t>(g.start + offset), count}};
+  p.range_source = "own user namespace (" + std::to_string(count) + " ids)";
+  return p;
+}
+
+}  // namespace
+
 Result<IdentityPlan> plan_identity(const RunSpec& spec, uid_t caller_uid, gid_t caller_gid,
-                                   const std::string& subuid_text, const std::string& subgid_text, std::uint32_t slot) {
+                                   const std::string& subuid_text, const std::string& subgid_text, std::uint32_t slot,
+                                   const OwnIdMaps& own) {
   IdentityPlan p;
   p.uid = spec.uid;
   p.gid = spec.gid;
@@ -51,9 +206,12 @@ Result<IdentityPlan> plan_identity(const RunSpec& spec, uid_t caller_uid, gid_t 
     return p;
   }
   p.rootless = false;
-  if (spec.uid >= kMappedRange || spec.gid >= kMappedRange)
-    return make_error("usage", "--uid/--gid must be below " + std::to_string(kMappedRange) +
-                                   " when sbx runs as root (the sandbox's mapped range)");
+  auto own_u = parse_id_map(own.uid_map);
+  auto own_g = parse_id_map(own.gid_map);
+  if (!own_u || !own_g || own_u->empty() || own_g->empty())
+    return make_error("identity", std::string("cannot parse /proc/self/") +
+                                      (own_u && !own_u->empty() ? "gid_map" : "uid_map") +
+                                      " (our own user namespace's ids): expected lines of INSIDE OUTSIDE COUNT");
   if (slot >= kDefaultSlices)
     return make_error("identity", "id slot " + std::to_string(slot) + " is past the last (" +
                                       std::to_string(kDefaultSlices - 1) + ")");
@@ -64,6 +222,16 @@ Result<IdentityPlan> plan_identity(const RunSpec& spec, uid_t caller_uid, gid_t 
   bool have_g = find_subid_range(subgid_text, "sbx", kMappedRange, gstart, gcount);
   if (have_u != have_g) { ustart = gstart = kDefaultHostBase; }
   p.range_source = have_u && have_g ? "/etc/subuid and /etc/subgid (sbx)" : "built-in default";
+  std::uint32_t offset = slot * kMappedRange;
+  // Only the ids our own namespace maps can be mapped further (the initial namespace maps all).
+  if (!maps_all(*own_u, std::uint64_t{ustart} + offset, kMappedRange) ||
+      !maps_all(*own_g, std::uint64_t{gstart} + offset, kMappedRange))
+    return plan_in_own_namespace(spec, caller_uid, caller_gid, *own_u, *own_g, slot, own.setgroups_denied,
+                                 std::move(p));
+  if (own.setgroups_denied) return setgroups_denied_error();
+  if (spec.uid >= kMappedRange || spec.gid >= kMappedRange)
+    return make_error("usage", "--uid/--gid must be below " + std::to_string(kMappedRange) +
+                                   " when sbx runs as root (the sandbox's mapped range)");
   if (have_u && have_g) {
     if (ucount < need || gcount < need)
       return make_error("identity", "id slot " + std::to_string(slot) + " needs " + std::to_string(need) +
@@ -71,7 +239,6 @@ Result<IdentityPlan> plan_identity(const RunSpec& spec, uid_t caller_uid, gid_t 
                                         std::to_string(std::min(ucount, gcount)) + ": widen it (each tenant slot is " +
                                         std::to_string(kMappedRange) + " ids)");
   }
-  std::uint32_t offset = slot * kMappedRange;
   p.uid_map = {{0, ustart + offset, kMappedRange}};
   p.gid_map = {{0, gstart + offset, kMappedRange}};
   return p;
@@ -79,13 +246,15 @@ Result<IdentityPlan> plan_identity(const RunSpec& spec, uid_t caller_uid, gid_t 
 
 Result<IdentityPlan> plan_identity(const RunSpec& spec, std::uint32_t slot) {
   std::string su, sg;
+  OwnIdMaps own;
   if (::geteuid() == 0) {
     auto a = read_file("/etc/subuid");
     auto b = read_file("/etc/subgid");
     if (a) su = *a;
     if (b) sg = *b;
+    own = read_own_id_maps();
   }
-  return plan_identity(spec, ::geteuid(), ::getegid(), su, sg, slot);
+  return plan_identity(spec, ::geteuid(), ::getegid(), su, sg, slot, own);
 }
 
 namespace {

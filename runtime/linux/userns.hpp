@@ -5,11 +5,16 @@
 // /etc/subuid and /etc/subgid, else a built-in default), never to host uid 0. A breakout then
 // lands as an unmapped, unprivileged host uid, and files owned by host root (the sbx binary behind
 // /proc/PID/exe included, runc CVE-2019-5736) stay unwritable from inside.
+// As root of a user namespace (a pod with `hostUsers: false`, a podman container with --uidmap) only
+// the ids that namespace maps can be mapped further: when that range is not among them, the
+// sandbox gets the largest run of them that leaves out our own uid/gid (the container's root is
+// never the sandbox's), and where there is none, a single-id map as rootless, and the record says so.
 #include <sys/types.h>
 
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>
@@ -28,8 +33,30 @@ struct IdentityPlan {
   bool rootless = true;
   std::vector<IdMapping> uid_map, gid_map;
   std::uint32_t uid = 0, gid = 0;  // the program's identity inside
-  std::string range_source;        // "/etc/subuid (sbx)", "built-in default", "caller"
+  std::string range_source;        // "/etc/subuid (sbx)", "built-in default", "caller", "own user namespace (N ids)"
+  // Root of a user namespace that maps no id besides our own: the single-id map of a rootless
+  // run (the sandbox's root is the container's), warned about on stderr and said in the record.
+  bool single_id_fallback = false;
 };
+
+// The maps of the initial user namespace (every id but 4294967295, the kernel's "no id").
+inline constexpr const char* kInitialIdMap = "         0          0 4294967295\n";
+// Our own namespace's /proc/self/uid_map and gid_map, as text.
+struct OwnIdMaps {
+  std::string uid_map = kInitialIdMap, gid_map = kInitialIdMap;
+  bool setgroups_denied = false;  // /proc/self/setgroups says "deny" (unshare -r; rootless sbx)
+};
+// Reads them (bounded; an unreadable file is taken as the initial namespace's: no /proc, as in a
+// chroot, where the maps cannot be written either, which fails later with its own message).
+OwnIdMaps read_own_id_maps();
+// Whether our uid_map is the initial namespace's (every id, unshifted): outside it, the kernel
+// refuses what only the host's namespace may do (idmapping a host file system, open_tree of a
+// mount the host's namespace owns), and messages should say so.
+bool in_initial_user_namespace();
+
+// /proc/PID/uid_map text: lines of three decimal numbers (INSIDE OUTSIDE COUNT), at most 340 of
+// them (the kernel's limit), none overflowing. nullopt: anything else.
+std::optional<std::vector<IdMapping>> parse_id_map(std::string_view text);
 
 inline constexpr std::uint32_t kDefaultHostBase = 1879048192;  // 0x70000000, far above normal users
 inline constexpr std::uint32_t kMappedRange = 65536;
@@ -42,8 +69,8 @@ inline constexpr std::uint32_t kMappedRange = 65536;
 inline constexpr std::uint32_t kDefaultSlices = 4096;
 Result<IdentityPlan> plan_identity(const RunSpec& spec, uid_t caller_uid, gid_t caller_gid,
                                    const std::string& subuid_text, const std::string& subgid_text,
-                                   std::uint32_t slot = 0);
-// Reads /etc/subuid and /etc/subgid and the caller's ids.
+                                   std::uint32_t slot = 0, const OwnIdMaps& own = {});
+// Reads /etc/subuid and /etc/subgid, our own namespace's maps, and the caller's ids.
 Result<IdentityPlan> plan_identity(const RunSpec& spec, std::uint32_t slot = 0);
 
 // Parent side, after clone and before "go": writes /proc/PID/{setgroups,uid_map,gid_map}.

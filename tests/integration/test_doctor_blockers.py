@@ -87,7 +87,8 @@ class DoctorSandbox(SbxTestCase):
         self.assertIn("run exit 125", out, out + err)
         line = [l for l in err.splitlines() if "proc on /proc" in l]
         self.assertTrue(line, err)
-        for words in (covered, "procMount: Unmasked", "--security-opt systempaths=unconfined", "deploy/README.md"):
+        for words in (covered, "procMount: Unmasked", "--security-opt systempaths=unconfined", "deploy/README.md",
+                      "--security-opt unmask=ALL", "seccomp=deploy/seccomp-sbx.json"):
             self.assertIn(words, line[0])
         self.assertIn("doctor exit 1", out, out + err)
         with open(doc) as f:
@@ -95,6 +96,7 @@ class DoctorSandbox(SbxTestCase):
         self.assertEqual(row["status"], "missing", row)
         self.assertIn("proc on /proc", row["detail"])
         self.assertIn("procMount: Unmasked", row["detail"])
+        self.assertIn("--security-opt unmask=ALL", row["detail"])
 
 
 # No procfs at /proc at all, as under `bwrap --bind ROOT /` without --proc or in a bare chroot: an

@@ -299,6 +299,7 @@ TEST_CASE("proc mount refused: the hint names the covered /proc paths and the un
   CHECK(hint.find("/proc/keys, /proc/timer_list, /proc/my dir and 1 more") != std::string::npos);
   CHECK(hint.find("procMount: Unmasked") != std::string::npos);
   CHECK(hint.find("--security-opt systempaths=unconfined") != std::string::npos);
+  CHECK(hint.find("podman: --security-opt unmask=ALL --security-opt seccomp=deploy/seccomp-sbx.json") != std::string::npos);
   CHECK(hint.find("deploy/README.md") != std::string::npos);
   // No /proc at all (bwrap without --proc): mount one first.
   for (auto none :
