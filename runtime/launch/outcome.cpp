@@ -140,12 +140,13 @@ void refine(Outcome& o, const RunFacts& f) {
   }
   // The kernel's OOM killer acted: read from memory.events, not guessed from SIGKILL.
   if (o.status == RunStatus::signaled && o.signal == SIGKILL && f.oom_kills > 0) o.status = RunStatus::oom;
-  // SIGXFSZ comes only from RLIMIT_FSIZE, which sbx sets only for the memory fallback: a program
-  // killed by it wrote a file (a memfd, a /tmp or /out file) past that cap. Said in the reason,
-  // since "signaled 25" alone does not tell a user which limit bit.
-  if (o.status == RunStatus::signaled && o.signal == SIGXFSZ && f.fsize_cap_bytes)
-    o.reason = "SIGXFSZ: a file grew past RLIMIT_FSIZE (" + format_size(*f.fsize_cap_bytes) +
-               ", the memory fallback's cap on each file and memfd; see enforcement.memory_fallback)";
+  // SIGXFSZ comes only from RLIMIT_FSIZE, which sbx never sets (limits_plan.cpp fallback_memory
+  // says why): the program inherited it from sbx's caller. Said in the reason, since "signaled
+  // 25" alone does not tell a user which limit bit, nor where it came from.
+  if (o.status == RunStatus::signaled && o.signal == SIGXFSZ)
+    o.reason =
+        "SIGXFSZ: a file grew past RLIMIT_FSIZE, which sbx does not set: it was inherited from sbx's caller "
+        "(ulimit -f)";
   // The artifact export went over its caps: the program itself may still have succeeded.
   if (o.status == RunStatus::ok && f.export_limit_hit) {
     o.status = RunStatus::output_limit;

@@ -89,8 +89,6 @@ struct RunFacts {
   // The CPU budget when it was RLIMIT_CPU (no run cgroup), and the CPU time rusage counted.
   std::optional<std::int64_t> rlimit_cpu_ms;
   std::int64_t cpu_used_ms = 0;
-  // The memory fallback's RLIMIT_FSIZE cap (memory_fallback.hpp), when it was set.
-  std::optional<std::int64_t> fsize_cap_bytes;
   // memory.events oom_kill of the run cgroup (0 without one).
   std::int64_t oom_kills = 0;
   // The typed-IO caller's verdict on the output (after_run, run_request.hpp).
@@ -108,7 +106,7 @@ struct RunFacts {
 //   then refinements of that status, each needing the status it names:
 //   5. signaled SIGKILL/SIGXCPU, RLIMIT_CPU budget, >= 80% of it used   -> timeout "cpu" (124)
 //   6. signaled SIGKILL with a run cgroup that counted an OOM kill      -> oom (137)
-//   7. signaled SIGXFSZ under the memory fallback                       -> reason names RLIMIT_FSIZE
+//   7. signaled SIGXFSZ (an RLIMIT_FSIZE sbx's caller set)              -> reason names RLIMIT_FSIZE
 //   8. ok, artifact export over its caps                                -> output_limit (its own code)
 //   9. ok, a typed-IO contract verdict (with_verdict)                   -> output_invalid (65)
 // So a timeout beats an OOM kill (the timer's SIGKILL may look like one), a seccomp kill beats

@@ -723,8 +723,6 @@ void Run::classify_end() {
     facts_.cpu_used_ms = sup_->usage.ru_utime.tv_sec * 1000LL + sup_->usage.ru_utime.tv_usec / 1000 +
                          sup_->usage.ru_stime.tv_sec * 1000LL + sup_->usage.ru_stime.tv_usec / 1000;
   }
-  // RLIMIT_FSIZE is set only for the memory fallback, at the memory limit (memory_fallback.hpp).
-  if (ctx_.memory_fallback_applies()) facts_.fsize_cap_bytes = s.limits.memory_bytes;
 }
 
 void Run::collect_violations() {
