@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "runtime/base/error.hpp"
 
@@ -119,5 +120,31 @@ Outcome decide_outcome(const RunFacts& f);
 // under the same rule: only an ok run becomes output_invalid. decide_outcome(f) ==
 // with_verdict(decide_outcome(f without contract), f.contract).
 Outcome with_verdict(Outcome o, const std::optional<ContractVerdict>& verdict);
+
+// A limit the run hit, as the record (result.limits_hit) and the end-of-run line name it.
+struct LimitHit {
+  std::string name;   // "timeout", "cpu_time", "memory", "pids", "file_size", "output", "artifacts"
+  std::string value;  // the limit, as a user writes it ("64", "1G", "30s"); "" when unknown
+  std::string fix;    // how to raise it
+};
+
+// What shows that a limit was hit, read after the end. Only what the kernel or sbx reports: in
+// the rlimit fallback an allocation refused by RLIMIT_DATA (ENOMEM) and a fork refused by
+// RLIMIT_NPROC (EAGAIN) are the program's own errors, which sbx never sees, so they are not here
+// (man sbx-run, LIMITS HIT).
+struct LimitFacts {
+  const Outcome* outcome = nullptr;    // decide_outcome's: timeout, oom, output_limit, SIGXFSZ
+  bool output_truncated = false;       // stdout or stderr cut at --output-limit
+  std::int64_t pids_max_events = 0;    // the run cgroup's pids.events max (forks refused)
+  std::int64_t memory_oom_events = 0;  // the run cgroup's memory.events oom + oom_kill
+  std::optional<std::int64_t> timeout_ms, cpu_time_ms, memory_bytes, pids, output_limit_bytes;
+};
+
+// Every limit the facts show was hit, in a fixed order (time, memory, pids, file size, output).
+std::vector<LimitHit> limits_hit(const LimitFacts& f);
+
+// The end-of-run line for the hits no other line tells (the wall-time, CPU-time and output-limit
+// lines are sbx's already): "limit hit: pids (64): raise it with --pids N"; "" when none is left.
+std::string limits_hit_line(const std::vector<LimitHit>& hits);
 
 }  // namespace sbx

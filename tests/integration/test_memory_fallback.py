@@ -187,5 +187,22 @@ class Browser(SbxTestCase):
                          "the limit is real\n" + r.describe())
 
 
+WRAPPER = "/usr/bin/chromium"
+
+
+@unittest.skipUnless(os.access(WRAPPER, os.X_OK) and os.path.isdir("/etc/chromium.d"),
+                     f"Debian's chromium wrapper ({WRAPPER}, /etc/chromium.d) is not installed (package chromium)")
+class BrowserAsInstalled(SbxTestCase):
+    def test_the_browser_profile_runs_debians_chromium_wrapper(self):
+        # The wrapper sources /etc/chromium.d, and fontconfig reads /etc/fonts: both bound
+        # read-only where the host has them (mounts.cpp kEtcEntries). Without them the wrapper
+        # failed and sans-serif rendered as serif.
+        r = self.run_sbx(["sh", "-c", "ls /etc/fonts/fonts.conf /etc/chromium.d >/dev/null && "
+                                      "exec chromium --headless --no-sandbox --dump-dom 'data:text/html,<p>hi-42</p>'"],
+                         ["--profile", "browser"], timeout=180)
+        self.assertExit(r, 0)
+        self.assertIn(b"<p>hi-42</p>", r.stdout, r.describe())
+
+
 if __name__ == "__main__":
     unittest.main()
