@@ -276,6 +276,7 @@ inline constexpr const char* kTraceFields[] = {
     "result/error/message",
     "result/error/stage",
     "result/exit_code",
+    "result/limits_hit",
     "result/reason",
     "result/sbx_exit_status",
     "result/signal",

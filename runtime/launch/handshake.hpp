@@ -235,4 +235,17 @@ bool wait_for_shared_init(int msg_fd, int pidfd, std::optional<std::int64_t> tim
 // Signals the supervisor blocks before clone (for its signalfd) and init waits for.
 void supervised_signals(sigset_t* set);
 
+// The supervisor's "end the sandbox now" to init (wall-time limit, CPU budget, seccomp kill): init
+// kills and reaps every other process, then reports the program's status and the CPU time of the
+// whole tree (RUSAGE_CHILDREN). SIGKILL to init alone would lose that time: a dying pid
+// namespace's init ignores SIGCHLD while the kernel kills the rest (zap_pid_ns_processes), so they
+// are reaped without being added to its children's usage, and the record showed init's 1 ms for a
+// 2 s busy loop. The supervisor still SIGKILLs init if no report comes within kEndReportMs (init
+// blocked by a process stuck in the kernel): it never waits on the sandbox's cooperation. Init
+// obeys it only from outside its pid namespace (si_pid 0), so the program cannot send it. The last
+// signal number (the kernel's SIGRTMAX; glibc's SIGRTMAX is a function call, and init may make
+// none): one nothing else in sbx uses.
+inline constexpr int kEndSandboxSignal = 64;
+inline constexpr int kEndReportMs = 2000;
+
 }  // namespace sbx

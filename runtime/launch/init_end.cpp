@@ -76,15 +76,25 @@ long read_byte(int fd, char* c) {
 // mount namespace's tmpfs mounts — is torn down in parallel. kill(-1) from pid 1 reaches every
 // process of this pid namespace but init; orphans are reparented to init, so wait4's ECHILD
 // means none is left. Repeating the kill after each reap catches a process that a dying one
-// forked in between.
-void reap_everything_else() {
+// forked in between. Returns the program's wait status if it was among them, else program_ws.
+int reap_everything_else(pid_t program, int program_ws) {
   for (;;) {
     raw::kill(-1, SIGKILL);
     int ws;
     long p = raw::wait4(-1, &ws, __WALL, nullptr);
+    if (p == program) program_ws = ws;
     if (p > 0 || p == -EINTR) continue;
-    return;  // ECHILD
+    return program_ws;  // ECHILD
   }
+}
+
+// The sandbox is empty: the program's status and the CPU time of everything init reaped.
+[[noreturn]] void report_and_exit(const InitEnd& end, int program_ws) {
+  struct rusage usage;
+  std::memset(&usage, 0, sizeof usage);
+  raw::getrusage(RUSAGE_CHILDREN, &usage);
+  end.report_program_status(program_ws, usage);
+  raw::exit_group(0);
 }
 
 // Why signals go to the program's process group, as a terminal does with Ctrl-C: the program is
@@ -145,7 +155,8 @@ void supervised_signals(sigset_t* set) {
   // sigemptyset/sigaddset by hand (glibc's x86_64 layout: signal N is bit N-1 of the first
   // word, the kernel's 8-byte set): this runs in init's loop too.
   std::memset(set, 0, sizeof *set);
-  for (int s : {SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2}) set->__val[0] |= 1UL << (s - 1);
+  for (int s : {SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, kEndSandboxSignal})
+    set->__val[0] |= 1UL << (s - 1);
 }
 
 void InitFd::reset(int fd) {
@@ -285,6 +296,12 @@ void watch_program(const InitEnd& end, const StartedProgram& sp) {
     siginfo_t si;
     long sig = raw::sigtimedwait(&set, &si);
     if (sig < 0) continue;
+    if (sig == kEndSandboxSignal) {
+      // From the supervisor only (outside this pid namespace, so si_pid 0); the program's
+      // own sending it is ignored.
+      if (si.si_pid == 0) report_and_exit(end, reap_everything_else(program, SIGKILL));
+      continue;
+    }
     if (sig != SIGCHLD) {
       // The group is gone once the program is a zombie and its group empty: then to the
       // program itself, which is harmless (its status is already decided).
@@ -296,12 +313,7 @@ void watch_program(const InitEnd& end, const StartedProgram& sp) {
     long p;
     while ((p = raw::wait4(-1, &ws, WNOHANG | __WALL, nullptr)) > 0) {
       if (p != program) continue;
-      reap_everything_else();
-      struct rusage usage;
-      std::memset(&usage, 0, sizeof usage);
-      raw::getrusage(RUSAGE_CHILDREN, &usage);
-      end.report_program_status(ws, usage);
-      raw::exit_group(0);
+      report_and_exit(end, reap_everything_else(program, ws));
     }
   }
 }

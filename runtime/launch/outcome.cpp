@@ -140,12 +140,13 @@ void refine(Outcome& o, const RunFacts& f) {
   }
   // The kernel's OOM killer acted: read from memory.events, not guessed from SIGKILL.
   if (o.status == RunStatus::signaled && o.signal == SIGKILL && f.oom_kills > 0) o.status = RunStatus::oom;
-  // SIGXFSZ comes only from RLIMIT_FSIZE, which sbx sets only for the memory fallback: a program
-  // killed by it wrote a file (a memfd, a /tmp or /out file) past that cap. Said in the reason,
-  // since "signaled 25" alone does not tell a user which limit bit.
-  if (o.status == RunStatus::signaled && o.signal == SIGXFSZ && f.fsize_cap_bytes)
-    o.reason = "SIGXFSZ: a file grew past RLIMIT_FSIZE (" + format_size(*f.fsize_cap_bytes) +
-               ", the memory fallback's cap on each file and memfd; see enforcement.memory_fallback)";
+  // SIGXFSZ comes only from RLIMIT_FSIZE, which sbx never sets (limits_plan.cpp fallback_memory
+  // says why): the program inherited it from sbx's caller. Said in the reason, since "signaled
+  // 25" alone does not tell a user which limit bit, nor where it came from.
+  if (o.status == RunStatus::signaled && o.signal == SIGXFSZ)
+    o.reason =
+        "SIGXFSZ: a file grew past RLIMIT_FSIZE, which sbx does not set: it was inherited from sbx's caller "
+        "(ulimit -f)";
   // The artifact export went over its caps: the program itself may still have succeeded.
   if (o.status == RunStatus::ok && f.export_limit_hit) {
     o.status = RunStatus::output_limit;
@@ -208,6 +209,41 @@ int exit_status_for(const Outcome& o) {
       return 125;
   }
   return 125;
+}
+
+std::vector<LimitHit> limits_hit(const LimitFacts& f) {
+  std::vector<LimitHit> hits;
+  auto opt = [](const std::optional<std::int64_t>& v, std::string (*fmt)(std::int64_t)) {
+    return v ? fmt(*v) : std::string();
+  };
+  auto count = [](std::int64_t v) { return std::to_string(v); };
+  const Outcome* o = f.outcome;
+  if (o && o->status == RunStatus::timeout) {
+    if (o->reason == "cpu") hits.push_back({"cpu_time", opt(f.cpu_time_ms, format_duration_ms), "--cpu-time DURATION"});
+    else hits.push_back({"timeout", opt(f.timeout_ms, format_duration_ms), "--timeout DURATION"});
+  }
+  // The OOM killer's kill, or reclaim that failed at memory.max (memory.events oom): an
+  // allocation may have failed without a kill.
+  if ((o && o->status == RunStatus::oom) || f.memory_oom_events > 0)
+    hits.push_back({"memory", opt(f.memory_bytes, format_size), "--memory SIZE"});
+  if (f.pids_max_events > 0) hits.push_back({"pids", f.pids ? count(*f.pids) : std::string(), "--pids N"});
+  // RLIMIT_FSIZE is never sbx's (outcome.hpp, step 7): it came with sbx's caller.
+  if (o && o->status == RunStatus::signaled && o->signal == SIGXFSZ)
+    hits.push_back({"file_size", "", "ulimit -f in the shell that runs sbx"});
+  if (f.output_truncated) hits.push_back({"output", opt(f.output_limit_bytes, format_size), "--output-limit SIZE"});
+  if (o && o->status == RunStatus::output_limit)
+    hits.push_back({"artifacts", "", "--output-max-bytes SIZE, --output-max-files N"});
+  return hits;
+}
+
+std::string limits_hit_line(const std::vector<LimitHit>& hits) {
+  std::string line;
+  for (auto& h : hits) {
+    if (h.name == "timeout" || h.name == "cpu_time" || h.name == "output") continue;
+    line += line.empty() ? "limit hit: " : "; ";
+    line += h.name + (h.value.empty() ? "" : " (" + h.value + ")") + ": raise it with " + h.fix;
+  }
+  return line;
 }
 
 }  // namespace sbx

@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "runtime/base/error.hpp"
 
@@ -89,8 +90,6 @@ struct RunFacts {
   // The CPU budget when it was RLIMIT_CPU (no run cgroup), and the CPU time rusage counted.
   std::optional<std::int64_t> rlimit_cpu_ms;
   std::int64_t cpu_used_ms = 0;
-  // The memory fallback's RLIMIT_FSIZE cap (memory_fallback.hpp), when it was set.
-  std::optional<std::int64_t> fsize_cap_bytes;
   // memory.events oom_kill of the run cgroup (0 without one).
   std::int64_t oom_kills = 0;
   // The typed-IO caller's verdict on the output (after_run, run_request.hpp).
@@ -108,7 +107,7 @@ struct RunFacts {
 //   then refinements of that status, each needing the status it names:
 //   5. signaled SIGKILL/SIGXCPU, RLIMIT_CPU budget, >= 80% of it used   -> timeout "cpu" (124)
 //   6. signaled SIGKILL with a run cgroup that counted an OOM kill      -> oom (137)
-//   7. signaled SIGXFSZ under the memory fallback                       -> reason names RLIMIT_FSIZE
+//   7. signaled SIGXFSZ (an RLIMIT_FSIZE sbx's caller set)              -> reason names RLIMIT_FSIZE
 //   8. ok, artifact export over its caps                                -> output_limit (its own code)
 //   9. ok, a typed-IO contract verdict (with_verdict)                   -> output_invalid (65)
 // So a timeout beats an OOM kill (the timer's SIGKILL may look like one), a seccomp kill beats
@@ -121,5 +120,31 @@ Outcome decide_outcome(const RunFacts& f);
 // under the same rule: only an ok run becomes output_invalid. decide_outcome(f) ==
 // with_verdict(decide_outcome(f without contract), f.contract).
 Outcome with_verdict(Outcome o, const std::optional<ContractVerdict>& verdict);
+
+// A limit the run hit, as the record (result.limits_hit) and the end-of-run line name it.
+struct LimitHit {
+  std::string name;   // "timeout", "cpu_time", "memory", "pids", "file_size", "output", "artifacts"
+  std::string value;  // the limit, as a user writes it ("64", "1G", "30s"); "" when unknown
+  std::string fix;    // how to raise it
+};
+
+// What shows that a limit was hit, read after the end. Only what the kernel or sbx reports: in
+// the rlimit fallback an allocation refused by RLIMIT_DATA (ENOMEM) and a fork refused by
+// RLIMIT_NPROC (EAGAIN) are the program's own errors, which sbx never sees, so they are not here
+// (man sbx-run, LIMITS HIT).
+struct LimitFacts {
+  const Outcome* outcome = nullptr;    // decide_outcome's: timeout, oom, output_limit, SIGXFSZ
+  bool output_truncated = false;       // stdout or stderr cut at --output-limit
+  std::int64_t pids_max_events = 0;    // the run cgroup's pids.events max (forks refused)
+  std::int64_t memory_oom_events = 0;  // the run cgroup's memory.events oom + oom_kill
+  std::optional<std::int64_t> timeout_ms, cpu_time_ms, memory_bytes, pids, output_limit_bytes;
+};
+
+// Every limit the facts show was hit, in a fixed order (time, memory, pids, file size, output).
+std::vector<LimitHit> limits_hit(const LimitFacts& f);
+
+// The end-of-run line for the hits no other line tells (the wall-time, CPU-time and output-limit
+// lines are sbx's already): "limit hit: pids (64): raise it with --pids N"; "" when none is left.
+std::string limits_hit_line(const std::vector<LimitHit>& hits);
 
 }  // namespace sbx

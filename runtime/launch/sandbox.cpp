@@ -214,6 +214,7 @@ class Run {
   void emit_exited(RunReport& report);
   void store(RunReport& report, const std::string& run_id);
   void tell_user() const;
+  LimitFacts limit_facts() const;
   // 6 clean
   void clean();
 
@@ -244,8 +245,11 @@ class Run {
   UniqueFd out_dir_fd_;
   std::optional<ExportResult> exported_;
   std::string export_error_;
-  RunFacts facts_;   // what the phases saw of how the run ended (outcome.hpp)
-  Outcome outcome_;  // decided from facts_ by decide_end(), then the contract's verdict (typed_io)
+  RunFacts facts_;  // what the phases saw of how the run ended (outcome.hpp)
+  // The run cgroup's counters of limits hit (pids.events max, memory.events oom + oom_kill).
+  std::int64_t pids_max_events_ = 0, memory_oom_events_ = 0;
+  std::vector<LimitHit> hits_;  // decided in record(): the record's result.limits_hit, the end line
+  Outcome outcome_;             // decided from facts_ by decide_end(), then the contract's verdict (typed_io)
   std::optional<SuperviseResult> sup_;
   std::optional<EventStream> events_;
   std::optional<Error> events_error_;
@@ -723,8 +727,6 @@ void Run::classify_end() {
     facts_.cpu_used_ms = sup_->usage.ru_utime.tv_sec * 1000LL + sup_->usage.ru_utime.tv_usec / 1000 +
                          sup_->usage.ru_stime.tv_sec * 1000LL + sup_->usage.ru_stime.tv_usec / 1000;
   }
-  // RLIMIT_FSIZE is set only for the memory fallback, at the memory limit (memory_fallback.hpp).
-  if (ctx_.memory_fallback_applies()) facts_.fsize_cap_bytes = s.limits.memory_bytes;
 }
 
 void Run::collect_violations() {
@@ -751,6 +753,8 @@ void Run::collect_violations() {
     json cg_usage = cgroup_usage_json(u);  // a named object: items() of a temporary would dangle
     for (auto& [k, v] : cg_usage.items()) parts_.usage_extra[k] = v;
     facts_.oom_kills = u.oom_kill.value_or(0);  // the kernel's OOM killer acted (memory.events)
+    pids_max_events_ = u.pids_max.value_or(0);
+    memory_oom_events_ = u.oom.value_or(0) + u.oom_kill.value_or(0);
   }
 }
 
@@ -799,6 +803,10 @@ RunReport Run::record(nlohmann::json extra) {
   report.exit_status = exit_status_for(outcome_);
   const std::string run_id = parts_.run_id;
   report.trace = trace_record(std::move(parts_));
+  hits_ = limits_hit(limit_facts());
+  json hit_names = json::array();
+  for (auto& h : hits_) hit_names.push_back(h.name);
+  put(at(report.trace, "result"), "result/limits_hit", std::move(hit_names));
   put(report.trace, "inputs", inputs_);
   put(report.trace, "stdin", stdin_record_);
   add_outputs(report, extra);
@@ -930,7 +938,23 @@ void Run::store(RunReport& report, const std::string& run_id) {
   spdlog::info("run {} ended: {} (trace: sbx trace show {})", run_id, to_string(outcome_.status), run_id);
 }
 
-// The one line that says why a run did not end by itself, and output truncation.
+LimitFacts Run::limit_facts() const {
+  const Limits& l = spec().limits;
+  LimitFacts f;
+  f.outcome = &outcome_;
+  f.output_truncated = sup_ && (sup_->out.truncated || sup_->err.truncated);
+  f.pids_max_events = pids_max_events_;
+  f.memory_oom_events = memory_oom_events_;
+  f.timeout_ms = l.timeout_ms;
+  f.cpu_time_ms = l.cpu_time_ms;
+  f.memory_bytes = l.memory_bytes;
+  f.pids = l.pids;
+  f.output_limit_bytes = l.output_limit_bytes;
+  return f;
+}
+
+// The one line that says why a run did not end by itself, output truncation, and the other
+// limits hit (limits_hit_line).
 void Run::tell_user() const {
   const RunSpec& s = spec();
   if (outcome_.status == RunStatus::setup_error && outcome_.error) {
@@ -953,6 +977,7 @@ void Run::tell_user() const {
       if (st->truncated)
         spdlog::warn("{} truncated at the output limit of {}: {} more bytes dropped (--output-limit)", name,
                      format_size(*s.limits.output_limit_bytes), st->dropped_bytes);
+  if (std::string line = limits_hit_line(hits_); !line.empty()) spdlog::warn("{}", line);
 }
 
 // 6 clean: init's exit has run beside the recording; it is reaped now, so that nothing of the

@@ -81,6 +81,7 @@ class Supervisor {
   void arm(TimerFd& t, std::int64_t ms, Stage stage, const char* what);
   void fail(Error e);
   void kill_all() { pidfd_send_signal(in_.pidfd, SIGKILL); }
+  void end_sandbox();
   void wind_up();
   void note_truncation();
 
@@ -89,7 +90,8 @@ class Supervisor {
   std::int64_t start_;
   OutputRelay out_, err_;
   UniqueFd msg_fd_;  // init's reports; ours (SuperviseInput::msg_fd)
-  TimerFd deadline_, grace_, cpu_timer_;
+  TimerFd deadline_, grace_, cpu_timer_, end_;
+  bool end_asked_ = false;  // init was told to end the sandbox (end_sandbox)
   bool init_done_ = false;
   std::int64_t init_done_at_ = 0;
   bool out_truncated_ = false, err_truncated_ = false;  // already told as events
@@ -110,6 +112,15 @@ void Supervisor::arm(TimerFd& t, std::int64_t ms, Stage stage, const char* what)
     return fail(
         make_error(stage, std::string("cannot arm the timer of ") + what + ": " + fd.error().message, fd.error().err));
   t.reset(*fd);
+}
+
+// A limit ends the sandbox through init (kEndSandboxSignal, handshake.hpp), so that the record's
+// usage is the program tree's; init is SIGKILLed if its report has not come in kEndReportMs.
+void Supervisor::end_sandbox() {
+  if (end_asked_) return;
+  end_asked_ = true;
+  if (pidfd_send_signal(in_.pidfd, kEndSandboxSignal) != 0) return kill_all();
+  arm(end_, kEndReportMs, "supervise", "the wait for init's report at the sandbox's end");
 }
 
 void Supervisor::fail(Error e) {
@@ -229,6 +240,11 @@ void Supervisor::add_control_participants() {
   add_fd([this] { return msg_fd_.get(); }, [this](short) { on_message(); });
   add_fd([this] { return deadline_.get(); }, [this](short) { on_deadline(); });
   add_fd([this] { return init_done_ ? -1 : cpu_timer_.get(); }, [this](short) { on_cpu_timer(); });
+  add_fd([this] { return init_done_ ? -1 : end_.get(); },
+         [this](short) {
+    end_.reset();
+    if (!init_done_) kill_all();  // init did not report in time: the sandbox dies all the same
+  });
   add_fd([this] { return init_done_ ? -1 : grace_.get(); },
          [this](short) {
     if (!init_done_) on_grace_expired();  // init's report came earlier in this pass
@@ -282,7 +298,7 @@ void Supervisor::on_stdin(std::span<const struct pollfd> e) {
 void Supervisor::on_listener(short revents) {
   if (seccomp_.on_listener_ready(revents, now_ms()) && !r_.seccomp_kill) {
     r_.seccomp_kill = *seccomp_.kill();
-    kill_all();
+    end_sandbox();
   }
 }
 
@@ -323,7 +339,7 @@ void Supervisor::on_deadline() {
   if (!init_done_) {
     r_.timed_out = true;
     if (in_.events) in_.events->emit("limit", {{"source", "sbx"}, {"counter", "wall_time"}});
-    kill_all();
+    end_sandbox();
   } else if (out_.pending() || err_.pending()) {
     r_.timed_out = true;
     r_.delivery_timed_out = true;
@@ -346,7 +362,7 @@ void Supervisor::on_cpu_timer() {
     r_.cpu_exceeded = true;
     if (in_.events)
       in_.events->emit("limit", {{"source", "sbx"}, {"counter", "cpu_time"}, {"budget_ms", *in_.cpu_budget_ms}});
-    kill_all();
+    end_sandbox();
   } else {
     arm(cpu_timer_, next, "cpu_time", "the CPU-time budget");
   }

@@ -532,6 +532,7 @@ CgroupUsage RunCgroup::usage() const {
   auto ev = keyed("memory.events");
   u.oom = get(ev, "oom");
   u.oom_kill = get(ev, "oom_kill");
+  u.pids_max = get(keyed("pids.events"), "max");
   return u;
 }
 

@@ -89,6 +89,7 @@ struct CgroupUsage {
   std::optional<std::int64_t> pids_peak;          // pids.peak
   std::optional<std::int64_t> oom;                // memory.events oom (hit memory.max, reclaim failed)
   std::optional<std::int64_t> oom_kill;           // memory.events oom_kill (the OOM killer acted)
+  std::optional<std::int64_t> pids_max;           // pids.events max (forks refused at pids.max)
   std::optional<std::int64_t> nr_throttled;       // cpu.stat nr_throttled (periods cpu.max bit)
   std::optional<std::int64_t> throttled_us;       // cpu.stat throttled_usec
 };

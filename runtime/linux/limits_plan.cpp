@@ -65,33 +65,28 @@ std::string fmt_double(double v) {
 //    allocation fails under 64M. So RLIMIT_DATA, and RLIMIT_AS is left alone.
 // What RLIMIT_DATA does not count is shared memory (shmem): memfds, tmpfs files, SysV shm, and
 // MAP_SHARED|MAP_ANONYMOUS. The tmpfs mounts are sized to fit the limit together
-// (memory_fallback.hpp); every file write, memfds included, is capped by RLIMIT_FSIZE
-// (shmem_write_begin and shmem_fallocate go through inode_newsize_ok / generic_write_check_limits,
-// as ftruncate does), set to the memory limit: no file may hold more than the whole limit. (Not
-// the largest tmpfs: a sparse file larger than its tmpfs costs no RAM and is legitimate, and with
-// the cap at the tmpfs size a full /out ended in SIGXFSZ instead of ENOSPC);
-// SysV shm is capped in total by the ipc namespace's shmall/shmmax, set by init
-// (child.cpp bound_sysv_shm). What stays unbounded is named in the note, and makes
-// --require-limits refuse: the total is not bounded, only its parts.
+// (memory_fallback.hpp); SysV shm is capped in total by the ipc namespace's shmall/shmmax, set by
+// init (child.cpp bound_sysv_shm). No RLIMIT_FSIZE: it caps each file, on disk as in RAM, so at the
+// memory limit it stopped a program writing a file larger than --memory to a rw bind on disk
+// (CPython's test_resource, any big build artefact), while the RAM it guarded was never bounded by
+// it: the tmpfs files are bounded by their mounts' size options, and a memfd (the one shmem file no
+// mount bounds) was capped one at a time only, never their sum (RLIMIT_NOFILE of them, and a
+// mapped one outlives its fd), the same RAM MAP_SHARED|MAP_ANONYMOUS reaches with no cap at all.
+// What stays unbounded is named in the note, and makes --require-limits refuse: the total is not
+// bounded, only its parts.
 void fallback_memory(LimitDecision& d, LimitPlan& plan, const std::string& gap, std::int64_t memory) {
-  std::int64_t fsize = memory;
-  d.mechanism = "rlimit RLIMIT_DATA + RLIMIT_FSIZE, tmpfs sizes, ipc namespace shmall";
+  d.mechanism = "rlimit RLIMIT_DATA, tmpfs sizes, ipc namespace shmall";
   d.degraded = true;
   d.bounded_in_total = false;
   d.reason = gap + "; bounded: each process's private writable memory (RLIMIT_DATA " + std::to_string(memory) +
              " bytes; address-space reservations are not counted, so JVMs, Go, V8 and sanitizers run; exceeding "
-             "it fails the allocation with ENOMEM, no OOM kill), every file written, memfds and shm files included "
-             "(RLIMIT_FSIZE " +
-             std::to_string(fsize) +
-             " bytes: a bigger write or ftruncate "
-             "raises SIGXFSZ, which kills a program that does not handle it, status signaled 25), all tmpfs mounts "
-             "together (their sizes sum to at most the limit), SysV shared memory in total (kernel.shmall and "
-             "shmmax of the run's ipc namespace, where its user namespace maps uid 0: see "
-             "enforcement.memory_fallback); NOT bounded: the sum over processes (each has its own "
-             "RLIMIT_DATA), stacks (RLIMIT_STACK each), MAP_SHARED|MAP_ANONYMOUS mappings, and the number of "
-             "memfds (open ones only by RLIMIT_NOFILE; a mapped one outlives its fd)";
+             "it fails the allocation with ENOMEM, no OOM kill), all tmpfs mounts together (their sizes sum to at "
+             "most the limit), SysV shared memory in total (kernel.shmall and shmmax of the run's ipc namespace, "
+             "where its user namespace maps uid 0: see enforcement.memory_fallback); NOT bounded: the sum over "
+             "processes (each has its own RLIMIT_DATA), stacks (RLIMIT_STACK each), MAP_SHARED|MAP_ANONYMOUS "
+             "mappings, and memfds (no file-size limit is set: it would cap files written to rw binds on disk, "
+             "and each memfd alone, never their sum)";
   plan.rlimits.emplace_back(RLIMIT_DATA, static_cast<std::uint64_t>(memory));
-  plan.rlimits.emplace_back(RLIMIT_FSIZE, static_cast<std::uint64_t>(fsize));
 }
 
 }  // namespace
@@ -158,7 +153,7 @@ LimitDecision plan_memory(const Limits& limits, const Cgroups& c, LimitPlan& pla
     d.applied = true;
   } else if (c.gpu) {
     d.reason = gap +
-               "; with --gpu the rlimit fallback (RLIMIT_DATA, RLIMIT_FSIZE; never RLIMIT_AS) is not applied: "
+               "; with --gpu the rlimit fallback (RLIMIT_DATA; never RLIMIT_AS) is not applied: "
                "CUDA's driver and libraries map far more than a program uses, and per-process caps break them. "
                "Host memory is NOT bounded for this run; GPU memory never is (no MIG)";
   } else {

@@ -82,8 +82,11 @@ nlohmann::json memory_fallback_json(const TmpfsBudget& budget, std::int64_t memo
     tmpfs.push_back(trace_object({{"enforcement/memory_fallback/mechanisms/[]/mounts/[]/path", s.path},
                                   {"enforcement/memory_fallback/mechanisms/[]/mounts/[]/key", s.key},
                                   {"enforcement/memory_fallback/mechanisms/[]/mounts/[]/size_bytes", s.bytes}}));
-  json unbounded = json::array({"the sum of RLIMIT_DATA over processes", "stacks (RLIMIT_STACK per process)",
-                                "MAP_SHARED|MAP_ANONYMOUS mappings", "memfds kept alive by a mapping after close"});
+  json unbounded =
+      json::array({"the sum of RLIMIT_DATA over processes", "stacks (RLIMIT_STACK per process)",
+                   "MAP_SHARED|MAP_ANONYMOUS mappings",
+                   "memfds: no RLIMIT_FSIZE is set (limits_plan.cpp fallback_memory): it would stop "
+                   "files larger than the limit on rw binds on disk, and cap each memfd, never their sum"});
   // One mechanism: what it is, its value, what it bounds and what it does not.
   auto mechanism = [](const char* name, const json& value, const char* bounds, const char* not_bounded) {
     return trace_object({{"enforcement/memory_fallback/mechanisms/[]/mechanism", name},
@@ -109,9 +112,6 @@ nlohmann::json memory_fallback_json(const TmpfsBudget& budget, std::int64_t memo
       {mechanism("rlimit RLIMIT_DATA", memory_bytes,
                  "private writable memory of each process: heap, anonymous and writable private file mappings",
                  "address-space reservations (PROT_NONE), shared mappings, stacks; the sum over processes"),
-       mechanism("rlimit RLIMIT_FSIZE", memory_bytes,
-                 "each file written or truncated: memfds, /dev/shm and /tmp files, /out, rw binds (beyond it: SIGXFSZ)",
-                 "the number of memfds: open ones only by RLIMIT_NOFILE, and a mapped memfd outlives its fd"),
        std::move(tmpfs_sizes), std::move(sysv)});
   return trace_object({{"enforcement/memory_fallback/bounded_in_total", false},
                        {"enforcement/memory_fallback/mechanisms", std::move(mechanisms)},

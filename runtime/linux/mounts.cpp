@@ -31,9 +31,14 @@ const char* const kSystemDirs[] = {"/usr", "/bin", "/sbin", "/lib", "/lib64", "/
 // What programs need from /etc, without network (no resolv.conf): the loader cache, certificates,
 // Debian's alternatives (awk, editor, ... are symlinks through it), time zone, and a few tables.
 // (Python runs without /etc/python3*: those hold distutils defaults and an apport hook, and each
-// directory would cost a read-only bind.)
+// directory would cost a read-only bind.) Fontconfig's configuration, without which every
+// program that renders text (a browser, a PDF or plot renderer) falls back to one serif face, and
+// /etc/chromium.d, which Debian's chromium wrapper (/usr/bin/chromium) sources: the browser
+// profile runs `chromium` as installed. Each only where the host has it. Fontconfig's cache
+// (/var/cache/fontconfig) is not bound: fontconfig builds its own under $HOME (/tmp).
 const char* const kEtcEntries[] = {"/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ssl",      "/etc/alternatives",
-                                   "/etc/localtime",   "/etc/protocols",  "/etc/services", "/etc/mime.types"};
+                                   "/etc/localtime",   "/etc/protocols",  "/etc/services", "/etc/mime.types",
+                                   "/etc/fonts",       "/etc/chromium.d"};
 constexpr off_t kEtcCopyMax = 256 * 1024;
 // /proc entries covered in every sandbox (whatever the profile: the runs of other callers and
 // tenants are what they tell of). Docker's and Podman's default masked paths (kernel memory,

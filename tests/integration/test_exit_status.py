@@ -73,6 +73,21 @@ class WallTimeLimit(SbxTestCase):
         finally:
             kill_tree_by_marker(m)
 
+    def test_a_timed_out_busy_loop_is_recorded_with_its_cpu_time(self):
+        # SIGKILL to init alone lost the tree's CPU time (a dying pid namespace's init reaps its
+        # children with SIGCHLD ignored): 1 ms was recorded for 2 s of busy loop. Now init kills and
+        # reaps the tree itself and reports its usage (kEndSandboxSignal, handshake.hpp). At least
+        # half the wall time: a loaded 2-core host may give the loop less than all of one CPU.
+        r = self.run_sbx(["sh", "-c", "while :; do :; done"], ["--timeout", "2s"], timeout=15)
+        self.assertExit(r, 124)
+        t = self.need_trace(r)
+        self.assertEqual(t["result"]["status"], "timeout")
+        self.assertEqual(t["result"]["limits_hit"], ["timeout"])
+        cpu = t["usage"]["cpu_user_ms"] + t["usage"]["cpu_sys_ms"]
+        note(f"2 s busy loop killed at --timeout 2s: cpu_user_ms {t['usage']['cpu_user_ms']}, "
+             f"cpu_sys_ms {t['usage']['cpu_sys_ms']}, wall_ms {t['usage']['wall_ms']}")
+        self.assertGreaterEqual(cpu, 1000, "the program tree's CPU time, not init's\n" + r.describe())
+
     def test_timeout_with_seconds_unit(self):
         r = self.run_sbx(["sleep", "10"], ["--timeout", "1s"], timeout=15)
         self.assertExit(r, 124)

@@ -42,7 +42,7 @@ class DegradedLimits(SbxTestCase):
         enf = t["enforcement"]
         self.assertTrue(enf["cgroup"].startswith("unavailable"), enf["cgroup"])
         applied = enf["limits_applied"]
-        self.assertEqual(applied["memory"]["mechanism"], "rlimit RLIMIT_DATA + RLIMIT_FSIZE, tmpfs sizes, ipc namespace shmall")
+        self.assertEqual(applied["memory"]["mechanism"], "rlimit RLIMIT_DATA, tmpfs sizes, ipc namespace shmall")
         self.assertIs(applied["memory"]["degraded"], True)
         self.assertEqual(applied["memory"]["value"], 256 << 20)
         self.assertEqual(applied["pids"]["mechanism"], "rlimit RLIMIT_NPROC")

@@ -23,6 +23,7 @@ class OutputLimit(SbxTestCase):
         self.assertIs(t["stdout"]["truncated"], True)
         self.assertIs(t["stderr"]["truncated"], False)
         self.assertEqual(t["result"]["exit_code"], 0)
+        self.assertEqual(t["result"]["limits_hit"], ["output"], "the record names the limit hit")
         self.assertIn(t["stdout"]["bytes"], (10, 1000), "stdout.bytes: what the program wrote or what passed")
         note(f"with --output-limit 10 and 1000 bytes written, trace stdout.bytes = {t['stdout']['bytes']} "
              f"({'bytes the program wrote' if t['stdout']['bytes'] == 1000 else 'bytes passed through'}); "

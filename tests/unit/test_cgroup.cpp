@@ -253,7 +253,7 @@ TEST_CASE("cgroup: plan_limits on this host's hybrid layout degrades to rlimits,
   CHECK_FALSE(p.use_cgroup);
   CHECK_FALSE(p.cgroup_limits.memory_bytes.has_value());
   auto* mem = p.find("memory");
-  CHECK(mem->mechanism == "rlimit RLIMIT_DATA + RLIMIT_FSIZE, tmpfs sizes, ipc namespace shmall");
+  CHECK(mem->mechanism == "rlimit RLIMIT_DATA, tmpfs sizes, ipc namespace shmall");
   CHECK(mem->applied);
   CHECK(mem->degraded);
   CHECK_FALSE(mem->bounded_in_total);
@@ -269,11 +269,12 @@ TEST_CASE("cgroup: plan_limits on this host's hybrid layout degrades to rlimits,
   CHECK(cpus->mechanism.empty());
   CHECK(cpus->reason.find("no rlimit") != std::string::npos);
   CHECK(has_rlimit(p, RLIMIT_DATA, 512ULL << 20));
-  CHECK(has_rlimit(p, RLIMIT_FSIZE, 512ULL << 20));  // no file larger than the whole limit
+  // No file-size limit: it stopped big files on rw binds on disk, and bounded no RAM in total.
+  CHECK(std::none_of(p.rlimits.begin(), p.rlimits.end(), [](auto& r) { return r.first == RLIMIT_FSIZE; }));
   CHECK_FALSE(has_rlimit(p, RLIMIT_AS, 512ULL << 20));
   CHECK(has_rlimit(p, RLIMIT_NPROC, 64));
   CHECK(has_rlimit(p, RLIMIT_CPU, 2));
-  CHECK(p.rlimits.size() == 4);
+  CHECK(p.rlimits.size() == 3);
   CHECK(p.find("timeout")->applied);
   CHECK(p.shortfalls(false).size() == 1);  // cpus
   CHECK(p.shortfalls(true).size() == 4);   // + the three rlimit ones
@@ -305,7 +306,7 @@ TEST_CASE("cgroup: plan_limits after a failed cgroup setup, and with no limits")
   auto p = plan_limits(all_limits(), unified({"memory", "pids", "cpu"}), false, false);
   CHECK_FALSE(p.use_cgroup);
   CHECK(p.find("memory")->reason.find("setup failed") != std::string::npos);
-  CHECK(p.rlimits.size() == 4);
+  CHECK(p.rlimits.size() == 3);
 
   auto q = plan_limits(Limits{}, this_hosts_hybrid(), false, true);
   CHECK(q.decisions.empty());

@@ -5,6 +5,7 @@
 
 #include <cstring>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "runtime/launch/outcome.hpp"
@@ -290,16 +291,14 @@ TEST_CASE("decide_outcome: an OOM kill needs the cgroup's count and a SIGKILL") 
   CHECK(decide_outcome(f).status == RunStatus::oom);
 }
 
-TEST_CASE("decide_outcome: SIGXFSZ under the memory fallback names RLIMIT_FSIZE") {
+TEST_CASE("decide_outcome: SIGXFSZ names RLIMIT_FSIZE and where it came from") {
   auto s = program(killed(SIGXFSZ));
   RunFacts f = ran(s);
-  CHECK(decide_outcome(f).reason.empty());
-  f.fsize_cap_bytes = 64LL << 20;
   Outcome o = decide_outcome(f);
   CHECK(o.status == RunStatus::signaled);
   CHECK(exit_status_for(o) == 128 + SIGXFSZ);
   CHECK(o.reason ==
-        "SIGXFSZ: a file grew past RLIMIT_FSIZE (64M, the memory fallback's cap on each file and memfd; see enforcement.memory_fallback)");
+        "SIGXFSZ: a file grew past RLIMIT_FSIZE, which sbx does not set: it was inherited from sbx's caller (ulimit -f)");
 }
 
 TEST_CASE("decide_outcome: the output limit applies to a run that succeeded only") {
@@ -497,4 +496,69 @@ TEST_CASE("a status filter names the statuses and suggests the one meant") {
   CHECK(bad.error().message.find("one of ok, exit_nonzero,") != std::string::npos);
   CHECK_FALSE(parse_run_status("").ok());
   CHECK_FALSE(parse_run_status("OK").ok());
+}
+
+namespace {
+std::vector<std::string> hit_names(const LimitFacts& f) {
+  std::vector<std::string> v;
+  for (auto& h : limits_hit(f)) v.push_back(h.name);
+  return v;
+}
+}  // namespace
+
+TEST_CASE("limits_hit: each limit from what shows it, in a fixed order") {
+  Outcome ok;
+  ok.status = RunStatus::ok;
+  LimitFacts f;
+  f.outcome = &ok;
+  CHECK(limits_hit(f).empty());
+  CHECK(limits_hit_line(limits_hit(f)).empty());
+
+  // The cgroup's pids.events max: forks were refused, whatever the program made of it.
+  f.pids = 64;
+  f.pids_max_events = 3;
+  auto hits = limits_hit(f);
+  REQUIRE(hits.size() == 1);
+  CHECK(hits[0].name == "pids");
+  CHECK(limits_hit_line(hits) == "limit hit: pids (64): raise it with --pids N");
+
+  // memory.events oom without a kill (an allocation failed at memory.max) is a hit too.
+  f.memory_bytes = 1LL << 30;
+  f.memory_oom_events = 1;
+  f.output_truncated = true;
+  f.output_limit_bytes = 1 << 20;
+  CHECK(hit_names(f) == std::vector<std::string>{"memory", "pids", "output"});
+  // The output limit has its own line (tell_user); the rest share one.
+  CHECK(limits_hit_line(limits_hit(f)) ==
+        "limit hit: memory (1G): raise it with --memory SIZE; pids (64): raise it with --pids N");
+}
+
+TEST_CASE("limits_hit: from the outcome: timeouts, OOM kill, SIGXFSZ, the export caps") {
+  LimitFacts f;
+  Outcome o;
+  f.outcome = &o;
+  f.timeout_ms = 30000;
+  o.status = RunStatus::timeout;
+  o.reason = "wall";
+  CHECK(hit_names(f) == std::vector<std::string>{"timeout"});
+  CHECK(limits_hit(f)[0].value == "30s");
+  CHECK(limits_hit_line(limits_hit(f)).empty());  // the wall-time line says it already
+  o.reason = "cpu";
+  CHECK(hit_names(f) == std::vector<std::string>{"cpu_time"});
+  o = Outcome{};
+  o.status = RunStatus::oom;
+  CHECK(hit_names(f) == std::vector<std::string>{"memory"});
+  CHECK(limits_hit_line(limits_hit(f)) == "limit hit: memory: raise it with --memory SIZE");
+  o.status = RunStatus::signaled;
+  o.signal = SIGXFSZ;
+  CHECK(hit_names(f) == std::vector<std::string>{"file_size"});
+  o.signal = SIGKILL;  // a SIGKILL alone names no limit: without memory.events it is no OOM kill
+  CHECK(limits_hit(f).empty());
+  o.status = RunStatus::output_limit;
+  o.signal.reset();
+  CHECK(hit_names(f) == std::vector<std::string>{"artifacts"});
+  // In the rlimit fallback a refused fork or allocation leaves no fact: nothing is guessed.
+  o.status = RunStatus::exit_nonzero;
+  f.pids = 8;
+  CHECK(limits_hit(f).empty());
 }
