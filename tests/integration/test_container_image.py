@@ -391,5 +391,50 @@ class ImportEdges(SbxTestCase):
         self.assertIn("without --sparse", r.err)
 
 
+class ImageRunsAsDocker(SbxTestCase):
+    """--uid's group, --entrypoint and /etc/hosts of image runs (issue 33, item 3)."""
+
+    def setUp(self):
+        super().setUp()
+        layout = self.path("layout")
+        write_oci_layout(layout, platforms=("amd64",))
+        r = sbx(["image", "import", layout, "--name", "docker-like"], timeout=120)
+        self.assertExit(r, 0)
+
+    def test_uid_alone_takes_that_users_group(self):
+        # The image's User is app (1234:2345); docker's --user N runs with N's primary group.
+        for uid, gid in (("0", "0"), ("1234", "2345"), ("777", "777")):
+            r = sbx(["run", "--image", "docker-like", "--uid", uid, "--", "id -u; id -g"], timeout=60)
+            self.assertExit(r, 0)
+            self.assertEqual(r.out.splitlines(), [uid, gid], f"--uid {uid}")
+        r = sbx(["run", "--image", "docker-like", "--uid", "0", "--gid", "5", "--", "id -g"], timeout=60)
+        self.assertEqual(r.out, "5\n", "--gid given wins")
+
+    def test_entrypoint_replaces_the_images(self):
+        # The image's Entrypoint is ["/bin/sh", "-c"]: without --entrypoint a command is a script.
+        r = self.run_sbx(["one", "two"], opts=["--image", "docker-like", "--entrypoint", "/bin/echo"], timeout=60)
+        self.assertExit(r, 0)
+        self.assertEqual(r.out, "one two\n")
+        self.assertEqual(self.need_trace(r)["image"]["entrypoint"], ["/bin/echo"])
+        r = self.run_sbx(["/bin/echo", "cleared"], opts=["--image", "docker-like", "--entrypoint", ""], timeout=60)
+        self.assertExit(r, 0)
+        self.assertEqual(r.out, "cleared\n")
+        self.assertEqual(self.need_trace(r)["image"]["entrypoint"], [])
+        r = sbx(["run", "--image", "docker-like", "--entrypoint", ""], timeout=60)
+        self.assertExit(r, 125)
+        self.assertIn("no command", r.err)
+        r = sbx(["run", "--entrypoint", "/bin/echo", "--", "x"], timeout=60)
+        self.assertExit(r, 125)
+        self.assertIn("it needs --image", r.err)
+
+    def test_etc_hosts_names_localhost_and_the_hostname(self):
+        r = sbx(["run", "--image", "docker-like", "--", "cat /etc/hosts; hostname"], timeout=60)
+        self.assertExit(r, 0)
+        lines = r.out.splitlines()
+        host = lines[-1]
+        self.assertIn(f"127.0.0.1\tlocalhost {host}", lines)
+        self.assertIn("::1\tlocalhost ip6-localhost ip6-loopback", lines)
+
+
 if __name__ == "__main__":
     unittest.main()
