@@ -452,8 +452,9 @@ Status extract_tar(const std::string& path, int root, ImportStats& stats, const 
     auto next = reader.next();
     if (!next) {
       failed = next.error();
-      // Nothing parsed at all: most likely not a tarball (a stray file given by mistake).
-      if (reader.offset() <= 512 && stats.entries == 0)
+      // Nothing parsed at all: most likely not a tarball (a stray file given by mistake); a first
+      // header that is a tar's but describes a member sbx refuses says so itself.
+      if (reader.offset() <= 512 && stats.entries == 0 && !reader.header_seen())
         failed = make_error("usage", path + " is neither a directory nor a tar archive (" + next.error().message + ")");
       break;
     }

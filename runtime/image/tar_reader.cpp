@@ -456,6 +456,7 @@ Result<std::optional<TarEntry>> TarReader::next_entry() {
     }
     if (*got < kBlock) return truncated("partial header at byte " + std::to_string(at));
     SBX_TRY(check_header_sum(h, at));
+    header_seen_ = true;
 
     const char flag = static_cast<char>(h[kTypeflag]);
     auto size = parse_number(h, kSize, false);

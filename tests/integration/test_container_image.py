@@ -379,16 +379,17 @@ class ImportEdges(SbxTestCase):
     def test_a_gnu_sparse_member_is_named_with_how_to_avoid_it(self):
         tarball = self.path("sparse.tar")
         with tarfile.open(tarball, "w", format=tarfile.GNU_FORMAT) as tf:
-            add_bytes(tf, "etc/ok.txt", b"ok\n")
             info = tarfile.TarInfo("var/holes.img")
             info.type, info.size, info.mode = tarfile.GNUTYPE_SPARSE, 0, 0o644
             tf.addfile(info)
+            add_bytes(tf, "etc/ok.txt", b"ok\n")
         r = sbx(["image", "import", tarball, "--name", "sparse"])
         self.assertExit(r, 125)
         self.assertOneSbxLine(r)
         self.assertIn("var/holes.img", r.err)
         self.assertIn("GNU sparse file", r.err)
         self.assertIn("without --sparse", r.err)
+        self.assertNotIn("neither a directory nor a tar archive", r.err, "the first member: still a tar")
 
 
 class ImageRunsAsDocker(SbxTestCase):
