@@ -48,6 +48,7 @@ struct RunFlags {
   // Optional, not empty-means-unset: `--timeout ''` is a bad duration, not "no timeout".
   std::optional<std::string> workdir, timeout, output_limit, memory, pids, cpus, cpu_time;
   std::optional<std::string> image, output_max_bytes, output_max_files;
+  std::optional<std::string> entrypoint;  // run --entrypoint CMD ('' clears the image's)
   std::vector<std::string> inputs;
   // run --secret NAME=@FILE|env:VAR: /run/secrets/NAME for this run only (runtime/linux/mounts.hpp).
   std::vector<std::string> secrets;

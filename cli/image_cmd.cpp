@@ -1,4 +1,4 @@
-// sbx image import DIR|TARBALL --name NAME[:TAG] | ls | inspect REF | rm REF... | verify REF [--full]
+// sbx image import DIR|TARBALL|-[:TAG] --name NAME[:TAG] | ls | inspect REF | rm REF... | verify REF [--full]
 #include <unistd.h>
 
 #include <cstdio>
@@ -176,7 +176,11 @@ void add_image_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& ou
   auto* import = image->add_subcommand(
       "import",
       "Import a directory or a tarball (plain, gzip, xz, zstd, bzip2): a root file system, an OCI image layout or a docker save archive");
-  import->add_option("source", f.source, "Directory or tarball to import")->required();
+  import
+      ->add_option("source", f.source,
+                   "Directory or tarball to import; '-' reads the tarball from stdin; DIR:TAG (or -:TAG) chooses "
+                   "one of the tagged images of an OCI layout or docker archive")
+      ->required();
   import->add_option("--name", f.name, "NAME[:TAG] to give the image (tag defaults to latest)")->required();
   import->add_flag("-q,--quiet", f.quiet, "Print only the digest, no progress");
   import->add_flag("--json", f.as_json,

@@ -71,14 +71,29 @@ std::string tenant_option_check(const std::string& value) {
 
 Status apply_image_config(RunSpec& spec, RunFlags& f, const GlobalOptions& g) {
   const std::string ref = f.image ? *f.image : spec.image;
-  // A digest names a tree, not an import: several names (and origins) may share one, so a run by
-  // digest gets no image's defaults, only what the caller says.
-  if (ref == "host" || ref.starts_with("sha256:")) return {};
+  if (ref == "host") {
+    if (f.entrypoint)
+      return make_error("usage",
+                        "run: --entrypoint replaces an image's Entrypoint: it needs --image (without one, "
+                        "give the program as the command)");
+    return {};
+  }
   ImageStore store(resolve_dirs(g.state_dir).images);
   auto image = store.resolve(ref);
-  if (!image || !image->meta.contains("config")) return {};
+  if (!image) return {};  // the run itself says what is wrong with the reference
+  // A digest names a tree, not an import: several names (and origins) may share one, so a run by
+  // digest gets no image's defaults, only what the caller says.
+  const bool by_digest = ref.starts_with("sha256:");
+  const nlohmann::json config = by_digest ? nlohmann::json(nullptr) : image->meta.value("config", nlohmann::json());
   CallerChoices caller{f.command, f.workdir.has_value(), f.uid.has_value(), f.gid.has_value(), f.env_pass};
-  SBX_TRY(apply_image_defaults(spec, image->meta["config"], image->rootfs, caller, ref));
+  caller.uid_value = f.uid.value_or(0);
+  // docker's --entrypoint: one program, not split; '' clears the image's.
+  if (f.entrypoint)
+    caller.entrypoint = f.entrypoint->empty() ? std::vector<std::string>{} : std::vector<std::string>{*f.entrypoint};
+  SBX_TRY(apply_image_defaults(spec, config, image->rootfs, caller, ref));
+  if (spec.argv.empty() && f.entrypoint)
+    return make_error("usage", "run: no command: --entrypoint '' cleared image " + ref +
+                                   "'s Entrypoint and Cmd; give the command after --");
   f.command = spec.argv;
   return {};
 }
@@ -253,7 +268,12 @@ int print_dry_run(const RunRequest& req) {
 void add_run_options(CLI::App* run, RunFlags& f) {
   add_limit_options(run, f);
   run->add_option("--uid", f.uid, "User id inside the sandbox (default 0: root of its own user namespace)");
-  run->add_option("--gid", f.gid, "Group id inside the sandbox (default 0)");
+  run->add_option("--gid", f.gid,
+                  "Group id inside the sandbox (default 0; with --image and --uid N, N's group in the image's "
+                  "/etc/passwd, else N)");
+  run->add_option("--entrypoint", f.entrypoint,
+                  "With --image: run CMD instead of the image's Entrypoint and Cmd, the command's words as its "
+                  "arguments; '' clears the Entrypoint (the command then runs as given)");
   static const std::string bind_help = [] {
     std::string h = "Bind a host path: SRC[:DST][:OPT[,OPT]] (repeatable); OPT:";
     for (auto& o : kBindOptions) h += std::string(" ") + o.name + " (" + o.help + ")";
@@ -425,6 +445,9 @@ void add_run_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out)
                    req.explicit_limits = explicit_limits(f);
                    req.limit_layers = limit_layers(*profile, nullptr, "", limits_given(f));
                    req.invocation_argv = g.argv;
+                   if (f.entrypoint)
+                     req.image_entrypoint =
+                         f.entrypoint->empty() ? std::vector<std::string>{} : std::vector<std::string>{*f.entrypoint};
                    req.io.stdin_plan = *stdin_plan;
                    if (auto st = apply_named_tenant(f.tenant, req); !st) return usage_error(st.error().message);
                    if (auto st = read_run_secrets(f, req); !st) return usage_error(st.error().message);

@@ -70,12 +70,12 @@ _sbx() {
     [[ $cur == [=:] ]] && cur=""
 
     local global_opts="--state-dir --log-level -v --verbose --version -h --help"
-    local run_opts="--profile --tenant --image --uid --gid --bind --tmpfs --workdir --workspace --input --output --output-max-bytes
+    local run_opts="--profile --tenant --image --entrypoint --uid --gid --bind --tmpfs --workdir --workspace --input --output --output-max-bytes
         --output-max-files --env --env-pass --secret --timeout --output-limit --memory --pids --cpus --cpu-time --require-limits
         --require-record --seccomp --cap-add --gpu --allow-host --trace-file --events --dry-run --systemd-scope --no-systemd-scope -i --interactive -t --tty
         --keep-inputs --json"
     # Options that take a value (the next word is not a subcommand or the command).
-    local takes_arg="--state-dir --log-level --profile --tenant --image --uid --gid --bind --tmpfs --workdir --env
+    local takes_arg="--state-dir --log-level --profile --tenant --image --entrypoint --uid --gid --bind --tmpfs --workdir --env
         --env-pass --timeout --output-limit --memory --pids --cpus --cpu-time --seccomp --cap-add --gpu --allow-host --trace-file --format
         --pubkey --anchor --keep --before --status --since --input --output --output-max-bytes --output-max-files --context --secret --result --name --leaf
         --keep-days --max-bytes --packs --max-concurrent --max-queued --events --limit --newest -n --pack -o"

@@ -10,7 +10,7 @@ set -g __sbx_capabilities CAP_CHOWN CAP_DAC_OVERRIDE CAP_DAC_READ_SEARCH CAP_FOW
 function __sbx_path
     set -l tokens (commandline -opc)
     set -e tokens[1]
-    set -l takes_arg --state-dir --log-level --profile --tenant --image --uid --gid --bind --tmpfs --workdir --env \
+    set -l takes_arg --state-dir --log-level --profile --tenant --image --entrypoint --uid --gid --bind --tmpfs --workdir --env \
         --env-pass --timeout --output-limit --memory --pids --cpus --cpu-time --seccomp --cap-add --gpu --allow-host --trace-file --format --pubkey --anchor --keep --before --status --since \
         --input --output --output-max-bytes --output-max-files --context --secret --result --name \
         --packs --max-concurrent --max-queued --keep-days --max-bytes --leaf --events --limit --newest -n --pack -o
@@ -140,6 +140,7 @@ complete -c sbx -n '__sbx_at run' -l profile -x -a '(__sbx_profiles; __fish_comp
 complete -c sbx -n '__sbx_at run' -l image -x -a 'host (__sbx_images)' -d 'Root file system: host or a stored image'
 complete -c sbx -n '__sbx_at run' -l uid -x -d 'User id inside the sandbox'
 complete -c sbx -n '__sbx_at run' -l gid -x -d 'Group id inside the sandbox'
+complete -c sbx -n '__sbx_at run' -l entrypoint -x -a '(__fish_complete_command)' -d "With --image: run this instead of the image's Entrypoint and Cmd"
 complete -c sbx -n '__sbx_at run' -l bind -r -F -d 'Bind a host path: SRC[:DST][:rw[,idmap]]'
 complete -c sbx -n '__sbx_at run' -l tmpfs -x -d 'Mount a size-capped tmpfs: DST[:SIZE]'
 complete -c sbx -n '__sbx_at run' -l workdir -x -d 'Working directory inside the sandbox'
@@ -178,7 +179,7 @@ function __sbx_complete_cmd
     # The sandboxed command starts at the first word after "run" that is not an option of run (or
     # one of their values), or right after "--".
     set -l tokens (commandline -opc)
-    set -l takes_arg --state-dir --log-level --profile --tenant --image --uid --gid --bind --tmpfs --workdir --env \
+    set -l takes_arg --state-dir --log-level --profile --tenant --image --entrypoint --uid --gid --bind --tmpfs --workdir --env \
         --env-pass --secret --timeout --output-limit --memory --pids --cpus --cpu-time --seccomp --cap-add --gpu --allow-host --trace-file \
         --input --output --output-max-bytes --output-max-files --events
     set -l start 0

@@ -168,6 +168,7 @@ inline constexpr const char* kTraceFields[] = {
     "image",
     "image/digest",
     "image/entries",
+    "image/entrypoint",
     "image/mounts",
     "image/mounts/[]/after_pivot",
     "image/mounts/[]/bytes",

@@ -237,6 +237,15 @@ const char* tar_special_kind(char flag) {
 
 }  // namespace
 
+// The data, plus a header and up to a block of padding per member, plus room for long names (GNU
+// 'L' and pax records of 1 KiB per member on average). Saturating: the limits may be huge.
+std::int64_t max_archive_bytes(const ImportLimits& limits) {
+  const std::int64_t headroom = limits.max_entries > (INT64_MAX - limits.max_bytes) / 3072
+                                    ? INT64_MAX - limits.max_bytes
+                                    : limits.max_entries * 3072;
+  return limits.max_bytes + headroom;
+}
+
 std::uint32_t normalise_mode(bool is_dir, std::uint32_t mode) {
   // No setuid/setgid/sticky, no group/other write. Files are read-only even for their owner
   // (the store is never written after import); directories stay owner-writable so that the
@@ -299,22 +308,12 @@ Status apply_whiteout(int root, const std::string& path, LayerRules& layer) {
 
 // How one tarball is extracted: as a root file system (no layer), or as a container layer with its
 // digest checked on the bytes read; `output_budget` is what the decompressed stream may still
-// come to, shared by all the layers of an image (output_budget() below).
+// come to, shared by all the layers of an image (max_archive_bytes()).
 struct ExtractOptions {
   LayerRules* layer = nullptr;
   std::string expect_sha256;  // hex, "" for none
   std::int64_t* output_budget = nullptr;
 };
-
-// What a tar holding at most max_bytes of file data in max_entries members can decompress to: the
-// data, plus a header and up to a block of padding per member, plus room for long names (GNU 'L'
-// and pax records of 1 KiB per member on average). Saturating: the limits may be huge.
-std::int64_t output_budget(const ImportLimits& limits) {
-  const std::int64_t headroom = limits.max_entries > (INT64_MAX - limits.max_bytes) / 3072
-                                    ? INT64_MAX - limits.max_bytes
-                                    : limits.max_entries * 3072;
-  return limits.max_bytes + headroom;
-}
 
 // Every ancestor of `path` and `path` itself: what a layer's member makes exist in this layer.
 void mark_created(LayerRules& layer, const std::string& path) {
@@ -441,7 +440,7 @@ Status extract_tar(const std::string& path, int root, ImportStats& stats, const 
   auto tarball = Tarball::open(path);
   if (!tarball) return tarball.error();
   if (!opt.expect_sha256.empty()) tarball->expect_sha256(opt.expect_sha256, "layer " + path);
-  std::int64_t own_budget = output_budget(limits);
+  std::int64_t own_budget = max_archive_bytes(limits);
   std::int64_t& budget = opt.output_budget ? *opt.output_budget : own_budget;
   tarball->limit_output(budget,
                         "more than --max-bytes of file data and tar headers for --max-entries members could take; "
@@ -453,8 +452,9 @@ Status extract_tar(const std::string& path, int root, ImportStats& stats, const 
     auto next = reader.next();
     if (!next) {
       failed = next.error();
-      // Nothing parsed at all: most likely not a tarball (a stray file given by mistake).
-      if (reader.offset() <= 512 && stats.entries == 0)
+      // Nothing parsed at all: most likely not a tarball (a stray file given by mistake); a first
+      // header that is a tar's but describes a member sbx refuses says so itself.
+      if (reader.offset() <= 512 && stats.entries == 0 && !reader.header_seen())
         failed = make_error("usage", path + " is neither a directory nor a tar archive (" + next.error().message + ")");
       break;
     }
@@ -495,7 +495,7 @@ Result<ImportStats> apply_layers(const std::vector<std::string>& layers, const s
   ImportStats stats;
   // One decompression budget for the whole image: a small bomb listed as many layers must not get
   // a fresh one each time.
-  std::int64_t budget = output_budget(limits);
+  std::int64_t budget = max_archive_bytes(limits);
   for (std::size_t i = 0; i < layers.size(); ++i) {
     LayerRules rules;
     ExtractOptions opt;

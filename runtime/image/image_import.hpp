@@ -40,6 +40,10 @@ struct ImportLimits {
   std::int64_t max_entries = kDefaultMaxEntries;  // every member, dropped ones included
 };
 
+// What a tar holding at most max_bytes of file data in max_entries members can come to: the
+// bound on a decompressed stream, and on an archive read from stdin before it is extracted.
+std::int64_t max_archive_bytes(const ImportLimits& limits);
+
 // Called often (after every entry and every chunk of a large file) with the phase ("copying",
 // "extracting", "hashing") and the totals so far; the caller throttles what it prints.
 using ImportProgress = std::function<void(const char* phase, std::int64_t entries, std::int64_t bytes)>;

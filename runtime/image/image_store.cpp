@@ -176,8 +176,8 @@ struct Unpacked {
 // every rule of a root file system import) into staging/rootfs first, and if what came out is a
 // container image it moves to staging/archive to be resolved, leaving rootfs empty for its layers.
 Result<Unpacked> unpack_source(const std::string& source, bool is_dir, const std::string& staging,
-                               const ImportProgress& progress, const ImportLimits& limits,
-                               const ImportOptions& options) {
+                               const ImportProgress& progress, const ImportLimits& limits, const ImportOptions& options,
+                               const std::string& tag) {
   const std::string rootfs = staging + "/rootfs";
   const bool may_be_container = options.format != "rootfs";
   Unpacked out;
@@ -201,6 +201,9 @@ Result<Unpacked> unpack_source(const std::string& source, bool is_dir, const std
       out.stats = ImportStats{};
     }
   }
+  if (!format && !tag.empty())
+    return make_error("usage", source + " is a root file system, which has no tags: ':" + tag +
+                                   "' chooses an image of an OCI layout or docker archive");
   if (options.format != "auto" && options.format != "rootfs" && format != options.format)
     return make_error("usage", source + " is not " +
                                    (options.format == "oci-layout" ? "an OCI image layout" : "a docker save archive") +
@@ -261,8 +264,9 @@ namespace {
 // layers are applied): the layers get what remains of the limits.
 Result<ImportStats> apply_container_layers(Unpacked& layout, const std::string& source, const std::string& rootfs,
                                            const ImportProgress& progress, const ImportLimits& limits,
-                                           const ImportOptions& options, std::optional<ContainerImage>& container) {
-  auto img = resolve_container_image(layout.dir, options.platform);
+                                           const ImportOptions& options, const std::string& tag,
+                                           std::optional<ContainerImage>& container) {
+  auto img = resolve_container_image(layout.dir, options.platform, tag);
   if (!img) return img.error();
   ImportLimits left = limits;
   left.max_bytes -= layout.archive_bytes;
@@ -298,7 +302,96 @@ json image_meta(const std::string& hex, const std::string& source, const TreeSca
 
 }  // namespace
 
-Result<ImageRecord> ImageStore::import(const std::string& source, const std::string& name_text,
+ImportSource parse_import_source(const std::string& text) {
+  ImportSource out;
+  if (text == "-" || text.starts_with("-:")) {
+    out.from_stdin = true;
+    if (text.size() > 2) out.tag = text.substr(2);
+    return out;
+  }
+  out.path = text;
+  struct stat st;
+  if (::lstat(text.c_str(), &st) == 0) return out;
+  auto colon = text.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == text.size()) return out;
+  if (::lstat(text.substr(0, colon).c_str(), &st) != 0) return out;
+  out.path = text.substr(0, colon);
+  out.tag = text.substr(colon + 1);
+  return out;
+}
+
+namespace {
+
+// stdin (a pipe, as from `podman save`) copied once into an unlinked file in the store's tmp/:
+// the tar reader needs a regular file (it looks at the magic bytes twice), and a stream that
+// would come to more than any archive the limits allow is stopped there, nothing kept.
+Result<UniqueFd> spool_stdin(const std::string& dir, std::int64_t bound) {
+  if (::isatty(STDIN_FILENO) == 1)
+    return make_error("usage",
+                      "image import -: stdin is a terminal; pipe an archive into it (podman save IMAGE | "
+                      "sbx image import - --name NAME)");
+  UniqueFd fd(::open(dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600));
+  if (!fd.ok()) {
+    // A file system without O_TMPFILE: a named file, unlinked at once.
+    std::string tmpl = dir + "/stdin-" + std::to_string(::getpid()) + "-XXXXXX";
+    fd = UniqueFd(::mkostemp(tmpl.data(), O_CLOEXEC));
+    if (!fd.ok()) return sys_error(kStage, "cannot create a file for stdin in " + dir);
+    ::unlink(tmpl.c_str());
+  }
+  std::vector<char> buf(1 << 20);
+  std::int64_t total = 0;
+  for (;;) {
+    ssize_t n = ::read(STDIN_FILENO, buf.data(), buf.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return sys_error("usage", "image import -: read stdin");
+    if (n == 0) break;
+    total += n;
+    if (total > bound)
+      return make_error("usage", "image import -: stdin holds more than " + std::to_string(bound) +
+                                     " bytes, more than an archive within --max-bytes and --max-entries can be; "
+                                     "nothing was stored (raise them, or import a file)");
+    SBX_TRY(write_all(fd.get(), std::string_view(buf.data(), static_cast<std::size_t>(n)), "stdin's copy"));
+  }
+  if (total == 0) return make_error("usage", "image import -: stdin is empty; pipe an archive into it");
+  return fd;
+}
+
+// The source as a path to read (stdin's copy through /proc/self/fd, its descriptor kept open).
+struct OpenedSource {
+  std::string path;
+  bool is_dir = false;
+  UniqueFd spooled;
+};
+
+Result<OpenedSource> open_source(const ImportSource& src, const std::string& text, const std::string& tmp,
+                                 const ImportLimits& limits) {
+  OpenedSource out;
+  out.path = src.path;
+  if (src.from_stdin) {
+    auto fd = spool_stdin(tmp, max_archive_bytes(limits));
+    if (!fd) return fd.error();
+    out.spooled = std::move(*fd);
+    out.path = "/proc/self/fd/" + std::to_string(out.spooled.get());
+  }
+  struct stat st;
+  if (::stat(out.path.c_str(), &st) != 0) return sys_error("usage", "cannot import " + text);
+  if (!S_ISDIR(st.st_mode) && !S_ISREG(st.st_mode))
+    return make_error("usage", "cannot import " + text + ": not a directory or a tarball");
+  out.is_dir = S_ISDIR(st.st_mode);
+  return out;
+}
+
+// An error about stdin's copy names it as the caller knows it.
+Error naming_stdin(Error e, const OpenedSource& source) {
+  if (!source.spooled.ok()) return e;
+  for (auto at = e.message.find(source.path); at != std::string::npos; at = e.message.find(source.path, at))
+    e.message.replace(at, source.path.size(), "stdin");
+  return e;
+}
+
+}  // namespace
+
+Result<ImageRecord> ImageStore::import(const std::string& source_text, const std::string& name_text,
                                        const ImportProgress& progress, const ImportLimits& limits,
                                        const ImportOptions& options) {
   if (options.format != "auto" && options.format != "rootfs" && options.format != "oci-layout" &&
@@ -307,13 +400,13 @@ Result<ImageRecord> ImageStore::import(const std::string& source, const std::str
                       "--format: expected auto, rootfs, oci-layout or docker-archive, got '" + options.format + "'");
   auto name = canonical_image_name(name_text);
   if (!name) return name.error();
-  struct stat st;
-  if (::stat(source.c_str(), &st) != 0) return sys_error("usage", "cannot import " + source);
-  if (!S_ISDIR(st.st_mode) && !S_ISREG(st.st_mode))
-    return make_error("usage", "cannot import " + source + ": not a directory or a tarball");
   // The store must be traversable by the sandbox's root, which as host root is an unprivileged
   // mapped uid: 0755 directories on the way (the tree itself holds nothing secret).
   for (auto* sub : {"/tmp", "/sha256", "/names"}) SBX_TRY(ensure_dir(root_ + sub, 0755));
+  const ImportSource src = parse_import_source(source_text);
+  auto opened = open_source(src, source_text, root_ + "/tmp", limits);
+  if (!opened) return opened.error();
+  const std::string& source = opened->path;
   std::string tmpl = root_ + "/tmp/import-" + std::to_string(::getpid()) + "-XXXXXX";
   if (!::mkdtemp(tmpl.data())) return sys_error(kStage, "cannot create a staging directory in " + root_ + "/tmp");
   std::string staging = tmpl;
@@ -327,13 +420,13 @@ Result<ImageRecord> ImageStore::import(const std::string& source, const std::str
   std::string rootfs = staging + "/rootfs";
   if (::mkdir(rootfs.c_str(), 0755) != 0) return sys_error(kStage, "cannot create " + rootfs);
 
-  auto layout = unpack_source(source, S_ISDIR(st.st_mode), staging, progress, limits, options);
-  if (!layout) return layout.error();
+  auto layout = unpack_source(source, opened->is_dir, staging, progress, limits, options, src.tag);
+  if (!layout) return naming_stdin(layout.error(), *opened);
   std::optional<ContainerImage> container;
   Result<ImportStats> stats = std::move(layout->stats);
   if (!layout->dir.empty())
-    stats = apply_container_layers(*layout, source, rootfs, progress, limits, options, container);
-  if (!stats) return stats.error();
+    stats = apply_container_layers(*layout, source, rootfs, progress, limits, options, src.tag, container);
+  if (!stats) return naming_stdin(stats.error(), *opened);
   ScanOptions hashing;
   if (progress)
     hashing.progress = [&](std::int64_t entries, std::int64_t bytes) { progress("hashing", entries, bytes); };
@@ -370,7 +463,7 @@ Result<ImageRecord> ImageStore::import(const std::string& source, const std::str
     // Taken once the tree is in its final place (a rename touches the ctime of what it moves).
     auto seal = compute_seal(dir + "/rootfs");
     if (!seal) return seal.error();
-    json meta = image_meta(hex, source, *scan, *stats, *seal, container.has_value());
+    json meta = image_meta(hex, source_text, *scan, *stats, *seal, container.has_value());
     // The source path is the caller's bytes: dump_json escapes it if it is not UTF-8 (json_io.hpp).
     SBX_TRY(write_file_durable(dir + "/image.json", dump_json(meta, 2) + "\n", 0644));
   }

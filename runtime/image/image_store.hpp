@@ -62,13 +62,26 @@ struct ImportOptions {
   std::string platform = "linux/amd64";
 };
 
+// What `sbx image import SOURCE` reads. SOURCE is "-" for stdin (spooled to an unlinked file in
+// the store, bounded by max_archive_bytes), a path, or PATH:TAG to choose one of the tagged images
+// of an OCI layout or docker archive (skopeo's oci:DIR:TAG). A path may itself contain ':', so
+// the part after the last ':' is a tag only when SOURCE does not exist as given and the part
+// before it does ("-:TAG": stdin and a tag).
+struct ImportSource {
+  std::string path;  // "" for stdin
+  std::string tag;   // "" for none
+  bool from_stdin = false;
+};
+ImportSource parse_import_source(const std::string& text);
+
 class ImageStore {
  public:
   explicit ImageStore(std::string root) : root_(std::move(root)) {}
   const std::string& root() const { return root_; }
 
-  // `source` is a directory or a tarball (plain, gzip, xz, zstd, bzip2): a root file system, an
-  // OCI image layout, or a docker save archive (ImportOptions).
+  // `source` (ImportSource: a path, PATH:TAG, or "-" for stdin) is a directory or a tarball (plain,
+  // gzip, xz, zstd, bzip2): a root file system, an OCI image layout, or a docker save archive
+  // (ImportOptions).
   Result<ImageRecord> import(const std::string& source, const std::string& name, const ImportProgress& progress,
                              const ImportLimits& limits = {}, const ImportOptions& options = {});
   Result<std::vector<ImageRecord>> list() const;

@@ -6,6 +6,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <set>
 #include <utility>
@@ -237,8 +238,74 @@ Status keep_layer(ContainerImage& img, UniqueFd fd, std::string digest) {
   return {};
 }
 
-Result<ContainerImage> resolve_oci(int dirfd, const std::string& dir, const Platform& want) {
-  auto index = read_doc_at(dirfd, "index.json", dir);
+// Tags: an OCI layout names each image it holds by its index descriptor's kOciRefName
+// annotation (skopeo's oci:DIR:TAG writes and selects it); a docker archive by its RepoTags. A tag
+// asked for matches a name exactly, or else the tag part of a full reference ("3.19" for
+// "docker.io/library/alpine:3.19"), which must then be unique.
+constexpr std::size_t kMaxTagsListed = 8;  // in a message: the names are the archive's, unbounded
+
+std::string tag_list(const std::vector<std::string>& tags) {
+  std::string out;
+  for (std::size_t i = 0; i < tags.size() && i < kMaxTagsListed; ++i)
+    out += (i ? ", " : "") + json_excerpt(json(tags[i]), 64);
+  if (tags.size() > kMaxTagsListed) out += ", and " + std::to_string(tags.size() - kMaxTagsListed) + " more";
+  return out;
+}
+
+// The names in `names` (distinct) that `tag` selects.
+std::vector<std::string> tags_matching(const std::vector<std::string>& names, const std::string& tag) {
+  std::vector<std::string> exact, suffix;
+  for (auto& n : names) {
+    if (n == tag) exact.push_back(n);
+    else if (n.size() > tag.size() && n.ends_with(tag) && n[n.size() - tag.size() - 1] == ':') suffix.push_back(n);
+  }
+  return exact.empty() ? suffix : exact;
+}
+
+// Which of `names` (distinct, as the archive lists them) the import takes: the one `tag` selects,
+// or with no tag the only one; "" when there are no names to choose from.
+Result<std::string> choose_tag(const std::vector<std::string>& names, const std::string& tag, const std::string& dir) {
+  if (tag.empty()) {
+    if (names.size() <= 1) return names.empty() ? std::string() : names[0];
+    return make_error("usage", dir + " holds " + std::to_string(names.size()) + " tagged images (" + tag_list(names) +
+                                   "); choose one by importing " + dir + ":TAG");
+  }
+  auto hits = tags_matching(names, tag);
+  if (hits.empty())
+    return make_error("usage", "no image tagged " + json_excerpt(json(tag), 64) + " in " + dir +
+                                   (names.empty() ? " (it names no tags)" : " (it has " + tag_list(names) + ")"));
+  if (hits.size() > 1)
+    return make_error("usage", "the tag " + json_excerpt(json(tag), 64) + " matches " + tag_list(hits) + " in " + dir +
+                                   "; give the full name after the ':'");
+  return hits[0];
+}
+
+// index.json reduced to the descriptors of the tagged image chosen (choose_tag); an index whose
+// descriptors carry no tag is kept whole (a multi-platform index written without names).
+Result<json> select_tagged(const json& index, const std::string& tag, const std::string& dir) {
+  if (!index.is_object() || !index.contains("manifests") || !index["manifests"].is_array()) return index;
+  std::vector<std::string> names;
+  auto name_of = [](const json& d) {
+    return d.is_object() && d.contains("annotations") ? str_of(d["annotations"], kOciRefName) : std::string();
+  };
+  for (const json& d : index["manifests"]) {
+    std::string n = name_of(d);
+    if (!n.empty() && std::find(names.begin(), names.end(), n) == names.end()) names.push_back(n);
+  }
+  auto chosen = choose_tag(names, tag, dir);
+  if (!chosen) return chosen.error();
+  if (chosen->empty()) return index;
+  json out = index;
+  out["manifests"] = json::array();
+  for (const json& d : index["manifests"])
+    if (name_of(d) == *chosen) out["manifests"].push_back(d);
+  return out;
+}
+
+Result<ContainerImage> resolve_oci(int dirfd, const std::string& dir, const Platform& want, const std::string& tag) {
+  auto whole = read_doc_at(dirfd, "index.json", dir);
+  if (!whole) return whole.error();
+  auto index = select_tagged(*whole, tag, dir);
   if (!index) return index.error();
   std::optional<json> desc;
   IndexWalk walk;
@@ -280,14 +347,36 @@ Result<ContainerImage> resolve_oci(int dirfd, const std::string& dir, const Plat
 // A classic `docker save`: manifest.json lists the config file and the layer tars; each layer is
 // checked against the config's rootfs.diff_ids (the SHA-256 of the uncompressed layer), or
 // against its own name when it is stored as blobs/sha256/<hex>.
-Result<ContainerImage> resolve_docker(int dirfd, const std::string& dir, const Platform& want) {
+// The entry of a docker archive's manifest.json that `tag` selects among their RepoTags (the
+// only entry when no tag is given).
+Result<json> docker_entry(const json& list, const std::string& tag, const std::string& dir) {
+  std::vector<std::string> names;
+  for (const json& e : list)
+    if (e.is_object() && e.contains("RepoTags") && e["RepoTags"].is_array())
+      for (const json& t : e["RepoTags"])
+        if (t.is_string() && std::find(names.begin(), names.end(), t.get<std::string>()) == names.end())
+          names.push_back(t.get<std::string>());
+  if (tag.empty() && list.size() == 1) return list[0];
+  if (tag.empty() && names.size() <= 1)
+    return make_error("usage", "the archive " + dir + " holds " + std::to_string(list.size()) +
+                                   " images; sbx imports one (save them one at a time)");
+  auto chosen = choose_tag(names, tag, dir);
+  if (!chosen) return chosen.error();
+  for (const json& e : list)
+    if (e.is_object() && e.contains("RepoTags") && e["RepoTags"].is_array())
+      for (const json& t : e["RepoTags"])
+        if (t.is_string() && t.get<std::string>() == *chosen) return e;
+  return make_error("usage", "the archive " + dir + " holds " + std::to_string(list.size()) +
+                                 " images; sbx imports one (save them one at a time)");
+}
+
+Result<ContainerImage> resolve_docker(int dirfd, const std::string& dir, const Platform& want, const std::string& tag) {
   auto list = read_doc_at(dirfd, "manifest.json", dir);
   if (!list) return list.error();
   if (!list->is_array() || list->empty()) return make_error(kStage, "manifest.json in " + dir + " lists no image");
-  if (list->size() > 1)
-    return make_error(kStage, "the archive holds " + std::to_string(list->size()) +
-                                  " images; sbx imports one (save them one at a time)");
-  const json& entry = (*list)[0];
+  auto chosen = docker_entry(*list, tag, dir);
+  if (!chosen) return chosen.error();
+  const json& entry = *chosen;
   const std::string config_path = str_of(entry, "Config");
   if (config_path.empty() || !entry.contains("Layers") || !entry["Layers"].is_array())
     return make_error(kStage, "manifest.json in " + dir + " has no Config or Layers");
@@ -342,18 +431,31 @@ std::optional<std::string> container_format(const std::string& dir) {
   UniqueFd d(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (d.get() < 0) return std::nullopt;
   if (exists_beneath(d.get(), "oci-layout") && exists_beneath(d.get(), "index.json")) return "oci-layout";
+  if (exists_beneath(d.get(), "manifest.json") && exists_beneath(d.get(), "version") &&
+      !exists_beneath(d.get(), "oci-layout"))
+    return "docker-dir";
   if (exists_beneath(d.get(), "manifest.json") && !exists_beneath(d.get(), "oci-layout")) return "docker-archive";
   return std::nullopt;
 }
 
-Result<ContainerImage> resolve_container_image(const std::string& dir, const std::string& platform) {
+Result<ContainerImage> resolve_container_image(const std::string& dir, const std::string& platform,
+                                               const std::string& tag) {
   auto want = parse_platform(platform);
   if (!want) return want.error();
   UniqueFd d(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (d.get() < 0) return sys_error(kStage, "cannot open " + dir);
   auto format = container_format(dir);
   if (!format) return make_error(kStage, dir + " is neither an OCI image layout nor a docker save archive");
-  return *format == "oci-layout" ? resolve_oci(d.get(), dir, *want) : resolve_docker(d.get(), dir, *want);
+  // Its manifest.json is one image's registry manifest, its blobs are named by bare hex digests:
+  // a third layout, which skopeo converts losslessly into one sbx reads.
+  if (*format == "docker-dir")
+    return make_error("usage", dir +
+                                   " is a containers-image \"dir\" layout (manifest.json and version, as written by "
+                                   "'podman save --format docker-dir' or 'skopeo copy ... dir:" +
+                                   dir + "'), which sbx does not import: convert it with 'skopeo copy dir:" + dir +
+                                   " oci:NEWDIR:latest' and import NEWDIR, or save the image with 'podman save "
+                                   "--format oci-archive' (or oci-dir, or docker-archive)");
+  return *format == "oci-layout" ? resolve_oci(d.get(), dir, *want, tag) : resolve_docker(d.get(), dir, *want, tag);
 }
 
 }  // namespace sbx

@@ -33,12 +33,23 @@ struct ContainerImage {
   std::vector<UniqueFd> fds;  // the open layer files behind `layers`
 };
 
-// Whether `dir` holds an OCI layout ("oci-layout" and "index.json") or a classic docker archive
-// ("manifest.json" and no "oci-layout"): "oci-layout", "docker-archive", or nullopt.
+// Whether `dir` holds an OCI layout ("oci-layout" and "index.json"), a classic docker archive
+// ("manifest.json" and no "oci-layout"), or the containers/image "dir" transport's layout
+// ("manifest.json" and "version": what `podman save --format docker-dir` and `skopeo copy ...
+// dir:DIR` write, refused with how to convert it): "oci-layout", "docker-archive", "docker-dir",
+// or nullopt.
 std::optional<std::string> container_format(const std::string& dir);
 
+// The annotation an OCI layout's index.json names each tagged image by (what skopeo's
+// oci:DIR:TAG selects).
+inline constexpr const char* kOciRefName = "org.opencontainers.image.ref.name";
+
 // Resolves the image in `dir` for `platform` ("linux/amd64", "linux/arm64/v8", ...), checking
-// every digest. Errors have stage "image" and name the file and what is wrong.
-Result<ContainerImage> resolve_container_image(const std::string& dir, const std::string& platform);
+// every digest. `tag` selects among an OCI layout's tagged images (kOciRefName) or a docker
+// archive's RepoTags; without one, a layout or archive holding several tagged images is refused
+// with their tags. Errors have stage "image" (or "usage" for a choice the caller must make) and
+// name the file and what is wrong.
+Result<ContainerImage> resolve_container_image(const std::string& dir, const std::string& platform,
+                                               const std::string& tag = "");
 
 }  // namespace sbx

@@ -144,6 +144,13 @@ struct Pending {
   bool any() const { return first_header >= 0; }
 };
 
+// A sparse member (GNU 'S', or pax GNU.sparse.* records) stores a file's holes as a map rather
+// than as zeros. sbx's reader does not interpret the map (which would be one more parser of
+// hostile offsets); the fix is on the writer's side, and every container tool writes plain members.
+constexpr const char* kSparseRefusal =
+    ", which sbx does not read: it was written by tar --sparse (-S) for a file with holes; re-create the "
+    "archive or layer without --sparse (podman, buildah, docker and skopeo never write sparse members)";
+
 // pax records: "LENGTH KEY=VALUE\n", LENGTH counting the whole record in decimal.
 Status parse_pax(std::string_view data, Pending& p, const std::string& where) {
   auto bad = [&](const std::string& why) {
@@ -178,7 +185,7 @@ Status parse_pax(std::string_view data, Pending& p, const std::string& where) {
       }
       (key == "size" ? p.size : p.mtime) = v;
     } else if (key.substr(0, 11) == "GNU.sparse.") {
-      return bad("GNU sparse files are not supported");
+      return bad(std::string("GNU.sparse.* records: a GNU sparse file") + kSparseRefusal);
     }
     // Other keys (uid, gid, uname, gname, atime, ctime, SCHILY.xattr.*, ...) are not needed.
   }
@@ -340,7 +347,7 @@ Result<TarEntry::Type> member_type(char flag, const std::string& where) {
     case '2': return TarEntry::Type::symlink;
     case '5':
     case 'D': return TarEntry::Type::dir;  // 'D': GNU dumpdir, a dir + listing
-    case 'S': return make_error(kStage, "tar: " + where + " is a GNU sparse file, which is not supported");
+    case 'S': return make_error(kStage, "tar: " + where + " is a GNU sparse file (type 'S')" + kSparseRefusal);
     case 'M':
       return make_error(kStage,
                         "tar: " + where + " continues from another volume (multi-volume archives are not supported)");
@@ -449,6 +456,7 @@ Result<std::optional<TarEntry>> TarReader::next_entry() {
     }
     if (*got < kBlock) return truncated("partial header at byte " + std::to_string(at));
     SBX_TRY(check_header_sum(h, at));
+    header_seen_ = true;
 
     const char flag = static_cast<char>(h[kTypeflag]);
     auto size = parse_number(h, kSize, false);

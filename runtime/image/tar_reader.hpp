@@ -66,6 +66,8 @@ class TarReader {
 
   // Bytes consumed from fd so far (the offset into the uncompressed archive).
   std::int64_t offset() const { return offset_; }
+  // Whether a header with a valid checksum was read: the input is a tar, whatever failed after.
+  bool header_seen() const { return header_seen_; }
 
  private:
   Result<std::optional<TarEntry>> next_entry();
@@ -80,6 +82,7 @@ class TarReader {
   std::unique_ptr<ByteSource> owned_;  // the fd's source, for TarReader(int)
   ByteSource* src_;
   std::int64_t offset_ = 0;
+  bool header_seen_ = false;
   std::int64_t data_left_ = 0;  // unread data bytes of the current member
   std::int64_t pad_left_ = 0;   // zero padding after them, up to the next 512-byte block
   bool readable_ = false;       // the current member is a file (read() returns its data)

@@ -141,6 +141,7 @@ class Image final : public Facility {
                                                      {"image/root/upper_size_bytes", mounts.upper_size_bytes},
                                                      {"image/root/read_only", true}})},
                         {"image/mounts", mounts_to_json(mounts)}});
+    if (ctx.parts && ctx.req.image_entrypoint) put(ctx.parts->image, "image/entrypoint", *ctx.req.image_entrypoint);
     mounts.image_fd = ctx.image_fd.get();
     mounts.image_path = image.rootfs;
     return {};
@@ -215,7 +216,8 @@ class Inputs final : public Facility {
       if (!hashed) return hashed.error();
       ctx.inputs = std::move(*hashed);
     }
-    ctx.mounts.files = ctx.req.files;
+    // After the files plan_mounts generated (an image's /etc/hosts).
+    ctx.mounts.files.insert(ctx.mounts.files.end(), ctx.req.files.begin(), ctx.req.files.end());
     return {};
   }
 };

@@ -87,6 +87,8 @@ struct RunRequest {
   std::shared_ptr<BlobPin> blob_pin = std::make_shared<BlobPin>();
   // Files sbx generates for the sandbox (records, code): bound read-only, never on the host.
   std::vector<GeneratedFile> files;
+  // run --entrypoint: what replaced the image's Entrypoint (already in spec.argv), for the record.
+  std::optional<std::vector<std::string>> image_entrypoint;
   // --output DIR: export /out there after the run (prepare_export_dir checked it beforehand).
   std::string export_dir;
 

@@ -667,13 +667,20 @@ Result<MountPlan> plan_mounts(const RunSpec& spec, const std::vector<BindSource>
   if (spec.gid != 0) group += "sbx:x:" + gid + ":\n";
   passwd += "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n";
   group += "nogroup:x:65534:\n";
+  // localhost and the sandbox's own hostname resolve without DNS (which the sandbox may not have).
+  const std::string hosts = "127.0.0.1\tlocalhost " + spec.hostname + "\n::1\tlocalhost ip6-localhost ip6-loopback\n";
   if (host_root)
-    p.generated = {
-        {"/etc/passwd", passwd},
-        {"/etc/group", group},
-        {"/etc/hostname", spec.hostname + "\n"},
-        {"/etc/hosts", "127.0.0.1\tlocalhost " + spec.hostname + "\n::1\tlocalhost ip6-localhost ip6-loopback\n"},
-        {"/etc/nsswitch.conf", "passwd: files\ngroup: files\nhosts: files\n"}};
+    p.generated = {{"/etc/passwd", passwd},
+                   {"/etc/group", group},
+                   {"/etc/hostname", spec.hostname + "\n"},
+                   {"/etc/hosts", hosts},
+                   {"/etc/nsswitch.conf", "passwd: files\ngroup: files\nhosts: files\n"}};
+  // An image brings its own /etc, whose hosts file a container engine replaces at run time (an
+  // image's is empty or absent): the same one, bound read-only over it, unless the caller binds
+  // their own there.
+  bool caller_hosts = false;
+  for (auto& b : spec.binds) caller_hosts = caller_hosts || b.dst == "/etc/hosts" || b.dst == "/etc";
+  if (!host_root && !caller_hosts) p.files.push_back({"/etc/hosts", hosts, 0444});
   // The sources as they were opened and checked (the caller's symlinks followed then, once):
   // init binds each real path only if it still leads, without a symlink, to that very file.
   for (std::size_t i = 0; i < sources.size(); ++i) {

@@ -44,8 +44,11 @@ Result<std::string> read_db(const std::string& rootfs, const char* rel, const st
   return read_bounded_fd(f.get(), kMaxDbBytes, "usage", std::string("/") + rel + " of image " + image);
 }
 
-// The numeric id of `name` in a passwd/group file (field 3), and for passwd its group (field 4).
-std::optional<std::pair<std::uint32_t, std::uint32_t>> lookup(const std::string& db, const std::string& name) {
+// The entry of a passwd/group file whose field `key_field` is `key` (its name, or with kIdField
+// its id): the numeric id (field 3), and for passwd its group (field 4).
+constexpr std::size_t kNameField = 0, kIdField = 2;
+std::optional<std::pair<std::uint32_t, std::uint32_t>> lookup(const std::string& db, const std::string& key,
+                                                              std::size_t key_field = kNameField) {
   std::size_t pos = 0;
   while (pos < db.size()) {
     std::size_t end = db.find('\n', pos);
@@ -58,13 +61,22 @@ std::optional<std::pair<std::uint32_t, std::uint32_t>> lookup(const std::string&
       if (b == std::string::npos) break;
       a = b + 1;
     }
-    if (f.size() < 3 || f[0] != name) continue;
+    if (f.size() < 3 || f[key_field] != key) continue;
     auto id = number(f[2]);
     if (!id) return std::nullopt;
     auto group = f.size() > 3 ? number(f[3]) : std::nullopt;
     return std::pair{*id, group.value_or(*id)};
   }
   return std::nullopt;
+}
+
+// The primary group of the user whose uid is `uid` in the image's /etc/passwd, else `uid` itself:
+// what docker gives `--user N` (so `--uid 0` runs with gid 0, not with the image User's group).
+std::uint32_t primary_gid_of(std::uint32_t uid, const std::string& rootfs, const std::string& image) {
+  auto db = read_db(rootfs, "etc/passwd", image);
+  if (!db) return uid;
+  auto hit = lookup(*db, std::to_string(uid), kIdField);
+  return hit ? hit->second : uid;
 }
 
 // "uid", "uid:gid", "name", "name:group", as a container config's User.
@@ -108,12 +120,18 @@ Status apply_user(RunSpec& spec, const std::string& user, const std::string& roo
 
 Status apply_image_defaults(RunSpec& spec, const nlohmann::json& defaults, const std::string& rootfs,
                             const CallerChoices& caller, const std::string& image) {
+  // --uid N alone: N's own primary group, whatever the image's User says (docker's --user N).
+  if (caller.uid && !caller.gid) spec.gid = primary_gid_of(caller.uid_value, rootfs, image);
   if (!defaults.is_object()) {
-    spec.argv = caller.command;
+    spec.argv = caller.entrypoint ? *caller.entrypoint : std::vector<std::string>{};
+    spec.argv.insert(spec.argv.end(), caller.command.begin(), caller.command.end());
     return {};
   }
-  std::vector<std::string> argv = strings(defaults, "Entrypoint");
-  const std::vector<std::string> tail = caller.command.empty() ? strings(defaults, "Cmd") : caller.command;
+  // --entrypoint replaces the image's Entrypoint and, as docker's does, its Cmd too (a Cmd is
+  // written as arguments for the Entrypoint it came with).
+  std::vector<std::string> argv = caller.entrypoint ? *caller.entrypoint : strings(defaults, "Entrypoint");
+  const std::vector<std::string> tail =
+      caller.command.empty() && !caller.entrypoint ? strings(defaults, "Cmd") : caller.command;
   argv.insert(argv.end(), tail.begin(), tail.end());
   spec.argv = argv;
   for (auto& kv : strings(defaults, "Env")) {
@@ -126,7 +144,7 @@ Status apply_image_defaults(RunSpec& spec, const nlohmann::json& defaults, const
   }
   if (!caller.workdir && defaults.contains("WorkingDir") && defaults["WorkingDir"].is_string())
     spec.workdir = defaults["WorkingDir"].get<std::string>();
-  if (defaults.contains("User") && defaults["User"].is_string() && !(caller.uid && caller.gid))
+  if (defaults.contains("User") && defaults["User"].is_string() && !caller.uid)
     SBX_TRY(apply_user(spec, defaults["User"].get<std::string>(), rootfs, caller, image));
   return {};
 }

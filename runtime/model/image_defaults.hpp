@@ -3,7 +3,9 @@
 // recorded in image.json at import: runtime/image/oci_image.hpp) applied to a run on that image, below
 // what the caller says: `sbx run --image X` with no command runs Entrypoint + Cmd; a command
 // given replaces Cmd and keeps the Entrypoint, as `docker run` does; Env fills names the profile
-// and --env leave unset; WorkingDir and User apply unless --workdir / --uid / --gid are given.
+// and --env leave unset; WorkingDir and User apply unless --workdir / --uid / --gid are given
+// (--uid N alone takes N's primary group from the image's /etc/passwd, else N, as docker's
+// --user N does); --entrypoint replaces the Entrypoint and drops the Cmd, as docker's does.
 #include <optional>
 #include <string>
 #include <vector>
@@ -16,9 +18,12 @@
 namespace sbx {
 
 struct CallerChoices {
-  std::vector<std::string> command;  // empty: none given
-  bool workdir = false, uid = false, gid = false;
-  std::vector<std::string> env_pass;  // names the caller passes through: the image's Env yields
+  std::vector<std::string> command;                // empty: none given
+  bool workdir = false, uid = false, gid = false;  // --workdir, --uid, --gid given
+  std::vector<std::string> env_pass;               // names the caller passes through: the image's Env yields
+  // --entrypoint: replaces the image's Entrypoint and Cmd ({} for --entrypoint ''); nullopt: not given.
+  std::optional<std::vector<std::string>> entrypoint;
+  std::uint32_t uid_value = 0;  // --uid's value (when `uid`)
 };
 
 // `defaults`: image.json's "config" object; `rootfs`: the image's tree, where a user or group

@@ -276,5 +276,166 @@ class ContainerImages(SbxTestCase):
         self.assertIn("is not an OCI image layout", r.err)
 
 
+def write_two_tag_layout(d):
+    """An OCI layout holding two tagged images (skopeo copy ... oci:DIR:v1, then oci:DIR:v2): the
+    same layers, configs that differ in GREETING."""
+    write_oci_layout(d, platforms=("amd64",))
+    with open(f"{d}/index.json") as f:
+        first = json.load(f)["manifests"][0]
+    with open(f"{d}/blobs/sha256/{first['digest'][7:]}") as f:
+        manifest = json.load(f)
+    with open(f"{d}/blobs/sha256/{manifest['config']['digest'][7:]}") as f:
+        cfg = json.load(f)
+    cfg["config"]["Env"] = ["PATH=/bin:/usr/bin:/sbin", "GREETING=the second tag"]
+
+    def blob(data):
+        with open(f"{d}/blobs/sha256/{sha(data)[7:]}", "wb") as f:
+            f.write(data)
+        return sha(data)
+    cfg_bytes = json.dumps(cfg).encode()
+    manifest["config"] = dict(manifest["config"], digest=blob(cfg_bytes), size=len(cfg_bytes))
+    m2 = json.dumps(manifest).encode()
+    second = {"mediaType": first["mediaType"], "digest": blob(m2), "size": len(m2), "platform": first["platform"]}
+    first["annotations"] = {"org.opencontainers.image.ref.name": "v1"}
+    second["annotations"] = {"org.opencontainers.image.ref.name": "v2"}
+    with open(f"{d}/index.json", "w") as f:
+        json.dump({"schemaVersion": 2, "manifests": [first, second]}, f)
+
+
+class ImportEdges(SbxTestCase):
+    """sbx image import: DIR:TAG, stdin, the docker-dir layout, GNU sparse members (issue 33, item 4)."""
+
+    def test_a_layout_with_two_tags_is_refused_without_a_tag_and_imports_the_one_named(self):
+        layout = self.path("two-tags")
+        write_two_tag_layout(layout)
+        r = sbx(["image", "import", layout, "--name", "which"])
+        self.assertExit(r, 125, "two tagged images and no tag: refused, not the first one silently")
+        self.assertOneSbxLine(r)
+        self.assertIn("holds 2 tagged images", r.err)
+        self.assertIn('"v1", "v2"', r.err)
+        self.assertIn(f"{layout}:TAG", r.err)
+        for tag, greeting in (("v1", "hello from the image"), ("v2", "the second tag")):
+            r = sbx(["image", "import", f"{layout}:{tag}", "--name", f"tagged:{tag}"], timeout=120)
+            self.assertExit(r, 0)
+            meta = json.loads(sbx(["image", "inspect", f"tagged:{tag}"]).out)
+            self.assertIn(f"GREETING={greeting}", meta["config"]["Env"])
+        r = sbx(["image", "import", f"{layout}:v3", "--name", "nope"])
+        self.assertExit(r, 125)
+        self.assertIn('no image tagged "v3"', r.err)
+        # A directory whose own name has a ':' is a path, not DIR:TAG.
+        colon = self.path("dir:v1")
+        write_oci_layout(colon, platforms=("amd64",))
+        self.assertExit(sbx(["image", "import", colon, "--name", "colon"], timeout=120), 0)
+
+    def test_import_from_stdin(self):
+        layout = self.path("layout")
+        write_oci_layout(layout, platforms=("amd64",))
+        tarball = self.path("layout.tar")
+        with tarfile.open(tarball, "w") as tf:
+            tf.add(layout, arcname=".")
+        with open(tarball, "rb") as f:
+            data = f.read()
+        r = sbx(["image", "import", "-", "--name", "from-stdin", "--json"], input=data, timeout=120)
+        self.assertExit(r, 0)
+        meta = json.loads(r.out)
+        self.assertEqual(meta["format"], "oci-layout")
+        self.assertEqual(meta["digest"], json.loads(sbx(["image", "import", tarball, "--name", "from-file", "--json"],
+                                                        timeout=120).out)["digest"])
+        # The stream is bounded by what an archive within the limits can be (1K + 10 x 3K here).
+        before = sbx(["image", "ls", "--json"]).out
+        r = sbx(["image", "import", "-", "--name", "too-big", "--max-bytes", "1K", "--max-entries", "10"],
+                input=data, timeout=120)
+        self.assertExit(r, 125)
+        self.assertOneSbxLine(r)
+        self.assertIn("stdin holds more than 31744 bytes", r.err)
+        self.assertEqual(sbx(["image", "ls", "--json"]).out, before, "nothing was stored")
+        self.assertEqual(os.listdir(os.path.join(self.images_dir(), "tmp")), [], "no spool file left behind")
+
+    def images_dir(self):
+        meta = json.loads(sbx(["image", "inspect", "from-stdin"]).out)
+        return os.path.dirname(os.path.dirname(os.path.dirname(meta["rootfs"])))
+
+    def test_a_docker_dir_layout_is_named_with_how_to_convert_it(self):
+        d = self.path("docker-dir")
+        os.makedirs(d)
+        lower = lower_layer()
+        cfg = config("amd64", [sha(lower)])
+        for data in (lower, cfg):
+            with open(f"{d}/{sha(data)[7:]}", "wb") as f:
+                f.write(data)
+        with open(f"{d}/manifest.json", "w") as f:
+            json.dump({"schemaVersion": 2, "mediaType": "application/vnd.docker.distribution.manifest.v2+json",
+                       "config": {"digest": sha(cfg), "size": len(cfg)},
+                       "layers": [{"digest": sha(lower), "size": len(lower)}]}, f)
+        with open(f"{d}/version", "w") as f:
+            f.write("Directory Transport Version: 1.1\n")
+        r = sbx(["image", "import", d, "--name", "dd"])
+        self.assertExit(r, 125)
+        self.assertOneSbxLine(r)
+        self.assertIn("podman save --format docker-dir", r.err)
+        self.assertIn(f"skopeo copy dir:{d} oci:", r.err)
+        self.assertIn("--format oci-archive", r.err)
+
+    def test_a_gnu_sparse_member_is_named_with_how_to_avoid_it(self):
+        tarball = self.path("sparse.tar")
+        with tarfile.open(tarball, "w", format=tarfile.GNU_FORMAT) as tf:
+            info = tarfile.TarInfo("var/holes.img")
+            info.type, info.size, info.mode = tarfile.GNUTYPE_SPARSE, 0, 0o644
+            tf.addfile(info)
+            add_bytes(tf, "etc/ok.txt", b"ok\n")
+        r = sbx(["image", "import", tarball, "--name", "sparse"])
+        self.assertExit(r, 125)
+        self.assertOneSbxLine(r)
+        self.assertIn("var/holes.img", r.err)
+        self.assertIn("GNU sparse file", r.err)
+        self.assertIn("without --sparse", r.err)
+        self.assertNotIn("neither a directory nor a tar archive", r.err, "the first member: still a tar")
+
+
+class ImageRunsAsDocker(SbxTestCase):
+    """--uid's group, --entrypoint and /etc/hosts of image runs (issue 33, item 3)."""
+
+    def setUp(self):
+        super().setUp()
+        layout = self.path("layout")
+        write_oci_layout(layout, platforms=("amd64",))
+        r = sbx(["image", "import", layout, "--name", "docker-like"], timeout=120)
+        self.assertExit(r, 0)
+
+    def test_uid_alone_takes_that_users_group(self):
+        # The image's User is app (1234:2345); docker's --user N runs with N's primary group.
+        for uid, gid in (("0", "0"), ("1234", "2345"), ("777", "777")):
+            r = sbx(["run", "--image", "docker-like", "--uid", uid, "--", "id -u; id -g"], timeout=60)
+            self.assertExit(r, 0)
+            self.assertEqual(r.out.splitlines(), [uid, gid], f"--uid {uid}")
+        r = sbx(["run", "--image", "docker-like", "--uid", "0", "--gid", "5", "--", "id -g"], timeout=60)
+        self.assertEqual(r.out, "5\n", "--gid given wins")
+
+    def test_entrypoint_replaces_the_images(self):
+        # The image's Entrypoint is ["/bin/sh", "-c"]: without --entrypoint a command is a script.
+        r = self.run_sbx(["one", "two"], opts=["--image", "docker-like", "--entrypoint", "/bin/echo"], timeout=60)
+        self.assertExit(r, 0)
+        self.assertEqual(r.out, "one two\n")
+        self.assertEqual(self.need_trace(r)["image"]["entrypoint"], ["/bin/echo"])
+        r = self.run_sbx(["/bin/echo", "cleared"], opts=["--image", "docker-like", "--entrypoint", ""], timeout=60)
+        self.assertExit(r, 0)
+        self.assertEqual(r.out, "cleared\n")
+        self.assertEqual(self.need_trace(r)["image"]["entrypoint"], [])
+        r = sbx(["run", "--image", "docker-like", "--entrypoint", ""], timeout=60)
+        self.assertExit(r, 125)
+        self.assertIn("no command", r.err)
+        r = sbx(["run", "--entrypoint", "/bin/echo", "--", "x"], timeout=60)
+        self.assertExit(r, 125)
+        self.assertIn("it needs --image", r.err)
+
+    def test_etc_hosts_names_localhost_and_the_hostname(self):
+        r = sbx(["run", "--image", "docker-like", "--", "cat /etc/hosts; hostname"], timeout=60)
+        self.assertExit(r, 0)
+        lines = r.out.splitlines()
+        host = lines[-1]
+        self.assertIn(f"127.0.0.1\tlocalhost {host}", lines)
+        self.assertIn("::1\tlocalhost ip6-localhost ip6-loopback", lines)
+
+
 if __name__ == "__main__":
     unittest.main()

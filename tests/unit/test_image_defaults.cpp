@@ -39,11 +39,33 @@ TEST_CASE("image defaults: Env below the profile, WorkingDir and numeric User be
   flagged.uid = 5;
   sbx::CallerChoices caller;
   caller.workdir = caller.uid = true;
+  caller.uid_value = 5;
   flagged.workdir = "/mine";
   REQUIRE(sbx::apply_image_defaults(flagged, d, "/nonexistent", caller, "img").ok());
   CHECK(flagged.workdir == "/mine");
   CHECK(flagged.uid == 5);
-  CHECK(flagged.gid == 7);  // the group still comes from the image
+  CHECK(flagged.gid == 5);  // --uid N alone: N's group (no /etc/passwd here: N), not the image User's
+  caller.gid = true;
+  flagged.gid = 9;
+  REQUIRE(sbx::apply_image_defaults(flagged, d, "/nonexistent", caller, "img").ok());
+  CHECK(flagged.gid == 9);  // --gid given wins
+}
+
+TEST_CASE("image defaults: --entrypoint replaces the Entrypoint and drops the Cmd") {
+  const json d = {{"Entrypoint", {"/bin/sh", "-c"}}, {"Cmd", {"echo hi"}}};
+  sbx::RunSpec spec;
+  sbx::CallerChoices caller;
+  caller.entrypoint = std::vector<std::string>{"/bin/echo"};
+  REQUIRE(sbx::apply_image_defaults(spec, d, "/nonexistent", caller, "img").ok());
+  CHECK(spec.argv == std::vector<std::string>{"/bin/echo"});  // docker: the Cmd goes with the Entrypoint
+  caller.command = {"a", "b"};
+  REQUIRE(sbx::apply_image_defaults(spec, d, "/nonexistent", caller, "img").ok());
+  CHECK(spec.argv == std::vector<std::string>{"/bin/echo", "a", "b"});
+  caller.entrypoint = std::vector<std::string>{};  // --entrypoint ''
+  REQUIRE(sbx::apply_image_defaults(spec, d, "/nonexistent", caller, "img").ok());
+  CHECK(spec.argv == std::vector<std::string>{"a", "b"});
+  REQUIRE(sbx::apply_image_defaults(spec, json(nullptr), "/nonexistent", caller, "img").ok());
+  CHECK(spec.argv == std::vector<std::string>{"a", "b"});
 }
 
 TEST_CASE("image defaults: a named User is looked up inside the image, symlinks resolved in its root") {
@@ -63,5 +85,13 @@ TEST_CASE("image defaults: a named User is looked up inside the image, symlinks 
   auto missing = sbx::apply_image_defaults(spec, json{{"User", "nobody-here"}}, root.string(), {}, "img");
   REQUIRE(!missing.ok());
   CHECK(missing.error().message.find("'nobody-here' is not in its /etc/passwd") != std::string::npos);
+  // --uid N alone: the primary group of uid N in the image's passwd, whatever User says.
+  sbx::CallerChoices caller;
+  caller.uid = true;
+  for (auto [uid, gid] : {std::pair{0u, 0u}, std::pair{1234u, 2345u}, std::pair{777u, 777u}}) {
+    caller.uid_value = uid;
+    REQUIRE(sbx::apply_image_defaults(spec, json{{"User", "app:staff"}}, root.string(), caller, "img").ok());
+    CHECK(spec.gid == gid);
+  }
   fs::remove_all(root);
 }

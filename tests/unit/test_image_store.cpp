@@ -149,6 +149,24 @@ TEST_CASE("image names: name[:tag] with a default tag, strict characters") {
   CHECK(*sbx::canonical_image_name("hostile") == "hostile:latest");
 }
 
+TEST_CASE("import sources: '-' is stdin, PATH:TAG only where PATH exists and PATH:TAG does not") {
+  TempDir t;
+  ::mkdir((t.path + "/layout").c_str(), 0755);
+  ::mkdir((t.path + "/dir:v1").c_str(), 0755);
+  auto s = sbx::parse_import_source("-");
+  CHECK((s.from_stdin && s.tag.empty()));
+  s = sbx::parse_import_source("-:v2");
+  CHECK((s.from_stdin && s.tag == "v2"));
+  s = sbx::parse_import_source(t.path + "/layout:v1");
+  CHECK((!s.from_stdin && s.path == t.path + "/layout" && s.tag == "v1"));
+  s = sbx::parse_import_source(t.path + "/dir:v1");  // exists as given: a path with a ':'
+  CHECK((s.path == t.path + "/dir:v1" && s.tag.empty()));
+  s = sbx::parse_import_source(t.path + "/missing:v1");  // neither exists: the path as given, for its error
+  CHECK((s.path == t.path + "/missing:v1" && s.tag.empty()));
+  s = sbx::parse_import_source(t.path + "/layout:");
+  CHECK((s.path == t.path + "/layout:" && s.tag.empty()));
+}
+
 TEST_CASE("export copies regular files and directories only, under caps, never following links") {
   TempDir out, dest_parent;
   ::mkdir((out.path + "/sub").c_str(), 0755);

@@ -258,7 +258,7 @@ TEST_CASE("mount plan: an image root pre-creates its mount points from the same 
   std::vector<std::string> pre;
   for (auto& o : ops)
     if (o.precreate) pre.push_back(o.dst);
-  CHECK(pre == std::vector<std::string>{"/work/here", "/proc", "/dev", "/tmp", "/out", "/data"});
+  CHECK(pre == std::vector<std::string>{"/work/here", "/proc", "/dev", "/tmp", "/out", "/data", "/etc/hosts"});
   // A working directory below a mount needs no mount point of its own.
   plan->workdir = "/tmp/x";
   ops = mount_ops(*plan);
