@@ -17,7 +17,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <sstream>
 
 #include <spdlog/spdlog.h>
 
@@ -161,18 +160,6 @@ bool wants_owner_idmap(const BindOwnership& src, const IdentityPlan& id, bool in
   return !id.rootless && initial_userns && !root_owned(src) &&
          bind_write_access(src, id, {}, false) == BindWrite::unwritable;
 }
-
-namespace {
-// The host's user namespace maps every id to itself ("0 0 4294967295"); a container's maps fewer.
-bool in_initial_user_namespace() {
-  auto text = read_file("/proc/self/uid_map");
-  if (!text) return false;
-  std::istringstream in(*text);
-  unsigned long long inside = 1, outside = 1, count = 0;
-  std::string rest;
-  return (in >> inside >> outside >> count) && !(in >> rest) && inside == 0 && outside == 0 && count == 4294967295ULL;
-}
-}  // namespace
 
 void idmap_owned_binds(std::vector<BindSource>& sources, const IdentityPlan& identity) {
   if (identity.rootless) return;
