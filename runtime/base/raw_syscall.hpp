@@ -46,8 +46,9 @@ inline long wait4(pid_t pid, int* status, int options, struct rusage* ru) {
 inline long getrusage(int who, struct rusage* ru) { return syscall6(SYS_getrusage, who, reinterpret_cast<long>(ru)); }
 inline long prctl(int option, unsigned long arg2) { return syscall6(SYS_prctl, option, static_cast<long>(arg2)); }
 // The kernel's sigset is 8 bytes on x86_64 (glibc's sigset_t is larger; its first word is it).
-inline long sigtimedwait(const sigset_t* set, siginfo_t* info) {
-  return syscall6(SYS_rt_sigtimedwait, reinterpret_cast<long>(set), reinterpret_cast<long>(info), 0, 8);
+inline long sigtimedwait(const sigset_t* set, siginfo_t* info, const struct timespec* timeout = nullptr) {
+  return syscall6(SYS_rt_sigtimedwait, reinterpret_cast<long>(set), reinterpret_cast<long>(info),
+                  reinterpret_cast<long>(timeout), 8);
 }
 inline long ppoll(struct pollfd* fds, unsigned long n, const struct timespec* timeout) {
   return syscall6(SYS_ppoll, reinterpret_cast<long>(fds), static_cast<long>(n), reinterpret_cast<long>(timeout), 0, 8);

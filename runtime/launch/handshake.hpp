@@ -242,7 +242,10 @@ void supervised_signals(sigset_t* set);
 // are reaped without being added to its children's usage, and the record showed init's 1 ms for a
 // 2 s busy loop. The supervisor still SIGKILLs init if no report comes within kEndReportMs (init
 // blocked by a process stuck in the kernel): it never waits on the sandbox's cooperation. Init
-// obeys it only from outside its pid namespace (si_pid 0), so the program cannot send it. The last
+// obeys it only from outside its pid namespace sent as by kill(2) (si_pid 0 and SI_USER: a
+// process inside can forge si_pid only with a queued, non-SI_USER code), so the program cannot
+// end the run through it, and init looks for it before any other signal (init_end.cpp), so a
+// program keeping init busy cannot hold it back until the fallback SIGKILL. The last
 // signal number (the kernel's SIGRTMAX; glibc's SIGRTMAX is a function call, and init may make
 // none): one nothing else in sbx uses.
 inline constexpr int kEndSandboxSignal = 64;

@@ -88,6 +88,31 @@ class WallTimeLimit(SbxTestCase):
              f"cpu_sys_ms {t['usage']['cpu_sys_ms']}, wall_ms {t['usage']['wall_ms']}")
         self.assertGreaterEqual(cpu, 1000, "the program tree's CPU time, not init's\n" + r.describe())
 
+    def test_a_program_keeping_init_busy_still_has_its_cpu_time_recorded(self):
+        """sigtimedwait hands out the lowest pending signal first: a program sending SIGUSR1 to
+        pid 1 in a loop starved the supervisor's end request (64) until the fallback SIGKILL, and
+        the record fell back to init's 1 ms. Init looks for it first on every pass now."""
+        prog = ("trap '' USR1; (while :; do kill -USR1 1 2>/dev/null; done) & "
+                "while :; do :; done")
+        r = self.run_sbx(["sh", "-c", prog], ["--timeout", "2s"], timeout=15)
+        self.assertExit(r, 124)
+        t = self.need_trace(r)
+        cpu = t["usage"]["cpu_user_ms"] + t["usage"]["cpu_sys_ms"]
+        self.assertGreaterEqual(cpu, 1000, r.describe())
+        self.assertLess(r.wall, 3.5, "ended at the timeout, not 2 s later by the fallback SIGKILL")
+
+    def test_the_program_cannot_end_the_run_through_inits_end_signal(self):
+        """Init obeys signal 64 only from the supervisor (outside its pid namespace, SI_USER):
+        neither kill -64 1 nor a forged rt_sigqueueinfo with si_pid 0 from inside ends the run."""
+        forge = ("import ctypes,struct\n"
+                 "info = struct.pack('iii', 64, 0, -1) + b'\\0' * 4 + struct.pack('ii', 0, 0) + b'\\0' * 104\n"
+                 "print('forged', ctypes.CDLL(None, use_errno=True).syscall(129, 1, 64, info))\n")
+        r = self.run_sbx(["sh", "-c", f"kill -64 1; printf '{forge}' > /tmp/f.py; python3 /tmp/f.py; "
+                          "sleep 0.5; echo alive"], timeout=15)
+        self.assertExit(r, 0)
+        self.assertIn("alive", r.out, r.describe())
+        self.assertEqual(self.need_trace(r)["result"]["status"], "ok")
+
     def test_timeout_with_seconds_unit(self):
         r = self.run_sbx(["sleep", "10"], ["--timeout", "1s"], timeout=15)
         self.assertExit(r, 124)
