@@ -1,14 +1,15 @@
 #include "runtime/launch/workspace.hpp"
 
-#include <pwd.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdlib>
+#include <cstring>
 
 #include <algorithm>
 #include <array>
 
+#include "runtime/base/json_io.hpp"
 #include "runtime/base/paths.hpp"
 
 namespace sbx {
@@ -70,10 +71,39 @@ std::string absolute_lexical(const std::string& cwd, const std::string& path) {
   return out.empty() ? "/" : out;
 }
 
+std::string passwd_home(std::string_view passwd, std::uint32_t uid) {
+  const std::string want = std::to_string(uid);
+  while (!passwd.empty()) {
+    std::string_view line = passwd.substr(0, passwd.find('\n'));
+    passwd.remove_prefix(std::min(passwd.size(), line.size() + 1));
+    std::array<std::string_view, 7> f;
+    std::size_t n = 0;
+    for (std::string_view rest = line; n < f.size(); ++n) {
+      auto colon = rest.find(':');
+      f[n] = rest.substr(0, colon);
+      if (colon == std::string_view::npos) {
+        ++n;
+        break;
+      }
+      rest.remove_prefix(colon + 1);
+    }
+    if (n >= 6 && f[2] == want) return std::string(f[5]);
+  }
+  return "";
+}
+
+namespace {
+// /etc/passwd of a host with many local users is some hundred KiB; past the bound, no entry.
+constexpr std::size_t kMaxPasswdBytes = 4u << 20;
+std::string host_home_of(std::uint32_t uid) {
+  auto text = read_bounded("/etc/passwd", kMaxPasswdBytes, "usage", "/etc/passwd");
+  return text ? passwd_home(*text, uid) : "";
+}
+}  // namespace
+
 std::string home_dir() {
   if (const char* h = std::getenv("HOME"); h && *h) return h;
-  const struct passwd* pw = ::getpwuid(::geteuid());
-  return pw && pw->pw_dir ? pw->pw_dir : "";
+  return host_home_of(static_cast<std::uint32_t>(::geteuid()));
 }
 
 std::vector<std::string> protected_homes() {
@@ -83,8 +113,12 @@ std::vector<std::string> protected_homes() {
   if (::geteuid() == 0 && sudo_uid && *sudo_uid) {
     char* end = nullptr;
     unsigned long uid = std::strtoul(sudo_uid, &end, 10);
-    const struct passwd* pw = end && *end == '\0' ? ::getpwuid(static_cast<uid_t>(uid)) : nullptr;
-    if (pw && pw->pw_dir && *pw->pw_dir) out.push_back(pw->pw_dir);
+    std::string home = end && *end == '\0' && uid <= 0xFFFFFFFEUL ? host_home_of(static_cast<std::uint32_t>(uid)) : "";
+    const char* user = std::getenv("SUDO_USER");
+    if (home.empty() && user && *user && !std::strchr(user, '/') && std::string_view(user) != "." &&
+        std::string_view(user) != "..")
+      home = std::string("/home/") + user;
+    if (!home.empty()) out.push_back(home);
   }
   return out;
 }

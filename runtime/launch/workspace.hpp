@@ -7,7 +7,9 @@
 // sandbox cannot see. The decisions are pure (unit-tested); the CLI prints.
 #include <functional>
 #include <optional>
+#include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "runtime/base/error.hpp"
@@ -24,10 +26,17 @@ std::string absolute_lexical(const std::string& cwd, const std::string& path);
 // gets the source's absolute path as its destination: the same directory at the same path.
 void anchor_relative_binds(std::vector<BindMount>& binds, const std::string& cwd);
 
-// The caller's home directory: $HOME, else the user database's entry for sbx's user ("" if none).
+// The home directory of `uid` in `passwd` (/etc/passwd's text): its sixth field, "" if no line
+// has that uid. sbx is one static binary: glibc's getpwuid there loads the host's NSS modules
+// (libnss_systemd), built for another libc, and crashed sbx (`SUDO_UID=4242 sbx run --workspace`,
+// 4242 not in /etc/passwd: a segfault in _nss_systemd_getpwuid_r). So the file is read here.
+std::string passwd_home(std::string_view passwd, std::uint32_t uid);
+
+// The caller's home directory: $HOME, else /etc/passwd's entry for sbx's user ("" if none).
 std::string home_dir();
 // The home directories a workspace must not be nor hold: home_dir(), and under sudo (root with
-// SUDO_UID set) the invoking user's too, whose files are the ones a root run would expose.
+// SUDO_UID set) the invoking user's too, whose files are the ones a root run would expose: its
+// /etc/passwd entry, else (a user of LDAP or systemd-homed, which only NSS knows) /home/$SUDO_USER.
 std::vector<std::string> protected_homes();
 
 // `--workspace`: `cwd` read-write at the same path, its `.git` (a directory or a file, as in a

@@ -172,3 +172,18 @@ TEST_CASE("workspace: no hint once the directory is where the program looks") {
   CHECK(host_path_in_sandbox(bound, "/tmp/a", cwd) == std::nullopt);
   CHECK(host_path_in_sandbox(bound, "/usr/bin/env", cwd) == "/usr/bin/env");
 }
+
+TEST_CASE("passwd_home: /etc/passwd read by sbx itself, never glibc's NSS in a static binary") {
+  const std::string db =
+      "root:x:0:0:root:/root:/bin/bash\n"
+      "# a comment\n"
+      "short:x:7\n"
+      "alice:x:1000:1000:Alice,,,:/home/alice:/bin/bash\n"
+      "bob:x:10000:10000::/srv/bob:/bin/sh";  // no final newline
+  CHECK(passwd_home(db, 0) == "/root");
+  CHECK(passwd_home(db, 1000) == "/home/alice");
+  CHECK(passwd_home(db, 10000) == "/srv/bob");
+  CHECK(passwd_home(db, 100) == "");   // 10000's prefix is not a match
+  CHECK(passwd_home(db, 7) == "");     // a line with too few fields
+  CHECK(passwd_home("", 0) == "");
+}
