@@ -56,7 +56,8 @@ class Identity final : public Facility {
       if (!here.ok()) return sys_error("usage", "--workspace " + ctx.req.workspace + ": cannot open it");
       SBX_TRY(check_workspace_source(ctx.bind_sources, ctx.req.workspace, here.get(), protected_homes()));
     }
-    idmap_owned_binds(ctx.bind_sources, *ctx.identity);
+    idmap_owned_binds(ctx.bind_sources, *ctx.identity, ctx.cwd,
+                      ctx.req.tenant.id_slot != 0 || !ctx.req.tenant.guarded_dirs.empty());
     SBX_TRY(check_sources(ctx.bind_sources, ctx.spec, ctx.cwd, &*ctx.identity));
     return check_binds_writable(ctx.bind_sources, *ctx.identity, ctx.req.workspace);
   }

@@ -17,6 +17,9 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
+#include <cstdlib>
+#include <cstring>
 
 #include <spdlog/spdlog.h>
 
@@ -156,23 +159,42 @@ namespace {
 bool root_owned(const BindOwnership& o) { return o.uid == 0 || o.gid == 0; }
 }  // namespace
 
-bool wants_owner_idmap(const BindOwnership& src, const IdentityPlan& id, bool initial_userns) {
-  return !id.rootless && initial_userns && !root_owned(src) &&
+bool wants_owner_idmap(const BindOwnership& src, const IdentityPlan& id, bool initial_userns,
+                       std::optional<std::uint32_t> invoking_uid) {
+  return !id.rootless && initial_userns && invoking_uid && src.uid == *invoking_uid && !root_owned(src) &&
          bind_write_access(src, id, {}, false) == BindWrite::unwritable;
 }
 
-void idmap_owned_binds(std::vector<BindSource>& sources, const IdentityPlan& identity) {
-  if (identity.rootless) return;
+std::optional<std::uint32_t> sudo_invoking_uid(const char* value) {
+  if (!value || !*value || std::strlen(value) > 10) return std::nullopt;
+  std::uint64_t n = 0;
+  for (const char* c = value; *c; ++c) {
+    if (*c < '0' || *c > '9') return std::nullopt;
+    n = n * 10 + static_cast<std::uint64_t>(*c - '0');
+  }
+  if (n == 0 || n >= 4294967295ULL) return std::nullopt;
+  return static_cast<std::uint32_t>(n);
+}
+
+void idmap_owned_binds(std::vector<BindSource>& sources, const IdentityPlan& identity, const std::string& cwd,
+                       bool tenanted) {
+  if (identity.rootless || tenanted) return;
+  const auto invoking = sudo_invoking_uid(std::getenv("SUDO_UID"));
+  if (!invoking) return;
   const bool initial = in_initial_user_namespace();
   for (BindSource& src : sources) {
     if (src.flag != "--bind" || !src.given.rw || src.given.idmap) continue;
+    std::string named = src.given.src.starts_with('/') ? src.given.src : cwd + "/" + src.given.src;
+    named = std::filesystem::path(named).lexically_normal().string();
+    while (named.size() > 1 && named.back() == '/') named.pop_back();
+    if (named != src.real) continue;  // a symlink on the way: only what was named is the user's
     BindOwnership o = read_ownership(src);
-    if (!wants_owner_idmap(o, identity, initial)) continue;
+    if (!wants_owner_idmap(o, identity, initial, invoking)) continue;
     src.given.idmap = true;
     spdlog::info(
-        "--bind {}: owned by uid {} gid {}, which the sandbox cannot write as its own: idmapped, the "
+        "--bind {}: owned by uid {} (SUDO_UID), which the sandbox cannot write as its own: idmapped, the "
         "program writes as that owner",
-        src.given.src, o.uid, o.gid);
+        src.given.src, o.uid);
   }
 }
 
@@ -228,8 +250,10 @@ Status check_binds_writable(const std::vector<BindSource>& sources, const Identi
               "--workspace {}: {}, and the sandbox writes as {}{}, who cannot write it: the program reads "
               "it, its writes fail; {}",
               workspace, what, who, identity.rootless ? "" : " (its root)",
-              identity.rootless ? "chmod/chown it, or run where you can write"
-                                : "chmod/chown it for uid " + uid + ", or run sbx as an ordinary user");
+              identity.rootless           ? "chmod/chown it, or run where you can write"
+              : root_owned(o) || !initial ? "chmod/chown it for uid " + uid + ", or run sbx as an ordinary user"
+                                          : "to write as its owner, --bind " + workspace + ":" + workspace +
+                                                ":rw,idmap --workdir " + workspace + " instead of --workspace");
           break;
         }
         if (src.given.idmap)
@@ -238,16 +262,20 @@ Status check_binds_writable(const std::vector<BindSource>& sources, const Identi
         if (identity.rootless)
           return make_error("usage", name + ": " + what + ", and the sandbox writes as " + who +
                                          ", who cannot write it: chmod/chown it, or bind a directory you can write");
-        // An ordinary user's source reaches here only where no idmapped mount can be made
-        // (idmap_owned_binds): inside a container's user namespace.
-        if (root_owned(o) && initial)
+        if (!initial)
           return make_error("usage", name + ": " + what + ", and the sandbox writes as " + who +
-                                         " (its root), which cannot write it: chown it to an ordinary user to write "
-                                         "as that user (idmap), or chmod/chown it for uid " +
-                                         uid);
+                                         " (its root), which cannot write it: chown/chmod it for uid " + uid +
+                                         " (no idmapped mount can be made in this user namespace)");
+        if (root_owned(o))
+          return make_error("usage", name + ": " + what + ", and the sandbox writes as " + who +
+                                         " (its root), which cannot write it: chown it to an ordinary user and add "
+                                         "idmap to write as that user (--bind " +
+                                         src.given.src + ":" + src.given.dst +
+                                         ":rw,idmap), or chmod/chown it for uid " + uid);
         return make_error("usage", name + ": " + what + ", and the sandbox writes as " + who +
-                                       " (its root), which cannot write it: chown/chmod it for uid " + uid +
-                                       (initial ? "" : " (no idmapped mount can be made in this user namespace)"));
+                                       " (its root), which cannot write it: add idmap to write as its owner (--bind " +
+                                       src.given.src + ":" + src.given.dst + ":rw,idmap), or chown/chmod it for uid " +
+                                       uid);
     }
   }
   return {};

@@ -57,22 +57,31 @@ BindWrite bind_write_access(const BindOwnership& src, const IdentityPlan& id, co
                             bool idmap);
 
 // As root, whether a read-write bind of `src` is idmapped without being asked (idmap_owned_binds):
-// its owner and group are an ordinary user's (neither is 0: idmap on a root-owned tree could leave
-// a setuid-root file on the host), the program could not write it otherwise (unwritable: certain
+// its owner is the user who ran sbx through sudo (`invoking_uid`, SUDO_UID), never another account
+// (idmap gives the program the owner's rights over the tree, setuid files included: postgres's or
+// www-data's directory must not make the program them), its owner and group are not 0 (a
+// setuid-root file could be left), the program could not write it otherwise (unwritable: certain
 // by the mode; where an ACL or the file system may grant, nothing changes), and an idmapped mount
 // can be made (`initial_userns`: sbx runs in the host's user namespace, whose file systems these
 // are; in a container's, mount_setattr refuses).
-bool wants_owner_idmap(const BindOwnership& src, const IdentityPlan& id, bool initial_userns);
+bool wants_owner_idmap(const BindOwnership& src, const IdentityPlan& id, bool initial_userns,
+                       std::optional<std::uint32_t> invoking_uid);
+
+// The uid in SUDO_UID (decimal, not 0), the user sudo ran sbx for; nullopt when unset or odd.
+std::optional<std::uint32_t> sudo_invoking_uid(const char* value);
 
 // Turns on idmap (BindMount::idmap of the opened source, which idmap_binds and the mount plan
-// follow) for each read-write --bind
-// that wants_owner_idmap: `sudo sbx run --workspace -- git status` in a user's repository, or a
-// build writing into the user's tree, then sees the files as the program's own (git's "dubious
-// ownership" check passes) and what it writes belongs to the directory's owner on the host, not to
-// the sandbox's unprivileged host uid. It writes only what `:rw` already asked to write; the
-// record's image.mounts says idmap (its spec keeps the bind as given: a replay decides again). Before check_sources: an idmapped source is opened
-// by sbx, so the sandbox's root need not reach it.
-void idmap_owned_binds(std::vector<BindSource>& sources, const IdentityPlan& identity);
+// follow) for each read-write --bind that wants_owner_idmap and was named without a symlink (its
+// path from `cwd`, made lexically normal, is the opened file's: a symlink in a checkout, `out ->
+// ~bob/.ssh`, must not turn into bob's rights), in an untenanted run (`tenanted`: a tenant writes
+// as its own id slice, never as a host account). `sudo sbx run --workspace -- git status` in your
+// repository then sees the files as the program's own (git's "dubious ownership" check passes)
+// and what it writes is yours on the host, not the sandbox's unprivileged host uid's, as a
+// rootless run. The record's image.mounts says idmap (its spec keeps the bind as given: a replay
+// decides again). Before check_sources: an idmapped source is opened by sbx, so the sandbox's root
+// need not reach it.
+void idmap_owned_binds(std::vector<BindSource>& sources, const IdentityPlan& identity, const std::string& cwd,
+                       bool tenanted);
 
 // The pre-check of every read-write --bind (and rootless, of every idmap one): the run is refused
 // (stage "usage", exit 125) when the program certainly cannot write the source, naming its owner

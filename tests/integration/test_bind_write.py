@@ -40,43 +40,66 @@ class BindWrite(SbxTestCase):
         self.assertExit(sbx(["run", "--bind", f"{d}:/w:rw", "--", "sh", "-c", "echo x > /w/f"]), 0)
 
     @unittest.skipUnless(MODE == "root", "as root: rootless the sandbox writes as its caller")
-    def test_workspace_of_a_user_is_idmapped_and_roots_only_warns(self):
-        """--workspace in an ordinary user's project is idmapped without being asked: the program
-        writes as the project's owner (issue 33, item 6; before, it warned and every write failed).
-        Root's own project only warns: it is also the program's cwd and project to read (a refusal
-        broke `sbx run --workspace -- ls`), and idmap is never made on a root-owned tree."""
+    def test_workspace_of_the_sudo_user_is_idmapped_others_only_warn(self):
+        """--workspace in the project of the user who ran `sudo sbx` is idmapped without being
+        asked: the program writes as that user (issue 33, item 6; before, it warned and every
+        write failed). Without sudo, or in another user's project, or root's, it only warns: it is
+        also the program's cwd and project to read (a refusal broke `sbx run --workspace -- ls`)."""
         d = self.writable_dir("proj", 4242, 4343)
         open(os.path.join(d, "seen"), "w").close()
-        r = sbx(["run", "--workspace", "--", "sh", "-c", "ls && echo x > made"], cwd=d)
+        r = sbx(["run", "--workspace", "--", "sh", "-c", "ls && echo x > made"], cwd=d,
+                env=dict(os.environ, SUDO_UID="4242"))
         self.assertExit(r, 0)
         self.assertIn("seen", r.out)
         self.assertNotIn("cannot write", r.err)
         st = os.stat(os.path.join(d, "made"))
         self.assertEqual((st.st_uid, st.st_gid), (4242, 4343), "the file belongs to the project's owner")
+        for env in (dict(os.environ, SUDO_UID="4343"), {k: v for k, v in os.environ.items() if k != "SUDO_UID"}):
+            r = sbx(["run", "--workspace", "--", "ls"], cwd=d, env=env)
+            self.assertExit(r, 0)
+            self.assertIn(f"--workspace {d}: {d} is owned by uid 4242", r.err)
+            self.assertIn(f"--bind {d}:{d}:rw,idmap --workdir {d}", r.err)
         os.chown(d, 0, 0)
-        r = sbx(["run", "--workspace", "--", "ls"], cwd=d)
+        r = sbx(["run", "--workspace", "--", "ls"], cwd=d, env=dict(os.environ, SUDO_UID="4242"))
         self.assertExit(r, 0)
         self.assertIn("chmod/chown it for uid", r.err)
         self.assertNotIn("idmap", r.err)
 
     @unittest.skipUnless(MODE == "root", "as root: rootless the sandbox writes as its caller")
-    def test_rw_bind_of_a_users_repository_works_for_git(self):
-        """As root, a `:rw` bind of a user's git repository: git inside sees the files as the
-        program's own (no "dubious ownership"), and what it writes is the user's on the host
-        (issue 33, item 6: before, the run was refused with "add idmap")."""
+    def test_rw_bind_of_the_sudo_users_repository_works_for_git(self):
+        """As root through sudo, a `:rw` bind of the user's own git repository: git inside sees the
+        files as the program's own (no "dubious ownership"), and what it writes is the user's on
+        the host (issue 33, item 6: before, the run was refused with "add idmap")."""
         d = self.writable_dir("repo", 4242, 4343)
         subprocess.run(["git", "init", "-q", d], check=True)
         for root, dirs, files in os.walk(d):
             for n in dirs + files:
                 os.chown(os.path.join(root, n), 4242, 4343, follow_symlinks=False)
         r = self.run_sbx(["sh", "-c", "git -C /w status --short && echo x > /w/made && stat -c '%u %g' /w/made"],
-                         ["--bind", f"{d}:/w:rw"])
+                         ["--bind", f"{d}:/w:rw"], env=dict(os.environ, SUDO_UID="4242"))
         self.assertExit(r, 0)
         self.assertNotIn("dubious", r.err)
         self.assertEqual(r.out.split()[-2:], ["0", "0"], r.describe())
         st = os.stat(os.path.join(d, "made"))
         self.assertEqual((st.st_uid, st.st_gid), (4242, 4343))
         self.assertEqual(idmapped(self.need_trace(r), "/w"), {"uid": 4242, "gid": 4343})
+
+    @unittest.skipUnless(MODE == "root", "as root: rootless the sandbox writes as its caller")
+    def test_no_idmap_without_asking_for_another_account_or_through_a_symlink(self):
+        """The owner's rights are given without asking only over what the sudo user named and owns:
+        another account's directory (postgres's, www-data's) is refused as before, and so is the
+        user's own directory reached through a symlink (a checkout's `out -> ~/.ssh`)."""
+        d = self.writable_dir("theirs", 4242, 4343)
+        for env, src in ((dict(os.environ, SUDO_UID="4343"), d),
+                         ({k: v for k, v in os.environ.items() if k != "SUDO_UID"}, d)):
+            r = sbx(["run", "--bind", f"{src}:/w:rw", "--", "sh", "-c", "echo x > /w/f"], env=env)
+            self.assertRefused(r, "add idmap to write as its owner")
+        link = self.path("out")
+        os.symlink(d, link)
+        r = sbx(["run", "--bind", f"{link}:/w:rw", "--", "sh", "-c", "echo x > /w/f"],
+                env=dict(os.environ, SUDO_UID="4242"))
+        self.assertRefused(r, "add idmap to write as its owner")
+        self.assertFalse(os.path.exists(os.path.join(d, "f")))
 
     @unittest.skipUnless(MODE == "root", "idmapped mounts are made by sbx as root")
     def test_idmap_of_a_root_owned_source_is_refused(self):

@@ -376,24 +376,40 @@ TEST_CASE("rw bind pre-check: idmap makes the owner's bits the program's") {
   CHECK(bind_write_access(owned(0, 0, 0555), root_identity(1000, 1000), {}, true) == BindWrite::unwritable);
 }
 
-TEST_CASE("rw bind of an ordinary user's directory: idmapped as root without being asked") {
+TEST_CASE("rw bind of the sudo user's directory: idmapped as root without being asked") {
   const auto root = root_identity();
-  // A user's 0755 tree the sandbox's host uid cannot write: idmapped (its owner writes).
-  CHECK(wants_owner_idmap(owned(4242, 4343, 0755), root, true));
+  const std::optional<std::uint32_t> me = 4242;
+  // The invoking user's 0755 tree the sandbox's host uid cannot write: idmapped (its owner writes).
+  CHECK(wants_owner_idmap(owned(4242, 4343, 0755), root, true, me));
+  // Without sudo (no SUDO_UID) nobody is "the caller": left as asked (refused, with idmap named).
+  CHECK_FALSE(wants_owner_idmap(owned(4242, 4343, 0755), root, true, std::nullopt));
+  // Another account's tree (postgres, www-data): never its rights without being asked.
+  CHECK_FALSE(wants_owner_idmap(owned(1001, 4343, 0755), root, true, me));
   // Never a root-owned one (a setuid-root file could be left), by uid or by gid.
-  CHECK_FALSE(wants_owner_idmap(owned(0, 0, 0755), root, true));
-  CHECK_FALSE(wants_owner_idmap(owned(4242, 0, 0755), root, true));
-  CHECK_FALSE(wants_owner_idmap(owned(0, 4242, 0755), root, true));
+  CHECK_FALSE(wants_owner_idmap(owned(0, 0, 0755), root, true, 0u));
+  CHECK_FALSE(wants_owner_idmap(owned(4242, 0, 0755), root, true, me));
   // Writable already (others may): left as asked.
-  CHECK_FALSE(wants_owner_idmap(owned(4242, 4343, 0777), root, true));
+  CHECK_FALSE(wants_owner_idmap(owned(4242, 4343, 0777), root, true, me));
   // An ACL or a file system deciding itself: maybe writable, and maybe no idmapped mount: left.
   auto nfs = owned(4242, 4343, 0755);
   nfs.generic_perms = false;
-  CHECK_FALSE(wants_owner_idmap(nfs, root, true));
+  CHECK_FALSE(wants_owner_idmap(nfs, root, true, me));
   // Inside a container's user namespace no idmapped mount can be made; rootless nothing is needed.
-  CHECK_FALSE(wants_owner_idmap(owned(4242, 4343, 0755), root, false));
-  CHECK_FALSE(wants_owner_idmap(owned(1000, 1000, 0755), rootless_identity(1000), true));
-  CHECK_FALSE(wants_owner_idmap(owned(4242, 4343, 0755), rootless_identity(1000), true));
+  CHECK_FALSE(wants_owner_idmap(owned(4242, 4343, 0755), root, false, me));
+  CHECK_FALSE(wants_owner_idmap(owned(1000, 1000, 0755), rootless_identity(1000), true, 1000u));
+}
+
+TEST_CASE("SUDO_UID: a decimal uid, not 0, or nothing") {
+  CHECK(sudo_invoking_uid("1000") == std::optional<std::uint32_t>(1000));
+  CHECK(sudo_invoking_uid("4294967294") == std::optional<std::uint32_t>(4294967294u));
+  CHECK_FALSE(sudo_invoking_uid(nullptr));
+  CHECK_FALSE(sudo_invoking_uid(""));
+  CHECK_FALSE(sudo_invoking_uid("0"));
+  CHECK_FALSE(sudo_invoking_uid("4294967295"));
+  CHECK_FALSE(sudo_invoking_uid("99999999999"));
+  CHECK_FALSE(sudo_invoking_uid("12a"));
+  CHECK_FALSE(sudo_invoking_uid("-1"));
+  CHECK_FALSE(sudo_invoking_uid(" 1000"));
 }
 
 TEST_CASE("rw bind pre-check rootless: the caller's ids and groups") {
