@@ -5,6 +5,8 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 
+#include <cerrno>
+
 #include <spdlog/spdlog.h>
 
 #include "runtime/base/sha256.hpp"
@@ -109,6 +111,26 @@ class Mounts final : public Facility {
   }
 };
 
+// The generated /etc/hosts (plan_mounts) is bound over the image's only where that is a plain file
+// or absent under a plain /etc: an image whose /etc/hosts is a symlink or a directory (or whose
+// /etc is a symlink) keeps its own, as before there was one, rather than failing at its mount point.
+void keep_an_images_odd_hosts(int image_fd, MountPlan& mounts) {
+  struct stat st;
+  auto kind = [&](const char* path) -> int {  // 0 absent, 1 the wanted type, -1 anything else
+    if (::fstatat(image_fd, path, &st, AT_SYMLINK_NOFOLLOW) != 0) return errno == ENOENT ? 0 : -1;
+    return 1;
+  };
+  int etc = kind("etc");
+  bool plain = etc == 0 || (etc == 1 && S_ISDIR(st.st_mode));
+  if (plain && etc == 1) {
+    int hosts = kind("etc/hosts");
+    plain = hosts == 0 || (hosts == 1 && S_ISREG(st.st_mode));
+  }
+  if (plain) return;
+  std::erase_if(mounts.files, [](const GeneratedFile& f) { return f.dst == "/etc/hosts"; });
+  spdlog::info("the image's /etc/hosts is not a plain file: it is kept, no localhost entries are added");
+}
+
 // The image (image_store.hpp). A run opens the stored tree once here; its seal is taken through
 // this fd while init builds the sandbox (Run::check_seal, after "go"). A dry run has no sandbox
 // to overlap with and takes the seal now.
@@ -126,8 +148,9 @@ class Image final : public Facility {
     const ImageRecord& image = ctx.image.emplace(std::move(*resolved));
     ctx.image_fd.reset(::open(image.rootfs.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
     if (!ctx.image_fd.ok()) return sys_error("image", "open " + image.rootfs);
-    if (ctx.dry_run) return check_seal_now(ctx);
     MountPlan& mounts = ctx.mounts;
+    keep_an_images_odd_hosts(ctx.image_fd.get(), mounts);
+    if (ctx.dry_run) return check_seal_now(ctx);
     if (ctx.parts)
       ctx.parts->image =
           trace_object({{"image/name", ctx.spec.image},

@@ -145,8 +145,8 @@ void refine(Outcome& o, const RunFacts& f) {
   // 25" alone does not tell a user which limit bit, nor where it came from.
   if (o.status == RunStatus::signaled && o.signal == SIGXFSZ)
     o.reason =
-        "SIGXFSZ: a file grew past RLIMIT_FSIZE, which sbx does not set: it was inherited from sbx's caller "
-        "(ulimit -f)";
+        "SIGXFSZ: a file grew past RLIMIT_FSIZE, which sbx does not set: inherited from sbx's caller "
+        "(ulimit -f), or set (or the signal sent) by the program itself";
   // The artifact export went over its caps: the program itself may still have succeeded.
   if (o.status == RunStatus::ok && f.export_limit_hit) {
     o.status = RunStatus::output_limit;
@@ -227,9 +227,10 @@ std::vector<LimitHit> limits_hit(const LimitFacts& f) {
   if ((o && o->status == RunStatus::oom) || f.memory_oom_events > 0)
     hits.push_back({"memory", opt(f.memory_bytes, format_size), "--memory SIZE"});
   if (f.pids_max_events > 0) hits.push_back({"pids", f.pids ? count(*f.pids) : std::string(), "--pids N"});
-  // RLIMIT_FSIZE is never sbx's (outcome.hpp, step 7): it came with sbx's caller.
+  // RLIMIT_FSIZE is never sbx's (outcome.hpp, step 7): it came with sbx's caller, or the
+  // program set it (or sent itself SIGXFSZ).
   if (o && o->status == RunStatus::signaled && o->signal == SIGXFSZ)
-    hits.push_back({"file_size", "", "ulimit -f in the shell that runs sbx"});
+    hits.push_back({"file_size", "", "ulimit -f in the shell that runs sbx, if not the program's own"});
   if (f.output_truncated) hits.push_back({"output", opt(f.output_limit_bytes, format_size), "--output-limit SIZE"});
   if (o && o->status == RunStatus::output_limit)
     hits.push_back({"artifacts", "", "--output-max-bytes SIZE, --output-max-files N"});

@@ -10,6 +10,7 @@
 #include "runtime/egress/egress_policy.hpp"
 #include "runtime/model/gpu_request.hpp"
 #include "runtime/model/limits_table.hpp"
+#include "runtime/base/text_escape.hpp"
 #include "runtime/base/doc_reader.hpp"
 #include "runtime/base/suggest.hpp"
 #include "runtime/base/json_io.hpp"
@@ -634,6 +635,13 @@ Status validate_spec(const RunSpec& s) {
   if (!clean_abs_path(s.workdir))
     return make_error("usage", "workdir '" + s.workdir + "' must be an absolute path without '..'");
   if (s.hostname.empty() || s.hostname.size() > 64) return make_error("usage", "hostname must be 1 to 64 characters");
+  // It is written into the sandbox's /etc/hosts and /etc/hostname: a newline or a space would add
+  // entries there ("x\n10.0.0.9 api.example"). RFC 1123's letters, digits, '-' and '.'.
+  if (s.hostname.front() == '-' || s.hostname.front() == '.' ||
+      s.hostname.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-.") !=
+          std::string::npos)
+    return make_error("usage", "hostname '" + printable(s.hostname) +
+                                   "' may hold only letters, digits, '-' and '.' (and not begin with '-' or '.')");
   for (auto& [k, v] : s.env)
     if (k.empty() || k.find('=') != std::string::npos)
       return make_error("usage", "bad environment variable name '" + k + "'");

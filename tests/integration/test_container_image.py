@@ -436,6 +436,20 @@ class ImageRunsAsDocker(SbxTestCase):
         self.assertIn(f"127.0.0.1\tlocalhost {host}", lines)
         self.assertIn("::1\tlocalhost ip6-localhost ip6-loopback", lines)
 
+    def test_an_image_whose_etc_hosts_is_a_symlink_keeps_it_and_runs(self):
+        """The generated /etc/hosts is bound only over a plain file: an image whose /etc/hosts is
+        a symlink (to /run/hosts, as some base images have) kept running as before it existed."""
+        def link(tf):
+            info = tarfile.TarInfo("etc/hosts")
+            info.type, info.linkname = tarfile.SYMTYPE, "/run/hosts"
+            tf.addfile(info)
+        layout = self.path("linked")
+        write_oci_layout(layout, layers=(lower_layer(), upper_layer(link)), platforms=("amd64",))
+        self.assertExit(sbx(["image", "import", layout, "--name", "hosts-link"], timeout=120), 0)
+        r = sbx(["run", "--image", "hosts-link", "--", "readlink /etc/hosts; echo ran"], timeout=60)
+        self.assertExit(r, 0)
+        self.assertEqual(r.out.split(), ["/run/hosts", "ran"], r.describe())
+
 
 if __name__ == "__main__":
     unittest.main()

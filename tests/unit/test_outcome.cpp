@@ -298,7 +298,7 @@ TEST_CASE("decide_outcome: SIGXFSZ names RLIMIT_FSIZE and where it came from") {
   CHECK(o.status == RunStatus::signaled);
   CHECK(exit_status_for(o) == 128 + SIGXFSZ);
   CHECK(o.reason ==
-        "SIGXFSZ: a file grew past RLIMIT_FSIZE, which sbx does not set: it was inherited from sbx's caller (ulimit -f)");
+        "SIGXFSZ: a file grew past RLIMIT_FSIZE, which sbx does not set: inherited from sbx's caller (ulimit -f), or set (or the signal sent) by the program itself");
 }
 
 TEST_CASE("decide_outcome: the output limit applies to a run that succeeded only") {

@@ -502,3 +502,18 @@ TEST_CASE("bind options: rw, ro and idmap, one list") {
   CHECK(s->binds[0].idmap);
   CHECK(spec_to_json(*s)["binds"][0]["idmap"] == true);
 }
+
+TEST_CASE("hostname: RFC 1123 characters only, since it is written into /etc/hosts") {
+  RunSpec s;
+  s.argv = {"/bin/true"};
+  for (const char* ok : {"sbx", "build-7.example", "A1"}) {
+    s.hostname = ok;
+    CHECK(validate_spec(s).ok());
+  }
+  for (const char* bad : {"x\n10.0.0.9 api.example", "a b", "-x", ".x", "x\t", "x_y", "x#y"}) {
+    s.hostname = bad;
+    auto st = validate_spec(s);
+    REQUIRE_FALSE(st.ok());
+    CHECK(st.error().message.find("may hold only letters") != std::string::npos);
+  }
+}
