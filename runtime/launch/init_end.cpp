@@ -149,6 +149,24 @@ pid_t signal_target(int sig, pid_t program, bool tty) {
   return program;
 }
 
+// The supervisor's request to end the run (kEndSandboxSignal) is looked for first on every pass
+// of init's loop: sigtimedwait hands out the lowest pending signal, and a program that keeps init
+// busy (SIGUSR1 sent to pid 1 in a loop, orphans exiting) would otherwise starve it until the
+// supervisor's fallback SIGKILL, losing the tree's usage. True, with `si` filled, when it is
+// pending; it does not wait.
+bool end_requested(siginfo_t* si) {
+  sigset_t only;
+  std::memset(&only, 0, sizeof only);
+  only.__val[0] = 1UL << (kEndSandboxSignal - 1);
+  const struct timespec now = {0, 0};
+  return raw::sigtimedwait(&only, si, &now) == kEndSandboxSignal;
+}
+
+// From the supervisor only: outside this pid namespace, so si_pid reads 0, and a kill(2)-like
+// sender, SI_USER. A process inside may forge si_pid with rt_sigqueueinfo, but the kernel refuses
+// it an si_code of SI_USER (or any non-negative one) towards another process.
+bool from_supervisor(const siginfo_t& si) { return si.si_pid == 0 && si.si_code == SI_USER; }
+
 }  // namespace
 
 void supervised_signals(sigset_t* set) {
@@ -292,27 +310,12 @@ void watch_program(const InitEnd& end, const StartedProgram& sp) {
   pid_t program = sp.pid;
   sigset_t set;
   supervised_signals(&set);
-  // The supervisor's request to end the run is looked for first on every pass: sigtimedwait
-  // hands out the lowest pending signal, and a program that keeps init busy (SIGUSR1 sent to
-  // pid 1 in a loop, orphans exiting) would otherwise starve it until the supervisor's
-  // fallback SIGKILL, losing the tree's usage (supervisor.cpp end_through_init).
-  sigset_t end_only;
-  std::memset(&end_only, 0, sizeof end_only);
-  end_only.__val[0] = 1UL << (kEndSandboxSignal - 1);
-  const struct timespec now = {0, 0};
-  auto end_requested = [](const siginfo_t& si) {
-    // From the supervisor only: outside this pid namespace, so si_pid reads 0, and a kill(2)-
-    // like sender, SI_USER. A process inside may forge si_pid with rt_sigqueueinfo, but the
-    // kernel refuses it an si_code of SI_USER (or any non-negative one) towards another process.
-    return si.si_pid == 0 && si.si_code == SI_USER;
-  };
   for (;;) {
     siginfo_t si;
-    long sig = raw::sigtimedwait(&end_only, &si, &now);
-    if (sig != kEndSandboxSignal) sig = raw::sigtimedwait(&set, &si);
+    long sig = end_requested(&si) ? kEndSandboxSignal : raw::sigtimedwait(&set, &si);
     if (sig < 0) continue;
     if (sig == kEndSandboxSignal) {
-      if (end_requested(si)) report_and_exit(end, reap_everything_else(program, SIGKILL));
+      if (from_supervisor(si)) report_and_exit(end, reap_everything_else(program, SIGKILL));
       continue;  // the program's own sending it is ignored
     }
     if (sig != SIGCHLD) {
@@ -327,8 +330,7 @@ void watch_program(const InitEnd& end, const StartedProgram& sp) {
     while ((p = raw::wait4(-1, &ws, WNOHANG | __WALL, nullptr)) > 0) {
       if (p == program) report_and_exit(end, reap_everything_else(program, ws));
       // Orphans exiting without end: the supervisor's request is not held back by them.
-      if (raw::sigtimedwait(&end_only, &si, &now) == kEndSandboxSignal && end_requested(si))
-        report_and_exit(end, reap_everything_else(program, SIGKILL));
+      if (end_requested(&si) && from_supervisor(si)) report_and_exit(end, reap_everything_else(program, SIGKILL));
     }
   }
 }
