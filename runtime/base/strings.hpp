@@ -17,4 +17,25 @@ inline std::string join_words(const std::vector<std::string>& words, std::string
   return out;
 }
 
+// The fields of the first line of a colon-separated database (/etc/passwd, /etc/group) that has
+// at least `min_fields` fields and whose field `key_field` is `key`; empty when none has. One
+// reader for the host's passwd (workspace.cpp, never glibc's NSS in the static binary) and an
+// image's (image_defaults.cpp).
+inline std::vector<std::string_view> colon_db_entry(std::string_view db, std::size_t key_field, std::string_view key,
+                                                    std::size_t min_fields) {
+  while (!db.empty()) {
+    std::string_view line = db.substr(0, db.find('\n'));
+    db.remove_prefix(line.size() < db.size() ? line.size() + 1 : db.size());
+    std::vector<std::string_view> f;
+    for (std::string_view rest = line;;) {
+      auto colon = rest.find(':');
+      f.push_back(rest.substr(0, colon));
+      if (colon == std::string_view::npos) break;
+      rest.remove_prefix(colon + 1);
+    }
+    if (f.size() >= min_fields && key_field < f.size() && f[key_field] == key) return f;
+  }
+  return {};
+}
+
 }  // namespace sbx

@@ -115,18 +115,12 @@ class Mounts final : public Facility {
 // or absent under a plain /etc: an image whose /etc/hosts is a symlink or a directory (or whose
 // /etc is a symlink) keeps its own, as before there was one, rather than failing at its mount point.
 void keep_an_images_odd_hosts(int image_fd, MountPlan& mounts) {
-  struct stat st;
-  auto kind = [&](const char* path) -> int {  // 0 absent, 1 the wanted type, -1 anything else
-    if (::fstatat(image_fd, path, &st, AT_SYMLINK_NOFOLLOW) != 0) return errno == ENOENT ? 0 : -1;
-    return 1;
+  auto absent_or = [image_fd](const char* path, mode_t type) {
+    struct stat st;
+    if (::fstatat(image_fd, path, &st, AT_SYMLINK_NOFOLLOW) != 0) return errno == ENOENT;
+    return (st.st_mode & S_IFMT) == type;
   };
-  int etc = kind("etc");
-  bool plain = etc == 0 || (etc == 1 && S_ISDIR(st.st_mode));
-  if (plain && etc == 1) {
-    int hosts = kind("etc/hosts");
-    plain = hosts == 0 || (hosts == 1 && S_ISREG(st.st_mode));
-  }
-  if (plain) return;
+  if (absent_or("etc", S_IFDIR) && absent_or("etc/hosts", S_IFREG)) return;
   std::erase_if(mounts.files, [](const GeneratedFile& f) { return f.dst == "/etc/hosts"; });
   spdlog::info("the image's /etc/hosts is not a plain file: it is kept, no localhost entries are added");
 }

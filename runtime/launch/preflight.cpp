@@ -17,7 +17,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <filesystem>
 #include <cstdlib>
 #include <cstring>
 
@@ -184,10 +183,8 @@ void idmap_owned_binds(std::vector<BindSource>& sources, const IdentityPlan& ide
   const bool initial = in_initial_user_namespace();
   for (BindSource& src : sources) {
     if (src.flag != "--bind" || !src.given.rw || src.given.idmap) continue;
-    std::string named = src.given.src.starts_with('/') ? src.given.src : cwd + "/" + src.given.src;
-    named = std::filesystem::path(named).lexically_normal().string();
-    while (named.size() > 1 && named.back() == '/') named.pop_back();
-    if (named != src.real) continue;  // a symlink on the way: only what was named is the user's
+    // A symlink on the way: only what was named is the user's.
+    if (absolute_lexical(cwd, src.given.src) != src.real) continue;
     BindOwnership o = read_ownership(src);
     if (!wants_owner_idmap(o, identity, initial, invoking)) continue;
     src.given.idmap = true;

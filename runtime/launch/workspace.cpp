@@ -11,6 +11,7 @@
 
 #include "runtime/base/json_io.hpp"
 #include "runtime/base/paths.hpp"
+#include "runtime/base/strings.hpp"
 
 namespace sbx {
 
@@ -72,24 +73,8 @@ std::string absolute_lexical(const std::string& cwd, const std::string& path) {
 }
 
 std::string passwd_home(std::string_view passwd, std::uint32_t uid) {
-  const std::string want = std::to_string(uid);
-  while (!passwd.empty()) {
-    std::string_view line = passwd.substr(0, passwd.find('\n'));
-    passwd.remove_prefix(std::min(passwd.size(), line.size() + 1));
-    std::array<std::string_view, 7> f;
-    std::size_t n = 0;
-    for (std::string_view rest = line; n < f.size(); ++n) {
-      auto colon = rest.find(':');
-      f[n] = rest.substr(0, colon);
-      if (colon == std::string_view::npos) {
-        ++n;
-        break;
-      }
-      rest.remove_prefix(colon + 1);
-    }
-    if (n >= 6 && f[2] == want) return std::string(f[5]);
-  }
-  return "";
+  auto entry = colon_db_entry(passwd, 2, std::to_string(uid), 6);
+  return entry.empty() ? "" : std::string(entry[5]);
 }
 
 namespace {

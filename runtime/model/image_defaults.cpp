@@ -10,6 +10,7 @@
 
 #include "runtime/base/fsutil.hpp"
 #include "runtime/base/json_io.hpp"
+#include "runtime/base/strings.hpp"
 
 namespace sbx {
 namespace {
@@ -24,7 +25,7 @@ std::vector<std::string> strings(const nlohmann::json& d, const char* key) {
   return out;
 }
 
-std::optional<std::uint32_t> number(const std::string& s) {
+std::optional<std::uint32_t> number(std::string_view s) {
   std::uint32_t v = 0;
   auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
   if (ec != std::errc() || p != s.data() + s.size() || s.empty()) return std::nullopt;
@@ -49,25 +50,12 @@ Result<std::string> read_db(const std::string& rootfs, const char* rel, const st
 constexpr std::size_t kNameField = 0, kIdField = 2;
 std::optional<std::pair<std::uint32_t, std::uint32_t>> lookup(const std::string& db, const std::string& key,
                                                               std::size_t key_field = kNameField) {
-  std::size_t pos = 0;
-  while (pos < db.size()) {
-    std::size_t end = db.find('\n', pos);
-    std::string line = db.substr(pos, end == std::string::npos ? std::string::npos : end - pos);
-    pos = end == std::string::npos ? db.size() : end + 1;
-    std::vector<std::string> f;
-    for (std::size_t a = 0;;) {
-      std::size_t b = line.find(':', a);
-      f.push_back(line.substr(a, b == std::string::npos ? std::string::npos : b - a));
-      if (b == std::string::npos) break;
-      a = b + 1;
-    }
-    if (f.size() < 3 || f[key_field] != key) continue;
-    auto id = number(f[2]);
-    if (!id) return std::nullopt;
-    auto group = f.size() > 3 ? number(f[3]) : std::nullopt;
-    return std::pair{*id, group.value_or(*id)};
-  }
-  return std::nullopt;
+  auto f = colon_db_entry(db, key_field, key, 3);
+  if (f.empty()) return std::nullopt;
+  auto id = number(f[2]);
+  if (!id) return std::nullopt;
+  auto group = f.size() > 3 ? number(f[3]) : std::nullopt;
+  return std::pair{*id, group.value_or(*id)};
 }
 
 // The primary group of the user whose uid is `uid` in the image's /etc/passwd, else `uid` itself:
