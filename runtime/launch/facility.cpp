@@ -43,7 +43,10 @@ class Identity final : public Facility {
       spdlog::warn(
           "this user namespace maps no id but sbx's own: the sandbox runs with a single-id map (its root "
           "is this namespace's root); give the container a range of ids (podman --uidmap 0:HOST_ID:65537, "
-          "Kubernetes hostUsers: false) for a sandbox range of its own");
+          "Kubernetes hostUsers: false) for a sandbox range of its own{}",
+          ctx.identity->keep_groups ? "; its supplementary groups stay with the program, as this namespace "
+                                      "denies setgroups (unshare -r: make it with --setgroups allow)"
+                                    : "");
     // What later runs trust is read back from the state dir (or tenant store): nobody but sbx's
     // user may be able to write it, neither another user on the host nor this run's program.
     SBX_TRY(check_private_dir(ctx.req.dirs.state, "sbx's state dir"));

@@ -202,7 +202,7 @@ void idmap_owned_binds(std::vector<BindSource>& sources, const IdentityPlan& ide
 Status check_binds_writable(const std::vector<BindSource>& sources, const IdentityPlan& identity,
                             const std::string& workspace) {
   std::vector<std::uint32_t> groups;
-  if (identity.rootless) {  // the caller's supplementary groups stay with the program rootless
+  if (identity.keep_groups) {  // the caller's supplementary groups stay with the program (userns.hpp)
     int n = ::getgroups(0, nullptr);
     std::vector<gid_t> g(static_cast<std::size_t>(std::max(n, 0)));
     if (n > 0 && ::getgroups(n, g.data()) == n) groups.assign(g.begin(), g.end());

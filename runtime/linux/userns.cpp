@@ -162,6 +162,9 @@ Result<IdentityPlan> plan_in_own_namespace(const RunSpec& spec, uid_t caller_uid
                                         ", or Kubernetes hostUsers: false), or run without tenants");
     p.rootless = true;
     p.single_id_fallback = true;
+    // Where our namespace allows setgroups, the map is written with our CAP_SETGID and the
+    // container's groups are dropped as for any root run; where it denies it, they cannot be.
+    p.keep_groups = setgroups_denied;
     p.uid_map = {{spec.uid, caller_uid, 1}};
     p.gid_map = {{spec.gid, caller_gid, 1}};
     p.range_source = "single id: own user namespace maps no other id";
@@ -200,6 +203,7 @@ Result<IdentityPlan> plan_identity(const RunSpec& spec, uid_t caller_uid, gid_t 
   p.gid = spec.gid;
   if (caller_uid != 0) {
     p.rootless = true;
+    p.keep_groups = true;
     p.uid_map = {{spec.uid, caller_uid, 1}};
     p.gid_map = {{spec.gid, caller_gid, 1}};
     p.range_source = "caller";
@@ -279,24 +283,24 @@ std::string map_text(const std::vector<IdMapping>& m) {
 Status write_id_maps(pid_t child, const IdentityPlan& plan) {
   // An unprivileged writer of gid_map must first give up setgroups(2) in the namespace;
   // otherwise a process could drop a group that was denying it access (CVE-2014-8989).
-  if (plan.rootless) SBX_TRY(write_proc_file(child, "setgroups", "deny"));
+  if (plan.keep_groups) SBX_TRY(write_proc_file(child, "setgroups", "deny"));
   SBX_TRY(write_proc_file(child, "uid_map", map_text(plan.uid_map)));
   SBX_TRY(write_proc_file(child, "gid_map", map_text(plan.gid_map)));
   return {};
 }
 
 Status become_namespace_root(const IdentityPlan& plan) {
+  // Host root's supplementary groups (gid 0 among them), or a container's, would still grant group
+  // access on host files by kgid; drop them while we still may.
+  if (!plan.keep_groups && ::setgroups(0, nullptr) != 0) return sys_error("identity", "setgroups([])");
   if (plan.rootless) return {};  // already the mapped caller, with full capabilities in the ns
-  // Host root's supplementary groups (gid 0 among them) would still grant group access on host
-  // files by kgid; drop them while we still may.
-  if (::setgroups(0, nullptr) != 0) return sys_error("identity", "setgroups([])");
   if (::setresgid(0, 0, 0) != 0) return sys_error("identity", "setresgid(0)");
   if (::setresuid(0, 0, 0) != 0) return sys_error("identity", "setresuid(0)");
   return {};
 }
 
 Status switch_to_program_identity(const IdentityPlan& plan) {
-  if (!plan.rootless && ::setgroups(0, nullptr) != 0) return sys_error("identity", "setgroups([])");
+  if (!plan.keep_groups && ::setgroups(0, nullptr) != 0) return sys_error("identity", "setgroups([])");
   if (::setresgid(plan.gid, plan.gid, plan.gid) != 0)
     return sys_error("identity", "setresgid(" + std::to_string(plan.gid) + ")");
   if (::setresuid(plan.uid, plan.uid, plan.uid) != 0)

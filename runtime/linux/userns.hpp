@@ -37,6 +37,11 @@ struct IdentityPlan {
   // Root of a user namespace that maps no id besides our own: the single-id map of a rootless
   // run (the sandbox's root is the container's), warned about on stderr and said in the record.
   bool single_id_fallback = false;
+  // The caller's supplementary groups stay with the program: the sandbox's namespace denies
+  // setgroups(2). Rootless, the kernel demands it of an unprivileged writer of gid_map (they are the
+  // caller's own groups); in the single-id fallback, only where our own namespace denies it already
+  // (unshare -r). Everywhere else they are dropped before the program runs.
+  bool keep_groups = false;
 };
 
 // The maps of the initial user namespace (every id but 4294967295, the kernel's "no id").
@@ -80,8 +85,8 @@ Status write_id_maps(pid_t child, const IdentityPlan& plan);
 // (as host root the child still has host uid 0, which is unmapped inside).
 Status become_namespace_root(const IdentityPlan& plan);
 
-// Child side (program): switch to the program's uid/gid, dropping supplementary groups where the
-// kernel lets us (it does not rootless: setgroups is denied there).
+// Child side (program): switch to the program's uid/gid, dropping supplementary groups unless the
+// plan keeps them (keep_groups: setgroups is denied there).
 Status switch_to_program_identity(const IdentityPlan& plan);
 
 nlohmann::json identity_to_json(const IdentityPlan& plan);

@@ -21,10 +21,11 @@ POD = "0 0 1,1 2000001 65535"
 SINGLE = "0 0 1"  # `unshare -r`: nothing but our own id
 
 
-def in_userns(id_map, args, timeout=60):
+def in_userns(id_map, args, timeout=60, env=None):
     argv = [sys.executable, os.path.join(HERE, "in_userns.py"), id_map, "--", SBX] + list(args)
     start = time.monotonic()
-    p = subprocess.run(argv, capture_output=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    p = subprocess.run(argv, capture_output=True, timeout=timeout, stdin=subprocess.DEVNULL,
+                       env=dict(os.environ, **(env or {})))
     return Result(argv, p.returncode, p.stdout, p.stderr, time.monotonic() - start)
 
 
@@ -71,6 +72,27 @@ class OwnUserNamespace(SbxTestCase):
         warn = [l for l in r.err.splitlines() if "single-id map" in l]
         self.assertEqual(len(warn), 1, r.describe())
         self.assertIn("--uidmap", warn[0])
+
+    def test_single_id_namespace_drops_the_containers_groups_where_it_may(self):
+        """A container's root may hold supplementary groups (host gid 4242 here) that reach host
+        files by group. The single-id map once kept them for the program, as rootless; they are
+        dropped wherever our namespace allows setgroups, and kept, said on stderr, only where it
+        denies it (unshare -r), where nothing in that namespace could drop them anyway."""
+        secret = self.path("group-only")
+        with open(secret, "w") as f:
+            f.write("group-secret\n")
+        os.chown(secret, 12345, 4242)
+        os.chmod(secret, 0o040)
+        run = ["run", "--bind", secret + ":/g", "--", "sh", "-c", "cat /g; echo rc=$?"]
+        r = in_userns(SINGLE, run, env={"IN_USERNS_GROUPS": "4242"})
+        self.assertEqual(r.rc, 0, r.describe())
+        self.assertNotIn("group-secret", r.out, r.describe())
+        self.assertIn("rc=1", r.out, r.describe())
+        self.assertNotIn("groups stay", r.err, r.describe())
+        r = in_userns(SINGLE, run, env={"IN_USERNS_GROUPS": "4242", "IN_USERNS_SETGROUPS": "deny"})
+        self.assertEqual(r.rc, 0, r.describe())
+        self.assertIn("group-secret", r.out, "setgroups denied: the groups cannot be dropped")
+        self.assertIn("supplementary groups stay", r.err, r.describe())
 
     def test_doctor_reports_what_runs_there(self):
         for id_map, status, words in ((POD, "ok", "own user namespace (65535 ids)"),

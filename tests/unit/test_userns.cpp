@@ -100,6 +100,8 @@ TEST_CASE("identity in a user namespace that maps only our own id: a single-id m
   REQUIRE(one.ok());
   CHECK(one->rootless);
   CHECK(one->single_id_fallback);
+  // Our namespace allows setgroups: the container's supplementary groups are dropped, as in any root run.
+  CHECK_FALSE(one->keep_groups);
   CHECK(one->range_source == "single id: own user namespace maps no other id");
   REQUIRE(one->uid_map.size() == 1);
   CHECK(one->uid_map[0].outside == 0);
@@ -123,9 +125,19 @@ TEST_CASE("identity in a user namespace that denies setgroups: refused, never th
   auto r = plan_identity(s, 0, 0, "", "", 0, denied);
   REQUIRE_FALSE(r.ok());
   CHECK(r.error().message.find("--setgroups allow") != std::string::npos);
-  // A single id needs no setgroups: the rootless map writes 'deny' itself.
+  // A single id needs no setgroups: the rootless map writes 'deny' itself, and the groups that our
+  // namespace already cannot drop stay (unshare -r: they are the invoking user's own).
   OwnIdMaps single{"0 0 1\n", "0 0 1\n", true};
   auto one = plan_identity(s, 0, 0, "", "", 0, single);
   REQUIRE(one.ok());
   CHECK(one->single_id_fallback);
+  CHECK(one->keep_groups);
+}
+
+TEST_CASE("identity: only a rootless caller's and a setgroups-denying namespace's groups are kept") {
+  RunSpec s;
+  CHECK(plan_identity(s, 1000, 1000, "", "")->keep_groups);
+  CHECK_FALSE(plan_identity(s, 0, 0, "", "")->keep_groups);
+  OwnIdMaps pod{"0 0 1\n1 2000001 65535\n", "0 0 1\n1 2000001 65535\n", false};
+  CHECK_FALSE(plan_identity(s, 0, 0, "", "", 0, pod)->keep_groups);
 }
