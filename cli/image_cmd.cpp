@@ -11,6 +11,8 @@
 #include "runtime/base/progress_line.hpp"
 #include "runtime/base/text_escape.hpp"
 #include "runtime/base/units.hpp"
+#include "runtime/image/image_import.hpp"
+#include "runtime/linux/userns.hpp"
 
 namespace sbx::cli {
 namespace {
@@ -63,6 +65,15 @@ void print_imported(const ImageFlags& f, ImageRecord& res) {
   if (r->repaired)
     std::printf("repaired %s: the stored copy had been modified (its seal did not match) and was replaced\n",
                 r->digest.c_str());
+  if (r->owners_missing)
+    std::fprintf(stderr,
+                 "sbx: %s was stored by an older sbx, without its files' owners (every file is host root's, "
+                 "which the sandbox does not map): 'sbx image rm %s' and import it again to have them\n",
+                 r->digest.c_str(), r->digest.c_str());
+  std::int64_t outside = m.contains("owners") ? m["owners"].value("outside_range", std::int64_t{0}) : 0;
+  if (outside)
+    std::printf("%lld entr%s owned by an id past %u kept the importer's owner: a run maps image ids 0-%u only\n",
+                static_cast<long long>(outside), outside == 1 ? "y" : "ies", kOwnerIdRange - 1, kOwnerIdRange - 1);
 }
 
 int image_import(const ImageFlags& f, ImageStore& store) {
@@ -73,6 +84,9 @@ int image_import(const ImageFlags& f, ImageStore& store) {
   };
   ImportLimits limits;
   if (auto rc = import_limits(f, limits)) return *rc;
+  // Owners are carried where a run can map them: host root in the host's user namespace, whose
+  // runs read the store through an idmapped mount (runtime/linux/mounts.hpp make_idmapped_image).
+  limits.carry_owners = ::geteuid() == 0 && in_initial_user_namespace();
   auto r = store.import(f.source, f.name, progress, limits, f.import_options);
   line.finish();
   if (!r) return usage_error(r.error().describe());

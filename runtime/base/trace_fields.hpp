@@ -192,6 +192,7 @@ inline constexpr const char* kTraceFields[] = {
     "image/names",
     "image/root",
     "image/root/lower",
+    "image/root/owners",
     "image/root/read_only",
     "image/root/type",
     "image/root/upper",

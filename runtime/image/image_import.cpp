@@ -34,6 +34,22 @@ Status check_limits(const ImportLimits& l, const ImportStats& s, std::int64_t ad
   return {};
 }
 
+// Gives `name` (beneath dirfd; `fd` instead where it is open) the image's owner, where the
+// import carries owners (image_import.hpp). Never follows a symlink.
+Status set_owner(const ImportLimits& l, ImportStats& s, int dirfd, const std::string& name, int fd, std::uint32_t uid,
+                 std::uint32_t gid, const std::string& what) {
+  if (!l.carry_owners) return {};
+  // Past the range: the importer's (a later layer re-declaring a directory resets it so too).
+  const bool outside = uid >= kOwnerIdRange || gid >= kOwnerIdRange;
+  if (outside) ++s.owners_outside_range;
+  const uid_t u = outside ? ::geteuid() : kOwnerIdBase + uid;
+  const gid_t g = outside ? ::getegid() : kOwnerIdBase + gid;
+  int r = fd >= 0 ? ::fchown(fd, u, g) : ::fchownat(dirfd, name.c_str(), u, g, AT_SYMLINK_NOFOLLOW);
+  if (r != 0)
+    return sys_error(kStage, "chown " + what + " to image ids " + std::to_string(uid) + ":" + std::to_string(gid));
+  return {};
+}
+
 void count_mode(ImportStats& s, std::uint32_t mode) {
   if (mode & 07000) ++s.special_bits_cleared;
   if (mode & 0022) ++s.write_bits_cleared;
@@ -106,6 +122,7 @@ struct DirCopier {
       if (::mkdirat(dst, name.c_str(), 0700) != 0) return sys_error(kStage, "create directory " + path);
       if (::fchmodat(dst, name.c_str(), normalise_mode(true, st.st_mode), 0) != 0)
         return sys_error(kStage, "chmod " + path);
+      SBX_TRY(set_owner(limits, stats, dst, name, -1, st.st_uid, st.st_gid, path));
       UniqueFd s(::openat(src, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
       if (s.get() < 0) return sys_error(kStage, "open directory " + path);
       UniqueFd t(::openat(dst, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
@@ -119,6 +136,7 @@ struct DirCopier {
       if (n < 0) return sys_error(kStage, "readlink " + path);
       target.resize(static_cast<std::size_t>(n));
       if (::symlinkat(target.c_str(), dst, name.c_str()) != 0) return sys_error(kStage, "create symlink " + path);
+      SBX_TRY(set_owner(limits, stats, dst, name, -1, st.st_uid, st.st_gid, path));
       tick();
       return set_mtime(dst, name, st.st_mtim.tv_sec, st.st_mtim.tv_nsec, path);
     }
@@ -149,6 +167,7 @@ struct DirCopier {
       if (progress) progress("copying", stats.entries, stats.bytes);
       return {};
     }));
+    SBX_TRY(set_owner(limits, stats, -1, path, out.get(), st.st_uid, st.st_gid, path));
     if (::fchmod(out.get(), normalise_mode(false, st.st_mode)) != 0) return sys_error(kStage, "chmod " + path);
     struct timespec ts[2] = {{0, UTIME_OMIT}, st.st_mtim};
     if (::futimens(out.get(), ts) != 0) return sys_error(kStage, "set mtime of " + path);
@@ -263,6 +282,8 @@ Result<ImportStats> populate_from_dir(const std::string& src, const std::string&
   if (::fstat(s.get(), &st) != 0) return sys_error(kStage, "stat " + src);
   ::fchmod(d.get(), normalise_mode(true, st.st_mode));
   DirCopier c{progress, limits, d.get(), {}, {}};
+  c.stats.owners_carried = limits.carry_owners;
+  SBX_TRY(set_owner(limits, c.stats, -1, src, d.get(), st.st_uid, st.st_gid, src));
   SBX_TRY(c.copy_dir(s.get(), d.get(), ""));
   return std::move(c.stats);
 }
@@ -396,9 +417,10 @@ Status Extraction::write(const TarEntry& e, int pfd, const std::string& base, bo
         return sys_error(kStage, "create directory " + e.path);
       if (::fchmodat(pfd, base.c_str(), normalise_mode(true, e.mode), 0) != 0)
         return sys_error(kStage, "chmod " + e.path);
-      return {};
+      return set_owner(limits_, stats_, pfd, base, -1, e.uid, e.gid, e.path);
     case TarEntry::Type::symlink:
       if (::symlinkat(e.link.c_str(), pfd, base.c_str()) != 0) return sys_error(kStage, "create symlink " + e.path);
+      SBX_TRY(set_owner(limits_, stats_, pfd, base, -1, e.uid, e.gid, e.path));
       return set_mtime(pfd, base, e.mtime, 0, e.path);
     case TarEntry::Type::hardlink: {
       std::string tdir, tbase;
@@ -429,6 +451,7 @@ Status Extraction::write_file(const TarEntry& e, int pfd, const std::string& bas
     stats_.bytes += static_cast<std::int64_t>(*n);
     if (progress_) progress_("extracting", stats_.entries, stats_.bytes);
   }
+  SBX_TRY(set_owner(limits_, stats_, -1, e.path, out.get(), e.uid, e.gid, e.path));
   if (::fchmod(out.get(), normalise_mode(false, e.mode)) != 0) return sys_error(kStage, "chmod " + e.path);
   struct timespec ts[2] = {{0, UTIME_OMIT}, {static_cast<time_t>(e.mtime), 0}};
   if (::futimens(out.get(), ts) != 0) return sys_error(kStage, "set mtime of " + e.path);
@@ -483,6 +506,7 @@ Result<ImportStats> populate_from_tar(const std::string& path, const std::string
   auto root = open_staging(staging);
   if (!root) return root.error();
   ImportStats stats;
+  stats.owners_carried = limits.carry_owners;
   SBX_TRY(extract_tar(path, root->get(), stats, progress, limits, ExtractOptions{}));
   return stats;
 }
@@ -493,6 +517,7 @@ Result<ImportStats> apply_layers(const std::vector<std::string>& layers, const s
   auto root = open_staging(staging);
   if (!root) return root.error();
   ImportStats stats;
+  stats.owners_carried = limits.carry_owners;
   // One decompression budget for the whole image: a small bomb listed as many layers must not get
   // a fresh one each time.
   std::int64_t budget = max_archive_bytes(limits);

@@ -5,8 +5,13 @@
 //   - setuid/setgid/sticky bits and group/other write bits are cleared; files lose their write
 //     bits altogether and stay readable by their owner (0400); directories stay 0700 for their
 //     owner, so the store can be verified and removed without privileges;
-//   - ownership is not carried over: everything belongs to the importing user (host root when
-//     imported as root; the caller otherwise, which is the sandbox's root in a rootless run);
+//   - ownership is carried over where the store is read through an idmapped mount (ImportLimits::
+//     carry_owners: host root in the host's user namespace): an entry of image uid/gid N < 65536
+//     is owned by host id kOwnerIdBase + N, which no host account and no sandbox is, and which a
+//     run maps to sandbox id N (runtime/linux/mounts.hpp, make_idmapped_image). Never host id N:
+//     the host's user N would own (and could rewrite, or plant symlinks in) the image's tree. Without
+//     carry_owners everything belongs to the importing user (the caller rootless, which is then the
+//     sandbox's user); entries whose ids are past that range stay the importer's (counted);
 //   - file and symlink mtimes are kept (interpreters compare them against their byte-code caches).
 // Nothing is ever created through a symlink: every parent is opened with openat2(RESOLVE_BENEATH |
 // RESOLVE_NO_SYMLINKS) relative to the staging root, so a hostile tarball cannot write outside it.
@@ -27,7 +32,15 @@ struct ImportStats {
   std::int64_t write_bits_cleared = 0;    // group/other write
   std::vector<SkippedEntry> dropped;      // device nodes, FIFOs, sockets
   std::int64_t whiteouts = 0;             // layer members that deleted what a lower layer made
+  bool owners_carried = false;            // ImportLimits::carry_owners was set
+  std::int64_t owners_outside_range = 0;  // entries left to the importer: an id >= kOwnerIdRange
 };
+
+// The image ids an import carries over: those a run maps (runtime/linux/userns.hpp kMappedRange),
+// stored from kOwnerIdBase on: past sbx's own sandbox ranges (userns.hpp kDefaultHostBase + its
+// kDefaultSlices slices ends there) and the ranges tools hand out (subuid, systemd's).
+inline constexpr std::uint32_t kOwnerIdRange = 65536;
+inline constexpr std::uint32_t kOwnerIdBase = 0x80000000;
 
 // An archive is a promise about its size that it need not keep: a few MB of gzip expand to GBs,
 // a tar of headers alone to millions of entries. Import stops at these bounds (what the archive
@@ -38,6 +51,8 @@ struct ImportLimits {
   static constexpr std::int64_t kDefaultMaxEntries = 1'000'000;
   std::int64_t max_bytes = kDefaultMaxBytes;
   std::int64_t max_entries = kDefaultMaxEntries;  // every member, dropped ones included
+  // Not a bound but how entries are written: with their image owners (see the top of this file).
+  bool carry_owners = false;
 };
 
 // What a tar holding at most max_bytes of file data in max_entries members can come to: the

@@ -281,6 +281,12 @@ Result<ImportStats> apply_container_layers(Unpacked& layout, const std::string& 
   return stats;
 }
 
+// Whether a stored tree's entries have their image owners (image_import.hpp).
+bool owners_carried(const json& meta) {
+  auto it = meta.find("owners");
+  return it != meta.end() && it->is_object() && it->value("carried", false) == true;
+}
+
 // image.json of a freshly stored tree.
 json image_meta(const std::string& hex, const std::string& source, const TreeScan& scan, const ImportStats& stats,
                 const Seal& seal, bool container) {
@@ -295,6 +301,7 @@ json image_meta(const std::string& hex, const std::string& source, const TreeSca
                  {"dropped", stats.dropped.size()},
                  {"dropped_entries", dropped_json(stats.dropped)}}},
                {"seal", {{"entries", seal.entries}, {"digest", seal.digest}}},
+               {"owners", {{"carried", stats.owners_carried}, {"outside_range", stats.owners_outside_range}}},
                {"format", "rootfs"}};
   if (container) meta["normalised"]["whiteouts"] = stats.whiteouts;
   return meta;
@@ -401,7 +408,8 @@ Result<ImageRecord> ImageStore::import(const std::string& source_text, const std
   auto name = canonical_image_name(name_text);
   if (!name) return name.error();
   // The store must be traversable by the sandbox's root, which as host root is an unprivileged
-  // mapped uid: 0755 directories on the way (the tree itself holds nothing secret).
+  // mapped uid: 0755 directories on the way. An image's owner-only files stay so: their owners are
+  // ids no host account has (image_import.hpp kOwnerIdBase).
   for (auto* sub : {"/tmp", "/sha256", "/names"}) SBX_TRY(ensure_dir(root_ + sub, 0755));
   const ImportSource src = parse_import_source(source_text);
   auto opened = open_source(src, source_text, root_ + "/tmp", limits);
@@ -439,22 +447,8 @@ Result<ImageRecord> ImageStore::import(const std::string& source_text, const std
   if (!lk) return lk.error();
   remove_abandoned_staging(root_ + "/tmp");  // under the lock: no removal is half-way
   std::string dir = root_ + "/sha256/" + hex;
-  bool repaired = false;
-  if (::access((dir + "/image.json").c_str(), F_OK) == 0) {
-    // The same content is stored already. If that tree was modified since (its seal no longer
-    // matches, which is what `sbx image verify` and every run check), the fresh tree replaces
-    // it: re-importing is the repair seal_matches() tells the operator to make.
-    auto stored = load(hex);
-    if (!stored || !check_seal(*stored)) {
-      std::string aside = root_ + "/tmp/rm-" + hex;
-      (void)remove_tree(aside);
-      // Moved aside first (as `image rm` does), so no run finds a half-removed tree.
-      if (::rename(dir.c_str(), aside.c_str()) != 0)
-        return sys_error(kStage, "cannot move the modified " + dir + " aside");
-      SBX_TRY(remove_tree(aside));
-      repaired = true;
-    }
-  }
+  bool repaired = false, owners_missing = false;
+  SBX_TRY(replace_modified_copy(hex, stats->owners_carried, repaired, owners_missing));
   if (::access((dir + "/image.json").c_str(), F_OK) != 0) {
     (void)remove_tree(dir);  // a leftover of an interrupted import of the same content
     SBX_TRY(write_file_durable(staging + "/manifest", manifest, 0444));
@@ -470,8 +464,33 @@ Result<ImageRecord> ImageStore::import(const std::string& source_text, const std
   SBX_TRY(write_file_durable(root_ + "/names/" + *name, "sha256:" + hex + "\n", 0644));
   SBX_TRY(record_origin(dir, "sha256:" + hex, *name, container ? &*container : nullptr));
   auto record = resolve(*name);
-  if (record) record->repaired = repaired;
+  if (record) {
+    record->repaired = repaired;
+    record->owners_missing = owners_missing;
+  }
   return record;
+}
+
+Status ImageStore::replace_modified_copy(const std::string& hex, bool carries_owners, bool& repaired,
+                                         bool& owners_missing) {
+  const std::string dir = root_ + "/sha256/" + hex;
+  if (::access((dir + "/image.json").c_str(), F_OK) != 0) return {};
+  // The same content is stored already. If that tree was modified since (its seal no longer
+  // matches, which is what `sbx image verify` and every run check), the fresh tree replaces
+  // it: re-importing is the repair seal_matches() tells the operator to make.
+  // A tree stored without its owners (by an older sbx) is kept, never removed under a run that may
+  // be using it: the import says so, and `image rm` then an import stores it with them.
+  auto stored = load(hex);
+  const bool modified = !stored || !check_seal(*stored);
+  owners_missing = !modified && carries_owners && !owners_carried(stored->meta);
+  if (!modified) return {};
+  std::string aside = root_ + "/tmp/rm-" + hex;
+  (void)remove_tree(aside);
+  // Moved aside first (as `image rm` does), so no run finds a half-removed tree.
+  if (::rename(dir.c_str(), aside.c_str()) != 0) return sys_error(kStage, "cannot move the stored " + dir + " aside");
+  SBX_TRY(remove_tree(aside));
+  repaired = true;
+  return {};
 }
 
 Result<std::vector<ImageRecord>> ImageStore::list() const {

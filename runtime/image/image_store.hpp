@@ -31,6 +31,7 @@ struct ImageRecord {
   std::vector<std::string> names;  // "name:tag", sorted
   nlohmann::json meta;             // image.json
   bool repaired = false;           // import: a modified stored copy of this content was replaced
+  bool owners_missing = false;     // import: the copy kept was stored without its files' owners
 };
 
 struct VerifyReport {
@@ -99,6 +100,9 @@ class ImageStore {
   Status record_origin(const std::string& dir, const std::string& digest, const std::string& name,
                        const ContainerImage* container) const;
   Result<ImageRecord> load(const std::string& hex) const;
+  // Under the lock, before an import stores `hex`: moves aside and removes a stored copy that was
+  // modified (`repaired`); says whether one kept lacks the owners this import carries.
+  Status replace_modified_copy(const std::string& hex, bool carries_owners, bool& repaired, bool& owners_missing);
   std::string root_;
 };
 

@@ -26,13 +26,15 @@ std::int64_t block_padding(std::int64_t size) {
 constexpr std::size_t kMaxDepth = 256;  // path components of a member name
 // Sizes beyond any real file (2^62 bytes) are refused, so that size + padding cannot overflow.
 constexpr std::int64_t kMaxSize = std::int64_t{1} << 62;
+// The largest id: 2^32 - 1 is the kernel's "no id".
+constexpr std::int64_t kMaxId = 0xfffffffe;
 
 // Offsets of the header fields (POSIX ustar; GNU uses 345.. for times instead of a prefix).
 struct Field {
   std::size_t at, len;
 };
-constexpr Field kName{0, 100}, kMode{100, 8}, kSize{124, 12}, kMtime{136, 12}, kChksum{148, 8}, kLinkname{157, 100},
-    kMagic{257, 6}, kPrefix{345, 155};
+constexpr Field kName{0, 100}, kMode{100, 8}, kUid{108, 8}, kGid{116, 8}, kSize{124, 12}, kMtime{136, 12},
+    kChksum{148, 8}, kLinkname{157, 100}, kMagic{257, 6}, kPrefix{345, 155};
 constexpr std::size_t kTypeflag = 156;
 
 // A name for messages: quoted, at most 200 bytes, control characters and every byte >= 0x80
@@ -137,10 +139,10 @@ std::optional<std::int64_t> parse_decimal(std::string_view s, bool is_time) {
 
 // Overrides from extended headers, applied to the next real member and then dropped.
 struct Pending {
-  std::optional<std::string> path, linkpath;        // pax
-  std::optional<std::int64_t> size, mtime;          // pax
-  std::optional<std::string> long_name, long_link;  // GNU 'L', 'K'
-  std::int64_t first_header = -1;                   // where the first of them started
+  std::optional<std::string> path, linkpath;          // pax
+  std::optional<std::int64_t> size, mtime, uid, gid;  // pax
+  std::optional<std::string> long_name, long_link;    // GNU 'L', 'K'
+  std::int64_t first_header = -1;                     // where the first of them started
   bool any() const { return first_header >= 0; }
 };
 
@@ -176,18 +178,19 @@ Status parse_pax(std::string_view data, Pending& p, const std::string& where) {
       p.path = value.empty() ? std::nullopt : std::optional<std::string>(value);
     } else if (key == "linkpath") {
       p.linkpath = value.empty() ? std::nullopt : std::optional<std::string>(value);
-    } else if (key == "size" || key == "mtime") {
+    } else if (key == "size" || key == "mtime" || key == "uid" || key == "gid") {
       std::optional<std::int64_t> v;
       if (!value.empty()) {
         v = parse_decimal(value, key == "mtime");
-        if (!v || (key == "size" && *v > kMaxSize))
+        if (!v || (key == "size" && *v > kMaxSize) || ((key == "uid" || key == "gid") && *v > kMaxId))
           return bad("invalid " + std::string(key) + " " + quote_for_message(value));
       }
-      (key == "size" ? p.size : p.mtime) = v;
+      (key == "size" ? p.size : key == "mtime" ? p.mtime : key == "uid" ? p.uid : p.gid) = v;
     } else if (key.substr(0, 11) == "GNU.sparse.") {
       return bad(std::string("GNU.sparse.* records: a GNU sparse file") + kSparseRefusal);
     }
-    // Other keys (uid, gid, uname, gname, atime, ctime, SCHILY.xattr.*, ...) are not needed.
+    // Other keys (uname, gname, atime, ctime, SCHILY.xattr.*, ...) are not needed: owners are
+    // numeric ids in an image (OCI layers are made in the image's own id space).
   }
   return {};
 }
@@ -373,6 +376,19 @@ Status member_link(const unsigned char* h, const Pending& pending, const std::st
   return {};
 }
 
+// The owner's numeric ids: pax uid/gid, else the header's fields (octal or base-256).
+Status member_owner(const unsigned char* h, const Pending& pending, const std::string& where, TarEntry& e) {
+  auto uid = pending.uid ? pending.uid : parse_number(h, kUid, false);
+  auto gid = pending.gid ? pending.gid : parse_number(h, kGid, false);
+  if (!uid || *uid > kMaxId)
+    return make_error(kStage, "tar: invalid uid field " + quote_for_message(field_str(h, kUid)) + " in " + where);
+  if (!gid || *gid > kMaxId)
+    return make_error(kStage, "tar: invalid gid field " + quote_for_message(field_str(h, kGid)) + " in " + where);
+  e.uid = static_cast<std::uint32_t>(*uid);
+  e.gid = static_cast<std::uint32_t>(*gid);
+  return {};
+}
+
 // A real member's header (not an extended one), with the overrides of the extended headers
 // before it; `where` gets the member's name and header offset for messages.
 Result<TarEntry> member_from_header(const unsigned char* h, std::int64_t at, const Pending& pending,
@@ -401,6 +417,7 @@ Result<TarEntry> member_from_header(const unsigned char* h, std::int64_t at, con
   if (!mtime)
     return make_error(kStage, "tar: invalid mtime field " + quote_for_message(field_str(h, kMtime)) + " in " + where);
   e.mtime = *mtime;
+  SBX_TRY(member_owner(h, pending, where, e));
   return e;
 }
 

@@ -6,7 +6,8 @@
 // Formats: v7, ustar (name + prefix), GNU (long names/links in 'L'/'K' entries, base-256 numbers
 // for big sizes and old times) and pax ('x' extended headers: path, linkpath, size, mtime; 'g'
 // global headers are skipped). Sparse and multi-volume archives are refused rather than unpacked
-// wrongly. Other pax keys (uid/gid/uname/gname, atime/ctime, xattrs) are not reported.
+// wrongly. Owners are reported as numeric ids (header fields, pax uid/gid); other pax keys
+// (uname/gname, atime/ctime, xattrs) are not reported.
 //
 // Safety: every header's checksum is verified; names are normalised (leading "/" and "./", empty
 // and "." components, trailing "/" removed) and any ".." component is an error naming the member,
@@ -28,16 +29,17 @@ namespace sbx {
 struct TarEntry {
   enum class Type { file, dir, symlink, hardlink, other };
   Type type = Type::other;
-  char typeflag = 0;        // raw flag, for messages ('3', '4', '6' char/block device and FIFO are other)
-  std::string path;         // normalised relative path; "." only for a directory member naming the
-                            // archive's root itself ("./" or "/", common at the start of tarballs)
-  std::string link;         // symlink target (verbatim, may be absolute or contain "..": the importer
-                            // creates it and never follows it) or hardlink target (normalised like path)
-  std::uint32_t mode = 0;   // permission bits incl. setuid/setgid/sticky as stored (mode & 07777)
-  std::int64_t size = 0;    // data bytes; 0 for everything but files
-  std::int64_t mtime = 0;   // seconds since the epoch (pax fractions rounded down)
-  std::int64_t offset = 0;  // byte offset of the member's (first) header, for the importer's messages
-  bool absolute = false;    // the name began with "/" (removed in `path`; a container layer refuses it)
+  char typeflag = 0;               // raw flag, for messages ('3', '4', '6' char/block device and FIFO are other)
+  std::string path;                // normalised relative path; "." only for a directory member naming the
+                                   // archive's root itself ("./" or "/", common at the start of tarballs)
+  std::string link;                // symlink target (verbatim, may be absolute or contain "..": the importer
+                                   // creates it and never follows it) or hardlink target (normalised like path)
+  std::uint32_t mode = 0;          // permission bits incl. setuid/setgid/sticky as stored (mode & 07777)
+  std::int64_t size = 0;           // data bytes; 0 for everything but files
+  std::int64_t mtime = 0;          // seconds since the epoch (pax fractions rounded down)
+  std::uint32_t uid = 0, gid = 0;  // the owner, as numeric ids in the image's own id space
+  std::int64_t offset = 0;         // byte offset of the member's (first) header, for the importer's messages
+  bool absolute = false;           // the name began with "/" (removed in `path`; a container layer refuses it)
 };
 
 // Where the archive's bytes come from: a file descriptor, or a decompressor (runtime/image/tarball.hpp).

@@ -45,10 +45,10 @@ InitEnd init_end(const ChildConfig& cfg) { return InitEnd(cfg.fds); }
     if (!st_.ok()) fail(cfg, st_.error()); \
   } while (0)
 
-// Closes every fd but 0, 1, 2, init's (InitFds), the image's and the idmapped binds' (the child
+// Closes every fd but 0, 1, 2, init's (InitFds), the image's (and its idmapped copy) and the idmapped binds' (the child
 // inherits all of sbx's descriptors).
 void close_all_except(const InitFds& fds, const MountPlan& mounts) {
-  std::vector<int> keep = {0, 1, 2, mounts.image_fd};
+  std::vector<int> keep = {0, 1, 2, mounts.image_fd, mounts.image_tree_fd};
   for (auto& op : mounts.ops)  // idmapped binds' detached mounts, moved into place by build_root
     if (op.tree_fd >= 0) keep.push_back(op.tree_fd);
   fds.for_each([&](int fd) { keep.push_back(fd); });

@@ -89,6 +89,7 @@ struct RunContext {
   // image
   std::optional<ImageRecord> image;
   UniqueFd image_fd;          // the stored tree, checked against its seal, handed to init
+  UniqueFd image_tree;        // as host root: that tree idmapped with the run's maps (make_idmapped_image)
   nlohmann::json image_plan;  // dry run: the image, its seal checked
   // --input, hashed
   nlohmann::json inputs = nlohmann::json::array();

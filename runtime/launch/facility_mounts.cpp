@@ -11,6 +11,7 @@
 
 #include "runtime/base/sha256.hpp"
 #include "runtime/base/units.hpp"
+#include "runtime/image/image_import.hpp"
 #include "runtime/image/image_manifest.hpp"
 #include "runtime/image/image_seal.hpp"
 #include "runtime/launch/facility.hpp"
@@ -145,6 +146,7 @@ class Image final : public Facility {
     MountPlan& mounts = ctx.mounts;
     keep_an_images_odd_hosts(ctx.image_fd.get(), mounts);
     if (ctx.dry_run) return check_seal_now(ctx);
+    const std::string owners = idmap_image(ctx);
     if (ctx.parts)
       ctx.parts->image =
           trace_object({{"image/name", ctx.spec.image},
@@ -156,16 +158,45 @@ class Image final : public Facility {
                                                      {"image/root/lower", image.rootfs},
                                                      {"image/root/upper", "tmpfs"},
                                                      {"image/root/upper_size_bytes", mounts.upper_size_bytes},
-                                                     {"image/root/read_only", true}})},
+                                                     {"image/root/read_only", true},
+                                                     {"image/root/owners", owners}})},
                         {"image/mounts", mounts_to_json(mounts)}});
     if (ctx.parts && ctx.req.image_entrypoint) put(ctx.parts->image, "image/entrypoint", *ctx.req.image_entrypoint);
     mounts.image_fd = ctx.image_fd.get();
     mounts.image_path = image.rootfs;
+    mounts.image_tree_fd = ctx.image_tree.ok() ? ctx.image_tree.get() : -1;
+    return {};
+  }
+  // init has its own copy of the idmapped tree (its own fd table): ours is not needed past clone.
+  Status after_clone(RunContext& ctx, pid_t) const override {
+    ctx.image_tree.reset();
     return {};
   }
   void plan(const RunContext& ctx, json& out) const override { out["image"] = ctx.image_plan; }
 
  private:
+  // How the image's owners reach the sandbox (the record's image.root.owners). As host root in
+  // the host's namespace, the stored ids (image ids, image_import.hpp) through an idmapped copy of
+  // the tree; rootless, the store is the caller's and so every file the sandbox user's; in a
+  // container's namespace nothing may idmap a host file system.
+  static std::string idmap_image(RunContext& ctx) {
+    static_assert(kOwnerIdRange == kMappedRange, "an import carries the ids a run maps");
+    if (ctx.identity->rootless) return "the caller's: every file is the sandbox user's (a rootless run maps one id)";
+    if (!in_initial_user_namespace())
+      return "host ids: sbx runs in a container's user namespace, where no host file system can be idmapped";
+    // Stored id kOwnerIdBase + N is image id N, which the run's map sends where sandbox id N lives.
+    auto stored = [](std::vector<IdMapping> map) {
+      for (auto& e : map) e.inside += kOwnerIdBase;
+      return map;
+    };
+    IdmappedImage mapped =
+        make_idmapped_image(ctx.image_fd.get(), stored(ctx.identity->uid_map), stored(ctx.identity->gid_map));
+    if (!mapped.tree.ok())
+      spdlog::info("image {}: its files keep their host ids in the sandbox ({})", ctx.spec.image, mapped.owners);
+    ctx.image_tree = std::move(mapped.tree);
+    return mapped.owners;
+  }
+
   static Status check_seal_now(RunContext& ctx) {
     auto seal = compute_seal_fd(ctx.image_fd.get());
     ctx.image_fd.reset();

@@ -99,6 +99,9 @@ struct MountPlan {
   // the image's seal before clone (inherited by init). -1 / "" for the host-derived root.
   int image_fd = -1;
   std::string image_path;
+  // The same tree idmapped with the run's maps (make_idmapped_image), a detached mount that init
+  // attaches as the lower layer; -1 where the tree is read with its host ids.
+  int image_tree_fd = -1;
   bool image_root = false;  // --image REF: the root is the overlay (set by plan_mounts)
   std::int64_t upper_size_bytes = 16LL << 20;
   // Host directories bound read-only at the same path (those that exist and are not symlinks).

@@ -10,11 +10,13 @@
 #include <sys/statfs.h>
 #include <sys/statvfs.h>
 #include <sys/syscall.h>
+#include <sys/utsname.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 #include <nlohmann/json.hpp>
 
@@ -371,6 +373,21 @@ Status precreate_in_upper(int image_fd, const std::string& upper, const std::str
   return {};
 }
 
+// The supervisor's idmapped copy of the image (make_idmapped_image) attached at /layer/lower: overlay
+// takes only a lower layer mounted in its own namespace. It is the sealed tree itself (same
+// device and inode as init's fd of it), checked rather than assumed.
+Status attach_idmapped_image(int tree_fd, int image_fd, std::string& lower) {
+  UniqueFd tree(tree_fd);  // closed once attached: the mount is the namespace's then
+  if (::mkdir("/layer/lower", 0755) != 0) return sys_error("mounts", "mkdir /layer/lower");
+  if (::move_mount(tree.get(), "", AT_FDCWD, "/layer/lower", MOVE_MOUNT_F_EMPTY_PATH) != 0)
+    return sys_error("mounts", "attach the idmapped image");
+  struct stat a, b;
+  if (::stat("/layer/lower", &a) != 0 || ::fstat(image_fd, &b) != 0 || a.st_dev != b.st_dev || a.st_ino != b.st_ino)
+    return make_error("mounts", "the idmapped image is not the tree whose seal was checked", EXDEV);
+  lower = "/layer/lower";
+  return {};
+}
+
 // The image root: an overlay of the stored tree under a tmpfs upper layer (see mounts.hpp). The
 // mount points the image may lack are the list's operations marked `precreate`.
 Status mount_image_root(const MountPlan& plan, const MountOp& op, int image_fd) {
@@ -394,8 +411,9 @@ Status mount_image_root(const MountPlan& plan, const MountOp& op, int image_fd) 
   // through /proc/self/fd needs no search permission on the store's parents (as host root,
   // init's uid is now an unprivileged mapped one) and cannot be redirected by a rename.
   // userxattr: overlay's own metadata goes to user.* xattrs, the only ones a user namespace may set.
-  std::string opts = "lowerdir=/oldroot/proc/self/fd/" + std::to_string(image_fd) +
-                     ",upperdir=/layer/upper,workdir=/layer/work,userxattr";
+  std::string lowerdir = "/oldroot/proc/self/fd/" + std::to_string(image_fd);
+  if (plan.image_tree_fd >= 0) SBX_TRY(attach_idmapped_image(plan.image_tree_fd, image_fd, lowerdir));
+  std::string opts = "lowerdir=" + lowerdir + ",upperdir=/layer/upper,workdir=/layer/work,userxattr";
   return do_mount("sbx-root", "/newroot", "overlay", op.flags, opts.c_str(), "overlay root from the image");
 }
 
@@ -627,6 +645,49 @@ Result<UniqueFd> make_idmapped_tree(const BindSource& src, std::uint32_t program
     return make_error("mounts", head + src.real + ": " + why + (in_container ? "" : fallback), err);
   }
   return tree;
+}
+
+namespace {
+// Linux MAJOR.MINOR of the running kernel; {0, 0} when uname says something else.
+std::pair<int, int> kernel_version() {
+  struct utsname u;
+  int major = 0, minor = 0;
+  if (::uname(&u) != 0 || std::sscanf(u.release, "%d.%d", &major, &minor) != 2) return {0, 0};
+  return {major, minor};
+}
+}  // namespace
+
+IdmappedImage make_idmapped_image(int image_fd, const std::vector<IdMapping>& uid_map,
+                                  const std::vector<IdMapping>& gid_map) {
+  IdmappedImage out;
+  if (kernel_version() < std::pair{5, 19}) {
+    out.owners = "host ids: this kernel cannot stack an overlay on an idmapped layer (Linux 5.19+)";
+    return out;
+  }
+  auto userns = make_idmap_userns(uid_map, gid_map);
+  if (!userns) {
+    out.owners = "host ids: " + userns.error().message;
+    return out;
+  }
+  UniqueFd tree(::open_tree(image_fd, "", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH));
+  struct statfs fs = {};
+  (void)::fstatfs(image_fd, &fs);
+  const std::string fsname = fs_name(static_cast<unsigned long>(fs.f_type));
+  if (!tree.ok()) {
+    out.owners = "host ids: open_tree of the image failed (" + std::string(std::strerror(errno)) + ")";
+    return out;
+  }
+  struct mount_attr attr = {};
+  attr.attr_set = MOUNT_ATTR_IDMAP | MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
+  attr.userns_fd = static_cast<__u64>(userns->get());
+  if (::mount_setattr(tree.get(), "", AT_EMPTY_PATH, &attr, sizeof attr) != 0) {
+    out.owners = "host ids: the image store's file system (" + fsname + ") has no idmapped mounts (" +
+                 std::strerror(errno) + ")";
+    return out;
+  }
+  out.tree = std::move(tree);
+  out.owners = "idmapped";
+  return out;
 }
 
 Result<MountPlan> plan_mounts(const RunSpec& spec, const std::vector<BindSource>& sources) {

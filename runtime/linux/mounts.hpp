@@ -28,6 +28,7 @@
 #include "runtime/base/fsutil.hpp"
 #include "runtime/model/spec.hpp"
 #include "runtime/linux/mount_plan.hpp"
+#include "runtime/linux/userns.hpp"
 
 namespace sbx {
 
@@ -64,6 +65,21 @@ Result<std::vector<BindSource>> open_bind_sources(const RunSpec& spec, const std
 // kernel that refuses: stage "mounts", naming the file system and what to do instead.
 Result<UniqueFd> make_idmapped_tree(const BindSource& src, std::uint32_t program_uid, std::uint32_t program_gid,
                                     std::uint32_t& owner_uid, std::uint32_t& owner_gid);
+
+// Supervisor side, as host root in the host's user namespace, before clone: a detached, read-only
+// copy of the image's stored tree (`image_fd`, the fd its seal is taken through), idmapped with
+// `uid_map`/`gid_map` (INSIDE: the id stored on disk, OUTSIDE: the host id it shows as): the run's
+// own maps shifted to where the import stores image ids (image_import.hpp kOwnerIdBase), so image id
+// N is sandbox id N: the image's root owns its files, its users theirs, as under podman. init attaches
+// it as the overlay's lower layer (mount_image_root). Where the kernel or the store's file system
+// cannot (overlay stacks on an idmapped layer from Linux 5.19), the reason, for the record: the run
+// then reads the tree with its host ids, as before.
+struct IdmappedImage {
+  UniqueFd tree;       // -1: not idmapped
+  std::string owners;  // the record's image.root.owners
+};
+IdmappedImage make_idmapped_image(int image_fd, const std::vector<IdMapping>& uid_map,
+                                  const std::vector<IdMapping>& gid_map);
 
 // Parent side: inspects the host (which system dirs exist, merged /usr) and generates /etc files.
 // `sources` are spec's binds and inputs as open_bind_sources opened them, in its order; the plan

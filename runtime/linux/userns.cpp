@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <grp.h>
+#include <linux/capability.h>
 #include <sched.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -9,6 +10,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -86,6 +88,11 @@ OwnIdMaps read_own_id_maps() {
   std::string setgroups;
   bounded("/proc/self/setgroups", setgroups);
   m.setgroups_denied = setgroups.rfind("deny", 0) == 0;
+  // CapEff, hex, from /proc/self/status (bounded to its first 16 KiB, where it always is).
+  std::string status;
+  bounded("/proc/self/status", status);
+  if (auto at = status.find("\nCapEff:"); at != std::string::npos)
+    m.has_setgid = (std::strtoull(status.c_str() + at + 8, nullptr, 16) >> CAP_SETGID) & 1;
   return m;
 }
 
@@ -151,7 +158,7 @@ Error setgroups_denied_error() {
 // Root of a user namespace that does not map the planned range: a range of its own ids.
 Result<IdentityPlan> plan_in_own_namespace(const RunSpec& spec, uid_t caller_uid, gid_t caller_gid,
                                            const std::vector<IdMapping>& own_u, const std::vector<IdMapping>& own_g,
-                                           std::uint32_t slot, bool setgroups_denied, IdentityPlan p) {
+                                           std::uint32_t slot, bool setgroups_denied, bool has_setgid, IdentityPlan p) {
   IdRun u = longest_run_without(own_u, caller_uid), g = longest_run_without(own_g, caller_gid);
   if (u.count == 0 || g.count == 0) {
     if (slot > 0)
@@ -163,8 +170,9 @@ Result<IdentityPlan> plan_in_own_namespace(const RunSpec& spec, uid_t caller_uid
     p.rootless = true;
     p.single_id_fallback = true;
     // Where our namespace allows setgroups, the map is written with our CAP_SETGID and the
-    // container's groups are dropped as for any root run; where it denies it, they cannot be.
-    p.keep_groups = setgroups_denied;
+    // container's groups are dropped as for any root run; where it denies it, or we lack
+    // CAP_SETGID (a container started with it dropped), they cannot be.
+    p.keep_groups = setgroups_denied || !has_setgid;
     p.uid_map = {{spec.uid, caller_uid, 1}};
     p.gid_map = {{spec.gid, caller_gid, 1}};
     p.range_source = "single id: own user namespace maps no other id";
@@ -231,7 +239,7 @@ Result<IdentityPlan> plan_identity(const RunSpec& spec, uid_t caller_uid, gid_t 
   if (!maps_all(*own_u, std::uint64_t{ustart} + offset, kMappedRange) ||
       !maps_all(*own_g, std::uint64_t{gstart} + offset, kMappedRange))
     return plan_in_own_namespace(spec, caller_uid, caller_gid, *own_u, *own_g, slot, own.setgroups_denied,
-                                 std::move(p));
+                                 own.has_setgid, std::move(p));
   if (own.setgroups_denied) return setgroups_denied_error();
   if (spec.uid >= kMappedRange || spec.gid >= kMappedRange)
     return make_error("usage", "--uid/--gid must be below " + std::to_string(kMappedRange) +

@@ -40,7 +40,8 @@ struct IdentityPlan {
   // The caller's supplementary groups stay with the program: the sandbox's namespace denies
   // setgroups(2). Rootless, the kernel demands it of an unprivileged writer of gid_map (they are the
   // caller's own groups); in the single-id fallback, only where our own namespace denies it already
-  // (unshare -r). Everywhere else they are dropped before the program runs.
+  // (unshare -r) or we lack CAP_SETGID to drop them. Everywhere else they are dropped before the
+  // program runs.
   bool keep_groups = false;
 };
 
@@ -50,6 +51,7 @@ inline constexpr const char* kInitialIdMap = "         0          0 4294967295\n
 struct OwnIdMaps {
   std::string uid_map = kInitialIdMap, gid_map = kInitialIdMap;
   bool setgroups_denied = false;  // /proc/self/setgroups says "deny" (unshare -r; rootless sbx)
+  bool has_setgid = true;         // CAP_SETGID is in our effective set (a container may drop it)
 };
 // Reads them (bounded; an unreadable file is taken as the initial namespace's: no /proc, as in a
 // chroot, where the maps cannot be written either, which fails later with its own message).

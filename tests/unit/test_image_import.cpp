@@ -102,6 +102,56 @@ TEST_CASE("image import: modes are normalised, special files dropped and listed"
   CHECK_FALSE(exists(staging + "/bin/pipe"));
 }
 
+TEST_CASE("image import: owners carried as root where asked, ids past the mapped range left and counted") {
+  TempDir t;
+  std::string tar = t / "owners.tar";
+  TarBuilder()
+      .owner(1000, 1000)
+      .dir("home", 0700)
+      .file("home/notes", "mine", 0600)
+      .symlink("home/link", "notes")
+      .owner(0, 42)
+      .file("shadow", "x", 0640)
+      .owner(70000, 70000)
+      .file("far", "y")
+      .write_to(tar);
+  auto owner_of = [](const std::string& p) {
+    struct stat st;
+    REQUIRE(::lstat(p.c_str(), &st) == 0);
+    return std::to_string(st.st_uid) + ":" + std::to_string(st.st_gid);
+  };
+  const std::string me = std::to_string(::geteuid()) + ":" + std::to_string(::getegid());
+  SUBCASE("not asked (rootless, or a container's root): everything is the importer's") {
+    std::string staging = t / "plain";
+    REQUIRE(::mkdir(staging.c_str(), 0700) == 0);
+    auto r = populate_from_tar(tar, staging, kQuiet);
+    REQUIRE(r.ok());
+    CHECK_FALSE(r->owners_carried);
+    CHECK(owner_of(staging + "/home/notes") == me);
+  }
+  SUBCASE("asked, as root") {
+    if (::geteuid() != 0) {
+      MESSAGE("skipped: only root may give a file to another user");
+      return;
+    }
+    std::string staging = t / "carried";
+    REQUIRE(::mkdir(staging.c_str(), 0700) == 0);
+    ImportLimits limits;
+    limits.carry_owners = true;
+    auto r = populate_from_tar(tar, staging, kQuiet, limits);
+    REQUIRE(r.ok());
+    CHECK(r->owners_carried);
+    // Stored from kOwnerIdBase on: never the host's own user 1000.
+    const auto at = [](unsigned id) { return std::to_string(kOwnerIdBase + id); };
+    CHECK(owner_of(staging + "/home") == at(1000) + ":" + at(1000));
+    CHECK(owner_of(staging + "/home/notes") == at(1000) + ":" + at(1000));
+    CHECK(owner_of(staging + "/home/link") == at(1000) + ":" + at(1000));  // the link itself, never its target
+    CHECK(owner_of(staging + "/shadow") == at(0) + ":" + at(42));
+    CHECK(owner_of(staging + "/far") == me);
+    CHECK(r->owners_outside_range == 1);
+  }
+}
+
 TEST_CASE("image layers: a whiteout deletes a lower layer's entry, an opaque directory empties it") {
   TempDir t;
   std::string l1 = TarBuilder().dir("a").file("a/x", "1").file("a/y", "2").dir("o").file("o/old", "3").str();

@@ -590,6 +590,8 @@ TEST_CASE("tar reader: pax records") {
   CHECK(a.members[0].e.mtime == 1234567890);
   CHECK(a.members[0].data == "data");
   CHECK(a.members[0].e.offset == 0);  // the member starts at its extended header
+  CHECK(a.members[0].e.uid == 5);      // pax uid over the header's 0
+  CHECK(a.members[0].e.gid == 0);
   CHECK(a.members[1].e.link == std::string(200, 't'));
   CHECK(a.members[1].e.mtime == -2);
   CHECK(a.members[2].e.path == "sized");
@@ -602,6 +604,27 @@ TEST_CASE("tar reader: pax records") {
   CHECK(error_of(read_bytes(pax(pax_record("GNU.sparse.major=1")) + file("x", "") + kEnd)).find("sparse") !=
         std::string::npos);
   CHECK(error_of(read_bytes(pax(pax_record("path=x")) + kEnd)).find("without its member") != std::string::npos);
+}
+
+TEST_CASE("tar reader: owners are numeric ids, from the header or pax, bounded") {
+  std::string h = header("owned", '0');
+  put_octal(h, 108, 8, 1000);
+  put_octal(h, 116, 8, 42);
+  seal(h);
+  Archive a = read_bytes(h + pax(pax_record("uid=70000") + pax_record("gid=4294967294")) + file("paxed", "") + kEnd);
+  INFO(error_of(a));
+  REQUIRE(a.members.size() == 2);
+  CHECK(a.members[0].e.uid == 1000);
+  CHECK(a.members[0].e.gid == 42);
+  CHECK(a.members[1].e.uid == 70000);
+  CHECK(a.members[1].e.gid == 4294967294u);
+  // 2^32 - 1 is the kernel's "no id", a negative or garbled field no id at all: refused, named.
+  CHECK(error_of(read_bytes(pax(pax_record("uid=4294967295")) + file("x", "") + kEnd)).find("invalid uid") !=
+        std::string::npos);
+  std::string bad = header("garbled", '0');
+  std::memcpy(&bad[116], "12x4567", 7);
+  seal(bad);
+  CHECK(error_of(read_bytes(bad + kEnd)).find("invalid gid field '12x4567' in member 'garbled'") != std::string::npos);
 }
 
 TEST_CASE("tar reader: base-256 numbers") {

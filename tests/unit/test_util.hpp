@@ -112,6 +112,12 @@ class TarBuilder {
   TarBuilder& dir(const std::string& name, unsigned mode = 0755) { return member(name, '5', mode, "", ""); }
   TarBuilder& symlink(const std::string& name, const std::string& target) { return member(name, '2', 0777, "", target); }
   TarBuilder& fifo(const std::string& name) { return member(name, '6', 0644, "", ""); }
+  // The owner of the members added after this call (0:0 until then).
+  TarBuilder& owner(unsigned uid, unsigned gid) {
+    uid_ = uid;
+    gid_ = gid;
+    return *this;
+  }
   // The archive: the members and the two zero blocks that end it.
   std::string str() const { return out_ + std::string(1024, '\0'); }
   void write_to(const std::string& path) const {
@@ -127,8 +133,8 @@ class TarBuilder {
     char h[512] = {};
     std::memcpy(h, name.data(), name.size());
     std::snprintf(h + 100, 8, "%07o", mode);
-    std::snprintf(h + 108, 8, "%07o", 0u);
-    std::snprintf(h + 116, 8, "%07o", 0u);
+    std::snprintf(h + 108, 8, "%07o", uid_);
+    std::snprintf(h + 116, 8, "%07o", gid_);
     std::snprintf(h + 124, 12, "%011zo", data.size());
     std::snprintf(h + 136, 12, "%011o", 1700000000u);
     h[156] = type;
@@ -145,6 +151,7 @@ class TarBuilder {
     return *this;
   }
   std::string out_;
+  unsigned uid_ = 0, gid_ = 0;
 };
 
 }  // namespace sbx::test
