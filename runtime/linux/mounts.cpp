@@ -10,7 +10,6 @@
 #include <sys/statfs.h>
 #include <sys/statvfs.h>
 #include <sys/syscall.h>
-#include <sys/utsname.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -21,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/base/fsutil.hpp"
+#include "runtime/base/kernel.hpp"
 #include "runtime/linux/mount_target.hpp"
 #include "runtime/linux/userns.hpp"
 
@@ -647,20 +647,10 @@ Result<UniqueFd> make_idmapped_tree(const BindSource& src, std::uint32_t program
   return tree;
 }
 
-namespace {
-// Linux MAJOR.MINOR of the running kernel; {0, 0} when uname says something else.
-std::pair<int, int> kernel_version() {
-  struct utsname u;
-  int major = 0, minor = 0;
-  if (::uname(&u) != 0 || std::sscanf(u.release, "%d.%d", &major, &minor) != 2) return {0, 0};
-  return {major, minor};
-}
-}  // namespace
-
 IdmappedImage make_idmapped_image(int image_fd, const std::vector<IdMapping>& uid_map,
                                   const std::vector<IdMapping>& gid_map) {
   IdmappedImage out;
-  if (kernel_version() < std::pair{5, 19}) {
+  if (!kernel_at_least("5.19")) {
     out.owners = "host ids: this kernel cannot stack an overlay on an idmapped layer (Linux 5.19+)";
     return out;
   }

@@ -21,6 +21,7 @@
 #include "runtime/base/trace_field.hpp"
 #include "runtime/base/doc_reader.hpp"
 #include "runtime/base/fsutil.hpp"
+#include "runtime/base/kernel.hpp"
 #include "runtime/base/json_io.hpp"
 #include "runtime/base/sha256.hpp"
 
@@ -136,16 +137,6 @@ bool names_native(const std::vector<std::string>& arches) {
   for (auto& a : arches)
     if (a == "amd64" || a == "x86_64" || a == "SCMP_ARCH_X86_64") return true;
   return false;
-}
-
-// "5.4" <= running kernel?
-bool kernel_at_least(const std::string& want) {
-  struct utsname u;
-  if (::uname(&u) != 0) return true;
-  int a = 0, b = 0, x = 0, y = 0;
-  std::sscanf(want.c_str(), "%d.%d", &a, &b);
-  std::sscanf(u.release, "%d.%d", &x, &y);
-  return x > a || (x == a && y >= b);
 }
 
 // Docker's includes/excludes: does this rule apply to this run on this machine? As Docker
