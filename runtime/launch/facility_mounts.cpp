@@ -182,7 +182,7 @@ class Image final : public Facility {
   static std::string idmap_image(RunContext& ctx) {
     static_assert(kOwnerIdRange == kMappedRange, "an import carries the ids a run maps");
     if (ctx.identity->rootless) return "the caller's: every file is the sandbox user's (a rootless run maps one id)";
-    if (!in_initial_user_namespace())
+    if (!ctx.identity->initial_namespace)
       return "host ids: sbx runs in a container's user namespace, where no host file system can be idmapped";
     // Stored id kOwnerIdBase + N is image id N, which the run's map sends where sandbox id N lives.
     auto stored = [](std::vector<IdMapping> map) {

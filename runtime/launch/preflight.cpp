@@ -180,7 +180,7 @@ void idmap_owned_binds(std::vector<BindSource>& sources, const IdentityPlan& ide
   if (identity.rootless || tenanted) return;
   const auto invoking = sudo_invoking_uid(std::getenv("SUDO_UID"));
   if (!invoking) return;
-  const bool initial = in_initial_user_namespace();
+  const bool initial = identity.initial_namespace;
   for (BindSource& src : sources) {
     if (src.flag != "--bind" || !src.given.rw || src.given.idmap) continue;
     // A symlink on the way: only what was named is the user's.
@@ -208,7 +208,7 @@ Status check_binds_writable(const std::vector<BindSource>& sources, const Identi
     if (n > 0 && ::getgroups(n, g.data()) == n) groups.assign(g.begin(), g.end());
   }
   const std::string uid = std::to_string(host_id(identity.uid_map, identity.uid).value_or(0));
-  const bool initial = identity.rootless || in_initial_user_namespace();
+  const bool initial = identity.rootless || identity.initial_namespace;
   for (auto& src : sources) {
     if (src.flag != "--bind" || !(src.given.rw || src.given.idmap)) continue;
     BindOwnership o = read_ownership(src);

@@ -96,10 +96,13 @@ OwnIdMaps read_own_id_maps() {
   return m;
 }
 
-bool in_initial_user_namespace() {
-  auto m = parse_id_map(read_own_id_maps().uid_map);
+namespace {
+bool is_initial_map(const std::optional<std::vector<IdMapping>>& m) {
   return m && m->size() == 1 && (*m)[0].inside == 0 && (*m)[0].outside == 0 && (*m)[0].count == 4294967295u;
 }
+}  // namespace
+
+bool in_initial_user_namespace() { return is_initial_map(parse_id_map(read_own_id_maps().uid_map)); }
 
 namespace {
 
@@ -209,6 +212,8 @@ Result<IdentityPlan> plan_identity(const RunSpec& spec, uid_t caller_uid, gid_t 
   IdentityPlan p;
   p.uid = spec.uid;
   p.gid = spec.gid;
+  auto own_u = parse_id_map(own.uid_map);
+  p.initial_namespace = is_initial_map(own_u);
   if (caller_uid != 0) {
     p.rootless = true;
     p.keep_groups = true;
@@ -218,7 +223,6 @@ Result<IdentityPlan> plan_identity(const RunSpec& spec, uid_t caller_uid, gid_t 
     return p;
   }
   p.rootless = false;
-  auto own_u = parse_id_map(own.uid_map);
   auto own_g = parse_id_map(own.gid_map);
   if (!own_u || !own_g || own_u->empty() || own_g->empty())
     return make_error("identity", std::string("cannot parse /proc/self/") +

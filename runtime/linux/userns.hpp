@@ -43,6 +43,9 @@ struct IdentityPlan {
   // (unshare -r) or we lack CAP_SETGID to drop them. Everywhere else they are dropped before the
   // program runs.
   bool keep_groups = false;
+  // sbx runs in the host's user namespace (in_initial_user_namespace, from the maps the plan was
+  // made of): only there can a host file system be idmapped (binds, the image's tree).
+  bool initial_namespace = true;
 };
 
 // The maps of the initial user namespace (every id but 4294967295, the kernel's "no id").

@@ -140,6 +140,9 @@ TEST_CASE("identity: only a rootless caller's and a setgroups-denying namespace'
   CHECK_FALSE(plan_identity(s, 0, 0, "", "")->keep_groups);
   OwnIdMaps pod{"0 0 1\n1 2000001 65535\n", "0 0 1\n1 2000001 65535\n", false};
   CHECK_FALSE(plan_identity(s, 0, 0, "", "", 0, pod)->keep_groups);
+  // The plan says where sbx runs, from the maps it was made of (what idmapping may be tried).
+  CHECK(plan_identity(s, 0, 0, "", "")->initial_namespace);
+  CHECK_FALSE(plan_identity(s, 0, 0, "", "", 0, pod)->initial_namespace);
   // A single id where setgroups is allowed but CAP_SETGID was dropped (a container started so):
   // the groups cannot be dropped, nor the map written without 'deny'; kept, as unshare -r.
   OwnIdMaps no_setgid{"0 0 1\n", "0 0 1\n", false, false};
