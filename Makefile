@@ -32,12 +32,13 @@ RUN_DEB_PACKAGES = g++ cmake make pkg-config ccache \
 # zsh/fish (completion checks), clang-format-14 (ctest format, .clang-format), compressors and cpio (image and VM tests), qemu (the cgroup v2
 # guest, tests/vm), chromium (the browser workload of tests/integration/test_memory_fallback.py),
 # nodejs (the MCP SDK client of tests/mcp; npm is added by `make mcp-test-deps` only where no npm
-# exists: a nodejs package that bundles its own npm conflicts with Debian's), podman and runc
-# (deploy/test.sh runs sbx in a user-namespaced container; crun refuses this host's cgroup set-up).
+# exists: a nodejs package that bundles its own npm conflicts with Debian's), podman, runc and uidmap
+# (deploy/test.sh runs sbx in user-namespaced containers, root and rootless; crun refuses this
+# host's cgroup set-up; rootless podman needs newuidmap).
 TEST_DEB_PACKAGES = json-schema-test-suite python3 python3-jsonschema procps iproute2 util-linux passwd \
   man-db groff-base curl jq zsh fish clang-format-14 \
   qemu-system-x86 cpio xz-utils zstd bzip2 \
-  chromium nodejs podman runc
+  chromium nodejs podman runc uidmap
 # BENCH_DEB_PACKAGES: only `make bench` (bench/README.md): hyperfine, and bubblewrap to compare with.
 BENCH_DEB_PACKAGES = hyperfine bubblewrap
 

@@ -11,8 +11,8 @@
 #  3. where podman is installed: sbx in a real user-namespaced podman container (--uidmap of 65536
 #     ids, as a pod with hostUsers: false), from the same root (--rootfs, no registry): with podman's
 #     defaults every run and `sbx doctor` fail naming the fix (masked /proc); with
-#     --security-opt unmask=ALL and seccomp-sbx.json runs work, mapped to the container's ids 1-65535.
-#     Rootless podman is not covered (it needs newuidmap and a user with /etc/subuid ranges).
+#     --security-opt unmask=ALL and seccomp-sbx.json runs work, mapped to the container's ids 1-65535;
+#  4. the same in a rootless podman container, run by a test user with /etc/subuid ids (newuidmap).
 # Limits being enforced in such a container needs cgroup v2 controllers, which this project's
 # hosts do not have: that is the qemu guest's test "cgroup namespace with processes at its root"
 # (tests/vm/guest-tests.sh).
@@ -133,7 +133,7 @@ PY
 #    hostUsers: false gets), the root of step 2 as --rootfs (no registry). Without podman this
 #    step is skipped, and says so.
 echo "== sbx in a user-namespaced podman container (--uidmap 0:2000000:65536)"
-command -v podman >/dev/null || { echo "podman: not installed, step 3 skipped (apt-get install podman runc)"; exit 0; }
+command -v podman >/dev/null || { echo "skipped: steps 1-2 passed; no podman for steps 3-4 (apt-get install podman runc uidmap)"; exit 77; }
 PROOT=$(mktemp -d /tmp/sbx-deploy-podman.XXXXXX) || exit 1
 trap 'rm -rf "$ROOT" "$PROOT"' EXIT
 cp -a "$ROOT/." "$PROOT/" && rm -rf "$PROOT/out" "$PROOT/stdout.txt" "$PROOT/stderr.txt" || exit 1
@@ -145,32 +145,33 @@ PODMAN=podman
 if ! grep -q '^[^ ]* /sys/fs/cgroup cgroup2 ' /proc/self/mounts && command -v runc >/dev/null; then
   PODMAN="podman --runtime runc --cgroup-manager cgroupfs"
 fi
-prun() {
-  $PODMAN run --rm --network none --uidmap 0:2000000:65536 --gidmap 0:2000000:65536 --ulimit nofile=1024:1024 \
-    --ulimit nproc=4096:4096 "$@"
-}
-in_pod() {
-  prun --env SBX_STATE_DIR="$statedir" --env PATH=/usr/local/bin:/bin "$@"
-}
-# a. podman's defaults mask /proc: every run fails, and says which settings fix it; so does doctor.
-in_pod --rootfs "$PROOT" sbx run --timeout 20s -- true >"$PROOT/masked.txt" 2>&1; rc=$?
-echo "default podman: sbx run exit $rc: $(grep 'sbx:' "$PROOT/masked.txt" | head -1)"
-if [ $rc = 125 ] && grep -q "unmask=ALL" "$PROOT/masked.txt"; then :; else
-  if grep -q "Error: .*OCI\|Error: crun\|Error: runc" "$PROOT/masked.txt"; then
-    echo "podman cannot start a container on this host, step 3 skipped:"; sed 's/^/  | /' "$PROOT/masked.txt"; exit 0
+# The podman steps, for one way of calling podman ($PODMAN, a word list) and a root it can read.
+#  a. podman's defaults mask /proc: every run fails, and says which settings fix it; so does doctor.
+#  b. with deploy/'s settings: runs work, mapped to the container's own ids 1-65535.
+pod_steps() {  # LABEL ROOT
+  label=$1; root=$2
+  prun() {
+    $PODMAN run --rm --network none --uidmap 0:$UIDBASE:65536 --gidmap 0:$UIDBASE:65536 \
+      --ulimit nofile=1024:1024 --ulimit nproc=4096:4096 \
+      --env SBX_STATE_DIR="$statedir" --env PATH=/usr/local/bin:/bin "$@"
+  }
+  prun --rootfs "$root" sbx run --timeout 20s -- true >"$root/masked.txt" 2>&1; rc=$?
+  echo "$label, default settings: sbx run exit $rc: $(grep 'sbx:' "$root/masked.txt" | head -1)"
+  if [ $rc = 125 ] && grep -q "unmask=ALL" "$root/masked.txt"; then :; else
+    if grep -q "Error: .*OCI\|Error: crun\|Error: runc" "$root/masked.txt"; then
+      sed 's/^/  | /' "$root/masked.txt"; echo "skipped: $label cannot start a container on this host (above)"; return 77
+    fi
+    echo "FAIL: expected exit 125 naming --security-opt unmask=ALL"; sed 's/^/  | /' "$root/masked.txt"; return 1
   fi
-  echo "FAIL: expected exit 125 naming --security-opt unmask=ALL"; exit 1
-fi
-in_pod --rootfs "$PROOT" sbx doctor >"$PROOT/doctor.txt" 2>&1; rc=$?
-grep -q "sbx cannot run on this host" "$PROOT/doctor.txt" && [ $rc = 1 ] && grep -q "unmask=ALL" "$PROOT/doctor.txt" ||
-  { echo "FAIL: doctor (exit $rc) must say sbx cannot run, with the fix:"; sed 's/^/  | /' "$PROOT/doctor.txt"; exit 1; }
-echo "default podman: sbx doctor exit 1, says it cannot run, with the fix"
-# b. with deploy/'s settings: runs work, mapped to the container's own ids 1-65535.
-in_pod --security-opt unmask=ALL --security-opt seccomp="$HERE/seccomp-sbx.json" --rootfs "$PROOT" \
-  sbx run --timeout 20s --trace-file /out/trace.json -- sh -c "echo hello from the sandbox; id -u" \
-  >"$PROOT/ok.txt" 2>&1; rc=$?
-echo "podman --security-opt unmask=ALL,seccomp=deploy/seccomp-sbx.json: exit $rc: $(tr '\n' ' ' <"$PROOT/ok.txt")"
-python3 - "$PROOT/out/trace.json" "$rc" "$PROOT/ok.txt" <<'PY' || exit 1
+  prun --rootfs "$root" sbx doctor >"$root/doctor.txt" 2>&1; rc=$?
+  grep -q "sbx cannot run on this host" "$root/doctor.txt" && [ $rc = 1 ] && grep -q "unmask=ALL" "$root/doctor.txt" ||
+    { echo "FAIL: doctor (exit $rc) must say sbx cannot run, with the fix:"; sed 's/^/  | /' "$root/doctor.txt"; return 1; }
+  echo "$label, default settings: sbx doctor exit 1, says it cannot run, with the fix"
+  prun --security-opt unmask=ALL --security-opt seccomp="$HERE/seccomp-sbx.json" --rootfs "$root" \
+    sbx run --timeout 20s --trace-file /out/trace.json -- sh -c "echo hello from the sandbox; id -u" \
+    >"$root/ok.txt" 2>&1; rc=$?
+  echo "$label --security-opt unmask=ALL,seccomp=deploy/seccomp-sbx.json: exit $rc: $(tr '\n' ' ' <"$root/ok.txt")"
+  python3 - "$root/out/trace.json" "$rc" "$root/ok.txt" <<'PY'
 import json, sys
 try:
     t = json.load(open(sys.argv[1]))
@@ -183,3 +184,47 @@ ok = rc == 0 and out[-2:] == ["hello from the sandbox", "0"] and ident["range_so
 print("PASS" if ok else "FAIL: expected exit 0, the greeting, and the sandbox mapped to the container's ids 1-65535")
 sys.exit(0 if ok else 1)
 PY
+}
+UIDBASE=2000000
+pod_steps "root podman" "$PROOT" || exit $?
+
+# 4. Rootless podman: the same steps as a user with subordinate ids (/etc/subuid), the container's
+#    65536 ids being the user's own uid and 65535 of its subordinate ones (--uidmap 0:0:65536 inside
+#    podman's rootless namespace). Its storage, run dir and pause process are this test's own, in a
+#    temporary dir, ended and removed on exit.
+echo "== sbx in a rootless podman container (a user with /etc/subuid ids, --uidmap 0:0:65536)"
+command -v newuidmap >/dev/null && command -v newgidmap >/dev/null && command -v runuser >/dev/null ||
+  { echo "skipped: steps 1-3 passed; no newuidmap/newgidmap for step 4 (apt-get install uidmap)"; exit 77; }
+PUSER=sbxpodman
+if ! id "$PUSER" >/dev/null 2>&1; then
+  useradd --system --user-group --home-dir /nonexistent --no-create-home --shell /usr/sbin/nologin "$PUSER" || exit 1
+fi
+# useradd gives subordinate ids to regular users only: add 65536 of each where the user has none,
+# after the highest range in use (below sbx's own default at 1879048192).
+for f in subuid subgid; do
+  grep -q "^$PUSER:" /etc/$f 2>/dev/null && continue
+  start=$(awk -F: 'BEGIN{m=100000} $3+0>0 && $2+$3>m && $2+$3<1879048192 {m=$2+$3} END{print m}' /etc/$f 2>/dev/null)
+  start=${start:-100000}
+  [ $f = subuid ] && opt=--add-subuids || opt=--add-subgids
+  usermod $opt "$start-$((start + 65535))" "$PUSER" || exit 1
+  echo "gave $PUSER /etc/$f ids $start-$((start + 65535))"
+done
+PTMP=$(mktemp -d /tmp/sbx-deploy-rootless.XXXXXX) || exit 1
+RLROOT=$PTMP/root
+chmod 755 "$PTMP"
+trap 'stop_pause; rm -rf "$ROOT" "$PROOT" "$PTMP"' EXIT
+stop_pause() {  # podman's rootless pause process keeps its user namespace: this test started it
+  p=$(cat "$PTMP/xdg/libpod/tmp/pause.pid" 2>/dev/null) && [ -n "$p" ] && kill "$p" 2>/dev/null
+  # its storage holds files owned by subordinate ids: removed from inside its namespace
+  [ -d "$PTMP/storage" ] && runuser -u "$PUSER" -- env HOME="$PTMP/home" XDG_RUNTIME_DIR="$PTMP/xdg" \
+    podman unshare rm -rf "$PTMP/storage" "$PTMP/runroot" 2>/dev/null
+  p=$(cat "$PTMP/xdg/libpod/tmp/pause.pid" 2>/dev/null) && [ -n "$p" ] && kill "$p" 2>/dev/null
+  :
+}
+mkdir -p "$PTMP/home" "$PTMP/xdg" "$PTMP/storage" "$PTMP/runroot" && cp -a "$PROOT/." "$RLROOT/" || exit 1
+rm -rf "$RLROOT/out" "$RLROOT"/*.txt && mkdir -p "$RLROOT/out" || exit 1
+chmod 700 "$PTMP/xdg" && chown -R "$PUSER:$PUSER" "$PTMP/home" "$PTMP/xdg" "$PTMP/storage" "$PTMP/runroot" "$RLROOT" || exit 1
+PODMAN="runuser -u $PUSER -- env -i PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin HOME=$PTMP/home XDG_RUNTIME_DIR=$PTMP/xdg
+  podman --root $PTMP/storage --runroot $PTMP/runroot --storage-driver vfs --runtime runc --cgroup-manager cgroupfs"
+UIDBASE=0
+pod_steps "rootless podman" "$RLROOT"
