@@ -185,6 +185,18 @@ Result<std::vector<std::string>> list_dir(int dirfd, Stage stage, const std::str
   return names;
 }
 
+// chmod 0700 of the directory `name` in dirfd, never of what a symlink there points at:
+// fchmodat has no AT_SYMLINK_NOFOLLOW before fchmodat2 (Linux 6.6), so the directory is pinned
+// first (O_PATH|O_NOFOLLOW|O_DIRECTORY fails on a link) and changed through its /proc/self/fd
+// entry, that very inode. Without /proc nothing is changed (the removal then says why it failed).
+bool make_dir_writable_at(int dirfd, const std::string& name) {
+  int fd = ::openat(dirfd, name.c_str(), O_PATH | O_NOFOLLOW | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return false;
+  bool ok = ::chmod(("/proc/self/fd/" + std::to_string(fd)).c_str(), 0700) == 0;
+  ::close(fd);
+  return ok;
+}
+
 namespace {
 Status remove_children(int dirfd, const std::string& path) {
   auto names = list_dir(dirfd, kStage, path);
@@ -192,7 +204,7 @@ Status remove_children(int dirfd, const std::string& path) {
   for (auto& name : *names) {
     if (::unlinkat(dirfd, name.c_str(), 0) == 0) continue;
     if (errno != EISDIR && errno != EPERM) return sys_error(kStage, "cannot remove " + path + "/" + name);
-    ::fchmodat(dirfd, name.c_str(), 0700, 0);
+    (void)make_dir_writable_at(dirfd, name);
     int sub = ::openat(dirfd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (sub < 0) return sys_error(kStage, "cannot open directory " + path + "/" + name);
     auto st = remove_children(sub, path + "/" + name);
@@ -208,7 +220,7 @@ Status remove_children(int dirfd, const std::string& path) {
 Status remove_at(int dirfd, const std::string& name, const std::string& path) {
   if (::unlinkat(dirfd, name.c_str(), 0) == 0 || errno == ENOENT) return {};
   if (errno != EISDIR && errno != EPERM) return sys_error(kStage, "cannot remove " + path);
-  ::fchmodat(dirfd, name.c_str(), 0700, 0);
+  (void)make_dir_writable_at(dirfd, name);
   int sub = ::openat(dirfd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (sub < 0) return sys_error(kStage, "cannot open directory " + path);
   auto st = remove_children(sub, path);
@@ -225,7 +237,7 @@ Status remove_tree(const std::string& path) {
     if (::unlink(path.c_str()) != 0) return sys_error(kStage, "cannot remove " + path);
     return {};
   }
-  ::chmod(path.c_str(), 0700);
+  (void)make_dir_writable_at(AT_FDCWD, path);
   int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0) return sys_error(kStage, "cannot open directory " + path);
   auto r = remove_children(fd, path);

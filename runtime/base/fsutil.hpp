@@ -49,6 +49,9 @@ Status remove_tree(const std::string& path);
 // Removes `name` in the directory dirfd, a whole tree if it is a directory, never following a
 // symlink (a symlink is removed itself); a missing name is no error. `path` names it in messages.
 Status remove_at(int dirfd, const std::string& name, const std::string& path);
+// Mode 0700 for the directory `name` in dirfd (AT_FDCWD: a path); false, and nothing changed,
+// where it is a symlink or no directory. The removals above use it.
+bool make_dir_writable_at(int dirfd, const std::string& name);
 }  // namespace sbx
 
 namespace sbx {

@@ -192,7 +192,7 @@ class Image final : public Facility {
     IdmappedImage mapped =
         make_idmapped_image(ctx.image_fd.get(), stored(ctx.identity->uid_map), stored(ctx.identity->gid_map));
     if (!mapped.tree.ok())
-      spdlog::info("image {}: its files keep their host ids in the sandbox ({})", ctx.spec.image, mapped.owners);
+      spdlog::warn("image {}: its files keep their host ids in the sandbox ({})", ctx.spec.image, mapped.owners);
     ctx.image_tree = std::move(mapped.tree);
     return mapped.owners;
   }

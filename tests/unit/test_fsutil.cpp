@@ -102,3 +102,24 @@ TEST_CASE("flock_waiting takes a free lock at once, and gives up on a held one a
   CHECK(sbx::flock_waiting(b.get(), LOCK_SH, 30) == 0);
   CHECK(sbx::flock_waiting(-1, LOCK_SH, 30) == EBADF);
 }
+
+TEST_CASE("make_dir_writable_at changes a directory, never what a symlink in its place points at") {
+  TempDir t;
+  std::string target = t.path + "/target", locked = t.path + "/locked";
+  REQUIRE(::mkdir(target.c_str(), 0500) == 0);
+  REQUIRE(::mkdir(locked.c_str(), 0500) == 0);
+  REQUIRE(::symlink(target.c_str(), (t.path + "/link").c_str()) == 0);
+  int dir = ::open(t.path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  REQUIRE(dir >= 0);
+  CHECK_FALSE(sbx::make_dir_writable_at(dir, "link"));
+  CHECK(sbx::make_dir_writable_at(dir, "locked"));
+  ::close(dir);
+  CHECK_FALSE(sbx::make_dir_writable_at(AT_FDCWD, t.path + "/link"));
+  struct stat st;
+  REQUIRE(::stat(target.c_str(), &st) == 0);
+  CHECK((st.st_mode & 0777) == 0500);  // the link's target is untouched
+  REQUIRE(::stat(locked.c_str(), &st) == 0);
+  CHECK((st.st_mode & 0777) == 0700);
+  CHECK(sbx::remove_tree(t.path + "/link").ok());  // the link goes, its target stays
+  CHECK(::access(target.c_str(), F_OK) == 0);
+}
