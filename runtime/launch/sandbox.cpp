@@ -224,10 +224,10 @@ class Run {
   const RunSpec& spec() const { return call_spec_; }
 
   const RunRequest& req_;
-  // Where the time of a run goes (-vv): prepare; start (clone + id maps, and with a shared init
-  // the sandbox's whole setup up to the program's execve; with a forked init the image's seal);
-  // run (the rest: setup of a forked init, the program, until the sandbox is empty); record
-  // (trace + durable store).
+  // Where the time of a run goes (-vv; the record's usage.phases_us, all but record): prepare;
+  // start (clone + id maps, and with a shared init the sandbox's whole setup up to the program's
+  // execve; with a forked init the image's seal); run (the rest: setup of a forked init, the
+  // program, until the sandbox is empty); record (trace + durable store).
   std::int64_t t_start_ = monotonic_us(), t_spawn_ = 0, t_go_ = 0, t_end_ = 0;
   NonBlockingLogScope log_never_blocks_;
   RunSpec call_spec_;  // a copy: a pooled sandbox takes its call's spec at hand-out (hand_out)
@@ -791,6 +791,13 @@ nlohmann::json Run::typed_io() {
 // 5 record
 RunReport Run::record(nlohmann::json extra) {
   t_end_ = monotonic_us();
+  // A run that reached its start says where its time went (bench/README.md reads it); a pooled
+  // call's sandbox was prepared before the call arrived, so it has no prepare time of its own.
+  if (t_go_)
+    put(parts_.usage_extra, "usage/phases_us",
+        trace_object({{"usage/phases_us/prepare", req_.pool.await_call ? json(nullptr) : json(t_spawn_ - t_start_)},
+                      {"usage/phases_us/start", t_go_ - t_spawn_},
+                      {"usage/phases_us/run", t_end_ - t_go_}}));
   describe_request();
   parts_.ended_at = rfc3339_now();
   parts_.outcome = outcome_;

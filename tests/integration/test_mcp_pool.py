@@ -180,6 +180,10 @@ class McpPoolCase(SbxTestCase):
         self.assertIn("limit other than timeout", recs[1]["pool"]["reason"])
         self.assertEqual(recs[1]["invocation"]["spec"]["limits"]["pids"], 50)
         note("pool miss record: " + json.dumps(recs[1]["pool"]))
+        # Where each call's time went: a pooled call was prepared before it came, a cold one not.
+        self.assertIsNone(recs[0]["usage"]["phases_us"]["prepare"], recs[0]["usage"])
+        self.assertGreater(recs[1]["usage"]["phases_us"]["prepare"], 0, recs[1]["usage"])
+        note("phases_us pooled " + json.dumps(recs[0]["usage"]["phases_us"]) + ", cold " + json.dumps(recs[1]["usage"]["phases_us"]))
 
     def test_a_pooled_sandbox_that_died_before_hand_out_is_discarded(self):
         s = self.server(["--pool", "2", "--max-concurrent", "1"])

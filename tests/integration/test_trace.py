@@ -59,6 +59,11 @@ class TraceRecord(SbxTestCase):
         self.assertIsInstance(t["usage"]["wall_ms"], (int, float))
         self.assertGreaterEqual(t["usage"]["wall_ms"], 0)
         self.assertLess(t["usage"]["wall_ms"], r.wall * 1000 + 50, "wall_ms exceeds the wall time around sbx")
+        # Where the time went (issue 34 item 5): each phase measured, within the time around sbx.
+        phases = t["usage"]["phases_us"]
+        self.assertEqual(sorted(phases), ["prepare", "run", "start"], phases)
+        self.assertTrue(all(isinstance(v, int) and v > 0 for v in phases.values()), phases)
+        self.assertLess(sum(phases.values()), r.wall * 1e6, f"phases {phases} exceed the wall time around sbx")
         enf = t["enforcement"]
         self.assertEqual(sorted(enf["namespaces"]), sorted(ALL_NAMESPACES), "all seven namespaces")
         self.assertIn("limits_applied", enf)
