@@ -77,6 +77,7 @@ echo "== root from deploy/Containerfile"
 ROOT=$(mktemp -d /tmp/sbx-deploy-root.XXXXXX) || exit 1
 chmod 755 "$ROOT"
 trap 'rm -rf "$ROOT"' EXIT
+trap 'exit 130' INT; trap 'exit 143' TERM HUP  # a signal ends the script through its EXIT trap
 CF=$HERE/Containerfile
 grep -q '^FROM debian:12' "$CF" || { echo "FAIL: the recipe is not on Debian 12"; exit 1; }
 pkgs=$(sed -n 's/.*apt-get install -y --no-install-recommends \([a-z0-9. +-]*\).*/\1/p' "$CF")
@@ -197,14 +198,17 @@ command -v newuidmap >/dev/null && command -v newgidmap >/dev/null && command -v
   { echo "skipped: steps 1-3 passed; no newuidmap/newgidmap for step 4 (apt-get install uidmap)"; exit 77; }
 PUSER=sbxpodman
 if ! id "$PUSER" >/dev/null 2>&1; then
-  useradd --system --user-group --home-dir /nonexistent --no-create-home --shell /usr/sbin/nologin "$PUSER" || exit 1
+  useradd --system --user-group --home-dir /nonexistent --no-create-home --shell /usr/sbin/nologin "$PUSER" ||
+    id "$PUSER" >/dev/null || exit 1  # another run may have created it meanwhile
 fi
 # useradd gives subordinate ids to regular users only: add 65536 of each where the user has none,
-# after the highest range in use (below sbx's own default at 1879048192).
+# after the highest range in use, and below sbx's own default range at 1879048192.
 for f in subuid subgid; do
   grep -q "^$PUSER:" /etc/$f 2>/dev/null && continue
-  start=$(awk -F: 'BEGIN{m=100000} $3+0>0 && $2+$3>m && $2+$3<1879048192 {m=$2+$3} END{print m}' /etc/$f 2>/dev/null)
+  start=$(awk -F: 'BEGIN{m=100000} $3+0>0 && $2+0<1879048192 && $2+$3>m {m=$2+$3} END{print m}' /etc/$f 2>/dev/null)
   start=${start:-100000}
+  [ $((start + 65536)) -le 1879048192 ] ||
+    { echo "FAIL: no free range of 65536 ids in /etc/$f below 1879048192 for $PUSER"; exit 1; }
   [ $f = subuid ] && opt=--add-subuids || opt=--add-subgids
   usermod $opt "$start-$((start + 65535))" "$PUSER" || exit 1
   echo "gave $PUSER /etc/$f ids $start-$((start + 65535))"
@@ -212,19 +216,21 @@ done
 PTMP=$(mktemp -d /tmp/sbx-deploy-rootless.XXXXXX) || exit 1
 RLROOT=$PTMP/root
 chmod 755 "$PTMP"
-trap 'stop_pause; rm -rf "$ROOT" "$PROOT" "$PTMP"' EXIT
 stop_pause() {  # podman's rootless pause process keeps its user namespace: this test started it
-  p=$(cat "$PTMP/xdg/libpod/tmp/pause.pid" 2>/dev/null) && [ -n "$p" ] && kill "$p" 2>/dev/null
-  # its storage holds files owned by subordinate ids: removed from inside its namespace
-  [ -d "$PTMP/storage" ] && runuser -u "$PUSER" -- env HOME="$PTMP/home" XDG_RUNTIME_DIR="$PTMP/xdg" \
-    podman unshare rm -rf "$PTMP/storage" "$PTMP/runroot" 2>/dev/null
-  p=$(cat "$PTMP/xdg/libpod/tmp/pause.pid" 2>/dev/null) && [ -n "$p" ] && kill "$p" 2>/dev/null
-  :
+  p=$(cat "$PTMP/xdg/libpod/tmp/pause.pid" 2>/dev/null) && [ -n "$p" ] && runuser -u "$PUSER" -- kill "$p" 2>/dev/null
+  :  # root removes the storage's files of subordinate ids with the rest (the trap below)
 }
+trap 'stop_pause; rm -rf "$ROOT" "$PROOT" "$PTMP"' EXIT
 mkdir -p "$PTMP/home" "$PTMP/xdg" "$PTMP/storage" "$PTMP/runroot" && cp -a "$PROOT/." "$RLROOT/" || exit 1
 rm -rf "$RLROOT/out" "$RLROOT"/*.txt && mkdir -p "$RLROOT/out" || exit 1
 chmod 700 "$PTMP/xdg" && chown -R "$PUSER:$PUSER" "$PTMP/home" "$PTMP/xdg" "$PTMP/storage" "$PTMP/runroot" "$RLROOT" || exit 1
 PODMAN="runuser -u $PUSER -- env -i PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin HOME=$PTMP/home XDG_RUNTIME_DIR=$PTMP/xdg
   podman --root $PTMP/storage --runroot $PTMP/runroot --storage-driver vfs --runtime runc --cgroup-manager cgroupfs"
+# A host that refuses rootless containers (no unprivileged user namespaces, newuidmap without its
+# setuid bit, an AppArmor userns restriction) cannot run step 4: said, and skipped.
+if ! $PODMAN unshare true >"$PTMP/unshare.txt" 2>&1; then
+  sed 's/^/  | /' "$PTMP/unshare.txt"
+  echo "skipped: steps 1-3 passed; $PUSER cannot start a rootless podman namespace here (above)"; exit 77
+fi
 UIDBASE=0
 pod_steps "rootless podman" "$RLROOT"

@@ -159,6 +159,7 @@ Result<std::string> read_file(const std::string& path) {
 }  // namespace sbx
 
 #include <dirent.h>
+#include <sys/syscall.h>
 
 #include <memory>
 #include <vector>
@@ -185,12 +186,27 @@ Result<std::vector<std::string>> list_dir(int dirfd, Stage stage, const std::str
   return names;
 }
 
-// chmod 0700 of the directory `name` in dirfd, never of what a symlink there points at:
-// fchmodat has no AT_SYMLINK_NOFOLLOW before fchmodat2 (Linux 6.6), so the directory is pinned
-// first (O_PATH|O_NOFOLLOW|O_DIRECTORY fails on a link) and changed through its /proc/self/fd
-// entry, that very inode. Without /proc nothing is changed (the removal then says why it failed).
+#ifdef SYS_fchmodat2
+constexpr long kSysFchmodat2 = SYS_fchmodat2;
+#else
+constexpr long kSysFchmodat2 = 452;  // the same number on every architecture (Linux 6.6)
+#endif
+
+// chmod 0700 of the directory `name` in dirfd, never of what a symlink there points at.
+// fchmodat(2) has no AT_SYMLINK_NOFOLLOW: fchmodat2 (Linux 6.6) has; before it, the directory is
+// opened without following a link and changed by fchmod where it can be read, else pinned with
+// O_PATH and changed through its /proc/self/fd entry (that very inode; needs /proc).
 bool make_dir_writable_at(int dirfd, const std::string& name) {
-  int fd = ::openat(dirfd, name.c_str(), O_PATH | O_NOFOLLOW | O_DIRECTORY | O_CLOEXEC);
+  struct stat st;
+  if (::fstatat(dirfd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISDIR(st.st_mode)) return false;
+  if (::syscall(kSysFchmodat2, dirfd, name.c_str(), 0700, AT_SYMLINK_NOFOLLOW) == 0) return true;
+  int fd = ::openat(dirfd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_DIRECTORY | O_CLOEXEC);
+  if (fd >= 0) {
+    bool ok = ::fchmod(fd, 0700) == 0;
+    ::close(fd);
+    return ok;
+  }
+  fd = ::openat(dirfd, name.c_str(), O_PATH | O_NOFOLLOW | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) return false;
   bool ok = ::chmod(("/proc/self/fd/" + std::to_string(fd)).c_str(), 0700) == 0;
   ::close(fd);

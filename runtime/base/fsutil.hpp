@@ -50,7 +50,8 @@ Status remove_tree(const std::string& path);
 // symlink (a symlink is removed itself); a missing name is no error. `path` names it in messages.
 Status remove_at(int dirfd, const std::string& name, const std::string& path);
 // Mode 0700 for the directory `name` in dirfd (AT_FDCWD: a path); false, and nothing changed,
-// where it is a symlink or no directory. The removals above use it.
+// where it is a symlink or no directory (or, on a kernel before 6.6 without /proc, where the
+// directory cannot be read). The removals above use it.
 bool make_dir_writable_at(int dirfd, const std::string& name);
 }  // namespace sbx
 

@@ -224,7 +224,8 @@ class Run {
   const RunSpec& spec() const { return call_spec_; }
 
   const RunRequest& req_;
-  // Where the time of a run goes (-vv; the record's usage.phases_us, all but record): prepare;
+  // Where the time of a run goes (-vv; the record's usage.phases_us, all but record, and for a
+  // pooled call no prepare, which -vv shows as the sandbox's build and idle wait): prepare;
   // start (clone + id maps, and with a shared init the sandbox's whole setup up to the program's
   // execve; with a forked init the image's seal); run (the rest: setup of a forked init, the
   // program, until the sandbox is empty); record (trace + durable store).
