@@ -1,7 +1,10 @@
 """A typed Python client for sbx: model-written code and rule packs run in a fresh sandbox each.
 
 Standard library only. It drives the `sbx` binary (`sbx exec` and `sbx pack run`) as a
-subprocess, so it is as safe as sbx itself and needs nothing else installed:
+subprocess, so it is as safe as sbx itself and needs nothing else installed. With `pool=N`,
+`exec` calls go instead to one long-lived `sbx mcp --pool N` the client starts on first use, whose
+sandboxes are built ahead of the calls (each still used once, each call its own record);
+`close()` (or a `with` block) ends it:
 
     from sbx_client import Sbx, ContractError
 
@@ -22,8 +25,11 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import subprocess
 import tempfile
+import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
@@ -131,6 +137,105 @@ class PackResult(_Outcome):
     trace: Dict[str, Any] = field(default_factory=dict)
 
 
+# The MCP revision the pooled mode speaks (sbx mcp serves it; man sbx-mcp).
+_MCP_VERSION = "2025-11-25"
+# A response line from sbx mcp is bounded by sbx (its summaries are cut, man sbx-mcp); the client
+# still refuses a line past this rather than buffer without end.
+_MAX_LINE = 64 << 20
+
+
+class _McpServer:
+    """One `sbx mcp` process and a line-delimited JSON-RPC exchange with it, one call at a time.
+    Its stderr goes to an unlinked temporary file (never a pipe nobody drains), read back for the
+    message when the server fails."""
+
+    def __init__(self, argv: List[str], timeout: Optional[float]):
+        self._err = tempfile.TemporaryFile(prefix="sbx-client-mcp-")
+        try:
+            self.p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._err)
+        except OSError as e:
+            self._err.close()
+            raise SbxError(f"cannot start {argv[0]}: {e.strerror}") from e
+        self._buf = b""
+        self._next_id = 1
+        r = self.request("initialize", {"protocolVersion": _MCP_VERSION, "capabilities": {},
+                                        "clientInfo": {"name": "sbx_client", "version": "1"}}, timeout)
+        if "result" not in r:
+            self.close()
+            raise SbxError(f"sbx mcp refused the client's initialize: {r.get('error')}")
+        self._send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+
+    def stderr_tail(self) -> str:
+        try:
+            self._err.seek(0, os.SEEK_END)
+            size = self._err.tell()
+            self._err.seek(max(0, size - 4096))
+            return _one_line(self._err.read().decode(errors="replace"))
+        except (OSError, ValueError):
+            return ""
+
+    def _fail(self, what: str) -> SbxError:
+        self.close()
+        tail = self.stderr_tail()
+        return SbxError(f"sbx mcp {what}" + (f": {tail}" if tail else ""))
+
+    def _send(self, msg: Mapping[str, Any]) -> None:
+        try:
+            self.p.stdin.write(json.dumps(msg).encode() + b"\n")
+            self.p.stdin.flush()
+        except (OSError, ValueError) as e:
+            raise self._fail(f"is gone ({e})") from e
+
+    def _read_line(self, deadline: Optional[float]) -> bytes:
+        fd = self.p.stdout.fileno()
+        while b"\n" not in self._buf:
+            if len(self._buf) > _MAX_LINE:
+                raise self._fail(f"sent a line of more than {_MAX_LINE} bytes")
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise self._fail("did not answer within the client's timeout (it was ended)")
+            ready, _, _ = select.select([fd], [], [], left)
+            if not ready:
+                continue
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                raise self._fail(f"exited ({self.p.wait()}) before it answered")
+            self._buf += chunk
+        line, _, self._buf = self._buf.partition(b"\n")
+        return line
+
+    def request(self, method: str, params: Mapping[str, Any], timeout: Optional[float]) -> Dict[str, Any]:
+        rid = self._next_id
+        self._next_id += 1
+        self._send({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:  # notifications and anything else without this id are skipped
+            line = self._read_line(deadline)
+            try:
+                msg = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise self._fail(f"wrote a line that is not JSON ({e})") from e
+            if isinstance(msg, dict) and msg.get("id") == rid:
+                return msg
+
+    def close(self) -> None:
+        if self.p.poll() is None:
+            try:
+                self.p.stdin.close()  # end of input: sbx mcp finishes what runs and exits
+            except OSError:
+                pass
+            try:
+                self.p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.p.kill()
+                self.p.wait()
+        for f in (self.p.stdin, self.p.stdout, self._err):
+            try:
+                f.close()
+            except OSError:
+                pass
+
+
 def _one_line(text: str) -> str:
     lines = [l for l in text.strip().splitlines() if l.strip()]
     return lines[-1] if lines else text.strip()
@@ -140,14 +245,32 @@ class Sbx:
     """One sbx binary and its options, shared by every call (each call is its own sandbox)."""
 
     def __init__(self, binary: str = "sbx", *, state_dir: Optional[str] = None, profile: Optional[str] = None,
-                 image: Optional[str] = None, timeout: Optional[float] = None):
+                 image: Optional[str] = None, timeout: Optional[float] = None, pool: int = 0):
         """`timeout` (seconds) bounds the whole sbx process from the client's side, as a last resort;
-        the run's own wall-time limit (`limits={"timeout": ...}`) is what ends a slow program."""
+        the run's own wall-time limit (`limits={"timeout": ...}`) is what ends a slow program.
+        `pool` > 0 serves `exec` calls from one `sbx mcp --pool N` (started on the first call,
+        ended by close()); a call with its own `profile` or `allow_hosts` still runs as `sbx exec`."""
         self.binary = binary
         self.state_dir = state_dir
         self.profile = profile
         self.image = image
         self.timeout = timeout
+        self.pool = pool
+        self._server: Optional[_McpServer] = None
+        self._lock = threading.Lock()
+
+    def close(self) -> None:
+        """Ends the pooled mode's `sbx mcp` (its idle sandboxes go with it); a later call starts one."""
+        with self._lock:
+            if self._server is not None:
+                self._server.close()
+                self._server = None
+
+    def __enter__(self) -> "Sbx":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
 
     def _global_args(self) -> List[str]:
         return ["--state-dir", self.state_dir] if self.state_dir else []
@@ -183,6 +306,8 @@ class Sbx:
             request["limits"] = dict(limits)  # sbx refuses a bare number for a duration or a size
         if output_schema is not None:
             request["output_schema"] = output_schema
+        if self.pool > 0 and not allow_hosts and profile in (None, self.profile):
+            return self._exec_pooled(request)
         args = ["exec"]
         profile = profile or self.profile
         if profile:
@@ -198,6 +323,38 @@ class Sbx:
             error = resp.get("error")
             message = error.get("message") if isinstance(error, dict) else error
             raise SbxError(message or _one_line(p.stderr) or f"sbx exec exited {p.returncode}", p.returncode)
+        return self._exec_result(resp)
+
+    def _exec_pooled(self, request: Dict[str, Any]) -> ExecResult:
+        """run_code through the pooled `sbx mcp`: the same request and response as `sbx exec`'s.
+        A server that died or timed out is ended and raises SbxError; the next call starts anew."""
+        with self._lock:
+            if self._server is not None and self._server.p.poll() is not None:
+                self._server.close()  # it died between calls: nothing of a call was lost
+                self._server = None
+            if self._server is None:
+                argv = [self.binary, *self._global_args(), "mcp", "--pool", str(self.pool)]
+                if self.profile:
+                    argv += ["--profile", self.profile]
+                self._server = _McpServer(argv, self.timeout)
+            server = self._server
+            try:
+                msg = server.request("tools/call", {"name": "run_code", "arguments": request}, self.timeout)
+            except SbxError:
+                self._server = None
+                raise
+        if "error" in msg:  # JSON-RPC: a malformed request, the queue full
+            error = msg["error"] if isinstance(msg["error"], dict) else {}
+            raise SbxError(f"sbx mcp: {error.get('message') or msg['error']}", EXIT_SBX_ERROR)
+        r = msg.get("result") or {}
+        resp = r.get("structuredContent")
+        if not isinstance(resp, dict) or not resp.get("status"):  # refused before any sandbox
+            texts = [c.get("text", "") for c in r.get("content") or [] if isinstance(c, dict)]
+            raise SbxError(_one_line("\n".join(texts)) or "sbx mcp: run_code failed", EXIT_SBX_ERROR)
+        return self._exec_result(resp)
+
+    @staticmethod
+    def _exec_result(resp: Mapping[str, Any]) -> ExecResult:
         result = ExecResult(
             run_id=resp.get("run_id"), status=resp.get("status", "error"), exit_code=resp.get("exit_code"),
             signal=resp.get("signal"), usage=Usage.from_json(resp.get("usage")),

@@ -142,6 +142,98 @@ class ClientTest(unittest.TestCase):
         finally:
             shutil.rmtree(pack, ignore_errors=True)
 
+def ledger_records(state):
+    import glob
+    import json
+    out = []
+    for path in sorted(glob.glob(os.path.join(state, "traces", "*.jsonl"))):
+        with open(path) as f:
+            out += [json.loads(line)["record"] for line in f if line.strip()]
+    return out
+
+
+def server_children(pid):
+    kids = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat", "rb") as f:
+                    stat = f.read()
+            except OSError:
+                continue
+            if int(stat[stat.rindex(b")") + 2:].split()[1]) == pid:
+                kids.append(int(d))
+    return kids
+
+
+class PooledTest(unittest.TestCase):
+    """pool=N: exec calls served by one long-lived `sbx mcp --pool N` (issue 34, item 1), with the
+    same results and errors as `sbx exec`, each call still its own sandbox and record."""
+
+    def setUp(self):
+        self.state = tempfile.mkdtemp(prefix="sbx-client-pool-")
+        os.chmod(self.state, 0o755)
+        self.sbx = Sbx(SBX, state_dir=self.state, timeout=120, pool=2)
+        self.addCleanup(shutil.rmtree, self.state, True)
+        self.addCleanup(self.sbx.close)
+
+    def test_calls_share_one_server_and_each_has_its_own_pooled_record(self):
+        code = ("import json, os\nv = json.load(open('/in/input.json'))\nprint(sorted(os.listdir('/tmp')))\n"
+                "open('/tmp/mine', 'w').write('x')\njson.dump({'total': sum(v)}, open('/out/result.json', 'w'))\n")
+        servers, runs = set(), []
+        for i in range(4):
+            r = self.sbx.exec(code=code, inputs=[i, 40], limits={"timeout": "10s"},
+                              output_schema={"type": "object", "required": ["total"]})
+            self.assertTrue(r.ok, r)
+            self.assertEqual(r.result, {"total": 40 + i})
+            self.assertEqual(r.stdout, "[]\n", "a call sees nothing of the one before")
+            servers.add(self.sbx._server.p.pid)
+            runs.append(r.run_id)
+        self.assertEqual(len(servers), 1, "one sbx mcp for every call")
+        recs = {rec["run_id"]: rec for rec in ledger_records(self.state)}
+        self.assertEqual(sorted(recs), sorted(runs), "each call its own record")
+        hits = [recs[r]["pool"]["hit"] for r in runs]
+        self.assertTrue(all(hits[1:]), hits)  # the first may come before the pool is built
+
+    def test_errors_are_the_same_as_one_shot_exec(self):
+        with self.assertRaises(SbxError) as cm:
+            self.sbx.exec(code="print(1)", limits={"timeout": "100h"})
+        self.assertEqual(cm.exception.exit_status, 125)
+        self.assertIn("timeout", cm.exception.message)
+        with self.assertRaises(SbxError) as cm:
+            self.sbx.exec(code="print(1)", limits={"timeout": 10})
+        self.assertIn("a bare number is ambiguous", cm.exception.message)
+        with self.assertRaises(ContractError) as cm:
+            self.sbx.exec(code="import json; json.dump({'total': 'many'}, open('/out/result.json', 'w'))",
+                          output_schema={"type": "object", "properties": {"total": {"type": "integer"}}})
+        self.assertEqual(cm.exception.result.status, "output_invalid")
+        r = self.sbx.exec(code="import sys; print('oops', file=sys.stderr); sys.exit(3)")
+        self.assertEqual((r.status, r.exit_code, r.stderr), ("exit_nonzero", 3, "oops\n"))
+        self.assertEqual(self.sbx.exec(code="import time; time.sleep(30)", limits={"timeout": "300ms"}).status,
+                         "timeout")
+
+    def test_a_dead_server_is_replaced_and_close_ends_it_with_its_sandboxes(self):
+        import signal
+        self.assertEqual(self.sbx.exec(code="print(1)").stdout, "1\n")
+        first = self.sbx._server.p.pid
+        os.kill(first, signal.SIGKILL)
+        self.sbx._server.p.wait()
+        self.assertEqual(self.sbx.exec(code="print(2)").stdout, "2\n")
+        second = self.sbx._server.p.pid
+        self.assertNotEqual(first, second)
+        self.assertTrue(server_children(second), "the pool's sandboxes are the server's children")
+        self.sbx.close()
+        self.assertIsNone(self.sbx._server)
+        self.assertFalse(os.path.exists(f"/proc/{second}"), "close() waited for the server")
+        self.assertEqual(server_children(second), [])
+
+    def test_a_call_with_its_own_hosts_runs_one_shot(self):
+        r = self.sbx.exec(code="print(1)", allow_hosts=["example.com"])
+        self.assertEqual(r.stdout, "1\n")
+        self.assertIsNone(self.sbx._server, "no server started for it")
+        self.assertNotIn("pool", ledger_records(self.state)[-1])
+
+
 class ReadmeTest(unittest.TestCase):
     """Every ```python block of clients/python/README.md runs as written from the repository root
     (only the binary is the one under test), so that the README's snippets cannot rot."""
@@ -156,7 +248,7 @@ class ReadmeTest(unittest.TestCase):
             os.chmod(state, 0o755)
             env = dict(os.environ, SBX_STATE_DIR=state)
             for code in blocks:
-                code = code.replace('Sbx("build/sbx")', "Sbx(%r)" % SBX)
+                code = code.replace('Sbx("build/sbx"', "Sbx(%r" % SBX)
                 p = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
                                    timeout=120)
                 self.assertEqual(p.returncode, 0, "README snippet failed:\n%s\n%s" % (code, p.stderr))
