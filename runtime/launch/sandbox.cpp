@@ -817,6 +817,8 @@ RunReport Run::record(nlohmann::json extra) {
   put(at(report.trace, "result"), "result/limits_hit", std::move(hit_names));
   put(report.trace, "inputs", inputs_);
   put(report.trace, "stdin", stdin_record_);
+  // A pooled sandbox's call (pool.hit in its record); any other run's sandbox was made for it.
+  put(report.trace, "sandbox", trace_object({{"sandbox/made_by", req_.pool.await_call ? "pooled" : "cold"}}));
   add_outputs(report, extra);
   for (auto& [k, v] : record_extra_.items()) report.trace[k] = v;
   if (extra.contains("blobs") && report.trace.contains("blobs") && report.trace["blobs"].is_array()) {

@@ -181,6 +181,7 @@ class McpPoolCase(SbxTestCase):
         self.assertEqual(recs[1]["invocation"]["spec"]["limits"]["pids"], 50)
         note("pool miss record: " + json.dumps(recs[1]["pool"]))
         # Where each call's time went: a pooled call was prepared before it came, a cold one not.
+        self.assertEqual((recs[0]["sandbox"]["made_by"], recs[1]["sandbox"]["made_by"]), ("pooled", "cold"))
         self.assertIsNone(recs[0]["usage"]["phases_us"]["prepare"], recs[0]["usage"])
         self.assertGreater(recs[1]["usage"]["phases_us"]["prepare"], 0, recs[1]["usage"])
         note("phases_us pooled " + json.dumps(recs[0]["usage"]["phases_us"]) + ", cold " + json.dumps(recs[1]["usage"]["phases_us"]))

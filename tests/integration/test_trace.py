@@ -60,6 +60,7 @@ class TraceRecord(SbxTestCase):
         self.assertGreaterEqual(t["usage"]["wall_ms"], 0)
         self.assertLess(t["usage"]["wall_ms"], r.wall * 1000 + 50, "wall_ms exceeds the wall time around sbx")
         # Where the time went (issue 34 item 5): each phase measured, within the time around sbx.
+        self.assertEqual(t["sandbox"], {"made_by": "cold"})
         phases = t["usage"]["phases_us"]
         self.assertEqual(sorted(phases), ["prepare", "run", "start"], phases)
         self.assertTrue(all(isinstance(v, int) and v > 0 for v in phases.values()), phases)
