@@ -26,10 +26,12 @@ from __future__ import annotations
 import json
 import os
 import select
+import signal
 import subprocess
 import tempfile
 import threading
 import time
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
@@ -96,7 +98,7 @@ class Usage:
 
     @classmethod
     def from_json(cls, j: Optional[Mapping[str, Any]]) -> "Usage":
-        j = j or {}
+        j = j if isinstance(j, Mapping) else {}
         return cls(**{k: j.get(k) for k in cls.__dataclass_fields__})
 
 
@@ -139,15 +141,44 @@ class PackResult(_Outcome):
 
 # The MCP revision the pooled mode speaks (sbx mcp serves it; man sbx-mcp).
 _MCP_VERSION = "2025-11-25"
-# A response line from sbx mcp is bounded by sbx (its summaries are cut, man sbx-mcp); the client
-# still refuses a line past this rather than buffer without end.
-_MAX_LINE = 64 << 20
+# A response line from sbx mcp is bounded by sbx: a worker's response within 2 x 6 x (64 MiB + the
+# output limit) + 1 MiB (runtime/server/mcp_protocol.cpp), escapes included. The client refuses a
+# line past 1 GiB rather than buffer without end.
+_MAX_LINE = 1 << 30
+# How long the server's start and its initialize may take when the client has no timeout.
+_START_TIMEOUT = 60.0
+
+
+def _reap(p: subprocess.Popen) -> None:
+    """Ends the server process if it still runs: end of input first (sbx mcp then finishes or
+    cancels what runs, each call recorded), SIGTERM after 2 s, SIGKILL after 5 more."""
+    if p.poll() is None:
+        try:
+            p.stdin.close()
+        except OSError:
+            pass
+        for sig, wait in ((None, 2), (signal.SIGTERM, 5), (signal.SIGKILL, None)):
+            if sig is not None:
+                try:
+                    p.send_signal(sig)
+                except OSError:
+                    pass
+            try:
+                p.wait(timeout=wait)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+    for f in (p.stdin, p.stdout):
+        try:
+            f.close()
+        except OSError:
+            pass
 
 
 class _McpServer:
     """One `sbx mcp` process and a line-delimited JSON-RPC exchange with it, one call at a time.
     Its stderr goes to an unlinked temporary file (never a pipe nobody drains), read back for the
-    message when the server fails."""
+    message when the server fails. Every failure is an SbxError, after which the server is ended."""
 
     def __init__(self, argv: List[str], timeout: Optional[float]):
         self._err = tempfile.TemporaryFile(prefix="sbx-client-mcp-")
@@ -156,14 +187,20 @@ class _McpServer:
         except OSError as e:
             self._err.close()
             raise SbxError(f"cannot start {argv[0]}: {e.strerror}") from e
-        self._buf = b""
+        # A forgotten client still ends its server when it is collected.
+        self._finalizer = weakref.finalize(self, _reap, self.p)
+        self._buf = bytearray()
         self._next_id = 1
-        r = self.request("initialize", {"protocolVersion": _MCP_VERSION, "capabilities": {},
-                                        "clientInfo": {"name": "sbx_client", "version": "1"}}, timeout)
-        if "result" not in r:
+        try:
+            r = self.request("initialize", {"protocolVersion": _MCP_VERSION, "capabilities": {},
+                                            "clientInfo": {"name": "sbx_client", "version": "1"}},
+                             timeout if timeout is not None else _START_TIMEOUT)
+            if not isinstance(r.get("result"), dict):
+                raise self._fail(f"refused the client's initialize: {r.get('error')}")
+            self._send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        except BaseException:
             self.close()
-            raise SbxError(f"sbx mcp refused the client's initialize: {r.get('error')}")
-        self._send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+            raise
 
     def stderr_tail(self) -> str:
         try:
@@ -175,9 +212,9 @@ class _McpServer:
             return ""
 
     def _fail(self, what: str) -> SbxError:
+        tail = self.stderr_tail()  # before close(), which closes the file
         self.close()
-        tail = self.stderr_tail()
-        return SbxError(f"sbx mcp {what}" + (f": {tail}" if tail else ""))
+        return SbxError(f"sbx mcp {what}" + (f"; its stderr: {tail}" if tail else ""))
 
     def _send(self, msg: Mapping[str, Any]) -> None:
         try:
@@ -188,20 +225,26 @@ class _McpServer:
 
     def _read_line(self, deadline: Optional[float]) -> bytes:
         fd = self.p.stdout.fileno()
-        while b"\n" not in self._buf:
+        poller = select.poll()
+        poller.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
+        end = self._buf.find(b"\n")
+        while end < 0:
             if len(self._buf) > _MAX_LINE:
                 raise self._fail(f"sent a line of more than {_MAX_LINE} bytes")
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
                 raise self._fail("did not answer within the client's timeout (it was ended)")
-            ready, _, _ = select.select([fd], [], [], left)
-            if not ready:
+            if not poller.poll(None if left is None else max(1, int(left * 1000))):
                 continue
-            chunk = os.read(fd, 1 << 16)
+            chunk = os.read(fd, 1 << 20)
             if not chunk:
                 raise self._fail(f"exited ({self.p.wait()}) before it answered")
+            start = len(self._buf)
             self._buf += chunk
-        line, _, self._buf = self._buf.partition(b"\n")
+            found = chunk.find(b"\n")
+            end = -1 if found < 0 else start + found
+        line = bytes(self._buf[:end])
+        del self._buf[:end + 1]
         return line
 
     def request(self, method: str, params: Mapping[str, Any], timeout: Optional[float]) -> Dict[str, Any]:
@@ -209,31 +252,22 @@ class _McpServer:
         self._next_id += 1
         self._send({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
         deadline = None if timeout is None else time.monotonic() + timeout
-        while True:  # notifications and anything else without this id are skipped
+        while True:  # notifications, requests to the client and other ids are skipped
             line = self._read_line(deadline)
             try:
                 msg = json.loads(line)
-            except json.JSONDecodeError as e:
+            except (ValueError, RecursionError) as e:
                 raise self._fail(f"wrote a line that is not JSON ({e})") from e
-            if isinstance(msg, dict) and msg.get("id") == rid:
+            if isinstance(msg, dict) and msg.get("id") == rid and ("result" in msg or "error" in msg):
                 return msg
 
     def close(self) -> None:
-        if self.p.poll() is None:
-            try:
-                self.p.stdin.close()  # end of input: sbx mcp finishes what runs and exits
-            except OSError:
-                pass
-            try:
-                self.p.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.p.kill()
-                self.p.wait()
-        for f in (self.p.stdin, self.p.stdout, self._err):
-            try:
-                f.close()
-            except OSError:
-                pass
+        _reap(self.p)
+        self._finalizer.detach()
+        try:
+            self._err.close()
+        except OSError:
+            pass
 
 
 def _one_line(text: str) -> str:
@@ -260,11 +294,12 @@ class Sbx:
         self._lock = threading.Lock()
 
     def close(self) -> None:
-        """Ends the pooled mode's `sbx mcp` (its idle sandboxes go with it); a later call starts one."""
-        with self._lock:
-            if self._server is not None:
-                self._server.close()
-                self._server = None
+        """Ends the pooled mode's `sbx mcp` (its idle sandboxes go with it; a call running in it is
+        cancelled and recorded so); a later call starts one. Not under the calls' lock: it may end
+        a server another thread is waiting on, whose call then raises SbxError."""
+        server, self._server = self._server, None
+        if server is not None:
+            server.close()
 
     def __enter__(self) -> "Sbx":
         return self
@@ -327,7 +362,8 @@ class Sbx:
 
     def _exec_pooled(self, request: Dict[str, Any]) -> ExecResult:
         """run_code through the pooled `sbx mcp`: the same request and response as `sbx exec`'s.
-        A server that died or timed out is ended and raises SbxError; the next call starts anew."""
+        A server that died between calls is replaced; one that fails during a call (it died, passed
+        the client's timeout, answered nonsense) is ended and the call raises SbxError."""
         with self._lock:
             if self._server is not None and self._server.p.poll() is not None:
                 self._server.close()  # it died between calls: nothing of a call was lost
@@ -340,17 +376,20 @@ class Sbx:
             server = self._server
             try:
                 msg = server.request("tools/call", {"name": "run_code", "arguments": request}, self.timeout)
-            except SbxError:
+            except BaseException:
+                server.close()
                 self._server = None
                 raise
         if "error" in msg:  # JSON-RPC: a malformed request, the queue full
             error = msg["error"] if isinstance(msg["error"], dict) else {}
             raise SbxError(f"sbx mcp: {error.get('message') or msg['error']}", EXIT_SBX_ERROR)
-        r = msg.get("result") or {}
-        resp = r.get("structuredContent")
-        if not isinstance(resp, dict) or not resp.get("status"):  # refused before any sandbox
-            texts = [c.get("text", "") for c in r.get("content") or [] if isinstance(c, dict)]
-            raise SbxError(_one_line("\n".join(texts)) or "sbx mcp: run_code failed", EXIT_SBX_ERROR)
+        r = msg.get("result")
+        resp = r.get("structuredContent") if isinstance(r, dict) else None
+        if not isinstance(resp, dict) or not isinstance(resp.get("status"), str):  # refused before any sandbox
+            content = r.get("content") if isinstance(r, dict) else None
+            texts = [c["text"] for c in content if isinstance(c, dict) and isinstance(c.get("text"), str)] \
+                if isinstance(content, list) else []
+            raise SbxError("\n".join(texts).strip() or "sbx mcp: run_code failed", EXIT_SBX_ERROR)
         return self._exec_result(resp)
 
     @staticmethod

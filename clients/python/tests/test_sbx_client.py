@@ -234,6 +234,65 @@ class PooledTest(unittest.TestCase):
         self.assertNotIn("pool", ledger_records(self.state)[-1])
 
 
+FAKE_SERVER = r"""#!/usr/bin/env python3
+import json, sys, time
+mode = open(sys.argv[0] + ".mode").read().strip()
+if mode == "dies":
+    print("sbx: mcp: cannot open the state dir: the cause", file=sys.stderr, flush=True)
+    sys.exit(2)
+for line in sys.stdin:
+    msg = json.loads(line)
+    if "id" not in msg:
+        continue
+    if msg["method"] == "initialize":
+        out = {"jsonrpc": "2.0", "id": msg["id"], "result": {"protocolVersion": "2025-11-25", "capabilities": {}}}
+    elif mode == "stalls":
+        sys.stdout.write('{"jsonrpc": "2.0", "id": ' + str(msg["id"]) + ', "resu'); sys.stdout.flush(); time.sleep(600)
+    elif mode == "nonsense":
+        out = {"jsonrpc": "2.0", "id": msg["id"], "result": ["not", "an", "object"]}
+    print(json.dumps(out), flush=True)
+"""
+
+
+class PooledHostileServerTest(unittest.TestCase):
+    """What the pooled mode does with a server that fails or answers nonsense: SbxError with the
+    cause, within the client's timeout and the server's end, never a raw exception or a hang."""
+
+    def fake(self, mode):
+        d = tempfile.mkdtemp(prefix="sbx-client-fake-")
+        self.addCleanup(shutil.rmtree, d, True)
+        path = os.path.join(d, "sbx")
+        with open(path, "w") as f:
+            f.write(FAKE_SERVER)
+        with open(path + ".mode", "w") as f:
+            f.write(mode)
+        os.chmod(path, 0o755)
+        sbx = Sbx(path, pool=1, timeout=1)
+        self.addCleanup(sbx.close)
+        return sbx
+
+    def test_a_server_that_dies_says_why(self):
+        with self.assertRaises(SbxError) as cm:
+            self.fake("dies").exec(code="print(1)")
+        self.assertIn("exited (2)", cm.exception.message)
+        self.assertIn("the cause", cm.exception.message, "the server's stderr is in the message")
+
+    def test_a_server_that_stalls_mid_line_is_ended_after_the_timeout(self):
+        import time
+        sbx = self.fake("stalls")
+        t = time.monotonic()
+        with self.assertRaises(SbxError) as cm:
+            sbx.exec(code="print(1)")
+        self.assertIn("did not answer within the client's timeout", cm.exception.message)
+        self.assertLess(time.monotonic() - t, 10, "1 s timeout, then end of input, SIGTERM after 2 s")
+        self.assertIsNone(sbx._server)
+
+    def test_an_answer_of_the_wrong_shape_is_an_sbx_error(self):
+        with self.assertRaises(SbxError) as cm:
+            self.fake("nonsense").exec(code="print(1)")
+        self.assertIn("run_code failed", cm.exception.message)
+
+
 class ReadmeTest(unittest.TestCase):
     """Every ```python block of clients/python/README.md runs as written from the repository root
     (only the binary is the one under test), so that the README's snippets cannot rot."""
