@@ -145,8 +145,13 @@ class Image final : public Facility {
     if (!ctx.image_fd.ok()) return sys_error("image", "open " + image.rootfs);
     MountPlan& mounts = ctx.mounts;
     keep_an_images_odd_hosts(ctx.image_fd.get(), mounts);
-    if (ctx.dry_run) return check_seal_now(ctx);
     const std::string owners = idmap_image(ctx);
+    if (ctx.dry_run) {  // the plan says how the run would see the image's owners; nothing is kept
+      ctx.image_tree.reset();
+      SBX_TRY(check_seal_now(ctx));
+      ctx.image_plan["owners"] = owners;
+      return {};
+    }
     if (ctx.parts)
       ctx.parts->image =
           trace_object({{"image/name", ctx.spec.image},

@@ -9,6 +9,7 @@ says which applies (image.root.owners).
 The multi-user image is compared file by file with podman's view of the same tarball, where
 podman is installed and can start a container here (`make test` installs it)."""
 import io
+import json
 import os
 import shutil
 import subprocess
@@ -134,6 +135,10 @@ class ImageOwners(SbxTestCase):
         # The sandbox's root writes a file of u's in the overlay and it stays u's (no host id leaks).
         r = self.sbx_run("cp /home/u/notes /tmp/n && stat -c '%u %g' /home/u/notes /tmp/n", "--profile", "trusted")
         self.assertEqual(r.out.splitlines(), ["1000 1000", "0 0"])
+        # --dry-run's plan says the same as the run's record, and keeps nothing mounted.
+        d = self.run_sbx(["true"], opts=["--image", "multi-user", "--dry-run"], timeout=60)
+        self.assertExit(d, 0)
+        self.assertEqual(json.loads(d.out)["enforcement"]["image"]["owners"], "idmapped", d.out[:2000])
 
     @unittest.skipIf(MODE != "root", "podman's view of the image is taken as root")
     def test_file_by_file_as_podman_sees_the_same_tarball(self):
@@ -179,6 +184,9 @@ class ImageOwnersRootless(SbxTestCase):
         self.assertExit(r, 0)
         self.assertEqual(r.out.split(), ["0", "0", "read"])
         self.assertTrue(self.need_trace(r)["image"]["root"]["owners"].startswith("the caller's"))
+        d = self.run_sbx(["true"], opts=["--image", "multi-user-rl", "--dry-run"], timeout=60)
+        self.assertExit(d, 0)
+        self.assertTrue(json.loads(d.out)["enforcement"]["image"]["owners"].startswith("the caller's"), d.out[:2000])
 
 
 if __name__ == "__main__":
