@@ -459,6 +459,15 @@ void add_setup_hint(Error& e, const RunSpec& spec, const IdentityPlan& identity,
   if (e.stage == "execve" && (e.err == ENOENT || e.err == ENOTDIR) && !spec.argv.empty() && !spec.argv[0].empty()) {
     const std::string& cmd = spec.argv[0];
     struct stat st;
+    // On an image the root is the image's: what the host has says nothing (an exec request's
+    // language whose interpreter the image lacks is the usual case).
+    if (cmd[0] == '/' && !spec.image.empty() && spec.image != "host") {
+      e.hint = cmd + " is not in image " + spec.image +
+               ", the sandbox's root: use an image that has it (sbx image ls; an exec request's language needs its "
+               "interpreter there), or bind it from the host (--bind " +
+               cmd.substr(0, std::max<std::size_t>(cmd.rfind('/'), 1)) + ", read-only at the same path)";
+      return;
+    }
     if (cmd[0] == '/') {
       // An absolute path the host has: a script of the caller's, outside what the sandbox mounts.
       if (::stat(cmd.c_str(), &st) == 0)

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "runtime/base/json_io.hpp"
+#include "runtime/typed/exec.hpp"
 #include "runtime/typed/typed_io.hpp"
 
 namespace sbx::mcp {
@@ -216,8 +217,10 @@ json run_code_tool(const std::string& profile) {
   json input = {
       {"type", "object"},
       {"properties",
-       {{"language", {{"type", "string"}, {"enum", {"python", "sh", "bash"}}}},
-        {"code", {{"type", "string"}, {"description", "The program: /code/main.py, /code/main.sh or /code/main.bash"}}},
+       {{"language", {{"type", "string"}, {"enum", exec_languages()}}},
+        {"code",
+         {{"type", "string"},
+          {"description", "The program: /code/main.py, /code/main.sh, /code/main.bash or /code/main.js"}}},
         {"inputs", {{"description", "Any JSON value, readable at /in/input.json"}}},
         {"files",
          {{"type", "object"},
@@ -246,13 +249,15 @@ json run_code_tool(const std::string& profile) {
                    {"violations", {{"type", "array"}}},
                    {"trace", {{"type", "string"}}}}},
                  {"required", {"run_id", "status", "exit_code", "stdout", "stderr", "result"}}};
-  return {{"name", "run_code"},
-          {"description",
-           "Run a Python or sh program in a fresh, isolated sandbox (no network, read-only root, profile " + profile +
-               ", whose limits are ceilings). The code is /code/main.<ext>, inputs are at /in/input.json; write a JSON "
-               "result to /out/result.json. Returns status, exit code, captured stdout/stderr and the result."},
-          {"inputSchema", std::move(input)},
-          {"outputSchema", std::move(output)}};
+  return {
+      {"name", "run_code"},
+      {"description",
+       "Run a Python, sh, bash or Node.js program in a fresh, isolated sandbox (no network, read-only root, profile " +
+           profile +
+           ", whose limits are ceilings). The code is /code/main.<ext>, inputs are at /in/input.json; write a JSON "
+           "result to /out/result.json. Returns status, exit code, captured stdout/stderr and the result."},
+      {"inputSchema", std::move(input)},
+      {"outputSchema", std::move(output)}};
 }
 
 json tool_error(const std::string& text) {

@@ -40,7 +40,16 @@ const Language kLanguages[] = {
     // bash: its $EPOCHREALTIME stamps the clock as the program's first command, no further exec
     // (bench/mcp_pool.py measures the program's start that way).
     {"bash", "bash", {"/bin/bash"}},
+    // node: agents write JavaScript too; /code/main.js runs as a CommonJS script.
+    {"node", "js", {"/usr/bin/node"}},
 };
+
+// "python, sh, bash, node": the list for messages, from the one table.
+std::string language_list() {
+  std::string out;
+  for (auto& l : kLanguages) out += (out.empty() ? "" : ", ") + std::string(l.name);
+  return out;
+}
 
 Error bad(const std::string& what) { return make_error("usage", "exec request: " + what); }
 
@@ -58,6 +67,12 @@ struct Capture {
 
 }  // namespace
 
+std::vector<std::string> exec_languages() {
+  std::vector<std::string> out;
+  for (auto& l : kLanguages) out.emplace_back(l.name);
+  return out;
+}
+
 Result<ExecRequest> parse_exec_request(const json& rq) {
   // Errors: "exec request: <pointer>: <what>" (stage usage: the caller's mistake), as every
   // document sbx reads (doc_reader.hpp); code, files and inputs may hold any byte.
@@ -67,12 +82,13 @@ Result<ExecRequest> parse_exec_request(const json& rq) {
   r.known({"language", "code", "inputs", "files", "limits", "output_schema"});
   SBX_TRY(r.finish({.name = true, .known = true}));
   if (!r.contains("language") || !rq["language"].is_string())
-    return r.fail_key("language", "'language' is required: \"python\", \"sh\" or \"bash\"");
+    return r.fail_key("language", "'language' is required: one of " + language_list());
   const Language* lang = nullptr;
   for (auto& l : kLanguages)
     if (rq["language"] == l.name) lang = &l;
   if (!lang)
-    return r.fail_key("language", "language " + json_excerpt(rq["language"]) + " is not supported (python, sh, bash)");
+    return r.fail_key("language",
+                      "language " + json_excerpt(rq["language"]) + " is not supported (" + language_list() + ")");
   if (!r.contains("code") || !rq["code"].is_string())
     return r.fail_key("code", "'code' is required: the program's source as a string");
   std::vector<std::pair<std::string, std::string>> files;

@@ -1,7 +1,7 @@
 #pragma once
 // `sbx exec`: the typed call an agent orchestrator makes instead of opening a shell. One JSON
 // request in, one JSON response out:
-//   request  {language: "python"|"sh"|"bash", code, inputs?, files? {path: content}, limits?, output_schema?}
+//   request  {language: "python"|"sh"|"bash"|"node", code, inputs?, files? {path: content}, limits?, output_schema?}
 //   response {run_id, status, exit_code, signal, stdout, stderr, stdout_truncated, stderr_truncated,
 //             result, result_errors, usage, violations, trace}, plus result_errors_omitted when more
 //             than kMaxContractErrors were found, and escaped_strings (json_io.hpp) when the program's
@@ -50,8 +50,11 @@ struct ExecContext {
 
 // A request checked and taken apart; reading it touches no file and starts nothing (so it can be
 // fuzzed on its own, tests/fuzz/fuzz_exec.cpp).
+// The request's languages, in order ("python", "sh", "bash", "node"): the MCP tool's enum too.
+std::vector<std::string> exec_languages();
+
 struct ExecRequest {
-  std::string ext;                       // "py", "sh", "bash": the code is /code/main.<ext>
+  std::string ext;                       // "py", "sh", "bash", "js": the code is /code/main.<ext>
   std::vector<std::string> argv_prefix;  // the interpreter
   std::string code;
   std::vector<std::pair<std::string, std::string>> files;  // relative path under /code, content

@@ -416,6 +416,30 @@ class Exec(SbxTestCase):
         self.assertIsNone(resp["result"])
         self.assertTrue(resp["result_errors"])
 
+    @unittest.skipUnless(os.access("/usr/bin/node", os.X_OK), "no /usr/bin/node on this host (apt-get install nodejs)")
+    def test_node(self):
+        """Issue 34: agents write JavaScript too. /code/main.js, its files, inputs and result as for python."""
+        r = self.exec({"language": "node", "inputs": {"a": 41}, "files": {"lib/k.js": "module.exports = 1;\n"},
+                       "code": "const fs = require('fs'); const k = require('/code/lib/k.js');\n"
+                               "const v = JSON.parse(fs.readFileSync('/in/input.json'));\nconsole.log(v.a + k);\n"
+                               "fs.writeFileSync('/out/result.json', JSON.stringify({n: v.a + k}));\n",
+                       "output_schema": {"type": "object", "required": ["n"]}})
+        self.assertExit(r, 0)
+        resp = json.loads(r.out)
+        self.assertEqual((resp["status"], resp["stdout"], resp["result"]), ("ok", "42\n", {"n": 42}), resp)
+
+    def test_a_language_the_image_lacks_says_so(self):
+        busybox_digest(self)
+        prof = self.path("bb.json")
+        with open(prof, "w") as f:
+            json.dump({"extends": "untrusted", "image": "busybox"}, f)
+        r = sbx(["exec", "--profile", prof], input=json.dumps({"language": "node", "code": "1"}).encode(), timeout=60)
+        self.assertExit(r, 0)
+        resp = json.loads(r.out)
+        self.assertEqual(resp["status"], "setup_error", resp)
+        self.assertIn("/usr/bin/node is not in image busybox", resp["error"])
+        self.assertIn("use an image that has it", resp["error"])
+
     def test_malformed_requests(self):
         for req in (b"{", b"[]", json.dumps({"language": "cobol", "code": ""}).encode(),
                     json.dumps({"language": "sh"}).encode(),

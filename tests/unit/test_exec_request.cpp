@@ -24,6 +24,14 @@ TEST_CASE("exec request: a full request is taken apart") {
   CHECK(r->schema.has_value());
 }
 
+TEST_CASE("exec request: node runs /code/main.js, and the languages come from one table") {
+  auto r = parse_exec_request(json::parse(R"J({"language": "node", "code": "console.log(1)"})J"));
+  REQUIRE(r.ok());
+  CHECK(r->ext == "js");
+  CHECK(r->argv_prefix == std::vector<std::string>{"/usr/bin/node"});
+  CHECK(sbx::exec_languages() == std::vector<std::string>{"python", "sh", "bash", "node"});
+}
+
 TEST_CASE("exec request: malformed requests are usage errors naming what is wrong") {
   auto msg = [](const char* text) {
     auto r = parse_exec_request(json::parse(text));
@@ -32,7 +40,7 @@ TEST_CASE("exec request: malformed requests are usage errors naming what is wron
     return r.error().message;
   };
   CHECK(msg("[]").find("must be a JSON object") != std::string::npos);
-  CHECK(msg(R"({"language": "ruby", "code": ""})").find("not supported") != std::string::npos);
+  CHECK(msg(R"({"language": "ruby", "code": ""})").find("not supported (python, sh, bash, node)") != std::string::npos);
   CHECK(msg(R"({"language": "sh"})").find("'code' is required") != std::string::npos);
   CHECK(msg(R"({"language": "sh", "code": "", "files": {"../x": ""}})").find("no '', '.' or '..' component") != std::string::npos);
   CHECK(msg(R"({"language": "sh", "code": "", "files": {"main.sh": ""}})").find("replace the code") != std::string::npos);
