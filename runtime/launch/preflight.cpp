@@ -461,6 +461,16 @@ void add_setup_hint(Error& e, const RunSpec& spec, const IdentityPlan& identity,
     struct stat st;
     // On an image the root is the image's: what the host has says nothing (an exec request's
     // language whose interpreter the image lacks is the usual case).
+    // A program under a bind is there: its ENOENT is its ELF interpreter's (the dynamic loader),
+    // which the image may lack.
+    auto bound = [&](const BindMount& b) { return cmd.rfind(b.dst + "/", 0) == 0 || cmd == b.dst; };
+    if (cmd[0] == '/' && !spec.image.empty() && spec.image != "host" &&
+        std::any_of(spec.binds.begin(), spec.binds.end(), bound)) {
+      e.hint = cmd + " is bound from the host, but image " + spec.image +
+               " lacks what it needs to start (a script's interpreter, or a binary's dynamic loader and "
+               "libraries): use a static binary, or an image that has them";
+      return;
+    }
     if (cmd[0] == '/' && !spec.image.empty() && spec.image != "host") {
       e.hint = cmd + " is not in image " + spec.image +
                ", the sandbox's root: use an image that has it (sbx image ls; an exec request's language needs its "

@@ -439,6 +439,10 @@ class Exec(SbxTestCase):
         self.assertEqual(resp["status"], "setup_error", resp)
         self.assertIn("/usr/bin/node is not in image busybox", resp["error"])
         self.assertIn("use an image that has it", resp["error"])
+        # A dynamic host binary bound into the image is there: what it lacks is its loader.
+        r = self.run_sbx(["/usr/bin/python3", "-c", "1"], opts=["--image", "busybox", "--bind", "/usr/bin"], timeout=60)
+        self.assertIn("/usr/bin/python3 is bound from the host, but image busybox lacks what it needs to start",
+                      r.err)
 
     def test_malformed_requests(self):
         for req in (b"{", b"[]", json.dumps({"language": "cobol", "code": ""}).encode(),
