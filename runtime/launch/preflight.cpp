@@ -459,31 +459,28 @@ void add_setup_hint(Error& e, const RunSpec& spec, const IdentityPlan& identity,
   if (e.stage == "execve" && (e.err == ENOENT || e.err == ENOTDIR) && !spec.argv.empty() && !spec.argv[0].empty()) {
     const std::string& cmd = spec.argv[0];
     struct stat st;
-    // On an image the root is the image's: what the host has says nothing (an exec request's
-    // language whose interpreter the image lacks is the usual case).
-    // A program under a bind is there: its ENOENT is its ELF interpreter's (the dynamic loader),
-    // which the image may lack.
-    auto bound = [&](const BindMount& b) { return cmd.rfind(b.dst + "/", 0) == 0 || cmd == b.dst; };
-    if (cmd[0] == '/' && !spec.image.empty() && spec.image != "host" &&
-        std::any_of(spec.binds.begin(), spec.binds.end(), bound)) {
-      e.hint = cmd + " is bound from the host, but image " + spec.image +
-               " lacks what it needs to start (a script's interpreter, or a binary's dynamic loader and "
-               "libraries): use a static binary, or an image that has them";
-      return;
-    }
-    if (cmd[0] == '/' && !spec.image.empty() && spec.image != "host") {
-      e.hint = cmd + " is not in image " + spec.image +
-               ", the sandbox's root: use an image that has it (sbx image ls; an exec request's language needs its "
-               "interpreter there), or bind it from the host (--bind " +
-               cmd.substr(0, std::max<std::size_t>(cmd.rfind('/'), 1)) + ", read-only at the same path)";
-      return;
-    }
     if (cmd[0] == '/') {
-      // An absolute path the host has: a script of the caller's, outside what the sandbox mounts.
-      if (::stat(cmd.c_str(), &st) == 0)
-        e.hint = cmd + " is on the host but not in the sandbox; bind its directory (--bind " +
-                 cmd.substr(0, std::max<std::size_t>(cmd.rfind('/'), 1)) + ", read-only at the same path), or " +
+      const std::string bind_dir =
+          "--bind " + cmd.substr(0, std::max<std::size_t>(cmd.rfind('/'), 1)) + ", read-only at the same path";
+      auto bound = [&](const BindMount& b) { return cmd.rfind(b.dst + "/", 0) == 0 || cmd == b.dst; };
+      if (!spec.image.empty() && spec.image != "host") {
+        // On an image the root is the image's: what the host has says nothing. A program under a
+        // bind is there, and its ENOENT is its interpreter's or dynamic loader's; otherwise the
+        // image lacks it (an exec request's language whose interpreter it lacks, usually).
+        if (std::any_of(spec.binds.begin(), spec.binds.end(), bound))
+          e.hint = cmd + " is bound from the host, but image " + spec.image +
+                   " lacks what it needs to start (a script's interpreter, or a binary's dynamic loader and "
+                   "libraries): use a static binary, or an image that has them";
+        else
+          e.hint = cmd + " is not in image " + spec.image +
+                   ", the sandbox's root: use an image that has it (sbx image ls; an exec request's language needs "
+                   "its interpreter there), or bind it from the host (" +
+                   bind_dir + ")";
+      } else if (::stat(cmd.c_str(), &st) == 0) {
+        // An absolute path the host has: a script of the caller's, outside what the sandbox mounts.
+        e.hint = cmd + " is on the host but not in the sandbox; bind its directory (" + bind_dir + "), or " +
                  project_dir_advice();
+      }
       return;
     }
     bool relative = cmd.find('/') != std::string::npos;

@@ -44,13 +44,6 @@ const Language kLanguages[] = {
     {"node", "js", {"/usr/bin/node"}},
 };
 
-// "python, sh, bash, node": the list for messages, from the one table.
-std::string language_list() {
-  std::string out;
-  for (auto& l : kLanguages) out += (out.empty() ? "" : ", ") + std::string(l.name);
-  return out;
-}
-
 Error bad(const std::string& what) { return make_error("usage", "exec request: " + what); }
 
 // A memfd capturing one of the program's streams; read back after the run.
@@ -72,6 +65,15 @@ std::vector<std::string> exec_languages() {
   for (auto& l : kLanguages) out.emplace_back(l.name);
   return out;
 }
+
+namespace {
+// "python, sh, bash, node": the list for messages.
+std::string language_list() {
+  std::string out;
+  for (auto& name : exec_languages()) out += (out.empty() ? "" : ", ") + name;
+  return out;
+}
+}  // namespace
 
 Result<ExecRequest> parse_exec_request(const json& rq) {
   // Errors: "exec request: <pointer>: <what>" (stage usage: the caller's mistake), as every
