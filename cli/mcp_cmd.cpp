@@ -11,6 +11,7 @@
 
 #include "cli/commands.hpp"
 #include "runtime/base/json_io.hpp"
+#include "runtime/base/strings.hpp"
 #include "runtime/base/text_escape.hpp"
 #include "runtime/launch/sandbox.hpp"
 #include "runtime/launch/tenant.hpp"
@@ -21,6 +22,7 @@
 #include "runtime/server/mcp_server.hpp"
 #include "runtime/server/mcp_worker.hpp"
 #include "runtime/typed/pack.hpp"
+#include "runtime/typed/exec.hpp"
 #include "runtime/typed/pack_run.hpp"
 
 namespace sbx::cli {
@@ -37,6 +39,7 @@ struct McpFlags {
   std::size_t max_queued = 256;
   std::size_t pool = 2;                           // --pool N: idle pooled sandboxes for run_code (0: off)
   int pool_max_idle = mcp::kDefaultPoolMaxIdleS;  // --pool-max-idle SECONDS (0: no age limit)
+  WarmSpec warm;  // the profile's warm key (runtime/model/warm.hpp), checked at the pool's start
 };
 
 struct WorkerFlags {
@@ -247,6 +250,15 @@ int serve_mcp(const McpFlags& f, const mcp::ServerConfig& cfg, const std::vector
   int rc;
   {
     mcp::PoolLauncher pool(pooled_argv, f.pool, launcher, f.pool_max_idle * 1000LL);
+    // A profile that prepares an interpreter is checked before the first call: a preload missing
+    // from the image (or an image without the interpreter) is the operator's error, said now.
+    if (!f.warm.interpreter.empty()) {
+      std::fprintf(stderr, "sbx: mcp: pool: preparing %s%s%s\n", printable(f.warm.interpreter).c_str(),
+                   f.warm.preload.empty() ? "" : " with ", printable(join_words(f.warm.preload, ", ")).c_str());
+      if (std::string why = pool.await_first(mcp::kWarmCheckMs); !why.empty())
+        return usage_error("mcp: --pool: profile " + f.profile + "'s warm key: " + why +
+                           " (fix the profile's warm key, or the image)");
+    }
     rc = mcp::serve(cfg, pool);
   }
   // A worker killed while it built its sandbox had not named its run cgroup to the server yet
@@ -270,15 +282,18 @@ int run_server(McpFlags& f, GlobalOptions& g) {
   cfg.max_queued = f.max_queued;
   // A call's streams are at most the profile's output limit each (a request or a pack may only
   // lower it; a tenant's ceiling too): what sizes the largest response the server reads.
-  if (auto base = spec_from_layers(*profile, nullptr, "profile " + f.profile); base && base->limits.output_limit_bytes)
+  auto base = spec_from_layers(*profile, nullptr, "profile " + f.profile);
+  if (base && base->limits.output_limit_bytes)
     cfg.stream_limit_bytes = std::min<std::int64_t>(*base->limits.output_limit_bytes, mcp::kMaxCapturedStreamBytes);
+  if (base) f.warm = base->warm;
   Given given;
   if (auto rc = parse_inputs(f, given)) return *rc;
   if (auto rc = load_pack_tools(f, *profile, given, cfg)) return *rc;
   cfg.instructions =
       "Each tool call runs in a fresh, isolated sandbox (sbx) and is recorded in sbx's trace ledger; the run id and "
       "the ledger's path are in the result's _meta (sbx/run_id, sbx/trace). Pack tools take {\"records\": [...]} "
-      "and return the pack's validated result; run_code runs a Python, sh or bash program.";
+      "and return the pack's validated result; run_code runs a program in one of: " +
+      join_words(exec_languages(), ", ") + ".";
   std::vector<std::string> argv{g.argv.empty() ? std::string("sbx") : g.argv[0]};
   if (!g.state_dir.empty()) argv.insert(argv.end(), {"--state-dir", g.state_dir});
   argv.push_back("mcp-worker");

@@ -21,6 +21,7 @@
 #include "runtime/model/caps.hpp"
 #include "runtime/linux/net.hpp"
 #include "runtime/launch/pool_job.hpp"
+#include "runtime/launch/warm_start.hpp"
 #include "runtime/linux/pty.hpp"
 #include "runtime/base/raw_syscall.hpp"
 #include "runtime/base/sanitizer_stack.hpp"
@@ -324,6 +325,7 @@ pid_t spawn_program(const ChildConfig& cfg, ProgramArgs& args) {
 int init_entry(void* cfg) { run_init(*static_cast<const ChildConfig*>(cfg)); }
 
 [[noreturn]] static void start_program(const ChildConfig& cfg, const InitEnd& end);
+[[noreturn]] static void serve_warm_call(const ChildConfig& cfg, const InitEnd& end);
 
 void run_init(const ChildConfig& cfg) {
   // Init's end of the handshake, on this frame, which init never leaves (handshake.hpp).
@@ -370,6 +372,7 @@ void run_init(const ChildConfig& cfg) {
   // share with init (rootless): a forked init does it here, for a shared one the supervisor did
   // it once the id maps were written (clone.hpp, NonDumpableWhileShared).
   if (!cfg.shared_memory) ::prctl(PR_SET_DUMPABLE, 0);
+  if (cfg.pool_job && !cfg.warm_argv.empty()) serve_warm_call(cfg, end);
   // The supervisor's second byte: the image's seal matched (or there is no image). Anything else,
   // or EOF because the supervisor died or killed us, and the program never starts.
   end.wait_start();
@@ -403,6 +406,67 @@ void run_init(const ChildConfig& cfg) {
   // reported it, which wakes a supervisor that shares init's memory.
   watch_program(end,
                 StartedProgram{program, args.listener, cfg.fds.pty_sock, pty_master, &args.exec_failed, args.exec_ns});
+}
+
+// A socket end moved to 3 or above (close-on-exec): 0, 1 and 2 are the program's stdio, which
+// program_stdio places in the fd table init shares with the program child.
+static int above_stdio(int fd) {
+  if (fd > 2) return fd;
+  int moved = ::fcntl(fd, F_DUPFD_CLOEXEC, 3);
+  ::close(fd);
+  return moved;
+}
+
+// A warm pool's sandbox with a prepared interpreter (warm_start.hpp): the driver starts now, as
+// the program, and the call runs in it once it arrives. Init serves the driver's seccomp
+// refusals meanwhile, and tells the supervisor when it is ready.
+[[noreturn]] static void serve_warm_call(const ChildConfig& cfg, const InitEnd& end) {
+  int sv[2];
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
+    fail(cfg, sys_error("pool", "socketpair for the warm interpreter"));
+  int sock = above_stdio(sv[0]), driver_end = above_stdio(sv[1]);
+  if (sock < 0 || driver_end < 0) fail(cfg, sys_error("pool", "move the warm interpreter's socket"));
+  ChildConfig driver = cfg;  // on this frame, which init never leaves: args points into it
+  driver.argv = cfg.warm_argv;
+  driver.fds.in = driver_end;
+  ProgramArgs args{&driver, -1};
+  pid_t pid = spawn_program(driver, args);
+  if (pid < 0) fail(cfg, sys_error("fork", "start the warm interpreter"));
+  if (args.exec_failed.kind == ChildMsg::kSetupError) {
+    end.report(args.exec_failed);
+    raw::exit_group(125);
+  }
+  // The program child put driver_end on 0 of the table it shared with init: init keeps neither,
+  // so that the driver's exit reads as EOF on `sock`.
+  ::close(driver_end);
+  ::close(0);
+  WarmWait wait(sock, args.listener, cfg.seccomp_reference);
+  auto failed = [&] {
+    std::string why = "the warm interpreter " + cfg.warm_argv[0] + " could not be prepared: " + wait.failure();
+    end.report_setup_error("pool", 0, why.c_str());
+  };
+  WarmWait::Event e = wait.next(end.sync_fd());
+  if (e == WarmWait::kReady) {
+    end.report_warm_ready(wait.note().c_str());
+    e = wait.next(end.sync_fd());
+  }
+  if (e == WarmWait::kFailed) failed();
+  // The call has come ("s", then its job: pool_job.hpp).
+  end.wait_start();
+  auto job = read_pool_job(end.sync_fd());
+  if (!job) fail(cfg, job.error());
+  STAGE(cfg, write_pool_files(*job));
+  // A call that came before the driver was ready waits for it (its wall-time limit runs).
+  if (!wait.ready() && wait.next(-1) == WarmWait::kFailed) failed();
+  std::string go = encode_driver_argv(job->argv);
+  for (std::size_t off = 0; off < go.size();) {
+    ssize_t n = ::send(sock, go.data() + off, go.size() - off, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) fail(cfg, sys_error("pool", "hand the call to the warm interpreter"));
+    off += static_cast<std::size_t>(n);
+  }
+  ::close(sock);  // the driver reads EOF after the argv
+  watch_program(end, StartedProgram{pid, args.listener, -1, -1, &args.exec_failed, raw::realtime_ns()});
 }
 
 }  // namespace sbx

@@ -61,6 +61,9 @@ struct ChildConfig {
   // A warm pool's sandbox (pool_job.hpp): after "s" the sync pipe brings the call's argv and files,
   // which init writes under kPoolDirs itself before it starts the program. Never a shared init.
   bool pool_job = false;
+  // A warm pool's prepared interpreter (runtime/model/warm.hpp, warm_start.hpp): its driver's
+  // argv, started as the program before "s"; the call then runs in it. Empty: none.
+  std::vector<std::string> warm_argv;
 };
 
 // Runs in the freshly cloned child; never returns.

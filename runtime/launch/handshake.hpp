@@ -37,7 +37,10 @@ struct ChildMsg {
   // kStarted: the program has exec'd (or its start failed, and a kSetupError came first); from
   // here on init makes raw system calls only (raw_syscall.hpp), so a supervisor that shares its
   // memory may run again.
-  enum Kind : std::uint32_t { kSetupError = 1, kProgramStatus = 2, kStarted = 3 };
+  // kWarmReady: a warm pool's prepared interpreter (model/warm.hpp) imported its preloads and
+  // waits for the call; message: what init saw meanwhile ("refused N calls, first NAME" or "").
+  // Sent before 's' only, and read by the pooled worker's wait (runtime/server/mcp_worker.cpp).
+  enum Kind : std::uint32_t { kSetupError = 1, kProgramStatus = 2, kStarted = 3, kWarmReady = 4 };
   std::uint32_t kind = 0;
   std::int32_t err = 0;          // errno for kSetupError
   std::int32_t wait_status = 0;  // for kProgramStatus
@@ -203,6 +206,8 @@ class InitEnd {
   // kStarted, with the program's capability sets when read (sets: 5 values, or null) and the
   // realtime clock when its execve returned.
   void report_started(const std::uint64_t* sets, long long exec_ns) const;
+  // kWarmReady, with `note` (cut to fit).
+  void report_warm_ready(const char* note) const;
   // kProgramStatus: the sandbox is empty.
   void report_program_status(int wait_status, const struct rusage& usage) const;
   int reports_fd() const { return fds_.msg; }

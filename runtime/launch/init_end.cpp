@@ -261,6 +261,13 @@ void InitEnd::report_started(const std::uint64_t* sets, long long exec_ns) const
   send_msg(fds_.msg, m);
 }
 
+void InitEnd::report_warm_ready(const char* note) const {
+  ChildMsg m;
+  m.kind = ChildMsg::kWarmReady;
+  copy_cut(m.message, sizeof m.message, note);
+  send_msg(fds_.msg, m);
+}
+
 void InitEnd::report_program_status(int wait_status, const struct rusage& usage) const {
   ChildMsg m;
   m.kind = ChildMsg::kProgramStatus;

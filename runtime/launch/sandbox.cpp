@@ -503,6 +503,7 @@ bool Run::spawn() {
   if (test_stop_before_clone) ::raise(SIGSTOP);
   L.shared = !ctx_.image_fd.ok() && !ctx_.cgroup && !req_.pool.await_call && !bench_forked;
   L.cfg.pool_job = static_cast<bool>(req_.pool.await_call);
+  if (L.cfg.pool_job) L.cfg.warm_argv = warm_driver_argv(spec().warm);  // the profile's `warm` (model/warm.hpp)
   L.cfg.shared_memory = L.shared;
   Result<CloneResult> child = CloneResult{};
   if (L.shared) {
@@ -578,8 +579,9 @@ bool Run::check_seal() {
 bool Run::hand_out() {
   Launch& L = *launch_;
   if (req_.pool.await_call) {
-    auto call = req_.pool.await_call(
-        PoolPause{L.pidfd.get(), L.chan.reports(), L.sigfd.get(), ctx_.cgroup ? ctx_.cgroup->path() : std::string()});
+    auto call = req_.pool.await_call(PoolPause{L.pidfd.get(), L.chan.reports(), L.sigfd.get(),
+                                               ctx_.cgroup ? ctx_.cgroup->path() : std::string(),
+                                               L.cfg.warm_argv.empty() ? WarmSpec{} : spec().warm});
     std::string refused = call ? pool_refusal(spec(), call->spec) : "";
     if (!call || !refused.empty()) {
       if (!refused.empty()) spdlog::warn("pooled sandbox refused its call: {}", refused);

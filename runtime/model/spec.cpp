@@ -324,6 +324,26 @@ const Fields<GpuSpec>& gpu_fields() {
   return f;
 }
 
+// warm: {"interpreter", "preload", "mode"} (warm.hpp), checked as a whole once read.
+const Fields<WarmSpec>& warm_fields() {
+  static const Fields<WarmSpec> f = {
+      plain("interpreter", &WarmSpec::interpreter),
+      plain("preload", &WarmSpec::preload),
+      plain("mode", &WarmSpec::mode),
+  };
+  return f;
+}
+
+Status check_warm_spec(DocReader& r, WarmSpec& w) {
+  auto problems = check_warm(w);
+  if (problems.empty()) return {};
+  const std::string& key = problems.front().key;  // "preload/2": a member, then its index
+  auto slash = key.find('/');
+  std::string pointer =
+      slash == std::string::npos ? r.pointer_of(key) : r.pointer_of(key.substr(0, slash)) + key.substr(slash);
+  return r.fail_at(pointer, problems.front().message);
+}
+
 // The RunSpec: a profile's keys are exactly these (profile.cpp), plus `description`.
 const Fields<RunSpec>& spec_fields() {
   static const Fields<RunSpec> f =
@@ -380,6 +400,7 @@ const Fields<RunSpec>& spec_fields() {
            [](const RunSpec& s) { return json(s.seccomp); }},
           object("capabilities", &RunSpec::capabilities, capabilities_fields()),
           object("gpu", &RunSpec::gpu, gpu_fields()),
+          object("warm", &RunSpec::warm, warm_fields(), check_warm_spec),
   };
   return f;
 }

@@ -13,6 +13,7 @@
 
 #include "runtime/base/error.hpp"
 #include "runtime/model/limits.hpp"
+#include "runtime/model/warm.hpp"
 
 namespace sbx {
 
@@ -112,6 +113,8 @@ struct RunSpec {
   std::string seccomp = "default";
   CapabilitiesSpec capabilities;
   GpuSpec gpu;
+  // What a warm pool prepares in each of its sandboxes (warm.hpp); a one-shot run ignores it.
+  WarmSpec warm;
   bool operator==(const RunSpec&) const = default;
 };
 

@@ -120,6 +120,25 @@ void PoolLauncher::read_note(Idle& w) {
   }
 }
 
+std::string PoolLauncher::await_first(int timeout_ms) {
+  if (idle_.empty()) return "";
+  Idle& w = idle_.front();
+  const std::int64_t deadline = monotonic_us() + timeout_ms * 1000LL;
+  while (w.note.find('\n') == std::string::npos) {
+    std::int64_t left_ms = (deadline - monotonic_us()) / 1000;
+    if (left_ms <= 0)
+      return "the first pooled sandbox was not ready within " + std::to_string(timeout_ms / 1000) +
+             " s (a preload that waits for input, or an image too slow to start it)";
+    pollfd fds[2] = {{w.sock.get(), POLLIN, 0}, {w.pidfd.get(), POLLIN, 0}};
+    int n = ::poll(fds, 2, static_cast<int>(std::min<std::int64_t>(left_ms, 1000)));
+    if (n < 0 && errno != EINTR) return "";
+    read_note(w);
+    if (w.note.find('\n') == std::string::npos && (fds[0].revents & POLLHUP || fds[1].revents))
+      return "the pooled worker ended before its sandbox was ready (see its message above)";
+  }
+  return failed_of_note(w.note);
+}
+
 void PoolLauncher::retire(Idle& w, const std::string& why) {
   log_line("discarded pooled sandbox (worker " + std::to_string(w.pid) + "): " + why);
   read_note(w);

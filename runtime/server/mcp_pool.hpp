@@ -55,6 +55,9 @@ inline constexpr int kRetireGraceMs = 3000;
 // bench/README.md, "The warm pool", has the numbers). A burst that empties the pool runs cold
 // either way: a sandbox takes longer than this to build.
 inline constexpr int kRefillDelayMs = 20;
+// How long `sbx mcp --pool` waits at its start for the first prepared interpreter (PoolLauncher::
+// await_first): a preload of a large library (numpy: ~0.1 s here, seconds under emulation).
+inline constexpr int kWarmCheckMs = 60'000;
 
 // What a pooled worker tells the server on its socket once it is ready or broken (one line each,
 // at most kMaxWorkerNoteBytes): "ready CGROUP\n" (CGROUP: its run cgroup's absolute path, or "-"),
@@ -85,6 +88,10 @@ class PoolLauncher : public SandboxLauncher {
   // kRefillDelayMs later, from tick(): see refill_due_us_.
   void refill();
   std::size_t idle() const { return idle_.size(); }
+  // Waits at most timeout_ms for the first pooled sandbox's note (`sbx mcp`'s start, when the
+  // profile prepares an interpreter: model/warm.hpp). "" when it is ready; else why it failed,
+  // or that it was not ready in time.
+  std::string await_first(int timeout_ms);
 
  private:
   struct Idle {

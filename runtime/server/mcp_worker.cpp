@@ -13,6 +13,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <functional>
 
 #include "runtime/base/clock.hpp"
 #include "runtime/base/trace_field.hpp"
@@ -20,6 +22,7 @@
 #include "runtime/base/json_io.hpp"
 #include "runtime/base/sha256.hpp"
 #include "runtime/base/text_escape.hpp"
+#include "runtime/launch/handshake.hpp"
 #include "runtime/launch/sandbox.hpp"
 #include "runtime/launch/tenant.hpp"
 #include "runtime/model/profile.hpp"
@@ -59,13 +62,43 @@ json take_job(int jfd) {
   return std::move(*job);
 }
 
-// Why a pooled sandbox cannot be handed out, from what poll saw ("" when it still can): init
-// gone, or it said something (only a failure can come before "s"), or a signal.
-std::string unusable_sandbox(const pollfd (&fds)[4]) {
+// Why a pooled sandbox cannot be handed out, from what poll saw ("" when it still can): what init
+// said (`said`: its setup error), init gone, or a signal.
+std::string unusable_sandbox(const pollfd (&fds)[4], const std::string& said) {
+  if (!said.empty()) return said;
   if (fds[1].revents) return "the pooled sandbox's init died before hand-out";
   if (fds[2].revents) return "the pooled sandbox's init reported before hand-out";
   if (fds[3].revents) return "a signal reached the pooled worker before hand-out";
   return "";
+}
+
+// One report of init's before hand-out. A prepared interpreter's readiness (kWarmReady,
+// runtime/launch/warm_start.hpp) goes into the pool note and returns ""; anything else is why the
+// sandbox cannot be used (a setup error's own words: a preload that failed names its module).
+// `setup_error` is set when init said why (its setup failed), not when it just died.
+std::string take_init_report(const PoolPause& pause, json& meta, std::int64_t t_created_us, bool* setup_error) {
+  ChildMsg m;
+  ReportRead got = read_init_report(pause.init_msg_fd, m);
+  if (got == ReportRead::kAgain) return "";
+  if (got != ReportRead::kReport) return "the pooled sandbox's init died before hand-out";
+  if (m.kind == ChildMsg::kWarmReady) {
+    m.message[sizeof m.message - 1] = 0;
+    json warm = trace_object({{"pool/warm/interpreter", pause.warm.interpreter},
+                              {"pool/warm/preload", pause.warm.preload},
+                              {"pool/warm/ready_ms", (monotonic_us() - t_created_us) / 1000}});
+    if (m.message[0]) put(warm, "pool/warm/note", printable(m.message));
+    put(meta, "pool/warm", warm);
+    return "";
+  }
+  if (m.kind == ChildMsg::kSetupError) {
+    m.message[sizeof m.message - 1] = 0;
+    m.stage[sizeof m.stage - 1] = 0;
+    std::string why = printable(m.message);
+    if (m.err) why += std::string(" (") + std::strerror(m.err) + ")";
+    *setup_error = true;
+    return std::string("the pooled sandbox failed before hand-out: ") + printable(m.stage) + ": " + why;
+  }
+  return "the pooled sandbox's init reported before hand-out";
 }
 
 // The hand-out's timings in the pool note, for bench/mcp_pool.py's breakdown.
@@ -90,21 +123,40 @@ void note_handout(json& meta, const json& job, std::int64_t ready_us, const std:
 // one over at this very moment (it saw a live worker), so the caller must not just exit.
 // `closed` is set when the server's end of the socket is closed (or broken): no job can come.
 std::optional<json> await_pooled_job(const PoolPause& pause, json& meta, std::int64_t t_created_us, std::string* died,
-                                     bool* closed) {
+                                     bool* closed, bool* setup_failed, const std::function<void()>& on_ready) {
   std::int64_t ready_us = monotonic_us();
   put(meta, "pool/ready_ms", (ready_us - t_created_us) / 1000);
+  // A prepared interpreter is ready only once init says so: the server hears "ready" then.
+  const bool warm = !pause.warm.interpreter.empty();
+  if (!warm) on_ready();
   pollfd fds[4] = {{STDIN_FILENO, POLLIN, 0},
                    {pause.init_pidfd, POLLIN, 0},
                    {pause.init_msg_fd, POLLIN, 0},
                    {pause.signal_fd, POLLIN, 0}};
+  std::string said;  // init's own words for why the sandbox is unusable
+  bool announced = false, setup_error = false;
   for (;;) {
     int n = ::poll(fds, 4, -1);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) return std::nullopt;
+    if (fds[2].revents && said.empty()) {
+      said = take_init_report(pause, meta, t_created_us, &setup_error);
+      if (said.empty()) {  // ready (or nothing yet): the sandbox is still usable
+        fds[2].revents = 0;
+        if (warm && !announced && meta.contains("warm")) {
+          announced = true;
+          ready_us = monotonic_us();  // the call's waited_ms counts the preparation
+          on_ready();
+        }
+      } else {
+        fds[2].fd = -1;  // nothing more to read there
+      }
+    }
     // An unusable sandbox is not handed out. A job already waiting is still taken, and run cold.
-    std::string unusable = unusable_sandbox(fds);
+    std::string unusable = unusable_sandbox(fds, said);
     if (!fds[0].revents && !unusable.empty()) {
       *died = unusable;
+      *setup_failed = setup_error;
       return std::nullopt;
     }
     if (!fds[0].revents) continue;
@@ -163,6 +215,21 @@ std::string tenant_policy_key(const std::string& name) {
   return t->file + " sha256:" + sha256_hex(*text);
 }
 
+// A warm pool serves its interpreter's language (model/warm.hpp): "" when the job is in it (or the
+// sandbox prepares no interpreter), else why the call runs cold.
+std::string warm_language_refusal(const WarmSpec& warm, const json& job) {
+  const WarmInterpreter* interp = find_warm_interpreter(warm.interpreter);
+  if (!interp) return "";
+  const json* request = job.contains("request") ? &job.at("request") : nullptr;
+  std::string language =
+      request && request->is_object() && request->contains("language") && request->at("language").is_string()
+          ? request->at("language").get<std::string>()
+          : "";
+  if (language == interp->language) return "";
+  return "the pooled sandbox prepared " + std::string(interp->name) + " for " + interp->language +
+         " calls; this one is " + (language.empty() ? std::string("in no language") : "in " + printable(language));
+}
+
 // A line to the server on the worker's socket (mcp_pool.hpp: the worker's notes). Never blocks,
 // never raises SIGPIPE: a server that is gone reads nothing anyway.
 void tell_server(const std::string& note) {
@@ -196,8 +263,8 @@ PooledWait build_and_wait(const WorkerContext& wctx, const std::string& profile)
     if (tenant)
       put(at(meta, "pool/key"), "pool/key/tenant",
           trace_object({{"pool/key/tenant/name", *tenant}, {"pool/key/tenant/policy", tenant_key}}));
-    tell_server(worker_note_ready(p.cgroup_path));
-    auto j = await_pooled_job(p, meta, t0, &w.died, &w.closed);
+    auto j = await_pooled_job(p, meta, t0, &w.died, &w.closed, &w.setup_failed,
+                              [&] { tell_server(worker_note_ready(p.cgroup_path)); });
     if (!j) return std::nullopt;
     w.got_job = true;
     if (j->contains("invalid")) {
@@ -208,6 +275,7 @@ PooledWait build_and_wait(const WorkerContext& wctx, const std::string& profile)
     const bool disturbed = meta.contains("discard");
     auto why = pooled_job_refusal(*j, profile, disturbed ? std::optional<std::string>() : tenant, tenant_key,
                                   [&] { return tenant_policy_key(*tenant); });
+    if (why.empty()) why = warm_language_refusal(p.warm, *j);
     if (!why.empty()) meta["discard"] = why;
     return j->value("request", json::object());
   });
@@ -336,6 +404,10 @@ Broken broken_sandbox(const PooledWait& w) {
   // arrives within the grace and runs cold here (without it the call would be lost: "the worker
   // ended without a response"). Past the grace the worker shuts its socket for reading, takes a
   // job sent until then, and otherwise ends, no record.
+  // One whose setup failed before its call (a prepared interpreter's preload: runtime/launch/warm_start.hpp)
+  // is a failed build: the server retires it at its next call, which runs cold; the pool does not
+  // rebuild it meanwhile, over and over.
+  if (res && res->request.is_null() && w.setup_failed) return {w.died, -1};
   if (res && res->request.is_null() && !w.died.empty()) return {w.died, kDiedJobGraceMs};
   // Ended before its hand-out for any other reason, the server's socket still open: a call may
   // be waiting in it (sent while this worker was still starting) and is run cold, as above. Only

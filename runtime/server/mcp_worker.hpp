@@ -51,11 +51,12 @@ nlohmann::json run_pack_job(const nlohmann::json& job, const WorkerContext& ctx)
 // How a pooled worker's sandbox ended its wait: run_exec_pooled's result and what the wait saw.
 struct PooledWait {
   Result<PooledExec> exec = make_error("mcp", "not run");
-  bool got_job = false;    // a job arrived (valid or not)
-  bool closed = false;     // the server closed its end: no job can come
-  std::string died;        // the sandbox became unusable with no job waiting: why
-  nlohmann::json invalid;  // {"invalid": why} when the job was no JSON object
-  std::string created_at;  // when the worker started building (the record's pool note)
+  bool got_job = false;       // a job arrived (valid or not)
+  bool closed = false;        // the server closed its end: no job can come
+  std::string died;           // the sandbox became unusable with no job waiting: why
+  bool setup_failed = false;  // ... because init reported a setup error (died holds it)
+  nlohmann::json invalid;     // {"invalid": why} when the job was no JSON object
+  std::string created_at;     // when the worker started building (the record's pool note)
 };
 // Why a pooled sandbox cannot serve any call ("" when it can), and how long to wait for a job the
 // server may already have sent (-1: until the server closes the socket).

@@ -1,0 +1,137 @@
+#!/usr/bin/env python3
+"""Usage: bench/mcp_warm.py [SBX_BINARY] [--calls N] [--gap SECONDS] [--preload MOD,...]
+                                                           (default: build/sbx, 30, 0.4, numpy)
+
+A Python `run_code` call that uses a library, through `sbx mcp`, three ways in ONE run (calls
+interleaved, so that the ratios compare like with like on a noisy machine):
+
+  cold    --pool 0: a sandbox made for the call, python3 started in it, the import at the call
+  pooled  --pool 2: the sandbox built ahead, python3 and the import at the call
+  warm    --pool 2 under a profile with "warm": {"interpreter": "python3", "preload": [...]}:
+          the sandbox built ahead and python3 started in it with the modules imported
+          (man sbx-mcp, Prepared interpreters)
+  host    the same program run by python3 directly, no sandbox, no sbx (the floor of cold)
+
+The program imports the preloads, draws random numbers from each generator it seeded (Python's
+random; numpy's when numpy is preloaded) and prints them. Measured: request written -> response
+read (what an agent waits), p50 and p99 in ms, and the ratio to cold; each warm call's record must
+say pool.hit with pool.warm, else the script says how many were not served warm. Every call's
+printed numbers must differ (each interpreter seeded itself): the script fails otherwise.
+Between two calls it waits --gap seconds so that the pool has refilled."""
+import json
+import os
+import select
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LIMITS = {"timeout": "30s", "memory": "1G", "pids": 64, "output_limit": "16M", "tmp_size": "64M"}
+
+
+def pct(xs, p):
+    xs = sorted(xs)
+    k = (len(xs) - 1) * p / 100.0
+    lo, hi = int(k), min(int(k) + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
+
+
+class Mcp:
+    def __init__(self, sbx, state, pool, profile):
+        self.p = subprocess.Popen([sbx, "--state-dir", state, "mcp", "--pool", str(pool), "--max-concurrent", "1",
+                                   "--profile", profile],
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        self.state, self.buf, self.id = state, b"", 0
+        self.request("initialize", {"protocolVersion": "2025-11-25", "capabilities": {},
+                                    "clientInfo": {"name": "bench", "version": "1"}})
+        self.p.stdin.write(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
+        self.p.stdin.flush()
+
+    def request(self, method, params):
+        self.id += 1
+        t0 = time.monotonic()
+        self.p.stdin.write(json.dumps({"jsonrpc": "2.0", "id": self.id, "method": method, "params": params}).encode()
+                           + b"\n")
+        self.p.stdin.flush()
+        while True:
+            while b"\n" not in self.buf:
+                if not select.select([self.p.stdout], [], [], 60)[0]:
+                    raise SystemExit("mcp_warm.py: no answer from sbx mcp within 60 s")
+                chunk = os.read(self.p.stdout.fileno(), 1 << 20)
+                if not chunk:
+                    raise SystemExit("mcp_warm.py: sbx mcp ended (a preload missing from the host?)")
+                self.buf += chunk
+            msg, self.buf = self.buf.split(b"\n", 1)
+            m = json.loads(msg)
+            if m.get("id") == self.id:
+                return (time.monotonic() - t0) * 1000, m
+
+    def records(self):
+        with open(os.path.join(self.state, "traces", "ledger.jsonl"), "rb") as f:
+            return [json.loads(line)["record"] for line in f]
+
+    def close(self):
+        self.p.stdin.close()
+        self.p.wait(timeout=60)
+
+
+def main(argv):
+    sbx, calls, gap, preload = os.path.join(ROOT, "build", "sbx"), 30, 0.4, ["numpy"]
+    args = list(argv)
+    while args:
+        a = args.pop(0)
+        if a == "--calls":
+            calls = int(args.pop(0))
+        elif a == "--gap":
+            gap = float(args.pop(0))
+        elif a == "--preload":
+            preload = [m for m in args.pop(0).split(",") if m]
+        else:
+            sbx = a
+    code = "import random\n" + "".join(f"import {m}\n" for m in preload)
+    code += "print(random.random()" + (", numpy.random.rand()" if "numpy" in preload else "") + ")\n"
+    tmp = tempfile.mkdtemp(prefix="sbx-bench-warm-")
+    profiles = {}
+    for name, warm in (("plain", None), ("warm", {"interpreter": "python3", "preload": preload})):
+        profiles[name] = os.path.join(tmp, name + ".json")
+        with open(profiles[name], "w") as f:
+            json.dump({"limits": LIMITS, "network": {"mode": "none"}, **({"warm": warm} if warm else {})}, f)
+    modes = {"cold": Mcp(sbx, os.path.join(tmp, "cold"), 0, profiles["plain"]),
+             "pooled": Mcp(sbx, os.path.join(tmp, "pooled"), 2, profiles["plain"]),
+             "warm": Mcp(sbx, os.path.join(tmp, "warm"), 2, profiles["warm"])}
+    time.sleep(2)  # the pools are built (and the warm one's preloads imported)
+    script = os.path.join(tmp, "main.py")
+    with open(script, "w") as f:
+        f.write(code)
+    took = {m: [] for m in list(modes) + ["host"]}
+    printed = []
+    for _ in range(calls):
+        for name, m in modes.items():
+            ms, resp = m.request("tools/call", {"name": "run_code", "arguments": {"language": "python", "code": code}})
+            out = resp["result"]["structuredContent"]
+            if out.get("status") != "ok":
+                raise SystemExit(f"mcp_warm.py: a {name} call failed: {json.dumps(out)[:400]}")
+            took[name].append(ms)
+            printed.append(out["stdout"])
+            time.sleep(gap)
+        t0 = time.monotonic()
+        subprocess.run(["/usr/bin/python3", script], check=True, stdout=subprocess.DEVNULL)
+        took["host"].append((time.monotonic() - t0) * 1000)
+    not_warm = sum(1 for r in modes["warm"].records() if not (r["pool"].get("hit") and "warm" in r["pool"]))
+    for m in modes.values():
+        m.close()
+    shutil.rmtree(tmp, ignore_errors=True)
+    if len(set(printed)) != len(printed):
+        raise SystemExit("mcp_warm.py: two calls printed the same random numbers")
+    print(f"run_code python importing {', '.join(preload)}: {calls} calls per mode, request -> response (ms)")
+    cold50 = pct(took["cold"], 50)
+    for name, xs in took.items():
+        print(f"  {name:7} p50 {pct(xs, 50):7.1f}  p99 {pct(xs, 99):7.1f}  p50/cold {pct(xs, 50) / cold50:5.2f}")
+    print(f"  warm calls not served by a prepared interpreter: {not_warm} of {calls}")
+    print(f"  all {len(printed)} calls printed distinct random numbers")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,242 @@
+#include "runtime/model/warm.hpp"
+
+#include <algorithm>
+
+namespace sbx {
+
+namespace {
+
+// The drivers: the prepared interpreter's own code (`python3 -c`, `node -e`), started by init
+// before any call (runtime/launch/warm_start.hpp has the protocol on their stdin):
+//   1. import the preload list (argv) with stdout and stderr sent to /dev/null, and nothing of the
+//      sandbox's writable directories on the module path;
+//   2. write "ok\n" on fd 0 (a socket to init), or "fail WHAT\n" and exit 1;
+//   3. read the call's argv, each entry NUL-terminated, up to EOF; put /dev/null on fd 0;
+//   4. run the call: argv[1] as the main module when argv[0] is this interpreter, as
+//      `python3 FILE ARGS` / `node FILE ARGS` would; else exec argv as it is (python3 only).
+//      Python's end is `python3 FILE`'s but for the teardown of every module (man/sbx-mcp.1):
+//      threads joined, atexit handlers run, streams flushed, then _exit.
+constexpr const char* kPythonDriver = R"PY(
+def _sbx_warm():
+    import os, sys
+    mods = sys.argv[1:]
+    if sys.path and sys.path[0] == '':
+        del sys.path[0]
+    keep = (os.dup(1), os.dup(2))
+    null = os.open('/dev/null', os.O_WRONLY)
+    os.dup2(null, 1)
+    os.dup2(null, 2)
+    os.close(null)
+    failed = None
+    try:
+        import importlib
+        for m in mods:
+            importlib.import_module(m)
+    except BaseException as e:
+        failed = 'preload %s: %s: %s' % (m, type(e).__name__, e)
+    for s in (sys.stdout, sys.stderr):
+        try:
+            s.flush()
+        except Exception:
+            pass
+    os.dup2(keep[0], 1)
+    os.dup2(keep[1], 2)
+    os.close(keep[0])
+    os.close(keep[1])
+    if failed:
+        os.write(0, ('fail ' + failed.replace('\n', ' '))[:400].encode('utf-8', 'replace') + b'\n')
+        os._exit(1)
+    os.write(0, b'ok\n')
+    data = b''
+    while True:
+        chunk = os.read(0, 65536)
+        if not chunk:
+            break
+        data += chunk
+        if len(data) > (1 << 20):
+            os._exit(125)
+    stdin = os.open('/dev/null', os.O_RDONLY)
+    os.dup2(stdin, 0)
+    os.close(stdin)
+    argv = [os.fsdecode(a) for a in data.split(b'\0')[:-1]]
+    if not argv:
+        os._exit(125)
+    same = os.path.realpath(argv[0]) == os.path.realpath(sys.executable)
+    if not same or len(argv) < 2 or argv[1].startswith('-'):
+        os.execv(argv[0], argv)
+    path = argv[1]
+    sys.argv = argv[1:]
+    sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
+    import runpy
+    code = 0
+    try:
+        runpy.run_path(path, run_name='__main__')
+    except SystemExit as e:
+        code = e.code
+        if code is None:
+            code = 0
+        elif not isinstance(code, int):
+            print(code, file=sys.stderr)
+            code = 1
+    except KeyboardInterrupt:
+        raise
+    except BaseException as e:
+        tb = e.__traceback__
+        while tb is not None and tb.tb_frame.f_code.co_filename != path:
+            tb = tb.tb_next
+        if tb is not None:
+            e = e.with_traceback(tb)
+        sys.excepthook(type(e), e, e.__traceback__)
+        code = 1
+    # The end of `python3 FILE` without the teardown of every module (numpy's: ~12 ms here):
+    # non-daemon threads joined, atexit handlers run, the streams flushed, then the exit.
+    if 'threading' in sys.modules:
+        sys.modules['threading']._shutdown()
+    import atexit
+    atexit._run_exitfuncs()
+    for s in (sys.stdout, sys.stderr):
+        try:
+            s.flush()
+        except Exception:
+            code = 120
+    os._exit(code & 0xff)
+_sbx_warm()
+)PY";
+
+constexpr const char* kNodeDriver = R"JS(
+(() => {
+  const fs = require('fs');
+  const mods = process.argv.slice(1);
+  const out = process.stdout.write, err = process.stderr.write;
+  process.stdout.write = process.stderr.write = function () { return true; };
+  let failed = null;
+  for (const m of mods) {
+    try { require(m); } catch (e) { failed = 'preload ' + m + ': ' + String(e && e.message || e); break; }
+  }
+  process.stdout.write = out;
+  process.stderr.write = err;
+  if (failed) {
+    fs.writeSync(0, ('fail ' + failed.replace(/\n/g, ' ')).slice(0, 400) + '\n');
+    process.exit(1);
+  }
+  fs.writeSync(0, 'ok\n');
+  const parts = [];
+  let total = 0;
+  const buf = Buffer.alloc(65536);
+  for (;;) {
+    const n = fs.readSync(0, buf, 0, buf.length, null);
+    if (n <= 0) break;
+    parts.push(Buffer.from(buf.subarray(0, n)));
+    total += n;
+    if (total > (1 << 20)) process.exit(125);
+  }
+  fs.closeSync(0);
+  fs.openSync('/dev/null', 'r');
+  const argv = Buffer.concat(parts).toString().split('\0').slice(0, -1);
+  if (argv.length < 2 || argv[1].startsWith('-')) {
+    process.stderr.write('sbx: the warm node serves only `node FILE ARGS`\n');
+    process.exit(125);
+  }
+  process.argv = [process.argv[0]].concat(argv.slice(1));
+  require('module').runMain();
+})();
+)JS";
+
+const WarmInterpreter kInterpreters[] = {
+    {"python3", "/usr/bin/python3", "python", true},
+    {"node", "/usr/bin/node", "node", true},
+    {"sh", "/bin/sh", "sh", false},
+    {"bash", "/bin/bash", "bash", false},
+};
+
+bool ident_start(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; }
+bool ident_char(char c) { return ident_start(c) || (c >= '0' && c <= '9'); }
+
+// python3: a dotted module name ("numpy", "os.path").
+bool python_module(std::string_view m) {
+  bool start = true;
+  for (char c : m) {
+    if (c == '.') {
+      if (start) return false;
+      start = true;
+    } else if (start ? !ident_start(c) : !ident_char(c)) {
+      return false;
+    } else {
+      start = false;
+    }
+  }
+  return !start;
+}
+
+// node: a package name ("lodash", "@scope/pkg", "lodash/fp", "node:fs"): no relative or absolute
+// path (those would load the sandbox's files, which a call writes), no "..".
+bool node_module(std::string_view m) {
+  if (m.empty() || m.front() == '.' || m.front() == '/' || m.front() == '-' || m.find("..") != std::string_view::npos)
+    return false;
+  return std::all_of(m.begin(), m.end(),
+                     [](char c) { return ident_char(c) || c == '-' || c == '.' || c == '/' || c == '@' || c == ':'; });
+}
+
+}  // namespace
+
+const std::vector<WarmInterpreter>& warm_interpreters() {
+  static const std::vector<WarmInterpreter> all(std::begin(kInterpreters), std::end(kInterpreters));
+  return all;
+}
+
+const WarmInterpreter* find_warm_interpreter(std::string_view name) {
+  for (auto& i : warm_interpreters())
+    if (name == i.name) return &i;
+  return nullptr;
+}
+
+std::vector<WarmProblem> check_warm(const WarmSpec& spec) {
+  // In the order of the key each check names, so that the error points at what is wrong (the
+  // interpreter's own check last: a bad mode or preload with no interpreter is named as such).
+  std::vector<WarmProblem> out;
+  if (spec.mode == "template")
+    out.push_back({"mode",
+                   "\"template\" (interpreters forked copy-on-write from a template) is not available in this "
+                   "version: use \"pool\" (a prepared interpreter per pooled sandbox)"});
+  else if (spec.mode != "pool") out.push_back({"mode", "must be \"pool\" or \"template\" (got '" + spec.mode + "')"});
+  if (spec.preload.size() > kMaxPreloads)
+    out.push_back({"preload", "at most " + std::to_string(kMaxPreloads) + " modules"});
+  // No interpreter: nothing prepared (the default every profile layers over, spec_to_json).
+  if (spec.interpreter.empty()) {
+    if (!spec.preload.empty()) out.push_back({"preload", "needs an interpreter to import it (warm.interpreter)"});
+    return out;
+  }
+  std::string names;
+  for (auto& i : warm_interpreters()) names += (names.empty() ? "" : ", ") + std::string(i.name);
+  const WarmInterpreter* interp = find_warm_interpreter(spec.interpreter);
+  if (!interp) {
+    out.push_back({"interpreter", "must be one of " + names + " (got '" + spec.interpreter + "')"});
+    return out;
+  }
+  if (!interp->has_driver && !spec.preload.empty())
+    out.push_back({"preload", std::string(interp->name) + " has no modules to preload: leave preload empty"});
+  const bool python = std::string_view(interp->name) == "python3";
+  for (std::size_t i = 0; interp->has_driver && i < spec.preload.size() && i < kMaxPreloads; ++i) {
+    const std::string& m = spec.preload[i];
+    bool ok = m.size() <= kMaxPreloadNameBytes && (python ? python_module(m) : node_module(m));
+    if (!ok)
+      out.push_back(
+          {"preload/" + std::to_string(i), "'" + m + "' is not a " +
+                                               (python ? "Python module name (dotted identifiers: numpy, os.path)"
+                                                       : "node package name (lodash, @scope/pkg, node:fs; no paths)")});
+  }
+  return out;
+}
+
+std::vector<std::string> warm_driver_argv(const WarmSpec& spec) {
+  const WarmInterpreter* interp = find_warm_interpreter(spec.interpreter);
+  if (!interp || !interp->has_driver) return {};
+  std::vector<std::string> argv{interp->path};
+  bool python = std::string_view(interp->name) == "python3";
+  argv.push_back(python ? "-c" : "-e");
+  argv.push_back(python ? kPythonDriver : kNodeDriver);
+  argv.insert(argv.end(), spec.preload.begin(), spec.preload.end());
+  return argv;
+}
+
+}  // namespace sbx
