@@ -34,11 +34,12 @@ RUN_DEB_PACKAGES = g++ cmake make pkg-config ccache \
 # nodejs (the MCP SDK client of tests/mcp; npm is added by `make mcp-test-deps` only where no npm
 # exists: a nodejs package that bundles its own npm conflicts with Debian's), podman, runc and uidmap
 # (deploy/test.sh runs sbx in user-namespaced containers, root and rootless; crun refuses this
-# host's cgroup set-up; rootless podman needs newuidmap).
+# host's cgroup set-up; rootless podman needs newuidmap), python3-numpy (tests/integration/test_mcp_warm.py
+# preloads it in prepared interpreters: numpy seeds a generator of its own at import).
 TEST_DEB_PACKAGES = json-schema-test-suite python3 python3-jsonschema procps iproute2 util-linux passwd \
   man-db groff-base curl jq zsh fish clang-format-14 \
   qemu-system-x86 cpio xz-utils zstd bzip2 \
-  chromium nodejs podman runc uidmap
+  chromium nodejs podman runc uidmap python3-numpy
 # BENCH_DEB_PACKAGES: only `make bench` (bench/README.md): hyperfine, and bubblewrap to compare with.
 BENCH_DEB_PACKAGES = hyperfine bubblewrap
 

@@ -3,6 +3,7 @@
 Run by ctest ("python_client") in `make test`; by hand:
     SBX=build/sbx python3 -m unittest discover -s clients/python/tests -v
 """
+import json
 import os
 import shutil
 import sys
@@ -252,6 +253,26 @@ for line in sys.stdin:
         out = {"jsonrpc": "2.0", "id": msg["id"], "result": ["not", "an", "object"]}
     print(json.dumps(out), flush=True)
 """
+
+
+class WarmPooledTest(unittest.TestCase):
+    """pool=N under a profile with a warm key (man sbx-mcp, Prepared interpreters): the client's
+    calls run in interpreters that imported the profile's modules before the call."""
+
+    def test_calls_run_in_prepared_interpreters(self):
+        state = tempfile.mkdtemp(prefix="sbx-client-warm-")
+        os.chmod(state, 0o755)
+        self.addCleanup(shutil.rmtree, state, True)
+        profile = os.path.join(state, "warm.json")
+        with open(profile, "w") as f:
+            json.dump({"extends": "untrusted", "warm": {"interpreter": "python3", "preload": ["decimal"]}}, f)
+        os.chmod(profile, 0o644)
+        with Sbx(SBX, state_dir=state, timeout=120, pool=1, profile=profile) as sbx:
+            outs = [sbx.exec(code="import sys\nprint('decimal' in sys.modules, __name__)") for _ in range(3)]
+        self.assertEqual([r.stdout for r in outs], ["True __main__\n"] * 3, outs)
+        recs = {rec["run_id"]: rec for rec in ledger_records(state)}
+        warm = [recs[r.run_id]["pool"].get("warm", {}).get("preload") for r in outs]
+        self.assertIn(["decimal"], warm, [recs[r.run_id]["pool"] for r in outs])
 
 
 class PooledHostileServerTest(unittest.TestCase):
