@@ -96,6 +96,11 @@ std::string take_init_report(const PoolPause& pause, json& meta, std::int64_t t_
     std::string why = printable(m.message);
     if (m.err) why += std::string(" (") + std::strerror(m.err) + ")";
     *setup_error = true;
+    // A prepared interpreter's execve (warm_start.hpp) that found nothing: the image lacks it.
+    if (!pause.warm.interpreter.empty() && std::string_view(m.stage) == "execve" && m.err == ENOENT)
+      if (const WarmInterpreter* i = find_warm_interpreter(pause.warm.interpreter))
+        return std::string("the image has no ") + i->path + " (" + why + "): use an image with " + i->name +
+               ", or another warm.interpreter";
     return std::string("the pooled sandbox failed before hand-out: ") + printable(m.stage) + ": " + why;
   }
   return "the pooled sandbox's init reported before hand-out";

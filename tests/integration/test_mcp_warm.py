@@ -11,7 +11,9 @@ import os
 import time
 import uuid
 
-from sbxtest import MODE, SbxTestCase, ledger_lines, note, scaled, validate_trace
+import subprocess
+
+from sbxtest import SBX, SbxTestCase, busybox_tree, ledger_lines, note, scaled, validate_trace
 from test_mcp import Server
 from test_mcp_pool import pooled_workers, descendants
 
@@ -160,6 +162,25 @@ class McpWarmCase(SbxTestCase):
         note(f"warm isolation: 30 calls, {hits} warm, all random numbers distinct (numpy: {HAVE_NUMPY})")
         self.assertGreater(hits, 10)
 
+    def test_a_call_that_exhausts_its_sandbox_affects_only_itself(self):
+        s = self.server({"interpreter": "python3", "preload": ["json"]})
+        self.wait_ready(s, 2)
+        hog = self.run_code(s, "x = bytearray(1 << 31)\n")
+        self.assertNotEqual(hog["status"], "ok", hog)
+        self.wait_ready(s, 1)
+        r = s.request("tools/call", {"name": "run_code", "arguments": {
+            "language": "python", "limits": {"timeout": "3s"},
+            "code": "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n"}},
+            timeout=60)["result"]["structuredContent"]
+        self.assertIn(r["status"], ("timeout", "exit_nonzero", "signaled"), r)
+        self.wait_ready(s, 1)
+        after = self.run_code(s, "import os, json\nprint(json.dumps(sorted(int(p) for p in os.listdir('/proc') "
+                                 "if p.isdigit()) == [1, os.getpid()]))\n")
+        self.assertEqual(after["stdout"], "true\n", after)
+        recs = self.records(s)
+        self.assertTrue(all(x["pool"]["hit"] for x in recs), [x["pool"] for x in recs])
+        note(f"warm hostile calls: memory hog {hog['status']}, fork bomb {r['status']}, next call clean")
+
     def test_isolation_facts_are_the_cold_sandbox_s(self):
         cold = self.server(None, pool=0)
         warm = self.server({"interpreter": "python3", "preload": ["json", "ctypes"]})
@@ -221,3 +242,21 @@ class McpWarmCase(SbxTestCase):
             s.close()
         self.assertEqual(rc, 125)
         self.assertIn("/warm/preload/0: '../x' is not a Python module name", s.stderr())
+
+    def test_an_image_without_the_interpreter_is_an_error_at_the_start(self):
+        state = self.path("state-image")
+        r = subprocess.run([SBX, "--state-dir", state, "image", "import", busybox_tree(), "--name", "bb", "--quiet"],
+                           capture_output=True, timeout=scaled(120))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        profile = self.profile({"interpreter": "python3"})
+        with open(profile) as f:
+            doc = json.load(f)
+        doc["image"] = "bb"
+        with open(profile, "w") as f:
+            json.dump(doc, f)
+        r = subprocess.run([SBX, "--state-dir", state, "mcp", "--pool", "1", "--profile", profile],
+                           stdin=subprocess.DEVNULL, capture_output=True, timeout=scaled(60))
+        err = r.stderr.decode(errors="replace")
+        self.assertEqual(r.returncode, 125, err)
+        self.assertIn("the image has no /usr/bin/python3", err)
+        note("image without python3: " + [l for l in err.splitlines() if "warm key" in l][0])
