@@ -176,6 +176,13 @@ std::optional<json> await_pooled_job(const PoolPause& pause, json& meta, std::in
     json parsed = take_job(jfd);
     if (parsed.contains("invalid")) return parsed;
     note_handout(meta, parsed, ready_us, unusable);
+    // A call that came while the interpreter still imported its preloads runs in it once it is
+    // ready (init waits): its record says what was prepared all the same.
+    if (warm && !meta.contains("warm"))
+      put(meta, "pool/warm",
+          trace_object({{"pool/warm/interpreter", pause.warm.interpreter},
+                         {"pool/warm/preload", pause.warm.preload},
+                         {"pool/warm/note", "the call came before the interpreter was ready, and waited for it"}}));
     return parsed;
   }
 }
