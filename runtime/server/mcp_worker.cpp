@@ -181,8 +181,8 @@ std::optional<json> await_pooled_job(const PoolPause& pause, json& meta, std::in
     if (warm && !meta.contains("warm"))
       put(meta, "pool/warm",
           trace_object({{"pool/warm/interpreter", pause.warm.interpreter},
-                         {"pool/warm/preload", pause.warm.preload},
-                         {"pool/warm/note", "the call came before the interpreter was ready, and waited for it"}}));
+                        {"pool/warm/preload", pause.warm.preload},
+                        {"pool/warm/note", "the call came before the interpreter was ready, and waited for it"}}));
     return parsed;
   }
 }
