@@ -49,8 +49,11 @@ def pct(xs, p):
 
 
 class Mcp:
-    def __init__(self, sbx, state, pool):
-        self.p = subprocess.Popen([sbx, "--state-dir", state, "mcp", "--pool", str(pool), "--max-concurrent", "1"],
+    """One `sbx mcp` (bench/mcp_warm.py uses it too, with its profile in `extra`)."""
+
+    def __init__(self, sbx, state, pool, extra=()):
+        self.p = subprocess.Popen([sbx, "--state-dir", state, "mcp", "--pool", str(pool), "--max-concurrent", "1",
+                                   *extra],
                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
         self.buf = b""
         self.id = 0

@@ -20,7 +20,6 @@ printed numbers must differ (each interpreter seeded itself): the script fails o
 Between two calls it waits --gap seconds so that the pool has refilled."""
 import json
 import os
-import select
 import shutil
 import subprocess
 import sys
@@ -31,50 +30,25 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LIMITS = {"timeout": "30s", "memory": "1G", "pids": 64, "output_limit": "16M", "tmp_size": "64M"}
 
 
-def pct(xs, p):
-    xs = sorted(xs)
-    k = (len(xs) - 1) * p / 100.0
-    lo, hi = int(k), min(int(k) + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import mcp_pool  # noqa: E402  (its Mcp client and pct)
+
+pct = mcp_pool.pct
 
 
-class Mcp:
+class Mcp(mcp_pool.Mcp):
     def __init__(self, sbx, state, pool, profile):
-        self.p = subprocess.Popen([sbx, "--state-dir", state, "mcp", "--pool", str(pool), "--max-concurrent", "1",
-                                   "--profile", profile],
-                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-        self.state, self.buf, self.id = state, b"", 0
-        self.request("initialize", {"protocolVersion": "2025-11-25", "capabilities": {},
-                                    "clientInfo": {"name": "bench", "version": "1"}})
-        self.p.stdin.write(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
-        self.p.stdin.flush()
+        super().__init__(sbx, state, pool, ["--profile", profile])
+        self.state = state
 
-    def request(self, method, params):
-        self.id += 1
-        t0 = time.monotonic()
-        self.p.stdin.write(json.dumps({"jsonrpc": "2.0", "id": self.id, "method": method, "params": params}).encode()
-                           + b"\n")
-        self.p.stdin.flush()
-        while True:
-            while b"\n" not in self.buf:
-                if not select.select([self.p.stdout], [], [], 60)[0]:
-                    raise SystemExit("mcp_warm.py: no answer from sbx mcp within 60 s")
-                chunk = os.read(self.p.stdout.fileno(), 1 << 20)
-                if not chunk:
-                    raise SystemExit("mcp_warm.py: sbx mcp ended (a preload missing from the host?)")
-                self.buf += chunk
-            msg, self.buf = self.buf.split(b"\n", 1)
-            m = json.loads(msg)
-            if m.get("id") == self.id:
-                return (time.monotonic() - t0) * 1000, m
+    def call(self, arguments):
+        """Request written -> response read, in ms, and the response."""
+        t0, t1, m = self.request("tools/call", {"name": "run_code", "arguments": arguments})
+        return (t1 - t0) / 1e6, m
 
     def records(self):
         with open(os.path.join(self.state, "traces", "ledger.jsonl"), "rb") as f:
             return [json.loads(line)["record"] for line in f]
-
-    def close(self):
-        self.p.stdin.close()
-        self.p.wait(timeout=60)
 
 
 def main(argv):
@@ -109,7 +83,7 @@ def main(argv):
     printed = []
     for _ in range(calls):
         for name, m in modes.items():
-            ms, resp = m.request("tools/call", {"name": "run_code", "arguments": {"language": "python", "code": code}})
+            ms, resp = m.call({"language": "python", "code": code})
             out = resp["result"]["structuredContent"]
             if out.get("status") != "ok":
                 raise SystemExit(f"mcp_warm.py: a {name} call failed: {json.dumps(out)[:400]}")
