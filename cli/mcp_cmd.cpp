@@ -252,14 +252,17 @@ int serve_mcp(const McpFlags& f, const mcp::ServerConfig& cfg, const std::vector
     mcp::PoolLauncher pool(pooled_argv, f.pool, launcher, f.pool_max_idle * 1000LL);
     // A profile that prepares an interpreter is checked before the first call: a preload missing
     // from the image (or an image without the interpreter) is the operator's error, said now.
-    if (!f.warm.interpreter.empty()) {
+    const WarmInterpreter* interp = find_warm_interpreter(f.warm.interpreter);
+    std::string why;
+    if (interp && interp->has_driver) {
       std::fprintf(stderr, "sbx: mcp: pool: preparing %s%s%s\n", printable(f.warm.interpreter).c_str(),
                    f.warm.preload.empty() ? "" : " with ", printable(join_words(f.warm.preload, ", ")).c_str());
-      if (std::string why = pool.await_first(mcp::kWarmCheckMs); !why.empty())
-        return usage_error("mcp: --pool: profile " + f.profile + "'s warm key: " + why +
-                           " (fix the profile's warm key, or the image)");
+      pool.prepared_only(true);
+      why = pool.await_first(mcp::kWarmCheckMs);
     }
-    rc = mcp::serve(cfg, pool);
+    rc = why.empty() ? mcp::serve(cfg, pool)
+                     : usage_error("mcp: --pool: profile " + f.profile + "'s warm key: " + why +
+                                   " (fix the profile's warm key, or the image)");
   }
   // A worker killed while it built its sandbox had not named its run cgroup to the server yet
   // (it does once built, mcp_pool.hpp), so the pool could not remove it. Its owner is dead,

@@ -426,6 +426,11 @@ static int above_stdio(int fd) {
     fail(cfg, sys_error("pool", "socketpair for the warm interpreter"));
   int sock = above_stdio(sv[0]), driver_end = above_stdio(sv[1]);
   if (sock < 0 || driver_end < 0) fail(cfg, sys_error("pool", "move the warm interpreter's socket"));
+  // The call's directories are init's alone until the call: the interpreter runs image code
+  // before it, which must not leave files there (or hold them open against the read-only
+  // remount). 0555: even a program with init's uid and no capabilities cannot write.
+  for (auto& d : kPoolDirs)
+    if (::chmod(d.c_str(), 0555) != 0) fail(cfg, sys_error("pool", "chmod " + d));
   ChildConfig driver = cfg;  // on this frame, which init never leaves: args points into it
   driver.argv = cfg.warm_argv;
   driver.fds.in = driver_end;
@@ -436,6 +441,9 @@ static int above_stdio(int fd) {
     end.report(args.exec_failed);
     raw::exit_group(125);
   }
+  // The driver's change of uid in init's memory set init's dumpable flag to fs.suid_dumpable
+  // (watch_program says why): not dumpable again, for the whole wait, not only from the call.
+  ::prctl(PR_SET_DUMPABLE, 0);
   // The program child put driver_end on 0 of the table it shared with init: init keeps neither,
   // so that the driver's exit reads as EOF on `sock`.
   ::close(driver_end);

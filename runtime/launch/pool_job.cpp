@@ -146,7 +146,8 @@ Result<PoolJob> read_pool_job(int fd) {
 }
 
 Status write_pool_files(const PoolJob& job) {
-  // Nothing of the sandbox has run yet (init is its only process), but the paths are still
+  // Nothing of the sandbox has run yet (init is its only process; a prepared interpreter runs the
+  // image's code, but these directories were 0555 to it: child.cpp serve_warm_call), but the paths are still
   // resolved only beneath each pool directory and never through a symlink: the rule for any
   // write sbx makes into a sandbox (artifact_export.cpp reads /out the same way).
   for (auto& f : job.files) {

@@ -53,9 +53,8 @@ struct PoolPause {
   int init_msg_fd = -1;
   int signal_fd = -1;
   std::string cgroup_path;
-  // The profile's `warm` when its interpreter is prepared in this sandbox (model/warm.hpp): init
-  // then reports kWarmReady, or the preparation's failure, on init_msg_fd before any call.
-  // Default (no interpreter) otherwise.
+  // The profile's `warm` (model/warm.hpp). With an interpreter that has a driver, init reports
+  // kWarmReady, or the preparation's failure, on init_msg_fd before any call.
   WarmSpec warm;
 };
 

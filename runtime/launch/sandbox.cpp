@@ -548,6 +548,13 @@ bool Run::start_init() {
   if (L.shared) {
     non_dumpable_.emplace();  // the maps are written: /proc/1 turns root-owned before init goes on
     L.timed_out_in_setup = L.chan.go_and_wait_shared_init(L.pidfd.get(), spec().limits.timeout_ms);
+  } else if (!L.cfg.warm_argv.empty()) {
+    // A prepared interpreter (model/warm.hpp) runs the image's code before "s": the seal is
+    // taken before "go" instead, so that nothing of the image runs unchecked (a pool's build
+    // time is no call's).
+    if (!check_seal()) return false;
+    L.chan.send_go();
+    return true;
   } else {
     L.chan.send_go();
   }
@@ -555,7 +562,8 @@ bool Run::start_init() {
 }
 
 // The image's seal is taken now, while init builds the sandbox on the other core: init waits
-// for the start byte before it starts the program, so nothing of the image runs unchecked.
+// for the start byte before it starts the program, so nothing of the image runs unchecked (a
+// prepared interpreter starts before it: its seal is taken before "go", start_init).
 // The walk is one fstatat per entry: its cost grows with the image, the overlay's does not.
 bool Run::check_seal() {
   if (!ctx_.image_fd.ok()) return true;
@@ -580,8 +588,7 @@ bool Run::hand_out() {
   Launch& L = *launch_;
   if (req_.pool.await_call) {
     auto call = req_.pool.await_call(PoolPause{L.pidfd.get(), L.chan.reports(), L.sigfd.get(),
-                                               ctx_.cgroup ? ctx_.cgroup->path() : std::string(),
-                                               L.cfg.warm_argv.empty() ? WarmSpec{} : spec().warm});
+                                               ctx_.cgroup ? ctx_.cgroup->path() : std::string(), spec().warm});
     std::string refused = call ? pool_refusal(spec(), call->spec) : "";
     if (!call || !refused.empty()) {
       if (!refused.empty()) spdlog::warn("pooled sandbox refused its call: {}", refused);

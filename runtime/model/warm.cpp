@@ -8,14 +8,16 @@ namespace {
 
 // The drivers: the prepared interpreter's own code (`python3 -c`, `node -e`), started by init
 // before any call (runtime/launch/warm_start.hpp has the protocol on their stdin):
-//   1. import the preload list (argv) with stdout and stderr sent to /dev/null, and nothing of the
-//      sandbox's writable directories on the module path;
+//   1. import the preload list (argv) with stdout and stderr sent to /dev/null (node: its stream
+//      writes muted; it cannot move fds), not from the working directory (Python: '' off
+//      sys.path; node: resolved from /);
 //   2. write "ok\n" on fd 0 (a socket to init), or "fail WHAT\n" and exit 1;
 //   3. read the call's argv, each entry NUL-terminated, up to EOF; put /dev/null on fd 0;
 //   4. run the call: argv[1] as the main module when argv[0] is this interpreter, as
 //      `python3 FILE ARGS` / `node FILE ARGS` would; else exec argv as it is (python3 only).
 //      Python's end is `python3 FILE`'s but for the teardown of every module (man/sbx-mcp.1):
-//      threads joined, atexit handlers run, streams flushed, then _exit.
+//      threads joined, atexit handlers run, the main module's globals released, streams
+//      flushed, then _exit.
 constexpr const char* kPythonDriver = R"PY(
 def _sbx_warm():
     import os, sys
@@ -44,7 +46,7 @@ def _sbx_warm():
     os.close(keep[0])
     os.close(keep[1])
     if failed:
-        os.write(0, ('fail ' + failed.replace('\n', ' '))[:400].encode('utf-8', 'replace') + b'\n')
+        os.write(0, ('fail ' + failed.replace('\n', ' ')).encode('utf-8', 'replace')[:400] + b'\n')
         os._exit(1)
     os.write(0, b'ok\n')
     data = b''
@@ -67,39 +69,84 @@ def _sbx_warm():
     path = argv[1]
     sys.argv = argv[1:]
     sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
-    import runpy
-    code = 0
-    try:
-        runpy.run_path(path, run_name='__main__')
-    except SystemExit as e:
-        code = e.code
-        if code is None:
-            code = 0
-        elif not isinstance(code, int):
+    _sbx_main(path)
+
+
+def _sbx_exit_code(code):
+    # SystemExit's code as `python3 FILE` turns it into an exit status (Python/pythonrun.c).
+    import sys
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xff if -2**63 <= code < 2**63 else 255
+    if sys.stderr is not None:
+        try:
             print(code, file=sys.stderr)
-            code = 1
-    except KeyboardInterrupt:
-        raise
+        except Exception:
+            pass
+    return 1
+
+
+def _sbx_report(e, path):
+    # The traceback as `python3 FILE` prints it: from the file's frames on (none for a
+    # SyntaxError in it, which then prints as Python prints one), through sys.excepthook.
+    import sys
+    tb = e.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename != path:
+        tb = tb.tb_next
+    e = e.with_traceback(tb)
+    del tb
+    sys.excepthook(type(e), e, e.__traceback__)
+
+
+def _sbx_main(path):
+    # The file runs as Python runs a script: a fresh __main__ module (sys.modules['__main__'],
+    # __builtins__ the module, __loader__ a SourceFileLoader), its code compiled from the file's
+    # bytes (its coding cookie honoured) without the driver's compiler flags.
+    import builtins, importlib.machinery, os, sys, types
+    main = types.ModuleType('__main__')
+    main.__file__ = path
+    main.__builtins__ = builtins
+    main.__cached__ = None
+    main.__loader__ = importlib.machinery.SourceFileLoader('__main__', path)
+    sys.modules['__main__'] = main
+    code, interrupted = 0, False
+    try:
+        with open(path, 'rb') as f:
+            source = f.read()
+        exec(compile(source, path, 'exec', dont_inherit=True), main.__dict__)
+    except SystemExit as e:
+        code = _sbx_exit_code(e.code)
+    except KeyboardInterrupt as e:
+        _sbx_report(e, path)
+        interrupted = True
     except BaseException as e:
-        tb = e.__traceback__
-        while tb is not None and tb.tb_frame.f_code.co_filename != path:
-            tb = tb.tb_next
-        if tb is not None:
-            e = e.with_traceback(tb)
-        sys.excepthook(type(e), e, e.__traceback__)
+        _sbx_report(e, path)
         code = 1
-    # The end of `python3 FILE` without the teardown of every module (numpy's: ~12 ms here):
-    # non-daemon threads joined, atexit handlers run, the streams flushed, then the exit.
+    # The end of `python3 FILE` (Py_FinalizeEx) without the teardown of every module, numpy's
+    # alone ~12 ms here: non-daemon threads joined, atexit handlers run, the main module's
+    # globals released (its open files are closed, and so flushed), stdout flushed (120 if that
+    # fails), then the exit; a KeyboardInterrupt ends by SIGINT, as Python does.
     if 'threading' in sys.modules:
         sys.modules['threading']._shutdown()
     import atexit
     atexit._run_exitfuncs()
-    for s in (sys.stdout, sys.stderr):
+    main.__dict__.clear()
+    for stream in (sys.stdout, sys.stderr):
+        if stream is None or getattr(stream, 'closed', False):
+            continue
         try:
-            s.flush()
+            stream.flush()
         except Exception:
-            code = 120
-    os._exit(code & 0xff)
+            if stream is sys.stdout:
+                code = 120
+    if interrupted:
+        import signal
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+    os._exit(code)
+
+
 _sbx_warm()
 )PY";
 
@@ -110,13 +157,16 @@ constexpr const char* kNodeDriver = R"JS(
   const out = process.stdout.write, err = process.stderr.write;
   process.stdout.write = process.stderr.write = function () { return true; };
   let failed = null;
+  // Resolved from / (the image's node_modules, NODE_PATH, node's global folders), not from the
+  // working directory, which the call may write.
+  const load = require('module').createRequire('/');
   for (const m of mods) {
-    try { require(m); } catch (e) { failed = 'preload ' + m + ': ' + String(e && e.message || e); break; }
+    try { load(m); } catch (e) { failed = 'preload ' + m + ': ' + String(e && e.message || e); break; }
   }
   process.stdout.write = out;
   process.stderr.write = err;
   if (failed) {
-    fs.writeSync(0, ('fail ' + failed.replace(/\n/g, ' ')).slice(0, 400) + '\n');
+    fs.writeSync(0, Buffer.concat([Buffer.from('fail ' + failed.replace(/\n/g, ' ')).subarray(0, 400), Buffer.from('\n')]));
     process.exit(1);
   }
   fs.writeSync(0, 'ok\n');

@@ -65,12 +65,18 @@ std::string cgroup_of_note(const std::string& note) {
   return path;
 }
 
-// Why a worker said it failed ("" when it did not).
+// Why a worker said it failed ("" when it did not): a whole line of its note, the first or after
+// "ready" (a prepared sandbox can fail after it was ready: runtime/server/mcp_worker.cpp).
 static std::string failed_of_note(const std::string& note) {
   constexpr std::string_view kFailed = "failed ";
-  auto nl = note.find('\n');
-  if (nl == std::string::npos || note.compare(0, kFailed.size(), kFailed) != 0) return "";
-  return note.substr(kFailed.size(), nl - kFailed.size());
+  for (std::size_t at = 0, nl; (nl = note.find('\n', at)) != std::string::npos; at = nl + 1)
+    if (note.compare(at, kFailed.size(), kFailed) == 0)
+      return note.substr(at + kFailed.size(), nl - at - kFailed.size());
+  return "";
+}
+
+static bool ready_of_note(const std::string& note) {
+  return note.rfind("ready ", 0) == 0 && note.find('\n') != std::string::npos;
 }
 
 PoolLauncher::PoolLauncher(std::vector<std::string> worker_argv, std::size_t size, SandboxLauncher& cold,
@@ -274,9 +280,18 @@ Result<Worker> PoolLauncher::launch(const json& job) {
   if (job.value("tool", "") != "run_code") return cold("only run_code calls are served from the pool");
   std::string build_failed;
   std::int64_t now = monotonic_us();
-  while (!idle_.empty()) {
-    Idle w = std::move(idle_.front());
-    idle_.pop_front();
+  std::size_t preparing = 0;  // with prepared_only_: sandboxes not ready yet, left for later calls
+  while (idle_.size() > preparing) {
+    auto at = idle_.begin() + static_cast<std::ptrdiff_t>(preparing);
+    if (prepared_only_) {
+      read_note(*at);
+      if (!ready_of_note(at->note) && failed_of_note(at->note).empty() && !exited(at->pidfd.get())) {
+        ++preparing;
+        continue;
+      }
+    }
+    Idle w = std::move(*at);
+    idle_.erase(at);
     if (exited(w.pidfd.get())) {
       retire(w, "it ended before hand-out (its sandbox died or was disturbed)");
       continue;
@@ -320,6 +335,9 @@ Result<Worker> PoolLauncher::launch(const json& job) {
   }
   refill();
   if (!build_failed.empty()) return cold(build_failed);
+  if (preparing > 0)
+    return cold("no pooled sandbox was prepared yet (" + std::to_string(preparing) +
+                " still starting their interpreter and preloads)");
   return cold("the pool was empty (" + std::to_string(size_) + " pooled sandboxes in use or still being made)");
 }
 

@@ -92,6 +92,10 @@ class PoolLauncher : public SandboxLauncher {
   // profile prepares an interpreter: model/warm.hpp). "" when it is ready; else why it failed,
   // or that it was not ready in time.
   std::string await_first(int timeout_ms);
+  // Hand out only sandboxes that said "ready" (a profile's prepared interpreter, model/warm.hpp:
+  // its preloads may take seconds, and a call that waited for them would count that time as its
+  // own); with none ready the call runs cold, its record saying why.
+  void prepared_only(bool on) { prepared_only_ = on; }
 
  private:
   struct Idle {
@@ -121,6 +125,7 @@ class PoolLauncher : public SandboxLauncher {
   std::vector<Retiring> retiring_;
   std::vector<std::pair<std::string, int>> stale_cgroups_;  // path, tries left
   std::size_t spawn_failures_ = 0;
+  bool prepared_only_ = false;
   // When the refill after a hand-out is due (0: none pending). A new worker builds its sandbox
   // (fork and exec of sbx, clone, namespaces, root: milliseconds of CPU) and, started at the
   // hand-out, it competed for the CPUs with the call it was replacing, whose program was just

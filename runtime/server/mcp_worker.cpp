@@ -132,7 +132,8 @@ std::optional<json> await_pooled_job(const PoolPause& pause, json& meta, std::in
   std::int64_t ready_us = monotonic_us();
   put(meta, "pool/ready_ms", (ready_us - t_created_us) / 1000);
   // A prepared interpreter is ready only once init says so: the server hears "ready" then.
-  const bool warm = !pause.warm.interpreter.empty();
+  const WarmInterpreter* interp = find_warm_interpreter(pause.warm.interpreter);
+  const bool warm = interp && interp->has_driver;
   if (!warm) on_ready();
   pollfd fds[4] = {{STDIN_FILENO, POLLIN, 0},
                    {pause.init_pidfd, POLLIN, 0},
@@ -178,11 +179,12 @@ std::optional<json> await_pooled_job(const PoolPause& pause, json& meta, std::in
     note_handout(meta, parsed, ready_us, unusable);
     // A call that came while the interpreter still imported its preloads runs in it once it is
     // ready (init waits): its record says what was prepared all the same.
-    if (warm && !meta.contains("warm"))
+    if (interp && !meta.contains("warm"))
       put(meta, "pool/warm",
           trace_object({{"pool/warm/interpreter", pause.warm.interpreter},
                         {"pool/warm/preload", pause.warm.preload},
-                        {"pool/warm/note", "the call came before the interpreter was ready, and waited for it"}}));
+                        {"pool/warm/note", warm ? "the call came before the interpreter was ready, and waited for it"
+                                                : "a shell has nothing to prepare: it starts at the call"}}));
     return parsed;
   }
 }

@@ -124,10 +124,19 @@ class McpWarmCase(SbxTestCase):
             "import sys\nsys.stdout.write('no newline')\nsys.stderr.write('err')\n",
             "import os\nos.kill(os.getpid(), 9)\n",
             "import sys\nprint(sys.stdin.read() == '')\n",
+            # An unclosed file is flushed at the end (the main module's globals are released).
+            "def h():\n    pass\nf = open('/out/result.json', 'w')\nf.write('{\"a\": 1}')\n",
+            "import sys\nprint('x')\nsys.stdout.close()\n",
+            "import sys\nsys.exit(2**64 + 1)\n",
+            "import sys\nsys.exit(True)\n",
+            "print(type(__builtins__).__name__, __loader__ is not None, __spec__)\n",
+            "x = (\n",
+            "raise KeyboardInterrupt\n",
+            "# -*- coding: latin-1 -*-\nprint('caf\xe9')\n",
         ]
         for code in cases:
             a, b = self.run_code(cold, code), self.run_code(warm, code)
-            for k in ("status", "exit_code", "signal", "stdout", "stderr"):
+            for k in ("status", "exit_code", "signal", "stdout", "stderr", "result"):
                 self.assertEqual(a.get(k), b.get(k), f"{k} for {code!r}: cold {a.get(k)!r}, warm {b.get(k)!r}")
             self.wait_ready(warm, 1)
         hits = [r["pool"].get("hit") for r in self.records(warm)]
@@ -180,6 +189,34 @@ class McpWarmCase(SbxTestCase):
         recs = self.records(s)
         self.assertTrue(all(x["pool"]["hit"] for x in recs), [x["pool"] for x in recs])
         note(f"warm hostile calls: memory hog {hog['status']}, fork bomb {r['status']}, next call clean")
+
+    def test_a_preload_cannot_plant_files_for_the_call(self):
+        """The preloads are the image's code, running before the call: /code and /in are not theirs
+        to write (0555 until init writes the call's files and remounts them read-only)."""
+        lib = self.path("evil-lib")
+        os.makedirs(lib)
+        with open(os.path.join(lib, "evil.py"), "w") as f:
+            f.write("import errno, os\nseen = {}\n"
+                    "for p in ('/code/main.py', '/code/x.py', '/in/input.json'):\n"
+                    "    try:\n        open(p, 'w').write('planted')\n        seen[p] = 'written'\n"
+                    "    except OSError as e:\n        seen[p] = errno.errorcode[e.errno]\n")
+        os.chmod(lib, 0o755)
+        os.chmod(os.path.join(lib, "evil.py"), 0o644)
+        profile = self.profile({"interpreter": "python3", "preload": ["evil"]})
+        with open(profile) as f:
+            doc = json.load(f)
+        doc["binds"] = [lib + ":/opt/evil"]
+        doc["env"] = {"PYTHONPATH": "/opt/evil"}
+        with open(profile, "w") as f:
+            json.dump(doc, f)
+        s = Server(self, ["--pool", "1", "--profile", profile])
+        self.addCleanup(s.close)
+        self.wait_ready(s, 1)
+        out = self.run_code(s, "import evil, json\nprint(json.dumps(evil.seen, sort_keys=True))\n")
+        self.assertEqual(out["status"], "ok", out)
+        self.assertEqual(json.loads(out["stdout"]), {"/code/main.py": "EACCES", "/code/x.py": "EACCES",
+                                                     "/in/input.json": "EACCES"}, out)
+        self.assertTrue(self.records(s)[-1]["pool"]["hit"])
 
     def test_isolation_facts_are_the_cold_sandbox_s(self):
         cold = self.server(None, pool=0)
