@@ -619,11 +619,19 @@ Result<ReplayReport> Replay::replay_exec(const json& exec_blob, const ProfileSou
   if (!text) return text.error();
   auto request = parse_json_doc(*text, {kMaxRequestBytes}, kStage, "the kept exec request");
   if (!request) return request.error();
-  auto current = load_profile(kDefaultProfile);
-  if (!current || current->source.text != profile.text)
-    return cannot("sbx exec runs under the built-in profile '" + std::string(kDefaultProfile) +
-                  "', whose text has changed since the run: its limits would not be the same");
+  // The profile the request ran under (sbx exec's built-in default, or `sbx exec --profile`'s
+  // and `sbx mcp --profile`'s), as it is now: only the same text, and the same merged profile
+  // when it extends another, gives the same limits.
+  const std::string name = profile.name.empty() ? std::string(kDefaultProfile) : profile.name;
+  auto current = load_profile(profile.origin == "built-in" || profile.origin.empty() ? name : profile.origin);
+  std::string resolved =
+      str(orig_.value("invocation", json::object()).value("profile", json::object()), "resolved_sha256");
+  if (!current || current->source.text != profile.text ||
+      (!resolved.empty() && current->source.resolved_sha256 != resolved))
+    return cannot("the run's profile '" + printable(name) + "' (" + printable(profile.origin) +
+                  ") has changed since the run, or is gone: its limits would not be the same");
   ExecContext ctx;
+  ctx.profile = profile.origin == "built-in" || profile.origin.empty() ? name : profile.origin;
   ctx.dirs = req_.dirs;
   if (req_.tenant) {
     ctx.dirs = req_.base_dirs;

@@ -109,6 +109,22 @@ class McpWarmCase(SbxTestCase):
         self.assertEqual(warm["preload"], ["json", "decimal", "this"])
         self.assertGreaterEqual(warm["ready_ms"], 0)
         note("warm record: pool " + json.dumps(rec["pool"]) + " phases_us " + json.dumps(rec["usage"]["phases_us"]))
+        # sbx replay of a warm call: rebuilt under the same profile (its text unchanged), run cold.
+        # (The call above printed what only a prepared interpreter has: its replay differs, as it
+        # should. This one does not depend on the preloads.)
+        self.wait_ready(s, 1)
+        self.run_code(s, "import json\nprint(json.dumps({'n': sum(range(10))}))\n")
+        warm_rec = self.records(s)[-1]
+        self.assertTrue(warm_rec["pool"]["hit"], warm_rec["pool"])
+        r = subprocess.run([SBX, "--state-dir", s.state, "replay", warm_rec["run_id"]], capture_output=True,
+                           timeout=scaled(60))
+        self.assertEqual((r.returncode, r.stdout.decode().strip()), (0, "identical"), r.stderr)
+        again = self.records(s)[-1]
+        self.assertEqual(again["replay_of"]["run_id"], warm_rec["run_id"], again.get("replay_of"))
+        self.assertEqual(again["sandbox"]["made_by"], "cold")
+        r = subprocess.run([SBX, "--state-dir", s.state, "replay", rec["run_id"]], capture_output=True,
+                           timeout=scaled(60))
+        self.assertEqual(r.returncode, 1, r.stderr)  # 'decimal' in sys.modules: True warm, False cold
 
     def test_python_call_ends_as_python3_file_does(self):
         cold = self.server(None, pool=0)
