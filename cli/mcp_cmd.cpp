@@ -45,6 +45,7 @@ struct McpFlags {
 struct WorkerFlags {
   bool pooled = false;  // --pooled: build the sandbox first, then wait for the job (mcp_pool.hpp)
   std::string profile = kDefaultProfile;
+  std::string pack_job;  // --pack-job JSON: a pack tool's pooled sandbox (mcp::pack_job, less tool and profile)
 };
 
 // --packs DIR: a pack directory itself, or a directory whose subdirectories with a pack.json are
@@ -243,13 +244,31 @@ int serve_mcp(const McpFlags& f, const mcp::ServerConfig& cfg, const std::vector
   std::fprintf(stderr, "sbx: mcp: serving %srun_code on stdio (profile %s, at most %zu calls at once, pool %zu)\n",
                printable(tools).c_str(), printable(f.profile).c_str(), f.max_concurrent, f.pool);
   if (f.pool == 0) return mcp::serve(cfg, launcher);
-  // One pool key: run_code runs under the server's profile and that profile's image (a request
-  // names neither), so every pooled sandbox is made for (profile, image) alike.
-  auto pooled_argv = argv;
-  pooled_argv.insert(pooled_argv.end(), {"--pooled", "--profile", f.profile});
   int rc;
   {
-    mcp::PoolLauncher pool(pooled_argv, f.pool, launcher, f.pool_max_idle * 1000LL);
+    mcp::PoolRouter pools(launcher);
+    // run_code runs under the server's profile and that profile's image (a request names
+    // neither), so its pooled sandboxes are made for (profile, image) alike.
+    auto pooled_argv = argv;
+    pooled_argv.insert(pooled_argv.end(), {"--pooled", "--profile", f.profile});
+    auto run_code = std::make_unique<mcp::PoolLauncher>(pooled_argv, f.pool, launcher, f.pool_max_idle * 1000LL);
+    mcp::PoolLauncher& pool = *run_code;
+    pools.add("run_code", std::move(run_code));
+    // A pack tool's are made for that pack: its copy, contexts, image and limits.
+    for (auto& pt : cfg.packs) {
+      json key = mcp::pack_job(cfg, pt);
+      if (!key["secrets"].empty()) {
+        pools.unpooled(mcp::PoolRouter::key_of(key),
+                       "pack " + pt.name +
+                           " is given secrets (--secret), read at each call into that call's sandbox only: not pooled");
+        continue;
+      }
+      auto pack_argv = pooled_argv;
+      json built_for = {{"dir", key["dir"]}, {"contexts", key["contexts"]}, {"secrets", key["secrets"]}};
+      pack_argv.insert(pack_argv.end(), {"--pack-job", dump_json(built_for, -1)});
+      pools.add(mcp::PoolRouter::key_of(key),
+                std::make_unique<mcp::PoolLauncher>(pack_argv, f.pool, launcher, f.pool_max_idle * 1000LL));
+    }
     // A profile that prepares an interpreter is checked before the first call: a preload missing
     // from the image (or an image without the interpreter) is the operator's error, said now.
     const WarmInterpreter* interp = find_warm_interpreter(f.warm.interpreter);
@@ -260,7 +279,7 @@ int serve_mcp(const McpFlags& f, const mcp::ServerConfig& cfg, const std::vector
       pool.prepared_only(true);
       why = pool.await_first(mcp::kWarmCheckMs);
     }
-    rc = why.empty() ? mcp::serve(cfg, pool)
+    rc = why.empty() ? mcp::serve(cfg, pools)
                      : usage_error("mcp: --pool: profile " + f.profile + "'s warm key: " + why +
                                    " (fix the profile's warm key, or the image)");
   }
@@ -324,7 +343,13 @@ int run_worker(const WorkerFlags& wf, GlobalOptions& g) {
   };
   Result<json> job = json(nullptr);
   if (wf.pooled) {
-    auto next = mcp::serve_pooled(ctx, wf.profile);
+    json pack_key = nullptr;
+    if (!wf.pack_job.empty()) {
+      auto parsed = parse_json_doc(wf.pack_job, {mcp::kMaxMessageBytes}, "usage", "mcp-worker --pack-job");
+      if (!parsed || !parsed->is_object()) return usage_error("mcp-worker: --pack-job: not a JSON object");
+      pack_key = std::move(*parsed);
+    }
+    auto next = mcp::serve_pooled(ctx, wf.profile, pack_key);
     if (next.nothing) return 0;
     if (!next.response.is_null()) return print_response(next.response);
     job = std::move(next.job);
@@ -351,8 +376,9 @@ void add_mcp_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out)
       ->check(tenant_option_check, "NAME");
   mcp->add_option("--max-concurrent", f.max_concurrent, "Calls running at once; the rest wait in order (default 4)");
   mcp->add_option("--max-queued", f.max_queued, "Calls waiting beyond those; more are refused (default 256)");
-  mcp->add_option("--pool", f.pool,
-                  "Sandboxes kept built ahead for run_code calls, each used once (default 2; 0: off)");
+  mcp->add_option(
+      "--pool", f.pool,
+      "Sandboxes kept built ahead for each tool (run_code and every pack), each used once (default 2; 0: off)");
   mcp->add_option(
       "--pool-max-idle", f.pool_max_idle,
       "Seconds a pooled sandbox may wait for its call before it is discarded and rebuilt (default 300; 0: no limit)");
@@ -367,6 +393,7 @@ void add_mcp_worker_command(CLI::App& app, GlobalOptions& g, std::vector<Command
   auto* worker = app.add_subcommand("mcp-worker", "")->group("");
   worker->add_flag("--pooled", wf.pooled, "");
   worker->add_option("--profile", wf.profile, "");
+  worker->add_option("--pack-job", wf.pack_job, "");
   out.push_back({worker, [&g]() -> int { return run_worker(wf, g); }, true});
 }
 

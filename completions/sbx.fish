@@ -313,7 +313,7 @@ complete -c sbx -n '__sbx_at mcp' -l secret -r -d 'Deliver a secret to every cal
 complete -c sbx -n '__sbx_at mcp' -l profile -x -a '(__sbx_profiles; __fish_complete_suffix .json)' -d 'Profile every call runs under; its limits are ceilings'
 complete -c sbx -n '__sbx_at mcp' -l max-concurrent -r -d 'Calls running at once (default 4)'
 complete -c sbx -n '__sbx_at mcp' -l max-queued -r -d 'Calls waiting beyond those (default 256)'
-complete -c sbx -n '__sbx_at mcp' -l pool -r -d 'Sandboxes kept built ahead for run_code calls (default 2; 0: off)'
+complete -c sbx -n '__sbx_at mcp' -l pool -r -d 'Sandboxes kept built ahead for each tool, run_code and every pack (default 2; 0: off)'
 complete -c sbx -n '__sbx_at mcp' -l pool-max-idle -r -d 'Seconds a pooled sandbox may wait before it is rebuilt (default 300; 0: no limit)'
 
 # sbx doctor

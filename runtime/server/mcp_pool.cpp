@@ -271,13 +271,14 @@ void PoolLauncher::refill() {
   }
 }
 
+Result<Worker> launch_cold(SandboxLauncher& cold, const json& job, const std::string& why) {
+  json j = job;
+  j["pool"] = trace_object({{"pool/hit", false}, {"pool/reason", why}});  // the job's note, the record's pool
+  return cold.launch(j);
+}
+
 Result<Worker> PoolLauncher::launch(const json& job) {
-  auto cold = [&](const std::string& why) {
-    json j = job;
-    j["pool"] = trace_object({{"pool/hit", false}, {"pool/reason", why}});  // the job's note, the record's pool
-    return cold_.launch(j);
-  };
-  if (job.value("tool", "") != "run_code") return cold("only run_code calls are served from the pool");
+  auto cold = [&](const std::string& why) { return launch_cold(cold_, job, why); };
   std::string build_failed;
   std::int64_t now = monotonic_us();
   std::size_t preparing = 0;  // with prepared_only_: sandboxes not ready yet, left for later calls
@@ -339,6 +340,38 @@ Result<Worker> PoolLauncher::launch(const json& job) {
     return cold("no pooled sandbox was prepared yet (" + std::to_string(preparing) +
                 " still starting their interpreter and preloads)");
   return cold("the pool was empty (" + std::to_string(size_) + " pooled sandboxes in use or still being made)");
+}
+
+std::string PoolRouter::key_of(const json& job) {
+  std::string tool = job.value("tool", "");
+  return tool == "pack" ? "pack:" + job.value("dir", "") : tool;
+}
+
+void PoolRouter::add(const std::string& key, std::unique_ptr<PoolLauncher> pool) { pools_[key] = std::move(pool); }
+
+PoolLauncher* PoolRouter::find(const std::string& key) {
+  auto it = pools_.find(key);
+  return it == pools_.end() ? nullptr : it->second.get();
+}
+
+Result<Worker> PoolRouter::launch(const json& job) {
+  std::string key = key_of(job);
+  if (auto* pool = find(key)) return pool->launch(job);
+  auto it = unpooled_.find(key);
+  return launch_cold(cold_, job, it != unpooled_.end() ? it->second : "no pool serves this tool");
+}
+
+void PoolRouter::tick() {
+  for (auto& [key, pool] : pools_) pool->tick();
+}
+
+int PoolRouter::next_tick_ms() const {
+  int soonest = -1;
+  for (auto& [key, pool] : pools_) {
+    int ms = pool->next_tick_ms();
+    if (ms >= 0 && (soonest < 0 || ms < soonest)) soonest = ms;
+  }
+  return soonest;
 }
 
 }  // namespace sbx::mcp

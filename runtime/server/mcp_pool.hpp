@@ -37,6 +37,8 @@
 
 #include <chrono>
 #include <deque>
+#include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -132,5 +134,31 @@ class PoolLauncher : public SandboxLauncher {
   // starting: on this project's 2-core machine that moved the pooled start's p50 and p99.
   std::int64_t refill_due_us_ = 0;
 };
+
+// `sbx mcp --pool N` serves every tool from pools: one PoolLauncher per pool key (key_of: run_code,
+// or a pack tool's directory), each keeping N sandboxes built for it (run_code: the profile's
+// configuration; a pack: its image, its private copy at /pack, its contexts' copies, its limits:
+// mcp_worker.hpp, build_and_wait_pack). A call whose key has no pool runs cold, its record saying
+// why (unpooled: a pack given secrets, which are read at each call and exist only in that call's
+// sandbox).
+class PoolRouter : public SandboxLauncher {
+ public:
+  explicit PoolRouter(SandboxLauncher& cold) : cold_(cold) {}
+  static std::string key_of(const nlohmann::json& job);
+  void add(const std::string& key, std::unique_ptr<PoolLauncher> pool);
+  void unpooled(const std::string& key, const std::string& why) { unpooled_[key] = why; }
+  PoolLauncher* find(const std::string& key);
+  Result<Worker> launch(const nlohmann::json& job) override;
+  void tick() override;
+  int next_tick_ms() const override;
+
+ private:
+  SandboxLauncher& cold_;
+  std::map<std::string, std::unique_ptr<PoolLauncher>> pools_;
+  std::map<std::string, std::string> unpooled_;
+};
+
+// A cold run of `job` by `cold`, its record's pool note saying why it was not pooled.
+Result<Worker> launch_cold(SandboxLauncher& cold, const nlohmann::json& job, const std::string& why);
 
 }  // namespace sbx::mcp

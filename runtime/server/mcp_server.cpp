@@ -329,14 +329,8 @@ void Server::handle_call(Incoming& in, bool modern, const std::shared_ptr<Batch>
         return tool_reply(tool_error("unknown argument '" + k + "': a pack tool takes {\"records\": [...]}"));
     if (!args.contains("records") || !args["records"].is_array())
       return tool_reply(tool_error("'records' is required: an array of input records"));
-    json ctx = json::array();
-    if (auto it = cfg_.contexts.find(name); it != cfg_.contexts.end())
-      for (auto& [n, path] : it->second) ctx.push_back({n, path});
-    json secrets = json::array();
-    if (auto it = cfg_.secrets.find(name); it != cfg_.secrets.end())
-      for (auto& [n, source] : it->second) secrets.push_back({n, source});
-    c.job = {{"tool", "pack"},  {"profile", cfg_.profile}, {"dir", pt->dir}, {"records", args["records"]},
-             {"contexts", ctx}, {"secrets", secrets}};
+    c.job = pack_job(cfg_, *pt);
+    c.job["records"] = args["records"];
     c.wrapped_output = pt->wrapped_output;
   }
   if (queue_.size() >= cfg_.max_queued)
@@ -728,6 +722,16 @@ Result<Worker> ReexecLauncher::launch(const json& job) {
   ::lseek(in.get(), 0, SEEK_SET);
   // Should the server die without cancelling (SIGKILL), its workers cancel themselves.
   return spawn_worker(argv_, in.get(), std::move(out), SIGTERM);
+}
+
+json pack_job(const ServerConfig& cfg, const PackTool& pack) {
+  json ctx = json::array();
+  if (auto it = cfg.contexts.find(pack.name); it != cfg.contexts.end())
+    for (auto& [n, path] : it->second) ctx.push_back({n, path});
+  json secrets = json::array();
+  if (auto it = cfg.secrets.find(pack.name); it != cfg.secrets.end())
+    for (auto& [n, source] : it->second) secrets.push_back({n, source});
+  return {{"tool", "pack"}, {"profile", cfg.profile}, {"dir", pack.dir}, {"contexts", ctx}, {"secrets", secrets}};
 }
 
 int serve(const ServerConfig& config, SandboxLauncher& launcher, int in_fd, int out_fd) {

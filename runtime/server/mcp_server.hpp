@@ -95,6 +95,10 @@ struct ServerConfig {
 // plus one response, whatever the client does (man/sbx.1, "sbx mcp").
 inline constexpr std::size_t kQueuedResponseBudget = 64u << 20;
 
+// A pack tool's job less its records ({"tool": "pack", "profile", "dir", "contexts", "secrets"}):
+// what every call of it sends its worker, and what its pooled sandboxes are built for.
+nlohmann::json pack_job(const ServerConfig& cfg, const PackTool& pack);
+
 // Serves until stdin reaches EOF, stdout breaks, or SIGINT/SIGTERM/SIGHUP arrives (blocked by the
 // caller: main.cpp blocks them first thing), then cancels every call, waits for every worker, and
 // returns 0. The forwarded signals must be blocked in the calling thread.

@@ -326,35 +326,78 @@ json run_code_job(const json& job, const WorkerContext& wctx) {
   return r ? *r : worker_error(r.error().stage, r.error().describe());
 }
 
-json run_pack_job(const json& job, const WorkerContext& wctx) {
-  std::vector<PackProblem> problems;
-  // The copy is what runs (load_pack_copy): the pack's directory may have changed since the
-  // server loaded it at start, and may change during the call.
-  auto pack = load_pack_copy(job.value("dir", ""), wctx.dirs.state, problems);
-  if (!pack) return worker_error("usage", problems.empty() ? pack.error().message : problems.front().describe());
-  auto profile = load_profile(job.value("profile", kDefaultProfile));
-  if (!profile) return worker_error("usage", profile.error().describe());
-  auto merged = spec_from_layers(*profile, &pack->spec_patch, pack->source_dir + "/pack.json");
-  if (!merged) return worker_error("usage", merged.error().message);
-  auto spec = wctx.with_command(std::move(*merged), pack->entrypoint);
-  if (!spec) return worker_error("usage", spec.error().message);
+namespace {
+// A pack job's run as run_pack takes it, but its records and secrets (each call's own): the
+// pack's private copy (load_pack_copy: the pack's directory may have changed since the server
+// loaded it at start, and may change during the call: the copy is what runs), the profile's
+// layers, the tenant's policy, the program's streams captured.
+struct PackPlan {
   PackRunRequest req;
+  LoadedProfile profile;
+};
+Result<PackPlan> plan_pack_job(const json& job, const WorkerContext& wctx, Capture& out, Capture& err) {
+  std::vector<PackProblem> problems;
+  auto pack = load_pack_copy(job.value("dir", ""), wctx.dirs.state, problems);
+  if (!pack) return make_error("usage", problems.empty() ? pack.error().message : problems.front().describe());
+  auto profile = load_profile(job.value("profile", kDefaultProfile));
+  if (!profile) return make_error("usage", profile.error().describe());
+  auto merged = spec_from_layers(*profile, &pack->spec_patch, pack->source_dir + "/pack.json");
+  if (!merged) return make_error("usage", merged.error().message);
+  auto spec = wctx.with_command(std::move(*merged), pack->entrypoint);
+  if (!spec) return make_error("usage", spec.error().message);
+  PackPlan plan;
+  plan.profile = std::move(*profile);
+  PackRunRequest& req = plan.req;
   req.pack = std::move(*pack);
   req.run.spec = std::move(*spec);
-  req.run.profile = profile->source;
+  req.run.profile = plan.profile.source;
   req.run.dirs = wctx.dirs;
-  req.run.limit_layers = limit_layers(*profile, &req.pack.spec_patch, req.pack.source_dir + "/pack.json", {});
+  req.run.limit_layers = limit_layers(plan.profile, &req.pack.spec_patch, req.pack.source_dir + "/pack.json", {});
   req.run.limit_raise = CeilingRaise::by_profile;  // an MCP call takes no --timeout
   req.run.invocation_argv = wctx.argv;
   if (auto st = apply_named_tenant(wctx.tenant, req.run, json{{"name", req.pack.name}, {"digest", req.pack.digest}});
       !st)
-    return worker_error("usage", st.error().message);
+    return make_error("usage", st.error().message);
   req.input_path = "mcp:tools/call";
+  for (auto& c : job.value("contexts", json::array()))
+    if (c.is_array() && c.size() == 2 && c[0].is_string() && c[1].is_string()) req.contexts.push_back({c[0], c[1]});
+  if (!out.fd.ok() || !err.fd.ok()) return make_error("mcp", "memfd_create for the captured output");
+  req.run.io.stdout_fd = out.fd.get();
+  req.run.io.stderr_fd = err.fd.get();
+  return plan;
+}
+
+json pack_response(const PackRunResult& res, const Capture& out, const Capture& err, const Dirs& dirs) {
+  if (!res.recorded)
+    return worker_error(
+        "record", "the run's trace record could not be stored (" + res.record_error + "): its result is withheld");
+  return {{"run_id", res.trace.value("run_id", "")},
+          {"status", to_string(res.status)},
+          {"error", res.error.empty() ? json(nullptr) : json(res.error)},
+          {"result", res.status == RunStatus::ok ? res.result : json(nullptr)},
+          {"errors", res.errors},
+          {"stdout", out.read_all()},
+          {"stderr", err.read_all()},
+          {"trace", dirs.traces + "/" + kLedgerName}};
+}
+
+// The job's keys that a pack's pooled sandbox was built for (mcp_pool.hpp): a call differing in
+// any runs cold. The records are the call's own.
+bool same_pack_key(const json& job, const json& key) {
+  for (const char* k : {"tool", "profile", "dir", "contexts", "secrets"})
+    if (job.value(k, json()) != key.value(k, json())) return false;
+  return true;
+}
+}  // namespace
+
+json run_pack_job(const json& job, const WorkerContext& wctx) {
+  Capture out, err;
+  auto plan = plan_pack_job(job, wctx, out, err);
+  if (!plan) return worker_error(plan.error().stage, plan.error().message);
+  PackRunRequest& req = plan->req;
   if (job.contains("pool")) put(req.run.record_extra, "pool", job["pool"]);
   json records = job.value("records", json::array());
   req.input_bytes = dump_json(records, -1);
-  for (auto& c : job.value("contexts", json::array()))
-    if (c.is_array() && c.size() == 2 && c[0].is_string() && c[1].is_string()) req.contexts.push_back({c[0], c[1]});
   // Read at each call (`sbx mcp --secret`, checked readable at the server's start): a file that
   // is gone now fails this call, naming the secret and its file, never its value.
   for (auto& s : job.value("secrets", json::array())) {
@@ -367,22 +410,8 @@ json run_pack_job(const json& job, const WorkerContext& wctx) {
     }
     req.secrets.push_back({s[0].get<std::string>(), std::move(*value)});
   }
-  Capture out, err;
-  if (!out.fd.ok() || !err.fd.ok()) return worker_error("mcp", "memfd_create for the captured output");
-  req.run.io.stdout_fd = out.fd.get();
-  req.run.io.stderr_fd = err.fd.get();
   PackRunResult res = run_pack(req);
-  if (!res.recorded)
-    return worker_error(
-        "record", "the run's trace record could not be stored (" + res.record_error + "): its result is withheld");
-  return {{"run_id", res.trace.value("run_id", "")},
-          {"status", to_string(res.status)},
-          {"error", res.error.empty() ? json(nullptr) : json(res.error)},
-          {"result", res.status == RunStatus::ok ? res.result : json(nullptr)},
-          {"errors", res.errors},
-          {"stdout", out.read_all()},
-          {"stderr", err.read_all()},
-          {"trace", req.run.dirs.traces + "/" + kLedgerName}};
+  return pack_response(res, out, err, wctx.dirs);
 }
 
 json answer_job(const Result<json>& job, const WorkerContext& ctx) {
@@ -401,8 +430,26 @@ std::string pooled_job_refusal(const json& job, const std::string& profile, cons
   return "";
 }
 
+std::string pooled_pack_job_refusal(const json& job, const json& pack_key, const std::optional<std::string>& tenant,
+                                    const std::string& policy_at_build,
+                                    const std::function<std::string()>& policy_now) {
+  if (!same_pack_key(job, pack_key))
+    return "the job is not a call of pack " + pack_key.value("dir", "") +
+           " with the contexts and secrets it was built with";
+  if (tenant && policy_now() != policy_at_build)
+    return "tenant " + *tenant + "'s policy changed since the pooled sandbox was built";
+  return "";
+}
+
 json cold_job(const json& request, const std::string& profile, const json& pool_note) {
   return {{"tool", "run_code"}, {"profile", profile}, {"request", request}, {"pool", pool_note}};
+}
+
+json cold_pack_job(const json& job, const json& pool_note) {
+  json j = job;
+  j.erase("pool_sent_us");
+  j["pool"] = pool_note;
+  return j;
 }
 
 Broken broken_sandbox(const PooledWait& w) {
@@ -434,11 +481,12 @@ Broken broken_sandbox(const PooledWait& w) {
 PooledNext after_broken_wait(const std::optional<json>& job, const std::string& why, const std::string& profile,
                              const std::string& created_at) {
   PooledNext next;
+  json note = trace_object({{"pool/hit", false}, {"pool/reason", why}, {"pool/created_at", created_at}});
   if (!job) next.nothing = true;  // retired: nothing to answer, nothing recorded
   else if (job->contains("invalid")) next.response = worker_error("usage", job->value("invalid", "bad job"));
-  else
-    next.job = cold_job(job->value("request", json::object()), profile,
-                        trace_object({{"pool/hit", false}, {"pool/reason", why}, {"pool/created_at", created_at}}));
+  // The job is the server's (mcp_server.cpp writes its "tool"): a pack's runs cold as it came.
+  else if (job->value("tool", "") == "pack") next.job = cold_pack_job(*job, note);
+  else next.job = cold_job(job->value("request", json::object()), profile, note);
   return next;
 }
 
@@ -455,16 +503,78 @@ PooledNext after_pooled_wait(const PooledWait& w, const std::string& profile) {
     next.response = res->response;
   } else {
     // Served cold here: the pooled sandbox was unusable or not made for this call.
-    next.job = cold_job(res->request, profile,
-                        trace_object({{"pool/hit", false},
-                                      {"pool/reason", res->pool_meta.value("discard", res->cold_reason)},
-                                      {"pool/created_at", w.created_at}}));
+    json note = trace_object({{"pool/hit", false},
+                              {"pool/reason", res->pool_meta.value("discard", res->cold_reason)},
+                              {"pool/created_at", w.created_at}});
+    // A pack's pooled wait keeps the server's whole job as its request (build_and_wait_pack).
+    next.job = w.pack ? cold_pack_job(res->request, note) : cold_job(res->request, profile, note);
   }
   return next;
 }
 
-PooledNext serve_pooled(const WorkerContext& ctx, const std::string& profile) {
-  PooledWait w = build_and_wait(ctx, profile);
+namespace {
+// A pack's pooled worker (mcp_pool.hpp): builds the sandbox for the pack `pack_key` names (the
+// server's job less its records: dir, contexts, secrets) as run_pack_job would, and waits for a
+// call of it (run_pack_pooled, pack_run.hpp, checks the rest at hand-out). The server's whole job
+// is the wait's request: a call that cannot run here runs cold as it came.
+PooledWait build_and_wait_pack(const WorkerContext& wctx, const std::string& profile, const json& pack_key) {
+  PooledWait w;
+  w.pack = true;
+  std::int64_t t0 = monotonic_us();
+  w.created_at = rfc3339_now();
+  json key = pack_key;
+  key["tool"] = "pack";
+  key["profile"] = profile;
+  const auto& tenant = wctx.tenant;
+  // Read before plan_pack_job applies the policy (build_and_wait says why).
+  const std::string tenant_key = tenant ? tenant_policy_key(*tenant) : "";
+  Capture out, err;
+  auto plan = plan_pack_job(key, wctx, out, err);
+  if (!plan) {
+    w.exec = plan.error();
+    return w;
+  }
+  // The profile's warm key prepares run_code's interpreter; a pack's entrypoint starts at its call.
+  plan->req.run.spec.warm = WarmSpec{};
+  const json pack_id =
+      trace_object({{"pool/key/pack/name", plan->req.pack.name}, {"pool/key/pack/digest", plan->req.pack.digest}});
+  PooledPack pooled = run_pack_pooled(
+      plan->req, plan->profile, profile, [&](const PoolPause& p, json& meta) -> std::optional<std::string> {
+        meta = trace_object({{"pool/hit", true},
+                             {"pool/created_at", w.created_at},
+                             {"pool/key", trace_object({{"pool/key/profile", profile}, {"pool/key/pack", pack_id}})}});
+        if (tenant)
+          put(at(meta, "pool/key"), "pool/key/tenant",
+              trace_object({{"pool/key/tenant/name", *tenant}, {"pool/key/tenant/policy", tenant_key}}));
+        auto j = await_pooled_job(p, meta, t0, &w.died, &w.closed, &w.setup_failed,
+                                  [&] { tell_server(worker_note_ready(p.cgroup_path)); });
+        if (!j) return std::nullopt;
+        w.got_job = true;
+        if (j->contains("invalid")) {
+          w.invalid = *j;
+          return std::nullopt;
+        }
+        w.job = *j;
+        const bool disturbed = meta.contains("discard");
+        auto why = pooled_pack_job_refusal(*j, key, disturbed ? std::optional<std::string>() : tenant, tenant_key,
+                                           [&] { return tenant_policy_key(*tenant); });
+        if (!why.empty()) meta["discard"] = why;
+        json records = j->value("records", json::array());
+        return dump_json(records, -1);
+      });
+  PooledExec e;
+  e.request = pooled.called ? w.job : json(nullptr);
+  e.pool_meta = pooled.pool_meta;
+  e.cold_reason = pooled.cold_reason;
+  e.build_error = pooled.build_error;
+  if (pooled.called && pooled.cold_reason.empty()) e.response = pack_response(pooled.result, out, err, wctx.dirs);
+  w.exec = std::move(e);
+  return w;
+}
+}  // namespace
+
+PooledNext serve_pooled(const WorkerContext& ctx, const std::string& profile, const json& pack_key) {
+  PooledWait w = pack_key.is_object() ? build_and_wait_pack(ctx, profile, pack_key) : build_and_wait(ctx, profile);
   Broken broken = broken_sandbox(w);
   if (broken.why.empty()) return after_pooled_wait(w, profile);
   std::fprintf(stderr, "sbx: mcp: pool: %s\n", printable(broken.why).c_str());

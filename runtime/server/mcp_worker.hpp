@@ -57,6 +57,8 @@ struct PooledWait {
   bool setup_failed = false;  // ... because init reported a setup error (died holds it)
   nlohmann::json invalid;     // {"invalid": why} when the job was no JSON object
   std::string created_at;     // when the worker started building (the record's pool note)
+  bool pack = false;          // a pack's pooled sandbox: exec.request is the server's whole job
+  nlohmann::json job;         // the job that came (valid JSON object), as the server sent it
 };
 // Why a pooled sandbox cannot serve any call ("" when it can), and how long to wait for a job the
 // server may already have sent (-1: until the server closes the socket).
@@ -87,11 +89,20 @@ PooledNext after_broken_wait(const std::optional<nlohmann::json>& job, const std
 std::string pooled_job_refusal(const nlohmann::json& job, const std::string& profile,
                                const std::optional<std::string>& tenant, const std::string& policy_at_build,
                                const std::function<std::string()>& policy_now);
+// The same for a pack's pooled sandbox, built for `pack_key` (the server's job less its records:
+// tool, profile, dir, contexts, secrets): another pack, other contexts or secrets, or an edited
+// tenant policy.
+std::string pooled_pack_job_refusal(const nlohmann::json& job, const nlohmann::json& pack_key,
+                                    const std::optional<std::string>& tenant, const std::string& policy_at_build,
+                                    const std::function<std::string()>& policy_now);
 // The job a pooled worker runs cold: run_code under its profile, with the pool note for the record.
 nlohmann::json cold_job(const nlohmann::json& request, const std::string& profile, const nlohmann::json& pool_note);
+// A pack's job as the server sent it, with the pool note for the record.
+nlohmann::json cold_pack_job(const nlohmann::json& job, const nlohmann::json& pool_note);
 
 // The whole pooled worker: build, tell the server, wait, and decide (may block until the server
-// closes the socket).
-PooledNext serve_pooled(const WorkerContext& ctx, const std::string& profile);
+// closes the socket). pack_key null: a run_code sandbox for `profile`; else a pack tool's, for the
+// pack it names ({"dir", "contexts", "secrets"}, `sbx mcp-worker --pooled --pack-job JSON`).
+PooledNext serve_pooled(const WorkerContext& ctx, const std::string& profile, const nlohmann::json& pack_key = nullptr);
 
 }  // namespace sbx::mcp

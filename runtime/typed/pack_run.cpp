@@ -14,6 +14,7 @@
 #include "runtime/launch/dry_run.hpp"
 #include "runtime/base/sha256.hpp"
 #include "runtime/typed/pack_tree.hpp"
+#include "runtime/base/clock.hpp"
 #include "runtime/typed/typed_io.hpp"
 #include "runtime/linux/userns.hpp"
 
@@ -197,14 +198,18 @@ json check_input(PackRunRequest& req, const Result<CompiledSchema>& in_schema, c
 // 2 the mounts of the contract. The records are the exact bytes validated above, handed to the
 // sandbox as a generated file (the caller's file may change after validation; this copy cannot).
 // The pack and the contexts are bound from sbx's private copies (load_pack_copy, copy_contexts).
+void bind_pack_and_contexts(PackRunRequest& req, const std::vector<ContextCopy>& copies) {
+  req.run.spec.binds.push_back({req.pack.dir, "/pack", false});
+  for (std::size_t i = 0; i < req.contexts.size(); ++i)
+    for (auto& c : req.pack.contexts)
+      if (c.name == req.contexts[i].first) req.run.spec.binds.push_back({copies[i].mounted, c.path, false});
+}
+
 void plan_contract_mounts(PackRunRequest& req, const std::vector<ContextCopy>& copies) {
   RunRequest& run = req.run;
   if (!run.typed.refuse) {
     run.files.push_back({"/in/records.json", req.input_bytes, 0444});
-    run.spec.binds.push_back({req.pack.dir, "/pack", false});
-    for (std::size_t i = 0; i < req.contexts.size(); ++i)
-      for (auto& c : req.pack.contexts)
-        if (c.name == req.contexts[i].first) run.spec.binds.push_back({copies[i].mounted, c.path, false});
+    bind_pack_and_contexts(req, copies);
   }
   for (auto& [name, value] : req.secrets)
     for (auto& s : req.pack.secrets)
@@ -276,13 +281,38 @@ AfterRun OutputContract::judge(const Outcome& o, int out_fd) {
 
 // What a replay needs (blob_store.hpp), kept before the run: the pack's tree, the records as
 // validated and the profile's text.
-void keep_replay_blobs(PackRunRequest& req, std::int64_t ceiling) {
-  RunRequest& run = req.run;
-  BlobKeeper keeper(run.dirs, ceiling, run.blob_pin);
+json keep_pack_blobs(PackRunRequest& req, std::int64_t ceiling) {
+  BlobKeeper keeper(req.run.dirs, ceiling, req.run.blob_pin);
   keeper.add_tree("pack_file", "pack_dir", "pack_link", "", req.pack.dir);
+  return keeper.take();
+}
+json keep_call_blobs(PackRunRequest& req, std::int64_t ceiling) {
+  BlobKeeper keeper(req.run.dirs, ceiling, req.run.blob_pin);
   keeper.add_bytes("records", req.input_path, req.input_bytes);
-  keeper.add_bytes("profile", run.profile.origin, run.profile.text);
-  put(run.record_extra, "blobs", keeper.take());
+  keeper.add_bytes("profile", req.run.profile.origin, req.run.profile.text);
+  return keeper.take();
+}
+void keep_replay_blobs(PackRunRequest& req, std::int64_t ceiling) {
+  json blobs = keep_pack_blobs(req, ceiling);
+  for (auto& b : keep_call_blobs(req, ceiling)) blobs.push_back(b);
+  put(req.run.record_extra, "blobs", blobs);
+}
+
+// The run's end as the caller sees it: the secrets wiped, the status, the record, and the
+// validated result only when the run is ok and its record durable.
+void finish_pack_run(PackRunRequest& req, const RunReport& report, OutputContract& contract, PackRunResult& res) {
+  RunRequest& run = req.run;
+  res.recorded = report.recorded;
+  res.record_error = report.record_error;
+  for (auto& [n, v] : run.secrets.files) wipe(v);
+  for (auto& [n, v] : run.secrets.env) wipe(v);
+  for (auto& [n, v] : req.secrets) wipe(v);
+  res.exit_status = report.exit_status;
+  res.status = report.outcome.status;
+  if (report.outcome.error) res.error = report.outcome.error->describe();
+  res.trace = report.trace;
+  if (res.status == RunStatus::ok && res.recorded) res.result = std::move(contract.valid_result);
+  res.errors.insert(res.errors.end(), contract.lines.begin(), contract.lines.end());
 }
 
 }  // namespace
@@ -320,18 +350,123 @@ PackRunResult run_pack(PackRunRequest& req) {
   // is durable in the ledger (cli/pack_cmd.cpp withholds it otherwise).
   run.require_record = true;
   RunReport report = run_sandbox(run);
-  res.recorded = report.recorded;
-  res.record_error = report.record_error;
-  for (auto& [n, v] : run.secrets.files) wipe(v);
-  for (auto& [n, v] : run.secrets.env) wipe(v);
-  for (auto& [n, v] : req.secrets) wipe(v);
-  res.exit_status = report.exit_status;
-  res.status = report.outcome.status;
-  if (report.outcome.error) res.error = report.outcome.error->describe();
-  res.trace = std::move(report.trace);
-  if (res.status == RunStatus::ok && res.recorded) res.result = std::move(contract.valid_result);
-  res.errors.insert(res.errors.end(), contract.lines.begin(), contract.lines.end());
+  finish_pack_run(req, report, contract, res);
   return res;
+}
+
+namespace {
+// Why a sandbox built for req (its contexts' copies `copies`) does not run a call with `records`
+// ("" when it does; `count` then holds how many records there are): run_pack_pooled's checks.
+std::string pooled_pack_refusal(const PackRunRequest& req, const std::vector<ContextCopy>& copies,
+                                const LoadedProfile& profile, const std::string& profile_name,
+                                const CompiledSchema& in_schema, const std::string& records, std::size_t& count) {
+  auto changed = profile_changed(profile, profile_name);
+  if (!changed) return "profile " + profile_name + " could not be read again: " + changed.error().describe();
+  if (!changed->empty()) return *changed;
+  auto now = pack_digest(req.pack.source_dir);
+  if (!now) return "the pack could not be read again: " + now.error().describe();
+  if (*now != req.pack.digest)
+    return "pack " + req.pack.source_dir + " changed since the pooled sandbox was built (" + req.pack.digest +
+           ", now " + *now + ")";
+  for (std::size_t i = 0; i < req.contexts.size(); ++i) {
+    auto& [name, path] = req.contexts[i];
+    char* real = ::realpath(path.c_str(), nullptr);
+    if (!real) return "context " + name + " (" + path + ") could not be found again";
+    std::string source = real;
+    std::free(real);
+    auto digest = hash_tree(source, "", "context " + name + " (" + path + ")", kPackBoundsHint);
+    if (!digest) return "context " + name + " could not be read again: " + digest.error().describe();
+    if (*digest != copies[i].digest)
+      return "context " + name + " (" + path + ") changed since the pooled sandbox was built";
+  }
+  ParsedJson parsed = parse_json(records, {kMaxRecordsBytes});
+  if (!parsed.ok() || !validate_records(in_schema, parsed.value, nullptr, 1).empty())
+    return "the records are not valid against the pack's input schema (the cold run refuses them, creating nothing)";
+  count = parsed.value.size();
+  return "";
+}
+
+// The sandbox's side of run_pack_pooled: everything run_pack plans before its run, but the
+// records. Returns the contexts' copies (held by `holder`) and the pack tree's blobs.
+Result<std::vector<ContextCopy>> plan_pooled_pack(PackRunRequest& req, std::shared_ptr<PrivateDir>& holder) {
+  if (!req.secrets.empty()) return make_error("pool", "a pack given secrets is not pooled: they are read at each call");
+  auto copies = copy_contexts(req, holder);
+  if (!copies) return copies.error();
+  describe_pack_run(req, *copies);
+  bind_pack_and_contexts(req, *copies);
+  // No result without a record (run_pack).
+  req.run.require_record = true;
+  return copies;
+}
+}  // namespace
+
+PooledPack run_pack_pooled(PackRunRequest& req, const LoadedProfile& profile, const std::string& profile_name,
+                           const AwaitPackRecords& await_records) {
+  PooledPack out;
+  RunRequest& run = req.run;
+  std::shared_ptr<PrivateDir> context_dir;
+  auto copies = plan_pooled_pack(req, context_dir);
+  auto in_schema = CompiledSchema::compile(req.pack.input_schema, req.pack.input_schema_path);
+  auto out_schema = CompiledSchema::compile(req.pack.output_schema, req.pack.output_schema_path);
+  auto ceiling = keep_ceiling();
+  for (const Error* e : {copies ? nullptr : &copies.error(), in_schema ? nullptr : &in_schema.error(),
+                         out_schema ? nullptr : &out_schema.error(), ceiling ? nullptr : &ceiling.error()})
+    if (e) {
+      out.build_error = *e;
+      return out;
+    }
+  const json pack_blobs = keep_pack_blobs(req, *ceiling);  // the tree once; each call's record names it
+  json validation;
+  std::optional<OutputContract> contract;
+  run.pool.await_call = [&](const PoolPause& pause) -> std::optional<PooledCall> {
+    json meta = json::object();
+    auto records = await_records(pause, meta);
+    if (!records) return std::nullopt;  // discarded: no call came
+    out.called = true;
+    out.pool_meta = meta;
+    const std::int64_t t0_us = monotonic_us();
+    std::size_t count = 0;
+    out.cold_reason = meta.contains("discard")
+                          ? meta["discard"].get<std::string>()
+                          : pooled_pack_refusal(req, *copies, profile, profile_name, *in_schema, *records, count);
+    if (!out.cold_reason.empty()) return std::nullopt;
+    req.input_bytes = std::move(*records);
+    validation = trace_object(
+        {{"validation/input", trace_object({{"validation/input/status", "ok"}, {"validation/input/records", count}})},
+         {"validation/output", nullptr}});
+    contract.emplace(OutputContract{req, *out_schema, validation, *ceiling, {}, {}});
+    put(meta, "pool/plan_us", monotonic_us() - t0_us);
+    PooledCall c;
+    c.spec = run.spec;
+    c.job.argv = run.spec.argv;
+    c.job.files = {{"/in/records.json", req.input_bytes, 0444}};
+    c.inputs = json::array(
+        {file_record(req.input_path, static_cast<std::int64_t>(req.input_bytes.size()), sha256_hex(req.input_bytes))});
+    c.record_extra = run.record_extra;
+    put(c.record_extra, "blobs", pack_blobs);
+    put(c.record_extra, "pool", meta);
+    // The records' and the profile's blobs are kept after the run (each a durable write the
+    // program would otherwise wait for), beside the result's.
+    c.after_run = [&req, &contract, ceil = *ceiling](const Outcome& o, int out_fd) {
+      AfterRun after = contract->judge(o, out_fd);
+      json& blobs = after.record["blobs"];
+      if (!blobs.is_array()) blobs = json::array();
+      for (auto& b : keep_call_blobs(req, ceil)) blobs.push_back(b);
+      return after;
+    };
+    return c;
+  };
+  RunReport report = run_sandbox(run);
+  if (report.discarded) {
+    if (!out.called && report.outcome.error) out.build_error = report.outcome.error;
+    return out;
+  }
+  if (!contract) {
+    out.build_error = make_error("pool", "the pooled run ended before its call was handed over");
+    return out;
+  }
+  finish_pack_run(req, report, *contract, out.result);
+  return out;
 }
 
 }  // namespace sbx

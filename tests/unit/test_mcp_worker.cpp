@@ -97,3 +97,57 @@ TEST_CASE("mcp worker: after a pooled wait the call is answered, run cold with i
   CHECK(next.job["pool"] == json{{"hit", false}, {"reason", "b"}, {"created_at", "2026-12-02T10:00:00.000Z"}});
   CHECK(next.job["request"] == json{{"code", "z"}});
 }
+
+TEST_CASE("mcp worker: a pack's pooled sandbox serves only calls of the pack, contexts and secrets it was built for") {
+  json key = {{"tool", "pack"}, {"profile", "untrusted"}, {"dir", "/p"}, {"contexts", json::array({{"c", "/x"}})},
+              {"secrets", json::array()}};
+  auto policy = [] { return std::string("k"); };
+  json call = key;
+  call["records"] = json::array({{{"id", 1}}});
+  call["pool_sent_us"] = 5;
+  CHECK(pooled_pack_job_refusal(call, key, std::nullopt, "", policy) == "");
+  CHECK(pooled_pack_job_refusal(call, key, "t", "k", policy) == "");
+  CHECK(pooled_pack_job_refusal(call, key, "t", "k0", policy) ==
+        "tenant t's policy changed since the pooled sandbox was built");
+  const std::string other = "the job is not a call of pack /p with the contexts and secrets it was built with";
+  for (const char* k : {"dir", "contexts", "secrets", "profile", "tool"}) {
+    json c = call;
+    c[k] = "else";
+    CHECK(pooled_pack_job_refusal(c, key, std::nullopt, "", policy) == other);
+  }
+  json run_code = {{"tool", "run_code"}, {"profile", "untrusted"}, {"request", {{"code", "x"}}}};
+  CHECK(pooled_pack_job_refusal(run_code, key, std::nullopt, "", policy) == other);
+
+  // A call it cannot run goes cold as the server sent it, with the pool's note; never rebuilt from
+  // what a client wrote.
+  json note = {{"hit", false}, {"reason", "r"}};
+  json cold = cold_pack_job(call, note);
+  CHECK(cold["pool"] == note);
+  CHECK_FALSE(cold.contains("pool_sent_us"));
+  CHECK(cold["records"] == call["records"]);
+  CHECK(cold["dir"] == "/p");
+
+  PooledWait w;
+  w.pack = true;
+  w.created_at = "2026-12-04T10:00:00.000Z";
+  PooledExec ex;
+  ex.request = call;
+  ex.pool_meta = json::object();
+  ex.cold_reason = "pack /p changed since the pooled sandbox was built";
+  w.exec = ex;
+  auto next = after_pooled_wait(w, "untrusted");
+  CHECK(next.job["tool"] == "pack");
+  CHECK(next.job["pool"]["reason"] == ex.cold_reason);
+  CHECK(next.job["records"] == call["records"]);
+  // A run_code request that names a pack is still run_code: the pool's kind decides, not the request.
+  w.pack = false;
+  ex.request = {{"tool", "pack"}, {"dir", "/etc"}};
+  w.exec = ex;
+  next = after_pooled_wait(w, "untrusted");
+  CHECK(next.job["tool"] == "run_code");
+  CHECK(next.job["request"] == ex.request);
+  // After a failed build the server's own job decides.
+  next = after_broken_wait(call, "b", "untrusted", w.created_at);
+  CHECK(next.job["tool"] == "pack");
+  CHECK(next.job["pool"]["reason"] == "b");
+}

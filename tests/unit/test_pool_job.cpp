@@ -106,3 +106,29 @@ TEST_CASE("a call's extra files: one rule for a cold and a pooled call (plain_re
   job.files = {{"/code/a/./b", "", 0444}};
   CHECK_FALSE(decode_pool_job(encode_pool_job(job)));
 }
+
+namespace {
+struct RecordingLauncher : sbx::mcp::SandboxLauncher {
+  std::vector<nlohmann::json> jobs;
+  sbx::Result<sbx::mcp::Worker> launch(const nlohmann::json& job) override {
+    jobs.push_back(job);
+    return sbx::mcp::Worker{};
+  }
+};
+}  // namespace
+
+TEST_CASE("the pool router keys a call by its tool or pack, and runs a call with no pool cold, saying why") {
+  using sbx::mcp::PoolRouter;
+  CHECK(PoolRouter::key_of({{"tool", "run_code"}, {"request", {{"tool", "pack"}}}}) == "run_code");
+  CHECK(PoolRouter::key_of({{"tool", "pack"}, {"dir", "/srv/p"}}) == "pack:/srv/p");
+  RecordingLauncher cold;
+  PoolRouter router(cold);
+  router.unpooled("pack:/srv/s", "pack s is given secrets");
+  CHECK(router.next_tick_ms() == -1);  // no pool: nothing due
+  REQUIRE(router.launch({{"tool", "pack"}, {"dir", "/srv/s"}}));
+  REQUIRE(router.launch({{"tool", "pack"}, {"dir", "/srv/other"}}));
+  REQUIRE(cold.jobs.size() == 2);
+  CHECK(cold.jobs[0]["pool"] == nlohmann::json{{"hit", false}, {"reason", "pack s is given secrets"}});
+  CHECK(cold.jobs[1]["pool"]["reason"] == "no pool serves this tool");
+  CHECK(cold.jobs[1]["dir"] == "/srv/other");
+}

@@ -1,0 +1,220 @@
+"""sbx mcp --pool N for pack tools (issue 34 item 1): each pack tool gets sandboxes built ahead for
+that pack (its private copy at /pack, its contexts' copies, its image and limits); a call's records
+arrive at hand-out. A pooled pack call answers exactly as a cold one, and its record says how the
+sandbox was made (pool.key.pack: the pack's name and the digest of the copy it was built with).
+Nothing of one call is seen by the next. What is checked at hand-out makes the call run cold, its
+record saying why: the pack or a context edited since the build (the cold run gets the tree as it
+is now, and the pool's next sandbox is built from it), records invalid against the input schema (the
+cold run refuses them, as ever), a pack given secrets (never pooled: a secret is read at each call).
+A pooled pack call replays identically. Runs as root and rootless."""
+import json
+import os
+import subprocess
+import time
+import uuid
+
+from sbxtest import SBX, SbxTestCase, ledger_lines, note, procs, scaled, validate_trace
+from test_mcp import Server
+from test_mcp_pool import descendants, pooled_workers
+
+# The pack's program: what it saw (the records, /tmp as it found it, its context, its pid
+# namespace), then it leaves things behind (a file in /tmp and /out, a background process) that
+# the next call must not see.
+SCRIPT = r"""set -eu
+n=$(grep -o '"id"' /in/records.json | wc -l)
+left=$( (ls -A /tmp; ls -A /out) | tr '\n' ' ')
+ctx=$(cat /ctx/data 2>/dev/null || echo none)
+sleeps=$(for p in /proc/[0-9]*; do cat $p/cmdline 2>/dev/null | tr '\0' ' '; echo; done | grep -c '^sleep' || true)
+printf '{"count": %s, "left": "%s", "ctx": "%s", "sleeps": %s, "pidns": "%s", "version": "VERSION"}' \
+  "$n" "$left" "$ctx" "$sleeps" "$(readlink /proc/self/ns/pid)" > /out/result.json
+echo leftover > /tmp/left-behind
+(sleep MARKER >/dev/null 2>&1 &)
+"""
+
+
+class McpPackPoolTest(SbxTestCase):
+    def server(self, args):
+        s = Server(self, args)
+        self.addCleanup(s.close)
+        return s
+
+    def call(self, s, name, arguments, timeout=60):
+        return s.request("tools/call", {"name": name, "arguments": arguments}, timeout=timeout)
+
+    def records(self, s):
+        return [e["record"] for e in ledger_lines(s.state)]
+
+    def make_pack(self, name, version="v1", context=True, secrets=None, script=SCRIPT):
+        d = self.path(f"pack-{name}-{uuid.uuid4().hex[:6]}")
+        os.makedirs(d + "/schemas")
+        self.marker = "3%d.5" % (uuid.uuid4().int % 10**8)
+        manifest = {"name": name, "version": "1.0.0", "entrypoint": ["/bin/sh", "/pack/run.sh"],
+                    "input_schema": "schemas/in.json", "output_schema": "schemas/out.json",
+                    "limits": {"timeout": "20s", "pids": 32}, "network": {"mode": "none"}}
+        if context:
+            manifest["context"] = [{"name": "data", "path": "/ctx/data", "required": True}]
+        if secrets:
+            manifest["secrets"] = secrets
+        files = {"pack.json": json.dumps(manifest),
+                 "run.sh": script.replace("VERSION", version).replace("MARKER", self.marker),
+                 "schemas/in.json": json.dumps({"type": "object", "required": ["id"]}),
+                 "schemas/out.json": json.dumps({"type": "object", "required": ["count"]})}
+        for rel, content in files.items():
+            with open(os.path.join(d, rel), "w") as f:
+                f.write(content)
+        for root, dirs, fs in os.walk(d):
+            for x in dirs + fs:
+                os.chmod(os.path.join(root, x), 0o755 if x in dirs else 0o644)
+        os.chmod(d, 0o755)
+        return d
+
+    def context_file(self, text):
+        path = self.path(f"ctx-{uuid.uuid4().hex[:6]}")
+        with open(path, "w") as f:
+            f.write(text)
+        os.chmod(path, 0o644)
+        return path
+
+    def pack_call(self, s, name, records):
+        return self.call(s, name, {"records": records})["result"]
+
+    def wait_workers(self, s, n, timeout=30):
+        """Until n pooled workers (run_code's and each pack's) each have their sandbox's init."""
+        deadline = time.monotonic() + scaled(timeout)
+        while time.monotonic() < deadline:
+            if len([w for w in pooled_workers(s.p.pid) if descendants(w)]) >= n:
+                time.sleep(0.3)  # the init's setup up to its pause
+                return
+            time.sleep(0.05)
+        self.fail(f"{n} pooled sandboxes not made within {timeout}s; stderr:\n{s.stderr()}")
+
+    def test_a_pack_call_is_served_by_a_sandbox_built_for_its_pack(self):
+        d = self.make_pack("pooled-pack")
+        ctx = self.context_file("ctx-one")
+        records = [{"id": i} for i in range(3)]
+        answers = {}
+        for pool in (0, 1):
+            s = self.server(["--pool", str(pool), "--max-concurrent", "1", "--packs", d,
+                             "--context", f"pooled-pack/data={ctx}"])
+            if pool:
+                self.wait_workers(s, 2)
+            got = []
+            for _ in range(3):
+                if pool:
+                    self.wait_workers(s, 2)  # the replacement built: every call finds one
+                r = self.pack_call(s, "pooled-pack", records)
+                self.assertFalse(r["isError"], r)
+                got.append(r["structuredContent"])
+            recs = self.records(s)
+            self.assertEqual(len(recs), 3, recs)
+            for rec in recs:
+                validate_trace(self, rec)
+                self.assertEqual(rec["result"]["status"], "ok")
+                self.assertEqual(rec["validation"]["input"], {"status": "ok", "records": 3})
+                self.assertEqual(rec["sandbox"]["made_by"], "pooled" if pool else "cold")
+                blobs = sorted((b["role"], b.get("path", "")) for b in rec["blobs"])
+                answers.setdefault("blobs", []).append(blobs)
+            if pool:
+                for rec in recs:
+                    self.assertTrue(rec["pool"]["hit"], rec["pool"])
+                    self.assertEqual(rec["pool"]["key"]["pack"],
+                                     {"name": "pooled-pack", "digest": rec["invocation"]["pack"]["digest"]})
+                note("pooled pack call's pool: " + json.dumps(recs[-1]["pool"]))
+            # Nothing of one call reached the next: /tmp and /out were empty each time, no call saw the
+            # previous one's background process, which died with its sandbox.
+            for g in got:
+                self.assertEqual((g["left"], g["sleeps"], g["ctx"], g["count"], g["version"]), ("", 0, "ctx-one", 3, "v1"), g)
+            answers[pool] = [{k: v for k, v in g.items() if k != "pidns"} for g in got]
+            self.assertEqual([p for p, (cl, _) in procs().items() if any(self.marker in x for x in cl)], [])
+        self.assertEqual(answers[0], answers[1])
+        self.assertEqual(len(set(map(tuple, answers["blobs"]))), 1, answers["blobs"])  # pooled keeps what cold keeps
+        r = subprocess.run([SBX, "--state-dir", s.state, "trace", "verify"], capture_output=True, timeout=scaled(30))
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+
+    def test_a_pack_or_context_edited_after_the_build_runs_cold_as_it_is_now(self):
+        d = self.make_pack("edited-pack")
+        ctx = self.context_file("ctx-one")
+        s = self.server(["--pool", "1", "--max-concurrent", "1", "--packs", d,
+                         "--context", f"edited-pack/data={ctx}"])
+        self.wait_workers(s, 2)
+        with open(os.path.join(d, "run.sh")) as f:
+            script = f.read()
+        with open(os.path.join(d, "run.sh"), "w") as f:
+            f.write(script.replace('"v1"', '"v2"'))
+        r = self.pack_call(s, "edited-pack", [{"id": 1}])
+        self.assertFalse(r["isError"], r)
+        self.assertEqual(r["structuredContent"]["version"], "v2")  # the tree as it is now
+        rec = self.records(s)[-1]
+        self.assertFalse(rec["pool"]["hit"], rec["pool"])
+        self.assertIn("changed since the pooled sandbox was built", rec["pool"]["reason"])
+        note("edited pack: " + rec["pool"]["reason"])
+        # The pool's next sandbox is built from the pack as it is now: pooled again, the new digest.
+        self.wait_workers(s, 2)
+        r = self.pack_call(s, "edited-pack", [{"id": 1}])
+        self.assertEqual(r["structuredContent"]["version"], "v2")
+        rec = self.records(s)[-1]
+        self.assertTrue(rec["pool"]["hit"], rec["pool"])
+        self.assertEqual(rec["pool"]["key"]["pack"]["digest"], rec["invocation"]["pack"]["digest"])
+        # A context edited after the build: cold, with the context as it is now.
+        self.wait_workers(s, 2)
+        with open(ctx, "w") as f:
+            f.write("ctx-two")
+        r = self.pack_call(s, "edited-pack", [{"id": 1}])
+        self.assertEqual(r["structuredContent"]["ctx"], "ctx-two")
+        rec = self.records(s)[-1]
+        self.assertFalse(rec["pool"]["hit"], rec["pool"])
+        self.assertIn("context data", rec["pool"]["reason"])
+        self.assertIn("changed since the pooled sandbox was built", rec["pool"]["reason"])
+
+    def test_invalid_records_are_refused_as_a_cold_call_refuses_them(self):
+        d = self.make_pack("strict-pack", context=False)
+        answers = []
+        for pool in (0, 1):
+            s = self.server(["--pool", str(pool), "--packs", d])
+            if pool:
+                self.wait_workers(s, 2)
+            r = self.pack_call(s, "strict-pack", [{"id": 1}, {"no-id": 2}])
+            rec = self.records(s)[-1]
+            validate_trace(self, rec)
+            self.assertEqual(rec["result"]["status"], "input_invalid")
+            self.assertNotIn("program_started_at", rec)  # nothing ran
+            if pool:
+                self.assertFalse(rec["pool"]["hit"], rec["pool"])
+                self.assertIn("not valid against the pack's input schema", rec["pool"]["reason"])
+            sc = r.get("structuredContent")
+            answers.append((r["isError"], [c["text"].split(" (run ")[0] for c in r["content"]],
+                            sc and {k: v for k, v in sc.items() if k != "run_id"}))
+        self.assertEqual(answers[0], answers[1])
+
+    def test_a_pack_given_secrets_is_not_pooled_and_says_why(self):
+        d = self.make_pack("secret-pack", context=False,
+                           secrets=[{"name": "token", "required": True, "delivery": "file"}])
+        sfile = self.context_file("s3cr3t-value")
+        s = self.server(["--pool", "1", "--packs", d, "--secret", f"secret-pack/token=@{sfile}"])
+        self.wait_workers(s, 1)  # run_code's only
+        time.sleep(0.5)
+        self.assertEqual(len(pooled_workers(s.p.pid)), 1)
+        r = self.pack_call(s, "secret-pack", [{"id": 1}])
+        self.assertFalse(r["isError"], r)
+        rec = self.records(s)[-1]
+        self.assertEqual(rec["sandbox"]["made_by"], "cold")
+        self.assertFalse(rec["pool"]["hit"])
+        self.assertIn("is given secrets", rec["pool"]["reason"])
+
+    def test_a_pooled_pack_call_replays_identically(self):
+        script = "set -eu\nprintf '{\"count\": %s}' $(grep -o '\"id\"' /in/records.json | wc -l) > /out/result.json\n"
+        d = self.make_pack("replayed-pack", context=False, script=script)
+        s = self.server(["--pool", "1", "--packs", d])
+        self.wait_workers(s, 2)
+        r = self.pack_call(s, "replayed-pack", [{"id": 7}, {"id": 8}])
+        self.assertFalse(r["isError"], r)
+        self.assertEqual(r["structuredContent"], {"count": 2})
+        rec = self.records(s)[-1]
+        self.assertTrue(rec["pool"]["hit"], rec["pool"])
+        r = subprocess.run([SBX, "--state-dir", s.state, "replay", rec["run_id"]], capture_output=True,
+                           timeout=scaled(60))
+        note("replay of a pooled pack call: exit %d, %s" % (r.returncode, r.stdout.decode().strip()))
+        self.assertEqual((r.returncode, r.stdout.decode().strip()), (0, "identical"), r.stderr)
+        again = self.records(s)[-1]
+        self.assertEqual(again["replay_of"]["run_id"], rec["run_id"])
+        self.assertEqual(again["sandbox"]["made_by"], "cold")
