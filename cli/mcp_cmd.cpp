@@ -236,6 +236,38 @@ std::optional<int> load_pack_tools(const McpFlags& f, const LoadedProfile& profi
   return std::nullopt;
 }
 
+// A profile or pack that prepares an interpreter (model/warm.hpp) is checked before the first call:
+// a preload missing from the image (or an image without the interpreter) is the operator's error,
+// said now. Each such pool hands out only prepared sandboxes. "" when all are ready; else the error.
+std::string await_prepared(const McpFlags& f, const mcp::ServerConfig& cfg, mcp::PoolRouter& pools) {
+  struct Warm {
+    mcp::PoolLauncher* pool;
+    const WarmSpec* spec;
+    std::string owner, fix;
+  };
+  std::vector<Warm> warm{
+      {pools.find("run_code"), &f.warm, "profile " + f.profile, "the profile's warm key, or the image"}};
+  for (auto& pt : cfg.packs)
+    warm.push_back({pools.find(mcp::PoolRouter::key_of(mcp::pack_job(cfg, pt))), &pt.warm, "pack " + pt.name,
+                    "the pack's warm key, or its image"});
+  for (auto& w : warm) {
+    const WarmInterpreter* interp = find_warm_interpreter(w.spec->interpreter);
+    if (!w.pool || !interp || !interp->has_driver) continue;
+    std::fprintf(stderr, "sbx: mcp: pool: preparing %s%s%s for %s\n", printable(w.spec->interpreter).c_str(),
+                 w.spec->preload.empty() ? "" : " with ", printable(join_words(w.spec->preload, ", ")).c_str(),
+                 printable(w.owner).c_str());
+    w.pool->prepared_only(true);
+  }
+  // The pools build side by side; each wait is bounded (kWarmCheckMs).
+  for (auto& w : warm) {
+    const WarmInterpreter* interp = find_warm_interpreter(w.spec->interpreter);
+    if (!w.pool || !interp || !interp->has_driver) continue;
+    if (std::string why = w.pool->await_first(mcp::kWarmCheckMs); !why.empty())
+      return "mcp: --pool: " + w.owner + "'s warm key: " + why + " (fix " + w.fix + ")";
+  }
+  return "";
+}
+
 // Serves cfg with workers started as `argv`, cold, or from a pool of f.pool sandboxes.
 int serve_mcp(const McpFlags& f, const mcp::ServerConfig& cfg, const std::vector<std::string>& argv) {
   mcp::ReexecLauncher launcher(argv);
@@ -252,7 +284,6 @@ int serve_mcp(const McpFlags& f, const mcp::ServerConfig& cfg, const std::vector
     auto pooled_argv = argv;
     pooled_argv.insert(pooled_argv.end(), {"--pooled", "--profile", f.profile});
     auto run_code = std::make_unique<mcp::PoolLauncher>(pooled_argv, f.pool, launcher, f.pool_max_idle * 1000LL);
-    mcp::PoolLauncher& pool = *run_code;
     pools.add("run_code", std::move(run_code));
     // A pack tool's are made for that pack: its copy, contexts, image and limits.
     for (auto& pt : cfg.packs) {
@@ -269,19 +300,8 @@ int serve_mcp(const McpFlags& f, const mcp::ServerConfig& cfg, const std::vector
       pools.add(mcp::PoolRouter::key_of(key),
                 std::make_unique<mcp::PoolLauncher>(pack_argv, f.pool, launcher, f.pool_max_idle * 1000LL));
     }
-    // A profile that prepares an interpreter is checked before the first call: a preload missing
-    // from the image (or an image without the interpreter) is the operator's error, said now.
-    const WarmInterpreter* interp = find_warm_interpreter(f.warm.interpreter);
-    std::string why;
-    if (interp && interp->has_driver) {
-      std::fprintf(stderr, "sbx: mcp: pool: preparing %s%s%s\n", printable(f.warm.interpreter).c_str(),
-                   f.warm.preload.empty() ? "" : " with ", printable(join_words(f.warm.preload, ", ")).c_str());
-      pool.prepared_only(true);
-      why = pool.await_first(mcp::kWarmCheckMs);
-    }
-    rc = why.empty() ? mcp::serve(cfg, pools)
-                     : usage_error("mcp: --pool: profile " + f.profile + "'s warm key: " + why +
-                                   " (fix the profile's warm key, or the image)");
+    std::string why = await_prepared(f, cfg, pools);
+    rc = why.empty() ? mcp::serve(cfg, pools) : usage_error(why);
   }
   // A worker killed while it built its sandbox had not named its run cgroup to the server yet
   // (it does once built, mcp_pool.hpp), so the pool could not remove it. Its owner is dead,

@@ -175,6 +175,7 @@ PackTool pack_tool(const Pack& pack) {
   PackTool t;
   t.dir = pack.dir;
   t.name = pack.name;
+  t.warm = pack.warm;
   json input = {{"type", "object"},
                 {"properties",
                  {{"records",

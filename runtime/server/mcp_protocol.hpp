@@ -22,6 +22,7 @@
 
 #include "runtime/base/json_io.hpp"
 #include "runtime/base/json_limits.hpp"
+#include "runtime/model/warm.hpp"
 #include "runtime/typed/pack.hpp"
 
 namespace sbx::mcp {
@@ -85,6 +86,7 @@ RequestEra request_era(const nlohmann::json& params);
 struct PackTool {
   std::string dir;
   std::string name;
+  WarmSpec warm;              // the pack's warm key: its pooled sandboxes prepare this interpreter
   nlohmann::json definition;  // the Tool object of tools/list
   bool wrapped_output = false;
 };

@@ -359,6 +359,8 @@ Result<PackPlan> plan_pack_job(const json& job, const WorkerContext& wctx, Captu
       !st)
     return make_error("usage", st.error().message);
   req.input_path = "mcp:tools/call";
+  // What a pooled sandbox prepares is the pack's own warm key, never the profile's (run_code's).
+  req.run.spec.warm = req.pack.warm;
   for (auto& c : job.value("contexts", json::array()))
     if (c.is_array() && c.size() == 2 && c[0].is_string() && c[1].is_string()) req.contexts.push_back({c[0], c[1]});
   if (!out.fd.ok() || !err.fd.ok()) return make_error("mcp", "memfd_create for the captured output");
@@ -534,8 +536,6 @@ PooledWait build_and_wait_pack(const WorkerContext& wctx, const std::string& pro
     w.exec = plan.error();
     return w;
   }
-  // The profile's warm key prepares run_code's interpreter; a pack's entrypoint starts at its call.
-  plan->req.run.spec.warm = WarmSpec{};
   const json pack_id =
       trace_object({{"pool/key/pack/name", plan->req.pack.name}, {"pool/key/pack/digest", plan->req.pack.digest}});
   PooledPack pooled = run_pack_pooled(

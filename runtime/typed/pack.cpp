@@ -280,6 +280,35 @@ json read_run_layer(DocReader& r, std::vector<PackProblem>& problems) {
   return patch;
 }
 
+// warm: the profile's key (model/warm.hpp), for the pack's own calls from a pool (`sbx mcp --pool`):
+// the interpreter its entrypoint starts, the preloads imported before the call. Not a layer of the
+// spec (a merge patch would mix the profile's preloads into the pack's): Pack::warm. A prepared
+// interpreter runs only its own command line on a script ([PATH, SCRIPT, ARGS...], model/warm.cpp's
+// driver; with an option first it would start afresh), so the entrypoint must be one.
+void read_warm(DocReader& r, Pack& p, Checker& c) {
+  r.ignore("warm");
+  if (!r.contains("warm")) return;
+  json probe = spec_to_json(RunSpec{});
+  probe["warm"] = r.value().at("warm");
+  auto s = spec_from_json(probe, "");
+  if (!s) {
+    // ": /warm/preload/0: ..." (the RunSpec reader's message with an empty source).
+    std::string msg = s.error().message;
+    auto at = msg.find("/warm");
+    auto colon = at == std::string::npos ? at : msg.find(": ", at);
+    if (colon == std::string::npos) c.add("/warm", msg);
+    else c.add(msg.substr(at, colon - at), msg.substr(colon + 2));
+    return;
+  }
+  const WarmInterpreter* interp = find_warm_interpreter(s->warm.interpreter);
+  const auto& e = p.entrypoint;
+  if (interp && interp->has_driver && (e.size() < 2 || e[0] != interp->path || e[1].starts_with("-")))
+    c.add("/warm/interpreter", std::string("a prepared ") + interp->name + " runs only an entrypoint [\"" +
+                                   interp->path + "\", SCRIPT, ARGS...] (no option before the script): change the " +
+                                   "entrypoint, or drop warm");
+  p.warm = s->warm;
+}
+
 // A boolean member that defaults to false (null is not a boolean here).
 bool flag(DocReader& e, const char* key) {
   e.ignore(key);
@@ -399,7 +428,7 @@ Result<Pack> parse_manifest_in(const std::string& dir, const std::string& shown,
     for (auto [key, into] : {std::pair{"name", &read->name}, std::pair{"version", &read->version}})
       if (auto it = m.find(key); it != m.end() && it->is_string()) *into = it->get<std::string>();
   r.known({"name", "version", "description", "entrypoint", "image", "input_schema", "output_schema", "limits",
-           "network", "context", "secrets", "capabilities"});
+           "network", "context", "secrets", "capabilities", "warm"});
   (void)r.finish({.known = true});
   Pack p;
   p.dir = dir;
@@ -409,6 +438,7 @@ Result<Pack> parse_manifest_in(const std::string& dir, const std::string& shown,
   load_schema(dir, m, "input_schema", p.input_schema_path, p.input_schema, c, p.warnings, strict);
   load_schema(dir, m, "output_schema", p.output_schema_path, p.output_schema, c, p.warnings, strict);
   json layer = read_run_layer(r, problems);
+  read_warm(r, p, c);
   read_entries(r, "context", "{name, path, required}", p, read_context);
   read_entries(r, "secrets", "{name, required, delivery}", p, read_secret);
   if (problems.size() > before) {

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/base/error.hpp"
+#include "runtime/model/warm.hpp"
 #include "runtime/typed/schema_validate.hpp"
 
 namespace sbx {
@@ -54,6 +55,10 @@ struct Pack {
   nlohmann::json spec_patch;
   std::vector<PackContext> contexts;
   std::vector<PackSecret> secrets;
+  // The manifest's `warm` (model/warm.hpp): what the pack's pooled sandboxes prepare before a call
+  // (`sbx mcp --pool`); never the profile's, which is run_code's. Its entrypoint is then that
+  // interpreter on a script (read_warm checks it).
+  WarmSpec warm;
   std::string digest;                 // "sha256:<hex>" over the sorted file manifest (pack_digest)
   std::vector<PackProblem> warnings;  // unknown schema keywords, when not loaded strictly
 };

@@ -1,4 +1,4 @@
-"""sbx mcp --pool N for pack tools (issue 34 item 1): each pack tool gets sandboxes built ahead for
+"""sbx mcp --pool N for pack tools (issue 34 items 1 and 2): each pack tool gets sandboxes built ahead for
 that pack (its private copy at /pack, its contexts' copies, its image and limits); a call's records
 arrive at hand-out. A pooled pack call answers exactly as a cold one, and its record says how the
 sandbox was made (pool.key.pack: the pack's name and the digest of the copy it was built with).
@@ -6,7 +6,10 @@ Nothing of one call is seen by the next. What is checked at hand-out makes the c
 record saying why: the pack or a context edited since the build (the cold run gets the tree as it
 is now, and the pool's next sandbox is built from it), records invalid against the input schema (the
 cold run refuses them, as ever), a pack given secrets (never pooled: a secret is read at each call).
-A pooled pack call replays identically. Runs as root and rootless."""
+A pooled pack call replays identically. A pack's own `warm` key prepares its interpreter (the
+preloads imported before the call, which then runs its script as __main__); a preload the image
+lacks stops the server at its start, naming the pack; an entrypoint a prepared interpreter would
+not run is refused when the pack is loaded. Runs as root and rootless."""
 import json
 import os
 import subprocess
@@ -44,21 +47,25 @@ class McpPackPoolTest(SbxTestCase):
     def records(self, s):
         return [e["record"] for e in ledger_lines(s.state)]
 
-    def make_pack(self, name, version="v1", context=True, secrets=None, script=SCRIPT):
+    def make_pack(self, name, version="v1", context=True, secrets=None, script=SCRIPT, entrypoint=None, warm=None,
+                  files=None):
         d = self.path(f"pack-{name}-{uuid.uuid4().hex[:6]}")
         os.makedirs(d + "/schemas")
         self.marker = "3%d.5" % (uuid.uuid4().int % 10**8)
-        manifest = {"name": name, "version": "1.0.0", "entrypoint": ["/bin/sh", "/pack/run.sh"],
+        manifest = {"name": name, "version": "1.0.0", "entrypoint": entrypoint or ["/bin/sh", "/pack/run.sh"],
                     "input_schema": "schemas/in.json", "output_schema": "schemas/out.json",
                     "limits": {"timeout": "20s", "pids": 32}, "network": {"mode": "none"}}
         if context:
             manifest["context"] = [{"name": "data", "path": "/ctx/data", "required": True}]
         if secrets:
             manifest["secrets"] = secrets
-        files = {"pack.json": json.dumps(manifest),
+        if warm:
+            manifest["warm"] = warm
+        files = dict(files or {})
+        files.update({"pack.json": json.dumps(manifest),
                  "run.sh": script.replace("VERSION", version).replace("MARKER", self.marker),
                  "schemas/in.json": json.dumps({"type": "object", "required": ["id"]}),
-                 "schemas/out.json": json.dumps({"type": "object", "required": ["count"]})}
+                 "schemas/out.json": json.dumps({"type": "object", "required": ["count"]})})
         for rel, content in files.items():
             with open(os.path.join(d, rel), "w") as f:
                 f.write(content)
@@ -218,3 +225,64 @@ class McpPackPoolTest(SbxTestCase):
         again = self.records(s)[-1]
         self.assertEqual(again["replay_of"]["run_id"], rec["run_id"])
         self.assertEqual(again["sandbox"]["made_by"], "cold")
+
+    PY_MAIN = (
+        "import json, sys\n"
+        "records = json.load(open('/in/records.json'))\n"
+        "json.dump({'count': len(records), 'preloaded': 'decimal' in sys.modules, 'argv': sys.argv,\n"
+        "           'name': __name__}, open('/out/result.json', 'w'))\n")
+
+    def warm_pack(self, name, preload, entrypoint=None):
+        return self.make_pack(name, context=False, entrypoint=entrypoint or ["/usr/bin/python3", "/pack/main.py", "x"],
+                              warm={"interpreter": "python3", "preload": preload}, files={"main.py": self.PY_MAIN})
+
+    def test_a_pack_s_warm_key_prepares_its_interpreter_before_the_call(self):
+        d = self.warm_pack("warm-pack", ["decimal", "json"])
+        got = {}
+        for pool in (0, 1):
+            s = self.server(["--pool", str(pool), "--packs", d])
+            if pool:
+                self.wait_workers(s, 2)
+                deadline = time.monotonic() + scaled(30)
+                while "preparing python3 with decimal, json for pack warm-pack" not in s.stderr():
+                    self.assertLess(time.monotonic(), deadline, s.stderr())
+                    time.sleep(0.05)
+            r = self.pack_call(s, "warm-pack", [{"id": 1}, {"id": 2}])
+            self.assertFalse(r["isError"], r)
+            got[pool] = r["structuredContent"]
+            rec = self.records(s)[-1]
+            validate_trace(self, rec)
+            self.assertEqual(rec["validation"]["output"], {"status": "ok"})
+            if pool:
+                self.assertTrue(rec["pool"]["hit"], rec["pool"])
+                self.assertEqual((rec["pool"]["warm"]["interpreter"], rec["pool"]["warm"]["preload"]),
+                                 ("python3", ["decimal", "json"]), rec["pool"])
+                note("warm pack call: %s; pool %s" % (json.dumps(got[pool]), json.dumps(rec["pool"])))
+        # The same script, the same answer, but for what only a prepared interpreter has.
+        self.assertEqual(got[0], {"count": 2, "preloaded": False, "argv": ["/pack/main.py", "x"], "name": "__main__"})
+        self.assertEqual(got[1], dict(got[0], preloaded=True))
+
+    def test_a_pack_s_missing_preload_stops_the_server_at_its_start(self):
+        d = self.warm_pack("missing-preload", ["no_such_module_sbx"])
+        r = subprocess.run([SBX, "--state-dir", self.path("state-missing"), "mcp", "--pool", "1", "--packs", d],
+                           input=b"", capture_output=True, timeout=scaled(90))
+        err = r.stderr.decode()
+        self.assertEqual(r.returncode, 125, err)
+        line = [l for l in err.splitlines() if "warm key" in l]
+        self.assertTrue(line, err)
+        self.assertIn("pack missing-preload's warm key", line[0])
+        self.assertIn("no_such_module_sbx", line[0])
+        note("pack with a missing preload: " + line[0])
+
+    def test_a_warm_pack_whose_entrypoint_a_prepared_interpreter_would_not_run_is_refused(self):
+        d = self.warm_pack("isolated", ["json"], entrypoint=["/usr/bin/python3", "-I", "/pack/main.py"])
+        r = subprocess.run([SBX, "pack", "validate", d], capture_output=True, timeout=scaled(30))
+        out = (r.stdout + r.stderr).decode()
+        self.assertNotEqual(r.returncode, 0, out)
+        self.assertIn("/warm/interpreter", out)
+        self.assertIn("no option before the script", out)
+        d = self.make_pack("bad-warm", context=False, warm={"interpreter": "python3", "preload": ["../x"]})
+        r = subprocess.run([SBX, "pack", "validate", d], capture_output=True, timeout=scaled(30))
+        out = (r.stdout + r.stderr).decode()
+        self.assertNotEqual(r.returncode, 0, out)
+        self.assertIn("/warm/preload/0", out)

@@ -8,6 +8,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include <tuple>
+
 #include "runtime/typed/pack.hpp"
 
 namespace fs = std::filesystem;
@@ -159,4 +161,42 @@ TEST_CASE("the entrypoint's files under /pack must be in the pack, argv[0] execu
   problems.clear();
   CHECK_FALSE(sbx::parse_pack_manifest(t.dir, manifest(R"(["/bin/sh","/pack/../etc/passwd"])"), problems).ok());
   CHECK(has(problems, "pack.json", "/entrypoint/1"));
+}
+
+TEST_CASE("a manifest's warm key is the pack's own, checked as a profile's, for an entrypoint it can run") {
+  TempPack t;
+  t.write("main.py", "print(1)\n");
+  auto manifest = [](const std::string& entrypoint, const std::string& warm) {
+    return R"({"name":"p","version":"1","entrypoint":)" + entrypoint +
+           R"(,"input_schema":"schemas/in.json","output_schema":"schemas/out.json","warm":)" + warm + "}";
+  };
+  std::vector<PackProblem> problems;
+  auto p = sbx::parse_pack_manifest(t.dir, manifest(R"(["/usr/bin/python3","/pack/main.py","x"])",
+                                                    R"({"interpreter":"python3","preload":["json","decimal"]})"),
+                                    problems);
+  REQUIRE_MESSAGE(p.ok(), (problems.empty() ? "" : problems[0].describe()));
+  CHECK(p->warm.interpreter == "python3");
+  CHECK(p->warm.preload == std::vector<std::string>{"json", "decimal"});
+  CHECK_FALSE(p->spec_patch.contains("warm"));  // not a layer: a profile's preloads never mix in
+
+  // An entrypoint a prepared interpreter would not run as its script; a preload that is a path; a
+  // template (not available): each named at its pointer.
+  for (auto [entrypoint, warm, pointer] :
+       {std::tuple{R"(["/usr/bin/python3","-I","/pack/main.py"])", R"({"interpreter":"python3"})", "/warm/interpreter"},
+        std::tuple{R"(["/bin/sh","/pack/run.sh"])", R"({"interpreter":"python3"})", "/warm/interpreter"},
+        std::tuple{R"(["/usr/bin/python3"])", R"({"interpreter":"python3"})", "/warm/interpreter"},
+        std::tuple{R"(["/usr/bin/python3","/pack/main.py"])", R"({"interpreter":"python3","preload":["../x"]})",
+                   "/warm/preload/0"},
+        std::tuple{R"(["/usr/bin/python3","/pack/main.py"])", R"({"interpreter":"python3","mode":"template"})",
+                   "/warm/mode"},
+        std::tuple{R"(["/usr/bin/python3","/pack/main.py"])", R"({"interpreter":"ruby"})", "/warm/interpreter"}}) {
+    problems.clear();
+    CHECK_FALSE(sbx::parse_pack_manifest(t.dir, manifest(entrypoint, warm), problems).ok());
+    CHECK_MESSAGE(has(problems, "pack.json", pointer), entrypoint, " ", warm, ": ",
+                  (problems.empty() ? "" : problems[0].describe()));
+  }
+  // A shell prepares nothing: any entrypoint.
+  problems.clear();
+  CHECK(sbx::parse_pack_manifest(t.dir, manifest(R"(["/bin/sh","/pack/run.sh"])", R"({"interpreter":"sh"})"), problems)
+            .ok());
 }
