@@ -286,3 +286,44 @@ class McpPackPoolTest(SbxTestCase):
         out = (r.stdout + r.stderr).decode()
         self.assertNotEqual(r.returncode, 0, out)
         self.assertIn("/warm/preload/0", out)
+
+    FACTS = r"""set -u
+st=/proc/self/status
+caps=$(grep -E '^Cap(Inh|Prm|Eff|Bnd|Amb)' $st | awk '{print $2}' | tr '\n' ' ')
+nnp=$(awk '/^NoNewPrivs/ {print $2}' $st)
+sec=$(awk '/^Seccomp:/ {print $2}' $st)
+net=$(awk -F: 'NR > 2 {gsub(/ /, "", $1); print $1}' /proc/net/dev | tr '\n' ' ')
+usr=$( (touch /usr/sbx-probe 2>/dev/null && echo writable) || echo read-only)
+root=$( (touch /sbx-probe 2>/dev/null && echo writable) || echo read-only)
+tmp=$( (touch /tmp/sbx-probe 2>/dev/null && echo writable) || echo read-only)
+pack=$( (touch /pack/sbx-probe 2>/dev/null && echo writable) || echo read-only)
+ctx=$( (echo x >> /ctx/data 2>/dev/null && echo writable) || echo read-only)
+procs=$(ls -d /proc/[0-9]* | wc -l)
+printf '{"count": 0, "caps": "%s", "nnp": "%s", "seccomp": "%s", "net": "%s", "usr": "%s", "root": "%s", "tmp": "%s", "pack": "%s", "ctx": "%s", "uid": "%s", "host": "%s", "procs_at_most_8": %s}' \
+  "$caps" "$nnp" "$sec" "$net" "$usr" "$root" "$tmp" "$pack" "$ctx" "$(id -u)" "$(hostname)" \
+  "$([ "$procs" -le 8 ] && echo true || echo false)" > /out/result.json
+"""
+
+    def test_a_pooled_pack_sandbox_is_isolated_as_a_cold_one(self):
+        """The facts a pack's program can read of its sandbox (capabilities, no_new_privs, seccomp,
+        network interfaces, what is writable, its uid, hostname, the processes it sees) are the
+        same whether the sandbox was built for the call or ahead of it."""
+        d = self.make_pack("facts-pack", script=self.FACTS)
+        ctx = self.context_file("ctx")
+        facts = {}
+        for pool in (0, 1):
+            s = self.server(["--pool", str(pool), "--packs", d, "--context", f"facts-pack/data={ctx}"])
+            if pool:
+                self.wait_workers(s, 2)
+            r = self.pack_call(s, "facts-pack", [{"id": 1}])
+            self.assertFalse(r["isError"], r)
+            facts[pool] = r["structuredContent"]
+            self.assertEqual(self.records(s)[-1]["sandbox"]["made_by"], "pooled" if pool else "cold")
+        note("pooled pack sandbox facts: " + json.dumps(facts[1]))
+        self.assertEqual(facts[0], facts[1])
+        f = facts[1]
+        self.assertEqual((f["nnp"], f["seccomp"], f["usr"], f["root"], f["tmp"], f["pack"], f["ctx"]),
+                         ("1", "2", "read-only", "read-only", "writable", "read-only", "read-only"), f)
+        self.assertEqual(set(f["caps"].split()), {"0000000000000000"}, f)
+        self.assertEqual(f["net"].split(), ["lo"], f)
+        self.assertTrue(f["procs_at_most_8"], f)
