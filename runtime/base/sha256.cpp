@@ -1,7 +1,11 @@
 #include "runtime/base/sha256.hpp"
 
+// SHA256_Init/Update/Final are deprecated in OpenSSL 3 in favour of EVP, which costs a provider
+// registry's initialisation per process (sha256.hpp says why that matters); they remain in every
+// OpenSSL 3 build with deprecated APIs (Debian's), and their block function is EVP's.
+#define OPENSSL_SUPPRESS_DEPRECATED
 #include <openssl/crypto.h>
-#include <openssl/evp.h>
+#include <openssl/sha.h>
 
 #include <cstdlib>
 #include <cstdio>
@@ -9,21 +13,8 @@
 namespace sbx {
 namespace {
 
-// The digest, fetched once. OpenSSL 3 would otherwise look the algorithm up in its provider
-// registry on every EVP_DigestInit. Configuration loading is switched off before the first use:
-// by default the library reads openssl.cnf (or $OPENSSL_CONF) on initialisation, and a config
-// file may load engines and providers with dlopen — code from outside the static binary, which a
-// hash must never need.
-const EVP_MD* sha256_md() {
-  static const EVP_MD* md = [] {
-    OPENSSL_init_crypto(OPENSSL_INIT_NO_LOAD_CONFIG, nullptr);
-    return EVP_MD_fetch(nullptr, "SHA256", nullptr);
-  }();
-  return md;
-}
-
-// Failure here means libcrypto cannot allocate a few hundred bytes or lacks its built-in SHA-256:
-// nothing a caller could recover from, and a silent wrong digest would be worse than stopping.
+// Failure here means libcrypto cannot allocate a few hundred bytes: nothing a caller could recover
+// from, and a silent wrong digest would be worse than stopping.
 [[noreturn]] void crypto_failed(const char* what) {
   std::fprintf(stderr, "sbx: libcrypto: %s failed\n", what);
   std::abort();
@@ -31,23 +22,21 @@ const EVP_MD* sha256_md() {
 
 }  // namespace
 
-void Sha256::Free::operator()(evp_md_ctx_st* ctx) const { EVP_MD_CTX_free(ctx); }
+void Sha256::Free::operator()(SHA256state_st* ctx) const { delete ctx; }
 
-Sha256::Sha256() : ctx_(EVP_MD_CTX_new()) {
-  const EVP_MD* md = sha256_md();
-  if (!ctx_ || !md || EVP_DigestInit_ex(ctx_.get(), md, nullptr) != 1) crypto_failed("SHA-256 init");
+Sha256::Sha256() : ctx_(new SHA256state_st) {
+  if (SHA256_Init(ctx_.get()) != 1) crypto_failed("SHA-256 init");
 }
 
 Sha256::~Sha256() = default;
 
 void Sha256::update(const void* data, std::size_t len) {
-  if (len > 0 && EVP_DigestUpdate(ctx_.get(), data, len) != 1) crypto_failed("SHA-256 update");
+  if (len > 0 && SHA256_Update(ctx_.get(), data, len) != 1) crypto_failed("SHA-256 update");
 }
 
 std::string Sha256::final_hex() {
-  unsigned char digest[EVP_MAX_MD_SIZE];
-  unsigned int n = 0;
-  if (EVP_DigestFinal_ex(ctx_.get(), digest, &n) != 1 || n != 32) crypto_failed("SHA-256 final");
+  unsigned char digest[SHA256_DIGEST_LENGTH];
+  if (SHA256_Final(digest, ctx_.get()) != 1) crypto_failed("SHA-256 final");
   static const char kHex[] = "0123456789abcdef";
   std::string out(64, '0');
   for (unsigned i = 0; i < 32; ++i) {

@@ -2,13 +2,16 @@
 // SHA-256, streaming, from OpenSSL's libcrypto (linked statically, like every library of sbx).
 // Used for trace hashes of streams, inputs, outputs, profiles and policies, and for image layers.
 // libcrypto picks its fastest block function for the CPU itself (the x86 SHA extensions where
-// present), so one call path serves every machine.
+// present), so one call path serves every machine. Its low-level SHA256_* functions, not EVP: an
+// EVP digest first initialises OpenSSL's provider registry (every algorithm's names into hash
+// tables), ~0.4 ms of CPU at the first hash of every sbx process, 7% of a one-shot `sbx run`
+// (bench/README.md, "Start-up"); the block function is the same.
 #include <cstddef>
 #include <memory>
 #include <string>
 #include <string_view>
 
-struct evp_md_ctx_st;
+struct SHA256state_st;
 
 namespace sbx {
 
@@ -24,9 +27,9 @@ class Sha256 {
 
  private:
   struct Free {
-    void operator()(evp_md_ctx_st* ctx) const;
+    void operator()(SHA256state_st* ctx) const;
   };
-  std::unique_ptr<evp_md_ctx_st, Free> ctx_;
+  std::unique_ptr<SHA256state_st, Free> ctx_;
 };
 
 std::string sha256_hex(std::string_view data);
