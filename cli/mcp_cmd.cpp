@@ -285,7 +285,9 @@ int serve_mcp(const McpFlags& f, const mcp::ServerConfig& cfg, const std::vector
     pooled_argv.insert(pooled_argv.end(), {"--pooled", "--profile", f.profile});
     auto run_code = std::make_unique<mcp::PoolLauncher>(pooled_argv, f.pool, launcher, f.pool_max_idle * 1000LL);
     pools.add("run_code", std::move(run_code));
-    // A pack tool's are made for that pack: its copy, contexts, image and limits.
+    // A pack tool's are made for that pack: its copy, contexts, image and limits; all the pools
+    // together hold at most kMaxPooledSandboxes.
+    std::size_t budget = mcp::kMaxPooledSandboxes - f.pool;
     for (auto& pt : cfg.packs) {
       json key = mcp::pack_job(cfg, pt);
       if (!key["secrets"].empty()) {
@@ -294,6 +296,14 @@ int serve_mcp(const McpFlags& f, const mcp::ServerConfig& cfg, const std::vector
                            " is given secrets (--secret), read at each call into that call's sandbox only: not pooled");
         continue;
       }
+      if (budget < f.pool) {
+        pools.unpooled(mcp::PoolRouter::key_of(key), "the server's pools hold at most " +
+                                                         std::to_string(mcp::kMaxPooledSandboxes) +
+                                                         " sandboxes (--pool " + std::to_string(f.pool) +
+                                                         " for each tool): pack " + pt.name + " has none");
+        continue;
+      }
+      budget -= f.pool;
       auto pack_argv = pooled_argv;
       json built_for = {{"dir", key["dir"]}, {"contexts", key["contexts"]}, {"secrets", key["secrets"]}};
       pack_argv.insert(pack_argv.end(), {"--pack-job", dump_json(built_for, -1)});

@@ -85,7 +85,7 @@ PoolLauncher::PoolLauncher(std::vector<std::string> worker_argv, std::size_t siz
   refill();
 }
 
-PoolLauncher::~PoolLauncher() {
+void PoolLauncher::discard_idle() {
   // Closing a worker's socket is its end (EOF while it waits: sandbox discarded, no record).
   for (auto& w : idle_) {
     read_note(w);
@@ -93,6 +93,10 @@ PoolLauncher::~PoolLauncher() {
     w.sock.reset();
   }
   idle_.clear();
+}
+
+PoolLauncher::~PoolLauncher() {
+  discard_idle();
   auto deadline = monotonic_us() + kRetireGraceMs * 1000LL;
   for (auto& r : retiring_) {
     pollfd p{r.pidfd.get(), POLLIN, 0};
@@ -258,6 +262,13 @@ void PoolLauncher::refill() {
       ++it;
     }
   }
+  // After a build failure the pool waits (build_backoff_ms_) before it builds again: a pack whose
+  // every build fails (a context gone, a tenant that no longer allows it) would otherwise cost a
+  // whole pool's builds per call. Its calls run cold meanwhile; tick() refills when it is over.
+  if (std::int64_t now = monotonic_us(); now < backoff_until_us_) {
+    if (refill_due_us_ == 0 || refill_due_us_ > backoff_until_us_) refill_due_us_ = backoff_until_us_;
+    return;
+  }
   // A pool that cannot start workers (fork or pidfd failing) stops trying after a few, and every
   // call then runs cold: the server goes on either way.
   while (idle_.size() < size_ && spawn_failures_ < 8) {
@@ -307,6 +318,9 @@ Result<Worker> PoolLauncher::launch(const json& job) {
       // the cold launcher); a call that finds no other says why.
       retire(w, why);
       build_failed = why;
+      build_backoff_ms_ =
+          std::min(build_backoff_ms_ == 0 ? kBuildBackoffMs : 2 * build_backoff_ms_, kMaxBuildBackoffMs);
+      backoff_until_us_ = monotonic_us() + build_backoff_ms_ * 1000LL;
       continue;
     }
     UniqueFd mfd(::memfd_create("sbx-mcp-job", MFD_CLOEXEC));
@@ -329,6 +343,7 @@ Result<Worker> PoolLauncher::launch(const json& job) {
     out.pid = w.pid;
     out.pidfd = std::move(w.pidfd);
     out.response = std::move(w.response);
+    build_backoff_ms_ = 0;  // a sandbox served: builds work again
     // w.sock closes here: the worker has its one job, and sees EOF after it. Its replacement
     // starts once the call's program has had the CPUs to start (refill_due_us_).
     if (refill_due_us_ == 0) refill_due_us_ = monotonic_us() + kRefillDelayMs * 1000LL;
@@ -352,6 +367,12 @@ void PoolRouter::add(const std::string& key, std::unique_ptr<PoolLauncher> pool)
 PoolLauncher* PoolRouter::find(const std::string& key) {
   auto it = pools_.find(key);
   return it == pools_.end() ? nullptr : it->second.get();
+}
+
+PoolRouter::~PoolRouter() {
+  // Every pool's idle sandboxes told at once: their workers end side by side, and each pool's
+  // destructor then waits for its own within one grace (kRetireGraceMs) that has mostly passed.
+  for (auto& [key, pool] : pools_) pool->discard_idle();
 }
 
 Result<Worker> PoolRouter::launch(const json& job) {

@@ -1,8 +1,9 @@
 #pragma once
-// `sbx mcp --pool N`: a warm pool of sandboxes for run_code (the launcher seam of mcp_server.hpp).
+// `sbx mcp --pool N`: warm pools of sandboxes, one per tool (the launcher seam of mcp_server.hpp):
+// run_code's, built for the server's profile, and each pack tool's, built for that pack (PoolRouter).
 //
 // Each pooled sandbox is a `sbx mcp-worker --pooled` process started ahead of any call: it builds
-// the whole sandbox for the server's profile and its image (namespaces, root, /dev, /proc, tmpfs
+// the whole sandbox for the server's profile and its image, or a pack's (namespaces, root, /dev, /proc, tmpfs
 // mounts, cgroup, seccomp) and waits, init paused before the program's execve (run_request.hpp,
 // RunRequest::pool.await_call), for the job to arrive on its stdin — a unix socket on which the server
 // sends one memfd holding the job (SCM_RIGHTS: the server never blocks on a slow reader). Init
@@ -10,9 +11,10 @@
 // per sandbox; the server starts a replacement as it hands one out (a fork and exec: the build
 // itself runs in the new worker, beside the loop).
 //
-// A call the pool cannot serve runs cold: a tool other than run_code, an empty pool (every pooled
-// sandbox in use or still being made is not waited for), or a request the sandbox was not made
-// for (pool_refusal, pool_job.hpp: the worker then runs it cold itself). Its record says why
+// A call the pool cannot serve runs cold: a tool with no pool (PoolRouter), an empty pool (every
+// pooled sandbox in use or still being made is not waited for), or a request the sandbox was not
+// made for (pool_refusal, pool_job.hpp; a pack edited since: pack_run.hpp, run_pack_pooled: the
+// worker then runs it cold itself). Its record says why
 // ("pool": {"hit": false, "reason": ...}); a pooled run's says {"hit": true, "waited_ms", ...}.
 //
 // Idle sandboxes never outlive the server: closing the socket (the server's exit, or its death:
@@ -57,6 +59,14 @@ inline constexpr int kRetireGraceMs = 3000;
 // bench/README.md, "The warm pool", has the numbers). A burst that empties the pool runs cold
 // either way: a sandbox takes longer than this to build.
 inline constexpr int kRefillDelayMs = 20;
+// The pause after a pooled sandbox whose build failed, before its pool builds again (doubled at
+// each further failure, up to the maximum): PoolLauncher::refill.
+inline constexpr int kBuildBackoffMs = 1000;
+inline constexpr int kMaxBuildBackoffMs = 60'000;
+// The most pooled sandboxes one server keeps idle, all its pools together: --pool N for each of
+// its tools (run_code first, then the packs in tools/list order) until this is reached; a pack
+// left without one runs cold, its record saying why.
+inline constexpr std::size_t kMaxPooledSandboxes = 64;
 // How long `sbx mcp --pool` waits at its start for the first prepared interpreter (PoolLauncher::
 // await_first): a preload of a large library (numpy: ~0.1 s here, seconds under emulation).
 inline constexpr int kWarmCheckMs = 60'000;
@@ -94,6 +104,9 @@ class PoolLauncher : public SandboxLauncher {
   // profile prepares an interpreter: model/warm.hpp). "" when it is ready; else why it failed,
   // or that it was not ready in time.
   std::string await_first(int timeout_ms);
+  // Closes every idle sandbox's socket (each worker then discards its sandbox and exits); the
+  // destructor does it too, then waits for them.
+  void discard_idle();
   // Hand out only sandboxes that said "ready" (a profile's prepared interpreter, model/warm.hpp:
   // its preloads may take seconds, and a call that waited for them would count that time as its
   // own); with none ready the call runs cold, its record saying why.
@@ -127,6 +140,10 @@ class PoolLauncher : public SandboxLauncher {
   std::vector<Retiring> retiring_;
   std::vector<std::pair<std::string, int>> stale_cgroups_;  // path, tries left
   std::size_t spawn_failures_ = 0;
+  // After a build failure no build until backoff_until_us_ (kBuildBackoffMs, doubled at each
+  // further failure up to kMaxBuildBackoffMs, reset by a hand-out): refill() says why.
+  int build_backoff_ms_ = 0;
+  std::int64_t backoff_until_us_ = 0;
   bool prepared_only_ = false;
   // When the refill after a hand-out is due (0: none pending). A new worker builds its sandbox
   // (fork and exec of sbx, clone, namespaces, root: milliseconds of CPU) and, started at the
@@ -144,6 +161,9 @@ class PoolLauncher : public SandboxLauncher {
 class PoolRouter : public SandboxLauncher {
  public:
   explicit PoolRouter(SandboxLauncher& cold) : cold_(cold) {}
+  ~PoolRouter() override;
+  PoolRouter(const PoolRouter&) = delete;
+  PoolRouter& operator=(const PoolRouter&) = delete;
   static std::string key_of(const nlohmann::json& job);
   void add(const std::string& key, std::unique_ptr<PoolLauncher> pool);
   void unpooled(const std::string& key, const std::string& why) { unpooled_[key] = why; }

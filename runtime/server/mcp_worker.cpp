@@ -334,7 +334,37 @@ namespace {
 struct PackPlan {
   PackRunRequest req;
   LoadedProfile profile;
+  RunRequest untenanted;  // req.run before the tenant was applied (tenant_drift applies it again)
+  json tenanted;          // what applying it gave (tenant_fingerprint)
 };
+
+// What applying a tenant made of a request: its spec, its dirs (the tenant's store), the record's
+// tenant member (ids, umask), the dirs its binds are kept from. Two equal fingerprints: the same
+// sandbox, the same store.
+json tenant_fingerprint(const RunRequest& run) {
+  return {{"spec", spec_to_json(run.spec)},
+          {"dirs", {run.dirs.state, run.dirs.traces, run.dirs.data, run.dirs.images}},
+          {"tenant", run.record_extra.value("tenant", json())},
+          {"guarded", run.tenant.guarded_dirs},
+          {"umask", run.tenant.umask}};
+}
+
+// The tenant's policy as it is now, applied again (at a pooled pack sandbox's hand-out) to the
+// request the sandbox was planned from: "" when it gives what the sandbox was built with, else why
+// the call runs cold. A pooled run_code call is planned afresh at hand-out (exec.cpp), the tenant
+// applied with it; a pack's sandbox holds copies made at build, so this is its equivalent: every
+// check apply_tenant makes (its store still private, the image and pack still allowed, ceilings)
+// made again, and what it decides compared with the build's.
+std::string tenant_drift(const PackPlan& plan, const std::optional<std::string>& tenant) {
+  if (!tenant) return "";
+  RunRequest now = plan.untenanted;
+  const Pack& pack = plan.req.pack;
+  if (auto st = apply_named_tenant(tenant, now, json{{"name", pack.name}, {"digest", pack.digest}}); !st)
+    return "tenant " + *tenant + " refuses the call now: " + st.error().message;
+  if (tenant_fingerprint(now) != plan.tenanted)
+    return "tenant " + *tenant + "'s policy, applied again, no longer gives the pooled sandbox's store, ids or limits";
+  return "";
+}
 Result<PackPlan> plan_pack_job(const json& job, const WorkerContext& wctx, Capture& out, Capture& err) {
   std::vector<PackProblem> problems;
   auto pack = load_pack_copy(job.value("dir", ""), wctx.dirs.state, problems);
@@ -355,12 +385,14 @@ Result<PackPlan> plan_pack_job(const json& job, const WorkerContext& wctx, Captu
   req.run.limit_layers = limit_layers(plan.profile, &req.pack.spec_patch, req.pack.source_dir + "/pack.json", {});
   req.run.limit_raise = CeilingRaise::by_profile;  // an MCP call takes no --timeout
   req.run.invocation_argv = wctx.argv;
+  // What a pooled sandbox prepares is the pack's own warm key, never the profile's (run_code's).
+  req.run.spec.warm = req.pack.warm;
+  if (wctx.tenant) plan.untenanted = req.run;
   if (auto st = apply_named_tenant(wctx.tenant, req.run, json{{"name", req.pack.name}, {"digest", req.pack.digest}});
       !st)
     return make_error("usage", st.error().message);
+  if (wctx.tenant) plan.tenanted = tenant_fingerprint(req.run);
   req.input_path = "mcp:tools/call";
-  // What a pooled sandbox prepares is the pack's own warm key, never the profile's (run_code's).
-  req.run.spec.warm = req.pack.warm;
   for (auto& c : job.value("contexts", json::array()))
     if (c.is_array() && c.size() == 2 && c[0].is_string() && c[1].is_string()) req.contexts.push_back({c[0], c[1]});
   if (!out.fd.ok() || !err.fd.ok()) return make_error("mcp", "memfd_create for the captured output");
@@ -369,7 +401,10 @@ Result<PackPlan> plan_pack_job(const json& job, const WorkerContext& wctx, Captu
   return plan;
 }
 
+// `dirs`: the run's own (the tenant's store under --tenant), whose ledger holds its record.
 json pack_response(const PackRunResult& res, const Capture& out, const Capture& err, const Dirs& dirs) {
+  // Refused before anything ran (a context that cannot be copied: run_pack): nothing to record.
+  if (!res.recorded && res.record_error.empty() && !res.errors.empty()) return worker_error("pack", res.errors.front());
   if (!res.recorded)
     return worker_error(
         "record", "the run's trace record could not be stored (" + res.record_error + "): its result is withheld");
@@ -413,7 +448,7 @@ json run_pack_job(const json& job, const WorkerContext& wctx) {
     req.secrets.push_back({s[0].get<std::string>(), std::move(*value)});
   }
   PackRunResult res = run_pack(req);
-  return pack_response(res, out, err, wctx.dirs);
+  return pack_response(res, out, err, req.run.dirs);  // the tenant's store under --tenant
 }
 
 json answer_job(const Result<json>& job, const WorkerContext& ctx) {
@@ -558,6 +593,7 @@ PooledWait build_and_wait_pack(const WorkerContext& wctx, const std::string& pro
         const bool disturbed = meta.contains("discard");
         auto why = pooled_pack_job_refusal(*j, key, disturbed ? std::optional<std::string>() : tenant, tenant_key,
                                            [&] { return tenant_policy_key(*tenant); });
+        if (why.empty() && !disturbed) why = tenant_drift(*plan, tenant);
         if (!why.empty()) meta["discard"] = why;
         json records = j->value("records", json::array());
         return dump_json(records, -1);
@@ -567,7 +603,8 @@ PooledWait build_and_wait_pack(const WorkerContext& wctx, const std::string& pro
   e.pool_meta = pooled.pool_meta;
   e.cold_reason = pooled.cold_reason;
   e.build_error = pooled.build_error;
-  if (pooled.called && pooled.cold_reason.empty()) e.response = pack_response(pooled.result, out, err, wctx.dirs);
+  if (pooled.called && pooled.cold_reason.empty())
+    e.response = pack_response(pooled.result, out, err, plan->req.run.dirs);
   w.exec = std::move(e);
   return w;
 }

@@ -457,6 +457,7 @@ PooledPack run_pack_pooled(PackRunRequest& req, const LoadedProfile& profile, co
     return c;
   };
   RunReport report = run_sandbox(run);
+  run.pool.await_call = nullptr;  // it refers to this frame's locals
   if (report.discarded) {
     if (!out.called && report.outcome.error) out.build_error = report.outcome.error;
     return out;

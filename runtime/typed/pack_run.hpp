@@ -68,7 +68,7 @@ PackRunResult run_pack(PackRunRequest& req);
 // (an edit since the build: the cold run copies the tree as it is now), and the records against
 // the input schema (an invalid input is refused by the cold run, before anything is created,
 // recorded input_invalid, as for any call). What passes runs here under the contract run_pack
-// keeps: the records as validated bound at /in/records.json, the output validated, the result
+// keeps: the records as validated written by init at /in/records.json (a tmpfs of the sandbox's own), the output validated, the result
 // released only with a durable record.
 using AwaitPackRecords = std::function<std::optional<std::string>(const PoolPause&, nlohmann::json& pool_meta)>;
 struct PooledPack {

@@ -16,8 +16,8 @@ import subprocess
 import time
 import uuid
 
-from sbxtest import SBX, SbxTestCase, ledger_lines, note, procs, scaled, validate_trace
-from test_mcp import Server
+from sbxtest import MODE, SBX, SbxTestCase, ledger_lines, note, procs, scaled, validate_trace
+from test_mcp import Server, cmdline
 from test_mcp_pool import descendants, pooled_workers
 
 # The pack's program: what it saw (the records, /tmp as it found it, its context, its pid
@@ -327,3 +327,61 @@ printf '{"count": 0, "caps": "%s", "nnp": "%s", "seccomp": "%s", "net": "%s", "u
         self.assertEqual(set(f["caps"].split()), {"0000000000000000"}, f)
         self.assertEqual(f["net"].split(), ["lo"], f)
         self.assertTrue(f["procs_at_most_8"], f)
+
+    def test_a_tenant_s_pooled_pack_call_lands_in_its_store_and_the_tenant_is_applied_again_at_hand_out(self):
+        """Under --tenant the response's ledger is the tenant's store (a pack's pointed at the
+        untenanted one), and at hand-out the tenant is applied again: a change its policy file's
+        digest cannot show (here another tenant's file now claims this tenant's store) makes the
+        call run cold, where it is refused as a cold call is."""
+        d = self.make_pack("tenant-pack", context=False)
+        r = subprocess.run([SBX, "pack", "validate", d, "--json"], capture_output=True, timeout=scaled(30))
+        digest = json.loads(r.stdout)["digest"]
+        tenants = self.path("tenants")
+        os.mkdir(tenants)
+        old = os.environ.get("SBX_TENANTS_DIR")
+        os.environ["SBX_TENANTS_DIR"] = tenants  # the server (and its workers) inherit it
+        self.addCleanup(lambda: os.environ.pop("SBX_TENANTS_DIR") if old is None else os.environ.update(SBX_TENANTS_DIR=old))
+        ids = "required" if MODE == "root" else "preferred"
+        with open(os.path.join(tenants, "T.json"), "w") as f:
+            json.dump({"id_slot": 7, "separate_ids": ids, "packs": [digest], "limits": {"timeout": "20s", "pids": 32}}, f)
+        s = self.server(["--tenant", "T", "--pool", "1", "--max-concurrent", "1", "--packs", d])
+        store = os.path.join(s.state, "tenants", "T")
+        self.wait_workers(s, 2)
+        r = self.pack_call(s, "tenant-pack", [{"id": 1}])
+        self.assertFalse(r["isError"], r)
+        self.assertTrue(r["_meta"]["sbx/trace"].startswith(store + "/"), r["_meta"])
+        recs = [e["record"] for e in ledger_lines(store)]
+        self.assertEqual(len(recs), 1, recs)
+        self.assertTrue(recs[0]["pool"]["hit"], recs[0]["pool"])
+        self.assertEqual(recs[0]["tenant"]["name"], "T")
+        self.wait_workers(s, 2)
+        with open(os.path.join(tenants, "N.json"), "w") as f:
+            json.dump({"id_slot": 9, "separate_ids": "preferred", "store": store}, f)
+        r = self.pack_call(s, "tenant-pack", [{"id": 2}])
+        text = r["content"][0]["text"]
+        note("a tenant's store claimed after the build: " + text[:300])
+        self.assertTrue(r["isError"], r)
+        self.assertIn("tenant 'N'", text)
+        self.assertEqual(len(ledger_lines(store)), 1)  # nothing ran in the pooled sandbox
+
+    def test_a_pack_whose_builds_fail_is_not_rebuilt_at_every_call(self):
+        """A pack whose every build fails (its context is gone) would cost a whole pool of builds per
+        call; after a failed build its pool waits (1 s, doubling) before it builds again, and its
+        calls run cold meanwhile, each answered."""
+        d = self.make_pack("gone-context")
+        ctx = self.context_file("ctx-one")
+        s = self.server(["--pool", "2", "--max-concurrent", "1", "--packs", d, "--context", f"gone-context/data={ctx}"])
+        self.wait_workers(s, 4)
+        os.unlink(ctx)
+        for _ in range(3):
+            # The two sandboxes built before serve two calls (cold: the context is gone at hand-out);
+            # their replacements' builds fail meanwhile, and the third call finds them failed.
+            r = self.pack_call(s, "gone-context", [{"id": 1}])
+            self.assertTrue(r["isError"], r)  # the cold run: the context is gone
+            self.assertIn("context data", r["content"][0]["text"])
+            time.sleep(scaled(0.6))
+        # run_code's two, and no pack sandbox rebuilt while its pool backs off (each one's build
+        # would copy the pack and fail again).
+        workers = pooled_workers(s.p.pid)
+        self.assertEqual(len(workers), 2, [cmdline(w) for w in workers])
+        self.assertIn("could not be built", s.stderr())
