@@ -250,6 +250,29 @@ void tell_server(const std::string& note) {
   (void)!::send(STDIN_FILENO, note.data(), note.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
 }
 
+// The hand-out's part common to run_code's and a pack's pooled sandbox: the pool note (pool.key:
+// `key` and, under a tenant, its policy as built), the wait for the job (await_pooled_job), a job
+// that is no JSON object kept as w.invalid. The job (also kept as w.job), or nullopt when none is
+// to run here.
+std::optional<json> take_pooled_job(PooledWait& w, const PoolPause& p, json& meta, json key,
+                                    const std::optional<std::string>& tenant, const std::string& tenant_key,
+                                    std::int64_t t0) {
+  meta = trace_object({{"pool/hit", true}, {"pool/created_at", w.created_at}, {"pool/key", std::move(key)}});
+  if (tenant)
+    put(at(meta, "pool/key"), "pool/key/tenant",
+        trace_object({{"pool/key/tenant/name", *tenant}, {"pool/key/tenant/policy", tenant_key}}));
+  auto j = await_pooled_job(p, meta, t0, &w.died, &w.closed, &w.setup_failed,
+                            [&] { tell_server(worker_note_ready(p.cgroup_path)); });
+  if (!j) return std::nullopt;
+  w.got_job = true;
+  if (j->contains("invalid")) {
+    w.invalid = *j;
+    return std::nullopt;
+  }
+  w.job = *j;
+  return j;
+}
+
 // Builds the pooled sandbox, tells the server it is ready, and waits for the job.
 PooledWait build_and_wait(const WorkerContext& wctx, const std::string& profile) {
   PooledWait w;
@@ -271,20 +294,8 @@ PooledWait build_and_wait(const WorkerContext& wctx, const std::string& profile)
       return apply_named_tenant(tenant, run);
     };
   w.exec = run_exec_pooled(ctx, [&](const PoolPause& p, json& meta) -> std::optional<json> {
-    meta = trace_object({{"pool/hit", true},
-                         {"pool/created_at", w.created_at},
-                         {"pool/key", trace_object({{"pool/key/profile", profile}})}});
-    if (tenant)
-      put(at(meta, "pool/key"), "pool/key/tenant",
-          trace_object({{"pool/key/tenant/name", *tenant}, {"pool/key/tenant/policy", tenant_key}}));
-    auto j = await_pooled_job(p, meta, t0, &w.died, &w.closed, &w.setup_failed,
-                              [&] { tell_server(worker_note_ready(p.cgroup_path)); });
+    auto j = take_pooled_job(w, p, meta, trace_object({{"pool/key/profile", profile}}), tenant, tenant_key, t0);
     if (!j) return std::nullopt;
-    w.got_job = true;
-    if (j->contains("invalid")) {
-      w.invalid = *j;
-      return std::nullopt;
-    }
     // A sandbox already disturbed keeps that reason, unless the job is not one it could serve.
     const bool disturbed = meta.contains("discard");
     auto why = pooled_job_refusal(*j, profile, disturbed ? std::optional<std::string>() : tenant, tenant_key,
@@ -575,21 +586,9 @@ PooledWait build_and_wait_pack(const WorkerContext& wctx, const std::string& pro
       trace_object({{"pool/key/pack/name", plan->req.pack.name}, {"pool/key/pack/digest", plan->req.pack.digest}});
   PooledPack pooled = run_pack_pooled(
       plan->req, plan->profile, profile, [&](const PoolPause& p, json& meta) -> std::optional<std::string> {
-        meta = trace_object({{"pool/hit", true},
-                             {"pool/created_at", w.created_at},
-                             {"pool/key", trace_object({{"pool/key/profile", profile}, {"pool/key/pack", pack_id}})}});
-        if (tenant)
-          put(at(meta, "pool/key"), "pool/key/tenant",
-              trace_object({{"pool/key/tenant/name", *tenant}, {"pool/key/tenant/policy", tenant_key}}));
-        auto j = await_pooled_job(p, meta, t0, &w.died, &w.closed, &w.setup_failed,
-                                  [&] { tell_server(worker_note_ready(p.cgroup_path)); });
+        auto j = take_pooled_job(w, p, meta, trace_object({{"pool/key/profile", profile}, {"pool/key/pack", pack_id}}),
+                                 tenant, tenant_key, t0);
         if (!j) return std::nullopt;
-        w.got_job = true;
-        if (j->contains("invalid")) {
-          w.invalid = *j;
-          return std::nullopt;
-        }
-        w.job = *j;
         const bool disturbed = meta.contains("discard");
         auto why = pooled_pack_job_refusal(*j, key, disturbed ? std::optional<std::string>() : tenant, tenant_key,
                                            [&] { return tenant_policy_key(*tenant); });
