@@ -242,29 +242,26 @@ std::optional<int> load_pack_tools(const McpFlags& f, const LoadedProfile& profi
 std::string await_prepared(const McpFlags& f, const mcp::ServerConfig& cfg, mcp::PoolRouter& pools) {
   struct Warm {
     mcp::PoolLauncher* pool;
-    const WarmSpec* spec;
     std::string owner, fix;
   };
-  std::vector<Warm> warm{
-      {pools.find("run_code"), &f.warm, "profile " + f.profile, "the profile's warm key, or the image"}};
+  std::vector<Warm> warm;
+  auto prepares = [&](mcp::PoolLauncher* pool, const WarmSpec& spec, std::string owner, std::string fix) {
+    const WarmInterpreter* interp = find_warm_interpreter(spec.interpreter);
+    if (!pool || !interp || !interp->has_driver) return;
+    std::fprintf(stderr, "sbx: mcp: pool: preparing %s%s%s for %s\n", printable(spec.interpreter).c_str(),
+                 spec.preload.empty() ? "" : " with ", printable(join_words(spec.preload, ", ")).c_str(),
+                 printable(owner).c_str());
+    pool->prepared_only(true);
+    warm.push_back({pool, std::move(owner), std::move(fix)});
+  };
+  prepares(pools.find("run_code"), f.warm, "profile " + f.profile, "the profile's warm key, or the image");
   for (auto& pt : cfg.packs)
-    warm.push_back({pools.find(mcp::PoolRouter::key_of(mcp::pack_job(cfg, pt))), &pt.warm, "pack " + pt.name,
-                    "the pack's warm key, or its image"});
-  for (auto& w : warm) {
-    const WarmInterpreter* interp = find_warm_interpreter(w.spec->interpreter);
-    if (!w.pool || !interp || !interp->has_driver) continue;
-    std::fprintf(stderr, "sbx: mcp: pool: preparing %s%s%s for %s\n", printable(w.spec->interpreter).c_str(),
-                 w.spec->preload.empty() ? "" : " with ", printable(join_words(w.spec->preload, ", ")).c_str(),
-                 printable(w.owner).c_str());
-    w.pool->prepared_only(true);
-  }
+    prepares(pools.find(mcp::PoolRouter::key_of(mcp::pack_job(cfg, pt))), pt.warm, "pack " + pt.name,
+             "the pack's warm key, or its image");
   // The pools build side by side; each wait is bounded (kWarmCheckMs).
-  for (auto& w : warm) {
-    const WarmInterpreter* interp = find_warm_interpreter(w.spec->interpreter);
-    if (!w.pool || !interp || !interp->has_driver) continue;
+  for (auto& w : warm)
     if (std::string why = w.pool->await_first(mcp::kWarmCheckMs); !why.empty())
       return "mcp: --pool: " + w.owner + "'s warm key: " + why + " (fix " + w.fix + ")";
-  }
   return "";
 }
 

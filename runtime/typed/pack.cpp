@@ -11,6 +11,8 @@
 #include <cstring>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
+#include <optional>
 #include <set>
 
 #include "runtime/base/doc_reader.hpp"
@@ -249,6 +251,24 @@ std::optional<DocReader> small_object(DocReader& r, const char* key, const char*
   return o;
 }
 
+// A manifest member read as the RunSpec's member `key` would be (a probe spec holding only it, so
+// one reader checks it for packs and profiles alike). A problem is reported at the pointer the
+// reader names ("<source>: <pointer>: <what>", with an empty source: ": /warm/preload/0: ..."),
+// else by `unplaced`; nullopt then.
+std::optional<RunSpec> read_spec_member(DocReader& r, const std::string& key, const json& value,
+                                        const std::function<void(const std::string&)>& unplaced) {
+  json probe = spec_to_json(RunSpec{});
+  probe[key] = value;
+  auto s = spec_from_json(probe, "");
+  if (s) return std::move(*s);
+  const std::string& msg = s.error().message;
+  auto at = msg.find("/" + key);
+  auto colon = at == std::string::npos ? at : msg.find(": ", at);
+  if (colon == std::string::npos) unplaced(msg);
+  else (void)r.fail_at(msg.substr(at, colon - at), msg.substr(colon + 2));
+  return std::nullopt;
+}
+
 // limits, network and capabilities: the manifest's layer of the RunSpec (Pack::spec_patch).
 json read_run_layer(DocReader& r, std::vector<PackProblem>& problems) {
   json limits = json::object();
@@ -263,20 +283,10 @@ json read_run_layer(DocReader& r, std::vector<PackProblem>& problems) {
   // {"keep": ["CAP_CHOWN", ...]}: names are checked with the rest of the spec, and the profile's
   // ceiling when the pack runs (profile.hpp keeps_at_most).
   auto cp = small_object(r, "capabilities", "{\"keep\": [\"CAP_CHOWN\"]}", {"keep"});
-  if (cp && cp->contains("keep")) {
-    json probe = spec_to_json(RunSpec{});
-    probe["capabilities"] = {{"keep", cp->value().at("keep")}};
-    if (auto s = spec_from_json(probe, ""); !s) {
-      // The RunSpec reader's "<source>: <pointer>: <what>", with an empty source: ": /capabilities/keep/0: ...".
-      std::string msg = s.error().message;
-      auto at = msg.find("/capabilities");
-      auto colon = at == std::string::npos ? at : msg.find(": ", at);
-      if (colon == std::string::npos) (void)cp->fail_key("keep", msg);
-      else (void)r.fail_at(msg.substr(at, colon - at), msg.substr(colon + 2));
-    } else {
+  if (cp && cp->contains("keep"))
+    if (auto s = read_spec_member(r, "capabilities", {{"keep", cp->value().at("keep")}},
+                                  [&](const std::string& msg) { (void)cp->fail_key("keep", msg); }))
       patch["capabilities"] = {{"keep", s->capabilities.keep}};
-    }
-  }
   return patch;
 }
 
@@ -288,18 +298,8 @@ json read_run_layer(DocReader& r, std::vector<PackProblem>& problems) {
 void read_warm(DocReader& r, Pack& p, Checker& c) {
   r.ignore("warm");
   if (!r.contains("warm")) return;
-  json probe = spec_to_json(RunSpec{});
-  probe["warm"] = r.value().at("warm");
-  auto s = spec_from_json(probe, "");
-  if (!s) {
-    // ": /warm/preload/0: ..." (the RunSpec reader's message with an empty source).
-    std::string msg = s.error().message;
-    auto at = msg.find("/warm");
-    auto colon = at == std::string::npos ? at : msg.find(": ", at);
-    if (colon == std::string::npos) c.add("/warm", msg);
-    else c.add(msg.substr(at, colon - at), msg.substr(colon + 2));
-    return;
-  }
+  auto s = read_spec_member(r, "warm", r.value().at("warm"), [&](const std::string& msg) { c.add("/warm", msg); });
+  if (!s) return;
   const WarmInterpreter* interp = find_warm_interpreter(s->warm.interpreter);
   const auto& e = p.entrypoint;
   if (interp && interp->has_driver && (e.size() < 2 || e[0] != interp->path || e[1].starts_with("-")))

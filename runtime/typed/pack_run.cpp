@@ -300,7 +300,7 @@ void keep_replay_blobs(PackRunRequest& req, std::int64_t ceiling) {
 
 // The run's end as the caller sees it: the secrets wiped, the status, the record, and the
 // validated result only when the run is ok and its record durable.
-void finish_pack_run(PackRunRequest& req, const RunReport& report, OutputContract& contract, PackRunResult& res) {
+void finish_pack_run(PackRunRequest& req, RunReport& report, OutputContract& contract, PackRunResult& res) {
   RunRequest& run = req.run;
   res.recorded = report.recorded;
   res.record_error = report.record_error;
@@ -310,7 +310,7 @@ void finish_pack_run(PackRunRequest& req, const RunReport& report, OutputContrac
   res.exit_status = report.exit_status;
   res.status = report.outcome.status;
   if (report.outcome.error) res.error = report.outcome.error->describe();
-  res.trace = report.trace;
+  res.trace = std::move(report.trace);
   if (res.status == RunStatus::ok && res.recorded) res.result = std::move(contract.valid_result);
   res.errors.insert(res.errors.end(), contract.lines.begin(), contract.lines.end());
 }
