@@ -46,16 +46,8 @@ def make_pack(d):
 
 
 def main():
-    sbx, calls, gap = os.path.join(ROOT, "build", "sbx"), 30, 0.3
-    args = sys.argv[1:]
-    while args:
-        a = args.pop(0)
-        if a == "--calls":
-            calls = int(args.pop(0))
-        elif a == "--gap":
-            gap = float(args.pop(0))
-        else:
-            sbx = a
+    sbx, opts = mcp_pool.parse_args(sys.argv[1:], calls=30, gap=0.3)
+    calls, gap = opts["calls"], opts["gap"]
     tmp = tempfile.mkdtemp(prefix="sbx-bench-pack-")
     os.chmod(tmp, 0o755)  # as root the sandbox runs as a mapped uid, which must reach the copies in the state dir
     try:

@@ -48,6 +48,22 @@ def pct(xs, p):
     return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
 
 
+def parse_args(argv, **defaults):
+    """[SBX_BINARY] [--NAME VALUE]...: the sbx binary (default build/sbx) and each option of
+    `defaults` (--pool-max-idle is pool_max_idle), its value typed as its default's (a list: comma
+    separated). The three MCP benchmarks share it."""
+    sbx, opts, args = os.path.join(ROOT, "build", "sbx"), dict(defaults), list(argv)
+    while args:
+        a = args.pop(0)
+        name = a[2:].replace("-", "_") if a.startswith("--") else None
+        if name in opts:
+            v, d = args.pop(0), opts[name]
+            opts[name] = [m for m in v.split(",") if m] if isinstance(d, list) else type(d)(v)
+        else:
+            sbx = a
+    return sbx, opts
+
+
 class Mcp:
     """One `sbx mcp` (bench/mcp_warm.py uses it too, with its profile in `extra`)."""
 
@@ -200,17 +216,8 @@ def host_series(calls, gap, tmp):
 
 
 def main():
-    args = sys.argv[1:]
-    sbx = os.path.join(ROOT, "build", "sbx")
-    calls, gap = 40, 0.4
-    while args:
-        a = args.pop(0)
-        if a == "--calls":
-            calls = int(args.pop(0))
-        elif a == "--gap":
-            gap = float(args.pop(0))
-        else:
-            sbx = os.path.abspath(a)
+    sbx, opts = parse_args(sys.argv[1:], calls=40, gap=0.4)
+    sbx, calls, gap = os.path.abspath(sbx), opts["calls"], opts["gap"]
     if not os.access(sbx, os.X_OK):
         raise SystemExit(f"mcp_pool.py: no sbx binary at {sbx} (build it first, or pass its path)")
     with tempfile.TemporaryDirectory() as tmp:

@@ -52,18 +52,8 @@ class Mcp(mcp_pool.Mcp):
 
 
 def main(argv):
-    sbx, calls, gap, preload = os.path.join(ROOT, "build", "sbx"), 30, 0.4, ["numpy"]
-    args = list(argv)
-    while args:
-        a = args.pop(0)
-        if a == "--calls":
-            calls = int(args.pop(0))
-        elif a == "--gap":
-            gap = float(args.pop(0))
-        elif a == "--preload":
-            preload = [m for m in args.pop(0).split(",") if m]
-        else:
-            sbx = a
+    sbx, opts = mcp_pool.parse_args(argv, calls=30, gap=0.4, preload=["numpy"])
+    calls, gap, preload = opts["calls"], opts["gap"], opts["preload"]
     code = "import random\n" + "".join(f"import {m}\n" for m in preload)
     code += "print(random.random()" + (", numpy.random.rand()" if "numpy" in preload else "") + ")\n"
     tmp = tempfile.mkdtemp(prefix="sbx-bench-warm-")

@@ -119,6 +119,20 @@ def ledger_lines(state):
         return [json.loads(line) for line in f.read().split(b"\n") if line]
 
 
+def write_tree(d, files):
+    """Writes {relative path: text} below the directory d (made as needed), then makes d and every
+    directory in it 0755 and every file 0644: a pack or image tree the sandbox's mapped uid (as
+    root) can read, whatever the umask."""
+    for rel, content in files.items():
+        os.makedirs(os.path.dirname(os.path.join(d, rel)), exist_ok=True)
+        with open(os.path.join(d, rel), "w") as f:
+            f.write(content)
+    for top, _, names in os.walk(d):
+        os.chmod(top, 0o755)
+        for n in names:
+            os.chmod(os.path.join(top, n), 0o644)
+
+
 def stored_records(state):
     """The records in the trace ledger, by run id."""
     return {e["run_id"]: e["record"] for e in ledger_lines(state)}

@@ -14,7 +14,7 @@ import threading
 import time
 import unittest
 
-from sbxtest import MODE, SBX, BUILD_BUSYBOX, SbxTestCase, busybox_digest, busybox_tree, note, sbx
+from sbxtest import MODE, SBX, BUILD_BUSYBOX, SbxTestCase, busybox_digest, busybox_tree, note, sbx, write_tree
 
 def sha256_file(path):
     h = hashlib.sha256()
@@ -447,13 +447,7 @@ class PackOnImage(SbxTestCase):
                                                  "properties": {"count": {"type": "integer"}}}),
                  "run.sh": "n=$(grep -o '{' /in/records.json | wc -l); test -e /usr/bin/python3 && n=-1;"
                            " printf '{\"count\": %d}' \"$n\" > /out/result.json\n"}
-        for rel, content in files.items():
-            with open(os.path.join(d, rel), "w") as f:
-                f.write(content)
-        for root, dirs, fs in os.walk(d):
-            os.chmod(root, 0o755)
-            for n in fs:
-                os.chmod(os.path.join(root, n), 0o644)
+        write_tree(d, files)
         recs = self.path("recs.json")
         with open(recs, "w") as f:
             json.dump([{"a": 1}, {"b": 2}, {"c": 3}], f)

@@ -15,7 +15,7 @@ import subprocess
 import time
 import unittest
 
-from sbxtest import SBX, SbxTestCase, ledger_lines, note, sbx, stored_records
+from sbxtest import SBX, SbxTestCase, ledger_lines, note, sbx, stored_records, write_tree
 
 HEAD = b'{"record":'
 SEQ_KEY = b',"seq":'
@@ -655,13 +655,7 @@ class NoResultWithoutRecord(LedgerCase):
         files = {"pack.json": json.dumps(manifest), "schemas/in.json": '{"type": "object"}',
                  "schemas/out.json": '{"type": "object", "required": ["ok"]}',
                  "run.sh": "printf '{\"ok\": true}' > /out/result.json\n"}
-        for rel, content in files.items():
-            with open(os.path.join(d, rel), "w") as f:
-                f.write(content)
-        for root, dirs, names in os.walk(d):
-            os.chmod(root, 0o755)
-            for n in names:
-                os.chmod(os.path.join(root, n), 0o644)
+        write_tree(d, files)
         inp = self.path("in.json")
         with open(inp, "w") as f:
             f.write("[{}]")

@@ -11,7 +11,7 @@ import subprocess
 import time
 import uuid
 
-from sbxtest import SBX, SbxTestCase, ledger_lines, note, procs, scaled, sbx
+from sbxtest import SBX, SbxTestCase, ledger_lines, note, procs, scaled, sbx, write_tree
 
 # run.sh copies examples/packs beside the suite, where the rootless user can read it.
 TOLERANCE_PACK = os.path.join(os.path.dirname(os.path.abspath(__file__)), "packs", "tolerance-check")
@@ -333,13 +333,7 @@ class McpCase(SbxTestCase):
                      {"name": "TOK", "required": True, "delivery": "env"}]}
         files = {"pack.json": json.dumps(manifest), "run.sh": script, "schemas/in.json": json.dumps({"type": "object"}),
                  "schemas/out.json": json.dumps({"type": "object", "required": ["count"]})}
-        for rel, content in files.items():
-            with open(os.path.join(d, rel), "w") as f:
-                f.write(content)
-        for root, dirs, fs in os.walk(d):
-            for x in dirs + fs:
-                os.chmod(os.path.join(root, x), 0o755 if x in dirs else 0o644)
-        os.chmod(d, 0o755)
+        write_tree(d, files)
         return d
 
     def test_a_pack_gets_its_secrets_from_secret_and_they_show_nowhere(self):

@@ -16,7 +16,7 @@ import subprocess
 import time
 import uuid
 
-from sbxtest import MODE, SBX, SbxTestCase, ledger_lines, note, procs, scaled, validate_trace
+from sbxtest import MODE, SBX, SbxTestCase, ledger_lines, note, procs, scaled, validate_trace, write_tree
 from test_mcp import Server, cmdline
 from test_mcp_pool import descendants, pooled_workers
 
@@ -50,7 +50,6 @@ class McpPackPoolTest(SbxTestCase):
     def make_pack(self, name, version="v1", context=True, secrets=None, script=SCRIPT, entrypoint=None, warm=None,
                   files=None):
         d = self.path(f"pack-{name}-{uuid.uuid4().hex[:6]}")
-        os.makedirs(d + "/schemas")
         self.marker = "3%d.5" % (uuid.uuid4().int % 10**8)
         manifest = {"name": name, "version": "1.0.0", "entrypoint": entrypoint or ["/bin/sh", "/pack/run.sh"],
                     "input_schema": "schemas/in.json", "output_schema": "schemas/out.json",
@@ -66,13 +65,7 @@ class McpPackPoolTest(SbxTestCase):
                  "run.sh": script.replace("VERSION", version).replace("MARKER", self.marker),
                  "schemas/in.json": json.dumps({"type": "object", "required": ["id"]}),
                  "schemas/out.json": json.dumps({"type": "object", "required": ["count"]})})
-        for rel, content in files.items():
-            with open(os.path.join(d, rel), "w") as f:
-                f.write(content)
-        for root, dirs, fs in os.walk(d):
-            for x in dirs + fs:
-                os.chmod(os.path.join(root, x), 0o755 if x in dirs else 0o644)
-        os.chmod(d, 0o755)
+        write_tree(d, files)
         return d
 
     def context_file(self, text):
