@@ -14,8 +14,9 @@
 // The no-internal-processes rule: a non-root cgroup that has processes cannot enable domain
 // controllers (memory, ...) for its children — writing its cgroup.subtree_control fails with
 // EBUSY. So when sbx's own cgroup is not the root and holds processes, sbx first moves itself into
-// the leaf <own>/sbx-supervisor. If other processes (a login shell, say) are still there, sbx does
-// not move them — they are not its to move — and reports the error; run sbx in a cgroup of its own,
+// the leaf <own>/sbx-supervisor, with the sbx processes that started it from the same cgroup (an
+// `sbx probe` or `sbx mcp` whose child it is). If other processes (a login shell, say) are still
+// there, sbx does not move them — they are not its to move — and reports the error; run sbx in a cgroup of its own,
 // e.g. `systemd-run --user --scope -p Delegate=yes sbx ...`. A later RunCgroup in the same process
 // sees /proc/self/cgroup end in /sbx-supervisor and uses the parent as <own> again.
 //

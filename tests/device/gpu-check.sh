@@ -9,7 +9,8 @@
 # Steps: the host's nvidia-smi -L; inside `sbx run --gpu 0`: nvidia-smi -L, then PyTorch from
 # /opt/torch/.venv (bound read-only) allocating on the GPU and multiplying two matrices, while the
 # host's nvidia-smi --query-compute-apps watches; the same PyTorch without --gpu (no GPU inside);
-# after the runs, the leftover check: no compute process on the GPU.
+# --gpu refused past a profile's gpu.max; --gpu under --memory 2G (the run cgroup); one run's device
+# memory unreadable by the next; after the runs, the leftover check: no compute process on the GPU.
 set -u
 SBX=$(readlink -f "${1:-build/sbx}")
 OUTDIR=${2:-${OUT:-/tmp/gpu-check}}
@@ -29,7 +30,8 @@ step() {
   grep -v '^$' "$OUTDIR/$name.out" | tail -n "${TAIL:-6}" | sed 's/^/   /' | cut -c1-240 | tee -a "$SUMMARY"
   return $rc
 }
-sbx() { "$SBX" --state-dir "$STATE" "$@"; }
+# A command, not a shell function: `timeout` (in step) execs it.
+SBXC=("$SBX" --state-dir "$STATE")
 
 say "sbx: $SBX ($("$SBX" --version 2>&1 | head -1)); kernel $(uname -r); uid $(id -u); cgroup fs $(stat -fc %T /sys/fs/cgroup 2>/dev/null)"
 step host-nvidia-smi 30 nvidia-smi -L
@@ -48,12 +50,12 @@ say "python: $PY -> $PYREAL; binds: ${BINDS[*]}"
 # cgroup; without one --gpu applies no memory limit and the trace says so).
 RUNOPTS=(--profile trusted --memory 32G --pids 4096 --timeout 240s)
 
-if ! step sandbox-nvidia-smi 90 sbx run --gpu 0 --timeout 60s --trace-file "$OUTDIR/trace-smi.json" -- nvidia-smi -L; then
+if ! step sandbox-nvidia-smi 90 "${SBXC[@]}" run --gpu 0 --timeout 60s --trace-file "$OUTDIR/trace-smi.json" -- nvidia-smi -L; then
   # Diagnosis: the sandbox has no /sys; does NVML need it here?
-  step sandbox-nvidia-smi-with-sys 90 sbx run --gpu 0 --timeout 60s --bind /sys:/sys -- nvidia-smi -L
-  step sandbox-nvidia-smi-verbose 90 sbx -vv run --gpu 0 --timeout 60s -- sh -c 'ls -l /dev; nvidia-smi; echo "exit $?"'
+  step sandbox-nvidia-smi-with-sys 90 "${SBXC[@]}" run --gpu 0 --timeout 60s --bind /sys:/sys -- nvidia-smi -L
+  step sandbox-nvidia-smi-verbose 90 "${SBXC[@]}" -vv run --gpu 0 --timeout 60s -- sh -c 'ls -l /dev; nvidia-smi; echo "exit $?"'
 fi
-step sandbox-dev 60 sbx run --gpu 0 --timeout 30s -- sh -c 'ls -l /dev | grep nvidia; grep nvidia /proc/self/mountinfo | cut -d" " -f5,6'
+step sandbox-dev 60 "${SBXC[@]}" run --gpu 0 --timeout 30s -- sh -c 'ls -l /dev | grep nvidia; grep nvidia /proc/self/mountinfo | cut -d" " -f5,6'
 
 TORCH_GPU='
 import time, torch
@@ -76,24 +78,57 @@ print("done")
     sleep 1
   done > "$OUTDIR/compute-apps-during.out" ) &
 WATCH=$!
-step sandbox-torch 300 sbx run --gpu 0 "${RUNOPTS[@]}" "${BINDS[@]}" --env HOLD=8 --trace-file "$OUTDIR/trace-torch.json" -- "$PY" -c "$TORCH_GPU"
+step sandbox-torch 300 "${SBXC[@]}" run --gpu 0 "${RUNOPTS[@]}" "${BINDS[@]}" --env HOLD=8 --trace-file "$OUTDIR/trace-torch.json" -- "$PY" -c "$TORCH_GPU"
 wait $WATCH
 say "== compute apps seen during the torch run (host view):"; sed 's/^/   /' "$OUTDIR/compute-apps-during.out" | tee -a "$SUMMARY"
 
-step sandbox-no-gpu 300 sbx run "${RUNOPTS[@]}" "${BINDS[@]}" -- "$PY" -c '
+step sandbox-no-gpu 300 "${SBXC[@]}" run "${RUNOPTS[@]}" "${BINDS[@]}" -- "$PY" -c '
 import os, torch
 print("nvidia nodes in /dev:", [n for n in os.listdir("/dev") if "nvidia" in n])
 print("cuda available:", torch.cuda.is_available(), "count:", torch.cuda.device_count())'
-step sandbox-no-gpu-smi 60 sbx run --timeout 30s -- sh -c 'nvidia-smi -L; echo "exit $?"'
+step sandbox-no-gpu-smi 60 "${SBXC[@]}" run --timeout 30s -- sh -c 'nvidia-smi -L; echo "exit $?"'
+# The profile's ceiling: --gpu past gpu.max is refused before anything runs (exit 125): 'browser'
+# sets no gpu.max (0), 'untrusted' allows 1 (two asked for), 'trusted' allows all.
+step gpu-max-browser 30 "${SBXC[@]}" run --gpu 0 --profile browser -- true
+step gpu-max-untrusted-two 30 "${SBXC[@]}" run --gpu 0,1 -- true
+step gpu-all-trusted 60 "${SBXC[@]}" run --gpu all --profile trusted --timeout 30s -- sh -c 'ls /dev | grep "^nvidia[0-9]" | tr "\n" " "'
+
+# --gpu with --memory under the run cgroup: CUDA maps far more address space than it touches, which
+# memory.max (resident memory) does not count; 2G is enough for torch and a CUDA context.
+step sandbox-torch-memory-2G 300 "${SBXC[@]}" run --gpu 0 --profile trusted --memory 2G --pids 4096 --timeout 240s "${BINDS[@]}" \
+  --trace-file "$OUTDIR/trace-torch-2G.json" -- "$PY" -c '
+import resource, torch
+x = torch.ones(1 << 28, device="cuda")
+print("4 GiB on the GPU under --memory 2G: sum", float(x.sum()), "host maxrss MiB", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)
+print("VmSize/VmRSS:", [l.split()[1] + " kB" for l in open("/proc/self/status") if l.startswith(("VmSize", "VmRSS"))])'
+
+# Nothing of one run's GPU state reaches the next: run 1 fills 4 GiB of device memory with a marker
+# and exits; run 2 allocates 4 GiB without initialising it and counts the marker. Its control: in
+# run 2's own process, memory freed and allocated again (PyTorch's cache) does show the marker, so
+# the reader would see leftovers where they exist.
+MARK='MAGIC = 0x5A17C0DE5A17C0DE; N = 1 << 29  # int64s: 4 GiB'
+step gpu-residue-write 300 "${SBXC[@]}" run --gpu 0 "${RUNOPTS[@]}" "${BINDS[@]}" -- "$PY" -c "$MARK"'
+import torch
+x = torch.full((N,), MAGIC, dtype=torch.int64, device="cuda"); torch.cuda.synchronize()
+print("run 1 wrote the marker to", x.numel() * 8 >> 20, "MiB; matches:", int((x == MAGIC).sum()))'
+step gpu-residue-read 300 "${SBXC[@]}" run --gpu 0 "${RUNOPTS[@]}" "${BINDS[@]}" -- "$PY" -c "$MARK"'
+import torch
+c = torch.full((1 << 23,), MAGIC, dtype=torch.int64, device="cuda"); del c
+c = torch.empty((1 << 23,), dtype=torch.int64, device="cuda")
+print("control (same process, freed and reallocated 64 MiB): marker words", int((c == MAGIC).sum()), "of", c.numel())
+del c; torch.cuda.empty_cache()
+y = torch.empty((N,), dtype=torch.int64, device="cuda"); torch.cuda.synchronize()
+print("run 2, 4 GiB uninitialised: marker words", int((y == MAGIC).sum()), "nonzero words", int((y != 0).sum()), "of", y.numel())'
+
 # The memory fallback: without cgroup v2 a --gpu run gets no rlimit (the trace names it); a plain
 # run with the default 512M RLIMIT_DATA shows what CUDA does under it.
-step sandbox-torch-default-limits 300 sbx run --gpu 0 --profile trusted --pids 4096 --timeout 240s "${BINDS[@]}" -- "$PY" -c 'import torch; x = torch.ones(1024, device="cuda"); print("alloc ok", float(x.sum()))'
+step sandbox-torch-default-limits 300 "${SBXC[@]}" run --gpu 0 --profile trusted --pids 4096 --timeout 240s "${BINDS[@]}" -- "$PY" -c 'import torch; x = torch.ones(1024, device="cuda"); print("alloc ok", float(x.sum()))'
 sleep 2
 step host-compute-apps-after 30 nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader
 say "   (empty above: no compute process left on the GPU)"
 
 # The trace's GPU section and memory decisions, compact.
-for t in "$OUTDIR/trace-smi.json" "$OUTDIR/trace-torch.json"; do
+for t in "$OUTDIR/trace-smi.json" "$OUTDIR/trace-torch.json" "$OUTDIR/trace-torch-2G.json"; do
   [ -f "$t" ] || { say "== $(basename "$t"): missing"; continue; }
   say "== $(basename "$t"):"
   timeout 30 "$PY" - "$t" <<'PYEOF' 2>&1 | tee -a "$SUMMARY"

@@ -232,6 +232,17 @@ sbx_run_rootless_delegated() {  # as uid 1001 in a subtree delegated to it (chow
   left=$(ls -d $D/sbx/run-* 2>/dev/null)
   [ $rc = 137 ] && [ "$status" = oom ] && [ -z "$left" ] || return 1
 }
+sbx_probe_rootless_delegated() {  # sbx probe as uid 1001 in a fresh delegated scope: its child `sbx run`
+  # moves itself and the probe (sbx, same cgroup) into sbx-supervisor, so the limits are cgroup v2's
+  sbx_run_ready || return $?
+  command -v setpriv >/dev/null || { echo "no setpriv in the guest"; return 77; }
+  D=$CG/deleg-probe-1001
+  mkdir -p $D /tmp/stp1001 && chown 1001:1001 $D $D/cgroup.procs $D/cgroup.subtree_control $D/cgroup.threads /tmp/stp1001 || return 1
+  out=$(sh -c "echo \$\$ > $D/cgroup.procs && exec setpriv --reuid=1001 --regid=1001 --clear-groups env HOME=/tmp/stp1001 SBX_STATE_DIR=/tmp/stp1001 '$SBX' probe" 2>&1); rc=$?
+  echo "$out" | grep -E "^limit\.|^cleanup\.cgroup|held, " | sed 's/^/     /'
+  left=$(ls -d $D/sbx/run-* 2>/dev/null); procs=$(cat $D/cgroup.procs)
+  [ $rc = 0 ] && echo "$out" | grep -Eq "^limit\.memory +held" && echo "$out" | grep -Eq "^limit\.pids +held" && [ -z "$left" ] && [ -z "$procs" ]
+}
 sbx_run_int80() {  # a 32-bit int 0x80 syscall (this guest kernel has IA-32 emulation) -> killed, 159
   sbx_run_ready || return $?
   mkdir -p /tmp/attack && cc -O1 -o /tmp/attack/attack "$REPO/tests/attacks/attack.c" || { echo "cannot compile attack.c in the guest"; return 1; }
@@ -513,6 +524,7 @@ run "sbx run --timeout leaves no process" sbx_run_timeout_cleans
 run "sbx mcp --pool: a killed pooled worker's run cgroup is removed" sbx_mcp_pool_killed_worker_leaves_no_cgroup
 run "sbx mcp --pool: a worker killed while building leaves no run cgroup" sbx_mcp_pool_worker_killed_while_building_leaves_no_cgroup
 run "sbx run rootless, delegated subtree" sbx_run_rootless_delegated
+run "sbx probe rootless, delegated subtree: limits held through cgroup v2" sbx_probe_rootless_delegated
 run "cgroup namespace with processes at its root (sbx cgroup-init)" cgroupns_procs_at_root
 run "sbx run: int 0x80 is refused (seccomp)" sbx_run_int80
 run "sbx run --gpu (stand-in) keeps the cgroup v2 memory limit" sbx_run_gpu_memory
