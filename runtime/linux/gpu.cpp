@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <set>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -506,15 +507,20 @@ GpuInfo parse_gpu_information(const std::string& text) {
   return g;
 }
 
+// The version in /proc/driver/nvidia/version's NVRM line: the first word after "Kernel Module" made
+// of digits and dots. The proprietary module writes "... x86_64 Kernel Module  550.54.15  Tue ...",
+// the open one "... Open Kernel Module for x86_64  580.159.04  Release Build" (seen on the H200
+// host of tests/device/).
 std::string parse_driver_version(const std::string& text) {
   auto k = text.find("Kernel Module");
   if (k == std::string::npos) return "";
-  std::size_t i = text.find_first_not_of(" \t", k + 13);
-  if (i == std::string::npos) return "";
-  std::size_t e = text.find_first_of(" \t\n", i);
-  std::string v = text.substr(i, e == std::string::npos ? std::string::npos : e - i);
-  if (v.empty() || v.size() > 32 || v.find_first_not_of("0123456789.") != std::string::npos) return "";
-  return v;
+  const std::size_t from = k + 13, end = text.find('\n', from);
+  std::istringstream words(text.substr(from, end == std::string::npos ? std::string::npos : end - from));
+  std::string w;
+  while (words >> w)
+    if (w.size() <= 32 && w.find('.') != std::string::npos && w.find_first_not_of("0123456789.") == std::string::npos)
+      return w;
+  return "";
 }
 
 std::vector<std::string> parse_ld_cache(const std::string& data) {

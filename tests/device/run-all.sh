@@ -5,10 +5,13 @@
 # that fails does not stop the rest.
 #
 #   tests/device/run-all.sh [SBX]          (as root, from the repository root; default build/sbx)
+#   DEVCHECK_PARTS="facts gpu ..."         only the parts named (default: every part)
 #
 # Tools the machine lacks travel in .devcarry/ (made here by tests/device/carry.sh): hyperfine,
 # bwrap and the libraries bwrap needs. Results: $OUT/summary.txt (every part's summary) and
 # $OUT/details.tgz (each part's full output, traces included); without $OUT, /tmp/devcheck.
+# The parts: facts, gpu, limits, probe, startup, mcp-pool, mcp-pack-pool, phases (bench/run_phases.sh),
+# cgroup-placement (bench/cgroup_placement.sh).
 set -u
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 SBX=$(readlink -f "${1:-$REPO/build/sbx}")
@@ -32,6 +35,7 @@ part() {
   local name=$1 secs=$2; shift 2
   mkdir -p "$W/$name"
   local t=$(date +%s) left=$(( ${DEVCHECK_DEADLINE:-520} - ($(date +%s) - T0) ))
+  case " ${DEVCHECK_PARTS:-$name} " in *" $name "*) ;; *) return ;; esac
   if [ $left -lt 20 ]; then say ""; say "######## $name: SKIPPED (${left} s left of the deadline)"; return; fi
   [ $secs -gt $((left - 10)) ] && secs=$((left - 10))
   # A shell function of this script runs in a bash of its own (timeout execs its command).
@@ -91,6 +95,8 @@ TAIL=100 part probe 130 probe
 part startup 120 "$REPO/bench/startup.sh" "$SBX"
 part mcp-pool 120 python3 "$REPO/bench/mcp_pool.py" "$SBX" --calls 20 --gap 0.2
 part mcp-pack-pool 90 python3 "$REPO/bench/mcp_pack_pool.py" "$SBX" --calls 20 --gap 0.2
+part phases 120 "$REPO/bench/run_phases.sh" "$SBX" 40
+part cgroup-placement 120 "$REPO/bench/cgroup_placement.sh" "$SBX" 20
 say ""
 say "all parts done in $(( $(date +%s) - T0 )) s"
 tar -C "$W" -czf "$DEST/details.tgz" --exclude='state' --exclude='*/state/*' . 2>/dev/null

@@ -47,7 +47,10 @@ TEST_CASE("gpu: the driver's /proc files") {
   CHECK(parse_gpu_information("Device Minor: x\n").minor == -1);
   CHECK(parse_driver_version("NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.15  Tue Mar  5 22:23:56 UTC 2024\n"
                              "GCC version:  gcc version 12.2.0\n") == "550.54.15");
-  CHECK(parse_driver_version("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  570.86.15  Release Build\n") == "");
+  // The open kernel module's line, as the H200 host of tests/device/ shows it.
+  CHECK(parse_driver_version("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build  "
+                             "(nixbld@)  \nGCC version:  gcc version 14.3.0 (GCC)\n") == "580.159.04");
+  CHECK(parse_driver_version("NVRM version: NVIDIA UNIX Kernel Module for x86_64\nGCC version: 12.2\n") == "");
   CHECK(parse_driver_version("garbage") == "");
 }
 
