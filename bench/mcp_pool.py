@@ -64,6 +64,21 @@ def parse_args(argv, **defaults):
     return sbx, opts
 
 
+def read_message(client, timeout=60):
+    """The next JSON-RPC line from client.p (an `sbx mcp`), with client.buf holding what was read
+    beyond it (bench/mcp_throughput.py's clients use it too)."""
+    while b"\n" not in client.buf:
+        r, _, _ = select.select([client.p.stdout], [], [], timeout)
+        if not r:
+            raise SystemExit(f"{os.path.basename(sys.argv[0])}: no answer from sbx mcp within {timeout} s")
+        chunk = os.read(client.p.stdout.fileno(), 1 << 20)
+        if not chunk:
+            raise SystemExit(f"{os.path.basename(sys.argv[0])}: sbx mcp ended")
+        client.buf += chunk
+    line, client.buf = client.buf.split(b"\n", 1)
+    return json.loads(line)
+
+
 class Mcp:
     """One `sbx mcp` (bench/mcp_warm.py uses it too, with its profile in `extra`)."""
 
@@ -84,16 +99,7 @@ class Mcp:
         self.p.stdin.write(line)
         self.p.stdin.flush()
         while True:
-            while b"\n" not in self.buf:
-                r, _, _ = select.select([self.p.stdout], [], [], 60)
-                if not r:
-                    raise SystemExit("mcp_pool.py: no answer from sbx mcp within 60 s")
-                chunk = os.read(self.p.stdout.fileno(), 1 << 20)
-                if not chunk:
-                    raise SystemExit("mcp_pool.py: sbx mcp ended")
-                self.buf += chunk
-            msg, self.buf = self.buf.split(b"\n", 1)
-            m = json.loads(msg)
+            m = read_message(self)
             if m.get("id") == self.id:
                 return t0, time.time_ns(), m
 

@@ -12,7 +12,6 @@ pool served (from the records' pool.hit), then `sbx trace verify --json` of the 
 call's record is durable before its response is written)."""
 import json
 import os
-import select
 import shutil
 import subprocess
 import sys
@@ -21,7 +20,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import mcp_pool  # noqa: E402  (its argument parser and pct)
+import mcp_pool  # noqa: E402  (its argument parser, read_message and pct)
 
 
 class Client:
@@ -48,16 +47,7 @@ class Client:
     def receive(self):
         """The next response: (latency in ms, the message)."""
         while True:
-            while b"\n" not in self.buf:
-                r, _, _ = select.select([self.p.stdout], [], [], 120)
-                if not r:
-                    raise SystemExit("mcp_throughput.py: no answer from sbx mcp within 120 s")
-                chunk = os.read(self.p.stdout.fileno(), 1 << 20)
-                if not chunk:
-                    raise SystemExit("mcp_throughput.py: sbx mcp ended")
-                self.buf += chunk
-            line, self.buf = self.buf.split(b"\n", 1)
-            m = json.loads(line)
+            m = mcp_pool.read_message(self, timeout=120)
             if "id" in m and m["id"] in self.sent:
                 return (time.monotonic_ns() - self.sent.pop(m["id"])) / 1e6, m
 
