@@ -325,6 +325,9 @@ int run_server(McpFlags& f, GlobalOptions& g) {
   auto profile = load_profile(f.profile);
   if (!profile) return usage_error("mcp: --profile: " + profile.error().describe());
   if (auto rc = check_server_flags(f)) return *rc;
+  // Rootless in a delegated cgroup, the server must not keep <own> busy for its workers' run
+  // cgroups (runtime/linux/cgroup.hpp).
+  enter_supervisor_leaf(detect_cgroup());
   mcp::ServerConfig cfg;
   cfg.profile = f.profile;
   cfg.max_concurrent = f.max_concurrent;

@@ -42,6 +42,7 @@
 #include "runtime/launch/preflight.hpp"
 #include "runtime/launch/probe_host.hpp"
 #include "runtime/launch/tenant.hpp"
+#include "runtime/linux/cgroup.hpp"
 #include "runtime/linux/userns.hpp"
 #include "runtime/record/probe_report.hpp"
 #include "runtime/record/trace_show.hpp"
@@ -402,6 +403,8 @@ int probe_main(const GlobalOptions& g, const RunFlags& f, bool as_json) {
   const std::map<std::string, int> mounts_before = mount_table();
   const std::set<pid_t> pids_before = host_pids();
   const std::time_t started = std::time(nullptr) - 1;
+  // Rootless in a delegated cgroup, the probe must not keep <own> busy for its run (cgroup.hpp).
+  enter_supervisor_leaf(detect_cgroup());
 
   Captured run = run_self(probe_run_words(base, h, spec, secrets, f, dirs),
                           {{"SBX_PROBE_CANARY", h.canary}, {"TMPDIR", h.run_tmp}}, std::chrono::seconds(600), true);

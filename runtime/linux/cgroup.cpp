@@ -216,50 +216,11 @@ Status enable_controllers(const std::string& cg, const std::vector<std::string>&
   return {};
 }
 
-// The parent of `pid` from /proc/PID/stat (the field after the parenthesised name), or 0.
-pid_t parent_of(pid_t pid) {
-  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
-  std::string stat((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  auto close = stat.rfind(')');
-  if (close == std::string::npos) return 0;
-  std::istringstream rest(stat.substr(close + 1));
-  std::string state;
-  pid_t ppid = 0;
-  rest >> state >> ppid;
-  return ppid;
-}
-
-// The cgroup v2 path of `pid` (its 0:: line), or "" when it cannot be read.
-std::string cgroup_of(pid_t pid) {
-  std::ifstream f("/proc/" + std::to_string(pid) + "/cgroup");
-  std::string line;
-  while (std::getline(f, line))
-    if (line.rfind("0::", 0) == 0) return line.substr(3);
-  return "";
-}
-
-bool same_executable(pid_t a, pid_t b) {
-  struct stat sa, sb;
-  return ::stat(("/proc/" + std::to_string(a) + "/exe").c_str(), &sa) == 0 &&
-         ::stat(("/proc/" + std::to_string(b) + "/exe").c_str(), &sb) == 0 && sa.st_dev == sb.st_dev &&
-         sa.st_ino == sb.st_ino;
-}
-
-// The no-internal-processes fix: move sbx itself into the leaf <own>/sbx-supervisor, and with it
-// the chain of sbx processes that started it from the same cgroup (`sbx probe` and `sbx mcp` run
-// `sbx run` and workers as children): they are sbx's, and left behind they would keep <own> busy.
-// Any other process (the user's shell) is not sbx's to move: the chain stops at the first one.
+// The no-internal-processes fix: move sbx itself into the leaf <own>/sbx-supervisor.
 Status move_self_to_leaf(const std::string& own) {
   std::string leaf = own + "/" + kSupervisorLeaf;
   if (::mkdir(leaf.c_str(), 0755) != 0 && errno != EEXIST) return sys_error(kStage, "cannot create " + leaf);
-  const pid_t self = ::getpid();
-  const std::string from = cgroup_of(self);
-  Status moved = write_ctl(leaf + "/cgroup.procs", std::to_string(self));
-  if (!moved.ok()) return moved;
-  for (pid_t p = parent_of(self); p > 1 && !from.empty() && cgroup_of(p) == from && same_executable(p, self);
-       p = parent_of(p))
-    if (!write_ctl(leaf + "/cgroup.procs", std::to_string(p)).ok()) break;  // not ours to move after all
-  return {};
+  return write_ctl(leaf + "/cgroup.procs", std::to_string(::getpid()));
 }
 
 }  // namespace
@@ -297,7 +258,10 @@ CgroupInfo detect_cgroup() {
     // like the real root: see the header.
     bool empty_ns_root = info.namespace_root && info.namespace_root_procs == 0;
     info.root_subtree = ::geteuid() == 0 && (real_root || empty_ns_root) && ::access(info.mount.c_str(), W_OK) == 0;
-    std::string dirpath = info.root_subtree ? info.mount : info.mount + (info.self_path == "/" ? "" : info.self_path);
+    // <own>: for an sbx in <own>/sbx-supervisor (moved there by an earlier run, or by the `sbx mcp`
+    // or `sbx probe` that started it: enter_supervisor_leaf), the parent is where run cgroups go.
+    const std::string own_rel = own_cgroup_path(info.self_path);
+    std::string dirpath = info.root_subtree ? info.mount : info.mount + (own_rel == "/" ? "" : own_rel);
     std::ifstream c(dirpath + "/cgroup.controllers");
     std::string ctl;
     while (c >> ctl) info.controllers.push_back(ctl);
@@ -435,6 +399,19 @@ Status write_run_limits(const std::string& path, const Limits& limits, std::vect
 }
 
 }  // namespace
+
+bool enter_supervisor_leaf(const CgroupInfo& info) {
+  if (info.mount.empty() || info.self_path.empty() || info.root_subtree) return false;
+  if (own_cgroup_path(info.self_path) != info.self_path) return false;  // in the leaf already
+  const std::string own = own_dir(info);
+  auto avail = read_ctl(own + "/cgroup.controllers");
+  if (!avail) return false;
+  auto words = split_words(*avail);
+  if (std::none_of(std::begin(kControllers), std::end(kControllers), [&](const char* c) { return contains(words, c); }))
+    return false;  // nothing a run cgroup could use: leave the hierarchy untouched, as RunCgroup::create does
+  if (::access((own + "/cgroup.subtree_control").c_str(), W_OK) != 0) return false;  // not delegated to us
+  return move_self_to_leaf(own).ok();
+}
 
 // ---- RunCgroup ----
 

@@ -14,9 +14,10 @@
 // The no-internal-processes rule: a non-root cgroup that has processes cannot enable domain
 // controllers (memory, ...) for its children — writing its cgroup.subtree_control fails with
 // EBUSY. So when sbx's own cgroup is not the root and holds processes, sbx first moves itself into
-// the leaf <own>/sbx-supervisor, with the sbx processes that started it from the same cgroup (an
-// `sbx probe` or `sbx mcp` whose child it is). If other processes (a login shell, say) are still
-// there, sbx does not move them — they are not its to move — and reports the error; run sbx in a cgroup of its own,
+// the leaf <own>/sbx-supervisor. An sbx whose children make run cgroups (`sbx mcp`'s workers, `sbx
+// probe`'s run) goes there before it starts them (enter_supervisor_leaf), so that it does not keep
+// <own> busy itself. If other processes (a login shell, say) are still there, sbx does not move
+// them — they are not its to move — and reports the error; run sbx in a cgroup of its own,
 // e.g. `systemd-run --user --scope -p Delegate=yes sbx ...`. A later RunCgroup in the same process
 // sees /proc/self/cgroup end in /sbx-supervisor and uses the parent as <own> again.
 //
@@ -66,8 +67,8 @@ struct CgroupInfo {
   std::string layout;                    // "v2" (unified), "hybrid" (v1 + v2), "v1", or "none"
   std::string mount;                     // where cgroup2 is mounted ("" if nowhere)
   std::string self_path;                 // our cgroup v2 path from /proc/self/cgroup ("0::/..."), "" if none
-  std::vector<std::string> controllers;  // cgroup.controllers of our cgroup v2
-  bool writable = false;                 // we may create child cgroups under our cgroup v2
+  std::vector<std::string> controllers;  // cgroup.controllers of <own> (our cgroup, or its parent in sbx-supervisor)
+  bool writable = false;                 // we may create child cgroups under <own>
   // Root, and the hierarchy's real root is writable: run cgroups go under <mount>/sbx whatever
   // sbx's own cgroup (see above); `controllers` are then the root's.
   bool root_subtree = false;
@@ -154,6 +155,15 @@ class RunCgroup {
 // assumes all sbx sharing a subtree share a pid namespace (the usual case). No-op when there is no
 // usable cgroup v2 or no subtree. Errors are collected; all stale cgroups are attempted.
 Status gc_stale_cgroups(const CgroupInfo& info);
+
+// For an sbx that starts sbx children which make run cgroups (`sbx mcp`, `sbx probe`): moves this
+// process into <own>/sbx-supervisor before it starts them, where <own> offers memory, pids or cpu
+// and its subtree_control is writable (delegated); a child then finds <own> free of its parent and
+// enables controllers there, as a lone `sbx run` does after moving itself. It moves no other
+// process. No-op (false) as root in the real root (run cgroups go under <mount>/sbx), outside
+// cgroup v2, in the leaf already, where <own> offers no controller (a hybrid host: nothing is
+// written) or is not delegated (the child degrades or takes its systemd scope, as without it).
+bool enter_supervisor_leaf(const CgroupInfo& info);
 
 // ---- pure helpers (exposed for tests and for the integrator) ----
 

@@ -194,6 +194,30 @@ TEST_CASE("cgroup: create refuses a cgroup v2 without our controllers, writing n
   CHECK(gc_stale_cgroups(none).ok());
 }
 
+TEST_CASE("cgroup: enter_supervisor_leaf moves nothing, and writes nothing, where it must not") {
+  FakeCgroupRoot hybrid("hugetlb");  // this host's v2: no controller a run cgroup could use
+  CHECK_FALSE(enter_supervisor_leaf(hybrid.info()));
+  CHECK(hybrid.entries() == 2);  // no sbx-supervisor/ made
+
+  FakeCgroupRoot full("cpu memory pids");
+  CgroupInfo root = full.info();
+  root.root_subtree = true;  // root in the real root: run cgroups go under <mount>/sbx
+  CHECK_FALSE(enter_supervisor_leaf(root));
+  CgroupInfo in_leaf = full.info();
+  in_leaf.self_path = "/sbx-supervisor";  // there already
+  CHECK_FALSE(enter_supervisor_leaf(in_leaf));
+  CHECK(full.entries() == 2);
+  CgroupInfo none;
+  none.layout = "v1";
+  CHECK_FALSE(enter_supervisor_leaf(none));
+
+  // Delegated, with controllers: the leaf is made and only this process is written there (in
+  // this fake tree the leaf has no cgroup.procs, so the move itself fails and says so).
+  CHECK_FALSE(enter_supervisor_leaf(full.info()));
+  CHECK(fs::is_directory(full.dir + "/sbx-supervisor"));
+  CHECK(full.slurp("cgroup.subtree_control").empty());  // controllers are the run's to enable
+}
+
 // ---------------------------------------------------------------- planning
 
 namespace {

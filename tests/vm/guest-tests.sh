@@ -232,16 +232,74 @@ sbx_run_rootless_delegated() {  # as uid 1001 in a subtree delegated to it (chow
   left=$(ls -d $D/sbx/run-* 2>/dev/null)
   [ $rc = 137 ] && [ "$status" = oom ] && [ -z "$left" ] || return 1
 }
-sbx_probe_rootless_delegated() {  # sbx probe as uid 1001 in a fresh delegated scope: its child `sbx run`
-  # moves itself and the probe (sbx, same cgroup) into sbx-supervisor, so the limits are cgroup v2's
+sbx_probe_rootless_delegated() {  # sbx probe as uid 1001 in a fresh delegated scope: the probe moves
+  # itself into sbx-supervisor before its run (enter_supervisor_leaf), so the limits are cgroup v2's
   sbx_run_ready || return $?
   command -v setpriv >/dev/null || { echo "no setpriv in the guest"; return 77; }
   D=$CG/deleg-probe-1001
   mkdir -p $D /tmp/stp1001 && chown 1001:1001 $D $D/cgroup.procs $D/cgroup.subtree_control $D/cgroup.threads /tmp/stp1001 || return 1
   out=$(sh -c "echo \$\$ > $D/cgroup.procs && exec setpriv --reuid=1001 --regid=1001 --clear-groups env HOME=/tmp/stp1001 SBX_STATE_DIR=/tmp/stp1001 '$SBX' probe" 2>&1); rc=$?
   echo "$out" | grep -E "^limit\.|^cleanup\.cgroup|held, " | sed 's/^/     /'
-  left=$(ls -d $D/sbx/run-* 2>/dev/null); procs=$(cat $D/cgroup.procs)
-  [ $rc = 0 ] && echo "$out" | grep -Eq "^limit\.memory +held" && echo "$out" | grep -Eq "^limit\.pids +held" && [ -z "$left" ] && [ -z "$procs" ]
+  left=$(ls -d $D/sbx/run-* 2>/dev/null); ctl=$(cat $D/cgroup.subtree_control)
+  echo "     $D: subtree_control '$ctl', left '$left'"
+  [ $rc = 0 ] && echo "$out" | grep -Eq "^limit\.memory +held" && echo "$out" | grep -Eq "^limit\.pids +held" && [ -z "$left" ] \
+    && echo "$ctl" | grep -qw memory || return 1
+  # A shell that stays in the scope is not sbx's to move: the probe's run degrades, the shell stays.
+  E=$CG/deleg-probe-shell-1001
+  mkdir -p $E && chown 1001:1001 $E $E/cgroup.procs $E/cgroup.subtree_control $E/cgroup.threads || return 1
+  out=$(sh -c "echo \$\$ > $E/cgroup.procs && exec setpriv --reuid=1001 --regid=1001 --clear-groups env HOME=/tmp/stp1001 SBX_STATE_DIR=/tmp/stp1001 sh -c 'cat $E/cgroup.procs > /tmp/stp1001/shell-before; \"\$0\" probe; cat $E/cgroup.procs > /tmp/stp1001/shell-after' '$SBX'" 2>&1)
+  echo "$out" | grep -E "^limit\.memory|holds other processes" | cut -c1-200 | sed 's/^/     /'
+  echo "     shell's cgroup before: $(tr '\n' ' ' < /tmp/stp1001/shell-before); after: $(tr '\n' ' ' < /tmp/stp1001/shell-after)"
+  echo "$out" | grep -Eq "^limit\.memory +degraded" && [ -s /tmp/stp1001/shell-after ] || return 1
+}
+sbx_mcp_rootless_delegated() {  # sbx mcp --pool 2 as uid 1001, started by its client into a scope of
+  # its own (as `systemd-run --user --scope -p Delegate=yes sbx mcp` does): the server moves itself to
+  # sbx-supervisor, so its workers' run cgroups get memory.max, pooled and cold alike
+  sbx_run_ready || return $?
+  command -v setpriv >/dev/null || { echo "no setpriv in the guest"; return 77; }
+  P=$CG/deleg-mcp-1001
+  mkdir -p $P/client /tmp/stm1001 && echo "+memory +pids +cpu" > $P/cgroup.subtree_control &&
+    chown 1001:1001 $P $P/cgroup.procs $P/cgroup.subtree_control $P/cgroup.threads /tmp/stm1001 || return 1
+  sh -c "echo \$\$ > $P/client/cgroup.procs && exec setpriv --reuid=1001 --regid=1001 --clear-groups env HOME=/tmp/stm1001 python3 - '$SBX' $P/server" <<'PY'
+import json, os, subprocess, sys, time
+os.mkdir(sys.argv[2])
+p = subprocess.Popen(["sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', sys.argv[2], sys.argv[1], "--state-dir",
+                      "/tmp/stm1001/st", "mcp", "--pool", "2"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                     stderr=subprocess.PIPE)
+def call(i, method, params):
+    p.stdin.write((json.dumps({"jsonrpc": "2.0", "id": i, "method": method, "params": params}) + "\n").encode())
+    p.stdin.flush()
+    while True:
+        m = json.loads(p.stdout.readline())
+        if m.get("id") == i:
+            return m
+call(1, "initialize", {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "guest", "version": "1"}})
+p.stdin.write(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n'); p.stdin.flush()
+time.sleep(2)
+server_cg = open("/proc/%d/cgroup" % p.pid).read().strip()
+ok = True
+for i in (2, 3, 4):
+    r = call(i, "tools/call", {"name": "run_code", "arguments": {"language": "sh", "code": "cat /proc/self/cgroup"}})
+    sc = r["result"]["structuredContent"]
+    t = None
+    for line in open("/tmp/stm1001/st/traces/ledger.jsonl"):
+        rec = json.loads(line)["record"]
+        if rec["run_id"] == sc["run_id"]:
+            t = rec
+    mech = t["enforcement"]["limits_applied"].get("memory", {}).get("mechanism")
+    hit = (t.get("pool") or {}).get("hit")
+    print("     call %d: exit %s, pool hit %s, memory %r, run cgroup %s" % (i, sc["exit_code"], hit, mech, t["enforcement"].get("cgroup")))
+    if "memory.max" not in (mech or ""):
+        print("     error %r, host.cgroup %r" % (t["enforcement"].get("cgroup_error"), t["host"].get("cgroup")))
+    ok = ok and sc["exit_code"] == 0 and "memory.max" in (mech or "")
+    time.sleep(0.5)
+p.stdin.close(); p.wait(timeout=60)
+print("     server's cgroup: %s; exit %d" % (server_cg, p.returncode))
+sys.exit(0 if ok and server_cg.endswith("/server/sbx-supervisor") and p.returncode == 0 else 1)
+PY
+  rc=$?
+  left=$(ls -d $P/server/sbx/run-* 2>/dev/null)
+  [ $rc = 0 ] && [ -z "$left" ]
 }
 sbx_run_int80() {  # a 32-bit int 0x80 syscall (this guest kernel has IA-32 emulation) -> killed, 159
   sbx_run_ready || return $?
@@ -525,6 +583,7 @@ run "sbx mcp --pool: a killed pooled worker's run cgroup is removed" sbx_mcp_poo
 run "sbx mcp --pool: a worker killed while building leaves no run cgroup" sbx_mcp_pool_worker_killed_while_building_leaves_no_cgroup
 run "sbx run rootless, delegated subtree" sbx_run_rootless_delegated
 run "sbx probe rootless, delegated subtree: limits held through cgroup v2" sbx_probe_rootless_delegated
+run "sbx mcp --pool rootless, delegated subtree: calls get run cgroups" sbx_mcp_rootless_delegated
 run "cgroup namespace with processes at its root (sbx cgroup-init)" cgroupns_procs_at_root
 run "sbx run: int 0x80 is refused (seccomp)" sbx_run_int80
 run "sbx run --gpu (stand-in) keeps the cgroup v2 memory limit" sbx_run_gpu_memory
