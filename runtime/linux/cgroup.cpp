@@ -403,12 +403,11 @@ Status write_run_limits(const std::string& path, const Limits& limits, std::vect
 bool enter_supervisor_leaf(const CgroupInfo& info) {
   if (info.mount.empty() || info.self_path.empty() || info.root_subtree) return false;
   if (own_cgroup_path(info.self_path) != info.self_path) return false;  // in the leaf already
-  const std::string own = own_dir(info);
-  auto avail = read_ctl(own + "/cgroup.controllers");
-  if (!avail) return false;
-  auto words = split_words(*avail);
-  if (std::none_of(std::begin(kControllers), std::end(kControllers), [&](const char* c) { return contains(words, c); }))
+  // info.controllers are <own>'s already (detect_cgroup reads them there).
+  if (std::none_of(std::begin(kControllers), std::end(kControllers),
+                   [&](const char* c) { return contains(info.controllers, c); }))
     return false;  // nothing a run cgroup could use: leave the hierarchy untouched, as RunCgroup::create does
+  const std::string own = own_dir(info);
   if (::access((own + "/cgroup.subtree_control").c_str(), W_OK) != 0) return false;  // not delegated to us
   return move_self_to_leaf(own).ok();
 }
