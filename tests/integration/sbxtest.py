@@ -300,6 +300,13 @@ def unique(tag="m"):
     return f"{tag}{uuid.uuid4().hex[:12]}"
 
 
+def sleep_marker(whole=1234):
+    """A `sleep` argument that marks one test's processes on the host: a number no other test, and
+    no other suite running at the same time (tests/sanitize.sh runs root's beside rootless's), uses.
+    find_procs matches substrings; every marker has the same length, so none is part of another."""
+    return f"{whole}.{uuid.uuid4().int % 10**12:012d}"
+
+
 def procs():
     """{pid: (cmdline as list of str, uid)} of every process visible on the host."""
     out = {}

@@ -3,7 +3,7 @@ import os
 import re
 import unittest
 
-from sbxtest import SbxTestCase, find_procs, kill_tree_by_marker, note, sbx, scaled, unique
+from sbxtest import SbxTestCase, find_procs, kill_tree_by_marker, note, sbx, scaled, sleep_marker, unique
 
 
 class ProgramExit(SbxTestCase):
@@ -64,7 +64,7 @@ class WallTimeLimit(SbxTestCase):
         self.assertLessEqual(min(walls), upper * 1000, f"no run finished within 300-{upper * 1000:.0f} ms: {walls}")
 
     def test_timeout_kills_the_whole_sandbox(self):
-        m = "1234.7"
+        m = sleep_marker()
         try:
             r = self.run_sbx(["sh", "-c", f"sleep {m} & sleep 10"], ["--timeout", "300ms"], timeout=15)
             self.assertExit(r, 124)
@@ -121,7 +121,7 @@ class WallTimeLimit(SbxTestCase):
     def test_timeout_running_out_during_setup(self):
         # 1 ms is over before the sandbox is built (setup takes several ms): sbx kills init while
         # it sets up, and the run is a timeout like any other, with a record and nothing left.
-        m = "1234.9"
+        m = sleep_marker()
         try:
             r = self.run_sbx(["sh", "-c", f"sleep {m}"], ["--timeout", "1ms"], timeout=15)
             self.assertExit(r, 124)

@@ -8,7 +8,7 @@ import tempfile
 import time
 import unittest
 
-from sbxtest import MODE, SBX, SbxTestCase, find_procs, find_program, ledger_lines, mountinfo, note, procs, sbx, scaled, unique, wait_for
+from sbxtest import MODE, SBX, SbxTestCase, find_procs, find_program, ledger_lines, mountinfo, note, procs, sbx, scaled, sleep_marker, unique, wait_for
 
 RUNS = 200
 
@@ -171,7 +171,7 @@ class NothingLeftBehind(SbxTestCase):
         self.assertEqual(r.out.split(), ["0", "1", "2"], r.describe())
 
     def test_sbx_own_fds_are_few_and_closed_at_exit(self):
-        m = "1234.4"
+        m = sleep_marker()
         rfd, wfd = os.pipe()
         os.set_inheritable(wfd, True)
         opts = []

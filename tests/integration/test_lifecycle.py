@@ -4,12 +4,12 @@ import subprocess
 import time
 import unittest
 
-from sbxtest import SBX, SbxTestCase, find_procs, find_program, kill_tree_by_marker, wait_for
+from sbxtest import SBX, SbxTestCase, find_procs, find_program, kill_tree_by_marker, sleep_marker, unique, wait_for
 
 
 class Leftovers(SbxTestCase):
     def test_background_process_is_gone_after_the_run(self):
-        m = "1234.5"
+        m = sleep_marker()
         try:
             r = self.run_sbx(["sh", "-c", f"sleep {m} & echo started"], timeout=20)
             self.assertExit(r, 0)
@@ -22,7 +22,7 @@ class Leftovers(SbxTestCase):
 
     def test_daemonized_grandchild_is_gone(self):
         # setsid + double fork: reparented to the sandbox's init, still killed with the sandbox.
-        m = "1234.8"
+        m = sleep_marker()
         try:
             r = self.run_sbx(["sh", "-c", f"setsid sh -c 'sleep {m} </dev/null >/dev/null 2>&1 &' ; echo ok"],
                              timeout=20)
@@ -41,7 +41,7 @@ class Leftovers(SbxTestCase):
 
 class SbxKilled(SbxTestCase):
     def test_sigkill_of_sbx_kills_the_sandbox(self):
-        m = "1234.6"
+        m = sleep_marker()
         p = subprocess.Popen([SBX, "run", "--", "sleep", m], stdin=subprocess.DEVNULL,
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         try:
@@ -49,7 +49,7 @@ class SbxKilled(SbxTestCase):
             if not found:
                 p.kill()
                 p.wait()
-                self.fail("the sandboxed 'sleep 1234.6' never appeared: " + p.stderr.read().decode(errors="replace"))
+                self.fail(f"the sandboxed 'sleep {m}' never appeared: " + p.stderr.read().decode(errors="replace"))
             p.kill()
             p.wait()
             t0 = time.monotonic()
@@ -64,7 +64,7 @@ class SbxKilled(SbxTestCase):
             kill_tree_by_marker(m)
 
     def test_sigkill_of_sbx_kills_background_processes_too(self):
-        m = "1234.9"
+        m = sleep_marker()
         p = subprocess.Popen([SBX, "run", "--", "sh", "-c", f"sleep {m} & sleep {m}; wait"],
                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         try:
@@ -101,7 +101,7 @@ class SignalForwarding(SbxTestCase):
         return out, err
 
     def test_sigterm_is_forwarded(self):
-        m = "fwd-term"
+        m = unique("fwd-term-")
         p = self.start("trap 'echo got-term; exit 7' TERM; echo ready; while :; do sleep 0.05; done", m)
         try:
             p.send_signal(signal.SIGTERM)
@@ -113,7 +113,7 @@ class SignalForwarding(SbxTestCase):
         self.assertEqual(find_procs(m), {})
 
     def test_sigint_is_forwarded(self):
-        m = "fwd-int"
+        m = unique("fwd-int-")
         p = self.start("trap 'exit 5' INT; echo ready; while :; do sleep 0.05; done", m)
         try:
             p.send_signal(signal.SIGINT)
@@ -123,7 +123,7 @@ class SignalForwarding(SbxTestCase):
             kill_tree_by_marker(m)
 
     def test_program_ignoring_sigterm_is_killed_after_grace(self):
-        m = "fwd-ignore"
+        m = unique("fwd-ignore-")
         p = self.start("trap '' TERM; echo ready; while :; do sleep 0.05; done", m)
         try:
             t0 = time.monotonic()

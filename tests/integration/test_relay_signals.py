@@ -12,7 +12,7 @@ import subprocess
 import time
 import unittest
 
-from sbxtest import SBX, SbxTestCase, kill_tree_by_marker, ledger_lines, note, scaled, validate_trace
+from sbxtest import SBX, SbxTestCase, kill_tree_by_marker, ledger_lines, note, scaled, unique, validate_trace
 
 
 def wait_until_signal_blocked(pid, sig, timeout=10.0):
@@ -101,7 +101,7 @@ class StalledReader(SbxTestCase):
         self.assertFalse(trace["stdout"]["reader_closed"])
 
     def test_forwarded_signal_is_served_while_the_reader_is_stalled(self):
-        m = "stall-sig"
+        m = unique("stall-sig-")
         run = Run(self, ["sh", "-c", "trap 'echo got-term >&2; exit 7' TERM; echo ready >&2; yes", m],
                   ["--timeout", "20s"])
         try:
@@ -219,7 +219,7 @@ class ProcessGroupSignals(SbxTestCase):
     """Like a terminal's Ctrl-C: the program's foreground children get the signal too."""
 
     def signal_shell(self, sig):
-        m = f"pg-{sig}"
+        m = unique(f"pg-{sig}-")
         run = Run(self, ["sh", "-c", "echo ready; sleep 30; echo after", m])
         try:
             self.assertEqual(run.p.stdout.readline(), b"ready\n")
@@ -245,7 +245,7 @@ class ProcessGroupSignals(SbxTestCase):
         self.signal_shell(signal.SIGTERM)
 
     def test_program_ignoring_sigterm_is_recorded_as_killed_by_sbx(self):
-        m = "pg-ignore"
+        m = unique("pg-ignore-")
         run = Run(self, ["sh", "-c", "trap '' TERM; echo ready; while :; do sleep 0.05; done", m])
         try:
             self.assertEqual(run.p.stdout.readline(), b"ready\n")
