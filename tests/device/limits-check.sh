@@ -30,11 +30,9 @@ say() { echo "$*" | tee -a "$SUMMARY"; }
 PY=$(command -v python3)
 tr_get() { "$PY" -c "import json,sys; t=json.load(open(sys.argv[1])); print($2)" "$1" 2>/dev/null; }
 
-# AS_USER: the prefix that runs a command as uid U with no supplementary groups (setpriv, or python
-# where it is missing); a command, not a function, since it follows `exec` in a shell.
-if command -v setpriv >/dev/null; then AS_USER=(setpriv --reuid="$U" --regid="$U" --clear-groups)
-else AS_USER=("$PY" -c 'import os, sys; os.setgroups([]); os.setgid(int(sys.argv[1])); os.setuid(int(sys.argv[1])); os.execvp(sys.argv[2], sys.argv[2:])' "$U")
-fi
+# shellcheck source=tests/device/common.sh
+. "$(dirname "$0")/common.sh"
+as_user_prefix "$U"  # AS_USER: runs a command as uid U
 
 # The hogs use only the shell and coreutils (the sandbox's root is the host's /usr, whatever it holds).
 MEM_HOG='x=$(head -c 400000000 /dev/zero | tr "\0" a); echo "held ${#x} bytes"'
@@ -56,7 +54,7 @@ check() {
     local tr=$1 src=$from; shift
     if [ "$who" = user-scope ]; then
       src=$from/run-$(basename "$tr" .json).scope
-      mkdir "$src" && chown "$U:$U" "$src" "$src/cgroup.procs" "$src/cgroup.subtree_control" "$src/cgroup.threads"
+      delegate_cgroup "$src" "$U"
     fi
     timeout --kill-after=5 90 sh -c 'echo $$ > "$1/cgroup.procs" && shift && exec "$@"' sh "$src" \
       "${pre[@]}" "$SBX" run --trace-file "$tr" "$@" > "$tr.out" 2>&1
@@ -129,7 +127,6 @@ kill $OTHER; wait $OTHER 2>/dev/null
 
 # Leave no cgroup behind: sbx removes its run cgroups; the subtrees it made below ours go bottom-up.
 for d in "$UCG" "$LOGIN"; do
-  find "$d" -mindepth 1 -depth -type d -exec rmdir {} \; 2>/dev/null
-  rmdir "$d" 2>/dev/null || say "note: $d not removed: $(cat "$d/cgroup.procs" 2>/dev/null | tr '\n' ' ')"
+  remove_cgroup_tree "$d" || say "note: $d not removed: $(cat "$d/cgroup.procs" 2>/dev/null | tr '\n' ' ')"
 done
 say "left under $CG/sbx: $(ls -d $CG/sbx/run-* 2>/dev/null | wc -l) run cgroups"

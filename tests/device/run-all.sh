@@ -14,6 +14,8 @@
 # cgroup-placement (bench/cgroup_placement.sh).
 set -u
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+# shellcheck source=tests/device/common.sh
+. "$REPO/tests/device/common.sh"
 SBX=$(readlink -f "${1:-$REPO/build/sbx}")
 W=/tmp/devcheck
 DEST=${OUT:-$W}
@@ -78,14 +80,13 @@ probe() {
   SBX_STATE_DIR=$d/root timeout 60 "$SBX" probe > "$d/root.txt" 2>&1; echo "exit $?"
   tail -n 45 "$d/root.txt"
   for c in memory pids cpu; do echo "+$c" > /sys/fs/cgroup/cgroup.subtree_control 2>/dev/null; done
-  mkdir -p "$cg" && chown "$DEVCHECK_UID" "$cg" "$cg/cgroup.procs" "$cg/cgroup.subtree_control" "$cg/cgroup.threads"
-  local as_user=(setpriv --reuid="$DEVCHECK_UID" --regid="$DEVCHECK_UID" --clear-groups)
-  command -v setpriv >/dev/null || as_user=(python3 -c 'import os, sys; os.setgroups([]); os.setgid(int(sys.argv[1])); os.setuid(int(sys.argv[1])); os.execvp(sys.argv[2], sys.argv[2:])' "$DEVCHECK_UID")
+  delegate_cgroup "$cg" "$DEVCHECK_UID"
+  as_user_prefix "$DEVCHECK_UID"
   echo "== sbx probe as uid $DEVCHECK_UID, from $cg (delegated)"
   timeout 60 sh -c 'echo $$ > "$1/cgroup.procs" && shift && exec "$@"' sh "$cg" \
-    "${as_user[@]}" env HOME="$d/user" SBX_STATE_DIR="$d/user" "$SBX" probe > "$d/user.txt" 2>&1; echo "exit $?"
+    "${AS_USER[@]}" env HOME="$d/user" SBX_STATE_DIR="$d/user" "$SBX" probe > "$d/user.txt" 2>&1; echo "exit $?"
   tail -n 45 "$d/user.txt"
-  find "$cg" -mindepth 1 -depth -type d -exec rmdir {} \; 2>/dev/null; rmdir "$cg" || echo "note: $cg not removed"
+  remove_cgroup_tree "$cg" || echo "note: $cg not removed"
 }
 
 part facts 30 facts
