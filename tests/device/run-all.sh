@@ -41,10 +41,8 @@ part() {
   if [ $left -lt 20 ]; then say ""; say "######## $name: SKIPPED (${left} s left of the deadline)"; return; fi
   [ $secs -gt $((left - 10)) ] && secs=$((left - 10))
   # A shell function of this script runs in a bash of its own (timeout execs its command).
-  # It takes common.sh's functions along.
-  if declare -F "$1" >/dev/null; then
-    set -- bash -c "$(declare -f as_user_prefix delegate_cgroup remove_cgroup_tree "$1"); $1"
-  fi
+  # It sources common.sh again.
+  if declare -F "$1" >/dev/null; then set -- bash -c ". \"\$0\"; $(declare -f "$1"); $1" "$REPO/tests/device/common.sh"; fi
   timeout --kill-after=10 "$secs" "$@" > "$W/$name.log" 2>&1
   local rc=$?
   say ""

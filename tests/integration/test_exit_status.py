@@ -3,7 +3,7 @@ import os
 import re
 import unittest
 
-from sbxtest import TIME_SCALE, SbxTestCase, find_procs, kill_tree_by_marker, note, sbx, scaled, sleep_marker, unique
+from sbxtest import SbxTestCase, find_procs, kill_tree_by_marker, note, sbx, scaled, sleep_marker, unique
 
 
 class ProgramExit(SbxTestCase):
@@ -53,7 +53,7 @@ class WallTimeLimit(SbxTestCase):
         # 400 ms; wider only for a sanitizer build, whose start and teardown are the slowest of any
         # run and whose pass runs two suites at once on 2 cores (tests/sanitize.sh): 610-650 ms
         # were measured there, so it gets the slack of time scale 5 at least.
-        upper = scaled(0.400, 0.300) if TIME_SCALE <= 1 else 0.300 + 0.100 * max(TIME_SCALE, 5)
+        upper = scaled(0.400, 0.300, sanitizer_scale=5)
         for _ in range(3):
             r = self.run_sbx(["sleep", "10"], ["--timeout", "300ms"], timeout=15)
             self.assertExit(r, 124, "--timeout 300ms -- sleep 10")
