@@ -18,6 +18,7 @@
 #include "runtime/linux/cgroup.hpp"
 #include "runtime/model/profile.hpp"
 #include "runtime/server/mcp_pool.hpp"
+#include "runtime/server/mcp_template.hpp"
 #include "runtime/server/mcp_protocol.hpp"
 #include "runtime/server/mcp_server.hpp"
 #include "runtime/server/mcp_worker.hpp"
@@ -45,7 +46,8 @@ struct McpFlags {
 struct WorkerFlags {
   bool pooled = false;  // --pooled: build the sandbox first, then wait for the job (mcp_pool.hpp)
   std::string profile = kDefaultProfile;
-  std::string pack_job;  // --pack-job JSON: a pack tool's pooled sandbox (mcp::pack_job, less tool and profile)
+  std::string pack_job;       // --pack-job JSON: a pack tool's pooled sandbox (mcp::pack_job, less tool and profile)
+  std::string template_host;  // --template-host DIR: run the profile's warm template (mcp_template.hpp)
 };
 
 // --packs DIR: a pack directory itself, or a directory whose subdirectories with a pack.json are
@@ -280,8 +282,26 @@ int serve_mcp(const McpFlags& f, const mcp::ServerConfig& cfg, const std::vector
     // neither), so its pooled sandboxes are made for (profile, image) alike.
     auto pooled_argv = argv;
     pooled_argv.insert(pooled_argv.end(), {"--pooled", "--profile", f.profile});
-    auto run_code = std::make_unique<mcp::PoolLauncher>(pooled_argv, f.pool, launcher, f.pool_max_idle * 1000LL);
-    pools.add("run_code", std::move(run_code));
+    // A profile whose warm mode is "template": run_code's calls are forks of one template instead
+    // (mcp_template.hpp), built and checked before the first call.
+    std::unique_ptr<mcp::TemplateLauncher> tmpl;
+    if (f.warm.mode == "template") {
+      auto host_argv = argv;
+      host_argv.insert(host_argv.end(), {"--profile", f.profile});
+      const char* tmp = std::getenv("TMPDIR");
+      tmpl = std::make_unique<mcp::TemplateLauncher>(host_argv, tmp && *tmp == '/' ? tmp : "/tmp", launcher,
+                                                     f.pool_max_idle * 1000LL);
+      std::fprintf(stderr, "sbx: mcp: template: preparing python3%s%s for profile %s\n",
+                   f.warm.preload.empty() ? "" : " with ", printable(join_words(f.warm.preload, ", ")).c_str(),
+                   printable(f.profile).c_str());
+      if (std::string why = tmpl->await_first(mcp::kWarmCheckMs); !why.empty())
+        return usage_error("mcp: --pool: profile " + f.profile + "'s warm key: " + why +
+                           " (fix the profile's warm key, or the image)");
+      pools.route("run_code", tmpl.get());
+    } else {
+      pools.add("run_code",
+                std::make_unique<mcp::PoolLauncher>(pooled_argv, f.pool, launcher, f.pool_max_idle * 1000LL));
+    }
     // A pack tool's are made for that pack: its copy, contexts, image and limits; all the pools
     // together hold at most kMaxPooledSandboxes.
     std::size_t budget = mcp::kMaxPooledSandboxes - f.pool;
@@ -371,6 +391,8 @@ int run_worker(const WorkerFlags& wf, GlobalOptions& g) {
     rf.command = command;
     return apply_flags(std::move(spec), rf);
   };
+  // The template's stdin is the server's socket: where it says its run id, digest and readiness.
+  if (!wf.template_host.empty()) return mcp::serve_template_host(ctx, wf.profile, wf.template_host, STDIN_FILENO);
   Result<json> job = json(nullptr);
   if (wf.pooled) {
     json pack_key = nullptr;
@@ -424,6 +446,7 @@ void add_mcp_worker_command(CLI::App& app, GlobalOptions& g, std::vector<Command
   worker->add_flag("--pooled", wf.pooled, "");
   worker->add_option("--profile", wf.profile, "");
   worker->add_option("--pack-job", wf.pack_job, "");
+  worker->add_option("--template-host", wf.template_host, "");
   out.push_back({worker, [&g]() -> int { return run_worker(wf, g); }, true});
 }
 

@@ -43,13 +43,13 @@ endfunction()
 
 sbx_layer(base)
 sbx_layer(egress DEPS base)
-sbx_layer(model  DEPS egress base SOURCES ${SBX_EMBED_CPP})
+sbx_layer(model  DEPS egress base SOURCES ${SBX_EMBED_CPP} ${SBX_TEMPLATE_DRIVER_CPP})
 sbx_layer(linux  DEPS model base SOURCES ${SBX_SECCOMP_CPP})
 sbx_layer(record DEPS base)
 sbx_layer(image  DEPS record base)
 sbx_layer(launch DEPS image record egress linux model base)
 sbx_layer(typed  DEPS launch image record linux model base)
-sbx_layer(server DEPS typed launch record model base)
+sbx_layer(server DEPS typed launch image record linux model base)
 
 # The whole runtime, for the binary, the unit tests and the fuzz targets.
 add_library(sbx_runtime INTERFACE)

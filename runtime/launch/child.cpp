@@ -200,9 +200,10 @@ long check_last_calls(const ChildConfig& cfg, const char* path, char* const* arg
 void install_seccomp(const ChildConfig& cfg, ProgramArgs& a) {
   struct sock_fprog prog = {static_cast<unsigned short>(cfg.seccomp_filter.size()),
                             const_cast<struct sock_filter*>(cfg.seccomp_filter.data())};
-  long listener = ::syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_NEW_LISTENER, &prog);
+  long listener = ::syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER,
+                            cfg.seccomp_listener ? SECCOMP_FILTER_FLAG_NEW_LISTENER : 0U, &prog);
   if (listener < 0) fail(cfg, sys_error("seccomp", "install the seccomp filter"));  // no filter yet
-  a.listener = static_cast<int>(listener);
+  a.listener = cfg.seccomp_listener ? static_cast<int>(listener) : -1;
 }
 
 // The program's fds 0, 1, 2, none of them the caller's own (stdin_relay.hpp): the pty slave on

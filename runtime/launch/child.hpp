@@ -49,6 +49,11 @@ struct ChildConfig {
   // last calls against, see child.cpp); the listener goes to the supervisor on fds.listener_sock.
   std::vector<struct sock_filter> seccomp_filter;
   const std::vector<struct sock_filter>* seccomp_reference = nullptr;
+  // false: installed without a listener (seccomp_filter is then the reference program itself,
+  // refusing with the policy's own errors). A warm template's (RunRequest::template_host): the
+  // kernel allows one listener per filter stack, and each call forked from the template installs
+  // its own, so that the call's refusals reach the call's supervisor and its record.
+  bool seccomp_listener = true;
   // Egress proxy (network mode "proxy", fds.proxy_sock): the port of the listener init makes.
   int proxy_port = 0;
   // Init runs in the supervisor's address space (sandbox.cpp, "shared init"): the supervisor is

@@ -64,7 +64,10 @@ class Identity final : public Facility {
     SBX_TRY(check_sources(ctx.bind_sources, ctx.spec, ctx.cwd, &*ctx.identity));
     return check_binds_writable(ctx.bind_sources, *ctx.identity, ctx.req.workspace);
   }
-  Status after_clone(RunContext& ctx, pid_t pid) const override { return write_id_maps(pid, *ctx.identity); }
+  Status after_clone(RunContext& ctx, pid_t pid) const override {
+    if (ctx.from_template) return {};
+    return write_id_maps(pid, *ctx.identity);
+  }
   void record(const RunContext& ctx, const SuperviseResult*, json& out) const override {
     if (ctx.identity) put(out, "enforcement/identity", identity_to_json(*ctx.identity));
     else

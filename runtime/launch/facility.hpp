@@ -77,6 +77,9 @@ struct RunContext {
   std::optional<Error> cgroup_error;          // RunCgroup::create failed: the plan fell back
   std::optional<CgroupEvents> cgroup_events;  // the run cgroup's limit events, while it exists
   bool in_cgroup = false;                     // set by spawn: clone placed init in the cgroup
+  // The call is a template's fork (RunRequest::from_template): it lives in the template's user
+  // namespace, whose id maps were written when the template was built.
+  bool from_template = false;
   // --bind and --input sources, opened once by the identity facility: checked (preflight.hpp)
   // and planned (plan_mounts) from these, held open until the run is over (mounts.hpp, BindSource)
   std::vector<BindSource> bind_sources;

@@ -26,7 +26,14 @@ class Seccomp final : public Facility {
       if (auto k = cache_mac_secret()) secret = std::move(*k);
       else if (!ctx.dry_run) spdlog::info("seccomp cache not used: {}", k.error().describe());
     }
-    auto prepared = prepare_seccomp(s.seccomp, cache, s.capabilities.keep, secret);
+    // A template's own sandbox: the default policy with what its driver needs (kTemplateSeccomp).
+    if (ctx.req.template_host && s.seccomp != "default")
+      return Error{"seccomp", EINVAL,
+                   "a warm template needs the default seccomp policy (its calls stack the profile's on the "
+                   "template's): this profile names '" +
+                       s.seccomp + "' (use \"mode\": \"pool\")"};
+    const std::string which = ctx.req.template_host ? std::string(kTemplateSeccomp) : s.seccomp;
+    auto prepared = prepare_seccomp(which, cache, s.capabilities.keep, secret);
     if (!prepared) return prepared.error();
     const PreparedSeccomp& sc = ctx.seccomp.emplace(std::move(*prepared));
     if (!ctx.dry_run) log(s, sc);

@@ -2,6 +2,7 @@
 #include "runtime/launch/handshake.hpp"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -89,6 +90,18 @@ Status InitChannel::send_start_with_job(std::string_view job) {
   std::string bytes = "s";
   bytes.append(job);
   return write_all(sync_w_.get(), bytes, "the pooled sandbox's job");
+}
+
+Result<UniqueFd> InitChannel::recv_template_pidfd(int timeout_ms) {
+  struct pollfd p = {out_r_.get(), POLLIN, 0};
+  int n;
+  do n = ::poll(&p, 1, timeout_ms);
+  while (n < 0 && errno == EINTR);
+  if (n == 0) return Error{"template", ETIMEDOUT, "the template did not fork the call"};
+  int received = -1;
+  if (n < 0 || recv_fd(out_r_.get(), &received) <= 0 || received < 0)
+    return Error{"template", EPROTO, "the template did not send the call's pidfd"};
+  return UniqueFd(received);
 }
 
 UniqueFd InitChannel::recv_out_dir() {

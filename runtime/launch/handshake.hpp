@@ -114,6 +114,9 @@ class InitChannel {
   // The O_PATH fd of /out, which waited in its socket since init built the root: once every
   // process of the sandbox is dead. Not ok() when init never sent it.
   UniqueFd recv_out_dir();
+  // A template's fork (RunRequest::from_template): the pidfd of the process that plays init,
+  // which the template sends on the out socket ('I') before /out. Waits at most timeout_ms.
+  Result<UniqueFd> recv_template_pidfd(int timeout_ms);
 
  private:
   UniqueFd sync_r_, sync_w_, msg_r_, msg_w_, out_r_, out_w_, listener_r_, listener_w_, proxy_r_, proxy_w_;

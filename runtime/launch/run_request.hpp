@@ -155,6 +155,21 @@ struct RunRequest {
     std::function<AfterRun(const Outcome&, int out_fd)> after_run;
   } typed;
 
+  // A call forked from a template (runtime/server/mcp_template.hpp; the driver:
+  // runtime/model/warm_template.py): the template's control socket, and what the record says of
+  // the template ({digest, run_id}). Set: spawn connects there instead of cloning, and the
+  // template's fork plays init.
+  struct FromTemplate {
+    std::string socket;
+    nlohmann::json record = nullptr;
+  } from_template;
+  // This run is a template (mcp_template.hpp): its filter is the template policy
+  // (kTemplateSeccomp) in place of the spec's "default", and its record says it was one.
+  bool template_host = false;
+  // The run's id, when the caller needs it before the run ends (a template's, which every call
+  // forked from it records); "" makes one (make_run_id).
+  std::string run_id;
+
   // A warm pool's sandbox (pool_job.hpp, mcp_pool.hpp).
   struct Pool {
     // Set for a warm pool's sandbox: it is built in full (namespaces, root, /dev, /proc, tmpfs

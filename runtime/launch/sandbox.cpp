@@ -3,8 +3,10 @@
 #include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/utsname.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -172,6 +174,7 @@ struct Launch {
   bool shared = false;  // the init shares our address space (clone.hpp)
   pid_t pid = -1;
   UniqueFd pidfd;
+  bool init_is_child = true;  // false: a template's fork plays init (spawn_from_template)
   bool timed_out_in_setup = false;
   int kill_grace_ms = SuperviseInput{}.kill_grace_ms;
 };
@@ -194,6 +197,7 @@ class Run {
   bool prepare_signals();
   // 2 spawn
   bool spawn();
+  bool spawn_from_template(UniqueFd sock);
   bool start_init();
   bool check_seal();
   bool hand_out();
@@ -272,7 +276,7 @@ Run::Run(const RunRequest& req)
       inputs_(req.typed.inputs),
       stdin_record_(CallerStdin(req.io.stdin_plan).to_json()),  // replaced by the relay's own once it ran
       identity_(plan_identity(req.spec, req.tenant.id_slot)) {
-  parts_.run_id = make_run_id();
+  parts_.run_id = req.run_id.empty() ? make_run_id() : req.run_id;
   parts_.started_at = rfc3339_now();
   const RunSpec& s = spec();
   parts_.image = trace_object({{"image/name", s.image}, {"image/digest", nullptr}, {"image/mounts", json::array()}});
@@ -412,7 +416,9 @@ bool Run::prepare_channels() {
   if (ctx_.seccomp->enabled) {
     if (auto st = L.chan.open_listener_socket(); !st) return fail_setup(st.error());
     cfg.fds.listener_sock = L.chan.init_listener_socket();
-    cfg.seccomp_filter = notify_program(ctx_.seccomp->reference);
+    // A template's own filter refuses by itself, with no listener (child.hpp, seccomp_listener).
+    cfg.seccomp_listener = !req_.template_host;
+    cfg.seccomp_filter = req_.template_host ? ctx_.seccomp->reference : notify_program(ctx_.seccomp->reference);
     cfg.seccomp_reference = &ctx_.seccomp->reference;
   }
   return true;
@@ -481,9 +487,24 @@ bool Run::prepare_signals() {
 //    kills every process that shares the victim's address space — with a shared init that
 //    would be sbx itself, and the run would end without its record.
 //  - in a warm pool: the supervisor waits for the call while init waits before the execve.
+namespace {
+Result<UniqueFd> connect_template(const std::string& path);  // below, with the template's other helpers
+}  // namespace
+
 bool Run::spawn() {
   Launch& L = *launch_;
   t_spawn_ = monotonic_us();
+  if (!req_.from_template.socket.empty()) {
+    // A template that is gone (it died, or is being rebuilt) leaves the call to a cold sandbox,
+    // made here as for any run; the record's pool note says why (mcp_template.hpp).
+    auto sock = connect_template(req_.from_template.socket);
+    if (sock) return spawn_from_template(std::move(*sock));
+    spdlog::info("template not reached: {}; the call runs cold", sock.error().describe());
+    put(record_extra_, "pool",
+        trace_object({{"pool/hit", false},
+                      {"pool/reason",
+                       "the template could not be reached (" + sock.error().describe() + "): it is being rebuilt"}}));
+  }
   // SBX_BENCH_FORKED_INIT=1 forks init where it would be shared: for measuring what the shared
   // init saves (bench/README.md, "Shared init"), never needed otherwise. It can only make a run
   // take the path runs with an image take, never a less isolated one.
@@ -540,6 +561,128 @@ bool Run::spawn() {
     return fail_setup(e);
   }
   return start_init();
+}
+
+namespace {
+
+// The call's job as the template's driver reads it (runtime/model/warm_template.py, _read_job):
+// what init's ChildConfig would carry, as JSON (the filter as hex), a newline, then the files'
+// bytes; in a sealed memfd, so that a job of any size travels as one fd.
+Result<UniqueFd> template_job(const ChildConfig& cfg, const std::vector<GeneratedFile>& files, bool trace) {
+  json rl = json::array();
+  for (auto& [res, value] : cfg.rlimits) rl.push_back({res, static_cast<std::uint64_t>(value)});
+  const MountPlan& m = cfg.mounts;
+  // The call's scratch filesystems, as a cold sandbox's (mount_plan.cpp): made fresh in the fork.
+  json tmpfs = json::array({{{"dst", "/tmp"}, {"size", m.tmp_size_bytes}, {"mode", 01777}, {"noexec", false}},
+                            {{"dst", "/dev/shm"}, {"size", m.tmp_size_bytes}, {"mode", 01777}, {"noexec", true}},
+                            {{"dst", "/out"}, {"size", m.out_size_bytes}, {"mode", 0755}, {"noexec", false}}});
+  for (auto& t : m.tmpfs)
+    tmpfs.push_back({{"dst", t.dst}, {"size", t.size_bytes}, {"mode", 01777}, {"noexec", t.noexec}});
+  json f = json::array();
+  for (auto& g : files) f.push_back({{"dst", g.dst}, {"mode", g.mode}, {"size", g.content.size()}});
+  static const char* hex = "0123456789abcdef";
+  std::string filter;
+  const auto* bytes = reinterpret_cast<const unsigned char*>(cfg.seccomp_filter.data());
+  for (std::size_t i = 0; i < cfg.seccomp_filter.size() * sizeof(sock_filter); ++i) {
+    filter += hex[bytes[i] >> 4];
+    filter += hex[bytes[i] & 15];
+  }
+  json job = {{"argv", cfg.argv},           {"env", cfg.envp}, {"hostname", cfg.hostname},
+              {"workdir", m.workdir},       {"rlimits", rl},   {"umask", cfg.umask},
+              {"filter", filter},           {"files", f},      {"tmpfs", tmpfs},
+              {"proc_masks", m.proc_masks}, {"trace", trace}};
+  std::string text = dump_json(job, -1) + "\n";
+  for (auto& g : files) text += g.content;
+  UniqueFd fd(::memfd_create("sbx-template-job", MFD_CLOEXEC | MFD_ALLOW_SEALING));
+  if (!fd.ok()) return sys_error("template", "memfd_create for the call's job");
+  SBX_TRY(write_all(fd.get(), text, "the call's job"));
+  if (::fcntl(fd.get(), F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL) != 0)
+    return sys_error("template", "seal the call's job");
+  return fd;
+}
+
+// A connection to the template's control socket at `path`.
+Result<UniqueFd> connect_template(const std::string& path) {
+  UniqueFd sock(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
+  if (!sock.ok()) return sys_error("template", "socket");
+  struct sockaddr_un addr {};
+  addr.sun_family = AF_UNIX;
+  if (path.size() >= sizeof addr.sun_path) return Error{"template", ENAMETOOLONG, "control socket path " + path};
+  std::memcpy(addr.sun_path, path.c_str(), path.size());
+  if (::connect(sock.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0)
+    return sys_error("template", "connect to the template at " + path);
+  return sock;
+}
+
+// Sends "call" and `fds` as one SEQPACKET message on `sock`.
+Status send_to_template(const UniqueFd& sock, const std::vector<int>& fds) {
+  char tag[] = "call";
+  struct iovec iov = {tag, 4};
+  std::vector<char> cbuf(CMSG_SPACE(sizeof(int) * fds.size()));
+  struct msghdr mh {};
+  mh.msg_iov = &iov;
+  mh.msg_iovlen = 1;
+  mh.msg_control = cbuf.data();
+  mh.msg_controllen = cbuf.size();
+  struct cmsghdr* c = CMSG_FIRSTHDR(&mh);
+  c->cmsg_level = SOL_SOCKET;
+  c->cmsg_type = SCM_RIGHTS;
+  c->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
+  std::memcpy(CMSG_DATA(c), fds.data(), sizeof(int) * fds.size());
+  ssize_t n;
+  do n = ::sendmsg(sock.get(), &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+  while (n < 0 && errno == EINTR);
+  if (n != 4) return sys_error("template", "send the call to the template");
+  return {};
+}
+
+// The pid a pidfd refers to, in our pid namespace (its fdinfo's "Pid:"), or -1.
+pid_t pidfd_pid(int pidfd) {
+  std::FILE* f = std::fopen(("/proc/self/fdinfo/" + std::to_string(pidfd)).c_str(), "re");
+  if (!f) return -1;
+  char line[256];
+  pid_t pid = -1;
+  while (std::fgets(line, sizeof line, f))
+    if (std::strncmp(line, "Pid:", 4) == 0) pid = static_cast<pid_t>(std::strtol(line + 4, nullptr, 10));
+  std::fclose(f);
+  return pid;
+}
+
+}  // namespace
+
+// 2 spawn, from a template (runtime/server/mcp_template.hpp): the template forks a process that plays
+// init for the call in namespaces of its own (runtime/model/warm_template.py) and speaks init's
+// protocol on init's ends of our channel, which it gets with the job. It is not our child: its
+// pidfd comes back on the out socket ('I'), and its end is the report it sends (supervisor.cpp).
+bool Run::spawn_from_template(UniqueFd sock) {
+  Launch& L = *launch_;
+  ctx_.from_template = true;
+  ctx_.image_fd.reset();  // the template's root, sealed when the template was built
+  const ChildConfig& cfg = L.cfg;
+  std::vector<int> fds = {cfg.fds.sync, cfg.fds.msg, cfg.fds.out_sock, cfg.fds.listener_sock, cfg.fds.out, cfg.fds.err};
+  if (std::find(fds.begin(), fds.end(), -1) != fds.end())
+    return fail_setup(Error{"template", EINVAL, "a template's call needs a seccomp filter and piped output"});
+  auto job = template_job(cfg, req_.files, std::getenv("SBX_BENCH_TEMPLATE_STAGES") != nullptr);
+  if (!job) return fail_setup(job.error());
+  fds.insert(fds.begin(), job->get());
+  if (auto st = send_to_template(sock, fds); !st) return fail_setup(st.error());
+  sock.reset();
+  job->reset();
+  L.chan.close_init_ends();
+  for (FdPair* p : {&L.out, &L.err}) p->w.reset();
+  L.caller_in.close_child_ends();
+  auto pidfd = L.chan.recv_template_pidfd(5000);
+  if (!pidfd) return fail_setup(pidfd.error());
+  L.pid = pidfd_pid(pidfd->get());
+  if (L.pid <= 0) return fail_setup(Error{"template", ESRCH, "the template's fork of the call is gone"});
+  L.pidfd = std::move(*pidfd);
+  L.init_is_child = false;
+  if (auto st = facilities_after_clone(ctx_, L.pid); !st) {
+    kill_init();
+    return fail_setup(st.error());
+  }
+  L.chan.send_go();
+  return true;
 }
 
 // "go": init builds the sandbox. A shared init does it all before we return from here.
@@ -655,6 +798,7 @@ SuperviseInput Run::supervise_input() {
   SuperviseInput in;
   in.pid = L.pid;
   in.pidfd = L.pidfd.get();
+  in.init_is_child = L.init_is_child;
   in.msg_fd = L.chan.take_reports();  // the supervisor closes it
   // The pty master is the stdout stream (it arrives in the loop); nothing writes the pipe.
   if (req_.io.stdin_plan.mode == StdinMode::pty) L.out.r.reset();
@@ -827,7 +971,10 @@ RunReport Run::record(nlohmann::json extra) {
   put(report.trace, "inputs", inputs_);
   put(report.trace, "stdin", stdin_record_);
   // A pooled sandbox's call (pool.hit in its record); any other run's sandbox was made for it.
-  put(report.trace, "sandbox", trace_object({{"sandbox/made_by", req_.pool.await_call ? "pooled" : "cold"}}));
+  if (ctx_.from_template)
+    put(report.trace, "sandbox",
+        trace_object({{"sandbox/made_by", "template"}, {"sandbox/template", req_.from_template.record}}));
+  else put(report.trace, "sandbox", trace_object({{"sandbox/made_by", req_.pool.await_call ? "pooled" : "cold"}}));
   add_outputs(report, extra);
   for (auto& [k, v] : record_extra_.items()) report.trace[k] = v;
   if (extra.contains("blobs") && report.trace.contains("blobs") && report.trace["blobs"].is_array()) {

@@ -401,7 +401,9 @@ void Supervisor::on_signals() {
 void Supervisor::on_init_exit() {
   int ws = 0;
   struct rusage ru {};
-  pid_t w = ::wait4(in_.pid, &ws, WNOHANG, &ru);
+  // A template's fork: its pidfd is readable, so it has exited; it reported the program's status
+  // and usage before (a fork that died without reporting ends the run as killed: outcome.cpp).
+  pid_t w = in_.init_is_child ? ::wait4(in_.pid, &ws, WNOHANG, &ru) : in_.pid;
   if (w != in_.pid) return;
   init_done_ = true;
   r_.init_pending = false;
@@ -421,7 +423,8 @@ void Supervisor::wind_up() {
     struct pollfd pfd = {in_.pidfd, POLLIN, 0};
     while (::poll(&pfd, 1, 5000) < 0 && errno == EINTR) {}
     int ws = 0;
-    if (::wait4(in_.pid, &ws, WNOHANG, &r_.usage) == in_.pid) r_.init_wait_status = ws;
+    if (!in_.init_is_child) r_.init_pending = false;
+    else if (::wait4(in_.pid, &ws, WNOHANG, &r_.usage) == in_.pid) r_.init_wait_status = ws;
     else r_.init_pending = true;
     r_.wall_ms = now_ms() - start_;
   }

@@ -36,6 +36,9 @@ Result<int> arm_timerfd(std::int64_t ms);
 struct SuperviseInput {
   pid_t pid = -1;  // sbx's init in the sandbox
   int pidfd = -1;  // the caller's: it stays open
+  // false: init is a template's fork (sandbox.cpp, spawn_from_template), not our child: its exit
+  // is its pidfd turning readable, and its wait status is the template's to reap.
+  bool init_is_child = true;
   // Read ends that supervise() takes over and closes (as do seccomp_sock's notifier and the
   // relays of out_fd and err_fd); the caller gives them up.
   int msg_fd = -1;

@@ -1,6 +1,7 @@
 #include "runtime/linux/seccomp_policy.hpp"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <linux/audit.h>
 #include <seccomp.h>
 #include <sys/mman.h>
@@ -14,6 +15,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <set>
 
 #include <nlohmann/json.hpp>
 
@@ -589,6 +591,35 @@ bool take_cached_program(PreparedSeccomp& p, const std::string& bpf_path, const 
 }
 }  // namespace
 
+std::string template_seccomp_policy_text() {
+  // The calls the template's driver makes for each call it forks (runtime/model/warm_template.py):
+  // a mount namespace and the call's mounts, the call's network, ipc, uts, pid and cgroup
+  // namespaces, its hostname. Never CLONE_NEWUSER: the calls share the template's user namespace,
+  // in which they hold no capability (pid 1 drops them all before the call's code).
+  static const std::set<std::string> kLifted = {"mount", "umount2", "unshare", "sethostname"};
+  json pol = json::parse(default_seccomp_policy_text());
+  json rules = json::array();
+  for (auto& rule : pol["syscalls"]) {
+    if (rule.value("action", "") != "SCMP_ACT_ALLOW") {
+      json names = json::array();
+      for (auto& n : rule["names"])
+        if (!kLifted.count(n.get<std::string>())) names.push_back(n);
+      if (names.empty()) continue;
+      rule["names"] = names;
+    }
+    rules.push_back(rule);
+  }
+  rules.push_back({{"names", {"mount", "umount2", "sethostname"}},
+                   {"action", "SCMP_ACT_ALLOW"},
+                   {"comment", "a template's driver: the mounts and hostname of each call it forks"}});
+  rules.push_back({{"names", {"unshare"}},
+                   {"action", "SCMP_ACT_ALLOW"},
+                   {"args", {{{"index", 0}, {"value", CLONE_NEWUSER}, {"valueTwo", 0}, {"op", "SCMP_CMP_MASKED_EQ"}}}},
+                   {"comment", "a template's driver: every namespace of a call but a user namespace"}});
+  pol["syscalls"] = rules;
+  return pol.dump(2);
+}
+
 Result<PreparedSeccomp> prepare_seccomp(const std::string& which, const std::string& cache_dir_in,
                                         const std::vector<std::string>& kept_caps, std::string_view cache_secret) {
   // No secret, no cache: an entry nobody can vouch for is worth nothing (seccomp_policy.hpp).
@@ -604,6 +635,8 @@ Result<PreparedSeccomp> prepare_seccomp(const std::string& which, const std::str
   std::string text;
   if (which == "default") {
     text = std::string(default_seccomp_policy_text());
+  } else if (which == kTemplateSeccomp) {
+    text = template_seccomp_policy_text();
   } else {
     auto t = read_bounded(which, kMaxPolicyBytes, kStage, "seccomp policy " + which);
     if (!t) return t.error();

@@ -395,6 +395,10 @@ const Fields<RunSpec>& spec_fields() {
            [](DocReader& r, RunSpec& s) -> Status {
              SBX_TRY(r.get_string("seccomp", s.seccomp));
              if (s.seccomp.empty()) return r.fail_key("seccomp", "must be 'default', 'unconfined' or a policy file");
+             if (s.seccomp == kTemplateSeccomp)
+               return r.fail_key("seccomp", "'" + s.seccomp +
+                                                "' is sbx's own filter for warm templates, not a policy "
+                                                "a run may ask for: use 'default', 'unconfined' or a policy file");
              return {};
            },
            [](const RunSpec& s) { return json(s.seccomp); }},

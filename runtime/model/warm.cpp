@@ -2,6 +2,10 @@
 
 #include <algorithm>
 
+#include <nlohmann/json.hpp>
+
+#include "runtime/base/sha256.hpp"
+
 namespace sbx {
 
 namespace {
@@ -244,11 +248,14 @@ std::vector<WarmProblem> check_warm(const WarmSpec& spec) {
   // In the order of the key each check names, so that the error points at what is wrong (the
   // interpreter's own check last: a bad mode or preload with no interpreter is named as such).
   std::vector<WarmProblem> out;
-  if (spec.mode == "template")
-    out.push_back({"mode",
-                   "\"template\" (interpreters forked copy-on-write from a template) is not available in this "
-                   "version: use \"pool\" (a prepared interpreter per pooled sandbox)"});
-  else if (spec.mode != "pool") out.push_back({"mode", "must be \"pool\" or \"template\" (got '" + spec.mode + "')"});
+  if (spec.mode == "template" && spec.interpreter != "python3")
+    out.push_back(
+        {"mode",
+         "\"template\" (calls forked copy-on-write from a prepared interpreter) needs "
+         "\"interpreter\": \"python3\": use \"pool\" for " +
+             (spec.interpreter.empty() ? std::string("a profile that prepares no interpreter") : spec.interpreter)});
+  else if (spec.mode != "pool" && spec.mode != "template")
+    out.push_back({"mode", "must be \"pool\" or \"template\" (got '" + spec.mode + "')"});
   if (spec.preload.size() > kMaxPreloads)
     out.push_back({"preload", "at most " + std::to_string(kMaxPreloads) + " modules"});
   // No interpreter: nothing prepared (the default every profile layers over, spec_to_json).
@@ -281,12 +288,30 @@ std::vector<WarmProblem> check_warm(const WarmSpec& spec) {
 std::vector<std::string> warm_driver_argv(const WarmSpec& spec) {
   const WarmInterpreter* interp = find_warm_interpreter(spec.interpreter);
   if (!interp || !interp->has_driver) return {};
-  std::vector<std::string> argv{interp->path};
   bool python = std::string_view(interp->name) == "python3";
-  argv.push_back(python ? "-c" : "-e");
-  argv.push_back(python ? kPythonDriver : kNodeDriver);
+  std::vector<std::string> argv{interp->path, python ? "-c" : "-e", python ? kPythonDriver : kNodeDriver};
   argv.insert(argv.end(), spec.preload.begin(), spec.preload.end());
   return argv;
+}
+
+std::vector<std::string> template_driver_argv(const WarmSpec& spec) {
+  const WarmInterpreter* interp = find_warm_interpreter(spec.interpreter);
+  if (!interp || std::string_view(interp->name) != "python3") return {};
+  std::vector<std::string> argv{interp->path, "-c", std::string(template_driver_text())};
+  argv.insert(argv.end(), spec.preload.begin(), spec.preload.end());
+  return argv;
+}
+
+std::string template_digest(const std::string& profile_sha256, const std::string& image, const WarmSpec& warm,
+                            const std::string& binary_sha256) {
+  nlohmann::json d = {{"profile_sha256", profile_sha256},
+                      {"image", image},
+                      {"interpreter", warm.interpreter},
+                      {"preload", warm.preload},
+                      {"driver_sha256", std::string(template_driver_sha256())},
+                      {"sbx", SBX_VERSION},
+                      {"binary_sha256", binary_sha256}};
+  return "sha256:" + sha256_hex(d.dump());
 }
 
 }  // namespace sbx

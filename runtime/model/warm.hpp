@@ -12,6 +12,10 @@
 // millisecond and have nothing to import, so a shell's warm sandbox is the pool's (built ahead,
 // the shell exec'd at the call) and `preload` must be empty.
 //
+// With "mode": "template" (python3 only), the interpreter and its preloads are started once, in a
+// template sandbox, and each call runs in a copy-on-write fork of it in namespaces of its own
+// (runtime/server/mcp_template.hpp).
+//
 // A warm pool serves run_code calls of its interpreter's language (WarmInterpreter::language);
 // another language's call runs cold, its record saying why (mcp_worker.cpp).
 #include <string>
@@ -25,7 +29,7 @@ namespace sbx {
 struct WarmSpec {
   std::string interpreter;           // "" when the profile prepares nothing
   std::vector<std::string> preload;  // module names, imported in order
-  std::string mode = "pool";         // "pool"; "template" (forked copy-on-write) is refused for now
+  std::string mode = "pool";         // "pool" or "template" (forked copy-on-write: mcp_template.hpp)
   bool operator==(const WarmSpec&) const = default;
 };
 
@@ -37,6 +41,10 @@ struct WarmInterpreter {
 };
 const std::vector<WarmInterpreter>& warm_interpreters();
 const WarmInterpreter* find_warm_interpreter(std::string_view name);
+
+// The seccomp policy of a template's own sandbox (linux/seccomp_policy.hpp,
+// template_seccomp_policy_text): sbx's name for it, which no spec may name (spec.cpp).
+inline constexpr const char* kTemplateSeccomp = "default+template";
 
 // At most this many preloads, each at most kMaxPreloadNameBytes: they travel as argv.
 inline constexpr std::size_t kMaxPreloads = 64;
@@ -50,6 +58,19 @@ struct WarmProblem {
   std::string message;
 };
 std::vector<WarmProblem> check_warm(const WarmSpec& spec);
+
+// A warm template's driver (runtime/model/warm_template.py, compiled in) and its SHA-256.
+std::string_view template_driver_text();
+std::string_view template_driver_sha256();
+// The template's argv: the interpreter running the driver, then the preload list. Only python3
+// has a template driver (check_warm refuses "template" for the others).
+std::vector<std::string> template_driver_argv(const WarmSpec& spec);
+
+// A template's digest (runtime/server/mcp_template.hpp): what a call forked from it inherits (the
+// profile, resolved; the image; the interpreter and preload list; the driver; sbx's version and
+// binary). A call whose digest made now differs runs cold (mcp_worker.cpp).
+std::string template_digest(const std::string& profile_sha256, const std::string& image, const WarmSpec& warm,
+                            const std::string& binary_sha256);
 
 // The prepared interpreter's argv (its driver, then the preload list); empty when `spec` has no
 // interpreter or one without a driver.

@@ -378,18 +378,24 @@ PoolRouter::~PoolRouter() {
 Result<Worker> PoolRouter::launch(const json& job) {
   std::string key = key_of(job);
   if (auto* pool = find(key)) return pool->launch(job);
+  if (auto it = others_.find(key); it != others_.end()) return it->second->launch(job);
   auto it = unpooled_.find(key);
   return launch_cold(cold_, job, it != unpooled_.end() ? it->second : "no pool serves this tool");
 }
 
 void PoolRouter::tick() {
   for (auto& [key, pool] : pools_) pool->tick();
+  for (auto& [key, l] : others_) l->tick();
 }
 
 int PoolRouter::next_tick_ms() const {
   int soonest = -1;
   for (auto& [key, pool] : pools_) {
     int ms = pool->next_tick_ms();
+    if (ms >= 0 && (soonest < 0 || ms < soonest)) soonest = ms;
+  }
+  for (auto& [key, l] : others_) {
+    int ms = l->next_tick_ms();
     if (ms >= 0 && (soonest < 0 || ms < soonest)) soonest = ms;
   }
   return soonest;

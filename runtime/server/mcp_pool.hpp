@@ -167,6 +167,9 @@ class PoolRouter : public SandboxLauncher {
   static std::string key_of(const nlohmann::json& job);
   void add(const std::string& key, std::unique_ptr<PoolLauncher> pool);
   void unpooled(const std::string& key, const std::string& why) { unpooled_[key] = why; }
+  // A launcher of another kind for `key` (run_code's warm template: mcp_template.hpp), owned by
+  // the caller and outliving the router.
+  void route(const std::string& key, SandboxLauncher* launcher) { others_[key] = launcher; }
   PoolLauncher* find(const std::string& key);
   Result<Worker> launch(const nlohmann::json& job) override;
   void tick() override;
@@ -176,6 +179,7 @@ class PoolRouter : public SandboxLauncher {
   SandboxLauncher& cold_;
   std::map<std::string, std::unique_ptr<PoolLauncher>> pools_;
   std::map<std::string, std::string> unpooled_;
+  std::map<std::string, SandboxLauncher*> others_;
 };
 
 // A cold run of `job` by `cold`, its record's pool note saying why it was not pooled.

@@ -28,6 +28,7 @@
 #include "runtime/model/profile.hpp"
 #include "runtime/record/trace_ledger.hpp"
 #include "runtime/server/mcp_pool.hpp"
+#include "runtime/image/self_digest.hpp"
 #include "runtime/server/mcp_protocol.hpp"
 #include "runtime/typed/pack.hpp"
 #include "runtime/typed/pack_run.hpp"
@@ -326,12 +327,41 @@ Result<json> read_cold_job(int fd) {
   return text ? parse_json_doc(*text, {kMaxJobBytes}, "usage", "mcp worker job") : Result<json>(text.error());
 }
 
+namespace {
+// A call the server sent to a template (mcp_template.hpp): forked from it unless the template is
+// older than what the call runs under (its profile, image, preloads or sbx binary: the digest
+// made now differs from the template's), then cold, its record's pool note saying why.
+void from_template(RunRequest& run, const json& t, const Dirs& dirs) {
+  auto binary = self_binary_sha256(dirs);
+  std::string now = template_digest(run.profile.resolved_sha256, run.spec.image, run.spec.warm, binary ? *binary : "");
+  if (now != t.value("digest", "")) {
+    put(run.record_extra, "pool",
+        trace_object({{"pool/hit", false},
+                      {"pool/reason",
+                       "the template is older than this call's profile, image or sbx binary "
+                       "(it is rebuilt at --pool-max-idle)"}}));
+    return;
+  }
+  run.from_template.socket = t.value("socket", "");
+  run.from_template.record = trace_object(
+      {{"sandbox/template/digest", t.value("digest", "")}, {"sandbox/template/run_id", t.value("run_id", "")}});
+  put(run.record_extra, "pool", trace_object({{"pool/hit", true}}));
+}
+}  // namespace
+
 json run_code_job(const json& job, const WorkerContext& wctx) {
   ExecContext ctx;
   ctx.dirs = wctx.dirs;
   ctx.invocation_argv = wctx.argv;
   ctx.profile = job.value("profile", kDefaultProfile);
-  if (auto tenant = wctx.tenant) ctx.before_run = [tenant](RunRequest& run) { return apply_named_tenant(tenant, run); };
+  auto tenant = wctx.tenant;
+  json tmpl = job.contains("template") && job["template"].is_object() ? job["template"] : json(nullptr);
+  Dirs dirs = wctx.dirs;
+  ctx.before_run = [tenant, tmpl, dirs](RunRequest& run) -> Status {
+    if (tenant) SBX_TRY(apply_named_tenant(tenant, run));
+    if (!tmpl.is_null()) from_template(run, tmpl, dirs);
+    return {};
+  };
   if (job.contains("pool")) put(ctx.record_extra, "pool", job["pool"]);
   auto r = run_exec(job.value("request", json::object()), ctx);
   return r ? *r : worker_error(r.error().stage, r.error().describe());

@@ -306,6 +306,11 @@ void read_warm(DocReader& r, Pack& p, Checker& c) {
     c.add("/warm/interpreter", std::string("a prepared ") + interp->name + " runs only an entrypoint [\"" +
                                    interp->path + "\", SCRIPT, ARGS...] (no option before the script): change the " +
                                    "entrypoint, or drop warm");
+  // Templates serve run_code only (runtime/server/mcp_template.hpp): a pack's calls are pooled.
+  if (s->warm.mode == "template")
+    c.add("/warm/mode",
+          "\"template\" serves a profile's run_code calls only; a pack's own calls are pooled: use "
+          "\"pool\"");
   p.warm = s->warm;
 }
 

@@ -180,7 +180,7 @@ TEST_CASE("a manifest's warm key is the pack's own, checked as a profile's, for 
   CHECK_FALSE(p->spec_patch.contains("warm"));  // not a layer: a profile's preloads never mix in
 
   // An entrypoint a prepared interpreter would not run as its script; a preload that is a path; a
-  // template (not available): each named at its pointer.
+  // template (a profile's run_code only): each named at its pointer.
   for (auto [entrypoint, warm, pointer] :
        {std::tuple{R"(["/usr/bin/python3","-I","/pack/main.py"])", R"({"interpreter":"python3"})", "/warm/interpreter"},
         std::tuple{R"(["/bin/sh","/pack/run.sh"])", R"({"interpreter":"python3"})", "/warm/interpreter"},

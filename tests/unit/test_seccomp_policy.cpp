@@ -1,6 +1,7 @@
 #include <doctest/doctest.h>
 
 #include <linux/audit.h>
+#include <sched.h>
 #include <seccomp.h>
 #include <linux/seccomp.h>
 #include <stdlib.h>
@@ -506,4 +507,27 @@ TEST_CASE("RunSpec carries the seccomp policy; strict") {
   auto r2 = spec_from_json(j, "p.json");
   REQUIRE_FALSE(r2.ok());
   CHECK(r2.error().message == "p.json: /seccomp: must be a string");
+}
+
+TEST_CASE("a template's policy: the default's, with its driver's mounts and every namespace but a user namespace") {
+  auto prog = compile(template_seccomp_policy_text());
+  auto def = compile(std::string(default_seccomp_policy_text()));
+  for (int nr : {SYS_mount, SYS_umount2, SYS_sethostname}) {
+    CHECK_MESSAGE(verdict(prog, call(nr)) == "allow", nr);
+    CHECK_MESSAGE(verdict(def, call(nr)) == "errno 1", nr);
+  }
+  const std::uint64_t call_ns = CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWPID | CLONE_NEWCGROUP;
+  CHECK(verdict(prog, call(SYS_unshare, {call_ns})) == "allow");
+  // The attack: a user namespace (all capabilities again inside it), alone or with the others.
+  CHECK(verdict(prog, call(SYS_unshare, {CLONE_NEWUSER})) == "errno 1");
+  CHECK(verdict(prog, call(SYS_unshare, {call_ns | CLONE_NEWUSER})) == "errno 1");
+  // Everything else the default refuses stays refused; what it allows stays allowed.
+  for (int nr : {SYS_setns, SYS_pivot_root, SYS_ptrace, SYS_bpf, SYS_keyctl, SYS_open_by_handle_at, SYS_setdomainname,
+                 SYS_init_module, SYS_fsopen, SYS_move_mount, SYS_open_tree})
+    CHECK_MESSAGE(verdict(prog, call(nr)) == verdict(def, call(nr)), nr);
+  CHECK(verdict(prog, call(SYS_clone, {CLONE_NEWUSER})) == "errno 1");
+  for (int nr : {SYS_read, SYS_write, SYS_openat, SYS_execve, SYS_pidfd_open, SYS_sendmsg})
+    CHECK_MESSAGE(verdict(prog, call(nr)) == "allow", nr);
+  // No spec may name it: only a template's run asks for it (RunRequest::template_host).
+  CHECK(std::string(kTemplateSeccomp) == "default+template");
 }

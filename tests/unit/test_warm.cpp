@@ -51,8 +51,15 @@ TEST_CASE("warm: each interpreter of the binding list is accepted, with its lang
 TEST_CASE("warm: what is refused, and where the error points") {
   CHECK(error_of({{"interpreter", "ruby"}}) ==
         "p.json: /warm/interpreter: must be one of python3, node, sh, bash (got 'ruby')");
-  CHECK(error_of({{"interpreter", "python3"}, {"mode", "template"}}).find("/warm/mode: \"template\"") !=
+  // Templates: python3's driver only.
+  CHECK(error_of({{"interpreter", "python3"}, {"mode", "template"}, {"preload", {"json"}}}).empty());
+  CHECK(error_of({{"interpreter", "node"}, {"mode", "template"}}).find("/warm/mode: \"template\"") !=
         std::string::npos);
+  CHECK(error_of({{"mode", "template"}}).find("/warm/mode: \"template\"") != std::string::npos);
+  CHECK(template_driver_argv({"python3", {"json", "numpy"}, "template"}) ==
+        std::vector<std::string>{"/usr/bin/python3", "-c", std::string(template_driver_text()), "json", "numpy"});
+  CHECK(template_driver_argv({"node", {}, "template"}).empty());
+  CHECK(template_driver_sha256().size() == 64);
   CHECK(error_of({{"interpreter", "python3"}, {"mode", "fork"}}).find("/warm/mode: must be") != std::string::npos);
   CHECK(error_of({{"interpreter", "sh"}, {"preload", {"x"}}}) ==
         "p.json: /warm/preload: sh has no modules to preload: leave preload empty");

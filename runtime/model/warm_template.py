@@ -1,0 +1,450 @@
+# A warm template's driver (issue 34; runtime/server/mcp_template.hpp says how a template is built
+# and used, docs/ARCHITECTURE.md "Warm templates" why). Compiled into sbx (cmake/embed_text.cmake)
+# and run as `python3 -c DRIVER MODULE...` as the program of the template's sandbox, whose filter
+# (kTemplateSeccomp) lets it unshare every namespace but a user namespace and mount, holding
+# CAP_SYS_ADMIN and CAP_SETPCAP in the sandbox's user namespace.
+#
+# It imports the preload list once, says "ready" (or "failed WHY") on stdout, then serves calls
+# on /run/sbx-template/sock: for each, a call's supervisor (`sbx mcp-worker`, sandbox.cpp
+# spawn_from_template) connects and sends, in one message, init's ends of its handshake
+# (handshake.hpp) and a memfd holding the job (JSON, a newline, then the files' bytes). The driver
+# forks an intermediate that plays init's part of the protocol for a call made of fresh mount,
+# network, ipc, uts, pid and cgroup namespaces; the template itself never runs a call's code and
+# never holds a call's data past the fork.
+import ctypes, json, os, select, signal, socket, struct, sys
+
+_libc = ctypes.CDLL(None, use_errno=True)
+CLONE_NEWNS, CLONE_NEWCGROUP, CLONE_NEWUTS = 0x00020000, 0x02000000, 0x04000000
+CLONE_NEWIPC, CLONE_NEWPID, CLONE_NEWNET = 0x08000000, 0x20000000, 0x40000000
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 0x1, 0x2, 0x4, 0x8
+MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 0x20, 0x1000, 0x4000, 0x40000
+PR_SET_PDEATHSIG, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS, PR_CAP_AMBIENT = 1, 24, 38, 47
+PR_CAP_AMBIENT_CLEAR_ALL = 4
+SYS_seccomp, SYS_capset, SYS_close_range = 317, 126, 436
+SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_NEW_LISTENER = 1, 8
+K_SETUP_ERROR, K_PROGRAM_STATUS, K_STARTED = 1, 2, 3
+CHILD_MSG = 488  # sizeof(ChildMsg), handshake.hpp: kind@0, err@4, wait_status@8, stage[32]@12, body@48
+FD_NAMES = ("job", "sync", "msg", "out_sock", "listener_sock", "out", "err")
+CONTROL_DIR = "/run/sbx-template"
+MAX_JOB_BYTES = 64 << 20  # the job's memfd: the server's own bound on a call's request is lower
+KNOBS = 0  # stage times on stderr when the job asks for them ("trace"): bench/README.md
+
+
+class _Fail(Exception):
+    def __init__(self, stage, what, err=None):
+        super().__init__(what)
+        self.stage, self.err = stage, err if err is not None else ctypes.get_errno()
+
+
+def _check(rc, stage, what):
+    if rc != 0:
+        raise _Fail(stage, what)
+
+
+def _mount(src, dst, fstype, flags, data, stage, what):
+    _check(_libc.mount(src and src.encode(), dst.encode(), fstype and fstype.encode(), flags,
+                       data and data.encode()), stage, what)
+
+
+def _child_msg(kind, err=0, wait_status=0, stage="", body=b""):
+    head = struct.pack("<Iii32s", kind, err, wait_status, stage.encode()[:31])
+    return (head + b"\0" * 4 + body).ljust(CHILD_MSG, b"\0")
+
+
+def _send_fd(sock_fd, fd, tag):
+    s = socket.socket(fileno=os.dup(sock_fd))
+    try:
+        socket.send_fds(s, [tag], [fd])
+    finally:
+        s.close()
+
+
+_T = []
+
+
+def _mark(what):
+    if KNOBS:
+        import time
+        _T.append((what, time.monotonic_ns()))
+
+
+def _caps_sets():
+    sets = {}
+    with open("/proc/self/status") as f:
+        for line in f:
+            k, _, v = line.partition(":")
+            if k in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"):
+                sets[k] = int(v, 16)
+    return [sets[k] for k in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")]
+
+
+def _drop_caps():
+    with open("/proc/sys/kernel/cap_last_cap") as f:
+        last = int(f.read())
+    # CAP_SETPCAP (8) last: dropping from the bounding set needs it.
+    for cap in [c for c in range(last + 1) if c != 8] + [8]:
+        _check(_libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0), "capabilities", f"drop capability {cap} from the bounding set")
+    _check(_libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0), "capabilities", "clear the ambient set")
+    hdr = struct.pack("<Ii", 0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this thread
+    data = ctypes.create_string_buffer(24)  # every set empty
+    _check(_libc.syscall(SYS_capset, ctypes.c_char_p(hdr), data), "capabilities", "capset")
+
+
+def _install_filter(bpf):
+    buf = ctypes.create_string_buffer(bpf, len(bpf))
+    prog = struct.pack("<HxxxxxxQ", len(bpf) // 8, ctypes.addressof(buf))
+    fd = _libc.syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_NEW_LISTENER, ctypes.c_char_p(prog))
+    if fd < 0:
+        raise _Fail("seccomp", "install the call's filter")
+    return fd
+
+
+def _reseed():
+    # Every generator a preload seeded at import, from the kernel: the template's state is shared
+    # by every call forked from it, so without this each call would draw the same numbers.
+    # Python's hash secret cannot be reseeded (it is fixed when the interpreter starts): the man
+    # page, sbx-mcp(1), says why that does not cross calls.
+    import random
+    random.seed()
+    np = sys.modules.get("numpy")
+    if np is not None and hasattr(np, "random"):
+        np.random.seed(int.from_bytes(os.urandom(4), "little"))
+
+
+def _cover_proc(masks, covers):
+    # As a cold sandbox's /proc (mounts.cpp, cover_proc_entry): the masked entries covered by an
+    # empty read-only file or directory, /proc/sys read-only. The covers live on the control
+    # directory's tmpfs, which the intermediate made and left mode 0 (no way in for the call, nor
+    # for pid 1, which has no CAP_DAC_OVERRIDE): they are reached through the O_PATH fds it kept.
+    for m in masks:
+        if not os.path.lexists(m):
+            continue
+        cover = f"/proc/self/fd/{covers['dir' if os.path.isdir(m) else 'file']}"
+        _mount(cover, m, None, MS_BIND, None, "proc", "cover " + m)
+        _mount(None, m, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, None, "proc",
+               "cover " + m + " read-only")
+    _mount("/proc/sys", "/proc/sys", None, MS_BIND | MS_REC, None, "proc", "bind /proc/sys")
+    _mount(None, "/proc/sys", None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, None, "proc",
+           "/proc/sys read-only")
+
+
+def _call_pid1(job, fds, report):
+    _mark("pid1")
+    sync, out_w, err_w, listener_sock = fds["sync"], fds["out"], fds["err"], fds["listener_sock"]
+    _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None, "proc", "mount /proc")
+    _cover_proc(job.get("proc_masks", []), fds["covers"])
+    _mark("proc")
+    host = job.get("hostname", "sbx").encode()
+    _check(_libc.sethostname(host, len(host)), "hostname", "sethostname")
+    _check(_libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "init", "the parent-death signal")
+    os.setsid()
+    null = os.open("/dev/null", os.O_RDONLY)
+    os.dup2(null, 0)
+    os.dup2(out_w, 1)
+    os.dup2(err_w, 2)
+    import resource
+    for res, value in job.get("rlimits", []):
+        value = resource.RLIM_INFINITY if value >= (1 << 63) else value
+        resource.setrlimit(res, (value, value))
+    if job.get("umask", -1) >= 0:
+        os.umask(job["umask"])
+    _drop_caps()
+    _mark("caps")
+    _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs", "prctl")
+    bpf = bytes.fromhex(job.get("filter", ""))
+    if not bpf:
+        raise _Fail("seccomp", "the job carries no filter", 22)
+    listener = _install_filter(bpf)
+    _send_fd(listener_sock, listener, b"L")
+    os.close(listener)
+    _mark("filter")
+    if os.read(sync, 1) != b"s":
+        os._exit(125)
+    _mark("s")
+    os.write(report, _child_msg(K_STARTED, body=struct.pack("<5QIxxxxq", *_caps_sets(), 1, 0)))
+    # As a cold sandbox's init: pid 1 reaps, and the call is its child (pid 2), whose end it
+    # reports with its usage; every other process of the call dies with pid 1.
+    program = os.fork()
+    if program != 0:
+        _reap(program, report)
+    # Only 0, 1 and 2 reach the call.
+    _libc.syscall(SYS_close_range, 3, 0xFFFFFFFF, 0)
+    _reseed()
+    _mark("reseed")
+    if _T:
+        t0 = _T[0][1]
+        os.write(2, (" ".join(f"{w}:{(t - t0) / 1e6:.2f}" for w, t in _T) + "\n").encode())
+    os.chdir(job.get("workdir") or "/")
+    os.environ.clear()
+    os.environ.update(e.split("=", 1) for e in job.get("env", []) if "=" in e)
+    _run_main(job["argv"])
+
+
+def _rusage_bytes(usage):
+    return struct.pack("<qqqq14q", int(usage.ru_utime), int(usage.ru_utime % 1 * 1e6),
+                       int(usage.ru_stime), int(usage.ru_stime % 1 * 1e6), usage.ru_maxrss, usage.ru_ixrss,
+                       usage.ru_idrss, usage.ru_isrss, usage.ru_minflt, usage.ru_majflt, usage.ru_nswap,
+                       usage.ru_inblock, usage.ru_oublock, usage.ru_msgsnd, usage.ru_msgrcv, usage.ru_nsignals,
+                       usage.ru_nvcsw, usage.ru_nivcsw)
+
+
+def _reap(program, report):
+    # Pid 1 of the call: reaps every orphan until the program ends, then reports its wait status
+    # and usage (children's, as init's RUSAGE_CHILDREN) and exits, which ends the call's pid
+    # namespace. Exit 0 tells the intermediate the report is made.
+    for fd in range(0, 1024):  # its streams too: the output ends when the call's processes close theirs
+        if fd != report:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+    while True:
+        try:
+            pid, status = os.waitpid(-1, 0)
+        except ChildProcessError:
+            os._exit(1)
+        except InterruptedError:
+            continue
+        if pid == program:
+            import resource
+            usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+            os.write(report, _child_msg(K_PROGRAM_STATUS, 0, status, "", _rusage_bytes(usage)))
+            os._exit(0)
+
+
+def _run_main(argv):
+    # The call as `python3 FILE ARGS` or `python3 -c CODE ARGS` would run it, in a fresh __main__.
+    import builtins, importlib.machinery, types
+    if len(argv) >= 3 and argv[1] == "-c":
+        path, source, sys.argv = "<string>", argv[2].encode(), ["-c"] + argv[3:]
+    elif len(argv) >= 2:
+        path, source, sys.argv = argv[1], None, argv[1:]
+    else:
+        os.write(2, b"sbx: template: a call needs a program (python3 FILE or -c CODE)\n")
+        os._exit(125)
+    main = types.ModuleType("__main__")
+    main.__builtins__ = builtins
+    if source is None:
+        main.__file__ = path
+        main.__loader__ = importlib.machinery.SourceFileLoader("__main__", path)
+        sys.path[0] = os.path.dirname(os.path.abspath(path))
+    sys.modules["__main__"] = main
+    code = 0
+    try:
+        if source is None:
+            with open(path, "rb") as f:
+                source = f.read()
+        exec(compile(source, path, "exec", dont_inherit=True), main.__dict__)
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        if not isinstance(e.code, int) and e.code is not None:
+            print(e.code, file=sys.stderr)
+    except BaseException as e:
+        import traceback
+        # From the call's own frames, as `python3 FILE` prints it (not the driver's).
+        traceback.print_exception(type(e), e, e.__traceback__.tb_next)
+        code = 1
+    for s in (sys.stdout, sys.stderr):
+        try:
+            s.flush()
+        except Exception:
+            pass
+    os._exit(code & 0xFF)
+
+
+def _fresh_mounts(job, files):
+    _mount(None, "/", None, MS_REC | MS_PRIVATE, None, "mounts", "make / private")
+    # The control directory: never the call's to reach. An empty tmpfs over it, which holds the
+    # covers of /proc's masked entries (_cover_proc), read-only and mode 0 once they are made.
+    _mount("tmpfs", CONTROL_DIR, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=16k,mode=0755", "mounts",
+           "hide " + CONTROL_DIR)
+    os.mkdir(CONTROL_DIR + "/cover")
+    os.mkdir(CONTROL_DIR + "/cover/dir", 0o555)
+    os.close(os.open(CONTROL_DIR + "/cover/file", os.O_CREAT | os.O_WRONLY, 0o444))
+    covers = {k: os.open(CONTROL_DIR + "/cover/" + k, os.O_PATH) for k in ("dir", "file")}
+    os.chmod(CONTROL_DIR, 0)
+    _mount(None, CONTROL_DIR, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=16k,mode=0",
+           "mounts", "hide " + CONTROL_DIR + " read-only")
+    # The call's own scratch, as a cold sandbox's (mount_plan.cpp): /tmp, /dev/shm, the profile's
+    # tmpfs, /out; its own ptys.
+    for t in job.get("tmpfs", []):
+        flags = MS_NOSUID | MS_NODEV | (MS_NOEXEC if t.get("noexec") else 0)
+        _mount("tmpfs", t["dst"], "tmpfs", flags, f"size={max(t['size'], 4096)},mode={t['mode']:o}", "mounts",
+               "tmpfs " + t["dst"])
+    if os.path.isdir("/dev/pts"):
+        _mount("devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620", "mounts",
+               "devpts")
+    # The call's files (/code/main.py, /in/input.json, ...): each top directory a tmpfs of its
+    # own, read-only once they are written, as a cold sandbox's generated files are.
+    tops = {}
+    for f in files:
+        top = "/" + f["dst"].strip("/").split("/")[0]
+        tops[top] = tops.get(top, 0) + len(f["bytes"]) + 4096
+    for top, size in tops.items():
+        _mount("tmpfs", top, "tmpfs", MS_NOSUID | MS_NODEV, f"size={size + 65536},mode=755", "mounts", "tmpfs " + top)
+    for f in files:
+        os.makedirs(os.path.dirname(f["dst"]), 0o755, exist_ok=True)
+        fd = os.open(f["dst"], os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW, f["mode"])
+        try:
+            os.write(fd, f["bytes"])
+        finally:
+            os.close(fd)
+        os.chmod(f["dst"], f["mode"])
+    for top in tops:
+        _mount(None, top, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, None, "mounts", top + " read-only")
+    return covers
+
+
+def _watch_pid1(pid, report):
+    # Until pid 1 ends; if the call's supervisor goes away first (its end of the report pipe
+    # closes), pid 1 is killed, and with it the call's pid namespace.
+    pidfd = os.pidfd_open(pid)
+    p = select.poll()
+    p.register(pidfd, select.POLLIN)
+    p.register(report, 0)  # a pipe's write end: POLLERR when no reader is left
+    while True:
+        for fd, ev in p.poll():
+            if fd == pidfd:
+                return
+            if ev & (select.POLLERR | select.POLLHUP):
+                os.kill(pid, signal.SIGKILL)
+                p.unregister(report)
+
+
+def _intermediate(job, files, fds):
+    # Plays init for the call: its namespaces and mounts, then pid 1, whose wait status it reports.
+    report = fds["msg"]
+    _mark("intermediate")
+    try:
+        _check(_libc.unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS), "namespaces", "unshare")
+        _mark("unshare")
+        fds["covers"] = _fresh_mounts(job, files)
+        _mark("mounts")
+        out_dir = os.open("/out", os.O_PATH | os.O_DIRECTORY)
+        _send_fd(fds["out_sock"], out_dir, b"O")
+        os.close(out_dir)
+        if os.read(fds["sync"], 1) != b"g":  # the supervisor placed us in the call's cgroup
+            os._exit(125)
+        _mark("g")
+        _check(_libc.unshare(CLONE_NEWCGROUP | CLONE_NEWPID), "namespaces", "unshare pid, cgroup")
+        pid = os.fork()
+        if pid == 0:
+            try:
+                _call_pid1(job, fds, report)
+            except _Fail as e:
+                os.write(report, _child_msg(K_SETUP_ERROR, e.err, 0, e.stage, str(e).encode()[:439]))
+                os._exit(125)
+            except BaseException as e:
+                os.write(report, _child_msg(K_SETUP_ERROR, 71, 0, "template", repr(e).encode()[:439]))
+                os._exit(125)
+        for k in ("sync", "out", "err", "listener_sock"):
+            os.close(fds[k])
+        _watch_pid1(pid, report)
+        _, status, usage = os.wait4(pid, 0)
+        # Pid 1 reported the program's end (exit 0); otherwise its own end is the call's.
+        if not (os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0):
+            os.write(report, _child_msg(K_PROGRAM_STATUS, 0, status, "", _rusage_bytes(usage)))
+        os._exit(0)
+    except _Fail as e:
+        os.write(report, _child_msg(K_SETUP_ERROR, e.err, 0, e.stage, str(e).encode()[:439]))
+    except BaseException as e:
+        os.write(report, _child_msg(K_SETUP_ERROR, 71, 0, "template", repr(e).encode()[:439]))
+    os._exit(125)
+
+
+def _read_job(fd):
+    # JSON, a newline, then each file's bytes in the order the JSON lists them.
+    size = os.fstat(fd).st_size
+    if size > MAX_JOB_BYTES:
+        raise ValueError("the job is larger than the template reads")
+    data = os.pread(fd, size, 0)
+    head, _, body = data.partition(b"\n")
+    job = json.loads(head)
+    files, at = [], 0
+    for f in job.pop("files", []):
+        n = int(f["size"])
+        if n < 0 or at + n > len(body) or not f["dst"].startswith("/") or ".." in f["dst"].split("/"):
+            raise ValueError("a file of the job is out of bounds")
+        files.append({"dst": f["dst"], "mode": int(f["mode"]) & 0o777, "bytes": body[at:at + n]})
+        at += n
+    return job, files
+
+
+def _serve(listener):
+    # One connection per call: init's ends of its handshake and its job. The intermediate's pidfd
+    # goes back on the call's out socket ('I') before the intermediate may run (a gate): the
+    # supervisor signals and watches it, and reads its pid from the pidfd. Children are reaped by
+    # the kernel (SIGCHLD ignored). A connection that sends nothing in time is dropped: the loop
+    # never waits on one call.
+    global KNOBS
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+    while True:
+        conn, _ = listener.accept()
+        got = []
+        try:
+            conn.settimeout(2)
+            data, got, _, _ = socket.recv_fds(conn, 64, len(FD_NAMES))
+        except OSError:
+            pass
+        finally:
+            conn.close()
+        if len(got) != len(FD_NAMES) or data != b"call":
+            for fd in got:
+                os.close(fd)
+            continue
+        fds = dict(zip(FD_NAMES, got))
+        gate_r, gate_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            listener.close()
+            os.close(gate_w)
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            os.read(gate_r, 1)
+            os.close(gate_r)
+            try:
+                job, files = _read_job(fds["job"])
+            except Exception as e:
+                os.write(fds["msg"], _child_msg(K_SETUP_ERROR, 22, 0, "template", ("the job: " + str(e)).encode()[:439]))
+                os._exit(125)
+            os.close(fds["job"])
+            KNOBS = 1 if job.get("trace") else 0
+            _intermediate(job, files, fds)
+        os.close(gate_r)
+        try:
+            pidfd = os.pidfd_open(pid)
+            _send_fd(fds["out_sock"], pidfd, b"I")
+            os.close(pidfd)
+        except OSError:
+            pass
+        os.close(gate_w)
+        for fd in got:
+            os.close(fd)
+
+
+def main():
+    # The socket first, then the control directory read-only: nothing the preloads do can leave
+    # files in it (it is a directory of the host's).
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    listener.bind(CONTROL_DIR + "/sock")
+    listener.listen(64)
+    try:
+        _mount(None, CONTROL_DIR, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, None,
+               "mounts", CONTROL_DIR + " read-only")
+    except _Fail as e:
+        print(f"failed {e}: errno {e.err}", flush=True)
+        os._exit(1)
+    for m in sys.argv[1:]:
+        try:
+            __import__(m)
+        except BaseException as e:
+            print(f"failed preload {m!r}: {type(e).__name__}: {e}".replace("\n", " ")[:1000], flush=True)
+            os._exit(1)
+    print("ready", flush=True)
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 1)  # sys.stdout keeps fd 1: a call's pid 1 points it at the call's stdout
+    os.close(null)
+    _serve(listener)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,339 @@
+// Warm templates: the server's launcher and the template host (mcp_template.hpp).
+#include "runtime/server/mcp_template.hpp"
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "runtime/base/clock.hpp"
+#include "runtime/base/fsutil.hpp"
+#include "runtime/base/json_io.hpp"
+#include "runtime/base/sha256.hpp"
+#include "runtime/base/text_escape.hpp"
+#include "runtime/base/trace_field.hpp"
+#include "runtime/image/self_digest.hpp"
+#include "runtime/launch/sandbox.hpp"
+#include "runtime/launch/tenant.hpp"
+#include "runtime/linux/userns.hpp"
+#include "runtime/model/caps.hpp"
+#include "runtime/model/profile.hpp"
+#include "runtime/server/mcp_pool.hpp"
+
+namespace sbx::mcp {
+namespace {
+using nlohmann::json;
+
+constexpr const char* kControlMount = "/run/sbx-template";  // warm_template.py's CONTROL_DIR
+
+void log_line(const std::string& s) {
+  std::string line = "sbx: mcp: template: " + printable(s) + "\n";
+  (void)!::write(STDERR_FILENO, line.data(), line.size());
+}
+
+bool exited(int pidfd) {
+  pollfd p{pidfd, POLLIN, 0};
+  return ::poll(&p, 1, 0) > 0;
+}
+
+// Removes a control directory the server made: its socket, then the directory; nothing else is
+// ever in it (the driver makes only the socket).
+void remove_control_dir(const std::string& dir) {
+  if (dir.empty()) return;
+  (void)::unlink((dir + "/sock").c_str());
+  if (::rmdir(dir.c_str()) != 0 && errno != ENOENT)
+    log_line("could not remove the template's control directory " + dir + ": " + std::strerror(errno));
+}
+
+}  // namespace
+
+TemplateNote parse_template_note(const std::string& text) {
+  TemplateNote n;
+  for (std::size_t at = 0, nl; (nl = text.find('\n', at)) != std::string::npos; at = nl + 1) {
+    std::string line = text.substr(at, nl - at);
+    if (line.rfind("template ", 0) == 0) {
+      auto sp = line.find(' ', 9);
+      if (sp != std::string::npos) {
+        n.run_id = line.substr(9, sp - 9);
+        n.digest = line.substr(sp + 1);
+      }
+    } else if (line == "ready") {
+      n.ready = true;
+    } else if (line.rfind("failed ", 0) == 0 && n.failed.empty()) {
+      n.failed = line.substr(7);
+    }
+  }
+  return n;
+}
+
+// ---- the server's side ------------------------------------------------------------------------
+
+TemplateLauncher::TemplateLauncher(std::vector<std::string> host_argv, std::string control_root, SandboxLauncher& cold,
+                                   std::int64_t max_idle_ms)
+    : argv_(std::move(host_argv)), root_(std::move(control_root)), cold_(cold), max_idle_us_(max_idle_ms * 1000) {}
+
+TemplateLauncher::~TemplateLauncher() {
+  for (auto& h : hosts_) {
+    if (h.pidfd.ok()) (void)::syscall(SYS_pidfd_send_signal, h.pidfd.get(), SIGTERM, nullptr, 0);
+    h.sock.reset();
+  }
+  for (auto& h : hosts_) {
+    // The host records the template's run and exits within its kill grace; bounded all the same.
+    pollfd p{h.pidfd.get(), POLLIN, 0};
+    if (h.pidfd.ok() && ::poll(&p, 1, kRetireGraceMs) == 0) {
+      (void)::syscall(SYS_pidfd_send_signal, h.pidfd.get(), SIGKILL, nullptr, 0);
+      (void)::poll(&p, 1, kRetireGraceMs);
+    }
+    reap(h);
+  }
+}
+
+Status TemplateLauncher::start() {
+  // Not in the state dir, which no sandbox may write (preflight.hpp, check_binds_spare_state):
+  // a directory of its own (mkdtemp: 0700, unguessable) holding nothing but the driver's socket.
+  std::string tmpl = root_ + "/sbx-template.XXXXXX";
+  if (!::mkdtemp(tmpl.data())) return sys_error("mcp", "make a template's control directory in " + root_);
+  // The driver's socket must fit a sockaddr_un (108 bytes with its NUL).
+  if (tmpl.size() + 6 > 107) {
+    (void)::rmdir(tmpl.c_str());
+    return make_error(
+        "mcp",
+        "the state directory's path is too long for a template's socket (" + tmpl + "/sock): use a shorter --state-dir",
+        ENAMETOOLONG);
+  }
+  int sv[2];
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) return sys_error("mcp", "socketpair");
+  UniqueFd mine(sv[0]), theirs(sv[1]);
+  UniqueFd out(::memfd_create("sbx-mcp-template", MFD_CLOEXEC));
+  if (!out.ok()) return sys_error("mcp", "memfd_create for the template's worker");
+  std::vector<std::string> argv = argv_;
+  argv.insert(argv.end(), {"--template-host", tmpl});
+  auto w = spawn_worker(argv, theirs.get(), std::move(out), SIGTERM);
+  if (!w) {
+    (void)::rmdir(tmpl.c_str());
+    return w.error();
+  }
+  Host h;
+  h.pid = w->pid;
+  h.pidfd = std::move(w->pidfd);
+  h.response = std::move(w->response);
+  h.sock = std::move(mine);
+  h.dir = tmpl;
+  h.born_us = monotonic_us();
+  hosts_.push_back(std::move(h));
+  return {};
+}
+
+void TemplateLauncher::read_note(Host& h) {
+  if (!h.sock.ok()) return;
+  char buf[512];
+  while (h.note.size() < kMaxWorkerNoteBytes) {
+    ssize_t n = ::recv(h.sock.get(), buf, std::min(sizeof buf, kMaxWorkerNoteBytes - h.note.size()), MSG_DONTWAIT);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    h.note.append(buf, static_cast<std::size_t>(n));
+  }
+}
+
+void TemplateLauncher::stop(Host& h, const std::string& why) {
+  if (h.stopping) return;
+  log_line("stopping template (worker " + std::to_string(h.pid) + "): " + why);
+  h.stopping = true;
+  // SIGTERM: the host's supervisor ends the template's run and records it (mcp_template.hpp).
+  if (h.pidfd.ok()) (void)::syscall(SYS_pidfd_send_signal, h.pidfd.get(), SIGTERM, nullptr, 0);
+  h.stop_at_us = monotonic_us() + kRetireGraceMs * 1000LL;
+}
+
+void TemplateLauncher::reap(Host& h) {
+  if (h.pid > 0) {
+    int ws = 0;
+    while (::waitpid(h.pid, &ws, 0) < 0 && errno == EINTR) {}
+    h.pid = -1;
+  }
+  remove_control_dir(h.dir);
+  h.dir.clear();
+}
+
+std::string TemplateLauncher::await_first(int timeout_ms) {
+  if (hosts_.empty())
+    if (auto st = start(); !st) return st.error().describe();
+  Host& h = hosts_.back();
+  const std::int64_t deadline = monotonic_us() + timeout_ms * 1000LL;
+  for (;;) {
+    read_note(h);
+    TemplateNote n = parse_template_note(h.note);
+    if (!n.failed.empty()) return n.failed;
+    if (n.ready) return "";
+    std::int64_t left_ms = (deadline - monotonic_us()) / 1000;
+    if (left_ms <= 0)
+      return "the template was not ready within " + std::to_string(timeout_ms / 1000) +
+             " s (a preload that waits for input, or an image too slow to start it)";
+    pollfd fds[2] = {{h.sock.get(), POLLIN, 0}, {h.pidfd.get(), POLLIN, 0}};
+    if (::poll(fds, 2, static_cast<int>(std::min<std::int64_t>(left_ms, 1000))) < 0 && errno != EINTR) return "";
+    if (fds[1].revents) {
+      read_note(h);
+      n = parse_template_note(h.note);
+      if (n.ready) return "";
+      return n.failed.empty() ? "the template's worker ended before it was ready (see its message above)" : n.failed;
+    }
+  }
+}
+
+Result<Worker> TemplateLauncher::launch(const json& job) {
+  auto cold = [&](const std::string& why) { return launch_cold(cold_, job, why); };
+  // The template serves the warm interpreter's language only (python3's: model/warm.hpp).
+  std::string language = job.value("request", json::object()).value("language", "");
+  if (language != "python")
+    return cold("the template runs python; this call's language is " +
+                (language.empty() ? std::string("not a language (a command)") : "'" + language + "'"));
+  tick();
+  if (hosts_.empty() || hosts_.back().stopping) return cold("no template is running (it is being rebuilt)");
+  Host& h = hosts_.back();
+  read_note(h);
+  TemplateNote n = parse_template_note(h.note);
+  if (!n.failed.empty()) return cold("the template could not start: " + n.failed);
+  if (!n.ready || n.run_id.empty()) return cold("the template is still starting");
+  json j = job;
+  j["template"] = {{"socket", h.dir + "/sock"}, {"digest", n.digest}, {"run_id", n.run_id}};
+  return cold_.launch(j);
+}
+
+void TemplateLauncher::tick() {
+  const std::int64_t now = monotonic_us();
+  for (auto it = hosts_.begin(); it != hosts_.end();) {
+    Host& h = *it;
+    read_note(h);
+    if (exited(h.pidfd.get())) {
+      TemplateNote n = parse_template_note(h.note);
+      if (!h.stopping) {
+        log_line("the template ended" + (n.failed.empty() ? std::string() : ": " + n.failed) + "; rebuilding");
+        backoff_ms_ = n.ready ? 0 : std::min(std::max(backoff_ms_ * 2, kTemplateBackoffMs), 60'000);
+        backoff_until_us_ = now + backoff_ms_ * 1000LL;
+      }
+      reap(h);
+      it = hosts_.erase(it);
+      continue;
+    }
+    const bool current = &h == &hosts_.back();
+    if (h.stopping && now >= h.stop_at_us) {
+      (void)::syscall(SYS_pidfd_send_signal, h.pidfd.get(), SIGKILL, nullptr, 0);
+      h.stop_at_us = now + 60'000'000LL;
+    } else if (!current && !h.stopping && now >= h.born_us + max_idle_us_ + kTemplateDrainMs * 1000LL) {
+      stop(h, "retired, its calls drained");
+    } else if (current && !h.stopping && max_idle_us_ > 0 && now >= h.born_us + max_idle_us_) {
+      // Older than the pool's max idle: a new template takes the next calls; this one keeps the
+      // calls already forked from it until they end (or kTemplateDrainMs).
+      log_line("the template is older than --pool-max-idle: building a new one");
+      if (auto st = start(); !st) log_line(st.error().describe());
+      it = hosts_.begin();  // start() may have moved the hosts
+      continue;
+    }
+    ++it;
+  }
+  if ((hosts_.empty() || hosts_.back().stopping) && now >= backoff_until_us_)
+    if (auto st = start(); !st) {
+      log_line(st.error().describe());
+      backoff_ms_ = std::min(std::max(backoff_ms_ * 2, kTemplateBackoffMs), 60'000);
+      backoff_until_us_ = now + backoff_ms_ * 1000LL;
+    }
+}
+
+int TemplateLauncher::next_tick_ms() const {
+  if (hosts_.empty()) return std::max<int>(1, static_cast<int>((backoff_until_us_ - monotonic_us()) / 1000));
+  return 1000;
+}
+
+// ---- the template host: `sbx mcp-worker --template-host DIR` ----------------------------------
+
+namespace {
+
+// The template's spec: the profile's, its program the driver, with the two capabilities and the
+// control directory the driver needs and no wall-clock limit (the server stops it).
+Result<RunSpec> template_spec(const WorkerContext& ctx, const LoadedProfile& profile, const std::string& name,
+                              const std::string& dir) {
+  auto base = spec_from_layers(profile, nullptr, "profile " + name);
+  if (!base) return base.error();
+  if (base->warm.mode != "template" || base->warm.interpreter != "python3")
+    return make_error("usage", "profile " + name + " does not prepare a template (warm.mode)", EINVAL);
+  if (base->network.mode != "none" || !base->network.allow.empty())
+    return make_error("usage",
+                      "profile " + name +
+                          " allows network hosts: a template's calls have no network (use \"mode\": "
+                          "\"pool\")",
+                      EINVAL);
+  auto spec = ctx.with_command(*base, template_driver_argv(base->warm));
+  if (!spec) return spec.error();
+  std::vector<std::string>& keep = spec->capabilities.keep;
+  for (const char* cap : {"CAP_SETPCAP", "CAP_SYS_ADMIN"})
+    if (std::find(keep.begin(), keep.end(), cap) == keep.end()) keep.push_back(cap);
+  std::sort(keep.begin(), keep.end(), [](const std::string& a, const std::string& b) {
+    return capability_number(a).value_or(99) < capability_number(b).value_or(99);
+  });
+  // Read-write for the driver to make its socket, which it then remounts read-only before any
+  // preload runs (warm_template.py, main).
+  spec->binds.push_back({dir, kControlMount, true, false});
+  // Mount points for a call's files (its /code and /in: fresh tmpfs in each fork).
+  for (const char* d : {"/code", "/in"})
+    if (std::none_of(spec->tmpfs.begin(), spec->tmpfs.end(), [&](const TmpfsMount& t) { return t.dst == d; }))
+      spec->tmpfs.push_back({d, 4096, true});
+  spec->limits.timeout_ms.reset();
+  return spec;
+}
+
+}  // namespace
+
+int serve_template_host(const WorkerContext& ctx, const std::string& name, const std::string& dir, int note_fd) {
+  auto say = [note_fd](const std::string& line) {
+    std::string l = line + "\n";
+    (void)write_all(note_fd, l, "the template's note");
+  };
+  auto fail = [&](const Error& e) {
+    say("failed " + printable(e.describe()));
+    return 125;
+  };
+  auto profile = load_profile(name);
+  if (!profile) return fail(profile.error());
+  auto spec = template_spec(ctx, *profile, name, dir);
+  if (!spec) return fail(spec.error());
+  auto binary = self_binary_sha256(ctx.dirs);
+  RunRequest run;
+  run.profile = profile->source;
+  run.dirs = ctx.dirs;
+  run.invocation_argv = ctx.argv;
+  run.template_host = true;
+  run.run_id = make_run_id();
+  run.io.stdout_fd = note_fd;  // the driver's "ready" or "failed WHY" reaches the server as is
+  const std::string digest =
+      template_digest(profile->source.resolved_sha256, spec->image, spec->warm, binary ? *binary : "");
+  run.record_extra["template"] = {
+      {"digest", digest}, {"interpreter", spec->warm.interpreter}, {"preload", spec->warm.preload}};
+  run.spec = std::move(*spec);
+  if (auto st = apply_named_tenant(ctx.tenant, run); !st) return fail(st.error());
+  // As root the sandbox's root is an unprivileged host id (userns.hpp): the control directory
+  // becomes that id's, for the driver to make its socket in (rootless it is the caller's already).
+  if (::geteuid() == 0) {
+    auto id = plan_identity(run.spec, run.tenant.id_slot);
+    if (!id) return fail(id.error());
+    auto uid = host_id(id->uid_map, id->uid);
+    auto gid = host_id(id->gid_map, id->gid);
+    if (!uid || !gid || ::chown(dir.c_str(), *uid, *gid) != 0)
+      return fail(make_error("mcp", "hand the template's control directory " + dir + " to its sandbox", EPERM));
+  }
+  say("template " + run.run_id + " " + digest);
+  RunReport rep = run_sandbox(run);
+  // A template that could not be built says why (a driver that started said ready or failed).
+  if (rep.outcome.status == RunStatus::setup_error && rep.outcome.error)
+    say("failed " + printable(rep.outcome.error->describe()));
+  if (!rep.recorded) log_line("the template's record could not be stored: " + rep.record_error);
+  return 0;
+}
+
+}  // namespace sbx::mcp

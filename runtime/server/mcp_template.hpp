@@ -1,0 +1,104 @@
+#pragma once
+// Warm templates (issue 34; a profile's `"warm": {"interpreter": "python3", "preload": [...],
+// "mode": "template"}`, model/warm.hpp): `sbx mcp --pool N` serves run_code calls in copy-on-write
+// forks of one prepared interpreter instead of a sandbox per call.
+//
+// The template is a sandbox of its own, built once for (profile, image, preload list): a
+// `sbx mcp-worker --template-host DIR` process runs it as an ordinary supervised run of the
+// profile whose program is python3 running the driver (runtime/model/warm_template.py), which
+// imports the preloads and listens on DIR/sock (DIR: a private 0700 directory in $TMPDIR,
+// bound at /run/sbx-template). What it holds beyond a cold sandbox of that profile: CAP_SYS_ADMIN and
+// CAP_SETPCAP in its own user namespace and a filter that also allows mount, umount2,
+// sethostname and unshare without CLONE_NEWUSER (kTemplateSeccomp), which the driver uses for
+// each call and each call gives up before its code runs. The template never runs a call's code.
+//
+// A call is an ordinary `sbx mcp-worker` (the cold launcher's), whose job names the template: it
+// plans the call as a cold one and supervises it alike, but spawns it by sending init's ends of
+// its handshake and the job to the template (sandbox.cpp, spawn_from_template), which forks the
+// call into fresh mount, network, ipc, uts, pid and cgroup namespaces (fresh /tmp, /out, /in,
+// /code, /dev/shm, ptys, /proc), moved by the worker into the call's own run cgroup; its pid 1
+// drops every capability (bounding set too), sets no_new_privs, installs the call's own filter
+// (the profile's policy, stacked on the template's) with the worker as its listener, reseeds
+// the generators the preloads seeded, and runs the code as a fresh __main__. The call's record
+// says "sandbox": {"made_by": "template", "template": {"digest", "run_id"}}; the template's own
+// record (written when it ends) carries the same digest and run id.
+//
+// The template is rebuilt when it dies and when it is older than the pool's max idle (its image
+// seal and profile are taken at build); an old one still serving calls is stopped once they are
+// done or after kTemplateDrainMs. A call made while no template is ready runs cold, its record
+// saying why; so does a call whose profile changed since the template was built (mcp_worker.cpp).
+#include <sys/types.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/server/mcp_server.hpp"
+#include "runtime/server/mcp_worker.hpp"
+
+namespace sbx::mcp {
+
+// How long a retired template may keep serving the calls already forked from it before it is
+// stopped (which ends them: they live in its pid namespace). Longer than any call's timeout
+// should be; a call still running then is killed, and recorded by its own worker.
+inline constexpr int kTemplateDrainMs = 600'000;
+// The least wait before a template whose build failed is built again (doubled up to 60 s).
+inline constexpr int kTemplateBackoffMs = 1000;
+
+// What the template host says on its socket, one line each: "template RUN_ID DIGEST" as it
+// starts, then the driver's own "ready" or "failed WHY".
+struct TemplateNote {
+  std::string run_id, digest;
+  bool ready = false;
+  std::string failed;  // "" unless the driver (or the host) said why it could not start
+};
+TemplateNote parse_template_note(const std::string& text);
+
+class TemplateLauncher : public SandboxLauncher {
+ public:
+  // host_argv: `sbx [--state-dir DIR] mcp-worker --profile P`; the launcher adds
+  // --template-host DIR. control_root: where each template's DIR is made (mkdtemp, 0700: $TMPDIR
+  // or /tmp; never the state dir, which no sandbox may write).
+  TemplateLauncher(std::vector<std::string> host_argv, std::string control_root, SandboxLauncher& cold,
+                   std::int64_t max_idle_ms);
+  ~TemplateLauncher() override;
+  TemplateLauncher(const TemplateLauncher&) = delete;
+  TemplateLauncher& operator=(const TemplateLauncher&) = delete;
+  Result<Worker> launch(const nlohmann::json& job) override;
+  void tick() override;
+  int next_tick_ms() const override;
+  // Builds the first template and waits at most timeout_ms for it: "" when it is ready, else why
+  // not (a preload missing from the image: the driver's own message).
+  std::string await_first(int timeout_ms);
+
+ private:
+  struct Host {
+    pid_t pid = -1;
+    UniqueFd pidfd, sock, response;
+    std::string dir;   // its control directory (removed when it is reaped)
+    std::string note;  // what it said so far
+    std::int64_t born_us = 0, stop_at_us = 0;
+    bool stopping = false;
+  };
+  Status start();
+  void read_note(Host& h);
+  void stop(Host& h, const std::string& why);
+  void reap(Host& h);
+
+  std::vector<std::string> argv_;
+  std::string root_;
+  SandboxLauncher& cold_;
+  std::int64_t max_idle_us_;
+  std::vector<Host> hosts_;  // back(): the current one; the others are draining
+  int backoff_ms_ = 0;
+  std::int64_t backoff_until_us_ = 0;
+};
+
+// `sbx mcp-worker --template-host DIR --profile P` (cli/mcp_cmd.cpp): runs the template for the
+// profile until the server closes `note_fd` or signals it; says its run id and digest on note_fd,
+// where the driver's own lines follow. Returns the worker's exit status.
+int serve_template_host(const WorkerContext& ctx, const std::string& profile, const std::string& dir, int note_fd);
+
+}  // namespace sbx::mcp

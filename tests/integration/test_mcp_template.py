@@ -1,0 +1,229 @@
+"""sbx mcp --pool with a profile whose warm mode is "template" (issue 34 item 3;
+runtime/server/mcp_template.hpp): one template sandbox prepares python3 and its preloads, and each
+run_code call runs in a copy-on-write fork of it, in namespaces of its own. Proven here: the call
+runs as `python3 FILE` does, with the preloads already imported; the record says it was forked
+from the template (its digest and record id) and the template has a record of its own; nothing
+of one call reaches the next (files, processes, environment, module state, random numbers: 100
+calls, all distinct); the isolation facts read from inside are the cold sandbox's; the control
+socket is out of the call's reach; the call's own filter holds (a refused call is recorded); a
+timeout, a memory hog and a fork bomb affect only their own call; a dead template is rebuilt
+while calls run cold saying why; a preload missing from the image is a clear error at the start.
+Runs as root and rootless."""
+import json
+import os
+import signal
+import subprocess
+import tempfile
+import time
+import uuid
+
+from sbxtest import SBX, SbxTestCase, ledger_lines, note, scaled, validate_trace
+from test_mcp import Server
+from test_mcp_pool import pooled_workers
+from test_mcp_warm import FACTS, HAVE_NUMPY, LIMITS
+
+
+def template_hosts(server_pid):
+    """The server's template worker (sbx retitles its workers "sbx mcp-worker": with no call
+    running, the only worker child of a template server is its template's)."""
+    return pooled_workers(server_pid)
+
+
+def leftover_control_dirs():
+    tmp = tempfile.gettempdir()
+    return [d for d in os.listdir(tmp) if d.startswith("sbx-template.")]
+
+
+class McpTemplateCase(SbxTestCase):
+    def profile(self, preload, extra=None):
+        path = self.path(f"tpl-{uuid.uuid4().hex[:8]}.json")
+        doc = {"limits": LIMITS, "network": {"mode": "none"},
+               "warm": {"interpreter": "python3", "preload": preload, "mode": "template"}, **(extra or {})}
+        with open(path, "w") as f:
+            json.dump(doc, f)
+        return path
+
+    def server(self, preload=("json",), extra=None, args=()):
+        s = Server(self, ["--pool", "1", "--profile", self.profile(list(preload), extra)] + list(args))
+        self.addCleanup(s.close)
+        return s
+
+    def run_code(self, s, code, language="python", limits=None):
+        args = {"language": language, "code": code, **({"limits": limits} if limits else {})}
+        r = s.request("tools/call", {"name": "run_code", "arguments": args}, timeout=60)["result"]
+        self.assertIn("status", r["structuredContent"], r)
+        return r["structuredContent"]
+
+    def records(self, s):
+        return [e["record"] for e in ledger_lines(s.state)]
+
+    def test_a_call_is_a_fork_of_the_template_and_its_record_says_which(self):
+        s = self.server(["json", "decimal", "this"])
+        out = self.run_code(s, "import sys\nprint('decimal' in sys.modules, 'this' in sys.modules, __name__, "
+                               "sys.argv, sys.path[0], __file__)\n"
+                               "open('/out/result.json', 'w').write('{\"ok\": true}')\n")
+        # "this" prints the Zen of Python when imported: the template's output went nowhere.
+        self.assertEqual(out["stdout"], "True True __main__ ['/code/main.py'] /code /code/main.py\n", out)
+        self.assertEqual((out["stderr"], out["status"], out["result"]), ("", "ok", {"ok": True}), out)
+        rec = self.records(s)[-1]
+        validate_trace(self, rec)
+        self.assertEqual(rec["sandbox"]["made_by"], "template", rec["sandbox"])
+        self.assertTrue(rec["pool"]["hit"], rec["pool"])
+        tpl = rec["sandbox"]["template"]
+        self.assertTrue(tpl["digest"].startswith("sha256:"), tpl)
+        # The template's own record, written when it ends (the server's end).
+        s.close()
+        own = [r for r in self.records(s) if r["run_id"] == tpl["run_id"]]
+        self.assertEqual(len(own), 1, [r["run_id"] for r in self.records(s)])
+        validate_trace(self, own[0])
+        self.assertEqual(own[0]["template"], {"digest": tpl["digest"], "interpreter": "python3",
+                                              "preload": ["json", "decimal", "this"]})
+        self.assertEqual(own[0]["enforcement"]["seccomp"]["profile"], "default+template")
+        r = subprocess.run([SBX, "--state-dir", s.state, "trace", "verify"], capture_output=True, text=True,
+                           timeout=scaled(60))
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        note("template call record: sandbox " + json.dumps(rec["sandbox"]) + " phases_us " +
+             json.dumps(rec["usage"].get("phases_us")))
+
+    def test_nothing_of_one_call_reaches_the_next(self):
+        pre = ["json", "random"] + (["numpy"] if HAVE_NUMPY else [])
+        s = self.server(pre)
+        first = self.run_code(s, "import json, os, random, subprocess\n"
+                                 "json.dumps = None\nrandom.seed(1)\nos.environ['LEAK'] = '1'\n"
+                                 "open('/tmp/leak', 'w').write('x')\nopen('/dev/shm/leak', 'w').write('x')\n"
+                                 "subprocess.Popen(['sleep', '300'], start_new_session=True)\n"
+                                 "import sys\nsys.modules['json'].LEAK = 1\nprint('set')\n")
+        self.assertEqual(first["stdout"], "set\n", first)
+        second = self.run_code(s, "import json, os\n"
+                                  "print(json.dumps is not None, hasattr(json, 'LEAK'), 'LEAK' in os.environ, "
+                                  "os.path.exists('/tmp/leak'), os.path.exists('/dev/shm/leak'), "
+                                  "sorted(int(p) for p in os.listdir('/proc') if p.isdigit()) == [1, os.getpid()])\n")
+        self.assertEqual(second["stdout"], "True False False False False True\n", second)
+        code = "import random\nprint(random.random())\n"
+        if HAVE_NUMPY:
+            code = "import random, numpy\nprint(random.random(), numpy.random.rand())\n"
+        seen = [self.run_code(s, code)["stdout"] for _ in range(100)]
+        self.assertEqual(len(set(seen)), len(seen), seen)
+        recs = self.records(s)
+        self.assertTrue(all(r["sandbox"]["made_by"] == "template" for r in recs), [r["sandbox"] for r in recs])
+        note(f"template isolation: 100 forked calls, all random numbers distinct (numpy: {HAVE_NUMPY})")
+
+    def test_isolation_facts_are_the_cold_sandbox_s(self):
+        cold = Server(self, ["--pool", "0", "--profile", self.profile(["json"])])
+        self.addCleanup(cold.close)
+        warm = self.server(["json", "ctypes"])
+        a = json.loads(self.run_code(cold, FACTS)["stdout"])
+        b = json.loads(self.run_code(warm, FACTS)["stdout"])
+        self.assertEqual(a, b)
+        self.assertEqual(self.records(warm)[-1]["sandbox"]["made_by"], "template")
+        self.assertEqual(b["caps"], ["0000000000000000"] * 5, b)
+        self.assertEqual(b["net"], ["lo"])
+        note("template isolation facts (equal to cold): " + json.dumps(b, sort_keys=True))
+
+    def test_the_template_and_its_control_socket_are_out_of_reach(self):
+        s = self.server(["json"])
+        out = self.run_code(s, r"""
+import ctypes, errno, os, socket
+libc = ctypes.CDLL(None, use_errno=True)
+def err(fn):
+    try:
+        fn()
+        return 'allowed'
+    except OSError as e:
+        return errno.errorcode.get(e.errno, str(e.errno))
+def sys(name, *a):
+    def go():
+        if getattr(libc, name)(*a) != 0:
+            raise OSError(ctypes.get_errno(), name)
+    return go
+def connect():
+    c = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    c.connect('/run/sbx-template/sock')
+r = {'ls': err(lambda: os.listdir('/run/sbx-template')), 'connect': err(connect),
+     'umount': err(sys('umount2', b'/run/sbx-template', 2)),
+     'userns': err(sys('unshare', 0x10000000)), 'mountns': err(sys('unshare', 0x20000)),
+     'setns': err(sys('setns', os.open('/proc/1/ns/mnt', os.O_RDONLY), 0)),
+     'code_ro': err(lambda: open('/code/main.py', 'a')), 'in_ro': err(lambda: open('/code/x', 'w')),
+     'proc_sys': err(lambda: open('/proc/sys/kernel/hostname', 'w').write('x')),
+     'kcore': os.path.getsize('/proc/kcore') if os.path.exists('/proc/kcore') else 0}
+import json
+print(json.dumps(sorted(r.items())))
+""")
+        self.assertEqual(out["status"], "ok", out)
+        facts = dict(json.loads(out["stdout"]))
+        self.assertEqual(facts["ls"], "EACCES", out)
+        self.assertIn(facts["connect"], ("EACCES", "ENOENT"), out)
+        for k in ("umount", "userns", "mountns", "setns"):
+            self.assertEqual(facts[k], "EPERM", (k, out))
+        self.assertEqual((facts["code_ro"], facts["in_ro"]), ("EROFS", "EROFS"), out)
+        self.assertIn(facts["proc_sys"], ("EROFS", "EACCES"), out)
+        self.assertEqual(facts["kcore"], 0, out)
+        rec = self.records(s)[-1]
+        refused = {v.get("name") for v in rec["violations"]}
+        self.assertTrue({"umount2", "unshare"} <= refused, rec["violations"])
+        note("template reach: " + out["stdout"].strip())
+
+    def test_hostile_calls_affect_only_themselves(self):
+        s = self.server(["json"])
+        hog = self.run_code(s, "x = bytearray(1 << 31)\n")
+        self.assertNotEqual(hog["status"], "ok", hog)
+        bomb = self.run_code(s, "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n",
+                             limits={"timeout": "3s"})
+        self.assertIn(bomb["status"], ("timeout", "exit_nonzero", "signaled"), bomb)
+        slow = self.run_code(s, "import time\ntime.sleep(60)\n", limits={"timeout": "1s"})
+        self.assertEqual(slow["status"], "timeout", slow)
+        after = self.run_code(s, "import os, json\nprint(json.dumps(sorted(int(p) for p in os.listdir('/proc') "
+                                 "if p.isdigit()) == [1, os.getpid()]))\n")
+        self.assertEqual(after["stdout"], "true\n", after)
+        recs = self.records(s)
+        self.assertTrue(all(r["sandbox"]["made_by"] == "template" for r in recs), [r["sandbox"] for r in recs])
+        note(f"template hostile calls: memory hog {hog['status']}, fork bomb {bomb['status']}, "
+             f"sleep past 1s {slow['status']}, next call clean")
+
+    def test_a_dead_template_is_rebuilt_and_calls_meanwhile_run_cold(self):
+        s = self.server(["json"])
+        hosts = template_hosts(s.p.pid)
+        self.assertEqual(len(hosts), 1, hosts)
+        os.kill(hosts[0], signal.SIGKILL)
+        deadline = time.monotonic() + scaled(30)
+        made = []
+        while time.monotonic() < deadline:
+            out = self.run_code(s, "print('x')\n")
+            self.assertEqual(out["stdout"], "x\n", out)
+            made.append(self.records(s)[-1])
+            if made[-1]["sandbox"]["made_by"] == "template" and len(made) > 1:
+                break
+            time.sleep(0.2)
+        self.assertEqual(made[-1]["sandbox"]["made_by"], "template", [m["sandbox"] for m in made])
+        cold = [m for m in made if m["sandbox"]["made_by"] == "cold"]
+        self.assertTrue(cold, "no call ran while the template was rebuilt")
+        self.assertFalse(cold[0]["pool"]["hit"])
+        self.assertIn("template", cold[0]["pool"]["reason"])
+        self.assertNotEqual(made[-1]["sandbox"]["template"]["run_id"], made[0]["sandbox"].get("template", {}).get("run_id"))
+
+    def test_another_language_runs_cold_and_says_why(self):
+        s = self.server(["json"])
+        out = self.run_code(s, "echo from sh", language="sh")
+        self.assertEqual(out["stdout"], "from sh\n")
+        rec = self.records(s)[-1]
+        self.assertEqual(rec["sandbox"]["made_by"], "cold")
+        self.assertIn("the template runs python; this call's language is 'sh'", rec["pool"]["reason"])
+
+    def test_a_preload_missing_from_the_image_is_an_error_at_the_start(self):
+        p = subprocess.run([SBX, "--state-dir", self.path("st"), "mcp", "--pool", "1", "--profile",
+                            self.profile(["json", "no_such_module_sbx"])],
+                           input=b"", capture_output=True, timeout=scaled(60))
+        err = p.stderr.decode()
+        self.assertEqual(p.returncode, 125, err)
+        self.assertIn("no_such_module_sbx", err)
+        self.assertIn("ModuleNotFoundError", err)
+        # Its control directory (in $TMPDIR) is gone with it.
+        self.assertEqual(leftover_control_dirs(), [])
+
+    def test_template_mode_is_refused_where_it_cannot_hold(self):
+        for extra, want in (({"network": {"allow": ["example.com"]}}, "a template's calls have no network"),
+                            ({"seccomp": "unconfined"}, "needs the default seccomp policy")):
+            p = subprocess.run([SBX, "--state-dir", self.path("st2"), "mcp", "--pool", "1", "--profile",
+                                self.profile(["json"], extra)], input=b"", capture_output=True, timeout=scaled(60))
+            self.assertEqual(p.returncode, 125, p.stderr)
+            self.assertIn(want, p.stderr.decode())
