@@ -167,6 +167,9 @@ def _call_pid1(job, fds, report):
     program = os.fork()
     if program != 0:
         _reap(program, report)
+    for s in FORWARDED:  # the call's own dispositions are the interpreter's defaults
+        signal.signal(s, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     # Only 0, 1 and 2 reach the call.
     _libc.syscall(SYS_close_range, 3, 0xFFFFFFFF, 0)
     _reseed()
@@ -188,10 +191,26 @@ def _rusage_bytes(usage):
                        usage.ru_nvcsw, usage.ru_nivcsw)
 
 
+# The signals sbx forwards into a sandbox (runtime/base/signals.cpp, forwarded_signals): the
+# intermediate passes them to pid 1, and pid 1 to the call's program, as a cold sandbox's init.
+FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+
+
+def _forward_to(pid):
+    def forward(signum, _frame):
+        try:
+            os.kill(pid, signum)
+        except OSError:
+            pass
+    for s in FORWARDED:
+        signal.signal(s, forward)
+
+
 def _reap(program, report):
     # Pid 1 of the call: reaps every orphan until the program ends, then reports its wait status
     # and usage (children's, as init's RUSAGE_CHILDREN) and exits, which ends the call's pid
     # namespace. Exit 0 tells the intermediate the report is made.
+    _forward_to(program)
     for fd in range(0, 1024):  # its streams too: the output ends when the call's processes close theirs
         if fd != report:
             try:
@@ -339,6 +358,7 @@ def _intermediate(job, files, fds):
                 os._exit(125)
         for k in ("sync", "out", "err", "listener_sock"):
             os.close(fds[k])
+        _forward_to(pid)
         _watch_pid1(pid, report)
         _, status, usage = os.wait4(pid, 0)
         # Pid 1 reported the program's end (exit 0); otherwise its own end is the call's.

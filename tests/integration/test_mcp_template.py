@@ -265,3 +265,33 @@ print(json.dumps(sorted(r.items())))
         # The canary secret is `sbx probe`'s own (passed by name only there): missing here, both ways.
         self.assertEqual(breached, ["secret.present"], verdicts["template"])
         note("sbx probe through a template: " + json.dumps(verdicts["template"], sort_keys=True))
+
+    def test_a_cancelled_call_ends_and_is_recorded_as_a_cold_one_does(self):
+        code = ("import signal, sys, time\n"
+                "def h(signum, frame):\n    pass\n"
+                "for n in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):\n    signal.signal(n, h)\n"
+                "time.sleep(60)\ntime.sleep(60)\n")
+        results = {}
+        for name, s in (("cold", Server(self, ["--pool", "0", "--profile", self.profile(["json"])])),
+                        ("template", self.server(["json"]))):
+            self.addCleanup(s.close)
+            id = s.start("tools/call", {"name": "run_code", "arguments": {"language": "python", "code": code}})
+            time.sleep(scaled(1.5))
+            t0 = time.monotonic()
+            s.notify("notifications/cancelled", {"requestId": id, "reason": "test"})
+            deadline = time.monotonic() + scaled(10)
+            recs = []
+            while time.monotonic() < deadline and not recs:
+                recs = self.records(s)
+                time.sleep(0.05)
+            self.assertEqual(len(recs), 1, recs)
+            results[name] = (recs[0]["result"].get("status"), recs[0]["result"].get("reason"))
+            note(f"{name} call cancelled: recorded {time.monotonic() - t0:.2f} s later: {results[name]}")
+            if name == "template":
+                self.assertEqual(recs[0]["sandbox"]["made_by"], "template")
+        # The first signal forwarded into the sandbox (the program ignores it), the second ends it
+        # (which of SIGINT and SIGTERM the worker sees first varies, cold or not).
+        for name in results:
+            self.assertEqual(results[name][0], "signaled", results)
+            self.assertRegex(results[name][1], r"^killed by sbx \(SIGKILL\) at a second signal \(SIG\w+\) after "
+                                               r"forwarding SIG\w+$", results)
