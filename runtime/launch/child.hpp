@@ -49,10 +49,13 @@ struct ChildConfig {
   // last calls against, see child.cpp); the listener goes to the supervisor on fds.listener_sock.
   std::vector<struct sock_filter> seccomp_filter;
   const std::vector<struct sock_filter>* seccomp_reference = nullptr;
-  // false: installed without a listener (seccomp_filter is then the reference program itself,
-  // refusing with the policy's own errors). A warm template's (RunRequest::template_host): the
-  // kernel allows one listener per filter stack, and each call forked from the template installs
-  // its own, so that the call's refusals reach the call's supervisor and its record.
+  // false: installed without a listener. A warm template's (RunRequest::template_host): the kernel
+  // allows one listener per filter stack, and each call forked from the template installs its
+  // own. The template's filter still notifies (a notification nobody listens for fails with
+  // ENOSYS in the template), because of how stacked filters decide: the most restrictive action
+  // wins, and of two notifications the newest filter's. A template filter that returned EPERM
+  // itself would outrank the call's notification, and the call's refusals would never reach its
+  // supervisor and record (test_mcp_template.py checks they do).
   bool seccomp_listener = true;
   // Egress proxy (network mode "proxy", fds.proxy_sock): the port of the listener init makes.
   int proxy_port = 0;

@@ -197,7 +197,7 @@ class Run {
   bool prepare_signals();
   // 2 spawn
   bool spawn();
-  bool spawn_from_template(UniqueFd sock);
+  bool spawn_from_template(UniqueFd sock, UniqueFd job);
   bool start_init();
   bool check_seal();
   bool hand_out();
@@ -416,9 +416,9 @@ bool Run::prepare_channels() {
   if (ctx_.seccomp->enabled) {
     if (auto st = L.chan.open_listener_socket(); !st) return fail_setup(st.error());
     cfg.fds.listener_sock = L.chan.init_listener_socket();
-    // A template's own filter refuses by itself, with no listener (child.hpp, seccomp_listener).
+    // A template's own filter has no listener (child.hpp, seccomp_listener).
     cfg.seccomp_listener = !req_.template_host;
-    cfg.seccomp_filter = req_.template_host ? ctx_.seccomp->reference : notify_program(ctx_.seccomp->reference);
+    cfg.seccomp_filter = notify_program(ctx_.seccomp->reference);
     cfg.seccomp_reference = &ctx_.seccomp->reference;
   }
   return true;
@@ -489,6 +489,7 @@ bool Run::prepare_signals() {
 //  - in a warm pool: the supervisor waits for the call while init waits before the execve.
 namespace {
 Result<UniqueFd> connect_template(const std::string& path);  // below, with the template's other helpers
+Result<UniqueFd> template_job(const ChildConfig& cfg, const std::vector<GeneratedFile>& files, bool trace);
 }  // namespace
 
 bool Run::spawn() {
@@ -497,8 +498,11 @@ bool Run::spawn() {
   if (!req_.from_template.socket.empty()) {
     // A template that is gone (it died, or is being rebuilt) leaves the call to a cold sandbox,
     // made here as for any run; the record's pool note says why (mcp_template.hpp).
+    // The job first, then the connection: the template's accept loop gives a connection 2 s.
+    auto job = template_job(launch_->cfg, req_.files, std::getenv("SBX_BENCH_TEMPLATE_STAGES") != nullptr);
+    if (!job) return fail_setup(job.error());
     auto sock = connect_template(req_.from_template.socket);
-    if (sock) return spawn_from_template(std::move(*sock));
+    if (sock) return spawn_from_template(std::move(*sock), std::move(*job));
     spdlog::info("template not reached: {}; the call runs cold", sock.error().describe());
     put(record_extra_, "pool",
         trace_object({{"pool/hit", false},
@@ -601,9 +605,10 @@ Result<UniqueFd> template_job(const ChildConfig& cfg, const std::vector<Generate
   return fd;
 }
 
-// A connection to the template's control socket at `path`.
+// A connection to the template's control socket at `path`; never waited for (a full backlog, a
+// wedged template: EAGAIN, and the call runs cold).
 Result<UniqueFd> connect_template(const std::string& path) {
-  UniqueFd sock(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
+  UniqueFd sock(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
   if (!sock.ok()) return sys_error("template", "socket");
   struct sockaddr_un addr {};
   addr.sun_family = AF_UNIX;
@@ -654,7 +659,7 @@ pid_t pidfd_pid(int pidfd) {
 // init for the call in namespaces of its own (runtime/model/warm_template.py) and speaks init's
 // protocol on init's ends of our channel, which it gets with the job. It is not our child: its
 // pidfd comes back on the out socket ('I'), and its end is the report it sends (supervisor.cpp).
-bool Run::spawn_from_template(UniqueFd sock) {
+bool Run::spawn_from_template(UniqueFd sock, UniqueFd job) {
   Launch& L = *launch_;
   ctx_.from_template = true;
   ctx_.image_fd.reset();  // the template's root, sealed when the template was built
@@ -662,12 +667,10 @@ bool Run::spawn_from_template(UniqueFd sock) {
   std::vector<int> fds = {cfg.fds.sync, cfg.fds.msg, cfg.fds.out_sock, cfg.fds.listener_sock, cfg.fds.out, cfg.fds.err};
   if (std::find(fds.begin(), fds.end(), -1) != fds.end())
     return fail_setup(Error{"template", EINVAL, "a template's call needs a seccomp filter and piped output"});
-  auto job = template_job(cfg, req_.files, std::getenv("SBX_BENCH_TEMPLATE_STAGES") != nullptr);
-  if (!job) return fail_setup(job.error());
-  fds.insert(fds.begin(), job->get());
+  fds.insert(fds.begin(), job.get());
   if (auto st = send_to_template(sock, fds); !st) return fail_setup(st.error());
   sock.reset();
-  job->reset();
+  job.reset();
   L.chan.close_init_ends();
   for (FdPair* p : {&L.out, &L.err}) p->w.reset();
   L.caller_in.close_child_ends();

@@ -18,7 +18,7 @@ CLONE_NEWNS, CLONE_NEWCGROUP, CLONE_NEWUTS = 0x00020000, 0x02000000, 0x04000000
 CLONE_NEWIPC, CLONE_NEWPID, CLONE_NEWNET = 0x08000000, 0x20000000, 0x40000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 0x1, 0x2, 0x4, 0x8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 0x20, 0x1000, 0x4000, 0x40000
-PR_SET_PDEATHSIG, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS, PR_CAP_AMBIENT = 1, 24, 38, 47
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS, PR_CAP_AMBIENT = 1, 4, 24, 38, 47
 PR_CAP_AMBIENT_CLEAR_ALL = 4
 SYS_seccomp, SYS_capset, SYS_close_range = 317, 126, 436
 SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_NEW_LISTENER = 1, 8
@@ -102,13 +102,14 @@ def _install_filter(bpf):
 def _reseed():
     # Every generator a preload seeded at import, from the kernel: the template's state is shared
     # by every call forked from it, so without this each call would draw the same numbers.
-    # Python's hash secret cannot be reseeded (it is fixed when the interpreter starts): the man
+    # Generators a preload made for itself (numpy's default_rng() kept in a module) are not
+    # reached: each call draws what the template's drew. Python's hash secret cannot be reseeded (it is fixed when the interpreter starts): the man
     # page, sbx-mcp(1), says why that does not cross calls.
     import random
     random.seed()
     np = sys.modules.get("numpy")
     if np is not None and hasattr(np, "random"):
-        np.random.seed(int.from_bytes(os.urandom(4), "little"))
+        np.random.seed()  # from the kernel, the generator's whole state
 
 
 def _cover_proc(masks, covers):
@@ -129,6 +130,11 @@ def _cover_proc(masks, covers):
 
 
 def _call_pid1(job, fds, report):
+    # First: pid 1 dies with the intermediate; and no process of the call, which runs as pid 1's
+    # uid, may open pid 1's fds (its report pipe) or memory through /proc/1 (child.cpp makes a
+    # cold sandbox's init non-dumpable for the same reason).
+    _check(_libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "init", "the parent-death signal")
+    _check(_libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0), "init", "make pid 1 non-dumpable")
     _mark("pid1")
     sync, out_w, err_w, listener_sock = fds["sync"], fds["out"], fds["err"], fds["listener_sock"]
     _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None, "proc", "mount /proc")
@@ -136,7 +142,6 @@ def _call_pid1(job, fds, report):
     _mark("proc")
     host = job.get("hostname", "sbx").encode()
     _check(_libc.sethostname(host, len(host)), "hostname", "sethostname")
-    _check(_libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "init", "the parent-death signal")
     os.setsid()
     null = os.open("/dev/null", os.O_RDONLY)
     os.dup2(null, 0)
@@ -164,14 +169,18 @@ def _call_pid1(job, fds, report):
     os.write(report, _child_msg(K_STARTED, body=struct.pack("<5QIxxxxq", *_caps_sets(), 1, 0)))
     # As a cold sandbox's init: pid 1 reaps, and the call is its child (pid 2), whose end it
     # reports with its usage; every other process of the call dies with pid 1.
+    for sig in FORWARDED:  # until pid 1 forwards them to the program (_reap)
+        signal.signal(sig, signal.SIG_IGN)
     program = os.fork()
     if program != 0:
         _reap(program, report)
-    for s in FORWARDED:  # the call's own dispositions are the interpreter's defaults
-        signal.signal(s, signal.SIG_DFL)
+    for sig in FORWARDED:  # the call's own dispositions are the interpreter's defaults
+        signal.signal(sig, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)
+    _libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)  # as a program after its execve
     # Only 0, 1 and 2 reach the call.
-    _libc.syscall(SYS_close_range, 3, 0xFFFFFFFF, 0)
+    if _libc.syscall(SYS_close_range, 3, 0xFFFFFFFF, 0) != 0:
+        os._exit(125)
     _reseed()
     _mark("reseed")
     if _T:
@@ -342,8 +351,6 @@ def _intermediate(job, files, fds):
         out_dir = os.open("/out", os.O_PATH | os.O_DIRECTORY)
         _send_fd(fds["out_sock"], out_dir, b"O")
         os.close(out_dir)
-        if os.read(fds["sync"], 1) != b"g":  # the supervisor placed us in the call's cgroup
-            os._exit(125)
         _mark("g")
         _check(_libc.unshare(CLONE_NEWCGROUP | CLONE_NEWPID), "namespaces", "unshare pid, cgroup")
         pid = os.fork()
@@ -413,14 +420,26 @@ def _serve(listener):
                 os.close(fd)
             continue
         fds = dict(zip(FD_NAMES, got))
-        gate_r, gate_w = os.pipe()
-        pid = os.fork()
+        try:
+            gate_r, gate_w = os.pipe()
+            pid = os.fork()
+        except OSError as e:
+            # Out of processes or memory (a call's fork bomb, without a run cgroup of its own,
+            # counts against the template's user): this call fails, the template serves on.
+            os.write(fds["msg"], _child_msg(K_SETUP_ERROR, e.errno or 11, 0, "template", b"fork the call"))
+            for fd in got:
+                os.close(fd)
+            continue
         if pid == 0:
             listener.close()
             os.close(gate_w)
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
             os.read(gate_r, 1)
             os.close(gate_r)
+            # The supervisor's go: it has moved us into the call's run cgroup, so that reading the
+            # job and writing its files are charged to the call, not to the template.
+            if os.read(fds["sync"], 1) != b"g":
+                os._exit(125)
             try:
                 job, files = _read_job(fds["job"])
             except Exception as e:
@@ -442,6 +461,20 @@ def _serve(listener):
 
 
 def main():
+    # The server reads this process's stdout for "ready" or "failed WHY" (mcp_template.cpp): only
+    # the driver writes there. What the preloads print goes nowhere.
+    say = os.fdopen(os.dup(1), "w")
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 1)  # sys.stdout keeps fd 1: a call's pid 1 points it at the call's stdout
+    os.close(null)
+
+    def fail(why):
+        say.write("failed " + why.replace("\n", " ")[:1000] + "\n")
+        say.flush()
+        os._exit(1)
+
+    if not (hasattr(os, "pidfd_open") and hasattr(socket, "recv_fds")):
+        fail('the image\'s python3 is older than 3.9 (no os.pidfd_open, socket.recv_fds): use "mode": "pool"')
     # The socket first, then the control directory read-only: nothing the preloads do can leave
     # files in it (it is a directory of the host's).
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -451,18 +484,15 @@ def main():
         _mount(None, CONTROL_DIR, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, None,
                "mounts", CONTROL_DIR + " read-only")
     except _Fail as e:
-        print(f"failed {e}: errno {e.err}", flush=True)
-        os._exit(1)
+        fail(f"{e}: errno {e.err}")
     for m in sys.argv[1:]:
         try:
             __import__(m)
         except BaseException as e:
-            print(f"failed preload {m!r}: {type(e).__name__}: {e}".replace("\n", " ")[:1000], flush=True)
-            os._exit(1)
-    print("ready", flush=True)
-    null = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(null, 1)  # sys.stdout keeps fd 1: a call's pid 1 points it at the call's stdout
-    os.close(null)
+            fail(f"preload {m!r}: {type(e).__name__}: {e}")
+    sys.stdout.flush()
+    say.write("ready\n")
+    say.close()
     _serve(listener)
 
 

@@ -59,7 +59,7 @@ TemplateNote parse_template_note(const std::string& text) {
   TemplateNote n;
   for (std::size_t at = 0, nl; (nl = text.find('\n', at)) != std::string::npos; at = nl + 1) {
     std::string line = text.substr(at, nl - at);
-    if (line.rfind("template ", 0) == 0) {
+    if (line.rfind("template ", 0) == 0 && n.run_id.empty()) {  // the host's own, first line
       auto sp = line.find(' ', 9);
       if (sp != std::string::npos) {
         n.run_id = line.substr(9, sp - 9);
@@ -132,6 +132,16 @@ Status TemplateLauncher::start() {
   return {};
 }
 
+// As root the control directory was the sandbox's, for the driver to make its socket in: once
+// the driver is ready it becomes root's again, so that nothing in the template (a preload) can
+// put another socket, or a link to one, where the calls' workers connect.
+void TemplateLauncher::seal(Host& h) {
+  if (h.sealed || ::geteuid() != 0) return;
+  h.sealed = true;
+  if (::chown(h.dir.c_str(), 0, 0) != 0 || ::chmod(h.dir.c_str(), 0755) != 0)
+    log_line("could not take back the template's control directory " + h.dir + ": " + std::strerror(errno));
+}
+
 void TemplateLauncher::read_note(Host& h) {
   if (!h.sock.ok()) return;
   char buf[512];
@@ -171,13 +181,18 @@ std::string TemplateLauncher::await_first(int timeout_ms) {
     read_note(h);
     TemplateNote n = parse_template_note(h.note);
     if (!n.failed.empty()) return n.failed;
-    if (n.ready) return "";
+    if (n.ready) {
+      seal(h);
+      return "";
+    }
+    if (h.note.size() >= kMaxWorkerNoteBytes) return "the template said too much before it was ready";
     std::int64_t left_ms = (deadline - monotonic_us()) / 1000;
     if (left_ms <= 0)
       return "the template was not ready within " + std::to_string(timeout_ms / 1000) +
              " s (a preload that waits for input, or an image too slow to start it)";
     pollfd fds[2] = {{h.sock.get(), POLLIN, 0}, {h.pidfd.get(), POLLIN, 0}};
-    if (::poll(fds, 2, static_cast<int>(std::min<std::int64_t>(left_ms, 1000))) < 0 && errno != EINTR) return "";
+    if (::poll(fds, 2, static_cast<int>(std::min<std::int64_t>(left_ms, 1000))) < 0 && errno != EINTR)
+      return std::string("poll: ") + std::strerror(errno);
     if (fds[1].revents) {
       read_note(h);
       n = parse_template_note(h.note);
@@ -201,6 +216,7 @@ Result<Worker> TemplateLauncher::launch(const json& job) {
   TemplateNote n = parse_template_note(h.note);
   if (!n.failed.empty()) return cold("the template could not start: " + n.failed);
   if (!n.ready || n.run_id.empty()) return cold("the template is still starting");
+  seal(h);
   json j = job;
   j["template"] = {{"socket", h.dir + "/sock"}, {"digest", n.digest}, {"run_id", n.run_id}};
   return cold_.launch(j);
@@ -226,15 +242,20 @@ void TemplateLauncher::tick() {
     if (h.stopping && now >= h.stop_at_us) {
       (void)::syscall(SYS_pidfd_send_signal, h.pidfd.get(), SIGKILL, nullptr, 0);
       h.stop_at_us = now + 60'000'000LL;
-    } else if (!current && !h.stopping && now >= h.born_us + max_idle_us_ + kTemplateDrainMs * 1000LL) {
-      stop(h, "retired, its calls drained");
+    } else if (!current && !h.stopping &&
+               (now >= h.retired_us + kTemplateDrainMs * 1000LL || hosts_.size() > kMaxTemplates)) {
+      stop(h, "retired, its calls drained (or too many retired templates)");
     } else if (current && !h.stopping && max_idle_us_ > 0 && now >= h.born_us + max_idle_us_) {
       // Older than the pool's max idle: a new template takes the next calls; this one keeps the
       // calls already forked from it until they end (or kTemplateDrainMs).
       log_line("the template is older than --pool-max-idle: building a new one");
-      if (auto st = start(); !st) log_line(st.error().describe());
-      it = hosts_.begin();  // start() may have moved the hosts
-      continue;
+      h.retired_us = now;
+      if (auto st = start(); !st) {
+        log_line(st.error().describe() + " (the old template serves on)");
+        h.born_us = now;
+        h.retired_us = 0;
+      }
+      break;  // start() changed hosts_: the rest is the next tick's
     }
     ++it;
   }

@@ -24,8 +24,8 @@
 // record (written when it ends) carries the same digest and run id.
 //
 // The template is rebuilt when it dies and when it is older than the pool's max idle (its image
-// seal and profile are taken at build); an old one still serving calls is stopped once they are
-// done or after kTemplateDrainMs. A call made while no template is ready runs cold, its record
+// seal and profile are taken at build); an old one still serving calls is stopped after
+// kTemplateDrainMs (or sooner past kMaxTemplates). A call made while no template is ready runs cold, its record
 // saying why; so does a call whose profile changed since the template was built (mcp_worker.cpp).
 #include <sys/types.h>
 
@@ -44,6 +44,9 @@ namespace sbx::mcp {
 // stopped (which ends them: they live in its pid namespace). Longer than any call's timeout
 // should be; a call still running then is killed, and recorded by its own worker.
 inline constexpr int kTemplateDrainMs = 600'000;
+// The most templates one server keeps: the current one and those retired but still draining
+// (a short --pool-max-idle would otherwise stack them); past it the oldest is stopped.
+inline constexpr std::size_t kMaxTemplates = 4;
 // The least wait before a template whose build failed is built again (doubled up to 60 s).
 inline constexpr int kTemplateBackoffMs = 1000;
 
@@ -80,10 +83,13 @@ class TemplateLauncher : public SandboxLauncher {
     std::string dir;   // its control directory (removed when it is reaped)
     std::string note;  // what it said so far
     std::int64_t born_us = 0, stop_at_us = 0;
+    std::int64_t retired_us = 0;  // when a newer template took its place (it drains from then)
     bool stopping = false;
+    bool sealed = false;  // its control directory taken back (root: seal())
   };
   Status start();
   void read_note(Host& h);
+  void seal(Host& h);
   void stop(Host& h, const std::string& why);
   void reap(Host& h);
 
