@@ -662,7 +662,10 @@ pid_t pidfd_pid(int pidfd) {
 bool Run::spawn_from_template(UniqueFd sock, UniqueFd job) {
   Launch& L = *launch_;
   ctx_.from_template = true;
-  ctx_.image_fd.reset();  // the template's root, sealed when the template was built
+  // The template's root: its seal was checked when the template was built (its own record), and
+  // the call's digest names the image's content (mcp_worker.cpp, from_template).
+  ctx_.image_fd.reset();
+  if (parts_.image.contains("seal")) parts_.image["seal"] = "template";
   const ChildConfig& cfg = L.cfg;
   std::vector<int> fds = {cfg.fds.sync, cfg.fds.msg, cfg.fds.out_sock, cfg.fds.listener_sock, cfg.fds.out, cfg.fds.err};
   if (std::find(fds.begin(), fds.end(), -1) != fds.end())

@@ -333,7 +333,8 @@ int serve_template_host(const WorkerContext& ctx, const std::string& name, const
   run.run_id = make_run_id();
   run.io.stdout_fd = note_fd;  // the driver's "ready" or "failed WHY" reaches the server as is
   const std::string digest =
-      template_digest(profile->source.resolved_sha256, spec->image, spec->warm, binary ? *binary : "");
+      template_digest(profile->source.resolved_sha256, template_image_identity(spec->image, ctx.dirs), spec->warm,
+                      binary ? *binary : "");
   run.record_extra["template"] = {
       {"digest", digest}, {"interpreter", spec->warm.interpreter}, {"preload", spec->warm.preload}};
   run.spec = std::move(*spec);

@@ -28,6 +28,7 @@
 #include "runtime/model/profile.hpp"
 #include "runtime/record/trace_ledger.hpp"
 #include "runtime/server/mcp_pool.hpp"
+#include "runtime/image/image_store.hpp"
 #include "runtime/image/self_digest.hpp"
 #include "runtime/server/mcp_protocol.hpp"
 #include "runtime/typed/pack.hpp"
@@ -333,7 +334,8 @@ namespace {
 // made now differs from the template's), then cold, its record's pool note saying why.
 void from_template(RunRequest& run, const json& t, const Dirs& dirs) {
   auto binary = self_binary_sha256(dirs);
-  std::string now = template_digest(run.profile.resolved_sha256, run.spec.image, run.spec.warm, binary ? *binary : "");
+  std::string now = template_digest(run.profile.resolved_sha256, template_image_identity(run.spec.image, dirs),
+                                    run.spec.warm, binary ? *binary : "");
   if (now != t.value("digest", "")) {
     put(run.record_extra, "pool",
         trace_object({{"pool/hit", false},
@@ -348,6 +350,12 @@ void from_template(RunRequest& run, const json& t, const Dirs& dirs) {
   put(run.record_extra, "pool", trace_object({{"pool/hit", true}}));
 }
 }  // namespace
+
+std::string template_image_identity(const std::string& image, const Dirs& dirs) {
+  if (image == "host") return image;
+  auto rec = ImageStore(dirs.images).resolve(image);
+  return rec ? rec->digest : "unresolved " + image;
+}
 
 json run_code_job(const json& job, const WorkerContext& wctx) {
   ExecContext ctx;

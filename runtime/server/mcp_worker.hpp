@@ -36,6 +36,11 @@ struct WorkerContext {
   std::function<Result<RunSpec>(RunSpec, const std::vector<std::string>& command)> with_command;
 };
 
+// What a warm template's digest (model/warm.hpp, template_digest) says of a run's image: "host",
+// or the image's content digest as the store resolves its name now (a name re-imported since the
+// template was built then gives another digest: the call runs cold).
+std::string template_image_identity(const std::string& image, const Dirs& dirs);
+
 nlohmann::json worker_error(Stage stage, const std::string& message);
 // The worker's exit status for its response: 125 when the job could not run at all.
 int worker_exit_status(const nlohmann::json& response);
