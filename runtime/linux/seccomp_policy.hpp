@@ -64,7 +64,7 @@ Result<std::vector<sock_filter>> compile_seccomp_policy(const SeccompPolicy& pol
 
 // The built-in default policy (profiles/seccomp/default.json, compiled into the binary).
 std::string_view default_seccomp_policy_text();
-std::string_view default_seccomp_policy_sha256();  // computed at build time (cmake/embed_seccomp_default.cmake)
+std::string_view default_seccomp_policy_sha256();  // computed at build time (cmake/embed_text.cmake)
 
 // A template's own filter (issue 34, runtime/server/mcp_template.hpp): the default policy with
 // mount, umount2, sethostname and unshare without CLONE_NEWUSER allowed, for the driver that forks

@@ -1,5 +1,5 @@
 # A warm template's driver (issue 34; runtime/server/mcp_template.hpp says how a template is built
-# and used, docs/ARCHITECTURE.md "Warm templates" why). Compiled into sbx (cmake/embed_text.cmake)
+# and used and why; man sbx-mcp, "Templates", what it shares). Compiled into sbx (cmake/embed_text.cmake)
 # and run as `python3 -c DRIVER MODULE...` as the program of the template's sandbox, whose filter
 # (kTemplateSeccomp) lets it unshare every namespace but a user namespace and mount, holding
 # CAP_SYS_ADMIN and CAP_SETPCAP in the sandbox's user namespace.

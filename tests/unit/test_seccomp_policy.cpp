@@ -78,7 +78,7 @@ TEST_CASE("the built-in default policy is profiles/seccomp/default.json, and its
   std::string file = slurp(SBX_SOURCE_DIR "/profiles/seccomp/default.json");
   REQUIRE_FALSE(file.empty());
   CHECK_MESSAGE(std::string(default_seccomp_policy_text()) == file,
-                "the generated policy differs from the file: cmake/embed_seccomp_default.cmake did not run");
+                "the generated policy differs from the file: cmake/embed_text.cmake did not run");
   CHECK(std::string(default_seccomp_policy_sha256()) == sha256_hex(file));
 }
 
