@@ -47,7 +47,7 @@
 #include "runtime/record/probe_report.hpp"
 #include "runtime/record/trace_show.hpp"
 #include "runtime/typed/pack_run.hpp"
-#include "runtime/base/bytes.hpp"
+#include "runtime/base/strings.hpp"
 
 // The helper's bytes, placed in sbx's read-only data by cli/probe_blob.cpp.
 extern "C" const unsigned char sbx_probe_helper_begin[];
@@ -144,13 +144,7 @@ namespace {
 std::string random_hex(std::size_t bytes) {
   std::string raw(bytes, '\0');
   if (::getrandom(raw.data(), bytes, 0) != static_cast<ssize_t>(bytes)) return {};
-  static const char* hex = "0123456789abcdef";
-  std::string s;
-  for (unsigned char c : bytes_of(raw)) {
-    s += hex[c >> 4];
-    s += hex[c & 15];
-  }
-  return s;
+  return hex_lower(raw);
 }
 
 // The refusals: options of run that would change what the probe sees or where its output goes.

@@ -10,7 +10,7 @@
 #include <cstring>
 
 #include "runtime/base/clock.hpp"
-#include "runtime/base/bytes.hpp"
+#include "runtime/base/strings.hpp"
 
 namespace sbx::dbus {
 
@@ -221,13 +221,7 @@ std::string first_string(const Message& m) {
 }
 
 std::string auth_external_line(uid_t uid) {
-  static const char* hex = "0123456789abcdef";
-  std::string dec = std::to_string(uid), line("\0AUTH EXTERNAL ", 15);
-  for (unsigned char c : bytes_of(dec)) {
-    line.push_back(hex[c >> 4]);
-    line.push_back(hex[c & 15]);
-  }
-  return line + "\r\n";
+  return std::string("\0AUTH EXTERNAL ", 15) + hex_lower(std::to_string(uid)) + "\r\n";
 }
 
 namespace {

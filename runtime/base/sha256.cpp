@@ -10,6 +10,8 @@
 #include <cstdlib>
 #include <cstdio>
 
+#include "runtime/base/strings.hpp"
+
 namespace sbx {
 namespace {
 
@@ -37,13 +39,7 @@ void Sha256::update(const void* data, std::size_t len) {
 std::string Sha256::final_hex() {
   unsigned char digest[SHA256_DIGEST_LENGTH];
   if (SHA256_Final(digest, ctx_.get()) != 1) crypto_failed("SHA-256 final");
-  static const char kHex[] = "0123456789abcdef";
-  std::string out(64, '0');
-  for (unsigned i = 0; i < 32; ++i) {
-    out[2 * i] = kHex[digest[i] >> 4];
-    out[2 * i + 1] = kHex[digest[i] & 15];
-  }
-  return out;
+  return hex_lower(std::string_view(reinterpret_cast<const char*>(digest), sizeof digest));
 }
 
 std::string sha256_hex(std::string_view data) {

@@ -7,6 +7,19 @@
 
 namespace sbx {
 
+// Bytes as lower-case hex, two digits each (a digest, a random token, a BPF program in a job).
+inline std::string hex_lower(std::string_view bytes) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(bytes.size() * 2);
+  for (char ch : bytes) {
+    auto c = static_cast<unsigned char>(ch);
+    out += kHex[c >> 4];
+    out += kHex[c & 15];
+  }
+  return out;
+}
+
 // Words joined with `sep` between each two ("memory pids", "cpu/io"), as messages list names.
 inline std::string join_words(const std::vector<std::string>& words, std::string_view sep = " ") {
   std::string out;

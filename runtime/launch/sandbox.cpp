@@ -42,6 +42,7 @@
 #include "runtime/linux/seccomp_policy.hpp"
 #include "runtime/base/sha256.hpp"
 #include "runtime/base/signals.hpp"
+#include "runtime/base/strings.hpp"
 #include "runtime/launch/supervisor.hpp"
 #include "runtime/launch/trace.hpp"
 #include "runtime/image/self_digest.hpp"
@@ -584,13 +585,8 @@ Result<UniqueFd> template_job(const ChildConfig& cfg, const std::vector<Generate
     tmpfs.push_back({{"dst", t.dst}, {"size", t.size_bytes}, {"mode", 01777}, {"noexec", t.noexec}});
   json f = json::array();
   for (auto& g : files) f.push_back({{"dst", g.dst}, {"mode", g.mode}, {"size", g.content.size()}});
-  static const char* hex = "0123456789abcdef";
-  std::string filter;
-  const auto* bytes = reinterpret_cast<const unsigned char*>(cfg.seccomp_filter.data());
-  for (std::size_t i = 0; i < cfg.seccomp_filter.size() * sizeof(sock_filter); ++i) {
-    filter += hex[bytes[i] >> 4];
-    filter += hex[bytes[i] & 15];
-  }
+  std::string filter = hex_lower(std::string_view(reinterpret_cast<const char*>(cfg.seccomp_filter.data()),
+                                                  cfg.seccomp_filter.size() * sizeof(sock_filter)));
   json job = {{"argv", cfg.argv},           {"env", cfg.envp}, {"hostname", cfg.hostname},
               {"workdir", m.workdir},       {"rlimits", rl},   {"umask", cfg.umask},
               {"filter", filter},           {"files", f},      {"tmpfs", tmpfs},

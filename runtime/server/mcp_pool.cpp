@@ -32,12 +32,23 @@ void log_line(const std::string& s) {
   (void)!::write(STDERR_FILENO, line.data(), line.size());
 }
 
-bool exited(int pidfd) {
+}  // namespace
+
+bool worker_exited(int pidfd) {
   pollfd p{pidfd, POLLIN, 0};
   return ::poll(&p, 1, 0) > 0;
 }
 
-}  // namespace
+void read_worker_note(int sock, std::string& note) {
+  if (sock < 0) return;
+  char buf[512];
+  while (note.size() < kMaxWorkerNoteBytes) {
+    ssize_t n = ::recv(sock, buf, std::min(sizeof buf, kMaxWorkerNoteBytes - note.size()), MSG_DONTWAIT);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    note.append(buf, static_cast<std::size_t>(n));
+  }
+}
 
 std::string worker_note_ready(const std::string& cgroup_path) {
   return "ready " + (cgroup_path.empty() ? std::string("-") : cgroup_path) + "\n";
@@ -119,16 +130,7 @@ PoolLauncher::~PoolLauncher() {
   }
 }
 
-void PoolLauncher::read_note(Idle& w) {
-  if (!w.sock.ok()) return;
-  char buf[512];
-  while (w.note.size() < kMaxWorkerNoteBytes) {
-    ssize_t n = ::recv(w.sock.get(), buf, std::min(sizeof buf, kMaxWorkerNoteBytes - w.note.size()), MSG_DONTWAIT);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    w.note.append(buf, static_cast<std::size_t>(n));
-  }
-}
+void PoolLauncher::read_note(Idle& w) { read_worker_note(w.sock.get(), w.note); }
 
 std::string PoolLauncher::await_first(int timeout_ms) {
   if (idle_.empty()) return "";
@@ -205,7 +207,7 @@ Result<PoolLauncher::Idle> PoolLauncher::spawn() {
 void PoolLauncher::tick() {
   std::int64_t now = monotonic_us();
   for (auto it = retiring_.begin(); it != retiring_.end();) {
-    if (exited(it->pidfd.get())) {
+    if (worker_exited(it->pidfd.get())) {
       int ws = 0;
       while (::waitpid(it->pid, &ws, 0) < 0 && errno == EINTR) {}
       // Killed (by us, or by anyone): its sandbox did not clean up after itself.
@@ -255,7 +257,7 @@ int PoolLauncher::next_tick_ms() const {
 void PoolLauncher::refill() {
   // Workers that ended while idle (their sandbox died or was disturbed) are reaped here too.
   for (auto it = idle_.begin(); it != idle_.end();) {
-    if (exited(it->pidfd.get())) {
+    if (worker_exited(it->pidfd.get())) {
       retire(*it, "it ended before hand-out");
       it = idle_.erase(it);
     } else {
@@ -297,14 +299,14 @@ Result<Worker> PoolLauncher::launch(const json& job) {
     auto at = idle_.begin() + static_cast<std::ptrdiff_t>(preparing);
     if (prepared_only_) {
       read_note(*at);
-      if (!ready_of_note(at->note) && failed_of_note(at->note).empty() && !exited(at->pidfd.get())) {
+      if (!ready_of_note(at->note) && failed_of_note(at->note).empty() && !worker_exited(at->pidfd.get())) {
         ++preparing;
         continue;
       }
     }
     Idle w = std::move(*at);
     idle_.erase(at);
-    if (exited(w.pidfd.get())) {
+    if (worker_exited(w.pidfd.get())) {
       retire(w, "it ended before hand-out (its sandbox died or was disturbed)");
       continue;
     }
@@ -318,8 +320,7 @@ Result<Worker> PoolLauncher::launch(const json& job) {
       // the cold launcher); a call that finds no other says why.
       retire(w, why);
       build_failed = why;
-      build_backoff_ms_ =
-          std::min(build_backoff_ms_ == 0 ? kBuildBackoffMs : 2 * build_backoff_ms_, kMaxBuildBackoffMs);
+      build_backoff_ms_ = next_build_backoff_ms(build_backoff_ms_);
       backoff_until_us_ = monotonic_us() + build_backoff_ms_ * 1000LL;
       continue;
     }

@@ -37,6 +37,7 @@
 // hand-out (pool_refusal; the worker's tenant key), so an edit is never missed.
 #include <sys/types.h>
 
+#include <algorithm>
 #include <chrono>
 #include <deque>
 #include <map>
@@ -76,6 +77,16 @@ inline constexpr int kWarmCheckMs = 60'000;
 // or "failed WHY\n" (its sandbox could not be built: the server hands it no call, but one sent
 // before the note arrived is still run, cold, by the worker itself).
 inline constexpr std::size_t kMaxWorkerNoteBytes = 4096;
+// Appends what a worker said on its socket to `note`, never waiting, up to kMaxWorkerNoteBytes in
+// all (a pooled worker's, and a warm template's: mcp_template.hpp).
+void read_worker_note(int sock, std::string& note);
+// Whether a worker's pidfd says it has exited; never waits.
+bool worker_exited(int pidfd);
+// The pause after a failed build, given the last one (0: none): kBuildBackoffMs, doubled at each
+// further failure up to kMaxBuildBackoffMs. A pool's and a template's (mcp_template.hpp).
+inline int next_build_backoff_ms(int last_ms) {
+  return std::min(last_ms == 0 ? kBuildBackoffMs : 2 * last_ms, kMaxBuildBackoffMs);
+}
 std::string worker_note_ready(const std::string& cgroup_path);
 std::string worker_note_failed(const std::string& why);
 // The run cgroup a note names: "" unless it is an absolute path below /sys/fs/cgroup/ without

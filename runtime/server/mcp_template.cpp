@@ -39,11 +39,6 @@ void log_line(const std::string& s) {
   (void)!::write(STDERR_FILENO, line.data(), line.size());
 }
 
-bool exited(int pidfd) {
-  pollfd p{pidfd, POLLIN, 0};
-  return ::poll(&p, 1, 0) > 0;
-}
-
 // Removes a control directory the server made: its socket, then the directory; nothing else is
 // ever in it (the driver makes only the socket).
 void remove_control_dir(const std::string& dir) {
@@ -104,10 +99,8 @@ Status TemplateLauncher::start() {
   // The driver's socket must fit a sockaddr_un (108 bytes with its NUL).
   if (tmpl.size() + 6 > 107) {
     (void)::rmdir(tmpl.c_str());
-    return make_error(
-        "mcp",
-        "the state directory's path is too long for a template's socket (" + tmpl + "/sock): use a shorter --state-dir",
-        ENAMETOOLONG);
+    return make_error("mcp", "$TMPDIR is too long for a template's socket (" + tmpl + "/sock): set a shorter TMPDIR",
+                      ENAMETOOLONG);
   }
   int sv[2];
   if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) return sys_error("mcp", "socketpair");
@@ -142,16 +135,7 @@ void TemplateLauncher::seal(Host& h) {
     log_line("could not take back the template's control directory " + h.dir + ": " + std::strerror(errno));
 }
 
-void TemplateLauncher::read_note(Host& h) {
-  if (!h.sock.ok()) return;
-  char buf[512];
-  while (h.note.size() < kMaxWorkerNoteBytes) {
-    ssize_t n = ::recv(h.sock.get(), buf, std::min(sizeof buf, kMaxWorkerNoteBytes - h.note.size()), MSG_DONTWAIT);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    h.note.append(buf, static_cast<std::size_t>(n));
-  }
-}
+void TemplateLauncher::read_note(Host& h) { read_worker_note(h.sock.get(), h.note); }
 
 void TemplateLauncher::stop(Host& h, const std::string& why) {
   if (h.stopping) return;
@@ -227,11 +211,11 @@ void TemplateLauncher::tick() {
   for (auto it = hosts_.begin(); it != hosts_.end();) {
     Host& h = *it;
     read_note(h);
-    if (exited(h.pidfd.get())) {
+    if (worker_exited(h.pidfd.get())) {
       TemplateNote n = parse_template_note(h.note);
       if (!h.stopping) {
         log_line("the template ended" + (n.failed.empty() ? std::string() : ": " + n.failed) + "; rebuilding");
-        backoff_ms_ = n.ready ? 0 : std::min(std::max(backoff_ms_ * 2, kTemplateBackoffMs), 60'000);
+        backoff_ms_ = n.ready ? 0 : next_build_backoff_ms(backoff_ms_);
         backoff_until_us_ = now + backoff_ms_ * 1000LL;
       }
       reap(h);
@@ -262,7 +246,7 @@ void TemplateLauncher::tick() {
   if ((hosts_.empty() || hosts_.back().stopping) && now >= backoff_until_us_)
     if (auto st = start(); !st) {
       log_line(st.error().describe());
-      backoff_ms_ = std::min(std::max(backoff_ms_ * 2, kTemplateBackoffMs), 60'000);
+      backoff_ms_ = next_build_backoff_ms(backoff_ms_);
       backoff_until_us_ = now + backoff_ms_ * 1000LL;
     }
 }

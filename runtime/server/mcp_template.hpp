@@ -47,8 +47,6 @@ inline constexpr int kTemplateDrainMs = 600'000;
 // The most templates one server keeps: the current one and those retired but still draining
 // (a short --pool-max-idle would otherwise stack them); past it the oldest is stopped.
 inline constexpr std::size_t kMaxTemplates = 4;
-// The least wait before a template whose build failed is built again (doubled up to 60 s).
-inline constexpr int kTemplateBackoffMs = 1000;
 
 // What the template host says on its socket, one line each: "template RUN_ID DIGEST" as it
 // starts, then the driver's own "ready" or "failed WHY".
@@ -98,7 +96,7 @@ class TemplateLauncher : public SandboxLauncher {
   SandboxLauncher& cold_;
   std::int64_t max_idle_us_;
   std::vector<Host> hosts_;  // back(): the current one; the others are draining
-  int backoff_ms_ = 0;
+  int backoff_ms_ = 0;       // after a failed build, as a pool's (next_build_backoff_ms)
   std::int64_t backoff_until_us_ = 0;
 };
 
