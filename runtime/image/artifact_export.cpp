@@ -13,6 +13,7 @@
 
 #include "runtime/base/fsutil.hpp"
 #include "runtime/base/json_io.hpp"
+#include "runtime/base/openat2.hpp"
 #include "runtime/base/sha256.hpp"
 #include "runtime/base/text_escape.hpp"
 #include "runtime/base/trace_field.hpp"
@@ -24,10 +25,8 @@ constexpr const char* kStage = "export";
 constexpr int kMaxDepth = 64;
 
 int open_beneath(int dirfd, const std::string& name, int flags) {
-  struct open_how how = {};
-  how.flags = static_cast<__u64>(flags | O_NOFOLLOW | O_CLOEXEC);
-  how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV;
-  return static_cast<int>(::syscall(SYS_openat2, dirfd, name.c_str(), &how, sizeof how));
+  return openat2_retrying(dirfd, name.c_str(), static_cast<std::uint64_t>(flags | O_NOFOLLOW | O_CLOEXEC),
+                          RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV);
 }
 
 const char* kind_of(mode_t m) { return S_ISLNK(m) ? "symlink (never followed)" : file_kind(m); }

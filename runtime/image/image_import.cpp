@@ -11,6 +11,7 @@
 #include <string_view>
 
 #include "runtime/base/fsutil.hpp"
+#include "runtime/base/openat2.hpp"
 #include "runtime/image/tar_reader.hpp"
 #include "runtime/image/tarball.hpp"
 
@@ -188,10 +189,9 @@ Result<UniqueFd> open_dir_beneath(int root, const std::string& dir, bool create,
     std::size_t j = dir.find('/', i);
     if (j == std::string::npos) j = dir.size();
     std::string comp = dir.substr(i, j - i);
-    struct open_how how = {};
-    how.flags = O_RDONLY | O_DIRECTORY | O_CLOEXEC;
-    how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
-    long fd = ::syscall(SYS_openat2, cur.get(), comp.c_str(), &how, sizeof how);
+    constexpr std::uint64_t flags = O_RDONLY | O_DIRECTORY | O_CLOEXEC;
+    constexpr std::uint64_t resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
+    int fd = openat2_retrying(cur.get(), comp.c_str(), flags, resolve);
     if (fd < 0 && errno == ENOENT && create) {
       if (::mkdirat(cur.get(), comp.c_str(), 0755) == 0) {
         if (created) ++*created;
@@ -199,7 +199,7 @@ Result<UniqueFd> open_dir_beneath(int root, const std::string& dir, bool create,
         return sys_error(kStage, "create directory " + dir.substr(0, j));
       }
       ::fchmodat(cur.get(), comp.c_str(), 0755, 0);
-      fd = ::syscall(SYS_openat2, cur.get(), comp.c_str(), &how, sizeof how);
+      fd = openat2_retrying(cur.get(), comp.c_str(), flags, resolve);
     }
     if (fd < 0) {
       int err = errno;

@@ -13,6 +13,7 @@
 
 #include "runtime/base/fsutil.hpp"
 #include "runtime/base/json_io.hpp"
+#include "runtime/base/openat2.hpp"
 #include "runtime/base/sha256.hpp"
 
 namespace sbx {
@@ -29,19 +30,11 @@ constexpr std::size_t kMaxLayers = 256;  // Docker's own limit is 125 (overlayfs
 // point anywhere; an absolute or escaping symlink is refused), while the relative symlinks a
 // classic `docker save` writes for a layer shared by two images still resolve.
 Result<UniqueFd> open_beneath(int dirfd, const std::string& rel, const std::string& dir) {
-  struct open_how how = {};
-  how.flags = O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK;
-  how.resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS;
-  // EAGAIN: a rename or mount somewhere on the host while a ".." was resolved (the relative
-  // symlinks of `docker save` have one); openat2(2) asks the caller to retry. Bounded: a host
-  // renaming without pause still gets a clear error, not a loop.
-  long fd = -1;
-  for (int attempt = 0; attempt < 64; ++attempt) {
-    fd = ::syscall(SYS_openat2, dirfd, rel.c_str(), &how, sizeof how);
-    if (fd >= 0 || errno != EAGAIN) break;
-  }
+  // The relative symlinks of `docker save` have a "..": EAGAIN is retried (base/openat2.hpp).
+  int fd = openat2_retrying(dirfd, rel.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK,
+                            RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS);
   if (fd < 0) return sys_error(kStage, "cannot open " + rel + " in " + dir);
-  UniqueFd f(static_cast<int>(fd));
+  UniqueFd f(fd);
   struct stat st;
   if (::fstat(f.get(), &st) != 0) return sys_error(kStage, "cannot stat " + rel + " in " + dir);
   if (!S_ISREG(st.st_mode)) return make_error(kStage, rel + " in " + dir + " is not a regular file");

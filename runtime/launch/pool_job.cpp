@@ -14,6 +14,7 @@
 #include <cstring>
 
 #include "runtime/base/fsutil.hpp"
+#include "runtime/base/openat2.hpp"
 
 namespace sbx {
 namespace {
@@ -60,11 +61,9 @@ bool split_pool_path(const std::string& dst, std::string* dir, std::string* rel)
 }
 
 int openat2_beneath(int dirfd, const std::string& rel, std::uint64_t flags, std::uint64_t mode) {
-  struct open_how how {};
-  how.flags = flags | O_CLOEXEC | O_NOFOLLOW;
-  how.mode = mode;
-  how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV;
-  return static_cast<int>(::syscall(SYS_openat2, dirfd, rel.c_str(), &how, sizeof how));
+  return openat2_retrying(dirfd, rel.c_str(), flags | O_CLOEXEC | O_NOFOLLOW,
+                          RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV,
+                          static_cast<mode_t>(mode));
 }
 
 }  // namespace

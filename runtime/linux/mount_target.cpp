@@ -6,14 +6,13 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "runtime/base/openat2.hpp"
+
 namespace sbx {
 namespace {
 
 int openat2_fd(int dirfd, const std::string& path, std::uint64_t flags, std::uint64_t resolve) {
-  struct open_how how = {};
-  how.flags = flags | O_PATH | O_CLOEXEC;
-  how.resolve = resolve;
-  return static_cast<int>(::syscall(SYS_openat2, dirfd, path.c_str(), &how, sizeof how));
+  return openat2_retrying(dirfd, path.c_str(), flags | O_PATH | O_CLOEXEC, resolve);
 }
 
 Error target_error(const std::string& dst, const std::string& where, const std::string& what, int err) {

@@ -21,6 +21,7 @@
 
 #include "runtime/base/fsutil.hpp"
 #include "runtime/base/kernel.hpp"
+#include "runtime/base/openat2.hpp"
 #include "runtime/linux/mount_target.hpp"
 #include "runtime/linux/userns.hpp"
 
@@ -165,10 +166,8 @@ enum class BindKind { ro, rw, device };
 // and inode: mounts.hpp, BindSource). The bind is then made from this fd, so nothing swapped in
 // after this check is mounted either.
 Result<UniqueFd> open_pinned_source(const std::string& src, const MountOp& op, struct stat& st) {
-  struct open_how how = {};
-  how.flags = O_PATH | O_CLOEXEC | (op.src_dir ? O_DIRECTORY : 0);
-  how.resolve = RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
-  UniqueFd fd(static_cast<int>(::syscall(SYS_openat2, AT_FDCWD, src.c_str(), &how, sizeof how)));
+  UniqueFd fd(openat2_retrying(AT_FDCWD, src.c_str(), O_PATH | O_CLOEXEC | (op.src_dir ? O_DIRECTORY : 0),
+                               RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS));
   const std::string head = "bind source " + op.src;
   if (!fd.ok() && errno == ELOOP)
     return make_error(
@@ -208,10 +207,8 @@ Status bind_mount(int root, const MountOp& op, BindKind kind) {
     // A node bound without nodev must be the character device that was planned, not whatever a
     // path names by now: opened once (O_PATH, no symlink anywhere on the way), checked through
     // that fd, and bound from it, so no directory or other file swapped in can take its place.
-    struct open_how how = {};
-    how.flags = O_PATH | O_NOFOLLOW | O_CLOEXEC;
-    how.resolve = RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
-    device = UniqueFd(static_cast<int>(::syscall(SYS_openat2, AT_FDCWD, src.c_str(), &how, sizeof how)));
+    device = UniqueFd(openat2_retrying(AT_FDCWD, src.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC,
+                                       RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS));
     if (device.get() < 0) return sys_error("mounts", "device node " + host_path);
     if (::fstat(device.get(), &st) != 0) return sys_error("mounts", "device node " + host_path);
     if (!S_ISCHR(st.st_mode))

@@ -10,6 +10,7 @@
 
 #include "runtime/base/fsutil.hpp"
 #include "runtime/base/json_io.hpp"
+#include "runtime/base/openat2.hpp"
 #include "runtime/base/strings.hpp"
 
 namespace sbx {
@@ -36,12 +37,10 @@ std::optional<std::uint32_t> number(std::string_view s) {
 Result<std::string> read_db(const std::string& rootfs, const char* rel, const std::string& image) {
   UniqueFd root(::open(rootfs.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (root.get() < 0) return sys_error("usage", "cannot open image " + image);
-  struct open_how how = {};
-  how.flags = O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK;
-  how.resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS;
-  long fd = ::syscall(SYS_openat2, root.get(), rel, &how, sizeof how);
+  int fd = openat2_retrying(root.get(), rel, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK,
+                            RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS);
   if (fd < 0) return sys_error("usage", std::string("image ") + image + " has no readable /" + rel);
-  UniqueFd f(static_cast<int>(fd));
+  UniqueFd f(fd);
   return read_bounded_fd(f.get(), kMaxDbBytes, "usage", std::string("/") + rel + " of image " + image);
 }
 

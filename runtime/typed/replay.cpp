@@ -16,6 +16,7 @@
 
 #include "runtime/base/fsutil.hpp"
 #include "runtime/base/json_io.hpp"
+#include "runtime/base/openat2.hpp"
 #include "runtime/base/sha256.hpp"
 #include "runtime/base/text_escape.hpp"
 #include "runtime/image/artifact_export.hpp"
@@ -110,14 +111,13 @@ Result<UniqueFd> open_dir_beneath(int root, const std::string& rel, const std::s
     std::size_t j = rel.find('/', i);
     if (j == std::string::npos) j = rel.size();
     std::string comp = rel.substr(i, j - i);
-    struct open_how how = {};
-    how.flags = O_RDONLY | O_DIRECTORY | O_CLOEXEC;
-    how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
-    long fd = ::syscall(SYS_openat2, cur.get(), comp.c_str(), &how, sizeof how);
+    constexpr std::uint64_t flags = O_RDONLY | O_DIRECTORY | O_CLOEXEC;
+    constexpr std::uint64_t resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
+    int fd = openat2_retrying(cur.get(), comp.c_str(), flags, resolve);
     if (fd < 0 && errno == ENOENT) {
       if (::mkdirat(cur.get(), comp.c_str(), 0700) != 0 && errno != EEXIST)
         return sys_error(kStage, "create directory " + shown + "/" + rel.substr(0, j));
-      fd = ::syscall(SYS_openat2, cur.get(), comp.c_str(), &how, sizeof how);
+      fd = openat2_retrying(cur.get(), comp.c_str(), flags, resolve);
     }
     if (fd < 0) {
       int err = errno;
