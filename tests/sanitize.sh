@@ -35,7 +35,7 @@ side_by_side() {
   for mode in root rootless; do
     ( t0=$SECONDS
       echo "sanitize: integration_$mode"
-      if tests/integration/run.sh "$build/sbx" "$mode" "$@" 2>&1 | sed -u "s/^/[$mode] /"; then
+      if tests/integration/run.sh "$build/sbx" "$mode" "$@" 2>&1 | tee "$dir/$mode.log" | sed -u "s/^/[$mode] /"; then
         echo "sanitize: integration_$mode passed ($((SECONDS - t0)) s)"
       else
         touch "$dir/$mode.failed"
@@ -44,8 +44,14 @@ side_by_side() {
     pids+=($!)
   done
   wait "${pids[@]}"
+  # The two suites' lines interleave, and CI shows only the end of its output: a failed suite's
+  # failing tests (runner.py's "failed tests:", each with its last traceback line) are repeated here.
   for mode in root rootless; do
-    [ ! -e "$dir/$mode.failed" ] || failed+=("integration_$mode")
+    [ -e "$dir/$mode.failed" ] || continue
+    failed+=("integration_$mode")
+    echo "sanitize: integration_$mode failed:"
+    sed -n '/^failed tests:/,/^slowest tests:/p' "$dir/$mode.log" | grep -v '^slowest tests:' | head -n 40 \
+      | sed "s/^/[$mode] /"
   done
   rm -rf "$dir"
 }

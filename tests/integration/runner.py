@@ -31,6 +31,7 @@ class TimedResult(unittest.TextTestResult):
 
 
 SLOWEST_SHOWN = 12
+FAILURE_LINE_CHARS = 400
 
 
 def main():
@@ -55,9 +56,11 @@ def main():
         for test, reason in result.skipped:
             print(f"  {test.id()}: {reason}", flush=True)
     if failed:
+        # Each with the last line of its traceback: CI shows only the end of its output.
         print("failed tests:", flush=True)
-        for test, _ in result.failures + result.errors:
-            print(f"  {test.id()}", flush=True)
+        for test, trace in result.failures + result.errors:
+            last = next((ln for ln in reversed(trace.splitlines()) if ln.strip()), "")
+            print(f"  {test.id()}: {last[:FAILURE_LINE_CHARS]}", flush=True)
     sys.stderr.flush()
     slowest = sorted(getattr(result, "durations_s", []), reverse=True)[:SLOWEST_SHOWN]
     if slowest:
