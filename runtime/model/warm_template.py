@@ -12,6 +12,9 @@
 # network, ipc, uts, pid and cgroup namespaces; the template itself never runs a call's code and
 # never holds a call's data past the fork.
 import ctypes, json, os, select, signal, socket, struct, sys
+# Imported once here, not in each call's pid 1 (each import was ~0.5 ms of a call's start:
+# bench/README.md, Templates): random is reseeded in every call (_reseed).
+import random, resource
 
 _libc = ctypes.CDLL(None, use_errno=True)
 CLONE_NEWNS, CLONE_NEWCGROUP, CLONE_NEWUTS = 0x00020000, 0x02000000, 0x04000000
@@ -27,6 +30,7 @@ CHILD_MSG = 488  # sizeof(ChildMsg), handshake.hpp: kind@0, err@4, wait_status@8
 FD_NAMES = ("job", "sync", "msg", "out_sock", "listener_sock", "out", "err")
 CONTROL_DIR = "/run/sbx-template"
 MAX_JOB_BYTES = 64 << 20  # the job's memfd: the server's own bound on a call's request is lower
+BOUNDING_DROP_ORDER = []  # main(): every capability, CAP_SETPCAP last
 KNOBS = 0  # stage times on stderr when the job asks for them ("trace"): bench/README.md
 
 
@@ -79,11 +83,10 @@ def _caps_sets():
 
 
 def _drop_caps():
-    with open("/proc/sys/kernel/cap_last_cap") as f:
-        last = int(f.read())
     # CAP_SETPCAP (8) last: dropping from the bounding set needs it.
-    for cap in [c for c in range(last + 1) if c != 8] + [8]:
-        _check(_libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0), "capabilities", f"drop capability {cap} from the bounding set")
+    for cap in BOUNDING_DROP_ORDER:
+        if _libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0:
+            raise _Fail("capabilities", f"drop capability {cap} from the bounding set")
     _check(_libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0), "capabilities", "clear the ambient set")
     hdr = struct.pack("<Ii", 0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this thread
     data = ctypes.create_string_buffer(24)  # every set empty
@@ -105,7 +108,6 @@ def _reseed():
     # Generators a preload made for itself (numpy's default_rng() kept in a module) are not
     # reached: each call draws what the template's drew. Python's hash secret cannot be reseeded (it is fixed when the interpreter starts): the man
     # page, sbx-mcp(1), says why that does not cross calls.
-    import random
     random.seed()
     np = sys.modules.get("numpy")
     if np is not None and hasattr(np, "random"):
@@ -147,7 +149,6 @@ def _call_pid1(job, fds, report):
     os.dup2(null, 0)
     os.dup2(out_w, 1)
     os.dup2(err_w, 2)
-    import resource
     for res, value in job.get("rlimits", []):
         value = resource.RLIM_INFINITY if value >= (1 << 63) else value
         resource.setrlimit(res, (value, value))
@@ -234,7 +235,6 @@ def _reap(program, report):
         except InterruptedError:
             continue
         if pid == program:
-            import resource
             usage = resource.getrusage(resource.RUSAGE_CHILDREN)
             os.write(report, _child_msg(K_PROGRAM_STATUS, 0, status, "", _rusage_bytes(usage)))
             os._exit(0)
@@ -485,6 +485,11 @@ def main():
                "mounts", CONTROL_DIR + " read-only")
     except _Fail as e:
         fail(f"{e}: errno {e.err}")
+    # The bounding set each call's pid 1 empties, read once.
+    global BOUNDING_DROP_ORDER
+    with open("/proc/sys/kernel/cap_last_cap") as f:
+        last = int(f.read())
+    BOUNDING_DROP_ORDER = [c for c in range(last + 1) if c != 8] + [8]
     for m in sys.argv[1:]:
         try:
             __import__(m)
