@@ -1,7 +1,6 @@
 #include "runtime/base/openat2.hpp"
 
 #include <errno.h>
-#include <linux/openat2.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 

@@ -6,6 +6,7 @@
 // inside), and asks the caller to retry. On a busy host, one with other sandboxes being built,
 // that is routine, not an attack: the call is retried up to kOpenat2Tries times, and only a host
 // that renames or mounts without pause still gets EAGAIN, never a loop.
+#include <linux/openat2.h>  // RESOLVE_*: the callers' resolve flags
 #include <sys/types.h>
 
 #include <cstdint>

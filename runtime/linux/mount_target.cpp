@@ -1,9 +1,7 @@
 #include "runtime/linux/mount_target.hpp"
 
 #include <fcntl.h>
-#include <linux/openat2.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "runtime/base/openat2.hpp"

@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <linux/magic.h>
-#include <linux/openat2.h>
 #include <limits.h>
 #include <sys/mount.h>
 #include <sys/sendfile.h>

@@ -1,8 +1,6 @@
 #include "runtime/model/image_defaults.hpp"
 
 #include <fcntl.h>
-#include <linux/openat2.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>

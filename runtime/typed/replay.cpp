@@ -1,8 +1,6 @@
 #include "runtime/typed/replay.hpp"
 
 #include <fcntl.h>
-#include <linux/openat2.h>
-#include <sys/syscall.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
