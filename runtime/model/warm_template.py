@@ -14,7 +14,7 @@
 import ctypes, json, os, select, signal, socket, struct, sys
 # Imported once here, not in each call's pid 1 (each import was ~0.5 ms of a call's start:
 # bench/README.md, Templates): random is reseeded in every call (_reseed).
-import random, resource
+import random, resource, time
 
 _libc = ctypes.CDLL(None, use_errno=True)
 CLONE_NEWNS, CLONE_NEWCGROUP, CLONE_NEWUTS = 0x00020000, 0x02000000, 0x04000000
@@ -31,6 +31,7 @@ FD_NAMES = ("job", "sync", "msg", "out_sock", "listener_sock", "out", "err")
 CONTROL_DIR = "/run/sbx-template"
 MAX_JOB_BYTES = 64 << 20  # the job's memfd: the server's own bound on a call's request is lower
 BOUNDING_DROP_ORDER = []  # main(): every capability, CAP_SETPCAP last
+FORK_TRIES, FORK_RETRY_S = 50, 0.02  # _fork_call: a call's fork waits at most 1 s for a process slot
 KNOBS = 0  # stage times on stderr when the job asks for them ("trace"): bench/README.md
 
 
@@ -68,7 +69,6 @@ _T = []
 
 def _mark(what):
     if KNOBS:
-        import time
         _T.append((what, time.monotonic_ns()))
 
 
@@ -397,6 +397,20 @@ def _read_job(fd):
     return job, files
 
 
+def _fork_call():
+    # Without run cgroups every call's processes count against RLIMIT_NPROC of the template's user
+    # (man sbx-mcp, Templates), and a call's pid namespace is still being torn down when its
+    # worker has its report: the previous call's fork bomb, up to its pids limit, can make this
+    # fork fail for a moment. EAGAIN is retried for up to FORK_TRIES * FORK_RETRY_S.
+    for attempt in range(FORK_TRIES):
+        try:
+            return os.fork()
+        except BlockingIOError:
+            if attempt == FORK_TRIES - 1:
+                raise
+            time.sleep(FORK_RETRY_S)
+
+
 def _serve(listener):
     # One connection per call: init's ends of its handshake and its job. The intermediate's pidfd
     # goes back on the call's out socket ('I') before the intermediate may run (a gate): the
@@ -420,16 +434,18 @@ def _serve(listener):
                 os.close(fd)
             continue
         fds = dict(zip(FD_NAMES, got))
+        gate = ()
         try:
-            gate_r, gate_w = os.pipe()
-            pid = os.fork()
+            gate = os.pipe()
+            pid = _fork_call()
         except OSError as e:
             # Out of processes or memory (a call's fork bomb, without a run cgroup of its own,
             # counts against the template's user): this call fails, the template serves on.
             os.write(fds["msg"], _child_msg(K_SETUP_ERROR, e.errno or 11, 0, "template", b"fork the call"))
-            for fd in got:
+            for fd in got + list(gate):
                 os.close(fd)
             continue
+        gate_r, gate_w = gate
         if pid == 0:
             listener.close()
             os.close(gate_w)
