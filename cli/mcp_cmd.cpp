@@ -48,6 +48,7 @@ struct WorkerFlags {
   std::string profile = kDefaultProfile;
   std::string pack_job;       // --pack-job JSON: a pack tool's pooled sandbox (mcp::pack_job, less tool and profile)
   std::string template_host;  // --template-host DIR: run the profile's warm template (mcp_template.hpp)
+  std::string from_template;  // --from-template JSON: a pooled sandbox forked from that template
 };
 
 // --packs DIR: a pack directory itself, or a directory whose subdirectories with a pack.json are
@@ -290,7 +291,7 @@ int serve_mcp(const McpFlags& f, const mcp::ServerConfig& cfg, const std::vector
       host_argv.insert(host_argv.end(), {"--profile", f.profile});
       const char* tmp = std::getenv("TMPDIR");
       tmpl = std::make_unique<mcp::TemplateLauncher>(host_argv, tmp && *tmp == '/' ? tmp : "/tmp", launcher,
-                                                     f.pool_max_idle * 1000LL);
+                                                     f.pool_max_idle * 1000LL, pooled_argv, f.pool);
       std::fprintf(stderr, "sbx: mcp: template: preparing python3%s%s for profile %s\n",
                    f.warm.preload.empty() ? "" : " with ", printable(join_words(f.warm.preload, ", ")).c_str(),
                    printable(f.profile).c_str());
@@ -401,7 +402,13 @@ int run_worker(const WorkerFlags& wf, GlobalOptions& g) {
       if (!parsed || !parsed->is_object()) return usage_error("mcp-worker: --pack-job: not a JSON object");
       pack_key = std::move(*parsed);
     }
-    auto next = mcp::serve_pooled(ctx, wf.profile, pack_key);
+    json tmpl = nullptr;
+    if (!wf.from_template.empty()) {
+      auto parsed = parse_json_doc(wf.from_template, {mcp::kMaxMessageBytes}, "usage", "mcp-worker --from-template");
+      if (!parsed || !parsed->is_object()) return usage_error("mcp-worker: --from-template: not a JSON object");
+      tmpl = std::move(*parsed);
+    }
+    auto next = mcp::serve_pooled(ctx, wf.profile, pack_key, tmpl);
     if (next.nothing) return 0;
     if (!next.response.is_null()) return print_response(next.response);
     job = std::move(next.job);
@@ -447,6 +454,7 @@ void add_mcp_worker_command(CLI::App& app, GlobalOptions& g, std::vector<Command
   worker->add_option("--profile", wf.profile, "");
   worker->add_option("--pack-job", wf.pack_job, "");
   worker->add_option("--template-host", wf.template_host, "");
+  worker->add_option("--from-template", wf.from_template, "");
   out.push_back({worker, [&g]() -> int { return run_worker(wf, g); }, true});
 }
 

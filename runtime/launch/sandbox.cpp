@@ -28,6 +28,7 @@
 #include "runtime/linux/events.hpp"
 #include "runtime/base/clock.hpp"
 #include "runtime/base/paths.hpp"
+#include "runtime/base/raw_syscall.hpp"
 #include "runtime/base/fsutil.hpp"
 #include "runtime/linux/gpu.hpp"
 #include "runtime/image/image_manifest.hpp"
@@ -320,10 +321,14 @@ bool Run::fail_setup(const Error& e) {
 
 // The init is killed and reaped before the sandbox ran anything of the caller's (a setup step
 // failed, the seal did not match, a pooled sandbox was discarded).
+// A template's fork (spawn_from_template) is no child of ours: it is signalled through its pidfd,
+// never by a pid that may have been reused, and its parent reaps it.
 void Run::kill_init() {
-  ::kill(launch_->pid, SIGKILL);
-  reap_init(launch_->pid);
-  launch_->pidfd.reset();
+  Launch& L = *launch_;
+  if (L.pidfd.ok()) (void)raw::pidfd_send_signal(L.pidfd.get(), SIGKILL);
+  else ::kill(L.pid, SIGKILL);
+  if (L.init_is_child) reap_init(L.pid);
+  L.pidfd.reset();
 }
 
 // The parts of the record that describe the request, not its outcome, are built once the
@@ -490,7 +495,7 @@ bool Run::prepare_signals() {
 //  - in a warm pool: the supervisor waits for the call while init waits before the execve.
 namespace {
 Result<UniqueFd> connect_template(const std::string& path);  // below, with the template's other helpers
-Result<UniqueFd> template_job(const ChildConfig& cfg, const std::vector<GeneratedFile>& files, bool trace);
+Result<UniqueFd> template_job(const ChildConfig& cfg, const std::vector<GeneratedFile>& files, bool pooled, bool trace);
 }  // namespace
 
 bool Run::spawn() {
@@ -500,10 +505,14 @@ bool Run::spawn() {
     // A template that is gone (it died, or is being rebuilt) leaves the call to a cold sandbox,
     // made here as for any run; the record's pool note says why (mcp_template.hpp).
     // The job first, then the connection: the template's accept loop gives a connection 2 s.
-    auto job = template_job(launch_->cfg, req_.files, std::getenv("SBX_BENCH_TEMPLATE_STAGES") != nullptr);
+    const bool pooled = static_cast<bool>(req_.pool.await_call);
+    auto job = template_job(launch_->cfg, req_.files, pooled, std::getenv("SBX_BENCH_TEMPLATE_STAGES") != nullptr);
     if (!job) return fail_setup(job.error());
     auto sock = connect_template(req_.from_template.socket);
     if (sock) return spawn_from_template(std::move(*sock), std::move(*job));
+    // A pooled sandbox is made for the template or not at all: its pool (mcp_template.hpp) is
+    // the template's, and a call it cannot serve runs on the template's unpooled path.
+    if (pooled) return fail_setup(sock.error());
     spdlog::info("template not reached: {}; the call runs cold", sock.error().describe());
     put(record_extra_, "pool",
         trace_object({{"pool/hit", false},
@@ -572,8 +581,11 @@ namespace {
 
 // The call's job as the template's driver reads it (runtime/model/warm_template.py, _read_job):
 // what init's ChildConfig would carry, as JSON (the filter as hex), a newline, then the files'
-// bytes; in a sealed memfd, so that a job of any size travels as one fd.
-Result<UniqueFd> template_job(const ChildConfig& cfg, const std::vector<GeneratedFile>& files, bool trace) {
+// bytes; in a sealed memfd, so that a job of any size travels as one fd. A pooled sandbox's
+// (`pooled`) has no files: its /code and /in are empty until its call's pool job arrives on the
+// sync pipe (pool_job.hpp; the driver's _pooled_pid1).
+Result<UniqueFd> template_job(const ChildConfig& cfg, const std::vector<GeneratedFile>& files, bool pooled,
+                              bool trace) {
   json rl = json::array();
   for (auto& [res, value] : cfg.rlimits) rl.push_back({res, static_cast<std::uint64_t>(value)});
   const MountPlan& m = cfg.mounts;
@@ -591,6 +603,11 @@ Result<UniqueFd> template_job(const ChildConfig& cfg, const std::vector<Generate
               {"workdir", m.workdir},       {"rlimits", rl},   {"umask", cfg.umask},
               {"filter", filter},           {"files", f},      {"tmpfs", tmpfs},
               {"proc_masks", m.proc_masks}, {"trace", trace}};
+  if (pooled) {
+    job["pooled"] = true;
+    job["pool_dirs"] = kPoolDirs;
+    job["pool_dir_bytes"] = kPoolDirBytes;
+  }
   std::string text = dump_json(job, -1) + "\n";
   for (auto& g : files) text += g.content;
   UniqueFd fd(::memfd_create("sbx-template-job", MFD_CLOEXEC | MFD_ALLOW_SEALING));

@@ -14,7 +14,7 @@
 import ctypes, json, os, select, signal, socket, struct, sys
 # Imported once here, not in each call's pid 1 (each import was ~0.5 ms of a call's start:
 # bench/README.md, Templates): random is reseeded in every call (_reseed).
-import random, resource, time
+import gc, random, resource, time
 
 _libc = ctypes.CDLL(None, use_errno=True)
 CLONE_NEWNS, CLONE_NEWCGROUP, CLONE_NEWUTS = 0x00020000, 0x02000000, 0x04000000
@@ -23,15 +23,18 @@ MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 0x1, 0x2, 0x4, 0x8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 0x20, 0x1000, 0x4000, 0x40000
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS, PR_CAP_AMBIENT = 1, 4, 24, 38, 47
 PR_CAP_AMBIENT_CLEAR_ALL = 4
+CAP_SETPCAP, CAP_SYS_ADMIN = 8, 21
 SYS_seccomp, SYS_capset, SYS_close_range = 317, 126, 436
 SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_NEW_LISTENER = 1, 8
-K_SETUP_ERROR, K_PROGRAM_STATUS, K_STARTED = 1, 2, 3
+K_SETUP_ERROR, K_PROGRAM_STATUS, K_STARTED, K_WARM_READY = 1, 2, 3, 4
 CHILD_MSG = 488  # sizeof(ChildMsg), handshake.hpp: kind@0, err@4, wait_status@8, stage[32]@12, body@48
 FD_NAMES = ("job", "sync", "msg", "out_sock", "listener_sock", "out", "err")
 CONTROL_DIR = "/run/sbx-template"
 MAX_JOB_BYTES = 64 << 20  # the job's memfd: the server's own bound on a call's request is lower
 BOUNDING_DROP_ORDER = []  # main(): every capability, CAP_SETPCAP last
 FORK_TRIES, FORK_RETRY_S = 50, 0.02  # _fork_call: a call's fork waits at most 1 s for a process slot
+# A pooled call's job (runtime/launch/pool_job.hpp, decode_pool_job): its bounds.
+MAX_POOL_JOB_BYTES, MAX_POOL_ARGV, MAX_POOL_FILES = 66 << 20, 64, 4096 + 2
 KNOBS = 0  # stage times on stderr when the job asks for them ("trace"): bench/README.md
 
 
@@ -54,6 +57,15 @@ def _mount(src, dst, fstype, flags, data, stage, what):
 def _child_msg(kind, err=0, wait_status=0, stage="", body=b""):
     head = struct.pack("<Iii32s", kind, err, wait_status, stage.encode()[:31])
     return (head + b"\0" * 4 + body).ljust(CHILD_MSG, b"\0")
+
+
+def _report(fd, msg):
+    # A report to the call's worker, which may be gone (it ended the call, or discarded a pooled
+    # fork): then there is no one left to tell.
+    try:
+        os.write(fd, msg)
+    except OSError:
+        pass
 
 
 def _send_fd(sock_fd, fd, tag):
@@ -82,11 +94,16 @@ def _caps_sets():
     return [sets[k] for k in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")]
 
 
-def _drop_caps():
-    # CAP_SETPCAP (8) last: dropping from the bounding set needs it.
-    for cap in BOUNDING_DROP_ORDER:
+def _drop_bounding(caps):
+    for cap in caps:
         if _libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0:
             raise _Fail("capabilities", f"drop capability {cap} from the bounding set")
+
+
+def _drop_caps(bounding=None):
+    # CAP_SETPCAP (8) last: dropping from the bounding set needs it. `bounding`: what is left
+    # of the bounding set to drop (a pooled pid 1 dropped the rest before its call).
+    _drop_bounding(BOUNDING_DROP_ORDER if bounding is None else bounding)
     _check(_libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0), "capabilities", "clear the ambient set")
     hdr = struct.pack("<Ii", 0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this thread
     data = ctypes.create_string_buffer(24)  # every set empty
@@ -154,6 +171,8 @@ def _call_pid1(job, fds, report):
         resource.setrlimit(res, (value, value))
     if job.get("umask", -1) >= 0:
         os.umask(job["umask"])
+    if job.get("pooled"):
+        _pooled_pid1(job, fds, report)
     _drop_caps()
     _mark("caps")
     _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs", "prctl")
@@ -191,6 +210,186 @@ def _call_pid1(job, fds, report):
     os.environ.clear()
     os.environ.update(e.split("=", 1) for e in job.get("env", []) if "=" in e)
     _run_main(job["argv"])
+
+
+def _read_exact(fd, n, what):
+    parts, got = [], 0
+    while got < n:
+        b = os.read(fd, min(n - got, 1 << 20))
+        if not b:
+            raise _Fail("pool", what + " ended early", 32)  # EPIPE
+        parts.append(b)
+        got += len(b)
+    return b"".join(parts)
+
+
+def _plain_pool_path(dst, dirs):
+    # decode_pool_job's rule (pool_job.cpp, split_pool_path and plain_relative_path): below one
+    # of the pool directories, each component a plain name.
+    for d in dirs:
+        if dst.startswith(d + "/"):
+            rel = dst[len(d) + 1:]
+            names = rel.split("/")
+            return (0 < len(rel) <= 4096 and "\0" not in rel and
+                    all(n not in ("", ".", "..") and len(n.encode()) <= 255 for n in names))
+    return False
+
+
+def _read_pool_job(fd, dirs):
+    # The call's argv and files, framed and bounded as pool_job.hpp says (encode_pool_job): a
+    # little-endian u64 length, then argc, argv, nfiles and each file's path, mode and bytes.
+    (n,) = struct.unpack("<Q", _read_exact(fd, 8, "the call's job"))
+    if n > MAX_POOL_JOB_BYTES:
+        raise _Fail("pool", "the call's job is longer than a pooled call's", 7)
+    body, at = _read_exact(fd, n, "the call's job"), 0
+
+    def u64():
+        nonlocal at
+        if at + 8 > len(body):
+            raise _Fail("pool", "the call's job is truncated", 22)
+        at += 8
+        return struct.unpack_from("<Q", body, at - 8)[0]
+
+    def text():
+        nonlocal at
+        k = u64()
+        if k > len(body) - at:
+            raise _Fail("pool", "the call's job is truncated", 22)
+        at += k
+        return body[at - k:at]
+
+    argc = u64()
+    if not 1 <= argc <= MAX_POOL_ARGV:
+        raise _Fail("pool", "the call's argv count is out of range", 22)
+    argv = [text() for _ in range(argc)]
+    if any(b"\0" in a for a in argv):
+        raise _Fail("pool", "an argv entry of the call holds a NUL", 22)
+    nfiles = u64()
+    if nfiles > MAX_POOL_FILES:
+        raise _Fail("pool", "the call's file count is out of range", 22)
+    files = []
+    for _ in range(nfiles):
+        dst, mode, content = text().decode("utf-8", "surrogateescape"), u64() & 0o555, text()
+        if not _plain_pool_path(dst, dirs):
+            raise _Fail("pool", "a file of the call is outside " + " and ".join(dirs) + ", or not plain", 22)
+        files.append((dst, mode, content))
+    if at != len(body):
+        raise _Fail("pool", "the call's job has trailing bytes", 22)
+    return [os.fsdecode(a) for a in argv], files
+
+
+def _write_pool_files(files, dirs):
+    # As init's write_pool_files (pool_job.cpp): nothing of the call has run, and the program
+    # forked ahead of it has not read its argv, so nothing but pid 1 has written here; the paths
+    # are plain and each file is new (O_EXCL) and no link is followed all the same.
+    for dst, mode, content in files:
+        parent = os.path.dirname(dst)
+        if not os.path.isdir(parent):
+            os.makedirs(parent, 0o755)
+        fd = os.open(dst, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+        try:
+            view = memoryview(content)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fchmod(fd, mode)  # past the umask
+        finally:
+            os.close(fd)
+    for d in dirs:
+        _mount(None, d, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, None, "pool", d + " read-only")
+
+
+def _pooled_program(job, fds, report, gate_r, ready_w):
+    # A pooled call's program, forked by pid 1 before the call exists: everything of its start
+    # that does not depend on the call is done here, so that the call's own start is pid 1
+    # writing its files and this process reading its argv. Until then it runs no code but the
+    # driver's: it gives up its capabilities, installs the call's filter and reseeds, as the
+    # program of a call made on demand does (_call_pid1), and waits on gate_r.
+    try:
+        for sig in FORWARDED:
+            signal.signal(sig, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        _drop_caps()
+        _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs", "prctl")
+        bpf = bytes.fromhex(job.get("filter", ""))
+        if not bpf:
+            raise _Fail("seccomp", "the job carries no filter", 22)
+        listener = _install_filter(bpf)
+        _send_fd(fds["listener_sock"], listener, b"L")
+        os.close(listener)
+        _mark("filter")
+        _reseed()
+        os.write(ready_w, b"r" + struct.pack("<5Q", *_caps_sets()))
+    except _Fail as e:
+        os.write(report, _child_msg(K_SETUP_ERROR, e.err, 0, e.stage, str(e).encode()[:439]))
+        os._exit(125)
+    # Only 0, 1, 2 and the gate (as 3) reach the call's code; the gate is closed before it runs.
+    if gate_r != 3:
+        os.dup2(gate_r, 3)
+    if _libc.syscall(SYS_close_range, 4, 0xFFFFFFFF, 0) != 0:
+        os._exit(125)
+    data = b""
+    while True:
+        b = os.read(3, 1 << 20)
+        if not b:
+            break
+        data += b
+    os.close(3)
+    if not data:  # pid 1 ended without the call: nothing to run
+        os._exit(125)
+    _mark("call")
+    if _T:
+        t0 = _T[0][1]
+        os.write(2, (" ".join(f"{w}:{(t - t0) / 1e6:.2f}" for w, t in _T) + "\n").encode())
+    _libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)  # as a program after its execve
+    os.chdir(job.get("workdir") or "/")
+    os.environ.clear()
+    os.environ.update(e.split("=", 1) for e in job.get("env", []) if "=" in e)
+    _run_main([os.fsdecode(a) for a in data.split(b"\0")[:-1]])
+
+
+def _pooled_pid1(job, fds, report):
+    # Pid 1 of a pooled call (man sbx-mcp, Templates): forks the program ahead of the call
+    # (_pooled_program), says the sandbox is ready (K_WARM_READY, as a cold pool's prepared
+    # interpreter: warm_start.hpp), then waits for the call: "s" and its job on the sync pipe
+    # (pool_job.hpp). It writes the call's files with the capabilities it still holds, makes
+    # their directories read-only, gives up its own capabilities, and releases the program.
+    # What it keeps meanwhile is CAP_SYS_ADMIN and CAP_SETPCAP, for that remount and that drop;
+    # the rest of its bounding set goes now, before the call.
+    dirs = list(job.get("pool_dirs", []))
+    sync = fds["sync"]
+    gate_r, gate_w = os.pipe()
+    ready_r, ready_w = os.pipe()
+    for sig in FORWARDED:
+        signal.signal(sig, signal.SIG_IGN)
+    program = os.fork()
+    if program == 0:
+        os.close(gate_w)
+        os.close(ready_r)
+        _pooled_program(job, fds, report, gate_r, ready_w)
+    os.close(gate_r)
+    os.close(ready_w)
+    _forward_to(program)
+    os.close(fds["listener_sock"])
+    _drop_bounding([c for c in BOUNDING_DROP_ORDER if c not in (CAP_SETPCAP, CAP_SYS_ADMIN)])
+    # "r" and the program's capability sets, which K_STARTED reports: 41 bytes, one atomic write.
+    ready = os.read(ready_r, 41)
+    if len(ready) != 41 or ready[:1] != b"r":  # the program reported why (or died)
+        os._exit(125)
+    os.close(ready_r)
+    os.write(report, _child_msg(K_WARM_READY))
+    if os.read(sync, 1) != b"s":  # discarded: the supervisor closed its end
+        os._exit(125)
+    argv, files = _read_pool_job(sync, dirs)
+    _write_pool_files(files, dirs)
+    _drop_caps([CAP_SYS_ADMIN, CAP_SETPCAP])
+    _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs", "prctl")
+    os.write(report, _child_msg(K_STARTED, body=ready[1:] + struct.pack("<Ixxxxq", 1, 0)))
+    data = b"".join(os.fsencode(a) + b"\0" for a in argv)
+    view = memoryview(data)
+    while view:
+        view = view[os.write(gate_w, view):]
+    os.close(gate_w)
+    _reap(program, report)
 
 
 def _rusage_bytes(usage):
@@ -295,6 +494,11 @@ def _fresh_mounts(job, files):
            "mounts", "hide " + CONTROL_DIR + " read-only")
     # The call's own scratch, as a cold sandbox's (mount_plan.cpp): /tmp, /dev/shm, the profile's
     # tmpfs, /out; its own ptys.
+    # A pooled call's /code and /in (pool_job.hpp, kPoolDirs): empty, writable to pid 1 only
+    # until the call's files are in them (_pooled_pid1).
+    for d in job.get("pool_dirs", []):
+        _mount("tmpfs", d, "tmpfs", MS_NOSUID | MS_NODEV, f"size={job['pool_dir_bytes']},mode=755", "mounts",
+               "tmpfs " + d)
     for t in job.get("tmpfs", []):
         flags = MS_NOSUID | MS_NODEV | (MS_NOEXEC if t.get("noexec") else 0)
         _mount("tmpfs", t["dst"], "tmpfs", flags, f"size={max(t['size'], 4096)},mode={t['mode']:o}", "mounts",
@@ -358,10 +562,10 @@ def _intermediate(job, files, fds):
             try:
                 _call_pid1(job, fds, report)
             except _Fail as e:
-                os.write(report, _child_msg(K_SETUP_ERROR, e.err, 0, e.stage, str(e).encode()[:439]))
+                _report(report, _child_msg(K_SETUP_ERROR, e.err, 0, e.stage, str(e).encode()[:439]))
                 os._exit(125)
             except BaseException as e:
-                os.write(report, _child_msg(K_SETUP_ERROR, 71, 0, "template", repr(e).encode()[:439]))
+                _report(report, _child_msg(K_SETUP_ERROR, 71, 0, "template", repr(e).encode()[:439]))
                 os._exit(125)
         for k in ("sync", "out", "err", "listener_sock"):
             os.close(fds[k])
@@ -370,12 +574,12 @@ def _intermediate(job, files, fds):
         _, status, usage = os.wait4(pid, 0)
         # Pid 1 reported the program's end (exit 0); otherwise its own end is the call's.
         if not (os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0):
-            os.write(report, _child_msg(K_PROGRAM_STATUS, 0, status, "", _rusage_bytes(usage)))
+            _report(report, _child_msg(K_PROGRAM_STATUS, 0, status, "", _rusage_bytes(usage)))
         os._exit(0)
     except _Fail as e:
-        os.write(report, _child_msg(K_SETUP_ERROR, e.err, 0, e.stage, str(e).encode()[:439]))
+        _report(report, _child_msg(K_SETUP_ERROR, e.err, 0, e.stage, str(e).encode()[:439]))
     except BaseException as e:
-        os.write(report, _child_msg(K_SETUP_ERROR, 71, 0, "template", repr(e).encode()[:439]))
+        _report(report, _child_msg(K_SETUP_ERROR, 71, 0, "template", repr(e).encode()[:439]))
     os._exit(125)
 
 
@@ -512,6 +716,11 @@ def main():
         except BaseException as e:
             fail(f"preload {m!r}: {type(e).__name__}: {e}")
     sys.stdout.flush()
+    # Every object so far (the driver's, the preloads') is left out of the collector's passes,
+    # in the template and in every fork: a pass writes to each object it scans, and each write
+    # copies a page that the forks would otherwise share (the gc module's advice for fork
+    # without exec). None of them is garbage: the template holds them for its life.
+    gc.freeze()
     say.write("ready\n")
     say.close()
     _serve(listener)

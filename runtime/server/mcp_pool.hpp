@@ -122,6 +122,14 @@ class PoolLauncher : public SandboxLauncher {
   // its preloads may take seconds, and a call that waited for them would count that time as its
   // own); with none ready the call runs cold, its record saying why.
   void prepared_only(bool on) { prepared_only_ = on; }
+  // Builds no more sandboxes and discards the idle ones (a template's pool whose template was
+  // replaced: mcp_template.hpp); tick() goes on reaping them until drained().
+  void retire_all() {
+    size_ = 0;
+    refill_due_us_ = 0;
+    discard_idle();
+  }
+  bool drained() const { return idle_.empty() && retiring_.empty() && stale_cgroups_.empty(); }
 
  private:
   struct Idle {

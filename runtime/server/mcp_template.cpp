@@ -72,10 +72,19 @@ TemplateNote parse_template_note(const std::string& text) {
 // ---- the server's side ------------------------------------------------------------------------
 
 TemplateLauncher::TemplateLauncher(std::vector<std::string> host_argv, std::string control_root, SandboxLauncher& cold,
-                                   std::int64_t max_idle_ms)
-    : argv_(std::move(host_argv)), root_(std::move(control_root)), cold_(cold), max_idle_us_(max_idle_ms * 1000) {}
+                                   std::int64_t max_idle_ms, std::vector<std::string> pooled_argv,
+                                   std::size_t pool_size)
+    : argv_(std::move(host_argv)),
+      root_(std::move(control_root)),
+      cold_(cold),
+      max_idle_us_(max_idle_ms * 1000),
+      pooled_argv_(std::move(pooled_argv)),
+      pool_size_(pool_size) {}
 
 TemplateLauncher::~TemplateLauncher() {
+  // The pooled forks first: each worker discards its fork and ends (bounded, PoolLauncher).
+  pool_.reset();
+  retired_pools_.clear();
   for (auto& h : hosts_) {
     if (h.pidfd.ok()) (void)::syscall(SYS_pidfd_send_signal, h.pidfd.get(), SIGTERM, nullptr, 0);
     h.sock.reset();
@@ -167,6 +176,7 @@ std::string TemplateLauncher::await_first(int timeout_ms) {
     if (!n.failed.empty()) return n.failed;
     if (n.ready) {
       seal(h);
+      sync_pool();  // its pooled forks start now, beside the server's start
       return "";
     }
     if (h.note.size() >= kMaxWorkerNoteBytes) return "the template said too much before it was ready";
@@ -200,10 +210,52 @@ Result<Worker> TemplateLauncher::launch(const json& job) {
   TemplateNote n = parse_template_note(h.note);
   if (!n.failed.empty()) return cold("the template could not start: " + n.failed);
   if (!n.ready || n.run_id.empty()) return cold("the template is still starting");
-  seal(h);
+  if (pool_) return pool_->launch(job);  // the current template's (tick: sync_pool); else on demand
+  return on_demand_.launch(job);
+}
+
+Result<Worker> TemplateLauncher::OnDemand::launch(const json& job) {
+  json t = t_.ready_template();
+  if (t.is_null()) return launch_cold(t_.cold_, job, "no template is ready (it is being rebuilt)");
   json j = job;
-  j["template"] = {{"socket", h.dir + "/sock"}, {"digest", n.digest}, {"run_id", n.run_id}};
-  return cold_.launch(j);
+  j["template"] = std::move(t);
+  return t_.cold_.launch(j);
+}
+
+json TemplateLauncher::ready_template() {
+  if (hosts_.empty() || hosts_.back().stopping) return nullptr;
+  Host& h = hosts_.back();
+  read_note(h);
+  TemplateNote n = parse_template_note(h.note);
+  if (!n.failed.empty() || !n.ready || n.run_id.empty()) return nullptr;
+  seal(h);
+  return {{"socket", h.dir + "/sock"}, {"digest", n.digest}, {"run_id", n.run_id}};
+}
+
+// The pool follows the current template: retired (its idle forks discarded, its workers reaped
+// off the loop) when another template takes its place or none is ready; started for a new one.
+void TemplateLauncher::sync_pool() {
+  json t = ready_template();
+  const std::string run_id = t.is_null() ? "" : t.value("run_id", "");
+  if (pool_ && run_id != pool_run_id_) {
+    log_line("retiring the pooled forks of template " + pool_run_id_);
+    pool_->retire_all();
+    retired_pools_.push_back(std::move(pool_));
+    pool_run_id_.clear();
+  }
+  if (!pool_ && !run_id.empty() && pool_size_ > 0 && !pooled_argv_.empty()) {
+    auto argv = pooled_argv_;
+    argv.insert(argv.end(), {"--from-template", dump_json(t, -1)});
+    pool_ = std::make_unique<PoolLauncher>(argv, pool_size_, on_demand_, max_idle_us_ / 1000);
+    pool_->prepared_only(true);  // a fork is handed out once its pid 1 said it is ready
+    pool_->refill();
+    pool_run_id_ = run_id;
+  }
+  if (pool_) pool_->tick();
+  for (auto it = retired_pools_.begin(); it != retired_pools_.end();) {
+    (*it)->tick();
+    it = (*it)->drained() ? retired_pools_.erase(it) : it + 1;
+  }
 }
 
 void TemplateLauncher::tick() {
@@ -249,11 +301,18 @@ void TemplateLauncher::tick() {
       backoff_ms_ = next_build_backoff_ms(backoff_ms_);
       backoff_until_us_ = now + backoff_ms_ * 1000LL;
     }
+  sync_pool();
 }
 
 int TemplateLauncher::next_tick_ms() const {
   if (hosts_.empty()) return std::max<int>(1, static_cast<int>((backoff_until_us_ - monotonic_us()) / 1000));
-  return 1000;
+  int soonest = 1000;
+  auto sooner = [&](const PoolLauncher& p) {
+    if (int ms = p.next_tick_ms(); ms >= 0) soonest = std::min(soonest, ms);
+  };
+  if (pool_) sooner(*pool_);
+  for (auto& p : retired_pools_) sooner(*p);
+  return soonest;
 }
 
 // ---- the template host: `sbx mcp-worker --template-host DIR` ----------------------------------

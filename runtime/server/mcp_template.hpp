@@ -30,11 +30,13 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "runtime/server/mcp_pool.hpp"
 #include "runtime/server/mcp_server.hpp"
 #include "runtime/server/mcp_worker.hpp"
 
@@ -61,9 +63,11 @@ class TemplateLauncher : public SandboxLauncher {
  public:
   // host_argv: `sbx [--state-dir DIR] mcp-worker --profile P`; the launcher adds
   // --template-host DIR. control_root: where each template's DIR is made (mkdtemp, 0700: $TMPDIR
-  // or /tmp; never the state dir, which no sandbox may write).
+  // or /tmp; never the state dir, which no sandbox may write). pooled_argv: `sbx ... mcp-worker
+  // --pooled --profile P`, to which the launcher adds --from-template JSON for the calls forked
+  // ahead of their request (pool_size of them, 0: none; see PooledForks below).
   TemplateLauncher(std::vector<std::string> host_argv, std::string control_root, SandboxLauncher& cold,
-                   std::int64_t max_idle_ms);
+                   std::int64_t max_idle_ms, std::vector<std::string> pooled_argv = {}, std::size_t pool_size = 0);
   ~TemplateLauncher() override;
   TemplateLauncher(const TemplateLauncher&) = delete;
   TemplateLauncher& operator=(const TemplateLauncher&) = delete;
@@ -98,6 +102,30 @@ class TemplateLauncher : public SandboxLauncher {
   std::vector<Host> hosts_;  // back(): the current one; the others are draining
   int backoff_ms_ = 0;       // after a failed build, as a pool's (next_build_backoff_ms)
   std::int64_t backoff_until_us_ = 0;
+
+  // Pooled forks: pool_size calls forked from the current template before any request, each a
+  // pooled worker (`mcp-worker --pooled --from-template`, mcp_worker.hpp) whose driver forks
+  // the call's namespaces, pid 1 and program, and waits (warm_template.py, _pooled_pid1): at
+  // the request only the call's files and argv remain (pool_job.hpp). The pool is the current
+  // template's: a new template retires it and starts another. A call that finds no fork ready
+  // is forked on demand (OnDemand), the pool's fallback.
+  class OnDemand : public SandboxLauncher {
+   public:
+    explicit OnDemand(TemplateLauncher& t) : t_(t) {}
+    Result<Worker> launch(const nlohmann::json& job) override;
+
+   private:
+    TemplateLauncher& t_;
+  };
+  // The current template's {socket, digest, run_id} when it is ready, else null.
+  nlohmann::json ready_template();
+  void sync_pool();
+  std::vector<std::string> pooled_argv_;
+  std::size_t pool_size_;
+  OnDemand on_demand_{*this};
+  std::unique_ptr<PoolLauncher> pool_;  // the current template's (pool_run_id_)
+  std::string pool_run_id_;
+  std::vector<std::unique_ptr<PoolLauncher>> retired_pools_;  // discarded, until their workers are reaped
 };
 
 // `sbx mcp-worker --template-host DIR --profile P` (cli/mcp_cmd.cpp): runs the template for the

@@ -275,8 +275,31 @@ std::optional<json> take_pooled_job(PooledWait& w, const PoolPause& p, json& met
   return j;
 }
 
+// A call the server sent to a template (mcp_template.hpp): forked from it unless the template is
+// older than what the call runs under (its profile, image, preloads or sbx binary: the digest
+// made now differs from the template's), then cold, its record's pool note saying why.
+void from_template(RunRequest& run, const json& t, const Dirs& dirs) {
+  auto binary = self_binary_sha256(dirs);
+  std::string now = template_digest(run.profile.resolved_sha256, template_image_identity(run.spec.image, dirs),
+                                    run.spec.warm, binary ? *binary : "");
+  if (now != t.value("digest", "")) {
+    put(run.record_extra, "pool",
+        trace_object({{"pool/hit", false},
+                      {"pool/reason",
+                       "the template is older than this call's profile, image or sbx binary "
+                       "(it is rebuilt at --pool-max-idle)"}}));
+    return;
+  }
+  run.from_template.socket = t.value("socket", "");
+  run.from_template.record = trace_object(
+      {{"sandbox/template/digest", t.value("digest", "")}, {"sandbox/template/run_id", t.value("run_id", "")}});
+  put(run.record_extra, "pool", trace_object({{"pool/hit", true}}));
+}
+
 // Builds the pooled sandbox, tells the server it is ready, and waits for the job.
-PooledWait build_and_wait(const WorkerContext& wctx, const std::string& profile) {
+// `tmpl` ({socket, digest, run_id}, or null): the sandbox is forked from that template
+// (mcp_template.hpp), or not built at all when the template is stale.
+PooledWait build_and_wait(const WorkerContext& wctx, const std::string& profile, const json& tmpl) {
   PooledWait w;
   std::int64_t t0 = monotonic_us();
   w.created_at = rfc3339_now();
@@ -290,13 +313,27 @@ PooledWait build_and_wait(const WorkerContext& wctx, const std::string& profile)
   // run), never match a policy the sandbox was not built with.
   const auto& tenant = wctx.tenant;
   std::string tenant_key;
-  if (tenant)
-    ctx.before_run = [tenant, &tenant_key](RunRequest& run) {
-      tenant_key = tenant_policy_key(*tenant);
-      return apply_named_tenant(tenant, run);
+  // The first plan is the sandbox's (run_exec_pooled's placeholder), the second its call's.
+  bool planned_sandbox = false;
+  if (tenant || tmpl.is_object())
+    ctx.before_run = [&](RunRequest& run) -> Status {
+      if (tenant) {
+        tenant_key = tenant_policy_key(*tenant);
+        SBX_TRY(apply_named_tenant(tenant, run));
+      }
+      if (tmpl.is_object()) {
+        from_template(run, tmpl, wctx.dirs);
+        // A stale template builds no sandbox: the server's pool backs off, and the template is
+        // rebuilt at --pool-max-idle (mcp_template.hpp); its calls run meanwhile as the note says.
+        if (!planned_sandbox && run.from_template.socket.empty())
+          return make_error("pool", at(run.record_extra, "pool").value("reason", std::string("stale template")));
+      }
+      planned_sandbox = true;
+      return {};
     };
+  json key = trace_object({{"pool/key/profile", profile}});  // a template's is the record's sandbox.template
   w.exec = run_exec_pooled(ctx, [&](const PoolPause& p, json& meta) -> std::optional<json> {
-    auto j = take_pooled_job(w, p, meta, trace_object({{"pool/key/profile", profile}}), tenant, tenant_key, t0);
+    auto j = take_pooled_job(w, p, meta, key, tenant, tenant_key, t0);
     if (!j) return std::nullopt;
     // A sandbox already disturbed keeps that reason, unless the job is not one it could serve.
     const bool disturbed = meta.contains("discard");
@@ -327,29 +364,6 @@ Result<json> read_cold_job(int fd) {
   auto text = read_bounded_fd(fd, kMaxJobBytes, "usage", "the mcp worker's job");
   return text ? parse_json_doc(*text, {kMaxJobBytes}, "usage", "mcp worker job") : Result<json>(text.error());
 }
-
-namespace {
-// A call the server sent to a template (mcp_template.hpp): forked from it unless the template is
-// older than what the call runs under (its profile, image, preloads or sbx binary: the digest
-// made now differs from the template's), then cold, its record's pool note saying why.
-void from_template(RunRequest& run, const json& t, const Dirs& dirs) {
-  auto binary = self_binary_sha256(dirs);
-  std::string now = template_digest(run.profile.resolved_sha256, template_image_identity(run.spec.image, dirs),
-                                    run.spec.warm, binary ? *binary : "");
-  if (now != t.value("digest", "")) {
-    put(run.record_extra, "pool",
-        trace_object({{"pool/hit", false},
-                      {"pool/reason",
-                       "the template is older than this call's profile, image or sbx binary "
-                       "(it is rebuilt at --pool-max-idle)"}}));
-    return;
-  }
-  run.from_template.socket = t.value("socket", "");
-  run.from_template.record = trace_object(
-      {{"sandbox/template/digest", t.value("digest", "")}, {"sandbox/template/run_id", t.value("run_id", "")}});
-  put(run.record_extra, "pool", trace_object({{"pool/hit", true}}));
-}
-}  // namespace
 
 std::string template_image_identity(const std::string& image, const Dirs& dirs) {
   if (image == "host") return image;
@@ -647,8 +661,9 @@ PooledWait build_and_wait_pack(const WorkerContext& wctx, const std::string& pro
 }
 }  // namespace
 
-PooledNext serve_pooled(const WorkerContext& ctx, const std::string& profile, const json& pack_key) {
-  PooledWait w = pack_key.is_object() ? build_and_wait_pack(ctx, profile, pack_key) : build_and_wait(ctx, profile);
+PooledNext serve_pooled(const WorkerContext& ctx, const std::string& profile, const json& pack_key, const json& tmpl) {
+  PooledWait w =
+      pack_key.is_object() ? build_and_wait_pack(ctx, profile, pack_key) : build_and_wait(ctx, profile, tmpl);
   Broken broken = broken_sandbox(w);
   if (broken.why.empty()) return after_pooled_wait(w, profile);
   std::fprintf(stderr, "sbx: mcp: pool: %s\n", printable(broken.why).c_str());

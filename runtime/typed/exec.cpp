@@ -345,6 +345,16 @@ Status capture_streams(Capture& out, Capture& err, RunRequest& run) {
   return {};
 }
 
+// "" when the pooled sandbox `warm` (its spec as built: `pooled`) may serve `call`: pool_refusal's
+// rule, and a sandbox forked from a template (mcp_template.hpp) serves only a call planned for
+// that template (before_run found it stale otherwise: its digest, made again now, differs).
+std::string pooled_call_refusal(const RunRequest& warm, const RunSpec& pooled, const RunRequest& call) {
+  if (std::string why = pool_refusal(pooled, call.spec); !why.empty()) return why;
+  if (call.from_template.socket == warm.from_template.socket) return "";
+  return "the call is not for the template this sandbox was forked from (" +
+         call.record_extra.value("pool", json::object()).value("reason", std::string("no template")) + ")";
+}
+
 }  // namespace
 
 Result<json> run_exec(const json& request, const ExecContext& ctx) {
@@ -404,7 +414,7 @@ Result<PooledExec> run_exec_pooled(const ExecContext& ctx, const AwaitExecCall& 
       res.error = planned.error();
       return std::nullopt;
     }
-    if (std::string why = pool_refusal(pooled_spec, call.spec); !why.empty()) {
+    if (std::string why = pooled_call_refusal(warm, pooled_spec, call); !why.empty()) {
       res.cold_reason = why;
       return std::nullopt;
     }

@@ -25,10 +25,16 @@ from test_mcp_pool import pooled_workers
 from test_mcp_warm import FACTS, HAVE_NUMPY, LIMITS
 
 
+def started(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[19])
+
+
 def template_hosts(server_pid):
-    """The server's template worker (sbx retitles its workers "sbx mcp-worker": with no call
-    running, the only worker child of a template server is its template's)."""
-    return pooled_workers(server_pid)
+    """The server's template worker: with no call running, its worker children are the template's
+    and its pooled forks' (sbx retitles them all "sbx mcp-worker"), and the template's is the
+    first started (its forks are made once it is ready)."""
+    return sorted(pooled_workers(server_pid), key=started)[:1]
 
 
 def leftover_control_dirs():
@@ -45,9 +51,18 @@ class McpTemplateCase(SbxTestCase):
             json.dump(doc, f)
         return path
 
-    def server(self, preload=("json",), extra=None, args=()):
-        s = Server(self, ["--pool", "1", "--profile", self.profile(list(preload), extra)] + list(args))
+    def server(self, preload=("json",), extra=None, args=(), forked_ahead=False):
+        """forked_ahead: returns once a call was served by a fork made before it (a pooled fork:
+        mcp_template.hpp), and its pool has had time to refill, so the test's calls are too."""
+        s = Server(self, ["--pool", "2", "--profile", self.profile(list(preload), extra)] + list(args))
         self.addCleanup(s.close)
+        if forked_ahead:
+            deadline = time.monotonic() + scaled(30)
+            while not self.records(s) or not self.records(s)[-1]["pool"]["hit"]:
+                self.assertLess(time.monotonic(), deadline, [r["pool"] for r in self.records(s)])
+                time.sleep(0.1)
+                self.run_code(s, "pass\n")
+            time.sleep(scaled(0.5))
         return s
 
     def run_code(self, s, code, language="python", limits=None):
@@ -60,7 +75,7 @@ class McpTemplateCase(SbxTestCase):
         return [e["record"] for e in ledger_lines(s.state)]
 
     def test_a_call_is_a_fork_of_the_template_and_its_record_says_which(self):
-        s = self.server(["json", "decimal", "this"])
+        s = self.server(["json", "decimal", "this"], forked_ahead=True)
         out = self.run_code(s, "import sys\nprint('decimal' in sys.modules, 'this' in sys.modules, __name__, "
                                "sys.argv, sys.path[0], __file__)\n"
                                "open('/out/result.json', 'w').write('{\"ok\": true}')\n")
@@ -70,7 +85,9 @@ class McpTemplateCase(SbxTestCase):
         rec = self.records(s)[-1]
         validate_trace(self, rec)
         self.assertEqual(rec["sandbox"]["made_by"], "template", rec["sandbox"])
+        # Forked before the call came, its pid 1 ready (the pool note's warm member says when).
         self.assertTrue(rec["pool"]["hit"], rec["pool"])
+        self.assertEqual(rec["pool"]["warm"]["interpreter"], "python3", rec["pool"])
         tpl = rec["sandbox"]["template"]
         self.assertTrue(tpl["digest"].startswith("sha256:"), tpl)
         # The template's own record, written when it ends (the server's end).
@@ -113,17 +130,33 @@ class McpTemplateCase(SbxTestCase):
     def test_isolation_facts_are_the_cold_sandbox_s(self):
         cold = Server(self, ["--pool", "0", "--profile", self.profile(["json"])])
         self.addCleanup(cold.close)
-        warm = self.server(["json", "ctypes"])
+        warm = self.server(["json", "ctypes"], forked_ahead=True)
         a = json.loads(self.run_code(cold, FACTS)["stdout"])
         b = json.loads(self.run_code(warm, FACTS)["stdout"])
         self.assertEqual(a, b)
         self.assertEqual(self.records(warm)[-1]["sandbox"]["made_by"], "template")
+        self.assertTrue(self.records(warm)[-1]["pool"]["hit"])
+        # And on demand: six calls at once empty the pool of two forks, and a call that finds
+        # none ready is forked from the template at the call.
+        args = {"name": "run_code", "arguments": {"language": "python", "code": FACTS}}
+        ids, answers = {warm.start("tools/call", args) for _ in range(6)}, []
+        while ids:
+            m = warm.read(timeout=60)
+            self.assertIsNotNone(m, warm.stderr())
+            if isinstance(m, dict) and m.get("id") in ids:
+                ids.discard(m["id"])
+                answers.append(m["result"]["structuredContent"])
+        for out in answers:
+            self.assertEqual(a, json.loads(out["stdout"]), out)
+        recs = self.records(warm)[-6:]
+        self.assertTrue(all(r["sandbox"]["made_by"] == "template" for r in recs), [r["sandbox"] for r in recs])
+        self.assertIn(False, [r["pool"]["hit"] for r in recs], [r["pool"] for r in recs])
         self.assertEqual(b["caps"], ["0000000000000000"] * 5, b)
         self.assertEqual(b["net"], ["lo"])
         note("template isolation facts (equal to cold): " + json.dumps(b, sort_keys=True))
 
     def test_the_template_and_its_control_socket_are_out_of_reach(self):
-        s = self.server(["json"])
+        s = self.server(["json"], forked_ahead=True)
         out = self.run_code(s, r"""
 import ctypes, errno, os, socket
 libc = ctypes.CDLL(None, use_errno=True)
@@ -166,6 +199,7 @@ print(json.dumps(sorted(r.items())))
         self.assertIn(facts["proc_sys"], ("EROFS", "EACCES"), out)
         self.assertEqual(facts["kcore"], 0, out)
         rec = self.records(s)[-1]
+        self.assertTrue(rec["pool"]["hit"], rec["pool"])  # a fork made ahead: /code written at hand-out
         refused = {v.get("name") for v in rec["violations"]}
         # Every refusal reaches the call's record, not only those the template's filter allows
         # (its filter notifies too: child.hpp, seccomp_listener).
