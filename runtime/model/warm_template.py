@@ -11,7 +11,7 @@
 # forks an intermediate that plays init's part of the protocol for a call made of fresh mount,
 # network, ipc, uts, pid and cgroup namespaces; the template itself never runs a call's code and
 # never holds a call's data past the fork.
-import ctypes, json, os, select, signal, socket, struct, sys
+import builtins, ctypes, importlib.machinery, json, os, select, signal, socket, struct, sys, types
 # Imported once here, not in each call's pid 1 (each import was ~0.5 ms of a call's start:
 # bench/README.md, Templates): random is reseeded in every call (_reseed).
 import gc, random, resource, time
@@ -100,14 +100,15 @@ def _drop_bounding(caps):
             raise _Fail("capabilities", f"drop capability {cap} from the bounding set")
 
 
-def _drop_caps(bounding=None):
-    # CAP_SETPCAP (8) last: dropping from the bounding set needs it. `bounding`: what is left
-    # of the bounding set to drop (a pooled pid 1 dropped the rest before its call).
-    _drop_bounding(BOUNDING_DROP_ORDER if bounding is None else bounding)
+CAPSET_HEADER = struct.pack("<Ii", 0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this thread
+CAPSET_NONE = ctypes.create_string_buffer(24)  # every set empty
+
+
+def _drop_caps():
+    # CAP_SETPCAP (8) last: dropping from the bounding set needs it.
+    _drop_bounding(BOUNDING_DROP_ORDER)
     _check(_libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0), "capabilities", "clear the ambient set")
-    hdr = struct.pack("<Ii", 0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this thread
-    data = ctypes.create_string_buffer(24)  # every set empty
-    _check(_libc.syscall(SYS_capset, ctypes.c_char_p(hdr), data), "capabilities", "capset")
+    _check(_libc.syscall(SYS_capset, ctypes.c_char_p(CAPSET_HEADER), CAPSET_NONE), "capabilities", "capset")
 
 
 def _install_filter(bpf):
@@ -298,6 +299,31 @@ def _write_pool_files(files, dirs):
         _mount(None, d, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, None, "pool", d + " read-only")
 
 
+def _rehearse_pool_job(dirs):
+    # A pooled pid 1 runs, before its call, what it will run at the call (read a job, write a
+    # file) on a job of its own, written and removed here: after the fork every page that code
+    # writes (reference counts, mostly) is copied at its first write, ~1 ms of faults that would
+    # otherwise fall between the call's arrival and its start. Nothing of it stays but the pages.
+    if not dirs:
+        return
+    r, w = os.pipe()
+    try:
+        body = struct.pack("<QQ", 1, 1) + b"x" + struct.pack("<Q", 1)
+        name = dirs[0] + "/.sbx-rehearsal"
+        body += struct.pack("<Q", len(name)) + name.encode() + struct.pack("<QQ", 0o444, 1) + b"x"
+        os.write(w, struct.pack("<Q", len(body)) + body)
+        _, files = _read_pool_job(r, dirs)
+    finally:
+        os.close(r)
+        os.close(w)
+    for dst, mode, content in files:
+        fd = os.open(dst, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+        os.write(fd, content)
+        os.fchmod(fd, mode)
+        os.close(fd)
+        os.unlink(dst)
+
+
 def _pooled_program(job, fds, report, gate_r, ready_w):
     # A pooled call's program, forked by pid 1 before the call exists: everything of its start
     # that does not depend on the call is done here, so that the call's own start is pid 1
@@ -318,6 +344,13 @@ def _pooled_program(job, fds, report, gate_r, ready_w):
         os.close(listener)
         _mark("filter")
         _reseed()
+        # What the call's start would do and needs nothing of the call: its working directory
+        # and environment are the profile's (pool_refusal: a call may not change them), and it
+        # may be dumpable as a program after its execve is (its pid 1 is not).
+        _libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
+        os.chdir(job.get("workdir") or "/")
+        os.environ.clear()
+        os.environ.update(e.split("=", 1) for e in job.get("env", []) if "=" in e)
         os.write(ready_w, b"r" + struct.pack("<5Q", *_caps_sets()))
     except _Fail as e:
         os.write(report, _child_msg(K_SETUP_ERROR, e.err, 0, e.stage, str(e).encode()[:439]))
@@ -340,10 +373,6 @@ def _pooled_program(job, fds, report, gate_r, ready_w):
     if _T:
         t0 = _T[0][1]
         os.write(2, (" ".join(f"{w}:{(t - t0) / 1e6:.2f}" for w, t in _T) + "\n").encode())
-    _libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)  # as a program after its execve
-    os.chdir(job.get("workdir") or "/")
-    os.environ.clear()
-    os.environ.update(e.split("=", 1) for e in job.get("env", []) if "=" in e)
     _run_main([os.fsdecode(a) for a in data.split(b"\0")[:-1]])
 
 
@@ -371,6 +400,9 @@ def _pooled_pid1(job, fds, report):
     _forward_to(program)
     os.close(fds["listener_sock"])
     _drop_bounding([c for c in BOUNDING_DROP_ORDER if c not in (CAP_SETPCAP, CAP_SYS_ADMIN)])
+    _check(_libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0), "capabilities", "clear the ambient set")
+    _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs", "prctl")
+    _rehearse_pool_job(dirs)
     # "r" and the program's capability sets, which K_STARTED reports: 41 bytes, one atomic write.
     ready = os.read(ready_r, 41)
     if len(ready) != 41 or ready[:1] != b"r":  # the program reported why (or died)
@@ -381,8 +413,8 @@ def _pooled_pid1(job, fds, report):
         os._exit(125)
     argv, files = _read_pool_job(sync, dirs)
     _write_pool_files(files, dirs)
-    _drop_caps([CAP_SYS_ADMIN, CAP_SETPCAP])
-    _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs", "prctl")
+    _drop_bounding([CAP_SYS_ADMIN, CAP_SETPCAP])
+    _check(_libc.syscall(SYS_capset, ctypes.c_char_p(CAPSET_HEADER), CAPSET_NONE), "capabilities", "capset")
     os.write(report, _child_msg(K_STARTED, body=ready[1:] + struct.pack("<Ixxxxq", 1, 0)))
     data = b"".join(os.fsencode(a) + b"\0" for a in argv)
     view = memoryview(data)
@@ -420,12 +452,10 @@ def _reap(program, report):
     # and usage (children's, as init's RUSAGE_CHILDREN) and exits, which ends the call's pid
     # namespace. Exit 0 tells the intermediate the report is made.
     _forward_to(program)
-    for fd in range(0, 1024):  # its streams too: the output ends when the call's processes close theirs
-        if fd != report:
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+    # Its streams too: the output ends when the call's processes close theirs. (close_range(2),
+    # which os.closerange uses: one system call, not one per fd while the program starts.)
+    os.closerange(0, report)
+    os.closerange(report + 1, 1 << 20)
     while True:
         try:
             pid, status = os.waitpid(-1, 0)
@@ -441,7 +471,6 @@ def _reap(program, report):
 
 def _run_main(argv):
     # The call as `python3 FILE ARGS` or `python3 -c CODE ARGS` would run it, in a fresh __main__.
-    import builtins, importlib.machinery, types
     if len(argv) >= 3 and argv[1] == "-c":
         path, source, sys.argv = "<string>", argv[2].encode(), ["-c"] + argv[3:]
     elif len(argv) >= 2:

@@ -1,0 +1,96 @@
+#!/usr/bin/env python3
+"""Usage: bench/template_pss.py [SBX_BINARY] [--pool N] [--preload MOD,...]   (build/sbx, 4, numpy)
+
+What an idle prepared sandbox costs in memory (issue 34's target: <= 2 MiB proportional set size
+with templates). Starts `sbx mcp --pool N` under a profile with
+"warm": {"interpreter": "python3", "preload": [...], "mode": "template"}, waits until its N forks
+made ahead are ready (man sbx-mcp, Templates: forks made ahead), then reads each process's Pss
+from /proc/PID/smaps_rollup: the template (its worker, its init and the driver), and for each fork
+its pooled worker (`sbx mcp-worker`, which will supervise the call) and the three processes the
+driver forked for it (the intermediate, the call's pid 1, the program waiting for its call).
+Printed: the template's total, each fork's total and parts, and the per-fork mean. Run as root
+(or as the user sbx runs as) to read every process's smaps_rollup."""
+import json
+import os
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import mcp_pool  # noqa: E402
+import mcp_warm  # noqa: E402
+
+
+def pss_kib(pid):
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1])
+    except OSError:
+        return 0
+    return 0
+
+
+def children(pid):
+    out = []
+    for t in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{t}/children") as f:
+                out += [int(x) for x in f.read().split()]
+        except OSError:
+            pass
+    return out
+
+
+def started(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[19])
+
+
+def comm(pid):
+    with open(f"/proc/{pid}/comm") as f:
+        return f.read().strip()
+
+
+def main(argv):
+    sbx, opts = mcp_pool.parse_args(argv, pool=4, preload=["numpy"])
+    pool = opts["pool"]
+    tmp = tempfile.mkdtemp(prefix="sbx-bench-pss-")
+    profile = os.path.join(tmp, "template.json")
+    with open(profile, "w") as f:
+        json.dump({"limits": mcp_warm.LIMITS, "network": {"mode": "none"},
+                   "warm": {"interpreter": "python3", "preload": opts["preload"], "mode": "template"}}, f)
+    m = mcp_warm.Mcp(sbx, os.path.join(tmp, "state"), pool, profile)
+    deadline = time.monotonic() + 60
+    while True:
+        workers = sorted(children(m.p.pid), key=started)
+        host, pooled = workers[0], workers[1:]
+        # The template's driver: host worker -> init -> python3; each fork made ahead is one of its
+        # children (the intermediate) with pid 1 below it and the program below that.
+        chain = [host]
+        while children(chain[-1]) and len(chain) < 3:
+            chain.append(sorted(children(chain[-1]), key=started)[0])
+        driver = chain[-1]
+        forks = [[i] + children(i) + [g for c in children(i) for g in children(c)] for i in children(driver)]
+        if len(pooled) >= pool and len(forks) >= pool and all(len(f) == 3 for f in forks):
+            break
+        if time.monotonic() > deadline:
+            raise SystemExit(f"template_pss.py: {len(forks)} of {pool} forks ready after 60 s")
+        time.sleep(0.5)
+    time.sleep(1)  # settled: each fork's program has reseeded and waits
+    template = sum(pss_kib(p) for p in chain)
+    print(f"sbx mcp --pool {pool}, template preloading {', '.join(opts['preload'])}: Pss in KiB")
+    print(f"  template (worker, init, driver): {template}  ({' + '.join(str(pss_kib(p)) for p in chain)})")
+    totals = []
+    for w, f in zip(pooled, forks):
+        parts = [pss_kib(w)] + [pss_kib(p) for p in f]
+        totals.append(sum(parts))
+        print(f"  fork: {sum(parts):6}  (worker {parts[0]}, intermediate {parts[1]}, pid 1 {parts[2]}, "
+              f"program {parts[3]})")
+    print(f"  per idle fork, mean: {sum(totals) / len(totals) / 1024:.2f} MiB")
+    m.close()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
