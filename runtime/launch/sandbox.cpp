@@ -1,6 +1,7 @@
 #include "runtime/launch/sandbox.hpp"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -666,6 +667,19 @@ pid_t pidfd_pid(int pidfd) {
   return pid;
 }
 
+// Why the template did not fork the call, when it said so (warm_template.py, _serve: a setup
+// error on the call's report pipe, written before it closed the call's fds; out of processes
+// after another call's fork bomb, say). Never waits.
+std::optional<Error> template_refusal(int reports_fd) {
+  pollfd p{reports_fd, POLLIN, 0};
+  ChildMsg m;
+  if (::poll(&p, 1, 0) != 1 || read_init_report(reports_fd, m) != ReportRead::kReport ||
+      m.kind != ChildMsg::kSetupError)
+    return std::nullopt;
+  m.message[sizeof m.message - 1] = 0;
+  return Error{"template", m.err, "the template could not " + printable(m.message)};
+}
+
 }  // namespace
 
 // 2 spawn, from a template (runtime/server/mcp_template.hpp): the template forks a process that plays
@@ -691,7 +705,7 @@ bool Run::spawn_from_template(UniqueFd sock, UniqueFd job) {
   for (FdPair* p : {&L.out, &L.err}) p->w.reset();
   L.caller_in.close_child_ends();
   auto pidfd = L.chan.recv_template_pidfd(5000);
-  if (!pidfd) return fail_setup(pidfd.error());
+  if (!pidfd) return fail_setup(template_refusal(L.chan.reports()).value_or(pidfd.error()));
   L.pid = pidfd_pid(pidfd->get());
   if (L.pid <= 0) return fail_setup(Error{"template", ESRCH, "the template's fork of the call is gone"});
   L.pidfd = std::move(*pidfd);
