@@ -336,3 +336,85 @@ print(json.dumps(sorted(r.items())))
             self.assertEqual(results[name][0], "signaled", results)
             self.assertRegex(results[name][1], r"^killed by sbx \(SIGKILL\) at a second signal \(SIG\w+\) after "
                                                r"forwarding SIG\w+$", results)
+
+
+_DRIVER = []
+
+
+def load_driver():
+    """The template's driver as a module, loaded once (run.sh copies it beside the suite): its
+    functions, not its main()."""
+    if not _DRIVER:
+        import importlib.util
+        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "driver", "warm_template.py")
+        spec = importlib.util.spec_from_file_location("sbx_warm_template", path)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        _DRIVER.append(mod)
+    return _DRIVER[0]
+
+
+def pool_frame(argv, files, extra=b"", nfiles=None):
+    """A job framed as runtime/launch/pool_job.cpp's encode_pool_job does: u64 LE length, then
+    argc, each argv entry, nfiles, each file's path, mode and bytes (each string u64-prefixed)."""
+    import struct
+    def text(b):
+        return struct.pack("<Q", len(b)) + b
+    body = struct.pack("<Q", len(argv)) + b"".join(text(a) for a in argv)
+    body += struct.pack("<Q", len(files) if nfiles is None else nfiles) + b"".join(text(d) + struct.pack("<Q", m) + text(c) for d, m, c in files)
+    body += extra
+    return struct.pack("<Q", len(body)) + body
+
+
+class DriverPoolJobCase(SbxTestCase):
+    """A fork made ahead reads its call's job in the driver (_read_pool_job, warm_template.py),
+    in the same framing and under the same rules as a cold pooled sandbox's init
+    (decode_pool_job): each hostile frame below is refused, and a refusal is a setup error of
+    the call (stage "pool"), never a file written outside /code or /in."""
+
+    def parse(self, frame):
+        d = load_driver()
+        r, w = os.pipe()
+        try:
+            os.write(w, frame)
+            os.close(w)
+            w = -1
+            return d._read_pool_job(r, ["/code", "/in"])
+        finally:
+            os.close(r)
+            if w >= 0:
+                os.close(w)
+
+    def refused(self, frame):
+        d = load_driver()
+        with self.assertRaises(d._Fail) as cm:
+            self.parse(frame)
+        self.assertEqual(cm.exception.stage, "pool")
+        return str(cm.exception)
+
+    def test_a_good_job_is_read_whole(self):
+        argv, files = self.parse(pool_frame([b"python3", b"/code/main.py"],
+                                            [(b"/code/main.py", 0o4777, b"print(1)"), (b"/code/a/b.txt", 0o444, b""),
+                                             (b"/in/input.json", 0o444, b"{}")]))
+        self.assertEqual(argv, ["python3", "/code/main.py"])
+        # Never writable, never setuid: the mode is masked as decode_pool_job masks it.
+        self.assertEqual(files, [("/code/main.py", 0o555, b"print(1)"), ("/code/a/b.txt", 0o444, b""),
+                                 ("/in/input.json", 0o444, b"{}")])
+
+    def test_hostile_frames_are_refused(self):
+        ok = [b"python3", b"/code/main.py"]
+        for path in (b"/etc/passwd", b"/code/../etc/x", b"/code/./x", b"/code//x", b"/code/", b"/codex/y",
+                     b"/in/a/../../x", b"code/x", b"/code/" + b"n" * 256, b"/code/a\0b"):
+            self.assertIn("outside", self.refused(pool_frame(ok, [(path, 0o444, b"x")])), path)
+        self.assertIn("argv count", self.refused(pool_frame([], [])))
+        self.assertIn("argv count", self.refused(pool_frame([b"x"] * 65, [])))
+        self.assertIn("NUL", self.refused(pool_frame([b"py\0thon"], [])))
+        self.assertIn("trailing", self.refused(pool_frame(ok, [], extra=b"junk")))
+        import struct
+        self.assertIn("file count", self.refused(pool_frame(ok, [], nfiles=4099)))
+        good = pool_frame(ok, [(b"/code/main.py", 0o444, b"print(1)")])
+        self.assertIn("ended early", self.refused(good[:-3]))  # the pipe ends inside the frame
+        self.assertIn("longer", self.refused(struct.pack("<Q", (66 << 20) + 1)))
+        # A string length past the frame's end: refused, never read past it.
+        self.assertIn("truncated", self.refused(struct.pack("<QQQ", 16, 1, 1 << 40)))
+
