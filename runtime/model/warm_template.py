@@ -120,6 +120,12 @@ def _install_filter(bpf):
     return fd
 
 
+def _set_rlimits(job):
+    for res, value in job.get("rlimits", []):
+        value = resource.RLIM_INFINITY if value >= (1 << 63) else value
+        resource.setrlimit(res, (value, value))
+
+
 def _reseed():
     # Every generator a preload seeded at import, from the kernel: the template's state is shared
     # by every call forked from it, so without this each call would draw the same numbers.
@@ -167,13 +173,11 @@ def _call_pid1(job, fds, report):
     os.dup2(null, 0)
     os.dup2(out_w, 1)
     os.dup2(err_w, 2)
-    for res, value in job.get("rlimits", []):
-        value = resource.RLIM_INFINITY if value >= (1 << 63) else value
-        resource.setrlimit(res, (value, value))
     if job.get("umask", -1) >= 0:
         os.umask(job["umask"])
     if job.get("pooled"):
         _pooled_pid1(job, fds, report)
+    _set_rlimits(job)
     _drop_caps()
     _mark("caps")
     _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs", "prctl")
@@ -225,14 +229,15 @@ def _read_exact(fd, n, what):
 
 
 def _plain_pool_path(dst, dirs):
-    # decode_pool_job's rule (pool_job.cpp, split_pool_path and plain_relative_path): below one
-    # of the pool directories, each component a plain name.
+    # decode_pool_job's rule (pool_job.cpp, split_pool_path and plain_relative_path), on the
+    # path's bytes: below one of the pool directories, at most 4096 bytes, each component a
+    # plain name of at most 255.
     for d in dirs:
-        if dst.startswith(d + "/"):
-            rel = dst[len(d) + 1:]
-            names = rel.split("/")
-            return (0 < len(rel) <= 4096 and "\0" not in rel and
-                    all(n not in ("", ".", "..") and len(n.encode()) <= 255 for n in names))
+        top = os.fsencode(d) + b"/"
+        if dst.startswith(top):
+            rel = dst[len(top):]
+            return (0 < len(rel) <= 4096 and b"\0" not in rel and
+                    all(n not in (b"", b".", b"..") and len(n) <= 255 for n in rel.split(b"/")))
     return False
 
 
@@ -270,24 +275,46 @@ def _read_pool_job(fd, dirs):
         raise _Fail("pool", "the call's file count is out of range", 22)
     files = []
     for _ in range(nfiles):
-        dst, mode, content = text().decode("utf-8", "surrogateescape"), u64() & 0o555, text()
+        dst, mode, content = text(), u64() & 0o555, text()
         if not _plain_pool_path(dst, dirs):
             raise _Fail("pool", "a file of the call is outside " + " and ".join(dirs) + ", or not plain", 22)
-        files.append((dst, mode, content))
+        files.append((os.fsdecode(dst), mode, content))
     if at != len(body):
         raise _Fail("pool", "the call's job has trailing bytes", 22)
     return [os.fsdecode(a) for a in argv], files
 
 
+def _open_beneath(dst, dirs):
+    # The parent directory of dst, opened component by component from its pool directory, each
+    # made if missing and none followed if it is a link (as init's openat2 with RESOLVE_BENEATH
+    # and RESOLVE_NO_SYMLINKS: pool_job.cpp); returns (its fd, the file's name).
+    top = next(d for d in dirs if dst.startswith(d + "/"))
+    names = dst[len(top) + 1:].split("/")
+    fd = os.open(top, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    for name in names[:-1]:
+        try:
+            os.mkdir(name, 0o755, dir_fd=fd)
+        except FileExistsError:
+            pass
+        try:
+            sub = os.open(name, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+        finally:
+            os.close(fd)
+        fd = sub
+    return fd, names[-1]
+
+
 def _write_pool_files(files, dirs):
     # As init's write_pool_files (pool_job.cpp): nothing of the call has run, and the program
     # forked ahead of it has not read its argv, so nothing but pid 1 has written here; the paths
-    # are plain and each file is new (O_EXCL) and no link is followed all the same.
+    # are plain, each file is new (O_EXCL) and no link is followed all the same.
     for dst, mode, content in files:
-        parent = os.path.dirname(dst)
-        if not os.path.isdir(parent):
-            os.makedirs(parent, 0o755)
-        fd = os.open(dst, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+        parent, name = _open_beneath(dst, dirs)
+        try:
+            fd = os.open(name, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC, mode,
+                         dir_fd=parent)
+        finally:
+            os.close(parent)
         try:
             view = memoryview(content)
             while view:
@@ -317,25 +344,42 @@ def _rehearse_pool_job(dirs):
         os.close(r)
         os.close(w)
     for dst, mode, content in files:
-        fd = os.open(dst, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
-        os.write(fd, content)
-        os.fchmod(fd, mode)
-        os.close(fd)
-        os.unlink(dst)
+        parent, name = _open_beneath(dst, dirs)
+        try:
+            fd = os.open(name, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC, mode,
+                         dir_fd=parent)
+            os.write(fd, content)
+            os.fchmod(fd, mode)
+            os.close(fd)
+            os.unlink(name, dir_fd=parent)
+        finally:
+            os.close(parent)
 
 
 def _pooled_program(job, fds, report, gate_r, ready_w):
     # A pooled call's program, forked by pid 1 before the call exists: everything of its start
     # that does not depend on the call is done here, so that the call's own start is pid 1
     # writing its files and this process reading its argv. Until then it runs no code but the
-    # driver's: it gives up its capabilities, installs the call's filter and reseeds, as the
-    # program of a call made on demand does (_call_pid1), and waits on gate_r.
+    # driver's: it gives up its capabilities, sets the call's rlimits, reseeds, enters the
+    # profile's working directory and environment (a pooled call cannot change either:
+    # pool_refusal), installs the call's filter, and waits on gate_r. After the filter it makes
+    # only the system calls a call made on demand makes after its own (sendmsg, write, close,
+    # dup2, close_range, prctl, read): nobody answers the filter's notifications before the
+    # hand-out.
     try:
         for sig in FORWARDED:
             signal.signal(sig, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
         _drop_caps()
         _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs", "prctl")
+        # The call's rlimits are the program's (as a cold init's: child.cpp sets them in the
+        # program only): pid 1 reads and writes the call's job under none of them.
+        _set_rlimits(job)
+        _reseed()
+        os.chdir(job.get("workdir") or "/")
+        os.environ.clear()
+        os.environ.update(e.split("=", 1) for e in job.get("env", []) if "=" in e)
+        ready = b"r" + struct.pack("<5Q", *_caps_sets())
         bpf = bytes.fromhex(job.get("filter", ""))
         if not bpf:
             raise _Fail("seccomp", "the job carries no filter", 22)
@@ -343,15 +387,7 @@ def _pooled_program(job, fds, report, gate_r, ready_w):
         _send_fd(fds["listener_sock"], listener, b"L")
         os.close(listener)
         _mark("filter")
-        _reseed()
-        # What the call's start would do and needs nothing of the call: its working directory
-        # and environment are the profile's (pool_refusal: a call may not change them), and it
-        # may be dumpable as a program after its execve is (its pid 1 is not).
-        _libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
-        os.chdir(job.get("workdir") or "/")
-        os.environ.clear()
-        os.environ.update(e.split("=", 1) for e in job.get("env", []) if "=" in e)
-        os.write(ready_w, b"r" + struct.pack("<5Q", *_caps_sets()))
+        os.write(ready_w, ready)
     except _Fail as e:
         os.write(report, _child_msg(K_SETUP_ERROR, e.err, 0, e.stage, str(e).encode()[:439]))
         os._exit(125)
@@ -360,6 +396,7 @@ def _pooled_program(job, fds, report, gate_r, ready_w):
         os.dup2(gate_r, 3)
     if _libc.syscall(SYS_close_range, 4, 0xFFFFFFFF, 0) != 0:
         os._exit(125)
+    _libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)  # as a program after its execve (its pid 1 is not)
     data = b""
     while True:
         b = os.read(3, 1 << 20)
@@ -374,6 +411,26 @@ def _pooled_program(job, fds, report, gate_r, ready_w):
         t0 = _T[0][1]
         os.write(2, (" ".join(f"{w}:{(t - t0) / 1e6:.2f}" for w, t in _T) + "\n").encode())
     _run_main([os.fsdecode(a) for a in data.split(b"\0")[:-1]])
+
+
+def _await_call(sync, program):
+    # Until the call's "s". A program that dies meanwhile (killed from outside, out of memory)
+    # is a setup error of the fork (stage "pool"), said at once: its worker, told before its
+    # hand-out, discards it (mcp_pool.hpp) rather than hand a call to a dead program; a call
+    # handed to it at that very moment ends as that setup error, never as its program's exit.
+    pidfd = os.pidfd_open(program)
+    watch = select.poll()
+    watch.register(sync, select.POLLIN)
+    watch.register(pidfd, select.POLLIN)
+    while True:
+        events = dict(watch.poll())
+        if pidfd in events:
+            raise _Fail("pool", "the program forked ahead of the call ended before its call", 3)  # ESRCH
+        if sync in events:
+            if os.read(sync, 1) != b"s":  # discarded: the supervisor closed its end
+                os._exit(125)
+            os.close(pidfd)
+            return
 
 
 def _pooled_pid1(job, fds, report):
@@ -409,8 +466,7 @@ def _pooled_pid1(job, fds, report):
         os._exit(125)
     os.close(ready_r)
     os.write(report, _child_msg(K_WARM_READY))
-    if os.read(sync, 1) != b"s":  # discarded: the supervisor closed its end
-        os._exit(125)
+    _await_call(sync, program)
     argv, files = _read_pool_job(sync, dirs)
     _write_pool_files(files, dirs)
     _drop_bounding([CAP_SYS_ADMIN, CAP_SETPCAP])
@@ -418,8 +474,11 @@ def _pooled_pid1(job, fds, report):
     os.write(report, _child_msg(K_STARTED, body=ready[1:] + struct.pack("<Ixxxxq", 1, 0)))
     data = b"".join(os.fsencode(a) + b"\0" for a in argv)
     view = memoryview(data)
-    while view:
-        view = view[os.write(gate_w, view):]
+    try:
+        while view:
+            view = view[os.write(gate_w, view):]
+    except BrokenPipeError:
+        raise _Fail("pool", "the program forked ahead of the call ended before its call", 3)
     os.close(gate_w)
     _reap(program, report)
 
@@ -452,10 +511,10 @@ def _reap(program, report):
     # and usage (children's, as init's RUSAGE_CHILDREN) and exits, which ends the call's pid
     # namespace. Exit 0 tells the intermediate the report is made.
     _forward_to(program)
-    # Its streams too: the output ends when the call's processes close theirs. (close_range(2),
-    # which os.closerange uses: one system call, not one per fd while the program starts.)
-    os.closerange(0, report)
-    os.closerange(report + 1, 1 << 20)
+    # Its streams too: the output ends when the call's processes close theirs. (close_range(2):
+    # one system call, not one per fd while the program starts; report is never 0, 1 or 2.)
+    _libc.syscall(SYS_close_range, 0, report - 1, 0)
+    _libc.syscall(SYS_close_range, report + 1, 0xFFFFFFFF, 0)
     while True:
         try:
             pid, status = os.waitpid(-1, 0)

@@ -98,9 +98,11 @@ PoolLauncher::PoolLauncher(std::vector<std::string> worker_argv, std::size_t siz
 
 void PoolLauncher::discard_idle() {
   // Closing a worker's socket is its end (EOF while it waits: sandbox discarded, no record).
+  // Each gets kRetireGraceMs to end by itself, as retire() gives (tick() kills it past that).
+  const std::int64_t kill_at = monotonic_us() + kRetireGraceMs * 1000LL;
   for (auto& w : idle_) {
     read_note(w);
-    retiring_.push_back({w.pid, std::move(w.pidfd), 0, cgroup_of_note(w.note), false});
+    retiring_.push_back({w.pid, std::move(w.pidfd), kill_at, cgroup_of_note(w.note), false});
     w.sock.reset();
   }
   idle_.clear();

@@ -204,13 +204,15 @@ Result<Worker> TemplateLauncher::launch(const json& job) {
     return cold("the template runs python; this call's language is " +
                 (language.empty() ? std::string("not a language (a command)") : "'" + language + "'"));
   tick();
+  // Forks of a live template (sync_pool): the current one's, or while a new one starts, the
+  // one before's.
+  if (pool_) return pool_->launch(job);
   if (hosts_.empty() || hosts_.back().stopping) return cold("no template is running (it is being rebuilt)");
   Host& h = hosts_.back();
   read_note(h);
   TemplateNote n = parse_template_note(h.note);
   if (!n.failed.empty()) return cold("the template could not start: " + n.failed);
   if (!n.ready || n.run_id.empty()) return cold("the template is still starting");
-  if (pool_) return pool_->launch(job);  // the current template's (tick: sync_pool); else on demand
   return on_demand_.launch(job);
 }
 
@@ -233,11 +235,15 @@ json TemplateLauncher::ready_template() {
 }
 
 // The pool follows the current template: retired (its idle forks discarded, its workers reaped
-// off the loop) when another template takes its place or none is ready; started for a new one.
+// off the loop) once another template is ready, or when its own has ended or is being stopped;
+// started for a new one. While a new template starts, the old one's forks serve on.
 void TemplateLauncher::sync_pool() {
   json t = ready_template();
   const std::string run_id = t.is_null() ? "" : t.value("run_id", "");
-  if (pool_ && run_id != pool_run_id_) {
+  const bool own_serves = std::any_of(hosts_.begin(), hosts_.end(), [&](Host& h) {
+    return !h.stopping && !pool_run_id_.empty() && parse_template_note(h.note).run_id == pool_run_id_;
+  });
+  if (pool_ && (run_id.empty() ? !own_serves : run_id != pool_run_id_)) {
     log_line("retiring the pooled forks of template " + pool_run_id_);
     pool_->retire_all();
     retired_pools_.push_back(std::move(pool_));

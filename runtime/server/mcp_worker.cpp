@@ -283,6 +283,7 @@ void from_template(RunRequest& run, const json& t, const Dirs& dirs) {
   std::string now = template_digest(run.profile.resolved_sha256, template_image_identity(run.spec.image, dirs),
                                     run.spec.warm, binary ? *binary : "");
   if (now != t.value("digest", "")) {
+    // The reason the call runs cold, over any note it came with (a pool's "none was ready").
     put(run.record_extra, "pool",
         trace_object({{"pool/hit", false},
                       {"pool/reason",
@@ -293,7 +294,8 @@ void from_template(RunRequest& run, const json& t, const Dirs& dirs) {
   run.from_template.socket = t.value("socket", "");
   run.from_template.record = trace_object(
       {{"sandbox/template/digest", t.value("digest", "")}, {"sandbox/template/run_id", t.value("run_id", "")}});
-  put(run.record_extra, "pool", trace_object({{"pool/hit", true}}));
+  // Forked at the call: hit unless the call came with a note of why no fork made ahead served it.
+  if (!run.record_extra.contains("pool")) put(run.record_extra, "pool", trace_object({{"pool/hit", true}}));
 }
 
 // Builds the pooled sandbox, tells the server it is ready, and waits for the job.
@@ -379,12 +381,16 @@ json run_code_job(const json& job, const WorkerContext& wctx) {
   auto tenant = wctx.tenant;
   json tmpl = job.contains("template") && job["template"].is_object() ? job["template"] : json(nullptr);
   Dirs dirs = wctx.dirs;
-  ctx.before_run = [tenant, tmpl, dirs](RunRequest& run) -> Status {
+  // The job's pool note (why no pooled sandbox served it) goes in before from_template, which
+  // replaces it when the template itself is the reason the call runs cold.
+  json pool_note = job.contains("pool") ? job["pool"] : json(nullptr);
+  ctx.before_run = [tenant, tmpl, dirs, pool_note](RunRequest& run) -> Status {
     if (tenant) SBX_TRY(apply_named_tenant(tenant, run));
+    if (!tmpl.is_null() && !pool_note.is_null()) put(run.record_extra, "pool", pool_note);
     if (!tmpl.is_null()) from_template(run, tmpl, dirs);
     return {};
   };
-  if (job.contains("pool")) put(ctx.record_extra, "pool", job["pool"]);
+  if (!pool_note.is_null() && tmpl.is_null()) put(ctx.record_extra, "pool", pool_note);
   auto r = run_exec(job.value("request", json::object()), ctx);
   return r ? *r : worker_error(r.error().stage, r.error().describe());
 }

@@ -21,7 +21,8 @@ import uuid
 
 from sbxtest import SBX, SbxTestCase, ledger_lines, note, scaled, validate_trace
 from test_mcp import Server
-from test_mcp_pool import pooled_workers
+from test_mcp import descendants
+from test_mcp_pool import parent, pooled_workers
 from test_mcp_warm import FACTS, HAVE_NUMPY, LIMITS
 
 
@@ -243,6 +244,30 @@ print(json.dumps(sorted(r.items())))
         self.assertFalse(cold[0]["pool"]["hit"])
         self.assertIn("template", cold[0]["pool"]["reason"])
         self.assertNotEqual(made[-1]["sandbox"]["template"]["run_id"], made[0]["sandbox"].get("template", {}).get("run_id"))
+
+    def test_a_fork_whose_program_died_before_its_call_is_never_handed_one(self):
+        s = self.server(["json"], forked_ahead=True)
+        host = template_hosts(s.p.pid)[0]
+
+        def depth(p):  # below the template's worker: init, driver, intermediate, pid 1, program
+            n = 0
+            while p not in (0, host) and n < 8:
+                p, n = parent(p), n + 1
+            return n if p == host else -1
+        programs = [p for p in descendants(host) if depth(p) == 5]
+        self.assertTrue(programs, descendants(host))
+        for p in programs:
+            os.kill(p, signal.SIGKILL)
+        # Each fork's pid 1 says so at once, and its worker tells the server (a call handed out
+        # at that very moment ends as a setup error of stage "pool", never as its program's exit).
+        time.sleep(scaled(1))
+        outs = [self.run_code(s, "print('ok')\n") for _ in range(3)]
+        self.assertEqual([o["stdout"] for o in outs], ["ok\n"] * 3, outs)
+        recs = self.records(s)[-3:]
+        self.assertEqual([(r["sandbox"]["made_by"], r["result"]["status"]) for r in recs], [("template", "ok")] * 3)
+        self.assertIn("discarded pooled sandbox", s.stderr())
+        note(f"template forks made ahead: {len(programs)} programs killed before their calls, each fork discarded; "
+             f"the next calls: {[r['pool'].get('hit') for r in recs]} (pool.hit)")
 
     def test_another_language_runs_cold_and_says_why(self):
         s = self.server(["json"])
