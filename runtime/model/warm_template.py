@@ -304,24 +304,31 @@ def _open_beneath(dst, dirs):
     return fd, names[-1]
 
 
-def _write_pool_files(files, dirs):
-    # As init's write_pool_files (pool_job.cpp): nothing of the call has run, and the program
-    # forked ahead of it has not read its argv, so nothing but pid 1 has written here; the paths
-    # are plain, each file is new (O_EXCL) and no link is followed all the same.
-    for dst, mode, content in files:
-        parent, name = _open_beneath(dst, dirs)
-        try:
-            fd = os.open(name, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC, mode,
-                         dir_fd=parent)
-        finally:
-            os.close(parent)
+def _write_beneath(dst, mode, content, dirs, remove=False):
+    # One of a call's files, new (O_EXCL), below its top directory and never through a link
+    # (_open_beneath), with its mode past the umask. remove: unlinked again (a rehearsal).
+    parent, name = _open_beneath(dst, dirs)
+    try:
+        fd = os.open(name, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=parent)
         try:
             view = memoryview(content)
             while view:
                 view = view[os.write(fd, view):]
-            os.fchmod(fd, mode)  # past the umask
+            os.fchmod(fd, mode)
         finally:
             os.close(fd)
+        if remove:
+            os.unlink(name, dir_fd=parent)
+    finally:
+        os.close(parent)
+
+
+def _write_pool_files(files, dirs):
+    # As init's write_pool_files (pool_job.cpp): nothing of the call has run, and the program
+    # forked ahead of it has not read its argv, so nothing but pid 1 has written here; the paths
+    # are plain, each file is new and no link is followed all the same.
+    for dst, mode, content in files:
+        _write_beneath(dst, mode, content, dirs)
     for d in dirs:
         _mount(None, d, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, None, "pool", d + " read-only")
 
@@ -344,16 +351,7 @@ def _rehearse_pool_job(dirs):
         os.close(r)
         os.close(w)
     for dst, mode, content in files:
-        parent, name = _open_beneath(dst, dirs)
-        try:
-            fd = os.open(name, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC, mode,
-                         dir_fd=parent)
-            os.write(fd, content)
-            os.fchmod(fd, mode)
-            os.close(fd)
-            os.unlink(name, dir_fd=parent)
-        finally:
-            os.close(parent)
+        _write_beneath(dst, mode, content, dirs, remove=True)
 
 
 def _pooled_program(job, fds, report, gate_r, ready_w):
@@ -603,13 +601,7 @@ def _fresh_mounts(job, files):
     for top, size in tops.items():
         _mount("tmpfs", top, "tmpfs", MS_NOSUID | MS_NODEV, f"size={size + 65536},mode=755", "mounts", "tmpfs " + top)
     for f in files:
-        os.makedirs(os.path.dirname(f["dst"]), 0o755, exist_ok=True)
-        fd = os.open(f["dst"], os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW, f["mode"])
-        try:
-            os.write(fd, f["bytes"])
-        finally:
-            os.close(fd)
-        os.chmod(f["dst"], f["mode"])
+        _write_beneath(f["dst"], f["mode"], f["bytes"], list(tops))
     for top in tops:
         _mount(None, top, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, None, "mounts", top + " read-only")
     return covers

@@ -386,11 +386,10 @@ json run_code_job(const json& job, const WorkerContext& wctx) {
   json pool_note = job.contains("pool") ? job["pool"] : json(nullptr);
   ctx.before_run = [tenant, tmpl, dirs, pool_note](RunRequest& run) -> Status {
     if (tenant) SBX_TRY(apply_named_tenant(tenant, run));
-    if (!tmpl.is_null() && !pool_note.is_null()) put(run.record_extra, "pool", pool_note);
+    if (!pool_note.is_null()) put(run.record_extra, "pool", pool_note);
     if (!tmpl.is_null()) from_template(run, tmpl, dirs);
     return {};
   };
-  if (!pool_note.is_null() && tmpl.is_null()) put(ctx.record_extra, "pool", pool_note);
   auto r = run_exec(job.value("request", json::object()), ctx);
   return r ? *r : worker_error(r.error().stage, r.error().describe());
 }
