@@ -106,6 +106,11 @@ void add_cgroup_init_command(CLI::App& app, GlobalOptions& g, std::vector<Comman
 void add_scope_keeper_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out);
 void add_replay_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out);
 void add_gc_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out);
+void add_session_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out);
+
+// The RunRequest of `sbx run`'s options (add_run_options) as `f` holds them: the profile, image,
+// flags, stdin, tenant and secrets. The exit status of the usage error when they are refused.
+std::optional<int> build_run_request(RunFlags& f, GlobalOptions& g, sbx::RunRequest& req);
 
 // A subcommand of `trace` kept in its own file: its app and what runs it when it was parsed.
 struct TraceSubcommand {

@@ -14,6 +14,7 @@
 #include <spdlog/spdlog.h>
 
 #include "cli/commands.hpp"
+#include "runtime/session/session_agent.hpp"
 #include "runtime/base/log.hpp"
 #include "runtime/base/proc_title.hpp"
 #include "runtime/base/suggest.hpp"
@@ -181,6 +182,7 @@ static std::vector<sbx::cli::Command> add_commands(CLI::App& app, sbx::cli::Glob
                                                                      {"cgroup-init", add_cgroup_init_command},
                                                                      {"replay", add_replay_command},
                                                                      {"gc", add_gc_command},
+                                                                     {"session", add_session_command},
                                                                      {"scope-keeper", add_scope_keeper_command}};
   std::vector<sbx::cli::Command> commands;
   const std::string named = word_after(argc, argv, {});
@@ -253,6 +255,9 @@ int main(int argc, char** argv) {
   // program's stdio, placed on 0-2 in init's shared fd table (child.cpp), would replace it.
   for (int fd = 0; fd <= 2; ++fd)
     if (::fcntl(fd, F_GETFD) < 0 && errno == EBADF && ::open("/dev/null", O_RDWR) != fd) return 125;
+  // The agent inside a session's sandbox (runtime/session/session_agent.hpp): no CLI, and none
+  // of the supervisor's signal handling, which its commands would inherit.
+  if (argc == 2 && std::string_view(argv[1]) == "session-agent") return sbx::session_agent_main();
   // First of all: a SIGINT/SIGTERM/SIGHUP/SIGQUIT from here on waits for the supervisor to
   // forward it, or for the run to record it, instead of ending sbx with no record
   // (runtime/base/signals.hpp). Commands that run no sandbox get the caller's mask back below.

@@ -402,6 +402,35 @@ Status keep_inputs(RunRequest& req) {
 }
 }  // namespace
 
+// The RunRequest of `sbx run`'s flags (run options, see add_run_options): profile, image, flags,
+// stdin, tenant, secrets. The exit status of the usage error when they are refused. `sbx session
+// start` builds its session's request from the same (cli/session_cmd.cpp).
+std::optional<int> build_run_request(RunFlags& f, GlobalOptions& g, RunRequest& req) {
+  auto profile = load_profile(f.profile);
+  if (!profile) return usage_error(profile.error().describe());
+  auto merged = spec_from_layers(*profile, nullptr, "");
+  if (!merged) return usage_error(merged.error().message);
+  if (auto st = apply_image_config(*merged, f, g); !st) return usage_error(st.error().message);
+  auto spec = apply_flags(std::move(*merged), f);
+  if (!spec) return usage_error(spec.error().message);
+  auto stdin_plan = plan_stdin(f.interactive, f.tty);
+  if (!stdin_plan) return usage_error(stdin_plan.error().message);
+  req.spec = std::move(*spec);
+  req.profile = profile->source;
+  req.dirs = resolve_dirs(g.state_dir);
+  req.trace_file = f.trace_file;
+  if (f.workspace) req.workspace = current_dir();
+  req.explicit_limits = explicit_limits(f);
+  req.limit_layers = limit_layers(*profile, nullptr, "", limits_given(f));
+  req.invocation_argv = g.argv;
+  if (f.entrypoint)
+    req.image_entrypoint = f.entrypoint->empty() ? std::vector<std::string>{} : std::vector<std::string>{*f.entrypoint};
+  req.io.stdin_plan = *stdin_plan;
+  if (auto st = apply_named_tenant(f.tenant, req); !st) return usage_error(st.error().message);
+  if (auto st = read_run_secrets(f, req); !st) return usage_error(st.error().message);
+  return std::nullopt;
+}
+
 void add_run_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out) {
   RunFlags& f = run_flags();
   auto* run = app.add_subcommand("run", "Run a command in a fresh sandbox");
@@ -427,31 +456,10 @@ void add_run_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out)
                      if (!f.command.empty()) f.command.push_back("--");
                      f.command.insert(f.command.end(), g.after_dashdash->begin(), g.after_dashdash->end());
                    }
-                   auto profile = load_profile(f.profile);
-                   if (!profile) return usage_error(profile.error().describe());
-                   auto merged = spec_from_layers(*profile, nullptr, "");
-                   if (!merged) return usage_error(merged.error().message);
-                   if (auto st = apply_image_config(*merged, f, g); !st) return usage_error(st.error().message);
-                   auto spec = apply_flags(std::move(*merged), f);
-                   if (!spec) return usage_error(spec.error().message);
-                   auto stdin_plan = plan_stdin(f.interactive, f.tty);
-                   if (!stdin_plan) return usage_error(stdin_plan.error().message);
                    RunRequest req;
-                   req.spec = std::move(*spec);
-                   req.profile = profile->source;
-                   req.dirs = resolve_dirs(g.state_dir);
-                   req.trace_file = f.trace_file;
-                   if (f.workspace) req.workspace = current_dir();
-                   req.explicit_limits = explicit_limits(f);
-                   req.limit_layers = limit_layers(*profile, nullptr, "", limits_given(f));
-                   req.invocation_argv = g.argv;
-                   if (f.entrypoint)
-                     req.image_entrypoint =
-                         f.entrypoint->empty() ? std::vector<std::string>{} : std::vector<std::string>{*f.entrypoint};
-                   req.io.stdin_plan = *stdin_plan;
-                   if (auto st = apply_named_tenant(f.tenant, req); !st) return usage_error(st.error().message);
-                   if (auto st = read_run_secrets(f, req); !st) return usage_error(st.error().message);
-                   if (auto hint = terminal_unused_hint(req.spec.argv, *stdin_plan); !hint.empty() && !f.dry_run)
+                   if (auto rc = build_run_request(f, g, req)) return *rc;
+                   auto stdin_plan = req.io.stdin_plan;
+                   if (auto hint = terminal_unused_hint(req.spec.argv, stdin_plan); !hint.empty() && !f.dry_run)
                      std::fprintf(stderr, "sbx: hint: %s\n", printable(hint).c_str());
                    if (f.dry_run) {
                      if (!f.output_dir.empty())

@@ -10,6 +10,7 @@
 #   image   the content-addressed blob store, images, import, export
 #   launch  one run: clone, the shared init, the supervisor, the outcome, the record
 #   typed   typed IO: JSON Schema, packs, exec requests, replay
+#   session sbx session: a long-lived sandbox, its server and the agent inside it
 #   server  sbx mcp and its warm pool
 # Everything shares one set of compile flags and one precompiled header (sbx_common, sbx_base).
 add_library(sbx_common INTERFACE)
@@ -49,7 +50,8 @@ sbx_layer(record DEPS base)
 sbx_layer(image  DEPS record base)
 sbx_layer(launch DEPS image record egress linux model base)
 sbx_layer(typed  DEPS launch image record linux model base)
-sbx_layer(server DEPS typed launch image record linux model base)
+sbx_layer(session DEPS typed launch image record linux model base SOURCES ${SBX_SESSION_PYTHON_CPP})
+sbx_layer(server DEPS session typed launch image record linux model base)
 
 # The whole runtime, for the binary, the unit tests and the fuzz targets.
 add_library(sbx_runtime INTERFACE)

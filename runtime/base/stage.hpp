@@ -63,6 +63,7 @@ inline constexpr StageInfo kStages[] = {
     {"seccomp", "compiling, caching or installing the seccomp filter"},
     {"secrets", "reading or mounting the run's secrets"},
     {"session", "the program's terminal session"},
+    {"sessions", "a long-lived session (sbx session): its server, agent and calls"},
     {"signal", "a signal that ended the call before it started"},
     {"spec", "checking the run's merged settings"},
     {"stdin", "relaying the caller's standard input"},

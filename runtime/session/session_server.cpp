@@ -1,0 +1,540 @@
+#include "runtime/session/session_server.hpp"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "runtime/base/clock.hpp"
+#include "runtime/base/json_io.hpp"
+#include "runtime/base/sha256.hpp"
+#include "runtime/record/trace_store.hpp"
+#include "runtime/session/session_agent.hpp"
+#include "runtime/session/session_store.hpp"
+#include "runtime/session/session_wire.hpp"
+
+namespace sbx {
+namespace {
+using json = nlohmann::json;
+constexpr const char* kStage = "sessions";
+// A call the agent has not ended this long after its own timeout: the agent is not answering.
+constexpr std::int64_t kAgentGraceMs = 5000;
+// After the agent's stdin is closed: how long the runner has to end the sandbox and store the
+// record before it is sent SIGTERM (it then kills the sandbox and records that).
+constexpr std::int64_t kRunnerGraceMs = 10000;
+// Bytes queued to one client: a call's output is bounded by its limit; past this the client is
+// not reading and is dropped (the call goes on and is recorded).
+constexpr std::size_t kClientQueueBytes = 64u << 20;
+
+struct Client {
+  UniqueFd fd;
+  FrameReader in;
+  std::string out;
+  bool closing = false;  // close once `out` is written
+};
+
+struct Stream {
+  std::int64_t bytes = 0, dropped = 0;
+  Sha256 hash;
+};
+
+struct ActiveCall {
+  Client* client = nullptr;  // nullptr once the client went away
+  std::uint64_t seq = 0;
+  std::string run_id, started_at;
+  std::int64_t started = 0;
+  json request;
+  Stream out, err;
+};
+
+void set_nonblock(int fd) { ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK); }
+
+// What the record keeps of a request: the command, or the language and the code's digest and size
+// (the code itself is the caller's, as a run's argv is: kept whole).
+json request_summary(const json& r) {
+  if (r.value("op", "") == "exec") return {{"argv", r["argv"]}};
+  std::string code = r.value("code", "");
+  return {{"language", r.value("language", "")},
+          {"code", code},
+          {"code_sha256", sha256_hex(code)},
+          {"code_bytes", code.size()}};
+}
+
+class Server {
+ public:
+  Server(SessionSettings s, UniqueFd listen, UniqueFd agent_in, UniqueFd agent_out, pid_t runner, UniqueFd ready)
+      : s_(std::move(s)),
+        listen_(std::move(listen)),
+        agent_in_(std::move(agent_in)),
+        agent_out_(std::move(agent_out)),
+        runner_(runner),
+        ready_(std::move(ready)) {}
+
+  int run() {
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    for (int sig : {SIGTERM, SIGINT, SIGHUP, SIGCHLD}) sigaddset(&sigs, sig);
+    ::sigprocmask(SIG_BLOCK, &sigs, nullptr);
+    ::signal(SIGPIPE, SIG_IGN);
+    sfd_ = UniqueFd(::signalfd(-1, &sigs, SFD_CLOEXEC | SFD_NONBLOCK));
+    set_nonblock(agent_in_.get());
+    set_nonblock(agent_out_.get());
+    started_ = monotonic_ms();
+    last_activity_ = started_;
+    while (!done_) loop_once();
+    return 0;
+  }
+
+ private:
+  void loop_once() {
+    std::vector<struct pollfd> p;
+    p.push_back({sfd_.get(), POLLIN, 0});
+    p.push_back({agent_out_.get(), static_cast<short>(agent_reader_.wants_more() && !client_full() ? POLLIN : 0), 0});
+    p.push_back({agent_in_.get(), static_cast<short>(to_agent_.empty() ? 0 : POLLOUT), 0});
+    p.push_back({stopping_ ? -1 : listen_.get(), POLLIN, 0});
+    for (auto& c : clients_)
+      p.push_back({c->fd.get(), static_cast<short>((c->closing ? 0 : POLLIN) | (c->out.empty() ? 0 : POLLOUT)), 0});
+    ::poll(p.data(), p.size(), poll_timeout());
+    if (p[0].revents) signals();
+    if (p[1].revents) from_agent();
+    if (p[2].revents) flush_agent();
+    if (p[3].revents) accept_client();
+    for (std::size_t i = 0; i < clients_.size() && 4 + i < p.size(); ++i) {
+      Client* c = clients_[i].get();
+      if (p[4 + i].revents & POLLOUT) flush_client(*c);
+      if (p[4 + i].revents & (POLLIN | POLLHUP | POLLERR)) read_client(*c);
+    }
+    std::erase_if(clients_, [this](const std::unique_ptr<Client>& c) {
+      bool gone = !c->fd.ok() || (c->closing && c->out.empty());
+      if (gone && call_ && call_->client == c.get()) call_->client = nullptr;
+      return gone;
+    });
+    timers();
+  }
+
+  int poll_timeout() const {
+    std::int64_t now = monotonic_ms(), next = now + 60000;
+    if (!stopping_) {
+      next = std::min(next, started_ + s_.max_ms);
+      if (!call_) next = std::min(next, last_activity_ + s_.idle_ms);
+      if (call_) next = std::min(next, call_->started + call_timeout(call_->request) + kAgentGraceMs);
+    } else {
+      next = std::min(next, stop_at_ + (runner_termed_ ? 2 : 1) * kRunnerGraceMs);
+    }
+    return static_cast<int>(std::clamp<std::int64_t>(next - now, 0, 60000));
+  }
+
+  bool client_full() const { return call_ && call_->client && call_->client->out.size() > kClientQueueBytes; }
+
+  // --- the runner and the signals sent to the server
+  void signals() {
+    struct signalfd_siginfo si;
+    while (::read(sfd_.get(), &si, sizeof si) == sizeof si) {
+      if (si.ssi_signo == SIGCHLD) {
+        reap_runner();
+      } else {
+        stop("signal");
+      }
+    }
+  }
+
+  void reap_runner() {
+    int st = 0;
+    if (runner_ > 0 && ::waitpid(runner_, &st, WNOHANG) == runner_) {
+      runner_ = -1;
+      end_session(stopping_ ? ended_by_ : "sandbox_ended");
+    }
+  }
+
+  // --- the agent
+  void from_agent() {
+    char buf[64 << 10];
+    ssize_t n = ::read(agent_out_.get(), buf, sizeof buf);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
+    if (n <= 0) {
+      agent_gone("the session's sandbox ended");
+      return;
+    }
+    agent_reader_.feed(std::string_view(buf, static_cast<std::size_t>(n)));
+    for (;;) {
+      auto f = agent_reader_.next();
+      if (!f) return agent_gone("the session's agent broke the protocol: " + f.error().message);
+      if (!*f) return;
+      if (!on_agent_frame(**f)) return;
+    }
+  }
+
+  bool on_agent_frame(Frame& f) {
+    if (f.type == 'O' || f.type == 'E') {
+      if (!call_) return true;  // not a call's: dropped
+      Stream& st = f.type == 'O' ? call_->out : call_->err;
+      std::int64_t limit = call_output_limit(call_->request);
+      auto room = static_cast<std::size_t>(std::max<std::int64_t>(0, limit - st.bytes));
+      std::string_view pass(f.body.data(), std::min(room, f.body.size()));
+      st.bytes += static_cast<std::int64_t>(pass.size());
+      st.dropped += static_cast<std::int64_t>(f.body.size() - pass.size());
+      st.hash.update(pass.data(), pass.size());
+      if (call_->client && !pass.empty()) call_->client->out += encode_frame(f.type, pass);
+      return true;
+    }
+    auto j = frame_json(f);
+    if (!j) {
+      agent_gone("the session's agent broke the protocol: " + j.error().message);
+      return false;
+    }
+    std::string event = j->value("event", "");
+    if (event == "ready" && ready_.ok()) {
+      record_start();
+      s_.meta["state"] = "running";
+      (void)write_session_meta(session_dir(s_.dirs, s_.id) + "/session.json", s_.meta);
+      (void)write_all(ready_.get(), "ok\n", "the start's pipe");
+      ready_.reset();
+    } else if ((event == "done" || event == "error") && call_) {
+      finish_call(*j);
+    }
+    return true;
+  }
+
+  void agent_gone(const std::string& why) {
+    agent_out_.reset();
+    if (call_) fail_call(why);
+    if (ready_.ok()) {
+      (void)write_all(ready_.get(),
+                      "error: " + why + " before it was ready (see " + session_dir(s_.dirs, s_.id) + "/runner.log)\n",
+                      "the start's pipe");
+      ready_.reset();
+    }
+    stop(stopping_ ? ended_by_ : "sandbox_ended");
+  }
+
+  void to_agent(const json& j) {
+    to_agent_ += encode_json_frame(j);
+    flush_agent();
+  }
+
+  void flush_agent() {
+    while (!to_agent_.empty() && agent_in_.ok()) {
+      ssize_t n = ::write(agent_in_.get(), to_agent_.data(), to_agent_.size());
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && errno == EAGAIN) return;
+      if (n <= 0) {
+        to_agent_.clear();
+        return;
+      }
+      to_agent_.erase(0, static_cast<std::size_t>(n));
+    }
+  }
+
+  // --- clients
+  void accept_client() {
+    UniqueFd fd(::accept4(listen_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
+    if (!fd.ok()) return;
+    struct ucred cred {};
+    socklen_t len = sizeof cred;
+    // Only the user who started the session (its directory is 0700 too).
+    if (::getsockopt(fd.get(), SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 || cred.uid != ::getuid()) return;
+    if (clients_.size() >= kMaxSessionClients) return;
+    auto c = std::make_unique<Client>();
+    c->fd = std::move(fd);
+    clients_.push_back(std::move(c));
+  }
+
+  void flush_client(Client& c) {
+    while (!c.out.empty()) {
+      ssize_t n = ::send(c.fd.get(), c.out.data(), c.out.size(), MSG_NOSIGNAL);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && errno == EAGAIN) return;
+      if (n <= 0) {
+        c.fd.reset();
+        return;
+      }
+      c.out.erase(0, static_cast<std::size_t>(n));
+    }
+    if (c.out.size() > kClientQueueBytes) c.fd.reset();
+  }
+
+  void read_client(Client& c) {
+    char buf[64 << 10];
+    ssize_t n = ::read(c.fd.get(), buf, sizeof buf);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
+    if (n <= 0) {
+      // A client that went away mid-call: the call is interrupted, and still recorded.
+      if (call_ && call_->client == &c) {
+        call_->client = nullptr;
+        to_agent({{"op", "interrupt"}});
+      }
+      c.fd.reset();
+      return;
+    }
+    c.in.feed(std::string_view(buf, static_cast<std::size_t>(n)));
+    for (;;) {
+      auto f = c.in.next();
+      if (!f) return reply_and_close(c, f.error().message);
+      if (!*f) return;
+      auto j = frame_json(**f);
+      if (!j) return reply_and_close(c, j.error().message);
+      on_request(c, *j);
+    }
+  }
+
+  void reply(Client& c, const json& j) { c.out += encode_json_frame(j); }
+  void reply_and_close(Client& c, const std::string& why) {
+    reply(c, {{"event", "error"}, {"stage", kStage}, {"message", why}});
+    c.closing = true;
+  }
+
+  std::int64_t call_timeout(const json& r) const {
+    auto it = r.find("timeout_ms");
+    return it != r.end() && it->is_number_integer() ? it->get<std::int64_t>() : s_.call_timeout_ms;
+  }
+  std::int64_t call_output_limit(const json& r) const {
+    auto it = r.find("output_limit");
+    return it != r.end() && it->is_number_integer() ? it->get<std::int64_t>() : s_.call_output_limit;
+  }
+
+  // A request's checks: a call may lower its timeout and output limit, never raise them.
+  std::string check_call(json& r) const {
+    std::string op = r.value("op", "");
+    if (op == "exec") {
+      auto it = r.find("argv");
+      if (it == r.end() || !it->is_array() || it->empty() ||
+          !std::all_of(it->begin(), it->end(), [](const json& a) { return a.is_string(); }))
+        return "exec needs \"argv\": a non-empty list of strings";
+    } else {
+      std::string lang = r.value("language", "");
+      if (lang != "python" && lang != "sh" && lang != "bash" && lang != "node")
+        return "unknown language '" + lang + "' (python, sh, bash or node)";
+      if (!r.contains("code") || !r["code"].is_string()) return "a code call needs \"code\": a string";
+    }
+    for (auto [key, ceiling] : {std::pair<const char*, std::int64_t>{"timeout_ms", s_.call_timeout_ms},
+                                {"output_limit", s_.call_output_limit}}) {
+      auto it = r.find(key);
+      if (it == r.end()) {
+        r[key] = ceiling;
+      } else if (!it->is_number_integer() || it->get<std::int64_t>() < 1 || it->get<std::int64_t>() > ceiling) {
+        return std::string(key) + " must be from 1 to " + std::to_string(ceiling) + " (the session's limit)";
+      }
+    }
+    return "";
+  }
+
+  void on_request(Client& c, json& r) {
+    std::string op = r.value("op", "");
+    if (op == "status") return reply(c, status_json());
+    if (op == "stop") {
+      stop_waiters_.push_back(&c);
+      return stop("stop");
+    }
+    if (op == "interrupt") {
+      if (call_ && call_->client == &c) to_agent({{"op", "interrupt"}});
+      return;
+    }
+    if (op != "exec" && op != "code") return reply_and_close(c, "unknown request '" + op + "'");
+    if (stopping_) return reply_and_close(c, "session " + s_.id + " is ending");
+    if (call_)
+      return reply_and_close(c, "session " + s_.id + " is busy with call " + std::to_string(call_->seq) +
+                                    ": one call at a time (try again when it ends)");
+    if (std::string why = check_call(r); !why.empty()) return reply_and_close(c, why);
+    call_.emplace();
+    call_->client = &c;
+    call_->seq = ++calls_;
+    call_->run_id = make_run_id();
+    call_->started_at = rfc3339_now();
+    call_->started = monotonic_ms();
+    call_->request = r;
+    json to = r;
+    to_agent(to);
+  }
+
+  json status_json() const {
+    json j = s_.meta;
+    j["event"] = "status";
+    j["state"] = stopping_ ? "ending" : "running";
+    j["calls"] = calls_;
+    j["busy"] = call_.has_value();
+    return j;
+  }
+
+  // --- a call's end: its record first, then the answer (no result without its record)
+  void finish_call(const json& agent) {
+    json result = {{"status", "ok"}};
+    if (agent.value("event", "") == "error") {
+      result = {{"status", "error"}, {"error", {{"stage", kStage}, {"message", agent.value("message", "?")}}}};
+    } else {
+      json ec = agent.value("exit_code", json(nullptr)), sig = agent.value("signal", json(nullptr));
+      result["exit_code"] = ec.is_number_integer() ? ec : json(nullptr);
+      result["signal"] = sig.is_number_integer() ? sig : json(nullptr);
+      if (agent.value("timed_out", false)) result["status"] = "timeout";
+      else if (agent.value("interrupted", false)) result["status"] = "interrupted";
+      else if (sig.is_number_integer()) result["status"] = "killed";
+      else if (!ec.is_number_integer() || ec.get<std::int64_t>() != 0) result["status"] = "exit_nonzero";
+    }
+    json extra;
+    if (agent.contains("interpreter") && agent["interpreter"].is_string()) extra["interpreter"] = agent["interpreter"];
+    record_and_answer(result, extra);
+  }
+
+  void fail_call(const std::string& why) {
+    record_and_answer({{"status", "error"}, {"error", {{"stage", kStage}, {"message", why}}}}, json::object());
+  }
+
+  void record_and_answer(const json& result, const json& extra) {
+    ActiveCall& c = *call_;
+    auto stream = [](Stream& s) {
+      return json{{"bytes", s.bytes}, {"dropped", s.dropped}, {"sha256", s.hash.final_hex()}};
+    };
+    json rec = {
+        {"schema", "sbx.session-call/v1"},
+        {"run_id", c.run_id},
+        {"started_at", c.started_at},
+        {"ended_at", rfc3339_now()},
+        {"session", {{"id", s_.id}, {"run_id", s_.run_id}, {"call", c.seq}}},
+        {"invocation",
+         {{"request", request_summary(c.request)},
+          {"limits", {{"timeout_ms", call_timeout(c.request)}, {"output_limit", call_output_limit(c.request)}}}}},
+        {"stdout", stream(c.out)},
+        {"stderr", stream(c.err)},
+        {"result", result},
+        {"usage", {{"wall_ms", monotonic_ms() - c.started}}}};
+    if (c.request.value("op", "") == "exec") rec["invocation"]["spec"] = {{"argv", c.request["argv"]}};
+    else rec["invocation"]["spec"] = {{"argv", {c.request.value("language", ""), "<code>"}}};
+    for (auto& [k, v] : extra.items()) rec["session"][k] = v;
+    json answer = {{"event", "done"},
+                   {"session", s_.id},
+                   {"call", c.seq},
+                   {"run_id", c.run_id},
+                   {"timeout_ms", call_timeout(c.request)},
+                   {"result", result},
+                   {"stdout", rec["stdout"]},
+                   {"stderr", rec["stderr"]},
+                   {"wall_ms", rec["usage"]["wall_ms"]}};
+    if (extra.contains("interpreter")) answer["interpreter"] = extra["interpreter"];
+    std::string text = dump_json(rec, -1);
+    auto stored = store_trace(s_.dirs, c.run_id, text);
+    if (stored) {
+      answer["record"] = {{"seq", stored->seq}, {"hash", stored->hash}};
+    } else {
+      answer["result"] = {{"status", "error"},
+                          {"error", {{"stage", "record"}, {"message", stored.error().describe()}}}};
+    }
+    if (c.client) reply(*c.client, answer);
+    call_.reset();
+    last_activity_ = monotonic_ms();
+    s_.meta["calls"] = calls_;
+    s_.meta["last_call_at"] = rfc3339_now();
+    (void)write_session_meta(session_dir(s_.dirs, s_.id) + "/session.json", s_.meta);
+  }
+
+  // The session's record at its start (the end record is the session run's own, written by the
+  // runner): who started it, under which profile, image and limits.
+  void record_start() {
+    json rec = {{"schema", "sbx.session-start/v1"},
+                {"run_id", make_run_id()},
+                {"started_at", s_.meta.value("started_at", "")},
+                {"ended_at", rfc3339_now()},
+                {"session", s_.meta},
+                {"invocation", {{"spec", {{"argv", {"sbx", "session", "start"}}}}}},
+                {"result", {{"status", "started"}}},
+                {"usage", {{"wall_ms", monotonic_ms() - started_}}}};
+    rec["session"].erase("state");
+    std::string text = dump_json(rec, -1);
+    if (auto st = store_trace(s_.dirs, rec["run_id"].get<std::string>(), text); !st)
+      std::fprintf(stderr, "sbx: session %s: its start record could not be stored: %s\n", s_.id.c_str(),
+                   st.error().describe().c_str());
+  }
+
+  // --- the end
+  void timers() {
+    if (done_) return;
+    std::int64_t now = monotonic_ms();
+    if (stopping_) {
+      // The runner ends the sandbox and records it on SIGTERM; SIGKILL is the last resort (its
+      // sandbox then dies with it: init's parent-death signal).
+      if (runner_ > 0 && now >= stop_at_ + 2 * kRunnerGraceMs) ::kill(runner_, SIGKILL);
+      else if (runner_ > 0 && now >= stop_at_ + kRunnerGraceMs && !runner_termed_) ::kill(runner_, SIGTERM);
+      runner_termed_ = runner_termed_ || now >= stop_at_ + kRunnerGraceMs;
+      return;
+    }
+    if (now >= started_ + s_.max_ms) return stop("max");
+    if (!call_ && now >= last_activity_ + s_.idle_ms) return stop("idle");
+    if (call_ && now >= call_->started + call_timeout(call_->request) + kAgentGraceMs) {
+      fail_call("the session's agent did not end the call within its timeout; the session ends");
+      stop("agent_unresponsive");
+    }
+  }
+
+  // Ends the session: the agent's stdin closes, so it kills every process of the session and
+  // exits; the runner then records the session run and exits; end_session follows its reaping.
+  void stop(const std::string& why) {
+    if (stopping_) return;
+    stopping_ = true;
+    ended_by_ = why;
+    stop_at_ = monotonic_ms();
+    if (call_) to_agent({{"op", "interrupt"}});
+    json end = {{"calls", calls_}, {"ended_by", why}};
+    (void)write_session_meta(session_dir(s_.dirs, s_.id) + "/end.json", end);
+    to_agent_.clear();
+    agent_in_.reset();
+    listen_.reset();
+  }
+
+  void end_session(const std::string& why) {
+    if (call_) fail_call("the session ended (" + why + ") during the call");
+    json end = s_.meta;
+    end["state"] = "ended";
+    end["ended_by"] = why;
+    end["ended_at"] = rfc3339_now();
+    end["calls"] = calls_;
+    retire_session_dir(s_.dirs, s_.id, end);
+    for (Client* c : stop_waiters_)
+      for (auto& owned : clients_)
+        if (owned.get() == c)
+          reply(
+              *c,
+              {{"event", "stopped"}, {"session", s_.id}, {"ended_by", why}, {"calls", calls_}, {"run_id", s_.run_id}});
+    // The answers are small: written blocking, then the server is done.
+    for (auto& c : clients_) {
+      int fl = ::fcntl(c->fd.get(), F_GETFL);
+      ::fcntl(c->fd.get(), F_SETFL, fl & ~O_NONBLOCK);
+      flush_client(*c);
+    }
+    if (ready_.ok())
+      (void)write_all(ready_.get(), "error: the session ended (" + why + ") before it was ready\n", "pipe");
+    done_ = true;
+  }
+
+  SessionSettings s_;
+  UniqueFd listen_, agent_in_, agent_out_;
+  pid_t runner_;
+  UniqueFd ready_, sfd_;
+  FrameReader agent_reader_;
+  std::string to_agent_;
+  std::vector<std::unique_ptr<Client>> clients_;
+  std::vector<Client*> stop_waiters_;
+  std::optional<ActiveCall> call_;
+  std::uint64_t calls_ = 0;
+  std::int64_t started_ = 0, last_activity_ = 0, stop_at_ = 0;
+  bool stopping_ = false, runner_termed_ = false, done_ = false;
+  std::string ended_by_;
+};
+
+}  // namespace
+
+int serve_session(SessionSettings s, UniqueFd listen, UniqueFd agent_in, UniqueFd agent_out, pid_t runner,
+                  UniqueFd ready_fd) {
+  return Server(std::move(s), std::move(listen), std::move(agent_in), std::move(agent_out), runner, std::move(ready_fd))
+      .run();
+}
+
+}  // namespace sbx

@@ -1,0 +1,52 @@
+#pragma once
+// Where sessions live (sbx session; session_server.hpp): <state>/sessions/<id>/ for a running one
+// (mode 0700: session.json, the control socket ctl.sock, the runner's log), and a small
+// <state>/sessions/ended/<id>.json once it ended. A tenant's sessions live in the tenant's store,
+// so one tenant cannot even name another's. Ids are 128 random bits in hex: unguessable.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/base/error.hpp"
+#include "runtime/base/fsutil.hpp"
+#include "runtime/base/paths.hpp"
+
+namespace sbx {
+
+inline constexpr std::size_t kMaxSessionMetaBytes = 64u << 10;
+// Running sessions per store (a user's, or a tenant's) unless SBX_MAX_SESSIONS lowers it.
+inline constexpr int kDefaultMaxSessions = 32;
+
+std::string sessions_dir(const Dirs& dirs);
+std::string session_dir(const Dirs& dirs, const std::string& id);
+std::string new_session_id();
+bool valid_session_id(const std::string& id);
+
+// The most running sessions a store may hold: SBX_MAX_SESSIONS when set (1..kDefaultMaxSessions),
+// else kDefaultMaxSessions.
+Result<int> max_sessions();
+
+// Makes <state>/sessions/<id>/ for a new session, under the store's lock, unless `max` sessions
+// are running there already (stage "sessions": how many, and how to end one).
+Status create_session_dir(const Dirs& dirs, const std::string& id, int max);
+
+// What `ls` and `show` print: session.json of each running session (with "state": "running"),
+// and with `all` the ended ones (their tombstones) too. Newest first.
+std::vector<nlohmann::json> list_sessions(const Dirs& dirs, bool all);
+// One session's: running, ended, or an error naming the id as unknown (stage "usage").
+Result<nlohmann::json> find_session(const Dirs& dirs, const std::string& id);
+
+// Writes a session's meta file atomically (0600).
+Status write_session_meta(const std::string& path, const nlohmann::json& meta);
+// At the session's end: its tombstone, and its directory removed.
+void retire_session_dir(const Dirs& dirs, const std::string& id, const nlohmann::json& end);
+
+// A connection to a running session's server: through the directory's fd, so that the socket's
+// path length never matters. An error names the id (not running, or not this user's).
+Result<UniqueFd> connect_session(const Dirs& dirs, const std::string& id);
+// The server's listening socket at <dir>/ctl.sock (non-blocking, close-on-exec).
+Result<UniqueFd> listen_session(const std::string& dir);
+
+}  // namespace sbx
