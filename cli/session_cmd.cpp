@@ -41,6 +41,10 @@ constexpr int kStartWaitMs = 120000;
 Result<Dirs> store(const GlobalOptions& g, const std::optional<std::string>& tenant) {
   Dirs d = resolve_dirs(g.state_dir);
   if (!tenant) return d;
+  auto t = load_tenant(*tenant);
+  if (!t) return t.error();
+  // A tenant that never ran has no store yet, and so no session: find_session says so.
+  if (Dirs own = tenant_store(*t, d); ::access(own.state.c_str(), F_OK) != 0) return own;
   return tenant_store_of(*tenant, d);
 }
 

@@ -36,6 +36,8 @@ constexpr std::int64_t kRunnerGraceMs = 10000;
 // Bytes queued to one client: a call's output is bounded by its limit; past this the client is
 // not reading and is dropped (the call goes on and is recorded).
 constexpr std::size_t kClientQueueBytes = 64u << 20;
+// An agent's count is believed up to this (a hostile agent's number cannot overflow the record's).
+constexpr std::int64_t kMaxSizeCounted = 1LL << 50;
 
 struct Client {
   UniqueFd fd;
@@ -379,6 +381,13 @@ class Server {
       else if (agent.value("interrupted", false)) result["status"] = "interrupted";
       else if (sig.is_number_integer()) result["status"] = "killed";
       else if (!ec.is_number_integer() || ec.get<std::int64_t>() != 0) result["status"] = "exit_nonzero";
+    }
+    // What the agent read past the limit and never sent: its own count (the server counts only
+    // what it was sent beyond the limit).
+    for (auto [key, st] : {std::pair{"stdout_dropped", &call_->out}, std::pair{"stderr_dropped", &call_->err}}) {
+      auto it = agent.find(key);
+      if (it != agent.end() && it->is_number_integer() && it->get<std::int64_t>() > 0)
+        st->dropped += std::min<std::int64_t>(it->get<std::int64_t>(), kMaxSizeCounted);
     }
     json extra;
     if (agent.contains("interpreter") && agent["interpreter"].is_string()) extra["interpreter"] = agent["interpreter"];

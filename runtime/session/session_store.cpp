@@ -112,8 +112,7 @@ Result<int> max_sessions() {
 
 Status create_session_dir(const Dirs& dirs, const std::string& id, int max) {
   std::string root = sessions_dir(dirs);
-  for (const std::string& d : {dirs.state, root, root + "/ended"})
-    if (::mkdir(d.c_str(), 0700) != 0 && errno != EEXIST) return sys_error(kStage, "cannot create " + d);
+  SBX_TRY(ensure_dir(root + "/ended", 0700));
   UniqueFd lock(::open((root + "/.lock").c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600));
   if (!lock.ok() || ::flock(lock.get(), LOCK_EX) != 0) return sys_error(kStage, "cannot lock " + root);
   int running = 0;

@@ -1,0 +1,339 @@
+"""sbx session (runtime/session/, man sbx-session): state kept across the calls of one session
+(Python globals, /workspace files, processes), every way a session ends and what is left after
+each (no process, no session directory, the records), limits per call and for the session as a
+whole, one call at a time, interrupting a call without ending the session, and the refusal of an
+unknown, ended or foreign id."""
+import json
+import os
+import signal
+import subprocess
+import time
+
+from sbxtest import MODE, SBX, SbxTestCase, find_procs, kill_tree_by_marker, ledger_lines, sbx, scaled, \
+    sleep_marker, validate_trace, wait_for
+
+ROOT = MODE == "root"
+
+
+class SessionCase(SbxTestCase):
+    def setUp(self):
+        super().setUp()
+        self.state = os.environ["SBX_STATE_DIR"]
+        self.started = []
+
+    def tearDown(self):
+        for sid in self.started:
+            sbx(["session", "stop", sid], timeout=60)
+        super().tearDown()
+
+    def start(self, *opts, env=None):
+        r = sbx(["session", "start", "--json"] + list(opts), timeout=60, env=env)
+        self.assertEqual(r.rc, 0, r.describe())
+        info = json.loads(r.out)
+        self.started.append(info["session"])
+        return info
+
+    def exec(self, sid, *args, env=None, timeout=60):
+        return sbx(["session", "exec", sid] + list(args), timeout=timeout, env=env)
+
+    def py(self, sid, code, *opts):
+        return self.exec(sid, "--language", "python", "--code", code, *opts)
+
+    def records(self, schema=None):
+        out = []
+        for line in ledger_lines(self.state):
+            rec = line["record"]
+            if schema is None or rec.get("schema") == schema:
+                out.append(rec)
+        return out
+
+    def session_dir(self, sid):
+        return os.path.join(self.state, "sessions", sid)
+
+    def ended(self, sid, timeout=30):
+        """Waits for the session's end; returns `session show`'s JSON of it."""
+        ok = wait_for(lambda: not os.path.exists(self.session_dir(sid)), scaled(timeout))
+        self.assertTrue(ok, f"session {sid} did not end within {timeout}s")
+        r = sbx(["session", "show", sid])
+        self.assertEqual(r.rc, 0, r.describe())
+        meta = json.loads(r.out)
+        self.assertEqual(meta["state"], "ended")
+        return meta
+
+    def end_record(self, info):
+        runs = [r for r in self.records("sbx.trace/v1") if r["run_id"] == info["run_id"]]
+        self.assertEqual(len(runs), 1, f"the session run's record {info['run_id']}")
+        validate_trace(self, runs[0])
+        return runs[0]
+
+    def assertNothingLeft(self, sid, marker=None):
+        self.assertFalse(os.path.exists(self.session_dir(sid)), "the session's directory is still there")
+        meta = json.loads(sbx(["session", "show", sid]).out)
+        self.assertEqual(meta["state"], "ended")
+        # The server exits only after it reaped the runner, whose sandbox died with it.
+        self.assertTrue(wait_for(lambda: not os.path.exists(f"/proc/{meta['server_pid']}"), scaled(10)),
+                        "the session's server is still running")
+        if marker:
+            self.assertEqual(find_procs(marker), {}, "a process started inside the session is still running")
+
+
+class State(SessionCase):
+    def test_python_globals_files_and_processes_stay_between_calls(self):
+        sid = self.start()["session"]
+        r = self.py(sid, "x = 41")
+        self.assertEqual(r.rc, 0, r.describe())
+        r = self.py(sid, "print(x + 1)")
+        self.assertEqual((r.rc, r.out), (0, "42\n"), r.describe())
+        # A last bare expression is shown as a REPL shows it.
+        r = self.py(sid, "x * 2")
+        self.assertEqual(r.out, "82\n", r.describe())
+        r = self.exec(sid, "--", "sh", "-c", "pwd; echo kept > note.txt")
+        self.assertEqual((r.rc, r.out), (0, "/workspace\n"), r.describe())
+        r = self.exec(sid, "--", "cat", "/workspace/note.txt")
+        self.assertEqual(r.out, "kept\n", r.describe())
+        m = sleep_marker()
+        r = self.exec(sid, "--", "sh", "-c", f"sleep {m} >/dev/null 2>&1 &")
+        self.assertEqual(r.rc, 0, r.describe())
+        r = self.exec(sid, "--", "sh", "-c", "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline; echo; done")
+        self.assertIn(f"sleep {m}", r.out, "a process of an earlier call is gone")
+        r = sbx(["session", "stop", sid], timeout=60)
+        self.assertEqual(r.rc, 0, r.describe())
+        self.assertIn("stopped after 7 calls", r.out)
+        self.started.remove(sid)
+        self.assertNothingLeft(sid, m)
+        kill_tree_by_marker(m)
+
+    def test_output_exit_status_and_streams_of_a_call(self):
+        sid = self.start()["session"]
+        r = self.exec(sid, "--", "sh", "-c", "echo out; echo err >&2; exit 3")
+        self.assertEqual((r.rc, r.out, r.err), (3, "out\n", "err\n"), r.describe())
+        r = self.exec(sid, "--", "sh", "-c", "kill -TERM $$")
+        self.assertEqual(r.rc, 128 + 15, r.describe())
+        r = self.exec(sid, "--", "no-such-program-here")
+        self.assertEqual(r.rc, 127, r.describe())
+        r = self.exec(sid, "--json", "--", "sh", "-c", "echo to-stderr")
+        done = json.loads(r.out)
+        self.assertEqual(r.err, "to-stderr\n", "--json: the call's stdout goes to stderr")
+        self.assertEqual(done["result"]["status"], "ok")
+        self.assertEqual(done["stdout"]["bytes"], 10)
+        self.assertIn("seq", done["record"])
+        # sh and bash run a new process each call: only Python keeps interpreter state.
+        r = self.exec(sid, "--language", "bash", "--code", "echo $((6 * 7))")
+        self.assertEqual(r.out, "42\n", r.describe())
+
+    def test_a_call_that_kills_the_interpreter_loses_its_state_and_the_next_starts_anew(self):
+        sid = self.start()["session"]
+        self.py(sid, "x = 1")
+        r = self.py(sid, "import os; os._exit(7)")
+        self.assertEqual(r.rc, 7, r.describe())
+        self.assertIn("state is lost", r.err)
+        r = self.exec(sid, "--json", "--language", "python", "--code", "print(globals().get('x'))")
+        done = json.loads(r.out)
+        self.assertEqual(r.err, "None\n", r.describe())
+        self.assertEqual(done["interpreter"], "new")
+        calls = [c for c in self.records("sbx.session-call/v1") if c["session"]["id"] == sid]
+        self.assertEqual([c["session"].get("interpreter") for c in calls], ["new", "lost", "new"])
+
+    def test_an_exception_is_the_call_s_error_and_the_session_goes_on(self):
+        sid = self.start()["session"]
+        self.py(sid, "y = 5")
+        r = self.py(sid, "1/0")
+        self.assertEqual(r.rc, 1, r.describe())
+        self.assertIn("ZeroDivisionError", r.err)
+        self.assertIn('File "<session>", line 1', r.err)
+        self.assertNotIn('File "<string>"', r.err, "the driver's own frames are not the caller's")
+        r = self.py(sid, "import sys; sys.exit(3)")
+        self.assertEqual(r.rc, 1, "exit() ends the call, not the interpreter\n" + r.describe())
+        r = self.py(sid, "print(y)")
+        self.assertEqual(r.out, "5\n", r.describe())
+
+
+class Ends(SessionCase):
+    def test_stop_idle_max_and_a_dead_sandbox_each_end_it_and_leave_nothing(self):
+        cases = [("stop", []), ("idle", ["--idle", "1s"]), ("max", ["--max", "2s"]), ("sandbox_ended", [])]
+        for why, opts in cases:
+            with self.subTest(why):
+                m = sleep_marker()
+                info = self.start(*opts)
+                sid = info["session"]
+                r = self.exec(sid, "--", "sh", "-c", f"sleep {m} >/dev/null 2>&1 &")
+                self.assertEqual(r.rc, 0, r.describe())
+                if why == "stop":
+                    self.assertEqual(sbx(["session", "stop", sid], timeout=60).rc, 0)
+                if why == "sandbox_ended":
+                    # The call kills the agent (its parent): the sandbox's program is gone.
+                    self.exec(sid, "--", "sh", "-c", "kill -KILL $PPID")
+                meta = self.ended(sid)
+                self.started.remove(sid)
+                self.assertEqual(meta["ended_by"], why)
+                self.assertNothingLeft(sid, m)
+                end = self.end_record(info)
+                self.assertEqual(end["session"]["id"], sid)
+                self.assertEqual(end["session"]["ended_by"], why if why != "sandbox_ended" else "sandbox_ended")
+                r = self.exec(sid, "--", "true")
+                self.assertEqual(r.rc, 125, r.describe())
+                self.assertIn(f"session {sid} has ended ({why})", r.err)
+                self.assertEqual(len(r.err.splitlines()), 1, r.describe())
+                kill_tree_by_marker(m)
+
+    def test_a_client_that_disappears_mid_call_interrupts_it_and_idle_still_ends_the_session(self):
+        sid = self.start("--idle", "2s")["session"]
+        p = subprocess.Popen([SBX, "session", "exec", sid, "--", "sleep", "30"], stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+        time.sleep(scaled(0.5))
+        p.kill()
+        p.wait()
+        meta = self.ended(sid, timeout=30)
+        self.started.remove(sid)
+        self.assertEqual(meta["ended_by"], "idle")
+        calls = [c for c in self.records("sbx.session-call/v1") if c["session"]["id"] == sid]
+        self.assertEqual(len(calls), 1, "the abandoned call is recorded")
+        self.assertEqual(calls[0]["result"]["status"], "interrupted")
+
+    def test_records_start_calls_and_end_and_the_ledger_verifies(self):
+        info = self.start()
+        sid = info["session"]
+        self.exec(sid, "--", "true")
+        self.py(sid, "print('hi')")
+        sbx(["session", "stop", sid], timeout=60)
+        self.started.remove(sid)
+        start = [r for r in self.records("sbx.session-start/v1") if r["session"]["id"] == sid]
+        self.assertEqual(len(start), 1)
+        self.assertEqual(start[0]["session"]["run_id"], info["run_id"])
+        self.assertEqual(start[0]["session"]["profile"], "untrusted")
+        calls = [r for r in self.records("sbx.session-call/v1") if r["session"]["id"] == sid]
+        self.assertEqual([c["session"]["call"] for c in calls], [1, 2])
+        self.assertEqual(calls[0]["invocation"]["request"]["argv"], ["true"])
+        self.assertEqual(calls[1]["invocation"]["request"]["language"], "python")
+        self.assertEqual(calls[1]["invocation"]["request"]["code"], "print('hi')")
+        self.assertEqual(calls[1]["stdout"]["bytes"], 3)
+        for c in calls:
+            self.assertEqual(c["session"]["run_id"], info["run_id"])
+        end = self.end_record(info)
+        self.assertEqual(end["session"]["calls"], 2)
+        self.assertEqual(end["session"]["ended_by"], "stop")
+        self.assertEqual(end["invocation"]["spec"]["workdir"], "/workspace")
+        r = sbx(["trace", "verify"])
+        self.assertEqual(r.rc, 0, r.describe())
+
+
+class Limits(SessionCase):
+    def test_per_call_timeout_and_output_limit(self):
+        sid = self.start("--timeout", "1s", "--output-limit", "1000")["session"]
+        r = self.exec(sid, "--", "sleep", "20", timeout=30)
+        self.assertEqual(r.rc, 124, r.describe())
+        self.assertLess(r.wall, scaled(10), "the call's timeout did not end it")
+        r = self.exec(sid, "--json", "--", "sh", "-c", "head -c 5000 /dev/zero")
+        done = json.loads(r.out)
+        self.assertEqual(done["stdout"]["bytes"], 1000)
+        self.assertEqual(done["stdout"]["dropped"], 4000)
+        # A call may lower its limits, never raise them past the session's.
+        r = self.exec(sid, "--timeout", "5s", "--", "true")
+        self.assertEqual(r.rc, 125, r.describe())
+        self.assertIn("timeout_ms must be from 1 to 1000", r.err)
+        r = self.exec(sid, "--output-limit", "10", "--", "sh", "-c", "echo 0123456789abcdef")
+        self.assertEqual(r.out, "0123456789", r.describe())
+        r = self.py(sid, "import time; time.sleep(20)")
+        self.assertEqual(r.rc, 124, r.describe())
+        # A timed-out Python call kills the interpreter: the next one starts anew.
+        r = self.py(sid, "print('again')")
+        self.assertEqual(r.out, "again\n", r.describe())
+
+    def test_the_session_s_limits_hold_for_the_session_as_a_whole(self):
+        m = sleep_marker()
+        sid = self.start("--pids", "12")["session"]
+        try:
+            # Processes that earlier calls left count against the session's pids limit.
+            r = self.exec(sid, "--", "sh", "-c", f"for i in 1 2 3 4 5 6 7 8 9 10 11 12; do sleep {m} & done; wait",
+                          timeout=30)
+            r = self.exec(sid, "--", "sh", "-c", "sleep 0")
+            self.assertNotEqual(r.rc, 0, "a call forked past the session's pids limit\n" + r.describe())
+        finally:
+            kill_tree_by_marker(m)
+        sid2 = self.start()["session"]
+        # /workspace is a size-capped tmpfs (256 MiB).
+        r = self.exec(sid2, "--", "sh", "-c", "head -c 300000000 /dev/zero > big; echo $?", timeout=60)
+        self.assertIn("No space left", r.err, r.describe())
+
+    def test_one_call_at_a_time_the_second_is_refused(self):
+        sid = self.start()["session"]
+        p = subprocess.Popen([SBX, "session", "exec", sid, "--", "sleep", "3"], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE)
+        try:
+            time.sleep(scaled(0.7))
+            r = self.exec(sid, "--", "true")
+            self.assertEqual(r.rc, 125, r.describe())
+            self.assertIn("is busy with call 1", r.err)
+        finally:
+            p.communicate(timeout=30)
+        self.assertEqual(p.returncode, 0)
+
+    def test_interrupt_ends_the_call_not_the_session(self):
+        sid = self.start()["session"]
+        self.py(sid, "z = 'still here'")
+        p = subprocess.Popen([SBX, "session", "exec", sid, "--language", "python", "--code",
+                              "import time\nwhile True: time.sleep(0.1)"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        time.sleep(scaled(1.0))
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=30)
+        self.assertEqual(p.returncode, 130, err)
+        self.assertIn(b"KeyboardInterrupt", err)
+        r = self.py(sid, "print(z)")
+        self.assertEqual(r.out, "still here\n", r.describe())
+
+    def test_a_store_holds_at_most_its_maximum_of_running_sessions(self):
+        env = dict(os.environ, SBX_MAX_SESSIONS="2")
+        self.start(env=env)
+        self.start(env=env)
+        r = sbx(["session", "start"], env=env, timeout=60)
+        self.assertEqual(r.rc, 125, r.describe())
+        self.assertIn("2 sessions are running", r.err)
+        self.assertIn("sbx session stop", r.err)
+        self.assertEqual(len(r.err.splitlines()), 1)
+
+
+class Ids(SessionCase):
+    def test_unknown_malformed_and_foreign_ids_are_refused_naming_them(self):
+        r = sbx(["session", "exec", "0123456789abcdef0123456789abcdef", "--", "true"])
+        self.assertEqual(r.rc, 125)
+        self.assertIn("no session 0123456789abcdef0123456789abcdef", r.err)
+        r = sbx(["session", "exec", "../../etc", "--", "true"])
+        self.assertEqual(r.rc, 125)
+        self.assertIn("'../../etc' is no session id", r.err)
+        sid = self.start()["session"]
+        # Another store (another user's, or a tenant's) does not know the id.
+        other = self.path("other-state")
+        os.mkdir(other, 0o700)
+        r = sbx(["session", "exec", sid, "--", "true"], env=dict(os.environ, SBX_STATE_DIR=other))
+        self.assertEqual(r.rc, 125, r.describe())
+        self.assertIn(f"no session {sid}", r.err)
+        tenants = self.path("tenants")
+        os.mkdir(tenants)
+        with open(os.path.join(tenants, "A.json"), "w") as f:
+            json.dump({"id_slot": 1, "separate_ids": "preferred"}, f)
+        env = dict(os.environ, SBX_TENANTS_DIR=tenants)
+        r = sbx(["session", "exec", "--tenant", "A", sid, "--", "true"], env=env)
+        self.assertEqual(r.rc, 125, r.describe())
+        self.assertIn(f"no session {sid}", r.err)
+        # The tenant's own session is reachable only through the tenant.
+        r = sbx(["session", "start", "--tenant", "A", "--json"], env=env, timeout=60)
+        self.assertEqual(r.rc, 0, r.describe())
+        tid = json.loads(r.out)["session"]
+        try:
+            r = sbx(["session", "exec", "--tenant", "A", tid, "--", "echo", "mine"], env=env)
+            self.assertEqual(r.out, "mine\n", r.describe())
+            r = sbx(["session", "exec", tid, "--", "true"], env=env)
+            self.assertEqual(r.rc, 125, r.describe())
+        finally:
+            sbx(["session", "stop", "--tenant", "A", tid], env=env, timeout=60)
+
+    def test_the_control_socket_is_the_owner_s_only(self):
+        sid = self.start()["session"]
+        d = os.stat(self.session_dir(sid))
+        self.assertEqual(d.st_mode & 0o777, 0o700)
+        self.assertEqual(d.st_uid, os.getuid())
+        meta = json.loads(sbx(["session", "show", sid]).out)
+        self.assertEqual(meta["state"], "running")
+        self.assertEqual(meta["uid"], os.getuid())
+        self.assertEqual(len(sid), 32)
