@@ -107,6 +107,7 @@ void add_scope_keeper_command(CLI::App& app, GlobalOptions& g, std::vector<Comma
 void add_replay_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out);
 void add_gc_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out);
 void add_session_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out);
+void add_kernel_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out);  // session_cmd.cpp
 
 // The RunRequest of `sbx run`'s options (add_run_options) as `f` holds them: the profile, image,
 // flags, stdin, tenant and secrets. The exit status of the usage error when they are refused.

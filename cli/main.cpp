@@ -183,6 +183,7 @@ static std::vector<sbx::cli::Command> add_commands(CLI::App& app, sbx::cli::Glob
                                                                      {"replay", add_replay_command},
                                                                      {"gc", add_gc_command},
                                                                      {"session", add_session_command},
+                                                                     {"kernel", add_kernel_command},
                                                                      {"scope-keeper", add_scope_keeper_command}};
   std::vector<sbx::cli::Command> commands;
   const std::string named = word_after(argc, argv, {});

@@ -8,7 +8,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cstdio>
+#include <cstdlib>
 
 #include <nlohmann/json.hpp>
 
@@ -18,6 +21,8 @@
 #include "runtime/base/text_escape.hpp"
 #include "runtime/base/units.hpp"
 #include "runtime/launch/tenant.hpp"
+#include "runtime/base/fsutil.hpp"
+#include "runtime/session/kernel_relay.hpp"
 #include "runtime/session/session_agent.hpp"
 #include "runtime/session/session_request.hpp"
 #include "runtime/session/session_store.hpp"
@@ -65,6 +70,9 @@ void write_fd(int fd, std::string_view bytes) {
   ::close_range(3, ~0u, CLOSE_RANGE_CLOEXEC);
   req.io.stdout_fd = out_w;
   ::fcntl(out_w, F_SETFD, 0);
+  // The agent's own stderr is the sandbox's: nothing of it is kept on the host's disk (a call
+  // could write there without end). runner.log holds sbx's own messages only.
+  req.io.stderr_fd = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
   RunReport r = run_sandbox(req);
   ::_exit(r.exit_status);
 }
@@ -117,48 +125,68 @@ std::string read_ready(int fd) {
   return line.substr(0, line.find('\n'));
 }
 
-int start(RunFlags& f, GlobalOptions& g, SessionFlags& sf) {
-  if (f.interactive || f.tty)
-    return usage_error("session start: -i and -t are 'sbx run''s; run commands with 'sbx session exec ID -- CMD'");
-  if (f.dry_run)
-    return usage_error("session start: --dry-run is not supported; try 'sbx run --dry-run' with the same options");
-  if (!f.command.empty() || g.after_dashdash)
-    return usage_error("session start takes no command: run commands with 'sbx session exec ID -- CMD'");
-  f.command = {std::string(kAgentPath), "session-agent"};  // the session's program (make_session_request)
+// What start and kernel run share: the session's request, its directory, its socket and the
+// two channels between the server and the runner (pairs[0]: to the agent, pairs[1]: from it).
+struct PreparedSession {
   RunRequest req;
-  if (auto rc = build_run_request(f, g, req)) return *rc;
   SessionSettings s;
+  UniqueFd listen;
+  int pairs[2][2] = {{-1, -1}, {-1, -1}};
+};
+
+std::optional<int> prepare_session(RunFlags& f, GlobalOptions& g, SessionFlags& sf, PreparedSession& p,
+                                   const std::string& kernel = "") {
+  const std::string what = kernel.empty() ? "session start" : "kernel run";
+  if (f.interactive || f.tty)
+    return usage_error(what + ": -i and -t are 'sbx run''s; run commands with 'sbx session exec ID -- CMD'");
+  if (f.dry_run)
+    return usage_error(what + ": --dry-run is not supported; try 'sbx run --dry-run' with the same options");
+  if (!f.command.empty() || g.after_dashdash)
+    return usage_error(what + " takes no command: run commands with 'sbx session exec ID -- CMD'");
+  f.command = {std::string(kAgentPath), "session-agent"};  // the session's program (make_session_request)
+  RunRequest& req = p.req;
+  if (auto rc = build_run_request(f, g, req)) return *rc;
+  SessionSettings& s = p.s;
   s.id = new_session_id();
   s.dirs = req.dirs;
   auto idle = parse_duration_ms(sf.idle);
   auto max = parse_duration_ms(sf.max);
-  if (!idle) return usage_error("session start: --idle " + sf.idle + ": " + idle.error().message);
-  if (!max) return usage_error("session start: --max " + sf.max + ": " + max.error().message);
+  if (!idle) return usage_error(what + ": --idle " + sf.idle + ": " + idle.error().message);
+  if (!max) return usage_error(what + ": --max " + sf.max + ": " + max.error().message);
   s.idle_ms = *idle;
   s.max_ms = *max;
   char exe[4096];
   ssize_t n = ::readlink("/proc/self/exe", exe, sizeof exe - 1);
-  if (n <= 0) return usage_error("session start: cannot find sbx's own binary (/proc/self/exe)");
-  if (auto st = make_session_request(req, s, std::string(exe, static_cast<std::size_t>(n))); !st)
+  if (n <= 0) return usage_error(what + ": cannot find sbx's own binary (/proc/self/exe)");
+  if (auto st = make_session_request(req, s, std::string(exe, static_cast<std::size_t>(n)), kernel); !st)
     return usage_error(st.error().message);
   auto limit = max_sessions();
   if (!limit) return usage_error(limit.error().message);
   if (auto st = create_session_dir(s.dirs, s.id, *limit); !st) return usage_error(st.error().describe());
   auto listen = listen_session(session_dir(s.dirs, s.id));
   if (!listen) return usage_error(listen.error().describe());
-  int pairs[2][2], ready[2];
-  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pairs[0]) != 0 ||
-      ::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pairs[1]) != 0 || ::pipe2(ready, O_CLOEXEC) != 0)
-    return usage_error("session start: cannot make the session's channels");
+  p.listen = std::move(*listen);
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, p.pairs[0]) != 0 ||
+      ::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, p.pairs[1]) != 0)
+    return usage_error(what + ": cannot make the session's channels");
+  return std::nullopt;
+}
+
+int start(RunFlags& f, GlobalOptions& g, SessionFlags& sf) {
+  PreparedSession p;
+  if (auto rc = prepare_session(f, g, sf, p)) return *rc;
+  SessionSettings& s = p.s;
+  int ready[2];
+  if (::pipe2(ready, O_CLOEXEC) != 0) return usage_error("session start: cannot make the session's channels");
   std::fflush(nullptr);
   pid_t daemon = ::fork();
   if (daemon == 0) {
     ::close(ready[0]);
-    become_daemon(req, s, std::move(*listen), pairs, UniqueFd(ready[1]));
+    become_daemon(p.req, s, std::move(p.listen), p.pairs, UniqueFd(ready[1]));
   }
-  listen->reset();
-  for (auto& p : pairs)
-    for (int fd : p) ::close(fd);
+  p.listen.reset();
+  for (auto& pair : p.pairs)
+    for (int fd : pair) ::close(fd);
   ::close(ready[1]);
   UniqueFd rd(ready[0]);
   if (daemon < 0) return usage_error("session start: cannot fork the session's server");
@@ -332,7 +360,112 @@ RunFlags& start_flags() {
   static RunFlags f;
   return f;
 }
+
+// --- sbx kernel: a Jupyter kernel in a session
+struct KernelFlags {
+  std::string name, connection_file, display_name;
+  bool user = false;
+};
+
+// Where Jupyter looks for kernelspecs: the user's data dir (JUPYTER_DATA_DIR, else
+// $XDG_DATA_HOME/jupyter, else ~/.local/share/jupyter), or the system's /usr/local/share/jupyter.
+std::string kernels_dir(bool user) {
+  if (!user) return "/usr/local/share/jupyter/kernels";
+  if (const char* d = std::getenv("JUPYTER_DATA_DIR"); d && *d) return std::string(d) + "/kernels";
+  if (const char* d = std::getenv("XDG_DATA_HOME"); d && *d) return std::string(d) + "/jupyter/kernels";
+  const char* home = std::getenv("HOME");
+  return std::string(home ? home : "") + "/.local/share/jupyter/kernels";
+}
+
+bool valid_kernel_name(const std::string& n) {
+  return !n.empty() && n.size() <= 64 && n != "." && n != ".." && std::all_of(n.begin(), n.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '.' || c == '_';
+  });
+}
+
+int kernel_install(GlobalOptions& g, RunFlags& f, KernelFlags& kf, SessionFlags& sf) {
+  if (!valid_kernel_name(kf.name))
+    return usage_error("kernel install: --name '" + kf.name + "': use letters, digits, '-', '.' and '_' (at most 64)");
+  char exe[4096];
+  ssize_t n = ::readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (n <= 0) return usage_error("kernel install: cannot find sbx's own binary (/proc/self/exe)");
+  json argv = {std::string(exe, static_cast<std::size_t>(n)), "kernel", "run", "--profile", f.profile};
+  if (f.tenant) argv.insert(argv.end(), {"--tenant", *f.tenant});
+  if (!g.state_dir.empty()) argv.insert(argv.end(), {"--state-dir", g.state_dir});
+  argv.insert(argv.end(), {"--idle", sf.idle, "--max", sf.max, "--connection-file", "{connection_file}"});
+  json spec = {{"argv", argv},
+               {"display_name", kf.display_name.empty() ? "Python 3 in sbx (" + f.profile + ")" : kf.display_name},
+               {"language", "python"},
+               {"interrupt_mode", "message"},
+               {"metadata", {{"sbx", {{"profile", f.profile}, {"version", SBX_VERSION}}}}}};
+  std::string dir = kernels_dir(kf.user) + "/" + kf.name;
+  if (auto st = ensure_dir(dir, 0755); !st) return usage_error("kernel install: " + st.error().describe());
+  if (auto st = write_file_durable(dir + "/kernel.json", dump_json(spec, 2) + "\n", 0644); !st)
+    return usage_error("kernel install: " + st.error().describe());
+  std::printf("installed kernelspec %s in %s\n", kf.name.c_str(), dir.c_str());
+  return 0;
+}
+
+// jupyter_client starts this with its connection file and ends it (a shutdown message, then
+// SIGTERM or SIGKILL) at a restart or shutdown: the session runs in the foreground, and this
+// process is its server.
+int kernel_run(GlobalOptions& g, RunFlags& f, KernelFlags& kf, SessionFlags& sf) {
+  auto conn = read_connection_file(kf.connection_file);
+  if (!conn) return usage_error("kernel run: " + conn.error().describe());
+  auto relay = KernelRelay::open(*conn);
+  if (!relay) return usage_error("kernel run: " + relay.error().describe());
+  PreparedSession p;
+  if (auto rc = prepare_session(f, g, sf, p, conn->kernel_name.empty() ? "jupyter" : conn->kernel_name)) return *rc;
+  pid_t runner = ::fork();
+  if (runner == 0) {
+    p.listen.reset();
+    ::close(p.pairs[0][0]);
+    ::close(p.pairs[1][0]);
+    become_runner(p.req, p.pairs[0][1], p.pairs[1][1], session_dir(p.s.dirs, p.s.id));
+  }
+  ::close(p.pairs[0][1]);
+  ::close(p.pairs[1][1]);
+  if (runner < 0) return usage_error("kernel run: cannot fork the session's runner");
+  p.s.meta["server_pid"] = ::getpid();
+  (void)write_session_meta(session_dir(p.s.dirs, p.s.id) + "/session.json", p.s.meta);
+  return serve_session(std::move(p.s), std::move(p.listen), UniqueFd(p.pairs[0][0]), UniqueFd(p.pairs[1][0]), runner,
+                       UniqueFd(), std::move(*relay));
+}
+
+RunFlags& kernel_flags() {
+  static RunFlags f;
+  return f;
+}
 }  // namespace
+
+void add_kernel_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out) {
+  static KernelFlags kf;
+  static SessionFlags sf;
+  RunFlags& f = kernel_flags();
+  auto* kernel = app.add_subcommand("kernel", "Jupyter kernels that run inside an sbx session: install, run");
+  kernel->require_subcommand(1);
+  auto* in = kernel->add_subcommand("install", "Write a kernelspec whose kernel runs in an sbx session");
+  in->add_option("--name", kf.name, "The kernelspec's name (e.g. sbx-python3)")->required();
+  in->add_option("--profile", f.profile, "The profile its sessions run under (default: untrusted)");
+  in->add_option("--tenant", f.tenant, "Run its sessions as tenant NAME")->check(tenant_option_check, "NAME");
+  in->add_flag("--user", kf.user, "Into the user's Jupyter data dir instead of /usr/local/share/jupyter");
+  in->add_option("--display-name", kf.display_name, "The name notebooks show (default: Python 3 in sbx (PROFILE))");
+  in->add_option("--idle", sf.idle, "End a kernel's session after this long without traffic (default 10m)");
+  in->add_option("--max", sf.max, "End a kernel's session this long after its start (default 1h, at most 24h)");
+  auto* run = kernel->add_subcommand("run", "Run a kernel in a session (what the kernelspec's argv starts)");
+  add_run_options(run, f);
+  run->add_option("--connection-file", kf.connection_file, "The client's connection file")->required();
+  run->add_option("--idle", sf.idle, "End the session after this long without traffic (default 10m)");
+  run->add_option("--max", sf.max, "End the session this long after its start (default 1h, at most 24h)");
+  for (CLI::App* a : {in, run}) add_global_options(*a, g);
+  out.push_back({kernel,
+                 [&g, in, run, &f]() -> int {
+                   if (in->parsed()) return kernel_install(g, f, kf, sf);
+                   if (run->parsed()) return kernel_run(g, f, kf, sf);
+                   return usage_error("kernel: expected install or run");
+                 },
+                 true});
+}
 
 void add_session_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out) {
   static SessionFlags sf;

@@ -13,11 +13,14 @@
 #include <cstdint>
 #include <cstring>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "runtime/session/session_child.hpp"
+#include "runtime/session/session_tunnel.hpp"
 #include "runtime/session/session_wire.hpp"
 
 namespace sbx {
@@ -119,24 +122,6 @@ struct Pipe {
 
 void set_nonblock(int fd) { ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK); }
 
-// In a child, before execve: its own process group (a timeout kills the whole of it), the
-// default signal dispositions and mask, stdin from /dev/null, only fds 0-2 (and `keep` more).
-void child_setup(int out_w, int err_w, int keep_to) {
-  ::setpgid(0, 0);
-  for (int s = 1; s < 65; ++s) ::signal(s, SIG_DFL);
-  sigset_t none;
-  sigemptyset(&none);
-  ::sigprocmask(SIG_SETMASK, &none, nullptr);
-  int null = ::open("/dev/null", O_RDONLY);
-  if (null >= 0 && null != 0) {
-    ::dup2(null, 0);
-    ::close(null);
-  }
-  ::dup2(out_w, 1);
-  ::dup2(err_w, 2);
-  ::close_range(static_cast<unsigned>(keep_to + 1), ~0u, 0);
-}
-
 class Agent {
  public:
   int main() {
@@ -165,6 +150,7 @@ class Agent {
     p.push_back({call_.active ? call_.out.poll_fd() : -1, POLLIN, 0});
     p.push_back({call_.active ? call_.err.poll_fd() : -1, POLLIN, 0});
     p.push_back({call_.active && call_.python ? py_.status_fd : -1, POLLIN, 0});
+    tunnel_.add_to(p);
     int timeout = -1;
     if (call_.active) {
       std::int64_t next = call_.kill_at != 0 ? std::min(call_.deadline, call_.kill_at) : call_.deadline;
@@ -175,6 +161,7 @@ class Agent {
     if (p[2].revents) call_.out.pump(call_.limit, true);
     if (p[3].revents) call_.err.pump(call_.limit, true);
     if (p[4].revents) read_status();
+    tunnel_.dispatch(std::span<const struct pollfd>(p).subspan(5));
     check_deadlines();
     if (call_.active && call_.ended) finish();
     if (p[0].revents) return read_requests();
@@ -196,6 +183,13 @@ class Agent {
       auto f = in_.next();
       if (!f) return false;  // the server broke the framing: it is not ours to guess
       if (!*f) return true;
+      if ((*f)->type == 'S') {
+        std::uint32_t id = 0;
+        std::string_view bytes;
+        if (!decode_stream_frame((*f)->body, id, bytes)) return false;
+        tunnel_.to_stream(id, bytes);
+        continue;
+      }
       auto j = frame_json(**f);
       if (!j) return false;
       handle(*j);
@@ -207,6 +201,7 @@ class Agent {
   void handle(const nlohmann::json& j) {
     std::string op = j.value("op", "");
     if (op == "interrupt") return interrupt();
+    if (tunnel_.handle(j)) return;
     if (call_.active) return refuse("a call is already running in this session");
     if (op != "exec" && op != "code") return refuse("unknown request '" + op + "'");
     auto num = [&](const char* k, std::int64_t d) {
@@ -246,7 +241,7 @@ class Agent {
       return refuse("cannot fork the call's process (the session's pids limit?)");
     }
     if (pid == 0) {
-      child_setup(o.w, e.w, 2);
+      session_child_setup(o.w, e.w, 2);
       ::execvp(args[0], args.data());
       int err = errno;
       std::string msg = std::string("sbx session: ") + args[0] + ": " + ::strerror(err) + "\n";
@@ -275,7 +270,7 @@ class Agent {
       // them on 3 and 4 clobbers nothing still needed.
       ::dup2(code.r, 3);
       ::dup2(status.w, 4);
-      child_setup(o.w, e.w, 4);
+      session_child_setup(o.w, e.w, 4);
       const char* argv[] = {"python3", "-u", "-c", driver.c_str(), nullptr};
       ::execvp(argv[0], const_cast<char**>(argv));
       std::string msg =
@@ -352,6 +347,7 @@ class Agent {
       int st = 0;
       pid_t pid = ::waitpid(-1, &st, WNOHANG);
       if (pid <= 0) break;
+      if (tunnel_.reaped(pid, st)) continue;
       bool interp = pid == py_.pid;
       if (interp) {
         py_.pid = -1;  // its pipes are read to the end by finish() or dropped below
@@ -419,6 +415,7 @@ class Agent {
 
   int sfd_ = -1;
   FrameReader in_;
+  AgentTunnel tunnel_{[](std::string_view frame) { send(frame); }};
   Call call_;
   Interpreter py_;
 };

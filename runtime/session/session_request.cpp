@@ -6,6 +6,7 @@
 #include "runtime/base/json_io.hpp"
 #include "runtime/session/session_agent.hpp"
 #include "runtime/session/session_store.hpp"
+#include "runtime/session/session_tunnel.hpp"
 
 namespace sbx {
 namespace {
@@ -14,7 +15,8 @@ namespace {
 constexpr std::int64_t kRunnerSlackMs = 30000;
 }  // namespace
 
-Status make_session_request(RunRequest& req, SessionSettings& s, const std::string& self_exe) {
+Status make_session_request(RunRequest& req, SessionSettings& s, const std::string& self_exe,
+                            const std::string& kernel) {
   RunSpec& spec = req.spec;
   if (s.idle_ms < 1 || s.max_ms < 1 || s.max_ms > kSessionMaxCeilingMs)
     return make_error("usage", "session: --max must be from 1ms to 24h and --idle at least 1ms");
@@ -29,6 +31,7 @@ Status make_session_request(RunRequest& req, SessionSettings& s, const std::stri
       return make_error("usage", "session: /workspace is the session's own tmpfs; bind or mount elsewhere");
   spec.tmpfs.push_back(TmpfsMount{std::string(kWorkspace), kWorkspaceDefaultBytes, false});
   spec.workdir = std::string(kWorkspace);
+  if (!kernel.empty()) spec.tmpfs.push_back(TmpfsMount{std::string(kKernelDir), 1LL << 20, true});
   req.run_id = make_run_id();
   s.run_id = req.run_id;
   req.io.stdin_plan = StdinPlan{StdinMode::pipe, "socket", true};
@@ -46,11 +49,13 @@ Status make_session_request(RunRequest& req, SessionSettings& s, const std::stri
             {"calls", 0},
             {"state", "starting"}};
   if (req.record_extra.contains("tenant")) s.meta["tenant"] = req.record_extra["tenant"];
+  if (!kernel.empty()) s.meta["kernel"] = kernel;
   nlohmann::json session = {{"id", s.id},
                             {"idle_ms", s.idle_ms},
                             {"max_ms", s.max_ms},
                             {"call_timeout_ms", s.call_timeout_ms},
                             {"call_output_limit", s.call_output_limit}};
+  if (!kernel.empty()) session["kernel"] = kernel;
   // The end record says how many calls there were and why the session ended: the server wrote
   // end.json before it closed the agent's stdin; none means the sandbox ended by itself.
   std::string end_file = session_dir(s.dirs, s.id) + "/end.json";

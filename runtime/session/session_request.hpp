@@ -14,6 +14,9 @@ namespace sbx {
 // as a tmpfs and the working directory, the profile's timeout and output limit kept as each
 // call's, the run's wall time the session's --max, stdin a pipe from the server. Fills `s` from
 // the request (limits per call, the meta) and the request's run id and session record parts.
-Status make_session_request(RunRequest& req, SessionSettings& s, const std::string& self_exe);
+// With a `kernel` name (`sbx kernel run`): also the tmpfs the kernel's ipc sockets live on
+// (session_tunnel.hpp, kKernelDir), and the meta and record say it is a Jupyter kernel's.
+Status make_session_request(RunRequest& req, SessionSettings& s, const std::string& self_exe,
+                            const std::string& kernel = "");
 
 }  // namespace sbx

@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <memory>
 #include <optional>
+#include <span>
 #include <vector>
 
 #include "runtime/base/clock.hpp"
@@ -22,6 +23,7 @@
 #include "runtime/record/trace_store.hpp"
 #include "runtime/session/session_agent.hpp"
 #include "runtime/session/session_store.hpp"
+#include "runtime/session/session_tunnel.hpp"
 #include "runtime/session/session_wire.hpp"
 
 namespace sbx {
@@ -75,13 +77,19 @@ json request_summary(const json& r) {
 
 class Server {
  public:
-  Server(SessionSettings s, UniqueFd listen, UniqueFd agent_in, UniqueFd agent_out, pid_t runner, UniqueFd ready)
+  Server(SessionSettings s, UniqueFd listen, UniqueFd agent_in, UniqueFd agent_out, pid_t runner, UniqueFd ready,
+         std::optional<KernelRelay> kernel)
       : s_(std::move(s)),
         listen_(std::move(listen)),
         agent_in_(std::move(agent_in)),
         agent_out_(std::move(agent_out)),
         runner_(runner),
-        ready_(std::move(ready)) {}
+        ready_(std::move(ready)),
+        relay_(std::move(kernel)) {
+    if (relay_)
+      relay_->connect_to_agent([this](std::string frame) { queue_to_agent(std::move(frame)); },
+                               [this]() { return to_agent_.size() > kClientQueueBytes; });
+  }
 
   int run() {
     sigset_t sigs;
@@ -102,17 +110,22 @@ class Server {
   void loop_once() {
     std::vector<struct pollfd> p;
     p.push_back({sfd_.get(), POLLIN, 0});
-    p.push_back({agent_out_.get(), static_cast<short>(agent_reader_.wants_more() && !client_full() ? POLLIN : 0), 0});
+    bool held = client_full() || (relay_ && relay_->backlogged());
+    p.push_back({agent_out_.get(), static_cast<short>(agent_reader_.wants_more() && !held ? POLLIN : 0), 0});
     p.push_back({agent_in_.get(), static_cast<short>(to_agent_.empty() ? 0 : POLLOUT), 0});
     p.push_back({stopping_ ? -1 : listen_.get(), POLLIN, 0});
     for (auto& c : clients_)
       p.push_back({c->fd.get(), static_cast<short>((c->closing ? 0 : POLLIN) | (c->out.empty() ? 0 : POLLOUT)), 0});
+    const std::size_t relay_at = p.size();
+    if (relay_) relay_->add_to(p);
     ::poll(p.data(), p.size(), poll_timeout());
     if (p[0].revents) signals();
     if (p[1].revents) from_agent();
     if (p[2].revents) flush_agent();
     if (p[3].revents) accept_client();
-    for (std::size_t i = 0; i < clients_.size() && 4 + i < p.size(); ++i) {
+    if (relay_ && !stopping_ && relay_->dispatch(std::span<const struct pollfd>(p).subspan(relay_at)))
+      last_activity_ = monotonic_ms();
+    for (std::size_t i = 0; i < clients_.size() && 4 + i < relay_at; ++i) {
       Client* c = clients_[i].get();
       if (p[4 + i].revents & POLLOUT) flush_client(*c);
       if (p[4 + i].revents & (POLLIN | POLLHUP | POLLERR)) read_client(*c);
@@ -145,6 +158,9 @@ class Server {
     while (::read(sfd_.get(), &si, sizeof si) == sizeof si) {
       if (si.ssi_signo == SIGCHLD) {
         reap_runner();
+      } else if (si.ssi_signo == SIGINT && relay_) {
+        // A kernel is interrupted by a message on its control channel: a terminal's Ctrl-C that
+        // reached this process group is not the client's shutdown.
       } else {
         stop("signal");
       }
@@ -178,6 +194,13 @@ class Server {
   }
 
   bool on_agent_frame(Frame& f) {
+    if (f.type == 'S' && relay_) {
+      std::uint32_t id = 0;
+      std::string_view bytes;
+      if (decode_stream_frame(f.body, id, bytes)) relay_->from_agent(id, bytes);
+      last_activity_ = monotonic_ms();
+      return true;
+    }
     if (f.type == 'O' || f.type == 'E') {
       if (!call_) return true;  // not a call's: dropped
       Stream& st = f.type == 'O' ? call_->out : call_->err;
@@ -196,12 +219,18 @@ class Server {
       return false;
     }
     std::string event = j->value("event", "");
-    if (event == "ready" && ready_.ok()) {
+    if (event == "ready" && !ready_seen_) {
+      ready_seen_ = true;
       record_start();
       s_.meta["state"] = "running";
       (void)write_session_meta(session_dir(s_.dirs, s_.id) + "/session.json", s_.meta);
-      (void)write_all(ready_.get(), "ok\n", "the start's pipe");
+      if (ready_.ok()) (void)write_all(ready_.get(), "ok\n", "the start's pipe");
       ready_.reset();
+      if (relay_) to_agent(relay_->start_request());
+    } else if (relay_ && event == "closed" && j->value("stream", json(0)).is_number_unsigned()) {
+      relay_->closed((*j)["stream"].get<std::uint32_t>());
+    } else if (relay_ && event == "kernel_exited") {
+      stop("kernel_exited");
     } else if ((event == "done" || event == "error") && call_) {
       finish_call(*j);
     }
@@ -220,8 +249,10 @@ class Server {
     stop(stopping_ ? ended_by_ : "sandbox_ended");
   }
 
-  void to_agent(const json& j) {
-    to_agent_ += encode_json_frame(j);
+  void to_agent(const json& j) { queue_to_agent(encode_json_frame(j)); }
+  void queue_to_agent(std::string frame) {
+    if (!agent_in_.ok()) return;
+    to_agent_ += frame;
     flush_agent();
   }
 
@@ -343,6 +374,9 @@ class Server {
       return;
     }
     if (op != "exec" && op != "code") return reply_and_close(c, "unknown request '" + op + "'");
+    if (relay_)
+      return reply_and_close(
+          c, "session " + s_.id + " is a Jupyter kernel's (sbx kernel run): it takes no calls; use its client");
     if (stopping_) return reply_and_close(c, "session " + s_.id + " is ending");
     if (call_)
       return reply_and_close(c, "session " + s_.id + " is busy with call " + std::to_string(call_->seq) +
@@ -448,14 +482,15 @@ class Server {
   // The session's record at its start (the end record is the session run's own, written by the
   // runner): who started it, under which profile, image and limits.
   void record_start() {
-    json rec = {{"schema", "sbx.session-start/v1"},
-                {"run_id", make_run_id()},
-                {"started_at", s_.meta.value("started_at", "")},
-                {"ended_at", rfc3339_now()},
-                {"session", s_.meta},
-                {"invocation", {{"spec", {{"argv", {"sbx", "session", "start"}}}}}},
-                {"result", {{"status", "started"}}},
-                {"usage", {{"wall_ms", monotonic_ms() - started_}}}};
+    json rec = {
+        {"schema", "sbx.session-start/v1"},
+        {"run_id", make_run_id()},
+        {"started_at", s_.meta.value("started_at", "")},
+        {"ended_at", rfc3339_now()},
+        {"session", s_.meta},
+        {"invocation", {{"spec", {{"argv", relay_ ? json{"sbx", "kernel", "run"} : json{"sbx", "session", "start"}}}}}},
+        {"result", {{"status", "started"}}},
+        {"usage", {{"wall_ms", monotonic_ms() - started_}}}};
     rec["session"].erase("state");
     std::string text = dump_json(rec, -1);
     if (auto st = store_trace(s_.dirs, rec["run_id"].get<std::string>(), text); !st)
@@ -532,6 +567,8 @@ class Server {
   std::vector<std::unique_ptr<Client>> clients_;
   std::vector<Client*> stop_waiters_;
   std::optional<ActiveCall> call_;
+  std::optional<KernelRelay> relay_;
+  bool ready_seen_ = false;
   std::uint64_t calls_ = 0;
   std::int64_t started_ = 0, last_activity_ = 0, stop_at_ = 0;
   bool stopping_ = false, runner_termed_ = false, done_ = false;
@@ -541,8 +578,9 @@ class Server {
 }  // namespace
 
 int serve_session(SessionSettings s, UniqueFd listen, UniqueFd agent_in, UniqueFd agent_out, pid_t runner,
-                  UniqueFd ready_fd) {
-  return Server(std::move(s), std::move(listen), std::move(agent_in), std::move(agent_out), runner, std::move(ready_fd))
+                  UniqueFd ready_fd, std::optional<KernelRelay> kernel) {
+  return Server(std::move(s), std::move(listen), std::move(agent_in), std::move(agent_out), runner, std::move(ready_fd),
+                std::move(kernel))
       .run();
 }
 

@@ -13,6 +13,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -20,6 +21,7 @@
 #include "runtime/base/error.hpp"
 #include "runtime/base/fsutil.hpp"
 #include "runtime/base/paths.hpp"
+#include "runtime/session/kernel_relay.hpp"
 
 namespace sbx {
 
@@ -44,8 +46,11 @@ struct SessionSettings {
 };
 
 // The server's loop; returns its exit status once the session ended and its runner was reaped.
-// `ready_fd` gets "ok\n" when the agent answered (or "error: ...\n") and is closed.
+// `ready_fd` (when open) gets "ok\n" when the agent answered (or "error: ...\n") and is closed.
+// With `kernel` (sbx kernel run), the session is a Jupyter kernel's: the agent starts ipykernel,
+// the relay carries the client's connections, no call is taken, traffic is what keeps it from
+// idling, and the kernel's exit ends it (ended_by "kernel_exited").
 int serve_session(SessionSettings s, UniqueFd listen, UniqueFd agent_in, UniqueFd agent_out, pid_t runner,
-                  UniqueFd ready_fd);
+                  UniqueFd ready_fd, std::optional<KernelRelay> kernel = std::nullopt);
 
 }  // namespace sbx

@@ -9,7 +9,7 @@ namespace sbx {
 namespace {
 constexpr const char* kStage = "sessions";
 
-bool known_type(char t) { return t == 'J' || t == 'O' || t == 'E'; }
+bool known_type(char t) { return t == 'J' || t == 'O' || t == 'E' || t == 'S'; }
 }  // namespace
 
 std::string encode_frame(char type, std::string_view body) {

@@ -4,6 +4,7 @@
 // (session_agent.hpp). A frame is a 4-byte big-endian length, a type byte and that many bytes:
 //   'J'  a JSON object: a request, or an event ({"event": "ready" | "done" | "error", ...})
 //   'O'  bytes the call wrote to its stdout      'E'  bytes it wrote to its stderr
+//   'S'  a Jupyter kernel's stream: a 4-byte stream id, then bytes (session_tunnel.hpp)
 // Output travels as raw bytes (JSON strings cannot carry what is not UTF-8). Everything read is
 // bounded: a frame longer than kMaxFrame, or of another type, is a protocol error, and the reader
 // never holds more than one frame.

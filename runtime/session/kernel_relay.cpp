@@ -1,0 +1,142 @@
+#include "runtime/session/kernel_relay.hpp"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "runtime/base/json_io.hpp"
+#include "runtime/session/session_tunnel.hpp"
+#include "runtime/session/session_wire.hpp"
+
+namespace sbx {
+namespace {
+using json = nlohmann::json;
+constexpr const char* kStage = "sessions";
+constexpr const char* kPortKeys[5] = {"shell_port", "iopub_port", "stdin_port", "control_port", "hb_port"};
+}  // namespace
+
+Result<KernelConnection> read_connection_file(const std::string& path) {
+  auto j = read_json_file(path, JsonBounds{kMaxConnectionFileBytes}, kStage, "the kernel's connection file");
+  if (!j) return j.error();
+  if (!j->is_object()) return make_error(kStage, path + ": not a JSON object");
+  KernelConnection c;
+  if (j->value("transport", "tcp") != "tcp")
+    return make_error(kStage, path + ": transport '" + j->value("transport", "") + "': sbx relays tcp only");
+  c.ip = j->value("ip", "127.0.0.1");
+  for (int i = 0; i < 5; ++i) {
+    auto it = j->find(kPortKeys[i]);
+    if (it == j->end() || !it->is_number_integer() || it->get<int>() < 1 || it->get<int>() > 65535)
+      return make_error(kStage, path + ": " + kPortKeys[i] + " must be a port number");
+    c.ports[i] = it->get<int>();
+  }
+  c.key = j->value("key", "");
+  c.signature_scheme = j->value("signature_scheme", "hmac-sha256");
+  c.kernel_name = j->value("kernel_name", "");
+  return c;
+}
+
+Result<KernelRelay> KernelRelay::open(const KernelConnection& c) {
+  KernelRelay r(c);
+  struct in_addr addr {};
+  if (::inet_pton(AF_INET, c.ip.c_str(), &addr) != 1)
+    return make_error(kStage, "the connection file's ip '" + c.ip + "' is not an IPv4 address");
+  for (int i = 0; i < 5; ++i) {
+    UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+    int one = 1;
+    ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    struct sockaddr_in a {};
+    a.sin_family = AF_INET;
+    a.sin_addr = addr;
+    a.sin_port = htons(static_cast<std::uint16_t>(c.ports[i]));
+    if (!fd.ok() || ::bind(fd.get(), reinterpret_cast<struct sockaddr*>(&a), sizeof a) != 0 ||
+        ::listen(fd.get(), 16) != 0)
+      return sys_error(kStage,
+                       "cannot listen on " + c.ip + ":" + std::to_string(c.ports[i]) + " (" + kPortKeys[i] + ")");
+    r.listeners_[i] = std::move(fd);
+  }
+  return r;
+}
+
+json KernelRelay::start_request() const {
+  return {{"op", "kernel"},
+          {"connection",
+           {{"key", conn_.key}, {"signature_scheme", conn_.signature_scheme}, {"kernel_name", conn_.kernel_name}}}};
+}
+
+void KernelRelay::from_agent(std::uint32_t id, std::string_view bytes) {
+  auto it = conns_.find(id);
+  if (it == conns_.end()) return;
+  it->second.out.append(bytes);
+  pump(id, it->second, POLLOUT);
+}
+
+void KernelRelay::closed(std::uint32_t id) { drop(id, false); }
+
+bool KernelRelay::backlogged() const {
+  for (auto& [id, c] : conns_)
+    if (c.out.size() > kStreamQueueBytes) return true;
+  return false;
+}
+
+void KernelRelay::add_to(std::vector<struct pollfd>& p) const {
+  bool reading = !(agent_full_ && agent_full_());
+  for (auto& l : listeners_) p.push_back({l.get(), POLLIN, 0});
+  for (auto& [id, c] : conns_)
+    p.push_back({c.fd.get(), static_cast<short>((reading ? POLLIN : 0) | (c.out.empty() ? 0 : POLLOUT)), 0});
+}
+
+bool KernelRelay::dispatch(std::span<const struct pollfd> mine) {
+  bool moved = false;
+  for (int i = 0; i < 5 && static_cast<std::size_t>(i) < mine.size(); ++i)
+    if (mine[static_cast<std::size_t>(i)].revents) accept_on(i + 1);
+  std::vector<std::pair<std::uint32_t, short>> ready;
+  std::size_t k = 5;
+  for (auto& [id, c] : conns_) {
+    if (k < mine.size() && mine[k].revents) ready.push_back({id, mine[k].revents});
+    ++k;
+  }
+  for (auto [id, revents] : ready)
+    if (auto it = conns_.find(id); it != conns_.end()) moved = pump(id, it->second, revents) || moved;
+  return moved;
+}
+
+void KernelRelay::accept_on(int channel) {
+  UniqueFd fd(::accept4(listeners_[channel - 1].get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
+  if (!fd.ok() || conns_.size() >= kMaxKernelClients) return;
+  std::uint32_t id = next_id_++;
+  conns_[id].fd = std::move(fd);
+  send_(encode_json_frame({{"op", "connect"}, {"stream", id}, {"channel", channel}}));
+}
+
+void KernelRelay::drop(std::uint32_t id, bool tell) {
+  if (conns_.erase(id) && tell) send_(encode_json_frame({{"op", "close"}, {"stream", id}}));
+}
+
+bool KernelRelay::pump(std::uint32_t id, Conn& c, short revents) {
+  bool moved = false;
+  while ((revents & POLLOUT) && !c.out.empty()) {
+    ssize_t n = ::send(c.fd.get(), c.out.data(), c.out.size(), MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EAGAIN) break;
+    if (n <= 0) {
+      drop(id, true);
+      return moved;
+    }
+    c.out.erase(0, static_cast<std::size_t>(n));
+    moved = true;
+  }
+  if (!(revents & (POLLIN | POLLHUP | POLLERR))) return moved;
+  char buf[64 << 10];
+  ssize_t n = ::read(c.fd.get(), buf, sizeof buf);
+  if (n < 0 && (errno == EAGAIN || errno == EINTR)) return moved;
+  if (n <= 0) {
+    drop(id, true);
+    return moved;
+  }
+  send_(encode_stream_frame(id, std::string_view(buf, static_cast<std::size_t>(n))));
+  return true;
+}
+
+}  // namespace sbx

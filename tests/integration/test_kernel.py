@@ -1,0 +1,182 @@
+"""Jupyter kernels inside sbx (sbx kernel install|run, runtime/session/kernel_relay.cpp and
+session_tunnel.cpp), driven by the real jupyter_client (Debian's python3-jupyter-client and
+python3-ipykernel): a kernelspec that Jupyter finds, cells that keep state, a kernel that is
+sandboxed (no network, the sandbox's own host name and root), an interrupted cell, a restart, a
+shutdown that leaves nothing, and the session records of each kernel."""
+import json
+import os
+import subprocess
+import time
+import unittest
+
+from sbxtest import SBX, SbxTestCase, find_procs, ledger_lines, sbx, scaled, wait_for
+
+try:
+    from jupyter_client import KernelManager
+    from jupyter_client.kernelspec import KernelSpecManager
+    import ipykernel  # noqa: F401 (the kernel runs inside the sandbox from the same /usr)
+    MISSING = None
+except ImportError as e:  # pragma: no cover - the Makefile's test packages install both
+    MISSING = f"python3-jupyter-client and python3-ipykernel are needed ({e}): make deps-test installs them"
+
+
+@unittest.skipIf(MISSING, MISSING or "")
+class Kernel(SbxTestCase):
+    def setUp(self):
+        super().setUp()
+        self.state = os.environ["SBX_STATE_DIR"]
+        self.jupyter = self.path("jupyter")
+        os.mkdir(self.jupyter)
+        self.env = dict(os.environ, JUPYTER_DATA_DIR=self.jupyter, JUPYTER_RUNTIME_DIR=self.path("runtime"))
+        os.environ.update(JUPYTER_DATA_DIR=self.jupyter, JUPYTER_RUNTIME_DIR=self.path("runtime"))
+        self.km = None
+
+    def tearDown(self):
+        if self.km is not None and self.km.has_kernel:
+            self.km.shutdown_kernel(now=True)
+        for k in ("JUPYTER_DATA_DIR", "JUPYTER_RUNTIME_DIR"):
+            os.environ.pop(k, None)
+        super().tearDown()
+
+    def install(self, *opts):
+        r = sbx(["kernel", "install", "--user", "--name", "sbx-python3"] + list(opts), env=self.env)
+        self.assertEqual(r.rc, 0, r.describe())
+        return os.path.join(self.jupyter, "kernels", "sbx-python3", "kernel.json")
+
+    def start_kernel(self):
+        self.install()
+        ksm = KernelSpecManager(data_dir=self.jupyter)
+        self.assertIn("sbx-python3", ksm.find_kernel_specs())
+        self.km = KernelManager(kernel_name="sbx-python3", kernel_spec_manager=ksm)
+        self.km.start_kernel()
+        self.kc = self.km.client()
+        self.kc.start_channels()
+        self.kc.wait_for_ready(timeout=scaled(60))
+
+    def cell(self, code, timeout=30):
+        """Runs a cell; returns (its text output, the error's name or None)."""
+        msg_id = self.kc.execute(code)
+        out, err = [], None
+        deadline = time.monotonic() + scaled(timeout)
+        while time.monotonic() < deadline:
+            m = self.kc.get_iopub_msg(timeout=scaled(timeout))
+            if m["parent_header"].get("msg_id") != msg_id:
+                continue
+            t = m["msg_type"]
+            if t == "stream":
+                out.append(m["content"]["text"])
+            elif t == "execute_result":
+                out.append(m["content"]["data"]["text/plain"])
+            elif t == "error":
+                err = m["content"]["ename"]
+            elif t == "status" and m["content"]["execution_state"] == "idle":
+                return "".join(out), err
+        self.fail(f"cell did not finish within {timeout}s: {code!r}")
+
+    def sessions(self):
+        r = sbx(["session", "ls", "--all", "--json"])
+        self.assertEqual(r.rc, 0, r.describe())
+        return [s for s in json.loads(r.out) if "kernel" in s]
+
+    def test_the_kernelspec_names_sbx_and_interrupts_by_message(self):
+        path = self.install("--profile", "untrusted", "--idle", "5m")
+        with open(path) as f:
+            spec = json.load(f)
+        self.assertEqual(spec["argv"][1:3], ["kernel", "run"])
+        self.assertTrue(os.path.samefile(spec["argv"][0], SBX))
+        self.assertIn("{connection_file}", spec["argv"])
+        self.assertEqual(spec["argv"][spec["argv"].index("--idle") + 1], "5m")
+        self.assertEqual(spec["interrupt_mode"], "message")
+        self.assertEqual(spec["language"], "python")
+        r = sbx(["kernel", "install", "--user", "--name", "../evil"], env=self.env)
+        self.assertEqual(r.rc, 125, r.describe())
+        self.assertIn("--name '../evil'", r.err)
+
+    def test_cells_keep_state_interrupt_restart_and_shutdown_leave_nothing(self):
+        self.start_kernel()
+        self.assertEqual(self.cell("x = 41"), ("", None))
+        self.assertEqual(self.cell("print(x + 1)"), ("42\n", None))
+        # Sandboxed: the sandbox's own host name, no network, none of the host's /etc.
+        out, _ = self.cell("import socket; socket.gethostname()")
+        self.assertEqual(out, "'sbx'")
+        out, err = self.cell("import socket; s = socket.create_connection(('1.1.1.1', 80), timeout=2)")
+        self.assertEqual(err, "OSError", out)
+        out, err = self.cell("open('/etc/shadow').read()")
+        self.assertEqual(err, "FileNotFoundError", out)
+        first = [s for s in self.sessions() if s["state"] == "running"]
+        self.assertEqual(len(first), 1, "one running session for the kernel")
+        # Interrupt (a message on the control channel): the cell ends, the state stays.
+        msg_id = self.kc.execute("import time; time.sleep(60)")
+        time.sleep(scaled(1.0))
+        t0 = time.monotonic()
+        self.km.interrupt_kernel()
+        ename = None
+        while True:
+            m = self.kc.get_iopub_msg(timeout=scaled(20))
+            if m["parent_header"].get("msg_id") != msg_id:
+                continue
+            if m["msg_type"] == "error":
+                ename = m["content"]["ename"]
+            if m["msg_type"] == "status" and m["content"]["execution_state"] == "idle":
+                break
+        self.assertEqual(ename, "KeyboardInterrupt")
+        self.assertLess(time.monotonic() - t0, scaled(10))
+        self.assertEqual(self.cell("print(x)"), ("41\n", None))
+        # Restart: a new kernel in a new session; the old one ended with the kernel.
+        self.km.restart_kernel(now=False)
+        self.kc.wait_for_ready(timeout=scaled(60))
+        self.assertEqual(self.cell("print(globals().get('x'))"), ("None\n", None))
+        old = [s for s in self.sessions() if s["id"] == first[0]["id"]]
+        self.assertEqual(old[0]["state"], "ended")
+        self.assertEqual(old[0]["ended_by"], "kernel_exited")
+        self.assertTrue(wait_for(lambda: not os.path.exists(f"/proc/{first[0]['server_pid']}"), scaled(10)),
+                        "the first kernel's sbx is still running after the restart")
+        # Shutdown: nothing is left, and every kernel's session has its records.
+        self.km.shutdown_kernel(now=False)
+        self.kc.stop_channels()
+        self.assertFalse(self.km.is_alive())
+        self.km = None
+        self.assertTrue(wait_for(lambda: all(s["state"] == "ended" for s in self.sessions()), scaled(20)))
+        ended = self.sessions()
+        self.assertEqual(len(ended), 2)
+        self.assertEqual({s["ended_by"] for s in ended}, {"kernel_exited"})
+        for s in ended:
+            self.assertFalse(os.path.exists(os.path.join(self.state, "sessions", s["id"])))
+            self.assertTrue(wait_for(lambda: not os.path.exists(f"/proc/{s['server_pid']}"), scaled(10)))
+        self.assertEqual(find_procs("ipykernel_launcher"), {}, "a kernel process is left")
+        records = [l["record"] for l in ledger_lines(self.state)]
+        runs = [r for r in records if r.get("schema") == "sbx.trace/v1" and "session" in r]
+        self.assertEqual(len(runs), 2)
+        for run in runs:
+            self.assertEqual(run["session"]["kernel"], self.km_name())
+            self.assertEqual(run["session"]["ended_by"], "kernel_exited")
+        starts = [r for r in records if r.get("schema") == "sbx.session-start/v1"]
+        self.assertEqual([s["invocation"]["spec"]["argv"] for s in starts], [["sbx", "kernel", "run"]] * 2)
+        self.assertEqual(sbx(["trace", "verify"]).rc, 0)
+
+    def km_name(self):
+        return "sbx-python3"
+
+    def test_a_bad_connection_file_or_a_taken_port_is_one_line_and_125(self):
+        bad = self.path("conn.json")
+        with open(bad, "w") as f:
+            json.dump({"transport": "ipc", "ip": "/tmp/x"}, f)
+        r = sbx(["kernel", "run", "--connection-file", bad])
+        self.assertEqual(r.rc, 125, r.describe())
+        self.assertIn("sbx relays tcp only", r.err)
+        self.assertEqual(len(r.err.splitlines()), 1)
+        import socket
+        taken = socket.socket()
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        try:
+            with open(bad, "w") as f:
+                json.dump({"transport": "tcp", "ip": "127.0.0.1", "shell_port": port, "iopub_port": port + 1,
+                           "stdin_port": port + 2, "control_port": port + 3, "hb_port": port + 4, "key": "k"}, f)
+            r = sbx(["kernel", "run", "--connection-file", bad])
+            self.assertEqual(r.rc, 125, r.describe())
+            self.assertIn(f"cannot listen on 127.0.0.1:{port} (shell_port)", r.err)
+        finally:
+            taken.close()
+        self.assertEqual([s for s in self.sessions() if s["state"] == "running"], [])
