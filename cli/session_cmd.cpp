@@ -24,7 +24,8 @@
 #include "runtime/base/fsutil.hpp"
 #include "runtime/session/kernel_relay.hpp"
 #include "runtime/session/session_agent.hpp"
-#include "runtime/session/session_request.hpp"
+#include "runtime/session/session_client.hpp"
+#include "runtime/session/session_launch.hpp"
 #include "runtime/session/session_store.hpp"
 #include "runtime/session/session_wire.hpp"
 
@@ -39,9 +40,6 @@ struct SessionFlags {
   std::string id;
   std::optional<std::string> language, code, timeout, output_limit;
 };
-
-// How long `start` waits for the session's sandbox to answer.
-constexpr int kStartWaitMs = 120000;
 
 Result<Dirs> store(const GlobalOptions& g, const std::optional<std::string>& tenant) {
   Dirs d = resolve_dirs(g.state_dir);
@@ -62,141 +60,48 @@ void write_fd(int fd, std::string_view bytes) {
   }
 }
 
-// --- start: the daemon (server and runner), then the id once the sandbox answered
-[[noreturn]] void become_runner(RunRequest& req, int in_r, int out_w, const std::string& dir) {
-  ::dup2(in_r, STDIN_FILENO);
-  int log = ::open((dir + "/runner.log").c_str(), O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC, 0600);
-  if (log >= 0) ::dup2(log, STDERR_FILENO);
-  ::close_range(3, ~0u, CLOSE_RANGE_CLOEXEC);
-  req.io.stdout_fd = out_w;
-  ::fcntl(out_w, F_SETFD, 0);
-  // The agent's own stderr is the sandbox's: nothing of it is kept on the host's disk (a call
-  // could write there without end). runner.log holds sbx's own messages only.
-  req.io.stderr_fd = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
-  RunReport r = run_sandbox(req);
-  ::_exit(r.exit_status);
-}
-
-[[noreturn]] void become_daemon(RunRequest& req, SessionSettings& s, UniqueFd listen, int pairs[2][2], UniqueFd ready) {
-  ::setsid();
-  std::string dir = session_dir(s.dirs, s.id);
-  int null = ::open("/dev/null", O_RDWR | O_CLOEXEC);
-  ::dup2(null, STDIN_FILENO);
-  ::dup2(null, STDOUT_FILENO);
-  int log = ::open((dir + "/runner.log").c_str(), O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC, 0600);
-  ::dup2(log >= 0 ? log : null, STDERR_FILENO);
-  pid_t runner = ::fork();
-  if (runner == 0) {
-    listen.reset();
-    ready.reset();
-    ::close(pairs[0][0]);
-    ::close(pairs[1][0]);
-    become_runner(req, pairs[0][1], pairs[1][1], dir);
-  }
-  ::close(pairs[0][1]);
-  ::close(pairs[1][1]);
-  if (runner < 0) {
-    (void)write_all(ready.get(), "error: cannot fork the session's runner\n", "pipe");
-    ::_exit(125);
-  }
-  // The server holds no directory of the caller's (the runner started in it: --workspace).
-  if (::chdir("/") != 0) ::_exit(125);
-  s.meta["server_pid"] = ::getpid();
-  (void)write_session_meta(dir + "/session.json", s.meta);
-  int rc = serve_session(std::move(s), std::move(listen), UniqueFd(pairs[0][0]), UniqueFd(pairs[1][0]), runner,
-                         std::move(ready));
-  ::_exit(rc);
-}
-
-std::string read_ready(int fd) {
-  std::string line;
-  struct pollfd p {
-    fd, POLLIN, 0
+// --- start: the run request of the run options, the session started from it (session_launch.hpp)
+Result<PreparedSession> prepare(RunFlags& f, GlobalOptions& g, SessionFlags& sf, const std::string& what,
+                                const std::string& kernel, int& rc) {
+  rc = 125;
+  auto refuse = [&rc](const std::string& msg) -> Error {
+    rc = usage_error(msg);
+    return make_error("usage", msg);
   };
-  while (line.find('\n') == std::string::npos && line.size() < 4096) {
-    if (::poll(&p, 1, kStartWaitMs) <= 0) return "error: the session did not start within 120s";
-    char buf[512];
-    ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    line.append(buf, static_cast<std::size_t>(n));
-  }
-  if (line.empty()) return "error: the session's server ended before it was ready";
-  return line.substr(0, line.find('\n'));
-}
-
-// What start and kernel run share: the session's request, its directory, its socket and the
-// two channels between the server and the runner (pairs[0]: to the agent, pairs[1]: from it).
-struct PreparedSession {
-  RunRequest req;
-  SessionSettings s;
-  UniqueFd listen;
-  int pairs[2][2] = {{-1, -1}, {-1, -1}};
-};
-
-std::optional<int> prepare_session(RunFlags& f, GlobalOptions& g, SessionFlags& sf, PreparedSession& p,
-                                   const std::string& kernel = "") {
-  const std::string what = kernel.empty() ? "session start" : "kernel run";
   if (f.interactive || f.tty)
-    return usage_error(what + ": -i and -t are 'sbx run''s; run commands with 'sbx session exec ID -- CMD'");
-  if (f.dry_run)
-    return usage_error(what + ": --dry-run is not supported; try 'sbx run --dry-run' with the same options");
+    return refuse(what + ": -i and -t are 'sbx run''s; run commands with 'sbx session exec ID -- CMD'");
+  if (f.dry_run) return refuse(what + ": --dry-run is not supported; try 'sbx run --dry-run' with the same options");
   if (!f.command.empty() || g.after_dashdash)
-    return usage_error(what + " takes no command: run commands with 'sbx session exec ID -- CMD'");
+    return refuse(what + " takes no command: run commands with 'sbx session exec ID -- CMD'");
   f.command = {std::string(kAgentPath), "session-agent"};  // the session's program (make_session_request)
-  RunRequest& req = p.req;
-  if (auto rc = build_run_request(f, g, req)) return *rc;
-  SessionSettings& s = p.s;
-  s.id = new_session_id();
+  RunRequest req;
+  if (auto code = build_run_request(f, g, req)) {
+    rc = *code;
+    return make_error("usage", "refused");
+  }
+  SessionSettings s;
   s.dirs = req.dirs;
   auto idle = parse_duration_ms(sf.idle);
   auto max = parse_duration_ms(sf.max);
-  if (!idle) return usage_error(what + ": --idle " + sf.idle + ": " + idle.error().message);
-  if (!max) return usage_error(what + ": --max " + sf.max + ": " + max.error().message);
+  if (!idle) return refuse(what + ": --idle " + sf.idle + ": " + idle.error().message);
+  if (!max) return refuse(what + ": --max " + sf.max + ": " + max.error().message);
   s.idle_ms = *idle;
   s.max_ms = *max;
-  char exe[4096];
-  ssize_t n = ::readlink("/proc/self/exe", exe, sizeof exe - 1);
-  if (n <= 0) return usage_error(what + ": cannot find sbx's own binary (/proc/self/exe)");
-  if (auto st = make_session_request(req, s, std::string(exe, static_cast<std::size_t>(n)), kernel); !st)
-    return usage_error(st.error().message);
-  auto limit = max_sessions();
-  if (!limit) return usage_error(limit.error().message);
-  if (auto st = create_session_dir(s.dirs, s.id, *limit); !st) return usage_error(st.error().describe());
-  auto listen = listen_session(session_dir(s.dirs, s.id));
-  if (!listen) return usage_error(listen.error().describe());
-  p.listen = std::move(*listen);
-  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, p.pairs[0]) != 0 ||
-      ::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, p.pairs[1]) != 0)
-    return usage_error(what + ": cannot make the session's channels");
-  return std::nullopt;
+  auto p = prepare_session(std::move(req), std::move(s), kernel);
+  if (!p) return refuse(what + ": " + p.error().message);
+  return p;
 }
 
 int start(RunFlags& f, GlobalOptions& g, SessionFlags& sf) {
-  PreparedSession p;
-  if (auto rc = prepare_session(f, g, sf, p)) return *rc;
-  SessionSettings& s = p.s;
-  int ready[2];
-  if (::pipe2(ready, O_CLOEXEC) != 0) return usage_error("session start: cannot make the session's channels");
-  std::fflush(nullptr);
-  pid_t daemon = ::fork();
-  if (daemon == 0) {
-    ::close(ready[0]);
-    become_daemon(p.req, s, std::move(p.listen), p.pairs, UniqueFd(ready[1]));
-  }
-  p.listen.reset();
-  for (auto& pair : p.pairs)
-    for (int fd : pair) ::close(fd);
-  ::close(ready[1]);
-  UniqueFd rd(ready[0]);
-  if (daemon < 0) return usage_error("session start: cannot fork the session's server");
-  std::string line = read_ready(rd.get());
-  ::waitpid(daemon, nullptr, WNOHANG);
-  if (line != "ok") {
-    std::fprintf(stderr, "sbx: session start: %s\n",
-                 printable(line.rfind("error: ", 0) == 0 ? line.substr(7) : line).c_str());
+  int rc = 125;
+  auto p = prepare(f, g, sf, "session start", "", rc);
+  if (!p) return rc;
+  auto started = start_session(std::move(*p));
+  if (!started) {
+    std::fprintf(stderr, "sbx: session start: %s\n", printable(started.error().message).c_str());
     return 125;
   }
+  const SessionSettings& s = *started;
   if (sf.json_out) {
     json j = {{"session", s.id},
               {"run_id", s.run_id},
@@ -246,62 +151,36 @@ int exec(GlobalOptions& g, SessionFlags& sf, std::vector<std::string> command) {
   }
   auto dirs = store(g, sf.tenant);
   if (!dirs) return usage_error(dirs.error().message);
-  auto conn = connect_session(*dirs, sf.id);
-  if (!conn) return usage_error("session exec: " + conn.error().describe());
-  write_fd(conn->get(), encode_json_frame(req));
   // Ctrl-C (and SIGTERM, SIGHUP) interrupt the call, not the session; the answer still comes.
   sigset_t sigs;
   sigemptyset(&sigs);
   for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&sigs, sig);
   ::sigprocmask(SIG_BLOCK, &sigs, nullptr);
   UniqueFd sfd(::signalfd(-1, &sigs, SFD_CLOEXEC | SFD_NONBLOCK));
-  FrameReader reader;
   int out_fd = sf.json_out ? STDERR_FILENO : STDOUT_FILENO;
-  for (;;) {
-    struct pollfd p[2] = {{conn->get(), POLLIN, 0}, {sfd.get(), POLLIN, 0}};
-    if (::poll(p, 2, -1) < 0 && errno != EINTR) break;
-    if (p[1].revents) {
-      struct signalfd_siginfo si;
-      while (::read(sfd.get(), &si, sizeof si) == sizeof si) {}
-      write_fd(conn->get(), encode_json_frame({{"op", "interrupt"}}));
-    }
-    if (!p[0].revents) continue;
-    char buf[64 << 10];
-    ssize_t n = ::read(conn->get(), buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    reader.feed(std::string_view(buf, static_cast<std::size_t>(n)));
-    for (;;) {
-      auto f = reader.next();
-      if (!f) return usage_error("session exec: " + f.error().message);
-      if (!*f) break;
-      if ((*f)->type == 'O') write_fd(out_fd, (*f)->body);
-      if ((*f)->type == 'E') write_fd(STDERR_FILENO, (*f)->body);
-      if ((*f)->type != 'J') continue;
-      auto j = frame_json(**f);
-      if (!j) return usage_error("session exec: " + j.error().message);
-      if (j->value("event", "") == "error") {
-        if (sf.json_out) std::printf("%s\n", dump_json(*j, -1).c_str());
-        std::fprintf(stderr, "sbx: session exec: %s\n", printable(j->value("message", "?")).c_str());
-        return 125;
-      }
-      if (sf.json_out) std::printf("%s\n", dump_json(*j, -1).c_str());
-      const json& r = (*j)["result"];
-      if (r.value("status", "") == "error")
-        std::fprintf(stderr, "sbx: session exec: %s\n",
-                     printable(r.value("error", json::object()).value("message", "?")).c_str());
-      if (r.value("status", "") == "timeout")
-        std::fprintf(stderr, "sbx: session exec: the call hit its timeout (%s ms); exit 124\n",
-                     j->value("timeout_ms", json(nullptr)).dump().c_str());
-      if (j->value("interpreter", "") == "lost")
-        std::fprintf(
-            stderr,
-            "sbx: session exec: the session's python interpreter ended; its state is lost, and the next python call starts a new one\n");
-      return exit_status_of(*j);
-    }
+  auto answer = session_call(
+      *dirs, sf.id, req,
+      [out_fd](char type, std::string_view bytes) { write_fd(type == 'O' ? out_fd : STDERR_FILENO, bytes); },
+      sfd.get());
+  if (!answer) return usage_error("session exec: " + answer.error().message);
+  json& j = *answer;
+  if (sf.json_out) std::printf("%s\n", dump_json(j, -1).c_str());
+  if (j.value("event", "") == "error") {
+    std::fprintf(stderr, "sbx: session exec: %s\n", printable(j.value("message", "?")).c_str());
+    return 125;
   }
-  std::fprintf(stderr, "sbx: session exec: session %s ended before the call did\n", sf.id.c_str());
-  return 125;
+  const json& r = j["result"];
+  if (r.value("status", "") == "error")
+    std::fprintf(stderr, "sbx: session exec: %s\n",
+                 printable(r.value("error", json::object()).value("message", "?")).c_str());
+  if (r.value("status", "") == "timeout")
+    std::fprintf(stderr, "sbx: session exec: the call hit its timeout (%s ms); exit 124\n",
+                 j.value("timeout_ms", json(nullptr)).dump().c_str());
+  if (j.value("interpreter", "") == "lost")
+    std::fprintf(stderr,
+                 "sbx: session exec: the session's python interpreter ended; its state is lost, and the next python "
+                 "call starts a new one\n");
+  return exit_status_of(j);
 }
 
 // --- ls, show, stop
@@ -336,24 +215,13 @@ int show(GlobalOptions& g, SessionFlags& sf) {
 int stop(GlobalOptions& g, SessionFlags& sf) {
   auto dirs = store(g, sf.tenant);
   if (!dirs) return usage_error(dirs.error().message);
-  auto conn = connect_session(*dirs, sf.id);
-  if (!conn) return usage_error("session stop: " + conn.error().describe());
-  write_fd(conn->get(), encode_json_frame({{"op", "stop"}}));
-  FrameReader reader;
-  for (;;) {
-    auto f = read_frame(conn->get(), reader);
-    if (!f || !*f) break;
-    if ((*f)->type != 'J') continue;
-    auto j = frame_json(**f);
-    if (!j || j->value("event", "") != "stopped") continue;
-    if (sf.json_out) std::printf("%s\n", dump_json(*j, -1).c_str());
-    else
-      std::printf("session %s stopped after %s calls (its record: sbx trace show %s)\n", sf.id.c_str(),
-                  (*j)["calls"].dump().c_str(), printable(j->value("run_id", "?")).c_str());
-    return 0;
-  }
-  std::fprintf(stderr, "sbx: session stop: session %s's server went away before it said it stopped\n", sf.id.c_str());
-  return 125;
+  auto j = session_stop(*dirs, sf.id);
+  if (!j) return usage_error("session stop: " + j.error().message);
+  if (sf.json_out) std::printf("%s\n", dump_json(*j, -1).c_str());
+  else
+    std::printf("session %s stopped after %s calls (its record: sbx trace show %s)\n", sf.id.c_str(),
+                (*j)["calls"].dump().c_str(), printable(j->value("run_id", "?")).c_str());
+  return 0;
 }
 
 RunFlags& start_flags() {
@@ -414,22 +282,10 @@ int kernel_run(GlobalOptions& g, RunFlags& f, KernelFlags& kf, SessionFlags& sf)
   if (!conn) return usage_error("kernel run: " + conn.error().describe());
   auto relay = KernelRelay::open(*conn);
   if (!relay) return usage_error("kernel run: " + relay.error().describe());
-  PreparedSession p;
-  if (auto rc = prepare_session(f, g, sf, p, conn->kernel_name.empty() ? "jupyter" : conn->kernel_name)) return *rc;
-  pid_t runner = ::fork();
-  if (runner == 0) {
-    p.listen.reset();
-    ::close(p.pairs[0][0]);
-    ::close(p.pairs[1][0]);
-    become_runner(p.req, p.pairs[0][1], p.pairs[1][1], session_dir(p.s.dirs, p.s.id));
-  }
-  ::close(p.pairs[0][1]);
-  ::close(p.pairs[1][1]);
-  if (runner < 0) return usage_error("kernel run: cannot fork the session's runner");
-  p.s.meta["server_pid"] = ::getpid();
-  (void)write_session_meta(session_dir(p.s.dirs, p.s.id) + "/session.json", p.s.meta);
-  return serve_session(std::move(p.s), std::move(p.listen), UniqueFd(p.pairs[0][0]), UniqueFd(p.pairs[1][0]), runner,
-                       UniqueFd(), std::move(*relay));
+  int rc = 125;
+  auto p = prepare(f, g, sf, "kernel run", conn->kernel_name.empty() ? "jupyter" : conn->kernel_name, rc);
+  if (!p) return rc;
+  return run_kernel_session(std::move(*p), std::move(*relay));
 }
 
 RunFlags& kernel_flags() {

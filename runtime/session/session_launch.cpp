@@ -1,0 +1,150 @@
+#include "runtime/session/session_launch.hpp"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+
+#include "runtime/launch/sandbox.hpp"
+#include "runtime/session/session_request.hpp"
+#include "runtime/session/session_store.hpp"
+
+namespace sbx {
+namespace {
+constexpr const char* kStage = "sessions";
+
+// The runner: the session's run, with the agent's channel as its stdin and stdout.
+[[noreturn]] void become_runner(PreparedSession& p) {
+  std::string dir = session_dir(p.s.dirs, p.s.id);
+  p.listen.reset();
+  p.to_agent[0].reset();
+  p.from_agent[0].reset();
+  ::dup2(p.to_agent[1].get(), STDIN_FILENO);
+  int log = ::open((dir + "/runner.log").c_str(), O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (log >= 0) ::dup2(log, STDERR_FILENO);
+  p.req.io.stdout_fd = p.from_agent[1].get();
+  // The agent's own stderr is the sandbox's: nothing of it is kept on the host's disk (a call
+  // could write there without end). runner.log holds sbx's own messages only.
+  p.req.io.stderr_fd = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
+  RunReport r = run_sandbox(p.req);
+  ::_exit(r.exit_status);
+}
+
+// Forks the runner; the server keeps its ends of the channels. -1 when the fork failed. The
+// runner holds none of the server's other fds (`ready`: a start waits for its EOF).
+pid_t fork_runner(PreparedSession& p, UniqueFd* ready) {
+  pid_t runner = ::fork();
+  if (runner == 0) {
+    if (ready) ready->reset();
+    become_runner(p);
+  }
+  p.to_agent[1].reset();
+  p.from_agent[1].reset();
+  return runner;
+}
+
+int serve(PreparedSession& p, pid_t runner, UniqueFd ready, std::optional<KernelRelay> relay) {
+  p.s.meta["server_pid"] = ::getpid();
+  (void)write_session_meta(session_dir(p.s.dirs, p.s.id) + "/session.json", p.s.meta);
+  return serve_session(std::move(p.s), std::move(p.listen), std::move(p.to_agent[0]), std::move(p.from_agent[0]),
+                       runner, std::move(ready), std::move(relay));
+}
+
+// The daemon: its own session (no terminal), stdio away from the caller's (a script's
+// `id=$(sbx session start)` must see EOF), no directory of the caller's held.
+[[noreturn]] void become_daemon(PreparedSession& p, UniqueFd ready) {
+  ::setsid();
+  int null = ::open("/dev/null", O_RDWR | O_CLOEXEC);
+  ::dup2(null, STDIN_FILENO);
+  ::dup2(null, STDOUT_FILENO);
+  std::string log = session_dir(p.s.dirs, p.s.id) + "/runner.log";
+  int lfd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC, 0600);
+  ::dup2(lfd >= 0 ? lfd : null, STDERR_FILENO);
+  pid_t runner = fork_runner(p, &ready);
+  if (runner < 0) {
+    (void)write_all(ready.get(), "error: cannot fork the session's runner\n", "pipe");
+    ::_exit(125);
+  }
+  // After the runner's fork: the run may need the caller's directory (--workspace).
+  if (::chdir("/") != 0) ::_exit(125);
+  ::_exit(serve(p, runner, std::move(ready), std::nullopt));
+}
+
+std::string read_ready(int fd) {
+  std::string line;
+  struct pollfd pfd {
+    fd, POLLIN, 0
+  };
+  while (line.find('\n') == std::string::npos && line.size() < 4096) {
+    if (::poll(&pfd, 1, kSessionStartWaitMs) <= 0) return "error: the session did not start within 120s";
+    char buf[512];
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    line.append(buf, static_cast<std::size_t>(n));
+  }
+  if (line.empty()) return "error: the session's server ended before it was ready";
+  return line.substr(0, line.find('\n'));
+}
+
+Status socket_pair(UniqueFd (&pair)[2]) {
+  int fds[2];
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0)
+    return sys_error(kStage, "cannot make the session's channels");
+  pair[0] = UniqueFd(fds[0]);
+  pair[1] = UniqueFd(fds[1]);
+  return {};
+}
+}  // namespace
+
+Result<PreparedSession> prepare_session(RunRequest req, SessionSettings s, const std::string& kernel) {
+  PreparedSession p;
+  p.req = std::move(req);
+  p.s = std::move(s);
+  p.s.id = new_session_id();
+  char exe[4096];
+  ssize_t n = ::readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (n <= 0) return make_error(kStage, "cannot find sbx's own binary (/proc/self/exe)");
+  SBX_TRY(make_session_request(p.req, p.s, std::string(exe, static_cast<std::size_t>(n)), kernel));
+  auto limit = max_sessions();
+  if (!limit) return limit.error();
+  SBX_TRY(create_session_dir(p.s.dirs, p.s.id, *limit));
+  auto listen = listen_session(session_dir(p.s.dirs, p.s.id));
+  if (!listen) return listen.error();
+  p.listen = std::move(*listen);
+  SBX_TRY(socket_pair(p.to_agent));
+  SBX_TRY(socket_pair(p.from_agent));
+  return p;
+}
+
+Result<SessionSettings> start_session(PreparedSession p) {
+  int ready[2];
+  if (::pipe2(ready, O_CLOEXEC) != 0) return sys_error(kStage, "cannot make the session's channels");
+  std::fflush(nullptr);
+  pid_t daemon = ::fork();
+  if (daemon == 0) {
+    ::close(ready[0]);
+    become_daemon(p, UniqueFd(ready[1]));
+  }
+  ::close(ready[1]);
+  UniqueFd rd(ready[0]);
+  if (daemon < 0) return sys_error(kStage, "cannot fork the session's server");
+  std::string line = read_ready(rd.get());
+  ::waitpid(daemon, nullptr, WNOHANG);
+  if (line != "ok") return make_error(kStage, line.rfind("error: ", 0) == 0 ? line.substr(7) : line);
+  return std::move(p.s);
+}
+
+int run_kernel_session(PreparedSession p, KernelRelay relay) {
+  pid_t runner = fork_runner(p, nullptr);
+  if (runner < 0) {
+    std::fprintf(stderr, "sbx: kernel run: cannot fork the session's runner\n");
+    return 125;
+  }
+  return serve(p, runner, UniqueFd(), std::move(relay));
+}
+
+}  // namespace sbx
