@@ -18,6 +18,8 @@
 #include <variant>
 
 #include "runtime/typed/exec.hpp"
+#include "runtime/server/mcp_session.hpp"
+#include "runtime/session/session_client.hpp"
 #include "runtime/base/json_io.hpp"
 #include "runtime/base/raw_syscall.hpp"
 #include "runtime/base/signals.hpp"
@@ -110,7 +112,12 @@ class Server {
   std::size_t out_off_ = 0;
   bool discarding_ = false;  // inside a line that passed kMaxMessageBytes: dropped up to its newline
   bool in_open_ = true, out_ok_ = true, stopping_ = false;
-  Clock::time_point stop_by_;  // stopping: the server leaves, past this, the workers still recording
+  Clock::time_point stop_by_;
+  // The sessions this client started (mcp_session.hpp): id -> the store its start reported. A
+  // client reaches only these; the server stops those left when it stops.
+  std::map<std::string, std::string> sessions_;
+  void track_session(const std::string& tool, const json& args, const json& response);
+  void stop_sessions();  // stopping: the server leaves, past this, the workers still recording
 };
 
 std::size_t Server::running() const {
@@ -188,6 +195,7 @@ json Server::tools() const {
   json t = json::array();
   for (auto& p : cfg_.packs) t.push_back(p.definition);
   t.push_back(run_code_tool(cfg_.profile));
+  for (auto& d : session_tool_definitions()) t.push_back(d);
   return t;
 }
 
@@ -317,6 +325,16 @@ void Server::handle_call(Incoming& in, bool modern, const std::shared_ptr<Batch>
     // (a tool error it can read), not a protocol error.
     if (auto rq = parse_exec_request(args); !rq) return tool_reply(tool_error(rq.error().message));
     c.job = {{"tool", "run_code"}, {"profile", cfg_.profile}, {"request", args}};
+  } else if (is_session_tool(name)) {
+    if (auto why = session_arguments_refusal(name, args); !why.empty()) return tool_reply(tool_error(why));
+    c.job = {{"tool", name}, {"profile", cfg_.profile}, {"arguments", args}};
+    if (name != "session_start") {
+      auto it = sessions_.find(args["session"].get<std::string>());
+      if (it == sessions_.end())
+        return tool_reply(tool_error("no session " + args["session"].get<std::string>() +
+                                     " was started by this client (session_start returns one)"));
+      c.job["store"] = it->second;
+    }
   } else {
     const PackTool* pt = nullptr;
     for (auto& t : cfg_.packs)
@@ -432,6 +450,7 @@ void Server::finish(const std::string& key) {
   json id = c.id;
   bool cancelled = c.cancelled, modern = c.modern, wrapped = c.wrapped_output;
   std::string tool = c.tool;
+  json job_args = c.job.value("arguments", json::object());
   UniqueFd response = std::move(c.worker->response);
   pid_t pid = c.worker->pid;
   calls_.erase(key);
@@ -478,6 +497,9 @@ void Server::finish(const std::string& key) {
   else if (tool == "run_code") {
     r = run_code_result(summary, scanned.cut, true);
     splice = r.contains("structuredContent");
+  } else if (is_session_tool(tool)) {
+    r = session_result(tool, summary);
+    track_session(tool, job_args, summary);
   } else r = pack_result(summary, wrapped, scanned.cut);
   if (modern) mark_modern(r);
   json msg = result_response(id, std::move(r));
@@ -669,8 +691,31 @@ int Server::run() {
     pollfd p{out_, POLLOUT, 0};
     for (int i = 0; i < 10 && out_ok_ && unwritten() > 0 && ::poll(&p, 1, 100) > 0; ++i) flush_out();
   }
+  stop_sessions();
   log_line("stopped: no call left running");
   return 0;
+}
+
+void Server::track_session(const std::string& tool, const json& args, const json& response) {
+  if (!response.is_object() || response.value("status", "") != "ok") return;
+  if (tool == "session_start" && response.value("session", json()).is_string() &&
+      response.value("store", json()).is_string())
+    sessions_[response["session"].get<std::string>()] = response["store"].get<std::string>();
+  if (tool == "session_stop" && args.value("session", json()).is_string())
+    sessions_.erase(args["session"].get<std::string>());
+}
+
+// The client is gone: its sessions end with it. Each stop waits for its session's records (the
+// session's own grace bounds it); the loop is over, so nothing else waits meanwhile.
+void Server::stop_sessions() {
+  for (auto& [id, store] : sessions_) {
+    Dirs dirs;
+    dirs.state = store;
+    auto stopped = session_stop(dirs, id, true);
+    log_line("session " + id +
+             (stopped ? " stopped: its client went away" : " could not be stopped: " + stopped.error().message));
+  }
+  sessions_.clear();
 }
 
 }  // namespace

@@ -56,10 +56,10 @@ Result<json> session_call(const Dirs& dirs, const std::string& id, const json& r
   return make_error(kStage, "session " + id + " ended before the call did");
 }
 
-Result<json> session_stop(const Dirs& dirs, const std::string& id) {
+Result<json> session_stop(const Dirs& dirs, const std::string& id, bool client_gone) {
   auto conn = connect_session(dirs, id);
   if (!conn) return conn.error();
-  SBX_TRY(send_all(conn->get(), encode_json_frame({{"op", "stop"}})));
+  SBX_TRY(send_all(conn->get(), encode_json_frame({{"op", "stop"}, {"reason", client_gone ? "client_gone" : "stop"}})));
   FrameReader reader;
   for (;;) {
     auto f = read_frame(conn->get(), reader);

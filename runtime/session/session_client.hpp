@@ -22,7 +22,8 @@ Result<nlohmann::json> session_call(const Dirs& dirs, const std::string& id, con
                                     const std::function<void(char type, std::string_view bytes)>& on_output,
                                     int interrupt_fd = -1);
 
-// Ends session `id` and waits until its records are written: {"event": "stopped", ...}.
-Result<nlohmann::json> session_stop(const Dirs& dirs, const std::string& id);
+// Ends session `id` and waits until its records are written: {"event": "stopped", ...}. The
+// record's ended_by is "stop", or "client_gone" when `client_gone` (sbx mcp's client went away).
+Result<nlohmann::json> session_stop(const Dirs& dirs, const std::string& id, bool client_gone = false);
 
 }  // namespace sbx

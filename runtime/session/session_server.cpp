@@ -367,7 +367,7 @@ class Server {
     if (op == "status") return reply(c, status_json());
     if (op == "stop") {
       stop_waiters_.push_back(&c);
-      return stop("stop");
+      return stop(r.value("reason", "") == "client_gone" ? "client_gone" : "stop");
     }
     if (op == "interrupt") {
       if (call_ && call_->client == &c) to_agent({{"op", "interrupt"}});

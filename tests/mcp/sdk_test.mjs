@@ -81,6 +81,15 @@ async function connect(args = serverArgs, log = () => {}) {
   return { client, transport, stderr };
 }
 
+// --child-session: a client that starts a session and waits to be killed.
+if (mode === "--child-session") {
+  const { client } = await connect(["mcp"]);
+  const st = await client.callTool({ name: "session_start", arguments: {} });
+  console.log(`session ${st.structuredContent?.session}`);
+  await sleep(600000);
+  process.exit(0);
+}
+
 // --child-client: a client that connects, starts a long call, and waits to be killed.
 if (mode === "--child-client") {
   const { client, transport } = await connect(["mcp"]);
@@ -178,6 +187,30 @@ try {
     check("ten concurrent calls: all answered, each with its own output and run", good && ids.size === 10);
     check("ten concurrent calls: at most 4 at once, the rest queued", peak >= 1 && peak <= 4 && wall >= 2500, `peak ${peak}, wall ${wall} ms`);
   }
+  // Sessions (sbx session, man sbx-mcp): state across calls until session_stop.
+  {
+    const st = await client.callTool({ name: "session_start", arguments: { idle: "2m" } });
+    const sid = st.structuredContent?.session;
+    check("session_start: a session id", !st.isError && /^[0-9a-f]{32}$/.test(sid || ""), cut(st.structuredContent));
+    const a = await client.callTool({ name: "session_exec", arguments: { session: sid, language: "python", code: "x = 41" } });
+    const b = await client.callTool({ name: "session_exec", arguments: { session: sid, language: "python", code: "print(x + 1)" } });
+    check("session_exec: Python globals stay between calls", !a.isError && !b.isError && b.structuredContent?.stdout === "42\n",
+          cut(b.structuredContent));
+    const f1 = await client.callTool({ name: "session_exec", arguments: { session: sid, language: "sh", code: "echo kept > note" } });
+    const f2 = await client.callTool({ name: "session_exec", arguments: { session: sid, language: "sh", code: "cat /workspace/note" } });
+    check("session_exec: files under /workspace stay", !f1.isError && f2.structuredContent?.stdout === "kept\n", cut(f2.structuredContent));
+    const e = await client.callTool({ name: "session_exec", arguments: { session: sid, language: "python", code: "1/0" } });
+    check("session_exec: an exception is the call's error", e.isError === true && e.structuredContent?.status === "exit_nonzero" &&
+          /ZeroDivisionError/.test(e.structuredContent?.stderr || ""), cut(e.structuredContent));
+    const foreign = await client.callTool({ name: "session_exec", arguments: { session: "0".repeat(32), language: "python", code: "1" } });
+    check("session_exec: a session this client did not start is refused", foreign.isError === true &&
+          /was started by this client/.test(foreign.content?.[0]?.text || ""), cut(foreign));
+    const sp = await client.callTool({ name: "session_stop", arguments: { session: sid } });
+    check("session_stop: the session ended, its calls counted", !sp.isError && sp.structuredContent?.ended_by === "stop" &&
+          sp.structuredContent?.calls === 5, cut(sp.structuredContent));
+    const gone = await client.callTool({ name: "session_exec", arguments: { session: sid, language: "python", code: "1" } });
+    check("session_exec after session_stop: refused", gone.isError === true, cut(gone));
+  }
 } catch (e) {
   check("session", false, String(e?.stack || e));
 } finally {
@@ -200,6 +233,20 @@ console.log("--- end of transcript ---");
   const gone = await until(() => procsWith(m).length === 0 && !(serverPid && existsSync(`/proc/${serverPid}`)), 20000);
   check("client disappears mid-call: sandbox and server are gone", started && serverPid > 0 && gone,
         `${Date.now() - t0} ms after SIGKILL of the client (server pid ${serverPid})`);
+}
+
+// A client that disappears with a session open: its server stops the session (ended_by client_gone).
+{
+  const child = spawn(process.execPath, [self, sbx, root, "--child-session"], { stdio: ["ignore", "pipe", "inherit"] });
+  let out = "";
+  child.stdout.on("data", (d) => (out += d));
+  const started = await until(() => /session [0-9a-f]{32}/.test(out), 30000);
+  const sid = (out.match(/session ([0-9a-f]{32})/) || [])[1];
+  child.kill("SIGKILL");
+  const tomb = `${process.env.SBX_STATE_DIR}/sessions/ended/${sid}.json`;
+  const ended = await until(() => existsSync(tomb), 30000);
+  const why = ended ? JSON.parse(readFileSync(tomb, "utf8")).ended_by : "(not ended)";
+  check("client disappears with a session open: the session is stopped", started && ended && why === "client_gone", `ended_by ${why}`);
 }
 
 console.log(`${passed} passed, ${failed} failed`);
