@@ -21,6 +21,7 @@
 #include "runtime/server/mcp_template.hpp"
 #include "runtime/server/mcp_protocol.hpp"
 #include "runtime/server/mcp_server.hpp"
+#include "runtime/server/mcp_session.hpp"
 #include "runtime/server/mcp_worker.hpp"
 #include "runtime/typed/pack.hpp"
 #include "runtime/typed/exec.hpp"
@@ -415,6 +416,9 @@ int run_worker(const WorkerFlags& wf, GlobalOptions& g) {
   } else {
     job = mcp::read_cold_job(STDIN_FILENO);
   }
+  // Session tools (mcp_session.hpp, above the worker's unit) first; every other job as before.
+  if (job && job->is_object() && mcp::is_session_tool(job->value("tool", "")))
+    return print_response(mcp::run_session_job(*job, ctx));
   return print_response(mcp::answer_job(job, ctx));
 }
 }  // namespace

@@ -30,7 +30,6 @@
 #include "runtime/server/mcp_pool.hpp"
 #include "runtime/image/image_store.hpp"
 #include "runtime/image/self_digest.hpp"
-#include "runtime/server/mcp_session.hpp"
 #include "runtime/server/mcp_protocol.hpp"
 #include "runtime/typed/pack.hpp"
 #include "runtime/typed/pack_run.hpp"
@@ -524,7 +523,6 @@ json answer_job(const Result<json>& job, const WorkerContext& ctx) {
   if (!job || !job->is_object()) return worker_error("usage", job ? "the job is not an object" : job.error().message);
   if (job->value("tool", "") == "run_code") return run_code_job(*job, ctx);
   if (job->value("tool", "") == "pack") return run_pack_job(*job, ctx);
-  if (is_session_tool(job->value("tool", ""))) return run_session_job(*job, ctx);
   return worker_error("usage", "unknown job tool");
 }
 
