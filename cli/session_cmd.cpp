@@ -71,6 +71,16 @@ Result<PreparedSession> prepare(RunFlags& f, GlobalOptions& g, SessionFlags& sf,
   if (f.interactive || f.tty)
     return refuse(what + ": -i and -t are 'sbx run''s; run commands with 'sbx session exec ID -- CMD'");
   if (f.dry_run) return refuse(what + ": --dry-run is not supported; try 'sbx run --dry-run' with the same options");
+  // sbx run's options that have no meaning for a session (its calls start in /workspace, its
+  // end exports nothing yet): refused rather than ignored.
+  for (auto [given, flag] :
+       {std::pair{!f.output_dir.empty(), "--output"}, std::pair{f.output_max_bytes.has_value(), "--output-max-bytes"},
+        std::pair{f.output_max_files.has_value(), "--output-max-files"}, std::pair{f.keep_inputs, "--keep-inputs"},
+        std::pair{f.systemd_scope, "--systemd-scope"}, std::pair{f.workdir.has_value(), "--workdir"}})
+    if (given)
+      return refuse(
+          what + ": " + flag +
+          " is sbx run's; a session's calls start in /workspace and it exports nothing (copy files out with 'sbx session exec ID -- cat FILE')");
   if (!f.command.empty() || g.after_dashdash)
     return refuse(what + " takes no command: run commands with 'sbx session exec ID -- CMD'");
   f.command = {std::string(kAgentPath), "session-agent"};  // the session's program (make_session_request)
@@ -132,7 +142,7 @@ int exec(GlobalOptions& g, SessionFlags& sf, std::vector<std::string> command) {
   json req;
   if (sf.language || sf.code) {
     if (!sf.language || !sf.code || !command.empty())
-      return usage_error("session exec: give --language L --code C, or -- CMD [ARGS...], not both");
+      return usage_error("session exec: give --language L with --code C, or -- CMD [ARGS...] (one of the two)");
     req = {{"op", "code"}, {"language", *sf.language}, {"code", *sf.code}};
   } else {
     if (command.empty())
@@ -219,8 +229,9 @@ int stop(GlobalOptions& g, SessionFlags& sf) {
   if (!j) return usage_error("session stop: " + j.error().message);
   if (sf.json_out) std::printf("%s\n", dump_json(*j, -1).c_str());
   else
-    std::printf("session %s stopped after %s calls (its record: sbx trace show %s)\n", sf.id.c_str(),
-                (*j)["calls"].dump().c_str(), printable(j->value("run_id", "?")).c_str());
+    std::printf("session %s stopped after %s call%s (its record: sbx trace show %s)\n", sf.id.c_str(),
+                (*j)["calls"].dump().c_str(), (*j)["calls"] == 1 ? "" : "s",
+                printable(j->value("run_id", "?")).c_str());
   return 0;
 }
 

@@ -67,7 +67,12 @@ def main():
         except KeyboardInterrupt as e:
             report(e)
             status = "interrupted"
-        except BaseException as e:  # SystemExit too: a call's exit() ends the call, not the session
+        except SystemExit as e:  # a call's exit() ends the call, not the interpreter
+            if e.code not in (None, 0):
+                if not isinstance(e.code, int):
+                    print(e.code, file=sys.stderr)
+                status = "error"
+        except BaseException as e:
             report(e)
             status = "error"
         for stream in (sys.stdout, sys.stderr):

@@ -24,11 +24,21 @@ Status make_session_request(RunRequest& req, SessionSettings& s, const std::stri
   s.call_output_limit = spec.limits.output_limit_bytes.value_or(s.call_output_limit);
   spec.limits.timeout_ms = s.max_ms + kRunnerSlackMs;
   spec.limits.output_limit_bytes = kSessionStreamBytes;
+  // The session's own places: a mount there would replace the agent, the workspace or the
+  // kernel's sockets.
+  auto own = [](const std::string& dst) {
+    return dst == kWorkspace || dst == kAgentPath || dst == kKernelDir ||
+           dst.starts_with(std::string(kKernelDir) + "/");
+  };
+  for (const auto& t : spec.tmpfs)
+    if (own(t.dst)) return make_error("usage", "session: --tmpfs " + t.dst + " is the session's own; mount elsewhere");
+  for (const auto* list : {&spec.binds, &spec.inputs})
+    for (const auto& b : *list)
+      if (own(b.dst))
+        return make_error("usage",
+                          "session: a bind on " + b.dst + " is the session's own; bind elsewhere (e.g. /data)");
   spec.argv = {std::string(kAgentPath), "session-agent"};
   spec.binds.push_back(BindMount{self_exe, std::string(kAgentPath), false, false});
-  for (const auto& t : spec.tmpfs)
-    if (t.dst == kWorkspace)
-      return make_error("usage", "session: /workspace is the session's own tmpfs; bind or mount elsewhere");
   spec.tmpfs.push_back(TmpfsMount{std::string(kWorkspace), kWorkspaceDefaultBytes, false});
   spec.workdir = std::string(kWorkspace);
   if (!kernel.empty()) spec.tmpfs.push_back(TmpfsMount{std::string(kKernelDir), 1LL << 20, true});

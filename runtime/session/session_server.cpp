@@ -113,7 +113,8 @@ class Server {
     bool held = client_full() || (relay_ && relay_->backlogged());
     p.push_back({agent_out_.get(), static_cast<short>(agent_reader_.wants_more() && !held ? POLLIN : 0), 0});
     p.push_back({agent_in_.get(), static_cast<short>(to_agent_.empty() ? 0 : POLLOUT), 0});
-    p.push_back({stopping_ ? -1 : listen_.get(), POLLIN, 0});
+    // While it ends too: a session that answers is one `ls` and `start` do not take for gone.
+    p.push_back({listen_.get(), POLLIN, 0});
     for (auto& c : clients_)
       p.push_back({c->fd.get(), static_cast<short>((c->closing ? 0 : POLLIN) | (c->out.empty() ? 0 : POLLOUT)), 0});
     const std::size_t relay_at = p.size();
@@ -240,12 +241,6 @@ class Server {
   void agent_gone(const std::string& why) {
     agent_out_.reset();
     if (call_) fail_call(why);
-    if (ready_.ok()) {
-      (void)write_all(ready_.get(),
-                      "error: " + why + " before it was ready (see " + session_dir(s_.dirs, s_.id) + "/runner.log)\n",
-                      "the start's pipe");
-      ready_.reset();
-    }
     stop(stopping_ ? ended_by_ : "sandbox_ended");
   }
 
@@ -530,7 +525,20 @@ class Server {
     (void)write_session_meta(session_dir(s_.dirs, s_.id) + "/end.json", end);
     to_agent_.clear();
     agent_in_.reset();
-    listen_.reset();
+  }
+
+  // Why a session that never answered did not start: the runner's last line (sbx's own setup
+  // error), read before its directory goes, and the session run's record.
+  std::string start_failure(const std::string& why) const {
+    std::string line;
+    if (auto log = read_bounded(session_dir(s_.dirs, s_.id) + "/runner.log", kMaxSessionMetaBytes, kStage, "log")) {
+      std::string text = *log;
+      while (!text.empty() && text.back() == '\n') text.pop_back();
+      line = text.substr(text.rfind('\n') == std::string::npos ? 0 : text.rfind('\n') + 1);
+      if (line.rfind("sbx: ", 0) == 0) line.erase(0, 5);
+    }
+    return "the session ended (" + why + ") before it was ready" + (line.empty() ? "" : ": " + line) +
+           " (its record: sbx trace show " + s_.run_id + ")";
   }
 
   void end_session(const std::string& why) {
@@ -540,7 +548,10 @@ class Server {
     end["ended_by"] = why;
     end["ended_at"] = rfc3339_now();
     end["calls"] = calls_;
+    if (ready_.ok()) (void)write_all(ready_.get(), "error: " + start_failure(why) + "\n", "the start's pipe");
+    ready_.reset();
     retire_session_dir(s_.dirs, s_.id, end);
+    listen_.reset();
     for (Client* c : stop_waiters_)
       for (auto& owned : clients_)
         if (owned.get() == c)
@@ -553,8 +564,6 @@ class Server {
       ::fcntl(c->fd.get(), F_SETFL, fl & ~O_NONBLOCK);
       flush_client(*c);
     }
-    if (ready_.ok())
-      (void)write_all(ready_.get(), "error: the session ended (" + why + ") before it was ready\n", "pipe");
     done_ = true;
   }
 

@@ -144,6 +144,8 @@ class State(SessionCase):
         self.assertNotIn('File "<string>"', r.err, "the driver's own frames are not the caller's")
         r = self.py(sid, "import sys; sys.exit(3)")
         self.assertEqual(r.rc, 1, "exit() ends the call, not the interpreter\n" + r.describe())
+        r = self.py(sid, "import sys; sys.exit(0)")
+        self.assertEqual((r.rc, r.err), (0, ""), "exit(0) is a call that went well\n" + r.describe())
         r = self.py(sid, "print(y)")
         self.assertEqual(r.out, "5\n", r.describe())
 
@@ -291,6 +293,43 @@ class Limits(SessionCase):
         self.assertIn("2 sessions are running", r.err)
         self.assertIn("sbx session stop", r.err)
         self.assertEqual(len(r.err.splitlines()), 1)
+
+
+class Refusals(SessionCase):
+    def test_a_session_that_cannot_start_says_why_in_one_line(self):
+        r = sbx(["session", "start", "--bind", "/no/such/path:/data"], timeout=60)
+        self.assertEqual(r.rc, 125, r.describe())
+        self.assertEqual(len(r.err.splitlines()), 1, r.describe())
+        self.assertIn("before it was ready: setup failed at mounts: --bind /no/such/path", r.err)
+        self.assertIn("its record: sbx trace show", r.err)
+        self.assertEqual([s for s in json.loads(sbx(["session", "ls", "--json"]).out)], [])
+
+    def test_run_options_a_session_has_no_use_for_and_its_own_places_are_refused(self):
+        for opts, words in ((["--output", self.path("o")], "--output is sbx run's"),
+                            (["--workdir", "/tmp"], "--workdir is sbx run's"),
+                            (["--keep-inputs"], "--keep-inputs is sbx run's"),
+                            (["--bind", "/tmp:/workspace"], "a bind on /workspace is the session's own"),
+                            (["--bind", "/tmp:/run/sbx-agent"], "a bind on /run/sbx-agent is the session's own"),
+                            (["--tmpfs", "/workspace"], "--tmpfs /workspace is the session's own"),
+                            (["-i"], "-i and -t are 'sbx run''s")):
+            r = sbx(["session", "start"] + opts, timeout=60)
+            self.assertEqual(r.rc, 125, r.describe())
+            self.assertIn(words, r.err)
+            self.assertEqual(len(r.err.splitlines()), 1, r.describe())
+
+    def test_an_ending_session_is_not_taken_for_gone(self):
+        # While the server waits for its runner, `ls` sees the session as running, not as one
+        # whose server is gone (which would lose its end's reason).
+        info = self.start()
+        sid = info["session"]
+        p = subprocess.Popen([SBX, "session", "stop", sid], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        for _ in range(20):
+            sbx(["session", "ls", "--all"])
+        p.communicate(timeout=60)
+        self.started.remove(sid)
+        meta = self.ended(sid)
+        self.assertEqual(meta["ended_by"], "stop")
+        self.assertEqual(self.end_record(info)["session"]["ended_by"], "stop")
 
 
 class Ids(SessionCase):
