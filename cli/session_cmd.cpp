@@ -97,7 +97,7 @@ Result<PreparedSession> prepare(RunFlags& f, GlobalOptions& g, SessionFlags& sf,
   if (!max) return refuse(what + ": --max " + sf.max + ": " + max.error().message);
   s.idle_ms = *idle;
   s.max_ms = *max;
-  auto p = prepare_session(std::move(req), std::move(s), kernel);
+  auto p = prepare_session(std::move(req), std::move(s), kernel, f.tenant);
   if (!p) return refuse(what + ": " + p.error().message);
   return p;
 }
@@ -172,6 +172,10 @@ int exec(GlobalOptions& g, SessionFlags& sf, std::vector<std::string> command) {
       *dirs, sf.id, req,
       [out_fd](char type, std::string_view bytes) { write_fd(type == 'O' ? out_fd : STDERR_FILENO, bytes); },
       sfd.get());
+  if (!answer && answer.error().stage == Stage("signal")) {
+    std::fprintf(stderr, "sbx: session exec: %s; exit 130\n", answer.error().message.c_str());
+    return 130;
+  }
   if (!answer) return usage_error("session exec: " + answer.error().message);
   json& j = *answer;
   if (sf.json_out) std::printf("%s\n", dump_json(j, -1).c_str());

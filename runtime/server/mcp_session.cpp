@@ -41,7 +41,7 @@ json start_job(const json& job, const WorkerContext& wctx) {
     if (!ms) return worker_error("usage", std::string(key) + ": " + ms.error().message);
     *into = *ms;
   }
-  auto p = prepare_session(std::move(req), std::move(s));
+  auto p = prepare_session(std::move(req), std::move(s), "", wctx.tenant);
   if (!p) return worker_error(p.error().stage, p.error().message);
   auto started = start_session(std::move(*p));
   if (!started) return worker_error(started.error().stage, started.error().message);

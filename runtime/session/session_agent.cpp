@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -132,6 +133,9 @@ class Agent {
     ::signal(SIGPIPE, SIG_IGN);
     sfd_ = ::signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
     if (sfd_ < 0) return 1;
+    // Not dumpable: a call (same uid) cannot open /proc/<agent>/mem or its fds and write frames
+    // in the agent's name. Killing it stays possible, which only ends its own session.
+    ::prctl(PR_SET_DUMPABLE, 0);
     set_nonblock(STDIN_FILENO);
     send_json({{"event", "ready"}});
     for (;;) {
@@ -192,7 +196,9 @@ class Agent {
       }
       auto j = frame_json(**f);
       if (!j) return false;
-      handle(*j);
+      try {
+        handle(*j);
+      } catch (const nlohmann::json::exception&) { refuse("a malformed request"); }
     }
   }
 

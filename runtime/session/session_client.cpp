@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <poll.h>
 #include <sys/signalfd.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "runtime/session/session_store.hpp"
@@ -30,12 +31,16 @@ Result<json> session_call(const Dirs& dirs, const std::string& id, const json& r
   if (!conn) return conn.error();
   SBX_TRY(send_all(conn->get(), encode_json_frame(request)));
   FrameReader reader;
+  int interrupts = 0;
   for (;;) {
     struct pollfd p[2] = {{conn->get(), POLLIN, 0}, {interrupt_fd, POLLIN, 0}};
     if (::poll(p, 2, -1) < 0 && errno != EINTR) return sys_error(kStage, "cannot wait for the session");
     if (p[1].revents) {
       struct signalfd_siginfo si;
-      while (::read(interrupt_fd, &si, sizeof si) == sizeof si) {}
+      while (::read(interrupt_fd, &si, sizeof si) == sizeof si) ++interrupts;
+      // The first interrupts the call and waits for its answer; a second leaves (the call is
+      // then interrupted and recorded all the same: the server sees its client go).
+      if (interrupts > 1) return make_error("signal", "interrupted again: left the call without its answer");
       SBX_TRY(send_all(conn->get(), encode_json_frame({{"op", "interrupt"}})));
     }
     if (!p[0].revents) continue;
@@ -61,6 +66,12 @@ Result<json> session_stop(const Dirs& dirs, const std::string& id, bool client_g
   if (!conn) return conn.error();
   SBX_TRY(send_all(conn->get(), encode_json_frame({{"op", "stop"}, {"reason", client_gone ? "client_gone" : "stop"}})));
   FrameReader reader;
+  // The server answers once its runner recorded the session: its own grace bounds that (20 s at
+  // most, session_server.cpp); a server that answers not even then is not waited for.
+  struct timeval tv {
+    60, 0
+  };
+  ::setsockopt(conn->get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
   for (;;) {
     auto f = read_frame(conn->get(), reader);
     if (!f) return f.error();

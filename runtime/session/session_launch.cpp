@@ -6,7 +6,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <vector>
 
 #include "runtime/launch/sandbox.hpp"
 #include "runtime/session/session_request.hpp"
@@ -53,10 +55,25 @@ int serve(PreparedSession& p, pid_t runner, UniqueFd ready, std::optional<Kernel
                        runner, std::move(ready), std::move(relay));
 }
 
+// Closes every fd from 3 up but `keep`: a daemon holds nothing of its caller's (a file, a pipe
+// whose reader waits for EOF) for the session's whole life.
+void close_all_but(std::vector<int> keep) {
+  std::sort(keep.begin(), keep.end());
+  unsigned from = 3;
+  for (int fd : keep) {
+    if (fd < 3) continue;
+    if (static_cast<unsigned>(fd) > from) ::close_range(from, static_cast<unsigned>(fd) - 1, 0);
+    from = static_cast<unsigned>(fd) + 1;
+  }
+  ::close_range(from, ~0u, 0);
+}
+
 // The daemon: its own session (no terminal), stdio away from the caller's (a script's
-// `id=$(sbx session start)` must see EOF), no directory of the caller's held.
+// `id=$(sbx session start)` must see EOF), no directory or fd of the caller's held.
 [[noreturn]] void become_daemon(PreparedSession& p, UniqueFd ready) {
   ::setsid();
+  close_all_but({p.listen.get(), p.to_agent[0].get(), p.to_agent[1].get(), p.from_agent[0].get(), p.from_agent[1].get(),
+                 ready.get()});
   int null = ::open("/dev/null", O_RDWR | O_CLOEXEC);
   ::dup2(null, STDIN_FILENO);
   ::dup2(null, STDOUT_FILENO);
@@ -100,7 +117,8 @@ Status socket_pair(UniqueFd (&pair)[2]) {
 }
 }  // namespace
 
-Result<PreparedSession> prepare_session(RunRequest req, SessionSettings s, const std::string& kernel) {
+Result<PreparedSession> prepare_session(RunRequest req, SessionSettings s, const std::string& kernel,
+                                        const std::optional<std::string>& tenant) {
   PreparedSession p;
   p.req = std::move(req);
   p.s = std::move(s);
@@ -108,11 +126,16 @@ Result<PreparedSession> prepare_session(RunRequest req, SessionSettings s, const
   char exe[4096];
   ssize_t n = ::readlink("/proc/self/exe", exe, sizeof exe - 1);
   if (n <= 0) return make_error(kStage, "cannot find sbx's own binary (/proc/self/exe)");
-  SBX_TRY(make_session_request(p.req, p.s, std::string(exe, static_cast<std::size_t>(n)), kernel));
+  std::optional<Tenant> t;
+  if (tenant) {
+    auto loaded = load_tenant(*tenant);
+    if (!loaded) return loaded.error();
+    t = std::move(*loaded);
+  }
+  SBX_TRY(make_session_request(p.req, p.s, std::string(exe, static_cast<std::size_t>(n)), kernel, t ? &*t : nullptr));
   auto limit = max_sessions();
   if (!limit) return limit.error();
-  SBX_TRY(create_session_dir(p.s.dirs, p.s.id, *limit));
-  auto listen = listen_session(session_dir(p.s.dirs, p.s.id));
+  auto listen = create_session_dir(p.s.dirs, p.s.id, *limit);
   if (!listen) return listen.error();
   p.listen = std::move(*listen);
   SBX_TRY(socket_pair(p.to_agent));

@@ -2,6 +2,7 @@
 // Starting a session (session_server.hpp): `sbx session start` and `sbx mcp`'s session_start
 // fork its server as a daemon and wait until the agent answers; `sbx kernel run` serves it in
 // the foreground (jupyter_client owns that process).
+#include <optional>
 #include <string>
 
 #include "runtime/base/error.hpp"
@@ -27,7 +28,9 @@ struct PreparedSession {
 
 // `req` is a run request as `sbx run` makes it (any command: the session's agent replaces it);
 // `s` has the store (dirs), --idle and --max. Errors: stage "usage" or "sessions", one line.
-Result<PreparedSession> prepare_session(RunRequest req, SessionSettings s, const std::string& kernel = "");
+// `tenant`: the --tenant the request was made for (its ceilings bind the session as a whole).
+Result<PreparedSession> prepare_session(RunRequest req, SessionSettings s, const std::string& kernel = "",
+                                        const std::optional<std::string>& tenant = std::nullopt);
 
 // The daemon: its server, and the runner under it; returns once the agent answered (the
 // settings, with the session's id and run id) or with what kept it from starting.

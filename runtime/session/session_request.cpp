@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+
 #include "runtime/base/clock.hpp"
 #include "runtime/base/json_io.hpp"
 #include "runtime/session/session_agent.hpp"
@@ -15,8 +17,8 @@ namespace {
 constexpr std::int64_t kRunnerSlackMs = 30000;
 }  // namespace
 
-Status make_session_request(RunRequest& req, SessionSettings& s, const std::string& self_exe,
-                            const std::string& kernel) {
+Status make_session_request(RunRequest& req, SessionSettings& s, const std::string& self_exe, const std::string& kernel,
+                            const Tenant* tenant) {
   RunSpec& spec = req.spec;
   if (s.idle_ms < 1 || s.max_ms < 1 || s.max_ms > kSessionMaxCeilingMs)
     return make_error("usage", "session: --max must be from 1ms to 24h and --idle at least 1ms");
@@ -24,6 +26,22 @@ Status make_session_request(RunRequest& req, SessionSettings& s, const std::stri
   s.call_output_limit = spec.limits.output_limit_bytes.value_or(s.call_output_limit);
   spec.limits.timeout_ms = s.max_ms + kRunnerSlackMs;
   spec.limits.output_limit_bytes = kSessionStreamBytes;
+  if (tenant) {
+    auto ceiling = [tenant](const char* key) {
+      const auto& keys = tenant->limit_keys_set;
+      return std::find(keys.begin(), keys.end(), key) != keys.end();
+    };
+    if (ceiling("timeout_ms") && tenant->limits.timeout_ms) {
+      std::int64_t t = *tenant->limits.timeout_ms;
+      if (s.max_ms > t)
+        return make_error("usage", "session: --max " + std::to_string(s.max_ms) + "ms passes tenant '" + tenant->name +
+                                       "''s timeout ceiling (" + std::to_string(t) +
+                                       "ms), which bounds a session's whole life: give --max of at most that");
+      spec.limits.timeout_ms = std::min(*spec.limits.timeout_ms, t);
+    }
+    if (ceiling("output_limit_bytes") && tenant->limits.output_limit_bytes)
+      spec.limits.output_limit_bytes = std::min(*spec.limits.output_limit_bytes, *tenant->limits.output_limit_bytes);
+  }
   // The session's own places: a mount there would replace the agent, the workspace or the
   // kernel's sockets.
   auto own = [](const std::string& dst) {

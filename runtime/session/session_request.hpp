@@ -5,6 +5,7 @@
 
 #include "runtime/base/error.hpp"
 #include "runtime/launch/run_request.hpp"
+#include "runtime/launch/tenant.hpp"
 #include "runtime/session/session_server.hpp"
 
 namespace sbx {
@@ -16,7 +17,9 @@ namespace sbx {
 // the request (limits per call, the meta) and the request's run id and session record parts.
 // With a `kernel` name (`sbx kernel run`): also the tmpfs the kernel's ipc sockets live on
 // (session_tunnel.hpp, kKernelDir), and the meta and record say it is a Jupyter kernel's.
+// A `tenant`'s ceilings bind the session as a whole: its timeout ceiling bounds --max (a session
+// is one run), its output ceiling the session's stream.
 Status make_session_request(RunRequest& req, SessionSettings& s, const std::string& self_exe,
-                            const std::string& kernel = "");
+                            const std::string& kernel = "", const Tenant* tenant = nullptr);
 
 }  // namespace sbx

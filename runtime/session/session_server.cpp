@@ -55,6 +55,7 @@ struct Stream {
 
 struct ActiveCall {
   Client* client = nullptr;  // nullptr once the client went away
+  bool interrupted = false;  // an interrupt went to the agent (one per call)
   std::uint64_t seq = 0;
   std::string run_id, started_at;
   std::int64_t started = 0;
@@ -63,6 +64,28 @@ struct ActiveCall {
 };
 
 void set_nonblock(int fd) { ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK); }
+
+// Members of what a client or the agent sent, read without trusting their types (json::value
+// throws on a member of another type): the default for anything else.
+std::string str_of(const json& j, const char* key, const std::string& dflt = "") {
+  auto it = j.find(key);
+  return it != j.end() && it->is_string() ? it->get<std::string>() : dflt;
+}
+bool flag_of(const json& j, const char* key) {
+  auto it = j.find(key);
+  return it != j.end() && it->is_boolean() && it->get<bool>();
+}
+// An integer member within [lo, hi], else null: what the agent says of an exit is believed only
+// where it can be one.
+json int_in(const json& j, const char* key, std::int64_t lo, std::int64_t hi) {
+  auto it = j.find(key);
+  if (it == j.end() || !it->is_number_integer()) return nullptr;
+  std::int64_t v = it->get<std::int64_t>();
+  return v >= lo && v <= hi ? json(v) : json(nullptr);
+}
+// A client whose replies pile up this far is not read from until it reads (status requests that
+// are never read must not grow the server).
+constexpr std::size_t kClientReplyBacklog = 1u << 20;
 
 // What the record keeps of a request: the command, or the language and the code's digest and size
 // (the code itself is the caller's, as a run's argv is: kept whole).
@@ -116,7 +139,10 @@ class Server {
     // While it ends too: a session that answers is one `ls` and `start` do not take for gone.
     p.push_back({listen_.get(), POLLIN, 0});
     for (auto& c : clients_)
-      p.push_back({c->fd.get(), static_cast<short>((c->closing ? 0 : POLLIN) | (c->out.empty() ? 0 : POLLOUT)), 0});
+      p.push_back({c->fd.get(),
+                   static_cast<short>((c->closing || c->out.size() > kClientReplyBacklog ? 0 : POLLIN) |
+                                      (c->out.empty() ? 0 : POLLOUT)),
+                   0});
     const std::size_t relay_at = p.size();
     if (relay_) relay_->add_to(p);
     ::poll(p.data(), p.size(), poll_timeout());
@@ -190,7 +216,11 @@ class Server {
       auto f = agent_reader_.next();
       if (!f) return agent_gone("the session's agent broke the protocol: " + f.error().message);
       if (!*f) return;
-      if (!on_agent_frame(**f)) return;
+      try {
+        if (!on_agent_frame(**f)) return;
+      } catch (const json::exception&) {
+        return agent_gone("the session's agent broke the protocol: a malformed message");
+      }
     }
   }
 
@@ -219,7 +249,7 @@ class Server {
       agent_gone("the session's agent broke the protocol: " + j.error().message);
       return false;
     }
-    std::string event = j->value("event", "");
+    std::string event = str_of(*j, "event");
     if (event == "ready" && !ready_seen_) {
       ready_seen_ = true;
       record_start();
@@ -272,7 +302,19 @@ class Server {
     socklen_t len = sizeof cred;
     // Only the user who started the session (its directory is 0700 too).
     if (::getsockopt(fd.get(), SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 || cred.uid != ::getuid()) return;
-    if (clients_.size() >= kMaxSessionClients) return;
+    if (clients_.size() >= kMaxSessionClients) {
+      // Full: the oldest connection that neither runs the call nor waits for the stop makes room
+      // (idle connections cannot lock the owner out of stop and exec).
+      auto busy = [this](const Client* c) {
+        return (call_ && call_->client == c) ||
+               std::find(stop_waiters_.begin(), stop_waiters_.end(), c) != stop_waiters_.end();
+      };
+      auto it = std::find_if(clients_.begin(), clients_.end(),
+                             [&](const std::unique_ptr<Client>& c) { return !busy(c.get()); });
+      if (it == clients_.end()) return;
+      (*it)->fd.reset();
+      clients_.erase(it);
+    }
     auto c = std::make_unique<Client>();
     c->fd = std::move(fd);
     clients_.push_back(std::move(c));
@@ -300,7 +342,7 @@ class Server {
       // A client that went away mid-call: the call is interrupted, and still recorded.
       if (call_ && call_->client == &c) {
         call_->client = nullptr;
-        to_agent({{"op", "interrupt"}});
+        interrupt_call();
       }
       c.fd.reset();
       return;
@@ -312,11 +354,23 @@ class Server {
       if (!*f) return;
       auto j = frame_json(**f);
       if (!j) return reply_and_close(c, j.error().message);
-      on_request(c, *j);
+      try {
+        on_request(c, *j);
+      } catch (const json::exception&) { return reply_and_close(c, "a malformed session request"); }
+      if (!c.fd.ok() || c.closing || c.out.size() > kClientReplyBacklog) return;
     }
   }
 
-  void reply(Client& c, const json& j) { c.out += encode_json_frame(j); }
+  void reply(Client& c, const json& j) {
+    c.out += encode_json_frame(j);
+    if (c.out.size() > kClientQueueBytes) c.fd.reset();  // not reading: dropped
+  }
+
+  void interrupt_call() {
+    if (!call_ || call_->interrupted) return;
+    call_->interrupted = true;
+    to_agent({{"op", "interrupt"}});
+  }
   void reply_and_close(Client& c, const std::string& why) {
     reply(c, {{"event", "error"}, {"stage", kStage}, {"message", why}});
     c.closing = true;
@@ -333,6 +387,11 @@ class Server {
 
   // A request's checks: a call may lower its timeout and output limit, never raise them.
   std::string check_call(json& r) const {
+    // What goes to the agent must fit one frame with the limits added (the agent would take a
+    // longer one for a broken stream and end the session).
+    if (std::size_t n = dump_json(r, -1).size(); n > kMaxFrame - 4096)
+      return "the request is " + std::to_string(n) + " bytes; a session call takes at most " +
+             std::to_string(kMaxFrame - 4096);
     std::string op = r.value("op", "");
     if (op == "exec") {
       auto it = r.find("argv");
@@ -358,14 +417,14 @@ class Server {
   }
 
   void on_request(Client& c, json& r) {
-    std::string op = r.value("op", "");
+    std::string op = str_of(r, "op");
     if (op == "status") return reply(c, status_json());
     if (op == "stop") {
-      stop_waiters_.push_back(&c);
-      return stop(r.value("reason", "") == "client_gone" ? "client_gone" : "stop");
+      if (std::find(stop_waiters_.begin(), stop_waiters_.end(), &c) == stop_waiters_.end()) stop_waiters_.push_back(&c);
+      return stop(str_of(r, "reason") == "client_gone" ? "client_gone" : "stop");
     }
     if (op == "interrupt") {
-      if (call_ && call_->client == &c) to_agent({{"op", "interrupt"}});
+      if (call_ && call_->client == &c) interrupt_call();
       return;
     }
     if (op != "exec" && op != "code") return reply_and_close(c, "unknown request '" + op + "'");
@@ -400,14 +459,14 @@ class Server {
   // --- a call's end: its record first, then the answer (no result without its record)
   void finish_call(const json& agent) {
     json result = {{"status", "ok"}};
-    if (agent.value("event", "") == "error") {
-      result = {{"status", "error"}, {"error", {{"stage", kStage}, {"message", agent.value("message", "?")}}}};
+    if (str_of(agent, "event") == "error") {
+      result = {{"status", "error"}, {"error", {{"stage", kStage}, {"message", str_of(agent, "message", "?")}}}};
     } else {
-      json ec = agent.value("exit_code", json(nullptr)), sig = agent.value("signal", json(nullptr));
-      result["exit_code"] = ec.is_number_integer() ? ec : json(nullptr);
-      result["signal"] = sig.is_number_integer() ? sig : json(nullptr);
-      if (agent.value("timed_out", false)) result["status"] = "timeout";
-      else if (agent.value("interrupted", false)) result["status"] = "interrupted";
+      json ec = int_in(agent, "exit_code", 0, 255), sig = int_in(agent, "signal", 1, 64);
+      result["exit_code"] = ec;
+      result["signal"] = sig;
+      if (flag_of(agent, "timed_out")) result["status"] = "timeout";
+      else if (flag_of(agent, "interrupted")) result["status"] = "interrupted";
       else if (sig.is_number_integer()) result["status"] = "killed";
       else if (!ec.is_number_integer() || ec.get<std::int64_t>() != 0) result["status"] = "exit_nonzero";
     }
@@ -419,7 +478,8 @@ class Server {
         st->dropped += std::min<std::int64_t>(it->get<std::int64_t>(), kMaxSizeCounted);
     }
     json extra;
-    if (agent.contains("interpreter") && agent["interpreter"].is_string()) extra["interpreter"] = agent["interpreter"];
+    if (std::string i = str_of(agent, "interpreter"); i == "kept" || i == "new" || i == "lost")
+      extra["interpreter"] = i;
     record_and_answer(result, extra);
   }
 
@@ -558,11 +618,16 @@ class Server {
           reply(
               *c,
               {{"event", "stopped"}, {"session", s_.id}, {"ended_by", why}, {"calls", calls_}, {"run_id", s_.run_id}});
-    // The answers are small: written blocking, then the server is done.
-    for (auto& c : clients_) {
-      int fl = ::fcntl(c->fd.get(), F_GETFL);
-      ::fcntl(c->fd.get(), F_SETFL, fl & ~O_NONBLOCK);
-      flush_client(*c);
+    // The answers go out within a second at most: a client that does not read is not waited for.
+    std::int64_t until = monotonic_ms() + 1000;
+    for (;;) {
+      std::vector<struct pollfd> p;
+      for (auto& c : clients_)
+        if (c->fd.ok() && !c->out.empty()) p.push_back({c->fd.get(), POLLOUT, 0});
+      std::int64_t left = until - monotonic_ms();
+      if (p.empty() || left <= 0 || ::poll(p.data(), p.size(), static_cast<int>(left)) <= 0) break;
+      for (auto& c : clients_)
+        if (c->fd.ok() && !c->out.empty()) flush_client(*c);
     }
     done_ = true;
   }

@@ -29,12 +29,14 @@ struct sockaddr_un socket_addr(int dir_fd) {
   return a;
 }
 
+// Whether a server listens there. Without blocking: a server whose backlog is full (stopped, or
+// slow) answers EAGAIN, and is alive all the same.
 bool server_answers(const std::string& dir) {
   UniqueFd d(::open(dir.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   if (!d.ok()) return false;
-  UniqueFd s(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  UniqueFd s(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
   auto a = socket_addr(d.get());
-  return s.ok() && ::connect(s.get(), reinterpret_cast<struct sockaddr*>(&a), sizeof a) == 0;
+  return s.ok() && (::connect(s.get(), reinterpret_cast<struct sockaddr*>(&a), sizeof a) == 0 || errno == EAGAIN);
 }
 
 void remove_tree_flat(const std::string& dir) {
@@ -110,7 +112,7 @@ Result<int> max_sessions() {
   return static_cast<int>(n);
 }
 
-Status create_session_dir(const Dirs& dirs, const std::string& id, int max) {
+Result<UniqueFd> create_session_dir(const Dirs& dirs, const std::string& id, int max) {
   std::string root = sessions_dir(dirs);
   SBX_TRY(ensure_dir(root + "/ended", 0700));
   UniqueFd lock(::open((root + "/.lock").c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600));
@@ -127,7 +129,8 @@ Status create_session_dir(const Dirs& dirs, const std::string& id, int max) {
                                   std::to_string(max) + "): end one with 'sbx session stop ID' (see 'sbx session ls')");
   if (::mkdir(session_dir(dirs, id).c_str(), 0700) != 0)
     return sys_error(kStage, "cannot create the session's directory");
-  return {};
+  // Listening before the lock is released: the next start counts this session.
+  return listen_session(session_dir(dirs, id));
 }
 
 std::vector<nlohmann::json> list_sessions(const Dirs& dirs, bool all) {

@@ -28,9 +28,10 @@ bool valid_session_id(const std::string& id);
 // else kDefaultMaxSessions.
 Result<int> max_sessions();
 
-// Makes <state>/sessions/<id>/ for a new session, under the store's lock, unless `max` sessions
-// are running there already (stage "sessions": how many, and how to end one).
-Status create_session_dir(const Dirs& dirs, const std::string& id, int max);
+// Makes <state>/sessions/<id>/ for a new session and its listening socket, under the store's
+// lock, unless `max` sessions are running there already (stage "sessions": how many, and how to
+// end one). A session counts from the moment its socket listens.
+Result<UniqueFd> create_session_dir(const Dirs& dirs, const std::string& id, int max);
 
 // What `ls` and `show` print: session.json of each running session (with "state": "running"),
 // and with `all` the ended ones (their tombstones) too. Newest first.

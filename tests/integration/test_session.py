@@ -6,6 +6,8 @@ unknown, ended or foreign id."""
 import json
 import os
 import signal
+import socket
+import struct
 import subprocess
 import time
 
@@ -376,3 +378,108 @@ class Ids(SessionCase):
         self.assertEqual(meta["state"], "running")
         self.assertEqual(meta["uid"], os.getuid())
         self.assertEqual(len(sid), 32)
+
+
+def frame(obj, kind=b"J"):
+    body = obj if isinstance(obj, bytes) else json.dumps(obj).encode()
+    return struct.pack(">I", len(body)) + kind + body
+
+
+class Hostile(SessionCase):
+    """Attacks on a session that must fail: from its own calls, from a local client of its control
+    socket, from a tenant asking for more than its ceiling."""
+
+    def connect(self, sid):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.connect(os.path.join(self.session_dir(sid), "ctl.sock"))
+        return s
+
+    def server_rss_kib(self, sid):
+        pid = json.loads(sbx(["session", "show", sid]).out)["server_pid"]
+        with open(f"/proc/{pid}/status") as f:
+            return int(next(l for l in f if l.startswith("VmRSS:")).split()[1])
+
+    def test_malformed_requests_are_refused_and_the_server_goes_on(self):
+        sid = self.start()["session"]
+        for bad in ({"op": 5}, {"op": "exec", "argv": [1, 2]}, {"op": "code", "language": 7, "code": "x"},
+                    {"op": "exec", "argv": ["true"], "timeout_ms": "soon"}, {"op": []}):
+            s = self.connect(sid)
+            s.sendall(frame(bad))
+            s.settimeout(scaled(10))
+            answer = s.recv(65536)
+            s.close()
+            self.assertIn(b'"event":"error"', answer, f"{bad}: {answer!r}")
+        r = self.exec(sid, "--", "echo", "alive")
+        self.assertEqual(r.out, "alive\n", r.describe())
+
+    def test_a_client_that_never_reads_cannot_grow_the_server_or_hold_up_stop(self):
+        sid = self.start()["session"]
+        before = self.server_rss_kib(sid)
+        floods = []
+        for _ in range(4):
+            s = self.connect(sid)
+            s.setblocking(False)
+            sent = 0
+            try:
+                while sent < (8 << 20):
+                    sent += s.send(frame({"op": "status"}) * 256)
+            except BlockingIOError:
+                pass
+            floods.append(s)
+        time.sleep(scaled(1.0))
+        grown = self.server_rss_kib(sid) - before
+        self.assertLess(grown, 64 << 10, f"the server grew by {grown} KiB for clients that never read")
+        # Idle connections past the server's maximum do not lock the owner out.
+        idle = [self.connect(sid) for _ in range(20)]
+        t0 = time.monotonic()
+        r = sbx(["session", "stop", sid], timeout=60)
+        self.assertEqual(r.rc, 0, r.describe())
+        self.assertLess(time.monotonic() - t0, scaled(15), "stop waited for clients that never read")
+        self.started.remove(sid)
+        for s in floods + idle:
+            s.close()
+
+    def test_a_call_cannot_write_frames_in_the_agent_s_name(self):
+        sid = self.start()["session"]
+        # The agent is the call's parent and has its uid; it is not dumpable, so neither its memory
+        # nor its fds open for the call (which could otherwise forge another call's result).
+        r = self.exec(sid, "--", "sh", "-c",
+                      "for f in /proc/$PPID/mem /proc/$PPID/fd/1; do (exec 3>>$f) 2>/dev/null && echo open $f; done; "
+                      "echo checked")
+        self.assertEqual(r.out, "checked\n", r.describe())
+
+    def test_the_server_holds_none_of_the_caller_s_fds(self):
+        leak = self.path("leak")
+        with open(leak, "w") as f:
+            r = subprocess.run([SBX, "session", "start"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               pass_fds=(f.fileno(),), timeout=60 * scaled(1))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        sid = r.stdout.decode().strip()
+        self.started.append(sid)
+        pid = json.loads(sbx(["session", "show", sid]).out)["server_pid"]
+        held = [os.readlink(f"/proc/{pid}/fd/{n}") for n in os.listdir(f"/proc/{pid}/fd")]
+        self.assertNotIn(leak, held)
+
+    def test_a_tenant_s_timeout_ceiling_bounds_the_whole_session(self):
+        tenants = self.path("tenants")
+        os.mkdir(tenants)
+        with open(os.path.join(tenants, "A.json"), "w") as f:
+            json.dump({"id_slot": 1, "separate_ids": "preferred", "limits": {"timeout": "20s", "output_limit": "1M"}}, f)
+        env = dict(os.environ, SBX_TENANTS_DIR=tenants)
+        r = sbx(["session", "start", "--tenant", "A", "--max", "5m"], env=env, timeout=60)
+        self.assertEqual(r.rc, 125, r.describe())
+        self.assertIn("passes tenant 'A''s timeout ceiling", r.err)
+        r = sbx(["session", "start", "--tenant", "A", "--max", "15s", "--json"], env=env, timeout=60)
+        self.assertEqual(r.rc, 0, r.describe())
+        info = json.loads(r.out)
+        try:
+            store = os.path.join(self.state, "tenants", "A")
+            r = sbx(["session", "exec", "--tenant", "A", info["session"], "--timeout", "30s", "--", "true"], env=env)
+            self.assertEqual(r.rc, 125, "a call may not raise its timeout past the tenant's\n" + r.describe())
+        finally:
+            sbx(["session", "stop", "--tenant", "A", info["session"]], env=env, timeout=60)
+        recs = [l["record"] for l in ledger_lines(store) if l["record"].get("run_id") == info["run_id"]]
+        self.assertEqual(len(recs), 1)
+        limits = recs[0]["invocation"]["spec"]["limits"]
+        self.assertLessEqual(limits["timeout_ms"], 20000)
+        self.assertLessEqual(limits["output_limit_bytes"], 1 << 20)
