@@ -1,0 +1,101 @@
+#include <doctest/doctest.h>
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+
+#include "runtime/session/kernel_relay.hpp"
+#include "runtime/session/session_store.hpp"
+#include "runtime/session/session_tunnel.hpp"
+#include "runtime/session/session_wire.hpp"
+
+using namespace sbx;
+
+TEST_CASE("session frames round-trip in any split, and the reader holds at most one frame") {
+  std::string bytes = encode_json_frame({{"op", "exec"}, {"argv", {"true"}}}) + encode_frame('O', std::string("a\0b", 3)) +
+                      encode_frame('E', "") + encode_stream_frame(7, "zmtp");
+  for (std::size_t step : {1u, 2u, 5u, 64u}) {
+    FrameReader r;
+    std::vector<Frame> got;
+    for (std::size_t at = 0; at < bytes.size(); at += step) {
+      r.feed(std::string_view(bytes).substr(at, step));
+      for (;;) {
+        auto f = r.next();
+        REQUIRE(f);
+        if (!*f) break;
+        got.push_back(**f);
+      }
+    }
+    REQUIRE(got.size() == 4);
+    CHECK(frame_json(got[0])->at("op") == "exec");
+    CHECK(got[1].type == 'O');
+    CHECK(got[1].body == std::string("a\0b", 3));
+    CHECK(got[2].body.empty());
+    std::uint32_t id = 0;
+    std::string_view data;
+    REQUIRE(decode_stream_frame(got[3].body, id, data));
+    CHECK(id == 7);
+    CHECK(data == "zmtp");
+    CHECK(r.pending() == 0);
+  }
+}
+
+TEST_CASE("a frame over the bound, of an unknown type, or not a JSON object is refused") {
+  FrameReader big;
+  big.feed(std::string("\x7f\xff\xff\xff", 4) + "J");
+  CHECK_FALSE(big.next());
+  FrameReader odd;
+  odd.feed(encode_frame('X', "x"));
+  CHECK_FALSE(odd.next());
+  CHECK_FALSE(frame_json(Frame{'J', "[1,2]"}));
+  CHECK_FALSE(frame_json(Frame{'J', "{\"a\":"}));
+  CHECK_FALSE(frame_json(Frame{'O', "{}"}));
+  std::string deep(200, '[');
+  CHECK_FALSE(frame_json(Frame{'J', "{\"a\":" + deep + "}"}));
+  std::uint32_t id = 0;
+  std::string_view data;
+  CHECK_FALSE(decode_stream_frame("abc", id, data));
+}
+
+TEST_CASE("session ids are 32 lower-case hex digits, unguessable and never a path") {
+  std::string a = new_session_id(), b = new_session_id();
+  CHECK(valid_session_id(a));
+  CHECK(a != b);
+  for (const char* bad : {"", "../../etc", "0123456789ABCDEF0123456789abcdef", "0123456789abcdef0123456789abcde",
+                          "0123456789abcdef0123456789abcdef0", "0123456789abcdef/123456789abcdef"})
+    CHECK_MESSAGE(!valid_session_id(bad), bad);
+}
+
+TEST_CASE("SBX_MAX_SESSIONS may lower the maximum of running sessions, never raise it") {
+  ::setenv("SBX_MAX_SESSIONS", "3", 1);
+  CHECK(*max_sessions() == 3);
+  for (const char* bad : {"0", "-1", "33", "1x", "999999999999"}) {
+    ::setenv("SBX_MAX_SESSIONS", bad, 1);
+    CHECK_MESSAGE(!max_sessions(), bad);
+  }
+  ::unsetenv("SBX_MAX_SESSIONS");
+  CHECK(*max_sessions() == kDefaultMaxSessions);
+}
+
+TEST_CASE("a kernel's connection file: tcp and five ports, or a clear refusal") {
+  char path[] = "/tmp/sbx-conn-XXXXXX";
+  int fd = ::mkstemp(path);
+  REQUIRE(fd >= 0);
+  ::close(fd);
+  auto write = [&](const std::string& text) { std::ofstream(path) << text; };
+  write(R"({"transport":"tcp","ip":"127.0.0.1","shell_port":5001,"iopub_port":5002,"stdin_port":5003,)"
+        R"("control_port":5004,"hb_port":5005,"key":"k","signature_scheme":"hmac-sha256","kernel_name":"sbx"})");
+  auto c = read_connection_file(path);
+  REQUIRE(c);
+  CHECK(c->ports[0] == 5001);
+  CHECK(c->ports[4] == 5005);
+  CHECK(c->key == "k");
+  write(R"({"transport":"ipc","ip":"/tmp/k"})");
+  CHECK(read_connection_file(path).error().message.find("tcp only") != std::string::npos);
+  write(R"({"transport":"tcp","shell_port":0,"iopub_port":2,"stdin_port":3,"control_port":4,"hb_port":5})");
+  CHECK(read_connection_file(path).error().message.find("shell_port") != std::string::npos);
+  write(R"({"transport":"tcp","shell_port":"1","iopub_port":2,"stdin_port":3,"control_port":4,"hb_port":5})");
+  CHECK_FALSE(read_connection_file(path));
+  ::unlink(path);
+}
