@@ -32,6 +32,11 @@ _sbx_run_ids() {
     "${COMP_WORDS[0]}" "${_sbx_state_args[@]}" trace ls 2>/dev/null | awk 'NR > 1 && NF { print $1 }'
 }
 
+_sbx_session_ids() {
+    # First column of `sbx session ls` (the running sessions' ids), without its header line.
+    "${COMP_WORDS[0]}" "${_sbx_state_args[@]}" session ls 2>/dev/null | awk 'NR > 1 && NF { print $1 }'
+}
+
 _sbx_images() {
     # First column of `sbx image ls` (NAME:TAG), without its header line and unnamed images.
     "${COMP_WORDS[0]}" "${_sbx_state_args[@]}" image ls 2>/dev/null |
@@ -78,10 +83,23 @@ _sbx() {
     local takes_arg="--state-dir --log-level --profile --tenant --image --entrypoint --uid --gid --bind --tmpfs --workdir --env
         --env-pass --timeout --output-limit --memory --pids --cpus --cpu-time --seccomp --cap-add --gpu --allow-host --trace-file --format
         --pubkey --anchor --keep --before --status --since --input --output --output-max-bytes --output-max-files --context --secret --result --name --leaf
-        --keep-days --max-bytes --packs --max-concurrent --max-queued --events --limit --newest -n --pack -o"
+        --keep-days --max-bytes --packs --max-concurrent --max-queued --events --limit --newest -n --pack -o
+        --idle --max --language --code --connection-file --display-name"
+    # sbx session start: the options of run but those it refuses (-i, -t, --dry-run, --workdir, --output,
+    # --output-max-bytes, --output-max-files, --keep-inputs, --systemd-scope), and its own.
+    local session_start_opts="--profile --tenant --image --entrypoint --uid --gid --bind --tmpfs --workspace --input
+        --env --env-pass --secret --timeout --output-limit --memory --pids --cpus
+        --cpu-time --require-limits --require-record --seccomp --cap-add --gpu --allow-host --trace-file --events
+        --no-systemd-scope --idle --max --json"
+    # sbx kernel run: the same as session start's (its --json aside), and the client's connection file.
+    local kernel_run_opts="--profile --tenant --image --entrypoint --uid --gid --bind --tmpfs --workspace --input
+        --env --env-pass --secret --timeout --output-limit --memory --pids --cpus
+        --cpu-time --require-limits --require-record --seccomp --cap-add --gpu --allow-host --trace-file --events
+        --no-systemd-scope --idle --max --connection-file"
 
     # Find the subcommand path (run | profile ls|show | trace ls|show | doctor | pack ... |
-    # image ...) and, for run, where the sandboxed command starts.
+    # image ... | session ... | kernel ...) and, for run and session exec, where the sandboxed command
+    # starts.
     local cmd="" sub="" i w skip=0 cmd_start=0 npos=0
     _sbx_state_args=()
     for ((i = 1; i < first; i++)); do
@@ -98,6 +116,7 @@ _sbx() {
         if [[ $w == --state-dir=* ]]; then _sbx_state_args=("$w"); fi
         if [[ $w == -- ]]; then
             [[ $cmd == run || -z $cmd ]] && { cmd=run; cmd_start=$((i + 1)); break; }
+            [[ $cmd == session && $sub == exec ]] && { cmd_start=$((i + 1)); break; }
             continue
         fi
         if [[ $w == -* ]]; then
@@ -108,15 +127,16 @@ _sbx() {
             cmd=$w
         elif [[ $cmd == run ]]; then
             cmd_start=$i; break
-        elif [[ -z $sub && ( $cmd == profile || $cmd == trace || $cmd == pack || $cmd == image || $cmd == key ) ]]; then
+        elif [[ -z $sub && ( $cmd == profile || $cmd == trace || $cmd == pack || $cmd == image || $cmd == key || $cmd == session || $cmd == kernel ) ]]; then
             sub=$w
         else
             npos=$((npos + 1))
         fi
     done
 
-    # Inside the sandboxed command: complete it as a command line of its own.
-    if [[ $cmd == run && $cmd_start -gt 0 && $cmd_start -le $COMP_CWORD ]]; then
+    # Inside the sandboxed command (sbx run, sbx session exec ID --): complete it as a command line
+    # of its own.
+    if [[ ( $cmd == run || $cmd == session ) && $cmd_start -gt 0 && $cmd_start -le $COMP_CWORD ]]; then
         if declare -F _command_offset >/dev/null; then
             _command_offset "$cmd_start"
         elif ((cmd_start == COMP_CWORD)); then
@@ -127,13 +147,15 @@ _sbx() {
         return
     fi
 
-    # Values of options.
+    # Values of options. A session's --timeout and --output-limit are a call's ceilings: "none" is
+    # not one of their values.
+    [[ ( $cmd == session || $cmd == kernel ) && ( $prev == --timeout || $prev == --output-limit ) ]] && return
     case $prev in
         --state-dir|--workdir|--output|--packs)
             COMPREPLY=($(compgen -d -- "$cur")); compopt -o filenames 2>/dev/null; return ;;
         --image)
             _sbx_image_refs "$word" host; return ;;
-        --bind|--trace-file|--input|--result|--events|-o)
+        --bind|--trace-file|--input|--result|--events|-o|--connection-file)
             COMPREPLY=($(compgen -f -- "$cur")); compopt -o filenames 2>/dev/null; return ;;
         --cap-add)
             COMPREPLY=($(compgen -W "$(_sbx_capabilities)" -- "$cur")); return ;;
@@ -157,6 +179,10 @@ _sbx() {
         --timeout|--memory|--pids|--cpus|--cpu-time|--output-limit)
             # A number with a unit is typed; "none" (or "unlimited") clears the profile's limit.
             COMPREPLY=($(compgen -W "none unlimited" -- "$cur")); return ;;
+        --language)
+            COMPREPLY=($(compgen -W "python sh bash node" -- "$cur")); return ;;
+        --idle|--max|--code|--display-name)
+            return ;;
         --context|--secret|--tmpfs|--uid|--gid|--env|\
         --output-max-bytes|--output-max-files|--name|--allow-host|--max-concurrent|--max-queued|--keep-days|--max-bytes)
             return ;;
@@ -167,11 +193,11 @@ _sbx() {
             if [[ $cur == -* ]]; then
                 COMPREPLY=($(compgen -W "$global_opts" -- "$cur"))
             else
-                COMPREPLY=($(compgen -W "run probe classify profile trace doctor pack exec image key mcp cgroup-init replay gc help version" -- "$cur"))
+                COMPREPLY=($(compgen -W "run probe classify profile trace doctor pack exec image key mcp session kernel cgroup-init replay gc help version" -- "$cur"))
             fi ;;
         help)
             # sbx help COMMAND [SUBCOMMAND]: that command's --help.
-            ((npos == 0)) && COMPREPLY=($(compgen -W "run probe classify profile trace doctor pack exec image key mcp cgroup-init replay gc" -- "$cur")) ;;
+            ((npos == 0)) && COMPREPLY=($(compgen -W "run probe classify profile trace doctor pack exec image key mcp session kernel cgroup-init replay gc" -- "$cur")) ;;
         run)
             COMPREPLY=($(compgen -W "$run_opts $global_opts --" -- "$cur"))
             if [[ $cur != -* ]]; then COMPREPLY=($(compgen -c -- "$cur")); fi ;;
@@ -247,6 +273,32 @@ _sbx() {
             COMPREPLY=($(compgen -W "--profile --allow-host --trace-file --tenant --events --dry-run --help" -- "$cur")) ;;
         mcp)
             COMPREPLY=($(compgen -W "--packs --context --secret --profile --tenant --max-concurrent --max-queued --pool --pool-max-idle --help" -- "$cur")) ;;
+        session)
+            if [[ -z $sub ]]; then
+                [[ $cur == -* ]] && COMPREPLY=($(compgen -W "--help" -- "$cur")) ||
+                    COMPREPLY=($(compgen -W "start exec ls show stop" -- "$cur"))
+            elif [[ $sub == start ]]; then
+                COMPREPLY=($(compgen -W "$session_start_opts $global_opts" -- "$cur"))
+            elif [[ $cur == -* ]]; then
+                case $sub in
+                    exec) COMPREPLY=($(compgen -W "--language --code --timeout --output-limit --json --tenant --help --" -- "$cur")) ;;
+                    ls) COMPREPLY=($(compgen -W "--all --json --tenant --help" -- "$cur")) ;;
+                    show) COMPREPLY=($(compgen -W "--tenant --help" -- "$cur")) ;;
+                    stop) COMPREPLY=($(compgen -W "--json --tenant --help" -- "$cur")) ;;
+                    *) COMPREPLY=($(compgen -W "--help" -- "$cur")) ;;
+                esac
+            elif [[ ( $sub == exec || $sub == show || $sub == stop ) && $npos -eq 0 ]]; then
+                COMPREPLY=($(compgen -W "$(_sbx_session_ids)" -- "$cur"))
+            fi ;;
+        kernel)
+            if [[ -z $sub ]]; then
+                [[ $cur == -* ]] && COMPREPLY=($(compgen -W "--help" -- "$cur")) ||
+                    COMPREPLY=($(compgen -W "install run" -- "$cur"))
+            elif [[ $sub == install ]]; then
+                COMPREPLY=($(compgen -W "--name --user --profile --tenant --display-name --idle --max $global_opts" -- "$cur"))
+            elif [[ $sub == run ]]; then
+                COMPREPLY=($(compgen -W "$kernel_run_opts $global_opts" -- "$cur"))
+            fi ;;
         replay)
             if [[ $cur == -* ]]; then
                 COMPREPLY=($(compgen -W "--json --tenant --help" -- "$cur"))

@@ -13,7 +13,8 @@ function __sbx_path
     set -l takes_arg --state-dir --log-level --profile --tenant --image --entrypoint --uid --gid --bind --tmpfs --workdir --env \
         --env-pass --timeout --output-limit --memory --pids --cpus --cpu-time --seccomp --cap-add --gpu --allow-host --trace-file --format --pubkey --anchor --keep --before --status --since \
         --input --output --output-max-bytes --output-max-files --context --secret --result --name \
-        --packs --max-concurrent --max-queued --keep-days --max-bytes --leaf --events --limit --newest -n --pack -o
+        --packs --max-concurrent --max-queued --keep-days --max-bytes --leaf --events --limit --newest -n --pack -o \
+        --idle --max --language --code --connection-file --display-name
     set -l path
     set -l skip 0
     for t in $tokens
@@ -27,6 +28,11 @@ function __sbx_path
                     set path run CMD
                     break
                 end
+                # sbx session exec ID -- CMD: the command, completed as a command line of its own.
+                if test "$path" = "session exec"
+                    set path session exec CMD
+                    break
+                end
             case '--*=*'
             case '-*'
                 if contains -- $t $takes_arg
@@ -37,8 +43,8 @@ function __sbx_path
                     set path run CMD
                     break
                 end
-                # "pack run DIR", "image import SOURCE": arguments, not part of the path.
-                if contains -- "$path[1]" pack image; and test (count $path) -ge 2
+                # "pack run DIR", "image import SOURCE", "session exec ID": arguments, not part of the path.
+                if contains -- "$path[1]" pack image session; and test (count $path) -ge 2
                     continue
                 end
                 set -a path $t
@@ -77,10 +83,10 @@ complete -c sbx -e
 complete -c sbx -f
 
 # Global options (accepted before the subcommand, and after "run").
-complete -c sbx -n 'not __sbx_in run CMD' -l state-dir -r -F -d 'Directory for traces and images'
-complete -c sbx -n 'not __sbx_in run CMD' -l log-level -x -a 'trace debug info warn error off' -d 'Log level'
-complete -c sbx -n 'not __sbx_in run CMD' -s v -l verbose -d 'More log output (repeat for debug)'
-complete -c sbx -n 'not __sbx_in run CMD' -s h -l help -d 'Print help and exit'
+complete -c sbx -n 'not __sbx_in run CMD; and not __sbx_in session exec CMD' -l state-dir -r -F -d 'Directory for traces and images'
+complete -c sbx -n 'not __sbx_in run CMD; and not __sbx_in session exec CMD' -l log-level -x -a 'trace debug info warn error off' -d 'Log level'
+complete -c sbx -n 'not __sbx_in run CMD; and not __sbx_in session exec CMD' -s v -l verbose -d 'More log output (repeat for debug)'
+complete -c sbx -n 'not __sbx_in run CMD; and not __sbx_in session exec CMD' -s h -l help -d 'Print help and exit'
 complete -c sbx -n '__sbx_at' -l version -d 'Print version and exit'
 
 # Subcommands.
@@ -95,10 +101,12 @@ complete -c sbx -n '__sbx_at' -a exec -d 'Run generated code from a JSON request
 complete -c sbx -n '__sbx_at' -a image -d 'Manage the content-addressed image store'
 complete -c sbx -n '__sbx_at' -a key -d 'Manage the key that signs the trace ledger'
 complete -c sbx -n '__sbx_at' -a mcp -d 'Serve rule packs and run_code as MCP tools over stdio'
+complete -c sbx -n '__sbx_at' -a session -d 'A long-lived, recorded sandbox for many calls: start, exec, ls, show, stop'
+complete -c sbx -n '__sbx_at' -a kernel -d 'Jupyter kernels that run inside an sbx session: install, run'
 complete -c sbx -n '__sbx_at' -a cgroup-init -d 'In a container: move its processes into a leaf, enable controllers'
 complete -c sbx -n '__sbx_at' -a help -d "Print a command's help (sbx help COMMAND: sbx COMMAND --help)"
 complete -c sbx -n '__sbx_at' -a version -d 'Print the version'
-complete -c sbx -n '__sbx_at help' -x -a 'run probe classify profile trace doctor pack exec image key mcp cgroup-init replay gc'
+complete -c sbx -n '__sbx_at help' -x -a 'run probe classify profile trace doctor pack exec image key mcp session kernel cgroup-init replay gc'
 
 # sbx run
 complete -c sbx -n '__sbx_at run; or __sbx_at probe' -l profile -x -a '(__sbx_profiles; __fish_complete_suffix .json)' -d 'Profile name or JSON file'
@@ -341,6 +349,116 @@ complete -c sbx -n '__sbx_at gc' -l dry-run -d 'Say what would be deleted; delet
 complete -c sbx -n '__sbx_at gc' -l json -d 'Print the report as one JSON object'
 complete -c sbx -n '__sbx_at gc' -l tenant -x -a '(__sbx_tenants)' -d 'The blob store of this tenant'
 
+# sbx session
+function __sbx_session_ids
+    # First column of `sbx session ls` (the running sessions' ids), without its header line.
+    sbx session ls 2>/dev/null | tail -n +2 | string match -r '^\S+'
+end
+
+function __sbx_complete_session_cmd
+    # sbx session exec ID -- CMD ...: the command starts right after "--".
+    set -l tokens (commandline -opc)
+    set -l i (contains -i -- -- $tokens)
+    test -n "$i"; or return
+    set -l words
+    if test $i -lt (count $tokens)
+        set words (string escape -- $tokens[(math $i + 1)..-1])
+    end
+    complete -C (string join ' ' -- $words (commandline -ct))
+end
+
+complete -c sbx -n '__sbx_at session' -a start -d "Start a session with sbx run's options; print its id"
+complete -c sbx -n '__sbx_at session' -a exec -d 'Run a command (-- CMD ...) or code (--language L --code C) in a session'
+complete -c sbx -n '__sbx_at session' -a ls -d 'List running sessions (--all: ended ones too)'
+complete -c sbx -n '__sbx_at session' -a show -d 'Print a session as JSON'
+complete -c sbx -n '__sbx_at session' -a stop -d 'End a session: its processes and /workspace are destroyed, its record written'
+# sbx session start: the options of run but those it refuses (-i, -t, --dry-run, a command, --workdir,
+# --output, --output-max-bytes, --output-max-files, --keep-inputs, --systemd-scope).
+set -l __sbx_ss '__sbx_at session start'
+complete -c sbx -n $__sbx_ss -l profile -x -a '(__sbx_profiles; __fish_complete_suffix .json)' -d 'Profile name or JSON file'
+complete -c sbx -n $__sbx_ss -l image -x -a 'host (__sbx_images)' -d 'Root file system: host or a stored image'
+complete -c sbx -n $__sbx_ss -l uid -x -d 'User id inside the sandbox'
+complete -c sbx -n $__sbx_ss -l gid -x -d 'Group id inside the sandbox'
+complete -c sbx -n $__sbx_ss -l entrypoint -x -a '(__fish_complete_command)' -d "With --image: run this instead of the image's Entrypoint and Cmd"
+complete -c sbx -n $__sbx_ss -l bind -r -F -d 'Bind a host path: SRC[:DST][:rw[,idmap]]'
+complete -c sbx -n $__sbx_ss -l tmpfs -x -d 'Mount a size-capped tmpfs: DST[:SIZE] (not at /workspace)'
+complete -c sbx -n $__sbx_ss -l workspace -d 'The current directory read-write at the same path, .git read-only'
+complete -c sbx -n $__sbx_ss -l input -r -F -d 'Mount a host file or directory read-only: PATH[:DST]'
+complete -c sbx -n $__sbx_ss -l env -x -d 'Set an environment variable for every call: NAME=VALUE'
+complete -c sbx -n $__sbx_ss -l env-pass -x -a '(set -n -x)' -d 'Pass a variable from the environment'
+complete -c sbx -n $__sbx_ss -l secret -x -d 'Deliver a secret as /run/secrets/NAME for the session: NAME=@FILE or NAME=env:VAR'
+complete -c sbx -n $__sbx_ss -l timeout -x -d "Each call's wall-time ceiling, e.g. 30s"
+complete -c sbx -n $__sbx_ss -l output-limit -x -d "Each call's ceiling of bytes of stdout and of stderr"
+complete -c sbx -n $__sbx_ss -l memory -x -a 'none unlimited' -d 'Memory limit of the whole session, e.g. 256M'
+complete -c sbx -n $__sbx_ss -l pids -x -a 'none unlimited' -d 'Process limit of the whole session'
+complete -c sbx -n $__sbx_ss -l cpus -x -a 'none unlimited' -d 'CPU share of the whole session, e.g. 0.5'
+complete -c sbx -n $__sbx_ss -l cpu-time -x -a 'none unlimited' -d 'CPU-time budget of the whole session, e.g. 10m'
+complete -c sbx -n $__sbx_ss -l require-limits -d 'Fail unless every limit can be enforced'
+complete -c sbx -n $__sbx_ss -l require-record -d 'Fail when the trace record cannot be stored durably'
+complete -c sbx -n $__sbx_ss -l seccomp -r -F -a 'default unconfined' -d 'Seccomp policy: default, unconfined or an OCI JSON file'
+complete -c sbx -n $__sbx_ss -l cap-add -x -a "$__sbx_capabilities" -d 'Keep this capability inside the user namespace (repeatable)'
+complete -c sbx -n $__sbx_ss -l gpu -x -a 'all 0 1 2 3' -d 'Give the sandbox GPUs: all, indices (0,1) or a UUID'
+complete -c sbx -n $__sbx_ss -l allow-host -x -a '(__fish_print_hostnames)' -d 'Allow egress to HOST[:PORT] through the filtering proxy'
+complete -c sbx -n $__sbx_ss -l trace-file -r -F -d "Also write the session run's record (at its end) to this file"
+complete -c sbx -n $__sbx_ss -l events -r -F -d 'Stream live events as JSON lines to FILE, a FIFO or fd:N'
+complete -c sbx -n $__sbx_ss -l no-systemd-scope -d 'What a session does anyway: no systemd user scope'
+complete -c sbx -n $__sbx_ss -l idle -x -d 'End the session after this long without a call (default 10m)'
+complete -c sbx -n $__sbx_ss -l max -x -d 'End the session this long after its start (default 1h, at most 24h)'
+complete -c sbx -n $__sbx_ss -l json -d 'Print {session, run_id, limits} as JSON instead of the bare id'
+# sbx session exec ID, show ID, stop ID
+complete -c sbx -n '__sbx_at session exec; or __sbx_at session show; or __sbx_at session stop' -a '(__sbx_session_ids)' -d 'Session id'
+complete -c sbx -n '__sbx_at session exec' -l language -x -a 'python sh bash node' -d 'python (its globals stay between calls), sh, bash or node'
+complete -c sbx -n '__sbx_at session exec' -l code -x -d 'The code to run with --language'
+complete -c sbx -n '__sbx_at session exec' -l timeout -x -d "This call's wall-time limit, at most the session's"
+complete -c sbx -n '__sbx_at session exec' -l output-limit -x -d "Bytes of stdout and of stderr this call passes, at most the session's"
+complete -c sbx -n '__sbx_at session exec' -l json -d "Print the call's result as JSON; its stdout goes to stderr"
+complete -c sbx -n '__sbx_in session exec CMD' -a '(__sbx_complete_session_cmd)'
+complete -c sbx -n '__sbx_at session ls' -l all -d 'Ended sessions too'
+complete -c sbx -n '__sbx_at session ls' -l json -d 'As a JSON array'
+complete -c sbx -n '__sbx_at session stop' -l json -d 'Print {session, calls, ended_by, run_id} as JSON'
+
+# sbx kernel
+complete -c sbx -n '__sbx_at kernel' -a install -d 'Write a kernelspec whose kernel runs in an sbx session'
+complete -c sbx -n '__sbx_at kernel' -a run -d "Run a kernel in a session (what the kernelspec's argv starts)"
+complete -c sbx -n '__sbx_at kernel install' -l name -x -d "The kernelspec's name (e.g. sbx-python3)"
+complete -c sbx -n '__sbx_at kernel install' -l user -d "Into the user's Jupyter data dir instead of /usr/local/share/jupyter"
+complete -c sbx -n '__sbx_at kernel install' -l profile -x -a '(__sbx_profiles; __fish_complete_suffix .json)' -d 'The profile its sessions run under'
+complete -c sbx -n '__sbx_at kernel install' -l display-name -x -d 'The name notebooks show'
+complete -c sbx -n '__sbx_at kernel install' -l idle -x -d "End a kernel's session after this long without traffic (default 10m)"
+complete -c sbx -n '__sbx_at kernel install' -l max -x -d "End a kernel's session this long after its start (default 1h, at most 24h)"
+# sbx kernel run: the options of session start but its --json, and the client's connection file.
+set -l __sbx_kr '__sbx_at kernel run'
+complete -c sbx -n $__sbx_kr -l profile -x -a '(__sbx_profiles; __fish_complete_suffix .json)' -d 'Profile name or JSON file'
+complete -c sbx -n $__sbx_kr -l image -x -a 'host (__sbx_images)' -d 'Root file system: host or a stored image'
+complete -c sbx -n $__sbx_kr -l uid -x -d 'User id inside the sandbox'
+complete -c sbx -n $__sbx_kr -l gid -x -d 'Group id inside the sandbox'
+complete -c sbx -n $__sbx_kr -l entrypoint -x -a '(__fish_complete_command)' -d "With --image: run this instead of the image's Entrypoint and Cmd"
+complete -c sbx -n $__sbx_kr -l bind -r -F -d 'Bind a host path: SRC[:DST][:rw[,idmap]]'
+complete -c sbx -n $__sbx_kr -l tmpfs -x -d 'Mount a size-capped tmpfs: DST[:SIZE] (not at /workspace)'
+complete -c sbx -n $__sbx_kr -l workspace -d 'The current directory read-write at the same path, .git read-only'
+complete -c sbx -n $__sbx_kr -l input -r -F -d 'Mount a host file or directory read-only: PATH[:DST]'
+complete -c sbx -n $__sbx_kr -l env -x -d 'Set an environment variable for the kernel: NAME=VALUE'
+complete -c sbx -n $__sbx_kr -l env-pass -x -a '(set -n -x)' -d 'Pass a variable from the environment'
+complete -c sbx -n $__sbx_kr -l secret -x -d 'Deliver a secret as /run/secrets/NAME for the session: NAME=@FILE or NAME=env:VAR'
+complete -c sbx -n $__sbx_kr -l timeout -x -d "A session call's ceiling (a kernel takes no calls)"
+complete -c sbx -n $__sbx_kr -l output-limit -x -d "A session call's ceiling (a kernel takes no calls)"
+complete -c sbx -n $__sbx_kr -l memory -x -a 'none unlimited' -d 'Memory limit of the whole session, e.g. 256M'
+complete -c sbx -n $__sbx_kr -l pids -x -a 'none unlimited' -d 'Process limit of the whole session'
+complete -c sbx -n $__sbx_kr -l cpus -x -a 'none unlimited' -d 'CPU share of the whole session, e.g. 0.5'
+complete -c sbx -n $__sbx_kr -l cpu-time -x -a 'none unlimited' -d 'CPU-time budget of the whole session, e.g. 10m'
+complete -c sbx -n $__sbx_kr -l require-limits -d 'Fail unless every limit can be enforced'
+complete -c sbx -n $__sbx_kr -l require-record -d 'Fail when the trace record cannot be stored durably'
+complete -c sbx -n $__sbx_kr -l seccomp -r -F -a 'default unconfined' -d 'Seccomp policy: default, unconfined or an OCI JSON file'
+complete -c sbx -n $__sbx_kr -l cap-add -x -a "$__sbx_capabilities" -d 'Keep this capability inside the user namespace (repeatable)'
+complete -c sbx -n $__sbx_kr -l gpu -x -a 'all 0 1 2 3' -d 'Give the sandbox GPUs: all, indices (0,1) or a UUID'
+complete -c sbx -n $__sbx_kr -l allow-host -x -a '(__fish_print_hostnames)' -d 'Allow egress to HOST[:PORT] through the filtering proxy'
+complete -c sbx -n $__sbx_kr -l trace-file -r -F -d "Also write the session run's record (at its end) to this file"
+complete -c sbx -n $__sbx_kr -l events -r -F -d 'Stream live events as JSON lines to FILE, a FIFO or fd:N'
+complete -c sbx -n $__sbx_kr -l no-systemd-scope -d 'What a session does anyway: no systemd user scope'
+complete -c sbx -n $__sbx_kr -l connection-file -r -F -d "The client's connection file (Jupyter's {connection_file})"
+complete -c sbx -n $__sbx_kr -l idle -x -d 'End the session after this long without traffic (default 10m)'
+complete -c sbx -n $__sbx_kr -l max -x -d 'End the session this long after its start (default 1h, at most 24h)'
+
 # --tenant NAME (man sbx, TENANTS): the NAME.json files of the tenants directory.
 function __sbx_tenants
     for d in $SBX_TENANTS_DIR (set -q XDG_CONFIG_HOME; and echo $XDG_CONFIG_HOME/sbx/tenants; or echo $HOME/.config/sbx/tenants) /etc/sbx/tenants
@@ -349,5 +467,6 @@ function __sbx_tenants
         end
     end
 end
-complete -c sbx -n '__sbx_at run; or __sbx_at probe; or __sbx_at pack run; or __sbx_at exec; or __sbx_at mcp' -l tenant -x -a '(__sbx_tenants)' -d 'Run as this tenant: its ceilings, own host ids and store'
+complete -c sbx -n '__sbx_at run; or __sbx_at probe; or __sbx_at pack run; or __sbx_at exec; or __sbx_at mcp; or __sbx_at session start; or __sbx_at kernel install; or __sbx_at kernel run' -l tenant -x -a '(__sbx_tenants)' -d 'Run as this tenant: its ceilings, own host ids and store'
+complete -c sbx -n '__sbx_at session exec; or __sbx_at session ls; or __sbx_at session show; or __sbx_at session stop' -l tenant -x -a '(__sbx_tenants)' -d 'The sessions of this tenant'
 complete -c sbx -n '__sbx_at trace ls; or __sbx_at trace show; or __sbx_at trace export; or __sbx_at trace verify; or __sbx_at trace head; or __sbx_at trace reindex' -l tenant -x -a '(__sbx_tenants)' -d 'The records of this tenant'
