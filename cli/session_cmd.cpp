@@ -68,8 +68,9 @@ Result<PreparedSession> prepare(RunFlags& f, GlobalOptions& g, SessionFlags& sf,
     rc = usage_error(msg);
     return make_error("usage", msg);
   };
-  if (f.interactive || f.tty)
-    return refuse(what + ": -i and -t are 'sbx run''s; run commands with 'sbx session exec ID -- CMD'");
+  const std::string calls = kernel.empty() ? "run commands with 'sbx session exec ID -- CMD'"
+                                           : "a kernel's cells come from its Jupyter client";
+  if (f.interactive || f.tty) return refuse(what + ": -i and -t are 'sbx run''s; " + calls);
   if (f.dry_run) return refuse(what + ": --dry-run is not supported; try 'sbx run --dry-run' with the same options");
   // sbx run's options that have no meaning for a session (its calls start in /workspace, its
   // end exports nothing yet): refused rather than ignored.
@@ -78,11 +79,8 @@ Result<PreparedSession> prepare(RunFlags& f, GlobalOptions& g, SessionFlags& sf,
         std::pair{f.output_max_files.has_value(), "--output-max-files"}, std::pair{f.keep_inputs, "--keep-inputs"},
         std::pair{f.systemd_scope, "--systemd-scope"}, std::pair{f.workdir.has_value(), "--workdir"}})
     if (given)
-      return refuse(
-          what + ": " + flag +
-          " is sbx run's; a session's calls start in /workspace and it exports nothing (copy files out with 'sbx session exec ID -- cat FILE')");
-  if (!f.command.empty() || g.after_dashdash)
-    return refuse(what + " takes no command: run commands with 'sbx session exec ID -- CMD'");
+      return refuse(what + ": " + flag + " is sbx run's; a session's calls start in /workspace and it exports nothing");
+  if (!f.command.empty() || g.after_dashdash) return refuse(what + " takes no command; " + calls);
   f.command = {std::string(kAgentPath), "session-agent"};  // the session's program (make_session_request)
   RunRequest req;
   if (auto code = build_run_request(f, g, req)) {
@@ -267,6 +265,15 @@ bool valid_kernel_name(const std::string& n) {
 }
 
 int kernel_install(GlobalOptions& g, RunFlags& f, KernelFlags& kf, SessionFlags& sf) {
+  // Checked now, not at every kernel's start: a kernelspec that cannot start is found late.
+  for (auto [flag, text] : {std::pair{"--idle", &sf.idle}, std::pair{"--max", &sf.max}})
+    if (auto ms = parse_duration_ms(*text); !ms)
+      return usage_error(std::string("kernel install: ") + flag + " " + *text + ": " + ms.error().message);
+  if (auto profile = load_profile(f.profile); !profile)
+    return usage_error("kernel install: " + profile.error().describe());
+  // A profile file given by a relative path is written as the absolute one: Jupyter starts the
+  // kernel in the notebook's directory.
+  if (f.profile.find('/') != std::string::npos && f.profile.front() != '/') f.profile = current_dir() + "/" + f.profile;
   if (!valid_kernel_name(kf.name))
     return usage_error("kernel install: --name '" + kf.name + "': use letters, digits, '-', '.' and '_' (at most 64)");
   char exe[4096];

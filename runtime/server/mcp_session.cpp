@@ -176,6 +176,7 @@ json session_result(const std::string& tool, const json& response) {
     }
   } else {
     json copy = response;
+    copy.erase("store");
     text = dump_json(copy, -1);
   }
   json shown = response;

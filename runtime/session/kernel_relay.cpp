@@ -18,7 +18,7 @@ constexpr const char* kPortKeys[5] = {"shell_port", "iopub_port", "stdin_port", 
 }  // namespace
 
 Result<KernelConnection> read_connection_file(const std::string& path) {
-  auto j = read_json_file(path, JsonBounds{kMaxConnectionFileBytes}, kStage, "the kernel's connection file");
+  auto j = read_json_file(path, JsonBounds{kMaxConnectionFileBytes}, kStage, "the kernel's connection file " + path);
   if (!j) return j.error();
   if (!j->is_object()) return make_error(kStage, path + ": not a JSON object");
   KernelConnection c;

@@ -343,6 +343,10 @@ class Agent {
     py_.status.erase(0, nl + 1);
     if (line == "interrupted") call_.interrupted = true;
     call_.exit_code = line == "ok" ? 0 : 1;
+    // "exit N": the call's sys.exit(N), whose status it keeps (0-255).
+    if (line.rfind("exit ", 0) == 0 && line.size() <= 8 &&
+        line.find_first_not_of("0123456789", 5) == std::string::npos && line.size() > 5)
+      call_.exit_code = std::min(255, std::stoi(line.substr(5)));
     call_.ended = true;
   }
 

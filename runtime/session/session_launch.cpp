@@ -20,6 +20,9 @@ constexpr const char* kStage = "sessions";
 
 // The runner: the session's run, with the agent's channel as its stdin and stdout.
 [[noreturn]] void become_runner(PreparedSession& p) {
+  // A process group of its own: jupyter_client SIGKILLs its kernel's group at a hard shutdown,
+  // and the runner must outlive its server to record the session (its stdin's EOF ends it).
+  ::setpgid(0, 0);
   std::string dir = session_dir(p.s.dirs, p.s.id);
   p.listen.reset();
   p.to_agent[0].reset();

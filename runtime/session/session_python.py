@@ -3,7 +3,7 @@
 # session's restrictions, as the calls' code does: it is no boundary, only a loop that keeps one
 # globals dict from call to call.
 #   fd 3  code in: a 4-byte big-endian length, then that many bytes of UTF-8 source, per call
-#   fd 4  status out: one line per call, "ok", "error" or "interrupted", written after stdout and
+#   fd 4  status out: one line per call, "ok", "error", "interrupted" or "exit N" (sys.exit(N)), written after stdout and
 #         stderr are flushed (the agent then reads what is left in their pipes)
 # stdout and stderr are the call's: what the code and its subprocesses write. A SIGINT (the
 # agent's interrupt) raises KeyboardInterrupt in the call; between calls it is ignored.
@@ -68,9 +68,10 @@ def main():
             report(e)
             status = "interrupted"
         except SystemExit as e:  # a call's exit() ends the call, not the interpreter
-            if e.code not in (None, 0):
-                if not isinstance(e.code, int):
-                    print(e.code, file=sys.stderr)
+            if isinstance(e.code, int) and not isinstance(e.code, bool):
+                status = "exit %d" % (e.code & 0xFF)
+            elif e.code is not None:
+                print(e.code, file=sys.stderr)
                 status = "error"
         except BaseException as e:
             report(e)

@@ -126,7 +126,7 @@ class Server {
     started_ = monotonic_ms();
     last_activity_ = started_;
     while (!done_) loop_once();
-    return 0;
+    return exit_status_;
   }
 
  private:
@@ -608,10 +608,15 @@ class Server {
     end["ended_by"] = why;
     end["ended_at"] = rfc3339_now();
     end["calls"] = calls_;
-    if (ready_.ok()) (void)write_all(ready_.get(), "error: " + start_failure(why) + "\n", "the start's pipe");
-    ready_.reset();
+    // A start that never got its answer learns why, once the session is gone from `ls`; a kernel
+    // (no start waiting) says it on stderr, where jupyter_client logs it.
+    std::string failure = ready_seen_ ? "" : start_failure(why);
     retire_session_dir(s_.dirs, s_.id, end);
     listen_.reset();
+    if (ready_.ok()) (void)write_all(ready_.get(), "error: " + failure + "\n", "the start's pipe");
+    else if (!ready_seen_) std::fprintf(stderr, "sbx: kernel run: %s\n", failure.c_str());
+    ready_.reset();
+    if (!ready_seen_) exit_status_ = 125;
     for (Client* c : stop_waiters_)
       for (auto& owned : clients_)
         if (owned.get() == c)
@@ -646,6 +651,7 @@ class Server {
   std::uint64_t calls_ = 0;
   std::int64_t started_ = 0, last_activity_ = 0, stop_at_ = 0;
   bool stopping_ = false, runner_termed_ = false, done_ = false;
+  int exit_status_ = 0;  // 125: the session never became ready
   std::string ended_by_;
 };
 

@@ -144,7 +144,7 @@ std::vector<nlohmann::json> list_sessions(const Dirs& dirs, bool all) {
       meta["state"] = "running";
       out.push_back(std::move(meta));
     } else if (all) {
-      out.push_back(bury_stale(dirs, e));
+      bury_stale(dirs, e);  // listed with the ended ones below, from its tombstone
     }
   }
   if (all)

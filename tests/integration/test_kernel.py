@@ -24,11 +24,15 @@ except ImportError as e:  # pragma: no cover - the Makefile's test packages inst
 class Kernel(SbxTestCase):
     def setUp(self):
         super().setUp()
-        self.state = os.environ["SBX_STATE_DIR"]
+        # A state dir of each test's own: a kernel's sbx inherits it from this process's environment.
+        self.saved_state = os.environ["SBX_STATE_DIR"]
+        self.state = self.path("state")
+        os.mkdir(self.state, 0o700)
         self.jupyter = self.path("jupyter")
         os.mkdir(self.jupyter)
-        self.env = dict(os.environ, JUPYTER_DATA_DIR=self.jupyter, JUPYTER_RUNTIME_DIR=self.path("runtime"))
-        os.environ.update(JUPYTER_DATA_DIR=self.jupyter, JUPYTER_RUNTIME_DIR=self.path("runtime"))
+        os.environ.update(JUPYTER_DATA_DIR=self.jupyter, JUPYTER_RUNTIME_DIR=self.path("runtime"),
+                          SBX_STATE_DIR=self.state)
+        self.env = dict(os.environ)
         self.km = None
 
     def tearDown(self):
@@ -36,6 +40,7 @@ class Kernel(SbxTestCase):
             self.km.shutdown_kernel(now=True)
         for k in ("JUPYTER_DATA_DIR", "JUPYTER_RUNTIME_DIR"):
             os.environ.pop(k, None)
+        os.environ["SBX_STATE_DIR"] = self.saved_state
         super().tearDown()
 
     def install(self, *opts):
@@ -153,6 +158,37 @@ class Kernel(SbxTestCase):
         starts = [r for r in records if r.get("schema") == "sbx.session-start/v1"]
         self.assertEqual([s["invocation"]["spec"]["argv"] for s in starts], [["sbx", "kernel", "run"]] * 2)
         self.assertEqual(sbx(["trace", "verify"]).rc, 0)
+
+    def test_a_hard_shutdown_still_records_the_kernel_s_session(self):
+        # jupyter_client's shutdown(now=True) SIGKILLs the kernel's process group: the runner has
+        # a group of its own and records the session when its server is gone.
+        self.start_kernel()
+        self.assertEqual(self.cell("print(6 * 7)"), ("42\n", None))
+        self.km.shutdown_kernel(now=True)
+        self.kc.stop_channels()
+        self.km = None
+
+        def recorded():
+            return [l["record"] for l in ledger_lines(self.state)
+                    if l["record"].get("schema") == "sbx.trace/v1" and "kernel" in l["record"].get("session", {})]
+        self.assertTrue(wait_for(lambda: len(recorded()) == 1, scaled(30)), "no record of the killed kernel's session")
+        self.assertTrue(wait_for(lambda: find_procs("ipykernel_launcher") == {}, scaled(20)), "a kernel process is left")
+
+    def test_a_kernel_that_cannot_start_says_why_on_stderr(self):
+        import socket
+        ports = []
+        for _ in range(5):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            ports.append(s.getsockname()[1])
+            s.close()
+        conn = self.path("conn.json")
+        with open(conn, "w") as f:
+            json.dump({"transport": "tcp", "ip": "127.0.0.1", "shell_port": ports[0], "iopub_port": ports[1],
+                       "stdin_port": ports[2], "control_port": ports[3], "hb_port": ports[4], "key": "k"}, f)
+        r = sbx(["kernel", "run", "--connection-file", conn, "--bind", "/no/such/path:/data"], timeout=60)
+        self.assertEqual(r.rc, 125, r.describe())
+        self.assertIn("before it was ready: setup failed at mounts", r.err)
 
     def km_name(self):
         return "sbx-python3"

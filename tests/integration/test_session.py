@@ -145,7 +145,7 @@ class State(SessionCase):
         self.assertIn('File "<session>", line 1', r.err)
         self.assertNotIn('File "<string>"', r.err, "the driver's own frames are not the caller's")
         r = self.py(sid, "import sys; sys.exit(3)")
-        self.assertEqual(r.rc, 1, "exit() ends the call, not the interpreter\n" + r.describe())
+        self.assertEqual(r.rc, 3, "exit(N) ends the call with status N, not the interpreter\n" + r.describe())
         r = self.py(sid, "import sys; sys.exit(0)")
         self.assertEqual((r.rc, r.err), (0, ""), "exit(0) is a call that went well\n" + r.describe())
         r = self.py(sid, "print(y)")
