@@ -3,6 +3,7 @@
 each (no process, no session directory, the records), limits per call and for the session as a
 whole, one call at a time, interrupting a call without ending the session, and the refusal of an
 unknown, ended or foreign id."""
+import hashlib
 import json
 import os
 import signal
@@ -11,7 +12,7 @@ import struct
 import subprocess
 import time
 
-from sbxtest import MODE, SBX, SbxTestCase, find_procs, kill_tree_by_marker, ledger_lines, sbx, scaled, \
+from sbxtest import MODE, SBX, SbxTestCase, find_procs, kill_tree_by_marker, ledger_lines, mountinfo, sbx, scaled, \
     sleep_marker, validate_trace, wait_for
 
 ROOT = MODE == "root"
@@ -295,6 +296,27 @@ class Limits(SessionCase):
         self.assertIn("2 sessions are running", r.err)
         self.assertIn("sbx session stop", r.err)
         self.assertEqual(len(r.err.splitlines()), 1)
+
+
+class Secrets(SessionCase):
+    def test_a_secret_is_the_session_s_only_never_recorded_and_gone_at_its_end(self):
+        value = "s3cret-" + os.urandom(6).hex()
+        env = dict(os.environ, SESSION_TOKEN=value)
+        mounts_before = mountinfo()
+        info = self.start("--secret", "token=env:SESSION_TOKEN", env=env)
+        sid = info["session"]
+        r = self.exec(sid, "--", "cat", "/run/secrets/token")
+        self.assertEqual(r.out, value, r.describe())
+        r = self.py(sid, "import hashlib; print(hashlib.sha256(open('/run/secrets/token', 'rb').read()).hexdigest())")
+        self.assertEqual(r.out, hashlib.sha256(value.encode()).hexdigest() + "\n", r.describe())
+        other = self.start()["session"]
+        r = self.exec(other, "--", "sh", "-c", "ls /run/secrets 2>&1; true")
+        self.assertNotIn("token", r.out, "another session sees the secret")
+        sbx(["session", "stop", sid], timeout=60)
+        self.started.remove(sid)
+        with open(os.path.join(self.state, "traces", "ledger.jsonl")) as f:
+            self.assertNotIn(value, f.read(), "the secret's value is in the ledger")
+        self.assertEqual(mountinfo(), mounts_before, "a mount of the session is left on the host")
 
 
 class Refusals(SessionCase):

@@ -180,6 +180,28 @@ sbx_run_timeout_cleans() {  # --timeout on sleepers -> no process and no run cgr
   echo "timeout: exit $rc, run cgroups left: '${left}', sleepers left: '${procs}'"
   [ $rc = 124 ] && [ -z "$left" ] && [ -z "$procs" ]
 }
+sbx_session_cgroup() {  # sbx session: one run cgroup for the session's whole life, its limits on all calls, gone at stop
+  sbx_run_ready || return $?
+  export SBX_STATE_DIR=/tmp/sessvm; rm -rf $SBX_STATE_DIR; mkdir -m 700 $SBX_STATE_DIR
+  id=$("$SBX" session start --memory 64M --pids 16) || { echo "session start failed"; return 1; }
+  cg=$(ls -d $CG/sbx/run-* 2>/dev/null | head -1)
+  echo "session $id: run cgroup ${cg:-none}, memory.max $(cat $cg/memory.max 2>/dev/null), pids.max $(cat $cg/pids.max 2>/dev/null)"
+  "$SBX" session exec $id -- sh -c 'for i in $(seq 8); do sleep 3600 & done; echo started'
+  "$SBX" session exec $id -- sh -c 'for i in $(seq 12); do sleep 3600 & done 2>/dev/null; wait' ; prc=$?
+  pids=$(cat $cg/pids.current 2>/dev/null)
+  echo "after 8 sleepers kept and 12 more asked: pids.current $pids (max 16), second call exit $prc"
+  "$SBX" session exec $id --language python --code 'b = bytearray(200 << 20); print(len(b))'; mrc=$?
+  state=$("$SBX" session show $id | python3 -c 'import json,sys; m=json.load(sys.stdin); print(m["state"], m.get("ended_by",""))')
+  echo "200 MB in a 64M session: exit $mrc, session $state"
+  "$SBX" session stop $id >/dev/null 2>&1
+  sleep 1
+  left=$(ls -d $CG/sbx/run-* 2>/dev/null); procs=$(pgrep -f 'sleep 3600')
+  rec=$("$SBX" trace ls --json 2>/dev/null | python3 -c 'import json,sys; r=[x for x in json.load(sys.stdin) if "session-agent" in x.get("command","")]; print(r[0]["run_id"] if r else "")')
+  peak=$("$SBX" trace show "$rec" 2>/dev/null | python3 -c 'import json,sys; t=json.load(sys.stdin); print(t["usage"]["memory_peak_bytes"], t["session"]["ended_by"])')
+  echo "after stop: run cgroups left '${left}', sleepers left '${procs}', record $rec: memory peak and ended_by $peak"
+  unset SBX_STATE_DIR
+  [ -n "$cg" ] && [ "$pids" -le 16 ] && [ $mrc != 0 ] && [ -z "$left" ] && [ -z "$procs" ] && [ -n "$rec" ]
+}
 sbx_mcp_pool_killed_worker_leaves_no_cgroup() {  # sbx mcp --pool: a worker killed at discard -> the server removes its run cgroup
   sbx_run_ready || return $?
   [ -z "$(ls -d $CG/sbx/run-* 2>/dev/null)" ] || { echo "run cgroups before: $(ls -d $CG/sbx/run-*)"; return 1; }
@@ -650,6 +672,7 @@ run "sbx run rootless, delegated subtree" sbx_run_rootless_delegated
 run "sbx probe rootless, delegated subtree: limits held through cgroup v2" sbx_probe_rootless_delegated
 run "sbx mcp --pool rootless, delegated subtree: calls get run cgroups" sbx_mcp_rootless_delegated
 run "sbx mcp warm templates: each forked call in its own run cgroup, limits held" sbx_mcp_template_calls_own_cgroup
+run "sbx session: one run cgroup for the session, its limits on every call, nothing left at stop" sbx_session_cgroup
 run "cgroup namespace with processes at its root (sbx cgroup-init)" cgroupns_procs_at_root
 run "sbx run: int 0x80 is refused (seccomp)" sbx_run_int80
 run "sbx run --gpu (stand-in) keeps the cgroup v2 memory limit" sbx_run_gpu_memory
