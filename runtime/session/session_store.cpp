@@ -184,8 +184,20 @@ Status write_session_meta(const std::string& path, const nlohmann::json& meta) {
 }
 
 void retire_session_dir(const Dirs& dirs, const std::string& id, const nlohmann::json& end) {
-  (void)write_session_meta(sessions_dir(dirs) + "/ended/" + id + ".json", end);
+  std::string ended = sessions_dir(dirs) + "/ended";
+  (void)write_session_meta(ended + "/" + id + ".json", end);
   remove_tree_flat(session_dir(dirs, id));
+  // A bounded table: past kMaxTombstones the oldest go (the ledger keeps every session's records).
+  auto names = entries(ended);
+  if (names.size() <= kMaxTombstones) return;
+  std::vector<std::pair<std::int64_t, std::string>> by_age;  // mtime in ns, name
+  for (auto& n : names) {
+    struct stat st;
+    if (::lstat((ended + "/" + n).c_str(), &st) == 0)
+      by_age.push_back({static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec, n});
+  }
+  std::sort(by_age.begin(), by_age.end());
+  for (std::size_t i = 0; i + kMaxTombstones < by_age.size(); ++i) ::unlink((ended + "/" + by_age[i].second).c_str());
 }
 
 Result<UniqueFd> connect_session(const Dirs& dirs, const std::string& id) {

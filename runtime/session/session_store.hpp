@@ -18,6 +18,9 @@ namespace sbx {
 inline constexpr std::size_t kMaxSessionMetaBytes = 64u << 10;
 // Running sessions per store (a user's, or a tenant's) unless SBX_MAX_SESSIONS lowers it.
 inline constexpr int kDefaultMaxSessions = 32;
+// Ended sessions' tombstones kept per store (`ls --all`, `show`, an ended id's refusal); the
+// oldest go past it.
+inline constexpr std::size_t kMaxTombstones = 1024;
 
 std::string sessions_dir(const Dirs& dirs);
 std::string session_dir(const Dirs& dirs, const std::string& id);

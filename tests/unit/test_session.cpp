@@ -1,8 +1,10 @@
 #include <doctest/doctest.h>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 
 #include "runtime/session/kernel_relay.hpp"
@@ -98,4 +100,22 @@ TEST_CASE("a kernel's connection file: tcp and five ports, or a clear refusal") 
   write(R"({"transport":"tcp","shell_port":"1","iopub_port":2,"stdin_port":3,"control_port":4,"hb_port":5})");
   CHECK_FALSE(read_connection_file(path));
   ::unlink(path);
+}
+
+TEST_CASE("a store keeps at most kMaxTombstones ended sessions, the newest") {
+  char tmpl[] = "/tmp/sbx-tomb-XXXXXX";
+  REQUIRE(::mkdtemp(tmpl));
+  Dirs dirs;
+  dirs.state = tmpl;
+  REQUIRE(::mkdir((std::string(tmpl) + "/sessions").c_str(), 0700) == 0);
+  REQUIRE(::mkdir((std::string(tmpl) + "/sessions/ended").c_str(), 0700) == 0);
+  std::string last;
+  for (std::size_t i = 0; i < kMaxTombstones + 5; ++i) {
+    last = new_session_id();
+    retire_session_dir(dirs, last, {{"id", last}, {"state", "ended"}, {"ended_by", "stop"}});
+  }
+  auto all = list_sessions(dirs, true);
+  CHECK(all.size() == kMaxTombstones);
+  CHECK(find_session(dirs, last)->value("ended_by", "") == "stop");
+  std::system(("rm -rf " + std::string(tmpl)).c_str());
 }
