@@ -17,6 +17,10 @@ shift
 export ASAN_OPTIONS=${ASAN_OPTIONS:-halt_on_error=1:abort_on_error=1:detect_leaks=1:print_summary=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:abort_on_error=1:print_stacktrace=1}
 export SBX_TEST_TIME_SCALE=${SBX_TEST_TIME_SCALE:-3}
+# A session's agent runs inside its sandbox, whose memory limit is an RLIMIT_DATA on hosts without
+# a cgroup memory controller: a sanitizer build's shadow mapping is refused there. The sessions'
+# server and runner are this build's; their agent is the plain build of the same tree (what ships).
+if [ -z "${SBX_SESSION_AGENT:-}" ] && [ -x build/sbx ]; then export SBX_SESSION_AGENT=$PWD/build/sbx; fi
 failed=()
 step() {
   local name=$1 t0=$SECONDS

@@ -3,11 +3,13 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <vector>
 
 #include "runtime/launch/sandbox.hpp"
@@ -110,6 +112,25 @@ std::string read_ready(int fd) {
   return line.substr(0, line.find('\n'));
 }
 
+// The binary bound as the agent: sbx itself, or SBX_SESSION_AGENT, another build of the same sbx.
+// That is for a sanitizer build (tests/sanitize.sh), which cannot run inside a sandbox whose
+// memory limit is an RLIMIT_DATA (its shadow mapping is refused): its server and runner are
+// tested with the sanitizers, the agent as it ships. The agent is inside the boundary either way,
+// with every restriction of a program: whatever binary it is gains nothing.
+Result<std::string> agent_binary() {
+  if (const char* a = std::getenv("SBX_SESSION_AGENT"); a && *a) {
+    struct stat st;
+    if (a[0] != '/' || ::stat(a, &st) != 0 || !S_ISREG(st.st_mode) || ::access(a, X_OK) != 0)
+      return make_error("usage",
+                        std::string("SBX_SESSION_AGENT=") + a + ": not an absolute path of an executable file");
+    return std::string(a);
+  }
+  char exe[4096];
+  ssize_t n = ::readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (n <= 0) return make_error(kStage, "cannot find sbx's own binary (/proc/self/exe)");
+  return std::string(exe, static_cast<std::size_t>(n));
+}
+
 Status socket_pair(UniqueFd (&pair)[2]) {
   int fds[2];
   if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0)
@@ -126,16 +147,15 @@ Result<PreparedSession> prepare_session(RunRequest req, SessionSettings s, const
   p.req = std::move(req);
   p.s = std::move(s);
   p.s.id = new_session_id();
-  char exe[4096];
-  ssize_t n = ::readlink("/proc/self/exe", exe, sizeof exe - 1);
-  if (n <= 0) return make_error(kStage, "cannot find sbx's own binary (/proc/self/exe)");
+  auto agent = agent_binary();
+  if (!agent) return agent.error();
   std::optional<Tenant> t;
   if (tenant) {
     auto loaded = load_tenant(*tenant);
     if (!loaded) return loaded.error();
     t = std::move(*loaded);
   }
-  SBX_TRY(make_session_request(p.req, p.s, std::string(exe, static_cast<std::size_t>(n)), kernel, t ? &*t : nullptr));
+  SBX_TRY(make_session_request(p.req, p.s, *agent, kernel, t ? &*t : nullptr));
   auto limit = max_sessions();
   if (!limit) return limit.error();
   auto listen = create_session_dir(p.s.dirs, p.s.id, *limit);

@@ -110,6 +110,12 @@ if [ "$MODE" = rootless ] && [ "$(id -u)" -eq 0 ]; then
     SBX_BIN=$WORK/bin/sbx
     say "$TEST_USER cannot reach $SBX_IN: using a copy at $SBX_BIN"
   fi
+  # A sanitizer run's session agent (tests/sanitize.sh, SBX_SESSION_AGENT) likewise.
+  if [ -n "${SBX_SESSION_AGENT:-}" ] && ! runuser -u "$TEST_USER" -- test -x "$SBX_SESSION_AGENT"; then
+    cp "$SBX_SESSION_AGENT" "$WORK/bin/sbx-agent"
+    chmod 755 "$WORK/bin/sbx-agent"
+    SBX_SESSION_AGENT=$WORK/bin/sbx-agent
+  fi
   chown -R "$TEST_USER:" "$WORK/state" "$WORK/tmp" "$WORK/cwd" "$WORK/config"
   RUN_AS=(runuser -u "$TEST_USER" --)
 fi
@@ -132,8 +138,9 @@ ENVV=(
   "PYTHONDONTWRITEBYTECODE=1"
   "PYTHONUNBUFFERED=1"
 )
-# A sanitizer run (tests/sanitize.sh): its options, and the factor that widens timed tests' bounds.
-for v in ASAN_OPTIONS UBSAN_OPTIONS SBX_TEST_TIME_SCALE; do
+# A sanitizer run (tests/sanitize.sh): its options, the factor that widens timed tests' bounds, and
+# the plain build its sessions' agents run as.
+for v in ASAN_OPTIONS UBSAN_OPTIONS SBX_TEST_TIME_SCALE SBX_SESSION_AGENT; do
   [ -n "${!v:-}" ] && ENVV+=("$v=${!v}")
 done
 # The egress throughput test's floor (test_network.py): raise it on a quiet machine.

@@ -112,7 +112,12 @@ class Kernel(SbxTestCase):
         self.assertEqual(len(first), 1, "one running session for the kernel")
         # Interrupt (a message on the control channel): the cell ends, the state stays.
         msg_id = self.kc.execute("import time; time.sleep(60)")
-        time.sleep(scaled(1.0))
+        # Interrupted once it runs (its execute_input is on iopub), not while it is still queued.
+        while True:
+            m = self.kc.get_iopub_msg(timeout=scaled(20))
+            if m["parent_header"].get("msg_id") == msg_id and m["msg_type"] == "execute_input":
+                break
+        time.sleep(0.5)
         t0 = time.monotonic()
         self.km.interrupt_kernel()
         ename = None

@@ -12,7 +12,7 @@ import struct
 import subprocess
 import time
 
-from sbxtest import MODE, SBX, SbxTestCase, find_procs, kill_tree_by_marker, ledger_lines, mountinfo, sbx, scaled, \
+from sbxtest import MODE, SBX, TIME_SCALE, SbxTestCase, find_procs, kill_tree_by_marker, ledger_lines, mountinfo, sbx, scaled, \
     sleep_marker, validate_trace, wait_for
 
 ROOT = MODE == "root"
@@ -450,7 +450,9 @@ class Hostile(SessionCase):
             floods.append(s)
         time.sleep(scaled(1.0))
         grown = self.server_rss_kib(sid) - before
-        self.assertLess(grown, 64 << 10, f"the server grew by {grown} KiB for clients that never read")
+        # A sanitizer build holds freed memory in ASan's quarantine (256 MiB by default) as well.
+        bound = (64 << 10) + ((256 << 10) if TIME_SCALE > 1 else 0)
+        self.assertLess(grown, bound, f"the server grew by {grown} KiB for clients that never read")
         # Idle connections past the server's maximum do not lock the owner out.
         idle = [self.connect(sid) for _ in range(20)]
         t0 = time.monotonic()
