@@ -52,6 +52,11 @@ def descendants(pid):
     return out
 
 
+
+def pack_and_code_tools(server):
+    """tools/list less the session tools every server offers (mcp_session.hpp): the packs and run_code."""
+    return [t["name"] for t in server.request("tools/list")["result"]["tools"] if not t["name"].startswith("session_")]
+
 class Server:
     """One `sbx mcp` process and a line-oriented JSON-RPC client to it."""
 
@@ -281,7 +286,7 @@ class McpCase(SbxTestCase):
             f.write('{"name": "broken", "version": ')
         s = self.server(["--packs", bad, "--packs", TOLERANCE_PACK,
                          "--context", "tolerance-check/tolerances=" + TOLERANCE_PACK + "/tolerances.json"])
-        names = sorted(t["name"] for t in s.request("tools/list")["result"]["tools"])
+        names = sorted(pack_and_code_tools(s))
         self.assertEqual(names, ["run_code", "tolerance-check"])
         warned = [l for l in s.stderr().splitlines() if bad in l]
         self.assertEqual(len(warned), 1, s.stderr())
@@ -291,7 +296,7 @@ class McpCase(SbxTestCase):
         note("mcp: " + warned[0])
         # No valid pack at all: run_code is still served.
         s = self.server(["--packs", bad])
-        self.assertEqual([t["name"] for t in s.request("tools/list")["result"]["tools"]], ["run_code"])
+        self.assertEqual(pack_and_code_tools(s), ["run_code"])
         r = self.call(s, "run_code", {"language": "sh", "code": "echo served"})["result"]
         self.assertEqual(r["structuredContent"]["stdout"], "served\n")
 
@@ -349,7 +354,7 @@ class McpCase(SbxTestCase):
         self.addCleanup(os.environ.pop, "SBX_TEST_MCP_TOK", None)
         s = self.server(["--packs", d, "--secret", "secret-check/token=@" + sfile,
                          "--secret", "secret-check/TOK=env:SBX_TEST_MCP_TOK"])
-        names = sorted(t["name"] for t in s.request("tools/list")["result"]["tools"])
+        names = sorted(pack_and_code_tools(s))
         self.assertEqual(names, ["run_code", "secret-check"], s.stderr())
         r = self.call(s, "secret-check", {"records": [{}]})["result"]
         self.assertFalse(r["isError"], r)
@@ -366,7 +371,7 @@ class McpCase(SbxTestCase):
         self.assertEqual(hits, [], "the state directory holds the secret")
         # A pack that requires a secret it is not given is not offered, and the warning says how.
         s = self.server(["--packs", d, "--secret", "secret-check/token=@" + sfile])
-        self.assertEqual([t["name"] for t in s.request("tools/list")["result"]["tools"]], ["run_code"])
+        self.assertEqual(pack_and_code_tools(s), ["run_code"])
         self.assertIn("--secret secret-check/TOK=@FILE|env:VAR", s.stderr())
         # Refused at start, as pack run refuses them: undeclared, twice, a source that is no source
         # (never echoed: it may be the value itself), a file that cannot be read.
@@ -389,7 +394,7 @@ class McpCase(SbxTestCase):
         third = self.secret_pack("dup", [])
         own = self.secret_pack("run_code", [])
         s = self.server(["--packs", first, "--packs", second, "--packs", third, "--packs", own])
-        names = sorted(t["name"] for t in s.request("tools/list")["result"]["tools"])
+        names = sorted(pack_and_code_tools(s))
         self.assertEqual(names, ["run_code"], s.stderr())
         warned = [l for l in s.stderr().splitlines() if "not offered" in l]
         self.assertEqual(len(warned), 4, s.stderr())
@@ -406,7 +411,7 @@ class McpCase(SbxTestCase):
 
     def test_a_pack_that_needs_a_context_is_not_offered_without_one(self):
         s = self.server(["--packs", TOLERANCE_PACK])
-        names = [t["name"] for t in s.request("tools/list")["result"]["tools"]]
+        names = pack_and_code_tools(s)
         self.assertEqual(names, ["run_code"])
         self.assertIn("not offered", s.stderr())
 

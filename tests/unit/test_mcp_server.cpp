@@ -124,7 +124,9 @@ TEST_CASE("mcp server: initialize, tools/list and ping over a socket pair; stdin
   json list = rig.message();
   CHECK(list["id"] == "two");
   REQUIRE(list["result"]["tools"].is_array());
-  CHECK(list["result"]["tools"].back()["name"] == "run_code");
+  std::vector<std::string> names;
+  for (auto& t : list["result"]["tools"]) names.push_back(t["name"]);
+  CHECK(names == std::vector<std::string>{"run_code", "session_start", "session_exec", "session_stop"});
   rig.send(R"({"jsonrpc":"2.0","id":3,"method":"ping"})");
   CHECK(rig.message() == json::parse(R"({"jsonrpc":"2.0","id":3,"result":{}})"));
   rig.send(R"({"jsonrpc":"2.0","id":4,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{}}})");
