@@ -51,15 +51,6 @@ Result<Dirs> store(const GlobalOptions& g, const std::optional<std::string>& ten
   return tenant_store_of(*tenant, d);
 }
 
-void write_fd(int fd, std::string_view bytes) {
-  while (!bytes.empty()) {
-    ssize_t n = ::write(fd, bytes.data(), bytes.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return;
-    bytes.remove_prefix(static_cast<std::size_t>(n));
-  }
-}
-
 // --- start: the run request of the run options, the session started from it (session_launch.hpp)
 Result<PreparedSession> prepare(RunFlags& f, GlobalOptions& g, SessionFlags& sf, const std::string& what,
                                 const std::string& kernel, int& rc) {
@@ -168,7 +159,9 @@ int exec(GlobalOptions& g, SessionFlags& sf, std::vector<std::string> command) {
   int out_fd = sf.json_out ? STDERR_FILENO : STDOUT_FILENO;
   auto answer = session_call(
       *dirs, sf.id, req,
-      [out_fd](char type, std::string_view bytes) { write_fd(type == 'O' ? out_fd : STDERR_FILENO, bytes); },
+      [out_fd](char type, std::string_view bytes) {
+    (void)write_all(type == 'O' ? out_fd : STDERR_FILENO, bytes, "the call's output");
+      },
       sfd.get());
   if (!answer && answer.error().stage == Stage("signal")) {
     std::fprintf(stderr, "sbx: session exec: %s; exit 130\n", answer.error().message.c_str());

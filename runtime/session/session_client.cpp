@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "runtime/base/fsutil.hpp"
 #include "runtime/session/session_store.hpp"
 #include "runtime/session/session_wire.hpp"
 
@@ -14,22 +15,13 @@ namespace {
 using json = nlohmann::json;
 constexpr const char* kStage = "sessions";
 
-Status send_all(int fd, std::string_view bytes) {
-  while (!bytes.empty()) {
-    ssize_t n = ::write(fd, bytes.data(), bytes.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return sys_error(kStage, "cannot write to the session");
-    bytes.remove_prefix(static_cast<std::size_t>(n));
-  }
-  return {};
-}
 }  // namespace
 
 Result<json> session_call(const Dirs& dirs, const std::string& id, const json& request,
                           const std::function<void(char, std::string_view)>& on_output, int interrupt_fd) {
   auto conn = connect_session(dirs, id);
   if (!conn) return conn.error();
-  SBX_TRY(send_all(conn->get(), encode_json_frame(request)));
+  SBX_TRY(write_all(conn->get(), encode_json_frame(request), "to session " + id));
   FrameReader reader;
   int interrupts = 0;
   for (;;) {
@@ -41,7 +33,7 @@ Result<json> session_call(const Dirs& dirs, const std::string& id, const json& r
       // The first interrupts the call and waits for its answer; a second leaves (the call is
       // then interrupted and recorded all the same: the server sees its client go).
       if (interrupts > 1) return make_error("signal", "interrupted again: left the call without its answer");
-      SBX_TRY(send_all(conn->get(), encode_json_frame({{"op", "interrupt"}})));
+      SBX_TRY(write_all(conn->get(), encode_json_frame({{"op", "interrupt"}}), "to session " + id));
     }
     if (!p[0].revents) continue;
     char buf[64 << 10];
@@ -64,7 +56,8 @@ Result<json> session_call(const Dirs& dirs, const std::string& id, const json& r
 Result<json> session_stop(const Dirs& dirs, const std::string& id, bool client_gone) {
   auto conn = connect_session(dirs, id);
   if (!conn) return conn.error();
-  SBX_TRY(send_all(conn->get(), encode_json_frame({{"op", "stop"}, {"reason", client_gone ? "client_gone" : "stop"}})));
+  SBX_TRY(write_all(conn->get(), encode_json_frame({{"op", "stop"}, {"reason", client_gone ? "client_gone" : "stop"}}),
+                    "to session " + id));
   FrameReader reader;
   // The server answers once its runner recorded the session: its own grace bounds that (20 s at
   // most, session_server.cpp); a server that answers not even then is not waited for.
