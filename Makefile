@@ -83,8 +83,11 @@ build: $(BUILD_DIR)/CMakeCache.txt
 run: deps build
 	@./examples/demo.sh $(BUILD_DIR)/sbx
 
+# The suites' lines interleave and CI shows only the end of the output: on a failure, each failed
+# integration suite's "failed tests:" lines (runner.py: file:line and the exception) come last.
 test: deps-test mcp-test-deps build
-	cd $(BUILD_DIR) && ctest --output-on-failure --timeout 2400 -j$(CTEST_JOBS)
+	cd $(BUILD_DIR) && { ctest --output-on-failure --timeout 2400 -j$(CTEST_JOBS) || { \
+	  sed -n '/^failed tests:/,/^slowest tests:/p' Testing/Temporary/LastTest.log | grep -v '^slowest tests:' | head -n 40; exit 1; }; }
 
 # The sanitizer pass: GCC, ASan + UBSan (dynamically linked), every report fatal (tests/sanitize.sh);
 # -O1, the level ASan is tuned for, compiles much faster than -O2 on a 2-core CI machine.

@@ -4,6 +4,7 @@
 Usage: python3 runner.py [PATTERN...]   (PATTERN: substrings of test ids to select, e.g. Network)
 """
 import os
+import re
 import sys
 import time
 import unittest
@@ -34,6 +35,17 @@ SLOWEST_SHOWN = 12
 FAILURE_LINE_CHARS = 400
 
 
+def failure_line(trace):
+    """The test's own frame (file:line) and the exception's first line: the last line of an
+    assertEqual's diff is only its marker line ("?   ++++")."""
+    lines = trace.splitlines()
+    where = next((ln.strip() for ln in reversed(lines) if ln.strip().startswith('File "') and "/test_" in ln), "")
+    where = where.split("/")[-1].replace('", line ', ":").split(",")[0] if where else ""
+    what = next((ln for ln in lines if re.match(r"^[A-Za-z_.]*(Error|Exception|Interrupt|Exit)\b", ln)), "")
+    what = what or next((ln for ln in reversed(lines) if ln.strip()), "")
+    return f"{where}: {what}" if where else what
+
+
 def main():
     here = os.path.dirname(os.path.abspath(__file__))
     sys.path.insert(0, here)
@@ -59,8 +71,7 @@ def main():
         # Each with the last line of its traceback: CI shows only the end of its output.
         print("failed tests:", flush=True)
         for test, trace in result.failures + result.errors:
-            last = next((ln for ln in reversed(trace.splitlines()) if ln.strip()), "")
-            print(f"  {test.id()}: {last[:FAILURE_LINE_CHARS]}", flush=True)
+            print(f"  {test.id()}: {failure_line(trace)[:FAILURE_LINE_CHARS]}", flush=True)
     sys.stderr.flush()
     slowest = sorted(getattr(result, "durations_s", []), reverse=True)[:SLOWEST_SHOWN]
     if slowest:
