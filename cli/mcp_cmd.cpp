@@ -17,6 +17,7 @@
 #include "runtime/launch/tenant.hpp"
 #include "runtime/linux/cgroup.hpp"
 #include "runtime/model/profile.hpp"
+#include "runtime/server/mcp_http.hpp"
 #include "runtime/server/mcp_pool.hpp"
 #include "runtime/server/mcp_template.hpp"
 #include "runtime/server/mcp_protocol.hpp"
@@ -42,6 +43,12 @@ struct McpFlags {
   std::size_t pool = 2;                           // --pool N: idle pooled sandboxes for run_code (0: off)
   int pool_max_idle = mcp::kDefaultPoolMaxIdleS;  // --pool-max-idle SECONDS (0: no age limit)
   WarmSpec warm;  // the profile's warm key (runtime/model/warm.hpp), checked at the pool's start
+  // --listen ADDR: the Streamable HTTP transport instead of stdio (runtime/server/mcp_http.hpp).
+  std::string listen;
+  std::string tokens;  // --tokens FILE
+  bool no_auth = false;
+  std::vector<std::string> allowed_origins;
+  std::size_t max_connections = 256, max_sessions = 64, max_calls_per_tenant = 8, max_body = 4u << 20;
 };
 
 struct WorkerFlags {
@@ -343,6 +350,62 @@ int serve_mcp(const McpFlags& f, const mcp::ServerConfig& cfg, const std::vector
   return rc;
 }
 
+// The stdio server each HTTP session runs (less its tenant, which its token names): the same
+// packs, inputs, profile and bounds as this server's flags.
+std::vector<std::string> session_server_argv(const McpFlags& f, const GlobalOptions& g) {
+  std::vector<std::string> argv{g.argv.empty() ? std::string("sbx") : g.argv[0]};
+  if (!g.state_dir.empty()) argv.insert(argv.end(), {"--state-dir", g.state_dir});
+  argv.insert(argv.end(), {"mcp", "--profile", f.profile});
+  for (auto& p : f.packs) argv.insert(argv.end(), {"--packs", p});
+  for (auto& c : f.contexts) argv.insert(argv.end(), {"--context", c});
+  for (auto& s : f.secrets) argv.insert(argv.end(), {"--secret", s});
+  argv.insert(argv.end(),
+              {"--max-concurrent", std::to_string(f.max_concurrent), "--max-queued", std::to_string(f.max_queued),
+               "--pool", std::to_string(f.pool), "--pool-max-idle", std::to_string(f.pool_max_idle)});
+  return argv;
+}
+
+// --listen: checks the HTTP flags (every token's tenant loads now, so a typo fails the server, not
+// each call) and serves.
+int serve_over_http(const McpFlags& f, GlobalOptions& g) {
+  mcp::HttpConfig h;
+  std::string why;
+  if (!mcp::parse_listen_address(f.listen, h, why)) return usage_error("mcp: " + why);
+  if (f.no_auth == !f.tokens.empty())
+    return usage_error(
+        "mcp: --listen needs --tokens FILE (bearer tokens, each naming a tenant), or --no-auth on a "
+        "loopback address");
+  if (f.no_auth && !mcp::is_loopback_host(h.host))
+    return usage_error("mcp: --no-auth serves only a loopback address (127.0.0.1 or ::1), not " + h.host +
+                       ": give --tokens FILE");
+  if (!f.tokens.empty()) {
+    if (f.tenant) return usage_error("mcp: --tenant with --tokens: each token names its tenant");
+    auto table = mcp::load_token_file(f.tokens);
+    if (!table) return usage_error("mcp: " + table.error().describe());
+    for (auto& e : table->entries)
+      if (auto t = load_tenant(e.tenant); !t)
+        return usage_error("mcp: --tokens " + f.tokens + ": tenant " + e.tenant + ": " + t.error().message);
+    h.tokens = std::move(*table);
+  }
+  if (f.max_connections < 1 || f.max_sessions < 1 || f.max_calls_per_tenant < 1 || f.max_body < 1024)
+    return usage_error(
+        "mcp: --max-connections, --max-sessions and --max-calls-per-tenant must be 1 or more, --max-body 1024 or more");
+  h.no_auth = f.no_auth;
+  h.no_auth_tenant = f.tenant.value_or("");
+  h.allowed_origins = f.allowed_origins;
+  h.max_connections = f.max_connections;
+  h.max_sessions = f.max_sessions;
+  h.max_sessions_per_tenant = std::min<std::size_t>(h.max_sessions_per_tenant, f.max_sessions);
+  h.max_calls_per_tenant = f.max_calls_per_tenant;
+  h.max_body_bytes = f.max_body;
+  h.child_argv = session_server_argv(f, g);
+  // The children apply the tenant themselves: the environment this server set for stdio must not
+  // reach them as well.
+  ::unsetenv(mcp::kMcpTenantEnv);
+  h.state_dir = resolve_dirs(g.state_dir).state;
+  return mcp::serve_http(h);
+}
+
 int run_server(McpFlags& f, GlobalOptions& g) {
   auto profile = load_profile(f.profile);
   if (!profile) return usage_error("mcp: --profile: " + profile.error().describe());
@@ -363,6 +426,7 @@ int run_server(McpFlags& f, GlobalOptions& g) {
   Given given;
   if (auto rc = parse_inputs(f, given)) return *rc;
   if (auto rc = load_pack_tools(f, *profile, given, cfg)) return *rc;
+  if (!f.listen.empty()) return serve_over_http(f, g);
   cfg.instructions =
       "Each tool call runs in a fresh, isolated sandbox (sbx) and is recorded in sbx's trace ledger; the run id and "
       "the ledger's path are in the result's _meta (sbx/run_id, sbx/trace). Pack tools take {\"records\": [...]} "
@@ -445,6 +509,20 @@ void add_mcp_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out)
   mcp->add_option(
       "--pool-max-idle", f.pool_max_idle,
       "Seconds a pooled sandbox may wait for its call before it is discarded and rebuilt (default 300; 0: no limit)");
+  mcp->add_option("--listen", f.listen,
+                  "Serve MCP over Streamable HTTP at ADDR (HOST:PORT, :PORT) on /mcp, with /healthz, /readyz, "
+                  "/metrics; instead of stdio");
+  mcp->add_option("--tokens", f.tokens,
+                  "With --listen: bearer tokens, a JSON file {\"tokens\": [{\"sha256\": HEX, \"tenant\": NAME}]}");
+  mcp->add_flag("--no-auth", f.no_auth,
+                "With --listen on a loopback address: no token needed (every call as --tenant)");
+  mcp->add_option("--allow-origin", f.allowed_origins,
+                  "With --listen: a browser Origin allowed besides loopback and the server's own (repeatable)");
+  mcp->add_option("--max-connections", f.max_connections, "With --listen: connections open at once (default 256)");
+  mcp->add_option("--max-sessions", f.max_sessions, "With --listen: MCP sessions open at once (default 64)");
+  mcp->add_option("--max-calls-per-tenant", f.max_calls_per_tenant,
+                  "With --listen: tool calls one tenant runs at once; more get 429 (default 8)");
+  mcp->add_option("--max-body", f.max_body, "With --listen: a request body's bytes at most (default 4194304)");
   // Supervises: the forwarded signals stay blocked, and the server reads them from a signalfd
   // (shutdown in order: cancel, wait, exit).
   out.push_back({mcp, [&g]() -> int { return run_server(f, g); }, true});

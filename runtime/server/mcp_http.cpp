@@ -1,0 +1,878 @@
+// `sbx mcp --listen` (mcp_http.hpp): the HTTP front end, its sessions' stdio children, its metrics.
+#include <utility>  // before Asio: its awaitable.hpp uses std::exchange without including it (Boost 1.74)
+
+#include "runtime/server/mcp_http.hpp"
+
+#include <fcntl.h>
+#include <sys/signalfd.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <array>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <deque>
+#include <map>
+#include <optional>
+#include <memory>
+#include <set>
+
+#include "runtime/base/json_io.hpp"
+#include "runtime/base/text_escape.hpp"
+#include "runtime/server/mcp_protocol.hpp"
+#include "runtime/server/mcp_server.hpp"
+#include "runtime/session/session_store.hpp"
+
+namespace sbx::mcp {
+namespace {
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using nlohmann::json;
+using tcp = net::ip::tcp;
+using Clock = std::chrono::steady_clock;
+using Request = http::request<http::string_body>;
+using Response = http::response<http::string_body>;
+constexpr auto kUse = net::use_awaitable;
+
+inline constexpr std::size_t kMaxHeaderBytes = 16u << 10;
+inline constexpr std::size_t kMaxChildQueueBytes = 64u << 20;  // lines written to a child, not yet taken
+inline constexpr std::size_t kMaxLabelSets = 1024;             // distinct metric label sets, each family
+inline constexpr const char* kSessionHeader = "Mcp-Session-Id";
+inline constexpr const char* kVersionHeader = "MCP-Protocol-Version";
+// Seconds: the upper bounds of the latency histograms' buckets.
+inline constexpr double kBuckets[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300};
+
+std::string sv(beast::string_view s) { return std::string(s.data(), s.size()); }
+
+// A label value as the Prometheus text format writes it (\\, \" and \n escaped).
+std::string label(const std::string& v) {
+  std::string out;
+  for (char c : v) {
+    if (c == '\\' || c == '"') out += '\\';
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out += c;
+  }
+  return out;
+}
+
+// A tool name as a metric label: a client names any tool it likes, so only a plain name of at
+// most 64 characters is a label of its own; the rest are "other" (the label sets stay bounded).
+std::string tool_label(const std::string& name) {
+  if (name.empty() || name.size() > 64) return "other";
+  for (char c : name)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '-' && c != '.') return "other";
+  return name;
+}
+
+struct Histogram {
+  std::vector<std::uint64_t> counts = std::vector<std::uint64_t>(std::size(kBuckets) + 1, 0);
+  double sum = 0;
+  std::uint64_t n = 0;
+  void observe(double s) {
+    std::size_t i = 0;
+    while (i < std::size(kBuckets) && s > kBuckets[i]) ++i;
+    ++counts[i];
+    sum += s;
+    ++n;
+  }
+};
+
+// What /metrics says. Every family's label sets are bounded (kMaxLabelSets): past it, "other".
+struct Metrics {
+  std::map<std::string, std::uint64_t> calls;     // tool,tenant,outcome -> count
+  std::map<std::string, Histogram> call_seconds;  // tool,tenant
+  Histogram session_start_seconds;
+  std::map<std::string, std::uint64_t> requests;  // path,code
+  std::map<std::string, std::uint64_t> refusals;  // reason
+  std::uint64_t dropped_notifications = 0;
+  std::uint64_t children_started = 0, children_failed = 0;
+  std::size_t connections = 0, sessions = 0;
+
+  template <class Map>
+  static auto& at(Map& m, const std::string& key) {
+    if (m.size() >= kMaxLabelSets && !m.count(key)) return m["other"];
+    return m[key];
+  }
+};
+
+struct Pending {
+  explicit Pending(net::any_io_executor ex) : done(ex, Clock::time_point::max()) {}
+  net::steady_timer done;
+  bool finished = false;
+  json original_id;
+  json response;  // the child's, its id restored
+};
+
+// One MCP session: a stdio `sbx mcp` child for one token's calls.
+struct Child {
+  Child(net::any_io_executor ex, int in_fd, int out_fd, int pid_fd)
+      : in(ex, in_fd), out(ex, out_fd), pidfd(ex, pid_fd), idle(ex) {}
+  std::string id;      // Mcp-Session-Id ("" for a token's stateless child)
+  std::string key;     // which token may use it (its digest; "no-auth" without tokens)
+  std::string tenant;  // "" : untenanted
+  pid_t pid = -1;
+  net::posix::stream_descriptor in, out, pidfd;
+  net::steady_timer idle;
+  std::map<std::int64_t, std::shared_ptr<Pending>> pending;
+  std::int64_t next_id = 1;
+  std::deque<std::string> queue;
+  std::size_t queued_bytes = 0;
+  bool writing = false;
+  bool dead = false;
+  Clock::time_point last_used = Clock::now();
+};
+
+json rpc_error(const json& id, int code, const std::string& message) { return error_response(id, code, message); }
+
+class HttpServer {
+ public:
+  explicit HttpServer(const HttpConfig& cfg) : cfg_(cfg), acceptor_(io_) {}
+
+  int run() {
+    std::string why;
+    if (!listen(why)) {
+      std::fprintf(stderr, "sbx: mcp: %s\n", printable(why).c_str());
+      return 125;
+    }
+    if (!watch_signals(why)) {
+      std::fprintf(stderr, "sbx: mcp: %s\n", printable(why).c_str());
+      return 125;
+    }
+    net::co_spawn(io_, accept_loop(), net::detached);
+    net::co_spawn(io_, sweep_idle_sessions(), net::detached);
+    io_.run();
+    return 0;
+  }
+
+ private:
+  const HttpConfig& cfg_;
+  net::io_context io_;
+  tcp::acceptor acceptor_;
+  std::unique_ptr<net::posix::stream_descriptor> signals_;
+  std::map<std::string, std::shared_ptr<Child>> sessions_;   // by Mcp-Session-Id
+  std::map<std::string, std::shared_ptr<Child>> stateless_;  // by token key
+  std::map<std::string, std::size_t> calls_in_flight_;       // by tenant
+  std::size_t children_ = 0;
+  bool stopping_ = false;
+  Metrics m_;
+
+  std::int64_t max_line() const {
+    return cfg_.max_response_bytes > 0 ? cfg_.max_response_bytes
+                                       : 2 * static_cast<std::int64_t>(kMaxMessageBytes) + (1 << 20);
+  }
+
+  bool listen(std::string& why) {
+    boost::system::error_code ec;
+    auto addr = net::ip::make_address(cfg_.host == "localhost" ? "127.0.0.1" : cfg_.host, ec);
+    if (ec) {
+      why = "--listen " + cfg_.host + ": not an IP address (sbx resolves no names: give 127.0.0.1, ::1 or 0.0.0.0)";
+      return false;
+    }
+    tcp::endpoint ep(addr, cfg_.port);
+    acceptor_.open(ep.protocol(), ec);
+    if (!ec) acceptor_.set_option(tcp::acceptor::reuse_address(true), ec);
+    if (!ec) acceptor_.bind(ep, ec);
+    if (!ec) acceptor_.listen(net::socket_base::max_listen_connections, ec);
+    if (ec) {
+      why = "--listen " + cfg_.host + ":" + std::to_string(cfg_.port) + ": cannot listen: " + ec.message();
+      return false;
+    }
+    auto bound = acceptor_.local_endpoint();
+    std::string shown = bound.address().is_v6() ? "[" + bound.address().to_string() + "]" : bound.address().to_string();
+    std::fprintf(stderr, "sbx: mcp: listening on http://%s:%u/mcp (%s)\n", shown.c_str(), bound.port(),
+                 cfg_.no_auth ? "no authentication: loopback only"
+                              : (std::to_string(cfg_.tokens.entries.size()) + " token(s)").c_str());
+    return true;
+  }
+
+  bool watch_signals(std::string& why) {
+    sigset_t set;
+    sigemptyset(&set);
+    for (int s : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&set, s);
+    int fd = ::signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
+    if (fd < 0) {
+      why = std::string("signalfd: ") + std::strerror(errno);
+      return false;
+    }
+    signals_ = std::make_unique<net::posix::stream_descriptor>(io_, fd);
+    net::co_spawn(io_, on_signal(), net::detached);
+    return true;
+  }
+
+  net::awaitable<void> on_signal() {
+    boost::system::error_code ec;
+    co_await signals_->async_wait(net::posix::stream_descriptor::wait_read, net::redirect_error(kUse, ec));
+    signalfd_siginfo si{};
+    if (::read(signals_->native_handle(), &si, sizeof si) == static_cast<ssize_t>(sizeof si))
+      std::fprintf(stderr, "sbx: mcp: signal %u: ending every session (grace %d s)\n", si.ssi_signo,
+                   cfg_.grace_ms / 1000);
+    co_await shut_down();
+  }
+
+  // Stop accepting; end every child (EOF on its stdin: it cancels its calls and records them);
+  // past the grace period, SIGKILL what is left (its workers still record: mcp_server.hpp).
+  net::awaitable<void> shut_down() {
+    stopping_ = true;
+    boost::system::error_code ec;
+    acceptor_.close(ec);
+    for (auto& [id, c] : sessions_) close_child(*c);
+    for (auto& [k, c] : stateless_) close_child(*c);
+    net::steady_timer t(io_);
+    auto until = Clock::now() + std::chrono::milliseconds(cfg_.grace_ms);
+    while (children_ > 0 && Clock::now() < until) {
+      t.expires_after(std::chrono::milliseconds(50));
+      co_await t.async_wait(net::redirect_error(kUse, ec));
+    }
+    for (auto* m : {&sessions_, &stateless_})
+      for (auto& [k, c] : *m)
+        if (!c->dead) ::kill(c->pid, SIGKILL);
+    while (children_ > 0) {
+      t.expires_after(std::chrono::milliseconds(50));
+      co_await t.async_wait(net::redirect_error(kUse, ec));
+    }
+    io_.stop();
+  }
+
+  net::awaitable<void> sweep_idle_sessions() {
+    net::steady_timer t(io_);
+    boost::system::error_code ec;
+    while (!stopping_) {
+      t.expires_after(std::chrono::seconds(5));
+      co_await t.async_wait(net::redirect_error(kUse, ec));
+      auto now = Clock::now();
+      for (auto* m : {&sessions_, &stateless_})
+        for (auto& [k, c] : *m)
+          if (!c->dead && c->pending.empty() && now - c->last_used > std::chrono::milliseconds(cfg_.session_idle_ms))
+            close_child(*c);
+    }
+  }
+
+  net::awaitable<void> accept_loop() {
+    while (!stopping_) {
+      boost::system::error_code ec;
+      tcp::socket sock = co_await acceptor_.async_accept(net::redirect_error(kUse, ec));
+      if (ec) {
+        if (stopping_) co_return;
+        // EMFILE and the like: wait a little rather than spin.
+        net::steady_timer t(io_, std::chrono::milliseconds(100));
+        co_await t.async_wait(net::redirect_error(kUse, ec));
+        continue;
+      }
+      if (m_.connections >= cfg_.max_connections) {
+        ++m_.refusals["connections"];
+        net::co_spawn(io_, refuse_connection(std::move(sock)), net::detached);
+        continue;
+      }
+      net::co_spawn(io_, connection(std::move(sock)), net::detached);
+    }
+  }
+
+  // Past max_connections: a 503 written within a second, then closed, without reading anything.
+  net::awaitable<void> refuse_connection(tcp::socket sock) {
+    beast::tcp_stream stream(std::move(sock));
+    stream.expires_after(std::chrono::seconds(1));
+    Response res = json_response(http::status::service_unavailable, 11,
+                                 rpc_error(nullptr, kServerBusy, "too many connections; retry later"), false);
+    boost::system::error_code ec;
+    co_await http::async_write(stream, res, net::redirect_error(kUse, ec));
+    stream.socket().shutdown(tcp::socket::shutdown_both, ec);
+  }
+
+  static Response json_response(http::status st, unsigned version, const json& body, bool keep_alive) {
+    Response res{st, version};
+    res.set(http::field::content_type, "application/json");
+    res.set(http::field::cache_control, "no-store");
+    json copy = body;  // dump_json may replace invalid UTF-8 in place
+    res.body() = dump_json(copy, -1);
+    res.keep_alive(keep_alive);
+    res.prepare_payload();
+    return res;
+  }
+
+  static Response text_response(http::status st, unsigned version, std::string body, bool keep_alive,
+                                const char* type = "text/plain; charset=utf-8") {
+    Response res{st, version};
+    res.set(http::field::content_type, type);
+    res.set(http::field::cache_control, "no-store");
+    res.body() = std::move(body);
+    res.keep_alive(keep_alive);
+    res.prepare_payload();
+    return res;
+  }
+
+  net::awaitable<void> connection(tcp::socket sock) {
+    ++m_.connections;
+    beast::tcp_stream stream(std::move(sock));
+    beast::flat_buffer buffer;
+    boost::system::error_code ec;
+    bool first = true;
+    while (!stopping_) {
+      http::request_parser<http::string_body> parser;
+      parser.header_limit(kMaxHeaderBytes);
+      parser.body_limit(cfg_.max_body_bytes);
+      stream.expires_after(std::chrono::milliseconds(first ? cfg_.header_timeout_ms : cfg_.idle_timeout_ms));
+      co_await http::async_read_header(stream, buffer, parser, net::redirect_error(kUse, ec));
+      // Beast refuses a declared Content-Length past body_limit as the header is parsed.
+      if (ec == http::error::body_limit) {
+        co_await refuse(stream, http::status::payload_too_large,
+                        "request body over " + std::to_string(cfg_.max_body_bytes) + " bytes", "body_size");
+        break;
+      }
+      if (ec == http::error::header_limit) {
+        co_await refuse(stream, http::status::request_header_fields_too_large, "headers over 16 KiB", "header_size");
+        break;
+      }
+      if (ec) {
+        if (ec == beast::error::timeout) ++m_.refusals["header_timeout"];
+        break;
+      }
+      first = false;
+      stream.expires_after(std::chrono::milliseconds(cfg_.body_timeout_ms));
+      co_await http::async_read(stream, buffer, parser, net::redirect_error(kUse, ec));
+      if (ec == http::error::body_limit) {
+        co_await refuse(stream, http::status::payload_too_large,
+                        "request body over " + std::to_string(cfg_.max_body_bytes) + " bytes", "body_size");
+        break;
+      }
+      if (ec) {
+        if (ec == beast::error::timeout) ++m_.refusals["body_timeout"];
+        break;
+      }
+      Request req = parser.release();
+      // A call is bounded by its own timeout (the child's): no deadline while it runs.
+      stream.expires_never();
+      Response res = co_await handle(req);
+      std::string path = sv(req.target()).substr(0, sv(req.target()).find('?'));
+      ++Metrics::at(m_.requests, (path == "/mcp" || path == "/healthz" || path == "/readyz" || path == "/metrics"
+                                      ? path
+                                      : std::string("other")) +
+                                     "\x1f" + std::to_string(res.result_int()));
+      bool keep = res.keep_alive() && !stopping_;
+      res.keep_alive(keep);
+      stream.expires_after(std::chrono::milliseconds(cfg_.write_timeout_ms));
+      co_await http::async_write(stream, res, net::redirect_error(kUse, ec));
+      if (ec || !keep) break;
+    }
+    stream.socket().shutdown(tcp::socket::shutdown_both, ec);
+    --m_.connections;
+  }
+
+  net::awaitable<void> refuse(beast::tcp_stream& stream, http::status st, const std::string& why,
+                              const std::string& reason) {
+    ++m_.refusals[reason];
+    Response res = json_response(st, 11, rpc_error(nullptr, kInvalidRequest, why), false);
+    stream.expires_after(std::chrono::milliseconds(cfg_.write_timeout_ms));
+    boost::system::error_code ec;
+    co_await http::async_write(stream, res, net::redirect_error(kUse, ec));
+    // A lingering close: a client still sending its refused body would otherwise get a reset
+    // before it reads the refusal. What it sends meanwhile is read and dropped, for at most a
+    // second and 1 MiB.
+    stream.socket().shutdown(tcp::socket::shutdown_send, ec);
+    stream.expires_after(std::chrono::seconds(1));
+    std::array<char, 16384> sink;
+    for (std::size_t drained = 0; !ec && drained < (1u << 20);)
+      drained += co_await stream.async_read_some(net::buffer(sink), net::redirect_error(kUse, ec));
+  }
+
+  net::awaitable<Response> handle(const Request& req) {
+    std::string target = sv(req.target());
+    std::string path = target.substr(0, target.find('?'));
+    unsigned v = req.version();
+    bool ka = req.keep_alive();
+    if (path == "/healthz") co_return text_response(http::status::ok, v, "ok\n", ka);
+    if (path == "/readyz") {
+      bool ready = !stopping_ && ::access(cfg_.state_dir.c_str(), W_OK) == 0;
+      co_return text_response(ready ? http::status::ok : http::status::service_unavailable, v,
+                              ready ? "ready\n" : (stopping_ ? "stopping\n" : "the state directory is not writable\n"),
+                              ka);
+    }
+    if (path == "/metrics")
+      co_return text_response(http::status::ok, v, metrics_text(), ka, "text/plain; version=0.0.4");
+    if (path != "/mcp")
+      co_return json_response(http::status::not_found, v,
+                              rpc_error(nullptr, kInvalidRequest, "no such path: the MCP endpoint is /mcp"), ka);
+    co_return co_await handle_mcp(req);
+  }
+
+  // The token's key and tenant, or a refusal. Without tokens (--no-auth): everyone is "no-auth".
+  bool authenticate(const Request& req, std::string& key, std::string& tenant) {
+    if (cfg_.no_auth) {
+      key = "no-auth";
+      tenant = cfg_.no_auth_tenant;
+      return true;
+    }
+    std::string token = bearer_token(sv(req[http::field::authorization]));
+    const TokenEntry* e = cfg_.tokens.find(token);
+    if (!e) return false;
+    key = e->sha256;
+    tenant = e->tenant;
+    return true;
+  }
+
+  Response refusal(const Request& req, http::status st, int code, const std::string& why, const std::string& reason,
+                   const json& id = nullptr) {
+    ++m_.refusals[reason];
+    return json_response(st, req.version(), rpc_error(id, code, why), req.keep_alive());
+  }
+
+  // Who calls (the token's key and tenant) and whether its request may go on: its token, its
+  // Origin (DNS rebinding), its protocol version header. A refusal, or nullopt.
+  std::optional<Response> admit(const Request& req, std::string& key, std::string& tenant) {
+    if (!authenticate(req, key, tenant)) {
+      Response r = refusal(req, http::status::unauthorized, kInvalidRequest,
+                           "a bearer token is required (Authorization: Bearer TOKEN)", "unauthorized");
+      r.set(http::field::www_authenticate, "Bearer");
+      return r;
+    }
+    if (!origin_allowed(sv(req[http::field::origin]), sv(req[http::field::host]), cfg_.allowed_origins))
+      return refusal(req, http::status::forbidden, kInvalidRequest, "Origin not allowed", "origin");
+    std::string version = sv(req[kVersionHeader]);
+    auto all = supported_versions();
+    if (!version.empty() && std::find(all.begin(), all.end(), version) == all.end())
+      return refusal(req, http::status::bad_request, kInvalidRequest,
+                     "unsupported MCP-Protocol-Version: " + printable(version), "version");
+    return std::nullopt;
+  }
+
+  // A POST's one JSON-RPC message, or a refusal.
+  std::optional<Response> read_message(const Request& req, json& msg) {
+    if (sv(req[http::field::content_type]).find("application/json") == std::string::npos)
+      return refusal(req, http::status::unsupported_media_type, kInvalidRequest,
+                     "Content-Type must be application/json", "content_type");
+    auto parsed = parse_json_doc(req.body(), {cfg_.max_body_bytes}, "usage", "the request");
+    if (!parsed) return refusal(req, http::status::bad_request, kParseError, parsed.error().message, "parse");
+    if (parsed->is_array())
+      return refusal(req, http::status::bad_request, kInvalidRequest,
+                     "JSON-RPC batches are not accepted: one message per POST", "batch");
+    if (!parsed->is_object() || parsed->value("jsonrpc", "") != "2.0")
+      return refusal(req, http::status::bad_request, kInvalidRequest, "not a JSON-RPC 2.0 message", "parse");
+    msg = std::move(*parsed);
+    return std::nullopt;
+  }
+
+  net::awaitable<Response> handle_mcp(const Request& req) {
+    std::string key, tenant;
+    if (auto r = admit(req, key, tenant)) co_return std::move(*r);
+    std::string sid = sv(req[kSessionHeader]);
+    std::shared_ptr<Child> session;
+    if (!sid.empty()) {
+      auto it = sessions_.find(sid);
+      // Another token's session is not found either: its id says nothing to whoever guessed it.
+      if (it == sessions_.end() || it->second->key != key || it->second->dead)
+        co_return refusal(req, http::status::not_found, kInvalidRequest,
+                          "no such session (start a new one with initialize)", "session");
+      session = it->second;
+    }
+    if (req.method() == http::verb::delete_) {
+      if (!session)
+        co_return refusal(req, http::status::bad_request, kInvalidRequest, "DELETE needs an Mcp-Session-Id", "session");
+      close_child(*session);
+      co_return text_response(http::status::ok, req.version(), "", req.keep_alive());
+    }
+    if (req.method() != http::verb::post) {
+      // GET included: no server-initiated stream, which the specification answers with 405.
+      Response r = refusal(req, http::status::method_not_allowed, kInvalidRequest,
+                           "only POST (and DELETE of a session) are offered at /mcp", "method");
+      r.set(http::field::allow, "POST, DELETE");
+      co_return r;
+    }
+    json msg;
+    if (auto r = read_message(req, msg)) co_return std::move(*r);
+    bool is_request = msg.contains("method") && msg["method"].is_string() && msg.contains("id") &&
+                      (msg["id"].is_string() || msg["id"].is_number_integer());
+    std::string method = is_request ? msg["method"].get<std::string>() : "";
+    bool created = false;
+    if (!session) {
+      auto& params = msg.contains("params") && msg["params"].is_object() ? msg["params"] : msg;
+      bool modern = is_request && method != "initialize" && params.contains("_meta") && params["_meta"].is_object() &&
+                    params["_meta"].contains(kMetaProtocolVersion);
+      if (method != "initialize" && method != "server/discover" && !modern)
+        co_return refusal(req, http::status::bad_request, kInvalidRequest,
+                          "an Mcp-Session-Id header is needed (initialize first)", "session");
+      std::string why;
+      session = method == "initialize" ? new_session(key, tenant, why) : stateless_child(key, tenant, why);
+      if (!session)
+        co_return refusal(req,
+                          why.find("at most") != std::string::npos ? http::status::too_many_requests
+                                                                   : http::status::internal_server_error,
+                          kServerBusy, why, "sessions", is_request ? msg["id"] : json(nullptr));
+      created = method == "initialize";
+    }
+    session->last_used = Clock::now();
+    if (!is_request) {
+      // A notification (cancelled, initialized) or a response: the child's, nothing to wait for.
+      if (!send_line(session, dump_json(msg, -1)))
+        co_return refusal(req, http::status::service_unavailable, kServerBusy, "the session is busy; retry later",
+                          "queue");
+      co_return text_response(http::status::accepted, req.version(), "", req.keep_alive());
+    }
+    co_return co_await forward(req, session, std::move(msg), tenant, created);
+  }
+
+  // A request to the session's child under an id of the server's own (two clients' ids never
+  // meet in one child), answered when the child answers.
+  net::awaitable<Response> forward(const Request& req, std::shared_ptr<Child> session, json msg, std::string tenant,
+                                   bool created) {
+    bool is_call = msg["method"] == "tools/call";
+    std::string tool = is_call && msg.contains("params") && msg["params"].is_object() &&
+                               msg["params"].contains("name") && msg["params"]["name"].is_string()
+                           ? msg["params"]["name"].get<std::string>()
+                           : "";
+    if (is_call && calls_in_flight_[tenant] >= cfg_.max_calls_per_tenant)
+      co_return refusal(req, http::status::too_many_requests, kServerBusy,
+                        "tenant " + (tenant.empty() ? std::string("(none)") : tenant) + " has " +
+                            std::to_string(cfg_.max_calls_per_tenant) + " calls running; retry later",
+                        "tenant_calls", msg["id"]);
+    auto t0 = Clock::now();
+    auto pending = std::make_shared<Pending>(io_.get_executor());
+    pending->original_id = msg["id"];
+    std::int64_t our_id = session->next_id++;
+    msg["id"] = our_id;
+    session->pending[our_id] = pending;
+    if (!send_line(session, dump_json(msg, -1))) {
+      session->pending.erase(our_id);
+      co_return refusal(req, http::status::service_unavailable, kServerBusy, "the session is busy; retry later",
+                        "queue", pending->original_id);
+    }
+    if (is_call) ++calls_in_flight_[tenant];
+    boost::system::error_code ec;
+    while (!pending->finished) co_await pending->done.async_wait(net::redirect_error(kUse, ec));
+    if (is_call) --calls_in_flight_[tenant];
+    double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+    if (created) m_.session_start_seconds.observe(secs);
+    if (is_call) count_call(tool, tenant, pending->response, secs);
+    Response res = json_response(http::status::ok, req.version(), pending->response, req.keep_alive());
+    if (created && pending->response.contains("result")) res.set(kSessionHeader, session->id);
+    if (created && !pending->response.contains("result")) close_child(*session);  // no session was made
+    co_return res;
+  }
+
+  void count_call(const std::string& tool, const std::string& tenant, const json& r, double secs) {
+    std::string outcome = r.contains("error") ? "error"
+                          : r.contains("result") && r["result"].is_object() && r["result"].value("isError", false)
+                              ? "tool_error"
+                              : "ok";
+    std::string labels = tool_label(tool) + "\x1f" + tenant;
+    ++Metrics::at(m_.calls, labels + "\x1f" + outcome);
+    Metrics::at(m_.call_seconds, labels).observe(secs);
+  }
+
+  std::shared_ptr<Child> new_session(const std::string& key, const std::string& tenant, std::string& why) {
+    std::size_t mine = 0;
+    for (auto& [id, c] : sessions_) mine += (!c->dead && c->tenant == tenant) ? 1u : 0u;
+    if (sessions_.size() >= cfg_.max_sessions) {
+      why = "the server has at most " + std::to_string(cfg_.max_sessions) +
+            " sessions open; end one (DELETE) or retry later";
+      return nullptr;
+    }
+    if (mine >= cfg_.max_sessions_per_tenant) {
+      why = "a tenant has at most " + std::to_string(cfg_.max_sessions_per_tenant) +
+            " sessions open; end one (DELETE) or retry later";
+      return nullptr;
+    }
+    auto c = start_child(tenant, why);
+    if (!c) return nullptr;
+    c->id = new_session_id();
+    c->key = key;
+    sessions_[c->id] = c;
+    m_.sessions = sessions_.size();
+    return c;
+  }
+
+  std::shared_ptr<Child> stateless_child(const std::string& key, const std::string& tenant, std::string& why) {
+    if (auto it = stateless_.find(key); it != stateless_.end() && !it->second->dead) return it->second;
+    auto c = start_child(tenant, why);
+    if (!c) return nullptr;
+    c->key = key;
+    stateless_[key] = c;
+    return c;
+  }
+
+  std::shared_ptr<Child> start_child(const std::string& tenant, std::string& why) {
+    if (stopping_) {
+      why = "the server is shutting down";
+      return nullptr;
+    }
+    int to_child[2], from_child[2];
+    if (::pipe2(to_child, O_CLOEXEC) != 0) {
+      why = std::string("pipe: ") + std::strerror(errno);
+      return nullptr;
+    }
+    if (::pipe2(from_child, O_CLOEXEC) != 0) {
+      why = std::string("pipe: ") + std::strerror(errno);
+      ::close(to_child[0]);
+      ::close(to_child[1]);
+      return nullptr;
+    }
+    auto argv = cfg_.child_argv;
+    if (!tenant.empty()) argv.insert(argv.end(), {"--tenant", tenant});
+    UniqueFd child_in(to_child[0]);
+    auto w = spawn_worker(argv, child_in.get(), UniqueFd(from_child[1]), SIGTERM);
+    if (!w) {
+      ::close(to_child[1]);
+      ::close(from_child[0]);
+      ++m_.children_failed;
+      why = "cannot start the session's server: " + w.error().describe();
+      return nullptr;
+    }
+    w->response.reset();  // the child's stdout: only the child holds its write end now
+    ++m_.children_started;
+    ++children_;
+    auto c = std::make_shared<Child>(io_.get_executor(), to_child[1], from_child[0], w->pidfd.release());
+    c->pid = w->pid;
+    c->tenant = tenant;
+    net::co_spawn(io_, read_child(c), net::detached);
+    net::co_spawn(io_, reap_child(c), net::detached);
+    return c;
+  }
+
+  // False when the child's queue is full (a client that writes faster than its calls end).
+  bool send_line(const std::shared_ptr<Child>& c, std::string line) {
+    if (c->dead || !c->in.is_open()) return false;
+    if (c->queued_bytes + line.size() + 1 > kMaxChildQueueBytes) return false;
+    line += '\n';
+    c->queued_bytes += line.size();
+    c->queue.push_back(std::move(line));
+    if (!c->writing) {
+      c->writing = true;
+      net::co_spawn(io_, write_child(c), net::detached);
+    }
+    return true;
+  }
+
+  net::awaitable<void> write_child(std::shared_ptr<Child> c) {
+    boost::system::error_code ec;
+    while (!c->queue.empty() && c->in.is_open()) {
+      co_await net::async_write(c->in, net::buffer(c->queue.front()), net::redirect_error(kUse, ec));
+      if (ec) break;  // the child is gone: its reader and reaper say so
+      c->queued_bytes -= c->queue.front().size();
+      c->queue.pop_front();
+    }
+    c->writing = false;
+  }
+
+  // EOF on its stdin: a stdio server cancels its calls, records them and exits (mcp_server.hpp).
+  void close_child(Child& c) {
+    boost::system::error_code ec;
+    c.queue.clear();
+    c.queued_bytes = 0;
+    c.in.close(ec);
+  }
+
+  // Every line the child writes: a response goes to the request waiting for it (its id given
+  // back); a notification has no stream to go to (JSON responses only) and is counted.
+  net::awaitable<void> read_child(std::shared_ptr<Child> c) {
+    std::string buf;
+    boost::system::error_code ec;
+    auto limit = static_cast<std::size_t>(max_line());
+    for (;;) {
+      std::size_t n =
+          co_await net::async_read_until(c->out, net::dynamic_buffer(buf, limit), '\n', net::redirect_error(kUse, ec));
+      if (ec) break;  // EOF, or a line over the limit: the child is ended (below)
+      std::string line = buf.substr(0, n - 1);
+      buf.erase(0, n);
+      auto doc = parse_json_doc(line, {limit}, "usage", "the session's server");
+      if (!doc || !doc->is_object()) continue;
+      if (doc->contains("method") || !doc->contains("id") || !(*doc)["id"].is_number_integer()) {
+        ++m_.dropped_notifications;
+        continue;
+      }
+      auto it = c->pending.find((*doc)["id"].get<std::int64_t>());
+      if (it == c->pending.end()) continue;
+      auto p = it->second;
+      c->pending.erase(it);
+      (*doc)["id"] = p->original_id;
+      p->response = std::move(*doc);
+      p->finished = true;
+      p->done.cancel();
+    }
+    if (ec && ec != net::error::eof) {
+      std::fprintf(stderr, "sbx: mcp: session %s: its server wrote a line over %zu bytes or broke (%s): ended\n",
+                   c->id.c_str(), limit, ec.message().c_str());
+      ::kill(c->pid, SIGTERM);
+    }
+    end_child(*c, "the session's server ended before it answered");
+  }
+
+  void end_child(Child& c, const std::string& why) {
+    c.dead = true;
+    close_child(c);
+    for (auto& [id, p] : c.pending) {
+      p->response = rpc_error(p->original_id, kInternalError, why);
+      p->finished = true;
+      p->done.cancel();
+    }
+    c.pending.clear();
+  }
+
+  net::awaitable<void> reap_child(std::shared_ptr<Child> c) {
+    boost::system::error_code ec;
+    co_await c->pidfd.async_wait(net::posix::stream_descriptor::wait_read, net::redirect_error(kUse, ec));
+    int status = 0;
+    ::waitpid(c->pid, &status, 0);
+    end_child(*c, "the session's server ended before it answered");
+    c->out.close(ec);
+    c->pidfd.close(ec);
+    if (!c->id.empty()) sessions_.erase(c->id);
+    if (auto it = stateless_.find(c->key); it != stateless_.end() && it->second == c) stateless_.erase(it);
+    m_.sessions = sessions_.size();
+    --children_;
+  }
+
+  std::string metrics_text() const {
+    std::string o;
+    auto split = [](const std::string& k) {
+      std::vector<std::string> parts;
+      std::size_t a = 0, b;
+      while ((b = k.find('\x1f', a)) != std::string::npos) {
+        parts.push_back(k.substr(a, b - a));
+        a = b + 1;
+      }
+      parts.push_back(k.substr(a));
+      return parts;
+    };
+    auto head = [&o](const char* name, const char* type, const char* help) {
+      o += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
+    };
+    auto hist = [&o](const std::string& name, const std::string& labels, const Histogram& h) {
+      std::uint64_t cum = 0;
+      std::string sep = labels.empty() ? "" : ",";
+      for (std::size_t i = 0; i < std::size(kBuckets); ++i) {
+        cum += h.counts[i];
+        char le[32];
+        std::snprintf(le, sizeof le, "%g", kBuckets[i]);
+        o += name + "_bucket{" + labels + sep + "le=\"" + le + "\"} " + std::to_string(cum) + "\n";
+      }
+      cum += h.counts.back();
+      o += name + "_bucket{" + labels + sep + "le=\"+Inf\"} " + std::to_string(cum) + "\n";
+      char sum[64];
+      std::snprintf(sum, sizeof sum, "%.6f", h.sum);
+      std::string braces = labels.empty() ? "" : "{" + labels + "}";
+      o += name + "_sum" + braces + " " + sum + "\n" + name + "_count" + braces + " " + std::to_string(h.n) + "\n";
+    };
+    head("sbx_mcp_calls_total", "counter", "Tool calls answered, by tool, tenant and outcome (ok, tool_error, error).");
+    for (auto& [k, n] : m_.calls) {
+      auto p = split(k);
+      if (p.size() != 3) continue;
+      o += "sbx_mcp_calls_total{tool=\"" + label(p[0]) + "\",tenant=\"" + label(p[1]) + "\",outcome=\"" + label(p[2]) +
+           "\"} " + std::to_string(n) + "\n";
+    }
+    head("sbx_mcp_call_seconds", "histogram", "Tool calls' time from request to response, by tool and tenant.");
+    for (auto& [k, h] : m_.call_seconds) {
+      auto p = split(k);
+      if (p.size() != 2) continue;
+      hist("sbx_mcp_call_seconds", "tool=\"" + label(p[0]) + "\",tenant=\"" + label(p[1]) + "\"", h);
+    }
+    head("sbx_mcp_session_start_seconds", "histogram",
+         "Sessions' start: initialize to its answer (the session's server started).");
+    hist("sbx_mcp_session_start_seconds", "", m_.session_start_seconds);
+    head("sbx_http_requests_total", "counter", "HTTP requests answered, by path and status code.");
+    for (auto& [k, n] : m_.requests) {
+      auto p = split(k);
+      if (p.size() != 2) continue;
+      o += "sbx_http_requests_total{path=\"" + label(p[0]) + "\",code=\"" + label(p[1]) + "\"} " + std::to_string(n) +
+           "\n";
+    }
+    head("sbx_http_refusals_total", "counter", "Requests and connections refused, by reason.");
+    for (auto& [k, n] : m_.refusals)
+      o += "sbx_http_refusals_total{reason=\"" + label(k) + "\"} " + std::to_string(n) + "\n";
+    head("sbx_http_connections", "gauge", "Connections open.");
+    o += "sbx_http_connections " + std::to_string(m_.connections) + "\n";
+    head("sbx_mcp_sessions", "gauge", "MCP sessions open.");
+    o += "sbx_mcp_sessions " + std::to_string(m_.sessions) + "\n";
+    head("sbx_mcp_session_servers_started_total", "counter", "Session servers (stdio sbx mcp children) started.");
+    o += "sbx_mcp_session_servers_started_total " + std::to_string(m_.children_started) + "\n";
+    head("sbx_mcp_session_server_failures_total", "counter", "Session servers that could not be started.");
+    o += "sbx_mcp_session_server_failures_total " + std::to_string(m_.children_failed) + "\n";
+    head("sbx_mcp_dropped_notifications_total", "counter", "Notifications (progress, logs) with no stream to go to.");
+    o += "sbx_mcp_dropped_notifications_total " + std::to_string(m_.dropped_notifications) + "\n";
+    return o;
+  }
+};
+
+// "host:port" of an Origin (scheme dropped, default ports filled), lower-cased.
+std::string origin_authority(std::string o) {
+  for (auto& ch : o) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  std::string port = "80";
+  if (o.rfind("https://", 0) == 0) {
+    o = o.substr(8);
+    port = "443";
+  } else if (o.rfind("http://", 0) == 0) {
+    o = o.substr(7);
+  } else {
+    return "";
+  }
+  if (auto slash = o.find('/'); slash != std::string::npos) o = o.substr(0, slash);
+  auto colon = o.rfind(':');
+  if (colon == std::string::npos || (o.front() == '[' && o.back() == ']')) o += ":" + port;
+  return o;
+}
+
+std::string host_of(const std::string& authority) {
+  auto colon = authority.rfind(':');
+  return colon == std::string::npos ? authority : authority.substr(0, colon);
+}
+
+}  // namespace
+
+bool is_loopback_host(const std::string& host) {
+  if (host == "localhost") return true;
+  boost::system::error_code ec;
+  std::string h = host.size() > 2 && host.front() == '[' && host.back() == ']' ? host.substr(1, host.size() - 2) : host;
+  auto a = net::ip::make_address(h, ec);
+  return !ec && a.is_loopback();
+}
+
+bool parse_listen_address(const std::string& text, HttpConfig& cfg, std::string& why) {
+  std::string host = "127.0.0.1", port = text;
+  if (auto colon = text.rfind(':'); colon != std::string::npos) {
+    host = text.substr(0, colon);
+    port = text.substr(colon + 1);
+    if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+    if (host.empty()) host = "127.0.0.1";
+  }
+  char* end = nullptr;
+  long p = std::strtol(port.c_str(), &end, 10);
+  if (port.empty() || *end || p < 0 || p > 65535) {
+    why = "--listen " + text + ": expected HOST:PORT, :PORT or PORT (port 0..65535; 0 picks a free one)";
+    return false;
+  }
+  boost::system::error_code ec;
+  net::ip::make_address(host == "localhost" ? "127.0.0.1" : host, ec);
+  if (ec) {
+    why = "--listen " + text + ": " + host + " is not an IP address (sbx resolves no names: 127.0.0.1, ::1, 0.0.0.0)";
+    return false;
+  }
+  cfg.host = host;
+  cfg.port = static_cast<std::uint16_t>(p);
+  return true;
+}
+
+bool origin_allowed(const std::string& origin, const std::string& host_header,
+                    const std::vector<std::string>& allowed) {
+  if (origin.empty()) return true;  // not a browser: DNS rebinding needs one
+  std::string auth = origin_authority(origin);
+  if (auth.empty()) return false;  // "null", a file:// page, anything odd
+  if (is_loopback_host(host_of(auth))) return true;
+  std::string host = host_header;
+  for (auto& ch : host) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  if (!host.empty() && (auth == host || auth == host + ":80" || auth == host + ":443")) return true;
+  for (auto& a : allowed)
+    if (origin_authority(a) == auth) return true;
+  return false;
+}
+
+int serve_http(const HttpConfig& cfg) {
+  HttpServer s(cfg);
+  return s.run();
+}
+
+}  // namespace sbx::mcp

@@ -1,0 +1,304 @@
+"""sbx mcp --listen (runtime/server/mcp_http.cpp): MCP over Streamable HTTP with bearer tokens that
+name tenants. A request without a token, or with a wrong one, is refused and runs nothing; a
+session is usable only with the token that made it; a tenant's calls are recorded in its own
+store; every refusal is an HTTP status with a JSON-RPC error body; the server's bounds
+(connections, body and header sizes, a tenant's calls at once) hold; SIGTERM ends running calls
+with their records; /healthz, /readyz and /metrics answer."""
+import hashlib
+import http.client
+import json
+import os
+import signal
+import socket
+import subprocess
+import threading
+import time
+
+from sbxtest import MODE, SBX, SbxTestCase, ledger_lines, sbx, scaled, wait_for
+
+ROOT = MODE == "root"
+TOKEN_A = "token-of-tenant-a-" + "x" * 20
+TOKEN_B = "token-of-tenant-b-" + "y" * 20
+
+
+class Server:
+    """One `sbx mcp --listen 127.0.0.1:0` with its stderr in a file (its port is read from there)."""
+
+    def __init__(self, tc, args, env):
+        self.tc = tc
+        self.log = tc.path(f"server-{time.monotonic_ns()}.log")
+        self.errf = open(self.log, "w")
+        self.p = subprocess.Popen([SBX, "mcp", "--listen", "127.0.0.1:0", "--pool", "0"] + list(args),
+                                  stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self.errf, env=env)
+        self.port = None
+        ok = wait_for(lambda: self.p.poll() is not None or self._port(), scaled(20))
+        tc.assertTrue(ok and self.port, f"the server did not listen: {self.stderr()}")
+
+    def _port(self):
+        for line in self.stderr().splitlines():
+            if "listening on http://127.0.0.1:" in line:
+                self.port = int(line.split("127.0.0.1:")[1].split("/")[0])
+                return True
+        return False
+
+    def stderr(self):
+        with open(self.log) as f:
+            return f.read()
+
+    def request(self, method, path, body=None, headers=None, timeout=60):
+        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=scaled(timeout))
+        h = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+        h.update(headers or {})
+        data = body if isinstance(body, (bytes, str)) or body is None else json.dumps(body)
+        c.request(method, path, body=data, headers=h)
+        r = c.getresponse()
+        raw = r.read()
+        c.close()
+        return r.status, dict(r.getheaders()), raw
+
+    def rpc(self, token, msg, session=None, timeout=60, headers=None):
+        h = dict(headers or {})
+        if token:
+            h["Authorization"] = "Bearer " + token
+        if session:
+            h["Mcp-Session-Id"] = session
+        status, hdrs, raw = self.request("POST", "/mcp", msg, h, timeout)
+        return status, hdrs, (json.loads(raw) if raw else None)
+
+    def initialize(self, token):
+        status, hdrs, body = self.rpc(token, {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "test", "version": "1"}}})
+        self.tc.assertEqual(status, 200, body)
+        sid = hdrs.get("Mcp-Session-Id")
+        self.tc.assertRegex(sid or "", r"^[0-9a-f]{32}$")
+        self.tc.assertEqual(self.rpc(token, {"jsonrpc": "2.0", "method": "notifications/initialized"}, sid)[0], 202)
+        return sid
+
+    def call(self, token, sid, code, language="sh", id=2, timeout=60):
+        return self.rpc(token, {"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
+            "name": "run_code", "arguments": {"language": language, "code": code}}}, sid, timeout)
+
+    def stop(self, sig=signal.SIGTERM, timeout=60):
+        if self.p.poll() is None:
+            self.p.send_signal(sig)
+        try:
+            return self.p.wait(timeout=scaled(timeout))
+        finally:
+            self.errf.close()
+
+
+class McpHttp(SbxTestCase):
+    def setUp(self):
+        super().setUp()
+        self.tenants = self.path("tenants")
+        os.mkdir(self.tenants)
+        ids = "required" if ROOT else "preferred"
+        for name, slot in (("A", 1), ("B", 2)):
+            with open(os.path.join(self.tenants, name + ".json"), "w") as f:
+                json.dump({"id_slot": slot, "separate_ids": ids, "limits": {"timeout": "60s"}}, f)
+        self.tokens = self.path("tokens.json")
+        with open(self.tokens, "w") as f:
+            json.dump({"tokens": [{"sha256": hashlib.sha256(TOKEN_A.encode()).hexdigest(), "tenant": "A"},
+                                  {"sha256": hashlib.sha256(TOKEN_B.encode()).hexdigest().upper(), "tenant": "B"}]}, f)
+        # A state dir of each test's own: the server's children inherit it from the environment.
+        self.state = self.path("state")
+        os.mkdir(self.state, 0o700)
+        self.env = dict(os.environ, SBX_TENANTS_DIR=self.tenants, SBX_STATE_DIR=self.state)
+        self.servers = []
+
+    def tearDown(self):
+        for s in self.servers:
+            if s.p.poll() is None:
+                s.stop(signal.SIGKILL)
+        super().tearDown()
+
+    def server(self, *args):
+        s = Server(self, ["--tokens", self.tokens] + list(args), self.env)
+        self.servers.append(s)
+        return s
+
+    def records(self, tenant):
+        return [l["record"] for l in ledger_lines(os.path.join(self.state, "tenants", tenant))
+                if l["record"].get("schema") == "sbx.trace/v1"]
+
+    def assertRpcError(self, status, body, want_status):
+        self.assertEqual(status, want_status, body)
+        self.assertEqual(body.get("jsonrpc"), "2.0", body)
+        self.assertIn("message", body.get("error", {}), body)
+
+    def test_no_token_or_a_wrong_one_is_401_and_nothing_runs(self):
+        s = self.server()
+        call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                "params": {"name": "run_code", "arguments": {"language": "sh", "code": "touch /tmp/x"}}}
+        for token in (None, "wrong", TOKEN_A + "x", TOKEN_A[:-1], "Basic " + TOKEN_A):
+            status, hdrs, body = s.rpc(token, call)
+            self.assertRpcError(status, body, 401)
+            self.assertEqual(hdrs.get("WWW-Authenticate"), "Bearer")
+        status, _, body = s.rpc(None, {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}})
+        self.assertRpcError(status, body, 401)
+        self.assertNotIn("session server", s.stderr())
+        self.assertNotIn("serving run_code on stdio", s.stderr(), "a session's server was started for no token")
+        self.assertEqual(self.records("A") + self.records("B"), [])
+        self.assertEqual(s.stop(), 0)
+
+    def test_a_tenant_s_session_is_its_token_s_own_and_its_records_its_store_s(self):
+        s = self.server()
+        sid = s.initialize(TOKEN_A)
+        status, _, body = s.call(TOKEN_A, sid, "echo hello; id -u")
+        self.assertEqual(status, 200, body)
+        self.assertEqual(body["id"], 2)
+        self.assertFalse(body["result"].get("isError"), body)
+        self.assertIn("hello", body["result"]["structuredContent"]["stdout"])
+        run_id = body["result"]["_meta"]["sbx/run_id"]
+        self.assertEqual([r["run_id"] for r in self.records("A")], [run_id])
+        self.assertEqual(self.records("A")[0]["tenant"]["name"], "A")
+        self.assertEqual(self.records("B"), [])
+        # Tenant B's token does not reach A's session: not found, as an id nobody made.
+        status, _, body = s.call(TOKEN_B, sid, "echo from-b")
+        self.assertRpcError(status, body, 404)
+        status, _, _ = s.request("DELETE", "/mcp", headers={"Authorization": "Bearer " + TOKEN_B, "Mcp-Session-Id": sid})
+        self.assertEqual(status, 404)
+        self.assertRpcError(*s.call(TOKEN_A, "0" * 32, "true")[::2], 404)
+        self.assertEqual(len(self.records("A")), 1)
+        # B's own session runs as B.
+        sid_b = s.initialize(TOKEN_B)
+        self.assertNotEqual(sid_b, sid)
+        status, _, body = s.call(TOKEN_B, sid_b, "echo b")
+        self.assertEqual(status, 200, body)
+        self.assertEqual(self.records("B")[0]["tenant"]["name"], "B")
+        # DELETE ends A's session; its id is then unknown.
+        status, _, _ = s.request("DELETE", "/mcp", headers={"Authorization": "Bearer " + TOKEN_A, "Mcp-Session-Id": sid})
+        self.assertEqual(status, 200)
+        self.assertTrue(wait_for(lambda: s.call(TOKEN_A, sid, "true")[0] == 404, scaled(10)))
+        self.assertEqual(s.stop(), 0)
+        self.assertEqual(sbx(["trace", "verify", "--tenant", "A"], env=self.env).rc, 0)
+
+    def test_every_refusal_is_an_http_status_with_a_json_rpc_error(self):
+        s = self.server("--max-body", "65536")
+        sid = s.initialize(TOKEN_A)
+        auth = {"Authorization": "Bearer " + TOKEN_A, "Mcp-Session-Id": sid}
+        big = {"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+               "params": {"name": "run_code", "arguments": {"language": "sh", "code": "#" * 70000}}}
+        cases = [
+            ("body over --max-body", "POST", "/mcp", big, auth, 413),
+            ("a batch", "POST", "/mcp", [{"jsonrpc": "2.0", "id": 4, "method": "ping"}], auth, 400),
+            ("not JSON", "POST", "/mcp", "{nope", auth, 400),
+            ("not JSON-RPC", "POST", "/mcp", {"id": 5}, auth, 400),
+            ("another content type", "POST", "/mcp", "x", dict(auth, **{"Content-Type": "text/plain"}), 415),
+            ("a foreign Origin", "POST", "/mcp", {"jsonrpc": "2.0", "id": 6, "method": "ping"},
+             dict(auth, Origin="http://evil.example"), 403),
+            ("an unknown protocol version", "POST", "/mcp", {"jsonrpc": "2.0", "id": 7, "method": "ping"},
+             dict(auth, **{"MCP-Protocol-Version": "1999-01-01"}), 400),
+            ("no session id", "POST", "/mcp", {"jsonrpc": "2.0", "id": 8, "method": "tools/list"},
+             {"Authorization": "Bearer " + TOKEN_A}, 400),
+            ("GET (no server stream)", "GET", "/mcp", None, auth, 405),
+            ("PUT", "PUT", "/mcp", None, auth, 405),
+            ("another path", "POST", "/other", None, auth, 404),
+        ]
+        for what, method, path, body, headers, want in cases:
+            with self.subTest(what):
+                status, hdrs, raw = s.request(method, path, body, headers)
+                self.assertEqual(status, want, raw)
+                doc = json.loads(raw)
+                self.assertEqual(doc["jsonrpc"], "2.0")
+                self.assertIn("code", doc["error"])
+        # Headers over 16 KiB: 431, the connection closed.
+        status, _, raw = s.request("POST", "/mcp", {"jsonrpc": "2.0", "id": 9, "method": "ping"},
+                                   dict(auth, **{"X-Pad": "p" * 20000}))
+        self.assertEqual(status, 431, raw)
+        # The loopback Origin of a local tool passes; so does the server's own.
+        status, _, body = s.rpc(TOKEN_A, {"jsonrpc": "2.0", "id": 10, "method": "ping"}, sid,
+                                headers={"Origin": "http://localhost:3000"})
+        self.assertEqual(status, 200, body)
+        # The session survived every refusal.
+        self.assertEqual(s.call(TOKEN_A, sid, "echo still")[0], 200)
+        self.assertEqual(len(self.records("A")), 1, "a refused request ran something")
+        self.assertEqual(s.stop(), 0)
+
+    def test_connections_past_the_maximum_get_503_and_slots_come_back(self):
+        s = self.server("--max-connections", "2")
+        held = [socket.create_connection(("127.0.0.1", s.port)) for _ in range(2)]
+        time.sleep(0.3)
+        status, _, raw = s.request("GET", "/healthz")
+        self.assertEqual(status, 503, raw)
+        self.assertEqual(json.loads(raw)["error"]["code"], -32000)
+        for c in held:
+            c.close()
+        self.assertTrue(wait_for(lambda: s.request("GET", "/healthz")[0] == 200, scaled(5)))
+        self.assertEqual(s.stop(), 0)
+
+    def test_a_tenant_s_calls_at_once_are_bounded_429_past_it(self):
+        s = self.server("--max-calls-per-tenant", "1")
+        sid = s.initialize(TOKEN_A)
+        first = {}
+        t = threading.Thread(target=lambda: first.update(r=s.call(TOKEN_A, sid, "sleep 3; echo slept", id=20)))
+        t.start()
+        self.assertTrue(wait_for(lambda: "call 20" in s.stderr() or "started worker" in s.stderr(), scaled(10)))
+        status, _, body = s.call(TOKEN_A, sid, "echo second", id=21)
+        self.assertRpcError(status, body, 429)
+        self.assertEqual(body["id"], 21)
+        # Another tenant is not held up by A's calls.
+        sid_b = s.initialize(TOKEN_B)
+        self.assertEqual(s.call(TOKEN_B, sid_b, "echo b")[0], 200)
+        t.join(scaled(30))
+        self.assertEqual(first["r"][0], 200)
+        self.assertIn("slept", first["r"][2]["result"]["structuredContent"]["stdout"])
+        self.assertEqual(s.stop(), 0)
+
+    def test_sigterm_ends_running_calls_with_their_records_and_leaves_no_process(self):
+        s = self.server()
+        sid = s.initialize(TOKEN_A)
+        answer = {}
+        t = threading.Thread(target=lambda: answer.update(r=s.call(TOKEN_A, sid, "sleep 120", id=30, timeout=90)))
+        t.start()
+        self.assertTrue(wait_for(lambda: "started worker" in s.stderr(), scaled(10)))
+        time.sleep(0.5)
+        t0 = time.monotonic()
+        self.assertEqual(s.stop(), 0, s.stderr())
+        self.assertLess(time.monotonic() - t0, scaled(30))
+        t.join(scaled(10))
+        recs = self.records("A")
+        self.assertEqual(len(recs), 1, s.stderr())
+        self.assertIn(recs[0]["result"]["status"], ("signaled", "setup_error"), recs[0]["result"])
+        self.assertEqual(subprocess.run(["pgrep", "-f", "sleep 120"], capture_output=True).stdout, b"")
+
+    def test_health_readiness_and_metrics(self):
+        s = self.server()
+        self.assertEqual(s.request("GET", "/healthz")[0], 200)
+        self.assertEqual(s.request("GET", "/readyz")[0], 200)
+        sid = s.initialize(TOKEN_A)
+        s.call(TOKEN_A, sid, "echo m")
+        s.call(TOKEN_A, sid, "exit 3", id=3)
+        s.rpc(None, {"jsonrpc": "2.0", "id": 1, "method": "ping"})
+        status, hdrs, raw = s.request("GET", "/metrics")
+        self.assertEqual(status, 200)
+        self.assertTrue(hdrs["Content-Type"].startswith("text/plain; version=0.0.4"))
+        text = raw.decode()
+        self.assertIn('sbx_mcp_calls_total{tool="run_code",tenant="A",outcome="ok"} 1', text)
+        self.assertIn('sbx_mcp_calls_total{tool="run_code",tenant="A",outcome="tool_error"} 1', text)
+        self.assertIn('sbx_mcp_call_seconds_count{tool="run_code",tenant="A"} 2', text)
+        self.assertIn('sbx_http_refusals_total{reason="unauthorized"} 1', text)
+        self.assertIn("sbx_mcp_sessions 1", text)
+        self.assertIn('sbx_mcp_session_start_seconds_bucket{le="+Inf"} 1', text)
+        self.assertEqual(s.stop(), 0)
+
+    def test_usage_errors_are_one_line_and_125(self):
+        bad = self.path("bad.json")
+        with open(bad, "w") as f:
+            json.dump({"tokens": [{"sha256": "abc", "tenant": "A"}]}, f)
+        unknown = self.path("unknown.json")
+        with open(unknown, "w") as f:
+            json.dump({"tokens": [{"sha256": "a" * 64, "tenant": "nosuch"}]}, f)
+        for args, words in [
+            (["--listen", "127.0.0.1:0"], "--tokens FILE"),
+            (["--listen", "0.0.0.0:0", "--no-auth"], "loopback"),
+            (["--listen", "127.0.0.1:0", "--tokens", bad], "/tokens/0/sha256"),
+            (["--listen", "127.0.0.1:0", "--tokens", unknown], "tenant nosuch"),
+            (["--listen", "127.0.0.1:0", "--tokens", self.tokens, "--tenant", "A"], "each token names its tenant"),
+            (["--listen", "example.com:80", "--no-auth"], "not an IP address"),
+        ]:
+            with self.subTest(args=args):
+                r = sbx(["mcp"] + args, env=self.env, timeout=20)
+                self.assertEqual(r.rc, 125, r.describe())
+                self.assertIn(words, r.err)
+                self.assertEqual(len(r.err.strip().splitlines()), 1, r.err)
