@@ -24,7 +24,7 @@ CMAKE_FLAGS += -DSBX_WERROR=ON
 # busybox-static (the demo's rule pack runs on the busybox image, rootfs/build-busybox.sh).
 RUN_DEB_PACKAGES = g++ cmake make pkg-config ccache \
   libcli11-dev libseccomp-dev libcap-ng-dev libc-ares-dev nlohmann-json3-dev libspdlog-dev libfmt-dev doctest-dev \
-  libre2-dev libssl-dev zlib1g-dev liblzma-dev libzstd-dev libbz2-dev libsqlite3-dev \
+  libre2-dev libssl-dev zlib1g-dev liblzma-dev libzstd-dev libbz2-dev libsqlite3-dev libboost-dev \
   busybox-static
 # TEST_DEB_PACKAGES: only the tests use these, on top of the run set: the JSON Schema test suite and
 # python3 (unit and integration harness, trace validation), the test user (passwd), network and

@@ -272,7 +272,9 @@ _sbx() {
         exec)
             COMPREPLY=($(compgen -W "--profile --allow-host --trace-file --tenant --events --dry-run --help" -- "$cur")) ;;
         mcp)
-            COMPREPLY=($(compgen -W "--packs --context --secret --profile --tenant --max-concurrent --max-queued --pool --pool-max-idle --help" -- "$cur")) ;;
+            COMPREPLY=($(compgen -W "--packs --context --secret --profile --tenant --max-concurrent --max-queued --pool --pool-max-idle
+                --listen --tokens --no-auth --allow-origin --max-connections --max-sessions --max-calls-per-tenant --max-body
+                --help" -- "$cur")) ;;
         session)
             if [[ -z $sub ]]; then
                 [[ $cur == -* ]] && COMPREPLY=($(compgen -W "--help" -- "$cur")) ||

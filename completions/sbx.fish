@@ -323,6 +323,14 @@ complete -c sbx -n '__sbx_at mcp' -l max-concurrent -r -d 'Calls running at once
 complete -c sbx -n '__sbx_at mcp' -l max-queued -r -d 'Calls waiting beyond those (default 256)'
 complete -c sbx -n '__sbx_at mcp' -l pool -r -d 'Sandboxes kept built ahead for each tool, run_code and every pack (default 2; 0: off)'
 complete -c sbx -n '__sbx_at mcp' -l pool-max-idle -r -d 'Seconds a pooled sandbox may wait before it is rebuilt (default 300; 0: no limit)'
+complete -c sbx -n '__sbx_at mcp' -l listen -r -d 'Serve MCP over Streamable HTTP at HOST:PORT'
+complete -c sbx -n '__sbx_at mcp' -l tokens -r -F -d 'Bearer tokens, each naming a tenant (JSON)'
+complete -c sbx -n '__sbx_at mcp' -l no-auth -d 'No token, on a loopback address only'
+complete -c sbx -n '__sbx_at mcp' -l allow-origin -r -d 'A browser Origin allowed besides loopback and the server own'
+complete -c sbx -n '__sbx_at mcp' -l max-connections -r -d 'Connections open at once (default 256)'
+complete -c sbx -n '__sbx_at mcp' -l max-sessions -r -d 'MCP sessions open at once (default 64)'
+complete -c sbx -n '__sbx_at mcp' -l max-calls-per-tenant -r -d 'Tool calls one tenant runs at once (default 8)'
+complete -c sbx -n '__sbx_at mcp' -l max-body -r -d 'A request body bytes at most (default 4194304)'
 
 # sbx doctor
 complete -c sbx -n '__sbx_at doctor' -l json -d 'Print the checks as a JSON object'

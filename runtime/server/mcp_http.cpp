@@ -1,6 +1,13 @@
 // `sbx mcp --listen` (mcp_http.hpp): the HTTP front end, its sessions' stdio children, its metrics.
 #include <utility>  // before Asio: its awaitable.hpp uses std::exchange without including it (Boost 1.74)
 
+// Boost 1.74's Asio finds C++20 coroutines for GCC and for clang with libc++ only; clang 14 with
+// libstdc++ (the fuzz build, tests/fuzz/) has them too (__cpp_impl_coroutine).
+#if defined(__clang__) && defined(__cpp_impl_coroutine) && !defined(BOOST_ASIO_HAS_CO_AWAIT)
+#define BOOST_ASIO_HAS_CO_AWAIT 1
+#define BOOST_ASIO_HAS_STD_COROUTINE 1
+#endif
+
 #include "runtime/server/mcp_http.hpp"
 
 #include <fcntl.h>
