@@ -367,7 +367,7 @@ std::vector<std::string> session_server_argv(const McpFlags& f, const GlobalOpti
 
 // --listen: checks the HTTP flags (every token's tenant loads now, so a typo fails the server, not
 // each call) and serves.
-int serve_over_http(const McpFlags& f, GlobalOptions& g) {
+int serve_over_http(const McpFlags& f, GlobalOptions& g, const mcp::ServerConfig& cfg) {
   mcp::HttpConfig h;
   std::string why;
   if (!mcp::parse_listen_address(f.listen, h, why)) return usage_error("mcp: " + why);
@@ -398,6 +398,7 @@ int serve_over_http(const McpFlags& f, GlobalOptions& g) {
   h.max_sessions_per_tenant = std::min<std::size_t>(h.max_sessions_per_tenant, f.max_sessions);
   h.max_calls_per_tenant = f.max_calls_per_tenant;
   h.max_body_bytes = f.max_body;
+  h.stream_limit_bytes = cfg.stream_limit_bytes;
   h.child_argv = session_server_argv(f, g);
   // The children apply the tenant themselves: the environment this server set for stdio must not
   // reach them as well.
@@ -426,7 +427,7 @@ int run_server(McpFlags& f, GlobalOptions& g) {
   Given given;
   if (auto rc = parse_inputs(f, given)) return *rc;
   if (auto rc = load_pack_tools(f, *profile, given, cfg)) return *rc;
-  if (!f.listen.empty()) return serve_over_http(f, g);
+  if (!f.listen.empty()) return serve_over_http(f, g, cfg);
   cfg.instructions =
       "Each tool call runs in a fresh, isolated sandbox (sbx) and is recorded in sbx's trace ledger; the run id and "
       "the ledger's path are in the result's _meta (sbx/run_id, sbx/trace). Pack tools take {\"records\": [...]} "

@@ -116,6 +116,20 @@ struct Pending {
   bool finished = false;
   json original_id;
   json response;  // the child's, its id restored
+  // A request that asked for progress (its _meta.progressToken) from a client that takes
+  // text/event-stream: its answer is a stream, and the child's progress notifications for that
+  // token wait here until written (at most kMaxQueuedEvents; more are dropped and counted).
+  bool sse = false;
+  json progress_token;
+  std::deque<json> events;
+};
+
+inline constexpr std::size_t kMaxQueuedEvents = 64;
+
+// A connection as a handler sees it: a handler that streams its answer writes it here itself.
+struct Conn {
+  beast::tcp_stream& stream;
+  bool streamed = false;
 };
 
 // One MCP session: a stdio `sbx mcp` child for one token's calls.
@@ -171,9 +185,14 @@ class HttpServer {
   bool stopping_ = false;
   Metrics m_;
 
-  std::int64_t max_line() const {
-    return cfg_.max_response_bytes > 0 ? cfg_.max_response_bytes
-                                       : 2 * static_cast<std::int64_t>(kMaxMessageBytes) + (1 << 20);
+  // A session server's answer: a tools/call result holds its worker's response once (the text
+  // block is a summary past 4 KiB of a stream, mcp_protocol.hpp) in an envelope of a few levels.
+  JsonBounds child_line_bounds() const {
+    JsonBounds b = worker_response_bounds(cfg_.stream_limit_bytes);
+    b.max_bytes += 1u << 20;
+    b.max_depth += 8;
+    b.max_values += 1u << 16;
+    return b;
   }
 
   bool listen(std::string& why) {
@@ -356,7 +375,8 @@ class HttpServer {
       Request req = parser.release();
       // A call is bounded by its own timeout (the child's): no deadline while it runs.
       stream.expires_never();
-      Response res = co_await handle(req);
+      Conn conn{stream};
+      Response res = co_await handle(req, conn);
       std::string path = sv(req.target()).substr(0, sv(req.target()).find('?'));
       ++Metrics::at(m_.requests, (path == "/mcp" || path == "/healthz" || path == "/readyz" || path == "/metrics"
                                       ? path
@@ -365,7 +385,7 @@ class HttpServer {
       bool keep = res.keep_alive() && !stopping_;
       res.keep_alive(keep);
       stream.expires_after(std::chrono::milliseconds(cfg_.write_timeout_ms));
-      co_await http::async_write(stream, res, net::redirect_error(kUse, ec));
+      if (!conn.streamed) co_await http::async_write(stream, res, net::redirect_error(kUse, ec));
       if (ec || !keep) break;
     }
     stream.socket().shutdown(tcp::socket::shutdown_both, ec);
@@ -389,7 +409,7 @@ class HttpServer {
       drained += co_await stream.async_read_some(net::buffer(sink), net::redirect_error(kUse, ec));
   }
 
-  net::awaitable<Response> handle(const Request& req) {
+  net::awaitable<Response> handle(Request& req, Conn& conn) {
     std::string target = sv(req.target());
     std::string path = target.substr(0, target.find('?'));
     unsigned v = req.version();
@@ -406,7 +426,7 @@ class HttpServer {
     if (path != "/mcp")
       co_return json_response(http::status::not_found, v,
                               rpc_error(nullptr, kInvalidRequest, "no such path: the MCP endpoint is /mcp"), ka);
-    co_return co_await handle_mcp(req);
+    co_return co_await handle_mcp(req, conn);
   }
 
   // The token's key and tenant, or a refusal. Without tokens (--no-auth): everyone is "no-auth".
@@ -450,7 +470,7 @@ class HttpServer {
   }
 
   // A POST's one JSON-RPC message, or a refusal.
-  std::optional<Response> read_message(const Request& req, json& msg) {
+  std::optional<Response> read_message(Request& req, json& msg) {
     if (sv(req[http::field::content_type]).find("application/json") == std::string::npos)
       return refusal(req, http::status::unsupported_media_type, kInvalidRequest,
                      "Content-Type must be application/json", "content_type");
@@ -462,10 +482,12 @@ class HttpServer {
     if (!parsed->is_object() || parsed->value("jsonrpc", "") != "2.0")
       return refusal(req, http::status::bad_request, kInvalidRequest, "not a JSON-RPC 2.0 message", "parse");
     msg = std::move(*parsed);
+    // The text is not needed again: a connection waiting for its call holds only the message.
+    std::string().swap(req.body());
     return std::nullopt;
   }
 
-  net::awaitable<Response> handle_mcp(const Request& req) {
+  net::awaitable<Response> handle_mcp(Request& req, Conn& conn) {
     std::string key, tenant;
     if (auto r = admit(req, key, tenant)) co_return std::move(*r);
     std::string sid = sv(req[kSessionHeader]);
@@ -521,13 +543,13 @@ class HttpServer {
                           "queue");
       co_return text_response(http::status::accepted, req.version(), "", req.keep_alive());
     }
-    co_return co_await forward(req, session, std::move(msg), tenant, created);
+    co_return co_await forward(req, conn, session, std::move(msg), tenant, created);
   }
 
   // A request to the session's child under an id of the server's own (two clients' ids never
   // meet in one child), answered when the child answers.
-  net::awaitable<Response> forward(const Request& req, std::shared_ptr<Child> session, json msg, std::string tenant,
-                                   bool created) {
+  net::awaitable<Response> forward(const Request& req, Conn& conn, std::shared_ptr<Child> session, json msg,
+                                   std::string tenant, bool created) {
     bool is_call = msg["method"] == "tools/call";
     std::string tool = is_call && msg.contains("params") && msg["params"].is_object() &&
                                msg["params"].contains("name") && msg["params"]["name"].is_string()
@@ -541,6 +563,12 @@ class HttpServer {
     auto t0 = Clock::now();
     auto pending = std::make_shared<Pending>(io_.get_executor());
     pending->original_id = msg["id"];
+    if (msg.contains("params") && msg["params"].is_object() && msg["params"].contains("_meta") &&
+        msg["params"]["_meta"].is_object() && msg["params"]["_meta"].contains("progressToken") &&
+        sv(req[http::field::accept]).find("text/event-stream") != std::string::npos) {
+      pending->sse = true;
+      pending->progress_token = msg["params"]["_meta"]["progressToken"];
+    }
     std::int64_t our_id = session->next_id++;
     msg["id"] = our_id;
     session->pending[our_id] = pending;
@@ -550,8 +578,12 @@ class HttpServer {
                         "queue", pending->original_id);
     }
     if (is_call) ++calls_in_flight_[tenant];
-    boost::system::error_code ec;
-    while (!pending->finished) co_await pending->done.async_wait(net::redirect_error(kUse, ec));
+    if (pending->sse) {
+      co_await stream_answer(req, conn, session, our_id, *pending);
+    } else {
+      boost::system::error_code ec;
+      while (!pending->finished) co_await pending->done.async_wait(net::redirect_error(kUse, ec));
+    }
     if (is_call) --calls_in_flight_[tenant];
     double secs = std::chrono::duration<double>(Clock::now() - t0).count();
     if (created) m_.session_start_seconds.observe(secs);
@@ -560,6 +592,52 @@ class HttpServer {
     if (created && pending->response.contains("result")) res.set(kSessionHeader, session->id);
     if (created && !pending->response.contains("result")) close_child(*session);  // no session was made
     co_return res;
+  }
+
+  // The answer as server-sent events (text/event-stream, chunked): each progress notification as
+  // it comes, then the response. A client that stops reading (a write past write_timeout_ms) has
+  // its call cancelled; the call still ends and is recorded, and its answer is dropped.
+  net::awaitable<void> stream_answer(const Request& req, Conn& conn, std::shared_ptr<Child> session,
+                                     std::int64_t our_id, Pending& p) {
+    boost::system::error_code ec;
+    http::response<http::empty_body> head{http::status::ok, req.version()};
+    head.set(http::field::content_type, "text/event-stream");
+    head.set(http::field::cache_control, "no-store");
+    head.chunked(true);
+    head.keep_alive(req.keep_alive());
+    http::response_serializer<http::empty_body> sr{head};
+    conn.streamed = true;
+    conn.stream.expires_after(std::chrono::milliseconds(cfg_.write_timeout_ms));
+    co_await http::async_write_header(conn.stream, sr, net::redirect_error(kUse, ec));
+    bool broken = static_cast<bool>(ec);
+    auto write_event = [&](json& m) -> net::awaitable<void> {
+      std::string e = "event: message\ndata: " + dump_json(m, -1) + "\n\n";
+      conn.stream.expires_after(std::chrono::milliseconds(cfg_.write_timeout_ms));
+      co_await net::async_write(conn.stream, http::make_chunk(net::buffer(e)), net::redirect_error(kUse, ec));
+      conn.stream.expires_never();
+      if (ec && !broken) {
+        broken = true;
+        json cancel = {{"jsonrpc", "2.0"},
+                       {"method", "notifications/cancelled"},
+                       {"params", {{"requestId", our_id}, {"reason", "the HTTP client went away"}}}};
+        send_line(session, dump_json(cancel, -1));
+      }
+    };
+    for (;;) {
+      while (!p.events.empty()) {
+        json m = std::move(p.events.front());
+        p.events.pop_front();
+        if (!broken) co_await write_event(m);
+      }
+      if (p.finished) break;
+      co_await p.done.async_wait(net::redirect_error(kUse, ec));
+    }
+    if (!broken) co_await write_event(p.response);
+    if (!broken) {
+      conn.stream.expires_after(std::chrono::milliseconds(cfg_.write_timeout_ms));
+      co_await net::async_write(conn.stream, http::make_chunk_last(), net::redirect_error(kUse, ec));
+    }
+    if (broken) head.keep_alive(false);
   }
 
   void count_call(const std::string& tool, const std::string& tenant, const json& r, double secs) {
@@ -679,19 +757,21 @@ class HttpServer {
   net::awaitable<void> read_child(std::shared_ptr<Child> c) {
     std::string buf;
     boost::system::error_code ec;
-    auto limit = static_cast<std::size_t>(max_line());
+    JsonBounds bounds = child_line_bounds();
+    std::size_t limit = bounds.max_bytes;
     for (;;) {
       std::size_t n =
           co_await net::async_read_until(c->out, net::dynamic_buffer(buf, limit), '\n', net::redirect_error(kUse, ec));
       if (ec) break;  // EOF, or a line over the limit: the child is ended (below)
       std::string line = buf.substr(0, n - 1);
       buf.erase(0, n);
-      auto doc = parse_json_doc(line, {limit}, "usage", "the session's server");
+      auto doc = parse_json_doc(line, bounds, "usage", "the session's server");
       if (!doc || !doc->is_object()) continue;
-      if (doc->contains("method") || !doc->contains("id") || !(*doc)["id"].is_number_integer()) {
-        ++m_.dropped_notifications;
+      if (doc->contains("method")) {
+        route_notification(*c, std::move(*doc));
         continue;
       }
+      if (!doc->contains("id") || !(*doc)["id"].is_number_integer()) continue;
       auto it = c->pending.find((*doc)["id"].get<std::int64_t>());
       if (it == c->pending.end()) continue;
       auto p = it->second;
@@ -707,6 +787,20 @@ class HttpServer {
       ::kill(c->pid, SIGTERM);
     }
     end_child(*c, "the session's server ended before it answered");
+  }
+
+  // A progress notification goes to the streaming request whose token it names; anything else
+  // (and progress past a stream's queue) has nowhere to go and is counted.
+  void route_notification(Child& c, json note) {
+    if (note.value("method", "") == "notifications/progress" && note.contains("params") && note["params"].is_object() &&
+        note["params"].contains("progressToken"))
+      for (auto& [id, p] : c.pending)
+        if (p->sse && p->progress_token == note["params"]["progressToken"] && p->events.size() < kMaxQueuedEvents) {
+          p->events.push_back(std::move(note));
+          p->done.cancel();
+          return;
+        }
+    ++m_.dropped_notifications;
   }
 
   void end_child(Child& c, const std::string& why) {

@@ -37,8 +37,10 @@ struct HttpConfig {
   std::size_t max_sessions = 64;  // MCP sessions open at once, all tenants
   std::size_t max_sessions_per_tenant = 16;
   std::size_t max_calls_per_tenant = 8;  // tools/call requests in flight per tenant
-  std::int64_t max_response_bytes = 0;   // a child's longest line (0: derived from kMaxMessageBytes)
-  int header_timeout_ms = 10000;         // the request line and headers (slowloris)
+  // The profile's output limit per stream (mcp_server.hpp's ServerConfig::stream_limit_bytes):
+  // what sizes the longest line a session's server may write, as it sizes its workers' responses.
+  std::int64_t stream_limit_bytes = 64LL << 20;
+  int header_timeout_ms = 10000;  // the request line and headers (slowloris)
   int body_timeout_ms = 30000;
   int idle_timeout_ms = 60000;  // between requests on a kept-alive connection
   int write_timeout_ms = 30000;

@@ -14,7 +14,7 @@ import subprocess
 import threading
 import time
 
-from sbxtest import MODE, SBX, SbxTestCase, ledger_lines, sbx, scaled, wait_for
+from sbxtest import MODE, SBX, SbxTestCase, find_program, ledger_lines, sbx, scaled, sleep_marker, wait_for
 
 ROOT = MODE == "root"
 TOKEN_A = "token-of-tenant-a-" + "x" * 20
@@ -87,7 +87,7 @@ class Server:
             self.errf.close()
 
 
-class McpHttp(SbxTestCase):
+class McpHttpCase(SbxTestCase):
     def setUp(self):
         super().setUp()
         self.tenants = self.path("tenants")
@@ -126,6 +126,9 @@ class McpHttp(SbxTestCase):
         self.assertEqual(body.get("jsonrpc"), "2.0", body)
         self.assertIn("message", body.get("error", {}), body)
 
+
+
+class McpHttp(McpHttpCase):
     def test_no_token_or_a_wrong_one_is_401_and_nothing_runs(self):
         s = self.server()
         call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
@@ -215,6 +218,40 @@ class McpHttp(SbxTestCase):
         self.assertEqual(len(self.records("A")), 1, "a refused request ran something")
         self.assertEqual(s.stop(), 0)
 
+    def sse_call(self, s, sid, code, token="p1", id=40):
+        """A tools/call that asks for progress on a connection that takes text/event-stream."""
+        c = http.client.HTTPConnection("127.0.0.1", s.port, timeout=scaled(60))
+        c.request("POST", "/mcp", body=json.dumps({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
+            "name": "run_code", "arguments": {"language": "sh", "code": code}, "_meta": {"progressToken": token}}}),
+            headers={"Content-Type": "application/json", "Accept": "application/json, text/event-stream",
+                     "Authorization": "Bearer " + TOKEN_A, "Mcp-Session-Id": sid})
+        return c
+
+    def test_progress_streams_as_events_and_a_client_that_stops_reading_cancels_its_call(self):
+        s = self.server()
+        sid = s.initialize(TOKEN_A)
+        c = self.sse_call(s, sid, "sleep 2.2; echo done")
+        r = c.getresponse()
+        self.assertEqual(r.getheader("Content-Type"), "text/event-stream")
+        events = [json.loads(l[len("data: "):]) for l in r.read().decode().splitlines() if l.startswith("data: ")]
+        c.close()
+        progress = [e for e in events if e.get("method") == "notifications/progress"]
+        self.assertGreaterEqual(len(progress), 1, events)
+        self.assertTrue(all(e["params"]["progressToken"] == "p1" for e in progress), progress)
+        self.assertEqual(events[-1]["id"], 40)
+        self.assertIn("done", events[-1]["result"]["structuredContent"]["stdout"])
+        # A client that goes away mid-stream: the next event's write fails, and its call is cancelled.
+        marker = sleep_marker()
+        c = self.sse_call(s, sid, f"sleep {marker}", id=41)
+        self.assertTrue(wait_for(lambda: find_program(marker), scaled(10)), s.stderr())
+        c.sock.shutdown(socket.SHUT_RDWR)
+        c.close()
+        self.assertTrue(wait_for(lambda: not find_program(marker), scaled(20)), "the call of a client that left still runs")
+        self.assertTrue(wait_for(lambda: len(self.records("A")) == 2, scaled(10)))
+        self.assertIn(self.records("A")[-1]["result"]["status"], ("signaled", "setup_error"))
+        self.assertEqual(s.call(TOKEN_A, sid, "echo after")[0], 200)
+        self.assertEqual(s.stop(), 0)
+
     def test_connections_past_the_maximum_get_503_and_slots_come_back(self):
         s = self.server("--max-connections", "2")
         held = [socket.create_connection(("127.0.0.1", s.port)) for _ in range(2)]
@@ -302,3 +339,70 @@ class McpHttp(SbxTestCase):
                 self.assertEqual(r.rc, 125, r.describe())
                 self.assertIn(words, r.err)
                 self.assertEqual(len(r.err.strip().splitlines()), 1, r.err)
+
+
+class HostileClients(McpHttpCase):
+    """What the front end holds under attack: slow clients (slowloris) hold only their own
+    connection, an oversized body is refused before or while it is read, and memory stays bounded
+    while a legitimate client is served in between."""
+
+    def test_slow_clients_and_oversized_bodies_leave_the_server_bounded_and_serving(self):
+        s = self.server("--max-body", "65536")
+        slow = []
+        for _ in range(200):
+            c = socket.create_connection(("127.0.0.1", s.port))
+            c.sendall(b"POST /mcp HTTP/1.1\r\nHost: x\r\n")
+            slow.append(c)
+
+        def dribble():
+            for c in slow:
+                try:
+                    c.sendall(b"X")
+                except OSError:
+                    pass
+
+        refused = {"declared": 0, "chunked": 0}
+        for i in range(40):
+            # A declared length past --max-body: refused before a byte of the body is read.
+            c = socket.create_connection(("127.0.0.1", s.port))
+            c.sendall(b"POST /mcp HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + TOKEN_A.encode() +
+                      b"\r\nContent-Type: application/json\r\nContent-Length: 104857600\r\n\r\n" + b"[" * 1000)
+            if c.recv(64).startswith(b"HTTP/1.1 413"):
+                refused["declared"] += 1
+            c.close()
+            # A chunked body that grows past it: refused once it does.
+            c = socket.create_connection(("127.0.0.1", s.port))
+            c.sendall(b"POST /mcp HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n")
+            chunk = b"%x\r\n%s\r\n" % (16384, b"a" * 16384)
+            try:
+                for _ in range(8):
+                    c.sendall(chunk)
+            except OSError:
+                pass
+            c.settimeout(scaled(10))
+            try:
+                if c.recv(64).startswith(b"HTTP/1.1 413"):
+                    refused["chunked"] += 1
+            except OSError:
+                pass
+            c.close()
+            if i % 10 == 0:
+                dribble()
+        self.assertEqual(refused, {"declared": 40, "chunked": 40})
+        # Meanwhile a client with a token is served at once.
+        t0 = time.monotonic()
+        sid = s.initialize(TOKEN_A)
+        status, _, body = s.call(TOKEN_A, sid, "echo served")
+        self.assertEqual(status, 200, body)
+        self.assertLess(time.monotonic() - t0, scaled(10))
+        with open(f"/proc/{s.p.pid}/status") as f:
+            peak_kib = next(int(l.split()[1]) for l in f if l.startswith("VmHWM:"))
+        _, _, raw = s.request("GET", "/metrics")
+        self.assertIn('sbx_http_refusals_total{reason="body_size"} 80', raw.decode())
+        self.assertIn("sbx_http_connections 201", raw.decode())  # the 200 slow ones and /metrics's
+        print(f"\n    note: 200 slow clients and 80 oversized bodies: the server's peak RSS {peak_kib // 1024} MiB",
+              flush=True)
+        self.assertLess(peak_kib, 64 * 1024, "the server's memory grew with its hostile clients")
+        for c in slow:
+            c.close()
+        self.assertEqual(s.stop(), 0)

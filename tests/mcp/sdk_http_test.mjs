@@ -80,6 +80,11 @@ try {
   check("pack call: the validated result", !pr.isError && pr.structuredContent?.features?.length === 2, JSON.stringify(pr).slice(0, 600));
   const rc = await client.callTool({ name: "run_code", arguments: { language: "python", code: "print(6 * 7)" } });
   check("run_code: its output", !rc.isError && rc.structuredContent?.stdout === "42\n", JSON.stringify(rc).slice(0, 600));
+  let progress = 0;
+  const lr = await client.callTool({ name: "run_code", arguments: { language: "sh", code: "sleep 2.5; echo done" } }, undefined,
+                                   { onprogress: () => progress++ });
+  check("progress: notifications for a long call, streamed as server-sent events", !lr.isError && progress >= 1,
+        `${progress} notification(s)`);
   const ran = records("alpha").map((r) => r.run_id);
   check("both calls recorded in tenant alpha's store", ran.includes(pr._meta?.["sbx/run_id"]) && ran.includes(rc._meta?.["sbx/run_id"]), ran.join(", "));
   check("nothing in tenant beta's store", records("beta").length === 0);
