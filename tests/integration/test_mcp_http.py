@@ -402,7 +402,10 @@ class HostileClients(McpHttpCase):
         self.assertIn("sbx_http_connections 201", raw.decode())  # the 200 slow ones and /metrics's
         print(f"\n    note: 200 slow clients and 80 oversized bodies: the server's peak RSS {peak_kib // 1024} MiB",
               flush=True)
-        self.assertLess(peak_kib, 64 * 1024, "the server's memory grew with its hostile clients")
+        # Under ASan (tests/sanitize.sh) a process's RSS is its shadow memory and a 256 MiB quarantine of
+        # freed blocks: the bound there is only that it stays within those.
+        bound_mib = 512 if "ASAN_OPTIONS" in os.environ else 64
+        self.assertLess(peak_kib, bound_mib * 1024, "the server's memory grew with its hostile clients")
         for c in slow:
             c.close()
         self.assertEqual(s.stop(), 0)
