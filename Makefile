@@ -37,11 +37,13 @@ RUN_DEB_PACKAGES = g++ cmake make pkg-config ccache \
 # host's cgroup set-up; rootless podman needs newuidmap), python3-numpy (tests/integration/test_mcp_warm.py
 # preloads it in prepared interpreters: numpy seeds a generator of its own at import),
 # python3-ipykernel and python3-jupyter-client (tests/integration/test_kernel.py drives a kernel in an
-# sbx session with the real jupyter_client).
+# sbx session with the real jupyter_client), prometheus (tests/integration/test_mcp_http.py has a real
+# Prometheus server scrape `sbx mcp --listen`'s /metrics: the test runs its own on a loopback port; where
+# systemd runs, the package also starts its service on :9090: `systemctl disable --now prometheus`).
 TEST_DEB_PACKAGES = json-schema-test-suite python3 python3-jsonschema procps iproute2 util-linux passwd \
   man-db groff-base curl jq zsh fish clang-format-14 \
   qemu-system-x86 cpio xz-utils zstd bzip2 \
-  chromium nodejs podman runc uidmap python3-numpy python3-ipykernel python3-jupyter-client
+  chromium nodejs podman runc uidmap python3-numpy python3-ipykernel python3-jupyter-client prometheus
 # BENCH_DEB_PACKAGES: only `make bench` (bench/README.md): hyperfine, and bubblewrap to compare with.
 BENCH_DEB_PACKAGES = hyperfine bubblewrap
 

@@ -8,11 +8,15 @@ import hashlib
 import http.client
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import threading
 import time
+import unittest
+import urllib.parse
+import urllib.request
 
 from sbxtest import MODE, SBX, SbxTestCase, find_program, ledger_lines, sbx, scaled, sleep_marker, wait_for
 
@@ -317,6 +321,48 @@ class McpHttp(McpHttpCase):
         self.assertIn('sbx_http_refusals_total{reason="unauthorized"} 1', text)
         self.assertIn("sbx_mcp_sessions 1", text)
         self.assertIn('sbx_mcp_session_start_seconds_bucket{le="+Inf"} 1', text)
+        self.assertEqual(s.stop(), 0)
+
+    @unittest.skipUnless(shutil.which("prometheus"), "Debian's prometheus package is needed (make deps-test installs it)")
+    def test_a_real_prometheus_scrapes_the_metrics(self):
+        s = self.server()
+        sid = s.initialize(TOKEN_A)
+        s.call(TOKEN_A, sid, "echo m")
+        s.rpc("wrong", {"jsonrpc": "2.0", "id": 1, "method": "ping"})
+        with socket.socket() as probe:  # a free port for Prometheus's own web API
+            probe.bind(("127.0.0.1", 0))
+            web = probe.getsockname()[1]
+        conf = self.path("prometheus.yml")
+        with open(conf, "w") as f:
+            f.write("global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n"
+                    f"  - job_name: sbx\n    static_configs:\n      - targets: ['127.0.0.1:{s.port}']\n")
+        log = open(self.path("prometheus.log"), "w")
+        prom = subprocess.Popen(["prometheus", f"--config.file={conf}", f"--storage.tsdb.path={self.path('tsdb')}",
+                                 f"--web.listen-address=127.0.0.1:{web}"], stdout=log, stderr=log,
+                                stdin=subprocess.DEVNULL)
+
+        def query(q):
+            url = f"http://127.0.0.1:{web}/api/v1/query?" + urllib.parse.urlencode({"query": q})
+            try:
+                with urllib.request.urlopen(url, timeout=5) as r:
+                    return json.load(r)["data"]["result"]
+            except (OSError, ValueError, KeyError):
+                return []
+
+        try:
+            ok = wait_for(lambda: query('up{job="sbx"} == 1') and query("sbx_mcp_calls_total"), scaled(60), 0.5)
+            with open(self.path("prometheus.log")) as f:
+                self.assertTrue(ok, "Prometheus did not scrape sbx: " + f.read()[-3000:])
+            calls = query('sbx_mcp_calls_total{tool="run_code",tenant="A",outcome="ok"}')
+            self.assertEqual([c["value"][1] for c in calls], ["1"])
+            self.assertEqual(query('sbx_http_refusals_total{reason="unauthorized"}')[0]["value"][1], "1")
+            self.assertEqual(query('sbx_mcp_call_seconds_count{tool="run_code",tenant="A"}')[0]["value"][1], "1")
+            # The histogram is one Prometheus can compute with.
+            self.assertTrue(query('histogram_quantile(0.5, sbx_mcp_call_seconds_bucket)'))
+        finally:
+            prom.terminate()
+            prom.wait(scaled(20))
+            log.close()
         self.assertEqual(s.stop(), 0)
 
     def test_usage_errors_are_one_line_and_125(self):
