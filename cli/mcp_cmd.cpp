@@ -46,6 +46,7 @@ struct McpFlags {
   // --listen ADDR: the Streamable HTTP transport instead of stdio (runtime/server/mcp_http.hpp).
   std::string listen;
   std::string tokens;  // --tokens FILE
+  std::string tls_cert, tls_key;
   bool no_auth = false;
   std::vector<std::string> allowed_origins;
   std::size_t max_connections = 256, max_sessions = 64, max_calls_per_tenant = 8, max_body = 4u << 20;
@@ -390,6 +391,9 @@ int serve_over_http(const McpFlags& f, GlobalOptions& g, const mcp::ServerConfig
   if (f.max_connections < 1 || f.max_sessions < 1 || f.max_calls_per_tenant < 1 || f.max_body < 1024)
     return usage_error(
         "mcp: --max-connections, --max-sessions and --max-calls-per-tenant must be 1 or more, --max-body 1024 or more");
+  if (f.tls_cert.empty() != f.tls_key.empty()) return usage_error("mcp: --tls-cert and --tls-key go together");
+  h.tls_cert = f.tls_cert;
+  h.tls_key = f.tls_key;
   h.no_auth = f.no_auth;
   h.no_auth_tenant = f.tenant.value_or("");
   h.allowed_origins = f.allowed_origins;
@@ -515,6 +519,9 @@ void add_mcp_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out)
                   "/metrics; instead of stdio");
   mcp->add_option("--tokens", f.tokens,
                   "With --listen: bearer tokens, a JSON file {\"tokens\": [{\"sha256\": HEX, \"tenant\": NAME}]}");
+  mcp->add_option("--tls-cert", f.tls_cert,
+                  "With --listen: serve HTTPS with this PEM certificate chain (and --tls-key)");
+  mcp->add_option("--tls-key", f.tls_key, "With --listen: the PEM private key of --tls-cert");
   mcp->add_flag("--no-auth", f.no_auth,
                 "With --listen on a loopback address: no token needed (every call as --tenant)");
   mcp->add_option("--allow-origin", f.allowed_origins,

@@ -273,7 +273,7 @@ _sbx() {
             COMPREPLY=($(compgen -W "--profile --allow-host --trace-file --tenant --events --dry-run --help" -- "$cur")) ;;
         mcp)
             COMPREPLY=($(compgen -W "--packs --context --secret --profile --tenant --max-concurrent --max-queued --pool --pool-max-idle
-                --listen --tokens --no-auth --allow-origin --max-connections --max-sessions --max-calls-per-tenant --max-body
+                --listen --tokens --tls-cert --tls-key --no-auth --allow-origin --max-connections --max-sessions --max-calls-per-tenant --max-body
                 --help" -- "$cur")) ;;
         session)
             if [[ -z $sub ]]; then

@@ -325,6 +325,8 @@ complete -c sbx -n '__sbx_at mcp' -l pool -r -d 'Sandboxes kept built ahead for 
 complete -c sbx -n '__sbx_at mcp' -l pool-max-idle -r -d 'Seconds a pooled sandbox may wait before it is rebuilt (default 300; 0: no limit)'
 complete -c sbx -n '__sbx_at mcp' -l listen -r -d 'Serve MCP over Streamable HTTP at HOST:PORT'
 complete -c sbx -n '__sbx_at mcp' -l tokens -r -F -d 'Bearer tokens, each naming a tenant (JSON)'
+complete -c sbx -n '__sbx_at mcp' -l tls-cert -r -F -d 'Serve HTTPS with this PEM certificate chain'
+complete -c sbx -n '__sbx_at mcp' -l tls-key -r -F -d 'The PEM private key of --tls-cert'
 complete -c sbx -n '__sbx_at mcp' -l no-auth -d 'No token, on a loopback address only'
 complete -c sbx -n '__sbx_at mcp' -l allow-origin -r -d 'A browser Origin allowed besides loopback and the server own'
 complete -c sbx -n '__sbx_at mcp' -l max-connections -r -d 'Connections open at once (default 256)'

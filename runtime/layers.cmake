@@ -20,7 +20,7 @@ target_compile_definitions(sbx_common INTERFACE SPDLOG_HEADER_ONLY SPDLOG_FMT_EX
   SBX_VERSION="${PROJECT_VERSION}"
   SBX_DATADIR="${CMAKE_INSTALL_PREFIX}/share/sbx")
 target_link_libraries(sbx_common INTERFACE nlohmann_json::nlohmann_json ${SECCOMP_STATIC} ${CAPNG_STATIC} ${RE2_STATIC}
-                      ${CARES_STATIC} ${CRYPTO_STATIC} ${Z_STATIC} ${LZMA_STATIC} ${ZSTD_STATIC}
+                      ${CARES_STATIC} ${SSL_STATIC} ${CRYPTO_STATIC} ${Z_STATIC} ${LZMA_STATIC} ${ZSTD_STATIC}
                       ${BZ2_STATIC} ${SQLITE3_STATIC} m ${CMAKE_DL_LIBS} Threads::Threads)
 
 set(SBX_LAYERS)

@@ -12,21 +12,25 @@
 
 #include <fcntl.h>
 #include <sys/signalfd.h>
+#include <openssl/ssl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
 #include <array>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <deque>
+#include <functional>
 #include <map>
 #include <optional>
 #include <memory>
 #include <set>
+#include <type_traits>
 
 #include "runtime/base/json_io.hpp"
 #include "runtime/base/text_escape.hpp"
@@ -128,8 +132,9 @@ inline constexpr std::size_t kMaxQueuedEvents = 64;
 
 // A connection as a handler sees it: a handler that streams its answer writes it here itself.
 struct Conn {
-  beast::tcp_stream& stream;
-  bool streamed = false;
+  std::function<net::awaitable<boost::system::error_code>(std::string)> write;
+  bool streamed = false;  // the handler wrote its answer itself
+  bool keep = true;       // false: the handler's stream broke, the connection ends
 };
 
 // One MCP session: a stdio `sbx mcp` child for one token's calls.
@@ -159,7 +164,7 @@ class HttpServer {
 
   int run() {
     std::string why;
-    if (!listen(why)) {
+    if (!load_tls(why) || !listen(why)) {
       std::fprintf(stderr, "sbx: mcp: %s\n", printable(why).c_str());
       return 125;
     }
@@ -178,6 +183,7 @@ class HttpServer {
   net::io_context io_;
   tcp::acceptor acceptor_;
   std::unique_ptr<net::posix::stream_descriptor> signals_;
+  std::unique_ptr<net::ssl::context> tls_;                   // with --tls-cert: every connection is TLS
   std::map<std::string, std::shared_ptr<Child>> sessions_;   // by Mcp-Session-Id
   std::map<std::string, std::shared_ptr<Child>> stateless_;  // by token key
   std::map<std::string, std::size_t> calls_in_flight_;       // by tenant
@@ -193,6 +199,30 @@ class HttpServer {
     b.max_depth += 8;
     b.max_values += 1u << 16;
     return b;
+  }
+
+  // TLS 1.2 or later, with the certificate chain and key of --tls-cert and --tls-key (PEM).
+  // OpenSSL reads no configuration file: a static binary loads no provider or engine it names.
+  bool load_tls(std::string& why) {
+    if (cfg_.tls_cert.empty()) return true;
+    OPENSSL_init_ssl(OPENSSL_INIT_NO_LOAD_CONFIG, nullptr);
+    boost::system::error_code ec;
+    tls_ = std::make_unique<net::ssl::context>(net::ssl::context::tls_server);
+    tls_->set_options(net::ssl::context::default_workarounds | net::ssl::context::no_sslv2 |
+                          net::ssl::context::no_sslv3 | net::ssl::context::no_tlsv1 | net::ssl::context::no_tlsv1_1 |
+                          net::ssl::context::single_dh_use,
+                      ec);
+    if (!ec) tls_->use_certificate_chain_file(cfg_.tls_cert, ec);
+    if (ec) {
+      why = "--tls-cert " + cfg_.tls_cert + ": " + ec.message() + " (a PEM certificate chain)";
+      return false;
+    }
+    tls_->use_private_key_file(cfg_.tls_key, net::ssl::context::pem, ec);
+    if (ec) {
+      why = "--tls-key " + cfg_.tls_key + ": " + ec.message() + " (the PEM private key of --tls-cert)";
+      return false;
+    }
+    return true;
   }
 
   bool listen(std::string& why) {
@@ -213,7 +243,8 @@ class HttpServer {
     }
     auto bound = acceptor_.local_endpoint();
     std::string shown = bound.address().is_v6() ? "[" + bound.address().to_string() + "]" : bound.address().to_string();
-    std::fprintf(stderr, "sbx: mcp: listening on http://%s:%u/mcp (%s)\n", shown.c_str(), bound.port(),
+    std::fprintf(stderr, "sbx: mcp: listening on %s://%s:%u/mcp (%s)\n", tls_ ? "https" : "http", shown.c_str(),
+                 bound.port(),
                  cfg_.no_auth ? "no authentication: loopback only"
                               : (std::to_string(cfg_.tokens.entries.size()) + " token(s)").c_str());
     return true;
@@ -294,22 +325,11 @@ class HttpServer {
       }
       if (m_.connections >= cfg_.max_connections) {
         ++m_.refusals["connections"];
-        net::co_spawn(io_, refuse_connection(std::move(sock)), net::detached);
+        net::co_spawn(io_, open_connection(std::move(sock), true), net::detached);
         continue;
       }
-      net::co_spawn(io_, connection(std::move(sock)), net::detached);
+      net::co_spawn(io_, open_connection(std::move(sock), false), net::detached);
     }
-  }
-
-  // Past max_connections: a 503 written within a second, then closed, without reading anything.
-  net::awaitable<void> refuse_connection(tcp::socket sock) {
-    beast::tcp_stream stream(std::move(sock));
-    stream.expires_after(std::chrono::seconds(1));
-    Response res = json_response(http::status::service_unavailable, 11,
-                                 rpc_error(nullptr, kServerBusy, "too many connections; retry later"), false);
-    boost::system::error_code ec;
-    co_await http::async_write(stream, res, net::redirect_error(kUse, ec));
-    stream.socket().shutdown(tcp::socket::shutdown_both, ec);
   }
 
   static Response json_response(http::status st, unsigned version, const json& body, bool keep_alive) {
@@ -334,17 +354,76 @@ class HttpServer {
     return res;
   }
 
-  net::awaitable<void> connection(tcp::socket sock) {
+  // The TCP stream under a plain or a TLS one: where deadlines are set.
+  template <class Stream>
+  static beast::tcp_stream& tcp_of(Stream& s) {
+    return beast::get_lowest_layer(s);
+  }
+
+  // An end of the connection: TLS's close_notify (within a second), then the socket's.
+  template <class Stream>
+  net::awaitable<void> close_stream(Stream& stream) {
+    boost::system::error_code ec;
+    if constexpr (!std::is_same_v<Stream, beast::tcp_stream>) {
+      tcp_of(stream).expires_after(std::chrono::seconds(1));
+      co_await stream.async_shutdown(net::redirect_error(kUse, ec));
+    }
+    tcp_of(stream).socket().shutdown(tcp::socket::shutdown_both, ec);
+  }
+
+  // A new connection, TLS first when the server has a certificate (the handshake within the
+  // header timeout), or refused with 503 past max_connections (written within a second, nothing read).
+  net::awaitable<void> open_connection(tcp::socket sock, bool refused) {
+    if (!tls_) {
+      beast::tcp_stream stream(std::move(sock));
+      // if/else, not `co_await (c ? a : b)`: GCC 12 resumed such a frame into freed memory.
+      if (refused) co_await refuse_connection(stream);
+      else co_await connection(stream);
+      co_return;
+    }
+    beast::ssl_stream<beast::tcp_stream> stream(std::move(sock), *tls_);
+    boost::system::error_code ec;
+    tcp_of(stream).expires_after(std::chrono::milliseconds(refused ? 1000 : cfg_.header_timeout_ms));
+    co_await stream.async_handshake(net::ssl::stream_base::server, net::redirect_error(kUse, ec));
+    if (ec) {
+      ++m_.refusals["tls_handshake"];
+      tcp_of(stream).socket().shutdown(tcp::socket::shutdown_both, ec);
+      co_return;
+    }
+    if (refused) co_await refuse_connection(stream);
+    else co_await connection(stream);
+  }
+
+  template <class Stream>
+  net::awaitable<void> refuse_connection(Stream& stream) {
+    tcp_of(stream).expires_after(std::chrono::seconds(1));
+    Response res = json_response(http::status::service_unavailable, 11,
+                                 rpc_error(nullptr, kServerBusy, "too many connections; retry later"), false);
+    boost::system::error_code ec;
+    co_await http::async_write(stream, res, net::redirect_error(kUse, ec));
+    co_await close_stream(stream);
+  }
+
+  template <class Stream>
+  net::awaitable<void> connection(Stream& stream) {
     ++m_.connections;
-    beast::tcp_stream stream(std::move(sock));
     beast::flat_buffer buffer;
     boost::system::error_code ec;
     bool first = true;
+    // A handler that streams its answer (stream_answer) writes raw bytes through this, each write
+    // within write_timeout_ms.
+    Conn conn{[this, &stream](std::string bytes) -> net::awaitable<boost::system::error_code> {
+      boost::system::error_code wec;
+      tcp_of(stream).expires_after(std::chrono::milliseconds(cfg_.write_timeout_ms));
+      co_await net::async_write(stream, net::buffer(bytes), net::redirect_error(kUse, wec));
+      tcp_of(stream).expires_never();
+      co_return wec;
+    }};
     while (!stopping_) {
       http::request_parser<http::string_body> parser;
       parser.header_limit(kMaxHeaderBytes);
       parser.body_limit(cfg_.max_body_bytes);
-      stream.expires_after(std::chrono::milliseconds(first ? cfg_.header_timeout_ms : cfg_.idle_timeout_ms));
+      tcp_of(stream).expires_after(std::chrono::milliseconds(first ? cfg_.header_timeout_ms : cfg_.idle_timeout_ms));
       co_await http::async_read_header(stream, buffer, parser, net::redirect_error(kUse, ec));
       // Beast refuses a declared Content-Length past body_limit as the header is parsed.
       if (ec == http::error::body_limit) {
@@ -361,7 +440,7 @@ class HttpServer {
         break;
       }
       first = false;
-      stream.expires_after(std::chrono::milliseconds(cfg_.body_timeout_ms));
+      tcp_of(stream).expires_after(std::chrono::milliseconds(cfg_.body_timeout_ms));
       co_await http::async_read(stream, buffer, parser, net::redirect_error(kUse, ec));
       if (ec == http::error::body_limit) {
         co_await refuse(stream, http::status::payload_too_large,
@@ -374,36 +453,38 @@ class HttpServer {
       }
       Request req = parser.release();
       // A call is bounded by its own timeout (the child's): no deadline while it runs.
-      stream.expires_never();
-      Conn conn{stream};
+      tcp_of(stream).expires_never();
+      conn.streamed = false;
       Response res = co_await handle(req, conn);
-      std::string path = sv(req.target()).substr(0, sv(req.target()).find('?'));
-      ++Metrics::at(m_.requests, (path == "/mcp" || path == "/healthz" || path == "/readyz" || path == "/metrics"
-                                      ? path
-                                      : std::string("other")) +
-                                     "\x1f" + std::to_string(res.result_int()));
-      bool keep = res.keep_alive() && !stopping_;
+      count_request(sv(req.target()), res.result_int());
+      bool keep = res.keep_alive() && conn.keep && !stopping_;
       res.keep_alive(keep);
-      stream.expires_after(std::chrono::milliseconds(cfg_.write_timeout_ms));
+      tcp_of(stream).expires_after(std::chrono::milliseconds(cfg_.write_timeout_ms));
       if (!conn.streamed) co_await http::async_write(stream, res, net::redirect_error(kUse, ec));
       if (ec || !keep) break;
     }
-    stream.socket().shutdown(tcp::socket::shutdown_both, ec);
+    co_await close_stream(stream);
     --m_.connections;
   }
 
-  net::awaitable<void> refuse(beast::tcp_stream& stream, http::status st, const std::string& why,
-                              const std::string& reason) {
+  void count_request(const std::string& target, unsigned code) {
+    std::string path = target.substr(0, target.find('?'));
+    bool known = path == "/mcp" || path == "/healthz" || path == "/readyz" || path == "/metrics";
+    ++Metrics::at(m_.requests, (known ? path : std::string("other")) + "\x1f" + std::to_string(code));
+  }
+
+  template <class Stream>
+  net::awaitable<void> refuse(Stream& stream, http::status st, const std::string& why, const std::string& reason) {
     ++m_.refusals[reason];
     Response res = json_response(st, 11, rpc_error(nullptr, kInvalidRequest, why), false);
-    stream.expires_after(std::chrono::milliseconds(cfg_.write_timeout_ms));
+    tcp_of(stream).expires_after(std::chrono::milliseconds(cfg_.write_timeout_ms));
     boost::system::error_code ec;
     co_await http::async_write(stream, res, net::redirect_error(kUse, ec));
     // A lingering close: a client still sending its refused body would otherwise get a reset
     // before it reads the refusal. What it sends meanwhile is read and dropped, for at most a
     // second and 1 MiB.
-    stream.socket().shutdown(tcp::socket::shutdown_send, ec);
-    stream.expires_after(std::chrono::seconds(1));
+    if constexpr (std::is_same_v<Stream, beast::tcp_stream>) stream.socket().shutdown(tcp::socket::shutdown_send, ec);
+    tcp_of(stream).expires_after(std::chrono::seconds(1));
     std::array<char, 16384> sink;
     for (std::size_t drained = 0; !ec && drained < (1u << 20);)
       drained += co_await stream.async_read_some(net::buffer(sink), net::redirect_error(kUse, ec));
@@ -565,7 +646,7 @@ class HttpServer {
     pending->original_id = msg["id"];
     if (msg.contains("params") && msg["params"].is_object() && msg["params"].contains("_meta") &&
         msg["params"]["_meta"].is_object() && msg["params"]["_meta"].contains("progressToken") &&
-        sv(req[http::field::accept]).find("text/event-stream") != std::string::npos) {
+        sv(req[http::field::accept]).find("text/event-stream") != std::string::npos && req.version() == 11) {
       pending->sse = true;
       pending->progress_token = msg["params"]["_meta"]["progressToken"];
     }
@@ -599,30 +680,24 @@ class HttpServer {
   // its call cancelled; the call still ends and is recorded, and its answer is dropped.
   net::awaitable<void> stream_answer(const Request& req, Conn& conn, std::shared_ptr<Child> session,
                                      std::int64_t our_id, Pending& p) {
-    boost::system::error_code ec;
-    http::response<http::empty_body> head{http::status::ok, req.version()};
-    head.set(http::field::content_type, "text/event-stream");
-    head.set(http::field::cache_control, "no-store");
-    head.chunked(true);
-    head.keep_alive(req.keep_alive());
-    http::response_serializer<http::empty_body> sr{head};
     conn.streamed = true;
-    conn.stream.expires_after(std::chrono::milliseconds(cfg_.write_timeout_ms));
-    co_await http::async_write_header(conn.stream, sr, net::redirect_error(kUse, ec));
-    bool broken = static_cast<bool>(ec);
+    std::string head =
+        "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-store\r\n"
+        "Transfer-Encoding: chunked\r\n";
+    head += req.keep_alive() ? "\r\n" : "Connection: close\r\n\r\n";
+    bool broken = static_cast<bool>(co_await conn.write(std::move(head)));
     auto write_event = [&](json& m) -> net::awaitable<void> {
       std::string e = "event: message\ndata: " + dump_json(m, -1) + "\n\n";
-      conn.stream.expires_after(std::chrono::milliseconds(cfg_.write_timeout_ms));
-      co_await net::async_write(conn.stream, http::make_chunk(net::buffer(e)), net::redirect_error(kUse, ec));
-      conn.stream.expires_never();
-      if (ec && !broken) {
-        broken = true;
-        json cancel = {{"jsonrpc", "2.0"},
-                       {"method", "notifications/cancelled"},
-                       {"params", {{"requestId", our_id}, {"reason", "the HTTP client went away"}}}};
-        send_line(session, dump_json(cancel, -1));
-      }
+      char size[32];
+      std::snprintf(size, sizeof size, "%zx\r\n", e.size());
+      if (!(co_await conn.write(size + e + "\r\n")) || broken) co_return;
+      broken = true;
+      json cancel = {{"jsonrpc", "2.0"},
+                     {"method", "notifications/cancelled"},
+                     {"params", {{"requestId", our_id}, {"reason", "the HTTP client went away"}}}};
+      send_line(session, dump_json(cancel, -1));
     };
+    boost::system::error_code ec;
     for (;;) {
       while (!p.events.empty()) {
         json m = std::move(p.events.front());
@@ -633,11 +708,8 @@ class HttpServer {
       co_await p.done.async_wait(net::redirect_error(kUse, ec));
     }
     if (!broken) co_await write_event(p.response);
-    if (!broken) {
-      conn.stream.expires_after(std::chrono::milliseconds(cfg_.write_timeout_ms));
-      co_await net::async_write(conn.stream, http::make_chunk_last(), net::redirect_error(kUse, ec));
-    }
-    if (broken) head.keep_alive(false);
+    if (!broken) broken = static_cast<bool>(co_await conn.write("0\r\n\r\n"));
+    conn.keep = !broken;
   }
 
   void count_call(const std::string& tool, const std::string& tenant, const json& r, double secs) {

@@ -13,7 +13,8 @@
 // The loop: one thread, Boost.Beast on Boost.Asio, every read and write asynchronous with a
 // deadline, so a slow or hostile client holds a connection slot (bounded) and never the loop.
 // Chosen over libmicrohttpd (TLS only through GnuTLS, whose static build lacks p11-kit here) and
-// cpp-httplib (Debian ships it as a shared library, one thread per connection).
+// cpp-httplib (Debian ships it as a shared library, one thread per connection); TLS is OpenSSL's,
+// whose static libssl and libcrypto sbx links already.
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -31,7 +32,8 @@ struct HttpConfig {
   std::string no_auth_tenant;  // "" : untenanted
   // The stdio server a session runs: `sbx [--state-dir D] mcp ...` less its tenant, which is added.
   std::vector<std::string> child_argv;
-  std::string state_dir;  // what /readyz checks is writable
+  std::string state_dir;          // what /readyz checks is writable
+  std::string tls_cert, tls_key;  // PEM files: TLS (1.2 or later) on every connection; "" : plain HTTP
   std::size_t max_connections = 256;
   std::size_t max_body_bytes = 4u << 20;
   std::size_t max_sessions = 64;  // MCP sessions open at once, all tenants

@@ -11,6 +11,7 @@ import os
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import threading
 import time
@@ -36,11 +37,14 @@ class Server:
                                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self.errf, env=env)
         self.port = None
         ok = wait_for(lambda: self.p.poll() is not None or self._port(), scaled(20))
-        tc.assertTrue(ok and self.port, f"the server did not listen: {self.stderr()}")
+        if not (ok and self.port):
+            self.p.kill()
+            self.p.wait()
+            tc.fail(f"the server did not listen: {self.stderr()}")
 
     def _port(self):
         for line in self.stderr().splitlines():
-            if "listening on http://127.0.0.1:" in line:
+            if "://127.0.0.1:" in line and "listening on" in line:
                 self.port = int(line.split("127.0.0.1:")[1].split("/")[0])
                 return True
         return False
@@ -364,6 +368,55 @@ class McpHttp(McpHttpCase):
             prom.wait(scaled(20))
             log.close()
         self.assertEqual(s.stop(), 0)
+
+    def test_tls_with_a_certificate_and_nothing_older_than_1_2(self):
+        cert, key = self.path("cert.pem"), self.path("key.pem")
+        r = subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+                            "-keyout", key, "-out", cert, "-days", "1", "-subj", "/CN=localhost",
+                            "-addext", "subjectAltName=IP:127.0.0.1"], capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        s = Server(self, ["--tokens", self.tokens, "--tls-cert", cert, "--tls-key", key], self.env)
+        self.servers.append(s)
+        self.assertIn("listening on https://", s.stderr())
+        ctx = ssl.create_default_context(cafile=cert)
+        c = http.client.HTTPSConnection("127.0.0.1", s.port, context=ctx, timeout=scaled(60))
+        body = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
+        c.request("POST", "/mcp", json.dumps(body), {"Content-Type": "application/json", "Authorization": "Bearer " + TOKEN_A})
+        r = c.getresponse()
+        r.read()
+        self.assertEqual(r.status, 200)
+        sid = r.getheader("Mcp-Session-Id")
+        call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                "params": {"name": "run_code", "arguments": {"language": "sh", "code": "echo over-tls"}}}
+        c.request("POST", "/mcp", json.dumps(call), {"Content-Type": "application/json", "Authorization": "Bearer " + TOKEN_A,
+                                                     "Mcp-Session-Id": sid})
+        r = c.getresponse()
+        self.assertIn("over-tls", json.loads(r.read())["result"]["structuredContent"]["stdout"])
+        c.close()
+        # Plain HTTP to the TLS port: no answer, and the server goes on.
+        with self.assertRaises((http.client.HTTPException, OSError)):
+            s.request("GET", "/healthz")
+        # TLS 1.1 is refused.
+        old = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        old.load_verify_locations(cert)
+        try:
+            old.minimum_version = old.maximum_version = ssl.TLSVersion.TLSv1_1
+        except (ValueError, ssl.SSLError):
+            old = None
+        if old is not None:
+            with self.assertRaises(ssl.SSLError):
+                with socket.create_connection(("127.0.0.1", s.port)) as raw, old.wrap_socket(raw, server_hostname="127.0.0.1"):
+                    pass
+        c = http.client.HTTPSConnection("127.0.0.1", s.port, context=ctx, timeout=scaled(10))
+        c.request("GET", "/healthz")
+        self.assertEqual(c.getresponse().status, 200)
+        c.close()
+        self.assertEqual(s.stop(), 0)
+        for args, words in [(["--tls-cert", cert], "go together"), (["--tls-cert", self.path("none"), "--tls-key", key], "--tls-cert")]:
+            r = sbx(["mcp", "--listen", "127.0.0.1:0", "--tokens", self.tokens] + args, env=self.env, timeout=20)
+            self.assertEqual(r.rc, 125, r.describe())
+            self.assertIn(words, r.err)
 
     def test_usage_errors_are_one_line_and_125(self):
         bad = self.path("bad.json")
