@@ -725,7 +725,7 @@ class HttpServer {
   std::shared_ptr<Child> new_session(const std::string& key, const std::string& tenant, std::string& why) {
     std::size_t mine = 0;
     for (auto& [id, c] : sessions_) mine += (!c->dead && c->tenant == tenant) ? 1u : 0u;
-    if (sessions_.size() >= cfg_.max_sessions) {
+    if (sessions_.size() + stateless_.size() >= cfg_.max_sessions) {
       why = "the server has at most " + std::to_string(cfg_.max_sessions) +
             " sessions open; end one (DELETE) or retry later";
       return nullptr;
@@ -746,6 +746,11 @@ class HttpServer {
 
   std::shared_ptr<Child> stateless_child(const std::string& key, const std::string& tenant, std::string& why) {
     if (auto it = stateless_.find(key); it != stateless_.end() && !it->second->dead) return it->second;
+    // A token's stateless server counts against the sessions' bound like any session.
+    if (sessions_.size() + stateless_.size() >= cfg_.max_sessions) {
+      why = "the server has at most " + std::to_string(cfg_.max_sessions) + " sessions open; retry later";
+      return nullptr;
+    }
     auto c = start_child(tenant, why);
     if (!c) return nullptr;
     c->key = key;

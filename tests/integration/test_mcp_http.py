@@ -184,6 +184,28 @@ class McpHttp(McpHttpCase):
         self.assertEqual(s.stop(), 0)
         self.assertEqual(sbx(["trace", "verify", "--tenant", "A"], env=self.env).rc, 0)
 
+    def test_modern_requests_need_no_session_and_run_as_their_token_s_tenant(self):
+        s = self.server("--max-sessions", "2")
+        meta = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientCapabilities": {}}
+        for token, tenant in ((TOKEN_A, "A"), (TOKEN_B, "B")):
+            status, hdrs, body = s.rpc(token, {"jsonrpc": "2.0", "id": "d", "method": "server/discover",
+                                               "params": {"_meta": meta}})
+            self.assertEqual(status, 200, body)
+            self.assertNotIn("Mcp-Session-Id", hdrs)
+            self.assertIn("2026-07-28", body["result"]["supportedVersions"])
+            status, _, body = s.rpc(token, {"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {
+                "name": "run_code", "arguments": {"language": "sh", "code": "echo modern"}, "_meta": meta}})
+            self.assertEqual(status, 200, body)
+            self.assertEqual(body["id"], 7)
+            self.assertEqual(body["result"]["structuredContent"]["stdout"], "modern\n")
+            self.assertEqual(len(self.records(tenant)), 1)
+        # Each token's stateless server counts against --max-sessions: a session now is one too many.
+        status, _, body = s.rpc(TOKEN_A, {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}})
+        self.assertRpcError(status, body, 429)
+        self.assertEqual(s.stop(), 0)
+
     def test_every_refusal_is_an_http_status_with_a_json_rpc_error(self):
         s = self.server("--max-body", "65536")
         sid = s.initialize(TOKEN_A)
