@@ -129,6 +129,20 @@ struct Pending {
 };
 
 inline constexpr std::size_t kMaxQueuedEvents = 64;
+// What a request cancelled before its answer is answered with (the code LSP and MCP SDKs use).
+inline constexpr int kRequestCancelled = -32800;
+
+// One more of something while it lives (a connection, a refusal being written): the count goes
+// down however a coroutine ends, an exception included.
+struct Counted {
+  explicit Counted(std::size_t& n) : n_(n) { ++n_; }
+  ~Counted() { --n_; }
+  Counted(const Counted&) = delete;
+  Counted& operator=(const Counted&) = delete;
+
+ private:
+  std::size_t& n_;
+};
 
 // A connection as a handler sees it: a handler that streams its answer writes it here itself.
 struct Conn {
@@ -152,11 +166,14 @@ struct Child {
   std::deque<std::string> queue;
   std::size_t queued_bytes = 0;
   bool writing = false;
-  bool dead = false;
+  bool dead = false;    // its stdout or the session is over: nothing more is sent to it
+  bool reaped = false;  // its process is waited for
   Clock::time_point last_used = Clock::now();
 };
 
 json rpc_error(const json& id, int code, const std::string& message) { return error_response(id, code, message); }
+
+std::string host_of(const std::string& authority);
 
 class HttpServer {
  public:
@@ -188,6 +205,7 @@ class HttpServer {
   std::map<std::string, std::shared_ptr<Child>> stateless_;  // by token key
   std::map<std::string, std::size_t> calls_in_flight_;       // by tenant
   std::size_t children_ = 0;
+  std::size_t refusing_ = 0;  // connections past max_connections being answered 503
   bool stopping_ = false;
   Metrics m_;
 
@@ -290,7 +308,7 @@ class HttpServer {
     }
     for (auto* m : {&sessions_, &stateless_})
       for (auto& [k, c] : *m)
-        if (!c->dead) ::kill(c->pid, SIGKILL);
+        if (!c->reaped) ::kill(c->pid, SIGKILL);
     while (children_ > 0) {
       t.expires_after(std::chrono::milliseconds(50));
       co_await t.async_wait(net::redirect_error(kUse, ec));
@@ -325,7 +343,8 @@ class HttpServer {
       }
       if (m_.connections >= cfg_.max_connections) {
         ++m_.refusals["connections"];
-        net::co_spawn(io_, open_connection(std::move(sock), true), net::detached);
+        // The 503s being written are bounded too: past as many, a connection is just closed.
+        if (refusing_ < cfg_.max_connections) net::co_spawn(io_, open_connection(std::move(sock), true), net::detached);
         continue;
       }
       net::co_spawn(io_, open_connection(std::move(sock), false), net::detached);
@@ -374,6 +393,8 @@ class HttpServer {
   // A new connection, TLS first when the server has a certificate (the handshake within the
   // header timeout), or refused with 503 past max_connections (written within a second, nothing read).
   net::awaitable<void> open_connection(tcp::socket sock, bool refused) {
+    // Counted from the accept: a TLS handshake in progress holds a descriptor as well.
+    Counted counted(refused ? refusing_ : m_.connections);
     if (!tls_) {
       beast::tcp_stream stream(std::move(sock));
       // if/else, not `co_await (c ? a : b)`: GCC 12 resumed such a frame into freed memory.
@@ -406,7 +427,6 @@ class HttpServer {
 
   template <class Stream>
   net::awaitable<void> connection(Stream& stream) {
-    ++m_.connections;
     beast::flat_buffer buffer;
     boost::system::error_code ec;
     bool first = true;
@@ -423,39 +443,22 @@ class HttpServer {
       http::request_parser<http::string_body> parser;
       parser.header_limit(kMaxHeaderBytes);
       parser.body_limit(cfg_.max_body_bytes);
-      tcp_of(stream).expires_after(std::chrono::milliseconds(first ? cfg_.header_timeout_ms : cfg_.idle_timeout_ms));
-      co_await http::async_read_header(stream, buffer, parser, net::redirect_error(kUse, ec));
-      // Beast refuses a declared Content-Length past body_limit as the header is parsed.
-      if (ec == http::error::body_limit) {
-        co_await refuse(stream, http::status::payload_too_large,
-                        "request body over " + std::to_string(cfg_.max_body_bytes) + " bytes", "body_size");
-        break;
-      }
-      if (ec == http::error::header_limit) {
-        co_await refuse(stream, http::status::request_header_fields_too_large, "headers over 16 KiB", "header_size");
-        break;
-      }
-      if (ec) {
-        if (ec == beast::error::timeout) ++m_.refusals["header_timeout"];
-        break;
-      }
+      if (!co_await read_request(stream, buffer, parser, first)) break;
       first = false;
-      tcp_of(stream).expires_after(std::chrono::milliseconds(cfg_.body_timeout_ms));
-      co_await http::async_read(stream, buffer, parser, net::redirect_error(kUse, ec));
-      if (ec == http::error::body_limit) {
-        co_await refuse(stream, http::status::payload_too_large,
-                        "request body over " + std::to_string(cfg_.max_body_bytes) + " bytes", "body_size");
-        break;
-      }
-      if (ec) {
-        if (ec == beast::error::timeout) ++m_.refusals["body_timeout"];
-        break;
-      }
       Request req = parser.release();
       // A call is bounded by its own timeout (the child's): no deadline while it runs.
       tcp_of(stream).expires_never();
       conn.streamed = false;
-      Response res = co_await handle(req, conn);
+      Response res;
+      try {
+        res = co_await handle(req, conn);
+      } catch (const std::exception& e) {
+        // A bug, not a client's doing: said, answered 500, and this connection ends.
+        std::fprintf(stderr, "sbx: mcp: internal error answering %s: %s\n", printable(sv(req.target())).c_str(),
+                     e.what());
+        res = json_response(http::status::internal_server_error, 11,
+                            rpc_error(nullptr, kInternalError, "internal error"), false);
+      }
       count_request(sv(req.target()), res.result_int());
       bool keep = res.keep_alive() && conn.keep && !stopping_;
       res.keep_alive(keep);
@@ -464,7 +467,52 @@ class HttpServer {
       if (ec || !keep) break;
     }
     co_await close_stream(stream);
-    --m_.connections;
+  }
+
+  // One request's headers, then its body, each within its deadline. A request to /mcp is admitted
+  // (token, Host, Origin, version) before a byte of its body is read: an unauthenticated client
+  // never makes the server hold a body. False: the connection ends (a refusal, if any, written).
+  template <class Stream>
+  net::awaitable<bool> read_request(Stream& stream, beast::flat_buffer& buffer,
+                                    http::request_parser<http::string_body>& parser, bool first) {
+    boost::system::error_code ec;
+    tcp_of(stream).expires_after(std::chrono::milliseconds(first ? cfg_.header_timeout_ms : cfg_.idle_timeout_ms));
+    co_await http::async_read_header(stream, buffer, parser, net::redirect_error(kUse, ec));
+    // Beast refuses a declared Content-Length past body_limit as the header is parsed.
+    if (ec == http::error::body_limit) {
+      co_await refuse(stream, http::status::payload_too_large,
+                      "request body over " + std::to_string(cfg_.max_body_bytes) + " bytes", "body_size");
+      co_return false;
+    }
+    if (ec == http::error::header_limit) {
+      co_await refuse(stream, http::status::request_header_fields_too_large, "headers over 16 KiB", "header_size");
+      co_return false;
+    }
+    if (ec) {
+      if (ec == beast::error::timeout) ++m_.refusals["header_timeout"];
+      co_return false;
+    }
+    std::string target = sv(parser.get().target());
+    if (target.substr(0, target.find('?')) == "/mcp") {
+      std::string key, tenant;
+      if (auto r = admit(parser.get(), key, tenant)) {
+        r->keep_alive(false);
+        co_await write_refusal(stream, *r);
+        co_return false;
+      }
+    }
+    tcp_of(stream).expires_after(std::chrono::milliseconds(cfg_.body_timeout_ms));
+    co_await http::async_read(stream, buffer, parser, net::redirect_error(kUse, ec));
+    if (ec == http::error::body_limit) {
+      co_await refuse(stream, http::status::payload_too_large,
+                      "request body over " + std::to_string(cfg_.max_body_bytes) + " bytes", "body_size");
+      co_return false;
+    }
+    if (ec) {
+      if (ec == beast::error::timeout) ++m_.refusals["body_timeout"];
+      co_return false;
+    }
+    co_return true;
   }
 
   void count_request(const std::string& target, unsigned code) {
@@ -477,6 +525,12 @@ class HttpServer {
   net::awaitable<void> refuse(Stream& stream, http::status st, const std::string& why, const std::string& reason) {
     ++m_.refusals[reason];
     Response res = json_response(st, 11, rpc_error(nullptr, kInvalidRequest, why), false);
+    co_await write_refusal(stream, res);
+  }
+
+  // A refusal that ends the connection, written with a lingering close.
+  template <class Stream>
+  net::awaitable<void> write_refusal(Stream& stream, Response& res) {
     tcp_of(stream).expires_after(std::chrono::milliseconds(cfg_.write_timeout_ms));
     boost::system::error_code ec;
     co_await http::async_write(stream, res, net::redirect_error(kUse, ec));
@@ -540,6 +594,11 @@ class HttpServer {
       r.set(http::field::www_authenticate, "Bearer");
       return r;
     }
+    // Without tokens, a page that rebinds its own name to 127.0.0.1 could call as anyone: its
+    // requests name that host, so only a loopback Host is served.
+    if (cfg_.no_auth && !is_loopback_host(host_of(sv(req[http::field::host]))))
+      return refusal(req, http::status::forbidden, kInvalidRequest,
+                     "Host not allowed: without tokens only a loopback Host is served", "host");
     if (!origin_allowed(sv(req[http::field::origin]), sv(req[http::field::host]), cfg_.allowed_origins))
       return refusal(req, http::status::forbidden, kInvalidRequest, "Origin not allowed", "origin");
     std::string version = sv(req[kVersionHeader]);
@@ -560,7 +619,7 @@ class HttpServer {
     if (parsed->is_array())
       return refusal(req, http::status::bad_request, kInvalidRequest,
                      "JSON-RPC batches are not accepted: one message per POST", "batch");
-    if (!parsed->is_object() || parsed->value("jsonrpc", "") != "2.0")
+    if (!parsed->is_object() || !parsed->contains("jsonrpc") || (*parsed)["jsonrpc"] != "2.0")
       return refusal(req, http::status::bad_request, kInvalidRequest, "not a JSON-RPC 2.0 message", "parse");
     msg = std::move(*parsed);
     // The text is not needed again: a connection waiting for its call holds only the message.
@@ -617,8 +676,19 @@ class HttpServer {
       created = method == "initialize";
     }
     session->last_used = Clock::now();
+    if (!is_request && msg.contains("method") && msg["method"] == "notifications/cancelled") {
+      // The client names its own id; the child knows the server's: cancelled by that one, and
+      // only when it is a request of this session still waiting.
+      if (msg.contains("params") && msg["params"].is_object() && msg["params"].contains("requestId"))
+        for (auto& [our_id, p] : session->pending)
+          if (p->original_id == msg["params"]["requestId"]) {
+            cancel_pending(session, our_id, "cancelled by the client");
+            break;
+          }
+      co_return text_response(http::status::accepted, req.version(), "", req.keep_alive());
+    }
     if (!is_request) {
-      // A notification (cancelled, initialized) or a response: the child's, nothing to wait for.
+      // A notification (initialized, progress) or a response: the child's, nothing to wait for.
       if (!send_line(session, dump_json(msg, -1)))
         co_return refusal(req, http::status::service_unavailable, kServerBusy, "the session is busy; retry later",
                           "queue");
@@ -646,7 +716,8 @@ class HttpServer {
     pending->original_id = msg["id"];
     if (msg.contains("params") && msg["params"].is_object() && msg["params"].contains("_meta") &&
         msg["params"]["_meta"].is_object() && msg["params"]["_meta"].contains("progressToken") &&
-        sv(req[http::field::accept]).find("text/event-stream") != std::string::npos && req.version() == 11) {
+        sv(req[http::field::accept]).find("text/event-stream") != std::string::npos && req.version() == 11 &&
+        !created) {  // initialize is answered as JSON: its answer carries the session's id
       pending->sse = true;
       pending->progress_token = msg["params"]["_meta"]["progressToken"];
     }
@@ -658,6 +729,7 @@ class HttpServer {
       co_return refusal(req, http::status::service_unavailable, kServerBusy, "the session is busy; retry later",
                         "queue", pending->original_id);
     }
+    msg = json();  // with the call's text already released (read_message): a waiting request holds neither
     if (is_call) ++calls_in_flight_[tenant];
     if (pending->sse) {
       co_await stream_answer(req, conn, session, our_id, *pending);
@@ -692,10 +764,7 @@ class HttpServer {
       std::snprintf(size, sizeof size, "%zx\r\n", e.size());
       if (!(co_await conn.write(size + e + "\r\n")) || broken) co_return;
       broken = true;
-      json cancel = {{"jsonrpc", "2.0"},
-                     {"method", "notifications/cancelled"},
-                     {"params", {{"requestId", our_id}, {"reason", "the HTTP client went away"}}}};
-      send_line(session, dump_json(cancel, -1));
+      cancel_pending(session, our_id, "the HTTP client went away");
     };
     boost::system::error_code ec;
     for (;;) {
@@ -712,12 +781,31 @@ class HttpServer {
     conn.keep = !broken;
   }
 
+  // A call cancelled here or by its client: the child is told (it answers a cancelled request
+  // with nothing, mcp_server.cpp), and the request waiting for it is finished now.
+  void cancel_pending(const std::shared_ptr<Child>& c, std::int64_t our_id, const std::string& reason) {
+    auto it = c->pending.find(our_id);
+    if (it == c->pending.end()) return;
+    json cancel = {{"jsonrpc", "2.0"},
+                   {"method", "notifications/cancelled"},
+                   {"params", {{"requestId", our_id}, {"reason", reason}}}};
+    send_line(c, dump_json(cancel, -1));
+    auto p = it->second;
+    c->pending.erase(it);
+    p->response = error_response(p->original_id, kRequestCancelled, "cancelled: " + reason);
+    p->finished = true;
+    p->done.cancel();
+  }
+
   void count_call(const std::string& tool, const std::string& tenant, const json& r, double secs) {
     std::string outcome = r.contains("error") ? "error"
-                          : r.contains("result") && r["result"].is_object() && r["result"].value("isError", false)
+                          : r.contains("result") && r["result"].is_object() && r["result"].contains("isError") &&
+                                  r["result"]["isError"] == true
                               ? "tool_error"
                               : "ok";
-    std::string labels = tool_label(tool) + "\x1f" + tenant;
+    // A tool a client merely names (one the server refused with a protocol error) is "other": only
+    // tools that answered have labels of their own.
+    std::string labels = (outcome == "error" ? std::string("other") : tool_label(tool)) + "\x1f" + tenant;
     ++Metrics::at(m_.calls, labels + "\x1f" + outcome);
     Metrics::at(m_.call_seconds, labels).observe(secs);
   }
@@ -813,10 +901,13 @@ class HttpServer {
   net::awaitable<void> write_child(std::shared_ptr<Child> c) {
     boost::system::error_code ec;
     while (!c->queue.empty() && c->in.is_open()) {
-      co_await net::async_write(c->in, net::buffer(c->queue.front()), net::redirect_error(kUse, ec));
-      if (ec) break;  // the child is gone: its reader and reaper say so
-      c->queued_bytes -= c->queue.front().size();
+      // The line leaves the queue before it is written: close_child may empty the queue while
+      // the write is under way, and the buffer must outlive it.
+      std::string line = std::move(c->queue.front());
       c->queue.pop_front();
+      co_await net::async_write(c->in, net::buffer(line), net::redirect_error(kUse, ec));
+      c->queued_bytes -= std::min(c->queued_bytes, line.size());
+      if (ec) break;  // the child is gone: its reader and reaper say so
     }
     c->writing = false;
   }
@@ -869,7 +960,7 @@ class HttpServer {
   // A progress notification goes to the streaming request whose token it names; anything else
   // (and progress past a stream's queue) has nowhere to go and is counted.
   void route_notification(Child& c, json note) {
-    if (note.value("method", "") == "notifications/progress" && note.contains("params") && note["params"].is_object() &&
+    if (note["method"] == "notifications/progress" && note.contains("params") && note["params"].is_object() &&
         note["params"].contains("progressToken"))
       for (auto& [id, p] : c.pending)
         if (p->sse && p->progress_token == note["params"]["progressToken"] && p->events.size() < kMaxQueuedEvents) {
@@ -896,6 +987,7 @@ class HttpServer {
     co_await c->pidfd.async_wait(net::posix::stream_descriptor::wait_read, net::redirect_error(kUse, ec));
     int status = 0;
     ::waitpid(c->pid, &status, 0);
+    c->reaped = true;
     end_child(*c, "the session's server ended before it answered");
     c->out.close(ec);
     c->pidfd.close(ec);
@@ -995,6 +1087,10 @@ std::string origin_authority(std::string o) {
 }
 
 std::string host_of(const std::string& authority) {
+  if (!authority.empty() && authority.front() == '[') {  // [v6]:port
+    auto end = authority.find(']');
+    return end == std::string::npos ? authority : authority.substr(0, end + 1);
+  }
   auto colon = authority.rfind(':');
   return colon == std::string::npos ? authority : authority.substr(0, colon);
 }

@@ -494,7 +494,8 @@ class HostileClients(McpHttpCase):
             c.close()
             # A chunked body that grows past it: refused once it does.
             c = socket.create_connection(("127.0.0.1", s.port))
-            c.sendall(b"POST /mcp HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n")
+            c.sendall(b"POST /mcp HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + TOKEN_A.encode() +
+                      b"\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n")
             chunk = b"%x\r\n%s\r\n" % (16384, b"a" * 16384)
             try:
                 for _ in range(8):
@@ -530,4 +531,79 @@ class HostileClients(McpHttpCase):
         self.assertLess(peak_kib, bound_mib * 1024, "the server's memory grew with its hostile clients")
         for c in slow:
             c.close()
+        self.assertEqual(s.stop(), 0)
+
+    def test_malformed_messages_and_a_closing_session_under_load_leave_the_server_up(self):
+        s = self.server("--max-connections", "4")
+        # A non-string "jsonrpc" (a parse that would throw): 400, and no connection slot is kept.
+        for _ in range(6):
+            status, _, raw = s.request("POST", "/mcp", {"jsonrpc": 2, "id": 1, "method": "initialize"},
+                                       {"Authorization": "Bearer " + TOKEN_A})
+            self.assertEqual(status, 400, raw)
+        self.assertEqual(s.request("GET", "/healthz")[0], 200)
+        # Large notifications written to a session's server while another connection ends it.
+        big = {"jsonrpc": "2.0", "method": "notifications/progress",
+               "params": {"progressToken": "x", "progress": 1, "message": "m" * 300000}}
+        for _ in range(8):
+            sid = s.initialize(TOKEN_A)
+            senders = [threading.Thread(target=lambda: s.rpc(TOKEN_A, big, sid)) for _ in range(3)]
+            for t in senders:
+                t.start()
+            s.request("DELETE", "/mcp", headers={"Authorization": "Bearer " + TOKEN_A, "Mcp-Session-Id": sid})
+            for t in senders:
+                t.join(scaled(20))
+            self.assertIsNone(s.p.poll(), "the server died: " + s.stderr()[-2000:])
+        self.assertEqual(s.request("GET", "/healthz")[0], 200)
+        self.assertEqual(s.stop(), 0)
+
+    def test_an_unauthenticated_request_is_refused_before_its_body_is_read(self):
+        s = self.server()
+        c = socket.create_connection(("127.0.0.1", s.port))
+        c.sendall(b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: 4000000\r\n\r\n")
+        c.settimeout(scaled(5))
+        self.assertTrue(c.recv(64).startswith(b"HTTP/1.1 401"), "the server waited for the body of a request without a token")
+        c.close()
+        self.assertEqual(s.stop(), 0)
+
+    def test_a_client_cancels_its_call_by_its_own_id(self):
+        s = self.server("--max-calls-per-tenant", "1")
+        sid = s.initialize(TOKEN_A)
+        marker = sleep_marker()
+        answer = {}
+        t = threading.Thread(target=lambda: answer.update(r=s.rpc(TOKEN_A, {
+            "jsonrpc": "2.0", "id": "mine-1", "method": "tools/call",
+            "params": {"name": "run_code", "arguments": {"language": "sh", "code": f"sleep {marker}"}}}, sid)))
+        t.start()
+        self.assertTrue(wait_for(lambda: find_program(marker), scaled(10)), s.stderr())
+        # An id the client never used cancels nothing.
+        self.assertEqual(s.rpc(TOKEN_A, {"jsonrpc": "2.0", "method": "notifications/cancelled",
+                                         "params": {"requestId": 1}}, sid)[0], 202)
+        time.sleep(0.3)
+        self.assertTrue(find_program(marker))
+        self.assertEqual(s.rpc(TOKEN_A, {"jsonrpc": "2.0", "method": "notifications/cancelled",
+                                         "params": {"requestId": "mine-1", "reason": "changed my mind"}}, sid)[0], 202)
+        t.join(scaled(10))
+        status, _, body = answer["r"]
+        self.assertEqual(body["id"], "mine-1")
+        self.assertEqual(body["error"]["code"], -32800, body)
+        self.assertTrue(wait_for(lambda: not find_program(marker), scaled(20)))
+        # The tenant's slot is free again.
+        self.assertEqual(s.call(TOKEN_A, sid, "echo next")[0], 200)
+        self.assertEqual(s.stop(), 0)
+
+    def test_without_tokens_only_a_loopback_host_is_served_and_initialize_is_never_streamed(self):
+        s = Server(self, ["--no-auth"], self.env)
+        self.servers.append(s)
+        init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"},
+            "_meta": {"progressToken": "i"}}}
+        # DNS rebinding: a page whose name now points at 127.0.0.1 sends its own Host (and Origin).
+        status, _, raw = s.request("POST", "/mcp", init, {"Host": f"evil.example:{s.port}",
+                                                           "Origin": f"http://evil.example:{s.port}"})
+        self.assertEqual(status, 403, raw)
+        status, hdrs, raw = s.request("POST", "/mcp", init)
+        self.assertEqual(status, 200, raw)
+        self.assertEqual(hdrs["Content-Type"], "application/json")
+        self.assertRegex(hdrs.get("Mcp-Session-Id", ""), r"^[0-9a-f]{32}$")
         self.assertEqual(s.stop(), 0)
