@@ -20,6 +20,15 @@ inline std::string hex_lower(std::string_view bytes) {
   return out;
 }
 
+// ASCII letters lowered, every other byte kept: protocol tokens (HTTP header names, host names,
+// digests, architecture names) compared without case, whatever the locale.
+inline std::string ascii_lower(std::string_view s) {
+  std::string out(s);
+  for (auto& c : out)
+    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+  return out;
+}
+
 // Words joined with `sep` between each two ("memory pids", "cpu/io"), as messages list names.
 inline std::string join_words(const std::vector<std::string>& words, std::string_view sep = " ") {
   std::string out;

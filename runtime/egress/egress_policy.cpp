@@ -1,4 +1,5 @@
 #include "runtime/egress/egress_policy.hpp"
+#include "runtime/base/strings.hpp"
 
 #include <arpa/inet.h>
 
@@ -9,11 +10,6 @@
 
 namespace sbx {
 namespace {
-
-std::string lower(std::string s) {
-  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
 
 Result<std::uint16_t> parse_port(const std::string& s, const std::string& context) {
   if (s.empty() || s.size() > 5 || !std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; }))
@@ -138,7 +134,7 @@ Result<AllowRule> parse_allow_rule(const std::string& text) {
     if (!p) return p.error();
     r.port = *p;
   }
-  host = lower(host);
+  host = ascii_lower(host);
   if (!host.empty() && host.back() == '.') host.pop_back();
   if (host.empty()) return make_error("usage", ctx + ": empty host");
   if (auto slash = host.find('/'); slash != std::string::npos) {
@@ -262,7 +258,7 @@ Result<EgressTarget> parse_authority(const std::string& authority, std::optional
     if (!p) return make_error("request", p.error().message);
     t.port = *p;
   }
-  host = lower(host);
+  host = ascii_lower(host);
   if (!host.empty() && host.back() == '.') host.pop_back();
   if (parse_address(host, t.v6, t.addr)) {
     t.is_address = true;

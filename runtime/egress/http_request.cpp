@@ -1,16 +1,11 @@
 #include "runtime/egress/http_request.hpp"
+#include "runtime/base/strings.hpp"
 
 #include <algorithm>
 #include <cctype>
 
 namespace sbx {
 namespace {
-
-std::string lower(std::string_view s) {
-  std::string out(s);
-  for (auto& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
 
 // RFC 9110 token characters (header names, methods).
 bool is_tchar(char ch) {
@@ -104,7 +99,7 @@ Result<ProxyRequest> parse_request_head(std::string_view head) {
     std::string_view value = h.substr(colon + 1);
     while (!value.empty() && (value.front() == ' ' || value.front() == '\t')) value.remove_prefix(1);
     while (!value.empty() && (value.back() == ' ' || value.back() == '\t')) value.remove_suffix(1);
-    std::string lname = lower(name);
+    std::string lname = ascii_lower(name);
     if (lname == "content-length") {
       auto len = parse_length(value);
       if (!len) return len.error();
@@ -124,7 +119,7 @@ Result<ProxyRequest> parse_request_head(std::string_view head) {
 std::string origin_form(const ProxyRequest& req, const std::string& path, const std::string& authority) {
   std::string out = req.method + " " + path + " " + req.version + "\r\nHost: " + authority + "\r\n";
   for (auto& [name, value] : req.headers) {
-    std::string l = lower(name);
+    std::string l = ascii_lower(name);
     if (l == "proxy-connection" || l == "proxy-authorization" || l == "connection" || l == "keep-alive" || l == "host")
       continue;
     out += name + ": " + value + "\r\n";

@@ -3,6 +3,7 @@
 #include "runtime/base/fdpass.hpp"
 #include "runtime/base/trace_field.hpp"
 #include "runtime/egress/http_request.hpp"
+#include "runtime/base/strings.hpp"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -73,11 +74,6 @@ struct SplicePipe {
   }
   bool full() const { return r.ok() ? in >= cap : false; }
 };
-
-std::string lower(std::string s) {
-  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
 
 std::string response(int code, const std::string& status, const std::string& reason) {
   std::string body = "sbx egress proxy: " + reason + "\n";
@@ -324,7 +320,7 @@ void EgressProxy::handle_request(Conn& c, std::size_t head_len, std::int64_t now
   if (method == "CONNECT") {
     c.is_connect = true;
     authority = target;
-  } else if (lower(target.substr(0, 7)) == "http://") {
+  } else if (ascii_lower(target.substr(0, 7)) == "http://") {
     auto slash = target.find('/', 7);
     authority = target.substr(7, slash == std::string::npos ? std::string::npos : slash - 7);
     path = slash == std::string::npos ? "/" : target.substr(slash);

@@ -23,16 +23,12 @@
 #include "runtime/model/limits_table.hpp"
 #include "runtime/linux/userns.hpp"
 #include "runtime/base/bytes.hpp"
+#include "runtime/base/strings.hpp"
 
 namespace sbx {
 using json = nlohmann::json;
 
 namespace {
-
-std::string lower(std::string s) {
-  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
 
 Result<std::vector<std::string>> string_list(const json& v, const std::string& where, const std::string& key,
                                              std::size_t max_items) {
@@ -72,10 +68,10 @@ bool rule_covers(const AllowRule& t, const AllowRule& r) {
   if (!port_covers(t, r)) return false;
   using K = AllowRule::Kind;
   switch (t.kind) {
-    case K::name: return r.kind == K::name && lower(r.name) == lower(t.name);
+    case K::name: return r.kind == K::name && ascii_lower(r.name) == ascii_lower(t.name);
     case K::wildcard: {
       if (r.kind != K::name && r.kind != K::wildcard) return false;
-      std::string n = lower(r.name), s = lower(t.name);
+      std::string n = ascii_lower(r.name), s = ascii_lower(t.name);
       if (r.kind == K::wildcard && n == s) return true;
       return n.size() > s.size() + 1 && n.ends_with("." + s);
     }

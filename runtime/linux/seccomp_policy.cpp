@@ -26,6 +26,7 @@
 #include "runtime/base/kernel.hpp"
 #include "runtime/base/json_io.hpp"
 #include "runtime/base/sha256.hpp"
+#include "runtime/base/strings.hpp"
 
 namespace sbx {
 using nlohmann::json;
@@ -130,7 +131,7 @@ Result<int> parse_op(DocReader& rd, const char* key) {
 // "SCMP_ARCH_X86_64" / "x86_64" -> token (0 when libseccomp does not know it).
 std::uint32_t arch_token(std::string name) {
   if (name.rfind("SCMP_ARCH_", 0) == 0) name = name.substr(10);
-  for (auto& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  name = ascii_lower(name);
   return seccomp_arch_resolve_name(name.c_str());
 }
 

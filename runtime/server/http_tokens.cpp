@@ -1,10 +1,10 @@
 #include "runtime/server/http_tokens.hpp"
 
-#include <cctype>
 #include <set>
 
 #include "runtime/base/json_io.hpp"
 #include "runtime/base/sha256.hpp"
+#include "runtime/base/strings.hpp"
 
 namespace sbx::mcp {
 namespace {
@@ -13,12 +13,6 @@ Error token_error(const std::string& path, const std::string& where, const std::
   return Error{"usage", 0,
                "--tokens " + path + ": " + where + ": " + what +
                    " (expected {\"tokens\": [{\"sha256\": \"<hex of the token>\", \"tenant\": \"<name>\"}]})"};
-}
-
-std::string lower(std::string s) {
-  for (auto& c : s)
-    if (c >= 'A' && c <= 'F') c = static_cast<char>(c - 'A' + 'a');
-  return s;
 }
 
 }  // namespace
@@ -59,7 +53,7 @@ Result<TokenTable> parse_token_file(std::string_view text, const std::string& pa
       if (k != "sha256" && k != "tenant") return token_error(path, at + "/" + k, "unknown key");
     if (!t.contains("sha256") || !t["sha256"].is_string())
       return token_error(path, at + "/sha256", "missing or not a string");
-    std::string digest = lower(t["sha256"].get<std::string>());
+    std::string digest = ascii_lower(t["sha256"].get<std::string>());
     if (!is_sha256_hex(digest))
       return token_error(path, at + "/sha256",
                          "not 64 hex digits (sha256sum of the token: printf %s TOKEN | sha256sum)");
@@ -79,9 +73,8 @@ Result<TokenTable> load_token_file(const std::string& path) {
 
 std::string bearer_token(std::string_view authorization) {
   constexpr std::string_view kScheme = "bearer ";
-  if (authorization.size() <= kScheme.size()) return "";
-  for (std::size_t i = 0; i < kScheme.size(); ++i)
-    if (static_cast<char>(std::tolower(static_cast<unsigned char>(authorization[i]))) != kScheme[i]) return "";
+  if (authorization.size() <= kScheme.size() || ascii_lower(authorization.substr(0, kScheme.size())) != kScheme)
+    return "";
   auto token = authorization.substr(kScheme.size());
   while (!token.empty() && token.front() == ' ') token.remove_prefix(1);
   while (!token.empty() && token.back() == ' ') token.remove_suffix(1);

@@ -37,6 +37,7 @@
 #include "runtime/server/mcp_protocol.hpp"
 #include "runtime/server/mcp_server.hpp"
 #include "runtime/session/session_store.hpp"
+#include "runtime/base/strings.hpp"
 
 namespace sbx::mcp {
 namespace {
@@ -1069,8 +1070,8 @@ class HttpServer {
 };
 
 // "host:port" of an Origin (scheme dropped, default ports filled), lower-cased.
-std::string origin_authority(std::string o) {
-  for (auto& ch : o) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+std::string origin_authority(const std::string& origin) {
+  std::string o = ascii_lower(origin);
   std::string port = "80";
   if (o.rfind("https://", 0) == 0) {
     o = o.substr(8);
@@ -1136,8 +1137,7 @@ bool origin_allowed(const std::string& origin, const std::string& host_header,
   std::string auth = origin_authority(origin);
   if (auth.empty()) return false;  // "null", a file:// page, anything odd
   if (is_loopback_host(host_of(auth))) return true;
-  std::string host = host_header;
-  for (auto& ch : host) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  std::string host = ascii_lower(host_header);
   if (!host.empty() && (auth == host || auth == host + ":80" || auth == host + ":443")) return true;
   for (auto& a : allowed)
     if (origin_authority(a) == auth) return true;
