@@ -351,12 +351,20 @@ int serve_mcp(const McpFlags& f, const mcp::ServerConfig& cfg, const std::vector
   return rc;
 }
 
+// `sbx [--state-dir DIR] SUBCOMMAND`: how this server starts another sbx of its own (a worker, a
+// session's server), with the state directory it was given.
+std::vector<std::string> sbx_argv(const GlobalOptions& g, const char* subcommand) {
+  std::vector<std::string> argv{g.argv.empty() ? std::string("sbx") : g.argv[0]};
+  if (!g.state_dir.empty()) argv.insert(argv.end(), {"--state-dir", g.state_dir});
+  argv.emplace_back(subcommand);
+  return argv;
+}
+
 // The stdio server each HTTP session runs (less its tenant, which its token names): the same
 // packs, inputs, profile and bounds as this server's flags.
 std::vector<std::string> session_server_argv(const McpFlags& f, const GlobalOptions& g) {
-  std::vector<std::string> argv{g.argv.empty() ? std::string("sbx") : g.argv[0]};
-  if (!g.state_dir.empty()) argv.insert(argv.end(), {"--state-dir", g.state_dir});
-  argv.insert(argv.end(), {"mcp", "--profile", f.profile});
+  std::vector<std::string> argv = sbx_argv(g, "mcp");
+  argv.insert(argv.end(), {"--profile", f.profile});
   for (auto& p : f.packs) argv.insert(argv.end(), {"--packs", p});
   for (auto& c : f.contexts) argv.insert(argv.end(), {"--context", c});
   for (auto& s : f.secrets) argv.insert(argv.end(), {"--secret", s});
@@ -437,10 +445,7 @@ int run_server(McpFlags& f, GlobalOptions& g) {
       "the ledger's path are in the result's _meta (sbx/run_id, sbx/trace). Pack tools take {\"records\": [...]} "
       "and return the pack's validated result; run_code runs a program in one of: " +
       join_words(exec_languages(), ", ") + ".";
-  std::vector<std::string> argv{g.argv.empty() ? std::string("sbx") : g.argv[0]};
-  if (!g.state_dir.empty()) argv.insert(argv.end(), {"--state-dir", g.state_dir});
-  argv.push_back("mcp-worker");
-  return serve_mcp(f, cfg, argv);
+  return serve_mcp(f, cfg, sbx_argv(g, "mcp-worker"));
 }
 
 // The response on stdout, one line; the worker's exit status.

@@ -106,7 +106,7 @@ struct Metrics {
   std::map<std::string, std::uint64_t> refusals;  // reason
   std::uint64_t dropped_notifications = 0;
   std::uint64_t children_started = 0, children_failed = 0;
-  std::size_t connections = 0, sessions = 0;
+  std::size_t connections = 0;
 
   template <class Map>
   static auto& at(Map& m, const std::string& key) {
@@ -173,6 +173,12 @@ struct Child {
 };
 
 json rpc_error(const json& id, int code, const std::string& message) { return error_response(id, code, message); }
+
+// Why no session's server was started; at_bound: a bound said no (429), else a failure (500).
+struct NotStarted {
+  std::string why;
+  bool at_bound = false;
+};
 
 std::string host_of(const std::string& authority);
 
@@ -456,7 +462,7 @@ class HttpServer {
       } catch (const std::exception& e) {
         // A bug, not a client's doing: said, answered 500, and this connection ends.
         std::fprintf(stderr, "sbx: mcp: internal error answering %s: %s\n", printable(sv(req.target())).c_str(),
-                     e.what());
+                     printable(e.what()).c_str());
         res = json_response(http::status::internal_server_error, 11,
                             rpc_error(nullptr, kInternalError, "internal error"), false);
       }
@@ -477,12 +483,12 @@ class HttpServer {
   net::awaitable<bool> read_request(Stream& stream, beast::flat_buffer& buffer,
                                     http::request_parser<http::string_body>& parser, bool first) {
     boost::system::error_code ec;
+    const std::string too_large = "request body over " + std::to_string(cfg_.max_body_bytes) + " bytes";
     tcp_of(stream).expires_after(std::chrono::milliseconds(first ? cfg_.header_timeout_ms : cfg_.idle_timeout_ms));
     co_await http::async_read_header(stream, buffer, parser, net::redirect_error(kUse, ec));
     // Beast refuses a declared Content-Length past body_limit as the header is parsed.
     if (ec == http::error::body_limit) {
-      co_await refuse(stream, http::status::payload_too_large,
-                      "request body over " + std::to_string(cfg_.max_body_bytes) + " bytes", "body_size");
+      co_await refuse(stream, http::status::payload_too_large, too_large, "body_size");
       co_return false;
     }
     if (ec == http::error::header_limit) {
@@ -505,8 +511,7 @@ class HttpServer {
     tcp_of(stream).expires_after(std::chrono::milliseconds(cfg_.body_timeout_ms));
     co_await http::async_read(stream, buffer, parser, net::redirect_error(kUse, ec));
     if (ec == http::error::body_limit) {
-      co_await refuse(stream, http::status::payload_too_large,
-                      "request body over " + std::to_string(cfg_.max_body_bytes) + " bytes", "body_size");
+      co_await refuse(stream, http::status::payload_too_large, too_large, "body_size");
       co_return false;
     }
     if (ec) {
@@ -667,13 +672,11 @@ class HttpServer {
       if (method != "initialize" && method != "server/discover" && !modern)
         co_return refusal(req, http::status::bad_request, kInvalidRequest,
                           "an Mcp-Session-Id header is needed (initialize first)", "session");
-      std::string why;
-      session = method == "initialize" ? new_session(key, tenant, why) : stateless_child(key, tenant, why);
+      NotStarted no;
+      session = method == "initialize" ? new_session(key, tenant, no) : stateless_child(key, tenant, no);
       if (!session)
-        co_return refusal(req,
-                          why.find("at most") != std::string::npos ? http::status::too_many_requests
-                                                                   : http::status::internal_server_error,
-                          kServerBusy, why, "sessions", is_request ? msg["id"] : json(nullptr));
+        co_return refusal(req, no.at_bound ? http::status::too_many_requests : http::status::internal_server_error,
+                          kServerBusy, no.why, "sessions", is_request ? msg["id"] : json(nullptr));
       created = method == "initialize";
     }
     session->last_used = Clock::now();
@@ -811,47 +814,45 @@ class HttpServer {
     Metrics::at(m_.call_seconds, labels).observe(secs);
   }
 
-  std::shared_ptr<Child> new_session(const std::string& key, const std::string& tenant, std::string& why) {
+  std::shared_ptr<Child> new_session(const std::string& key, const std::string& tenant, NotStarted& no) {
     std::size_t mine = 0;
     for (auto& [id, c] : sessions_) mine += (!c->dead && c->tenant == tenant) ? 1u : 0u;
-    if (sessions_.size() + stateless_.size() >= cfg_.max_sessions) {
-      why = "the server has at most " + std::to_string(cfg_.max_sessions) +
-            " sessions open; end one (DELETE) or retry later";
-      return nullptr;
-    }
     if (mine >= cfg_.max_sessions_per_tenant) {
-      why = "a tenant has at most " + std::to_string(cfg_.max_sessions_per_tenant) +
-            " sessions open; end one (DELETE) or retry later";
+      no = {"a tenant has at most " + std::to_string(cfg_.max_sessions_per_tenant) +
+                " sessions open; end one (DELETE) or retry later",
+            true};
       return nullptr;
     }
-    auto c = start_child(tenant, why);
+    auto c = start_child(tenant, no);
     if (!c) return nullptr;
     c->id = new_session_id();
     c->key = key;
     sessions_[c->id] = c;
-    m_.sessions = sessions_.size();
     return c;
   }
 
-  std::shared_ptr<Child> stateless_child(const std::string& key, const std::string& tenant, std::string& why) {
+  std::shared_ptr<Child> stateless_child(const std::string& key, const std::string& tenant, NotStarted& no) {
     if (auto it = stateless_.find(key); it != stateless_.end() && !it->second->dead) return it->second;
-    // A token's stateless server counts against the sessions' bound like any session.
-    if (sessions_.size() + stateless_.size() >= cfg_.max_sessions) {
-      why = "the server has at most " + std::to_string(cfg_.max_sessions) + " sessions open; retry later";
-      return nullptr;
-    }
-    auto c = start_child(tenant, why);
+    auto c = start_child(tenant, no);
     if (!c) return nullptr;
     c->key = key;
     stateless_[key] = c;
     return c;
   }
 
-  std::shared_ptr<Child> start_child(const std::string& tenant, std::string& why) {
+  // A session's server, a token's stateless one included: both count against max_sessions.
+  std::shared_ptr<Child> start_child(const std::string& tenant, NotStarted& no) {
     if (stopping_) {
-      why = "the server is shutting down";
+      no.why = "the server is shutting down";
       return nullptr;
     }
+    if (sessions_.size() + stateless_.size() >= cfg_.max_sessions) {
+      no = {"the server has at most " + std::to_string(cfg_.max_sessions) +
+                " sessions open; end one (DELETE) or retry later",
+            true};
+      return nullptr;
+    }
+    std::string& why = no.why;
     int to_child[2], from_child[2];
     if (::pipe2(to_child, O_CLOEXEC) != 0) {
       why = std::string("pipe: ") + std::strerror(errno);
@@ -994,7 +995,6 @@ class HttpServer {
     c->pidfd.close(ec);
     if (!c->id.empty()) sessions_.erase(c->id);
     if (auto it = stateless_.find(c->key); it != stateless_.end() && it->second == c) stateless_.erase(it);
-    m_.sessions = sessions_.size();
     --children_;
   }
 
@@ -1058,7 +1058,7 @@ class HttpServer {
     head("sbx_http_connections", "gauge", "Connections open.");
     o += "sbx_http_connections " + std::to_string(m_.connections) + "\n";
     head("sbx_mcp_sessions", "gauge", "MCP sessions open.");
-    o += "sbx_mcp_sessions " + std::to_string(m_.sessions) + "\n";
+    o += "sbx_mcp_sessions " + std::to_string(sessions_.size()) + "\n";
     head("sbx_mcp_session_servers_started_total", "counter", "Session servers (stdio sbx mcp children) started.");
     o += "sbx_mcp_session_servers_started_total " + std::to_string(m_.children_started) + "\n";
     head("sbx_mcp_session_server_failures_total", "counter", "Session servers that could not be started.");
