@@ -385,35 +385,37 @@ complete -c sbx -n '__sbx_at session' -a stop -d 'End a session: its processes a
 # sbx session start: the options of run but those it refuses (-i, -t, --dry-run, a command, --workdir,
 # --output, --output-max-bytes, --output-max-files, --keep-inputs, --systemd-scope).
 set -l __sbx_ss '__sbx_at session start'
-complete -c sbx -n $__sbx_ss -l profile -x -a '(__sbx_profiles; __fish_complete_suffix .json)' -d 'Profile name or JSON file'
-complete -c sbx -n $__sbx_ss -l image -x -a 'host (__sbx_images)' -d 'Root file system: host or a stored image'
-complete -c sbx -n $__sbx_ss -l uid -x -d 'User id inside the sandbox'
-complete -c sbx -n $__sbx_ss -l gid -x -d 'Group id inside the sandbox'
-complete -c sbx -n $__sbx_ss -l entrypoint -x -a '(__fish_complete_command)' -d "With --image: run this instead of the image's Entrypoint and Cmd"
-complete -c sbx -n $__sbx_ss -l bind -r -F -d 'Bind a host path: SRC[:DST][:rw[,idmap]]'
-complete -c sbx -n $__sbx_ss -l tmpfs -x -d 'Mount a size-capped tmpfs: DST[:SIZE] (not at /workspace)'
-complete -c sbx -n $__sbx_ss -l workspace -d 'The current directory read-write at the same path, .git read-only'
-complete -c sbx -n $__sbx_ss -l input -r -F -d 'Mount a host file or directory read-only: PATH[:DST]'
+# ... and the same options of sbx kernel run (a session in the foreground), where they mean the same.
+set -l __sbx_sk '__sbx_at session start; or __sbx_at kernel run'
+complete -c sbx -n $__sbx_sk -l profile -x -a '(__sbx_profiles; __fish_complete_suffix .json)' -d 'Profile name or JSON file'
+complete -c sbx -n $__sbx_sk -l image -x -a 'host (__sbx_images)' -d 'Root file system: host or a stored image'
+complete -c sbx -n $__sbx_sk -l uid -x -d 'User id inside the sandbox'
+complete -c sbx -n $__sbx_sk -l gid -x -d 'Group id inside the sandbox'
+complete -c sbx -n $__sbx_sk -l entrypoint -x -a '(__fish_complete_command)' -d "With --image: run this instead of the image's Entrypoint and Cmd"
+complete -c sbx -n $__sbx_sk -l bind -r -F -d 'Bind a host path: SRC[:DST][:rw[,idmap]]'
+complete -c sbx -n $__sbx_sk -l tmpfs -x -d 'Mount a size-capped tmpfs: DST[:SIZE] (not at /workspace)'
+complete -c sbx -n $__sbx_sk -l workspace -d 'The current directory read-write at the same path, .git read-only'
+complete -c sbx -n $__sbx_sk -l input -r -F -d 'Mount a host file or directory read-only: PATH[:DST]'
 complete -c sbx -n $__sbx_ss -l env -x -d 'Set an environment variable for every call: NAME=VALUE'
-complete -c sbx -n $__sbx_ss -l env-pass -x -a '(set -n -x)' -d 'Pass a variable from the environment'
-complete -c sbx -n $__sbx_ss -l secret -x -d 'Deliver a secret as /run/secrets/NAME for the session: NAME=@FILE or NAME=env:VAR'
+complete -c sbx -n $__sbx_sk -l env-pass -x -a '(set -n -x)' -d 'Pass a variable from the environment'
+complete -c sbx -n $__sbx_sk -l secret -x -d 'Deliver a secret as /run/secrets/NAME for the session: NAME=@FILE or NAME=env:VAR'
 complete -c sbx -n $__sbx_ss -l timeout -x -d "Each call's wall-time ceiling, e.g. 30s"
 complete -c sbx -n $__sbx_ss -l output-limit -x -d "Each call's ceiling of bytes of stdout and of stderr"
-complete -c sbx -n $__sbx_ss -l memory -x -a 'none unlimited' -d 'Memory limit of the whole session, e.g. 256M'
-complete -c sbx -n $__sbx_ss -l pids -x -a 'none unlimited' -d 'Process limit of the whole session'
-complete -c sbx -n $__sbx_ss -l cpus -x -a 'none unlimited' -d 'CPU share of the whole session, e.g. 0.5'
-complete -c sbx -n $__sbx_ss -l cpu-time -x -a 'none unlimited' -d 'CPU-time budget of the whole session, e.g. 10m'
-complete -c sbx -n $__sbx_ss -l require-limits -d 'Fail unless every limit can be enforced'
-complete -c sbx -n $__sbx_ss -l require-record -d 'Fail when the trace record cannot be stored durably'
-complete -c sbx -n $__sbx_ss -l seccomp -r -F -a 'default unconfined' -d 'Seccomp policy: default, unconfined or an OCI JSON file'
-complete -c sbx -n $__sbx_ss -l cap-add -x -a "$__sbx_capabilities" -d 'Keep this capability inside the user namespace (repeatable)'
-complete -c sbx -n $__sbx_ss -l gpu -x -a 'all 0 1 2 3' -d 'Give the sandbox GPUs: all, indices (0,1) or a UUID'
-complete -c sbx -n $__sbx_ss -l allow-host -x -a '(__fish_print_hostnames)' -d 'Allow egress to HOST[:PORT] through the filtering proxy'
-complete -c sbx -n $__sbx_ss -l trace-file -r -F -d "Also write the session run's record (at its end) to this file"
-complete -c sbx -n $__sbx_ss -l events -r -F -d 'Stream live events as JSON lines to FILE, a FIFO or fd:N'
-complete -c sbx -n $__sbx_ss -l no-systemd-scope -d 'What a session does anyway: no systemd user scope'
+complete -c sbx -n $__sbx_sk -l memory -x -a 'none unlimited' -d 'Memory limit of the whole session, e.g. 256M'
+complete -c sbx -n $__sbx_sk -l pids -x -a 'none unlimited' -d 'Process limit of the whole session'
+complete -c sbx -n $__sbx_sk -l cpus -x -a 'none unlimited' -d 'CPU share of the whole session, e.g. 0.5'
+complete -c sbx -n $__sbx_sk -l cpu-time -x -a 'none unlimited' -d 'CPU-time budget of the whole session, e.g. 10m'
+complete -c sbx -n $__sbx_sk -l require-limits -d 'Fail unless every limit can be enforced'
+complete -c sbx -n $__sbx_sk -l require-record -d 'Fail when the trace record cannot be stored durably'
+complete -c sbx -n $__sbx_sk -l seccomp -r -F -a 'default unconfined' -d 'Seccomp policy: default, unconfined or an OCI JSON file'
+complete -c sbx -n $__sbx_sk -l cap-add -x -a "$__sbx_capabilities" -d 'Keep this capability inside the user namespace (repeatable)'
+complete -c sbx -n $__sbx_sk -l gpu -x -a 'all 0 1 2 3' -d 'Give the sandbox GPUs: all, indices (0,1) or a UUID'
+complete -c sbx -n $__sbx_sk -l allow-host -x -a '(__fish_print_hostnames)' -d 'Allow egress to HOST[:PORT] through the filtering proxy'
+complete -c sbx -n $__sbx_sk -l trace-file -r -F -d "Also write the session run's record (at its end) to this file"
+complete -c sbx -n $__sbx_sk -l events -r -F -d 'Stream live events as JSON lines to FILE, a FIFO or fd:N'
+complete -c sbx -n $__sbx_sk -l no-systemd-scope -d 'What a session does anyway: no systemd user scope'
 complete -c sbx -n $__sbx_ss -l idle -x -d 'End the session after this long without a call (default 10m)'
-complete -c sbx -n $__sbx_ss -l max -x -d 'End the session this long after its start (default 1h, at most 24h)'
+complete -c sbx -n $__sbx_sk -l max -x -d 'End the session this long after its start (default 1h, at most 24h)'
 complete -c sbx -n $__sbx_ss -l json -d 'Print {session, run_id, limits} as JSON instead of the bare id'
 # sbx session exec ID, show ID, stop ID
 complete -c sbx -n '__sbx_at session exec; or __sbx_at session show; or __sbx_at session stop' -a '(__sbx_session_ids)' -d 'Session id'
@@ -436,38 +438,14 @@ complete -c sbx -n '__sbx_at kernel install' -l profile -x -a '(__sbx_profiles; 
 complete -c sbx -n '__sbx_at kernel install' -l display-name -x -d 'The name notebooks show'
 complete -c sbx -n '__sbx_at kernel install' -l idle -x -d "End a kernel's session after this long without traffic (default 10m)"
 complete -c sbx -n '__sbx_at kernel install' -l max -x -d "End a kernel's session this long after its start (default 1h, at most 24h)"
-# sbx kernel run: the options of session start but its --json, and the client's connection file.
+# sbx kernel run: the options of session start above (\$__sbx_sk) but its --json; here those that
+# read differently for a kernel, and the client's connection file.
 set -l __sbx_kr '__sbx_at kernel run'
-complete -c sbx -n $__sbx_kr -l profile -x -a '(__sbx_profiles; __fish_complete_suffix .json)' -d 'Profile name or JSON file'
-complete -c sbx -n $__sbx_kr -l image -x -a 'host (__sbx_images)' -d 'Root file system: host or a stored image'
-complete -c sbx -n $__sbx_kr -l uid -x -d 'User id inside the sandbox'
-complete -c sbx -n $__sbx_kr -l gid -x -d 'Group id inside the sandbox'
-complete -c sbx -n $__sbx_kr -l entrypoint -x -a '(__fish_complete_command)' -d "With --image: run this instead of the image's Entrypoint and Cmd"
-complete -c sbx -n $__sbx_kr -l bind -r -F -d 'Bind a host path: SRC[:DST][:rw[,idmap]]'
-complete -c sbx -n $__sbx_kr -l tmpfs -x -d 'Mount a size-capped tmpfs: DST[:SIZE] (not at /workspace)'
-complete -c sbx -n $__sbx_kr -l workspace -d 'The current directory read-write at the same path, .git read-only'
-complete -c sbx -n $__sbx_kr -l input -r -F -d 'Mount a host file or directory read-only: PATH[:DST]'
 complete -c sbx -n $__sbx_kr -l env -x -d 'Set an environment variable for the kernel: NAME=VALUE'
-complete -c sbx -n $__sbx_kr -l env-pass -x -a '(set -n -x)' -d 'Pass a variable from the environment'
-complete -c sbx -n $__sbx_kr -l secret -x -d 'Deliver a secret as /run/secrets/NAME for the session: NAME=@FILE or NAME=env:VAR'
 complete -c sbx -n $__sbx_kr -l timeout -x -d "A session call's ceiling (a kernel takes no calls)"
 complete -c sbx -n $__sbx_kr -l output-limit -x -d "A session call's ceiling (a kernel takes no calls)"
-complete -c sbx -n $__sbx_kr -l memory -x -a 'none unlimited' -d 'Memory limit of the whole session, e.g. 256M'
-complete -c sbx -n $__sbx_kr -l pids -x -a 'none unlimited' -d 'Process limit of the whole session'
-complete -c sbx -n $__sbx_kr -l cpus -x -a 'none unlimited' -d 'CPU share of the whole session, e.g. 0.5'
-complete -c sbx -n $__sbx_kr -l cpu-time -x -a 'none unlimited' -d 'CPU-time budget of the whole session, e.g. 10m'
-complete -c sbx -n $__sbx_kr -l require-limits -d 'Fail unless every limit can be enforced'
-complete -c sbx -n $__sbx_kr -l require-record -d 'Fail when the trace record cannot be stored durably'
-complete -c sbx -n $__sbx_kr -l seccomp -r -F -a 'default unconfined' -d 'Seccomp policy: default, unconfined or an OCI JSON file'
-complete -c sbx -n $__sbx_kr -l cap-add -x -a "$__sbx_capabilities" -d 'Keep this capability inside the user namespace (repeatable)'
-complete -c sbx -n $__sbx_kr -l gpu -x -a 'all 0 1 2 3' -d 'Give the sandbox GPUs: all, indices (0,1) or a UUID'
-complete -c sbx -n $__sbx_kr -l allow-host -x -a '(__fish_print_hostnames)' -d 'Allow egress to HOST[:PORT] through the filtering proxy'
-complete -c sbx -n $__sbx_kr -l trace-file -r -F -d "Also write the session run's record (at its end) to this file"
-complete -c sbx -n $__sbx_kr -l events -r -F -d 'Stream live events as JSON lines to FILE, a FIFO or fd:N'
-complete -c sbx -n $__sbx_kr -l no-systemd-scope -d 'What a session does anyway: no systemd user scope'
 complete -c sbx -n $__sbx_kr -l connection-file -r -F -d "The client's connection file (Jupyter's {connection_file})"
 complete -c sbx -n $__sbx_kr -l idle -x -d 'End the session after this long without traffic (default 10m)'
-complete -c sbx -n $__sbx_kr -l max -x -d 'End the session this long after its start (default 1h, at most 24h)'
 
 # --tenant NAME (man sbx, TENANTS): the NAME.json files of the tenants directory.
 function __sbx_tenants
