@@ -506,6 +506,53 @@ Status apply_named_tenant(const std::optional<std::string>& name, RunRequest& re
   return apply_named_tenant(name, req, nullptr);
 }
 
+namespace {
+
+// Identity: the tenant's slice of sbx's range (userns.hpp). Rootless there is none to slice.
+Status apply_tenant_identity(const Tenant& t, RunRequest& req, json& tenant) {
+  bool rootless = ::geteuid() != 0;
+  if (rootless) {
+    if (t.require_separate_ids)
+      return make_error(
+          "usage", "tenant '" + t.name +
+                       "': its file requires separate host ids (\"separate_ids\": \"required\"), "
+                       "and rootless sbx has none to give: every sandbox runs as the caller's uid. Run sbx as root "
+                       "(with an 'sbx' range in /etc/subuid and /etc/subgid), or set \"separate_ids\": \"preferred\"");
+    put(tenant, "tenant/uid_range", nullptr);
+    put(tenant, "tenant/gid_range", nullptr);
+    put(tenant, "tenant/separation",
+        trace_object(
+            {{"tenant/separation/ids", false},
+             {"tenant/separation/why",
+              "rootless: every sandbox runs as the caller's uid; ceilings and the store are the tenant's, host ids are not"}}));
+  } else {
+    req.tenant.id_slot = t.id_slot;
+    auto plan = plan_identity(req.spec, req.tenant.id_slot);
+    std::string shared_why;
+    // Root of a user namespace too small for the tenant's slice (a Kubernetes pod with hostUsers:
+    // false maps 65536 ids, one slice): "preferred" runs in the namespace's own range, shared with
+    // every other tenant's sandboxes there, as rootless does (deploy/README.md).
+    if (!plan && !t.require_separate_ids && plan.error().stage == "identity") {
+      if (auto shared = plan_identity(req.spec, 0)) {
+        shared_why = "this user namespace has no room for the tenant's slice (" + plan.error().message +
+                     "); its sandboxes share the namespace's range with every other tenant's";
+        req.tenant.id_slot = 0;
+        plan = std::move(shared);
+      }
+    }
+    if (!plan) return make_error("usage", "tenant '" + t.name + "': " + plan.error().message);
+    put(tenant, "tenant/uid_range", json::array({plan->uid_map.at(0).outside, plan->uid_map.at(0).count}));
+    put(tenant, "tenant/gid_range", json::array({plan->gid_map.at(0).outside, plan->gid_map.at(0).count}));
+    if (shared_why.empty()) put(tenant, "tenant/separation", trace_object({{"tenant/separation/ids", true}}));
+    else
+      put(tenant, "tenant/separation",
+          trace_object({{"tenant/separation/ids", false}, {"tenant/separation/why", shared_why}}));
+  }
+  return {};
+}
+
+}  // namespace
+
 Status apply_tenant(const Tenant& t, RunRequest& req, const json& pack) {
   SBX_TRY(check_tenant_store(t, req.dirs));
   SBX_TRY(check_tenant_ceilings(t, req.spec, req.limit_layers));
@@ -537,31 +584,8 @@ Status apply_tenant(const Tenant& t, RunRequest& req, const json& pack) {
     }
   }
 
-  // Identity: the tenant's slice of sbx's range (userns.hpp). Rootless there is none to slice.
-  bool rootless = ::geteuid() != 0;
   json tenant = trace_object({{"tenant/name", t.name}, {"tenant/file", t.file}, {"tenant/id_slot", t.id_slot}});
-  if (rootless) {
-    if (t.require_separate_ids)
-      return make_error(
-          "usage", "tenant '" + t.name +
-                       "': its file requires separate host ids (\"separate_ids\": \"required\"), "
-                       "and rootless sbx has none to give: every sandbox runs as the caller's uid. Run sbx as root "
-                       "(with an 'sbx' range in /etc/subuid and /etc/subgid), or set \"separate_ids\": \"preferred\"");
-    put(tenant, "tenant/uid_range", nullptr);
-    put(tenant, "tenant/gid_range", nullptr);
-    put(tenant, "tenant/separation",
-        trace_object(
-            {{"tenant/separation/ids", false},
-             {"tenant/separation/why",
-              "rootless: every sandbox runs as the caller's uid; ceilings and the store are the tenant's, host ids are not"}}));
-  } else {
-    req.tenant.id_slot = t.id_slot;
-    auto plan = plan_identity(req.spec, req.tenant.id_slot);
-    if (!plan) return make_error("usage", "tenant '" + t.name + "': " + plan.error().message);
-    put(tenant, "tenant/uid_range", json::array({plan->uid_map.at(0).outside, plan->uid_map.at(0).count}));
-    put(tenant, "tenant/gid_range", json::array({plan->gid_map.at(0).outside, plan->gid_map.at(0).count}));
-    put(tenant, "tenant/separation", trace_object({{"tenant/separation/ids", true}}));
-  }
+  SBX_TRY(apply_tenant_identity(t, req, tenant));
   // What the program writes into a shared bind is its own host uid's and nobody else's: 0600 and
   // 0700 whatever the caller's umask (a tenant's program may still chmod its files wider).
   req.tenant.umask = 077;

@@ -63,6 +63,30 @@ class OwnUserNamespace(SbxTestCase):
         self.assertEqual(r.rc, 125, r.describe())
         self.assertIn("below 65535", r.err)
 
+    def test_a_tenant_in_a_pod_too_small_for_its_slice(self):
+        # Slot N needs (N+1) x 65536 ids; the pod has 65536. "required": refused, naming what it needs.
+        # "preferred": runs in the pod's own range and the record says the ids are shared, and why.
+        tenants = self.path("tenants")
+        os.mkdir(tenants)
+        with open(os.path.join(tenants, "strict.json"), "w") as f:
+            json.dump({"id_slot": 1}, f)
+        with open(os.path.join(tenants, "lenient.json"), "w") as f:
+            json.dump({"id_slot": 2, "separate_ids": "preferred"}, f)
+        env = {"SBX_TENANTS_DIR": tenants}
+        r = in_userns(POD, ["run", "--tenant", "strict", "--", "true"], env=env)
+        self.assertEqual(r.rc, 125, r.describe())
+        self.assertIn("tenant id slot 1 needs 131072 ids", r.err)
+        trace = self.path("tenant-trace.json")
+        r = in_userns(POD, ["run", "--tenant", "lenient", "--trace-file", trace, "--", "id", "-u"], env=env)
+        self.assertEqual((r.rc, r.out.strip()), (0, "0"), r.describe())
+        with open(trace) as f:
+            t = json.load(f)
+        self.assertEqual(t["enforcement"]["identity"]["uid_map"], [{"inside": 0, "outside": 1, "count": 65535}])
+        sep = t["tenant"]["separation"]
+        self.assertIs(sep["ids"], False)
+        self.assertIn("no room for the tenant's slice", sep["why"])
+        self.assertIn("needs 196608 ids", sep["why"])
+
     def test_single_id_namespace_runs_with_a_single_id_map_and_says_so(self):
         r, ident = self.traced_run(SINGLE, [], ["sh", "-c", "id -u; echo hi > /tmp/f && cat /tmp/f"])
         self.assertEqual(r.out.split(), ["0", "hi"], r.describe())
