@@ -14,6 +14,7 @@
 #include "runtime/launch/sandbox.hpp"
 #include "runtime/model/limits_table.hpp"
 #include "runtime/model/spec.hpp"
+#include "runtime/linux/hostcheck.hpp"
 
 namespace sbx::cli {
 
@@ -139,5 +140,9 @@ struct Captured {
 Captured run_self(const std::vector<std::string>& args,
                   const std::vector<std::pair<std::string, std::string>>& env_extra, std::chrono::seconds limit,
                   bool pass_own_pid);
+
+// A throwaway `sbx run [--profile P] -- /bin/true` (doctor_cmd.cpp) in `state_dir`, or ("") in a
+// private one removed after: the doctor's "sandbox" row, and `sbx mcp --listen`'s readiness check.
+CheckResult throwaway_sandbox_check(const std::string& profile, const std::string& state_dir);
 
 }  // namespace sbx::cli

@@ -52,29 +52,36 @@ void append_blocker_checks(std::vector<CheckResult>& checks) {
   for (auto& c : assess_blockers(f)) checks.push_back(std::move(c));
 }
 
+void append_sandbox_check(std::vector<CheckResult>& checks) { checks.push_back(throwaway_sandbox_check("", "")); }
+
+}  // namespace
+
 // The "sandbox" row: what every run does, done once. sbx re-runs itself as `sbx run -- /bin/true`
-// (the same parsing, profile and setup as the caller's runs), in a private state dir removed after
-// (nothing lands in the caller's ledger), bounded in time so that doctor never hangs.
-void append_sandbox_check(std::vector<CheckResult>& checks) {
-  // As root, /tmp whatever TMPDIR says: the dir is removed afterwards by path (remove_tree), and
-  // in a TMPDIR another user can write, its entries could be swapped for links meanwhile.
-  const char* tmpdir = ::geteuid() == 0 ? nullptr : std::getenv("TMPDIR");
-  std::string tmpl = tmpdir && *tmpdir ? tmpdir : "/tmp";
-  tmpl += "/sbx-doctor-XXXXXX";
-  if (!::mkdtemp(tmpl.data())) {
-    checks.push_back({"sandbox", CheckStatus::missing, true, "cannot make a temporary state dir: " + tmpl,
-                      "set TMPDIR to a writable directory"});
-    return;
+// (the same parsing, profile and setup as the caller's runs), bounded in time so that doctor never
+// hangs. Doctor's runs in a private state dir removed after (nothing lands in the caller's ledger);
+// `sbx mcp --listen`'s readiness check (mcp_cmd.cpp) in the server's own, whose images its profile
+// may name: that run is recorded there like any other.
+CheckResult throwaway_sandbox_check(const std::string& profile, const std::string& state_dir) {
+  std::string dir = state_dir;
+  if (dir.empty()) {
+    // As root, /tmp whatever TMPDIR says: the dir is removed afterwards by path (remove_tree), and
+    // in a TMPDIR another user can write, its entries could be swapped for links meanwhile.
+    const char* tmpdir = ::geteuid() == 0 ? nullptr : std::getenv("TMPDIR");
+    dir = std::string(tmpdir && *tmpdir ? tmpdir : "/tmp") + "/sbx-doctor-XXXXXX";
+    if (!::mkdtemp(dir.data()))
+      return {"sandbox", CheckStatus::missing, true, "cannot make a temporary state dir: " + dir,
+              "set TMPDIR to a writable directory"};
   }
   constexpr auto limit = std::chrono::seconds(15);
   auto started = std::chrono::steady_clock::now();
-  Captured c = run_self({"sbx", "--state-dir", tmpl, "run", "--timeout", "10s", "--", "/bin/true"}, {}, limit, false);
+  std::vector<std::string> args = {"sbx", "--state-dir", dir, "run", "--timeout", "10s"};
+  if (!profile.empty()) args.insert(args.end(), {"--profile", profile});
+  args.insert(args.end(), {"--", "/bin/true"});
+  Captured c = run_self(args, {}, limit, false);
   bool killed = c.status == 128 + SIGKILL && std::chrono::steady_clock::now() - started >= limit;
-  checks.push_back(assess_sandbox_run(c.status, c.err, killed));
-  (void)remove_tree(tmpl);
+  if (state_dir.empty()) (void)remove_tree(dir);
+  return assess_sandbox_run(c.status, c.err, killed);
 }
-
-}  // namespace
 
 void add_doctor_command(CLI::App& app, GlobalOptions&, std::vector<Command>& out) {
   auto* doctor = app.add_subcommand("doctor", "Check what sbx needs on this host, with a fix for each missing piece");

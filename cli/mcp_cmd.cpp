@@ -416,6 +416,11 @@ int serve_over_http(const McpFlags& f, GlobalOptions& g, const mcp::ServerConfig
   // reach them as well.
   ::unsetenv(mcp::kMcpTenantEnv);
   h.state_dir = resolve_dirs(g.state_dir).state;
+  // Ready once a sandbox has been built here with the server's profile, as doctor's row builds it.
+  h.ready_check = [profile = f.profile, state = h.state_dir] {
+    CheckResult r = throwaway_sandbox_check(profile, state);
+    return r.status == CheckStatus::ok ? std::string() : r.detail;
+  };
   return mcp::serve_http(h);
 }
 

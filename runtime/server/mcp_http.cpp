@@ -11,6 +11,7 @@
 #include "runtime/server/mcp_http.hpp"
 
 #include <fcntl.h>
+#include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <openssl/ssl.h>
 #include <sys/wait.h>
@@ -84,6 +85,22 @@ std::string tool_label(const std::string& name) {
   return name;
 }
 
+// A metric key's labels, joined with \x1f (Metrics).
+std::vector<std::string> split_key(const std::string& k) {
+  std::vector<std::string> parts;
+  std::size_t a = 0, b;
+  while ((b = k.find('\x1f', a)) != std::string::npos) {
+    parts.push_back(k.substr(a, b - a));
+    a = b + 1;
+  }
+  parts.push_back(k.substr(a));
+  return parts;
+}
+
+void prom_head(std::string& o, const char* name, const char* type, const char* help) {
+  o += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
+}
+
 struct Histogram {
   std::vector<std::uint64_t> counts = std::vector<std::uint64_t>(std::size(kBuckets) + 1, 0);
   double sum = 0;
@@ -102,8 +119,13 @@ struct Metrics {
   std::map<std::string, std::uint64_t> calls;     // tool,tenant,outcome -> count
   std::map<std::string, Histogram> call_seconds;  // tool,tenant
   Histogram session_start_seconds;
-  std::map<std::string, std::uint64_t> requests;  // path,code
-  std::map<std::string, std::uint64_t> refusals;  // reason
+  std::map<std::string, std::uint64_t> requests;      // path,code
+  std::map<std::string, std::uint64_t> refusals;      // reason
+  std::map<std::string, std::uint64_t> records;       // tenant: calls whose run has a durable record
+  std::map<std::string, std::uint64_t> made_by;       // cold, pooled, template
+  std::map<std::string, std::uint64_t> limit_events;  // tenant,status (timeout, oom, output_limit)
+  std::map<std::string, std::uint64_t> violations;    // tenant: system calls refused, hosts denied
+  std::uint64_t store_errors = 0;                     // runs whose record could not be stored
   std::uint64_t dropped_notifications = 0;
   std::uint64_t children_started = 0, children_failed = 0;
   std::size_t connections = 0;
@@ -196,6 +218,7 @@ class HttpServer {
       std::fprintf(stderr, "sbx: mcp: %s\n", printable(why).c_str());
       return 125;
     }
+    start_ready_check();
     net::co_spawn(io_, accept_loop(), net::detached);
     net::co_spawn(io_, sweep_idle_sessions(), net::detached);
     io_.run();
@@ -215,6 +238,76 @@ class HttpServer {
   std::size_t refusing_ = 0;  // connections past max_connections being answered 503
   bool stopping_ = false;
   Metrics m_;
+  // The readiness check (HttpConfig::ready_check): its helper, and what it said.
+  std::unique_ptr<net::posix::stream_descriptor> ready_pipe_;
+  pid_t ready_pid_ = -1;
+  bool ready_checked_ = false;
+  std::string ready_why_;
+
+  // Forks the helper that runs cfg_.ready_check and writes "ok" or why to a pipe the loop reads.
+  void start_ready_check() {
+    if (!cfg_.ready_check) {
+      ready_checked_ = true;
+      return;
+    }
+    int fds[2];
+    if (::pipe2(fds, O_CLOEXEC) != 0) {
+      ready_checked_ = true;
+      ready_why_ = std::string("the readiness check could not start: pipe: ") + std::strerror(errno);
+      return;
+    }
+    pid_t pid = ::fork();
+    if (pid == 0) {
+      // The helper: nothing of the loop's (its sockets and signalfd closed), signals as a plain
+      // process's, gone with the server.
+      ::close(fds[0]);
+      ::close(acceptor_.native_handle());
+      if (signals_) ::close(signals_->native_handle());
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      sigset_t none;
+      sigemptyset(&none);
+      ::sigprocmask(SIG_SETMASK, &none, nullptr);
+      std::string why = cfg_.ready_check();
+      std::string line = why.empty() ? "ok" : why.substr(0, 4000);
+      [[maybe_unused]] auto n = ::write(fds[1], line.data(), line.size());
+      ::_exit(0);
+    }
+    ::close(fds[1]);
+    if (pid < 0) {
+      ::close(fds[0]);
+      ready_checked_ = true;
+      ready_why_ = std::string("the readiness check could not start: fork: ") + std::strerror(errno);
+      return;
+    }
+    ready_pid_ = pid;
+    ready_pipe_ = std::make_unique<net::posix::stream_descriptor>(io_, fds[0]);
+    net::co_spawn(io_, read_ready_check(), net::detached);
+  }
+
+  net::awaitable<void> read_ready_check() {
+    std::string said;
+    boost::system::error_code ec;
+    co_await net::async_read(*ready_pipe_, net::dynamic_buffer(said, 4096), net::redirect_error(kUse, ec));
+    int status = 0;
+    ::waitpid(ready_pid_, &status, 0);  // its pipe is closed: it has ended or is ending
+    ready_pid_ = -1;
+    ready_pipe_->close(ec);
+    ready_checked_ = true;
+    if (said != "ok")
+      ready_why_ = said.empty() ? "the readiness check ended without a verdict (status " + std::to_string(status) + ")"
+                                : printable(said);
+    std::fprintf(stderr, "sbx: mcp: readiness check: %s\n",
+                 ready_why_.empty() ? "a throwaway sandbox ran: ready" : ("not ready: " + ready_why_).c_str());
+  }
+
+  // Why /readyz answers 503, or "" when it answers 200.
+  std::string not_ready() const {
+    if (stopping_) return "stopping";
+    if (!ready_checked_) return "starting: a throwaway sandbox is being built (the readiness check)";
+    if (!ready_why_.empty()) return "a sandbox cannot be built here: " + ready_why_;
+    if (::access(cfg_.state_dir.c_str(), W_OK) != 0) return "the state directory is not writable";
+    return "";
+  }
 
   // A session server's answer: a tools/call result holds its worker's response once (the text
   // block is a summary past 4 KiB of a stream, mcp_protocol.hpp) in an envelope of a few levels.
@@ -303,6 +396,7 @@ class HttpServer {
   // past the grace period, SIGKILL what is left (its workers still record: mcp_server.hpp).
   net::awaitable<void> shut_down() {
     stopping_ = true;
+    if (ready_pid_ > 0) ::kill(ready_pid_, SIGKILL);  // its reader reaps it
     boost::system::error_code ec;
     acceptor_.close(ec);
     for (auto& [id, c] : sessions_) close_child(*c);
@@ -557,10 +651,9 @@ class HttpServer {
     bool ka = req.keep_alive();
     if (path == "/healthz") co_return text_response(http::status::ok, v, "ok\n", ka);
     if (path == "/readyz") {
-      bool ready = !stopping_ && ::access(cfg_.state_dir.c_str(), W_OK) == 0;
-      co_return text_response(ready ? http::status::ok : http::status::service_unavailable, v,
-                              ready ? "ready\n" : (stopping_ ? "stopping\n" : "the state directory is not writable\n"),
-                              ka);
+      std::string why = not_ready();
+      co_return text_response(why.empty() ? http::status::ok : http::status::service_unavailable, v,
+                              why.empty() ? "ready\n" : why + "\n", ka);
     }
     if (path == "/metrics")
       co_return text_response(http::status::ok, v, metrics_text(), ka, "text/plain; version=0.0.4");
@@ -812,6 +905,25 @@ class HttpServer {
     std::string labels = (outcome == "error" ? std::string("other") : tool_label(tool)) + "\x1f" + tenant;
     ++Metrics::at(m_.calls, labels + "\x1f" + outcome);
     Metrics::at(m_.call_seconds, labels).observe(secs);
+    if (r.contains("result") && r["result"].is_object()) count_run(tenant, r["result"].value("_meta", json::object()));
+  }
+
+  // What the session's server says of the run in the result's _meta (mcp_protocol.cpp, run_meta).
+  void count_run(const std::string& tenant, const json& meta) {
+    if (!meta.is_object()) return;
+    auto str = [&](const char* k) { return meta.contains(k) && meta[k].is_string() ? meta[k].get<std::string>() : ""; };
+    if (!str("sbx/run_id").empty()) ++Metrics::at(m_.records, tenant);
+    if (std::string how = str("sbx/made_by"); !how.empty())
+      ++Metrics::at(m_.made_by, how == "cold" || how == "pooled" || how == "template" ? how : "other");
+    std::string status = str("sbx/status");
+    if (status == "timeout" || status == "oom" || status == "output_limit")
+      ++Metrics::at(m_.limit_events, tenant + "\x1f" + status);
+    std::uint64_t refused = meta.contains("sbx/violations") && meta["sbx/violations"].is_number_unsigned()
+                                ? meta["sbx/violations"].get<std::uint64_t>()
+                                : 0;
+    if (status == "seccomp_violation") refused = std::max<std::uint64_t>(refused, 1);
+    if (refused > 0) Metrics::at(m_.violations, tenant) += refused;
+    if (str("sbx/error_stage") == "record") ++m_.store_errors;
   }
 
   std::shared_ptr<Child> new_session(const std::string& key, const std::string& tenant, NotStarted& no) {
@@ -998,21 +1110,37 @@ class HttpServer {
     --children_;
   }
 
+  // The families counted from the runs' _meta (count_run).
+  void run_metrics(std::string& o) const {
+    prom_head(o, "sbx_mcp_records_written_total", "counter",
+              "Calls whose run's record is durable in the tenant's ledger.");
+    for (auto& [k, n] : m_.records)
+      o += "sbx_mcp_records_written_total{tenant=\"" + label(k) + "\"} " + std::to_string(n) + "\n";
+    prom_head(o, "sbx_mcp_sandboxes_total", "counter",
+              "Calls' sandboxes by how they were made: pooled and template are pool hits, cold a miss (or no pool).");
+    for (auto& [k, n] : m_.made_by)
+      o += "sbx_mcp_sandboxes_total{made_by=\"" + label(k) + "\"} " + std::to_string(n) + "\n";
+    prom_head(o, "sbx_mcp_limit_events_total", "counter",
+              "Calls ended by a limit, by tenant and status (timeout, oom, output_limit).");
+    for (auto& [k, n] : m_.limit_events) {
+      auto p = split_key(k);
+      if (p.size() != 2) continue;
+      o += "sbx_mcp_limit_events_total{tenant=\"" + label(p[0]) + "\",status=\"" + label(p[1]) + "\"} " +
+           std::to_string(n) + "\n";
+    }
+    prom_head(o, "sbx_mcp_violations_total", "counter",
+              "Violations in calls' records (system calls refused, hosts denied), by tenant.");
+    for (auto& [k, n] : m_.violations)
+      o += "sbx_mcp_violations_total{tenant=\"" + label(k) + "\"} " + std::to_string(n) + "\n";
+    prom_head(o, "sbx_mcp_store_errors_total", "counter",
+              "Calls whose run's record could not be stored (its result withheld).");
+    o += "sbx_mcp_store_errors_total " + std::to_string(m_.store_errors) + "\n";
+  }
+
   std::string metrics_text() const {
     std::string o;
-    auto split = [](const std::string& k) {
-      std::vector<std::string> parts;
-      std::size_t a = 0, b;
-      while ((b = k.find('\x1f', a)) != std::string::npos) {
-        parts.push_back(k.substr(a, b - a));
-        a = b + 1;
-      }
-      parts.push_back(k.substr(a));
-      return parts;
-    };
-    auto head = [&o](const char* name, const char* type, const char* help) {
-      o += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
-    };
+    auto split = split_key;
+    auto head = [&o](const char* name, const char* type, const char* help) { prom_head(o, name, type, help); };
     auto hist = [&o](const std::string& name, const std::string& labels, const Histogram& h) {
       std::uint64_t cum = 0;
       std::string sep = labels.empty() ? "" : ",";
@@ -1045,6 +1173,7 @@ class HttpServer {
     head("sbx_mcp_session_start_seconds", "histogram",
          "Sessions' start: initialize to its answer (the session's server started).");
     hist("sbx_mcp_session_start_seconds", "", m_.session_start_seconds);
+    run_metrics(o);
     head("sbx_http_requests_total", "counter", "HTTP requests answered, by path and status code.");
     for (auto& [k, n] : m_.requests) {
       auto p = split(k);

@@ -49,6 +49,10 @@ struct HttpConfig {
   int session_idle_ms = 30 * 60 * 1000;      // an MCP session unused this long is closed
   int grace_ms = 30000;                      // at SIGTERM: how long children get to record their calls
   std::vector<std::string> allowed_origins;  // besides the Host header's own and loopback names
+  // /readyz's check that a sandbox can be built here with the server's profile: "" when it can,
+  // else why. Run once at start in a forked helper (it forks a throwaway run and waits up to 15 s:
+  // never on the loop); /readyz answers 503 until it has passed. Unset: no check.
+  std::function<std::string()> ready_check;
 };
 
 // Whether `host` (an address as --listen gives it) is a loopback address.

@@ -393,10 +393,14 @@ class SummarySax {
   std::string problem_;
 };
 
+// What a client, and `sbx mcp --listen`'s /metrics (mcp_http.cpp, count_call), read of a run
+// without parsing its content: its record, status, how its sandbox was made, its violations.
 json run_meta(const json& response) {
   json m = json::object();
-  if (response.contains("run_id") && response["run_id"].is_string()) m["sbx/run_id"] = response["run_id"];
-  if (response.contains("trace") && response["trace"].is_string()) m["sbx/trace"] = response["trace"];
+  for (const char* k : {"run_id", "trace", "status", "made_by"})
+    if (response.contains(k) && response[k].is_string()) m[std::string("sbx/") + k] = response[k];
+  if (response.contains("violations") && response["violations"].is_array())
+    m["sbx/violations"] = response["violations"].size();
   return m;
 }
 
@@ -405,6 +409,15 @@ std::string worker_error_text(const json& response) {
   std::string stage = e.is_object() ? e.value("stage", "") : "";
   std::string msg = e.is_object() ? e.value("message", "") : json_excerpt(e);
   return stage.empty() ? msg : stage + ": " + msg;
+}
+
+// A worker that answered with an error object ({"stage", "message"}) instead of a run: the
+// stage goes to _meta too ("record": the run's record could not be stored).
+json worker_error_result(const json& response) {
+  json r = tool_error(worker_error_text(response));
+  const json& e = response["error"];
+  if (e.is_object() && e.contains("stage") && e["stage"].is_string()) r["_meta"] = {{"sbx/error_stage", e["stage"]}};
+  return r;
 }
 
 const char* kCutNote = "cut here: structuredContent holds the full values";
@@ -428,7 +441,7 @@ ScannedResponse scan_worker_response(std::string_view text, const JsonBounds& bo
 json run_code_result(const json& summary, const json& cut, bool splice) {
   if (!summary.is_object()) return tool_error("sbx: the worker's response is not a JSON object");
   if (summary.contains("error") && summary["error"].is_object() && !summary.contains("status"))
-    return tool_error(worker_error_text(summary));
+    return worker_error_result(summary);
   json text = summary;
   if (!cut.empty()) {
     text["cut"] = cut;
@@ -443,7 +456,7 @@ json run_code_result(const json& summary, const json& cut, bool splice) {
 
 json pack_result(const json& response, bool wrapped_output, const json& cut) {
   if (!response.is_object()) return tool_error("sbx: the worker's response is not a JSON object");
-  if (response.contains("error") && !response.contains("status")) return tool_error(worker_error_text(response));
+  if (response.contains("error") && !response.contains("status")) return worker_error_result(response);
   std::string status = response.value("status", "");
   json meta = run_meta(response);
   if (status != "ok") {

@@ -483,6 +483,8 @@ json pack_response(const PackRunResult& res, const Capture& out, const Capture& 
           {"errors", res.errors},
           {"stdout", out.read_all()},
           {"stderr", err.read_all()},
+          {"violations", res.trace.value("violations", json::array())},
+          {"made_by", res.trace.value("sandbox", json::object()).value("made_by", json(nullptr))},
           {"trace", dirs.traces + "/" + kLedgerName}};
 }
 

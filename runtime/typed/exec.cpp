@@ -329,6 +329,7 @@ Result<json> exec_response(const ExecState& st, const RunReport& rep, const Capt
                {"result_errors", st.result_errors},
                {"usage", t.value("usage", json::object())},
                {"violations", t.value("violations", json::array())},
+               {"made_by", t.value("sandbox", json::object()).value("made_by", json(nullptr))},
                {"trace", st.traces_dir + "/" + kLedgerName}};
   if (st.result_errors_omitted > 0) resp["result_errors_omitted"] = st.result_errors_omitted;
   return resp;

@@ -333,21 +333,55 @@ class McpHttp(McpHttpCase):
     def test_health_readiness_and_metrics(self):
         s = self.server()
         self.assertEqual(s.request("GET", "/healthz")[0], 200)
-        self.assertEqual(s.request("GET", "/readyz")[0], 200)
+        # Ready once a throwaway sandbox was built with the server's profile, in its state dir,
+        # where that run is recorded like any other.
+        self.assertTrue(wait_for(lambda: s.request("GET", "/readyz")[0] == 200, scaled(30)), s.stderr())
+        self.assertIn("readiness check: a throwaway sandbox ran: ready", s.stderr())
+        checks = [l["record"] for l in ledger_lines(self.state) if l["record"].get("schema") == "sbx.trace/v1"]
+        self.assertEqual([(r["invocation"]["spec"]["argv"], r["result"]["status"]) for r in checks], [(["/bin/true"], "ok")])
         sid = s.initialize(TOKEN_A)
         s.call(TOKEN_A, sid, "echo m")
         s.call(TOKEN_A, sid, "exit 3", id=3)
+        # A limit event: a call its own 1 s timeout ends.
+        s.rpc(TOKEN_A, {"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {"name": "run_code", "arguments": {
+            "language": "sh", "code": "sleep 30", "limits": {"timeout": "1s"}}}}, sid)
         s.rpc(None, {"jsonrpc": "2.0", "id": 1, "method": "ping"})
         status, hdrs, raw = s.request("GET", "/metrics")
         self.assertEqual(status, 200)
         self.assertTrue(hdrs["Content-Type"].startswith("text/plain; version=0.0.4"))
         text = raw.decode()
         self.assertIn('sbx_mcp_calls_total{tool="run_code",tenant="A",outcome="ok"} 1', text)
-        self.assertIn('sbx_mcp_calls_total{tool="run_code",tenant="A",outcome="tool_error"} 1', text)
-        self.assertIn('sbx_mcp_call_seconds_count{tool="run_code",tenant="A"} 2', text)
+        self.assertIn('sbx_mcp_calls_total{tool="run_code",tenant="A",outcome="tool_error"} 2', text)
+        self.assertIn('sbx_mcp_call_seconds_count{tool="run_code",tenant="A"} 3', text)
+        # From each call's record, through its result's _meta: every call recorded, each sandbox
+        # made cold (no --pool), the timeout a limit event; nothing refused, no store error.
+        records = len(self.records("A"))
+        self.assertEqual(records, 3)
+        self.assertIn(f'sbx_mcp_records_written_total{{tenant="A"}} {records}', text)
+        self.assertIn('sbx_mcp_sandboxes_total{made_by="cold"} 3', text)
+        self.assertIn('sbx_mcp_limit_events_total{tenant="A",status="timeout"} 1', text)
+        self.assertNotIn("sbx_mcp_violations_total{", text)
+        self.assertIn("sbx_mcp_store_errors_total 0", text)
         self.assertIn('sbx_http_refusals_total{reason="unauthorized"} 1', text)
         self.assertIn("sbx_mcp_sessions 1", text)
         self.assertIn('sbx_mcp_session_start_seconds_bucket{le="+Inf"} 1', text)
+        self.assertEqual(s.stop(), 0)
+
+    def test_not_ready_while_no_sandbox_can_be_built_with_its_profile(self):
+        # A profile whose image is not in the store: every call would fail, so the server is never
+        # ready (a load balancer keeps it out of rotation), and /readyz says why.
+        profiles = self.path("profiles")
+        os.mkdir(profiles)
+        with open(os.path.join(profiles, "broken.json"), "w") as f:
+            json.dump({"extends": "untrusted", "image": "no-such-image:1"}, f)
+        self.env["SBX_PROFILE_PATH"] = profiles
+        s = self.server("--profile", "broken")
+        self.assertTrue(wait_for(lambda: "readiness check:" in s.stderr(), scaled(30)), s.stderr())
+        status, _, body = s.request("GET", "/readyz")
+        self.assertEqual(status, 503, body)
+        self.assertIn(b"a sandbox cannot be built here", body)
+        self.assertIn(b"no image named no-such-image:1", body)
+        self.assertEqual(s.request("GET", "/healthz")[0], 200)  # alive: restarting would not help
         self.assertEqual(s.stop(), 0)
 
     @unittest.skipUnless(shutil.which("prometheus"), "Debian's prometheus package is needed (make deps-test installs it)")

@@ -143,6 +143,27 @@ TEST_CASE("mcp: tool results: ok is structuredContent plus its text; failures ar
   CHECK(r["content"][0]["text"] == "usage: limit above the profile");
 }
 
+TEST_CASE("mcp: _meta says how the run's sandbox was made, its status and violations, and a store error's stage") {
+  // What `sbx mcp --listen` counts in /metrics (mcp_http.cpp, count_run) without reading content.
+  json resp = {{"run_id", "r5"},     {"status", "seccomp_violation"}, {"made_by", "template"},
+               {"stdout", ""},       {"violations", json::array({{{"syscall", "ptrace"}}, {{"syscall", "bpf"}}})},
+               {"trace", "/t/l.jsonl"}};
+  json r = mcp::run_code_result(resp);
+  CHECK(r["_meta"]["sbx/made_by"] == "template");
+  CHECK(r["_meta"]["sbx/status"] == "seccomp_violation");
+  CHECK(r["_meta"]["sbx/violations"] == 2);
+  CHECK(mcp::pack_result(resp, false)["_meta"]["sbx/made_by"] == "template");
+  // A response without these fields (an older worker) has none of them.
+  json plain = mcp::run_code_result({{"run_id", "r6"}, {"stdout", ""}});
+  CHECK_FALSE(plain["_meta"].contains("sbx/made_by"));
+  CHECK_FALSE(plain["_meta"].contains("sbx/violations"));
+  // A run whose record could not be stored: no result, and the stage for the store-error count.
+  json lost = {{"error", {{"stage", "record"}, {"message", "the run's trace record could not be stored"}}}};
+  CHECK(mcp::run_code_result(lost)["_meta"]["sbx/error_stage"] == "record");
+  CHECK(mcp::pack_result(lost, false)["_meta"]["sbx/error_stage"] == "record");
+  CHECK(mcp::pack_result(lost, false)["isError"] == true);
+}
+
 TEST_CASE("mcp: a worker's response is summarised without holding its streams, and passes what the run accepted") {
   std::string big(100000, 'x');
   json resp = {{"run_id", "r4"}, {"status", "ok"}, {"stdout", big}, {"stderr", "e"}, {"result", {{"k", big}}}};
