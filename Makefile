@@ -32,8 +32,9 @@ RUN_DEB_PACKAGES = g++ cmake make pkg-config ccache \
 # zsh/fish (completion checks), clang-format-14 (ctest format, .clang-format), compressors and cpio (image and VM tests), qemu (the cgroup v2
 # guest, tests/vm), chromium (the browser workload of tests/integration/test_memory_fallback.py),
 # nodejs (the MCP SDK client of tests/mcp; npm is added by `make mcp-test-deps` only where no npm
-# exists: a nodejs package that bundles its own npm conflicts with Debian's), podman, runc and uidmap
-# (deploy/test.sh runs sbx in user-namespaced containers, root and rootless; crun refuses this
+# exists: a nodejs package that bundles its own npm conflicts with Debian's), podman, runc, uidmap
+# and python3-yaml (deploy/test.sh runs sbx in user-namespaced containers, root and rootless, and
+# deploy/k8s/mcp-server.yaml's Deployment, read by deploy/podman-deploy.py; crun refuses this
 # host's cgroup set-up; rootless podman needs newuidmap), python3-numpy (tests/integration/test_mcp_warm.py
 # preloads it in prepared interpreters: numpy seeds a generator of its own at import),
 # python3-ipykernel and python3-jupyter-client (tests/integration/test_kernel.py drives a kernel in an
@@ -43,7 +44,7 @@ RUN_DEB_PACKAGES = g++ cmake make pkg-config ccache \
 TEST_DEB_PACKAGES = json-schema-test-suite python3 python3-jsonschema procps iproute2 util-linux passwd \
   man-db groff-base curl jq zsh fish clang-format-14 \
   qemu-system-x86 cpio xz-utils zstd bzip2 \
-  chromium nodejs podman runc uidmap python3-numpy python3-ipykernel python3-jupyter-client prometheus
+  chromium nodejs podman runc uidmap python3-yaml python3-numpy python3-ipykernel python3-jupyter-client prometheus
 # BENCH_DEB_PACKAGES: only `make bench` (bench/README.md): hyperfine, and bubblewrap to compare with.
 BENCH_DEB_PACKAGES = hyperfine bubblewrap
 

@@ -12,11 +12,14 @@
 #     ids, as a pod with hostUsers: false), from the same root (--rootfs, no registry): with podman's
 #     defaults every run and `sbx doctor` fail naming the fix (masked /proc); with
 #     --security-opt unmask=ALL and seccomp-sbx.json runs work, mapped to the container's ids 1-65535;
-#  4. the same in a rootless podman container, run by a test user with /etc/subuid ids (newuidmap).
+#  4. the same in a rootless podman container, run by a test user with /etc/subuid ids (newuidmap);
+#  5. (before 4) k8s/mcp-server.yaml's Deployment under root podman, with the manifest's settings
+#     translated by deploy/podman-deploy.py, driven from another network namespace by the official
+#     MCP TypeScript SDK's Streamable HTTP client (from BUILD_DIR/mcp-node: make mcp-test-deps).
 # Limits being enforced in such a container needs cgroup v2 controllers, which this project's
 # hosts do not have: that is the qemu guest's test "cgroup namespace with processes at its root"
 # (tests/vm/guest-tests.sh).
-# usage: deploy/test.sh SBX_BINARY        exit 0 pass, 1 fail, 77 skipped (reason on the last line)
+# usage: deploy/test.sh SBX_BINARY [BUILD_DIR]   exit 0 pass, 1 fail, 77 skipped (reason on the last line)
 set -u
 SBX=$(readlink -f "${1:?usage: deploy/test.sh SBX_BINARY}")
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -35,13 +38,30 @@ def need(cond, what):
     if not cond:
         print("FAIL:", what); sys.exit(1)
     print("ok:", what)
-for name, kind in (("k8s/job.yaml", "Job"), ("k8s/worker-daemonset.yaml", "DaemonSet")):
+for name, kind in (("k8s/job.yaml", "Job"), ("k8s/worker-daemonset.yaml", "DaemonSet"), ("k8s/mcp-server.yaml", "Deployment")):
     docs = [x for x in yaml.safe_load_all(open(f"{d}/{name}")) if x is not None]
-    need(len(docs) == 1 and docs[0]["kind"] == kind, f"{name}: one {kind}")
-    m = docs[0]
+    need(len([x for x in docs if x["kind"] == kind]) == 1, f"{name}: one {kind}")
+    m = next(x for x in docs if x["kind"] == kind)
     need(m["apiVersion"] in ("batch/v1", "apps/v1") and m["metadata"]["name"], f"{name}: apiVersion and name")
     pod = m["spec"]["template"]["spec"]
-    if kind == "DaemonSet":
+    if kind == "Deployment":  # sbx mcp --listen: probes, the Service, the token file from the Secret
+        c0 = pod["containers"][0]
+        args = c0["args"]
+        need(args[:2] == ["sbx", "mcp"] and "--listen" in args and "--tokens" in args, f"{name}: sbx mcp --listen --tokens")
+        tokens = args[args.index("--tokens") + 1]
+        mounts = {v["mountPath"]: v["name"] for v in c0["volumeMounts"]}
+        vol = {v["name"]: v for v in pod["volumes"]}[mounts[tokens.rsplit("/", 1)[0]]]
+        secret = next(x for x in docs if x["kind"] == "Secret" and x["metadata"]["name"] == vol["secret"]["secretName"])
+        need("tokens" in json.loads(secret["stringData"][tokens.rsplit("/", 1)[1]]), f"{name}: --tokens is the Secret's tokens.json")
+        need(c0["livenessProbe"]["httpGet"]["path"] == "/healthz" and c0["readinessProbe"]["httpGet"]["path"] == "/readyz",
+             f"{name}: liveness /healthz, readiness /readyz")
+        port = args[args.index("--listen") + 1].rsplit(":", 1)[1]
+        svc = next(x for x in docs if x["kind"] == "Service")
+        need(svc["spec"]["selector"].items() <= m["spec"]["template"]["metadata"]["labels"].items()
+             and {p["name"]: p["containerPort"] for p in c0["ports"]}[svc["spec"]["ports"][0]["targetPort"]] == int(port),
+             f"{name}: the Service selects the pods and targets --listen's port")
+        need(c0["resources"]["requests"] and c0["resources"]["limits"], f"{name}: resource requests and limits")
+    if kind in ("DaemonSet", "Deployment"):
         need(m["spec"]["selector"]["matchLabels"].items() <= m["spec"]["template"]["metadata"]["labels"].items(),
              f"{name}: selector matches the template's labels")
     else:
@@ -66,6 +86,7 @@ body = re.sub(r'"(?:[^"\\]|\\.)*"', '""', re.sub(r"(?m)^\s*#.*$", "", hcl))
 need(body.count("{") == body.count("}") and body.count("[") == body.count("]"), "nomad: braces and brackets balance")
 need(re.search(r'driver\s*=\s*"raw_exec"', hcl) and re.search(r'command\s*=\s*"/usr/local/bin/sbx"', hcl), "nomad: raw_exec running sbx")
 PY
+python3 "$HERE/podman-deploy.py" --selftest "$HERE/k8s/mcp-server.yaml" || exit 1
 
 # The image carries the static release binary (Containerfile: COPY build/sbx); a sanitizer build
 # is dynamically linked and would find no loader or libraries in this root.
@@ -136,7 +157,16 @@ PY
 echo "== sbx in a user-namespaced podman container (--uidmap 0:2000000:65536)"
 command -v podman >/dev/null || { echo "skipped: steps 1-2 passed; no podman for steps 3-4 (apt-get install podman runc uidmap)"; exit 77; }
 PROOT=$(mktemp -d /tmp/sbx-deploy-podman.XXXXXX) || exit 1
-trap 'rm -rf "$ROOT" "$PROOT"' EXIT
+# Root podman with the cgroupfs manager makes libpod_parent (and its conmon) in each cgroup v1
+# hierarchy of this host and leaves them, empty, behind: those it made are removed on exit.
+CG_BEFORE=$(ls -d /sys/fs/cgroup/*/libpod_parent 2>/dev/null)
+podman_cgroups_cleanup() {
+  for d in /sys/fs/cgroup/*/libpod_parent; do
+    [ -d "$d" ] && ! printf '%s\n' "$CG_BEFORE" | grep -qxF "$d" || continue
+    find "$d" -depth -type d -exec rmdir {} \; 2>/dev/null
+  done
+}
+trap 'rm -rf "$ROOT" "$PROOT"; podman_cgroups_cleanup' EXIT
 cp -a "$ROOT/." "$PROOT/" && rm -rf "$PROOT/out" "$PROOT/stdout.txt" "$PROOT/stderr.txt" || exit 1
 mkdir -p "$PROOT/run" "$PROOT/out" && touch "$PROOT/etc/hosts" "$PROOT/etc/resolv.conf" "$PROOT/etc/hostname"
 chmod 755 "$PROOT" && chown -R 2000000:2000000 "$PROOT" || exit 1  # owned by the container's root, as an image's files
@@ -189,13 +219,39 @@ PY
 UIDBASE=2000000
 pod_steps "root podman" "$PROOT" || exit $?
 
+# 5. deploy/k8s/mcp-server.yaml's Deployment under root podman: sbx mcp --listen with the manifest's
+#    settings (deploy/podman-deploy.py translates each; kube play cannot run it, deploy/README.md
+#    says why), the token file from its Secret, in a network namespace of its own, driven from
+#    another by the official MCP TypeScript SDK's HTTP client (installed by `make mcp-test-deps`).
+#    The image's userland (the recipe's apt step: Debian 12 with python3) is this Debian 12 host's
+#    /usr/bin, /usr/lib and /usr/lib64, bound read-only; busybox stays at /bin.
+echo "== deploy/k8s/mcp-server.yaml under podman, driven by the MCP SDK's Streamable HTTP client"
+NODE_DIR=$(readlink -f "${2:-$(dirname "$SBX")}")/mcp-node
+skip5=
+if [ ! -d "$NODE_DIR/node_modules/@modelcontextprotocol/sdk" ] || ! command -v node >/dev/null || ! command -v ip >/dev/null; then
+  skip5="step 5 (no MCP SDK in $NODE_DIR, node or ip: make mcp-test-deps)"
+  echo "skipped: $skip5"
+else
+  DROOT=$(mktemp -d /tmp/sbx-deploy-mcp.XXXXXX) || exit 1
+  trap 'rm -rf "$ROOT" "$PROOT" "$DROOT"; podman_cgroups_cleanup' EXIT
+  cp -a "$PROOT/." "$DROOT/" && rm -rf "$DROOT"/*.txt "$DROOT/out" || exit 1
+  mkdir -p "$DROOT/usr/bin" "$DROOT/usr/lib" "$DROOT/usr/lib64" && ln -s usr/lib "$DROOT/lib" && ln -s usr/lib64 "$DROOT/lib64" || exit 1
+  chown -R -h 2000000:2000000 "$DROOT" || exit 1
+  nofile=$(ulimit -Hn); [ "$nofile" = unlimited ] || [ "$nofile" -gt 65536 ] && nofile=65536
+  python3 "$HERE/podman-deploy.py" --sbx "$SBX" --manifest "$HERE/k8s/mcp-server.yaml" --image-root "$DROOT" \
+    --image-bind /usr/bin:/usr/bin --image-bind /usr/lib:/usr/lib --image-bind /usr/lib64:/usr/lib64 \
+    --node-dir "$NODE_DIR" --uid-base 2000000 --seccomp "$HERE/seccomp-sbx.json" --podman "$PODMAN" \
+    --host-fit "--ulimit=nofile=$nofile:$nofile --ulimit=nproc=4096:4096" || exit $?
+fi
+
 # 4. Rootless podman: the same steps as a user with subordinate ids (/etc/subuid), the container's
 #    65536 ids being the user's own uid and 65535 of its subordinate ones (--uidmap 0:0:65536 inside
 #    podman's rootless namespace). Its storage, run dir and pause process are this test's own, in a
 #    temporary dir, ended and removed on exit.
+[ -z "$skip5" ] && passed="1-3 and 5" || passed="1-3"
 echo "== sbx in a rootless podman container (a user with /etc/subuid ids, --uidmap 0:0:65536)"
 command -v newuidmap >/dev/null && command -v newgidmap >/dev/null && command -v runuser >/dev/null ||
-  { echo "skipped: steps 1-3 passed; no newuidmap/newgidmap for step 4 (apt-get install uidmap)"; exit 77; }
+  { echo "skipped: steps $passed passed; no newuidmap/newgidmap for step 4 (apt-get install uidmap)"; exit 77; }
 PUSER=sbxpodman
 if ! id "$PUSER" >/dev/null 2>&1; then
   useradd --system --user-group --home-dir /nonexistent --no-create-home --shell /usr/sbin/nologin "$PUSER" ||
@@ -220,7 +276,7 @@ stop_pause() {  # podman's rootless pause process keeps its user namespace: this
   p=$(cat "$PTMP/xdg/libpod/tmp/pause.pid" 2>/dev/null) && [ -n "$p" ] && runuser -u "$PUSER" -- kill "$p" 2>/dev/null
   :  # root removes the storage's files of subordinate ids with the rest (the trap below)
 }
-trap 'stop_pause; rm -rf "$ROOT" "$PROOT" "$PTMP"' EXIT
+trap 'stop_pause; rm -rf "$ROOT" "$PROOT" "${DROOT:-}" "$PTMP"; podman_cgroups_cleanup' EXIT
 mkdir -p "$PTMP/home" "$PTMP/xdg" "$PTMP/storage" "$PTMP/runroot" && cp -a "$PROOT/." "$RLROOT/" || exit 1
 rm -rf "$RLROOT/out" "$RLROOT"/*.txt && mkdir -p "$RLROOT/out" || exit 1
 chmod 700 "$PTMP/xdg" && chown -R "$PUSER:$PUSER" "$PTMP/home" "$PTMP/xdg" "$PTMP/storage" "$PTMP/runroot" "$RLROOT" || exit 1
@@ -230,7 +286,8 @@ PODMAN="runuser -u $PUSER -- env -i PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:
 # setuid bit, an AppArmor userns restriction) cannot run step 4: said, and skipped.
 if ! $PODMAN unshare true >"$PTMP/unshare.txt" 2>&1; then
   sed 's/^/  | /' "$PTMP/unshare.txt"
-  echo "skipped: steps 1-3 passed; $PUSER cannot start a rootless podman namespace here (above)"; exit 77
+  echo "skipped: steps $passed passed; $PUSER cannot start a rootless podman namespace here (above)"; exit 77
 fi
 UIDBASE=0
-pod_steps "rootless podman" "$RLROOT"
+pod_steps "rootless podman" "$RLROOT" || exit $?
+[ -z "$skip5" ] || { echo "skipped: steps 1-4 passed; $skip5"; exit 77; }
