@@ -27,6 +27,7 @@
 #include <cstdio>
 #include <deque>
 #include <functional>
+#include <initializer_list>
 #include <map>
 #include <optional>
 #include <memory>
@@ -99,6 +100,21 @@ std::vector<std::string> split_key(const std::string& k) {
 
 void prom_head(std::string& o, const char* name, const char* type, const char* help) {
   o += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
+}
+
+// A counter family whose map keys are its label values joined with \x1f (Metrics): one sample
+// per key ("other", past kMaxLabelSets, only where the family has one label).
+void prom_counters(std::string& o, const char* name, const char* help, const std::map<std::string, std::uint64_t>& m,
+                   std::initializer_list<const char*> labels) {
+  prom_head(o, name, "counter", help);
+  for (auto& [k, n] : m) {
+    auto values = split_key(k);
+    if (values.size() != labels.size()) continue;
+    std::string set;
+    std::size_t i = 0;
+    for (const char* l : labels) set += (set.empty() ? "" : ",") + std::string(l) + "=\"" + label(values[i++]) + "\"";
+    o += std::string(name) + "{" + set + "} " + std::to_string(n) + "\n";
+  }
 }
 
 struct Histogram {
@@ -1112,26 +1128,18 @@ class HttpServer {
 
   // The families counted from the runs' _meta (count_run).
   void run_metrics(std::string& o) const {
-    prom_head(o, "sbx_mcp_records_written_total", "counter",
-              "Calls whose run's record is durable in the tenant's ledger.");
-    for (auto& [k, n] : m_.records)
-      o += "sbx_mcp_records_written_total{tenant=\"" + label(k) + "\"} " + std::to_string(n) + "\n";
-    prom_head(o, "sbx_mcp_sandboxes_total", "counter",
-              "Calls' sandboxes by how they were made: pooled and template are pool hits, cold a miss (or no pool).");
-    for (auto& [k, n] : m_.made_by)
-      o += "sbx_mcp_sandboxes_total{made_by=\"" + label(k) + "\"} " + std::to_string(n) + "\n";
-    prom_head(o, "sbx_mcp_limit_events_total", "counter",
-              "Calls ended by a limit, by tenant and status (timeout, oom, output_limit).");
-    for (auto& [k, n] : m_.limit_events) {
-      auto p = split_key(k);
-      if (p.size() != 2) continue;
-      o += "sbx_mcp_limit_events_total{tenant=\"" + label(p[0]) + "\",status=\"" + label(p[1]) + "\"} " +
-           std::to_string(n) + "\n";
-    }
-    prom_head(o, "sbx_mcp_violations_total", "counter",
-              "Violations in calls' records (system calls refused, hosts denied), by tenant.");
-    for (auto& [k, n] : m_.violations)
-      o += "sbx_mcp_violations_total{tenant=\"" + label(k) + "\"} " + std::to_string(n) + "\n";
+    prom_counters(o, "sbx_mcp_records_written_total", "Calls whose run's record is durable in the tenant's ledger.",
+                  m_.records, {"tenant"});
+    prom_counters(
+        o, "sbx_mcp_sandboxes_total",
+        "Calls' sandboxes by how they were made: pooled and template are pool hits, cold a miss (or no pool).",
+        m_.made_by, {"made_by"});
+    prom_counters(o, "sbx_mcp_limit_events_total",
+                  "Calls ended by a limit, by tenant and status (timeout, oom, output_limit).", m_.limit_events,
+                  {"tenant", "status"});
+    prom_counters(o, "sbx_mcp_violations_total",
+                  "Violations in calls' records (system calls refused, hosts denied), by tenant.", m_.violations,
+                  {"tenant"});
     prom_head(o, "sbx_mcp_store_errors_total", "counter",
               "Calls whose run's record could not be stored (its result withheld).");
     o += "sbx_mcp_store_errors_total " + std::to_string(m_.store_errors) + "\n";
@@ -1139,7 +1147,6 @@ class HttpServer {
 
   std::string metrics_text() const {
     std::string o;
-    auto split = split_key;
     auto head = [&o](const char* name, const char* type, const char* help) { prom_head(o, name, type, help); };
     auto hist = [&o](const std::string& name, const std::string& labels, const Histogram& h) {
       std::uint64_t cum = 0;
@@ -1157,16 +1164,11 @@ class HttpServer {
       std::string braces = labels.empty() ? "" : "{" + labels + "}";
       o += name + "_sum" + braces + " " + sum + "\n" + name + "_count" + braces + " " + std::to_string(h.n) + "\n";
     };
-    head("sbx_mcp_calls_total", "counter", "Tool calls answered, by tool, tenant and outcome (ok, tool_error, error).");
-    for (auto& [k, n] : m_.calls) {
-      auto p = split(k);
-      if (p.size() != 3) continue;
-      o += "sbx_mcp_calls_total{tool=\"" + label(p[0]) + "\",tenant=\"" + label(p[1]) + "\",outcome=\"" + label(p[2]) +
-           "\"} " + std::to_string(n) + "\n";
-    }
+    prom_counters(o, "sbx_mcp_calls_total", "Tool calls answered, by tool, tenant and outcome (ok, tool_error, error).",
+                  m_.calls, {"tool", "tenant", "outcome"});
     head("sbx_mcp_call_seconds", "histogram", "Tool calls' time from request to response, by tool and tenant.");
     for (auto& [k, h] : m_.call_seconds) {
-      auto p = split(k);
+      auto p = split_key(k);
       if (p.size() != 2) continue;
       hist("sbx_mcp_call_seconds", "tool=\"" + label(p[0]) + "\",tenant=\"" + label(p[1]) + "\"", h);
     }
@@ -1174,16 +1176,10 @@ class HttpServer {
          "Sessions' start: initialize to its answer (the session's server started).");
     hist("sbx_mcp_session_start_seconds", "", m_.session_start_seconds);
     run_metrics(o);
-    head("sbx_http_requests_total", "counter", "HTTP requests answered, by path and status code.");
-    for (auto& [k, n] : m_.requests) {
-      auto p = split(k);
-      if (p.size() != 2) continue;
-      o += "sbx_http_requests_total{path=\"" + label(p[0]) + "\",code=\"" + label(p[1]) + "\"} " + std::to_string(n) +
-           "\n";
-    }
-    head("sbx_http_refusals_total", "counter", "Requests and connections refused, by reason.");
-    for (auto& [k, n] : m_.refusals)
-      o += "sbx_http_refusals_total{reason=\"" + label(k) + "\"} " + std::to_string(n) + "\n";
+    prom_counters(o, "sbx_http_requests_total", "HTTP requests answered, by path and status code.", m_.requests,
+                  {"path", "code"});
+    prom_counters(o, "sbx_http_refusals_total", "Requests and connections refused, by reason.", m_.refusals,
+                  {"reason"});
     head("sbx_http_connections", "gauge", "Connections open.");
     o += "sbx_http_connections " + std::to_string(m_.connections) + "\n";
     head("sbx_mcp_sessions", "gauge", "MCP sessions open.");
