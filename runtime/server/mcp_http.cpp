@@ -279,6 +279,7 @@ class HttpServer {
       ::close(fds[0]);
       ::close(acceptor_.native_handle());
       if (signals_) ::close(signals_->native_handle());
+      ::setpgid(0, 0);  // its own group, with the run it forks: shut_down ends both at once
       ::prctl(PR_SET_PDEATHSIG, SIGKILL);
       sigset_t none;
       sigemptyset(&none);
@@ -295,6 +296,7 @@ class HttpServer {
       ready_why_ = std::string("the readiness check could not start: fork: ") + std::strerror(errno);
       return;
     }
+    ::setpgid(pid, pid);  // as the helper does: whichever runs first
     ready_pid_ = pid;
     ready_pipe_ = std::make_unique<net::posix::stream_descriptor>(io_, fds[0]);
     net::co_spawn(io_, read_ready_check(), net::detached);
@@ -412,7 +414,7 @@ class HttpServer {
   // past the grace period, SIGKILL what is left (its workers still record: mcp_server.hpp).
   net::awaitable<void> shut_down() {
     stopping_ = true;
-    if (ready_pid_ > 0) ::kill(ready_pid_, SIGKILL);  // its reader reaps it
+    if (ready_pid_ > 0) ::kill(-ready_pid_, SIGKILL);  // the helper and its run; its reader reaps it
     boost::system::error_code ec;
     acceptor_.close(ec);
     for (auto& [id, c] : sessions_) close_child(*c);
