@@ -374,6 +374,25 @@ std::vector<std::string> session_server_argv(const McpFlags& f, const GlobalOpti
   return argv;
 }
 
+// /readyz's check (mcp_http.hpp, ready_check): "" once a sandbox has been built here with the
+// server's profile, as doctor's row builds it, and each token's tenant passes every check of a run
+// (--dry-run: its identity, store and ceilings here, e.g. separate ids in a pod with no room for
+// them); else why.
+std::string readiness(const std::string& profile, const std::string& state, const std::vector<std::string>& tenants) {
+  CheckResult r = throwaway_sandbox_check(profile, state);
+  if (r.status != CheckStatus::ok) return r.detail;
+  for (auto& t : tenants) {
+    Captured c = run_self(
+        {"sbx", "--state-dir", state, "run", "--tenant", t, "--profile", profile, "--dry-run", "--", "/bin/true"}, {},
+        std::chrono::seconds(15), false);
+    if (c.status == 0) continue;
+    std::string_view last = last_sbx_line(c.err);
+    return "tenant " + t +
+           ": a run would fail: " + (last.empty() ? "exit status " + std::to_string(c.status) : std::string(last));
+  }
+  return "";
+}
+
 // --listen: checks the HTTP flags (every token's tenant loads now, so a typo fails the server, not
 // each call) and serves.
 int serve_over_http(const McpFlags& f, GlobalOptions& g, const mcp::ServerConfig& cfg) {
@@ -416,11 +435,10 @@ int serve_over_http(const McpFlags& f, GlobalOptions& g, const mcp::ServerConfig
   // reach them as well.
   ::unsetenv(mcp::kMcpTenantEnv);
   h.state_dir = resolve_dirs(g.state_dir).state;
-  // Ready once a sandbox has been built here with the server's profile, as doctor's row builds it.
-  h.ready_check = [profile = f.profile, state = h.state_dir] {
-    CheckResult r = throwaway_sandbox_check(profile, state);
-    return r.status == CheckStatus::ok ? std::string() : r.detail;
-  };
+  std::vector<std::string> tenants;
+  for (auto& e : h.tokens.entries)
+    if (std::find(tenants.begin(), tenants.end(), e.tenant) == tenants.end()) tenants.push_back(e.tenant);
+  h.ready_check = [profile = f.profile, state = h.state_dir, tenants] { return readiness(profile, state, tenants); };
   return mcp::serve_http(h);
 }
 

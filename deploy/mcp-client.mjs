@@ -2,12 +2,13 @@
 // (@modelcontextprotocol/sdk, pinned in tests/mcp/package.json; run from the directory it is
 // installed in) against sbx mcp --listen deployed from deploy/k8s/mcp-server.yaml, from outside the
 // pod's network namespace. Acts as the kubelet first (waits for the readiness probe).
-//   node mcp-client.mjs BASE_URL TOKEN_ALPHA TOKEN_BETA READY_PATH LIVE_PATH
+//   TOKEN_ALPHA=... TOKEN_BETA=... node mcp-client.mjs BASE_URL READY_PATH LIVE_PATH
 // Prints one line per check, a /metrics excerpt, and "N passed, N failed"; exits 1 on a failure.
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 
-const [, , base, tokenA, tokenB, readyPath, livePath] = process.argv;
+const [, , base, readyPath, livePath] = process.argv;
+const { TOKEN_ALPHA: tokenA, TOKEN_BETA: tokenB } = process.env;
 const scale = Number(process.env.SBX_TEST_TIME_SCALE || "1") || 1;
 const url = new URL(`${base}/mcp`);
 let passed = 0, failed = 0;
@@ -80,12 +81,13 @@ try {
   }
   check("a wrong token: refused with 401", refused?.code === 401, `${refused?.code}: ${refused?.message}`);
 
+  const deleted = a.transport.sessionId;
   await a.transport.terminateSession();
   check("DELETE: alpha's session ended", a.transport.sessionId === undefined, a.transport.sessionId);
   const gone = await fetch(url, { method: "POST", headers: { "Content-Type": "application/json", Accept: "application/json, text/event-stream",
-    Authorization: `Bearer ${tokenA}`, "Mcp-Session-Id": String(a.transport.sessionId ?? "0".repeat(32)) },
+    Authorization: `Bearer ${tokenA}`, "Mcp-Session-Id": deleted, "MCP-Protocol-Version": a.transport.protocolVersion ?? "2025-06-18" },
     body: JSON.stringify({ jsonrpc: "2.0", id: 10, method: "tools/list" }) });
-  check("a deleted session is not found", gone.status === 404 || gone.status === 400, gone.status);
+  check("the deleted session's id is not found: 404", gone.status === 404, gone.status);
   await a.client.close();
   await b.transport.terminateSession();
   await b.client.close();

@@ -23,7 +23,7 @@ Afterwards it prints what the engine enforced (from podman inspect and the conta
 
 usage: podman-deploy.py --sbx SBX --manifest YAML --image-root DIR [--image-bind SRC:DST ...]
                         --node-dir DIR --uid-base N --seccomp FILE [--podman 'podman ...']
-                        [--host-fit 'OPTIONS']
+                        [--host-fit 'OPTIONS'] [--tag T]
        podman-deploy.py --selftest YAML   (the translation refuses settings it cannot carry over)
 Exit 0 pass, 1 fail, 77 skipped (the reason on the last line). Needs root, podman, ip, node.
 """
@@ -42,11 +42,64 @@ import time
 
 import yaml
 
-POD_KEYS = {"hostUsers", "terminationGracePeriodSeconds", "containers", "volumes"}
-CONTAINER_KEYS = {"name", "image", "env", "command", "args", "ports", "livenessProbe", "readinessProbe",
-                  "resources", "securityContext", "volumeMounts"}
-SECURITY_KEYS = {"runAsUser", "privileged", "allowPrivilegeEscalation", "procMount", "seccompProfile",
-                 "appArmorProfile"}
+# Every key this translation carries over, by where it sits (a list's items under "[]"); any other
+# key stops it (check_keys). FREE: maps whose keys are the user's (labels, a ConfigMap's data).
+PROBE = {"httpGet", "periodSeconds", "initialDelaySeconds", "timeoutSeconds", "failureThreshold", "successThreshold"}
+C = "spec.template.spec.containers[]"
+KNOWN = {
+    "Deployment": {
+        "": {"apiVersion", "kind", "metadata", "spec"},
+        "metadata": {"name", "labels"},
+        "spec": {"replicas", "selector", "template"},
+        "spec.selector": {"matchLabels"},
+        "spec.template": {"metadata", "spec"},
+        "spec.template.metadata": {"labels"},
+        "spec.template.spec": {"hostUsers", "terminationGracePeriodSeconds", "containers", "volumes"},
+        C: {"name", "image", "env", "command", "args", "ports", "livenessProbe", "readinessProbe", "resources",
+            "securityContext", "volumeMounts"},
+        C + ".env[]": {"name", "value"},
+        C + ".ports[]": {"name", "containerPort", "protocol"},
+        C + ".livenessProbe": PROBE, C + ".readinessProbe": PROBE,
+        C + ".livenessProbe.httpGet": {"path", "port"}, C + ".readinessProbe.httpGet": {"path", "port"},
+        C + ".resources": {"requests", "limits"},
+        C + ".resources.requests": {"memory", "cpu"}, C + ".resources.limits": {"memory", "cpu"},
+        C + ".securityContext": {"runAsUser", "privileged", "allowPrivilegeEscalation", "procMount", "seccompProfile",
+                                 "appArmorProfile"},
+        C + ".securityContext.seccompProfile": {"type", "localhostProfile"},
+        C + ".securityContext.appArmorProfile": {"type"},
+        C + ".volumeMounts[]": {"name", "mountPath", "readOnly"},
+        "spec.template.spec.volumes[]": {"name", "secret", "configMap", "emptyDir"},
+        "spec.template.spec.volumes[].secret": {"secretName", "defaultMode"},
+        "spec.template.spec.volumes[].configMap": {"name", "defaultMode"},
+        "spec.template.spec.volumes[].emptyDir": set(),
+    },
+    "Secret": {"": {"apiVersion", "kind", "metadata", "type", "stringData", "data"}, "metadata": {"name"}},
+    "ConfigMap": {"": {"apiVersion", "kind", "metadata", "data"}, "metadata": {"name"}},
+    "Service": {"": {"apiVersion", "kind", "metadata", "spec"}, "metadata": {"name"}, "spec": {"selector", "ports"},
+                "spec.ports[]": {"name", "port", "targetPort", "protocol"}},
+}
+FREE = {"metadata.labels", "spec.selector.matchLabels", "spec.template.metadata.labels", "stringData", "data",
+        "spec.selector", C + ".command", C + ".args"}
+
+
+def check_keys(kind, node, path=""):
+    """Stops at the first key of a `kind` object that KNOWN does not list."""
+    if path in FREE:
+        return
+    if isinstance(node, list):
+        for item in node:
+            check_keys(kind, item, path + "[]")
+        return
+    if not isinstance(node, dict):
+        return
+    known = KNOWN[kind].get(path)
+    if known is None:
+        raise Untranslatable(f"{kind} {path or '(top)'}: no translation for what it holds")
+    for k, v in node.items():
+        where = f"{path}.{k}" if path else k
+        if k not in known:
+            raise Untranslatable(f"{kind} {where}: no podman translation here")
+        check_keys(kind, v, where)
 
 
 class Untranslatable(Exception):
@@ -107,16 +160,15 @@ def translate(by_kind, args, work):
     labels = dep["spec"]["template"]["metadata"]["labels"]
     if not dep["spec"]["selector"]["matchLabels"].items() <= labels.items():
         raise Untranslatable("the Deployment's selector does not match its pod's labels")
-    if set(pod) - POD_KEYS:
-        raise Untranslatable(f"pod spec keys with no podman translation here: {sorted(set(pod) - POD_KEYS)}")
+    for kind, objs in by_kind.items():
+        if kind not in KNOWN:
+            raise Untranslatable(f"a {kind}: no translation here")
+        for o in objs:
+            check_keys(kind, o)
     if len(pod["containers"]) != 1:
         raise Untranslatable("one container per pod is translated")
     c = pod["containers"][0]
-    if set(c) - CONTAINER_KEYS:
-        raise Untranslatable(f"container keys with no podman translation here: {sorted(set(c) - CONTAINER_KEYS)}")
     sc = c.get("securityContext", {})
-    if set(sc) - SECURITY_KEYS:
-        raise Untranslatable(f"securityContext keys with no podman translation here: {sorted(set(sc) - SECURITY_KEYS)}")
     argv, said = [], []
 
     def opt(what, *flags):
@@ -137,7 +189,10 @@ def translate(by_kind, args, work):
     if sc.get("procMount") == "Unmasked":
         opt("securityContext.procMount: Unmasked", "--security-opt=unmask=ALL")
     prof = sc.get("seccompProfile", {})
-    if prof.get("type") == "Localhost":
+    if sc.get("privileged") and prof:
+        # Kubernetes runs a privileged container seccomp-unconfined whatever its profile says.
+        opt("securityContext.seccompProfile (inert: privileged)", "--security-opt=seccomp=unconfined")
+    elif prof.get("type") == "Localhost":
         # The kubelet reads <root>/seccomp/<localhostProfile>; deploy/README.md has it installed
         # there from deploy/seccomp-sbx.json.
         if prof.get("localhostProfile") != "profiles/sbx.json":
@@ -152,6 +207,12 @@ def translate(by_kind, args, work):
         raise Untranslatable(f"appArmorProfile {aa} has no translation here")
     if sc.get("procMount") not in (None, "Default", "Unmasked"):
         raise Untranslatable(f"procMount {sc['procMount']} has no translation here")
+    if dep["spec"].get("replicas", 1) != 1:
+        said.append(f"{'replicas: ' + str(dep['spec']['replicas']):<46} -> one pod here (each replica is the same)")
+    for name in ("readinessProbe", "livenessProbe"):
+        timing = sorted(set(c.get(name, {})) - {"httpGet"})
+        if timing:
+            said.append(f"{name + ' ' + ', '.join(timing):<46} -> the kubelet's, played by the client")
     for e in c.get("env", []):
         opt(f"env {e['name']}", f"--env={e['name']}={e['value']}")
     res = c.get("resources", {})
@@ -226,19 +287,22 @@ def fill_in(by_kind, args, image_root):
 class PodNetwork:
     """The pod's network namespace and a client's, joined by a veth pair (10.213.0.0/30)."""
 
-    def __init__(self):
-        tag = str(os.getpid())
-        self.pod, self.cli = f"sbxpod-{tag}", f"sbxcli-{tag}"
+    def __init__(self, tag):
+        self.pod, self.cli = f"sbxpod-{tag}", f"sbxcli-{tag}"  # deploy/test.sh removes them if killed
         self.pod_ip = "10.213.0.2"
 
     def __enter__(self):
-        sh(["ip", "netns", "add", self.pod])
-        sh(["ip", "netns", "add", self.cli])
-        sh(["ip", "-n", self.cli, "link", "add", "vc", "type", "veth", "peer", "name", "vp", "netns", self.pod])
-        for ns, dev, ip in ((self.cli, "vc", "10.213.0.1/30"), (self.pod, "vp", self.pod_ip + "/30")):
-            sh(["ip", "-n", ns, "addr", "add", ip, "dev", dev])
-            sh(["ip", "-n", ns, "link", "set", dev, "up"])
-            sh(["ip", "-n", ns, "link", "set", "lo", "up"])
+        try:
+            sh(["ip", "netns", "add", self.pod])
+            sh(["ip", "netns", "add", self.cli])
+            sh(["ip", "-n", self.cli, "link", "add", "vc", "type", "veth", "peer", "name", "vp", "netns", self.pod])
+            for ns, dev, ip in ((self.cli, "vc", "10.213.0.1/30"), (self.pod, "vp", self.pod_ip + "/30")):
+                sh(["ip", "-n", ns, "addr", "add", ip, "dev", dev])
+                sh(["ip", "-n", ns, "link", "set", dev, "up"])
+                sh(["ip", "-n", ns, "link", "set", "lo", "up"])
+        except BaseException:
+            self.__exit__()
+            raise
         return self
 
     def __exit__(self, *exc):
@@ -305,10 +369,10 @@ def run(args, work):
         print("  " + line)
     image = [f"--volume={b}:ro" for b in args.image_bind] + ["--rootfs", args.image_root]
     print(f"  {'the image (' + pod['image'] + ')':<46} -> {' '.join(image)}")
-    name = f"sbx-mcp-deploy-{os.getpid()}"
+    name = f"sbx-mcp-deploy-{args.tag}"
     svc, svc_port, target = pod["service"]
     failed = 0
-    with PodNetwork() as net:
+    with PodNetwork(args.tag) as net:
         print(f"  {'the pod' + chr(39) + 's network':<46} -> --network=ns:/run/netns/{net.pod} "
               f"(pod IP {net.pod_ip}; Service {svc}:{svc_port} -> targetPort {target}, no kube-proxy: "
               f"the client uses that endpoint)")
@@ -325,8 +389,10 @@ def run(args, work):
             client = os.path.join(args.node_dir, "mcp-client.mjs")
             shutil.copy(os.path.join(os.path.dirname(os.path.abspath(__file__)), "mcp-client.mjs"), client)
             url = f"http://{net.pod_ip}:{target}"
-            r = subprocess.run(["ip", "netns", "exec", net.cli, "node", client, url, tokens["alpha"], tokens["beta"],
-                                pod["ready"][0], pod["live"][0]], text=True, timeout=300 * args.scale)
+            # The tokens in the environment, not on a command line every user of the host can read.
+            r = subprocess.run(["ip", "netns", "exec", net.cli, "node", client, url, pod["ready"][0], pod["live"][0]],
+                               text=True, timeout=300 * args.scale,
+                               env={**os.environ, "TOKEN_ALPHA": tokens["alpha"], "TOKEN_BETA": tokens["beta"]})
             failed += r.returncode != 0
             facts = engine_facts(args.podman, name)
         finally:
@@ -380,11 +446,13 @@ def selftest(manifest):
     args = argparse.Namespace(uid_base=2000000, seccomp="seccomp-sbx.json")
     failed = 0
     for where, key, value in (("pod", "hostNetwork", True), ("container", "workingDir", "/x"),
-                              ("securityContext", "capabilities", {"add": ["SYS_ADMIN"]})):
+                              ("securityContext", "capabilities", {"add": ["SYS_ADMIN"]}),
+                              ("volumeMount", "subPath", "x"), ("env", "valueFrom", {"fieldRef": {}})):
         by_kind = load(manifest)
         pod = by_kind["Deployment"][0]["spec"]["template"]["spec"]
-        target = {"pod": pod, "container": pod["containers"][0],
-                  "securityContext": pod["containers"][0]["securityContext"]}[where]
+        c = pod["containers"][0]
+        target = {"pod": pod, "container": c, "securityContext": c["securityContext"],
+                  "volumeMount": c["volumeMounts"][0], "env": c["env"][0]}[where]
         target[key] = value
         with tempfile.TemporaryDirectory() as work:
             try:
@@ -411,6 +479,7 @@ def main():
     ap.add_argument("--seccomp", required=True)
     ap.add_argument("--podman", default="podman")
     ap.add_argument("--host-fit", default="", help="podman options that fit this host, not the manifest")
+    ap.add_argument("--tag", default=str(os.getpid()), help="names the container and network namespaces")
     args = ap.parse_args()
     args.podman = shlex.split(args.podman)
     args.host_fit = shlex.split(args.host_fit)

@@ -233,7 +233,12 @@ if [ ! -d "$NODE_DIR/node_modules/@modelcontextprotocol/sdk" ] || ! command -v n
   echo "skipped: $skip5"
 else
   DROOT=$(mktemp -d /tmp/sbx-deploy-mcp.XXXXXX) || exit 1
-  trap 'rm -rf "$ROOT" "$PROOT" "$DROOT"; podman_cgroups_cleanup' EXIT
+  # Named after this shell: what a killed run of podman-deploy.py left is removed here.
+  deploy5_cleanup() {
+    $PODMAN rm -f "sbx-mcp-deploy-$$" >/dev/null 2>&1
+    ip netns del "sbxpod-$$" 2>/dev/null; ip netns del "sbxcli-$$" 2>/dev/null
+  }
+  trap 'deploy5_cleanup; rm -rf "$ROOT" "$PROOT" "$DROOT"; podman_cgroups_cleanup' EXIT
   cp -a "$PROOT/." "$DROOT/" && rm -rf "$DROOT"/*.txt "$DROOT/out" || exit 1
   mkdir -p "$DROOT/usr/bin" "$DROOT/usr/lib" "$DROOT/usr/lib64" && ln -s usr/lib "$DROOT/lib" && ln -s usr/lib64 "$DROOT/lib64" || exit 1
   chown -R -h 2000000:2000000 "$DROOT" || exit 1
@@ -241,7 +246,8 @@ else
   python3 "$HERE/podman-deploy.py" --sbx "$SBX" --manifest "$HERE/k8s/mcp-server.yaml" --image-root "$DROOT" \
     --image-bind /usr/bin:/usr/bin --image-bind /usr/lib:/usr/lib --image-bind /usr/lib64:/usr/lib64 \
     --node-dir "$NODE_DIR" --uid-base 2000000 --seccomp "$HERE/seccomp-sbx.json" --podman "$PODMAN" \
-    --host-fit "--ulimit=nofile=$nofile:$nofile --ulimit=nproc=4096:4096" || exit $?
+    --host-fit "--ulimit=nofile=$nofile:$nofile --ulimit=nproc=4096:4096" --tag $$ || exit $?
+  deploy5_cleanup
 fi
 
 # 4. Rootless podman: the same steps as a user with subordinate ids (/etc/subuid), the container's
@@ -276,7 +282,7 @@ stop_pause() {  # podman's rootless pause process keeps its user namespace: this
   p=$(cat "$PTMP/xdg/libpod/tmp/pause.pid" 2>/dev/null) && [ -n "$p" ] && runuser -u "$PUSER" -- kill "$p" 2>/dev/null
   :  # root removes the storage's files of subordinate ids with the rest (the trap below)
 }
-trap 'stop_pause; rm -rf "$ROOT" "$PROOT" "${DROOT:-}" "$PTMP"; podman_cgroups_cleanup' EXIT
+trap 'stop_pause; rm -rf "$ROOT" "$PROOT" "${DROOT:-}" "$PTMP"; podman_cgroups_cleanup' EXIT  # step 5 cleaned up after itself
 mkdir -p "$PTMP/home" "$PTMP/xdg" "$PTMP/storage" "$PTMP/runroot" && cp -a "$PROOT/." "$RLROOT/" || exit 1
 rm -rf "$RLROOT/out" "$RLROOT"/*.txt && mkdir -p "$RLROOT/out" || exit 1
 chmod 700 "$PTMP/xdg" && chown -R "$PUSER:$PUSER" "$PTMP/home" "$PTMP/xdg" "$PTMP/storage" "$PTMP/runroot" "$RLROOT" || exit 1

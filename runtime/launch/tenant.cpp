@@ -506,6 +506,24 @@ Status apply_named_tenant(const std::optional<std::string>& name, RunRequest& re
   return apply_named_tenant(name, req, nullptr);
 }
 
+TenantIdentity plan_tenant_identity(const Tenant& t,
+                                    const std::function<Result<IdentityPlan>(std::uint32_t slot)>& planner) {
+  TenantIdentity id{t.id_slot, planner(t.id_slot), ""};
+  // Root of a user namespace too small for the tenant's slice (a Kubernetes pod with hostUsers:
+  // false maps 65536 ids, one slice): "preferred" runs in the namespace's own range, shared with
+  // every other tenant's sandboxes there, as rootless does (deploy/README.md). Only there: not on
+  // a host whose /etc/subuid range is too narrow (widen it), and never onto a single-id map (the
+  // tenant's program would run as sbx's own uid, which owns every store).
+  if (id.plan || t.require_separate_ids || id.plan.error().stage != "identity") return id;
+  auto shared = planner(0);
+  if (!shared || shared->single_id_fallback || !shared->range_source.starts_with("own user namespace (")) return id;
+  id.shared_why = "this user namespace has no room for the tenant's slice (" + id.plan.error().message +
+                  "); its sandboxes share the namespace's range with every other tenant's";
+  id.slot = 0;
+  id.plan = std::move(shared);
+  return id;
+}
+
 namespace {
 
 // Identity: the tenant's slice of sbx's range (userns.hpp). Rootless there is none to slice.
@@ -526,20 +544,10 @@ Status apply_tenant_identity(const Tenant& t, RunRequest& req, json& tenant) {
              {"tenant/separation/why",
               "rootless: every sandbox runs as the caller's uid; ceilings and the store are the tenant's, host ids are not"}}));
   } else {
-    req.tenant.id_slot = t.id_slot;
-    auto plan = plan_identity(req.spec, req.tenant.id_slot);
-    std::string shared_why;
-    // Root of a user namespace too small for the tenant's slice (a Kubernetes pod with hostUsers:
-    // false maps 65536 ids, one slice): "preferred" runs in the namespace's own range, shared with
-    // every other tenant's sandboxes there, as rootless does (deploy/README.md).
-    if (!plan && !t.require_separate_ids && plan.error().stage == "identity") {
-      if (auto shared = plan_identity(req.spec, 0)) {
-        shared_why = "this user namespace has no room for the tenant's slice (" + plan.error().message +
-                     "); its sandboxes share the namespace's range with every other tenant's";
-        req.tenant.id_slot = 0;
-        plan = std::move(shared);
-      }
-    }
+    TenantIdentity id = plan_tenant_identity(t, [&req](std::uint32_t slot) { return plan_identity(req.spec, slot); });
+    auto& plan = id.plan;
+    const std::string& shared_why = id.shared_why;
+    req.tenant.id_slot = id.slot;
     if (!plan) return make_error("usage", "tenant '" + t.name + "': " + plan.error().message);
     put(tenant, "tenant/uid_range", json::array({plan->uid_map.at(0).outside, plan->uid_map.at(0).count}));
     put(tenant, "tenant/gid_range", json::array({plan->gid_map.at(0).outside, plan->gid_map.at(0).count}));

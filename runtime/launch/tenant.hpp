@@ -17,6 +17,7 @@
 // (every sandbox is the caller's uid); a tenant whose file says "separate_ids": "required" (the
 // default) is refused then.
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -27,6 +28,7 @@
 #include "runtime/base/paths.hpp"
 #include "runtime/egress/egress_policy.hpp"
 #include "runtime/model/spec.hpp"
+#include "runtime/linux/userns.hpp"
 
 namespace sbx {
 
@@ -98,6 +100,18 @@ Status apply_tenant(const Tenant& t, RunRequest& req, const nlohmann::json& pack
 // one way every caller (run, pack run, exec, the MCP worker) applies a tenant by name.
 Status apply_named_tenant(const std::optional<std::string>& name, RunRequest& req, const nlohmann::json& pack);
 Status apply_named_tenant(const std::optional<std::string>& name, RunRequest& req);  // no pack
+
+// The id slice a tenant's sandboxes map to as root (apply_tenant): its own slot's plan, or, for
+// "separate_ids": "preferred" in a user namespace with no room for that slot, the namespace's
+// own range (slot 0) with why. `planner` is plan_identity for the run's spec (unit-tested with
+// others).
+struct TenantIdentity {
+  std::uint32_t slot = 0;
+  Result<IdentityPlan> plan;
+  std::string shared_why;  // "" : the tenant's own slice
+};
+TenantIdentity plan_tenant_identity(const Tenant& t,
+                                    const std::function<Result<IdentityPlan>(std::uint32_t slot)>& planner);
 
 // Just the ceiling checks of apply_tenant on a spec (unit-tested on their own).
 // `layers`: limit name -> who set it (RunRequest::limit_layers), for the message.

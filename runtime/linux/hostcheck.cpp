@@ -291,6 +291,18 @@ CheckResult assess_cgroup(const CgroupInfo& info) {
   return r;
 }
 
+std::string_view last_sbx_line(std::string_view err) {
+  std::string_view last;
+  for (std::size_t at = 0; at < err.size();) {
+    std::size_t end = err.find('\n', at);
+    if (end == std::string_view::npos) end = err.size();
+    std::string_view line = err.substr(at, end - at);
+    if (line.rfind("sbx: ", 0) == 0) last = line.substr(5);
+    at = end + 1;
+  }
+  return last;
+}
+
 CheckResult assess_sandbox_run(int status, std::string_view err, bool killed) {
   CheckResult r{"sandbox", CheckStatus::ok, true, "a throwaway sandbox ran /bin/true with the default profile", ""};
   if (status == 0 && !killed) return r;
@@ -308,14 +320,7 @@ CheckResult assess_sandbox_run(int status, std::string_view err, bool killed) {
     r.detail = "a throwaway sandbox running /bin/true did not finish in time (doctor stopped it)";
     return r;
   }
-  std::string_view last;
-  for (std::size_t at = 0; at < err.size();) {
-    std::size_t end = err.find('\n', at);
-    if (end == std::string_view::npos) end = err.size();
-    std::string_view line = err.substr(at, end - at);
-    if (line.rfind("sbx: ", 0) == 0) last = line.substr(5);
-    at = end + 1;
-  }
+  std::string_view last = last_sbx_line(err);
   r.detail = "a throwaway sandbox running /bin/true failed: " +
              (last.empty() ? "exit status " + std::to_string(status) : std::string(last));
   return r;

@@ -69,6 +69,8 @@ CheckResult assess_cgroup(const CgroupInfo& info);
 // run's own last "sbx: " line of `err` (its error, whose "(...)" says how to fix it), or the exit
 // status when it printed none. `killed`: doctor stopped it at its time bound.
 CheckResult assess_sandbox_run(int status, std::string_view err, bool killed);
+// The last "sbx: ..." line of a re-run sbx's stderr, less its prefix ("" when none): its error.
+std::string_view last_sbx_line(std::string_view err);
 
 // Output: a fixed-width table (one row per check, a "fix:" line under each row with a hint, then a
 // verdict line), and the JSON object {ok, checks: [{name, status, required, detail, hint}]}.

@@ -54,8 +54,9 @@ using Response = http::response<http::string_body>;
 constexpr auto kUse = net::use_awaitable;
 
 inline constexpr std::size_t kMaxHeaderBytes = 16u << 10;
-inline constexpr std::size_t kMaxChildQueueBytes = 64u << 20;  // lines written to a child, not yet taken
-inline constexpr std::size_t kMaxLabelSets = 1024;             // distinct metric label sets, each family
+inline constexpr std::size_t kMaxChildQueueBytes = 64u << 20;     // lines written to a child, not yet taken
+inline constexpr std::size_t kMaxLabelSets = 1024;                // distinct metric label sets, each family
+inline constexpr std::uint64_t kMaxViolationsPerCall = 1u << 16;  // what one result may add to a counter
 inline constexpr const char* kSessionHeader = "Mcp-Session-Id";
 inline constexpr const char* kVersionHeader = "MCP-Protocol-Version";
 // Seconds: the upper bounds of the latency histograms' buckets.
@@ -148,8 +149,12 @@ struct Metrics {
 
   template <class Map>
   static auto& at(Map& m, const std::string& key) {
-    if (m.size() >= kMaxLabelSets && !m.count(key)) return m["other"];
-    return m[key];
+    if (m.size() < kMaxLabelSets || m.count(key)) return m[key];
+    // Past the bound: "other" for each of the key's labels, so that the sample is still written.
+    std::string other = "other";
+    for (char ch : key)
+      if (ch == '\x1f') other += "\x1fother";
+    return m[other];
   }
 };
 
@@ -234,7 +239,8 @@ class HttpServer {
       std::fprintf(stderr, "sbx: mcp: %s\n", printable(why).c_str());
       return 125;
     }
-    start_ready_check();
+    if (cfg_.ready_check) net::co_spawn(io_, ready_loop(), net::detached);
+    else ready_checked_ = true;
     net::co_spawn(io_, accept_loop(), net::detached);
     net::co_spawn(io_, sweep_idle_sessions(), net::detached);
     io_.run();
@@ -260,46 +266,73 @@ class HttpServer {
   bool ready_checked_ = false;
   std::string ready_why_;
 
-  // Forks the helper that runs cfg_.ready_check and writes "ok" or why to a pipe the loop reads.
-  void start_ready_check() {
-    if (!cfg_.ready_check) {
+  // The readiness check until it passes: a helper per try (start_ready_helper), its verdict read
+  // off the loop's pipe; a failed try is repeated after 5 s, doubling to a minute, so that a
+  // passing cause (a slow first start, a node under load) does not keep the server out for good.
+  net::awaitable<void> ready_loop() {
+    net::steady_timer wait(io_);
+    auto backoff = std::chrono::seconds(5);
+    while (!stopping_) {
+      if (start_ready_helper()) co_await read_ready_check();
       ready_checked_ = true;
-      return;
+      std::fprintf(
+          stderr, "sbx: mcp: readiness check: %s\n",
+          ready_why_.empty()
+              ? "a throwaway sandbox ran: ready"
+              : ("not ready: " + ready_why_ + " (again in " + std::to_string(backoff.count()) + " s)").c_str());
+      if (ready_why_.empty()) co_return;
+      boost::system::error_code ec;
+      wait.expires_after(backoff);
+      co_await wait.async_wait(net::redirect_error(kUse, ec));
+      backoff = std::min<std::chrono::seconds>(backoff * 2, std::chrono::seconds(60));
     }
+  }
+
+  // Forks the helper that runs cfg_.ready_check and writes "ok" or why to a pipe the loop reads;
+  // false (with ready_why_) when it cannot.
+  bool start_ready_helper() {
     int fds[2];
     if (::pipe2(fds, O_CLOEXEC) != 0) {
-      ready_checked_ = true;
       ready_why_ = std::string("the readiness check could not start: pipe: ") + std::strerror(errno);
-      return;
+      return false;
     }
+    const pid_t server = ::getpid();
     pid_t pid = ::fork();
-    if (pid == 0) {
-      // The helper: nothing of the loop's (its sockets and signalfd closed), signals as a plain
-      // process's, gone with the server.
-      ::close(fds[0]);
-      ::close(acceptor_.native_handle());
-      if (signals_) ::close(signals_->native_handle());
-      ::setpgid(0, 0);  // its own group, with the run it forks: shut_down ends both at once
-      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-      sigset_t none;
-      sigemptyset(&none);
-      ::sigprocmask(SIG_SETMASK, &none, nullptr);
-      std::string why = cfg_.ready_check();
-      std::string line = why.empty() ? "ok" : why.substr(0, 4000);
-      [[maybe_unused]] auto n = ::write(fds[1], line.data(), line.size());
-      ::_exit(0);
-    }
+    if (pid == 0) ready_helper(fds[1], server);  // never returns
     ::close(fds[1]);
     if (pid < 0) {
       ::close(fds[0]);
-      ready_checked_ = true;
       ready_why_ = std::string("the readiness check could not start: fork: ") + std::strerror(errno);
-      return;
+      return false;
     }
     ::setpgid(pid, pid);  // as the helper does: whichever runs first
     ready_pid_ = pid;
     ready_pipe_ = std::make_unique<net::posix::stream_descriptor>(io_, fds[0]);
-    net::co_spawn(io_, read_ready_check(), net::detached);
+    return true;
+  }
+
+  // The helper: nothing of the loop's (its sockets and signalfd closed, stdin /dev/null), signals
+  // as a plain process's, its own process group (shut_down ends it and its run at once), gone with
+  // the server. The server is single-threaded, so the fork left no lock held.
+  [[noreturn]] void ready_helper(int out, pid_t server) {
+    ::close(acceptor_.native_handle());
+    if (signals_) ::close(signals_->native_handle());
+    if (int null = ::open("/dev/null", O_RDONLY | O_CLOEXEC); null >= 0) ::dup3(null, 0, 0);
+    ::setpgid(0, 0);
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != server) ::_exit(1);  // the server ended before the death signal was set
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    std::string line;
+    try {
+      std::string why = cfg_.ready_check();
+      line = why.empty() ? "ok" : why.substr(0, 4000);
+    } catch (...) {
+      line = "the readiness check failed unexpectedly";  // never unwind into the server's copy
+    }
+    [[maybe_unused]] auto n = ::write(out, line.data(), line.size());
+    ::_exit(0);
   }
 
   net::awaitable<void> read_ready_check() {
@@ -310,12 +343,10 @@ class HttpServer {
     ::waitpid(ready_pid_, &status, 0);  // its pipe is closed: it has ended or is ending
     ready_pid_ = -1;
     ready_pipe_->close(ec);
-    ready_checked_ = true;
+    ready_why_.clear();
     if (said != "ok")
       ready_why_ = said.empty() ? "the readiness check ended without a verdict (status " + std::to_string(status) + ")"
                                 : printable(said);
-    std::fprintf(stderr, "sbx: mcp: readiness check: %s\n",
-                 ready_why_.empty() ? "a throwaway sandbox ran: ready" : ("not ready: " + ready_why_).c_str());
   }
 
   // Why /readyz answers 503, or "" when it answers 200.
@@ -760,7 +791,10 @@ class HttpServer {
     if (req.method() == http::verb::delete_) {
       if (!session)
         co_return refusal(req, http::status::bad_request, kInvalidRequest, "DELETE needs an Mcp-Session-Id", "session");
+      // Ended for its client at once (404 from now on), while its server winds down its calls
+      // and records them (it still counts against max_sessions until it has exited).
       close_child(*session);
+      session->dead = true;
       co_return text_response(http::status::ok, req.version(), "", req.keep_alive());
     }
     if (req.method() != http::verb::post) {
@@ -940,6 +974,7 @@ class HttpServer {
                                 ? meta["sbx/violations"].get<std::uint64_t>()
                                 : 0;
     if (status == "seccomp_violation") refused = std::max<std::uint64_t>(refused, 1);
+    refused = std::min<std::uint64_t>(refused, kMaxViolationsPerCall);  // what a child says is bounded
     if (refused > 0) Metrics::at(m_.violations, tenant) += refused;
     if (str("sbx/error_stage") == "record") ++m_.store_errors;
   }

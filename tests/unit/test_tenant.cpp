@@ -186,3 +186,50 @@ TEST_CASE("tenant store: never the untenanted state, inside or above it, nor ano
   CHECK(st.error().message.find("B.json") != std::string::npos);
   std::filesystem::remove_all(root);
 }
+
+TEST_CASE("tenant identity: \"preferred\" shares a user namespace's range only where the namespace has no room") {
+  RunSpec spec;
+  auto planner_in = [&spec](const std::string& own_map, const std::string& subids) {
+    OwnIdMaps own;
+    own.uid_map = own.gid_map = own_map;
+    own.has_setgid = true;
+    return [&spec, own, subids](std::uint32_t slot) { return plan_identity(spec, 0, 0, subids, subids, slot, own); };
+  };
+  Tenant preferred;
+  preferred.name = "t";
+  preferred.id_slot = 1;
+  preferred.require_separate_ids = false;
+  Tenant required = preferred;
+  required.require_separate_ids = true;
+
+  // A pod with hostUsers: false: 65536 ids, its root sbx's own. Slot 1 needs 131072.
+  auto pod = planner_in("0 0 1\n1 2000001 65535\n", "");
+  auto shared = plan_tenant_identity(preferred, pod);
+  REQUIRE(shared.plan);
+  CHECK(shared.slot == 0);
+  CHECK(shared.plan->uid_map.at(0).outside == 1);
+  CHECK(shared.plan->uid_map.at(0).count == 65535);
+  CHECK(shared.shared_why.find("no room for the tenant's slice") != std::string::npos);
+  CHECK(shared.shared_why.find("needs 131072") != std::string::npos);
+  auto refused = plan_tenant_identity(required, pod);
+  CHECK_FALSE(refused.plan);
+  CHECK(refused.slot == 1);
+
+  // The host's own namespace with an 'sbx' range of one slice: widen it; never a shared range.
+  auto narrow = plan_tenant_identity(preferred, planner_in(kInitialIdMap, "sbx:1879048192:65536\n"));
+  REQUIRE_FALSE(narrow.plan);
+  CHECK(narrow.plan.error().message.find("widen it") != std::string::npos);
+  CHECK(narrow.shared_why.empty());
+
+  // A namespace with no id but sbx's own: the single-id map would run the tenant as sbx's uid.
+  auto single = plan_tenant_identity(preferred, planner_in("0 0 1\n", ""));
+  CHECK_FALSE(single.plan);
+  CHECK(single.shared_why.empty());
+
+  // Room enough: the tenant's own slice, whatever the file prefers.
+  auto roomy = plan_tenant_identity(preferred, planner_in("0 0 1\n1 2000001 262143\n", ""));
+  REQUIRE(roomy.plan);
+  CHECK(roomy.slot == 1);
+  CHECK(roomy.plan->uid_map.at(0).outside == 1 + 65536);
+  CHECK(roomy.shared_why.empty());
+}
