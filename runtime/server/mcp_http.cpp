@@ -1165,8 +1165,10 @@ class HttpServer {
 
   // The families counted from the runs' _meta (count_run).
   void run_metrics(std::string& o) const {
-    prom_counters(o, "sbx_mcp_records_written_total", "Calls whose run's record is durable in the tenant's ledger.",
-                  m_.records, {"tenant"});
+    prom_counters(
+        o, "sbx_mcp_records_written_total",
+        "Calls answered with their run's durable record (a cancelled call's record is in the ledger, not here).",
+        m_.records, {"tenant"});
     prom_counters(
         o, "sbx_mcp_sandboxes_total",
         "Calls' sandboxes by how they were made: pooled and template are pool hits, cold a miss (or no pool).",
