@@ -161,10 +161,18 @@ PROOT=$(mktemp -d /tmp/sbx-deploy-podman.XXXXXX) || exit 1
 # hierarchy of this host and leaves them, empty, behind: those it made are removed on exit.
 CG_BEFORE=$(ls -d /sys/fs/cgroup/*/libpod_parent 2>/dev/null)
 podman_cgroups_cleanup() {
-  for d in /sys/fs/cgroup/*/libpod_parent; do
-    [ -d "$d" ] && ! printf '%s\n' "$CG_BEFORE" | grep -qxF "$d" || continue
-    find "$d" -depth -type d -exec rmdir {} \; 2>/dev/null
+  # conmon can outlive `podman run --rm` for a moment, its cgroup busy: tried for up to 10 s.
+  for _ in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20; do
+    left=0
+    for d in /sys/fs/cgroup/*/libpod_parent; do
+      [ -d "$d" ] && ! printf '%s\n' "$CG_BEFORE" | grep -qxF "$d" || continue
+      find "$d" -depth -type d -exec rmdir {} \; 2>/dev/null
+      [ -d "$d" ] && left=1
+    done
+    [ $left = 0 ] && return
+    sleep 0.5
   done
+  echo "note: podman's cgroups under /sys/fs/cgroup/*/libpod_parent are still busy; left in place" >&2
 }
 trap 'rm -rf "$ROOT" "$PROOT"; podman_cgroups_cleanup' EXIT
 cp -a "$ROOT/." "$PROOT/" && rm -rf "$PROOT/out" "$PROOT/stdout.txt" "$PROOT/stderr.txt" || exit 1
