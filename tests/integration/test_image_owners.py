@@ -8,6 +8,7 @@ says which applies (image.root.owners).
 
 The multi-user image is compared file by file with podman's view of the same tarball, where
 podman is installed and can start a container here (`make test` installs it)."""
+import glob
 import io
 import json
 import os
@@ -15,6 +16,7 @@ import shutil
 import subprocess
 import tarfile
 import tempfile
+import time
 import unittest
 
 from sbxtest import MODE, SbxTestCase, busybox_tree, note, sbx
@@ -74,10 +76,26 @@ class Podman:
 
     def __init__(self, tmp):
         self.argv = ["podman", "--root", tmp + "/root", "--runroot", tmp + "/runroot", "--storage-driver", "vfs"]
+        # With the cgroupfs manager, root podman makes libpod_parent (and its conmon) in each cgroup
+        # v1 hierarchy and leaves them behind, empty: cleanup() removes those it made.
+        self.cgroups_before = set(glob.glob("/sys/fs/cgroup/*/libpod_parent"))
         with open("/proc/self/mounts") as f:
             if not any(l.split()[1:3] == ["/sys/fs/cgroup", "cgroup2"] for l in f):
                 # crun refuses a hybrid cgroup layout; runc with cgroupfs takes it (deploy/test.sh).
                 self.argv += ["--runtime", "runc", "--cgroup-manager", "cgroupfs"]
+
+    def cleanup(self):
+        for _ in range(20):  # conmon can outlive `podman run --rm` for a moment
+            left = set(glob.glob("/sys/fs/cgroup/*/libpod_parent")) - self.cgroups_before
+            for d in left:
+                for root, _, _ in os.walk(d, topdown=False):
+                    try:
+                        os.rmdir(root)
+                    except OSError:
+                        pass
+            if not set(glob.glob("/sys/fs/cgroup/*/libpod_parent")) - self.cgroups_before:
+                return
+            time.sleep(0.5)
 
     def __call__(self, *args, timeout=120):
         return subprocess.run(self.argv + list(args), capture_output=True, text=True, timeout=timeout)
@@ -147,6 +165,7 @@ class ImageOwners(SbxTestCase):
         store = tempfile.mkdtemp(prefix="sbxit-podman-", dir="/var/tmp")
         self.addCleanup(shutil.rmtree, store, True)
         podman = Podman(store)
+        self.addCleanup(podman.cleanup)
         plain = self.path("podman.tar")
         image_tar(plain)
         r = podman("import", "-q", plain, "localhost/sbx-multi-user")
