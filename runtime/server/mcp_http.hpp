@@ -50,8 +50,9 @@ struct HttpConfig {
   int grace_ms = 30000;                      // at SIGTERM: how long children get to record their calls
   std::vector<std::string> allowed_origins;  // besides the Host header's own and loopback names
   // /readyz's check that a sandbox can be built here with the server's profile: "" when it can,
-  // else why. Run once at start in a forked helper (it forks a throwaway run and waits up to 15 s:
-  // never on the loop); /readyz answers 503 until it has passed. Unset: no check.
+  // else why. Run at start in a forked helper (it forks throwaway runs and waits for them: never on
+  // the loop), and again after 5 s, doubling to a minute, while it fails; /readyz answers 503
+  // until it has passed. Unset: no check.
   std::function<std::string()> ready_check;
 };
 
