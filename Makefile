@@ -21,11 +21,13 @@ CMAKE_FLAGS += -DSBX_WERROR=ON
 # Debian packages, in two sets (see `make deps`, `make deps-test`; README.md, "Set-up").
 # RUN_DEB_PACKAGES: what building sbx and running `make run`'s demo need -- the compiler and the
 # -dev libraries sbx links statically, doctest (the unit-test binary is part of `make build`), and
-# busybox-static (the demo's rule pack runs on the busybox image, rootfs/build-busybox.sh).
+# busybox-static (the demo's rule pack runs on the busybox image, rootfs/build-busybox.sh);
+# libpq-dev and postgresql-server-dev-15 (libpq's .a and the two archives it needs: the trace
+# database, runtime/record/pg_client.cpp).
 RUN_DEB_PACKAGES = g++ cmake make pkg-config ccache \
   libcli11-dev libseccomp-dev libcap-ng-dev libc-ares-dev nlohmann-json3-dev libspdlog-dev libfmt-dev doctest-dev \
   libre2-dev libssl-dev zlib1g-dev liblzma-dev libzstd-dev libbz2-dev libsqlite3-dev libboost-dev \
-  busybox-static
+  libpq-dev postgresql-server-dev-15 busybox-static
 # TEST_DEB_PACKAGES: only the tests use these, on top of the run set: the JSON Schema test suite and
 # python3 (unit and integration harness, trace validation), the test user (passwd), network and
 # process tools, man/groff (docs checks), curl (egress proxy tests), jq (the docs' examples),
@@ -40,11 +42,15 @@ RUN_DEB_PACKAGES = g++ cmake make pkg-config ccache \
 # python3-ipykernel and python3-jupyter-client (tests/integration/test_kernel.py drives a kernel in an
 # sbx session with the real jupyter_client), prometheus (tests/integration/test_mcp_http.py has a real
 # Prometheus server scrape `sbx mcp --listen`'s /metrics: the test runs its own on a loopback port; where
-# systemd runs, the package also starts its service on :9090: `systemctl disable --now prometheus`).
+# systemd runs, the package also starts its service on :9090: `systemctl disable --now prometheus`),
+# postgresql-15 (tests/integration/test_trace_db.py mirrors records into a real PostgreSQL server
+# it starts itself: initdb in a temporary directory, a unix socket there; the package's own
+# cluster, where its postinst made one, is left alone).
 TEST_DEB_PACKAGES = json-schema-test-suite python3 python3-jsonschema procps iproute2 util-linux passwd \
   man-db groff-base curl jq zsh fish clang-format-14 \
   qemu-system-x86 cpio xz-utils zstd bzip2 \
-  chromium nodejs podman runc uidmap python3-yaml python3-numpy python3-ipykernel python3-jupyter-client prometheus
+  chromium nodejs podman runc uidmap python3-yaml python3-numpy python3-ipykernel python3-jupyter-client prometheus \
+  postgresql-15
 # BENCH_DEB_PACKAGES: only `make bench` (bench/README.md): hyperfine, and bubblewrap to compare with.
 BENCH_DEB_PACKAGES = hyperfine bubblewrap
 

@@ -3,6 +3,7 @@
 // only, the work is done by runtime/. A command's run function returns the process exit status.
 #include <chrono>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
@@ -15,6 +16,7 @@
 #include "runtime/model/limits_table.hpp"
 #include "runtime/model/spec.hpp"
 #include "runtime/linux/hostcheck.hpp"
+#include "runtime/record/trace_summary.hpp"
 
 namespace sbx::cli {
 
@@ -55,7 +57,8 @@ struct RunFlags {
   std::vector<std::string> secrets;
   std::string output_dir;  // run --output DIR
   std::string trace_file;
-  std::string events;  // --events FILE|fd:N (runtime/linux/events.hpp)
+  std::string events;    // --events FILE|fd:N (runtime/linux/events.hpp)
+  std::string trace_db;  // --trace-db URL: replaces the profile's trace_db (runtime/record/trace_mirror.hpp)
   std::string seccomp;
   std::optional<std::string> gpu;  // --gpu all|N[,N]|UUID (gpu.hpp)
   bool dry_run = false;
@@ -121,6 +124,29 @@ struct TraceSubcommand {
 };
 // `store` is the trace store to read: the caller's, or a tenant's (--tenant, set by `trace`).
 TraceSubcommand add_trace_export_command(CLI::App* trace, std::function<Dirs()> store);  // trace_export_cmd.cpp
+
+// The trace database's side of `trace` (trace_db_cmd.cpp): --db, --node and their flags on ls,
+// show and verify, and `trace ship`. `tenant` picks the schema (trace_mirror.hpp).
+struct TraceDbOptions {
+  std::string db, node;
+  bool limit_events = false, against_ledger = false;
+};
+struct TraceDbCommands {
+  std::shared_ptr<TraceDbOptions> opts;
+  CLI::App* ship = nullptr;
+  std::function<int(const GlobalOptions&, const std::string& tenant, const Dirs& store)> run_ship;
+};
+TraceDbCommands add_trace_db_commands(CLI::App* trace, CLI::App* ls, CLI::App* show, CLI::App* verify);
+int trace_ls_db(const TraceDbOptions& o, const std::string& tenant, const TraceFilter& f, bool as_json);
+int trace_show_db(const TraceDbOptions& o, const std::string& tenant, const std::string& id, bool text,
+                  const std::function<std::string(const nlohmann::json&)>& pretty);
+int trace_verify_db(const TraceDbOptions& o, const std::string& tenant, const std::string& pubkey, bool as_json,
+                    const std::function<Dirs()>& store);
+
+// --trace-db's help, one wording for run, pack run, exec and mcp.
+inline constexpr const char* kTraceDbHelp =
+    "Mirror the run's trace record to this PostgreSQL database after it is stored (a libpq URL without a password: "
+    "PGPASSWORD or a password file); replaces the profile's trace_db";
 
 // The check every --tenant option carries: an empty value is an error, never "no tenant".
 std::string tenant_option_check(const std::string& value);

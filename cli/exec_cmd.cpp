@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.hpp"
+#include "runtime/record/trace_mirror.hpp"
 #include "runtime/typed/exec.hpp"
 #include "runtime/base/text_escape.hpp"
 #include "runtime/base/json_io.hpp"
@@ -22,6 +23,7 @@ namespace {
 struct ExecFlags {
   std::string trace_file;
   std::string events;
+  std::string trace_db;
   std::optional<std::string> tenant;      // --tenant '' is a bad name, not "none"
   std::string profile = kDefaultProfile;  // its limits are the request's ceilings
   std::vector<std::string> allow_hosts;   // the operator's egress rules; a request names none
@@ -46,6 +48,7 @@ void add_exec_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out
   exec->add_option(
       "--events", f.events,
       "Stream live events as JSON lines to FILE, a FIFO or fd:N (never blocks the run; drops are counted)");
+  exec->add_option("--trace-db", f.trace_db, kTraceDbHelp);
   exec->add_option("--profile", f.profile,
                    "Profile name or JSON file the request runs under; its limits are the request's ceilings "
                    "(default: untrusted)");
@@ -84,6 +87,7 @@ void add_exec_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out
                    ctx.invocation_argv = g.argv;
                    ctx.trace_file = f.trace_file;
                    ctx.events = f.events;
+                   set_trace_db_flag(f.trace_db);
                    ctx.profile = f.profile;
                    ctx.allow_hosts = f.allow_hosts;
                    if (f.tenant) {

@@ -10,6 +10,8 @@
 #include <set>
 
 #include "cli/commands.hpp"
+#include "runtime/record/pg_client.hpp"
+#include "runtime/record/trace_mirror.hpp"
 #include "runtime/base/json_io.hpp"
 #include "runtime/base/strings.hpp"
 #include "runtime/base/text_escape.hpp"
@@ -51,6 +53,9 @@ struct McpFlags {
   std::vector<std::string> allowed_origins;
   std::size_t max_connections = 256, max_sessions = 64, max_calls_per_tenant = 8, max_body = 4u << 20;
 };
+
+// --trace-db of sbx mcp (and of the session servers and workers it starts, which are handed it).
+std::string g_trace_db;
 
 struct WorkerFlags {
   bool pooled = false;  // --pooled: build the sandbox first, then wait for the job (mcp_pool.hpp)
@@ -357,6 +362,8 @@ std::vector<std::string> sbx_argv(const GlobalOptions& g, const char* subcommand
   std::vector<std::string> argv{g.argv.empty() ? std::string("sbx") : g.argv[0]};
   if (!g.state_dir.empty()) argv.insert(argv.end(), {"--state-dir", g.state_dir});
   argv.emplace_back(subcommand);
+  // --trace-db reaches every process that runs a call: the session servers and their workers.
+  if (!g_trace_db.empty()) argv.insert(argv.end(), {"--trace-db", g_trace_db});
   return argv;
 }
 
@@ -561,7 +568,16 @@ void add_mcp_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out)
   mcp->add_option("--max-body", f.max_body, "With --listen: a request body's bytes at most (default 4194304)");
   // Supervises: the forwarded signals stay blocked, and the server reads them from a signalfd
   // (shutdown in order: cancel, wait, exit).
-  out.push_back({mcp, [&g]() -> int { return run_server(f, g); }, true});
+  mcp->add_option("--trace-db", g_trace_db, kTraceDbHelp);
+  out.push_back({mcp,
+                 [&g]() -> int {
+                   if (!g_trace_db.empty())
+                     if (auto why = check_trace_db_url(g_trace_db); !why.empty())
+                       return usage_error("mcp: --trace-db: " + why);
+                   set_trace_db_flag(g_trace_db);
+                   return run_server(f, g);
+                 },
+                 true});
 }
 
 void add_mcp_worker_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out) {
@@ -573,7 +589,13 @@ void add_mcp_worker_command(CLI::App& app, GlobalOptions& g, std::vector<Command
   worker->add_option("--pack-job", wf.pack_job, "");
   worker->add_option("--template-host", wf.template_host, "");
   worker->add_option("--from-template", wf.from_template, "");
-  out.push_back({worker, [&g]() -> int { return run_worker(wf, g); }, true});
+  worker->add_option("--trace-db", g_trace_db, "");
+  out.push_back({worker,
+                 [&g]() -> int {
+                   set_trace_db_flag(g_trace_db);
+                   return run_worker(wf, g);
+                 },
+                 true});
 }
 
 }  // namespace sbx::cli

@@ -184,6 +184,7 @@ Result<RunSpec> apply_flags(RunSpec spec, const RunFlags& f) {
     spec.events = f.events;
   }
   if (!f.seccomp.empty()) spec.seccomp = f.seccomp;
+  if (!f.trace_db.empty()) spec.trace_db = f.trace_db;
   if (f.gpu) {
     if (auto r = parse_gpu_request(*f.gpu); !r) return r.error();
     spec.gpu.devices = *f.gpu == "none" ? "" : *f.gpu;
@@ -226,6 +227,7 @@ void add_limit_options(CLI::App* app, RunFlags& f) {
       "--gpu", f.gpu,
       "Give the sandbox GPUs: all, indices (0 or 0,1) or a UUID; at most the profile's gpu.max (untrusted: 1)");
   app->add_option("--trace-file", f.trace_file, "Also write the trace record to this file");
+  app->add_option("--trace-db", f.trace_db, kTraceDbHelp);
   app->add_option("--events", f.events,
                   "Stream live events as JSON lines to FILE, a FIFO or fd:N (never blocks the run; drops are counted)");
 }

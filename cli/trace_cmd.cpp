@@ -1,4 +1,5 @@
 // sbx trace ls [-n|--limit N] [--status S] [--since T] [--pack P] [--image I] [--json] | export RUN (trace_export_cmd.cpp) | show RUN_ID|last|-N [--format json|text] [--json] | verify | head [--json] | prune --keep N|--before T
+// | ship, and --db URL on ls, show and verify (trace_db_cmd.cpp)
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -50,7 +51,7 @@ struct LsOptions {
   std::string status, since, pack, image;  // filters (trace_store.hpp: TraceFilter)
 };
 
-int run_ls(const GlobalOptions& g, const LsOptions& o) {
+int run_ls(const GlobalOptions& g, const LsOptions& o, const TraceDbOptions& db, const std::string& tenant) {
   TraceFilter f;
   f.newest = o.newest;
   if (!o.status.empty())
@@ -66,6 +67,9 @@ int run_ls(const GlobalOptions& g, const LsOptions& o) {
   }
   f.pack = o.pack;
   f.image = o.image;
+  if (!db.db.empty()) return trace_ls_db(db, tenant, f, o.as_json);
+  if (!db.node.empty() || db.limit_events)
+    return usage_error("trace ls: --node and --limit-events filter a trace database's runs: give --db URL with them");
   std::uint64_t skipped = 0;
   auto traces = list_traces(store_dirs(g), f, &skipped);
   if (!traces) return usage_error(traces.error().describe());
@@ -135,7 +139,14 @@ int print_verify_json(const LedgerVerifyReport& r, bool signatures) {
   return r.intact ? 0 : 1;
 }
 
-int run_verify(const GlobalOptions& g, const VerifyOptions& o) {
+int run_verify(const GlobalOptions& g, const VerifyOptions& o, const TraceDbOptions& db, const std::string& tenant) {
+  if (!db.db.empty()) {
+    if (!o.anchor.empty())
+      return usage_error("trace verify: --anchor is for a local ledger; with --db each node's chain is checked whole");
+    return trace_verify_db(db, tenant, o.pubkey, o.as_json, [&g] { return store_dirs(g); });
+  }
+  if (!db.node.empty() || db.against_ledger)
+    return usage_error("trace verify: --node and --against-ledger are for a trace database: give --db URL with them");
   std::optional<LedgerVerifier> verifier;
   if (!o.pubkey.empty()) {
     auto v = LedgerVerifier::load(o.pubkey);
@@ -308,7 +319,7 @@ struct ShowOptions {
 };
 
 // trace show: the selector may be -N, which CLI11 leaves among the extras (see allow_extras below).
-int run_show(GlobalOptions& g, CLI::App& show, ShowOptions& opts) {
+int run_show(GlobalOptions& g, CLI::App& show, ShowOptions& opts, const TraceDbOptions& db, const std::string& tenant) {
   for (auto& extra : show.remaining()) {
     bool selector =
         extra.size() > 1 && extra[0] == '-' && extra.find_first_not_of("0123456789", 1) == std::string::npos;
@@ -319,6 +330,8 @@ int run_show(GlobalOptions& g, CLI::App& show, ShowOptions& opts) {
   if (opts.run_id.empty()) return usage_error("trace show: RUN_ID is required (a run id, a prefix, 'last' or -N)");
   if (opts.as_json && show.count("--format") && opts.format != "json")
     return usage_error("trace show: --json and --format " + opts.format + " contradict each other");
+  if (!db.db.empty()) return trace_show_db(db, tenant, opts.run_id, opts.format == "text" && !opts.as_json, pretty);
+  if (!db.node.empty()) return usage_error("trace show: --node picks a run in a trace database: give --db URL with it");
   auto rec = load_trace(store_dirs(g), opts.run_id);
   if (!rec) return usage_error(rec.error().describe());
   if (opts.format == "text" && !opts.as_json) std::fputs(trace_show_text(*rec).c_str(), stdout);
@@ -333,15 +346,10 @@ int run_reindex(GlobalOptions& g) {
   return 0;
 }
 
-}  // namespace
-
-void add_trace_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out) {
-  auto* trace = app.add_subcommand("trace", "List and show trace records of past runs");
-  trace->require_subcommand(1);
+CLI::App* add_ls(CLI::App* trace, LsOptions& o) {
   auto* ls = trace->add_subcommand("ls", "List stored runs, newest first");
-  auto ls_opts = std::make_shared<LsOptions>();
   // 0 is refused rather than read as "all" or "none": a script that computed 0 has a bug to see.
-  ls->add_option("-n,--newest,--limit", ls_opts->newest, "List only the N newest (matching) runs (N >= 1)")
+  ls->add_option("-n,--newest,--limit", o.newest, "List only the N newest (matching) runs (N >= 1)")
       ->check(CLI::Validator(
           [](const std::string& v) -> std::string {
             if (v.empty() || v.size() > 9 || v.find_first_not_of("0123456789") != std::string::npos ||
@@ -350,17 +358,26 @@ void add_trace_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& ou
             return "";
           },
           "N"));
-  ls->add_flag("--json", ls_opts->as_json,
+  ls->add_flag("--json", o.as_json,
                "Print a JSON array (run_id, started_at, status, exit_code, wall_ms, command, pack, image)");
-  ls->add_option("--pack", ls_opts->pack, "Only runs of this pack: NAME, NAME@VERSION or its digest");
-  ls->add_option("--image", ls_opts->image,
-                 "Only runs on this image: the name the run gave (host, NAME[:TAG]) or its digest");
+  ls->add_option("--pack", o.pack, "Only runs of this pack: NAME, NAME@VERSION or its digest");
+  ls->add_option("--image", o.image, "Only runs on this image: the name the run gave (host, NAME[:TAG]) or its digest");
   ls->add_option(
-      "--status", ls_opts->status,
+      "--status", o.status,
       "Only runs with this status (ok, exit_nonzero, signaled, timeout, oom, seccomp_violation, output_limit, input_invalid, output_invalid, setup_error)");
   ls->add_option(
-      "--since", ls_opts->since,
+      "--since", o.since,
       "Only runs started at or after this time: a duration before now (30m, 1h, 2d, 1w) or a UTC RFC 3339 time or prefix (2026-12-01, 2026-12-01T08:30)");
+  return ls;
+}
+
+}  // namespace
+
+void add_trace_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out) {
+  auto* trace = app.add_subcommand("trace", "List and show trace records of past runs");
+  trace->require_subcommand(1);
+  auto ls_opts = std::make_shared<LsOptions>();
+  auto* ls = add_ls(trace, *ls_opts);
   auto tenant = std::make_shared<std::optional<std::string>>();
   auto* reindex = trace->add_subcommand("reindex", "Rebuild the query index (traces/index.sqlite) from the ledger");
   auto* verify = trace->add_subcommand("verify", "Check the trace ledger's hash chain; name the first break");
@@ -390,29 +407,36 @@ void add_trace_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& ou
   show->add_option("--format", opts->format, "json (the record, pretty-printed) or text (a summary)")
       ->check(CLI::IsMember({"json", "text"}));
   show->add_flag("--json", opts->as_json, "The same as --format json");
-  for (auto* sub : {ls, show, exported.app, verify, head, reindex, prune})
+  auto dbc = add_trace_db_commands(trace, ls, show, verify);
+  for (auto* sub : {ls, show, exported.app, verify, head, reindex, prune, dbc.ship})
     sub->add_option("--tenant", *tenant, "The records of tenant NAME (its own store, see --tenant of sbx run)")
         ->check(tenant_option_check, "NAME");
 
   out.push_back(
       {trace,
-       [ls, show, verify, vopts, import, reindex, head, head_json, opts, ls_opts, exported, tenant, prune, popts,
+       [ls, show, verify, vopts, import, reindex, head, head_json, opts, ls_opts, exported, tenant, prune, popts, dbc,
         &g]() -> int {
-         if (*tenant) {
+         const TraceDbOptions& db = *dbc.opts;
+         const std::string tenant_name = tenant->value_or("");
+         // Reading a trace database needs no local store: an auditor's machine has no tenant files.
+         bool db_only = !db.db.empty() && (ls->parsed() || show->parsed() || (verify->parsed() && !db.against_ledger));
+         if (*tenant && !db_only) {
            auto d = tenant_store_of(**tenant, resolve_dirs(g.state_dir));
            if (!d) return usage_error(d.error().message);
            g_tenant_dirs = std::move(*d);
          }
-         if (ls->parsed()) return run_ls(g, *ls_opts);
+         if (ls->parsed()) return run_ls(g, *ls_opts, db, tenant_name);
+         if (dbc.ship->parsed()) return dbc.run_ship(g, tenant_name, store_dirs(g));
          if (exported.app->parsed()) return exported.run();
-         if (verify->parsed()) return run_verify(g, *vopts);
+         if (verify->parsed()) return run_verify(g, *vopts, db, tenant_name);
          if (import->parsed()) return run_import(g);
          if (reindex->parsed()) return run_reindex(g);
          if (head->parsed()) return run_head(g, *head_json);
          if (prune->parsed()) return run_prune(g, *popts);
-         if (show->parsed()) return run_show(g, *show, *opts);
+         if (show->parsed()) return run_show(g, *show, *opts, db, tenant_name);
          return usage_error(
-             "trace: expected 'ls', 'show RUN_ID', 'export RUN_ID', 'verify', 'head', 'prune', 'import' or 'reindex'");
+             "trace: expected 'ls', 'show RUN_ID', 'export RUN_ID', 'verify', 'head', 'prune', 'ship', 'import' or "
+             "'reindex'");
        }});
 }
 

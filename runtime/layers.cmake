@@ -25,8 +25,11 @@ target_link_libraries(sbx_common INTERFACE nlohmann_json::nlohmann_json ${SECCOM
 
 set(SBX_LAYERS)
 function(sbx_layer name)
-  cmake_parse_arguments(L "" "" "DEPS;SOURCES" ${ARGN})
+  cmake_parse_arguments(L "" "" "DEPS;SOURCES;EXCLUDE" ${ARGN})
   file(GLOB srcs CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/runtime/${name}/*.cpp)
+  foreach(x IN LISTS L_EXCLUDE)
+    list(REMOVE_ITEM srcs ${CMAKE_SOURCE_DIR}/runtime/${name}/${x})
+  endforeach()
   add_library(sbx_${name} STATIC ${srcs} ${L_SOURCES})
   target_link_libraries(sbx_${name} PUBLIC sbx_common)
   target_compile_options(sbx_${name} PRIVATE ${SBX_STRICT_WARNINGS})
@@ -46,7 +49,14 @@ sbx_layer(base)
 sbx_layer(egress DEPS base)
 sbx_layer(model  DEPS egress base SOURCES ${SBX_EMBED_CPP} ${SBX_TEMPLATE_DRIVER_CPP})
 sbx_layer(linux  DEPS model base SOURCES ${SBX_SECCOMP_CPP})
-sbx_layer(record DEPS base)
+sbx_layer(record DEPS base EXCLUDE pg_stubs.cpp)
+target_include_directories(sbx_record PRIVATE ${PQ_INCLUDE})
+# libpq's GSSAPI and LDAP references (pg_stubs.cpp) are resolved by an archive linked after it:
+# inside sbx_record, ahead of libpq.a on the link line, nothing would pull them in.
+add_library(sbx_pg_stubs STATIC ${CMAKE_SOURCE_DIR}/runtime/record/pg_stubs.cpp)
+target_compile_options(sbx_pg_stubs PRIVATE ${SBX_STRICT_WARNINGS})
+target_link_libraries(sbx_record PUBLIC ${PQ_STATIC} sbx_pg_stubs ${PGCOMMON_STATIC} ${PGPORT_STATIC} ${SSL_STATIC}
+                      ${CRYPTO_STATIC})
 sbx_layer(image  DEPS record base)
 sbx_layer(launch DEPS image record egress linux model base)
 sbx_layer(typed  DEPS launch image record linux model base)

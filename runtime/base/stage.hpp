@@ -75,6 +75,7 @@ inline constexpr StageInfo kStages[] = {
     {"timeout", "the wall-clock timeout: arming it or killing the sandbox at it"},
     {"timer", "the wall-clock timeout's timer"},
     {"trace", "reading or verifying the trace store and its ledger"},
+    {"trace db", "the trace database (PostgreSQL) a store's records are mirrored to"},
     {"trace export", "exporting a record as in-toto provenance"},
     {"trace index", "the trace store's SQLite index"},
     {"tty", "the caller's terminal or the sandbox's pty"},

@@ -117,6 +117,7 @@ struct RunRequest {
   // into the tenant's store and adds the record's "tenant" to record_extra); untenanted runs keep
   // the defaults.
   struct Tenant {
+    std::string name;  // "" for untenanted runs (its records' schema in the trace database: trace_mirror.hpp)
     // Which slice of sbx's subordinate id range the sandbox maps to (userns.hpp plan_identity):
     // 0 for untenanted runs, a tenant's id_slot under --tenant.
     std::uint32_t id_slot = 0;

@@ -48,6 +48,8 @@
 #include "runtime/launch/supervisor.hpp"
 #include "runtime/launch/trace.hpp"
 #include "runtime/image/self_digest.hpp"
+#include "runtime/record/pg_client.hpp"
+#include "runtime/record/trace_mirror.hpp"
 #include "runtime/record/trace_store.hpp"
 #include "runtime/base/units.hpp"
 #include "runtime/base/text_escape.hpp"
@@ -361,6 +363,11 @@ bool Run::prepare() {
     return false;
   }
   if (events_error_) return fail_setup(*events_error_);
+  // A trace database URL that could never be used (or holds a password) refuses the run now: its
+  // record would otherwise only queue, unshipped, with nobody told.
+  if (auto url = effective_trace_db(spec().trace_db); !url.empty())
+    if (auto why = check_trace_db_url(url); !why.empty())
+      return fail_setup(make_error("usage", "trace_db / --trace-db: " + why));
   // A signing key that exists but may not be used (another user can write or read it) refuses
   // the run before it starts, rather than its record failing to store after the program ran.
   if (auto signer = LedgerSigner::load_default(); !signer) {
@@ -1109,6 +1116,9 @@ void Run::store(RunReport& report, const std::string& run_id) {
   if (stored) {
     report.record_seq = stored->seq;
     report.record_hash = stored->hash;
+    // Mirrored after the durable append, by a detached shipper: never on the run's path.
+    if (auto url = effective_trace_db(spec().trace_db); !url.empty())
+      kick_trace_shipper(req_.dirs, TraceDb{url, trace_db_schema(req_.tenant.name)});
   }
   Status trace_file_written;
   if (!req_.trace_file.empty())

@@ -597,6 +597,7 @@ Status apply_tenant(const Tenant& t, RunRequest& req, const json& pack) {
   // What the program writes into a shared bind is its own host uid's and nobody else's: 0600 and
   // 0700 whatever the caller's umask (a tenant's program may still chmod its files wider).
   req.tenant.umask = 077;
+  req.tenant.name = t.name;
   put(tenant, "tenant/umask", "0077");
   // The run's state dir turns into the tenant's store, which its read-write binds are kept from
   // (check_binds_spare_state); the untenanted state and the other tenants' stores must stay out

@@ -391,6 +391,14 @@ const Fields<RunSpec>& spec_fields() {
              return {};
            },
            [](const RunSpec& s) { return s.events.empty() ? json(nullptr) : json(s.events); }},
+          {"trace_db",
+           [](DocReader& r, RunSpec& s) -> Status {
+             SBX_TRY(r.get_string("trace_db", s.trace_db));
+             // Checked in full (a libpq URL without a password) where a run starts: run_sandbox.
+             if (s.trace_db.size() > 4096) return r.fail_key("trace_db", "is over 4096 bytes");
+             return {};
+           },
+           [](const RunSpec& s) { return s.trace_db.empty() ? json(nullptr) : json(s.trace_db); }},
           {"seccomp",
            [](DocReader& r, RunSpec& s) -> Status {
              SBX_TRY(r.get_string("seccomp", s.seccomp));

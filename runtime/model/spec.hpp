@@ -108,6 +108,10 @@ struct RunSpec {
   // Live events (events.hpp): "" for none, "fd:N" or a path (a file or a FIFO). Set by the
   // profile or --events; never by a pack's manifest or an exec request (they name no host paths).
   std::string events;
+  // The trace database the run's record is mirrored to after its durable append (a libpq URL, no
+  // password: trace_mirror.hpp); "" for none. Set by the profile or --trace-db, like `events`
+  // never by a pack's manifest or an exec request.
+  std::string trace_db;
   // Seccomp policy: "default" (built in, profiles/seccomp/default.json), "unconfined" (no filter,
   // loud) or the path of an OCI linux.seccomp JSON file.
   std::string seccomp = "default";

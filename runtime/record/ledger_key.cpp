@@ -93,16 +93,23 @@ Result<std::string> read_key_file(const std::string& path, bool priv) {
   return text;
 }
 
+// `what` names the key in the error ("key /path", "the public key the trace database holds").
+Result<Pkey> parse_key_text(const std::string& text, bool priv, const std::string& what) {
+  no_config();
+  if (text.size() > 64 * 1024) return make_error(kStage, what + " is over 64 KiB: not a key");
+  Bio bio(BIO_new_mem_buf(text.data(), static_cast<int>(text.size())));
+  Pkey k(priv ? PEM_read_bio_PrivateKey(bio.get(), nullptr, nullptr, nullptr)
+              : PEM_read_bio_PUBKEY(bio.get(), nullptr, nullptr, nullptr));
+  if (!k || EVP_PKEY_get_id(k.get()) != EVP_PKEY_ED25519)
+    return make_error(kStage, what + " is not an Ed25519 " + (priv ? "private" : "public") + " key in PEM");
+  return k;
+}
+
 Result<Pkey> parse_key(const std::string& path, bool priv) {
   no_config();
   auto text = read_key_file(path, priv);
   if (!text) return text.error();
-  Bio bio(BIO_new_mem_buf(text->data(), static_cast<int>(text->size())));
-  Pkey k(priv ? PEM_read_bio_PrivateKey(bio.get(), nullptr, nullptr, nullptr)
-              : PEM_read_bio_PUBKEY(bio.get(), nullptr, nullptr, nullptr));
-  if (!k || EVP_PKEY_get_id(k.get()) != EVP_PKEY_ED25519)
-    return make_error(kStage, "key " + path + " is not an Ed25519 " + (priv ? "private" : "public") + " key in PEM");
-  return k;
+  return parse_key_text(*text, priv, "key " + path);
 }
 
 Result<std::string> pem_of(EVP_PKEY* k, bool priv) {
@@ -241,6 +248,16 @@ Result<LedgerVerifier> LedgerVerifier::load(const std::string& pubkey_path) {
   v.key_ = std::move(*k);
   return v;
 }
+
+Result<LedgerVerifier> LedgerVerifier::from_pem(const std::string& pem, const std::string& what) {
+  auto k = parse_key_text(pem, false, what);
+  if (!k) return k.error();
+  LedgerVerifier v;
+  v.key_ = std::move(*k);
+  return v;
+}
+
+Result<std::string> LedgerSigner::public_pem() const { return pem_of(key_.get(), false); }
 
 bool LedgerVerifier::verify(std::string_view message, std::string_view sig_base64) const {
   if (sig_base64.size() != 88) return false;  // 64 bytes in base64

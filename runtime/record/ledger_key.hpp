@@ -44,6 +44,8 @@ class LedgerSigner {
   static Result<std::optional<LedgerSigner>> load_default();
   static Result<LedgerSigner> load(const std::string& path);
   std::string sign(std::string_view message) const;  // base64; aborts only if libcrypto cannot sign
+  // Its public key in PEM: what a node registers in the trace database (trace_mirror.hpp).
+  Result<std::string> public_pem() const;
 
  private:
   Pkey key_;
@@ -52,6 +54,8 @@ class LedgerSigner {
 class LedgerVerifier {
  public:
   static Result<LedgerVerifier> load(const std::string& pubkey_path);
+  // From PEM text held elsewhere (a node's key registered in the trace database); `what` names it.
+  static Result<LedgerVerifier> from_pem(const std::string& pem, const std::string& what);
   bool verify(std::string_view message, std::string_view sig_base64) const;
 
  private:

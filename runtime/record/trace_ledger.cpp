@@ -295,13 +295,8 @@ Result<AppendInfo> ledger_append(const Dirs& dirs, const std::string& run_id, st
                                   "-byte bound every ledger reader takes; it is not appended");
   info.seq = seq;
   info.hash = ledger_hash(seq, run_id, prev, rec);
-  std::string line;
-  line.reserve(rec.size() + 256);
-  line.append(kHead).append(rec).append(kSeqKey).append(std::to_string(seq));
-  line.append(",\"run_id\":\"").append(run_id).append("\",\"prev\":\"").append(prev);
-  line.append("\",\"hash\":\"").append(info.hash).append("\"");
-  if (signer) line.append(",\"sig\":\"").append(signer->sign(info.hash)).append("\"");
-  line.append("}\n");
+  LedgerEntry entry{seq, run_id, prev, info.hash, signer ? signer->sign(info.hash) : "", rec};
+  std::string line = ledger_line(entry) + "\n";
   if (auto w = write_all(fd->get(), line, "the trace ledger " + path); !w) {
     // A short write leaves a torn line; cut it now rather than leave it to the next append.
     if (::ftruncate(fd->get(), static_cast<off_t>(size)) != 0) { /* the next append cuts it */
@@ -311,6 +306,16 @@ Result<AppendInfo> ledger_append(const Dirs& dirs, const std::string& run_id, st
   if (::fdatasync(fd->get()) != 0) return sys_error(kStage, "cannot sync the trace ledger " + path);
   if (created) SBX_TRY(sync_dir(dirs.traces));
   return info;
+}
+
+std::string ledger_line(const LedgerEntry& e) {
+  std::string line;
+  line.reserve(e.record.size() + 256);
+  line.append(kHead).append(e.record).append(kSeqKey).append(std::to_string(e.seq));
+  line.append(",\"run_id\":\"").append(e.run_id).append("\",\"prev\":\"").append(e.prev);
+  line.append("\",\"hash\":\"").append(e.hash).append("\"");
+  if (!e.sig.empty()) line.append(",\"sig\":\"").append(e.sig).append("\"");
+  return line.append("}");
 }
 
 bool is_prune_anchor(std::string_view line) { return line.starts_with(kPrunedHead); }

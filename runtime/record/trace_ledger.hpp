@@ -44,6 +44,10 @@ struct LedgerEntry {
 // The hash a line with these parts must carry (see above).
 std::string ledger_hash(std::uint64_t seq, std::string_view run_id, std::string_view prev, std::string_view record);
 
+// The line (without its '\n') that holds these parts, as ledger_append writes it: the trace
+// database's rows are put back into this form to be verified as a file's lines are.
+std::string ledger_line(const LedgerEntry& e);
+
 // Splits one line (without its '\n') into envelope and record; strict about the envelope's form.
 Result<LedgerEntry> parse_ledger_line(std::string_view line);
 
@@ -184,6 +188,22 @@ struct LedgerAnchor {
 // With `find_run`, the line of that run is kept as checked (LedgerVerifyReport::run_line).
 Result<LedgerVerifyReport> verify_ledger(const Dirs& dirs, const std::optional<LedgerAnchor>& anchor = std::nullopt,
                                          const LedgerVerifier* verifier = nullptr, std::string_view find_run = {});
+
+// Where verify_ledger_lines reads a chain from: it calls `line` for each line in order and
+// `oversize` for each line over the bound (each returns false to stop), reports a torn tail's
+// bytes through `torn` and a prune anchor (or, for the trace database, where a node's shipped
+// records begin) through `start` before the first line. scan_ledger is one; the trace database's
+// rows are another (trace_mirror.cpp).
+struct LedgerSourceSink {
+  std::function<bool(const LedgerLine&)> line;
+  OversizeFn oversize;
+  std::uint64_t* torn = nullptr;
+  std::optional<PruneAnchorLine>* start = nullptr;
+};
+using LedgerSource = std::function<Status(const LedgerSourceSink&)>;
+// verify_ledger over any source: the same walk, checks and words.
+Result<LedgerVerifyReport> verify_ledger_lines(const LedgerSource& source, const std::optional<LedgerAnchor>& anchor,
+                                               const LedgerVerifier* verifier, std::string_view find_run = {});
 
 struct LedgerHead {
   std::uint64_t seq = 0;  // 0: the ledger is empty or missing

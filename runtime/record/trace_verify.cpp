@@ -172,25 +172,32 @@ struct Walker {
 
 Result<LedgerVerifyReport> verify_ledger(const Dirs& dirs, const std::optional<LedgerAnchor>& anchor,
                                          const LedgerVerifier* verifier, std::string_view find_run) {
+  return verify_ledger_lines(
+      [&dirs](const LedgerSourceSink& s) { return scan_ledger(dirs, s.line, s.torn, 0, 1, s.oversize, 0, s.start); },
+      anchor, verifier, find_run);
+}
+
+Result<LedgerVerifyReport> verify_ledger_lines(const LedgerSource& source, const std::optional<LedgerAnchor>& anchor,
+                                               const LedgerVerifier* verifier, std::string_view find_run) {
   LedgerVerifyReport r;
   Walker w{r, anchor, verifier, find_run};
   std::uint64_t torn = 0, end = 0;
   std::optional<PruneAnchorLine> pruned;
   bool started = false;
-  auto st = scan_ledger(
-      dirs,
-      [&](const LedgerLine& l) {
+  LedgerSourceSink sink;
+  sink.line = [&](const LedgerLine& l) {
     end = l.offset + l.text.size() + 1;
     if (!std::exchange(started, true) && !w.start_after(pruned)) return false;
     return w.check(l);
-      },
-      &torn, 0, 1,
-      [&](const OversizeLine& l) {
+  };
+  sink.oversize = [&](const OversizeLine& l) {
     end = l.offset + l.size + 1;
     if (!std::exchange(started, true) && !w.start_after(pruned)) return false;
     return w.skip(l);
-  },
-       0, &pruned);
+  };
+  sink.torn = &torn;
+  sink.start = &pruned;
+  auto st = source(sink);
   if (!st) return st.error();
   if (!started) (void)w.start_after(pruned);  // a ledger of its anchor alone
   if (r.oversize_lines > 1) r.problem += "; " + std::to_string(r.oversize_lines) + " lines over the bound in all";

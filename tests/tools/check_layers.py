@@ -27,7 +27,8 @@ def unit_of(layer, file_name):
 for m in re.finditer(r"^sbx_layer\((\w+)([^)]*)\)", text, re.M):
     name, args = m.group(1), m.group(2).split()
     named = args[args.index("DEPS") + 1:] if "DEPS" in args else []
-    named = named[:named.index("SOURCES")] if "SOURCES" in named else named
+    for keyword in ("SOURCES", "EXCLUDE"):
+        named = named[:named.index(keyword)] if keyword in named else named
     for d in named:
         if d not in layers:
             problems.append(f"layers.cmake: {name} depends on {d}, which is not declared before it")
