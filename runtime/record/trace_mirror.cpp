@@ -45,13 +45,15 @@ bool node_name_ok(std::string_view n) {
 }
 
 // The migrations, in order: kMigrations[v - 1] takes a schema from version v - 1 to v. "{s}" is the
-// schema's quoted name. Each runs in the transaction that takes the schema's advisory lock.
+// schema's quoted name. Each runs in the transaction that takes the schema's advisory lock, and
+// each is idempotent (IF NOT EXISTS): a schema an administrator half-made, or one whose version
+// row was set back, is brought to the version without failing on what is already there.
 const char* const kMigrations[] = {
     // 1: the tables.
-    "CREATE TABLE {s}.nodes(node text PRIMARY KEY, first_seq bigint NOT NULL, first_prev text NOT NULL,"
+    "CREATE TABLE IF NOT EXISTS {s}.nodes(node text PRIMARY KEY, first_seq bigint NOT NULL, first_prev text NOT NULL,"
     " first_hash text NOT NULL, pubkey text, registered_at timestamptz NOT NULL DEFAULT now(),"
     " last_shipped_at timestamptz);"
-    "CREATE TABLE {s}.records(node text NOT NULL REFERENCES {s}.nodes(node), seq bigint NOT NULL,"
+    "CREATE TABLE IF NOT EXISTS {s}.records(node text NOT NULL REFERENCES {s}.nodes(node), seq bigint NOT NULL,"
     " run_id text NOT NULL, prev text NOT NULL, hash text NOT NULL, sig text, record text,"
     " record_bytes bigint NOT NULL, started_at text NOT NULL DEFAULT '', status text NOT NULL DEFAULT '',"
     " exit_code integer, wall_ms bigint NOT NULL DEFAULT 0, command text NOT NULL DEFAULT '',"
@@ -59,15 +61,15 @@ const char* const kMigrations[] = {
     " image text NOT NULL DEFAULT '', image_digest text NOT NULL DEFAULT '',"
     " shipped_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY(node, seq), UNIQUE(node, hash));",
     // 2: what `trace ls --db` and `trace show --db` look up, newest first.
-    "CREATE INDEX records_by_time ON {s}.records(started_at DESC, node, seq);"
-    "CREATE INDEX records_by_status ON {s}.records(status, started_at DESC);"
-    "CREATE INDEX records_by_pack ON {s}.records(pack, started_at DESC);"
-    "CREATE INDEX records_by_pack_digest ON {s}.records(pack_digest, started_at DESC);"
-    "CREATE INDEX records_by_image ON {s}.records(image, started_at DESC);"
-    "CREATE INDEX records_by_image_digest ON {s}.records(image_digest, started_at DESC);"
-    "CREATE INDEX records_by_node ON {s}.records(node, started_at DESC);"
-    "CREATE INDEX records_by_run_id ON {s}.records(run_id text_pattern_ops);"
-    "CREATE INDEX records_limit_events ON {s}.records(started_at DESC)"
+    "CREATE INDEX IF NOT EXISTS records_by_time ON {s}.records(started_at DESC, node, seq);"
+    "CREATE INDEX IF NOT EXISTS records_by_status ON {s}.records(status, started_at DESC);"
+    "CREATE INDEX IF NOT EXISTS records_by_pack ON {s}.records(pack, started_at DESC);"
+    "CREATE INDEX IF NOT EXISTS records_by_pack_digest ON {s}.records(pack_digest, started_at DESC);"
+    "CREATE INDEX IF NOT EXISTS records_by_image ON {s}.records(image, started_at DESC);"
+    "CREATE INDEX IF NOT EXISTS records_by_image_digest ON {s}.records(image_digest, started_at DESC);"
+    "CREATE INDEX IF NOT EXISTS records_by_node ON {s}.records(node, started_at DESC);"
+    "CREATE INDEX IF NOT EXISTS records_by_run_id ON {s}.records(run_id text_pattern_ops);"
+    "CREATE INDEX IF NOT EXISTS records_limit_events ON {s}.records(started_at DESC)"
     " WHERE status IN ('timeout', 'oom', 'output_limit');",
 };
 static_assert(sizeof kMigrations / sizeof kMigrations[0] == kTraceDbVersion);
