@@ -77,11 +77,11 @@ _sbx() {
     local global_opts="--state-dir --log-level -v --verbose --version -h --help"
     local run_opts="--profile --tenant --image --entrypoint --uid --gid --bind --tmpfs --workdir --workspace --input --output --output-max-bytes
         --output-max-files --env --env-pass --secret --timeout --output-limit --memory --pids --cpus --cpu-time --require-limits
-        --require-record --seccomp --cap-add --gpu --allow-host --trace-file --events --dry-run --systemd-scope --no-systemd-scope -i --interactive -t --tty
+        --require-record --seccomp --cap-add --gpu --allow-host --trace-file --trace-db --events --dry-run --systemd-scope --no-systemd-scope -i --interactive -t --tty
         --keep-inputs --json"
     # Options that take a value (the next word is not a subcommand or the command).
     local takes_arg="--state-dir --log-level --profile --tenant --image --entrypoint --uid --gid --bind --tmpfs --workdir --env
-        --env-pass --timeout --output-limit --memory --pids --cpus --cpu-time --seccomp --cap-add --gpu --allow-host --trace-file --format
+        --env-pass --timeout --output-limit --memory --pids --cpus --cpu-time --seccomp --cap-add --gpu --allow-host --trace-file --trace-db --db --node --format
         --pubkey --anchor --keep --before --status --since --input --output --output-max-bytes --output-max-files --context --secret --result --name --leaf
         --keep-days --max-bytes --packs --max-concurrent --max-queued --events --limit --newest -n --pack -o
         --idle --max --language --code --connection-file --display-name"
@@ -89,12 +89,12 @@ _sbx() {
     # --output-max-bytes, --output-max-files, --keep-inputs, --systemd-scope), and its own.
     local session_start_opts="--profile --tenant --image --entrypoint --uid --gid --bind --tmpfs --workspace --input
         --env --env-pass --secret --timeout --output-limit --memory --pids --cpus
-        --cpu-time --require-limits --require-record --seccomp --cap-add --gpu --allow-host --trace-file --events
+        --cpu-time --require-limits --require-record --seccomp --cap-add --gpu --allow-host --trace-file --trace-db --events
         --no-systemd-scope --idle --max --json"
     # sbx kernel run: the same as session start's (its --json aside), and the client's connection file.
     local kernel_run_opts="--profile --tenant --image --entrypoint --uid --gid --bind --tmpfs --workspace --input
         --env --env-pass --secret --timeout --output-limit --memory --pids --cpus
-        --cpu-time --require-limits --require-record --seccomp --cap-add --gpu --allow-host --trace-file --events
+        --cpu-time --require-limits --require-record --seccomp --cap-add --gpu --allow-host --trace-file --trace-db --events
         --no-systemd-scope --idle --max --connection-file"
 
     # Find the subcommand path (run | profile ls|show | trace ls|show | doctor | pack ... |
@@ -184,7 +184,8 @@ _sbx() {
         --idle|--max|--code|--display-name)
             return ;;
         --context|--secret|--tmpfs|--uid|--gid|--env|\
-        --output-max-bytes|--output-max-files|--name|--allow-host|--max-concurrent|--max-queued|--keep-days|--max-bytes)
+        --output-max-bytes|--output-max-files|--name|--allow-host|--max-concurrent|--max-queued|--keep-days|--max-bytes|\
+        --trace-db|--db|--node)
             return ;;
     esac
 
@@ -215,11 +216,13 @@ _sbx() {
         trace)
             if [[ -z $sub ]]; then
                 [[ $cur == -* ]] && COMPREPLY=($(compgen -W "--help" -- "$cur")) ||
-                    COMPREPLY=($(compgen -W "ls show export verify head prune import reindex" -- "$cur"))
+                    COMPREPLY=($(compgen -W "ls show export verify head prune import reindex ship" -- "$cur"))
             elif [[ $cur == -* && $sub == prune ]]; then
                 COMPREPLY=($(compgen -W "--keep --before --dry-run --json --tenant --help" -- "$cur"))
             elif [[ $cur == -* && $sub == verify ]]; then
-                COMPREPLY=($(compgen -W "--pubkey --anchor --json --help" -- "$cur"))
+                COMPREPLY=($(compgen -W "--pubkey --anchor --json --db --node --against-ledger --help" -- "$cur"))
+            elif [[ $cur == -* && $sub == ship ]]; then
+                COMPREPLY=($(compgen -W "--db --profile --json --tenant --help" -- "$cur"))
             elif [[ $cur == -* && $sub == head ]]; then
                 COMPREPLY=($(compgen -W "--json --help" -- "$cur"))
             elif [[ $sub == export ]]; then
@@ -232,12 +235,12 @@ _sbx() {
                 fi
             elif [[ $sub == show ]]; then
                 if [[ $cur == -* ]]; then
-                    COMPREPLY=($(compgen -W "--format --json --help" -- "$cur"))
+                    COMPREPLY=($(compgen -W "--format --json --db --node --help" -- "$cur"))
                 elif ((npos == 0)); then
                     COMPREPLY=($(compgen -W "last $(_sbx_run_ids)" -- "$cur"))
                 fi
             elif [[ $cur == -* && $sub == ls ]]; then
-                COMPREPLY=($(compgen -W "-n --newest --limit --json --status --since --pack --image --help" -- "$cur"))
+                COMPREPLY=($(compgen -W "-n --newest --limit --json --status --since --pack --image --db --node --limit-events --help" -- "$cur"))
             elif [[ $cur == -* ]]; then
                 COMPREPLY=($(compgen -W "--help" -- "$cur"))
             fi ;;
@@ -263,16 +266,16 @@ _sbx() {
             elif [[ $cur == -* && $sub == run ]]; then
                 COMPREPLY=($(compgen -W "--input --context --secret --result --profile --tenant --image --timeout
                     --output-limit --memory --pids --cpus --cpu-time --require-limits --require-record --seccomp --cap-add --gpu --trace-file
-                    --events --dry-run --help" -- "$cur"))
+                    --trace-db --events --dry-run --help" -- "$cur"))
             elif [[ $cur == -* ]]; then
                 COMPREPLY=($(compgen -W "--help" -- "$cur"))
             elif [[ $sub != init ]]; then
                 COMPREPLY=($(compgen -d -- "$cur")); compopt -o filenames 2>/dev/null
             fi ;;
         exec)
-            COMPREPLY=($(compgen -W "--profile --allow-host --trace-file --tenant --events --dry-run --help" -- "$cur")) ;;
+            COMPREPLY=($(compgen -W "--profile --allow-host --trace-file --trace-db --tenant --events --dry-run --help" -- "$cur")) ;;
         mcp)
-            COMPREPLY=($(compgen -W "--packs --context --secret --profile --tenant --max-concurrent --max-queued --pool --pool-max-idle
+            COMPREPLY=($(compgen -W "--packs --context --secret --profile --tenant --max-concurrent --max-queued --pool --pool-max-idle --trace-db
                 --listen --tokens --tls-cert --tls-key --no-auth --allow-origin --max-connections --max-sessions --max-calls-per-tenant --max-body
                 --help" -- "$cur")) ;;
         session)

@@ -11,7 +11,7 @@ function __sbx_path
     set -l tokens (commandline -opc)
     set -e tokens[1]
     set -l takes_arg --state-dir --log-level --profile --tenant --image --entrypoint --uid --gid --bind --tmpfs --workdir --env \
-        --env-pass --timeout --output-limit --memory --pids --cpus --cpu-time --seccomp --cap-add --gpu --allow-host --trace-file --format --pubkey --anchor --keep --before --status --since \
+        --env-pass --timeout --output-limit --memory --pids --cpus --cpu-time --seccomp --cap-add --gpu --allow-host --trace-file --trace-db --db --node --format --pubkey --anchor --keep --before --status --since \
         --input --output --output-max-bytes --output-max-files --context --secret --result --name \
         --packs --max-concurrent --max-queued --keep-days --max-bytes --leaf --events --limit --newest -n --pack -o \
         --idle --max --language --code --connection-file --display-name
@@ -172,6 +172,7 @@ complete -c sbx -n '__sbx_at run' -l cap-add -x -a "$__sbx_capabilities" -d 'Kee
 complete -c sbx -n '__sbx_at run' -l gpu -x -a 'all 0 1 2 3' -d 'Give the sandbox GPUs: all, indices (0,1) or a UUID'
 complete -c sbx -n '__sbx_at run' -l allow-host -x -a '(__fish_print_hostnames)' -d 'Allow egress to HOST[:PORT] through the filtering proxy'
 complete -c sbx -n '__sbx_at run' -l trace-file -r -F -d 'Also write the trace record to this file'
+complete -c sbx -n '__sbx_at run' -l trace-db -x -d 'Mirror the trace record to this PostgreSQL database (a libpq URL, no password)'
 complete -c sbx -n '__sbx_at run' -l events -r -F -d 'Stream live events as JSON lines to FILE, a FIFO or fd:N'
 complete -c sbx -n '__sbx_at run' -l dry-run -d 'Check everything, print the plan as JSON, run nothing'
 complete -c sbx -n '__sbx_at run' -l json -d "Print one JSON object at the end; the program's stdout goes to stderr"
@@ -188,7 +189,7 @@ function __sbx_complete_cmd
     # one of their values), or right after "--".
     set -l tokens (commandline -opc)
     set -l takes_arg --state-dir --log-level --profile --tenant --image --entrypoint --uid --gid --bind --tmpfs --workdir --env \
-        --env-pass --secret --timeout --output-limit --memory --pids --cpus --cpu-time --seccomp --cap-add --gpu --allow-host --trace-file \
+        --env-pass --secret --timeout --output-limit --memory --pids --cpus --cpu-time --seccomp --cap-add --gpu --allow-host --trace-file --trace-db \
         --input --output --output-max-bytes --output-max-files --events
     set -l start 0
     set -l seen_run 0
@@ -234,6 +235,8 @@ complete -c sbx -n '__sbx_at trace show' -a '(__sbx_run_ids)' -d 'Run id'
 complete -c sbx -n '__sbx_at trace show' -l format -x -a 'json text' -d 'Output format'
 complete -c sbx -n '__sbx_at trace show' -l json -d 'The same as --format json'
 complete -c sbx -n '__sbx_at trace show' -a last -d 'The newest run'
+complete -c sbx -n '__sbx_at trace show' -l db -x -d 'Show a run this trace database holds (a libpq URL)'
+complete -c sbx -n '__sbx_at trace show' -l node -x -d 'With --db: only the records of this node'
 complete -c sbx -n '__sbx_at trace ls' -s n -l newest -x -d 'List only the N newest runs'
 complete -c sbx -n '__sbx_at trace ls' -l limit -x -d 'List only the N newest runs'
 complete -c sbx -n '__sbx_at trace ls' -l pack -x -d 'Only runs of this pack: NAME, NAME@VERSION or digest'
@@ -241,6 +244,9 @@ complete -c sbx -n '__sbx_at trace ls' -l image -x -d 'Only runs on this image: 
 complete -c sbx -n '__sbx_at trace ls' -l json -d 'Print a JSON array'
 complete -c sbx -n '__sbx_at trace ls' -l status -x -a 'ok exit_nonzero timeout signaled oom seccomp_violation output_limit output_invalid input_invalid setup_error' -d 'Only runs with this status'
 complete -c sbx -n '__sbx_at trace ls' -l since -x -d 'Only runs started at or after this time (1h, 2d, 2026-12-01)'
+complete -c sbx -n '__sbx_at trace ls' -l db -x -d 'List the runs this trace database holds, across nodes (a libpq URL)'
+complete -c sbx -n '__sbx_at trace ls' -l node -x -d 'With --db: only the records of this node'
+complete -c sbx -n '__sbx_at trace ls' -l limit-events -d 'With --db: only runs ended by a limit (timeout, oom, output_limit)'
 complete -c sbx -n '__sbx_at trace' -a reindex -d 'Rebuild the query index from the ledger'
 complete -c sbx -n '__sbx_at trace' -a verify -d "Check the ledger's hash chain; name the first break"
 complete -c sbx -n '__sbx_at trace' -a head -d "Print the ledger's head for anchoring elsewhere"
@@ -248,6 +254,9 @@ complete -c sbx -n '__sbx_at trace' -a import -d 'Append records of the previous
 complete -c sbx -n '__sbx_at trace verify' -l pubkey -r -F -d 'Ed25519 public key: every record must be signed'
 complete -c sbx -n '__sbx_at trace verify' -l anchor -x -d 'SEQ:HASH printed earlier by trace head'
 complete -c sbx -n '__sbx_at trace verify' -l json -d 'Print one JSON object'
+complete -c sbx -n '__sbx_at trace verify' -l db -x -d "Verify every node's chain from this trace database alone (a libpq URL)"
+complete -c sbx -n '__sbx_at trace verify' -l node -x -d 'With --db: only the records of this node'
+complete -c sbx -n '__sbx_at trace verify' -l against-ledger -d "With --db: compare this store's ledger with what the database holds for its node"
 complete -c sbx -n '__sbx_at trace head' -l json -d 'Print a JSON object'
 complete -c sbx -n '__sbx_at trace' -a prune -d 'Remove the oldest records, leaving an anchor verify starts from'
 complete -c sbx -n '__sbx_at trace prune' -l keep -x -d 'Keep the newest N records'
@@ -255,6 +264,10 @@ complete -c sbx -n '__sbx_at trace prune' -l before -x -d 'Prune records started
 complete -c sbx -n '__sbx_at trace prune' -l dry-run -d 'Say what would be pruned; change nothing'
 complete -c sbx -n '__sbx_at trace prune' -l json -d 'Print one JSON object'
 complete -c sbx -n '__sbx_at trace prune' -l tenant -x -a '(__sbx_tenants)' -d 'The records of this tenant'
+complete -c sbx -n '__sbx_at trace' -a ship -d "Send this store's records the trace database lacks, in order"
+complete -c sbx -n '__sbx_at trace ship' -l db -x -d "The trace database (a libpq URL; default: the profile's trace_db)"
+complete -c sbx -n '__sbx_at trace ship' -l profile -x -a '(__sbx_profiles; __fish_complete_suffix .json)' -d "Take the database from this profile's trace_db"
+complete -c sbx -n '__sbx_at trace ship' -l json -d 'Print one JSON object'
 
 # sbx key
 complete -c sbx -n '__sbx_at key' -a init -d 'Make the Ed25519 key pair that signs the trace ledger'
@@ -285,6 +298,7 @@ complete -c sbx -n '__sbx_at pack run' -l seccomp -r -F -d 'Seccomp policy'
 complete -c sbx -n '__sbx_at pack run' -l cap-add -x -a "$__sbx_capabilities" -d 'Keep this capability inside the user namespace (repeatable)'
 complete -c sbx -n '__sbx_at pack run' -l gpu -x -a 'all 0 1 2 3' -d 'Give the sandbox GPUs'
 complete -c sbx -n '__sbx_at pack run' -l trace-file -r -F -d 'Also write the trace record here'
+complete -c sbx -n '__sbx_at pack run' -l trace-db -x -d 'Mirror the trace record to this PostgreSQL database (a libpq URL, no password)'
 complete -c sbx -n '__sbx_at pack run' -l events -r -F -d 'Stream live events as JSON lines to FILE, a FIFO or fd:N'
 complete -c sbx -n '__sbx_at pack run' -l dry-run -d 'Check everything, print the plan as JSON, run nothing'
 
@@ -311,6 +325,7 @@ complete -c sbx -n '__sbx_at image verify' -l json -d 'Print one JSON object'
 complete -c sbx -n '__sbx_at exec' -l profile -x -a '(__sbx_profiles; __fish_complete_suffix .json)' -d 'Profile name or JSON file; its limits are ceilings'
 complete -c sbx -n '__sbx_at exec' -l allow-host -x -a '(__fish_print_hostnames)' -d 'Allow egress to HOST[:PORT] through the filtering proxy'
 complete -c sbx -n '__sbx_at exec' -l trace-file -r -F -d 'Also write the trace record here'
+complete -c sbx -n '__sbx_at exec' -l trace-db -x -d 'Mirror the trace record to this PostgreSQL database (a libpq URL, no password)'
 complete -c sbx -n '__sbx_at exec' -l events -r -F -d 'Stream live events as JSON lines to FILE, a FIFO or fd:N'
 complete -c sbx -n '__sbx_at exec' -l dry-run -d 'Check everything, print the plan as JSON, run nothing'
 
@@ -323,6 +338,7 @@ complete -c sbx -n '__sbx_at mcp' -l max-concurrent -r -d 'Calls running at once
 complete -c sbx -n '__sbx_at mcp' -l max-queued -r -d 'Calls waiting beyond those (default 256)'
 complete -c sbx -n '__sbx_at mcp' -l pool -r -d 'Sandboxes kept built ahead for each tool, run_code and every pack (default 2; 0: off)'
 complete -c sbx -n '__sbx_at mcp' -l pool-max-idle -r -d 'Seconds a pooled sandbox may wait before it is rebuilt (default 300; 0: no limit)'
+complete -c sbx -n '__sbx_at mcp' -l trace-db -x -d "Mirror each call's trace record to this PostgreSQL database (a libpq URL, no password)"
 complete -c sbx -n '__sbx_at mcp' -l listen -r -d 'Serve MCP over Streamable HTTP at HOST:PORT'
 complete -c sbx -n '__sbx_at mcp' -l tokens -r -F -d 'Bearer tokens, each naming a tenant (JSON)'
 complete -c sbx -n '__sbx_at mcp' -l tls-cert -r -F -d 'Serve HTTPS with this PEM certificate chain'
@@ -339,6 +355,7 @@ complete -c sbx -n '__sbx_at doctor' -l json -d 'Print the checks as a JSON obje
 
 # sbx probe (with the options of run above)
 complete -c sbx -n '__sbx_at probe' -l json -d 'Print the results as JSON'
+complete -c sbx -n '__sbx_at probe' -l trace-db -x -d 'Mirror the trace record to this PostgreSQL database (a libpq URL, no password)'
 
 # sbx classify
 complete -c sbx -n '__sbx_at classify' -l json -d 'Print the answer as JSON'
@@ -412,6 +429,7 @@ complete -c sbx -n $__sbx_sk -l cap-add -x -a "$__sbx_capabilities" -d 'Keep thi
 complete -c sbx -n $__sbx_sk -l gpu -x -a 'all 0 1 2 3' -d 'Give the sandbox GPUs: all, indices (0,1) or a UUID'
 complete -c sbx -n $__sbx_sk -l allow-host -x -a '(__fish_print_hostnames)' -d 'Allow egress to HOST[:PORT] through the filtering proxy'
 complete -c sbx -n $__sbx_sk -l trace-file -r -F -d "Also write the session run's record (at its end) to this file"
+complete -c sbx -n $__sbx_sk -l trace-db -x -d "Mirror the session run's record to this PostgreSQL database (a libpq URL, no password)"
 complete -c sbx -n $__sbx_sk -l events -r -F -d 'Stream live events as JSON lines to FILE, a FIFO or fd:N'
 complete -c sbx -n $__sbx_sk -l no-systemd-scope -d 'What a session does anyway: no systemd user scope'
 complete -c sbx -n $__sbx_ss -l idle -x -d 'End the session after this long without a call (default 10m)'
@@ -457,4 +475,4 @@ function __sbx_tenants
 end
 complete -c sbx -n '__sbx_at run; or __sbx_at probe; or __sbx_at pack run; or __sbx_at exec; or __sbx_at mcp; or __sbx_at session start; or __sbx_at kernel install; or __sbx_at kernel run' -l tenant -x -a '(__sbx_tenants)' -d 'Run as this tenant: its ceilings, own host ids and store'
 complete -c sbx -n '__sbx_at session exec; or __sbx_at session ls; or __sbx_at session show; or __sbx_at session stop' -l tenant -x -a '(__sbx_tenants)' -d 'The sessions of this tenant'
-complete -c sbx -n '__sbx_at trace ls; or __sbx_at trace show; or __sbx_at trace export; or __sbx_at trace verify; or __sbx_at trace head; or __sbx_at trace reindex' -l tenant -x -a '(__sbx_tenants)' -d 'The records of this tenant'
+complete -c sbx -n '__sbx_at trace ls; or __sbx_at trace show; or __sbx_at trace export; or __sbx_at trace verify; or __sbx_at trace head; or __sbx_at trace reindex; or __sbx_at trace ship' -l tenant -x -a '(__sbx_tenants)' -d 'The records of this tenant'
