@@ -263,6 +263,9 @@ class HttpServer {
   // The readiness check (HttpConfig::ready_check): its helper, and what it said.
   std::unique_ptr<net::posix::stream_descriptor> ready_pipe_;
   pid_t ready_pid_ = -1;
+  // This server's own children (session servers, the readiness helper): reaped by their own
+  // waits, never by reap_orphans.
+  std::set<pid_t> own_;
   bool ready_checked_ = false;
   std::string ready_why_;
 
@@ -307,6 +310,7 @@ class HttpServer {
     }
     ::setpgid(pid, pid);  // as the helper does: whichever runs first
     ready_pid_ = pid;
+    own_.insert(pid);
     ready_pipe_ = std::make_unique<net::posix::stream_descriptor>(io_, fds[0]);
     return true;
   }
@@ -341,6 +345,7 @@ class HttpServer {
     co_await net::async_read(*ready_pipe_, net::dynamic_buffer(said, 4096), net::redirect_error(kUse, ec));
     int status = 0;
     ::waitpid(ready_pid_, &status, 0);  // its pipe is closed: it has ended or is ending
+    own_.erase(ready_pid_);
     ready_pid_ = -1;
     ready_pipe_->close(ec);
     ready_why_.clear();
@@ -477,6 +482,22 @@ class HttpServer {
         for (auto& [k, c] : *m)
           if (!c->dead && c->pending.empty() && now - c->last_used > std::chrono::milliseconds(cfg_.session_idle_ms))
             close_child(*c);
+      reap_orphans();
+    }
+  }
+
+  // As a container's PID 1 (deploy/'s entrypoint execs `sbx mcp --listen`), this server inherits
+  // the orphans of every process below it: the detached trace shippers the calls' runs start
+  // (runtime/record/trace_mirror.hpp, kick_trace_shipper) among them. Each is reaped here, a
+  // bounded number per sweep, without waiting; an exited child of this server's own is left to
+  // its own wait (peeked at with WNOWAIT, never reaped here), and the next sweep goes on.
+  void reap_orphans() {
+    if (::getpid() != 1) return;  // elsewhere orphans go to the namespace's init, not here
+    for (int i = 0; i < 256; ++i) {
+      siginfo_t si{};
+      if (::waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) != 0 || si.si_pid == 0) return;
+      if (own_.contains(si.si_pid)) return;
+      ::waitpid(si.si_pid, nullptr, WNOHANG);
     }
   }
 
@@ -1045,6 +1066,7 @@ class HttpServer {
     ++children_;
     auto c = std::make_shared<Child>(io_.get_executor(), to_child[1], from_child[0], w->pidfd.release());
     c->pid = w->pid;
+    own_.insert(c->pid);
     c->tenant = tenant;
     net::co_spawn(io_, read_child(c), net::detached);
     net::co_spawn(io_, reap_child(c), net::detached);
@@ -1154,6 +1176,7 @@ class HttpServer {
     co_await c->pidfd.async_wait(net::posix::stream_descriptor::wait_read, net::redirect_error(kUse, ec));
     int status = 0;
     ::waitpid(c->pid, &status, 0);
+    own_.erase(c->pid);
     c->reaped = true;
     end_child(*c, "the session's server ended before it answered");
     c->out.close(ec);
