@@ -117,38 +117,42 @@ int trace_ls_db(const TraceDbOptions& o, const std::string& tenant, const TraceF
   // not for one terminal.
   df.limit = f.newest ? f.newest : 1000;
   bool more = false;
-  auto rows = query_trace_db(TraceDb{o.db, trace_db_schema(tenant)}, df, &more);
-  if (!rows) return usage_error("trace ls --db: " + rows.error().describe());
-  if (as_json) {
-    json a = json::array();
-    for (auto& r : *rows) {
-      const TraceSummary& t = r.summary;
-      a.push_back(
-          {{"node", r.node},
-           {"seq", r.seq},
-           {"run_id", t.run_id},
-           {"started_at", t.started_at},
-           {"status", t.status},
-           {"exit_code", t.exit_code ? json(*t.exit_code) : json(nullptr)},
-           {"wall_ms", t.wall_ms},
-           {"command", t.command},
-           {"pack", t.pack.empty() ? json(nullptr)
-                                   : json{{"name", t.pack}, {"version", t.pack_version}, {"digest", t.pack_digest}}},
-           {"image", {{"name", t.image}, {"digest", t.image_digest.empty() ? json(nullptr) : json(t.image_digest)}}}});
-    }
-    std::printf("%s\n", dump_ascii_json(a, 2).c_str());
-  } else {
+  // Printed as the rows arrive: a listing of any length in bounded memory.
+  std::size_t n = 0;
+  if (as_json) std::printf("[");
+  else
     std::printf("%-20s  %-29s  %-24s  %-17s  %4s  %8s  %s\n", "NODE", "RUN ID", "STARTED", "STATUS", "EXIT", "WALL MS",
                 "COMMAND");
-    for (auto& r : *rows) {
-      const TraceSummary& t = r.summary;
+  auto st = query_trace_db(
+      TraceDb{o.db, trace_db_schema(tenant)}, df,
+      [&](const DbRun& r) {
+    const TraceSummary& t = r.summary;
+    if (as_json) {
+      json j = {
+          {"node", r.node},
+          {"seq", r.seq},
+          {"run_id", t.run_id},
+          {"started_at", t.started_at},
+          {"status", t.status},
+          {"exit_code", t.exit_code ? json(*t.exit_code) : json(nullptr)},
+          {"wall_ms", t.wall_ms},
+          {"command", t.command},
+          {"pack", t.pack.empty() ? json(nullptr)
+                                  : json{{"name", t.pack}, {"version", t.pack_version}, {"digest", t.pack_digest}}},
+          {"image", {{"name", t.image}, {"digest", t.image_digest.empty() ? json(nullptr) : json(t.image_digest)}}}};
+      std::printf("%s\n  %s", n ? "," : "", dump_ascii_json(j, -1).c_str());
+    } else {
       std::string exit_code = t.exit_code ? std::to_string(*t.exit_code) : "-";
       std::printf("%-20s  %-29s  %-24s  %-17s  %4s  %8lld  %s\n", printable(r.node).c_str(),
                   printable(t.run_id).c_str(), printable(t.started_at).c_str(), printable(t.status).c_str(),
                   exit_code.c_str(), static_cast<long long>(t.wall_ms), printable(t.command).c_str());
     }
-  }
+    ++n;
+      },
+      &more);
+  if (as_json) std::printf("%s]\n", n ? "\n" : "");
   std::fflush(stdout);
+  if (!st) return usage_error("trace ls --db: " + st.error().describe());
   if (more)
     std::fprintf(stderr, "sbx: trace ls --db: only the newest %zu matching runs are listed; give -n N for more\n",
                  df.limit);
@@ -159,13 +163,23 @@ int trace_show_db(const TraceDbOptions& o, const std::string& tenant, const std:
                   const std::function<std::string(const json&)>& pretty) {
   auto r = load_trace_db_record(TraceDb{o.db, trace_db_schema(tenant)}, id, o.node);
   if (!r) return usage_error("trace show --db: " + r.error().describe());
+  // What is shown is what was checked: a row that does not hash to its hash, or whose node's
+  // registered key does not verify it, is refused (exit 1), not shown.
+  if (!r->problem.empty()) {
+    std::fprintf(stderr,
+                 "sbx: trace show --db: run %s on node %s, seq %llu: %s (sbx trace verify --db names the break)\n",
+                 printable(r->run.summary.run_id).c_str(), printable(r->run.node).c_str(),
+                 static_cast<unsigned long long>(r->run.seq), printable(r->problem).c_str());
+    return 1;
+  }
   auto rec = parse_json_doc(r->record, {kMaxTraceBytes}, "trace db", "the record of run " + r->run.summary.run_id);
   if (!rec) return usage_error("trace show --db: " + rec.error().describe());
   if (text) std::fputs(trace_show_text(*rec).c_str(), stdout);
   else std::printf("%s\n", pretty(*rec).c_str());
-  std::fprintf(stderr, "sbx: run %s: node %s, seq %llu, hash %s (sbx trace verify --db checks its chain)\n",
+  std::fprintf(stderr, "sbx: run %s: node %s, seq %llu, hash %s: the row hashes to it%s\n",
                printable(r->run.summary.run_id).c_str(), printable(r->run.node).c_str(),
-               static_cast<unsigned long long>(r->run.seq), printable(r->hash).c_str());
+               static_cast<unsigned long long>(r->run.seq), printable(r->hash).c_str(),
+               r->signed_by_node ? ", signed by its node's registered key" : "");
   return 0;
 }
 

@@ -1117,7 +1117,8 @@ void Run::store(RunReport& report, const std::string& run_id) {
     report.record_seq = stored->seq;
     report.record_hash = stored->hash;
     // Mirrored after the durable append, by a detached shipper: never on the run's path.
-    if (auto url = effective_trace_db(spec().trace_db); !url.empty())
+    // A URL refused in prepare (its record says so) is never handed on.
+    if (auto url = effective_trace_db(spec().trace_db); !url.empty() && check_trace_db_url(url).empty())
       kick_trace_shipper(req_.dirs, TraceDb{url, trace_db_schema(req_.tenant.name)});
   }
   Status trace_file_written;

@@ -43,9 +43,11 @@ std::string check_trace_db_url(std::string_view url) {
   }
   for (auto* o = opts.get(); o->keyword; ++o) {
     std::string_view k = o->keyword;
-    if (k == "password" && o->val && *o->val)
-      return "the URL holds a password, which would be readable in argv and files: leave it out and set "
-             "PGPASSWORD, or a password file (PGPASSFILE, ~/.pgpass, or passfile= in the URL)";
+    // password, and sslpassword (a client key's): any secret named in the URL.
+    if (k.find("password") != std::string_view::npos && o->val && *o->val)
+      return "the URL holds a " + std::string(k) +
+             ", which would be readable in argv, records and files: leave it out and set PGPASSWORD, or a password "
+             "file (PGPASSFILE, ~/.pgpass, or passfile= in the URL)";
   }
   return "";
 }
@@ -63,8 +65,7 @@ std::string sql_ident(std::string_view name) {
 
 const std::string& PgRow::at(std::size_t i) const {
   static const std::string empty;
-  const auto& c = cols.at(i);
-  return c ? *c : empty;
+  return i < cols.size() && cols[i] ? *cols[i] : empty;
 }
 
 void PgConn::Close::operator()(pg_conn* c) const { PQfinish(c); }
@@ -74,8 +75,12 @@ PgConn::~PgConn() = default;
 Result<PgConn> PgConn::open(const std::string& url) {
   if (auto why = check_trace_db_url(url); !why.empty()) return make_error("usage", "--trace-db: " + why);
   // Defaults first (the URL's own values replace them), then what sbx requires (replacing the URL's).
-  const char* keys[] = {"connect_timeout", "application_name", "dbname", "gssencmode", nullptr};
-  const char* vals[] = {"10", "sbx", url.c_str(), "disable", nullptr};
+  // Keepalives and tcp_user_timeout: a peer gone mid-query is found by the client, not only by
+  // the server's statement_timeout.
+  const char* keys[] = {
+      "connect_timeout",  "keepalives",       "keepalives_idle", "keepalives_interval", "keepalives_count",
+      "tcp_user_timeout", "application_name", "dbname",          "gssencmode",          nullptr};
+  const char* vals[] = {"10", "1", "15", "5", "4", "60000", "sbx", url.c_str(), "disable", nullptr};
   PgConn conn(PQconnectdbParams(keys, vals, /*expand_dbname=*/1));
   if (!conn.c_) return make_error(kStage, "cannot connect to the trace database: out of memory");
   if (PQstatus(conn.c_.get()) != CONNECTION_OK)
@@ -143,6 +148,13 @@ Status PgConn::query(const std::string& sql, const std::vector<PgParam>& params,
   while (PgResultPtr r{PQgetResult(c_.get())}) {
     auto st = PQresultStatus(r.get());
     if (st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK) continue;
+    if (st == PGRES_COPY_IN || st == PGRES_COPY_OUT || st == PGRES_COPY_BOTH) {
+      // Never asked for: a server that answers so is not one sbx talks to (libpq would return this
+      // result forever). The connection is dropped; every later call on it fails.
+      c_.reset();
+      return make_error(kStage,
+                        "the database answered " + first_words(sql) + " with a COPY: not a server sbx talks to");
+    }
     if (st != PGRES_SINGLE_TUPLE) {
       if (!error) error = fail(first_words(sql) + " failed", r.get());
       continue;

@@ -7,10 +7,12 @@
 //     history. libpq reads it from PGPASSWORD or a password file (PGPASSFILE, ~/.pgpass, or
 //     passfile= in the URL), which is where sbx's docs send it;
 //   - no GSSAPI encryption (gssencmode=disable: sbx is built without Kerberos);
-//   - bounded time: connect_timeout 10 s unless the URL sets one, and every statement 60 s
-//     (statement_timeout), so a stalled server is an error, not a hang;
-//   - bounded memory: rows are read one at a time (libpq's single-row mode) and a column is
-//     refused past the caller's bound before it is copied.
+//   - bounded time: connect_timeout 10 s unless the URL sets one, every statement 60 s on the
+//     server (statement_timeout), and TCP keepalives and tcp_user_timeout, so that a peer that
+//     died mid-query is an error within about a minute, not a hang;
+//   - bounded memory: rows are read one at a time (libpq's single-row mode) and a column past
+//     the caller's bound is an error. libpq holds a whole row before sbx sees it: sbx's queries
+//     bound their large columns in the SQL itself (CASE WHEN octet_length(...) <= N).
 // The connection is blocking: it is used by sbx's CLI commands and by the detached shipper
 // (`sbx trace ship --background`), never by a supervisor or a server loop.
 #include <cstdint>
@@ -44,8 +46,8 @@ using PgParam = std::optional<std::string>;
 // One row as read in single-row mode: each column's text, or nullopt for NULL.
 struct PgRow {
   std::vector<std::optional<std::string>> cols;
-  const std::string& at(std::size_t i) const;  // "" for NULL
-  bool null(std::size_t i) const { return !cols.at(i).has_value(); }
+  const std::string& at(std::size_t i) const;  // "" for NULL, and for a column the row lacks
+  bool null(std::size_t i) const { return i >= cols.size() || !cols[i].has_value(); }
 };
 
 class PgConn {

@@ -34,6 +34,11 @@ constexpr const char* kStage = "trace db";
 constexpr std::size_t kShipBatch = 500;
 constexpr std::size_t kVerifyBatch = 5000;
 constexpr std::size_t kMaxNodeName = 128;
+constexpr std::size_t kMaxIdentifier = 63;     // PostgreSQL's NAMEDATALEN - 1
+constexpr std::size_t kMaxNodes = 100000;      // nodes one verify walks
+constexpr std::size_t kMaxShownColumn = 4096;  // characters of a text column `trace ls --db` shows
+// A background shipper's whole life: past it SIGALRM ends it (the ledger keeps what it did not send).
+constexpr unsigned kBackgroundDeadlineS = 900;
 // What a background shipper waits for the store's ship lock (another shipper sending).
 constexpr long kBackgroundLockWaitMs = 120000;
 
@@ -64,6 +69,7 @@ const char* const kMigrations[] = {
     "CREATE INDEX IF NOT EXISTS records_by_time ON {s}.records(started_at DESC, node, seq);"
     "CREATE INDEX IF NOT EXISTS records_by_status ON {s}.records(status, started_at DESC);"
     "CREATE INDEX IF NOT EXISTS records_by_pack ON {s}.records(pack, started_at DESC);"
+    "CREATE INDEX IF NOT EXISTS records_by_pack_version ON {s}.records(pack, pack_version, started_at DESC);"
     "CREATE INDEX IF NOT EXISTS records_by_pack_digest ON {s}.records(pack_digest, started_at DESC);"
     "CREATE INDEX IF NOT EXISTS records_by_image ON {s}.records(image, started_at DESC);"
     "CREATE INDEX IF NOT EXISTS records_by_image_digest ON {s}.records(image_digest, started_at DESC);"
@@ -154,7 +160,15 @@ Result<PgConn> open_db(const TraceDb& db) { return PgConn::open(db.url); }
 
 }  // namespace
 
-std::string trace_db_schema(const std::string& tenant) { return tenant.empty() ? "sbx" : "sbx_tenant_" + tenant; }
+std::string trace_db_schema(const std::string& tenant) {
+  if (tenant.empty()) return "sbx";
+  // PostgreSQL cuts identifiers at 63 bytes, silently: two long tenant names that share their
+  // first 52 bytes would share a schema. A name that does not fit keeps its start and gains a
+  // digest of the whole name instead.
+  std::string schema = "sbx_tenant_" + tenant;
+  if (schema.size() <= kMaxIdentifier) return schema;
+  return "sbx_tenant_" + tenant.substr(0, 35) + "_" + sha256_hex(tenant).substr(0, 16);
+}
 
 // ---------------------------------------------------------------------------------------------
 // The node name
@@ -172,7 +186,7 @@ std::string host_name() {
 }
 }  // namespace
 
-Result<std::string> ledger_node_name(const Dirs& dirs) {
+Result<std::string> ledger_node_name(const Dirs& dirs, bool create) {
   const std::string path = dirs.traces + "/node";
   const char* env = std::getenv("SBX_NODE");
   std::string wanted = env ? env : "";
@@ -192,9 +206,17 @@ Result<std::string> ledger_node_name(const Dirs& dirs) {
                                      wanted + "'");
     return name;
   }
+  if (!create) return make_error(kStage, "this store has no node name yet (" + path + "): it has never shipped");
   std::string name = !wanted.empty() ? wanted : host_name() + "-" + random_hex(4);
   SBX_TRY(ensure_dir(dirs.traces, 0700));
-  SBX_TRY(write_file_durable(path, name + "\n", 0600));
+  // Made aside and linked into place: of two first ships at once, one name wins and both use it.
+  const std::string tmp = path + "." + random_hex(8) + ".tmp";
+  SBX_TRY(write_file_durable(tmp, name + "\n", 0600));
+  int linked = ::link(tmp.c_str(), path.c_str());
+  int err = errno;
+  ::unlink(tmp.c_str());
+  if (linked != 0 && err == EEXIST) return ledger_node_name(dirs, false);
+  if (linked != 0) return make_error(kStage, "cannot create " + path, err);
   return name;
 }
 
@@ -251,11 +273,23 @@ struct ShipLine {
   std::uint64_t record_bytes = 0, offset = 0;
 };
 
-// The public key of the ledger key this user's appends are signed with, "" when none.
-std::string own_public_key() {
+// The public key of the ledger key this user signs with (none: pem ""). It is registered for the
+// node only once it verifies a signed line of the ledger being shipped: the key of whoever runs
+// the ship (root shipping another user's store, a key made anew) is not the ledger's.
+struct OwnKey {
+  std::string pem;
+  std::optional<LedgerVerifier> verifier;
+  bool signs(const LedgerEntry& e) const { return verifier && !e.sig.empty() && verifier->verify(e.hash, e.sig); }
+};
+OwnKey own_key() {
+  OwnKey k;
   if (auto signer = LedgerSigner::load_default(); signer && *signer)
-    if (auto pem = (*signer)->public_pem()) return *pem;
-  return "";
+    if (auto pem = (*signer)->public_pem())
+      if (auto v = LedgerVerifier::from_pem(*pem, "this user's ledger key")) {
+        k.pem = *pem;
+        k.verifier = std::move(*v);
+      }
+  return k;
 }
 
 class Shipper {
@@ -269,12 +303,6 @@ class Shipper {
     auto n = read_node(c_, db_.schema, node_);
     if (!n) return n.error();
     n_ = *n;
-    // A node that signs now but did not when it was registered (sbx key init came later): its key
-    // is added, never replaced (a key in the database is what its signatures are checked against).
-    if (n_.exists && n_.pubkey.empty())
-      if (auto pub = own_public_key(); !pub.empty())
-        SBX_TRY(c_.exec(with_schema("UPDATE {s}.nodes SET pubkey = $2 WHERE node = $1 AND pubkey IS NULL", db_.schema),
-                        {node_, pub}));
     auto head = c_.query_one(
         with_schema("SELECT seq, hash FROM {s}.records WHERE node = $1 ORDER BY seq DESC LIMIT 1", db_.schema),
         {node_});
@@ -302,6 +330,17 @@ class Shipper {
   Status line(ShipLine l, const std::optional<PruneAnchorLine>& anchor) {
     rep_.local_head = l.e.seq;
     if (!n_.exists) SBX_TRY(register_node(l.e, anchor));
+    // A node that signs now but did not when it was registered (sbx key init came later): its key
+    // is added at its first signed line, never replaced (what the database holds is what its
+    // signatures are checked against).
+    if (n_.pubkey.empty() && !l.e.sig.empty() && !key_tried_) {
+      key_tried_ = true;
+      if (key_.signs(l.e)) {
+        SBX_TRY(c_.exec(with_schema("UPDATE {s}.nodes SET pubkey = $2 WHERE node = $1 AND pubkey IS NULL", db_.schema),
+                        {node_, key_.pem}));
+        n_.pubkey = key_.pem;
+      }
+    }
     if (l.e.seq == n_.first_seq && l.e.hash != n_.first_hash)
       return make_error(kStage, "node '" + node_ + "' in schema " + db_.schema +
                                     " belongs to another ledger (its first shipped record, seq " +
@@ -360,7 +399,7 @@ class Shipper {
   }
 
   Status register_node(const LedgerEntry& first, const std::optional<PruneAnchorLine>&) {
-    std::string pub = own_public_key();
+    std::string pub = key_.signs(first) ? key_.pem : "";
     SBX_TRY(
         c_.exec(with_schema("INSERT INTO {s}.nodes(node, first_seq, first_prev, first_hash, pubkey)"
                             " VALUES ($1, $2, $3, $4, $5) ON CONFLICT (node) DO NOTHING",
@@ -411,12 +450,14 @@ class Shipper {
   std::vector<ShipLine> batch_;
   ShipReport rep_;
   bool anchor_warned_ = false;
+  OwnKey key_ = own_key();
+  bool key_tried_ = false;
 };
 
 // The ship itself, with the store's ship lock held.
 Result<ShipReport> ship_locked(const Dirs& dirs, const TraceDb& db,
                                const std::function<void(std::uint64_t)>& progress) {
-  auto node = ledger_node_name(dirs);
+  auto node = ledger_node_name(dirs, true);
   if (!node) return node.error();
   auto c = open_db(db);
   if (!c) return c.error();
@@ -466,6 +507,21 @@ Result<UniqueFd> open_lock(const std::string& path) {
 
 }  // namespace
 
+namespace {
+
+// <traces>/ship.status: what the last background ship came to, for the runs that start the next
+// one (kick_trace_shipper warns while it says "failed") and for whoever looks.
+std::string status_path(const Dirs& dirs) { return dirs.traces + "/ship.status"; }
+
+void write_status(const Dirs& dirs, const Result<ShipReport>& r) {
+  nlohmann::json j = {{"at", static_cast<long long>(::time(nullptr))}, {"ok", r.ok()}};
+  if (r) j["db_head_seq"] = r->db_head;
+  else j["error"] = r.error().describe();
+  (void)write_file_durable(status_path(dirs), j.dump(-1, ' ', true, nlohmann::json::error_handler_t::replace), 0600);
+}
+
+}  // namespace
+
 Result<ShipReport> ship_ledger(const Dirs& dirs, const TraceDb& db, long lock_wait_ms,
                                const std::function<void(std::uint64_t)>& progress) {
   SBX_TRY(ensure_dir(dirs.traces, 0700));
@@ -477,20 +533,45 @@ Result<ShipReport> ship_ledger(const Dirs& dirs, const TraceDb& db, long lock_wa
                                              std::to_string(lock_wait_ms / 1000) + " s): try again when it is done"
                                        : "cannot lock " + dirs.traces + "/ship.lock",
                       e == EWOULDBLOCK ? 0 : e);
-  return ship_locked(dirs, db, progress);
+  auto r = ship_locked(dirs, db, progress);
+  write_status(dirs, r);
+  return r;
 }
 
 Result<ShipReport> ship_in_background(const Dirs& dirs, const TraceDb& db) {
+  // A bound on the whole: a database that accepts and then stalls must not keep this process (and
+  // the ship lock) for good. SIGALRM's default action ends it; what it did not send stays queued.
+  ::alarm(kBackgroundDeadlineS);
   auto wait = open_lock(dirs.traces + "/ship.wait");
   if (!wait) return wait.error();
   if (::flock(wait->get(), LOCK_EX | LOCK_NB) != 0) return ShipReport{};  // a waiting shipper sends our line too
   auto lock = open_lock(dirs.traces + "/ship.lock");
   if (!lock) return lock.error();
-  if (int e = flock_waiting(lock->get(), LOCK_EX, kBackgroundLockWaitMs); e != 0)
-    return make_error(kStage, "the ship lock " + dirs.traces + "/ship.lock stayed held", e == EWOULDBLOCK ? 0 : e);
+  if (int e = flock_waiting(lock->get(), LOCK_EX, kBackgroundLockWaitMs); e != 0) {
+    Result<ShipReport> r =
+        make_error(kStage, "the ship lock " + dirs.traces + "/ship.lock stayed held", e == EWOULDBLOCK ? 0 : e);
+    write_status(dirs, r);
+    return r;
+  }
   // From here on a new line needs a new shipper: this one may have read past the ledger's end.
   wait = UniqueFd();
-  return ship_locked(dirs, db, nullptr);
+  // Lines appended while this one ships found no waiter and started shippers that wait on the
+  // lock; while the ledger still grew past what was sent, it ships again rather than leave them
+  // to a waiter that may give up.
+  Result<ShipReport> r = ship_locked(dirs, db, nullptr);
+  for (int round = 0; r && round < 8; ++round) {
+    auto head = ledger_head(dirs);
+    if (!head || head->seq <= r->local_head) break;
+    auto more = ship_locked(dirs, db, nullptr);
+    if (!more) {
+      r = more;
+      break;
+    }
+    more->shipped += r->shipped;
+    r = more;
+  }
+  write_status(dirs, r);
+  return r;
 }
 
 namespace {
@@ -505,11 +586,27 @@ std::string effective_trace_db(const std::string& from_profile) {
   return trace_db_flag().empty() ? from_profile : trace_db_flag();
 }
 
+namespace {
+// The run that starts a shipper says so when the last one failed (the database refused, a node
+// name clash, a diverged line): its records are safe in the ledger, but nobody else would be told.
+void warn_if_last_ship_failed(const Dirs& dirs) {
+  auto text = read_regular_bounded(status_path(dirs), 8192, kStage, "ship.status");
+  if (!text) return;
+  auto j = nlohmann::json::parse(*text, nullptr, false);
+  if (!j.is_object() || j.value("ok", true) || !j["error"].is_string()) return;
+  spdlog::warn(
+      "the trace database's last ship from {} failed: {}; the records wait in the ledger (sbx trace ship "
+      "says more)",
+      dirs.traces, printable(j["error"].get<std::string>()));
+}
+}  // namespace
+
 void kick_trace_shipper(const Dirs& dirs, const TraceDb& db) {
   // Shippers started earlier by this process (a long-lived one: sbx mcp) are reaped here; each
   // exits within its lock wait, so the list stays short.
   static std::vector<pid_t> started;
   std::erase_if(started, [](pid_t p) { return ::waitpid(p, nullptr, WNOHANG) != 0; });
+  warn_if_last_ship_failed(dirs);
   // A shipper waiting for the lock sends this line too: starting another would only queue up.
   UniqueFd wait(::open((dirs.traces + "/ship.wait").c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600));
   if (wait.ok() && ::flock(wait.get(), LOCK_EX | LOCK_NB) != 0) return;
@@ -519,6 +616,10 @@ void kick_trace_shipper(const Dirs& dirs, const TraceDb& db) {
   posix_spawn_file_actions_init(&fa);
   posix_spawnattr_init(&attr);
   for (int fd = 0; fd <= 2; ++fd) posix_spawn_file_actions_addopen(&fa, fd, "/dev/null", fd ? O_WRONLY : O_RDONLY, 0);
+  // Nothing else of the caller's goes with it (an --events fd:N, a caller's lock or jobserver
+  // pipe that is not close-on-exec): a shipper that waits on the lock must not hold them.
+  posix_spawn_file_actions_addclosefrom_np(&fa, 3);
+  posix_spawn_file_actions_addchdir_np(&fa, "/");
   posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
   sigset_t none, all;
   sigemptyset(&none);
@@ -550,13 +651,19 @@ namespace {
 Result<std::vector<std::string>> node_names(PgConn& c, const std::string& schema, const std::string& only) {
   std::vector<std::string> out;
   auto st = c.query(
-      with_schema("SELECT node FROM {s}.nodes WHERE $1 = '' OR node = $1 ORDER BY node", schema), {only},
+      with_schema(
+          "SELECT node FROM {s}.nodes WHERE $1 = '' OR node = $1 ORDER BY node LIMIT " + std::to_string(kMaxNodes + 1),
+          schema),
+      {only},
       [&](const PgRow& r) {
     out.push_back(r.at(0));
     return true;
       },
       kMaxNodeName * 4);
   if (!st) return st.error();
+  if (out.size() > kMaxNodes)
+    return make_error(kStage, "schema " + schema + " has over " + std::to_string(kMaxNodes) +
+                                  " nodes: verify them a node at a time (--node)");
   if (!only.empty() && out.empty())
     return make_error("usage", "no node '" + printable(only) + "' in schema " + schema + " of the trace database");
   return out;
@@ -564,8 +671,32 @@ Result<std::vector<std::string>> node_names(PgConn& c, const std::string& schema
 
 // A node's rows as ledger lines, in seq order, in batches (memory: one batch of rows at a time, a
 // record at most the ledger's bound; a larger one is handed on as a line over the bound).
+// The columns `trace ls --db` filters on and shows must be what the row's record says: a row whose
+// status was changed from oom to ok, record untouched, is found here (the chain covers only the
+// record). "" when they agree.
+std::string summary_mismatch(const PgRow& r, const LedgerEntry& e) {
+  auto s = summarize_record_text(e.run_id, e.record);
+  if (!s) return "";  // not a readable record: the walk names it
+  auto differs = [&](std::size_t col, const std::string& want, std::size_t cut) {
+    return want.size() <= cut && r.at(col) != want;
+  };
+  const char* what = differs(7, s->started_at, 256)                                   ? "started_at"
+                     : differs(8, s->status, 256)                                     ? "status"
+                     : r.at(9) != (s->exit_code ? std::to_string(*s->exit_code) : "") ? "exit_code"
+                     : r.at(10) != std::to_string(s->wall_ms)                         ? "wall_ms"
+                     : differs(11, s->pack, kMaxShownColumn)                          ? "pack"
+                     : differs(12, s->pack_version, kMaxShownColumn)                  ? "pack_version"
+                     : differs(13, s->pack_digest, kMaxShownColumn)                   ? "pack_digest"
+                     : differs(14, s->image, kMaxShownColumn)                         ? "image"
+                     : differs(15, s->image_digest, kMaxShownColumn)                  ? "image_digest"
+                                                                                      : nullptr;
+  if (!what) return "";
+  return "seq " + std::to_string(e.seq) + " (run " + e.run_id + "): its " + what +
+         " column differs from its record's: edited in the database (trace ls --db filters and shows the columns)";
+}
+
 Status node_lines(PgConn& c, const std::string& schema, const std::string& node, const NodeRow& n,
-                  const LedgerSourceSink& sink) {
+                  const LedgerSourceSink& sink, std::string& mismatch) {
   if (n.first_seq > 1 && sink.start) {
     PruneAnchorLine a;
     a.entry.seq = n.first_seq - 1;
@@ -576,13 +707,20 @@ Status node_lines(PgConn& c, const std::string& schema, const std::string& node,
   }
   std::uint64_t after = 0, line_no = 0;
   const std::string sql = with_schema(
-      "SELECT seq, run_id, prev, hash, coalesce(sig, ''), CASE WHEN octet_length(record) <= $3 THEN record END,"
-      " coalesce(octet_length(record), record_bytes) FROM {s}.records WHERE node = $1 AND seq > $2 ORDER BY seq LIMIT " +
-          std::to_string(kVerifyBatch),
+      "SELECT seq, left(run_id, 256), left(prev, 256), left(hash, 256), left(coalesce(sig, ''), 256),"
+      " CASE WHEN octet_length(record) <= $3 THEN record END, coalesce(octet_length(record), record_bytes),"
+      " left(started_at, 256), left(status, 256), exit_code, wall_ms, " +
+          [] {
+    std::string cols;
+    for (const char* col : {"pack", "pack_version", "pack_digest", "image", "image_digest"})
+      cols += std::string(cols.empty() ? "" : ", ") + "left(" + col + ", " + std::to_string(kMaxShownColumn) + ")";
+    return cols;
+      }() +
+      " FROM {s}.records WHERE node = $1 AND seq > $2 ORDER BY seq LIMIT " + std::to_string(kVerifyBatch),
       schema);
   for (bool more = true; more;) {
     std::uint64_t rows = 0;
-    bool stop = false;
+    bool stop = false, bad_order = false;
     SBX_TRY(c.query(
         sql, {node, std::to_string(after), std::to_string(kMaxTraceBytes)},
         [&](const PgRow& r) {
@@ -590,6 +728,10 @@ Status node_lines(PgConn& c, const std::string& schema, const std::string& node,
       ++line_no;
       LedgerEntry e;
       e.seq = std::strtoull(r.at(0).c_str(), nullptr, 10);
+      if (e.seq <= after) {  // ORDER BY seq, seq > after: only a server that lies answers this
+        bad_order = true;
+        return false;
+      }
       after = e.seq;
       e.run_id = r.at(1);
       e.prev = r.at(2);
@@ -602,11 +744,16 @@ Status node_lines(PgConn& c, const std::string& schema, const std::string& node,
         return !stop;
       }
       e.record = r.at(5);
+      if (mismatch.empty()) mismatch = summary_mismatch(r, e);
       std::string text = ledger_line(e);
       stop = !sink.line(LedgerLine{line_no, 0, text});
       return !stop;
         },
         kMaxTraceBytes + 4096));
+    if (bad_order)
+      return make_error(kStage, "node " + node +
+                                    ": the database returned rows out of sequence order: not an answer to "
+                                    "sbx's query");
     more = !stop && rows == kVerifyBatch;
   }
   return {};
@@ -632,9 +779,15 @@ Result<std::vector<DbNodeVerify>> verify_trace_db(const TraceDb& db, const std::
       registered = std::move(*v);
     }
     const LedgerVerifier* use = key ? key : registered ? &*registered : nullptr;
-    auto r = verify_ledger_lines([&](const LedgerSourceSink& s) { return node_lines(*c, db.schema, name, *n, s); },
-                                 std::nullopt, use);
+    std::string mismatch;
+    auto r = verify_ledger_lines(
+        [&](const LedgerSourceSink& s) { return node_lines(*c, db.schema, name, *n, s, mismatch); }, std::nullopt, use);
     if (!r) return r.error();
+    if (!mismatch.empty()) {
+      r->problem = r->problem.empty() ? mismatch : r->problem + "; then " + mismatch;
+      r->intact = false;
+      r->other_break = true;
+    }
     out.push_back({name, use != nullptr, std::move(*r)});
   }
   return out;
@@ -642,7 +795,7 @@ Result<std::vector<DbNodeVerify>> verify_trace_db(const TraceDb& db, const std::
 
 Result<LedgerDbComparison> compare_ledger_with_db(const Dirs& dirs, const TraceDb& db) {
   LedgerDbComparison cmp;
-  auto node = ledger_node_name(dirs);
+  auto node = ledger_node_name(dirs, false);
   if (!node) return node.error();
   cmp.node = *node;
   auto c = open_db(db);
@@ -669,11 +822,15 @@ Result<LedgerDbComparison> compare_ledger_with_db(const Dirs& dirs, const TraceD
   auto total = c->query_one(
       with_schema("SELECT count(*), coalesce(max(seq), 0) FROM {s}.records WHERE node = $1", db.schema), {*node});
   if (!total) return total.error();
+  if (!*total) return make_error(kStage, "the database answered no row to a count");
   const std::uint64_t db_rows = std::strtoull((*total)->at(0).c_str(), nullptr, 10);
   const std::uint64_t db_max = std::strtoull((*total)->at(1).c_str(), nullptr, 10);
   SBX_TRY(load(0));
   std::optional<Error> error;
-  auto st = scan_ledger(dirs, [&](const LedgerLine& l) {
+  std::optional<PruneAnchorLine> pruned;
+  auto st = scan_ledger(
+      dirs,
+      [&](const LedgerLine& l) {
     auto e = parse_ledger_line(l.text);
     if (!e) return true;  // `trace verify` names it; the comparison is of lines that parse
     ++cmp.local;
@@ -699,13 +856,22 @@ Result<LedgerDbComparison> compare_ledger_with_db(const Dirs& dirs, const TraceD
                     ", the local line to " + e->hash.substr(0, 16) +
                     "...: the row was edited in the database, or the ledger after it was shipped";
     return true;
-  });
+      },
+      nullptr, 0, 1, nullptr, 0, &pruned);
   if (!st) return st.error();
   if (error) return *error;
-  if (cmp.problem.empty() && db_rows > cmp.in_db)
-    cmp.problem = std::to_string(db_rows - cmp.in_db) +
+  // Rows of records pruned from the ledger after they were shipped are the database's to keep.
+  std::uint64_t below = 0;
+  if (pruned) {
+    auto n = c->query_one(with_schema("SELECT count(*) FROM {s}.records WHERE node = $1 AND seq <= $2", db.schema),
+                          {*node, std::to_string(pruned->entry.seq)});
+    if (!n) return n.error();
+    if (*n) below = std::strtoull((*n)->at(0).c_str(), nullptr, 10);
+  }
+  if (cmp.problem.empty() && db_rows > cmp.in_db + below)
+    cmp.problem = std::to_string(db_rows - cmp.in_db - below) +
                   " record(s) in the database are not in the local ledger (up to seq " + (*total)->at(1) +
-                  "): the local ledger was cut or pruned, or records were inserted into the database";
+                  "): the local ledger was cut, or records were inserted into the database";
   return cmp;
 }
 
@@ -723,16 +889,17 @@ std::string where_of(const DbTraceFilter& f, std::vector<PgParam>& params) {
   if (!f.base.since.empty()) terms.push_back("started_at >= " + param(f.base.since));
   if (!f.node.empty()) terms.push_back("node = " + param(f.node));
   if (f.limit_events) terms.push_back("status IN ('timeout', 'oom', 'output_limit')");
-  // A name, NAME@VERSION or a digest: each form looked up by its own index.
+  // A name, NAME@VERSION or a digest: each form is one condition that an index serves in
+  // started_at order (an OR of two columns is served by neither: measured in bench/README.md).
+  // A digest names what the run resolved (a run that gave a digest as its image resolved to it).
   auto by = [&](const std::string& v, const char* name, const char* digest, const char* version) {
     std::string d = TraceFilter::digest_form(v);
-    std::string t = std::string(name) + " = " + param(v);
-    if (version)
-      if (auto at = v.rfind('@'); at != std::string::npos && at > 0)
-        t += " OR (" + std::string(name) + " = " + param(v.substr(0, at)) + " AND " + version + " = " +
-             param(v.substr(at + 1)) + ")";
-    if (d.starts_with("sha256:")) t += std::string(" OR ") + digest + " = " + param(d);
-    terms.push_back("(" + t + ")");
+    if (d.starts_with("sha256:") && is_sha256_hex(d.substr(7)))
+      return terms.push_back(std::string(digest) + " = " + param(d));
+    if (auto at = v.rfind('@'); version && at != std::string::npos && at > 0)
+      return terms.push_back(std::string(name) + " = " + param(v.substr(0, at)) + " AND " + version + " = " +
+                             param(v.substr(at + 1)));
+    terms.push_back(std::string(name) + " = " + param(v));
   };
   if (!f.base.pack.empty()) by(f.base.pack, "pack", "pack_digest", "pack_version");
   if (!f.base.image.empty()) by(f.base.image, "image", "image_digest", nullptr);
@@ -741,9 +908,16 @@ std::string where_of(const DbTraceFilter& f, std::vector<PgParam>& params) {
   return w;
 }
 
-constexpr const char* kRunColumns =
-    "node, seq, run_id, started_at, status, exit_code, wall_ms, command, pack, pack_version, pack_digest, image,"
-    " image_digest";
+// What a listing reads of a row, each text column cut in the SQL (a hostile or damaged row cannot
+// make a listing's memory grow with it): kMaxShownColumn characters.
+std::string run_columns() {
+  std::string cols = "node, seq";
+  for (const char* c : {"run_id", "started_at", "status"}) cols += std::string(", left(") + c + ", 256)";
+  cols += ", exit_code, wall_ms";
+  for (const char* c : {"command", "pack", "pack_version", "pack_digest", "image", "image_digest"})
+    cols += std::string(", left(") + c + ", " + std::to_string(kMaxShownColumn) + ")";
+  return cols;
+}
 
 DbRun run_of(const PgRow& r) {
   DbRun d;
@@ -766,25 +940,28 @@ DbRun run_of(const PgRow& r) {
 
 }  // namespace
 
-Result<std::vector<DbRun>> query_trace_db(const TraceDb& db, const DbTraceFilter& f, bool* more) {
+Status query_trace_db(const TraceDb& db, const DbTraceFilter& f, const std::function<void(const DbRun&)>& fn,
+                      bool* more) {
   auto c = open_db(db);
   if (!c) return c.error();
   SBX_TRY(check_readable(*c, db.schema));
   std::vector<PgParam> params;
-  std::string sql = with_schema(std::string("SELECT ") + kRunColumns + " FROM {s}.records" + where_of(f, params) +
+  std::string sql = with_schema("SELECT " + run_columns() + " FROM {s}.records" + where_of(f, params) +
                                     " ORDER BY started_at DESC, node, seq DESC LIMIT " + std::to_string(f.limit + 1),
                                 db.schema);
-  std::vector<DbRun> out;
+  std::size_t n = 0;
   if (more) *more = false;
-  SBX_TRY(c->query(sql, params, [&](const PgRow& r) {
-    if (out.size() == f.limit) {
+  return c->query(
+      sql, params,
+      [&](const PgRow& r) {
+    if (n++ == f.limit) {
       if (more) *more = true;
       return false;
     }
-    out.push_back(run_of(r));
+    fn(run_of(r));
     return true;
-  }));
-  return out;
+      },
+      4 * kMaxShownColumn + 64);
 }
 
 Result<DbRecord> load_trace_db_record(const TraceDb& db, const std::string& id, const std::string& node) {
@@ -801,13 +978,21 @@ Result<DbRecord> load_trace_db_record(const TraceDb& db, const std::string& id, 
   std::vector<DbRecord> found;
   for (bool exact : {true, false}) {
     std::string sql =
-        with_schema(std::string("SELECT ") + kRunColumns + ", record, hash FROM {s}.records WHERE run_id " +
+        with_schema("SELECT " + run_columns() +
+                        ", CASE WHEN octet_length(record) <= $3 THEN record END, left(hash, 64), left(prev, 64),"
+                        " left(coalesce(sig, ''), 128), left(run_id, 256) FROM {s}.records WHERE run_id " +
                         (exact ? "=" : "LIKE") + " $1 AND ($2 = '' OR node = $2) ORDER BY node, seq LIMIT 2",
                     db.schema);
     SBX_TRY(c->query(
-        sql, {exact ? id : pattern + "%", node},
+        sql, {exact ? id : pattern + "%", node, std::to_string(kMaxTraceBytes)},
         [&](const PgRow& r) {
-      found.push_back({run_of(r), r.at(13), r.at(14)});
+      DbRecord d{run_of(r), r.at(13), r.at(14), {}, r.at(16), false};
+      // What is shown is what was checked: the row's parts must hash to its hash, and a node with
+      // a registered key must have signed it (below).
+      if (r.null(13)) d.problem = "its record is over the " + std::to_string(kMaxTraceBytes) + "-byte bound";
+      else if (ledger_hash(d.run.seq, r.at(17), r.at(15), d.record) != d.hash)
+        d.problem = "the row does not hash to its hash: edited in the database";
+      found.push_back(std::move(d));
       return true;
         },
         kMaxTraceBytes + 4096));
@@ -818,10 +1003,21 @@ Result<DbRecord> load_trace_db_record(const TraceDb& db, const std::string& id, 
                                    (node.empty() ? "" : " on node " + printable(node)));
   if (found.size() > 1)
     return make_error("usage", "'" + printable(id) + "' names more than one run in the trace database (" +
-                                   found[0].run.summary.run_id + " on " + found[0].run.node + ", " +
-                                   found[1].run.summary.run_id + " on " + found[1].run.node +
-                                   "): give more of the id, or --node");
-  return found[0];
+                                   printable(found[0].run.summary.run_id) + " on " + printable(found[0].run.node) +
+                                   ", " + printable(found[1].run.summary.run_id) + " on " +
+                                   printable(found[1].run.node) + "): give more of the id, or --node");
+  DbRecord& d = found[0];
+  if (d.problem.empty()) {
+    auto n = read_node(*c, db.schema, d.run.node);
+    if (!n) return n.error();
+    if (!n->pubkey.empty()) {
+      auto v = LedgerVerifier::from_pem(n->pubkey, "node " + d.run.node + "'s public key in the trace database");
+      if (!v) return v.error();
+      if (!v->verify(d.hash, d.sig)) d.problem = "its signature does not verify with its node's registered key";
+      else d.signed_by_node = true;
+    }
+  }
+  return std::move(d);
 }
 
 }  // namespace sbx

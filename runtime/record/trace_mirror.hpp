@@ -44,14 +44,15 @@ struct TraceDb {
   std::string url;
   std::string schema;
 };
-// "sbx" for the untenanted store, "sbx_tenant_<tenant>" for a tenant's.
+// "sbx" for the untenanted store, "sbx_tenant_<tenant>" for a tenant's; a tenant name too long for
+// PostgreSQL's 63-byte identifiers keeps its first 35 bytes and gains 16 hex of its SHA-256.
 std::string trace_db_schema(const std::string& tenant);
 
 // The store's node name: <traces>/node, made on first use from $SBX_NODE, else the host name and
 // 8 random hex digits (two stores on one host are two nodes). 1..128 of [A-Za-z0-9._:-]. A
 // $SBX_NODE that differs from the file is an error: a node renamed would ship its ledger again
-// under the new name.
-Result<std::string> ledger_node_name(const Dirs& dirs);
+// under the new name. Without `create`, a store that has none is an error (readers never make one).
+Result<std::string> ledger_node_name(const Dirs& dirs, bool create);
 
 struct ShipReport {
   std::string node;
@@ -118,13 +119,20 @@ struct DbRun {
   std::uint64_t seq = 0;
   TraceSummary summary;
 };
-Result<std::vector<DbRun>> query_trace_db(const TraceDb& db, const DbTraceFilter& f, bool* more = nullptr);
+// Each run is handed to `fn` as it is read (a listing of any length in bounded memory).
+Status query_trace_db(const TraceDb& db, const DbTraceFilter& f, const std::function<void(const DbRun&)>& fn,
+                      bool* more = nullptr);
 
 // `trace show --db`: the record of a run id or a unique prefix of one (on `node` when given).
+// The row is checked before it is shown: its parts hash to its hash and, for a node with a
+// registered key, its signature verifies; `problem` says what failed ("" when it holds).
 struct DbRecord {
   DbRun run;
   std::string record;  // the exact bytes shipped
   std::string hash;
+  std::string problem;
+  std::string sig;
+  bool signed_by_node = false;
 };
 Result<DbRecord> load_trace_db_record(const TraceDb& db, const std::string& run_id_or_prefix, const std::string& node);
 

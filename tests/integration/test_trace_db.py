@@ -6,6 +6,7 @@ PostgreSQL refuses to run as root: as root the server runs as the suite's test u
 made by run.sh), rootless as the suite's own user. Roles that stand for tenants' auditors log in
 with a password (scram-sha-256), which sbx takes from PGPASSWORD or a password file, never argv.
 """
+import glob
 import hashlib
 import json
 import os
@@ -19,7 +20,9 @@ import unittest
 
 from sbxtest import MODE, SbxTestCase, ledger_lines, sbx, wait_for
 
-PG_BIN = "/usr/lib/postgresql/15/bin"
+# Debian 12's PostgreSQL is 15; a newer one is found the same way (the newest installed).
+PG_BIN = next(iter(sorted(glob.glob("/usr/lib/postgresql/*/bin"), key=lambda p: int(p.split("/")[-2])
+                          if p.split("/")[-2].isdigit() else 0, reverse=True)), "/usr/lib/postgresql/15/bin")
 ROOT = MODE == "root"
 SERVER_USER = "sbxtest"
 
@@ -76,7 +79,7 @@ class PgServer:
 
 
 @unittest.skipUnless(os.path.exists(os.path.join(PG_BIN, "initdb")) and shutil.which("psql"),
-                     "PostgreSQL 15 is needed (make deps-test installs postgresql-15)")
+                     "PostgreSQL's server is needed (make deps-test installs postgresql-15)")
 class TraceDb(SbxTestCase):
     @classmethod
     def setUpClass(cls):
@@ -239,6 +242,22 @@ class TraceDb(SbxTestCase):
         self.assertIn("edited in the database", r.err)
         self.sql("UPDATE sbx.records SET record = replace(record, 'BRAVO', 'bravo') WHERE node = 'victim' AND seq = 2")
         self.assertExit(sbx(["trace", "verify", "--db", self.url()]), 0)
+        # show --db shows only a row that hashes to its hash.
+        run2 = self.sql("SELECT run_id FROM sbx.records WHERE node = 'victim' AND seq = 2").stdout.strip()
+        self.sql("UPDATE sbx.records SET record = replace(record, 'bravo', 'BRAVO') WHERE node = 'victim' AND seq = 2")
+        r = sbx(["trace", "show", "--db", self.url(), run2])
+        self.assertExit(r, 1)
+        self.assertIn("edited in the database", r.err)
+        self.assertNotIn("BRAVO", r.out)
+        self.sql("UPDATE sbx.records SET record = replace(record, 'BRAVO', 'bravo') WHERE node = 'victim' AND seq = 2")
+        # The columns trace ls filters on are checked against the record: a status changed, record untouched.
+        self.sql("UPDATE sbx.records SET status = 'oom' WHERE node = 'victim' AND seq = 4")
+        r = sbx(["trace", "verify", "--db", self.url()])
+        self.assertExit(r, 1)
+        self.assertIn("seq 4", r.err)
+        self.assertIn("status column differs from its record's", r.err)
+        self.sql("UPDATE sbx.records SET status = 'ok' WHERE node = 'victim' AND seq = 4")
+        self.assertExit(sbx(["trace", "verify", "--db", self.url()]), 0)
         # Deleted, and reordered (two rows' seqs swapped: each hash covers its seq).
         self.sql("DELETE FROM sbx.records WHERE node = 'victim' AND seq = 3")
         r = sbx(["trace", "verify", "--db", self.url()])
@@ -357,6 +376,40 @@ class TraceDb(SbxTestCase):
         self.assertExit(r, 0)
         self.assertNotIn("s3cret-pw", r.out)
         self.assertNotIn("PGPASSWORD", r.out)
+
+    def test_the_shipper_holds_none_of_the_callers_descriptors(self):
+        # A caller waits for EOF on a pipe it handed sbx (a make jobserver, a lock, --events fd:N):
+        # the detached shipper must not keep it open. The ship lock is held here, so the shipper
+        # waits (up to 120 s) while the caller reads.
+        import fcntl
+        state = self.path("s")
+        env = self.node_env("fds")
+        self.assertExit(sbx(["--state-dir", state, "run", "--", "/bin/true"], env=env), 0)
+        lock = open(os.path.join(state, "traces", "ship.lock"), "a")
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            rd, wr = os.pipe()
+            r = sbx(["--state-dir", state, "run", "--trace-db", self.url(), "--", "/bin/true"], env=env, pass_fds=(wr,))
+            os.close(wr)
+            self.assertExit(r, 0)
+            wait_for(lambda: subprocess.run(["pgrep", "-f", "trace ship --background"], stdout=subprocess.DEVNULL)
+                     .returncode == 0, 10, 0.05)
+            os.set_blocking(rd, False)
+            eof = wait_for(lambda: self._eof(rd), 5, 0.05)
+            self.assertTrue(eof, "the pipe stayed open: the shipper inherited its write end")
+            os.close(rd)
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+            lock.close()
+        wait_for(lambda: len(self.db_hashes("fds")) == 2, 30, 0.2)
+        self.assertEqual(len(self.db_hashes("fds")), 2)
+
+    @staticmethod
+    def _eof(fd):
+        try:
+            return os.read(fd, 1) == b""
+        except BlockingIOError:
+            return False
 
     def test_schema_versions_upgrade_and_refusal(self):
         state = self.path("s")

@@ -62,6 +62,10 @@ TEST_CASE("trace database URLs: libpq's forms are taken; a password never is") {
   CHECK(inline_pw.find("hunter2") == std::string::npos);
   CHECK(sbx::check_trace_db_url("host=db password=hunter2").find("password") != std::string::npos);
   CHECK(sbx::check_trace_db_url("postgresql://db/traces?password=x").find("password") != std::string::npos);
+  // A client key's passphrase is a secret too.
+  auto sslpw = sbx::check_trace_db_url("host=/nowhere sslpassword=hunter2 dbname=x");
+  CHECK(sslpw.find("sslpassword") != std::string::npos);
+  CHECK(sslpw.find("hunter2") == std::string::npos);
   CHECK(sbx::check_trace_db_url("not a url").find("not a PostgreSQL connection URI") != std::string::npos);
   CHECK(sbx::check_trace_db_url("").find("empty") != std::string::npos);
   CHECK(sbx::check_trace_db_url(std::string(5000, 'x')).find("4096") != std::string::npos);
@@ -72,6 +76,13 @@ TEST_CASE("schema names: one per store, quoted as identifiers") {
   CHECK(sbx::trace_db_schema("acme-corp") == "sbx_tenant_acme-corp");
   CHECK(sbx::sql_ident("sbx_tenant_acme-corp") == "\"sbx_tenant_acme-corp\"");
   CHECK(sbx::sql_ident("a\"b") == "\"a\"\"b\"");
+  // PostgreSQL cuts identifiers at 63 bytes, silently: two 64-byte tenant names that share their
+  // first 52 bytes must not share a schema.
+  std::string a = std::string(60, 'x') + "aaaa", b = std::string(60, 'x') + "bbbb";
+  CHECK(sbx::trace_db_schema(a).size() <= 63);
+  CHECK(sbx::trace_db_schema(b).size() <= 63);
+  CHECK(sbx::trace_db_schema(a) != sbx::trace_db_schema(b));
+  CHECK(sbx::trace_db_schema(std::string(52, 'y')) == "sbx_tenant_" + std::string(52, 'y'));
 }
 
 TEST_CASE("--trace-db replaces the profile's trace_db; the profile key parses and is bounded") {
@@ -140,16 +151,16 @@ TEST_CASE("a store's node name: made once, kept, and a different SBX_NODE is ref
   d.state = tmpl;
   d.traces = tmpl + "/traces";
   ::unsetenv("SBX_NODE");
-  auto first = sbx::ledger_node_name(d);
+  auto first = sbx::ledger_node_name(d, true);
   REQUIRE(first.ok());
   CHECK(first->size() > 9);
-  CHECK(sbx::ledger_node_name(d).value() == *first);  // kept
+  CHECK(sbx::ledger_node_name(d, true).value() == *first);  // kept
   ::setenv("SBX_NODE", "other-node", 1);
-  auto clash = sbx::ledger_node_name(d);
+  auto clash = sbx::ledger_node_name(d, true);
   CHECK_FALSE(clash.ok());
   CHECK(clash.error().message.find("ships as '" + *first + "'") != std::string::npos);
   ::setenv("SBX_NODE", "bad/name", 1);
-  CHECK_FALSE(sbx::ledger_node_name(d).ok());
+  CHECK_FALSE(sbx::ledger_node_name(d, true).ok());
   ::unsetenv("SBX_NODE");
   std::system(("rm -rf '" + tmpl + "'").c_str());
 }
