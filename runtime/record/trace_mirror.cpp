@@ -793,6 +793,16 @@ Result<std::vector<DbNodeVerify>> verify_trace_db(const TraceDb& db, const std::
   return out;
 }
 
+namespace {
+// How many of the node's rows are at or before `seq`.
+Result<std::uint64_t> rows_through(PgConn& c, const std::string& schema, const std::string& node, std::uint64_t seq) {
+  auto n = c.query_one(with_schema("SELECT count(*) FROM {s}.records WHERE node = $1 AND seq <= $2", schema),
+                       {node, std::to_string(seq)});
+  if (!n) return n.error();
+  return *n ? std::strtoull((*n)->at(0).c_str(), nullptr, 10) : 0;
+}
+}  // namespace
+
 Result<LedgerDbComparison> compare_ledger_with_db(const Dirs& dirs, const TraceDb& db) {
   LedgerDbComparison cmp;
   auto node = ledger_node_name(dirs, false);
@@ -861,15 +871,10 @@ Result<LedgerDbComparison> compare_ledger_with_db(const Dirs& dirs, const TraceD
   if (!st) return st.error();
   if (error) return *error;
   // Rows of records pruned from the ledger after they were shipped are the database's to keep.
-  std::uint64_t below = 0;
-  if (pruned) {
-    auto n = c->query_one(with_schema("SELECT count(*) FROM {s}.records WHERE node = $1 AND seq <= $2", db.schema),
-                          {*node, std::to_string(pruned->entry.seq)});
-    if (!n) return n.error();
-    if (*n) below = std::strtoull((*n)->at(0).c_str(), nullptr, 10);
-  }
-  if (cmp.problem.empty() && db_rows > cmp.in_db + below)
-    cmp.problem = std::to_string(db_rows - cmp.in_db - below) +
+  auto below = pruned ? rows_through(*c, db.schema, *node, pruned->entry.seq) : Result<std::uint64_t>(0);
+  if (!below) return below.error();
+  if (cmp.problem.empty() && db_rows > cmp.in_db + *below)
+    cmp.problem = std::to_string(db_rows - cmp.in_db - *below) +
                   " record(s) in the database are not in the local ledger (up to seq " + (*total)->at(1) +
                   "): the local ledger was cut, or records were inserted into the database";
   return cmp;
