@@ -17,15 +17,19 @@ is stopped and the directory removed at the end, also after an error or Ctrl-C.
 2. N records made by SQL (INSERT ... SELECT FROM generate_series, in batches), spread over --nodes
    nodes and 60 days ending now: mostly ok, a few percent exit_nonzero, timeout, oom, output_limit
    and seccomp_violation; half with one of 30 packs (3 versions each, sha256 digests, a skewed
-   popularity), 10 images; run ids, started_at and a ~300-byte JSON record as sbx writes them. The
-   chains do not verify (the hashes are not digests of the records): only the queries are timed.
+   popularity), 9 images and host; and one pack and one image that only the oldest 5 days used. Run
+   ids, started_at and a ~450-byte JSON record as sbx writes them. Each row hashes to its hash as
+   sbx computes it (runtime/record/trace_ledger.cpp, ledger_hash: `trace show --db` checks it), but
+   the chains do not link (prev is made up): only the queries are timed, not a verify.
    Then VACUUM (ANALYZE) and a CHECKPOINT, so that autovacuum and the checkpointer stay out of the
    timings.
 3. Each query through the real CLI (`sbx trace ls/show --db URL ...`: the wall time of the whole
    process, connecting included), one warm-up then --runs timed runs, p50 and max; and the same
    SELECT that sbx sends (runtime/record/trace_mirror.cpp, where_of and query_trace_db) under
    EXPLAIN (ANALYZE, FORMAT JSON) through psql: the server's planning + execution time and the
-   plan's node types. Target: every query under 100 ms at 1,000,000 records.
+   plan's node types. Packs and images: the most used (NAME), the least used pack version (RARE)
+   and the old ones (OLD), in the forms sbx accepts (NAME, NAME@VERSION, sha256:DIGEST). Target: every query under 100 ms at 1,000,000
+   records.
 4. What --trace-db adds to a run: `sbx run -- /bin/true` against `sbx run --trace-db URL --
    /bin/true` (hyperfine -N in one session if installed, else an interleaved loop), and how fast
    `sbx trace ship` catches up --ship-records unshipped records of one store.
@@ -46,8 +50,10 @@ import time
 from datetime import datetime, timedelta, timezone
 
 TARGET_MS = 100.0
-KRUN_COLUMNS = ("node, seq, run_id, started_at, status, exit_code, wall_ms, command, pack, pack_version, "
-                "pack_digest, image, image_digest")
+# runtime/record/trace_mirror.cpp's run_columns(): text columns cut in the SQL.
+KRUN_COLUMNS = ("node, seq, left(run_id, 256), left(started_at, 256), left(status, 256), exit_code, wall_ms, "
+                "left(command, 4096), left(pack, 4096), left(pack_version, 4096), left(pack_digest, 4096), "
+                "left(image, 4096), left(image_digest, 4096)")
 PACKS = ["invoice-extract", "pii-redact", "csv-validate", "log-triage", "contract-clauses", "sql-lint",
          "resume-parse", "email-classify", "receipt-ocr", "address-normalize", "sentiment", "translate-check",
          "json-schema-fix", "code-review", "license-scan", "dep-audit", "sbom-diff", "unit-test-gen",
@@ -224,7 +230,10 @@ SET TimeZone = 'UTC';
 SET synchronous_commit = off;
 INSERT INTO sbx.records(node, seq, run_id, prev, hash, sig, record, record_bytes, started_at, status, exit_code,
                         wall_ms, command, pack, pack_version, pack_digest, image, image_digest)
-SELECT node, seq, run_id, prev, hash, NULL, rec, octet_length(rec), started_at, status, exit_code, wall_ms,
+SELECT node, seq, run_id, prev,
+       encode(sha256(convert_to('sbx.ledger/v1' || chr(10) || seq || chr(10) || run_id || chr(10) || prev || chr(10)
+                                || rec, 'UTF8')), 'hex'),
+       NULL, rec, octet_length(rec), started_at, status, exit_code, wall_ms,
        command, pack, pack_version, pack_digest, image, image_digest
 FROM (
   SELECT b.*, json_build_object(
@@ -311,14 +320,14 @@ FROM (
 
         def by(v, name, digest, version):
             d = "sha256:" + v if is_sha256_hex(v) else v
-            t = f"{name} = {q(v)}"
-            if version:
-                at = v.rfind("@")
-                if at > 0:
-                    t += f" OR ({name} = {q(v[:at])} AND {version} = {q(v[at + 1:])})"
-            if d.startswith("sha256:"):
-                t += f" OR {digest} = {q(d)}"
-            terms.append("(" + t + ")")
+            if d.startswith("sha256:") and is_sha256_hex(d[7:]):
+                terms.append(f"{digest} = {q(d)}")
+                return
+            at = v.rfind("@")
+            if version and at > 0:
+                terms.append(f"{name} = {q(v[:at])} AND {version} = {q(v[at + 1:])}")
+                return
+            terms.append(f"{name} = {q(v)}")
 
         if pack:
             by(pack, "pack", "pack_digest", "pack_version")
@@ -343,7 +352,8 @@ FROM (
     @staticmethod
     def show_sql(id_, exact):
         pattern = "".join("\\" + c if c in "%_\\" else c for c in id_) + "%"
-        return (f'SELECT {KRUN_COLUMNS}, record, hash FROM "sbx".records WHERE run_id '
+        return (f'SELECT {KRUN_COLUMNS}, CASE WHEN octet_length(record) <= 67108864 THEN record END, left(hash, 64), '
+                "left(prev, 64), left(coalesce(sig, ''), 128), left(run_id, 256) FROM \"sbx\".records WHERE run_id "
                 f"{'=' if exact else 'LIKE'} {q(id_ if exact else pattern)} AND ('' = '' OR node = '') "
                 "ORDER BY node, seq LIMIT 2")
 
@@ -474,8 +484,10 @@ FROM (
             subprocess.run([hf, "-N", "--warmup", "5", "--runs", str(n), "--export-json", exp,
                             "-n", "plain", " ".join(a), "-n", "trace-db", " ".join(b)],
                            check=True, stdout=subprocess.DEVNULL)
-            for r in json.load(open(exp))["results"]:
-                res[r["command"]] = [t * 1000 for t in r["times"]]
+            with open(exp) as f:
+                results = json.load(f)["results"]  # in the order given
+            for name, r in zip(("plain", "trace-db"), results):
+                res[name] = [t * 1000 for t in r["times"]]
             how = f"hyperfine -N --warmup 5 --runs {n}, both in one session"
         else:
             res = {"plain": [], "trace-db": []}

@@ -137,6 +137,8 @@ struct TraceDbCommands {
   std::function<int(const GlobalOptions&, const std::string& tenant, const Dirs& store)> run_ship;
 };
 TraceDbCommands add_trace_db_commands(CLI::App* trace, CLI::App* ls, CLI::App* show, CLI::App* verify);
+// One run of `trace ls --json` (and, with node and seq, of `trace ls --db --json`).
+nlohmann::json ls_row_json(const TraceSummary& t);
 int trace_ls_db(const TraceDbOptions& o, const std::string& tenant, const TraceFilter& f, bool as_json);
 int trace_show_db(const TraceDbOptions& o, const std::string& tenant, const std::string& id, bool text,
                   const std::function<std::string(const nlohmann::json&)>& pretty);

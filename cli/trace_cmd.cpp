@@ -51,6 +51,22 @@ struct LsOptions {
   std::string status, since, pack, image;  // filters (trace_store.hpp: TraceFilter)
 };
 
+}  // namespace
+
+nlohmann::json ls_row_json(const TraceSummary& t) {
+  return {{"run_id", t.run_id},
+          {"started_at", t.started_at},
+          {"status", t.status},
+          {"exit_code", t.exit_code ? json(*t.exit_code) : json(nullptr)},
+          {"wall_ms", t.wall_ms},
+          {"command", t.command},
+          {"pack", t.pack.empty() ? json(nullptr)
+                                  : json{{"name", t.pack}, {"version", t.pack_version}, {"digest", t.pack_digest}}},
+          {"image", {{"name", t.image}, {"digest", t.image_digest.empty() ? json(nullptr) : json(t.image_digest)}}}};
+}
+
+namespace {
+
 int run_ls(const GlobalOptions& g, const LsOptions& o, const TraceDbOptions& db, const std::string& tenant) {
   TraceFilter f;
   f.newest = o.newest;
@@ -86,17 +102,7 @@ int run_ls(const GlobalOptions& g, const LsOptions& o, const TraceDbOptions& db,
   if (o.as_json) {
     // For scripts: one array, newest first; text of outside origin stays JSON-escaped (ASCII).
     json a = json::array();
-    for (auto& t : *traces)
-      a.push_back(
-          {{"run_id", t.run_id},
-           {"started_at", t.started_at},
-           {"status", t.status},
-           {"exit_code", t.exit_code ? json(*t.exit_code) : json(nullptr)},
-           {"wall_ms", t.wall_ms},
-           {"command", t.command},
-           {"pack", t.pack.empty() ? json(nullptr)
-                                   : json{{"name", t.pack}, {"version", t.pack_version}, {"digest", t.pack_digest}}},
-           {"image", {{"name", t.image}, {"digest", t.image_digest.empty() ? json(nullptr) : json(t.image_digest)}}}});
+    for (auto& t : *traces) a.push_back(ls_row_json(t));
     std::printf("%s\n", dump_ascii_json(a, 2).c_str());
     std::fflush(stdout);
     return done();

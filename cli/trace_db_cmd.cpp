@@ -128,18 +128,8 @@ int trace_ls_db(const TraceDbOptions& o, const std::string& tenant, const TraceF
       [&](const DbRun& r) {
     const TraceSummary& t = r.summary;
     if (as_json) {
-      json j = {
-          {"node", r.node},
-          {"seq", r.seq},
-          {"run_id", t.run_id},
-          {"started_at", t.started_at},
-          {"status", t.status},
-          {"exit_code", t.exit_code ? json(*t.exit_code) : json(nullptr)},
-          {"wall_ms", t.wall_ms},
-          {"command", t.command},
-          {"pack", t.pack.empty() ? json(nullptr)
-                                  : json{{"name", t.pack}, {"version", t.pack_version}, {"digest", t.pack_digest}}},
-          {"image", {{"name", t.image}, {"digest", t.image_digest.empty() ? json(nullptr) : json(t.image_digest)}}}};
+      json j = {{"node", r.node}, {"seq", r.seq}};
+      j.update(ls_row_json(t));
       std::printf("%s\n  %s", n ? "," : "", dump_ascii_json(j, -1).c_str());
     } else {
       std::string exit_code = t.exit_code ? std::to_string(*t.exit_code) : "-";
