@@ -32,6 +32,7 @@ namespace {
 
 constexpr const char* kStage = "trace db";
 constexpr std::size_t kShipBatch = 500;
+constexpr std::size_t kShipBatchBytes = 16u << 20;
 constexpr std::size_t kVerifyBatch = 5000;
 constexpr std::size_t kMaxNodeName = 128;
 constexpr std::size_t kMaxIdentifier = 63;     // PostgreSQL's NAMEDATALEN - 1
@@ -126,7 +127,9 @@ Status ensure_schema(PgConn& c, const std::string& schema) {
   if (!v) return rollback(v.error());
   if (*v > kTraceDbVersion) return rollback(newer_schema(schema, *v));
   if (*v == 0)
-    if (auto st = c.exec(with_schema("CREATE TABLE {s}.meta(key text PRIMARY KEY, value text NOT NULL)", schema)); !st)
+    if (auto st = c.exec(
+            with_schema("CREATE TABLE IF NOT EXISTS {s}.meta(key text PRIMARY KEY, value text NOT NULL)", schema));
+        !st)
       return rollback(st.error());
   for (int to = *v + 1; to <= kTraceDbVersion; ++to)
     if (auto st = c.exec(with_schema(kMigrations[to - 1], schema)); !st) return rollback(st.error());
@@ -358,8 +361,10 @@ class Shipper {
           "will show them missing",
           db_seq_ + 1, anchor->entry.seq, node_);
     }
+    batch_bytes_ += l.record ? l.record->size() : 0;
     batch_.push_back(std::move(l));
-    if (batch_.size() >= kShipBatch) return flush();
+    // At most 500 lines or 16 MiB of records a transaction: a batch of large records stays bounded.
+    if (batch_.size() >= kShipBatch || batch_bytes_ >= kShipBatchBytes) return flush();
     return {};
   }
 
@@ -379,6 +384,7 @@ class Shipper {
     nlohmann::json cur = {{"seq", last.e.seq}, {"offset", last.offset}, {"hash", last.e.hash}};
     (void)write_file_durable(cursor_path(dirs_, db_), cur.dump(), 0600);  // a hint: a lost one costs a rescan
     batch_.clear();
+    batch_bytes_ = 0;
     if (progress_) progress_(rep_.shipped);
     return {};
   }
@@ -448,6 +454,7 @@ class Shipper {
   std::uint64_t db_seq_ = 0;
   std::string db_hash_;
   std::vector<ShipLine> batch_;
+  std::size_t batch_bytes_ = 0;
   ShipReport rep_;
   bool anchor_warned_ = false;
   OwnKey key_ = own_key();

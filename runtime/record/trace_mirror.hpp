@@ -62,7 +62,7 @@ struct ShipReport {
   std::uint64_t local_head = 0;
 };
 // Sends every ledger line after the database's head for this node, in order, in transactions of
-// up to 500 rows; creates or upgrades the schema first. Holds <traces>/ship.lock (waiting at most
+// up to 500 rows or 16 MiB; creates or upgrades the schema first. Holds <traces>/ship.lock (waiting at most
 // `lock_wait_ms`) so that one shipper per store runs at a time. A line whose seq the database
 // holds with another hash is an error (the ledger was rewritten, or two stores share the node
 // name). `progress` is told the count shipped after each transaction.
