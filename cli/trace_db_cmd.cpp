@@ -41,7 +41,12 @@ Result<std::string> ship_url(const ShipOptions& o) {
 
 int run_ship(const GlobalOptions& g, const std::string& tenant, const Dirs& store, const ShipOptions& o) {
   if (o.background) {
-    // No terminal, no caller: what happens is for the next `trace ship` or `verify --db` to show.
+    // No terminal, no caller: what it came to goes to <traces>/ship.status, which the next run
+    // that starts a shipper reads (and warns of a failure).
+    if (o.db.empty() || o.schema.empty() || o.traces_dir.empty() || o.traces_dir[0] != '/')
+      return usage_error(
+          "trace ship --background is what a run starts: it needs --db, --schema and an absolute "
+          "--traces-dir");
     Dirs d;
     d.traces = o.traces_dir;
     auto r = ship_in_background(d, TraceDb{o.db, o.schema});
