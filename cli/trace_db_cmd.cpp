@@ -238,14 +238,21 @@ int trace_verify_db(const TraceDbOptions& o, const std::string& tenant, const st
                                           : json(nullptr)},
                        {"shipped_from_seq", v.pruned_through + 1},
                        {"signatures", n.signatures ? json{{"signed", v.signed_records},
-                                                          {"unsigned_before_signing", v.unsigned_before_signing}}
+                                                          {"unsigned_before_signing", v.unsigned_before_signing},
+                                                          {"key_fingerprint", "sha256:" + n.key_fingerprint}}
                                                    : json(nullptr)}});
     } else if (v.intact) {
-      std::printf("intact: node %s: %llu record(s)%s; head seq %llu %s%s\n", printable(n.node).c_str(),
-                  static_cast<unsigned long long>(v.records),
-                  v.pruned_through ? (" from seq " + std::to_string(v.pruned_through + 1)).c_str() : "",
-                  static_cast<unsigned long long>(v.head_seq), v.head_hash.c_str(),
-                  n.signatures ? (", " + std::to_string(v.signed_records) + " signed").c_str() : "");
+      // What the verdict rests on, said where an auditor reads it: the key (its fingerprint, to
+      // compare with one kept elsewhere), or that there is none; a chain that starts after seq 1.
+      std::string basis = n.signatures ? "; " + std::to_string(v.signed_records) +
+                                             " signed by key sha256:" + n.key_fingerprint.substr(0, 16) + "..."
+                                       : "; no key registered: signatures not checked";
+      if (v.pruned_through)
+        basis += "; its chain starts at seq " + std::to_string(v.pruned_through + 1) +
+                 " (the records before were pruned before they were shipped)";
+      std::printf("intact: node %s: %llu record(s); head seq %llu %s%s\n", printable(n.node).c_str(),
+                  static_cast<unsigned long long>(v.records), static_cast<unsigned long long>(v.head_seq),
+                  v.head_hash.c_str(), basis.c_str());
     } else {
       std::printf("broken: node %s after %llu intact record(s)\n", printable(n.node).c_str(),
                   static_cast<unsigned long long>(v.records));

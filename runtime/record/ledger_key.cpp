@@ -112,6 +112,15 @@ Result<Pkey> parse_key(const std::string& path, bool priv) {
   return parse_key_text(*text, priv, "key " + path);
 }
 
+// A public key's fingerprint: the sha256 of its raw 32 bytes, as `sbx key init` prints it.
+Result<std::string> fingerprint_of(EVP_PKEY* k) {
+  unsigned char raw[32];
+  std::size_t len = sizeof raw;
+  if (EVP_PKEY_get_raw_public_key(k, raw, &len) != 1)
+    return make_error(kStage, "libcrypto cannot export the public key");
+  return sha256_hex(std::string_view(reinterpret_cast<const char*>(raw), len));
+}
+
 Result<std::string> pem_of(EVP_PKEY* k, bool priv) {
   Bio bio(BIO_new(BIO_s_mem()));
   int ok = priv ? PEM_write_bio_PrivateKey(bio.get(), k, nullptr, nullptr, 0, nullptr, nullptr)
@@ -196,11 +205,7 @@ Result<std::string> create_ledger_key(const LedgerKeyPaths& p) {
   ::unlink(p.pub.c_str());
   SBX_TRY(write_new(p.pub, *pub, 0644));
   SBX_TRY(write_new(p.priv, *priv, 0600));
-  unsigned char raw[32];
-  std::size_t len = sizeof raw;
-  if (EVP_PKEY_get_raw_public_key(k.get(), raw, &len) != 1)
-    return make_error(kStage, "libcrypto cannot export the public key");
-  return sha256_hex(std::string_view(reinterpret_cast<const char*>(raw), len));
+  return fingerprint_of(k.get());
 }
 
 Result<std::optional<LedgerSigner>> LedgerSigner::load_default() {
@@ -258,6 +263,11 @@ Result<LedgerVerifier> LedgerVerifier::from_pem(const std::string& pem, const st
 }
 
 Result<std::string> LedgerSigner::public_pem() const { return pem_of(key_.get(), false); }
+
+std::string LedgerVerifier::fingerprint() const {
+  auto fp = fingerprint_of(key_.get());
+  return fp ? *fp : "";
+}
 
 bool LedgerVerifier::verify(std::string_view message, std::string_view sig_base64) const {
   if (sig_base64.size() != 88) return false;  // 64 bytes in base64

@@ -57,6 +57,8 @@ class LedgerVerifier {
   // From PEM text held elsewhere (a node's key registered in the trace database); `what` names it.
   static Result<LedgerVerifier> from_pem(const std::string& pem, const std::string& what);
   bool verify(std::string_view message, std::string_view sig_base64) const;
+  // The sha256 of the raw public key, as `sbx key init` prints it ("" if libcrypto cannot say).
+  std::string fingerprint() const;
 
  private:
   Pkey key_;

@@ -795,7 +795,7 @@ Result<std::vector<DbNodeVerify>> verify_trace_db(const TraceDb& db, const std::
       r->intact = false;
       r->other_break = true;
     }
-    out.push_back({name, use != nullptr, std::move(*r)});
+    out.push_back({name, use != nullptr, use ? use->fingerprint() : "", std::move(*r)});
   }
   return out;
 }

@@ -90,7 +90,8 @@ std::string effective_trace_db(const std::string& from_profile);
 // registered public key. Nodes with a registered key are checked for signatures.
 struct DbNodeVerify {
   std::string node;
-  bool signatures = false;  // a key was used
+  bool signatures = false;      // a key was used
+  std::string key_fingerprint;  // of that key (sha256 of its raw bytes, as `sbx key init` prints)
   LedgerVerifyReport report;
 };
 Result<std::vector<DbNodeVerify>> verify_trace_db(const TraceDb& db, const std::string& node,
