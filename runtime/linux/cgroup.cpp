@@ -14,7 +14,6 @@
 #include <cerrno>
 #include <charconv>
 #include <cmath>
-#include <fstream>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -57,9 +56,31 @@ Status write_ctl(const std::string& path, const std::string& value) {
 
 std::vector<std::string> split_words(std::string_view text) {
   std::vector<std::string> out;
-  std::istringstream in{std::string(text)};
-  std::string w;
-  while (in >> w) out.push_back(w);
+  for (;;) {
+    std::size_t start = text.find_first_not_of(" \t\n\r\v\f");
+    if (start == std::string_view::npos) return out;
+    text.remove_prefix(start);
+    std::size_t end = std::min(text.find_first_of(" \t\n\r\v\f"), text.size());
+    out.emplace_back(text.substr(0, end));
+    text.remove_prefix(end);
+  }
+}
+
+// The first 4 MiB of a kernel file ("" when unreadable): /proc/self/mounts of a host with many
+// thousands of mounts can be larger, and the cgroup hierarchies it is read for are mounted at
+// boot, near its start.
+std::string read_proc_prefix(const std::string& path) {
+  constexpr std::size_t kMax = 4u << 20;
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  std::string out;
+  if (!fd.ok()) return out;
+  char buf[16384];
+  while (out.size() < kMax) {
+    ssize_t n = ::read(fd.get(), buf, std::min(sizeof buf, kMax - out.size()));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    out.append(buf, static_cast<std::size_t>(n));
+  }
   return out;
 }
 
@@ -225,21 +246,16 @@ Status move_self_to_leaf(const std::string& own) {
 
 }  // namespace
 
+// Every run asks (twice: its systemd scope decision and its cgroup plan), so this reads each file
+// with one read loop and parses it without iostreams: a stream's parse of /proc/self/mounts cost
+// more than the kernel's making of it (bench/README.md, "The one-shot run's CPU").
 CgroupInfo detect_cgroup() {
   CgroupInfo info;
   bool v1 = false;
-  std::ifstream mounts("/proc/self/mounts");
-  std::string dev, dir, type, rest;
-  while (mounts >> dev >> dir >> type && std::getline(mounts, rest)) {
-    if (type == "cgroup2" && info.mount.empty()) info.mount = dir;
-    if (type == "cgroup") v1 = true;
-  }
+  info.mount = cgroup2_mount_point(read_proc_prefix("/proc/self/mounts"), v1);
   if (info.mount.empty()) info.layout = v1 ? "v1" : "none";
   else info.layout = v1 ? "hybrid" : "v2";
-  std::ifstream self("/proc/self/cgroup");
-  std::string line;
-  while (std::getline(self, line))
-    if (line.rfind("0::", 0) == 0) info.self_path = line.substr(3);
+  info.self_path = parse_proc_cgroup(read_proc_prefix("/proc/self/cgroup"));
   if (!info.mount.empty()) {
     // The real root has no cgroup.type; a cgroup namespace's root (a container's) has one.
     struct stat st;
@@ -262,15 +278,38 @@ CgroupInfo detect_cgroup() {
     // or `sbx probe` that started it: enter_supervisor_leaf), the parent is where run cgroups go.
     const std::string own_rel = own_cgroup_path(info.self_path);
     std::string dirpath = info.root_subtree ? info.mount : info.mount + (own_rel == "/" ? "" : own_rel);
-    std::ifstream c(dirpath + "/cgroup.controllers");
-    std::string ctl;
-    while (c >> ctl) info.controllers.push_back(ctl);
+    info.controllers = split_words(read_proc_prefix(dirpath + "/cgroup.controllers"));
     info.writable = ::access(dirpath.c_str(), W_OK) == 0;
   }
   return info;
 }
 
 // ---- pure helpers ----
+
+std::string cgroup2_mount_point(std::string_view mounts, bool& v1) {
+  std::string found;
+  v1 = false;
+  while (!mounts.empty()) {
+    std::string_view line = mounts.substr(0, mounts.find('\n'));
+    mounts.remove_prefix(std::min(mounts.size(), line.size() + 1));
+    // "<source> <dir> <type> <options> 0 0": the kernel separates fields by one space and
+    // escapes a space inside one (\040); leading blanks and tabs are skipped as a stream would.
+    std::string_view f[3];
+    std::size_t n = 0;
+    while (n < 3) {
+      std::size_t start = line.find_first_not_of(" \t");
+      if (start == std::string_view::npos) break;
+      line.remove_prefix(start);
+      std::size_t end = std::min(line.find_first_of(" \t"), line.size());
+      f[n++] = line.substr(0, end);
+      line.remove_prefix(end);
+    }
+    if (n < 3) continue;
+    if (f[2] == "cgroup2" && found.empty()) found = std::string(f[1]);
+    if (f[2] == "cgroup") v1 = true;
+  }
+  return found;
+}
 
 std::string parse_proc_cgroup(std::string_view text) {
   std::string found;

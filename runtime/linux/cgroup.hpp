@@ -167,6 +167,9 @@ bool enter_supervisor_leaf(const CgroupInfo& info);
 
 // ---- pure helpers (exposed for tests and for the integrator) ----
 
+// The cgroup2 mount point in /proc/self/mounts content ("" when none; the first of several);
+// `v1` set when a cgroup v1 hierarchy is mounted too. `sbx doctor` and detect_cgroup read it.
+std::string cgroup2_mount_point(std::string_view mounts, bool& v1);
 // The cgroup v2 path from /proc/self/cgroup content (the "0::<path>" line), or "" if none.
 std::string parse_proc_cgroup(std::string_view text);
 // "key value" lines (cpu.stat, memory.events, pids.events, memory.stat) into a map; malformed

@@ -1,5 +1,7 @@
 #include "runtime/linux/host_blockers.hpp"
 
+#include "runtime/linux/cgroup.hpp"
+
 #include <fcntl.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -8,7 +10,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <sstream>
 
 namespace sbx {
 
@@ -50,21 +51,6 @@ bool executable(const std::string& root, const char* name) {
 bool has_line_for(const std::string& subid, const char* user) { return find_subid_range(subid, user).has_value(); }
 
 }  // namespace
-
-std::string cgroup2_mount_point(const std::string& mounts, bool& v1) {
-  std::istringstream in(mounts);
-  std::string line, found;
-  v1 = false;
-  // Bounded by the file: /proc/self/mounts is the kernel's, a fixture is ours.
-  while (std::getline(in, line)) {
-    std::istringstream ls(line);
-    std::string dev, dir, type;
-    if (!(ls >> dev >> dir >> type)) continue;
-    if (type == "cgroup2" && found.empty()) found = dir;
-    if (type == "cgroup") v1 = true;
-  }
-  return found;
-}
 
 BlockerFacts read_blocker_facts(const std::string& root, uid_t uid, const std::string& self_exe,
                                 const std::string& runtime_dir) {

@@ -42,10 +42,6 @@ BlockerFacts read_blocker_facts(const std::string& root, uid_t uid, const std::s
 // runs, weaker), with the fix in `hint`.
 std::vector<CheckResult> assess_blockers(const BlockerFacts& facts);
 
-// The cgroup2 mount point in /proc/self/mounts content ("" when none); `v1` set when a cgroup v1
-// hierarchy is mounted too.
-std::string cgroup2_mount_point(const std::string& mounts, bool& v1);
-
 // Someone listens on the unix stream socket `path`: connect() on a unix socket completes at once
 // (the listener's backlog takes it; no handshake), so this never blocks, and a socket file left by
 // a manager that exited answers ECONNREFUSED. Doctor's user-manager row and sbx run's automatic

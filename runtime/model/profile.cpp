@@ -179,7 +179,7 @@ Result<LoadedProfile> parse_profile(ProfileSource src, std::vector<std::string> 
     parent = j["extends"].get<std::string>();
     j.erase("extends");
   }
-  json probe = spec_to_json(RunSpec{});
+  json probe = default_spec_json();
   std::vector<std::string> unknown;
   unknown_keys(j, probe, "", unknown);
   if (!unknown.empty()) {
@@ -296,7 +296,7 @@ std::vector<ProfileSource> list_profiles() {
 Result<RunSpec> spec_from_layers(const LoadedProfile& profile, const json* manifest_patch,
                                  const std::string& manifest_source, const std::set<std::string>& set_by_operator,
                                  CeilingRaise how) {
-  json merged = spec_to_json(RunSpec{});
+  json merged = default_spec_json();
   merge_patch(merged, profile.patch);
   merged["profile"] = profile.source.name;
   auto ceiling = spec_from_json(merged, "profile " + profile.source.origin);

@@ -421,6 +421,11 @@ const Fields<RunSpec>& spec_fields() {
 
 json spec_to_json(const RunSpec& s) { return write_fields(s, spec_fields()); }
 
+const json& default_spec_json() {
+  static const json defaults = spec_to_json(RunSpec{});
+  return defaults;
+}
+
 Result<RunSpec> spec_from_json(const json& j, const std::string& source) {
   RunSpec s;
   DocSource src{source, "spec"};

@@ -124,6 +124,8 @@ struct RunSpec {
 
 // Serialises every member (so `--dry-run` shows exactly what would be enforced).
 nlohmann::json spec_to_json(const RunSpec& spec);
+// spec_to_json(RunSpec{}), made once: every profile and manifest is checked against it.
+const nlohmann::json& default_spec_json();
 
 // Strict parse: unknown keys and bad values are errors naming `source` and the key path
 // ("limits.timeout_ms"). Durations accept a string with a unit or, under a key that names the

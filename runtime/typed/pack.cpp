@@ -257,7 +257,7 @@ std::optional<DocReader> small_object(DocReader& r, const char* key, const char*
 // else by `unplaced`; nullopt then.
 std::optional<RunSpec> read_spec_member(DocReader& r, const std::string& key, const json& value,
                                         const std::function<void(const std::string&)>& unplaced) {
-  json probe = spec_to_json(RunSpec{});
+  json probe = default_spec_json();
   probe[key] = value;
   auto s = spec_from_json(probe, "");
   if (s) return std::move(*s);

@@ -668,3 +668,25 @@ TEST_CASE("cgroup v2 (real): 100 runs leave nothing under the sbx subtree") {
   CHECK(left == 0);
   MESSAGE("100 create/clone3-into/kill/remove cycles in " << int((mono_s() - t0) * 1000) << " ms; run cgroups left: " << left);
 }
+
+TEST_CASE("cgroup: cgroup2_mount_point reads /proc/self/mounts as the kernel writes it") {
+  bool v1 = true;
+  // A hybrid host: v1 hierarchies beside the unified one; the first cgroup2 mount is the one.
+  const char* hybrid =
+      "sysfs /sys sysfs rw 0 0\n"
+      "tmpfs /sys/fs/cgroup tmpfs ro 0 0\n"
+      "cgroup2 /sys/fs/cgroup/unified cgroup2 rw,nsdelegate 0 0\n"
+      "cgroup /sys/fs/cgroup/memory cgroup rw,memory 0 0\n"
+      "cgroup2 /mnt/other cgroup2 rw 0 0";  // no newline at the end
+  CHECK(cgroup2_mount_point(hybrid, v1) == "/sys/fs/cgroup/unified");
+  CHECK(v1);
+  CHECK(cgroup2_mount_point("none\t/x\tcgroup2 rw 0 0\n", v1) == "/x");
+  CHECK_FALSE(v1);
+  CHECK(cgroup2_mount_point("  none /y cgroup2 rw 0 0\n", v1) == "/y");
+  // A space inside a field is \040 in the file: the field stays whole.
+  CHECK(cgroup2_mount_point("none /a\\040b cgroup2 rw 0 0\n", v1) == "/a\\040b");
+  // Short and empty lines are skipped; "cgroup2" as a source or a directory is not a type.
+  CHECK(cgroup2_mount_point("\n\ncgroup2\ncgroup2 cgroup2\nnone /z cgroup2x rw\n", v1).empty());
+  CHECK_FALSE(v1);
+  CHECK(cgroup2_mount_point("", v1).empty());
+}

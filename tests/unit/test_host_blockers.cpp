@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <string>
 
+#include "runtime/linux/cgroup.hpp"
 #include "runtime/linux/host_blockers.hpp"
 #include "runtime/linux/limits_plan.hpp"
 #include "runtime/model/scope_decision.hpp"
