@@ -303,6 +303,13 @@ Result<AppendInfo> ledger_append(const Dirs& dirs, const std::string& run_id, st
     }
     return w.error();
   }
+  // Group commit: the line is whole and the next link of the chain can be made from it, so the
+  // lock goes before the sync. Appenders that arrive meanwhile write their lines and sync too,
+  // and the file system serves syncs that overlap with one journal commit, where holding the lock
+  // made each wait for the one before. Each caller still returns only once its own line is on
+  // disk (a sync covers all that was written to the file before it). A failed sync is reported to
+  // its caller, and later lines may already follow it, as when an append came after a failure.
+  locked->lock.reset();
   if (::fdatasync(fd->get()) != 0) return sys_error(kStage, "cannot sync the trace ledger " + path);
   if (created) SBX_TRY(sync_dir(dirs.traces));
   return info;
