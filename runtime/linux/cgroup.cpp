@@ -66,9 +66,9 @@ std::vector<std::string> split_words(std::string_view text) {
   }
 }
 
-// The first 4 MiB of a kernel file ("" when unreadable): /proc/self/mounts of a host with many
-// thousands of mounts can be larger, and the cgroup hierarchies it is read for are mounted at
-// boot, near its start.
+// The whole lines of a kernel file's first 4 MiB ("" when unreadable): /proc/self/mounts of a
+// host with many thousands of mounts can be larger, and the cgroup hierarchies it is read for are
+// mounted at boot, near its start. A line cut by the bound is dropped, not parsed as a short one.
 std::string read_proc_prefix(const std::string& path) {
   constexpr std::size_t kMax = 4u << 20;
   UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
@@ -78,9 +78,10 @@ std::string read_proc_prefix(const std::string& path) {
   while (out.size() < kMax) {
     ssize_t n = ::read(fd.get(), buf, std::min(sizeof buf, kMax - out.size()));
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
+    if (n <= 0) return out;
     out.append(buf, static_cast<std::size_t>(n));
   }
+  out.resize(out.rfind('\n') + 1);  // npos + 1 == 0: no whole line at all
   return out;
 }
 
@@ -246,9 +247,9 @@ Status move_self_to_leaf(const std::string& own) {
 
 }  // namespace
 
-// Every run asks (twice: its systemd scope decision and its cgroup plan), so this reads each file
-// with one read loop and parses it without iostreams: a stream's parse of /proc/self/mounts cost
-// more than the kernel's making of it (bench/README.md, "The one-shot run's CPU").
+// Every run asks (twice: its systemd scope decision and its cgroup plan), so each file is read
+// with one loop and parsed without iostreams, which a process's first ifstream parse costs more
+// than (bench/README.md, "Where a one-shot run's time goes").
 CgroupInfo detect_cgroup() {
   CgroupInfo info;
   bool v1 = false;

@@ -28,7 +28,8 @@ constexpr std::string_view kPrunedHead = "{\"pruned\":\"";
 const std::string kZeroHash(64, '0');
 // The envelope after the record: seq (20 digits), a run id, two hashes, a signature: well under 1 KiB.
 constexpr std::size_t kTailRead = kLedgerTailRead;
-// How long an append waits for another sbx's append: those take milliseconds (one fdatasync);
+// How long an append waits for another sbx's append: those hold the lock for the read of the last
+// line and one write (the first line's append also for its syncs), well under a second;
 // a lock held for seconds is a stuck or hostile holder, and the run must not hang behind it.
 constexpr long kLockWaitMs = 10'000;
 
@@ -309,9 +310,13 @@ Result<AppendInfo> ledger_append(const Dirs& dirs, const std::string& run_id, st
   // made each wait for the one before. Each caller still returns only once its own line is on
   // disk (a sync covers all that was written to the file before it). A failed sync is reported to
   // its caller, and later lines may already follow it, as when an append came after a failure.
-  locked->lock.reset();
+  // The first line's append (the file was empty when it took the lock, whoever created it) keeps
+  // the lock until the directory holds the file's name durably too, so that no append after it
+  // returns before the name would survive a crash.
+  const bool first_line = created || size == 0;
+  if (!first_line) locked->lock.reset();
   if (::fdatasync(fd->get()) != 0) return sys_error(kStage, "cannot sync the trace ledger " + path);
-  if (created) SBX_TRY(sync_dir(dirs.traces));
+  if (first_line) SBX_TRY(sync_dir(dirs.traces));
   return info;
 }
 
