@@ -136,6 +136,23 @@ Status write_file_durable(const std::string& path, std::string_view data, mode_t
   return {};
 }
 
+std::string read_file_prefix(const std::string& path, std::size_t max_bytes, bool* ok) {
+  if (ok) *ok = false;
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY));
+  if (!fd.ok()) return {};
+  std::string out;
+  char buf[16384];
+  while (out.size() < max_bytes) {
+    ssize_t n = ::read(fd.get(), buf, std::min(sizeof buf, max_bytes - out.size()));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return out;
+    if (n == 0) break;
+    out.append(buf, static_cast<std::size_t>(n));
+  }
+  if (ok) *ok = true;  // to the end, or what fits the bound (the rest is ignored)
+  return out;
+}
+
 Result<std::string> read_file(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return sys_error(kStage, "cannot open " + path);

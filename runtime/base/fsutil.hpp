@@ -19,6 +19,11 @@ Status write_file_durable(const std::string& path, std::string_view data, mode_t
 
 Result<std::string> read_file(const std::string& path);
 
+// At most `max_bytes` from the start of a file ("" when it cannot be opened), for host and kernel
+// files whose useful part comes first (/proc/self/mounts, /etc/subuid). `ok`, when given: read to
+// its end or to the bound without an error.
+std::string read_file_prefix(const std::string& path, std::size_t max_bytes, bool* ok = nullptr);
+
 // Writes all of `data`, retrying short writes and EINTR (a signal mid-write must not lose a
 // trace); the error names `what`.
 Status write_all(int fd, std::string_view data, const std::string& what);

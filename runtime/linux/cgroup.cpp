@@ -71,17 +71,8 @@ std::vector<std::string> split_words(std::string_view text) {
 // mounted at boot, near its start. A line cut by the bound is dropped, not parsed as a short one.
 std::string read_proc_prefix(const std::string& path) {
   constexpr std::size_t kMax = 4u << 20;
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  std::string out;
-  if (!fd.ok()) return out;
-  char buf[16384];
-  while (out.size() < kMax) {
-    ssize_t n = ::read(fd.get(), buf, std::min(sizeof buf, kMax - out.size()));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return out;
-    out.append(buf, static_cast<std::size_t>(n));
-  }
-  out.resize(out.rfind('\n') + 1);  // npos + 1 == 0: no whole line at all
+  std::string out = read_file_prefix(path, kMax);
+  if (out.size() >= kMax) out.resize(out.rfind('\n') + 1);  // npos + 1 == 0: no whole line at all
   return out;
 }
 

@@ -1,5 +1,6 @@
 #include "runtime/linux/host_blockers.hpp"
 
+#include "runtime/base/fsutil.hpp"
 #include "runtime/linux/cgroup.hpp"
 
 #include <fcntl.h>
@@ -19,28 +20,7 @@ namespace {
 // few lines; a fixture or a hostile file cannot make doctor read more.
 constexpr std::size_t kMaxFile = 1 << 20;
 
-std::string read_or_empty(const std::string& path, bool* ok = nullptr) {
-  if (ok) *ok = false;
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY));
-  if (!fd.ok()) return {};
-  std::string out;
-  char buf[16384];
-  for (;;) {
-    ssize_t n = ::read(fd.get(), buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      if (ok) *ok = n == 0;
-      break;
-    }
-    out.append(buf,
-               static_cast<std::size_t>(std::min<std::size_t>(static_cast<std::size_t>(n), kMaxFile - out.size())));
-    if (out.size() >= kMaxFile) {
-      if (ok) *ok = true;  // what fits is judged; the rest is ignored
-      break;
-    }
-  }
-  return out;
-}
+std::string read_or_empty(const std::string& path, bool* ok = nullptr) { return read_file_prefix(path, kMaxFile, ok); }
 
 bool executable(const std::string& root, const char* name) {
   for (const char* dir : {"/usr/bin/", "/bin/", "/usr/sbin/", "/sbin/"})
