@@ -320,6 +320,23 @@ Result<AppendInfo> ledger_append(const Dirs& dirs, const std::string& run_id, st
   return info;
 }
 
+Result<std::uint64_t> ledger_durable_size(const Dirs& dirs) {
+  const std::string path = ledger_path(dirs);
+  // O_NONBLOCK: a FIFO in its place must not hold the shipper (it is refused below).
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK));
+  if (!fd.ok()) {
+    if (errno == ENOENT) return std::uint64_t{0};
+    return sys_error(kStage, "cannot open the trace ledger " + path);
+  }
+  struct stat st;
+  if (::fstat(fd.get(), &st) != 0) return sys_error(kStage, "cannot stat the trace ledger " + path);
+  if (!S_ISREG(st.st_mode)) return make_error(kStage, "the trace ledger " + path + " is not a regular file");
+  // The size first: every byte below it was written before the sync, which covers it.
+  if (::fdatasync(fd.get()) != 0) return sys_error(kStage, "cannot sync the trace ledger " + path);
+  SBX_TRY(sync_dir(dirs.traces));
+  return static_cast<std::uint64_t>(st.st_size);
+}
+
 std::string ledger_line(const LedgerEntry& e) {
   std::string line;
   line.reserve(e.record.size() + 256);

@@ -61,6 +61,13 @@ struct AppendInfo {
   std::uint64_t torn_bytes = 0;  // cut off the tail before this append (0: none)
 };
 
+// How much of the ledger is on disk: its size now, after a sync of the file and of its directory
+// that covers every byte written before it. ledger_append releases the lock before its own sync
+// (group commit), so a reader can see a line whose sync is still under way; one that hands lines
+// on (the trace database's shipper) sends only those that end within this size, which a crash
+// cannot take back. 0 when there is no ledger yet.
+Result<std::uint64_t> ledger_durable_size(const Dirs& dirs);
+
 // Appends `record` (compact JSON of one object, no '\n') for `run_id`. Creates the store (0700)
 // and the ledger (0600) when missing. A torn tail is cut and reported in the appended record as
 // "ledger_repair"; a last line that is complete but not a ledger line is refused (the ledger is

@@ -472,6 +472,11 @@ Result<ShipReport> ship_locked(const Dirs& dirs, const TraceDb& db,
   Shipper sh(*c, dirs, db, *node);
   sh.progress_ = progress;
   SBX_TRY(sh.start());
+  // Only lines already on disk are sent (ledger_durable_size): a row whose line a crash could
+  // still take back would read as a divergence. Lines past it are the next ship's.
+  auto durable = ledger_durable_size(dirs);
+  if (!durable) return durable.error();
+  auto on_disk = [&](std::uint64_t offset, std::uint64_t size) { return offset + size + 1 <= *durable; };
   std::optional<Error> error;
   std::optional<PruneAnchorLine> anchor;
   auto fail = [&](Error e) {
@@ -481,6 +486,7 @@ Result<ShipReport> ship_locked(const Dirs& dirs, const TraceDb& db,
   auto st = scan_ledger(
       dirs,
       [&](const LedgerLine& l) {
+    if (!on_disk(l.offset, l.text.size())) return false;
     auto e = parse_ledger_line(l.text);
     if (!e)
       return fail(make_error(kStage, "the ledger's line " + std::to_string(l.line_no) + " cannot be shipped: " +
@@ -492,6 +498,7 @@ Result<ShipReport> ship_locked(const Dirs& dirs, const TraceDb& db,
       },
       nullptr, sh.resume_offset(), 1,
       [&](const OversizeLine& l) {
+    if (!on_disk(l.offset, l.size)) return false;
     auto e = parse_ledger_tail(l.tail);
     if (!e)
       return fail(make_error(kStage, "the ledger's line " + std::to_string(l.line_no) +

@@ -74,6 +74,28 @@ TEST_CASE("ledger lines round-trip and the envelope is strict") {
   CHECK(sbx::ledger_run_id_ok("20261130T075512.123Z-3fa9c1d2"));
 }
 
+TEST_CASE("ledger_durable_size: the ledger's length once synced, 0 without one, an error for a non-file") {
+  TempLedger t;
+  auto none = sbx::ledger_durable_size(t.dirs);
+  REQUIRE(none.ok());
+  CHECK(*none == 0);
+  REQUIRE(sbx::ledger_append(t.dirs, "r1", rec("r1")).ok());
+  REQUIRE(sbx::ledger_append(t.dirs, "r2", rec("r2")).ok());
+  auto two = sbx::ledger_durable_size(t.dirs);
+  REQUIRE(two.ok());
+  CHECK(*two == t.text().size());
+  // A line still being written counts with its bytes so far: the shipper's rule (a line must end
+  // within the size, its '\n' included) leaves it out.
+  std::ofstream(sbx::ledger_path(t.dirs), std::ios::binary | std::ios::app) << "{\"record\":{";
+  auto torn = sbx::ledger_durable_size(t.dirs);
+  REQUIRE(torn.ok());
+  CHECK(*torn == *two + 11);
+  REQUIRE(::unlink(sbx::ledger_path(t.dirs).c_str()) == 0);
+  REQUIRE(::mkfifo(sbx::ledger_path(t.dirs).c_str(), 0600) == 0);
+  auto fifo = sbx::ledger_durable_size(t.dirs);  // O_RDONLY on a FIFO would wait for a writer
+  CHECK_FALSE(fifo.ok());
+}
+
 TEST_CASE("append refuses multi-line records and bad run ids; the ledger is 0600") {
   TempLedger t;
   CHECK_FALSE(sbx::ledger_append(t.dirs, "r1", "{\n}").ok());
