@@ -8,7 +8,8 @@ made ahead are ready (man sbx-mcp, Templates: forks made ahead), then reads each
 from /proc/PID/smaps_rollup: the template (its worker, its init and the driver), and for each fork
 its pooled worker (`sbx mcp-worker`, which will supervise the call) and the three processes the
 driver forked for it (the intermediate, the call's pid 1, the program waiting for its call).
-Printed: the template's total, each fork's total and parts, and the per-fork mean. Run as root
+Printed: the template's total, each fork's total and parts, and the per-fork mean, with the part
+of it each fork holds alone (Private_Clean + Private_Dirty: what it wrote after its fork). Run as root
 (or as the user sbx runs as) to read every process's smaps_rollup."""
 import json
 import os
@@ -21,15 +22,26 @@ import mcp_pool  # noqa: E402
 import mcp_warm  # noqa: E402
 
 
-def pss_kib(pid):
+def rollup_kib(pid, keys):
+    total = 0
     try:
         with open(f"/proc/{pid}/smaps_rollup") as f:
             for line in f:
-                if line.startswith("Pss:"):
-                    return int(line.split()[1])
+                k, _, v = line.partition(":")
+                if k in keys:
+                    total += int(v.split()[0])
     except OSError:
         return 0
-    return 0
+    return total
+
+
+def pss_kib(pid):
+    return rollup_kib(pid, ("Pss",))
+
+
+def private_kib(pid):
+    # What the process holds alone: the pages it wrote after its fork (and its own mappings).
+    return rollup_kib(pid, ("Private_Clean", "Private_Dirty"))
 
 
 def children(pid):
@@ -82,13 +94,16 @@ def main(argv):
     template = sum(pss_kib(p) for p in chain)
     print(f"sbx mcp --pool {pool}, template preloading {', '.join(opts['preload'])}: Pss in KiB")
     print(f"  template (worker, init, driver): {template}  ({' + '.join(str(pss_kib(p)) for p in chain)})")
-    totals = []
+    totals, privates = [], []
     for w, f in zip(pooled, forks):
         parts = [pss_kib(w)] + [pss_kib(p) for p in f]
+        own = [private_kib(p) for p in [w] + f]
         totals.append(sum(parts))
+        privates.append(sum(own))
         print(f"  fork: {sum(parts):6}  (worker {parts[0]}, intermediate {parts[1]}, pid 1 {parts[2]}, "
-              f"program {parts[3]})")
-    print(f"  per idle fork, mean: {sum(totals) / len(totals) / 1024:.2f} MiB")
+              f"program {parts[3]}; private {' + '.join(map(str, own))})")
+    print(f"  per idle fork, mean: {sum(totals) / len(totals) / 1024:.2f} MiB "
+          f"(of which its own: {sum(privates) / len(privates) / 1024:.2f} MiB)")
     m.close()
 
 
