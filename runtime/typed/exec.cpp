@@ -150,22 +150,39 @@ struct ExecState {
 // The request checked and turned into a RunRequest (everything but the captured streams); a
 // malformed request is an Error. Shared by a cold run (run_exec) and a warm pool's hand-out
 // (run_exec_pooled), so that both run, record and answer the same call the same way.
-// The run's spec: the profile's, lowered by the request's limits (never raised: spec_from_layers
-// checks the ceiling), running /code/main.EXT in /tmp.
-Result<RunSpec> exec_spec(const ExecRequest& rq, const LoadedProfile& profile, const json& patch,
-                          const ExecContext& ctx) {
+// The profile's spec under one request's limits, with the record's account of who set each
+// limit. A pooled worker plans twice under one profile (its placeholder at build, its call at
+// hand-out) and keeps the first: both are pure functions of the profile, which profile_changed
+// found unchanged, and of the patch, compared here. They were ~0.13 ms of a hand-out's plan.
+struct LayeredSpec {
+  json patch;
+  RunSpec spec;
+  std::map<std::string, std::string> layers;
+};
+
+Result<LayeredSpec> layered_spec(const LoadedProfile& profile, json patch, std::optional<LayeredSpec>* memo) {
+  if (memo && *memo && (*memo)->patch == patch) return **memo;
   // The request's operator chose the profile (--profile); no flag raises a limit here.
   auto spec = spec_from_layers(profile, &patch, "exec request", {}, CeilingRaise::by_profile);
   if (!spec) return make_error("usage", spec.error().message);  // already names the "exec request"
+  auto layers = limit_layers(profile, &patch, "exec request", {});
+  LayeredSpec l{std::move(patch), std::move(*spec), std::move(layers)};
+  if (memo) *memo = l;
+  return l;
+}
+
+// The run's spec: the profile's, lowered by the request's limits (never raised: spec_from_layers
+// checks the ceiling), running /code/main.EXT in /tmp.
+Result<RunSpec> exec_spec(const ExecRequest& rq, RunSpec spec, const ExecContext& ctx) {
   // The operator's hosts (`sbx exec --allow-host`), after the request's layer: a request names none.
-  if (auto st = add_allow_hosts(spec->network, ctx.allow_hosts); !st) return st.error();
-  if (!spec->limits.output_limit_bytes) spec->limits.output_limit_bytes = kExecDefaultOutputCap;
-  spec->argv = rq.argv_prefix;
-  spec->argv.push_back("/code/main." + rq.ext);
-  spec->workdir = "/tmp";
+  if (auto st = add_allow_hosts(spec.network, ctx.allow_hosts); !st) return st.error();
+  if (!spec.limits.output_limit_bytes) spec.limits.output_limit_bytes = kExecDefaultOutputCap;
+  spec.argv = rq.argv_prefix;
+  spec.argv.push_back("/code/main." + rq.ext);
+  spec.workdir = "/tmp";
   if (!ctx.events.empty()) {
     if (auto st = check_events_destination(ctx.events); !st) return st.error();
-    spec->events = ctx.events;
+    spec.events = ctx.events;
   }
   return spec;
 }
@@ -258,7 +275,8 @@ std::string exec_profile_name(const ExecContext& ctx) {
 // `profile`: as the caller already loaded it (a pooled worker's, for both of its plans); null:
 // loaded here.
 Result<std::shared_ptr<ExecState>> plan_exec(const json& request, const ExecContext& ctx, RunRequest& run,
-                                             bool defer_blobs = false, const LoadedProfile* profile = nullptr) {
+                                             bool defer_blobs = false, const LoadedProfile* profile = nullptr,
+                                             std::optional<LayeredSpec>* memo = nullptr) {
   auto parsed = parse_exec_request(request);
   if (!parsed) return parsed.error();
   auto state = std::make_shared<ExecState>();
@@ -270,8 +288,9 @@ Result<std::shared_ptr<ExecState>> plan_exec(const json& request, const ExecCont
     if (!read) return read.error();
     profile = &own.emplace(std::move(*read));
   }
-  json patch = {{"limits", rq.limits_patch}};
-  auto spec = exec_spec(rq, *profile, patch, ctx);
+  auto layered = layered_spec(*profile, json{{"limits", rq.limits_patch}}, memo);
+  if (!layered) return layered.error();
+  auto spec = exec_spec(rq, layered->spec, ctx);
   if (!spec) return spec.error();
   run.profile = profile->source;
   run.dirs = ctx.dirs;
@@ -279,7 +298,7 @@ Result<std::shared_ptr<ExecState>> plan_exec(const json& request, const ExecCont
   run.invocation_argv = ctx.invocation_argv;
   exec_files(rq, run);
   run.spec = std::move(*spec);
-  run.limit_layers = limit_layers(*profile, &patch, "exec request", {});
+  run.limit_layers = std::move(layered->layers);
   run.limit_raise = CeilingRaise::by_profile;
   if (ctx.before_run)
     if (auto st = ctx.before_run(run); !st) return make_error("usage", st.error().message);
@@ -376,7 +395,8 @@ Result<PooledExec> run_exec_pooled(const ExecContext& ctx, const AwaitExecCall& 
   const std::string profile_name = exec_profile_name(ctx);
   auto profile = load_profile(profile_name);
   if (!profile) return profile.error();
-  auto placeholder = plan_exec({{"language", "sh"}, {"code", ""}}, ctx, warm, false, &*profile);
+  std::optional<LayeredSpec> memo;  // the placeholder's, reused by a call with the same limits
+  auto placeholder = plan_exec({{"language", "sh"}, {"code", ""}}, ctx, warm, false, &*profile, &memo);
   if (!placeholder) return placeholder.error();
   warm.files.clear();
   warm.record_extra = json::object();
@@ -410,7 +430,7 @@ Result<PooledExec> run_exec_pooled(const ExecContext& ctx, const AwaitExecCall& 
       res.cold_reason = *changed;
       return std::nullopt;
     }
-    auto planned = plan_exec(*request, ctx, call, true, &*profile);
+    auto planned = plan_exec(*request, ctx, call, true, &*profile, &memo);
     if (!planned) {
       res.error = planned.error();
       return std::nullopt;
