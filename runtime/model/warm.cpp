@@ -52,6 +52,14 @@ def _sbx_warm():
     if failed:
         os.write(0, ('fail ' + failed.replace('\n', ' ')).encode('utf-8', 'replace')[:400] + b'\n')
         os._exit(1)
+    # What the call's start needs that no call changes, done before the call: the interpreter's
+    # own path resolved, /dev/null open for the call's stdin, _sbx_module run once on a module
+    # nobody sees, and one compile (a process's first compile of source costs ~1 ms here: the
+    # compiler's state is made then; bench/README.md, Prepared interpreters).
+    exe = os.path.realpath(sys.executable)
+    stdin = os.open('/dev/null', os.O_RDONLY)
+    _sbx_module('/')
+    compile(b'pass\n', '/', 'exec', dont_inherit=True)
     os.write(0, b'ok\n')
     data = b''
     while True:
@@ -61,13 +69,12 @@ def _sbx_warm():
         data += chunk
         if len(data) > (1 << 20):
             os._exit(125)
-    stdin = os.open('/dev/null', os.O_RDONLY)
     os.dup2(stdin, 0)
     os.close(stdin)
     argv = [os.fsdecode(a) for a in data.split(b'\0')[:-1]]
     if not argv:
         os._exit(125)
-    same = os.path.realpath(argv[0]) == os.path.realpath(sys.executable)
+    same = argv[0] in (sys.executable, exe) or os.path.realpath(argv[0]) == exe
     if not same or len(argv) < 2 or argv[1].startswith('-'):
         os.execv(argv[0], argv)
     path = argv[1]
@@ -103,16 +110,24 @@ def _sbx_report(e, path):
     sys.excepthook(type(e), e, e.__traceback__)
 
 
-def _sbx_main(path):
-    # The file runs as Python runs a script: a fresh __main__ module (sys.modules['__main__'],
-    # __builtins__ the module, __loader__ a SourceFileLoader), its code compiled from the file's
-    # bytes (its coding cookie honoured) without the driver's compiler flags.
-    import builtins, importlib.machinery, os, sys, types
+def _sbx_module(path):
+    # The call's __main__ as Python makes a script's: __builtins__ the module, __loader__ a
+    # SourceFileLoader.
+    import builtins, importlib.machinery, types
     main = types.ModuleType('__main__')
     main.__file__ = path
     main.__builtins__ = builtins
     main.__cached__ = None
     main.__loader__ = importlib.machinery.SourceFileLoader('__main__', path)
+    return main
+
+
+def _sbx_main(path):
+    # The file runs as Python runs a script: a fresh __main__ module (sys.modules['__main__']),
+    # its code compiled from the file's bytes (its coding cookie honoured) without the driver's
+    # compiler flags.
+    import os, sys
+    main = _sbx_module(path)
     sys.modules['__main__'] = main
     code, interrupted = 0, False
     try:

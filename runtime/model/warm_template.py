@@ -377,6 +377,7 @@ def _pooled_program(job, fds, report, gate_r, ready_w):
         os.chdir(job.get("workdir") or "/")
         os.environ.clear()
         os.environ.update(e.split("=", 1) for e in job.get("env", []) if "=" in e)
+        _rehearse_main()
         ready = b"r" + struct.pack("<5Q", *_caps_sets())
         bpf = bytes.fromhex(job.get("filter", ""))
         if not bpf:
@@ -526,6 +527,24 @@ def _reap(program, report):
             os._exit(0)
 
 
+def _main_module(path, from_file):
+    # The call's __main__ as Python makes a script's (a file's: __file__, a SourceFileLoader).
+    main = types.ModuleType("__main__")
+    main.__builtins__ = builtins
+    if from_file:
+        main.__file__ = path
+        main.__loader__ = importlib.machinery.SourceFileLoader("__main__", path)
+    return main
+
+
+def _rehearse_main():
+    # What _run_main does before the call's code, run once on nothing of the call's (as pid 1's
+    # _rehearse_pool_job): the pages that code writes after the fork are copied before the call.
+    _main_module("/code/main.py", True)
+    os.path.dirname(os.path.abspath("/code/main.py"))
+    compile(b"pass\n", "/code/main.py", "exec", dont_inherit=True)
+
+
 def _run_main(argv):
     # The call as `python3 FILE ARGS` or `python3 -c CODE ARGS` would run it, in a fresh __main__.
     if len(argv) >= 3 and argv[1] == "-c":
@@ -535,11 +554,8 @@ def _run_main(argv):
     else:
         os.write(2, b"sbx: template: a call needs a program (python3 FILE or -c CODE)\n")
         os._exit(125)
-    main = types.ModuleType("__main__")
-    main.__builtins__ = builtins
+    main = _main_module(path, source is None)
     if source is None:
-        main.__file__ = path
-        main.__loader__ = importlib.machinery.SourceFileLoader("__main__", path)
         sys.path[0] = os.path.dirname(os.path.abspath(path))
     sys.modules["__main__"] = main
     code = 0
@@ -796,6 +812,9 @@ def main():
         except BaseException as e:
             fail(f"preload {m!r}: {type(e).__name__}: {e}")
     sys.stdout.flush()
+    # A process's first compile of source makes the compiler's state (~1 ms here): made once
+    # here, it is every fork's, shared, rather than made again in each call's program.
+    compile(b"pass\n", "/", "exec", dont_inherit=True)
     # Every object so far (the driver's, the preloads') is left out of the collector's passes,
     # in the template and in every fork: a pass writes to each object it scans, and each write
     # copies a page that the forks would otherwise share (the gc module's advice for fork
