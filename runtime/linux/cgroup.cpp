@@ -66,16 +66,6 @@ std::vector<std::string> split_words(std::string_view text) {
   }
 }
 
-// The whole lines of a kernel file's first 4 MiB ("" when unreadable): /proc/self/mounts of a
-// host with many thousands of mounts can be larger, and the cgroup hierarchies it is read for are
-// mounted at boot, near its start. A line cut by the bound is dropped, not parsed as a short one.
-std::string read_proc_prefix(const std::string& path) {
-  constexpr std::size_t kMax = 4u << 20;
-  std::string out = read_file_prefix(path, kMax);
-  if (out.size() >= kMax) out.resize(out.rfind('\n') + 1);  // npos + 1 == 0: no whole line at all
-  return out;
-}
-
 bool contains(const std::vector<std::string>& v, const std::string& s) {
   return std::find(v.begin(), v.end(), s) != v.end();
 }
@@ -277,6 +267,13 @@ CgroupInfo detect_cgroup() {
 }
 
 // ---- pure helpers ----
+
+std::string read_proc_prefix(const std::string& path, bool* ok) {
+  constexpr std::size_t kMax = 4u << 20;
+  std::string out = read_file_prefix(path, kMax, ok);
+  if (out.size() >= kMax) out.resize(out.rfind('\n') + 1);  // npos + 1 == 0: no whole line at all
+  return out;
+}
 
 std::string cgroup2_mount_point(std::string_view mounts, bool& v1) {
   std::string found;

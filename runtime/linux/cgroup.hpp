@@ -167,6 +167,12 @@ bool enter_supervisor_leaf(const CgroupInfo& info);
 
 // ---- pure helpers (exposed for tests and for the integrator) ----
 
+// The whole lines of a kernel file's first 4 MiB ("" when unreadable; `ok` says whether it was
+// read): /proc/self/mounts of a host with many thousands of mounts can be larger, and the cgroup
+// hierarchies it is read for are mounted at boot, near its start. A line cut by the bound is
+// dropped, not parsed as a short one. detect_cgroup and `sbx doctor` read the mounts with it, so
+// that both see the same table.
+std::string read_proc_prefix(const std::string& path, bool* ok = nullptr);
 // The cgroup2 mount point in /proc/self/mounts content ("" when none; the first of several);
 // `v1` set when a cgroup v1 hierarchy is mounted too. `sbx doctor` and detect_cgroup read it.
 std::string cgroup2_mount_point(std::string_view mounts, bool& v1);

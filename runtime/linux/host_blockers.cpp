@@ -37,7 +37,7 @@ BlockerFacts read_blocker_facts(const std::string& root, uid_t uid, const std::s
   BlockerFacts f;
   f.rootless = uid != 0;
   f.sysctls = read_userns_sysctls(root + "/proc/sys");
-  f.mounts = read_or_empty(root + "/proc/self/mounts", &f.have_mounts);
+  f.mounts = read_proc_prefix(root + "/proc/self/mounts", &f.have_mounts);
   f.subuid = read_or_empty(root + "/etc/subuid");
   f.subgid = read_or_empty(root + "/etc/subgid");
   f.have_newuidmap = executable(root, "newuidmap");
