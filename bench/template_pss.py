@@ -9,7 +9,8 @@ from /proc/PID/smaps_rollup: the template (its worker, its init and the driver),
 its pooled worker (`sbx mcp-worker`, which will supervise the call) and the three processes the
 driver forked for it (the intermediate, the call's pid 1, the program waiting for its call).
 Printed: the template's total, each fork's total and parts, and the per-fork mean, with the part
-of it each fork holds alone (Private_Clean + Private_Dirty: what it wrote after its fork). Run as root
+of it each fork holds alone (Private_Clean + Private_Dirty: the pages mapped by that process
+alone; for a Python process forked from the template, those it wrote after its fork). Run as root
 (or as the user sbx runs as) to read every process's smaps_rollup."""
 import json
 import os

@@ -16,8 +16,8 @@ namespace sbx {
 
 namespace {
 
-// At most 1 MiB of a host file: /proc/self/mounts on a busy host is tens of KiB, /etc/subuid a
-// few lines; a fixture or a hostile file cannot make doctor read more.
+// At most 1 MiB of a host file (/etc/subuid is a few lines): a fixture or a hostile file cannot
+// make doctor read more. /proc/self/mounts is read as detect_cgroup reads it (read_proc_prefix).
 constexpr std::size_t kMaxFile = 1 << 20;
 
 std::string read_or_empty(const std::string& path, bool* ok = nullptr) { return read_file_prefix(path, kMaxFile, ok); }

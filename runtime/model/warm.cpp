@@ -49,17 +49,21 @@ def _sbx_warm():
     os.dup2(keep[1], 2)
     os.close(keep[0])
     os.close(keep[1])
-    if failed:
-        os.write(0, ('fail ' + failed.replace('\n', ' ')).encode('utf-8', 'replace')[:400] + b'\n')
-        os._exit(1)
     # What the call's start needs that no call changes, done before the call: the interpreter's
     # own path resolved, /dev/null open for the call's stdin, _sbx_module run once on a module
     # nobody sees, and one compile (a process's first compile of source costs ~1 ms here: the
     # compiler's state is made then; bench/README.md, Prepared interpreters).
-    exe = os.path.realpath(sys.executable)
-    stdin = os.open('/dev/null', os.O_RDONLY)
-    _sbx_module('/')
-    compile(b'pass\n', '/', 'exec', dont_inherit=True)
+    if not failed:
+        try:
+            exe = os.path.realpath(sys.executable)
+            stdin = os.open('/dev/null', os.O_RDONLY)
+            _sbx_module('/')
+            compile(b'pass\n', '/', 'exec', dont_inherit=True)
+        except BaseException as e:
+            failed = 'prepare for the call: %s: %s' % (type(e).__name__, e)
+    if failed:
+        os.write(0, ('fail ' + failed.replace('\n', ' ')).encode('utf-8', 'replace')[:400] + b'\n')
+        os._exit(1)
     os.write(0, b'ok\n')
     data = b''
     while True:

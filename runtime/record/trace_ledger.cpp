@@ -320,21 +320,30 @@ Result<AppendInfo> ledger_append(const Dirs& dirs, const std::string& run_id, st
   return info;
 }
 
-Result<std::uint64_t> ledger_durable_size(const Dirs& dirs) {
+Result<DurableLedger> ledger_durable_size(const Dirs& dirs) {
   const std::string path = ledger_path(dirs);
+  bool created = false;
   // O_NONBLOCK: a FIFO in its place must not hold the shipper (it is refused below).
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK));
-  if (!fd.ok()) {
-    if (errno == ENOENT) return std::uint64_t{0};
-    return sys_error(kStage, "cannot open the trace ledger " + path);
+  auto locked = open_locked(path, created, [&path](bool&) -> Result<UniqueFd> {
+    UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK));
+    if (!fd.ok()) return sys_error(kStage, "cannot open the trace ledger " + path);
+    return fd;
+  });
+  if (!locked) {
+    if (locked.error().err == ENOENT) return DurableLedger{};
+    return locked.error();
   }
   struct stat st;
-  if (::fstat(fd.get(), &st) != 0) return sys_error(kStage, "cannot stat the trace ledger " + path);
+  if (::fstat(locked->fd.get(), &st) != 0) return sys_error(kStage, "cannot stat the trace ledger " + path);
   if (!S_ISREG(st.st_mode)) return make_error(kStage, "the trace ledger " + path + " is not a regular file");
-  // The size first: every byte below it was written before the sync, which covers it.
-  if (::fdatasync(fd.get()) != 0) return sys_error(kStage, "cannot sync the trace ledger " + path);
+  // Under the lock no append is writing, and no later one cuts below the last whole line.
+  auto whole = after_last_newline(locked->fd.get(), static_cast<std::uint64_t>(st.st_size));
+  if (!whole) return whole.error();
+  locked->lock.reset();
+  // Every byte below `whole` was written before this sync, which covers it.
+  if (::fdatasync(locked->fd.get()) != 0) return sys_error(kStage, "cannot sync the trace ledger " + path);
   SBX_TRY(sync_dir(dirs.traces));
-  return static_cast<std::uint64_t>(st.st_size);
+  return DurableLedger{*whole, static_cast<std::uint64_t>(st.st_dev), static_cast<std::uint64_t>(st.st_ino)};
 }
 
 std::string ledger_line(const LedgerEntry& e) {
@@ -429,21 +438,38 @@ struct OversizeWarner {
   }
 };
 
+// The ledger opened for a scan from `from`; an fd that is not ok() when there is nothing to read:
+// no ledger yet, or with `same_file` another file than it (a prune replaced it since).
+Result<UniqueFd> open_to_scan(const std::string& path, std::uint64_t from, const DurableLedger* same_file) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+  if (!fd.ok()) {
+    if (errno == ENOENT) return UniqueFd();
+    return sys_error(kStage, "cannot open the trace ledger " + path);
+  }
+  struct stat st;
+  if (same_file) {
+    if (::fstat(fd.get(), &st) != 0) return sys_error(kStage, "cannot stat the trace ledger " + path);
+    if (static_cast<std::uint64_t>(st.st_dev) != same_file->dev ||
+        static_cast<std::uint64_t>(st.st_ino) != same_file->ino)
+      return UniqueFd();
+  }
+  if (from > 0 && ::lseek(fd.get(), static_cast<off_t>(from), SEEK_SET) < 0)
+    return sys_error(kStage, "cannot seek in the trace ledger " + path);
+  return fd;
+}
+
 }  // namespace
 
 Status scan_ledger(const Dirs& dirs, const std::function<bool(const LedgerLine&)>& fn, std::uint64_t* torn,
                    std::uint64_t from, std::uint64_t first_line_no, const OversizeFn& oversize, std::size_t max_line,
-                   std::optional<PruneAnchorLine>* anchor) {
+                   std::optional<PruneAnchorLine>* anchor, const DurableLedger* same_file) {
   if (torn) *torn = 0;
   if (max_line == 0) max_line = kMaxLedgerLine;
   const std::string path = ledger_path(dirs);
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
-  if (!fd.ok()) {
-    if (errno == ENOENT) return {};  // nothing recorded yet
-    return sys_error(kStage, "cannot open the trace ledger " + path);
-  }
-  if (from > 0 && ::lseek(fd.get(), static_cast<off_t>(from), SEEK_SET) < 0)
-    return sys_error(kStage, "cannot seek in the trace ledger " + path);
+  auto opened = open_to_scan(path, from, same_file);
+  if (!opened) return opened.error();
+  if (!opened->ok()) return {};  // nothing recorded yet, or not the file asked for
+  const UniqueFd& fd = *opened;
   std::optional<OversizeWarner> warner;
   if (!oversize) warner.emplace();
   auto report = [&](const OversizeLine& l) { return oversize ? oversize(l) : (*warner)(l); };

@@ -61,12 +61,19 @@ struct AppendInfo {
   std::uint64_t torn_bytes = 0;  // cut off the tail before this append (0: none)
 };
 
-// How much of the ledger is on disk: its size now, after a sync of the file and of its directory
-// that covers every byte written before it. ledger_append releases the lock before its own sync
-// (group commit), so a reader can see a line whose sync is still under way; one that hands lines
-// on (the trace database's shipper) sends only those that end within this size, which a crash
-// cannot take back. 0 when there is no ledger yet.
-Result<std::uint64_t> ledger_durable_size(const Dirs& dirs);
+// How much of the ledger is on disk, and which file that is. ledger_append releases the lock
+// before its own sync (group commit), so a reader can see a line whose sync is still under way;
+// one that hands lines on (the trace database's shipper) sends only those that end within `size`
+// of this file (scan_ledger's `same_file`), which a crash cannot take back. Read under the
+// ledger's lock (no append mid-write) up to the last whole line (a torn tail, which the next
+// append cuts, is not counted), then the file and its directory synced. size 0: no ledger yet.
+// (A sync that failed in an appender and was reported to it is not reported again here: the
+// kernel tells each failure once. Its caller withheld that run's result.)
+struct DurableLedger {
+  std::uint64_t size = 0;
+  std::uint64_t dev = 0, ino = 0;
+};
+Result<DurableLedger> ledger_durable_size(const Dirs& dirs);
 
 // Appends `record` (compact JSON of one object, no '\n') for `run_id`. Creates the store (0700)
 // and the ledger (0600) when missing. A torn tail is cut and reported in the appended record as
@@ -135,10 +142,11 @@ std::string describe_oversize(const OversizeLine& l);
 // warns on stderr for each (naming its offset and size) and counts them at the end.
 // `max_line` is for tests (0: kMaxLedgerLine).
 // A prune anchor as the first line (see above) is never passed to fn: it goes to `anchor` when
-// given.
+// given. With `same_file`, a ledger that is not that file (a prune replaced it since) is not read.
 Status scan_ledger(const Dirs& dirs, const std::function<bool(const LedgerLine&)>& fn, std::uint64_t* torn = nullptr,
                    std::uint64_t from = 0, std::uint64_t first_line_no = 1, const OversizeFn& oversize = nullptr,
-                   std::size_t max_line = 0, std::optional<PruneAnchorLine>* anchor = nullptr);
+                   std::size_t max_line = 0, std::optional<PruneAnchorLine>* anchor = nullptr,
+                   const DurableLedger* same_file = nullptr);
 
 // The envelope of a line from its last bytes (an OversizeLine's tail); `record` is left empty.
 Result<LedgerEntry> parse_ledger_tail(std::string_view tail);

@@ -476,7 +476,7 @@ Result<ShipReport> ship_locked(const Dirs& dirs, const TraceDb& db,
   // still take back would read as a divergence. Lines past it are the next ship's.
   auto durable = ledger_durable_size(dirs);
   if (!durable) return durable.error();
-  auto on_disk = [&](std::uint64_t offset, std::uint64_t size) { return offset + size + 1 <= *durable; };
+  auto on_disk = [&](std::uint64_t offset, std::uint64_t size) { return offset + size + 1 <= durable->size; };
   std::optional<Error> error;
   std::optional<PruneAnchorLine> anchor;
   auto fail = [&](Error e) {
@@ -506,7 +506,7 @@ Result<ShipReport> ship_locked(const Dirs& dirs, const TraceDb& db,
     auto s = sh.line(ShipLine{*e, std::nullopt, l.size, l.offset}, anchor);
     return s ? true : fail(s.error());
   },
-       0, &anchor);
+       0, &anchor, &*durable);
   if (!st) return st.error();
   if (error) return *error;
   SBX_TRY(sh.flush());

@@ -74,22 +74,35 @@ TEST_CASE("ledger lines round-trip and the envelope is strict") {
   CHECK(sbx::ledger_run_id_ok("20261130T075512.123Z-3fa9c1d2"));
 }
 
-TEST_CASE("ledger_durable_size: the ledger's length once synced, 0 without one, an error for a non-file") {
+TEST_CASE("ledger_durable_size: the ledger's whole lines once synced, 0 without one, an error for a non-file") {
   TempLedger t;
   auto none = sbx::ledger_durable_size(t.dirs);
   REQUIRE(none.ok());
-  CHECK(*none == 0);
+  CHECK(none->size == 0);
   REQUIRE(sbx::ledger_append(t.dirs, "r1", rec("r1")).ok());
   REQUIRE(sbx::ledger_append(t.dirs, "r2", rec("r2")).ok());
   auto two = sbx::ledger_durable_size(t.dirs);
   REQUIRE(two.ok());
-  CHECK(*two == t.text().size());
-  // A line still being written counts with its bytes so far: the shipper's rule (a line must end
-  // within the size, its '\n' included) leaves it out.
+  CHECK(two->size == t.text().size());
+  struct stat st;
+  REQUIRE(::stat(sbx::ledger_path(t.dirs).c_str(), &st) == 0);
+  CHECK(two->ino == static_cast<std::uint64_t>(st.st_ino));
+  // A torn tail is not counted: the next append cuts it and writes its own line there, which may
+  // still be syncing when a reader sees it whole.
   std::ofstream(sbx::ledger_path(t.dirs), std::ios::binary | std::ios::app) << "{\"record\":{";
   auto torn = sbx::ledger_durable_size(t.dirs);
   REQUIRE(torn.ok());
-  CHECK(*torn == *two + 11);
+  CHECK(torn->size == two->size);
+  // A scan pinned to that file reads nothing of another one (a prune replaced it since).
+  std::size_t lines = 0;
+  auto count = [&lines](const sbx::LedgerLine&) { return ++lines > 0; };
+  REQUIRE(sbx::scan_ledger(t.dirs, count, nullptr, 0, 1, nullptr, 0, nullptr, &*torn).ok());
+  CHECK(lines == 2);
+  sbx::DurableLedger other = *torn;
+  other.ino += 1;
+  lines = 0;
+  REQUIRE(sbx::scan_ledger(t.dirs, count, nullptr, 0, 1, nullptr, 0, nullptr, &other).ok());
+  CHECK(lines == 0);
   REQUIRE(::unlink(sbx::ledger_path(t.dirs).c_str()) == 0);
   REQUIRE(::mkfifo(sbx::ledger_path(t.dirs).c_str(), 0600) == 0);
   auto fifo = sbx::ledger_durable_size(t.dirs);  // O_RDONLY on a FIFO would wait for a writer
