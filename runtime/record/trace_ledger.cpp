@@ -446,8 +446,8 @@ Result<UniqueFd> open_to_scan(const std::string& path, std::uint64_t from, const
     if (errno == ENOENT) return UniqueFd();
     return sys_error(kStage, "cannot open the trace ledger " + path);
   }
-  struct stat st;
   if (same_file) {
+    struct stat st;
     if (::fstat(fd.get(), &st) != 0) return sys_error(kStage, "cannot stat the trace ledger " + path);
     if (static_cast<std::uint64_t>(st.st_dev) != same_file->dev ||
         static_cast<std::uint64_t>(st.st_ino) != same_file->ino)

@@ -147,9 +147,6 @@ struct ExecState {
   std::string traces_dir;  // where the run's record goes (the tenant's store under --tenant)
 };
 
-// The request checked and turned into a RunRequest (everything but the captured streams); a
-// malformed request is an Error. Shared by a cold run (run_exec) and a warm pool's hand-out
-// (run_exec_pooled), so that both run, record and answer the same call the same way.
 // The profile's spec under one request's limits, with the record's account of who set each
 // limit. A pooled worker plans twice under one profile (its placeholder at build, its call at
 // hand-out) and keeps the first: both are pure functions of the profile, which profile_changed
@@ -272,8 +269,11 @@ std::string exec_profile_name(const ExecContext& ctx) {
   return ctx.profile.empty() ? std::string(kDefaultProfile) : ctx.profile;
 }
 
+// The request checked and turned into a RunRequest (everything but the captured streams); a
+// malformed request is an Error. Shared by a cold run (run_exec) and a warm pool's hand-out
+// (run_exec_pooled), so that both run, record and answer the same call the same way.
 // `profile`: as the caller already loaded it (a pooled worker's, for both of its plans); null:
-// loaded here.
+// loaded here. `memo`: the pooled worker's layered_spec, kept between its two plans.
 Result<std::shared_ptr<ExecState>> plan_exec(const json& request, const ExecContext& ctx, RunRequest& run,
                                              bool defer_blobs = false, const LoadedProfile* profile = nullptr,
                                              std::optional<LayeredSpec>* memo = nullptr) {
