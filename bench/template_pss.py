@@ -14,6 +14,7 @@ alone; for a Python process forked from the template, those it wrote after its f
 (or as the user sbx runs as) to read every process's smaps_rollup."""
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -106,6 +107,7 @@ def main(argv):
     print(f"  per idle fork, mean: {sum(totals) / len(totals) / 1024:.2f} MiB "
           f"(of which its own: {sum(privates) / len(privates) / 1024:.2f} MiB)")
     m.close()
+    shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":
