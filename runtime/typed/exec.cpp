@@ -290,7 +290,7 @@ Result<std::shared_ptr<ExecState>> plan_exec(const json& request, const ExecCont
   }
   auto layered = layered_spec(*profile, json{{"limits", rq.limits_patch}}, memo);
   if (!layered) return layered.error();
-  auto spec = exec_spec(rq, layered->spec, ctx);
+  auto spec = exec_spec(rq, std::move(layered->spec), ctx);
   if (!spec) return spec.error();
   run.profile = profile->source;
   run.dirs = ctx.dirs;
