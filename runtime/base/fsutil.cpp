@@ -126,13 +126,13 @@ Status write_file_durable(const std::string& path, std::string_view data, mode_t
   if (::rename(tmp.c_str(), path.c_str()) != 0) return fail(sys_error(kStage, "cannot rename " + tmp + " to " + path));
 
   // The rename lives in the directory: sync it, or the new name may not survive a crash.
-  std::string dir = parent_dir(path);
-  int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd < 0) return sys_error(kStage, "cannot open directory " + dir + " to sync it");
-  rc = ::fsync(dfd);
-  int e = errno;
-  ::close(dfd);
-  if (rc != 0) return make_error(kStage, "cannot sync directory " + dir, e);
+  return sync_dir(parent_dir(path));
+}
+
+Status sync_dir(const std::string& dir) {
+  UniqueFd d(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!d.ok()) return sys_error(kStage, "cannot open directory " + dir + " to sync it");
+  if (::fsync(d.get()) != 0) return sys_error(kStage, "cannot sync directory " + dir);
   return {};
 }
 

@@ -17,6 +17,10 @@ Status ensure_dir(const std::string& path, mode_t mode = 0700);
 // fsync the directory. A reader sees the old file or the new one, never a torn one.
 Status write_file_durable(const std::string& path, std::string_view data, mode_t mode = 0644);
 
+// fsync of a directory, so that the names created, renamed or removed in it survive a crash (a
+// file's own sync does not cover its directory entry). The error names the directory.
+Status sync_dir(const std::string& dir);
+
 Result<std::string> read_file(const std::string& path);
 
 // At most `max_bytes` from the start of a file ("" when it cannot be opened), for host and kernel

@@ -74,12 +74,6 @@ Result<Cut> find_cut(const Dirs& dirs, const PruneRequest& req, std::uint64_t he
   return c;
 }
 
-Status sync_dir(const std::string& dir) {
-  UniqueFd d(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (!d.ok() || ::fsync(d.get()) != 0) return sys_error(kStage, "cannot sync the trace store " + dir);
-  return {};
-}
-
 // The anchor, then the ledger's bytes from the cut on, copied in chunks into a new file that
 // replaces the ledger by rename once synced.
 Status rewrite(const Dirs& dirs, int ledger_fd, const Cut& c, const std::string& now, std::uint64_t& bytes) {

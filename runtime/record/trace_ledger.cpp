@@ -189,12 +189,6 @@ Result<LockedLedger> open_locked(const std::string& path, bool& created,
   return make_error(kStage, "the trace ledger " + path + " keeps being replaced while sbx waits for its lock");
 }
 
-Status sync_dir(const std::string& dir) {
-  UniqueFd d(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (!d.ok() || ::fsync(d.get()) != 0) return sys_error(kStage, "cannot sync the trace store " + dir);
-  return {};
-}
-
 // The record with "ledger_repair" added as its first member (REC is a JSON object).
 std::string with_repair_note(std::string_view rec, std::uint64_t torn, std::uint64_t at) {
   std::string note = "\"ledger_repair\":{\"torn_bytes\":" + std::to_string(torn) +

@@ -10,8 +10,8 @@
 # Tools the machine lacks travel in .devcarry/ (made here by tests/device/carry.sh): hyperfine,
 # bwrap and the libraries bwrap needs. Results: $OUT/summary.txt (every part's summary) and
 # $OUT/details.tgz (each part's full output, traces included); without $OUT, /tmp/devcheck.
-# The parts: facts, gpu, limits, probe, startup, mcp-pool, mcp-pack-pool, mcp-warm, mcp-throughput, phases (bench/run_phases.sh),
-# cgroup-placement (bench/cgroup_placement.sh).
+# The parts: facts, gpu, limits, probe, startup, mcp-pool, mcp-pack-pool, mcp-warm, template-pss, mcp-throughput,
+# phases (bench/run_phases.sh), cgroup-placement (bench/cgroup_placement.sh).
 set -u
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 # shellcheck source=tests/device/common.sh
@@ -98,7 +98,8 @@ part startup 120 "$REPO/bench/startup.sh" "$SBX"
 part mcp-pool 120 python3 "$REPO/bench/mcp_pool.py" "$SBX" --calls 20 --gap 0.2
 part mcp-pack-pool 90 python3 "$REPO/bench/mcp_pack_pool.py" "$SBX" --calls 20 --gap 0.2
 # The sandbox's python3 is the host's /usr/bin/python3 (no numpy there): standard modules preloaded.
-part mcp-warm 120 python3 "$REPO/bench/mcp_warm.py" "$SBX" --calls 20 --gap 0.3 --preload json,decimal,email.parser
+part mcp-warm 150 python3 "$REPO/bench/mcp_warm.py" "$SBX" --calls 40 --gap 0.3 --preload json,decimal,email.parser
+part template-pss 60 python3 "$REPO/bench/template_pss.py" "$SBX" --pool 4 --preload json,decimal,email.parser
 part mcp-throughput 120 python3 "$REPO/bench/mcp_throughput.py" "$SBX" --calls 1000 --clients 2 --concurrent 4 --pool 8
 part phases 120 "$REPO/bench/run_phases.sh" "$SBX" 40
 part cgroup-placement 120 "$REPO/bench/cgroup_placement.sh" "$SBX" 20
