@@ -5,7 +5,8 @@ What an idle prepared sandbox costs in memory (issue 34's target: <= 2 MiB propo
 with templates). Starts `sbx mcp --pool N` under a profile with
 "warm": {"interpreter": "python3", "preload": [...], "mode": "template"}, waits until its N forks
 made ahead are ready (man sbx-mcp, Templates: forks made ahead), then reads each process's Pss
-from /proc/PID/smaps_rollup: the template (its worker, its init and the driver), and for each fork
+from /proc/PID/smaps_rollup: the template (its worker, its init and the driver), the server's fork
+server (which forks every worker, one per server), and for each fork
 its pooled worker (`sbx mcp-worker`, which will supervise the call) and the three processes the
 driver forked for it (the intermediate, the call's pid 1, the program waiting for its call).
 Printed: the template's total, each fork's total and parts, and the per-fork mean, with the part
@@ -62,6 +63,14 @@ def started(pid):
         return int(f.read().rsplit(")", 1)[1].split()[19])
 
 
+def cmdline(pid):
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
+
+
 def comm(pid):
     with open(f"/proc/{pid}/comm") as f:
         return f.read().strip()
@@ -78,7 +87,14 @@ def main(argv):
     m = mcp_warm.Mcp(sbx, os.path.join(tmp, "state"), pool, profile)
     deadline = time.monotonic() + 60
     while True:
-        workers = sorted(children(m.p.pid), key=started)
+        # The server's children: its fork server (one per server, runtime/server/fork_server.hpp)
+        # and the workers it forked, the template's host worker first.
+        kids = children(m.p.pid)
+        forkserver = [k for k in kids if cmdline(k).startswith(b"sbx mcp-fork-server")][:1]
+        workers = sorted((k for k in kids if k not in forkserver), key=started)
+        if not workers:
+            time.sleep(0.5)
+            continue
         host, pooled = workers[0], workers[1:]
         # The template's driver: host worker -> init -> python3; each fork made ahead is one of its
         # children (the intermediate) with pid 1 below it and the program below that.
@@ -96,6 +112,8 @@ def main(argv):
     template = sum(pss_kib(p) for p in chain)
     print(f"sbx mcp --pool {pool}, template preloading {', '.join(opts['preload'])}: Pss in KiB")
     print(f"  template (worker, init, driver): {template}  ({' + '.join(str(pss_kib(p)) for p in chain)})")
+    if forkserver:
+        print(f"  the server's fork server: {pss_kib(forkserver[0])} (one per server, not per fork)")
     totals, privates = [], []
     for w, f in zip(pooled, forks):
         parts = [pss_kib(w)] + [pss_kib(p) for p in f]

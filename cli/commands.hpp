@@ -30,6 +30,10 @@ struct GlobalOptions {
   std::optional<std::vector<std::string>> after_dashdash;
 };
 
+// What `sbx ARGV...` runs (cli/main.cpp): main() itself, and each worker that `sbx
+// mcp-fork-server` forks runs it on the worker's argv (runtime/server/fork_server.hpp).
+int sbx_main(int argc, char** argv);
+
 struct Command {
   CLI::App* app;
   std::function<int()> run;
@@ -106,6 +110,7 @@ void add_probe_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& ou
 void add_classify_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out);
 void add_mcp_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out);
 void add_mcp_worker_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out);
+void add_mcp_fork_server_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out);
 void add_cgroup_init_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out);
 void add_scope_keeper_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out);
 void add_replay_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out);

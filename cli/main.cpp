@@ -179,6 +179,7 @@ static std::vector<sbx::cli::Command> add_commands(CLI::App& app, sbx::cli::Glob
                                                                      {"probe", add_probe_command},
                                                                      {"mcp", add_mcp_command},
                                                                      {"mcp-worker", add_mcp_worker_command},
+                                                                     {"mcp-fork-server", add_mcp_fork_server_command},
                                                                      {"cgroup-init", add_cgroup_init_command},
                                                                      {"replay", add_replay_command},
                                                                      {"gc", add_gc_command},
@@ -250,7 +251,7 @@ static std::optional<int> parse_command_line(CLI::App& app, sbx::cli::GlobalOpti
   return std::nullopt;
 }
 
-int main(int argc, char** argv) {
+int sbx::cli::sbx_main(int argc, char** argv) {
   // fds 0, 1 and 2 open before anything else: a caller that closed one would otherwise hand its
   // number to the first file sbx opens (a pipe to init, the seccomp listener's socket), and the
   // program's stdio, placed on 0-2 in init's shared fd table (child.cpp), would replace it.
@@ -312,3 +313,5 @@ int main(int argc, char** argv) {
     }
   return usage_error("no command given (see 'sbx --help')");
 }
+
+int main(int argc, char** argv) { return sbx::cli::sbx_main(argc, argv); }

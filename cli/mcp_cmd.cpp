@@ -1,7 +1,9 @@
 // sbx mcp: a stdio MCP server whose tools are rule packs and run_code (runtime/server/mcp_server.hpp),
 // and sbx mcp-worker, the hidden subcommand each of its calls runs as: one job on stdin (a memfd
-// the server wrote), one JSON response on stdout (a memfd the server reads once it exits).
+// the server wrote), one JSON response on stdout (a memfd the server reads once it exits); and sbx
+// mcp-fork-server, hidden too, which forks those workers (runtime/server/fork_server.hpp).
 #include <sys/stat.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -19,6 +21,7 @@
 #include "runtime/launch/tenant.hpp"
 #include "runtime/linux/cgroup.hpp"
 #include "runtime/model/profile.hpp"
+#include "runtime/server/fork_server.hpp"
 #include "runtime/server/mcp_http.hpp"
 #include "runtime/server/mcp_pool.hpp"
 #include "runtime/server/mcp_template.hpp"
@@ -475,6 +478,14 @@ int run_server(McpFlags& f, GlobalOptions& g) {
       "the ledger's path are in the result's _meta (sbx/run_id, sbx/trace). Pack tools take {\"records\": [...]} "
       "and return the pack's validated result; run_code runs a program in one of: " +
       join_words(exec_languages(), ", ") + ".";
+  // Its workers forked by one prepared sbx instead of each exec'd (runtime/server/fork_server.hpp).
+  // argv[0] is what is exec'd: its argv area holds the titles of the fork server and of every
+  // worker it forks (proc_title.hpp), "sbx mcp-fork-server" the longest.
+  auto forks = mcp::ForkServer::start({"/proc/self/exe", "mcp-fork-server"});
+  if (!forks)
+    std::fprintf(stderr, "sbx: mcp: fork server: %s; workers are exec'd\n",
+                 printable(forks.error().describe()).c_str());
+  mcp::UseForkServer use_forks(forks ? &*forks : nullptr);
   return serve_mcp(f, cfg, sbx_argv(g, "mcp-worker"));
 }
 
@@ -576,6 +587,28 @@ void add_mcp_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& out)
                        return usage_error("mcp: --trace-db: " + why);
                    set_trace_db_flag(g_trace_db);
                    return run_server(f, g);
+                 },
+                 true});
+}
+
+void add_mcp_fork_server_command(CLI::App& app, GlobalOptions&, std::vector<Command>& out) {
+  // Hidden (no group): started by `sbx mcp` only. Supervises: the forwarded signals stay blocked,
+  // as they are in the server, so that its workers start with the mask an exec'd one inherits.
+  auto* forks = app.add_subcommand("mcp-fork-server", "")->group("");
+  out.push_back({forks,
+                 []() -> int {
+                   int type = 0;
+                   socklen_t len = sizeof type;
+                   if (::getsockopt(STDIN_FILENO, SOL_SOCKET, SO_TYPE, &type, &len) != 0 || type != SOCK_SEQPACKET)
+                     return usage_error(
+                         "mcp-fork-server: its stdin is not the socket that sbx mcp gives it "
+                         "(it is started by sbx mcp only)");
+                   return mcp::serve_forks(STDIN_FILENO, [](std::vector<std::string>& args) {
+                     std::vector<char*> argv;
+                     for (auto& a : args) argv.push_back(a.data());
+                     argv.push_back(nullptr);
+                     return sbx_main(static_cast<int>(args.size()), argv.data());
+                   });
                  },
                  true});
 }

@@ -17,7 +17,10 @@ namespace sbx {
 // Overwrites the argv strings in place with `title` and zeroes the rest of the area. The area's last
 // byte is left non-zero, the setproctitle(3) convention: the kernel then reports the area up to the
 // first NUL (fs/proc/base.c, get_mm_cmdline), i.e. exactly `title` (truncated to fit), not the
-// zero padding. argv[i] must not be read afterwards (copy what is needed first).
+// zero padding. argv[i] must not be read afterwards (copy what is needed first). The area is the
+// one the first call was given: a worker forked by `sbx mcp-fork-server` runs main()'s commands
+// again on an argv of its own (runtime/server/fork_server.hpp), while /proc shows the area its
+// process was exec'd with, the fork server's.
 void set_proc_title(int argc, char** argv, const std::string& title);
 
 }  // namespace sbx

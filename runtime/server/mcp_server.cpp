@@ -18,6 +18,7 @@
 #include <variant>
 
 #include "runtime/typed/exec.hpp"
+#include "runtime/server/fork_server.hpp"
 #include "runtime/server/mcp_session.hpp"
 #include "runtime/session/session_client.hpp"
 #include "runtime/base/json_io.hpp"
@@ -720,7 +721,16 @@ void Server::stop_sessions() {
 
 }  // namespace
 
-Result<Worker> spawn_worker(const std::vector<std::string>& args, int in_fd, UniqueFd response, int pdeathsig) {
+namespace {
+ForkServer* g_forks = nullptr;
+}  // namespace
+
+UseForkServer::UseForkServer(ForkServer* forks) { g_forks = forks; }
+UseForkServer::~UseForkServer() { g_forks = nullptr; }
+
+namespace {
+// spawn_worker's child by fork and exec: its pid.
+Result<pid_t> exec_worker(const std::vector<std::string>& args, int in_fd, int out_fd, int pdeathsig) {
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
@@ -730,7 +740,7 @@ Result<Worker> spawn_worker(const std::vector<std::string>& args, int in_fd, Uni
   if (pid == 0) {
     // The forwarded signals stay blocked across exec: one that arrives before the worker's
     // supervisor exists waits for it, and is recorded, instead of killing it (signals.hpp).
-    if (::dup2(in_fd, 0) < 0 || ::dup2(response.get(), 1) < 0) ::_exit(125);
+    if (::dup2(in_fd, 0) < 0 || ::dup2(out_fd, 1) < 0) ::_exit(125);
     ::prctl(PR_SET_PDEATHSIG, pdeathsig);
     // The server died before the prctl, so its signal was missed: it is sent here instead. Not an
     // exit: the server may have handed this worker its call already (a cold worker's job is in
@@ -741,13 +751,23 @@ Result<Worker> spawn_worker(const std::vector<std::string>& args, int in_fd, Uni
     ::execv("/proc/self/exe", argv.data());
     ::_exit(127);
   }
+  return pid;
+}
+}  // namespace
+
+Result<Worker> spawn_worker(const std::vector<std::string>& args, int in_fd, UniqueFd response, int pdeathsig) {
+  // The fork server's fork, else (it has ended, or this request is too large for it) an exec.
+  Result<pid_t> pid = make_error("mcp", "no fork server");
+  if (g_forks != nullptr && g_forks->alive()) pid = g_forks->spawn(args, in_fd, response.get(), pdeathsig);
+  if (!pid) pid = exec_worker(args, in_fd, response.get(), pdeathsig);
+  if (!pid) return pid.error();
   Worker w;
-  w.pid = pid;
-  w.pidfd = UniqueFd(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
+  w.pid = *pid;
+  w.pidfd = UniqueFd(static_cast<int>(::syscall(SYS_pidfd_open, w.pid, 0)));
   if (!w.pidfd.ok()) {
     int e = errno;
-    ::kill(pid, SIGKILL);
-    ::waitpid(pid, nullptr, 0);
+    ::kill(w.pid, SIGKILL);
+    ::waitpid(w.pid, nullptr, 0);
     errno = e;
     return sys_error("mcp", "pidfd_open for a worker");
   }

@@ -4,8 +4,9 @@
 //
 // Why a worker process per call instead of run_sandbox() in the server: run_sandbox supervises
 // one sandbox on the calling thread, owns process-wide signal state while it does
-// (signals.hpp), and leaves its record before it returns. A re-exec of sbx itself
-// (`sbx mcp-worker`, cli/mcp_cmd.cpp) gets all of that per call for free, and the server only
+// (signals.hpp), and leaves its record before it returns. A process of sbx's own per call
+// (`sbx mcp-worker`, cli/mcp_cmd.cpp; forked by the fork server, fork_server.hpp, or re-exec'd)
+// gets all of that per call for free, and the server only
 // waits on pidfds: a slow, stuck or cancelled sandbox never holds the loop. The worker's stdin
 // (the job) and stdout (its JSON response) are memfds, so no sandbox, worker or program ever holds
 // sbx's own stdin or stdout, and the server writes and reads them without a pipe to drain.
@@ -54,12 +55,24 @@ class SandboxLauncher {
   virtual int next_tick_ms() const { return -1; }
 };
 
-// Forks and execs /proc/self/exe with `argv` (`sbx [--state-dir DIR] mcp-worker ...`): in_fd is
+// Starts `argv` (`sbx [--state-dir DIR] mcp-worker ...`), forked by the fork server (UseForkServer,
+// below) or forked and exec'd from /proc/self/exe: in_fd is
 // its stdin, `response` (a memfd) its stdout, it gets a process group of its own (a terminal's
 // Ctrl-C reaches the server, which cancels in order) and `pdeathsig` as its parent-death signal.
 // The one spawn of both launchers: a cold worker (the job in a memfd) and a pooled one (a
 // socket); SIGTERM for both: a worker cancels its run and still records it (mcp_pool.hpp).
 Result<Worker> spawn_worker(const std::vector<std::string>& argv, int in_fd, UniqueFd response, int pdeathsig);
+
+class ForkServer;
+// While it lives, spawn_worker asks `forks` for each worker first (fork_server.hpp: a fork instead
+// of an exec); null, or once that fork server has ended, each worker is forked and exec'd.
+class UseForkServer {
+ public:
+  explicit UseForkServer(ForkServer* forks);
+  UseForkServer(const UseForkServer&) = delete;
+  UseForkServer& operator=(const UseForkServer&) = delete;
+  ~UseForkServer();
+};
 
 // Re-execs /proc/self/exe as `sbx [--state-dir DIR] mcp-worker`, the job on its stdin.
 class ReexecLauncher : public SandboxLauncher {

@@ -7,8 +7,8 @@ call run cold (not fail); a profile edited after the build reaches the call, whi
 new policy; idle sandboxes past --pool-max-idle are rebuilt; a pooled sandbox whose init dies as
 its call is handed over runs the call cold (never hangs); run_code's bash (the bench's stamp of
 the program's start) is served from the pool; a call handed to a pooled worker still starting is
-recorded when it is cancelled then, or when the server ends before the worker reads it. Runs as
-root and rootless."""
+recorded when it is cancelled then, or when the server ends before the worker reads it; workers
+are forked by the server's fork server, and exec'd once it is gone. Runs as root and rootless."""
 import datetime
 import json
 import os
@@ -214,6 +214,30 @@ class McpPoolCase(SbxTestCase):
             self.run_code(s, "true")
         self.assertIn("discarded pooled sandbox", s.stderr())
         note("pool: " + [l for l in s.stderr().splitlines() if "discarded" in l][0])
+
+    def test_workers_are_forked_by_the_fork_server_and_exec_d_once_it_is_gone(self):
+        """Each worker is forked by the server's one `sbx mcp-fork-server`
+        (runtime/server/fork_server.hpp) and is the server's own child, titled as an exec'd one
+        was. Once that fork server is gone (killed here), the server reaps it, says so once, and
+        execs its workers: every call is still served from the pool."""
+        s = self.server(["--pool", "2", "--max-concurrent", "1"])
+        self.wait_pool(s, 2)
+        kids = [k for k in descendants(s.p.pid) if parent(k) == s.p.pid]
+        forks = [k for k in kids if cmdline(k).startswith(b"sbx mcp-fork-server")]
+        self.assertEqual(len(forks), 1, [cmdline(k) for k in kids])
+        self.assertEqual(descendants(forks[0]), [])  # its workers are the server's children
+        self.assertEqual(len(pooled_workers(s.p.pid)), 2)
+        self.assertEqual(self.run_code(s, "echo one")["stdout"], "one\n")
+        os.kill(forks[0], signal.SIGKILL)
+        for i in range(4):
+            self.assertEqual(self.run_code(s, f"echo {i}")["stdout"], f"{i}\n")
+        self.assertFalse(os.path.exists(f"/proc/{forks[0]}"), "the killed fork server was not reaped")
+        lines = [l for l in s.stderr().splitlines() if "fork server" in l]
+        self.assertEqual(len(lines), 1, s.stderr())
+        self.assertIn("workers are exec'd from now on", lines[0])
+        self.assertTrue(all(r["result"]["status"] == "ok" for r in self.records(s)))
+        self.assertGreaterEqual(len(self.wait_pool(s, 2)), 2)
+        note("pool: " + lines[0])
 
     def check_idle_gone(self, how):
         s = self.server(["--pool", "3"])
@@ -463,15 +487,20 @@ class McpPoolCase(SbxTestCase):
         for attempt in range(15):
             s = self.server(args, initialize=None)
             me = cmdline(s.p.pid)
-            w, deadline = None, time.monotonic() + scaled(10)
+            w, forks, deadline = None, None, time.monotonic() + scaled(10)
             while w is None and time.monotonic() < deadline:
                 try:
                     with open(f"/proc/{s.p.pid}/task/{s.p.pid}/children") as f:
                         kids = [int(k) for k in f.read().split()]
                 except OSError:
-                    kids = [k for k in descendants(s.p.pid) if parent(k) == s.p.pid]
-                if kids:
-                    w = kids[0]
+                    kids = sorted(k for k in descendants(s.p.pid) if parent(k) == s.p.pid)
+                # The server's first child is its fork server (started before any worker,
+                # runtime/server/fork_server.hpp); the workers it forks are the server's too.
+                if forks is None and kids:
+                    forks = kids[0]
+                workers = [k for k in kids if k != forks]
+                if workers:
+                    w = workers[0]
                     os.kill(w, signal.SIGSTOP)
             self.assertIsNotNone(w, s.stderr())
             while not open(f"/proc/{w}/stat").read().split(") ")[1].startswith("T"):
@@ -480,7 +509,8 @@ class McpPoolCase(SbxTestCase):
                 fds = [os.readlink(f"/proc/{w}/fd/{d}") for d in os.listdir(f"/proc/{w}/fd")]
             except OSError:
                 fds = ["unknown"]
-            # Not yet exec'd (it still holds the server's fds, the signalfd too), or exec'd and
+            # Not yet exec'd (it still holds the server's fds, the signalfd too; a worker the fork
+            # server execs itself after it is gone), or forked by the fork server or exec'd, and
             # before its own signalfd.
             if cmdline(w) == me or not [d for d in fds if "signalfd" in d or d == "unknown"]:
                 r = s.request("initialize", {"protocolVersion": "2025-11-25", "capabilities": {},
@@ -488,7 +518,7 @@ class McpPoolCase(SbxTestCase):
                 self.assertIn("result", r)
                 s.notify("notifications/initialized")
                 note(f"pooled worker stopped before its signalfd on try {attempt + 1} "
-                     f"({'before' if cmdline(w) == me else 'after'} its exec)")
+                     f"({'before its exec' if cmdline(w) == me else 'as it started'})")
                 return s, w
             os.kill(w, signal.SIGCONT)
             s.close()
