@@ -5,6 +5,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -12,6 +13,8 @@
 
 #include <cerrno>
 #include <cstring>
+
+#include "runtime/base/proc_title.hpp"
 
 namespace sbx::mcp {
 
@@ -39,9 +42,10 @@ bool receive(int sock, std::vector<char>& buf, Message& m, bool& eof) {
   do n = ::recvmsg(sock, &mh, MSG_CMSG_CLOEXEC);
   while (n < 0 && errno == EINTR);
   eof = n == 0;
+  if (n <= 0) return false;  // EOF or an error: no control data was written
   std::vector<int> fds;
   for (cmsghdr* c = CMSG_FIRSTHDR(&mh); c != nullptr; c = CMSG_NXTHDR(&mh, c))
-    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
+    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS && c->cmsg_len >= CMSG_LEN(0))
       for (std::size_t i = 0; i < (c->cmsg_len - CMSG_LEN(0)) / sizeof(int); ++i) {
         int fd;
         std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
@@ -72,11 +76,28 @@ bool receive(int sock, std::vector<char>& buf, Message& m, bool& eof) {
   return true;
 }
 
+// A stack-protector canary of the clone's own: an exec'd worker got a fresh one, and a clone
+// would otherwise share the fork server's with every other worker. Safe here: no frame entered
+// before it returns in the clone (become_worker ends in _exit). glibc keeps the canary in the
+// thread's TCB at %fs:0x28 on x86-64; elsewhere the clone keeps the fork server's (the layout of
+// its heap, stack and mappings is the fork server's in any case, and the binary is not
+// position-independent, so its code and data addresses were the same in every exec'd worker).
+void new_stack_canary() {
+#if defined(__x86_64__) && defined(__GLIBC__)
+  std::uintptr_t canary = 0;
+  if (::getrandom(&canary, sizeof canary, 0) != static_cast<ssize_t>(sizeof canary)) ::_exit(125);
+  canary &= ~static_cast<std::uintptr_t>(0xff);  // glibc's low NUL byte, which stops string overflows
+  __asm__ volatile("movq %0, %%fs:0x28" : : "r"(canary) : "memory");
+#endif
+}
+
 // The worker's side, in the clone: spawn_worker's child as it was before its exec.
 // It runs nothing until the fork server has sent the server its pid (`gate` then gives a byte;
 // EOF: the answer was not sent, and the server execs the worker itself).
 [[noreturn]] void become_worker(int sock, int gate, Message& m,
                                 const std::function<int(std::vector<std::string>&)>& run) {
+  new_stack_canary();
+  set_proc_title(0, nullptr, "sbx");  // not the fork server's title, until sbx_main sets its own
   ::close(sock);
   char go = 0;
   ssize_t n;
@@ -146,7 +167,23 @@ Result<ForkServer> ForkServer::start(const std::vector<std::string>& args) {
     ::execv("/proc/self/exe", argv.data());
     ::_exit(127);
   }
-  return ForkServer(std::move(ours), pid);
+  return attach(std::move(ours), pid);
+}
+
+Result<ForkServer> ForkServer::attach(UniqueFd sock, pid_t pid) {
+  ForkServer forks(std::move(sock), pid);
+  // Ready once it says so: its exec and start-up are not counted against a worker's answer.
+  pollfd p{forks.sock_.get(), POLLIN, 0};
+  int r;
+  do r = ::poll(&p, 1, kForkReadyMs);
+  while (r < 0 && errno == EINTR);
+  std::int32_t ready = 0;
+  if (r <= 0 || ::recv(forks.sock_.get(), &ready, sizeof ready, MSG_DONTWAIT) != static_cast<ssize_t>(sizeof ready) ||
+      ready != kForkReady) {
+    forks.stop_now();
+    return make_error(kStage, "it did not start within " + std::to_string(kForkReadyMs) + " ms", ETIMEDOUT);
+  }
+  return forks;
 }
 
 ForkServer::ForkServer(ForkServer&& o) noexcept : sock_(std::move(o.sock_)), pid_(o.pid_) { o.pid_ = -1; }
@@ -188,21 +225,31 @@ Result<pid_t> ForkServer::spawn(const std::vector<std::string>& args, int in_fd,
   int r;
   do r = ::poll(&p, 1, kForkAnswerMs);
   while (r < 0 && errno == EINTR);
-  // Too slow: killed first, so that no worker of this request can start later; its answer, if it
-  // sent one, is still read.
-  if (r == 0) stop_now();
+  // Too slow (or poll failed): killed first, so that no worker of this request can start later;
+  // its answer, if it sent one, is still read.
+  if (r <= 0) stop_now();
   std::int32_t answer = 0;
   ssize_t n = ::recv(sock_.get(), &answer, sizeof answer, MSG_DONTWAIT);
-  if (r == 0) end("it did not answer within " + std::to_string(kForkAnswerMs) + " ms");
+  if (r <= 0) end(r == 0 ? "it did not answer within " + std::to_string(kForkAnswerMs) + " ms" : "poll failed");
   if (n != static_cast<ssize_t>(sizeof answer)) {
-    if (r != 0) end("it ended");
+    if (r > 0) end("it ended");
     return make_error(kStage, "the fork server gave no answer", r == 0 ? ETIMEDOUT : EPIPE);
   }
-  if (answer <= 0) return make_error(kStage, "the fork server could not fork a worker", -answer);
+  if (answer <= 0) {
+    // A clone it cannot make (pids.max, a filter that refuses CLONE_PARENT) costs each call a
+    // round trip before the exec: after a few in a row, it is not asked again.
+    if (++refused_ >= kMaxForkRefusals) end("it could not fork " + std::to_string(refused_) + " workers in a row");
+    return make_error(kStage, "the fork server could not fork a worker", -answer);
+  }
+  refused_ = 0;
   return static_cast<pid_t>(answer);
 }
 
 int serve_forks(int sock, const std::function<int(std::vector<std::string>&)>& run) {
+  // As the server's loop has it while it spawns workers (mcp_server.cpp, Server::run), and so as
+  // its exec'd workers inherited it: a reader gone away is EPIPE, not death.
+  ::signal(SIGPIPE, SIG_IGN);
+  if (::send(sock, &kForkReady, sizeof kForkReady, MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof kForkReady)) return 1;
   std::vector<char> buf(kMaxForkRequest);
   for (;;) {
     Message m;

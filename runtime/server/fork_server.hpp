@@ -11,9 +11,13 @@
 // before), and the child runs main()'s commands on the worker's argv (cli/main.cpp, sbx_main):
 // what an exec of `sbx ...argv` would run, in a process that is the same binary, started the
 // same way, with the same environment, mask and limits (the fork server is exec'd from the server
-// with them and changes none; it installs no signal handler and holds nothing of a call).
+// with them and changes none; it installs no signal handler, ignores SIGPIPE as the server's
+// loop does while it spawns workers, and holds nothing of a call). The clone gets a stack
+// canary of its own (an exec'd worker did); the layout of its heap, stack and mappings is the
+// fork server's.
 //
-// Protocol: one SOCK_SEQPACKET message per worker, the server to the fork server: a header
+// Protocol: the fork server's first message is kForkReady, once it serves (start waits for it at
+// the server's start). Then one SOCK_SEQPACKET message per worker, the server to the fork server: a header
 // (ForkRequest), then argv, each entry NUL-terminated; with it, by SCM_RIGHTS, exactly two fds,
 // the worker's stdin and stdout. The answer: one int32, the worker's pid or -errno. A message
 // that breaks the protocol ends the fork server (the server then execs its workers itself). The
@@ -42,6 +46,10 @@ namespace sbx::mcp {
 // Well under a unix socket's default send buffer (~208 KiB), which bounds one SEQPACKET message.
 inline constexpr std::size_t kMaxForkRequest = 64 * 1024;
 inline constexpr int kForkAnswerMs = 2000;
+// Its first message, once it serves: start() waits this long for it (its exec and start-up).
+inline constexpr std::int32_t kForkReady = 0x72656479;
+inline constexpr int kForkReadyMs = 10000;
+inline constexpr unsigned kMaxForkRefusals = 3;
 
 struct ForkRequest {
   std::uint32_t magic = 0x73627866;  // "sbxf"
@@ -55,9 +63,10 @@ class ForkServer {
   // Forks and execs /proc/self/exe as `argv` (`sbx mcp-fork-server`), its stdin one end of a
   // socket pair; the fork server dies with the server (parent-death signal SIGKILL).
   static Result<ForkServer> start(const std::vector<std::string>& argv);
-  // A fork server already running at the other end of `sock` (the unit tests'), child `pid` of
-  // this process (-1: not ours to reap).
-  ForkServer(UniqueFd sock, pid_t pid) : sock_(std::move(sock)), pid_(pid) {}
+  // A fork server at the other end of `sock` (start's, or the unit tests'), child `pid` of this
+  // process (-1: not ours to reap), once it has said kForkReady (an error, and it is killed, if
+  // not within kForkReadyMs).
+  static Result<ForkServer> attach(UniqueFd sock, pid_t pid);
   ForkServer(ForkServer&&) noexcept;
   ForkServer& operator=(ForkServer&&) = delete;
   ForkServer(const ForkServer&) = delete;
@@ -73,19 +82,21 @@ class ForkServer {
   pid_t pid() const { return pid_; }
 
  private:
+  ForkServer(UniqueFd sock, pid_t pid) : sock_(std::move(sock)), pid_(pid) {}
   // SIGKILL and reap the fork server; what it sent before stays readable on the socket.
   void stop_now();
   // Never asked again: the socket closed, the process reaped, and one line on stderr saying why.
   void end(const std::string& why);
   UniqueFd sock_;
   pid_t pid_ = -1;
+  unsigned refused_ = 0;  // clones refused in a row
 };
 
 // One request on `sock` (ForkRequest, argv, the two fds), without waiting: E2BIG past
 // kMaxForkRequest.
 Status send_fork_request(int sock, const std::vector<std::string>& argv, int in_fd, int out_fd, int pdeathsig);
 
-// The fork server's loop (`sbx mcp-fork-server`, cli/mcp_cmd.cpp) on `sock`: for each request, a
+// The fork server's loop (`sbx mcp-fork-server`, cli/mcp_cmd.cpp) on `sock`: kForkReady, then for each request, a
 // child of its parent that puts the two fds on 0 and 1, takes its death signal, gets a process
 // group of its own and then calls run(argv), exiting with what it returns. Returns 0 at EOF, 1
 // after a request that breaks the protocol.

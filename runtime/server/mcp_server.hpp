@@ -40,9 +40,9 @@ struct Worker {
   UniqueFd response;
 };
 
-// Where a call gets its sandbox. The seam for a warm pool: today every call re-execs a fresh
-// `sbx mcp-worker` (ReexecLauncher); a pool would hand out a worker whose sandbox was created
-// ahead of time and only then write the job into it. The server neither knows nor cares which.
+// Where a call gets its sandbox: a fresh `sbx mcp-worker` started for the call (ReexecLauncher),
+// or a pooled worker whose sandbox was created ahead of time and only then gets the job
+// (mcp_pool.hpp). The server neither knows nor cares which.
 class SandboxLauncher {
  public:
   virtual ~SandboxLauncher() = default;
@@ -74,7 +74,8 @@ class UseForkServer {
   ~UseForkServer();
 };
 
-// Re-execs /proc/self/exe as `sbx [--state-dir DIR] mcp-worker`, the job on its stdin.
+// Starts `sbx [--state-dir DIR] mcp-worker` for each call (spawn_worker: forked by the fork
+// server, else re-exec'd), the job on its stdin.
 class ReexecLauncher : public SandboxLauncher {
  public:
   explicit ReexecLauncher(std::vector<std::string> argv) : argv_(std::move(argv)) {}

@@ -11,6 +11,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -78,7 +80,9 @@ std::string read_all(int fd) {
 
 TEST_CASE("fork server: a worker is the caller's child, with its stdin, stdout, argv and process group") {
   Rig rig;
-  ForkServer forks(std::move(rig.ours), -1);
+  auto attached = ForkServer::attach(std::move(rig.ours), rig.server_pid);  // reaped at its end
+  REQUIRE(attached);
+  ForkServer& forks = *attached;
   UniqueFd in = memfd_with("the job"), out(::memfd_create("out", MFD_CLOEXEC));
   auto w = forks.spawn({"sbx", "mcp-worker", "a b"}, in.get(), out.get(), SIGTERM);
   REQUIRE(w);
@@ -101,7 +105,9 @@ TEST_CASE("fork server: a request too large is refused without ending it; EOF en
   Rig rig;
   pid_t pid = rig.server_pid;
   {
-    ForkServer forks(std::move(rig.ours), -1);
+    auto attached = ForkServer::attach(std::move(rig.ours), -1);
+    REQUIRE(attached);
+    ForkServer& forks = *attached;
     UniqueFd in = memfd_with(""), out(::memfd_create("out", MFD_CLOEXEC));
     auto big = forks.spawn({"sbx", std::string(kMaxForkRequest, 'x')}, in.get(), out.get(), SIGTERM);
     REQUIRE(!big);
@@ -131,7 +137,9 @@ TEST_CASE("fork server: a message that breaks the protocol ends it, and it forks
 TEST_CASE("fork server: one that has ended is an error, and the caller execs the worker itself") {
   Rig rig;
   pid_t pid = rig.server_pid;
-  ForkServer forks(std::move(rig.ours), -1);
+  auto attached = ForkServer::attach(std::move(rig.ours), -1);
+  REQUIRE(attached);
+  ForkServer& forks = *attached;
   ::kill(pid, SIGKILL);
   ::waitpid(pid, nullptr, 0);
   UniqueFd in = memfd_with(""), out(::memfd_create("out", MFD_CLOEXEC));
@@ -143,6 +151,47 @@ TEST_CASE("fork server: one that has ended is an error, and the caller execs the
 }
 
 namespace {
+// This process's child started last (its children's start times, /proc/self/task/*/children).
+pid_t newest_child() {
+  std::string kids;
+  if (FILE* f = std::fopen(("/proc/self/task/" + std::to_string(::gettid()) + "/children").c_str(), "r")) {
+    char buf[4096];
+    std::size_t n = std::fread(buf, 1, sizeof buf, f);
+    kids.assign(buf, n);
+    std::fclose(f);
+  }
+  pid_t best = -1;
+  unsigned long long best_start = 0;
+  std::size_t pos = 0;
+  while (pos < kids.size()) {
+    std::size_t end = kids.find(' ', pos);
+    if (end == std::string::npos) end = kids.size();
+    if (end > pos) {
+      pid_t pid = static_cast<pid_t>(std::stol(kids.substr(pos, end - pos)));
+      std::string stat;
+      if (FILE* f = std::fopen(("/proc/" + std::to_string(pid) + "/stat").c_str(), "r")) {
+        char buf[1024];
+        stat.assign(buf, std::fread(buf, 1, sizeof buf, f));
+        std::fclose(f);
+      }
+      // Field 22, starttime, counted from the one after the command's closing parenthesis (3).
+      std::size_t at = stat.rfind(')');
+      unsigned long long start = 0;
+      if (at != std::string::npos) {
+        std::size_t field = 2, i = at + 1;
+        while (i < stat.size() && field < 22) {
+          if (stat[i] == ' ') ++field;
+          ++i;
+        }
+        start = std::strtoull(stat.c_str() + i, nullptr, 10);
+      }
+      if (best < 0 || start >= best_start) best = pid, best_start = start;
+    }
+    pos = end + 1;
+  }
+  return best;
+}
+
 // A run() that leaves a mark: it must never run for a worker whose pid the server was not told.
 int mark(std::vector<std::string>& argv) {
   int fd = ::open(argv.at(1).c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
@@ -158,8 +207,12 @@ TEST_CASE("fork server: a worker whose pid could not be sent never runs") {
   std::string marker = std::string(dir) + "/ran";
   UniqueFd in = memfd_with(""), out(::memfd_create("out", MFD_CLOEXEC));
   // The request is sent and the socket closed before the answer: the fork server clones, its
-  // answer fails, and the child finds no byte on its gate. Stopped until then, so that no answer
-  // can get through.
+  // answer fails, and the child finds no byte on its gate. Its ready message is read first (the
+  // request is then what it reads next), and it is stopped until the socket is closed, so that no
+  // answer can get through.
+  std::int32_t ready = 0;
+  REQUIRE(::recv(rig.ours.get(), &ready, sizeof ready, 0) == static_cast<ssize_t>(sizeof ready));
+  REQUIRE(ready == kForkReady);
   ::kill(rig.server_pid, SIGSTOP);
   int stopped = 0;
   REQUIRE(::waitpid(rig.server_pid, &stopped, WUNTRACED) == rig.server_pid);
@@ -168,11 +221,13 @@ TEST_CASE("fork server: a worker whose pid could not be sent never runs") {
   rig.ours.reset();
   ::kill(rig.server_pid, SIGCONT);
   CHECK(rig.wait_status() == 1);  // its answer could not be sent
-  // The clone, our child, ends without running: reaped here, and no mark.
+  // The clone, our child (CLONE_PARENT), ends without running: reaped here, and no mark.
+  pid_t clone = newest_child();
+  REQUIRE(clone > 0);
   int ws = 0;
-  pid_t child = ::waitpid(-1, &ws, 0);
-  CHECK(child > 0);
+  REQUIRE(::waitpid(clone, &ws, 0) == clone);
   CHECK(WIFEXITED(ws));
+  CHECK(WEXITSTATUS(ws) == 0);
   struct stat st;
   CHECK(::stat(marker.c_str(), &st) != 0);
   ::unlink(marker.c_str());
