@@ -7,8 +7,8 @@ with templates). Starts `sbx mcp --pool N` under a profile with
 made ahead are ready (man sbx-mcp, Templates: forks made ahead), then reads each process's Pss
 from /proc/PID/smaps_rollup: the template (its worker, its init and the driver), the server's fork
 server (which forks every worker, one per server), and for each fork
-its pooled worker (`sbx mcp-worker`, which will supervise the call) and the three processes the
-driver forked for it (the intermediate, the call's pid 1, the program waiting for its call).
+its pooled worker (`sbx mcp-worker`, which will supervise the call) and the two processes of the
+call (its pid 1, which the driver forked, and the program waiting for its call, which pid 1 forked).
 Printed: the template's total, each fork's total and parts, and the per-fork mean, with the part
 of it each fork holds alone (Private_Clean + Private_Dirty: the pages mapped by that process
 alone; for a Python process forked from the template, those it wrote after its fork). Run as root
@@ -97,13 +97,13 @@ def main(argv):
             continue
         host, pooled = workers[0], workers[1:]
         # The template's driver: host worker -> init -> python3; each fork made ahead is one of its
-        # children (the intermediate) with pid 1 below it and the program below that.
+        # children (the call's pid 1) with the program below it.
         chain = [host]
         while children(chain[-1]) and len(chain) < 3:
             chain.append(sorted(children(chain[-1]), key=started)[0])
         driver = chain[-1]
-        forks = [[i] + children(i) + [g for c in children(i) for g in children(c)] for i in children(driver)]
-        if len(pooled) >= pool and len(forks) >= pool and all(len(f) == 3 for f in forks):
+        forks = [[p] + children(p) for p in children(driver)]
+        if len(pooled) >= pool and len(forks) >= pool and all(len(f) == 2 for f in forks):
             break
         if time.monotonic() > deadline:
             raise SystemExit(f"template_pss.py: {len(forks)} of {pool} forks ready after 60 s")
@@ -120,8 +120,8 @@ def main(argv):
         own = [private_kib(p) for p in [w] + f]
         totals.append(sum(parts))
         privates.append(sum(own))
-        print(f"  fork: {sum(parts):6}  (worker {parts[0]}, intermediate {parts[1]}, pid 1 {parts[2]}, "
-              f"program {parts[3]}; private {' + '.join(map(str, own))})")
+        print(f"  fork: {sum(parts):6}  (worker {parts[0]}, pid 1 {parts[1]}, program {parts[2]}; "
+              f"private {' + '.join(map(str, own))})")
     print(f"  per idle fork, mean: {sum(totals) / len(totals) / 1024:.2f} MiB "
           f"(of which its own: {sum(privates) / len(privates) / 1024:.2f} MiB)")
     m.close()

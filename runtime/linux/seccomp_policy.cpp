@@ -595,9 +595,11 @@ bool take_cached_program(PreparedSeccomp& p, const std::string& bpf_path, const 
 std::string template_seccomp_policy_text() {
   // The calls the template's driver makes for each call it forks (runtime/model/warm_template.py):
   // a mount namespace and the call's mounts, the call's network, ipc, uts, pid and cgroup
-  // namespaces, its hostname. Never CLONE_NEWUSER: the calls share the template's user namespace,
-  // in which they hold no capability (pid 1 drops them all before the call's code).
-  static const std::set<std::string> kLifted = {"mount", "umount2", "unshare", "sethostname"};
+  // namespaces, its hostname, and a return to the template's own pid namespace for its next fork
+  // (setns with CLONE_NEWPID only: the kernel refuses any but the caller's own or a descendant).
+  // Never CLONE_NEWUSER: the calls share the template's user namespace, in which they hold no
+  // capability (pid 1 drops them all before the call's code).
+  static const std::set<std::string> kLifted = {"mount", "umount2", "unshare", "setns", "sethostname"};
   json pol = json::parse(default_seccomp_policy_text());
   json rules = json::array();
   for (auto& rule : pol["syscalls"]) {
@@ -617,6 +619,10 @@ std::string template_seccomp_policy_text() {
                    {"action", "SCMP_ACT_ALLOW"},
                    {"args", {{{"index", 0}, {"value", CLONE_NEWUSER}, {"valueTwo", 0}, {"op", "SCMP_CMP_MASKED_EQ"}}}},
                    {"comment", "a template's driver: every namespace of a call but a user namespace"}});
+  rules.push_back({{"names", {"setns"}},
+                   {"action", "SCMP_ACT_ALLOW"},
+                   {"args", {{{"index", 1}, {"value", CLONE_NEWPID}, {"op", "SCMP_CMP_EQ"}}}},
+                   {"comment", "a template's driver: back to its own pid namespace after each call's fork"}});
   pol["syscalls"] = rules;
   return pol.dump(2);
 }

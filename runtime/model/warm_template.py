@@ -1,16 +1,18 @@
 # A warm template's driver (issue 34; runtime/server/mcp_template.hpp says how a template is built
 # and used and why; man sbx-mcp, "Templates", what it shares). Compiled into sbx (cmake/embed_text.cmake)
 # and run as `python3 -c DRIVER MODULE...` as the program of the template's sandbox, whose filter
-# (kTemplateSeccomp) lets it unshare every namespace but a user namespace and mount, holding
-# CAP_SYS_ADMIN and CAP_SETPCAP in the sandbox's user namespace.
+# (kTemplateSeccomp) lets it unshare every namespace but a user namespace, return to its own pid
+# namespace (setns) and mount, holding CAP_SYS_ADMIN and CAP_SETPCAP in the sandbox's user namespace.
 #
 # It imports the preload list once, says "ready" (or "failed WHY") on stdout, then serves calls
 # on /run/sbx-template/sock: for each, a call's supervisor (`sbx mcp-worker`, sandbox.cpp
 # spawn_from_template) connects and sends, in one message, init's ends of its handshake
 # (handshake.hpp) and a memfd holding the job (JSON, a newline, then the files' bytes). The driver
-# forks an intermediate that plays init's part of the protocol for a call made of fresh mount,
-# network, ipc, uts, pid and cgroup namespaces; the template itself never runs a call's code and
-# never holds a call's data past the fork.
+# forks the call's pid 1 straight into a pid namespace of its own (_fork_pid1), which plays init's
+# part of the protocol for a call made of fresh mount, network, ipc, uts and cgroup namespaces too,
+# and reaps it when it ends (_Calls); the template itself never runs a call's code and never holds
+# a call's data past the fork. One interpreter process besides the call's program per call, not
+# two: each is ~1 MiB of pages of its own and ~750 copy-on-write faults (bench/README.md).
 import builtins, ctypes, importlib.machinery, json, os, select, signal, socket, struct, sys, types
 # Imported once here, not in each call's pid 1 (each import was ~0.5 ms of a call's start:
 # bench/README.md, Templates): random is reseeded in every call (_reseed).
@@ -32,7 +34,10 @@ FD_NAMES = ("job", "sync", "msg", "out_sock", "listener_sock", "out", "err")
 CONTROL_DIR = "/run/sbx-template"
 MAX_JOB_BYTES = 64 << 20  # the job's memfd: the server's own bound on a call's request is lower
 BOUNDING_DROP_ORDER = []  # main(): every capability, CAP_SETPCAP last
-FORK_TRIES, FORK_RETRY_S = 50, 0.02  # _fork_call: a call's fork waits at most 1 s for a process slot
+FORK_TRIES, FORK_RETRY_S = 50, 0.02  # _fork_pid1: a call's fork waits at most 1 s for a process slot
+# The calls whose pid 1 lives, forked ahead or running (_Calls): a server has at most 256 in
+# flight (--max-concurrent) and 64 pooled (mcp_pool.hpp, kMaxPooledSandboxes); two fds each.
+MAX_LIVE_CALLS = 512
 # A pooled call's job (runtime/launch/pool_job.hpp, decode_pool_job): its bounds.
 MAX_POOL_JOB_BYTES, MAX_POOL_ARGV, MAX_POOL_FILES = 66 << 20, 64, 4096 + 2
 KNOBS = 0  # stage times on stderr when the job asks for them ("trace"): bench/README.md
@@ -141,8 +146,8 @@ def _reseed():
 def _cover_proc(masks, covers):
     # As a cold sandbox's /proc (mounts.cpp, cover_proc_entry): the masked entries covered by an
     # empty read-only file or directory, /proc/sys read-only. The covers live on the control
-    # directory's tmpfs, which the intermediate made and left mode 0 (no way in for the call, nor
-    # for pid 1, which has no CAP_DAC_OVERRIDE): they are reached through the O_PATH fds it kept.
+    # directory's tmpfs, which pid 1 made and left mode 0 (no way in for the call, nor for pid 1
+    # once it has no CAP_DAC_OVERRIDE): they are reached through the O_PATH fds it kept.
     for m in masks:
         if not os.path.lexists(m):
             continue
@@ -156,12 +161,10 @@ def _cover_proc(masks, covers):
 
 
 def _call_pid1(job, fds, report):
-    # First: pid 1 dies with the intermediate; and no process of the call, which runs as pid 1's
-    # uid, may open pid 1's fds (its report pipe) or memory through /proc/1 (child.cpp makes a
-    # cold sandbox's init non-dumpable for the same reason).
-    _check(_libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "init", "the parent-death signal")
+    # First: no process of the call, which runs as pid 1's uid, may open pid 1's fds (its report
+    # pipe) or memory through /proc/1 (child.cpp makes a cold sandbox's init non-dumpable for the
+    # same reason).
     _check(_libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0), "init", "make pid 1 non-dumpable")
-    _mark("pid1")
     sync, out_w, err_w, listener_sock = fds["sync"], fds["out"], fds["err"], fds["listener_sock"]
     _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None, "proc", "mount /proc")
     _cover_proc(job.get("proc_masks", []), fds["covers"])
@@ -491,7 +494,7 @@ def _rusage_bytes(usage):
 
 
 # The signals sbx forwards into a sandbox (runtime/base/signals.cpp, forwarded_signals): the
-# intermediate passes them to pid 1, and pid 1 to the call's program, as a cold sandbox's init.
+# worker sends them to pid 1, and pid 1 to the call's program, as a cold sandbox's init does.
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 
 
@@ -508,7 +511,7 @@ def _forward_to(pid):
 def _reap(program, report):
     # Pid 1 of the call: reaps every orphan until the program ends, then reports its wait status
     # and usage (children's, as init's RUSAGE_CHILDREN) and exits, which ends the call's pid
-    # namespace. Exit 0 tells the intermediate the report is made.
+    # namespace. Exit 0 tells the template, which reaps it (_Calls), that the report is made.
     _forward_to(program)
     # Its streams too: the output ends when the call's processes close theirs. (close_range(2):
     # one system call, not one per fd while the program starts; report is never 0, 1 or 2.)
@@ -623,28 +626,14 @@ def _fresh_mounts(job, files):
     return covers
 
 
-def _watch_pid1(pid, report):
-    # Until pid 1 ends; if the call's supervisor goes away first (its end of the report pipe
-    # closes), pid 1 is killed, and with it the call's pid namespace.
-    pidfd = os.pidfd_open(pid)
-    p = select.poll()
-    p.register(pidfd, select.POLLIN)
-    p.register(report, 0)  # a pipe's write end: POLLERR when no reader is left
-    while True:
-        for fd, ev in p.poll():
-            if fd == pidfd:
-                return
-            if ev & (select.POLLERR | select.POLLHUP):
-                os.kill(pid, signal.SIGKILL)
-                p.unregister(report)
-
-
-def _intermediate(job, files, fds):
-    # Plays init for the call: its namespaces and mounts, then pid 1, whose wait status it reports.
+def _call(job, files, fds):
+    # The call's pid 1, forked by the template into a pid namespace of its own (_fork_pid1): its
+    # other namespaces and its mounts, then init's part for the call (_call_pid1). Its wait
+    # status is the template's to read (_Calls); a setup error is reported here.
     report = fds["msg"]
-    _mark("intermediate")
     try:
-        _check(_libc.unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS), "namespaces", "unshare")
+        _check(_libc.unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP), "namespaces",
+               "unshare")
         _mark("unshare")
         fds["covers"] = _fresh_mounts(job, files)
         _mark("mounts")
@@ -652,26 +641,7 @@ def _intermediate(job, files, fds):
         _send_fd(fds["out_sock"], out_dir, b"O")
         os.close(out_dir)
         _mark("g")
-        _check(_libc.unshare(CLONE_NEWCGROUP | CLONE_NEWPID), "namespaces", "unshare pid, cgroup")
-        pid = os.fork()
-        if pid == 0:
-            try:
-                _call_pid1(job, fds, report)
-            except _Fail as e:
-                _report(report, _child_msg(K_SETUP_ERROR, e.err, 0, e.stage, str(e).encode()[:439]))
-                os._exit(125)
-            except BaseException as e:
-                _report(report, _child_msg(K_SETUP_ERROR, 71, 0, "template", repr(e).encode()[:439]))
-                os._exit(125)
-        for k in ("sync", "out", "err", "listener_sock"):
-            os.close(fds[k])
-        _forward_to(pid)
-        _watch_pid1(pid, report)
-        _, status, usage = os.wait4(pid, 0)
-        # Pid 1 reported the program's end (exit 0); otherwise its own end is the call's.
-        if not (os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0):
-            _report(report, _child_msg(K_PROGRAM_STATUS, 0, status, "", _rusage_bytes(usage)))
-        os._exit(0)
+        _call_pid1(job, fds, report)
     except _Fail as e:
         _report(report, _child_msg(K_SETUP_ERROR, e.err, 0, e.stage, str(e).encode()[:439]))
     except BaseException as e:
@@ -697,83 +667,191 @@ def _read_job(fd):
     return job, files
 
 
-def _fork_call():
+def _fork_pid1(own_pidns):
+    # The call's pid 1: the template's next child after unshare(CLONE_NEWPID) is pid 1 of a new
+    # pid namespace; setns back to the template's own (own_pidns) makes the one after it a
+    # process of the template's namespace again, ready for the next call's unshare (the kernel
+    # allows one unshare(CLONE_NEWPID) per pid namespace for children).
     # Without run cgroups every call's processes count against RLIMIT_NPROC of the template's user
     # (man sbx-mcp, Templates), and a call's pid namespace is still being torn down when its
     # worker has its report: the previous call's fork bomb, up to its pids limit, can make this
     # fork fail for a moment. EAGAIN is retried for up to FORK_TRIES * FORK_RETRY_S.
-    for attempt in range(FORK_TRIES):
-        try:
-            return os.fork()
-        except BlockingIOError:
-            if attempt == FORK_TRIES - 1:
-                raise
-            time.sleep(FORK_RETRY_S)
-
-
-def _serve(listener):
-    # One connection per call: init's ends of its handshake and its job. The intermediate's pidfd
-    # goes back on the call's out socket ('I') before the intermediate may run (a gate): the
-    # supervisor signals and watches it, and reads its pid from the pidfd. Children are reaped by
-    # the kernel (SIGCHLD ignored). A connection that sends nothing in time is dropped: the loop
-    # never waits on one call.
-    global KNOBS
-    signal.signal(signal.SIGCHLD, signal.SIG_IGN)
-    while True:
-        conn, _ = listener.accept()
-        got = []
-        try:
-            conn.settimeout(2)
-            data, got, _, _ = socket.recv_fds(conn, 64, len(FD_NAMES))
-        except OSError:
-            pass
-        finally:
-            conn.close()
-        if len(got) != len(FD_NAMES) or data != b"call":
-            for fd in got:
-                os.close(fd)
-            continue
-        fds = dict(zip(FD_NAMES, got))
-        gate = ()
-        try:
-            gate = os.pipe()
-            pid = _fork_call()
-        except OSError as e:
-            # Out of processes or memory (a call's fork bomb, without a run cgroup of its own,
-            # counts against the template's user): this call fails, the template serves on.
-            os.write(fds["msg"], _child_msg(K_SETUP_ERROR, e.errno or 11, 0, "template", b"fork the call"))
-            for fd in got + list(gate):
-                os.close(fd)
-            continue
-        gate_r, gate_w = gate
-        if pid == 0:
-            listener.close()
-            os.close(gate_w)
-            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-            os.read(gate_r, 1)
-            os.close(gate_r)
-            # The supervisor's go: it has moved us into the call's run cgroup, so that reading the
-            # job and writing its files are charged to the call, not to the template.
-            if os.read(fds["sync"], 1) != b"g":
-                os._exit(125)
+    _check(_libc.unshare(CLONE_NEWPID), "namespaces", "unshare pid")
+    template = os.getpid()
+    try:
+        for attempt in range(FORK_TRIES):
             try:
-                job, files = _read_job(fds["job"])
-            except Exception as e:
-                os.write(fds["msg"], _child_msg(K_SETUP_ERROR, 22, 0, "template", ("the job: " + str(e)).encode()[:439]))
-                os._exit(125)
-            os.close(fds["job"])
-            KNOBS = 1 if job.get("trace") else 0
-            _intermediate(job, files, fds)
-        os.close(gate_r)
+                return os.fork()
+            except BlockingIOError:
+                if attempt == FORK_TRIES - 1:
+                    raise
+                time.sleep(FORK_RETRY_S)
+    finally:
+        # In the parent only: the child's pid namespace is its own, which it cannot leave.
+        if os.getpid() == template and _libc.setns(own_pidns, CLONE_NEWPID) != 0:
+            # A template whose next fork would land in this call's namespace serves no more.
+            os.write(2, b"sbx: template: cannot return to its own pid namespace\n")
+            os._exit(1)
+
+
+class _Calls:
+    # The calls whose pid 1 lives, each (pid, its pidfd, its report pipe): the template is pid
+    # 1's parent. When pid 1 ends it is reaped (event); when the call's worker goes away (the
+    # report pipe has no reader) pid 1 is killed, and with it the call's pid namespace.
+    def __init__(self, listener):
+        self.poll = select.poll()
+        self.poll.register(listener, select.POLLIN)
+        self.by_fd = {}  # pidfd or report fd -> [pid, pidfd, report]
+
+    def __len__(self):
+        return len(self.by_fd) // 2
+
+    def add(self, pid, report):
+        call = [pid, os.pidfd_open(pid), report]
+        self.by_fd[call[1]] = self.by_fd[report] = call
+        self.poll.register(call[1], select.POLLIN)
+        self.poll.register(report, 0)  # a pipe's write end: POLLERR when no reader is left
+
+    def fds(self):
+        return list(self.by_fd)
+
+    def event(self, fd, ev):
+        call = self.by_fd.get(fd)
+        if call is None:
+            return
+        pid, pidfd, report = call
+        if fd == report:
+            self.poll.unregister(report)
+            try:
+                signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+            except OSError:
+                pass
+            return
+        got, status, usage = os.wait4(pid, os.WNOHANG)
+        if got != pid:
+            return
+        # Exit 0: pid 1 reported the program's end. SIGKILL: killed (by the worker, which then
+        # decides the call's end, or by the kernel's OOM killer, which the run cgroup's events
+        # tell), as a cold init's end without a report is read (outcome.cpp). Any other end is
+        # pid 1's own failure, reported as the call's end.
+        if not (os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0) and \
+                not (os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL):
+            _report(report, _child_msg(K_PROGRAM_STATUS, 0, status, "", _rusage_bytes(usage)))
+        for f in (pidfd, report):
+            try:
+                self.poll.unregister(f)
+            except KeyError:
+                pass
+            del self.by_fd[f]
+            os.close(f)
+
+    def close_in_child(self):
+        for f in self.fds():
+            os.close(f)
+
+
+def _accept(listener, calls, own_pidns):
+    # One connection per call: init's ends of its handshake and its job. A connection that sends
+    # nothing in time is dropped: the loop never waits long on one call.
+    try:
+        conn, _ = listener.accept()
+    except OSError:  # out of fds or memory for a moment: the connection waits in the backlog
+        time.sleep(0.01)
+        return
+    got = []
+    try:
+        conn.settimeout(2)
+        data, got, _, _ = socket.recv_fds(conn, 64, len(FD_NAMES))
+    except OSError:
+        pass
+    finally:
+        conn.close()
+    if len(got) != len(FD_NAMES) or data != b"call":
+        for fd in got:
+            os.close(fd)
+        return
+    fds = dict(zip(FD_NAMES, got))
+    gate = ()
+    try:
+        if len(calls) >= MAX_LIVE_CALLS:
+            raise OSError(11, f"the template has {MAX_LIVE_CALLS} calls already")
+        gate = os.pipe()
+        pid = _fork_pid1(own_pidns)
+    except (OSError, _Fail) as e:
+        # Out of processes or memory (a call's fork bomb, without a run cgroup of its own,
+        # counts against the template's user): this call fails, the template serves on.
+        err = e.err if isinstance(e, _Fail) else (e.errno or 11)
+        _report(fds["msg"], _child_msg(K_SETUP_ERROR, err, 0, "template", ("fork the call: " + str(e)).encode()[:439]))
+        for fd in got + list(gate):
+            os.close(fd)
+        return
+    gate_r, gate_w = gate
+    if pid == 0:
+        try:
+            _pid1_start(listener, own_pidns, calls, gate_r, gate_w, fds)
+        finally:
+            os._exit(125)  # never back into the template's loop
+    os.close(gate_r)
+    try:
+        calls.add(pid, fds["msg"])
+    except OSError as e:  # out of fds: the fork, which has run nothing yet, goes at once
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        _report(fds["msg"], _child_msg(K_SETUP_ERROR, e.errno or 24, 0, "template", b"watch the call's pid 1"))
+    else:
+        del fds["msg"]  # the call's now (_Calls), until its pid 1 is reaped
         try:
             pidfd = os.pidfd_open(pid)
             _send_fd(fds["out_sock"], pidfd, b"I")
             os.close(pidfd)
         except OSError:
-            pass
-        os.close(gate_w)
-        for fd in got:
-            os.close(fd)
+            pass  # without its pidfd the worker gives up the call and closes its ends: pid 1 is killed
+    os.close(gate_w)
+    for fd in fds.values():
+        os.close(fd)
+
+
+def _pid1_start(listener, own_pidns, calls, gate_r, gate_w, fds):
+    # The call's pid 1, just forked. It dies with the template and holds nothing of the
+    # template's or of another call's; it runs nothing until its pidfd is the worker's (the gate).
+    global KNOBS
+    _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    listener.close()
+    os.close(own_pidns)
+    calls.close_in_child()
+    os.close(gate_w)
+    os.read(gate_r, 1)
+    os.close(gate_r)
+    # The supervisor's go: it has moved us into the call's run cgroup, so that reading the job
+    # and writing its files are charged to the call, not to the template.
+    if os.read(fds["sync"], 1) != b"g":
+        os._exit(125)
+    try:
+        job, files = _read_job(fds["job"])
+    except Exception as e:
+        os.write(fds["msg"], _child_msg(K_SETUP_ERROR, 22, 0, "template", ("the job: " + str(e)).encode()[:439]))
+        os._exit(125)
+    os.close(fds["job"])
+    KNOBS = 1 if job.get("trace") else 0
+    _mark("pid1")
+    _call(job, files, fds)
+
+
+def _serve(listener):
+    # The calls as they come (_accept) and the pid 1s of those under way (_Calls). Pid 1's pidfd
+    # goes back on the call's out socket ('I') before pid 1 may run (a gate): the supervisor
+    # signals and watches it, and reads its pid from the pidfd.
+    own_pidns = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
+    calls = _Calls(listener)
+    # Two fds per live call, within the template's own fd limit (a profile may lower it).
+    global MAX_LIVE_CALLS
+    MAX_LIVE_CALLS = max(1, min(MAX_LIVE_CALLS, (resource.getrlimit(resource.RLIMIT_NOFILE)[0] - 64) // 2))
+    while True:
+        for fd, ev in calls.poll.poll():
+            if fd == listener.fileno():
+                _accept(listener, calls, own_pidns)
+            else:
+                calls.event(fd, ev)
 
 
 def main():

@@ -249,12 +249,12 @@ print(json.dumps(sorted(r.items())))
         s = self.server(["json"], forked_ahead=True)
         host = template_hosts(s.p.pid)[0]
 
-        def depth(p):  # below the template's worker: init, driver, intermediate, pid 1, program
+        def depth(p):  # below the template's worker: init, driver, the call's pid 1, program
             n = 0
             while p not in (0, host) and n < 8:
                 p, n = parent(p), n + 1
             return n if p == host else -1
-        programs = [p for p in descendants(host) if depth(p) == 5]
+        programs = [p for p in descendants(host) if depth(p) == 4]
         self.assertTrue(programs, descendants(host))
         for p in programs:
             os.kill(p, signal.SIGKILL)
@@ -268,6 +268,45 @@ print(json.dumps(sorted(r.items())))
         self.assertIn("discarded pooled sandbox", s.stderr())
         note(f"template forks made ahead: {len(programs)} programs killed before their calls, each fork discarded; "
              f"the next calls: {[r['pool'].get('hit') for r in recs]} (pool.hit)")
+
+    def test_a_call_whose_worker_is_gone_is_killed_by_the_template(self):
+        # The template is each call's pid 1's parent (warm_template.py, _Calls): when the call's
+        # worker goes away mid-call, nobody else would end the call (without run cgroups nothing
+        # kills its processes); the template sees the report pipe lose its reader and kills pid 1,
+        # and with it the call's pid namespace. Then it serves the next call.
+        s = self.server(["json"], forked_ahead=True)
+        host = template_hosts(s.p.pid)[0]
+        s.start("tools/call", {"name": "run_code", "arguments": {
+            "language": "python", "code": "import os, time\nif os.fork() == 0:\n    time.sleep(600)\ntime.sleep(600)\n"}})
+
+        def depth(p):
+            n = 0
+            while p not in (0, host) and n < 8:
+                p, n = parent(p), n + 1
+            return n if p == host else -1
+        deadline = time.monotonic() + scaled(20)
+        while not [p for p in descendants(host) if depth(p) == 5]:  # the call's own child: pid 3
+            self.assertLess(time.monotonic(), deadline, descendants(host))
+            time.sleep(0.05)
+        grandchild = [p for p in descendants(host) if depth(p) == 5][0]
+        pid1 = parent(parent(grandchild))
+        # Its worker among the server's workers: all of them but the template's are killed (its
+        # own cannot be told from the idle forks' workers by a rootless test: sbx makes its
+        # processes non-dumpable). An idle fork's pid 1 ends when its worker does; the running
+        # call's pid 1 only reaps, and is ended by the template.
+        workers = [w for w in pooled_workers(s.p.pid) if w != host]
+        self.assertTrue(workers)
+        for w in workers:
+            os.kill(w, signal.SIGKILL)
+        deadline = time.monotonic() + scaled(10)
+        while os.path.exists(f"/proc/{pid1}") or os.path.exists(f"/proc/{grandchild}"):
+            self.assertLess(time.monotonic(), deadline, "the call outlived its worker")
+            time.sleep(0.05)
+        out = self.run_code(s, "print('next')\n")
+        self.assertEqual(out["stdout"], "next\n", out)
+        self.assertEqual(self.records(s)[-1]["sandbox"]["made_by"], "template")
+        note(f"template: the call's worker killed, its pid 1 and processes gone within "
+             f"{time.monotonic() - deadline + scaled(10):.2f} s; the next call forked from the same template")
 
     def test_another_language_runs_cold_and_says_why(self):
         s = self.server(["json"])

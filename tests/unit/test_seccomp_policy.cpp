@@ -509,7 +509,7 @@ TEST_CASE("RunSpec carries the seccomp policy; strict") {
   CHECK(r2.error().message == "p.json: /seccomp: must be a string");
 }
 
-TEST_CASE("a template's policy: the default's, with its driver's mounts and every namespace but a user namespace") {
+TEST_CASE("a template's policy: the default's, with its driver's mounts, every namespace but a user namespace, setns to a pid namespace") {
   auto prog = compile(template_seccomp_policy_text());
   auto def = compile(std::string(default_seccomp_policy_text()));
   for (int nr : {SYS_mount, SYS_umount2, SYS_sethostname}) {
@@ -521,8 +521,14 @@ TEST_CASE("a template's policy: the default's, with its driver's mounts and ever
   // The attack: a user namespace (all capabilities again inside it), alone or with the others.
   CHECK(verdict(prog, call(SYS_unshare, {CLONE_NEWUSER})) == "errno 1");
   CHECK(verdict(prog, call(SYS_unshare, {call_ns | CLONE_NEWUSER})) == "errno 1");
+  // Back to its own pid namespace after a call's fork, and nothing else setns does: a user or
+  // mount namespace (entering another's), or several at once through a pidfd.
+  CHECK(verdict(prog, call(SYS_setns, {3, CLONE_NEWPID})) == "allow");
+  for (std::uint64_t nstype : {std::uint64_t{0}, std::uint64_t{CLONE_NEWUSER}, std::uint64_t{CLONE_NEWNS},
+                               std::uint64_t{CLONE_NEWPID | CLONE_NEWNS}, std::uint64_t{CLONE_NEWNET}})
+    CHECK_MESSAGE(verdict(prog, call(SYS_setns, {3, nstype})) == "errno 1", nstype);
   // Everything else the default refuses stays refused; what it allows stays allowed.
-  for (int nr : {SYS_setns, SYS_pivot_root, SYS_ptrace, SYS_bpf, SYS_keyctl, SYS_open_by_handle_at, SYS_setdomainname,
+  for (int nr : {SYS_pivot_root, SYS_ptrace, SYS_bpf, SYS_keyctl, SYS_open_by_handle_at, SYS_setdomainname,
                  SYS_init_module, SYS_fsopen, SYS_move_mount, SYS_open_tree})
     CHECK_MESSAGE(verdict(prog, call(nr)) == verdict(def, call(nr)), nr);
   CHECK(verdict(prog, call(SYS_clone, {CLONE_NEWUSER})) == "errno 1");
