@@ -116,9 +116,13 @@ void Supervisor::arm(TimerFd& t, std::int64_t ms, Stage stage, const char* what)
 
 // A limit ends the sandbox through init (kEndSandboxSignal, handshake.hpp), so that the record's
 // usage is the program tree's; init is SIGKILLed if its report has not come in kEndReportMs.
+// A template's fork (init_is_child false) is killed at once: its pid 1 is a namespace's init with
+// no handler for that signal, which the kernel therefore drops when it comes from outside
+// (runtime/model/warm_template.py); its record's usage is then what the fork reported (none).
 void Supervisor::end_sandbox() {
   if (end_asked_) return;
   end_asked_ = true;
+  if (!in_.init_is_child) return kill_all();
   if (pidfd_send_signal(in_.pidfd, kEndSandboxSignal) != 0) return kill_all();
   arm(end_, kEndReportMs, "supervise", "the wait for init's report at the sandbox's end");
 }
@@ -402,7 +406,9 @@ void Supervisor::on_init_exit() {
   int ws = 0;
   struct rusage ru {};
   // A template's fork: its pidfd is readable, so it has exited; it reported the program's status
-  // and usage before (a fork that died without reporting ends the run as killed: outcome.cpp).
+  // and usage before, or the template reports pid 1's own end right after reaping it, read while
+  // the report pipe stays open (running); a fork killed, or ended without any report, ends the
+  // run as killed (outcome.cpp).
   pid_t w = in_.init_is_child ? ::wait4(in_.pid, &ws, WNOHANG, &ru) : in_.pid;
   if (w != in_.pid) return;
   init_done_ = true;

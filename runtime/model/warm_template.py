@@ -196,12 +196,12 @@ def _call_pid1(job, fds, report):
     _mark("s")
     os.write(report, _child_msg(K_STARTED, body=struct.pack("<5QIxxxxq", *_caps_sets(), 1, 0)))
     # As a cold sandbox's init: pid 1 reaps, and the call is its child (pid 2), whose end it
-    # reports with its usage; every other process of the call dies with pid 1.
-    for sig in FORWARDED:  # until pid 1 forwards them to the program (_reap)
-        signal.signal(sig, signal.SIG_IGN)
+    # reports with its usage; every other process of the call dies with pid 1. The signals held
+    # so far (_hold) are the program's to take; those that come after the fork, pid 1 forwards.
+    held = len(_HELD)
     program = os.fork()
     if program != 0:
-        _reap(program, report)
+        _reap(program, report, held)
     for sig in FORWARDED:  # the call's own dispositions are the interpreter's defaults
         signal.signal(sig, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -217,7 +217,7 @@ def _call_pid1(job, fds, report):
     os.chdir(job.get("workdir") or "/")
     os.environ.clear()
     os.environ.update(e.split("=", 1) for e in job.get("env", []) if "=" in e)
-    _run_main(job["argv"])
+    _run_main(job["argv"], _HELD)
 
 
 def _read_exact(fd, n, what):
@@ -482,7 +482,7 @@ def _pooled_pid1(job, fds, report):
     except BrokenPipeError:
         raise _Fail("pool", "the program forked ahead of the call ended before its call", 3)
     os.close(gate_w)
-    _reap(program, report)
+    _reap(program, report, len(_HELD))
 
 
 def _rusage_bytes(usage):
@@ -496,6 +496,15 @@ def _rusage_bytes(usage):
 # The signals sbx forwards into a sandbox (runtime/base/signals.cpp, forwarded_signals): the
 # worker sends them to pid 1, and pid 1 to the call's program, as a cold sandbox's init does.
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+# Pid 1 is its pid namespace's init: the kernel drops a signal sent to it from outside unless it
+# has a handler. Until the program exists, the forwarded signals are held here (_hold) and the
+# program takes them as its code starts (_run_main), as a cold init holds them for its program.
+_HELD = []
+
+
+def _hold(signum, _frame):
+    if len(_HELD) < 64:
+        _HELD.append(signum)
 
 
 def _forward_to(pid):
@@ -508,11 +517,17 @@ def _forward_to(pid):
         signal.signal(s, forward)
 
 
-def _reap(program, report):
+def _reap(program, report, held):
     # Pid 1 of the call: reaps every orphan until the program ends, then reports its wait status
     # and usage (children's, as init's RUSAGE_CHILDREN) and exits, which ends the call's pid
     # namespace. Exit 0 tells the template, which reaps it (_Calls), that the report is made.
+    # The signals held since the program's fork (_HELD past `held`) are forwarded first.
     _forward_to(program)
+    for sig in _HELD[held:]:
+        try:
+            os.kill(program, sig)
+        except OSError:
+            pass
     # Its streams too: the output ends when the call's processes close theirs. (close_range(2):
     # one system call, not one per fd while the program starts; report is never 0, 1 or 2.)
     _libc.syscall(SYS_close_range, 0, report - 1, 0)
@@ -548,8 +563,9 @@ def _rehearse_main():
     compile(b"pass\n", "/code/main.py", "exec", dont_inherit=True)
 
 
-def _run_main(argv):
+def _run_main(argv, held=()):
     # The call as `python3 FILE ARGS` or `python3 -c CODE ARGS` would run it, in a fresh __main__.
+    # held: signals forwarded to the call before its program existed, taken as its code starts.
     if len(argv) >= 3 and argv[1] == "-c":
         path, source, sys.argv = "<string>", argv[2].encode(), ["-c"] + argv[3:]
     elif len(argv) >= 2:
@@ -563,6 +579,8 @@ def _run_main(argv):
     sys.modules["__main__"] = main
     code = 0
     try:
+        for sig in held:
+            os.kill(os.getpid(), sig)
         if source is None:
             with open(path, "rb") as f:
                 source = f.read()
@@ -667,31 +685,53 @@ def _read_job(fd):
     return job, files
 
 
-def _fork_pid1(own_pidns):
+# The template's own pid namespace (main(): opened before any preload), which it returns to after
+# each call's fork (_fork_pid1, _back_to_own_pidns).
+_OWN_PIDNS = -1
+_IN_FORK = False
+
+
+def _back_to_own_pidns():
+    # os.fork()'s first after_in_parent hook (registered before any preload's, which run after
+    # it): while the template's namespace for children is a call's, it can start no thread (the
+    # kernel refuses CLONE_THREAD then), so a preload's hook that starts one runs after this.
+    global _IN_FORK
+    if not _IN_FORK:
+        return
+    _IN_FORK = False
+    if _libc.setns(_OWN_PIDNS, CLONE_NEWPID) != 0:
+        # A template whose next fork would land in a call's namespace serves no more.
+        os.write(2, b"sbx: template: cannot return to its own pid namespace\n")
+        os._exit(1)
+
+
+def _fork_pid1():
     # The call's pid 1: the template's next child after unshare(CLONE_NEWPID) is pid 1 of a new
-    # pid namespace; setns back to the template's own (own_pidns) makes the one after it a
-    # process of the template's namespace again, ready for the next call's unshare (the kernel
-    # allows one unshare(CLONE_NEWPID) per pid namespace for children).
+    # pid namespace; setns back to the template's own (_back_to_own_pidns, as the fork returns in
+    # the parent, failed or not) makes the one after it a process of the template's namespace
+    # again, ready for the next call's unshare (the kernel allows one per namespace for children).
     # Without run cgroups every call's processes count against RLIMIT_NPROC of the template's user
     # (man sbx-mcp, Templates), and a call's pid namespace is still being torn down when its
     # worker has its report: the previous call's fork bomb, up to its pids limit, can make this
-    # fork fail for a moment. EAGAIN is retried for up to FORK_TRIES * FORK_RETRY_S.
-    _check(_libc.unshare(CLONE_NEWPID), "namespaces", "unshare pid")
-    template = os.getpid()
-    try:
-        for attempt in range(FORK_TRIES):
-            try:
-                return os.fork()
-            except BlockingIOError:
-                if attempt == FORK_TRIES - 1:
-                    raise
-                time.sleep(FORK_RETRY_S)
-    finally:
-        # In the parent only: the child's pid namespace is its own, which it cannot leave.
-        if os.getpid() == template and _libc.setns(own_pidns, CLONE_NEWPID) != 0:
-            # A template whose next fork would land in this call's namespace serves no more.
-            os.write(2, b"sbx: template: cannot return to its own pid namespace\n")
-            os._exit(1)
+    # fork fail for a moment. EAGAIN is retried for up to FORK_TRIES * FORK_RETRY_S, each try
+    # with a namespace of its own.
+    global _IN_FORK
+    for attempt in range(FORK_TRIES):
+        _check(_libc.unshare(CLONE_NEWPID), "namespaces", "unshare pid")
+        _IN_FORK = True
+        pid = -1
+        try:
+            pid = os.fork()
+        except BlockingIOError:
+            if attempt == FORK_TRIES - 1:
+                raise
+            time.sleep(FORK_RETRY_S)
+            continue
+        finally:
+            if pid != 0:  # in the parent: done already by the hook, unless a preload's hook raised
+                _back_to_own_pidns()
+        _IN_FORK = False
+        return pid
 
 
 class _Calls:
@@ -727,7 +767,10 @@ class _Calls:
             except OSError:
                 pass
             return
-        got, status, usage = os.wait4(pid, os.WNOHANG)
+        try:
+            got, status, usage = os.wait4(pid, os.WNOHANG)
+        except ChildProcessError:  # reaped by someone else (never: SIGCHLD is ours): no status
+            got, status, usage = pid, signal.SIGKILL, None  # read as killed: nothing reported
         if got != pid:
             return
         # Exit 0: pid 1 reported the program's end. SIGKILL: killed (by the worker, which then
@@ -750,7 +793,7 @@ class _Calls:
             os.close(f)
 
 
-def _accept(listener, calls, own_pidns):
+def _accept(listener, calls):
     # One connection per call: init's ends of its handshake and its job. A connection that sends
     # nothing in time is dropped: the loop never waits long on one call.
     try:
@@ -776,7 +819,7 @@ def _accept(listener, calls, own_pidns):
         if len(calls) >= MAX_LIVE_CALLS:
             raise OSError(11, f"the template has {MAX_LIVE_CALLS} calls already")
         gate = os.pipe()
-        pid = _fork_pid1(own_pidns)
+        pid = _fork_pid1()
     except (OSError, _Fail) as e:
         # Out of processes or memory (a call's fork bomb, without a run cgroup of its own,
         # counts against the template's user): this call fails, the template serves on.
@@ -788,7 +831,7 @@ def _accept(listener, calls, own_pidns):
     gate_r, gate_w = gate
     if pid == 0:
         try:
-            _pid1_start(listener, own_pidns, calls, gate_r, gate_w, fds)
+            _pid1_start(listener, calls, gate_r, gate_w, fds)
         finally:
             os._exit(125)  # never back into the template's loop
     os.close(gate_r)
@@ -802,8 +845,10 @@ def _accept(listener, calls, own_pidns):
         del fds["msg"]  # the call's now (_Calls), until its pid 1 is reaped
         try:
             pidfd = os.pidfd_open(pid)
-            _send_fd(fds["out_sock"], pidfd, b"I")
-            os.close(pidfd)
+            try:
+                _send_fd(fds["out_sock"], pidfd, b"I")
+            finally:
+                os.close(pidfd)
         except OSError:
             pass  # without its pidfd the worker gives up the call and closes its ends: pid 1 is killed
     os.close(gate_w)
@@ -811,13 +856,18 @@ def _accept(listener, calls, own_pidns):
         os.close(fd)
 
 
-def _pid1_start(listener, own_pidns, calls, gate_r, gate_w, fds):
+def _pid1_start(listener, calls, gate_r, gate_w, fds):
     # The call's pid 1, just forked. It dies with the template and holds nothing of the
     # template's or of another call's; it runs nothing until its pidfd is the worker's (the gate).
     global KNOBS
     _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    for sig in FORWARDED:
+        signal.signal(sig, _hold)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # pid 1 reaps (_reap), whatever a preload set
+    if os.getpid() != 1:  # not a pid namespace of its own: never a call's
+        os._exit(125)
     listener.close()
-    os.close(own_pidns)
+    os.close(_OWN_PIDNS)
     calls.close_in_child()
     os.close(gate_w)
     os.read(gate_r, 1)
@@ -841,17 +891,21 @@ def _serve(listener):
     # The calls as they come (_accept) and the pid 1s of those under way (_Calls). Pid 1's pidfd
     # goes back on the call's out socket ('I') before pid 1 may run (a gate): the supervisor
     # signals and watches it, and reads its pid from the pidfd.
-    own_pidns = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
+    # Each pid 1 is reaped by the template (_Calls), whatever a preload made of SIGCHLD.
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     calls = _Calls(listener)
     # Two fds per live call, within the template's own fd limit (a profile may lower it).
     global MAX_LIVE_CALLS
     MAX_LIVE_CALLS = max(1, min(MAX_LIVE_CALLS, (resource.getrlimit(resource.RLIMIT_NOFILE)[0] - 64) // 2))
     while True:
-        for fd, ev in calls.poll.poll():
-            if fd == listener.fileno():
-                _accept(listener, calls, own_pidns)
-            else:
+        # The calls' ends first: a late report of pid 1's end must reach its worker promptly
+        # (supervisor.cpp waits for it while the pipe is open), and an accept may take up to 2 s.
+        ready = calls.poll.poll()
+        for fd, ev in ready:
+            if fd != listener.fileno():
                 calls.event(fd, ev)
+        if any(fd == listener.fileno() for fd, _ in ready):
+            _accept(listener, calls)
 
 
 def main():
@@ -884,6 +938,10 @@ def main():
     with open("/proc/sys/kernel/cap_last_cap") as f:
         last = int(f.read())
     BOUNDING_DROP_ORDER = [c for c in range(last + 1) if c != 8] + [8]
+    # Before any preload: its own pid namespace, and the hook that returns to it first.
+    global _OWN_PIDNS
+    _OWN_PIDNS = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
+    os.register_at_fork(after_in_parent=_back_to_own_pidns)
     for m in sys.argv[1:]:
         try:
             __import__(m)

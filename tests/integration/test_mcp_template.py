@@ -216,13 +216,17 @@ print(json.dumps(sorted(r.items())))
         self.assertIn(bomb["status"], ("timeout", "exit_nonzero", "signaled"), bomb)
         slow = self.run_code(s, "import time\ntime.sleep(60)\n", limits={"timeout": "1s"})
         self.assertEqual(slow["status"], "timeout", slow)
+        # Ended at its limit, not 2 s later (kEndReportMs): the call's pid 1, a pid namespace's
+        # init, would drop the end signal a cold init obeys (supervisor.cpp, end_sandbox).
+        slow_wall = self.records(s)[-1]["usage"]["wall_ms"]
+        self.assertLess(slow_wall, 1000 + scaled(900), self.records(s)[-1]["usage"])
         after = self.run_code(s, "import os, json\nprint(json.dumps(sorted(int(p) for p in os.listdir('/proc') "
                                  "if p.isdigit()) == [1, os.getpid()]))\n")
         self.assertEqual(after["stdout"], "true\n", after)
         recs = self.records(s)
         self.assertTrue(all(r["sandbox"]["made_by"] == "template" for r in recs), [r["sandbox"] for r in recs])
         note(f"template hostile calls: memory hog {hog['status']}, fork bomb {bomb['status']}, "
-             f"sleep past 1s {slow['status']}, next call clean")
+             f"sleep past 1s {slow['status']} after {slow_wall} ms, next call clean")
 
     def test_a_dead_template_is_rebuilt_and_calls_meanwhile_run_cold(self):
         s = self.server(["json"])
@@ -482,3 +486,30 @@ class DriverPoolJobCase(SbxTestCase):
         # A string length past the frame's end: refused, never read past it.
         self.assertIn("truncated", self.refused(struct.pack("<QQQ", 16, 1, 1 << 40)))
 
+
+
+class DriverSignalCase(SbxTestCase):
+    """A signal forwarded to a call before its program exists: the call's pid 1, a pid namespace's
+    init, holds it (_hold; the kernel would drop it otherwise) and the program takes it as its
+    code starts (_run_main), as a cold init holds it for its program."""
+
+    def run_child(self, hold):
+        d = load_driver()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                signal.signal(signal.SIGTERM, d._hold)
+                if hold:
+                    os.kill(os.getpid(), signal.SIGTERM)  # held, as pid 1 holds it
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the program's disposition
+                d._run_main(["python3", "-c", "pass"], list(d._HELD))
+            finally:
+                os._exit(99)
+        _, status = os.waitpid(pid, 0)
+        return status
+
+    def test_a_signal_held_before_the_program_ends_it_as_its_code_starts(self):
+        status = self.run_child(hold=True)
+        self.assertTrue(os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGTERM, status)
+        status = self.run_child(hold=False)
+        self.assertTrue(os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status)
