@@ -116,13 +116,11 @@ void Supervisor::arm(TimerFd& t, std::int64_t ms, Stage stage, const char* what)
 
 // A limit ends the sandbox through init (kEndSandboxSignal, handshake.hpp), so that the record's
 // usage is the program tree's; init is SIGKILLed if its report has not come in kEndReportMs.
-// A template's fork (init_is_child false) is killed at once: its pid 1 is a namespace's init with
-// no handler for that signal, which the kernel therefore drops when it comes from outside
-// (runtime/model/warm_template.py); its record's usage is then what the fork reported (none).
+// A template's fork obeys it alike (runtime/model/warm_template.py, _reap; its pid 1 blocks it
+// until then, as a namespace's init would drop it).
 void Supervisor::end_sandbox() {
   if (end_asked_) return;
   end_asked_ = true;
-  if (!in_.init_is_child) return kill_all();
   if (pidfd_send_signal(in_.pidfd, kEndSandboxSignal) != 0) return kill_all();
   arm(end_, kEndReportMs, "supervise", "the wait for init's report at the sandbox's end");
 }

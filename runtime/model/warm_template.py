@@ -205,6 +205,7 @@ def _call_pid1(job, fds, report):
     for sig in FORWARDED:  # the call's own dispositions are the interpreter's defaults
         signal.signal(sig, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)
+    _unblock_in_program()
     _libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)  # as a program after its execve
     # Only 0, 1 and 2 reach the call.
     if _libc.syscall(SYS_close_range, 3, 0xFFFFFFFF, 0) != 0:
@@ -371,6 +372,7 @@ def _pooled_program(job, fds, report, gate_r, ready_w):
         for sig in FORWARDED:
             signal.signal(sig, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
+        _unblock_in_program()
         _drop_caps()
         _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs", "prctl")
         # The call's rlimits are the program's (as a cold init's: child.cpp sets them in the
@@ -517,12 +519,54 @@ def _forward_to(pid):
         signal.signal(s, forward)
 
 
+# The worker's "end the call now" (handshake.hpp, kEndSandboxSignal: a limit reached): pid 1
+# kills every other process of the call, reaps them and reports the program's end with the
+# whole tree's usage, as a cold init does (init_end.cpp). Blocked in pid 1 from its start, so
+# that it waits for _reap (as a namespace's init, pid 1 would otherwise drop it), and in no
+# program (_unblock_in_program).
+END_SIGNAL, SI_USER = 64, 0
+_REAPED = {signal.SIGCHLD, END_SIGNAL, *FORWARDED}
+
+
+def _unblock_in_program():
+    signal.pthread_sigmask(signal.SIG_SETMASK, [])
+
+
+def _from_worker(info):
+    # Sent from outside the call's pid namespace (si_pid reads 0) by kill(2) (SI_USER): a process
+    # of the call can forge si_pid only with a queued signal, whose si_code is not SI_USER.
+    return info.si_pid == 0 and info.si_code == SI_USER
+
+
+def _report_program(report, status):
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    os.write(report, _child_msg(K_PROGRAM_STATUS, 0, status, "", _rusage_bytes(usage)))
+    os._exit(0)
+
+
+def _end_now(program, report):
+    # Every other process of the call killed and reaped, then the program's status reported.
+    try:
+        os.kill(-1, signal.SIGKILL)  # from a pid namespace's init: every process of it but pid 1
+    except ProcessLookupError:
+        pass  # none left
+    status = signal.SIGKILL  # a wait status: killed by SIGKILL, unless the program's is read
+    while True:
+        try:
+            pid, ws = os.waitpid(-1, 0)
+        except ChildProcessError:
+            _report_program(report, status)
+        if pid == program:
+            status = ws
+
+
 def _reap(program, report, held):
     # Pid 1 of the call: reaps every orphan until the program ends, then reports its wait status
     # and usage (children's, as init's RUSAGE_CHILDREN) and exits, which ends the call's pid
     # namespace. Exit 0 tells the template, which reaps it (_Calls), that the report is made.
-    # The signals held since the program's fork (_HELD past `held`) are forwarded first.
-    _forward_to(program)
+    # Its signals are taken one by one (sigwaitinfo), the worker's end first; those held since
+    # the program's fork (_HELD past `held`) are forwarded first.
+    signal.pthread_sigmask(signal.SIG_BLOCK, _REAPED)
     for sig in _HELD[held:]:
         try:
             os.kill(program, sig)
@@ -533,16 +577,26 @@ def _reap(program, report, held):
     _libc.syscall(SYS_close_range, 0, report - 1, 0)
     _libc.syscall(SYS_close_range, report + 1, 0xFFFFFFFF, 0)
     while True:
-        try:
-            pid, status = os.waitpid(-1, 0)
-        except ChildProcessError:
-            os._exit(1)
-        except InterruptedError:
-            continue
-        if pid == program:
-            usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-            os.write(report, _child_msg(K_PROGRAM_STATUS, 0, status, "", _rusage_bytes(usage)))
-            os._exit(0)
+        # What has ended so far (a SIGCHLD before the block above was dropped: its default).
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                os._exit(1)
+            if pid == 0:
+                break
+            if pid == program:
+                _report_program(report, status)
+        info = signal.sigtimedwait([END_SIGNAL], 0) or signal.sigwaitinfo(_REAPED)
+        if info.si_signo == END_SIGNAL:
+            if _from_worker(info):
+                _end_now(program, report)
+            continue  # the call's own sending it is ignored
+        if info.si_signo != signal.SIGCHLD:
+            try:
+                os.kill(program, info.si_signo)
+            except OSError:
+                pass
 
 
 def _main_module(path, from_file):
@@ -861,6 +915,7 @@ def _pid1_start(listener, calls, gate_r, gate_w, fds):
     # template's or of another call's; it runs nothing until its pidfd is the worker's (the gate).
     global KNOBS
     _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    signal.pthread_sigmask(signal.SIG_BLOCK, [END_SIGNAL])
     for sig in FORWARDED:
         signal.signal(sig, _hold)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # pid 1 reaps (_reap), whatever a preload set

@@ -220,13 +220,21 @@ print(json.dumps(sorted(r.items())))
         # init, would drop the end signal a cold init obeys (supervisor.cpp, end_sandbox).
         slow_wall = self.records(s)[-1]["usage"]["wall_ms"]
         self.assertLess(slow_wall, 1000 + scaled(900), self.records(s)[-1]["usage"])
+        # Ended by its pid 1 (warm_template.py, _end_now), which reports the tree's usage as a
+        # cold init does: a busy child's CPU time is in the record.
+        busy = self.run_code(s, "import os\nif os.fork() == 0:\n    while True: pass\nwhile True: pass\n",
+                             limits={"timeout": "1s"})
+        self.assertEqual(busy["status"], "timeout", busy)
+        busy_usage = self.records(s)[-1]["usage"]
+        self.assertLess(busy_usage["wall_ms"], 1000 + scaled(900), busy_usage)
+        self.assertGreater(busy_usage["cpu_user_ms"] + busy_usage["cpu_sys_ms"], 300, busy_usage)
         after = self.run_code(s, "import os, json\nprint(json.dumps(sorted(int(p) for p in os.listdir('/proc') "
                                  "if p.isdigit()) == [1, os.getpid()]))\n")
         self.assertEqual(after["stdout"], "true\n", after)
         recs = self.records(s)
         self.assertTrue(all(r["sandbox"]["made_by"] == "template" for r in recs), [r["sandbox"] for r in recs])
         note(f"template hostile calls: memory hog {hog['status']}, fork bomb {bomb['status']}, "
-             f"sleep past 1s {slow['status']} after {slow_wall} ms, next call clean")
+             f"sleep past 1s {slow['status']} after {slow_wall} ms, a busy one's usage {busy_usage}, next call clean")
 
     def test_a_dead_template_is_rebuilt_and_calls_meanwhile_run_cold(self):
         s = self.server(["json"])
