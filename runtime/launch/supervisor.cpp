@@ -117,7 +117,8 @@ void Supervisor::arm(TimerFd& t, std::int64_t ms, Stage stage, const char* what)
 // A limit ends the sandbox through init (kEndSandboxSignal, handshake.hpp), so that the record's
 // usage is the program tree's; init is SIGKILLed if its report has not come in kEndReportMs.
 // A template's fork obeys it alike (runtime/model/warm_template.py, _reap; its pid 1 blocks it
-// until then, as a namespace's init would drop it).
+// until then, as a namespace's init would drop it; _from_worker there says how a call can make
+// it miss the signal, which the SIGKILL after kEndReportMs bounds).
 void Supervisor::end_sandbox() {
   if (end_asked_) return;
   end_asked_ = true;

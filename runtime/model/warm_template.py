@@ -196,16 +196,15 @@ def _call_pid1(job, fds, report):
     _mark("s")
     os.write(report, _child_msg(K_STARTED, body=struct.pack("<5QIxxxxq", *_caps_sets(), 1, 0)))
     # As a cold sandbox's init: pid 1 reaps, and the call is its child (pid 2), whose end it
-    # reports with its usage; every other process of the call dies with pid 1. The signals held
-    # so far (_hold) are the program's to take; those that come after the fork, pid 1 forwards.
+    # reports with its usage; every other process of the call dies with pid 1. From the fork on,
+    # pid 1 takes its signals one by one (_reap) and the program has them blocked until its code
+    # starts (_run_main); the signals held before (_hold) are the program's to take then.
+    signal.pthread_sigmask(signal.SIG_BLOCK, _REAPED)
     held = len(_HELD)
     program = os.fork()
     if program != 0:
         _reap(program, report, held)
-    for sig in FORWARDED:  # the call's own dispositions are the interpreter's defaults
-        signal.signal(sig, signal.SIG_DFL)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    _unblock_in_program()
+    _program_signals()
     _libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)  # as a program after its execve
     # Only 0, 1 and 2 reach the call.
     if _libc.syscall(SYS_close_range, 3, 0xFFFFFFFF, 0) != 0:
@@ -218,7 +217,7 @@ def _call_pid1(job, fds, report):
     os.chdir(job.get("workdir") or "/")
     os.environ.clear()
     os.environ.update(e.split("=", 1) for e in job.get("env", []) if "=" in e)
-    _run_main(job["argv"], _HELD)
+    _run_main(job["argv"], _HELD[:held])
 
 
 def _read_exact(fd, n, what):
@@ -358,7 +357,7 @@ def _rehearse_pool_job(dirs):
         _write_beneath(dst, mode, content, dirs, remove=True)
 
 
-def _pooled_program(job, fds, report, gate_r, ready_w):
+def _pooled_program(job, fds, report, gate_r, ready_w, held):
     # A pooled call's program, forked by pid 1 before the call exists: everything of its start
     # that does not depend on the call is done here, so that the call's own start is pid 1
     # writing its files and this process reading its argv. Until then it runs no code but the
@@ -366,13 +365,10 @@ def _pooled_program(job, fds, report, gate_r, ready_w):
     # profile's working directory and environment (a pooled call cannot change either:
     # pool_refusal), installs the call's filter, and waits on gate_r. After the filter it makes
     # only the system calls a call made on demand makes after its own (sendmsg, write, close,
-    # dup2, close_range, prctl, read): nobody answers the filter's notifications before the
-    # hand-out.
+    # dup2, close_range, prctl, read, and _run_main's kill and rt_sigprocmask): nobody answers
+    # the filter's notifications before the hand-out.
     try:
-        for sig in FORWARDED:
-            signal.signal(sig, signal.SIG_DFL)
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        _unblock_in_program()
+        _program_signals()
         _drop_caps()
         _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs", "prctl")
         # The call's rlimits are the program's (as a cold init's: child.cpp sets them in the
@@ -414,7 +410,7 @@ def _pooled_program(job, fds, report, gate_r, ready_w):
     if _T:
         t0 = _T[0][1]
         os.write(2, (" ".join(f"{w}:{(t - t0) / 1e6:.2f}" for w, t in _T) + "\n").encode())
-    _run_main([os.fsdecode(a) for a in data.split(b"\0")[:-1]])
+    _run_main([os.fsdecode(a) for a in data.split(b"\0")[:-1]], _HELD[:held])
 
 
 def _await_call(sync, program):
@@ -449,16 +445,15 @@ def _pooled_pid1(job, fds, report):
     sync = fds["sync"]
     gate_r, gate_w = os.pipe()
     ready_r, ready_w = os.pipe()
-    for sig in FORWARDED:
-        signal.signal(sig, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_BLOCK, _REAPED)  # taken by _reap, from the call on
+    held = len(_HELD)
     program = os.fork()
     if program == 0:
         os.close(gate_w)
         os.close(ready_r)
-        _pooled_program(job, fds, report, gate_r, ready_w)
+        _pooled_program(job, fds, report, gate_r, ready_w, held)
     os.close(gate_r)
     os.close(ready_w)
-    _forward_to(program)
     os.close(fds["listener_sock"])
     _drop_bounding([c for c in BOUNDING_DROP_ORDER if c not in (CAP_SETPCAP, CAP_SYS_ADMIN)])
     _check(_libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0), "capabilities", "clear the ambient set")
@@ -484,7 +479,7 @@ def _pooled_pid1(job, fds, report):
     except BrokenPipeError:
         raise _Fail("pool", "the program forked ahead of the call ended before its call", 3)
     os.close(gate_w)
-    _reap(program, report, len(_HELD))
+    _reap(program, report, held)
 
 
 def _rusage_bytes(usage):
@@ -496,11 +491,13 @@ def _rusage_bytes(usage):
 
 
 # The signals sbx forwards into a sandbox (runtime/base/signals.cpp, forwarded_signals): the
-# worker sends them to pid 1, and pid 1 to the call's program, as a cold sandbox's init does.
+# worker sends them to pid 1, and pid 1 to the call's program's process group (_reap), as a cold
+# sandbox's init does.
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 # Pid 1 is its pid namespace's init: the kernel drops a signal sent to it from outside unless it
-# has a handler. Until the program exists, the forwarded signals are held here (_hold) and the
-# program takes them as its code starts (_run_main), as a cold init holds them for its program.
+# has a handler or blocks it. Until pid 1 forks the program, the forwarded signals are held here
+# (_hold) and the program takes them as its code starts (_run_main), as a cold init holds them for
+# its program; from the fork on, pid 1 blocks them and takes them in _reap.
 _HELD = []
 
 
@@ -509,76 +506,77 @@ def _hold(signum, _frame):
         _HELD.append(signum)
 
 
-def _forward_to(pid):
-    def forward(signum, _frame):
-        try:
-            os.kill(pid, signum)
-        except OSError:
-            pass
-    for s in FORWARDED:
-        signal.signal(s, forward)
-
-
 # The worker's "end the call now" (handshake.hpp, kEndSandboxSignal: a limit reached): pid 1
 # kills every other process of the call, reaps them and reports the program's end with the
 # whole tree's usage, as a cold init does (init_end.cpp). Blocked in pid 1 from its start, so
-# that it waits for _reap (as a namespace's init, pid 1 would otherwise drop it), and in no
-# program (_unblock_in_program).
+# that it waits for _reap (as a namespace's init, pid 1 would otherwise drop it).
 END_SIGNAL, SI_USER = 64, 0
 _REAPED = {signal.SIGCHLD, END_SIGNAL, *FORWARDED}
 
 
-def _unblock_in_program():
-    signal.pthread_sigmask(signal.SIG_SETMASK, [])
+def _program_signals():
+    # The program, just forked: its own session and process group (as a cold program's: pid 1
+    # signals the group), and the interpreter's default dispositions. Its mask stays as pid 1's
+    # (the forwarded signals blocked) until its code starts: _run_main empties it.
+    os.setsid()
+    for sig in FORWARDED:
+        signal.signal(sig, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _from_worker(info):
-    # Sent from outside the call's pid namespace (si_pid reads 0) by kill(2) (SI_USER): a process
-    # of the call can forge si_pid only with a queued signal, whose si_code is not SI_USER.
+    # Sent from outside the call's pid namespace (si_pid reads 0) by kill(2) (SI_USER). Unlike a
+    # cold init, pid 1 shares the call's uid, so the call can signal it too: its own sending of
+    # the end signal is ignored unless it exhausts its queue of pending signals, when the kernel
+    # queues one without its sender; it can then end its own call (as killing itself would), or
+    # make pid 1 miss the worker's end, which the worker's SIGKILL after kEndReportMs then makes.
     return info.si_pid == 0 and info.si_code == SI_USER
 
 
-def _report_program(report, status):
+def _finish(program, report, status):
+    # Every other process of the call killed and reaped, then the program's status reported with
+    # the whole tree's usage (RUSAGE_CHILDREN), as a cold init's report (init_end.cpp).
+    # status: the program's wait status if it was reaped, else SIGKILL's, unless it is read here.
+    try:
+        os.kill(-1, signal.SIGKILL)  # from a pid namespace's init: every process of it but pid 1
+    except ProcessLookupError:
+        pass  # none left
+    while True:
+        try:
+            pid, ws = os.waitpid(-1, 0)
+        except ChildProcessError:
+            break
+        if pid == program:
+            status = ws
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     os.write(report, _child_msg(K_PROGRAM_STATUS, 0, status, "", _rusage_bytes(usage)))
     os._exit(0)
 
 
-def _end_now(program, report):
-    # Every other process of the call killed and reaped, then the program's status reported.
-    try:
-        os.kill(-1, signal.SIGKILL)  # from a pid namespace's init: every process of it but pid 1
-    except ProcessLookupError:
-        pass  # none left
-    status = signal.SIGKILL  # a wait status: killed by SIGKILL, unless the program's is read
-    while True:
-        try:
-            pid, ws = os.waitpid(-1, 0)
-        except ChildProcessError:
-            _report_program(report, status)
-        if pid == program:
-            status = ws
+def _end_requested():
+    info = signal.sigtimedwait([END_SIGNAL], 0)
+    return info is not None and _from_worker(info)
 
 
 def _reap(program, report, held):
-    # Pid 1 of the call: reaps every orphan until the program ends, then reports its wait status
-    # and usage (children's, as init's RUSAGE_CHILDREN) and exits, which ends the call's pid
-    # namespace. Exit 0 tells the template, which reaps it (_Calls), that the report is made.
-    # Its signals are taken one by one (sigwaitinfo), the worker's end first; those held since
-    # the program's fork (_HELD past `held`) are forwarded first.
-    signal.pthread_sigmask(signal.SIG_BLOCK, _REAPED)
+    # Pid 1 of the call: reaps every orphan until the program ends, then ends the rest and
+    # reports (_finish) and exits, which ends the call's pid namespace. Exit 0 tells the template,
+    # which reaps it (_Calls), that the report is made. Its signals, blocked since the program's
+    # fork, are taken one by one (sigwaitinfo), the worker's end first and again after each
+    # orphan reaped (a fork bomb's zombies cannot hold it back); the forwarded ones that come
+    # from outside go to the program's group. Those held since `held` (a handler's run delayed
+    # past the block) are forwarded first.
     for sig in _HELD[held:]:
-        try:
-            os.kill(program, sig)
-        except OSError:
-            pass
+        _forward(program, sig)
     # Its streams too: the output ends when the call's processes close theirs. (close_range(2):
     # one system call, not one per fd while the program starts; report is never 0, 1 or 2.)
     _libc.syscall(SYS_close_range, 0, report - 1, 0)
     _libc.syscall(SYS_close_range, report + 1, 0xFFFFFFFF, 0)
     while True:
-        # What has ended so far (a SIGCHLD before the block above was dropped: its default).
+        # What has ended so far (a SIGCHLD before the block was dropped: its default).
         while True:
+            if _end_requested():
+                _finish(program, report, signal.SIGKILL)
             try:
                 pid, status = os.waitpid(-1, os.WNOHANG)
             except ChildProcessError:
@@ -586,17 +584,25 @@ def _reap(program, report, held):
             if pid == 0:
                 break
             if pid == program:
-                _report_program(report, status)
-        info = signal.sigtimedwait([END_SIGNAL], 0) or signal.sigwaitinfo(_REAPED)
+                _finish(program, report, status)
+        info = signal.sigwaitinfo(_REAPED)
         if info.si_signo == END_SIGNAL:
             if _from_worker(info):
-                _end_now(program, report)
-            continue  # the call's own sending it is ignored
-        if info.si_signo != signal.SIGCHLD:
-            try:
-                os.kill(program, info.si_signo)
-            except OSError:
-                pass
+                _finish(program, report, signal.SIGKILL)
+        elif info.si_signo != signal.SIGCHLD and info.si_pid == 0:
+            _forward(program, info.si_signo)
+
+
+def _forward(program, sig):
+    # To the program's process group; once that is gone, to the program (harmless: its end is
+    # decided), as init_end.cpp does.
+    try:
+        os.killpg(program, sig)
+    except OSError:
+        try:
+            os.kill(program, sig)
+        except OSError:
+            pass
 
 
 def _main_module(path, from_file):
@@ -619,7 +625,8 @@ def _rehearse_main():
 
 def _run_main(argv, held=()):
     # The call as `python3 FILE ARGS` or `python3 -c CODE ARGS` would run it, in a fresh __main__.
-    # held: signals forwarded to the call before its program existed, taken as its code starts.
+    # held: signals forwarded to the call before its program existed, taken as its code starts,
+    # with every other that came meanwhile (blocked until now: _program_signals).
     if len(argv) >= 3 and argv[1] == "-c":
         path, source, sys.argv = "<string>", argv[2].encode(), ["-c"] + argv[3:]
     elif len(argv) >= 2:
@@ -635,6 +642,7 @@ def _run_main(argv, held=()):
     try:
         for sig in held:
             os.kill(os.getpid(), sig)
+        signal.pthread_sigmask(signal.SIG_SETMASK, [])
         if source is None:
             with open(path, "rb") as f:
                 source = f.read()

@@ -236,6 +236,23 @@ print(json.dumps(sorted(r.items())))
         note(f"template hostile calls: memory hog {hog['status']}, fork bomb {bomb['status']}, "
              f"sleep past 1s {slow['status']} after {slow_wall} ms, a busy one's usage {busy_usage}, next call clean")
 
+    def test_a_call_s_usage_counts_the_processes_it_left_behind(self):
+        # At the program's end pid 1 kills and reaps every other process of the call before it
+        # reports (warm_template.py, _finish), as a cold init does: a child left running, with
+        # 0.3 s of CPU of its own, is in the record's usage, though the program itself used none.
+        s = self.server(["json"])
+        code = ("import os, time\n"
+                "r, w = os.pipe()\n"
+                "if os.fork() == 0:\n"
+                "    while time.process_time() < 0.3:\n        pass\n"
+                "    os.write(w, b'x')\n    time.sleep(600)\n"
+                "os.read(r, 1)\n")
+        out = self.run_code(s, code)
+        self.assertEqual(out["status"], "ok", out)
+        usage = self.records(s)[-1]["usage"]
+        self.assertGreaterEqual(usage["cpu_user_ms"] + usage["cpu_sys_ms"], 290, usage)
+        note(f"template call whose child outlived its program: usage {usage}")
+
     def test_a_dead_template_is_rebuilt_and_calls_meanwhile_run_cold(self):
         s = self.server(["json"])
         hosts = template_hosts(s.p.pid)
@@ -521,3 +538,20 @@ class DriverSignalCase(SbxTestCase):
         self.assertTrue(os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGTERM, status)
         status = self.run_child(hold=False)
         self.assertTrue(os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status)
+
+    def test_a_signal_blocked_since_the_fork_is_delivered_as_its_code_starts(self):
+        # From its fork the program has the forwarded signals blocked (pid 1's mask, _call_pid1);
+        # one that comes meanwhile (pid 1 forwards it, _reap) waits, and ends the program once
+        # its code starts (_run_main empties the mask), never in the driver's own code.
+        d = load_driver()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                signal.pthread_sigmask(signal.SIG_BLOCK, d._REAPED)
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                os.kill(os.getpid(), signal.SIGTERM)  # pending: blocked
+                d._run_main(["python3", "-c", "import os; os._exit(7)"], [])
+            finally:
+                os._exit(99)
+        _, status = os.waitpid(pid, 0)
+        self.assertTrue(os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGTERM, status)
