@@ -64,6 +64,13 @@ def _child_msg(kind, err=0, wait_status=0, stage="", body=b""):
     return (head + b"\0" * 4 + body).ljust(CHILD_MSG, b"\0")
 
 
+def _setup_error(fd, err, stage, what):
+    # A setup error of the call (K_SETUP_ERROR), its text cut to the message's body, which keeps a
+    # closing NUL (CHILD_MSG less its 48-byte head).
+    text = what if isinstance(what, bytes) else what.encode()
+    _report(fd, _child_msg(K_SETUP_ERROR, err, 0, stage, text[:CHILD_MSG - 49]))
+
+
 def _report(fd, msg):
     # A report to the call's worker, which may be gone (it ended the call, or discarded a pooled
     # fork): then there is no one left to tell.
@@ -389,7 +396,7 @@ def _pooled_program(job, fds, report, gate_r, ready_w, held):
         _mark("filter")
         os.write(ready_w, ready)
     except _Fail as e:
-        os.write(report, _child_msg(K_SETUP_ERROR, e.err, 0, e.stage, str(e).encode()[:439]))
+        _setup_error(report, e.err, e.stage, str(e))
         os._exit(125)
     # Only 0, 1, 2 and the gate (as 3) reach the call's code; the gate is closed before it runs.
     if gate_r != 3:
@@ -723,9 +730,9 @@ def _call(job, files, fds):
         _mark("g")
         _call_pid1(job, fds, report)
     except _Fail as e:
-        _report(report, _child_msg(K_SETUP_ERROR, e.err, 0, e.stage, str(e).encode()[:439]))
+        _setup_error(report, e.err, e.stage, str(e))
     except BaseException as e:
-        _report(report, _child_msg(K_SETUP_ERROR, 71, 0, "template", repr(e).encode()[:439]))
+        _setup_error(report, 71, "template", repr(e))
     os._exit(125)
 
 
@@ -814,9 +821,6 @@ class _Calls:
         self.poll.register(call[1], select.POLLIN)
         self.poll.register(report, 0)  # a pipe's write end: POLLERR when no reader is left
 
-    def fds(self):
-        return list(self.by_fd)
-
     def event(self, fd, ev):
         call = self.by_fd.get(fd)
         if call is None:
@@ -851,7 +855,7 @@ class _Calls:
             os.close(f)
 
     def close_in_child(self):
-        for f in self.fds():
+        for f in list(self.by_fd):
             os.close(f)
 
 
@@ -886,7 +890,7 @@ def _accept(listener, calls):
         # Out of processes or memory (a call's fork bomb, without a run cgroup of its own,
         # counts against the template's user): this call fails, the template serves on.
         err = e.err if isinstance(e, _Fail) else (e.errno or 11)
-        _report(fds["msg"], _child_msg(K_SETUP_ERROR, err, 0, "template", ("fork the call: " + str(e)).encode()[:439]))
+        _setup_error(fds["msg"], err, "template", "fork the call: " + str(e))
         for fd in got + list(gate):
             os.close(fd)
         return
@@ -902,7 +906,7 @@ def _accept(listener, calls):
     except OSError as e:  # out of fds: the fork, which has run nothing yet, goes at once
         os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)
-        _report(fds["msg"], _child_msg(K_SETUP_ERROR, e.errno or 24, 0, "template", b"watch the call's pid 1"))
+        _setup_error(fds["msg"], e.errno or 24, "template", "watch the call's pid 1")
     else:
         del fds["msg"]  # the call's now (_Calls), until its pid 1 is reaped
         try:
@@ -926,7 +930,6 @@ def _pid1_start(listener, calls, gate_r, gate_w, fds):
     signal.pthread_sigmask(signal.SIG_BLOCK, [END_SIGNAL])
     for sig in FORWARDED:
         signal.signal(sig, _hold)
-    signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # pid 1 reaps (_reap), whatever a preload set
     if os.getpid() != 1:  # not a pid namespace of its own: never a call's
         os._exit(125)
     listener.close()
@@ -942,7 +945,7 @@ def _pid1_start(listener, calls, gate_r, gate_w, fds):
     try:
         job, files = _read_job(fds["job"])
     except Exception as e:
-        os.write(fds["msg"], _child_msg(K_SETUP_ERROR, 22, 0, "template", ("the job: " + str(e)).encode()[:439]))
+        _setup_error(fds["msg"], 22, "template", "the job: " + str(e))
         os._exit(125)
     os.close(fds["job"])
     KNOBS = 1 if job.get("trace") else 0
@@ -954,7 +957,8 @@ def _serve(listener):
     # The calls as they come (_accept) and the pid 1s of those under way (_Calls). Pid 1's pidfd
     # goes back on the call's out socket ('I') before pid 1 may run (a gate): the supervisor
     # signals and watches it, and reads its pid from the pidfd.
-    # Each pid 1 is reaped by the template (_Calls), whatever a preload made of SIGCHLD.
+    # Each pid 1 is reaped by the template (_Calls), and each pid 1 reaps its call (_reap, with
+    # this disposition inherited), whatever a preload made of SIGCHLD.
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     calls = _Calls(listener)
     # Two fds per live call, within the template's own fd limit (a profile may lower it).
