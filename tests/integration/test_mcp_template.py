@@ -38,6 +38,14 @@ def template_hosts(server_pid):
     return sorted(pooled_workers(server_pid), key=started)[:1]
 
 
+def depth_below(host, p):
+    """How many parents up from p the process host is (-1: not below it, or over 8 up)."""
+    n = 0
+    while p not in (0, host) and n < 8:
+        p, n = parent(p), n + 1
+    return n if p == host else -1
+
+
 def leftover_control_dirs():
     tmp = tempfile.gettempdir()
     return [d for d in os.listdir(tmp) if d.startswith("sbx-template.")]
@@ -278,12 +286,8 @@ print(json.dumps(sorted(r.items())))
         s = self.server(["json"], forked_ahead=True)
         host = template_hosts(s.p.pid)[0]
 
-        def depth(p):  # below the template's worker: init, driver, the call's pid 1, program
-            n = 0
-            while p not in (0, host) and n < 8:
-                p, n = parent(p), n + 1
-            return n if p == host else -1
-        programs = [p for p in descendants(host) if depth(p) == 4]
+        # Below the template's worker: init, driver, the call's pid 1, program.
+        programs = [p for p in descendants(host) if depth_below(host, p) == 4]
         self.assertTrue(programs, descendants(host))
         for p in programs:
             os.kill(p, signal.SIGKILL)
@@ -307,17 +311,12 @@ print(json.dumps(sorted(r.items())))
         host = template_hosts(s.p.pid)[0]
         s.start("tools/call", {"name": "run_code", "arguments": {
             "language": "python", "code": "import os, time\nif os.fork() == 0:\n    time.sleep(600)\ntime.sleep(600)\n"}})
-
-        def depth(p):
-            n = 0
-            while p not in (0, host) and n < 8:
-                p, n = parent(p), n + 1
-            return n if p == host else -1
         deadline = time.monotonic() + scaled(20)
-        while not [p for p in descendants(host) if depth(p) == 5]:  # the call's own child: pid 3
+        # the call's own child (pid 3)
+        while not [p for p in descendants(host) if depth_below(host, p) == 5]:
             self.assertLess(time.monotonic(), deadline, descendants(host))
             time.sleep(0.05)
-        grandchild = [p for p in descendants(host) if depth(p) == 5][0]
+        grandchild = [p for p in descendants(host) if depth_below(host, p) == 5][0]
         pid1 = parent(parent(grandchild))
         # Its worker among the server's workers: all of them but the template's are killed (its
         # own cannot be told from the idle forks' workers by a rootless test: sbx makes its
@@ -518,40 +517,39 @@ class DriverSignalCase(SbxTestCase):
     init, holds it (_hold; the kernel would drop it otherwise) and the program takes it as its
     code starts (_run_main), as a cold init holds it for its program."""
 
-    def run_child(self, hold):
+    def run_child(self, prepare, code):
+        """The wait status of a child that runs prepare(driver), which returns the held signals,
+        then the call's code through _run_main."""
         d = load_driver()
         pid = os.fork()
         if pid == 0:
             try:
-                signal.signal(signal.SIGTERM, d._hold)
-                if hold:
-                    os.kill(os.getpid(), signal.SIGTERM)  # held, as pid 1 holds it
-                signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the program's disposition
-                d._run_main(["python3", "-c", "pass"], list(d._HELD))
+                d._run_main(["python3", "-c", code], prepare(d))
             finally:
                 os._exit(99)
         _, status = os.waitpid(pid, 0)
         return status
 
     def test_a_signal_held_before_the_program_ends_it_as_its_code_starts(self):
-        status = self.run_child(hold=True)
+        def prepare(d, hold):
+            signal.signal(signal.SIGTERM, d._hold)
+            if hold:
+                os.kill(os.getpid(), signal.SIGTERM)  # held, as pid 1 holds it
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the program's disposition
+            return list(d._HELD)
+        status = self.run_child(lambda d: prepare(d, True), "pass")
         self.assertTrue(os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGTERM, status)
-        status = self.run_child(hold=False)
+        status = self.run_child(lambda d: prepare(d, False), "pass")
         self.assertTrue(os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status)
 
     def test_a_signal_blocked_since_the_fork_is_delivered_as_its_code_starts(self):
         # From its fork the program has the forwarded signals blocked (pid 1's mask, _call_pid1);
         # one that comes meanwhile (pid 1 forwards it, _reap) waits, and ends the program once
         # its code starts (_run_main empties the mask), never in the driver's own code.
-        d = load_driver()
-        pid = os.fork()
-        if pid == 0:
-            try:
-                signal.pthread_sigmask(signal.SIG_BLOCK, d._REAPED)
-                signal.signal(signal.SIGTERM, signal.SIG_DFL)
-                os.kill(os.getpid(), signal.SIGTERM)  # pending: blocked
-                d._run_main(["python3", "-c", "import os; os._exit(7)"], [])
-            finally:
-                os._exit(99)
-        _, status = os.waitpid(pid, 0)
+        def prepare(d):
+            signal.pthread_sigmask(signal.SIG_BLOCK, d._REAPED)
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)  # pending: blocked
+            return []
+        status = self.run_child(prepare, "import os; os._exit(7)")
         self.assertTrue(os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGTERM, status)
