@@ -188,15 +188,20 @@ class CallerTerminal(SbxTestCase):
         # Inside, a "shell" with job control ignores SIGINT and has made its job the pty's
         # foreground group, as an interactive shell does: the ^C must reach that job, as the
         # pty's own ^C would, not the shell's group (where it would be ignored until sbx's grace
-        # period ran out and the sandbox was killed).
+        # period ran out and the sandbox was killed). The job says it is running Python code before
+        # the shell says ready: a SIGINT that reached it inside CPython's after-fork code would be
+        # wiped there (the job would sleep on; seen in CI under load, 1 run in 3 with both cores busy).
         job_control = (
             "import os, signal, time\n"
+            "r, w = os.pipe()\n"
             "pid = os.fork()\n"
             "if pid == 0:\n"
             "    os.setpgid(0, 0)\n"
+            "    os.write(w, b'1')\n"
             "    time.sleep(30)\n"
             "    os._exit(0)\n"
             "os.setpgid(pid, pid)\n"
+            "os.read(r, 1)\n"
             "signal.signal(signal.SIGTTOU, signal.SIG_IGN)\n"
             "signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
             "os.tcsetpgrp(0, pid)\n"
