@@ -839,6 +839,7 @@ SuperviseInput Run::supervise_input() {
   in.pid = L.pid;
   in.pidfd = L.pidfd.get();
   in.init_is_child = L.init_is_child;
+  if (!L.init_is_child) in.end_fd = L.chan.supervisor_sync();
   in.msg_fd = L.chan.take_reports();  // the supervisor closes it
   // The pty master is the stdout stream (it arrives in the loop); nothing writes the pipe.
   if (req_.io.stdin_plan.mode == StdinMode::pty) L.out.r.reset();

@@ -116,12 +116,16 @@ void Supervisor::arm(TimerFd& t, std::int64_t ms, Stage stage, const char* what)
 
 // A limit ends the sandbox through init (kEndSandboxSignal, handshake.hpp), so that the record's
 // usage is the program tree's; init is SIGKILLed if its report has not come in kEndReportMs.
-// A template's fork obeys it alike (runtime/model/warm_template.py, _reap; its pid 1 blocks it
-// until then, as a namespace's init would drop it; _from_worker there says how a call can make
-// it miss the signal, which the SIGKILL after kEndReportMs bounds).
+// A template's fork obeys it alike (runtime/model/warm_template.py, _reap): for its pid 1 the
+// signal only wakes it, and the end is the byte on end_fd, written first (never waited for: a
+// pipe still full of the call's job is bounded by that SIGKILL, as a lost signal is).
 void Supervisor::end_sandbox() {
   if (end_asked_) return;
   end_asked_ = true;
+  if (in_.end_fd >= 0) {
+    ::fcntl(in_.end_fd, F_SETFL, ::fcntl(in_.end_fd, F_GETFL) | O_NONBLOCK);
+    if (::write(in_.end_fd, "e", 1) != 1) spdlog::debug("end byte to the template's fork: {}", std::strerror(errno));
+  }
   if (pidfd_send_signal(in_.pidfd, kEndSandboxSignal) != 0) return kill_all();
   arm(end_, kEndReportMs, "supervise", "the wait for init's report at the sandbox's end");
 }

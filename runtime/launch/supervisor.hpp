@@ -39,6 +39,10 @@ struct SuperviseInput {
   // false: init is a template's fork (sandbox.cpp, spawn_from_template), not our child: its exit
   // is its pidfd turning readable, and its wait status is the template's to reap.
   bool init_is_child = true;
+  // A template's fork only: the supervisor's end of the sync pipe, which end_sandbox writes the
+  // end byte on before its signal. That pid 1 shares the call's uid, and the call can bury the
+  // signal among its own (warm_template.py, _end_requested); no process of the call holds the pipe.
+  int end_fd = -1;
   // Read ends that supervise() takes over and closes (as do seccomp_sock's notifier and the
   // relays of out_fd and err_fd); the caller gives them up.
   int msg_fd = -1;

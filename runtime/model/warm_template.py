@@ -210,7 +210,7 @@ def _call_pid1(job, fds, report):
     held = len(_HELD)
     program = os.fork()
     if program != 0:
-        _reap(program, report, held)
+        _reap(program, report, held, sync)
     _program_signals()
     _libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)  # as a program after its execve
     # Only 0, 1 and 2 reach the call.
@@ -486,7 +486,7 @@ def _pooled_pid1(job, fds, report):
     except BrokenPipeError:
         raise _Fail("pool", "the program forked ahead of the call ended before its call", 3)
     os.close(gate_w)
-    _reap(program, report, held)
+    _reap(program, report, held, sync)
 
 
 def _rusage_bytes(usage):
@@ -516,8 +516,9 @@ def _hold(signum, _frame):
 # The worker's "end the call now" (handshake.hpp, kEndSandboxSignal: a limit reached): pid 1
 # kills every other process of the call, reaps them and reports the program's end with the
 # whole tree's usage, as a cold init does (init_end.cpp). Blocked in pid 1 from its start, so
-# that it waits for _reap (as a namespace's init, pid 1 would otherwise drop it).
-END_SIGNAL, SI_USER = 64, 0
+# that it waits for _reap (as a namespace's init, pid 1 would otherwise drop it). It only wakes
+# pid 1: the end itself is the worker's byte on the sync pipe (_end_requested).
+END_SIGNAL = 64
 _REAPED = {signal.SIGCHLD, END_SIGNAL, *FORWARDED}
 
 
@@ -529,15 +530,6 @@ def _program_signals():
     for sig in FORWARDED:
         signal.signal(sig, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)
-
-
-def _from_worker(info):
-    # Sent from outside the call's pid namespace (si_pid reads 0) by kill(2) (SI_USER). Unlike a
-    # cold init, pid 1 shares the call's uid, so the call can signal it too: its own sending of
-    # the end signal is ignored unless it exhausts its queue of pending signals, when the kernel
-    # queues one without its sender; it can then end its own call (as killing itself would), or
-    # make pid 1 miss the worker's end, which the worker's SIGKILL after kEndReportMs then makes.
-    return info.si_pid == 0 and info.si_code == SI_USER
 
 
 def _finish(program, report, status):
@@ -560,29 +552,46 @@ def _finish(program, report, status):
     os._exit(0)
 
 
-def _end_requested():
-    info = signal.sigtimedwait([END_SIGNAL], 0)
-    return info is not None and _from_worker(info)
+def _end_requested(sync):
+    # The worker's end: its byte on the sync pipe, written before its signal (supervisor.cpp,
+    # end_sandbox), or the pipe hung up (the worker is gone). Unlike a cold init, pid 1 shares
+    # the call's uid, so the call can send it the end signal too, and fill its queue of pending
+    # signals, where the worker's then only sets the pending bit and is taken with the call's
+    # (or the call's own, queued without a sender, reads as the worker's): the signal cannot
+    # say who asked. No process of the call holds the pipe: the programs close it before their
+    # code starts.
+    return bool(sync.poll(0))
 
 
-def _reap(program, report, held):
+def _close_all_but(*keep):
+    # close_range(2) around the fds kept: a few system calls, not one per fd.
+    lo = 0
+    for fd in sorted(keep):
+        if fd > lo:
+            _libc.syscall(SYS_close_range, lo, fd - 1, 0)
+        lo = fd + 1
+    _libc.syscall(SYS_close_range, lo, 0xFFFFFFFF, 0)
+
+
+def _reap(program, report, held, sync_fd):
     # Pid 1 of the call: reaps every orphan until the program ends, then ends the rest and
     # reports (_finish) and exits, which ends the call's pid namespace. Exit 0 tells the template,
     # which reaps it (_Calls), that the report is made. Its signals, blocked since the program's
-    # fork, are taken one by one (sigwaitinfo), the worker's end first and again after each
-    # orphan reaped (a fork bomb's zombies cannot hold it back); the forwarded ones that come
-    # from outside go to the program's group. Those held since `held` (a handler's run delayed
-    # past the block) are forwarded first.
+    # fork, are taken one by one (sigwaitinfo); the worker's end is looked for after each (the
+    # end signal wakes it) and after each orphan reaped (a fork bomb's zombies cannot hold it
+    # back); the forwarded ones that come from outside go to the program's group. Those held
+    # since `held` (a handler's run delayed past the block) are forwarded first.
     for sig in _HELD[held:]:
         _forward(program, sig)
-    # Its streams too: the output ends when the call's processes close theirs. (close_range(2):
-    # one system call, not one per fd while the program starts; report is never 0, 1 or 2.)
-    _libc.syscall(SYS_close_range, 0, report - 1, 0)
-    _libc.syscall(SYS_close_range, report + 1, 0xFFFFFFFF, 0)
+    # Its streams too: the output ends when the call's processes close theirs. Kept: the report
+    # pipe and the sync pipe, whose byte is the worker's end.
+    _close_all_but(report, sync_fd)
+    sync = select.poll()
+    sync.register(sync_fd, select.POLLIN)
     while True:
         # What has ended so far (a SIGCHLD before the block was dropped: its default).
         while True:
-            if _end_requested():
+            if _end_requested(sync):
                 _finish(program, report, signal.SIGKILL)
             try:
                 pid, status = os.waitpid(-1, os.WNOHANG)
@@ -593,10 +602,7 @@ def _reap(program, report, held):
             if pid == program:
                 _finish(program, report, status)
         info = signal.sigwaitinfo(_REAPED)
-        if info.si_signo == END_SIGNAL:
-            if _from_worker(info):
-                _finish(program, report, signal.SIGKILL)
-        elif info.si_signo != signal.SIGCHLD and info.si_pid == 0:
+        if info.si_signo not in (signal.SIGCHLD, END_SIGNAL) and info.si_pid == 0:
             _forward(program, info.si_signo)
 
 

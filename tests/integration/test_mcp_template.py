@@ -228,7 +228,7 @@ print(json.dumps(sorted(r.items())))
         # init, would drop the end signal a cold init obeys (supervisor.cpp, end_sandbox).
         slow_wall = self.records(s)[-1]["usage"]["wall_ms"]
         self.assertLess(slow_wall, 1000 + scaled(900), self.records(s)[-1]["usage"])
-        # Ended by its pid 1 (warm_template.py, _end_now), which reports the tree's usage as a
+        # Ended by its pid 1 (warm_template.py, _finish), which reports the tree's usage as a
         # cold init does: a busy child's CPU time is in the record.
         busy = self.run_code(s, "import os\nif os.fork() == 0:\n    while True: pass\nwhile True: pass\n",
                              limits={"timeout": "1s"})
@@ -243,6 +243,30 @@ print(json.dumps(sorted(r.items())))
         self.assertTrue(all(r["sandbox"]["made_by"] == "template" for r in recs), [r["sandbox"] for r in recs])
         note(f"template hostile calls: memory hog {hog['status']}, fork bomb {bomb['status']}, "
              f"sleep past 1s {slow['status']} after {slow_wall} ms, a busy one's usage {busy_usage}, next call clean")
+
+    def test_a_call_cannot_make_its_pid_1_miss_the_end_at_its_limit(self):
+        # Pid 1 shares the call's uid, so the call can signal it: eight processes send it the end
+        # signal (64) as fast as they can, to fill its queue of pending signals, where the
+        # worker's own end would then only set the pending bit and be taken with the call's
+        # (pid 1 ran on to the worker's SIGKILL 2 s later, kEndReportMs, with no usage). The
+        # signal only wakes pid 1; the end is the worker's byte on the sync pipe, which no process
+        # of the call holds (warm_template.py, _end_requested).
+        s = self.server(["json"])
+        code = ("import os, signal, time\n"
+                "for _ in range(3):\n"
+                "    if os.fork() == 0:\n        break\n"
+                "sent = 0\n"
+                "while True:\n"
+                "    try:\n        os.kill(1, 64)\n        sent += 1\n"
+                "    except OSError:\n        pass\n")
+        out = self.run_code(s, code, limits={"timeout": "1s"})
+        self.assertEqual(out["status"], "timeout", out)
+        usage = self.records(s)[-1]["usage"]
+        self.assertLess(usage["wall_ms"], 1000 + scaled(900), usage)
+        self.assertGreater(usage["cpu_user_ms"] + usage["cpu_sys_ms"], 300, usage)
+        after = self.run_code(s, "print('next')\n", limits={"timeout": "10s"})
+        self.assertEqual(after["stdout"], "next\n", after)
+        note(f"template call flooding its pid 1 with the end signal: ended at {usage['wall_ms']} ms, usage {usage}")
 
     def test_a_call_s_usage_counts_the_processes_it_left_behind(self):
         # At the program's end pid 1 kills and reaps every other process of the call before it
