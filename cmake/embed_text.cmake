@@ -1,10 +1,17 @@
-# Writes a C++ file holding the text file IN as a raw string (delimiter DELIM), and its SHA-256,
-# into OUT, as two functions of namespace sbx declared in HEADER: TEXT_FN() and SHA_FN(). What sbx
-# carries compiled in so that it works from the build tree and after install alike: the default
-# seccomp policy (profiles/seccomp/default.json; its digest is the policy cache's key) and the warm
-# template driver (runtime/model/warm_template.py; its digest is part of a template's).
-file(READ ${IN} content)
-file(SHA256 ${IN} digest)
+# Writes a C++ file holding the text files IN (separated by '|': joined in that order) as a raw
+# string (delimiter DELIM), and its SHA-256, into OUT, as two functions of namespace sbx declared
+# in HEADER: TEXT_FN() and SHA_FN(). What sbx carries compiled in so that it works from the build
+# tree and after install alike: the default seccomp policy (profiles/seccomp/default.json; its
+# digest is the policy cache's key), the prepared Python interpreter's way of running a call
+# (runtime/model/python_main.py) and the warm template driver (that, then
+# runtime/model/warm_template.py; its digest is part of a template's).
+string(REPLACE "|" ";" inputs "${IN}")
+set(content "")
+foreach(input IN LISTS inputs)
+  file(READ ${input} part)
+  string(APPEND content "${part}")
+endforeach()
+string(SHA256 digest "${content}")
 string(FIND "${content}" ")${DELIM}\"" clash)
 if(NOT clash EQUAL -1)
   message(FATAL_ERROR "${IN} contains the raw string's delimiter )${DELIM}\"")

@@ -47,7 +47,7 @@ endfunction()
 
 sbx_layer(base)
 sbx_layer(egress DEPS base)
-sbx_layer(model  DEPS egress base SOURCES ${SBX_EMBED_CPP} ${SBX_TEMPLATE_DRIVER_CPP})
+sbx_layer(model  DEPS egress base SOURCES ${SBX_EMBED_CPP} ${SBX_PYTHON_MAIN_CPP} ${SBX_TEMPLATE_DRIVER_CPP})
 sbx_layer(linux  DEPS model base SOURCES ${SBX_SECCOMP_CPP})
 sbx_layer(record DEPS base EXCLUDE pg_stubs.cpp)
 target_include_directories(sbx_record PRIVATE ${PQ_INCLUDE})

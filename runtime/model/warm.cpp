@@ -21,7 +21,7 @@ namespace {
 //      `python3 FILE ARGS` / `node FILE ARGS` would; else exec argv as it is (python3 only).
 //      Python's end is `python3 FILE`'s but for the teardown of every module (man/sbx-mcp.1):
 //      threads joined, atexit handlers run, the main module's globals released, streams
-//      flushed, then _exit.
+//      flushed, then _exit: _sbx_main, in runtime/model/python_main.py, which comes first.
 constexpr const char* kPythonDriver = R"PY(
 def _sbx_warm():
     import os, sys
@@ -85,89 +85,6 @@ def _sbx_warm():
     sys.argv = argv[1:]
     sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
     _sbx_main(path)
-
-
-def _sbx_exit_code(code):
-    # SystemExit's code as `python3 FILE` turns it into an exit status (Python/pythonrun.c).
-    import sys
-    if code is None:
-        return 0
-    if isinstance(code, int):
-        return code & 0xff if -2**63 <= code < 2**63 else 255
-    if sys.stderr is not None:
-        try:
-            print(code, file=sys.stderr)
-        except Exception:
-            pass
-    return 1
-
-
-def _sbx_report(e, path):
-    # The traceback as `python3 FILE` prints it: from the file's frames on (none for a
-    # SyntaxError in it, which then prints as Python prints one), through sys.excepthook.
-    import sys
-    tb = e.__traceback__
-    while tb is not None and tb.tb_frame.f_code.co_filename != path:
-        tb = tb.tb_next
-    e = e.with_traceback(tb)
-    del tb
-    sys.excepthook(type(e), e, e.__traceback__)
-
-
-def _sbx_module(path):
-    # The call's __main__ as Python makes a script's: __builtins__ the module, __loader__ a
-    # SourceFileLoader.
-    import builtins, importlib.machinery, types
-    main = types.ModuleType('__main__')
-    main.__file__ = path
-    main.__builtins__ = builtins
-    main.__cached__ = None
-    main.__loader__ = importlib.machinery.SourceFileLoader('__main__', path)
-    return main
-
-
-def _sbx_main(path):
-    # The file runs as Python runs a script: a fresh __main__ module (sys.modules['__main__']),
-    # its code compiled from the file's bytes (its coding cookie honoured) without the driver's
-    # compiler flags.
-    import os, sys
-    main = _sbx_module(path)
-    sys.modules['__main__'] = main
-    code, interrupted = 0, False
-    try:
-        with open(path, 'rb') as f:
-            source = f.read()
-        exec(compile(source, path, 'exec', dont_inherit=True), main.__dict__)
-    except SystemExit as e:
-        code = _sbx_exit_code(e.code)
-    except KeyboardInterrupt as e:
-        _sbx_report(e, path)
-        interrupted = True
-    except BaseException as e:
-        _sbx_report(e, path)
-        code = 1
-    # The end of `python3 FILE` (Py_FinalizeEx) without the teardown of every module, numpy's
-    # alone ~12 ms here: non-daemon threads joined, atexit handlers run, the main module's
-    # globals released (its open files are closed, and so flushed), stdout flushed (120 if that
-    # fails), then the exit; a KeyboardInterrupt ends by SIGINT, as Python does.
-    if 'threading' in sys.modules:
-        sys.modules['threading']._shutdown()
-    import atexit
-    atexit._run_exitfuncs()
-    main.__dict__.clear()
-    for stream in (sys.stdout, sys.stderr):
-        if stream is None or getattr(stream, 'closed', False):
-            continue
-        try:
-            stream.flush()
-        except Exception:
-            if stream is sys.stdout:
-                code = 120
-    if interrupted:
-        import signal
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
-        os.kill(os.getpid(), signal.SIGINT)
-    os._exit(code)
 
 
 _sbx_warm()
@@ -308,7 +225,8 @@ std::vector<std::string> warm_driver_argv(const WarmSpec& spec) {
   const WarmInterpreter* interp = find_warm_interpreter(spec.interpreter);
   if (!interp || !interp->has_driver) return {};
   bool python = std::string_view(interp->name) == "python3";
-  std::vector<std::string> argv{interp->path, python ? "-c" : "-e", python ? kPythonDriver : kNodeDriver};
+  std::vector<std::string> argv{interp->path, python ? "-c" : "-e",
+                                python ? std::string(python_main_text()) + kPythonDriver : kNodeDriver};
   argv.insert(argv.end(), spec.preload.begin(), spec.preload.end());
   return argv;
 }

@@ -59,7 +59,12 @@ struct WarmProblem {
 };
 std::vector<WarmProblem> check_warm(const WarmSpec& spec);
 
-// A warm template's driver (runtime/model/warm_template.py, compiled in) and its SHA-256.
+// How a prepared Python interpreter runs its call (runtime/model/python_main.py, compiled in): the
+// text both Python drivers start with.
+std::string_view python_main_text();
+std::string_view python_main_sha256();
+// A warm template's driver (python_main.py, then runtime/model/warm_template.py, compiled in) and
+// its SHA-256.
 std::string_view template_driver_text();
 std::string_view template_driver_sha256();
 // The template's argv: the interpreter running the driver, then the preload list. Only python3

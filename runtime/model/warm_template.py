@@ -1,6 +1,7 @@
 # A warm template's driver (issue 34; runtime/server/mcp_template.hpp says how a template is built
-# and used and why; man sbx-mcp, "Templates", what it shares). Compiled into sbx (cmake/embed_text.cmake)
-# and run as `python3 -c DRIVER MODULE...` as the program of the template's sandbox, whose filter
+# and used and why; man sbx-mcp, "Templates", what it shares). Compiled into sbx after
+# runtime/model/python_main.py (its _sbx_main runs each call: cmake/embed_text.cmake) and run
+# as `python3 -c DRIVER MODULE...` as the program of the template's sandbox, whose filter
 # (kTemplateSeccomp) lets it unshare every namespace but a user namespace, return to its own pid
 # namespace (setns) and mount, holding CAP_SYS_ADMIN and CAP_SETPCAP in the sandbox's user namespace.
 #
@@ -13,7 +14,7 @@
 # and reaps it when it ends (_Calls); the template itself never runs a call's code and never holds
 # a call's data past the fork. One interpreter process besides the call's program per call, not
 # two: each is ~1 MiB of pages of its own and ~750 copy-on-write faults (bench/README.md).
-import builtins, ctypes, importlib.machinery, json, os, select, signal, socket, struct, sys, types
+import ctypes, json, os, select, signal, socket, struct, sys
 # Imported once here, not in each call's pid 1 (each import was ~0.5 ms of a call's start:
 # bench/README.md, Templates): random is reseeded in every call (_reseed).
 import gc, random, resource, time
@@ -618,63 +619,34 @@ def _forward(program, sig):
             pass
 
 
-def _main_module(path, from_file):
-    # The call's __main__ as Python makes a script's (a file's: __file__, a SourceFileLoader).
-    main = types.ModuleType("__main__")
-    main.__builtins__ = builtins
-    if from_file:
-        main.__file__ = path
-        main.__loader__ = importlib.machinery.SourceFileLoader("__main__", path)
-    return main
-
-
 def _rehearse_main():
     # What _run_main does before the call's code, run once on nothing of the call's (as pid 1's
     # _rehearse_pool_job): the pages that code writes after the fork are copied before the call.
-    _main_module("/code/main.py", True)
+    _sbx_module("/code/main.py")
     os.path.dirname(os.path.abspath("/code/main.py"))
     compile(b"pass\n", "/code/main.py", "exec", dont_inherit=True)
 
 
 def _run_main(argv, held=()):
-    # The call as `python3 FILE ARGS` or `python3 -c CODE ARGS` would run it, in a fresh __main__.
+    # The call as `python3 FILE ARGS` or `python3 -c CODE ARGS` would run it, in a fresh __main__,
+    # and its end as theirs (python_main.py, _sbx_main, which this driver's text follows).
     # held: signals forwarded to the call before its program existed, taken as its code starts,
     # with every other that came meanwhile (blocked until now: _program_signals).
     if len(argv) >= 3 and argv[1] == "-c":
         path, source, sys.argv = "<string>", argv[2].encode(), ["-c"] + argv[3:]
     elif len(argv) >= 2:
         path, source, sys.argv = argv[1], None, argv[1:]
+        sys.path[0] = os.path.dirname(os.path.abspath(path))
     else:
         os.write(2, b"sbx: template: a call needs a program (python3 FILE or -c CODE)\n")
         os._exit(125)
-    main = _main_module(path, source is None)
-    if source is None:
-        sys.path[0] = os.path.dirname(os.path.abspath(path))
-    sys.modules["__main__"] = main
-    code = 0
-    try:
+
+    def start():
         for sig in held:
             os.kill(os.getpid(), sig)
         signal.pthread_sigmask(signal.SIG_SETMASK, [])
-        if source is None:
-            with open(path, "rb") as f:
-                source = f.read()
-        exec(compile(source, path, "exec", dont_inherit=True), main.__dict__)
-    except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-        if not isinstance(e.code, int) and e.code is not None:
-            print(e.code, file=sys.stderr)
-    except BaseException as e:
-        import traceback
-        # From the call's own frames, as `python3 FILE` prints it (not the driver's).
-        traceback.print_exception(type(e), e, e.__traceback__.tb_next)
-        code = 1
-    for s in (sys.stdout, sys.stderr):
-        try:
-            s.flush()
-        except Exception:
-            pass
-    os._exit(code & 0xFF)
+
+    _sbx_main(path, source, start)
 
 
 def _fresh_mounts(job, files):

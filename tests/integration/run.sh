@@ -75,9 +75,10 @@ cp "$REPO/rootfs/build-busybox.sh" "$WORK/suite/"
 cp -r "$REPO/examples/classify" "$WORK/suite/examples-classify"
 # The example packs (test_mcp.py serves one), readable by the rootless user like the suite.
 cp -r "$REPO/examples/packs" "$WORK/suite/packs"
-# The warm template's driver (test_mcp_template.py feeds its pool-job reader hostile frames).
+# The warm template's driver, as sbx embeds it: python_main.py, then warm_template.py
+# (test_mcp_template.py feeds its pool-job reader hostile frames).
 mkdir -p "$WORK/suite/driver"
-cp "$REPO/runtime/model/warm_template.py" "$WORK/suite/driver/"
+cp "$REPO/runtime/model/python_main.py" "$REPO/runtime/model/warm_template.py" "$WORK/suite/driver/"
 SCHEMA=""
 if [ -f "$REPO/schemas/trace.schema.json" ]; then
   cp "$REPO/schemas/trace.schema.json" "$WORK/suite/trace.schema.json"

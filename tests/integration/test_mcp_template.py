@@ -23,7 +23,7 @@ from sbxtest import SBX, SbxTestCase, ledger_lines, note, scaled, validate_trace
 from test_mcp import Server
 from test_mcp import descendants
 from test_mcp_pool import parent, pooled_workers
-from test_mcp_warm import FACTS, HAVE_NUMPY, LIMITS
+from test_mcp_warm import FACTS, HAVE_NUMPY, LIMITS, PYTHON_END_CASES
 
 
 def started(pid):
@@ -387,6 +387,20 @@ print(json.dumps(sorted(r.items())))
             self.assertEqual(p.returncode, 125, p.stderr)
             self.assertIn(want, p.stderr.decode())
 
+    def test_a_call_ends_as_python3_file_does(self):
+        # The same cases as a prepared interpreter's (test_mcp_warm.py): the driver runs the call
+        # with the prepared interpreter's own end (python_main.py): threads joined, atexit
+        # handlers run, exit codes, a KeyboardInterrupt ending by SIGINT, as `python3 FILE`.
+        cold = Server(self, ["--pool", "0", "--profile", self.profile(["json"])])
+        self.addCleanup(cold.close)
+        warm = self.server(["json"])
+        for code in PYTHON_END_CASES:
+            a, b = self.run_code(cold, code), self.run_code(warm, code)
+            for k in ("status", "exit_code", "signal", "stdout", "stderr", "result"):
+                self.assertEqual(a.get(k), b.get(k), f"{k} for {code!r}: cold {a.get(k)!r}, template {b.get(k)!r}")
+        made = [r["sandbox"]["made_by"] for r in self.records(warm)]
+        self.assertEqual(made, ["template"] * len(PYTHON_END_CASES), made)
+
     def test_sbx_probe_s_verdicts_through_a_template_are_a_cold_call_s(self):
         """The boundary probes of `sbx probe` (probe/sbx_probe.c, built beside sbx) run by a
         run_code call, cold and forked from a template, under one profile: the same verdicts."""
@@ -458,14 +472,14 @@ _DRIVER = []
 
 
 def load_driver():
-    """The template's driver as a module, loaded once (run.sh copies it beside the suite): its
-    functions, not its main()."""
+    """The template's driver as a module, loaded once (run.sh copies its parts beside the suite):
+    its functions, not its main(); its text as sbx embeds it (CMakeLists.txt, sbx_embed_text)."""
     if not _DRIVER:
-        import importlib.util
-        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "driver", "warm_template.py")
-        spec = importlib.util.spec_from_file_location("sbx_warm_template", path)
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
+        import types
+        here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "driver")
+        text = b"".join(open(os.path.join(here, name), "rb").read() for name in ("python_main.py", "warm_template.py"))
+        mod = types.ModuleType("sbx_warm_template")
+        exec(compile(text, "warm_template.py", "exec"), mod.__dict__)
         _DRIVER.append(mod)
     return _DRIVER[0]
 

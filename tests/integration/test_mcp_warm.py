@@ -59,6 +59,30 @@ print(json.dumps(facts, sort_keys=True))
 """
 
 
+# How `python3 FILE` ends, case by case: a prepared interpreter's call and a template's must end
+# alike (status, exit code, signal, output, result).
+PYTHON_END_CASES = [
+    "def f():\n    raise ValueError('boom')\nf()\n",
+    "import sys\nsys.exit(3)\n",
+    "import sys\nsys.exit('bye')\n",
+    "import atexit\natexit.register(lambda: print('atexit ran'))\nprint('main', end='')\n",
+    "import threading, time\n"
+    "threading.Thread(target=lambda: (time.sleep(0.2), print('thread done', flush=True))).start()\n",
+    "import sys\nsys.stdout.write('no newline')\nsys.stderr.write('err')\n",
+    "import os\nos.kill(os.getpid(), 9)\n",
+    "import sys\nprint(sys.stdin.read() == '')\n",
+    # An unclosed file is flushed at the end (the main module's globals are released).
+    "def h():\n    pass\nf = open('/out/result.json', 'w')\nf.write('{\"a\": 1}')\n",
+    "import sys\nprint('x')\nsys.stdout.close()\n",
+    "import sys\nsys.exit(2**64 + 1)\n",
+    "import sys\nsys.exit(True)\n",
+    "print(type(__builtins__).__name__, __loader__ is not None, __spec__)\n",
+    "x = (\n",
+    "raise KeyboardInterrupt\n",
+    "# -*- coding: latin-1 -*-\nprint('caf\xe9')\n",
+]
+
+
 class McpWarmCase(SbxTestCase):
     def profile(self, warm):
         path = self.path(f"warm-{uuid.uuid4().hex[:8]}.json")
@@ -130,27 +154,7 @@ class McpWarmCase(SbxTestCase):
         cold = self.server(None, pool=0)
         warm = self.server({"interpreter": "python3", "preload": ["json"]})
         self.wait_ready(warm, 2)
-        cases = [
-            "def f():\n    raise ValueError('boom')\nf()\n",
-            "import sys\nsys.exit(3)\n",
-            "import sys\nsys.exit('bye')\n",
-            "import atexit\natexit.register(lambda: print('atexit ran'))\nprint('main', end='')\n",
-            "import threading, time\n"
-            "threading.Thread(target=lambda: (time.sleep(0.2), print('thread done', flush=True))).start()\n",
-            "import sys\nsys.stdout.write('no newline')\nsys.stderr.write('err')\n",
-            "import os\nos.kill(os.getpid(), 9)\n",
-            "import sys\nprint(sys.stdin.read() == '')\n",
-            # An unclosed file is flushed at the end (the main module's globals are released).
-            "def h():\n    pass\nf = open('/out/result.json', 'w')\nf.write('{\"a\": 1}')\n",
-            "import sys\nprint('x')\nsys.stdout.close()\n",
-            "import sys\nsys.exit(2**64 + 1)\n",
-            "import sys\nsys.exit(True)\n",
-            "print(type(__builtins__).__name__, __loader__ is not None, __spec__)\n",
-            "x = (\n",
-            "raise KeyboardInterrupt\n",
-            "# -*- coding: latin-1 -*-\nprint('caf\xe9')\n",
-        ]
-        for code in cases:
+        for code in PYTHON_END_CASES:
             a, b = self.run_code(cold, code), self.run_code(warm, code)
             for k in ("status", "exit_code", "signal", "stdout", "stderr", "result"):
                 self.assertEqual(a.get(k), b.get(k), f"{k} for {code!r}: cold {a.get(k)!r}, warm {b.get(k)!r}")

@@ -60,6 +60,12 @@ TEST_CASE("warm: what is refused, and where the error points") {
         std::vector<std::string>{"/usr/bin/python3", "-c", std::string(template_driver_text()), "json", "numpy"});
   CHECK(template_driver_argv({"node", {}, "template"}).empty());
   CHECK(template_driver_sha256().size() == 64);
+  // One way of running a Python call, a pool's and a template's (python_main.py): both drivers
+  // start with it, and the template's digest covers it.
+  REQUIRE(python_main_text().find("def _sbx_main(") != std::string_view::npos);
+  CHECK(template_driver_text().substr(0, python_main_text().size()) == python_main_text());
+  CHECK(warm_driver_argv({"python3", {"json"}, "pool"}).at(2).rfind(python_main_text(), 0) == 0);
+  CHECK(template_driver_sha256() != python_main_sha256());
   CHECK(error_of({{"interpreter", "python3"}, {"mode", "fork"}}).find("/warm/mode: must be") != std::string::npos);
   CHECK(error_of({{"interpreter", "sh"}, {"preload", {"x"}}}) ==
         "p.json: /warm/preload: sh has no modules to preload: leave preload empty");
