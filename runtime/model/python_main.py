@@ -20,12 +20,14 @@ def _sbx_exit_code(code):
     return 1
 
 
-def _sbx_report(e, path):
-    # The traceback as `python3 FILE` prints it: from the file's frames on (none for a
-    # SyntaxError in it, which then prints as Python prints one), through sys.excepthook.
+def _sbx_report(e, code):
+    # The traceback as `python3 FILE` prints it: from the call's module frame (`code`, its
+    # compiled code) on, none of the driver's (whose own frames are '<string>' too, as a
+    # `python3 -c` call's are); none at all for a SyntaxError in it (code is None), which then
+    # prints as Python prints one. Through sys.excepthook.
     import sys
     tb = e.__traceback__
-    while tb is not None and tb.tb_frame.f_code.co_filename != path:
+    while tb is not None and tb.tb_frame.f_code is not code:
         tb = tb.tb_next
     e = e.with_traceback(tb)
     del tb
@@ -34,7 +36,7 @@ def _sbx_report(e, path):
 
 def _sbx_module(path, from_file=True):
     # The call's __main__ as Python makes a script's: __builtins__ the module, __loader__ a
-    # SourceFileLoader (a file's; `python3 -c`'s has neither __file__ nor that loader).
+    # SourceFileLoader (`python3 -c`'s: no __file__, BuiltinImporter).
     import builtins, importlib.machinery, types
     main = types.ModuleType('__main__')
     main.__builtins__ = builtins
@@ -42,38 +44,42 @@ def _sbx_module(path, from_file=True):
         main.__file__ = path
         main.__cached__ = None
         main.__loader__ = importlib.machinery.SourceFileLoader('__main__', path)
+    else:
+        main.__loader__ = importlib.machinery.BuiltinImporter
     return main
 
 
 def _sbx_main(path, source=None, start=None):
     # The file runs as Python runs a script: a fresh __main__ module (sys.modules['__main__']),
     # its code compiled from the file's bytes (its coding cookie honoured) without the driver's
-    # compiler flags. source: `python3 -c`'s code instead (path is then '<string>'). start: what
+    # compiler flags. source: `python3 -c`'s code instead, a str (path is then '<string>'). start: what
     # the driver does as the call's code starts (a template's: the signals held for it), whose
     # exceptions (a KeyboardInterrupt) are the call's.
     import os, sys
     main = _sbx_module(path, source is None)
     sys.modules['__main__'] = main
-    code, interrupted = 0, False
+    code, interrupted, compiled = 0, False, None
     try:
         if start is not None:
             start()
         if source is None:
             with open(path, 'rb') as f:
                 source = f.read()
-        exec(compile(source, path, 'exec', dont_inherit=True), main.__dict__)
+        compiled = compile(source, path, 'exec', dont_inherit=True)
+        exec(compiled, main.__dict__)
     except SystemExit as e:
         code = _sbx_exit_code(e.code)
     except KeyboardInterrupt as e:
-        _sbx_report(e, path)
+        _sbx_report(e, compiled)
         interrupted = True
     except BaseException as e:
-        _sbx_report(e, path)
+        _sbx_report(e, compiled)
         code = 1
     # The end of `python3 FILE` (Py_FinalizeEx) without the teardown of every module, numpy's
     # alone ~12 ms here: non-daemon threads joined, atexit handlers run, the main module's
     # globals released (its open files are closed, and so flushed), stdout flushed (120 if that
-    # fails), then the exit; a KeyboardInterrupt ends by SIGINT, as Python does.
+    # fails), then the exit; a KeyboardInterrupt ends by SIGINT, as Python does (130 if the call
+    # blocked SIGINT: CPython's exit_sigint).
     if 'threading' in sys.modules:
         sys.modules['threading']._shutdown()
     import atexit
@@ -91,4 +97,5 @@ def _sbx_main(path, source=None, start=None):
         import signal
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGINT)
+        code = 130
     os._exit(code)

@@ -213,10 +213,10 @@ def _call_pid1(job, fds, report):
     if program != 0:
         _reap(program, report, held, sync)
     _program_signals()
-    _libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)  # as a program after its execve
     # Only 0, 1 and 2 reach the call.
     if _libc.syscall(SYS_close_range, 3, 0xFFFFFFFF, 0) != 0:
         os._exit(125)
+    _libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)  # as a program after its execve, its fds closed first
     _reseed()
     _mark("reseed")
     if _T:
@@ -633,7 +633,7 @@ def _run_main(argv, held=()):
     # held: signals forwarded to the call before its program existed, taken as its code starts,
     # with every other that came meanwhile (blocked until now: _program_signals).
     if len(argv) >= 3 and argv[1] == "-c":
-        path, source, sys.argv = "<string>", argv[2].encode(), ["-c"] + argv[3:]
+        path, source, sys.argv = "<string>", argv[2], ["-c"] + argv[3:]
     elif len(argv) >= 2:
         path, source, sys.argv = argv[1], None, argv[1:]
         sys.path[0] = os.path.dirname(os.path.abspath(path))

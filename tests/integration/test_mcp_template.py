@@ -253,7 +253,7 @@ print(json.dumps(sorted(r.items())))
         # of the call holds (warm_template.py, _end_requested).
         s = self.server(["json"])
         code = ("import os, signal, time\n"
-                "for _ in range(3):\n"
+                "for _ in range(7):\n"
                 "    if os.fork() == 0:\n        break\n"
                 "sent = 0\n"
                 "while True:\n"
@@ -263,7 +263,7 @@ print(json.dumps(sorted(r.items())))
         self.assertEqual(out["status"], "timeout", out)
         usage = self.records(s)[-1]["usage"]
         self.assertLess(usage["wall_ms"], 1000 + scaled(900), usage)
-        self.assertGreater(usage["cpu_user_ms"] + usage["cpu_sys_ms"], 300, usage)
+        self.assertGreater(usage["cpu_user_ms"] + usage["cpu_sys_ms"], 50, usage)  # the tree's, reported by pid 1
         after = self.run_code(s, "print('next')\n", limits={"timeout": "10s"})
         self.assertEqual(after["stdout"], "next\n", after)
         note(f"template call flooding its pid 1 with the end signal: ended at {usage['wall_ms']} ms, usage {usage}")
@@ -473,13 +473,14 @@ _DRIVER = []
 
 def load_driver():
     """The template's driver as a module, loaded once (run.sh copies its parts beside the suite):
-    its functions, not its main(); its text as sbx embeds it (CMakeLists.txt, sbx_embed_text)."""
+    its functions, not its main(); its text as sbx embeds it (CMakeLists.txt, sbx_embed_text),
+    compiled as `python3 -c DRIVER` compiles it: its frames are '<string>', as a -c call's are."""
     if not _DRIVER:
         import types
         here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "driver")
         text = b"".join(open(os.path.join(here, name), "rb").read() for name in ("python_main.py", "warm_template.py"))
         mod = types.ModuleType("sbx_warm_template")
-        exec(compile(text, "warm_template.py", "exec"), mod.__dict__)
+        exec(compile(text, "<string>", "exec"), mod.__dict__)
         _DRIVER.append(mod)
     return _DRIVER[0]
 
@@ -562,6 +563,8 @@ class DriverSignalCase(SbxTestCase):
         pid = os.fork()
         if pid == 0:
             try:
+                import atexit
+                atexit._clear()  # the runner's handlers are not the call's to run (_sbx_main runs them)
                 d._run_main(["python3", "-c", code], prepare(d))
             finally:
                 os._exit(99)
@@ -579,6 +582,33 @@ class DriverSignalCase(SbxTestCase):
         self.assertTrue(os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGTERM, status)
         status = self.run_child(lambda d: prepare(d, False), "pass")
         self.assertTrue(os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status)
+
+    def test_a_c_call_s_traceback_is_python3_c_s(self):
+        # Only the call's frames: the driver's are '<string>' too (python_main.py, _sbx_report).
+        for code in ("def f():\n    raise ValueError('boom')\nf()\n", "x = (\n", "import sys\nsys.exit('bye')\n"):
+            def prepare(d):
+                os.dup2(os.open(self.path("stderr"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC), 2)
+                return []
+            status = self.run_child(prepare, code)
+            with open(self.path("stderr")) as f:
+                got = f.read()
+            cold = subprocess.run(["/usr/bin/python3", "-c", code], capture_output=True, text=True, timeout=30)
+            self.assertEqual((os.WEXITSTATUS(status), got), (cold.returncode, cold.stderr), code)
+
+    def test_a_held_sigint_ends_the_program_by_sigint_as_python_does(self):
+        # Taken as the code starts (the program's SIGINT handler: KeyboardInterrupt), then the
+        # end of python3 at a KeyboardInterrupt (python_main.py, _sbx_main): death by SIGINT,
+        # with the traceback of none of the driver's frames.
+        def prepare(d):
+            signal.signal(signal.SIGINT, d._hold)
+            os.kill(os.getpid(), signal.SIGINT)
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            os.dup2(os.open(self.path("stderr"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC), 2)
+            return list(d._HELD)
+        status = self.run_child(prepare, "pass")
+        self.assertTrue(os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGINT, status)
+        with open(self.path("stderr")) as f:
+            self.assertEqual(f.read(), "KeyboardInterrupt\n")
 
     def test_a_signal_blocked_since_the_fork_is_delivered_as_its_code_starts(self):
         # From its fork the program has the forwarded signals blocked (pid 1's mask, _call_pid1);
