@@ -114,7 +114,7 @@ class StalledReader(SbxTestCase):
             out, trace = run.finish()
             self.assertTrue(got, f"the program never got the forwarded SIGTERM while sbx's stdout was stalled "
                                  f"(stderr {run.err[-300:]!r})")
-            self.assertLess(took, 3.0)
+            self.assertLess(took, scaled(3.0))
             self.assertEqual(run.p.returncode, 7)
             self.assertEqual(trace["stdout"]["bytes"], len(out))
         finally:
@@ -230,7 +230,7 @@ class ProcessGroupSignals(SbxTestCase):
             took = time.monotonic() - t0
             out, trace = run.finish()
             self.assertIsNotNone(ended, "sbx did not end")
-            self.assertLess(took, 1.5, f"took {took:.2f}s: the shell's foreground child did not get the signal")
+            self.assertLess(took, scaled(1.5), f"took {took:.2f}s: the shell's foreground child did not get the signal")
             self.assertEqual(run.p.returncode, 128 + sig)
             self.assertEqual(trace["result"]["status"], "signaled")
             self.assertEqual(trace["result"]["signal"], sig)
