@@ -16,8 +16,10 @@
 # two: each is ~1 MiB of pages of its own and ~750 copy-on-write faults (bench/README.md).
 import ctypes, json, os, select, signal, socket, struct, sys
 # Imported once here, not in each call's pid 1 (each import was ~0.5 ms of a call's start:
-# bench/README.md, Templates): random is reseeded in every call (_reseed).
-import gc, random, resource, time
+# bench/README.md, Templates): random is reseeded in every call (_reseed); importlib.machinery,
+# types and atexit are what _sbx_main (python_main.py) imports for each call (atexit alone was
+# ~0.1 ms of CPU per call).
+import atexit, gc, importlib.machinery, random, resource, time, types
 
 _libc = ctypes.CDLL(None, use_errno=True)
 CLONE_NEWNS, CLONE_NEWCGROUP, CLONE_NEWUTS = 0x00020000, 0x02000000, 0x04000000
