@@ -79,8 +79,9 @@ class WallTimeLimit(SbxTestCase):
     def test_a_timed_out_busy_loop_is_recorded_with_its_cpu_time(self):
         # SIGKILL to init alone lost the tree's CPU time (a dying pid namespace's init reaps its
         # children with SIGCHLD ignored): 1 ms was recorded for 2 s of busy loop. Now init kills and
-        # reaps the tree itself and reports its usage (kEndSandboxSignal, handshake.hpp). At least
-        # half the wall time: a loaded 2-core host may give the loop less than all of one CPU.
+        # reaps the tree itself and reports its usage (kEndSandboxSignal, handshake.hpp). Well over
+        # init's 1 ms and under what a loaded 2-core host gives the loop (its neighbour below got
+        # under half its wall time in CI, with both suites and a build beside it).
         r = self.run_sbx(["sh", "-c", "while :; do :; done"], ["--timeout", "2s"], timeout=15)
         self.assertExit(r, 124)
         t = self.need_trace(r)
@@ -89,7 +90,7 @@ class WallTimeLimit(SbxTestCase):
         cpu = t["usage"]["cpu_user_ms"] + t["usage"]["cpu_sys_ms"]
         note(f"2 s busy loop killed at --timeout 2s: cpu_user_ms {t['usage']['cpu_user_ms']}, "
              f"cpu_sys_ms {t['usage']['cpu_sys_ms']}, wall_ms {t['usage']['wall_ms']}")
-        self.assertGreaterEqual(cpu, 1000, "the program tree's CPU time, not init's\n" + r.describe())
+        self.assertGreaterEqual(cpu, 300, "the program tree's CPU time, not init's\n" + r.describe())
 
     def test_a_program_keeping_init_busy_still_has_its_cpu_time_recorded(self):
         """sigtimedwait hands out the lowest pending signal first: a program sending SIGUSR1 to
@@ -101,7 +102,9 @@ class WallTimeLimit(SbxTestCase):
         self.assertExit(r, 124)
         t = self.need_trace(r)
         cpu = t["usage"]["cpu_user_ms"] + t["usage"]["cpu_sys_ms"]
-        self.assertGreaterEqual(cpu, 1000, r.describe())
+        # The tree's CPU, not init's ~1 ms: a bound well under the 2 s of two busy processes, which
+        # got 958 ms of it in CI with both suites and a build beside them.
+        self.assertGreaterEqual(cpu, 300, r.describe())
         self.assertLess(r.wall, scaled(3.5, 2.0), "ended at the timeout, not 2 s later by the fallback SIGKILL")
 
     def test_the_program_cannot_end_the_run_through_inits_end_signal(self):
