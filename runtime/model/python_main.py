@@ -5,6 +5,15 @@
 # embedded after this text (CMakeLists.txt, sbx_embed_text).
 
 
+def _sbx_ready():
+    # What _sbx_main needs that no call changes, made once before any call (a pool's interpreter
+    # before its ok, a template before its forks): the modules it imports (atexit alone was ~0.1
+    # ms of CPU per call) and a process's first compile of source, which makes the compiler's
+    # state (~1 ms here; bench/README.md, Prepared interpreters).
+    import atexit, builtins, importlib.machinery, types
+    compile(b'pass\n', '/', 'exec', dont_inherit=True)
+
+
 def _sbx_exit_code(code):
     # SystemExit's code as `python3 FILE` turns it into an exit status (Python/pythonrun.c).
     import sys

@@ -50,17 +50,14 @@ def _sbx_warm():
     os.close(keep[0])
     os.close(keep[1])
     # What the call's start needs that no call changes, done before the call: the interpreter's
-    # own path resolved, /dev/null open for the call's stdin, _sbx_module run once on a module
-    # nobody sees, atexit (_sbx_main's end) imported, and one compile (a process's first compile
-    # of source costs ~1 ms here: the compiler's state is made then; bench/README.md, Prepared
-    # interpreters).
+    # own path resolved, /dev/null open for the call's stdin, _sbx_main's modules and the
+    # compiler's state (_sbx_ready), and _sbx_module run once on a module nobody sees.
     if not failed:
         try:
             exe = os.path.realpath(sys.executable)
             stdin = os.open('/dev/null', os.O_RDONLY)
+            _sbx_ready()
             _sbx_module('/')
-            import atexit
-            compile(b'pass\n', '/', 'exec', dont_inherit=True)
         except BaseException as e:
             failed = 'prepare for the call: %s: %s' % (type(e).__name__, e)
     if failed:

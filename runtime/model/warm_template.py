@@ -16,10 +16,9 @@
 # two: each is ~1 MiB of pages of its own and ~750 copy-on-write faults (bench/README.md).
 import ctypes, json, os, select, signal, socket, struct, sys
 # Imported once here, not in each call's pid 1 (each import was ~0.5 ms of a call's start:
-# bench/README.md, Templates): random is reseeded in every call (_reseed); importlib.machinery,
-# types and atexit are what _sbx_main (python_main.py) imports for each call (atexit alone was
-# ~0.1 ms of CPU per call).
-import atexit, gc, importlib.machinery, random, resource, time, types
+# bench/README.md, Templates): random is reseeded in every call (_reseed). What _sbx_main
+# (python_main.py) needs is made ready in main(), _sbx_ready.
+import gc, random, resource, time
 
 _libc = ctypes.CDLL(None, use_errno=True)
 CLONE_NEWNS, CLONE_NEWCGROUP, CLONE_NEWUTS = 0x00020000, 0x02000000, 0x04000000
@@ -995,9 +994,9 @@ def main():
         except BaseException as e:
             fail(f"preload {m!r}: {type(e).__name__}: {e}")
     sys.stdout.flush()
-    # A process's first compile of source makes the compiler's state (~1 ms here): made once
-    # here, it is every fork's, shared, rather than made again in each call's program.
-    compile(b"pass\n", "/", "exec", dont_inherit=True)
+    # What each call's _sbx_main needs (its modules, the compiler's state): made once here, it
+    # is every fork's, shared, rather than made again in each call's program.
+    _sbx_ready()
     # Every object so far (the driver's, the preloads') is left out of the collector's passes,
     # in the template and in every fork: a pass writes to each object it scans, and each write
     # copies a page that the forks would otherwise share (the gc module's advice for fork
