@@ -68,6 +68,13 @@ std::vector<std::string> entries(const std::string& dir) {
 // A running session's directory whose server is gone (killed, or the host rebooted): its
 // tombstone says so, and the directory goes.
 nlohmann::json bury_stale(const Dirs& dirs, const std::string& id) {
+  // A server that ends writes its tombstone before it removes its directory (retire_session_dir),
+  // whose socket may go before its session.json: a directory met in between is that server's,
+  // and its own tombstone (how it ended: "stop", "idle_max", ...) stands.
+  if (nlohmann::json own = read_meta(sessions_dir(dirs) + "/ended/" + id + ".json"); own.is_object()) {
+    remove_tree_flat(session_dir(dirs, id));
+    return own;
+  }
   nlohmann::json meta = read_meta(session_dir(dirs, id) + "/session.json");
   if (!meta.is_object()) meta = {{"id", id}};
   meta["state"] = "ended";

@@ -355,6 +355,27 @@ class Refusals(SessionCase):
         self.assertEqual(meta["ended_by"], "stop")
         self.assertEqual(self.end_record(info)["session"]["ended_by"], "stop")
 
+    def test_a_server_s_own_end_stands_over_its_half_removed_directory(self):
+        # An ending server writes its tombstone, then removes its directory, whose socket may go
+        # before its session.json: `ls --all` meeting that moment took it for a server gone and
+        # wrote "server_gone" over the server's own end (the test above, under load). That moment,
+        # made by hand: the directory back with its session.json alone, beside the tombstone.
+        info = self.start()
+        sid = info["session"]
+        with open(os.path.join(self.session_dir(sid), "session.json")) as f:
+            running = f.read()
+        r = sbx(["session", "stop", sid], timeout=60)
+        self.assertEqual(r.rc, 0, r.describe())
+        self.started.remove(sid)
+        self.assertEqual(self.ended(sid)["ended_by"], "stop")
+        os.mkdir(self.session_dir(sid), 0o700)
+        with open(os.path.join(self.session_dir(sid), "session.json"), "w") as f:
+            f.write(running)
+        listed = {m["id"]: m for m in json.loads(sbx(["session", "ls", "--all", "--json"]).out)}
+        self.assertEqual(listed[sid]["ended_by"], "stop", listed[sid])
+        self.assertFalse(os.path.exists(self.session_dir(sid)), "the half-removed directory is still there")
+        self.assertEqual(json.loads(sbx(["session", "show", sid]).out)["ended_by"], "stop")
+
 
 class Ids(SessionCase):
     def test_unknown_malformed_and_foreign_ids_are_refused_naming_them(self):
