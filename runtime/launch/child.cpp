@@ -343,6 +343,7 @@ void run_init(const ChildConfig& cfg) {
   auto image_fd = reopen_image_in_namespace(cfg.mounts);  // before the uid changes (see mounts.hpp)
   if (!image_fd) fail(cfg, image_fd.error());
   STAGE(cfg, become_namespace_root(cfg.identity));
+  STAGE(cfg, set_rlimits(cfg.init_rlimits, false));  // before any process of the program's exists
   // Changing credentials clears the parent-death signal: set it again, then make sure the
   // supervisor did not die in between (its end of the sync pipe would have hung up).
   raw::prctl(PR_SET_PDEATHSIG, SIGKILL);

@@ -28,6 +28,10 @@ struct ChildConfig {
   std::vector<std::string> argv;
   std::vector<std::string> envp;  // NAME=VALUE, the program's whole environment
   std::vector<std::pair<int, rlim_t>> rlimits;
+  // Init's own (fixed_rlimits, limits_plan.hpp): the program shares init's uid, and the kernel
+  // checks a queued signal against the receiver's limit, so init's too caps what the program
+  // can queue, to init (its blocked end signal) or to itself.
+  std::vector<std::pair<int, rlim_t>> init_rlimits;
   // The capabilities the program keeps (caps.hpp CapMask: bit N is capability N); 0: none.
   std::uint64_t keep_caps = 0;
   // >= 0: the program's umask (a tenant's runs get 077: what it writes into a shared bind is its

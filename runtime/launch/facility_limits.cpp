@@ -4,6 +4,7 @@
 // set_rlimits in child.cpp's run_program (from ChildConfig::rlimits, filled in
 // Run::prepare_child); the supervisor enforces wall time, CPU budget and output (supervisor.hpp).
 #include <spdlog/spdlog.h>
+#include <sys/resource.h>
 
 #include "runtime/launch/facility.hpp"
 #include "runtime/launch/preflight.hpp"
@@ -11,6 +12,19 @@
 
 namespace sbx {
 using nlohmann::json;
+
+namespace {
+// The program's shares of the host user's kernel quotas (fixed_rlimits, limits_plan.hpp).
+json kernel_quotas_json(const std::vector<std::pair<int, std::uint64_t>>& fixed) {
+  json q = json::object();
+  for (auto& [res, value] : fixed) {
+    if (res == RLIMIT_SIGPENDING) put(q, "enforcement/kernel_quotas/sigpending", value);
+    if (res == RLIMIT_MSGQUEUE) put(q, "enforcement/kernel_quotas/msgqueue", value);
+    if (res == RLIMIT_MEMLOCK) put(q, "enforcement/kernel_quotas/memlock", value);
+  }
+  return q;
+}
+}  // namespace
 
 void add_limit_entries(const std::vector<LimitEntry>& entries, json& enforcement) {
   json applied = json::object();
@@ -119,6 +133,7 @@ class LimitsFacility final : public Facility {
     if (ctx.cgroup && !ctx.cgroup->warnings().empty()) put(out, "enforcement/cgroup_notes", ctx.cgroup->warnings());
     if (ctx.cgroup_error) put(out, "enforcement/cgroup_error", ctx.cgroup_error->describe());
     add_limit_entries(ctx.limits ? *ctx.limits : std::vector<LimitEntry>{}, out);
+    if (ctx.limits) put(out, "enforcement/kernel_quotas", kernel_quotas_json(ctx.plan.fixed));  // once planned
   }
   void plan(const RunContext& ctx, json& out) const override {
     const CgroupInfo& cg = ctx.cg;

@@ -6,9 +6,11 @@
 #include <cmath>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string_view>
 
+#include "runtime/base/fsutil.hpp"
 #include "runtime/model/limits_table.hpp"
 
 namespace sbx {
@@ -247,6 +249,33 @@ constexpr NamedPlanner kPlanners[] = {
 };
 
 }  // namespace
+
+std::uint64_t kernel_quota_share(std::uint64_t own, std::uint64_t kernel_default) {
+  return (own == static_cast<std::uint64_t>(RLIM_INFINITY) ? kernel_default : own) / kKernelQuotaShare;
+}
+
+namespace {
+// What the kernel gives a user by default (kernel/fork.c: RLIMIT_SIGPENDING is max_threads / 2;
+// ipc/mqueue.c MQ_BYTES_MAX; mm MLOCK_LIMIT since Linux 5.16): shared out where sbx's own limit is
+// unlimited, since each of that user's other processes still checks the count against its own.
+std::uint64_t kernel_default_quota(int res) {
+  if (res == RLIMIT_MSGQUEUE) return 819200;
+  if (res == RLIMIT_MEMLOCK) return 8 << 20;
+  std::uint64_t threads = std::strtoull(read_file_prefix("/proc/sys/kernel/threads-max", 32).c_str(), nullptr, 10);
+  return (threads > 0 ? threads : 32768) / 2;  // a kernel's minimum of threads-max is 20
+}
+}  // namespace
+
+std::vector<std::pair<int, std::uint64_t>> fixed_rlimits() {
+  std::vector<std::pair<int, std::uint64_t>> out = {{RLIMIT_CORE, 0}};
+  for (int res : {RLIMIT_SIGPENDING, RLIMIT_MSGQUEUE, RLIMIT_MEMLOCK}) {
+    struct rlimit own {};
+    if (::getrlimit(res, &own) != 0) continue;  // never fails for a valid resource
+    out.emplace_back(res,
+                     kernel_quota_share(own.rlim_cur, own.rlim_cur == RLIM_INFINITY ? kernel_default_quota(res) : 0));
+  }
+  return out;
+}
 
 LimitPlan plan_limits(const Limits& limits, const CgroupInfo& info, bool rootless, bool cgroup_ok, bool gpu) {
   LimitPlan plan;

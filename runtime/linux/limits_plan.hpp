@@ -14,6 +14,26 @@
 
 namespace sbx {
 
+// The rlimits every sandbox's program gets, whatever its limits (Run::prepare_child; a template's
+// calls through their job): no core file, and a share of the three kernel quotas that a user
+// namespace does not separate. The kernel counts queued signals (RLIMIT_SIGPENDING: real-time
+// signals, POSIX timers), POSIX message queue bytes (RLIMIT_MSGQUEUE) and SysV shared memory
+// locked with SHM_LOCK (RLIMIT_MEMLOCK) per user at every level of the user namespace chain
+// (kernel/ucount.c, inc_rlimit_ucounts), each level against the limit of the namespace's creator,
+// so a sandbox's count is also that of the host user who ran sbx (the owner of its user
+// namespace): unbounded, one program that filled its own quota (100,000 blocked sigqueue calls,
+// ten message queues, 8 MiB of locked segments) left none to that user's other processes (root's
+// too for the first two, when root runs sbx) until it ended (tests/integration/test_kernel_quotas.py).
+// Each sandbox gets 1/kKernelQuotaShare of sbx's own soft limit, as soft and hard limit (a program
+// cannot raise a hard limit: that needs CAP_SYS_RESOURCE over the initial user namespace); where
+// sbx's is unlimited, of the kernel's default for a user (that user's other processes still check
+// the shared count against their own limits). Init gets them too (ChildConfig::init_rlimits).
+// RLIMIT_MEMLOCK also caps what each process may mlock(2): 512 KiB of the usual 8 MiB.
+inline constexpr std::uint64_t kKernelQuotaShare = 16;
+std::vector<std::pair<int, std::uint64_t>> fixed_rlimits();
+// A sandbox's share of a quota whose soft limit is `own`; of `kernel_default` where own is unlimited.
+std::uint64_t kernel_quota_share(std::uint64_t own, std::uint64_t kernel_default);
+
 struct LimitDecision {
   std::string limit;      // "memory", "pids", "cpus", "cpu_time", "timeout", "output"
   std::string value;      // as asked: bytes, count, CPUs, milliseconds
@@ -34,6 +54,9 @@ struct LimitPlan {
   // (resource, value) applied in the child before exec with setrlimit(resource, {value, value}):
   // soft = hard, so the program cannot raise them again.
   std::vector<std::pair<int, std::uint64_t>> rlimits;
+  // fixed_rlimits(), read when the plan is made: applied before `rlimits`, recorded as
+  // enforcement.kernel_quotas.
+  std::vector<std::pair<int, std::uint64_t>> fixed = fixed_rlimits();
 
   const LimitDecision* find(const std::string& limit) const;
   // Decisions not applied, or (if count_degraded) applied only in a weaker form.

@@ -135,8 +135,14 @@ def _install_filter(bpf):
 
 
 def _set_rlimits(job):
+    # The job's limits, never above this process's hard limit (the template's, set when it was
+    # built: sandbox.cpp fixed_rlimits and the profile's), which no process here may raise: a
+    # call planned after the server's own limits rose gets the template's instead of failing.
     for res, value in job.get("rlimits", []):
         value = resource.RLIM_INFINITY if value >= (1 << 63) else value
+        hard = resource.getrlimit(res)[1]
+        if hard != resource.RLIM_INFINITY and (value == resource.RLIM_INFINITY or value > hard):
+            value = hard
         resource.setrlimit(res, (value, value))
 
 
