@@ -6,7 +6,9 @@ program that filled its quota left none to that user's other processes (root's t
 two, when root runs sbx) for as long as it ran. The attack here fills the sandbox's quota and
 holds it while the test, as the same host user, queues a signal, opens a message queue, locks a
 segment of its own: each must still work. Without the bound they failed with EAGAIN, EMFILE and
-ENOMEM (cold runs as root and rootless, and template calls). Runs as root and rootless."""
+ENOMEM (cold runs as root and rootless, and template calls). Also the one host-wide count the
+default policy allowed a sandbox to take whole, Linux AIO contexts (fs.aio-max-nr): io_setup is
+refused. Runs as root and rootless."""
 import ctypes
 import json
 import os
@@ -191,6 +193,19 @@ class KernelQuotas(SbxTestCase):
         self.assertGreater(int(line[2]), own // SHARE - 4096 * 2, line)
         self.assertEqual(line[3], "12", line)
         p.wait(timeout=scaled(30))
+
+    def test_a_program_cannot_take_the_hosts_aio_contexts(self):
+        # Linux AIO contexts count against fs.aio-max-nr, one number for the whole host: a review
+        # took all 65536 from a sandbox, and host root's io_setup failed with EAGAIN. The default
+        # policy answers io_setup with ENOSYS (38), as a kernel without AIO does; the record
+        # lists the refusal.
+        code = ("import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nctx = ctypes.c_ulong(0)\n"
+                "print(libc.syscall(206, 4096, ctypes.byref(ctx)), ctypes.get_errno())\n")  # io_setup, x86_64
+        r = self.run_sbx(["python3", "-c", code])
+        self.assertExit(r, 0)
+        self.assertEqual(r.out.split(), ["-1", "38"], r.describe())
+        names = [v.get("name") for v in self.need_trace(r)["violations"] if v["kind"] == "seccomp"]
+        self.assertIn("io_setup", names)
 
     def test_a_template_call_cannot_take_its_users_queued_signals(self):
         # A template's calls take their rlimits from the job (warm_template.py, _set_rlimits), not

@@ -109,6 +109,9 @@ TEST_CASE("the default policy: allowlist, explicit denials, argument conditions,
   CHECK(verdict(prog, call(SYS_clone, {0x10000000 | 0x11})) == "errno 1");    // CLONE_NEWUSER
   CHECK(verdict(prog, call(SYS_clone, {0x20000000 | 0x11})) == "errno 1");    // CLONE_NEWPID
   CHECK(verdict(prog, call(SYS_clone3)) == "errno 38");
+  // Linux AIO: a context takes from fs.aio-max-nr, the host's one count; ENOSYS, as without AIO.
+  CHECK(verdict(prog, call(SYS_io_setup, {1, 0})) == "errno 38");
+  CHECK(verdict(prog, call(SYS_io_submit)) == "allow");  // needs a context: none can be made
   // TIOCSTI and TIOCLINUX are refused, also with junk in the upper 32 bits the kernel ignores.
   CHECK(verdict(prog, call(SYS_ioctl, {0, 0x5412})) == "errno 1");
   CHECK(verdict(prog, call(SYS_ioctl, {0, 0x100005412ULL})) == "errno 1");
