@@ -122,14 +122,21 @@ def own_soft_limit(res):
 
 
 class KernelQuotas(SbxTestCase):
-    def flood(self, code):
-        """sbx run of the flood; its first line once it holds the quota."""
+    def flood(self, res, code, word):
+        """sbx run of a flood of quota `res` (the test is skipped where sbx's own is unlimited):
+        the flood, its first line (starting with `word`) once it holds what it took, and sbx's
+        own soft limit."""
+        own = own_soft_limit(res)
+        if own is None:
+            self.skipTest(f"resource {res} is unlimited here: no quota for a sandbox to take")
         p = subprocess.Popen([SBX, "run", "--", "python3", "-c", code, str(scaled(HOLD_S))], stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True)
         self.addCleanup(lambda: p.poll() is None and (p.kill(), p.wait()))
         ready, _, _ = select.select([p.stdout], [], [], scaled(30))
         self.assertTrue(ready, "the flood said nothing")
-        return p, p.stdout.readline().split()
+        line = p.stdout.readline().split()
+        self.assertEqual(line[:1], [word], line)
+        return p, line, own
 
     def test_the_program_and_init_have_their_shares_and_the_record_says_so(self):
         # Init too (ChildConfig::init_rlimits): it shares the program's uid, and the kernel checks
@@ -151,11 +158,7 @@ class KernelQuotas(SbxTestCase):
                 self.assertEqual(line[len(row):].split()[:2], [str(want[key])] * 2, line)
 
     def test_a_program_cannot_take_its_users_queued_signals(self):
-        own = own_soft_limit(resource.RLIMIT_SIGPENDING)
-        if own is None:
-            self.skipTest("RLIMIT_SIGPENDING is unlimited here: no quota for a sandbox to take")
-        p, line = self.flood(SIGNAL_FLOOD)
-        self.assertEqual(line[:1], ["queued"], line)
+        p, line, own = self.flood(resource.RLIMIT_SIGPENDING, SIGNAL_FLOOD, "queued")
         ok, out = host_can_queue_a_signal()
         self.assertTrue(ok, f"the host user could not queue a signal while the sandbox held {line[1]}: {out}")
         # It queued its share, and no more (less what init or anything else of the sandbox's user
@@ -165,11 +168,7 @@ class KernelQuotas(SbxTestCase):
         self.assertEqual(p.wait(timeout=scaled(30)), 0, p.stderr.read())
 
     def test_a_program_cannot_take_its_users_message_queues(self):
-        own = own_soft_limit(resource.RLIMIT_MSGQUEUE)
-        if own is None:
-            self.skipTest("RLIMIT_MSGQUEUE is unlimited here: no quota for a sandbox to take")
-        p, line = self.flood(QUEUE_FLOOD)
-        self.assertEqual(line[:1], ["queues"], line)
+        p, line, own = self.flood(resource.RLIMIT_MSGQUEUE, QUEUE_FLOOD, "queues")
         ok, err = host_can_open_a_message_queue()
         self.assertTrue(ok, f"the host user could not open a message queue while the sandbox held {line[2]} bytes "
                             f"of them: errno {err}")
@@ -180,11 +179,7 @@ class KernelQuotas(SbxTestCase):
         p.wait(timeout=scaled(30))
 
     def test_a_program_cannot_take_its_users_locked_memory(self):
-        own = own_soft_limit(resource.RLIMIT_MEMLOCK)
-        if own is None:
-            self.skipTest("RLIMIT_MEMLOCK is unlimited here: no quota for a sandbox to take")
-        p, line = self.flood(LOCK_FLOOD)
-        self.assertEqual(line[:1], ["locked"], line)
+        p, line, own = self.flood(resource.RLIMIT_MEMLOCK, LOCK_FLOOD, "locked")
         ok, err = host_can_lock_a_segment()
         self.assertTrue(ok, f"the host user could not lock a page while the sandbox held {line[2]} bytes locked: "
                             f"errno {err}")
