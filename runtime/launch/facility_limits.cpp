@@ -138,6 +138,7 @@ class LimitsFacility final : public Facility {
   void plan(const RunContext& ctx, json& out) const override {
     const CgroupInfo& cg = ctx.cg;
     out["limits"] = limits_plan_json(ctx.spec.limits, ctx.plan, ctx.req.limit_layers);
+    out["kernel_quotas"] = kernel_quotas_json(ctx.plan.fixed);
     out["cgroup"] = ctx.plan.use_cgroup
                         ? "v2: a run cgroup under " + (cg.root_subtree ? cg.mount + "/sbx" : cg.mount + cg.self_path)
                         : "unavailable (" + cg.layout + "): limits fall back to rlimits where one exists";

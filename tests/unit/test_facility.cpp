@@ -119,9 +119,11 @@ TEST_CASE("facilities: the record after every prepare step has each facility's p
   CHECK(schema_errors(e) == "");
   // --dry-run's enforcement comes from the same facilities.
   json plan = enforcement_plan(ctx);
-  CHECK(keys_of(plan) == std::set<std::string>{"limits", "cgroup", "identity", "seccomp", "network", "image", "mounts", "gpu",
-                                               "memory_fallback"});
+  CHECK(keys_of(plan) == std::set<std::string>{"limits", "kernel_quotas", "cgroup", "identity", "seccomp", "network",
+                                               "image", "mounts", "gpu", "memory_fallback"});
   CHECK(plan["seccomp"] == e["seccomp"]);
+  CHECK(plan["kernel_quotas"] == e["kernel_quotas"]);
+  CHECK(e["kernel_quotas"].contains("sigpending"));  // the program's share (fixed_rlimits), once the limits are planned
   CHECK(plan["identity"] == e["identity"]);
   CHECK(plan["memory_fallback"] == e["memory_fallback"]);
 }
