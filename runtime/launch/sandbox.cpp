@@ -403,9 +403,9 @@ bool Run::prepare_child() {
   cfg.envp = build_environment(s, environ, ::isatty(STDOUT_FILENO) == 1 || req_.io.stdin_plan.mode == StdinMode::pty);
   if (ctx_.gpu.enabled) add_gpu_environment(cfg.envp, ctx_.gpu, s);
   for (auto& [name, value] : req_.secrets.env) cfg.envp.push_back(name + "=" + value);
-  cfg.rlimits.clear();
-  for (auto& [res, value] : ctx_.plan.fixed) cfg.rlimits.push_back({res, static_cast<rlim_t>(value)});
-  cfg.init_rlimits = cfg.rlimits;
+  cfg.init_rlimits.clear();
+  for (auto& [res, value] : ctx_.plan.fixed) cfg.init_rlimits.push_back({res, static_cast<rlim_t>(value)});
+  cfg.rlimits = cfg.init_rlimits;  // the program's: init's, then the plan's (below)
   cfg.keep_caps = capability_mask(s.capabilities.keep);
   cfg.umask = req_.tenant.umask;
   if (ctx_.memory_fallback_applies() && sysv_shm_capped(*identity_)) cfg.sysv_shm_bytes = *s.limits.memory_bytes;

@@ -1,6 +1,7 @@
 // fixed_rlimits (limits_plan.hpp): every sandbox's program gets no core file and a sixteenth of
 // sbx's own quotas of queued signals, message queue bytes and locked shared memory, never more
-// than sbx has, and none where sbx's is unlimited. The attack that the share stops is tests/integration/test_kernel_quotas.py.
+// than sbx has; a sixteenth of the kernel's default where sbx's is unlimited. The attack that the
+// share stops is tests/integration/test_kernel_quotas.py.
 #include <doctest/doctest.h>
 #include <sys/resource.h>
 
