@@ -21,6 +21,7 @@
 #include "runtime/model/foreign_flags.hpp"
 #include "runtime/base/text_escape.hpp"
 #include "runtime/base/signals.hpp"
+#include "runtime/linux/limits_plan.hpp"
 
 namespace sbx::cli {
 void add_global_options(CLI::App& app, GlobalOptions& g) {
@@ -264,6 +265,12 @@ int sbx::cli::sbx_main(int argc, char** argv) {
   // forward it, or for the run to record it, instead of ending sbx with no record
   // (runtime/base/signals.hpp). Commands that run no sandbox get the caller's mask back below.
   sbx::block_forwarded_signals_at_start();
+  // Before any user namespace is made: every sandbox of this host user together then holds at
+  // most half of each kernel quota that namespaces do not separate (limits_plan.hpp).
+  if (auto st = sbx::hold_kernel_quotas(); !st) {
+    std::fprintf(stderr, "sbx: %s\n", st.error().describe().c_str());
+    return 125;
+  }
   using namespace sbx::cli;
   bool help_word = false;
   std::vector<char*> args = help_words_as_flags(argc, argv, help_word);

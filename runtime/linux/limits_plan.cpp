@@ -250,25 +250,44 @@ constexpr NamedPlanner kPlanners[] = {
 
 }  // namespace
 
-std::uint64_t kernel_quota_share(std::uint64_t own, std::uint64_t kernel_default) {
-  return (own == static_cast<std::uint64_t>(RLIM_INFINITY) ? kernel_default : own) / kKernelQuotaShare;
-}
-
 namespace {
 // What the kernel gives a user by default (kernel/fork.c: RLIMIT_SIGPENDING is max_threads / 2;
-// ipc/mqueue.c MQ_BYTES_MAX; mm MLOCK_LIMIT since Linux 5.16): shared out where sbx's own limit is
-// unlimited, since each of that user's other processes still checks the count against its own.
+// ipc/mqueue.c MQ_BYTES_MAX; mm MLOCK_LIMIT since Linux 5.16): the ceiling where sbx's own hard
+// limit is unlimited, since each of that user's other processes still checks the count against
+// its own limits.
 std::uint64_t kernel_default_quota(int res) {
   if (res == RLIMIT_MSGQUEUE) return 819200;
   if (res == RLIMIT_MEMLOCK) return 8 << 20;
   std::uint64_t threads = std::strtoull(read_file_prefix("/proc/sys/kernel/threads-max", 32).c_str(), nullptr, 10);
   return (threads > 0 ? threads : 32768) / 2;  // a kernel's minimum of threads-max is 20
 }
+constexpr int kKernelQuotas[] = {RLIMIT_SIGPENDING, RLIMIT_MSGQUEUE, RLIMIT_MEMLOCK};
+constexpr auto kUnlimited = static_cast<std::uint64_t>(RLIM_INFINITY);
 }  // namespace
+
+std::uint64_t held_kernel_quota(std::uint64_t hard, std::uint64_t kernel_default) {
+  return (hard == kUnlimited ? kernel_default : hard) / kHostKeeps;
+}
+
+std::uint64_t kernel_quota_share(std::uint64_t own, std::uint64_t kernel_default) {
+  return (own == kUnlimited ? kernel_default / kHostKeeps : own) / kKernelQuotaShare;
+}
+
+Status hold_kernel_quotas() {
+  for (int res : kKernelQuotas) {
+    struct rlimit own {};
+    if (::getrlimit(res, &own) != 0) return sys_error("limits", "getrlimit");
+    std::uint64_t held = held_kernel_quota(own.rlim_max, own.rlim_max == RLIM_INFINITY ? kernel_default_quota(res) : 0);
+    if (own.rlim_cur != RLIM_INFINITY && own.rlim_cur <= held) continue;
+    own.rlim_cur = static_cast<rlim_t>(held);
+    if (::setrlimit(res, &own) != 0) return sys_error("limits", "setrlimit (hold a kernel quota at half)");
+  }
+  return {};
+}
 
 std::vector<std::pair<int, std::uint64_t>> fixed_rlimits() {
   std::vector<std::pair<int, std::uint64_t>> out = {{RLIMIT_CORE, 0}};
-  for (int res : {RLIMIT_SIGPENDING, RLIMIT_MSGQUEUE, RLIMIT_MEMLOCK}) {
+  for (int res : kKernelQuotas) {
     struct rlimit own {};
     if (::getrlimit(res, &own) != 0) continue;  // never fails for a valid resource
     out.emplace_back(res,

@@ -19,19 +19,34 @@ namespace sbx {
 // namespace does not separate. The kernel counts queued signals (RLIMIT_SIGPENDING: real-time
 // signals, POSIX timers), POSIX message queue bytes (RLIMIT_MSGQUEUE) and SysV shared memory
 // locked with SHM_LOCK (RLIMIT_MEMLOCK) per user at every level of the user namespace chain
-// (kernel/ucount.c, inc_rlimit_ucounts), each level against the limit of the namespace's creator,
-// so a sandbox's count is also that of the host user who ran sbx (the owner of its user
-// namespace): unbounded, one program that filled its own quota (100,000 blocked sigqueue calls,
-// ten message queues, 8 MiB of locked segments) left none to that user's other processes (root's
-// too for the first two, when root runs sbx) until it ended (tests/integration/test_kernel_quotas.py).
-// Each sandbox gets 1/kKernelQuotaShare of sbx's own soft limit, as soft and hard limit (a program
-// cannot raise a hard limit: that needs CAP_SYS_RESOURCE over the initial user namespace); where
-// sbx's is unlimited, of the kernel's default for a user (that user's other processes still check
-// the shared count against their own limits). Init gets them too (ChildConfig::init_rlimits).
+// (kernel/ucount.c, inc_rlimit_ucounts), so a sandbox's count is also that of the host user who
+// ran sbx (the owner of its user namespace): unbounded, one program that filled its own quota
+// (100,000 blocked sigqueue calls, ten message queues, 8 MiB of locked segments) left none to that
+// user's other processes (root's too for the first two, when root runs sbx) until it ended
+// (tests/integration/test_kernel_quotas.py). Two bounds, from the two checks the kernel makes:
+//   - all of sbx's sandboxes together (however many runs, servers and calls): at each level the
+//     count is checked against the limit its user namespace's creator had when it made it
+//     (create_user_ns: the soft limit), so sbx holds its own soft limit at 1/kHostKeeps of its
+//     hard one (of the kernel's default for a user where that is unlimited) before it makes any
+//     (hold_kernel_quotas, at sbx's start): the host user's own processes, which check the same
+//     count against their own limits, always keep the rest;
+//   - each sandbox: 1/kKernelQuotaShare of that held soft limit, as soft and hard limit (a program
+//     cannot raise a hard limit: that needs CAP_SYS_RESOURCE over the initial user namespace), so
+//     that one sandbox cannot take all its siblings' part. Init gets it too
+//     (ChildConfig::init_rlimits).
 // RLIMIT_MEMLOCK also caps what each process may mlock(2): 512 KiB of the usual 8 MiB.
-inline constexpr std::uint64_t kKernelQuotaShare = 16;
+inline constexpr std::uint64_t kHostKeeps = 2;
+inline constexpr std::uint64_t kKernelQuotaShare = 8;
+// Lowers sbx's own soft limit of each of the three quotas to its ceiling / kHostKeeps where it is
+// above that. Idempotent, so every sbx process does it (sbx_main): a worker, a fork server's
+// child, a server's children.
+Status hold_kernel_quotas();
+// What sbx's soft limit of a quota is held at, for its hard limit `hard`: 1/kHostKeeps of it, of
+// `kernel_default` where it is unlimited.
+std::uint64_t held_kernel_quota(std::uint64_t hard, std::uint64_t kernel_default);
 std::vector<std::pair<int, std::uint64_t>> fixed_rlimits();
-// A sandbox's share of a quota whose soft limit is `own`; of `kernel_default` where own is unlimited.
+// A sandbox's share of a quota whose soft limit (held) is `own`; of `kernel_default` / kHostKeeps
+// where own is unlimited (hold_kernel_quotas was not called: a unit test).
 std::uint64_t kernel_quota_share(std::uint64_t own, std::uint64_t kernel_default);
 
 struct LimitDecision {

@@ -6,9 +6,12 @@ program that filled its quota left none to that user's other processes (root's t
 two, when root runs sbx) for as long as it ran. The attack here fills the sandbox's quota and
 holds it while the test, as the same host user, queues a signal, opens a message queue, locks a
 segment of its own: each must still work. Without the bound they failed with EAGAIN, EMFILE and
-ENOMEM (cold runs as root and rootless, and template calls). Also the one host-wide count the
-default policy allowed a sandbox to take whole, Linux AIO contexts (fs.aio-max-nr): io_setup is
-refused. Runs as root and rootless."""
+ENOMEM (cold runs as root and rootless, and template calls). Seventeen sandboxes at once, each
+within its share, held the whole quota between them until sbx held its own soft limit at half
+(hold_kernel_quotas): the kernel checks each level of the chain against the limit of the
+namespace's creator, so all of sbx's sandboxes together now stop at half. Also the one host-wide
+count the default policy allowed a sandbox to take whole, Linux AIO contexts (fs.aio-max-nr):
+io_setup is refused. Runs as root and rootless."""
 import ctypes
 import json
 import os
@@ -23,7 +26,7 @@ import uuid
 from sbxtest import SBX, SbxTestCase, scaled
 
 HOLD_S = 3
-SHARE = 16  # kKernelQuotaShare (limits_plan.hpp)
+HOST_KEEPS, SHARE = 2, 8  # kHostKeeps, kKernelQuotaShare (limits_plan.hpp)
 
 # Blocks a real-time signal and queues it to itself until the kernel refuses, then holds what it
 # queued (all pending) while the host tries.
@@ -117,8 +120,13 @@ def host_can_lock_a_segment():
 
 
 def own_soft_limit(res):
-    soft, _ = resource.getrlimit(res)
-    return None if soft == resource.RLIM_INFINITY else soft
+    """What a sandbox's share is taken from: the soft limit sbx holds (hold_kernel_quotas), at
+    most half its hard limit; None where this process's is unlimited (the kernel's default is
+    shared out then: not checked here)."""
+    soft, hard = resource.getrlimit(res)
+    if soft == resource.RLIM_INFINITY or hard == resource.RLIM_INFINITY:
+        return None
+    return min(soft, hard // HOST_KEEPS)
 
 
 class KernelQuotas(SbxTestCase):
@@ -166,6 +174,37 @@ class KernelQuotas(SbxTestCase):
         self.assertTrue(own // SHARE - 16 <= int(line[1]) <= own // SHARE, line)
         self.assertEqual(line[2], "11", line)
         self.assertEqual(p.wait(timeout=scaled(30)), 0, p.stderr.read())
+
+    def test_seventeen_sandboxes_at_once_cannot_take_their_users_queued_signals(self):
+        # Each within its share, seventeen shares are more than the whole quota (16 x 6022 <
+        # 96367 < 17 x 6022 here): before sbx held its own soft limit at half, the host user's
+        # sigqueue failed with EAGAIN while they held. All sbx's sandboxes together now stop at
+        # what sbx holds: the kernel checks the host user's count against it (the limit the
+        # namespace's creator had), while the user's own processes check it against theirs.
+        held = own_soft_limit(resource.RLIMIT_SIGPENDING)
+        if held is None:
+            self.skipTest("RLIMIT_SIGPENDING is unlimited here: no quota for a sandbox to take")
+        code = SIGNAL_FLOOD.replace("time.sleep(float(sys.argv[1]))", "sys.stdin.read()")
+        floods = []
+        for _ in range(17):
+            p = subprocess.Popen([SBX, "run", "-i", "--", "python3", "-c", code], stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            self.addCleanup(lambda p=p: p.poll() is None and (p.kill(), p.wait()))
+            floods.append(p)
+        queued = []
+        for p in floods:
+            ready, _, _ = select.select([p.stdout], [], [], scaled(60))
+            self.assertTrue(ready, "a flood said nothing")
+            line = p.stdout.readline().split()
+            self.assertEqual(line[:1], ["queued"], (line, p.stderr.read() if p.poll() is not None else ""))
+            queued.append(int(line[1]))
+        ok, out = host_can_queue_a_signal()
+        self.assertTrue(ok, f"the host user could not queue a signal while 17 sandboxes held {sum(queued)}: {out}")
+        self.assertLessEqual(sum(queued), held, queued)
+        self.assertTrue(all(n <= held // SHARE for n in queued), queued)
+        for p in floods:
+            p.stdin.close()
+            self.assertEqual(p.wait(timeout=scaled(30)), 0, p.stderr.read())
 
     def test_a_program_cannot_take_its_users_message_queues(self):
         p, line, own = self.flood(resource.RLIMIT_MSGQUEUE, QUEUE_FLOOD, "queues")
