@@ -5,7 +5,8 @@ What an idle prepared sandbox costs in memory (issue 34's target: <= 2 MiB propo
 with templates). Starts `sbx mcp --pool N` under a profile with
 "warm": {"interpreter": "python3", "preload": [...], "mode": "template"}, waits until its N forks
 made ahead are ready (man sbx-mcp, Templates: forks made ahead), then reads each process's Pss
-from /proc/PID/smaps_rollup: the template (its worker, its init and the driver), the server's fork
+from /proc/PID/smaps_rollup: the template (its worker, its init, the process that waits for the
+driver and the driver), the server's fork
 server (which forks every worker, one per server), and for each fork
 its pooled worker (`sbx mcp-worker`, which will supervise the call) and the two processes of the
 call (its pid 1, which the driver forked, and the program waiting for its call, which pid 1 forked).
@@ -96,10 +97,12 @@ def main(argv):
             time.sleep(0.5)
             continue
         host, pooled = workers[0], workers[1:]
-        # The template's driver: host worker -> init -> python3; each fork made ahead is one of its
-        # children (the call's pid 1) with the program below it.
+        # The template's driver: host worker -> init -> python3 (the sandbox's program, which waits)
+        # -> python3 (the template, pid 1 of its own pid namespace: warm_template.py,
+        # _pid_no_call_has); each fork made ahead is one of its children (the call's pid 1) with
+        # the program below it.
         chain = [host]
-        while children(chain[-1]) and len(chain) < 3:
+        while children(chain[-1]) and len(chain) < 4:
             chain.append(sorted(children(chain[-1]), key=started)[0])
         driver = chain[-1]
         forks = [[p] + children(p) for p in children(driver)]
@@ -111,7 +114,7 @@ def main(argv):
     time.sleep(1)  # settled: each fork's program has reseeded and waits
     template = sum(pss_kib(p) for p in chain)
     print(f"sbx mcp --pool {pool}, template preloading {', '.join(opts['preload'])}: Pss in KiB")
-    print(f"  template (worker, init, driver): {template}  ({' + '.join(str(pss_kib(p)) for p in chain)})")
+    print(f"  template (worker, init, waiter, driver): {template}  ({' + '.join(str(pss_kib(p)) for p in chain)})")
     if forkserver:
         print(f"  the server's fork server: {pss_kib(forkserver[0])} (one per server, not per fork)")
     totals, privates = [], []

@@ -5,7 +5,8 @@
 # (kTemplateSeccomp) lets it unshare every namespace but a user namespace, return to its own pid
 # namespace (setns) and mount, holding CAP_SYS_ADMIN and CAP_SETPCAP in the sandbox's user namespace.
 #
-# It imports the preload list once, says "ready" (or "failed WHY") on stdout, then serves calls
+# It becomes pid 1 of a pid namespace of its own (_pid_no_call_has), imports the preload list
+# once, says "ready" (or "failed WHY") on stdout, then serves calls
 # on /run/sbx-template/sock: for each, a call's supervisor (`sbx mcp-worker`, sandbox.cpp
 # spawn_from_template) connects and sends, in one message, init's ends of its handshake
 # (handshake.hpp) and a memfd holding the job (JSON, a newline, then the files' bytes). The driver
@@ -150,12 +151,18 @@ def _reseed():
     # Every generator a preload seeded at import, from the kernel: the template's state is shared
     # by every call forked from it, so without this each call would draw the same numbers.
     # Generators a preload made for itself (numpy's default_rng() kept in a module) are not
-    # reached: each call draws what the template's drew. Python's hash secret cannot be reseeded (it is fixed when the interpreter starts): the man
+    # reached: each call draws what the template's drew. Those that notice a fork by a changed
+    # getpid() reseed themselves (OpenSSL's): no call's process has the template's pid
+    # (_pid_no_call_has). Python's hash secret cannot be reseeded (it is fixed when the interpreter starts): the man
     # page, sbx-mcp(1), says why that does not cross calls.
     random.seed()
     np = sys.modules.get("numpy")
     if np is not None and hasattr(np, "random"):
         np.random.seed()  # from the kernel, the generator's whole state
+    # The key a process's multiprocessing connections authenticate with, drawn at import.
+    mp = sys.modules.get("multiprocessing.process")
+    if mp is not None:
+        mp.current_process().authkey = os.urandom(32)
 
 
 def _cover_proc(masks, covers):
@@ -960,6 +967,34 @@ def _serve(listener):
             _accept(listener, calls)
 
 
+def _pid_no_call_has():
+    # From here on the template is pid 1 of a pid namespace of its own, a pid that no process of
+    # a call can have (each call's pid 1 is sbx's, _pid1_start; its program is 2, the rest above).
+    # Libraries notice a fork by a changed getpid(), and do nothing else about it: OpenSSL's
+    # generator reseeds only then, tempfile's names likewise. As pid 2, the template shared its
+    # pid with every call's program, so a preload that had drawn from OpenSSL (tornado.netutil
+    # makes an SSL context at import) gave every call the same ssl.RAND_bytes and the same
+    # private keys (tests/integration/test_mcp_template.py). The process that was the program
+    # waits for it and ends as it does; the template dies with it (PR_SET_PDEATHSIG).
+    _check(_libc.unshare(CLONE_NEWPID), "namespaces", "unshare the template's own pid namespace")
+    pid = os.fork()
+    if pid == 0:
+        _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        return
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
+    while True:
+        try:
+            _, status = os.waitpid(pid, 0)
+            break
+        except InterruptedError:
+            continue
+    if os.WIFSIGNALED(status):
+        signal.signal(os.WTERMSIG(status), signal.SIG_DFL)
+        os.kill(os.getpid(), os.WTERMSIG(status))
+    os._exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 125)
+
+
 def main():
     # The server reads this process's stdout for "ready" or "failed WHY" (mcp_template.cpp): only
     # the driver writes there. What the preloads print goes nowhere.
@@ -975,6 +1010,10 @@ def main():
 
     if not (hasattr(os, "pidfd_open") and hasattr(socket, "recv_fds")):
         fail('the image\'s python3 is older than 3.9 (no os.pidfd_open, socket.recv_fds): use "mode": "pool"')
+    try:
+        _pid_no_call_has()
+    except _Fail as e:
+        fail(f"{e}: errno {e.err}")
     # The socket first, then the control directory read-only: nothing the preloads do can leave
     # files in it (it is a directory of the host's).
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)

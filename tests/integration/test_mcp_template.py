@@ -46,6 +46,12 @@ def depth_below(host, p):
     return n if p == host else -1
 
 
+# Below the template's worker: init, the template sandbox's program (which waits for the
+# template), the template (pid 1 of a pid namespace of its own: warm_template.py,
+# _pid_no_call_has), a call's pid 1, then the call's program.
+PROGRAM_DEPTH = 5
+
+
 def leftover_control_dirs():
     tmp = tempfile.gettempdir()
     return [d for d in os.listdir(tmp) if d.startswith("sbx-template.")]
@@ -135,6 +141,27 @@ class McpTemplateCase(SbxTestCase):
         recs = self.records(s)
         self.assertTrue(all(r["sandbox"]["made_by"] == "template" for r in recs), [r["sandbox"] for r in recs])
         note(f"template isolation: 100 forked calls, all random numbers distinct (numpy: {HAVE_NUMPY})")
+
+    def test_what_a_preload_drew_from_openssl_is_not_every_call_s(self):
+        # Libraries notice a fork by a changed getpid(): OpenSSL reseeds its generator only then.
+        # As pid 2 of its sandbox, the template had every call's program's pid, so once a
+        # preload had drawn from OpenSSL (tornado.netutil makes an SSL context at import) every
+        # call printed the same ssl.RAND_bytes (and made the same private keys); the template is
+        # pid 1 of a pid namespace of its own now (warm_template.py, _pid_no_call_has). And the
+        # key multiprocessing drew at import is every call's own (_reseed).
+        if subprocess.run(["python3", "-c", "import tornado.netutil"], capture_output=True).returncode != 0:
+            self.skipTest("python3-tornado is not installed: no preload here draws from OpenSSL at import")
+        s = self.server(["tornado.netutil", "multiprocessing"])
+        code = ("import os, ssl, multiprocessing\n"
+                "print(os.getpid(), ssl.RAND_bytes(16).hex(), multiprocessing.current_process().authkey.hex())\n")
+        outs = [self.run_code(s, code) for _ in range(4)]
+        self.assertTrue(all(o["status"] == "ok" for o in outs), outs)
+        rows = [o["stdout"].split() for o in outs]
+        self.assertTrue(all(r[0] == "2" for r in rows), rows)  # the program's pid is still 2
+        for col, what in ((1, "ssl.RAND_bytes"), (2, "multiprocessing's authkey")):
+            self.assertEqual(len({r[col] for r in rows}), len(rows), f"{what} repeated across calls: {rows}")
+        recs = self.records(s)
+        self.assertTrue(all(r["sandbox"]["made_by"] == "template" for r in recs), [r["sandbox"] for r in recs])
 
     def test_isolation_facts_are_the_cold_sandbox_s(self):
         cold = Server(self, ["--pool", "0", "--profile", self.profile(["json"])])
@@ -310,8 +337,7 @@ print(json.dumps(sorted(r.items())))
         s = self.server(["json"], forked_ahead=True)
         host = template_hosts(s.p.pid)[0]
 
-        # Below the template's worker: init, driver, the call's pid 1, program.
-        programs = [p for p in descendants(host) if depth_below(host, p) == 4]
+        programs = [p for p in descendants(host) if depth_below(host, p) == PROGRAM_DEPTH]
         self.assertTrue(programs, descendants(host))
         for p in programs:
             os.kill(p, signal.SIGKILL)
@@ -337,10 +363,10 @@ print(json.dumps(sorted(r.items())))
             "language": "python", "code": "import os, time\nif os.fork() == 0:\n    time.sleep(600)\ntime.sleep(600)\n"}})
         deadline = time.monotonic() + scaled(20)
         # the call's own child (pid 3)
-        while not [p for p in descendants(host) if depth_below(host, p) == 5]:
+        while not [p for p in descendants(host) if depth_below(host, p) == PROGRAM_DEPTH + 1]:
             self.assertLess(time.monotonic(), deadline, descendants(host))
             time.sleep(0.05)
-        grandchild = [p for p in descendants(host) if depth_below(host, p) == 5][0]
+        grandchild = [p for p in descendants(host) if depth_below(host, p) == PROGRAM_DEPTH + 1][0]
         pid1 = parent(parent(grandchild))
         # Its worker among the server's workers: all of them but the template's are killed (its
         # own cannot be told from the idle forks' workers by a rootless test: sbx makes its
