@@ -295,6 +295,23 @@ print(json.dumps(sorted(r.items())))
         self.assertEqual(after["stdout"], "next\n", after)
         note(f"template call flooding its pid 1 with the end signal: ended at {usage['wall_ms']} ms, usage {usage}")
 
+    def test_a_call_cannot_set_its_pid_1_s_limits_to_hide_its_usage(self):
+        # Pid 1 shares the call's uid: a review set its RLIMIT_NOFILE to 0 with prlimit, pid 1's
+        # poll failed, and the call's record said setup_error (stage "template"), sbx's fault,
+        # though the call had run and ended well; RLIMIT_CPU 1 had it killed and the record's
+        # usage 0. The call's filter refuses setting pid 1's limits (profiles/seccomp/default.json).
+        s = self.server(["json"])
+        out = self.run_code(s, "import resource, time\nt = time.process_time()\n"
+                               "while time.process_time() - t < 0.4: pass\n"
+                               "for res, lim in ((resource.RLIMIT_NOFILE, (0, 0)), (resource.RLIMIT_CPU, (1, 1))):\n"
+                               "    try:\n        resource.prlimit(1, res, lim)\n        print('set')\n"
+                               "    except PermissionError:\n        print('refused')\n")
+        self.assertEqual((out["status"], out["stdout"]), ("ok", "refused\nrefused\n"), out)
+        rec = self.records(s)[-1]
+        self.assertEqual(rec["sandbox"]["made_by"], "template", rec["sandbox"])
+        self.assertEqual(rec["result"]["status"], "ok", rec["result"])
+        self.assertGreaterEqual(rec["usage"]["cpu_user_ms"] + rec["usage"]["cpu_sys_ms"], 300, rec["usage"])
+
     def test_a_call_s_usage_counts_the_processes_it_left_behind(self):
         # At the program's end pid 1 kills and reaps every other process of the call before it
         # reports (warm_template.py, _finish), as a cold init does: a child left running, with

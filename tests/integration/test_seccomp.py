@@ -246,6 +246,27 @@ class Attacks(SeccompCase):
         self.assertIn("ptrace (attach to sibling): blocked", r.out)
         self.assertViolation(r, "ptrace")
 
+    def test_the_program_cannot_set_init_s_limits(self):
+        # Init shares the program's uid, so the kernel lets the program prlimit it: RLIMIT_CPU 1
+        # had init killed while the program kept it busy (the record lost the program's CPU
+        # time), RLIMIT_NOFILE 0 broke a template call's pid 1 (its record blamed sbx). The
+        # default policy refuses setting pid 1's limits; reading them, and setting its own and
+        # its children's, still work.
+        code = ("import os, resource\n"
+                "def attempt(pid, res, lim):\n"
+                "    try:\n        resource.prlimit(pid, res, lim)\n        return 'set'\n"
+                "    except OSError as e:\n        return os.strerror(e.errno)\n"
+                "pid = os.fork()\n"
+                "if pid == 0:\n    import time; time.sleep(5); os._exit(0)\n"
+                "print(attempt(1, resource.RLIMIT_CPU, (1, 1)), attempt(1, resource.RLIMIT_NOFILE, (0, 0)),\n"
+                "      resource.prlimit(1, resource.RLIMIT_NOFILE)[0] > 0, attempt(0, resource.RLIMIT_CORE, (0, 0)),\n"
+                "      attempt(pid, resource.RLIMIT_NOFILE, (64, 64)), sep=',')\n"
+                "os.kill(pid, 9)\n")
+        r = self.run_sbx(["python3", "-c", code])
+        self.assertExit(r, 0)
+        self.assertEqual(r.out.strip(), "Operation not permitted,Operation not permitted,True,set,set", r.describe())
+        self.assertViolation(r, "prlimit64")
+
     def test_setuid_binary_gains_nothing(self):
         d = attack_dir()
         if not d:

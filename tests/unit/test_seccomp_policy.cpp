@@ -119,6 +119,15 @@ TEST_CASE("the default policy: allowlist, explicit denials, argument conditions,
   CHECK(verdict(prog, call(SYS_ioctl, {1, 0x541C})) == "errno 1");
   CHECK(verdict(prog, call(SYS_ioctl, {0, 0x5401})) == "allow");  // TCGETS
   CHECK(verdict(prog, call(SYS_ioctl, {0, 0x80045430ULL})) == "allow");  // TIOCGPTN
+  // prlimit64: pid 1's limits are not the program's to set (it shares init's uid), also with junk
+  // in the upper 32 bits of the pid; its own (pid 0: setrlimit), its children's, reading pid 1's.
+  CHECK(verdict(prog, call(SYS_prlimit64, {1, 7, 0x7fff0000})) == "errno 1");
+  CHECK(verdict(prog, call(SYS_prlimit64, {0xffffffff00000001ULL, 0, 0x7fff0000})) == "errno 1");
+  CHECK(verdict(prog, call(SYS_prlimit64, {1, 7, 0x7fff0000, 0x7fff1000})) == "errno 1");
+  CHECK(verdict(prog, call(SYS_prlimit64, {0, 7, 0x7fff0000})) == "allow");
+  CHECK(verdict(prog, call(SYS_prlimit64, {0, 7, 0, 0x7fff0000})) == "allow");
+  CHECK(verdict(prog, call(SYS_prlimit64, {2, 7, 0x7fff0000})) == "allow");
+  CHECK(verdict(prog, call(SYS_prlimit64, {1, 7, 0, 0x7fff0000})) == "allow");
   // socket: AF_VSOCK no, the rest yes.
   CHECK(verdict(prog, call(SYS_socket, {40, 1, 0})) == "errno 1");
   CHECK(verdict(prog, call(SYS_socket, {2, 1, 0})) == "allow");
