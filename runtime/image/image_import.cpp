@@ -104,14 +104,17 @@ struct DirCopier {
     if (progress) progress("copying", stats.entries, stats.bytes);
   }
 
-  Status copy_dir(int src, int dst, const std::string& rel) {
+  Status copy_dir(int src, int dst, const std::string& rel, std::size_t depth) {
+    if (depth > kMaxTreeDepth)
+      return make_error("usage", "the import stopped at " + rel + ": more than " + std::to_string(kMaxTreeDepth) +
+                                     " directories deep; nothing was stored");
     auto names = list_dir(src, kStage, rel);
     if (!names) return names.error();
-    for (auto& name : *names) SBX_TRY(copy_entry(src, dst, rel, name));
+    for (auto& name : *names) SBX_TRY(copy_entry(src, dst, rel, name, depth));
     return {};
   }
 
-  Status copy_entry(int src, int dst, const std::string& rel, const std::string& name) {
+  Status copy_entry(int src, int dst, const std::string& rel, const std::string& name, std::size_t depth) {
     std::string path = join(rel, name);
     struct stat st;
     if (::fstatat(src, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) return sys_error(kStage, "stat " + path);
@@ -127,7 +130,7 @@ struct DirCopier {
       UniqueFd t(::openat(dst, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
       if (t.get() < 0) return sys_error(kStage, "open directory " + path + " in the store");
       tick();
-      return copy_dir(s.get(), t.get(), path);
+      return copy_dir(s.get(), t.get(), path, depth + 1);
     }
     if (S_ISLNK(st.st_mode)) {
       std::string target(static_cast<std::size_t>(st.st_size) + 1, '\0');
@@ -282,7 +285,7 @@ Result<ImportStats> populate_from_dir(const std::string& src, const std::string&
   DirCopier c{progress, limits, d.get(), {}, {}};
   c.stats.owners_carried = limits.carry_owners;
   SBX_TRY(set_owner(limits, c.stats, -1, src, d.get(), st.st_uid, st.st_gid, src));
-  SBX_TRY(c.copy_dir(s.get(), d.get(), ""));
+  SBX_TRY(c.copy_dir(s.get(), d.get(), "", 0));
   return std::move(c.stats);
 }
 

@@ -36,11 +36,8 @@ struct ImportStats {
   std::int64_t owners_outside_range = 0;  // entries left to the importer: an id >= kOwnerIdRange
 };
 
-// The image ids an import carries over: those a run maps (runtime/linux/userns.hpp kMappedRange),
-// stored from kOwnerIdBase on: past sbx's own sandbox ranges (userns.hpp kDefaultHostBase + its
-// kDefaultSlices slices ends there) and the ranges tools hand out (subuid, systemd's).
-inline constexpr std::uint32_t kOwnerIdRange = 65536;
-inline constexpr std::uint32_t kOwnerIdBase = 0x80000000;
+// The image ids an import carries over, and where they are stored: kOwnerIdRange, kOwnerIdBase
+// (image_manifest.hpp, whose v2 lines name them).
 
 // An archive is a promise about its size that it need not keep: a few MB of gzip expand to GBs,
 // a tar of headers alone to millions of entries. Import stops at these bounds (what the archive

@@ -24,26 +24,30 @@ struct Walker {
   TreeScan scan;
   std::int64_t bytes_seen = 0;  // files hashed so far, and the part of the current one
 
-  Status walk(int dirfd, const std::string& rel) {
+  Status walk(int dirfd, const std::string& rel, std::size_t depth) {
+    if (depth > kMaxTreeDepth)
+      return make_error(kStage, rel + " is more than " + std::to_string(kMaxTreeDepth) + " directories deep");
     auto names = list_dir(dirfd, kStage, rel.empty() ? "." : rel);
     if (!names) return names.error();
-    for (auto& name : *names) SBX_TRY(visit(dirfd, rel, name));
+    for (auto& name : *names) SBX_TRY(visit(dirfd, rel, name, depth));
     return {};
   }
 
-  Status visit(int dirfd, const std::string& rel, const std::string& name) {
+  Status visit(int dirfd, const std::string& rel, const std::string& name, std::size_t depth) {
     std::string path = join(rel, name);
     struct stat st;
     if (::fstatat(dirfd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) return sys_error(kStage, "stat " + path);
     TreeEntry e;
     e.path = path;
     e.mode = st.st_mode & 07777;
+    e.uid = st.st_uid;
+    e.gid = st.st_gid;
     if (S_ISDIR(st.st_mode)) {
       e.type = TreeEntry::Type::dir;
       scan.entries.push_back(e);
       UniqueFd sub(::openat(dirfd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
       if (sub.get() < 0) return sys_error(kStage, "open directory " + path);
-      return walk(sub.get(), path);
+      return walk(sub.get(), path, depth + 1);
     }
     if (S_ISLNK(st.st_mode)) {
       e.type = TreeEntry::Type::symlink;
@@ -118,6 +122,33 @@ std::string manifest_text(const std::vector<TreeEntry>& entries) {
   return text;
 }
 
+namespace {
+constexpr std::string_view kImageHeader = "sbx-manifest v2\n";
+
+// The image's own ids of a stored owner (image_import.hpp, set_owner), or "importer" for one the
+// import left to the importer (an id past the image's range).
+std::string image_owner(std::uint32_t uid, std::uint32_t gid) {
+  auto in_range = [](std::uint32_t id) { return id >= kOwnerIdBase && id - kOwnerIdBase < kOwnerIdRange; };
+  if (!in_range(uid) || !in_range(gid)) return "importer";
+  return std::to_string(uid - kOwnerIdBase) + ":" + std::to_string(gid - kOwnerIdBase);
+}
+}  // namespace
+
+std::string image_manifest_text(const std::vector<TreeEntry>& entries, bool owners_carried) {
+  std::string text(kImageHeader);
+  for (auto& e : entries) {
+    std::string line = manifest_line(e);
+    line.pop_back();  // its newline, after the owner
+    text += line + "\t" + (owners_carried ? image_owner(e.uid, e.gid) : "-") + "\n";
+  }
+  return text;
+}
+
+std::string manifest_text_like(std::string_view text, const std::vector<TreeEntry>& entries, bool owners_carried) {
+  return text.substr(0, kImageHeader.size()) == kImageHeader ? image_manifest_text(entries, owners_carried)
+                                                             : manifest_text(entries);
+}
+
 Result<std::string> sha256_fd(int fd, std::int64_t* bytes_out, const std::function<void(std::int64_t)>& on_chunk) {
   ::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
   constexpr std::size_t kBuf = 1 << 20;
@@ -143,7 +174,7 @@ Result<TreeScan> scan_tree(const std::string& root, const ScanOptions& opts) {
   UniqueFd fd(::open(root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (fd.get() < 0) return sys_error(kStage, "open directory " + root);
   Walker w{opts, {}, 0};
-  SBX_TRY(w.walk(fd.get(), ""));
+  SBX_TRY(w.walk(fd.get(), "", 0));
   // Byte-wise order of the full path (std::string compares as unsigned char via char_traits).
   std::sort(w.scan.entries.begin(), w.scan.entries.end(),
             [](const TreeEntry& a, const TreeEntry& b) { return a.path < b.path; });

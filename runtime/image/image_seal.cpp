@@ -13,6 +13,7 @@
 
 #include "runtime/base/fsutil.hpp"
 #include "runtime/base/sha256.hpp"
+#include "runtime/image/image_manifest.hpp"
 
 namespace sbx {
 namespace {
@@ -55,11 +56,19 @@ struct SealWalker {
   // getdents64 on the directory's own fd, not opendir(3): per directory that is openat,
   // getdents64 until empty and close, where fdopendir adds a dup, fcntl calls and an fstat. On
   // this kind of host every system call costs microseconds and the walk is nothing but calls.
-  Status walk(int dirfd, const std::string& rel) {
+  // One buffer for every directory, off the stack: each level of the walk is a frame, and 32 KiB
+  // of stack per level overflowed sbx's 8 MiB at 252 levels (a review's tarball crashed the
+  // import). The directory is read whole before the walk goes down, so the levels never share it.
+  std::vector<char> dents = std::vector<char>(32768);
+
+  Status walk(int dirfd, const std::string& rel, std::size_t depth) {
+    if (depth > kMaxTreeDepth)
+      return make_error(kStage,
+                        "image tree " + rel + " is more than " + std::to_string(kMaxTreeDepth) + " directories deep");
     std::vector<std::string> names;
-    alignas(8) char buf[32768];
+    char* buf = dents.data();
     for (;;) {
-      long n = ::syscall(SYS_getdents64, dirfd, buf, sizeof buf);
+      long n = ::syscall(SYS_getdents64, dirfd, buf, dents.size());
       if (n < 0) return sys_error(kStage, "read directory " + rel);
       if (n == 0) break;
       for (long off = 0; off < n;) {
@@ -80,7 +89,7 @@ struct SealWalker {
       if (S_ISDIR(st.st_mode)) {
         UniqueFd sub(::openat(dirfd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
         if (!sub.ok()) return sys_error(kStage, "open directory " + path);
-        SBX_TRY(walk(sub.get(), path));
+        SBX_TRY(walk(sub.get(), path, depth + 1));
       }
     }
     return {};
@@ -94,7 +103,7 @@ Result<Seal> compute_seal_fd(int fd) {
   struct stat st;
   if (::fstat(fd, &st) != 0) return sys_error(kStage, "stat image tree");
   w.add("", st);
-  SBX_TRY(w.walk(fd, ""));
+  SBX_TRY(w.walk(fd, "", 0));
   return Seal{w.entries, w.h.final_hex()};
 }
 

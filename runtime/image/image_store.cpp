@@ -409,7 +409,7 @@ Result<ImageRecord> ImageStore::import(const std::string& source_text, const std
   if (!name) return name.error();
   // The store must be traversable by the sandbox's root, which as host root is an unprivileged
   // mapped uid: 0755 directories on the way. An image's owner-only files stay so: their owners are
-  // ids no host account has (image_import.hpp kOwnerIdBase).
+  // ids no host account has (image_manifest.hpp kOwnerIdBase).
   for (auto* sub : {"/tmp", "/sha256", "/names"}) SBX_TRY(ensure_dir(root_ + sub, 0755));
   const ImportSource src = parse_import_source(source_text);
   auto opened = open_source(src, source_text, root_ + "/tmp", limits);
@@ -440,7 +440,7 @@ Result<ImageRecord> ImageStore::import(const std::string& source_text, const std
     hashing.progress = [&](std::int64_t entries, std::int64_t bytes) { progress("hashing", entries, bytes); };
   auto scan = scan_tree(rootfs, hashing);
   if (!scan) return scan.error();
-  std::string manifest = manifest_text(scan->entries);
+  std::string manifest = image_manifest_text(scan->entries, stats->owners_carried);
   std::string hex = sha256_hex(manifest);
 
   auto lk = lock();
@@ -484,11 +484,7 @@ Status ImageStore::replace_modified_copy(const std::string& hex, bool carries_ow
   const bool modified = !stored || !check_seal(*stored);
   owners_missing = !modified && carries_owners && !owners_carried(stored->meta);
   if (!modified) return {};
-  std::string aside = root_ + "/tmp/rm-" + hex;
-  (void)remove_tree(aside);
-  // Moved aside first (as `image rm` does), so no run finds a half-removed tree.
-  if (::rename(dir.c_str(), aside.c_str()) != 0) return sys_error(kStage, "cannot move the stored " + dir + " aside");
-  SBX_TRY(remove_tree(aside));
+  SBX_TRY(remove_stored(hex));  // as `image rm` does
   repaired = true;
   return {};
 }
@@ -504,20 +500,26 @@ Result<std::vector<ImageRecord>> ImageStore::list() const {
   return out;
 }
 
+Result<std::string> ImageStore::find_digest(const std::string& ref) const {
+  std::string prefix = ref.substr(7);
+  if (!is_hex(prefix)) return make_error("usage", "bad image digest '" + ref + "': expected sha256:<hex>");
+  auto hexes = list_dir(root_ + "/sha256");
+  if (!hexes) return hexes.error();
+  std::vector<std::string> hits;
+  for (auto& h : *hexes)
+    if (h.starts_with(prefix)) hits.push_back(h);
+  if (hits.empty()) return make_error("usage", "no image " + ref + " in " + root_);
+  if (hits.size() > 1)
+    return make_error("usage",
+                      "image reference " + ref + " is ambiguous: matches " + std::to_string(hits.size()) + " images");
+  return hits[0];
+}
+
 Result<ImageRecord> ImageStore::resolve(const std::string& ref) const {
   if (ref.starts_with("sha256:")) {
-    std::string prefix = ref.substr(7);
-    if (!is_hex(prefix)) return make_error("usage", "bad image digest '" + ref + "': expected sha256:<hex>");
-    auto hexes = list_dir(root_ + "/sha256");
-    if (!hexes) return hexes.error();
-    std::vector<std::string> hits;
-    for (auto& h : *hexes)
-      if (h.starts_with(prefix)) hits.push_back(h);
-    if (hits.empty()) return make_error("usage", "no image " + ref + " in " + root_);
-    if (hits.size() > 1)
-      return make_error("usage",
-                        "image reference " + ref + " is ambiguous: matches " + std::to_string(hits.size()) + " images");
-    return load(hits[0]);
+    auto hex = find_digest(ref);
+    if (!hex) return hex.error();
+    return load(*hex);
   }
   auto name = canonical_image_name(ref);
   if (!name) return name.error();
@@ -540,8 +542,26 @@ Result<ImageRecord> ImageStore::resolve(const std::string& ref) const {
   return image;
 }
 
+Status ImageStore::remove_stored(const std::string& hex) {
+  std::string aside = root_ + "/tmp/rm-" + hex;
+  (void)remove_tree(aside);
+  if (::rename((root_ + "/sha256/" + hex).c_str(), aside.c_str()) != 0)
+    return sys_error(kStage, "cannot remove " + root_ + "/sha256/" + hex);
+  return remove_tree(aside);
+}
+
 Result<std::vector<std::string>> ImageStore::remove(const std::string& ref) {
   auto image = resolve(ref);
+  if (!image && ref.starts_with("sha256:")) {
+    auto hex = find_digest(ref);
+    auto lk = lock();
+    if (!lk) return lk.error();
+    // Under the lock: an import in progress writes its image.json before letting it go.
+    if (hex && ::access((root_ + "/sha256/" + *hex + "/image.json").c_str(), F_OK) != 0) {
+      SBX_TRY(remove_stored(*hex));
+      return std::vector<std::string>{"deleted sha256:" + *hex + " (incomplete: no image.json)"};
+    }
+  }
   if (!image) return image.error();
   auto lk = lock();
   if (!lk) return lk.error();
@@ -554,11 +574,7 @@ Result<std::vector<std::string>> ImageStore::remove(const std::string& ref) {
     removed.push_back("untagged " + n);
   }
   if (drop.size() == image->names.size()) {
-    // Moved aside first, so a half-removed tree is never found under its digest.
-    std::string aside = root_ + "/tmp/rm-" + image->digest.substr(7);
-    (void)remove_tree(aside);
-    if (::rename(image->dir.c_str(), aside.c_str()) != 0) return sys_error(kStage, "cannot remove " + image->dir);
-    SBX_TRY(remove_tree(aside));
+    SBX_TRY(remove_stored(image->digest.substr(7)));
     removed.push_back("deleted " + image->digest);
   }
   return removed;
@@ -591,9 +607,9 @@ Result<VerifyReport> ImageStore::verify(const ImageRecord& image, bool full, con
   if (progress) opts.progress = [&](std::int64_t entries, std::int64_t bytes) { progress("hashing", entries, bytes); };
   auto scan = scan_tree(image.rootfs, opts);
   if (!scan) return scan.error();
-  std::string have = manifest_text(scan->entries);
   auto want = read_file(image.dir + "/manifest");
   if (!want) return want.error();
+  std::string have = manifest_text_like(*want, scan->entries, owners_carried(image.meta));
   bool manifest_intact = sha256_hex(*want) == image.digest.substr(7);
   r.content_ok = manifest_intact && have == *want;
   if (!manifest_intact) r.differences.push_back("the stored manifest does not hash to the image digest");

@@ -88,7 +88,8 @@ class ImageStore {
   Result<std::vector<ImageRecord>> list() const;
   Result<ImageRecord> resolve(const std::string& ref) const;
   // Removes a name (and the image when no name is left), or an image and all its names when
-  // `ref` is a digest. Returns one line per thing removed.
+  // `ref` is a digest; a digest's directory that an import left without its image.json (killed
+  // or crashed between storing the tree and describing it) too. Returns one line per thing removed.
   Result<std::vector<std::string>> remove(const std::string& ref);
   // Re-takes the seal (one stat per entry, no reads) and compares it with the stored one.
   Status check_seal(const ImageRecord& image) const;
@@ -100,6 +101,10 @@ class ImageStore {
   Status record_origin(const std::string& dir, const std::string& digest, const std::string& name,
                        const ContainerImage* container) const;
   Result<ImageRecord> load(const std::string& hex) const;
+  // The one stored digest (hex) that `ref` ("sha256:" and a prefix) names.
+  Result<std::string> find_digest(const std::string& ref) const;
+  // Under the lock: moves the stored `hex` aside and removes it (so no run finds it half-removed).
+  Status remove_stored(const std::string& hex);
   // Under the lock, before an import stores `hex`: moves aside and removes a stored copy that was
   // modified (`repaired`); says whether one kept lacks the owners this import carries.
   Status replace_modified_copy(const std::string& hex, bool carries_owners, bool& repaired, bool& owners_missing);

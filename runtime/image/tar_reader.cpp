@@ -8,6 +8,8 @@
 #include <limits>
 #include <string_view>
 
+#include "runtime/image/image_manifest.hpp"
+
 namespace sbx {
 namespace {
 
@@ -23,7 +25,7 @@ std::int64_t block_padding(std::int64_t size) {
   constexpr auto block = static_cast<std::int64_t>(kBlock);
   return (block - size % block) % block;
 }
-constexpr std::size_t kMaxDepth = 256;  // path components of a member name
+constexpr std::size_t kMaxDepth = kMaxTreeDepth;  // path components of a member name (image_manifest.hpp)
 // Sizes beyond any real file (2^62 bytes) are refused, so that size + padding cannot overflow.
 constexpr std::int64_t kMaxSize = std::int64_t{1} << 62;
 // The largest id: 2^32 - 1 is the kernel's "no id".

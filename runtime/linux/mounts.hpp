@@ -69,7 +69,7 @@ Result<UniqueFd> make_idmapped_tree(const BindSource& src, std::uint32_t program
 // Supervisor side, as host root in the host's user namespace, before clone: a detached, read-only
 // copy of the image's stored tree (`image_fd`, the fd its seal is taken through), idmapped with
 // `uid_map`/`gid_map` (INSIDE: the id stored on disk, OUTSIDE: the host id it shows as): the run's
-// own maps shifted to where the import stores image ids (image_import.hpp kOwnerIdBase), so image id
+// own maps shifted to where the import stores image ids (image_manifest.hpp kOwnerIdBase), so image id
 // N is sandbox id N: the image's root owns its files, its users theirs, as under podman. init attaches
 // it as the overlay's lower layer (mount_image_root). Where the kernel or the store's file system
 // cannot (overlay stacks on an idmapped layer from Linux 5.19), the reason, for the record: the run

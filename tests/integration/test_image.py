@@ -28,8 +28,11 @@ def manifest_escape(b):
     return "".join(f"\\x{c:02x}" if c <= 0x20 or c >= 0x7f or c == 0x5c else chr(c) for c in b)
 
 
-def manifest_digest(root):
-    """An independent implementation of the sbx-manifest v1 digest (image_manifest.hpp)."""
+OWNER_ID_BASE, OWNER_ID_RANGE = 0x80000000, 65536  # image_import.hpp kOwnerIdBase, kOwnerIdRange
+
+
+def manifest_lines(root):
+    """(path, line without its newline, lstat) of every entry, sorted byte-wise by path."""
     lines = []
     for dirpath, dirnames, filenames in os.walk(os.fsencode(root)):
         for name in dirnames + filenames:
@@ -38,14 +41,33 @@ def manifest_digest(root):
             st = os.lstat(full)
             mode = f"{stat.S_IMODE(st.st_mode):04o}"
             if stat.S_ISDIR(st.st_mode):
-                lines.append((rel, f"{manifest_escape(rel)}\tdir\t{mode}\t0\t-\n"))
+                lines.append((rel, f"{manifest_escape(rel)}\tdir\t{mode}\t0\t-", st))
             elif stat.S_ISLNK(st.st_mode):
                 t = os.readlink(full)
-                lines.append((rel, f"{manifest_escape(rel)}\tsymlink\t{mode}\t{len(t)}\t{manifest_escape(t)}\n"))
+                lines.append((rel, f"{manifest_escape(rel)}\tsymlink\t{mode}\t{len(t)}\t{manifest_escape(t)}", st))
             elif stat.S_ISREG(st.st_mode):
-                lines.append((rel, f"{manifest_escape(rel)}\tfile\t{mode}\t{st.st_size}\t{sha256_file(full)}\n"))
-    lines.sort()
-    return hashlib.sha256(("sbx-manifest v1\n" + "".join(l for _, l in lines)).encode()).hexdigest()
+                lines.append((rel, f"{manifest_escape(rel)}\tfile\t{mode}\t{st.st_size}\t{sha256_file(full)}", st))
+    return sorted(lines, key=lambda l: l[0])
+
+
+def manifest_digest(root):
+    """An independent implementation of the sbx-manifest v1 digest (image_manifest.hpp): an input's."""
+    return hashlib.sha256(("sbx-manifest v1\n" + "".join(l + "\n" for _, l, _ in manifest_lines(root))).encode()).hexdigest()
+
+
+def image_owner(st, carried):
+    if not carried:
+        return "-"
+    if all(OWNER_ID_BASE <= i < OWNER_ID_BASE + OWNER_ID_RANGE for i in (st.st_uid, st.st_gid)):
+        return f"{st.st_uid - OWNER_ID_BASE}:{st.st_gid - OWNER_ID_BASE}"
+    return "importer"
+
+
+def image_digest(meta):
+    """The same for an image (sbx-manifest v2): each line's owner too, as the import stored it."""
+    carried = meta.get("owners", {}).get("carried", False)
+    text = "".join(f"{l}\t{image_owner(st, carried)}\n" for _, l, st in manifest_lines(meta["rootfs"]))
+    return hashlib.sha256(("sbx-manifest v2\n" + text).encode()).hexdigest()
 
 
 class ImageStore(SbxTestCase):
@@ -115,8 +137,37 @@ class ImageStore(SbxTestCase):
         meta = json.loads(sbx(["image", "inspect", "weird"]).out)
         st = os.lstat(meta["rootfs"] + "/bin/suid")
         self.assertEqual(stat.S_IMODE(st.st_mode), 0o555)
-        self.assertEqual(meta["digest"][7:], manifest_digest(meta["rootfs"]), "independent manifest digest")
+        self.assertEqual(meta["digest"][7:], image_digest(meta), "independent manifest digest")
         sbx(["image", "rm", "weird"])
+
+    def test_a_deep_tree_imports_or_is_refused_never_a_crash(self):
+        # A tar member may have 256 components; the seal's walk put 32 KiB of stack on each level
+        # and a 252-deep member crashed the import with SIGSEGV (its tree left in the store with no
+        # image.json, beyond `image rm`). Now it imports; a directory source deeper than 256 levels
+        # (which nothing bounded) is refused with one line; an incomplete digest is removable.
+        import io
+        import tarfile
+        deep = self.path("deep.tar")
+        with tarfile.open(deep, "w") as tf:
+            info = tarfile.TarInfo("a/" * 251 + "f")
+            info.size = 3
+            tf.addfile(info, io.BytesIO(b"hi\n"))
+        r = sbx(["image", "import", deep, "--name", "deep", "-q"], timeout=120)
+        self.assertExit(r, 0)
+        self.assertExit(sbx(["image", "verify", "--full", "deep"], timeout=120), 0)
+        tree = self.path("deeper")
+        os.makedirs(os.path.join(tree, *["d"] * 300))
+        r = sbx(["image", "import", tree, "--name", "deeper"], timeout=120)
+        self.assertExit(r, 125)
+        self.assertOneSbxLine(r)
+        self.assertIn("more than 256 directories deep", r.err)
+        meta = json.loads(sbx(["image", "inspect", "deep"]).out)
+        digest = meta["digest"]
+        os.unlink(os.path.join(os.path.dirname(meta["rootfs"]), "image.json"))
+        r = sbx(["image", "rm", digest[:19]])
+        self.assertExit(r, 0)
+        self.assertIn("incomplete", r.out)
+        self.assertFalse(os.path.exists(os.path.dirname(meta["rootfs"])))
 
     def test_bad_references_and_sources(self):
         for args in (["image", "import", self.path("missing"), "--name", "x"],

@@ -45,12 +45,12 @@ def normalised(kind, mode):
     return (mode & 0o755) | 0o700 if kind == "d" else (mode & 0o555) | 0o400
 
 
-def image_tar(path, extra=()):
+def image_tar(path, extra=(), members=MEMBERS):
     with tarfile.open(path, "w", format=tarfile.PAX_FORMAT) as tf:
-        ours = {"./" + m[0] for m in MEMBERS}  # podman refuses a layer naming a path twice
+        ours = {"./" + m[0] for m in members}  # podman refuses a layer naming a path twice
         tf.add(busybox_tree(), arcname=".",
                filter=lambda i: None if i.name in ours or i.name.startswith("./etc/") else i)
-        for name, kind, mode, uid, gid, data in list(MEMBERS) + list(extra):
+        for name, kind, mode, uid, gid, data in list(members) + list(extra):
             info = tarfile.TarInfo(name)
             info.mode, info.uid, info.gid, info.mtime = mode, uid, gid, 1700000000
             if kind == "d":
@@ -157,6 +157,29 @@ class ImageOwners(SbxTestCase):
         d = self.run_sbx(["true"], opts=["--image", "multi-user", "--dry-run"], timeout=60)
         self.assertExit(d, 0)
         self.assertEqual(json.loads(d.out)["enforcement"]["image"]["owners"], "idmapped", d.out[:2000])
+
+    @unittest.skipIf(MODE != "root", "owners are carried as host root only")
+    def test_an_earlier_import_cannot_give_its_owners_to_a_later_image(self):
+        # The same bytes with other owners: /etc/shadow given to uid 1000. Imported first, it once
+        # had the later image's digest (owners did not enter the manifest), and the later import
+        # was handed its stored tree: uid 1000 then read the later image's /etc/shadow.
+        # Owners are part of an image's manifest (sbx-manifest v2, image_manifest.hpp).
+        state = self.path("owners-state")
+        evil, victim = self.path("evil.tar"), self.path("victim.tar")
+        image_tar(evil, members=[m if m[0] != "etc/shadow" else m[:3] + (1000, 1000) + m[5:] for m in MEMBERS])
+        image_tar(victim)
+        first = sbx(["--state-dir", state, "image", "import", evil, "--name", "evil", "-q"], timeout=120)
+        later = sbx(["--state-dir", state, "image", "import", victim, "--name", "victim", "-q"], timeout=120)
+        self.assertExit(first, 0)
+        self.assertExit(later, 0)
+        self.assertNotEqual(first.out.strip(), later.out.strip(), "two owners, one digest")
+        r = sbx(["--state-dir", state, "run", "--image", "victim", "--uid", "1000", "--", "sh", "-c",
+                 "stat -c '%u' /etc/shadow; cat /etc/shadow || echo refused"], timeout=60)
+        self.assertEqual(r.out.split()[:1], ["0"], r.describe())
+        self.assertIn("refused", r.out, r.describe())
+        for name in ("evil", "victim"):
+            v = sbx(["--state-dir", state, "image", "verify", "--full", name], timeout=120)
+            self.assertExit(v, 0)
 
     @unittest.skipIf(MODE != "root", "podman's view of the image is taken as root")
     def test_file_by_file_as_podman_sees_the_same_tarball(self):
