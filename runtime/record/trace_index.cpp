@@ -286,13 +286,19 @@ Result<Db> ready_index(const Dirs& dirs) {
 
 }  // namespace
 
-Result<std::vector<IndexedRun>> query_index(const Dirs& dirs, const TraceFilter& f, std::uint64_t* skipped) {
-  auto db = ready_index(dirs);
-  if (!db) return db.error();
+namespace {
+
+// The rows a filter selects, as the index holds them (not yet checked), with each row's hash.
+struct QueriedRow {
+  IndexedRun run;
+  std::string hash;
+};
+
+Result<std::vector<QueriedRow>> select_rows(sqlite3* db, const TraceFilter& f) {
   auto q = prepare(
-      db->get(),
+      db,
       "SELECT run_id, started_at, status, exit_code, wall_ms, command, off,"
-      " pack, pack_version, pack_digest, image, image_digest FROM runs"
+      " pack, pack_version, pack_digest, image, image_digest, hash FROM runs"
       " WHERE error IS NULL AND (?1 = '' OR status = ?1) AND (?2 = '' OR started_at >= ?2)"
       " AND (?4 = '' OR pack = ?4 OR (pack != '' AND pack || '@' || pack_version = ?4) OR (pack_digest != '' AND pack_digest = ?5))"
       " AND (?6 = '' OR image = ?6 OR (image_digest != '' AND image_digest = ?7))"
@@ -307,12 +313,12 @@ Result<std::vector<IndexedRun>> query_index(const Dirs& dirs, const TraceFilter&
   sqlite3_bind_text(s, 5, pack_digest.c_str(), -1, SQLITE_TRANSIENT);
   sqlite3_bind_text(s, 6, f.image.c_str(), -1, SQLITE_TRANSIENT);
   sqlite3_bind_text(s, 7, image_digest.c_str(), -1, SQLITE_TRANSIENT);
-  std::vector<IndexedRun> out;
+  std::vector<QueriedRow> out;
   int rc;
   while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
     IndexedRun r;
     r.summary.run_id = column_text(s, 0);
-    if (!out.empty() && out.back().summary.run_id == r.summary.run_id) continue;  // a run id recorded again
+    if (!out.empty() && out.back().run.summary.run_id == r.summary.run_id) continue;  // a run id recorded again
     r.summary.started_at = column_text(s, 1);
     r.summary.status = column_text(s, 2);
     if (sqlite3_column_type(s, 3) != SQLITE_NULL) r.summary.exit_code = sqlite3_column_int(s, 3);
@@ -324,14 +330,44 @@ Result<std::vector<IndexedRun>> query_index(const Dirs& dirs, const TraceFilter&
     r.summary.pack_digest = column_text(s, 9);
     r.summary.image = column_text(s, 10);
     r.summary.image_digest = column_text(s, 11);
-    out.push_back(std::move(r));
+    out.push_back({std::move(r), column_text(s, 12)});
   }
-  if (rc != SQLITE_DONE) return db_error(db->get(), "cannot query the trace index");
+  if (rc != SQLITE_DONE) return db_error(db, "cannot query the trace index");
+  return out;
+}
+
+bool same_summary(const TraceSummary& a, const TraceSummary& b) {
+  return a.run_id == b.run_id && a.started_at == b.started_at && a.status == b.status && a.exit_code == b.exit_code &&
+         a.wall_ms == b.wall_ms && a.command == b.command && a.pack == b.pack && a.pack_version == b.pack_version &&
+         a.pack_digest == b.pack_digest && a.image == b.image && a.image_digest == b.image_digest;
+}
+
+// The rows read back from the ledger lines they name, each summary the line's record's: an error
+// (naming the first row that does not match) when one disagrees with its line.
+Result<std::vector<IndexedRun>> checked_rows(const Dirs& dirs, std::vector<QueriedRow> rows) {
+  std::vector<IndexedRun> out;
+  for (auto& r : rows) {
+    auto line = read_indexed_line(dirs, {r.run.summary.run_id, r.run.offset, r.hash});
+    if (!line) return line.error();
+    auto e = parse_ledger_line(*line);
+    auto sum = e ? summarize_record_text(e->run_id, e->record) : Result<TraceSummary>(e.error());
+    if (!sum || !same_summary(*sum, r.run.summary))
+      return make_error(kStage,
+                        "its row for run " + r.run.summary.run_id + " does not say what the ledger line it names says");
+    r.run.summary = std::move(*sum);
+    out.push_back(std::move(r.run));
+  }
+  return out;
+}
+
+// Names (and counts in `skipped`) the lines and records the index could not read.
+Status warn_unreadable(sqlite3* db, std::uint64_t* skipped) {
   // Every listing names what it left out (the first kNamed), and counts it.
   constexpr int kNamed = 100;
-  auto bad = prepare(db->get(), "SELECT run_id, error FROM runs WHERE error IS NOT NULL ORDER BY line");
+  auto bad = prepare(db, "SELECT run_id, error FROM runs WHERE error IS NOT NULL ORDER BY line");
   if (!bad) return bad.error();
   std::uint64_t n = 0;
+  int rc;
   while ((rc = sqlite3_step(bad->get())) == SQLITE_ROW) {
     if (++n > kNamed) continue;
     std::string id = column_text(bad->get(), 0), error = column_text(bad->get(), 1);
@@ -339,21 +375,69 @@ Result<std::vector<IndexedRun>> query_index(const Dirs& dirs, const TraceFilter&
     if (id.empty()) spdlog::warn("skipping {}", error);
     else spdlog::warn("skipping trace {}: {}", id, error);
   }
-  if (rc != SQLITE_DONE) return db_error(db->get(), "cannot query the trace index");
+  if (rc != SQLITE_DONE) return db_error(db, "cannot query the trace index");
   if (n > kNamed) spdlog::warn("... and {} more unreadable ledger line(s) or record(s)", n - kNamed);
   if (skipped) *skipped += n;
+  return {};
+}
+
+}  // namespace
+
+Result<std::string> read_indexed_line(const Dirs& dirs, const IndexedLine& l) {
+  auto stale = [&](const std::string& why) {
+    return make_error(kStage, "its row for run " + l.run_id + " names the ledger line at byte " +
+                                  std::to_string(l.offset) + ", which " + why);
+  };
+  auto line = read_ledger_line(dirs, l.offset);
+  if (!line) {
+    if (l.hash.empty()) return line.error();  // a line over the bound: the row says so, and the error why
+    return stale("cannot be read (" + line.error().message + ")");
+  }
+  auto e = parse_ledger_line(*line);
+  if (!e) return stale("is not a ledger line");
+  if (e->run_id != l.run_id) return stale("is run " + e->run_id + "'s");
+  if (e->hash != l.hash) return stale("carries another hash");
+  if (ledger_hash(e->seq, e->run_id, e->prev, e->record) == l.hash) return line;
+  // Its bytes do not hash to the hash it carries: the ledger itself is broken there (verify names
+  // it) and the index is faithful to it, if the row names a line's start and not text inside one.
+  if (l.offset == 0) return line;
+  UniqueFd fd(::open(ledger_path(dirs).c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+  char before = 0;
+  if (fd.ok() && ::pread(fd.get(), &before, 1, static_cast<off_t>(l.offset - 1)) == 1 && before == '\n') return line;
+  return stale("does not hash to that hash and is not where a line begins");
+}
+
+Result<std::vector<IndexedRun>> query_index(const Dirs& dirs, const TraceFilter& f, std::uint64_t* skipped) {
+  auto db = ready_index(dirs);
+  if (!db) return db.error();
+  auto rows = select_rows(db->get(), f);
+  if (!rows) return rows.error();
+  auto out = checked_rows(dirs, std::move(*rows));
+  if (!out) {
+    // The index was edited or is stale in a way its catch-up does not see: it is derived data,
+    // built again from the ledger, and the query answered from that.
+    spdlog::warn("trace index {}: {}; rebuilding it from the ledger", index_path(dirs), out.error().message);
+    SBX_TRY(exec(db->get(), "DELETE FROM runs"));
+    SBX_TRY(catch_up(db->get(), dirs));
+    rows = select_rows(db->get(), f);
+    if (!rows) return rows.error();
+    out = checked_rows(dirs, std::move(*rows));
+    if (!out) return out.error();
+  }
+  SBX_TRY(warn_unreadable(db->get(), skipped));
   return out;
 }
 
-Result<std::vector<std::pair<std::string, std::uint64_t>>> index_run_ids(const Dirs& dirs) {
+Result<std::vector<IndexedLine>> index_run_ids(const Dirs& dirs) {
   auto db = ready_index(dirs);
   if (!db) return db.error();
-  auto q = prepare(db->get(), "SELECT run_id, off FROM runs WHERE run_id != '' ORDER BY run_id, line");
+  auto q = prepare(db->get(), "SELECT run_id, off, hash FROM runs WHERE run_id != '' ORDER BY run_id, line");
   if (!q) return q.error();
-  std::vector<std::pair<std::string, std::uint64_t>> out;
+  std::vector<IndexedLine> out;
   int rc;
   while ((rc = sqlite3_step(q->get())) == SQLITE_ROW)
-    out.emplace_back(column_text(q->get(), 0), static_cast<std::uint64_t>(sqlite3_column_int64(q->get(), 1)));
+    out.push_back({column_text(q->get(), 0), static_cast<std::uint64_t>(sqlite3_column_int64(q->get(), 1)),
+                   column_text(q->get(), 2)});
   if (rc != SQLITE_DONE) return db_error(db->get(), "cannot query the trace index");
   return out;
 }

@@ -86,6 +86,9 @@ namespace {
 struct Stored {
   std::string id;
   std::int64_t ledger_offset = -1;  // -1: a legacy file
+  // From the query index: the hash its row says the line carries, checked when the line is read
+  // (read_indexed_line). Offsets from a scan of the ledger are where its lines begin.
+  std::optional<std::string> index_hash;
 };
 
 // Every stored run, sorted by id (time order). A run id found in the ledger more than once (the
@@ -120,15 +123,15 @@ Status scan_runs(const Dirs& dirs, std::vector<Stored>& all, std::uint64_t* skip
   });
 }
 
-Result<std::vector<Stored>> stored_runs(const Dirs& dirs, std::uint64_t* skipped = nullptr) {
+Result<std::vector<Stored>> stored_runs(const Dirs& dirs, std::uint64_t* skipped = nullptr, bool use_index = true) {
   std::vector<Stored> all;
   // The index when it can be used (a read-only state dir cannot hold one): else the ledger, read
   // line by line.
-  auto indexed = ledger_exists(dirs)
-                     ? index_run_ids(dirs)
-                     : decltype(index_run_ids(dirs))(std::vector<std::pair<std::string, std::uint64_t>>{});
+  auto indexed = !use_index            ? Result<std::vector<IndexedLine>>(make_error(kStage, "not asked for"))
+                 : ledger_exists(dirs) ? index_run_ids(dirs)
+                                       : Result<std::vector<IndexedLine>>(std::vector<IndexedLine>{});
   if (indexed) {
-    for (auto& [id, off] : *indexed) all.push_back({id, static_cast<std::int64_t>(off)});
+    for (auto& l : *indexed) all.push_back({l.run_id, static_cast<std::int64_t>(l.offset), l.hash});
   } else {
     spdlog::debug("trace index unusable ({}): reading the ledger", indexed.error().describe());
     SBX_TRY(scan_runs(dirs, all, skipped));
@@ -149,12 +152,20 @@ Result<std::vector<Stored>> stored_runs(const Dirs& dirs, std::uint64_t* skipped
   return out;
 }
 
-Result<nlohmann::json> load_stored(const Dirs& dirs, const Stored& s) {
+// `stale` (when given) is set when the index named a line that is not the run's (read_indexed_line).
+Result<nlohmann::json> load_stored(const Dirs& dirs, const Stored& s, bool* stale = nullptr) {
   if (s.ledger_offset < 0) return parse_record(trace_path(dirs, s.id));
-  auto line = read_ledger_line(dirs, static_cast<std::uint64_t>(s.ledger_offset));
-  if (!line) return line.error();
+  const auto off = static_cast<std::uint64_t>(s.ledger_offset);
+  auto line = s.index_hash ? read_indexed_line(dirs, {s.id, off, *s.index_hash}) : read_ledger_line(dirs, off);
+  if (!line) {
+    if (stale && s.index_hash && !s.index_hash->empty()) *stale = true;
+    return line.error();
+  }
   auto e = parse_ledger_line(*line);
   if (!e) return e.error();
+  if (e->run_id != s.id)  // a scan's offset: only a ledger replaced between scan and read gets here
+    return make_error(kStage, "the ledger line at byte " + std::to_string(off) + " is run " + e->run_id + "'s, not " +
+                                  s.id + "'s: the ledger changed while it was read; try again");
   const std::string what = "ledger record of run " + s.id;
   auto parsed = parse_json_doc(std::string(e->record), {kMaxTraceBytes}, kStage, "corrupt trace " + what);
   if (!parsed) return parsed.error();
@@ -328,13 +339,14 @@ Result<std::vector<TraceSummary>> list_traces(const Dirs& dirs, const TraceFilte
   return out;
 }
 
-Result<nlohmann::json> load_trace(const Dirs& dirs, const std::string& run_id_or_prefix) {
-  const std::string& want = run_id_or_prefix;
+namespace {
+
+Result<nlohmann::json> load_trace_from(const Dirs& dirs, const std::string& want, bool use_index, bool* stale) {
   // "last" and "-N" count back from the newest run (run ids sort by time).
   bool back = want == "last" || (want.size() > 1 && want.size() < 10 && want[0] == '-' &&
                                  want.find_first_not_of("0123456789", 1) == std::string::npos);
   if (!back) SBX_TRY(check_run_id(want));
-  auto runs = stored_runs(dirs);
+  auto runs = stored_runs(dirs, nullptr, use_index);
   if (!runs) return runs.error();
   if (back) {
     std::size_t n = want == "last" ? 1 : std::stoul(want.substr(1));
@@ -342,11 +354,11 @@ Result<nlohmann::json> load_trace(const Dirs& dirs, const std::string& run_id_or
     if (runs->size() < n)
       return make_error(kStage, "no trace '" + want + "' in " + dirs.traces + ": it holds " +
                                     std::to_string(runs->size()) + " run(s)");
-    return load_stored(dirs, (*runs)[runs->size() - n]);
+    return load_stored(dirs, (*runs)[runs->size() - n], stale);
   }
   auto by_id = [](const Stored& s, const std::string& id) { return s.id < id; };
   auto exact = std::lower_bound(runs->begin(), runs->end(), want, by_id);
-  if (exact != runs->end() && exact->id == want) return load_stored(dirs, *exact);
+  if (exact != runs->end() && exact->id == want) return load_stored(dirs, *exact, stale);
 
   std::vector<const Stored*> matches;
   for (auto& s : *runs)
@@ -357,7 +369,20 @@ Result<nlohmann::json> load_trace(const Dirs& dirs, const std::string& run_id_or
                                   " traces match (" + matches.front()->id + ", ..., " + matches.back()->id +
                                   "); give more characters, or 'last' for the newest run");
   }
-  return load_stored(dirs, *matches.front());
+  return load_stored(dirs, *matches.front(), stale);
+}
+
+}  // namespace
+
+Result<nlohmann::json> load_trace(const Dirs& dirs, const std::string& run_id_or_prefix) {
+  bool stale = false;
+  auto r = load_trace_from(dirs, run_id_or_prefix, true, &stale);
+  if (!stale) return r;
+  // The index named a line that is not the run's (edited, or stale in a way its catch-up does not
+  // see): it is rebuilt, and the run found by reading the ledger itself.
+  spdlog::warn("trace index: {}; rebuilding it from the ledger", r.error().message);
+  if (auto n = rebuild_index(dirs); !n) spdlog::warn("cannot rebuild the trace index: {}", n.error().describe());
+  return load_trace_from(dirs, run_id_or_prefix, false, nullptr);
 }
 
 }  // namespace sbx

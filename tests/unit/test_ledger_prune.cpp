@@ -97,7 +97,7 @@ TEST_CASE("prune --keep: an anchor in place of the oldest records; verify starts
   auto ids = sbx::index_run_ids(t.dirs);
   REQUIRE(ids.ok());
   REQUIRE(ids->size() == 2);
-  CHECK((*ids)[0].first == "r4");
+  CHECK((*ids)[0].run_id == "r4");
   // The chain goes on.
   auto next = sbx::ledger_append(t.dirs, "r6", R"({"run_id":"r6"})");
   REQUIRE(next.ok());

@@ -1,5 +1,6 @@
 #include <doctest/doctest.h>
 
+#include <sqlite3.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 
@@ -318,4 +319,57 @@ TEST_CASE("--since takes a duration before now or a UTC time, and refuses anythi
     CHECK_MESSAGE(!r.ok(), bad);
     if (!r.ok()) CHECK(r.error().message.find("use a duration before now (90s, 30m, 1h, 2d, 1w)") != std::string::npos);
   }
+}
+
+namespace {
+void index_sql(const sbx::Dirs& dirs, const char* sql) {
+  sqlite3* db = nullptr;
+  REQUIRE(sqlite3_open((dirs.traces + "/index.sqlite").c_str(), &db) == SQLITE_OK);
+  char* msg = nullptr;
+  int rc = sqlite3_exec(db, sql, nullptr, nullptr, &msg);
+  std::string why = msg ? msg : "";
+  sqlite3_free(msg);
+  sqlite3_close(db);
+  REQUIRE_MESSAGE(rc == SQLITE_OK, why);
+}
+}  // namespace
+
+TEST_CASE("an edited query index is not believed: ls and show say what the ledger says") {
+  TempStore s;
+  QuietLog quiet;
+  REQUIRE(sbx::store_trace(s.dirs, kOld, record(kOld, "exit_nonzero", 3, 1, {"rm", "-rf", "/"})).ok());
+  REQUIRE(sbx::store_trace(s.dirs, kMid, record(kMid, "oom", nullptr, 2, {"evil"})).ok());
+  REQUIRE(sbx::store_trace(s.dirs, kNew, record(kNew, "ok", 0, 3, {"true"})).ok());
+  REQUIRE(sbx::list_traces(s.dirs).ok());  // builds the index
+  // Run 2's row says it went well, and points at run 3's line; the last row (run 3) is untouched,
+  // so the catch-up's own check of where it stopped passes.
+  index_sql(s.dirs,
+            "update runs set status='ok', exit_code=0, command='echo harmless' where line=2;"
+            "update runs set off=(select off from runs where line=3) where line=2;");
+  auto l = sbx::list_traces(s.dirs);
+  REQUIRE(l.ok());
+  REQUIRE(l->size() == 3);
+  CHECK((*l)[1].run_id == kMid);
+  CHECK((*l)[1].status == "oom");
+  CHECK((*l)[1].command == "evil");
+  CHECK_FALSE((*l)[1].exit_code.has_value());
+  // Filtered on the lie: the index was rebuilt, and the run is not "ok".
+  index_sql(s.dirs, "update runs set status='ok', exit_code=0 where line=2;");
+  sbx::TraceFilter ok;
+  ok.status = "ok";
+  auto lo = sbx::list_traces(s.dirs, ok);
+  REQUIRE(lo.ok());
+  REQUIRE(lo->size() == 1);
+  CHECK((*lo)[0].run_id == kNew);
+
+  index_sql(s.dirs, "update runs set off=(select off from runs where line=3) where line=2;");
+  auto shown = sbx::load_trace(s.dirs, kMid);
+  REQUIRE(shown.ok());
+  CHECK((*shown)["run_id"] == kMid);
+  CHECK((*shown)["result"]["status"] == "oom");
+  // An offset inside run 3's own line that still parses is refused too (the bytes do not hash).
+  index_sql(s.dirs, "update runs set off=(select off from runs where line=3) + 1 where line=3;");
+  auto last = sbx::load_trace(s.dirs, kNew);
+  REQUIRE(last.ok());
+  CHECK((*last)["run_id"] == kNew);
 }
