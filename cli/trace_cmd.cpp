@@ -91,7 +91,15 @@ int run_ls(const GlobalOptions& g, const LsOptions& o, const TraceDbOptions& db,
   if (!traces) return usage_error(traces.error().describe());
   // Exit 1 (after the whole listing) when something of the store could not be read: each is named
   // above; a script that must see every run checks the status, one that lists what it can goes on.
+  std::size_t legacy = 0;
+  for (auto& t : *traces) legacy += t.in_ledger ? 0 : 1;
   auto done = [&] {
+    if (legacy)
+      std::fprintf(stderr,
+                   "sbx: trace ls: %zu run(s) %s are files of the previous store format (%s/RUN_ID.json), outside the "
+                   "hash-chained ledger: 'sbx trace verify' does not cover them ('sbx trace import' appends them)\n",
+                   legacy, o.as_json ? "with \"in_ledger\": false" : "marked [not in ledger]",
+                   printable(store_dirs(g).traces).c_str());
     if (skipped == 0) return 0;
     std::fprintf(
         stderr,
@@ -102,7 +110,10 @@ int run_ls(const GlobalOptions& g, const LsOptions& o, const TraceDbOptions& db,
   if (o.as_json) {
     // For scripts: one array, newest first; text of outside origin stays JSON-escaped (ASCII).
     json a = json::array();
-    for (auto& t : *traces) a.push_back(ls_row_json(t));
+    for (auto& t : *traces) {
+      a.push_back(ls_row_json(t));
+      a.back()["in_ledger"] = t.in_ledger;
+    }
     std::printf("%s\n", dump_ascii_json(a, 2).c_str());
     std::fflush(stdout);
     return done();
@@ -112,9 +123,11 @@ int run_ls(const GlobalOptions& g, const LsOptions& o, const TraceDbOptions& db,
   std::printf("%-29s  %-24s  %-17s  %4s  %8s  %s\n", "RUN ID", "STARTED", "STATUS", "EXIT", "WALL MS", "COMMAND");
   for (auto& t : *traces) {
     std::string exit_code = t.exit_code ? std::to_string(*t.exit_code) : "-";
-    std::printf("%-29s  %-24s  %-17s  %4s  %8lld  %s\n", printable(t.run_id).c_str(), printable(t.started_at).c_str(),
+    // A record outside the ledger says so at the end of its line (after the command, so that the
+    // columns stay where scripts cut them).
+    std::printf("%-29s  %-24s  %-17s  %4s  %8lld  %s%s\n", printable(t.run_id).c_str(), printable(t.started_at).c_str(),
                 printable(t.status).c_str(), exit_code.c_str(), static_cast<long long>(t.wall_ms),
-                printable(t.command).c_str());
+                printable(t.command).c_str(), t.in_ledger ? "" : "  [not in ledger]");
   }
   std::fflush(stdout);
   return done();
@@ -338,8 +351,14 @@ int run_show(GlobalOptions& g, CLI::App& show, ShowOptions& opts, const TraceDbO
     return usage_error("trace show: --json and --format " + opts.format + " contradict each other");
   if (!db.db.empty()) return trace_show_db(db, tenant, opts.run_id, opts.format == "text" && !opts.as_json, pretty);
   if (!db.node.empty()) return usage_error("trace show: --node picks a run in a trace database: give --db URL with it");
-  auto rec = load_trace(store_dirs(g), opts.run_id);
+  std::string legacy_file;
+  auto rec = load_trace(store_dirs(g), opts.run_id, &legacy_file);
   if (!rec) return usage_error(rec.error().describe());
+  if (!legacy_file.empty())
+    std::fprintf(stderr,
+                 "sbx: warning: trace show: this record is the file %s of the previous store format, outside the "
+                 "hash-chained ledger: 'sbx trace verify' does not cover it ('sbx trace import' appends it)\n",
+                 printable(legacy_file).c_str());
   if (opts.format == "text" && !opts.as_json) std::fputs(trace_show_text(*rec).c_str(), stdout);
   else std::printf("%s\n", pretty(*rec).c_str());
   return 0;

@@ -30,8 +30,15 @@ TraceSubcommand add_trace_export_command(CLI::App* trace, std::function<Dirs()> 
       ->check(CLI::IsMember({"in-toto"}));
   exp->add_option("-o,--output", o->output, "Write the statement to FILE instead of stdout");
   return {exp, [o, store = std::move(store)]() -> int {
-            auto rec = load_trace(store(), o->run_id);
+            std::string legacy_file;
+            auto rec = load_trace(store(), o->run_id, &legacy_file);
             if (!rec) return usage_error(rec.error().describe());
+            // Provenance vouches for a run: only for a record the ledger's chain covers.
+            if (!legacy_file.empty())
+              return usage_error("trace export: " + legacy_file +
+                                 " is a record of the previous store format, outside the hash-chained ledger: no "
+                                 "provenance is exported for it (fix: 'sbx trace import' appends it to the ledger; "
+                                 "export it then)");
             auto doc = intoto_statement(*rec);
             if (!doc) return usage_error(doc.error().describe());
             for (auto& s : doc->skipped) spdlog::warn("trace export: left out {}", printable(s));

@@ -246,10 +246,11 @@ Result<std::string> read_bounded(const std::string& path, std::size_t max_bytes,
 }
 
 Result<std::string> read_regular_bounded(const std::string& path, std::size_t max_bytes, Stage stage,
-                                         const std::string& what) {
+                                         const std::string& what, bool no_follow) {
   // O_NONBLOCK: opening a FIFO for reading would wait for a writer; this way the open returns at
   // once and the fstat below refuses it (O_NONBLOCK does not change how a regular file reads).
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY));
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY | (no_follow ? O_NOFOLLOW : 0)));
+  if (!fd.ok() && errno == ELOOP && no_follow) return make_error(stage, what + ": a symbolic link, not a regular file");
   if (!fd.ok()) return sys_error(stage, "cannot read " + what);
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0) return sys_error(stage, "cannot read " + what);

@@ -73,8 +73,10 @@ Result<std::string> read_bounded_fd(int fd, std::size_t max_bytes, Stage stage, 
 // read_bounded for a file that must be a regular one (a configuration file): a FIFO, a device or
 // a terminal is refused at once ("<what>: not a regular file"; a directory: "cannot read <what>:
 // Is a directory") instead of blocking the open or the read. read_bounded itself takes any file: `pack run --input` may be a pipe or /dev/stdin.
+// `no_follow`: a symbolic link as the last component is refused too (a file in sbx's own store,
+// where a link is planted, never made).
 Result<std::string> read_regular_bounded(const std::string& path, std::size_t max_bytes, Stage stage,
-                                         const std::string& what);
+                                         const std::string& what, bool no_follow = false);
 
 // read_bounded_fd with the forwarded signals blocked as main() left them (signals.hpp): `sbx
 // exec` reading its request. A forwarded signal meanwhile is only looked at (a signalfd polled, never read), so it stays pending and the run

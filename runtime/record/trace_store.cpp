@@ -61,12 +61,16 @@ Result<std::vector<std::string>> stored_ids(const Dirs& dirs) {
   return ids;
 }
 
-Result<nlohmann::json> parse_record(const std::string& path) {
+// A file of the previous store format, read once: a regular file (not a link: a FIFO planted there
+// must not hang every listing), bounded.
+Result<std::string> read_legacy(const std::string& path) {
+  return read_regular_bounded(path, kMaxTraceBytes, kStage, "trace " + path, true);
+}
+
+Result<nlohmann::json> parse_record_text(const std::string& text, const std::string& path) {
   // Bounded (json_io.hpp): a record in the store may have been replaced by anything, and one
   // nested 100,000 deep must be a skipped file in `trace ls`, not a crash.
-  auto text = read_bounded(path, kMaxTraceBytes, kStage, "trace " + path);
-  if (!text) return text.error();
-  auto parsed = parse_json_doc(*text, {kMaxTraceBytes}, kStage, "corrupt trace " + path);
+  auto parsed = parse_json_doc(text, {kMaxTraceBytes}, kStage, "corrupt trace " + path);
   if (!parsed) return parsed.error();
   nlohmann::json j = std::move(*parsed);
   if (!j.is_object()) return make_error(kStage, "corrupt trace " + path + ": not a JSON object");
@@ -75,6 +79,12 @@ Result<nlohmann::json> parse_record(const std::string& path) {
   if (s == j.end() || !s->is_string() || s->get<std::string>().rfind("sbx.trace/", 0) != 0)
     return make_error(kStage, "corrupt trace " + path + ": no \"schema\": \"sbx.trace/...\" member");
   return j;
+}
+
+Result<nlohmann::json> parse_record(const std::string& path) {
+  auto text = read_legacy(path);
+  if (!text) return text.error();
+  return parse_record_text(*text, path);
 }
 
 }  // namespace
@@ -153,8 +163,13 @@ Result<std::vector<Stored>> stored_runs(const Dirs& dirs, std::uint64_t* skipped
 }
 
 // `stale` (when given) is set when the index named a line that is not the run's (read_indexed_line).
-Result<nlohmann::json> load_stored(const Dirs& dirs, const Stored& s, bool* stale = nullptr) {
-  if (s.ledger_offset < 0) return parse_record(trace_path(dirs, s.id));
+Result<nlohmann::json> load_stored(const Dirs& dirs, const Stored& s, bool* stale = nullptr,
+                                   std::string* legacy_file = nullptr) {
+  if (legacy_file) legacy_file->clear();
+  if (s.ledger_offset < 0) {
+    if (legacy_file) *legacy_file = trace_path(dirs, s.id);
+    return parse_record(trace_path(dirs, s.id));
+  }
   const auto off = static_cast<std::uint64_t>(s.ledger_offset);
   auto line = s.index_hash ? read_indexed_line(dirs, {s.id, off, *s.index_hash}) : read_ledger_line(dirs, off);
   if (!line) {
@@ -196,9 +211,9 @@ namespace {
 // The legacy record as one compact line with "ledger_import" as its first member.
 Result<std::string> import_line(const Dirs& dirs, const std::string& id) {
   const std::string path = trace_path(dirs, id);
-  auto bytes = read_bounded(path, kMaxTraceBytes, kStage, "trace " + path);
+  auto bytes = read_legacy(path);  // once: the bytes hashed are the bytes imported
   if (!bytes) return bytes.error();
-  auto j = parse_record(path);
+  auto j = parse_record_text(*bytes, path);
   if (!j) return j.error();
   auto run_id = j->find("run_id");
   if (run_id == j->end() || !run_id->is_string() || run_id->get<std::string>() != id)
@@ -292,6 +307,7 @@ Result<std::vector<TraceSummary>> list_by_reading(const Dirs& dirs, const TraceF
       continue;
     }
     TraceSummary s = summarize_record(it->id, *j);
+    s.in_ledger = it->ledger_offset >= 0;
     if (f.matches(s)) out.push_back(std::move(s));
   }
   return out;
@@ -332,6 +348,7 @@ Result<std::vector<TraceSummary>> list_traces(const Dirs& dirs, const TraceFilte
       continue;
     }
     TraceSummary s = summarize_record(id, *j);
+    s.in_ledger = false;
     if (f.matches(s)) out.push_back(std::move(s));
   }
   std::sort(out.begin(), out.end(), [](const TraceSummary& a, const TraceSummary& b) { return a.run_id > b.run_id; });
@@ -341,7 +358,8 @@ Result<std::vector<TraceSummary>> list_traces(const Dirs& dirs, const TraceFilte
 
 namespace {
 
-Result<nlohmann::json> load_trace_from(const Dirs& dirs, const std::string& want, bool use_index, bool* stale) {
+Result<nlohmann::json> load_trace_from(const Dirs& dirs, const std::string& want, bool use_index, bool* stale,
+                                       std::string* legacy_file) {
   // "last" and "-N" count back from the newest run (run ids sort by time).
   bool back = want == "last" || (want.size() > 1 && want.size() < 10 && want[0] == '-' &&
                                  want.find_first_not_of("0123456789", 1) == std::string::npos);
@@ -354,11 +372,11 @@ Result<nlohmann::json> load_trace_from(const Dirs& dirs, const std::string& want
     if (runs->size() < n)
       return make_error(kStage, "no trace '" + want + "' in " + dirs.traces + ": it holds " +
                                     std::to_string(runs->size()) + " run(s)");
-    return load_stored(dirs, (*runs)[runs->size() - n], stale);
+    return load_stored(dirs, (*runs)[runs->size() - n], stale, legacy_file);
   }
   auto by_id = [](const Stored& s, const std::string& id) { return s.id < id; };
   auto exact = std::lower_bound(runs->begin(), runs->end(), want, by_id);
-  if (exact != runs->end() && exact->id == want) return load_stored(dirs, *exact, stale);
+  if (exact != runs->end() && exact->id == want) return load_stored(dirs, *exact, stale, legacy_file);
 
   std::vector<const Stored*> matches;
   for (auto& s : *runs)
@@ -369,20 +387,20 @@ Result<nlohmann::json> load_trace_from(const Dirs& dirs, const std::string& want
                                   " traces match (" + matches.front()->id + ", ..., " + matches.back()->id +
                                   "); give more characters, or 'last' for the newest run");
   }
-  return load_stored(dirs, *matches.front(), stale);
+  return load_stored(dirs, *matches.front(), stale, legacy_file);
 }
 
 }  // namespace
 
-Result<nlohmann::json> load_trace(const Dirs& dirs, const std::string& run_id_or_prefix) {
+Result<nlohmann::json> load_trace(const Dirs& dirs, const std::string& run_id_or_prefix, std::string* legacy_file) {
   bool stale = false;
-  auto r = load_trace_from(dirs, run_id_or_prefix, true, &stale);
+  auto r = load_trace_from(dirs, run_id_or_prefix, true, &stale, legacy_file);
   if (!stale) return r;
   // The index named a line that is not the run's (edited, or stale in a way its catch-up does not
   // see): it is rebuilt, and the run found by reading the ledger itself.
   spdlog::warn("trace index: {}; rebuilding it from the ledger", r.error().message);
   if (auto n = rebuild_index(dirs); !n) spdlog::warn("cannot rebuild the trace index: {}", n.error().describe());
-  return load_trace_from(dirs, run_id_or_prefix, false, nullptr);
+  return load_trace_from(dirs, run_id_or_prefix, false, nullptr, legacy_file);
 }
 
 }  // namespace sbx

@@ -1,7 +1,10 @@
 #pragma once
 // The trace store: every run's record is a line of the hash-chained ledger <state>/traces/ledger.jsonl
 // (trace_ledger.hpp). Records of the previous store format, one <state>/traces/<run_id>.json file
-// per run, are still listed and shown. Run ids sort by time, so "newest first" is a reverse sort.
+// per run, are still listed and shown, marked as outside the ledger (TraceSummary::in_ledger): the
+// hash chain does not cover them, so nothing vouches for them (`trace export` refuses them), and
+// they are read as a file planted there may be (a regular file, not a link, bounded). Run ids sort
+// by time, so "newest first" is a reverse sort.
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -37,6 +40,9 @@ struct ImportReport {
 Result<ImportReport> import_legacy_traces(const Dirs& dirs);
 
 // Exact run id, a unique prefix of one, "last" (the newest run) or "-N" (the Nth newest).
-Result<nlohmann::json> load_trace(const Dirs& dirs, const std::string& run_id_or_prefix);
+// `legacy_file` (when given) is set to the record's file when it is one of the previous store
+// format (outside the hash-chained ledger: nothing vouches for it), and cleared otherwise.
+Result<nlohmann::json> load_trace(const Dirs& dirs, const std::string& run_id_or_prefix,
+                                  std::string* legacy_file = nullptr);
 
 }  // namespace sbx

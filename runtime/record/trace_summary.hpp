@@ -22,6 +22,9 @@ struct TraceSummary {
   std::string command;  // argv joined with spaces, shell-quoted where needed
   // invocation.pack and image (empty when none / unknown), for `trace ls --pack/--image`.
   std::string pack, pack_version, pack_digest, image, image_digest;
+  // false: a file of the previous store format (trace_store.hpp), which the ledger's chain does not
+  // cover.
+  bool in_ledger = true;
 };
 
 // `trace ls --since`: a duration before now ("90s", "30m", "1h", "2d", "1w"; a unit is required)

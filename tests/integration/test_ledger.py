@@ -317,6 +317,46 @@ class OldRecords(LedgerCase):
         r = sbx(["trace", "import"], env=self.env)
         self.assertIn("imported 0 record(s)", r.out)
 
+    def test_old_records_are_marked_outside_the_ledger_and_not_exported(self):
+        # A hand-written file in the store lists and shows, but as what it is: outside the chain.
+        old, _ = self.legacy_store()
+        new = self.runs(1)
+        r = sbx(["trace", "ls"], env=self.env)
+        self.assertExit(r, 0)
+        row = [l for l in r.out.splitlines() if l.startswith(old["run_id"])]
+        self.assertEqual(len(row), 1)
+        self.assertTrue(row[0].endswith("  [not in ledger]"), row[0])
+        self.assertNotIn("[not in ledger]", [l for l in r.out.splitlines() if l.startswith(new[0])][0])
+        self.assertIn("outside the hash-chained ledger", r.err)
+        ls = json.loads(sbx(["trace", "ls", "--json"], env=self.env).out)
+        self.assertEqual({e["run_id"]: e["in_ledger"] for e in ls}, {old["run_id"]: False, new[0]: True})
+        r = sbx(["trace", "show", old["run_id"]], env=self.env)
+        self.assertExit(r, 0)
+        self.assertIn("previous store format, outside the hash-chained ledger", r.err)
+        r = sbx(["trace", "export", old["run_id"]], env=self.env)
+        self.assertExit(r, 125)
+        self.assertEqual(r.out, "")
+        self.assertIn("outside the hash-chained ledger: no provenance is exported for it (fix: 'sbx trace import'", r.err)
+        self.assertExit(sbx(["trace", "export", new[0]], env=self.env), 0)
+
+    def test_a_fifo_or_link_in_the_store_is_skipped_not_waited_on(self):
+        self.runs(1)
+        traces = os.path.join(self.state, "traces")
+        os.mkfifo(os.path.join(traces, "20990101T000000.000Z-deadbeef.json"))
+        target = self.path("elsewhere.json")
+        with open(target, "w") as f:
+            json.dump({"schema": "sbx.trace/v1", "run_id": "20990101T000000.000Z-0000beef"}, f)
+        os.symlink(target, os.path.join(traces, "20990101T000000.000Z-0000beef.json"))
+        r = sbx(["trace", "ls"], env=self.env, timeout=10)
+        self.assertExit(r, 1)
+        self.assertIn("20990101T000000.000Z-deadbeef.json: not a regular file", r.err)
+        self.assertIn("20990101T000000.000Z-0000beef.json: a symbolic link, not a regular file", r.err)
+        r = sbx(["trace", "show", "20990101T000000.000Z-deadbeef"], env=self.env, timeout=10)
+        self.assertExit(r, 125)
+        r = sbx(["trace", "import"], env=self.env, timeout=10)
+        self.assertExit(r, 1)
+        self.assertIn("not a regular file", r.err)
+
     def test_a_file_that_is_no_record_is_not_imported(self):
         os.makedirs(os.path.join(self.state, "traces"), mode=0o700)
         with open(os.path.join(self.state, "traces", "20000101T000000.000Z-00000000.json"), "w") as f:
