@@ -59,7 +59,8 @@ void add_replay_command(CLI::App& app, GlobalOptions& g, std::vector<Command>& o
                {"replay", {{"run_id", rep->replay_run}, {"exit_status", rep->replay_exit}}},
                {"differences", diffs},
                {"differences_omitted", rep->differences_omitted}};
-           std::printf("%s\n", dump_json(j, 2).c_str());
+           // ASCII: the differences quote the record and the replay's output (file names, values).
+           std::printf("%s\n", dump_json(j, 2, {}, true).c_str());
          } else if (rep->identical()) {
            std::printf("identical\n");
          } else {

@@ -34,6 +34,13 @@ std::size_t utf8_len(std::string_view s, std::size_t i) {
   return n;
 }
 
+bool format_control_at(std::string_view s, std::size_t i, std::size_t n, std::uint32_t* cp) {
+  if (n < 2 || i + n > s.size()) return false;
+  std::uint32_t c = decode(s, i, n);
+  if (cp) *cp = c;
+  return is_format_control(c);
+}
+
 std::string printable(std::string_view s) {
   std::string out;
   out.reserve(s.size());

@@ -6,6 +6,7 @@
 // text read differently from what it is. Everything sbx prints to a terminal from such a source
 // goes through printable().
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -14,6 +15,10 @@ namespace sbx {
 // Length of the valid UTF-8 sequence at s[i] (1 for ASCII), or 0 when the bytes there are not one
 // (overlong forms, surrogates and code points past U+10FFFF are invalid).
 std::size_t utf8_len(std::string_view s, std::size_t i);
+
+// Whether the valid UTF-8 sequence of `n` bytes at s[i] (utf8_len) is a C1 control or one of the
+// format characters printable() escapes as "\uXXXX" (below); its code point in *cp when given.
+bool format_control_at(std::string_view s, std::size_t i, std::size_t n, std::uint32_t* cp = nullptr);
 
 // One line, safe for a terminal: printable ASCII and valid UTF-8 as they are; \n \r \t as "\n"
 // "\r" "\t"; other C0 bytes, DEL and invalid UTF-8 bytes as "\xNN"; C1 controls and the invisible

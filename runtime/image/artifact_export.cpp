@@ -51,7 +51,7 @@ struct Exporter {
   }
 
   Status entry(int src, int dst, const std::string& rel, const std::string& name, int depth) {
-    if (!safe_name(name)) return skip(rel, "unsafe name (control character or invalid UTF-8)"), Status{};
+    if (!safe_name(name)) return skip(rel, "unsafe name (control or format character, or invalid UTF-8)"), Status{};
     struct stat st;
     if (::fstatat(src, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0)
       return sys_error(kStage, "stat /out/" + display_name(rel));
@@ -160,7 +160,8 @@ bool safe_name(const std::string& raw) {
     unsigned char c = static_cast<unsigned char>(raw[i]);
     if (c < 0x20 || c == 0x7f) return false;
     std::size_t n = utf8_len(raw, i);
-    if (n == 0) return false;
+    // C1 controls and direction overrides are valid UTF-8, and a terminal acts on them as on C0.
+    if (n == 0 || format_control_at(raw, i, n)) return false;
     i += n;
   }
   return true;
@@ -171,11 +172,17 @@ std::string display_name(const std::string& raw) {
   for (std::size_t i = 0; i < raw.size();) {
     unsigned char c = static_cast<unsigned char>(raw[i]);
     std::size_t n = utf8_len(raw, i);
+    std::uint32_t cp = 0;
     if (n == 0 || c < 0x20 || c == 0x7f || c == '\\') {
       char buf[5];
       std::snprintf(buf, sizeof buf, "\\x%02x", c);
       out += buf;
       ++i;
+    } else if (format_control_at(raw, i, n, &cp)) {  // as printable() shows it
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(cp));
+      out += buf;
+      i += n;
     } else {
       out.append(raw, i, n);
       i += n;

@@ -77,8 +77,10 @@ struct OutFile {
 };
 OutFile read_out_file(int out_fd, const std::string& name, std::int64_t cap);
 
-// Escapes control bytes, backslash and invalid UTF-8 as \xHH, so any name fits a JSON string.
+// Escapes control bytes, backslash and invalid UTF-8 as \xHH, and C1 controls and format
+// characters (text_escape.hpp) as \uXXXX, so any name fits a JSON string and reaches no terminal raw.
 std::string display_name(const std::string& raw);
-bool safe_name(const std::string& raw);  // no control bytes, valid UTF-8
+// No control bytes (C0, DEL, C1), no format characters printable() escapes, valid UTF-8.
+bool safe_name(const std::string& raw);
 
 }  // namespace sbx

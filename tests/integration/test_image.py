@@ -401,6 +401,8 @@ class Export(SbxTestCase):
                   " echo x > /tmp/t; ln /tmp/t /out/hard3 2>/dev/null && echo HARDLINK-OK;"
                   " printf nl > \"/out/new$(printf '\\nline')\";"
                   " printf bad > \"/out/bad$(printf '\\377')\";"
+                  # A C1 control (U+009B) and a direction override (U+202E): valid UTF-8, still refused.
+                  " printf c1 > \"/out/c1$(printf '\\302\\233')x\"; printf rlo > \"/out/rlo$(printf '\\342\\200\\256')txt\";"
                   " mkdir -p /out/x/../y; printf dots > /out/...; printf dd > '/out/..dots';"
                   # Without cgroup v2, RLIMIT_FSIZE (the largest tmpfs) kills the 10G truncate
                   # (SIGXFSZ): a sparse file just under it is over the export cap all the same.
@@ -423,6 +425,8 @@ class Export(SbxTestCase):
         self.assertEqual(skipped["/out/fifo"], "fifo")
         self.assertIn("unsafe name", skipped["/out/new\\x0aline"])
         self.assertIn("unsafe name", skipped["/out/bad\\xff"])
+        self.assertIn("unsafe name", skipped["/out/c1\\u009bx"])
+        self.assertIn("unsafe name", skipped["/out/rlo\\u202etxt"])
         self.assertIn("--output-max-bytes", skipped["/out/sparse"])
         note("hostile export skipped: " + json.dumps(t["export"]["skipped"]))
 

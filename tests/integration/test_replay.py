@@ -125,6 +125,19 @@ class KeepAndReplay(ReplayCase):
         self.assertEqual([x["where"] for x in whens], ["/when"])
         self.assertNotEqual(whens[0]["original"], whens[0]["replay"])
 
+    def test_replay_json_escapes_what_it_quotes(self):
+        # A difference quotes the pack's output: a C1 control in it (U+009B, a one-byte CSI for many
+        # terminals) is printed as \u009b, never raw.
+        c1 = ("set -eu\nprintf '{\"count\": 2, \"when\": \"\\302\\233%s\"}' \"$(date +%s%N)\" > /out/result.json\n")
+        d, inp = self.make_pack(c1)
+        self.assertExit(self.sbx(["pack", "run", d, "--input", inp]), 0)
+        j = self.sbx(["replay", "last", "--json"])
+        self.assertExit(j, 1)
+        self.assertTrue(all(b < 0x80 for b in j.stdout), j.stdout)
+        self.assertIn(b"\\u009b", j.stdout)
+        whens = [x for x in json.loads(j.out)["differences"] if x["what"] == "result"]
+        self.assertTrue(whens[0]["original"].startswith("\u009b"), whens)
+
     def test_missing_blob_is_125_and_named(self):
         d, inp = self.make_pack(COUNT)
         self.assertExit(self.sbx(["pack", "run", d, "--input", inp]), 0)

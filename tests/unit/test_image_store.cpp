@@ -212,6 +212,13 @@ TEST_CASE("display_name keeps valid UTF-8 and escapes the rest") {
   CHECK(sbx::safe_name("caf\xc3\xa9"));
   CHECK_FALSE(sbx::safe_name("\xc0\xaf"));  // overlong '/'
   CHECK_FALSE(sbx::safe_name("a\tb"));
+  // C1 controls and format characters are valid UTF-8 but act on a terminal: refused, and shown escaped.
+  CHECK_FALSE(sbx::safe_name("a\xc2\x9b" "b"));      // U+009B CSI
+  CHECK_FALSE(sbx::safe_name("a\xe2\x80\xae" "b"));  // U+202E right-to-left override
+  CHECK_FALSE(sbx::safe_name("\xe2\x81\xa6"));       // U+2066 left-to-right isolate
+  CHECK(sbx::safe_name("\xc2\xa0"));                  // U+00A0 no-break space: printable
+  CHECK(sbx::display_name("a\xc2\x9b" "b") == "a\\u009bb");
+  CHECK(sbx::display_name("\xe2\x80\xae") == "\\u202e");
 }
 
 TEST_CASE("an import cleans up staging directories that killed imports and removals left") {
