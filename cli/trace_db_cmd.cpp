@@ -249,7 +249,8 @@ int trace_verify_db(const TraceDbOptions& o, const std::string& tenant, const st
                                        : "; no key registered: signatures not checked";
       if (v.pruned_through)
         basis += "; its chain starts at seq " + std::to_string(v.pruned_through + 1) +
-                 " (the records before were pruned before they were shipped)";
+                 " in the database; earlier records are not there: only --against-ledger can tell whether they "
+                 "were pruned or deleted";
       std::printf("intact: node %s: %llu record(s); head seq %llu %s%s\n", printable(n.node).c_str(),
                   static_cast<unsigned long long>(v.records), static_cast<unsigned long long>(v.head_seq),
                   v.head_hash.c_str(), basis.c_str());

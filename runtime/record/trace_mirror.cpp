@@ -38,6 +38,7 @@ constexpr std::size_t kMaxNodeName = 128;
 constexpr std::size_t kMaxIdentifier = 63;     // PostgreSQL's NAMEDATALEN - 1
 constexpr std::size_t kMaxNodes = 100000;      // nodes one verify walks
 constexpr std::size_t kMaxShownColumn = 4096;  // characters of a text column `trace ls --db` shows
+constexpr std::size_t kMaxPubkeyPem = 4096;    // bytes of a node's registered public key (PEM)
 // A background shipper's whole life: past it SIGALRM ends it (the ledger keeps what it did not send).
 constexpr unsigned kBackgroundDeadlineS = 900;
 // What a background shipper waits for the store's ship lock (another shipper sending).
@@ -92,7 +93,7 @@ Result<int> schema_version(PgConn& c, const std::string& schema) {
   auto has = c.query_one("SELECT 1 FROM pg_catalog.pg_tables WHERE schemaname = $1 AND tablename = 'meta'", {schema});
   if (!has) return has.error();
   if (!*has) return 0;
-  auto v = c.query_one(with_schema("SELECT value FROM {s}.meta WHERE key = 'schema_version'", schema));
+  auto v = c.query_one(with_schema("SELECT left(value, 16) FROM {s}.meta WHERE key = 'schema_version'", schema));
   if (!v) return v.error();
   if (!*v) return 0;
   const std::string& text = (*v)->at(0);
@@ -253,13 +254,21 @@ struct NodeRow {
 };
 
 Result<NodeRow> read_node(PgConn& c, const std::string& schema, const std::string& node) {
-  auto r = c.query_one(
-      with_schema("SELECT first_seq, first_prev, first_hash, coalesce(pubkey, '') FROM {s}.nodes WHERE node = $1",
-                  schema),
-      {node}, 64 * 1024);
+  auto r =
+      c.query_one(with_schema("SELECT first_seq, left(first_prev, 257), left(first_hash, 257),"
+                              " CASE WHEN octet_length(pubkey) <= $2 THEN pubkey END, coalesce(octet_length(pubkey), 0)"
+                              " FROM {s}.nodes WHERE node = $1",
+                              schema),
+                  {node, std::to_string(kMaxPubkeyPem)}, 64 * 1024);
   if (!r) return r.error();
   NodeRow n;
   if (!*r) return n;
+  // Cut in the SQL: libpq holds a whole row before sbx sees it, so a bound checked here would
+  // come after a hostile database made sbx buffer whatever it stored there.
+  if ((*r)->null(3) && (*r)->at(4) != "0")
+    return make_error(kStage, "node " + printable(node) + "'s public key in the trace database is " + (*r)->at(4) +
+                                  " bytes, over the " + std::to_string(kMaxPubkeyPem) +
+                                  "-byte bound of a key: not a key sbx registered");
   n.exists = true;
   n.first_seq = std::strtoull((*r)->at(0).c_str(), nullptr, 10);
   n.first_prev = (*r)->at(1);
@@ -307,7 +316,8 @@ class Shipper {
     if (!n) return n.error();
     n_ = *n;
     auto head = c_.query_one(
-        with_schema("SELECT seq, hash FROM {s}.records WHERE node = $1 ORDER BY seq DESC LIMIT 1", db_.schema),
+        with_schema("SELECT seq, left(hash, 257) FROM {s}.records WHERE node = $1 ORDER BY seq DESC LIMIT 1",
+                    db_.schema),
         {node_});
     if (!head) return head.error();
     if (*head) {
@@ -438,8 +448,9 @@ class Shipper {
       return {};
     }
     // Another shipper sent it first (or it is a rewrite): the same hash is the same line.
-    auto held = c_.query_one(with_schema("SELECT hash FROM {s}.records WHERE node = $1 AND seq = $2", db_.schema),
-                             {node_, std::to_string(l.e.seq)});
+    auto held =
+        c_.query_one(with_schema("SELECT left(hash, 257) FROM {s}.records WHERE node = $1 AND seq = $2", db_.schema),
+                     {node_, std::to_string(l.e.seq)});
     if (!held) return held.error();
     if (!*held || (*held)->at(0) != l.e.hash) return diverged(l.e.seq, *held ? (*held)->at(0) : "(none)", l.e.hash);
     ++rep_.already;
@@ -665,16 +676,22 @@ namespace {
 Result<std::vector<std::string>> node_names(PgConn& c, const std::string& schema, const std::string& only) {
   std::vector<std::string> out;
   auto st = c.query(
-      with_schema(
-          "SELECT node FROM {s}.nodes WHERE $1 = '' OR node = $1 ORDER BY node LIMIT " + std::to_string(kMaxNodes + 1),
-          schema),
+      with_schema("SELECT left(node, " + std::to_string(kMaxNodeName + 1) +
+                      ") FROM {s}.nodes WHERE $1 = '' OR node = $1"
+                      " ORDER BY node LIMIT " +
+                      std::to_string(kMaxNodes + 1),
+                  schema),
       {only},
       [&](const PgRow& r) {
     out.push_back(r.at(0));
     return true;
       },
-      kMaxNodeName * 4);
+      kMaxNodeName * 4 + 4);
   if (!st) return st.error();
+  for (auto& n : out)
+    if (!node_name_ok(n))
+      return make_error(kStage, "schema " + schema + " holds a node named '" + printable(n.substr(0, 64)) +
+                                    (n.size() > 64 ? "...'" : "'") + ": not a node name sbx ships under");
   if (out.size() > kMaxNodes)
     return make_error(kStage, "schema " + schema + " has over " + std::to_string(kMaxNodes) +
                                   " nodes: verify them a node at a time (--node)");
@@ -688,9 +705,17 @@ Result<std::vector<std::string>> node_names(PgConn& c, const std::string& schema
 // The columns `trace ls --db` filters on and shows must be what the row's record says: a row whose
 // status was changed from oom to ok, record untouched, is found here (the chain covers only the
 // record). "" when they agree.
+std::string mismatch_words(const LedgerEntry& e, const char* what) {
+  return "seq " + std::to_string(e.seq) + " (run " + e.run_id + "): its " + what +
+         " column differs from its record's: edited in the database (trace ls --db filters and shows the columns)";
+}
+
 std::string summary_mismatch(const PgRow& r, const LedgerEntry& e) {
+  if (r.at(17) != std::to_string(e.record.size())) return mismatch_words(e, "record_bytes");
   auto s = summarize_record_text(e.run_id, e.record);
   if (!s) return "";  // not a readable record: the walk names it
+  // Each column is read cut one character past its bound (node_lines), so that a column that
+  // only begins with the record's value differs too; a value over the bound is not compared.
   auto differs = [&](std::size_t col, const std::string& want, std::size_t cut) {
     return want.size() <= cut && r.at(col) != want;
   };
@@ -703,10 +728,9 @@ std::string summary_mismatch(const PgRow& r, const LedgerEntry& e) {
                      : differs(13, s->pack_digest, kMaxShownColumn)                   ? "pack_digest"
                      : differs(14, s->image, kMaxShownColumn)                         ? "image"
                      : differs(15, s->image_digest, kMaxShownColumn)                  ? "image_digest"
+                     : differs(16, s->command, kMaxShownColumn)                       ? "command"
                                                                                       : nullptr;
-  if (!what) return "";
-  return "seq " + std::to_string(e.seq) + " (run " + e.run_id + "): its " + what +
-         " column differs from its record's: edited in the database (trace ls --db filters and shows the columns)";
+  return what ? mismatch_words(e, what) : "";
 }
 
 Status node_lines(PgConn& c, const std::string& schema, const std::string& node, const NodeRow& n,
@@ -716,21 +740,21 @@ Status node_lines(PgConn& c, const std::string& schema, const std::string& node,
     a.entry.seq = n.first_seq - 1;
     a.entry.hash = n.first_prev;
     a.entry.run_id = "?";
-    a.pruned_at = "before it was shipped";
+    a.pruned_at = "?";  // the database cannot say whether they were pruned or deleted
     *sink.start = a;
   }
   std::uint64_t after = 0, line_no = 0;
   const std::string sql = with_schema(
       "SELECT seq, left(run_id, 256), left(prev, 256), left(hash, 256), left(coalesce(sig, ''), 256),"
       " CASE WHEN octet_length(record) <= $3 THEN record END, coalesce(octet_length(record), record_bytes),"
-      " left(started_at, 256), left(status, 256), exit_code, wall_ms, " +
+      " left(started_at, 257), left(status, 257), exit_code, wall_ms, " +
           [] {
     std::string cols;
-    for (const char* col : {"pack", "pack_version", "pack_digest", "image", "image_digest"})
-      cols += std::string(cols.empty() ? "" : ", ") + "left(" + col + ", " + std::to_string(kMaxShownColumn) + ")";
+    for (const char* col : {"pack", "pack_version", "pack_digest", "image", "image_digest", "command"})
+      cols += std::string(cols.empty() ? "" : ", ") + "left(" + col + ", " + std::to_string(kMaxShownColumn + 1) + ")";
     return cols;
       }() +
-      " FROM {s}.records WHERE node = $1 AND seq > $2 ORDER BY seq LIMIT " + std::to_string(kVerifyBatch),
+      ", record_bytes FROM {s}.records WHERE node = $1 AND seq > $2 ORDER BY seq LIMIT " + std::to_string(kVerifyBatch),
       schema);
   for (bool more = true; more;) {
     std::uint64_t rows = 0;
@@ -831,7 +855,8 @@ Result<LedgerDbComparison> compare_ledger_with_db(const Dirs& dirs, const TraceD
   auto load = [&](std::uint64_t after) -> Status {
     held.clear();
     return c->query(
-        with_schema("SELECT seq, run_id, prev, CASE WHEN octet_length(record) <= $3 THEN record END FROM {s}.records"
+        with_schema("SELECT seq, left(run_id, 257), left(prev, 257), CASE WHEN octet_length(record) <= $3 THEN record"
+                    " END FROM {s}.records"
                     " WHERE node = $1 AND seq > $2 ORDER BY seq LIMIT " +
                         std::to_string(kVerifyBatch),
                     db.schema),
@@ -930,7 +955,7 @@ std::string where_of(const DbTraceFilter& f, std::vector<PgParam>& params) {
 // What a listing reads of a row, each text column cut in the SQL (a hostile or damaged row cannot
 // make a listing's memory grow with it): kMaxShownColumn characters.
 std::string run_columns() {
-  std::string cols = "node, seq";
+  std::string cols = "left(node, " + std::to_string(kMaxNodeName + 1) + "), seq";
   for (const char* c : {"run_id", "started_at", "status"}) cols += std::string(", left(") + c + ", 256)";
   cols += ", exit_code, wall_ms";
   for (const char* c : {"command", "pack", "pack_version", "pack_digest", "image", "image_digest"})

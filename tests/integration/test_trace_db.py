@@ -18,7 +18,7 @@ import threading
 import time
 import unittest
 
-from sbxtest import MODE, SbxTestCase, ledger_lines, sbx, wait_for
+from sbxtest import MODE, SBX, SbxTestCase, ledger_lines, sbx, wait_for
 
 # Debian 12's PostgreSQL is 15; a newer one is found the same way (the newest installed).
 PG_BIN = next(iter(sorted(glob.glob("/usr/lib/postgresql/*/bin"), key=lambda p: int(p.split("/")[-2])
@@ -313,6 +313,59 @@ class TraceDb(SbxTestCase):
         r = sbx(["trace", "verify", "--db", self.url()])
         self.assertExit(r, 1)
         self.assertIn("signature does not verify", r.err)
+
+    def test_signed_node_columns_bloat_and_a_cut_start(self):
+        state = self.path("s")
+        config = self.path("config")
+        os.mkdir(config, 0o700)
+        env = self.node_env("signer", XDG_CONFIG_HOME=config)
+        self.assertExit(sbx(["key", "init", "--json"], env=env), 0)
+        for word in ("one", "two", "three", "four"):
+            self.assertExit(sbx(["--state-dir", state, "run", "--", "/bin/echo", word], env=env), 0)
+        self.ship(state, env=env)
+        self.assertExit(sbx(["trace", "verify", "--db", self.url()]), 0)
+        # The command column, which `trace ls --db` prints, is checked against the record like the
+        # others (the chain and the signature cover only the record).
+        self.sql("UPDATE sbx.records SET command = 'echo harmless' WHERE node = 'signer' AND seq = 2")
+        self.assertIn("echo harmless", sbx(["trace", "ls", "--db", self.url()]).out)
+        r = sbx(["trace", "verify", "--db", self.url()])
+        self.assertExit(r, 1)
+        self.assertIn("seq 2", r.err)
+        self.assertIn("command column differs from its record's", r.err)
+        # A column that only begins with the record's value differs too.
+        self.sql("UPDATE sbx.records SET command = '/bin/echo two' || repeat(' ', 5000) WHERE node = 'signer' AND seq = 2")
+        r = sbx(["trace", "verify", "--db", self.url()])
+        self.assertExit(r, 1)
+        self.assertIn("command column differs", r.err)
+        self.sql("UPDATE sbx.records SET command = '/bin/echo two' WHERE node = 'signer' AND seq = 2")
+        self.assertExit(sbx(["trace", "verify", "--db", self.url()]), 0)
+        self.sql("UPDATE sbx.records SET record_bytes = record_bytes + 1 WHERE node = 'signer' AND seq = 3")
+        r = sbx(["trace", "verify", "--db", self.url()])
+        self.assertExit(r, 1)
+        self.assertIn("record_bytes column differs", r.err)
+        self.sql("UPDATE sbx.records SET record_bytes = record_bytes - 1 WHERE node = 'signer' AND seq = 3")
+        # A bloated public key is refused without sbx buffering it (bounded in the SQL).
+        key = self.sql("SELECT pubkey FROM sbx.nodes WHERE node = 'signer'").stdout.rstrip("\n")
+        self.sql("UPDATE sbx.nodes SET pubkey = repeat('A', 100000000) WHERE node = 'signer'")
+        r = subprocess.run(["/bin/sh", "-c", 'ulimit -v 200000; exec "$@"', "sh", SBX, "trace", "verify", "--db",
+                            self.url()], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
+        self.assertEqual(r.returncode, 125, r.stderr)
+        self.assertIn("public key in the trace database is 100000000 bytes, over the", r.stderr)
+        self.sql(f"UPDATE sbx.nodes SET pubkey = $q${key}$q$ WHERE node = 'signer'")
+        self.assertExit(sbx(["trace", "verify", "--db", self.url()]), 0)
+        # The first rows deleted and the node's start rewritten: the chain verifies from there, and
+        # the verdict says only what the database can tell.
+        seq2 = self.sql("SELECT prev, hash FROM sbx.records WHERE node = 'signer' AND seq = 2").stdout.strip().split("|")
+        self.sql("DELETE FROM sbx.records WHERE node = 'signer' AND seq = 1;"
+                 f" UPDATE sbx.nodes SET first_seq = 2, first_prev = '{seq2[0]}', first_hash = '{seq2[1]}'"
+                 " WHERE node = 'signer'")
+        r = sbx(["trace", "verify", "--db", self.url()])
+        self.assertExit(r, 0)
+        self.assertIn("its chain starts at seq 2 in the database; earlier records are not there: only "
+                      "--against-ledger can tell whether they were pruned or deleted", r.out)
+        self.assertNotIn("pruned before", r.out)
+        r = sbx(["--state-dir", state, "trace", "verify", "--db", self.url(), "--against-ledger"], env=env)
+        self.assertExit(r, 1)
 
     def test_tenants_schemas_and_roles(self):
         tenants = self.path("tenants")
