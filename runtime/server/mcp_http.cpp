@@ -54,6 +54,11 @@ using Response = http::response<http::string_body>;
 constexpr auto kUse = net::use_awaitable;
 
 inline constexpr std::size_t kMaxHeaderBytes = 16u << 10;
+// A connection's read buffer at most: a request's headers, then what one read brings before the
+// parser takes it into the body (which body_limit bounds). A chunk's size line, with its
+// extensions, and a trailer must fit in it too: Boost 1.74 bounds neither, so without this a
+// client that never ends a chunk's size line would grow the buffer without end.
+inline constexpr std::size_t kReadBufferBytes = kMaxHeaderBytes + (64u << 10);
 inline constexpr std::size_t kMaxChildQueueBytes = 64u << 20;     // lines written to a child, not yet taken
 inline constexpr std::size_t kMaxLabelSets = 1024;                // distinct metric label sets, each family
 inline constexpr std::uint64_t kMaxViolationsPerCall = 1u << 16;  // what one result may add to a counter
@@ -63,6 +68,9 @@ inline constexpr const char* kVersionHeader = "MCP-Protocol-Version";
 inline constexpr double kBuckets[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300};
 
 std::string sv(beast::string_view s) { return std::string(s.data(), s.size()); }
+
+// What a client sent, cut for a message or a log line: at most 64 bytes and "...".
+std::string excerpt(const std::string& s) { return s.size() <= 64 ? s : s.substr(0, 64) + "..."; }
 
 // A label value as the Prometheus text format writes it (\\, \" and \n escaped).
 std::string label(const std::string& v) {
@@ -598,7 +606,7 @@ class HttpServer {
 
   template <class Stream>
   net::awaitable<void> connection(Stream& stream) {
-    beast::flat_buffer buffer;
+    beast::flat_buffer buffer(kReadBufferBytes);  // past it, buffer_overflow: refused (read_request)
     boost::system::error_code ec;
     bool first = true;
     // A handler that streams its answer (stream_answer) writes raw bytes through this, each write
@@ -655,7 +663,7 @@ class HttpServer {
       co_await refuse(stream, http::status::payload_too_large, too_large, "body_size");
       co_return false;
     }
-    if (ec == http::error::header_limit) {
+    if (ec == http::error::header_limit || ec == http::error::buffer_overflow) {
       co_await refuse(stream, http::status::request_header_fields_too_large, "headers over 16 KiB", "header_size");
       co_return false;
     }
@@ -664,18 +672,33 @@ class HttpServer {
       co_return false;
     }
     std::string target = sv(parser.get().target());
-    if (target.substr(0, target.find('?')) == "/mcp") {
+    std::string path = target.substr(0, target.find('?'));
+    if (path == "/mcp") {
       std::string key, tenant;
       if (auto r = admit(parser.get(), key, tenant)) {
         r->keep_alive(false);
         co_await write_refusal(stream, *r);
         co_return false;
       }
+    } else if (parser.chunked() || parser.content_length().value_or(0) > 0) {
+      // Only /mcp takes a body, and only from a client with a token: any other path refuses one
+      // before a byte of it is read, so that nobody makes the server hold a body unauthenticated.
+      co_await refuse(
+          stream, http::status::payload_too_large,
+          "a request to " + printable(excerpt(path)) + " carries no body (only POST /mcp, with a token, does)",
+          "body_unexpected");
+      co_return false;
     }
     tcp_of(stream).expires_after(std::chrono::milliseconds(cfg_.body_timeout_ms));
     co_await http::async_read(stream, buffer, parser, net::redirect_error(kUse, ec));
     if (ec == http::error::body_limit) {
       co_await refuse(stream, http::status::payload_too_large, too_large, "body_size");
+      co_return false;
+    }
+    if (ec == http::error::buffer_overflow) {
+      co_await refuse(stream, http::status::bad_request,
+                      "a chunk's size line or a trailer over " + std::to_string(kReadBufferBytes) + " bytes",
+                      "chunk_header");
       co_return false;
     }
     if (ec) {

@@ -8,6 +8,7 @@ import hashlib
 import http.client
 import json
 import os
+import select
 import shutil
 import signal
 import socket
@@ -620,6 +621,69 @@ class HostileClients(McpHttpCase):
         c.settimeout(scaled(5))
         self.assertTrue(c.recv(64).startswith(b"HTTP/1.1 401"), "the server waited for the body of a request without a token")
         c.close()
+        self.assertEqual(s.stop(), 0)
+
+    def send_until_answered(self, s, head, piece, most):
+        """`head`, then `piece` again and again (at most `most` bytes), until the server answers: the
+        answer's first bytes, or b"" when it never did (or reset the connection before a byte)."""
+        c = socket.create_connection(("127.0.0.1", s.port))
+        c.settimeout(scaled(5))
+        try:
+            c.sendall(head)
+            sent = 0
+            while sent < most and not select.select([c], [], [], 0)[0]:
+                c.sendall(piece)
+                sent += len(piece)
+        except OSError:
+            pass  # the server stopped reading: its answer, if any, is there to read
+        try:
+            return c.recv(64)
+        except OSError:
+            return b""
+        finally:
+            c.close()
+
+    def peak_rss_kib(self, s):
+        with open(f"/proc/{s.p.pid}/status") as f:
+            return next(int(l.split()[1]) for l in f if l.startswith("VmHWM:"))
+
+    def test_a_chunk_size_line_that_never_ends_is_refused_and_memory_stays_bounded(self):
+        # Boost 1.74 bounds no chunk extension: "1;" and then bytes without end, no CRLF. The
+        # connection's read buffer has a bound of its own: past it, 400, and the server stays small.
+        s = self.server()
+        head = (b"POST /mcp HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + TOKEN_A.encode() +
+                b"\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n1;")
+        answer = self.send_until_answered(s, head, b"a" * 65536, 48 << 20)
+        self.assertTrue(answer.startswith(b"HTTP/1.1 400"), answer)
+        # Without a token, on a path that takes no body: refused before the body.
+        head = (b"POST /healthz HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                b"Transfer-Encoding: chunked\r\n\r\n1;")
+        answer = self.send_until_answered(s, head, b"a" * 65536, 48 << 20)
+        self.assertTrue(answer.startswith(b"HTTP/1.1 413"), answer)
+        self.assertLess(self.peak_rss_kib(s), (512 if "ASAN_OPTIONS" in os.environ else 48) * 1024,
+                        "the server's memory grew with a chunk's size line")
+        _, _, raw = s.request("GET", "/metrics")
+        self.assertIn('sbx_http_refusals_total{reason="chunk_header"} 1', raw.decode())
+        self.assertEqual(s.stop(), 0)
+
+    def test_no_path_but_mcp_takes_a_body_and_none_is_read_without_a_token(self):
+        s = self.server()
+        for path in (b"/healthz", b"/readyz", b"/metrics", b"/other", b"/mcp/x"):
+            for framing in (b"Content-Length: 4000000", b"Transfer-Encoding: chunked"):
+                with self.subTest(path=path, framing=framing):
+                    c = socket.create_connection(("127.0.0.1", s.port))
+                    c.sendall(b"POST " + path + b" HTTP/1.1\r\nHost: 127.0.0.1\r\n" + framing + b"\r\n\r\n")
+                    c.settimeout(scaled(5))
+                    try:
+                        answer = c.recv(64)
+                    except OSError as e:
+                        answer = repr(e).encode()
+                    c.close()
+                    self.assertTrue(answer.startswith(b"HTTP/1.1 413"),
+                                    b"the server waited for a body nobody asked for: " + answer)
+        # No body (or an empty one) is still served.
+        self.assertEqual(s.request("GET", "/healthz")[0], 200)
+        self.assertEqual(s.request("POST", "/healthz", b"")[0], 200)
         self.assertEqual(s.stop(), 0)
 
     def test_a_client_cancels_its_call_by_its_own_id(self):
