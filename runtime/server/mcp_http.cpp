@@ -819,6 +819,23 @@ class HttpServer {
     return std::nullopt;
   }
 
+  // Only a request (a string method, a string or integer id) or a notification (a string method,
+  // no id) goes on to a session's server. Anything else would be answered by it with an error
+  // carrying the client's id, which in the child's id space is the server's own (forward): a
+  // forged answer to another request. A response is refused too: sbx asks its clients nothing.
+  std::optional<Response> refuse_unforwardable(const Request& req, const json& msg) {
+    bool has_method = msg.contains("method") && msg["method"].is_string();
+    if (!has_method && msg.contains("id") && (msg.contains("result") || msg.contains("error")))
+      return refusal(req, http::status::bad_request, kInvalidRequest,
+                     "a response answers nothing here: sbx sends no requests to its clients", "response");
+    if (!has_method)
+      return refusal(req, http::status::bad_request, kInvalidRequest,
+                     "not a request or a notification: \"method\" (a string) is missing", "parse");
+    if (msg.contains("id") && !msg["id"].is_string() && !msg["id"].is_number_integer())
+      return refusal(req, http::status::bad_request, kInvalidRequest, "\"id\" must be a string or an integer", "parse");
+    return std::nullopt;
+  }
+
   net::awaitable<Response> handle_mcp(Request& req, Conn& conn) {
     std::string key, tenant;
     if (auto r = admit(req, key, tenant)) co_return std::move(*r);
@@ -850,15 +867,15 @@ class HttpServer {
     }
     json msg;
     if (auto r = read_message(req, msg)) co_return std::move(*r);
-    bool is_request = msg.contains("method") && msg["method"].is_string() && msg.contains("id") &&
-                      (msg["id"].is_string() || msg["id"].is_number_integer());
-    std::string method = is_request ? msg["method"].get<std::string>() : "";
+    if (auto r = refuse_unforwardable(req, msg)) co_return std::move(*r);
+    bool is_request = msg.contains("id");  // else a notification (refuse_unforwardable)
+    std::string method = msg["method"].get<std::string>();
     bool created = false;
     if (!session) {
       auto& params = msg.contains("params") && msg["params"].is_object() ? msg["params"] : msg;
       bool modern = is_request && method != "initialize" && params.contains("_meta") && params["_meta"].is_object() &&
                     params["_meta"].contains(kMetaProtocolVersion);
-      if (method != "initialize" && method != "server/discover" && !modern)
+      if (!is_request || (method != "initialize" && method != "server/discover" && !modern))
         co_return refusal(req, http::status::bad_request, kInvalidRequest,
                           "an Mcp-Session-Id header is needed (initialize first)", "session");
       NotStarted no;
@@ -869,7 +886,7 @@ class HttpServer {
       created = method == "initialize";
     }
     session->last_used = Clock::now();
-    if (!is_request && msg.contains("method") && msg["method"] == "notifications/cancelled") {
+    if (!is_request && method == "notifications/cancelled") {
       // The client names its own id; the child knows the server's: cancelled by that one, and
       // only when it is a request of this session still waiting.
       if (msg.contains("params") && msg["params"].is_object() && msg["params"].contains("requestId"))
@@ -881,7 +898,7 @@ class HttpServer {
       co_return text_response(http::status::accepted, req.version(), "", req.keep_alive());
     }
     if (!is_request) {
-      // A notification (initialized, progress) or a response: the child's, nothing to wait for.
+      // A notification (initialized, progress): the child's, nothing to wait for.
       if (!send_line(session, dump_json(msg, -1)))
         co_return refusal(req, http::status::service_unavailable, kServerBusy, "the session is busy; retry later",
                           "queue");
@@ -1151,6 +1168,8 @@ class HttpServer {
         route_notification(*c, std::move(*doc));
         continue;
       }
+      // An answer only to an id this server issued (forward) and not yet answered (erased when
+      // it is): no client message with an id of its own reaches the child (refuse_unforwardable).
       if (!doc->contains("id") || !(*doc)["id"].is_number_integer()) continue;
       auto it = c->pending.find((*doc)["id"].get<std::int64_t>());
       if (it == c->pending.end()) continue;

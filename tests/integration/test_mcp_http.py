@@ -686,6 +686,37 @@ class HostileClients(McpHttpCase):
         self.assertEqual(s.request("POST", "/healthz", b"")[0], 200)
         self.assertEqual(s.stop(), 0)
 
+    def test_a_client_cannot_answer_for_the_session_s_server(self):
+        # A message with the client's id and no method would be answered by the session's server
+        # with an error carrying that id: in its id space, the id of another request of the
+        # server's own. Refused, so no running call is finished early and its slot stays taken.
+        s = self.server("--max-calls-per-tenant", "1")
+        sid = s.initialize(TOKEN_A)
+        marker = sleep_marker(25)
+        answer = {}
+        t = threading.Thread(target=lambda: answer.update(r=s.call(TOKEN_A, sid, f"sleep {marker}", id=50, timeout=90)))
+        t.start()
+        self.assertTrue(wait_for(lambda: find_program(marker), scaled(10)), s.stderr())
+        forged = [{"jsonrpc": "2.0", "id": n} for n in range(1, 8)]
+        forged += [{"jsonrpc": "2.0", "id": n, "result": {}} for n in range(1, 8)]
+        forged += [{"jsonrpc": "2.0", "id": n, "error": {"code": 1, "message": "x"}} for n in range(1, 8)]
+        forged += [{"jsonrpc": "2.0", "id": 1.5, "method": "ping"}, {"jsonrpc": "2.0", "id": None, "method": "ping"},
+                   {"jsonrpc": "2.0", "id": 3, "method": 7}]
+        for msg in forged:
+            status, _, body = s.rpc(TOKEN_A, msg, sid)
+            self.assertRpcError(status, body, 400)
+        self.assertTrue(t.is_alive(), f"a forged answer finished the running call: {answer}")
+        self.assertTrue(find_program(marker))
+        status, _, body = s.call(TOKEN_A, sid, "echo second", id=51)
+        self.assertRpcError(status, body, 429)
+        # A notification named like a request makes no session.
+        status, _, body = s.rpc(TOKEN_A, {"jsonrpc": "2.0", "method": "initialize", "params": {}})
+        self.assertRpcError(status, body, 400)
+        _, _, raw = s.request("GET", "/metrics")
+        self.assertIn("sbx_mcp_sessions 1", raw.decode())
+        self.assertEqual(s.stop(), 0)
+        t.join(scaled(10))
+
     def test_a_client_cancels_its_call_by_its_own_id(self):
         s = self.server("--max-calls-per-tenant", "1")
         sid = s.initialize(TOKEN_A)
