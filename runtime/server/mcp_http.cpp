@@ -28,6 +28,7 @@
 #include <deque>
 #include <functional>
 #include <initializer_list>
+#include <list>
 #include <map>
 #include <optional>
 #include <memory>
@@ -181,6 +182,8 @@ struct Pending {
 };
 
 inline constexpr std::size_t kMaxQueuedEvents = 64;
+// How long a connection that has never sent a valid token may wait between requests.
+inline constexpr int kUnauthenticatedIdleMs = 5000;
 // What a request cancelled before its answer is answered with (the code LSP and MCP SDKs use).
 inline constexpr int kRequestCancelled = -32800;
 
@@ -201,6 +204,17 @@ struct Conn {
   std::function<net::awaitable<boost::system::error_code>(std::string)> write;
   bool streamed = false;  // the handler wrote its answer itself
   bool keep = true;       // false: the handler's stream broke, the connection ends
+};
+
+// A connection's place among the max_connections it is bounded by. At the bound a new connection
+// takes the place of one that is not busy (waiting for its next request, or still sending its
+// headers): one that never sent a valid token first, the longest waiting first (evict_idle).
+struct Slot {
+  Clock::time_point since = Clock::now();  // when it last began to wait for a request
+  bool busy = false;                       // a request's body is read, or it is handled or answered
+  bool authenticated = false;              // it has sent a request to /mcp with a valid token
+  bool evicted = false;                    // closed for a newcomer: no longer counted
+  std::function<void()> close;             // ends its reads and writes at once
 };
 
 // One MCP session: a stdio `sbx mcp` child for one token's calls.
@@ -257,6 +271,9 @@ class HttpServer {
 
  private:
   const HttpConfig& cfg_;
+  // The connections max_connections bounds (evicted ones until they end). Before io_: the
+  // connections' frames that io_'s end destroys take themselves off it.
+  std::list<Slot> slots_;
   net::io_context io_;
   tcp::acceptor acceptor_;
   std::unique_ptr<net::posix::stream_descriptor> signals_;
@@ -520,7 +537,7 @@ class HttpServer {
         co_await t.async_wait(net::redirect_error(kUse, ec));
         continue;
       }
-      if (m_.connections >= cfg_.max_connections) {
+      if (slots_held() >= cfg_.max_connections && !evict_idle()) {
         ++m_.refusals["connections"];
         // The 503s being written are bounded too: past as many, a connection is just closed.
         if (refusing_ < cfg_.max_connections) net::co_spawn(io_, open_connection(std::move(sock), true), net::detached);
@@ -528,6 +545,47 @@ class HttpServer {
       }
       net::co_spawn(io_, open_connection(std::move(sock), false), net::detached);
     }
+  }
+
+  std::size_t slots_held() const {
+    return static_cast<std::size_t>(std::count_if(slots_.begin(), slots_.end(), [](auto& s) { return !s.evicted; }));
+  }
+
+  // At the bound: closes the connection that is not busy and has waited longest, one that never
+  // sent a valid token before any that did; false when every connection is busy.
+  bool evict_idle() {
+    Slot* pick = nullptr;
+    for (auto& s : slots_) {
+      if (s.evicted || s.busy || !s.close) continue;
+      if (!pick || (pick->authenticated && !s.authenticated) ||
+          (pick->authenticated == s.authenticated && s.since < pick->since))
+        pick = &s;
+    }
+    if (!pick) return false;
+    pick->evicted = true;
+    pick->close();
+    ++m_.refusals["idle_evicted"];
+    return true;
+  }
+
+  // The connection's slot, held while it lives (its stream outlives it: declared before).
+  struct SlotHold {
+    SlotHold(std::list<Slot>& l, std::list<Slot>::iterator i) : slots(l), it(i) {}
+    std::list<Slot>& slots;
+    std::list<Slot>::iterator it;
+    ~SlotHold() { slots.erase(it); }
+    SlotHold(const SlotHold&) = delete;
+    SlotHold& operator=(const SlotHold&) = delete;
+  };
+
+  template <class Stream>
+  std::list<Slot>::iterator take_slot(Stream& stream) {
+    slots_.emplace_back();
+    slots_.back().close = [&stream] {
+      boost::system::error_code ec;
+      tcp_of(stream).socket().close(ec);  // its pending reads and writes end with an error
+    };
+    return std::prev(slots_.end());
   }
 
   static Response json_response(http::status st, unsigned version, const json& body, bool keep_alive) {
@@ -577,11 +635,17 @@ class HttpServer {
     if (!tls_) {
       beast::tcp_stream stream(std::move(sock));
       // if/else, not `co_await (c ? a : b)`: GCC 12 resumed such a frame into freed memory.
-      if (refused) co_await refuse_connection(stream);
-      else co_await connection(stream);
+      if (refused) {
+        co_await refuse_connection(stream);
+      } else {
+        SlotHold hold(slots_, take_slot(stream));
+        co_await connection(stream, *hold.it);
+      }
       co_return;
     }
     beast::ssl_stream<beast::tcp_stream> stream(std::move(sock), *tls_);
+    std::optional<SlotHold> hold;
+    if (!refused) hold.emplace(slots_, take_slot(stream));
     boost::system::error_code ec;
     tcp_of(stream).expires_after(std::chrono::milliseconds(refused ? 1000 : cfg_.header_timeout_ms));
     co_await stream.async_handshake(net::ssl::stream_base::server, net::redirect_error(kUse, ec));
@@ -591,7 +655,7 @@ class HttpServer {
       co_return;
     }
     if (refused) co_await refuse_connection(stream);
-    else co_await connection(stream);
+    else co_await connection(stream, *hold->it);
   }
 
   template <class Stream>
@@ -605,7 +669,7 @@ class HttpServer {
   }
 
   template <class Stream>
-  net::awaitable<void> connection(Stream& stream) {
+  net::awaitable<void> connection(Stream& stream, Slot& slot) {
     beast::flat_buffer buffer(kReadBufferBytes);  // past it, buffer_overflow: refused (read_request)
     boost::system::error_code ec;
     bool first = true;
@@ -622,7 +686,9 @@ class HttpServer {
       http::request_parser<http::string_body> parser;
       parser.header_limit(kMaxHeaderBytes);
       parser.body_limit(cfg_.max_body_bytes);
-      if (!co_await read_request(stream, buffer, parser, first)) break;
+      slot.busy = false;
+      slot.since = Clock::now();
+      if (slot.evicted || !co_await read_request(stream, buffer, parser, first, slot)) break;
       first = false;
       Request req = parser.release();
       // A call is bounded by its own timeout (the child's): no deadline while it runs.
@@ -653,10 +719,12 @@ class HttpServer {
   // never makes the server hold a body. False: the connection ends (a refusal, if any, written).
   template <class Stream>
   net::awaitable<bool> read_request(Stream& stream, beast::flat_buffer& buffer,
-                                    http::request_parser<http::string_body>& parser, bool first) {
+                                    http::request_parser<http::string_body>& parser, bool first, Slot& slot) {
     boost::system::error_code ec;
     const std::string too_large = "request body over " + std::to_string(cfg_.max_body_bytes) + " bytes";
-    tcp_of(stream).expires_after(std::chrono::milliseconds(first ? cfg_.header_timeout_ms : cfg_.idle_timeout_ms));
+    // Between requests: the idle timeout, short for a connection that never sent a valid token.
+    int idle_ms = slot.authenticated ? cfg_.idle_timeout_ms : std::min(cfg_.idle_timeout_ms, kUnauthenticatedIdleMs);
+    tcp_of(stream).expires_after(std::chrono::milliseconds(first ? cfg_.header_timeout_ms : idle_ms));
     co_await http::async_read_header(stream, buffer, parser, net::redirect_error(kUse, ec));
     // Beast refuses a declared Content-Length past body_limit as the header is parsed.
     if (ec == http::error::body_limit) {
@@ -671,6 +739,7 @@ class HttpServer {
       if (ec == beast::error::timeout) ++m_.refusals["header_timeout"];
       co_return false;
     }
+    slot.busy = true;  // its headers are in: from here it is answered, never evicted
     std::string target = sv(parser.get().target());
     std::string path = target.substr(0, target.find('?'));
     if (path == "/mcp") {
@@ -680,6 +749,7 @@ class HttpServer {
         co_await write_refusal(stream, *r);
         co_return false;
       }
+      slot.authenticated = true;
     } else if (parser.chunked() || parser.content_length().value_or(0) > 0) {
       // Only /mcp takes a body, and only from a client with a token: any other path refuses one
       // before a byte of it is read, so that nobody makes the server hold a body unauthenticated.

@@ -284,15 +284,56 @@ class McpHttp(McpHttpCase):
         self.assertEqual(s.stop(), 0)
 
     def test_connections_past_the_maximum_get_503_and_slots_come_back(self):
+        # Two connections busy with a call each: nothing to make room with, so a third gets 503.
         s = self.server("--max-connections", "2")
-        held = [socket.create_connection(("127.0.0.1", s.port)) for _ in range(2)]
-        time.sleep(0.3)
+        sid = s.initialize(TOKEN_A)
+        marker = sleep_marker(3)
+        answers = []
+        calls = [threading.Thread(target=lambda i=i: answers.append(s.call(TOKEN_A, sid, f"sleep {marker}", id=60 + i)))
+                 for i in range(2)]
+        for t in calls:
+            t.start()
+        self.assertTrue(wait_for(lambda: len(find_program(marker)) == 2, scaled(10)), s.stderr())
         status, _, raw = s.request("GET", "/healthz")
         self.assertEqual(status, 503, raw)
         self.assertEqual(json.loads(raw)["error"]["code"], -32000)
-        for c in held:
-            c.close()
+        for t in calls:
+            t.join(scaled(30))
+        self.assertEqual([a[0] for a in answers], [200, 200])
         self.assertTrue(wait_for(lambda: s.request("GET", "/healthz")[0] == 200, scaled(5)))
+        self.assertEqual(s.stop(), 0)
+
+    def test_idle_connections_cannot_lock_clients_out(self):
+        # At the bound, a newcomer takes the place of the connection that waited longest for its
+        # next request, one that never sent a token first: sockets that connect and say nothing,
+        # or ask /healthz once and keep the connection, lock nobody out.
+        s = self.server("--max-connections", "4")
+        silent = [socket.create_connection(("127.0.0.1", s.port)) for _ in range(4)]
+        time.sleep(0.3)
+        sid = s.initialize(TOKEN_A)  # its connection takes a silent one's place
+        kept = []
+        for _ in range(4):
+            c = http.client.HTTPConnection("127.0.0.1", s.port, timeout=scaled(10))
+            c.request("GET", "/healthz")
+            r = c.getresponse()
+            self.assertEqual(r.status, 200)
+            r.read()
+            kept.append(c)
+        self.assertEqual(s.call(TOKEN_A, sid, "echo served")[0], 200)
+        # A connection that never sent a valid token is closed 5 s after its last answer, not 60.
+        c = socket.create_connection(("127.0.0.1", s.port))
+        c.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        c.settimeout(scaled(10))
+        self.assertTrue(c.recv(4096).startswith(b"HTTP/1.1 200"))
+        t0 = time.monotonic()
+        self.assertEqual(c.recv(4096), b"", "the server kept an unauthenticated idle connection")
+        self.assertLess(time.monotonic() - t0, scaled(8))
+        c.close()
+        _, _, raw = s.request("GET", "/metrics")
+        self.assertIn('sbx_http_refusals_total{reason="idle_evicted"}', raw.decode())
+        self.assertNotIn('sbx_http_refusals_total{reason="connections"}', raw.decode())
+        for c in silent + [k.sock for k in kept if k.sock]:
+            c.close()
         self.assertEqual(s.stop(), 0)
 
     def test_a_tenant_s_calls_at_once_are_bounded_429_past_it(self):
