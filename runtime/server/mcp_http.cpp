@@ -1111,8 +1111,10 @@ class HttpServer {
   }
 
   std::shared_ptr<Child> new_session(const std::string& key, const std::string& tenant, NotStarted& no) {
+    // A session ended (DELETE, idle, its server's end) counts until its server has exited and is
+    // reaped (reap_child): until then its calls may still be winding down and recording.
     std::size_t mine = 0;
-    for (auto& [id, c] : sessions_) mine += (!c->dead && c->tenant == tenant) ? 1u : 0u;
+    for (auto& [id, c] : sessions_) mine += c->tenant == tenant ? 1u : 0u;
     if (mine >= cfg_.max_sessions_per_tenant) {
       no = {"a tenant has at most " + std::to_string(cfg_.max_sessions_per_tenant) +
                 " sessions open; end one (DELETE) or retry later",

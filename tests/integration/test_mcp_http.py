@@ -758,6 +758,49 @@ class HostileClients(McpHttpCase):
         self.assertEqual(s.stop(), 0)
         t.join(scaled(10))
 
+    def session_servers(self, s):
+        """The pids of the server's session servers (its `sbx mcp` children; the readiness check's
+        helper, a fork of the server, is gone once the check has said so)."""
+        kids = []
+        for pid in os.listdir("/proc"):
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    cmdline = f.read()
+            except (OSError, ValueError, IndexError):
+                continue
+            if ppid == s.p.pid and b"mcp" in cmdline:
+                kids.append(int(pid))
+        return kids
+
+    def test_an_ended_session_counts_against_its_tenant_until_its_server_exits(self):
+        # A tenant's 16 sessions; one ended by DELETE whose server has not yet exited (stopped
+        # here) still counts, so the tenant cannot start a 17th server meanwhile.
+        s = self.server()
+        self.assertTrue(wait_for(lambda: "readiness check:" in s.stderr(), scaled(30)), s.stderr())
+        sids = [s.initialize(TOKEN_A) for _ in range(16)]
+        init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
+        self.assertRpcError(*s.rpc(TOKEN_A, init)[::2], 429)
+        kids = self.session_servers(s)
+        self.assertEqual(len(kids), 16, kids)
+        for pid in kids:
+            os.kill(pid, signal.SIGSTOP)
+        try:
+            status, _, _ = s.request("DELETE", "/mcp", headers={"Authorization": "Bearer " + TOKEN_A,
+                                                                "Mcp-Session-Id": sids[0]})
+            self.assertEqual(status, 200)
+            status, _, body = s.rpc(TOKEN_A, init)
+            self.assertRpcError(status, body, 429)
+            self.assertEqual(len(self.session_servers(s)), 16)
+        finally:
+            for pid in kids:
+                os.kill(pid, signal.SIGCONT)
+        # Once it has exited, its place is free.
+        self.assertTrue(wait_for(lambda: s.rpc(TOKEN_A, init)[0] == 200, scaled(20)), s.stderr()[-2000:])
+        self.assertEqual(s.stop(), 0)
+
     def test_a_client_cancels_its_call_by_its_own_id(self):
         s = self.server("--max-calls-per-tenant", "1")
         sid = s.initialize(TOKEN_A)
