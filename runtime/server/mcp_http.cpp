@@ -699,8 +699,8 @@ class HttpServer {
         res = co_await handle(req, conn);
       } catch (const std::exception& e) {
         // A bug, not a client's doing: said, answered 500, and this connection ends.
-        std::fprintf(stderr, "sbx: mcp: internal error answering %s: %s\n", printable(sv(req.target())).c_str(),
-                     printable(e.what()).c_str());
+        std::fprintf(stderr, "sbx: mcp: internal error answering %s: %s\n",
+                     printable(excerpt(sv(req.target()))).c_str(), printable(e.what()).c_str());
         res = json_response(http::status::internal_server_error, 11,
                             rpc_error(nullptr, kInternalError, "internal error"), false);
       }

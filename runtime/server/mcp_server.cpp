@@ -31,10 +31,18 @@ namespace {
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
+// A line on stderr, at most 2 KiB: what a client sends goes in as an excerpt (call_key,
+// json_excerpt), and this bounds the rest.
 void log_line(const std::string& s) {
-  std::string line = "sbx: mcp: " + printable(s) + "\n";
+  constexpr std::size_t kMaxLogLine = 2048;
+  std::string line = "sbx: mcp: " + printable(s);
+  if (line.size() > kMaxLogLine) line = line.substr(0, kMaxLogLine) + "...";
+  line += "\n";
   (void)!::write(STDERR_FILENO, line.data(), line.size());
 }
+
+// A call's key (its client's id, as JSON) as a log line shows it: at most 64 bytes.
+std::string call_key(const std::string& key) { return key.size() <= 64 ? key : key.substr(0, 64) + "..."; }
 
 // A 2025-03-26 batch: its members' responses go out together, as one array, once all are in.
 // Held as their JSON text (a run_code response is spliced, never a DOM), and counted: a member
@@ -259,7 +267,7 @@ void Server::handle_request(Incoming& in, const std::shared_ptr<Batch>& batch) {
                                          "Invalid params: initialize needs protocolVersion (a string), capabilities "
                                          "and clientInfo (objects)"));
     version_ = negotiate_legacy_version(p["protocolVersion"]);
-    log_line("initialize: client asked for " + p["protocolVersion"].get<std::string>() + ", serving " + version_);
+    log_line("initialize: client asked for " + json_excerpt(p["protocolVersion"], 64) + ", serving " + version_);
     json r = {{"protocolVersion", version_},
               {"capabilities", {{"tools", {{"listChanged", false}}}}},
               {"serverInfo", server_info()}};
@@ -383,7 +391,7 @@ void Server::pump() {
       continue;
     }
     c.worker = std::move(*w);
-    log_line("call " + key + " (" + c.tool + "): started worker " + std::to_string(c.worker->pid));
+    log_line("call " + call_key(key) + " (" + c.tool + "): started worker " + std::to_string(c.worker->pid));
   }
 }
 
@@ -397,7 +405,7 @@ void Server::cancel(const json& request_id, const std::string& why) {
     auto batch = c.batch;
     calls_.erase(it);
     if (batch) batch_done(batch);
-    log_line("call " + key + ": " + why + " while queued");
+    log_line("call " + call_key(key) + ": " + why + " while queued");
     return;
   }
   if (c.cancelled) return;
@@ -409,7 +417,7 @@ void Server::cancel(const json& request_id, const std::string& why) {
   raw::pidfd_send_signal(c.worker->pidfd.get(), SIGINT);
   c.kill_armed = true;
   c.kill_at = Clock::now() + std::chrono::milliseconds(cfg_.kill_wait_ms);
-  log_line("call " + key + ": " + why + "; killing its sandbox");
+  log_line("call " + call_key(key) + ": " + why + "; killing its sandbox");
 }
 
 // Reads the worker's response (its memfd) straight into `out` after what is there. Returns the
@@ -482,7 +490,7 @@ void Server::finish(const std::string& key) {
   const json& summary = scanned.summary.value;
   std::string run_id =
       summary.is_object() && summary.value("run_id", json("")).is_string() ? summary.value("run_id", "") : "";
-  log_line("call " + key + " (" + tool + "): worker " + std::to_string(pid) + " ended (" + how + ")" +
+  log_line("call " + call_key(key) + " (" + tool + "): worker " + std::to_string(pid) + " ended (" + how + ")" +
            (run_id.empty() ? "" : ", run " + run_id) + (cancelled ? ", cancelled: no response" : ""));
   if (cancelled) {
     // The spec: after notifications/cancelled, no response for that request.
@@ -550,7 +558,7 @@ void Server::tick(Clock::time_point now) {
       // run; under load that can take longer than kill_wait_ms (a sandbox still being built, the
       // ledger's lock), and a SIGKILL then would leave a started call without a record. Every
       // step of the worker is bounded by its own limits (timeout, the ledger lock's wait).
-      log_line("call " + key + ": worker " + std::to_string(c.worker->pid) + " still running " +
+      log_line("call " + call_key(key) + ": worker " + std::to_string(c.worker->pid) + " still running " +
                std::to_string(cfg_.kill_wait_ms) + " ms after its cancellation; waiting for its record");
       c.kill_armed = false;
     }

@@ -801,6 +801,18 @@ class HostileClients(McpHttpCase):
         self.assertTrue(wait_for(lambda: s.rpc(TOKEN_A, init)[0] == 200, scaled(20)), s.stderr()[-2000:])
         self.assertEqual(s.stop(), 0)
 
+    def test_what_a_client_sends_is_logged_as_an_excerpt(self):
+        # A session's server logs the protocolVersion its client asked for: 2 MB of it, three
+        # times, would have been 6 MB of stderr.
+        s = self.server()
+        for i in range(3):
+            status, _, body = s.rpc(TOKEN_A, {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                "protocolVersion": "v" * (2 << 20), "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}})
+            self.assertEqual(status, 200, body)
+        self.assertTrue(wait_for(lambda: s.stderr().count("client asked for") == 3, scaled(10)), s.stderr()[-2000:])
+        self.assertLess(len(s.stderr()), 64 << 10, "the server's log grew with what its clients sent")
+        self.assertEqual(s.stop(), 0)
+
     def test_a_client_cancels_its_call_by_its_own_id(self):
         s = self.server("--max-calls-per-tenant", "1")
         sid = s.initialize(TOKEN_A)
