@@ -204,6 +204,9 @@ struct Conn {
   std::function<net::awaitable<boost::system::error_code>(std::string)> write;
   bool streamed = false;  // the handler wrote its answer itself
   bool keep = true;       // false: the handler's stream broke, the connection ends
+  // What the answer holds until it is written (or its write fails): a tenant's call slot, so
+  // that answers its client does not read count against the tenant's calls (forward).
+  std::shared_ptr<void> until_written;
 };
 
 // A connection's place among the max_connections it is bounded by. At the bound a new connection
@@ -274,13 +277,13 @@ class HttpServer {
   // The connections max_connections bounds (evicted ones until they end). Before io_: the
   // connections' frames that io_'s end destroys take themselves off it.
   std::list<Slot> slots_;
+  std::map<std::string, std::size_t> calls_in_flight_;  // by tenant; before io_ as slots_ (Conn::until_written)
   net::io_context io_;
   tcp::acceptor acceptor_;
   std::unique_ptr<net::posix::stream_descriptor> signals_;
   std::unique_ptr<net::ssl::context> tls_;                   // with --tls-cert: every connection is TLS
   std::map<std::string, std::shared_ptr<Child>> sessions_;   // by Mcp-Session-Id
   std::map<std::string, std::shared_ptr<Child>> stateless_;  // by token key
-  std::map<std::string, std::size_t> calls_in_flight_;       // by tenant
   std::size_t children_ = 0;
   std::size_t refusing_ = 0;  // connections past max_connections being answered 503
   bool stopping_ = false;
@@ -709,6 +712,7 @@ class HttpServer {
       res.keep_alive(keep);
       tcp_of(stream).expires_after(std::chrono::milliseconds(cfg_.write_timeout_ms));
       if (!conn.streamed) co_await http::async_write(stream, res, net::redirect_error(kUse, ec));
+      conn.until_written.reset();
       if (ec || !keep) break;
     }
     co_await close_stream(stream);
@@ -1010,14 +1014,18 @@ class HttpServer {
                         "queue", pending->original_id);
     }
     msg = json();  // with the call's text already released (read_message): a waiting request holds neither
-    if (is_call) ++calls_in_flight_[tenant];
+    // The tenant's slot is held until the answer is written or its write fails (connection):
+    // an answer (up to the streams' limits, escaped) a client leaves unread counts as a call.
+    if (is_call) {
+      ++calls_in_flight_[tenant];
+      conn.until_written = std::shared_ptr<void>(nullptr, [this, tenant](void*) { --calls_in_flight_[tenant]; });
+    }
     if (pending->sse) {
       co_await stream_answer(req, conn, session, our_id, *pending);
     } else {
       boost::system::error_code ec;
       while (!pending->finished) co_await pending->done.async_wait(net::redirect_error(kUse, ec));
     }
-    if (is_call) --calls_in_flight_[tenant];
     double secs = std::chrono::duration<double>(Clock::now() - t0).count();
     if (created) m_.session_start_seconds.observe(secs);
     if (is_call) count_call(tool, tenant, pending->response, secs);

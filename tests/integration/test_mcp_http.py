@@ -813,6 +813,31 @@ class HostileClients(McpHttpCase):
         self.assertLess(len(s.stderr()), 64 << 10, "the server's log grew with what its clients sent")
         self.assertEqual(s.stop(), 0)
 
+    def test_an_answer_left_unread_holds_its_tenant_s_call_slot(self):
+        # A call's answer (here 12 MB of output) waits for its client to read it: until it is
+        # written, it counts against the tenant's calls, so unread answers cannot pile up.
+        s = self.server("--max-calls-per-tenant", "1")
+        sid = s.initialize(TOKEN_A)
+        c = socket.socket()
+        c.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        c.connect(("127.0.0.1", s.port))
+        body = json.dumps({"jsonrpc": "2.0", "id": 70, "method": "tools/call", "params": {
+            "name": "run_code", "arguments": {"language": "sh", "code": "head -c 12000000 /dev/zero | tr '\\0' a"}}})
+        c.sendall(("POST /mcp HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nAuthorization: Bearer "
+                   f"{TOKEN_A}\r\nMcp-Session-Id: {sid}\r\nContent-Length: {len(body)}\r\n\r\n{body}").encode())
+        self.assertTrue(wait_for(lambda: len(self.records("A")) == 1, scaled(30)), s.stderr()[-2000:])
+        time.sleep(0.5)
+        status, _, answer = s.call(TOKEN_A, sid, "echo second", id=71)
+        self.assertRpcError(status, answer, 429)
+        c.settimeout(scaled(30))
+        r = http.client.HTTPResponse(c)
+        r.begin()
+        self.assertEqual(r.status, 200)
+        self.assertEqual(len(json.loads(r.read())["result"]["structuredContent"]["stdout"]), 12000000)
+        c.close()
+        self.assertEqual(s.call(TOKEN_A, sid, "echo third", id=72)[0], 200)
+        self.assertEqual(s.stop(), 0)
+
     def test_a_client_cancels_its_call_by_its_own_id(self):
         s = self.server("--max-calls-per-tenant", "1")
         sid = s.initialize(TOKEN_A)
