@@ -43,12 +43,17 @@ struct SessionFlags {
 
 Result<Dirs> store(const GlobalOptions& g, const std::optional<std::string>& tenant) {
   Dirs d = resolve_dirs(g.state_dir);
-  if (!tenant) return d;
+  if (!tenant) {
+    SBX_TRY(check_session_store(d));
+    return d;
+  }
   auto t = load_tenant(*tenant);
   if (!t) return t.error();
   // A tenant that never ran has no store yet, and so no session: find_session says so.
   if (Dirs own = tenant_store(*t, d); ::access(own.state.c_str(), F_OK) != 0) return own;
-  return tenant_store_of(*tenant, d);
+  auto own = tenant_store_of(*tenant, d);
+  if (own) SBX_TRY(check_session_store(*own));
+  return own;
 }
 
 // --- start: the run request of the run options, the session started from it (session_launch.hpp)
@@ -116,13 +121,23 @@ int start(RunFlags& f, GlobalOptions& g, SessionFlags& sf) {
 }
 
 // --- exec
+// The members of a server's answer, read without trusting their types (an answer is a peer's).
+const json& member(const json& j, const char* key) { return json_member(j, key); }
+json int_member(const json& j, const char* key) {
+  const json& v = json_member(j, key);
+  return v.is_number_integer() ? v : json(nullptr);
+}
+
 int exit_status_of(const json& done) {
-  const json& r = done.value("result", json::object());
-  std::string st = r.value("status", "error");
-  if (st == "ok" || st == "exit_nonzero")
-    return r.value("exit_code", json(1)).is_number_integer() ? r["exit_code"].get<int>() : 1;
+  const json& r = member(done, "result");
+  std::string st = json_str(r, "status", "error");
+  json code = int_member(r, "exit_code"), sig = int_member(r, "signal");
+  auto in = [](const json& v, std::int64_t lo, std::int64_t hi) {
+    return v.is_number_integer() && v.get<std::int64_t>() >= lo && v.get<std::int64_t>() <= hi;
+  };
+  if (st == "ok" || st == "exit_nonzero") return in(code, 0, 255) ? code.get<int>() : 1;
   if (st == "timeout") return 124;
-  if (st == "killed" && r.value("signal", json(nullptr)).is_number_integer()) return 128 + r["signal"].get<int>();
+  if (st == "killed" && in(sig, 1, 64)) return 128 + sig.get<int>();
   if (st == "interrupted") return 130;
   return 125;
 }
@@ -167,21 +182,25 @@ int exec(GlobalOptions& g, SessionFlags& sf, std::vector<std::string> command) {
     std::fprintf(stderr, "sbx: session exec: %s; exit 130\n", answer.error().message.c_str());
     return 130;
   }
-  if (!answer) return usage_error("session exec: " + answer.error().message);
+  if (!answer) return usage_error("session exec: " + answer.error().describe());
   json& j = *answer;
   if (sf.json_out) std::printf("%s\n", dump_json(j, -1).c_str());
-  if (j.value("event", "") == "error") {
-    std::fprintf(stderr, "sbx: session exec: %s\n", printable(j.value("message", "?")).c_str());
+  if (json_str(j, "event") == "error") {
+    std::fprintf(stderr, "sbx: session exec: %s\n", printable(json_str(j, "message", "?")).c_str());
     return 125;
   }
-  const json& r = j["result"];
-  if (r.value("status", "") == "error")
-    std::fprintf(stderr, "sbx: session exec: %s\n",
-                 printable(r.value("error", json::object()).value("message", "?")).c_str());
-  if (r.value("status", "") == "timeout")
+  const json& r = member(j, "result");
+  if (!r.is_object() || json_str(j, "event") != "done") {
+    std::fprintf(stderr, "sbx: session exec: session %s answered no result (%s): not an sbx session's server?\n",
+                 sf.id.c_str(), printable(dump_json(j, -1).substr(0, 200)).c_str());
+    return 125;
+  }
+  if (json_str(r, "status") == "error")
+    std::fprintf(stderr, "sbx: session exec: %s\n", printable(json_str(member(r, "error"), "message", "?")).c_str());
+  if (json_str(r, "status") == "timeout")
     std::fprintf(stderr, "sbx: session exec: the call hit its timeout (%s ms); exit 124\n",
-                 j.value("timeout_ms", json(nullptr)).dump().c_str());
-  if (j.value("interpreter", "") == "lost")
+                 int_member(j, "timeout_ms").dump().c_str());
+  if (json_str(j, "interpreter") == "lost")
     std::fprintf(stderr,
                  "sbx: session exec: the session's python interpreter ended; its state is lost, and the next python "
                  "call starts a new one\n");
@@ -192,7 +211,12 @@ int exec(GlobalOptions& g, SessionFlags& sf, std::vector<std::string> command) {
 int ls(GlobalOptions& g, SessionFlags& sf) {
   auto dirs = store(g, sf.tenant);
   if (!dirs) return usage_error(dirs.error().message);
-  auto all = list_sessions(*dirs, sf.all);
+  std::vector<std::string> skipped;
+  auto listed = list_sessions(*dirs, sf.all, &skipped);
+  if (!listed) return usage_error("session ls: " + listed.error().describe());
+  // What is no session's is named, once, and left alone: the others are listed all the same.
+  for (const auto& why : skipped) std::fprintf(stderr, "sbx: session ls: skipped %s\n", printable(why).c_str());
+  auto& all = *listed;
   if (sf.json_out) {
     json arr = json::array();
     for (auto& m : all) arr.push_back(m);
@@ -200,11 +224,13 @@ int ls(GlobalOptions& g, SessionFlags& sf) {
     return 0;
   }
   std::printf("%-32s  %-8s  %-24s  %5s  %-10s  %s\n", "ID", "STATE", "STARTED", "CALLS", "PROFILE", "ENDED BY");
-  for (auto& m : all)
-    std::printf("%-32s  %-8s  %-24s  %5s  %-10s  %s\n", printable(m.value("id", "?")).c_str(),
-                printable(m.value("state", "?")).c_str(), printable(m.value("started_at", "")).c_str(),
-                m.contains("calls") ? m["calls"].dump().c_str() : "-", printable(m.value("profile", "")).c_str(),
-                printable(m.value("ended_by", "")).c_str());
+  for (auto& m : all) {
+    json calls = int_member(m, "calls");
+    std::printf("%-32s  %-8s  %-24s  %5s  %-10s  %s\n", printable(json_str(m, "id", "?")).c_str(),
+                printable(json_str(m, "state", "?")).c_str(), printable(json_str(m, "started_at")).c_str(),
+                calls.is_null() ? "-" : calls.dump().c_str(), printable(json_str(m, "profile")).c_str(),
+                printable(json_str(m, "ended_by")).c_str());
+  }
   return 0;
 }
 
@@ -212,7 +238,7 @@ int show(GlobalOptions& g, SessionFlags& sf) {
   auto dirs = store(g, sf.tenant);
   if (!dirs) return usage_error(dirs.error().message);
   auto meta = find_session(*dirs, sf.id);
-  if (!meta) return usage_error("session show: " + meta.error().message);
+  if (!meta) return usage_error("session show: " + meta.error().describe());
   std::printf("%s\n", dump_json(*meta, 2).c_str());
   return 0;
 }
@@ -221,12 +247,12 @@ int stop(GlobalOptions& g, SessionFlags& sf) {
   auto dirs = store(g, sf.tenant);
   if (!dirs) return usage_error(dirs.error().message);
   auto j = session_stop(*dirs, sf.id);
-  if (!j) return usage_error("session stop: " + j.error().message);
+  if (!j) return usage_error("session stop: " + j.error().describe());
   if (sf.json_out) std::printf("%s\n", dump_json(*j, -1).c_str());
   else
     std::printf("session %s stopped after %s call%s (its record: sbx trace show %s)\n", sf.id.c_str(),
-                (*j)["calls"].dump().c_str(), (*j)["calls"] == 1 ? "" : "s",
-                printable(j->value("run_id", "?")).c_str());
+                int_member(*j, "calls").dump().c_str(), int_member(*j, "calls") == 1 ? "" : "s",
+                printable(json_str(*j, "run_id", "?")).c_str());
   return 0;
 }
 

@@ -143,6 +143,9 @@ Status socket_pair(UniqueFd (&pair)[2]) {
 
 Result<PreparedSession> prepare_session(RunRequest req, SessionSettings s, const std::string& kernel,
                                         const std::optional<std::string>& tenant) {
+  // Checked before anything is made: a store another user could change is refused (one line,
+  // with the chown or chmod that fixes it).
+  SBX_TRY(check_session_store(s.dirs));
   PreparedSession p;
   p.req = std::move(req);
   p.s = std::move(s);

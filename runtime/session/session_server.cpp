@@ -67,10 +67,7 @@ void set_nonblock(int fd) { ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLO
 
 // Members of what a client or the agent sent, read without trusting their types (json::value
 // throws on a member of another type): the default for anything else.
-std::string str_of(const json& j, const char* key, const std::string& dflt = "") {
-  auto it = j.find(key);
-  return it != j.end() && it->is_string() ? it->get<std::string>() : dflt;
-}
+std::string str_of(const json& j, const char* key, const std::string& dflt = "") { return json_str(j, key, dflt); }
 bool flag_of(const json& j, const char* key) {
   auto it = j.find(key);
   return it != j.end() && it->is_boolean() && it->get<bool>();

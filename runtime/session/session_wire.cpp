@@ -57,6 +57,12 @@ Result<nlohmann::json> frame_json(const Frame& f) {
   return j;
 }
 
+std::string json_str(const nlohmann::json& j, const char* key, const std::string& dflt) {
+  if (!j.is_object()) return dflt;
+  auto it = j.find(key);
+  return it != j.end() && it->is_string() ? it->get<std::string>() : dflt;
+}
+
 Result<std::optional<Frame>> read_frame(int fd, FrameReader& reader) {
   char buf[64 << 10];
   for (;;) {

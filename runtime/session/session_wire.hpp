@@ -55,6 +55,11 @@ class FrameReader {
 // anything else.
 Result<nlohmann::json> frame_json(const Frame& f);
 
+// The string member `key` of `j`, or `dflt` when `j` is not an object, lacks it or holds another
+// type there: how what a peer sent or a state file holds is read (json::value throws on a member
+// of another type).
+std::string json_str(const nlohmann::json& j, const char* key, const std::string& dflt = "");
+
 // Blocking helpers for a client's single exchange (cli/session_cmd.cpp, the agent's startup).
 // read_frame: the next frame from `fd`, nullopt at a clean EOF; `reader` keeps what was read past
 // it. An error for a torn frame, a bound broken, or a read error.

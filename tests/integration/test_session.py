@@ -528,3 +528,212 @@ class Hostile(SessionCase):
         limits = recs[0]["invocation"]["spec"]["limits"]
         self.assertLessEqual(limits["timeout_ms"], 20000)
         self.assertLessEqual(limits["output_limit_bytes"], 1 << 20)
+
+
+class FakeServer:
+    """A listener at PATH that answers each connection with `answer` frames (once it read a
+    request) and keeps what it was sent: another user's server, or one that lies."""
+
+    def __init__(self, path, answers, uid=None):
+        import threading
+        self.got = b""
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.bind(path)
+        if uid is not None:
+            # SO_PEERCRED is the listener's credentials at listen(): a child that listens as `uid`.
+            self.pid = os.fork()
+            if self.pid == 0:
+                try:
+                    os.setgid(uid)
+                    os.setuid(uid)
+                    self.sock.listen(8)
+                    self.serve(answers)
+                finally:
+                    os._exit(0)
+            self.sock.close()
+            return
+        self.pid = None
+        self.sock.listen(8)
+        self.thread = threading.Thread(target=self.serve, args=(answers,), daemon=True)
+        self.thread.start()
+
+    def serve(self, answers):
+        self.sock.settimeout(scaled(30))
+        try:
+            while True:
+                c, _ = self.sock.accept()
+                c.settimeout(scaled(5))
+                try:
+                    data = c.recv(65536)
+                    self.got += data
+                    if data:
+                        c.sendall(b"".join(frame(a) for a in answers))
+                        self.got += c.recv(65536)
+                except OSError:
+                    pass
+                c.close()
+        except OSError:
+            pass
+
+    def close(self):
+        if self.pid:
+            os.kill(self.pid, signal.SIGKILL)
+            os.waitpid(self.pid, 0)
+        else:
+            self.sock.close()
+
+
+class HostileStore(SessionCase):
+    """What is read back from a store is hostile: another user's store or socket, a FIFO, a
+    symlink or a file of the wrong shape planted there is refused or skipped, in one line, and
+    never followed, waited on or trusted."""
+
+    ID = "0123456789abcdef0123456789abcdef"
+
+    def setUp(self):
+        super().setUp()
+        # A store of its own: what each test plants stays out of the others'.
+        self.saved_state = os.environ["SBX_STATE_DIR"]
+        self.state = self.path("state")
+        os.mkdir(self.state, 0o700)
+        os.environ["SBX_STATE_DIR"] = self.state
+
+    def tearDown(self):
+        super().tearDown()
+        os.environ["SBX_STATE_DIR"] = self.saved_state
+
+    def plant_session(self, state, sid=None, meta=None):
+        d = os.path.join(state, "sessions", sid or self.ID)
+        os.makedirs(os.path.join(state, "sessions", "ended"), exist_ok=True)
+        os.mkdir(d, 0o700)
+        with open(os.path.join(d, "session.json"), "w") as f:
+            json.dump(meta or {"id": sid or self.ID, "started_at": "2026-01-01T00:00:00Z", "calls": 0}, f)
+        return d
+
+    def test_another_user_s_store_is_refused_and_nothing_is_sent_there(self):
+        shared = self.path("shared")
+        os.mkdir(shared, 0o755)
+        d = self.plant_session(shared)
+        done = {"event": "done", "result": {"status": "ok", "exit_code": 0}, "session": self.ID}
+        fake = FakeServer(os.path.join(d, "ctl.sock"), [done, {"event": "stopped", "calls": 1}])
+        # Root: the store is another user's; rootless: others may write it (the same hole).
+        if ROOT:
+            os.chown(shared, 65534, 65534)
+        else:
+            os.chmod(shared, 0o777)
+        env = dict(os.environ, SBX_STATE_DIR=shared, SECRET="s3cret-value")
+        try:
+            for args in (["exec", self.ID, "--", "sh", "-c", "echo $SECRET"], ["stop", self.ID], ["ls", "--all"],
+                         ["show", self.ID]):
+                r = sbx(["session"] + args, env=env)
+                self.assertEqual(r.rc, 125, f"{args}: {r.describe()}")
+                self.assertIn("belongs to uid 65534" if ROOT else "world-writable", r.err, args)
+                self.assertEqual(len(r.err.splitlines()), 1, r.describe())
+            r = sbx(["session", "start"], env=env, timeout=60)
+            self.assertEqual(r.rc, 125, r.describe())
+        finally:
+            fake.close()
+        self.assertEqual(fake.got, b"", "a command went to the store's foreign server")
+
+    def test_a_socket_another_user_listens_on_gets_nothing(self):
+        if not ROOT:
+            self.skipTest("needs a listener of another uid (root mode)")
+        d = self.plant_session(self.state)
+        done = {"event": "done", "result": {"status": "ok", "exit_code": 0}}
+        fake = FakeServer(os.path.join(d, "ctl.sock"), [done, {"event": "stopped", "calls": 1}], uid=65534)
+        try:
+            r = sbx(["session", "exec", self.ID, "--", "echo", "s3cret-value"])
+            self.assertEqual(r.rc, 125, r.describe())
+            self.assertIn("served by uid 65534", r.err)
+            self.assertEqual(len(r.err.splitlines()), 1, r.describe())
+            r = sbx(["session", "stop", self.ID])
+            self.assertEqual(r.rc, 125, r.describe())
+            self.assertIn("served by uid 65534", r.err)
+        finally:
+            fake.close()
+
+    def test_a_fifo_for_a_session_file_never_blocks(self):
+        d = self.plant_session(self.state)
+        os.unlink(os.path.join(d, "session.json"))
+        os.mkfifo(os.path.join(d, "session.json"))
+        tomb = os.path.join(self.state, "sessions", "ended", "1" * 32 + ".json")
+        os.mkfifo(tomb)
+        r = sbx(["session", "ls", "--all"], timeout=10)
+        self.assertEqual(r.rc, 0, r.describe())
+        self.assertIn("not a regular file", r.err)
+        r = sbx(["session", "show", self.ID], timeout=10)
+        self.assertEqual(r.rc, 125, r.describe())
+        self.assertIn("session.json: a fifo, not a regular file", r.err)
+        r = sbx(["session", "show", "1" * 32], timeout=10)
+        self.assertEqual(r.rc, 125, r.describe())
+        self.assertIn("not a regular file", r.err)
+        info = self.start()  # its count of running sessions reads them all
+        self.assertEqual(sbx(["session", "stop", info["session"]], timeout=60).rc, 0)
+        self.started.remove(info["session"])
+
+    def test_symlinks_in_the_store_are_never_followed_to_delete(self):
+        victim = self.path("victim")
+        os.mkdir(victim)
+        for name in ("session.json", "keep"):
+            with open(os.path.join(victim, name), "w") as f:
+                json.dump({"id": self.ID, "started_at": "x"}, f)
+        os.makedirs(os.path.join(self.state, "sessions", "ended"), exist_ok=True)
+        os.symlink(victim, os.path.join(self.state, "sessions", self.ID))
+        r = sbx(["session", "ls", "--all"])
+        self.assertEqual(sorted(os.listdir(victim)), ["keep", "session.json"], "files behind a symlink were removed")
+        self.assertEqual(r.rc, 0, r.describe())
+        self.assertIn("symlink", r.err)
+        r = sbx(["session", "show", self.ID])
+        self.assertEqual(r.rc, 125, r.describe())
+        self.assertEqual(sorted(os.listdir(victim)), ["keep", "session.json"])
+        os.unlink(os.path.join(self.state, "sessions", self.ID))
+        # ended/ a symlink to a directory of more files than a store keeps tombstones: a stale
+        # session's burial would prune them.
+        many = self.path("many")
+        os.mkdir(many)
+        for i in range(1030):
+            open(os.path.join(many, "%032x.json" % i), "w").close()
+        ended = os.path.join(self.state, "sessions", "ended")
+        os.rmdir(ended)
+        os.symlink(many, ended)
+        self.plant_session(self.state, "f" * 32)
+        r = sbx(["session", "ls", "--all"])
+        self.assertEqual(r.rc, 0, r.describe())
+        self.assertEqual(len(os.listdir(many)), 1030, "files behind a symlinked ended/ were removed")
+        r = sbx(["session", "start"], timeout=60)
+        self.assertEqual(r.rc, 125, r.describe())
+        self.assertIn("ended is a symlink", r.err)
+        self.assertEqual(len(os.listdir(many)), 1030)
+
+    def test_wrong_typed_files_and_answers_are_skipped_or_refused_never_an_abort(self):
+        os.makedirs(os.path.join(self.state, "sessions", "ended"), exist_ok=True)
+        bad = os.path.join(self.state, "sessions", "ended", "2" * 32 + ".json")
+        with open(bad, "w") as f:
+            json.dump({"id": 5, "started_at": "x"}, f)
+        odd = os.path.join(self.state, "sessions", "ended", "3" * 32 + ".json")
+        with open(odd, "w") as f:
+            json.dump({"id": "3" * 32, "started_at": 7, "calls": "x", "profile": [], "ended_by": {}}, f)
+        for _ in range(2):
+            r = sbx(["session", "ls", "--all"])
+            self.assertEqual(r.rc, 0, r.describe())
+            self.assertIn("3" * 32, r.out)
+            self.assertIn("2" * 32, r.err)
+        r = sbx(["session", "show", "3" * 32])
+        self.assertEqual(r.rc, 0, r.describe())
+        # A server of this user's that answers with the wrong types.
+        d = self.plant_session(self.state)
+        answers = [{"event": "done", "result": "x"}]
+        for result in ({"status": 5, "exit_code": "3", "error": 1}, {"status": "ok", "exit_code": "3"},
+                       {"status": "error", "error": "x"}, {"status": "killed", "signal": "9"}):
+            answers.append({"event": "done", "result": result, "interpreter": 3, "timeout_ms": "x"})
+        for a in answers:
+            sock = os.path.join(d, "ctl.sock")
+            fake = FakeServer(sock, [a, {"event": "stopped", "calls": "x", "run_id": 4}])
+            try:
+                r = sbx(["session", "exec", self.ID, "--", "true"], timeout=20)
+                self.assertIn(r.rc, (1, 125), f"{a}: {r.describe()}")
+                r = sbx(["session", "stop", self.ID], timeout=20)
+                self.assertIn(r.rc, (0, 125), f"{a}: {r.describe()}")
+            finally:
+                fake.close()
+                os.unlink(sock)

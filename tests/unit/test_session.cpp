@@ -15,8 +15,9 @@
 using namespace sbx;
 
 TEST_CASE("session frames round-trip in any split, and the reader holds at most one frame") {
-  std::string bytes = encode_json_frame({{"op", "exec"}, {"argv", {"true"}}}) + encode_frame('O', std::string("a\0b", 3)) +
-                      encode_frame('E', "") + encode_stream_frame(7, "zmtp");
+  std::string bytes = encode_json_frame({{"op", "exec"}, {"argv", {"true"}}}) +
+                      encode_frame('O', std::string("a\0b", 3)) + encode_frame('E', "") +
+                      encode_stream_frame(7, "zmtp");
   for (std::size_t step : {1u, 2u, 5u, 64u}) {
     FrameReader r;
     std::vector<Frame> got;
@@ -115,7 +116,59 @@ TEST_CASE("a store keeps at most kMaxTombstones ended sessions, the newest") {
     retire_session_dir(dirs, last, {{"id", last}, {"state", "ended"}, {"ended_by", "stop"}});
   }
   auto all = list_sessions(dirs, true);
-  CHECK(all.size() == kMaxTombstones);
+  REQUIRE(all);
+  CHECK(all->size() == kMaxTombstones);
   CHECK(find_session(dirs, last)->value("ended_by", "") == "stop");
   std::system(("rm -rf " + std::string(tmpl)).c_str());
+}
+
+TEST_CASE("a store's symlinks are never followed, its FIFOs never block, its odd files are skipped") {
+  char tmpl[] = "/tmp/sbx-store-XXXXXX";
+  REQUIRE(::mkdtemp(tmpl));
+  std::string t = tmpl;
+  Dirs dirs;
+  dirs.state = t + "/state";
+  auto put = [](const std::string& path, const std::string& text) { std::ofstream(path) << text; };
+  REQUIRE(::mkdir(dirs.state.c_str(), 0700) == 0);
+  REQUIRE(::mkdir((dirs.state + "/sessions").c_str(), 0700) == 0);
+  REQUIRE(::mkdir((dirs.state + "/sessions/ended").c_str(), 0700) == 0);
+  REQUIRE(::mkdir((t + "/victim").c_str(), 0700) == 0);
+  put(t + "/victim/session.json", R"({"id": "0123456789abcdef0123456789abcdef"})");
+  put(t + "/victim/keep", "x");
+  std::string linked = "0123456789abcdef0123456789abcdef";
+  REQUIRE(::symlink((t + "/victim").c_str(), session_dir(dirs, linked).c_str()) == 0);
+  std::string fifo = std::string(32, 'a');
+  REQUIRE(::mkdir(session_dir(dirs, fifo).c_str(), 0700) == 0);
+  REQUIRE(::mkfifo((session_dir(dirs, fifo) + "/session.json").c_str(), 0600) == 0);
+  REQUIRE(::mkfifo((dirs.state + "/sessions/ended/" + std::string(32, 'b') + ".json").c_str(), 0600) == 0);
+  put(dirs.state + "/sessions/ended/" + std::string(32, 'c') + ".json", R"({"id": 5, "started_at": "x"})");
+  put(dirs.state + "/sessions/ended/" + std::string(32, 'd') + ".json",
+      R"({"id": ")" + std::string(32, 'd') + R"(", "started_at": 7})");
+  std::vector<std::string> skipped;
+  auto all = list_sessions(dirs, true, &skipped);
+  REQUIRE(all);
+  REQUIRE(all->size() == 1);
+  CHECK(all->front()["id"] == std::string(32, 'd'));
+  CHECK(skipped.size() == 4);
+  struct stat st;
+  CHECK(::stat((t + "/victim/keep").c_str(), &st) == 0);
+  CHECK(::stat((t + "/victim/session.json").c_str(), &st) == 0);
+  auto found = find_session(dirs, linked);
+  REQUIRE_FALSE(found);
+  CHECK(found.error().message.find("symlink") != std::string::npos);
+  found = find_session(dirs, fifo);
+  REQUIRE_FALSE(found);
+  CHECK(found.error().message.find("not a regular file") != std::string::npos);
+  // ended/ a symlink: a burial writes and prunes nothing there.
+  std::string ended = dirs.state + "/sessions/ended";
+  REQUIRE(std::system(("rm -rf " + ended).c_str()) == 0);
+  REQUIRE(::symlink((t + "/victim").c_str(), ended.c_str()) == 0);
+  retire_session_dir(dirs, std::string(32, 'e'), {{"id", std::string(32, 'e')}});
+  CHECK(::stat((t + "/victim/" + std::string(32, 'e') + ".json").c_str(), &st) != 0);
+  CHECK_FALSE(create_session_dir(dirs, std::string(32, 'f'), 4));
+  // Another user's (or others-writable) store is refused outright.
+  REQUIRE(::chmod(dirs.state.c_str(), 0777) == 0);
+  CHECK_FALSE(list_sessions(dirs, true));
+  CHECK_FALSE(check_session_store(dirs));
+  std::system(("rm -rf " + t).c_str());
 }
