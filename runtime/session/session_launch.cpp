@@ -33,6 +33,14 @@ constexpr const char* kStage = "sessions";
   int log = ::open((dir + "/runner.log").c_str(), O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (log >= 0) ::dup2(log, STDERR_FILENO);
   p.req.io.stdout_fd = p.from_agent[1].get();
+  // Once the sandbox ended its channel is done with: shut down, so that the server sees the
+  // agent's end now (the runner's own copy kept it open until the runner exited) and writes
+  // end.json, which the end record reads (session_request.cpp, session_end).
+  p.req.typed.after_run =
+      [inner = std::move(p.req.typed.after_run), out = p.from_agent[1].get()](const Outcome& o, int fd) {
+    ::shutdown(out, SHUT_RDWR);
+    return inner(o, fd);
+  };
   // The agent's own stderr is the sandbox's: nothing of it is kept on the host's disk (a call
   // could write there without end). runner.log holds sbx's own messages only.
   p.req.io.stderr_fd = ::open("/dev/null", O_WRONLY | O_CLOEXEC);

@@ -9,12 +9,44 @@
 #include "runtime/session/session_agent.hpp"
 #include "runtime/session/session_store.hpp"
 #include "runtime/session/session_tunnel.hpp"
+#include "runtime/session/session_wire.hpp"
 
 namespace sbx {
 namespace {
 // The runner's wall time past --max: the server ends the session at --max itself (ended_by
 // "max"); the run's own timeout is the backstop should the server be gone.
 constexpr std::int64_t kRunnerSlackMs = 30000;
+// How long the runner waits for the server's end.json once the sandbox ended by itself: the
+// server writes it as soon as it sees the agent's channel close, within milliseconds.
+constexpr std::int64_t kEndFileWaitMs = 3000;
+
+// How the session ended and its calls, for the session run's record: the server's end.json
+// (written before it closed the agent's stdin, or at once when the sandbox ended by itself: the
+// runner may get here first and waits for it, bounded). A server that is gone (no longer
+// listening: killed) writes none; then "server_gone" (as its tombstone says) with the calls its
+// session.json last counted.
+nlohmann::json session_end(const std::string& dir) {
+  const std::int64_t until = monotonic_ms() + kEndFileWaitMs;
+  std::string ended_by = "sandbox_ended";
+  for (;;) {
+    auto end = read_session_file(dir, "end.json");
+    if (end) {
+      nlohmann::json out = {{"ended_by", json_str(*end, "ended_by", "?")}};
+      if (auto it = end->find("calls"); it != end->end() && it->is_number_unsigned()) out["calls"] = *it;
+      return out;
+    }
+    if (!session_server_answers(dir)) {
+      ended_by = "server_gone";
+      break;
+    }
+    if (monotonic_ms() >= until) break;
+    ::usleep(10000);
+  }
+  nlohmann::json out = {{"ended_by", ended_by}};
+  if (auto meta = read_session_file(dir, "session.json"))
+    if (auto it = meta->find("calls"); it != meta->end() && it->is_number_unsigned()) out["calls"] = *it;
+  return out;
+}
 }  // namespace
 
 Status make_session_request(RunRequest& req, SessionSettings& s, const std::string& self_exe, const std::string& kernel,
@@ -84,15 +116,13 @@ Status make_session_request(RunRequest& req, SessionSettings& s, const std::stri
                             {"call_timeout_ms", s.call_timeout_ms},
                             {"call_output_limit", s.call_output_limit}};
   if (!kernel.empty()) session["kernel"] = kernel;
-  // The end record says how many calls there were and why the session ended: the server wrote
-  // end.json before it closed the agent's stdin; none means the sandbox ended by itself.
-  std::string end_file = session_dir(s.dirs, s.id) + "/end.json";
-  req.typed.after_run = [session, end_file](const Outcome&, int) {
+  // The end record says how many calls there were and why the session ended (session_end).
+  std::string dir = session_dir(s.dirs, s.id);
+  req.typed.after_run = [session, dir](const Outcome&, int) {
     AfterRun out;
     nlohmann::json rec = session;
-    auto end = read_json_file(end_file, JsonBounds{kMaxSessionMetaBytes}, "sessions", "session end");
-    rec["ended_by"] = end && end->is_object() ? end->value("ended_by", "?") : "sandbox_ended";
-    if (end && end->is_object() && end->contains("calls")) rec["calls"] = (*end)["calls"];
+    nlohmann::json end = session_end(dir);  // kept: items() does not extend a temporary's life
+    for (auto& [k, v] : end.items()) rec[k] = v;
     out.record["session"] = rec;
     return out;
   };

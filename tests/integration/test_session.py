@@ -175,6 +175,8 @@ class Ends(SessionCase):
                 end = self.end_record(info)
                 self.assertEqual(end["session"]["id"], sid)
                 self.assertEqual(end["session"]["ended_by"], why if why != "sandbox_ended" else "sandbox_ended")
+                # The call that killed the agent counts: the runner waits for the server's count.
+                self.assertEqual(end["session"]["calls"], 2 if why == "sandbox_ended" else 1, end["session"])
                 r = self.exec(sid, "--", "true")
                 self.assertEqual(r.rc, 125, r.describe())
                 self.assertIn(f"session {sid} has ended ({why})", r.err)
@@ -737,3 +739,20 @@ class HostileStore(SessionCase):
             finally:
                 fake.close()
                 os.unlink(sock)
+
+    def test_a_killed_server_s_session_record_and_tombstone_agree(self):
+        info = self.start()
+        sid = info["session"]
+        self.assertEqual(self.exec(sid, "--", "true").rc, 0)
+        # A FIFO where the server's end.json would be: the runner must not wait on it.
+        os.mkfifo(os.path.join(self.session_dir(sid), "end.json"))
+        pid = json.loads(sbx(["session", "show", sid]).out)["server_pid"]
+        os.kill(pid, signal.SIGKILL)
+        self.started.remove(sid)
+        ok = wait_for(lambda: any(r["run_id"] == info["run_id"] for r in self.records("sbx.trace/v1")), scaled(30))
+        self.assertTrue(ok, "the session run was not recorded")
+        end = self.end_record(info)
+        self.assertEqual(end["session"]["ended_by"], "server_gone")
+        self.assertEqual(end["session"]["calls"], 1)
+        meta = json.loads(sbx(["session", "show", sid]).out)
+        self.assertEqual(meta["ended_by"], "server_gone")
