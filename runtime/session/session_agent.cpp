@@ -63,9 +63,14 @@ struct Stream {
     eof = !read_all(limit, forward);
     return !eof;
   }
+  // At most kMaxPumpChunks reads: a writer that keeps the pipe full (a background process, an
+  // interpreter's thread) cannot hold the agent here past a call's deadline; what is left is read
+  // at the next pump. The bound passes more than a full pipe (1 MiB at most, F_SETPIPE_SZ for an
+  // unprivileged writer), so a pump after the writer ended still reads all it wrote.
+  static constexpr int kMaxPumpChunks = 32;
   bool read_all(std::int64_t limit, bool forward) {
     char buf[kOutputChunk];
-    for (;;) {
+    for (int chunk = 0; chunk < kMaxPumpChunks; ++chunk) {
       ssize_t n = ::read(fd, buf, sizeof buf);
       if (n < 0 && errno == EINTR) continue;
       if (n < 0) return errno == EAGAIN;
@@ -78,6 +83,7 @@ struct Stream {
       dropped += got - pass;
       if (static_cast<std::size_t>(n) < sizeof buf) return true;
     }
+    return true;
   }
 };
 
