@@ -65,11 +65,6 @@ void print_imported(const ImageFlags& f, ImageRecord& res) {
   if (r->repaired)
     std::printf("repaired %s: the stored copy had been modified (its seal did not match) and was replaced\n",
                 r->digest.c_str());
-  if (r->owners_missing)
-    std::fprintf(stderr,
-                 "sbx: %s was stored by an older sbx, without its files' owners (every file is host root's, "
-                 "which the sandbox does not map): 'sbx image rm %s' and import it again to have them\n",
-                 r->digest.c_str(), r->digest.c_str());
   std::int64_t outside = m.contains("owners") ? m["owners"].value("outside_range", std::int64_t{0}) : 0;
   if (outside)
     std::printf("%lld entr%s owned by an id past %u kept the importer's owner: a run maps image ids 0-%u only\n",

@@ -21,6 +21,7 @@
 #include "runtime/base/sha256.hpp"
 #include "runtime/base/clock.hpp"
 #include "runtime/base/bytes.hpp"
+#include "runtime/base/strings.hpp"
 
 namespace sbx {
 namespace {
@@ -291,6 +292,9 @@ bool owners_carried(const json& meta) {
 json image_meta(const std::string& hex, const std::string& source, const TreeScan& scan, const ImportStats& stats,
                 const Seal& seal, bool container) {
   json meta = {{"digest", "sha256:" + hex},
+               // What sbx before owners entered the digest called this content (image_manifest.hpp):
+               // a reference to it is answered with the digest to use now (find_digest).
+               {"digest_v1", "sha256:" + sha256_hex(manifest_text(scan.entries))},
                {"imported_at", rfc3339_now()},
                {"source", source},
                {"entries", scan.entries.size()},
@@ -447,8 +451,8 @@ Result<ImageRecord> ImageStore::import(const std::string& source_text, const std
   if (!lk) return lk.error();
   remove_abandoned_staging(root_ + "/tmp");  // under the lock: no removal is half-way
   std::string dir = root_ + "/sha256/" + hex;
-  bool repaired = false, owners_missing = false;
-  SBX_TRY(replace_modified_copy(hex, stats->owners_carried, repaired, owners_missing));
+  bool repaired = false;
+  SBX_TRY(replace_modified_copy(hex, repaired));
   if (::access((dir + "/image.json").c_str(), F_OK) != 0) {
     (void)remove_tree(dir);  // a leftover of an interrupted import of the same content
     SBX_TRY(write_file_durable(staging + "/manifest", manifest, 0444));
@@ -464,25 +468,18 @@ Result<ImageRecord> ImageStore::import(const std::string& source_text, const std
   SBX_TRY(write_file_durable(root_ + "/names/" + *name, "sha256:" + hex + "\n", 0644));
   SBX_TRY(record_origin(dir, "sha256:" + hex, *name, container ? &*container : nullptr));
   auto record = resolve(*name);
-  if (record) {
-    record->repaired = repaired;
-    record->owners_missing = owners_missing;
-  }
+  if (record) { record->repaired = repaired; }
   return record;
 }
 
-Status ImageStore::replace_modified_copy(const std::string& hex, bool carries_owners, bool& repaired,
-                                         bool& owners_missing) {
+Status ImageStore::replace_modified_copy(const std::string& hex, bool& repaired) {
   const std::string dir = root_ + "/sha256/" + hex;
   if (::access((dir + "/image.json").c_str(), F_OK) != 0) return {};
-  // The same content is stored already. If that tree was modified since (its seal no longer
-  // matches, which is what `sbx image verify` and every run check), the fresh tree replaces
-  // it: re-importing is the repair seal_matches() tells the operator to make.
-  // A tree stored without its owners (by an older sbx) is kept, never removed under a run that may
-  // be using it: the import says so, and `image rm` then an import stores it with them.
+  // The same content and owners are stored already. If that tree was modified since (its seal no
+  // longer matches, which is what `sbx image verify` and every run check), the fresh tree
+  // replaces it: re-importing is the repair seal_matches() tells the operator to make.
   auto stored = load(hex);
   const bool modified = !stored || !check_seal(*stored);
-  owners_missing = !modified && carries_owners && !owners_carried(stored->meta);
   if (!modified) return {};
   SBX_TRY(remove_stored(hex));  // as `image rm` does
   repaired = true;
@@ -508,7 +505,18 @@ Result<std::string> ImageStore::find_digest(const std::string& ref) const {
   std::vector<std::string> hits;
   for (auto& h : *hexes)
     if (h.starts_with(prefix)) hits.push_back(h);
-  if (hits.empty()) return make_error("usage", "no image " + ref + " in " + root_);
+  if (hits.empty()) {
+    // Never resolved to it: a v1 digest says nothing of owners, and two images may share it.
+    std::vector<std::string> now;
+    for (auto& h : *hexes)
+      if (auto m = load(h); m && m->meta.value("digest_v1", std::string()).starts_with(ref)) now.push_back(m->digest);
+    if (!now.empty())
+      return make_error("usage", ref +
+                                     " is the digest an older sbx gave this content before owners entered it; "
+                                     "pin the image's digest now: " +
+                                     join_words(now, ", ") + " (the same files; see 'sbx image inspect')");
+    return make_error("usage", "no image " + ref + " in " + root_);
+  }
   if (hits.size() > 1)
     return make_error("usage",
                       "image reference " + ref + " is ambiguous: matches " + std::to_string(hits.size()) + " images");

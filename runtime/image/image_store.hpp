@@ -31,7 +31,6 @@ struct ImageRecord {
   std::vector<std::string> names;  // "name:tag", sorted
   nlohmann::json meta;             // image.json
   bool repaired = false;           // import: a modified stored copy of this content was replaced
-  bool owners_missing = false;     // import: the copy kept was stored without its files' owners
 };
 
 struct VerifyReport {
@@ -106,8 +105,9 @@ class ImageStore {
   // Under the lock: moves the stored `hex` aside and removes it (so no run finds it half-removed).
   Status remove_stored(const std::string& hex);
   // Under the lock, before an import stores `hex`: moves aside and removes a stored copy that was
-  // modified (`repaired`); says whether one kept lacks the owners this import carries.
-  Status replace_modified_copy(const std::string& hex, bool carries_owners, bool& repaired, bool& owners_missing);
+  // modified (`repaired`). (A copy stored without the owners this import carries has another
+  // digest: owners are in an image's manifest, image_manifest.hpp.)
+  Status replace_modified_copy(const std::string& hex, bool& repaired);
   std::string root_;
 };
 

@@ -23,8 +23,8 @@ struct IndexedRun {
 
 // Matching runs, newest first (by run id), at most filter.newest when not 0. Catches up first.
 // Lines and records that cannot be read are named in warnings and added to `skipped`.
-// Each run returned is read back from its ledger line (read_indexed_line) and its summary is the
-// one of that line's record: a row that disagrees with its line (a row edited in the index, an
+// Each run returned is read back from its ledger line (a line's start, the row's run id and hash)
+// and its summary is the one of that line's record: a row that disagrees with its line (a row edited in the index, an
 // offset pointing at another run's line) has the index rebuilt from the ledger and the query run
 // again. Rows the filter left out are not read: the work is that of the runs listed.
 Result<std::vector<IndexedRun>> query_index(const Dirs& dirs, const TraceFilter& filter,

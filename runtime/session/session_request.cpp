@@ -17,8 +17,10 @@ namespace {
 // "max"); the run's own timeout is the backstop should the server be gone.
 constexpr std::int64_t kRunnerSlackMs = 30000;
 // How long the runner waits for the server's end.json once the sandbox ended by itself: the
-// server writes it as soon as it sees the agent's channel close, within milliseconds.
-constexpr std::int64_t kEndFileWaitMs = 3000;
+// server writes it as soon as it sees the agent's channel close, within milliseconds; the bound
+// is for a host too loaded to run it (an ASan build beside another suite), and polled every 50 ms.
+constexpr std::int64_t kEndFileWaitMs = 10000;
+constexpr useconds_t kEndFilePollUs = 50000;
 
 // How the session ended and its calls, for the session run's record: the server's end.json
 // (written before it closed the agent's stdin, or at once when the sandbox ended by itself: the
@@ -40,7 +42,7 @@ nlohmann::json session_end(const std::string& dir) {
       break;
     }
     if (monotonic_ms() >= until) break;
-    ::usleep(10000);
+    ::usleep(kEndFilePollUs);
   }
   nlohmann::json out = {{"ended_by", ended_by}};
   if (auto meta = read_session_file(dir, "session.json"))

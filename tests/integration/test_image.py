@@ -138,6 +138,13 @@ class ImageStore(SbxTestCase):
         st = os.lstat(meta["rootfs"] + "/bin/suid")
         self.assertEqual(stat.S_IMODE(st.st_mode), 0o555)
         self.assertEqual(meta["digest"][7:], image_digest(meta), "independent manifest digest")
+        # The digest an older sbx gave the same content (v1: no owners) is answered with today's,
+        # never resolved to it (two images may share it).
+        self.assertEqual(meta["digest_v1"][7:], manifest_digest(meta["rootfs"]))
+        r = sbx(["image", "inspect", meta["digest_v1"][:19]])
+        self.assertExit(r, 125)
+        self.assertOneSbxLine(r)
+        self.assertIn("pin the image's digest now: " + meta["digest"], r.err)
         sbx(["image", "rm", "weird"])
 
     def test_a_deep_tree_imports_or_is_refused_never_a_crash(self):

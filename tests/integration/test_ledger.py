@@ -339,6 +339,22 @@ class OldRecords(LedgerCase):
         self.assertIn("outside the hash-chained ledger: no provenance is exported for it (fix: 'sbx trace import'", r.err)
         self.assertExit(sbx(["trace", "export", new[0]], env=self.env), 0)
 
+    def test_a_nul_in_a_record_s_field_is_indexed_whole(self):
+        # The index once stored text up to its first NUL, so a record whose status held "\u0000"
+        # (a planted old-format file, imported) never matched its row: every later listing warned,
+        # rebuilt the index from the whole ledger and still disagreed.
+        old, _ = self.legacy_store()
+        path = os.path.join(self.state, "traces", old["run_id"] + ".json")
+        old["result"]["status"] = "ok\u0000x"
+        with open(path, "w") as f:
+            json.dump(old, f)
+        self.assertExit(sbx(["trace", "import"], env=self.env), 0)
+        for _ in range(2):
+            r = sbx(["trace", "ls", "--json"], env=self.env)
+            self.assertExit(r, 0)
+            self.assertNotIn("rebuilding", r.err)
+            self.assertEqual([e["status"] for e in json.loads(r.out)], ["ok\u0000x"])
+
     def test_a_fifo_or_link_in_the_store_is_skipped_not_waited_on(self):
         self.runs(1)
         traces = os.path.join(self.state, "traces")
