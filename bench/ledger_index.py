@@ -7,7 +7,8 @@ hash chain (distinct run ids and times, a mix of statuses), so the ledger is wha
 (about 7 KiB a record). Then, in a fresh state dir: the first `trace ls` (which builds the index
 from the ledger), `trace verify` (the whole chain), and the medians of 20 runs each of
 `trace ls --status timeout -n 20`, `trace ls --since <late time> --json`, `trace ls -n 20` and
-`trace show <an old run id>`: each is a whole sbx process, start-up included."""
+`trace show <an old run id>`, and of 5 of `trace ls` (every run, each read back from its ledger
+line): each is a whole sbx process, start-up included."""
 import hashlib
 import json
 import os
@@ -68,4 +69,8 @@ for args in (["trace", "ls", "--status", "timeout", "-n", "20"], ["trace", "ls",
              ["trace", "ls", "-n", "20"], ["trace", "show", old_id]):
     ms, out = timed(args, 20)
     print(f"{' '.join(args)}: median {ms:.1f} ms over 20 runs ({len(out.splitlines())} lines of output)")
+# Every run listed is read back from its ledger line (man sbx-trace, trace reindex): a listing of
+# all of them reads the whole ledger.
+ms, out = timed(["trace", "ls"], 5)
+print(f"trace ls (every run): median {ms:.0f} ms over 5 runs ({len(out.splitlines())} lines of output)")
 subprocess.run(["rm", "-rf", tmp])

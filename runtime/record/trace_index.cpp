@@ -297,13 +297,14 @@ namespace {
 struct QueriedRow {
   IndexedRun run;
   std::string hash;
+  std::uint64_t len = 0;  // of its line, without the newline
 };
 
 Result<std::vector<QueriedRow>> select_rows(sqlite3* db, const TraceFilter& f) {
   auto q = prepare(
       db,
       "SELECT run_id, started_at, status, exit_code, wall_ms, command, off,"
-      " pack, pack_version, pack_digest, image, image_digest, hash FROM runs"
+      " pack, pack_version, pack_digest, image, image_digest, hash, len FROM runs"
       " WHERE error IS NULL AND (?1 = '' OR status = ?1) AND (?2 = '' OR started_at >= ?2)"
       " AND (?4 = '' OR pack = ?4 OR (pack != '' AND pack || '@' || pack_version = ?4) OR (pack_digest != '' AND pack_digest = ?5))"
       " AND (?6 = '' OR image = ?6 OR (image_digest != '' AND image_digest = ?7))"
@@ -335,7 +336,7 @@ Result<std::vector<QueriedRow>> select_rows(sqlite3* db, const TraceFilter& f) {
     r.summary.pack_digest = column_text(s, 9);
     r.summary.image = column_text(s, 10);
     r.summary.image_digest = column_text(s, 11);
-    out.push_back({std::move(r), column_text(s, 12)});
+    out.push_back({std::move(r), column_text(s, 12), static_cast<std::uint64_t>(sqlite3_column_int64(s, 13))});
   }
   if (rc != SQLITE_DONE) return db_error(db, "cannot query the trace index");
   return out;
@@ -347,21 +348,29 @@ bool same_summary(const TraceSummary& a, const TraceSummary& b) {
          a.pack_digest == b.pack_digest && a.image == b.image && a.image_digest == b.image_digest;
 }
 
-// The ledger line at `offset` of the open ledger `fd`, into `buf`: an error unless a line starts
-// there (offset 0, or a newline before it), so that a row cannot name text inside a record.
-Result<std::string_view> read_line_at(int fd, const Dirs& dirs, std::uint64_t offset, std::string& buf) {
-  char before = '\n';
-  if (offset > 0 && ::pread(fd, &before, 1, static_cast<off_t>(offset - 1)) != 1) before = 0;
-  if (before != '\n')
-    return make_error(kStage, "an index row names byte " + std::to_string(offset) + ", where no ledger line begins");
-  SBX_TRY(read_ledger_line_at(fd, ledger_path(dirs), offset, buf));
-  return std::string_view(buf);
+// The ledger line the row names, into `buf`: read whole with the newline before it and after it
+// in one pread (the row's length, bounded), so that a row cannot name text inside a record or a
+// line's part; nullopt when the bytes there are not such a line.
+std::optional<std::string_view> read_line_at(int fd, const QueriedRow& r, std::string& buf) {
+  if (r.len > kMaxLedgerLine) return std::nullopt;
+  const std::uint64_t from = r.run.offset > 0 ? r.run.offset - 1 : 0;
+  const std::size_t want = static_cast<std::size_t>(r.run.offset - from + r.len + 1);
+  buf.resize(want);
+  std::size_t got = 0;
+  while (got < want) {
+    ssize_t n = ::pread(fd, buf.data() + got, want - got, static_cast<off_t>(from + got));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return std::nullopt;
+    got += static_cast<std::size_t>(n);
+  }
+  if ((r.run.offset > 0 && buf.front() != '\n') || buf.back() != '\n') return std::nullopt;
+  return std::string_view(buf).substr(r.run.offset - from, r.len);
 }
 
 // The rows read back from the ledger lines they name, each summary the line's record's: an error
 // (naming the first row that does not match) when one disagrees with its line. Bounded work per
-// row shown, on one open ledger: the line at the row's offset must start a line and carry the
-// row's run id and hash, and the row must say what its record says. The record is not hashed
+// row shown, on one open ledger: the bytes at the row's offset and length must be a whole line
+// carrying the row's run id and hash, and the row must say what its record says. The record is not hashed
 // again (that the line is the chain's is `trace verify`'s to say; what a listing prints is what
 // the line says): ~2x faster than read_indexed_line's full check, which show and export make.
 Result<std::vector<IndexedRun>> checked_rows(const Dirs& dirs, std::vector<QueriedRow> rows) {
@@ -375,7 +384,7 @@ Result<std::vector<IndexedRun>> checked_rows(const Dirs& dirs, std::vector<Queri
       return make_error(kStage,
                         "its row for run " + r.run.summary.run_id + " does not say what the ledger line it names says");
     };
-    auto line = read_line_at(fd.get(), dirs, r.run.offset, buf);
+    auto line = read_line_at(fd.get(), r, buf);
     if (!line) return mismatch();
     auto e = parse_ledger_line(*line);
     if (!e || e->run_id != r.run.summary.run_id || e->hash != r.hash) return mismatch();

@@ -530,13 +530,14 @@ Status scan_ledger(const Dirs& dirs, const std::function<bool(const LedgerLine&)
   return {};
 }
 
-Status read_ledger_line_at(int fd, const std::string& path, std::uint64_t offset, std::string& out) {
-  // One chunk buffer per thread, made once: a listing reads a line per row it prints.
-  thread_local std::string chunk(64 * 1024, '\0');
-  out.clear();
+Result<std::string> read_ledger_line(const Dirs& dirs, std::uint64_t offset) {
+  const std::string path = ledger_path(dirs);
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+  if (!fd.ok()) return sys_error(kStage, "cannot open the trace ledger " + path);
+  std::string out, chunk(64 * 1024, '\0');
   std::uint64_t size = 0;  // of the line so far
   for (std::uint64_t at = offset;;) {
-    ssize_t n = ::pread(fd, chunk.data(), chunk.size(), static_cast<off_t>(at));
+    ssize_t n = ::pread(fd.get(), chunk.data(), chunk.size(), static_cast<off_t>(at));
     if (n < 0) {
       if (errno == EINTR) continue;
       return sys_error(kStage, "cannot read the trace ledger " + path);
@@ -554,20 +555,11 @@ Status read_ledger_line_at(int fd, const std::string& path, std::uint64_t offset
                           "the trace ledger's line at byte " + std::to_string(offset) + " is " + std::to_string(size) +
                               " bytes, over the " + std::to_string(kMaxLedgerLine) +
                               "-byte bound of a ledger line: no reader takes it in ('sbx trace verify' names it)");
-      return {};
+      return out;
     }
     if (n == 0) return make_error(kStage, "the trace ledger ends inside the line at byte " + std::to_string(offset));
     at += static_cast<std::uint64_t>(n);
   }
-}
-
-Result<std::string> read_ledger_line(const Dirs& dirs, std::uint64_t offset) {
-  const std::string path = ledger_path(dirs);
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
-  if (!fd.ok()) return sys_error(kStage, "cannot open the trace ledger " + path);
-  std::string out;
-  SBX_TRY(read_ledger_line_at(fd.get(), path, offset, out));
-  return out;
 }
 
 Result<LedgerHead> ledger_head(const Dirs& dirs) {

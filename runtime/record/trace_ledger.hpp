@@ -161,8 +161,6 @@ struct LedgerRunLine {
 // Reads the line starting at `offset` (as scan_ledger reported it). A line over the bound is an
 // error that gives its size (streamed past to measure it, not read).
 Result<std::string> read_ledger_line(const Dirs& dirs, std::uint64_t offset);
-// The same on an open ledger (`path` for errors), into `out` (reused: a listing reads many).
-Status read_ledger_line_at(int fd, const std::string& path, std::uint64_t offset, std::string& out);
 
 struct LedgerVerifyReport {
   bool intact = true;
