@@ -600,11 +600,13 @@ Result<UniqueFd> template_job(const ChildConfig& cfg, const std::vector<Generate
   for (auto& [res, value] : cfg.rlimits) rl.push_back({res, static_cast<std::uint64_t>(value)});
   const MountPlan& m = cfg.mounts;
   // The call's scratch filesystems, as a cold sandbox's (mount_plan.cpp): made fresh in the fork.
-  json tmpfs = json::array({{{"dst", "/tmp"}, {"size", m.tmp_size_bytes}, {"mode", 01777}, {"noexec", false}},
-                            {{"dst", "/dev/shm"}, {"size", m.tmp_size_bytes}, {"mode", 01777}, {"noexec", true}},
-                            {{"dst", "/out"}, {"size", m.out_size_bytes}, {"mode", 0755}, {"noexec", false}}});
-  for (auto& t : m.tmpfs)
-    tmpfs.push_back({{"dst", t.dst}, {"size", t.size_bytes}, {"mode", 01777}, {"noexec", t.noexec}});
+  auto scratch = [](const std::string& dst, std::int64_t size, bool noexec) {
+    return json{{"dst", dst}, {"size", size}, {"inodes", tmpfs_inodes(size)}, {"mode", 01777}, {"noexec", noexec}};
+  };
+  json tmpfs = json::array({scratch("/tmp", m.tmp_size_bytes, false), scratch("/dev/shm", m.tmp_size_bytes, true),
+                            scratch("/out", m.out_size_bytes, false)});
+  tmpfs.back()["mode"] = 0755;
+  for (auto& t : m.tmpfs) tmpfs.push_back(scratch(t.dst, t.size_bytes, t.noexec));
   json f = json::array();
   for (auto& g : files) f.push_back({{"dst", g.dst}, {"mode", g.mode}, {"size", g.content.size()}});
   std::string filter = hex_lower(std::string_view(reinterpret_cast<const char*>(cfg.seccomp_filter.data()),

@@ -85,6 +85,8 @@ nlohmann::json memory_fallback_json(const TmpfsBudget& budget, std::int64_t memo
   json unbounded =
       json::array({"the sum of RLIMIT_DATA over processes", "stacks (RLIMIT_STACK per process)",
                    "MAP_SHARED|MAP_ANONYMOUS mappings",
+                   "tmpfs inodes: one per KiB of each mount's size at most (mount_plan.hpp, "
+                   "kTmpfsBytesPerInode), about 1 KiB of kernel memory each, outside the sizes above",
                    "memfds: no RLIMIT_FSIZE is set (limits_plan.cpp fallback_memory): it would stop "
                    "files larger than the limit on rw binds on disk, and cap each memfd, never their sum"});
   // One mechanism: what it is, its value, what it bounds and what it does not.

@@ -28,6 +28,19 @@
 
 namespace sbx {
 
+// A tmpfs's size= bounds its blocks, not its inodes: an empty file takes no block, and each
+// inode costs the host ~1 KiB of kernel memory. A program that made 1.2 million empty files in
+// a 64 MiB /out held that much kernel memory and then an export that listed every name (354 MB,
+// 11.5 s of the supervisor). Every tmpfs a sandbox can write to (mount_ops here, base and upper
+// layers in mounts.cpp, a template call's in warm_template.py via its job) holds one inode per
+// kTmpfsBytesPerInode of its size: its kernel memory for inodes is about its size, and /out's
+// export lists at most that many names. 65,536 files in the default 64 MiB /tmp and /out.
+inline constexpr std::int64_t kTmpfsBytesPerInode = 1024;
+inline constexpr std::int64_t kMinTmpfsInodes = 64;
+inline std::int64_t tmpfs_inodes(std::int64_t size_bytes) {
+  return size_bytes / kTmpfsBytesPerInode > kMinTmpfsInodes ? size_bytes / kTmpfsBytesPerInode : kMinTmpfsInodes;
+}
+
 enum class MountOpKind : std::uint8_t {
   root_bind,     // host-derived root: /newroot, a directory of the base tmpfs, bound onto itself
   root_overlay,  // --image: overlay of the stored tree under a tmpfs upper layer (size_bytes)

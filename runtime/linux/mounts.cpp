@@ -295,7 +295,8 @@ Status symlink_at(const std::string& target, const std::string& path) {
 std::string tmpfs_data(std::int64_t size, mode_t mode) {
   char m[16];
   std::snprintf(m, sizeof m, "%04o", static_cast<unsigned>(mode));
-  return std::string("mode=") + m + ",size=" + std::to_string(size);
+  return std::string("mode=") + m + ",size=" + std::to_string(size) +
+         ",nr_inodes=" + std::to_string(tmpfs_inodes(size));
 }
 
 Status tmpfs_at(const std::string& dst, std::int64_t size, mode_t mode, unsigned long flags) {
@@ -769,7 +770,7 @@ Result<int> build_root(const MountPlan& plan, int image_ns_fd) {
   std::size_t base_size = 4 << 20;
   for (auto& op : plan.ops)
     if (op.kind == MountOpKind::file) base_size += static_cast<std::size_t>(op.size_bytes) + 4096;
-  std::string base_opts = "mode=0755,size=" + std::to_string(base_size);
+  std::string base_opts = tmpfs_data(static_cast<std::int64_t>(base_size), 0755);
   SBX_TRY(do_mount("sbx-base", kBase, "tmpfs", MS_NOSUID | MS_NODEV, base_opts.c_str(), "tmpfs base"));
   if (::chdir(kBase) != 0) return sys_error("mounts", "chdir base");
   if (::mkdir("newroot", 0755) != 0 || ::mkdir("oldroot", 0755) != 0) return sys_error("mounts", "mkdir in base");

@@ -685,7 +685,7 @@ def _fresh_mounts(job, files):
                "tmpfs " + d)
     for t in job.get("tmpfs", []):
         flags = MS_NOSUID | MS_NODEV | (MS_NOEXEC if t.get("noexec") else 0)
-        _mount("tmpfs", t["dst"], "tmpfs", flags, f"size={max(t['size'], 4096)},mode={t['mode']:o}", "mounts",
+        _mount("tmpfs", t["dst"], "tmpfs", flags, f"size={max(t['size'], 4096)},nr_inodes={t['inodes']},mode={t['mode']:o}", "mounts",
                "tmpfs " + t["dst"])
     if os.path.isdir("/dev/pts"):
         _mount("devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620", "mounts",

@@ -189,6 +189,8 @@ class McpTemplateCase(SbxTestCase):
         self.assertIn(False, [r["pool"]["hit"] for r in recs], [r["pool"] for r in recs])
         self.assertEqual(b["caps"], ["0000000000000000"] * 5, b)
         self.assertEqual(b["net"], ["lo"])
+        # Each scratch tmpfs holds one inode per KiB (mount_plan.hpp): 64 MiB, 65,536 files.
+        self.assertEqual(b["inodes"], {"/tmp": 65536, "/out": 65536, "/dev/shm": 65536}, b)
         note("template isolation facts (equal to cold): " + json.dumps(b, sort_keys=True))
 
     def test_the_template_and_its_control_socket_are_out_of_reach(self):

@@ -290,3 +290,10 @@ TEST_CASE("trace record: a record trace_record builds validates against schemas/
   old["image"]["mounts"][0].erase("rw");  // but an entry is either an operation or an old bind
   CHECK_FALSE(schema->validate(old).empty());
 }
+
+TEST_CASE("tmpfs_inodes: one inode per KiB of a tmpfs's size, never fewer than the floor") {
+  CHECK(sbx::tmpfs_inodes(64LL << 20) == 65536);
+  CHECK(sbx::tmpfs_inodes(16LL << 20) == 16384);
+  CHECK(sbx::tmpfs_inodes(0) == sbx::kMinTmpfsInodes);
+  CHECK(sbx::tmpfs_inodes(4096) == sbx::kMinTmpfsInodes);
+}
