@@ -6,7 +6,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cstdio>
+#include <utility>
+
 #include "runtime/base/json_io.hpp"
+#include "runtime/linux/tcp_peer.hpp"
 #include "runtime/session/session_tunnel.hpp"
 #include "runtime/session/session_wire.hpp"
 
@@ -39,6 +43,7 @@ Result<KernelConnection> read_connection_file(const std::string& path) {
 
 Result<KernelRelay> KernelRelay::open(const KernelConnection& c) {
   KernelRelay r(c);
+  r.owner_ = ::geteuid();
   struct in_addr addr {};
   if (::inet_pton(AF_INET, c.ip.c_str(), &addr) != 1)
     return make_error(kStage, "the connection file's ip '" + c.ip + "' is not an IPv4 address");
@@ -102,9 +107,28 @@ bool KernelRelay::dispatch(std::span<const struct pollfd> mine) {
   return moved;
 }
 
+// The ports are open to every local user, and the kernel's key (HMAC on each message) keeps
+// them from running code, not from holding connections: before this check, 32 idle connections
+// of another user locked the kernel's own client out. A peer socket of this host must be the
+// owner's (or root's); one the kernel cannot see is a remote client (the connection file named
+// another address), held to kMaxKernelClients like any. The answer comes from the kernel within
+// one request (tcp_peer.hpp): nothing here waits.
+bool KernelRelay::admitted(int fd, int channel) {
+  auto peer = tcp_peer(fd);
+  if (peer && (!peer->local || peer->uid == owner_ || peer->uid == 0)) return true;
+  if (!std::exchange(refusal_told_, true))
+    std::fprintf(stderr, "sbx: kernel run: refused a connection to %s (%s): %s\n", kPortKeys[channel - 1],
+                 peer ? ("from uid " + std::to_string(peer->uid) + "; only uid " + std::to_string(owner_) +
+                         ", who started the kernel, and root may connect")
+                            .c_str()
+                      : peer.error().describe().c_str(),
+                 "later refusals are not printed");
+  return false;
+}
+
 void KernelRelay::accept_on(int channel) {
   UniqueFd fd(::accept4(listeners_[channel - 1].get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
-  if (!fd.ok() || conns_.size() >= kMaxKernelClients) return;
+  if (!fd.ok() || !admitted(fd.get(), channel) || conns_.size() >= kMaxKernelClients) return;
   std::uint32_t id = next_id_++;
   conns_[id].fd = std::move(fd);
   send_(encode_json_frame({{"op", "connect"}, {"stream", id}, {"channel", channel}}));

@@ -5,6 +5,7 @@
 // Part of the session's server loop (session_server.cpp): it adds its fds to the server's poll
 // and sends frames through the server's queue to the agent.
 #include <poll.h>
+#include <sys/types.h>
 
 #include <cstdint>
 #include <functional>
@@ -64,6 +65,7 @@ class KernelRelay {
   };
   explicit KernelRelay(const KernelConnection& c) : conn_(c) {}
   void accept_on(int channel);
+  bool admitted(int fd, int channel);
   void drop(std::uint32_t id, bool tell);
   bool pump(std::uint32_t id, Conn& c, short revents);
 
@@ -73,6 +75,8 @@ class KernelRelay {
   UniqueFd listeners_[5];
   std::map<std::uint32_t, Conn> conns_;
   std::uint32_t next_id_ = 1;
+  uid_t owner_ = 0;            // sbx's effective uid: the user who started the kernel
+  bool refusal_told_ = false;  // the first refusal is printed, the rest are not
 };
 
 }  // namespace sbx

@@ -6,10 +6,11 @@ shutdown that leaves nothing, and the session records of each kernel."""
 import json
 import os
 import subprocess
+import sys
 import time
 import unittest
 
-from sbxtest import SBX, SbxTestCase, find_procs, ledger_lines, note, sbx, scaled, wait_for
+from sbxtest import MODE, SBX, SbxTestCase, find_procs, ledger_lines, note, sbx, scaled, wait_for
 
 try:
     from jupyter_client import KernelManager
@@ -18,6 +19,28 @@ try:
     MISSING = None
 except ImportError as e:  # pragma: no cover - the Makefile's test packages install both
     MISSING = f"python3-jupyter-client and python3-ipykernel are needed ({e}): make deps-test installs them"
+
+
+# Run as another user: opens 40 connections to each port given and reports, once every one has
+# been closed by the far end or the wait is over, how many were closed; then holds the rest until
+# its stdin closes.
+HOLD = r"""
+import select, socket, sys, time
+ip, wait, ports = sys.argv[1], float(sys.argv[2]), [int(p) for p in sys.argv[3:]]
+socks = [socket.create_connection((ip, p)) for p in ports for _ in range(40)]
+closed, deadline = set(), time.monotonic() + wait
+while len(closed) < len(socks) and time.monotonic() < deadline:
+    ready, _, _ = select.select([s for s in socks if s not in closed], [], [], 0.2)
+    for s in ready:
+        try:
+            data = s.recv(4096)
+        except OSError:
+            data = b""
+        if not data:
+            closed.add(s)
+print(len(closed), len(socks), flush=True)
+sys.stdin.read()
+"""
 
 
 def kernels_of(uid):
@@ -61,7 +84,7 @@ class Kernel(SbxTestCase):
         self.assertEqual(r.rc, 0, r.describe())
         return os.path.join(self.jupyter, "kernels", "sbx-python3", "kernel.json")
 
-    def start_kernel(self):
+    def start_kernel(self, **launch):
         self.install()
         ksm = KernelSpecManager(data_dir=self.jupyter)
         self.assertIn("sbx-python3", ksm.find_kernel_specs())
@@ -71,7 +94,7 @@ class Kernel(SbxTestCase):
         # kernel's sbx, which records its session as it ends, took longer once, and its session
         # then ended by `signal`, not `kernel_exited`.
         self.km.shutdown_wait_time = scaled(60)
-        self.km.start_kernel()
+        self.km.start_kernel(**launch)
         self.kc = self.km.client()
         self.kc.start_channels()
         self.kc.wait_for_ready(timeout=scaled(60))
@@ -234,6 +257,34 @@ class Kernel(SbxTestCase):
 
     def km_name(self):
         return "sbx-python3"
+
+    def test_another_user_s_connections_cannot_lock_the_owner_out(self):
+        if MODE != "root":
+            self.skipTest("needs a client of another uid (root mode)")
+        with open(self.path("kernel.err"), "w+") as err:
+            self.start_kernel(stderr=err)
+            info = self.km.get_connection_info()
+            ports = [str(info[k]) for k in ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port")]
+            # uid 65534 opens 40 connections on each port (the relay serves 32 at once) and holds
+            # them: before the relay asked whose they were, the first 32 stayed and every later
+            # client of the kernel's owner was closed at its accept.
+            hold = subprocess.Popen([sys.executable, "-c", HOLD, info["ip"], str(scaled(10))] + ports,
+                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                    preexec_fn=lambda: (os.setgroups([]), os.setgid(65534), os.setuid(65534)))
+            try:
+                closed, opened = (int(x) for x in hold.stdout.readline().split())
+                self.assertEqual((closed, opened), (200, 200), "another user's connections were kept")
+                kc = self.km.client()  # a new client of the owner's, while the others are held
+                kc.start_channels()
+                kc.wait_for_ready(timeout=scaled(60))
+                self.kc.stop_channels()
+                self.kc = kc
+                self.assertEqual(self.cell("print(6 * 7)"), ("42\n", None))
+            finally:
+                hold.stdin.close()
+                hold.wait(timeout=scaled(30))
+            err.seek(0)
+            self.assertIn("refused a connection to shell_port (from uid 65534; only uid 0", err.read())
 
     def test_a_bad_connection_file_or_a_taken_port_is_one_line_and_125(self):
         bad = self.path("conn.json")
