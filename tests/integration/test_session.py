@@ -543,15 +543,22 @@ class FakeServer:
         self.sock.bind(path)
         if uid is not None:
             # SO_PEERCRED is the listener's credentials at listen(): a child that listens as `uid`.
+            # The parent returns once it listens (a connect before that was refused: seen in CI).
+            listening_r, listening_w = os.pipe()
             self.pid = os.fork()
             if self.pid == 0:
                 try:
+                    os.close(listening_r)
                     os.setgid(uid)
                     os.setuid(uid)
                     self.sock.listen(8)
+                    os.close(listening_w)
                     self.serve(answers)
                 finally:
                     os._exit(0)
+            os.close(listening_w)
+            os.read(listening_r, 1)  # EOF: the child listens (or died)
+            os.close(listening_r)
             self.sock.close()
             return
         self.pid = None
