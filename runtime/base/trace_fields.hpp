@@ -353,6 +353,7 @@ inline constexpr const char* kTraceFields[] = {
     "tenant/uid_range",
     "tenant/umask",
     "usage",
+    "usage/cpu_source",
     "usage/cpu_sys_ms",
     "usage/cpu_throttled_ms",
     "usage/cpu_throttled_periods",

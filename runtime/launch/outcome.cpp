@@ -51,7 +51,15 @@ Outcome outcome_from_wait_status(int ws) {
     o.status = *o.exit_code == 0 ? RunStatus::ok : RunStatus::exit_nonzero;
   } else if (WIFSIGNALED(ws)) {
     o.signal = WTERMSIG(ws);
-    o.status = *o.signal == SIGSYS ? RunStatus::seccomp_violation : RunStatus::signaled;
+    o.status = RunStatus::signaled;
+    // sbx's policy never delivers SIGSYS: every refusing action of the installed filter is a
+    // notification (seccomp_policy.cpp, notify_program), and a kill is the supervisor's, with the
+    // call named (seccomp_kill, outcome_from_supervision). A SIGSYS is the program's own doing:
+    // `kill -SYS $$` made a run read as a seccomp violation, with no violation recorded.
+    if (*o.signal == SIGSYS)
+      o.reason =
+          "SIGSYS, not from sbx's seccomp policy (which ends a run itself and names the call): sent by "
+          "the program, or by a seccomp filter of its own";
   }
   return o;
 }

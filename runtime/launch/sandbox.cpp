@@ -129,14 +129,17 @@ json host_json(const CgroupInfo& cg, const std::string& obtained_by, const std::
 json cgroup_usage_json(const CgroupUsage& u) {
   auto opt = [](const std::optional<std::int64_t>& x) { return x ? json(*x) : json(nullptr); };
   auto ms = [](const std::optional<std::int64_t>& us) { return us ? json(*us / 1000) : json(nullptr); };
-  return trace_object({{"usage/memory_peak_bytes", opt(u.memory_peak_bytes)},
-                       {"usage/pids_peak", opt(u.pids_peak)},
-                       {"usage/oom_kills", opt(u.oom_kill)},
-                       {"usage/cpu_user_ms", ms(u.cpu_user_us)},
-                       {"usage/cpu_sys_ms", ms(u.cpu_system_us)},
-                       {"usage/cpu_usage_ms", ms(u.cpu_usage_us)},
-                       {"usage/cpu_throttled_periods", opt(u.nr_throttled)},
-                       {"usage/cpu_throttled_ms", ms(u.throttled_us)}});
+  json out = trace_object({{"usage/memory_peak_bytes", opt(u.memory_peak_bytes)},
+                           {"usage/pids_peak", opt(u.pids_peak)},
+                           {"usage/oom_kills", opt(u.oom_kill)},
+                           {"usage/cpu_user_ms", ms(u.cpu_user_us)},
+                           {"usage/cpu_sys_ms", ms(u.cpu_system_us)},
+                           {"usage/cpu_usage_ms", ms(u.cpu_usage_us)},
+                           {"usage/cpu_throttled_periods", opt(u.nr_throttled)},
+                           {"usage/cpu_throttled_ms", ms(u.throttled_us)}});
+  // Every process of the run, reaped by anyone or by none (trace.cpp's default is "rusage").
+  if (u.cpu_user_us) put(out, "usage/cpu_source", "cgroup");
+  return out;
 }
 
 // The GPU plan's environment (gpu.hpp) over the built one: LD_LIBRARY_PATH goes after one the

@@ -84,6 +84,8 @@ nlohmann::json trace_record(TraceParts&& p) {
   json usage = trace_object({{"usage/wall_ms", p.sup ? p.sup->wall_ms : 0},
                              {"usage/cpu_user_ms", p.sup ? json(tv_ms(p.sup->usage.ru_utime)) : json(nullptr)},
                              {"usage/cpu_sys_ms", p.sup ? json(tv_ms(p.sup->usage.ru_stime)) : json(nullptr)},
+                             // A run cgroup's cpu.stat replaces both (usage_extra, cgroup_usage_json).
+                             {"usage/cpu_source", p.sup ? json("rusage") : json(nullptr)},
                              {"usage/memory_peak_bytes", nullptr},
                              {"usage/max_rss_bytes", p.sup ? json(p.sup->usage.ru_maxrss * 1024LL) : json(nullptr)},
                              {"usage/pids_peak", nullptr},

@@ -414,6 +414,17 @@ class Policies(SeccompCase):
         self.assertIn("mkdir", t["result"]["reason"])
         self.assertTrue([v for v in t["violations"] if v["name"].startswith("mkdir") and v["action"] == "SCMP_ACT_KILL_PROCESS"])
 
+    def test_a_sigsys_the_program_sends_itself_is_no_seccomp_violation(self):
+        # The policy's kills are the supervisor's, with the call named; a SIGSYS the program sends
+        # itself once read as "seccomp_violation" with no violation recorded.
+        r = self.run_sbx(["sh", "-c", "kill -SYS $$"])
+        self.assertExit(r, 159)
+        t = self.need_trace(r)
+        self.assertEqual(t["result"]["status"], "signaled", t["result"])
+        self.assertEqual(t["result"]["signal"], signal.SIGSYS)
+        self.assertIn("not from sbx's seccomp policy", t["result"]["reason"])
+        self.assertEqual(t["violations"], [])
+
     def test_unknown_syscall_name_is_skipped_and_reported(self):
         p = self.policy({"defaultAction": "SCMP_ACT_ALLOW",
                          "syscalls": [{"names": ["frobnicate_9000", "kexec_load"], "action": "SCMP_ACT_ERRNO"}]})

@@ -27,8 +27,10 @@ TEST_CASE("the exit status table (man/sbx.1, EXIT STATUS)") {
   CHECK(exit_status_for(outcome_from_wait_status(exited(124))) == 124);
   CHECK(exit_status_for(outcome_from_wait_status(killed(SIGKILL))) == 137);
   CHECK(exit_status_for(outcome_from_wait_status(killed(SIGTERM))) == 143);
+  // A SIGSYS in the wait status is never sbx's policy (its kills are the supervisor's): signaled.
   auto sys = outcome_from_wait_status(killed(SIGSYS));
-  CHECK(sys.status == RunStatus::seccomp_violation);
+  CHECK(sys.status == RunStatus::signaled);
+  CHECK(sys.reason.find("not from sbx's seccomp policy") != std::string::npos);
   CHECK(exit_status_for(sys) == 159);
 
   Outcome t;
@@ -111,10 +113,12 @@ TEST_CASE("decide_outcome: the program's own end") {
   CHECK(o.status == RunStatus::signaled);
   CHECK(exit_status_for(o) == 143);
   CHECK(o.reason.empty());
-  auto sys = program(killed(SIGSYS));  // the kernel's own seccomp kill
+  auto sys = program(killed(SIGSYS));  // the program's own SIGSYS (kill, its own filter)
   o = decide_outcome(ran(sys));
-  CHECK(o.status == RunStatus::seccomp_violation);
+  CHECK(o.status == RunStatus::signaled);
   CHECK(exit_status_for(o) == 159);
+  sys.seccomp_kill = SeccompViolation{"mount", 165, "x86_64", "SCMP_ACT_KILL_PROCESS", 1, 0, true};
+  CHECK(decide_outcome(ran(sys)).status == RunStatus::seccomp_violation);  // the policy's kill
 }
 
 TEST_CASE("decide_outcome: nothing ran and nothing said why is sbx's failure") {
