@@ -70,7 +70,7 @@ inline constexpr StageInfo kStages[] = {
     {"stdio", "the program's standard input, output and error"},
     {"supervise", "supervising the running sandbox"},
     {"systemd-scope", "placing the run in a systemd scope (--systemd-scope)"},
-    {"sysv_shm", "bounding System V shared memory"},
+    {"sysv_shm", "bounding System V IPC (shared memory, message queues, semaphores)"},
     {"template", "a template's fork of a call (warm mode template)"},
     {"timeout", "the wall-clock timeout: arming it or killing the sandbox at it"},
     {"timer", "the wall-clock timeout's timer"},

@@ -19,6 +19,7 @@
 #include <cstring>
 
 #include "runtime/model/caps.hpp"
+#include "runtime/linux/memory_fallback.hpp"
 #include "runtime/linux/net.hpp"
 #include "runtime/launch/pool_job.hpp"
 #include "runtime/launch/warm_start.hpp"
@@ -81,26 +82,23 @@ Status set_rlimits(const std::vector<std::pair<int, rlim_t>>& limits, bool addre
   return {};
 }
 
-// SysV shared memory is RAM that no rlimit counts (shmget needs no fd, and a segment outlives its
-// creator until IPC_RMID or the ipc namespace's end). The run has its own ipc namespace, whose
-// shm sysctls are per namespace (ipc/ipc_sysctl.c) and owned by its user namespace's root since
-// Linux 5.17, i.e. writable by init here. shmall caps all segments together (in pages), shmmax
-// one segment. The /proc here is the sandbox's own (build_root has pivoted). On a kernel that
-// refuses the write the run fails closed: a memory limit promised must not silently lose a part.
-Status bound_sysv_shm(std::int64_t bytes) {
-  long page = ::sysconf(_SC_PAGESIZE);
-  std::int64_t pages = std::max<std::int64_t>(1, bytes / (page > 0 ? page : 4096));
-  const std::pair<const char*, std::int64_t> knobs[] = {{"/proc/sys/kernel/shmmax", bytes},
-                                                        {"/proc/sys/kernel/shmall", pages}};
-  for (auto& [path, value] : knobs) {
-    InitFd fd(::open(path, O_WRONLY | O_CLOEXEC));
+// SysV IPC is memory that no rlimit counts (shmget, msgget, semget need no fd, and what they make
+// outlives its creator until IPC_RMID or the ipc namespace's end): memory_fallback.hpp says how
+// much each may hold (sysv_ipc_caps). The run has its own ipc namespace, whose sysctls are per
+// namespace (ipc/ipc_sysctl.c) and owned by its user namespace's root since Linux 5.17, i.e.
+// writable by init here. The /proc here is the sandbox's own (build_root has pivoted). On a
+// kernel that refuses the write the run fails closed: a memory limit promised must not silently
+// lose a part.
+Status bound_sysv_ipc(std::int64_t bytes) {
+  for (auto& [name, value] : sysv_ipc_caps(bytes, ::sysconf(_SC_PAGESIZE))) {
+    std::string path = std::string("/proc/sys/kernel/") + name;
+    InitFd fd(::open(path.c_str(), O_WRONLY | O_CLOEXEC));
     // Before Linux 5.17 these files belong to the initial user namespace: refused here.
-    if (!fd.ok())
-      return sys_error("sysv_shm", std::string("open ") + path + " (the run's SysV shm cap; needs Linux 5.17+)");
-    std::string text = std::to_string(value) + "\n";
+    if (!fd.ok()) return sys_error("sysv_shm", "open " + path + " (the run's SysV IPC cap; needs Linux 5.17+)");
+    std::string text = value + "\n";
     ssize_t n = ::write(fd.get(), text.data(), text.size());
     int werr = errno;
-    if (n != static_cast<ssize_t>(text.size())) return make_error("sysv_shm", std::string("write ") + path, werr);
+    if (n != static_cast<ssize_t>(text.size())) return make_error("sysv_shm", "write " + path, werr);
   }
   return {};
 }
@@ -357,7 +355,7 @@ void run_init(const ChildConfig& cfg) {
   }
   out_dir.reset();
   if (::sethostname(cfg.hostname.c_str(), cfg.hostname.size()) != 0) fail(cfg, sys_error("hostname", "sethostname"));
-  if (cfg.sysv_shm_bytes > 0) STAGE(cfg, bound_sysv_shm(cfg.sysv_shm_bytes));
+  if (cfg.sysv_shm_bytes > 0) STAGE(cfg, bound_sysv_ipc(cfg.sysv_shm_bytes));
   STAGE(cfg, make_proc_sys_readonly());  // after the last write there: the cap above
   STAGE(cfg, bring_up_loopback());
   // Fail closed: a run that asked for the proxy does not start without it.

@@ -37,8 +37,9 @@ struct ChildConfig {
   // >= 0: the program's umask (a tenant's runs get 077: what it writes into a shared bind is its
   // host uid's alone, tenant.hpp); -1: inherited from the caller.
   int umask = -1;
-  // > 0: init caps the ipc namespace's SysV shared memory at this many bytes (kernel.shmmax and
-  // shmall), so a memory limit also bounds it where no cgroup charges it.
+  // > 0: init caps the ipc namespace's SysV IPC by this many bytes (shared memory, message queues,
+  // semaphores: memory_fallback.hpp, sysv_ipc_caps), so a memory limit also bounds them where no
+  // cgroup charges them.
   std::int64_t sysv_shm_bytes = 0;
   // Init's fds, by number (handshake.hpp InitFds: the one list of what init keeps, with what each is).
   InitFds fds;

@@ -617,7 +617,13 @@ Result<UniqueFd> template_job(const ChildConfig& cfg, const std::vector<Generate
   json job = {{"argv", cfg.argv},           {"env", cfg.envp}, {"hostname", cfg.hostname},
               {"workdir", m.workdir},       {"rlimits", rl},   {"umask", cfg.umask},
               {"filter", filter},           {"files", f},      {"tmpfs", tmpfs},
-              {"proc_masks", m.proc_masks}, {"trace", trace}};
+              {"proc_masks", m.proc_masks}, {"trace", trace},  {"devpts", kDevptsOptions}};
+  // Without a memory cgroup: the call's ipc namespace's SysV limits, as a cold init writes them.
+  if (cfg.sysv_shm_bytes > 0) {
+    json sysv = json::array();
+    for (auto& k : sysv_ipc_caps(cfg.sysv_shm_bytes, ::sysconf(_SC_PAGESIZE))) sysv.push_back({k.path, k.value});
+    job["sysv"] = std::move(sysv);
+  }
   if (pooled) {
     job["pooled"] = true;
     job["pool_dirs"] = kPoolDirs;

@@ -67,8 +67,8 @@ std::string fmt_double(double v) {
 //    allocation fails under 64M. So RLIMIT_DATA, and RLIMIT_AS is left alone.
 // What RLIMIT_DATA does not count is shared memory (shmem): memfds, tmpfs files, SysV shm, and
 // MAP_SHARED|MAP_ANONYMOUS. The tmpfs mounts are sized to fit the limit together
-// (memory_fallback.hpp); SysV shm is capped in total by the ipc namespace's shmall/shmmax, set by
-// init (child.cpp bound_sysv_shm). No RLIMIT_FSIZE: it caps each file, on disk as in RAM, so at the
+// (memory_fallback.hpp); SysV shm is capped in total by the ipc namespace's shmall/shmmax, and its
+// message queues and semaphores by msgmni and sem, set by init (child.cpp bound_sysv_ipc). No RLIMIT_FSIZE: it caps each file, on disk as in RAM, so at the
 // memory limit it stopped a program writing a file larger than --memory to a rw bind on disk
 // (CPython's test_resource, any big build artefact), while the RAM it guarded was never bounded by
 // it: the tmpfs files are bounded by their mounts' size options, and a memfd (the one shmem file no
@@ -84,7 +84,8 @@ void fallback_memory(LimitDecision& d, LimitPlan& plan, const std::string& gap, 
              " bytes; address-space reservations are not counted, so JVMs, Go, V8 and sanitizers run; exceeding "
              "it fails the allocation with ENOMEM, no OOM kill), all tmpfs mounts together (their sizes sum to at "
              "most the limit), SysV shared memory in total (kernel.shmall and shmmax of the run's ipc namespace, "
-             "where its user namespace maps uid 0: see enforcement.memory_fallback); NOT bounded: the sum over "
+             "where its user namespace maps uid 0: see enforcement.memory_fallback), and SysV message queues "
+             "and semaphores (msgmni and sem of that namespace, each at most the limit); NOT bounded: the sum over "
              "processes (each has its own RLIMIT_DATA), stacks (RLIMIT_STACK each), MAP_SHARED|MAP_ANONYMOUS "
              "mappings, and memfds (no file-size limit is set: it would cap files written to rw binds on disk, "
              "and each memfd alone, never their sum)";

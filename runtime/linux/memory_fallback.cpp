@@ -96,14 +96,17 @@ nlohmann::json memory_fallback_json(const TmpfsBudget& budget, std::int64_t memo
                          {"enforcement/memory_fallback/mechanisms/[]/bounds", bounds},
                          {"enforcement/memory_fallback/mechanisms/[]/not", not_bounded}});
   };
-  json sysv = mechanism("ipc namespace kernel.shmall, kernel.shmmax", memory_bytes,
-                        "all SysV shared memory segments of the run together", "");
+  json sysv = mechanism("ipc namespace kernel.shmall, shmmax, msgmni, msgmnb, sem", memory_bytes,
+                        "all SysV shared memory segments of the run together; the kernel memory of its SysV "
+                        "message queues, and of its semaphores, each at most the limit (memory_fallback.hpp)",
+                        "");
   if (!sysv_capped) {
     put(sysv, "enforcement/memory_fallback/mechanisms/[]/value", 0);
     put(sysv, "enforcement/memory_fallback/mechanisms/[]/bounds", "");
     put(sysv, "enforcement/memory_fallback/mechanisms/[]/not",
-        "SysV shared memory: the run's user namespace maps no uid 0 (rootless --uid), and only its uid 0 may set shmall");
-    unbounded.push_back("SysV shared memory (no uid 0 in the user namespace)");
+        "SysV IPC: the run's user namespace maps no uid 0 (rootless --uid), and only its uid 0 may set "
+        "the ipc namespace's sysctls");
+    unbounded.push_back("SysV shared memory, message queues and semaphores (no uid 0 in the user namespace)");
   }
   json tmpfs_sizes =
       mechanism("tmpfs size options", budget.total, "every RAM-backed mount together, at most the memory limit", "");
@@ -130,6 +133,24 @@ Result<nlohmann::json> apply_memory_fallback(const RunSpec& spec, const LimitPla
   apply_tmpfs_budget(*fit, mounts);
   if (fit->scaled && scaled) *scaled = *fit;
   return memory_fallback_json(*fit, *spec.limits.memory_bytes, sysv_shm_capped(identity));
+}
+
+std::vector<SysvKnob> sysv_ipc_caps(std::int64_t memory_bytes, long page_size) {
+  std::int64_t m = std::max<std::int64_t>(memory_bytes, 1);
+  std::int64_t pages = std::max<std::int64_t>(1, m / (page_size > 0 ? page_size : 4096));
+  // A queue holds at most msgmnb bytes and msgmnb messages (ipc/msg.c msg_fits_inqueue).
+  std::int64_t queue_worst = kSysvQueueBytes * (1 + kSysvMessageBytes);
+  std::int64_t queues = std::clamp<std::int64_t>(m / queue_worst, 1, kSysvMaxIds);
+  // Semaphores: half of the budget to their count, half to the sets that hold them.
+  std::int64_t sems = std::max<std::int64_t>(1, m / 2 / kSysvSemaphoreBytes);
+  std::int64_t sets = std::clamp<std::int64_t>(m / 2 / kSysvSemaphoreSetBytes, 1, kSysvMaxIds);
+  std::int64_t per_set = std::min<std::int64_t>(sems, kSysvMaxIds);
+  return {{"shmmax", std::to_string(m)},
+          {"shmall", std::to_string(pages)},
+          {"msgmnb", std::to_string(kSysvQueueBytes)},
+          {"msgmni", std::to_string(queues)},
+          // SEMMSL SEMMNS SEMOPM SEMMNI; 500 operations per semop, the kernel's default.
+          {"sem", std::to_string(per_set) + " " + std::to_string(sems) + " 500 " + std::to_string(sets)}};
 }
 
 bool sysv_shm_capped(const IdentityPlan& identity) {

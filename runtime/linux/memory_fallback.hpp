@@ -69,8 +69,27 @@ Result<nlohmann::json> apply_memory_fallback(const RunSpec& spec, const LimitPla
                                              const IdentityPlan& identity, MountPlan& mounts,
                                              TmpfsBudget* scaled = nullptr);
 
-// Whether init can cap SysV shared memory (shmall/shmmax) in the run's ipc namespace: only when
+// Whether init can cap SysV IPC (shmall/shmmax, msgmni, sem) in the run's ipc namespace: only when
 // the user namespace maps a uid 0.
 bool sysv_shm_capped(const IdentityPlan& identity);
+
+// SysV IPC is kernel memory that no rlimit counts, held until IPC_RMID or the ipc namespace's
+// end: shared memory segments; message queues (with the defaults msgmni 32000 and msgmnb 16384,
+// zero-byte messages of ~64 bytes of slab each took 180 MB of a 32M run, and could take ~32 GiB);
+// semaphores (~64 bytes each: 60 sets of 32000 took 123 MB). Where no memory cgroup charges them,
+// init writes these sysctls of the run's own ipc namespace (child.cpp, bound_sysv_ipc) so that each
+// of the three holds at most `memory_bytes`: shared memory by shmall/shmmax; queues by msgmni
+// whole queues of at most kSysvQueueBytes of messages, each message costing at most
+// kSysvMessageBytes of kernel memory beyond its data; semaphores by sem's SEMMNS and SEMMNI.
+inline constexpr std::int64_t kSysvQueueBytes = 16384;  // msgmnb, the kernel's default, pinned
+inline constexpr std::int64_t kSysvMessageBytes = 128;  // a message's header and slab rounding, at most
+inline constexpr std::int64_t kSysvSemaphoreBytes = 256;
+inline constexpr std::int64_t kSysvSemaphoreSetBytes = 2048;
+inline constexpr std::int64_t kSysvMaxIds = 32000;  // the kernel's own default and ceiling of ids
+struct SysvKnob {
+  const char* path;   // under /proc/sys/kernel/
+  std::string value;  // as written
+};
+std::vector<SysvKnob> sysv_ipc_caps(std::int64_t memory_bytes, long page_size);
 
 }  // namespace sbx

@@ -242,7 +242,7 @@ nlohmann::json made_op_json(const MountOp& op) {
     case MountOpKind::tmpfs: return op_dst("tmpfs");
     case MountOpKind::devpts:
       j = op_dst("devpts");
-      put(j, "image/mounts/[]/options", "newinstance,ptmxmode=0666,mode=0620");
+      put(j, "image/mounts/[]/options", kDevptsOptions);
       return j;
     case MountOpKind::out:
       j = op_dst("tmpfs");

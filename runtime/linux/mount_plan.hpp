@@ -41,6 +41,13 @@ inline std::int64_t tmpfs_inodes(std::int64_t size_bytes) {
   return size_bytes / kTmpfsBytesPerInode > kMinTmpfsInodes ? size_bytes / kTmpfsBytesPerInode : kMinTmpfsInodes;
 }
 
+// The sandbox's own devpts instance. Its ptys come from the host's one pool (kernel.pty.max,
+// 4096 by default, kernel.pty.reserve of them for the initial instance only): without max=, one
+// sandbox that opened 3,072 /dev/ptmx left none to any other sandbox or container. 64 serve a
+// shell, tmux and script(1) many times over. One definition: build_root (mounts.cpp), the record
+// (mount_ops_to_json) and a template call's driver (warm_template.py, given it in the job).
+inline constexpr const char* kDevptsOptions = "newinstance,ptmxmode=0666,mode=0620,max=64";
+
 enum class MountOpKind : std::uint8_t {
   root_bind,     // host-derived root: /newroot, a directory of the base tmpfs, bound onto itself
   root_overlay,  // --image: overlay of the stored tree under a tmpfs upper layer (size_bytes)

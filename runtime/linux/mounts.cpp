@@ -522,8 +522,7 @@ struct RootBuilder {
       case MountOpKind::devpts:
         // A private instance, so the sandbox's ptys are its own.
         SBX_TRY(mkdir_p(in_new(op.dst), 0755));
-        return do_mount("devpts", in_new(op.dst), "devpts", op.flags, "newinstance,ptmxmode=0666,mode=0620",
-                        "devpts on " + op.dst);
+        return do_mount("devpts", in_new(op.dst), "devpts", op.flags, kDevptsOptions, "devpts on " + op.dst);
       case MountOpKind::out: return make_out(op);
       case MountOpKind::file: return place_file(op);
       case MountOpKind::secrets: return write_secrets(root.get(), op, plan);
@@ -798,7 +797,7 @@ nlohmann::json mounts_to_json(const MountPlan& plan) {
 
 // The sandbox's /proc/sys, read-only (as Docker and Podman make it): the sysctls of the run's own
 // namespaces are writable by their root, which the program may be (uid 0 in the sandbox). The
-// SysV shm cap that init writes there (child.cpp, bound_sysv_shm) would otherwise be undone by
+// SysV shm cap that init writes there (child.cpp, bound_sysv_ipc) would otherwise be undone by
 // the program (ipc_permissions in ipc/ipc_sysctl.c checks the euid, not a capability), and so
 // would the uts/net ones. Called by init after its own writes, once the root is pivoted.
 Status make_proc_sys_readonly() {

@@ -182,6 +182,22 @@ def _cover_proc(masks, covers):
            "/proc/sys read-only")
 
 
+def _bound_sysv_ipc(knobs):
+    # As a cold sandbox's init (child.cpp bound_sysv_ipc): without a memory cgroup the call's ipc
+    # namespace's SysV limits bound its shared memory, message queues and semaphores by the memory
+    # limit; /proc/sys turns read-only after (_cover_proc). A refused write fails the call.
+    for name, value in knobs:
+        path = "/proc/sys/kernel/" + name
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+            try:
+                os.write(fd, (value + "\n").encode())
+            finally:
+                os.close(fd)
+        except OSError as e:
+            raise _Fail("sysv_shm", f"write {path} (the run's SysV IPC cap; needs Linux 5.17+)", e.errno)
+
+
 def _call_pid1(job, fds, report):
     # First: no process of the call, which runs as pid 1's uid, may open pid 1's fds (its report
     # pipe) or memory through /proc/1 (child.cpp makes a cold sandbox's init non-dumpable for the
@@ -189,6 +205,7 @@ def _call_pid1(job, fds, report):
     _check(_libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0), "init", "make pid 1 non-dumpable")
     sync, out_w, err_w, listener_sock = fds["sync"], fds["out"], fds["err"], fds["listener_sock"]
     _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None, "proc", "mount /proc")
+    _bound_sysv_ipc(job.get("sysv", []))
     _cover_proc(job.get("proc_masks", []), fds["covers"])
     _mark("proc")
     host = job.get("hostname", "sbx").encode()
@@ -688,7 +705,7 @@ def _fresh_mounts(job, files):
         _mount("tmpfs", t["dst"], "tmpfs", flags, f"size={max(t['size'], 4096)},nr_inodes={t['inodes']},mode={t['mode']:o}", "mounts",
                "tmpfs " + t["dst"])
     if os.path.isdir("/dev/pts"):
-        _mount("devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620", "mounts",
+        _mount("devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC, job["devpts"], "mounts",
                "devpts")
     # The call's files (/code/main.py, /in/input.json, ...): each top directory a tmpfs of its
     # own, read-only once they are written, as a cold sandbox's generated files are.

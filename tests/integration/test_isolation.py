@@ -90,6 +90,17 @@ print(json.dumps({'me': me, 'ppid': os.getppid(), 'procs': ps}))
 """
 
 
+class Ptys(SbxTestCase):
+    def test_a_sandbox_takes_at_most_64_of_the_host_s_ptys(self):
+        # The sandbox's devpts draws from the host's one pool (kernel.pty.max): before max=64
+        # (mount_plan.hpp, kDevptsOptions) 300 opens of /dev/ptmx in one sandbox took 300 of it.
+        script = ("import os\nfds = []\ntry:\n    while len(fds) < 300: fds.append(os.open('/dev/ptmx', os.O_RDWR))\n"
+                  "except OSError as e:\n    print(len(fds), e.strerror)\nelse:\n    print(len(fds))\n")
+        r = self.run_sbx([PY, "-c", script])
+        self.assertExit(r, 0)
+        self.assertEqual(r.out.split()[0], "64", r.describe())
+
+
 class PidIsolation(SbxTestCase):
     def test_only_the_sandboxs_own_processes_are_visible(self):
         marker = unique("hostmarker")

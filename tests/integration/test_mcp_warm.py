@@ -51,6 +51,10 @@ facts = {
     'root_writable': os.access('/', os.W_OK), 'usr_writable': os.access('/usr', os.W_OK),
     'tmp_writable': os.access('/tmp', os.W_OK),
     'inodes': {d: os.statvfs(d).f_files for d in ('/tmp', '/out', '/dev/shm')},
+    # The options of the devpts the program sees (the last mounted at /dev/pts: a template call's
+    # is over the template's own).
+    'devpts': [l.split(' - ')[1].split()[2] for l in open('/proc/self/mountinfo') if l.split()[4] == '/dev/pts'][-1],
+    'sysv': [open('/proc/sys/kernel/' + k).read().split() for k in ('shmall', 'msgmni', 'msgmnb', 'sem')],
     'mount': refused(call('mount', b'none', b'/tmp', b'tmpfs', 0, None)),
     'unshare': refused(call('unshare', 0x10000000)),
     'ptrace_init': refused(call('ptrace', 16, 1, None, None)),

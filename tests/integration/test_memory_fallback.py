@@ -29,6 +29,19 @@ for size in (256 << 20, 48 << 20, 48 << 20, 48 << 20):
 print(json.dumps(out))
 """
 
+# SysV message queues and semaphores: kernel memory no rlimit counts (memory_fallback.hpp).
+SYSV_IPC = r"""
+import ctypes, json
+libc = ctypes.CDLL(None, use_errno=True)
+queues = 0
+while queues < 1000 and libc.msgget(0, 0o1600) >= 0:
+    queues += 1
+sets = 0
+while sets < 100 and libc.semget(0, 32000, 0o1600) >= 0:
+    sets += 1
+print(json.dumps([queues, sets]))
+"""
+
 TMPFS_SIZES = r"""
 import os, json
 def size(p):
@@ -82,6 +95,19 @@ class MemoryFallback(SbxTestCase):
         self.assertGreaterEqual(got[1], 0)
         self.assertGreaterEqual(got[2], 0)
         self.assertEqual(got[3], -28, f"the third 48M segment exceeds shmall (128M in total): {got}")
+
+    def test_sysv_message_queues_and_semaphores_are_capped_by_the_memory_limit(self):
+        # Before: msgmni 32000 queues of 16384 empty messages (~64 bytes of slab each) let one 32M
+        # run hold 180 MB (and up to ~32 GiB), 60 semaphore sets of 32000 another 123 MB.
+        r = self.run_sbx(["python3", "-c", SYSV_IPC], ["--memory", "32M"])
+        self.assertExit(r, 0)
+        queues, sets = last_json(r)
+        self.assertEqual(queues, 15, "32M / (16384 messages of at most 129 bytes each)")
+        self.assertEqual(sets, 2, "32M / 2 / 256 = 65536 semaphores: two sets of 32000")
+        mf = self.need_trace(r)["enforcement"]["memory_fallback"]
+        sysv = [m for m in mf["mechanisms"] if "shmall" in m["mechanism"]][0]
+        self.assertIn("msgmni", sysv["mechanism"])
+        self.assertIn("message queues", sysv["bounds"])
 
     def test_the_program_cannot_lift_the_sysv_cap(self):
         # /proc/sys is read-only in the sandbox: the namespace's root (which the program is) could
