@@ -56,12 +56,37 @@ Result<KernelRelay> KernelRelay::open(const KernelConnection& c) {
     a.sin_addr = addr;
     a.sin_port = htons(static_cast<std::uint16_t>(c.ports[i]));
     if (!fd.ok() || ::bind(fd.get(), reinterpret_cast<struct sockaddr*>(&a), sizeof a) != 0 ||
-        ::listen(fd.get(), 16) != 0)
+        ::listen(fd.get(), kListenBacklog) != 0)
       return sys_error(kStage,
                        "cannot listen on " + c.ip + ":" + std::to_string(c.ports[i]) + " (" + kPortKeys[i] + ")");
     r.listeners_[i] = std::move(fd);
   }
+  SBX_TRY(r.check_owner_is_told(addr));
   return r;
+}
+
+// Whether this kernel can say who connects (tcp_diag may be missing, netlink refused): one
+// connection of our own to the shell port must come back as ours, or the kernel does not start.
+// Otherwise every local client, the owner's too, would be refused later with no reason to see.
+Status KernelRelay::check_owner_is_told(struct in_addr addr) const {
+  struct sockaddr_in a {};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = addr.s_addr == htonl(INADDR_ANY) ? htonl(INADDR_LOOPBACK) : addr.s_addr;
+  a.sin_port = htons(static_cast<std::uint16_t>(conn_.ports[0]));
+  UniqueFd self(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!self.ok() || ::connect(self.get(), reinterpret_cast<struct sockaddr*>(&a), sizeof a) != 0)
+    return sys_error(kStage, "connect to its own " + std::string(kPortKeys[0]) + " to check who connects");
+  pollfd p{listeners_[0].get(), POLLIN, 0};
+  if (::poll(&p, 1, kSelfCheckMs) != 1)
+    return make_error(kStage, "its own connection to " + std::string(kPortKeys[0]) + " did not arrive", ETIMEDOUT);
+  UniqueFd accepted(::accept4(listeners_[0].get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
+  if (!accepted.ok()) return sys_error(kStage, "accept its own connection to " + std::string(kPortKeys[0]));
+  if (std::string why = refusal(accepted.get()); !why.empty())
+    return make_error(kStage,
+                      "the kernel cannot say who connects to the kernel's ports, so another user could "
+                      "take them: its own connection was refused (" +
+                          why + "): load the tcp_diag module, or allow NETLINK_SOCK_DIAG");
+  return {};
 }
 
 json KernelRelay::start_request() const {
@@ -109,29 +134,50 @@ bool KernelRelay::dispatch(std::span<const struct pollfd> mine) {
 
 // The ports are open to every local user, and the kernel's key (HMAC on each message) keeps
 // them from running code, not from holding connections: before this check, 32 idle connections
-// of another user locked the kernel's own client out. A peer socket of this host must be the
-// owner's (or root's); one the kernel cannot see is a remote client (the connection file named
-// another address), held to kMaxKernelClients like any. The answer comes from the kernel within
-// one request (tcp_peer.hpp): nothing here waits.
-bool KernelRelay::admitted(int fd, int channel) {
+// of another user locked the kernel's own client out. A peer on an address of this host must be
+// a socket the kernel names as the owner's (or root's): one it cannot find (bound to a device, or
+// gone) or finds only as a minisocket is refused, since whether a peer is local is decided by its
+// address, never by a failed lookup. A peer on another host's address is a remote client (the
+// connection file named a non-loopback address), held to kMaxKernelClients like any. The answer
+// comes from the kernel within one request (tcp_peer.hpp): nothing here waits.
+std::string KernelRelay::refusal(int fd) const {
   auto peer = tcp_peer(fd);
-  if (peer && (!peer->local || peer->uid == owner_ || peer->uid == 0)) return true;
-  if (!std::exchange(refusal_told_, true))
-    std::fprintf(stderr, "sbx: kernel run: refused a connection to %s (%s): %s\n", kPortKeys[channel - 1],
-                 peer ? ("from uid " + std::to_string(peer->uid) + "; only uid " + std::to_string(owner_) +
-                         ", who started the kernel, and root may connect")
-                            .c_str()
-                      : peer.error().describe().c_str(),
-                 "later refusals are not printed");
+  if (!peer) return "its owner could not be asked: " + peer.error().describe();
+  switch (peer->is) {
+    case TcpPeer::Is::socket:
+      if (peer->uid == owner_ || peer->uid == 0) return "";
+      return "from uid " + std::to_string(peer->uid) + "; only uid " + std::to_string(owner_) +
+             ", who started the kernel, and root may connect";
+    case TcpPeer::Is::minisocket: return "its socket closed before it was accepted";
+    case TcpPeer::Is::none: break;
+  }
+  if (!peer->local_address) return "";
+  return "no socket of this host answers for it (one bound to a device, or one gone)";
+}
+
+bool KernelRelay::admitted(int fd, int channel) {
+  std::string why = refusal(fd);
+  if (why.empty()) return true;
+  // The first of each kind is printed: another user's, and the owner's own that could not be told
+  // apart (so that an attacker's line never hides why the owner's client was refused).
+  bool other_uid = why.starts_with("from uid");
+  if (!std::exchange(other_uid ? told_other_uid_ : told_unknown_, true))
+    std::fprintf(stderr, "sbx: kernel run: refused a connection to %s (%s); later ones like it are not printed\n",
+                 kPortKeys[channel - 1], why.c_str());
   return false;
 }
 
 void KernelRelay::accept_on(int channel) {
-  UniqueFd fd(::accept4(listeners_[channel - 1].get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
-  if (!fd.ok() || !admitted(fd.get(), channel) || conns_.size() >= kMaxKernelClients) return;
-  std::uint32_t id = next_id_++;
-  conns_[id].fd = std::move(fd);
-  send_(encode_json_frame({{"op", "connect"}, {"stream", id}, {"channel", channel}}));
+  // A few at each wake-up: a flood of connections that are refused at once must not fill the
+  // listen queue ahead of the owner's (each is closed as it is refused).
+  for (int i = 0; i < kAcceptsPerWake; ++i) {
+    UniqueFd fd(::accept4(listeners_[channel - 1].get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
+    if (!fd.ok()) return;
+    if (!admitted(fd.get(), channel) || conns_.size() >= kMaxKernelClients) continue;
+    std::uint32_t id = next_id_++;
+    conns_[id].fd = std::move(fd);
+    send_(encode_json_frame({{"op", "connect"}, {"stream", id}, {"channel", channel}}));
+  }
 }
 
 void KernelRelay::drop(std::uint32_t id, bool tell) {

@@ -4,6 +4,7 @@
 // session's channel to the kernel's ipc socket inside (session_tunnel.hpp, the agent's side).
 // Part of the session's server loop (session_server.cpp): it adds its fds to the server's poll
 // and sends frames through the server's queue to the agent.
+#include <netinet/in.h>
 #include <poll.h>
 #include <sys/types.h>
 
@@ -24,6 +25,9 @@ namespace sbx {
 
 inline constexpr std::size_t kMaxConnectionFileBytes = 64u << 10;
 inline constexpr std::size_t kMaxKernelClients = 32;  // TCP connections at once
+inline constexpr int kListenBacklog = 128;
+inline constexpr int kAcceptsPerWake = 16;
+inline constexpr int kSelfCheckMs = 2000;  // its own connection, at the start (check_owner_is_told)
 
 // A client's connection file (jupyter_client writes it): the TCP address of each channel, in
 // session_tunnel.hpp's order (shell, iopub, stdin, control, hb), and the message key.
@@ -66,6 +70,8 @@ class KernelRelay {
   explicit KernelRelay(const KernelConnection& c) : conn_(c) {}
   void accept_on(int channel);
   bool admitted(int fd, int channel);
+  std::string refusal(int fd) const;  // "" when the connection may be kept
+  Status check_owner_is_told(struct in_addr addr) const;
   void drop(std::uint32_t id, bool tell);
   bool pump(std::uint32_t id, Conn& c, short revents);
 
@@ -75,8 +81,8 @@ class KernelRelay {
   UniqueFd listeners_[5];
   std::map<std::uint32_t, Conn> conns_;
   std::uint32_t next_id_ = 1;
-  uid_t owner_ = 0;            // sbx's effective uid: the user who started the kernel
-  bool refusal_told_ = false;  // the first refusal is printed, the rest are not
+  uid_t owner_ = 0;                                     // sbx's effective uid: the user who started the kernel
+  bool told_other_uid_ = false, told_unknown_ = false;  // the first refusal of each kind is printed
 };
 
 }  // namespace sbx

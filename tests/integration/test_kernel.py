@@ -21,13 +21,20 @@ except ImportError as e:  # pragma: no cover - the Makefile's test packages inst
     MISSING = f"python3-jupyter-client and python3-ipykernel are needed ({e}): make deps-test installs them"
 
 
-# Run as another user: opens 40 connections to each port given and reports, once every one has
+# Run as another user: opens 40 connections to each port given (half of them bound to the loopback
+# device) and reports, once every one has
 # been closed by the far end or the wait is over, how many were closed; then holds the rest until
 # its stdin closes.
 HOLD = r"""
 import select, socket, sys, time
 ip, wait, ports = sys.argv[1], float(sys.argv[2]), [int(p) for p in sys.argv[3:]]
-socks = [socket.create_connection((ip, p)) for p in ports for _ in range(40)]
+def connect(port, bound):
+    s = socket.socket()
+    if bound:  # bound to a device: an exact socket lookup without an interface misses it
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_BINDTODEVICE, b"lo")
+    s.connect((ip, port))
+    return s
+socks = [connect(p, i % 2) for p in ports for i in range(40)]
 closed, deadline = set(), time.monotonic() + wait
 while len(closed) < len(socks) and time.monotonic() < deadline:
     ready, _, _ = select.select([s for s in socks if s not in closed], [], [], 0.2)
