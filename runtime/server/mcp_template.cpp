@@ -1,6 +1,7 @@
 // Warm templates: the server's launcher and the template host (mcp_template.hpp).
 #include "runtime/server/mcp_template.hpp"
 
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -136,12 +137,21 @@ Status TemplateLauncher::start() {
 
 // As root the control directory was the sandbox's, for the driver to make its socket in: once
 // the driver is ready it becomes root's again, so that nothing in the template (a preload) can
-// put another socket, or a link to one, where the calls' workers connect.
+// put another socket, or a link to one, where the calls' workers connect. The socket becomes
+// root's too, mode 0600: the sandbox's host uid is every default sandbox's, and one that could
+// reach the path (a profile binding the host's $TMPDIR) could otherwise send the template a job
+// of its own (its argv, its filter). The workers connect as root.
 void TemplateLauncher::seal(Host& h) {
   if (h.sealed || ::geteuid() != 0) return;
   h.sealed = true;
-  if (::chown(h.dir.c_str(), 0, 0) != 0 || ::chmod(h.dir.c_str(), 0755) != 0)
-    log_line("could not take back the template's control directory " + h.dir + ": " + std::strerror(errno));
+  UniqueFd dir(::open(h.dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  struct stat st;
+  // The directory first: from then on the sandbox's uid cannot swap the socket for a link.
+  bool ok = dir.ok() && ::fchown(dir.get(), 0, 0) == 0 && ::fchmod(dir.get(), 0755) == 0 &&
+            ::fstatat(dir.get(), "sock", &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISSOCK(st.st_mode) &&
+            ::fchownat(dir.get(), "sock", 0, 0, AT_SYMLINK_NOFOLLOW) == 0 &&
+            ::fchmodat(dir.get(), "sock", 0600, 0) == 0;
+  if (!ok) log_line("could not take back the template's control directory " + h.dir + ": " + std::strerror(errno));
 }
 
 void TemplateLauncher::read_note(Host& h) { read_worker_note(h.sock.get(), h.note); }

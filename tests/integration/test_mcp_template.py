@@ -19,7 +19,7 @@ import tempfile
 import time
 import uuid
 
-from sbxtest import SBX, SbxTestCase, ledger_lines, note, scaled, validate_trace
+from sbxtest import MODE, SBX, SbxTestCase, ledger_lines, note, scaled, validate_trace
 from test_mcp import Server
 from test_mcp import descendants
 from test_mcp_pool import parent, pooled_workers
@@ -251,6 +251,16 @@ print(json.dumps(sorted(r.items())))
         # Every refusal reaches the call's record, not only those the template's filter allows
         # (its filter notifies too: child.hpp, seccomp_listener).
         self.assertTrue({"umount2", "unshare", "setns"} <= refused, rec["violations"])
+        # On the host, as root, the socket is root's alone: the sandbox's host uid is every default
+        # sandbox's, and one that reached the path could send the template a job of its own.
+        if MODE == "root":
+            dirs = leftover_control_dirs()
+            socks = [os.path.join(tempfile.gettempdir(), d, "sock") for d in dirs]
+            mine = [p for p in socks if os.path.exists(p)]
+            self.assertTrue(mine, dirs)
+            for p in mine:
+                st = os.lstat(p)
+                self.assertEqual((st.st_uid, st.st_gid, oct(st.st_mode & 0o777)), (0, 0, "0o600"), p)
         note("template reach: " + out["stdout"].strip())
 
     def test_hostile_calls_affect_only_themselves(self):
