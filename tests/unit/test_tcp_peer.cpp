@@ -9,25 +9,15 @@
 
 #include "runtime/base/fsutil.hpp"
 #include "runtime/linux/tcp_peer.hpp"
+#include "tests/unit/test_util.hpp"
 
-namespace {
-
-sbx::UniqueFd tcp_socket() { return sbx::UniqueFd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)); }
-
-}  // namespace
+using sbx::test::connect_loopback;
+using sbx::test::listen_loopback;
 
 TEST_CASE("tcp_peer: a loopback peer of this process is local and ours") {
-  auto listener = tcp_socket();
-  REQUIRE(listener.ok());
-  struct sockaddr_in a {};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(::bind(listener.get(), reinterpret_cast<struct sockaddr*>(&a), sizeof a) == 0);
-  REQUIRE(::listen(listener.get(), 4) == 0);
-  socklen_t len = sizeof a;
-  REQUIRE(::getsockname(listener.get(), reinterpret_cast<struct sockaddr*>(&a), &len) == 0);
-  auto client = tcp_socket();
-  REQUIRE(::connect(client.get(), reinterpret_cast<struct sockaddr*>(&a), sizeof a) == 0);
+  std::uint16_t port = 0;
+  auto listener = listen_loopback(port);
+  auto client = connect_loopback(port);
   sbx::UniqueFd accepted(::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
   REQUIRE(accepted.ok());
   auto peer = sbx::tcp_peer(accepted.get());
@@ -36,19 +26,25 @@ TEST_CASE("tcp_peer: a loopback peer of this process is local and ours") {
   CHECK(peer->uid == ::geteuid());
   // A client bound to a device is not found by an exact lookup without an interface: it must come
   // back as not found on a local address (the relay refuses it), never as a remote client.
-  auto bound = tcp_socket();
+  sbx::UniqueFd bound(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
   const char lo[] = "lo";
   if (::setsockopt(bound.get(), SOL_SOCKET, SO_BINDTODEVICE, lo, sizeof lo) == 0) {
+    struct sockaddr_in a {};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(port);
     REQUIRE(::connect(bound.get(), reinterpret_cast<struct sockaddr*>(&a), sizeof a) == 0);
     sbx::UniqueFd second(::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
     REQUIRE(second.ok());
     auto hidden = sbx::tcp_peer(second.get());
     REQUIRE(hidden);
-    if (hidden->is == sbx::TcpPeer::Is::socket) CHECK(hidden->uid == ::geteuid());
-    else CHECK(hidden->local_address);
+    if (hidden->is == sbx::TcpPeer::Is::socket)
+      CHECK(hidden->uid == ::geteuid());
+    else
+      CHECK(hidden->local_address);
   }
   // A socket that is not connected has no peer to ask about.
-  auto lone = tcp_socket();
+  sbx::UniqueFd lone(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
   CHECK_FALSE(sbx::tcp_peer(lone.get()));
 }
 
