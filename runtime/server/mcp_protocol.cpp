@@ -71,8 +71,9 @@ Incoming classify_value(json msg) {
 }
 
 Incoming classify(std::string_view line) {
-  // Depth and value bounds hold before the DOM exists (json_io.hpp); a message is small JSON.
-  ParsedJson p = parse_json(line, {kMaxMessageBytes});
+  // Depth and value bounds hold before the DOM exists (json_io.hpp): a message's tree stays
+  // within kMaxMessageValues, a batch's members together.
+  ParsedJson p = parse_json(line, kMessageBounds);
   if (!p.ok()) {
     Incoming in;
     in.reply = error_response(nullptr, kParseError, "Parse error: " + p.describe());
@@ -86,6 +87,14 @@ Incoming classify(std::string_view line) {
     return in;
   }
   return classify_value(std::move(p.value));
+}
+
+std::string queued_request_refusal(std::size_t held, std::size_t request, std::size_t waiting, std::size_t budget) {
+  if (waiting == 0 || held + request <= budget) return "";
+  return "Server busy: the " + std::to_string(waiting) + " calls waiting for a slot hold " + std::to_string(held) +
+         " bytes of requests, and this one's " + std::to_string(request) + " would pass the " + std::to_string(budget) +
+         " bytes waiting calls may hold in all; send it once earlier calls have started (at most --max-concurrent "
+         "run at once), or make it smaller";
 }
 
 RequestEra request_era(const json& params) {

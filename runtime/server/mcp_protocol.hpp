@@ -46,6 +46,24 @@ inline constexpr int kUnsupportedProtocolVersion = -32022;
 // One message is one line; a line longer than this is refused unread (an exec request is at most
 // kMaxRequestBytes, json_io.hpp, plus the envelope).
 inline constexpr std::size_t kMaxMessageBytes = (64u << 20) + (1u << 20);
+// Values (scalars, arrays, objects) in one message, a batch's members together: one per 256 bytes
+// of kMaxMessageBytes. A parsed value costs 16 to ~150 bytes ("{"":0}" in 7 bytes of text is an
+// object, its map node and its key), so the general kMaxJsonValues (4M) let one 14 MB line of
+// "[{"":0},...]" be a tree of ~300 MB; at this bound a message's tree is at most ~40 MB beside its
+// text. Past it the message is a parse error (-32700).
+inline constexpr std::size_t kMaxMessageValues = 1u << 18;
+// What classify parses a line within.
+inline constexpr JsonBounds kMessageBounds{kMaxMessageBytes, kMaxJsonDepth, kMaxMessageValues};
+
+// The requests of calls waiting for a slot (--max-queued of them) are held as their jobs' text,
+// each with its id, and count against this: a call that would take them past it is refused with
+// kServerBusy (queued_request_refusal), unless no call waits (a message's one call is always
+// taken). So waiting calls hold at most this, or one call's request when that alone is larger.
+inline constexpr std::size_t kQueuedRequestBudget = 64u << 20;
+// The refusal's message for a call whose request holds `request` bytes, while `waiting` calls
+// wait holding `held` bytes in all: "" when it is taken (none waits, or it fits in `budget`).
+std::string queued_request_refusal(std::size_t held, std::size_t request, std::size_t waiting,
+                                   std::size_t budget = kQueuedRequestBudget);
 
 // Every version the server answers to, modern first (server/discover's supportedVersions, the
 // `supported` list of -32022).

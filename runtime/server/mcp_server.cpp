@@ -59,7 +59,13 @@ struct Call {
   bool modern = false;
   std::string tool;
   bool wrapped_output = false;
+  // The worker's job: a tree until it is launched, or, while the call waits for a slot, its text
+  // (a tree costs up to ~20 times its text), counted as `held` bytes against kQueuedRequestBudget.
+  // A running call keeps neither: only the session it names (session_stop's, for track_session).
   json job;
+  std::string job_text;
+  std::size_t held = 0;
+  std::string session;
   std::optional<Worker> worker;
   bool cancelled = false;
   Clock::time_point arrived, next_progress, kill_at;
@@ -99,6 +105,11 @@ class Server {
   // Bytes written to outbuf_ and not yet to the client.
   std::size_t unwritten() const { return outbuf_.size() - out_off_; }
   bool over_budget() const { return unwritten() >= kQueuedResponseBudget; }
+  // A call about to be queued that will wait (no slot free, or others wait): its job becomes its
+  // text, counted against kQueuedRequestBudget. The refusal's message when it does not fit.
+  std::string hold_if_waiting(Call& c, const std::string& key);
+  // A waiting call leaves the queue (started, cancelled, dropped): its job's text is let go.
+  void unqueue(Call& c);
   void flush_out();
   json tools() const;
   static json server_info() { return {{"name", "sbx"}, {"version", SBX_VERSION}}; }
@@ -119,13 +130,14 @@ class Server {
   // What of outbuf_ the client has been sent: a 100 MB line goes out in pipe-sized writes, and
   // erasing each from the front would move the rest every time (quadratic).
   std::size_t out_off_ = 0;
-  bool discarding_ = false;  // inside a line that passed kMaxMessageBytes: dropped up to its newline
+  std::size_t queued_bytes_ = 0;  // what waiting calls hold (Call::held), within kQueuedRequestBudget
+  bool discarding_ = false;       // inside a line that passed kMaxMessageBytes: dropped up to its newline
   bool in_open_ = true, out_ok_ = true, stopping_ = false;
   Clock::time_point stop_by_;
   // The sessions this client started (mcp_session.hpp): id -> the store its start reported. A
   // client reaches only these; the server stops those left when it stops.
   std::map<std::string, std::string> sessions_;
-  void track_session(const std::string& tool, const json& args, const json& response);
+  void track_session(const std::string& tool, const std::string& session, const json& response);
   void stop_sessions();  // stopping: the server leaves, past this, the workers still recording
 };
 
@@ -311,11 +323,13 @@ void Server::handle_request(Incoming& in, const std::shared_ptr<Batch>& batch) {
 }
 
 void Server::handle_call(Incoming& in, bool modern, const std::shared_ptr<Batch>& batch) {
-  const json& p = in.params;
+  json& p = in.params;
   if (!p.contains("name") || !p["name"].is_string())
     return reply(batch, error_response(in.id, kInvalidParams, "Invalid params: tools/call needs \"name\" (a string)"));
   std::string name = p["name"];
-  json args = p.value("arguments", json::object());
+  // Moved, never copied, from the message to the job: the arguments may be most of a 65 MiB line.
+  json args = json::object();
+  if (auto a = p.find("arguments"); a != p.end()) args = std::move(*a);
   if (!args.is_object())
     return reply(batch, error_response(in.id, kInvalidParams, "Invalid params: \"arguments\" must be an object"));
   std::string key = in.id.dump();
@@ -333,17 +347,22 @@ void Server::handle_call(Incoming& in, bool modern, const std::shared_ptr<Batch>
     // Checked here, before any process exists: a malformed request is the model's to fix
     // (a tool error it can read), not a protocol error.
     if (auto rq = parse_exec_request(args); !rq) return tool_reply(tool_error(rq.error().message));
-    c.job = {{"tool", "run_code"}, {"profile", cfg_.profile}, {"request", args}};
+    c.job = {{"tool", "run_code"}, {"profile", cfg_.profile}};
+    c.job["request"] = std::move(args);
   } else if (is_session_tool(name)) {
     if (auto why = session_arguments_refusal(name, args); !why.empty()) return tool_reply(tool_error(why));
-    c.job = {{"tool", name}, {"profile", cfg_.profile}, {"arguments", args}};
+    std::string store;
     if (name != "session_start") {
-      auto it = sessions_.find(args["session"].get<std::string>());
+      c.session = args["session"].get<std::string>();
+      auto it = sessions_.find(c.session);
       if (it == sessions_.end())
-        return tool_reply(tool_error("no session " + args["session"].get<std::string>() +
-                                     " was started by this client (session_start returns one)"));
-      c.job["store"] = it->second;
+        return tool_reply(
+            tool_error("no session " + c.session + " was started by this client (session_start returns one)"));
+      store = it->second;
     }
+    c.job = {{"tool", name}, {"profile", cfg_.profile}};
+    c.job["arguments"] = std::move(args);
+    if (!store.empty()) c.job["store"] = store;
   } else {
     const PackTool* pt = nullptr;
     for (auto& t : cfg_.packs)
@@ -357,12 +376,16 @@ void Server::handle_call(Incoming& in, bool modern, const std::shared_ptr<Batch>
     if (!args.contains("records") || !args["records"].is_array())
       return tool_reply(tool_error("'records' is required: an array of input records"));
     c.job = pack_job(cfg_, *pt);
-    c.job["records"] = args["records"];
+    c.job["records"] = std::move(args["records"]);
     c.wrapped_output = pt->wrapped_output;
   }
   if (queue_.size() >= cfg_.max_queued)
     return reply(batch, error_response(in.id, kServerBusy,
-                                       "Server busy: " + std::to_string(queue_.size()) + " calls already queued"));
+                                       "Server busy: " + std::to_string(queue_.size()) +
+                                           " calls already queued (--max-queued); send it once earlier calls have "
+                                           "started"));
+  if (std::string why = hold_if_waiting(c, key); !why.empty())
+    return reply(batch, error_response(in.id, kServerBusy, why));
   if (p.contains("_meta") && p["_meta"].is_object() && p["_meta"].contains("progressToken")) {
     const json& t = p["_meta"]["progressToken"];
     if (t.is_string() || t.is_number_integer()) c.progress_token = t;
@@ -375,12 +398,42 @@ void Server::handle_call(Incoming& in, bool modern, const std::shared_ptr<Batch>
   pump();
 }
 
+std::string Server::hold_if_waiting(Call& c, const std::string& key) {
+  if (queue_.empty() && running() < cfg_.max_concurrent) return "";  // pump() starts it at once
+  // It waits: as its job's text, counted with its id (the calls map's key, the queue's, the id).
+  c.job_text = dump_json(c.job, -1);
+  c.job_text.shrink_to_fit();  // what it holds is what is counted
+  c.job = json();
+  c.held = c.job_text.size() + 3 * key.size();
+  std::string why = queued_request_refusal(queued_bytes_, c.held, queue_.size());
+  if (why.empty()) queued_bytes_ += c.held;
+  return why;
+}
+
+void Server::unqueue(Call& c) {
+  queued_bytes_ -= c.held;
+  c.held = 0;
+  std::string().swap(c.job_text);
+}
+
 void Server::pump() {
   while (!stopping_ && !queue_.empty() && running() < cfg_.max_concurrent) {
     std::string key = queue_.front();
     queue_.pop_front();
     Call& c = calls_.at(key);
-    auto w = launcher_.launch(c.job);
+    // The job goes to the launcher and is not kept: a running call holds none of its request.
+    json job = std::move(c.job);
+    c.job = json();
+    Result<Worker> w = make_error("mcp", "");
+    if (!c.job_text.empty()) {
+      // A tree sbx dumped: within its own size, and no deeper than the message it came from.
+      ParsedJson back = parse_json(c.job_text, {c.job_text.size()});
+      unqueue(c);
+      if (back.ok()) job = std::move(back.value);
+      else w = make_error("mcp", "its waiting request could not be read back: " + back.describe());
+    }
+    if (!job.is_null()) w = launcher_.launch(job);
+    job = json();
     if (!w) {
       json r = tool_error("sbx: could not start the call's sandbox: " + w.error().describe());
       if (c.modern) mark_modern(r);
@@ -402,6 +455,7 @@ void Server::cancel(const json& request_id, const std::string& why) {
   Call& c = it->second;
   if (!c.worker) {
     std::erase(queue_, key);
+    unqueue(c);
     auto batch = c.batch;
     calls_.erase(it);
     if (batch) batch_done(batch);
@@ -458,8 +512,7 @@ void Server::finish(const std::string& key) {
   auto batch = c.batch;
   json id = c.id;
   bool cancelled = c.cancelled, modern = c.modern, wrapped = c.wrapped_output;
-  std::string tool = c.tool;
-  json job_args = c.job.value("arguments", json::object());
+  std::string tool = c.tool, session = c.session;
   UniqueFd response = std::move(c.worker->response);
   pid_t pid = c.worker->pid;
   calls_.erase(key);
@@ -508,7 +561,7 @@ void Server::finish(const std::string& key) {
     splice = r.contains("structuredContent");
   } else if (is_session_tool(tool)) {
     r = session_result(tool, summary);
-    track_session(tool, job_args, summary);
+    track_session(tool, session, summary);
   } else r = pack_result(summary, wrapped, scanned.cut);
   if (modern) mark_modern(r);
   json msg = result_response(id, std::move(r));
@@ -582,7 +635,10 @@ void Server::shutdown(const std::string& why) {
   stop_by_ = Clock::now() + std::chrono::milliseconds(cfg_.kill_wait_ms);
   log_line("shutting down: " + why + "; " + std::to_string(running()) + " running, " + std::to_string(queue_.size()) +
            " queued");
-  for (auto& key : queue_) calls_.erase(key);
+  for (auto& key : queue_) {
+    unqueue(calls_.at(key));
+    calls_.erase(key);
+  }
   queue_.clear();
   std::vector<json> ids;
   for (auto& [k, c] : calls_) ids.push_back(c.id);
@@ -705,13 +761,12 @@ int Server::run() {
   return 0;
 }
 
-void Server::track_session(const std::string& tool, const json& args, const json& response) {
+void Server::track_session(const std::string& tool, const std::string& session, const json& response) {
   if (!response.is_object() || response.value("status", "") != "ok") return;
   if (tool == "session_start" && response.value("session", json()).is_string() &&
       response.value("store", json()).is_string())
     sessions_[response["session"].get<std::string>()] = response["store"].get<std::string>();
-  if (tool == "session_stop" && args.value("session", json()).is_string())
-    sessions_.erase(args["session"].get<std::string>());
+  if (tool == "session_stop") sessions_.erase(session);
 }
 
 // The client is gone: its sessions end with it. Each stop waits for its session's records (the

@@ -642,6 +642,68 @@ class McpCase(SbxTestCase):
             self.assertEqual(summary["run_id"], sc["run_id"])
             self.assertIn("stdout", summary["cut"])
 
+    def vm_kib(self, pid, field):
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1])
+        return 0
+
+    def wait_log(self, s, text, n, timeout=60):
+        """Until the server's stderr holds `text` n times."""
+        deadline = time.monotonic() + scaled(timeout)
+        while s.stderr().count(text) < n:
+            self.assertLess(time.monotonic(), deadline, f"{n} x {text!r} awaited; stderr:\n{s.stderr()[-3000:]}")
+            self.assertIsNone(s.p.poll(), s.stderr()[-3000:])
+            time.sleep(0.1)
+
+    def test_calls_waiting_for_a_slot_hold_a_bounded_number_of_bytes(self):
+        """A waiting call held its arguments as a parsed tree, copied twice on the way, and a message
+        could hold 4M values: with the one slot busy, each 14 MB line of run_code inputs
+        [{"":0},...] (2M values) took the server ~360 MB more (7.7 MB, then 1.8 GB after three);
+        256 waiting would be ~95 GB. Now a message holds at most 262,144 values (kMaxMessageValues)
+        and waiting calls hold their jobs as text, at most 64 MiB of it (kQueuedRequestBudget)."""
+        s = self.server(["--pool", "0", "--max-concurrent", "1"])
+        slot = s.start("tools/call", {"name": "run_code", "arguments": {"language": "sh", "code": "sleep 60"}})
+        self.wait_log(s, "started worker", 1)
+        before = self.vm_kib(s.p.pid, "VmRSS")
+        # Many small values: a parse error, refused before a tree of them exists.
+        inputs = b"[" + b",".join([b'{"":0}'] * 2_000_000) + b"]"  # 4M values: within kMaxJsonValues
+        for i in range(3):
+            s.send_raw(b'{"jsonrpc":"2.0","id":"values-%d","method":"tools/call","params":{"name":"run_code",'
+                       b'"arguments":{"language":"sh","code":"true","inputs":%s}}}\n' % (i, inputs))
+        # Large requests: two wait (48 MiB), a third would take the waiting calls past 64 MiB.
+        pad = "# " + "x" * (24 << 20) + "\necho waited\n"
+        for i in range(3):
+            s.start("tools/call", {"name": "run_code", "arguments": {"language": "sh", "code": pad}}, id=f"big-{i}")
+        got = []
+        s.wait_for(s.start("ping"), 120, others=got)  # lines are handled in order: the others are in
+        hwm, rss = self.vm_kib(s.p.pid, "VmHWM"), self.vm_kib(s.p.pid, "VmRSS")
+        note(f"mcp: 3 lines of 2M values and 3 of 24 MiB behind a busy slot: server VmRSS "
+             f"{before // 1024} -> {rss // 1024} MiB, VmHWM {hwm // 1024} MiB")
+        by_id = {m.get("id"): m for m in got if isinstance(m, dict) and "id" in m}
+        # A parse error has no id to give back (JSON-RPC 2.0 §5): three of them, one per line.
+        parse_errors = [m["error"]["message"] for m in got if isinstance(m, dict) and m.get("id") is None
+                        and m.get("error", {}).get("code") == -32700]
+        self.assertEqual(len(parse_errors), 3, f"values lines answered: {[str(m)[:300] for m in got]}")
+        for e in parse_errors:
+            self.assertIn("more than 262144 values", e)
+        self.assertNotIn("big-0", by_id)  # waiting
+        self.assertNotIn("big-1", by_id)
+        e = by_id.get("big-2", {}).get("error", {})
+        self.assertEqual(e.get("code"), -32000, f"big-2: {str(by_id.get('big-2'))[:500]}")
+        self.assertIn("would pass the 67108864 bytes waiting calls may hold", e["message"])
+        # The bound: 48 MiB waiting, one 24 MiB line being handled (its text, its tree, its job's
+        # text, each with the room a growing string leaves) and the server itself: 210 MiB
+        # measured, 1,794 MiB before. Under ASan shadow memory and quarantine add to it.
+        bound_mib = 900 if os.environ.get("ASAN_OPTIONS") else 300
+        self.assertLess(hwm, bound_mib * 1024, s.stderr()[-2000:])
+        # The waiting calls run once the slot is free, their requests as they were sent.
+        s.notify("notifications/cancelled", {"requestId": slot})
+        for i in range(2):
+            r = s.wait_for(f"big-{i}", 120)["result"]
+            self.assertEqual(r["structuredContent"]["stdout"], "waited\n", json.dumps(r)[:2000])
+
     def test_a_result_nested_as_deep_as_a_run_accepts_reaches_the_client(self):
         """Issue 30: a valid result.json nested 128 deep (kMaxJsonDepth, what a run accepts) was
         dropped by the server, which read the worker's response one level short."""

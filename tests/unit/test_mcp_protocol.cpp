@@ -54,6 +54,46 @@ TEST_CASE("mcp: nesting past the bound is a parse error, not a stack overflow") 
   CHECK(in.reply["error"]["code"] == -32700);
 }
 
+TEST_CASE("mcp: a message holds at most kMaxMessageValues values, a batch's members together") {
+  // {"jsonrpc","id","method","params":{"a":[0,...]}}: the object, three scalars, params, the array.
+  auto message = [](std::size_t zeros) {
+    std::string m = R"({"jsonrpc":"2.0","id":1,"method":"ping","params":{"a":[)";
+    for (std::size_t i = 0; i < zeros; ++i) m += i ? ",0" : "0";
+    return m + "]}}";
+  };
+  auto in = mcp::classify(message(mcp::kMaxMessageValues - 6));
+  CHECK(in.kind == mcp::Incoming::request);
+  CHECK(in.params["a"].size() == mcp::kMaxMessageValues - 6);
+  in = mcp::classify(message(mcp::kMaxMessageValues - 5));
+  CHECK(in.kind == mcp::Incoming::bad);
+  CHECK(in.reply["error"]["code"] == -32700);
+  CHECK(in.reply["error"]["message"] == "Parse error: /params/a/262138: more than 262144 values");
+  // Proportionate to the size bound: a value per 256 bytes of the longest line.
+  CHECK(mcp::kMaxMessageValues * 256 == (64u << 20));
+  // A batch is one line: its members share the bound.
+  std::string half = R"({"jsonrpc":"2.0","id":1,"method":"ping","params":{"a":[)";
+  for (std::size_t i = 0; i < mcp::kMaxMessageValues / 2; ++i) half += i ? ",0" : "0";
+  half += "]}}";
+  in = mcp::classify("[" + half + "," + half + "]");
+  CHECK(in.reply["error"]["code"] == -32700);
+  in = mcp::classify("[" + half + "]");
+  CHECK(in.method == "(batch)");
+}
+
+TEST_CASE("mcp: waiting calls' requests are refused past kQueuedRequestBudget, but one call alone is taken") {
+  // None waits: taken whatever its size (a message's call must be able to wait).
+  CHECK(mcp::queued_request_refusal(0, mcp::kQueuedRequestBudget + 1, 0) == "");
+  CHECK(mcp::queued_request_refusal(0, 100, 0, 10) == "");
+  // Others wait: taken up to the budget exactly, refused past it.
+  CHECK(mcp::queued_request_refusal(10, 20, 1, 30) == "");
+  std::string why = mcp::queued_request_refusal(10, 21, 2, 30);
+  CHECK(why ==
+        "Server busy: the 2 calls waiting for a slot hold 10 bytes of requests, and this one's 21 would pass the 30 "
+        "bytes waiting calls may hold in all; send it once earlier calls have started (at most --max-concurrent run "
+        "at once), or make it smaller");
+  CHECK(mcp::queued_request_refusal(60u << 20, 5u << 20, 3) != "");
+}
+
 TEST_CASE("mcp: requests, notifications and stray responses are told apart") {
   auto in = mcp::classify(R"({"jsonrpc":"2.0","id":"x","method":"tools/call","params":{"name":"n"}})");
   CHECK(in.kind == mcp::Incoming::request);

@@ -29,14 +29,21 @@ namespace {
 struct FakeLauncher : SandboxLauncher {
   std::vector<json> jobs;  // read by the test only after serve() returned
   bool refuse = false;
+  int hold = -1, hold_writer = -1;  // a pipe: each worker runs until the test closes its write end
   Result<Worker> launch(const json& job) override {
     jobs.push_back(job);
     if (refuse) return make_error("mcp", "no sandbox in a unit test");
     UniqueFd response(::memfd_create("fake-mcp-response", MFD_CLOEXEC));
     pid_t pid = ::fork();
-    if (pid == 0) ::_exit(0);
+    if (pid == 0) {
+      char c;
+      if (hold_writer >= 0) ::close(hold_writer);  // its copy would keep the pipe open
+      if (hold >= 0) (void)!::read(hold, &c, 1);
+      ::_exit(0);
+    }
     siginfo_t si{};
-    ::waitid(P_PID, static_cast<id_t>(pid), &si, WEXITED | WNOWAIT);  // exited, still to be reaped by the server
+    if (hold < 0)
+      ::waitid(P_PID, static_cast<id_t>(pid), &si, WEXITED | WNOWAIT);  // exited, still to be reaped by the server
     Worker w;
     w.pid = pid;
     w.pidfd = UniqueFd(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
@@ -265,4 +272,43 @@ TEST_CASE("mcp server: a client that does not read stops being read past kQueued
   CHECK(answers == requests);
   rig.stop();
   CHECK(rig.rc == 0);
+}
+
+TEST_CASE("mcp server: calls waiting for a slot hold their requests as text, within kQueuedRequestBudget") {
+  ServerRig rig;
+  sbx::test::FdPair hold = sbx::test::make_pipe();
+  rig.launcher.hold = hold.a.get();
+  rig.launcher.hold_writer = hold.b.get();
+  rig.cfg.max_concurrent = 1;
+  rig.start();
+  rig.initialize();
+  auto call = [&](const std::string& id, const std::string& code) {
+    rig.send(R"({"jsonrpc":"2.0","id":")" + id +
+             R"(","method":"tools/call","params":{"name":"run_code","arguments":{"language":"sh","code":")" + code +
+             R"("}}})");
+  };
+  auto ping = [&](int id) {  // lines are handled in order: an answer to what came before is in first
+    rig.send(R"({"jsonrpc":"2.0","id":)" + std::to_string(id) + R"(,"method":"ping"})");
+    return rig.message();
+  };
+  call("running", "true");  // takes the one slot and keeps it
+  const std::string big(40u << 20, 'x');
+  call("big", big);  // waits: ~40 MiB held
+  call("refused", std::string(30u << 20, 'y'));
+  json r = rig.message();
+  CHECK(r["id"] == "refused");
+  CHECK(r["error"]["code"] == kServerBusy);
+  CHECK(r["error"]["message"].get<std::string>().rfind("Server busy: the 1 calls waiting for a slot hold ", 0) == 0);
+  call("small", "echo small");  // fits beside the big one
+  CHECK(ping(20)["id"] == 20);
+  hold.b.reset();  // every worker may end now: the waiting calls start in order
+  std::vector<std::string> ids;
+  for (int i = 0; i < 3; ++i) ids.push_back(rig.message()["id"].get<std::string>());
+  CHECK(ids == std::vector<std::string>{"running", "big", "small"});
+  rig.stop();
+  REQUIRE(rig.launcher.jobs.size() == 3);
+  // What waited as text reached the launcher as it was sent.
+  CHECK(rig.launcher.jobs[1] ==
+        json{{"tool", "run_code"}, {"profile", "untrusted"}, {"request", {{"language", "sh"}, {"code", big}}}});
+  CHECK(rig.launcher.jobs[2]["request"]["code"] == "echo small");
 }
