@@ -45,8 +45,9 @@ void log_line(const std::string& s) {
 std::string call_key(const std::string& key) { return key.size() <= 64 ? key : key.substr(0, 64) + "..."; }
 
 // A 2025-03-26 batch: its members' responses go out together, as one array, once all are in.
-// Held as their JSON text (a run_code response is spliced, never a DOM), and counted: a member
-// whose response would take the batch past kQueuedResponseBudget is answered with a tool error.
+// Held as their JSON text (a run_code response is spliced, never a DOM), and counted, every held
+// batch's together with what is unwritten (Server::batch_bytes_): a member whose response would
+// take the held batches past kQueuedResponseBudget is answered with a tool error.
 struct Batch {
   std::vector<std::string> responses;
   std::size_t bytes = 0;
@@ -104,7 +105,12 @@ class Server {
   void send_line(std::string_view line);
   // Bytes written to outbuf_ and not yet to the client.
   std::size_t unwritten() const { return outbuf_.size() - out_off_; }
-  bool over_budget() const { return unwritten() >= kQueuedResponseBudget; }
+  // Responses held: unwritten, and every batch's until it is complete (batch_bytes_).
+  bool over_budget() const { return unwritten() + batch_bytes_ >= kQueuedResponseBudget; }
+  // Whether a finished call's response may be taken now: within the budget, or, when held batches
+  // alone fill it, a batch member's (refused then, a small tool error: the batch can complete and
+  // leave, where waiting for the budget would wait on itself).
+  bool may_take(const Call& c) const { return !over_budget() || (c.batch && batch_bytes_ >= kQueuedResponseBudget); }
   // A call about to be queued that will wait (no slot free, or others wait): its job becomes its
   // text, counted against kQueuedRequestBudget. The refusal's message when it does not fit.
   std::string hold_if_waiting(Call& c, const std::string& key);
@@ -131,6 +137,7 @@ class Server {
   // erasing each from the front would move the rest every time (quadratic).
   std::size_t out_off_ = 0;
   std::size_t queued_bytes_ = 0;  // what waiting calls hold (Call::held), within kQueuedRequestBudget
+  std::size_t batch_bytes_ = 0;   // the responses held in incomplete batches (Batch::bytes)
   bool discarding_ = false;       // inside a line that passed kMaxMessageBytes: dropped up to its newline
   bool in_open_ = true, out_ok_ = true, stopping_ = false;
   Clock::time_point stop_by_;
@@ -195,6 +202,7 @@ void Server::reply(const std::shared_ptr<Batch>& batch, json msg) {
 void Server::reply_line(const std::shared_ptr<Batch>& batch, std::string line) {
   if (!batch) return send_line(line);
   batch->bytes += line.size() + 1;
+  batch_bytes_ += line.size() + 1;
   batch->responses.push_back(std::move(line));
   batch_done(batch);
 }
@@ -202,6 +210,8 @@ void Server::reply_line(const std::shared_ptr<Batch>& batch, std::string line) {
 // One member of `batch` answered or dropped: the array goes out once none is owed.
 void Server::batch_done(const std::shared_ptr<Batch>& batch) {
   if (--batch->pending != 0 || batch->responses.empty()) return;
+  batch_bytes_ -= batch->bytes;  // from here they are outbuf_'s (unwritten)
+  batch->bytes = 0;
   std::string all = "[";
   for (auto& r : batch->responses) {
     if (all.size() > 1) all += ',';
@@ -584,13 +594,15 @@ void Server::deliver(const std::shared_ptr<Batch>& batch, const json& id, bool m
     out.insert(base, envelope, 0, at);  // within the room reserved: no second copy
     out.append(envelope, at + marker.size());
   }
-  if (batch && batch->bytes + out.size() > kQueuedResponseBudget) {
-    // A batch's members are held until all are in: past the budget, this one is refused.
+  if (batch && batch_bytes_ + out.size() > kQueuedResponseBudget) {
+    // A batch's members are held until all are in, and every held batch's count against the one
+    // budget: past it, this one is refused.
     std::size_t size = out.size();
     out.clear();
     out.shrink_to_fit();
-    json e = tool_error("sbx: this call's response (" + std::to_string(size) + " bytes) does not fit in a batch's " +
-                        std::to_string(kQueuedResponseBudget) + " bytes; call it outside a batch");
+    json e = tool_error("sbx: this call's response (" + std::to_string(size) + " bytes) does not fit in the " +
+                        std::to_string(kQueuedResponseBudget) + " bytes that held batch responses share (" +
+                        std::to_string(batch_bytes_) + " held); call it outside a batch, or in a smaller one");
     if (modern) mark_modern(e);
     reply(batch, result_response(id, std::move(e)));
   } else if (batch) {
@@ -636,8 +648,10 @@ void Server::shutdown(const std::string& why) {
   log_line("shutting down: " + why + "; " + std::to_string(running()) + " running, " + std::to_string(queue_.size()) +
            " queued");
   for (auto& key : queue_) {
+    auto batch = calls_.at(key).batch;
     unqueue(calls_.at(key));
     calls_.erase(key);
+    if (batch) batch_done(batch);  // as cancel() does for a waiting member
   }
   queue_.clear();
   std::vector<json> ids;
@@ -722,7 +736,7 @@ int Server::run() {
     fds.push_back({out_ok_ && unwritten() > 0 ? out_ : -1, POLLOUT, 0});
     std::vector<std::string> keys;
     for (auto& [k, c] : calls_)
-      if (c.worker && !over_budget()) {
+      if (c.worker && may_take(c)) {
         fds.push_back({c.worker->pidfd.get(), POLLIN, 0});
         keys.push_back(k);
       }
@@ -746,8 +760,8 @@ int Server::run() {
     }
     if (n > 0 && (fds[2].revents & (POLLOUT | POLLERR | POLLHUP))) flush_out();
     // One response at a time, each only while the budget allows (finish may have filled it).
-    for (std::size_t i = 0; n > 0 && i < keys.size() && !over_budget(); ++i)
-      if (fds[3 + i].revents & POLLIN) finish(keys[i]);
+    for (std::size_t i = 0; n > 0 && i < keys.size(); ++i)
+      if ((fds[3 + i].revents & POLLIN) && may_take(calls_.at(keys[i]))) finish(keys[i]);
     tick(Clock::now());
     if (!stopping_) launcher_.tick();
   }

@@ -103,10 +103,13 @@ struct ServerConfig {
   std::int64_t stream_limit_bytes = kMaxCapturedStreamBytes;
 };
 
-// Responses written but not yet read by the client, in bytes: past this the server takes no call's
-// response from its worker (it waits, finished, its response in its memfd), sends no progress
-// notification and reads no request, until the client reads. So the server holds at most this
-// plus one response, whatever the client does (man/sbx.1, "sbx mcp").
+// Responses written but not yet read by the client, and those held in incomplete 2025-03-26
+// batches (all of them together), in bytes: past this the server takes no call's response from
+// its worker (it waits, finished, its response in its memfd), sends no progress notification and
+// reads no request, until the client reads; a batch member whose response would take the held
+// batches past it is answered with a tool error. So the server holds at most this plus one
+// response, whatever the client does (man/sbx-mcp.1). Requests waiting for a slot have a budget
+// of their own: kQueuedRequestBudget (mcp_protocol.hpp).
 inline constexpr std::size_t kQueuedResponseBudget = 64u << 20;
 
 // A pack tool's job less its records ({"tool": "pack", "profile", "dir", "contexts", "secrets"}):
