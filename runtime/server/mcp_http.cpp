@@ -880,7 +880,10 @@ class HttpServer {
     if (sv(req[http::field::content_type]).find("application/json") == std::string::npos)
       return refusal(req, http::status::unsupported_media_type, kInvalidRequest,
                      "Content-Type must be application/json", "content_type");
-    auto parsed = parse_json_doc(req.body(), {cfg_.max_body_bytes}, "usage", "the request");
+    // The stdio server's value bound (mcp_protocol.hpp): a message's tree stays within a few times
+    // its text, where the general 4M values let a 14 MB body be a 300 MB tree, held until answered.
+    auto parsed =
+        parse_json_doc(req.body(), {cfg_.max_body_bytes, kMaxJsonDepth, kMaxMessageValues}, "usage", "the request");
     if (!parsed) return refusal(req, http::status::bad_request, kParseError, parsed.error().message, "parse");
     if (parsed->is_array())
       return refusal(req, http::status::bad_request, kInvalidRequest,

@@ -207,6 +207,21 @@ class McpHttp(McpHttpCase):
         self.assertRpcError(status, body, 429)
         self.assertEqual(s.stop(), 0)
 
+    def test_a_body_of_many_small_values_is_refused_before_it_is_a_tree(self):
+        # Within --max-body, but past the stdio server's 262,144 values (mcp_protocol.hpp): the
+        # general 4M let a 14 MB body of "[{"":0},...]" be a ~300 MB tree held until answered.
+        s = self.server()
+        sid = s.initialize(TOKEN_A)
+        auth = {"Authorization": "Bearer " + TOKEN_A, "Mcp-Session-Id": sid}
+        body = {"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+                "params": {"name": "run_code", "arguments": {"language": "sh", "code": "true", "inputs": [0] * 300000}}}
+        status, _, raw = s.request("POST", "/mcp", body, auth)
+        self.assertEqual(status, 400, raw)
+        self.assertEqual(json.loads(raw)["error"]["code"], -32700, raw)
+        status, _, body = s.rpc(TOKEN_A, {"jsonrpc": "2.0", "id": 4, "method": "ping"}, sid)
+        self.assertEqual(status, 200, body)
+        self.assertEqual(s.stop(), 0)
+
     def test_every_refusal_is_an_http_status_with_a_json_rpc_error(self):
         s = self.server("--max-body", "65536")
         sid = s.initialize(TOKEN_A)
