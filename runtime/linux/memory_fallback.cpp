@@ -142,7 +142,8 @@ std::vector<SysvKnob> sysv_ipc_caps(std::int64_t memory_bytes, long page_size) {
   std::int64_t queue_worst = kSysvQueueBytes * (1 + kSysvMessageBytes);
   std::int64_t queues = std::clamp<std::int64_t>(m / queue_worst, 1, kSysvMaxIds);
   // Semaphores: half of the budget to their count, half to the sets that hold them.
-  std::int64_t sems = std::max<std::int64_t>(1, m / 2 / kSysvSemaphoreBytes);
+  // Never above the kernel's own default count (an int there: a larger one is refused).
+  std::int64_t sems = std::clamp<std::int64_t>(m / 2 / kSysvSemaphoreBytes, 1, kSysvMaxSemaphores);
   std::int64_t sets = std::clamp<std::int64_t>(m / 2 / kSysvSemaphoreSetBytes, 1, kSysvMaxIds);
   std::int64_t per_set = std::min<std::int64_t>(sems, kSysvMaxIds);
   return {{"shmmax", std::to_string(m)},

@@ -85,7 +85,8 @@ inline constexpr std::int64_t kSysvQueueBytes = 16384;  // msgmnb, the kernel's 
 inline constexpr std::int64_t kSysvMessageBytes = 128;  // a message's header and slab rounding, at most
 inline constexpr std::int64_t kSysvSemaphoreBytes = 256;
 inline constexpr std::int64_t kSysvSemaphoreSetBytes = 2048;
-inline constexpr std::int64_t kSysvMaxIds = 32000;  // the kernel's own default and ceiling of ids
+inline constexpr std::int64_t kSysvMaxIds = 32000;              // the kernel's own default and ceiling of ids
+inline constexpr std::int64_t kSysvMaxSemaphores = 1024000000;  // SEMMNS's default: an int
 struct SysvKnob {
   const char* path;   // under /proc/sys/kernel/
   std::string value;  // as written

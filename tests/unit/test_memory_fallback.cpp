@@ -75,3 +75,22 @@ TEST_CASE("memory fallback: the budget lands in the mount plan") {
   CHECK(plan.upper_size_bytes == b->shares[4].bytes);
   CHECK(plan.tmp_size_bytes + plan.tmp_size_bytes + plan.out_size_bytes + 4 * M + plan.upper_size_bytes <= 64 * M);
 }
+
+TEST_CASE("memory fallback: SysV IPC caps fit the limit, and stay within what the kernel takes") {
+  auto value = [](const std::vector<SysvKnob>& caps, const std::string& name) {
+    for (auto& k : caps)
+      if (name == k.path) return k.value;
+    return std::string("missing");
+  };
+  auto small = sysv_ipc_caps(32LL << 20, 4096);
+  CHECK(value(small, "shmmax") == "33554432");
+  CHECK(value(small, "shmall") == "8192");
+  CHECK(value(small, "msgmnb") == "16384");
+  CHECK(value(small, "msgmni") == "15");  // 32M / (16384 * 129)
+  CHECK(value(small, "sem") == "32000 65536 500 8192");
+  // A terabyte: ids at the kernel's 32000, semaphores at its default count (an int there).
+  auto huge = sysv_ipc_caps(1LL << 40, 4096);
+  CHECK(value(huge, "msgmni") == "32000");
+  CHECK(value(huge, "sem") == "32000 1024000000 500 32000");
+  CHECK(value(sysv_ipc_caps(0, 4096), "msgmni") == "1");
+}
