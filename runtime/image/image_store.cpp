@@ -468,7 +468,7 @@ Result<ImageRecord> ImageStore::import(const std::string& source_text, const std
   SBX_TRY(write_file_durable(root_ + "/names/" + *name, "sha256:" + hex + "\n", 0644));
   SBX_TRY(record_origin(dir, "sha256:" + hex, *name, container ? &*container : nullptr));
   auto record = resolve(*name);
-  if (record) { record->repaired = repaired; }
+  if (record) record->repaired = repaired;
   return record;
 }
 

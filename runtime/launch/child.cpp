@@ -355,7 +355,7 @@ void run_init(const ChildConfig& cfg) {
   }
   out_dir.reset();
   if (::sethostname(cfg.hostname.c_str(), cfg.hostname.size()) != 0) fail(cfg, sys_error("hostname", "sethostname"));
-  if (cfg.sysv_shm_bytes > 0) STAGE(cfg, bound_sysv_ipc(cfg.sysv_shm_bytes));
+  if (cfg.sysv_ipc_bytes > 0) STAGE(cfg, bound_sysv_ipc(cfg.sysv_ipc_bytes));
   STAGE(cfg, make_proc_sys_readonly());  // after the last write there: the cap above
   STAGE(cfg, bring_up_loopback());
   // Fail closed: a run that asked for the proxy does not start without it.

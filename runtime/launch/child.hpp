@@ -40,7 +40,7 @@ struct ChildConfig {
   // > 0: init caps the ipc namespace's SysV IPC by this many bytes (shared memory, message queues,
   // semaphores: memory_fallback.hpp, sysv_ipc_caps), so a memory limit also bounds them where no
   // cgroup charges them.
-  std::int64_t sysv_shm_bytes = 0;
+  std::int64_t sysv_ipc_bytes = 0;
   // Init's fds, by number (handshake.hpp InitFds: the one list of what init keeps, with what each is).
   InitFds fds;
   // The supervisor's write end of the sync pipe. Init inherits a copy with sbx's fd table (clone

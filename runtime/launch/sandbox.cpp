@@ -411,7 +411,7 @@ bool Run::prepare_child() {
   cfg.rlimits = cfg.init_rlimits;  // the program's: init's, then the plan's (below)
   cfg.keep_caps = capability_mask(s.capabilities.keep);
   cfg.umask = req_.tenant.umask;
-  if (ctx_.memory_fallback_applies() && sysv_shm_capped(*identity_)) cfg.sysv_shm_bytes = *s.limits.memory_bytes;
+  if (ctx_.memory_fallback_applies() && sysv_ipc_capped(*identity_)) cfg.sysv_ipc_bytes = *s.limits.memory_bytes;
   for (auto& [res, value] : ctx_.plan.rlimits) cfg.rlimits.push_back({res, static_cast<rlim_t>(value)});
   return true;
 }
@@ -603,13 +603,13 @@ Result<UniqueFd> template_job(const ChildConfig& cfg, const std::vector<Generate
   for (auto& [res, value] : cfg.rlimits) rl.push_back({res, static_cast<std::uint64_t>(value)});
   const MountPlan& m = cfg.mounts;
   // The call's scratch filesystems, as a cold sandbox's (mount_plan.cpp): made fresh in the fork.
-  auto scratch = [](const std::string& dst, std::int64_t size, bool noexec) {
-    return json{{"dst", dst}, {"size", size}, {"inodes", tmpfs_inodes(size)}, {"mode", 01777}, {"noexec", noexec}};
+  auto scratch = [](const std::string& dst, std::int64_t size, mode_t mode, bool noexec) {
+    return json{{"dst", dst}, {"size", size}, {"inodes", tmpfs_inodes(size)}, {"mode", mode}, {"noexec", noexec}};
   };
-  json tmpfs = json::array({scratch("/tmp", m.tmp_size_bytes, false), scratch("/dev/shm", m.tmp_size_bytes, true),
-                            scratch("/out", m.out_size_bytes, false)});
-  tmpfs.back()["mode"] = 0755;
-  for (auto& t : m.tmpfs) tmpfs.push_back(scratch(t.dst, t.size_bytes, t.noexec));
+  json tmpfs =
+      json::array({scratch("/tmp", m.tmp_size_bytes, 01777, false), scratch("/dev/shm", m.tmp_size_bytes, 01777, true),
+                   scratch("/out", m.out_size_bytes, 0755, false)});
+  for (auto& t : m.tmpfs) tmpfs.push_back(scratch(t.dst, t.size_bytes, 01777, t.noexec));
   json f = json::array();
   for (auto& g : files) f.push_back({{"dst", g.dst}, {"mode", g.mode}, {"size", g.content.size()}});
   std::string filter = hex_lower(std::string_view(reinterpret_cast<const char*>(cfg.seccomp_filter.data()),
@@ -619,9 +619,9 @@ Result<UniqueFd> template_job(const ChildConfig& cfg, const std::vector<Generate
               {"filter", filter},           {"files", f},      {"tmpfs", tmpfs},
               {"proc_masks", m.proc_masks}, {"trace", trace},  {"devpts", kDevptsOptions}};
   // Without a memory cgroup: the call's ipc namespace's SysV limits, as a cold init writes them.
-  if (cfg.sysv_shm_bytes > 0) {
+  if (cfg.sysv_ipc_bytes > 0) {
     json sysv = json::array();
-    for (auto& k : sysv_ipc_caps(cfg.sysv_shm_bytes, ::sysconf(_SC_PAGESIZE))) sysv.push_back({k.path, k.value});
+    for (auto& k : sysv_ipc_caps(cfg.sysv_ipc_bytes, ::sysconf(_SC_PAGESIZE))) sysv.push_back({k.path, k.value});
     job["sysv"] = std::move(sysv);
   }
   if (pooled) {

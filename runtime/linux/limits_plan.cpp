@@ -68,12 +68,13 @@ std::string fmt_double(double v) {
 // What RLIMIT_DATA does not count is shared memory (shmem): memfds, tmpfs files, SysV shm, and
 // MAP_SHARED|MAP_ANONYMOUS. The tmpfs mounts are sized to fit the limit together
 // (memory_fallback.hpp); SysV shm is capped in total by the ipc namespace's shmall/shmmax, and its
-// message queues and semaphores by msgmni and sem, set by init (child.cpp bound_sysv_ipc). No RLIMIT_FSIZE: it caps each file, on disk as in RAM, so at the
-// memory limit it stopped a program writing a file larger than --memory to a rw bind on disk
-// (CPython's test_resource, any big build artefact), while the RAM it guarded was never bounded by
-// it: the tmpfs files are bounded by their mounts' size options, and a memfd (the one shmem file no
-// mount bounds) was capped one at a time only, never their sum (RLIMIT_NOFILE of them, and a
-// mapped one outlives its fd), the same RAM MAP_SHARED|MAP_ANONYMOUS reaches with no cap at all.
+// message queues and semaphores by msgmni and sem, set by init (child.cpp bound_sysv_ipc). No
+// RLIMIT_FSIZE: it caps each file, on disk as in RAM, so at the memory limit it stopped a program
+// writing a file larger than --memory to a rw bind on disk (CPython's test_resource, any big build
+// artefact), while the RAM it guarded was never bounded by it: the tmpfs files are bounded by
+// their mounts' size options, and a memfd (the one shmem file no mount bounds) was capped one at a
+// time only, never their sum (RLIMIT_NOFILE of them, and a mapped one outlives its fd), the same
+// RAM MAP_SHARED|MAP_ANONYMOUS reaches with no cap at all.
 // What stays unbounded is named in the note, and makes --require-limits refuse: the total is not
 // bounded, only its parts.
 void fallback_memory(LimitDecision& d, LimitPlan& plan, const std::string& gap, std::int64_t memory) {

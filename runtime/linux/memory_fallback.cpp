@@ -132,7 +132,7 @@ Result<nlohmann::json> apply_memory_fallback(const RunSpec& spec, const LimitPla
   if (!fit) return fit.error();
   apply_tmpfs_budget(*fit, mounts);
   if (fit->scaled && scaled) *scaled = *fit;
-  return memory_fallback_json(*fit, *spec.limits.memory_bytes, sysv_shm_capped(identity));
+  return memory_fallback_json(*fit, *spec.limits.memory_bytes, sysv_ipc_capped(identity));
 }
 
 std::vector<SysvKnob> sysv_ipc_caps(std::int64_t memory_bytes, long page_size) {
@@ -154,7 +154,7 @@ std::vector<SysvKnob> sysv_ipc_caps(std::int64_t memory_bytes, long page_size) {
           {"sem", std::to_string(per_set) + " " + std::to_string(sems) + " 500 " + std::to_string(sets)}};
 }
 
-bool sysv_shm_capped(const IdentityPlan& identity) {
+bool sysv_ipc_capped(const IdentityPlan& identity) {
   // The ipc namespace's shm sysctls are writable only by its user namespace's uid 0 (mode bits,
   // no capability override: ipc/ipc_sysctl.c ipc_permissions); rootless with --uid N maps no
   // uid 0, so there SysV shm stays unbounded, and the trace says so.

@@ -71,7 +71,7 @@ Result<nlohmann::json> apply_memory_fallback(const RunSpec& spec, const LimitPla
 
 // Whether init can cap SysV IPC (shmall/shmmax, msgmni, sem) in the run's ipc namespace: only when
 // the user namespace maps a uid 0.
-bool sysv_shm_capped(const IdentityPlan& identity);
+bool sysv_ipc_capped(const IdentityPlan& identity);
 
 // SysV IPC is kernel memory that no rlimit counts, held until IPC_RMID or the ipc namespace's
 // end: shared memory segments; message queues (with the defaults msgmni 32000 and msgmnb 16384,

@@ -77,8 +77,8 @@ bool is_local_address(struct in_addr addr) {
 }
 
 Result<TcpPeer> tcp_peer(int fd) {
-  struct sockaddr_in ours {
-  }, theirs{};
+  struct sockaddr_in ours {};
+  struct sockaddr_in theirs {};
   socklen_t a = sizeof ours, b = sizeof theirs;
   if (::getsockname(fd, reinterpret_cast<struct sockaddr*>(&ours), &a) != 0 ||
       ::getpeername(fd, reinterpret_cast<struct sockaddr*>(&theirs), &b) != 0)

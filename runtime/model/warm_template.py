@@ -702,11 +702,10 @@ def _fresh_mounts(job, files):
                "tmpfs " + d)
     for t in job.get("tmpfs", []):
         flags = MS_NOSUID | MS_NODEV | (MS_NOEXEC if t.get("noexec") else 0)
-        _mount("tmpfs", t["dst"], "tmpfs", flags, f"size={max(t['size'], 4096)},nr_inodes={t['inodes']},mode={t['mode']:o}", "mounts",
-               "tmpfs " + t["dst"])
+        options = f"size={max(t['size'], 4096)},nr_inodes={t['inodes']},mode={t['mode']:o}"
+        _mount("tmpfs", t["dst"], "tmpfs", flags, options, "mounts", "tmpfs " + t["dst"])
     if os.path.isdir("/dev/pts"):
-        _mount("devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC, job["devpts"], "mounts",
-               "devpts")
+        _mount("devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC, job["devpts"], "mounts", "devpts")
     # The call's files (/code/main.py, /in/input.json, ...): each top directory a tmpfs of its
     # own, read-only once they are written, as a cold sandbox's generated files are.
     tops = {}

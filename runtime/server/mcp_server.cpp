@@ -434,15 +434,17 @@ void Server::pump() {
     // The job goes to the launcher and is not kept: a running call holds none of its request.
     json job = std::move(c.job);
     c.job = json();
-    Result<Worker> w = make_error("mcp", "");
+    std::string unreadable;
     if (!c.job_text.empty()) {
       // A tree sbx dumped: within its own size, and no deeper than the message it came from.
       ParsedJson back = parse_json(c.job_text, {c.job_text.size()});
       unqueue(c);
       if (back.ok()) job = std::move(back.value);
-      else w = make_error("mcp", "its waiting request could not be read back: " + back.describe());
+      else unreadable = back.describe();
     }
-    if (!job.is_null()) w = launcher_.launch(job);
+    Result<Worker> w = unreadable.empty()
+                           ? launcher_.launch(job)
+                           : make_error("mcp", "its waiting request could not be read back: " + unreadable);
     job = json();
     if (!w) {
       json r = tool_error("sbx: could not start the call's sandbox: " + w.error().describe());

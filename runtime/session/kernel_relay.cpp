@@ -81,7 +81,7 @@ Status KernelRelay::check_owner_is_told(struct in_addr addr) const {
     return make_error(kStage, "its own connection to " + std::string(kPortKeys[0]) + " did not arrive", ETIMEDOUT);
   UniqueFd accepted(::accept4(listeners_[0].get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
   if (!accepted.ok()) return sys_error(kStage, "accept its own connection to " + std::string(kPortKeys[0]));
-  if (std::string why = refusal(accepted.get()); !why.empty())
+  if (std::string why = refusal(accepted.get()).why; !why.empty())
     return make_error(kStage,
                       "the kernel cannot say who connects to the kernel's ports, so another user could "
                       "take them: its own connection was refused (" +
@@ -140,30 +140,30 @@ bool KernelRelay::dispatch(std::span<const struct pollfd> mine) {
 // address, never by a failed lookup. A peer on another host's address is a remote client (the
 // connection file named a non-loopback address), held to kMaxKernelClients like any. The answer
 // comes from the kernel within one request (tcp_peer.hpp): nothing here waits.
-std::string KernelRelay::refusal(int fd) const {
+KernelRelay::Refusal KernelRelay::refusal(int fd) const {
   auto peer = tcp_peer(fd);
-  if (!peer) return "its owner could not be asked: " + peer.error().describe();
+  if (!peer) return {"its owner could not be asked: " + peer.error().describe()};
   switch (peer->is) {
     case TcpPeer::Is::socket:
-      if (peer->uid == owner_ || peer->uid == 0) return "";
-      return "from uid " + std::to_string(peer->uid) + "; only uid " + std::to_string(owner_) +
-             ", who started the kernel, and root may connect";
-    case TcpPeer::Is::minisocket: return "its socket closed before it was accepted";
+      if (peer->uid == owner_ || peer->uid == 0) return {};
+      return {"from uid " + std::to_string(peer->uid) + "; only uid " + std::to_string(owner_) +
+                  ", who started the kernel, and root may connect",
+              true};
+    case TcpPeer::Is::minisocket: return {"its socket closed before it was accepted"};
     case TcpPeer::Is::none: break;
   }
-  if (!peer->local_address) return "";
-  return "no socket of this host answers for it (one bound to a device, or one gone)";
+  if (!peer->local_address) return {};
+  return {"no socket of this host answers for it (one bound to a device, or one gone)"};
 }
 
 bool KernelRelay::admitted(int fd, int channel) {
-  std::string why = refusal(fd);
-  if (why.empty()) return true;
+  Refusal r = refusal(fd);
+  if (r.why.empty()) return true;
   // The first of each kind is printed: another user's, and the owner's own that could not be told
   // apart (so that an attacker's line never hides why the owner's client was refused).
-  bool other_uid = why.starts_with("from uid");
-  if (!std::exchange(other_uid ? told_other_uid_ : told_unknown_, true))
+  if (!std::exchange(r.other_uid ? told_other_uid_ : told_unknown_, true))
     std::fprintf(stderr, "sbx: kernel run: refused a connection to %s (%s); later ones like it are not printed\n",
-                 kPortKeys[channel - 1], why.c_str());
+                 kPortKeys[channel - 1], r.why.c_str());
   return false;
 }
 

@@ -70,7 +70,11 @@ class KernelRelay {
   explicit KernelRelay(const KernelConnection& c) : conn_(c) {}
   void accept_on(int channel);
   bool admitted(int fd, int channel);
-  std::string refusal(int fd) const;  // "" when the connection may be kept
+  struct Refusal {
+    std::string why;         // "" when the connection may be kept
+    bool other_uid = false;  // another user's socket (not one that could not be told)
+  };
+  Refusal refusal(int fd) const;
   Status check_owner_is_told(struct in_addr addr) const;
   void drop(std::uint32_t id, bool tell);
   bool pump(std::uint32_t id, Conn& c, short revents);
