@@ -21,6 +21,7 @@
 #include "runtime/model/foreign_flags.hpp"
 #include "runtime/base/text_escape.hpp"
 #include "runtime/base/signals.hpp"
+#include "runtime/launch/template_pid1.hpp"
 #include "runtime/linux/limits_plan.hpp"
 
 namespace sbx::cli {
@@ -253,6 +254,9 @@ static std::optional<int> parse_command_line(CLI::App& app, sbx::cli::GlobalOpti
 }
 
 int sbx::cli::sbx_main(int argc, char** argv) {
+  // Pid 1 of a template's call forked ahead of it (runtime/launch/template_pid1.hpp), exec'd by
+  // the template's driver: before anything else, since its fds and signal mask are set already.
+  if (argc >= 2 && std::string_view(argv[1]) == sbx::kTemplatePid1Command) sbx::template_pid1_main(argc, argv);
   // fds 0, 1 and 2 open before anything else: a caller that closed one would otherwise hand its
   // number to the first file sbx opens (a pipe to init, the seccomp listener's socket), and the
   // program's stdio, placed on 0-2 in init's shared fd table (child.cpp), would replace it.

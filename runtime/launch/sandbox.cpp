@@ -717,10 +717,17 @@ bool Run::spawn_from_template(UniqueFd sock, UniqueFd job) {
   std::vector<int> fds = {cfg.fds.sync, cfg.fds.msg, cfg.fds.out_sock, cfg.fds.listener_sock, cfg.fds.out, cfg.fds.err};
   if (std::find(fds.begin(), fds.end(), -1) != fds.end())
     return fail_setup(Error{"template", EINVAL, "a template's call needs a seccomp filter and piped output"});
+  // This binary, which a call forked ahead runs as its pid 1 once its program is forked
+  // (template_pid1.hpp): the template's own sandbox need not contain it, and the call's pid 1
+  // then speaks the same protocol as this supervisor.
+  UniqueFd exe(::open("/proc/self/exe", O_PATH | O_CLOEXEC));
+  if (!exe.ok()) return fail_setup(sys_error("template", "open /proc/self/exe for the call's pid 1"));
   fds.insert(fds.begin(), job.get());
+  fds.push_back(exe.get());
   if (auto st = send_to_template(sock, fds); !st) return fail_setup(st.error());
   sock.reset();
   job.reset();
+  exe.reset();
   L.chan.close_init_ends();
   for (FdPair* p : {&L.out, &L.err}) p->w.reset();
   L.caller_in.close_child_ends();

@@ -13,13 +13,15 @@
 # forks the call's pid 1 straight into a pid namespace of its own (_fork_pid1), which plays init's
 # part of the protocol for a call made of fresh mount, network, ipc, uts and cgroup namespaces too,
 # and reaps it when it ends (_Calls); the template itself never runs a call's code and never holds
-# a call's data past the fork. One interpreter process besides the call's program per call, not
-# two: each is ~1 MiB of pages of its own and ~750 copy-on-write faults (bench/README.md).
+# a call's data past the fork. One interpreter process besides the call's program per call made
+# at once, none per call forked ahead (whose pid 1 execs `sbx template-pid1` once its program is
+# forked: _pooled_pid1): each is ~1 MiB of pages of its own and ~750 copy-on-write faults
+# (bench/README.md).
 import ctypes, json, os, select, signal, socket, struct, sys
 # Imported once here, not in each call's pid 1 (each import was ~0.5 ms of a call's start:
 # bench/README.md, Templates): random is reseeded in every call (_reseed). What _sbx_main
 # (python_main.py) needs is made ready in main(), _sbx_ready.
-import gc, random, resource, time
+import gc, io, random, resource, time
 
 _libc = ctypes.CDLL(None, use_errno=True)
 CLONE_NEWNS, CLONE_NEWCGROUP, CLONE_NEWUTS = 0x00020000, 0x02000000, 0x04000000
@@ -33,7 +35,7 @@ SYS_seccomp, SYS_capset, SYS_close_range = 317, 126, 436
 SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_NEW_LISTENER = 1, 8
 K_SETUP_ERROR, K_PROGRAM_STATUS, K_STARTED, K_WARM_READY = 1, 2, 3, 4
 CHILD_MSG = 488  # sizeof(ChildMsg), handshake.hpp: kind@0, err@4, wait_status@8, stage[32]@12, body@48
-FD_NAMES = ("job", "sync", "msg", "out_sock", "listener_sock", "out", "err")
+FD_NAMES = ("job", "sync", "msg", "out_sock", "listener_sock", "out", "err", "exe")
 CONTROL_DIR = "/run/sbx-template"
 MAX_JOB_BYTES = 64 << 20  # the job's memfd: the server's own bound on a call's request is lower
 BOUNDING_DROP_ORDER = []  # main(): every capability, CAP_SETPCAP last
@@ -41,8 +43,6 @@ FORK_TRIES, FORK_RETRY_S = 50, 0.02  # _fork_pid1: a call's fork waits at most 1
 # The calls whose pid 1 lives, forked ahead or running (_Calls): a server has at most 256 in
 # flight (--max-concurrent) and 64 pooled (mcp_pool.hpp, kMaxPooledSandboxes); two fds each.
 MAX_LIVE_CALLS = 512
-# A pooled call's job (runtime/launch/pool_job.hpp, decode_pool_job): its bounds.
-MAX_POOL_JOB_BYTES, MAX_POOL_ARGV, MAX_POOL_FILES = 66 << 20, 64, 4096 + 2
 KNOBS = 0  # stage times on stderr when the job asks for them ("trace"): bench/README.md
 
 
@@ -259,77 +259,10 @@ def _call_pid1(job, fds, report):
     _run_main(job["argv"], _HELD[:held])
 
 
-def _read_exact(fd, n, what):
-    parts, got = [], 0
-    while got < n:
-        b = os.read(fd, min(n - got, 1 << 20))
-        if not b:
-            raise _Fail("pool", what + " ended early", 32)  # EPIPE
-        parts.append(b)
-        got += len(b)
-    return b"".join(parts)
-
-
-def _plain_pool_path(dst, dirs):
-    # decode_pool_job's rule (pool_job.cpp, split_pool_path and plain_relative_path), on the
-    # path's bytes: below one of the pool directories, at most 4096 bytes, each component a
-    # plain name of at most 255.
-    for d in dirs:
-        top = os.fsencode(d) + b"/"
-        if dst.startswith(top):
-            rel = dst[len(top):]
-            return (0 < len(rel) <= 4096 and b"\0" not in rel and
-                    all(n not in (b"", b".", b"..") and len(n) <= 255 for n in rel.split(b"/")))
-    return False
-
-
-def _read_pool_job(fd, dirs):
-    # The call's argv and files, framed and bounded as pool_job.hpp says (encode_pool_job): a
-    # little-endian u64 length, then argc, argv, nfiles and each file's path, mode and bytes.
-    (n,) = struct.unpack("<Q", _read_exact(fd, 8, "the call's job"))
-    if n > MAX_POOL_JOB_BYTES:
-        raise _Fail("pool", "the call's job is longer than a pooled call's", 7)
-    body, at = _read_exact(fd, n, "the call's job"), 0
-
-    def u64():
-        nonlocal at
-        if at + 8 > len(body):
-            raise _Fail("pool", "the call's job is truncated", 22)
-        at += 8
-        return struct.unpack_from("<Q", body, at - 8)[0]
-
-    def text():
-        nonlocal at
-        k = u64()
-        if k > len(body) - at:
-            raise _Fail("pool", "the call's job is truncated", 22)
-        at += k
-        return body[at - k:at]
-
-    argc = u64()
-    if not 1 <= argc <= MAX_POOL_ARGV:
-        raise _Fail("pool", "the call's argv count is out of range", 22)
-    argv = [text() for _ in range(argc)]
-    if any(b"\0" in a for a in argv):
-        raise _Fail("pool", "an argv entry of the call holds a NUL", 22)
-    nfiles = u64()
-    if nfiles > MAX_POOL_FILES:
-        raise _Fail("pool", "the call's file count is out of range", 22)
-    files = []
-    for _ in range(nfiles):
-        dst, mode, content = text(), u64() & 0o555, text()
-        if not _plain_pool_path(dst, dirs):
-            raise _Fail("pool", "a file of the call is outside " + " and ".join(dirs) + ", or not plain", 22)
-        files.append((os.fsdecode(dst), mode, content))
-    if at != len(body):
-        raise _Fail("pool", "the call's job has trailing bytes", 22)
-    return [os.fsdecode(a) for a in argv], files
-
-
 def _open_beneath(dst, dirs):
-    # The parent directory of dst, opened component by component from its pool directory, each
-    # made if missing and none followed if it is a link (as init's openat2 with RESOLVE_BENEATH
-    # and RESOLVE_NO_SYMLINKS: pool_job.cpp); returns (its fd, the file's name).
+    # The parent directory of dst, opened component by component from its top directory (one
+    # of dirs), each made if missing and none followed if it is a link (as init's openat2 with
+    # RESOLVE_BENEATH and RESOLVE_NO_SYMLINKS: pool_job.cpp); returns (its fd, the file's name).
     top = next(d for d in dirs if dst.startswith(d + "/"))
     names = dst[len(top) + 1:].split("/")
     fd = os.open(top, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
@@ -346,9 +279,9 @@ def _open_beneath(dst, dirs):
     return fd, names[-1]
 
 
-def _write_beneath(dst, mode, content, dirs, remove=False):
+def _write_beneath(dst, mode, content, dirs):
     # One of a call's files, new (O_EXCL), below its top directory and never through a link
-    # (_open_beneath), with its mode past the umask. remove: unlinked again (a rehearsal).
+    # (_open_beneath), with its mode past the umask.
     parent, name = _open_beneath(dst, dirs)
     try:
         fd = os.open(name, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=parent)
@@ -359,41 +292,8 @@ def _write_beneath(dst, mode, content, dirs, remove=False):
             os.fchmod(fd, mode)
         finally:
             os.close(fd)
-        if remove:
-            os.unlink(name, dir_fd=parent)
     finally:
         os.close(parent)
-
-
-def _write_pool_files(files, dirs):
-    # As init's write_pool_files (pool_job.cpp): nothing of the call has run, and the program
-    # forked ahead of it has not read its argv, so nothing but pid 1 has written here; the paths
-    # are plain, each file is new and no link is followed all the same.
-    for dst, mode, content in files:
-        _write_beneath(dst, mode, content, dirs)
-    for d in dirs:
-        _mount(None, d, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, None, "pool", d + " read-only")
-
-
-def _rehearse_pool_job(dirs):
-    # A pooled pid 1 runs, before its call, what it will run at the call (read a job, write a
-    # file) on a job of its own, written and removed here: after the fork every page that code
-    # writes (reference counts, mostly) is copied at its first write, ~1 ms of faults that would
-    # otherwise fall between the call's arrival and its start. Nothing of it stays but the pages.
-    if not dirs:
-        return
-    r, w = os.pipe()
-    try:
-        body = struct.pack("<QQ", 1, 1) + b"x" + struct.pack("<Q", 1)
-        name = dirs[0] + "/.sbx-rehearsal"
-        body += struct.pack("<Q", len(name)) + name.encode() + struct.pack("<QQ", 0o444, 1) + b"x"
-        os.write(w, struct.pack("<Q", len(body)) + body)
-        _, files = _read_pool_job(r, dirs)
-    finally:
-        os.close(r)
-        os.close(w)
-    for dst, mode, content in files:
-        _write_beneath(dst, mode, content, dirs, remove=True)
 
 
 def _pooled_program(job, fds, report, gate_r, ready_w, held):
@@ -436,55 +336,43 @@ def _pooled_program(job, fds, report, gate_r, ready_w, held):
     if _libc.syscall(SYS_close_range, 4, 0xFFFFFFFF, 0) != 0:
         os._exit(125)
     _libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)  # as a program after its execve (its pid 1 is not)
-    data = b""
-    while True:
-        b = os.read(3, 1 << 20)
-        if not b:
-            break
-        data += b
+    argv = _read_argv(3)
     os.close(3)
-    if not data:  # pid 1 ended without the call: nothing to run
+    if not argv:  # pid 1 ended without the call: nothing to run
         os._exit(125)
     _mark("call")
     if _T:
         t0 = _T[0][1]
         os.write(2, (" ".join(f"{w}:{(t - t0) / 1e6:.2f}" for w, t in _T) + "\n").encode())
-    _run_main([os.fsdecode(a) for a in data.split(b"\0")[:-1]], _HELD[:held])
+    _run_main(argv, _HELD[:held])
 
 
-def _await_call(sync, program):
-    # Until the call's "s". A program that dies meanwhile (killed from outside, out of memory)
-    # is a setup error of the fork (stage "pool"), said at once: its worker, told before its
-    # hand-out, discards it (mcp_pool.hpp) rather than hand a call to a dead program; a call
-    # handed to it at that very moment ends as that setup error, never as its program's exit.
-    pidfd = os.pidfd_open(program)
-    watch = select.poll()
-    watch.register(sync, select.POLLIN)
-    watch.register(pidfd, select.POLLIN)
+def _read_argv(fd):
+    # The call's argv from the gate, NUL-terminated words, until EOF. Read a page at a time: a
+    # read of 1 MiB made Python map (and fault in) a buffer of that size for each call.
+    data = b""
     while True:
-        events = dict(watch.poll())
-        if pidfd in events:
-            raise _Fail("pool", "the program forked ahead of the call ended before its call", 3)  # ESRCH
-        if sync in events:
-            if os.read(sync, 1) != b"s":  # discarded: the supervisor closed its end
-                os._exit(125)
-            os.close(pidfd)
-            return
+        b = os.read(fd, 4096)
+        if not b:
+            break
+        data += b
+    return [os.fsdecode(a) for a in data.split(b"\0")[:-1]]
 
 
 def _pooled_pid1(job, fds, report):
     # Pid 1 of a pooled call (man sbx-mcp, Templates): forks the program ahead of the call
-    # (_pooled_program), says the sandbox is ready (K_WARM_READY, as a cold pool's prepared
-    # interpreter: warm_start.hpp), then waits for the call: "s" and its job on the sync pipe
-    # (pool_job.hpp). It writes the call's files with the capabilities it still holds, makes
-    # their directories read-only, gives up its own capabilities, and releases the program.
-    # What it keeps meanwhile is CAP_SYS_ADMIN and CAP_SETPCAP, for that remount and that drop;
-    # the rest of its bounding set goes now, before the call.
-    dirs = list(job.get("pool_dirs", []))
+    # (_pooled_program), then becomes `sbx template-pid1` (runtime/launch/template_pid1.hpp),
+    # which says the sandbox is ready once the program is (K_WARM_READY, as a cold pool's prepared
+    # interpreter: warm_start.hpp), waits for the call ("s" and its job on the sync pipe:
+    # pool_job.hpp), writes its files, makes their directories read-only, gives up its own
+    # capabilities, releases the program and reaps it. What it keeps until then is CAP_SYS_ADMIN
+    # and CAP_SETPCAP (ambient, so that they cross the exec), for that remount and that drop;
+    # the rest of its bounding set goes now, before the call. Exec'd rather than waiting here, a
+    # fork made ahead holds ~1 MiB less of its own for as long as it waits (bench/README.md).
     sync = fds["sync"]
     gate_r, gate_w = os.pipe()
     ready_r, ready_w = os.pipe()
-    signal.pthread_sigmask(signal.SIG_BLOCK, _REAPED)  # taken by _reap, from the call on
+    signal.pthread_sigmask(signal.SIG_BLOCK, _REAPED)  # taken by template-pid1, across the exec
     held = len(_HELD)
     program = os.fork()
     if program == 0:
@@ -495,30 +383,18 @@ def _pooled_pid1(job, fds, report):
     os.close(ready_w)
     os.close(fds["listener_sock"])
     _drop_bounding([c for c in BOUNDING_DROP_ORDER if c not in (CAP_SETPCAP, CAP_SYS_ADMIN)])
-    _check(_libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0), "capabilities", "clear the ambient set")
     _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs", "prctl")
-    _rehearse_pool_job(dirs)
-    # "r" and the program's capability sets, which K_STARTED reports: 41 bytes, one atomic write.
-    ready = os.read(ready_r, 41)
-    if len(ready) != 41 or ready[:1] != b"r":  # the program reported why (or died)
-        os._exit(125)
-    os.close(ready_r)
-    os.write(report, _child_msg(K_WARM_READY))
-    _await_call(sync, program)
-    argv, files = _read_pool_job(sync, dirs)
-    _write_pool_files(files, dirs)
-    _drop_bounding([CAP_SYS_ADMIN, CAP_SETPCAP])
-    _check(_libc.syscall(SYS_capset, ctypes.c_char_p(CAPSET_HEADER), CAPSET_NONE), "capabilities", "capset")
-    os.write(report, _child_msg(K_STARTED, body=ready[1:] + struct.pack("<Ixxxxq", 1, 0)))
-    data = b"".join(os.fsencode(a) + b"\0" for a in argv)
-    view = memoryview(data)
+    exe = fds["exe"]
+    keep = (report, sync, gate_w, ready_r)
+    _close_all_but(exe, *keep)
+    for fd in keep:
+        os.set_inheritable(fd, True)
+    os.set_inheritable(exe, False)
+    argv = ["sbx", "template-pid1", *map(str, keep), str(program), *map(str, _HELD[held:])]
     try:
-        while view:
-            view = view[os.write(gate_w, view):]
-    except BrokenPipeError:
-        raise _Fail("pool", "the program forked ahead of the call ended before its call", 3)
-    os.close(gate_w)
-    _reap(program, report, held, sync)
+        os.execve(exe, argv, {})
+    except OSError as e:
+        raise _Fail("pool", "exec sbx template-pid1: " + str(e), e.errno)
 
 
 def _rusage_bytes(usage):
@@ -650,12 +526,39 @@ def _forward(program, sig):
             pass
 
 
+# What a rehearsal runs (_rehearse_main): the commonest things a call's first lines do.
+_REHEARSAL = b"""import os, sys
+def f(x, *a, **k):
+    return [x, (a, k), {'x': x}, f'{x!r} {len(a)}', x * 2.5]
+print(f(1, 'a', k=b'b'), file=sink)
+"""
+
+
 def _rehearse_main():
-    # What _run_main does before the call's code, run once on nothing of the call's (as pid 1's
-    # _rehearse_pool_job): the pages that code writes after the fork are copied before the call.
-    _sbx_module("/code/main.py")
-    os.path.dirname(os.path.abspath("/code/main.py"))
-    compile(b"pass\n", "/code/main.py", "exec", dont_inherit=True)
+    # What _read_argv, _run_main and _sbx_main do up to and with the call's code, run once on
+    # nothing of the call's, in a module thrown away after, its output to a buffer that goes
+    # with it: on this machine each page that code writes for the first time after the fork is a
+    # ~10 us copy-on-write fault (reference counts of the interpreter's own objects, the
+    # compiler's and the allocator's pages), and a call's first line met ~40 of them without it.
+    r, w = os.pipe()
+    try:
+        os.write(w, b"python3\0/code/main.py\0")
+        os.close(w)
+        w = -1
+        argv = _read_argv(r)
+    finally:
+        os.close(r)
+        if w >= 0:
+            os.close(w)
+    os.path.dirname(os.path.abspath(argv[1]))
+    main = _sbx_module(argv[1])
+    sys.modules["__main__"] = sys.modules["__main__"]
+    signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    with open(os.devnull, "rb") as f:
+        f.read()
+    main.sink = io.StringIO()
+    exec(compile(_REHEARSAL, argv[1], "exec", dont_inherit=True), main.__dict__)
+    main.__dict__.clear()
 
 
 def _run_main(argv, held=()):

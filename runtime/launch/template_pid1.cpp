@@ -1,0 +1,248 @@
+// Pid 1 of a template's call forked ahead of it, once exec'd (template_pid1.hpp). The steps and
+// their order are those of warm_template.py's Python pid 1 for a call made at once (_call_pid1,
+// _reap, _finish) and of a cold pooled init (child.cpp): one definition of the job's bounds and
+// of how its files are written (pool_job.cpp), one of the report (handshake.hpp).
+#include "runtime/launch/template_pid1.hpp"
+
+#include <poll.h>
+#include <signal.h>
+#include <linux/capability.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <charconv>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "runtime/base/signals.hpp"
+#include "runtime/launch/handshake.hpp"
+#include "runtime/launch/pool_job.hpp"
+#include "runtime/model/caps.hpp"
+
+namespace sbx {
+
+namespace {
+
+struct Pid1Args {
+  int report = -1, sync = -1, gate = -1, ready = -1;
+  pid_t program = -1;
+  std::vector<int> held;  // forwarded signals taken before the program existed
+};
+
+std::optional<long> number(const char* s) {
+  long v = 0;
+  std::string_view t(s);
+  auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), v);
+  if (ec != std::errc() || end != t.data() + t.size() || v < 0) return std::nullopt;
+  return v;
+}
+
+std::optional<Pid1Args> parse(int argc, char** argv) {
+  if (argc < 7 || argc > 7 + 64) return std::nullopt;  // the Python pid 1 holds at most 64
+  std::vector<long> n;
+  for (int i = 2; i < argc; ++i) {
+    auto v = number(argv[i]);
+    if (!v || *v > INT32_MAX) return std::nullopt;
+    n.push_back(*v);
+  }
+  Pid1Args a;
+  a.report = static_cast<int>(n[0]), a.sync = static_cast<int>(n[1]), a.gate = static_cast<int>(n[2]);
+  a.ready = static_cast<int>(n[3]), a.program = static_cast<pid_t>(n[4]);
+  sigset_t forwarded;
+  forwarded_signals(&forwarded);
+  for (std::size_t i = 5; i < n.size(); ++i) {
+    if (n[i] < 1 || n[i] >= NSIG || sigismember(&forwarded, static_cast<int>(n[i])) != 1) return std::nullopt;
+    a.held.push_back(static_cast<int>(n[i]));
+  }
+  return a;
+}
+
+// What pid 1 waits on in sigwaitinfo: SIGCHLD, the worker's end signal and the forwarded ones,
+// blocked since before the program's fork (warm_template.py, _REAPED).
+sigset_t reaped_signals() {
+  sigset_t set;
+  forwarded_signals(&set);
+  sigaddset(&set, SIGCHLD);
+  sigaddset(&set, kEndSandboxSignal);
+  return set;
+}
+
+bool read_exact(int fd, void* buf, std::size_t n) {
+  auto* p = static_cast<char*>(buf);
+  while (n > 0) {
+    ssize_t r = ::read(fd, p, n);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return false;
+    p += r, n -= static_cast<std::size_t>(r);
+  }
+  return true;
+}
+
+// Until the call's "s" (_await_call): a program that dies meanwhile is a setup error of the fork,
+// said at once, so that its worker discards it rather than hand it a call.
+void await_call(const InitEnd& end, pid_t program) {
+  int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, program, 0));
+  if (pidfd < 0) end.report_setup_error("pool", errno, "watch the program forked ahead of the call");
+  struct pollfd p[2] = {{end.sync_fd(), POLLIN, 0}, {pidfd, POLLIN, 0}};
+  for (;;) {
+    if (::poll(p, 2, -1) < 0) {
+      if (errno == EINTR) continue;
+      end.report_setup_error("pool", errno, "wait for the call");
+    }
+    if (p[1].revents)
+      end.report_setup_error("pool", ESRCH, "the program forked ahead of the call ended before its call");
+    if (p[0].revents) break;
+  }
+  ::close(pidfd);
+  char s = 0;
+  if (!read_exact(end.sync_fd(), &s, 1) || s != 's') ::_exit(125);  // discarded: the worker closed its end
+}
+
+// The call's argv to the program waiting on the gate (NUL-terminated words), then the gate closed.
+void release(const InitEnd& end, int gate, const std::vector<std::string>& argv) {
+  std::string data;
+  for (auto& a : argv) data.append(a).push_back('\0');
+  for (std::size_t off = 0; off < data.size();) {
+    ssize_t n = ::write(gate, data.data() + off, data.size() - off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) end.report_setup_error("pool", ESRCH, "the program forked ahead of the call ended before its call");
+    off += static_cast<std::size_t>(n);
+  }
+  ::close(gate);
+}
+
+// A failed step of the call's start: said to its worker, then pid 1 exits 125.
+[[noreturn]] void report_failure(const InitEnd& end, const Error& e) {
+  end.report_setup_error(e.stage, e.err, e.message.c_str());
+}
+
+// close_range(2) around the two fds kept (_close_all_but).
+void close_all_but(int a, int b) {
+  if (a > b) std::swap(a, b);
+  if (a > 0) ::syscall(SYS_close_range, 0, a - 1, 0);
+  if (b > a + 1) ::syscall(SYS_close_range, a + 1, b - 1, 0);
+  ::syscall(SYS_close_range, b + 1, ~0U, 0);
+}
+
+// The two capabilities pid 1 held for the call's files (the rest of its bounding set went before
+// the exec, and the ambient set at its start): out of the bounding set, CAP_SETPCAP last since
+// the drop needs it, then every set empty. Not caps.hpp's restrict_capabilities, whose drop and
+// check of every capability (~160 system calls, each through the template's filter) were a tenth
+// of the call's start here.
+Status drop_held_capabilities() {
+  for (int cap : {CAP_SYS_ADMIN, CAP_SETPCAP})
+    if (::prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0)
+      return sys_error("capabilities", "drop " + capability_name(cap) + " from the bounding set");
+  struct __user_cap_header_struct hdr = {_LINUX_CAPABILITY_VERSION_3, 0};
+  struct __user_cap_data_struct none[2] = {};
+  if (::syscall(SYS_capset, &hdr, none) != 0) return sys_error("capabilities", "capset");
+  return {};
+}
+
+void forward(pid_t program, int sig) {
+  if (::kill(-program, sig) != 0) ::kill(program, sig);
+}
+
+// Every other process of the call killed and reaped, then the program's status with the whole
+// tree's usage (_finish; init_end.cpp, report_and_exit). status: the program's wait status if
+// it was reaped already, else SIGKILL's unless it is reaped here.
+[[noreturn]] void finish(const InitEnd& end, pid_t program, int status) {
+  ::kill(-1, SIGKILL);  // from its pid namespace's init: every process of it but pid 1
+  for (;;) {
+    int ws = 0;
+    pid_t p = ::waitpid(-1, &ws, __WALL);
+    if (p == program) status = ws;
+    if (p > 0 || (p < 0 && errno == EINTR)) continue;
+    break;  // ECHILD
+  }
+  struct rusage usage {};
+  ::getrusage(RUSAGE_CHILDREN, &usage);
+  end.report_program_status(status, usage);
+  ::_exit(0);
+}
+
+// The worker's end (_end_requested): its byte on the sync pipe, written before its signal, or
+// the pipe hung up. Not the signal itself: pid 1 shares the call's uid, so the call can queue the
+// end signal too, and fill pid 1's queue so that the worker's could not be queued at all.
+bool end_requested(int sync) {
+  struct pollfd p = {sync, POLLIN, 0};
+  return ::poll(&p, 1, 0) > 0;
+}
+
+// Reaps every orphan until the program ends (_reap), looking for the worker's end after each
+// signal and each orphan reaped; forwarded signals from outside (si_pid 0) go to the program's
+// group, as a cold init's do.
+[[noreturn]] void reap(const InitEnd& end, const Pid1Args& a) {
+  for (int sig : a.held) forward(a.program, sig);
+  const sigset_t set = reaped_signals();
+  for (;;) {
+    for (;;) {
+      if (end_requested(a.sync)) finish(end, a.program, SIGKILL);
+      int ws = 0;
+      pid_t p = ::waitpid(-1, &ws, WNOHANG | __WALL);
+      if (p < 0 && errno == EINTR) continue;
+      if (p < 0) ::_exit(1);  // no program to reap: never (it is our child)
+      if (p == 0) break;
+      if (p == a.program) finish(end, a.program, ws);
+    }
+    siginfo_t si{};
+    int sig = ::sigwaitinfo(&set, &si);
+    if (sig > 0 && sig != SIGCHLD && sig != kEndSandboxSignal && si.si_pid == 0) forward(a.program, sig);
+  }
+}
+
+}  // namespace
+
+void template_pid1_main(int argc, char** argv) {
+  auto args = parse(argc, argv);
+  if (!args) {  // only warm_template.py runs this, with what it was given
+    std::fputs("sbx: template-pid1 is a template call's pid 1 (run by sbx mcp's templates), not a command\n", stderr);
+    ::_exit(125);
+  }
+  const Pid1Args& a = *args;
+  // Nothing of the call runs yet (its program waits on the gate), but /proc/1 turns root's again
+  // first, as the exec made it dumpable: no process of the call may trace pid 1 or read its
+  // memory (_call_pid1). The parent-death signal is said again after the exec.
+  ::prctl(PR_SET_DUMPABLE, 0);
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  ::prctl(PR_SET_NAME, "sbx");
+  const sigset_t set = reaped_signals();
+  ::sigprocmask(SIG_BLOCK, &set, nullptr);
+  ::signal(SIGPIPE, SIG_IGN);  // a program gone before its argv is a report, not pid 1's death
+  InitFds fds;
+  fds.msg = a.report;
+  fds.sync = a.sync;
+  InitEnd end(fds);
+  // The capabilities came across the exec as the ambient set; the call's program gets none.
+  ::prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
+  // "r" and the program's five capability sets, which kStarted reports; anything else: the
+  // program reported why it could not get ready (or died), and its worker reads that.
+  unsigned char ready[41];
+  if (!read_exact(a.ready, ready, sizeof ready) || ready[0] != 'r') ::_exit(125);
+  ::close(a.ready);
+  std::uint64_t sets[5];
+  std::memcpy(sets, ready + 1, sizeof sets);  // little-endian u64s (struct "<5Q"), as this host's
+  end.report_warm_ready("");
+  await_call(end, a.program);
+  auto job = read_pool_job(a.sync);
+  if (!job) report_failure(end, job.error());
+  if (auto st = write_pool_files(*job); !st) report_failure(end, st.error());
+  if (auto st = drop_held_capabilities(); !st) report_failure(end, st.error());
+  end.report_started(sets, 0);
+  release(end, a.gate, job->argv);
+  // Nothing but the two pipes: the call's output ends when the call's processes close theirs.
+  close_all_but(a.report, a.sync);
+  reap(end, a);
+}
+
+}  // namespace sbx
