@@ -3,6 +3,8 @@
 #include <fcntl.h>
 #include <sched.h>
 #include <linux/audit.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 #include <seccomp.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -12,6 +14,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -36,7 +39,8 @@ namespace {
 constexpr const char* kStage = "seccomp";
 constexpr std::uint32_t kNativeArch = SCMP_ARCH_X86_64;
 // Bumped whenever the cached artefact's meaning changes (cache key input).
-constexpr const char* kCacheFormat = "sbx-seccomp-bpf/3";  // 3: meta carries program_sha256 and a MAC
+// 3: meta carries program_sha256 and a MAC; 4: syscalls newer than the policy answer ENOSYS.
+constexpr const char* kCacheFormat = "sbx-seccomp-bpf/4";
 // TRACE data with this bit set carries an errno (see compile_seccomp_policy); policies' own TRACE
 // values are errnoRet values, at most 4095.
 constexpr std::uint32_t kErrnoTag = 0x8000;
@@ -313,6 +317,11 @@ Status read_syscalls(DocReader& rd, SeccompPolicy& pol, const std::vector<std::s
     DocReader r = sc.element(i);
     SeccompRule rule;
     SBX_TRY(read_rule(r, rule));
+    // Every call the document names counts for what its author knew, a skipped rule's too.
+    for (auto& name : rule.names) {
+      int nr = seccomp_syscall_resolve_name_arch(kNativeArch, name.c_str());
+      if (nr != __NR_SCMP_ERROR && nr >= 0) pol.newest_named = std::max(pol.newest_named, nr);
+    }
     std::string why;
     auto applies = rule_applies(r, kept_caps, why);
     if (!applies) return applies.error();
@@ -437,11 +446,41 @@ Result<SeccompPolicy> parse_seccomp_policy(std::string_view text, const std::str
   for (auto* k : {"listenerPath", "listenerMetadata"})
     if (rd.contains(k)) pol.notes.push_back(std::string(k) + " ignored (sbx's supervisor is the listener)");
   SBX_TRY(read_syscalls(rd, pol, kept_caps));
+  if (int newest = newest_refused_as_enosys(pol); newest >= 0)
+    pol.notes.push_back("system calls numbered above " + std::to_string(newest) + " (" +
+                        seccomp_syscall_name(AUDIT_ARCH_X86_64, newest) +
+                        ", the newest this policy names) are answered ENOSYS, as a kernel without them answers");
   return pol;
+}
+
+int newest_refused_as_enosys(const SeccompPolicy& pol) {
+  return (pol.default_action & SECCOMP_RET_ACTION_FULL) == SECCOMP_RET_ERRNO ? pol.newest_named : -1;
 }
 
 namespace {
 Result<std::vector<sock_filter>> export_filter(scmp_filter_ctx ctx, const std::string& source);
+
+// A system call newer than any the policy names is one its author could not have meant to refuse:
+// the policy's errno for it (EPERM) reads as "refused" to the C library, which then fails where it
+// would fall back on ENOSYS, what a kernel without the call answers (glibc's fchmodat2 and
+// faccessat2, clone3). So such calls answer ENOSYS, as runc and crun do: in front of the
+// program, for native numbers above `newest` (x32 numbers, with bit 30, go on to the arch checks
+// that kill them). It is still a refusal: a notification, and a violation in the record.
+Result<std::vector<sock_filter>> with_newer_calls_as_enosys(Result<std::vector<sock_filter>> prog, int newest,
+                                                            const std::string& source) {
+  if (!prog || newest < 0) return prog;
+  const sock_filter prefix[] = {
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_X86_64, 0, 4),
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+      BPF_JUMP(BPF_JMP | BPF_JGT | BPF_K, static_cast<std::uint32_t>(newest), 0, 2),
+      BPF_JUMP(BPF_JMP | BPF_JGE | BPF_K, 0x40000000 /* __X32_SYSCALL_BIT */, 1, 0),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ENOSYS),
+  };
+  prog->insert(prog->begin(), std::begin(prefix), std::end(prefix));
+  if (prog->size() > BPF_MAXINSNS) return make_error(kStage, source + ": the compiled filter is too long", E2BIG);
+  return prog;
+}
 }  // namespace
 
 Result<std::vector<sock_filter>> compile_seccomp_policy(const SeccompPolicy& pol) {
@@ -505,12 +544,12 @@ Result<std::vector<sock_filter>> compile_seccomp_policy(const SeccompPolicy& pol
   if (added >= 8) {
     if (int rc = seccomp_attr_set(ctx, SCMP_FLTATR_CTL_OPTIMIZE, 2); rc != 0)
       return make_error(kStage, pol.source + ": libseccomp cannot build a binary-tree filter", -rc);
-    auto tree = export_filter(ctx, pol.source);
+    auto tree = with_newer_calls_as_enosys(export_filter(ctx, pol.source), newest_refused_as_enosys(pol), pol.source);
     if (tree || tree.error().err != E2BIG) return tree;
     if (int rc = seccomp_attr_set(ctx, SCMP_FLTATR_CTL_OPTIMIZE, 1); rc != 0)
       return make_error(kStage, pol.source + ": libseccomp cannot build a linear filter", -rc);
   }
-  return export_filter(ctx, pol.source);
+  return with_newer_calls_as_enosys(export_filter(ctx, pol.source), newest_refused_as_enosys(pol), pol.source);
 }
 
 namespace {

@@ -50,6 +50,7 @@ struct SeccompPolicy {
   std::vector<SeccompRule> rules;
   std::vector<std::string> unresolved;  // names libseccomp does not know (skipped, never fatal)
   std::vector<std::string> notes;       // superset keys resolved or ignored, rules skipped and why
+  int newest_named = -1;  // the highest native syscall number the document names (any rule, skipped or not)
 };
 
 // Strict parse: unknown keys, bad actions/ops/values are errors of the form
@@ -59,8 +60,12 @@ struct SeccompPolicy {
 Result<SeccompPolicy> parse_seccomp_policy(std::string_view text, const std::string& source,
                                            const std::vector<std::string>& kept_caps = {});
 
-// libseccomp -> classic BPF, with the policy's real actions (the reference program).
+// libseccomp -> classic BPF, with the policy's real actions (the reference program). A policy
+// whose default is an errno answers ENOSYS instead for system calls newer than any it names.
 Result<std::vector<sock_filter>> compile_seccomp_policy(const SeccompPolicy& policy);
+// The highest native syscall number the policy names when its default action is an errno (the
+// calls above it answer ENOSYS), else -1.
+int newest_refused_as_enosys(const SeccompPolicy& policy);
 
 // The built-in default policy (profiles/seccomp/default.json, compiled into the binary).
 std::string_view default_seccomp_policy_text();

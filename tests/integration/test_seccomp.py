@@ -157,6 +157,26 @@ class Attacks(SeccompCase):
         self.assertExit(r, 0)
         self.assertNotIn("refused", r.err, r.describe())
 
+    def test_calls_newer_than_the_policy_answer_enosys_and_are_recorded(self):
+        # A newer C library (an image's) falls back on ENOSYS and fails on EPERM: mseal (462),
+        # statmount (457) and a number past every table answer ENOSYS; kexec_load, older and
+        # not newer than the policy, keeps the policy's EPERM. Each is a violation in the record.
+        code = ("import ctypes, errno\n"
+                "libc = ctypes.CDLL(None, use_errno=True)\n"
+                "for nr in (462, 457, 1000, 246):\n"
+                "    r = libc.syscall(nr, 0, 0, 0, 0)\n"
+                "    print(nr, r, errno.errorcode.get(ctypes.get_errno()))\n")
+        r = self.run_sbx(["python3", "-c", code])
+        self.assertExit(r, 0)
+        self.assertEqual(r.out.split("\n")[:4], ["462 -1 ENOSYS", "457 -1 ENOSYS", "1000 -1 ENOSYS", "246 -1 EPERM"],
+                         r.describe())
+        rec = self.need_trace(r)
+        got = {v["number"]: v["action"] for v in rec["violations"] if v.get("kind") == "seccomp"}
+        self.assertEqual((got.get(462), got.get(1000), got.get(246)),
+                         ("SCMP_ACT_ERRNO(ENOSYS)", "SCMP_ACT_ERRNO(ENOSYS)", "SCMP_ACT_ERRNO(EPERM)"), r.describe())
+        notes = rec["enforcement"]["seccomp"].get("notes", [])
+        self.assertTrue(any("are answered ENOSYS" in n for n in notes), notes)
+
     def test_flood_of_junk_calls_does_not_hide_the_real_attempts(self):
         """1,100 distinct junk calls first, then mount, ptrace and bpf: the list stays bounded, the
         policy's named calls are listed anyway, and the totals say how much was left out."""
