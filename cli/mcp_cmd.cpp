@@ -12,6 +12,7 @@
 #include <set>
 
 #include "cli/commands.hpp"
+#include "runtime/launch/template_pid1.hpp"
 #include "runtime/record/pg_client.hpp"
 #include "runtime/record/trace_mirror.hpp"
 #include "runtime/base/json_io.hpp"
@@ -603,6 +604,10 @@ void add_mcp_fork_server_command(CLI::App& app, GlobalOptions&, std::vector<Comm
                      return usage_error(
                          "mcp-fork-server: its stdin is not the socket that sbx mcp gives it "
                          "(it is started by sbx mcp only)");
+                   // Made once here, before any worker, so that every worker forked from this
+                   // process has it (a worker that finds none makes its own, and one that cannot
+                   // fails its template call saying why).
+                   (void)template_pid1_binary();
                    return mcp::serve_forks(STDIN_FILENO, [](std::vector<std::string>& args) {
                      std::vector<char*> argv;
                      for (auto& a : args) argv.push_back(a.data());

@@ -46,6 +46,7 @@
 #include "runtime/base/signals.hpp"
 #include "runtime/base/strings.hpp"
 #include "runtime/launch/supervisor.hpp"
+#include "runtime/launch/template_pid1.hpp"
 #include "runtime/launch/trace.hpp"
 #include "runtime/image/self_digest.hpp"
 #include "runtime/record/pg_client.hpp"
@@ -719,15 +720,15 @@ bool Run::spawn_from_template(UniqueFd sock, UniqueFd job) {
     return fail_setup(Error{"template", EINVAL, "a template's call needs a seccomp filter and piped output"});
   // This binary, which a call forked ahead runs as its pid 1 once its program is forked
   // (template_pid1.hpp): the template's own sandbox need not contain it, and the call's pid 1
-  // then speaks the same protocol as this supervisor.
-  UniqueFd exe(::open("/proc/self/exe", O_PATH | O_CLOEXEC));
-  if (!exe.ok()) return fail_setup(sys_error("template", "open /proc/self/exe for the call's pid 1"));
+  // then speaks the same protocol as this supervisor. A read-only copy of ours, never the file
+  // on the host's mount (template_pid1_binary says why).
+  auto exe = template_pid1_binary();
+  if (!exe) return fail_setup(exe.error());
   fds.insert(fds.begin(), job.get());
-  fds.push_back(exe.get());
+  fds.push_back(*exe);
   if (auto st = send_to_template(sock, fds); !st) return fail_setup(st.error());
   sock.reset();
   job.reset();
-  exe.reset();
   L.chan.close_init_ends();
   for (FdPair* p : {&L.out, &L.err}) p->w.reset();
   L.caller_in.close_child_ends();

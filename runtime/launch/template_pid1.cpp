@@ -4,11 +4,16 @@
 // of how its files are written (pool_job.cpp), one of the report (handshake.hpp).
 #include "runtime/launch/template_pid1.hpp"
 
+#include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <linux/capability.h>
 #include <sys/prctl.h>
+#include <sys/mount.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -24,6 +29,8 @@
 #include <utility>
 #include <vector>
 
+#include "runtime/base/fdpass.hpp"
+#include "runtime/base/fsutil.hpp"
 #include "runtime/base/signals.hpp"
 #include "runtime/launch/handshake.hpp"
 #include "runtime/launch/pool_job.hpp"
@@ -201,12 +208,75 @@ bool end_requested(int sync) {
   }
 }
 
+// A bind of this binary alone, detached and read-only (template_pid1_binary). `path`: where to
+// find it. /proc/self/exe's own link names the file on the mount of the namespace sbx started
+// in, which open_tree can clone only from there; in a mount namespace of our own it is found by
+// its name, and checked to be the same file.
+Result<UniqueFd> read_only_bind_of_self(const char* path = "/proc/self/exe") {
+  UniqueFd tree(static_cast<int>(::open_tree(AT_FDCWD, path, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC)));
+  if (!tree.ok()) return sys_error("template", "open_tree of sbx's binary (a read-only copy for a template)");
+  struct stat mine {
+  }, copy{};
+  if (::stat("/proc/self/exe", &mine) != 0 || ::fstat(tree.get(), &copy) != 0 || mine.st_dev != copy.st_dev ||
+      mine.st_ino != copy.st_ino)
+    return make_error("template", std::string("the file at ") + path + " is not the sbx that runs (replaced?)", ESTALE);
+  struct mount_attr attr {};
+  attr.attr_set = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
+  if (::mount_setattr(tree.get(), "", AT_EMPTY_PATH, &attr, sizeof attr) != 0)
+    return sys_error("template", "make the copy of sbx for a template read-only");
+  return tree;
+}
+
+// Without CAP_SYS_ADMIN over our own mount namespace: a child makes the bind in a user and mount
+// namespace of its own, where it has it, and hands it back.
+Result<UniqueFd> read_only_bind_of_self_in_child() {
+  int sv[2];
+  if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) return sys_error("template", "socketpair");
+  UniqueFd mine(sv[0]), theirs(sv[1]);
+  pid_t pid = ::fork();
+  if (pid < 0) return sys_error("template", "fork for a read-only copy of sbx");
+  if (pid == 0) {
+    mine.reset();
+    char path[4096];
+    ssize_t n = ::readlink("/proc/self/exe", path, sizeof path - 1);
+    if (n <= 0 || ::unshare(CLONE_NEWUSER | CLONE_NEWNS) != 0) ::_exit(1);
+    path[n] = '\0';
+    auto tree = read_only_bind_of_self(path);
+    if (!tree || !send_fd(theirs.get(), tree->get(), 'X', "template", "hand back the copy of sbx")) ::_exit(1);
+    ::_exit(0);
+  }
+  theirs.reset();
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
+  int fd = -1;
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || recv_fd(mine.get(), &fd) <= 0 || fd < 0)
+    return make_error("template",
+                      "could not make a read-only copy of sbx in a user namespace of its own for a template's forks",
+                      EPERM);
+  return UniqueFd(fd);
+}
+
 }  // namespace
+
+Result<int> template_pid1_binary() {
+  static int made = -1;  // kept for the process's life: every call of a worker hands it on
+  if (made >= 0) return made;
+  auto fd = read_only_bind_of_self();
+  if (!fd && fd.error().err == EPERM) fd = read_only_bind_of_self_in_child();
+  if (!fd) return fd.error();
+  made = fd->release();
+  return made;
+}
 
 void template_pid1_main(int argc, char** argv) {
   auto args = parse(argc, argv);
   if (!args) {  // only warm_template.py runs this, with what it was given
     std::fputs("sbx: template-pid1 is a template call's pid 1 (run by sbx mcp's templates), not a command\n", stderr);
+    ::_exit(125);
+  }
+  // Only as pid 1 of a call's pid namespace: its end kills every process it can see (finish).
+  if (::getpid() != 1) {
+    std::fputs("sbx: template-pid1 runs only as pid 1 of a template call's pid namespace\n", stderr);
     ::_exit(125);
   }
   const Pid1Args& a = *args;

@@ -17,9 +17,21 @@
 //   PROGRAM its pid; HELD: forwarded signals pid 1 took before its program existed, for its group
 // Its signal mask (SIGCHLD, the end signal and the forwarded ones blocked) is the exec'ing
 // process's; its capabilities are CAP_SYS_ADMIN and CAP_SETPCAP, ambient across the exec.
+#include "runtime/base/error.hpp"
+
 namespace sbx {
 
 inline constexpr const char* kTemplatePid1Command = "template-pid1";
+
+// The binary a worker hands the template with each call, for a fork made ahead to exec: an O_PATH
+// fd of this sbx on a detached bind of that file alone, read-only, nosuid and nodev, in a mount
+// namespace the template has no capability over (ours as root; as another user, one made for it
+// by a child in a user namespace of its own). The template holds CAP_SYS_ADMIN in its own user
+// namespace and runs its preloads' code: a plain fd of the file on the host's mount would let it
+// chmod, touch or set xattrs on the host binary through /proc/self/fd, which rootless is its
+// owner's (made setuid, then run by anyone as that user). Made once per process and kept: the
+// fork server makes it before it forks any worker (cli/mcp_cmd.cpp), so every worker has it.
+Result<int> template_pid1_binary();
 
 // Never returns: exits 0 once the program's end is reported, 125 when the call could not start
 // (a setup error reported first, when there is anyone to tell), 1 when it has no program to reap.

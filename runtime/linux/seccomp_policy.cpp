@@ -7,6 +7,7 @@
 #include <linux/seccomp.h>
 #include <seccomp.h>
 #include <sys/mman.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/utsname.h>
@@ -651,9 +652,26 @@ std::string template_seccomp_policy_text() {
     }
     rules.push_back(rule);
   }
-  rules.push_back({{"names", {"mount", "umount2", "sethostname"}},
+  rules.push_back({{"names", {"umount2", "sethostname"}},
                    {"action", "SCMP_ACT_ALLOW"},
                    {"comment", "a template's driver: the mounts and hostname of each call it forks"}});
+  // Any mount but a remount that leaves its target writable. The template holds CAP_SYS_ADMIN in
+  // its user namespace, which owns its mount namespace, and runs its preloads' code: a remount
+  // without MS_RDONLY would make the profile's read-only binds writable (rootless, the caller's
+  // own files). The driver's own remounts all make something read-only; a new bind of a
+  // read-only mount is read-only too, and the new mount API stays refused.
+  rules.push_back({{"names", {"mount"}},
+                   {"action", "SCMP_ACT_ALLOW"},
+                   {"args", {{{"index", 3}, {"value", MS_REMOUNT}, {"valueTwo", 0}, {"op", "SCMP_CMP_MASKED_EQ"}}}},
+                   {"comment", "a template's driver: a call's new mounts"}});
+  rules.push_back({{"names", {"mount"}},
+                   {"action", "SCMP_ACT_ALLOW"},
+                   {"args",
+                    {{{"index", 3},
+                      {"value", MS_REMOUNT | MS_RDONLY},
+                      {"valueTwo", MS_REMOUNT | MS_RDONLY},
+                      {"op", "SCMP_CMP_MASKED_EQ"}}}},
+                   {"comment", "a template's driver: remounts that make a call's mounts read-only"}});
   rules.push_back({{"names", {"unshare"}},
                    {"action", "SCMP_ACT_ALLOW"},
                    {"args", {{{"index", 0}, {"value", CLONE_NEWUSER}, {"valueTwo", 0}, {"op", "SCMP_CMP_MASKED_EQ"}}}},

@@ -394,7 +394,8 @@ def _pooled_pid1(job, fds, report):
     try:
         os.execve(exe, argv, {})
     except OSError as e:
-        raise _Fail("pool", "exec sbx template-pid1: " + str(e), e.errno)
+        raise _Fail("pool", f"exec sbx template-pid1 (the sbx binary must be executable by the sandbox's user): "
+                            f"{e.strerror}", e.errno)
 
 
 def _rusage_bytes(usage):

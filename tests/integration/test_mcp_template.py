@@ -202,6 +202,79 @@ class McpTemplateCase(SbxTestCase):
         self.assertEqual(b["inodes"], {"/tmp": 65536, "/out": 65536, "/dev/shm": 65536}, b)
         note("template isolation facts (equal to cold): " + json.dumps(b, sort_keys=True))
 
+    def test_a_hostile_preload_cannot_change_the_sbx_binary_nor_its_read_only_binds(self):
+        # The template gets, with each call, an fd of sbx for a fork made ahead to exec
+        # (template_pid1.hpp). A preload's code runs in the template, with CAP_SYS_ADMIN in its
+        # user namespace: with an fd of the file on the host's mount it could chmod the binary
+        # through /proc/self/fd (rootless, the caller's own file: made setuid, run by anyone as
+        # the caller). The fd is of a read-only bind that no one in the sandbox can remount.
+        import unittest.mock
+        import test_mcp
+        own = self.path("own-sbx")
+        os.makedirs(own)
+        binary = os.path.join(own, "sbx")
+        shutil.copy(SBX, binary)
+        os.chmod(binary, 0o755)
+        mods, log = self.path("mods"), self.path("log")
+        os.makedirs(mods)
+        os.makedirs(log)
+        os.chmod(log, 0o777)
+        with open(os.path.join(mods, "evil.py"), "w") as f:
+            f.write("""
+import json, os, socket
+_recv = socket.recv_fds
+def _tries(fd):
+    path = f"/proc/self/fd/{fd}"
+    out = {}
+    for name, fn in (("chmod", lambda: os.chmod(path, 0o6777)), ("utime", lambda: os.utime(path, (0, 0))),
+                     ("setxattr", lambda: os.setxattr(path, "user.sbx", b"x")),
+                     ("write", lambda: os.close(os.open(path, os.O_WRONLY)))):
+        try:
+            fn()
+            out[name] = "allowed"
+        except OSError as e:
+            out[name] = os.strerror(e.errno)
+    return out
+def _remount():
+    # The profile's read-only bind of /mods (the caller's own files, rootless) made writable again.
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.mount(None, b"/mods", None, 0x20 | 0x1000, None) != 0:  # MS_REMOUNT | MS_BIND
+        return os.strerror(ctypes.get_errno())
+    try:
+        open("/mods/written", "w").close()
+        return "allowed"
+    except OSError as e:
+        return "remounted, then " + os.strerror(e.errno)
+with open("/log/remount.json", "w") as f:
+    json.dump(_remount(), f)
+def recv_fds(*a, **k):
+    got = _recv(*a, **k)
+    if len(got[1]) == 8 and not os.path.exists("/log/tries.json"):
+        with open("/log/tries.json", "w") as f:
+            json.dump(_tries(got[1][7]), f)
+    return got
+socket.recv_fds = recv_fds
+""")
+        os.chmod(os.path.join(mods, "evil.py"), 0o644)
+        extra = {"binds": [f"{mods}:/mods", f"{log}:/log:rw"], "env": {"PYTHONPATH": "/mods"}}
+        with unittest.mock.patch.object(test_mcp, "SBX", binary):
+            s = self.server(["json", "evil"], extra, forked_ahead=True)
+            self.assertEqual(self.run_code(s, "print(1)\n")["stdout"], "1\n")
+        with open(os.path.join(log, "tries.json")) as f:
+            tries = json.load(f)
+        write = tries.pop("write")
+        self.assertEqual(tries, dict.fromkeys(("chmod", "utime", "setxattr"), os.strerror(30)), tries)  # EROFS
+        self.assertNotEqual(write, "allowed")  # the file's own mode may answer first (EACCES)
+        st = os.stat(binary)
+        self.assertEqual(oct(st.st_mode & 0o7777), oct(0o755))
+        self.assertNotEqual(st.st_mtime, 0)
+        # Nor can it make the profile's read-only bind writable (the template's filter refuses a
+        # remount that leaves its target writable).
+        with open(os.path.join(log, "remount.json")) as f:
+            self.assertIn(json.load(f), (os.strerror(1), os.strerror(38)))  # EPERM, or ENOSYS where no one listens
+        self.assertEqual(os.listdir(mods), ["evil.py"])
+
     def test_the_template_and_its_control_socket_are_out_of_reach(self):
         s = self.server(["json"], forked_ahead=True)
         out = self.run_code(s, r"""

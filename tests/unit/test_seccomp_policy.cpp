@@ -572,6 +572,15 @@ TEST_CASE("a template's policy: the default's, with its driver's mounts, every n
     CHECK_MESSAGE(verdict(prog, call(nr)) == "allow", nr);
     CHECK_MESSAGE(verdict(def, call(nr)) == "errno 1", nr);
   }
+  // Mounts: any new one, and remounts that make a mount read-only; never a remount that leaves
+  // its target writable (a read-only bind of the caller's files made writable again).
+  const std::uint64_t kRemount = 0x20, kRdonly = 0x1, kBind = 0x1000, kNosuid = 0x2;
+  CHECK(verdict(prog, call(SYS_mount, {0, 0, 0, kBind})) == "allow");
+  CHECK(verdict(prog, call(SYS_mount, {0, 0, 0, kRemount | kBind | kRdonly | kNosuid})) == "allow");
+  CHECK(verdict(prog, call(SYS_mount, {0, 0, 0, kRemount | kRdonly})) == "allow");
+  CHECK(verdict(prog, call(SYS_mount, {0, 0, 0, kRemount | kBind})) == "errno 1");
+  CHECK(verdict(prog, call(SYS_mount, {0, 0, 0, kRemount | kBind | kNosuid})) == "errno 1");
+  CHECK(verdict(prog, call(SYS_mount, {0, 0, 0, 0xC0ED0000ULL | kRemount})) == "errno 1");  // MS_MGC_VAL
   const std::uint64_t call_ns = CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWPID | CLONE_NEWCGROUP;
   CHECK(verdict(prog, call(SYS_unshare, {call_ns})) == "allow");
   // The attack: a user namespace (all capabilities again inside it), alone or with the others.
