@@ -96,6 +96,8 @@ class Server {
   // tick), and the client's bytes split into lines (each handled by on_line).
   int poll_timeout_ms() const;
   void take_input(std::string_view chunk);
+  // A call that came now would start without waiting: none waits, and a slot is free.
+  bool starts_at_once() const;
   void tick(Clock::time_point now);
   void shutdown(const std::string& why);
   void reply(const std::shared_ptr<Batch>& batch, json msg);
@@ -389,7 +391,9 @@ void Server::handle_call(Incoming& in, bool modern, const std::shared_ptr<Batch>
     c.job["records"] = std::move(args["records"]);
     c.wrapped_output = pt->wrapped_output;
   }
-  if (queue_.size() >= cfg_.max_queued)
+  // --max-queued bounds the calls that wait: one that starts at once (none waits, a slot is
+  // free) is no queued call, so even --max-queued 0 takes it.
+  if (!starts_at_once() && queue_.size() >= cfg_.max_queued)
     return reply(batch, error_response(in.id, kServerBusy,
                                        "Server busy: " + std::to_string(queue_.size()) +
                                            " calls already queued (--max-queued); send it once earlier calls have "
@@ -408,8 +412,10 @@ void Server::handle_call(Incoming& in, bool modern, const std::shared_ptr<Batch>
   pump();
 }
 
+bool Server::starts_at_once() const { return queue_.empty() && running() < cfg_.max_concurrent; }
+
 std::string Server::hold_if_waiting(Call& c, const std::string& key) {
-  if (queue_.empty() && running() < cfg_.max_concurrent) return "";  // pump() starts it at once
+  if (starts_at_once()) return "";  // pump() starts it at once
   // It waits: as its job's text, counted with its id (the calls map's key, the queue's, the id).
   c.job_text = dump_json(c.job, -1);
   c.job_text.shrink_to_fit();  // what it holds is what is counted

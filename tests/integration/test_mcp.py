@@ -539,6 +539,19 @@ class McpCase(SbxTestCase):
         self.assertLessEqual(peak, 2)
         self.assertGreaterEqual(wall, 2.0)  # two rounds of two one-second calls
 
+    def test_max_queued_bounds_the_waiting_calls_only(self):
+        # --max-queued 0: no call waits, but one that finds a free slot runs (it had been refused).
+        s = self.server(["--max-concurrent", "1", "--max-queued", "0", "--pool", "0"])
+        r = s.request("tools/call", {"name": "run_code", "arguments": {"language": "sh", "code": "echo one"}})
+        self.assertEqual(r["result"]["structuredContent"]["stdout"], "one\n", r)
+        first = s.start("tools/call", {"name": "run_code", "arguments": {"language": "sh", "code": "sleep 2; echo two"}})
+        time.sleep(scaled(0.5))
+        r = s.request("tools/call", {"name": "run_code", "arguments": {"language": "sh", "code": "echo three"}})
+        self.assertEqual(r["error"]["code"], -32000, r)
+        self.assertIn("--max-queued", r["error"]["message"])
+        m = s.read()
+        self.assertEqual((m["id"], m["result"]["structuredContent"]["stdout"]), (first, "two\n"), m)
+
     def test_a_client_that_disappears_leaves_nothing_running(self):
         s = self.server()
         marker = "2%d.5" % (uuid.uuid4().int % 10**8)
