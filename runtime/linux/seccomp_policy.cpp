@@ -639,7 +639,7 @@ std::string template_seccomp_policy_text() {
   // (setns with CLONE_NEWPID only: the kernel refuses any but the caller's own or a descendant).
   // Never CLONE_NEWUSER: the calls share the template's user namespace, in which they hold no
   // capability (pid 1 drops them all before the call's code).
-  static const std::set<std::string> kLifted = {"mount", "umount2", "unshare", "setns", "sethostname"};
+  static const std::set<std::string> kLifted = {"mount", "unshare", "setns", "sethostname"};
   json pol = json::parse(default_seccomp_policy_text());
   json rules = json::array();
   for (auto& rule : pol["syscalls"]) {
@@ -652,25 +652,27 @@ std::string template_seccomp_policy_text() {
     }
     rules.push_back(rule);
   }
-  rules.push_back({{"names", {"umount2", "sethostname"}},
+  rules.push_back({{"names", {"sethostname"}},
                    {"action", "SCMP_ACT_ALLOW"},
-                   {"comment", "a template's driver: the mounts and hostname of each call it forks"}});
-  // Any mount but a remount that leaves its target writable. The template holds CAP_SYS_ADMIN in
-  // its user namespace, which owns its mount namespace, and runs its preloads' code: a remount
-  // without MS_RDONLY would make the profile's read-only binds writable (rootless, the caller's
-  // own files). The driver's own remounts all make something read-only; a new bind of a
-  // read-only mount is read-only too, and the new mount API stays refused.
+                   {"comment", "a template's driver: the hostname of each call it forks"}});
+  // The mounts the driver makes, and no way to a writable view of a read-only mount. The template
+  // holds CAP_SYS_ADMIN in its user namespace, which owns its mount namespace, and runs its
+  // preloads' code; the profile's read-only binds (rootless, the caller's own files) must stay
+  // read-only for it. So: new mounts (tmpfs, proc, devpts, propagation changes) and recursive
+  // binds, which copy each read-only mount below with its flags; never a bind that leaves out
+  // the mounts below its source (a read-write bind's directory under a read-only one), a move
+  // (of a read-only mount off what it covers), an unmount (likewise), or a remount that does not
+  // keep its target read-only, nosuid and nodev. The new mount API stays refused.
+  const std::uint64_t kShape = MS_REMOUNT | MS_BIND | MS_REC | MS_MOVE;
+  for (std::uint64_t shape : {std::uint64_t{0}, std::uint64_t{MS_REC}, std::uint64_t{MS_BIND | MS_REC}})
+    rules.push_back({{"names", {"mount"}},
+                     {"action", "SCMP_ACT_ALLOW"},
+                     {"args", {{{"index", 3}, {"value", kShape}, {"valueTwo", shape}, {"op", "SCMP_CMP_MASKED_EQ"}}}},
+                     {"comment", "a template's driver: a call's new mounts and recursive binds"}});
+  const std::uint64_t kKept = MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV;
   rules.push_back({{"names", {"mount"}},
                    {"action", "SCMP_ACT_ALLOW"},
-                   {"args", {{{"index", 3}, {"value", MS_REMOUNT}, {"valueTwo", 0}, {"op", "SCMP_CMP_MASKED_EQ"}}}},
-                   {"comment", "a template's driver: a call's new mounts"}});
-  rules.push_back({{"names", {"mount"}},
-                   {"action", "SCMP_ACT_ALLOW"},
-                   {"args",
-                    {{{"index", 3},
-                      {"value", MS_REMOUNT | MS_RDONLY},
-                      {"valueTwo", MS_REMOUNT | MS_RDONLY},
-                      {"op", "SCMP_CMP_MASKED_EQ"}}}},
+                   {"args", {{{"index", 3}, {"value", kKept}, {"valueTwo", kKept}, {"op", "SCMP_CMP_MASKED_EQ"}}}},
                    {"comment", "a template's driver: remounts that make a call's mounts read-only"}});
   rules.push_back({{"names", {"unshare"}},
                    {"action", "SCMP_ACT_ALLOW"},

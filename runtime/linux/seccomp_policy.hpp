@@ -72,7 +72,7 @@ std::string_view default_seccomp_policy_text();
 std::string_view default_seccomp_policy_sha256();  // computed at build time (cmake/embed_text.cmake)
 
 // A template's own filter (issue 34, runtime/server/mcp_template.hpp): the default policy with
-// mount (but a remount that leaves its target writable), umount2, sethostname and unshare without
+// mount (new mounts, recursive binds and read-only remounts), sethostname and unshare without
 // CLONE_NEWUSER allowed, for the driver that forks each call into namespaces of its own. Each
 // call's pid 1 stacks the call's own filter (the
 // default policy) on it before the call's code runs, so a call is held by both. Its name is

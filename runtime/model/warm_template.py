@@ -174,7 +174,7 @@ def _cover_proc(masks, covers):
         if not os.path.lexists(m):
             continue
         cover = f"/proc/self/fd/{covers['dir' if os.path.isdir(m) else 'file']}"
-        _mount(cover, m, None, MS_BIND, None, "proc", "cover " + m)
+        _mount(cover, m, None, MS_BIND | MS_REC, None, "proc", "cover " + m)  # the filter takes recursive binds only
         _mount(None, m, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, None, "proc",
                "cover " + m + " read-only")
     _mount("/proc/sys", "/proc/sys", None, MS_BIND | MS_REC, None, "proc", "bind /proc/sys")

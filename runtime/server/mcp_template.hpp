@@ -8,8 +8,8 @@
 // profile whose program is python3 running the driver (runtime/model/warm_template.py), which
 // imports the preloads and listens on DIR/sock (DIR: a private 0700 directory in $TMPDIR,
 // bound at /run/sbx-template). What it holds beyond a cold sandbox of that profile: CAP_SYS_ADMIN and
-// CAP_SETPCAP in its own user namespace and a filter that also allows mount (no remount that
-// leaves its target writable), umount2, sethostname and unshare without CLONE_NEWUSER
+// CAP_SETPCAP in its own user namespace and a filter that also allows mount (new mounts,
+// recursive binds and read-only remounts only), sethostname and unshare without CLONE_NEWUSER
 // (kTemplateSeccomp), which the driver uses for each call and each call gives up before its code
 // runs. The template never runs a call's code.
 //

@@ -246,8 +246,28 @@ def _remount():
         return "allowed"
     except OSError as e:
         return "remounted, then " + os.strerror(e.errno)
+def _uncover():
+    # A read-only bind inside a read-write one (/ws/ro in /ws): a way to the directory below it.
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    out = {}
+    def attempt(name, make, path):
+        if make() != 0:
+            out[name] = os.strerror(ctypes.get_errno())
+            return
+        try:
+            open(path, "w").close()
+            out[name] = "wrote"
+        except OSError as e:
+            out[name] = "mounted, then " + os.strerror(e.errno)
+    os.makedirs("/tmp/x", exist_ok=True)
+    os.makedirs("/tmp/y", exist_ok=True)
+    attempt("bind", lambda: libc.mount(b"/ws", b"/tmp/x", None, 0x1000, None), "/tmp/x/ro/via_bind")  # MS_BIND
+    attempt("move", lambda: libc.mount(b"/ws/ro", b"/tmp/y", None, 0x2000, None), "/ws/ro/via_move")  # MS_MOVE
+    attempt("umount", lambda: libc.umount2(b"/ws/ro", 2), "/ws/ro/via_umount")  # MNT_DETACH
+    return out
 with open("/log/remount.json", "w") as f:
-    json.dump(_remount(), f)
+    json.dump([_remount(), _uncover()], f)
 def recv_fds(*a, **k):
     got = _recv(*a, **k)
     if len(got[1]) == 8 and not os.path.exists("/log/tries.json"):
@@ -257,7 +277,12 @@ def recv_fds(*a, **k):
 socket.recv_fds = recv_fds
 """)
         os.chmod(os.path.join(mods, "evil.py"), 0o644)
-        extra = {"binds": [f"{mods}:/mods", f"{log}:/log:rw"], "env": {"PYTHONPATH": "/mods"}}
+        ws = self.path("ws")
+        os.makedirs(os.path.join(ws, "ro"))
+        os.chmod(ws, 0o777)
+        os.chmod(os.path.join(ws, "ro"), 0o777)  # only the read-only mount stands in the way
+        extra = {"binds": [f"{mods}:/mods", f"{log}:/log:rw", f"{ws}:/ws:rw", f"{ws}/ro:/ws/ro"],
+                 "env": {"PYTHONPATH": "/mods"}}
         with unittest.mock.patch.object(test_mcp, "SBX", binary):
             s = self.server(["json", "evil"], extra, forked_ahead=True)
             self.assertEqual(self.run_code(s, "print(1)\n")["stdout"], "1\n")
@@ -271,9 +296,16 @@ socket.recv_fds = recv_fds
         self.assertNotEqual(st.st_mtime, 0)
         # Nor can it make the profile's read-only bind writable (the template's filter refuses a
         # remount that leaves its target writable).
+        refused = (os.strerror(1), os.strerror(38))  # EPERM, or ENOSYS where no one listens
         with open(os.path.join(log, "remount.json")) as f:
-            self.assertIn(json.load(f), (os.strerror(1), os.strerror(38)))  # EPERM, or ENOSYS where no one listens
+            remount, uncover = json.load(f)
+        self.assertIn(remount, refused)
         self.assertEqual(os.listdir(mods), ["evil.py"])
+        # Nor uncover what a read-only bind inside a read-write one hides (a non-recursive bind
+        # of the parent, a move, an unmount): the filter takes none of them.
+        for how, got in uncover.items():
+            self.assertIn(got, refused, (how, uncover))
+        self.assertEqual(os.listdir(os.path.join(ws, "ro")), [])
 
     def test_the_template_and_its_control_socket_are_out_of_reach(self):
         s = self.server(["json"], forked_ahead=True)
