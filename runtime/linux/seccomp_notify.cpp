@@ -92,13 +92,13 @@ void SeccompNotifier::record(std::uint32_t arch_token, int nr, std::uint32_t ret
       }
       if (on_refused) {
         std::string arch = seccomp_arch_name(arch_token);
-        if (arch_token == AUDIT_ARCH_X86_64 && (nr & 0x40000000)) arch = "x32";
+        if (is_x32_syscall(arch_token, nr)) arch = "x32";
         on_refused({std::move(name), nr, std::move(arch), seccomp_action_text(ret), 0, now_ms - start_ms_, kill});
       }
       return;
     }
     std::string arch = seccomp_arch_name(arch_token);
-    if (arch_token == AUDIT_ARCH_X86_64 && (nr & 0x40000000)) arch = "x32";
+    if (is_x32_syscall(arch_token, nr)) arch = "x32";
     violations_.push_back({std::move(name), nr, arch, seccomp_action_text(ret), 0, now_ms - start_ms_, kill});
     it = index_.emplace(key, violations_.size() - 1).first;
     auto& v = violations_.back();

@@ -867,9 +867,7 @@ std::string seccomp_arch_name(std::uint32_t arch) {
 std::string seccomp_syscall_name(std::uint32_t arch, int nr) {
   std::uint32_t token = arch;
   int n = nr;
-  if (arch == AUDIT_ARCH_X86_64 && (nr & 0x40000000)) {  // __X32_SYSCALL_BIT
-    token = SCMP_ARCH_X32;
-  }
+  if (is_x32_syscall(arch, nr)) { token = SCMP_ARCH_X32; }
   char* name = seccomp_syscall_resolve_num_arch(token, n);
   std::string out = name ? std::string(name) : "#" + std::to_string(nr);
   std::free(name);

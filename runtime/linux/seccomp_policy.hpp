@@ -12,6 +12,7 @@
 // (a small BPF interpreter, seccomp_evaluate) and so knows exactly which action libseccomp's
 // filter would have taken — conditional rules, overlapping rules, the default action and the bad-arch action included —
 // replies with -errno, or kills the sandbox for kill actions. The syscall itself never runs.
+#include <linux/audit.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 
@@ -132,6 +133,11 @@ SeccompAnswer seccomp_answer(std::uint32_t ret);
 
 // "mkdirat", or "#nnn" when unknown; `arch` is an AUDIT_ARCH_* value.
 std::string seccomp_syscall_name(std::uint32_t arch, int nr);
+// An x32 call: x86-64's arch with __X32_SYSCALL_BIT (bit 30) in a number that is not negative
+// (syscall(-1) is a native call with a bad number, not an x32 one).
+inline bool is_x32_syscall(std::uint32_t arch, int nr) {
+  return arch == AUDIT_ARCH_X86_64 && nr >= 0 && (nr & 0x40000000);
+}
 std::string seccomp_arch_name(std::uint32_t arch);
 // "SCMP_ACT_ERRNO(EPERM)", "SCMP_ACT_KILL_PROCESS", ...
 std::string seccomp_action_text(std::uint32_t action);

@@ -538,6 +538,15 @@ TEST_CASE("a cached program written over (RET_ALLOW), or under another secret, i
   CHECK(std::system(("rm -rf " + std::string(dir)).c_str()) == 0);
 }
 
+TEST_CASE("an x32 call has bit 30 in a number that is not negative") {
+  CHECK(is_x32_syscall(AUDIT_ARCH_X86_64, 0x40000000 | 39));
+  CHECK_FALSE(is_x32_syscall(AUDIT_ARCH_X86_64, 39));
+  CHECK_FALSE(is_x32_syscall(AUDIT_ARCH_X86_64, -1));  // syscall(-1): a native call with a bad number
+  CHECK_FALSE(is_x32_syscall(AUDIT_ARCH_X86_64, -2));
+  CHECK_FALSE(is_x32_syscall(AUDIT_ARCH_I386, 0x40000000 | 39));
+  CHECK(seccomp_syscall_name(AUDIT_ARCH_X86_64, -1) == "#-1");
+}
+
 TEST_CASE("syscall and arch names for the record") {
   CHECK(seccomp_syscall_name(AUDIT_ARCH_X86_64, SYS_mount) == "mount");
   CHECK(seccomp_syscall_name(AUDIT_ARCH_I386, 20) == "getpid");
