@@ -14,6 +14,7 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -259,11 +260,22 @@ Result<UniqueFd> read_only_bind_of_self_in_child() {
 }  // namespace
 
 Result<int> template_pid1_binary() {
-  static int made = -1;  // kept for the process's life: every call of a worker hands it on
-  if (made >= 0) return made;
+  // Kept for the process's life: every call of a worker hands it on. Its number is believed only
+  // while it still names the copy made (an O_PATH fd of the same file on a read-only mount): a
+  // worker that closed it and opened something else under that number must never hand the
+  // template that instead.
+  static int made = -1;
+  static struct stat was {};
+  struct stat now {};
+  struct statvfs mount {};
+  if (made >= 0 && ::fstat(made, &now) == 0 && now.st_dev == was.st_dev && now.st_ino == was.st_ino &&
+      (::fcntl(made, F_GETFL) & O_PATH) && ::fstatvfs(made, &mount) == 0 && (mount.f_flag & ST_RDONLY))
+    return made;
+  made = -1;
   auto fd = read_only_bind_of_self();
   if (!fd && fd.error().err == EPERM) fd = read_only_bind_of_self_in_child();
   if (!fd) return fd.error();
+  if (::fstat(fd->get(), &was) != 0) return sys_error("template", "fstat the read-only copy of sbx");
   made = fd->release();
   return made;
 }
