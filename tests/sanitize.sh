@@ -21,6 +21,9 @@ export SBX_TEST_TIME_SCALE=${SBX_TEST_TIME_SCALE:-3}
 # a cgroup memory controller: a sanitizer build's shadow mapping is refused there. The sessions'
 # server and runner are this build's; their agent is the plain build of the same tree (what ships).
 if [ -z "${SBX_SESSION_AGENT:-}" ] && [ -x build/sbx ]; then export SBX_SESSION_AGENT=$PWD/build/sbx; fi
+# The same for the pid 1 of a template's fork made ahead, which runs sbx inside the sandbox too
+# (runtime/launch/template_pid1.hpp).
+if [ -z "${SBX_TEMPLATE_PID1:-}" ] && [ -x build/sbx ]; then export SBX_TEMPLATE_PID1=$PWD/build/sbx; fi
 failed=()
 step() {
   local name=$1 t0=$SECONDS

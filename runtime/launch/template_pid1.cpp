@@ -22,6 +22,7 @@
 #include <cerrno>
 #include <charconv>
 #include <cstdint>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <optional>
@@ -209,18 +210,45 @@ bool end_requested(int sync) {
   }
 }
 
-// A bind of this binary alone, detached and read-only (template_pid1_binary). `path`: where to
-// find it. /proc/self/exe's own link names the file on the mount of the namespace sbx started
-// in, which open_tree can clone only from there; in a mount namespace of our own it is found by
-// its name, and checked to be the same file.
-Result<UniqueFd> read_only_bind_of_self(const char* path = "/proc/self/exe") {
+// The binary a fork's pid 1 runs: sbx itself, or SBX_TEMPLATE_PID1, another build of the same sbx.
+// That is for a sanitizer build (tests/sanitize.sh), which cannot start inside a sandbox whose
+// memory limit is an RLIMIT_DATA (its shadow mapping is refused), as SBX_SESSION_AGENT is for a
+// session's agent: the worker and the template are tested with the sanitizers, pid 1 as it ships.
+// `path` is where to find it; `want` its identity (the file sbx checks the copy is of).
+struct Pid1Binary {
+  std::string path;
+  struct stat want {};
+  bool chosen = false;  // SBX_TEMPLATE_PID1's: opened by its path in our namespace too
+};
+
+Result<Pid1Binary> pid1_binary() {
+  Pid1Binary b;
+  const char* env = std::getenv("SBX_TEMPLATE_PID1");
+  if (env && *env) {
+    if (env[0] != '/' || ::stat(env, &b.want) != 0 || !S_ISREG(b.want.st_mode) || ::access(env, X_OK) != 0)
+      return make_error("usage",
+                        std::string("SBX_TEMPLATE_PID1=") + env + ": not an absolute path of an executable file");
+    b.path = env;
+    b.chosen = true;
+    return b;
+  }
+  // /proc/self/exe's own link names the file on the mount of the namespace sbx started in, which
+  // open_tree can clone only from there; in a mount namespace of our own (rootless, below) the
+  // file is found by its name, and checked to be the same.
+  char exe[4096];
+  ssize_t n = ::readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (n <= 0 || ::stat("/proc/self/exe", &b.want) != 0) return sys_error("template", "find sbx's own binary");
+  b.path.assign(exe, static_cast<std::size_t>(n));
+  return b;
+}
+
+// A bind of that file alone, detached and read-only (template_pid1_binary).
+Result<UniqueFd> read_only_bind_of(const Pid1Binary& b, const char* path) {
   UniqueFd tree(static_cast<int>(::open_tree(AT_FDCWD, path, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC)));
-  if (!tree.ok()) return sys_error("template", "open_tree of sbx's binary (a read-only copy for a template)");
-  struct stat mine {
-  }, copy{};
-  if (::stat("/proc/self/exe", &mine) != 0 || ::fstat(tree.get(), &copy) != 0 || mine.st_dev != copy.st_dev ||
-      mine.st_ino != copy.st_ino)
-    return make_error("template", std::string("the file at ") + path + " is not the sbx that runs (replaced?)", ESTALE);
+  if (!tree.ok()) return sys_error("template", "open_tree of " + b.path + " (a read-only copy of sbx for a template)");
+  struct stat copy {};
+  if (::fstat(tree.get(), &copy) != 0 || copy.st_dev != b.want.st_dev || copy.st_ino != b.want.st_ino)
+    return make_error("template", "the file at " + b.path + " is not the sbx chosen (replaced?)", ESTALE);
   struct mount_attr attr {};
   attr.attr_set = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
   if (::mount_setattr(tree.get(), "", AT_EMPTY_PATH, &attr, sizeof attr) != 0)
@@ -230,7 +258,7 @@ Result<UniqueFd> read_only_bind_of_self(const char* path = "/proc/self/exe") {
 
 // Without CAP_SYS_ADMIN over our own mount namespace: a child makes the bind in a user and mount
 // namespace of its own, where it has it, and hands it back.
-Result<UniqueFd> read_only_bind_of_self_in_child() {
+Result<UniqueFd> read_only_bind_in_child(const Pid1Binary& b) {
   int sv[2];
   if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) return sys_error("template", "socketpair");
   UniqueFd mine(sv[0]), theirs(sv[1]);
@@ -238,11 +266,8 @@ Result<UniqueFd> read_only_bind_of_self_in_child() {
   if (pid < 0) return sys_error("template", "fork for a read-only copy of sbx");
   if (pid == 0) {
     mine.reset();
-    char path[4096];
-    ssize_t n = ::readlink("/proc/self/exe", path, sizeof path - 1);
-    if (n <= 0 || ::unshare(CLONE_NEWUSER | CLONE_NEWNS) != 0) ::_exit(1);
-    path[n] = '\0';
-    auto tree = read_only_bind_of_self(path);
+    if (::unshare(CLONE_NEWUSER | CLONE_NEWNS) != 0) ::_exit(1);
+    auto tree = read_only_bind_of(b, b.path.c_str());
     if (!tree || !send_fd(theirs.get(), tree->get(), 'X', "template", "hand back the copy of sbx")) ::_exit(1);
     ::_exit(0);
   }
@@ -272,8 +297,10 @@ Result<int> template_pid1_binary() {
       (::fcntl(made, F_GETFL) & O_PATH) && ::fstatvfs(made, &mount) == 0 && (mount.f_flag & ST_RDONLY))
     return made;
   made = -1;
-  auto fd = read_only_bind_of_self();
-  if (!fd && fd.error().err == EPERM) fd = read_only_bind_of_self_in_child();
+  auto binary = pid1_binary();
+  if (!binary) return binary.error();
+  auto fd = read_only_bind_of(*binary, binary->chosen ? binary->path.c_str() : "/proc/self/exe");
+  if (!fd && fd.error().err == EPERM) fd = read_only_bind_in_child(*binary);
   if (!fd) return fd.error();
   if (::fstat(fd->get(), &was) != 0) return sys_error("template", "fstat the read-only copy of sbx");
   made = fd->release();

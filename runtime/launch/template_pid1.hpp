@@ -31,6 +31,8 @@ inline constexpr const char* kTemplatePid1Command = "template-pid1";
 // chmod, touch or set xattrs on the host binary through /proc/self/fd, which rootless is its
 // owner's (made setuid, then run by anyone as that user). Made once per process and kept: the
 // fork server makes it before it forks any worker (cli/mcp_cmd.cpp), so every worker has it.
+// SBX_TEMPLATE_PID1 names another build of the same sbx to use instead (for sanitizer builds,
+// which cannot start inside a memory-limited sandbox: tests/sanitize.sh; man sbx-mcp).
 Result<int> template_pid1_binary();
 
 // Never returns: exits 0 once the program's end is reported, 125 when the call could not start
