@@ -111,11 +111,17 @@ if [ "$MODE" = rootless ] && [ "$(id -u)" -eq 0 ]; then
     SBX_BIN=$WORK/bin/sbx
     say "$TEST_USER cannot reach $SBX_IN: using a copy at $SBX_BIN"
   fi
-  # A sanitizer run's session agent (tests/sanitize.sh, SBX_SESSION_AGENT) likewise.
+  # A sanitizer run's session agent (tests/sanitize.sh, SBX_SESSION_AGENT) likewise, and the build
+  # its templates' forks run as pid 1 (SBX_TEMPLATE_PID1).
   if [ -n "${SBX_SESSION_AGENT:-}" ] && ! runuser -u "$TEST_USER" -- test -x "$SBX_SESSION_AGENT"; then
     cp "$SBX_SESSION_AGENT" "$WORK/bin/sbx-agent"
     chmod 755 "$WORK/bin/sbx-agent"
     SBX_SESSION_AGENT=$WORK/bin/sbx-agent
+  fi
+  if [ -n "${SBX_TEMPLATE_PID1:-}" ] && ! runuser -u "$TEST_USER" -- test -x "$SBX_TEMPLATE_PID1"; then
+    cp "$SBX_TEMPLATE_PID1" "$WORK/bin/sbx-pid1"
+    chmod 755 "$WORK/bin/sbx-pid1"
+    SBX_TEMPLATE_PID1=$WORK/bin/sbx-pid1
   fi
   chown -R "$TEST_USER:" "$WORK/state" "$WORK/tmp" "$WORK/cwd" "$WORK/config"
   RUN_AS=(runuser -u "$TEST_USER" --)
@@ -140,8 +146,8 @@ ENVV=(
   "PYTHONUNBUFFERED=1"
 )
 # A sanitizer run (tests/sanitize.sh): its options, the factor that widens timed tests' bounds, and
-# the plain build its sessions' agents run as.
-for v in ASAN_OPTIONS UBSAN_OPTIONS SBX_TEST_TIME_SCALE SBX_SESSION_AGENT; do
+# the plain build its sessions' agents and its templates' forks' pid 1 run as.
+for v in ASAN_OPTIONS UBSAN_OPTIONS SBX_TEST_TIME_SCALE SBX_SESSION_AGENT SBX_TEMPLATE_PID1; do
   [ -n "${!v:-}" ] && ENVV+=("$v=${!v}")
 done
 # The egress throughput test's floor (test_network.py): raise it on a quiet machine.
