@@ -234,6 +234,10 @@ struct StartedProgram {
 // signals and reaps until the program ends, kills and reaps everything else, reports the
 // program's status and exits.
 [[noreturn]] void watch_program(const InitEnd& end, const StartedProgram& program);
+// A pid 1's end of its sandbox (watch_program's, and a template fork's: template_pid1.cpp): kills
+// and reaps every other process, then reports the program's status (its own if reaped among them,
+// else program_ws) with the whole tree's usage, and exits 0.
+[[noreturn]] void end_sandbox_and_report(const InitEnd& end, pid_t program, int program_ws);
 
 // Waits, with raw system calls only, until a shared init reports (kStarted or a setup error) or
 // is gone. A wall-time limit that runs out meanwhile kills init: returns true then, once init

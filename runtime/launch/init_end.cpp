@@ -342,6 +342,10 @@ void watch_program(const InitEnd& end, const StartedProgram& sp) {
   }
 }
 
+void end_sandbox_and_report(const InitEnd& end, pid_t program, int program_ws) {
+  report_and_exit(end, reap_everything_else(program, program_ws));
+}
+
 bool wait_for_shared_init(int msg_fd, int pidfd, std::optional<std::int64_t> timeout_ms) {
   struct pollfd p[2] = {{msg_fd, POLLIN, 0}, {pidfd, POLLIN, 0}};
   struct timespec ts;

@@ -121,12 +121,8 @@ void await_call(const InitEnd& end, pid_t program) {
 void release(const InitEnd& end, int gate, const std::vector<std::string>& argv) {
   std::string data;
   for (auto& a : argv) data.append(a).push_back('\0');
-  for (std::size_t off = 0; off < data.size();) {
-    ssize_t n = ::write(gate, data.data() + off, data.size() - off);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) end.report_setup_error("pool", ESRCH, "the program forked ahead of the call ended before its call");
-    off += static_cast<std::size_t>(n);
-  }
+  if (!write_all(gate, data, "the call's argv"))
+    end.report_setup_error("pool", ESRCH, "the program forked ahead of the call ended before its call");
   ::close(gate);
 }
 
@@ -162,24 +158,6 @@ void forward(pid_t program, int sig) {
   if (::kill(-program, sig) != 0) ::kill(program, sig);
 }
 
-// Every other process of the call killed and reaped, then the program's status with the whole
-// tree's usage (_finish; init_end.cpp, report_and_exit). status: the program's wait status if
-// it was reaped already, else SIGKILL's unless it is reaped here.
-[[noreturn]] void finish(const InitEnd& end, pid_t program, int status) {
-  ::kill(-1, SIGKILL);  // from its pid namespace's init: every process of it but pid 1
-  for (;;) {
-    int ws = 0;
-    pid_t p = ::waitpid(-1, &ws, __WALL);
-    if (p == program) status = ws;
-    if (p > 0 || (p < 0 && errno == EINTR)) continue;
-    break;  // ECHILD
-  }
-  struct rusage usage {};
-  ::getrusage(RUSAGE_CHILDREN, &usage);
-  end.report_program_status(status, usage);
-  ::_exit(0);
-}
-
 // The worker's end (_end_requested): its byte on the sync pipe, written before its signal, or
 // the pipe hung up. Not the signal itself: pid 1 shares the call's uid, so the call can queue the
 // end signal too, and fill pid 1's queue so that the worker's could not be queued at all.
@@ -196,13 +174,13 @@ bool end_requested(int sync) {
   const sigset_t set = reaped_signals();
   for (;;) {
     for (;;) {
-      if (end_requested(a.sync)) finish(end, a.program, SIGKILL);
+      if (end_requested(a.sync)) end_sandbox_and_report(end, a.program, SIGKILL);
       int ws = 0;
       pid_t p = ::waitpid(-1, &ws, WNOHANG | __WALL);
       if (p < 0 && errno == EINTR) continue;
       if (p < 0) ::_exit(1);  // no program to reap: never (it is our child)
       if (p == 0) break;
-      if (p == a.program) finish(end, a.program, ws);
+      if (p == a.program) end_sandbox_and_report(end, a.program, ws);
     }
     siginfo_t si{};
     int sig = ::sigwaitinfo(&set, &si);

@@ -463,23 +463,24 @@ Result<std::vector<sock_filter>> export_filter(scmp_filter_ctx ctx, const std::s
 
 // A system call newer than any the policy names is one its author could not have meant to refuse:
 // the policy's errno for it (EPERM) reads as "refused" to the C library, which then fails where it
-// would fall back on ENOSYS, what a kernel without the call answers (glibc's fchmodat2 and
-// faccessat2, clone3). So such calls answer ENOSYS, as runc and crun do: in front of the
+// would fall back on ENOSYS, what a kernel without the call answers (as glibc does for clone3,
+// faccessat2 and fchmodat2 on kernels older than them). So such calls answer ENOSYS, as runc and crun do: in front of the
 // program, for native numbers above `newest` (x32 numbers, with bit 30, go on to the arch checks
 // that kill them). It is still a refusal: a notification, and a violation in the record.
-Result<std::vector<sock_filter>> with_newer_calls_as_enosys(Result<std::vector<sock_filter>> prog, int newest,
-                                                            const std::string& source) {
+Result<std::vector<sock_filter>> with_newer_calls_as_enosys(Result<std::vector<sock_filter>> prog,
+                                                            const SeccompPolicy& pol) {
+  const int newest = newest_refused_as_enosys(pol);
   if (!prog || newest < 0) return prog;
   const sock_filter prefix[] = {
       BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
       BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_X86_64, 0, 4),
       BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
       BPF_JUMP(BPF_JMP | BPF_JGT | BPF_K, static_cast<std::uint32_t>(newest), 0, 2),
-      BPF_JUMP(BPF_JMP | BPF_JGE | BPF_K, 0x40000000 /* __X32_SYSCALL_BIT */, 1, 0),
+      BPF_JUMP(BPF_JMP | BPF_JGE | BPF_K, __X32_SYSCALL_BIT, 1, 0),
       BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ENOSYS),
   };
   prog->insert(prog->begin(), std::begin(prefix), std::end(prefix));
-  if (prog->size() > BPF_MAXINSNS) return make_error(kStage, source + ": the compiled filter is too long", E2BIG);
+  if (prog->size() > BPF_MAXINSNS) return make_error(kStage, pol.source + ": the compiled filter is too long", E2BIG);
   return prog;
 }
 }  // namespace
@@ -545,12 +546,12 @@ Result<std::vector<sock_filter>> compile_seccomp_policy(const SeccompPolicy& pol
   if (added >= 8) {
     if (int rc = seccomp_attr_set(ctx, SCMP_FLTATR_CTL_OPTIMIZE, 2); rc != 0)
       return make_error(kStage, pol.source + ": libseccomp cannot build a binary-tree filter", -rc);
-    auto tree = with_newer_calls_as_enosys(export_filter(ctx, pol.source), newest_refused_as_enosys(pol), pol.source);
+    auto tree = with_newer_calls_as_enosys(export_filter(ctx, pol.source), pol);
     if (tree || tree.error().err != E2BIG) return tree;
     if (int rc = seccomp_attr_set(ctx, SCMP_FLTATR_CTL_OPTIMIZE, 1); rc != 0)
       return make_error(kStage, pol.source + ": libseccomp cannot build a linear filter", -rc);
   }
-  return with_newer_calls_as_enosys(export_filter(ctx, pol.source), newest_refused_as_enosys(pol), pol.source);
+  return with_newer_calls_as_enosys(export_filter(ctx, pol.source), pol);
 }
 
 namespace {

@@ -15,6 +15,7 @@
 #include <linux/audit.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
+#include <sys/syscall.h>
 
 #include <cstdint>
 #include <string>
@@ -136,7 +137,7 @@ std::string seccomp_syscall_name(std::uint32_t arch, int nr);
 // An x32 call: x86-64's arch with __X32_SYSCALL_BIT (bit 30) in a number that is not negative
 // (syscall(-1) is a native call with a bad number, not an x32 one).
 inline bool is_x32_syscall(std::uint32_t arch, int nr) {
-  return arch == AUDIT_ARCH_X86_64 && nr >= 0 && (nr & 0x40000000);
+  return arch == AUDIT_ARCH_X86_64 && nr >= 0 && (nr & __X32_SYSCALL_BIT);
 }
 std::string seccomp_arch_name(std::uint32_t arch);
 // "SCMP_ACT_ERRNO(EPERM)", "SCMP_ACT_KILL_PROCESS", ...
