@@ -82,7 +82,10 @@ class OutputSink {
 
 class OutputRelay {
  public:
-  static constexpr std::size_t kBufferBytes = 128 * 1024;
+  // A pipe's default capacity, so one read can drain a full pipe; and below malloc's mmap
+  // threshold (128 KiB), so a run's two relays cost no mmap, munmap or fresh page at the start
+  // of a pooled call (bench/README.md, Spawn).
+  static constexpr std::size_t kBufferBytes = 64 * 1024;
   // What the relay counts when it closes its source early (close_source()).
   enum class Unread {
     undelivered,  // bytes still in the source were written by the program: they are lost

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <mutex>
 
 #include "runtime/base/fsutil.hpp"
 #include "runtime/base/sha256.hpp"
@@ -36,9 +37,8 @@ Result<std::string> hash_fd(int fd) {
   return h.final_hex();
 }
 
-}  // namespace
-
-Result<std::string> self_binary_sha256(const Dirs& dirs) {
+// The digest of the binary at /proc/self/exe, from the cache file when its key matches.
+Result<std::string> binary_sha256_uncached(const Dirs& dirs) {
   UniqueFd exe(::open("/proc/self/exe", O_RDONLY | O_CLOEXEC));
   struct stat st;
   if (!exe.ok() || ::fstat(exe.get(), &st) != 0)
@@ -58,6 +58,22 @@ Result<std::string> self_binary_sha256(const Dirs& dirs) {
   } else if (out.ok()) {
     ::unlink(tmp.c_str());
   }
+  return digest;
+}
+
+}  // namespace
+
+Result<std::string> self_binary_sha256(const Dirs& dirs) {
+  // Made once per process: the digest of the binary as this process first asked, which is the
+  // one it was exec'd from (most kernels refuse to write a file being executed, ETXTBSY; 6.11
+  // and 6.12 allowed it). A pooled worker asks twice, while its sandbox is built and at its call
+  // (mcp_worker.cpp, from_template): the second answer, on the call's path, costs no system call.
+  static std::mutex lock;
+  static std::string made;
+  std::lock_guard hold(lock);
+  if (!made.empty()) return made;
+  auto digest = binary_sha256_uncached(dirs);
+  if (digest) made = *digest;
   return digest;
 }
 

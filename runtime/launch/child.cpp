@@ -453,8 +453,15 @@ static int above_stdio(int fd) {
     std::string why = "the warm interpreter " + cfg.warm_argv[0] + " could not be prepared: " + wait.failure();
     end.report_setup_error("pool", 0, why.c_str());
   };
+  // What the ready interpreter holds, for the record (watch_program says why it is read), read
+  // as it says it is ready, before it waits: after the call's "s" the read would sit between the
+  // job and the call's first line (bench/README.md, Spawn). One the call found not ready yet is
+  // read by watch_program, at the call.
+  std::uint64_t caps[5];
+  bool caps_read = false;
   WarmWait::Event e = wait.next(end.sync_fd());
   if (e == WarmWait::kReady) {
+    caps_read = read_caps_sets(pid, caps);
     end.report_warm_ready(wait.note().c_str());
     e = wait.next(end.sync_fd());
   }
@@ -474,7 +481,8 @@ static int above_stdio(int fd) {
     off += static_cast<std::size_t>(n);
   }
   ::close(sock);  // the driver reads EOF after the argv
-  watch_program(end, StartedProgram{pid, args.listener, -1, -1, &args.exec_failed, raw::realtime_ns()});
+  watch_program(end, StartedProgram{pid, args.listener, -1, -1, &args.exec_failed, raw::realtime_ns(),
+                                    caps_read ? caps : nullptr});
 }
 
 }  // namespace sbx

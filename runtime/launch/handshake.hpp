@@ -228,7 +228,15 @@ struct StartedProgram {
   int pty_master = -1;
   const ChildMsg* exec_failed = nullptr;  // kind kSetupError when its execve failed
   long long exec_ns = 0;                  // the realtime clock when its spawn returned
+  // Its five capability sets (inheritable, permitted, effective, bounding, ambient) as read while
+  // it waited for its call (a prepared interpreter's: child.cpp, serve_warm_call), or null:
+  // watch_program reads them itself.
+  const std::uint64_t* caps_sets = nullptr;
 };
+// A process's five capability sets as StartedProgram::caps_sets orders them, from
+// /proc/PID/status (raw calls on a stack buffer: read_process_caps_raw, caps.hpp); false when
+// they could not be read.
+bool read_caps_sets(pid_t pid, std::uint64_t* sets);
 // Init once the program child is back: raw system calls only (init_end.cpp). Hands the listener
 // and the pty's master over, closes all but the report pipe, sends kStarted, then forwards
 // signals and reaps until the program ends, kills and reaps everything else, reports the

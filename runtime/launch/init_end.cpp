@@ -167,7 +167,19 @@ bool end_requested(siginfo_t* si) {
 // it an si_code of SI_USER (or any non-negative one) towards another process.
 bool from_supervisor(const siginfo_t& si) { return si.si_pid == 0 && si.si_code == SI_USER; }
 
+void copy_caps_sets(const std::uint64_t* from, std::uint64_t* to) {
+  for (int i = 0; i < 5; ++i) to[i] = from[i];
+}
+
 }  // namespace
+
+bool read_caps_sets(pid_t pid, std::uint64_t* sets) {
+  ProcessCaps pc;
+  if (!read_process_caps_raw(pid, pc)) return false;
+  sets[0] = pc.inheritable, sets[1] = pc.permitted, sets[2] = pc.effective, sets[3] = pc.bounding;
+  sets[4] = pc.ambient;
+  return true;
+}
 
 void supervised_signals(sigset_t* set) {
   // sigemptyset/sigaddset by hand (glibc's x86_64 layout: signal N is bit N-1 of the first
@@ -303,13 +315,10 @@ void watch_program(const InitEnd& end, const StartedProgram& sp) {
   // execve can only lower them (a file-capability or setuid binary), never raise them; the
   // record is what the program holds at most. read_process_caps_raw (caps.hpp) is raw calls on
   // a stack buffer: the one call of another unit the check allows here.
-  ProcessCaps pc;
+  // A prepared interpreter's were read before its call (StartedProgram::caps_sets): nothing has
+  // run in it since but its wait.
   std::uint64_t sets[5];
-  bool read = !failed && read_process_caps_raw(sp.pid, pc);
-  if (read) {
-    sets[0] = pc.inheritable, sets[1] = pc.permitted, sets[2] = pc.effective, sets[3] = pc.bounding;
-    sets[4] = pc.ambient;
-  }
+  bool read = !failed && (sp.caps_sets ? (copy_caps_sets(sp.caps_sets, sets), true) : read_caps_sets(sp.pid, sets));
   // From here on the supervisor may run again and free what it gave init (ChildConfig): all
   // init uses is on its own stack.
   end.report_started(read ? sets : nullptr, failed ? 0 : sp.exec_ns);

@@ -56,6 +56,9 @@ struct PoolPause {
   // The profile's `warm` (model/warm.hpp). With an interpreter that has a driver, init reports
   // kWarmReady, or the preparation's failure, on init_msg_fd before any call.
   WarmSpec warm;
+  // Init is a fork of the waiting process (not a template's fork): the two share every page the
+  // waiting process had written until it writes it again (own_pages.hpp).
+  bool init_shares_pages = false;
 };
 
 struct RunRequest {

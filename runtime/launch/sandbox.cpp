@@ -792,7 +792,8 @@ bool Run::hand_out() {
   Launch& L = *launch_;
   if (req_.pool.await_call) {
     auto call = req_.pool.await_call(PoolPause{L.pidfd.get(), L.chan.reports(), L.sigfd.get(),
-                                               ctx_.cgroup ? ctx_.cgroup->path() : std::string(), spec().warm});
+                                               ctx_.cgroup ? ctx_.cgroup->path() : std::string(), spec().warm,
+                                               L.init_is_child});
     std::string refused = call ? pool_refusal(spec(), call->spec) : "";
     if (!call || !refused.empty()) {
       if (!refused.empty()) spdlog::warn("pooled sandbox refused its call: {}", refused);
@@ -822,7 +823,10 @@ bool Run::hand_out() {
   } else if (!L.shared) {
     L.chan.send_start();
   }
-  describe_request();  // after "s": init must not wait for it
+  // After "s": init must not wait for it. A pooled call's is left to the record (record()): its
+  // pid 1 and program run on this CPU as soon as this process waits (the job's pipe wakes them
+  // here), so whatever it does first delays the call's first line (bench/README.md, Spawn).
+  if (!handed_out_) describe_request();
   return true;
 }
 

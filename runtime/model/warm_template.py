@@ -21,7 +21,7 @@ import ctypes, json, os, select, signal, socket, struct, sys
 # Imported once here, not in each call's pid 1 (each import was ~0.5 ms of a call's start:
 # bench/README.md, Templates): random is reseeded in every call (_reseed). What _sbx_main
 # (python_main.py) needs is made ready in main(), _sbx_ready.
-import gc, io, random, resource, time
+import codecs, gc, io, random, resource, time
 
 _libc = ctypes.CDLL(None, use_errno=True)
 CLONE_NEWNS, CLONE_NEWCGROUP, CLONE_NEWUTS = 0x00020000, 0x02000000, 0x04000000
@@ -535,15 +535,30 @@ print(f(1, 'a', k=b'b'), file=sink)
 """
 
 
+def _plain_stdout(out):
+    # Python's own stdout on fd 1, as it made it: its classes, no attribute a preload set on them
+    # (a write hooked to a log, which could leave the rehearsal's line in a file the call would
+    # find), and UTF-8, whose encoder keeps no state a print could use up (utf-8-sig's or
+    # utf-16's BOM, written once, would go to /dev/null and be missing from the call's output).
+    try:
+        raw = out.buffer if type(out.buffer) is io.FileIO else out.buffer.raw
+        return (type(out) is io.TextIOWrapper and type(out.buffer) in (io.BufferedWriter, io.FileIO)
+                and type(raw) is io.FileIO and not out.closed and raw.fileno() == 1
+                and codecs.lookup(out.encoding).name == "utf-8"
+                and all(set(vars(o)) <= {"mode", "name"} for o in {out, out.buffer, raw}))
+    except Exception:
+        return False
+
+
 def _rehearse_main():
     # What _read_argv, _run_main and _sbx_main do up to and with the call's code, run once on
-    # nothing of the call's, in a module thrown away after, its output to a buffer that goes
-    # with it: on this machine each page that code writes for the first time after the fork is a
-    # ~10 us copy-on-write fault (reference counts of the interpreter's own objects, the
-    # compiler's and the allocator's pages), and a call's first line met ~40 of them without it.
+    # nothing of the call's, in a module thrown away after: on this machine each page that code
+    # writes for the first time after the fork is a ~10 us copy-on-write fault (reference counts
+    # of the interpreter's own objects, the compiler's and the allocator's pages), and a call's
+    # first line met ~40 of them without it (bench/README.md, Templates and Spawn).
     r, w = os.pipe()
     try:
-        os.write(w, b"python3\0/code/main.py\0")
+        os.write(w, os.fsencode(sys.executable) + b"\0/code/main.py\0")  # a call's argv, its sizes too
         os.close(w)
         w = -1
         argv = _read_argv(r)
@@ -551,14 +566,44 @@ def _rehearse_main():
         os.close(r)
         if w >= 0:
             os.close(w)
-    os.path.dirname(os.path.abspath(argv[1]))
+    # _run_main's: sys.argv replaced, sys.path[0] set (and put back: a `-c` call keeps the
+    # driver's, as `python3 -c` has it), its closure made and called.
+    sys.argv = argv[1:]
+    if sys.path:
+        first = sys.path[0]
+        sys.path[0] = os.path.dirname(os.path.abspath(argv[1]))
+        sys.path[0] = first
+    held = _HELD[:0]
+
+    def start():
+        for sig in held:
+            os.kill(os.getpid(), sig)
+        signal.pthread_sigmask(signal.SIG_BLOCK, [])
+
+    # _sbx_main's: the call's module in sys.modules (the driver's put back), its file read.
     main = _sbx_module(argv[1])
-    sys.modules["__main__"] = sys.modules["__main__"]
-    signal.pthread_sigmask(signal.SIG_BLOCK, [])
-    with open(os.devnull, "rb") as f:
-        f.read()
-    main.sink = io.StringIO()
-    exec(compile(_REHEARSAL, argv[1], "exec", dont_inherit=True), main.__dict__)
+    driver = sys.modules["__main__"]
+    sys.modules["__main__"] = main
+    sys.modules["__main__"] = driver
+    start()
+    _sbx_read(os.devnull)
+    # The code, printing through the call's own sys.stdout (its objects and buffer), with fd 1 on
+    # /dev/null until that is flushed: nothing of it reaches the call's output (_plain_stdout says
+    # when that holds; otherwise the print goes to a buffer thrown away). A failure here fails
+    # this fork made ahead (_call) before any call could see it.
+    out = sys.stdout
+    plain = _plain_stdout(out)
+    main.sink = out if plain else io.StringIO()
+    saved, null = os.dup(1), os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
+    try:
+        os.dup2(null, 1)
+        exec(compile(_REHEARSAL, argv[1], "exec", dont_inherit=True), main.__dict__)
+        if plain:
+            out.flush()
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+        os.close(null)
     main.__dict__.clear()
 
 

@@ -22,6 +22,7 @@
 #include "runtime/base/json_io.hpp"
 #include "runtime/base/trace_field.hpp"
 #include "runtime/base/text_escape.hpp"
+#include "runtime/server/pool_job_wire.hpp"
 
 namespace sbx::mcp {
 namespace {
@@ -326,19 +327,9 @@ Result<Worker> PoolLauncher::launch(const json& job) {
       backoff_until_us_ = monotonic_us() + build_backoff_ms_ * 1000LL;
       continue;
     }
-    UniqueFd mfd(::memfd_create("sbx-mcp-job", MFD_CLOEXEC));
-    if (!mfd.ok()) return sys_error("mcp", "memfd_create for a pooled worker's job");
     json j = job;
     j["pool_sent_us"] = monotonic_us();  // CLOCK_MONOTONIC, shared with the worker: its waited_ms
-    std::string text = dump_json(j, -1);
-    for (std::size_t off = 0; off < text.size();) {
-      ssize_t n = ::write(mfd.get(), text.data() + off, text.size() - off);
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) return sys_error("mcp", "write a pooled worker's job");
-      off += static_cast<std::size_t>(n);
-    }
-    ::lseek(mfd.get(), 0, SEEK_SET);
-    if (auto st = send_fd(w.sock.get(), mfd.get(), 'J', "mcp", "hand a job to a pooled worker"); !st) {
+    if (auto st = send_pool_job(w.sock.get(), dump_json(j, -1)); !st) {
       retire(w, st.error().describe());
       continue;
     }

@@ -18,14 +18,15 @@
 
 #include "runtime/base/clock.hpp"
 #include "runtime/base/trace_field.hpp"
-#include "runtime/base/fdpass.hpp"
 #include "runtime/base/json_io.hpp"
+#include "runtime/base/own_pages.hpp"
 #include "runtime/base/sha256.hpp"
 #include "runtime/base/text_escape.hpp"
 #include "runtime/launch/handshake.hpp"
 #include "runtime/launch/sandbox.hpp"
 #include "runtime/launch/tenant.hpp"
 #include "runtime/model/profile.hpp"
+#include "runtime/server/pool_job_wire.hpp"
 #include "runtime/record/trace_ledger.hpp"
 #include "runtime/server/mcp_pool.hpp"
 #include "runtime/image/image_store.hpp"
@@ -52,14 +53,15 @@ struct Capture {
   }
 };
 
-// The job in the fd a pooled worker received; {"invalid": why} when it is not a JSON object.
-json take_job(int jfd) {
+// The job a pooled worker received (pool_job_wire.hpp); {"invalid": why} when it is not a JSON
+// object.
+json take_job(const PoolJobRead& got) {
   // This worker holds a call: if the server dies now, the run ends with its record. (A pooled
   // worker has had SIGTERM as its parent-death signal from its start, mcp_pool.cpp: set again
   // here, so that nothing before the call can have changed it.)
   ::prctl(PR_SET_PDEATHSIG, SIGTERM);
-  auto text = read_bounded_fd(jfd, kMaxJobBytes, "usage", "the mcp worker's job");
-  auto job = text ? parse_json_doc(*text, {kMaxJobBytes}, "usage", "mcp worker job") : Result<json>(text.error());
+  if (got.kind != PoolJobRead::job) return json{{"invalid", got.why}};
+  auto job = parse_json_doc(got.text, {kMaxJobBytes}, "usage", "mcp worker job");
   if (!job || !job->is_object()) return json{{"invalid", job ? "the job is not an object" : job.error().message}};
   return std::move(*job);
 }
@@ -136,6 +138,11 @@ std::optional<json> await_pooled_job(const PoolPause& pause, json& meta, std::in
   // A prepared interpreter is ready only once init says so: the server hears "ready" then.
   const WarmInterpreter* interp = find_warm_interpreter(pause.warm.interpreter);
   const bool warm = interp && interp->has_driver;
+  // The pages this worker shares with its forked init made its own now, before it says it is
+  // ready, rather than as copy-on-write faults in the call's plan (own_pages.hpp). Not when a
+  // job is already waiting: the populate (~0.3 ms) would delay it more than the faults.
+  pollfd job_waiting{STDIN_FILENO, POLLIN, 0};
+  if (pause.init_shares_pages && ::poll(&job_waiting, 1, 0) == 0) own_writable_pages();
   if (!warm) on_ready();
   pollfd fds[4] = {{STDIN_FILENO, POLLIN, 0},
                    {pause.init_pidfd, POLLIN, 0},
@@ -168,15 +175,13 @@ std::optional<json> await_pooled_job(const PoolPause& pause, json& meta, std::in
       return std::nullopt;
     }
     if (!fds[0].revents) continue;
-    int jfd = -1;
-    ssize_t r = recv_fd(STDIN_FILENO, &jfd);
-    if (r < 0 && (errno == EAGAIN || errno == EINTR)) continue;
-    if (r <= 0 || jfd < 0) {  // EOF: the server is done with this sandbox
+    PoolJobRead got = recv_pool_job(STDIN_FILENO, kMaxJobBytes);
+    if (got.kind == PoolJobRead::again) continue;
+    if (got.kind == PoolJobRead::closed) {  // EOF: the server is done with this sandbox
       *closed = true;
       return std::nullopt;
     }
-    UniqueFd owned(jfd);
-    json parsed = take_job(jfd);
+    json parsed = take_job(got);
     if (parsed.contains("invalid")) return parsed;
     note_handout(meta, parsed, ready_us, unusable);
     // A call that came while the interpreter still imported its preloads runs in it once it is
@@ -211,12 +216,10 @@ std::optional<json> await_job_after_failed_build(int wait_ms) {
       shut = true;
       continue;
     }
-    int jfd = -1;
-    ssize_t r = recv_fd(STDIN_FILENO, &jfd);
-    if (r < 0 && (errno == EAGAIN || errno == EINTR)) continue;
-    if (r <= 0 || jfd < 0) return std::nullopt;
-    UniqueFd owned(jfd);
-    return take_job(jfd);
+    PoolJobRead got = recv_pool_job(STDIN_FILENO, kMaxJobBytes);
+    if (got.kind == PoolJobRead::again) continue;
+    if (got.kind == PoolJobRead::closed) return std::nullopt;
+    return take_job(got);
   }
 }
 

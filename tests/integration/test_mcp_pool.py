@@ -102,6 +102,19 @@ class McpPoolCase(SbxTestCase):
         for i, got in outcomes.items():
             self.assertEqual(got[0], got[1], f"case {i}: cold {got[0]}, pooled {got[1]}")
 
+    def test_a_pooled_job_in_its_message_and_one_too_large_for_it_both_run_pooled(self):
+        """The server hands a job of at most 16 KiB to its pooled worker in the message itself,
+        a larger one in a memfd (runtime/server/pool_job_wire.hpp): both arrive whole."""
+        s = self.server(["--pool", "2", "--max-concurrent", "1"])
+        for size in (100, 40000):
+            self.wait_pool(s, 1)
+            out = self.run_code(s, "X='%s'; echo ${#X}" % ("a" * size))
+            self.assertEqual(out["stdout"], f"{size}\n", out)
+        recs = self.records(s)
+        self.assertEqual(len(recs), 2, recs)
+        for rec in recs:
+            self.assertTrue(rec["pool"]["hit"], rec.get("pool"))
+
     def test_nothing_of_one_pooled_call_is_seen_by_the_next(self):
         s = self.server(["--pool", "2", "--max-concurrent", "1"])
         self.wait_pool(s, 2)

@@ -1,6 +1,13 @@
 #include <doctest/doctest.h>
 
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <thread>
+
+#include "runtime/base/fsutil.hpp"
 #include "runtime/server/mcp_worker.hpp"
+#include "runtime/server/pool_job_wire.hpp"
 
 using namespace sbx;
 using namespace sbx::mcp;
@@ -150,4 +157,56 @@ TEST_CASE("mcp worker: a pack's pooled sandbox serves only calls of the pack, co
   next = after_broken_wait(call, "b", "untrusted", w.created_at);
   CHECK(next.job["tool"] == "pack");
   CHECK(next.job["pool"]["reason"] == "b");
+}
+
+TEST_CASE("mcp worker: a pooled job travels in its message when small, in a memfd when not, and a bad one is refused") {
+  int sv[2];
+  REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
+  UniqueFd server(sv[0]), worker(sv[1]);
+  CHECK(recv_pool_job(worker.get(), 1 << 20).kind == PoolJobRead::again);  // nothing sent yet
+  // Small: in the message. Exactly the bound still is.
+  for (std::size_t size : {std::size_t{2}, kInlineJobBytes}) {
+    std::string text(size, 'x');
+    REQUIRE(send_pool_job(server.get(), text));
+    PoolJobRead got = recv_pool_job(worker.get(), 1 << 20);
+    CHECK(got.kind == PoolJobRead::job);
+    CHECK(got.text == text);
+  }
+  // Larger: in a memfd, whose reader keeps its own bound.
+  std::string big(kInlineJobBytes + 1, 'y');
+  REQUIRE(send_pool_job(server.get(), big));
+  PoolJobRead got = recv_pool_job(worker.get(), 1 << 20);
+  CHECK(got.kind == PoolJobRead::job);
+  CHECK(got.text == big);
+  REQUIRE(send_pool_job(server.get(), big));
+  got = recv_pool_job(worker.get(), 100);
+  CHECK(got.kind == PoolJobRead::invalid);
+  CHECK(!got.why.empty());
+  // A message that says more or less than it carries, or another tag, is no job.
+  auto raw = [&](std::string bytes) {
+    REQUIRE(::send(server.get(), bytes.data(), bytes.size(), 0) == static_cast<ssize_t>(bytes.size()));
+    return recv_pool_job(worker.get(), 1 << 20);
+  };
+  std::uint32_t len = 5;
+  std::string head = "j" + std::string(reinterpret_cast<const char*>(&len), sizeof len);
+  CHECK(raw(head + "abcdefg").kind == PoolJobRead::invalid);
+  CHECK(raw(head + "abcde").text == "abcde");
+  CHECK(raw("x").why == "the mcp worker's job message is malformed");
+  len = static_cast<std::uint32_t>(kInlineJobBytes + 1);
+  CHECK(raw("j" + std::string(reinterpret_cast<const char*>(&len), sizeof len)).kind == PoolJobRead::invalid);
+  CHECK(raw("J").kind == PoolJobRead::invalid);  // a memfd's tag without its fd
+  // A message queued in pieces (a small send buffer) is read whole once its rest follows.
+  std::thread rest([&] {
+    ::usleep(50'000);
+    REQUIRE(::send(server.get(), "de", 2, 0) == 2);
+  });
+  got = raw(head + "abc");
+  rest.join();
+  CHECK(got.kind == PoolJobRead::job);
+  CHECK(got.text == "abcde");
+  // One whose rest never comes (the server retired the worker) is no job.
+  REQUIRE(::send(server.get(), (head + "ab").data(), head.size() + 2, 0) > 0);
+  REQUIRE(::shutdown(server.get(), SHUT_WR) == 0);
+  CHECK(recv_pool_job(worker.get(), 1 << 20).kind == PoolJobRead::invalid);
+  CHECK(recv_pool_job(worker.get(), 1 << 20).kind == PoolJobRead::closed);
 }
