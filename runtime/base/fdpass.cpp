@@ -29,11 +29,10 @@ Status send_fd(int sock, int fd, char tag, Stage stage, const char* what) {
   return make_error(stage, what, n < 0 ? errno : EIO);
 }
 
-ssize_t recv_fd(int sock, int* fd) {
+ssize_t recv_with_fd(int sock, char* buf, std::size_t size, int* fd) {
   *fd = -1;
-  char byte;
   alignas(struct cmsghdr) char cbuf[CMSG_SPACE(sizeof(int))] = {};
-  struct iovec iov = {&byte, 1};
+  struct iovec iov = {buf, size};
   struct msghdr mh = {};
   mh.msg_iov = &iov;
   mh.msg_iovlen = 1;
@@ -52,6 +51,11 @@ ssize_t recv_fd(int sock, int* fd) {
     }
   }
   return n;
+}
+
+ssize_t recv_fd(int sock, int* fd) {
+  char byte;
+  return recv_with_fd(sock, &byte, 1, fd);
 }
 
 }  // namespace sbx

@@ -4,6 +4,8 @@
 #include <sys/socket.h>
 #include <sys/types.h>
 
+#include <cstddef>
+
 #include "runtime/base/error.hpp"
 
 namespace sbx {
@@ -23,8 +25,11 @@ struct FdMessage {
 // Sends `fd` (retrying EINTR); an error names `what`.
 Status send_fd(int sock, int fd, char tag, Stage stage, const char* what);
 
-// Receives one message without blocking (MSG_DONTWAIT, received fds close-on-exec). Returns
-// recvmsg's result: > 0 with *fd the fd carried (-1 if none), 0 at EOF, < 0 with errno set.
+// Receives one message of at most `size` bytes into `buf` without blocking (MSG_DONTWAIT, received
+// fds close-on-exec). Returns recvmsg's result: > 0 with *fd the fd carried (-1 if none; any more
+// are closed), 0 at EOF, < 0 with errno set.
+ssize_t recv_with_fd(int sock, char* buf, std::size_t size, int* fd);
+// recv_with_fd of a one-byte message (send_fd's).
 ssize_t recv_fd(int sock, int* fd);
 
 }  // namespace sbx

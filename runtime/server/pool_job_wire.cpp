@@ -51,23 +51,10 @@ Status send_pool_job(int sock, const std::string& text) {
 PoolJobRead recv_pool_job(int sock, std::size_t max_bytes) {
   PoolJobRead r;
   std::string buf(kHeadBytes + kInlineJobBytes + 1, '\0');  // one more: a longer message is refused
-  alignas(struct cmsghdr) char cbuf[CMSG_SPACE(sizeof(int))] = {};
-  struct iovec iov = {buf.data(), buf.size()};
-  struct msghdr mh = {};
-  mh.msg_iov = &iov;
-  mh.msg_iovlen = 1;
-  mh.msg_control = cbuf;
-  mh.msg_controllen = sizeof cbuf;
-  ssize_t n = ::recvmsg(sock, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+  int carried = -1;
+  ssize_t n = recv_with_fd(sock, buf.data(), buf.size(), &carried);
   if (n < 0 && (errno == EAGAIN || errno == EINTR)) return r;
-  UniqueFd fd;
-  for (struct cmsghdr* c = CMSG_FIRSTHDR(&mh); n > 0 && c; c = CMSG_NXTHDR(&mh, c)) {
-    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
-    int got;
-    std::memcpy(&got, CMSG_DATA(c), sizeof got);
-    if (fd.ok()) UniqueFd dropped(got);  // one fd per message; anything more is closed here
-    else fd.reset(got);
-  }
+  UniqueFd fd(carried);
   if (n <= 0) {
     r.kind = PoolJobRead::closed;
     return r;
