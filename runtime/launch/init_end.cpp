@@ -167,10 +167,6 @@ bool end_requested(siginfo_t* si) {
 // it an si_code of SI_USER (or any non-negative one) towards another process.
 bool from_supervisor(const siginfo_t& si) { return si.si_pid == 0 && si.si_code == SI_USER; }
 
-void copy_caps_sets(const std::uint64_t* from, std::uint64_t* to) {
-  for (int i = 0; i < 5; ++i) to[i] = from[i];
-}
-
 }  // namespace
 
 bool read_caps_sets(pid_t pid, std::uint64_t* sets) {
@@ -318,10 +314,12 @@ void watch_program(const InitEnd& end, const StartedProgram& sp) {
   // A prepared interpreter's were read before its call (StartedProgram::caps_sets): nothing has
   // run in it since but its wait.
   std::uint64_t sets[5];
-  bool read = !failed && (sp.caps_sets ? (copy_caps_sets(sp.caps_sets, sets), true) : read_caps_sets(sp.pid, sets));
+  const std::uint64_t* held = sp.caps_sets ? sp.caps_sets : sets;
+  bool read = !failed && (sp.caps_sets || read_caps_sets(sp.pid, sets));
   // From here on the supervisor may run again and free what it gave init (ChildConfig): all
-  // init uses is on its own stack.
-  end.report_started(read ? sets : nullptr, failed ? 0 : sp.exec_ns);
+  // init uses is on its own stack (a prepared interpreter's sets are on serve_warm_call's
+  // frame, which init never leaves).
+  end.report_started(read ? held : nullptr, failed ? 0 : sp.exec_ns);
   bool tty = sp.pty_master >= 0;
   pid_t program = sp.pid;
   sigset_t set;

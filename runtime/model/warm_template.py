@@ -573,12 +573,7 @@ def _rehearse_main():
         first = sys.path[0]
         sys.path[0] = os.path.dirname(os.path.abspath(argv[1]))
         sys.path[0] = first
-    held = _HELD[:0]
-
-    def start():
-        for sig in held:
-            os.kill(os.getpid(), sig)
-        signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    start = _starter((), signal.SIG_BLOCK)  # _run_main's, but the mask stays as it is
 
     # _sbx_main's: the call's module in sys.modules (the driver's put back), its file read.
     main = _sbx_module(argv[1])
@@ -621,12 +616,19 @@ def _run_main(argv, held=()):
         os.write(2, b"sbx: template: a call needs a program (python3 FILE or -c CODE)\n")
         os._exit(125)
 
+    _sbx_main(path, source, _starter(held, signal.SIG_SETMASK))
+
+
+def _starter(held, how):
+    # What runs as the call's code starts (_sbx_main's `start`): the signals held for it sent to
+    # itself, then its mask emptied (how=SIG_SETMASK). The rehearsal runs the same code, with
+    # nothing held and SIG_BLOCK of nothing, which leaves the mask as it is.
     def start():
         for sig in held:
             os.kill(os.getpid(), sig)
-        signal.pthread_sigmask(signal.SIG_SETMASK, [])
+        signal.pthread_sigmask(how, [])
 
-    _sbx_main(path, source, start)
+    return start
 
 
 def _fresh_mounts(job, files):

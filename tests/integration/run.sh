@@ -113,16 +113,14 @@ if [ "$MODE" = rootless ] && [ "$(id -u)" -eq 0 ]; then
   fi
   # A sanitizer run's session agent (tests/sanitize.sh, SBX_SESSION_AGENT) likewise, and the build
   # its templates' forks run as pid 1 (SBX_TEMPLATE_PID1).
-  if [ -n "${SBX_SESSION_AGENT:-}" ] && ! runuser -u "$TEST_USER" -- test -x "$SBX_SESSION_AGENT"; then
-    cp "$SBX_SESSION_AGENT" "$WORK/bin/sbx-agent"
-    chmod 755 "$WORK/bin/sbx-agent"
-    SBX_SESSION_AGENT=$WORK/bin/sbx-agent
-  fi
-  if [ -n "${SBX_TEMPLATE_PID1:-}" ] && ! runuser -u "$TEST_USER" -- test -x "$SBX_TEMPLATE_PID1"; then
-    cp "$SBX_TEMPLATE_PID1" "$WORK/bin/sbx-pid1"
-    chmod 755 "$WORK/bin/sbx-pid1"
-    SBX_TEMPLATE_PID1=$WORK/bin/sbx-pid1
-  fi
+  for pair in SBX_SESSION_AGENT:sbx-agent SBX_TEMPLATE_PID1:sbx-pid1; do
+    v=${pair%%:*} copy=$WORK/bin/${pair#*:}
+    if [ -n "${!v:-}" ] && ! runuser -u "$TEST_USER" -- test -x "${!v}"; then
+      cp "${!v}" "$copy"
+      chmod 755 "$copy"
+      printf -v "$v" '%s' "$copy"
+    fi
+  done
   chown -R "$TEST_USER:" "$WORK/state" "$WORK/tmp" "$WORK/cwd" "$WORK/config"
   RUN_AS=(runuser -u "$TEST_USER" --)
 fi
