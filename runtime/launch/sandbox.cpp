@@ -213,6 +213,7 @@ class Run {
   // 3 supervise
   void supervise_run();
   SuperviseInput supervise_input();
+  void take_call_limits(SuperviseInput& in);
   // 4 collect
   void collect();
   void export_artifacts();
@@ -265,6 +266,9 @@ class Run {
   std::vector<LimitHit> hits_;  // decided in record(): the record's result.limits_hit, the end line
   Outcome outcome_;             // decided from facts_ by decide_end(), then the contract's verdict (typed_io)
   std::optional<SuperviseResult> sup_;
+  // The supervisor's input and the supervisor made from it (a pooled sandbox's before its call).
+  SuperviseInput sup_in_;
+  std::optional<PreparedSupervisor> prepared_sup_;
   std::optional<EventStream> events_;
   std::optional<Error> events_error_;
   SharedInitStack init_stack_;  // declared before anything that may outlive init
@@ -791,12 +795,17 @@ bool Run::check_seal() {
 bool Run::hand_out() {
   Launch& L = *launch_;
   if (req_.pool.await_call) {
-    auto call = req_.pool.await_call(PoolPause{L.pidfd.get(), L.chan.reports(), L.sigfd.get(),
-                                               ctx_.cgroup ? ctx_.cgroup->path() : std::string(), spec().warm,
-                                               L.init_is_child});
+    PoolPause pause{L.pidfd.get(), L.chan.reports(), L.sigfd.get(), ctx_.cgroup ? ctx_.cgroup->path() : std::string(),
+                    spec().warm,   L.init_is_child};
+    // The call's supervisor is made now, while nothing waits for it (supervisor.hpp,
+    // PreparedSupervisor): after the hand-over below, only the call's timers are left to arm.
+    sup_in_ = supervise_input();
+    prepared_sup_.emplace(sup_in_);
+    auto call = req_.pool.await_call(pause);
     std::string refused = call ? pool_refusal(spec(), call->spec) : "";
     if (!call || !refused.empty()) {
       if (!refused.empty()) spdlog::warn("pooled sandbox refused its call: {}", refused);
+      prepared_sup_.reset();
       kill_init();
       L.sigfd.reset();
       discarded_ = true;
@@ -834,7 +843,12 @@ bool Run::hand_out() {
 void Run::supervise_run() {
   Launch& L = *launch_;
   t_go_ = monotonic_us();
-  SuperviseInput in = supervise_input();
+  if (!prepared_sup_) {
+    sup_in_ = supervise_input();
+    prepared_sup_.emplace(sup_in_);
+  }
+  SuperviseInput& in = sup_in_;
+  take_call_limits(in);
   L.kill_grace_ms = in.kill_grace_ms;
   if (events_) {
     events_->emit("started",
@@ -846,7 +860,8 @@ void Run::supervise_run() {
     in.events = &*events_;
     if (ctx_.cgroup_events) in.cgroup_events = &*ctx_.cgroup_events;
   }
-  sup_ = supervise(in);
+  sup_ = prepared_sup_->run();
+  prepared_sup_.reset();
   if (ctx_.cgroup_events) ctx_.cgroup_events->read_all();  // what came with the end: the OOM kill is counted by now
   L.caller_in.end_session();  // the caller's terminal as it was, before anything is reported
   stdin_record_ = L.caller_in.to_json();
@@ -856,10 +871,10 @@ void Run::supervise_run() {
 }
 
 // The fds the supervisor takes over (its report pipe, the program's streams, the seccomp
-// hand-off) leave the launch here; the pidfd and the signalfd stay with it.
+// hand-off) leave the launch here; the pidfd and the signalfd stay with it. What the call
+// decides is set later (take_call_limits): a pooled sandbox's supervisor is made before its call.
 SuperviseInput Run::supervise_input() {
   Launch& L = *launch_;
-  const RunSpec& s = spec();
   SuperviseInput in;
   in.pid = L.pid;
   in.pidfd = L.pidfd.get();
@@ -875,6 +890,18 @@ SuperviseInput Run::supervise_input() {
   ::fcntl(in.err_fd, F_SETFL, O_NONBLOCK);
   in.out_dst = req_.io.stdout_fd;
   in.err_dst = req_.io.stderr_fd;
+  in.signal_fd = L.sigfd.get();
+  in.seccomp_sock = L.chan.take_listener_socket();  // the supervisor's notifier owns it
+  in.seccomp_reference = &ctx_.seccomp->reference;
+  in.seccomp_named = &ctx_.seccomp->named;
+  if (L.proxy) in.proxy = &*L.proxy;
+  return in;
+}
+
+// The call's limits, and its start (a pooled call's is its hand-out, t_spawn_).
+void Run::take_call_limits(SuperviseInput& in) {
+  Launch& L = *launch_;
+  const RunSpec& s = spec();
   in.timeout_ms = s.limits.timeout_ms;
   if (s.limits.timeout_ms) {
     // The wall-time limit counts from the sandbox's creation: the setup so far (a shared
@@ -885,17 +912,11 @@ SuperviseInput Run::supervise_input() {
   in.timed_out_before_start = L.timed_out_in_setup;
   in.start_ms = t_spawn_ / 1000;
   in.output_limit_bytes = s.limits.output_limit_bytes;
-  in.signal_fd = L.sigfd.get();
-  in.seccomp_sock = L.chan.take_listener_socket();  // the supervisor's notifier owns it
-  in.seccomp_reference = &ctx_.seccomp->reference;
-  in.seccomp_named = &ctx_.seccomp->named;
   if (ctx_.cgroup && s.limits.cpu_time_ms) {
     in.cpu_budget_ms = s.limits.cpu_time_ms;
     in.cpu_used_us = [this] { return ctx_.cgroup->cpu_usage_us(); };
     in.max_cpus = s.limits.cpus.value_or(static_cast<double>(::sysconf(_SC_NPROCESSORS_ONLN)));
   }
-  if (L.proxy) in.proxy = &*L.proxy;
-  return in;
 }
 
 // 4 collect: the facts of how the run ended, what it left in /out, what it was refused.

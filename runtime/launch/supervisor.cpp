@@ -37,27 +37,25 @@ int pidfd_send_signal(int pidfd, int sig) {
   return static_cast<int>(::syscall(SYS_pidfd_send_signal, pidfd, sig, nullptr, 0));
 }
 
+}  // namespace
+
 // An armed timer's fd, closed when it has fired or the run is over.
 using TimerFd = UniqueFd;
 
 class Supervisor {
  public:
+  // What needs only the sandbox: the relays, the seccomp notifier, the poll loop's participants
+  // (each reads `in` again when it is polled). The run's start, limits and events are taken by
+  // run(): a pooled call's arrive after this (PreparedSupervisor).
   explicit Supervisor(const SuperviseInput& in)
       : in_(in),
-        start_(in.start_ms ? in.start_ms : now_ms()),
         out_(in.out_fd, OutputSink::open(in.out_dst), in.output_limit_bytes),
         err_(in.err_fd, OutputSink::open(in.err_dst), in.output_limit_bytes),
         msg_fd_(in.msg_fd),
-        seccomp_(in.seccomp_sock, in.seccomp_reference, start_, in.seccomp_named) {
-    if (in_.events)
-      seccomp_.on_refused = [ev = in_.events](const SeccompViolation& v) {
-        ev->emit("violation", {{"kind", "seccomp"},
-                               {"name", v.name},
-                               {"number", v.number},
-                               {"arch", v.arch},
-                               {"action", v.action},
-                               {"count", v.count}});
-      };
+        seccomp_(in.seccomp_sock, in.seccomp_reference, 0, in.seccomp_named) {
+    if (msg_fd_.ok()) ::fcntl(msg_fd_.get(), F_SETFL, ::fcntl(msg_fd_.get(), F_GETFL) | O_NONBLOCK);
+    add_stream_participants();
+    add_control_participants();
   }
   SuperviseResult run();
 
@@ -84,10 +82,11 @@ class Supervisor {
   void end_sandbox();
   void wind_up();
   void note_truncation();
+  void take_run_settings();
 
   const SuperviseInput& in_;
   SuperviseResult r_;
-  std::int64_t start_;
+  std::int64_t start_ = 0;
   OutputRelay out_, err_;
   UniqueFd msg_fd_;  // init's reports; ours (SuperviseInput::msg_fd)
   TimerFd deadline_, grace_, cpu_timer_, end_;
@@ -101,7 +100,7 @@ class Supervisor {
   const PollParticipant* proxy_participant_ = nullptr;  // its entries decide poll()'s timeout
 };
 
-Result<int> arm_with(const SuperviseInput& in, std::int64_t ms) {
+static Result<int> arm_with(const SuperviseInput& in, std::int64_t ms) {
   return in.arm_timer ? in.arm_timer(ms) : arm_timerfd(ms);
 }
 
@@ -167,14 +166,29 @@ int Supervisor::poll_timeout(std::int64_t now, bool proxy_polled) const {
   return wait_ms;
 }
 
-SuperviseResult Supervisor::run() {
+// What the run's call decides, read when it starts: its start, its output limit, its events.
+void Supervisor::take_run_settings() {
+  start_ = in_.start_ms ? in_.start_ms : now_ms();
+  seccomp_.set_start_ms(start_);
+  out_.set_limit(in_.output_limit_bytes);
+  err_.set_limit(in_.output_limit_bytes);
+  if (in_.events)
+    seccomp_.on_refused = [ev = in_.events](const SeccompViolation& v) {
+      ev->emit("violation", {{"kind", "seccomp"},
+                             {"name", v.name},
+                             {"number", v.number},
+                             {"arch", v.arch},
+                             {"action", v.action},
+                             {"count", v.count}});
+    };
   r_.timed_out = in_.timed_out_before_start;
-  if (msg_fd_.ok()) ::fcntl(msg_fd_.get(), F_SETFL, ::fcntl(msg_fd_.get(), F_GETFL) | O_NONBLOCK);
+}
+
+SuperviseResult Supervisor::run() {
+  take_run_settings();
   if (in_.timeout_ms && !in_.timed_out_before_start) arm(deadline_, *in_.timeout_ms, "timeout", "the wall-time limit");
   if (in_.cpu_budget_ms && in_.cpu_used_us)
     arm(cpu_timer_, cpu_time_recheck_ms(*in_.cpu_budget_ms, 0, in_.max_cpus), "cpu_time", "the CPU-time budget");
-  add_stream_participants();
-  add_control_participants();
   for (std::int64_t now = now_ms(); running(now); now = now_ms()) {
     PollRound round(participants_);
     int rc = round.wait(poll_timeout(now, !round.entries_of(*proxy_participant_).empty()));
@@ -444,8 +458,6 @@ void Supervisor::wind_up() {
   if (in_.events) note_truncation();
 }
 
-}  // namespace
-
 Result<int> arm_timerfd(std::int64_t ms) {
   UniqueFd fd(::timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK));
   if (!fd.ok()) return sys_error("timer", "timerfd_create");
@@ -457,10 +469,15 @@ Result<int> arm_timerfd(std::int64_t ms) {
   return fd.release();
 }
 
-SuperviseResult supervise(const SuperviseInput& in) {
+PreparedSupervisor::PreparedSupervisor(const SuperviseInput& in) : s_(std::make_unique<Supervisor>(in)) {}
+PreparedSupervisor::~PreparedSupervisor() = default;
+
+SuperviseResult PreparedSupervisor::run() {
   NonBlockingLogScope log_never_blocks;
-  return Supervisor(in).run();
+  return s_->run();
 }
+
+SuperviseResult supervise(const SuperviseInput& in) { return PreparedSupervisor(in).run(); }
 
 int reap_init(pid_t pid) {
   int ws = 0;

@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -121,6 +122,28 @@ struct SuperviseResult {
 // Runs until init has exited, or has reported that the sandbox is empty, and both streams are
 // closed and delivered (or cut by the wall-time limit, or their readers have gone).
 SuperviseResult supervise(const SuperviseInput& in);
+
+class Supervisor;
+
+// supervise() in two steps, for a pooled sandbox (runtime/launch/sandbox.cpp, hand_out): made
+// while the sandbox waits for its call (the relays, the seccomp notifier, the loop's
+// participants, the report pipe made non-blocking), run once the call is handed to init. The
+// process that hands a call over runs before the processes it woke (bench/README.md, Spawn), so
+// what it does between the hand-over and its first poll delays the call's first line: that is
+// now only arming the call's timers. `in` must outlive it; its start_ms, timeout_ms,
+// timed_out_before_start, output_limit_bytes, cpu budget and events are read by run(), and
+// may be set until then.
+class PreparedSupervisor {
+ public:
+  explicit PreparedSupervisor(const SuperviseInput& in);
+  ~PreparedSupervisor();
+  PreparedSupervisor(const PreparedSupervisor&) = delete;
+  PreparedSupervisor& operator=(const PreparedSupervisor&) = delete;
+  SuperviseResult run();
+
+ private:
+  std::unique_ptr<Supervisor> s_;
+};
 
 // Waits for init when supervise() left it exiting (init_pending); returns its wait status.
 int reap_init(pid_t pid);

@@ -58,6 +58,9 @@ class SeccompNotifier {
 
   int sock_fd() const { return sock_.get(); }
   int listener_fd() const { return listener_.get(); }
+  // The run's start, when it is known only after the notifier was made (a pooled call's: its
+  // supervisor is made before the call arrives, supervisor.hpp, PreparedSupervisor).
+  void set_start_ms(std::int64_t start_ms) { start_ms_ = start_ms; }
   void on_sock_readable();
   // Handles one notification. Returns true when the policy's action is a kill: the caller kills
   // the sandbox (the refused call stays blocked in the kernel until then, so it never runs).

@@ -338,6 +338,24 @@ TEST_CASE("supervise: the output limit truncates while the reader never reads, a
   run.init.reaped = !r.init_pending;
 }
 
+// A pooled sandbox's supervisor is made before its call (sandbox.cpp, hand_out): the call's
+// limits, set on the input after, are the ones the run keeps, not the none it was made with.
+TEST_CASE("supervise: a supervisor made before its call keeps the limits the call sets after") {
+  SignalDispositionGuard no_sigpipe(SIGPIPE, SIG_IGN);
+  StalledRun run;
+  PreparedSupervisor prepared(run.in);  // no wall-time limit, no output limit yet
+  run.in.timeout_ms = 300;
+  run.in.output_limit_bytes = 1000;
+  run.in.start_ms = mono_ms();
+  std::int64_t t0 = mono_ms();
+  SuperviseResult r = prepared.run();
+  CHECK(mono_ms() - t0 < 5000);  // the deadline was armed although it came after the supervisor
+  CHECK(r.timed_out);
+  CHECK(r.out.truncated);
+  CHECK(r.out.dropped_bytes == run.written.size() - 1000);
+  run.init.reaped = !r.init_pending;
+}
+
 TEST_CASE("supervise: a reader that goes away closes the program's pipe; the run goes on to its end") {
   SignalDispositionGuard no_sigpipe(SIGPIPE, SIG_IGN);
   StalledRun run;
