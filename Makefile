@@ -52,7 +52,7 @@ TEST_DEB_PACKAGES = json-schema-test-suite python3 python3-jsonschema procps ipr
   chromium nodejs podman runc uidmap python3-yaml python3-numpy python3-ipykernel python3-jupyter-client prometheus \
   postgresql-15
 # BENCH_DEB_PACKAGES: only `make bench` (bench/README.md): hyperfine, and bubblewrap to compare with.
-BENCH_DEB_PACKAGES = hyperfine bubblewrap
+BENCH_DEB_PACKAGES = hyperfine bubblewrap linux-perf
 
 # Only for `make fuzz`, on top of the run and test sets: clang and its libFuzzer and sanitizer runtimes.
 FUZZ_DEB_PACKAGES = clang-14 libclang-rt-14-dev

@@ -302,6 +302,19 @@ void OutputRelay::close_source() {
   src_.reset();
 }
 
+void OutputRelay::set_limit(std::optional<std::int64_t> limit) {
+  limit_ = limit;
+  if (!limit_) return;
+  // Nothing was delivered yet: what exceeds the limit can only be bytes counted as undelivered.
+  std::uint64_t allowed = static_cast<std::uint64_t>(std::max<std::int64_t>(0, *limit_));
+  if (accepted_ <= allowed) return;
+  std::uint64_t excess = std::min(accepted_ - allowed, stats_.undelivered_bytes);
+  accepted_ -= excess;
+  stats_.undelivered_bytes -= excess;
+  stats_.dropped_bytes += excess;
+  stats_.truncated = true;
+}
+
 void OutputRelay::count_unread(std::uint64_t n) {
   std::uint64_t within = std::min(n, room_under_limit());
   accepted_ += within;

@@ -110,8 +110,9 @@ class OutputRelay {
   // reads one source in its life: a second, or one after the reader has gone, is closed.
   void adopt_source(int fd);
   // The output limit, when it is known only after the relay was made (a pooled call's, whose
-  // supervisor is made before the call arrives: supervisor.hpp). Before any byte is read.
-  void set_limit(std::optional<std::int64_t> limit) { limit_ = limit; }
+  // supervisor is made before the call arrives: supervisor.hpp). Before any byte is read; what
+  // was counted already (a source closed at once because its reader had gone) is held to it.
+  void set_limit(std::optional<std::int64_t> limit);
   bool source_open() const { return src_.ok(); }
   bool reader_closed() const { return stats_.reader_closed; }
   bool truncated() const { return stats_.truncated; }

@@ -214,6 +214,8 @@ class Run {
   void supervise_run();
   SuperviseInput supervise_input();
   void take_call_limits(SuperviseInput& in);
+  void end_supervisor();
+  void bound_events();
   // 4 collect
   void collect();
   void export_artifacts();
@@ -298,9 +300,7 @@ Run::Run(const RunRequest& req)
     auto ev = EventStream::open(s.events);
     if (ev) {
       events_.emplace(std::move(*ev));
-      // Bounded like stdout and stderr, by the same limit (events.hpp: kMaxBytes above it).
-      if (s.limits.output_limit_bytes)
-        events_->set_max_bytes(static_cast<std::size_t>(std::max<std::int64_t>(0, *s.limits.output_limit_bytes)));
+      bound_events();
     } else events_error_ = ev.error();
   }
   ctx_.run_id = parts_.run_id;
@@ -314,6 +314,7 @@ RunReport Run::execute() {
     collect();
   }
   decide_end();
+  end_supervisor();  // before the launch and the facilities its fds and pointers came from
   launch_.reset();
   // A pooled sandbox whose build failed before any call came: no call ran, so no record; the
   // caller gets the error (its pool falls back to a cold run, mcp_pool.hpp).
@@ -795,17 +796,18 @@ bool Run::check_seal() {
 bool Run::hand_out() {
   Launch& L = *launch_;
   if (req_.pool.await_call) {
-    PoolPause pause{L.pidfd.get(), L.chan.reports(), L.sigfd.get(), ctx_.cgroup ? ctx_.cgroup->path() : std::string(),
-                    spec().warm,   L.init_is_child};
     // The call's supervisor is made now, while nothing waits for it (supervisor.hpp,
     // PreparedSupervisor): after the hand-over below, only the call's timers are left to arm.
+    // It owns init's report pipe from now on (non-blocking), which the wait reads as before.
     sup_in_ = supervise_input();
     prepared_sup_.emplace(sup_in_);
-    auto call = req_.pool.await_call(pause);
+    auto call = req_.pool.await_call(PoolPause{L.pidfd.get(), sup_in_.msg_fd, L.sigfd.get(),
+                                               ctx_.cgroup ? ctx_.cgroup->path() : std::string(), spec().warm,
+                                               L.init_is_child});
     std::string refused = call ? pool_refusal(spec(), call->spec) : "";
     if (!call || !refused.empty()) {
       if (!refused.empty()) spdlog::warn("pooled sandbox refused its call: {}", refused);
-      prepared_sup_.reset();
+      end_supervisor();
       kill_init();
       L.sigfd.reset();
       discarded_ = true;
@@ -813,6 +815,7 @@ bool Run::hand_out() {
     }
     handed_out_ = true;
     call_spec_ = std::move(call->spec);
+    bound_events();  // by the call's output limit, which may be lower than the pool's
     inputs_ = std::move(call->inputs);
     record_extra_ = std::move(call->record_extra);
     after_run_ = std::move(call->after_run);
@@ -861,7 +864,7 @@ void Run::supervise_run() {
     if (ctx_.cgroup_events) in.cgroup_events = &*ctx_.cgroup_events;
   }
   sup_ = prepared_sup_->run();
-  prepared_sup_.reset();
+  end_supervisor();
   if (ctx_.cgroup_events) ctx_.cgroup_events->read_all();  // what came with the end: the OOM kill is counted by now
   L.caller_in.end_session();  // the caller's terminal as it was, before anything is reported
   stdin_record_ = L.caller_in.to_json();
@@ -896,6 +899,19 @@ SuperviseInput Run::supervise_input() {
   in.seccomp_named = &ctx_.seccomp->named;
   if (L.proxy) in.proxy = &*L.proxy;
   return in;
+}
+
+// The live events are bounded like stdout and stderr, by the same limit (events.hpp: kMaxBytes
+// above it; a bound only ever lowers).
+void Run::bound_events() {
+  if (events_ && spec().limits.output_limit_bytes)
+    events_->set_max_bytes(static_cast<std::size_t>(std::max<std::int64_t>(0, *spec().limits.output_limit_bytes)));
+}
+
+// The supervisor gone, and the fds it closed no longer named by its input.
+void Run::end_supervisor() {
+  prepared_sup_.reset();
+  sup_in_ = {};
 }
 
 // The call's limits, and its start (a pooled call's is its hand-out, t_spawn_).

@@ -39,6 +39,9 @@ int pidfd_send_signal(int pidfd, int sig) {
 
 }  // namespace
 
+// Named (PreparedSupervisor holds one), but this file's alone.
+namespace supervisor_detail {
+
 // An armed timer's fd, closed when it has fired or the run is over.
 using TimerFd = UniqueFd;
 
@@ -457,6 +460,10 @@ void Supervisor::wind_up() {
   r_.err = err_.finish();
   if (in_.events) note_truncation();
 }
+
+}  // namespace supervisor_detail
+
+using supervisor_detail::Supervisor;
 
 Result<int> arm_timerfd(std::int64_t ms) {
   UniqueFd fd(::timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK));

@@ -123,7 +123,9 @@ struct SuperviseResult {
 // closed and delivered (or cut by the wall-time limit, or their readers have gone).
 SuperviseResult supervise(const SuperviseInput& in);
 
-class Supervisor;
+namespace supervisor_detail {
+class Supervisor;  // supervisor.cpp's
+}
 
 // supervise() in two steps, for a pooled sandbox (runtime/launch/sandbox.cpp, hand_out): made
 // while the sandbox waits for its call (the relays, the seccomp notifier, the loop's
@@ -142,7 +144,7 @@ class PreparedSupervisor {
   SuperviseResult run();
 
  private:
-  std::unique_ptr<Supervisor> s_;
+  std::unique_ptr<supervisor_detail::Supervisor> s_;
 };
 
 // Waits for init when supervise() left it exiting (init_pending); returns its wait status.
