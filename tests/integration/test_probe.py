@@ -196,7 +196,10 @@ class Probe(SbxTestCase):
     def test_cleanup_lines_name_their_evidence(self):
         r, report, probes = self.probe([])
         self.assertExit(r, 0, json.dumps(report, indent=1))
-        self.assertRegex(probes["cleanup.mounts"]["evidence"], r"^/proc/self/mountinfo: \d+ mounts before the run, \d+ after; none added where the run reaches$")
+        # A mount another process makes meanwhile (CI runs the root suite's podman tests beside
+        # this one: /var/lib/containers/storage/overlay) is named in a clause of its own and not
+        # judged (runtime/launch/probe_host.cpp); the line must still say none is where the run reaches.
+        self.assertRegex(probes["cleanup.mounts"]["evidence"], r"^/proc/self/mountinfo: \d+ mounts before the run, \d+ after; none added where the run reaches(; \d+ added meanwhile outside every path the run could reach \(another process's, not judged\): .+)?$")
         self.assertRegex(probes["cleanup.processes"]["evidence"], r"no process left in the run's pid namespace \(inode \d+\)")
         self.assertIn("is empty again", probes["cleanup.files"]["evidence"])
         self.assertIn("cgroup", probes["cleanup.cgroup"]["evidence"])
