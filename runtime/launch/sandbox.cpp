@@ -214,6 +214,7 @@ class Run {
   void supervise_run();
   SuperviseInput supervise_input();
   void take_call_limits(SuperviseInput& in);
+  void prepare_supervisor();
   void end_supervisor();
   void bound_events();
   // 4 collect
@@ -799,8 +800,7 @@ bool Run::hand_out() {
     // The call's supervisor is made now, while nothing waits for it (supervisor.hpp,
     // PreparedSupervisor): after the hand-over below, only the call's timers are left to arm.
     // It owns init's report pipe from now on (non-blocking), which the wait reads as before.
-    sup_in_ = supervise_input();
-    prepared_sup_.emplace(sup_in_);
+    prepare_supervisor();
     auto call = req_.pool.await_call(PoolPause{L.pidfd.get(), sup_in_.msg_fd, L.sigfd.get(),
                                                ctx_.cgroup ? ctx_.cgroup->path() : std::string(), spec().warm,
                                                L.init_is_child});
@@ -846,10 +846,7 @@ bool Run::hand_out() {
 void Run::supervise_run() {
   Launch& L = *launch_;
   t_go_ = monotonic_us();
-  if (!prepared_sup_) {
-    sup_in_ = supervise_input();
-    prepared_sup_.emplace(sup_in_);
-  }
+  if (!prepared_sup_) prepare_supervisor();  // a cold run's: made and run back to back
   SuperviseInput& in = sup_in_;
   take_call_limits(in);
   L.kill_grace_ms = in.kill_grace_ms;
@@ -906,6 +903,12 @@ SuperviseInput Run::supervise_input() {
 void Run::bound_events() {
   if (events_ && spec().limits.output_limit_bytes)
     events_->set_max_bytes(static_cast<std::size_t>(std::max<std::int64_t>(0, *spec().limits.output_limit_bytes)));
+}
+
+// The supervisor made from its input, which it references (sup_in_ outlives it: end_supervisor).
+void Run::prepare_supervisor() {
+  sup_in_ = supervise_input();
+  prepared_sup_.emplace(sup_in_);
 }
 
 // The supervisor gone, and the fds it closed no longer named by its input.
