@@ -370,7 +370,20 @@ Result<RunSpec> template_spec(const WorkerContext& ctx, const LoadedProfile& pro
 
 }  // namespace
 
+// The control directory, removed as the host ends. The server removes it too as it reaps the
+// host (TemplateLauncher::reap), but a server killed outright never does; the host outlives it
+// (its parent-death signal is SIGTERM: it ends and records the template's run first).
+// Only a directory TemplateLauncher::start named: mcp-worker is sbx's own command, never a
+// user's, but one run by hand must not remove what it was pointed at.
+struct ControlDirOwner {
+  const std::string& dir;
+  ~ControlDirOwner() {
+    if (dir.substr(dir.rfind('/') + 1).rfind("sbx-template.", 0) == 0) remove_control_dir(dir);
+  }
+};
+
 int serve_template_host(const WorkerContext& ctx, const std::string& name, const std::string& dir, int note_fd) {
+  ControlDirOwner owner{dir};
   auto say = [note_fd](const std::string& line) {
     std::string l = line + "\n";
     (void)write_all(note_fd, l, "the template's note");

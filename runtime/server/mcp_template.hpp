@@ -83,7 +83,7 @@ class TemplateLauncher : public SandboxLauncher {
   struct Host {
     pid_t pid = -1;
     UniqueFd pidfd, sock, response;
-    std::string dir;   // its control directory (removed when it is reaped)
+    std::string dir;   // its control directory (removed when it is reaped, and by the host as it ends)
     std::string note;  // what it said so far
     std::int64_t born_us = 0, stop_at_us = 0;
     std::int64_t retired_us = 0;  // when a newer template took its place (it drains from then)

@@ -561,6 +561,37 @@ print(json.dumps(sorted(r.items())))
         # Its control directory (in $TMPDIR) is gone with it.
         self.assertEqual(leftover_control_dirs(), [])
 
+    def test_a_server_killed_outright_leaves_no_control_directory(self):
+        # The server removes a template's control directory as it reaps its host; killed
+        # outright it never does, and $TMPDIR kept one per template. The host outlives it (its
+        # parent-death signal is SIGTERM) and removes it as it ends. A TMPDIR of the test's own:
+        # other servers' directories are not this one's.
+        tmp = tempfile.mkdtemp(prefix="sbxit-tpl-")
+        os.chmod(tmp, 0o755)  # as root the template's sandbox id makes its socket below it
+        self.addCleanup(shutil.rmtree, tmp, True)
+        old = os.environ.get("TMPDIR")
+        os.environ["TMPDIR"] = tmp
+        try:
+            s = self.server(["json"])
+        finally:
+            if old is None:
+                del os.environ["TMPDIR"]
+            else:
+                os.environ["TMPDIR"] = old
+        made = [d for d in os.listdir(tmp) if d.startswith("sbx-template.")]
+        self.assertEqual(len(made), 1, made)
+        self.assertEqual(self.run_code(s, "print('x')\n")["stdout"], "x\n")
+        host = template_hosts(s.p.pid)[0]
+        os.kill(s.p.pid, signal.SIGKILL)
+        s.p.wait()
+        deadline = time.monotonic() + scaled(30)
+        while alive(host) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        self.assertFalse(alive(host), "the template's host did not end after its server")
+        self.assertEqual(os.listdir(tmp), [])
+        # It ended its template's run as a stopped server's does: the run has its record.
+        self.assertTrue(any(r.get("template") for r in self.records(s)), [r.get("sandbox") for r in self.records(s)])
+
     def test_template_mode_is_refused_where_it_cannot_hold(self):
         for extra, want in (({"network": {"allow": ["example.com"]}}, "a template's calls have no network"),
                             ({"seccomp": "unconfined"}, "needs the default seccomp policy")):
