@@ -24,6 +24,10 @@ std::string describe_fd(int fd) {
   if (S_ISREG(st.st_mode) || S_ISBLK(st.st_mode)) return "file";
   if (S_ISSOCK(st.st_mode)) return "socket";
   if (S_ISCHR(st.st_mode) && major(st.st_rdev) == 1 && minor(st.st_rdev) == 3) return "null";
+  // No file type: an anonymous inode (epoll, eventfd, signalfd, timerfd, pidfd, inotify). None is
+  // a stream of input: an epoll fd never polls readable, so a relay of it waited for the wall
+  // limit, and an eventfd's or signalfd's reads are counters and records, not bytes for a program.
+  if ((st.st_mode & S_IFMT) == 0) return "anonymous inode";
   return "device";
 }
 
@@ -41,10 +45,13 @@ const char* mode_name(StdinMode m) {
 Result<StdinPlan> plan_stdin(bool interactive, bool tty, int fd) {
   StdinPlan plan;
   plan.source = describe_fd(fd);
-  bool empty = plan.source == "null" || plan.source == "closed";
+  bool empty = plan.source == "null" || plan.source == "closed" || plan.source == "anonymous inode";
   if (tty) {
     if (plan.source != "terminal") {
-      std::string is = plan.source == "closed" ? "closed" : plan.source == "null" ? "/dev/null" : "a " + plan.source;
+      std::string is = plan.source == "closed"            ? "closed"
+                       : plan.source == "null"            ? "/dev/null"
+                       : plan.source == "anonymous inode" ? "an anonymous inode"
+                                                          : "a " + plan.source;
       return make_error("usage", "-t/--tty needs a terminal on stdin (stdin is " + is + ")");
     }
     plan.mode = StdinMode::pty;

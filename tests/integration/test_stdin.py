@@ -350,6 +350,27 @@ class PipeStdin(SbxTestCase):
             self.assertEqual(f.read(), b"original\n", "the program wrote into the caller's stdin file")
         self.assertEqual(p.stdout, b"original\n", p.stderr)
 
+    def test_an_epoll_fd_on_stdin_is_no_input_not_a_wait_for_the_wall_limit(self):
+        # An anonymous inode (here an epoll fd, which never polls readable) was relayed: `cat`
+        # then read nothing until --timeout ended the run. It is empty input, as /dev/null is.
+        ep = select.epoll()
+        try:
+            tpath = self.path("trace.json")
+            start = time.monotonic()
+            p = subprocess.run([SBX, "run", "-i", "--timeout", "60s", "--trace-file", tpath, "--",
+                                "sh", "-c", "cat; readlink /proc/self/fd/0"],
+                               stdin=ep.fileno(), capture_output=True, timeout=120)
+            took = time.monotonic() - start
+        finally:
+            ep.close()
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(p.stdout, b"/dev/null\n", p.stderr)
+        self.assertLess(took, 30, "the run waited on its stdin")
+        with open(tpath) as f:
+            t = json.load(f)
+        validate_trace(self, t)
+        self.assertEqual((t["stdin"]["source"], t["stdin"]["mode"]), ("anonymous inode", "null"))
+
     def test_exec_program_gets_no_caller_stdin(self):
         req = self.path("req.json")
         with open(req, "w") as f:

@@ -1,6 +1,8 @@
 #include <doctest/doctest.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -33,6 +35,18 @@ TEST_CASE("plan_stdin: the caller's stdin decides the program's") {
   REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM, 0, s) == 0);
   UniqueFd s0(s[0]), s1(s[1]);
   CHECK(plan_stdin(false, false, s0.get())->source == "socket");
+
+  // An epoll fd never polls readable: relayed, the run waited for its wall limit. Like /dev/null.
+  UniqueFd ep(::epoll_create1(EPOLL_CLOEXEC));
+  auto anon = plan_stdin(true, false, ep.get());
+  REQUIRE(anon.ok());
+  CHECK(anon->mode == StdinMode::null);
+  CHECK_FALSE(anon->relay);
+  CHECK(anon->source == "anonymous inode");
+  UniqueFd ev(::eventfd(0, EFD_CLOEXEC));
+  CHECK(plan_stdin(false, false, ev.get())->mode == StdinMode::null);
+  CHECK(plan_stdin(true, true, ev.get()).error().message ==
+        "-t/--tty needs a terminal on stdin (stdin is an anonymous inode)");
 
   auto closed = plan_stdin(false, false, 1000);
   REQUIRE(closed.ok());
