@@ -24,7 +24,8 @@ std::string describe_fd(int fd) {
   if (S_ISREG(st.st_mode) || S_ISBLK(st.st_mode)) return "file";
   if (S_ISSOCK(st.st_mode)) return "socket";
   if (S_ISCHR(st.st_mode) && major(st.st_rdev) == 1 && minor(st.st_rdev) == 3) return "null";
-  // No file type: an anonymous inode (epoll, eventfd, signalfd, timerfd, pidfd, inotify). None is
+  // No file type: an anonymous inode (epoll, eventfd, signalfd, timerfd, inotify, fanotify,
+  // userfaultfd; a pidfd too, except where pidfs made it S_IFREG, ~6.9-6.14: a "file" there). None is
   // a stream of input: an epoll fd never polls readable, so a relay of it waited for the wall
   // limit, and an eventfd's or signalfd's reads are counters and records, not bytes for a program.
   if ((st.st_mode & S_IFMT) == 0) return "anonymous inode";

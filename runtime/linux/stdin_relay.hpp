@@ -39,8 +39,9 @@ enum class StdinMode { null, pipe, pty };
 
 struct StdinPlan {
   StdinMode mode = StdinMode::null;
-  std::string source = "none";  // sbx's fd 0: terminal, pipe, file, socket, device, null, closed, none
-  bool relay = false;           // the caller's input is copied to the program
+  // sbx's fd 0: terminal, pipe, file, socket, device, anonymous inode, null, closed, none
+  std::string source = "none";
+  bool relay = false;  // the caller's input is copied to the program
 };
 
 // What `sbx run` gives the program for the flags -i (interactive) and -t (tty) and sbx's fd 0.
