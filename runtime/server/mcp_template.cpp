@@ -40,16 +40,61 @@ void log_line(const std::string& s) {
   (void)!::write(STDERR_FILENO, line.data(), line.size());
 }
 
-// Removes a control directory the server made: its socket, then the directory; nothing else is
-// ever in it (the driver makes only the socket).
-void remove_control_dir(const std::string& dir) {
-  if (dir.empty()) return;
-  (void)::unlink((dir + "/sock").c_str());
-  if (::rmdir(dir.c_str()) != 0 && errno != ENOENT)
-    log_line("could not remove the template's control directory " + dir + ": " + std::strerror(errno));
+}  // namespace
+
+Result<ControlDir> ControlDir::open(const std::string& path) {
+  ControlDir d;
+  auto slash = path.rfind('/');
+  d.name_ = slash == std::string::npos ? path : path.substr(slash + 1);
+  std::string parent = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  if (d.name_.rfind("sbx-template.", 0) != 0)
+    return make_error("mcp", path + " is not a template's control directory (sbx-template.*)", EINVAL);
+  d.parent_ = UniqueFd(::open(parent.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!d.parent_.ok()) return sys_error("mcp", "open " + parent);
+  d.dir_ = UniqueFd(::openat(d.parent_.get(), d.name_.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!d.dir_.ok()) return sys_error("mcp", "open the template's control directory " + path);
+  struct stat st;
+  if (::fstat(d.dir_.get(), &st) != 0 || st.st_uid != ::geteuid()) {
+    d.dir_.reset();  // not ours: nothing of it is removed
+    return make_error("mcp", "the template's control directory " + path + " is not this user's", EPERM);
+  }
+  d.path_ = path;
+  return d;
 }
 
-}  // namespace
+ControlDir& ControlDir::operator=(ControlDir&& o) noexcept {
+  if (this != &o) {
+    remove();
+    parent_ = std::move(o.parent_);
+    dir_ = std::move(o.dir_);
+    path_ = std::move(o.path_);
+    name_ = std::move(o.name_);
+  }
+  return *this;
+}
+
+void ControlDir::remove() {
+  if (!dir_.ok()) return;
+  if (::unlinkat(dir_.get(), "sock", 0) != 0 && errno != ENOENT)
+    log_line("could not remove the template's socket in " + path_ + ": " + std::strerror(errno));
+  // Its name, only while it still leads to this directory (not a link, nor another put there).
+  if (named() && ::unlinkat(parent_.get(), name_.c_str(), AT_REMOVEDIR) != 0 && errno != ENOENT)
+    log_line("could not remove the template's control directory " + path_ + ": " + std::strerror(errno));
+  disown();
+}
+
+bool ControlDir::named() const {
+  struct stat mine, named;
+  return dir_.ok() && ::fstat(dir_.get(), &mine) == 0 &&
+         ::fstatat(parent_.get(), name_.c_str(), &named, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(named.st_mode) &&
+         named.st_dev == mine.st_dev && named.st_ino == mine.st_ino;
+}
+
+void ControlDir::disown() {
+  dir_.reset();
+  parent_.reset();
+  path_.clear();
+}
 
 TemplateNote parse_template_note(const std::string& text) {
   TemplateNote n;
@@ -106,12 +151,16 @@ Status TemplateLauncher::start() {
   // a directory of its own (mkdtemp: 0700, unguessable) holding nothing but the driver's socket.
   std::string tmpl = root_ + "/sbx-template.XXXXXX";
   if (!::mkdtemp(tmpl.data())) return sys_error("mcp", "make a template's control directory in " + root_);
-  // The driver's socket must fit a sockaddr_un (108 bytes with its NUL).
-  if (tmpl.size() + 6 > 107) {
+  // Open at once: 0700 and this user's, its name cannot have been taken since (ControlDir).
+  auto dir = ControlDir::open(tmpl);
+  if (!dir) {
     (void)::rmdir(tmpl.c_str());
+    return dir.error();
+  }
+  // The driver's socket must fit a sockaddr_un (108 bytes with its NUL).
+  if (tmpl.size() + 6 > 107)
     return make_error("mcp", "$TMPDIR is too long for a template's socket (" + tmpl + "/sock): set a shorter TMPDIR",
                       ENAMETOOLONG);
-  }
   int sv[2];
   if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) return sys_error("mcp", "socketpair");
   UniqueFd mine(sv[0]), theirs(sv[1]);
@@ -120,16 +169,13 @@ Status TemplateLauncher::start() {
   std::vector<std::string> argv = argv_;
   argv.insert(argv.end(), {"--template-host", tmpl});
   auto w = spawn_worker(argv, theirs.get(), std::move(out), SIGTERM);
-  if (!w) {
-    (void)::rmdir(tmpl.c_str());
-    return w.error();
-  }
+  if (!w) return w.error();
   Host h;
   h.pid = w->pid;
   h.pidfd = std::move(w->pidfd);
   h.response = std::move(w->response);
   h.sock = std::move(mine);
-  h.dir = tmpl;
+  h.dir = std::move(*dir);
   h.born_us = monotonic_us();
   hosts_.push_back(std::move(h));
   return {};
@@ -141,17 +187,23 @@ Status TemplateLauncher::start() {
 // root's too, mode 0600: the sandbox's host uid is every default sandbox's, and one that could
 // reach the path (a profile binding the host's $TMPDIR) could otherwise send the template a job
 // of its own (its argv, its filter). The workers connect as root.
-void TemplateLauncher::seal(Host& h) {
-  if (h.sealed || ::geteuid() != 0) return;
+bool TemplateLauncher::seal(Host& h) {
+  // The workers connect to the socket by its name: only while it leads to the directory made.
+  if (!h.dir.named()) {
+    stop(h, "its control directory " + h.dir.path() + " was replaced");
+    return false;
+  }
+  if (h.sealed || ::geteuid() != 0) return true;
   h.sealed = true;
-  UniqueFd dir(::open(h.dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  const int dir = h.dir.fd();  // the directory made, whatever its name leads to now
   struct stat st;
   // The directory first: from then on the sandbox's uid cannot swap the socket for a link.
-  bool ok = dir.ok() && ::fchown(dir.get(), 0, 0) == 0 && ::fchmod(dir.get(), 0755) == 0 &&
-            ::fstatat(dir.get(), "sock", &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISSOCK(st.st_mode) &&
-            ::fchownat(dir.get(), "sock", 0, 0, AT_SYMLINK_NOFOLLOW) == 0 &&
-            ::fchmodat(dir.get(), "sock", 0600, 0) == 0;
-  if (!ok) log_line("could not take back the template's control directory " + h.dir + ": " + std::strerror(errno));
+  bool ok = dir >= 0 && ::fchown(dir, 0, 0) == 0 && ::fchmod(dir, 0755) == 0 &&
+            ::fstatat(dir, "sock", &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISSOCK(st.st_mode) &&
+            ::fchownat(dir, "sock", 0, 0, AT_SYMLINK_NOFOLLOW) == 0 && ::fchmodat(dir, "sock", 0600, 0) == 0;
+  if (!ok)
+    log_line("could not take back the template's control directory " + h.dir.path() + ": " + std::strerror(errno));
+  return true;
 }
 
 void TemplateLauncher::read_note(Host& h) { read_worker_note(h.sock.get(), h.note); }
@@ -171,8 +223,7 @@ void TemplateLauncher::reap(Host& h) {
     while (::waitpid(h.pid, &ws, 0) < 0 && errno == EINTR) {}
     h.pid = -1;
   }
-  remove_control_dir(h.dir);
-  h.dir.clear();
+  h.dir.remove();
 }
 
 std::string TemplateLauncher::await_first(int timeout_ms) {
@@ -185,7 +236,7 @@ std::string TemplateLauncher::await_first(int timeout_ms) {
     TemplateNote n = parse_template_note(h.note);
     if (!n.failed.empty()) return n.failed;
     if (n.ready) {
-      seal(h);
+      if (!seal(h)) return "the template's control directory " + h.dir.path() + " was replaced";
       sync_pool();  // its pooled forks start now, beside the server's start
       return "";
     }
@@ -239,9 +290,8 @@ json TemplateLauncher::ready_template() {
   Host& h = hosts_.back();
   read_note(h);
   TemplateNote n = parse_template_note(h.note);
-  if (!n.failed.empty() || !n.ready || n.run_id.empty()) return nullptr;
-  seal(h);
-  return {{"socket", h.dir + "/sock"}, {"digest", n.digest}, {"run_id", n.run_id}};
+  if (!n.failed.empty() || !n.ready || n.run_id.empty() || !seal(h)) return nullptr;
+  return {{"socket", h.dir.path() + "/sock"}, {"digest", n.digest}, {"run_id", n.run_id}};
 }
 
 // The pool follows the current template: retired (its idle forks discarded, its workers reaped
@@ -370,20 +420,20 @@ Result<RunSpec> template_spec(const WorkerContext& ctx, const LoadedProfile& pro
 
 }  // namespace
 
-// The control directory, removed as the host ends. The server removes it too as it reaps the
-// host (TemplateLauncher::reap), but a server killed outright never does; the host outlives it
-// (its parent-death signal is SIGTERM: it ends and records the template's run first).
-// Only a directory TemplateLauncher::start named: mcp-worker is sbx's own command, never a
-// user's, but one run by hand must not remove what it was pointed at.
-struct ControlDirOwner {
-  const std::string& dir;
-  ~ControlDirOwner() {
-    if (dir.substr(dir.rfind('/') + 1).rfind("sbx-template.", 0) == 0) remove_control_dir(dir);
+// The host's hold on its control directory. The server removes it as it reaps the host; killed
+// outright it never does, and the host outlives it (its parent-death signal is SIGTERM: it ends
+// and records the template's run first), so the host removes it as it ends, but only once its
+// server is gone: until then the server's workers connect to the socket by its name, which must
+// stay taken (ControlDir).
+struct HostsControlDir {
+  ControlDir dir;
+  pid_t server = ::getppid();
+  ~HostsControlDir() {
+    if (::getppid() == server) dir.disown();
   }
 };
 
 int serve_template_host(const WorkerContext& ctx, const std::string& name, const std::string& dir, int note_fd) {
-  ControlDirOwner owner{dir};
   auto say = [note_fd](const std::string& line) {
     std::string l = line + "\n";
     (void)write_all(note_fd, l, "the template's note");
@@ -392,6 +442,9 @@ int serve_template_host(const WorkerContext& ctx, const std::string& name, const
     say("failed " + printable(e.describe()));
     return 125;
   };
+  HostsControlDir control;
+  if (auto d = ControlDir::open(dir); d) control.dir = std::move(*d);
+  else return fail(d.error());
   auto profile = load_profile(name);
   if (!profile) return fail(profile.error());
   auto spec = template_spec(ctx, *profile, name, dir);
@@ -418,7 +471,7 @@ int serve_template_host(const WorkerContext& ctx, const std::string& name, const
     if (!id) return fail(id.error());
     auto uid = host_id(id->uid_map, id->uid);
     auto gid = host_id(id->gid_map, id->gid);
-    if (!uid || !gid || ::chown(dir.c_str(), *uid, *gid) != 0)
+    if (!uid || !gid || ::fchown(control.dir.fd(), *uid, *gid) != 0)
       return fail(make_error("mcp", "hand the template's control directory " + dir + " to its sandbox", EPERM));
   }
   say("template " + run.run_id + " " + digest);

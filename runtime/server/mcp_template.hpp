@@ -37,6 +37,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "runtime/base/error.hpp"
+#include "runtime/base/fsutil.hpp"
 #include "runtime/server/mcp_pool.hpp"
 #include "runtime/server/mcp_server.hpp"
 #include "runtime/server/mcp_worker.hpp"
@@ -59,6 +61,34 @@ struct TemplateNote {
   std::string failed;  // "" unless the driver (or the host) said why it could not start
 };
 TemplateNote parse_template_note(const std::string& text);
+
+// A template's control directory (mkdtemp in $TMPDIR, named sbx-template.*), held open from its
+// making: what seals or removes it acts on that directory, never on whatever its name leads to
+// later. $TMPDIR is usually /tmp, where anyone may take a name that was made free: a removal by
+// path, as root, followed a link put there in its place. Removed (its socket, then itself, if its
+// name still leads to it) as it is destroyed; nothing but the driver's socket is ever in it.
+class ControlDir {
+ public:
+  ControlDir() = default;
+  // `path`: a directory of this process's euid named sbx-template.*, not a link.
+  static Result<ControlDir> open(const std::string& path);
+  ControlDir(ControlDir&&) noexcept = default;
+  ControlDir& operator=(ControlDir&& o) noexcept;
+  ControlDir(const ControlDir&) = delete;
+  ControlDir& operator=(const ControlDir&) = delete;
+  ~ControlDir() { remove(); }
+  int fd() const { return dir_.get(); }
+  const std::string& path() const { return path_; }
+  void remove();
+  // Whether its name still leads to it (not to a link, nor to another directory put there).
+  bool named() const;
+  // Closed, and left where it is (its owner removes it).
+  void disown();
+
+ private:
+  UniqueFd parent_, dir_;
+  std::string path_, name_;
+};
 
 class TemplateLauncher : public SandboxLauncher {
  public:
@@ -83,7 +113,9 @@ class TemplateLauncher : public SandboxLauncher {
   struct Host {
     pid_t pid = -1;
     UniqueFd pidfd, sock, response;
-    std::string dir;   // its control directory (removed when it is reaped, and by the host as it ends)
+    // Its control directory: removed when it is reaped; by the host as it ends only if this
+    // server is gone (until then the workers connect to its socket by name).
+    ControlDir dir;
     std::string note;  // what it said so far
     std::int64_t born_us = 0, stop_at_us = 0;
     std::int64_t retired_us = 0;  // when a newer template took its place (it drains from then)
@@ -92,7 +124,9 @@ class TemplateLauncher : public SandboxLauncher {
   };
   Status start();
   void read_note(Host& h);
-  void seal(Host& h);
+  // Root: the directory and its socket root's again once the driver is ready. False (and the
+  // template stopped) when its name no longer leads to the directory made.
+  bool seal(Host& h);
   void stop(Host& h, const std::string& why);
   void reap(Host& h);
 
