@@ -7,6 +7,7 @@
 #include <sys/mman.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/utsname.h>
 #include <sys/wait.h>
@@ -647,14 +648,30 @@ Result<UniqueFd> template_job(const ChildConfig& cfg, const std::vector<Generate
 }
 
 // A connection to the template's control socket at `path`; never waited for (a full backlog, a
-// wedged template: EAGAIN, and the call runs cold).
+// wedged template: EAGAIN, and the call runs cold). Its directory is in $TMPDIR (usually /tmp),
+// whose names another user may take once the server removes a dead template's directory
+// (mcp_template.hpp, ControlDir): a worker that connected there would send that user the call's
+// job. So the socket is reached through its directory held open, once that directory is this
+// user's and writable by no other (root's once the server sealed it; the caller's, rootless),
+// and the socket too.
 Result<UniqueFd> connect_template(const std::string& path) {
+  const auto slash = path.rfind('/');
+  if (slash == std::string::npos || slash == 0) return Error{"template", EINVAL, "control socket path " + path};
+  const std::string name = path.substr(slash + 1);
+  UniqueFd dir(::open(path.substr(0, slash).c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!dir.ok()) return sys_error("template", "open the template's control directory for " + path);
+  struct stat d, s;
+  if (::fstat(dir.get(), &d) != 0 || d.st_uid != ::geteuid() || (d.st_mode & 022) != 0 ||
+      ::fstatat(dir.get(), name.c_str(), &s, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISSOCK(s.st_mode) ||
+      s.st_uid != ::geteuid())
+    return Error{"template", EPERM, "the template's control socket " + path + " is not this user's"};
+  const std::string via = "/proc/self/fd/" + std::to_string(dir.get()) + "/" + name;
   UniqueFd sock(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
   if (!sock.ok()) return sys_error("template", "socket");
   struct sockaddr_un addr {};
   addr.sun_family = AF_UNIX;
-  if (path.size() >= sizeof addr.sun_path) return Error{"template", ENAMETOOLONG, "control socket path " + path};
-  std::memcpy(addr.sun_path, path.c_str(), path.size());
+  if (via.size() >= sizeof addr.sun_path) return Error{"template", ENAMETOOLONG, "control socket path " + via};
+  std::memcpy(addr.sun_path, via.c_str(), via.size());
   if (::connect(sock.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0)
     return sys_error("template", "connect to the template at " + path);
   return sock;

@@ -592,6 +592,45 @@ print(json.dumps(sorted(r.items())))
         # It ended its template's run as a stopped server's does: the run has its record.
         self.assertTrue(any(r.get("template") for r in self.records(s)), [r.get("sandbox") for r in self.records(s)])
 
+    def test_a_worker_reaches_only_a_control_socket_of_its_own_user(self):
+        # The socket's name is in $TMPDIR, where another user may take it once a dead template's
+        # directory is removed: a worker that connected to theirs would send them the call's job.
+        # Workers connect only through a directory and a socket of their own user's (root's
+        # here, once sealed). Given to another user, the template is not reached: calls run cold
+        # and say why, until it is root's again.
+        if MODE != "root":
+            self.skipTest("rootless: the test cannot give the socket to another user")
+        tmp = tempfile.mkdtemp(prefix="sbxit-tpl-")
+        os.chmod(tmp, 0o755)
+        self.addCleanup(shutil.rmtree, tmp, True)
+        old = os.environ.get("TMPDIR")
+        os.environ["TMPDIR"] = tmp
+        try:
+            s = self.server(["json"], forked_ahead=True)
+        finally:
+            if old is None:
+                del os.environ["TMPDIR"]
+            else:
+                os.environ["TMPDIR"] = old
+        (made,) = [d for d in os.listdir(tmp) if d.startswith("sbx-template.")]
+        sock = os.path.join(tmp, made, "sock")
+        self.assertEqual(os.lstat(sock).st_uid, 0)
+        os.lchown(sock, 65534, 65534)
+        seen = []
+        for _ in range(10):  # the forks made ahead were connected before: they serve first
+            self.assertEqual(self.run_code(s, "print('x')\n")["stdout"], "x\n")
+            seen.append(self.records(s)[-1])
+            if seen[-1]["sandbox"]["made_by"] == "cold":
+                break
+        self.assertEqual(seen[-1]["sandbox"]["made_by"], "cold", [r["sandbox"] for r in seen])
+        self.assertIn("is not this user's", seen[-1]["pool"]["reason"])
+        os.lchown(sock, 0, 0)
+        deadline = time.monotonic() + scaled(30)
+        while self.records(s)[-1]["sandbox"]["made_by"] != "template":
+            self.assertLess(time.monotonic(), deadline, self.records(s)[-1]["pool"])
+            self.run_code(s, "pass\n")
+            time.sleep(0.1)
+
     def test_template_mode_is_refused_where_it_cannot_hold(self):
         for extra, want in (({"network": {"allow": ["example.com"]}}, "a template's calls have no network"),
                             ({"seccomp": "unconfined"}, "needs the default seccomp policy")):
