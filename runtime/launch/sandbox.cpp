@@ -43,6 +43,7 @@
 #include "runtime/record/ledger_key.hpp"
 #include "runtime/egress/proxy.hpp"
 #include "runtime/linux/seccomp_policy.hpp"
+#include "runtime/linux/unix_peer.hpp"
 #include "runtime/base/sha256.hpp"
 #include "runtime/base/signals.hpp"
 #include "runtime/base/strings.hpp"
@@ -515,7 +516,8 @@ bool Run::prepare_signals() {
 //    would be sbx itself, and the run would end without its record.
 //  - in a warm pool: the supervisor waits for the call while init waits before the execve.
 namespace {
-Result<UniqueFd> connect_template(const std::string& path);  // below, with the template's other helpers
+Result<UniqueFd> connect_template(const std::string& path,
+                                  pid_t listener_pid);  // below, with the template's other helpers
 Result<UniqueFd> template_job(const ChildConfig& cfg, const std::vector<GeneratedFile>& files, bool pooled, bool trace);
 }  // namespace
 
@@ -529,7 +531,7 @@ bool Run::spawn() {
     const bool pooled = static_cast<bool>(req_.pool.await_call);
     auto job = template_job(launch_->cfg, req_.files, pooled, std::getenv("SBX_BENCH_TEMPLATE_STAGES") != nullptr);
     if (!job) return fail_setup(job.error());
-    auto sock = connect_template(req_.from_template.socket);
+    auto sock = connect_template(req_.from_template.socket, req_.from_template.listener_pid);
     if (sock) return spawn_from_template(std::move(*sock), std::move(*job));
     // A pooled sandbox is made for the template or not at all: its pool (mcp_template.hpp) is
     // the template's, and a call it cannot serve runs on the template's unpooled path.
@@ -653,8 +655,10 @@ Result<UniqueFd> template_job(const ChildConfig& cfg, const std::vector<Generate
 // (mcp_template.hpp, ControlDir): a worker that connected there would send that user the call's
 // job. So the socket is reached through its directory held open, once that directory is this
 // user's and writable by no other (root's once the server sealed it; the caller's, rootless),
-// and the socket too.
-Result<UniqueFd> connect_template(const std::string& path) {
+// and the socket too. And whoever may write that directory (rootless: any sandbox of the caller's
+// that reaches it), the socket's listener must be the driver the server found there when the
+// template was ready (`listener_pid`, TemplateLauncher::seal), or no job is sent.
+Result<UniqueFd> connect_template(const std::string& path, pid_t listener_pid) {
   const auto slash = path.rfind('/');
   if (slash == std::string::npos || slash == 0) return Error{"template", EINVAL, "control socket path " + path};
   const std::string name = path.substr(slash + 1);
@@ -665,15 +669,14 @@ Result<UniqueFd> connect_template(const std::string& path) {
       ::fstatat(dir.get(), name.c_str(), &s, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISSOCK(s.st_mode) ||
       s.st_uid != ::geteuid())
     return Error{"template", EPERM, "the template's control socket " + path + " is not this user's"};
-  const std::string via = "/proc/self/fd/" + std::to_string(dir.get()) + "/" + name;
-  UniqueFd sock(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
-  if (!sock.ok()) return sys_error("template", "socket");
-  struct sockaddr_un addr {};
-  addr.sun_family = AF_UNIX;
-  if (via.size() >= sizeof addr.sun_path) return Error{"template", ENAMETOOLONG, "control socket path " + via};
-  std::memcpy(addr.sun_path, via.c_str(), via.size());
-  if (::connect(sock.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0)
-    return sys_error("template", "connect to the template at " + path);
+  auto sock = connect_unix_at(dir.get(), name, "the template at " + path);
+  if (!sock) return sock.error();
+  auto pid = unix_peer_pid(sock->get());
+  if (!pid) return pid.error();
+  if (listener_pid <= 0 || *pid != listener_pid)
+    return Error{"template", EPERM,
+                 "the template's control socket " + path + " is not its driver's (it listens in process " +
+                     std::to_string(*pid) + ", the driver is " + std::to_string(listener_pid) + ")"};
   return sock;
 }
 

@@ -24,6 +24,7 @@
 #include "runtime/image/self_digest.hpp"
 #include "runtime/launch/sandbox.hpp"
 #include "runtime/launch/tenant.hpp"
+#include "runtime/linux/unix_peer.hpp"
 #include "runtime/linux/userns.hpp"
 #include "runtime/model/caps.hpp"
 #include "runtime/model/profile.hpp"
@@ -34,6 +35,8 @@ namespace {
 using nlohmann::json;
 
 constexpr const char* kControlMount = "/run/sbx-template";  // warm_template.py's CONTROL_DIR
+// How far below its host a template's driver may be (seal()): it is three generations down.
+constexpr int kMaxDriverDepth = 8;
 
 void log_line(const std::string& s) {
   std::string line = "sbx: mcp: template: " + printable(s) + "\n";
@@ -187,23 +190,43 @@ Status TemplateLauncher::start() {
 // root's too, mode 0600: the sandbox's host uid is every default sandbox's, and one that could
 // reach the path (a profile binding the host's $TMPDIR) could otherwise send the template a job
 // of its own (its argv, its filter). The workers connect as root.
-bool TemplateLauncher::seal(Host& h) {
+//
+// Until then that uid (rootless: the caller's, always) could also have put a socket of its own in
+// the driver's place, from another sandbox that reaches the path: its owner and mode say nothing
+// of who listens. The kernel does: the listener's pid (SO_PEERCRED), which must be this host's
+// own descendant, the driver. The workers then connect only to that listener (sandbox.cpp,
+// connect_template), whoever may write the directory later.
+std::string TemplateLauncher::seal(Host& h) {
+  auto fail = [&](const std::string& why) {
+    stop(h, why);
+    return why;
+  };
   // The workers connect to the socket by its name: only while it leads to the directory made.
-  if (!h.dir.named()) {
-    stop(h, "its control directory " + h.dir.path() + " was replaced");
-    return false;
-  }
-  if (h.sealed || ::geteuid() != 0) return true;
+  if (!h.dir.named()) return fail("its control directory " + h.dir.path() + " was replaced");
+  if (h.sealed) return "";
   h.sealed = true;
   const int dir = h.dir.fd();  // the directory made, whatever its name leads to now
-  struct stat st;
-  // The directory first: from then on the sandbox's uid cannot swap the socket for a link.
-  bool ok = dir >= 0 && ::fchown(dir, 0, 0) == 0 && ::fchmod(dir, 0755) == 0 &&
-            ::fstatat(dir, "sock", &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISSOCK(st.st_mode) &&
-            ::fchownat(dir, "sock", 0, 0, AT_SYMLINK_NOFOLLOW) == 0 && ::fchmodat(dir, "sock", 0600, 0) == 0;
-  if (!ok)
-    log_line("could not take back the template's control directory " + h.dir.path() + ": " + std::strerror(errno));
-  return true;
+  if (::geteuid() == 0) {
+    struct stat st;
+    // The directory first: from then on the sandbox's uid cannot swap the socket for a link.
+    bool ok = dir >= 0 && ::fchown(dir, 0, 0) == 0 && ::fchmod(dir, 0755) == 0 &&
+              ::fstatat(dir, "sock", &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISSOCK(st.st_mode) &&
+              ::fchownat(dir, "sock", 0, 0, AT_SYMLINK_NOFOLLOW) == 0 && ::fchmodat(dir, "sock", 0600, 0) == 0;
+    if (!ok)
+      log_line("could not take back the template's control directory " + h.dir.path() + ": " + std::strerror(errno));
+  }
+  // The driver is the host's great-grandchild: the host's child is the sandbox's init, whose
+  // child, the program, forks the template in a pid namespace of its own (warm_template.py,
+  // _pid_no_call_has).
+  auto sock = connect_unix_at(dir, "sock", "the template's control socket " + h.dir.path() + "/sock");
+  auto pid = sock ? unix_peer_pid(sock->get()) : Result<pid_t>(sock.error());
+  if (!pid || !descends_from(*pid, h.pid, kMaxDriverDepth))
+    return fail("its control socket " + h.dir.path() + "/sock is not its driver's (" +
+                (pid ? "it listens in process " + std::to_string(*pid) + ", not one of the template's"
+                     : pid.error().describe()) +
+                ")");
+  h.listener_pid = *pid;
+  return "";
 }
 
 void TemplateLauncher::read_note(Host& h) { read_worker_note(h.sock.get(), h.note); }
@@ -236,7 +259,7 @@ std::string TemplateLauncher::await_first(int timeout_ms) {
     TemplateNote n = parse_template_note(h.note);
     if (!n.failed.empty()) return n.failed;
     if (n.ready) {
-      if (!seal(h)) return "the template's control directory " + h.dir.path() + " was replaced";
+      if (std::string why = seal(h); !why.empty()) return "the template was stopped: " + why;
       sync_pool();  // its pooled forks start now, beside the server's start
       return "";
     }
@@ -290,8 +313,9 @@ json TemplateLauncher::ready_template() {
   Host& h = hosts_.back();
   read_note(h);
   TemplateNote n = parse_template_note(h.note);
-  if (!n.failed.empty() || !n.ready || n.run_id.empty() || !seal(h)) return nullptr;
-  return {{"socket", h.dir.path() + "/sock"}, {"digest", n.digest}, {"run_id", n.run_id}};
+  if (!n.failed.empty() || !n.ready || n.run_id.empty() || !seal(h).empty()) return nullptr;
+  return {
+      {"socket", h.dir.path() + "/sock"}, {"listener_pid", h.listener_pid}, {"digest", n.digest}, {"run_id", n.run_id}};
 }
 
 // The pool follows the current template: retired (its idle forks discarded, its workers reaped

@@ -120,13 +120,15 @@ class TemplateLauncher : public SandboxLauncher {
     std::int64_t born_us = 0, stop_at_us = 0;
     std::int64_t retired_us = 0;  // when a newer template took its place (it drains from then)
     bool stopping = false;
-    bool sealed = false;  // its control directory taken back (root: seal())
+    bool sealed = false;     // its control directory taken back (root) and its listener checked: seal()
+    pid_t listener_pid = 0;  // the driver, which listens on the socket (seal())
   };
   Status start();
   void read_note(Host& h);
-  // Root: the directory and its socket root's again once the driver is ready. False (and the
-  // template stopped) when its name no longer leads to the directory made.
-  bool seal(Host& h);
+  // Once the driver is ready: root, the directory and its socket root's again; and the socket's
+  // listener must be the driver. "" if so; else why not (and the template is stopped): it is
+  // not, or the directory's name no longer leads to the directory made.
+  std::string seal(Host& h);
   void stop(Host& h, const std::string& why);
   void reap(Host& h);
 

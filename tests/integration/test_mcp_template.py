@@ -16,6 +16,7 @@ import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 import uuid
 
@@ -66,6 +67,50 @@ def alive(pid):
         return False
 
 
+class Impostor:
+    """A SEQPACKET listener of the test's own, renamed over a template's control socket, as
+    another sandbox that reaches the path could: it keeps what each connection sent it (a call's
+    job is "call" and its fds)."""
+
+    def __init__(self, path):
+        self.s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.s.bind(path + ".impostor")
+        self.s.listen(8)
+        os.rename(path + ".impostor", path)
+        self.s.settimeout(0.1)
+        self.got = []
+        self.done = False
+        self.t = threading.Thread(target=self._serve, daemon=True)
+        self.t.start()
+
+    def _serve(self):
+        while not self.done:
+            try:
+                c, _ = self.s.accept()
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+            with c:
+                c.settimeout(2)
+                try:
+                    data, fds, _, _ = socket.recv_fds(c, 64, 16)
+                except OSError:
+                    continue
+                for fd in fds:
+                    os.close(fd)
+                self.got.append((data, len(fds)))
+
+    def jobs(self):
+        """What reached it beyond a bare connection (the server's check of who listens)."""
+        return [g for g in self.got if g != (b"", 0)]
+
+    def close(self):
+        self.done = True
+        self.t.join()
+        self.s.close()
+
+
 class McpTemplateCase(SbxTestCase):
     def profile(self, preload, extra=None):
         path = self.path(f"tpl-{uuid.uuid4().hex[:8]}.json")
@@ -88,6 +133,26 @@ class McpTemplateCase(SbxTestCase):
                 self.run_code(s, "pass\n")
             time.sleep(scaled(0.5))
         return s
+
+    def own_tmpdir(self):
+        """A TMPDIR of the test's own for a server's template: other servers' control directories
+        are not this one's."""
+        tmp = tempfile.mkdtemp(prefix="sbxit-tpl-")
+        os.chmod(tmp, 0o755)  # as root the template's sandbox id makes its socket below it
+        self.addCleanup(shutil.rmtree, tmp, True)
+        return tmp
+
+    def server_in(self, tmp, *args, **kwargs):
+        """server(), its template's control directory made in `tmp`."""
+        old = os.environ.get("TMPDIR")
+        os.environ["TMPDIR"] = tmp
+        try:
+            return self.server(*args, **kwargs)
+        finally:
+            if old is None:
+                del os.environ["TMPDIR"]
+            else:
+                os.environ["TMPDIR"] = old
 
     def run_code(self, s, code, language="python", limits=None):
         args = {"language": language, "code": code, **({"limits": limits} if limits else {})}
@@ -566,18 +631,8 @@ print(json.dumps(sorted(r.items())))
         # outright it never does, and $TMPDIR kept one per template. The host outlives it (its
         # parent-death signal is SIGTERM) and removes it as it ends. A TMPDIR of the test's own:
         # other servers' directories are not this one's.
-        tmp = tempfile.mkdtemp(prefix="sbxit-tpl-")
-        os.chmod(tmp, 0o755)  # as root the template's sandbox id makes its socket below it
-        self.addCleanup(shutil.rmtree, tmp, True)
-        old = os.environ.get("TMPDIR")
-        os.environ["TMPDIR"] = tmp
-        try:
-            s = self.server(["json"])
-        finally:
-            if old is None:
-                del os.environ["TMPDIR"]
-            else:
-                os.environ["TMPDIR"] = old
+        tmp = self.own_tmpdir()
+        s = self.server_in(tmp, ["json"])
         made = [d for d in os.listdir(tmp) if d.startswith("sbx-template.")]
         self.assertEqual(len(made), 1, made)
         self.assertEqual(self.run_code(s, "print('x')\n")["stdout"], "x\n")
@@ -600,18 +655,8 @@ print(json.dumps(sorted(r.items())))
         # and say why, until it is root's again.
         if MODE != "root":
             self.skipTest("rootless: the test cannot give the socket to another user")
-        tmp = tempfile.mkdtemp(prefix="sbxit-tpl-")
-        os.chmod(tmp, 0o755)
-        self.addCleanup(shutil.rmtree, tmp, True)
-        old = os.environ.get("TMPDIR")
-        os.environ["TMPDIR"] = tmp
-        try:
-            s = self.server(["json"], forked_ahead=True)
-        finally:
-            if old is None:
-                del os.environ["TMPDIR"]
-            else:
-                os.environ["TMPDIR"] = old
+        tmp = self.own_tmpdir()
+        s = self.server_in(tmp, ["json"], forked_ahead=True)
         (made,) = [d for d in os.listdir(tmp) if d.startswith("sbx-template.")]
         sock = os.path.join(tmp, made, "sock")
         self.assertEqual(os.lstat(sock).st_uid, 0)
@@ -630,6 +675,62 @@ print(json.dumps(sorted(r.items())))
             self.assertLess(time.monotonic(), deadline, self.records(s)[-1]["pool"])
             self.run_code(s, "pass\n")
             time.sleep(0.1)
+
+    def test_a_call_is_sent_only_to_the_driver_found_listening_when_it_was_ready(self):
+        # Whoever may write the control directory (rootless: the caller, so any sandbox of the
+        # caller's whose profile binds the host's $TMPDIR), a worker sends its call only to the
+        # driver the server found listening there (SO_PEERCRED): a socket put in its place, of
+        # the right owner and mode, gets no job, and the call runs cold saying why.
+        tmp = self.own_tmpdir()
+        s = self.server_in(tmp, ["json"], forked_ahead=True)
+        (made,) = [d for d in os.listdir(tmp) if d.startswith("sbx-template.")]
+        imp = Impostor(os.path.join(tmp, made, "sock"))
+        self.addCleanup(imp.close)
+        seen = []
+        for _ in range(10):  # the forks made ahead were connected before: they serve first
+            self.assertEqual(self.run_code(s, "print('x')\n")["stdout"], "x\n")
+            seen.append(self.records(s)[-1])
+            if seen[-1]["sandbox"]["made_by"] == "cold":
+                break
+        self.assertEqual(seen[-1]["sandbox"]["made_by"], "cold", [r["sandbox"] for r in seen])
+        self.assertIn("is not its driver's", seen[-1]["pool"]["reason"])
+        self.assertEqual(imp.jobs(), [])
+
+    def test_a_socket_put_in_the_driver_s_place_before_it_is_ready_stops_the_template(self):
+        # Until its driver is ready the control directory is the template sandbox's (as root its
+        # host uid, every default sandbox's; rootless the caller's): another sandbox that reaches
+        # the path could rename a socket of its own over the driver's. As the server takes the
+        # directory back it asks the kernel who listens there: not the template's driver, so
+        # the template is stopped and the server says why, and the impostor gets no job.
+        tmp = self.own_tmpdir()
+        mods = self.path("slow-preload")  # a preload that takes its time: the window, held open
+        os.makedirs(mods)
+        os.chmod(mods, 0o755)
+        with open(os.path.join(mods, "sbxit_slow.py"), "w") as f:
+            f.write("import time\ntime.sleep(3)\n")
+        os.chmod(os.path.join(mods, "sbxit_slow.py"), 0o644)
+        profile = self.profile(["sbxit_slow"], {"binds": [{"src": mods, "dst": "/slowmods"}],
+                                                "env": {"PYTHONPATH": "/slowmods"}})
+        p = subprocess.Popen([SBX, "--state-dir", self.path("st-impostor"), "mcp", "--pool", "1", "--profile", profile],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             env=dict(os.environ, TMPDIR=tmp))
+        self.addCleanup(lambda: p.poll() is None and (p.kill(), p.wait()))
+        deadline = time.monotonic() + scaled(30)
+        socks = []
+        while not socks:
+            self.assertLess(time.monotonic(), deadline, "no template's control socket appeared")
+            self.assertIsNone(p.poll(), "the server ended before its template made its socket")
+            socks = [os.path.join(tmp, d, "sock") for d in os.listdir(tmp)
+                     if d.startswith("sbx-template.") and os.path.exists(os.path.join(tmp, d, "sock"))]
+            time.sleep(0.01)
+        imp = Impostor(socks[0])
+        self.addCleanup(imp.close)
+        _, err = p.communicate(input=b"", timeout=scaled(60))
+        err = err.decode(errors="replace")
+        self.assertEqual(p.returncode, 125, err)
+        self.assertIn("is not its driver's (it listens in process", err)
+        self.assertEqual(imp.jobs(), [])
+        self.assertEqual(os.listdir(tmp), [])  # its control directory (and the impostor) removed
 
     def test_template_mode_is_refused_where_it_cannot_hold(self):
         for extra, want in (({"network": {"allow": ["example.com"]}}, "a template's calls have no network"),
