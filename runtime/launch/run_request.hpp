@@ -160,13 +160,14 @@ struct RunRequest {
   } typed;
 
   // A call forked from a template (runtime/server/mcp_template.hpp; the driver:
-  // runtime/model/warm_template.py): the template's control socket, the pid of the driver that
-  // listens there (the server checked it, seal()), and what the record says of the template
-  // ({digest, run_id}). Set: spawn connects there instead of cloning, and the template's fork
-  // plays init.
+  // runtime/model/warm_template.py): the template's control socket, the driver that listens
+  // there (the server checked it, seal(): its pid, and its pidfd's inode where the kernel has one,
+  // linux/unix_peer.hpp), and what the record says of the template ({digest, run_id}). Set: spawn
+  // connects there instead of cloning, and the template's fork plays init.
   struct FromTemplate {
     std::string socket;
     pid_t listener_pid = 0;
+    std::uint64_t listener_id = 0;
     nlohmann::json record = nullptr;
   } from_template;
   // This run is a template (mcp_template.hpp): its filter is the template policy

@@ -516,8 +516,7 @@ bool Run::prepare_signals() {
 //    would be sbx itself, and the run would end without its record.
 //  - in a warm pool: the supervisor waits for the call while init waits before the execve.
 namespace {
-Result<UniqueFd> connect_template(const std::string& path,
-                                  pid_t listener_pid);  // below, with the template's other helpers
+Result<UniqueFd> connect_template(const RunRequest::FromTemplate& want);  // below, with the template's other helpers
 Result<UniqueFd> template_job(const ChildConfig& cfg, const std::vector<GeneratedFile>& files, bool pooled, bool trace);
 }  // namespace
 
@@ -531,7 +530,7 @@ bool Run::spawn() {
     const bool pooled = static_cast<bool>(req_.pool.await_call);
     auto job = template_job(launch_->cfg, req_.files, pooled, std::getenv("SBX_BENCH_TEMPLATE_STAGES") != nullptr);
     if (!job) return fail_setup(job.error());
-    auto sock = connect_template(req_.from_template.socket, req_.from_template.listener_pid);
+    auto sock = connect_template(req_.from_template);
     if (sock) return spawn_from_template(std::move(*sock), std::move(*job));
     // A pooled sandbox is made for the template or not at all: its pool (mcp_template.hpp) is
     // the template's, and a call it cannot serve runs on the template's unpooled path.
@@ -657,8 +656,9 @@ Result<UniqueFd> template_job(const ChildConfig& cfg, const std::vector<Generate
 // user's and writable by no other (root's once the server sealed it; the caller's, rootless),
 // and the socket too. And whoever may write that directory (rootless: any sandbox of the caller's
 // that reaches it), the socket's listener must be the driver the server found there when the
-// template was ready (`listener_pid`, TemplateLauncher::seal), or no job is sent.
-Result<UniqueFd> connect_template(const std::string& path, pid_t listener_pid) {
+// template was ready (`want`, TemplateLauncher::seal), or no job is sent.
+Result<UniqueFd> connect_template(const RunRequest::FromTemplate& want) {
+  const std::string& path = want.socket;
   const auto slash = path.rfind('/');
   if (slash == std::string::npos || slash == 0) return Error{"template", EINVAL, "control socket path " + path};
   const std::string name = path.substr(slash + 1);
@@ -671,12 +671,13 @@ Result<UniqueFd> connect_template(const std::string& path, pid_t listener_pid) {
     return Error{"template", EPERM, "the template's control socket " + path + " is not this user's"};
   auto sock = connect_unix_at(dir.get(), name, "the template at " + path);
   if (!sock) return sock.error();
-  auto pid = unix_peer_pid(sock->get());
-  if (!pid) return pid.error();
-  if (listener_pid <= 0 || *pid != listener_pid)
+  // By its pidfd's inode where the server had one (no /proc read on a call's path), else by pid.
+  auto peer = unix_peer(sock->get(), want.listener_id == 0);
+  if (!peer) return peer.error();
+  if (want.listener_pid <= 0 || (want.listener_id != 0 ? peer->id != want.listener_id : peer->pid != want.listener_pid))
     return Error{"template", EPERM,
-                 "the template's control socket " + path + " is not its driver's (it listens in process " +
-                     std::to_string(*pid) + ", the driver is " + std::to_string(listener_pid) + ")"};
+                 "the template's control socket " + path + " is not its driver's (another process listens there; " +
+                     "the driver is process " + std::to_string(want.listener_pid) + ")"};
   return sock;
 }
 

@@ -6,6 +6,7 @@
 // driver: runtime/server/mcp_template.cpp, seal; runtime/launch/sandbox.cpp, connect_template).
 #include <sys/types.h>
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -21,9 +22,25 @@ namespace sbx {
 // socket in an error.
 Result<UniqueFd> connect_unix_at(int dirfd, const std::string& name, const std::string& shown);
 
-// The pid (in our pid namespace) of the process that made a connected socket's peer listen;
-// an error when the kernel has none (a listener in a pid namespace we cannot see, or gone).
-Result<pid_t> unix_peer_pid(int sock);
+// The process that made a connected socket's peer listen, as the kernel recorded it at its
+// listen(). Where the kernel hands out its pidfd (SO_PEERPIDFD, Linux 6.5) that is this very
+// process: `id` is then its pidfd's inode, which no other process ever has while the system runs
+// (pidfs, Linux 6.9; 0 before), and `pid` its number now, an error if it has ended. Before 6.5
+// only the number it had (SO_PEERCRED): a listener that ended leaves it to be reused by another
+// process, which the caller cannot tell apart (man sbx-mcp, Templates).
+struct UnixPeer {
+  pid_t pid = 0;
+  std::uint64_t id = 0;
+  UniqueFd pidfd;  // (SO_PEERPIDFD) to confirm that it still lives: alive()
+  bool alive() const;
+};
+// `with_pid` false: `pid` left 0 where `id` is known (it costs a read of /proc: a call's worker
+// compares `id` alone).
+Result<UnixPeer> unix_peer(int sock, bool with_pid = true);
+
+// A pidfd's process's pid in our pid namespace, from /proc/self/fdinfo: -1 once it has ended, 0
+// when it is outside our pid namespace; nullopt if the kernel does not say.
+std::optional<pid_t> pidfd_pid(int pidfd);
 
 // The parent pid in the text of /proc/PID/stat (its field 4, after the ')' that ends the
 // command's name, which may hold any byte); nullopt when it is not there.

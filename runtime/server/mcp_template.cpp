@@ -199,6 +199,9 @@ Status TemplateLauncher::start() {
 std::string TemplateLauncher::seal(Host& h) {
   auto fail = [&](const std::string& why) {
     stop(h, why);
+    // Not rebuilt at once: whatever put it there may be there for the next one too.
+    backoff_ms_ = next_build_backoff_ms(backoff_ms_);
+    backoff_until_us_ = monotonic_us() + backoff_ms_ * 1000LL;
     return why;
   };
   // The workers connect to the socket by its name: only while it leads to the directory made.
@@ -206,26 +209,30 @@ std::string TemplateLauncher::seal(Host& h) {
   if (h.sealed) return "";
   h.sealed = true;
   const int dir = h.dir.fd();  // the directory made, whatever its name leads to now
+  const std::string sock_path = h.dir.path() + "/sock";
   if (::geteuid() == 0) {
-    struct stat st;
     // The directory first: from then on the sandbox's uid cannot swap the socket for a link.
-    bool ok = dir >= 0 && ::fchown(dir, 0, 0) == 0 && ::fchmod(dir, 0755) == 0 &&
-              ::fstatat(dir, "sock", &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISSOCK(st.st_mode) &&
-              ::fchownat(dir, "sock", 0, 0, AT_SYMLINK_NOFOLLOW) == 0 && ::fchmodat(dir, "sock", 0600, 0) == 0;
-    if (!ok)
-      log_line("could not take back the template's control directory " + h.dir.path() + ": " + std::strerror(errno));
+    if (::fchown(dir, 0, 0) != 0 || ::fchmod(dir, 0755) != 0)
+      return fail("could not take back its control directory " + h.dir.path() + ": " + std::strerror(errno));
   }
+  struct stat st;
+  if (::fstatat(dir, "sock", &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISSOCK(st.st_mode))
+    return fail("its control socket " + sock_path + " is not a socket");
+  if (::geteuid() == 0 &&
+      (::fchownat(dir, "sock", 0, 0, AT_SYMLINK_NOFOLLOW) != 0 || ::fchmodat(dir, "sock", 0600, 0) != 0))
+    return fail("could not take back its control socket " + sock_path + ": " + std::strerror(errno));
   // The driver is the host's great-grandchild: the host's child is the sandbox's init, whose
   // child, the program, forks the template in a pid namespace of its own (warm_template.py,
-  // _pid_no_call_has).
-  auto sock = connect_unix_at(dir, "sock", "the template's control socket " + h.dir.path() + "/sock");
-  auto pid = sock ? unix_peer_pid(sock->get()) : Result<pid_t>(sock.error());
-  if (!pid || !descends_from(*pid, h.pid, kMaxDriverDepth))
-    return fail("its control socket " + h.dir.path() + "/sock is not its driver's (" +
-                (pid ? "it listens in process " + std::to_string(*pid) + ", not one of the template's"
-                     : pid.error().describe()) +
-                ")");
-  h.listener_pid = *pid;
+  // _pid_no_call_has). Alive after the walk: the pid walked was its own all along.
+  auto sock = connect_unix_at(dir, "sock", "the template's control socket " + sock_path);
+  if (!sock) return fail(sock.error().describe());
+  auto peer = unix_peer(sock->get());
+  if (!peer) return fail("its control socket " + sock_path + " is not its driver's (" + peer.error().describe() + ")");
+  if (!descends_from(peer->pid, h.pid, kMaxDriverDepth) || !peer->alive())
+    return fail("its control socket " + sock_path + " is not its driver's (it listens in process " +
+                std::to_string(peer->pid) + ", not one of the template's)");
+  h.listener_pid = peer->pid;
+  h.listener_id = peer->id;
   return "";
 }
 
@@ -314,8 +321,11 @@ json TemplateLauncher::ready_template() {
   read_note(h);
   TemplateNote n = parse_template_note(h.note);
   if (!n.failed.empty() || !n.ready || n.run_id.empty() || !seal(h).empty()) return nullptr;
-  return {
-      {"socket", h.dir.path() + "/sock"}, {"listener_pid", h.listener_pid}, {"digest", n.digest}, {"run_id", n.run_id}};
+  return {{"socket", h.dir.path() + "/sock"},
+          {"listener_pid", h.listener_pid},
+          {"listener_id", h.listener_id},
+          {"digest", n.digest},
+          {"run_id", n.run_id}};
 }
 
 // The pool follows the current template: retired (its idle forks discarded, its workers reaped

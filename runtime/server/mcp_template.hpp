@@ -120,8 +120,11 @@ class TemplateLauncher : public SandboxLauncher {
     std::int64_t born_us = 0, stop_at_us = 0;
     std::int64_t retired_us = 0;  // when a newer template took its place (it drains from then)
     bool stopping = false;
-    bool sealed = false;     // its control directory taken back (root) and its listener checked: seal()
-    pid_t listener_pid = 0;  // the driver, which listens on the socket (seal())
+    bool sealed = false;  // its control directory taken back (root) and its listener checked: seal()
+    // The driver, which listens on the socket (seal()): its pid, and its pidfd's inode where the
+    // kernel has one (unix_peer.hpp, UnixPeer).
+    pid_t listener_pid = 0;
+    std::uint64_t listener_id = 0;
   };
   Status start();
   void read_note(Host& h);

@@ -296,6 +296,7 @@ void from_template(RunRequest& run, const json& t, const Dirs& dirs) {
   }
   run.from_template.socket = t.value("socket", "");
   run.from_template.listener_pid = t.value("listener_pid", pid_t{0});
+  run.from_template.listener_id = t.value("listener_id", std::uint64_t{0});
   run.from_template.record = trace_object(
       {{"sandbox/template/digest", t.value("digest", "")}, {"sandbox/template/run_id", t.value("run_id", "")}});
   // Forked at the call: hit unless the call came with a note of why no fork made ahead served it.

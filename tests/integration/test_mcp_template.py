@@ -72,10 +72,19 @@ class Impostor:
     another sandbox that reaches the path could: it keeps what each connection sent it (a call's
     job is "call" and its fds)."""
 
-    def __init__(self, path):
+    def __init__(self, path, listener_ended=False):
+        """listener_ended: the socket's listen() is a child's, which then ends: the kernel's
+        record of who listens is a pid that has ended, and that another process may have next."""
         self.s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.s.bind(path + ".impostor")
-        self.s.listen(8)
+        if listener_ended:
+            pid = os.fork()
+            if pid == 0:
+                self.s.listen(8)
+                os._exit(0)
+            os.waitpid(pid, 0)
+        else:
+            self.s.listen(8)
         os.rename(path + ".impostor", path)
         self.s.settimeout(0.1)
         self.got = []
@@ -681,20 +690,24 @@ print(json.dumps(sorted(r.items())))
         # caller's whose profile binds the host's $TMPDIR), a worker sends its call only to the
         # driver the server found listening there (SO_PEERCRED): a socket put in its place, of
         # the right owner and mode, gets no job, and the call runs cold saying why.
-        tmp = self.own_tmpdir()
-        s = self.server_in(tmp, ["json"], forked_ahead=True)
-        (made,) = [d for d in os.listdir(tmp) if d.startswith("sbx-template.")]
-        imp = Impostor(os.path.join(tmp, made, "sock"))
-        self.addCleanup(imp.close)
-        seen = []
-        for _ in range(10):  # the forks made ahead were connected before: they serve first
-            self.assertEqual(self.run_code(s, "print('x')\n")["stdout"], "x\n")
-            seen.append(self.records(s)[-1])
-            if seen[-1]["sandbox"]["made_by"] == "cold":
-                break
-        self.assertEqual(seen[-1]["sandbox"]["made_by"], "cold", [r["sandbox"] for r in seen])
-        self.assertIn("is not its driver's", seen[-1]["pool"]["reason"])
-        self.assertEqual(imp.jobs(), [])
+        # Nor one whose listener has ended, whose pid another process may have by then.
+        for listener_ended in (False, True):
+            with self.subTest(listener_ended=listener_ended):
+                tmp = self.own_tmpdir()
+                s = self.server_in(tmp, ["json"], forked_ahead=True)
+                (made,) = [d for d in os.listdir(tmp) if d.startswith("sbx-template.")]
+                imp = Impostor(os.path.join(tmp, made, "sock"), listener_ended)
+                self.addCleanup(imp.close)
+                seen = []
+                for _ in range(10):  # the forks made ahead were connected before: they serve first
+                    self.assertEqual(self.run_code(s, "print('x')\n")["stdout"], "x\n")
+                    seen.append(self.records(s)[-1])
+                    if seen[-1]["sandbox"]["made_by"] == "cold":
+                        break
+                self.assertEqual(seen[-1]["sandbox"]["made_by"], "cold", [r["sandbox"] for r in seen])
+                self.assertRegex(seen[-1]["pool"]["reason"], "is not its driver's|listener has ended")
+                self.assertEqual(imp.jobs(), [])
+                s.close()
 
     def test_a_socket_put_in_the_driver_s_place_before_it_is_ready_stops_the_template(self):
         # Until its driver is ready the control directory is the template sandbox's (as root its

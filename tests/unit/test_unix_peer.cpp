@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstring>
 #include <string>
 
@@ -16,7 +17,7 @@ using sbx::connect_unix_at;
 using sbx::descends_from;
 using sbx::parse_stat_ppid;
 using sbx::UniqueFd;
-using sbx::unix_peer_pid;
+using sbx::unix_peer;
 using sbx::test::TempDir;
 
 namespace {
@@ -91,7 +92,7 @@ TEST_CASE("descends_from: the process itself and its descendants, within the dep
   CHECK_FALSE(descends_from(-1, me, 8));
 }
 
-TEST_CASE("connect_unix_at and unix_peer_pid: the listener's pid, through the directory held") {
+TEST_CASE("connect_unix_at and unix_peer: the listener, through the directory held") {
   TempDir t;
   const std::string path = t.path + "/sock";
   UniqueFd dir(::open(t.path.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
@@ -102,9 +103,18 @@ TEST_CASE("connect_unix_at and unix_peer_pid: the listener's pid, through the di
     REQUIRE(l.ok());
     auto c = connect_unix_at(dir.get(), "sock", "the test's socket");
     REQUIRE(c);
-    auto pid = unix_peer_pid(c->get());
-    REQUIRE(pid);
-    CHECK(*pid == ::getpid());
+    auto peer = unix_peer(c->get());
+    REQUIRE(peer);
+    CHECK(peer->pid == ::getpid());
+    CHECK(peer->alive());
+    // The same listener, the same identity; without the pid where the identity is known.
+    auto c2 = connect_unix_at(dir.get(), "sock", "the test's socket");
+    REQUIRE(c2);
+    auto again = unix_peer(c2->get(), false);
+    REQUIRE(again);
+    CHECK(again->id == peer->id);
+    if (peer->id != 0) CHECK(again->pid == 0);
+    else MESSAGE("this kernel gives no pidfd's identity (SO_PEERPIDFD on pidfs: Linux 6.9): compared by pid");
   }
   SUBCASE("a child listens, and the pid is the child's, not the connecting process's") {
     int ready[2];
@@ -125,11 +135,49 @@ TEST_CASE("connect_unix_at and unix_peer_pid: the listener's pid, through the di
     REQUIRE(b == 'x');
     auto c = connect_unix_at(dir.get(), "sock", "the test's socket");
     REQUIRE(c);
-    auto pid = unix_peer_pid(c->get());
+    auto peer = unix_peer(c->get());
+    UniqueFd l = listen_at(t.path + "/mine");
+    REQUIRE(l.ok());
+    auto mine_c = connect_unix_at(dir.get(), "mine", "the test's socket");
+    REQUIRE(mine_c);
+    auto mine = unix_peer(mine_c->get());
     ::kill(child, SIGKILL);
     ::waitpid(child, nullptr, 0);
-    REQUIRE(pid);
-    CHECK(*pid == child);
+    REQUIRE(peer);
+    REQUIRE(mine);
+    CHECK(peer->pid == child);
+    if (peer->id != 0) CHECK(peer->id != mine->id);
+  }
+  SUBCASE("a listener that has ended: an error, never the pid it had, which another may have now") {
+    // The socket made and bound here, listen()ed by a child that then ends: the socket stays
+    // open here, listening, and the kernel's record of its listener is the child's.
+    UniqueFd s(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
+    REQUIRE(s.ok());
+    struct sockaddr_un a {};
+    a.sun_family = AF_UNIX;
+    std::memcpy(a.sun_path, path.c_str(), path.size());
+    REQUIRE(::bind(s.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+    pid_t child = ::fork();
+    REQUIRE(child >= 0);
+    if (child == 0) ::_exit(::listen(s.get(), 4) == 0 ? 0 : 1);
+    int ws = 0;
+    REQUIRE(::waitpid(child, &ws, 0) == child);
+    REQUIRE(WIFEXITED(ws));
+    REQUIRE(WEXITSTATUS(ws) == 0);
+    auto c = connect_unix_at(dir.get(), "sock", "the test's socket");
+    REQUIRE(c);
+    int probe = -1;
+    socklen_t len = sizeof probe;
+    if (::getsockopt(c->get(), SOL_SOCKET, 77, &probe, &len) != 0 && errno == ENOPROTOOPT) {
+      MESSAGE("this kernel has no SO_PEERPIDFD (Linux 6.5): a listener that ended is known by the pid it had");
+    } else {
+      if (probe >= 0) ::close(probe);
+      auto peer = unix_peer(c->get());
+      CHECK_FALSE(peer);
+      auto by_id = unix_peer(c->get(), false);
+      // Its identity is still its own (never a live process's): a worker compares it alone.
+      if (by_id) CHECK(by_id->id != 0);
+    }
   }
   SUBCASE("the name renamed away: the directory held leads to what is there now") {
     UniqueFd l = listen_at(path);
