@@ -44,6 +44,13 @@ FORK_TRIES, FORK_RETRY_S = 50, 0.02  # _fork_pid1: a call's fork waits at most 1
 # flight (--max-concurrent) and 64 pooled (mcp_pool.hpp, kMaxPooledSandboxes); two fds each.
 MAX_LIVE_CALLS = 512
 KNOBS = 0  # stage times on stderr when the job asks for them ("trace"): bench/README.md
+# main(): as root (SBX_TEMPLATE_PEERS=unmapped, mcp_template.cpp template_spec) the calls' workers
+# are host root, whom this user namespace does not map (the kernel's overflow uid here): a
+# connection of anyone else's is dropped unread. The control directory was the sandbox's host
+# uid's until the server sealed it, and that uid is every default sandbox's: one that reached it
+# could have queued a job of its own before then (rootless the workers and the caller's sandboxes
+# are one uid, and no such check can tell them apart: man sbx-mcp).
+PEER_UID = None
 
 
 class _Fail(Exception):
@@ -826,6 +833,11 @@ def _accept(listener, calls):
     except OSError:  # out of fds or memory for a moment: the connection waits in the backlog
         time.sleep(0.01)
         return
+    if PEER_UID is not None:
+        _, uid, _ = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
+        if uid != PEER_UID:
+            conn.close()
+            return
     got = []
     try:
         conn.settimeout(2)
@@ -975,6 +987,10 @@ def main():
         say.flush()
         os._exit(1)
 
+    global PEER_UID
+    if os.environ.pop("SBX_TEMPLATE_PEERS", "") == "unmapped":
+        with open("/proc/sys/kernel/overflowuid") as f:
+            PEER_UID = int(f.read())
     if not (hasattr(os, "pidfd_open") and hasattr(socket, "recv_fds")):
         fail('the image\'s python3 is older than 3.9 (no os.pidfd_open, socket.recv_fds): use "mode": "pool"')
     try:

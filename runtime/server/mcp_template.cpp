@@ -448,6 +448,12 @@ Result<RunSpec> template_spec(const WorkerContext& ctx, const LoadedProfile& pro
   for (const char* d : {"/code", "/in"})
     if (std::none_of(spec->tmpfs.begin(), spec->tmpfs.end(), [&](const TmpfsMount& t) { return t.dst == d; }))
       spec->tmpfs.push_back({d, 4096, true});
+  // As root the calls' workers are root, whom the template's user namespace does not map: its
+  // driver serves only such peers (warm_template.py, PEER_UID), never the sandbox's host uid,
+  // which other sandboxes share and which may connect before the seal. Set here, never a
+  // profile's.
+  if (::geteuid() == 0) spec->env["SBX_TEMPLATE_PEERS"] = "unmapped";
+  else spec->env.erase("SBX_TEMPLATE_PEERS");
   spec->limits.timeout_ms.reset();
   return spec;
 }

@@ -705,7 +705,8 @@ print(json.dumps(sorted(r.items())))
                     if seen[-1]["sandbox"]["made_by"] == "cold":
                         break
                 self.assertEqual(seen[-1]["sandbox"]["made_by"], "cold", [r["sandbox"] for r in seen])
-                self.assertRegex(seen[-1]["pool"]["reason"], "is not its driver's|listener has ended")
+                # (Linux 6.5 to 6.15 refuse SO_PEERPIDFD for a listener that has ended.)
+                self.assertRegex(seen[-1]["pool"]["reason"], "is not its driver's|listener has ended|SO_PEERPIDFD")
                 self.assertEqual(imp.jobs(), [])
                 s.close()
 
@@ -716,27 +717,12 @@ print(json.dumps(sorted(r.items())))
         # directory back it asks the kernel who listens there: not the template's driver, so
         # the template is stopped and the server says why, and the impostor gets no job.
         tmp = self.own_tmpdir()
-        mods = self.path("slow-preload")  # a preload that takes its time: the window, held open
-        os.makedirs(mods)
-        os.chmod(mods, 0o755)
-        with open(os.path.join(mods, "sbxit_slow.py"), "w") as f:
-            f.write("import time\ntime.sleep(3)\n")
-        os.chmod(os.path.join(mods, "sbxit_slow.py"), 0o644)
-        profile = self.profile(["sbxit_slow"], {"binds": [{"src": mods, "dst": "/slowmods"}],
-                                                "env": {"PYTHONPATH": "/slowmods"}})
-        p = subprocess.Popen([SBX, "--state-dir", self.path("st-impostor"), "mcp", "--pool", "1", "--profile", profile],
+        p = subprocess.Popen([SBX, "--state-dir", self.path("st-impostor"), "mcp", "--pool", "1", "--profile",
+                              self.profile(*self.slow_preload())],
                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              env=dict(os.environ, TMPDIR=tmp))
         self.addCleanup(lambda: p.poll() is None and (p.kill(), p.wait()))
-        deadline = time.monotonic() + scaled(30)
-        socks = []
-        while not socks:
-            self.assertLess(time.monotonic(), deadline, "no template's control socket appeared")
-            self.assertIsNone(p.poll(), "the server ended before its template made its socket")
-            socks = [os.path.join(tmp, d, "sock") for d in os.listdir(tmp)
-                     if d.startswith("sbx-template.") and os.path.exists(os.path.join(tmp, d, "sock"))]
-            time.sleep(0.01)
-        imp = Impostor(socks[0])
+        imp = Impostor(self.control_socket_made(tmp, p.poll))
         self.addCleanup(imp.close)
         _, err = p.communicate(input=b"", timeout=scaled(60))
         err = err.decode(errors="replace")
@@ -744,6 +730,75 @@ print(json.dumps(sorted(r.items())))
         self.assertIn("is not its driver's (it listens in process", err)
         self.assertEqual(imp.jobs(), [])
         self.assertEqual(os.listdir(tmp), [])  # its control directory (and the impostor) removed
+
+    def slow_preload(self):
+        """A preload that takes 3 s, and the profile keys that reach it: the time from the
+        driver's socket to its "ready", held open. (preload, extra) for profile()."""
+        mods = self.path("slow-preload")
+        if not os.path.isdir(mods):
+            os.makedirs(mods)
+            os.chmod(mods, 0o755)
+            with open(os.path.join(mods, "sbxit_slow.py"), "w") as f:
+                f.write("import time\ntime.sleep(3)\n")
+            os.chmod(os.path.join(mods, "sbxit_slow.py"), 0o644)
+        return ["sbxit_slow"], {"binds": [{"src": mods, "dst": "/slowmods"}], "env": {"PYTHONPATH": "/slowmods"}}
+
+    def control_socket_made(self, tmp, ended):
+        """The path of the socket a template's driver made in `tmp`, as soon as it is there
+        (`ended`() not None: the server ended first)."""
+        deadline = time.monotonic() + scaled(30)
+        while True:
+            self.assertLess(time.monotonic(), deadline, "no template's control socket appeared")
+            self.assertIsNone(ended(), "the server ended before its template made its socket")
+            for d in os.listdir(tmp):
+                if d.startswith("sbx-template.") and os.path.exists(os.path.join(tmp, d, "sock")):
+                    return os.path.join(tmp, d, "sock")
+            time.sleep(0.01)
+
+    def test_a_job_the_sandbox_s_uid_queued_before_the_seal_is_never_run(self):
+        # Until the seal the control directory is the template sandbox's host uid's, and that
+        # uid is every default sandbox's: one that reached it could connect then and queue a job
+        # of its own, which the driver would fork once ready (its 'I', the call's pid 1's pidfd,
+        # on the job's out socket). As root the calls' workers are root, whom the template's user
+        # namespace does not map: the driver drops any other peer unread.
+        if MODE != "root":
+            self.skipTest("rootless the calls' workers and the caller's sandboxes are one uid, which no check "
+                          "of the driver's can tell apart (man sbx-mcp, Templates): not claimed")
+        tmp = self.own_tmpdir()
+        started = []
+        t = threading.Thread(target=lambda: started.append(self.server_in(tmp, *self.slow_preload())))
+        t.start()
+        sock = self.control_socket_made(tmp, lambda: None if t.is_alive() else "the server did not start")
+        st = os.stat(os.path.dirname(sock))
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        pid = os.fork()
+        if pid == 0:  # the sandbox's host uid, as another default sandbox has it
+            try:
+                os.setgroups([])
+                os.setresgid(st.st_gid, st.st_gid, st.st_gid)
+                os.setresuid(st.st_uid, st.st_uid, st.st_uid)
+                c = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+                c.connect(sock)
+                null = os.open("/dev/null", os.O_RDWR)
+                fds = [null, null, null, theirs.fileno(), null, null, null, null]  # out_sock 4th (FD_NAMES)
+                socket.send_fds(c, [b"call"], fds)
+                os._exit(0)
+            except BaseException:
+                os._exit(1)
+        self.assertEqual(os.waitpid(pid, 0)[1], 0, "the sandbox's uid could not queue its connection")
+        theirs.close()
+        t.join(scaled(60))
+        self.assertEqual(len(started), 1, "the server did not start")
+        s = started[0]
+        # The queued connection is the driver's first: by a call's answer it was taken.
+        self.assertEqual(self.run_code(s, "print('x')\n")["stdout"], "x\n")
+        self.assertEqual(self.records(s)[-1]["sandbox"]["made_by"], "template")
+        ours.settimeout(scaled(1))
+        try:
+            got = ours.recv(64)
+        except socket.timeout:
+            got = b""
+        self.assertEqual(got, b"", "the driver forked a call for the job the sandbox's uid queued")
 
     def test_template_mode_is_refused_where_it_cannot_hold(self):
         for extra, want in (({"network": {"allow": ["example.com"]}}, "a template's calls have no network"),
