@@ -656,6 +656,17 @@ print(json.dumps(sorted(r.items())))
         # It ended its template's run as a stopped server's does: the run has its record.
         self.assertTrue(any(r.get("template") for r in self.records(s)), [r.get("sandbox") for r in self.records(s)])
 
+    def first_cold_call(self, s):
+        """The record of the first of up to 10 calls that ran cold (the forks made ahead were
+        connected before whatever the test changed: they serve first)."""
+        seen = []
+        for _ in range(10):
+            self.assertEqual(self.run_code(s, "print('x')\n")["stdout"], "x\n")
+            seen.append(self.records(s)[-1])
+            if seen[-1]["sandbox"]["made_by"] == "cold":
+                return seen[-1]
+        self.fail(f"no call ran cold: {[r['sandbox'] for r in seen]}")
+
     def test_a_worker_reaches_only_a_control_socket_of_its_own_user(self):
         # The socket's name is in $TMPDIR, where another user may take it once a dead template's
         # directory is removed: a worker that connected to theirs would send them the call's job.
@@ -670,14 +681,7 @@ print(json.dumps(sorted(r.items())))
         sock = os.path.join(tmp, made, "sock")
         self.assertEqual(os.lstat(sock).st_uid, 0)
         os.lchown(sock, 65534, 65534)
-        seen = []
-        for _ in range(10):  # the forks made ahead were connected before: they serve first
-            self.assertEqual(self.run_code(s, "print('x')\n")["stdout"], "x\n")
-            seen.append(self.records(s)[-1])
-            if seen[-1]["sandbox"]["made_by"] == "cold":
-                break
-        self.assertEqual(seen[-1]["sandbox"]["made_by"], "cold", [r["sandbox"] for r in seen])
-        self.assertIn("is not this user's", seen[-1]["pool"]["reason"])
+        self.assertIn("is not this user's", self.first_cold_call(s)["pool"]["reason"])
         os.lchown(sock, 0, 0)
         deadline = time.monotonic() + scaled(30)
         while self.records(s)[-1]["sandbox"]["made_by"] != "template":
@@ -688,8 +692,9 @@ print(json.dumps(sorted(r.items())))
     def test_a_call_is_sent_only_to_the_driver_found_listening_when_it_was_ready(self):
         # Whoever may write the control directory (rootless: the caller, so any sandbox of the
         # caller's whose profile binds the host's $TMPDIR), a worker sends its call only to the
-        # driver the server found listening there (SO_PEERCRED): a socket put in its place, of
-        # the right owner and mode, gets no job, and the call runs cold saying why.
+        # driver the server found listening there (the kernel's record of its listener): a
+        # socket put in its place, of the right owner and mode, gets no job, and the call runs
+        # cold saying why.
         # Nor one whose listener has ended, whose pid another process may have by then.
         for listener_ended in (False, True):
             with self.subTest(listener_ended=listener_ended):
@@ -698,15 +703,9 @@ print(json.dumps(sorted(r.items())))
                 (made,) = [d for d in os.listdir(tmp) if d.startswith("sbx-template.")]
                 imp = Impostor(os.path.join(tmp, made, "sock"), listener_ended)
                 self.addCleanup(imp.close)
-                seen = []
-                for _ in range(10):  # the forks made ahead were connected before: they serve first
-                    self.assertEqual(self.run_code(s, "print('x')\n")["stdout"], "x\n")
-                    seen.append(self.records(s)[-1])
-                    if seen[-1]["sandbox"]["made_by"] == "cold":
-                        break
-                self.assertEqual(seen[-1]["sandbox"]["made_by"], "cold", [r["sandbox"] for r in seen])
                 # (Linux 6.5 to 6.15 refuse SO_PEERPIDFD for a listener that has ended.)
-                self.assertRegex(seen[-1]["pool"]["reason"], "is not its driver's|listener has ended|SO_PEERPIDFD")
+                self.assertRegex(self.first_cold_call(s)["pool"]["reason"],
+                                 "is not its driver's|listener has ended|SO_PEERPIDFD")
                 self.assertEqual(imp.jobs(), [])
                 s.close()
 
