@@ -524,7 +524,8 @@ bool Run::spawn() {
   Launch& L = *launch_;
   t_spawn_ = monotonic_us();
   if (!req_.from_template.socket.empty()) {
-    // A template that is gone (it died, or is being rebuilt) leaves the call to a cold sandbox,
+    // A template that is gone (it died, or is being rebuilt), or whose socket is not its driver's,
+    // leaves the call to a cold sandbox,
     // made here as for any run; the record's pool note says why (mcp_template.hpp).
     // The job first, then the connection: the template's accept loop gives a connection 2 s.
     const bool pooled = static_cast<bool>(req_.pool.await_call);
@@ -538,8 +539,7 @@ bool Run::spawn() {
     spdlog::info("template not reached: {}; the call runs cold", sock.error().describe());
     put(record_extra_, "pool",
         trace_object({{"pool/hit", false},
-                      {"pool/reason",
-                       "the template could not be reached (" + sock.error().describe() + "): it is being rebuilt"}}));
+                      {"pool/reason", "the template could not be reached (" + sock.error().describe() + ")"}}));
   }
   // SBX_BENCH_FORKED_INIT=1 forks init where it would be shared: for measuring what the shared
   // init saves (bench/README.md, "Shared init"), never needed otherwise. It can only make a run

@@ -1,8 +1,8 @@
 #pragma once
 // Who is at the other end of a unix socket reached by its name. A name in a directory that other
 // processes can write to may be taken by any of them: a socket's owner and mode say who may
-// connect, not who listens. The kernel's record of the listener (SO_PEERCRED, taken at its
-// listen()) does, and a process's ancestry says whether it is one we started (a warm template's
+// connect, not who listens. The kernel's record of the listener, taken at its listen()
+// (SO_PEERPIDFD, or SO_PEERCRED before Linux 6.5), does, and a process's ancestry says whether it is one we started (a warm template's
 // driver: runtime/server/mcp_template.cpp, seal; runtime/launch/sandbox.cpp, connect_template).
 #include <sys/types.h>
 

@@ -194,7 +194,7 @@ Status TemplateLauncher::start() {
 // Until then that uid (rootless: the caller's, always) could also have put a socket of its own in
 // the driver's place, from another sandbox that reaches the path: its owner and mode say nothing
 // of who listens. The kernel does: the listener's pidfd (linux/unix_peer.hpp), whose process must
-// be this host's own descendant, the driver. The workers then connect only to that listener
+// be one of this host's own descendants (its driver). The workers then connect only to that listener
 // (sandbox.cpp, connect_template), whoever may write the directory later; and as root the driver
 // serves only root's connections (template_spec), so that none queued before now is served.
 std::string TemplateLauncher::seal(Host& h) {

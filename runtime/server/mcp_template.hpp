@@ -120,7 +120,7 @@ class TemplateLauncher : public SandboxLauncher {
     std::int64_t born_us = 0, stop_at_us = 0;
     std::int64_t retired_us = 0;  // when a newer template took its place (it drains from then)
     bool stopping = false;
-    bool sealed = false;  // its control directory taken back (root) and its listener checked: seal()
+    bool sealed = false;  // seal() ran (its directory taken back, its listener checked; a failure stopped it)
     // The driver, which listens on the socket (seal()): its pid, and its pidfd's inode where the
     // kernel has one (unix_peer.hpp, UnixPeer).
     pid_t listener_pid = 0;

@@ -108,7 +108,7 @@ nlohmann::json cold_pack_job(const nlohmann::json& job, const nlohmann::json& po
 // The whole pooled worker: build, tell the server, wait, and decide (may block until the server
 // closes the socket). pack_key null: a run_code sandbox for `profile`; else a pack tool's, for the
 // pack it names ({"dir", "contexts", "secrets"}, `sbx mcp-worker --pooled --pack-job JSON`).
-// tmpl ({"socket", "digest", "run_id"}, `--from-template JSON`): a run_code sandbox forked from
+// tmpl ({"socket", "listener_pid", "listener_id", "digest", "run_id"}, `--from-template JSON`): a run_code sandbox forked from
 // that warm template (mcp_template.hpp), its call's files and argv sent at hand-out.
 PooledNext serve_pooled(const WorkerContext& ctx, const std::string& profile, const nlohmann::json& pack_key = nullptr,
                         const nlohmann::json& tmpl = nullptr);

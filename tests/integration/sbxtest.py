@@ -48,9 +48,10 @@ _schema_note_printed = False
 
 def sanitizer_start_s():
     """In a sanitizer pass (TIME_SCALE > 1), the least of three starts of `sbx --version`, in
-    seconds; 0 otherwise. The ASan build relocates and registers ~100 MB of instrumented .data at
-    every start (0.3-0.9 s on a loaded 2-core VM, against ~2 ms for the static release binary):
-    a bound on what sbx itself does adds it, rather than a scale that guesses it."""
+    seconds; 0 otherwise. The ASan build registers ~100 MB of instrumented .data at every start
+    (no longer relocated: it is linked -no-pie, CMakeLists.txt; 0.3 s on a 2-core VM, more under
+    load, against ~2 ms for the static release binary): a bound on what sbx itself does adds it,
+    rather than a scale that guesses it."""
     if TIME_SCALE <= 1:
         return 0.0
     walls = []
