@@ -524,6 +524,7 @@ int run_worker(const WorkerFlags& wf, GlobalOptions& g) {
       auto parsed = parse_json_doc(wf.from_template, {mcp::kMaxMessageBytes}, "usage", "mcp-worker --from-template");
       if (!parsed || !parsed->is_object()) return usage_error("mcp-worker: --from-template: not a JSON object");
       tmpl = std::move(*parsed);
+      if (auto st = mcp::read_template_key(STDIN_FILENO, tmpl, 10'000); !st) return usage_error(st.error().describe());
     }
     auto next = mcp::serve_pooled(ctx, wf.profile, pack_key, tmpl);
     if (next.nothing) return 0;

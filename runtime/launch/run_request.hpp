@@ -168,6 +168,7 @@ struct RunRequest {
     std::string socket;
     pid_t listener_pid = 0;
     std::uint64_t listener_id = 0;
+    std::string key;  // sent with the job: the driver forks no job without it (server/mcp_worker.hpp)
     nlohmann::json record = nullptr;
   } from_template;
   // This run is a template (mcp_template.hpp): its filter is the template policy

@@ -669,10 +669,10 @@ Result<UniqueFd> connect_template(const RunRequest::FromTemplate& want) {
       ::fstatat(dir.get(), name.c_str(), &s, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISSOCK(s.st_mode) ||
       s.st_uid != ::geteuid())
     return Error{"template", EPERM, "the template's control socket " + path + " is not this user's"};
-  auto sock = connect_unix_at(dir.get(), name, "the template at " + path);
+  auto sock = connect_unix_at(dir.get(), name, "the template at " + path, "template");
   if (!sock) return sock.error();
   // By its pidfd's inode where the server had one (no /proc read on a call's path), else by pid.
-  auto peer = unix_peer(sock->get(), want.listener_id == 0);
+  auto peer = unix_peer(sock->get(), "template", want.listener_id == 0);
   if (!peer) return peer.error();
   if (want.listener_pid <= 0 || (want.listener_id != 0 ? peer->id != want.listener_id : peer->pid != want.listener_pid))
     return Error{"template", EPERM,
@@ -681,10 +681,10 @@ Result<UniqueFd> connect_template(const RunRequest::FromTemplate& want) {
   return sock;
 }
 
-// Sends "call" and `fds` as one SEQPACKET message on `sock`.
-Status send_to_template(const UniqueFd& sock, const std::vector<int>& fds) {
-  char tag[] = "call";
-  struct iovec iov = {tag, 4};
+// Sends "call", the template's key and `fds` as one SEQPACKET message on `sock`.
+Status send_to_template(const UniqueFd& sock, const std::vector<int>& fds, const std::string& key) {
+  std::string tag = "call" + key;
+  struct iovec iov = {tag.data(), tag.size()};
   std::vector<char> cbuf(CMSG_SPACE(sizeof(int) * fds.size()));
   struct msghdr mh {};
   mh.msg_iov = &iov;
@@ -699,7 +699,7 @@ Status send_to_template(const UniqueFd& sock, const std::vector<int>& fds) {
   ssize_t n;
   do n = ::sendmsg(sock.get(), &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
   while (n < 0 && errno == EINTR);
-  if (n != 4) return sys_error("template", "send the call to the template");
+  if (n != static_cast<ssize_t>(tag.size())) return sys_error("template", "send the call to the template");
   return {};
 }
 
@@ -753,7 +753,7 @@ bool Run::spawn_from_template(UniqueFd sock, UniqueFd job) {
   if (!exe) return fail_setup(exe.error());
   fds.insert(fds.begin(), job.get());
   fds.push_back(*exe);
-  if (auto st = send_to_template(sock, fds); !st) return fail_setup(st.error());
+  if (auto st = send_to_template(sock, fds, req_.from_template.key); !st) return fail_setup(st.error());
   sock.reset();
   job.reset();
   L.chan.close_init_ends();

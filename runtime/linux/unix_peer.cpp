@@ -12,21 +12,31 @@
 
 namespace sbx {
 
-Result<UniqueFd> connect_unix_at(int dirfd, const std::string& name, const std::string& shown) {
+Result<UniqueFd> connect_unix_at(int dirfd, const std::string& name, const std::string& shown, Stage stage) {
   const std::string via = "/proc/self/fd/" + std::to_string(dirfd) + "/" + name;
   struct sockaddr_un addr {};
   addr.sun_family = AF_UNIX;
-  if (via.size() >= sizeof addr.sun_path) return Error{"template", ENAMETOOLONG, "unix socket path " + via};
+  if (via.size() >= sizeof addr.sun_path) return Error{stage, ENAMETOOLONG, "unix socket path " + via};
   std::memcpy(addr.sun_path, via.c_str(), via.size());
   UniqueFd sock(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
-  if (!sock.ok()) return sys_error("template", "socket");
+  if (!sock.ok()) return sys_error(stage, "socket");
   if (::connect(sock.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0)
-    return sys_error("template", "connect to " + shown);
+    return sys_error(stage, "connect to " + shown);
   return sock;
 }
 
 namespace {
-constexpr int kSoPeerPidfd = 77;                   // SO_PEERPIDFD (Linux 6.5; not in Debian 12's headers)
+// SO_PEERPIDFD (Linux 6.5; not in Debian 12's headers): 77 in asm-generic/socket.h, which these
+// architectures use; alpha, parisc and sparc number their socket options apart, and are asked
+// the older way (SO_PEERCRED) rather than with another option's number.
+#if defined(SO_PEERPIDFD)
+constexpr int kSoPeerPidfd = SO_PEERPIDFD;
+#elif defined(__x86_64__) || defined(__i386__) || defined(__aarch64__) || defined(__arm__) || defined(__riscv) || \
+    defined(__powerpc__) || defined(__s390__) || defined(__loongarch__) || defined(__mips__)
+constexpr int kSoPeerPidfd = 77;
+#else
+constexpr int kSoPeerPidfd = -1;
+#endif
 constexpr unsigned long kPidfsMagic = 0x50494446;  // PIDFS_MAGIC (Linux 6.9)
 }  // namespace
 
@@ -48,11 +58,11 @@ std::optional<pid_t> pidfd_pid(int pidfd) {
   return v;
 }
 
-Result<UnixPeer> unix_peer(int sock, bool with_pid) {
+Result<UnixPeer> unix_peer(int sock, Stage stage, bool with_pid) {
   UnixPeer peer;
   int fd = -1;
   socklen_t len = sizeof fd;
-  if (::getsockopt(sock, SOL_SOCKET, kSoPeerPidfd, &fd, &len) == 0 && fd >= 0) {
+  if (kSoPeerPidfd >= 0 && ::getsockopt(sock, SOL_SOCKET, kSoPeerPidfd, &fd, &len) == 0 && fd >= 0) {
     peer.pidfd = UniqueFd(fd);
     struct statfs fs;
     struct stat st;
@@ -60,20 +70,20 @@ Result<UnixPeer> unix_peer(int sock, bool with_pid) {
       peer.id = st.st_ino;
     if (!with_pid && peer.id != 0) return peer;
     const auto pid = pidfd_pid(fd);
-    if (!pid) return Error{"template", EPROTO, "the kernel did not say which process listens on the socket"};
+    if (!pid) return Error{stage, EPROTO, "the kernel did not say which process listens on the socket"};
     if (*pid <= 0)
       return Error{
-          "template", ESRCH,
+          stage, ESRCH,
           *pid < 0 ? "the socket's listener has ended" : "the socket's listener is in no pid namespace of ours"};
     peer.pid = *pid;
     return peer;
   }
   // An older kernel (no such option) is asked the other way; any other error is one.
-  if (errno != ENOPROTOOPT) return sys_error("template", "SO_PEERPIDFD");
+  if (kSoPeerPidfd >= 0 && errno != ENOPROTOOPT) return sys_error(stage, "SO_PEERPIDFD");
   struct ucred cred {};
   len = sizeof cred;
-  if (::getsockopt(sock, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) return sys_error("template", "SO_PEERCRED");
-  if (cred.pid <= 0) return Error{"template", ESRCH, "the socket's listener is in no pid namespace of ours"};
+  if (::getsockopt(sock, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) return sys_error(stage, "SO_PEERCRED");
+  if (cred.pid <= 0) return Error{stage, ESRCH, "the socket's listener is in no pid namespace of ours"};
   peer.pid = cred.pid;
   return peer;
 }

@@ -19,8 +19,8 @@ namespace sbx {
 // A SOCK_SEQPACKET connection, never waited for (a full backlog is EAGAIN), to the socket `name`
 // in the directory held by `dirfd`, reached through that fd (/proc/self/fd/N/NAME), so that no
 // rename of the directory, nor a link put in its place, leads it elsewhere. `shown` names the
-// socket in an error.
-Result<UniqueFd> connect_unix_at(int dirfd, const std::string& name, const std::string& shown);
+// socket in an error, reported at the caller's `stage`.
+Result<UniqueFd> connect_unix_at(int dirfd, const std::string& name, const std::string& shown, Stage stage);
 
 // The process that made a connected socket's peer listen, as the kernel recorded it at its
 // listen(). Where the kernel hands out its pidfd (SO_PEERPIDFD, Linux 6.5) that is this very
@@ -35,8 +35,8 @@ struct UnixPeer {
   bool alive() const;
 };
 // `with_pid` false: `pid` left 0 where `id` is known (it costs a read of /proc: a call's worker
-// compares `id` alone).
-Result<UnixPeer> unix_peer(int sock, bool with_pid = true);
+// compares `id` alone). Errors are reported at the caller's `stage`.
+Result<UnixPeer> unix_peer(int sock, Stage stage, bool with_pid = true);
 
 // A pidfd's process's pid in our pid namespace, from /proc/self/fdinfo: -1 once it has ended, 0
 // when it is outside our pid namespace; nullopt if the kernel does not say.

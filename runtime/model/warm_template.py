@@ -8,7 +8,8 @@
 # It becomes pid 1 of a pid namespace of its own (_pid_no_call_has), imports the preload list
 # once, says "ready" (or "failed WHY") on stdout, then serves calls
 # on /run/sbx-template/sock: for each, a call's supervisor (`sbx mcp-worker`, sandbox.cpp
-# spawn_from_template) connects and sends, in one message, init's ends of its handshake
+# spawn_from_template) connects and sends, in one message, "call" and the call's one-time token
+# (KEY_DIGEST says why), init's ends of its handshake
 # (handshake.hpp) and a memfd holding the job (JSON, a newline, then the files' bytes). The driver
 # forks the call's pid 1 straight into a pid namespace of its own (_fork_pid1), which plays init's
 # part of the protocol for a call made of fresh mount, network, ipc, uts and cgroup namespaces too,
@@ -21,7 +22,7 @@ import ctypes, json, os, select, signal, socket, struct, sys
 # Imported once here, not in each call's pid 1 (each import was ~0.5 ms of a call's start:
 # bench/README.md, Templates): random is reseeded in every call (_reseed). What _sbx_main
 # (python_main.py) needs is made ready in main(), _sbx_ready.
-import codecs, gc, io, random, resource, time
+import codecs, gc, hashlib, hmac, io, random, resource, time
 
 _libc = ctypes.CDLL(None, use_errno=True)
 CLONE_NEWNS, CLONE_NEWCGROUP, CLONE_NEWUTS = 0x00020000, 0x02000000, 0x04000000
@@ -51,6 +52,20 @@ KNOBS = 0  # stage times on stderr when the job asks for them ("trace"): bench/R
 # could have queued a job of its own before then (rootless the workers and the caller's sandboxes
 # are one uid, and no such check can tell them apart: man sbx-mcp).
 PEER_UID = None
+# Who may have a job forked (rootless the uid that reaches the control directory is every
+# sandbox's of the caller's too, so no peer check tells the server's workers apart): the server
+# itself proves it once, on the first connection that carries the template's key ("ctl" KEY),
+# whose SHA-256 alone this driver is given (KEY_DIGEST, from SBX_TEMPLATE_KEY_SHA256, a secret of
+# the template's run: mcp_template.cpp, serve_template_host). That connection (CTL) is then the
+# server's, and the key is spent. For each call the server makes a one-time token, gives it to
+# the call's worker, and sends its SHA-256 on CTL (PENDING); a job is forked only with a pending
+# token after its "call" (sandbox.cpp, send_to_template), which it spends. Whatever of these a
+# call finds in its memory (the template's, at its fork) is spent or a digest: nothing a sandbox
+# that reaches the socket could use.
+KEY_DIGEST = None
+CTL = None
+PENDING = {}  # digest -> None, oldest first
+MAX_PENDING = 4096  # tokens of calls whose workers never came (died) are let go, oldest first
 
 
 class _Fail(Exception):
@@ -825,6 +840,60 @@ class _Calls:
             os.close(f)
 
 
+def _take_key_digest():
+    # The key's SHA-256, never the key: the template's memory is every call's (a fork's).
+    digest = os.environ.pop("SBX_TEMPLATE_KEY_SHA256", "")
+    try:
+        return bytes.fromhex(digest) if len(digest) == 64 else None
+    except ValueError:
+        return None
+
+
+def _spend_token(data):
+    # A call's job: "call" and a pending token, spent now.
+    if data[:4] != b"call":
+        return False
+    digest = hashlib.sha256(data[4:]).hexdigest().encode()
+    if digest not in PENDING:
+        return False
+    del PENDING[digest]
+    return True
+
+
+def _server_hello(conn, data, calls):
+    # The server's control connection ("ctl" KEY), once: the key is spent.
+    global KEY_DIGEST, CTL
+    if KEY_DIGEST is None or data[:3] != b"ctl" or \
+            not hmac.compare_digest(hashlib.sha256(data[3:]).digest(), KEY_DIGEST):
+        return False
+    KEY_DIGEST = None
+    CTL = conn
+    CTL.setblocking(False)
+    calls.poll.register(CTL, select.POLLIN)
+    return True
+
+
+def _drain_ctl(calls):
+    # The digests of the calls' tokens, one message each; the server's end gone: no more calls.
+    global CTL
+    while CTL is not None:
+        try:
+            msg = CTL.recv(128)
+        except BlockingIOError:
+            return
+        except OSError:
+            msg = b""
+        if not msg:
+            calls.poll.unregister(CTL)
+            CTL.close()
+            CTL = None
+            return
+        if len(msg) == 64:
+            PENDING[msg] = None
+            while len(PENDING) > MAX_PENDING:
+                del PENDING[next(iter(PENDING))]
+
+
 def _accept(listener, calls):
     # One connection per call: init's ends of its handshake and its job. A connection that sends
     # nothing in time is dropped: the loop never waits long on one call.
@@ -839,14 +908,17 @@ def _accept(listener, calls):
             conn.close()
             return
     got = []
+    data = b""
     try:
         conn.settimeout(2)
-        data, got, _, _ = socket.recv_fds(conn, 64, len(FD_NAMES))
+        data, got, _, _ = socket.recv_fds(conn, 256, len(FD_NAMES))
     except OSError:
         pass
-    finally:
-        conn.close()
-    if len(got) != len(FD_NAMES) or data != b"call":
+    if not got and _server_hello(conn, data, calls):
+        return
+    conn.close()
+    _drain_ctl(calls)  # the digest of this call's token was sent before its worker could connect
+    if len(got) != len(FD_NAMES) or not _spend_token(data):
         for fd in got:
             os.close(fd)
         return
@@ -904,6 +976,8 @@ def _pid1_start(listener, calls, gate_r, gate_w, fds):
     if os.getpid() != 1:  # not a pid namespace of its own: never a call's
         os._exit(125)
     listener.close()
+    if CTL is not None:
+        CTL.close()  # the server's: never a call's
     os.close(_OWN_PIDNS)
     calls.close_in_child()
     os.close(gate_w)
@@ -940,7 +1014,9 @@ def _serve(listener):
         # (supervisor.cpp waits for it while the pipe is open), and an accept may take up to 2 s.
         ready = calls.poll.poll()
         for fd, ev in ready:
-            if fd != listener.fileno():
+            if CTL is not None and fd == CTL.fileno():
+                _drain_ctl(calls)
+            elif fd != listener.fileno():
                 calls.event(fd, ev)
         if any(fd == listener.fileno() for fd, _ in ready):
             _accept(listener, calls)
@@ -987,7 +1063,10 @@ def main():
         say.flush()
         os._exit(1)
 
-    global PEER_UID
+    global PEER_UID, KEY_DIGEST
+    KEY_DIGEST = _take_key_digest()
+    if KEY_DIGEST is None:
+        fail("no template key's digest in its environment (SBX_TEMPLATE_KEY_SHA256): a template is started by sbx mcp")
     if os.environ.pop("SBX_TEMPLATE_PEERS", "") == "unmapped":
         with open("/proc/sys/kernel/overflowuid") as f:
             PEER_UID = int(f.read())

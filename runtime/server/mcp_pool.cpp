@@ -92,8 +92,12 @@ static bool ready_of_note(const std::string& note) {
 }
 
 PoolLauncher::PoolLauncher(std::vector<std::string> worker_argv, std::size_t size, SandboxLauncher& cold,
-                           std::int64_t max_idle_ms)
-    : argv_(std::move(worker_argv)), size_(size), cold_(cold), max_idle_us_(max_idle_ms * 1000) {
+                           std::int64_t max_idle_ms, std::function<std::string()> first_words)
+    : argv_(std::move(worker_argv)),
+      size_(size),
+      cold_(cold),
+      max_idle_us_(max_idle_ms * 1000),
+      first_words_(std::move(first_words)) {
   refill();
 }
 
@@ -196,6 +200,12 @@ Result<PoolLauncher::Idle> PoolLauncher::spawn() {
   // started call with it, unrecorded. SIGTERM (blocked, pending) reaches the hand-out instead: a
   // call in the socket runs cold and is recorded as not started; with none (the socket at EOF:
   // the kernel closed the dead server's end), the worker discards its sandbox and ends.
+  // Into the socket's empty buffer before the worker exists: a few bytes, never a wait.
+  if (first_words_) {
+    const std::string words = first_words_();
+    if (words.empty()) return make_error("mcp", "the pooled worker's first words could not be made", EAGAIN);
+    if (Status st = write_all(mine.get(), words, "a pooled worker's first words"); !st) return st.error();
+  }
   auto w = spawn_worker(argv_, theirs.get(), std::move(out), SIGTERM);
   if (!w) return w.error();
   Idle idle;

@@ -40,6 +40,7 @@
 #include <algorithm>
 #include <chrono>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -97,8 +98,12 @@ class PoolLauncher : public SandboxLauncher {
  public:
   // worker_argv: `sbx [--state-dir DIR] mcp-worker --pooled --profile P`; size: idle sandboxes kept;
   // max_idle_ms: the oldest an idle sandbox may be at hand-out (older ones are retired and rebuilt).
+  // first_words: what each worker reads first on its socket, before its job, made for it as it
+  // is spawned: a template call's one-time token, which must not be in the workers' argv
+  // (mcp_worker.hpp, read_template_key); "" from it fails the spawn (a build failure's back-off).
   PoolLauncher(std::vector<std::string> worker_argv, std::size_t size, SandboxLauncher& cold,
-               std::int64_t max_idle_ms = kDefaultPoolMaxIdleS * 1000LL);
+               std::int64_t max_idle_ms = kDefaultPoolMaxIdleS * 1000LL,
+               std::function<std::string()> first_words = nullptr);
   ~PoolLauncher() override;
   PoolLauncher(const PoolLauncher&) = delete;
   PoolLauncher& operator=(const PoolLauncher&) = delete;
@@ -164,6 +169,7 @@ class PoolLauncher : public SandboxLauncher {
   int build_backoff_ms_ = 0;
   std::int64_t backoff_until_us_ = 0;
   bool prepared_only_ = false;
+  std::function<std::string()> first_words_;
   // When the refill after a hand-out is due (0: none pending). A new worker builds its sandbox
   // (fork and exec of sbx, clone, namespaces, root: milliseconds of CPU) and, started at the
   // hand-out, it competed for the CPUs with the call it was replacing, whose program was just

@@ -7,7 +7,9 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/random.h>
 #include <sys/syscall.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -19,6 +21,7 @@
 #include "runtime/base/fsutil.hpp"
 #include "runtime/base/json_io.hpp"
 #include "runtime/base/sha256.hpp"
+#include "runtime/base/strings.hpp"
 #include "runtime/base/text_escape.hpp"
 #include "runtime/base/trace_field.hpp"
 #include "runtime/image/self_digest.hpp"
@@ -35,8 +38,18 @@ namespace {
 using nlohmann::json;
 
 constexpr const char* kControlMount = "/run/sbx-template";  // warm_template.py's CONTROL_DIR
+constexpr const char* kControlSocket = "sock";              // in it: warm_template.py, main()
+std::string control_socket(const std::string& dir) { return dir + "/" + kControlSocket; }
 // How far below its host a template's driver may be (seal()): it is three generations down.
 constexpr int kMaxDriverDepth = 8;
+
+// A template's key (mcp_worker.hpp, kTemplateKeyBytes), from the kernel's generator.
+Result<std::string> make_template_key() {
+  std::string raw(kTemplateKeyBytes, '\0');
+  if (::getrandom(raw.data(), raw.size(), 0) != static_cast<ssize_t>(raw.size()))
+    return sys_error("mcp", "getrandom for the template's key");
+  return hex_lower(raw);
+}
 
 void log_line(const std::string& s) {
   std::string line = "sbx: mcp: template: " + printable(s) + "\n";
@@ -78,7 +91,7 @@ ControlDir& ControlDir::operator=(ControlDir&& o) noexcept {
 
 void ControlDir::remove() {
   if (!dir_.ok()) return;
-  if (::unlinkat(dir_.get(), "sock", 0) != 0 && errno != ENOENT)
+  if (::unlinkat(dir_.get(), kControlSocket, 0) != 0 && errno != ENOENT)
     log_line("could not remove the template's socket in " + path_ + ": " + std::strerror(errno));
   // Its name, only while it still leads to this directory (not a link, nor another put there).
   if (named() && ::unlinkat(parent_.get(), name_.c_str(), AT_REMOVEDIR) != 0 && errno != ENOENT)
@@ -103,11 +116,13 @@ TemplateNote parse_template_note(const std::string& text) {
   TemplateNote n;
   for (std::size_t at = 0, nl; (nl = text.find('\n', at)) != std::string::npos; at = nl + 1) {
     std::string line = text.substr(at, nl - at);
-    if (line.rfind("template ", 0) == 0 && n.run_id.empty()) {  // the host's own, first line
+    if (at == 0 && line.rfind("template ", 0) == 0) {  // the host's own, first line
       auto sp = line.find(' ', 9);
-      if (sp != std::string::npos) {
+      auto sp2 = sp == std::string::npos ? sp : line.find(' ', sp + 1);
+      if (sp2 != std::string::npos) {
         n.run_id = line.substr(9, sp - 9);
-        n.digest = line.substr(sp + 1);
+        n.digest = line.substr(sp + 1, sp2 - sp - 1);
+        n.key = line.substr(sp2 + 1);
       }
     } else if (line == "ready") {
       n.ready = true;
@@ -161,9 +176,10 @@ Status TemplateLauncher::start() {
     return dir.error();
   }
   // The driver's socket must fit a sockaddr_un (108 bytes with its NUL).
-  if (tmpl.size() + 6 > 107)
-    return make_error("mcp", "$TMPDIR is too long for a template's socket (" + tmpl + "/sock): set a shorter TMPDIR",
-                      ENAMETOOLONG);
+  if (control_socket(tmpl).size() >= sizeof(sockaddr_un::sun_path))
+    return make_error(
+        "mcp", "$TMPDIR is too long for a template's socket (" + control_socket(tmpl) + "): set a shorter TMPDIR",
+        ENAMETOOLONG);
   int sv[2];
   if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) return sys_error("mcp", "socketpair");
   UniqueFd mine(sv[0]), theirs(sv[1]);
@@ -210,31 +226,67 @@ std::string TemplateLauncher::seal(Host& h) {
   if (h.sealed) return "";
   h.sealed = true;
   const int dir = h.dir.fd();  // the directory made, whatever its name leads to now
-  const std::string sock_path = h.dir.path() + "/sock";
+  const std::string sock_path = control_socket(h.dir.path());
+  const char* const sock = kControlSocket;
   if (::geteuid() == 0) {
     // The directory first: from then on the sandbox's uid cannot swap the socket for a link.
     if (::fchown(dir, 0, 0) != 0 || ::fchmod(dir, 0755) != 0)
       return fail("could not take back its control directory " + h.dir.path() + ": " + std::strerror(errno));
   }
   struct stat st;
-  if (::fstatat(dir, "sock", &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISSOCK(st.st_mode))
+  if (::fstatat(dir, sock, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISSOCK(st.st_mode))
     return fail("its control socket " + sock_path + " is not a socket");
   if (::geteuid() == 0 &&
-      (::fchownat(dir, "sock", 0, 0, AT_SYMLINK_NOFOLLOW) != 0 || ::fchmodat(dir, "sock", 0600, 0) != 0))
+      (::fchownat(dir, sock, 0, 0, AT_SYMLINK_NOFOLLOW) != 0 || ::fchmodat(dir, sock, 0600, 0) != 0))
     return fail("could not take back its control socket " + sock_path + ": " + std::strerror(errno));
   // The driver is the host's great-grandchild: the host's child is the sandbox's init, whose
   // child, the program, forks the template in a pid namespace of its own (warm_template.py,
   // _pid_no_call_has). Alive after the walk: the pid walked was its own all along.
-  auto sock = connect_unix_at(dir, "sock", "the template's control socket " + sock_path);
-  if (!sock) return fail(sock.error().describe());
-  auto peer = unix_peer(sock->get());
+  auto conn = connect_unix_at(dir, sock, "the template's control socket " + sock_path, "template");
+  if (!conn) return fail(conn.error().describe());
+  auto peer = unix_peer(conn->get(), "template");
   if (!peer) return fail("its control socket " + sock_path + " is not its driver's (" + peer.error().describe() + ")");
   if (!descends_from(peer->pid, h.pid, kMaxDriverDepth) || !peer->alive())
     return fail("its control socket " + sock_path + " is not its driver's (it listens in process " +
                 std::to_string(peer->pid) + ", not one of the template's)");
   h.listener_pid = peer->pid;
   h.listener_id = peer->id;
+  // The file stat'ed before the connect: had another been put there since, the connect would
+  // have reached its listener, not the driver.
+  h.sock_dev = st.st_dev;
+  h.sock_ino = st.st_ino;
+  // This connection becomes the server's control connection: the key proves it so to the
+  // driver, once (warm_template.py, _server_hello). Into an empty socket: never a wait.
+  const TemplateNote n = parse_template_note(h.note);
+  const std::string hello = "ctl" + n.key;
+  if (!is_template_key(n.key) || ::send(conn->get(), hello.data(), hello.size(), MSG_DONTWAIT | MSG_NOSIGNAL) !=
+                                     static_cast<ssize_t>(hello.size()))
+    return fail("could not open its control connection: " + std::string(std::strerror(errno)));
+  h.ctl = std::move(*conn);
+  h.run_id = n.run_id;
   return "";
+}
+
+std::string TemplateLauncher::socket_replaced(const Host& h) const {
+  if (!h.sealed || h.stopping) return "";
+  if (!h.dir.named()) return "its control directory " + h.dir.path() + " was replaced";
+  struct stat st;
+  if (::fstatat(h.dir.fd(), kControlSocket, &st, AT_SYMLINK_NOFOLLOW) != 0 || st.st_dev != h.sock_dev ||
+      st.st_ino != h.sock_ino)
+    return "its control socket " + control_socket(h.dir.path()) + " is no longer its driver's (replaced)";
+  return "";
+}
+
+std::string TemplateLauncher::call_token(const std::string& run_id) {
+  auto h = std::find_if(hosts_.begin(), hosts_.end(), [&](const Host& x) { return x.run_id == run_id; });
+  if (run_id.empty() || h == hosts_.end() || h->stopping || !h->ctl.ok()) return "";
+  auto token = make_template_key();
+  if (!token) return "";
+  const std::string digest = sha256_hex(*token);
+  if (::send(h->ctl.get(), digest.data(), digest.size(), MSG_DONTWAIT | MSG_NOSIGNAL) !=
+      static_cast<ssize_t>(digest.size()))
+    return "";
+  return *token;
 }
 
 void TemplateLauncher::read_note(Host& h) { read_worker_note(h.sock.get(), h.note); }
@@ -311,6 +363,8 @@ Result<Worker> TemplateLauncher::launch(const json& job) {
 Result<Worker> TemplateLauncher::OnDemand::launch(const json& job) {
   json t = t_.ready_template();
   if (t.is_null()) return launch_cold(t_.cold_, job, "no template is ready (it is being rebuilt)");
+  t["key"] = t_.call_token(t.value("run_id", ""));
+  if (t["key"] == "") return launch_cold(t_.cold_, job, "the template could not be told of the call (it is busy)");
   json j = job;
   j["template"] = std::move(t);
   return t_.cold_.launch(j);
@@ -322,7 +376,7 @@ json TemplateLauncher::ready_template() {
   read_note(h);
   TemplateNote n = parse_template_note(h.note);
   if (!n.failed.empty() || !n.ready || n.run_id.empty() || !seal(h).empty()) return nullptr;
-  return {{"socket", h.dir.path() + "/sock"},
+  return {{"socket", control_socket(h.dir.path())},
           {"listener_pid", h.listener_pid},
           {"listener_id", h.listener_id},
           {"digest", n.digest},
@@ -345,9 +399,11 @@ void TemplateLauncher::sync_pool() {
     pool_run_id_.clear();
   }
   if (!pool_ && !run_id.empty() && pool_size_ > 0 && !pooled_argv_.empty()) {
+    // Each worker's token goes on its socket, not in its argv (mcp_worker.hpp, read_template_key).
     auto argv = pooled_argv_;
     argv.insert(argv.end(), {"--from-template", dump_json(t, -1)});
-    pool_ = std::make_unique<PoolLauncher>(argv, pool_size_, on_demand_, max_idle_us_ / 1000);
+    pool_ = std::make_unique<PoolLauncher>(argv, pool_size_, on_demand_, max_idle_us_ / 1000,
+                                           [this, run_id] { return call_token(run_id); });
     pool_->prepared_only(true);  // a fork is handed out once its pid 1 said it is ready
     pool_->refill();
     pool_run_id_ = run_id;
@@ -376,21 +432,35 @@ void TemplateLauncher::tick() {
       continue;
     }
     const bool current = &h == &hosts_.back();
+    // Why a new template should take the next calls from the current one: its socket replaced
+    // (rootless, by a sandbox of the caller's that reaches $TMPDIR: man sbx-mcp, Templates), or
+    // it is older than the pool's max idle.
+    std::string renew;
+    if (current && !h.stopping && now >= backoff_until_us_) {
+      renew = socket_replaced(h);
+      if (!renew.empty()) {  // whatever replaced it may replace the next one's: not again at once
+        backoff_ms_ = next_build_backoff_ms(backoff_ms_);
+        backoff_until_us_ = now + backoff_ms_ * 1000LL;
+      }
+    }
+    if (renew.empty() && current && !h.stopping && max_idle_us_ > 0 && now >= h.born_us + max_idle_us_)
+      renew = "the template is older than --pool-max-idle";
     if (h.stopping && now >= h.stop_at_us) {
       (void)::syscall(SYS_pidfd_send_signal, h.pidfd.get(), SIGKILL, nullptr, 0);
       h.stop_at_us = now + 60'000'000LL;
     } else if (!current && !h.stopping &&
                (now >= h.retired_us + kTemplateDrainMs * 1000LL || hosts_.size() > kMaxTemplates)) {
       stop(h, "retired, its calls drained (or too many retired templates)");
-    } else if (current && !h.stopping && max_idle_us_ > 0 && now >= h.born_us + max_idle_us_) {
-      // Older than the pool's max idle: a new template takes the next calls; this one keeps the
-      // calls already forked from it until they end (or kTemplateDrainMs).
-      log_line("the template is older than --pool-max-idle: building a new one");
+    } else if (!renew.empty()) {
+      // This one keeps the calls already forked from it until they end (or kTemplateDrainMs).
+      log_line(renew + ": building a new one");
       h.retired_us = now;
       if (auto st = start(); !st) {
         log_line(st.error().describe() + " (the old template serves on)");
         h.born_us = now;
         h.retired_us = 0;
+        backoff_ms_ = next_build_backoff_ms(backoff_ms_);
+        backoff_until_us_ = now + backoff_ms_ * 1000LL;
       }
       break;  // start() changed hosts_: the rest is the next tick's
     }
@@ -515,7 +585,15 @@ int serve_template_host(const WorkerContext& ctx, const std::string& name, const
     if (!uid || !gid || ::fchown(control.dir.fd(), *uid, *gid) != 0)
       return fail(make_error("mcp", "hand the template's control directory " + dir + " to its sandbox", EPERM));
   }
-  say("template " + run.run_id + " " + digest);
+  // The key the server proves itself to the driver with, once (warm_template.py, KEY_DIGEST):
+  // rootless the calls' workers and the caller's other sandboxes are one uid, which reaches the
+  // control directory, so that no peer check tells the server's workers from a sandbox that
+  // binds $TMPDIR. The driver gets its SHA-256 alone, as a secret of the run (never in its
+  // record): the template's memory is every call's.
+  auto key = make_template_key();
+  if (!key) return fail(key.error());
+  run.secrets.env.push_back({"SBX_TEMPLATE_KEY_SHA256", sha256_hex(*key)});
+  say("template " + run.run_id + " " + digest + " " + *key);
   RunReport rep = run_sandbox(run);
   // A template that could not be built says why (a driver that started said ready or failed).
   if (rep.outcome.status == RunStatus::setup_error && rep.outcome.error)

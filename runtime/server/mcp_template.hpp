@@ -53,10 +53,12 @@ inline constexpr int kTemplateDrainMs = 600'000;
 // (a short --pool-max-idle would otherwise stack them); past it the oldest is stopped.
 inline constexpr std::size_t kMaxTemplates = 4;
 
-// What the template host says on its socket, one line each: "template RUN_ID DIGEST" as it
-// starts, then the driver's own "ready" or "failed WHY".
+// What the template host says on its socket, one line each: "template RUN_ID DIGEST KEY" as it
+// starts, then the driver's own "ready" or "failed WHY". KEY (kTemplateKeyBytes, as hex, made by
+// the host for this template alone) is what the server proves itself to the driver with, once
+// (TemplateLauncher::seal; serve_template_host says why).
 struct TemplateNote {
-  std::string run_id, digest;
+  std::string run_id, digest, key;
   bool ready = false;
   std::string failed;  // "" unless the driver (or the host) said why it could not start
 };
@@ -125,6 +127,14 @@ class TemplateLauncher : public SandboxLauncher {
     // kernel has one (unix_peer.hpp, UnixPeer).
     pid_t listener_pid = 0;
     std::uint64_t listener_id = 0;
+    // The socket the driver listens on (seal()): a listener is bound to its own file, so another
+    // at its name is another file (socket_replaced).
+    dev_t sock_dev = 0;
+    ino_t sock_ino = 0;
+    // The server's control connection to the driver (seal(): the template's key proves it the
+    // server's, once), on which each call's token is announced (call_token).
+    UniqueFd ctl;
+    std::string run_id;  // once sealed
   };
   Status start();
   void read_note(Host& h);
@@ -132,6 +142,15 @@ class TemplateLauncher : public SandboxLauncher {
   // listener must be the driver. "" if so; else why not (and the template is stopped): it is
   // not, or the directory's name no longer leads to the directory made.
   std::string seal(Host& h);
+  // Rootless, a sealed template's directory stays the caller's, whose other sandboxes may reach
+  // it: why its socket is no longer the one its driver listens on (the workers then refuse it,
+  // and the calls run cold), else "". Two fstats: no connection, nothing to wait for.
+  std::string socket_replaced(const Host& h) const;
+  // A one-time token for one call to the sealed template whose run id is `run_id`: its SHA-256
+  // is sent to the driver first (a non-blocking send on its control connection), and the call's
+  // worker sends the token with its job (warm_template.py, _spend_token). "" when the driver
+  // cannot be told (gone, or not reading): the call runs cold.
+  std::string call_token(const std::string& run_id);
   void stop(Host& h, const std::string& why);
   void reap(Host& h);
 

@@ -297,6 +297,7 @@ void from_template(RunRequest& run, const json& t, const Dirs& dirs) {
   run.from_template.socket = t.value("socket", "");
   run.from_template.listener_pid = t.value("listener_pid", pid_t{0});
   run.from_template.listener_id = t.value("listener_id", std::uint64_t{0});
+  run.from_template.key = t.value("key", "");
   run.from_template.record = trace_object(
       {{"sandbox/template/digest", t.value("digest", "")}, {"sandbox/template/run_id", t.value("run_id", "")}});
   // Forked at the call: hit unless the call came with a note of why no fork made ahead served it.
@@ -353,6 +354,33 @@ PooledWait build_and_wait(const WorkerContext& wctx, const std::string& profile,
   return w;
 }
 }  // namespace
+
+bool is_template_key(std::string_view s) {
+  return s.size() == kTemplateKeyBytes * 2 &&
+         std::all_of(s.begin(), s.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+}
+
+Status read_template_key(int fd, json& tmpl, int timeout_ms) {
+  // Exactly the key's bytes: the job that follows on the same socket is serve_pooled's to read.
+  std::string key(kTemplateKeyBytes * 2, '\0');
+  std::size_t got = 0;
+  const std::int64_t deadline = monotonic_us() + timeout_ms * 1000LL;
+  while (got < key.size()) {
+    const std::int64_t left_ms = (deadline - monotonic_us()) / 1000;
+    pollfd p{fd, POLLIN, 0};
+    int r = left_ms > 0 ? ::poll(&p, 1, static_cast<int>(left_ms)) : 0;
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return make_error("usage", "mcp-worker --from-template: the template's key did not come", ETIMEDOUT);
+    ssize_t n = ::read(fd, key.data() + got, key.size() - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return make_error("usage", "mcp-worker --from-template: the template's key did not come", EPIPE);
+    got += static_cast<std::size_t>(n);
+  }
+  if (!is_template_key(key))
+    return make_error("usage", "mcp-worker --from-template: the template's key is not one", EINVAL);
+  tmpl["key"] = std::move(key);
+  return {};
+}
 
 std::optional<std::string> worker_tenant() {
   const char* t = std::getenv(kMcpTenantEnv);

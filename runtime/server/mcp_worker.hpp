@@ -11,6 +11,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -105,11 +106,22 @@ nlohmann::json cold_job(const nlohmann::json& request, const std::string& profil
 // A pack's job as the server sent it, with the pool note for the record.
 nlohmann::json cold_pack_job(const nlohmann::json& job, const nlohmann::json& pool_note);
 
+// A template's key (mcp_template.hpp, TemplateNote) and each call's one-time token
+// (TemplateLauncher::call_token): the hex of kTemplateKeyBytes random bytes. A call's token is
+// never in its worker's argv, which any local user reads in /proc: a template's pooled worker
+// reads it first on its socket from the server (PoolLauncher's first_words), an unpooled one in
+// its job ("template": {"key"}).
+inline constexpr std::size_t kTemplateKeyBytes = 32;
+bool is_template_key(std::string_view s);
+// Reads a token from `fd` (kTemplateKeyBytes * 2 bytes, within timeout_ms) into tmpl["key"].
+Status read_template_key(int fd, nlohmann::json& tmpl, int timeout_ms);
+
 // The whole pooled worker: build, tell the server, wait, and decide (may block until the server
 // closes the socket). pack_key null: a run_code sandbox for `profile`; else a pack tool's, for the
 // pack it names ({"dir", "contexts", "secrets"}, `sbx mcp-worker --pooled --pack-job JSON`).
-// tmpl ({"socket", "listener_pid", "listener_id", "digest", "run_id"}, `--from-template JSON`): a run_code sandbox forked from
-// that warm template (mcp_template.hpp), its call's files and argv sent at hand-out.
+// tmpl ({"socket", "listener_pid", "listener_id", "digest", "run_id", "key"}, `--from-template JSON`
+// with its key read by read_template_key): a run_code sandbox forked from that warm template
+// (mcp_template.hpp), its call's files and argv sent at hand-out.
 PooledNext serve_pooled(const WorkerContext& ctx, const std::string& profile, const nlohmann::json& pack_key = nullptr,
                         const nlohmann::json& tmpl = nullptr);
 

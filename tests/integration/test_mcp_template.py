@@ -141,6 +141,10 @@ class McpTemplateCase(SbxTestCase):
                 time.sleep(0.1)
                 self.run_code(s, "pass\n")
             time.sleep(scaled(0.5))
+            # Every pooled fork got the template's key on its socket from the first (a worker
+            # spawned before the key was set waited for it in vain, then ended).
+            self.assertNotIn("key did not come", s.stderr())
+            self.assertNotIn("ended before hand-out", s.stderr())
         return s
 
     def own_tmpdir(self):
@@ -696,16 +700,31 @@ print(json.dumps(sorted(r.items())))
         # socket put in its place, of the right owner and mode, gets no job, and the call runs
         # cold saying why.
         # Nor one whose listener has ended, whose pid another process may have by then.
+        # The server compares the socket's file with the driver's at each tick: a new template
+        # takes the next calls.
         for listener_ended in (False, True):
             with self.subTest(listener_ended=listener_ended):
                 tmp = self.own_tmpdir()
                 s = self.server_in(tmp, ["json"], forked_ahead=True)
+                self.run_code(s, "pass\n")
+                first = self.records(s)[-1]["sandbox"].get("template", {}).get("run_id")
                 (made,) = [d for d in os.listdir(tmp) if d.startswith("sbx-template.")]
                 imp = Impostor(os.path.join(tmp, made, "sock"), listener_ended)
                 self.addCleanup(imp.close)
-                # (Linux 6.5 to 6.15 refuse SO_PEERPIDFD for a listener that has ended.)
+                # (Linux 6.5 to 6.15 refuse SO_PEERPIDFD for a listener that has ended.) The server
+                # may have seen it first: its new template is not ready yet.
                 self.assertRegex(self.first_cold_call(s)["pool"]["reason"],
-                                 "is not its driver's|listener has ended|SO_PEERPIDFD")
+                                 "is not its driver's|listener has ended|SO_PEERPIDFD|no template is ready")
+                deadline = time.monotonic() + scaled(30)
+                while True:
+                    self.assertLess(time.monotonic(), deadline, "no new template served: " + s.stderr())
+                    self.run_code(s, "pass\n")
+                    made_by = self.records(s)[-1]["sandbox"]
+                    if made_by["made_by"] == "template" and made_by["template"]["run_id"] != first:
+                        break
+                    time.sleep(0.2)
+                self.assertRegex(s.stderr(), "its control socket .* is no longer its driver's \\(replaced\\): "
+                                             "building a new one")
                 self.assertEqual(imp.jobs(), [])
                 s.close()
 
@@ -756,13 +775,12 @@ print(json.dumps(sorted(r.items())))
 
     def test_a_job_the_sandbox_s_uid_queued_before_the_seal_is_never_run(self):
         # Until the seal the control directory is the template sandbox's host uid's, and that
-        # uid is every default sandbox's: one that reached it could connect then and queue a job
-        # of its own, which the driver would fork once ready (its 'I', the call's pid 1's pidfd,
-        # on the job's out socket). As root the calls' workers are root, whom the template's user
-        # namespace does not map: the driver drops any other peer unread.
-        if MODE != "root":
-            self.skipTest("rootless the calls' workers and the caller's sandboxes are one uid, which no check "
-                          "of the driver's can tell apart (man sbx-mcp, Templates): not claimed")
+        # uid is every default sandbox's (rootless: the caller's, every sandbox's of the caller's
+        # and every call's worker's): one that reached it could connect then and queue a job of
+        # its own, which the driver would fork once ready (its 'I', the call's pid 1's pidfd, on
+        # the job's out socket). The driver forks only a job that carries the template's key,
+        # which only the server's workers are given; as root it also drops, unread, any peer but
+        # root (whom the template's user namespace does not map).
         tmp = self.own_tmpdir()
         started = []
         t = threading.Thread(target=lambda: started.append(self.server_in(tmp, *self.slow_preload())))
@@ -770,34 +788,91 @@ print(json.dumps(sorted(r.items())))
         sock = self.control_socket_made(tmp, lambda: None if t.is_alive() else "the server did not start")
         st = os.stat(os.path.dirname(sock))
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        ours2, theirs2 = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         pid = os.fork()
         if pid == 0:  # the sandbox's host uid, as another default sandbox has it
             try:
-                os.setgroups([])
-                os.setresgid(st.st_gid, st.st_gid, st.st_gid)
-                os.setresuid(st.st_uid, st.st_uid, st.st_uid)
-                c = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-                c.connect(sock)
+                if os.geteuid() != st.st_uid:
+                    os.setgroups([])
+                    os.setresgid(st.st_gid, st.st_gid, st.st_gid)
+                    os.setresuid(st.st_uid, st.st_uid, st.st_uid)
                 null = os.open("/dev/null", os.O_RDWR)
-                fds = [null, null, null, theirs.fileno(), null, null, null, null]  # out_sock 4th (FD_NAMES)
-                socket.send_fds(c, [b"call"], fds)
+                # No key, then a wrong one: each with its own out socket (4th, FD_NAMES).
+                for tag, out_sock in ((b"call", theirs), (b"call" + b"0" * 64, theirs2)):
+                    c = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+                    c.connect(sock)
+                    socket.send_fds(c, [tag], [null, null, null, out_sock.fileno(), null, null, null, null])
                 os._exit(0)
             except BaseException:
                 os._exit(1)
         self.assertEqual(os.waitpid(pid, 0)[1], 0, "the sandbox's uid could not queue its connection")
         theirs.close()
+        theirs2.close()
         t.join(scaled(60))
         self.assertEqual(len(started), 1, "the server did not start")
         s = started[0]
-        # The queued connection is the driver's first: by a call's answer it was taken.
+        # The queued connections are the driver's first: by a call's answer they were taken.
         self.assertEqual(self.run_code(s, "print('x')\n")["stdout"], "x\n")
         self.assertEqual(self.records(s)[-1]["sandbox"]["made_by"], "template")
-        ours.settimeout(scaled(1))
+        for which, o in (("with no key", ours), ("with a wrong key", ours2)):
+            o.settimeout(scaled(1))
+            try:
+                got = o.recv(64)
+            except socket.timeout:
+                got = b""
+            self.assertEqual(got, b"", "the driver forked a call for the job the sandbox's uid queued " + which)
+
+    def test_no_key_found_in_a_call_s_memory_gets_a_job_forked(self):
+        # The template's memory is every call's (a fork's). Were the key each job must carry in
+        # it (man sbx-mcp, Templates), a call could hand it to a sandbox that reaches the control
+        # socket (rootless: any of the caller's whose profile binds $TMPDIR). Every 64-hex-digit
+        # string in a call's readable memory, tried as the key, gets no job forked. (As root the
+        # test connects as root, as the workers do: the driver's check of its peer's uid passes.)
+        tmp = self.own_tmpdir()
+        s = self.server_in(tmp, ["json"], forked_ahead=True)
+        out = self.run_code(s, r"""
+import json, re
+found = set()
+with open('/proc/self/maps') as m:
+    regions = [l.split() for l in m]
+with open('/proc/self/mem', 'rb', 0) as mem:
+    for r in regions:
+        if r[1][0] != 'r' or (len(r) > 5 and r[5] in ('[vvar]', '[vsyscall]')):
+            continue
+        a, b = (int(x, 16) for x in r[0].split('-'))
         try:
-            got = ours.recv(64)
-        except socket.timeout:
-            got = b""
-        self.assertEqual(got, b"", "the driver forked a call for the job the sandbox's uid queued")
+            mem.seek(a)
+            data = mem.read(b - a)
+        except (OSError, ValueError, OverflowError):
+            continue
+        found.update(re.findall(rb'(?<![0-9a-f])[0-9a-f]{64}(?![0-9a-f])', data))
+print(json.dumps(sorted(x.decode() for x in found)[:2000]))
+""")
+        self.assertEqual(out["status"], "ok", out)
+        self.assertEqual(self.records(s)[-1]["sandbox"]["made_by"], "template")
+        found = json.loads(out["stdout"])
+        self.assertTrue(found, "no digest at all in a call's memory: the scan read nothing")
+        (made,) = [d for d in os.listdir(tmp) if d.startswith("sbx-template.")]
+        sock = os.path.join(tmp, made, "sock")
+        null = os.open("/dev/null", os.O_RDWR)
+        self.addCleanup(os.close, null)
+        forked = []
+        for candidate in found:
+            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            with ours, socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as c:
+                c.connect(sock)
+                # out_sock 4th (FD_NAMES): where the driver would send the forked call's pidfd.
+                socket.send_fds(c, [b"call" + candidate.encode()], [null, null, null, theirs.fileno(), null, null,
+                                                                   null, null])
+                theirs.close()
+                ours.settimeout(scaled(5))
+                try:
+                    if ours.recv(64):
+                        forked.append(candidate)
+                except socket.timeout:
+                    forked.append(candidate + " (no answer)")
+        self.assertEqual(forked, [], f"of {len(found)} strings found in a call's memory")
+        note(f"template key: {len(found)} 64-hex-digit strings in a call's memory, none a key")
 
     def test_template_mode_is_refused_where_it_cannot_hold(self):
         for extra, want in (({"network": {"allow": ["example.com"]}}, "a template's calls have no network"),

@@ -100,3 +100,25 @@ TEST_CASE("ControlDir: only a real directory named sbx-template.* and this user'
   CHECK(exists(real));
   CHECK(exists(link));
 }
+
+TEST_CASE("parse_template_note: the host's first line gives run id, digest and key; the driver's follow") {
+  const std::string key(64, 'a');
+  auto n = sbx::mcp::parse_template_note("template 20261208T000000.000Z-0a0b0c0d sha256:d1 " + key + "\nready\n");
+  CHECK(n.run_id == "20261208T000000.000Z-0a0b0c0d");
+  CHECK(n.digest == "sha256:d1");
+  CHECK(n.key == key);
+  CHECK(n.ready);
+  // A driver's own line cannot replace the host's: only the first "template" line counts.
+  n = sbx::mcp::parse_template_note("template r1 d1 " + key + "\ntemplate r2 d2 " + std::string(64, 'b') + "\n");
+  CHECK((n.run_id == "r1" && n.key == key));
+  // Nor a later one when the first is not the host's.
+  n = sbx::mcp::parse_template_note("template r1\ntemplate r2 d2 " + key + "\n");
+  CHECK(n.run_id.empty());
+  // A line without its key gives no run id: the template is never ready for calls (ready_template).
+  n = sbx::mcp::parse_template_note("template r1 d1\nready\n");
+  CHECK(n.run_id.empty());
+  CHECK(n.key.empty());
+  n = sbx::mcp::parse_template_note("failed preload 'x': ModuleNotFoundError\n");
+  CHECK(n.failed == "preload 'x': ModuleNotFoundError");
+  CHECK_FALSE(n.ready);
+}

@@ -210,3 +210,45 @@ TEST_CASE("mcp worker: a pooled job travels in its message when small, in a memf
   CHECK(recv_pool_job(worker.get(), 1 << 20).kind == PoolJobRead::invalid);
   CHECK(recv_pool_job(worker.get(), 1 << 20).kind == PoolJobRead::closed);
 }
+
+TEST_CASE("mcp worker: a template's key is read whole from the socket, and no byte of the job after it") {
+  const std::string key = std::string(32, '0') + std::string(32, 'f');
+  CHECK(sbx::mcp::is_template_key(key));
+  CHECK_FALSE(sbx::mcp::is_template_key(key.substr(1)));
+  CHECK_FALSE(sbx::mcp::is_template_key(std::string(63, 'a') + "A"));
+  int sv[2];
+  REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
+  sbx::UniqueFd a(sv[0]), b(sv[1]);
+  SUBCASE("in two parts, the job following") {
+    REQUIRE(sbx::write_all(a.get(), key.substr(0, 10), "key").ok());
+    std::thread late([&] {
+      ::usleep(20'000);
+      (void)sbx::write_all(a.get(), key.substr(10) + "{\"job\":1}", "key");
+    });
+    nlohmann::json t = {{"socket", "/tmp/x/sock"}};
+    auto st = sbx::mcp::read_template_key(b.get(), t, 2000);
+    late.join();
+    REQUIRE(st.ok());
+    CHECK(t["key"] == key);
+    char rest[16] = {};
+    CHECK(::read(b.get(), rest, sizeof rest) == 9);
+    CHECK(std::string(rest) == "{\"job\":1}");
+  }
+  SUBCASE("not a key") {
+    REQUIRE(sbx::write_all(a.get(), std::string(64, 'x'), "key").ok());
+    nlohmann::json t = nlohmann::json::object();
+    auto st = sbx::mcp::read_template_key(b.get(), t, 2000);
+    CHECK_FALSE(st.ok());
+    CHECK_FALSE(t.contains("key"));
+  }
+  SUBCASE("too short: an end, or nothing in time") {
+    REQUIRE(sbx::write_all(a.get(), key.substr(0, 20), "key").ok());
+    nlohmann::json t = nlohmann::json::object();
+    auto st = sbx::mcp::read_template_key(b.get(), t, 100);
+    CHECK_FALSE(st.ok());
+    CHECK(st.error().message.find("did not come") != std::string::npos);
+    a.reset();
+    st = sbx::mcp::read_template_key(b.get(), t, 2000);
+    CHECK_FALSE(st.ok());
+  }
+}

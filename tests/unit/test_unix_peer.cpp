@@ -101,16 +101,16 @@ TEST_CASE("connect_unix_at and unix_peer: the listener, through the directory he
   SUBCASE("this process listens") {
     UniqueFd l = listen_at(path);
     REQUIRE(l.ok());
-    auto c = connect_unix_at(dir.get(), "sock", "the test's socket");
+    auto c = connect_unix_at(dir.get(), "sock", "the test's socket", "template");
     REQUIRE(c);
-    auto peer = unix_peer(c->get());
+    auto peer = unix_peer(c->get(), "template");
     REQUIRE(peer);
     CHECK(peer->pid == ::getpid());
     CHECK(peer->alive());
     // The same listener, the same identity; without the pid where the identity is known.
-    auto c2 = connect_unix_at(dir.get(), "sock", "the test's socket");
+    auto c2 = connect_unix_at(dir.get(), "sock", "the test's socket", "template");
     REQUIRE(c2);
-    auto again = unix_peer(c2->get(), false);
+    auto again = unix_peer(c2->get(), "template", false);
     REQUIRE(again);
     CHECK(again->id == peer->id);
     if (peer->id != 0) CHECK(again->pid == 0);
@@ -133,14 +133,14 @@ TEST_CASE("connect_unix_at and unix_peer: the listener, through the directory he
     ::close(ready[0]);
     if (b != 'x') ::waitpid(child, nullptr, 0);
     REQUIRE(b == 'x');
-    auto c = connect_unix_at(dir.get(), "sock", "the test's socket");
+    auto c = connect_unix_at(dir.get(), "sock", "the test's socket", "template");
     REQUIRE(c);
-    auto peer = unix_peer(c->get());
+    auto peer = unix_peer(c->get(), "template");
     UniqueFd l = listen_at(t.path + "/mine");
     REQUIRE(l.ok());
-    auto mine_c = connect_unix_at(dir.get(), "mine", "the test's socket");
+    auto mine_c = connect_unix_at(dir.get(), "mine", "the test's socket", "template");
     REQUIRE(mine_c);
-    auto mine = unix_peer(mine_c->get());
+    auto mine = unix_peer(mine_c->get(), "template");
     ::kill(child, SIGKILL);
     ::waitpid(child, nullptr, 0);
     REQUIRE(peer);
@@ -164,7 +164,7 @@ TEST_CASE("connect_unix_at and unix_peer: the listener, through the directory he
     REQUIRE(::waitpid(child, &ws, 0) == child);
     REQUIRE(WIFEXITED(ws));
     REQUIRE(WEXITSTATUS(ws) == 0);
-    auto c = connect_unix_at(dir.get(), "sock", "the test's socket");
+    auto c = connect_unix_at(dir.get(), "sock", "the test's socket", "template");
     REQUIRE(c);
     int probe = -1;
     socklen_t len = sizeof probe;
@@ -172,9 +172,9 @@ TEST_CASE("connect_unix_at and unix_peer: the listener, through the directory he
       MESSAGE("this kernel has no SO_PEERPIDFD (Linux 6.5): a listener that ended is known by the pid it had");
     } else {
       if (probe >= 0) ::close(probe);
-      auto peer = unix_peer(c->get());
+      auto peer = unix_peer(c->get(), "template");
       CHECK_FALSE(peer);
-      auto by_id = unix_peer(c->get(), false);
+      auto by_id = unix_peer(c->get(), "template", false);
       // Its identity is still its own (never a live process's): a worker compares it alone.
       if (by_id) CHECK(by_id->id != 0);
     }
@@ -183,12 +183,12 @@ TEST_CASE("connect_unix_at and unix_peer: the listener, through the directory he
     UniqueFd l = listen_at(path);
     REQUIRE(l.ok());
     REQUIRE(::rename(path.c_str(), (t.path + "/moved").c_str()) == 0);
-    auto c = connect_unix_at(dir.get(), "sock", "the test's socket");
+    auto c = connect_unix_at(dir.get(), "sock", "the test's socket", "template");
     REQUIRE_FALSE(c);
     CHECK(c.error().describe().find("the test's socket") != std::string::npos);
   }
   SUBCASE("no listener") {
-    auto c = connect_unix_at(dir.get(), "nothing", "the test's socket");
+    auto c = connect_unix_at(dir.get(), "nothing", "the test's socket", "template");
     CHECK_FALSE(c);
   }
 }
