@@ -918,7 +918,10 @@ def _accept(listener, calls):
         return
     conn.close()
     _drain_ctl(calls)  # the digest of this call's token was sent before its worker could connect
-    if len(got) != len(FD_NAMES) or not _spend_token(data):
+    # Spent first, whatever else is wrong with the message: no valid token is left in memory
+    # that the next fork would copy while its digest is still pending.
+    spent = _spend_token(data)
+    if len(got) != len(FD_NAMES) or not spent:
         for fd in got:
             os.close(fd)
         return

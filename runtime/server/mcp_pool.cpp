@@ -203,7 +203,7 @@ Result<PoolLauncher::Idle> PoolLauncher::spawn() {
   // Into the socket's empty buffer before the worker exists: a few bytes, never a wait.
   if (first_words_) {
     const std::string words = first_words_();
-    if (words.empty()) return make_error("mcp", "the pooled worker's first words could not be made", EAGAIN);
+    if (words.empty()) return make_error("mcp", "the pooled worker's first words could not be made", EBUSY);
     if (Status st = write_all(mine.get(), words, "a pooled worker's first words"); !st) return st.error();
   }
   auto w = spawn_worker(argv_, theirs.get(), std::move(out), SIGTERM);
@@ -289,8 +289,13 @@ void PoolLauncher::refill() {
   while (idle_.size() < size_ && spawn_failures_ < 8) {
     auto w = spawn();
     if (!w) {
-      ++spawn_failures_;
       log_line("could not start a pooled worker: " + w.error().describe());
+      if (w.error().err == EBUSY) {  // no first words now (a template not reading its tokens): later
+        build_backoff_ms_ = next_build_backoff_ms(build_backoff_ms_);
+        backoff_until_us_ = monotonic_us() + build_backoff_ms_ * 1000LL;
+      } else {
+        ++spawn_failures_;
+      }
       break;
     }
     idle_.push_back(std::move(*w));

@@ -100,7 +100,8 @@ class PoolLauncher : public SandboxLauncher {
   // max_idle_ms: the oldest an idle sandbox may be at hand-out (older ones are retired and rebuilt).
   // first_words: what each worker reads first on its socket, before its job, made for it as it
   // is spawned: a template call's one-time token, which must not be in the workers' argv
-  // (mcp_worker.hpp, read_template_key); "" from it fails the spawn (a build failure's back-off).
+  // (mcp_worker.hpp, read_template_key); "" from it fails the spawn, and the pool builds again
+  // after a back-off, as after a failed build.
   PoolLauncher(std::vector<std::string> worker_argv, std::size_t size, SandboxLauncher& cold,
                std::int64_t max_idle_ms = kDefaultPoolMaxIdleS * 1000LL,
                std::function<std::string()> first_words = nullptr);

@@ -251,8 +251,8 @@ std::string TemplateLauncher::seal(Host& h) {
                 std::to_string(peer->pid) + ", not one of the template's)");
   h.listener_pid = peer->pid;
   h.listener_id = peer->id;
-  // The file stat'ed before the connect: had another been put there since, the connect would
-  // have reached its listener, not the driver.
+  // The file stat'ed before the connect, for socket_replaced. (One swapped out and back around
+  // the connect would go unseen here: the calls' workers still refuse it, and run cold.)
   h.sock_dev = st.st_dev;
   h.sock_ino = st.st_ino;
   // This connection becomes the server's control connection: the key proves it so to the
