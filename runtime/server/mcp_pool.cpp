@@ -101,6 +101,11 @@ PoolLauncher::PoolLauncher(std::vector<std::string> worker_argv, std::size_t siz
   refill();
 }
 
+void PoolLauncher::back_off() {
+  build_backoff_ms_ = next_build_backoff_ms(build_backoff_ms_);
+  backoff_until_us_ = monotonic_us() + build_backoff_ms_ * 1000LL;
+}
+
 void PoolLauncher::discard_idle() {
   // Closing a worker's socket is its end (EOF while it waits: sandbox discarded, no record).
   // Each gets kRetireGraceMs to end by itself, as retire() gives (tick() kills it past that).
@@ -291,8 +296,7 @@ void PoolLauncher::refill() {
     if (!w) {
       log_line("could not start a pooled worker: " + w.error().describe());
       if (w.error().err == EBUSY) {  // no first words now (a template not reading its tokens): later
-        build_backoff_ms_ = next_build_backoff_ms(build_backoff_ms_);
-        backoff_until_us_ = monotonic_us() + build_backoff_ms_ * 1000LL;
+        back_off();
       } else {
         ++spawn_failures_;
       }
@@ -338,8 +342,7 @@ Result<Worker> PoolLauncher::launch(const json& job) {
       // the cold launcher); a call that finds no other says why.
       retire(w, why);
       build_failed = why;
-      build_backoff_ms_ = next_build_backoff_ms(build_backoff_ms_);
-      backoff_until_us_ = monotonic_us() + build_backoff_ms_ * 1000LL;
+      back_off();
       continue;
     }
     json j = job;

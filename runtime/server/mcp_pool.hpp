@@ -169,6 +169,7 @@ class PoolLauncher : public SandboxLauncher {
   // further failure up to kMaxBuildBackoffMs, reset by a hand-out): refill() says why.
   int build_backoff_ms_ = 0;
   std::int64_t backoff_until_us_ = 0;
+  void back_off();  // no build before the next step of the back-off (next_build_backoff_ms)
   bool prepared_only_ = false;
   std::function<std::string()> first_words_;
   // When the refill after a hand-out is due (0: none pending). A new worker builds its sandbox

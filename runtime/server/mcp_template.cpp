@@ -213,12 +213,10 @@ Status TemplateLauncher::start() {
 // be one of this host's own descendants (its driver). The workers then connect only to that listener
 // (sandbox.cpp, connect_template), whoever may write the directory later; and as root the driver
 // serves only root's connections (template_spec), so that none queued before now is served.
-std::string TemplateLauncher::seal(Host& h) {
+std::string TemplateLauncher::seal(Host& h, const TemplateNote& n) {
   auto fail = [&](const std::string& why) {
     stop(h, why);
-    // Not rebuilt at once: whatever put it there may be there for the next one too.
-    backoff_ms_ = next_build_backoff_ms(backoff_ms_);
-    backoff_until_us_ = monotonic_us() + backoff_ms_ * 1000LL;
+    back_off();  // not rebuilt at once: whatever put it there may be there for the next one too
     return why;
   };
   // The workers connect to the socket by its name: only while it leads to the directory made.
@@ -227,22 +225,21 @@ std::string TemplateLauncher::seal(Host& h) {
   h.sealed = true;
   const int dir = h.dir.fd();  // the directory made, whatever its name leads to now
   const std::string sock_path = control_socket(h.dir.path());
-  const char* const sock = kControlSocket;
   if (::geteuid() == 0) {
     // The directory first: from then on the sandbox's uid cannot swap the socket for a link.
     if (::fchown(dir, 0, 0) != 0 || ::fchmod(dir, 0755) != 0)
       return fail("could not take back its control directory " + h.dir.path() + ": " + std::strerror(errno));
   }
   struct stat st;
-  if (::fstatat(dir, sock, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISSOCK(st.st_mode))
+  if (::fstatat(dir, kControlSocket, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISSOCK(st.st_mode))
     return fail("its control socket " + sock_path + " is not a socket");
-  if (::geteuid() == 0 &&
-      (::fchownat(dir, sock, 0, 0, AT_SYMLINK_NOFOLLOW) != 0 || ::fchmodat(dir, sock, 0600, 0) != 0))
+  if (::geteuid() == 0 && (::fchownat(dir, kControlSocket, 0, 0, AT_SYMLINK_NOFOLLOW) != 0 ||
+                           ::fchmodat(dir, kControlSocket, 0600, 0) != 0))
     return fail("could not take back its control socket " + sock_path + ": " + std::strerror(errno));
   // The driver is the host's great-grandchild: the host's child is the sandbox's init, whose
   // child, the program, forks the template in a pid namespace of its own (warm_template.py,
   // _pid_no_call_has). Alive after the walk: the pid walked was its own all along.
-  auto conn = connect_unix_at(dir, sock, "the template's control socket " + sock_path, "template");
+  auto conn = connect_unix_at(dir, kControlSocket, "the template's control socket " + sock_path, "template");
   if (!conn) return fail(conn.error().describe());
   auto peer = unix_peer(conn->get(), "template");
   if (!peer) return fail("its control socket " + sock_path + " is not its driver's (" + peer.error().describe() + ")");
@@ -257,7 +254,6 @@ std::string TemplateLauncher::seal(Host& h) {
   h.sock_ino = st.st_ino;
   // This connection becomes the server's control connection: the key proves it so to the
   // driver, once (warm_template.py, _server_hello). Into an empty socket: never a wait.
-  const TemplateNote n = parse_template_note(h.note);
   const std::string hello = "ctl" + n.key;
   if (!is_template_key(n.key) || ::send(conn->get(), hello.data(), hello.size(), MSG_DONTWAIT | MSG_NOSIGNAL) !=
                                      static_cast<ssize_t>(hello.size()))
@@ -287,6 +283,11 @@ std::string TemplateLauncher::call_token(const std::string& run_id) {
       static_cast<ssize_t>(digest.size()))
     return "";
   return *token;
+}
+
+void TemplateLauncher::back_off() {
+  backoff_ms_ = next_build_backoff_ms(backoff_ms_);
+  backoff_until_us_ = monotonic_us() + backoff_ms_ * 1000LL;
 }
 
 void TemplateLauncher::read_note(Host& h) { read_worker_note(h.sock.get(), h.note); }
@@ -319,7 +320,7 @@ std::string TemplateLauncher::await_first(int timeout_ms) {
     TemplateNote n = parse_template_note(h.note);
     if (!n.failed.empty()) return n.failed;
     if (n.ready) {
-      if (std::string why = seal(h); !why.empty()) return "the template was stopped: " + why;
+      if (std::string why = seal(h, n); !why.empty()) return "the template was stopped: " + why;
       sync_pool();  // its pooled forks start now, beside the server's start
       return "";
     }
@@ -375,7 +376,7 @@ json TemplateLauncher::ready_template() {
   Host& h = hosts_.back();
   read_note(h);
   TemplateNote n = parse_template_note(h.note);
-  if (!n.failed.empty() || !n.ready || n.run_id.empty() || !seal(h).empty()) return nullptr;
+  if (!n.failed.empty() || !n.ready || n.run_id.empty() || !seal(h, n).empty()) return nullptr;
   return {{"socket", control_socket(h.dir.path())},
           {"listener_pid", h.listener_pid},
           {"listener_id", h.listener_id},
@@ -439,8 +440,7 @@ void TemplateLauncher::tick() {
     if (current && !h.stopping && now >= backoff_until_us_) {
       renew = socket_replaced(h);
       if (!renew.empty()) {  // whatever replaced it may replace the next one's: not again at once
-        backoff_ms_ = next_build_backoff_ms(backoff_ms_);
-        backoff_until_us_ = now + backoff_ms_ * 1000LL;
+        back_off();
       }
     }
     if (renew.empty() && current && !h.stopping && max_idle_us_ > 0 && now >= h.born_us + max_idle_us_)
@@ -459,8 +459,7 @@ void TemplateLauncher::tick() {
         log_line(st.error().describe() + " (the old template serves on)");
         h.born_us = now;
         h.retired_us = 0;
-        backoff_ms_ = next_build_backoff_ms(backoff_ms_);
-        backoff_until_us_ = now + backoff_ms_ * 1000LL;
+        back_off();
       }
       break;  // start() changed hosts_: the rest is the next tick's
     }
@@ -469,8 +468,7 @@ void TemplateLauncher::tick() {
   if ((hosts_.empty() || hosts_.back().stopping) && now >= backoff_until_us_)
     if (auto st = start(); !st) {
       log_line(st.error().describe());
-      backoff_ms_ = next_build_backoff_ms(backoff_ms_);
-      backoff_until_us_ = now + backoff_ms_ * 1000LL;
+      back_off();
     }
   sync_pool();
 }

@@ -141,7 +141,7 @@ class TemplateLauncher : public SandboxLauncher {
   // Once the driver is ready: root, the directory and its socket root's again; and the socket's
   // listener must be the driver. "" if so; else why not (and the template is stopped): it is
   // not, or the directory's name no longer leads to the directory made.
-  std::string seal(Host& h);
+  std::string seal(Host& h, const TemplateNote& n);  // n: h.note, parsed
   // Rootless, a sealed template's directory stays the caller's, whose other sandboxes may reach
   // it: why its socket is no longer the one its driver listens on (the workers then refuse it,
   // and the calls run cold), else "". Two fstats: no connection, nothing to wait for.
@@ -152,6 +152,8 @@ class TemplateLauncher : public SandboxLauncher {
   // cannot be told (gone, or not reading): the call runs cold.
   std::string call_token(const std::string& run_id);
   void stop(Host& h, const std::string& why);
+  // No new template before the next step of the back-off (next_build_backoff_ms).
+  void back_off();
   void reap(Host& h);
 
   std::vector<std::string> argv_;

@@ -67,6 +67,19 @@ def alive(pid):
         return False
 
 
+def send_job(path, tag, out_sock):
+    """Connects to a template's control socket at `path` and sends a job as a call's worker does
+    (sandbox.cpp, send_to_template): `tag` ("call" and a token), /dev/null for each fd but the out
+    socket (4th, warm_template.py's FD_NAMES), where the driver sends a forked call's pidfd."""
+    null = os.open("/dev/null", os.O_RDWR)
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as c:
+            c.connect(path)
+            socket.send_fds(c, [tag], [null, null, null, out_sock.fileno(), null, null, null, null])
+    finally:
+        os.close(null)
+
+
 class Impostor:
     """A SEQPACKET listener of the test's own, renamed over a template's control socket, as
     another sandbox that reaches the path could: it keeps what each connection sent it (a call's
@@ -796,12 +809,9 @@ print(json.dumps(sorted(r.items())))
                     os.setgroups([])
                     os.setresgid(st.st_gid, st.st_gid, st.st_gid)
                     os.setresuid(st.st_uid, st.st_uid, st.st_uid)
-                null = os.open("/dev/null", os.O_RDWR)
-                # No key, then a wrong one: each with its own out socket (4th, FD_NAMES).
+                # No key, then a wrong one: each with its own out socket.
                 for tag, out_sock in ((b"call", theirs), (b"call" + b"0" * 64, theirs2)):
-                    c = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-                    c.connect(sock)
-                    socket.send_fds(c, [tag], [null, null, null, out_sock.fileno(), null, null, null, null])
+                    send_job(sock, tag, out_sock)
                 os._exit(0)
             except BaseException:
                 os._exit(1)
@@ -854,16 +864,11 @@ print(json.dumps(sorted(x.decode() for x in found)[:2000]))
         self.assertTrue(found, "no digest at all in a call's memory: the scan read nothing")
         (made,) = [d for d in os.listdir(tmp) if d.startswith("sbx-template.")]
         sock = os.path.join(tmp, made, "sock")
-        null = os.open("/dev/null", os.O_RDWR)
-        self.addCleanup(os.close, null)
         forked = []
         for candidate in found:
             ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-            with ours, socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as c:
-                c.connect(sock)
-                # out_sock 4th (FD_NAMES): where the driver would send the forked call's pidfd.
-                socket.send_fds(c, [b"call" + candidate.encode()], [null, null, null, theirs.fileno(), null, null,
-                                                                   null, null])
+            with ours:
+                send_job(sock, b"call" + candidate.encode(), theirs)
                 theirs.close()
                 ours.settimeout(scaled(5))
                 try:
